@@ -1,0 +1,198 @@
+//! The admin listener: Prometheus metrics and a health check over a small HTTP/1.1 server.
+//!
+//! Endpoints (GET and HEAD):
+//!
+//! - `/metrics`: every metric of [`weir_observe::Metrics`], OpenMetrics text.
+//! - `/healthz`: `200 ok` while the health check returns true, `503 draining` otherwise.
+//!
+//! Other paths get 404, other methods on those paths 405, and malformed requests 400 (431
+//! when the head is too large, 408 when it arrives too slowly), after which the connection
+//! closes. This is not the data path: it favours simplicity over speed.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! let metrics = weir_observe::Metrics::new();
+//! let draining = Arc::new(AtomicBool::new(false));
+//! let health_view = draining.clone();
+//! let state = weir_admin::AdminState::new(
+//!     metrics,
+//!     Arc::new(move || !health_view.load(Ordering::Relaxed)),
+//! );
+//! let (shutdown, signal) = weir_core::Shutdown::new();
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:9901").await?;
+//! tokio::spawn(weir_admin::serve(listener, state, signal));
+//! // ... later: report draining first, stop the admin listener last.
+//! draining.store(true, Ordering::Relaxed);
+//! shutdown.trigger();
+//! # Ok(())
+//! # }
+//! ```
+
+mod connection;
+mod http;
+mod routes;
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use weir_core::ShutdownSignal;
+use weir_observe::Metrics;
+
+/// Answers whether this instance should receive traffic (`/healthz`).
+pub type HealthCheck = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// What the admin endpoints read from, and the limits they run under.
+#[derive(Clone)]
+pub struct AdminState {
+    pub metrics: Arc<Metrics>,
+    pub health: HealthCheck,
+    pub limits: Limits,
+}
+
+/// Bounds on what one client can make the admin listener do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest request head accepted; larger ones get 431.
+    pub max_head_bytes: usize,
+    /// Time allowed to receive a whole request head once its first byte has arrived.
+    pub header_read_timeout: Duration,
+    /// Time an idle kept-alive connection waits for its next request.
+    pub keep_alive_timeout: Duration,
+    /// Time allowed to write one response.
+    pub write_timeout: Duration,
+    /// Connections served at once; further clients wait in the listen backlog.
+    pub max_connections: usize,
+    /// After shutdown, how long open connections get to finish before they are cut.
+    pub drain_timeout: Duration,
+}
+
+impl AdminState {
+    /// State with default [`Limits`].
+    pub fn new(metrics: Arc<Metrics>, health: HealthCheck) -> AdminState {
+        AdminState {
+            metrics,
+            health,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Serves the admin endpoints on `listener` until `shutdown` triggers, then stops accepting,
+/// lets open connections finish their current request (up to [`Limits::drain_timeout`])
+/// and returns.
+///
+/// `/healthz` reports what `state.health` says; to have load balancers see `503 draining`
+/// while the proxy drains, make the health check turn false when draining begins and pass
+/// a `shutdown` signal that triggers only once draining is over.
+///
+/// Transient accept failures (aborted connections, descriptor exhaustion) are logged and
+/// retried; an error is returned only when the listener itself is unusable.
+pub async fn serve(
+    listener: TcpListener,
+    state: AdminState,
+    mut shutdown: ShutdownSignal,
+) -> io::Result<()> {
+    let state = Arc::new(state);
+    let slots = Arc::new(Semaphore::new(state.limits.max_connections.max(1)));
+    let mut connections = JoinSet::new();
+    let result = loop {
+        while connections.try_join_next().is_some() {}
+        let slot = tokio::select! {
+            () = shutdown.triggered() => break Ok(()),
+            slot = slots.clone().acquire_owned() => slot,
+        };
+        // The semaphore is never closed, so acquiring only fails if that changes.
+        let Ok(slot) = slot else { break Ok(()) };
+        let accepted = tokio::select! {
+            () = shutdown.triggered() => break Ok(()),
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, peer)) => {
+                tracing::debug!(%peer, "admin connection accepted");
+                stream
+            }
+            Err(error) => match accept_error_action(&error) {
+                AcceptErrorAction::Retry => continue,
+                AcceptErrorAction::Pause => {
+                    tracing::warn!(%error, "admin listener cannot accept; pausing");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                AcceptErrorAction::Stop => break Err(error),
+            },
+        };
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "admin connection: cannot set TCP_NODELAY");
+        }
+        let state = state.clone();
+        let signal = shutdown.clone();
+        connections.spawn(async move {
+            connection::serve_connection(stream, &state, signal).await;
+            drop(slot);
+        });
+    };
+    drop(listener);
+    drain(connections, state.limits.drain_timeout).await;
+    result
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_head_bytes: 8 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+            keep_alive_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(10),
+            max_connections: 64,
+            drain_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminState")
+            .field("metrics", &"Metrics")
+            .field("health", &"Fn() -> bool")
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// What to do after `accept` fails.
+enum AcceptErrorAction {
+    /// The failure concerned one connection only.
+    Retry,
+    /// Out of descriptors or memory: wait before trying again rather than spin.
+    Pause,
+    /// The listener is unusable.
+    Stop,
+}
+
+fn accept_error_action(error: &io::Error) -> AcceptErrorAction {
+    use io::ErrorKind::*;
+    match error.kind() {
+        ConnectionAborted | ConnectionReset | ConnectionRefused | Interrupted | WouldBlock
+        | TimedOut => AcceptErrorAction::Retry,
+        InvalidInput | NotConnected | Unsupported => AcceptErrorAction::Stop,
+        _ => AcceptErrorAction::Pause,
+    }
+}
+
+/// Waits for open connections to finish, cutting those still open after `limit`.
+async fn drain(mut connections: JoinSet<()>, limit: Duration) {
+    let all_done = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(limit, all_done).await.is_err() {
+        tracing::debug!("admin connections still open after the drain timeout; closing them");
+        connections.shutdown().await;
+    }
+}

@@ -1,0 +1,145 @@
+//! The value of every key the file leaves out, in one place, and `Default` impls for
+//! the model's sections built from them (handy for tests in other crates).
+//!
+//! `examples/weir.toml` documents each of these; keep the two in step.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use crate::model::{
+    ClientLimits, ClientTimeouts, Log, LogFormat, PassiveHealth, Runtime, UpstreamConnections,
+    UpstreamTimeouts,
+};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub const ACCESS_LOG: bool = true;
+pub const LOG_LEVEL: &str = "info";
+pub const LOG_FORMAT: LogFormat = LogFormat::Text;
+
+pub const FORWARDED_HEADERS: bool = true;
+pub const BACKLOG: u32 = 1024;
+
+pub const CLIENT_MAX_CONNECTIONS: u32 = 10_000;
+pub const MAX_HEADER_BYTES: u64 = 16 * KIB;
+pub const MAX_HEADERS: u32 = 100;
+pub const MAX_BODY_BYTES: u64 = 10 * MIB;
+pub const REQUEST_BUFFER: u64 = 64 * KIB;
+pub const RESPONSE_BUFFER: u64 = 256 * KIB;
+
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub const RETRIES: u32 = 2;
+pub const FAIL_OPEN: bool = false;
+
+pub const NODE_WEIGHT: NonZeroU32 = nonzero(1);
+pub const NODE_MAX_CONNECTIONS: NonZeroU32 = nonzero(64);
+pub const QUEUE_LENGTH: u32 = 1024;
+pub const QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
+pub const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub const HEALTH_METHOD: &str = "GET";
+pub const HEALTH_PATH: &str = "/";
+pub const HEALTH_EXPECT_STATUS: (u16, u16) = (200, 399);
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+pub const HEALTH_RISE: NonZeroU32 = nonzero(2);
+pub const HEALTH_FALL: NonZeroU32 = nonzero(3);
+
+pub const CONSECUTIVE_FAILURES: u32 = 5;
+pub const BASE_EJECTION: Duration = Duration::from_secs(10);
+pub const MAX_EJECTION: Duration = Duration::from_secs(5 * 60);
+
+pub const ORIGIN_KEEP_ALIVE: bool = true;
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Self {
+            threads: None,
+            drain_timeout: DRAIN_TIMEOUT,
+        }
+    }
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Self {
+            access_log: ACCESS_LOG,
+            level: LOG_LEVEL.to_owned(),
+            format: LOG_FORMAT,
+        }
+    }
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: CLIENT_MAX_CONNECTIONS,
+            max_header_bytes: MAX_HEADER_BYTES as usize,
+            max_headers: MAX_HEADERS as usize,
+            max_body_bytes: MAX_BODY_BYTES,
+            request_buffer: REQUEST_BUFFER as usize,
+            response_buffer: RESPONSE_BUFFER as usize,
+            max_requests_per_connection: None,
+        }
+    }
+}
+
+impl Default for ClientTimeouts {
+    fn default() -> Self {
+        Self {
+            header_read: HEADER_READ_TIMEOUT,
+            idle: IDLE_TIMEOUT,
+            body_read: BODY_READ_TIMEOUT,
+            write: WRITE_TIMEOUT,
+        }
+    }
+}
+
+impl Default for UpstreamConnections {
+    fn default() -> Self {
+        Self {
+            max_connections: NODE_MAX_CONNECTIONS,
+            queue_length: QUEUE_LENGTH,
+            queue_timeout: QUEUE_TIMEOUT,
+            idle_timeout: UPSTREAM_IDLE_TIMEOUT,
+            max_requests_per_connection: None,
+        }
+    }
+}
+
+impl Default for UpstreamTimeouts {
+    fn default() -> Self {
+        Self {
+            connect: CONNECT_TIMEOUT,
+            response: RESPONSE_TIMEOUT,
+        }
+    }
+}
+
+impl Default for PassiveHealth {
+    fn default() -> Self {
+        Self {
+            consecutive_failures: CONSECUTIVE_FAILURES,
+            base_ejection: BASE_EJECTION,
+            max_ejection: MAX_EJECTION,
+        }
+    }
+}
+
+/// For the non-zero constants above; evaluated at compile time, so a zero fails the build.
+const fn nonzero(value: u32) -> NonZeroU32 {
+    match NonZeroU32::new(value) {
+        Some(value) => value,
+        None => panic!("a default that must be non-zero is zero"),
+    }
+}

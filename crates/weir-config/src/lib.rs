@@ -1,0 +1,127 @@
+//! weir's configuration: the TOML file, read once and turned into a validated
+//! [`Config`] that the rest of weir reads without ever seeing a string from the file.
+//!
+//! Loading happens in two layers. [`schema`] mirrors the file with serde
+//! (`deny_unknown_fields` everywhere); [`validate`] converts it into the [`model`],
+//! checking every value and cross reference and collecting *every* problem. Each
+//! problem becomes a [`Diagnostic`] with the file, the line and the key path:
+//!
+//! ```text
+//! weir.toml:14: pools.web.nodes[2].address: invalid socket address "10.0.0.1:99999"
+//! ```
+//!
+//! Syntax errors, unknown keys and wrong types are reported the same way.
+//! `examples/weir.toml` in the repository documents every key and its default.
+//!
+//! # Example
+//!
+//! ```
+//! let text = r#"
+//! [virtual_servers.web]
+//! listen = "127.0.0.1:8080"
+//! pool = "web"
+//!
+//! [pools.web]
+//! nodes = [{ address = "127.0.0.1:8081" }]
+//! "#;
+//! let config = weir_config::parse_str(text, "weir.toml").unwrap();
+//! assert_eq!(config.virtual_servers[0].name, "web");
+//! assert_eq!(config.pool(config.virtual_servers[0].default_pool).name, "web");
+//!
+//! let error = weir_config::parse_str("[pools.web]\nretries = -1\n", "weir.toml").unwrap_err();
+//! assert!(error.to_string().contains("weir.toml:2: pools.web.retries: must be between 0 and 100"));
+//! ```
+
+pub mod defaults;
+pub mod error;
+mod locate;
+pub mod model;
+pub mod schema;
+pub mod units;
+pub mod validate;
+
+use std::path::Path;
+
+pub use error::{ConfigError, Diagnostic, KeyPath};
+pub use model::*;
+
+use crate::locate::Locator;
+use crate::schema::FileConfig;
+
+/// The configuration `weir serve` runs when given no file: virtual server `web` on
+/// 127.0.0.1:8080 balancing two built-in origins, with the admin listener on
+/// 127.0.0.1:9090.
+pub const EMBEDDED_DEFAULT: &str = include_str!("embedded_default.toml");
+
+/// The file name that errors in [`EMBEDDED_DEFAULT`] would carry.
+pub const EMBEDDED_DEFAULT_NAME: &str = "<embedded default>";
+
+/// Reads and validates a configuration file. Read errors are reported as a
+/// [`ConfigError`] too. The result's `source` is `path`.
+pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let file_name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ConfigError::single(&file_name, None, String::new(), format!("cannot read file: {error}"))
+    })?;
+    let mut config = parse_str(&text, &file_name)?;
+    config.source = Some(path.to_path_buf());
+    Ok(config)
+}
+
+/// Parses and validates configuration text; `file_name` is only used in errors.
+/// The result's `source` is `None`.
+pub fn parse_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
+    let document = toml_edit::Document::parse(text.to_owned()).map_err(|error| {
+        let offset = error.span().map_or(0, |span| span.start);
+        let line = locate::line_at(text, offset);
+        ConfigError::single(
+            file_name,
+            Some(line),
+            locate::guess_path(text, line),
+            format!(
+                "TOML syntax error: {}{}",
+                error.message().trim_end(),
+                locate::unquoted_string_hint(text, line)
+            ),
+        )
+    })?;
+    let locator = Locator::new(text, &document);
+    let file: FileConfig = toml_edit::de::from_document(document.clone()).map_err(|error| {
+        let offset = error.span().map_or(0, |span| span.start);
+        let mut path = error
+            .span()
+            .map(|_| locator.path_at(offset))
+            .unwrap_or_default();
+        let (missing_key, message) = error::explain_serde_message(error.message());
+        let line = error
+            .span()
+            .map(|_| locate::line_at(text, offset))
+            .or_else(|| locator.line_of(&path));
+        if let Some(key) = missing_key {
+            path = path.key(&key);
+        }
+        ConfigError::single(file_name, line, path.to_string(), message)
+    })?;
+    Config::try_from(&file).map_err(|problems| {
+        let mut errors: Vec<Diagnostic> = problems
+            .into_iter()
+            .map(|problem| locator.diagnostic(problem))
+            .collect();
+        // File order reads best; problems without a line (whole-file ones) go last.
+        errors.sort_by_key(|diagnostic| diagnostic.line.unwrap_or(usize::MAX));
+        ConfigError {
+            file: file_name.to_owned(),
+            errors,
+        }
+    })
+}
+
+/// The built-in configuration ([`EMBEDDED_DEFAULT`]), parsed.
+pub fn embedded_default() -> Config {
+    // A unit test parses EMBEDDED_DEFAULT, so this cannot fail in a tested build.
+    parse_str(EMBEDDED_DEFAULT, EMBEDDED_DEFAULT_NAME)
+        .unwrap_or_else(|error| panic!("the embedded default configuration is invalid:\n{error}"))
+}
+
+#[cfg(test)]
+mod tests;

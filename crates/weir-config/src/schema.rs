@@ -1,0 +1,357 @@
+//! The file as written: serde structs that mirror the TOML, key for key.
+//!
+//! Every key is optional here and every value keeps its written form (numbers as
+//! `i64`, durations and sizes as text) so that validation can check them all and
+//! report every problem at once with its key path. Defaults live in
+//! [`crate::defaults`]; the rules in [`crate::validate`].
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub runtime: Option<RuntimeTable>,
+    pub admin: Option<AdminTable>,
+    pub log: Option<LogTable>,
+    #[serde(default)]
+    pub virtual_servers: Named<VirtualServerTable>,
+    #[serde(default)]
+    pub pools: Named<PoolTable>,
+    #[serde(default)]
+    pub origins: Vec<OriginTable>,
+}
+
+/// `[runtime]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeTable {
+    pub threads: Option<i64>,
+    pub drain_timeout: Option<DurationText>,
+}
+
+/// `[admin]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminTable {
+    pub listen: Option<String>,
+}
+
+/// `[log]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogTable {
+    pub access_log: Option<bool>,
+    pub level: Option<String>,
+    pub format: Option<String>,
+}
+
+/// `[virtual_servers.NAME]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VirtualServerTable {
+    pub listen: Option<OneOrMany<String>>,
+    pub protocol: Option<String>,
+    /// Reserved for TLS termination; accepted by the schema so that validation can say
+    /// it is not supported yet rather than call it an unknown key.
+    pub tls: Option<IgnoredAny>,
+    pub pool: Option<String>,
+    pub forwarded_headers: Option<bool>,
+    pub backlog: Option<i64>,
+    pub limits: Option<LimitsTable>,
+    pub timeouts: Option<ClientTimeoutsTable>,
+    #[serde(default)]
+    pub routes: Vec<RouteTable>,
+}
+
+/// `[virtual_servers.NAME.limits]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsTable {
+    pub max_connections: Option<i64>,
+    pub max_header_bytes: Option<SizeValue>,
+    pub max_headers: Option<i64>,
+    pub max_body_bytes: Option<SizeValue>,
+    pub request_buffer: Option<SizeValue>,
+    pub response_buffer: Option<SizeValue>,
+    pub max_requests_per_connection: Option<i64>,
+}
+
+/// `[virtual_servers.NAME.timeouts]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientTimeoutsTable {
+    pub header_read: Option<DurationText>,
+    pub idle: Option<DurationText>,
+    pub body_read: Option<DurationText>,
+    pub write: Option<DurationText>,
+}
+
+/// `[[virtual_servers.NAME.routes]]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteTable {
+    pub host: Option<String>,
+    pub path_prefix: Option<String>,
+    pub pool: Option<String>,
+}
+
+/// `[pools.NAME]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolTable {
+    pub algorithm: Option<String>,
+    pub nodes: Option<Vec<NodeTable>>,
+    pub retries: Option<i64>,
+    pub fail_open: Option<bool>,
+    pub connections: Option<ConnectionsTable>,
+    pub timeouts: Option<UpstreamTimeoutsTable>,
+    pub health: Option<HealthTable>,
+    pub passive_health: Option<PassiveHealthTable>,
+}
+
+/// One entry of `nodes`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeTable {
+    pub address: Option<String>,
+    pub weight: Option<i64>,
+}
+
+/// `[pools.NAME.connections]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionsTable {
+    pub max_connections: Option<i64>,
+    pub queue_length: Option<i64>,
+    pub queue_timeout: Option<DurationText>,
+    pub idle_timeout: Option<DurationText>,
+    pub max_requests_per_connection: Option<i64>,
+}
+
+/// `[pools.NAME.timeouts]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTimeoutsTable {
+    pub connect: Option<DurationText>,
+    pub response: Option<DurationText>,
+}
+
+/// `[pools.NAME.health]`: one table for both kinds; validation rejects HTTP keys on
+/// a TCP monitor.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthTable {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub method: Option<String>,
+    pub path: Option<String>,
+    pub host: Option<String>,
+    pub expect_status: Option<OneOrMany<StatusValue>>,
+    pub interval: Option<DurationText>,
+    pub timeout: Option<DurationText>,
+    pub rise: Option<i64>,
+    pub fall: Option<i64>,
+}
+
+/// `[pools.NAME.passive_health]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassiveHealthTable {
+    pub consecutive_failures: Option<i64>,
+    pub base_ejection: Option<DurationText>,
+    pub max_ejection: Option<DurationText>,
+}
+
+/// `[[origins]]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OriginTable {
+    pub name: Option<String>,
+    pub listen: Option<String>,
+    pub max_connections: Option<i64>,
+    pub keep_alive: Option<bool>,
+}
+
+/// A table of named tables (`[pools.web]`, `[pools.api]`), kept in file order.
+#[derive(Debug)]
+pub struct Named<T>(pub Vec<(String, T)>);
+
+/// A value written either alone or as an array: `listen = "a"` or `listen = ["a", "b"]`.
+#[derive(Debug)]
+pub struct OneOrMany<T> {
+    pub values: Vec<T>,
+    /// Written as an array (so errors name elements as `key[i]`).
+    pub array: bool,
+}
+
+/// A duration as written (`"5s"`); parsed during validation.
+#[derive(Debug, Clone)]
+pub struct DurationText(pub String);
+
+/// A byte size as written: whole bytes, or text with a unit (`"16KiB"`).
+#[derive(Debug, Clone)]
+pub enum SizeValue {
+    Bytes(i64),
+    Text(String),
+}
+
+/// An expected status as written: `200`, `"200"`, `"200-399"` or `"2xx"`.
+#[derive(Debug, Clone)]
+pub enum StatusValue {
+    Code(i64),
+    Text(String),
+}
+
+impl<T> Default for Named<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Named<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NamedVisitor<T>(PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for NamedVisitor<T> {
+            type Value = Named<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table of named tables")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries = Vec::new();
+                while let Some((name, value)) = map.next_entry::<String, T>()? {
+                    entries.push((name, value));
+                }
+                Ok(Named(entries))
+            }
+        }
+
+        deserializer.deserialize_map(NamedVisitor(PhantomData))
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct OneOrManyVisitor<T>(PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for OneOrManyVisitor<T> {
+            type Value = OneOrMany<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a value or an array of values")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut values = Vec::new();
+                while let Some(value) = seq.next_element()? {
+                    values.push(value);
+                }
+                Ok(OneOrMany {
+                    values,
+                    array: true,
+                })
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                let value = T::deserialize(de::value::StrDeserializer::new(text))?;
+                Ok(OneOrMany {
+                    values: vec![value],
+                    array: false,
+                })
+            }
+
+            fn visit_i64<E: de::Error>(self, number: i64) -> Result<Self::Value, E> {
+                let value = T::deserialize(de::value::I64Deserializer::new(number))?;
+                Ok(OneOrMany {
+                    values: vec![value],
+                    array: false,
+                })
+            }
+        }
+
+        deserializer.deserialize_any(OneOrManyVisitor(PhantomData))
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DurationVisitor;
+
+        impl Visitor<'_> for DurationVisitor {
+            type Value = DurationText;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration string such as \"250ms\", \"5s\" or \"2m\"")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(DurationText(text.to_owned()))
+            }
+        }
+
+        deserializer.deserialize_str(DurationVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for SizeValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SizeVisitor;
+
+        impl Visitor<'_> for SizeVisitor {
+            type Value = SizeValue;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size: whole bytes such as 65536, or a string such as \"64KiB\"")
+            }
+
+            fn visit_i64<E: de::Error>(self, bytes: i64) -> Result<Self::Value, E> {
+                Ok(SizeValue::Bytes(bytes))
+            }
+
+            fn visit_u64<E: de::Error>(self, bytes: u64) -> Result<Self::Value, E> {
+                Ok(SizeValue::Bytes(i64::try_from(bytes).unwrap_or(i64::MAX)))
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(SizeValue::Text(text.to_owned()))
+            }
+        }
+
+        deserializer.deserialize_any(SizeVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for StatusValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StatusVisitor;
+
+        impl Visitor<'_> for StatusVisitor {
+            type Value = StatusValue;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a status such as 200, \"200-399\" or \"2xx\"")
+            }
+
+            fn visit_i64<E: de::Error>(self, code: i64) -> Result<Self::Value, E> {
+                Ok(StatusValue::Code(code))
+            }
+
+            fn visit_u64<E: de::Error>(self, code: u64) -> Result<Self::Value, E> {
+                Ok(StatusValue::Code(i64::try_from(code).unwrap_or(i64::MAX)))
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(StatusValue::Text(text.to_owned()))
+            }
+        }
+
+        deserializer.deserialize_any(StatusVisitor)
+    }
+}

@@ -1,0 +1,187 @@
+//! Loading end to end: the embedded default, and the exact shape of error messages
+//! for each kind of problem (syntax, schema, validation, reading).
+
+use std::path::Path;
+
+use super::*;
+
+#[test]
+fn embedded_default_parses() {
+    let config = parse_str(EMBEDDED_DEFAULT, EMBEDDED_DEFAULT_NAME)
+        .unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(config, embedded_default());
+    assert_eq!(config.source, None);
+    assert_eq!(config.admin.as_ref().unwrap().listen, "127.0.0.1:9090".parse().unwrap());
+    let server = &config.virtual_servers[0];
+    assert_eq!(server.name, "web");
+    assert_eq!(server.listen, ["127.0.0.1:8080".parse().unwrap()]);
+    let pool = config.pool(server.default_pool);
+    assert_eq!(pool.name, "web");
+    let nodes: Vec<String> = pool.nodes.iter().map(|n| n.address.to_string()).collect();
+    assert_eq!(nodes, ["127.0.0.1:8081", "127.0.0.1:8082"]);
+    assert!(pool.health.is_some());
+    let origins: Vec<String> = config.origins.iter().map(|o| o.listen.to_string()).collect();
+    assert_eq!(origins, nodes);
+}
+
+const GOOD: &str = "\
+[virtual_servers.web]
+listen = \"127.0.0.1:8080\"
+pool = \"web\"
+
+[pools.web]
+algorithm = \"round_robin\"
+nodes = [
+  { address = \"127.0.0.1:8081\" },
+  { address = \"127.0.0.1:8082\" },
+  { address = \"127.0.0.1:8083\" },
+]
+";
+
+#[test]
+fn invalid_node_address_names_file_line_and_path() {
+    let text = GOOD.replace("127.0.0.1:8083", "10.0.0.1:99999");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "weir.toml:10: pools.web.nodes[2].address: invalid socket address \"10.0.0.1:99999\""
+    );
+    assert_eq!(
+        error.errors,
+        [Diagnostic {
+            line: Some(10),
+            path: "pools.web.nodes[2].address".into(),
+            message: "invalid socket address \"10.0.0.1:99999\"".into(),
+        }]
+    );
+}
+
+#[test]
+fn unknown_key_is_named_with_the_valid_ones() {
+    let text = GOOD.replace("algorithm", "algoritm");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "weir.toml:6: pools.web.algoritm: unknown key \"algoritm\" (did you mean \"algorithm\"?); \
+         valid keys: algorithm, nodes, retries, fail_open, connections, timeouts, health, \
+         passive_health"
+    );
+}
+
+#[test]
+fn unknown_key_in_an_inline_table() {
+    let text = GOOD.replace("{ address = \"127.0.0.1:8082\" }", "{ adress = \"127.0.0.1:8082\" }");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "weir.toml:9: pools.web.nodes[1].adress: unknown key \"adress\" (did you mean \"address\"?); \
+         valid keys: address, weight"
+    );
+}
+
+#[test]
+fn wrong_type_names_file_line_and_path() {
+    let text = format!("{GOOD}retries = \"two\"\n");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "weir.toml:12: pools.web.retries: invalid type: string \"two\", expected a whole number"
+    );
+    let text = format!("{GOOD}[pools.web.timeouts]\nconnect = 3\n");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "weir.toml:13: pools.web.timeouts.connect: invalid type: integer `3`, expected a \
+         duration string such as \"250ms\", \"5s\" or \"2m\""
+    );
+}
+
+#[test]
+fn syntax_error_names_file_line_and_path() {
+    let text = format!("{GOOD}[pools.web.health]\ntype = tcp\n");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(error.errors.len(), 1);
+    let diagnostic = &error.errors[0];
+    assert_eq!(diagnostic.line, Some(13));
+    assert_eq!(diagnostic.path, "pools.web.health.type");
+    assert!(
+        diagnostic.message.starts_with("TOML syntax error: ")
+            && diagnostic.message.ends_with("(strings need quotes)"),
+        "{diagnostic:?}"
+    );
+    assert!(error.to_string().starts_with("weir.toml:13: pools.web.health.type: TOML syntax error: "));
+
+    let error = parse_str("[pools.web\nretries = 1\n", "weir.toml").unwrap_err();
+    assert_eq!(error.errors[0].line, Some(1));
+    assert!(error.to_string().starts_with("weir.toml:1: "), "{error}");
+}
+
+#[test]
+fn duplicate_tables_are_syntax_errors() {
+    let text = format!("{GOOD}[pools.web]\nretries = 1\n");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(error.errors[0].line, Some(12), "{error}");
+    assert!(error.errors[0].message.contains("TOML syntax error"), "{error}");
+}
+
+#[test]
+fn dangling_pool_reference() {
+    let text = format!("{GOOD}[[virtual_servers.web.routes]]\npath_prefix = \"/api/\"\npool = \"api\"\n");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "weir.toml:14: virtual_servers.web.routes[0].pool: unknown pool \"api\"; defined pools: web"
+    );
+}
+
+#[test]
+fn missing_required_key_points_at_its_table() {
+    let text = GOOD.replace("pool = \"web\"\n", "");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "weir.toml:1: virtual_servers.web.pool: missing required key: the name of a pool"
+    );
+}
+
+#[test]
+fn multiple_errors_are_reported_at_once() {
+    let text = GOOD
+        .replace("127.0.0.1:8081", "10.0.0.1")
+        .replace("127.0.0.1:8083", "10.0.0.1:99999")
+        .replace("pool = \"web\"", "pool = \"wbe\"")
+        .replace("round_robin", "fastest");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "weir.toml:3: virtual_servers.web.pool: unknown pool \"wbe\" (did you mean \"web\"?); defined pools: web\n\
+         weir.toml:6: pools.web.algorithm: invalid value \"fastest\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\"\n\
+         weir.toml:8: pools.web.nodes[0].address: invalid socket address \"10.0.0.1\": the port is missing; write it like \"10.0.0.1:8080\"\n\
+         weir.toml:10: pools.web.nodes[2].address: invalid socket address \"10.0.0.1:99999\""
+    );
+}
+
+#[test]
+fn load_file_sets_source_and_reports_read_errors() {
+    let directory = std::env::temp_dir().join(format!("weir-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let path = directory.join("weir.toml");
+    std::fs::write(&path, GOOD).unwrap();
+    let config = load_file(&path).unwrap();
+    assert_eq!(config.source.as_deref(), Some(path.as_path()));
+
+    std::fs::write(&path, GOOD.replace("127.0.0.1:8083", "10.0.0.1:99999")).unwrap();
+    let error = load_file(&path).unwrap_err();
+    assert_eq!(error.file, path.display().to_string());
+    assert_eq!(error.errors[0].line, Some(10));
+    std::fs::remove_dir_all(&directory).unwrap();
+
+    let missing = Path::new("/nonexistent/weir.toml");
+    let error = load_file(missing).unwrap_err();
+    assert_eq!(error.errors.len(), 1);
+    assert_eq!(error.errors[0].line, None);
+    assert!(
+        error.to_string().starts_with("/nonexistent/weir.toml: cannot read file: "),
+        "{error}"
+    );
+}

@@ -1,0 +1,980 @@
+//! Turns the file as written ([`crate::schema`]) into the validated model
+//! ([`crate::model`]), checking every value and every cross reference and
+//! collecting every problem rather than stopping at the first.
+//!
+//! While checking, a value that is wrong is replaced by its default so that the
+//! rest of the file can still be checked; the model is only returned when no
+//! problem was found, so those stand-ins never escape.
+
+mod values;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use crate::defaults;
+use crate::error::{KeyPath, Problem};
+use crate::model::{
+    Admin, Algorithm, ClientLimits, ClientTimeouts, Config, HealthCheckKind, HealthMonitor, Log,
+    LogFormat, Node, Origin, PassiveHealth, Pool, PoolId, Protocol, Route, Runtime,
+    UpstreamConnections, UpstreamTimeouts, VirtualServer,
+};
+use crate::schema::{
+    AdminTable, ClientTimeoutsTable, ConnectionsTable, DurationText, FileConfig, HealthTable,
+    LimitsTable, LogTable, NodeTable, OneOrMany, OriginTable, PassiveHealthTable, PoolTable,
+    RouteTable, RuntimeTable, SizeValue, StatusValue, UpstreamTimeoutsTable, VirtualServerTable,
+};
+use values::{show_duration, show_size};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const GIB: u64 = 1024 * MIB;
+/// No timeout in weir needs to be longer than a day; a longer one is a typo (`"5M"` is
+/// five months).
+const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+/// Stands in for a pool reference that did not resolve (the config is rejected).
+const UNRESOLVED: PoolId = PoolId(usize::MAX);
+
+impl TryFrom<&FileConfig> for Config {
+    type Error = Vec<Problem>;
+
+    /// Validates a parsed file. The result's `source` is `None`; the loader sets it.
+    fn try_from(file: &FileConfig) -> Result<Self, Self::Error> {
+        let mut checker = Checker::default();
+        let config = checker.config(file);
+        if checker.problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(checker.problems)
+        }
+    }
+}
+
+/// Whether zero is a meaningful value for a duration.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Zero {
+    Allowed,
+    Rejected,
+}
+
+/// Collects problems while converting.
+#[derive(Default)]
+struct Checker {
+    problems: Vec<Problem>,
+    /// Every listen address seen so far, with where it was written.
+    listeners: Vec<(SocketAddr, KeyPath)>,
+    /// Every valid node address, with its pool and where it was written.
+    nodes: Vec<(PoolId, SocketAddr, KeyPath)>,
+}
+
+impl Checker {
+    fn report(&mut self, path: &KeyPath, message: impl Into<String>) {
+        self.problems.push(Problem {
+            path: path.clone(),
+            message: message.into(),
+        });
+    }
+
+    fn config(&mut self, file: &FileConfig) -> Config {
+        let root = KeyPath::root();
+        let runtime = self.runtime(&root.key("runtime"), file.runtime.as_ref());
+        let admin = file
+            .admin
+            .as_ref()
+            .and_then(|admin| self.admin(&root.key("admin"), admin));
+        let log = self.log(&root.key("log"), file.log.as_ref());
+
+        let pools_path = root.key("pools");
+        let pool_ids: HashMap<&str, PoolId> = file
+            .pools
+            .0
+            .iter()
+            .enumerate()
+            .map(|(index, (name, _))| (name.as_str(), PoolId(index)))
+            .collect();
+        let pools: Vec<Pool> = file
+            .pools
+            .0
+            .iter()
+            .enumerate()
+            .map(|(index, (name, pool))| {
+                self.pool(&pools_path.key(name), PoolId(index), name, pool)
+            })
+            .collect();
+
+        let servers_path = root.key("virtual_servers");
+        if file.virtual_servers.0.is_empty() {
+            self.report(
+                &servers_path,
+                "at least one virtual server is required, such as [virtual_servers.web]",
+            );
+        }
+        let virtual_servers: Vec<VirtualServer> = file
+            .virtual_servers
+            .0
+            .iter()
+            .map(|(name, server)| {
+                self.virtual_server(&servers_path.key(name), name, server, &pool_ids)
+            })
+            .collect();
+
+        let origins = self.origins(&root.key("origins"), &file.origins);
+        self.node_loops(&virtual_servers);
+
+        Config {
+            source: None,
+            runtime,
+            admin,
+            log,
+            virtual_servers,
+            pools,
+            origins,
+        }
+    }
+
+    fn runtime(&mut self, path: &KeyPath, table: Option<&RuntimeTable>) -> Runtime {
+        let Some(table) = table else {
+            return Runtime::default();
+        };
+        let threads = table.threads.map(|threads| {
+            self.nonzero(&path.key("threads"), Some(threads), NonZeroU32::MIN, 1..=1024)
+        });
+        Runtime {
+            threads,
+            drain_timeout: self.duration(
+                &path.key("drain_timeout"),
+                table.drain_timeout.as_ref(),
+                defaults::DRAIN_TIMEOUT,
+                Zero::Allowed,
+            ),
+        }
+    }
+
+    fn admin(&mut self, path: &KeyPath, table: &AdminTable) -> Option<Admin> {
+        let listen = self.listen_address(&path.key("listen"), table.listen.as_deref())?;
+        Some(Admin { listen })
+    }
+
+    fn log(&mut self, path: &KeyPath, table: Option<&LogTable>) -> Log {
+        let Some(table) = table else {
+            return Log::default();
+        };
+        let level = match &table.level {
+            Some(level) => {
+                if let Err(message) = values::log_level(level) {
+                    self.report(&path.key("level"), message);
+                }
+                level.trim().to_owned()
+            }
+            None => defaults::LOG_LEVEL.to_owned(),
+        };
+        let format = self.choice(
+            &path.key("format"),
+            table.format.as_deref(),
+            defaults::LOG_FORMAT,
+            &[("text", LogFormat::Text), ("json", LogFormat::Json)],
+        );
+        Log {
+            access_log: table.access_log.unwrap_or(defaults::ACCESS_LOG),
+            level,
+            format,
+        }
+    }
+
+    fn virtual_server(
+        &mut self,
+        path: &KeyPath,
+        name: &str,
+        table: &VirtualServerTable,
+        pool_ids: &HashMap<&str, PoolId>,
+    ) -> VirtualServer {
+        self.name(path, name);
+        let listen = self.listen_list(&path.key("listen"), table.listen.as_ref());
+        let protocol_path = path.key("protocol");
+        let protocol = match table.protocol.as_deref().map(str::trim) {
+            None | Some("http") => Protocol::Http,
+            Some("https" | "tls") => {
+                self.report(
+                    &protocol_path,
+                    "TLS termination is not supported yet; use protocol = \"http\"",
+                );
+                Protocol::Http
+            }
+            Some(other) => {
+                self.report(
+                    &protocol_path,
+                    format!("unknown protocol \"{other}\"; expected \"http\""),
+                );
+                Protocol::Http
+            }
+        };
+        if table.tls.is_some() {
+            self.report(
+                &path.key("tls"),
+                "TLS termination is not supported yet; remove the tls table",
+            );
+        }
+        let default_pool = self.pool_reference(&path.key("pool"), table.pool.as_deref(), pool_ids);
+        let routes_path = path.key("routes");
+        let routes = table
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(index, route)| self.route(&routes_path.index(index), route, pool_ids))
+            .collect::<Vec<_>>();
+        self.duplicate_routes(&routes_path, &routes);
+        VirtualServer {
+            name: name.to_owned(),
+            listen,
+            protocol,
+            default_pool: default_pool.unwrap_or(UNRESOLVED),
+            routes,
+            limits: self.limits(&path.key("limits"), table.limits.as_ref()),
+            timeouts: self.client_timeouts(&path.key("timeouts"), table.timeouts.as_ref()),
+            forwarded_headers: table
+                .forwarded_headers
+                .unwrap_or(defaults::FORWARDED_HEADERS),
+            backlog: self.count(
+                &path.key("backlog"),
+                table.backlog,
+                defaults::BACKLOG,
+                1..=65_535,
+            ),
+        }
+    }
+
+    fn listen_list(&mut self, path: &KeyPath, listen: Option<&OneOrMany<String>>) -> Vec<SocketAddr> {
+        let Some(listen) = listen else {
+            self.report(
+                path,
+                "missing required key: the address(es) to listen on, like \"127.0.0.1:8080\"",
+            );
+            return Vec::new();
+        };
+        if listen.values.is_empty() {
+            self.report(path, "at least one listen address is required");
+        }
+        listen
+            .values
+            .iter()
+            .enumerate()
+            .filter_map(|(index, text)| {
+                let element = if listen.array { path.index(index) } else { path.clone() };
+                self.listen_address(&element, Some(text))
+            })
+            .collect()
+    }
+
+    /// Parses a listen address and checks it against every listener seen before.
+    fn listen_address(&mut self, path: &KeyPath, text: Option<&str>) -> Option<SocketAddr> {
+        let Some(text) = text else {
+            self.report(path, "missing required key: an address like \"127.0.0.1:9090\"");
+            return None;
+        };
+        let address = match values::socket_addr(text) {
+            Ok(address) => address,
+            Err(message) => {
+                self.report(path, message);
+                return None;
+            }
+        };
+        let clash = self
+            .listeners
+            .iter()
+            .find(|(other, _)| values::listeners_clash(address, *other))
+            .map(|(other, other_path)| (*other, other_path.clone()));
+        match clash {
+            Some((other, other_path)) if other == address => self.report(
+                path,
+                format!("address {address} is already used by {other_path}"),
+            ),
+            Some((other, other_path)) => self.report(
+                path,
+                format!("address {address} overlaps {other} of {other_path}"),
+            ),
+            None => self.listeners.push((address, path.clone())),
+        }
+        Some(address)
+    }
+
+    fn route(
+        &mut self,
+        path: &KeyPath,
+        table: &RouteTable,
+        pool_ids: &HashMap<&str, PoolId>,
+    ) -> Route {
+        let host = table.host.as_deref().and_then(|host| {
+            values::route_host(host)
+                .map_err(|message| self.report(&path.key("host"), message))
+                .ok()
+        });
+        if let Some(prefix) = &table.path_prefix
+            && let Err(message) = values::request_path(prefix)
+        {
+            self.report(&path.key("path_prefix"), message);
+        }
+        if table.host.is_none() && table.path_prefix.is_none() {
+            self.report(
+                path,
+                "a route needs host, path_prefix or both; for a catch-all, set the virtual \
+                 server's pool",
+            );
+        }
+        let pool = self.pool_reference(&path.key("pool"), table.pool.as_deref(), pool_ids);
+        Route {
+            host,
+            path_prefix: table.path_prefix.clone(),
+            pool: pool.unwrap_or(UNRESOLVED),
+        }
+    }
+
+    /// A route that repeats an earlier one's match can never be chosen.
+    fn duplicate_routes(&mut self, path: &KeyPath, routes: &[Route]) {
+        for (index, route) in routes.iter().enumerate() {
+            if route.host.is_none() && route.path_prefix.is_none() {
+                continue;
+            }
+            let earlier = routes[..index]
+                .iter()
+                .position(|other| other.host == route.host && other.path_prefix == route.path_prefix);
+            if let Some(earlier) = earlier {
+                self.report(
+                    &path.index(index),
+                    format!("this route can never match: routes[{earlier}] has the same host and path_prefix"),
+                );
+            }
+        }
+    }
+
+    fn pool_reference(
+        &mut self,
+        path: &KeyPath,
+        name: Option<&str>,
+        pool_ids: &HashMap<&str, PoolId>,
+    ) -> Option<PoolId> {
+        let Some(name) = name else {
+            self.report(path, "missing required key: the name of a pool");
+            return None;
+        };
+        if let Some(&id) = pool_ids.get(name) {
+            return Some(id);
+        }
+        let mut known: Vec<(&str, PoolId)> = pool_ids.iter().map(|(n, id)| (*n, *id)).collect();
+        known.sort_by_key(|(_, id)| id.0);
+        let names: Vec<&str> = known.into_iter().map(|(n, _)| n).collect();
+        let message = if names.is_empty() {
+            format!("unknown pool \"{name}\"; no pools are defined (add a [pools.{name}] table)")
+        } else {
+            let mut message = format!("unknown pool \"{name}\"");
+            if let Some(close) = crate::error::closest(name, &names) {
+                message.push_str(&format!(" (did you mean \"{close}\"?)"));
+            }
+            message.push_str(&format!("; defined pools: {}", names.join(", ")));
+            message
+        };
+        self.report(path, message);
+        None
+    }
+
+    fn limits(&mut self, path: &KeyPath, table: Option<&LimitsTable>) -> ClientLimits {
+        let Some(table) = table else {
+            return ClientLimits::default();
+        };
+        ClientLimits {
+            max_connections: self.count(
+                &path.key("max_connections"),
+                table.max_connections,
+                defaults::CLIENT_MAX_CONNECTIONS,
+                1..=u32::MAX,
+            ),
+            max_header_bytes: self.size_usize(
+                &path.key("max_header_bytes"),
+                table.max_header_bytes.as_ref(),
+                defaults::MAX_HEADER_BYTES,
+                KIB..=MIB,
+            ),
+            max_headers: self.count(
+                &path.key("max_headers"),
+                table.max_headers,
+                defaults::MAX_HEADERS,
+                1..=10_000,
+            ) as usize,
+            max_body_bytes: self.size(
+                &path.key("max_body_bytes"),
+                table.max_body_bytes.as_ref(),
+                defaults::MAX_BODY_BYTES,
+                1..=u64::MAX,
+            ),
+            request_buffer: self.size_usize(
+                &path.key("request_buffer"),
+                table.request_buffer.as_ref(),
+                defaults::REQUEST_BUFFER,
+                KIB..=GIB,
+            ),
+            response_buffer: self.size_usize(
+                &path.key("response_buffer"),
+                table.response_buffer.as_ref(),
+                defaults::RESPONSE_BUFFER,
+                KIB..=GIB,
+            ),
+            max_requests_per_connection: self.optional_limit(
+                &path.key("max_requests_per_connection"),
+                table.max_requests_per_connection,
+            ),
+        }
+    }
+
+    fn client_timeouts(
+        &mut self,
+        path: &KeyPath,
+        table: Option<&ClientTimeoutsTable>,
+    ) -> ClientTimeouts {
+        let Some(table) = table else {
+            return ClientTimeouts::default();
+        };
+        let mut timeout = |key: &str, value: Option<&DurationText>, default: Duration| {
+            self.duration(&path.key(key), value, default, Zero::Rejected)
+        };
+        ClientTimeouts {
+            header_read: timeout(
+                "header_read",
+                table.header_read.as_ref(),
+                defaults::HEADER_READ_TIMEOUT,
+            ),
+            idle: timeout("idle", table.idle.as_ref(), defaults::IDLE_TIMEOUT),
+            body_read: timeout(
+                "body_read",
+                table.body_read.as_ref(),
+                defaults::BODY_READ_TIMEOUT,
+            ),
+            write: timeout("write", table.write.as_ref(), defaults::WRITE_TIMEOUT),
+        }
+    }
+
+    fn pool(&mut self, path: &KeyPath, id: PoolId, name: &str, table: &PoolTable) -> Pool {
+        self.name(path, name);
+        let algorithm = self.choice(
+            &path.key("algorithm"),
+            table.algorithm.as_deref(),
+            Algorithm::RoundRobin,
+            &[
+                ("round_robin", Algorithm::RoundRobin),
+                ("weighted_round_robin", Algorithm::WeightedRoundRobin),
+                ("least_connections", Algorithm::LeastConnections),
+                ("perceptive", Algorithm::Perceptive),
+            ],
+        );
+        Pool {
+            name: name.to_owned(),
+            nodes: self.nodes(&path.key("nodes"), id, table.nodes.as_deref()),
+            algorithm,
+            connections: self.connections(&path.key("connections"), table.connections.as_ref()),
+            timeouts: self.upstream_timeouts(&path.key("timeouts"), table.timeouts.as_ref()),
+            retries: self.count(&path.key("retries"), table.retries, defaults::RETRIES, 0..=100),
+            health: table
+                .health
+                .as_ref()
+                .map(|health| self.health(&path.key("health"), health)),
+            passive_health: self
+                .passive_health(&path.key("passive_health"), table.passive_health.as_ref()),
+            fail_open: table.fail_open.unwrap_or(defaults::FAIL_OPEN),
+        }
+    }
+
+    fn nodes(&mut self, path: &KeyPath, pool: PoolId, nodes: Option<&[NodeTable]>) -> Vec<Node> {
+        let nodes = nodes.unwrap_or_default();
+        if nodes.is_empty() {
+            self.report(
+                path,
+                "a pool needs at least one node, like nodes = [{ address = \"127.0.0.1:8081\" }]",
+            );
+        }
+        let mut seen: Vec<(SocketAddr, usize)> = Vec::new();
+        let mut result = Vec::new();
+        for (index, node) in nodes.iter().enumerate() {
+            let node_path = path.index(index);
+            let weight = self.nonzero(
+                &node_path.key("weight"),
+                node.weight,
+                defaults::NODE_WEIGHT,
+                1..=10_000,
+            );
+            let address_path = node_path.key("address");
+            let Some(text) = &node.address else {
+                self.report(&address_path, "missing required key: the node's IP:port");
+                continue;
+            };
+            let address = match values::socket_addr(text) {
+                Ok(address) => address,
+                Err(message) => {
+                    self.report(&address_path, message);
+                    continue;
+                }
+            };
+            if address.port() == 0 {
+                self.report(&address_path, "a node's port must not be 0");
+            } else if address.ip().is_unspecified() {
+                self.report(
+                    &address_path,
+                    format!("{} is not an address a node can be reached at", address.ip()),
+                );
+            } else if let Some((_, earlier)) = seen.iter().find(|(other, _)| *other == address) {
+                self.report(
+                    &address_path,
+                    format!("duplicate node: nodes[{earlier}] has the same address"),
+                );
+            } else {
+                seen.push((address, index));
+                self.nodes.push((pool, address, address_path));
+            }
+            result.push(Node { address, weight });
+        }
+        result
+    }
+
+    fn connections(
+        &mut self,
+        path: &KeyPath,
+        table: Option<&ConnectionsTable>,
+    ) -> UpstreamConnections {
+        let Some(table) = table else {
+            return UpstreamConnections::default();
+        };
+        UpstreamConnections {
+            max_connections: self.nonzero(
+                &path.key("max_connections"),
+                table.max_connections,
+                defaults::NODE_MAX_CONNECTIONS,
+                1..=1_000_000,
+            ),
+            queue_length: self.count(
+                &path.key("queue_length"),
+                table.queue_length,
+                defaults::QUEUE_LENGTH,
+                0..=10_000_000,
+            ),
+            queue_timeout: self.duration(
+                &path.key("queue_timeout"),
+                table.queue_timeout.as_ref(),
+                defaults::QUEUE_TIMEOUT,
+                Zero::Rejected,
+            ),
+            idle_timeout: self.duration(
+                &path.key("idle_timeout"),
+                table.idle_timeout.as_ref(),
+                defaults::UPSTREAM_IDLE_TIMEOUT,
+                Zero::Rejected,
+            ),
+            max_requests_per_connection: self.optional_limit(
+                &path.key("max_requests_per_connection"),
+                table.max_requests_per_connection,
+            ),
+        }
+    }
+
+    fn upstream_timeouts(
+        &mut self,
+        path: &KeyPath,
+        table: Option<&UpstreamTimeoutsTable>,
+    ) -> UpstreamTimeouts {
+        let Some(table) = table else {
+            return UpstreamTimeouts::default();
+        };
+        UpstreamTimeouts {
+            connect: self.duration(
+                &path.key("connect"),
+                table.connect.as_ref(),
+                defaults::CONNECT_TIMEOUT,
+                Zero::Rejected,
+            ),
+            response: self.duration(
+                &path.key("response"),
+                table.response.as_ref(),
+                defaults::RESPONSE_TIMEOUT,
+                Zero::Rejected,
+            ),
+        }
+    }
+
+    fn health(&mut self, path: &KeyPath, table: &HealthTable) -> HealthMonitor {
+        let check = match table.kind.as_deref() {
+            Some("tcp") => {
+                self.http_only_keys(path, table);
+                HealthCheckKind::Tcp
+            }
+            Some("http") => self.http_check(path, table),
+            Some(other) => {
+                self.report(
+                    &path.key("type"),
+                    format!("unknown health check type \"{other}\"; expected \"http\" or \"tcp\""),
+                );
+                HealthCheckKind::Tcp
+            }
+            None => {
+                self.report(
+                    &path.key("type"),
+                    "missing required key: the kind of check, \"http\" or \"tcp\"",
+                );
+                HealthCheckKind::Tcp
+            }
+        };
+        let interval = self.duration(
+            &path.key("interval"),
+            table.interval.as_ref(),
+            defaults::HEALTH_INTERVAL,
+            Zero::Rejected,
+        );
+        let timeout = self.duration(
+            &path.key("timeout"),
+            table.timeout.as_ref(),
+            defaults::HEALTH_TIMEOUT,
+            Zero::Rejected,
+        );
+        if timeout >= interval {
+            self.report(
+                &path.key("timeout"),
+                format!(
+                    "must be shorter than interval ({}), or checks would overlap",
+                    show_duration(interval)
+                ),
+            );
+        }
+        HealthMonitor {
+            check,
+            interval,
+            timeout,
+            rise: self.nonzero(&path.key("rise"), table.rise, defaults::HEALTH_RISE, 1..=100),
+            fall: self.nonzero(&path.key("fall"), table.fall, defaults::HEALTH_FALL, 1..=100),
+        }
+    }
+
+    fn http_only_keys(&mut self, path: &KeyPath, table: &HealthTable) {
+        let set = [
+            ("method", table.method.is_some()),
+            ("path", table.path.is_some()),
+            ("host", table.host.is_some()),
+            ("expect_status", table.expect_status.is_some()),
+        ];
+        for (key, _) in set.iter().filter(|(_, is_set)| *is_set) {
+            self.report(
+                &path.key(key),
+                format!("{key} applies only to HTTP checks (type = \"http\")"),
+            );
+        }
+    }
+
+    fn http_check(&mut self, path: &KeyPath, table: &HealthTable) -> HealthCheckKind {
+        let method = table.method.as_deref().unwrap_or(defaults::HEALTH_METHOD);
+        if let Err(message) = values::method(method) {
+            self.report(&path.key("method"), message);
+        }
+        let request_path = table.path.as_deref().unwrap_or(defaults::HEALTH_PATH);
+        if let Err(message) = values::request_path(request_path) {
+            self.report(&path.key("path"), message);
+        }
+        if let Some(host) = &table.host
+            && let Err(message) = values::host_header(host)
+        {
+            self.report(&path.key("host"), message);
+        }
+        let expect_path = path.key("expect_status");
+        let expect_status = match &table.expect_status {
+            None => vec![defaults::HEALTH_EXPECT_STATUS],
+            Some(list) => {
+                if list.values.is_empty() {
+                    self.report(&expect_path, "must list at least one status, like [\"200-399\"]");
+                }
+                list.values
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(index, value)| {
+                        let element = if list.array {
+                            expect_path.index(index)
+                        } else {
+                            expect_path.clone()
+                        };
+                        status_range(value)
+                            .map_err(|message| self.report(&element, message))
+                            .ok()
+                    })
+                    .collect()
+            }
+        };
+        HealthCheckKind::Http {
+            method: method.to_owned(),
+            path: request_path.to_owned(),
+            host: table.host.clone(),
+            expect_status,
+        }
+    }
+
+    fn passive_health(
+        &mut self,
+        path: &KeyPath,
+        table: Option<&PassiveHealthTable>,
+    ) -> PassiveHealth {
+        let Some(table) = table else {
+            return PassiveHealth::default();
+        };
+        let base_ejection = self.duration(
+            &path.key("base_ejection"),
+            table.base_ejection.as_ref(),
+            defaults::BASE_EJECTION,
+            Zero::Rejected,
+        );
+        let max_ejection = self.duration(
+            &path.key("max_ejection"),
+            table.max_ejection.as_ref(),
+            defaults::MAX_EJECTION,
+            Zero::Rejected,
+        );
+        if max_ejection < base_ejection {
+            self.report(
+                &path.key("max_ejection"),
+                format!(
+                    "must be at least base_ejection ({})",
+                    show_duration(base_ejection)
+                ),
+            );
+        }
+        PassiveHealth {
+            consecutive_failures: self.count(
+                &path.key("consecutive_failures"),
+                table.consecutive_failures,
+                defaults::CONSECUTIVE_FAILURES,
+                0..=10_000,
+            ),
+            base_ejection,
+            max_ejection,
+        }
+    }
+
+    fn origins(&mut self, path: &KeyPath, tables: &[OriginTable]) -> Vec<Origin> {
+        let mut names: Vec<(&str, usize)> = Vec::new();
+        let mut origins = Vec::new();
+        for (index, table) in tables.iter().enumerate() {
+            let origin_path = path.index(index);
+            let name_path = origin_path.key("name");
+            match table.name.as_deref() {
+                None => self.report(&name_path, "missing required key: a name for the origin"),
+                Some(name) => match values::name(name) {
+                    Err(message) => self.report(&name_path, message),
+                    Ok(()) => match names.iter().find(|(other, _)| *other == name) {
+                        Some((_, earlier)) => self.report(
+                            &name_path,
+                            format!("duplicate origin name: origins[{earlier}] is also \"{name}\""),
+                        ),
+                        None => names.push((name, index)),
+                    },
+                },
+            }
+            let listen = self.listen_address(&origin_path.key("listen"), table.listen.as_deref());
+            origins.push(Origin {
+                name: table.name.clone().unwrap_or_default(),
+                listen: listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
+                max_connections: self.optional_limit(
+                    &origin_path.key("max_connections"),
+                    table.max_connections,
+                ),
+                keep_alive: table.keep_alive.unwrap_or(defaults::ORIGIN_KEEP_ALIVE),
+            });
+        }
+        origins
+    }
+
+    /// A node that is one of weir's own listeners for a virtual server that sends to
+    /// the same pool would forward requests to itself forever.
+    fn node_loops(&mut self, servers: &[VirtualServer]) {
+        let mut loops = Vec::new();
+        for (pool, address, path) in &self.nodes {
+            let looping = servers.iter().find(|server| {
+                let uses_pool =
+                    server.default_pool == *pool || server.routes.iter().any(|r| r.pool == *pool);
+                uses_pool
+                    && server.listen.iter().any(|listen| {
+                        listen == address
+                            || (listen.ip().is_unspecified()
+                                && listen.port() == address.port()
+                                && address.ip().is_loopback())
+                    })
+            });
+            if let Some(server) = looping {
+                loops.push(Problem {
+                    path: path.clone(),
+                    message: format!(
+                        "{address} is a listener of virtual server \"{}\", which uses this \
+                         pool: requests would loop",
+                        server.name
+                    ),
+                });
+            }
+        }
+        self.problems.extend(loops);
+    }
+
+    fn name(&mut self, path: &KeyPath, name: &str) {
+        if let Err(message) = values::name(name) {
+            self.report(path, message);
+        }
+    }
+
+    fn choice<T: Copy>(
+        &mut self,
+        path: &KeyPath,
+        value: Option<&str>,
+        default: T,
+        options: &[(&str, T)],
+    ) -> T {
+        let Some(value) = value else {
+            return default;
+        };
+        if let Some((_, choice)) = options.iter().find(|(name, _)| *name == value.trim()) {
+            return *choice;
+        }
+        let names: Vec<String> = options.iter().map(|(name, _)| format!("\"{name}\"")).collect();
+        self.report(
+            path,
+            format!("invalid value \"{value}\"; expected one of {}", names.join(", ")),
+        );
+        default
+    }
+
+    fn duration(
+        &mut self,
+        path: &KeyPath,
+        value: Option<&DurationText>,
+        default: Duration,
+        zero: Zero,
+    ) -> Duration {
+        let Some(DurationText(text)) = value else {
+            return default;
+        };
+        match crate::units::parse_duration(text) {
+            Err(message) => self.report(path, message),
+            Ok(duration) if duration.is_zero() && zero == Zero::Rejected => {
+                self.report(path, "must be longer than zero")
+            }
+            Ok(duration) if duration > MAX_DURATION => self.report(
+                path,
+                format!("\"{text}\" is longer than a day; write it like \"30s\", \"5m\" or \"1h\""),
+            ),
+            Ok(duration) => return duration,
+        }
+        default
+    }
+
+    fn size(
+        &mut self,
+        path: &KeyPath,
+        value: Option<&SizeValue>,
+        default: u64,
+        range: RangeInclusive<u64>,
+    ) -> u64 {
+        let bytes = match value {
+            None => return default,
+            Some(SizeValue::Bytes(bytes)) => {
+                u64::try_from(*bytes).map_err(|_| "must not be negative".to_owned())
+            }
+            Some(SizeValue::Text(text)) => crate::units::parse_size(text),
+        };
+        match bytes {
+            Err(message) => self.report(path, message),
+            Ok(bytes) if bytes < *range.start() => {
+                self.report(path, format!("must be at least {}", show_size(*range.start())))
+            }
+            Ok(bytes) if bytes > *range.end() => {
+                self.report(path, format!("must be at most {}", show_size(*range.end())))
+            }
+            Ok(bytes) => return bytes,
+        }
+        default
+    }
+
+    fn size_usize(
+        &mut self,
+        path: &KeyPath,
+        value: Option<&SizeValue>,
+        default: u64,
+        range: RangeInclusive<u64>,
+    ) -> usize {
+        let bytes = self.size(path, value, default, range);
+        usize::try_from(bytes).unwrap_or(usize::MAX)
+    }
+
+    fn count(
+        &mut self,
+        path: &KeyPath,
+        value: Option<i64>,
+        default: u32,
+        range: RangeInclusive<u32>,
+    ) -> u32 {
+        let Some(value) = value else {
+            return default;
+        };
+        match u32::try_from(value) {
+            Ok(count) if range.contains(&count) => return count,
+            _ if *range.end() == u32::MAX => {
+                self.report(path, format!("must be at least {}", range.start()))
+            }
+            _ => self.report(
+                path,
+                format!("must be between {} and {}", range.start(), range.end()),
+            ),
+        }
+        default
+    }
+
+    fn nonzero(
+        &mut self,
+        path: &KeyPath,
+        value: Option<i64>,
+        default: NonZeroU32,
+        range: RangeInclusive<u32>,
+    ) -> NonZeroU32 {
+        let count = self.count(path, value, default.get(), range);
+        NonZeroU32::new(count).unwrap_or(default)
+    }
+
+    /// A cap where 0 or absence means no cap.
+    fn optional_limit(&mut self, path: &KeyPath, value: Option<i64>) -> Option<NonZeroU32> {
+        let value = value?;
+        match u32::try_from(value) {
+            Ok(count) => NonZeroU32::new(count),
+            Err(_) => {
+                self.report(
+                    path,
+                    format!("must be between 0 (no limit) and {}", u32::MAX),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// An inclusive status range from one `expect_status` entry.
+fn status_range(value: &StatusValue) -> Result<(u16, u16), String> {
+    let (low, high) = match value {
+        StatusValue::Code(code) => {
+            let code = u16::try_from(*code)
+                .map_err(|_| format!("invalid status {code}: must be between 100 and 599"))?;
+            (code, code)
+        }
+        StatusValue::Text(text) => crate::units::parse_status_range(text)?,
+    };
+    if !(100..=599).contains(&low) || !(100..=599).contains(&high) {
+        return Err(format!(
+            "invalid status range {low}-{high}: statuses are between 100 and 599"
+        ));
+    }
+    if low > high {
+        return Err(format!(
+            "invalid status range {low}-{high}: the low end is above the high end"
+        ));
+    }
+    Ok((low, high))
+}
+
+#[cfg(test)]
+mod tests;

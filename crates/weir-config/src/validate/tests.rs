@@ -1,0 +1,574 @@
+//! One test per validation rule, through the public `parse_str`.
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use crate::model::*;
+use crate::parse_str;
+
+/// A valid file with `vs` added to `[virtual_servers.web]`, `pool` to `[pools.web]`,
+/// and `tail` after both.
+fn file(vs: &str, pool: &str, tail: &str) -> String {
+    format!(
+        "[virtual_servers.web]\nlisten = \"127.0.0.1:8080\"\npool = \"web\"\n{vs}\n\
+         [pools.web]\nnodes = [{{ address = \"127.0.0.1:8081\" }}]\n{pool}\n{tail}"
+    )
+}
+
+fn valid(text: &str) -> Config {
+    parse_str(text, "t.toml").unwrap_or_else(|error| panic!("expected valid, got:\n{error}"))
+}
+
+/// The error lines for `text` (panics when it is valid).
+fn errors(text: &str) -> Vec<String> {
+    match parse_str(text, "t.toml") {
+        Ok(_) => panic!("expected errors for:\n{text}"),
+        Err(error) => error.to_string().lines().map(str::to_owned).collect(),
+    }
+}
+
+/// Asserts that `text` fails with exactly one error, at `path`, containing `message`.
+#[track_caller]
+fn assert_one_error(text: &str, path: &str, message: &str) {
+    let lines = errors(text);
+    assert_eq!(lines.len(), 1, "expected one error, got {lines:#?}");
+    let needle = format!("{path}: ");
+    assert!(
+        lines[0].contains(&needle) && lines[0].contains(message),
+        "expected `{path}: ...{message}...`, got {:?}",
+        lines[0]
+    );
+}
+
+#[test]
+fn minimal_file_takes_every_default() {
+    let config = valid(&file("", "", ""));
+    assert_eq!(config.source, None);
+    assert_eq!(config.runtime, Runtime::default());
+    assert_eq!(config.admin, None);
+    assert_eq!(config.log, Log::default());
+    let server = &config.virtual_servers[0];
+    assert_eq!(server.listen, vec!["127.0.0.1:8080".parse::<SocketAddr>().unwrap()]);
+    assert_eq!(server.protocol, Protocol::Http);
+    assert_eq!(server.default_pool, PoolId(0));
+    assert_eq!(server.limits, ClientLimits::default());
+    assert_eq!(server.timeouts, ClientTimeouts::default());
+    assert!(server.forwarded_headers);
+    assert_eq!(server.backlog, 1024);
+    let pool = &config.pools[0];
+    assert_eq!(pool.algorithm, Algorithm::RoundRobin);
+    assert_eq!(pool.nodes[0].weight, NonZeroU32::MIN);
+    assert_eq!(pool.connections, UpstreamConnections::default());
+    assert_eq!(pool.timeouts, UpstreamTimeouts::default());
+    assert_eq!(pool.retries, 2);
+    assert_eq!(pool.health, None);
+    assert_eq!(pool.passive_health, PassiveHealth::default());
+    assert!(!pool.fail_open);
+    assert!(config.origins.is_empty());
+}
+
+#[test]
+fn every_key_set_is_converted() {
+    let text = file(
+        "protocol = \"http\"\nforwarded_headers = false\nbacklog = 128\n\
+         [virtual_servers.web.limits]\nmax_connections = 5\nmax_header_bytes = \"8KiB\"\n\
+         max_headers = 50\nmax_body_bytes = 2048\nrequest_buffer = \"4KB\"\n\
+         response_buffer = \"1MiB\"\nmax_requests_per_connection = 7\n\
+         [virtual_servers.web.timeouts]\nheader_read = \"1s\"\nidle = \"2s\"\n\
+         body_read = \"3s\"\nwrite = \"250ms\"\n",
+        "algorithm = \"perceptive\"\nretries = 0\nfail_open = true\n\
+         [pools.web.connections]\nmax_connections = 8\nqueue_length = 0\n\
+         queue_timeout = \"1s\"\nidle_timeout = \"2s\"\nmax_requests_per_connection = 100\n\
+         [pools.web.timeouts]\nconnect = \"1s\"\nresponse = \"9s\"\n\
+         [pools.web.health]\ntype = \"http\"\nmethod = \"HEAD\"\npath = \"/healthz\"\n\
+         host = \"health.local\"\nexpect_status = [200, \"2xx\", \"300-302\"]\n\
+         interval = \"3s\"\ntimeout = \"1s\"\nrise = 1\nfall = 4\n\
+         [pools.web.passive_health]\nconsecutive_failures = 0\nbase_ejection = \"1s\"\n\
+         max_ejection = \"1m\"\n",
+        "[runtime]\nthreads = 4\ndrain_timeout = \"0s\"\n[admin]\nlisten = \"[::1]:9090\"\n\
+         [log]\naccess_log = false\nlevel = \"info,weir_proxy=debug\"\nformat = \"json\"\n\
+         [[origins]]\nname = \"o\"\nlisten = \"127.0.0.1:8081\"\nmax_connections = 3\n\
+         keep_alive = false\n",
+    );
+    let config = valid(&text);
+    assert_eq!(config.runtime.threads, NonZeroU32::new(4));
+    assert_eq!(config.runtime.drain_timeout, Duration::ZERO);
+    assert_eq!(config.admin.unwrap().listen, "[::1]:9090".parse().unwrap());
+    assert_eq!(
+        config.log,
+        Log {
+            access_log: false,
+            level: "info,weir_proxy=debug".into(),
+            format: LogFormat::Json
+        }
+    );
+    let server = &config.virtual_servers[0];
+    assert!(!server.forwarded_headers);
+    assert_eq!(server.backlog, 128);
+    assert_eq!(
+        server.limits,
+        ClientLimits {
+            max_connections: 5,
+            max_header_bytes: 8192,
+            max_headers: 50,
+            max_body_bytes: 2048,
+            request_buffer: 4000,
+            response_buffer: 1 << 20,
+            max_requests_per_connection: NonZeroU32::new(7),
+        }
+    );
+    assert_eq!(server.timeouts.write, Duration::from_millis(250));
+    let pool = &config.pools[0];
+    assert_eq!(pool.algorithm, Algorithm::Perceptive);
+    assert_eq!(pool.retries, 0);
+    assert!(pool.fail_open);
+    assert_eq!(pool.connections.queue_length, 0);
+    assert_eq!(
+        pool.connections.max_requests_per_connection,
+        NonZeroU32::new(100)
+    );
+    assert_eq!(pool.timeouts.response, Duration::from_secs(9));
+    let health = pool.health.as_ref().unwrap();
+    assert_eq!(
+        health.check,
+        HealthCheckKind::Http {
+            method: "HEAD".into(),
+            path: "/healthz".into(),
+            host: Some("health.local".into()),
+            expect_status: vec![(200, 200), (200, 299), (300, 302)],
+        }
+    );
+    assert_eq!(health.rise.get(), 1);
+    assert_eq!(health.fall.get(), 4);
+    assert_eq!(pool.passive_health.consecutive_failures, 0);
+    assert_eq!(pool.passive_health.max_ejection, Duration::from_secs(60));
+    assert_eq!(
+        config.origins,
+        vec![Origin {
+            name: "o".into(),
+            listen: "127.0.0.1:8081".parse().unwrap(),
+            max_connections: NonZeroU32::new(3),
+            keep_alive: false,
+        }]
+    );
+}
+
+#[test]
+fn virtual_servers_and_pools_keep_file_order() {
+    let text = "\
+[virtual_servers.zulu]
+listen = \"127.0.0.1:1\"
+pool = \"zeta\"
+[virtual_servers.alpha]
+listen = \"127.0.0.1:2\"
+pool = \"alpha\"
+[pools.zeta]
+nodes = [{ address = \"10.0.0.1:80\" }]
+[pools.alpha]
+nodes = [{ address = \"10.0.0.2:80\" }]
+";
+    let config = valid(text);
+    let names: Vec<&str> = config.virtual_servers.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["zulu", "alpha"]);
+    assert_eq!(config.pools[0].name, "zeta");
+    assert_eq!(config.virtual_servers[0].default_pool, PoolId(0));
+    assert_eq!(config.virtual_servers[1].default_pool, PoolId(1));
+    assert_eq!(config.pool_id("alpha"), Some(PoolId(1)));
+}
+
+#[test]
+fn listen_takes_one_address_or_many() {
+    let config = valid(&file("", "", "").replace(
+        "listen = \"127.0.0.1:8080\"",
+        "listen = [\"127.0.0.1:8080\", \"[::1]:8080\"]",
+    ));
+    assert_eq!(config.virtual_servers[0].listen.len(), 2);
+    let text = file("", "", "").replace("listen = \"127.0.0.1:8080\"", "listen = []");
+    assert_one_error(&text, "virtual_servers.web.listen", "at least one listen address");
+    let text = file("", "", "").replace("listen = \"127.0.0.1:8080\"\n", "");
+    assert_one_error(&text, "virtual_servers.web.listen", "missing required key");
+}
+
+#[test]
+fn at_least_one_virtual_server() {
+    let text = "[pools.web]\nnodes = [{ address = \"10.0.0.1:80\" }]\n";
+    assert_eq!(
+        errors(text),
+        ["t.toml: virtual_servers: at least one virtual server is required, such as [virtual_servers.web]"]
+    );
+}
+
+#[test]
+fn pool_references_must_resolve() {
+    let text = file("", "", "").replace("pool = \"web\"", "pool = \"wbe\"");
+    assert_one_error(
+        &text,
+        "virtual_servers.web.pool",
+        "unknown pool \"wbe\" (did you mean \"web\"?); defined pools: web",
+    );
+    let text = file("[[virtual_servers.web.routes]]\npath_prefix = \"/a\"\npool = \"api\"", "", "");
+    assert_one_error(&text, "virtual_servers.web.routes[0].pool", "unknown pool \"api\"");
+    let text = file("", "", "").replace("pool = \"web\"\n", "");
+    assert_one_error(&text, "virtual_servers.web.pool", "missing required key");
+}
+
+#[test]
+fn pools_need_nodes() {
+    let text = file("", "", "[pools.empty]\n");
+    assert_one_error(&text, "pools.empty.nodes", "a pool needs at least one node");
+    let text = file("", "", "[pools.empty]\nnodes = []\n");
+    assert_one_error(&text, "pools.empty.nodes", "a pool needs at least one node");
+}
+
+#[test]
+fn node_rules() {
+    let pool = |nodes: &str| {
+        format!(
+            "[virtual_servers.web]\nlisten = \"127.0.0.1:8080\"\npool = \"web\"\n\
+             [pools.web]\nnodes = [{nodes}]\n"
+        )
+    };
+    assert_one_error(
+        &pool("{ address = \"10.0.0.1:80\", weight = 0 }"),
+        "pools.web.nodes[0].weight",
+        "must be between 1 and 10000",
+    );
+    assert_one_error(
+        &pool("{ weight = 2 }"),
+        "pools.web.nodes[0].address",
+        "missing required key",
+    );
+    assert_one_error(
+        &pool("{ address = \"10.0.0.1:0\" }"),
+        "pools.web.nodes[0].address",
+        "port must not be 0",
+    );
+    assert_one_error(
+        &pool("{ address = \"0.0.0.0:80\" }"),
+        "pools.web.nodes[0].address",
+        "not an address a node can be reached at",
+    );
+    assert_one_error(
+        &pool("{ address = \"10.0.0.1:80\" }, { address = \"10.0.0.1:80\" }"),
+        "pools.web.nodes[1].address",
+        "duplicate node: nodes[0] has the same address",
+    );
+    assert_one_error(
+        &pool("{ address = \"backend.local:80\" }"),
+        "pools.web.nodes[0].address",
+        "host names are not resolved",
+    );
+    let config = valid(&pool("{ address = \"10.0.0.1:80\", weight = 5 }"));
+    assert_eq!(config.pools[0].nodes[0].weight.get(), 5);
+}
+
+#[test]
+fn a_node_must_not_be_the_virtual_server_that_uses_it() {
+    let text = file("", "", "").replace("127.0.0.1:8081", "127.0.0.1:8080");
+    assert_one_error(
+        &text,
+        "pools.web.nodes[0].address",
+        "is a listener of virtual server \"web\", which uses this pool: requests would loop",
+    );
+    let text = file("", "", "")
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"0.0.0.0:8081\"");
+    assert_one_error(&text, "pools.web.nodes[0].address", "requests would loop");
+}
+
+#[test]
+fn listeners_must_not_share_an_address() {
+    let text = file("", "", "[admin]\nlisten = \"127.0.0.1:8080\"\n");
+    assert_one_error(
+        &text,
+        "virtual_servers.web.listen",
+        "address 127.0.0.1:8080 is already used by admin.listen",
+    );
+    let text = file("", "", "[[origins]]\nname = \"o\"\nlisten = \"0.0.0.0:8080\"\n");
+    assert_one_error(
+        &text,
+        "origins[0].listen",
+        "address 0.0.0.0:8080 overlaps 127.0.0.1:8080 of virtual_servers.web.listen",
+    );
+    let text = file("", "", "[virtual_servers.api]\nlisten = [\"127.0.0.1:9\", \"127.0.0.1:8080\"]\npool = \"web\"\n");
+    assert_one_error(
+        &text,
+        "virtual_servers.api.listen[1]",
+        "already used by virtual_servers.web.listen",
+    );
+    // Port 0 asks the system for a free port, so several may share it.
+    let text = file("", "", "[virtual_servers.a]\nlisten = \"127.0.0.1:0\"\npool = \"web\"\n\
+                             [virtual_servers.b]\nlisten = \"127.0.0.1:0\"\npool = \"web\"\n");
+    valid(&text);
+}
+
+#[test]
+fn names_must_be_sane() {
+    let text = file("", "", "[virtual_servers.\"my server\"]\nlisten = \"127.0.0.1:1\"\npool = \"web\"\n");
+    assert_one_error(&text, "virtual_servers.\"my server\"", "invalid name \"my server\"");
+    let text = file("", "", "[pools.\"\"]\nnodes = [{ address = \"10.0.0.1:80\" }]\n");
+    assert_one_error(&text, "pools.\"\"", "invalid name \"\"");
+}
+
+#[test]
+fn routes() {
+    let route = |body: &str| file(&format!("[[virtual_servers.web.routes]]\n{body}\npool = \"web\""), "", "");
+    let config = valid(&route("host = \"API.Example.com\"\npath_prefix = \"/v1/\""));
+    assert_eq!(
+        config.virtual_servers[0].routes,
+        vec![Route {
+            host: Some("api.example.com".into()),
+            path_prefix: Some("/v1/".into()),
+            pool: PoolId(0)
+        }]
+    );
+    valid(&route("host = \"*.example.com\""));
+    assert_one_error(
+        &route("path_prefix = \"v1/\""),
+        "virtual_servers.web.routes[0].path_prefix",
+        "must start with \"/\"",
+    );
+    assert_one_error(
+        &route("host = \"example.com:8080\""),
+        "virtual_servers.web.routes[0].host",
+        "leave out the port",
+    );
+    assert_one_error(&route(""), "virtual_servers.web.routes[0]", "a route needs host, path_prefix or both");
+    let twice = file(
+        "[[virtual_servers.web.routes]]\npath_prefix = \"/a\"\npool = \"web\"\n\
+         [[virtual_servers.web.routes]]\npath_prefix = \"/a\"\npool = \"web\"",
+        "",
+        "",
+    );
+    assert_one_error(&twice, "virtual_servers.web.routes[1]", "can never match: routes[0]");
+}
+
+#[test]
+fn durations_parse_and_are_non_zero_where_needed() {
+    assert_one_error(
+        &file("[virtual_servers.web.timeouts]\nidle = \"soon\"", "", ""),
+        "virtual_servers.web.timeouts.idle",
+        "invalid duration \"soon\"",
+    );
+    assert_one_error(
+        &file("[virtual_servers.web.timeouts]\nheader_read = \"0s\"", "", ""),
+        "virtual_servers.web.timeouts.header_read",
+        "must be longer than zero",
+    );
+    assert_one_error(
+        &file("", "[pools.web.timeouts]\nconnect = \"5M\"", ""),
+        "pools.web.timeouts.connect",
+        "is longer than a day",
+    );
+    let config = valid(&file("", "", "[runtime]\ndrain_timeout = \"0s\""));
+    assert_eq!(config.runtime.drain_timeout, Duration::ZERO);
+}
+
+#[test]
+fn sizes_parse_and_respect_bounds() {
+    let limits = |body: &str| file(&format!("[virtual_servers.web.limits]\n{body}"), "", "");
+    assert_one_error(
+        &limits("max_header_bytes = 512"),
+        "virtual_servers.web.limits.max_header_bytes",
+        "must be at least 1KiB",
+    );
+    assert_one_error(
+        &limits("max_header_bytes = \"2MiB\""),
+        "virtual_servers.web.limits.max_header_bytes",
+        "must be at most 1MiB",
+    );
+    assert_one_error(
+        &limits("max_body_bytes = 0"),
+        "virtual_servers.web.limits.max_body_bytes",
+        "must be at least 1B",
+    );
+    assert_one_error(
+        &limits("request_buffer = \"16K\""),
+        "virtual_servers.web.limits.request_buffer",
+        "invalid size \"16K\"",
+    );
+    assert_one_error(
+        &limits("response_buffer = -5"),
+        "virtual_servers.web.limits.response_buffer",
+        "must not be negative",
+    );
+    let config = valid(&limits("max_body_bytes = \"1GB\"\nmax_requests_per_connection = 0"));
+    assert_eq!(config.virtual_servers[0].limits.max_body_bytes, 1_000_000_000);
+    assert_eq!(config.virtual_servers[0].limits.max_requests_per_connection, None);
+}
+
+#[test]
+fn counts_respect_bounds() {
+    assert_one_error(
+        &file("", "", "[runtime]\nthreads = 0"),
+        "runtime.threads",
+        "must be between 1 and 1024",
+    );
+    assert_one_error(&file("backlog = 0", "", ""), "virtual_servers.web.backlog", "between 1 and 65535");
+    assert_one_error(&file("", "retries = 1000", ""), "pools.web.retries", "between 0 and 100");
+    assert_one_error(
+        &file("", "[pools.web.connections]\nmax_connections = 0", ""),
+        "pools.web.connections.max_connections",
+        "between 1 and 1000000",
+    );
+    assert_one_error(
+        &file("[virtual_servers.web.limits]\nmax_requests_per_connection = -1", "", ""),
+        "virtual_servers.web.limits.max_requests_per_connection",
+        "between 0 (no limit)",
+    );
+}
+
+#[test]
+fn choices() {
+    assert_one_error(
+        &file("", "algorithm = \"random\"", ""),
+        "pools.web.algorithm",
+        "invalid value \"random\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\"",
+    );
+    for (name, algorithm) in [
+        ("round_robin", Algorithm::RoundRobin),
+        ("weighted_round_robin", Algorithm::WeightedRoundRobin),
+        ("least_connections", Algorithm::LeastConnections),
+        ("perceptive", Algorithm::Perceptive),
+    ] {
+        let config = valid(&file("", &format!("algorithm = \"{name}\""), ""));
+        assert_eq!(config.pools[0].algorithm, algorithm);
+    }
+    assert_one_error(&file("", "", "[log]\nformat = \"xml\""), "log.format", "expected one of \"text\", \"json\"");
+    assert_one_error(&file("", "", "[log]\nlevel = \"weir=loud\""), "log.level", "invalid log level");
+}
+
+#[test]
+fn tls_is_reserved_for_later() {
+    assert_one_error(
+        &file("protocol = \"https\"", "", ""),
+        "virtual_servers.web.protocol",
+        "TLS termination is not supported yet",
+    );
+    assert_one_error(
+        &file("[virtual_servers.web.tls]\ncertificate = \"cert.pem\"", "", ""),
+        "virtual_servers.web.tls",
+        "TLS termination is not supported yet",
+    );
+}
+
+#[test]
+fn health_monitor_rules() {
+    let health = |body: &str| file("", &format!("[pools.web.health]\n{body}"), "");
+    let config = valid(&health("type = \"tcp\""));
+    let monitor = config.pools[0].health.clone().unwrap();
+    assert_eq!(monitor.check, HealthCheckKind::Tcp);
+    assert_eq!((monitor.rise.get(), monitor.fall.get()), (2, 3));
+    let config = valid(&health("type = \"http\""));
+    assert_eq!(
+        config.pools[0].health.as_ref().unwrap().check,
+        HealthCheckKind::Http {
+            method: "GET".into(),
+            path: "/".into(),
+            host: None,
+            expect_status: vec![(200, 399)]
+        }
+    );
+    assert_one_error(&health("interval = \"5s\""), "pools.web.health.type", "missing required key");
+    assert_one_error(&health("type = \"udp\""), "pools.web.health.type", "expected \"http\" or \"tcp\"");
+    assert_one_error(
+        &health("type = \"tcp\"\npath = \"/healthz\""),
+        "pools.web.health.path",
+        "applies only to HTTP checks",
+    );
+    assert_one_error(
+        &health("type = \"http\"\npath = \"healthz\""),
+        "pools.web.health.path",
+        "must start with \"/\"",
+    );
+    assert_one_error(
+        &health("type = \"http\"\nmethod = \"get\""),
+        "pools.web.health.method",
+        "write \"GET\"",
+    );
+    assert_one_error(
+        &health("type = \"tcp\"\ninterval = \"2s\"\ntimeout = \"2s\""),
+        "pools.web.health.timeout",
+        "must be shorter than interval (2s)",
+    );
+    assert_one_error(&health("type = \"tcp\"\nrise = 0"), "pools.web.health.rise", "between 1 and 100");
+    assert_one_error(&health("type = \"tcp\"\nfall = 0"), "pools.web.health.fall", "between 1 and 100");
+}
+
+#[test]
+fn expected_statuses() {
+    let expect = |list: &str| file("", &format!("[pools.web.health]\ntype = \"http\"\nexpect_status = {list}"), "");
+    let statuses = |list: &str| match &valid(&expect(list)).pools[0].health.as_ref().unwrap().check {
+        HealthCheckKind::Http { expect_status, .. } => expect_status.clone(),
+        HealthCheckKind::Tcp => unreachable!("an http check was configured"),
+    };
+    assert_eq!(statuses("200"), [(200, 200)]);
+    assert_eq!(statuses("\"2xx\""), [(200, 299)]);
+    assert_eq!(statuses("[204, \"300-302\"]"), [(204, 204), (300, 302)]);
+    assert_one_error(
+        &expect("[200, 600]"),
+        "pools.web.health.expect_status[1]",
+        "statuses are between 100 and 599",
+    );
+    assert_one_error(
+        &expect("\"399-200\""),
+        "pools.web.health.expect_status",
+        "the low end is above the high end",
+    );
+    assert_one_error(&expect("[]"), "pools.web.health.expect_status", "at least one status");
+    assert_one_error(&expect("[\"ok\"]"), "pools.web.health.expect_status[0]", "invalid status \"ok\"");
+}
+
+#[test]
+fn passive_health_rules() {
+    let passive = |body: &str| file("", &format!("[pools.web.passive_health]\n{body}"), "");
+    assert_one_error(
+        &passive("base_ejection = \"10m\"\nmax_ejection = \"1m\""),
+        "pools.web.passive_health.max_ejection",
+        "must be at least base_ejection (10m)",
+    );
+    assert_one_error(
+        &passive("base_ejection = \"0s\""),
+        "pools.web.passive_health.base_ejection",
+        "must be longer than zero",
+    );
+    assert_eq!(valid(&passive("consecutive_failures = 0")).pools[0].passive_health.consecutive_failures, 0);
+}
+
+#[test]
+fn origin_rules() {
+    let origins = |body: &str| file("", "", body);
+    let config = valid(&origins("[[origins]]\nname = \"o\"\nlisten = \"127.0.0.1:8081\"\nmax_connections = 0"));
+    assert_eq!(config.origins[0].max_connections, None);
+    assert!(config.origins[0].keep_alive);
+    assert_one_error(&origins("[[origins]]\nlisten = \"127.0.0.1:1\""), "origins[0].name", "missing required key");
+    assert_one_error(&origins("[[origins]]\nname = \"o\""), "origins[0].listen", "missing required key");
+    assert_one_error(
+        &origins("[[origins]]\nname = \"o\"\nlisten = \"127.0.0.1:1\"\n[[origins]]\nname = \"o\"\nlisten = \"127.0.0.1:2\""),
+        "origins[1].name",
+        "duplicate origin name: origins[0] is also \"o\"",
+    );
+}
+
+#[test]
+fn every_problem_is_reported_in_file_order() {
+    let text = "\
+[runtime]
+threads = 0
+[virtual_servers.web]
+listen = \"127.0.0.1:8080\"
+pool = \"missing\"
+[pools.web]
+algorithm = \"fastest\"
+nodes = []
+";
+    assert_eq!(
+        errors(text),
+        [
+            "t.toml:2: runtime.threads: must be between 1 and 1024",
+            "t.toml:5: virtual_servers.web.pool: unknown pool \"missing\"; defined pools: web",
+            "t.toml:7: pools.web.algorithm: invalid value \"fastest\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\"",
+            "t.toml:8: pools.web.nodes: a pool needs at least one node, like nodes = [{ address = \"127.0.0.1:8081\" }]",
+        ]
+    );
+}

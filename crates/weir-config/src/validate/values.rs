@@ -1,0 +1,271 @@
+//! Checks on single values: addresses, names, hosts, paths, methods, log levels.
+//! Each returns the converted value or a message to follow the key path.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+/// Longest name for a virtual server, pool or origin.
+const MAX_NAME_LEN: usize = 64;
+/// Longest host name (RFC 1035).
+const MAX_HOST_LEN: usize = 253;
+/// Longest route path prefix and health check path.
+const MAX_PATH_LEN: usize = 1024;
+
+/// Parses `IP:port`; the message explains the usual mistakes.
+pub(crate) fn socket_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.trim().parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let mut message = format!("invalid socket address \"{text}\"");
+    let hint = match text.rsplit_once(':') {
+        None => Some("the port is missing; write it like \"10.0.0.1:8080\""),
+        Some((host, _)) if host.contains(':') && !host.starts_with('[') => {
+            Some("put IPv6 addresses in brackets, like \"[::1]:8080\"")
+        }
+        Some((host, _)) if host.parse::<IpAddr>().is_err() && !host.starts_with('[') => {
+            Some("host names are not resolved; write an IP address like \"10.0.0.1:8080\"")
+        }
+        Some(_) => None,
+    };
+    if let Some(hint) = hint {
+        message.push_str(": ");
+        message.push_str(hint);
+    }
+    Err(message)
+}
+
+/// A name for a virtual server, pool or origin: it shows up in logs, metrics labels
+/// and admin URLs, so keep it to a safe alphabet.
+pub(crate) fn name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if first_ok && rest_ok && name.len() <= MAX_NAME_LEN {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid name \"{name}\": use 1 to {MAX_NAME_LEN} letters, digits, '-', '_' or '.', \
+             starting with a letter or digit"
+        ))
+    }
+}
+
+/// A route's host: lower-cased, without a port, optionally `*.` for subdomains.
+pub(crate) fn route_host(text: &str) -> Result<String, String> {
+    let host = text.trim().trim_end_matches('.').to_ascii_lowercase();
+    if host.starts_with('[') && host.ends_with(']') {
+        return match host[1..host.len() - 1].parse::<Ipv6Addr>() {
+            Ok(_) => Ok(host),
+            Err(_) => Err(format!("invalid host \"{text}\": not an IPv6 address")),
+        };
+    }
+    if host.contains(':') {
+        return Err(format!(
+            "invalid host \"{text}\": leave out the port; routes match the host name only"
+        ));
+    }
+    let labels = host.strip_prefix("*.").unwrap_or(&host);
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    if host.len() > MAX_HOST_LEN || !labels.split('.').all(label_ok) {
+        return Err(format!(
+            "invalid host \"{text}\": write a host name like \"api.example.com\", or \
+             \"*.example.com\" for its subdomains"
+        ));
+    }
+    Ok(host)
+}
+
+/// An absolute request path (route prefix, health check path).
+pub(crate) fn request_path(text: &str) -> Result<(), String> {
+    if !text.starts_with('/') {
+        return Err(format!("invalid path \"{text}\": must start with \"/\""));
+    }
+    if text.len() > MAX_PATH_LEN {
+        return Err(format!("path is longer than {MAX_PATH_LEN} bytes"));
+    }
+    if let Some(bad) = text
+        .chars()
+        .find(|&c| c.is_ascii_control() || c == ' ' || c == '#')
+    {
+        return Err(format!(
+            "invalid path \"{text}\": must not contain {bad:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// An HTTP method for a health check: an upper-case token.
+pub(crate) fn method(text: &str) -> Result<(), String> {
+    if !text.is_empty() && text.len() <= 20 && text.chars().all(|c| c.is_ascii_uppercase()) {
+        Ok(())
+    } else if text.chars().all(|c| c.is_ascii_alphabetic()) && !text.is_empty() {
+        Err(format!(
+            "invalid method \"{text}\": methods are case-sensitive; write \"{}\"",
+            text.to_ascii_uppercase()
+        ))
+    } else {
+        Err(format!(
+            "invalid method \"{text}\": write an HTTP method like \"GET\" or \"HEAD\""
+        ))
+    }
+}
+
+/// A `Host` header value for a health check.
+pub(crate) fn host_header(text: &str) -> Result<(), String> {
+    if text.is_empty() || text.len() > MAX_HOST_LEN + 6 {
+        return Err(format!("invalid host \"{text}\""));
+    }
+    match text
+        .chars()
+        .find(|&c| c.is_ascii_control() || c.is_whitespace() || !c.is_ascii())
+    {
+        Some(bad) => Err(format!("invalid host \"{text}\": must not contain {bad:?}")),
+        None => Ok(()),
+    }
+}
+
+/// A tracing filter: `info`, or directives like `info,weir_proxy=debug`.
+pub(crate) fn log_level(text: &str) -> Result<(), String> {
+    const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
+    let is_level = |s: &str| LEVELS.iter().any(|level| level.eq_ignore_ascii_case(s));
+    let is_target = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':'))
+    };
+    let directives: Vec<&str> = text.split(',').map(str::trim).collect();
+    if directives.iter().all(|d| d.is_empty()) {
+        return Err("must not be empty; use \"info\" for the usual level".to_owned());
+    }
+    for directive in directives.into_iter().filter(|d| !d.is_empty()) {
+        let valid = match directive.rsplit_once('=') {
+            Some((target, level)) => is_target(target) && is_level(level),
+            None => is_level(directive) || is_target(directive),
+        };
+        if !valid {
+            return Err(format!(
+                "invalid log level \"{text}\": write a level ({}) or directives like \
+                 \"info,weir_proxy=debug\"",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether two listen addresses cannot both be bound: the same address, or the same
+/// port where one side is the wildcard of the same family.
+pub(crate) fn listeners_clash(a: SocketAddr, b: SocketAddr) -> bool {
+    if a.port() != b.port() || a.port() == 0 {
+        return false;
+    }
+    a.ip() == b.ip() || (a.is_ipv4() == b.is_ipv4() && (a.ip().is_unspecified() || b.ip().is_unspecified()))
+}
+
+/// Renders a duration the way the file writes it.
+pub(crate) fn show_duration(duration: Duration) -> String {
+    humantime::format_duration(duration).to_string()
+}
+
+/// Renders a byte count with the largest binary unit that divides it.
+pub(crate) fn show_size(bytes: u64) -> String {
+    for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{}{unit}", bytes / size);
+        }
+    }
+    format!("{bytes}B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_addresses() {
+        assert!(socket_addr("127.0.0.1:8080").is_ok());
+        assert!(socket_addr("[::1]:8080").is_ok());
+        assert_eq!(
+            socket_addr("10.0.0.1:99999").unwrap_err(),
+            "invalid socket address \"10.0.0.1:99999\""
+        );
+        assert!(socket_addr("10.0.0.1").unwrap_err().contains("port is missing"));
+        assert!(socket_addr("backend:80").unwrap_err().contains("host names"));
+        assert!(socket_addr("::1:80").unwrap_err().contains("brackets"));
+    }
+
+    #[test]
+    fn names() {
+        assert!(name("web").is_ok());
+        assert!(name("web-2.eu_west").is_ok());
+        assert!(name("").is_err());
+        assert!(name("-web").is_err());
+        assert!(name("my pool").is_err());
+        assert!(name(&"a".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn route_hosts() {
+        assert_eq!(route_host("API.Example.com").unwrap(), "api.example.com");
+        assert_eq!(route_host("example.com.").unwrap(), "example.com");
+        assert_eq!(route_host("*.example.com").unwrap(), "*.example.com");
+        assert_eq!(route_host("[::1]").unwrap(), "[::1]");
+        assert!(route_host("example.com:8080").unwrap_err().contains("port"));
+        assert!(route_host("*").is_err());
+        assert!(route_host("a.*.com").is_err());
+        assert!(route_host("exa mple.com").is_err());
+        assert!(route_host("").is_err());
+    }
+
+    #[test]
+    fn paths_methods_hosts() {
+        assert!(request_path("/api/").is_ok());
+        assert!(request_path("api").is_err());
+        assert!(request_path("/a b").is_err());
+        assert!(method("GET").is_ok());
+        assert!(method("get").unwrap_err().contains("\"GET\""));
+        assert!(method("G T").is_err());
+        assert!(host_header("health.local:8080").is_ok());
+        assert!(host_header("a b").is_err());
+    }
+
+    #[test]
+    fn log_levels() {
+        assert!(log_level("info").is_ok());
+        assert!(log_level("WARN").is_ok());
+        assert!(log_level("info,weir_proxy=debug").is_ok());
+        assert!(log_level("weir::access=off").is_ok());
+        assert!(log_level("").is_err());
+        assert!(log_level("weir=loud").is_err());
+        assert!(log_level("info debug").is_err());
+    }
+
+    #[test]
+    fn clashes() {
+        let a: SocketAddr = "127.0.0.1:80".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:80".parse().unwrap();
+        let other_port: SocketAddr = "127.0.0.1:81".parse().unwrap();
+        let v6: SocketAddr = "[::1]:80".parse().unwrap();
+        let ephemeral: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert!(listeners_clash(a, a));
+        assert!(listeners_clash(a, any));
+        assert!(!listeners_clash(a, other_port));
+        assert!(!listeners_clash(any, v6));
+        assert!(!listeners_clash(ephemeral, ephemeral));
+    }
+
+    #[test]
+    fn shown_sizes() {
+        assert_eq!(show_size(16 * 1024), "16KiB");
+        assert_eq!(show_size(1 << 20), "1MiB");
+        assert_eq!(show_size(1500), "1500B");
+    }
+}

@@ -1,0 +1,14 @@
+//! Shared building blocks for every weir crate: the data-path error shape and the
+//! shutdown signal.
+//!
+//! ```
+//! use weir_core::{Error, ErrorKind, Side};
+//! let e = Error::new(ErrorKind::ConnectFailed, Side::Upstream).retry_safe(true);
+//! assert!(e.is_retry_safe());
+//! ```
+
+pub mod error;
+pub mod shutdown;
+
+pub use error::{Error, ErrorKind, Side};
+pub use shutdown::{Shutdown, ShutdownSignal};

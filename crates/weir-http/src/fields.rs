@@ -1,0 +1,426 @@
+//! Header-field rules shared by requests, responses and trailers: which fields
+//! matter to framing and forwarding, how their values are read, and the
+//! strictness checks that `httparse` leaves to us (bare LF, obs-fold reasons).
+
+use crate::error::{ParseError, ParseErrorKind};
+use crate::head::{ConnectionInfo, Header, Version};
+
+/// The fields the codec itself interprets; everything else is `Other`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FieldKind {
+    Other,
+    Host,
+    ContentLength,
+    TransferEncoding,
+    Connection,
+    KeepAlive,
+    ProxyConnection,
+    Te,
+    Upgrade,
+    Expect,
+    XForwardedFor,
+    XForwardedProto,
+    Via,
+}
+
+impl FieldKind {
+    /// Classifies a field name (ASCII case-insensitive). Dispatches on length
+    /// first so most names cost one comparison at most.
+    pub(crate) fn of(name: &[u8]) -> FieldKind {
+        let is = |expected: &[u8]| name.eq_ignore_ascii_case(expected);
+        match name.len() {
+            2 if is(b"te") => FieldKind::Te,
+            3 if is(b"via") => FieldKind::Via,
+            4 if is(b"host") => FieldKind::Host,
+            6 if is(b"expect") => FieldKind::Expect,
+            7 if is(b"upgrade") => FieldKind::Upgrade,
+            10 if is(b"connection") => FieldKind::Connection,
+            10 if is(b"keep-alive") => FieldKind::KeepAlive,
+            14 if is(b"content-length") => FieldKind::ContentLength,
+            15 if is(b"x-forwarded-for") => FieldKind::XForwardedFor,
+            16 if is(b"proxy-connection") => FieldKind::ProxyConnection,
+            17 if is(b"transfer-encoding") => FieldKind::TransferEncoding,
+            17 if is(b"x-forwarded-proto") => FieldKind::XForwardedProto,
+            _ => FieldKind::Other,
+        }
+    }
+}
+
+/// What the header section says, gathered in one pass over the fields.
+#[derive(Debug, Default)]
+pub(crate) struct Fields {
+    pub(crate) headers: Vec<Header>,
+    pub(crate) content_length: Option<u64>,
+    pub(crate) transfer_encoding: TransferCodings,
+    /// Index of the first `Host` field and how many there were.
+    pub(crate) host: Option<usize>,
+    pub(crate) host_count: u32,
+    pub(crate) connection: ConnectionInfo,
+    /// `Connection` names a field other than close/keep-alive/upgrade.
+    pub(crate) connection_names_fields: bool,
+    pub(crate) expect_continue: bool,
+}
+
+/// The `Transfer-Encoding` fields, all combined.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct TransferCodings {
+    present: bool,
+    codings: u32,
+    chunked: u32,
+    last_is_chunked: bool,
+    other: bool,
+}
+
+/// How the header section declares the body, before status/method rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Declared {
+    Chunked,
+    Length(u64),
+    Nothing,
+}
+
+impl Fields {
+    /// Reads the fields `httparse` found. `base` is the address of the first
+    /// byte of the head, so spans are offsets from it.
+    pub(crate) fn scan(base: usize, head_len: usize, parsed: &[httparse::Header<'_>]) -> Result<Fields, ParseError> {
+        let mut fields = Fields {
+            headers: Vec::with_capacity(parsed.len()),
+            ..Fields::default()
+        };
+        for field in parsed {
+            let name = span_of(base, head_len, field.name.as_bytes())?;
+            let value = span_of(base, head_len, field.value)?;
+            let kind = FieldKind::of(field.name.as_bytes());
+            match kind {
+                FieldKind::ContentLength => {
+                    if fields.content_length.is_some() {
+                        return Err(ParseError::invalid("duplicate Content-Length"));
+                    }
+                    let length = parse_content_length(field.value)
+                        .ok_or(ParseError::invalid("invalid Content-Length value"))?;
+                    fields.content_length = Some(length);
+                }
+                FieldKind::TransferEncoding => fields.transfer_encoding.add(field.value),
+                FieldKind::Host => {
+                    if !is_valid_host(field.value) {
+                        return Err(ParseError::invalid("invalid Host value"));
+                    }
+                    if fields.host.is_none() {
+                        fields.host = Some(fields.headers.len());
+                    }
+                    fields.host_count += 1;
+                }
+                FieldKind::Connection => {
+                    for token in list_elements(field.value) {
+                        if token.eq_ignore_ascii_case(b"close") {
+                            fields.connection.close = true;
+                        } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                            fields.connection.keep_alive = true;
+                        } else if token.eq_ignore_ascii_case(b"upgrade") {
+                            fields.connection.upgrade = true;
+                        } else {
+                            fields.connection_names_fields = true;
+                        }
+                    }
+                }
+                FieldKind::Expect => {
+                    if trim_ows(field.value).eq_ignore_ascii_case(b"100-continue") {
+                        fields.expect_continue = true;
+                    }
+                }
+                _ => {}
+            }
+            fields.headers.push(Header { name, value, kind });
+        }
+        Ok(fields)
+    }
+
+    /// Applies the framing rules that hold for any message (RFC 9112 §6.1, §6.3):
+    /// no `Transfer-Encoding` in HTTP/1.0, never both it and `Content-Length`,
+    /// and `chunked` as the one and only transfer coding.
+    pub(crate) fn declared_body(&self, version: Version) -> Result<Declared, ParseError> {
+        let codings = self.transfer_encoding;
+        if !codings.present {
+            return Ok(match self.content_length {
+                Some(length) => Declared::Length(length),
+                None => Declared::Nothing,
+            });
+        }
+        if version == Version::Http10 {
+            return Err(ParseError::invalid("Transfer-Encoding in an HTTP/1.0 message"));
+        }
+        if self.content_length.is_some() {
+            return Err(ParseError::invalid("both Content-Length and Transfer-Encoding"));
+        }
+        if codings.codings == 0 {
+            return Err(ParseError::invalid("empty Transfer-Encoding"));
+        }
+        if codings.chunked > 1 {
+            return Err(unsupported_coding("chunked applied more than once"));
+        }
+        if !codings.last_is_chunked {
+            return Err(unsupported_coding("final transfer coding is not chunked"));
+        }
+        if codings.other {
+            return Err(unsupported_coding("transfer coding other than chunked"));
+        }
+        Ok(Declared::Chunked)
+    }
+}
+
+impl TransferCodings {
+    fn add(&mut self, value: &[u8]) {
+        self.present = true;
+        for coding in list_elements(value) {
+            self.codings += 1;
+            self.last_is_chunked = coding.eq_ignore_ascii_case(b"chunked");
+            if self.last_is_chunked {
+                self.chunked += 1;
+            } else {
+                self.other = true;
+            }
+        }
+    }
+}
+
+fn unsupported_coding(reason: &'static str) -> ParseError {
+    ParseError {
+        kind: ParseErrorKind::UnsupportedTransferEncoding,
+        reason,
+    }
+}
+
+/// The offsets of `part` inside the head starting at address `base`.
+#[inline]
+pub(crate) fn span_of(base: usize, head_len: usize, part: &[u8]) -> Result<(u32, u32), ParseError> {
+    let start = (part.as_ptr() as usize).wrapping_sub(base);
+    match start.checked_add(part.len()) {
+        // head_len never exceeds u32::MAX: the parse window is clamped to it.
+        Some(end) if end <= head_len => Ok((start as u32, end as u32)),
+        _ => Err(ParseError::invalid("field outside the head")),
+    }
+}
+
+/// `1*DIGIT` without sign, spaces or commas, fitting in a u64.
+pub(crate) fn parse_content_length(value: &[u8]) -> Option<u64> {
+    if value.is_empty() {
+        return None;
+    }
+    let mut length: u64 = 0;
+    for &byte in value {
+        if !byte.is_ascii_digit() {
+            return None;
+        }
+        length = length.checked_mul(10)?.checked_add(u64::from(byte - b'0'))?;
+    }
+    Some(length)
+}
+
+/// The non-empty elements of a comma-separated list, without optional whitespace.
+pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(trim_ows).filter(|element| !element.is_empty())
+}
+
+pub(crate) fn trim_ows(mut value: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = value {
+        value = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = value {
+        value = rest;
+    }
+    value
+}
+
+/// Host and authority characters: unreserved, sub-delims, `:`, `%`, and the
+/// brackets of an IP literal (RFC 3986 §3.2.2). Rejects userinfo (`@`),
+/// whitespace and anything that could end or split the authority.
+pub(crate) fn is_valid_host(value: &[u8]) -> bool {
+    value.iter().all(|&b| HOST_CHARS[b as usize])
+}
+
+static HOST_CHARS: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let b = byte as u8;
+        table[byte] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+                    | b':' | b'%' | b'[' | b']'
+            );
+        byte += 1;
+    }
+    table
+};
+
+/// tchar (RFC 9110 §5.6.2).
+pub(crate) fn is_token_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
+        )
+}
+
+/// field-vchar, SP, HTAB or obs-text: what a field value may hold.
+pub(crate) fn is_field_value_char(b: u8) -> bool {
+    b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80
+}
+
+/// Every LF must follow a CR and every CR must precede an LF. `httparse`
+/// accepts LF-only line endings, which other parsers may split differently.
+pub(crate) fn check_line_endings(head: &[u8]) -> Result<(), ParseError> {
+    let mut endings = memchr::memchr2_iter(b'\r', b'\n', head);
+    while let Some(at) = endings.next() {
+        if head[at] == b'\n' {
+            return Err(ParseError::invalid("bare LF in head"));
+        }
+        if head.get(at + 1) != Some(&b'\n') {
+            return Err(ParseError::invalid("bare CR in head"));
+        }
+        // Skip the LF just checked.
+        endings.next();
+    }
+    Ok(())
+}
+
+/// Which start line is being parsed, for error reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StartLine {
+    Request,
+    Status,
+}
+
+/// Turns an `httparse` error into a typed error with a precise reason. Only
+/// runs on the error path, so it may rescan the buffer.
+pub(crate) fn rejection(window: &[u8], error: httparse::Error, start_line: StartLine) -> ParseError {
+    let start = window.iter().take_while(|&&b| b == b'\r' || b == b'\n').count();
+    let window = &window[start..];
+    let region = match memchr::memmem::find(window, b"\r\n\r\n") {
+        Some(end) => &window[..end + 4],
+        None => window,
+    };
+    let bare_cr = memchr::memchr_iter(b'\r', region).any(|at| matches!(region.get(at + 1), Some(&next) if next != b'\n'));
+    if bare_cr {
+        return ParseError::invalid("bare CR in head");
+    }
+    match error {
+        httparse::Error::TooManyHeaders => ParseError {
+            kind: ParseErrorKind::TooManyHeaders,
+            reason: "too many header fields",
+        },
+        httparse::Error::Version => {
+            if looks_like_version(version_token(region, start_line)) {
+                ParseError {
+                    kind: ParseErrorKind::UnsupportedVersion,
+                    reason: "unsupported HTTP version",
+                }
+            } else {
+                ParseError::invalid("malformed HTTP version")
+            }
+        }
+        httparse::Error::HeaderName => {
+            if memchr::memmem::find(region, b"\n ").is_some() || memchr::memmem::find(region, b"\n\t").is_some() {
+                ParseError::invalid("obs-fold line folding in header section")
+            } else if has_space_before_colon(region) {
+                ParseError::invalid("whitespace between field name and colon")
+            } else {
+                ParseError::invalid("invalid header field name")
+            }
+        }
+        httparse::Error::HeaderValue => ParseError::invalid("invalid character in header field value"),
+        httparse::Error::NewLine => ParseError::invalid("malformed line ending"),
+        httparse::Error::Status => ParseError::invalid("invalid status code or reason phrase"),
+        httparse::Error::Token => match start_line {
+            StartLine::Request => ParseError::invalid("invalid method or request target"),
+            StartLine::Status => ParseError::invalid("malformed status line"),
+        },
+    }
+}
+
+/// The version field of the first line: the last word of a request line, the
+/// first word of a status line.
+fn version_token(region: &[u8], start_line: StartLine) -> &[u8] {
+    let line_end = memchr::memchr2(b'\r', b'\n', region).unwrap_or(region.len());
+    let line = &region[..line_end];
+    match start_line {
+        StartLine::Request => line.rsplit(|&b| b == b' ').next().unwrap_or(line),
+        StartLine::Status => line.split(|&b| b == b' ').next().unwrap_or(line),
+    }
+}
+
+/// `HTTP/` then a digit, then digits and dots: a well-formed but unsupported
+/// version (`HTTP/2.0`, `HTTP/1.2`, `HTTP/3`).
+fn looks_like_version(token: &[u8]) -> bool {
+    match token.strip_prefix(b"HTTP/") {
+        Some([first, rest @ ..]) => first.is_ascii_digit() && rest.iter().all(|&b| b.is_ascii_digit() || b == b'.'),
+        _ => false,
+    }
+}
+
+fn has_space_before_colon(region: &[u8]) -> bool {
+    region.split(|&b| b == b'\n').skip(1).any(|line| {
+        let name_end = line.iter().position(|&b| !is_token_char(b)).unwrap_or(line.len());
+        name_end > 0 && matches!(line.get(name_end), Some(b' ' | b'\t'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_names_case_insensitively() {
+        assert_eq!(FieldKind::of(b"Content-Length"), FieldKind::ContentLength);
+        assert_eq!(FieldKind::of(b"TRANSFER-ENCODING"), FieldKind::TransferEncoding);
+        assert_eq!(FieldKind::of(b"x-forwarded-proto"), FieldKind::XForwardedProto);
+        assert_eq!(FieldKind::of(b"tE"), FieldKind::Te);
+        assert_eq!(FieldKind::of(b"Keep-Alive"), FieldKind::KeepAlive);
+        assert_eq!(FieldKind::of(b"Content-Type"), FieldKind::Other);
+        assert_eq!(FieldKind::of(b""), FieldKind::Other);
+    }
+
+    #[test]
+    fn content_length_is_digits_only() {
+        assert_eq!(parse_content_length(b"0"), Some(0));
+        assert_eq!(parse_content_length(b"0012"), Some(12));
+        assert_eq!(parse_content_length(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [&b""[..], b"18446744073709551616", b"+5", b"-5", b"5 5", b"5,5", b"0x10", b" 5"] {
+            assert_eq!(parse_content_length(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn list_elements_trim_and_skip_empty() {
+        let elements: Vec<&[u8]> = list_elements(b" close ,, \tUpgrade,").collect();
+        assert_eq!(elements, vec![&b"close"[..], b"Upgrade"]);
+    }
+
+    #[test]
+    fn line_endings() {
+        assert!(check_line_endings(b"a\r\nb\r\n\r\n").is_ok());
+        assert_eq!(check_line_endings(b"a\nb\r\n").unwrap_err().reason, "bare LF in head");
+        assert_eq!(check_line_endings(b"a\rb\r\n").unwrap_err().reason, "bare CR in head");
+        assert_eq!(check_line_endings(b"a\r").unwrap_err().reason, "bare CR in head");
+    }
+
+    #[test]
+    fn versions() {
+        assert!(looks_like_version(b"HTTP/2.0"));
+        assert!(looks_like_version(b"HTTP/3"));
+        assert!(!looks_like_version(b"HTTP/"));
+        assert!(!looks_like_version(b"http/1.1"));
+        assert!(!looks_like_version(b"HTTP/x"));
+    }
+
+    #[test]
+    fn hosts() {
+        assert!(is_valid_host(b"example.com:8080"));
+        assert!(is_valid_host(b"[::1]:443"));
+        assert!(is_valid_host(b""));
+        assert!(!is_valid_host(b"a b"));
+        assert!(!is_valid_host(b"user@host"));
+        assert!(!is_valid_host(b"host/path"));
+    }
+}

@@ -1,0 +1,556 @@
+//! Request and response heads: strict parsing over `httparse` and the framing
+//! rules that decide where a body ends.
+//!
+//! A parsed head owns its raw bytes and keeps every part as a `u32` span into
+//! them, so parsing allocates only the span vector and forwarding can copy
+//! header lines byte for byte.
+
+use std::mem::MaybeUninit;
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::error::{ParseError, ParseErrorKind};
+use crate::fields::{self, Declared, FieldKind, Fields, StartLine};
+use crate::target::{TargetForm, parse_target};
+
+/// Header slots kept on the stack; larger `max_headers` limits use the heap.
+const STACK_HEADERS: usize = 128;
+
+/// Limits applied while parsing a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes in the whole head, request/status line included; past it → `HeadTooLarge` (431).
+    pub max_head_bytes: usize,
+    /// Header fields; past it → `TooManyHeaders` (431).
+    pub max_headers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_head_bytes: 16 * 1024,
+            max_headers: 100,
+        }
+    }
+}
+
+/// The outcome of a parse attempt on a buffer.
+#[derive(Debug)]
+pub enum Parsed<T> {
+    /// A whole head was found: the value and the number of bytes it used.
+    Complete(T, usize),
+    /// More bytes are needed (and the buffer is still within the limits).
+    Partial,
+}
+
+/// The HTTP versions weir speaks on HTTP/1 connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    Http10,
+    Http11,
+}
+
+/// A request method; the standard ones by name, the rest as [`Method::Other`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Post,
+    Put,
+    Delete,
+    Options,
+    Trace,
+    Connect,
+    Patch,
+    /// Any other valid token; see [`RequestHead::method_bytes`].
+    Other,
+}
+
+impl Method {
+    /// RFC 9110 §9.2.2: may be sent again without changing the outcome.
+    pub fn is_idempotent(self) -> bool {
+        matches!(
+            self,
+            Method::Get | Method::Head | Method::Put | Method::Delete | Method::Options | Method::Trace
+        )
+    }
+
+    /// The method named by `token` (case-sensitive, as methods are).
+    pub fn from_bytes(token: &[u8]) -> Method {
+        match token {
+            b"GET" => Method::Get,
+            b"HEAD" => Method::Head,
+            b"POST" => Method::Post,
+            b"PUT" => Method::Put,
+            b"DELETE" => Method::Delete,
+            b"OPTIONS" => Method::Options,
+            b"TRACE" => Method::Trace,
+            b"CONNECT" => Method::Connect,
+            b"PATCH" => Method::Patch,
+            _ => Method::Other,
+        }
+    }
+}
+
+/// How a message body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body.
+    None,
+    /// Exactly this many bytes (`Content-Length`).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Until the connection closes (responses only).
+    CloseDelimited,
+}
+
+/// What the `Connection` header (and the version) say about the connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    /// `close` token present.
+    pub close: bool,
+    /// `keep-alive` token present.
+    pub keep_alive: bool,
+    /// `upgrade` token present.
+    pub upgrade: bool,
+}
+
+/// One header field: byte ranges into the head's raw bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub(crate) name: (u32, u32),
+    pub(crate) value: (u32, u32),
+    pub(crate) kind: FieldKind,
+}
+
+/// A parsed, validated request head. Owns the raw head bytes; every accessor
+/// borrows from them, so header names keep their original case.
+#[derive(Debug, Clone)]
+pub struct RequestHead {
+    /// From the request line to the final CRLF (leading empty lines dropped).
+    pub(crate) raw: Bytes,
+    pub(crate) method: Method,
+    pub(crate) method_span: (u32, u32),
+    pub(crate) target_span: (u32, u32),
+    pub(crate) target_form: TargetForm,
+    pub(crate) path_span: (u32, u32),
+    pub(crate) version: Version,
+    pub(crate) headers: Vec<Header>,
+    pub(crate) framing: BodyFraming,
+    pub(crate) connection: ConnectionInfo,
+    /// `Connection` lists field names besides close/keep-alive/upgrade.
+    pub(crate) connection_names_fields: bool,
+    pub(crate) expect_continue: bool,
+    /// Index into `headers` of the `Host` field.
+    pub(crate) host: Option<usize>,
+}
+
+/// A parsed, validated response head.
+#[derive(Debug, Clone)]
+pub struct ResponseHead {
+    /// From the status line to the final CRLF.
+    pub(crate) raw: Bytes,
+    pub(crate) status: u16,
+    pub(crate) reason_span: (u32, u32),
+    pub(crate) version: Version,
+    pub(crate) headers: Vec<Header>,
+    pub(crate) framing: BodyFraming,
+    pub(crate) connection: ConnectionInfo,
+    pub(crate) connection_names_fields: bool,
+    /// The request was HEAD: a `Content-Length` describes the GET body.
+    pub(crate) head_request: bool,
+}
+
+/// Parses a request head at the start of `buf`. On `Complete(head, n)` the
+/// caller removes `n` bytes from its buffer (the head owns a copy of them, or
+/// a zero-copy split when called through [`RequestHead::split_from`]).
+pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parsed<RequestHead>, ParseError> {
+    Ok(match parse_request_in(buf, limits)? {
+        Some(found) => {
+            let mut head = found.head;
+            head.raw = Bytes::copy_from_slice(&buf[found.start..found.end]);
+            Parsed::Complete(head, found.end)
+        }
+        None => Parsed::Partial,
+    })
+}
+
+/// Parses a response head. `request_method` decides whether a body can follow
+/// (`HEAD` never has one; nor do 1xx, 204 and 304, nor a 2xx to CONNECT).
+pub fn parse_response(
+    buf: &[u8],
+    limits: &Limits,
+    request_method: Method,
+) -> Result<Parsed<ResponseHead>, ParseError> {
+    Ok(match parse_response_in(buf, limits, request_method)? {
+        Some(found) => {
+            let mut head = found.head;
+            head.raw = Bytes::copy_from_slice(&buf[found.start..found.end]);
+            Parsed::Complete(head, found.end)
+        }
+        None => Parsed::Partial,
+    })
+}
+
+impl RequestHead {
+    /// Parses from the front of `buf` and, when complete, splits the head's
+    /// bytes off `buf` without copying.
+    pub fn split_from(buf: &mut BytesMut, limits: &Limits) -> Result<Option<RequestHead>, ParseError> {
+        let Some(found) = parse_request_in(buf, limits)? else {
+            return Ok(None);
+        };
+        let mut head = found.head;
+        head.raw = split_head(buf, found.start, found.end);
+        Ok(Some(head))
+    }
+
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    pub fn method_bytes(&self) -> &[u8] {
+        slice(&self.raw, self.method_span)
+    }
+
+    /// The request target as sent.
+    pub fn target(&self) -> &[u8] {
+        slice(&self.raw, self.target_span)
+    }
+
+    /// The path part of the target (absolute-form targets reduced to their path), without the query.
+    /// `*` for an asterisk-form target, empty for a CONNECT authority.
+    pub fn path(&self) -> &[u8] {
+        let path = slice(&self.raw, self.path_span);
+        match self.target_form {
+            TargetForm::Absolute { .. } if path.is_empty() => b"/",
+            _ => path,
+        }
+    }
+
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// Header fields in order, names as sent.
+    pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        fields_of(&self.raw, &self.headers)
+    }
+
+    /// The first header with this name (ASCII case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        find_field(&self.raw, &self.headers, name)
+    }
+
+    /// The `Host` header value (or the authority of an absolute-form target).
+    /// When both are present they are equal: a mismatch is rejected.
+    pub fn host(&self) -> Option<&[u8]> {
+        match (self.host, self.target_form) {
+            (Some(index), _) => self.headers.get(index).map(|field| slice(&self.raw, field.value)),
+            (None, TargetForm::Absolute { authority }) => Some(slice(&self.raw, authority)),
+            (None, _) => None,
+        }
+    }
+
+    pub fn framing(&self) -> BodyFraming {
+        self.framing
+    }
+
+    pub fn connection(&self) -> &ConnectionInfo {
+        &self.connection
+    }
+
+    pub fn expects_continue(&self) -> bool {
+        self.expect_continue
+    }
+
+    /// Whether the client asked to keep the connection open after this request
+    /// (HTTP/1.1 unless `close`; HTTP/1.0 only with `keep-alive`).
+    pub fn keep_alive(&self) -> bool {
+        keep_alive(self.version, &self.connection)
+    }
+
+    /// The raw head bytes as received.
+    pub fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+}
+
+impl ResponseHead {
+    /// Parses from the front of `buf` and, when complete, splits the head's
+    /// bytes off `buf` without copying.
+    pub fn split_from(
+        buf: &mut BytesMut,
+        limits: &Limits,
+        request_method: Method,
+    ) -> Result<Option<ResponseHead>, ParseError> {
+        let Some(found) = parse_response_in(buf, limits, request_method)? else {
+            return Ok(None);
+        };
+        let mut head = found.head;
+        head.raw = split_head(buf, found.start, found.end);
+        Ok(Some(head))
+    }
+
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The reason phrase as sent (possibly empty).
+    pub fn reason(&self) -> &[u8] {
+        slice(&self.raw, self.reason_span)
+    }
+
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// Header fields in order, names as sent.
+    pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        fields_of(&self.raw, &self.headers)
+    }
+
+    /// The first header with this name (ASCII case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        find_field(&self.raw, &self.headers, name)
+    }
+
+    pub fn framing(&self) -> BodyFraming {
+        self.framing
+    }
+
+    pub fn connection(&self) -> &ConnectionInfo {
+        &self.connection
+    }
+
+    /// Whether the node will keep the connection open after this response
+    /// (never after a close-delimited body).
+    pub fn keep_alive(&self) -> bool {
+        self.framing != BodyFraming::CloseDelimited && keep_alive(self.version, &self.connection)
+    }
+
+    /// 1xx: an interim response; the final one follows.
+    pub fn is_interim(&self) -> bool {
+        (100..200).contains(&self.status)
+    }
+
+    /// The raw head bytes as received.
+    pub fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+}
+
+/// A head found in a buffer: `raw` still empty, and where its bytes lie.
+struct Found<T> {
+    head: T,
+    /// First byte of the start line (after any empty lines).
+    start: usize,
+    /// One past the final CRLF: the bytes the parse used.
+    end: usize,
+}
+
+fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestHead>>, ParseError> {
+    let window = window(buf, limits);
+    let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
+    let mut heap = Vec::new();
+    let slots = header_slots(&mut stack, &mut heap, limits.max_headers);
+    let mut request = httparse::Request::new(&mut []);
+    let end = match request.parse_with_uninit_headers(window, slots) {
+        Ok(httparse::Status::Complete(end)) => end,
+        Ok(httparse::Status::Partial) => return partial(buf, limits),
+        Err(error) => return Err(fields::rejection(window, error, StartLine::Request)),
+    };
+    let (Some(method_token), Some(target), Some(minor)) = (request.method, request.path, request.version) else {
+        return Err(ParseError::invalid("incomplete request line"));
+    };
+    let start = leading_empty_lines(window);
+    fields::check_line_endings(&window[..end])?;
+    let head = &window[start..end];
+
+    // The request line is `method SP target SP version` with single spaces
+    // (httparse's strict default), so its parts are found by position; the
+    // method may be one of httparse's static strings, not a slice of `head`.
+    let method_span = (0, method_token.len() as u32);
+    let target_start = method_span.1 + 1;
+    let target_span = (target_start, target_start + target.len() as u32);
+    let method = Method::from_bytes(method_token.as_bytes());
+    let version = if minor == 0 { Version::Http10 } else { Version::Http11 };
+    let target = parse_target(slice(head, target_span), target_start, method)?;
+
+    let fields = Fields::scan(head.as_ptr() as usize, head.len(), request.headers)?;
+    match (version, fields.host_count) {
+        (_, 2..) => return Err(ParseError::invalid("more than one Host")),
+        (Version::Http11, 0) => return Err(ParseError::invalid("HTTP/1.1 request without Host")),
+        _ => {}
+    }
+    if let (TargetForm::Absolute { authority }, Some(index)) = (target.form, fields.host) {
+        let host = fields.headers.get(index).map(|field| slice(head, field.value));
+        if !host.is_some_and(|host| host.eq_ignore_ascii_case(slice(head, authority))) {
+            return Err(ParseError::invalid("Host differs from the absolute-form authority"));
+        }
+    }
+    let framing = match fields.declared_body(version)? {
+        Declared::Chunked => BodyFraming::Chunked,
+        Declared::Length(length) => BodyFraming::Length(length),
+        Declared::Nothing => BodyFraming::None,
+    };
+    Ok(Some(Found {
+        head: RequestHead {
+            raw: Bytes::new(),
+            method,
+            method_span,
+            target_span,
+            target_form: target.form,
+            path_span: target.path,
+            version,
+            headers: fields.headers,
+            framing,
+            connection: fields.connection,
+            connection_names_fields: fields.connection_names_fields,
+            // RFC 9110 §10.1.1: ignore 100-continue from HTTP/1.0 clients.
+            expect_continue: fields.expect_continue && version == Version::Http11,
+            host: fields.host,
+        },
+        start,
+        end,
+    }))
+}
+
+fn parse_response_in(
+    buf: &[u8],
+    limits: &Limits,
+    request_method: Method,
+) -> Result<Option<Found<ResponseHead>>, ParseError> {
+    let window = window(buf, limits);
+    let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
+    let mut heap = Vec::new();
+    let slots = header_slots(&mut stack, &mut heap, limits.max_headers);
+    let mut response = httparse::Response::new(&mut []);
+    let config = httparse::ParserConfig::default();
+    let end = match config.parse_response_with_uninit_headers(&mut response, window, slots) {
+        Ok(httparse::Status::Complete(end)) => end,
+        Ok(httparse::Status::Partial) => return partial(buf, limits),
+        Err(error) => return Err(fields::rejection(window, error, StartLine::Status)),
+    };
+    let (Some(minor), Some(status)) = (response.version, response.code) else {
+        return Err(ParseError::invalid("incomplete status line"));
+    };
+    if !(100..=599).contains(&status) {
+        return Err(ParseError::invalid("status code out of range"));
+    }
+    let start = leading_empty_lines(window);
+    fields::check_line_endings(&window[..end])?;
+    let head = &window[start..end];
+    let version = if minor == 0 { Version::Http10 } else { Version::Http11 };
+
+    // `HTTP/1.x SSS[ reason]CRLF`: the reason starts at byte 13, if there is one.
+    let line_end = memchr::memchr(b'\r', head).unwrap_or(head.len()) as u32;
+    let reason_span = (13.min(line_end), line_end);
+
+    let fields = Fields::scan(head.as_ptr() as usize, head.len(), response.headers)?;
+    let declared = fields.declared_body(version)?;
+    let no_body = request_method == Method::Head
+        || (100..200).contains(&status)
+        || status == 204
+        || status == 304
+        || (request_method == Method::Connect && (200..300).contains(&status));
+    let framing = match declared {
+        _ if no_body => BodyFraming::None,
+        Declared::Chunked => BodyFraming::Chunked,
+        Declared::Length(length) => BodyFraming::Length(length),
+        Declared::Nothing => BodyFraming::CloseDelimited,
+    };
+    Ok(Some(Found {
+        head: ResponseHead {
+            raw: Bytes::new(),
+            status,
+            reason_span,
+            version,
+            headers: fields.headers,
+            framing,
+            connection: fields.connection,
+            connection_names_fields: fields.connection_names_fields,
+            head_request: request_method == Method::Head,
+        },
+        start,
+        end,
+    }))
+}
+
+/// The most bytes a head may have: `max_head_bytes`, and never more than u32
+/// offsets can address.
+fn head_limit(limits: &Limits) -> usize {
+    limits.max_head_bytes.min(u32::MAX as usize)
+}
+
+/// The part of `buf` a head may occupy, so an oversized head is never parsed
+/// past the limit.
+fn window<'b>(buf: &'b [u8], limits: &Limits) -> &'b [u8] {
+    &buf[..buf.len().min(head_limit(limits))]
+}
+
+/// An incomplete head: wait for more, unless the buffer already holds the
+/// limit's worth of bytes without a complete head in them.
+fn partial<T>(buf: &[u8], limits: &Limits) -> Result<Option<T>, ParseError> {
+    if !buf.is_empty() && buf.len() >= head_limit(limits) {
+        return Err(ParseError {
+            kind: ParseErrorKind::HeadTooLarge,
+            reason: "head larger than max_head_bytes",
+        });
+    }
+    Ok(None)
+}
+
+fn header_slots<'s, 'b>(
+    stack: &'s mut [MaybeUninit<httparse::Header<'b>>; STACK_HEADERS],
+    heap: &'s mut Vec<MaybeUninit<httparse::Header<'b>>>,
+    max_headers: usize,
+) -> &'s mut [MaybeUninit<httparse::Header<'b>>] {
+    if max_headers <= STACK_HEADERS {
+        &mut stack[..max_headers]
+    } else {
+        heap.resize(max_headers, MaybeUninit::uninit());
+        &mut heap[..]
+    }
+}
+
+/// httparse skips empty lines before the start line; they are not part of the head.
+fn leading_empty_lines(window: &[u8]) -> usize {
+    window.iter().take_while(|&&b| b == b'\r' || b == b'\n').count()
+}
+
+/// Drops `start` bytes of empty lines and splits the head off without copying.
+fn split_head(buf: &mut BytesMut, start: usize, end: usize) -> Bytes {
+    if start > 0 {
+        buf.advance(start);
+    }
+    buf.split_to(end - start).freeze()
+}
+
+fn keep_alive(version: Version, connection: &ConnectionInfo) -> bool {
+    match version {
+        Version::Http11 => !connection.close,
+        Version::Http10 => connection.keep_alive && !connection.close,
+    }
+}
+
+#[inline]
+pub(crate) fn slice(raw: &[u8], span: (u32, u32)) -> &[u8] {
+    // Spans are made by the parser from this same buffer; `get` keeps a
+    // corrupted span from panicking.
+    raw.get(span.0 as usize..span.1 as usize).unwrap_or_default()
+}
+
+fn fields_of<'a>(raw: &'a [u8], headers: &'a [Header]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+    headers.iter().map(move |field| (slice(raw, field.name), slice(raw, field.value)))
+}
+
+fn find_field<'a>(raw: &'a [u8], headers: &[Header], name: &str) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .find(|field| slice(raw, field.name).eq_ignore_ascii_case(name.as_bytes()))
+        .map(|field| slice(raw, field.value))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,36 @@
+//! weir's own sans-IO HTTP/1.1 codec: request and response heads parsed with
+//! `httparse` and checked strictly, body framing (content-length, chunked,
+//! close-delimited), and writers that forward heads without re-allocating
+//! header bytes and with the original header-name case.
+//!
+//! Nothing here does I/O: parsers take a byte buffer and return what they
+//! found; writers append to a `BytesMut`.
+//!
+//! ```
+//! use weir_http::{parse_request, Limits, Parsed};
+//! let raw = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+//! match parse_request(raw, &Limits::default()).unwrap() {
+//!     Parsed::Complete(head, used) => {
+//!         assert_eq!(head.target(), b"/a");
+//!         assert_eq!(used, raw.len());
+//!     }
+//!     Parsed::Partial => unreachable!(),
+//! }
+//! ```
+
+mod chunked;
+mod error;
+mod fields;
+mod head;
+mod target;
+mod write;
+
+pub use chunked::{CHUNKED_END, ChunkedDecoder, Decoded, encode_chunk_header};
+pub use error::{ParseError, ParseErrorKind};
+pub use head::{
+    BodyFraming, ConnectionInfo, Header, Limits, Method, Parsed, RequestHead, ResponseHead,
+    Version, parse_request, parse_response,
+};
+pub use write::{
+    ForwardRequest, ForwardResponse, reason_phrase, write_request_head, write_response_head, write_simple_response,
+};

@@ -1,0 +1,329 @@
+//! Writers for forwarded heads and for weir's own short responses.
+//!
+//! Forwarded heads copy the received header lines byte for byte (original
+//! name case and spacing), a whole run of consecutive kept lines per copy,
+//! and then append the headers weir owns: framing, `Connection`,
+//! `X-Forwarded-*` and `Via`.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use bytes::BytesMut;
+
+use crate::fields::{FieldKind, list_elements};
+use crate::head::{BodyFraming, Header, RequestHead, ResponseHead, Version, slice};
+
+/// How to rewrite a request head for the node.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardRequest<'a> {
+    /// How the body will be framed on the upstream connection; decides the
+    /// `Content-Length` / `Transfer-Encoding` written (the client's are dropped).
+    pub framing: BodyFraming,
+    /// Append the client address to `X-Forwarded-For` and set `X-Forwarded-Proto`
+    /// (`None`: leave both alone).
+    pub client_addr: Option<IpAddr>,
+    /// `http` or `https`, for `X-Forwarded-Proto`.
+    pub proto: &'a str,
+    /// Add `Via: 1.1 <via>` (appended to any existing Via).
+    pub via: Option<&'a str>,
+    /// Keep `Upgrade` and `Connection: upgrade` (a protocol switch is being proxied).
+    pub upgrade: bool,
+    /// Drop `Expect: 100-continue` (weir answered it itself).
+    pub strip_expect: bool,
+}
+
+/// How to rewrite a response head for the client.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardResponse<'a> {
+    /// How the body will be framed to the client (never `Chunked` to an
+    /// HTTP/1.0 client).
+    pub framing: BodyFraming,
+    /// The client's HTTP version; the status line is written in it.
+    pub version: Version,
+    /// Whether weir keeps the client connection open after this response
+    /// (writes `Connection: close`, or `Connection: keep-alive` for HTTP/1.0).
+    pub keep_alive: bool,
+    pub via: Option<&'a str>,
+    /// Keep `Upgrade`/`Connection: upgrade` (a 101 being proxied).
+    pub upgrade: bool,
+}
+
+/// Writes the request line (`METHOD target HTTP/1.1`) and headers, without
+/// hop-by-hop headers (`Connection` and the fields it names, `Keep-Alive`,
+/// `Proxy-Connection`, `TE`, `Transfer-Encoding`, `Upgrade` unless upgrading,
+/// `Content-Length`), then the framing header and the forwarding headers.
+///
+/// `Host` is kept even when `Connection` names it. With a client address,
+/// existing `X-Forwarded-For` values are combined into one field ending in
+/// the address and `X-Forwarded-Proto` is replaced; with `via`, existing `Via`
+/// values are combined into one field ending in this hop's entry.
+pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out: &mut BytesMut) {
+    let raw = &head.raw[..];
+    out.reserve(raw.len() + 160);
+    out.extend_from_slice(head.method_bytes());
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(head.target());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+
+    let rewrite_forwarded = forward.client_addr.is_some();
+    let listed = |field: &Header| head.connection_names_fields && named_by_connection(raw, &head.headers, field);
+    copy_kept_lines(raw, &head.headers, out, |field| match field.kind {
+        FieldKind::Connection
+        | FieldKind::KeepAlive
+        | FieldKind::ProxyConnection
+        | FieldKind::Te
+        | FieldKind::TransferEncoding
+        | FieldKind::ContentLength => false,
+        FieldKind::Host => true,
+        FieldKind::Upgrade => forward.upgrade,
+        FieldKind::Expect => !forward.strip_expect && !listed(field),
+        FieldKind::XForwardedFor | FieldKind::XForwardedProto => !rewrite_forwarded && !listed(field),
+        FieldKind::Via => forward.via.is_none() && !listed(field),
+        FieldKind::Other => !listed(field),
+    });
+
+    write_framing(forward.framing, out);
+    if forward.upgrade {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+    }
+    if let Some(client) = forward.client_addr {
+        out.extend_from_slice(b"X-Forwarded-For: ");
+        write_existing_values(raw, &head.headers, FieldKind::XForwardedFor, listed, out);
+        // Writing into a BytesMut cannot fail.
+        let _ = write!(out, "{}", client.to_canonical());
+        out.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
+        out.extend_from_slice(forward.proto.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(via) = forward.via {
+        write_via(raw, &head.headers, head.version, via, listed, out);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the status line in the client's version and the headers, without
+/// hop-by-hop ones, then the framing and connection headers.
+///
+/// With `BodyFraming::None`, the node's `Content-Length` is kept on a 304 or
+/// on the response to a HEAD request, where it describes the selected
+/// representation rather than this message's body.
+pub fn write_response_head(head: &ResponseHead, forward: &ForwardResponse<'_>, out: &mut BytesMut) {
+    let raw = &head.raw[..];
+    out.reserve(raw.len() + 96);
+    let reason = match head.reason() {
+        [] => reason_phrase(head.status).as_bytes(),
+        reason => reason,
+    };
+    write_status_line(forward.version, head.status, reason, out);
+
+    let keep_length = forward.framing == BodyFraming::None && (head.head_request || head.status == 304);
+    let listed = |field: &Header| head.connection_names_fields && named_by_connection(raw, &head.headers, field);
+    copy_kept_lines(raw, &head.headers, out, |field| match field.kind {
+        FieldKind::Connection
+        | FieldKind::KeepAlive
+        | FieldKind::ProxyConnection
+        | FieldKind::Te
+        | FieldKind::TransferEncoding => false,
+        FieldKind::ContentLength => keep_length,
+        FieldKind::Upgrade => forward.upgrade,
+        FieldKind::Via => forward.via.is_none() && !listed(field),
+        _ => !listed(field),
+    });
+
+    write_framing(forward.framing, out);
+    write_connection(forward.version, forward.keep_alive, forward.upgrade, out);
+    if let Some(via) = forward.via {
+        write_via(raw, &head.headers, head.version, via, listed, out);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes a complete short response generated by weir itself (errors, 100
+/// Continue, 503 with Retry-After): status line with the standard reason,
+/// `Content-Length`, `Content-Type: text/plain` when there is a body,
+/// `Connection: close` unless `keep_alive`, then `extra_headers`.
+///
+/// A 1xx gets only its status line and `extra_headers`; 204 and 304 get no
+/// `Content-Length` and no body. Extra headers holding CR or LF are skipped.
+pub fn write_simple_response(
+    status: u16,
+    version: Version,
+    keep_alive: bool,
+    extra_headers: &[(&str, &str)],
+    body: &[u8],
+    out: &mut BytesMut,
+) {
+    let interim = (100..200).contains(&status);
+    let bodiless = interim || status == 204 || status == 304;
+    out.reserve(96 + body.len());
+    write_status_line(version, status, reason_phrase(status).as_bytes(), out);
+    if !bodiless {
+        out.extend_from_slice(b"Content-Length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+        if !body.is_empty() {
+            out.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\n");
+        }
+    }
+    if !interim {
+        write_connection(version, keep_alive, false, out);
+    }
+    for (name, value) in extra_headers {
+        let breaks_line = |text: &str| text.bytes().any(|b| b == b'\r' || b == b'\n');
+        if name.is_empty() || breaks_line(name) || breaks_line(value) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !bodiless {
+        out.extend_from_slice(body);
+    }
+}
+
+/// The standard reason phrase for `status`, or `""` for codes weir does not name.
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        206 => "Partial Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        305 => "Use Proxy",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        417 => "Expectation Failed",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "",
+    }
+}
+
+/// Copies the header lines `keep` accepts. Header lines are contiguous in
+/// `raw` (no obs-fold, no skipped lines), so each run of kept lines is one copy.
+fn copy_kept_lines(raw: &[u8], headers: &[Header], out: &mut BytesMut, keep: impl Fn(&Header) -> bool) {
+    let copy = |out: &mut BytesMut, start: usize, end: usize| {
+        out.extend_from_slice(raw.get(start..end).unwrap_or_default());
+    };
+    let mut run_start = None;
+    for field in headers {
+        let line_start = field.name.0 as usize;
+        if keep(field) {
+            run_start.get_or_insert(line_start);
+        } else if let Some(start) = run_start.take() {
+            copy(out, start, line_start);
+        }
+    }
+    if let Some(start) = run_start {
+        // The head ends with the empty line's CRLF, which the caller writes.
+        copy(out, start, raw.len().saturating_sub(2));
+    }
+}
+
+/// Whether a `Connection` field lists this field's name (it is then
+/// hop-by-hop). Only asked when `Connection` lists names beyond the usual tokens.
+fn named_by_connection(raw: &[u8], headers: &[Header], field: &Header) -> bool {
+    let name = slice(raw, field.name);
+    headers
+        .iter()
+        .filter(|other| other.kind == FieldKind::Connection)
+        .any(|other| list_elements(slice(raw, other.value)).any(|token| token.eq_ignore_ascii_case(name)))
+}
+
+/// Writes each non-empty value of the `kind` fields not `listed` by
+/// `Connection`, each followed by `", "`.
+fn write_existing_values(
+    raw: &[u8],
+    headers: &[Header],
+    kind: FieldKind,
+    listed: impl Fn(&Header) -> bool,
+    out: &mut BytesMut,
+) {
+    for field in headers.iter().filter(|field| field.kind == kind && !listed(field)) {
+        let value = slice(raw, field.value);
+        if !value.is_empty() {
+            out.extend_from_slice(value);
+            out.extend_from_slice(b", ");
+        }
+    }
+}
+
+/// `Via: <existing>, <received-protocol> <via>`; the protocol is the version
+/// the message was received in (RFC 9110 §7.6.3).
+fn write_via(
+    raw: &[u8],
+    headers: &[Header],
+    received: Version,
+    via: &str,
+    listed: impl Fn(&Header) -> bool,
+    out: &mut BytesMut,
+) {
+    out.extend_from_slice(b"Via: ");
+    write_existing_values(raw, headers, FieldKind::Via, listed, out);
+    out.extend_from_slice(match received {
+        Version::Http10 => b"1.0 ",
+        Version::Http11 => b"1.1 ",
+    });
+    out.extend_from_slice(via.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn write_framing(framing: BodyFraming, out: &mut BytesMut) {
+    match framing {
+        BodyFraming::Length(length) => {
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        BodyFraming::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        BodyFraming::None | BodyFraming::CloseDelimited => {}
+    }
+}
+
+fn write_connection(version: Version, keep_alive: bool, upgrade: bool, out: &mut BytesMut) {
+    if upgrade {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+    } else if !keep_alive {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if version == Version::Http10 {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+}
+
+fn write_status_line(version: Version, status: u16, reason: &[u8], out: &mut BytesMut) {
+    out.extend_from_slice(match version {
+        Version::Http10 => b"HTTP/1.0 ",
+        Version::Http11 => b"HTTP/1.1 ",
+    });
+    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(reason);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests;

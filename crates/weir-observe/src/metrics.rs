@@ -1,0 +1,552 @@
+//! The metrics registry and the pre-resolved handles the data path records into.
+//!
+//! A [`Metrics`] value owns one `prometheus-client` registry. Components ask it once (at
+//! start-up or reload) for the handles of their virtual server, pool or node and keep them:
+//! recording is then one atomic operation, with no label lookup per request.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Metric, Registry};
+
+use crate::names::{self, MetricSpec};
+
+/// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A gauge holding a floating-point value.
+pub type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// All of weir's metrics: the registry, the metric families and the handles handed out so far.
+///
+/// Created once by the binary and passed to every component that records; there is no global.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    families: Families,
+    reuse_ratio: FloatGauge,
+    offload_ratio: FloatGauge,
+    handles: Mutex<Handles>,
+}
+
+/// HTTP status classes, the `class` label of request counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatusClass {
+    /// 1xx
+    Informational,
+    /// 2xx
+    Success,
+    /// 3xx
+    Redirection,
+    /// 4xx
+    ClientError,
+    /// 5xx
+    ServerError,
+}
+
+/// Handles for one virtual server (client side).
+#[derive(Debug, Clone)]
+pub struct VirtualServerMetrics {
+    pub connections_open: Gauge,
+    pub connections_accepted: Counter,
+    /// Connections refused because the virtual server was at `max_connections`.
+    pub connections_rejected: Counter,
+    /// Responses sent, indexed by [`StatusClass::index`]; see [`Self::record_status`].
+    pub requests: [Counter; 5],
+    /// Requests rejected while parsing.
+    pub bad_requests: Counter,
+    pub bytes_received: Counter,
+    pub bytes_sent: Counter,
+}
+
+/// Handles for one pool.
+#[derive(Debug, Clone)]
+pub struct PoolMetrics {
+    /// Responses by status class, indexed by [`StatusClass::index`]; see [`Self::record_status`].
+    pub requests: [Counter; 5],
+    /// Requests currently waiting for a connection, summed over the pool's nodes.
+    pub queue_length: Gauge,
+    pub queue_timeouts: Counter,
+    pub queue_full: Counter,
+    pub retries: Counter,
+    pub no_node_available: Counter,
+}
+
+/// Handles for one node of one pool (upstream side).
+#[derive(Debug, Clone)]
+pub struct NodeMetrics {
+    pub connections_open: Gauge,
+    pub connections_created: Counter,
+    pub connections_reused: Counter,
+    pub requests_forwarded: Counter,
+    pub connect_failures: Counter,
+    pub responses_5xx: Counter,
+    /// 1 while up, 0 while down; starts at 0 until the owner sets it.
+    pub healthy: Gauge,
+    pub ejections: Counter,
+    pub response_time_ewma_seconds: FloatGauge,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VirtualServerLabels {
+    virtual_server: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VirtualServerClassLabels {
+    virtual_server: String,
+    class: StatusClass,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolClassLabels {
+    pool: String,
+    class: StatusClass,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    pool: String,
+    node: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// The labelled families, one per [`names`] entry that has labels.
+#[derive(Debug, Default)]
+struct Families {
+    client_connections_open: Family<VirtualServerLabels, Gauge>,
+    client_connections_accepted: Family<VirtualServerLabels, Counter>,
+    client_connections_rejected: Family<VirtualServerLabels, Counter>,
+    requests: Family<VirtualServerClassLabels, Counter>,
+    bad_requests: Family<VirtualServerLabels, Counter>,
+    client_bytes_received: Family<VirtualServerLabels, Counter>,
+    client_bytes_sent: Family<VirtualServerLabels, Counter>,
+
+    pool_requests: Family<PoolClassLabels, Counter>,
+    queue_length: Family<PoolLabels, Gauge>,
+    queue_timeouts: Family<PoolLabels, Counter>,
+    queue_full: Family<PoolLabels, Counter>,
+    retries: Family<PoolLabels, Counter>,
+    no_node_available: Family<PoolLabels, Counter>,
+
+    upstream_connections_open: Family<NodeLabels, Gauge>,
+    upstream_connections_created: Family<NodeLabels, Counter>,
+    upstream_connections_reused: Family<NodeLabels, Counter>,
+    node_requests_forwarded: Family<NodeLabels, Counter>,
+    node_connect_failures: Family<NodeLabels, Counter>,
+    node_responses_5xx: Family<NodeLabels, Counter>,
+    node_healthy: Family<NodeLabels, Gauge>,
+    node_ejections: Family<NodeLabels, Counter>,
+    node_response_time_ewma: Family<NodeLabels, FloatGauge>,
+}
+
+/// Every handle given out, kept to compute the derived ratios and to make lookups idempotent.
+#[derive(Debug, Default)]
+struct Handles {
+    virtual_servers: HashMap<String, VirtualServerMetrics>,
+    pools: HashMap<String, PoolMetrics>,
+    /// Keyed by (pool, node address).
+    nodes: HashMap<(String, String), NodeMetrics>,
+}
+
+impl Metrics {
+    /// Creates the registry with every metric of [`names::ALL`] registered.
+    pub fn new() -> Arc<Metrics> {
+        let mut registry = Registry::with_prefix(names::PREFIX);
+        let families = Families::default();
+        let reuse_ratio = FloatGauge::default();
+        let offload_ratio = FloatGauge::default();
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+
+        let r = &mut registry;
+        register(r, names::BUILD_INFO, build_info);
+        register(r, names::REUSE_RATIO, reuse_ratio.clone());
+        register(r, names::OFFLOAD_RATIO, offload_ratio.clone());
+        families.register(r);
+
+        Arc::new(Metrics {
+            registry,
+            families,
+            reuse_ratio,
+            offload_ratio,
+            handles: Mutex::new(Handles::default()),
+        })
+    }
+
+    /// The handles of one virtual server; the same name always gives the same series.
+    pub fn virtual_server(&self, name: &str) -> VirtualServerMetrics {
+        let mut handles = self.handles();
+        if let Some(existing) = handles.virtual_servers.get(name) {
+            return existing.clone();
+        }
+        let f = &self.families;
+        let labels = VirtualServerLabels {
+            virtual_server: name.to_owned(),
+        };
+        let requests = StatusClass::ALL.map(|class| {
+            f.requests.get_or_create_owned(&VirtualServerClassLabels {
+                virtual_server: name.to_owned(),
+                class,
+            })
+        });
+        let created = VirtualServerMetrics {
+            connections_open: f.client_connections_open.get_or_create_owned(&labels),
+            connections_accepted: f.client_connections_accepted.get_or_create_owned(&labels),
+            connections_rejected: f.client_connections_rejected.get_or_create_owned(&labels),
+            requests,
+            bad_requests: f.bad_requests.get_or_create_owned(&labels),
+            bytes_received: f.client_bytes_received.get_or_create_owned(&labels),
+            bytes_sent: f.client_bytes_sent.get_or_create_owned(&labels),
+        };
+        handles
+            .virtual_servers
+            .insert(name.to_owned(), created.clone());
+        created
+    }
+
+    /// The handles of one pool; the same name always gives the same series.
+    pub fn pool(&self, name: &str) -> PoolMetrics {
+        let mut handles = self.handles();
+        if let Some(existing) = handles.pools.get(name) {
+            return existing.clone();
+        }
+        let f = &self.families;
+        let labels = PoolLabels {
+            pool: name.to_owned(),
+        };
+        let requests = StatusClass::ALL.map(|class| {
+            f.pool_requests.get_or_create_owned(&PoolClassLabels {
+                pool: name.to_owned(),
+                class,
+            })
+        });
+        let created = PoolMetrics {
+            requests,
+            queue_length: f.queue_length.get_or_create_owned(&labels),
+            queue_timeouts: f.queue_timeouts.get_or_create_owned(&labels),
+            queue_full: f.queue_full.get_or_create_owned(&labels),
+            retries: f.retries.get_or_create_owned(&labels),
+            no_node_available: f.no_node_available.get_or_create_owned(&labels),
+        };
+        handles.pools.insert(name.to_owned(), created.clone());
+        created
+    }
+
+    /// The handles of one node of a pool, labelled `pool` and `node` (the address as
+    /// configured); the same pair always gives the same series.
+    pub fn node(&self, pool: &str, address: &str) -> NodeMetrics {
+        let mut handles = self.handles();
+        let key = (pool.to_owned(), address.to_owned());
+        if let Some(existing) = handles.nodes.get(&key) {
+            return existing.clone();
+        }
+        let f = &self.families;
+        let labels = NodeLabels {
+            pool: key.0.clone(),
+            node: key.1.clone(),
+        };
+        let created = NodeMetrics {
+            connections_open: f.upstream_connections_open.get_or_create_owned(&labels),
+            connections_created: f.upstream_connections_created.get_or_create_owned(&labels),
+            connections_reused: f.upstream_connections_reused.get_or_create_owned(&labels),
+            requests_forwarded: f.node_requests_forwarded.get_or_create_owned(&labels),
+            connect_failures: f.node_connect_failures.get_or_create_owned(&labels),
+            responses_5xx: f.node_responses_5xx.get_or_create_owned(&labels),
+            healthy: f.node_healthy.get_or_create_owned(&labels),
+            ejections: f.node_ejections.get_or_create_owned(&labels),
+            response_time_ewma_seconds: f.node_response_time_ewma.get_or_create_owned(&labels),
+        };
+        handles.nodes.insert(key, created.clone());
+        created
+    }
+
+    /// Drops a virtual server's series (after a reload removed it). Handles still held keep
+    /// working but are no longer exported.
+    pub fn remove_virtual_server(&self, name: &str) {
+        let mut handles = self.handles();
+        if handles.virtual_servers.remove(name).is_none() {
+            return;
+        }
+        let f = &self.families;
+        let labels = VirtualServerLabels {
+            virtual_server: name.to_owned(),
+        };
+        f.client_connections_open.remove(&labels);
+        f.client_connections_accepted.remove(&labels);
+        f.client_connections_rejected.remove(&labels);
+        f.bad_requests.remove(&labels);
+        f.client_bytes_received.remove(&labels);
+        f.client_bytes_sent.remove(&labels);
+        for class in StatusClass::ALL {
+            f.requests.remove(&VirtualServerClassLabels {
+                virtual_server: name.to_owned(),
+                class,
+            });
+        }
+    }
+
+    /// Drops a pool's series (after a reload removed it); its nodes are removed separately.
+    pub fn remove_pool(&self, name: &str) {
+        let mut handles = self.handles();
+        if handles.pools.remove(name).is_none() {
+            return;
+        }
+        let f = &self.families;
+        let labels = PoolLabels {
+            pool: name.to_owned(),
+        };
+        f.queue_length.remove(&labels);
+        f.queue_timeouts.remove(&labels);
+        f.queue_full.remove(&labels);
+        f.retries.remove(&labels);
+        f.no_node_available.remove(&labels);
+        for class in StatusClass::ALL {
+            f.pool_requests.remove(&PoolClassLabels {
+                pool: name.to_owned(),
+                class,
+            });
+        }
+    }
+
+    /// Drops a node's series (after a reload removed it) and its share of the derived ratios.
+    pub fn remove_node(&self, pool: &str, address: &str) {
+        let mut handles = self.handles();
+        let key = (pool.to_owned(), address.to_owned());
+        if handles.nodes.remove(&key).is_none() {
+            return;
+        }
+        let f = &self.families;
+        let labels = NodeLabels {
+            pool: key.0,
+            node: key.1,
+        };
+        f.upstream_connections_open.remove(&labels);
+        f.upstream_connections_created.remove(&labels);
+        f.upstream_connections_reused.remove(&labels);
+        f.node_requests_forwarded.remove(&labels);
+        f.node_connect_failures.remove(&labels);
+        f.node_responses_5xx.remove(&labels);
+        f.node_healthy.remove(&labels);
+        f.node_ejections.remove(&labels);
+        f.node_response_time_ewma.remove(&labels);
+    }
+
+    /// Requests forwarded per upstream connection created, over all nodes; 0 when none created.
+    pub fn reuse_ratio(&self) -> f64 {
+        let handles = self.handles();
+        let (forwarded, created) = handles.nodes.values().fold((0u64, 0u64), |(f, c), node| {
+            (
+                f.saturating_add(node.requests_forwarded.get()),
+                c.saturating_add(node.connections_created.get()),
+            )
+        });
+        ratio(forwarded as f64, created as f64)
+    }
+
+    /// Open client connections per open upstream connection; 0 when no upstream one is open.
+    pub fn offload_ratio(&self) -> f64 {
+        let handles = self.handles();
+        let client_open: i64 = handles
+            .virtual_servers
+            .values()
+            .map(|vs| vs.connections_open.get().max(0))
+            .sum();
+        let upstream_open: i64 = handles
+            .nodes
+            .values()
+            .map(|node| node.connections_open.get().max(0))
+            .sum();
+        ratio(client_open as f64, upstream_open as f64)
+    }
+
+    /// Every metric in OpenMetrics text format (served as [`CONTENT_TYPE`]), with the derived
+    /// ratios computed first.
+    pub fn encode(&self) -> String {
+        self.reuse_ratio.set(self.reuse_ratio());
+        self.offload_ratio.set(self.offload_ratio());
+        let mut out = String::with_capacity(8 * 1024);
+        // Writing into a String cannot fail, and every label value here encodes infallibly.
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("encoding metrics into a String is infallible");
+        out
+    }
+
+    fn handles(&self) -> MutexGuard<'_, Handles> {
+        // A panic while holding the lock leaves only complete map entries behind, so the
+        // data is still consistent: recover it rather than propagate the poison.
+        self.handles.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl StatusClass {
+    /// All classes, in the order of the `requests` arrays.
+    pub const ALL: [StatusClass; 5] = [
+        StatusClass::Informational,
+        StatusClass::Success,
+        StatusClass::Redirection,
+        StatusClass::ClientError,
+        StatusClass::ServerError,
+    ];
+
+    /// The class of a status code; `None` outside 100..=599.
+    pub fn of(status: u16) -> Option<StatusClass> {
+        match status {
+            100..=199 => Some(StatusClass::Informational),
+            200..=299 => Some(StatusClass::Success),
+            300..=399 => Some(StatusClass::Redirection),
+            400..=499 => Some(StatusClass::ClientError),
+            500..=599 => Some(StatusClass::ServerError),
+            _ => None,
+        }
+    }
+
+    /// The position of this class in a `requests` array.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The label value: `"1xx"` to `"5xx"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusClass::Informational => "1xx",
+            StatusClass::Success => "2xx",
+            StatusClass::Redirection => "3xx",
+            StatusClass::ClientError => "4xx",
+            StatusClass::ServerError => "5xx",
+        }
+    }
+}
+
+impl VirtualServerMetrics {
+    /// Counts one response sent with `status`; statuses outside 100..=599 are not counted.
+    #[inline]
+    pub fn record_status(&self, status: u16) {
+        if let Some(class) = StatusClass::of(status) {
+            self.requests[class.index()].inc();
+        }
+    }
+}
+
+impl PoolMetrics {
+    /// Counts one response with `status`; statuses outside 100..=599 are not counted.
+    #[inline]
+    pub fn record_status(&self, status: u16) {
+        if let Some(class) = StatusClass::of(status) {
+            self.requests[class.index()].inc();
+        }
+    }
+}
+
+impl Families {
+    fn register(&self, r: &mut Registry) {
+        register(
+            r,
+            names::CLIENT_CONNECTIONS_OPEN,
+            self.client_connections_open.clone(),
+        );
+        register(
+            r,
+            names::CLIENT_CONNECTIONS_ACCEPTED,
+            self.client_connections_accepted.clone(),
+        );
+        register(
+            r,
+            names::CLIENT_CONNECTIONS_REJECTED,
+            self.client_connections_rejected.clone(),
+        );
+        register(r, names::REQUESTS, self.requests.clone());
+        register(r, names::BAD_REQUESTS, self.bad_requests.clone());
+        register(
+            r,
+            names::CLIENT_BYTES_RECEIVED,
+            self.client_bytes_received.clone(),
+        );
+        register(r, names::CLIENT_BYTES_SENT, self.client_bytes_sent.clone());
+
+        register(r, names::POOL_REQUESTS, self.pool_requests.clone());
+        register(r, names::QUEUE_LENGTH, self.queue_length.clone());
+        register(r, names::QUEUE_TIMEOUTS, self.queue_timeouts.clone());
+        register(r, names::QUEUE_FULL, self.queue_full.clone());
+        register(r, names::RETRIES, self.retries.clone());
+        register(r, names::NO_NODE_AVAILABLE, self.no_node_available.clone());
+
+        register(
+            r,
+            names::UPSTREAM_CONNECTIONS_OPEN,
+            self.upstream_connections_open.clone(),
+        );
+        register(
+            r,
+            names::UPSTREAM_CONNECTIONS_CREATED,
+            self.upstream_connections_created.clone(),
+        );
+        register(
+            r,
+            names::UPSTREAM_CONNECTIONS_REUSED,
+            self.upstream_connections_reused.clone(),
+        );
+        register(
+            r,
+            names::NODE_REQUESTS_FORWARDED,
+            self.node_requests_forwarded.clone(),
+        );
+        register(
+            r,
+            names::NODE_CONNECT_FAILURES,
+            self.node_connect_failures.clone(),
+        );
+        register(
+            r,
+            names::NODE_RESPONSES_5XX,
+            self.node_responses_5xx.clone(),
+        );
+        register(r, names::NODE_HEALTHY, self.node_healthy.clone());
+        register(r, names::NODE_EJECTIONS, self.node_ejections.clone());
+        register(
+            r,
+            names::NODE_RESPONSE_TIME_EWMA,
+            self.node_response_time_ewma.clone(),
+        );
+    }
+}
+
+impl EncodeLabelValue for StatusClass {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+fn register(registry: &mut Registry, spec: MetricSpec, metric: impl Metric) {
+    registry.register(spec.name, spec.help, metric);
+}
+
+fn ratio(numerator: f64, denominator: f64) -> f64 {
+    if denominator > 0.0 {
+        numerator / denominator
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,172 @@
+use super::*;
+
+#[test]
+fn record_status_increments_the_right_class() {
+    let metrics = Metrics::new();
+    let vs = metrics.virtual_server("web");
+    let pool = metrics.pool("app");
+    for status in [101, 200, 204, 204, 302, 404, 404, 404, 503] {
+        vs.record_status(status);
+        pool.record_status(status);
+    }
+    let counts = |requests: &[Counter; 5]| requests.each_ref().map(Counter::get);
+    assert_eq!(counts(&vs.requests), [1, 3, 1, 3, 1]);
+    assert_eq!(counts(&pool.requests), [1, 3, 1, 3, 1]);
+}
+
+#[test]
+fn statuses_outside_the_classes_are_not_counted() {
+    let metrics = Metrics::new();
+    let vs = metrics.virtual_server("web");
+    for status in [0, 99, 600, 999, u16::MAX] {
+        vs.record_status(status);
+    }
+    assert!(vs.requests.iter().all(|c| c.get() == 0));
+}
+
+#[test]
+fn status_class_boundaries() {
+    assert_eq!(StatusClass::of(100), Some(StatusClass::Informational));
+    assert_eq!(StatusClass::of(199), Some(StatusClass::Informational));
+    assert_eq!(StatusClass::of(200), Some(StatusClass::Success));
+    assert_eq!(StatusClass::of(599), Some(StatusClass::ServerError));
+    for (index, class) in StatusClass::ALL.iter().enumerate() {
+        assert_eq!(class.index(), index);
+        assert_eq!(class.as_str(), format!("{}xx", index + 1));
+    }
+}
+
+#[test]
+fn same_name_gives_same_series() {
+    let metrics = Metrics::new();
+    metrics.virtual_server("web").connections_accepted.inc();
+    metrics.virtual_server("web").connections_accepted.inc();
+    metrics.pool("app").retries.inc();
+    metrics.pool("app").retries.inc();
+    metrics.node("app", "10.0.0.1:80").ejections.inc();
+    metrics.node("app", "10.0.0.1:80").ejections.inc();
+    assert_eq!(metrics.virtual_server("web").connections_accepted.get(), 2);
+    assert_eq!(metrics.pool("app").retries.get(), 2);
+    assert_eq!(metrics.node("app", "10.0.0.1:80").ejections.get(), 2);
+    assert_eq!(metrics.node("other", "10.0.0.1:80").ejections.get(), 0);
+    let text = metrics.encode();
+    assert!(text.contains("weir_client_connections_accepted_total{virtual_server=\"web\"} 2\n"));
+}
+
+#[test]
+fn derived_ratios() {
+    let metrics = Metrics::new();
+    assert_eq!(metrics.reuse_ratio(), 0.0);
+    assert_eq!(metrics.offload_ratio(), 0.0);
+
+    let a = metrics.node("app", "10.0.0.1:80");
+    let b = metrics.node("app", "10.0.0.2:80");
+    let c = metrics.node("api", "10.0.1.1:80");
+    // 300 requests over 4 connections.
+    a.requests_forwarded.inc_by(100);
+    a.connections_created.inc_by(1);
+    b.requests_forwarded.inc_by(150);
+    b.connections_created.inc_by(2);
+    c.requests_forwarded.inc_by(50);
+    c.connections_created.inc_by(1);
+    assert_eq!(metrics.reuse_ratio(), 75.0);
+
+    // Upstream connections open but no client: 0 / 4.
+    a.connections_open.set(1);
+    b.connections_open.set(2);
+    c.connections_open.set(1);
+    assert_eq!(metrics.offload_ratio(), 0.0);
+    // 1000 client connections over two virtual servers share 4 upstream ones.
+    metrics.virtual_server("web").connections_open.set(600);
+    metrics.virtual_server("api").connections_open.set(400);
+    assert_eq!(metrics.offload_ratio(), 250.0);
+
+    let text = metrics.encode();
+    assert!(text.contains("\nweir_reuse_ratio 75.0\n"), "{text}");
+    assert!(text.contains("\nweir_offload_ratio 250.0\n"), "{text}");
+
+    // Client connections but no upstream one open: 0, not infinity.
+    for node in [&a, &b, &c] {
+        node.connections_open.set(0);
+    }
+    assert_eq!(metrics.offload_ratio(), 0.0);
+}
+
+#[test]
+fn encode_contains_every_metric() {
+    let metrics = Metrics::new();
+    metrics.virtual_server("web");
+    metrics.pool("app");
+    metrics.node("app", "10.0.0.1:80");
+    let text = metrics.encode();
+    for spec in names::ALL {
+        let name = spec.exposed_name();
+        let family = format!("{}_{}", names::PREFIX, spec.name);
+        assert!(
+            text.contains(&format!("# HELP {family} ")),
+            "no help for {name}"
+        );
+        assert!(
+            text.contains(&format!("\n{name}")),
+            "no sample of {name}:\n{text}"
+        );
+        for label in spec.labels {
+            let sample = text
+                .lines()
+                .find(|line| line.starts_with(&name))
+                .unwrap_or_default();
+            assert!(
+                sample.contains(&format!("{label}=\"")),
+                "{name} lacks {label}"
+            );
+        }
+    }
+    assert!(text.contains(&format!(
+        "weir_build_info{{version=\"{}\"}} 1\n",
+        env!("CARGO_PKG_VERSION")
+    )));
+    assert!(text.contains("weir_requests_total{virtual_server=\"web\",class=\"2xx\"} 0\n"));
+    assert!(text.contains("weir_pool_requests_total{pool=\"app\",class=\"5xx\"} 0\n"));
+    assert!(text.contains("weir_upstream_connections_open{pool=\"app\",node=\"10.0.0.1:80\"} 0\n"));
+    assert!(text.ends_with("# EOF\n"));
+}
+
+#[test]
+fn label_values_are_escaped() {
+    let metrics = Metrics::new();
+    metrics.pool("a\"b\\c\nd").retries.inc();
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"weir_retries_total{pool="a\"b\\c\nd"} 1"#),
+        "{text}"
+    );
+}
+
+#[test]
+fn removed_series_disappear() {
+    let metrics = Metrics::new();
+    let node = metrics.node("app", "10.0.0.1:80");
+    node.requests_forwarded.inc_by(10);
+    node.connections_created.inc();
+    metrics.virtual_server("web");
+    metrics.pool("app");
+    metrics.remove_node("app", "10.0.0.1:80");
+    metrics.remove_pool("app");
+    metrics.remove_virtual_server("web");
+    // Handles still held keep working, unexported.
+    node.requests_forwarded.inc();
+    assert_eq!(metrics.reuse_ratio(), 0.0);
+    let text = metrics.encode();
+    assert!(!text.contains("10.0.0.1:80"), "{text}");
+    assert!(!text.contains("pool=\"app\""), "{text}");
+    assert!(!text.contains("virtual_server=\"web\""), "{text}");
+}
+
+#[test]
+fn metrics_are_shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Metrics>();
+    assert_send_sync::<VirtualServerMetrics>();
+    assert_send_sync::<PoolMetrics>();
+    assert_send_sync::<NodeMetrics>();
+}

@@ -1,0 +1,269 @@
+//! Every metric weir exports, named in one place: name, type, labels and help text.
+//!
+//! [`crate::Metrics`] registers exactly the entries of [`ALL`], and `docs/metrics.md` lists
+//! them (a test checks both). Names here carry neither the `weir_` prefix nor the `_total`
+//! suffix of counters: the registry adds those; [`MetricSpec::exposed_name`] shows the result.
+
+/// The Prometheus type of a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+}
+
+/// The description of one metric family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricSpec {
+    /// The name without the `weir_` prefix and without the `_total` suffix of counters.
+    pub name: &'static str,
+    pub kind: MetricKind,
+    /// Label names, in the order they appear in the exposition.
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+}
+
+/// The prefix the registry puts before every name.
+pub const PREFIX: &str = "weir";
+
+const VIRTUAL_SERVER: &[&str] = &["virtual_server"];
+const VIRTUAL_SERVER_CLASS: &[&str] = &["virtual_server", "class"];
+const POOL: &[&str] = &["pool"];
+const POOL_CLASS: &[&str] = &["pool", "class"];
+const POOL_NODE: &[&str] = &["pool", "node"];
+
+const fn counter(
+    name: &'static str,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> MetricSpec {
+    MetricSpec {
+        name,
+        kind: MetricKind::Counter,
+        labels,
+        help,
+    }
+}
+
+const fn gauge(
+    name: &'static str,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> MetricSpec {
+    MetricSpec {
+        name,
+        kind: MetricKind::Gauge,
+        labels,
+        help,
+    }
+}
+
+// Process.
+
+pub const BUILD_INFO: MetricSpec = gauge(
+    "build_info",
+    &["version"],
+    "Always 1; the version label names the running weir build",
+);
+pub const REUSE_RATIO: MetricSpec = gauge(
+    "reuse_ratio",
+    &[],
+    "Requests forwarded per upstream connection created, over all nodes (0 when none created)",
+);
+pub const OFFLOAD_RATIO: MetricSpec = gauge(
+    "offload_ratio",
+    &[],
+    "Open client connections per open upstream connection, over all virtual servers and nodes (0 when none open)",
+);
+
+// Virtual servers (client side).
+
+pub const CLIENT_CONNECTIONS_OPEN: MetricSpec = gauge(
+    "client_connections_open",
+    VIRTUAL_SERVER,
+    "Client connections currently open",
+);
+pub const CLIENT_CONNECTIONS_ACCEPTED: MetricSpec = counter(
+    "client_connections_accepted",
+    VIRTUAL_SERVER,
+    "Client connections accepted",
+);
+pub const CLIENT_CONNECTIONS_REJECTED: MetricSpec = counter(
+    "client_connections_rejected",
+    VIRTUAL_SERVER,
+    "Client connections refused because the virtual server was at max_connections",
+);
+pub const REQUESTS: MetricSpec = counter(
+    "requests",
+    VIRTUAL_SERVER_CLASS,
+    "Responses sent to clients, by status class",
+);
+pub const BAD_REQUESTS: MetricSpec = counter(
+    "bad_requests",
+    VIRTUAL_SERVER,
+    "Client requests rejected while parsing (malformed, too large or smuggling-prone)",
+);
+pub const CLIENT_BYTES_RECEIVED: MetricSpec = counter(
+    "client_bytes_received",
+    VIRTUAL_SERVER,
+    "Bytes read from clients",
+);
+pub const CLIENT_BYTES_SENT: MetricSpec = counter(
+    "client_bytes_sent",
+    VIRTUAL_SERVER,
+    "Bytes written to clients",
+);
+
+// Pools.
+
+pub const POOL_REQUESTS: MetricSpec = counter(
+    "pool_requests",
+    POOL_CLASS,
+    "Responses obtained from the pool's nodes (or generated on its behalf), by status class",
+);
+pub const QUEUE_LENGTH: MetricSpec = gauge(
+    "queue_length",
+    POOL,
+    "Requests currently waiting for an upstream connection, summed over the pool's nodes",
+);
+pub const QUEUE_TIMEOUTS: MetricSpec = counter(
+    "queue_timeouts",
+    POOL,
+    "Requests that gave up waiting in the queue for an upstream connection",
+);
+pub const QUEUE_FULL: MetricSpec = counter(
+    "queue_full",
+    POOL,
+    "Requests refused because the queue was full",
+);
+pub const RETRIES: MetricSpec = counter(
+    "retries",
+    POOL,
+    "Requests sent again to a node after a retry-safe failure",
+);
+pub const NO_NODE_AVAILABLE: MetricSpec = counter(
+    "no_node_available",
+    POOL,
+    "Requests for which the balancer found no healthy node",
+);
+
+// Nodes (upstream side).
+
+pub const UPSTREAM_CONNECTIONS_OPEN: MetricSpec = gauge(
+    "upstream_connections_open",
+    POOL_NODE,
+    "Connections to the node currently open, idle or in use",
+);
+pub const UPSTREAM_CONNECTIONS_CREATED: MetricSpec = counter(
+    "upstream_connections_created",
+    POOL_NODE,
+    "Connections to the node established",
+);
+pub const UPSTREAM_CONNECTIONS_REUSED: MetricSpec = counter(
+    "upstream_connections_reused",
+    POOL_NODE,
+    "Requests that reused an idle keep-alive connection to the node",
+);
+pub const NODE_REQUESTS_FORWARDED: MetricSpec = counter(
+    "node_requests_forwarded",
+    POOL_NODE,
+    "Requests forwarded to the node",
+);
+pub const NODE_CONNECT_FAILURES: MetricSpec = counter(
+    "node_connect_failures",
+    POOL_NODE,
+    "Failed attempts to connect to the node (refused, timed out, TLS failure)",
+);
+pub const NODE_RESPONSES_5XX: MetricSpec = counter(
+    "node_responses_5xx",
+    POOL_NODE,
+    "Responses with a 5xx status received from the node",
+);
+pub const NODE_HEALTHY: MetricSpec = gauge(
+    "node_healthy",
+    POOL_NODE,
+    "1 while the node is considered up, 0 while it is down",
+);
+pub const NODE_EJECTIONS: MetricSpec = counter(
+    "node_ejections",
+    POOL_NODE,
+    "Times the node was marked down by active or passive health checks",
+);
+pub const NODE_RESPONSE_TIME_EWMA: MetricSpec = gauge(
+    "node_response_time_ewma_seconds",
+    POOL_NODE,
+    "Exponentially weighted moving average of the node's response time, in seconds",
+);
+
+/// Every metric, in exposition order.
+pub const ALL: &[MetricSpec] = &[
+    BUILD_INFO,
+    REUSE_RATIO,
+    OFFLOAD_RATIO,
+    CLIENT_CONNECTIONS_OPEN,
+    CLIENT_CONNECTIONS_ACCEPTED,
+    CLIENT_CONNECTIONS_REJECTED,
+    REQUESTS,
+    BAD_REQUESTS,
+    CLIENT_BYTES_RECEIVED,
+    CLIENT_BYTES_SENT,
+    POOL_REQUESTS,
+    QUEUE_LENGTH,
+    QUEUE_TIMEOUTS,
+    QUEUE_FULL,
+    RETRIES,
+    NO_NODE_AVAILABLE,
+    UPSTREAM_CONNECTIONS_OPEN,
+    UPSTREAM_CONNECTIONS_CREATED,
+    UPSTREAM_CONNECTIONS_REUSED,
+    NODE_REQUESTS_FORWARDED,
+    NODE_CONNECT_FAILURES,
+    NODE_RESPONSES_5XX,
+    NODE_HEALTHY,
+    NODE_EJECTIONS,
+    NODE_RESPONSE_TIME_EWMA,
+];
+
+impl MetricSpec {
+    /// The name as it appears in the exposition, e.g. `weir_requests_total`.
+    pub fn exposed_name(&self) -> String {
+        match self.kind {
+            MetricKind::Counter => format!("{PREFIX}_{}_total", self.name),
+            MetricKind::Gauge => format!("{PREFIX}_{}", self.name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_well_formed() {
+        let mut seen = std::collections::HashSet::new();
+        for spec in ALL {
+            assert!(seen.insert(spec.exposed_name()), "duplicate {}", spec.name);
+            assert!(
+                spec.name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "bad name {}",
+                spec.name
+            );
+            assert!(
+                !spec.name.ends_with("_total"),
+                "{} ends in _total",
+                spec.name
+            );
+            assert!(!spec.help.is_empty());
+        }
+    }
+
+    #[test]
+    fn docs_list_every_metric() {
+        let docs = include_str!("../../../docs/metrics.md");
+        for spec in ALL {
+            let row = format!("| `{}` |", spec.exposed_name());
+            assert!(docs.contains(&row), "docs/metrics.md lacks a row for {row}");
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Errors → answers: the one place that decides which status a failure gets.
+
+use weir_core::{Error, ErrorKind, Side};
+use weir_http::{ParseError, ParseErrorKind};
+
+/// A request that ends early: what to tell the client (if anything) and why.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    /// The status to answer with; `None` when the client is gone or the
+    /// response was already started (then the connection is just closed).
+    pub status: Option<u16>,
+    pub error: Error,
+}
+
+impl Failure {
+    /// A failure with the standard answer for its kind.
+    pub(crate) fn from_error(error: Error) -> Failure {
+        Failure {
+            status: status_for(error.kind()),
+            error,
+        }
+    }
+
+    /// A request the client sent badly.
+    pub(crate) fn parse(error: ParseError) -> Failure {
+        let kind = match error.kind {
+            ParseErrorKind::HeadTooLarge | ParseErrorKind::TooManyHeaders => ErrorKind::HeadTooLarge,
+            _ => ErrorKind::BadRequest,
+        };
+        Failure {
+            status: Some(error.status()),
+            error: Error::new(kind, Side::Downstream).context(error.reason),
+        }
+    }
+
+    /// The node sent something that is not valid HTTP.
+    pub(crate) fn bad_response(error: ParseError) -> Failure {
+        Failure::from_error(Error::new(ErrorKind::BadResponse, Side::Upstream).context(error.reason))
+    }
+
+    /// Close without an answer (client gone, or the response already started).
+    pub(crate) fn silent(error: Error) -> Failure {
+        Failure { status: None, error }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure::from_error(error)
+    }
+}
+
+/// The status a failure of this kind is answered with.
+pub(crate) fn status_for(kind: ErrorKind) -> Option<u16> {
+    Some(match kind {
+        ErrorKind::BadRequest => 400,
+        ErrorKind::HeadTooLarge => 431,
+        ErrorKind::BodyTooLarge => 413,
+        ErrorKind::ClientTimeout => 408,
+        ErrorKind::ClientClosed => return None,
+        ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout | ErrorKind::BadResponse => 502,
+        ErrorKind::ResponseTimeout => 504,
+        ErrorKind::QueueFull
+        | ErrorKind::QueueTimeout
+        | ErrorKind::NoNodeAvailable
+        | ErrorKind::ShuttingDown => 503,
+        ErrorKind::Io => 502,
+    })
+}
+
+/// Extra headers that go with a status weir generates.
+pub(crate) fn headers_for(status: u16) -> &'static [(&'static str, &'static str)] {
+    match status {
+        503 => &[("Retry-After", "1")],
+        _ => &[],
+    }
+}
+
+/// The short body of a generated answer.
+pub(crate) fn body_for(status: u16) -> &'static [u8] {
+    match status {
+        400 => b"bad request\n",
+        408 => b"request timeout\n",
+        413 => b"request body too large\n",
+        431 => b"request header fields too large\n",
+        501 => b"not implemented\n",
+        502 => b"bad gateway\n",
+        503 => b"service unavailable\n",
+        504 => b"gateway timeout\n",
+        505 => b"http version not supported\n",
+        _ => b"error\n",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_kinds_map_to_gateway_statuses() {
+        assert_eq!(status_for(ErrorKind::ConnectFailed), Some(502));
+        assert_eq!(status_for(ErrorKind::ResponseTimeout), Some(504));
+        assert_eq!(status_for(ErrorKind::QueueTimeout), Some(503));
+        assert_eq!(status_for(ErrorKind::ClientClosed), None);
+        assert_eq!(headers_for(503), &[("Retry-After", "1")]);
+    }
+}

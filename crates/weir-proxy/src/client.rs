@@ -1,0 +1,173 @@
+//! The client side of a connection: buffers, timed reads and writes, and the
+//! `read_head` stage.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use weir_core::{Error, ErrorKind, ShutdownSignal, Side};
+use weir_http::{RequestHead, Version};
+
+use crate::answer::{Failure, body_for, headers_for};
+use crate::route::VirtualServerRuntime;
+
+/// Smallest free space worth a read call.
+const READ_RESERVE: usize = 4096;
+
+/// One client connection and its reusable buffers.
+#[derive(Debug)]
+pub(crate) struct Client {
+    pub stream: TcpStream,
+    pub peer: SocketAddr,
+    /// Bytes read from the client and not yet used (pipelined requests stay here).
+    pub read_buf: BytesMut,
+    /// Scratch for what goes to the client.
+    pub write_buf: BytesMut,
+    /// Scratch for what goes to the node (kept here to reuse its allocation).
+    pub upstream_out: BytesMut,
+    /// Scratch for what comes from the node.
+    pub upstream_in: BytesMut,
+    pub accepted_at: Instant,
+    /// Requests read on this connection so far.
+    pub requests: u32,
+}
+
+impl Client {
+    pub(crate) fn new(stream: TcpStream, peer: SocketAddr) -> Client {
+        Client {
+            stream,
+            peer,
+            read_buf: BytesMut::new(),
+            write_buf: BytesMut::new(),
+            upstream_out: BytesMut::new(),
+            upstream_in: BytesMut::new(),
+            accepted_at: Instant::now(),
+            requests: 0,
+        }
+    }
+
+    /// The read_head stage: waits for the next request head. `Ok(None)` means
+    /// the connection should close quietly (client closed, idle timeout, or
+    /// shutdown while idle).
+    pub(crate) async fn read_head(
+        &mut self,
+        vs: &VirtualServerRuntime,
+        shutdown: &mut ShutdownSignal,
+    ) -> Result<Option<RequestHead>, Failure> {
+        let timeouts = &vs.config.timeouts;
+        // The first head must arrive within header_read of the accept; later
+        // ones may idle first, then have header_read from their first byte.
+        let mut head_deadline = (self.requests == 0).then(|| self.accepted_at + timeouts.header_read);
+        loop {
+            if !self.read_buf.is_empty() {
+                match RequestHead::split_from(&mut self.read_buf, &vs.head_limits) {
+                    Ok(Some(head)) => {
+                        self.requests += 1;
+                        return Ok(Some(head));
+                    }
+                    Ok(None) => {}
+                    Err(error) => return Err(Failure::parse(error)),
+                }
+                head_deadline.get_or_insert_with(|| Instant::now() + timeouts.header_read);
+            }
+            let idle = self.read_buf.is_empty();
+            let deadline = match head_deadline {
+                Some(deadline) => deadline,
+                None => Instant::now() + timeouts.idle,
+            };
+            self.read_buf.reserve(READ_RESERVE);
+            let read = tokio::select! {
+                biased;
+                read = tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.read_buf)) => read,
+                _ = shutdown.triggered(), if idle => return Ok(None),
+            };
+            match read {
+                Ok(Ok(0)) if idle => return Ok(None),
+                Ok(Ok(0)) => {
+                    return Err(Failure::silent(
+                        Error::new(ErrorKind::ClientClosed, Side::Downstream).context("closed in the middle of a request head"),
+                    ));
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => return Err(Failure::silent(Error::downstream(ErrorKind::ClientClosed, error))),
+                Err(_) if idle && self.requests > 0 => return Ok(None),
+                Err(_) => {
+                    return Err(Failure::from_error(
+                        Error::new(ErrorKind::ClientTimeout, Side::Downstream).context("request head not received in time"),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Reads more bytes into `read_buf`, waiting at most `timeout`. Errors if the client closed.
+    pub(crate) async fn read_more(&mut self, timeout: Duration) -> Result<usize, Failure> {
+        self.read_buf.reserve(READ_RESERVE);
+        match tokio::time::timeout(timeout, self.stream.read_buf(&mut self.read_buf)).await {
+            Ok(Ok(0)) => Err(Failure::silent(
+                Error::new(ErrorKind::ClientClosed, Side::Downstream).context("closed in the middle of a request body"),
+            )),
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(error)) => Err(Failure::silent(Error::downstream(ErrorKind::ClientClosed, error))),
+            Err(_) => Err(Failure::from_error(
+                Error::new(ErrorKind::ClientTimeout, Side::Downstream).context("request body not received in time"),
+            )),
+        }
+    }
+
+    /// Writes `write_buf` to the client and clears it.
+    pub(crate) async fn flush(&mut self, timeout: Duration) -> Result<(), Failure> {
+        let result = tokio::time::timeout(timeout, self.stream.write_all(&self.write_buf)).await;
+        self.write_buf.clear();
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(Failure::silent(Error::downstream(ErrorKind::ClientClosed, error))),
+            Err(_) => Err(Failure::silent(
+                Error::new(ErrorKind::ClientTimeout, Side::Downstream).context("client did not read the response in time"),
+            )),
+        }
+    }
+
+    /// Writes `bytes` (after anything in `write_buf`) to the client.
+    pub(crate) async fn send(&mut self, bytes: &[u8], timeout: Duration) -> Result<(), Failure> {
+        if !self.write_buf.is_empty() {
+            if bytes.len() <= 64 * 1024 {
+                self.write_buf.extend_from_slice(bytes);
+                return self.flush(timeout).await;
+            }
+            self.flush(timeout).await?;
+        }
+        match tokio::time::timeout(timeout, self.stream.write_all(bytes)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(Failure::silent(Error::downstream(ErrorKind::ClientClosed, error))),
+            Err(_) => Err(Failure::silent(
+                Error::new(ErrorKind::ClientTimeout, Side::Downstream).context("client did not read the response in time"),
+            )),
+        }
+    }
+
+    /// Sends one of weir's own answers (an error status) and returns its size.
+    pub(crate) async fn answer(
+        &mut self,
+        status: u16,
+        version: Version,
+        keep_alive: bool,
+        timeout: Duration,
+    ) -> Result<u64, Failure> {
+        self.write_buf.clear();
+        weir_http::write_simple_response(
+            status,
+            version,
+            keep_alive,
+            headers_for(status),
+            body_for(status),
+            &mut self.write_buf,
+        );
+        let size = self.write_buf.len() as u64;
+        self.flush(timeout).await?;
+        Ok(size)
+    }
+}

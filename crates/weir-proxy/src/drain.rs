@@ -1,0 +1,51 @@
+//! Counts live client connections so shutdown can wait for them to finish.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::Notify;
+
+/// Live client connections across all listeners.
+#[derive(Debug, Default)]
+pub(crate) struct Drain {
+    active: AtomicUsize,
+    idle: Notify,
+}
+
+/// Held by each connection task; the last one dropped wakes the drainer.
+#[derive(Debug)]
+pub(crate) struct DrainGuard {
+    drain: Arc<Drain>,
+}
+
+impl Drain {
+    pub(crate) fn enter(self: &Arc<Self>) -> DrainGuard {
+        self.active.fetch_add(1, Ordering::AcqRel);
+        DrainGuard {
+            drain: Arc::clone(self),
+        }
+    }
+
+    pub(crate) fn active(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Completes when no connection is left.
+    pub(crate) async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.active() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for DrainGuard {
+    fn drop(&mut self) {
+        if self.drain.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.drain.idle.notify_waiters();
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The L7 data path: listeners, the HTTP/1.1 pipeline and the mapping of
+//! errors to answers.
+//!
+//! [`Proxy::bind`] binds every listener of a validated config (so an address
+//! in use fails before anything serves), and [`BoundProxy::run`] serves until
+//! shutdown, then drains. The pipeline itself reads in one file:
+//! [`pipeline`](crate::pipeline).
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! let config = weir_config::embedded_default();
+//! let metrics = weir_observe::Metrics::new();
+//! let (shutdown, signal) = weir_core::Shutdown::new();
+//! let proxy = weir_proxy::Proxy::bind(&config, &metrics)?;
+//! proxy.run(signal).await?;
+//! # drop(shutdown);
+//! # Ok(()) }
+//! ```
+
+mod answer;
+mod client;
+mod drain;
+mod exchange;
+mod listener;
+mod pipeline;
+mod request_body;
+mod response;
+mod route;
+mod upgrade;
+
+pub use listener::{BoundProxy, Proxy, bind_tcp};
+pub use route::VirtualServerRuntime;

@@ -1,0 +1,112 @@
+//! A virtual server at run time, and the `route` stage: which pool serves a request.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+
+use weir_config::{PoolId, VirtualServer};
+use weir_http::{Limits, RequestHead};
+use weir_observe::VirtualServerMetrics;
+use weir_upstream::Pool;
+
+/// A virtual server with its pools resolved and its metric handles taken.
+#[derive(Debug)]
+pub struct VirtualServerRuntime {
+    pub config: VirtualServer,
+    pub default_pool: Arc<Pool>,
+    pub routes: Vec<(weir_config::Route, Arc<Pool>)>,
+    pub metrics: VirtualServerMetrics,
+    pub access_log: bool,
+    pub(crate) head_limits: Limits,
+    /// Client connections open now (for `limits.max_connections`).
+    pub(crate) open: AtomicU32,
+}
+
+impl VirtualServerRuntime {
+    pub fn new(
+        config: &VirtualServer,
+        pools: &[Arc<Pool>],
+        metrics: VirtualServerMetrics,
+        access_log: bool,
+    ) -> VirtualServerRuntime {
+        let pool = |PoolId(index): PoolId| Arc::clone(&pools[index]);
+        VirtualServerRuntime {
+            default_pool: pool(config.default_pool),
+            routes: config
+                .routes
+                .iter()
+                .map(|route| (route.clone(), pool(route.pool)))
+                .collect(),
+            metrics,
+            access_log,
+            head_limits: Limits {
+                max_head_bytes: config.limits.max_header_bytes,
+                max_headers: config.limits.max_headers,
+            },
+            open: AtomicU32::new(0),
+            config: config.clone(),
+        }
+    }
+
+    /// The route stage: the first matching rule's pool, else the default pool.
+    pub(crate) fn route(&self, head: &RequestHead) -> &Arc<Pool> {
+        if self.routes.is_empty() {
+            return &self.default_pool;
+        }
+        let host = head.host().map(host_without_port);
+        let path = head.path();
+        for (rule, pool) in &self.routes {
+            if rule.host.as_deref().is_some_and(|want| !host.is_some_and(|h| host_matches(want, h))) {
+                continue;
+            }
+            if rule.path_prefix.as_deref().is_some_and(|prefix| !path.starts_with(prefix.as_bytes())) {
+                continue;
+            }
+            return pool;
+        }
+        &self.default_pool
+    }
+}
+
+fn host_without_port(host: &[u8]) -> &[u8] {
+    if host.first() == Some(&b'[') {
+        // [v6]:port
+        return match host.iter().position(|&b| b == b']') {
+            Some(end) => &host[..=end],
+            None => host,
+        };
+    }
+    match host.iter().rposition(|&b| b == b':') {
+        Some(colon) => &host[..colon],
+        None => host,
+    }
+}
+
+/// `want` is lower case; `*.example.com` matches any subdomain of example.com.
+fn host_matches(want: &str, host: &[u8]) -> bool {
+    if let Some(suffix) = want.strip_prefix("*.") {
+        let suffix = suffix.as_bytes();
+        host.len() > suffix.len() + 1
+            && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+            && host[host.len() - suffix.len() - 1] == b'.'
+    } else {
+        host.eq_ignore_ascii_case(want.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_match_exactly_or_by_wildcard() {
+        assert!(host_matches("api.example.com", b"API.example.com"));
+        assert!(!host_matches("api.example.com", b"example.com"));
+        assert!(host_matches("*.example.com", b"a.example.com"));
+        assert!(host_matches("*.example.com", b"a.b.example.com"));
+        assert!(!host_matches("*.example.com", b"example.com"));
+        assert!(!host_matches("*.example.com", b"aexample.com"));
+        assert_eq!(host_without_port(b"a.com:8080"), b"a.com");
+        assert_eq!(host_without_port(b"[::1]:8080"), b"[::1]");
+        assert_eq!(host_without_port(b"a.com"), b"a.com");
+    }
+}

@@ -1,0 +1,173 @@
+//! TCP connection offload end to end: caps, queue, reuse, slow clients.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use weir_origin::OriginOptions;
+use weir_testkit::client::{self, Connection};
+use weir_testkit::{TestOrigin, TestProxy, config};
+
+/// The offload shape at small scale: 300 keep-alive clients, each sending
+/// several requests, through a pool capped at 8 connections: the origin
+/// never sees more than 8, the clients see no error, connections are reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_share_a_capped_pool() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "[pools.web.connections]\nmax_connections = 8\nqueue_length = 1000\nqueue_timeout = \"10s\"",
+        "",
+    ))
+    .await;
+    let errors = Arc::new(AtomicU64::new(0));
+    let served = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..300 {
+        let (errors, served, addr) = (Arc::clone(&errors), Arc::clone(&served), proxy.addr);
+        clients.push(tokio::spawn(async move {
+            let Ok(mut connection) = Connection::open(addr).await else {
+                errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            for _ in 0..5 {
+                let sent = connection.send(b"GET /delay/2 HTTP/1.1\r\nHost: t\r\n\r\n").await;
+                match (sent, connection.response().await) {
+                    (Ok(()), Ok(response)) if response.status == 200 => {
+                        served.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    for client in clients {
+        client.await.unwrap();
+    }
+    assert_eq!(errors.load(Ordering::Relaxed), 0);
+    assert_eq!(served.load(Ordering::Relaxed), 1500);
+    assert!(origin.stats.connections_peak() <= 8, "origin saw {} connections", origin.stats.connections_peak());
+    assert!(origin.stats.connections_accepted() <= 8);
+    assert_eq!(origin.stats.requests(), 1500);
+    let metrics = proxy.metrics.encode();
+    assert!(metrics.contains("weir_reuse_ratio"), "{metrics}");
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// Past the queue timeout a waiting request gets 503 with Retry-After, never a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_timeout_answers_503_with_retry_after() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "[pools.web.connections]\nmax_connections = 1\nqueue_length = 10\nqueue_timeout = \"100ms\"",
+        "",
+    ))
+    .await;
+    // Hold the only connection with a slow request.
+    let slow = tokio::spawn(client::get(proxy.addr, "/delay/1000"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let response = client::get(proxy.addr, "/").await.unwrap();
+    assert_eq!(response.status, 503);
+    assert_eq!(response.header("retry-after"), Some("1"));
+    assert_eq!(slow.await.unwrap().unwrap().status, 200);
+    assert_eq!(origin.stats.connections_accepted(), 1);
+    proxy.stop().await;
+}
+
+/// A full queue answers 503 at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_queue_answers_503_at_once() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "[pools.web.connections]\nmax_connections = 1\nqueue_length = 1\nqueue_timeout = \"5s\"",
+        "",
+    ))
+    .await;
+    let slow = tokio::spawn(client::get(proxy.addr, "/delay/800"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let queued = tokio::spawn(client::get(proxy.addr, "/"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    let rejected = client::get(proxy.addr, "/").await.unwrap();
+    assert_eq!(rejected.status, 503);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(slow.await.unwrap().unwrap().status, 200);
+    assert_eq!(queued.await.unwrap().unwrap().status, 200);
+    proxy.stop().await;
+}
+
+/// A client that reads its response slowly does not hold the upstream
+/// connection: the response is buffered and the connection goes back to the
+/// pool while the client is still reading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reader_does_not_hold_the_upstream_connection() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "[pools.web.connections]\nmax_connections = 1\nqueue_length = 10\nqueue_timeout = \"2s\"",
+        "[virtual_servers.web.limits]\nresponse_buffer = \"1MiB\"",
+    ))
+    .await;
+    // 512 KiB: more than the socket buffers take while the client does not read.
+    let mut slow = Connection::open(proxy.addr).await.unwrap();
+    slow.send(b"GET /bytes/524288 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The single upstream connection must be free for someone else now.
+    let other = tokio::time::timeout(Duration::from_secs(1), client::get(proxy.addr, "/"))
+        .await
+        .expect("the upstream connection is back in the pool")
+        .unwrap();
+    assert_eq!(other.status, 200);
+    assert_eq!(origin.stats.connections_accepted(), 1);
+    // The slow client still gets all of its response.
+    let mut total = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    while total < 524_288 {
+        let n = slow.stream.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        total += n;
+    }
+    proxy.stop().await;
+}
+
+/// The upstream connection is reused across clients and requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_reused_across_clients() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    for _ in 0..20 {
+        assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+    }
+    assert_eq!(origin.stats.connections_accepted(), 1);
+    assert_eq!(origin.stats.requests(), 20);
+    proxy.stop().await;
+}
+
+/// An origin that refuses connections past its cap (like an overloaded
+/// Apache) still serves everyone through weir when weir's cap is below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capped_origin_is_shielded() {
+    let origin = TestOrigin::with_options(OriginOptions {
+        max_connections: Some(4),
+        ..OriginOptions::new("a", "127.0.0.1:0".parse().unwrap())
+    })
+    .await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "[pools.web.connections]\nmax_connections = 4", "")).await;
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let addr = proxy.addr;
+        tasks.push(tokio::spawn(async move { client::get(addr, "/delay/5").await.map(|r| r.status) }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap(), 200);
+    }
+    assert_eq!(origin.stats.connections_refused(), 0);
+    assert!(origin.stats.connections_peak() <= 4);
+    proxy.stop().await;
+}

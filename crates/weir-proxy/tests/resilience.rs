@@ -1,0 +1,195 @@
+//! Failures end to end: retries, health, timeouts, drain.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use weir_testkit::client::{self, Connection};
+use weir_testkit::{TestOrigin, TestProxy, config};
+
+/// An address nothing listens on.
+async fn dead_address() -> SocketAddr {
+    tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap()
+}
+
+/// An idempotent request whose node refuses the connection is served by another node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_is_retried_on_another_node_after_connect_failure() {
+    let dead = dead_address().await;
+    let origin = TestOrigin::start("alive").await;
+    let proxy = TestProxy::start(&config(
+        &[dead, origin.addr],
+        "algorithm = \"round_robin\"\nretries = 2\n[pools.web.passive_health]\nconsecutive_failures = 0",
+        "",
+    ))
+    .await;
+    for _ in 0..6 {
+        let response = client::get(proxy.addr, "/").await.unwrap();
+        assert_eq!(response.status, 200);
+        assert_eq!(response.header("x-origin"), Some("alive"));
+    }
+    proxy.stop().await;
+}
+
+/// A POST is never sent twice: a connect failure on its node is answered 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_is_not_retried() {
+    let dead = dead_address().await;
+    let origin = TestOrigin::start("alive").await;
+    let proxy = TestProxy::start(&config(
+        &[dead, origin.addr],
+        "algorithm = \"round_robin\"\nretries = 2\n[pools.web.passive_health]\nconsecutive_failures = 0",
+        "",
+    ))
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let mut connection = Connection::open(proxy.addr).await.unwrap();
+        connection
+            .send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi")
+            .await
+            .unwrap();
+        statuses.push(connection.response().await.unwrap().status);
+    }
+    statuses.sort();
+    assert_eq!(statuses, vec![200, 200, 502, 502]);
+    assert_eq!(origin.stats.requests(), 2);
+    proxy.stop().await;
+}
+
+/// Passive health: a node that keeps failing is ejected, so requests stop going to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_node_is_ejected_passively() {
+    let dead = dead_address().await;
+    let origin = TestOrigin::start("alive").await;
+    let proxy = TestProxy::start(&config(
+        &[dead, origin.addr],
+        "algorithm = \"round_robin\"\nretries = 0\n[pools.web.passive_health]\nconsecutive_failures = 2\nbase_ejection = \"30s\"",
+        "",
+    ))
+    .await;
+    let mut failures = 0;
+    for _ in 0..20 {
+        if client::get(proxy.addr, "/").await.unwrap().status == 502 {
+            failures += 1;
+        }
+    }
+    assert_eq!(failures, 2, "the dead node is ejected after two failures");
+    assert!(proxy.metrics.encode().contains("weir_node_ejections_total"));
+    proxy.stop().await;
+}
+
+/// Active health: a node whose monitor fails is taken out, and comes back when it recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_monitor_ejects_and_restores() {
+    let a = TestOrigin::start("a").await;
+    let b_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b_addr = b_listener.local_addr().unwrap();
+    drop(b_listener);
+    let proxy = TestProxy::start(&config(
+        &[a.addr, b_addr],
+        "algorithm = \"round_robin\"\nretries = 0\n[pools.web.health]\ntype = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"50ms\"\nrise = 1\nfall = 1\n[pools.web.passive_health]\nconsecutive_failures = 0",
+        "",
+    ))
+    .await;
+    // Wait for the monitor to mark b down.
+    let pool = &proxy.pools[0];
+    wait_until(|| !pool.nodes[1].is_active_up()).await;
+    for _ in 0..10 {
+        assert_eq!(client::get(proxy.addr, "/").await.unwrap().header("x-origin"), Some("a"));
+    }
+    // Bring b up on the same address.
+    let b = TestOrigin::with_options(weir_origin::OriginOptions::new("b", b_addr)).await;
+    wait_until(|| pool.nodes[1].is_active_up()).await;
+    let mut seen_b = false;
+    for _ in 0..10 {
+        seen_b |= client::get(proxy.addr, "/").await.unwrap().header("x-origin") == Some("b");
+    }
+    assert!(seen_b);
+    proxy.stop().await;
+    b.stop().await;
+}
+
+async fn wait_until(condition: impl Fn() -> bool) {
+    for _ in 0..100 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("condition not met within 5 s");
+}
+
+/// Every node down: 503; with fail_open the request is sent anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_nodes_down_is_503_unless_fail_open() {
+    let origin = TestOrigin::start("a").await;
+    let pool_settings = "[pools.web.health]\ntype = \"http\"\npath = \"/status/500\"\ninterval = \"100ms\"\ntimeout = \"50ms\"\nrise = 1\nfall = 1";
+    let closed = TestProxy::start(&config(&[origin.addr], pool_settings, "")).await;
+    wait_until(|| !closed.pools[0].nodes[0].is_active_up()).await;
+    let response = client::get(closed.addr, "/").await.unwrap();
+    assert_eq!(response.status, 503);
+    closed.stop().await;
+
+    let open = TestProxy::start(&config(&[origin.addr], &format!("fail_open = true\n{pool_settings}"), "")).await;
+    wait_until(|| !open.pools[0].nodes[0].is_active_up()).await;
+    assert_eq!(client::get(open.addr, "/").await.unwrap().status, 200);
+    open.stop().await;
+}
+
+/// A node that does not answer within the response timeout → 504; one that refuses → 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_and_refusals_map_to_504_and_502() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "[pools.web.timeouts]\nresponse = \"100ms\"", "")).await;
+    assert_eq!(client::get(proxy.addr, "/delay/1000").await.unwrap().status, 504);
+    proxy.stop().await;
+
+    let dead = dead_address().await;
+    let proxy = TestProxy::start(&config(&[dead], "", "")).await;
+    assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 502);
+    proxy.stop().await;
+}
+
+/// Pipelined requests are answered in order on one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_are_answered_in_order() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    connection
+        .send(
+            b"GET /delay/30 HTTP/1.1\r\nHost: t\r\n\r\nGET /bytes/3 HTTP/1.1\r\nHost: t\r\n\r\nGET /status/404 HTTP/1.1\r\nHost: t\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let first = connection.response().await.unwrap();
+    let second = connection.response().await.unwrap();
+    let third = connection.response().await.unwrap();
+    assert_eq!(first.status, 200);
+    assert!(first.text().contains("30"));
+    assert_eq!((second.status, second.body.len()), (200, 3));
+    assert_eq!(third.status, 404);
+    proxy.stop().await;
+}
+
+/// Graceful drain: an in-flight request finishes (with Connection: close),
+/// idle keep-alive connections are closed, new connections are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_in_flight_requests() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let addr = proxy.addr;
+    let mut idle = Connection::open(addr).await.unwrap();
+    idle.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    assert_eq!(idle.response().await.unwrap().status, 200);
+    let mut busy = Connection::open(addr).await.unwrap();
+    busy.send(b"GET /delay/300 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.trigger_shutdown();
+    let response = busy.response().await.unwrap();
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("connection"), Some("close"));
+    assert!(idle.is_closed(Duration::from_secs(2)).await);
+    proxy.join().await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}

@@ -1,0 +1,119 @@
+//! In-process origins, proxies and raw clients for weir's end-to-end tests.
+//! Everything binds port 0 on loopback; nothing outside the test process is
+//! needed.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use weir_testkit::{TestOrigin, TestProxy, client};
+//! let origin = TestOrigin::start("a").await;
+//! let proxy = TestProxy::start(&weir_testkit::config(&[origin.addr], "", "")).await;
+//! let response = client::get(proxy.addr, "/").await.unwrap();
+//! assert_eq!(response.status, 200);
+//! proxy.stop().await;
+//! # }
+//! ```
+
+pub mod client;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+use weir_core::Shutdown;
+use weir_observe::Metrics;
+use weir_origin::{Origin, OriginOptions, OriginStats};
+use weir_upstream::Pool;
+
+/// A built-in origin running on its own port.
+pub struct TestOrigin {
+    pub addr: SocketAddr,
+    pub stats: Arc<OriginStats>,
+    shutdown: Shutdown,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl TestOrigin {
+    pub async fn start(name: &str) -> TestOrigin {
+        TestOrigin::with_options(OriginOptions::new(name, "127.0.0.1:0".parse().expect("valid"))).await
+    }
+
+    pub async fn with_options(options: OriginOptions) -> TestOrigin {
+        let origin = Origin::bind(options).await.expect("origin binds on loopback");
+        let addr = origin.local_addr();
+        let stats = origin.stats();
+        let (shutdown, signal) = Shutdown::new();
+        let task = tokio::spawn(origin.run(signal));
+        TestOrigin {
+            addr,
+            stats,
+            shutdown,
+            task,
+        }
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.trigger();
+        let _ = self.task.await;
+    }
+}
+
+/// A proxy running in-process.
+pub struct TestProxy {
+    /// The first listener's address.
+    pub addr: SocketAddr,
+    pub addrs: Vec<(String, SocketAddr)>,
+    pub metrics: Arc<Metrics>,
+    pub pools: Vec<Arc<Pool>>,
+    shutdown: Shutdown,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl TestProxy {
+    /// Starts a proxy from TOML text (listen on `127.0.0.1:0`). Panics if the config is invalid.
+    pub async fn start(toml: &str) -> TestProxy {
+        let config = weir_config::parse_str(toml, "test.toml").unwrap_or_else(|error| panic!("{error}"));
+        let metrics = Metrics::new();
+        let proxy = weir_proxy::Proxy::bind(&config, &metrics).expect("proxy binds on loopback");
+        let addrs = proxy.local_addrs();
+        let pools = proxy.pools().to_vec();
+        let (shutdown, signal) = Shutdown::new();
+        let task = tokio::spawn(proxy.run(signal));
+        TestProxy {
+            addr: addrs[0].1,
+            addrs,
+            metrics,
+            pools,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Begins shutdown without waiting.
+    pub fn trigger_shutdown(&self) {
+        self.shutdown.trigger();
+    }
+
+    /// Shuts down and waits for the drain.
+    pub async fn stop(self) {
+        self.shutdown.trigger();
+        let _ = self.task.await;
+    }
+
+    /// Waits for the drain after [`TestProxy::trigger_shutdown`].
+    pub async fn join(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// A config with one virtual server `web` on `127.0.0.1:0` and one pool `web`
+/// over `nodes`. `pool_extra` and `vs_extra` are TOML lines added to the
+/// `[pools.web]` and `[virtual_servers.web]` tables (sub-tables may follow them).
+pub fn config(nodes: &[SocketAddr], pool_extra: &str, vs_extra: &str) -> String {
+    let nodes: Vec<String> = nodes.iter().map(|n| format!("{{ address = \"{n}\" }}")).collect();
+    format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+         [pools.web]\nnodes = [{}]\n{pool_extra}\n\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n{vs_extra}\n",
+        nodes.join(", ")
+    )
+}

@@ -1,0 +1,80 @@
+//! Load balancing behind one small trait: each algorithm chooses a node from
+//! atomics and per-thread state only, so a pick never blocks or takes a lock.
+//!
+//! CONTRACT (lead): keep `Balancer` and `for_algorithm` as they are.
+//!
+//! Every balancer treats the `eligible` predicate as the truth about which
+//! nodes may take the request (health, ejection, nodes already tried), and
+//! keeps its proportions among the eligible nodes when some drop out: the
+//! turns of an ineligible node are handed to the others in proportion to
+//! their share, not to whichever node happens to sit next to it.
+
+use std::sync::Arc;
+
+use weir_config::Algorithm;
+
+use crate::node::NodeState;
+
+mod least_connections;
+mod perceptive;
+mod random;
+mod round_robin;
+mod weighted_round_robin;
+
+pub use least_connections::LeastConnections;
+pub use perceptive::Perceptive;
+pub use round_robin::RoundRobin;
+pub use weighted_round_robin::WeightedRoundRobin;
+
+/// Chooses a node for the next request.
+pub trait Balancer: Send + Sync + std::fmt::Debug {
+    /// Picks the index of one node among those for which `eligible(index)` is
+    /// true, or `None` if there is none. Must not block.
+    fn pick(&self, nodes: &[Arc<NodeState>], eligible: &dyn Fn(usize) -> bool) -> Option<usize>;
+}
+
+/// The balancer for a configured algorithm over these nodes.
+pub fn for_algorithm(algorithm: Algorithm, nodes: &[Arc<NodeState>]) -> Box<dyn Balancer> {
+    match algorithm {
+        Algorithm::RoundRobin => Box::new(RoundRobin::new()),
+        Algorithm::WeightedRoundRobin => {
+            let weights: Vec<u32> = nodes.iter().map(|node| node.weight).collect();
+            Box::new(WeightedRoundRobin::new(&weights))
+        }
+        Algorithm::LeastConnections => Box::new(LeastConnections::new()),
+        Algorithm::Perceptive => Box::new(Perceptive::new()),
+    }
+}
+
+/// The `rank`-th eligible index of `0..len` (counting from 0), with `rank`
+/// taken modulo the number of eligible indices; `None` when none is eligible.
+///
+/// The slow path shared by the balancers, used only when their first choice
+/// is out. Eligibility may change between the counting pass and the choosing
+/// pass; the last eligible index seen is the answer then.
+fn nth_eligible(len: usize, eligible: &dyn Fn(usize) -> bool, rank: u64) -> Option<usize> {
+    let count = (0..len).filter(|&index| eligible(index)).count();
+    if count == 0 {
+        return None;
+    }
+    let wanted = (rank % count as u64) as usize;
+    let mut seen = 0;
+    let mut last = None;
+    for index in (0..len).filter(|&index| eligible(index)) {
+        if seen == wanted {
+            return Some(index);
+        }
+        seen += 1;
+        last = Some(index);
+    }
+    last
+}
+
+/// A node's weight for proportions: the config guarantees it is non-zero, and
+/// a zero is read as 1 rather than dividing by it.
+fn weight_of(node: &NodeState) -> u32 {
+    node.weight.max(1)
+}
+
+#[cfg(test)]
+mod tests;

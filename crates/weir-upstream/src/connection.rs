@@ -1,0 +1,413 @@
+//! The per-node connection pool: one per node, shared by every thread.
+//!
+//! `max_connections` is a hard cap on connections open (or being opened) to
+//! the node. A request that finds no idle connection and no free slot waits
+//! in a bounded FIFO queue; a released connection (or a freed slot) goes to
+//! the first waiter directly, so the queue is served in order and a waiter
+//! never races a newcomer. Idle connections are kept most-recently-used first
+//! and closed after the idle timeout.
+//!
+//! Lifecycle of a slot: `checkout` takes an idle connection, or a free slot
+//! (then connects), or queues. A [`Lease`] either goes back with
+//! [`Lease::release`] (reusable) or is dropped (closed: the slot is freed).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use weir_core::{Error, ErrorKind, Side};
+use weir_observe::{NodeMetrics, PoolMetrics};
+
+/// Settings of one node's connection pool, taken from the pool's config.
+#[derive(Debug, Clone)]
+pub struct ConnectionSettings {
+    pub max_connections: u32,
+    pub queue_length: u32,
+    pub queue_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Requests per connection before it is retired; `None` = unlimited.
+    pub max_requests: Option<u32>,
+}
+
+/// The connection pool of one node.
+#[derive(Debug)]
+pub struct NodeConnections {
+    address: SocketAddr,
+    settings: ConnectionSettings,
+    state: Mutex<State>,
+    next_waiter: AtomicU64,
+    metrics: NodeMetrics,
+    pool_metrics: PoolMetrics,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Slots taken: connections open, being opened, or granted to a waiter.
+    open: u32,
+    /// Idle connections, oldest at the front, most recently used at the back.
+    idle: VecDeque<Connection>,
+    waiters: VecDeque<Waiter>,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    sender: oneshot::Sender<Grant>,
+}
+
+/// The outcome of the synchronous part of a checkout.
+enum Taken {
+    Idle(Connection),
+    Slot,
+    Queued(u64, oneshot::Receiver<Grant>),
+    QueueFull,
+}
+
+/// What a waiter receives: a connection to reuse, or a slot to connect with.
+#[derive(Debug)]
+enum Grant {
+    Connection(Connection),
+    Slot,
+}
+
+/// An open upstream connection.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    requests: u32,
+    idle_since: Instant,
+}
+
+/// A connection checked out of a node's pool. Release it when the exchange
+/// ended cleanly and the connection may carry another request; drop it to
+/// close it.
+#[derive(Debug)]
+pub struct Lease {
+    pool: Arc<NodeConnections>,
+    connection: Option<Connection>,
+    reused: bool,
+}
+
+impl NodeConnections {
+    pub fn new(
+        address: SocketAddr,
+        settings: ConnectionSettings,
+        metrics: NodeMetrics,
+        pool_metrics: PoolMetrics,
+    ) -> Arc<NodeConnections> {
+        Arc::new(NodeConnections {
+            address,
+            settings,
+            state: Mutex::new(State::default()),
+            next_waiter: AtomicU64::new(0),
+            metrics,
+            pool_metrics,
+        })
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Connections open (or being opened) to the node.
+    pub fn open(&self) -> u32 {
+        self.lock().open
+    }
+
+    pub fn idle(&self) -> usize {
+        self.lock().idle.len()
+    }
+
+    pub fn queued(&self) -> usize {
+        self.lock().waiters.len()
+    }
+
+    /// Takes a connection: an idle one, a new one under the cap, or the first
+    /// one freed while this request waits in the queue.
+    pub async fn checkout(self: &Arc<Self>) -> Result<Lease, Error> {
+        match self.try_take() {
+            Taken::Idle(connection) => Ok(self.reuse(connection)),
+            Taken::Slot => self.connect().await,
+            Taken::Queued(id, receiver) => {
+                QueuedWait {
+                    pool: self,
+                    id,
+                    receiver: Some(receiver),
+                }
+                .wait()
+                .await
+            }
+            Taken::QueueFull => {
+                self.pool_metrics.queue_full.inc();
+                Err(Error::new(ErrorKind::QueueFull, Side::Internal)
+                    .context(format!("node {} has no free connection", self.address)))
+            }
+        }
+    }
+
+    /// The synchronous part of checkout, under the lock.
+    fn try_take(&self) -> Taken {
+        let mut stale = Vec::new();
+        let mut state = self.lock();
+        if let Some(connection) = self.take_idle(&mut state, &mut stale) {
+            return Taken::Idle(connection);
+        }
+        if state.open < self.settings.max_connections {
+            state.open += 1;
+            self.metrics.connections_open.set(i64::from(state.open));
+            return Taken::Slot;
+        }
+        if state.waiters.len() >= self.settings.queue_length as usize {
+            return Taken::QueueFull;
+        }
+        let (sender, receiver) = oneshot::channel();
+        let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        state.waiters.push_back(Waiter { id, sender });
+        self.pool_metrics.queue_length.inc();
+        drop(state);
+        // `stale` connections close here, outside the lock.
+        Taken::Queued(id, receiver)
+    }
+
+    /// Pops the most recently used idle connection that is still usable.
+    /// Expired or closed ones go to `stale` (closed after the lock is dropped).
+    fn take_idle(&self, state: &mut State, stale: &mut Vec<Connection>) -> Option<Connection> {
+        let now = Instant::now();
+        while let Some(connection) = state.idle.pop_back() {
+            if now.duration_since(connection.idle_since) < self.settings.idle_timeout
+                && connection.looks_open()
+            {
+                return Some(connection);
+            }
+            state.open -= 1;
+            stale.push(connection);
+        }
+        self.metrics.connections_open.set(i64::from(state.open));
+        None
+    }
+
+    fn reuse(self: &Arc<Self>, connection: Connection) -> Lease {
+        self.metrics.connections_reused.inc();
+        Lease {
+            pool: Arc::clone(self),
+            connection: Some(connection),
+            reused: true,
+        }
+    }
+
+    /// Opens a new connection in a slot already taken.
+    async fn connect(self: &Arc<Self>) -> Result<Lease, Error> {
+        let attempt = tokio::time::timeout(self.settings.connect_timeout, TcpStream::connect(self.address)).await;
+        let stream = match attempt {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                self.free_slot();
+                self.metrics.connect_failures.inc();
+                return Err(Error::upstream(ErrorKind::ConnectFailed, error)
+                    .context(format!("node {}", self.address))
+                    .retry_safe(true));
+            }
+            Err(_) => {
+                self.free_slot();
+                self.metrics.connect_failures.inc();
+                return Err(Error::new(ErrorKind::ConnectTimeout, Side::Upstream)
+                    .context(format!("node {}", self.address))
+                    .retry_safe(true));
+            }
+        };
+        // Small requests and responses: don't wait to coalesce.
+        let _ = stream.set_nodelay(true);
+        self.metrics.connections_created.inc();
+        Ok(Lease {
+            pool: Arc::clone(self),
+            connection: Some(Connection {
+                stream,
+                requests: 0,
+                idle_since: Instant::now(),
+            }),
+            reused: false,
+        })
+    }
+
+    /// Returns a reusable connection: to the first live waiter, else to the idle list.
+    fn give_back(&self, mut connection: Connection) {
+        connection.idle_since = Instant::now();
+        let mut state = self.lock();
+        while let Some(waiter) = state.waiters.pop_front() {
+            self.pool_metrics.queue_length.dec();
+            match waiter.sender.send(Grant::Connection(connection)) {
+                Ok(()) => return,
+                Err(Grant::Connection(back)) => connection = back,
+                Err(Grant::Slot) => unreachable!("we sent a connection"),
+            }
+        }
+        state.idle.push_back(connection);
+    }
+
+    /// Frees a slot (a connection closed or a connect failed): hands it to the
+    /// first live waiter, else lowers the open count.
+    fn free_slot(&self) {
+        let mut state = self.lock();
+        while let Some(waiter) = state.waiters.pop_front() {
+            self.pool_metrics.queue_length.dec();
+            if waiter.sender.send(Grant::Slot).is_ok() {
+                return;
+            }
+        }
+        state.open -= 1;
+        self.metrics.connections_open.set(i64::from(state.open));
+    }
+
+    /// Closes idle connections past the idle timeout. Returns how many.
+    pub fn close_expired(&self, now: Instant) -> usize {
+        let mut expired = Vec::new();
+        {
+            let mut state = self.lock();
+            while let Some(front) = state.idle.front() {
+                if now.duration_since(front.idle_since) < self.settings.idle_timeout {
+                    break;
+                }
+                expired.extend(state.idle.pop_front());
+                state.open -= 1;
+            }
+            if !expired.is_empty() {
+                self.metrics.connections_open.set(i64::from(state.open));
+            }
+        }
+        expired.len()
+    }
+
+    /// Closes every idle connection (shutdown).
+    pub fn close_idle(&self) {
+        let idle: Vec<Connection> = {
+            let mut state = self.lock();
+            let idle: Vec<Connection> = state.idle.drain(..).collect();
+            state.open -= idle.len() as u32;
+            self.metrics.connections_open.set(i64::from(state.open));
+            idle
+        };
+        drop(idle);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is consistent after every statement; a panic elsewhere cannot break it.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A request waiting in a node's queue. Dropping it (timeout, client gone)
+/// removes it from the queue, and returns anything granted meanwhile.
+struct QueuedWait<'a> {
+    pool: &'a Arc<NodeConnections>,
+    id: u64,
+    receiver: Option<oneshot::Receiver<Grant>>,
+}
+
+impl QueuedWait<'_> {
+    async fn wait(mut self) -> Result<Lease, Error> {
+        let pool = self.pool;
+        let receiver = self.receiver.as_mut().expect("set at construction, taken only here or in drop");
+        let grant = tokio::time::timeout(pool.settings.queue_timeout, receiver).await;
+        match grant {
+            Ok(Ok(grant)) => {
+                self.receiver = None;
+                match grant {
+                    Grant::Connection(connection) => Ok(pool.reuse(connection)),
+                    Grant::Slot => pool.connect().await,
+                }
+            }
+            // The sender is only dropped after a failed send, never while we wait.
+            Ok(Err(_)) | Err(_) => {
+                pool.pool_metrics.queue_timeouts.inc();
+                Err(Error::new(ErrorKind::QueueTimeout, Side::Internal).context(format!(
+                    "waited {:?} for a connection to node {}",
+                    pool.settings.queue_timeout, pool.address
+                )))
+            }
+        }
+    }
+}
+
+impl Drop for QueuedWait<'_> {
+    fn drop(&mut self) {
+        let Some(mut receiver) = self.receiver.take() else {
+            return;
+        };
+        let pool = self.pool;
+        {
+            let mut state = pool.lock();
+            if let Some(position) = state.waiters.iter().position(|w| w.id == self.id) {
+                state.waiters.remove(position);
+                pool.pool_metrics.queue_length.dec();
+                return;
+            }
+        }
+        // Not queued any more: a grant was sent. Pass it on.
+        receiver.close();
+        match receiver.try_recv() {
+            Ok(Grant::Connection(connection)) => pool.give_back(connection),
+            Ok(Grant::Slot) => pool.free_slot(),
+            Err(_) => {}
+        }
+    }
+}
+
+impl Connection {
+    /// A cheap check that the node has not closed an idle connection: any
+    /// readable data or EOF on an idle HTTP connection means it is unusable.
+    fn looks_open(&self) -> bool {
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}
+
+impl Lease {
+    pub fn stream(&mut self) -> &mut TcpStream {
+        &mut self.connection.as_mut().expect("present until release or drop").stream
+    }
+
+    /// True when the connection carried an earlier request (it may have been
+    /// closed by the node meanwhile: a failure on it is worth one retry when safe).
+    pub fn is_reused(&self) -> bool {
+        self.reused
+    }
+
+    pub fn node(&self) -> SocketAddr {
+        self.pool.address
+    }
+
+    /// Returns the connection for reuse after a complete, clean exchange.
+    pub fn release(mut self) {
+        let Some(mut connection) = self.connection.take() else {
+            return;
+        };
+        connection.requests += 1;
+        let retire = self
+            .pool
+            .settings
+            .max_requests
+            .is_some_and(|max| connection.requests >= max);
+        if retire {
+            drop(connection);
+            self.pool.free_slot();
+        } else {
+            self.pool.give_back(connection);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.connection.take().is_some() {
+            self.pool.free_slot();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use weir_core::ErrorKind;
+use weir_observe::Metrics;
+
+use super::*;
+
+fn settings(max: u32, queue: u32, queue_timeout_ms: u64) -> ConnectionSettings {
+    ConnectionSettings {
+        max_connections: max,
+        queue_length: queue,
+        queue_timeout: Duration::from_millis(queue_timeout_ms),
+        idle_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(2),
+        max_requests: None,
+    }
+}
+
+/// A listener that accepts and holds every connection; returns the count accepted.
+async fn holding_listener() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (address, accepted)
+}
+
+fn pool(address: SocketAddr, settings: ConnectionSettings) -> Arc<NodeConnections> {
+    let metrics = Metrics::new();
+    NodeConnections::new(address, settings, metrics.node("p", "n"), metrics.pool("p"))
+}
+
+#[tokio::test]
+async fn released_connections_are_reused() {
+    let (address, accepted) = holding_listener().await;
+    let pool = pool(address, settings(4, 10, 1000));
+    for _ in 0..10 {
+        let lease = pool.checkout().await.unwrap();
+        lease.release();
+    }
+    assert_eq!(pool.open(), 1);
+    assert_eq!(pool.idle(), 1);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn cap_is_hard_and_waiters_get_released_connections_in_order() {
+    let (address, accepted) = holding_listener().await;
+    let pool = pool(address, settings(2, 10, 5000));
+    let first = pool.checkout().await.unwrap();
+    let second = pool.checkout().await.unwrap();
+    assert_eq!(pool.open(), 2);
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for n in 0..3 {
+        let pool = Arc::clone(&pool);
+        let order = Arc::clone(&order);
+        waiters.push(tokio::spawn(async move {
+            let lease = pool.checkout().await.unwrap();
+            order.lock().unwrap().push(n);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            lease.release();
+        }));
+        // Make the queue order deterministic.
+        while pool.queued() < n + 1 {
+            tokio::task::yield_now().await;
+        }
+    }
+    assert_eq!(pool.queued(), 3);
+    first.release();
+    second.release();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    assert_eq!(pool.open(), 2);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn queue_timeout_and_queue_full_fail_fast() {
+    let (address, _) = holding_listener().await;
+    let pool = pool(address, settings(1, 1, 50));
+    let held = pool.checkout().await.unwrap();
+    let waiting = {
+        let pool = Arc::clone(&pool);
+        tokio::spawn(async move { pool.checkout().await.map(|_| ()) })
+    };
+    while pool.queued() < 1 {
+        tokio::task::yield_now().await;
+    }
+    let full = pool.checkout().await.unwrap_err();
+    assert_eq!(full.kind(), ErrorKind::QueueFull);
+    let timed_out = waiting.await.unwrap().unwrap_err();
+    assert_eq!(timed_out.kind(), ErrorKind::QueueTimeout);
+    assert_eq!(pool.queued(), 0);
+    drop(held);
+    assert_eq!(pool.open(), 0);
+}
+
+#[tokio::test]
+async fn dropped_lease_frees_its_slot_for_a_waiter() {
+    let (address, accepted) = holding_listener().await;
+    let pool = pool(address, settings(1, 4, 5000));
+    let held = pool.checkout().await.unwrap();
+    let waiter = {
+        let pool = Arc::clone(&pool);
+        tokio::spawn(async move { pool.checkout().await.map(|lease| lease.is_reused()) })
+    };
+    while pool.queued() < 1 {
+        tokio::task::yield_now().await;
+    }
+    drop(held); // closed, not reusable: the waiter connects afresh
+    assert!(!waiter.await.unwrap().unwrap());
+    assert_eq!(pool.open(), 0);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn cancelled_waiter_leaves_the_queue() {
+    let (address, _) = holding_listener().await;
+    let pool = pool(address, settings(1, 4, 5000));
+    let held = pool.checkout().await.unwrap();
+    let waiter = {
+        let pool = Arc::clone(&pool);
+        tokio::spawn(async move { pool.checkout().await.map(|_| ()) })
+    };
+    while pool.queued() < 1 {
+        tokio::task::yield_now().await;
+    }
+    waiter.abort();
+    let _ = waiter.await;
+    assert_eq!(pool.queued(), 0);
+    held.release();
+    assert_eq!(pool.idle(), 1);
+    assert_eq!(pool.open(), 1);
+}
+
+#[tokio::test]
+async fn connections_closed_by_the_node_are_not_reused() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    // Accept and close at once.
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            drop(stream);
+        }
+    });
+    let pool = pool(address, settings(2, 4, 1000));
+    let lease = pool.checkout().await.unwrap();
+    lease.release();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let lease = pool.checkout().await.unwrap();
+    assert!(!lease.is_reused());
+    assert_eq!(pool.open(), 1);
+}
+
+#[tokio::test]
+async fn idle_connections_expire() {
+    let (address, _) = holding_listener().await;
+    let mut settings = settings(2, 4, 1000);
+    settings.idle_timeout = Duration::from_millis(20);
+    let pool = pool(address, settings);
+    pool.checkout().await.unwrap().release();
+    assert_eq!(pool.idle(), 1);
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(pool.close_expired(std::time::Instant::now()), 1);
+    assert_eq!(pool.open(), 0);
+}
+
+#[tokio::test]
+async fn connect_failure_is_retry_safe_and_frees_the_slot() {
+    // Bind then drop: nothing listens on this port.
+    let address = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let pool = pool(address, settings(1, 4, 1000));
+    let error = pool.checkout().await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::ConnectFailed);
+    assert!(error.is_retry_safe());
+    assert_eq!(pool.open(), 0);
+}

@@ -1,0 +1,303 @@
+//! Active health monitors: one task per node checks it every `interval` and
+//! marks it down after `fall` failed checks in a row, up after `rise` passed.
+//!
+//! The verdict is the sans-IO [`RiseFall`] state machine; [`check`] (one TCP
+//! or HTTP probe) and [`spawn_monitors`] (timing, logging) are thin drivers.
+//!
+//! A node starts **up**, optimistically, as in HAProxy's default: traffic
+//! flows at start-up and a dead node leaves after `fall` failed checks,
+//! instead of every node waiting `rise` checks before its first request. A
+//! monitor started on a node already marked down (by an earlier monitor)
+//! starts from that verdict instead.
+
+use std::io;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use weir_config::{HealthCheckKind, HealthMonitor};
+use weir_core::ShutdownSignal;
+
+use crate::node::NodeState;
+
+/// Longest status line accepted from an HTTP check's answer.
+pub const MAX_STATUS_LINE: usize = 4096;
+
+/// Checks are spaced `interval` ± this fraction of it, so monitors started
+/// together drift apart instead of probing every node at the same instant.
+const JITTER: f64 = 0.1;
+
+/// A monitor's verdict on its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Up,
+    Down,
+}
+
+/// A change of verdict, reported once by [`RiseFall::observe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    WentDown,
+    WentUp,
+}
+
+/// Turns a stream of check results into a verdict with hysteresis: an up
+/// node goes down after `fall` failures in a row, a down node comes up after
+/// `rise` successes in a row; a result the other way resets the count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RiseFall {
+    rise: u32,
+    fall: u32,
+    state: Health,
+    /// Consecutive results against the current state.
+    count: u32,
+}
+
+/// Why a check failed; its `Display` is the reason logged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckFailure {
+    #[error("connect refused")]
+    ConnectRefused,
+    #[error("connect failed: {0}")]
+    Connect(io::ErrorKind),
+    #[error("timeout")]
+    Timeout,
+    #[error("status {0}")]
+    Status(u16),
+    #[error("closed before a status line")]
+    Closed,
+    #[error("malformed status line")]
+    Malformed,
+    #[error("i/o error: {0}")]
+    Io(io::ErrorKind),
+}
+
+impl RiseFall {
+    /// A verdict that starts up (see the module doc).
+    pub fn new(rise: NonZeroU32, fall: NonZeroU32) -> RiseFall {
+        RiseFall::starting(rise, fall, Health::Up)
+    }
+
+    pub fn starting(rise: NonZeroU32, fall: NonZeroU32, state: Health) -> RiseFall {
+        RiseFall {
+            rise: rise.get(),
+            fall: fall.get(),
+            state,
+            count: 0,
+        }
+    }
+
+    pub fn state(&self) -> Health {
+        self.state
+    }
+
+    /// Folds in one check result; returns the transition it causes, if any.
+    pub fn observe(&mut self, ok: bool) -> Option<Transition> {
+        let (against, threshold, next, transition) = match self.state {
+            Health::Up => (!ok, self.fall, Health::Down, Transition::WentDown),
+            Health::Down => (ok, self.rise, Health::Up, Transition::WentUp),
+        };
+        if !against {
+            self.count = 0;
+            return None;
+        }
+        self.count += 1;
+        if self.count < threshold {
+            return None;
+        }
+        self.state = next;
+        self.count = 0;
+        Some(transition)
+    }
+}
+
+/// Starts one monitor task per node of a pool; each ends when `shutdown`
+/// triggers. Must be called inside a tokio runtime.
+pub fn spawn_monitors(
+    pool_name: &str,
+    nodes: &[Arc<NodeState>],
+    monitor: &HealthMonitor,
+    shutdown: ShutdownSignal,
+) -> Vec<JoinHandle<()>> {
+    let pool: Arc<str> = Arc::from(pool_name);
+    let monitor = Arc::new(monitor.clone());
+    nodes
+        .iter()
+        .map(|node| {
+            tokio::spawn(run_monitor(
+                Arc::clone(&pool),
+                Arc::clone(node),
+                Arc::clone(&monitor),
+                shutdown.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// Probes `address` once, within `timeout`: a TCP connect, or for HTTP a
+/// request whose answer's status must fall in one of the expected ranges.
+pub async fn check(
+    address: SocketAddr,
+    kind: &HealthCheckKind,
+    timeout: Duration,
+) -> Result<(), CheckFailure> {
+    tokio::time::timeout(timeout, check_without_timeout(address, kind))
+        .await
+        .unwrap_or(Err(CheckFailure::Timeout))
+}
+
+/// The bytes of an HTTP check's request. `Connection: close` keeps the
+/// check to one exchange on a fresh connection.
+pub fn http_request(method: &str, path: &str, host: &str) -> Vec<u8> {
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: weir-health\r\nConnection: close\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+/// The status code of an answer's first line, once `received` holds it
+/// whole: `Ok(None)` while more bytes are needed.
+pub fn parse_status_line(received: &[u8]) -> Result<Option<u16>, CheckFailure> {
+    let Some(end) = received.iter().position(|&byte| byte == b'\n') else {
+        return if received.len() >= MAX_STATUS_LINE {
+            Err(CheckFailure::Malformed)
+        } else {
+            Ok(None)
+        };
+    };
+    if end >= MAX_STATUS_LINE {
+        return Err(CheckFailure::Malformed);
+    }
+    // The status line alone, closed by an empty line, is a complete head to httparse.
+    let mut head = Vec::with_capacity(end + 3);
+    head.extend_from_slice(&received[..=end]);
+    head.extend_from_slice(b"\r\n");
+    let mut response = httparse::Response::new(&mut []);
+    match response.parse(&head) {
+        Ok(httparse::Status::Complete(_)) => response.code.map(Some).ok_or(CheckFailure::Malformed),
+        Ok(httparse::Status::Partial) | Err(_) => Err(CheckFailure::Malformed),
+    }
+}
+
+/// Whether `status` falls in one of the inclusive ranges.
+pub fn status_expected(status: u16, expected: &[(u16, u16)]) -> bool {
+    expected
+        .iter()
+        .any(|&(low, high)| (low..=high).contains(&status))
+}
+
+async fn check_without_timeout(
+    address: SocketAddr,
+    kind: &HealthCheckKind,
+) -> Result<(), CheckFailure> {
+    let mut stream = TcpStream::connect(address)
+        .await
+        .map_err(|error| match error.kind() {
+            io::ErrorKind::ConnectionRefused => CheckFailure::ConnectRefused,
+            kind => CheckFailure::Connect(kind),
+        })?;
+    let HealthCheckKind::Http {
+        method,
+        path,
+        host,
+        expect_status,
+    } = kind
+    else {
+        return Ok(());
+    };
+    // A failure here only costs latency on a one-request connection.
+    let _ = stream.set_nodelay(true);
+    let host = match host {
+        Some(host) => host.clone(),
+        None => address.to_string(),
+    };
+    let io_failure = |error: io::Error| CheckFailure::Io(error.kind());
+    stream
+        .write_all(&http_request(method, path, &host))
+        .await
+        .map_err(io_failure)?;
+    let mut received = Vec::with_capacity(256);
+    let status = loop {
+        if let Some(status) = parse_status_line(&received)? {
+            break status;
+        }
+        if stream.read_buf(&mut received).await.map_err(io_failure)? == 0 {
+            return Err(CheckFailure::Closed);
+        }
+    };
+    if status_expected(status, expect_status) {
+        Ok(())
+    } else {
+        Err(CheckFailure::Status(status))
+    }
+}
+
+/// One node's monitor: check, fold the result in, apply and log a
+/// transition, sleep, until shutdown.
+async fn run_monitor(
+    pool: Arc<str>,
+    node: Arc<NodeState>,
+    monitor: Arc<HealthMonitor>,
+    mut shutdown: ShutdownSignal,
+) {
+    let start = if node.is_active_up() {
+        Health::Up
+    } else {
+        Health::Down
+    };
+    let mut verdict = RiseFall::starting(monitor.rise, monitor.fall, start);
+    // The first check comes at once, give or take the jitter.
+    let mut delay = monitor
+        .interval
+        .mul_f64(rand::rng().random_range(0.0..JITTER));
+    loop {
+        tokio::select! {
+            () = shutdown.triggered() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+        let outcome = tokio::select! {
+            () = shutdown.triggered() => return,
+            outcome = check(node.address, &monitor.check, monitor.timeout) => outcome,
+        };
+        match (&outcome, verdict.observe(outcome.is_ok())) {
+            (Err(reason), Some(Transition::WentDown)) => {
+                node.set_active_up(false);
+                tracing::warn!(
+                    pool = %pool,
+                    node = %node.address,
+                    reason = %reason,
+                    checks = monitor.fall.get(),
+                    "node marked down by its health monitor"
+                );
+            }
+            (_, Some(Transition::WentUp)) => {
+                node.set_active_up(true);
+                tracing::info!(
+                    pool = %pool,
+                    node = %node.address,
+                    reason = "health checks passed",
+                    checks = monitor.rise.get(),
+                    "node marked up by its health monitor"
+                );
+            }
+            (Err(reason), _) => {
+                tracing::debug!(pool = %pool, node = %node.address, reason = %reason, "health check failed");
+            }
+            (Ok(()), _) => {}
+        }
+        delay = jittered(monitor.interval);
+    }
+}
+
+/// `interval` ± [`JITTER`] of it, at random.
+fn jittered(interval: Duration) -> Duration {
+    interval.mul_f64(1.0 + rand::rng().random_range(-JITTER..JITTER))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,393 @@
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket};
+use weir_config::{HealthCheckKind, HealthMonitor, PassiveHealth};
+use weir_core::Shutdown;
+use weir_observe::Metrics;
+
+use super::*;
+use crate::node::NodeState;
+
+fn count(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("test counts are non-zero")
+}
+
+#[test]
+fn rise_fall_starts_up_and_needs_fall_failures_in_a_row() {
+    let mut verdict = RiseFall::new(count(2), count(3));
+    assert_eq!(verdict.state(), Health::Up);
+    assert_eq!(verdict.observe(false), None);
+    assert_eq!(verdict.observe(false), None);
+    // A success in between starts the count again.
+    assert_eq!(verdict.observe(true), None);
+    assert_eq!(verdict.observe(false), None);
+    assert_eq!(verdict.observe(false), None);
+    assert_eq!(verdict.observe(false), Some(Transition::WentDown));
+    assert_eq!(verdict.state(), Health::Down);
+    // Further failures report nothing more.
+    assert_eq!(verdict.observe(false), None);
+}
+
+#[test]
+fn rise_fall_needs_rise_successes_in_a_row_to_come_back() {
+    let mut verdict = RiseFall::starting(count(3), count(1), Health::Down);
+    assert_eq!(verdict.observe(true), None);
+    assert_eq!(verdict.observe(true), None);
+    assert_eq!(verdict.observe(false), None);
+    assert_eq!(verdict.observe(true), None);
+    assert_eq!(verdict.observe(true), None);
+    assert_eq!(verdict.observe(true), Some(Transition::WentUp));
+    assert_eq!(verdict.state(), Health::Up);
+    assert_eq!(verdict.observe(true), None);
+    // fall = 1: one failure takes it down.
+    assert_eq!(verdict.observe(false), Some(Transition::WentDown));
+}
+
+#[test]
+fn rise_fall_of_one_follows_every_result() {
+    let mut verdict = RiseFall::new(count(1), count(1));
+    assert_eq!(verdict.observe(false), Some(Transition::WentDown));
+    assert_eq!(verdict.observe(true), Some(Transition::WentUp));
+    assert_eq!(verdict.observe(true), None);
+}
+
+#[test]
+fn http_request_bytes() {
+    assert_eq!(
+        http_request("HEAD", "/health", "app.example"),
+        b"HEAD /health HTTP/1.1\r\nHost: app.example\r\nUser-Agent: weir-health\r\nConnection: close\r\n\r\n"
+    );
+}
+
+#[test]
+fn status_line_parsing() {
+    assert_eq!(parse_status_line(b""), Ok(None));
+    assert_eq!(parse_status_line(b"HTTP/1.1 20"), Ok(None));
+    assert_eq!(parse_status_line(b"HTTP/1.1 200 OK\r\n"), Ok(Some(200)));
+    assert_eq!(
+        parse_status_line(b"HTTP/1.0 503 Busy\r\nServer: x\r\n"),
+        Ok(Some(503))
+    );
+    assert_eq!(parse_status_line(b"HTTP/1.1 204\n"), Ok(Some(204)));
+    assert_eq!(
+        parse_status_line(b"SSH-2.0-OpenSSH\r\n"),
+        Err(CheckFailure::Malformed)
+    );
+    assert_eq!(
+        parse_status_line(b"HTTP/1.1 2000 OK\r\n"),
+        Err(CheckFailure::Malformed)
+    );
+    let endless = vec![b'a'; MAX_STATUS_LINE];
+    assert_eq!(parse_status_line(&endless), Err(CheckFailure::Malformed));
+}
+
+#[test]
+fn expected_status_ranges_are_inclusive() {
+    let ranges = [(200, 299), (302, 302)];
+    assert!(status_expected(200, &ranges));
+    assert!(status_expected(299, &ranges));
+    assert!(status_expected(302, &ranges));
+    assert!(!status_expected(301, &ranges));
+    assert!(!status_expected(500, &ranges));
+    assert!(!status_expected(200, &[]));
+}
+
+#[test]
+fn failure_reasons_read_well() {
+    assert_eq!(CheckFailure::ConnectRefused.to_string(), "connect refused");
+    assert_eq!(CheckFailure::Status(500).to_string(), "status 500");
+    assert_eq!(CheckFailure::Timeout.to_string(), "timeout");
+}
+
+fn node_at(address: SocketAddr, passive: PassiveHealth) -> Arc<NodeState> {
+    let metrics = Metrics::new().node("test", &address.to_string());
+    Arc::new(NodeState::new(0, address, 1, passive, metrics))
+}
+
+fn passive_off() -> PassiveHealth {
+    PassiveHealth {
+        consecutive_failures: 0,
+        base_ejection: Duration::from_secs(1),
+        max_ejection: Duration::from_secs(1),
+    }
+}
+
+fn monitor(check: HealthCheckKind, timeout: Duration) -> HealthMonitor {
+    HealthMonitor {
+        check,
+        interval: Duration::from_millis(20),
+        timeout,
+        rise: count(2),
+        fall: count(2),
+    }
+}
+
+fn http_check() -> HealthCheckKind {
+    HealthCheckKind::Http {
+        method: "GET".to_owned(),
+        path: "/health".to_owned(),
+        host: None,
+        expect_status: vec![(200, 399)],
+    }
+}
+
+/// Polls until the node's active verdict is `up`; panics after 5 s.
+async fn wait_for_active_up(node: &NodeState, up: bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node.is_active_up() != up {
+        assert!(
+            Instant::now() < deadline,
+            "node never became {}",
+            if up { "up" } else { "down" }
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A listener that may be re-bound on the same port after being dropped.
+fn listen(address: SocketAddr) -> TcpListener {
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+    socket.bind(address).expect("bind");
+    socket.listen(128).expect("listen")
+}
+
+/// Accepts and closes connections until aborted.
+fn accept_and_close(listener: TcpListener) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            drop(stream);
+        }
+    })
+}
+
+/// Answers every request with the status currently in `status`.
+fn answer_with(listener: TcpListener, status: Arc<AtomicU16>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let status = status.load(Ordering::Relaxed);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                while !request.ends_with(b"\r\n\r\n") {
+                    if stream.read_buf(&mut request).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                }
+                let answer = format!("HTTP/1.1 {status} Whatever\r\nContent-Length: 0\r\n\r\n");
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    })
+}
+
+#[tokio::test]
+async fn tcp_monitor_follows_the_listener_going_and_coming_back() {
+    let listener = listen(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let address = listener.local_addr().unwrap();
+    let server = accept_and_close(listener);
+    let node = node_at(address, passive_off());
+    let (owner, signal) = Shutdown::new();
+    let tasks = spawn_monitors(
+        "web",
+        &[Arc::clone(&node)],
+        &monitor(HealthCheckKind::Tcp, Duration::from_millis(500)),
+        signal,
+    );
+    assert_eq!(tasks.len(), 1);
+
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(node.is_active_up());
+
+    server.abort();
+    let _ = server.await;
+    wait_for_active_up(&node, false).await;
+    assert!(!node.is_available(Instant::now()));
+    assert_eq!(node.metrics.healthy.get(), 0);
+
+    let server = accept_and_close(listen(address));
+    wait_for_active_up(&node, true).await;
+    assert!(node.is_available(Instant::now()));
+    assert_eq!(node.metrics.healthy.get(), 1);
+
+    owner.trigger();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .expect("monitor stops")
+            .unwrap();
+    }
+    server.abort();
+}
+
+#[tokio::test]
+async fn http_monitor_goes_down_on_500_and_up_on_200() {
+    let listener = listen(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let address = listener.local_addr().unwrap();
+    let status = Arc::new(AtomicU16::new(200));
+    let server = answer_with(listener, Arc::clone(&status));
+    assert_eq!(
+        check(address, &http_check(), Duration::from_secs(1)).await,
+        Ok(())
+    );
+
+    let node = node_at(address, passive_off());
+    let (owner, signal) = Shutdown::new();
+    let tasks = spawn_monitors(
+        "web",
+        &[Arc::clone(&node)],
+        &monitor(http_check(), Duration::from_millis(500)),
+        signal,
+    );
+
+    status.store(500, Ordering::Relaxed);
+    assert_eq!(
+        check(address, &http_check(), Duration::from_secs(1)).await,
+        Err(CheckFailure::Status(500))
+    );
+    wait_for_active_up(&node, false).await;
+    status.store(200, Ordering::Relaxed);
+    wait_for_active_up(&node, true).await;
+
+    owner.trigger();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .expect("monitor stops")
+            .unwrap();
+    }
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_check_that_times_out_counts_as_failed() {
+    let listener = listen(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let address = listener.local_addr().unwrap();
+    // Accepts, reads, never answers.
+    let server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let timeout = Duration::from_millis(50);
+    assert_eq!(
+        check(address, &http_check(), timeout).await,
+        Err(CheckFailure::Timeout)
+    );
+
+    let node = node_at(address, passive_off());
+    let (owner, signal) = Shutdown::new();
+    let tasks = spawn_monitors(
+        "web",
+        &[Arc::clone(&node)],
+        &monitor(http_check(), timeout),
+        signal,
+    );
+    wait_for_active_up(&node, false).await;
+    owner.trigger();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .expect("monitor stops")
+            .unwrap();
+    }
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_refused_connect_and_an_early_close_are_failures() {
+    let listener = listen(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let address = listener.local_addr().unwrap();
+    let server = accept_and_close(listener);
+    let timeout = Duration::from_secs(1);
+    assert_eq!(check(address, &HealthCheckKind::Tcp, timeout).await, Ok(()));
+    let closed = check(address, &http_check(), timeout).await;
+    assert!(
+        matches!(closed, Err(CheckFailure::Closed | CheckFailure::Io(_))),
+        "{closed:?}"
+    );
+    server.abort();
+    let _ = server.await;
+    assert_eq!(
+        check(address, &HealthCheckKind::Tcp, timeout).await,
+        Err(CheckFailure::ConnectRefused)
+    );
+}
+
+// Passive health lives in node.rs; its behaviour is checked here beside the active side.
+
+fn passive(consecutive_failures: u32) -> PassiveHealth {
+    PassiveHealth {
+        consecutive_failures,
+        base_ejection: Duration::from_secs(1),
+        max_ejection: Duration::from_secs(5),
+    }
+}
+
+/// Fails `node` `times` times at `now`; whether the last failure ejected it.
+fn fail(node: &NodeState, times: u32, now: Instant) -> bool {
+    (0..times)
+        .map(|_| node.record_failure(now))
+        .last()
+        .unwrap_or(false)
+}
+
+#[test]
+fn passive_health_ejects_after_consecutive_failures() {
+    let node = node_at(SocketAddr::from(([127, 0, 0, 1], 9)), passive(3));
+    let now = Instant::now();
+    assert!(!node.record_failure(now));
+    assert!(!node.record_failure(now));
+    assert!(node.is_available(now));
+    assert!(node.record_failure(now));
+    assert!(!node.is_available(now));
+    assert!(node.is_ejected(now + Duration::from_millis(999)));
+    assert!(node.is_available(now + Duration::from_secs(1)));
+    assert_eq!(node.metrics.ejections.get(), 1);
+}
+
+#[test]
+fn passive_health_success_resets_the_failure_count() {
+    let node = node_at(SocketAddr::from(([127, 0, 0, 1], 9)), passive(3));
+    let now = Instant::now();
+    assert!(!fail(&node, 2, now));
+    node.record_success();
+    assert!(!fail(&node, 2, now));
+    assert!(node.is_available(now));
+    assert!(node.record_failure(now));
+}
+
+#[test]
+fn passive_health_doubles_ejections_up_to_the_maximum_until_a_success() {
+    let node = node_at(SocketAddr::from(([127, 0, 0, 1], 9)), passive(2));
+    let mut now = Instant::now();
+    for expected in [1, 2, 4, 5, 5] {
+        assert!(fail(&node, 2, now), "ejected");
+        let ejection = Duration::from_secs(expected);
+        assert!(
+            node.is_ejected(now + ejection - Duration::from_millis(1)),
+            "{expected} s"
+        );
+        assert!(!node.is_ejected(now + ejection), "{expected} s");
+        now += ejection;
+    }
+    node.record_success();
+    assert!(fail(&node, 2, now));
+    assert!(
+        !node.is_ejected(now + Duration::from_secs(1)),
+        "back to the base ejection"
+    );
+}
+
+#[test]
+fn passive_health_off_never_ejects() {
+    let node = node_at(SocketAddr::from(([127, 0, 0, 1], 9)), passive_off());
+    let now = Instant::now();
+    assert!(!fail(&node, 100, now));
+    assert!(node.is_available(now));
+}

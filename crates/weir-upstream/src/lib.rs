@@ -1,0 +1,17 @@
+//! Upstream side of weir: pools of nodes, load balancing, health, and the
+//! shared per-node connection pools that carry TCP connection offload.
+//!
+//! A [`Pool`] is built once from the validated config and shared by every
+//! thread. For each request the proxy asks it to [`Pool::select`] a node,
+//! then checks a connection out of that node's [`NodeConnections`].
+
+pub mod balancer;
+pub mod connection;
+pub mod health;
+pub mod node;
+pub mod pool;
+
+pub use balancer::Balancer;
+pub use connection::{ConnectionSettings, Lease, NodeConnections};
+pub use node::NodeState;
+pub use pool::{Pool, Tried};

@@ -1,0 +1,180 @@
+//! A node's shared runtime state: load (in-flight requests, EWMA response
+//! time) for the balancers, and health (active monitor verdict, passive
+//! ejection) for selection.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use weir_config::PassiveHealth;
+use weir_observe::NodeMetrics;
+
+/// Weight of a new sample in the response-time EWMA.
+const EWMA_ALPHA: f64 = 0.2;
+
+/// One node of a pool, shared by every thread.
+#[derive(Debug)]
+pub struct NodeState {
+    pub address: SocketAddr,
+    /// Position in the pool's node list.
+    pub index: usize,
+    pub weight: u32,
+    pub metrics: NodeMetrics,
+    in_flight: AtomicU32,
+    /// EWMA of response time in nanoseconds, as f64 bits; 0 until the first sample.
+    ewma_nanos: AtomicU64,
+    /// The active monitor's verdict (true when there is no monitor).
+    active_up: AtomicBool,
+    /// Nanoseconds after `epoch` until which the node is ejected; 0 when not ejected.
+    ejected_until: AtomicU64,
+    epoch: Instant,
+    passive: Mutex<PassiveState>,
+    passive_config: PassiveHealth,
+}
+
+#[derive(Debug, Default)]
+struct PassiveState {
+    consecutive_failures: u32,
+    /// Ejections in a row without a success in between; doubles the next ejection.
+    ejections: u32,
+}
+
+/// Decrements the node's in-flight count when dropped.
+#[derive(Debug)]
+pub struct InFlight<'a> {
+    node: &'a NodeState,
+}
+
+impl NodeState {
+    pub fn new(
+        index: usize,
+        address: SocketAddr,
+        weight: u32,
+        passive_config: PassiveHealth,
+        metrics: NodeMetrics,
+    ) -> NodeState {
+        metrics.healthy.set(1);
+        NodeState {
+            address,
+            index,
+            weight,
+            metrics,
+            in_flight: AtomicU32::new(0),
+            ewma_nanos: AtomicU64::new(0),
+            active_up: AtomicBool::new(true),
+            ejected_until: AtomicU64::new(0),
+            epoch: Instant::now(),
+            passive: Mutex::new(PassiveState::default()),
+            passive_config,
+        }
+    }
+
+    /// Whether the node may be picked now: up by its monitor and not ejected.
+    pub fn is_available(&self, now: Instant) -> bool {
+        self.active_up.load(Ordering::Relaxed) && !self.is_ejected(now)
+    }
+
+    pub fn is_ejected(&self, now: Instant) -> bool {
+        let until = self.ejected_until.load(Ordering::Relaxed);
+        until != 0 && self.nanos_since_epoch(now) < until
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Counts a request as in flight until the guard drops.
+    pub fn start_request(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight { node: self }
+    }
+
+    /// The EWMA of response times; `None` before the first sample.
+    pub fn response_time(&self) -> Option<Duration> {
+        let bits = self.ewma_nanos.load(Ordering::Relaxed);
+        if bits == 0 {
+            None
+        } else {
+            Some(Duration::from_nanos(f64::from_bits(bits) as u64))
+        }
+    }
+
+    /// Folds one response time into the EWMA.
+    pub fn record_response_time(&self, elapsed: Duration) {
+        let sample = elapsed.as_nanos() as f64;
+        // A lost update under contention only drops one sample: acceptable for a load signal.
+        let old = self.ewma_nanos.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            sample.max(1.0)
+        } else {
+            let previous = f64::from_bits(old);
+            (previous + EWMA_ALPHA * (sample - previous)).max(1.0)
+        };
+        self.ewma_nanos.store(new.to_bits(), Ordering::Relaxed);
+        self.metrics.response_time_ewma_seconds.set(new / 1e9);
+    }
+
+    /// Sets the active monitor's verdict.
+    pub fn set_active_up(&self, up: bool) {
+        self.active_up.store(up, Ordering::Relaxed);
+        self.refresh_healthy_gauge(Instant::now());
+    }
+
+    pub fn is_active_up(&self) -> bool {
+        self.active_up.load(Ordering::Relaxed)
+    }
+
+    /// A request to this node succeeded: resets the passive failure count.
+    pub fn record_success(&self) {
+        if self.passive_config.consecutive_failures == 0 {
+            return;
+        }
+        // Uncontended in the common case; held for a few instructions.
+        let mut state = self.passive.lock().unwrap_or_else(|e| e.into_inner());
+        state.consecutive_failures = 0;
+        state.ejections = 0;
+    }
+
+    /// A connect failure or 5xx from this node. Returns true if it ejected the node.
+    pub fn record_failure(&self, now: Instant) -> bool {
+        let config = &self.passive_config;
+        if config.consecutive_failures == 0 {
+            return false;
+        }
+        let mut state = self.passive.lock().unwrap_or_else(|e| e.into_inner());
+        state.consecutive_failures += 1;
+        if state.consecutive_failures < config.consecutive_failures || self.is_ejected(now) {
+            return false;
+        }
+        let doubling = state.ejections.min(20);
+        let ejection = config
+            .base_ejection
+            .saturating_mul(1u32 << doubling)
+            .min(config.max_ejection);
+        state.ejections += 1;
+        state.consecutive_failures = 0;
+        let until = self.nanos_since_epoch(now) + ejection.as_nanos() as u64;
+        self.ejected_until.store(until.max(1), Ordering::Relaxed);
+        self.metrics.ejections.inc();
+        self.metrics.healthy.set(0);
+        true
+    }
+
+    /// Updates the `healthy` gauge from the current state (called by monitors and the reaper).
+    pub fn refresh_healthy_gauge(&self, now: Instant) {
+        self.metrics
+            .healthy
+            .set(i64::from(self.is_available(now)));
+    }
+
+    fn nanos_since_epoch(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.node.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,141 @@
+//! A pool at run time: its nodes, their connection pools, the balancer and
+//! node selection with health and fail-open.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use weir_core::ShutdownSignal;
+use weir_observe::{Metrics, PoolMetrics};
+
+use crate::balancer::{self, Balancer};
+use crate::connection::{ConnectionSettings, NodeConnections};
+use crate::health;
+use crate::node::NodeState;
+
+/// A pool of nodes, shared by every thread.
+#[derive(Debug)]
+pub struct Pool {
+    pub name: String,
+    pub config: weir_config::Pool,
+    pub nodes: Vec<Arc<NodeState>>,
+    /// The connection pool of each node, in the same order as `nodes`.
+    pub connections: Vec<Arc<NodeConnections>>,
+    pub metrics: PoolMetrics,
+    balancer: Box<dyn Balancer>,
+}
+
+/// Nodes already tried for one request (a pool has at most 64 nodes in play
+/// for retries; nodes past 64 are never excluded, which only costs a retry).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tried(u64);
+
+impl Tried {
+    pub fn add(&mut self, index: usize) {
+        if index < 64 {
+            self.0 |= 1 << index;
+        }
+    }
+
+    pub fn contains(&self, index: usize) -> bool {
+        index < 64 && self.0 & (1 << index) != 0
+    }
+
+    pub fn count(&self) -> u32 {
+        self.0.count_ones()
+    }
+}
+
+impl Pool {
+    pub fn new(config: &weir_config::Pool, metrics: &Metrics) -> Arc<Pool> {
+        let pool_metrics = metrics.pool(&config.name);
+        let nodes: Vec<Arc<NodeState>> = config
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| {
+                Arc::new(NodeState::new(
+                    index,
+                    node.address,
+                    node.weight.get(),
+                    config.passive_health.clone(),
+                    metrics.node(&config.name, &node.address.to_string()),
+                ))
+            })
+            .collect();
+        let settings = ConnectionSettings {
+            max_connections: config.connections.max_connections.get(),
+            queue_length: config.connections.queue_length,
+            queue_timeout: config.connections.queue_timeout,
+            idle_timeout: config.connections.idle_timeout,
+            connect_timeout: config.timeouts.connect,
+            max_requests: config.connections.max_requests_per_connection.map(|n| n.get()),
+        };
+        let connections = nodes
+            .iter()
+            .map(|node| {
+                NodeConnections::new(
+                    node.address,
+                    settings.clone(),
+                    node.metrics.clone(),
+                    pool_metrics.clone(),
+                )
+            })
+            .collect();
+        let balancer = balancer::for_algorithm(config.algorithm, &nodes);
+        Arc::new(Pool {
+            name: config.name.clone(),
+            config: config.clone(),
+            nodes,
+            connections,
+            metrics: pool_metrics,
+            balancer,
+        })
+    }
+
+    /// Picks a node not yet tried for this request: an available one, or
+    /// with fail-open any one when none is available. `None` → 503.
+    pub fn select(&self, tried: Tried, now: Instant) -> Option<usize> {
+        let available = |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
+        if let Some(index) = self.balancer.pick(&self.nodes, &available) {
+            return Some(index);
+        }
+        if self.config.fail_open {
+            let untried = |index: usize| !tried.contains(index);
+            return self.balancer.pick(&self.nodes, &untried);
+        }
+        None
+    }
+
+    /// Starts the pool's background work: active health monitors and the
+    /// idle-connection reaper. The tasks end when `shutdown` triggers.
+    pub fn start(self: &Arc<Self>, shutdown: ShutdownSignal) -> Vec<JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        if let Some(monitor) = &self.config.health {
+            tasks.extend(health::spawn_monitors(&self.name, &self.nodes, monitor, shutdown.clone()));
+        }
+        let pool = Arc::clone(self);
+        let mut stop = shutdown;
+        let period = (self.config.connections.idle_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+        tasks.push(tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = ticker.tick() => {
+                        let now = Instant::now();
+                        for (node, connections) in pool.nodes.iter().zip(&pool.connections) {
+                            connections.close_expired(now);
+                            node.refresh_healthy_gauge(now);
+                        }
+                    }
+                    _ = stop.triggered() => break,
+                }
+            }
+            for connections in &pool.connections {
+                connections.close_idle();
+            }
+        }));
+        tasks
+    }
+}

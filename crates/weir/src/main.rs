@@ -1,0 +1,28 @@
+//! The `weir` binary: argument parsing and wiring, nothing else.
+
+mod cli;
+mod logging;
+mod origin;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Check(args) => return serve::check(&args),
+        Command::Origin(args) => origin::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("weir: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

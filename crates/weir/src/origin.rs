@@ -1,0 +1,35 @@
+//! `weir origin`: the built-in origin server on its own.
+
+use anyhow::Context;
+use weir_core::Shutdown;
+use weir_origin::{Origin, OriginOptions};
+
+use crate::cli::OriginArgs;
+use crate::serve::{runtime, wait_for_signal};
+
+pub fn run(args: OriginArgs) -> anyhow::Result<()> {
+    crate::logging::init(&weir_config::Log {
+        access_log: false,
+        level: "info".into(),
+        format: weir_config::LogFormat::Text,
+    });
+    let runtime = runtime(args.threads)?;
+    runtime.block_on(async move {
+        let options = OriginOptions {
+            max_connections: args.max_connections,
+            keep_alive: !args.no_keep_alive,
+            per_connection_memory: args.per_connection_memory,
+            ..OriginOptions::new(args.name, args.listen)
+        };
+        let origin = Origin::bind(options)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        tracing::info!(listen = %origin.local_addr(), "origin serving");
+        let (shutdown, signal) = Shutdown::new();
+        let server = tokio::spawn(origin.run(signal));
+        wait_for_signal().await;
+        shutdown.trigger();
+        server.await.context("origin task")??;
+        Ok(())
+    })
+}

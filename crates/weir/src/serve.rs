@@ -1,0 +1,148 @@
+//! `weir serve` and `weir check`: load and validate the config (before any
+//! port is bound), bind everything, run until a signal, drain.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use weir_config::Config;
+use weir_core::Shutdown;
+use weir_observe::Metrics;
+use weir_origin::{Origin, OriginOptions};
+use weir_proxy::Proxy;
+
+use crate::cli::{CheckArgs, ServeArgs};
+
+pub fn check(args: &CheckArgs) -> ExitCode {
+    match weir_config::load_file(&args.file) {
+        Ok(config) => {
+            println!(
+                "{}: ok ({} virtual servers, {} pools)",
+                args.file.display(),
+                config.virtual_servers.len(),
+                config.pools.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if args.print_default {
+        print!("{}", weir_config::EMBEDDED_DEFAULT);
+        return Ok(());
+    }
+    let config = match &args.config {
+        Some(path) => weir_config::load_file(path).map_err(|error| anyhow::anyhow!("{error}"))?,
+        None => weir_config::embedded_default(),
+    };
+    crate::logging::init(&config.log);
+    let threads = args
+        .threads
+        .or(config.runtime.threads.map(|n| n.get() as usize));
+    let runtime = runtime(threads)?;
+    runtime.block_on(serve(config))
+}
+
+/// The tokio runtime: multi-thread, `threads` workers (default: one per core).
+pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("weir-worker");
+    if let Some(threads) = threads {
+        builder.worker_threads(threads.max(1));
+    }
+    builder.build().context("cannot start the runtime")
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let metrics = Metrics::new();
+    // Two stages: the proxy drains first; the admin listener (which reports
+    // "draining" meanwhile) and the built-in origins stop once it is done.
+    let (shutdown, signal) = Shutdown::new();
+    let (after_drain, after_drain_signal) = Shutdown::new();
+
+    // Bind everything first: any address in use fails before anything serves.
+    let mut origins = Vec::new();
+    for origin in &config.origins {
+        let options = OriginOptions {
+            max_connections: origin.max_connections.map(|n| n.get()),
+            keep_alive: origin.keep_alive,
+            ..OriginOptions::new(origin.name.clone(), origin.listen)
+        };
+        let bound = Origin::bind(options)
+            .await
+            .with_context(|| format!("origin {}: cannot listen on {}", origin.name, origin.listen))?;
+        origins.push(bound);
+    }
+    let proxy = Proxy::bind(&config, &metrics)?;
+    let admin = match &config.admin {
+        Some(admin) => Some(
+            weir_proxy::bind_tcp(admin.listen, 128)
+                .with_context(|| format!("admin: cannot listen on {}", admin.listen))?,
+        ),
+        None => None,
+    };
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for origin in origins {
+        tracing::info!(name = origin.name(), listen = %origin.local_addr(), "built-in origin serving");
+        let signal = after_drain_signal.clone();
+        tasks.spawn(async move { origin.run(signal).await.context("origin") });
+    }
+    let draining = Arc::new(AtomicBool::new(false));
+    if let Some(listener) = admin {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        tracing::info!(listen = %listener.local_addr()?, "admin serving");
+        let draining = Arc::clone(&draining);
+        let state = weir_admin::AdminState::new(
+            Arc::clone(&metrics),
+            Arc::new(move || !draining.load(Ordering::Relaxed)),
+        );
+        let signal = after_drain_signal.clone();
+        tasks.spawn(async move { weir_admin::serve(listener, state, signal).await.context("admin") });
+    }
+    for (name, address) in proxy.local_addrs() {
+        tracing::info!(virtual_server = %name, listen = %address, "virtual server serving");
+    }
+    let proxy_task = tokio::spawn(async move { proxy.run(signal).await });
+
+    wait_for_signal().await;
+    tracing::info!("shutting down: no new connections, draining open ones");
+    draining.store(true, Ordering::Relaxed);
+    shutdown.trigger();
+    // A second signal stops at once.
+    tokio::select! {
+        result = proxy_task => result.context("proxy task")?.context("proxy")?,
+        _ = wait_for_signal() => {
+            tracing::warn!("second signal: exiting without waiting for the drain");
+            return Ok(());
+        }
+    }
+    after_drain.trigger();
+    while let Some(result) = tasks.join_next().await {
+        result.context("task")??;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::error!(%error, "cannot listen for SIGTERM");
+            return std::future::pending().await;
+        }
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
