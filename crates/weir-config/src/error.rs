@@ -216,8 +216,15 @@ mod tests {
 
     #[test]
     fn key_path_display() {
-        let path = KeyPath::root().key("pools").key("web").key("nodes").index(2);
-        assert_eq!(path.key("address").to_string(), "pools.web.nodes[2].address");
+        let path = KeyPath::root()
+            .key("pools")
+            .key("web")
+            .key("nodes")
+            .index(2);
+        assert_eq!(
+            path.key("address").to_string(),
+            "pools.web.nodes[2].address"
+        );
         assert_eq!(
             KeyPath::root().key("pools").key("my pool").to_string(),
             "pools.\"my pool\""

@@ -61,7 +61,12 @@ pub const EMBEDDED_DEFAULT_NAME: &str = "<embedded default>";
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     let file_name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|error| {
-        ConfigError::single(&file_name, None, String::new(), format!("cannot read file: {error}"))
+        ConfigError::single(
+            &file_name,
+            None,
+            String::new(),
+            format!("cannot read file: {error}"),
+        )
     })?;
     let mut config = parse_str(&text, &file_name)?;
     config.source = Some(path.to_path_buf());

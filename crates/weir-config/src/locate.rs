@@ -46,9 +46,7 @@ impl<'a> Locator<'a> {
     pub(crate) fn path_at(&self, offset: usize) -> KeyPath {
         self.spans
             .iter()
-            .filter(|(_, span)| {
-                span.contains(&offset) || (span.is_empty() && span.start == offset)
-            })
+            .filter(|(_, span)| span.contains(&offset) || (span.is_empty() && span.start == offset))
             .min_by_key(|(path, span)| (span.len(), usize::MAX - path.segments().len()))
             .map(|(path, _)| path.clone())
             .unwrap_or_default()
@@ -124,7 +122,10 @@ impl<'a> Locator<'a> {
 /// The 1-based line holding byte `offset`.
 pub(crate) fn line_at(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
-    1 + text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count()
+    1 + text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
 }
 
 /// A best guess at the key path of a line in a file that does not parse: the last
@@ -194,10 +195,7 @@ pub(crate) fn unquoted_string_hint(text: &str, line: usize) -> &'static str {
 
 /// A dotted key as written, without the spaces TOML allows around dots.
 fn compact_key(key: &str) -> String {
-    key.split('.')
-        .map(str::trim)
-        .collect::<Vec<_>>()
-        .join(".")
+    key.split('.').map(str::trim).collect::<Vec<_>>().join(".")
 }
 
 #[cfg(test)]

@@ -11,7 +11,10 @@ fn embedded_default_parses() {
         .unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(config, embedded_default());
     assert_eq!(config.source, None);
-    assert_eq!(config.admin.as_ref().unwrap().listen, "127.0.0.1:9090".parse().unwrap());
+    assert_eq!(
+        config.admin.as_ref().unwrap().listen,
+        "127.0.0.1:9090".parse().unwrap()
+    );
     let server = &config.virtual_servers[0];
     assert_eq!(server.name, "web");
     assert_eq!(server.listen, ["127.0.0.1:8080".parse().unwrap()]);
@@ -20,7 +23,11 @@ fn embedded_default_parses() {
     let nodes: Vec<String> = pool.nodes.iter().map(|n| n.address.to_string()).collect();
     assert_eq!(nodes, ["127.0.0.1:8081", "127.0.0.1:8082"]);
     assert!(pool.health.is_some());
-    let origins: Vec<String> = config.origins.iter().map(|o| o.listen.to_string()).collect();
+    let origins: Vec<String> = config
+        .origins
+        .iter()
+        .map(|o| o.listen.to_string())
+        .collect();
     assert_eq!(origins, nodes);
 }
 
@@ -70,7 +77,10 @@ fn unknown_key_is_named_with_the_valid_ones() {
 
 #[test]
 fn unknown_key_in_an_inline_table() {
-    let text = GOOD.replace("{ address = \"127.0.0.1:8082\" }", "{ adress = \"127.0.0.1:8082\" }");
+    let text = GOOD.replace(
+        "{ address = \"127.0.0.1:8082\" }",
+        "{ adress = \"127.0.0.1:8082\" }",
+    );
     let error = parse_str(&text, "weir.toml").unwrap_err();
     assert_eq!(
         error.to_string(),
@@ -109,7 +119,11 @@ fn syntax_error_names_file_line_and_path() {
             && diagnostic.message.ends_with("(strings need quotes)"),
         "{diagnostic:?}"
     );
-    assert!(error.to_string().starts_with("weir.toml:13: pools.web.health.type: TOML syntax error: "));
+    assert!(
+        error
+            .to_string()
+            .starts_with("weir.toml:13: pools.web.health.type: TOML syntax error: ")
+    );
 
     let error = parse_str("[pools.web\nretries = 1\n", "weir.toml").unwrap_err();
     assert_eq!(error.errors[0].line, Some(1));
@@ -121,12 +135,16 @@ fn duplicate_tables_are_syntax_errors() {
     let text = format!("{GOOD}[pools.web]\nretries = 1\n");
     let error = parse_str(&text, "weir.toml").unwrap_err();
     assert_eq!(error.errors[0].line, Some(12), "{error}");
-    assert!(error.errors[0].message.contains("TOML syntax error"), "{error}");
+    assert!(
+        error.errors[0].message.contains("TOML syntax error"),
+        "{error}"
+    );
 }
 
 #[test]
 fn dangling_pool_reference() {
-    let text = format!("{GOOD}[[virtual_servers.web.routes]]\npath_prefix = \"/api/\"\npool = \"api\"\n");
+    let text =
+        format!("{GOOD}[[virtual_servers.web.routes]]\npath_prefix = \"/api/\"\npool = \"api\"\n");
     let error = parse_str(&text, "weir.toml").unwrap_err();
     assert_eq!(
         error.to_string(),
@@ -181,7 +199,9 @@ fn load_file_sets_source_and_reports_read_errors() {
     assert_eq!(error.errors.len(), 1);
     assert_eq!(error.errors[0].line, None);
     assert!(
-        error.to_string().starts_with("/nonexistent/weir.toml: cannot read file: "),
+        error
+            .to_string()
+            .starts_with("/nonexistent/weir.toml: cannot read file: "),
         "{error}"
     );
 }

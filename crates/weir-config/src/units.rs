@@ -21,7 +21,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         if error.contains("for example") {
             format!("invalid duration \"{text}\": {error}")
         } else {
-            format!("invalid duration \"{text}\": {error}; write it like \"250ms\", \"5s\" or \"2m\"")
+            format!(
+                "invalid duration \"{text}\": {error}; write it like \"250ms\", \"5s\" or \"2m\""
+            )
         }
     })
 }
@@ -72,7 +74,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 pub fn parse_status_range(text: &str) -> Result<(u16, u16), String> {
     let trimmed = text.trim();
     let invalid = || {
-        format!("invalid status \"{text}\" (write a code like \"200\", a range like \"200-399\" or a class like \"2xx\")")
+        format!(
+            "invalid status \"{text}\" (write a code like \"200\", a range like \"200-399\" or a class like \"2xx\")"
+        )
     };
     if let Some(class) = trimmed
         .strip_suffix("xx")

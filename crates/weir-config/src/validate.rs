@@ -139,7 +139,12 @@ impl Checker {
             return Runtime::default();
         };
         let threads = table.threads.map(|threads| {
-            self.nonzero(&path.key("threads"), Some(threads), NonZeroU32::MIN, 1..=1024)
+            self.nonzero(
+                &path.key("threads"),
+                Some(threads),
+                NonZeroU32::MIN,
+                1..=1024,
+            )
         });
         Runtime {
             threads,
@@ -245,7 +250,11 @@ impl Checker {
         }
     }
 
-    fn listen_list(&mut self, path: &KeyPath, listen: Option<&OneOrMany<String>>) -> Vec<SocketAddr> {
+    fn listen_list(
+        &mut self,
+        path: &KeyPath,
+        listen: Option<&OneOrMany<String>>,
+    ) -> Vec<SocketAddr> {
         let Some(listen) = listen else {
             self.report(
                 path,
@@ -261,7 +270,11 @@ impl Checker {
             .iter()
             .enumerate()
             .filter_map(|(index, text)| {
-                let element = if listen.array { path.index(index) } else { path.clone() };
+                let element = if listen.array {
+                    path.index(index)
+                } else {
+                    path.clone()
+                };
                 self.listen_address(&element, Some(text))
             })
             .collect()
@@ -270,7 +283,10 @@ impl Checker {
     /// Parses a listen address and checks it against every listener seen before.
     fn listen_address(&mut self, path: &KeyPath, text: Option<&str>) -> Option<SocketAddr> {
         let Some(text) = text else {
-            self.report(path, "missing required key: an address like \"127.0.0.1:9090\"");
+            self.report(
+                path,
+                "missing required key: an address like \"127.0.0.1:9090\"",
+            );
             return None;
         };
         let address = match values::socket_addr(text) {
@@ -336,9 +352,9 @@ impl Checker {
             if route.host.is_none() && route.path_prefix.is_none() {
                 continue;
             }
-            let earlier = routes[..index]
-                .iter()
-                .position(|other| other.host == route.host && other.path_prefix == route.path_prefix);
+            let earlier = routes[..index].iter().position(|other| {
+                other.host == route.host && other.path_prefix == route.path_prefix
+            });
             if let Some(earlier) = earlier {
                 self.report(
                     &path.index(index),
@@ -472,7 +488,12 @@ impl Checker {
             algorithm,
             connections: self.connections(&path.key("connections"), table.connections.as_ref()),
             timeouts: self.upstream_timeouts(&path.key("timeouts"), table.timeouts.as_ref()),
-            retries: self.count(&path.key("retries"), table.retries, defaults::RETRIES, 0..=100),
+            retries: self.count(
+                &path.key("retries"),
+                table.retries,
+                defaults::RETRIES,
+                0..=100,
+            ),
             health: table
                 .health
                 .as_ref()
@@ -518,7 +539,10 @@ impl Checker {
             } else if address.ip().is_unspecified() {
                 self.report(
                     &address_path,
-                    format!("{} is not an address a node can be reached at", address.ip()),
+                    format!(
+                        "{} is not an address a node can be reached at",
+                        address.ip()
+                    ),
                 );
             } else if let Some((_, earlier)) = seen.iter().find(|(other, _)| *other == address) {
                 self.report(
@@ -645,8 +669,18 @@ impl Checker {
             check,
             interval,
             timeout,
-            rise: self.nonzero(&path.key("rise"), table.rise, defaults::HEALTH_RISE, 1..=100),
-            fall: self.nonzero(&path.key("fall"), table.fall, defaults::HEALTH_FALL, 1..=100),
+            rise: self.nonzero(
+                &path.key("rise"),
+                table.rise,
+                defaults::HEALTH_RISE,
+                1..=100,
+            ),
+            fall: self.nonzero(
+                &path.key("fall"),
+                table.fall,
+                defaults::HEALTH_FALL,
+                1..=100,
+            ),
         }
     }
 
@@ -684,7 +718,10 @@ impl Checker {
             None => vec![defaults::HEALTH_EXPECT_STATUS],
             Some(list) => {
                 if list.values.is_empty() {
-                    self.report(&expect_path, "must list at least one status, like [\"200-399\"]");
+                    self.report(
+                        &expect_path,
+                        "must list at least one status, like [\"200-399\"]",
+                    );
                 }
                 list.values
                     .iter()
@@ -774,10 +811,8 @@ impl Checker {
             origins.push(Origin {
                 name: table.name.clone().unwrap_or_default(),
                 listen: listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
-                max_connections: self.optional_limit(
-                    &origin_path.key("max_connections"),
-                    table.max_connections,
-                ),
+                max_connections: self
+                    .optional_limit(&origin_path.key("max_connections"), table.max_connections),
                 keep_alive: table.keep_alive.unwrap_or(defaults::ORIGIN_KEEP_ALIVE),
             });
         }
@@ -833,10 +868,16 @@ impl Checker {
         if let Some((_, choice)) = options.iter().find(|(name, _)| *name == value.trim()) {
             return *choice;
         }
-        let names: Vec<String> = options.iter().map(|(name, _)| format!("\"{name}\"")).collect();
+        let names: Vec<String> = options
+            .iter()
+            .map(|(name, _)| format!("\"{name}\""))
+            .collect();
         self.report(
             path,
-            format!("invalid value \"{value}\"; expected one of {}", names.join(", ")),
+            format!(
+                "invalid value \"{value}\"; expected one of {}",
+                names.join(", ")
+            ),
         );
         default
     }
@@ -881,9 +922,10 @@ impl Checker {
         };
         match bytes {
             Err(message) => self.report(path, message),
-            Ok(bytes) if bytes < *range.start() => {
-                self.report(path, format!("must be at least {}", show_size(*range.start())))
-            }
+            Ok(bytes) if bytes < *range.start() => self.report(
+                path,
+                format!("must be at least {}", show_size(*range.start())),
+            ),
             Ok(bytes) if bytes > *range.end() => {
                 self.report(path, format!("must be at most {}", show_size(*range.end())))
             }

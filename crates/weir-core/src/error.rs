@@ -169,7 +169,10 @@ mod tests {
         )
         .context("node 127.0.0.1:1");
         let text = e.to_string();
-        assert!(text.starts_with("upstream connect_failed: node 127.0.0.1:1"), "{text}");
+        assert!(
+            text.starts_with("upstream connect_failed: node 127.0.0.1:1"),
+            "{text}"
+        );
         assert!(!e.is_retry_safe());
     }
 }

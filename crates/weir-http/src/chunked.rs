@@ -39,14 +39,21 @@ pub struct ChunkedDecoder {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Reading a chunk-size line; the first `scanned` bytes hold no LF.
-    Size { scanned: usize },
+    Size {
+        scanned: usize,
+    },
     /// Inside a chunk's data.
-    Data { remaining: u64 },
+    Data {
+        remaining: u64,
+    },
     /// After a chunk's data, expecting CRLF.
     DataEnd,
     /// After the last chunk: the first `checked` bytes are validated trailer
     /// lines, and up to `scanned` there is no further LF.
-    Trailers { checked: usize, scanned: usize },
+    Trailers {
+        checked: usize,
+        scanned: usize,
+    },
     Done,
 }
 
@@ -80,7 +87,10 @@ impl ChunkedDecoder {
                     let size = parse_size_line(line)?;
                     buf.advance(lf + 1);
                     self.state = match size {
-                        0 => State::Trailers { checked: 0, scanned: 0 },
+                        0 => State::Trailers {
+                            checked: 0,
+                            scanned: 0,
+                        },
                         remaining => State::Data { remaining },
                     };
                 }
@@ -175,7 +185,12 @@ fn find_lf(buf: &[u8], from: usize) -> Option<usize> {
 
 /// The line from `start` to the LF at `lf`, without its CRLF; the LF must
 /// follow a CR.
-fn line_before<'b>(buf: &'b [u8], start: usize, lf: usize, bare_lf: &'static str) -> Result<&'b [u8], ParseError> {
+fn line_before<'b>(
+    buf: &'b [u8],
+    start: usize,
+    lf: usize,
+    bare_lf: &'static str,
+) -> Result<&'b [u8], ParseError> {
     match buf.get(start..lf) {
         Some([line @ .., b'\r']) => Ok(line),
         _ => Err(ParseError::invalid(bare_lf)),
@@ -255,7 +270,9 @@ fn validate_trailer_line(line: &[u8]) -> Result<(), ParseError> {
         return Err(ParseError::invalid("invalid trailer field name"));
     }
     if !line[name + 1..].iter().all(|&b| is_field_value_char(b)) {
-        return Err(ParseError::invalid("invalid character in trailer field value"));
+        return Err(ParseError::invalid(
+            "invalid character in trailer field value",
+        ));
     }
     Ok(())
 }

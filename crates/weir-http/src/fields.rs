@@ -82,7 +82,11 @@ pub(crate) enum Declared {
 impl Fields {
     /// Reads the fields `httparse` found. `base` is the address of the first
     /// byte of the head, so spans are offsets from it.
-    pub(crate) fn scan(base: usize, head_len: usize, parsed: &[httparse::Header<'_>]) -> Result<Fields, ParseError> {
+    pub(crate) fn scan(
+        base: usize,
+        head_len: usize,
+        parsed: &[httparse::Header<'_>],
+    ) -> Result<Fields, ParseError> {
         let mut fields = Fields {
             headers: Vec::with_capacity(parsed.len()),
             ..Fields::default()
@@ -147,10 +151,14 @@ impl Fields {
             });
         }
         if version == Version::Http10 {
-            return Err(ParseError::invalid("Transfer-Encoding in an HTTP/1.0 message"));
+            return Err(ParseError::invalid(
+                "Transfer-Encoding in an HTTP/1.0 message",
+            ));
         }
         if self.content_length.is_some() {
-            return Err(ParseError::invalid("both Content-Length and Transfer-Encoding"));
+            return Err(ParseError::invalid(
+                "both Content-Length and Transfer-Encoding",
+            ));
         }
         if codings.codings == 0 {
             return Err(ParseError::invalid("empty Transfer-Encoding"));
@@ -211,14 +219,19 @@ pub(crate) fn parse_content_length(value: &[u8]) -> Option<u64> {
         if !byte.is_ascii_digit() {
             return None;
         }
-        length = length.checked_mul(10)?.checked_add(u64::from(byte - b'0'))?;
+        length = length
+            .checked_mul(10)?
+            .checked_add(u64::from(byte - b'0'))?;
     }
     Some(length)
 }
 
 /// The non-empty elements of a comma-separated list, without optional whitespace.
 pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value.split(|&b| b == b',').map(trim_ows).filter(|element| !element.is_empty())
+    value
+        .split(|&b| b == b',')
+        .map(trim_ows)
+        .filter(|element| !element.is_empty())
 }
 
 pub(crate) fn trim_ows(mut value: &[u8]) -> &[u8] {
@@ -246,8 +259,24 @@ static HOST_CHARS: [bool; 256] = {
         table[byte] = b.is_ascii_alphanumeric()
             || matches!(
                 b,
-                b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
-                    | b':' | b'%' | b'[' | b']'
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'%'
+                    | b'['
+                    | b']'
             );
         byte += 1;
     }
@@ -259,7 +288,20 @@ pub(crate) fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric()
         || matches!(
             b,
-            b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
+            b'!' | b'#'
+                | b'$'
+                | b'%'
+                | b'&'
+                | b'\''
+                | b'*'
+                | b'+'
+                | b'-'
+                | b'.'
+                | b'^'
+                | b'_'
+                | b'`'
+                | b'|'
+                | b'~'
         )
 }
 
@@ -294,14 +336,22 @@ pub(crate) enum StartLine {
 
 /// Turns an `httparse` error into a typed error with a precise reason. Only
 /// runs on the error path, so it may rescan the buffer.
-pub(crate) fn rejection(window: &[u8], error: httparse::Error, start_line: StartLine) -> ParseError {
-    let start = window.iter().take_while(|&&b| b == b'\r' || b == b'\n').count();
+pub(crate) fn rejection(
+    window: &[u8],
+    error: httparse::Error,
+    start_line: StartLine,
+) -> ParseError {
+    let start = window
+        .iter()
+        .take_while(|&&b| b == b'\r' || b == b'\n')
+        .count();
     let window = &window[start..];
     let region = match memchr::memmem::find(window, b"\r\n\r\n") {
         Some(end) => &window[..end + 4],
         None => window,
     };
-    let bare_cr = memchr::memchr_iter(b'\r', region).any(|at| matches!(region.get(at + 1), Some(&next) if next != b'\n'));
+    let bare_cr = memchr::memchr_iter(b'\r', region)
+        .any(|at| matches!(region.get(at + 1), Some(&next) if next != b'\n'));
     if bare_cr {
         return ParseError::invalid("bare CR in head");
     }
@@ -321,7 +371,9 @@ pub(crate) fn rejection(window: &[u8], error: httparse::Error, start_line: Start
             }
         }
         httparse::Error::HeaderName => {
-            if memchr::memmem::find(region, b"\n ").is_some() || memchr::memmem::find(region, b"\n\t").is_some() {
+            if memchr::memmem::find(region, b"\n ").is_some()
+                || memchr::memmem::find(region, b"\n\t").is_some()
+            {
                 ParseError::invalid("obs-fold line folding in header section")
             } else if has_space_before_colon(region) {
                 ParseError::invalid("whitespace between field name and colon")
@@ -329,7 +381,9 @@ pub(crate) fn rejection(window: &[u8], error: httparse::Error, start_line: Start
                 ParseError::invalid("invalid header field name")
             }
         }
-        httparse::Error::HeaderValue => ParseError::invalid("invalid character in header field value"),
+        httparse::Error::HeaderValue => {
+            ParseError::invalid("invalid character in header field value")
+        }
         httparse::Error::NewLine => ParseError::invalid("malformed line ending"),
         httparse::Error::Status => ParseError::invalid("invalid status code or reason phrase"),
         httparse::Error::Token => match start_line {
@@ -354,14 +408,19 @@ fn version_token(region: &[u8], start_line: StartLine) -> &[u8] {
 /// version (`HTTP/2.0`, `HTTP/1.2`, `HTTP/3`).
 fn looks_like_version(token: &[u8]) -> bool {
     match token.strip_prefix(b"HTTP/") {
-        Some([first, rest @ ..]) => first.is_ascii_digit() && rest.iter().all(|&b| b.is_ascii_digit() || b == b'.'),
+        Some([first, rest @ ..]) => {
+            first.is_ascii_digit() && rest.iter().all(|&b| b.is_ascii_digit() || b == b'.')
+        }
         _ => false,
     }
 }
 
 fn has_space_before_colon(region: &[u8]) -> bool {
     region.split(|&b| b == b'\n').skip(1).any(|line| {
-        let name_end = line.iter().position(|&b| !is_token_char(b)).unwrap_or(line.len());
+        let name_end = line
+            .iter()
+            .position(|&b| !is_token_char(b))
+            .unwrap_or(line.len());
         name_end > 0 && matches!(line.get(name_end), Some(b' ' | b'\t'))
     })
 }
@@ -373,8 +432,14 @@ mod tests {
     #[test]
     fn classifies_names_case_insensitively() {
         assert_eq!(FieldKind::of(b"Content-Length"), FieldKind::ContentLength);
-        assert_eq!(FieldKind::of(b"TRANSFER-ENCODING"), FieldKind::TransferEncoding);
-        assert_eq!(FieldKind::of(b"x-forwarded-proto"), FieldKind::XForwardedProto);
+        assert_eq!(
+            FieldKind::of(b"TRANSFER-ENCODING"),
+            FieldKind::TransferEncoding
+        );
+        assert_eq!(
+            FieldKind::of(b"x-forwarded-proto"),
+            FieldKind::XForwardedProto
+        );
         assert_eq!(FieldKind::of(b"tE"), FieldKind::Te);
         assert_eq!(FieldKind::of(b"Keep-Alive"), FieldKind::KeepAlive);
         assert_eq!(FieldKind::of(b"Content-Type"), FieldKind::Other);
@@ -385,9 +450,26 @@ mod tests {
     fn content_length_is_digits_only() {
         assert_eq!(parse_content_length(b"0"), Some(0));
         assert_eq!(parse_content_length(b"0012"), Some(12));
-        assert_eq!(parse_content_length(b"18446744073709551615"), Some(u64::MAX));
-        for bad in [&b""[..], b"18446744073709551616", b"+5", b"-5", b"5 5", b"5,5", b"0x10", b" 5"] {
-            assert_eq!(parse_content_length(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        assert_eq!(
+            parse_content_length(b"18446744073709551615"),
+            Some(u64::MAX)
+        );
+        for bad in [
+            &b""[..],
+            b"18446744073709551616",
+            b"+5",
+            b"-5",
+            b"5 5",
+            b"5,5",
+            b"0x10",
+            b" 5",
+        ] {
+            assert_eq!(
+                parse_content_length(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
@@ -400,9 +482,18 @@ mod tests {
     #[test]
     fn line_endings() {
         assert!(check_line_endings(b"a\r\nb\r\n\r\n").is_ok());
-        assert_eq!(check_line_endings(b"a\nb\r\n").unwrap_err().reason, "bare LF in head");
-        assert_eq!(check_line_endings(b"a\rb\r\n").unwrap_err().reason, "bare CR in head");
-        assert_eq!(check_line_endings(b"a\r").unwrap_err().reason, "bare CR in head");
+        assert_eq!(
+            check_line_endings(b"a\nb\r\n").unwrap_err().reason,
+            "bare LF in head"
+        );
+        assert_eq!(
+            check_line_endings(b"a\rb\r\n").unwrap_err().reason,
+            "bare CR in head"
+        );
+        assert_eq!(
+            check_line_endings(b"a\r").unwrap_err().reason,
+            "bare CR in head"
+        );
     }
 
     #[test]

@@ -71,7 +71,12 @@ impl Method {
     pub fn is_idempotent(self) -> bool {
         matches!(
             self,
-            Method::Get | Method::Head | Method::Put | Method::Delete | Method::Options | Method::Trace
+            Method::Get
+                | Method::Head
+                | Method::Put
+                | Method::Delete
+                | Method::Options
+                | Method::Trace
         )
     }
 
@@ -196,7 +201,10 @@ pub fn parse_response(
 impl RequestHead {
     /// Parses from the front of `buf` and, when complete, splits the head's
     /// bytes off `buf` without copying.
-    pub fn split_from(buf: &mut BytesMut, limits: &Limits) -> Result<Option<RequestHead>, ParseError> {
+    pub fn split_from(
+        buf: &mut BytesMut,
+        limits: &Limits,
+    ) -> Result<Option<RequestHead>, ParseError> {
         let Some(found) = parse_request_in(buf, limits)? else {
             return Ok(None);
         };
@@ -246,7 +254,10 @@ impl RequestHead {
     /// When both are present they are equal: a mismatch is rejected.
     pub fn host(&self) -> Option<&[u8]> {
         match (self.host, self.target_form) {
-            (Some(index), _) => self.headers.get(index).map(|field| slice(&self.raw, field.value)),
+            (Some(index), _) => self
+                .headers
+                .get(index)
+                .map(|field| slice(&self.raw, field.value)),
             (None, TargetForm::Absolute { authority }) => Some(slice(&self.raw, authority)),
             (None, _) => None,
         }
@@ -360,7 +371,9 @@ fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestH
         Ok(httparse::Status::Partial) => return partial(buf, limits),
         Err(error) => return Err(fields::rejection(window, error, StartLine::Request)),
     };
-    let (Some(method_token), Some(target), Some(minor)) = (request.method, request.path, request.version) else {
+    let (Some(method_token), Some(target), Some(minor)) =
+        (request.method, request.path, request.version)
+    else {
         return Err(ParseError::invalid("incomplete request line"));
     };
     let start = leading_empty_lines(window);
@@ -374,7 +387,11 @@ fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestH
     let target_start = method_span.1 + 1;
     let target_span = (target_start, target_start + target.len() as u32);
     let method = Method::from_bytes(method_token.as_bytes());
-    let version = if minor == 0 { Version::Http10 } else { Version::Http11 };
+    let version = if minor == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
     let target = parse_target(slice(head, target_span), target_start, method)?;
 
     let fields = Fields::scan(head.as_ptr() as usize, head.len(), request.headers)?;
@@ -384,9 +401,14 @@ fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestH
         _ => {}
     }
     if let (TargetForm::Absolute { authority }, Some(index)) = (target.form, fields.host) {
-        let host = fields.headers.get(index).map(|field| slice(head, field.value));
+        let host = fields
+            .headers
+            .get(index)
+            .map(|field| slice(head, field.value));
         if !host.is_some_and(|host| host.eq_ignore_ascii_case(slice(head, authority))) {
-            return Err(ParseError::invalid("Host differs from the absolute-form authority"));
+            return Err(ParseError::invalid(
+                "Host differs from the absolute-form authority",
+            ));
         }
     }
     let framing = match fields.declared_body(version)? {
@@ -441,7 +463,11 @@ fn parse_response_in(
     let start = leading_empty_lines(window);
     fields::check_line_endings(&window[..end])?;
     let head = &window[start..end];
-    let version = if minor == 0 { Version::Http10 } else { Version::Http11 };
+    let version = if minor == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
 
     // `HTTP/1.x SSS[ reason]CRLF`: the reason starts at byte 13, if there is one.
     let line_end = memchr::memchr(b'\r', head).unwrap_or(head.len()) as u32;
@@ -516,7 +542,10 @@ fn header_slots<'s, 'b>(
 
 /// httparse skips empty lines before the start line; they are not part of the head.
 fn leading_empty_lines(window: &[u8]) -> usize {
-    window.iter().take_while(|&&b| b == b'\r' || b == b'\n').count()
+    window
+        .iter()
+        .take_while(|&&b| b == b'\r' || b == b'\n')
+        .count()
 }
 
 /// Drops `start` bytes of empty lines and splits the head off without copying.
@@ -538,11 +567,17 @@ fn keep_alive(version: Version, connection: &ConnectionInfo) -> bool {
 pub(crate) fn slice(raw: &[u8], span: (u32, u32)) -> &[u8] {
     // Spans are made by the parser from this same buffer; `get` keeps a
     // corrupted span from panicking.
-    raw.get(span.0 as usize..span.1 as usize).unwrap_or_default()
+    raw.get(span.0 as usize..span.1 as usize)
+        .unwrap_or_default()
 }
 
-fn fields_of<'a>(raw: &'a [u8], headers: &'a [Header]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-    headers.iter().map(move |field| (slice(raw, field.name), slice(raw, field.value)))
+fn fields_of<'a>(
+    raw: &'a [u8],
+    headers: &'a [Header],
+) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+    headers
+        .iter()
+        .map(move |field| (slice(raw, field.name), slice(raw, field.value)))
 }
 
 fn find_field<'a>(raw: &'a [u8], headers: &[Header], name: &str) -> Option<&'a [u8]> {

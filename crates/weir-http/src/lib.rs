@@ -32,5 +32,6 @@ pub use head::{
     Version, parse_request, parse_response,
 };
 pub use write::{
-    ForwardRequest, ForwardResponse, reason_phrase, write_request_head, write_response_head, write_simple_response,
+    ForwardRequest, ForwardResponse, reason_phrase, write_request_head, write_response_head,
+    write_simple_response,
 };

@@ -27,7 +27,11 @@ pub(crate) struct Target {
 }
 
 /// Validates `target`, found at `offset` in the head, for `method`.
-pub(crate) fn parse_target(target: &[u8], offset: u32, method: Method) -> Result<Target, ParseError> {
+pub(crate) fn parse_target(
+    target: &[u8],
+    offset: u32,
+    method: Method,
+) -> Result<Target, ParseError> {
     // httparse allows obs-text in the target; the grammar does not.
     if !target.is_ascii() {
         return Err(ParseError::invalid("non-ASCII byte in request target"));
@@ -40,7 +44,9 @@ pub(crate) fn parse_target(target: &[u8], offset: u32, method: Method) -> Result
     match target {
         [b'/', ..] => {
             if method == Method::Connect {
-                return Err(ParseError::invalid("CONNECT needs an authority-form target"));
+                return Err(ParseError::invalid(
+                    "CONNECT needs an authority-form target",
+                ));
             }
             Ok(Target {
                 form: TargetForm::Origin,
@@ -73,7 +79,9 @@ pub(crate) fn parse_target(target: &[u8], offset: u32, method: Method) -> Result
             let authority_len = memchr::memchr2(b'/', b'?', rest).unwrap_or(rest.len());
             let authority = &rest[..authority_len];
             if authority.is_empty() {
-                return Err(ParseError::invalid("absolute-form target without authority"));
+                return Err(ParseError::invalid(
+                    "absolute-form target without authority",
+                ));
             }
             if memchr::memchr(b'@', authority).is_some() {
                 return Err(ParseError::invalid("userinfo in request target"));
@@ -97,7 +105,9 @@ pub(crate) fn parse_target(target: &[u8], offset: u32, method: Method) -> Result
 
 /// Length of `http://` or `https://` (any case) at the start, if present.
 fn scheme_length(target: &[u8]) -> Option<usize> {
-    let starts = |prefix: &[u8]| target.len() >= prefix.len() && target[..prefix.len()].eq_ignore_ascii_case(prefix);
+    let starts = |prefix: &[u8]| {
+        target.len() >= prefix.len() && target[..prefix.len()].eq_ignore_ascii_case(prefix)
+    };
     if starts(b"http://") {
         Some(7)
     } else if starts(b"https://") {
@@ -168,8 +178,20 @@ mod tests {
 
     #[test]
     fn rejects_odd_targets() {
-        for bad in [&b"ftp://x/"[..], b"http:///x", b"http://u@x/", b"a/b", b"/a#b", b"/\xc3\xa9", b"http://a b/"] {
-            assert!(parse_target(bad, 0, Method::Get).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        for bad in [
+            &b"ftp://x/"[..],
+            b"http:///x",
+            b"http://u@x/",
+            b"a/b",
+            b"/a#b",
+            b"/\xc3\xa9",
+            b"http://a b/",
+        ] {
+            assert!(
+                parse_target(bad, 0, Method::Get).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

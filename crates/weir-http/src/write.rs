@@ -66,7 +66,9 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
     out.extend_from_slice(b" HTTP/1.1\r\n");
 
     let rewrite_forwarded = forward.client_addr.is_some();
-    let listed = |field: &Header| head.connection_names_fields && named_by_connection(raw, &head.headers, field);
+    let listed = |field: &Header| {
+        head.connection_names_fields && named_by_connection(raw, &head.headers, field)
+    };
     copy_kept_lines(raw, &head.headers, out, |field| match field.kind {
         FieldKind::Connection
         | FieldKind::KeepAlive
@@ -77,7 +79,9 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
         FieldKind::Host => true,
         FieldKind::Upgrade => forward.upgrade,
         FieldKind::Expect => !forward.strip_expect && !listed(field),
-        FieldKind::XForwardedFor | FieldKind::XForwardedProto => !rewrite_forwarded && !listed(field),
+        FieldKind::XForwardedFor | FieldKind::XForwardedProto => {
+            !rewrite_forwarded && !listed(field)
+        }
         FieldKind::Via => forward.via.is_none() && !listed(field),
         FieldKind::Other => !listed(field),
     });
@@ -116,8 +120,11 @@ pub fn write_response_head(head: &ResponseHead, forward: &ForwardResponse<'_>, o
     };
     write_status_line(forward.version, head.status, reason, out);
 
-    let keep_length = forward.framing == BodyFraming::None && (head.head_request || head.status == 304);
-    let listed = |field: &Header| head.connection_names_fields && named_by_connection(raw, &head.headers, field);
+    let keep_length =
+        forward.framing == BodyFraming::None && (head.head_request || head.status == 304);
+    let listed = |field: &Header| {
+        head.connection_names_fields && named_by_connection(raw, &head.headers, field)
+    };
     copy_kept_lines(raw, &head.headers, out, |field| match field.kind {
         FieldKind::Connection
         | FieldKind::KeepAlive
@@ -225,7 +232,12 @@ pub fn reason_phrase(status: u16) -> &'static str {
 
 /// Copies the header lines `keep` accepts. Header lines are contiguous in
 /// `raw` (no obs-fold, no skipped lines), so each run of kept lines is one copy.
-fn copy_kept_lines(raw: &[u8], headers: &[Header], out: &mut BytesMut, keep: impl Fn(&Header) -> bool) {
+fn copy_kept_lines(
+    raw: &[u8],
+    headers: &[Header],
+    out: &mut BytesMut,
+    keep: impl Fn(&Header) -> bool,
+) {
     let copy = |out: &mut BytesMut, start: usize, end: usize| {
         out.extend_from_slice(raw.get(start..end).unwrap_or_default());
     };
@@ -251,7 +263,9 @@ fn named_by_connection(raw: &[u8], headers: &[Header], field: &Header) -> bool {
     headers
         .iter()
         .filter(|other| other.kind == FieldKind::Connection)
-        .any(|other| list_elements(slice(raw, other.value)).any(|token| token.eq_ignore_ascii_case(name)))
+        .any(|other| {
+            list_elements(slice(raw, other.value)).any(|token| token.eq_ignore_ascii_case(name))
+        })
 }
 
 /// Writes each non-empty value of the `kind` fields not `listed` by
@@ -263,7 +277,10 @@ fn write_existing_values(
     listed: impl Fn(&Header) -> bool,
     out: &mut BytesMut,
 ) {
-    for field in headers.iter().filter(|field| field.kind == kind && !listed(field)) {
+    for field in headers
+        .iter()
+        .filter(|field| field.kind == kind && !listed(field))
+    {
         let value = slice(raw, field.value);
         if !value.is_empty() {
             out.extend_from_slice(value);

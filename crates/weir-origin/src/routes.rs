@@ -44,11 +44,11 @@ pub(crate) enum Content {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum RouteError {
     #[error("not a number in the path or query")]
-    InvalidNumber,
+    Number,
     #[error("status code outside 100..=599")]
-    InvalidStatus,
+    Status,
     #[error("`chunked` is not one of 1, 0, true, false")]
-    InvalidFlag,
+    Flag,
 }
 
 /// Routes a request target (origin-form, or absolute-form whose authority is ignored).
@@ -127,7 +127,7 @@ fn strip_authority(target: &[u8]) -> &[u8] {
 /// Decimal digits that fit comfortably in a u64 (values past the caps are clamped by callers).
 fn parse_number(digits: &[u8]) -> Result<u64, RouteError> {
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return Err(RouteError::InvalidNumber);
+        return Err(RouteError::Number);
     }
     Ok(digits.iter().fold(0u64, |value, digit| {
         value
@@ -139,7 +139,7 @@ fn parse_number(digits: &[u8]) -> Result<u64, RouteError> {
 fn parse_status(digits: &[u8]) -> Result<u16, RouteError> {
     match parse_number(digits)? {
         code @ 100..=599 => Ok(code as u16),
-        _ => Err(RouteError::InvalidStatus),
+        _ => Err(RouteError::Status),
     }
 }
 
@@ -147,7 +147,7 @@ fn parse_flag(value: &[u8]) -> Result<bool, RouteError> {
     match value {
         b"1" | b"true" | b"" => Ok(true),
         b"0" | b"false" => Ok(false),
-        _ => Err(RouteError::InvalidFlag),
+        _ => Err(RouteError::Flag),
     }
 }
 
@@ -207,11 +207,11 @@ mod tests {
 
     #[test]
     fn refuses_bad_values() {
-        assert_eq!(plan(b"/bytes/abc"), Err(RouteError::InvalidNumber));
-        assert_eq!(plan(b"/bytes/"), Err(RouteError::InvalidNumber));
-        assert_eq!(plan(b"/status/600"), Err(RouteError::InvalidStatus));
-        assert_eq!(plan(b"/status/42"), Err(RouteError::InvalidStatus));
-        assert_eq!(plan(b"/?delay=-1"), Err(RouteError::InvalidNumber));
-        assert_eq!(plan(b"/?chunked=yes"), Err(RouteError::InvalidFlag));
+        assert_eq!(plan(b"/bytes/abc"), Err(RouteError::Number));
+        assert_eq!(plan(b"/bytes/"), Err(RouteError::Number));
+        assert_eq!(plan(b"/status/600"), Err(RouteError::Status));
+        assert_eq!(plan(b"/status/42"), Err(RouteError::Status));
+        assert_eq!(plan(b"/?delay=-1"), Err(RouteError::Number));
+        assert_eq!(plan(b"/?chunked=yes"), Err(RouteError::Flag));
     }
 }

@@ -24,7 +24,9 @@ impl Failure {
     /// A request the client sent badly.
     pub(crate) fn parse(error: ParseError) -> Failure {
         let kind = match error.kind {
-            ParseErrorKind::HeadTooLarge | ParseErrorKind::TooManyHeaders => ErrorKind::HeadTooLarge,
+            ParseErrorKind::HeadTooLarge | ParseErrorKind::TooManyHeaders => {
+                ErrorKind::HeadTooLarge
+            }
             _ => ErrorKind::BadRequest,
         };
         Failure {
@@ -35,12 +37,17 @@ impl Failure {
 
     /// The node sent something that is not valid HTTP.
     pub(crate) fn bad_response(error: ParseError) -> Failure {
-        Failure::from_error(Error::new(ErrorKind::BadResponse, Side::Upstream).context(error.reason))
+        Failure::from_error(
+            Error::new(ErrorKind::BadResponse, Side::Upstream).context(error.reason),
+        )
     }
 
     /// Close without an answer (client gone, or the response already started).
     pub(crate) fn silent(error: Error) -> Failure {
-        Failure { status: None, error }
+        Failure {
+            status: None,
+            error,
+        }
     }
 }
 

@@ -60,7 +60,8 @@ impl Client {
         let timeouts = &vs.config.timeouts;
         // The first head must arrive within header_read of the accept; later
         // ones may idle first, then have header_read from their first byte.
-        let mut head_deadline = (self.requests == 0).then(|| self.accepted_at + timeouts.header_read);
+        let mut head_deadline =
+            (self.requests == 0).then(|| self.accepted_at + timeouts.header_read);
         loop {
             if !self.read_buf.is_empty() {
                 match RequestHead::split_from(&mut self.read_buf, &vs.head_limits) {
@@ -88,15 +89,22 @@ impl Client {
                 Ok(Ok(0)) if idle => return Ok(None),
                 Ok(Ok(0)) => {
                     return Err(Failure::silent(
-                        Error::new(ErrorKind::ClientClosed, Side::Downstream).context("closed in the middle of a request head"),
+                        Error::new(ErrorKind::ClientClosed, Side::Downstream)
+                            .context("closed in the middle of a request head"),
                     ));
                 }
                 Ok(Ok(_)) => {}
-                Ok(Err(error)) => return Err(Failure::silent(Error::downstream(ErrorKind::ClientClosed, error))),
+                Ok(Err(error)) => {
+                    return Err(Failure::silent(Error::downstream(
+                        ErrorKind::ClientClosed,
+                        error,
+                    )));
+                }
                 Err(_) if idle && self.requests > 0 => return Ok(None),
                 Err(_) => {
                     return Err(Failure::from_error(
-                        Error::new(ErrorKind::ClientTimeout, Side::Downstream).context("request head not received in time"),
+                        Error::new(ErrorKind::ClientTimeout, Side::Downstream)
+                            .context("request head not received in time"),
                     ));
                 }
             }
@@ -108,12 +116,17 @@ impl Client {
         self.read_buf.reserve(READ_RESERVE);
         match tokio::time::timeout(timeout, self.stream.read_buf(&mut self.read_buf)).await {
             Ok(Ok(0)) => Err(Failure::silent(
-                Error::new(ErrorKind::ClientClosed, Side::Downstream).context("closed in the middle of a request body"),
+                Error::new(ErrorKind::ClientClosed, Side::Downstream)
+                    .context("closed in the middle of a request body"),
             )),
             Ok(Ok(n)) => Ok(n),
-            Ok(Err(error)) => Err(Failure::silent(Error::downstream(ErrorKind::ClientClosed, error))),
+            Ok(Err(error)) => Err(Failure::silent(Error::downstream(
+                ErrorKind::ClientClosed,
+                error,
+            ))),
             Err(_) => Err(Failure::from_error(
-                Error::new(ErrorKind::ClientTimeout, Side::Downstream).context("request body not received in time"),
+                Error::new(ErrorKind::ClientTimeout, Side::Downstream)
+                    .context("request body not received in time"),
             )),
         }
     }
@@ -124,9 +137,13 @@ impl Client {
         self.write_buf.clear();
         match result {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(Failure::silent(Error::downstream(ErrorKind::ClientClosed, error))),
+            Ok(Err(error)) => Err(Failure::silent(Error::downstream(
+                ErrorKind::ClientClosed,
+                error,
+            ))),
             Err(_) => Err(Failure::silent(
-                Error::new(ErrorKind::ClientTimeout, Side::Downstream).context("client did not read the response in time"),
+                Error::new(ErrorKind::ClientTimeout, Side::Downstream)
+                    .context("client did not read the response in time"),
             )),
         }
     }
@@ -142,9 +159,13 @@ impl Client {
         }
         match tokio::time::timeout(timeout, self.stream.write_all(bytes)).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(Failure::silent(Error::downstream(ErrorKind::ClientClosed, error))),
+            Ok(Err(error)) => Err(Failure::silent(Error::downstream(
+                ErrorKind::ClientClosed,
+                error,
+            ))),
             Err(_) => Err(Failure::silent(
-                Error::new(ErrorKind::ClientTimeout, Side::Downstream).context("client did not read the response in time"),
+                Error::new(ErrorKind::ClientTimeout, Side::Downstream)
+                    .context("client did not read the response in time"),
             )),
         }
     }

@@ -53,12 +53,17 @@ pub(crate) async fn exchange(
     let mut stale_retries = 0;
     let mut node_retries = 0;
     let mut current: Option<usize> = None;
+    let mut last_error: Option<Error> = None;
     loop {
         // select (again only when moving to another node)
         let index = match current {
             Some(index) => index,
             None => match pool.select(tried, Instant::now()) {
                 Some(index) => index,
+                // Every node was tried: answer with what went wrong last.
+                None if last_error.is_some() => {
+                    return Err(Failure::from_error(last_error.take().expect("checked")));
+                }
                 None => {
                     pool.metrics.no_node_available.inc();
                     return Err(Failure::from_error(
@@ -79,7 +84,10 @@ pub(crate) async fn exchange(
                 stale_retries += 1;
             }
             Err(AttemptError::BeforeSend(error)) => {
-                if matches!(error.kind(), ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout) {
+                if matches!(
+                    error.kind(),
+                    ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout
+                ) {
                     node.record_failure(Instant::now());
                 }
                 if !error.is_retry_safe() || !can_retry || node_retries >= pool.config.retries {
@@ -89,6 +97,7 @@ pub(crate) async fn exchange(
                 pool.metrics.retries.inc();
                 node_retries += 1;
                 current = None;
+                last_error = Some(error);
             }
             Err(AttemptError::Stale(error)) => {
                 node.record_failure(Instant::now());
@@ -209,7 +218,9 @@ async fn read_response_head(
             }
         }
         client.upstream_in.reserve(8 * 1024);
-        let read = tokio::time::timeout_at(deadline, lease.stream().read_buf(&mut client.upstream_in)).await;
+        let read =
+            tokio::time::timeout_at(deadline, lease.stream().read_buf(&mut client.upstream_in))
+                .await;
         match read {
             Ok(Ok(0)) => {
                 let error = Error::new(ErrorKind::BadResponse, Side::Upstream)
@@ -222,7 +233,8 @@ async fn read_response_head(
             }
             Ok(Ok(_)) => got_any = true,
             Ok(Err(io)) => {
-                let error = Error::upstream(ErrorKind::BadResponse, io).context("reading the response head");
+                let error = Error::upstream(ErrorKind::BadResponse, io)
+                    .context("reading the response head");
                 return Err(if reused && !got_any {
                     AttemptError::Stale(error)
                 } else {

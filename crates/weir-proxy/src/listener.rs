@@ -37,7 +37,11 @@ pub struct BoundProxy {
 impl Proxy {
     /// Builds pools and virtual servers from a validated config.
     pub fn build(config: &Config, metrics: &Arc<Metrics>) -> Proxy {
-        let pools: Vec<Arc<Pool>> = config.pools.iter().map(|pool| Pool::new(pool, metrics)).collect();
+        let pools: Vec<Arc<Pool>> = config
+            .pools
+            .iter()
+            .map(|pool| Pool::new(pool, metrics))
+            .collect();
         let virtual_servers = config
             .virtual_servers
             .iter()
@@ -70,7 +74,10 @@ impl Proxy {
                 let listener = bind_tcp(address, vs.config.backlog).map_err(|error| {
                     io::Error::new(
                         error.kind(),
-                        format!("virtual server {}: cannot listen on {address}: {error}", vs.config.name),
+                        format!(
+                            "virtual server {}: cannot listen on {address}: {error}",
+                            vs.config.name
+                        ),
                     )
                 })?;
                 listeners.push((Arc::clone(vs), listener));
@@ -85,7 +92,11 @@ impl Proxy {
 
 /// A listening socket with address reuse and the configured backlog.
 pub fn bind_tcp(address: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
-    let socket = Socket::new(Domain::for_address(address), Type::STREAM, Some(Protocol::TCP))?;
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
     socket.set_reuse_address(true)?;
     if address.is_ipv6() {
         socket.set_only_v6(true)?;
@@ -101,7 +112,9 @@ impl BoundProxy {
     pub fn local_addrs(&self) -> Vec<(String, SocketAddr)> {
         self.listeners
             .iter()
-            .filter_map(|(vs, listener)| Some((vs.config.name.clone(), listener.local_addr().ok()?)))
+            .filter_map(|(vs, listener)| {
+                Some((vs.config.name.clone(), listener.local_addr().ok()?))
+            })
             .collect()
     }
 
@@ -120,7 +133,12 @@ impl BoundProxy {
         let mut acceptors = Vec::new();
         for (vs, listener) in self.listeners {
             let listener = TcpListener::from_std(listener)?;
-            acceptors.push(tokio::spawn(accept_loop(listener, vs, Arc::clone(&drain), shutdown.clone())));
+            acceptors.push(tokio::spawn(accept_loop(
+                listener,
+                vs,
+                Arc::clone(&drain),
+                shutdown.clone(),
+            )));
         }
         let mut stop = shutdown.clone();
         stop.triggered().await;
@@ -131,8 +149,14 @@ impl BoundProxy {
         if open > 0 {
             tracing::info!(connections = open, timeout = ?self.proxy.drain_timeout, "draining client connections");
         }
-        if tokio::time::timeout(self.proxy.drain_timeout, drain.wait_idle()).await.is_err() {
-            tracing::warn!(connections = drain.active(), "drain timeout reached; closing remaining connections");
+        if tokio::time::timeout(self.proxy.drain_timeout, drain.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                connections = drain.active(),
+                "drain timeout reached; closing remaining connections"
+            );
         }
         for task in background {
             let _ = task.await;
@@ -142,7 +166,12 @@ impl BoundProxy {
 }
 
 /// accept → admit → spawn the pipeline, until shutdown.
-async fn accept_loop(listener: TcpListener, vs: Arc<VirtualServerRuntime>, drain: Arc<Drain>, mut shutdown: ShutdownSignal) {
+async fn accept_loop(
+    listener: TcpListener,
+    vs: Arc<VirtualServerRuntime>,
+    drain: Arc<Drain>,
+    mut shutdown: ShutdownSignal,
+) {
     let max = vs.config.limits.max_connections;
     loop {
         let accepted = tokio::select! {

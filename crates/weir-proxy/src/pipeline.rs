@@ -49,7 +49,17 @@ pub(crate) async fn serve_connection(
         // route
         let pool = Arc::clone(vs.route(&head));
         let keep_alive = wants_keep_alive(&client, &vs, &head, &shutdown);
-        match serve_request(&mut client, &vs, &pool, &head, keep_alive, started).await {
+        match serve_request(
+            &mut client,
+            &vs,
+            &pool,
+            &head,
+            keep_alive,
+            &shutdown,
+            started,
+        )
+        .await
+        {
             Ok(true) => continue,
             Ok(false) => return,
             Err(failure) => {
@@ -67,6 +77,7 @@ async fn serve_request(
     pool: &Arc<Pool>,
     head: &RequestHead,
     keep_alive: bool,
+    shutdown: &ShutdownSignal,
     started: Instant,
 ) -> Result<bool, Failure> {
     // read body (up to request_buffer) before any upstream connection is taken
@@ -83,7 +94,9 @@ async fn serve_request(
     } else {
         node_state.record_success();
     }
-    // respond (the upstream connection is released inside, as soon as the node is done)
+    // respond (the upstream connection is released inside, as soon as the node is done);
+    // a drain that began meanwhile closes the connection after this response.
+    let keep_alive = keep_alive && !shutdown.is_triggered();
     let sent = if exchange.response.status() == 101 {
         upgrade::tunnel(client, vs, exchange, head.version()).await?
     } else {
@@ -92,7 +105,9 @@ async fn serve_request(
     // log
     vs.metrics.record_status(sent.status);
     pool.metrics.record_status(sent.status);
-    vs.metrics.bytes_received.inc_by(head.raw().len() as u64 + body.received);
+    vs.metrics
+        .bytes_received
+        .inc_by(head.raw().len() as u64 + body.received);
     vs.metrics.bytes_sent.inc_by(sent.bytes);
     if vs.access_log {
         AccessRecord {
@@ -127,7 +142,12 @@ async fn respond(
 }
 
 /// Whether this request's connection may be kept after the response.
-fn wants_keep_alive(client: &Client, vs: &VirtualServerRuntime, head: &RequestHead, shutdown: &ShutdownSignal) -> bool {
+fn wants_keep_alive(
+    client: &Client,
+    vs: &VirtualServerRuntime,
+    head: &RequestHead,
+    shutdown: &ShutdownSignal,
+) -> bool {
     let under_limit = vs
         .config
         .limits
@@ -150,12 +170,18 @@ async fn answer_failure(
     let mut bytes = 0;
     if let Some(status) = failure.status {
         // After an error the rest of the request may still be in flight: close.
-        bytes = client.answer(status, version, false, vs.config.timeouts.write).await.unwrap_or(0);
+        bytes = client
+            .answer(status, version, false, vs.config.timeouts.write)
+            .await
+            .unwrap_or(0);
         vs.metrics.record_status(status);
         if let Some(pool) = pool {
             pool.metrics.record_status(status);
         }
-        if matches!(kind, ErrorKind::BadRequest | ErrorKind::HeadTooLarge | ErrorKind::BodyTooLarge) {
+        if matches!(
+            kind,
+            ErrorKind::BadRequest | ErrorKind::HeadTooLarge | ErrorKind::BodyTooLarge
+        ) {
             vs.metrics.bad_requests.inc();
         }
     }

@@ -111,7 +111,10 @@ pub(crate) async fn read(
             continue_if_expected(client, vs, head).await?;
             let mut decoder = ChunkedDecoder::new(MAX_TRAILER_BYTES);
             loop {
-                match decoder.decode(&mut client.read_buf).map_err(Failure::parse)? {
+                match decoder
+                    .decode(&mut client.read_buf)
+                    .map_err(Failure::parse)?
+                {
                     Decoded::Data(data) => {
                         body.received += data.len() as u64;
                         if body.received > limits.max_body_bytes {
@@ -148,7 +151,10 @@ async fn continue_if_expected(
     vs: &VirtualServerRuntime,
     head: &RequestHead,
 ) -> Result<(), Failure> {
-    if head.expects_continue() && client.read_buf.is_empty() && head.version() == weir_http::Version::Http11 {
+    if head.expects_continue()
+        && client.read_buf.is_empty()
+        && head.version() == weir_http::Version::Http11
+    {
         client
             .send(b"HTTP/1.1 100 Continue\r\n\r\n", vs.config.timeouts.write)
             .await?;
@@ -165,7 +171,12 @@ pub(crate) async fn stream_rest<W: AsyncWriteExt + Unpin>(
 ) -> Result<(), Failure> {
     let timeout = vs.config.timeouts.body_read;
     let max_body = vs.config.limits.max_body_bytes;
-    let upstream_error = |error: std::io::Error| Failure::from_error(Error::upstream(ErrorKind::BadResponse, error).context("node stopped reading the request body"));
+    let upstream_error = |error: std::io::Error| {
+        Failure::from_error(
+            Error::upstream(ErrorKind::BadResponse, error)
+                .context("node stopped reading the request body"),
+        )
+    };
     match std::mem::replace(&mut body.remaining, Remaining::Nothing) {
         Remaining::Nothing => Ok(()),
         Remaining::Length(mut left) => {
@@ -184,11 +195,17 @@ pub(crate) async fn stream_rest<W: AsyncWriteExt + Unpin>(
         Remaining::Chunked(mut decoder) => {
             let mut frame = BytesMut::new();
             loop {
-                match decoder.decode(&mut client.read_buf).map_err(Failure::parse)? {
+                match decoder
+                    .decode(&mut client.read_buf)
+                    .map_err(Failure::parse)?
+                {
                     Decoded::Data(data) => {
                         body.received += data.len() as u64;
                         if body.received > max_body {
-                            return Err(Failure::silent(Error::new(ErrorKind::BodyTooLarge, Side::Downstream)));
+                            return Err(Failure::silent(Error::new(
+                                ErrorKind::BodyTooLarge,
+                                Side::Downstream,
+                            )));
                         }
                         frame.clear();
                         encode_chunk_header(data.len(), &mut frame);

@@ -7,7 +7,9 @@ use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, Version, encode_chunk_header};
+use weir_http::{
+    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, Version, encode_chunk_header,
+};
 
 use crate::answer::Failure;
 use crate::client::Client;
@@ -80,7 +82,8 @@ pub(crate) async fn respond(
                 break;
             }
             return Err(Failure::from_error(
-                Error::new(ErrorKind::BadResponse, Side::Upstream).context("node closed the connection in the middle of a body"),
+                Error::new(ErrorKind::BadResponse, Side::Upstream)
+                    .context("node closed the connection in the middle of a body"),
             ));
         }
     }
@@ -147,7 +150,12 @@ pub(crate) async fn respond(
     // Stream the rest: read a buffer's worth, write it, repeat.
     loop {
         body.clear();
-        let done = fill(&mut client.upstream_in, &mut source, &mut body, &mut trailers)?;
+        let done = fill(
+            &mut client.upstream_in,
+            &mut source,
+            &mut body,
+            &mut trailers,
+        )?;
         if !body.is_empty() {
             sent_body += body.len() as u64;
             if client_framing == BodyFraming::Chunked {
@@ -169,7 +177,8 @@ pub(crate) async fn respond(
                 break;
             }
             return Err(Failure::silent(
-                Error::new(ErrorKind::BadResponse, Side::Upstream).context("node closed the connection in the middle of a body"),
+                Error::new(ErrorKind::BadResponse, Side::Upstream)
+                    .context("node closed the connection in the middle of a body"),
             ));
         }
     }
@@ -177,7 +186,8 @@ pub(crate) async fn respond(
         last_chunk(&trailers, &mut client.write_buf);
         client.flush(write_timeout).await?;
     }
-    if upstream_keep_alive && !matches!(source, Source::UntilClose) && client.upstream_in.is_empty() {
+    if upstream_keep_alive && !matches!(source, Source::UntilClose) && client.upstream_in.is_empty()
+    {
         lease.release();
     }
     Ok(sent(head_len + sent_body))

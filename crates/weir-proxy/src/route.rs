@@ -55,10 +55,18 @@ impl VirtualServerRuntime {
         let host = head.host().map(host_without_port);
         let path = head.path();
         for (rule, pool) in &self.routes {
-            if rule.host.as_deref().is_some_and(|want| !host.is_some_and(|h| host_matches(want, h))) {
+            if rule
+                .host
+                .as_deref()
+                .is_some_and(|want| !host.is_some_and(|h| host_matches(want, h)))
+            {
                 continue;
             }
-            if rule.path_prefix.as_deref().is_some_and(|prefix| !path.starts_with(prefix.as_bytes())) {
+            if rule
+                .path_prefix
+                .as_deref()
+                .is_some_and(|prefix| !path.starts_with(prefix.as_bytes()))
+            {
                 continue;
             }
             return pool;

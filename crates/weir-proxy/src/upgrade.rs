@@ -19,7 +19,9 @@ pub(crate) async fn tunnel(
     version: Version,
 ) -> Result<Sent, Failure> {
     let Exchange {
-        mut lease, response, ..
+        mut lease,
+        response,
+        ..
     } = exchange;
     client.write_buf.clear();
     weir_http::write_response_head(
@@ -47,7 +49,9 @@ pub(crate) async fn tunnel(
     }
     let copied = tokio::io::copy_bidirectional(&mut client.stream, upstream).await;
     // `lease` drops here: the connection is closed, its slot freed.
-    let (_, to_client) = copied.map_err(|error| Failure::silent(Error::new(ErrorKind::Io, Side::Upstream).context(error.to_string())))?;
+    let (_, to_client) = copied.map_err(|error| {
+        Failure::silent(Error::new(ErrorKind::Io, Side::Upstream).context(error.to_string()))
+    })?;
     Ok(Sent {
         status: 101,
         bytes: head_bytes + to_client,

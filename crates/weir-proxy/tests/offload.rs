@@ -32,7 +32,9 @@ async fn many_clients_share_a_capped_pool() {
                 return;
             };
             for _ in 0..5 {
-                let sent = connection.send(b"GET /delay/2 HTTP/1.1\r\nHost: t\r\n\r\n").await;
+                let sent = connection
+                    .send(b"GET /delay/2 HTTP/1.1\r\nHost: t\r\n\r\n")
+                    .await;
                 match (sent, connection.response().await) {
                     (Ok(()), Ok(response)) if response.status == 200 => {
                         served.fetch_add(1, Ordering::Relaxed);
@@ -49,7 +51,11 @@ async fn many_clients_share_a_capped_pool() {
     }
     assert_eq!(errors.load(Ordering::Relaxed), 0);
     assert_eq!(served.load(Ordering::Relaxed), 1500);
-    assert!(origin.stats.connections_peak() <= 8, "origin saw {} connections", origin.stats.connections_peak());
+    assert!(
+        origin.stats.connections_peak() <= 8,
+        "origin saw {} connections",
+        origin.stats.connections_peak()
+    );
     assert!(origin.stats.connections_accepted() <= 8);
     assert_eq!(origin.stats.requests(), 1500);
     let metrics = proxy.metrics.encode();
@@ -116,7 +122,9 @@ async fn slow_reader_does_not_hold_the_upstream_connection() {
     .await;
     // 512 KiB: more than the socket buffers take while the client does not read.
     let mut slow = Connection::open(proxy.addr).await.unwrap();
-    slow.send(b"GET /bytes/524288 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    slow.send(b"GET /bytes/524288 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     // The single upstream connection must be free for someone else now.
     let other = tokio::time::timeout(Duration::from_secs(1), client::get(proxy.addr, "/"))
@@ -158,11 +166,18 @@ async fn capped_origin_is_shielded() {
         ..OriginOptions::new("a", "127.0.0.1:0".parse().unwrap())
     })
     .await;
-    let proxy = TestProxy::start(&config(&[origin.addr], "[pools.web.connections]\nmax_connections = 4", "")).await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "[pools.web.connections]\nmax_connections = 4",
+        "",
+    ))
+    .await;
     let mut tasks = Vec::new();
     for _ in 0..50 {
         let addr = proxy.addr;
-        tasks.push(tokio::spawn(async move { client::get(addr, "/delay/5").await.map(|r| r.status) }));
+        tasks.push(tokio::spawn(async move {
+            client::get(addr, "/delay/5").await.map(|r| r.status)
+        }));
     }
     for task in tasks {
         assert_eq!(task.await.unwrap().unwrap(), 200);

@@ -8,7 +8,11 @@ use weir_testkit::{TestOrigin, TestProxy, config};
 
 /// An address nothing listens on.
 async fn dead_address() -> SocketAddr {
-    tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap()
+    tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
 
 /// An idempotent request whose node refuses the connection is served by another node.
@@ -95,14 +99,24 @@ async fn active_monitor_ejects_and_restores() {
     let pool = &proxy.pools[0];
     wait_until(|| !pool.nodes[1].is_active_up()).await;
     for _ in 0..10 {
-        assert_eq!(client::get(proxy.addr, "/").await.unwrap().header("x-origin"), Some("a"));
+        assert_eq!(
+            client::get(proxy.addr, "/")
+                .await
+                .unwrap()
+                .header("x-origin"),
+            Some("a")
+        );
     }
     // Bring b up on the same address.
     let b = TestOrigin::with_options(weir_origin::OriginOptions::new("b", b_addr)).await;
     wait_until(|| pool.nodes[1].is_active_up()).await;
     let mut seen_b = false;
     for _ in 0..10 {
-        seen_b |= client::get(proxy.addr, "/").await.unwrap().header("x-origin") == Some("b");
+        seen_b |= client::get(proxy.addr, "/")
+            .await
+            .unwrap()
+            .header("x-origin")
+            == Some("b");
     }
     assert!(seen_b);
     proxy.stop().await;
@@ -130,7 +144,12 @@ async fn all_nodes_down_is_503_unless_fail_open() {
     assert_eq!(response.status, 503);
     closed.stop().await;
 
-    let open = TestProxy::start(&config(&[origin.addr], &format!("fail_open = true\n{pool_settings}"), "")).await;
+    let open = TestProxy::start(&config(
+        &[origin.addr],
+        &format!("fail_open = true\n{pool_settings}"),
+        "",
+    ))
+    .await;
     wait_until(|| !open.pools[0].nodes[0].is_active_up()).await;
     assert_eq!(client::get(open.addr, "/").await.unwrap().status, 200);
     open.stop().await;
@@ -140,8 +159,16 @@ async fn all_nodes_down_is_503_unless_fail_open() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_and_refusals_map_to_504_and_502() {
     let origin = TestOrigin::start("a").await;
-    let proxy = TestProxy::start(&config(&[origin.addr], "[pools.web.timeouts]\nresponse = \"100ms\"", "")).await;
-    assert_eq!(client::get(proxy.addr, "/delay/1000").await.unwrap().status, 504);
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "[pools.web.timeouts]\nresponse = \"100ms\"",
+        "",
+    ))
+    .await;
+    assert_eq!(
+        client::get(proxy.addr, "/delay/1000").await.unwrap().status,
+        504
+    );
     proxy.stop().await;
 
     let dead = dead_address().await;
@@ -180,10 +207,14 @@ async fn shutdown_drains_in_flight_requests() {
     let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
     let addr = proxy.addr;
     let mut idle = Connection::open(addr).await.unwrap();
-    idle.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    idle.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
     assert_eq!(idle.response().await.unwrap().status, 200);
     let mut busy = Connection::open(addr).await.unwrap();
-    busy.send(b"GET /delay/300 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    busy.send(b"GET /delay/300 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.trigger_shutdown();
     let response = busy.response().await.unwrap();

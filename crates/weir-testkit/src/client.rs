@@ -86,7 +86,12 @@ impl Connection {
                 let headers: Vec<(String, String)> = parsed
                     .headers
                     .iter()
-                    .map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned()))
+                    .map(|h| {
+                        (
+                            h.name.to_string(),
+                            String::from_utf8_lossy(h.value).into_owned(),
+                        )
+                    })
                     .collect();
                 self.buf.drain(..used);
                 if (100..200).contains(&code) && code != 101 {
@@ -103,8 +108,16 @@ impl Connection {
         }
     }
 
-    async fn read_body(&mut self, mut response: Response, head_request: bool) -> anyhow::Result<Response> {
-        if head_request || response.status == 204 || response.status == 304 || response.status == 101 {
+    async fn read_body(
+        &mut self,
+        mut response: Response,
+        head_request: bool,
+    ) -> anyhow::Result<Response> {
+        if head_request
+            || response.status == 204
+            || response.status == 304
+            || response.status == 101
+        {
             return Ok(response);
         }
         let chunked = response
@@ -117,7 +130,8 @@ impl Connection {
                     continue;
                 };
                 let size_text = std::str::from_utf8(&self.buf[..line_end])?;
-                let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)?;
+                let size =
+                    usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)?;
                 if size == 0 {
                     // trailers until an empty line
                     loop {
@@ -125,7 +139,9 @@ impl Connection {
                             self.buf.drain(..end + 4);
                             return Ok(response);
                         }
-                        if self.buf.len() >= line_end + 4 && &self.buf[line_end..line_end + 4] == b"\r\n\r\n" {
+                        if self.buf.len() >= line_end + 4
+                            && &self.buf[line_end..line_end + 4] == b"\r\n\r\n"
+                        {
                             self.buf.drain(..line_end + 4);
                             return Ok(response);
                         }

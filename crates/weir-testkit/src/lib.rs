@@ -34,11 +34,17 @@ pub struct TestOrigin {
 
 impl TestOrigin {
     pub async fn start(name: &str) -> TestOrigin {
-        TestOrigin::with_options(OriginOptions::new(name, "127.0.0.1:0".parse().expect("valid"))).await
+        TestOrigin::with_options(OriginOptions::new(
+            name,
+            "127.0.0.1:0".parse().expect("valid"),
+        ))
+        .await
     }
 
     pub async fn with_options(options: OriginOptions) -> TestOrigin {
-        let origin = Origin::bind(options).await.expect("origin binds on loopback");
+        let origin = Origin::bind(options)
+            .await
+            .expect("origin binds on loopback");
         let addr = origin.local_addr();
         let stats = origin.stats();
         let (shutdown, signal) = Shutdown::new();
@@ -71,7 +77,8 @@ pub struct TestProxy {
 impl TestProxy {
     /// Starts a proxy from TOML text (listen on `127.0.0.1:0`). Panics if the config is invalid.
     pub async fn start(toml: &str) -> TestProxy {
-        let config = weir_config::parse_str(toml, "test.toml").unwrap_or_else(|error| panic!("{error}"));
+        let config =
+            weir_config::parse_str(toml, "test.toml").unwrap_or_else(|error| panic!("{error}"));
         let metrics = Metrics::new();
         let proxy = weir_proxy::Proxy::bind(&config, &metrics).expect("proxy binds on loopback");
         let addrs = proxy.local_addrs();
@@ -109,7 +116,10 @@ impl TestProxy {
 /// over `nodes`. `pool_extra` and `vs_extra` are TOML lines added to the
 /// `[pools.web]` and `[virtual_servers.web]` tables (sub-tables may follow them).
 pub fn config(nodes: &[SocketAddr], pool_extra: &str, vs_extra: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{{ address = \"{n}\" }}")).collect();
+    let nodes: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("{{ address = \"{n}\" }}"))
+        .collect();
     format!(
         "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
          [pools.web]\nnodes = [{}]\n{pool_extra}\n\n\

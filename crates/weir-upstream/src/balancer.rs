@@ -58,13 +58,11 @@ fn nth_eligible(len: usize, eligible: &dyn Fn(usize) -> bool, rank: u64) -> Opti
         return None;
     }
     let wanted = (rank % count as u64) as usize;
-    let mut seen = 0;
     let mut last = None;
-    for index in (0..len).filter(|&index| eligible(index)) {
+    for (seen, index) in (0..len).filter(|&index| eligible(index)).enumerate() {
         if seen == wanted {
             return Some(index);
         }
-        seen += 1;
         last = Some(index);
     }
     last

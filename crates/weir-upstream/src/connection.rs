@@ -202,7 +202,11 @@ impl NodeConnections {
 
     /// Opens a new connection in a slot already taken.
     async fn connect(self: &Arc<Self>) -> Result<Lease, Error> {
-        let attempt = tokio::time::timeout(self.settings.connect_timeout, TcpStream::connect(self.address)).await;
+        let attempt = tokio::time::timeout(
+            self.settings.connect_timeout,
+            TcpStream::connect(self.address),
+        )
+        .await;
         let stream = match attempt {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) => {
@@ -296,7 +300,9 @@ impl NodeConnections {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is consistent after every statement; a panic elsewhere cannot break it.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -311,7 +317,10 @@ struct QueuedWait<'a> {
 impl QueuedWait<'_> {
     async fn wait(mut self) -> Result<Lease, Error> {
         let pool = self.pool;
-        let receiver = self.receiver.as_mut().expect("set at construction, taken only here or in drop");
+        let receiver = self
+            .receiver
+            .as_mut()
+            .expect("set at construction, taken only here or in drop");
         let grant = tokio::time::timeout(pool.settings.queue_timeout, receiver).await;
         match grant {
             Ok(Ok(grant)) => {
@@ -324,10 +333,12 @@ impl QueuedWait<'_> {
             // The sender is only dropped after a failed send, never while we wait.
             Ok(Err(_)) | Err(_) => {
                 pool.pool_metrics.queue_timeouts.inc();
-                Err(Error::new(ErrorKind::QueueTimeout, Side::Internal).context(format!(
-                    "waited {:?} for a connection to node {}",
-                    pool.settings.queue_timeout, pool.address
-                )))
+                Err(
+                    Error::new(ErrorKind::QueueTimeout, Side::Internal).context(format!(
+                        "waited {:?} for a connection to node {}",
+                        pool.settings.queue_timeout, pool.address
+                    )),
+                )
             }
         }
     }
@@ -368,7 +379,11 @@ impl Connection {
 
 impl Lease {
     pub fn stream(&mut self) -> &mut TcpStream {
-        &mut self.connection.as_mut().expect("present until release or drop").stream
+        &mut self
+            .connection
+            .as_mut()
+            .expect("present until release or drop")
+            .stream
     }
 
     /// True when the connection carried an earlier request (it may have been

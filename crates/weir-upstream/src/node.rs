@@ -163,9 +163,7 @@ impl NodeState {
 
     /// Updates the `healthy` gauge from the current state (called by monitors and the reaper).
     pub fn refresh_healthy_gauge(&self, now: Instant) {
-        self.metrics
-            .healthy
-            .set(i64::from(self.is_available(now)));
+        self.metrics.healthy.set(i64::from(self.is_available(now)));
     }
 
     fn nanos_since_epoch(&self, now: Instant) -> u64 {

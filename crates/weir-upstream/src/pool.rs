@@ -69,7 +69,10 @@ impl Pool {
             queue_timeout: config.connections.queue_timeout,
             idle_timeout: config.connections.idle_timeout,
             connect_timeout: config.timeouts.connect,
-            max_requests: config.connections.max_requests_per_connection.map(|n| n.get()),
+            max_requests: config
+                .connections
+                .max_requests_per_connection
+                .map(|n| n.get()),
         };
         let connections = nodes
             .iter()
@@ -96,7 +99,8 @@ impl Pool {
     /// Picks a node not yet tried for this request: an available one, or
     /// with fail-open any one when none is available. `None` → 503.
     pub fn select(&self, tried: Tried, now: Instant) -> Option<usize> {
-        let available = |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
+        let available =
+            |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
         if let Some(index) = self.balancer.pick(&self.nodes, &available) {
             return Some(index);
         }
@@ -112,11 +116,17 @@ impl Pool {
     pub fn start(self: &Arc<Self>, shutdown: ShutdownSignal) -> Vec<JoinHandle<()>> {
         let mut tasks = Vec::new();
         if let Some(monitor) = &self.config.health {
-            tasks.extend(health::spawn_monitors(&self.name, &self.nodes, monitor, shutdown.clone()));
+            tasks.extend(health::spawn_monitors(
+                &self.name,
+                &self.nodes,
+                monitor,
+                shutdown.clone(),
+            ));
         }
         let pool = Arc::clone(self);
         let mut stop = shutdown;
-        let period = (self.config.connections.idle_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let period = (self.config.connections.idle_timeout / 4)
+            .clamp(Duration::from_millis(100), Duration::from_secs(5));
         tasks.push(tokio::spawn(async move {
             let mut ticker = tokio::time::interval(period);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -74,9 +74,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             keep_alive: origin.keep_alive,
             ..OriginOptions::new(origin.name.clone(), origin.listen)
         };
-        let bound = Origin::bind(options)
-            .await
-            .with_context(|| format!("origin {}: cannot listen on {}", origin.name, origin.listen))?;
+        let bound = Origin::bind(options).await.with_context(|| {
+            format!("origin {}: cannot listen on {}", origin.name, origin.listen)
+        })?;
         origins.push(bound);
     }
     let proxy = Proxy::bind(&config, &metrics)?;
@@ -104,7 +104,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             Arc::new(move || !draining.load(Ordering::Relaxed)),
         );
         let signal = after_drain_signal.clone();
-        tasks.spawn(async move { weir_admin::serve(listener, state, signal).await.context("admin") });
+        tasks.spawn(async move {
+            weir_admin::serve(listener, state, signal)
+                .await
+                .context("admin")
+        });
     }
     for (name, address) in proxy.local_addrs() {
         tracing::info!(virtual_server = %name, listen = %address, "virtual server serving");

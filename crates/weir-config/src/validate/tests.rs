@@ -49,7 +49,10 @@ fn minimal_file_takes_every_default() {
     assert_eq!(config.admin, None);
     assert_eq!(config.log, Log::default());
     let server = &config.virtual_servers[0];
-    assert_eq!(server.listen, vec!["127.0.0.1:8080".parse::<SocketAddr>().unwrap()]);
+    assert_eq!(
+        server.listen,
+        vec!["127.0.0.1:8080".parse::<SocketAddr>().unwrap()]
+    );
     assert_eq!(server.protocol, Protocol::Http);
     assert_eq!(server.default_pool, PoolId(0));
     assert_eq!(server.limits, ClientLimits::default());
@@ -169,7 +172,11 @@ nodes = [{ address = \"10.0.0.1:80\" }]
 nodes = [{ address = \"10.0.0.2:80\" }]
 ";
     let config = valid(text);
-    let names: Vec<&str> = config.virtual_servers.iter().map(|s| s.name.as_str()).collect();
+    let names: Vec<&str> = config
+        .virtual_servers
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
     assert_eq!(names, ["zulu", "alpha"]);
     assert_eq!(config.pools[0].name, "zeta");
     assert_eq!(config.virtual_servers[0].default_pool, PoolId(0));
@@ -185,7 +192,11 @@ fn listen_takes_one_address_or_many() {
     ));
     assert_eq!(config.virtual_servers[0].listen.len(), 2);
     let text = file("", "", "").replace("listen = \"127.0.0.1:8080\"", "listen = []");
-    assert_one_error(&text, "virtual_servers.web.listen", "at least one listen address");
+    assert_one_error(
+        &text,
+        "virtual_servers.web.listen",
+        "at least one listen address",
+    );
     let text = file("", "", "").replace("listen = \"127.0.0.1:8080\"\n", "");
     assert_one_error(&text, "virtual_servers.web.listen", "missing required key");
 }
@@ -195,7 +206,9 @@ fn at_least_one_virtual_server() {
     let text = "[pools.web]\nnodes = [{ address = \"10.0.0.1:80\" }]\n";
     assert_eq!(
         errors(text),
-        ["t.toml: virtual_servers: at least one virtual server is required, such as [virtual_servers.web]"]
+        [
+            "t.toml: virtual_servers: at least one virtual server is required, such as [virtual_servers.web]"
+        ]
     );
 }
 
@@ -207,8 +220,16 @@ fn pool_references_must_resolve() {
         "virtual_servers.web.pool",
         "unknown pool \"wbe\" (did you mean \"web\"?); defined pools: web",
     );
-    let text = file("[[virtual_servers.web.routes]]\npath_prefix = \"/a\"\npool = \"api\"", "", "");
-    assert_one_error(&text, "virtual_servers.web.routes[0].pool", "unknown pool \"api\"");
+    let text = file(
+        "[[virtual_servers.web.routes]]\npath_prefix = \"/a\"\npool = \"api\"",
+        "",
+        "",
+    );
+    assert_one_error(
+        &text,
+        "virtual_servers.web.routes[0].pool",
+        "unknown pool \"api\"",
+    );
     let text = file("", "", "").replace("pool = \"web\"\n", "");
     assert_one_error(&text, "virtual_servers.web.pool", "missing required key");
 }
@@ -271,8 +292,7 @@ fn a_node_must_not_be_the_virtual_server_that_uses_it() {
         "pools.web.nodes[0].address",
         "is a listener of virtual server \"web\", which uses this pool: requests would loop",
     );
-    let text = file("", "", "")
-        .replace("listen = \"127.0.0.1:8080\"", "listen = \"0.0.0.0:8081\"");
+    let text = file("", "", "").replace("listen = \"127.0.0.1:8080\"", "listen = \"0.0.0.0:8081\"");
     assert_one_error(&text, "pools.web.nodes[0].address", "requests would loop");
 }
 
@@ -284,35 +304,65 @@ fn listeners_must_not_share_an_address() {
         "virtual_servers.web.listen",
         "address 127.0.0.1:8080 is already used by admin.listen",
     );
-    let text = file("", "", "[[origins]]\nname = \"o\"\nlisten = \"0.0.0.0:8080\"\n");
+    let text = file(
+        "",
+        "",
+        "[[origins]]\nname = \"o\"\nlisten = \"0.0.0.0:8080\"\n",
+    );
     assert_one_error(
         &text,
         "origins[0].listen",
         "address 0.0.0.0:8080 overlaps 127.0.0.1:8080 of virtual_servers.web.listen",
     );
-    let text = file("", "", "[virtual_servers.api]\nlisten = [\"127.0.0.1:9\", \"127.0.0.1:8080\"]\npool = \"web\"\n");
+    let text = file(
+        "",
+        "",
+        "[virtual_servers.api]\nlisten = [\"127.0.0.1:9\", \"127.0.0.1:8080\"]\npool = \"web\"\n",
+    );
     assert_one_error(
         &text,
         "virtual_servers.api.listen[1]",
         "already used by virtual_servers.web.listen",
     );
     // Port 0 asks the system for a free port, so several may share it.
-    let text = file("", "", "[virtual_servers.a]\nlisten = \"127.0.0.1:0\"\npool = \"web\"\n\
-                             [virtual_servers.b]\nlisten = \"127.0.0.1:0\"\npool = \"web\"\n");
+    let text = file(
+        "",
+        "",
+        "[virtual_servers.a]\nlisten = \"127.0.0.1:0\"\npool = \"web\"\n\
+                             [virtual_servers.b]\nlisten = \"127.0.0.1:0\"\npool = \"web\"\n",
+    );
     valid(&text);
 }
 
 #[test]
 fn names_must_be_sane() {
-    let text = file("", "", "[virtual_servers.\"my server\"]\nlisten = \"127.0.0.1:1\"\npool = \"web\"\n");
-    assert_one_error(&text, "virtual_servers.\"my server\"", "invalid name \"my server\"");
-    let text = file("", "", "[pools.\"\"]\nnodes = [{ address = \"10.0.0.1:80\" }]\n");
+    let text = file(
+        "",
+        "",
+        "[virtual_servers.\"my server\"]\nlisten = \"127.0.0.1:1\"\npool = \"web\"\n",
+    );
+    assert_one_error(
+        &text,
+        "virtual_servers.\"my server\"",
+        "invalid name \"my server\"",
+    );
+    let text = file(
+        "",
+        "",
+        "[pools.\"\"]\nnodes = [{ address = \"10.0.0.1:80\" }]\n",
+    );
     assert_one_error(&text, "pools.\"\"", "invalid name \"\"");
 }
 
 #[test]
 fn routes() {
-    let route = |body: &str| file(&format!("[[virtual_servers.web.routes]]\n{body}\npool = \"web\""), "", "");
+    let route = |body: &str| {
+        file(
+            &format!("[[virtual_servers.web.routes]]\n{body}\npool = \"web\""),
+            "",
+            "",
+        )
+    };
     let config = valid(&route("host = \"API.Example.com\"\npath_prefix = \"/v1/\""));
     assert_eq!(
         config.virtual_servers[0].routes,
@@ -333,14 +383,22 @@ fn routes() {
         "virtual_servers.web.routes[0].host",
         "leave out the port",
     );
-    assert_one_error(&route(""), "virtual_servers.web.routes[0]", "a route needs host, path_prefix or both");
+    assert_one_error(
+        &route(""),
+        "virtual_servers.web.routes[0]",
+        "a route needs host, path_prefix or both",
+    );
     let twice = file(
         "[[virtual_servers.web.routes]]\npath_prefix = \"/a\"\npool = \"web\"\n\
          [[virtual_servers.web.routes]]\npath_prefix = \"/a\"\npool = \"web\"",
         "",
         "",
     );
-    assert_one_error(&twice, "virtual_servers.web.routes[1]", "can never match: routes[0]");
+    assert_one_error(
+        &twice,
+        "virtual_servers.web.routes[1]",
+        "can never match: routes[0]",
+    );
 }
 
 #[test]
@@ -351,7 +409,11 @@ fn durations_parse_and_are_non_zero_where_needed() {
         "invalid duration \"soon\"",
     );
     assert_one_error(
-        &file("[virtual_servers.web.timeouts]\nheader_read = \"0s\"", "", ""),
+        &file(
+            "[virtual_servers.web.timeouts]\nheader_read = \"0s\"",
+            "",
+            "",
+        ),
         "virtual_servers.web.timeouts.header_read",
         "must be longer than zero",
     );
@@ -392,9 +454,17 @@ fn sizes_parse_and_respect_bounds() {
         "virtual_servers.web.limits.response_buffer",
         "must not be negative",
     );
-    let config = valid(&limits("max_body_bytes = \"1GB\"\nmax_requests_per_connection = 0"));
-    assert_eq!(config.virtual_servers[0].limits.max_body_bytes, 1_000_000_000);
-    assert_eq!(config.virtual_servers[0].limits.max_requests_per_connection, None);
+    let config = valid(&limits(
+        "max_body_bytes = \"1GB\"\nmax_requests_per_connection = 0",
+    ));
+    assert_eq!(
+        config.virtual_servers[0].limits.max_body_bytes,
+        1_000_000_000
+    );
+    assert_eq!(
+        config.virtual_servers[0].limits.max_requests_per_connection,
+        None
+    );
 }
 
 #[test]
@@ -404,15 +474,27 @@ fn counts_respect_bounds() {
         "runtime.threads",
         "must be between 1 and 1024",
     );
-    assert_one_error(&file("backlog = 0", "", ""), "virtual_servers.web.backlog", "between 1 and 65535");
-    assert_one_error(&file("", "retries = 1000", ""), "pools.web.retries", "between 0 and 100");
+    assert_one_error(
+        &file("backlog = 0", "", ""),
+        "virtual_servers.web.backlog",
+        "between 1 and 65535",
+    );
+    assert_one_error(
+        &file("", "retries = 1000", ""),
+        "pools.web.retries",
+        "between 0 and 100",
+    );
     assert_one_error(
         &file("", "[pools.web.connections]\nmax_connections = 0", ""),
         "pools.web.connections.max_connections",
         "between 1 and 1000000",
     );
     assert_one_error(
-        &file("[virtual_servers.web.limits]\nmax_requests_per_connection = -1", "", ""),
+        &file(
+            "[virtual_servers.web.limits]\nmax_requests_per_connection = -1",
+            "",
+            "",
+        ),
         "virtual_servers.web.limits.max_requests_per_connection",
         "between 0 (no limit)",
     );
@@ -434,8 +516,16 @@ fn choices() {
         let config = valid(&file("", &format!("algorithm = \"{name}\""), ""));
         assert_eq!(config.pools[0].algorithm, algorithm);
     }
-    assert_one_error(&file("", "", "[log]\nformat = \"xml\""), "log.format", "expected one of \"text\", \"json\"");
-    assert_one_error(&file("", "", "[log]\nlevel = \"weir=loud\""), "log.level", "invalid log level");
+    assert_one_error(
+        &file("", "", "[log]\nformat = \"xml\""),
+        "log.format",
+        "expected one of \"text\", \"json\"",
+    );
+    assert_one_error(
+        &file("", "", "[log]\nlevel = \"weir=loud\""),
+        "log.level",
+        "invalid log level",
+    );
 }
 
 #[test]
@@ -446,7 +536,11 @@ fn tls_is_reserved_for_later() {
         "TLS termination is not supported yet",
     );
     assert_one_error(
-        &file("[virtual_servers.web.tls]\ncertificate = \"cert.pem\"", "", ""),
+        &file(
+            "[virtual_servers.web.tls]\ncertificate = \"cert.pem\"",
+            "",
+            "",
+        ),
         "virtual_servers.web.tls",
         "TLS termination is not supported yet",
     );
@@ -469,8 +563,16 @@ fn health_monitor_rules() {
             expect_status: vec![(200, 399)]
         }
     );
-    assert_one_error(&health("interval = \"5s\""), "pools.web.health.type", "missing required key");
-    assert_one_error(&health("type = \"udp\""), "pools.web.health.type", "expected \"http\" or \"tcp\"");
+    assert_one_error(
+        &health("interval = \"5s\""),
+        "pools.web.health.type",
+        "missing required key",
+    );
+    assert_one_error(
+        &health("type = \"udp\""),
+        "pools.web.health.type",
+        "expected \"http\" or \"tcp\"",
+    );
     assert_one_error(
         &health("type = \"tcp\"\npath = \"/healthz\""),
         "pools.web.health.path",
@@ -491,14 +593,29 @@ fn health_monitor_rules() {
         "pools.web.health.timeout",
         "must be shorter than interval (2s)",
     );
-    assert_one_error(&health("type = \"tcp\"\nrise = 0"), "pools.web.health.rise", "between 1 and 100");
-    assert_one_error(&health("type = \"tcp\"\nfall = 0"), "pools.web.health.fall", "between 1 and 100");
+    assert_one_error(
+        &health("type = \"tcp\"\nrise = 0"),
+        "pools.web.health.rise",
+        "between 1 and 100",
+    );
+    assert_one_error(
+        &health("type = \"tcp\"\nfall = 0"),
+        "pools.web.health.fall",
+        "between 1 and 100",
+    );
 }
 
 #[test]
 fn expected_statuses() {
-    let expect = |list: &str| file("", &format!("[pools.web.health]\ntype = \"http\"\nexpect_status = {list}"), "");
-    let statuses = |list: &str| match &valid(&expect(list)).pools[0].health.as_ref().unwrap().check {
+    let expect = |list: &str| {
+        file(
+            "",
+            &format!("[pools.web.health]\ntype = \"http\"\nexpect_status = {list}"),
+            "",
+        )
+    };
+    let statuses = |list: &str| match &valid(&expect(list)).pools[0].health.as_ref().unwrap().check
+    {
         HealthCheckKind::Http { expect_status, .. } => expect_status.clone(),
         HealthCheckKind::Tcp => unreachable!("an http check was configured"),
     };
@@ -515,8 +632,16 @@ fn expected_statuses() {
         "pools.web.health.expect_status",
         "the low end is above the high end",
     );
-    assert_one_error(&expect("[]"), "pools.web.health.expect_status", "at least one status");
-    assert_one_error(&expect("[\"ok\"]"), "pools.web.health.expect_status[0]", "invalid status \"ok\"");
+    assert_one_error(
+        &expect("[]"),
+        "pools.web.health.expect_status",
+        "at least one status",
+    );
+    assert_one_error(
+        &expect("[\"ok\"]"),
+        "pools.web.health.expect_status[0]",
+        "invalid status \"ok\"",
+    );
 }
 
 #[test]
@@ -532,19 +657,36 @@ fn passive_health_rules() {
         "pools.web.passive_health.base_ejection",
         "must be longer than zero",
     );
-    assert_eq!(valid(&passive("consecutive_failures = 0")).pools[0].passive_health.consecutive_failures, 0);
+    assert_eq!(
+        valid(&passive("consecutive_failures = 0")).pools[0]
+            .passive_health
+            .consecutive_failures,
+        0
+    );
 }
 
 #[test]
 fn origin_rules() {
     let origins = |body: &str| file("", "", body);
-    let config = valid(&origins("[[origins]]\nname = \"o\"\nlisten = \"127.0.0.1:8081\"\nmax_connections = 0"));
+    let config = valid(&origins(
+        "[[origins]]\nname = \"o\"\nlisten = \"127.0.0.1:8081\"\nmax_connections = 0",
+    ));
     assert_eq!(config.origins[0].max_connections, None);
     assert!(config.origins[0].keep_alive);
-    assert_one_error(&origins("[[origins]]\nlisten = \"127.0.0.1:1\""), "origins[0].name", "missing required key");
-    assert_one_error(&origins("[[origins]]\nname = \"o\""), "origins[0].listen", "missing required key");
     assert_one_error(
-        &origins("[[origins]]\nname = \"o\"\nlisten = \"127.0.0.1:1\"\n[[origins]]\nname = \"o\"\nlisten = \"127.0.0.1:2\""),
+        &origins("[[origins]]\nlisten = \"127.0.0.1:1\""),
+        "origins[0].name",
+        "missing required key",
+    );
+    assert_one_error(
+        &origins("[[origins]]\nname = \"o\""),
+        "origins[0].listen",
+        "missing required key",
+    );
+    assert_one_error(
+        &origins(
+            "[[origins]]\nname = \"o\"\nlisten = \"127.0.0.1:1\"\n[[origins]]\nname = \"o\"\nlisten = \"127.0.0.1:2\"",
+        ),
         "origins[1].name",
         "duplicate origin name: origins[0] is also \"o\"",
     );

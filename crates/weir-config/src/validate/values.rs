@@ -95,9 +95,7 @@ pub(crate) fn request_path(text: &str) -> Result<(), String> {
         .chars()
         .find(|&c| c.is_ascii_control() || c == ' ' || c == '#')
     {
-        return Err(format!(
-            "invalid path \"{text}\": must not contain {bad:?}"
-        ));
+        return Err(format!("invalid path \"{text}\": must not contain {bad:?}"));
     }
     Ok(())
 }
@@ -167,7 +165,8 @@ pub(crate) fn listeners_clash(a: SocketAddr, b: SocketAddr) -> bool {
     if a.port() != b.port() || a.port() == 0 {
         return false;
     }
-    a.ip() == b.ip() || (a.is_ipv4() == b.is_ipv4() && (a.ip().is_unspecified() || b.ip().is_unspecified()))
+    a.ip() == b.ip()
+        || (a.is_ipv4() == b.is_ipv4() && (a.ip().is_unspecified() || b.ip().is_unspecified()))
 }
 
 /// Renders a duration the way the file writes it.
@@ -197,8 +196,16 @@ mod tests {
             socket_addr("10.0.0.1:99999").unwrap_err(),
             "invalid socket address \"10.0.0.1:99999\""
         );
-        assert!(socket_addr("10.0.0.1").unwrap_err().contains("port is missing"));
-        assert!(socket_addr("backend:80").unwrap_err().contains("host names"));
+        assert!(
+            socket_addr("10.0.0.1")
+                .unwrap_err()
+                .contains("port is missing")
+        );
+        assert!(
+            socket_addr("backend:80")
+                .unwrap_err()
+                .contains("host names")
+        );
         assert!(socket_addr("::1:80").unwrap_err().contains("brackets"));
     }
 

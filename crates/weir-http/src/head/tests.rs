@@ -55,7 +55,12 @@ fn other_methods_keep_their_bytes() {
     assert_eq!(head.method_bytes(), b"PROPFIND");
     assert_eq!(head.target(), b"/x");
     // Methods are case-sensitive.
-    assert_eq!(request(b"get / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().method(), Method::Other);
+    assert_eq!(
+        request(b"get / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap()
+            .method(),
+        Method::Other
+    );
 }
 
 #[test]
@@ -86,7 +91,8 @@ fn odd_but_legal_requests() {
 
 #[test]
 fn absolute_form() {
-    let head = request(b"GET http://Example.com/a/b?c HTTP/1.1\r\nHost: example.com\r\n\r\n").unwrap();
+    let head =
+        request(b"GET http://Example.com/a/b?c HTTP/1.1\r\nHost: example.com\r\n\r\n").unwrap();
     assert_eq!(head.target(), b"http://Example.com/a/b?c");
     assert_eq!(head.path(), b"/a/b");
     assert_eq!(head.host(), Some(&b"example.com"[..]));
@@ -97,14 +103,18 @@ fn absolute_form() {
 
     let error = rejected(b"GET http://a.example/ HTTP/1.1\r\nHost: b.example\r\n\r\n");
     assert_eq!(error.kind, ParseErrorKind::Invalid);
-    assert_eq!(error.reason, "Host differs from the absolute-form authority");
+    assert_eq!(
+        error.reason,
+        "Host differs from the absolute-form authority"
+    );
 }
 
 #[test]
 fn asterisk_and_authority_forms() {
     let head = request(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
     assert_eq!(head.path(), b"*");
-    let head = request(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n").unwrap();
+    let head =
+        request(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n").unwrap();
     assert_eq!(head.method(), Method::Connect);
     assert_eq!(head.target(), b"example.com:443");
     assert_eq!(head.path(), b"");
@@ -118,7 +128,12 @@ fn asterisk_and_authority_forms() {
         b"GET /a#frag HTTP/1.1\r\nHost: a\r\n\r\n",
         b"GET /caf\xc3\xa9 HTTP/1.1\r\nHost: a\r\n\r\n",
     ] {
-        assert_eq!(rejected(raw).kind, ParseErrorKind::Invalid, "{:?}", String::from_utf8_lossy(raw));
+        assert_eq!(
+            rejected(raw).kind,
+            ParseErrorKind::Invalid,
+            "{:?}",
+            String::from_utf8_lossy(raw)
+        );
     }
 }
 
@@ -128,9 +143,11 @@ fn framing_and_connection() {
     assert_eq!(head.framing(), BodyFraming::Length(12));
     let head = request(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n").unwrap();
     assert_eq!(head.framing(), BodyFraming::Length(0));
-    let head = request(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n").unwrap();
+    let head =
+        request(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n").unwrap();
     assert_eq!(head.framing(), BodyFraming::Chunked);
-    let head = request(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,chunked , \r\n\r\n").unwrap();
+    let head =
+        request(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,chunked , \r\n\r\n").unwrap();
     assert_eq!(head.framing(), BodyFraming::Chunked);
 
     let head = request(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Keep-Alive, X-Foo\r\nconnection: UPGRADE\r\n\r\n").unwrap();
@@ -151,7 +168,9 @@ fn framing_and_connection() {
 
 #[test]
 fn expect_continue() {
-    let head = request(b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n").unwrap();
+    let head =
+        request(b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n")
+            .unwrap();
     assert!(head.expects_continue());
     let head = request(b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: something\r\n\r\n").unwrap();
     assert!(!head.expects_continue());
@@ -186,7 +205,12 @@ fn framing_rejections() {
     ];
     for (raw, reason) in invalid {
         let error = rejected(raw);
-        assert_eq!(error.kind, ParseErrorKind::Invalid, "{:?}", String::from_utf8_lossy(raw));
+        assert_eq!(
+            error.kind,
+            ParseErrorKind::Invalid,
+            "{:?}",
+            String::from_utf8_lossy(raw)
+        );
         assert_eq!(error.reason, *reason, "{:?}", String::from_utf8_lossy(raw));
         assert_eq!(error.status(), 400);
     }
@@ -202,18 +226,38 @@ fn framing_rejections() {
     ];
     for raw in unsupported {
         let error = rejected(raw);
-        assert_eq!(error.kind, ParseErrorKind::UnsupportedTransferEncoding, "{:?}", String::from_utf8_lossy(raw));
+        assert_eq!(
+            error.kind,
+            ParseErrorKind::UnsupportedTransferEncoding,
+            "{:?}",
+            String::from_utf8_lossy(raw)
+        );
         assert_eq!(error.status(), 501);
     }
 }
 
 #[test]
 fn host_rules() {
-    assert_eq!(rejected(b"GET / HTTP/1.1\r\n\r\n").reason, "HTTP/1.1 request without Host");
-    assert_eq!(rejected(b"GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n").reason, "more than one Host");
-    assert_eq!(rejected(b"GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n").reason, "more than one Host");
-    assert_eq!(rejected(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n").reason, "invalid Host value");
-    assert_eq!(rejected(b"GET / HTTP/1.1\r\nHost: u@a\r\n\r\n").reason, "invalid Host value");
+    assert_eq!(
+        rejected(b"GET / HTTP/1.1\r\n\r\n").reason,
+        "HTTP/1.1 request without Host"
+    );
+    assert_eq!(
+        rejected(b"GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n").reason,
+        "more than one Host"
+    );
+    assert_eq!(
+        rejected(b"GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n").reason,
+        "more than one Host"
+    );
+    assert_eq!(
+        rejected(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n").reason,
+        "invalid Host value"
+    );
+    assert_eq!(
+        rejected(b"GET / HTTP/1.1\r\nHost: u@a\r\n\r\n").reason,
+        "invalid Host value"
+    );
 }
 
 #[test]
@@ -224,25 +268,75 @@ fn syntax_rejections() {
         (b"GET / HTTP/1.1\r\nHost: a\r\n\n", "bare LF in head"),
         (b"GET / HTTP/1.1\nHost: a\n\n", "bare LF in head"),
         (b"\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", "bare LF in head"),
-        (b"GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", "bare CR in head"),
-        (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n", "bare CR in head"),
-        (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", "obs-fold line folding in header section"),
-        (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n\tb\r\n\r\n", "obs-fold line folding in header section"),
-        (b"GET / HTTP/1.1\r\nHost : a\r\n\r\n", "whitespace between field name and colon"),
-        (b"GET / HTTP/1.1\r\nHost: a\r\nX(Y): a\r\n\r\n", "invalid header field name"),
-        (b"GET / HTTP/1.1\r\nHost: a\r\n: a\r\n\r\n", "invalid header field name"),
-        (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x00b\r\n\r\n", "invalid character in header field value"),
-        (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x01b\r\n\r\n", "invalid character in header field value"),
-        (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x7fb\r\n\r\n", "invalid character in header field value"),
-        (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x1bb\r\n\r\n", "invalid character in header field value"),
-        (b"GET  / HTTP/1.1\r\nHost: a\r\n\r\n", "invalid method or request target"),
-        (b"G(T / HTTP/1.1\r\nHost: a\r\n\r\n", "invalid method or request target"),
-        (b"GET / http/1.1\r\nHost: a\r\n\r\n", "malformed HTTP version"),
-        (b"GET / HTTP/1.1 \r\nHost: a\r\n\r\n", "malformed line ending"),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n",
+            "bare CR in head",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n",
+            "bare CR in head",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n",
+            "obs-fold line folding in header section",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n\tb\r\n\r\n",
+            "obs-fold line folding in header section",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost : a\r\n\r\n",
+            "whitespace between field name and colon",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nX(Y): a\r\n\r\n",
+            "invalid header field name",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\n: a\r\n\r\n",
+            "invalid header field name",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x00b\r\n\r\n",
+            "invalid character in header field value",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x01b\r\n\r\n",
+            "invalid character in header field value",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x7fb\r\n\r\n",
+            "invalid character in header field value",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x1bb\r\n\r\n",
+            "invalid character in header field value",
+        ),
+        (
+            b"GET  / HTTP/1.1\r\nHost: a\r\n\r\n",
+            "invalid method or request target",
+        ),
+        (
+            b"G(T / HTTP/1.1\r\nHost: a\r\n\r\n",
+            "invalid method or request target",
+        ),
+        (
+            b"GET / http/1.1\r\nHost: a\r\n\r\n",
+            "malformed HTTP version",
+        ),
+        (
+            b"GET / HTTP/1.1 \r\nHost: a\r\n\r\n",
+            "malformed line ending",
+        ),
     ];
     for (raw, reason) in invalid {
         let error = rejected(raw);
-        assert_eq!(error.kind, ParseErrorKind::Invalid, "{:?}", String::from_utf8_lossy(raw));
+        assert_eq!(
+            error.kind,
+            ParseErrorKind::Invalid,
+            "{:?}",
+            String::from_utf8_lossy(raw)
+        );
         assert_eq!(error.reason, *reason, "{:?}", String::from_utf8_lossy(raw));
     }
 }
@@ -250,14 +344,21 @@ fn syntax_rejections() {
 #[test]
 fn value_ctl_rejected_wherever_it_sits() {
     // httparse scans values with SIMD in blocks; put a CTL at every offset.
-    for ctl in (0u8..0x20).filter(|&b| b != b'\t' && b != b'\r' && b != b'\n').chain([0x7f]) {
+    for ctl in (0u8..0x20)
+        .filter(|&b| b != b'\t' && b != b'\r' && b != b'\n')
+        .chain([0x7f])
+    {
         for at in 0..40 {
             let mut value = vec![b'v'; 40];
             value[at] = ctl;
             let mut raw = b"GET / HTTP/1.1\r\nHost: a\r\nX: ".to_vec();
             raw.extend_from_slice(&value);
             raw.extend_from_slice(b"\r\n\r\n");
-            assert_eq!(rejected(&raw).kind, ParseErrorKind::Invalid, "ctl {ctl:#x} at {at}");
+            assert_eq!(
+                rejected(&raw).kind,
+                ParseErrorKind::Invalid,
+                "ctl {ctl:#x} at {at}"
+            );
         }
     }
 }
@@ -272,11 +373,23 @@ fn version_rejections() {
         b"PRI * HTTP/2",
     ] {
         let error = rejected(raw);
-        assert_eq!(error.kind, ParseErrorKind::UnsupportedVersion, "{:?}", String::from_utf8_lossy(raw));
+        assert_eq!(
+            error.kind,
+            ParseErrorKind::UnsupportedVersion,
+            "{:?}",
+            String::from_utf8_lossy(raw)
+        );
         assert_eq!(error.status(), 505);
     }
-    assert_eq!(rejected(b"GET / HTTP/1.1x\r\nHost: a\r\n\r\n").kind, ParseErrorKind::Invalid);
-    assert_eq!(rejected(b"GET /\r\n\r\n").kind, ParseErrorKind::Invalid, "HTTP/0.9");
+    assert_eq!(
+        rejected(b"GET / HTTP/1.1x\r\nHost: a\r\n\r\n").kind,
+        ParseErrorKind::Invalid
+    );
+    assert_eq!(
+        rejected(b"GET /\r\n\r\n").kind,
+        ParseErrorKind::Invalid,
+        "HTTP/0.9"
+    );
 }
 
 #[test]
@@ -293,28 +406,43 @@ fn limits() {
         max_headers: 4,
         ..Limits::default()
     };
-    assert!(matches!(parse_request(raw, &four), Ok(Parsed::Complete(..))));
+    assert!(matches!(
+        parse_request(raw, &four),
+        Ok(Parsed::Complete(..))
+    ));
 
     // Complete but larger than the limit.
     let small = Limits {
         max_head_bytes: raw.len() - 1,
         ..Limits::default()
     };
-    assert_eq!(parse_request(raw, &small).unwrap_err().kind, ParseErrorKind::HeadTooLarge);
+    assert_eq!(
+        parse_request(raw, &small).unwrap_err().kind,
+        ParseErrorKind::HeadTooLarge
+    );
     let exact = Limits {
         max_head_bytes: raw.len(),
         ..Limits::default()
     };
-    assert!(matches!(parse_request(raw, &exact), Ok(Parsed::Complete(..))));
+    assert!(matches!(
+        parse_request(raw, &exact),
+        Ok(Parsed::Complete(..))
+    ));
 
     // Partial, shorter than the limit, then at it.
     let partial = &raw[..20];
-    assert!(matches!(parse_request(partial, &Limits::default()), Ok(Parsed::Partial)));
+    assert!(matches!(
+        parse_request(partial, &Limits::default()),
+        Ok(Parsed::Partial)
+    ));
     let at_limit = Limits {
         max_head_bytes: 20,
         ..Limits::default()
     };
-    assert_eq!(parse_request(partial, &at_limit).unwrap_err().kind, ParseErrorKind::HeadTooLarge);
+    assert_eq!(
+        parse_request(partial, &at_limit).unwrap_err().kind,
+        ParseErrorKind::HeadTooLarge
+    );
     assert!(matches!(parse_request(b"", &at_limit), Ok(Parsed::Partial)));
 }
 
@@ -338,7 +466,10 @@ fn many_headers_past_the_stack_slots() {
         max_headers: 199,
         ..limits
     };
-    assert_eq!(parse_request(&raw, &limits).unwrap_err().kind, ParseErrorKind::TooManyHeaders);
+    assert_eq!(
+        parse_request(&raw, &limits).unwrap_err().kind,
+        ParseErrorKind::TooManyHeaders
+    );
 }
 
 #[test]
@@ -346,7 +477,10 @@ fn every_prefix_is_partial() {
     let raw = b"\r\nPOST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n";
     for end in 0..raw.len() {
         assert!(
-            matches!(parse_request(&raw[..end], &Limits::default()), Ok(Parsed::Partial)),
+            matches!(
+                parse_request(&raw[..end], &Limits::default()),
+                Ok(Parsed::Partial)
+            ),
             "prefix {end}"
         );
     }
@@ -354,15 +488,26 @@ fn every_prefix_is_partial() {
 
 #[test]
 fn split_from_is_zero_copy_and_leaves_the_body() {
-    let mut buf = BytesMut::from(&b"\r\nPOST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET"[..]);
+    let mut buf =
+        BytesMut::from(&b"\r\nPOST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET"[..]);
     let before = buf.as_ptr() as usize;
-    let head = RequestHead::split_from(&mut buf, &Limits::default()).unwrap().unwrap();
-    assert_eq!(head.raw().as_ptr() as usize, before + 2, "the head points into the read buffer");
+    let head = RequestHead::split_from(&mut buf, &Limits::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        head.raw().as_ptr() as usize,
+        before + 2,
+        "the head points into the read buffer"
+    );
     assert_eq!(head.framing(), BodyFraming::Length(3));
     assert_eq!(&buf[..], b"abcGET");
 
     let mut partial = BytesMut::from(&b"GET / HTTP/1.1\r\nHo"[..]);
-    assert!(RequestHead::split_from(&mut partial, &Limits::default()).unwrap().is_none());
+    assert!(
+        RequestHead::split_from(&mut partial, &Limits::default())
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(partial.len(), 18, "a partial head is left in place");
 }
 
@@ -374,25 +519,48 @@ fn response_framing() {
     assert_eq!(head.reason(), b"OK");
     assert_eq!(head.framing(), BodyFraming::Length(5));
     assert!(head.keep_alive());
-    assert_eq!(response(ok, Method::Head).unwrap().framing(), BodyFraming::None);
+    assert_eq!(
+        response(ok, Method::Head).unwrap().framing(),
+        BodyFraming::None
+    );
 
     let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
-    assert_eq!(response(chunked, Method::Get).unwrap().framing(), BodyFraming::Chunked);
-    assert_eq!(response(chunked, Method::Head).unwrap().framing(), BodyFraming::None);
+    assert_eq!(
+        response(chunked, Method::Get).unwrap().framing(),
+        BodyFraming::Chunked
+    );
+    assert_eq!(
+        response(chunked, Method::Head).unwrap().framing(),
+        BodyFraming::None
+    );
 
     let close = response(b"HTTP/1.1 200 OK\r\nServer: x\r\n\r\n", Method::Get).unwrap();
     assert_eq!(close.framing(), BodyFraming::CloseDelimited);
     assert!(!close.keep_alive());
 
-    for status in [b"100 Continue", b"101 Switching", b"204 No Content", b"304 Not Modifie"] {
+    for status in [
+        &b"100 Continue"[..],
+        b"101 Switching",
+        b"204 No Content",
+        b"304 Not Modified",
+    ] {
         let mut raw = b"HTTP/1.1 ".to_vec();
         raw.extend_from_slice(status);
         raw.extend_from_slice(b"\r\nContent-Length: 10\r\n\r\n");
         let head = response(&raw, Method::Get).unwrap();
-        assert_eq!(head.framing(), BodyFraming::None, "{}", String::from_utf8_lossy(status));
+        assert_eq!(
+            head.framing(),
+            BodyFraming::None,
+            "{}",
+            String::from_utf8_lossy(status)
+        );
         assert_eq!(head.is_interim(), status[0] == b'1');
     }
-    let tunnel = response(b"HTTP/1.1 200 Connection established\r\n\r\n", Method::Connect).unwrap();
+    let tunnel = response(
+        b"HTTP/1.1 200 Connection established\r\n\r\n",
+        Method::Connect,
+    )
+    .unwrap();
     assert_eq!(tunnel.framing(), BodyFraming::None);
 }
 
@@ -401,34 +569,70 @@ fn response_versions_and_reasons() {
     let head = response(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", Method::Get).unwrap();
     assert_eq!(head.version(), Version::Http10);
     assert!(!head.keep_alive());
-    let head = response(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\n", Method::Get).unwrap();
+    let head = response(
+        b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\n",
+        Method::Get,
+    )
+    .unwrap();
     assert!(head.keep_alive());
-    let head = response(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\n", Method::Get).unwrap();
+    let head = response(
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\n",
+        Method::Get,
+    )
+    .unwrap();
     assert!(!head.keep_alive());
 
     let head = response(b"HTTP/1.1 404\r\nContent-Length: 0\r\n\r\n", Method::Get).unwrap();
     assert_eq!(head.reason(), b"");
     let head = response(b"HTTP/1.1 404 \r\nContent-Length: 0\r\n\r\n", Method::Get).unwrap();
     assert_eq!(head.reason(), b"");
-    let head = response(b"HTTP/1.1 200 Tr\xe8s bien\r\nContent-Length: 0\r\n\r\n", Method::Get).unwrap();
+    let head = response(
+        b"HTTP/1.1 200 Tr\xe8s bien\r\nContent-Length: 0\r\n\r\n",
+        Method::Get,
+    )
+    .unwrap();
     assert_eq!(head.reason(), b"Tr\xe8s bien");
 }
 
 #[test]
 fn response_rejections() {
     let cases: &[(&[u8], ParseErrorKind)] = &[
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", ParseErrorKind::Invalid),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", ParseErrorKind::Invalid),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n", ParseErrorKind::Invalid),
-        (b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", ParseErrorKind::Invalid),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", ParseErrorKind::UnsupportedTransferEncoding),
-        (b"HTTP/1.1 200 OK\nContent-Length: 1\r\n\r\n", ParseErrorKind::Invalid),
-        (b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n", ParseErrorKind::Invalid),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            ParseErrorKind::Invalid,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+            ParseErrorKind::Invalid,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n",
+            ParseErrorKind::Invalid,
+        ),
+        (
+            b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            ParseErrorKind::Invalid,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            ParseErrorKind::UnsupportedTransferEncoding,
+        ),
+        (
+            b"HTTP/1.1 200 OK\nContent-Length: 1\r\n\r\n",
+            ParseErrorKind::Invalid,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n",
+            ParseErrorKind::Invalid,
+        ),
         (b"HTTP/1.1 099 Low\r\n\r\n", ParseErrorKind::Invalid),
         (b"HTTP/1.1 600 High\r\n\r\n", ParseErrorKind::Invalid),
         (b"HTTP/1.1 20 OK\r\n\r\n", ParseErrorKind::Invalid),
         (b"HTTP/1.1 2000 OK\r\n\r\n", ParseErrorKind::Invalid),
-        (b"HTTP/2.0 200 OK\r\n\r\n", ParseErrorKind::UnsupportedVersion),
+        (
+            b"HTTP/2.0 200 OK\r\n\r\n",
+            ParseErrorKind::UnsupportedVersion,
+        ),
         (b"HTTP/1.1 200 OK\r\nX : a\r\n\r\n", ParseErrorKind::Invalid),
     ];
     for (raw, kind) in cases {
@@ -440,7 +644,9 @@ fn response_rejections() {
 #[test]
 fn response_split_from() {
     let mut buf = BytesMut::from(&b"HTTP/1.1 204 No Content\r\nServer: s\r\n\r\nHTTP/1.1"[..]);
-    let head = ResponseHead::split_from(&mut buf, &Limits::default(), Method::Get).unwrap().unwrap();
+    let head = ResponseHead::split_from(&mut buf, &Limits::default(), Method::Get)
+        .unwrap()
+        .unwrap();
     assert_eq!(head.status(), 204);
     assert_eq!(head.header("SERVER"), Some(&b"s"[..]));
     assert_eq!(head.headers().count(), 1);

@@ -1,1 +1,315 @@
+use std::net::{Ipv4Addr, Ipv6Addr};
+
 use super::*;
+use crate::head::{Limits, Method, Parsed, parse_request, parse_response};
+
+fn request(raw: &[u8]) -> RequestHead {
+    match parse_request(raw, &Limits::default()) {
+        Ok(Parsed::Complete(head, _)) => head,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn response(raw: &[u8], method: Method) -> ResponseHead {
+    match parse_response(raw, &Limits::default(), method) {
+        Ok(Parsed::Complete(head, _)) => head,
+        other => panic!("{other:?}"),
+    }
+}
+
+const PLAIN: ForwardRequest<'static> = ForwardRequest {
+    framing: BodyFraming::None,
+    client_addr: None,
+    proto: "http",
+    via: None,
+    upgrade: false,
+    strip_expect: false,
+};
+
+fn forwarded(raw: &[u8], forward: &ForwardRequest<'_>) -> String {
+    let mut out = BytesMut::new();
+    write_request_head(&request(raw), forward, &mut out);
+    String::from_utf8(out.to_vec()).unwrap()
+}
+
+fn written(raw: &[u8], method: Method, forward: &ForwardResponse<'_>) -> String {
+    let mut out = BytesMut::new();
+    write_response_head(&response(raw, method), forward, &mut out);
+    String::from_utf8(out.to_vec()).unwrap()
+}
+
+#[test]
+fn request_keeps_names_and_spacing() {
+    let raw = b"GET /a?b HTTP/1.1\r\nhOsT: example.com\r\nX-CUSTOM:  spaced\tvalue \r\naccept: */*\r\n\r\n";
+    assert_eq!(
+        forwarded(raw, &PLAIN),
+        "GET /a?b HTTP/1.1\r\nhOsT: example.com\r\nX-CUSTOM:  spaced\tvalue \r\naccept: */*\r\n\r\n"
+    );
+}
+
+#[test]
+fn request_line_is_always_http11() {
+    assert_eq!(
+        forwarded(b"GET / HTTP/1.0\r\n\r\n", &PLAIN),
+        "GET / HTTP/1.1\r\n\r\n"
+    );
+}
+
+#[test]
+fn request_drops_hop_by_hop() {
+    let raw = b"POST /up HTTP/1.1\r\n\
+        Host: a\r\n\
+        Connection: keep-alive, X-Secret\r\n\
+        Keep-Alive: timeout=5\r\n\
+        X-Secret: s\r\n\
+        Proxy-Connection: keep-alive\r\n\
+        TE: trailers\r\n\
+        Transfer-Encoding: chunked\r\n\
+        Upgrade: websocket\r\n\
+        Trailer: X-Checksum\r\n\
+        x-secret: again\r\n\
+        Accept: */*\r\n\r\n";
+    let forward = ForwardRequest {
+        framing: BodyFraming::Chunked,
+        ..PLAIN
+    };
+    assert_eq!(
+        forwarded(raw, &forward),
+        "POST /up HTTP/1.1\r\nHost: a\r\nTrailer: X-Checksum\r\nAccept: */*\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+}
+
+#[test]
+fn connection_cannot_strip_host() {
+    let raw = b"GET / HTTP/1.1\r\nConnection: Host, Cookie\r\nHost: a\r\nCookie: c=1\r\n\r\n";
+    assert_eq!(forwarded(raw, &PLAIN), "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+}
+
+#[test]
+fn request_framing_header() {
+    let raw = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nX: y\r\n\r\n";
+    let length = ForwardRequest {
+        framing: BodyFraming::Length(5),
+        ..PLAIN
+    };
+    assert_eq!(
+        forwarded(raw, &length),
+        "POST / HTTP/1.1\r\nHost: a\r\nX: y\r\nContent-Length: 5\r\n\r\n"
+    );
+    let zero = ForwardRequest {
+        framing: BodyFraming::Length(0),
+        ..PLAIN
+    };
+    assert_eq!(
+        forwarded(
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+            &zero
+        ),
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"
+    );
+}
+
+#[test]
+fn upgrade_and_expect() {
+    let raw = b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nExpect: 100-continue\r\n\r\n";
+    let upgrade = ForwardRequest {
+        upgrade: true,
+        strip_expect: true,
+        ..PLAIN
+    };
+    assert_eq!(
+        forwarded(raw, &upgrade),
+        "GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
+    );
+    assert_eq!(
+        forwarded(raw, &PLAIN),
+        "GET /ws HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n"
+    );
+}
+
+#[test]
+fn forwarding_headers() {
+    let forward = ForwardRequest {
+        client_addr: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7))),
+        proto: "https",
+        via: Some("weir"),
+        ..PLAIN
+    };
+    assert_eq!(
+        forwarded(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", &forward),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 192.0.2.7\r\nX-Forwarded-Proto: https\r\nVia: 1.1 weir\r\n\r\n"
+    );
+    let raw = b"GET / HTTP/1.1\r\nx-forwarded-for: 10.0.0.1\r\nHost: a\r\nX-Forwarded-Proto: http\r\n\
+        Via: 1.0 edge\r\nX-Forwarded-For: 10.0.0.2, 10.0.0.3\r\nX-Forwarded-For:\r\nAccept: */*\r\n\r\n";
+    assert_eq!(
+        forwarded(raw, &forward),
+        "GET / HTTP/1.1\r\nHost: a\r\nAccept: */*\r\n\
+         X-Forwarded-For: 10.0.0.1, 10.0.0.2, 10.0.0.3, 192.0.2.7\r\nX-Forwarded-Proto: https\r\n\
+         Via: 1.0 edge, 1.1 weir\r\n\r\n"
+    );
+    // Without a client address the X-Forwarded-* fields pass untouched.
+    assert_eq!(forwarded(raw, &PLAIN), String::from_utf8_lossy(raw));
+    // IPv6, and IPv4-mapped IPv6 written as IPv4.
+    let v6 = ForwardRequest {
+        client_addr: Some(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+        ..PLAIN
+    };
+    assert!(forwarded(b"GET / HTTP/1.0\r\n\r\n", &v6).contains("X-Forwarded-For: ::1\r\n"));
+    let mapped = ForwardRequest {
+        client_addr: Some(IpAddr::V6(Ipv4Addr::new(198, 51, 100, 1).to_ipv6_mapped())),
+        ..PLAIN
+    };
+    assert!(
+        forwarded(b"GET / HTTP/1.0\r\n\r\n", &mapped).contains("X-Forwarded-For: 198.51.100.1\r\n")
+    );
+    // Via names the version the message was received in.
+    let via = ForwardRequest {
+        via: Some("weir"),
+        ..PLAIN
+    };
+    assert_eq!(
+        forwarded(b"GET / HTTP/1.0\r\n\r\n", &via),
+        "GET / HTTP/1.1\r\nVia: 1.0 weir\r\n\r\n"
+    );
+}
+
+#[test]
+fn response_head() {
+    let raw = b"HTTP/1.1 200 Fine\r\nServer: origin\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\
+        Content-Length: 5\r\nCache-Control: no-cache\r\n\r\n";
+    let forward = ForwardResponse {
+        framing: BodyFraming::Length(5),
+        version: Version::Http11,
+        keep_alive: true,
+        via: None,
+        upgrade: false,
+    };
+    assert_eq!(
+        written(raw, Method::Get, &forward),
+        "HTTP/1.1 200 Fine\r\nServer: origin\r\nCache-Control: no-cache\r\nContent-Length: 5\r\n\r\n"
+    );
+    let to_old_client = ForwardResponse {
+        version: Version::Http10,
+        via: Some("weir"),
+        ..forward
+    };
+    assert_eq!(
+        written(raw, Method::Get, &to_old_client),
+        "HTTP/1.0 200 Fine\r\nServer: origin\r\nCache-Control: no-cache\r\nContent-Length: 5\r\n\
+         Connection: keep-alive\r\nVia: 1.1 weir\r\n\r\n"
+    );
+    let closing = ForwardResponse {
+        keep_alive: false,
+        framing: BodyFraming::Chunked,
+        ..forward
+    };
+    assert_eq!(
+        written(
+            b"HTTP/1.1 404\r\nTransfer-Encoding: chunked\r\n\r\n",
+            Method::Get,
+            &closing
+        ),
+        "HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+}
+
+#[test]
+fn response_content_length_on_head_and_304() {
+    let forward = ForwardResponse {
+        framing: BodyFraming::None,
+        version: Version::Http11,
+        keep_alive: true,
+        via: None,
+        upgrade: false,
+    };
+    let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nETag: \"e\"\r\n\r\n";
+    assert_eq!(
+        written(raw, Method::Head, &forward),
+        "HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nETag: \"e\"\r\n\r\n"
+    );
+    let raw = b"HTTP/1.1 304 Not Modified\r\nContent-Length: 1234\r\nETag: \"e\"\r\n\r\n";
+    assert_eq!(
+        written(raw, Method::Get, &forward),
+        "HTTP/1.1 304 Not Modified\r\nContent-Length: 1234\r\nETag: \"e\"\r\n\r\n"
+    );
+    let raw = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n";
+    assert_eq!(
+        written(raw, Method::Get, &forward),
+        "HTTP/1.1 204 No Content\r\n\r\n"
+    );
+    let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    assert_eq!(
+        written(raw, Method::Head, &forward),
+        "HTTP/1.1 200 OK\r\n\r\n"
+    );
+}
+
+#[test]
+fn response_upgrade() {
+    let raw = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: x\r\n\r\n";
+    let forward = ForwardResponse {
+        framing: BodyFraming::None,
+        version: Version::Http11,
+        keep_alive: true,
+        via: None,
+        upgrade: true,
+    };
+    assert_eq!(
+        written(raw, Method::Get, &forward),
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: x\r\nConnection: upgrade\r\n\r\n"
+    );
+}
+
+#[test]
+fn simple_responses() {
+    let mut out = BytesMut::new();
+    write_simple_response(
+        503,
+        Version::Http11,
+        false,
+        &[("Retry-After", "5")],
+        b"busy\n",
+        &mut out,
+    );
+    assert_eq!(
+        &out[..],
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\nContent-Type: text/plain; charset=utf-8\r\n\
+          Connection: close\r\nRetry-After: 5\r\n\r\nbusy\n"
+    );
+    out.clear();
+    write_simple_response(404, Version::Http10, true, &[], b"", &mut out);
+    assert_eq!(
+        &out[..],
+        b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
+    );
+    out.clear();
+    write_simple_response(
+        400,
+        Version::Http11,
+        true,
+        &[("Bad", "a\r\nInjected: 1")],
+        b"",
+        &mut out,
+    );
+    assert_eq!(
+        &out[..],
+        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+    );
+    out.clear();
+    write_simple_response(100, Version::Http11, true, &[], b"", &mut out);
+    assert_eq!(&out[..], b"HTTP/1.1 100 Continue\r\n\r\n");
+    out.clear();
+    write_simple_response(204, Version::Http11, true, &[], b"ignored", &mut out);
+    assert_eq!(&out[..], b"HTTP/1.1 204 No Content\r\n\r\n");
+}
+
+#[test]
+fn reason_phrases() {
+    for status in [
+        100, 101, 200, 204, 301, 302, 303, 304, 307, 308, 400, 403, 404, 405, 408, 411, 413, 414,
+        417, 429, 431, 500, 501, 502, 503, 504, 505,
+    ] {
+        assert!(!reason_phrase(status).is_empty(), "{status}");
+    }
+    assert_eq!(reason_phrase(299), "");
+}

@@ -43,7 +43,7 @@ impl Balancer for Perceptive {
         let Some(second) = random_other_eligible(len, eligible, first) else {
             return Some(first);
         };
-        if random::next_u64() % EXPLORE_ONE_IN == 0 {
+        if random::next_u64().is_multiple_of(EXPLORE_ONE_IN) {
             return Some(first);
         }
         let (first_ewma, second_ewma) =

@@ -63,10 +63,10 @@ async fn cap_is_hard_and_waiters_get_released_connections_in_order() {
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for n in 0..3 {
-        let pool = Arc::clone(&pool);
+        let waiter_pool = Arc::clone(&pool);
         let order = Arc::clone(&order);
         waiters.push(tokio::spawn(async move {
-            let lease = pool.checkout().await.unwrap();
+            let lease = waiter_pool.checkout().await.unwrap();
             order.lock().unwrap().push(n);
             tokio::time::sleep(Duration::from_millis(5)).await;
             lease.release();
@@ -181,7 +181,11 @@ async fn idle_connections_expire() {
 #[tokio::test]
 async fn connect_failure_is_retry_safe_and_frees_the_slot() {
     // Bind then drop: nothing listens on this port.
-    let address = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let address = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let pool = pool(address, settings(1, 4, 1000));
     let error = pool.checkout().await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::ConnectFailed);

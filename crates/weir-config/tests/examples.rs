@@ -1,0 +1,60 @@
+//! Every configuration in the repository's `examples/` directory must validate.
+
+use std::path::{Path, PathBuf};
+
+fn example_files() -> Vec<PathBuf> {
+    let directory = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let entries = std::fs::read_dir(&directory)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", directory.display()));
+    let mut files: Vec<PathBuf> = entries
+        .map(|entry| entry.expect("a readable directory entry").path())
+        .filter(|path| {
+            path.extension()
+                .is_some_and(|extension| extension == "toml")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_example_validates() {
+    let files = example_files();
+    assert!(
+        !files.is_empty(),
+        "no *.toml files in the examples directory"
+    );
+    let failures: Vec<String> = files
+        .iter()
+        .filter_map(|path| weir_config::load_file(path).err())
+        .map(|error| error.to_string())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "invalid examples:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn annotated_example_sets_every_default() {
+    // examples/weir.toml claims to show each key at its default unless it says
+    // otherwise; check the claims that matter against the model's defaults.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weir.toml");
+    let config = weir_config::load_file(&path).unwrap_or_else(|error| panic!("{error}"));
+    let server = &config.virtual_servers[0];
+    assert_eq!(server.limits, weir_config::ClientLimits::default());
+    assert_eq!(server.timeouts, weir_config::ClientTimeouts::default());
+    let pool = &config.pools[0];
+    assert_eq!(
+        pool.connections,
+        weir_config::UpstreamConnections::default()
+    );
+    assert_eq!(pool.timeouts, weir_config::UpstreamTimeouts::default());
+    assert_eq!(pool.passive_health, weir_config::PassiveHealth::default());
+    assert_eq!(config.log, weir_config::Log::default());
+    assert_eq!(
+        config.runtime.drain_timeout,
+        weir_config::Runtime::default().drain_timeout
+    );
+}
