@@ -127,10 +127,10 @@ impl Fields {
                         }
                     }
                 }
-                FieldKind::Expect => {
-                    if trim_ows(field.value).eq_ignore_ascii_case(b"100-continue") {
-                        fields.expect_continue = true;
-                    }
+                FieldKind::Expect
+                    if trim_ows(field.value).eq_ignore_ascii_case(b"100-continue") =>
+                {
+                    fields.expect_continue = true;
                 }
                 _ => {}
             }

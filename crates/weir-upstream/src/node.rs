@@ -30,6 +30,9 @@ pub struct NodeState {
     ejected_until: AtomicU64,
     epoch: Instant,
     passive: Mutex<PassiveState>,
+    /// True while `passive` holds failures or ejections to forget on the next
+    /// success: lets the common success path skip the lock.
+    passive_dirty: AtomicBool,
     passive_config: PassiveHealth,
 }
 
@@ -66,6 +69,7 @@ impl NodeState {
             ejected_until: AtomicU64::new(0),
             epoch: Instant::now(),
             passive: Mutex::new(PassiveState::default()),
+            passive_dirty: AtomicBool::new(false),
             passive_config,
         }
     }
@@ -127,13 +131,13 @@ impl NodeState {
 
     /// A request to this node succeeded: resets the passive failure count.
     pub fn record_success(&self) {
-        if self.passive_config.consecutive_failures == 0 {
+        if !self.passive_dirty.load(Ordering::Relaxed) {
             return;
         }
-        // Uncontended in the common case; held for a few instructions.
         let mut state = self.passive.lock().unwrap_or_else(|e| e.into_inner());
         state.consecutive_failures = 0;
         state.ejections = 0;
+        self.passive_dirty.store(false, Ordering::Relaxed);
     }
 
     /// A connect failure or 5xx from this node. Returns true if it ejected the node.
@@ -143,6 +147,7 @@ impl NodeState {
             return false;
         }
         let mut state = self.passive.lock().unwrap_or_else(|e| e.into_inner());
+        self.passive_dirty.store(true, Ordering::Relaxed);
         state.consecutive_failures += 1;
         if state.consecutive_failures < config.consecutive_failures || self.is_ejected(now) {
             return false;
