@@ -7,8 +7,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use bytes::BytesMut;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use weir_http::{
-    BodyFraming, ChunkedDecoder, Decoded, ForwardRequest, ForwardResponse, Limits, Method, Parsed, RequestHead,
-    ResponseHead, Version, parse_request, write_request_head, write_response_head,
+    BodyFraming, ChunkedDecoder, Decoded, ForwardRequest, ForwardResponse, Limits, Method, Parsed,
+    RequestHead, ResponseHead, Version, parse_request, write_request_head, write_response_head,
 };
 
 /// Eight headers, as a current browser sends for a sub-resource.
@@ -37,25 +37,42 @@ fn parsing(c: &mut Criterion) {
     let limits = Limits::default();
     let mut group = c.benchmark_group("parse");
     group.throughput(Throughput::Elements(1));
-    group.bench_function("request/copy", |b| {
-        b.iter(|| match parse_request(black_box(BROWSER_REQUEST), &limits) {
-            Ok(Parsed::Complete(head, used)) => (head, used),
-            other => panic!("{other:?}"),
+    // Reference point: httparse's tokenising alone, without our checks.
+    group.bench_function("request/httparse_only", |b| {
+        b.iter(|| {
+            let mut headers = [httparse::EMPTY_HEADER; 16];
+            let mut request = httparse::Request::new(&mut headers);
+            request
+                .parse(black_box(BROWSER_REQUEST))
+                .expect("valid")
+                .is_complete()
         })
+    });
+    group.bench_function("request/copy", |b| {
+        b.iter(
+            || match parse_request(black_box(BROWSER_REQUEST), &limits) {
+                Ok(Parsed::Complete(head, used)) => (head, used),
+                other => panic!("{other:?}"),
+            },
+        )
     });
     let mut buf = BytesMut::with_capacity(64 * 1024);
     group.bench_function("request/split_from", |b| {
         b.iter(|| {
             // As after a socket read into the connection's buffer.
             buf.extend_from_slice(black_box(BROWSER_REQUEST));
-            RequestHead::split_from(&mut buf, &limits).expect("valid").expect("complete")
+            RequestHead::split_from(&mut buf, &limits)
+                .expect("valid")
+                .expect("complete")
         })
     });
     let mut buf = BytesMut::with_capacity(64 * 1024);
     group.bench_function("response/split_from", |b| {
         b.iter(|| {
             buf.extend_from_slice(black_box(ORIGIN_RESPONSE));
-            ResponseHead::split_from(&mut buf, &limits, Method::Get).expect("valid").expect("complete")
+            ResponseHead::split_from(&mut buf, &limits, Method::Get)
+                .expect("valid")
+                .expect("complete")
         })
     });
     group.finish();
@@ -67,7 +84,9 @@ fn writing(c: &mut Criterion) {
         panic!("bench request does not parse");
     };
     let mut buf = BytesMut::from(ORIGIN_RESPONSE);
-    let response = ResponseHead::split_from(&mut buf, &limits, Method::Get).expect("valid").expect("complete");
+    let response = ResponseHead::split_from(&mut buf, &limits, Method::Get)
+        .expect("valid")
+        .expect("complete");
     let forward_request = ForwardRequest {
         framing: BodyFraming::None,
         client_addr: Some(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 54))),

@@ -4,7 +4,15 @@
 //! header bytes and with the original header-name case.
 //!
 //! Nothing here does I/O: parsers take a byte buffer and return what they
-//! found; writers append to a `BytesMut`.
+//! found; writers append to a `BytesMut`. On the hot path use
+//! [`RequestHead::split_from`] / [`ResponseHead::split_from`], which split the
+//! head off the connection's read buffer without copying.
+//!
+//! Strict by default, against request smuggling: bare LF or CR, obs-fold,
+//! `Content-Length` with `Transfer-Encoding`, duplicate or malformed
+//! `Content-Length`, transfer codings other than a single `chunked`, a missing
+//! or repeated `Host`, and request targets in the wrong form for their method
+//! are all rejected, each with its own [`ParseError::reason`].
 //!
 //! ```
 //! use weir_http::{parse_request, Limits, Parsed};

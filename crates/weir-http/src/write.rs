@@ -53,7 +53,8 @@ pub struct ForwardResponse<'a> {
 /// `Proxy-Connection`, `TE`, `Transfer-Encoding`, `Upgrade` unless upgrading,
 /// `Content-Length`), then the framing header and the forwarding headers.
 ///
-/// `Host` is kept even when `Connection` names it. With a client address,
+/// `Host` is kept even when `Connection` names it, and added (right after
+/// the request line) when an HTTP/1.0 client sent none. With a client address,
 /// existing `X-Forwarded-For` values are combined into one field ending in
 /// the address and `X-Forwarded-Proto` is replaced; with `via`, existing `Via`
 /// values are combined into one field ending in this hop's entry.
@@ -64,6 +65,13 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
     out.extend_from_slice(b" ");
     out.extend_from_slice(head.target());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    if head.host.is_none() {
+        // HTTP/1.1 requires Host (RFC 9112 §3.2): an HTTP/1.0 request without
+        // one gets its absolute-form authority, or the empty value.
+        out.extend_from_slice(b"Host: ");
+        out.extend_from_slice(head.host().unwrap_or_default());
+        out.extend_from_slice(b"\r\n");
+    }
 
     let rewrite_forwarded = forward.client_addr.is_some();
     let listed = |field: &Header| {

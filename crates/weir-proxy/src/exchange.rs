@@ -128,7 +128,7 @@ async fn attempt(
         .await
         .map_err(AttemptError::BeforeSend)?;
     let reused = lease.is_reused();
-    let upgrade = head.connection().upgrade && head.header("upgrade").is_some();
+    let upgrade = asks_to_upgrade(head);
 
     // forward: head and buffered body in one write
     let out = &mut client.upstream_out;
@@ -189,6 +189,12 @@ async fn read_response_head(
             match parse_response(&client.upstream_in, &vs.head_limits, head.method()) {
                 Ok(Parsed::Complete(response, used)) => {
                     let _ = client.upstream_in.split_to(used);
+                    if response.status() == 101 && !asks_to_upgrade(head) {
+                        return Err(AttemptError::Fatal(Failure::from_error(
+                            Error::new(ErrorKind::BadResponse, Side::Upstream)
+                                .context("101 Switching Protocols to a request without Upgrade"),
+                        )));
+                    }
                     if !response.is_interim() || response.status() == 101 {
                         return Ok(response);
                     }
@@ -251,4 +257,9 @@ async fn read_response_head(
             }
         }
     }
+}
+
+/// Whether the client asked for a protocol switch (`Connection: upgrade` and an `Upgrade` field).
+fn asks_to_upgrade(head: &RequestHead) -> bool {
+    head.connection().upgrade && head.header("upgrade").is_some()
 }

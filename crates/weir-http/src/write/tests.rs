@@ -50,8 +50,8 @@ fn request_keeps_names_and_spacing() {
 #[test]
 fn request_line_is_always_http11() {
     assert_eq!(
-        forwarded(b"GET / HTTP/1.0\r\n\r\n", &PLAIN),
-        "GET / HTTP/1.1\r\n\r\n"
+        forwarded(b"GET / HTTP/1.0\r\nHost: a\r\n\r\n", &PLAIN),
+        "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
     );
 }
 
@@ -83,6 +83,20 @@ fn request_drops_hop_by_hop() {
 fn connection_cannot_strip_host() {
     let raw = b"GET / HTTP/1.1\r\nConnection: Host, Cookie\r\nHost: a\r\nCookie: c=1\r\n\r\n";
     assert_eq!(forwarded(raw, &PLAIN), "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+}
+
+#[test]
+fn http10_request_without_host_gets_one() {
+    let raw = b"GET / HTTP/1.0\r\nAccept: */*\r\n\r\n";
+    assert_eq!(
+        forwarded(raw, &PLAIN),
+        "GET / HTTP/1.1\r\nHost: \r\nAccept: */*\r\n\r\n"
+    );
+    let raw = b"GET http://a:8/x HTTP/1.0\r\n\r\n";
+    assert_eq!(
+        forwarded(raw, &PLAIN),
+        "GET http://a:8/x HTTP/1.1\r\nHost: a:8\r\n\r\n"
+    );
 }
 
 #[test]
@@ -168,8 +182,8 @@ fn forwarding_headers() {
         ..PLAIN
     };
     assert_eq!(
-        forwarded(b"GET / HTTP/1.0\r\n\r\n", &via),
-        "GET / HTTP/1.1\r\nVia: 1.0 weir\r\n\r\n"
+        forwarded(b"GET / HTTP/1.0\r\nHost: a\r\n\r\n", &via),
+        "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.0 weir\r\n\r\n"
     );
 }
 

@@ -11,8 +11,9 @@ use crate::node::NodeState;
 /// when it answers).
 pub const EXPLORE_ONE_IN: u64 = 64;
 
-/// The response time assumed when no eligible node has a sample yet. Only
-/// ratios of scores matter, so its value is immaterial while all nodes share it.
+/// The response time (in nanoseconds) assumed when no eligible node has a sample
+/// yet. Only ratios of scores matter, so its value is immaterial while all
+/// nodes share it.
 const DEFAULT_PRIOR_NANOS: f64 = 1_000_000.0;
 
 /// Draws two distinct eligible nodes at random and keeps the one with the
@@ -54,7 +55,9 @@ impl Balancer for Perceptive {
                     (a.unwrap_or(prior), b.unwrap_or(prior))
                 }
             };
-        if score(&nodes[second], second_ewma) < score(&nodes[first], first_ewma) {
+        let first_cost = Cost::of(&nodes[first], first_ewma);
+        let second_cost = Cost::of(&nodes[second], second_ewma);
+        if second_cost.is_lower_than(first_cost) {
             Some(second)
         } else {
             Some(first)
@@ -95,7 +98,10 @@ fn random_other_eligible(
 }
 
 fn ewma_nanos(node: &NodeState) -> Option<f64> {
-    node.response_time().map(|ewma| ewma.as_nanos() as f64)
+    // Through u64 rather than `as_secs_f64`, which divides: a response time
+    // fits u64 nanoseconds (584 years).
+    node.response_time()
+        .map(|ewma| ewma.as_nanos() as u64 as f64)
 }
 
 /// The fastest EWMA among eligible nodes with samples, or a default when none has any.
@@ -107,6 +113,23 @@ fn optimistic_prior(nodes: &[Arc<NodeState>], eligible: &dyn Fn(usize) -> bool) 
         .unwrap_or(DEFAULT_PRIOR_NANOS)
 }
 
-fn score(node: &NodeState, ewma_nanos: f64) -> f64 {
-    ewma_nanos * (f64::from(node.in_flight()) + 1.0) / f64::from(weight_of(node))
+/// A candidate's score `ewma × (in_flight + 1) / weight`, kept as a fraction
+/// so that comparing two costs needs no division.
+#[derive(Debug, Clone, Copy)]
+struct Cost {
+    numerator: f64,
+    weight: f64,
+}
+
+impl Cost {
+    fn of(node: &NodeState, ewma_nanos: f64) -> Cost {
+        Cost {
+            numerator: ewma_nanos * (f64::from(node.in_flight()) + 1.0),
+            weight: f64::from(weight_of(node)),
+        }
+    }
+
+    fn is_lower_than(self, other: Cost) -> bool {
+        self.numerator * other.weight < other.numerator * self.weight
+    }
 }

@@ -1,0 +1,332 @@
+//! Client connections: keep-alive and `Connection` tokens, pipelining,
+//! the header-read and idle timeouts, and protocol upgrades.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use weir_testkit::client::Connection;
+use weir_testkit::{TestOrigin, TestProxy, config};
+
+use crate::support::{PATIENCE, parse_response, read_head, read_until_close, send_until_close};
+
+const SHORT_TIMEOUTS: &str = "[virtual_servers.web.timeouts]\n\
+    header_read = \"200ms\"\n\
+    idle = \"200ms\"";
+
+/// `Connection: close` from the client: the answer says so and the proxy closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_close_closes_after_the_response() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let reply = send_until_close(
+        proxy.addr,
+        b"GET /bytes/5 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(reply.closed);
+    let response = parse_response(&reply.bytes);
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("connection"), Some("close"));
+    assert_eq!(response.rest, b"01234", "nothing after the body");
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// HTTP/1.0 with `Connection: keep-alive` stays open, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http10_keep_alive_stays_open() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    for _ in 0..3 {
+        connection
+            .send(b"GET /bytes/5 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .await
+            .unwrap();
+        let head = read_head(&mut connection.stream).await;
+        assert!(head.starts_with("HTTP/1.0 200 OK\r\n"), "{head}");
+        assert!(head.contains("\r\nConnection: keep-alive\r\n"), "{head}");
+        assert!(head.contains("\r\nContent-Length: 5\r\n"), "{head}");
+        let mut body = [0u8; 5];
+        connection.stream.read_exact(&mut body).await.unwrap();
+        assert_eq!(&body, b"01234");
+    }
+    // Without keep-alive the next one closes.
+    connection
+        .send(b"GET /bytes/5 HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let reply = read_until_close(&mut connection.stream).await;
+    assert!(reply.closed);
+    assert_eq!(parse_response(&reply.bytes).rest, b"01234");
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// `max_requests_per_connection = 2`: the second answer says close, then the proxy closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_requests_per_connection_closes_after_the_last() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.limits]\nmax_requests_per_connection = 2",
+    ))
+    .await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    connection
+        .send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let first = connection.response().await.unwrap();
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("connection"), None);
+    connection
+        .send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let second = connection.response().await.unwrap();
+    assert_eq!(second.status, 200);
+    assert_eq!(second.header("connection"), Some("close"));
+    assert!(connection.is_closed(PATIENCE).await);
+    assert_eq!(origin.stats.requests(), 2);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// Pipelined requests in one write are answered in order; a third after a
+/// `Connection: close` one is never read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_are_answered_in_order() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let reply = send_until_close(
+        proxy.addr,
+        b"GET /bytes/1 HTTP/1.1\r\nHost: t\r\n\r\n\
+          POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi\
+          GET /bytes/2 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n\
+          GET /bytes/3 HTTP/1.1\r\nHost: t\r\n\r\n",
+    )
+    .await;
+    assert!(reply.closed);
+    let first = parse_response(&reply.bytes);
+    assert_eq!(first.status, 200);
+    assert_eq!(&first.rest[..1], b"0");
+    let second = parse_response(&first.rest[1..]);
+    let length: usize = second.header("content-length").unwrap().parse().unwrap();
+    let report = weir_origin::parse_echo_json(&second.rest[..length]).unwrap();
+    assert_eq!(report.body, "hi");
+    let third = parse_response(&second.rest[length..]);
+    assert_eq!(third.header("connection"), Some("close"));
+    assert_eq!(third.rest, b"01");
+    assert_eq!(origin.stats.requests(), 3);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// Half a head and then nothing: 408 after `header_read`, then a close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_head_gets_408() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", SHORT_TIMEOUTS)).await;
+    for prefix in [&b""[..], b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"] {
+        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+        stream.write_all(prefix).await.unwrap();
+        if !prefix.is_empty() {
+            let response = read_head(&mut stream).await;
+            assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+            let mut body = vec![0u8; "hello from weir origin a\n".len()];
+            stream.read_exact(&mut body).await.unwrap();
+        }
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nX-Half: ")
+            .await
+            .unwrap();
+        let reply = read_until_close(&mut stream).await;
+        assert!(reply.closed);
+        let response = parse_response(&reply.bytes);
+        assert_eq!(response.status, 408, "{}", reply.text());
+        assert_eq!(response.header("connection"), Some("close"));
+    }
+    assert_eq!(origin.stats.requests(), 1);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// An idle kept-alive connection is closed after `idle`, without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keep_alive_connection_is_closed_quietly() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", SHORT_TIMEOUTS)).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    connection
+        .send(b"GET /bytes/2 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(connection.response().await.unwrap().body, b"01");
+    let reply = read_until_close(&mut connection.stream).await;
+    assert!(reply.closed, "still open after idle");
+    assert_eq!(reply.text(), "", "no bytes on an idle close");
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// Slowloris: a head trickled one byte every 50 ms gets 408 once
+/// `header_read` has passed since its first byte, however steady the trickle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickled_head_does_not_extend_header_read() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", SHORT_TIMEOUTS)).await;
+    // As the first request of a connection, and as the second one.
+    for warm in [false, true] {
+        let stream = TcpStream::connect(proxy.addr).await.unwrap();
+        let (mut reader, mut writer) = stream.into_split();
+        if warm {
+            writer
+                .write_all(b"GET /bytes/1 HTTP/1.1\r\nHost: t\r\n\r\n")
+                .await
+                .unwrap();
+            let mut first = Vec::new();
+            while !first.ends_with(b"\r\n\r\n0") {
+                let mut byte = [0u8; 1];
+                assert_eq!(reader.read(&mut byte).await.unwrap(), 1);
+                first.push(byte[0]);
+            }
+        }
+        // 100 bytes at 50 ms each would take 5 s: twenty-five times header_read.
+        let head = format!("GET / HTTP/1.1\r\nHost: t\r\nX-Slow: {}", "a".repeat(100));
+        let trickle = tokio::spawn(async move {
+            let mut sent = 0usize;
+            for byte in head.as_bytes() {
+                if writer.write_all(&[*byte]).await.is_err() {
+                    break;
+                }
+                sent += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            sent
+        });
+        let mut reply = Vec::new();
+        let _ = tokio::time::timeout(PATIENCE, reader.read_to_end(&mut reply)).await;
+        let sent = trickle.await.unwrap();
+        assert_eq!(parse_response(&reply).status, 408);
+        assert!(sent < 100, "the trickle was never cut off");
+    }
+    assert_eq!(origin.stats.requests(), 1);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// A node that answers any request with `101 Switching Protocols`, sends a
+/// greeting in the new protocol, then echoes every byte back.
+async fn upgrading_node() -> (std::net::SocketAddr, tokio::task::JoinHandle<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let head = read_head(&mut stream).await;
+        stream
+            .write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nhello",
+            )
+            .await
+            .unwrap();
+        let (mut reader, mut writer) = stream.split();
+        let _ = tokio::io::copy(&mut reader, &mut writer).await;
+        head
+    });
+    (addr, task)
+}
+
+/// After a 101, bytes flow both ways through the proxy until a side closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_tunnels_bytes_both_ways() {
+    let (node, received) = upgrading_node().await;
+    let proxy = TestProxy::start(&config(&[node], "", "")).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(
+            b"GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let head = read_head(&mut stream).await;
+    assert!(
+        head.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+        "{head}"
+    );
+    assert!(head.contains("\r\nUpgrade: websocket\r\n"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\nconnection: upgrade\r\n"),
+        "{head}"
+    );
+    let mut greeting = [0u8; 5];
+    stream.read_exact(&mut greeting).await.unwrap();
+    assert_eq!(&greeting, b"hello");
+    for message in [
+        &b"ping"[..],
+        &[0u8, 1, 2, 255, b'\r', b'\n'],
+        &[7u8; 100_000],
+    ] {
+        stream.write_all(message).await.unwrap();
+        let mut back = vec![0u8; message.len()];
+        tokio::time::timeout(PATIENCE, stream.read_exact(&mut back))
+            .await
+            .expect("echo in time")
+            .unwrap();
+        assert!(back == message, "echo differs");
+    }
+    stream.shutdown().await.unwrap();
+    let reply = read_until_close(&mut stream).await;
+    assert!(reply.closed && reply.bytes.is_empty());
+    let forwarded = received.await.unwrap();
+    assert!(
+        forwarded.contains("\r\nUpgrade: websocket\r\n"),
+        "{forwarded}"
+    );
+    assert!(
+        forwarded
+            .to_ascii_lowercase()
+            .contains("\r\nconnection: upgrade\r\n"),
+        "{forwarded}"
+    );
+    proxy.stop().await;
+}
+
+/// A node may only switch protocols when the client asked to: a 101 to a
+/// plain request is a bad gateway, not a tunnel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unrequested_switch_is_a_bad_gateway() {
+    let (node, _received) = upgrading_node().await;
+    let proxy = TestProxy::start(&config(&[node], "", "")).await;
+    let reply = send_until_close(proxy.addr, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    assert!(reply.closed);
+    let response = parse_response(&reply.bytes);
+    assert_eq!(response.status, 502, "{}", reply.text());
+    assert!(!reply.text().contains("hello"), "{}", reply.text());
+    proxy.stop().await;
+}
+
+/// A body that stops arriving: 408 after `body_read`, and the node sees nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_body_gets_408() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.timeouts]\nbody_read = \"200ms\"",
+    ))
+    .await;
+    let reply = send_until_close(
+        proxy.addr,
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc",
+    )
+    .await;
+    assert!(reply.closed);
+    assert_eq!(parse_response(&reply.bytes).status, 408, "{}", reply.text());
+    assert_eq!(origin.stats.requests(), 0);
+    proxy.stop().await;
+    origin.stop().await;
+}

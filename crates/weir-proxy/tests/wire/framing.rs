@@ -1,0 +1,425 @@
+//! Message framing both ways: chunked and length-delimited bodies, re-framing,
+//! HTTP/1.0 clients, bodiless responses, and `Expect: 100-continue`.
+
+use weir_origin::{EchoReport, parse_echo_json};
+use weir_testkit::client::{Connection, Response};
+use weir_testkit::{TestOrigin, TestProxy, config};
+
+use crate::support::{
+    RecordingNode, chunked, parse_response, pattern, read_head, send_until_close,
+};
+
+/// Small buffers, so that "large" bodies are cheap.
+const SMALL_BUFFERS: &str = "[virtual_servers.web.limits]\n\
+    request_buffer = \"1KiB\"\n\
+    response_buffer = \"1KiB\"";
+
+fn echo(response: &Response) -> EchoReport {
+    assert_eq!(response.status, 200, "{}", response.text());
+    parse_echo_json(&response.body).expect("an /echo report")
+}
+
+async fn exchange(proxy: &TestProxy, raw: &[u8]) -> Response {
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    connection.send(raw).await.unwrap();
+    connection.response().await.unwrap()
+}
+
+/// Chunk extensions are dropped and trailers kept; the body arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_request_with_extensions_and_trailers_reaches_the_node() {
+    let mut node = RecordingNode::start(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let proxy = TestProxy::start(&config(&[node.addr], "", "")).await;
+    let response = exchange(
+        &proxy,
+        b"POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
+          5;name=value\r\nhello\r\n6 ; q=\"a;b\" ; flag\r\n world\r\n\
+          0\r\nX-Checksum: 42\r\nX-Other: o\r\n\r\n",
+    )
+    .await;
+    assert_eq!((response.status, response.text().as_str()), (200, "ok"));
+    let request = node.next().await;
+    assert_eq!(request.body, b"hello world");
+    assert_eq!(request.trailers, b"X-Checksum: 42\r\nX-Other: o\r\n");
+    let head = request.head();
+    assert!(head.contains("Transfer-Encoding: chunked\r\n"), "{head}");
+    assert!(!head.contains("Content-Length"), "{head}");
+    assert!(
+        !request.raw.windows(4).any(|w| w == b"name"),
+        "extensions dropped"
+    );
+    proxy.stop().await;
+}
+
+/// The same through the built-in origin: the echo shows the decoded body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_request_with_trailers_is_echoed_intact() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let report = echo(
+        &exchange(
+            &proxy,
+            b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
+              5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Checksum: 42\r\n\r\n",
+        )
+        .await,
+    );
+    assert_eq!(report.body, "hello world");
+    assert_eq!(report.header("transfer-encoding"), Some("chunked"));
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// A chunked body that fits in `request_buffer` is sent with a length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_chunked_request_is_reframed_with_a_length() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", SMALL_BUFFERS)).await;
+    let mut raw = b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    raw.extend_from_slice(&chunked(b"hello world", 4));
+    let report = echo(&exchange(&proxy, &raw).await);
+    assert_eq!(report.body, "hello world");
+    assert_eq!(report.header("content-length"), Some("11"));
+    assert_eq!(report.header("transfer-encoding"), None);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// A chunked body larger than `request_buffer` streams to the node chunked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_chunked_request_streams_chunked() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", SMALL_BUFFERS)).await;
+    let body = pattern(5000);
+    let mut raw = b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    raw.extend_from_slice(&chunked(&body, 700));
+    let report = echo(&exchange(&proxy, &raw).await);
+    assert_eq!(report.body_length, 5000);
+    assert_eq!(report.body.as_bytes(), &body[..]);
+    assert_eq!(report.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(report.header("content-length"), None);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// A Content-Length body larger than `request_buffer` streams with its length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_length_request_streams_whole() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", SMALL_BUFFERS)).await;
+    let body = pattern(100_000);
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    connection
+        .send(b"PUT /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n")
+        .await
+        .unwrap();
+    for piece in body.chunks(10_000) {
+        connection.send(piece).await.unwrap();
+    }
+    let report = echo(&connection.response().await.unwrap());
+    assert_eq!(report.body.as_bytes(), &body[..]);
+    assert_eq!(report.header("content-length"), Some("100000"));
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// A chunked response that fits in `response_buffer` reaches the client with a length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_chunked_response_is_reframed_with_a_length() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", SMALL_BUFFERS)).await;
+    let response = exchange(
+        &proxy,
+        b"GET /bytes/1000?chunked=1 HTTP/1.1\r\nHost: t\r\n\r\n",
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("content-length"), Some("1000"));
+    assert_eq!(response.header("transfer-encoding"), None);
+    assert_eq!(response.body, pattern(1000));
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// A chunked response larger than `response_buffer` streams chunked, intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_chunked_response_streams_chunked() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", SMALL_BUFFERS)).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    for _ in 0..2 {
+        connection
+            .send(b"GET /bytes/300000?chunked=1 HTTP/1.1\r\nHost: t\r\n\r\n")
+            .await
+            .unwrap();
+        let response = connection.response().await.unwrap();
+        assert_eq!(response.status, 200);
+        assert_eq!(response.header("transfer-encoding"), Some("chunked"));
+        assert_eq!(response.header("content-length"), None);
+        assert_eq!(response.body, pattern(300_000));
+    }
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// 1 MiB with a length and 1 MiB chunked, byte for byte, on one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_mebibyte_response_arrives_intact() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    for target in ["/bytes/1048576", "/bytes/1048576?chunked=1"] {
+        connection
+            .send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let response = connection.response().await.unwrap();
+        assert_eq!(response.status, 200);
+        assert_eq!(response.body.len(), 1 << 20, "{target}");
+        assert!(response.body == pattern(1 << 20), "{target}: body differs");
+    }
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// HTTP/1.0 clients never see chunked coding: a large chunked response is
+/// close-delimited, and the connection closes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http10_client_gets_a_close_delimited_body() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", SMALL_BUFFERS)).await;
+    for request in [
+        &b"GET /bytes/100000?chunked=1 HTTP/1.0\r\n\r\n"[..],
+        b"GET /bytes/100000?chunked=1 HTTP/1.0\r\nHost: t\r\nConnection: keep-alive\r\n\r\n",
+    ] {
+        let reply = send_until_close(proxy.addr, request).await;
+        assert!(reply.closed);
+        assert!(reply.bytes.starts_with(b"HTTP/1.0 200 OK\r\n"));
+        let response = parse_response(&reply.bytes);
+        assert_eq!(response.header("transfer-encoding"), None);
+        assert_eq!(response.header("content-length"), None);
+        assert_eq!(response.header("connection"), Some("close"));
+        assert!(response.rest == pattern(100_000), "body differs");
+    }
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// A small response to an HTTP/1.0 client gets a length; without
+/// `keep-alive` the connection closes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http10_client_gets_a_length_and_a_close() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", SMALL_BUFFERS)).await;
+    let reply = send_until_close(
+        proxy.addr,
+        b"GET /bytes/10?chunked=1 HTTP/1.0\r\nHost: t\r\n\r\n",
+    )
+    .await;
+    assert!(reply.closed);
+    let response = parse_response(&reply.bytes);
+    assert!(reply.bytes.starts_with(b"HTTP/1.0 200 OK\r\n"));
+    assert_eq!(response.header("content-length"), Some("10"));
+    assert_eq!(response.header("transfer-encoding"), None);
+    assert_eq!(response.header("connection"), Some("close"));
+    assert_eq!(response.rest, pattern(10));
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// HTTP/1.0 requests may come without Host; the node still gets a valid HTTP/1.1 request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http10_request_without_host_is_served() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let reply = send_until_close(proxy.addr, b"GET /echo HTTP/1.0\r\n\r\n").await;
+    let response = parse_response(&reply.bytes);
+    assert_eq!(response.status, 200, "{}", reply.text());
+    let report = parse_echo_json(&response.rest).expect("an /echo report");
+    assert_eq!(report.version, "HTTP/1.1");
+    assert_eq!(report.header_values("host").count(), 1);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// HEAD: the node's Content-Length, no body, and the connection carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_gets_the_length_and_no_body() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    connection
+        .send(b"HEAD /bytes/500 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut connection.stream).await;
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(head.contains("\r\nContent-Length: 500\r\n"), "{head}");
+    assert!(!head.contains("Transfer-Encoding"), "{head}");
+    // A body would be read here as the start of the next response.
+    connection
+        .send(b"GET /bytes/3 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let next = connection.response().await.unwrap();
+    assert_eq!((next.status, next.body.as_slice()), (200, &b"012"[..]));
+    assert_eq!(origin.stats.requests(), 2);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// 204 and 304 carry no body and no framing headers; the connection carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_content_and_not_modified_have_no_body() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    for status in [204, 304] {
+        connection
+            .send(format!("GET /status/{status} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let head = read_head(&mut connection.stream).await;
+        assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{head}");
+        assert!(!head.contains("Transfer-Encoding"), "{head}");
+        if status == 204 {
+            assert!(!head.contains("Content-Length"), "{head}");
+        }
+    }
+    connection
+        .send(b"GET /bytes/3 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let next = connection.response().await.unwrap();
+    assert_eq!((next.status, next.body.as_slice()), (200, &b"012"[..]));
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// The client waits for `100 Continue` before sending its body; the node
+/// never sees the Expect header (weir answered it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_continue_is_answered_before_the_body() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    let requests: [(&[u8], &[u8]); 2] = [
+        (
+            b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+            b"hello",
+        ),
+        (
+            b"PUT /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nExpect: 100-Continue\r\n\r\n",
+            b"5\r\nhello\r\n0\r\n\r\n",
+        ),
+    ];
+    for (head, body) in requests {
+        connection.send(head).await.unwrap();
+        let interim = read_head(&mut connection.stream).await;
+        assert_eq!(interim, "HTTP/1.1 100 Continue\r\n\r\n");
+        connection.send(body).await.unwrap();
+        let report = echo(&connection.response().await.unwrap());
+        assert_eq!(report.body, "hello");
+        assert_eq!(report.header("expect"), None);
+    }
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// A body that is too large gets the final 413 instead of `100 Continue`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_continue_with_too_large_a_body_gets_413() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.limits]\nmax_body_bytes = 100",
+    ))
+    .await;
+    let reply = send_until_close(
+        proxy.addr,
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 101\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .await;
+    assert!(reply.closed);
+    assert!(
+        reply.bytes.starts_with(b"HTTP/1.1 413 "),
+        "{}",
+        reply.text()
+    );
+    assert_eq!(origin.stats.requests(), 0);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// Interim 103 responses pass to HTTP/1.1 clients before the final one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_hints_pass_through() {
+    let node = RecordingNode::start(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n\
+          HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    )
+    .await;
+    let proxy = TestProxy::start(&config(&[node.addr], "", "")).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    connection
+        .send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let interim = read_head(&mut connection.stream).await;
+    assert_eq!(
+        interim,
+        "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+    );
+    let response = connection.response().await.unwrap();
+    assert_eq!((response.status, response.text().as_str()), (200, "ok"));
+    proxy.stop().await;
+}
+
+/// Response trailers reach an HTTP/1.1 client (so the body stays chunked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_trailers_pass_through() {
+    let node = RecordingNode::start(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nok\r\n0\r\nX-Sum: 9\r\n\r\n",
+    )
+    .await;
+    let proxy = TestProxy::start(&config(&[node.addr], "", "")).await;
+    let reply = send_until_close(
+        proxy.addr,
+        b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let response = parse_response(&reply.bytes);
+    assert_eq!(response.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(response.rest, b"2\r\nok\r\n0\r\nX-Sum: 9\r\n\r\n");
+    proxy.stop().await;
+}
+
+/// A node answer that breaks the framing rules is a 502, never passed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_node_answers_are_bad_gateway() {
+    for answer in [
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\nok"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nX: a\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n",
+        b"HTTP/1.1 999 Nope\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    ] {
+        let node = RecordingNode::start(answer).await;
+        let proxy = TestProxy::start(&config(&[node.addr], "retries = 0", "")).await;
+        let reply = send_until_close(
+            proxy.addr,
+            b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!(
+            parse_response(&reply.bytes).status,
+            502,
+            "{:?} gave {:?}",
+            String::from_utf8_lossy(answer),
+            reply.text()
+        );
+        proxy.stop().await;
+    }
+}
