@@ -86,13 +86,14 @@ async fn serve_request(
     let exchange = exchange::exchange(client, vs, pool, head, &mut body).await?;
     let node = exchange.node;
     let node_state = Arc::clone(&pool.nodes[node]);
-    let response_time = exchange.sent_at.elapsed();
+    let head_received = Instant::now();
+    let response_time = head_received.saturating_duration_since(exchange.sent_at);
     node_state.record_response_time(response_time);
     if exchange.response.status() >= 500 {
         node_state.metrics.responses_5xx.inc();
-        node_state.record_failure(Instant::now());
+        node_state.record_failure(head_received);
     } else {
-        node_state.record_success();
+        node_state.record_success(head_received);
     }
     // respond (the upstream connection is released inside, as soon as the node is done);
     // a drain that began meanwhile closes the connection after this response.

@@ -130,8 +130,12 @@ impl NodeState {
     }
 
     /// A request to this node succeeded: resets the passive failure count.
-    pub fn record_success(&self) {
+    pub fn record_success(&self, now: Instant) {
         if !self.passive_dirty.load(Ordering::Relaxed) {
+            return;
+        }
+        // A success from a request sent before the ejection says nothing about now.
+        if self.is_ejected(now) {
             return;
         }
         let mut state = self.passive.lock().unwrap_or_else(|e| e.into_inner());
@@ -146,10 +150,15 @@ impl NodeState {
         if config.consecutive_failures == 0 {
             return false;
         }
+        // Failures of requests already in flight when the node was ejected are
+        // not counted: after the ejection it starts from a clean count.
+        if self.is_ejected(now) {
+            return false;
+        }
         let mut state = self.passive.lock().unwrap_or_else(|e| e.into_inner());
         self.passive_dirty.store(true, Ordering::Relaxed);
         state.consecutive_failures += 1;
-        if state.consecutive_failures < config.consecutive_failures || self.is_ejected(now) {
+        if state.consecutive_failures < config.consecutive_failures {
             return false;
         }
         let doubling = state.ejections.min(20);

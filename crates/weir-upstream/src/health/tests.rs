@@ -356,7 +356,7 @@ fn passive_health_success_resets_the_failure_count() {
     let node = node_at(SocketAddr::from(([127, 0, 0, 1], 9)), passive(3));
     let now = Instant::now();
     assert!(!fail(&node, 2, now));
-    node.record_success();
+    node.record_success(Instant::now());
     assert!(!fail(&node, 2, now));
     assert!(node.is_available(now));
     assert!(node.record_failure(now));
@@ -376,7 +376,7 @@ fn passive_health_doubles_ejections_up_to_the_maximum_until_a_success() {
         assert!(!node.is_ejected(now + ejection), "{expected} s");
         now += ejection;
     }
-    node.record_success();
+    node.record_success(now);
     assert!(fail(&node, 2, now));
     assert!(
         !node.is_ejected(now + Duration::from_secs(1)),
@@ -390,4 +390,28 @@ fn passive_health_off_never_ejects() {
     let now = Instant::now();
     assert!(!fail(&node, 100, now));
     assert!(node.is_available(now));
+}
+
+#[test]
+fn failures_during_an_ejection_do_not_count_after_it() {
+    let metrics = weir_observe::Metrics::new();
+    let config = weir_config::PassiveHealth {
+        consecutive_failures: 3,
+        base_ejection: std::time::Duration::from_secs(1),
+        max_ejection: std::time::Duration::from_secs(10),
+    };
+    let node = NodeState::new(0, "127.0.0.1:1".parse().unwrap(), 1, config, metrics.node("p", "n"));
+    let start = std::time::Instant::now();
+    for _ in 0..3 {
+        node.record_failure(start);
+    }
+    assert!(node.is_ejected(start));
+    // Late failures of requests in flight during the ejection.
+    for _ in 0..3 {
+        assert!(!node.record_failure(start + std::time::Duration::from_millis(500)));
+    }
+    let after = start + std::time::Duration::from_secs(2);
+    assert!(!node.is_ejected(after));
+    assert!(!node.record_failure(after), "one failure after the ejection does not re-eject");
+    assert!(!node.is_ejected(after));
 }
