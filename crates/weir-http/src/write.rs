@@ -12,6 +12,7 @@ use bytes::BytesMut;
 
 use crate::fields::{FieldKind, list_elements};
 use crate::head::{BodyFraming, Header, RequestHead, ResponseHead, Version, slice};
+use crate::target::TargetForm;
 
 /// How to rewrite a request head for the node.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +49,23 @@ pub struct ForwardResponse<'a> {
     pub upgrade: bool,
 }
 
+/// The target as a node expects it (RFC 9112 §3.2.1: origin servers get
+/// origin-form): an absolute-form target is reduced to its path and query.
+fn write_origin_form(head: &RequestHead, out: &mut BytesMut) {
+    match head.target_form {
+        TargetForm::Absolute { .. } => {
+            let (path_start, _) = head.path_span;
+            let (_, target_end) = head.target_span;
+            let rest = &head.raw[path_start as usize..target_end as usize];
+            if rest.first() != Some(&b'/') {
+                out.extend_from_slice(b"/");
+            }
+            out.extend_from_slice(rest);
+        }
+        _ => out.extend_from_slice(head.target()),
+    }
+}
+
 /// Writes the request line (`METHOD target HTTP/1.1`) and headers, without
 /// hop-by-hop headers (`Connection` and the fields it names, `Keep-Alive`,
 /// `Proxy-Connection`, `TE`, `Transfer-Encoding`, `Upgrade` unless upgrading,
@@ -63,7 +81,7 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
     out.reserve(raw.len() + 160);
     out.extend_from_slice(head.method_bytes());
     out.extend_from_slice(b" ");
-    out.extend_from_slice(head.target());
+    write_origin_form(head, out);
     out.extend_from_slice(b" HTTP/1.1\r\n");
     if head.host.is_none() {
         // HTTP/1.1 requires Host (RFC 9112 §3.2): an HTTP/1.0 request without

@@ -95,7 +95,7 @@ fn http10_request_without_host_gets_one() {
     let raw = b"GET http://a:8/x HTTP/1.0\r\n\r\n";
     assert_eq!(
         forwarded(raw, &PLAIN),
-        "GET http://a:8/x HTTP/1.1\r\nHost: a:8\r\n\r\n"
+        "GET /x HTTP/1.1\r\nHost: a:8\r\n\r\n"
     );
 }
 
@@ -326,4 +326,16 @@ fn reason_phrases() {
         assert!(!reason_phrase(status).is_empty(), "{status}");
     }
     assert_eq!(reason_phrase(299), "");
+}
+
+#[test]
+fn absolute_form_targets_are_forwarded_in_origin_form() {
+    let out = forwarded(b"GET http://a.example/x/y?q=1 HTTP/1.1\r\nHost: a.example\r\n\r\n", &PLAIN);
+    assert!(out.starts_with("GET /x/y?q=1 HTTP/1.1\r\n"), "{out}");
+    let out = forwarded(b"GET http://a.example?q=1 HTTP/1.1\r\nHost: a.example\r\n\r\n", &PLAIN);
+    assert!(out.starts_with("GET /?q=1 HTTP/1.1\r\n"), "{out}");
+    let out = forwarded(b"GET http://a.example HTTP/1.0\r\n\r\n", &PLAIN);
+    assert!(out.starts_with("GET / HTTP/1.1\r\nHost: a.example\r\n"), "{out}");
+    let out = forwarded(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", &PLAIN);
+    assert!(out.starts_with("OPTIONS * HTTP/1.1\r\n"), "{out}");
 }
