@@ -16,6 +16,12 @@ use crate::route::VirtualServerRuntime;
 
 /// Smallest free space worth a read call.
 const READ_RESERVE: usize = 4096;
+/// After an error answer: how long, and how many bytes, to keep reading what
+/// the client still sends before closing.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+/// ... and stop as soon as the client pauses this long.
+const LINGER_PAUSE: Duration = Duration::from_millis(500);
+const LINGER_BYTES: usize = 1024 * 1024;
 
 /// One client connection and its reusable buffers.
 #[derive(Debug)]
@@ -100,7 +106,9 @@ impl Client {
                         error,
                     )));
                 }
-                Err(_) if idle && self.requests > 0 => return Ok(None),
+                // Nothing sent at all (a browser's spare connection, or a
+                // keep-alive client gone quiet): close without an answer.
+                Err(_) if idle => return Ok(None),
                 Err(_) => {
                     return Err(Failure::from_error(
                         Error::new(ErrorKind::ClientTimeout, Side::Downstream)
@@ -167,6 +175,29 @@ impl Client {
                 Error::new(ErrorKind::ClientTimeout, Side::Downstream)
                     .context("client did not read the response in time"),
             )),
+        }
+    }
+
+    /// Closes after an error answer without losing it: our side is shut
+    /// down first, then whatever the client is still sending (the rest of a
+    /// rejected body) is read and discarded for a bounded time. Closing with
+    /// unread bytes would make the kernel reset the connection, which can
+    /// destroy the answer before the client reads it.
+    pub(crate) async fn linger_close(&mut self) {
+        if self.stream.shutdown().await.is_err() {
+            return;
+        }
+        let end = Instant::now() + LINGER_TIME;
+        let mut discarded = 0;
+        while discarded < LINGER_BYTES {
+            self.read_buf.clear();
+            self.read_buf.reserve(READ_RESERVE);
+            let deadline = end.min(Instant::now() + LINGER_PAUSE);
+            match tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.read_buf)).await
+            {
+                Ok(Ok(n)) if n > 0 => discarded += n,
+                _ => break,
+            }
         }
     }
 

@@ -216,6 +216,9 @@ async fn answer_failure(
         }
         .emit();
     }
+    if bytes > 0 {
+        client.linger_close().await;
+    }
 }
 
 fn lossy(bytes: &[u8]) -> &str {

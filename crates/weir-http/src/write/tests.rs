@@ -330,12 +330,21 @@ fn reason_phrases() {
 
 #[test]
 fn absolute_form_targets_are_forwarded_in_origin_form() {
-    let out = forwarded(b"GET http://a.example/x/y?q=1 HTTP/1.1\r\nHost: a.example\r\n\r\n", &PLAIN);
+    let out = forwarded(
+        b"GET http://a.example/x/y?q=1 HTTP/1.1\r\nHost: a.example\r\n\r\n",
+        &PLAIN,
+    );
     assert!(out.starts_with("GET /x/y?q=1 HTTP/1.1\r\n"), "{out}");
-    let out = forwarded(b"GET http://a.example?q=1 HTTP/1.1\r\nHost: a.example\r\n\r\n", &PLAIN);
+    let out = forwarded(
+        b"GET http://a.example?q=1 HTTP/1.1\r\nHost: a.example\r\n\r\n",
+        &PLAIN,
+    );
     assert!(out.starts_with("GET /?q=1 HTTP/1.1\r\n"), "{out}");
     let out = forwarded(b"GET http://a.example HTTP/1.0\r\n\r\n", &PLAIN);
-    assert!(out.starts_with("GET / HTTP/1.1\r\nHost: a.example\r\n"), "{out}");
+    assert!(
+        out.starts_with("GET / HTTP/1.1\r\nHost: a.example\r\n"),
+        "{out}"
+    );
     let out = forwarded(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", &PLAIN);
     assert!(out.starts_with("OPTIONS * HTTP/1.1\r\n"), "{out}");
 }

@@ -400,7 +400,13 @@ fn failures_during_an_ejection_do_not_count_after_it() {
         base_ejection: std::time::Duration::from_secs(1),
         max_ejection: std::time::Duration::from_secs(10),
     };
-    let node = NodeState::new(0, "127.0.0.1:1".parse().unwrap(), 1, config, metrics.node("p", "n"));
+    let node = NodeState::new(
+        0,
+        "127.0.0.1:1".parse().unwrap(),
+        1,
+        config,
+        metrics.node("p", "n"),
+    );
     let start = std::time::Instant::now();
     for _ in 0..3 {
         node.record_failure(start);
@@ -412,6 +418,9 @@ fn failures_during_an_ejection_do_not_count_after_it() {
     }
     let after = start + std::time::Duration::from_secs(2);
     assert!(!node.is_ejected(after));
-    assert!(!node.record_failure(after), "one failure after the ejection does not re-eject");
+    assert!(
+        !node.record_failure(after),
+        "one failure after the ejection does not re-eject"
+    );
     assert!(!node.is_ejected(after));
 }
