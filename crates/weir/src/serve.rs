@@ -49,12 +49,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(serve(config))
 }
 
-/// The tokio runtime: multi-thread, `threads` workers (default: one per core).
+/// The tokio runtime: `threads` workers (default: one per core); a single
+/// thread runs the current-thread scheduler.
 pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // One thread needs no work stealing: the current-thread scheduler does
+    // the same work with less bookkeeping per task wake-up.
+    let mut builder = match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
     builder.enable_all().thread_name("weir-worker");
-    if let Some(threads) = threads {
-        builder.worker_threads(threads.max(1));
+    if let Some(threads) = threads.filter(|&n| n > 1) {
+        builder.worker_threads(threads);
     }
     builder.build().context("cannot start the runtime")
 }
