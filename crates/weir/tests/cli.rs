@@ -1,0 +1,177 @@
+//! The binary's contract: `weir check` and start-up failures.
+
+use std::process::Command;
+
+fn weir() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+}
+
+fn temp_config(text: &str) -> tempfile_path::TempPath {
+    tempfile_path::TempPath::with_contents(text)
+}
+
+/// A tiny self-deleting temporary file (no extra dependency).
+mod tempfile_path {
+    use std::path::{Path, PathBuf};
+
+    pub struct TempPath(PathBuf);
+
+    impl TempPath {
+        pub fn with_contents(text: &str) -> TempPath {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static NEXT: AtomicU32 = AtomicU32::new(0);
+            let path = std::env::temp_dir().join(format!(
+                "weir-cli-test-{}-{}.toml",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::write(&path, text).expect("temp dir is writable");
+            TempPath(path)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+#[test]
+fn check_accepts_the_examples() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/weir.toml");
+    let output = weir().args(["check", examples]).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("ok"));
+}
+
+#[test]
+fn check_reports_file_line_and_key_path() {
+    let config = temp_config(
+        "[virtual_servers.web]\nlisten = \"127.0.0.1:0\"\npool = \"web\"\n\n[pools.web]\nnodes = [\n  { address = \"127.0.0.1:1\" },\n  { address = \"127.0.0.1:2\" },\n  { address = \"10.0.0.1:99999\" },\n]\n",
+    );
+    let output = weir().arg("check").arg(config.path()).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let expected = format!(
+        "{}:9: pools.web.nodes[2].address: invalid socket address \"10.0.0.1:99999\"",
+        config.path().display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+}
+
+#[test]
+fn serve_rejects_a_bad_config_before_binding() {
+    // The listener would be valid; the pool reference is not.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let config = temp_config(&format!(
+        "[virtual_servers.web]\nlisten = \"127.0.0.1:{port}\"\npool = \"missing\"\n\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
+    ));
+    let output = weir()
+        .arg("serve")
+        .arg("--config")
+        .arg(config.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("virtual_servers.web.pool"), "{stderr}");
+    // Nothing was bound: the port is still free.
+    assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+}
+
+#[test]
+fn serve_names_an_address_in_use() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap();
+    let config = temp_config(&format!(
+        "[log]\nlevel = \"error\"\n[virtual_servers.web]\nlisten = \"{address}\"\npool = \"web\"\n\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
+    ));
+    let output = weir()
+        .arg("serve")
+        .arg("--config")
+        .arg(config.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("cannot listen on {address}")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn print_default_is_the_embedded_config() {
+    let output = weir().args(["serve", "--print-default"]).output().unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("127.0.0.1:8080"), "{text}");
+    assert!(weir_config::parse_str(&text, "printed").is_ok());
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// `weir serve` with a built-in origin answers through the proxy, and exits
+/// cleanly (status 0) on SIGTERM.
+#[test]
+fn serve_answers_and_exits_cleanly_on_sigterm() {
+    use std::io::{Read, Write};
+    let (proxy_port, origin_port) = (free_port(), free_port());
+    let config = temp_config(&format!(
+        "[runtime]\nthreads = 1\ndrain_timeout = \"2s\"\n[log]\nlevel = \"warn\"\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\n\
+         [pools.web]\nnodes = [{{ address = \"127.0.0.1:{origin_port}\" }}]\n\n\
+         [[origins]]\nname = \"o\"\nlisten = \"127.0.0.1:{origin_port}\"\n"
+    ));
+    let mut child = weir()
+        .arg("serve")
+        .arg("--config")
+        .arg(config.path())
+        .spawn()
+        .unwrap();
+    let mut stream = None;
+    for _ in 0..100 {
+        if let Ok(connected) = std::net::TcpStream::connect(("127.0.0.1", proxy_port)) {
+            stream = Some(connected);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut stream = stream.expect("weir listens within 5 s");
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200 "), "{response}");
+    assert!(response.contains("X-Origin: o"), "{response}");
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for _ in 0..100 {
+        if let Some(exit) = child.try_wait().unwrap() {
+            assert!(exit.success(), "{exit:?}");
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    panic!("weir did not exit within 5 s of SIGTERM");
+}
