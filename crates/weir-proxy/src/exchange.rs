@@ -23,6 +23,8 @@ const VIA: &str = "weir";
 #[derive(Debug)]
 pub(crate) struct Exchange {
     pub lease: Lease,
+    /// Counts the request on its node until the response has been relayed.
+    pub in_flight: weir_upstream::node::InFlight,
     pub node: usize,
     pub response: ResponseHead,
     /// When the request was handed to the node.
@@ -123,6 +125,7 @@ async fn attempt(
     head: &RequestHead,
     body: &mut RequestBody,
 ) -> Result<Exchange, AttemptError> {
+    let in_flight = pool.nodes[index].start_request();
     let mut lease = pool.connections[index]
         .checkout()
         .await
@@ -166,6 +169,7 @@ async fn attempt(
     let response = read_response_head(client, vs, pool, &mut lease, head, reused).await?;
     Ok(Exchange {
         lease,
+        in_flight,
         node: index,
         response,
         sent_at,

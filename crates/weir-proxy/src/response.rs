@@ -48,8 +48,10 @@ pub(crate) async fn respond(
     let Exchange {
         mut lease,
         response,
+        in_flight,
         ..
     } = exchange;
+    let mut in_flight = Some(in_flight);
     let status = response.status();
     let limit = vs.config.limits.response_buffer;
     let write_timeout = vs.config.timeouts.write;
@@ -100,6 +102,10 @@ pub(crate) async fn respond(
         }
     } else if complete {
         lease = None; // closes it
+    }
+    if complete {
+        // The node's part is over: it no longer counts as load on it.
+        drop(in_flight.take());
     }
 
     // Framing towards the client.

@@ -21,8 +21,11 @@ pub(crate) async fn tunnel(
     let Exchange {
         mut lease,
         response,
+        in_flight,
         ..
     } = exchange;
+    // A tunnel is not request load on the node.
+    drop(in_flight);
     client.write_buf.clear();
     weir_http::write_response_head(
         &response,

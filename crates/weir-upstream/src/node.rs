@@ -3,8 +3,8 @@
 //! ejection) for selection.
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use weir_config::PassiveHealth;
@@ -43,10 +43,10 @@ struct PassiveState {
     ejections: u32,
 }
 
-/// Decrements the node's in-flight count when dropped.
+/// Counts one request in flight on a node until dropped.
 #[derive(Debug)]
-pub struct InFlight<'a> {
-    node: &'a NodeState,
+pub struct InFlight {
+    node: Arc<NodeState>,
 }
 
 impl NodeState {
@@ -88,10 +88,13 @@ impl NodeState {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Counts a request as in flight until the guard drops.
-    pub fn start_request(&self) -> InFlight<'_> {
+    /// Counts a request as in flight until the guard drops (the balancers'
+    /// load signal).
+    pub fn start_request(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight { node: self }
+        InFlight {
+            node: Arc::clone(self),
+        }
     }
 
     /// The EWMA of response times; `None` before the first sample.
@@ -185,7 +188,7 @@ impl NodeState {
     }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
         self.node.in_flight.fetch_sub(1, Ordering::Relaxed);
     }

@@ -221,7 +221,7 @@ fn weighted_round_robin_scales_huge_weights_to_a_bounded_cycle() {
 fn least_connections_prefers_the_least_loaded_node() {
     let nodes = nodes(&[1, 1, 1]);
     let balancer = LeastConnections::new();
-    let _busy: Vec<InFlight<'_>> = [0, 0, 2]
+    let _busy: Vec<InFlight> = [0, 0, 2]
         .iter()
         .map(|&i| nodes[i].start_request())
         .collect();
@@ -244,7 +244,7 @@ fn least_connections_prefers_the_least_loaded_node() {
 fn least_connections_breaks_ties_by_load_per_weight_then_in_turn() {
     let nodes = nodes(&[1, 3, 1]);
     let balancer = LeastConnections::new();
-    let _busy: Vec<InFlight<'_>> = nodes.iter().map(|node| node.start_request()).collect();
+    let _busy: Vec<InFlight> = nodes.iter().map(|node| node.start_request()).collect();
     for _ in 0..10 {
         assert_eq!(balancer.pick(&nodes, &all), Some(1));
     }
@@ -286,7 +286,7 @@ fn perceptive_weighs_in_flight_requests_and_weight() {
         node.record_response_time(Duration::from_millis(1));
     }
     let balancer = Perceptive::new();
-    let _busy: Vec<InFlight<'_>> = (0..3).map(|_| nodes[0].start_request()).collect();
+    let _busy: Vec<InFlight> = (0..3).map(|_| nodes[0].start_request()).collect();
     let counts = counts(&balancer, &nodes, &all, 30_000);
     // Scores 4 : 1 : 0.25, so node 2 wins both of its pairings and node 0
     // is reached only by exploration.
@@ -310,7 +310,7 @@ struct Simulation<'a> {
     nodes: &'a [Arc<NodeState>],
     balancer: &'a dyn Balancer,
     now: Duration,
-    running: Vec<(Duration, Duration, usize, InFlight<'a>)>,
+    running: Vec<(Duration, Duration, usize, InFlight)>,
 }
 
 impl<'a> Simulation<'a> {

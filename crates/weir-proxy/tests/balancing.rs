@@ -1,0 +1,142 @@
+//! Load balancing end to end: which node answers, per algorithm.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use weir_testkit::client;
+use weir_testkit::{TestOrigin, TestProxy};
+
+/// A pool config over `nodes` (address, weight) with `algorithm`.
+fn config(nodes: &[(SocketAddr, u32)], algorithm: &str) -> String {
+    let nodes: Vec<String> = nodes
+        .iter()
+        .map(|(address, weight)| format!("{{ address = \"{address}\", weight = {weight} }}"))
+        .collect();
+    format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\
+         [pools.web]\nalgorithm = \"{algorithm}\"\nnodes = [{}]\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n",
+        nodes.join(", ")
+    )
+}
+
+/// Sends `count` sequential requests to `path` and counts answers by `X-Origin`.
+async fn spread(proxy: &TestProxy, count: usize, path: &str) -> HashMap<String, usize> {
+    let mut seen = HashMap::new();
+    for _ in 0..count {
+        let response = client::get(proxy.addr, path).await.unwrap();
+        assert_eq!(response.status, 200);
+        let origin = response.header("x-origin").unwrap_or("?").to_string();
+        *seen.entry(origin).or_insert(0) += 1;
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_alternates() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let proxy = TestProxy::start(&config(&[(a.addr, 1), (b.addr, 1)], "round_robin")).await;
+    let seen = spread(&proxy, 10, "/").await;
+    assert_eq!((seen["a"], seen["b"]), (5, 5));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_round_robin_follows_weights() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let proxy =
+        TestProxy::start(&config(&[(a.addr, 3), (b.addr, 1)], "weighted_round_robin")).await;
+    let seen = spread(&proxy, 40, "/").await;
+    assert_eq!((seen["a"], seen["b"]), (30, 10));
+    proxy.stop().await;
+}
+
+/// Least connections: while node a holds a slow request, new ones go to b.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_connections_avoids_the_busy_node() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let proxy = TestProxy::start(&config(&[(a.addr, 1), (b.addr, 1)], "least_connections")).await;
+    let addr = proxy.addr;
+    // Two slow requests: one lands on each node.
+    let slow: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { client::get(addr, "/delay/600").await.unwrap() }))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // A third slow one: both nodes have one in flight; it lands on either.
+    let third = tokio::spawn(async move { client::get(addr, "/delay/600").await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let busier = proxy.pools[0]
+        .nodes
+        .iter()
+        .max_by_key(|node| node.in_flight())
+        .map(|node| node.index)
+        .unwrap();
+    assert_eq!(proxy.pools[0].nodes[busier].in_flight(), 2);
+    // Quick requests now all go to the less busy node.
+    let seen = spread(&proxy, 6, "/").await;
+    let quieter = if busier == 0 { "b" } else { "a" };
+    assert_eq!(seen.get(quieter), Some(&6), "{seen:?}");
+    for task in slow {
+        assert_eq!(task.await.unwrap().status, 200);
+    }
+    assert_eq!(third.await.unwrap().status, 200);
+    assert!(
+        proxy.pools[0]
+            .nodes
+            .iter()
+            .all(|node| node.in_flight() == 0)
+    );
+    proxy.stop().await;
+}
+
+/// A node that answers every request after `delay` (keep-alive, `X-Origin: slow`).
+async fn slow_node(delay: Duration) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        tokio::time::sleep(delay).await;
+                        let answer =
+                            b"HTTP/1.1 200 OK\r\nX-Origin: slow\r\nContent-Length: 2\r\n\r\nok";
+                        if stream.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+/// Perceptive: a node that answers slowly gets little of the traffic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn perceptive_moves_load_away_from_a_slow_node() {
+    let fast = TestOrigin::start("fast").await;
+    let slow = slow_node(Duration::from_millis(30)).await;
+    let proxy = TestProxy::start(&config(&[(fast.addr, 1), (slow, 1)], "perceptive")).await;
+    let seen = spread(&proxy, 60, "/").await;
+    let slow_share = seen.get("slow").copied().unwrap_or(0);
+    assert!(
+        slow_share >= 1,
+        "the slow node is measured at least once: {seen:?}"
+    );
+    assert!(
+        slow_share <= 10,
+        "the slow node gets little traffic: {seen:?}"
+    );
+    proxy.stop().await;
+}
