@@ -126,6 +126,12 @@ impl ChunkedDecoder {
                         };
                         return Ok(Decoded::NeedMore);
                     };
+                    // The same bound as without an LF, checked before the line
+                    // is validated, so the error does not depend on how the
+                    // bytes were split across reads.
+                    if lf > self.max_trailer_bytes + 2 {
+                        return Err(trailers_too_large());
+                    }
                     let line = line_before(buf, checked, lf, "bare LF in trailer section")?;
                     if line.is_empty() {
                         let trailers = buf.split_to(checked).freeze();

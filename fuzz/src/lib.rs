@@ -1,0 +1,209 @@
+//! The properties the fuzz targets check, one function per parser.
+//!
+//! The same file is compiled into `crates/weir-http/tests/fuzz_corpus.rs`
+//! (through `#[path]`), so `cargo test` replays every corpus file through
+//! exactly these checks. Each function panics when a property fails.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use bytes::BytesMut;
+use weir_http::{
+    BodyFraming, ChunkedDecoder, Decoded, ForwardRequest, ForwardResponse, Limits, Method,
+    ParseErrorKind, Parsed, RequestHead, ResponseHead, Version, parse_request, parse_response,
+    write_request_head, write_response_head,
+};
+
+/// Small limits, so that inputs of a few KiB reach the 431 paths.
+const LIMITS: Limits = Limits {
+    max_head_bytes: 1024,
+    max_headers: 16,
+};
+
+/// For re-parsing a forwarded head, which may have grown past `LIMITS`.
+const ROOMY: Limits = Limits {
+    max_head_bytes: 64 * 1024,
+    max_headers: 64,
+};
+
+/// The trailer bound the chunked target decodes with.
+const MAX_TRAILER_BYTES: usize = 128;
+
+/// `parse_request` and `RequestHead::split_from` agree; an accepted head is
+/// still incomplete one byte short; and the forwarded head parses again with
+/// the same method, framing and host.
+pub fn check_request_head(data: &[u8]) {
+    let parsed = parse_request(data, &LIMITS);
+    let mut buf = BytesMut::from(data);
+    let split = RequestHead::split_from(&mut buf, &LIMITS);
+    let (head, used) = match (parsed, split) {
+        (Ok(Parsed::Complete(head, used)), Ok(Some(split))) => {
+            assert_eq!(head.raw(), split.raw(), "split_from kept other bytes");
+            assert_eq!(buf.len(), data.len() - used, "split_from used other bytes");
+            assert_eq!(head.framing(), split.framing());
+            (head, used)
+        }
+        (Ok(Parsed::Partial), Ok(None)) => {
+            assert_eq!(&buf[..], data, "split_from consumed a partial head");
+            return;
+        }
+        (Err(parsed), Err(split)) => {
+            assert_eq!(parsed, split, "different rejections");
+            return;
+        }
+        (parsed, split) => panic!("parse_request {parsed:?} but split_from {split:?}"),
+    };
+    assert!(
+        matches!(
+            parse_request(&data[..used - 1], &LIMITS),
+            Ok(Parsed::Partial)
+        ),
+        "a complete head minus its last byte is not partial"
+    );
+
+    let forward = ForwardRequest {
+        framing: head.framing(),
+        client_addr: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        proto: "http",
+        via: Some("weir"),
+        upgrade: false,
+        strip_expect: false,
+    };
+    let mut out = BytesMut::new();
+    write_request_head(&head, &forward, &mut out);
+    let again = match parse_request(&out, &ROOMY) {
+        Ok(Parsed::Complete(again, used)) if used == out.len() => again,
+        other => panic!("forwarded head {out:?} parsed as {other:?}"),
+    };
+    assert_eq!(again.method_bytes(), head.method_bytes(), "method changed");
+    assert_eq!(again.framing(), head.framing(), "framing changed");
+    assert_eq!(again.version(), Version::Http11);
+    if let Some(host) = head.host() {
+        assert_eq!(again.host(), Some(host), "host changed");
+    }
+}
+
+/// For a GET and a HEAD request: `parse_response` and
+/// `ResponseHead::split_from` agree, the framing follows the no-body rules,
+/// and the forwarded head parses again with the same status and framing.
+pub fn check_response_head(data: &[u8]) {
+    for method in [Method::Get, Method::Head] {
+        check_response_for(data, method);
+    }
+}
+
+fn check_response_for(data: &[u8], method: Method) {
+    let parsed = parse_response(data, &LIMITS, method);
+    let mut buf = BytesMut::from(data);
+    let split = ResponseHead::split_from(&mut buf, &LIMITS, method);
+    let (head, used) = match (parsed, split) {
+        (Ok(Parsed::Complete(head, used)), Ok(Some(split))) => {
+            assert_eq!(head.raw(), split.raw(), "split_from kept other bytes");
+            assert_eq!(buf.len(), data.len() - used, "split_from used other bytes");
+            assert_eq!(head.framing(), split.framing());
+            (head, used)
+        }
+        (Ok(Parsed::Partial), Ok(None)) => {
+            assert_eq!(&buf[..], data, "split_from consumed a partial head");
+            return;
+        }
+        (Err(parsed), Err(split)) => {
+            assert_eq!(parsed, split, "different rejections");
+            return;
+        }
+        (parsed, split) => panic!("parse_response {parsed:?} but split_from {split:?}"),
+    };
+    assert!(
+        matches!(
+            parse_response(&data[..used - 1], &LIMITS, method),
+            Ok(Parsed::Partial)
+        ),
+        "a complete head minus its last byte is not partial"
+    );
+    let status = head.status();
+    assert!((100..=599).contains(&status));
+    if method == Method::Head || (100..200).contains(&status) || status == 204 || status == 304 {
+        assert_eq!(
+            head.framing(),
+            BodyFraming::None,
+            "a body where none may be"
+        );
+    }
+
+    let forward = ForwardResponse {
+        framing: head.framing(),
+        version: Version::Http11,
+        keep_alive: head.keep_alive(),
+        via: Some("weir"),
+        upgrade: false,
+    };
+    let mut out = BytesMut::new();
+    write_response_head(&head, &forward, &mut out);
+    let again = match parse_response(&out, &ROOMY, method) {
+        Ok(Parsed::Complete(again, used)) if used == out.len() => again,
+        other => panic!("forwarded head {out:?} parsed as {other:?}"),
+    };
+    assert_eq!(again.status(), status, "status changed");
+    assert_eq!(again.framing(), head.framing(), "framing changed");
+}
+
+/// What decoding a chunked body produced, compared between feeding styles.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// The body ended with these trailers; `rest` is what followed it.
+    Done {
+        trailers: Vec<u8>,
+        rest: Vec<u8>,
+    },
+    /// The input ran out before the body ended.
+    NeedMore,
+    Failed(ParseErrorKind),
+}
+
+/// The first byte chooses the sizes of the pieces the rest is fed in. The
+/// decoder never panics, and whole or in pieces it yields the same data and
+/// the same outcome (error kind, trailers, bytes left after the body).
+pub fn check_chunked(data: &[u8]) {
+    let Some((&seed, body)) = data.split_first() else {
+        return;
+    };
+    let whole = decode_in_pieces(body, &[body.len().max(1)]);
+    let sizes = [
+        1 + usize::from(seed & 0x0f),
+        1 + usize::from(seed >> 4),
+        1,
+        3,
+    ];
+    let pieces = decode_in_pieces(body, &sizes);
+    assert_eq!(whole, pieces, "whole and piecewise decoding differ");
+}
+
+/// Feeds `body` in pieces of the given sizes (cycling) and decodes as far as it goes.
+fn decode_in_pieces(body: &[u8], sizes: &[usize]) -> (Vec<u8>, Outcome) {
+    let mut decoder = ChunkedDecoder::new(MAX_TRAILER_BYTES);
+    let mut buf = BytesMut::new();
+    let mut data = Vec::new();
+    let mut unread = body;
+    let mut size = sizes.iter().cycle();
+    loop {
+        match decoder.decode(&mut buf) {
+            Ok(Decoded::Data(chunk)) => {
+                assert!(!chunk.is_empty(), "empty Data");
+                data.extend_from_slice(&chunk);
+            }
+            Ok(Decoded::NeedMore) if unread.is_empty() => return (data, Outcome::NeedMore),
+            Ok(Decoded::NeedMore) => {
+                let take = size.next().copied().unwrap_or(1).min(unread.len());
+                buf.extend_from_slice(&unread[..take]);
+                unread = &unread[take..];
+            }
+            Ok(Decoded::Done { trailers }) => {
+                assert!(decoder.is_done());
+                let mut rest = buf.to_vec();
+                rest.extend_from_slice(unread);
+                let trailers = trailers.to_vec();
+                return (data, Outcome::Done { trailers, rest });
+            }
+            Err(error) => return (data, Outcome::Failed(error.kind)),
+        }
+    }
+}
