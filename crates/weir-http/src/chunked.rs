@@ -164,6 +164,24 @@ impl ChunkedDecoder {
     }
 }
 
+/// Appends one whole chunk (size line, data, CRLF); nothing for empty data,
+/// which would read as the last chunk.
+pub fn encode_chunk(data: &[u8], out: &mut BytesMut) {
+    if !data.is_empty() {
+        encode_chunk_header(data.len(), out);
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Appends the last chunk, the raw trailer lines (each ending in CRLF, as
+/// [`Decoded::Done`] returns them) and the final CRLF.
+pub fn encode_last_chunk(trailers: &[u8], out: &mut BytesMut) {
+    out.extend_from_slice(b"0\r\n");
+    out.extend_from_slice(trailers);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Appends a chunk-size line (`{len:x}\r\n`) for a chunk of `len` bytes.
 /// The caller appends the data and then `\r\n`.
 pub fn encode_chunk_header(len: usize, out: &mut BytesMut) {

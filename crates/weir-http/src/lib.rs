@@ -33,7 +33,9 @@ mod head;
 mod target;
 mod write;
 
-pub use chunked::{CHUNKED_END, ChunkedDecoder, Decoded, encode_chunk_header};
+pub use chunked::{
+    CHUNKED_END, ChunkedDecoder, Decoded, encode_chunk, encode_chunk_header, encode_last_chunk,
+};
 pub use error::{ParseError, ParseErrorKind};
 pub use head::{
     BodyFraming, ConnectionInfo, Header, Limits, Method, Parsed, RequestHead, ResponseHead,

@@ -10,6 +10,7 @@ use weir_core::{Error, ErrorKind, Side};
 use weir_http::{ForwardRequest, Parsed, RequestHead, ResponseHead, parse_response};
 use weir_upstream::{Lease, Pool, Tried};
 
+use crate::VIA;
 use crate::answer::Failure;
 use crate::client::Client;
 use crate::request_body::{self, RequestBody};
@@ -17,7 +18,6 @@ use crate::route::VirtualServerRuntime;
 
 /// Retries on a reused connection that the node had closed, per request.
 const MAX_STALE_RETRIES: u32 = 3;
-const VIA: &str = "weir";
 
 /// A request sent and its response head received.
 #[derive(Debug)]

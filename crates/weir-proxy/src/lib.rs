@@ -28,5 +28,10 @@ mod response;
 mod route;
 mod upgrade;
 
+/// This hop's name in `Via` headers.
+const VIA: &str = "weir";
+/// Bound on chunk-size lines and trailer sections, both directions.
+const MAX_TRAILER_BYTES: usize = 8 * 1024;
+
 pub use listener::{BoundProxy, Proxy, bind_tcp};
 pub use route::VirtualServerRuntime;

@@ -5,14 +5,14 @@
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{BodyFraming, ChunkedDecoder, Decoded, RequestHead, encode_chunk_header};
+use weir_http::{
+    BodyFraming, ChunkedDecoder, Decoded, RequestHead, encode_chunk, encode_last_chunk,
+};
 
+use crate::MAX_TRAILER_BYTES;
 use crate::answer::Failure;
 use crate::client::Client;
 use crate::route::VirtualServerRuntime;
-
-/// Largest chunk-extension / trailer section accepted from a client.
-const MAX_TRAILER_BYTES: usize = 8 * 1024;
 
 /// The request body as far as it has been read.
 #[derive(Debug)]
@@ -48,24 +48,14 @@ impl RequestBody {
     /// Appends the buffered part (framed for the node) to `out`.
     pub(crate) fn write_buffered(&self, out: &mut BytesMut) {
         if self.framing == BodyFraming::Chunked {
-            if !self.buffered.is_empty() {
-                encode_chunk_header(self.buffered.len(), out);
-                out.extend_from_slice(&self.buffered);
-                out.extend_from_slice(b"\r\n");
-            }
+            encode_chunk(&self.buffered, out);
             if self.is_complete() {
-                write_last_chunk(&self.trailers, out);
+                encode_last_chunk(&self.trailers, out);
             }
         } else {
             out.extend_from_slice(&self.buffered);
         }
     }
-}
-
-fn write_last_chunk(trailers: &[u8], out: &mut BytesMut) {
-    out.extend_from_slice(b"0\r\n");
-    out.extend_from_slice(trailers);
-    out.extend_from_slice(b"\r\n");
 }
 
 fn too_large() -> Failure {
@@ -208,9 +198,7 @@ pub(crate) async fn stream_rest<W: AsyncWriteExt + Unpin>(
                             )));
                         }
                         frame.clear();
-                        encode_chunk_header(data.len(), &mut frame);
-                        frame.extend_from_slice(&data);
-                        frame.extend_from_slice(b"\r\n");
+                        encode_chunk(&data, &mut frame);
                         node.write_all(&frame).await.map_err(upstream_error)?;
                     }
                     Decoded::NeedMore => {
@@ -218,7 +206,7 @@ pub(crate) async fn stream_rest<W: AsyncWriteExt + Unpin>(
                     }
                     Decoded::Done { trailers } => {
                         frame.clear();
-                        write_last_chunk(&trailers, &mut frame);
+                        encode_last_chunk(&trailers, &mut frame);
                         node.write_all(&frame).await.map_err(upstream_error)?;
                         return Ok(());
                     }

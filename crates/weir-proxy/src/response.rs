@@ -8,16 +8,14 @@ use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{
-    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, Version, encode_chunk_header,
+    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, Version, encode_chunk, encode_last_chunk,
 };
 
 use crate::answer::Failure;
 use crate::client::Client;
 use crate::exchange::Exchange;
 use crate::route::VirtualServerRuntime;
-
-const VIA: &str = "weir";
-const MAX_TRAILER_BYTES: usize = 8 * 1024;
+use crate::{MAX_TRAILER_BYTES, VIA};
 
 /// What was sent to the client.
 #[derive(Debug)]
@@ -132,9 +130,9 @@ pub(crate) async fn respond(
     let mut sent_body = body.len() as u64;
     let head_len = client.write_buf.len() as u64;
     if client_framing == BodyFraming::Chunked {
-        frame_chunk(&body, &mut client.write_buf);
+        encode_chunk(&body, &mut client.write_buf);
         if complete {
-            last_chunk(&trailers, &mut client.write_buf);
+            encode_last_chunk(&trailers, &mut client.write_buf);
         }
         client.flush(write_timeout).await?;
     } else {
@@ -165,7 +163,7 @@ pub(crate) async fn respond(
         if !body.is_empty() {
             sent_body += body.len() as u64;
             if client_framing == BodyFraming::Chunked {
-                frame_chunk(&body, &mut client.write_buf);
+                encode_chunk(&body, &mut client.write_buf);
                 client.flush(write_timeout).await?;
             } else {
                 client.send(&body, write_timeout).await?;
@@ -189,7 +187,7 @@ pub(crate) async fn respond(
         }
     }
     if client_framing == BodyFraming::Chunked {
-        last_chunk(&trailers, &mut client.write_buf);
+        encode_last_chunk(&trailers, &mut client.write_buf);
         client.flush(write_timeout).await?;
     }
     if upstream_keep_alive && !matches!(source, Source::UntilClose) && client.upstream_in.is_empty()
@@ -250,18 +248,4 @@ async fn read_upstream(
             Error::new(ErrorKind::ResponseTimeout, Side::Upstream).context("response body stalled"),
         )),
     }
-}
-
-fn frame_chunk(data: &[u8], out: &mut BytesMut) {
-    if !data.is_empty() {
-        encode_chunk_header(data.len(), out);
-        out.extend_from_slice(data);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-fn last_chunk(trailers: &[u8], out: &mut BytesMut) {
-    out.extend_from_slice(b"0\r\n");
-    out.extend_from_slice(trailers);
-    out.extend_from_slice(b"\r\n");
 }

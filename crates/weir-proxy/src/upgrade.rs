@@ -6,6 +6,7 @@ use tokio::io::AsyncWriteExt;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{BodyFraming, ForwardResponse, Version};
 
+use crate::VIA;
 use crate::answer::Failure;
 use crate::client::Client;
 use crate::exchange::Exchange;
@@ -33,7 +34,7 @@ pub(crate) async fn tunnel(
             framing: BodyFraming::None,
             version,
             keep_alive: true,
-            via: Some("weir"),
+            via: Some(VIA),
             upgrade: true,
         },
         &mut client.write_buf,
