@@ -192,7 +192,7 @@ async fn read_response_head(
         if !client.upstream_in.is_empty() {
             match parse_response(&client.upstream_in, &vs.head_limits, head.method()) {
                 Ok(Parsed::Complete(response, used)) => {
-                    let _ = client.upstream_in.split_to(used);
+                    bytes::Buf::advance(&mut client.upstream_in, used);
                     if response.status() == 101 && !asks_to_upgrade(head) {
                         return Err(AttemptError::Fatal(Failure::from_error(
                             Error::new(ErrorKind::BadResponse, Side::Upstream)
