@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -22,6 +23,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Run the built-in origin server (for tests, benchmarks and labs).
     Origin(OriginArgs),
+    /// Load generator: closed or open loop, latency corrected for coordinated omission.
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -63,4 +66,66 @@ pub struct OriginArgs {
     /// Worker threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
+}
+
+/// `weir bench URL...` (or `weir bench selftest`).
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
+    /// URLs to load (http:// only for now), taken in turn by each connection.
+    #[arg(required_unless_present_any = ["url_file"])]
+    pub urls: Vec<String>,
+    /// Connections, split across the threads.
+    #[arg(short, long, default_value_t = 50)]
+    pub connections: usize,
+    /// Run this long (default 10s unless --requests).
+    #[arg(short, long, value_parser = weir_bench::parse_duration, conflicts_with = "requests")]
+    pub duration: Option<Duration>,
+    /// Send this many requests in all.
+    #[arg(short = 'n', long)]
+    pub requests: Option<u64>,
+    /// Open loop: requests per second in all (latency from the intended send time).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Worker threads, each with its own runtime (default: one per core).
+    #[arg(short, long)]
+    pub threads: Option<usize>,
+    /// A new connection per request, sent with `Connection: close`.
+    #[arg(long)]
+    pub close: bool,
+    /// Request method.
+    #[arg(short, long, default_value = "GET")]
+    pub method: String,
+    /// Extra request header `Name: value` (repeatable).
+    #[arg(short = 'H', long = "header")]
+    pub headers: Vec<String>,
+    /// Request body.
+    #[arg(long, conflicts_with = "body_file")]
+    pub body: Option<String>,
+    /// Request body read from a file.
+    #[arg(long)]
+    pub body_file: Option<PathBuf>,
+    /// Read URLs from a file, one a line (like `siege -f`).
+    #[arg(short = 'f', long)]
+    pub url_file: Option<PathBuf>,
+    /// Take URLs at random instead of in sequence.
+    #[arg(long)]
+    pub random: bool,
+    /// Give up on a request (connect, send and response) after this long.
+    #[arg(long, value_parser = weir_bench::parse_duration, default_value = "5s")]
+    pub timeout: Duration,
+    /// Print the `weir-bench/1` JSON document instead of the text report.
+    #[arg(long)]
+    pub json: bool,
+    /// No live progress line (it is shown only when stderr is a terminal anyway).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Prove the coordinated-omission correction against a server that stalls on a schedule.
+    Selftest,
 }

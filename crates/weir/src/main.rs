@@ -1,5 +1,6 @@
 //! The `weir` binary: argument parsing and wiring, nothing else.
 
+mod bench;
 mod cli;
 mod logging;
 mod origin;
@@ -17,6 +18,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Check(args) => return serve::check(&args),
         Command::Origin(args) => origin::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

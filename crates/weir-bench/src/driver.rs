@@ -1,0 +1,211 @@
+//! The one driver: threads, each with a current-thread runtime and its share of the
+//! connection slots; every slot runs the same loop whatever the stop condition, pacing and
+//! connection mode (those are values, consulted at one place each).
+//!
+//! ```text
+//! slot: next intended time (cadence) → admitted? (budget) → wait until intended
+//!       → issue (connect if needed, exchange, under the timeout) → record → again
+//! ```
+
+use std::cell::RefCell;
+use std::io;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::task::LocalSet;
+
+use crate::http1::{BUFFER_CAPACITY, Connection, Failure, Response};
+use crate::plan::{ConnectionMode, Plan, Target, UrlOrder};
+use crate::progress::{self, Live};
+use crate::record::{ErrorKind, Record, micros};
+use crate::schedule::{Budget, Cadence, share};
+
+/// The timer wakes on whole milliseconds and late, by about a millisecond on average; aiming
+/// this much early centres the actual send times on the intended ones. A request sent early
+/// has its latency counted from the actual send (never less than its service time).
+const TIMER_EARLY: Duration = Duration::from_millis(1);
+
+/// What a run measured, merged over its threads.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub record: Record,
+    /// From the start to the last response (or failure).
+    pub elapsed: Duration,
+}
+
+/// Runs `plan` to its stop condition on its own threads; blocks until done.
+pub fn execute(plan: &Plan) -> io::Result<Outcome> {
+    let budget = Arc::new(Budget::new(plan.stop));
+    let live = Arc::new(Live::new(plan.threads, plan.progress));
+    let plan = Arc::new(plan.clone());
+    // Open loop: slot i starts at (i + offset) / connections of an interval, so the slots
+    // together send on an even grid `1 / rate` apart; the offset is random per run.
+    let phase_offset: f64 = rand::random();
+    let start = Instant::now();
+    let progress = progress::spawn(Arc::clone(&live), start);
+    let mut first_slot = 0;
+    let mut threads = Vec::with_capacity(plan.threads);
+    for index in 0..plan.threads {
+        let slots = first_slot..first_slot + share(plan.connections, plan.threads, index);
+        first_slot = slots.end;
+        let context = ThreadContext {
+            plan: Arc::clone(&plan),
+            budget: Arc::clone(&budget),
+            live: Arc::clone(&live),
+            start,
+            phase_offset,
+            index,
+        };
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("weir-bench-{index}"))
+                .spawn(move || context.run(slots))?,
+        );
+    }
+    let mut record = Record::new();
+    let mut failure = None;
+    for thread in threads {
+        match thread.join() {
+            Ok(Ok(thread_record)) => record.merge(&thread_record),
+            Ok(Err(error)) => failure = Some(error),
+            Err(_) => failure = Some(io::Error::other("a bench thread panicked")),
+        }
+    }
+    let elapsed = start.elapsed();
+    progress::finish(&live, progress);
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(Outcome { record, elapsed }),
+    }
+}
+
+/// What one thread's slots share.
+struct ThreadContext {
+    plan: Arc<Plan>,
+    budget: Arc<Budget>,
+    live: Arc<Live>,
+    start: Instant,
+    phase_offset: f64,
+    index: usize,
+}
+
+impl ThreadContext {
+    fn run(self, slots: std::ops::Range<usize>) -> io::Result<Record> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let record = Rc::new(RefCell::new(Record::new()));
+        let context = Rc::new(self);
+        let local = LocalSet::new();
+        for slot in slots {
+            local.spawn_local(drive_slot(Rc::clone(&context), Rc::clone(&record), slot));
+        }
+        runtime.block_on(local);
+        Ok(record.take())
+    }
+}
+
+/// One connection slot's loop, until the budget refuses its next request.
+async fn drive_slot(context: Rc<ThreadContext>, record: Rc<RefCell<Record>>, slot: usize) {
+    let plan = &context.plan;
+    let start = tokio::time::Instant::from_std(context.start);
+    let mut rng = SmallRng::seed_from_u64(rand::random());
+    let phase = (slot as f64 + context.phase_offset) / plan.connections as f64;
+    let mut cadence = Cadence::new(plan.pacing, plan.connections, phase);
+    let mut urls = slot % plan.targets.len();
+    let mut connection: Option<Connection> = None;
+    let mut buffer = BytesMut::with_capacity(BUFFER_CAPACITY);
+    loop {
+        // Closed loop: intended = this instant = the send time, exactly.
+        let mut sent = tokio::time::Instant::now();
+        let now = sent - start;
+        let intended = cadence.next(now);
+        if !context.budget.admit(intended) {
+            break;
+        }
+        if let Some(deadline) = context.budget.deadline()
+            && now >= deadline
+        {
+            // Open loop, behind at the end: what was due and never sent is counted, not waited for.
+            record.borrow_mut().unsent += cadence.due_before(intended, deadline);
+            break;
+        }
+        if intended > now + TIMER_EARLY {
+            tokio::time::sleep_until(start + intended - TIMER_EARLY).await;
+            sent = tokio::time::Instant::now();
+        }
+        let target = &plan.targets[urls];
+        urls = match plan.order {
+            UrlOrder::Sequential => (urls + 1) % plan.targets.len(),
+            UrlOrder::Random => rng.random_range(0..plan.targets.len()),
+        };
+        let mut opened = false;
+        let result = tokio::time::timeout(
+            plan.timeout,
+            issue(&mut connection, &mut buffer, target, plan.mode, &mut opened),
+        )
+        .await;
+        let end = tokio::time::Instant::now();
+        let at = end - start;
+        let mut record = record.borrow_mut();
+        record.connections_opened += u64::from(opened);
+        match result {
+            Ok(Ok(response)) => {
+                // From the intended time, or from the actual send if the timer woke early.
+                let corrected = end - (start + intended).min(sent);
+                record.bytes += response.bytes;
+                record.response(response.status, corrected, end - sent, at);
+                context.live.response(context.index, micros(corrected));
+                if !response.keep_alive {
+                    connection = None;
+                }
+            }
+            Ok(Err(failure)) => {
+                record.bytes += failure.bytes;
+                record.error(failure.kind, at);
+                context.live.error();
+                connection = None;
+            }
+            Err(_elapsed) => {
+                record.error(ErrorKind::Timeout, at);
+                context.live.error();
+                connection = None;
+            }
+        }
+    }
+}
+
+/// Sends one request on the slot's connection, opening one first if there is none (or it goes
+/// elsewhere); in close mode the connection is used once.
+async fn issue(
+    connection: &mut Option<Connection>,
+    buffer: &mut BytesMut,
+    target: &Target,
+    mode: ConnectionMode,
+    opened: &mut bool,
+) -> Result<Response, Failure> {
+    let reusable = matches!(connection, Some(open) if open.address == target.address);
+    if !reusable || mode == ConnectionMode::Close {
+        *connection = None;
+        let open = Connection::open(target.address)
+            .await
+            .map_err(|kind| Failure { kind, bytes: 0 })?;
+        *opened = true;
+        *connection = Some(open);
+    }
+    let open = connection.as_mut().ok_or(Failure {
+        kind: ErrorKind::Connect,
+        bytes: 0,
+    })?;
+    let response = open
+        .exchange(buffer, &target.request, target.method)
+        .await?;
+    if mode == ConnectionMode::Close {
+        *connection = None;
+    }
+    Ok(response)
+}

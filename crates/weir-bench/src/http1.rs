@@ -1,0 +1,167 @@
+//! Issue: one HTTP/1.1 exchange on a client connection — write the prebuilt request, read the
+//! response with `weir-http` (Content-Length, chunked, close-delimited, HEAD). The read buffer
+//! belongs to the connection slot and outlives its connections, so a new connection per
+//! request allocates no new buffer; bodies are counted and dropped as they arrive.
+
+use std::io;
+use std::net::SocketAddr;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weir_http::{BodyFraming, ChunkedDecoder, Decoded, Limits, Method, ResponseHead};
+
+use crate::record::ErrorKind;
+
+/// Spare room made in the read buffer before a read.
+const READ_RESERVE: usize = 16 * 1024;
+/// Trailers of a chunked response may take this many bytes.
+const MAX_TRAILER_BYTES: usize = 16 * 1024;
+
+/// Spare room a slot's read buffer starts with.
+pub const BUFFER_CAPACITY: usize = READ_RESERVE;
+
+/// An open client connection.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    pub address: SocketAddr,
+}
+
+/// One exchange in progress: the connection and the slot's read buffer.
+struct Exchange<'a> {
+    stream: &'a mut TcpStream,
+    buffer: &'a mut BytesMut,
+    bytes: u64,
+}
+
+/// A complete response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    /// The connection may carry another request.
+    pub keep_alive: bool,
+    /// Bytes read for it, head and body.
+    pub bytes: u64,
+}
+
+/// A failed exchange: its kind, and the bytes read before it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: ErrorKind,
+    pub bytes: u64,
+}
+
+impl Connection {
+    pub async fn open(address: SocketAddr) -> Result<Connection, ErrorKind> {
+        let stream = TcpStream::connect(address)
+            .await
+            .map_err(|_| ErrorKind::Connect)?;
+        // Small requests go out at once; a failure here only costs latency.
+        let _ = stream.set_nodelay(true);
+        Ok(Connection { stream, address })
+    }
+
+    /// Sends `request` and reads the whole response to it through `buffer`.
+    pub async fn exchange(
+        &mut self,
+        buffer: &mut BytesMut,
+        request: &[u8],
+        method: Method,
+    ) -> Result<Response, Failure> {
+        buffer.clear();
+        if self.stream.write_all(request).await.is_err() {
+            return Err(Failure {
+                kind: ErrorKind::Write,
+                bytes: 0,
+            });
+        }
+        let mut exchange = Exchange {
+            stream: &mut self.stream,
+            buffer,
+            bytes: 0,
+        };
+        match exchange.read_response(method).await {
+            Ok((status, keep_alive)) => Ok(Response {
+                status,
+                keep_alive,
+                bytes: exchange.bytes,
+            }),
+            Err(kind) => Err(Failure {
+                kind,
+                bytes: exchange.bytes,
+            }),
+        }
+    }
+}
+
+impl Exchange<'_> {
+    async fn read_response(&mut self, method: Method) -> Result<(u16, bool), ErrorKind> {
+        let limits = Limits::default();
+        let (status, framing, mut keep_alive) = loop {
+            match ResponseHead::split_from(self.buffer, &limits, method) {
+                Ok(Some(head)) if head.is_interim() => continue,
+                // The head's bytes are dropped here, so the buffer can reuse its memory.
+                Ok(Some(head)) => break (head.status(), head.framing(), head.keep_alive()),
+                Ok(None) => self.fill().await?,
+                Err(_) => return Err(ErrorKind::Parse),
+            }
+        };
+        match framing {
+            BodyFraming::None => {}
+            BodyFraming::Length(length) => {
+                let mut remaining = length;
+                loop {
+                    let taken = remaining.min(self.buffer.len() as u64);
+                    // `taken` is at most the buffer's length, so it fits in usize.
+                    self.buffer.advance(taken as usize);
+                    remaining -= taken;
+                    if remaining == 0 {
+                        break;
+                    }
+                    self.fill().await?;
+                }
+            }
+            BodyFraming::Chunked => {
+                let mut decoder = ChunkedDecoder::new(MAX_TRAILER_BYTES);
+                loop {
+                    match decoder.decode(self.buffer) {
+                        Ok(Decoded::Data(_)) => {}
+                        Ok(Decoded::NeedMore) => self.fill().await?,
+                        Ok(Decoded::Done { .. }) => break,
+                        Err(_) => return Err(ErrorKind::Parse),
+                    }
+                }
+            }
+            BodyFraming::CloseDelimited => {
+                keep_alive = false;
+                loop {
+                    self.buffer.clear();
+                    match self.read().await {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(_) => return Err(ErrorKind::Read),
+                    }
+                }
+            }
+        }
+        Ok((status, keep_alive))
+    }
+
+    /// Reads more into the buffer; the peer closing counts as a read error.
+    async fn fill(&mut self) -> Result<(), ErrorKind> {
+        match self.read().await {
+            Ok(0) | Err(_) => Err(ErrorKind::Read),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    async fn read(&mut self) -> io::Result<usize> {
+        if self.buffer.capacity() - self.buffer.len() < READ_RESERVE / 4 {
+            self.buffer.reserve(READ_RESERVE);
+        }
+        let read = self.stream.read_buf(self.buffer).await?;
+        self.bytes += read as u64;
+        Ok(read)
+    }
+}

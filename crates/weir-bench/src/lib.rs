@@ -1,0 +1,63 @@
+//! weir's load generator (`weir bench`): HTTP/1.1 over TCP, closed loop at a concurrency or
+//! open loop at a rate, latency measured from the intended send time (correct under
+//! coordinated omission, like wrk2) with the uncorrected service time beside it, and reports
+//! as text (with a siege-style summary block) or as the `weir-bench/1` JSON document.
+//!
+//! The run goes through one pipeline:
+//!
+//! ```text
+//! plan → schedule (closed loop, or open loop at a rate) → issue → record → merge → report
+//! plan.rs   schedule.rs                                 http1.rs  record.rs          report.rs, render.rs
+//!           └──────────── driver.rs: one loop per connection slot ─────────┘
+//! ```
+//!
+//! Stop condition (duration or count), pacing (closed or open) and connection mode
+//! (keep-alive or a new connection per request) are independent values of one [`Plan`],
+//! read by the one driver.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use weir_bench::{ConnectionMode, Plan, Settings, Stop, UrlOrder};
+//!
+//! let plan = Plan::new(Settings {
+//!     urls: vec!["http://127.0.0.1:8081/".into()],
+//!     method: "GET".into(),
+//!     headers: vec![],
+//!     body: vec![],
+//!     order: UrlOrder::Sequential,
+//!     connections: 10,
+//!     threads: Some(1),
+//!     stop: Stop::Count(1000),
+//!     rate: None,
+//!     mode: ConnectionMode::KeepAlive,
+//!     timeout: Duration::from_secs(5),
+//!     progress: false,
+//! })?;
+//! let report = weir_bench::run(&plan)?;
+//! println!("{}", weir_bench::render::text(&report));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod driver;
+mod http1;
+mod plan;
+mod progress;
+mod record;
+pub mod render;
+pub mod report;
+mod schedule;
+pub mod selftest;
+
+pub use plan::{
+    ConnectionMode, Pacing, Plan, PlanError, Settings, Stop, Target, UrlOrder, parse_duration,
+    parse_url, read_url_file,
+};
+pub use report::{Report, SCHEMA};
+
+/// Runs `plan` (blocking, on its own threads) and reports what it measured.
+pub fn run(plan: &Plan) -> std::io::Result<Report> {
+    let outcome = driver::execute(plan)?;
+    Ok(Report::new(plan, &outcome))
+}

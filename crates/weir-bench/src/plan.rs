@@ -1,0 +1,391 @@
+//! Plan: what a run sends, where, how fast and for how long, checked once before any load.
+//!
+//! URLs are parsed and resolved here, and every request is written out to bytes once; the
+//! driver only copies those bytes onto sockets.
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use weir_http::Method;
+
+/// When a run stops.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Stop {
+    /// Send no request intended after this long from the start.
+    Duration(Duration),
+    /// Send this many requests in all (across every connection and thread).
+    Count(u64),
+}
+
+/// How requests are paced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pacing {
+    /// Each connection sends its next request as soon as the previous response ended.
+    Closed,
+    /// Requests are due at a fixed total rate (per second), spread over the connections.
+    Open { rate: f64 },
+}
+
+/// Whether connections are reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionMode {
+    /// Keep-alive: one connection carries many requests.
+    KeepAlive,
+    /// A new connection per request, sent with `Connection: close`.
+    Close,
+}
+
+/// In which order a connection walks the URL list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlOrder {
+    Sequential,
+    Random,
+}
+
+/// What the command line asked for, before checking.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub urls: Vec<String>,
+    pub method: String,
+    /// `Name: value` lines as given.
+    pub headers: Vec<String>,
+    pub body: Vec<u8>,
+    pub order: UrlOrder,
+    pub connections: usize,
+    /// `None`: one per core.
+    pub threads: Option<usize>,
+    pub stop: Stop,
+    /// `None`: closed loop.
+    pub rate: Option<f64>,
+    pub mode: ConnectionMode,
+    pub timeout: Duration,
+    pub progress: bool,
+}
+
+/// One URL, resolved, with its request prebuilt.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub url: String,
+    pub address: SocketAddr,
+    pub method: Method,
+    /// The whole request (head and body), written once.
+    pub request: Bytes,
+}
+
+/// A checked run description; [`crate::run`] executes it.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub targets: Vec<Target>,
+    pub method: String,
+    pub order: UrlOrder,
+    pub connections: usize,
+    pub threads: usize,
+    pub stop: Stop,
+    pub pacing: Pacing,
+    pub mode: ConnectionMode,
+    pub timeout: Duration,
+    pub progress: bool,
+}
+
+/// Why a plan could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("no URL given")]
+    NoUrls,
+    #[error("URL {url:?}: {reason}")]
+    Url { url: String, reason: &'static str },
+    #[error("cannot resolve {host:?}: {source}")]
+    Resolve { host: String, source: io::Error },
+    #[error("header {0:?} is not `Name: value`")]
+    Header(String),
+    #[error("method {0:?} is not a token")]
+    Method(String),
+    #[error("{0} must be at least 1")]
+    Zero(&'static str),
+    #[error("--rate must be a positive number of requests per second")]
+    Rate,
+    #[error("cannot read {path}: {source}")]
+    File { path: String, source: io::Error },
+}
+
+/// The parts of an `http://` URL a request needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Url {
+    pub host: String,
+    pub port: u16,
+    /// `host[:port]` as written, for the `Host` header.
+    pub authority: String,
+    /// Origin-form target: path and query, `/` when empty.
+    pub target: String,
+}
+
+impl Plan {
+    /// Checks `settings`, resolves every URL and prebuilds every request.
+    pub fn new(settings: Settings) -> Result<Plan, PlanError> {
+        if settings.urls.is_empty() {
+            return Err(PlanError::NoUrls);
+        }
+        if settings.connections == 0 {
+            return Err(PlanError::Zero("--connections"));
+        }
+        if settings.stop == Stop::Count(0) {
+            return Err(PlanError::Zero("--requests"));
+        }
+        let pacing = match settings.rate {
+            None => Pacing::Closed,
+            Some(rate) if rate.is_finite() && rate > 0.0 => Pacing::Open { rate },
+            Some(_) => return Err(PlanError::Rate),
+        };
+        let method = settings.method.to_ascii_uppercase();
+        if method.is_empty() || !method.bytes().all(|byte| byte.is_ascii_alphanumeric()) {
+            return Err(PlanError::Method(settings.method));
+        }
+        let headers = parse_headers(&settings.headers)?;
+        let mut targets = Vec::with_capacity(settings.urls.len());
+        for url in &settings.urls {
+            let parsed = parse_url(url).map_err(|reason| PlanError::Url {
+                url: url.clone(),
+                reason,
+            })?;
+            let address = resolve(&parsed.host, parsed.port)?;
+            let request = build_request(&method, &parsed, &headers, &settings.body, settings.mode);
+            targets.push(Target {
+                url: url.clone(),
+                address,
+                method: Method::from_bytes(method.as_bytes()),
+                request: Bytes::from(request),
+            });
+        }
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let threads = settings.threads.unwrap_or(cores);
+        if threads == 0 {
+            return Err(PlanError::Zero("--threads"));
+        }
+        Ok(Plan {
+            targets,
+            method,
+            order: settings.order,
+            connections: settings.connections,
+            // Never more threads than connections: a thread without one would idle.
+            threads: threads.min(settings.connections),
+            stop: settings.stop,
+            pacing,
+            mode: settings.mode,
+            timeout: settings.timeout,
+            progress: settings.progress,
+        })
+    }
+}
+
+/// Reads a URL file (like `siege -f`): one URL a line; blank lines and `#` comments skipped.
+pub fn read_url_file(path: &Path) -> Result<Vec<String>, PlanError> {
+    let text = std::fs::read_to_string(path).map_err(|source| PlanError::File {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Parses a duration like `10s`, `500ms` or `2m`; a bare number counts seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if let Ok(seconds) = text.parse::<f64>()
+        && seconds.is_finite()
+        && seconds >= 0.0
+    {
+        return Ok(Duration::from_secs_f64(seconds));
+    }
+    humantime::parse_duration(text).map_err(|error| format!("{text:?}: {error}"))
+}
+
+/// Parses `http://host[:port][/path][?query]` (no user info, no fragment).
+pub fn parse_url(url: &str) -> Result<Url, &'static str> {
+    let rest = if let Some(rest) = url.strip_prefix("http://") {
+        rest
+    } else if url.starts_with("https://") {
+        return Err("https is not supported yet");
+    } else {
+        return Err("must start with http://");
+    };
+    let (authority, target) = match rest.find(['/', '?']) {
+        Some(at) if rest.as_bytes()[at] == b'?' => (&rest[..at], format!("/{}", &rest[at..])),
+        Some(at) => (&rest[..at], rest[at..].to_owned()),
+        None => (rest, "/".to_owned()),
+    };
+    if authority.is_empty() || authority.contains('@') {
+        return Err("needs a host (and no user info)");
+    }
+    if target.contains('#') || target.bytes().any(|byte| byte <= b' ' || byte == 0x7f) {
+        return Err("path has a fragment, a space or a control character");
+    }
+    let (host, port) = split_host_port(authority)?;
+    Ok(Url {
+        host,
+        port,
+        authority: authority.to_owned(),
+        target,
+    })
+}
+
+fn split_host_port(authority: &str) -> Result<(String, u16), &'static str> {
+    let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
+        let end = bracketed.find(']').ok_or("unclosed [ in host")?;
+        let after = &bracketed[end + 1..];
+        let port = match after.strip_prefix(':') {
+            Some(port) => Some(port),
+            None if after.is_empty() => None,
+            None => return Err("junk after ]"),
+        };
+        (&bracketed[..end], port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        None => 80,
+        Some(port) => port.parse().map_err(|_| "bad port")?,
+    };
+    if host.is_empty() {
+        return Err("needs a host");
+    }
+    Ok((host.to_owned(), port))
+}
+
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, PlanError> {
+    let mut addresses = (host, port)
+        .to_socket_addrs()
+        .map_err(|source| PlanError::Resolve {
+            host: host.to_owned(),
+            source,
+        })?;
+    addresses.next().ok_or_else(|| PlanError::Resolve {
+        host: host.to_owned(),
+        source: io::Error::new(io::ErrorKind::NotFound, "no address"),
+    })
+}
+
+fn parse_headers(lines: &[String]) -> Result<Vec<(String, String)>, PlanError> {
+    lines
+        .iter()
+        .map(|line| {
+            let (name, value) = line
+                .split_once(':')
+                .ok_or_else(|| PlanError::Header(line.clone()))?;
+            let name = name.trim();
+            let value = value.trim();
+            let name_ok = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte));
+            let value_ok = value
+                .bytes()
+                .all(|byte| byte == b'\t' || (b' '..0x7f).contains(&byte));
+            if !name_ok || !value_ok {
+                return Err(PlanError::Header(line.clone()));
+            }
+            Ok((name.to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
+/// Writes one request. A `Host` or `Content-Length` given with `-H` replaces weir's own.
+pub fn build_request(
+    method: &str,
+    url: &Url,
+    headers: &[(String, String)],
+    body: &[u8],
+    mode: ConnectionMode,
+) -> Vec<u8> {
+    let has = |wanted: &str| {
+        headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case(wanted))
+    };
+    let mut head = format!("{method} {} HTTP/1.1\r\n", url.target);
+    if !has("host") {
+        head.push_str(&format!("Host: {}\r\n", url.authority));
+    }
+    if !has("user-agent") {
+        head.push_str("User-Agent: weir-bench\r\n");
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    let expects_body = matches!(method, "POST" | "PUT" | "PATCH");
+    if !has("content-length") && (!body.is_empty() || expects_body) {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    if mode == ConnectionMode::Close && !has("connection") {
+        head.push_str("Connection: close\r\n");
+    }
+    head.push_str("\r\n");
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let url = parse_url("http://127.0.0.1:8081/delay/20?x=1").expect("valid");
+        assert_eq!(
+            url,
+            Url {
+                host: "127.0.0.1".into(),
+                port: 8081,
+                authority: "127.0.0.1:8081".into(),
+                target: "/delay/20?x=1".into()
+            }
+        );
+        assert_eq!(parse_url("http://a").expect("valid").target, "/");
+        assert_eq!(parse_url("http://a?q").expect("valid").target, "/?q");
+        assert_eq!(parse_url("http://a").expect("valid").port, 80);
+        let v6 = parse_url("http://[::1]:9/").expect("valid");
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 9));
+        assert!(parse_url("https://a/").is_err());
+        assert!(parse_url("ftp://a/").is_err());
+        assert!(parse_url("http://a:x/").is_err());
+        assert!(parse_url("http:///").is_err());
+        assert!(parse_url("http://a/b c").is_err());
+    }
+
+    #[test]
+    fn requests_are_prebuilt() {
+        let url = parse_url("http://h:1/p").expect("valid");
+        let headers = vec![("X-A".to_owned(), "b".to_owned())];
+        let request = build_request("POST", &url, &headers, b"hi", ConnectionMode::Close);
+        assert_eq!(
+            String::from_utf8(request).expect("ascii"),
+            "POST /p HTTP/1.1\r\nHost: h:1\r\nUser-Agent: weir-bench\r\nX-A: b\r\n\
+             Content-Length: 2\r\nConnection: close\r\n\r\nhi"
+        );
+        let get = build_request("GET", &url, &[], b"", ConnectionMode::KeepAlive);
+        assert_eq!(
+            get,
+            b"GET /p HTTP/1.1\r\nHost: h:1\r\nUser-Agent: weir-bench\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn headers_and_durations() {
+        assert!(parse_headers(&["A: b".into()]).is_ok());
+        assert!(parse_headers(&["no colon".into()]).is_err());
+        assert!(parse_headers(&["bad name: x".into()]).is_err());
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").is_err());
+    }
+}

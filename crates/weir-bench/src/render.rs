@@ -1,0 +1,127 @@
+//! The text report: a headline, latency percentiles, errors by kind, siege's summary block and
+//! the per-second timeline.
+
+use std::fmt::Write;
+
+use crate::report::{Percentiles, Report};
+
+/// Renders `report` for a person.
+pub fn text(report: &Report) -> String {
+    let mut out = String::new();
+    let settings = &report.settings;
+    let pacing = match settings.rate {
+        Some(rate) => format!("open loop at {rate} req/s"),
+        None => "closed loop".to_owned(),
+    };
+    let stop = match (settings.duration_s, settings.requests) {
+        (Some(seconds), _) => format!("for {seconds} s"),
+        (None, Some(count)) => format!("for {count} requests"),
+        (None, None) => String::new(),
+    };
+    let urls = match settings.urls.as_slice() {
+        [one] => one.clone(),
+        many => format!("{} URLs", many.len()),
+    };
+    let _ = writeln!(
+        out,
+        "weir bench {} {urls}: {pacing}, {} connections ({}) on {} threads, {stop}",
+        settings.method, settings.connections, settings.connection_mode, settings.threads
+    );
+    let _ = writeln!(
+        out,
+        "  {} responses in {:.2} s: {:.1} req/s, {:.2} MB/s received, {} connections opened",
+        report.requests.completed,
+        report.elapsed_s,
+        report.requests_per_s,
+        report.bytes_per_s / (1024.0 * 1024.0),
+        report.connections_opened
+    );
+    let _ = writeln!(
+        out,
+        "\n  latency ms     {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "p50", "p90", "p99", "p99.9", "max", "mean"
+    );
+    percentile_row(&mut out, "corrected", &report.latency_corrected);
+    if settings.rate.is_some() {
+        percentile_row(&mut out, "uncorrected", &report.latency_service);
+    }
+    let errors = &report.errors;
+    let _ = writeln!(
+        out,
+        "\n  errors: connect {}, timeout {}, read {}, write {}, parse {}; non-2xx {}; unsent {}",
+        errors.connect,
+        errors.timeout,
+        errors.read,
+        errors.write,
+        errors.parse,
+        report.requests.non_2xx,
+        report.requests.unsent
+    );
+    let siege = &report.siege;
+    let rows: [(&str, String); 12] = [
+        ("Transactions:", format!("{} hits", siege.transactions)),
+        (
+            "Availability:",
+            format!("{:.2} %", siege.availability_percent),
+        ),
+        ("Elapsed time:", format!("{:.2} secs", siege.elapsed_time_s)),
+        (
+            "Data transferred:",
+            format!("{:.2} MB", siege.data_transferred_mb),
+        ),
+        (
+            "Response time:",
+            format!("{:.4} secs", siege.response_time_s),
+        ),
+        (
+            "Transaction rate:",
+            format!("{:.2} trans/sec", siege.transaction_rate),
+        ),
+        (
+            "Throughput:",
+            format!("{:.2} MB/sec", siege.throughput_mb_s),
+        ),
+        ("Concurrency:", format!("{:.2}", siege.concurrency)),
+        (
+            "Successful transactions:",
+            siege.successful_transactions.to_string(),
+        ),
+        (
+            "Failed transactions:",
+            siege.failed_transactions.to_string(),
+        ),
+        (
+            "Longest transaction:",
+            format!("{:.4}", siege.longest_transaction_s),
+        ),
+        (
+            "Shortest transaction:",
+            format!("{:.4}", siege.shortest_transaction_s),
+        ),
+    ];
+    out.push('\n');
+    for (label, value) in rows {
+        let _ = writeln!(out, "{label:<25}{value:>20}");
+    }
+    let _ = writeln!(
+        out,
+        "\n  {:>6} {:>10} {:>8} {:>10}",
+        "second", "req/s", "errors", "p99 ms"
+    );
+    for second in &report.timeline {
+        let _ = writeln!(
+            out,
+            "  {:>6} {:>10} {:>8} {:>10.2}",
+            second.second, second.requests, second.errors, second.p99_ms
+        );
+    }
+    out
+}
+
+fn percentile_row(out: &mut String, name: &str, values: &Percentiles) {
+    let _ = writeln!(
+        out,
+        "  {name:<12} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+        values.p50_ms, values.p90_ms, values.p99_ms, values.p99_9_ms, values.max_ms, values.mean_ms
+    );
+}

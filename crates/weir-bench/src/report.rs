@@ -1,0 +1,358 @@
+//! Report: the numbers a run is judged by, computed from the merged record by pure functions,
+//! serialised as the `weir-bench/1` JSON document (see `SCHEMA.md`).
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::driver::Outcome;
+use crate::plan::{ConnectionMode, Pacing, Plan, Stop};
+use crate::record::{ErrorKind, Record};
+
+/// The schema name and version of the JSON document.
+pub const SCHEMA: &str = "weir-bench/1";
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// One run's report; `serde_json::to_string` gives the `weir-bench/1` document.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub settings: SettingsReport,
+    pub elapsed_s: f64,
+    pub requests: Requests,
+    pub connections_opened: u64,
+    pub requests_per_s: f64,
+    pub bytes_received: u64,
+    pub bytes_per_s: f64,
+    /// Latency from the intended send time (equal to `service` in a closed loop).
+    pub latency_corrected: Percentiles,
+    /// Latency from the actual send time.
+    pub latency_service: Percentiles,
+    pub errors: Errors,
+    pub siege: Siege,
+    pub timeline: Vec<TimelineSecond>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SettingsReport {
+    pub urls: Vec<String>,
+    pub method: String,
+    pub connections: usize,
+    pub threads: usize,
+    /// `"closed"` or `"open"`.
+    pub pacing: &'static str,
+    /// Open loop: the requested total rate; closed loop: null.
+    pub rate: Option<f64>,
+    /// Stop condition: `duration_s` or `requests`, the other null.
+    pub duration_s: Option<f64>,
+    pub requests: Option<u64>,
+    /// `"keep-alive"` or `"close"`.
+    pub connection_mode: &'static str,
+    pub timeout_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Requests {
+    /// Responses received, any status.
+    pub completed: u64,
+    /// Responses with status below 400.
+    pub successful: u64,
+    /// Responses with status 400 or more.
+    pub non_2xx: u64,
+    /// Requests that got no response (sum of `errors`).
+    pub failed: u64,
+    /// Open loop: due before the end but never sent because the run ended.
+    pub unsent: u64,
+}
+
+/// Percentiles in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub min_ms: f64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p99_9_ms: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Errors {
+    pub connect: u64,
+    pub timeout: u64,
+    pub read: u64,
+    pub write: u64,
+    pub parse: u64,
+    pub total: u64,
+}
+
+/// The siege summary block, with siege's definitions.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Siege {
+    /// Responses received (any status): siege's server hits.
+    pub transactions: u64,
+    /// transactions ÷ (transactions + socket failures) × 100.
+    pub availability_percent: f64,
+    pub elapsed_time_s: f64,
+    /// Bytes received (heads and bodies) ÷ 2^20.
+    pub data_transferred_mb: f64,
+    /// Mean service time of the transactions.
+    pub response_time_s: f64,
+    /// transactions ÷ elapsed time.
+    pub transaction_rate: f64,
+    /// data transferred ÷ elapsed time.
+    pub throughput_mb_s: f64,
+    /// Sum of service times ÷ elapsed time: the mean number of requests in flight.
+    pub concurrency: f64,
+    /// Responses with status below 400.
+    pub successful_transactions: u64,
+    /// Responses with status 400 or more, plus socket failures.
+    pub failed_transactions: u64,
+    pub longest_transaction_s: f64,
+    pub shortest_transaction_s: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TimelineSecond {
+    pub second: u64,
+    pub requests: u64,
+    pub errors: u64,
+    pub p99_ms: f64,
+}
+
+/// The counts the siege block is computed from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SiegeInputs {
+    pub responses: u64,
+    pub non_2xx: u64,
+    pub socket_failures: u64,
+    pub bytes: u64,
+    pub elapsed: Duration,
+    pub service_sum_us: u64,
+    pub service_min_us: u64,
+    pub service_max_us: u64,
+}
+
+impl Report {
+    pub fn new(plan: &Plan, outcome: &Outcome) -> Report {
+        let record = &outcome.record;
+        let elapsed_s = outcome.elapsed.as_secs_f64();
+        let errors = errors(record);
+        Report {
+            schema: SCHEMA,
+            settings: settings(plan),
+            elapsed_s,
+            requests: Requests {
+                completed: record.responses,
+                successful: record.responses - record.non_2xx,
+                non_2xx: record.non_2xx,
+                failed: errors.total,
+                unsent: record.unsent,
+            },
+            connections_opened: record.connections_opened,
+            requests_per_s: per_second(record.responses as f64, elapsed_s),
+            bytes_received: record.bytes,
+            bytes_per_s: per_second(record.bytes as f64, elapsed_s),
+            latency_corrected: percentiles(&record.corrected),
+            latency_service: percentiles(&record.service),
+            siege: Siege::new(SiegeInputs {
+                responses: record.responses,
+                non_2xx: record.non_2xx,
+                socket_failures: errors.total,
+                bytes: record.bytes,
+                elapsed: outcome.elapsed,
+                service_sum_us: record.service_sum_us,
+                service_min_us: record.service_min_us,
+                service_max_us: record.service_max_us,
+            }),
+            errors,
+            timeline: record
+                .timeline
+                .iter()
+                .enumerate()
+                .map(|(second, counts)| TimelineSecond {
+                    second: second as u64,
+                    requests: counts.responses,
+                    errors: counts.errors,
+                    p99_ms: ms(counts.latency.value_at_quantile(0.99)),
+                })
+                .collect(),
+        }
+    }
+
+    /// The `weir-bench/1` JSON document.
+    pub fn to_json(&self) -> String {
+        // Plain structs of numbers and strings: serialising cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+impl Siege {
+    pub fn new(inputs: SiegeInputs) -> Siege {
+        let elapsed = inputs.elapsed.as_secs_f64();
+        let transactions = inputs.responses;
+        let attempts = transactions + inputs.socket_failures;
+        let data_mb = inputs.bytes as f64 / MIB;
+        let sum_s = inputs.service_sum_us as f64 / 1e6;
+        Siege {
+            transactions,
+            availability_percent: if attempts == 0 {
+                0.0
+            } else {
+                transactions as f64 * 100.0 / attempts as f64
+            },
+            elapsed_time_s: elapsed,
+            data_transferred_mb: data_mb,
+            response_time_s: if transactions == 0 {
+                0.0
+            } else {
+                sum_s / transactions as f64
+            },
+            transaction_rate: per_second(transactions as f64, elapsed),
+            throughput_mb_s: per_second(data_mb, elapsed),
+            concurrency: per_second(sum_s, elapsed),
+            successful_transactions: transactions - inputs.non_2xx,
+            failed_transactions: inputs.non_2xx + inputs.socket_failures,
+            longest_transaction_s: if transactions == 0 {
+                0.0
+            } else {
+                inputs.service_max_us as f64 / 1e6
+            },
+            shortest_transaction_s: if transactions == 0 {
+                0.0
+            } else {
+                inputs.service_min_us as f64 / 1e6
+            },
+        }
+    }
+}
+
+fn settings(plan: &Plan) -> SettingsReport {
+    let (pacing, rate) = match plan.pacing {
+        Pacing::Closed => ("closed", None),
+        Pacing::Open { rate } => ("open", Some(rate)),
+    };
+    let (duration_s, requests) = match plan.stop {
+        Stop::Duration(length) => (Some(length.as_secs_f64()), None),
+        Stop::Count(count) => (None, Some(count)),
+    };
+    SettingsReport {
+        urls: plan
+            .targets
+            .iter()
+            .map(|target| target.url.clone())
+            .collect(),
+        method: plan.method.clone(),
+        connections: plan.connections,
+        threads: plan.threads,
+        pacing,
+        rate,
+        duration_s,
+        requests,
+        connection_mode: match plan.mode {
+            ConnectionMode::KeepAlive => "keep-alive",
+            ConnectionMode::Close => "close",
+        },
+        timeout_s: plan.timeout.as_secs_f64(),
+    }
+}
+
+fn errors(record: &Record) -> Errors {
+    let count = |kind: ErrorKind| record.errors[kind as usize];
+    Errors {
+        connect: count(ErrorKind::Connect),
+        timeout: count(ErrorKind::Timeout),
+        read: count(ErrorKind::Read),
+        write: count(ErrorKind::Write),
+        parse: count(ErrorKind::Parse),
+        total: record.error_count(),
+    }
+}
+
+/// Percentiles of a µs histogram, in ms; all zero when it is empty.
+pub fn percentiles(histogram: &Histogram<u64>) -> Percentiles {
+    if histogram.is_empty() {
+        return Percentiles {
+            min_ms: 0.0,
+            mean_ms: 0.0,
+            p50_ms: 0.0,
+            p90_ms: 0.0,
+            p99_ms: 0.0,
+            p99_9_ms: 0.0,
+            max_ms: 0.0,
+        };
+    }
+    Percentiles {
+        min_ms: ms(histogram.min()),
+        mean_ms: histogram.mean() / 1000.0,
+        p50_ms: ms(histogram.value_at_quantile(0.50)),
+        p90_ms: ms(histogram.value_at_quantile(0.90)),
+        p99_ms: ms(histogram.value_at_quantile(0.99)),
+        p99_9_ms: ms(histogram.value_at_quantile(0.999)),
+        max_ms: ms(histogram.max()),
+    }
+}
+
+fn ms(micros: u64) -> f64 {
+    micros as f64 / 1000.0
+}
+
+fn per_second(amount: f64, elapsed_s: f64) -> f64 {
+    if elapsed_s > 0.0 {
+        amount / elapsed_s
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn siege_block_follows_siege_definitions() {
+        let siege = Siege::new(SiegeInputs {
+            responses: 1000,
+            non_2xx: 10,
+            socket_failures: 25,
+            bytes: 2 * 1024 * 1024,
+            elapsed: Duration::from_secs(4),
+            service_sum_us: 8_000_000,
+            service_min_us: 1_500,
+            service_max_us: 250_000,
+        });
+        assert_eq!(siege.transactions, 1000);
+        assert!((siege.availability_percent - 100_000.0 / 1025.0).abs() < 1e-9);
+        assert_eq!(siege.data_transferred_mb, 2.0);
+        assert_eq!(siege.response_time_s, 0.008);
+        assert_eq!(siege.transaction_rate, 250.0);
+        assert_eq!(siege.throughput_mb_s, 0.5);
+        assert_eq!(siege.concurrency, 2.0);
+        assert_eq!(siege.successful_transactions, 990);
+        assert_eq!(siege.failed_transactions, 35);
+        assert_eq!(siege.longest_transaction_s, 0.25);
+        assert_eq!(siege.shortest_transaction_s, 0.0015);
+    }
+
+    #[test]
+    fn empty_runs_report_zeros() {
+        let siege = Siege::new(SiegeInputs {
+            responses: 0,
+            non_2xx: 0,
+            socket_failures: 3,
+            bytes: 0,
+            elapsed: Duration::ZERO,
+            service_sum_us: 0,
+            service_min_us: u64::MAX,
+            service_max_us: 0,
+        });
+        assert_eq!(siege.availability_percent, 0.0);
+        assert_eq!(siege.transaction_rate, 0.0);
+        assert_eq!(siege.shortest_transaction_s, 0.0);
+        assert_eq!(siege.failed_transactions, 3);
+        let empty = Histogram::<u64>::new(3).expect("valid");
+        assert_eq!(percentiles(&empty).max_ms, 0.0);
+    }
+}

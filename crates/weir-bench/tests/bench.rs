@@ -1,0 +1,176 @@
+//! End-to-end: weir bench against the built-in origin on loopback, every run bounded in count
+//! or time.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestOrigin, plan, settings};
+use weir_bench::{ConnectionMode, Stop};
+
+#[test]
+fn request_counts_agree_with_the_origin() {
+    let origin = TestOrigin::start();
+    let report =
+        weir_bench::run(&plan(settings(vec![origin.url("/")], Stop::Count(500)))).expect("run");
+    let stats = origin.stats.snapshot();
+    origin.stop();
+    assert_eq!(report.requests.completed, 500);
+    assert_eq!(report.errors.total, 0);
+    assert_eq!(stats.requests, 500);
+    // Keep-alive: one connection per slot, and the origin saw the same.
+    assert_eq!(report.connections_opened, 4);
+    assert_eq!(stats.connections_accepted, 4);
+    assert_eq!(report.requests.successful, 500);
+}
+
+#[test]
+fn close_mode_opens_one_connection_per_request() {
+    let origin = TestOrigin::start();
+    let mut run = settings(vec![origin.url("/")], Stop::Count(200));
+    run.mode = ConnectionMode::Close;
+    let report = weir_bench::run(&plan(run)).expect("run");
+    let stats = origin.stats.snapshot();
+    origin.stop();
+    assert_eq!(report.requests.completed, 200);
+    assert_eq!(report.connections_opened, 200);
+    assert_eq!(stats.connections_accepted, 200);
+    assert_eq!(stats.requests, 200);
+}
+
+#[test]
+fn percentiles_match_a_fixed_delay() {
+    let origin = TestOrigin::start();
+    let report = weir_bench::run(&plan(settings(
+        vec![origin.url("/delay/20")],
+        Stop::Count(60),
+    )))
+    .expect("run");
+    origin.stop();
+    let latency = report.latency_corrected;
+    assert_eq!(report.requests.completed, 60);
+    // Never below the delay; above it only by scheduling noise (a generous bound, not a speed).
+    assert!(latency.min_ms >= 20.0, "{latency:?}");
+    assert!((20.0..30.0).contains(&latency.p50_ms), "{latency:?}");
+    // Closed loop: intended = actual send, so corrected and service times are the same.
+    assert_eq!(report.latency_corrected, report.latency_service);
+}
+
+#[test]
+fn open_loop_sends_at_the_rate_and_counts_agree() {
+    let origin = TestOrigin::start();
+    let mut run = settings(
+        vec![origin.url("/")],
+        Stop::Duration(Duration::from_secs(1)),
+    );
+    run.rate = Some(200.0);
+    let report = weir_bench::run(&plan(run)).expect("run");
+    let stats = origin.stats.snapshot();
+    origin.stop();
+    // 200 req/s for 1 s on an even grid: exactly 200 intended before the end.
+    assert_eq!(report.requests.completed + report.requests.unsent, 200);
+    assert_eq!(stats.requests, report.requests.completed);
+    assert_eq!(report.settings.pacing, "open");
+}
+
+#[test]
+fn framings_head_chunked_and_errors_by_kind() {
+    let origin = TestOrigin::start();
+    let urls = vec![
+        origin.url("/bytes/3000?chunked=1"),
+        origin.url("/status/503"),
+        origin.url("/bytes/10"),
+    ];
+    let report = weir_bench::run(&plan(settings(urls.clone(), Stop::Count(90)))).expect("run");
+    assert_eq!(report.requests.completed, 90);
+    assert_eq!(report.errors.total, 0);
+    assert_eq!(report.requests.non_2xx, 30);
+    assert!(report.bytes_received > 30 * 3000 + 30 * 10);
+
+    let mut head = settings(vec![origin.url("/bytes/100000")], Stop::Count(50));
+    head.method = "HEAD".to_owned();
+    let report = weir_bench::run(&plan(head)).expect("run");
+    assert_eq!((report.requests.completed, report.errors.total), (50, 0));
+    // Heads only: far less than one body's worth per response.
+    assert!(report.bytes_received < 50 * 1000);
+    origin.stop();
+}
+
+#[test]
+fn siege_block_is_consistent() {
+    let origin = TestOrigin::start();
+    // A closed port on loopback gives connect errors (socket failures) beside real responses.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let closed_url = format!("http://{}/", closed.local_addr().expect("address"));
+    drop(closed);
+    let urls = vec![origin.url("/"), origin.url("/status/404"), closed_url];
+    let mut run = settings(urls, Stop::Count(300));
+    run.connections = 3;
+    run.threads = Some(1);
+    let report = weir_bench::run(&plan(run)).expect("run");
+    origin.stop();
+    let siege = report.siege;
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+    assert_eq!(siege.transactions, report.requests.completed);
+    assert!(report.errors.connect > 0, "{:?}", report.errors);
+    assert_eq!(siege.transactions + report.errors.total, 300);
+    assert!(close(
+        siege.availability_percent,
+        100.0 * siege.transactions as f64 / (siege.transactions + report.errors.total) as f64
+    ));
+    assert_eq!(
+        siege.successful_transactions + report.requests.non_2xx,
+        siege.transactions
+    );
+    assert_eq!(
+        siege.failed_transactions,
+        report.requests.non_2xx + report.errors.total
+    );
+    assert!(close(siege.elapsed_time_s, report.elapsed_s));
+    assert!(close(
+        siege.transaction_rate,
+        siege.transactions as f64 / siege.elapsed_time_s
+    ));
+    assert!(close(
+        siege.throughput_mb_s,
+        siege.data_transferred_mb / siege.elapsed_time_s
+    ));
+    assert!(close(
+        siege.data_transferred_mb,
+        report.bytes_received as f64 / (1024.0 * 1024.0)
+    ));
+    // Concurrency × elapsed = sum of response times = response time × transactions.
+    assert!(close(
+        siege.concurrency * siege.elapsed_time_s,
+        siege.response_time_s * siege.transactions as f64
+    ));
+    assert!(siege.shortest_transaction_s <= siege.response_time_s);
+    assert!(siege.response_time_s <= siege.longest_transaction_s);
+}
+
+#[test]
+fn json_output_validates_against_the_schema() {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../schema/weir-bench-1.json")).expect("schema is JSON");
+    let origin = TestOrigin::start();
+    let mut open = settings(
+        vec![origin.url("/"), origin.url("/status/500")],
+        Stop::Duration(Duration::from_millis(1500)),
+    );
+    open.rate = Some(100.0);
+    let runs = [settings(vec![origin.url("/")], Stop::Count(50)), open];
+    for run in runs {
+        let report = weir_bench::run(&plan(run)).expect("run");
+        let document: serde_json::Value =
+            serde_json::from_str(&report.to_json()).expect("output is JSON");
+        assert_eq!(document["schema"], "weir-bench/1");
+        let errors = common::schema::validate(&schema, &document);
+        assert!(errors.is_empty(), "{errors:#?}");
+        // The validator does catch a broken document.
+        let mut broken = document.clone();
+        broken["requests"]["completed"] = serde_json::json!(-1);
+        broken["surprise"] = serde_json::json!(true);
+        assert_eq!(common::schema::validate(&schema, &broken).len(), 2);
+    }
+    origin.stop();
+}

@@ -1,0 +1,121 @@
+//! `weir bench`: turns the command line into a `weir_bench::Plan`, runs it and prints the
+//! report (text, or JSON with `--json`).
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use weir_bench::{ConnectionMode, Plan, Settings, Stop, UrlOrder, selftest};
+
+use crate::cli::{BenchArgs, BenchCommand};
+
+/// Without `-d` or `-n`, a run lasts this long.
+const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(BenchCommand::Selftest) = args.command {
+        let outcome =
+            selftest::run(selftest::SelftestOptions::default()).context("bench selftest")?;
+        print!("{}", outcome.text());
+        if !outcome.passed() {
+            bail!("selftest failed: corrected percentiles are off the analytic distribution");
+        }
+        return Ok(());
+    }
+    let mut urls = args.urls;
+    if let Some(file) = &args.url_file {
+        urls.extend(weir_bench::read_url_file(file)?);
+    }
+    let body = match (&args.body, &args.body_file) {
+        (Some(text), _) => text.clone().into_bytes(),
+        (None, Some(file)) => {
+            std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?
+        }
+        (None, None) => Vec::new(),
+    };
+    let stop = match (args.requests, args.duration) {
+        (Some(count), _) => Stop::Count(count),
+        (None, duration) => Stop::Duration(duration.unwrap_or(DEFAULT_DURATION)),
+    };
+    let plan = Plan::new(Settings {
+        urls,
+        method: args.method,
+        headers: args.headers,
+        body,
+        order: if args.random {
+            UrlOrder::Random
+        } else {
+            UrlOrder::Sequential
+        },
+        connections: args.connections,
+        threads: args.threads,
+        stop,
+        rate: args.rate,
+        mode: if args.close {
+            ConnectionMode::Close
+        } else {
+            ConnectionMode::KeepAlive
+        },
+        timeout: args.timeout,
+        progress: !args.no_progress && std::io::stderr().is_terminal(),
+    })?;
+    let report = weir_bench::run(&plan).context("bench run")?;
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", weir_bench::render::text(&report));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{BenchCommand, Cli, Command};
+
+    fn bench(args: &[&str]) -> Result<crate::cli::BenchArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["weir", "bench"].iter().chain(args))?;
+        match cli.command {
+            Command::Bench(args) => Ok(args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn arguments() {
+        let args = bench(&["selftest"]).expect("selftest parses");
+        assert!(matches!(args.command, Some(BenchCommand::Selftest)));
+        let args = bench(&[
+            "-c",
+            "8",
+            "-n",
+            "100",
+            "--rate",
+            "50",
+            "--close",
+            "-H",
+            "A: b",
+            "-H",
+            "C: d",
+            "http://127.0.0.1:1/",
+            "http://127.0.0.1:2/",
+        ])
+        .expect("a run parses");
+        assert_eq!(args.urls.len(), 2);
+        assert_eq!(
+            (args.connections, args.requests, args.rate),
+            (8, Some(100), Some(50.0))
+        );
+        assert!(args.close);
+        assert_eq!(args.headers, ["A: b", "C: d"]);
+        assert_eq!(args.timeout, std::time::Duration::from_secs(5));
+        let args = bench(&["-d", "250ms", "-f", "urls.txt"]).expect("a URL file alone is enough");
+        assert_eq!(args.duration, Some(std::time::Duration::from_millis(250)));
+        assert!(bench(&[]).is_err(), "no URL");
+        assert!(
+            bench(&["-d", "1s", "-n", "5", "http://a/"]).is_err(),
+            "-d conflicts with -n"
+        );
+    }
+}
