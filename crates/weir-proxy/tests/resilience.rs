@@ -224,3 +224,108 @@ async fn shutdown_drains_in_flight_requests() {
     proxy.join().await;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+/// A pooled connection that the node closed while idle is not used: the
+/// next request goes out on a fresh connection and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_closed_by_the_node_while_idle_is_replaced() {
+    let origin = TestOrigin::with_options(weir_origin::OriginOptions {
+        idle_timeout: Duration::from_millis(100),
+        ..weir_origin::OriginOptions::new("a", "127.0.0.1:0".parse().unwrap())
+    })
+    .await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "retries = 0", "")).await;
+    for _ in 0..3 {
+        assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+        // Longer than the origin's idle timeout: it closes the pooled connection.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // POST too: it must not be sent on the dead connection (it would not be retried).
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    connection
+        .send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi")
+        .await
+        .unwrap();
+    assert_eq!(connection.response().await.unwrap().status, 200);
+    assert_eq!(origin.stats.connections_accepted(), 4);
+    assert_eq!(origin.stats.requests(), 4);
+    proxy.stop().await;
+}
+
+/// A node that answers the first request on each connection, then closes the
+/// connection without answering the next (the race a liveness probe cannot
+/// catch). Returns its address and the number of requests it has received.
+async fn one_answer_per_connection_node()
+-> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&received);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let counter = std::sync::Arc::clone(&counter);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut answered = false;
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // Each test request is a head plus at most a tiny body, sent in one write.
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                    if !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        continue;
+                    }
+                    buf.clear();
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    if answered {
+                        return; // close without an answer
+                    }
+                    answered = true;
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        .await;
+                }
+            });
+        }
+    });
+    (address, received)
+}
+
+/// GET on a reused connection that dies before any response byte is retried
+/// once on a fresh connection; POST is never sent twice (502).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_connection_retries_get_but_never_post() {
+    use std::sync::atomic::Ordering;
+    let (node, received) = one_answer_per_connection_node().await;
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "retries = 0\n[pools.web.passive_health]\nconsecutive_failures = 0",
+        "",
+    ))
+    .await;
+    assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+    // Reuses the pooled connection; the node drops it; weir retries on a new one.
+    assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+    assert_eq!(received.load(Ordering::SeqCst), 3);
+
+    let post = |addr| async move {
+        let mut connection = Connection::open(addr).await.unwrap();
+        connection
+            .send(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi")
+            .await
+            .unwrap();
+        connection.response().await.unwrap().status
+    };
+    // The pooled connection (fresh from the retry) has answered once: the POST on it is dropped.
+    assert_eq!(post(proxy.addr).await, 502);
+    assert_eq!(
+        received.load(Ordering::SeqCst),
+        4,
+        "the POST reached the node exactly once"
+    );
+    proxy.stop().await;
+}
