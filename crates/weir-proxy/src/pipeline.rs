@@ -85,7 +85,7 @@ async fn serve_request(
     // select → checkout → forward, with bounded retries
     let exchange = exchange::exchange(client, vs, pool, head, &mut body).await?;
     let node = exchange.node;
-    let node_state = Arc::clone(&pool.nodes[node]);
+    let node_state = &pool.nodes[node];
     let head_received = Instant::now();
     let response_time = head_received.saturating_duration_since(exchange.sent_at);
     node_state.record_response_time(response_time);
