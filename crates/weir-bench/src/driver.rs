@@ -1,6 +1,6 @@
 //! The one driver: threads, each with a current-thread runtime and its share of the
-//! connection slots; every slot runs the same loop whatever the stop condition, pacing and
-//! connection mode (those are values, consulted at one place each).
+//! connection slots; every slot runs the same loop whatever the stop condition, pacing,
+//! connection mode and protocol (those are values, consulted at one place each).
 //!
 //! ```text
 //! slot: next intended time (cadence) → admitted? (budget) → wait until intended
@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::LocalSet;
 
 use crate::http1::{BUFFER_CAPACITY, Connection, Failure, Response};
-use crate::plan::{ConnectionMode, Plan, Target, UrlOrder};
+use crate::plan::{ConnectionMode, Plan, Protocol, Target, UrlOrder};
 use crate::progress::{self, Live};
 use crate::record::{ErrorKind, Record, micros};
 use crate::schedule::{Budget, Cadence, share};
@@ -146,7 +146,14 @@ async fn drive_slot(context: Rc<ThreadContext>, record: Rc<RefCell<Record>>, slo
         let mut opened = false;
         let result = tokio::time::timeout(
             plan.timeout,
-            issue(&mut connection, &mut buffer, target, plan.mode, &mut opened),
+            issue(
+                &mut connection,
+                &mut buffer,
+                target,
+                plan.protocol,
+                plan.mode,
+                &mut opened,
+            ),
         )
         .await;
         let end = tokio::time::Instant::now();
@@ -180,11 +187,13 @@ async fn drive_slot(context: Rc<ThreadContext>, record: Rc<RefCell<Record>>, slo
 }
 
 /// Sends one request on the slot's connection, opening one first if there is none (or it goes
-/// elsewhere); in close mode the connection is used once.
+/// elsewhere); in close mode the connection is used once. The protocol is consulted here and
+/// nowhere else in the driver: an HTTP/1.1 exchange, or an L4 echo transaction.
 async fn issue(
     connection: &mut Option<Connection>,
     buffer: &mut BytesMut,
     target: &Target,
+    protocol: Protocol,
     mode: ConnectionMode,
     opened: &mut bool,
 ) -> Result<Response, Failure> {
@@ -201,9 +210,13 @@ async fn issue(
         kind: ErrorKind::Connect,
         bytes: 0,
     })?;
-    let response = open
-        .exchange(buffer, &target.request, target.method)
-        .await?;
+    let response = match protocol {
+        Protocol::Http1 => {
+            open.exchange(buffer, &target.request, target.method)
+                .await?
+        }
+        Protocol::Tcp { mode, .. } => open.echo(buffer, &target.request, mode).await?,
+    };
     if mode == ConnectionMode::Close {
         *connection = None;
     }

@@ -24,7 +24,7 @@ pub const BUFFER_CAPACITY: usize = READ_RESERVE;
 /// An open client connection.
 #[derive(Debug)]
 pub struct Connection {
-    stream: TcpStream,
+    pub(crate) stream: TcpStream,
     pub address: SocketAddr,
 }
 

@@ -1,4 +1,6 @@
-//! weir's load generator (`weir bench`): HTTP/1.1 over TCP, closed loop at a concurrency or
+//! weir's load generator (`weir bench`): HTTP/1.1 over TCP, or L4 against a TCP echo server
+//! (`tcp://` URLs: connections per second, or request/response on persistent connections),
+//! closed loop at a concurrency or
 //! open loop at a rate, latency measured from the intended send time (correct under
 //! coordinated omission, like wrk2) with the uncorrected service time beside it, and reports
 //! as text (with a siege-style summary block) or as the `weir-bench/1` JSON document.
@@ -7,19 +9,19 @@
 //!
 //! ```text
 //! plan → schedule (closed loop, or open loop at a rate) → issue → record → merge → report
-//! plan.rs   schedule.rs                                 http1.rs  record.rs          report.rs, render.rs
+//! plan.rs   schedule.rs                          http1.rs / l4.rs record.rs          report.rs, render.rs
 //!           └──────────── driver.rs: one loop per connection slot ─────────┘
 //! ```
 //!
-//! Stop condition (duration or count), pacing (closed or open) and connection mode
-//! (keep-alive or a new connection per request) are independent values of one [`Plan`],
-//! read by the one driver.
+//! Stop condition (duration or count), pacing (closed or open), connection mode
+//! (keep-alive or a new connection per request) and protocol (HTTP/1.1 or L4 echo) are
+//! independent values of one [`Plan`], read by the one driver.
 //!
 //! # Example
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use weir_bench::{ConnectionMode, Plan, Settings, Stop, UrlOrder};
+//! use weir_bench::{ConnectionMode, L4Mode, Plan, Settings, Stop, UrlOrder};
 //!
 //! let plan = Plan::new(Settings {
 //!     urls: vec!["http://127.0.0.1:8081/".into()],
@@ -34,6 +36,9 @@
 //!     mode: ConnectionMode::KeepAlive,
 //!     timeout: Duration::from_secs(5),
 //!     progress: false,
+//!     // Used only for tcp:// URLs.
+//!     l4_mode: L4Mode::RequestResponse,
+//!     l4_size: None,
 //! })?;
 //! let report = weir_bench::run(&plan)?;
 //! println!("{}", weir_bench::render::text(&report));
@@ -42,6 +47,7 @@
 
 mod driver;
 mod http1;
+mod l4;
 mod plan;
 mod progress;
 mod record;
@@ -51,8 +57,8 @@ mod schedule;
 pub mod selftest;
 
 pub use plan::{
-    ConnectionMode, Pacing, Plan, PlanError, Settings, Stop, Target, UrlOrder, parse_duration,
-    parse_url, read_url_file,
+    ConnectionMode, DEFAULT_L4_SIZE, L4Mode, Pacing, Plan, PlanError, Protocol, Settings, Stop,
+    Target, UrlOrder, parse_duration, parse_tcp_url, parse_url, read_url_file,
 };
 pub use report::{Report, SCHEMA};
 

@@ -1,7 +1,8 @@
 //! Plan: what a run sends, where, how fast and for how long, checked once before any load.
 //!
 //! URLs are parsed and resolved here, and every request is written out to bytes once; the
-//! driver only copies those bytes onto sockets.
+//! driver only copies those bytes onto sockets. `http://` URLs make an HTTP/1.1 run;
+//! `tcp://HOST:PORT` URLs an L4 run against an echo server (the [`Protocol`] of the plan).
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -38,6 +39,48 @@ pub enum ConnectionMode {
     Close,
 }
 
+/// What one transaction on the wire is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// An HTTP/1.1 request and its whole response.
+    Http1,
+    /// L4, against an echo server (`tcp://` URLs).
+    Tcp { mode: L4Mode, size: usize },
+}
+
+/// The two L4 tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L4Mode {
+    /// Connections per second: connect, send `size` bytes and read them back (if `size` > 0),
+    /// close and wait for the server's close. One connection is one transaction.
+    Connect,
+    /// Request/response on persistent connections: send `size` bytes, read them back, repeat.
+    RequestResponse,
+}
+
+impl L4Mode {
+    /// Bytes per exchange when `--l4-size` is not given.
+    pub fn default_size(self) -> usize {
+        match self {
+            L4Mode::Connect => 0,
+            L4Mode::RequestResponse => DEFAULT_L4_SIZE,
+        }
+    }
+
+    /// `"connect"` or `"rr"`, as on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            L4Mode::Connect => "connect",
+            L4Mode::RequestResponse => "rr",
+        }
+    }
+}
+
+/// `--l4-mode rr` sends this many bytes per exchange unless told otherwise.
+pub const DEFAULT_L4_SIZE: usize = 64;
+/// An L4 payload is this, repeated.
+const L4_PATTERN: &[u8] = b"weir-bench l4 payload\n";
+
 /// In which order a connection walks the URL list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UrlOrder {
@@ -63,6 +106,10 @@ pub struct Settings {
     pub mode: ConnectionMode,
     pub timeout: Duration,
     pub progress: bool,
+    /// `tcp://` URLs: which L4 test (ignored for `http://`).
+    pub l4_mode: L4Mode,
+    /// `tcp://` URLs: bytes per exchange; `None`: the mode's default (64 for rr, 0 for connect).
+    pub l4_size: Option<usize>,
 }
 
 /// One URL, resolved, with its request prebuilt.
@@ -71,13 +118,14 @@ pub struct Target {
     pub url: String,
     pub address: SocketAddr,
     pub method: Method,
-    /// The whole request (head and body), written once.
+    /// The whole request (head and body), written once; for `tcp://`, the bytes echoed.
     pub request: Bytes,
 }
 
 /// A checked run description; [`crate::run`] executes it.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    pub protocol: Protocol,
     pub targets: Vec<Target>,
     pub method: String,
     pub order: UrlOrder,
@@ -107,6 +155,14 @@ pub enum PlanError {
     Zero(&'static str),
     #[error("--rate must be a positive number of requests per second")]
     Rate,
+    #[error("http:// and tcp:// URLs cannot be mixed in one run")]
+    MixedSchemes,
+    #[error("{0} applies to http:// URLs only")]
+    HttpOnly(&'static str),
+    #[error("--close does not apply to --l4-mode rr (use --l4-mode connect)")]
+    CloseWithRr,
+    #[error("--l4-size must be at least 1 for --l4-mode rr")]
+    RrSize,
     #[error("cannot read {path}: {source}")]
     File { path: String, source: io::Error },
 }
@@ -143,6 +199,20 @@ impl Plan {
         if method.is_empty() || !method.bytes().all(|byte| byte.is_ascii_alphanumeric()) {
             return Err(PlanError::Method(settings.method));
         }
+        let tcp = settings.urls.iter().filter(|url| is_tcp_url(url)).count();
+        let protocol = match tcp {
+            0 => Protocol::Http1,
+            all if all == settings.urls.len() => Protocol::Tcp {
+                mode: settings.l4_mode,
+                size: settings
+                    .l4_size
+                    .unwrap_or_else(|| settings.l4_mode.default_size()),
+            },
+            _ => return Err(PlanError::MixedSchemes),
+        };
+        if let Protocol::Tcp { mode, size } = protocol {
+            return tcp_plan(settings, mode, size, pacing);
+        }
         let headers = parse_headers(&settings.headers)?;
         let mut targets = Vec::with_capacity(settings.urls.len());
         for url in &settings.urls {
@@ -159,25 +229,113 @@ impl Plan {
                 request: Bytes::from(request),
             });
         }
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        let threads = settings.threads.unwrap_or(cores);
-        if threads == 0 {
-            return Err(PlanError::Zero("--threads"));
-        }
-        Ok(Plan {
-            targets,
-            method,
-            order: settings.order,
-            connections: settings.connections,
-            // Never more threads than connections: a thread without one would idle.
-            threads: threads.min(settings.connections),
-            stop: settings.stop,
-            pacing,
-            mode: settings.mode,
-            timeout: settings.timeout,
-            progress: settings.progress,
-        })
+        finish(settings, Protocol::Http1, targets, method, pacing, None)
     }
+}
+
+/// The rest of [`Plan::new`] for `tcp://` URLs: the payload is `size` bytes of a pattern, and
+/// the connection mode follows from the L4 mode.
+fn tcp_plan(
+    settings: Settings,
+    mode: L4Mode,
+    size: usize,
+    pacing: Pacing,
+) -> Result<Plan, PlanError> {
+    if !settings.headers.is_empty() {
+        return Err(PlanError::HttpOnly("-H/--header"));
+    }
+    if !settings.body.is_empty() {
+        return Err(PlanError::HttpOnly("--body"));
+    }
+    let connection_mode = match mode {
+        L4Mode::Connect => ConnectionMode::Close,
+        L4Mode::RequestResponse if settings.mode == ConnectionMode::Close => {
+            return Err(PlanError::CloseWithRr);
+        }
+        L4Mode::RequestResponse if size == 0 => return Err(PlanError::RrSize),
+        L4Mode::RequestResponse => ConnectionMode::KeepAlive,
+    };
+    let payload = Bytes::from(
+        L4_PATTERN
+            .iter()
+            .copied()
+            .cycle()
+            .take(size)
+            .collect::<Vec<u8>>(),
+    );
+    let mut targets = Vec::with_capacity(settings.urls.len());
+    for url in &settings.urls {
+        let (host, port) = parse_tcp_url(url).map_err(|reason| PlanError::Url {
+            url: url.clone(),
+            reason,
+        })?;
+        targets.push(Target {
+            url: url.clone(),
+            address: resolve(&host, port)?,
+            method: Method::from_bytes(b"GET"),
+            request: payload.clone(),
+        });
+    }
+    let method = "TCP".to_owned();
+    finish(
+        settings,
+        Protocol::Tcp { mode, size },
+        targets,
+        method,
+        pacing,
+        Some(connection_mode),
+    )
+}
+
+/// The checks and fields common to both protocols.
+fn finish(
+    settings: Settings,
+    protocol: Protocol,
+    targets: Vec<Target>,
+    method: String,
+    pacing: Pacing,
+    mode: Option<ConnectionMode>,
+) -> Result<Plan, PlanError> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = settings.threads.unwrap_or(cores);
+    if threads == 0 {
+        return Err(PlanError::Zero("--threads"));
+    }
+    Ok(Plan {
+        protocol,
+        targets,
+        method,
+        order: settings.order,
+        connections: settings.connections,
+        // Never more threads than connections: a thread without one would idle.
+        threads: threads.min(settings.connections),
+        stop: settings.stop,
+        pacing,
+        mode: mode.unwrap_or(settings.mode),
+        timeout: settings.timeout,
+        progress: settings.progress,
+    })
+}
+
+fn is_tcp_url(url: &str) -> bool {
+    url.starts_with("tcp://")
+}
+
+/// Parses `tcp://host:port` (the port is required; a trailing `/` is allowed, nothing more).
+pub fn parse_tcp_url(url: &str) -> Result<(String, u16), &'static str> {
+    let rest = url.strip_prefix("tcp://").ok_or("must start with tcp://")?;
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() || authority.contains(['@', '/', '?', '#']) {
+        return Err("must be tcp://HOST:PORT");
+    }
+    let has_port = match authority.strip_prefix('[') {
+        Some(bracketed) => bracketed.contains("]:"),
+        None => authority.contains(':'),
+    };
+    if !has_port {
+        return Err("needs a port");
+    }
+    split_host_port(authority)
 }
 
 /// Reads a URL file (like `siege -f`): one URL a line; blank lines and `#` comments skipped.
@@ -212,7 +370,7 @@ pub fn parse_url(url: &str) -> Result<Url, &'static str> {
     } else if url.starts_with("https://") {
         return Err("https is not supported yet");
     } else {
-        return Err("must start with http://");
+        return Err("must start with http:// (or tcp:// for L4)");
     };
     let (authority, target) = match rest.find(['/', '?']) {
         Some(at) if rest.as_bytes()[at] == b'?' => (&rest[..at], format!("/{}", &rest[at..])),
@@ -359,6 +517,67 @@ mod tests {
         assert!(parse_url("http://a:x/").is_err());
         assert!(parse_url("http:///").is_err());
         assert!(parse_url("http://a/b c").is_err());
+        assert_eq!(
+            parse_tcp_url("tcp://127.0.0.1:7/"),
+            Ok(("127.0.0.1".to_owned(), 7))
+        );
+        assert_eq!(parse_tcp_url("tcp://[::1]:9"), Ok(("::1".to_owned(), 9)));
+        assert!(parse_tcp_url("tcp://a").is_err());
+        assert!(parse_tcp_url("tcp://[::1]").is_err());
+        assert!(parse_tcp_url("tcp://a:1/path").is_err());
+        assert!(parse_tcp_url("http://a:1").is_err());
+    }
+
+    fn tcp_settings(urls: &[&str]) -> Settings {
+        Settings {
+            urls: urls.iter().map(|url| (*url).to_owned()).collect(),
+            method: "GET".into(),
+            headers: vec![],
+            body: vec![],
+            order: UrlOrder::Sequential,
+            connections: 2,
+            threads: Some(1),
+            stop: Stop::Count(1),
+            rate: None,
+            mode: ConnectionMode::KeepAlive,
+            timeout: Duration::from_secs(1),
+            progress: false,
+            l4_mode: L4Mode::RequestResponse,
+            l4_size: None,
+        }
+    }
+
+    #[test]
+    fn tcp_plans() {
+        let rr = Plan::new(tcp_settings(&["tcp://127.0.0.1:9"])).expect("valid");
+        assert_eq!(
+            rr.protocol,
+            Protocol::Tcp {
+                mode: L4Mode::RequestResponse,
+                size: 64
+            }
+        );
+        assert_eq!(rr.mode, ConnectionMode::KeepAlive);
+        assert_eq!(rr.targets[0].request.len(), 64);
+        let mut connect = tcp_settings(&["tcp://127.0.0.1:9"]);
+        connect.l4_mode = L4Mode::Connect;
+        let connect = Plan::new(connect).expect("valid");
+        assert_eq!(connect.mode, ConnectionMode::Close);
+        assert!(connect.targets[0].request.is_empty());
+        let http = Plan::new(tcp_settings(&["http://127.0.0.1:9/"])).expect("valid");
+        assert_eq!(http.protocol, Protocol::Http1);
+
+        let mixed = Plan::new(tcp_settings(&["tcp://127.0.0.1:9", "http://127.0.0.1:9/"]));
+        assert!(matches!(mixed, Err(PlanError::MixedSchemes)));
+        let mut zero = tcp_settings(&["tcp://127.0.0.1:9"]);
+        zero.l4_size = Some(0);
+        assert!(matches!(Plan::new(zero), Err(PlanError::RrSize)));
+        let mut close = tcp_settings(&["tcp://127.0.0.1:9"]);
+        close.mode = ConnectionMode::Close;
+        assert!(matches!(Plan::new(close), Err(PlanError::CloseWithRr)));
+        let mut header = tcp_settings(&["tcp://127.0.0.1:9"]);
+        header.headers = vec!["A: b".into()];
+        assert!(matches!(Plan::new(header), Err(PlanError::HttpOnly(_))));
     }
 
     #[test]

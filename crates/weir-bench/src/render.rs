@@ -13,23 +13,33 @@ pub fn text(report: &Report) -> String {
         Some(rate) => format!("open loop at {rate} req/s"),
         None => "closed loop".to_owned(),
     };
-    let stop = match (settings.duration_s, settings.requests) {
-        (Some(seconds), _) => format!("for {seconds} s"),
-        (None, Some(count)) => format!("for {count} requests"),
-        (None, None) => String::new(),
-    };
     let urls = match settings.urls.as_slice() {
         [one] => one.clone(),
         many => format!("{} URLs", many.len()),
     };
+    // HTTP: `GET http://...`; L4: `tcp://... (L4 rr, 64 B)`.
+    let (what, unit, noun) = match (settings.l4_mode, settings.l4_size) {
+        (Some(mode), Some(size)) => (
+            format!("{urls} (L4 {mode}, {size} B)"),
+            "trans/s",
+            "transactions",
+        ),
+        _ => (format!("{} {urls}", settings.method), "req/s", "responses"),
+    };
+    let stop = match (settings.duration_s, settings.requests) {
+        (Some(seconds), _) => format!("for {seconds} s"),
+        (None, Some(count)) if settings.l4_mode.is_some() => format!("for {count} transactions"),
+        (None, Some(count)) => format!("for {count} requests"),
+        (None, None) => String::new(),
+    };
     let _ = writeln!(
         out,
-        "weir bench {} {urls}: {pacing}, {} connections ({}) on {} threads, {stop}",
-        settings.method, settings.connections, settings.connection_mode, settings.threads
+        "weir bench {what}: {pacing}, {} connections ({}) on {} threads, {stop}",
+        settings.connections, settings.connection_mode, settings.threads
     );
     let _ = writeln!(
         out,
-        "  {} responses in {:.2} s: {:.1} req/s, {:.2} MB/s received, {} connections opened",
+        "  {} {noun} in {:.2} s: {:.1} {unit}, {:.2} MB/s received, {} connections opened",
         report.requests.completed,
         report.elapsed_s,
         report.requests_per_s,

@@ -7,7 +7,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::driver::Outcome;
-use crate::plan::{ConnectionMode, Pacing, Plan, Stop};
+use crate::plan::{ConnectionMode, Pacing, Plan, Protocol, Stop};
 use crate::record::{ErrorKind, Record};
 
 /// The schema name and version of the JSON document.
@@ -50,13 +50,19 @@ pub struct SettingsReport {
     /// `"keep-alive"` or `"close"`.
     pub connection_mode: &'static str,
     pub timeout_s: f64,
+    /// `"http1"` or `"tcp"` (L4 against an echo server).
+    pub protocol: &'static str,
+    /// L4: `"connect"` or `"rr"`; HTTP: null.
+    pub l4_mode: Option<&'static str>,
+    /// L4: bytes sent (and read back) per transaction; HTTP: null.
+    pub l4_size: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Requests {
     /// Responses received, any status.
     pub completed: u64,
-    /// Responses with status below 400.
+    /// Responses with status below 400 (every completed L4 transaction).
     pub successful: u64,
     /// Responses with status 400 or more.
     pub non_2xx: u64,
@@ -256,6 +262,18 @@ fn settings(plan: &Plan) -> SettingsReport {
             ConnectionMode::Close => "close",
         },
         timeout_s: plan.timeout.as_secs_f64(),
+        protocol: match plan.protocol {
+            Protocol::Http1 => "http1",
+            Protocol::Tcp { .. } => "tcp",
+        },
+        l4_mode: match plan.protocol {
+            Protocol::Http1 => None,
+            Protocol::Tcp { mode, .. } => Some(mode.name()),
+        },
+        l4_size: match plan.protocol {
+            Protocol::Http1 => None,
+            Protocol::Tcp { size, .. } => Some(size),
+        },
     }
 }
 

@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use weir_http::{Limits, RequestHead};
 
-use crate::plan::{ConnectionMode, Plan, PlanError, Settings, Stop, UrlOrder};
+use crate::plan::{ConnectionMode, L4Mode, Plan, PlanError, Settings, Stop, UrlOrder};
 use crate::report::Report;
 
 const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
@@ -202,6 +202,8 @@ pub fn run(options: SelftestOptions) -> io::Result<SelftestOutcome> {
         mode: ConnectionMode::KeepAlive,
         timeout: Duration::from_secs(5),
         progress: false,
+        l4_mode: L4Mode::RequestResponse,
+        l4_size: None,
     })
     .map_err(|error: PlanError| io::Error::other(error.to_string()))?;
     let outcome = crate::driver::execute(&plan);

@@ -532,7 +532,7 @@ fn timed_out(what: &str) -> io::Error {
 }
 
 /// Allocates `bytes` and writes one byte per page so the memory is really resident.
-fn ballast(bytes: usize) -> Vec<u8> {
+pub(crate) fn ballast(bytes: usize) -> Vec<u8> {
     let mut ballast = vec![0u8; bytes];
     for page in ballast.iter_mut().step_by(4096) {
         *page = 1;

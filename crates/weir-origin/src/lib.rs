@@ -20,6 +20,9 @@
 //! | `/healthz` | 200 `ok` |
 //! | anything else | 404 `not found\n` |
 //!
+//! With [`OriginMode::Echo`] it is instead a raw TCP echo server (for the L4 benchmarks): every
+//! byte read is written back, under the same connection cap, counters and shutdown.
+//!
 //! Every method is answered; HEAD gets the headers (and Content-Length) GET would get. Query
 //! parameters combine on any path: `delay=MS`, `status=CODE`, `bytes=N` (replaces the body) and
 //! `chunked=1` (chunked transfer coding, for HTTP/1.1 clients). A malformed head, an invalid
@@ -65,9 +68,10 @@ mod response;
 mod routes;
 mod server;
 mod stats;
+mod tcp_echo;
 
 pub use echo::{EchoReport, parse_echo_json};
-pub use options::OriginOptions;
+pub use options::{OriginMode, OriginOptions};
 pub use response::BODY_PATTERN;
 pub use routes::{MAX_BODY_BYTES, MAX_DELAY_MS};
 pub use server::Origin;

@@ -24,6 +24,21 @@ pub struct OriginOptions {
     /// Bytes each open connection holds allocated and touched, to model a server whose memory
     /// grows with its connections. 0 (the default) holds nothing.
     pub per_connection_memory: usize,
+    /// What the origin speaks: HTTP/1.1 (the default) or raw TCP echo.
+    pub mode: OriginMode,
+}
+
+/// What an origin speaks on its connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OriginMode {
+    /// The HTTP/1.1 server with its routes.
+    #[default]
+    Http,
+    /// A raw TCP echo server (the L4 benchmarks): every byte read is written back, until the
+    /// client closes (answered with FIN), `idle_timeout` passes with nothing read, or shutdown.
+    /// `keep_alive` does not apply; the cap, `per_connection_memory` and the connection
+    /// counters do, and `bytes_echoed` counts what was written back.
+    Echo,
 }
 
 impl OriginOptions {
@@ -39,7 +54,7 @@ impl OriginOptions {
 
 impl Default for OriginOptions {
     /// Name `origin`, `127.0.0.1:0`, no connection cap, keep-alive on, 60 s idle timeout,
-    /// no per-connection memory.
+    /// no per-connection memory, HTTP.
     fn default() -> OriginOptions {
         OriginOptions {
             name: "origin".to_owned(),
@@ -48,6 +63,7 @@ impl Default for OriginOptions {
             keep_alive: true,
             idle_timeout: Duration::from_secs(60),
             per_connection_memory: 0,
+            mode: OriginMode::Http,
         }
     }
 }

@@ -12,9 +12,9 @@ use tokio::task::{JoinError, JoinSet};
 use tracing::{debug, error, warn};
 use weir_core::ShutdownSignal;
 
-use crate::connection;
-use crate::options::OriginOptions;
+use crate::options::{OriginMode, OriginOptions};
 use crate::stats::OriginStats;
+use crate::{connection, tcp_echo};
 
 /// Pending connections the kernel queues for `accept`.
 const LISTEN_BACKLOG: u32 = 1024;
@@ -141,13 +141,15 @@ fn admit(
     if let Err(error) = stream.set_nodelay(true) {
         debug!(%peer, %error, "origin could not set TCP_NODELAY");
     }
-    connections.spawn(connection::serve(
-        stream,
-        peer,
-        Arc::clone(shared),
-        shutdown.clone(),
-        open,
-    ));
+    let (shared, shutdown) = (Arc::clone(shared), shutdown.clone());
+    match shared.options.mode {
+        OriginMode::Http => {
+            connections.spawn(connection::serve(stream, peer, shared, shutdown, open))
+        }
+        OriginMode::Echo => {
+            connections.spawn(tcp_echo::serve(stream, peer, shared, shutdown, open))
+        }
+    };
 }
 
 /// Closes with SO_LINGER 0, so the client sees a reset, as from an overloaded server.

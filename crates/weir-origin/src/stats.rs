@@ -14,6 +14,7 @@ pub struct OriginStats {
     connections_peak: AtomicU64,
     connections_refused: AtomicU64,
     requests: AtomicU64,
+    bytes_echoed: AtomicU64,
 }
 
 /// A copy of [`OriginStats`] at one moment; this is the body of `GET /stats`.
@@ -31,6 +32,9 @@ pub struct StatsSnapshot {
     pub connections_refused: u64,
     /// Request heads parsed (malformed ones are not counted).
     pub requests: u64,
+    /// Echo mode: bytes written back to clients (0 in HTTP mode; absent in older documents).
+    #[serde(default)]
+    pub bytes_echoed: u64,
 }
 
 /// Reads a `/stats` JSON body; `None` if it is not one.
@@ -53,6 +57,7 @@ impl OriginStats {
             connections_peak: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            bytes_echoed: AtomicU64::new(0),
         }
     }
 
@@ -81,6 +86,11 @@ impl OriginStats {
         self.requests.load(Ordering::Relaxed)
     }
 
+    /// Echo mode: bytes written back to clients.
+    pub fn bytes_echoed(&self) -> u64 {
+        self.bytes_echoed.load(Ordering::Relaxed)
+    }
+
     /// All counters at once (each read on its own; they may be a request apart).
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
@@ -90,6 +100,7 @@ impl OriginStats {
             connections_peak: self.connections_peak(),
             connections_refused: self.connections_refused(),
             requests: self.requests(),
+            bytes_echoed: self.bytes_echoed(),
         }
     }
 
@@ -109,6 +120,10 @@ impl OriginStats {
 
     pub(crate) fn count_request(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_echoed(&self, bytes: u64) {
+        self.bytes_echoed.fetch_add(bytes, Ordering::Relaxed);
     }
 }
 
@@ -132,6 +147,7 @@ mod tests {
         drop(second);
         stats.count_refused();
         stats.count_request();
+        stats.count_echoed(7);
         let snapshot = stats.snapshot();
         assert_eq!(
             snapshot,
@@ -142,6 +158,7 @@ mod tests {
                 connections_peak: 2,
                 connections_refused: 1,
                 requests: 1,
+                bytes_echoed: 7,
             }
         );
     }
@@ -153,5 +170,11 @@ mod tests {
         let json = serde_json::to_vec(&stats.snapshot()).expect("plain struct serialises");
         assert_eq!(parse_stats_json(&json), Some(stats.snapshot()));
         assert_eq!(parse_stats_json(b"not json"), None);
+        // Documents from before `bytes_echoed` still parse.
+        let old = br#"{"name":"a","connections_accepted":1,"connections_open":0,"connections_peak":1,"connections_refused":0,"requests":2}"#;
+        assert_eq!(
+            parse_stats_json(old).map(|snapshot| snapshot.bytes_echoed),
+            Some(0)
+        );
     }
 }

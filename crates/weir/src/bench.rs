@@ -5,9 +5,9 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use weir_bench::{ConnectionMode, Plan, Settings, Stop, UrlOrder, selftest};
+use weir_bench::{ConnectionMode, L4Mode, Plan, Settings, Stop, UrlOrder, selftest};
 
-use crate::cli::{BenchArgs, BenchCommand};
+use crate::cli::{BenchArgs, BenchCommand, L4ModeArg};
 
 /// Without `-d` or `-n`, a run lasts this long.
 const DEFAULT_DURATION: Duration = Duration::from_secs(10);
@@ -58,6 +58,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         },
         timeout: args.timeout,
         progress: !args.no_progress && std::io::stderr().is_terminal(),
+        l4_mode: match args.l4_mode {
+            L4ModeArg::Connect => L4Mode::Connect,
+            L4ModeArg::Rr => L4Mode::RequestResponse,
+        },
+        l4_size: args.l4_size,
     })?;
     let report = weir_bench::run(&plan).context("bench run")?;
     if args.json {
@@ -113,6 +118,21 @@ mod tests {
         let args = bench(&["-d", "250ms", "-f", "urls.txt"]).expect("a URL file alone is enough");
         assert_eq!(args.duration, Some(std::time::Duration::from_millis(250)));
         assert!(bench(&[]).is_err(), "no URL");
+        let args = bench(&[
+            "--l4-mode",
+            "connect",
+            "--l4-size",
+            "128",
+            "tcp://127.0.0.1:9",
+        ])
+        .expect("an L4 run parses");
+        assert_eq!(args.l4_mode, crate::cli::L4ModeArg::Connect);
+        assert_eq!(args.l4_size, Some(128));
+        assert_eq!(
+            bench(&["tcp://127.0.0.1:9"]).expect("parses").l4_mode,
+            crate::cli::L4ModeArg::Rr
+        );
+        assert!(bench(&["--l4-mode", "udp", "tcp://a:1"]).is_err());
         assert!(
             bench(&["-d", "1s", "-n", "5", "http://a/"]).is_err(),
             "-d conflicts with -n"

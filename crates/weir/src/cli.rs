@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// weir: an application delivery controller — traffic management, TCP
 /// connection offload, and the tools to measure them.
@@ -66,6 +66,10 @@ pub struct OriginArgs {
     /// Worker threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Raw TCP echo server instead of HTTP (for `weir bench tcp://...`): every byte read is
+    /// written back.
+    #[arg(long)]
+    pub echo: bool,
 }
 
 /// `weir bench URL...` (or `weir bench selftest`).
@@ -74,7 +78,8 @@ pub struct OriginArgs {
 pub struct BenchArgs {
     #[command(subcommand)]
     pub command: Option<BenchCommand>,
-    /// URLs to load (http:// only for now), taken in turn by each connection.
+    /// URLs to load, taken in turn by each connection: http://..., or tcp://HOST:PORT for L4
+    /// against an echo server (`weir origin --echo`).
     #[arg(required_unless_present_any = ["url_file"])]
     pub urls: Vec<String>,
     /// Connections, split across the threads.
@@ -122,6 +127,22 @@ pub struct BenchArgs {
     /// No live progress line (it is shown only when stderr is a terminal anyway).
     #[arg(long)]
     pub no_progress: bool,
+    /// tcp:// URLs: connections per second (`connect`) or request/response on persistent
+    /// connections (`rr`).
+    #[arg(long, value_enum, default_value_t = L4ModeArg::Rr)]
+    pub l4_mode: L4ModeArg,
+    /// tcp:// URLs: bytes sent and read back per transaction (default: 64 for rr, 0 for connect).
+    #[arg(long)]
+    pub l4_size: Option<usize>,
+}
+
+/// `--l4-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum L4ModeArg {
+    /// Connect, send/receive --l4-size bytes (if any), close: one transaction per connection.
+    Connect,
+    /// Send --l4-size bytes and read them back, repeatedly, on persistent connections.
+    Rr,
 }
 
 #[derive(Debug, Subcommand)]

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use weir_core::Shutdown;
-use weir_origin::{Origin, OriginOptions};
+use weir_origin::{Origin, OriginMode, OriginOptions};
 
 use crate::cli::OriginArgs;
 use crate::serve::{runtime, wait_for_signal};
@@ -19,12 +19,17 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
             max_connections: args.max_connections,
             keep_alive: !args.no_keep_alive,
             per_connection_memory: args.per_connection_memory,
+            mode: if args.echo {
+                OriginMode::Echo
+            } else {
+                OriginMode::Http
+            },
             ..OriginOptions::new(args.name, args.listen)
         };
         let origin = Origin::bind(options)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
-        tracing::info!(listen = %origin.local_addr(), "origin serving");
+        tracing::info!(listen = %origin.local_addr(), echo = args.echo, "origin serving");
         let (shutdown, signal) = Shutdown::new();
         let server = tokio::spawn(origin.run(signal));
         wait_for_signal().await;

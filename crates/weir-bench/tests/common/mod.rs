@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_bench::{ConnectionMode, Plan, Settings, Stop, UrlOrder};
+use weir_bench::{ConnectionMode, L4Mode, Plan, Settings, Stop, UrlOrder};
 use weir_core::Shutdown;
 use weir_origin::{Origin, OriginOptions, OriginStats};
 
@@ -22,16 +22,22 @@ pub struct TestOrigin {
 
 impl TestOrigin {
     pub fn start() -> TestOrigin {
+        TestOrigin::with_options(OriginOptions::default())
+    }
+
+    /// `weir origin` with `options` (name and listen address are the test's).
+    pub fn with_options(options: OriginOptions) -> TestOrigin {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("runtime");
         let origin = runtime
-            .block_on(Origin::bind(OriginOptions::new(
-                "bench-test",
-                "127.0.0.1:0".parse().expect("address"),
-            )))
+            .block_on(Origin::bind(OriginOptions {
+                name: "bench-test".to_owned(),
+                listen: "127.0.0.1:0".parse().expect("address"),
+                ..options
+            }))
             .expect("bind a loopback port");
         let address = origin.local_addr();
         let stats = origin.stats();
@@ -47,6 +53,25 @@ impl TestOrigin {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.address)
+    }
+
+    /// The `tcp://` URL of an echo origin.
+    pub fn tcp_url(&self) -> String {
+        format!("tcp://{}", self.address)
+    }
+
+    /// Waits (up to 10 s) until `condition` holds of the origin's counters, which are updated
+    /// just after the client sees the answer.
+    pub fn eventually(&self, what: &str, condition: impl Fn(&OriginStats) -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !condition(&self.stats) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {:?}",
+                self.stats.snapshot()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     pub fn stop(self) {
@@ -70,6 +95,8 @@ pub fn settings(urls: Vec<String>, stop: Stop) -> Settings {
         mode: ConnectionMode::KeepAlive,
         timeout: Duration::from_secs(5),
         progress: false,
+        l4_mode: L4Mode::RequestResponse,
+        l4_size: None,
     }
 }
 
