@@ -35,6 +35,9 @@ pub struct Outcome {
     pub record: Record,
     /// From the start to the last response (or failure).
     pub elapsed: Duration,
+    /// CPU seconds (user + system) the bench threads used, summed; `None` where the
+    /// operating system does not say (see [`crate::cpu`]).
+    pub client_cpu_s: Option<f64>,
 }
 
 /// Runs `plan` to its stop condition on its own threads; blocks until done.
@@ -68,9 +71,13 @@ pub fn execute(plan: &Plan) -> io::Result<Outcome> {
     }
     let mut record = Record::new();
     let mut failure = None;
+    let mut client_cpu_s = Some(0.0);
     for thread in threads {
         match thread.join() {
-            Ok(Ok(thread_record)) => record.merge(&thread_record),
+            Ok(Ok((thread_record, cpu))) => {
+                record.merge(&thread_record);
+                client_cpu_s = client_cpu_s.zip(cpu).map(|(sum, cpu)| sum + cpu);
+            }
             Ok(Err(error)) => failure = Some(error),
             Err(_) => failure = Some(io::Error::other("a bench thread panicked")),
         }
@@ -79,7 +86,11 @@ pub fn execute(plan: &Plan) -> io::Result<Outcome> {
     progress::finish(&live, progress);
     match failure {
         Some(error) => Err(error),
-        None => Ok(Outcome { record, elapsed }),
+        None => Ok(Outcome {
+            record,
+            elapsed,
+            client_cpu_s,
+        }),
     }
 }
 
@@ -94,7 +105,8 @@ struct ThreadContext {
 }
 
 impl ThreadContext {
-    fn run(self, slots: std::ops::Range<usize>) -> io::Result<Record> {
+    /// Runs the thread's slots; returns what they recorded and the thread's CPU time.
+    fn run(self, slots: std::ops::Range<usize>) -> io::Result<(Record, Option<f64>)> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -105,7 +117,8 @@ impl ThreadContext {
             local.spawn_local(drive_slot(Rc::clone(&context), Rc::clone(&record), slot));
         }
         runtime.block_on(local);
-        Ok(record.take())
+        // A fresh thread: its whole CPU time is this run's.
+        Ok((record.take(), crate::cpu::thread_cpu_seconds()))
     }
 }
 

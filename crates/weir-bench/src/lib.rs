@@ -17,6 +17,9 @@
 //! (keep-alive or a new connection per request) and protocol (HTTP/1.1 or L4 echo) are
 //! independent values of one [`Plan`], read by the one driver.
 //!
+//! [`suite`] (`weir bench suite`) runs the Zeus matrix — a table of row specs — as short runs
+//! through the same driver, against one target or two in interleaved slices.
+//!
 //! # Example
 //!
 //! ```no_run
@@ -45,6 +48,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod cpu;
 mod driver;
 mod http1;
 mod l4;
@@ -55,6 +59,7 @@ pub mod render;
 pub mod report;
 mod schedule;
 pub mod selftest;
+pub mod suite;
 
 pub use plan::{
     ConnectionMode, DEFAULT_L4_SIZE, L4Mode, Pacing, Plan, PlanError, Protocol, Settings, Stop,

@@ -5,9 +5,10 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use weir_bench::suite::{self, SuiteSettings, SuiteTarget};
 use weir_bench::{ConnectionMode, L4Mode, Plan, Settings, Stop, UrlOrder, selftest};
 
-use crate::cli::{BenchArgs, BenchCommand, L4ModeArg};
+use crate::cli::{BenchArgs, BenchCommand, L4ModeArg, SuiteArgs};
 
 /// Without `-d` or `-n`, a run lasts this long.
 const DEFAULT_DURATION: Duration = Duration::from_secs(10);
@@ -21,6 +22,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             bail!("selftest failed: corrected percentiles are off the analytic distribution");
         }
         return Ok(());
+    }
+    if let Some(BenchCommand::Suite(suite)) = args.command {
+        return run_suite(*suite);
     }
     let mut urls = args.urls;
     if let Some(file) = &args.url_file {
@@ -73,6 +77,39 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `weir bench suite`.
+fn run_suite(args: SuiteArgs) -> anyhow::Result<()> {
+    let mut targets = vec![SuiteTarget {
+        base: args.target,
+        l4: args.l4.clone(),
+    }];
+    if let Some(base) = args.compare {
+        targets.push(SuiteTarget {
+            base,
+            l4: args.compare_l4.or(args.l4),
+        });
+    }
+    let report = suite::run(&SuiteSettings {
+        targets,
+        row_duration: if args.quick {
+            Duration::from_secs(1)
+        } else {
+            args.row_duration
+        },
+        slices: args.slices,
+        connections: args.connections,
+        threads: args.threads,
+        timeout: args.timeout,
+    })
+    .context("bench suite")?;
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", suite::text(&report));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -91,6 +128,28 @@ mod tests {
     fn arguments() {
         let args = bench(&["selftest"]).expect("selftest parses");
         assert!(matches!(args.command, Some(BenchCommand::Selftest)));
+        let args = bench(&[
+            "suite",
+            "http://127.0.0.1:1",
+            "--compare",
+            "http://127.0.0.1:2",
+            "--l4",
+            "127.0.0.1:3",
+            "--quick",
+            "--slices",
+            "3",
+            "--json",
+        ])
+        .expect("a suite parses");
+        let Some(BenchCommand::Suite(suite)) = args.command else {
+            panic!("parsed as {:?}", args.command);
+        };
+        assert_eq!(suite.compare.as_deref(), Some("http://127.0.0.1:2"));
+        assert_eq!(suite.l4.as_deref(), Some("127.0.0.1:3"));
+        assert!(suite.quick && suite.json);
+        assert_eq!(suite.slices, 3);
+        assert_eq!(suite.row_duration, std::time::Duration::from_secs(5));
+        assert!(bench(&["suite"]).is_err(), "a suite needs a target");
         let args = bench(&[
             "-c",
             "8",

@@ -149,4 +149,46 @@ pub enum L4ModeArg {
 pub enum BenchCommand {
     /// Prove the coordinated-omission correction against a server that stalls on a schedule.
     Selftest,
+    /// The Zeus matrix against a target serving `weir origin`'s paths, in one table.
+    Suite(Box<SuiteArgs>),
+}
+
+/// `weir bench suite TARGET [--compare TARGET2]`.
+#[derive(Debug, Args)]
+pub struct SuiteArgs {
+    /// HTTP base URL serving `weir origin`'s paths (directly or through a proxy), e.g.
+    /// http://127.0.0.1:8080.
+    pub target: String,
+    /// Run the same suite against this second target too, in interleaved slices, and print
+    /// both with the ratio B/A.
+    #[arg(long)]
+    pub compare: Option<String>,
+    /// Echo server (`weir origin --echo`) HOST:PORT for the L4 rows of TARGET (default: the
+    /// L4 rows are n/a).
+    #[arg(long)]
+    pub l4: Option<String>,
+    /// Echo server HOST:PORT for the L4 rows of the --compare target (default: --l4).
+    #[arg(long, requires = "compare")]
+    pub compare_l4: Option<String>,
+    /// Time per row per target.
+    #[arg(long, value_parser = weir_bench::parse_duration, default_value = "5s")]
+    pub row_duration: Duration,
+    /// Rows of 1 s (overrides --row-duration).
+    #[arg(long)]
+    pub quick: bool,
+    /// Each row runs in this many slices per target, interleaved A, B, A, B …, summed.
+    #[arg(long, default_value_t = 2)]
+    pub slices: u32,
+    /// Connections per row.
+    #[arg(short, long, default_value_t = 50)]
+    pub connections: usize,
+    /// Worker threads (default: one per core).
+    #[arg(short, long)]
+    pub threads: Option<usize>,
+    /// Give up on a request after this long.
+    #[arg(long, value_parser = weir_bench::parse_duration, default_value = "5s")]
+    pub timeout: Duration,
+    /// Print the `weir-bench-suite/1` JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }

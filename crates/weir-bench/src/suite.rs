@@ -1,0 +1,584 @@
+//! `weir bench suite`: the Zeus test matrix in one command. Every row is a short run through
+//! the one driver ([`crate::run`]); the rows are data ([`ROWS`]), not code per row.
+//!
+//! With two targets (`--compare`) each row runs in interleaved slices — A, B, A, B … — and the
+//! slices of each target are summed, so drift in the machine (thermal, other load) falls on
+//! both columns alike. Each result measures the CPU time of the bench's own worker threads
+//! during the row and flags itself "client-bound" when that reached [`CLIENT_BOUND`] of the
+//! threads it ran (each thread at 90 % or more of a core, on average).
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::plan::{ConnectionMode, L4Mode, Plan, PlanError, Settings, Stop, UrlOrder};
+use crate::report::Report;
+
+/// The schema name and version of the suite's JSON document.
+pub const SUITE_SCHEMA: &str = "weir-bench-suite/1";
+/// A result is client-bound when the bench used at least this share of its threads' CPU.
+pub const CLIENT_BOUND: f64 = 0.9;
+
+/// What a row measures and how its value is expressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowKind {
+    /// L4 against the echo server: connections per second (`connect` mode).
+    L4Connect,
+    /// L4 against the echo server: request/response on persistent connections, `size` bytes.
+    L4Rr { size: usize },
+    /// HTTP/1.1 GET of `path`, whose body is `size` bytes; `close`: a connection per request.
+    Http {
+        path: &'static str,
+        size: usize,
+        close: bool,
+        throughput: bool,
+    },
+    /// Not measured; the reason is shown in the row.
+    NotAvailable(&'static str),
+}
+
+/// One row of the matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowSpec {
+    pub name: &'static str,
+    pub kind: RowKind,
+}
+
+const TLS_NOT_BUILT: &str = "n/a (TLS not built yet)";
+const NO_CACHE: &str = "n/a (target does not cache)";
+const NO_L4: &str = "n/a (no --l4)";
+
+/// The Zeus matrix, in order.
+pub const ROWS: &[RowSpec] = &[
+    RowSpec {
+        name: "L4 conn/s",
+        kind: RowKind::L4Connect,
+    },
+    RowSpec {
+        name: "L4 req/s (64 B)",
+        kind: RowKind::L4Rr { size: 64 },
+    },
+    RowSpec {
+        name: "HTTP conn/s",
+        kind: RowKind::Http {
+            path: "/bytes/0",
+            size: 0,
+            close: true,
+            throughput: false,
+        },
+    },
+    RowSpec {
+        name: "HTTP req/s (0 B)",
+        kind: RowKind::Http {
+            path: "/bytes/0",
+            size: 0,
+            close: false,
+            throughput: false,
+        },
+    },
+    RowSpec {
+        name: "2 KB req/s",
+        kind: RowKind::Http {
+            path: "/bytes/2048",
+            size: 2048,
+            close: false,
+            throughput: false,
+        },
+    },
+    RowSpec {
+        name: "8 KB req/s",
+        kind: RowKind::Http {
+            path: "/bytes/8192",
+            size: 8192,
+            close: false,
+            throughput: false,
+        },
+    },
+    RowSpec {
+        name: "1 MB throughput",
+        kind: RowKind::Http {
+            path: "/bytes/1048576",
+            size: 1_048_576,
+            close: false,
+            throughput: true,
+        },
+    },
+    RowSpec {
+        name: "TLS conn/s",
+        kind: RowKind::NotAvailable(TLS_NOT_BUILT),
+    },
+    RowSpec {
+        name: "TLS throughput",
+        kind: RowKind::NotAvailable(TLS_NOT_BUILT),
+    },
+    RowSpec {
+        name: "cache req/s",
+        kind: RowKind::NotAvailable(NO_CACHE),
+    },
+    RowSpec {
+        name: "cache throughput",
+        kind: RowKind::NotAvailable(NO_CACHE),
+    },
+];
+
+impl RowSpec {
+    /// The unit of the row's value.
+    pub fn unit(&self) -> &'static str {
+        match self.kind {
+            RowKind::L4Connect => "conn/s",
+            RowKind::L4Rr { .. } => "trans/s",
+            RowKind::Http { close: true, .. } => "conn/s",
+            RowKind::Http {
+                throughput: true, ..
+            } => "Gbit/s",
+            RowKind::Http { .. } => "req/s",
+            RowKind::NotAvailable(_) => "",
+        }
+    }
+}
+
+/// One target of the suite: an HTTP base URL and, optionally, an echo server for L4.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SuiteTarget {
+    /// `http://host:port` (a trailing `/` is ignored).
+    pub base: String,
+    /// `host:port` of an echo server; `None`: the L4 rows are n/a.
+    pub l4: Option<String>,
+}
+
+/// What `weir bench suite` was asked for.
+#[derive(Debug, Clone)]
+pub struct SuiteSettings {
+    /// One target, or two with `--compare` (B is the second).
+    pub targets: Vec<SuiteTarget>,
+    /// Time per row per target, split over the slices.
+    pub row_duration: Duration,
+    pub slices: u32,
+    pub connections: usize,
+    /// `None`: one per core.
+    pub threads: Option<usize>,
+    pub timeout: Duration,
+}
+
+/// Why the suite could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    #[error("a suite needs one or two targets")]
+    Targets,
+    #[error("--slices must be at least 1")]
+    Slices,
+    #[error("row {row:?}: {source}")]
+    Plan {
+        row: &'static str,
+        source: PlanError,
+    },
+    #[error("row {row:?}: {source}")]
+    Run {
+        row: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// One row's measurement against one target, summed over its slices.
+#[derive(Debug, Clone, Serialize)]
+pub struct RowResult {
+    /// The row's value in its unit.
+    pub value: f64,
+    pub requests: u64,
+    pub bytes: u64,
+    pub elapsed_s: f64,
+    pub requests_per_s: f64,
+    pub bytes_per_s: f64,
+    /// The largest p99 (corrected) of the slices.
+    pub p99_ms: f64,
+    pub errors: u64,
+    pub threads: usize,
+    /// CPU seconds the bench's worker threads used ÷ (elapsed seconds × threads), in
+    /// percent; null where it cannot be read.
+    pub client_cpu_percent: Option<f64>,
+    pub client_bound: bool,
+}
+
+/// One row of the suite's output.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteRow {
+    pub name: &'static str,
+    /// Empty for n/a rows.
+    pub unit: &'static str,
+    /// `"measured"` or `"n/a"`.
+    pub status: &'static str,
+    /// Why the row is n/a; null when measured.
+    pub note: Option<&'static str>,
+    /// One per target (empty when n/a).
+    pub results: Vec<RowResult>,
+    /// Compare: B's value ÷ A's; null otherwise or when A's is 0.
+    pub ratio: Option<f64>,
+}
+
+/// The whole suite; `serde_json::to_string` gives the `weir-bench-suite/1` document.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteReport {
+    pub schema: &'static str,
+    pub targets: Vec<SuiteTarget>,
+    pub row_duration_s: f64,
+    pub slices: u32,
+    pub connections: usize,
+    pub rows: Vec<SuiteRow>,
+}
+
+impl SuiteReport {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+/// Runs every row of [`ROWS`] against every target (blocking).
+pub fn run(settings: &SuiteSettings) -> Result<SuiteReport, SuiteError> {
+    if settings.targets.is_empty() || settings.targets.len() > 2 {
+        return Err(SuiteError::Targets);
+    }
+    if settings.slices == 0 {
+        return Err(SuiteError::Slices);
+    }
+    let mut rows = Vec::with_capacity(ROWS.len());
+    for spec in ROWS {
+        rows.push(run_row(settings, spec)?);
+    }
+    Ok(SuiteReport {
+        schema: SUITE_SCHEMA,
+        targets: settings.targets.clone(),
+        row_duration_s: settings.row_duration.as_secs_f64(),
+        slices: settings.slices,
+        connections: settings.connections,
+        rows,
+    })
+}
+
+fn not_available(spec: &RowSpec, note: &'static str) -> SuiteRow {
+    SuiteRow {
+        name: spec.name,
+        unit: "",
+        status: "n/a",
+        note: Some(note),
+        results: Vec::new(),
+        ratio: None,
+    }
+}
+
+fn run_row(settings: &SuiteSettings, spec: &RowSpec) -> Result<SuiteRow, SuiteError> {
+    if let RowKind::NotAvailable(note) = spec.kind {
+        return Ok(not_available(spec, note));
+    }
+    let is_l4 = matches!(spec.kind, RowKind::L4Connect | RowKind::L4Rr { .. });
+    if is_l4 && settings.targets.iter().any(|target| target.l4.is_none()) {
+        return Ok(not_available(spec, NO_L4));
+    }
+    let plans = settings
+        .targets
+        .iter()
+        .map(|target| plan_for(settings, spec, target))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| SuiteError::Plan {
+            row: spec.name,
+            source,
+        })?;
+    let mut sums: Vec<Sum> = plans.iter().map(|_| Sum::default()).collect();
+    for _ in 0..settings.slices {
+        for (plan, sum) in plans.iter().zip(&mut sums) {
+            let outcome = crate::driver::execute(plan).map_err(|source| SuiteError::Run {
+                row: spec.name,
+                source,
+            })?;
+            let report = Report::new(plan, &outcome);
+            sum.add(
+                &report,
+                outcome.elapsed.as_secs_f64(),
+                outcome.client_cpu_s,
+                plan.threads,
+            );
+        }
+    }
+    let results: Vec<RowResult> = sums.iter().map(|sum| sum.result(spec)).collect();
+    let ratio = match results.as_slice() {
+        [a, b] if a.value > 0.0 => Some(b.value / a.value),
+        _ => None,
+    };
+    Ok(SuiteRow {
+        name: spec.name,
+        unit: spec.unit(),
+        status: "measured",
+        note: None,
+        results,
+        ratio,
+    })
+}
+
+/// One slice's plan for `spec` against `target`.
+fn plan_for(
+    settings: &SuiteSettings,
+    spec: &RowSpec,
+    target: &SuiteTarget,
+) -> Result<Plan, PlanError> {
+    let slice = settings.row_duration / settings.slices;
+    let (url, mode, l4_mode, l4_size) = match spec.kind {
+        RowKind::L4Connect => (
+            format!("tcp://{}", target.l4.as_deref().unwrap_or_default()),
+            ConnectionMode::KeepAlive,
+            L4Mode::Connect,
+            None,
+        ),
+        RowKind::L4Rr { size } => (
+            format!("tcp://{}", target.l4.as_deref().unwrap_or_default()),
+            ConnectionMode::KeepAlive,
+            L4Mode::RequestResponse,
+            Some(size),
+        ),
+        RowKind::Http { path, close, .. } => (
+            format!("{}{path}", target.base.trim_end_matches('/')),
+            if close {
+                ConnectionMode::Close
+            } else {
+                ConnectionMode::KeepAlive
+            },
+            L4Mode::RequestResponse,
+            None,
+        ),
+        RowKind::NotAvailable(_) => unreachable!("n/a rows are not planned"),
+    };
+    Plan::new(Settings {
+        urls: vec![url],
+        method: "GET".to_owned(),
+        headers: Vec::new(),
+        body: Vec::new(),
+        order: UrlOrder::Sequential,
+        connections: settings.connections,
+        threads: settings.threads,
+        stop: Stop::Duration(slice),
+        rate: None,
+        mode,
+        timeout: settings.timeout,
+        progress: false,
+        l4_mode,
+        l4_size,
+    })
+}
+
+/// A row's slices against one target, added up.
+#[derive(Debug, Default)]
+struct Sum {
+    requests: u64,
+    bytes: u64,
+    elapsed_s: f64,
+    p99_ms: f64,
+    errors: u64,
+    wall_s: f64,
+    cpu_s: f64,
+    /// Some slice's CPU time could not be read.
+    cpu_unknown: bool,
+    threads: usize,
+}
+
+impl Sum {
+    fn add(&mut self, report: &Report, wall: f64, cpu: Option<f64>, threads: usize) {
+        self.requests += report.requests.completed;
+        self.bytes += report.bytes_received;
+        self.elapsed_s += report.elapsed_s;
+        self.p99_ms = self.p99_ms.max(report.latency_corrected.p99_ms);
+        self.errors += report.errors.total;
+        self.wall_s += wall;
+        self.threads = threads;
+        match cpu {
+            Some(cpu) => self.cpu_s += cpu,
+            None => self.cpu_unknown = true,
+        }
+    }
+
+    fn result(&self, spec: &RowSpec) -> RowResult {
+        let per_second = |count: f64| {
+            if self.elapsed_s > 0.0 {
+                count / self.elapsed_s
+            } else {
+                0.0
+            }
+        };
+        let requests_per_s = per_second(self.requests as f64);
+        let bytes_per_s = per_second(self.bytes as f64);
+        let value = match spec.kind {
+            RowKind::Http {
+                throughput: true, ..
+            } => bytes_per_s * 8.0 / 1e9,
+            _ => requests_per_s,
+        };
+        let client_cpu_percent = (!self.cpu_unknown && self.wall_s > 0.0 && self.threads > 0)
+            .then(|| self.cpu_s / (self.wall_s * self.threads as f64) * 100.0);
+        RowResult {
+            value,
+            requests: self.requests,
+            bytes: self.bytes,
+            elapsed_s: self.elapsed_s,
+            requests_per_s,
+            bytes_per_s,
+            p99_ms: self.p99_ms,
+            errors: self.errors,
+            threads: self.threads,
+            client_cpu_percent,
+            client_bound: client_cpu_percent.is_some_and(|cpu| cpu >= CLIENT_BOUND * 100.0),
+        }
+    }
+}
+
+/// Renders the suite as a table: row | value | unit | p99 ms | errors | note, one value
+/// column per target and a ratio column with `--compare`.
+pub fn text(report: &SuiteReport) -> String {
+    let compare = report.targets.len() == 2;
+    let mut out = String::new();
+    for (label, target) in ["A", "B"].iter().zip(&report.targets) {
+        let l4 = target.l4.as_deref().unwrap_or("none");
+        let _ = writeln!(out, "target {label}: {} (L4 echo: {l4})", target.base);
+    }
+    let _ = writeln!(
+        out,
+        "{} s per row per target in {} slice(s), {} connections\n",
+        report.row_duration_s, report.slices, report.connections
+    );
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    let mut header = vec!["row".to_owned()];
+    if compare {
+        header.extend(
+            [
+                "A", "B", "B/A", "unit", "p99 ms A", "p99 ms B", "errors", "note",
+            ]
+            .map(String::from),
+        );
+    } else {
+        header.extend(["value", "unit", "p99 ms", "errors", "note"].map(String::from));
+    }
+    lines.push(header);
+    for row in &report.rows {
+        let mut line = vec![row.name.to_owned()];
+        if let Some(note) = row.note {
+            let blanks = if compare { 7 } else { 4 };
+            line.extend(std::iter::repeat_n(String::new(), blanks));
+            line.push(note.to_owned());
+            lines.push(line);
+            continue;
+        }
+        let values = row.results.iter().map(|result| format_value(result.value));
+        line.extend(values);
+        if compare {
+            line.push(
+                row.ratio
+                    .map_or("-".to_owned(), |ratio| format!("{ratio:.2}")),
+            );
+        }
+        line.push(row.unit.to_owned());
+        line.extend(
+            row.results
+                .iter()
+                .map(|result| format!("{:.2}", result.p99_ms)),
+        );
+        let errors: Vec<String> = row.results.iter().map(|r| r.errors.to_string()).collect();
+        line.push(errors.join("/"));
+        // The client's CPU always, flagged when it was the limit.
+        let notes: Vec<String> = ["A", "B"]
+            .iter()
+            .zip(&row.results)
+            .map(|(label, result)| {
+                // Rounded down, so a percentage shown as 90 is always flagged.
+                let label = if compare {
+                    format!(" {label}")
+                } else {
+                    String::new()
+                };
+                match result.client_cpu_percent.map(f64::floor) {
+                    Some(cpu) if result.client_bound => {
+                        format!("client-bound{label} ({cpu:.0}% CPU)")
+                    }
+                    Some(cpu) => format!("client{label} {cpu:.0}% CPU"),
+                    None => format!("client{label} CPU unknown"),
+                }
+            })
+            .collect();
+        line.push(notes.join(", "));
+        lines.push(line);
+    }
+    let columns = lines.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|column| {
+            lines
+                .iter()
+                .filter_map(|line| line.get(column))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for line in &lines {
+        let cells: Vec<String> = line
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(column, (cell, width))| {
+                // The row name and the note left-aligned, numbers right-aligned.
+                if column == 0 || column + 1 == line.len() {
+                    format!("{cell:<width$}")
+                } else {
+                    format!("{cell:>width$}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", cells.join(" | ").trim_end());
+    }
+    out
+}
+
+fn format_value(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_bound_at_ninety_percent_of_the_threads() {
+        let spec = ROWS[3];
+        let sum = |cpu: Option<f64>| Sum {
+            requests: 1000,
+            bytes: 100_000,
+            elapsed_s: 1.0,
+            p99_ms: 1.0,
+            errors: 0,
+            wall_s: 1.0,
+            cpu_s: cpu.unwrap_or(0.0),
+            cpu_unknown: cpu.is_none(),
+            threads: 2,
+        };
+        let busy = sum(Some(1.9)).result(&spec);
+        assert!(busy.client_bound);
+        assert!((busy.client_cpu_percent.unwrap_or(0.0) - 95.0).abs() < 1e-9);
+        assert!(!sum(Some(1.7)).result(&spec).client_bound);
+        let unknown = sum(None).result(&spec);
+        assert!(!unknown.client_bound && unknown.client_cpu_percent.is_none());
+        assert_eq!(busy.value, 1000.0);
+        let gbit = sum(Some(0.0)).result(&ROWS[6]);
+        assert!((gbit.value - 0.0008).abs() < 1e-12);
+    }
+
+    #[test]
+    fn rows_are_the_zeus_matrix() {
+        assert_eq!(ROWS.len(), 11);
+        let measured = ROWS
+            .iter()
+            .filter(|row| !matches!(row.kind, RowKind::NotAvailable(_)))
+            .count();
+        assert_eq!(measured, 7);
+        assert_eq!(ROWS[6].unit(), "Gbit/s");
+        assert_eq!(ROWS[0].unit(), "conn/s");
+    }
+}

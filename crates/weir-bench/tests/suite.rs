@@ -1,0 +1,149 @@
+//! End-to-end: `weir bench suite` against in-process origins (HTTP and echo) on loopback, with
+//! tiny rows (200 ms) and few connections, so the load stays bounded.
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestOrigin;
+use weir_bench::suite::{self, ROWS, RowKind, SuiteReport, SuiteSettings, SuiteTarget};
+use weir_origin::{OriginMode, OriginOptions};
+
+fn echo_origin() -> TestOrigin {
+    TestOrigin::with_options(OriginOptions {
+        mode: OriginMode::Echo,
+        ..OriginOptions::default()
+    })
+}
+
+fn target(http: &TestOrigin, echo: Option<&TestOrigin>) -> SuiteTarget {
+    SuiteTarget {
+        base: http.url(""),
+        l4: echo.map(|echo| echo.address.to_string()),
+    }
+}
+
+fn settings(targets: Vec<SuiteTarget>, slices: u32) -> SuiteSettings {
+    SuiteSettings {
+        targets,
+        row_duration: Duration::from_millis(200),
+        slices,
+        connections: 4,
+        threads: Some(1),
+        timeout: Duration::from_secs(5),
+    }
+}
+
+/// Every measured row has a positive value, no errors, and bytes/s that agree with
+/// req/s × the body size (heads add a little).
+fn check_measured(report: &SuiteReport, columns: usize) {
+    assert_eq!(report.rows.len(), ROWS.len());
+    for (row, spec) in report.rows.iter().zip(ROWS) {
+        assert_eq!(row.name, spec.name);
+        if let RowKind::NotAvailable(note) = spec.kind {
+            assert_eq!(row.status, "n/a");
+            assert_eq!(row.note, Some(note));
+            assert!(row.results.is_empty());
+            continue;
+        }
+        assert_eq!(row.status, "measured", "{}", row.name);
+        assert_eq!(row.results.len(), columns);
+        for result in &row.results {
+            assert!(result.value > 0.0, "{}: {result:?}", row.name);
+            assert!(result.requests > 0, "{}", row.name);
+            assert_eq!(result.errors, 0, "{}: {result:?}", row.name);
+            assert!(result.p99_ms > 0.0, "{}", row.name);
+            if let RowKind::Http {
+                size, throughput, ..
+            } = spec.kind
+            {
+                let bodies = result.requests_per_s * size as f64;
+                // At most a few hundred bytes of head per response.
+                assert!(result.bytes_per_s >= bodies, "{}: {result:?}", row.name);
+                assert!(
+                    result.bytes_per_s <= bodies + result.requests_per_s * 400.0,
+                    "{}: {result:?}",
+                    row.name
+                );
+                if throughput {
+                    let gbit = result.bytes_per_s * 8.0 / 1e9;
+                    assert!((result.value - gbit).abs() <= 1e-9 * gbit.max(1.0));
+                } else {
+                    assert_eq!(result.value, result.requests_per_s);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_quick_suite_measures_every_row() {
+    let http = TestOrigin::start();
+    let echo = echo_origin();
+    let report = suite::run(&settings(vec![target(&http, Some(&echo))], 1)).expect("suite");
+    http.stop();
+    echo.stop();
+    check_measured(&report, 1);
+    assert!(report.rows.iter().all(|row| row.ratio.is_none()));
+    let text = suite::text(&report);
+    assert!(text.contains("| p99 ms |"), "{text}");
+    assert!(text.contains("n/a (TLS not built yet)"), "{text}");
+    assert!(text.contains("n/a (target does not cache)"), "{text}");
+    assert!(text.contains("Gbit/s"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("json");
+    assert_eq!(json["schema"], "weir-bench-suite/1");
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../schema/weir-bench-suite-1.json"))
+            .expect("the schema is JSON");
+    let violations = common::schema::validate(&schema, &json);
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert_eq!(json["rows"].as_array().map(Vec::len), Some(ROWS.len()));
+}
+
+#[test]
+fn without_l4_the_l4_rows_are_na() {
+    let http = TestOrigin::start();
+    let mut run = settings(vec![target(&http, None)], 1);
+    run.row_duration = Duration::from_millis(100);
+    let report = suite::run(&run).expect("suite");
+    http.stop();
+    for row in &report.rows[..2] {
+        assert_eq!(row.status, "n/a");
+        assert_eq!(row.note, Some("n/a (no --l4)"));
+    }
+    assert_eq!(report.rows[2].status, "measured");
+}
+
+#[test]
+fn compare_runs_both_targets_and_prints_ratios() {
+    let (http_a, echo_a) = (TestOrigin::start(), echo_origin());
+    let (http_b, echo_b) = (TestOrigin::start(), echo_origin());
+    let targets = vec![
+        target(&http_a, Some(&echo_a)),
+        target(&http_b, Some(&echo_b)),
+    ];
+    let report = suite::run(&settings(targets, 2)).expect("suite");
+    let served = (http_a.stats.snapshot(), http_b.stats.snapshot());
+    for origin in [http_a, echo_a, http_b, echo_b] {
+        origin.stop();
+    }
+    check_measured(&report, 2);
+    assert!(served.0.requests > 0 && served.1.requests > 0);
+    for row in report.rows.iter().filter(|row| row.status == "measured") {
+        let ratio = row.ratio.expect("a ratio per measured row");
+        let expected = row.results[1].value / row.results[0].value;
+        assert!((ratio - expected).abs() < 1e-9, "{}", row.name);
+        // Two slices of 100 ms each, summed.
+        assert!(row.results[0].elapsed_s >= 0.15, "{}", row.name);
+    }
+    let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("json");
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../schema/weir-bench-suite-1.json")).expect("schema");
+    let violations = common::schema::validate(&schema, &json);
+    assert!(violations.is_empty(), "{violations:#?}");
+    let text = suite::text(&report);
+    assert!(text.contains(" B/A |"), "{text}");
+    let first = format!("{:.2}", report.rows[0].ratio.unwrap_or_default());
+    assert!(text.contains(&first), "{text}");
+    assert!(text.contains("target B:"), "{text}");
+}
