@@ -32,7 +32,7 @@ pub async fn send_until_close(addr: SocketAddr, raw: &[u8]) -> Reply {
 }
 
 /// Reads until EOF (or a reset), for at most [`PATIENCE`].
-pub async fn read_until_close(stream: &mut TcpStream) -> Reply {
+pub async fn read_until_close<R: tokio::io::AsyncRead + Unpin>(stream: &mut R) -> Reply {
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -278,24 +278,5 @@ async fn record(
 
 /// [`read_until_close`] for the read half of a split stream.
 pub async fn read_half_until_close(reader: &mut tokio::net::tcp::OwnedReadHalf) -> Reply {
-    let mut bytes = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        match tokio::time::timeout_at(deadline, reader.read(&mut chunk)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => {
-                return Reply {
-                    bytes,
-                    closed: true,
-                };
-            }
-            Ok(Ok(n)) => bytes.extend_from_slice(&chunk[..n]),
-            Err(_) => {
-                return Reply {
-                    bytes,
-                    closed: false,
-                };
-            }
-        }
-    }
+    read_until_close(reader).await
 }
