@@ -185,9 +185,9 @@ impl NodeConnections {
                 return Some(connection);
             }
             state.open -= 1;
+            self.metrics.connections_open.set(i64::from(state.open));
             stale.push(connection);
         }
-        self.metrics.connections_open.set(i64::from(state.open));
         None
     }
 
