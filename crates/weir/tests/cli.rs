@@ -68,6 +68,18 @@ fn check_reports_file_line_and_key_path() {
     assert!(stderr.contains(&expected), "{stderr}");
 }
 
+/// Runs `weir serve --config FILE`, expects it to fail, and returns its stderr.
+fn serve_fails(config: &tempfile_path::TempPath) -> String {
+    let output = weir()
+        .arg("serve")
+        .arg("--config")
+        .arg(config.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 #[test]
 fn serve_rejects_a_bad_config_before_binding() {
     // The listener would be valid; the pool reference is not.
@@ -77,14 +89,7 @@ fn serve_rejects_a_bad_config_before_binding() {
     let config = temp_config(&format!(
         "[virtual_servers.web]\nlisten = \"127.0.0.1:{port}\"\npool = \"missing\"\n\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
     ));
-    let output = weir()
-        .arg("serve")
-        .arg("--config")
-        .arg(config.path())
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = serve_fails(&config);
     assert!(stderr.contains("virtual_servers.web.pool"), "{stderr}");
     // Nothing was bound: the port is still free.
     assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
@@ -97,14 +102,7 @@ fn serve_names_an_address_in_use() {
     let config = temp_config(&format!(
         "[log]\nlevel = \"error\"\n[virtual_servers.web]\nlisten = \"{address}\"\npool = \"web\"\n\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
     ));
-    let output = weir()
-        .arg("serve")
-        .arg("--config")
-        .arg(config.path())
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = serve_fails(&config);
     assert!(
         stderr.contains(&format!("cannot listen on {address}")),
         "{stderr}"
