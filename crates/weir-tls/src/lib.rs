@@ -1,0 +1,1 @@
+//! TLS for weir.
