@@ -67,6 +67,7 @@ pub fn check_request_head(data: &[u8]) {
         via: Some("weir"),
         upgrade: false,
         strip_expect: false,
+        owned_header: Some(("X-Client-Subject", Some("CN=fuzz"))),
     };
     let mut out = BytesMut::new();
     write_request_head(&head, &forward, &mut out);

@@ -7,8 +7,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::model::{
-    ClientLimits, ClientTimeouts, Log, LogFormat, PassiveHealth, Runtime, UpstreamConnections,
-    UpstreamTimeouts,
+    ClientLimits, ClientTimeouts, KeyExchangeGroup, Log, LogFormat, PassiveHealth, Runtime,
+    TlsVersion, UpstreamConnections, UpstreamTimeouts,
 };
 
 const KIB: u64 = 1024;
@@ -60,6 +60,19 @@ pub const BASE_EJECTION: Duration = Duration::from_secs(10);
 pub const MAX_EJECTION: Duration = Duration::from_secs(5 * 60);
 
 pub const ORIGIN_KEEP_ALIVE: bool = true;
+
+pub const TLS_VERSIONS: &[TlsVersion] = &[TlsVersion::Tls12, TlsVersion::Tls13];
+pub const TLS_GROUPS: &[KeyExchangeGroup] =
+    &[KeyExchangeGroup::X25519, KeyExchangeGroup::Secp256r1];
+pub const TLS_ALPN: &[&str] = &["http/1.1"];
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const MAX_HANDSHAKES: NonZeroU32 = nonzero(1024);
+pub const SESSION_TICKETS: bool = true;
+pub const TICKET_ROTATION: Duration = Duration::from_secs(60 * 60);
+pub const SESSION_CACHE_SIZE: u32 = 20_000;
+pub const SESSION_CACHE_LIFETIME: Duration = Duration::from_secs(5 * 60);
+pub const UPSTREAM_TLS_VERIFY: bool = true;
+pub const UPSTREAM_SESSION_RESUMPTION: bool = true;
 
 impl Default for Runtime {
     fn default() -> Self {

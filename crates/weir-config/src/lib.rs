@@ -70,6 +70,15 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     })?;
     let mut config = parse_str(&text, &file_name)?;
     config.source = Some(path.to_path_buf());
+    // Files named in the config are relative to the config file, not to the
+    // directory weir happens to be started in.
+    if let Some(dir) = path.parent() {
+        for file in config.file_refs_mut() {
+            if file.path.is_relative() {
+                file.path = dir.join(&file.path);
+            }
+        }
+    }
     Ok(config)
 }
 
@@ -107,7 +116,7 @@ pub fn parse_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
         }
         ConfigError::single(file_name, line, path.to_string(), message)
     })?;
-    Config::try_from(&file).map_err(|problems| {
+    let mut config = Config::try_from(&file).map_err(|problems| {
         let mut errors: Vec<Diagnostic> = problems
             .into_iter()
             .map(|problem| locator.diagnostic(problem))
@@ -118,7 +127,32 @@ pub fn parse_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
             file: file_name.to_owned(),
             errors,
         }
-    })
+    })?;
+    for file in config.file_refs_mut() {
+        file.line = locator.line_of(&file.key);
+    }
+    Ok(config)
+}
+
+impl Config {
+    /// The name errors in this configuration carry: its file, or `<embedded default>`.
+    pub fn file_name(&self) -> String {
+        self.source.as_ref().map_or_else(
+            || EMBEDDED_DEFAULT_NAME.to_owned(),
+            |path| path.display().to_string(),
+        )
+    }
+
+    /// A configuration error about a file the configuration names (a
+    /// certificate that cannot be read, say), reported like a validation error.
+    pub fn file_error(&self, file: &FileRef, message: impl Into<String>) -> ConfigError {
+        ConfigError::single(
+            &self.file_name(),
+            file.line,
+            file.key.to_string(),
+            message.into(),
+        )
+    }
 }
 
 /// The built-in configuration ([`EMBEDDED_DEFAULT`]), parsed.

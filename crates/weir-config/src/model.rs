@@ -9,6 +9,8 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::KeyPath;
+
 /// A whole, validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -77,6 +79,8 @@ pub struct VirtualServer {
     pub forwarded_headers: bool,
     /// Size of the listen backlog.
     pub backlog: u32,
+    /// TLS termination; `Some` exactly when `protocol` is [`Protocol::Https`].
+    pub tls: Option<ServerTls>,
 }
 
 /// The protocol a virtual server speaks to clients.
@@ -84,6 +88,8 @@ pub struct VirtualServer {
 pub enum Protocol {
     /// HTTP/1.1 (and 1.0) over plain TCP.
     Http,
+    /// HTTP/1.1 over TLS, terminated by weir.
+    Https,
 }
 
 /// A routing rule: match on host and/or path prefix, send to a pool.
@@ -141,6 +147,8 @@ pub struct Pool {
     pub passive_health: PassiveHealth,
     /// When every node is down, send to all nodes anyway instead of answering 503.
     pub fail_open: bool,
+    /// TLS to the nodes; `None` means plain TCP.
+    pub tls: Option<UpstreamTls>,
 }
 
 /// A node: one server in a pool.
@@ -228,6 +236,152 @@ pub struct Origin {
     /// Connections accepted at once; past it new ones are refused. `None` means no cap.
     pub max_connections: Option<NonZeroU32>,
     pub keep_alive: bool,
+}
+
+/// A file named in the configuration, with where it was named, so that a
+/// problem found when the file is read later (a certificate that does not
+/// parse) is reported like any other configuration error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRef {
+    /// As written; relative paths are resolved against the config file's
+    /// directory by [`crate::load_file`].
+    pub path: PathBuf,
+    /// The key that named it (`virtual_servers.web.tls.certificates[0].cert`).
+    pub key: KeyPath,
+    /// Its line in the config file, when known.
+    pub line: Option<usize>,
+}
+
+/// TLS termination on a virtual server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerTls {
+    /// Certificates offered; chosen by SNI against each certificate's names,
+    /// then by the signature schemes the client supports (ECDSA before RSA).
+    /// The first one is the default when nothing matches or no SNI is sent.
+    pub certificates: Vec<CertificateSource>,
+    /// Protocol versions, a subset of 1.2 and 1.3.
+    pub versions: Vec<TlsVersion>,
+    /// IANA names of the cipher suites allowed, in preference order; `None`
+    /// means weir's defaults (AEAD suites only).
+    pub cipher_suites: Option<Vec<String>>,
+    /// Key exchange groups in preference order.
+    pub groups: Vec<KeyExchangeGroup>,
+    /// ALPN protocols offered, in preference order.
+    pub alpn: Vec<String>,
+    /// From accept to the end of the handshake; past it the connection is closed.
+    pub handshake_timeout: Duration,
+    /// Handshakes in progress at once on this virtual server; past it new
+    /// connections are closed at once.
+    pub max_handshakes: NonZeroU32,
+    /// Stateless resumption (TLS 1.3 and TLS 1.2 tickets).
+    pub session_tickets: bool,
+    /// Ticket keys are replaced this often; a ticket stays valid for two periods.
+    pub ticket_rotation: Duration,
+    /// Sessions kept in the stateful cache shared by all threads; 0 turns it off.
+    pub session_cache_size: usize,
+    /// How long a cached session may be resumed.
+    pub session_cache_lifetime: Duration,
+    pub client_auth: ClientAuth,
+    /// Request header that carries the verified client certificate's subject
+    /// to the node (removed from what the client sent either way).
+    pub client_subject_header: Option<String>,
+}
+
+/// The cipher suites weir can offer (IANA names): AEAD only, TLS 1.3 first.
+pub const CIPHER_SUITES: &[&str] = &[
+    "TLS13_AES_128_GCM_SHA256",
+    "TLS13_AES_256_GCM_SHA384",
+    "TLS13_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+];
+
+/// Where a server certificate comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CertificateSource {
+    /// A PEM chain (leaf first) and its PEM private key.
+    Files { cert: FileRef, key: FileRef },
+    /// Generated at start-up, self-signed, for these names (demos and tests).
+    SelfSigned { names: Vec<String>, key: KeyPath },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyExchangeGroup {
+    X25519,
+    Secp256r1,
+    Secp384r1,
+    X25519MlKem768,
+}
+
+/// Client certificates on a virtual server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientAuth {
+    /// Not asked for.
+    None,
+    /// Asked for and verified against `ca` when sent; clients without one are served.
+    Optional { ca: FileRef },
+    /// Clients without a certificate that verifies against `ca` are refused.
+    Required { ca: FileRef },
+}
+
+/// TLS from weir to the nodes of a pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamTls {
+    /// Verify the node's certificate (against `ca`, or the system roots when `ca` is `None`).
+    pub verify: bool,
+    pub ca: Option<FileRef>,
+    /// Name sent as SNI and verified; the node's IP address when `None`.
+    pub server_name: Option<String>,
+    /// Client certificate and key presented to nodes (mTLS).
+    pub client_certificate: Option<(FileRef, FileRef)>,
+    /// Resume sessions with nodes.
+    pub session_resumption: bool,
+    pub versions: Vec<TlsVersion>,
+}
+
+impl Config {
+    /// Every file the configuration names, for resolving paths and lines.
+    pub fn file_refs_mut(&mut self) -> impl Iterator<Item = &mut FileRef> {
+        let servers = self
+            .virtual_servers
+            .iter_mut()
+            .filter_map(|vs| vs.tls.as_mut())
+            .flat_map(|tls| {
+                let certificates = tls.certificates.iter_mut().flat_map(|source| match source {
+                    CertificateSource::Files { cert, key } => vec![cert, key],
+                    CertificateSource::SelfSigned { .. } => Vec::new(),
+                });
+                let ca = match &mut tls.client_auth {
+                    ClientAuth::None => None,
+                    ClientAuth::Optional { ca } | ClientAuth::Required { ca } => Some(ca),
+                };
+                certificates.chain(ca).collect::<Vec<_>>()
+            });
+        let pools = self
+            .pools
+            .iter_mut()
+            .filter_map(|pool| pool.tls.as_mut())
+            .flat_map(|tls| {
+                let pair = tls
+                    .client_certificate
+                    .as_mut()
+                    .map(|(cert, key)| [cert, key])
+                    .into_iter()
+                    .flatten();
+                tls.ca.as_mut().into_iter().chain(pair).collect::<Vec<_>>()
+            });
+        servers.chain(pools)
+    }
 }
 
 impl Config {

@@ -9,7 +9,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use serde::Deserialize;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -56,9 +56,7 @@ pub struct LogTable {
 pub struct VirtualServerTable {
     pub listen: Option<OneOrMany<String>>,
     pub protocol: Option<String>,
-    /// Reserved for TLS termination; accepted by the schema so that validation can say
-    /// it is not supported yet rather than call it an unknown key.
-    pub tls: Option<IgnoredAny>,
+    pub tls: Option<ServerTlsTable>,
     pub pool: Option<String>,
     pub forwarded_headers: Option<bool>,
     pub backlog: Option<i64>,
@@ -112,6 +110,49 @@ pub struct PoolTable {
     pub timeouts: Option<UpstreamTimeoutsTable>,
     pub health: Option<HealthTable>,
     pub passive_health: Option<PassiveHealthTable>,
+    pub tls: Option<UpstreamTlsTable>,
+}
+
+/// `[virtual_servers.NAME.tls]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTlsTable {
+    pub certificates: Option<Vec<CertificateTable>>,
+    pub versions: Option<OneOrMany<String>>,
+    pub cipher_suites: Option<Vec<String>>,
+    pub groups: Option<Vec<String>>,
+    pub alpn: Option<Vec<String>>,
+    pub handshake_timeout: Option<DurationText>,
+    pub max_handshakes: Option<i64>,
+    pub session_tickets: Option<bool>,
+    pub ticket_rotation: Option<DurationText>,
+    pub session_cache_size: Option<i64>,
+    pub session_cache_lifetime: Option<DurationText>,
+    pub client_certificates: Option<String>,
+    pub client_ca: Option<String>,
+    pub client_subject_header: Option<String>,
+}
+
+/// One entry of `tls.certificates`: files, or a generated self-signed certificate.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateTable {
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub self_signed: Option<Vec<String>>,
+}
+
+/// `[pools.NAME.tls]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTlsTable {
+    pub verify: Option<bool>,
+    pub ca: Option<String>,
+    pub server_name: Option<String>,
+    pub certificate: Option<String>,
+    pub key: Option<String>,
+    pub session_resumption: Option<bool>,
+    pub versions: Option<OneOrMany<String>>,
 }
 
 /// One entry of `nodes`.

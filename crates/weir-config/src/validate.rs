@@ -8,6 +8,7 @@
 
 mod pools;
 mod primitives;
+mod tls;
 mod values;
 
 use std::collections::HashMap;
@@ -198,27 +199,33 @@ impl Checker {
         let protocol_path = path.key("protocol");
         let protocol = match table.protocol.as_deref().map(str::trim) {
             None | Some("http") => Protocol::Http,
-            Some("https" | "tls") => {
-                self.report(
-                    &protocol_path,
-                    "TLS termination is not supported yet; use protocol = \"http\"",
-                );
-                Protocol::Http
-            }
+            Some("https") => Protocol::Https,
             Some(other) => {
                 self.report(
                     &protocol_path,
-                    format!("unknown protocol \"{other}\"; expected \"http\""),
+                    format!("unknown protocol \"{other}\"; expected \"http\" or \"https\""),
                 );
                 Protocol::Http
             }
         };
-        if table.tls.is_some() {
-            self.report(
-                &path.key("tls"),
-                "TLS termination is not supported yet; remove the tls table",
-            );
-        }
+        let tls = match (protocol, &table.tls) {
+            (Protocol::Https, Some(tls)) => Some(self.server_tls(&path.key("tls"), tls)),
+            (Protocol::Https, None) => {
+                self.report(
+                    &path.key("tls"),
+                    "missing required table: protocol = \"https\" needs a [tls] table with certificates",
+                );
+                None
+            }
+            (Protocol::Http, Some(_)) => {
+                self.report(
+                    &path.key("tls"),
+                    "a tls table needs protocol = \"https\" on this virtual server",
+                );
+                None
+            }
+            (Protocol::Http, None) => None,
+        };
         let default_pool = self.pool_reference(&path.key("pool"), table.pool.as_deref(), pool_ids);
         let routes_path = path.key("routes");
         let routes = table
@@ -245,6 +252,7 @@ impl Checker {
                 defaults::BACKLOG,
                 1..=65_535,
             ),
+            tls,
         }
     }
 

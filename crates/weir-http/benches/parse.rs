@@ -94,6 +94,7 @@ fn writing(c: &mut Criterion) {
         via: None,
         upgrade: false,
         strip_expect: false,
+        owned_header: None,
     };
     let forward_response = ForwardResponse {
         framing: BodyFraming::Length(101),

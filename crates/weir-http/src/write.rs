@@ -31,6 +31,10 @@ pub struct ForwardRequest<'a> {
     pub upgrade: bool,
     /// Drop `Expect: 100-continue` (weir answered it itself).
     pub strip_expect: bool,
+    /// A header weir owns (such as the verified client-certificate subject):
+    /// every field of this name the client sent is dropped, and the value, if
+    /// any, is written instead.
+    pub owned_header: Option<(&'a str, Option<&'a str>)>,
 }
 
 /// How to rewrite a response head for the client.
@@ -109,7 +113,12 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
             !rewrite_forwarded && !listed(field)
         }
         FieldKind::Via => forward.via.is_none() && !listed(field),
-        FieldKind::Other => !listed(field),
+        FieldKind::Other => {
+            !listed(field)
+                && forward.owned_header.is_none_or(|(name, _)| {
+                    !slice(raw, field.name).eq_ignore_ascii_case(name.as_bytes())
+                })
+        }
     });
 
     write_framing(forward.framing, out);
@@ -127,6 +136,17 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
     }
     if let Some(via) = forward.via {
         write_via(raw, &head.headers, head.version, via, listed, out);
+    }
+    if let Some((name, Some(value))) = forward.owned_header {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        // A subject can hold any character; keep the field on one line.
+        out.extend(
+            value
+                .bytes()
+                .map(|byte| if byte.is_ascii_control() { b' ' } else { byte }),
+        );
+        out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
 }

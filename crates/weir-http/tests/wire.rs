@@ -188,6 +188,7 @@ fn check_round_trip(head: &RequestHead) {
         via: None,
         upgrade: false,
         strip_expect: false,
+        owned_header: None,
     };
     let mut out = BytesMut::new();
     write_request_head(head, &forward, &mut out);

@@ -122,6 +122,97 @@ struct NodeLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TlsHandshakeLabels {
+    virtual_server: String,
+    version: &'static str,
+    suite: &'static str,
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TlsFailureLabels {
+    virtual_server: String,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertificateLabels {
+    virtual_server: String,
+    certificate: String,
+    key_type: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolKindLabels {
+    pool: String,
+    kind: &'static str,
+}
+
+/// TLS handles of one virtual server. Handshakes are labelled by version and
+/// suite as they happen (one label lookup per handshake, which costs far
+/// less than the handshake).
+#[derive(Debug, Clone)]
+pub struct TlsMetrics {
+    virtual_server: String,
+    handshakes: Family<TlsHandshakeLabels, Counter>,
+    failures: Family<TlsFailureLabels, Counter>,
+    expiry: Family<CertificateLabels, FloatGauge>,
+}
+
+impl TlsMetrics {
+    pub fn record_handshake(&self, version: &'static str, suite: &'static str, resumed: bool) {
+        self.handshakes
+            .get_or_create(&TlsHandshakeLabels {
+                virtual_server: self.virtual_server.clone(),
+                version,
+                suite,
+                kind: if resumed { "resumed" } else { "full" },
+            })
+            .inc();
+    }
+
+    pub fn record_failure(&self, reason: &'static str) {
+        self.failures
+            .get_or_create(&TlsFailureLabels {
+                virtual_server: self.virtual_server.clone(),
+                reason,
+            })
+            .inc();
+    }
+
+    /// Replaces the expiry series of this virtual server with `certificates`
+    /// (name, key type, days left).
+    pub fn set_certificates(&self, certificates: &[(String, &'static str, f64)]) {
+        for (certificate, key_type, days) in certificates {
+            self.expiry
+                .get_or_create(&CertificateLabels {
+                    virtual_server: self.virtual_server.clone(),
+                    certificate: certificate.clone(),
+                    key_type,
+                })
+                .set(*days);
+        }
+    }
+
+    /// Removes one certificate's expiry series (it is no longer served).
+    pub fn remove_certificate(&self, certificate: &str, key_type: &'static str) {
+        self.expiry.remove(&CertificateLabels {
+            virtual_server: self.virtual_server.clone(),
+            certificate: certificate.to_owned(),
+            key_type,
+        });
+    }
+}
+
+/// Upstream TLS handles of one pool.
+#[derive(Debug, Clone)]
+pub struct UpstreamTlsMetrics {
+    pub full: Counter,
+    pub resumed: Counter,
+    pub failed: Counter,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -153,6 +244,11 @@ struct Families {
     node_healthy: Family<NodeLabels, Gauge>,
     node_ejections: Family<NodeLabels, Counter>,
     node_response_time_ewma: Family<NodeLabels, FloatGauge>,
+
+    tls_handshakes: Family<TlsHandshakeLabels, Counter>,
+    tls_handshake_failures: Family<TlsFailureLabels, Counter>,
+    tls_certificate_expiry_days: Family<CertificateLabels, FloatGauge>,
+    upstream_tls_handshakes: Family<PoolKindLabels, Counter>,
 }
 
 /// Every handle given out, kept to compute the derived ratios and to make lookups idempotent.
@@ -278,6 +374,34 @@ impl Metrics {
         };
         handles.nodes.insert(key, created.clone());
         created
+    }
+
+    /// The TLS handles of one virtual server.
+    pub fn tls(&self, virtual_server: &str) -> TlsMetrics {
+        let f = &self.families;
+        TlsMetrics {
+            virtual_server: virtual_server.to_owned(),
+            handshakes: f.tls_handshakes.clone(),
+            failures: f.tls_handshake_failures.clone(),
+            expiry: f.tls_certificate_expiry_days.clone(),
+        }
+    }
+
+    /// The upstream TLS handles of one pool.
+    pub fn upstream_tls(&self, pool: &str) -> UpstreamTlsMetrics {
+        let f = &self.families;
+        let get = |kind| {
+            f.upstream_tls_handshakes
+                .get_or_create_owned(&PoolKindLabels {
+                    pool: pool.to_owned(),
+                    kind,
+                })
+        };
+        UpstreamTlsMetrics {
+            full: get("full"),
+            resumed: get("resumed"),
+            failed: get("failed"),
+        }
     }
 
     /// Drops a virtual server's series (after a reload removed it). Handles still held keep
@@ -526,6 +650,23 @@ impl Families {
             r,
             names::NODE_RESPONSE_TIME_EWMA,
             self.node_response_time_ewma.clone(),
+        );
+
+        register(r, names::TLS_HANDSHAKES, self.tls_handshakes.clone());
+        register(
+            r,
+            names::TLS_HANDSHAKE_FAILURES,
+            self.tls_handshake_failures.clone(),
+        );
+        register(
+            r,
+            names::TLS_CERTIFICATE_EXPIRY_DAYS,
+            self.tls_certificate_expiry_days.clone(),
+        );
+        register(
+            r,
+            names::UPSTREAM_TLS_HANDSHAKES,
+            self.upstream_tls_handshakes.clone(),
         );
     }
 }

@@ -221,7 +221,34 @@ pub const ALL: &[MetricSpec] = &[
     NODE_HEALTHY,
     NODE_EJECTIONS,
     NODE_RESPONSE_TIME_EWMA,
+    TLS_HANDSHAKES,
+    TLS_HANDSHAKE_FAILURES,
+    TLS_CERTIFICATE_EXPIRY_DAYS,
+    UPSTREAM_TLS_HANDSHAKES,
 ];
+
+// TLS.
+
+pub const TLS_HANDSHAKES: MetricSpec = counter(
+    "tls_handshakes",
+    &["virtual_server", "version", "suite", "kind"],
+    "TLS handshakes completed with clients, by protocol version, cipher suite and kind (full or resumed)",
+);
+pub const TLS_HANDSHAKE_FAILURES: MetricSpec = counter(
+    "tls_handshake_failures",
+    &["virtual_server", "reason"],
+    "TLS handshakes with clients that did not complete, by reason",
+);
+pub const TLS_CERTIFICATE_EXPIRY_DAYS: MetricSpec = gauge(
+    "tls_certificate_expiry_days",
+    &["virtual_server", "certificate", "key_type"],
+    "Days until each served certificate expires (negative once expired)",
+);
+pub const UPSTREAM_TLS_HANDSHAKES: MetricSpec = counter(
+    "upstream_tls_handshakes",
+    &["pool", "kind"],
+    "TLS handshakes with nodes, by kind (full, resumed or failed)",
+);
 
 impl MetricSpec {
     /// The name as it appears in the exposition, e.g. `weir_requests_total`.

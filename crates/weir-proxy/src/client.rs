@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, ShutdownSignal, Side};
 use weir_http::{RequestHead, Version};
+use weir_tls::ServerStream;
 
 use crate::answer::{Failure, body_for, headers_for};
 use crate::route::VirtualServerRuntime;
@@ -26,7 +26,7 @@ const LINGER_BYTES: usize = 1024 * 1024;
 /// One client connection and its reusable buffers.
 #[derive(Debug)]
 pub(crate) struct Client {
-    pub stream: TcpStream,
+    pub stream: ServerStream,
     pub peer: SocketAddr,
     /// Bytes read from the client and not yet used (pipelined requests stay here).
     pub read_buf: BytesMut,
@@ -39,10 +39,12 @@ pub(crate) struct Client {
     pub accepted_at: Instant,
     /// Requests read on this connection so far.
     pub requests: u32,
+    /// Subject of the verified client certificate (HTTPS with client certificates).
+    pub client_subject: Option<String>,
 }
 
 impl Client {
-    pub(crate) fn new(stream: TcpStream, peer: SocketAddr) -> Client {
+    pub(crate) fn new(stream: ServerStream, peer: SocketAddr, accepted_at: Instant) -> Client {
         Client {
             stream,
             peer,
@@ -50,8 +52,9 @@ impl Client {
             write_buf: BytesMut::new(),
             upstream_out: BytesMut::new(),
             upstream_in: BytesMut::new(),
-            accepted_at: Instant::now(),
+            accepted_at,
             requests: 0,
+            client_subject: None,
         }
     }
 
@@ -141,7 +144,11 @@ impl Client {
 
     /// Writes `write_buf` to the client and clears it.
     pub(crate) async fn flush(&mut self, timeout: Duration) -> Result<(), Failure> {
-        let result = tokio::time::timeout(timeout, self.stream.write_all(&self.write_buf)).await;
+        let result = tokio::time::timeout(timeout, async {
+            self.stream.write_all(&self.write_buf).await?;
+            self.stream.flush().await
+        })
+        .await;
         self.write_buf.clear();
         match result {
             Ok(Ok(())) => Ok(()),
@@ -165,7 +172,11 @@ impl Client {
             }
             self.flush(timeout).await?;
         }
-        match tokio::time::timeout(timeout, self.stream.write_all(bytes)).await {
+        let write = async {
+            self.stream.write_all(bytes).await?;
+            self.stream.flush().await
+        };
+        match tokio::time::timeout(timeout, write).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => Err(Failure::silent(Error::downstream(
                 ErrorKind::ClientClosed,

@@ -141,16 +141,31 @@ async fn attempt(
         &ForwardRequest {
             framing: body.framing,
             client_addr: vs.config.forwarded_headers.then_some(client.peer.ip()),
-            proto: "http",
+            proto: if client.stream.is_tls() {
+                "https"
+            } else {
+                "http"
+            },
             via: vs.config.forwarded_headers.then_some(VIA),
             upgrade,
             strip_expect: true,
+            owned_header: vs
+                .tls
+                .as_ref()
+                .and_then(|tls| tls.subject_header.as_deref())
+                .map(|name| (name, client.client_subject.as_deref())),
         },
         out,
     );
     body.write_buffered(out);
     let sent_at = Instant::now();
-    if let Err(error) = lease.stream().write_all(out).await {
+    let written = async {
+        let stream = lease.stream();
+        stream.write_all(out).await?;
+        // A no-op on plain TCP; on TLS it pushes the records out.
+        stream.flush().await
+    };
+    if let Err(error) = written.await {
         let error = Error::upstream(ErrorKind::BadResponse, error).context("writing the request");
         return Err(if reused {
             AttemptError::Stale(error)

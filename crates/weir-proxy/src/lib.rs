@@ -11,7 +11,7 @@
 //! let config = weir_config::embedded_default();
 //! let metrics = weir_observe::Metrics::new();
 //! let (shutdown, signal) = weir_core::Shutdown::new();
-//! let proxy = weir_proxy::Proxy::bind(&config, &metrics)?;
+//! let proxy = weir_proxy::Proxy::bind(&config, &metrics).expect("certificates load, ports bind");
 //! proxy.run(signal).await?;
 //! # drop(shutdown);
 //! # Ok(()) }
@@ -26,6 +26,7 @@ mod pipeline;
 mod request_body;
 mod response;
 mod route;
+mod tls;
 mod upgrade;
 
 /// This hop's name in `Via` headers.
@@ -33,5 +34,6 @@ const VIA: &str = "weir";
 /// Bound on chunk-size lines and trailer sections, both directions.
 const MAX_TRAILER_BYTES: usize = 8 * 1024;
 
-pub use listener::{BoundProxy, Proxy, bind_tcp};
+pub use listener::{BoundProxy, Proxy, StartError, bind_tcp};
 pub use route::VirtualServerRuntime;
+pub use tls::TlsTermination;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use weir_config::Config;
+use weir_config::{Config, ConfigError};
 use weir_core::ShutdownSignal;
 use weir_observe::Metrics;
 use weir_upstream::Pool;
@@ -18,6 +18,7 @@ use weir_upstream::Pool;
 use crate::drain::Drain;
 use crate::pipeline;
 use crate::route::VirtualServerRuntime;
+use crate::tls::TlsTermination;
 
 /// The proxy built from a config: pools and virtual servers, no sockets yet.
 #[derive(Debug)]
@@ -34,40 +35,71 @@ pub struct BoundProxy {
     listeners: Vec<(Arc<VirtualServerRuntime>, std::net::TcpListener)>,
 }
 
+/// Why a proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A file the config names (a certificate, a CA) is unusable.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// A listen address could not be bound.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
 impl Proxy {
-    /// Builds pools and virtual servers from a validated config.
-    pub fn build(config: &Config, metrics: &Arc<Metrics>) -> Proxy {
-        let pools: Vec<Arc<Pool>> = config
-            .pools
-            .iter()
-            .map(|pool| Pool::new(pool, metrics))
-            .collect();
-        let virtual_servers = config
-            .virtual_servers
-            .iter()
-            .map(|vs| {
-                Arc::new(VirtualServerRuntime::new(
-                    vs,
-                    &pools,
-                    metrics.virtual_server(&vs.name),
-                    config.log.access_log,
-                ))
-            })
-            .collect();
-        Proxy {
+    /// Builds pools and virtual servers from a validated config, reading the
+    /// certificate, key and CA files it names. Binds nothing, so it can run
+    /// before any port is taken (and from `weir check`).
+    pub fn build(config: &Config, metrics: &Arc<Metrics>) -> Result<Proxy, ConfigError> {
+        let file_name = config.file_name();
+        let mut pools: Vec<Arc<Pool>> = Vec::with_capacity(config.pools.len());
+        for pool in &config.pools {
+            let tls = match &pool.tls {
+                Some(tls) => Some(weir_tls::Connector::new(tls, &file_name)?),
+                None => None,
+            };
+            pools.push(Pool::new(pool, metrics, tls));
+        }
+        let mut virtual_servers = Vec::with_capacity(config.virtual_servers.len());
+        for vs in &config.virtual_servers {
+            let tls = match &vs.tls {
+                Some(tls) => Some(Arc::new(TlsTermination::new(
+                    &vs.name, tls, &file_name, metrics,
+                )?)),
+                None => None,
+            };
+            virtual_servers.push(Arc::new(VirtualServerRuntime::new(
+                vs,
+                &pools,
+                metrics.virtual_server(&vs.name),
+                config.log.access_log,
+                tls,
+            )));
+        }
+        Ok(Proxy {
             pools,
             virtual_servers,
             drain_timeout: config.runtime.drain_timeout,
-        }
+        })
     }
 
     /// Builds the proxy and binds every listen address. Fails, naming the
-    /// address, before anything is served.
-    pub fn bind(config: &Config, metrics: &Arc<Metrics>) -> io::Result<BoundProxy> {
-        Proxy::build(config, metrics).bind_listeners()
+    /// file or the address, before anything is served.
+    pub fn bind(config: &Config, metrics: &Arc<Metrics>) -> Result<BoundProxy, StartError> {
+        Ok(Proxy::build(config, metrics)?.bind_listeners()?)
     }
 
-    fn bind_listeners(self) -> io::Result<BoundProxy> {
+    /// TLS termination of every HTTPS virtual server (for certificate reload).
+    pub fn tls_terminations(&self) -> Vec<Arc<TlsTermination>> {
+        self.virtual_servers
+            .iter()
+            .filter_map(|vs| vs.tls.clone())
+            .collect()
+    }
+
+    /// Binds every listen address. Fails, naming the address, before
+    /// anything is served.
+    pub fn bind_listeners(self) -> io::Result<BoundProxy> {
         let mut listeners = Vec::new();
         for vs in &self.virtual_servers {
             for &address in &vs.config.listen {
@@ -120,6 +152,11 @@ impl BoundProxy {
 
     pub fn pools(&self) -> &[Arc<Pool>] {
         &self.proxy.pools
+    }
+
+    /// TLS termination of every HTTPS virtual server (for certificate reload).
+    pub fn tls_terminations(&self) -> Vec<Arc<TlsTermination>> {
+        self.proxy.tls_terminations()
     }
 
     /// Serves until `shutdown` triggers, then stops accepting, lets

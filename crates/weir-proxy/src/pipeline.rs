@@ -2,7 +2,7 @@
 //! in DESIGN.md:
 //!
 //! ```text
-//! read_head → route → read body → select → checkout → forward → respond → log → release
+//! [handshake →] read_head → route → read body → select → checkout → forward → respond → log → release
 //!   ↑                                                                        │
 //!   └──────────────────────────── kept alive ─────────────────────────────────┘
 //! ```
@@ -17,6 +17,7 @@ use tokio::net::TcpStream;
 use weir_core::{ErrorKind, ShutdownSignal};
 use weir_http::{RequestHead, Version};
 use weir_observe::AccessRecord;
+use weir_tls::ServerStream;
 use weir_upstream::Pool;
 
 use crate::answer::Failure;
@@ -34,7 +35,16 @@ pub(crate) async fn serve_connection(
     vs: Arc<VirtualServerRuntime>,
     mut shutdown: ShutdownSignal,
 ) {
-    let mut client = Client::new(stream, peer);
+    // handshake (HTTPS virtual servers)
+    let (stream, client_subject) = match &vs.tls {
+        None => (ServerStream::Plain(stream), None),
+        Some(tls) => match tls.handshake(stream, peer).await {
+            Some((stream, info)) => (stream, info.client_subject),
+            None => return,
+        },
+    };
+    let mut client = Client::new(stream, peer, tokio::time::Instant::now());
+    client.client_subject = client_subject;
     loop {
         // read_head
         let head = match client.read_head(&vs, &mut shutdown).await {

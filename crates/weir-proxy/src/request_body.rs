@@ -159,6 +159,22 @@ pub(crate) async fn stream_rest<W: AsyncWriteExt + Unpin>(
     body: &mut RequestBody,
     node: &mut W,
 ) -> Result<(), Failure> {
+    stream_rest_unflushed(client, vs, body, node).await?;
+    // A no-op on plain TCP; on TLS it pushes the last records out.
+    node.flush().await.map_err(|error| {
+        Failure::from_error(
+            Error::upstream(ErrorKind::BadResponse, error)
+                .context("node stopped reading the request body"),
+        )
+    })
+}
+
+async fn stream_rest_unflushed<W: AsyncWriteExt + Unpin>(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    body: &mut RequestBody,
+    node: &mut W,
+) -> Result<(), Failure> {
     let timeout = vs.config.timeouts.body_read;
     let max_body = vs.config.limits.max_body_bytes;
     let upstream_error = |error: std::io::Error| {

@@ -8,6 +8,8 @@ use weir_http::{Limits, RequestHead};
 use weir_observe::VirtualServerMetrics;
 use weir_upstream::Pool;
 
+use crate::tls::TlsTermination;
+
 /// A virtual server with its pools resolved and its metric handles taken.
 #[derive(Debug)]
 pub struct VirtualServerRuntime {
@@ -19,6 +21,8 @@ pub struct VirtualServerRuntime {
     pub(crate) head_limits: Limits,
     /// Client connections open now (for `limits.max_connections`).
     pub(crate) open: AtomicU32,
+    /// TLS termination, on an HTTPS virtual server.
+    pub tls: Option<Arc<TlsTermination>>,
 }
 
 impl VirtualServerRuntime {
@@ -27,6 +31,7 @@ impl VirtualServerRuntime {
         pools: &[Arc<Pool>],
         metrics: VirtualServerMetrics,
         access_log: bool,
+        tls: Option<Arc<TlsTermination>>,
     ) -> VirtualServerRuntime {
         let pool = |PoolId(index): PoolId| Arc::clone(&pools[index]);
         VirtualServerRuntime {
@@ -43,6 +48,7 @@ impl VirtualServerRuntime {
                 max_headers: config.limits.max_headers,
             },
             open: AtomicU32::new(0),
+            tls,
             config: config.clone(),
         }
     }

@@ -47,7 +47,11 @@ pub(crate) async fn tunnel(
     let upstream = lease.stream();
     if !client.read_buf.is_empty() {
         let pending = client.read_buf.split();
-        upstream.write_all(&pending).await.map_err(|error| {
+        let written = async {
+            upstream.write_all(&pending).await?;
+            upstream.flush().await
+        };
+        written.await.map_err(|error| {
             Failure::silent(Error::upstream(ErrorKind::Io, error).context("switching protocols"))
         })?;
     }

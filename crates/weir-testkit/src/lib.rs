@@ -14,6 +14,7 @@
 //! ```
 
 pub mod client;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -70,6 +71,8 @@ pub struct TestProxy {
     pub addrs: Vec<(String, SocketAddr)>,
     pub metrics: Arc<Metrics>,
     pub pools: Vec<Arc<Pool>>,
+    /// TLS termination of each HTTPS virtual server (to reload certificates).
+    pub tls: Vec<Arc<weir_proxy::TlsTermination>>,
     shutdown: Shutdown,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -83,6 +86,7 @@ impl TestProxy {
         let proxy = weir_proxy::Proxy::bind(&config, &metrics).expect("proxy binds on loopback");
         let addrs = proxy.local_addrs();
         let pools = proxy.pools().to_vec();
+        let tls = proxy.tls_terminations();
         let (shutdown, signal) = Shutdown::new();
         let task = tokio::spawn(proxy.run(signal));
         TestProxy {
@@ -90,6 +94,7 @@ impl TestProxy {
             addrs,
             metrics,
             pools,
+            tls,
             shutdown,
             task,
         }

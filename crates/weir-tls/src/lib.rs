@@ -1,1 +1,25 @@
-//! TLS for weir.
+//! TLS for weir, on rustls with the aws-lc-rs provider.
+//!
+//! - [`Acceptor`]: termination on a virtual server — certificates chosen by
+//!   SNI and by what the client can verify, session tickets with rotating
+//!   keys and a bounded session cache, client certificates, a handshake
+//!   timeout and a cap on handshakes in progress, hot reload.
+//! - [`Connector`]: TLS to nodes — verification, SNI, client certificates,
+//!   resumption.
+//! - [`Stream`]: plain or TLS, one type for the proxy's pipeline.
+//! - [`certs`]: reading PEM files, and generating test certificates.
+
+pub mod acceptor;
+pub mod certs;
+pub mod connector;
+pub mod provider;
+pub mod session_cache;
+pub mod store;
+mod stream;
+mod ticketer;
+
+pub use acceptor::{Acceptor, FailureReason, HandshakeFailure, HandshakeInfo};
+pub use certs::{CertificateInfo, KeyType, TestCa};
+pub use connector::Connector;
+pub use stream::{ClientStream, ServerStream, Stream};
+pub use tokio_rustls::rustls;

@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use weir_core::{Error, ErrorKind, Side};
 use weir_observe::{NodeMetrics, PoolMetrics};
+use weir_tls::ClientStream;
 
 /// Settings of one node's connection pool, taken from the pool's config.
 #[derive(Debug, Clone)]
@@ -32,6 +33,16 @@ pub struct ConnectionSettings {
     pub connect_timeout: Duration,
     /// Requests per connection before it is retired; `None` = unlimited.
     pub max_requests: Option<u32>,
+    /// TLS to the node; `None` = plain TCP. The pool is per pool and node, so
+    /// connections are never shared across TLS settings.
+    pub tls: Option<UpstreamTls>,
+}
+
+/// How connections to a pool's nodes are secured, and what is counted.
+#[derive(Debug, Clone)]
+pub struct UpstreamTls {
+    pub connector: weir_tls::Connector,
+    pub metrics: weir_observe::UpstreamTlsMetrics,
 }
 
 /// The connection pool of one node.
@@ -78,7 +89,7 @@ enum Grant {
 /// An open upstream connection.
 #[derive(Debug)]
 pub struct Connection {
-    stream: TcpStream,
+    stream: ClientStream,
     requests: u32,
     idle_since: Instant,
 }
@@ -112,6 +123,11 @@ impl NodeConnections {
 
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// TLS settings of connections to this node, if any.
+    pub fn tls(&self) -> Option<&UpstreamTls> {
+        self.settings.tls.as_ref()
     }
 
     /// Connections open (or being opened) to the node.
@@ -226,6 +242,17 @@ impl NodeConnections {
         };
         // Small requests and responses: don't wait to coalesce.
         let _ = stream.set_nodelay(true);
+        let stream = match &self.settings.tls {
+            None => ClientStream::Plain(stream),
+            Some(tls) => match self.handshake(tls, stream).await {
+                Ok(stream) => stream,
+                Err(error) => {
+                    self.free_slot();
+                    self.metrics.connect_failures.inc();
+                    return Err(error);
+                }
+            },
+        };
         self.metrics.connections_created.inc();
         Ok(Lease {
             pool: Arc::clone(self),
@@ -368,17 +395,63 @@ impl Drop for QueuedWait<'_> {
     }
 }
 
+impl NodeConnections {
+    /// The TLS handshake with the node, within the connect timeout. A
+    /// failure (verification included) is retry-safe: nothing was sent.
+    async fn handshake(&self, tls: &UpstreamTls, tcp: TcpStream) -> Result<ClientStream, Error> {
+        let attempt = tokio::time::timeout(
+            self.settings.connect_timeout,
+            tls.connector.connect(tcp, self.address),
+        )
+        .await;
+        match attempt {
+            Ok(Ok(stream)) => {
+                let resumed = stream.get_ref().1.handshake_kind()
+                    == Some(weir_tls::rustls::HandshakeKind::Resumed);
+                if resumed {
+                    tls.metrics.resumed.inc();
+                } else {
+                    tls.metrics.full.inc();
+                }
+                Ok(ClientStream::Tls(Box::new(stream)))
+            }
+            Ok(Err(error)) => {
+                tls.metrics.failed.inc();
+                tracing::warn!(node = %self.address, %error, "TLS handshake with node failed");
+                Err(Error::upstream(ErrorKind::ConnectFailed, error)
+                    .context(format!("TLS handshake with node {}", self.address))
+                    .retry_safe(true))
+            }
+            Err(_) => {
+                tls.metrics.failed.inc();
+                Err(Error::new(ErrorKind::ConnectTimeout, Side::Upstream)
+                    .context(format!(
+                        "TLS handshake with node {} timed out",
+                        self.address
+                    ))
+                    .retry_safe(true))
+            }
+        }
+    }
+}
+
 impl Connection {
     /// A cheap check that the node has not closed an idle connection: any
     /// readable data or EOF on an idle HTTP connection means it is unusable.
     fn looks_open(&self) -> bool {
-        let mut probe = [0u8; 1];
-        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        // Peek, not read: on a TLS connection a consumed byte would corrupt
+        // the record stream. Any byte (a close_notify, an alert, stray data)
+        // or EOF makes an idle connection unusable.
+        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        matches!(
+            socket2::SockRef::from(self.stream.tcp()).peek(&mut probe),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+        )
     }
 }
 
 impl Lease {
-    pub fn stream(&mut self) -> &mut TcpStream {
+    pub fn stream(&mut self) -> &mut ClientStream {
         &mut self
             .connection
             .as_mut()

@@ -75,6 +75,8 @@ pub enum CheckFailure {
     Malformed,
     #[error("i/o error: {0}")]
     Io(io::ErrorKind),
+    #[error("TLS handshake failed: {0}")]
+    Tls(String),
 }
 
 impl RiseFall {
@@ -122,10 +124,14 @@ pub fn spawn_monitors(
     pool_name: &str,
     nodes: &[Arc<NodeState>],
     monitor: &HealthMonitor,
+    tls: Option<weir_tls::Connector>,
     shutdown: ShutdownSignal,
 ) -> Vec<JoinHandle<()>> {
     let pool: Arc<str> = Arc::from(pool_name);
-    let monitor = Arc::new(monitor.clone());
+    let monitor = Arc::new(Monitor {
+        settings: monitor.clone(),
+        tls,
+    });
     nodes
         .iter()
         .map(|node| {
@@ -139,14 +145,23 @@ pub fn spawn_monitors(
         .collect()
 }
 
+/// A monitor's settings and, for a TLS pool, how HTTP checks connect.
+#[derive(Debug)]
+struct Monitor {
+    settings: HealthMonitor,
+    tls: Option<weir_tls::Connector>,
+}
+
 /// Probes `address` once, within `timeout`: a TCP connect, or for HTTP a
-/// request whose answer's status must fall in one of the expected ranges.
+/// request whose answer's status must fall in one of the expected ranges
+/// (over TLS when `tls` is given, as the pool's traffic is).
 pub async fn check(
     address: SocketAddr,
     kind: &HealthCheckKind,
+    tls: Option<&weir_tls::Connector>,
     timeout: Duration,
 ) -> Result<(), CheckFailure> {
-    tokio::time::timeout(timeout, check_without_timeout(address, kind))
+    tokio::time::timeout(timeout, check_without_timeout(address, kind, tls))
         .await
         .unwrap_or(Err(CheckFailure::Timeout))
 }
@@ -194,8 +209,9 @@ pub fn status_expected(status: u16, expected: &[(u16, u16)]) -> bool {
 async fn check_without_timeout(
     address: SocketAddr,
     kind: &HealthCheckKind,
+    tls: Option<&weir_tls::Connector>,
 ) -> Result<(), CheckFailure> {
-    let mut stream = TcpStream::connect(address)
+    let stream = TcpStream::connect(address)
         .await
         .map_err(|error| match error.kind() {
             io::ErrorKind::ConnectionRefused => CheckFailure::ConnectRefused,
@@ -212,6 +228,15 @@ async fn check_without_timeout(
     };
     // A failure here only costs latency on a one-request connection.
     let _ = stream.set_nodelay(true);
+    let mut stream = match tls {
+        None => weir_tls::ClientStream::Plain(stream),
+        Some(connector) => weir_tls::ClientStream::Tls(Box::new(
+            connector
+                .connect(stream, address)
+                .await
+                .map_err(|error| CheckFailure::Tls(error.to_string()))?,
+        )),
+    };
     let host = match host {
         Some(host) => host.clone(),
         None => address.to_string(),
@@ -221,6 +246,7 @@ async fn check_without_timeout(
         .write_all(&http_request(method, path, &host))
         .await
         .map_err(io_failure)?;
+    stream.flush().await.map_err(io_failure)?;
     let mut received = Vec::with_capacity(256);
     let status = loop {
         if let Some(status) = parse_status_line(&received)? {
@@ -242,9 +268,11 @@ async fn check_without_timeout(
 async fn run_monitor(
     pool: Arc<str>,
     node: Arc<NodeState>,
-    monitor: Arc<HealthMonitor>,
+    monitor: Arc<Monitor>,
     mut shutdown: ShutdownSignal,
 ) {
+    let tls = monitor.tls.as_ref();
+    let monitor = &monitor.settings;
     let start = if node.is_active_up() {
         Health::Up
     } else {
@@ -262,7 +290,7 @@ async fn run_monitor(
         }
         let outcome = tokio::select! {
             () = shutdown.triggered() => return,
-            outcome = check(node.address, &monitor.check, monitor.timeout) => outcome,
+            outcome = check(node.address, &monitor.check, tls, monitor.timeout) => outcome,
         };
         match (&outcome, verdict.observe(outcome.is_ok())) {
             (Err(reason), Some(Transition::WentDown)) => {

@@ -12,6 +12,6 @@ pub mod node;
 pub mod pool;
 
 pub use balancer::Balancer;
-pub use connection::{ConnectionSettings, Lease, NodeConnections};
+pub use connection::{ConnectionSettings, Lease, NodeConnections, UpstreamTls};
 pub use node::NodeState;
 pub use pool::{Pool, Tried};

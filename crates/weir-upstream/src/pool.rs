@@ -9,7 +9,7 @@ use weir_core::ShutdownSignal;
 use weir_observe::{Metrics, PoolMetrics};
 
 use crate::balancer::{self, Balancer};
-use crate::connection::{ConnectionSettings, NodeConnections};
+use crate::connection::{ConnectionSettings, NodeConnections, UpstreamTls};
 use crate::health;
 use crate::node::NodeState;
 
@@ -47,7 +47,19 @@ impl Tried {
 }
 
 impl Pool {
-    pub fn new(config: &weir_config::Pool, metrics: &Metrics) -> Arc<Pool> {
+    /// Builds the pool. `tls` must be given exactly when `config.tls` is set
+    /// (it is built from it by [`weir_tls::Connector::new`], which reads files
+    /// and so can fail before anything starts).
+    pub fn new(
+        config: &weir_config::Pool,
+        metrics: &Metrics,
+        tls: Option<weir_tls::Connector>,
+    ) -> Arc<Pool> {
+        debug_assert_eq!(config.tls.is_some(), tls.is_some());
+        let tls = tls.map(|connector| UpstreamTls {
+            connector,
+            metrics: metrics.upstream_tls(&config.name),
+        });
         let pool_metrics = metrics.pool(&config.name);
         let nodes: Vec<Arc<NodeState>> = config
             .nodes
@@ -73,6 +85,7 @@ impl Pool {
                 .connections
                 .max_requests_per_connection
                 .map(|n| n.get()),
+            tls: tls.clone(),
         };
         let connections = nodes
             .iter()
@@ -120,6 +133,9 @@ impl Pool {
                 &self.name,
                 &self.nodes,
                 monitor,
+                self.connections
+                    .first()
+                    .and_then(|node| node.tls().map(|tls| tls.connector.clone())),
                 shutdown.clone(),
             ));
         }

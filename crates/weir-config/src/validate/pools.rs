@@ -54,6 +54,10 @@ impl Checker {
             passive_health: self
                 .passive_health(&path.key("passive_health"), table.passive_health.as_ref()),
             fail_open: table.fail_open.unwrap_or(defaults::FAIL_OPEN),
+            tls: table
+                .tls
+                .as_ref()
+                .map(|tls| self.upstream_tls(&path.key("tls"), tls)),
         }
     }
 

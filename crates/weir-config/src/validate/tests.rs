@@ -528,21 +528,200 @@ fn choices() {
     );
 }
 
+/// An HTTPS virtual server `web` whose `[tls]` table holds `tls`.
+fn https(tls: &str) -> String {
+    file(
+        &format!("protocol = \"https\"\n[virtual_servers.web.tls]\n{tls}"),
+        "",
+        "",
+    )
+}
+
+const CERT: &str = "certificates = [{ cert = \"site.pem\", key = \"site.key\" }]";
+
 #[test]
-fn tls_is_reserved_for_later() {
+fn https_takes_defaults_and_records_where_files_were_named() {
+    let config = valid(&https(CERT));
+    let server = &config.virtual_servers[0];
+    assert_eq!(server.protocol, Protocol::Https);
+    let tls = server.tls.as_ref().unwrap();
+    assert_eq!(tls.versions, vec![TlsVersion::Tls12, TlsVersion::Tls13]);
+    assert_eq!(
+        tls.groups,
+        vec![KeyExchangeGroup::X25519, KeyExchangeGroup::Secp256r1]
+    );
+    assert_eq!(tls.alpn, vec!["http/1.1".to_owned()]);
+    assert!(tls.session_tickets);
+    assert_eq!(tls.session_cache_size, 20_000);
+    assert_eq!(tls.client_auth, ClientAuth::None);
+    let CertificateSource::Files { cert, key } = &tls.certificates[0] else {
+        panic!("{:?}", tls.certificates[0]);
+    };
+    assert_eq!(cert.path, std::path::PathBuf::from("site.pem"));
+    assert_eq!(
+        cert.key.to_string(),
+        "virtual_servers.web.tls.certificates[0].cert"
+    );
+    assert_eq!(cert.line, Some(6));
+    assert_eq!(
+        key.key.to_string(),
+        "virtual_servers.web.tls.certificates[0].key"
+    );
+}
+
+#[test]
+fn https_and_the_tls_table_go_together() {
     assert_one_error(
         &file("protocol = \"https\"", "", ""),
-        "virtual_servers.web.protocol",
-        "TLS termination is not supported yet",
+        "virtual_servers.web.tls",
+        "missing required table",
     );
     assert_one_error(
-        &file(
-            "[virtual_servers.web.tls]\ncertificate = \"cert.pem\"",
-            "",
-            "",
-        ),
+        &file(&format!("[virtual_servers.web.tls]\n{CERT}"), "", ""),
         "virtual_servers.web.tls",
-        "TLS termination is not supported yet",
+        "needs protocol = \"https\"",
+    );
+    assert_one_error(
+        &file("protocol = \"spdy\"", "", ""),
+        "virtual_servers.web.protocol",
+        "expected \"http\" or \"https\"",
+    );
+}
+
+#[test]
+fn certificate_entries() {
+    assert_one_error(
+        &https(""),
+        "virtual_servers.web.tls.certificates",
+        "missing required key",
+    );
+    assert_one_error(
+        &https("certificates = []"),
+        "virtual_servers.web.tls.certificates",
+        "at least one",
+    );
+    assert_one_error(
+        &https("certificates = [{ cert = \"a.pem\" }]"),
+        "virtual_servers.web.tls.certificates[0].key",
+        "private key",
+    );
+    assert_one_error(
+        &https("certificates = [{ cert = \"a.pem\", key = \"a.key\", self_signed = [\"x\"] }]"),
+        "virtual_servers.web.tls.certificates[0].self_signed",
+        "not both",
+    );
+    assert_one_error(
+        &https("certificates = [{ self_signed = [\"bad name!\"] }]"),
+        "virtual_servers.web.tls.certificates[0].self_signed[0]",
+        "not a valid DNS name",
+    );
+    let config = valid(&https(
+        "certificates = [{ self_signed = [\"localhost\", \"127.0.0.1\"] }]",
+    ));
+    assert!(matches!(
+        &config.virtual_servers[0].tls.as_ref().unwrap().certificates[0],
+        CertificateSource::SelfSigned { names, .. } if names.len() == 2
+    ));
+}
+
+#[test]
+fn versions_suites_and_groups() {
+    assert_one_error(
+        &https(&format!("{CERT}\nversions = [\"1.1\", \"1.3\"]")),
+        "virtual_servers.web.tls.versions[0]",
+        "insecure",
+    );
+    let config = valid(&https(&format!("{CERT}\nversions = \"1.3\"")));
+    assert_eq!(
+        config.virtual_servers[0].tls.as_ref().unwrap().versions,
+        vec![TlsVersion::Tls13]
+    );
+    assert_one_error(
+        &https(&format!(
+            "{CERT}\ncipher_suites = [\"TLS_RSA_WITH_RC4_128_SHA\"]"
+        )),
+        "virtual_servers.web.tls.cipher_suites[0]",
+        "AEAD suites only",
+    );
+    assert_one_error(
+        &https(&format!(
+            "{CERT}\ncipher_suites = [\"TLS13_AES_128_GCM_SHA256\"]"
+        )),
+        "virtual_servers.web.tls.cipher_suites",
+        "no suite for TLS 1.2",
+    );
+    valid(&https(&format!(
+        "{CERT}\nversions = [\"1.3\"]\ncipher_suites = [\"TLS13_AES_128_GCM_SHA256\"]"
+    )));
+    assert_one_error(
+        &https(&format!("{CERT}\ngroups = [\"ffdhe2048\"]")),
+        "virtual_servers.web.tls.groups[0]",
+        "unknown key exchange group",
+    );
+    assert_one_error(
+        &https(&format!("{CERT}\nalpn = [\"h2\"]")),
+        "virtual_servers.web.tls.alpn[0]",
+        "is not served",
+    );
+}
+
+#[test]
+fn client_certificate_rules() {
+    assert_one_error(
+        &https(&format!("{CERT}\nclient_certificates = \"required\"")),
+        "virtual_servers.web.tls.client_ca",
+        "missing required key",
+    );
+    assert_one_error(
+        &https(&format!("{CERT}\nclient_ca = \"ca.pem\"")),
+        "virtual_servers.web.tls.client_ca",
+        "has no effect",
+    );
+    assert_one_error(
+        &https(&format!(
+            "{CERT}\nclient_certificates = \"maybe\"\nclient_ca = \"ca.pem\""
+        )),
+        "virtual_servers.web.tls.client_certificates",
+        "expected one of",
+    );
+    assert_one_error(
+        &https(&format!("{CERT}\nclient_subject_header = \"X-Subject\"")),
+        "virtual_servers.web.tls.client_subject_header",
+        "needs client_certificates",
+    );
+    let config = valid(&https(&format!(
+        "{CERT}\nclient_certificates = \"optional\"\nclient_ca = \"ca.pem\"\nclient_subject_header = \"X-Subject\""
+    )));
+    let tls = config.virtual_servers[0].tls.as_ref().unwrap();
+    assert!(matches!(tls.client_auth, ClientAuth::Optional { .. }));
+    assert_eq!(tls.client_subject_header.as_deref(), Some("X-Subject"));
+}
+
+#[test]
+fn upstream_tls_rules() {
+    let config = valid(&file(
+        "",
+        "[pools.web.tls]\nserver_name = \"api.internal\"",
+        "",
+    ));
+    let tls = config.pools[0].tls.as_ref().unwrap();
+    assert!(tls.verify);
+    assert!(tls.session_resumption);
+    assert_eq!(tls.server_name.as_deref(), Some("api.internal"));
+    assert_one_error(
+        &file("", "[pools.web.tls]\nverify = false\nca = \"ca.pem\"", ""),
+        "pools.web.tls.ca",
+        "no effect",
+    );
+    assert_one_error(
+        &file("", "[pools.web.tls]\ncertificate = \"c.pem\"", ""),
+        "pools.web.tls.key",
+        "missing required key",
+    );
+    assert_one_error(
+        &file("", "[pools.web.tls]\nserver_name = \"bad_name\"", ""),
+        "pools.web.tls.server_name",
+        "not a valid DNS name",
     );
 }
 

@@ -24,6 +24,7 @@ const PLAIN: ForwardRequest<'static> = ForwardRequest {
     via: None,
     upgrade: false,
     strip_expect: false,
+    owned_header: None,
 };
 
 fn forwarded(raw: &[u8], forward: &ForwardRequest<'_>) -> String {
@@ -129,6 +130,7 @@ fn upgrade_and_expect() {
     let upgrade = ForwardRequest {
         upgrade: true,
         strip_expect: true,
+        owned_header: None,
         ..PLAIN
     };
     assert_eq!(
@@ -347,4 +349,26 @@ fn absolute_form_targets_are_forwarded_in_origin_form() {
     );
     let out = forwarded(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", &PLAIN);
     assert!(out.starts_with("OPTIONS * HTTP/1.1\r\n"), "{out}");
+}
+
+#[test]
+fn an_owned_header_replaces_what_the_client_sent() {
+    let raw = b"GET / HTTP/1.1\r\nHost: a\r\nx-client-subject: forged\r\nAccept: */*\r\nX-Client-Subject: again\r\n\r\n";
+    let forward = ForwardRequest {
+        owned_header: Some(("X-Client-Subject", Some("CN=alice\r\nInjected: 1"))),
+        ..PLAIN
+    };
+    assert_eq!(
+        forwarded(raw, &forward),
+        "GET / HTTP/1.1\r\nHost: a\r\nAccept: */*\r\nX-Client-Subject: CN=alice  Injected: 1\r\n\r\n"
+    );
+    let forward = ForwardRequest {
+        owned_header: Some(("X-Client-Subject", None)),
+        ..PLAIN
+    };
+    assert!(
+        !forwarded(raw, &forward)
+            .to_ascii_lowercase()
+            .contains("subject")
+    );
 }

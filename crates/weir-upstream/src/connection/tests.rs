@@ -15,6 +15,7 @@ fn settings(max: u32, queue: u32, queue_timeout_ms: u64) -> ConnectionSettings {
         idle_timeout: Duration::from_secs(30),
         connect_timeout: Duration::from_secs(2),
         max_requests: None,
+        tls: None,
     }
 }
 

@@ -196,6 +196,7 @@ async fn tcp_monitor_follows_the_listener_going_and_coming_back() {
         "web",
         &[Arc::clone(&node)],
         &monitor(HealthCheckKind::Tcp, Duration::from_millis(500)),
+        None,
         signal,
     );
     assert_eq!(tasks.len(), 1);
@@ -231,7 +232,7 @@ async fn http_monitor_goes_down_on_500_and_up_on_200() {
     let status = Arc::new(AtomicU16::new(200));
     let server = answer_with(listener, Arc::clone(&status));
     assert_eq!(
-        check(address, &http_check(), Duration::from_secs(1)).await,
+        check(address, &http_check(), None, Duration::from_secs(1)).await,
         Ok(())
     );
 
@@ -241,12 +242,13 @@ async fn http_monitor_goes_down_on_500_and_up_on_200() {
         "web",
         &[Arc::clone(&node)],
         &monitor(http_check(), Duration::from_millis(500)),
+        None,
         signal,
     );
 
     status.store(500, Ordering::Relaxed);
     assert_eq!(
-        check(address, &http_check(), Duration::from_secs(1)).await,
+        check(address, &http_check(), None, Duration::from_secs(1)).await,
         Err(CheckFailure::Status(500))
     );
     wait_for_active_up(&node, false).await;
@@ -276,7 +278,7 @@ async fn a_check_that_times_out_counts_as_failed() {
     });
     let timeout = Duration::from_millis(50);
     assert_eq!(
-        check(address, &http_check(), timeout).await,
+        check(address, &http_check(), None, timeout).await,
         Err(CheckFailure::Timeout)
     );
 
@@ -286,6 +288,7 @@ async fn a_check_that_times_out_counts_as_failed() {
         "web",
         &[Arc::clone(&node)],
         &monitor(http_check(), timeout),
+        None,
         signal,
     );
     wait_for_active_up(&node, false).await;
@@ -305,8 +308,11 @@ async fn a_refused_connect_and_an_early_close_are_failures() {
     let address = listener.local_addr().unwrap();
     let server = accept_and_close(listener);
     let timeout = Duration::from_secs(1);
-    assert_eq!(check(address, &HealthCheckKind::Tcp, timeout).await, Ok(()));
-    let closed = check(address, &http_check(), timeout).await;
+    assert_eq!(
+        check(address, &HealthCheckKind::Tcp, None, timeout).await,
+        Ok(())
+    );
+    let closed = check(address, &http_check(), None, timeout).await;
     assert!(
         matches!(closed, Err(CheckFailure::Closed | CheckFailure::Io(_))),
         "{closed:?}"
@@ -314,7 +320,7 @@ async fn a_refused_connect_and_an_early_close_are_failures() {
     server.abort();
     let _ = server.await;
     assert_eq!(
-        check(address, &HealthCheckKind::Tcp, timeout).await,
+        check(address, &HealthCheckKind::Tcp, None, timeout).await,
         Err(CheckFailure::ConnectRefused)
     );
 }

@@ -1,0 +1,342 @@
+//! The two network namespaces and their TUN devices: created in the root namespace, moved
+//! into their namespaces (the open descriptors stay attached), configured with `ip`, removed.
+//!
+//! Everything goes through tun-rs and the `ip` command, so no unsafe code is needed here.
+
+use std::ffi::OsStr;
+use std::io;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::Command;
+
+use tun_rs::{DeviceBuilder, SyncDevice};
+
+/// Which end of the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    A,
+    B,
+}
+
+/// Names and addresses of a link's two sides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    prefix: String,
+    pub a_address: Ipv4Addr,
+    pub b_address: Ipv4Addr,
+    /// MTU of both TUN devices.
+    pub mtu: u16,
+}
+
+/// Why the link's namespaces could not be set up or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(
+        "weir netem needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) to create network namespaces \
+         and TUN devices; run it with sudo"
+    )]
+    NotRoot,
+    #[error(
+        "/dev/net/tun is missing: load the tun module (modprobe tun) or give the container the device"
+    )]
+    NoTun,
+    #[error(
+        "invalid link name {0:?}: 1 to 13 characters from a-z, A-Z, 0-9, '-' and '_' \
+         (each side's namespace and device is NAME-a or NAME-b)"
+    )]
+    InvalidName(String),
+    #[error(
+        "network namespace {0} already exists: another link of that name is up, or a previous \
+         one was not cleaned up (weir netem down --name PREFIX)"
+    )]
+    Exists(String),
+    #[error("the `ip` command is missing: install iproute2")]
+    NoIpCommand,
+    #[error("`{command}` failed: {stderr}")]
+    Command { command: String, stderr: String },
+    #[error("cannot create TUN device {name}: {source}")]
+    Tun { name: String, source: io::Error },
+    #[error("{context}: {source}")]
+    Io {
+        context: &'static str,
+        source: io::Error,
+    },
+}
+
+/// The link's namespaces, removed on drop (so a failed set-up or a panic leaves nothing).
+#[derive(Debug)]
+pub struct Namespaces {
+    created: Vec<String>,
+}
+
+impl Side {
+    pub fn letter(self) -> char {
+        match self {
+            Side::A => 'a',
+            Side::B => 'b',
+        }
+    }
+}
+
+impl Topology {
+    /// The default addresses 10.200.0.1 (side a) and 10.200.0.2 (side b), MTU 1500.
+    pub fn new(prefix: &str) -> Result<Self, SetupError> {
+        validate_prefix(prefix)?;
+        Ok(Topology {
+            prefix: prefix.to_owned(),
+            a_address: Ipv4Addr::new(10, 200, 0, 1),
+            b_address: Ipv4Addr::new(10, 200, 0, 2),
+            mtu: 1500,
+        })
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The namespace of `side`, which is also the name of its TUN device: `PREFIX-a`.
+    pub fn namespace(&self, side: Side) -> String {
+        namespace_name(&self.prefix, side)
+    }
+
+    pub fn address(&self, side: Side) -> Ipv4Addr {
+        match side {
+            Side::A => self.a_address,
+            Side::B => self.b_address,
+        }
+    }
+}
+
+impl Namespaces {
+    /// Creates both namespaces, each with a TUN device (named like its namespace) holding its
+    /// side's address with the other side as peer, and returns the devices, non-blocking, for
+    /// [`crate::Link::start`].
+    pub fn create(topology: &Topology) -> Result<(Namespaces, SyncDevice, SyncDevice), SetupError> {
+        require_root()?;
+        if !Path::new("/dev/net/tun").exists() {
+            return Err(SetupError::NoTun);
+        }
+        let mut namespaces = Namespaces {
+            created: Vec::new(),
+        };
+        let mut devices = Vec::with_capacity(2);
+        for side in [Side::A, Side::B] {
+            let name = topology.namespace(side);
+            if namespace_exists(&name) {
+                return Err(SetupError::Exists(name));
+            }
+            ip(["netns", "add", &name])?;
+            namespaces.created.push(name.clone());
+            let device = DeviceBuilder::new()
+                .name(&name)
+                .mtu(topology.mtu)
+                // Up only once configured in its namespace.
+                .enable(false)
+                .build_sync()
+                .map_err(|source| SetupError::Tun {
+                    name: name.clone(),
+                    source,
+                })?;
+            device
+                .set_nonblocking(true)
+                .map_err(|source| SetupError::Io {
+                    context: "cannot make the TUN device non-blocking",
+                    source,
+                })?;
+            ip(["link", "set", "dev", &name, "netns", &name])?;
+            configure(topology, side)?;
+            devices.push(device);
+        }
+        let b = devices.pop();
+        let a = devices.pop();
+        match (a, b) {
+            (Some(a), Some(b)) => Ok((namespaces, a, b)),
+            // Both were pushed in the loop above.
+            _ => unreachable!("two devices were created"),
+        }
+    }
+
+    /// Removes the namespaces now, reporting the first failure.
+    pub fn remove(mut self) -> Result<(), SetupError> {
+        let created = std::mem::take(&mut self.created);
+        let mut result = Ok(());
+        for name in created {
+            if namespace_exists(&name) {
+                let removed = ip(["netns", "del", &name]);
+                if result.is_ok() {
+                    result = removed;
+                }
+            }
+        }
+        result
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for name in self.created.drain(..) {
+            if namespace_exists(&name) {
+                // Best effort: there is no one to report to from a drop.
+                let _ = ip(["netns", "del", &name]);
+            }
+        }
+    }
+}
+
+/// Removes whatever a link named `prefix` left: its namespaces, and TUN devices of the same
+/// names still in the root namespace. Returns what was removed.
+pub fn remove_leftovers(prefix: &str) -> Result<Vec<String>, SetupError> {
+    validate_prefix(prefix)?;
+    require_root()?;
+    let mut removed = Vec::new();
+    for side in [Side::A, Side::B] {
+        let name = namespace_name(prefix, side);
+        if namespace_exists(&name) {
+            ip(["netns", "del", &name])?;
+            removed.push(format!("network namespace {name}"));
+        }
+        if Path::new("/sys/class/net").join(&name).exists() {
+            ip(["link", "del", "dev", &name])?;
+            removed.push(format!("device {name}"));
+        }
+    }
+    Ok(removed)
+}
+
+/// A command that runs `program` with `args` inside `side`'s namespace (`ip netns exec`).
+pub fn command_in(
+    prefix: &str,
+    side: Side,
+    program: impl AsRef<OsStr>,
+    args: impl IntoIterator<Item = impl AsRef<OsStr>>,
+) -> Result<Command, SetupError> {
+    validate_prefix(prefix)?;
+    require_root()?;
+    let name = namespace_name(prefix, side);
+    if !namespace_exists(&name) {
+        return Err(SetupError::Command {
+            command: format!("ip netns exec {name}"),
+            stderr: format!(
+                "no network namespace {name}: start the link first (weir netem up --name {prefix})"
+            ),
+        });
+    }
+    let mut command = Command::new("ip");
+    command
+        .args(["netns", "exec", &name])
+        .arg(program)
+        .args(args);
+    Ok(command)
+}
+
+/// Fails unless the effective user is root (read from `/proc/self/status`, no libc call).
+pub fn require_root() -> Result<(), SetupError> {
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|source| SetupError::Io {
+        context: "cannot read /proc/self/status",
+        source,
+    })?;
+    let effective_uid = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1));
+    if effective_uid == Some("0") {
+        Ok(())
+    } else {
+        Err(SetupError::NotRoot)
+    }
+}
+
+/// Brings up loopback and the device, without IPv6 (so that no router solicitations or
+/// listener reports cross the link and show in its counters), with the side's address and the
+/// other side as peer.
+fn configure(topology: &Topology, side: Side) -> Result<(), SetupError> {
+    let name = topology.namespace(side);
+    let other = match side {
+        Side::A => Side::B,
+        Side::B => Side::A,
+    };
+    let local = format!("{}/32", topology.address(side));
+    let peer = format!("{}/32", topology.address(other));
+    ip(["-n", &name, "link", "set", "dev", "lo", "up"])?;
+    // Kernels without IPv6 refuse these; there is nothing to turn off then. The name was
+    // checked (letters, digits, '-' and '_'), so it is safe in the shell line.
+    let disable_ipv6 = format!("echo 1 > /proc/sys/net/ipv6/conf/{name}/disable_ipv6");
+    let _ = ip(["netns", "exec", &name, "sh", "-c", &disable_ipv6]);
+    let _ = ip([
+        "-n",
+        &name,
+        "link",
+        "set",
+        "dev",
+        &name,
+        "addrgenmode",
+        "none",
+    ]);
+    ip([
+        "-n", &name, "addr", "add", &local, "peer", &peer, "dev", &name,
+    ])?;
+    ip(["-n", &name, "link", "set", "dev", &name, "up"])
+}
+
+fn namespace_name(prefix: &str, side: Side) -> String {
+    format!("{prefix}-{}", side.letter())
+}
+
+fn namespace_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
+}
+
+/// Interface names are at most 15 bytes; the prefix gets "-a" or "-b".
+fn validate_prefix(prefix: &str) -> Result<(), SetupError> {
+    let valid = (1..=13).contains(&prefix.len())
+        && prefix
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
+    if valid {
+        Ok(())
+    } else {
+        Err(SetupError::InvalidName(prefix.to_owned()))
+    }
+}
+
+/// Runs `ip ARGS`, turning a failure into its stderr.
+fn ip<const N: usize>(args: [&str; N]) -> Result<(), SetupError> {
+    let output = Command::new("ip").args(args).output().map_err(|source| {
+        if source.kind() == io::ErrorKind::NotFound {
+            SetupError::NoIpCommand
+        } else {
+            SetupError::Io {
+                context: "cannot run ip",
+                source,
+            }
+        }
+    })?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(SetupError::Command {
+            command: format!("ip {}", args.join(" ")),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_names_fit_an_interface_name() {
+        assert!(Topology::new("weir").is_ok());
+        assert!(Topology::new("wn4194304x99").is_ok());
+        for bad in ["", "fourteen-chars", "a b", "a/b", "ünï"] {
+            assert!(
+                matches!(Topology::new(bad), Err(SetupError::InvalidName(_))),
+                "{bad:?}"
+            );
+        }
+        let topology = Topology::new("weir").unwrap();
+        assert_eq!(topology.namespace(Side::A), "weir-a");
+        assert_eq!(topology.namespace(Side::B), "weir-b");
+    }
+}

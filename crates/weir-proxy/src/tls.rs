@@ -1,0 +1,115 @@
+//! The handshake stage of an HTTPS virtual server, its metrics and log
+//! lines, and certificate reload.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use tokio::net::TcpStream;
+use weir_config::{ClientAuth, ConfigError, ServerTls};
+use weir_observe::{Metrics, TlsMetrics};
+use weir_tls::{Acceptor, HandshakeInfo, ServerStream};
+
+/// TLS termination on one virtual server.
+#[derive(Debug)]
+pub struct TlsTermination {
+    acceptor: Acceptor,
+    metrics: TlsMetrics,
+    /// Header that carries the verified client-certificate subject to nodes.
+    pub(crate) subject_header: Option<String>,
+    /// Expiry series exported now: (certificate, key type).
+    exported: Mutex<Vec<(String, &'static str)>>,
+}
+
+impl TlsTermination {
+    /// Reads the certificates; a problem is reported against the config key
+    /// that named the file.
+    pub fn new(
+        virtual_server: &str,
+        settings: &ServerTls,
+        file_name: &str,
+        metrics: &Metrics,
+    ) -> Result<TlsTermination, ConfigError> {
+        let acceptor = Acceptor::new(virtual_server, settings, file_name)?;
+        let termination = TlsTermination {
+            acceptor,
+            metrics: metrics.tls(virtual_server),
+            subject_header: match settings.client_auth {
+                ClientAuth::None => None,
+                _ => settings.client_subject_header.clone(),
+            },
+            exported: Mutex::new(Vec::new()),
+        };
+        termination.refresh_expiry();
+        Ok(termination)
+    }
+
+    pub fn virtual_server(&self) -> &str {
+        self.acceptor.virtual_server()
+    }
+
+    /// Re-reads certificate, key and CA files. New handshakes use them; open
+    /// connections keep theirs. On error nothing changes.
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        self.acceptor.reload()?;
+        self.refresh_expiry();
+        Ok(())
+    }
+
+    /// Sets the days-until-expiry gauges from the certificates served now.
+    pub fn refresh_expiry(&self) {
+        let now = SystemTime::now();
+        let current: Vec<(String, &'static str, f64)> = self
+            .acceptor
+            .certificates()
+            .iter()
+            .map(|info| {
+                let name = info
+                    .names
+                    .first()
+                    .cloned()
+                    .or_else(|| info.addresses.first().map(ToString::to_string))
+                    .unwrap_or_else(|| info.subject.clone());
+                (name, info.key_type, info.days_left(now))
+            })
+            .collect();
+        let mut exported = self
+            .exported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (name, key_type) in exported.iter() {
+            if !current.iter().any(|(n, k, _)| n == name && k == key_type) {
+                self.metrics.remove_certificate(name, key_type);
+            }
+        }
+        self.metrics.set_certificates(&current);
+        *exported = current.into_iter().map(|(n, k, _)| (n, k)).collect();
+    }
+
+    /// The handshake stage. `None`: the handshake failed (counted and
+    /// logged); the connection is closed.
+    pub(crate) async fn handshake(
+        &self,
+        tcp: TcpStream,
+        peer: SocketAddr,
+    ) -> Option<(ServerStream, HandshakeInfo)> {
+        match self.acceptor.accept(tcp).await {
+            Ok((stream, info)) => {
+                self.metrics
+                    .record_handshake(info.version, info.suite, info.resumed);
+                Some((ServerStream::Tls(Box::new(stream)), info))
+            }
+            Err(failure) => {
+                self.metrics.record_failure(failure.reason.as_str());
+                tracing::debug!(
+                    virtual_server = %self.acceptor.virtual_server(),
+                    client = %peer,
+                    reason = failure.reason.as_str(),
+                    detail = %failure.detail,
+                    "TLS handshake failed"
+                );
+                None
+            }
+        }
+    }
+}

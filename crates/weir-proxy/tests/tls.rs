@@ -1,0 +1,502 @@
+//! TLS termination and TLS to nodes, end to end, asserted from the client's
+//! side: which certificate was served, whether a session resumed, what the
+//! node received.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use weir_testkit::tls::{self, ClientOptions, Pki};
+use weir_testkit::{TestOrigin, TestProxy};
+use weir_tls::KeyType;
+
+fn toml_path(path: &Path) -> String {
+    path.display().to_string().replace('\\', "\\\\")
+}
+
+/// An HTTPS virtual server `web` in front of `origin` with `tls` as its
+/// `[tls]` table body.
+fn https_config(origin: &TestOrigin, tls: &str) -> String {
+    weir_testkit::config(
+        &[origin.addr],
+        "",
+        &format!("protocol = \"https\"\n[virtual_servers.web.tls]\n{tls}"),
+    )
+}
+
+fn certificates(list: &[&(std::path::PathBuf, std::path::PathBuf)]) -> String {
+    let entries: Vec<String> = list
+        .iter()
+        .map(|(cert, key)| {
+            format!(
+                "{{ cert = \"{}\", key = \"{}\" }}",
+                toml_path(cert),
+                toml_path(key)
+            )
+        })
+        .collect();
+    format!("certificates = [{}]", entries.join(", "))
+}
+
+fn metric(proxy: &TestProxy, needle: &str) -> f64 {
+    proxy
+        .metrics
+        .encode()
+        .lines()
+        .filter(|line| line.contains(needle) && !line.starts_with('#'))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn ecdsa_and_rsa_certificates_are_chosen_by_what_the_client_supports() {
+    let pki = Pki::new();
+    let ecdsa = pki.server("ecdsa", &["site.test"], KeyType::EcdsaP256);
+    let rsa = pki.server("rsa", &["site.test"], KeyType::Rsa2048);
+    let origin = TestOrigin::start("a").await;
+    // RSA listed first: the ECDSA one must still win for a client that can use it.
+    let proxy = TestProxy::start(&https_config(&origin, &certificates(&[&rsa, &ecdsa]))).await;
+
+    for tls13 in [true, false] {
+        let any = tls::client_config(&ClientOptions {
+            ca: Some(pki.ca_path()),
+            tls13_only: tls13,
+            tls12_only: !tls13,
+            ..ClientOptions::default()
+        });
+        let mut stream = tls::connect(proxy.addr, "site.test", &any).await.unwrap();
+        assert_eq!(tls::peer_leaf(&stream), tls::leaf(&ecdsa.0));
+        assert_eq!(tls::get(&mut stream, "/").await.unwrap().status, 200);
+
+        let rsa_only = tls::client_config(&ClientOptions {
+            ca: Some(pki.ca_path()),
+            rsa_only: true,
+            tls13_only: tls13,
+            tls12_only: !tls13,
+            ..ClientOptions::default()
+        });
+        let mut stream = tls::connect(proxy.addr, "site.test", &rsa_only)
+            .await
+            .unwrap();
+        assert_eq!(tls::peer_leaf(&stream), tls::leaf(&rsa.0));
+        assert_eq!(tls::get(&mut stream, "/").await.unwrap().status, 200);
+    }
+    assert_eq!(metric(&proxy, "weir_tls_handshakes_total{"), 4.0);
+    assert_eq!(metric(&proxy, "version=\"TLSv1_2\""), 2.0);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test]
+async fn sni_selects_the_certificate_and_the_first_is_the_default() {
+    let pki = Pki::new();
+    let a = pki.server("a", &["a.test"], KeyType::EcdsaP256);
+    let b = pki.server("b", &["b.test"], KeyType::EcdsaP256);
+    let wild = pki.server("wild", &["*.w.test"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&https_config(&origin, &certificates(&[&a, &b, &wild]))).await;
+    let client = tls::client_config(&ClientOptions::default());
+    for (sni, expected) in [
+        ("a.test", &a.0),
+        ("B.TEST", &b.0),
+        ("x.w.test", &wild.0),
+        ("unknown.test", &a.0),
+        ("127.0.0.1", &a.0),
+    ] {
+        let mut stream = tls::connect(proxy.addr, sni, &client).await.unwrap();
+        assert_eq!(tls::peer_leaf(&stream), tls::leaf(expected), "SNI {sni}");
+        assert_eq!(tls::get(&mut stream, "/").await.unwrap().status, 200);
+    }
+    // A verifying client accepts each named certificate.
+    let verifying = tls::client_config(&ClientOptions {
+        ca: Some(pki.ca_path()),
+        ..ClientOptions::default()
+    });
+    for sni in ["a.test", "b.test", "deep.w.test"] {
+        tls::connect(proxy.addr, sni, &verifying).await.unwrap();
+    }
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// Two connections with one client config: did the second resume?
+async fn second_resumes(addr: std::net::SocketAddr, options: &ClientOptions) -> bool {
+    let client = tls::client_config(options);
+    let mut first = tls::connect(addr, "site.test", &client).await.unwrap();
+    assert!(!tls::was_resumed(&first));
+    // Reading the response also reads TLS 1.3 tickets sent after the handshake.
+    assert_eq!(tls::get(&mut first, "/").await.unwrap().status, 200);
+    let mut second = tls::connect(addr, "site.test", &client).await.unwrap();
+    assert_eq!(tls::get(&mut second, "/").await.unwrap().status, 200);
+    tls::was_resumed(&second)
+}
+
+#[tokio::test]
+async fn sessions_resume_when_on_and_not_when_off() {
+    let pki = Pki::new();
+    let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let base = certificates(&[&cert]);
+    let tls13 = ClientOptions {
+        tls13_only: true,
+        ..ClientOptions::default()
+    };
+    let tls12 = ClientOptions {
+        tls12_only: true,
+        ..ClientOptions::default()
+    };
+    let cases = [
+        ("tickets and cache (default)", "", true),
+        ("tickets only", "session_cache_size = 0", true),
+        ("cache only", "session_tickets = false", true),
+        (
+            "both off",
+            "session_tickets = false\nsession_cache_size = 0",
+            false,
+        ),
+    ];
+    for (label, extra, resumes) in cases {
+        let proxy = TestProxy::start(&https_config(&origin, &format!("{base}\n{extra}"))).await;
+        assert_eq!(
+            second_resumes(proxy.addr, &tls13).await,
+            resumes,
+            "TLS 1.3, {label}"
+        );
+        assert_eq!(
+            second_resumes(proxy.addr, &tls12).await,
+            resumes,
+            "TLS 1.2, {label}"
+        );
+        let resumed = metric(&proxy, "kind=\"resumed\"");
+        assert_eq!(resumed, if resumes { 2.0 } else { 0.0 }, "{label}");
+        proxy.stop().await;
+    }
+    // A client that does not offer resumption never resumes.
+    let proxy = TestProxy::start(&https_config(&origin, &base)).await;
+    let off = ClientOptions {
+        resumption: false,
+        ..ClientOptions::default()
+    };
+    assert!(!second_resumes(proxy.addr, &off).await);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test]
+async fn reload_swaps_certificates_and_keeps_open_connections_and_a_broken_one_is_refused() {
+    let pki = Pki::new();
+    let first = pki.server("first", &["site.test"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let (cert_path, key_path) = (pki.path("live.pem"), pki.path("live.key"));
+    std::fs::copy(&first.0, &cert_path).unwrap();
+    std::fs::copy(&first.1, &key_path).unwrap();
+    let live = (cert_path.clone(), key_path.clone());
+    let proxy = TestProxy::start(&https_config(&origin, &certificates(&[&live]))).await;
+    let client = tls::client_config(&ClientOptions {
+        resumption: false,
+        ..ClientOptions::default()
+    });
+    let mut open = tls::connect(proxy.addr, "site.test", &client)
+        .await
+        .unwrap();
+    assert_eq!(tls::get(&mut open, "/").await.unwrap().status, 200);
+    assert_eq!(tls::peer_leaf(&open), tls::leaf(&first.0));
+
+    let second = pki.server("second", &["site.test"], KeyType::Rsa2048);
+    std::fs::copy(&second.0, &cert_path).unwrap();
+    std::fs::copy(&second.1, &key_path).unwrap();
+    proxy.tls[0].reload().unwrap();
+    let fresh = tls::connect(proxy.addr, "site.test", &client)
+        .await
+        .unwrap();
+    assert_eq!(tls::peer_leaf(&fresh), tls::leaf(&second.0));
+    // The connection opened before the reload still works.
+    assert_eq!(tls::get(&mut open, "/").await.unwrap().status, 200);
+
+    // A key that does not belong to the certificate: refused, old one kept.
+    std::fs::copy(&first.1, &key_path).unwrap();
+    let error = proxy.tls[0].reload().unwrap_err().to_string();
+    assert!(
+        error.contains("virtual_servers.web.tls.certificates[0].key")
+            && error.contains("does not belong"),
+        "{error}"
+    );
+    // Garbage instead of a certificate: refused too.
+    std::fs::write(&cert_path, "not a certificate").unwrap();
+    let error = proxy.tls[0].reload().unwrap_err().to_string();
+    assert!(error.contains("certificates[0].cert"), "{error}");
+    let after = tls::connect(proxy.addr, "site.test", &client)
+        .await
+        .unwrap();
+    assert_eq!(tls::peer_leaf(&after), tls::leaf(&second.0));
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test]
+async fn required_client_certificates_refuse_clients_without_one_and_forward_the_subject() {
+    let pki = Pki::new();
+    let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
+    let alice = pki.client("alice", "alice");
+    let origin = TestOrigin::start("a").await;
+    let tls_table = format!(
+        "{}\nclient_certificates = \"required\"\nclient_ca = \"{}\"\nclient_subject_header = \"X-Client-Subject\"",
+        certificates(&[&cert]),
+        toml_path(&pki.ca_path())
+    );
+    let proxy = TestProxy::start(&https_config(&origin, &tls_table)).await;
+
+    let anonymous = tls::client_config(&ClientOptions::default());
+    let refused = match tls::connect(proxy.addr, "site.test", &anonymous).await {
+        // TLS 1.3: the client finishes first; the refusal arrives as an alert.
+        Ok(mut stream) => tls::get(&mut stream, "/").await.is_err(),
+        Err(_) => true,
+    };
+    assert!(refused, "a client without a certificate was served");
+
+    let with_cert = tls::client_config(&ClientOptions {
+        client_cert: Some(alice.clone()),
+        ..ClientOptions::default()
+    });
+    let mut stream = tls::connect(proxy.addr, "site.test", &with_cert)
+        .await
+        .unwrap();
+    // A client that sends its own subject header cannot forge one.
+    stream
+        .write_all(b"GET /echo HTTP/1.1\r\nHost: test\r\nX-Client-Subject: CN=mallory\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains('}') {
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&seen);
+    assert!(text.contains("CN=alice"), "{text}");
+    assert!(!text.contains("mallory"), "{text}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(metric(&proxy, "reason=\"client_certificate\"") >= 1.0);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// The CVE-2025-23419 class: a session made where no client certificate is
+/// asked for must not let a client into a virtual server that requires one.
+#[tokio::test]
+async fn a_session_never_resumes_into_a_stricter_client_certificate_policy() {
+    let pki = Pki::new();
+    let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let open = TestProxy::start(&https_config(&origin, &certificates(&[&cert]))).await;
+    let locked = TestProxy::start(&https_config(
+        &origin,
+        &format!(
+            "{}\nclient_certificates = \"required\"\nclient_ca = \"{}\"",
+            certificates(&[&cert]),
+            toml_path(&pki.ca_path())
+        ),
+    ))
+    .await;
+    for tls12 in [false, true] {
+        // One client config: its session store is keyed by name, so the
+        // session from `open` is offered to `locked`.
+        let client = tls::client_config(&ClientOptions {
+            tls12_only: tls12,
+            tls13_only: !tls12,
+            ..ClientOptions::default()
+        });
+        let mut first = tls::connect(open.addr, "site.test", &client).await.unwrap();
+        assert_eq!(tls::get(&mut first, "/").await.unwrap().status, 200);
+        let mut again = tls::connect(open.addr, "site.test", &client).await.unwrap();
+        assert_eq!(tls::get(&mut again, "/").await.unwrap().status, 200);
+        assert!(
+            tls::was_resumed(&again),
+            "the session is resumable where it was made"
+        );
+
+        let served = match tls::connect(locked.addr, "site.test", &client).await {
+            Ok(mut stream) => {
+                assert!(!tls::was_resumed(&stream), "resumed into the locked server");
+                tls::get(&mut stream, "/").await.is_ok()
+            }
+            Err(_) => false,
+        };
+        assert!(
+            !served,
+            "served without a client certificate (TLS 1.2: {tls12})"
+        );
+    }
+    assert_eq!(metric(&locked, "kind=\"resumed\""), 0.0);
+    open.stop().await;
+    locked.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test]
+async fn handshake_timeout_overload_and_plain_http_close_the_connection() {
+    let pki = Pki::new();
+    let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&https_config(
+        &origin,
+        &format!(
+            "{}\nhandshake_timeout = \"300ms\"\nmax_handshakes = 1",
+            certificates(&[&cert])
+        ),
+    ))
+    .await;
+    // A connection that never says hello holds the one handshake slot...
+    let mut silent = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // ...so the next one is closed at once.
+    let mut second = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_millis(250), second.read(&mut byte)).await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+    // The silent one is closed after the handshake timeout.
+    let closed = tokio::time::timeout(Duration::from_secs(3), silent.read(&mut byte)).await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+    // Plain HTTP to the TLS port: no answer in clear, the connection is closed.
+    let reply =
+        weir_testkit::client::raw_exchange(proxy.addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap_or_default();
+    assert!(!String::from_utf8_lossy(&reply).contains("200 OK"));
+    // And a real client is still served.
+    let client = tls::client_config(&ClientOptions::default());
+    let mut stream = tls::connect(proxy.addr, "site.test", &client)
+        .await
+        .unwrap();
+    assert_eq!(tls::get(&mut stream, "/").await.unwrap().status, 200);
+    assert_eq!(metric(&proxy, "reason=\"overload\""), 1.0);
+    assert_eq!(metric(&proxy, "reason=\"timeout\""), 1.0);
+    assert_eq!(metric(&proxy, "reason=\"protocol\""), 1.0);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// weir to nodes over TLS: a second weir terminates TLS in front of the
+/// origin and plays the TLS node.
+#[tokio::test]
+async fn upstream_tls_verifies_nodes_and_a_failure_is_a_502() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let node_cert = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let tls_node = TestProxy::start(&https_config(&origin, &certificates(&[&node_cert]))).await;
+
+    let front = |pool_tls: &str| {
+        weir_testkit::config(
+            &[tls_node.addr],
+            &format!("retries = 0\n[pools.web.tls]\n{pool_tls}"),
+            "",
+        )
+    };
+    // Verified against the right CA, with the right name: served, and the
+    // pooled TLS connection is reused.
+    let good = TestProxy::start(&front(&format!(
+        "ca = \"{}\"\nserver_name = \"node.internal\"",
+        toml_path(&pki.ca_path())
+    )))
+    .await;
+    for _ in 0..3 {
+        let response = weir_testkit::client::get(good.addr, "/").await.unwrap();
+        assert_eq!(response.status, 200);
+    }
+    assert_eq!(
+        metric(
+            &good,
+            "weir_upstream_tls_handshakes_total{pool=\"web\",kind=\"full\"}"
+        ),
+        1.0
+    );
+    assert_eq!(metric(&good, "weir_upstream_connections_reused_total"), 2.0);
+
+    // A CA that did not issue the node's certificate: 502.
+    let wrong_ca = TestProxy::start(&front(&format!(
+        "ca = \"{}\"\nserver_name = \"node.internal\"",
+        toml_path(&other.ca_path())
+    )))
+    .await;
+    let response = weir_testkit::client::get(wrong_ca.addr, "/").await.unwrap();
+    assert_eq!(response.status, 502);
+    assert_eq!(metric(&wrong_ca, "kind=\"failed\""), 1.0);
+
+    // The right CA but the wrong name: 502 too.
+    let wrong_name = TestProxy::start(&front(&format!(
+        "ca = \"{}\"\nserver_name = \"other.internal\"",
+        toml_path(&pki.ca_path())
+    )))
+    .await;
+    let response = weir_testkit::client::get(wrong_name.addr, "/")
+        .await
+        .unwrap();
+    assert_eq!(response.status, 502);
+
+    // Verification off: served.
+    let unverified = TestProxy::start(&front("verify = false")).await;
+    let response = weir_testkit::client::get(unverified.addr, "/")
+        .await
+        .unwrap();
+    assert_eq!(response.status, 200);
+
+    for proxy in [good, wrong_ca, wrong_name, unverified, tls_node] {
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}
+
+#[tokio::test]
+async fn mtls_to_nodes_presents_the_client_certificate() {
+    let pki = Pki::new();
+    let node_cert = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
+    let weir_client = pki.client("weir", "weir-front");
+    let origin = TestOrigin::start("a").await;
+    let tls_node = TestProxy::start(&https_config(
+        &origin,
+        &format!(
+            "{}\nclient_certificates = \"required\"\nclient_ca = \"{}\"\nclient_subject_header = \"X-Client-Subject\"",
+            certificates(&[&node_cert]),
+            toml_path(&pki.ca_path())
+        ),
+    ))
+    .await;
+    let pool_tls = |with_cert: bool| {
+        let mut table = format!(
+            "ca = \"{}\"\nserver_name = \"node.internal\"",
+            toml_path(&pki.ca_path())
+        );
+        if with_cert {
+            table.push_str(&format!(
+                "\ncertificate = \"{}\"\nkey = \"{}\"",
+                toml_path(&weir_client.0),
+                toml_path(&weir_client.1)
+            ));
+        }
+        weir_testkit::config(
+            &[tls_node.addr],
+            &format!("retries = 0\n[pools.web.tls]\n{table}"),
+            "",
+        )
+    };
+    let with_cert = TestProxy::start(&pool_tls(true)).await;
+    let response = weir_testkit::client::get(with_cert.addr, "/echo")
+        .await
+        .unwrap();
+    assert_eq!(response.status, 200);
+    assert!(
+        response.text().contains("CN=weir-front"),
+        "{}",
+        response.text()
+    );
+
+    let without = TestProxy::start(&pool_tls(false)).await;
+    let response = weir_testkit::client::get(without.addr, "/").await.unwrap();
+    assert_eq!(response.status, 502);
+    for proxy in [with_cert, without, tls_node] {
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}

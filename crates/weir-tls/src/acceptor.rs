@@ -1,0 +1,434 @@
+//! TLS termination for one virtual server: the rustls server config built
+//! from the model, the handshake with its timeout and concurrency limit, and
+//! hot reload of the certificates.
+
+use std::io;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::crypto::CryptoProvider;
+use tokio_rustls::rustls::server::{
+    NoServerSessionStorage, ProducesTickets, ServerConfig, WebPkiClientVerifier,
+};
+use tokio_rustls::rustls::sign::CertifiedKey;
+use tokio_rustls::rustls::{self, HandshakeKind};
+use weir_config::{CertificateSource, ClientAuth, ConfigError, ServerTls};
+
+use crate::certs::{self, CertificateInfo, FileProblem, KeyType};
+use crate::provider;
+use crate::session_cache::SessionCache;
+use crate::store::{CertStore, Entry, Resolver};
+
+/// Days a generated self-signed certificate is valid.
+const SELF_SIGNED_DAYS: u32 = 90;
+
+/// A finished handshake as the server saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandshakeInfo {
+    /// `TLSv1_2` or `TLSv1_3`.
+    pub version: &'static str,
+    /// IANA suite name.
+    pub suite: &'static str,
+    pub resumed: bool,
+    pub server_name: Option<String>,
+    /// Subject of the client certificate, when one was verified.
+    pub client_subject: Option<String>,
+}
+
+/// Why a handshake did not finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    /// Not finished within the handshake timeout.
+    Timeout,
+    /// Too many handshakes in progress; closed without reading.
+    Overload,
+    /// The client closed or reset the connection.
+    Closed,
+    /// No version, suite, group or signature scheme in common.
+    Incompatible,
+    /// A client certificate was required and missing, or did not verify.
+    ClientCertificate,
+    /// Malformed or unexpected messages (plain HTTP sent to a TLS port, say).
+    Protocol,
+    /// The client sent a fatal alert.
+    Alert,
+    Other,
+}
+
+impl FailureReason {
+    pub const ALL: [FailureReason; 8] = [
+        FailureReason::Timeout,
+        FailureReason::Overload,
+        FailureReason::Closed,
+        FailureReason::Incompatible,
+        FailureReason::ClientCertificate,
+        FailureReason::Protocol,
+        FailureReason::Alert,
+        FailureReason::Other,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::Timeout => "timeout",
+            FailureReason::Overload => "overload",
+            FailureReason::Closed => "closed",
+            FailureReason::Incompatible => "incompatible",
+            FailureReason::ClientCertificate => "client_certificate",
+            FailureReason::Protocol => "protocol",
+            FailureReason::Alert => "alert",
+            FailureReason::Other => "other",
+        }
+    }
+
+    /// Classifies an error from a handshake.
+    pub fn of(error: &io::Error) -> FailureReason {
+        use io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+        if let Some(tls) = error
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return match tls {
+                rustls::Error::PeerIncompatible(_) => FailureReason::Incompatible,
+                rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertificate(_) => {
+                    FailureReason::ClientCertificate
+                }
+                rustls::Error::AlertReceived(_) => FailureReason::Alert,
+                rustls::Error::InvalidMessage(_)
+                | rustls::Error::InappropriateMessage { .. }
+                | rustls::Error::InappropriateHandshakeMessage { .. }
+                | rustls::Error::PeerMisbehaved(_)
+                | rustls::Error::DecryptError => FailureReason::Protocol,
+                _ => FailureReason::Other,
+            };
+        }
+        match error.kind() {
+            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe => {
+                FailureReason::Closed
+            }
+            io::ErrorKind::InvalidData => FailureReason::Protocol,
+            _ => FailureReason::Other,
+        }
+    }
+}
+
+/// A handshake that did not finish.
+#[derive(Debug)]
+pub struct HandshakeFailure {
+    pub reason: FailureReason,
+    pub detail: String,
+}
+
+/// What a reload swaps: the server config and the certificates in it.
+#[derive(Debug)]
+struct Current {
+    config: Arc<ServerConfig>,
+    store: Arc<CertStore>,
+}
+
+/// TLS termination for one virtual server.
+pub struct Acceptor {
+    virtual_server: String,
+    settings: ServerTls,
+    /// The config file, for errors.
+    file_name: String,
+    provider: Arc<CryptoProvider>,
+    /// Kept across reloads so that sessions survive a certificate change.
+    ticketer: Option<Arc<dyn ProducesTickets>>,
+    cache: Option<Arc<SessionCache>>,
+    /// Self-signed certificates generated at start, by certificate index; kept across reloads.
+    generated: Vec<Option<Arc<CertifiedKey>>>,
+    current: ArcSwap<Current>,
+    handshakes: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Acceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acceptor")
+            .field("virtual_server", &self.virtual_server)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Acceptor {
+    /// Reads the certificates and builds the server config. Problems are
+    /// reported against the config key that named the file.
+    pub fn new(
+        virtual_server: &str,
+        settings: &ServerTls,
+        file_name: &str,
+    ) -> Result<Acceptor, ConfigError> {
+        let provider = provider::provider(settings.cipher_suites.as_deref(), &settings.groups);
+        let error = |key: &weir_config::KeyPath, message: String| {
+            ConfigError::single(file_name, None, key.to_string(), message)
+        };
+        let ticketer = if settings.session_tickets {
+            Some(
+                crate::ticketer::ticketer(settings.ticket_rotation).map_err(|e| {
+                    ConfigError::single(file_name, None, String::new(), format!("ticket keys: {e}"))
+                })?,
+            )
+        } else {
+            None
+        };
+        let cache = (settings.session_cache_size > 0).then(|| {
+            Arc::new(SessionCache::new(
+                settings.session_cache_size,
+                settings.session_cache_lifetime,
+            ))
+        });
+        let mut generated = Vec::with_capacity(settings.certificates.len());
+        for source in &settings.certificates {
+            generated.push(match source {
+                CertificateSource::SelfSigned { names, key } => {
+                    let cert = certs::self_signed(names, KeyType::EcdsaP256, SELF_SIGNED_DAYS)
+                        .map_err(|e| error(key, format!("cannot generate a certificate: {e}")))?;
+                    Some(
+                        certs::generated_key(&provider, &cert)
+                            .map_err(|message| error(key, message))?,
+                    )
+                }
+                CertificateSource::Files { .. } => None,
+            });
+        }
+        let acceptor_parts = Parts {
+            settings,
+            provider: &provider,
+            ticketer: ticketer.as_ref(),
+            cache: cache.as_ref(),
+            generated: &generated,
+        };
+        let current = acceptor_parts
+            .build()
+            .map_err(|problem| to_config_error(file_name, problem))?;
+        Ok(Acceptor {
+            virtual_server: virtual_server.to_owned(),
+            settings: settings.clone(),
+            file_name: file_name.to_owned(),
+            provider,
+            ticketer,
+            cache,
+            generated,
+            current: ArcSwap::from_pointee(current),
+            handshakes: Arc::new(Semaphore::new(settings.max_handshakes.get() as usize)),
+        })
+    }
+
+    /// Re-reads the certificate, key and CA files. On success new handshakes
+    /// use them (open connections keep theirs); on failure nothing changes.
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        let parts = Parts {
+            settings: &self.settings,
+            provider: &self.provider,
+            ticketer: self.ticketer.as_ref(),
+            cache: self.cache.as_ref(),
+            generated: &self.generated,
+        };
+        let current = parts
+            .build()
+            .map_err(|problem| to_config_error(&self.file_name, problem))?;
+        self.current.store(Arc::new(current));
+        Ok(())
+    }
+
+    /// The certificates served now.
+    pub fn certificates(&self) -> Vec<CertificateInfo> {
+        self.current
+            .load()
+            .store
+            .entries()
+            .iter()
+            .map(|entry| entry.info.clone())
+            .collect()
+    }
+
+    pub fn virtual_server(&self) -> &str {
+        &self.virtual_server
+    }
+
+    /// The server config new handshakes use (for tests and tools).
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        Arc::clone(&self.current.load().config)
+    }
+
+    /// Runs the handshake on an accepted connection, within the handshake
+    /// timeout and the limit on handshakes in progress.
+    pub async fn accept(
+        &self,
+        tcp: TcpStream,
+    ) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, HandshakeInfo), HandshakeFailure> {
+        let Ok(_permit) = Arc::clone(&self.handshakes).try_acquire_owned() else {
+            return Err(HandshakeFailure {
+                reason: FailureReason::Overload,
+                detail: format!(
+                    "{} handshakes already in progress",
+                    self.settings.max_handshakes
+                ),
+            });
+        };
+        let acceptor = TlsAcceptor::from(self.server_config());
+        let stream =
+            match tokio::time::timeout(self.settings.handshake_timeout, acceptor.accept(tcp)).await
+            {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    return Err(HandshakeFailure {
+                        reason: FailureReason::of(&error),
+                        detail: error.to_string(),
+                    });
+                }
+                Err(_) => {
+                    return Err(HandshakeFailure {
+                        reason: FailureReason::Timeout,
+                        detail: format!(
+                            "handshake not finished within {:?}",
+                            self.settings.handshake_timeout
+                        ),
+                    });
+                }
+            };
+        let connection = stream.get_ref().1;
+        let info = HandshakeInfo {
+            version: connection
+                .protocol_version()
+                .and_then(|version| version.as_str())
+                .unwrap_or("unknown"),
+            suite: connection
+                .negotiated_cipher_suite()
+                .map_or("unknown", provider::suite_name),
+            resumed: connection.handshake_kind() == Some(HandshakeKind::Resumed),
+            server_name: connection.server_name().map(str::to_owned),
+            client_subject: connection
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(certs::subject_of),
+        };
+        Ok((stream, info))
+    }
+}
+
+fn to_config_error(file_name: &str, problem: FileProblem) -> ConfigError {
+    ConfigError::single(
+        file_name,
+        problem.file.line,
+        problem.file.key.to_string(),
+        problem.message,
+    )
+}
+
+/// Everything a server config is built from.
+struct Parts<'a> {
+    settings: &'a ServerTls,
+    provider: &'a Arc<CryptoProvider>,
+    ticketer: Option<&'a Arc<dyn ProducesTickets>>,
+    cache: Option<&'a Arc<SessionCache>>,
+    generated: &'a [Option<Arc<CertifiedKey>>],
+}
+
+impl Parts<'_> {
+    fn build(&self) -> Result<Current, FileProblem> {
+        let settings = self.settings;
+        let mut entries = Vec::with_capacity(settings.certificates.len());
+        for (index, source) in settings.certificates.iter().enumerate() {
+            let (key, named_by) = match (source, self.generated.get(index).cloned().flatten()) {
+                (CertificateSource::SelfSigned { key, .. }, Some(generated)) => (
+                    generated,
+                    weir_config::FileRef {
+                        path: Default::default(),
+                        key: key.clone(),
+                        line: None,
+                    },
+                ),
+                (CertificateSource::Files { cert, key }, _) => (
+                    Arc::new(certs::load_certified_key(self.provider, cert, key)?),
+                    cert.clone(),
+                ),
+                (CertificateSource::SelfSigned { key, .. }, None) => {
+                    return Err(FileProblem {
+                        file: weir_config::FileRef {
+                            path: Default::default(),
+                            key: key.clone(),
+                            line: None,
+                        },
+                        message: "self-signed certificate missing".to_owned(),
+                    });
+                }
+            };
+            let leaf = key.end_entity_cert().map_err(|error| FileProblem {
+                file: named_by.clone(),
+                message: format!("no certificate: {error}"),
+            })?;
+            let info =
+                CertificateInfo::of(leaf, key.key.algorithm()).map_err(|message| FileProblem {
+                    file: named_by.clone(),
+                    message,
+                })?;
+            entries.push(Entry { key, info });
+        }
+        let store = Arc::new(CertStore::new(entries));
+
+        let builder = ServerConfig::builder_with_provider(Arc::clone(self.provider))
+            .with_protocol_versions(&provider::versions(&settings.versions))
+            .map_err(|error| FileProblem {
+                file: first_file(settings),
+                message: format!("no usable TLS version with these suites: {error}"),
+            })?;
+        let builder = match &settings.client_auth {
+            ClientAuth::None => builder.with_no_client_auth(),
+            ClientAuth::Optional { ca } | ClientAuth::Required { ca } => {
+                let roots = Arc::new(certs::load_roots(ca)?);
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(self.provider));
+                let verifier = if matches!(settings.client_auth, ClientAuth::Optional { .. }) {
+                    verifier.allow_unauthenticated()
+                } else {
+                    verifier
+                };
+                let verifier = verifier.build().map_err(|error| FileProblem {
+                    file: ca.clone(),
+                    message: format!("cannot verify client certificates with this CA: {error}"),
+                })?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder.with_cert_resolver(Arc::new(Resolver(Arc::clone(&store))));
+        config.alpn_protocols = settings
+            .alpn
+            .iter()
+            .map(|p| p.as_bytes().to_vec())
+            .collect();
+        config.session_storage = match self.cache {
+            Some(cache) => Arc::clone(cache) as _,
+            None => Arc::new(NoServerSessionStorage {}),
+        };
+        if let Some(ticketer) = self.ticketer {
+            config.ticketer = Arc::clone(ticketer);
+        }
+        if self.ticketer.is_none() && self.cache.is_none() {
+            config.send_tls13_tickets = 0;
+        }
+        Ok(Current {
+            config: Arc::new(config),
+            store,
+        })
+    }
+}
+
+fn first_file(settings: &ServerTls) -> weir_config::FileRef {
+    match settings.certificates.first() {
+        Some(CertificateSource::Files { cert, .. }) => cert.clone(),
+        Some(CertificateSource::SelfSigned { key, .. }) => weir_config::FileRef {
+            path: Default::default(),
+            key: key.clone(),
+            line: None,
+        },
+        None => weir_config::FileRef {
+            path: Default::default(),
+            key: weir_config::KeyPath::root(),
+            line: None,
+        },
+    }
+}

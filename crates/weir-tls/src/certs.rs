@@ -1,0 +1,399 @@
+//! Certificates: reading PEM chains and keys (with errors that name the
+//! config key), what a certificate says about itself (names, key type,
+//! expiry), and generating test certificates (`weir cert`, self-signed
+//! defaults, tests).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, RsaKeySize,
+};
+use tokio_rustls::rustls::crypto::CryptoProvider;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::sign::CertifiedKey;
+use tokio_rustls::rustls::{RootCertStore, SignatureAlgorithm};
+use weir_config::FileRef;
+
+/// A problem with a file named in the config; the caller adds file and line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileProblem {
+    pub file: FileRef,
+    pub message: String,
+}
+
+impl FileProblem {
+    fn new(file: &FileRef, message: impl Into<String>) -> FileProblem {
+        FileProblem {
+            file: file.clone(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Reads a PEM certificate chain, leaf first.
+pub fn read_chain(file: &FileRef) -> Result<Vec<CertificateDer<'static>>, FileProblem> {
+    let bytes = std::fs::read(&file.path).map_err(|error| {
+        FileProblem::new(
+            file,
+            format!("cannot read {}: {error}", file.path.display()),
+        )
+    })?;
+    let chain = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| {
+            FileProblem::new(
+                file,
+                format!(
+                    "{} is not a valid PEM certificate file: {error}",
+                    file.path.display()
+                ),
+            )
+        })?;
+    if chain.is_empty() {
+        return Err(FileProblem::new(
+            file,
+            format!(
+                "{} holds no PEM certificate (\"-----BEGIN CERTIFICATE-----\")",
+                file.path.display()
+            ),
+        ));
+    }
+    for (index, der) in chain.iter().enumerate() {
+        if let Err(error) = x509_parser::parse_x509_certificate(der) {
+            return Err(FileProblem::new(
+                file,
+                format!(
+                    "certificate {} in {} does not parse: {error}",
+                    index + 1,
+                    file.path.display()
+                ),
+            ));
+        }
+    }
+    Ok(chain)
+}
+
+/// Reads a PEM private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
+pub fn read_key(file: &FileRef) -> Result<PrivateKeyDer<'static>, FileProblem> {
+    let bytes = std::fs::read(&file.path).map_err(|error| {
+        FileProblem::new(
+            file,
+            format!("cannot read {}: {error}", file.path.display()),
+        )
+    })?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|error| {
+        FileProblem::new(
+            file,
+            format!(
+                "{} holds no usable PEM private key: {error}",
+                file.path.display()
+            ),
+        )
+    })
+}
+
+/// A chain and its key, checked to belong together.
+pub fn load_certified_key(
+    provider: &CryptoProvider,
+    cert: &FileRef,
+    key: &FileRef,
+) -> Result<CertifiedKey, FileProblem> {
+    let chain = read_chain(cert)?;
+    let key_der = read_key(key)?;
+    certified_key(provider, chain, key_der).map_err(|message| FileProblem::new(key, message))
+}
+
+/// Builds a [`CertifiedKey`] from DER, checking that the key matches the leaf.
+pub fn certified_key(
+    provider: &CryptoProvider,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<CertifiedKey, String> {
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|error| format!("unsupported private key: {error}"))?;
+    let certified = CertifiedKey::new(chain, signing_key);
+    certified
+        .keys_match()
+        .map_err(|error| format!("the private key does not belong to the certificate: {error}"))?;
+    Ok(certified)
+}
+
+/// Reads a PEM file of trusted CA certificates.
+pub fn load_roots(file: &FileRef) -> Result<RootCertStore, FileProblem> {
+    let chain = read_chain(file)?;
+    let mut roots = RootCertStore::empty();
+    let (added, ignored) = roots.add_parsable_certificates(chain);
+    if added == 0 {
+        return Err(FileProblem::new(
+            file,
+            format!(
+                "{} holds no usable CA certificate ({ignored} rejected)",
+                file.path.display()
+            ),
+        ));
+    }
+    Ok(roots)
+}
+
+/// What a certificate says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateInfo {
+    /// Lower-cased DNS names (and `*.` wildcards) it is valid for; the subject
+    /// common name when it has no DNS names.
+    pub names: Vec<String>,
+    /// IP addresses it is valid for.
+    pub addresses: Vec<IpAddr>,
+    /// `ecdsa`, `rsa`, `ed25519` or `other`.
+    pub key_type: &'static str,
+    pub subject: String,
+    pub not_after: SystemTime,
+}
+
+impl CertificateInfo {
+    /// Reads the leaf of a chain.
+    pub fn of(
+        leaf: &CertificateDer<'_>,
+        algorithm: SignatureAlgorithm,
+    ) -> Result<CertificateInfo, String> {
+        let (_, cert) = x509_parser::parse_x509_certificate(leaf)
+            .map_err(|error| format!("certificate does not parse: {error}"))?;
+        let mut names = Vec::new();
+        let mut addresses = Vec::new();
+        if let Ok(Some(san)) = cert.subject_alternative_name() {
+            for name in &san.value.general_names {
+                match name {
+                    x509_parser::extensions::GeneralName::DNSName(dns) => {
+                        names.push(dns.to_ascii_lowercase());
+                    }
+                    x509_parser::extensions::GeneralName::IPAddress(bytes) => {
+                        let address = match bytes.len() {
+                            4 => <[u8; 4]>::try_from(*bytes).ok().map(IpAddr::from),
+                            16 => <[u8; 16]>::try_from(*bytes).ok().map(IpAddr::from),
+                            _ => None,
+                        };
+                        addresses.extend(address);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if names.is_empty() && addresses.is_empty() {
+            names.extend(
+                cert.subject()
+                    .iter_common_name()
+                    .filter_map(|cn| cn.as_str().ok())
+                    .map(str::to_ascii_lowercase),
+            );
+        }
+        let seconds = cert.validity().not_after.timestamp();
+        let not_after = UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+        let key_type = match algorithm {
+            SignatureAlgorithm::ECDSA => "ecdsa",
+            SignatureAlgorithm::RSA => "rsa",
+            SignatureAlgorithm::ED25519 => "ed25519",
+            _ => "other",
+        };
+        Ok(CertificateInfo {
+            names,
+            addresses,
+            key_type,
+            subject: cert.subject().to_string(),
+            not_after,
+        })
+    }
+
+    /// Days until it expires (negative once it has).
+    pub fn days_left(&self, now: SystemTime) -> f64 {
+        match self.not_after.duration_since(now) {
+            Ok(left) => left.as_secs_f64() / 86_400.0,
+            Err(past) => -past.duration().as_secs_f64() / 86_400.0,
+        }
+    }
+}
+
+/// The subject of a DER certificate as text (`CN=client,O=weir`).
+pub fn subject_of(der: &CertificateDer<'_>) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(cert.subject().to_string())
+}
+
+/// Key types for generated certificates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    EcdsaP256,
+    Rsa2048,
+}
+
+impl KeyType {
+    pub fn label(self) -> &'static str {
+        match self {
+            KeyType::EcdsaP256 => "ecdsa",
+            KeyType::Rsa2048 => "rsa",
+        }
+    }
+
+    fn generate(self) -> Result<KeyPair, rcgen::Error> {
+        match self {
+            KeyType::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
+            KeyType::Rsa2048 => {
+                KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, RsaKeySize::_2048)
+            }
+        }
+    }
+}
+
+/// A generated certificate and key, PEM-encoded.
+#[derive(Debug, Clone)]
+pub struct Generated {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub cert_der: CertificateDer<'static>,
+    key_der: Vec<u8>,
+}
+
+impl Generated {
+    pub fn key_der(&self) -> PrivateKeyDer<'static> {
+        PrivateKeyDer::Pkcs8(self.key_der.clone().into())
+    }
+}
+
+/// A certificate authority for tests and labs, kept in memory.
+pub struct TestCa {
+    issuer: Issuer<'static, KeyPair>,
+    cert: Generated,
+}
+
+impl std::fmt::Debug for TestCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestCa").finish_non_exhaustive()
+    }
+}
+
+fn validity(params: &mut CertificateParams, days: u32) {
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::days(1);
+    params.not_after = now + time::Duration::days(i64::from(days));
+}
+
+fn generated(cert: &rcgen::Certificate, key: &KeyPair) -> Generated {
+    Generated {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        cert_der: cert.der().clone(),
+        key_der: key.serialize_der(),
+    }
+}
+
+impl TestCa {
+    /// A new CA (ECDSA P-256) named `common_name`, valid for ten years.
+    pub fn new(common_name: &str) -> Result<TestCa, rcgen::Error> {
+        let key = KeyType::EcdsaP256.generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        let mut name = DistinguishedName::new();
+        name.push(DnType::CommonName, common_name);
+        name.push(DnType::OrganizationName, "weir test CA");
+        params.distinguished_name = name;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        validity(&mut params, 3650);
+        let cert = params.self_signed(&key)?;
+        let pem = generated(&cert, &key);
+        Ok(TestCa {
+            issuer: Issuer::new(params, key),
+            cert: pem,
+        })
+    }
+
+    /// The CA certificate (what clients trust).
+    pub fn certificate(&self) -> &Generated {
+        &self.cert
+    }
+
+    /// A server certificate for `names` (DNS names or IP addresses), valid for `days`.
+    pub fn server(
+        &self,
+        names: &[String],
+        key_type: KeyType,
+        days: u32,
+    ) -> Result<Generated, rcgen::Error> {
+        let key = key_type.generate()?;
+        let mut params = CertificateParams::new(names.to_vec())?;
+        let mut name = DistinguishedName::new();
+        name.push(
+            DnType::CommonName,
+            names.first().map_or("weir", String::as_str),
+        );
+        params.distinguished_name = name;
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        if key_type == KeyType::Rsa2048 {
+            params.key_usages.push(KeyUsagePurpose::KeyEncipherment);
+        }
+        validity(&mut params, days);
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(generated(&cert, &key))
+    }
+
+    /// A client certificate with subject `CN=common_name`, valid for `days`.
+    pub fn client(
+        &self,
+        common_name: &str,
+        key_type: KeyType,
+        days: u32,
+    ) -> Result<Generated, rcgen::Error> {
+        let key = key_type.generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        let mut name = DistinguishedName::new();
+        name.push(DnType::CommonName, common_name);
+        params.distinguished_name = name;
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        validity(&mut params, days);
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(generated(&cert, &key))
+    }
+}
+
+/// A self-signed server certificate for `names`, valid for `days`.
+pub fn self_signed(
+    names: &[String],
+    key_type: KeyType,
+    days: u32,
+) -> Result<Generated, rcgen::Error> {
+    let key = key_type.generate()?;
+    let mut params = CertificateParams::new(names.to_vec())?;
+    let mut name = DistinguishedName::new();
+    name.push(
+        DnType::CommonName,
+        names.first().map_or("weir", String::as_str),
+    );
+    params.distinguished_name = name;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    validity(&mut params, days);
+    let cert = params.self_signed(&key)?;
+    Ok(generated(&cert, &key))
+}
+
+/// A generated certificate as a [`CertifiedKey`].
+pub fn generated_key(
+    provider: &CryptoProvider,
+    generated: &Generated,
+) -> Result<Arc<CertifiedKey>, String> {
+    certified_key(
+        provider,
+        vec![generated.cert_der.clone()],
+        generated.key_der(),
+    )
+    .map(Arc::new)
+}

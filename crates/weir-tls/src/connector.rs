@@ -1,0 +1,213 @@
+//! TLS from weir to the nodes of a pool: verification against a CA file or
+//! the system roots (or none, when configured off), SNI, an optional client
+//! certificate, and session resumption.
+//!
+//! One connector per pool, and connections are pooled per pool and node, so
+//! connections made with different TLS settings are never shared.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::client::danger::{
+    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
+};
+use tokio_rustls::rustls::client::{Resumption, WebPkiServerVerifier};
+use tokio_rustls::rustls::crypto::{
+    CryptoProvider, verify_tls12_signature, verify_tls13_signature,
+};
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio_rustls::rustls::{
+    self, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
+use weir_config::{ConfigError, FileRef, UpstreamTls};
+
+use crate::certs::{self, FileProblem};
+use crate::provider;
+
+/// Sessions remembered per pool for resumption with its nodes.
+const SESSIONS_PER_POOL: usize = 1024;
+
+/// Makes TLS connections to the nodes of one pool.
+#[derive(Clone)]
+pub struct Connector {
+    config: Arc<ClientConfig>,
+    server_name: Option<ServerName<'static>>,
+    verify: bool,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("server_name", &self.server_name)
+            .field("verify", &self.verify)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connector {
+    /// Builds the connector, reading the CA and client certificate files.
+    pub fn new(settings: &UpstreamTls, file_name: &str) -> Result<Connector, ConfigError> {
+        Connector::build(settings).map_err(|problem| {
+            ConfigError::single(
+                file_name,
+                problem.file.line,
+                problem.file.key.to_string(),
+                problem.message,
+            )
+        })
+    }
+
+    fn build(settings: &UpstreamTls) -> Result<Connector, FileProblem> {
+        let provider = provider::provider(None, weir_config::defaults::TLS_GROUPS);
+        let versions = provider::versions(&settings.versions);
+        let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_protocol_versions(&versions)
+            .map_err(|error| FileProblem {
+                file: settings_ref(settings),
+                message: format!("no usable TLS version: {error}"),
+            })?;
+        let verifier: Arc<dyn ServerCertVerifier> = if settings.verify {
+            let roots = match &settings.ca {
+                Some(ca) => certs::load_roots(ca)?,
+                None => system_roots(),
+            };
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
+                .build()
+                .map_err(|error| FileProblem {
+                    file: settings_ref(settings),
+                    message: format!("cannot verify node certificates: {error}"),
+                })?
+        } else {
+            Arc::new(NoVerification(Arc::clone(&provider)))
+        };
+        let builder = builder
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let mut config = match &settings.client_certificate {
+            Some((cert, key)) => {
+                let certified = certs::load_certified_key(&provider, cert, key)?;
+                builder
+                    .with_client_auth_cert(certified.cert.clone(), certs::read_key(key)?)
+                    .map_err(|error| FileProblem {
+                        file: key.clone(),
+                        message: format!("unusable client certificate: {error}"),
+                    })?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.resumption = if settings.session_resumption {
+            Resumption::in_memory_sessions(SESSIONS_PER_POOL)
+        } else {
+            Resumption::disabled()
+        };
+        let server_name = match &settings.server_name {
+            Some(name) => {
+                Some(
+                    ServerName::try_from(name.clone()).map_err(|error| FileProblem {
+                        file: settings_ref(settings),
+                        message: format!("invalid server_name \"{name}\": {error}"),
+                    })?,
+                )
+            }
+            None => None,
+        };
+        Ok(Connector {
+            config: Arc::new(config),
+            server_name,
+            verify: settings.verify,
+        })
+    }
+
+    /// Runs the handshake on a connected socket to `node`.
+    pub async fn connect(
+        &self,
+        tcp: TcpStream,
+        node: SocketAddr,
+    ) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let name = self
+            .server_name
+            .clone()
+            .unwrap_or_else(|| ServerName::IpAddress(node.ip().into()));
+        TlsConnector::from(Arc::clone(&self.config))
+            .connect(name, tcp)
+            .await
+    }
+}
+
+fn settings_ref(settings: &UpstreamTls) -> FileRef {
+    settings.ca.clone().unwrap_or_else(|| FileRef {
+        path: Default::default(),
+        key: weir_config::KeyPath::root(),
+        line: None,
+    })
+}
+
+/// The operating system's trusted roots; unreadable ones are skipped with a warning.
+fn system_roots() -> RootCertStore {
+    let found = rustls_native_certs::load_native_certs();
+    for error in &found.errors {
+        tracing::warn!(%error, "could not read some system CA certificates");
+    }
+    let mut roots = RootCertStore::empty();
+    roots.add_parsable_certificates(found.certs);
+    roots
+}
+
+/// `verify = false`: any certificate is accepted, but the handshake
+/// signatures are still checked (so the session keys are the node's).
+#[derive(Debug)]
+struct NoVerification(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Also used by tools that connect without verifying (`weir bench`-like clients in tests).
+pub fn insecure_verifier(provider: Arc<CryptoProvider>) -> Arc<dyn ServerCertVerifier> {
+    Arc::new(NoVerification(provider))
+}

@@ -1,0 +1,164 @@
+//! The stateful session cache: sessions kept in memory by weir, shared by all
+//! threads of a virtual server, bounded in count and in age.
+//!
+//! rustls uses it for TLS 1.2 session-ID resumption and, when tickets are off,
+//! for TLS 1.3 resumption (where a session is taken, so it resumes once).
+//! Sharded by the session ID's first byte (random) so threads rarely meet on
+//! a lock; each shard evicts its oldest entries first.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio_rustls::rustls::server::StoresServerSessions;
+
+const SHARDS: usize = 16;
+
+#[derive(Debug)]
+pub struct SessionCache {
+    shards: Vec<Mutex<Shard>>,
+    per_shard: usize,
+    lifetime: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    entries: HashMap<Vec<u8>, (Vec<u8>, Instant)>,
+    /// Keys in insertion order, for eviction; may hold keys already removed.
+    order: VecDeque<(Vec<u8>, Instant)>,
+}
+
+impl SessionCache {
+    /// A cache of at most `size` sessions (rounded up to a multiple of the
+    /// shard count), each resumable for `lifetime`.
+    pub fn new(size: usize, lifetime: Duration) -> SessionCache {
+        let per_shard = size.div_ceil(SHARDS).max(1);
+        SessionCache {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            per_shard,
+            lifetime,
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> std::sync::MutexGuard<'_, Shard> {
+        let index = key.first().map_or(0, |byte| usize::from(*byte) % SHARDS);
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sessions held now (expired ones not yet evicted included).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| {
+                shard
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .entries
+                    .len()
+            })
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn fresh(&self, stored: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(stored) < self.lifetime
+    }
+}
+
+impl Shard {
+    fn evict(&mut self, capacity: usize, lifetime: Duration, now: Instant) {
+        while let Some((key, stored)) = self.order.front() {
+            let expired = now.saturating_duration_since(*stored) >= lifetime;
+            if !expired && self.entries.len() < capacity && self.order.len() < capacity * 2 {
+                break;
+            }
+            let (key, stored) = (key.clone(), *stored);
+            self.order.pop_front();
+            // Only remove the entry this order record was made for, not a newer one.
+            if self.entries.get(&key).is_some_and(|(_, at)| *at == stored) {
+                self.entries.remove(&key);
+            }
+        }
+    }
+}
+
+impl StoresServerSessions for SessionCache {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        let now = Instant::now();
+        let mut shard = self.shard(&key);
+        shard.evict(self.per_shard, self.lifetime, now);
+        shard.order.push_back((key.clone(), now));
+        shard.entries.insert(key, (value, now));
+        true
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let shard = self.shard(key);
+        let (value, stored) = shard.entries.get(key)?;
+        self.fresh(*stored, Instant::now()).then(|| value.clone())
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let mut shard = self.shard(key);
+        let (value, stored) = shard.entries.remove(key)?;
+        self.fresh(stored, Instant::now()).then_some(value)
+    }
+
+    fn can_cache(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_gets_and_takes_once() {
+        let cache = SessionCache::new(100, Duration::from_secs(60));
+        assert!(cache.put(b"a".to_vec(), b"1".to_vec()));
+        assert_eq!(cache.get(b"a").unwrap(), b"1");
+        assert_eq!(cache.take(b"a").unwrap(), b"1");
+        assert!(cache.take(b"a").is_none());
+        assert!(cache.get(b"b").is_none());
+    }
+
+    #[test]
+    fn size_is_bounded_oldest_out_first() {
+        let cache = SessionCache::new(SHARDS * 4, Duration::from_secs(60));
+        // Same first byte: all in one shard of capacity 4.
+        for i in 0..10u8 {
+            cache.put(vec![7, i], vec![i]);
+        }
+        assert_eq!(cache.len(), 4);
+        assert!(cache.get(&[7, 0]).is_none());
+        assert_eq!(cache.get(&[7, 9]).unwrap(), vec![9]);
+    }
+
+    #[test]
+    fn expired_sessions_are_not_resumed() {
+        let cache = SessionCache::new(100, Duration::from_millis(20));
+        cache.put(b"a".to_vec(), b"1".to_vec());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(cache.get(b"a").is_none());
+        assert!(cache.take(b"a").is_none());
+        cache.put(b"b".to_vec(), b"2".to_vec());
+        assert!(cache.get(b"a").is_none());
+    }
+
+    #[test]
+    fn overwriting_a_key_keeps_the_newest() {
+        let cache = SessionCache::new(SHARDS * 2, Duration::from_secs(60));
+        cache.put(vec![1, 1], b"old".to_vec());
+        cache.put(vec![1, 1], b"new".to_vec());
+        cache.put(vec![1, 2], b"x".to_vec());
+        cache.put(vec![1, 3], b"y".to_vec());
+        // The stale order record of the first put must not remove the newer value.
+        assert!(cache.len() <= 2);
+    }
+}
