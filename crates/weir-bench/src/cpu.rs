@@ -34,12 +34,17 @@ mod tests {
         assert_eq!(parse_cpu_seconds("garbage"), None);
         assert_eq!(parse_cpu_seconds("1 (x) R 1 2"), None);
         if let Some(before) = thread_cpu_seconds() {
+            // Spin until the thread's own CPU time moves (on a loaded machine 50 ms of wall
+            // time may be far less CPU time), bounded so a clock that never moves fails.
             let spin = std::time::Instant::now();
             let mut x = 0u64;
-            while spin.elapsed() < std::time::Duration::from_millis(50) {
-                x = std::hint::black_box(x.wrapping_add(1));
+            let mut after = before;
+            while after < before + 0.02 && spin.elapsed() < std::time::Duration::from_secs(10) {
+                for _ in 0..100_000 {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+                after = thread_cpu_seconds().expect("readable twice");
             }
-            let after = thread_cpu_seconds().expect("readable twice");
             assert!(after >= before + 0.02, "{before} → {after}");
         }
     }

@@ -23,6 +23,7 @@ use crate::plan::{ConnectionMode, Plan, Protocol, Target, UrlOrder};
 use crate::progress::{self, Live};
 use crate::record::{ErrorKind, Record, micros};
 use crate::schedule::{Budget, Cadence, share};
+use crate::tls::{Handshake, TlsClient};
 
 /// The timer wakes on whole milliseconds and late, by about a millisecond on average; aiming
 /// this much early centres the actual send times on the intended ones. A request sent early
@@ -156,23 +157,19 @@ async fn drive_slot(context: Rc<ThreadContext>, record: Rc<RefCell<Record>>, slo
             UrlOrder::Sequential => (urls + 1) % plan.targets.len(),
             UrlOrder::Random => rng.random_range(0..plan.targets.len()),
         };
-        let mut opened = false;
+        let mut opened = Opened::default();
         let result = tokio::time::timeout(
             plan.timeout,
-            issue(
-                &mut connection,
-                &mut buffer,
-                target,
-                plan.protocol,
-                plan.mode,
-                &mut opened,
-            ),
+            issue(&mut connection, &mut buffer, target, plan, &mut opened),
         )
         .await;
         let end = tokio::time::Instant::now();
         let at = end - start;
         let mut record = record.borrow_mut();
-        record.connections_opened += u64::from(opened);
+        record.connections_opened += u64::from(opened.connection);
+        if let Some(handshake) = &opened.handshake {
+            record.handshake(handshake);
+        }
         match result {
             Ok(Ok(response)) => {
                 // From the intended time, or from the actual send if the timer woke early.
@@ -199,24 +196,42 @@ async fn drive_slot(context: Rc<ThreadContext>, record: Rc<RefCell<Record>>, slo
     }
 }
 
+/// What opening a connection for one request did.
+#[derive(Debug, Default)]
+struct Opened {
+    /// A TCP connection was opened.
+    connection: bool,
+    /// And a TLS handshake completed on it.
+    handshake: Option<Handshake>,
+}
+
 /// Sends one request on the slot's connection, opening one first if there is none (or it goes
 /// elsewhere); in close mode the connection is used once. The protocol is consulted here and
-/// nowhere else in the driver: an HTTP/1.1 exchange, or an L4 echo transaction.
+/// nowhere else in the driver: an HTTP/1.1 exchange (over TCP or TLS), or an L4 echo
+/// transaction.
 async fn issue(
     connection: &mut Option<Connection>,
     buffer: &mut BytesMut,
     target: &Target,
-    protocol: Protocol,
-    mode: ConnectionMode,
-    opened: &mut bool,
+    plan: &Plan,
+    opened: &mut Opened,
 ) -> Result<Response, Failure> {
+    let (protocol, mode) = (plan.protocol, plan.mode);
     let reusable = matches!(connection, Some(open) if open.address == target.address);
     if !reusable || mode == ConnectionMode::Close {
         *connection = None;
-        let open = Connection::open(target.address)
+        let tls = tls_for(plan.tls.as_ref(), target);
+        let (open, handshake) = Connection::open(target.address, tls)
             .await
-            .map_err(|kind| Failure { kind, bytes: 0 })?;
-        *opened = true;
+            .map_err(|kind| {
+                // The TCP connection was opened when only the handshake failed.
+                opened.connection = kind == ErrorKind::Tls;
+                Failure { kind, bytes: 0 }
+            })?;
+        *opened = Opened {
+            connection: true,
+            handshake,
+        };
         *connection = Some(open);
     }
     let open = connection.as_mut().ok_or(Failure {
@@ -234,4 +249,12 @@ async fn issue(
         *connection = None;
     }
     Ok(response)
+}
+
+/// The TLS client and server name for `target`, when the run is over TLS.
+fn tls_for<'a>(
+    client: Option<&'a TlsClient>,
+    target: &'a Target,
+) -> Option<(&'a TlsClient, &'a rustls::pki_types::ServerName<'static>)> {
+    client.zip(target.server_name.as_ref())
 }

@@ -1,17 +1,22 @@
-//! Issue: one HTTP/1.1 exchange on a client connection — write the prebuilt request, read the
-//! response with `weir-http` (Content-Length, chunked, close-delimited, HEAD). The read buffer
+//! Issue: one HTTP/1.1 exchange on a client connection — plain TCP or TLS — write the prebuilt
+//! request, read the response with `weir-http` (Content-Length, chunked, close-delimited,
+//! HEAD). The exchange is generic over the stream, so plain TCP pays nothing for TLS. The read buffer
 //! belongs to the connection slot and outlives its connections, so a new connection per
 //! request allocates no new buffer; bodies are counted and dropped as they arrive.
 
 use std::io;
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 use weir_http::{BodyFraming, ChunkedDecoder, Decoded, Limits, Method, ResponseHead};
 
 use crate::record::ErrorKind;
+use crate::tls::{Handshake, TlsClient};
 
 /// Spare room made in the read buffer before a read.
 const READ_RESERVE: usize = 16 * 1024;
@@ -24,13 +29,20 @@ pub const BUFFER_CAPACITY: usize = READ_RESERVE;
 /// An open client connection.
 #[derive(Debug)]
 pub struct Connection {
-    pub(crate) stream: TcpStream,
+    pub(crate) stream: Stream,
     pub address: SocketAddr,
 }
 
+/// What a connection carries its bytes on.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
 /// One exchange in progress: the connection and the slot's read buffer.
-struct Exchange<'a> {
-    stream: &'a mut TcpStream,
+struct Exchange<'a, S> {
+    stream: &'a mut S,
     buffer: &'a mut BytesMut,
     bytes: u64,
 }
@@ -53,13 +65,28 @@ pub struct Failure {
 }
 
 impl Connection {
-    pub async fn open(address: SocketAddr) -> Result<Connection, ErrorKind> {
+    /// Connects to `address` and, with `tls`, runs the handshake sending `name`; returns the
+    /// connection and the handshake (TLS only).
+    pub async fn open(
+        address: SocketAddr,
+        tls: Option<(&TlsClient, &ServerName<'static>)>,
+    ) -> Result<(Connection, Option<Handshake>), ErrorKind> {
+        let started = Instant::now();
         let stream = TcpStream::connect(address)
             .await
             .map_err(|_| ErrorKind::Connect)?;
         // Small requests go out at once; a failure here only costs latency.
         let _ = stream.set_nodelay(true);
-        Ok(Connection { stream, address })
+        let Some((client, name)) = tls else {
+            let stream = Stream::Plain(stream);
+            return Ok((Connection { stream, address }, None));
+        };
+        let (stream, handshake) = client
+            .handshake(stream, name.clone(), started)
+            .await
+            .map_err(|_| ErrorKind::Tls)?;
+        let stream = Stream::Tls(Box::new(stream));
+        Ok((Connection { stream, address }, Some(handshake)))
     }
 
     /// Sends `request` and reads the whole response to it through `buffer`.
@@ -69,33 +96,46 @@ impl Connection {
         request: &[u8],
         method: Method,
     ) -> Result<Response, Failure> {
-        buffer.clear();
-        if self.stream.write_all(request).await.is_err() {
-            return Err(Failure {
-                kind: ErrorKind::Write,
-                bytes: 0,
-            });
-        }
-        let mut exchange = Exchange {
-            stream: &mut self.stream,
-            buffer,
-            bytes: 0,
-        };
-        match exchange.read_response(method).await {
-            Ok((status, keep_alive)) => Ok(Response {
-                status,
-                keep_alive,
-                bytes: exchange.bytes,
-            }),
-            Err(kind) => Err(Failure {
-                kind,
-                bytes: exchange.bytes,
-            }),
+        match &mut self.stream {
+            Stream::Plain(stream) => exchange(stream, buffer, request, method).await,
+            Stream::Tls(stream) => exchange(&mut **stream, buffer, request, method).await,
         }
     }
 }
 
-impl Exchange<'_> {
+/// Sends `request` on `stream` and reads the whole response to it through `buffer`.
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    buffer: &mut BytesMut,
+    request: &[u8],
+    method: Method,
+) -> Result<Response, Failure> {
+    buffer.clear();
+    if stream.write_all(request).await.is_err() {
+        return Err(Failure {
+            kind: ErrorKind::Write,
+            bytes: 0,
+        });
+    }
+    let mut exchange = Exchange {
+        stream,
+        buffer,
+        bytes: 0,
+    };
+    match exchange.read_response(method).await {
+        Ok((status, keep_alive)) => Ok(Response {
+            status,
+            keep_alive,
+            bytes: exchange.bytes,
+        }),
+        Err(kind) => Err(Failure {
+            kind,
+            bytes: exchange.bytes,
+        }),
+    }
+}
+
+impl<S: AsyncRead + Unpin> Exchange<'_, S> {
     async fn read_response(&mut self, method: Method) -> Result<(u16, bool), ErrorKind> {
         let limits = Limits::default();
         let (status, framing, mut keep_alive) = loop {

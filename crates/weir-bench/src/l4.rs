@@ -7,7 +7,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::ReadHalf;
 
-use crate::http1::{BUFFER_CAPACITY, Connection, Failure, Response};
+use crate::http1::{BUFFER_CAPACITY, Connection, Failure, Response, Stream};
 use crate::plan::L4Mode;
 use crate::record::ErrorKind;
 
@@ -21,8 +21,15 @@ impl Connection {
         mode: L4Mode,
     ) -> Result<Response, Failure> {
         let mut bytes = 0;
+        // L4 runs never plan TLS (tcp:// URLs only).
+        let Stream::Plain(stream) = &mut self.stream else {
+            return Err(Failure {
+                kind: ErrorKind::Tls,
+                bytes,
+            });
+        };
         if !payload.is_empty() {
-            let (mut reader, mut writer) = self.stream.split();
+            let (mut reader, mut writer) = stream.split();
             let write = async {
                 writer.write_all(payload).await.map_err(|_| Failure {
                     kind: ErrorKind::Write,
@@ -34,13 +41,13 @@ impl Connection {
         }
         if mode == L4Mode::Connect {
             let failure = |kind| Failure { kind, bytes };
-            self.stream
+            stream
                 .shutdown()
                 .await
                 .map_err(|_| failure(ErrorKind::Write))?;
             buffer.clear();
             buffer.reserve(BUFFER_CAPACITY);
-            match self.stream.read_buf(buffer).await {
+            match stream.read_buf(buffer).await {
                 Ok(0) => {}
                 // Nothing more was sent, so nothing more may come back.
                 Ok(_) => return Err(failure(ErrorKind::Parse)),

@@ -1,4 +1,5 @@
-//! weir's load generator (`weir bench`): HTTP/1.1 over TCP, or L4 against a TCP echo server
+//! weir's load generator (`weir bench`): HTTP/1.1 over TCP or TLS (`https://` URLs: rustls
+//! with the aws-lc-rs provider, full and resumed handshakes counted), or L4 against a TCP echo server
 //! (`tcp://` URLs: connections per second, or request/response on persistent connections),
 //! closed loop at a concurrency or
 //! open loop at a rate, latency measured from the intended send time (correct under
@@ -17,6 +18,9 @@
 //! (keep-alive or a new connection per request) and protocol (HTTP/1.1 or L4 echo) are
 //! independent values of one [`Plan`], read by the one driver.
 //!
+//! [`crypto`] (`weir bench crypto`) measures the TLS cryptography of aws-lc-rs on one core,
+//! like `openssl speed`, and derives the ceiling of full TLS 1.3 handshakes per core.
+//!
 //! [`suite`] (`weir bench suite`) runs the Zeus matrix — a table of row specs — as short runs
 //! through the same driver, against one target or two in interleaved slices.
 //!
@@ -24,7 +28,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use weir_bench::{ConnectionMode, L4Mode, Plan, Settings, Stop, UrlOrder};
+//! use weir_bench::{ConnectionMode, L4Mode, Plan, Settings, Stop, TlsSettings, UrlOrder};
 //!
 //! let plan = Plan::new(Settings {
 //!     urls: vec!["http://127.0.0.1:8081/".into()],
@@ -42,6 +46,8 @@
 //!     // Used only for tcp:// URLs.
 //!     l4_mode: L4Mode::RequestResponse,
 //!     l4_size: None,
+//!     // Used only for https:// URLs.
+//!     tls: TlsSettings::default(),
 //! })?;
 //! let report = weir_bench::run(&plan)?;
 //! println!("{}", weir_bench::render::text(&report));
@@ -49,6 +55,7 @@
 //! ```
 
 mod cpu;
+pub mod crypto;
 mod driver;
 mod http1;
 mod l4;
@@ -60,12 +67,14 @@ pub mod report;
 mod schedule;
 pub mod selftest;
 pub mod suite;
+pub mod tls;
 
 pub use plan::{
     ConnectionMode, DEFAULT_L4_SIZE, L4Mode, Pacing, Plan, PlanError, Protocol, Settings, Stop,
     Target, UrlOrder, parse_duration, parse_tcp_url, parse_url, read_url_file,
 };
 pub use report::{Report, SCHEMA};
+pub use tls::{ResumptionViolation, TlsSettings, TlsVersions, check_resumption};
 
 /// Runs `plan` (blocking, on its own threads) and reports what it measured.
 pub fn run(plan: &Plan) -> std::io::Result<Report> {

@@ -1,7 +1,8 @@
 //! Plan: what a run sends, where, how fast and for how long, checked once before any load.
 //!
 //! URLs are parsed and resolved here, and every request is written out to bytes once; the
-//! driver only copies those bytes onto sockets. `http://` URLs make an HTTP/1.1 run;
+//! driver only copies those bytes onto sockets. `http://` URLs make an HTTP/1.1 run,
+//! `https://` URLs one over TLS (the client's rustls settings are built here too);
 //! `tcp://HOST:PORT` URLs an L4 run against an echo server (the [`Protocol`] of the plan).
 
 use std::io;
@@ -10,7 +11,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rustls::pki_types::ServerName;
 use weir_http::Method;
+
+use crate::tls::{TlsClient, TlsSettings, TlsSetupError};
 
 /// When a run stops.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -110,6 +114,8 @@ pub struct Settings {
     pub l4_mode: L4Mode,
     /// `tcp://` URLs: bytes per exchange; `None`: the mode's default (64 for rr, 0 for connect).
     pub l4_size: Option<usize>,
+    /// `https://` URLs: TLS settings (anything but the default is refused for other URLs).
+    pub tls: TlsSettings,
 }
 
 /// One URL, resolved, with its request prebuilt.
@@ -120,6 +126,8 @@ pub struct Target {
     pub method: Method,
     /// The whole request (head and body), written once; for `tcp://`, the bytes echoed.
     pub request: Bytes,
+    /// `https://`: the server name sent in the handshake (`--sni`, else the URL's host).
+    pub server_name: Option<ServerName<'static>>,
 }
 
 /// A checked run description; [`crate::run`] executes it.
@@ -136,6 +144,8 @@ pub struct Plan {
     pub mode: ConnectionMode,
     pub timeout: Duration,
     pub progress: bool,
+    /// `https://` URLs: the TLS client every connection uses; `None`: plain TCP.
+    pub tls: Option<TlsClient>,
 }
 
 /// Why a plan could not be made.
@@ -155,8 +165,12 @@ pub enum PlanError {
     Zero(&'static str),
     #[error("--rate must be a positive number of requests per second")]
     Rate,
-    #[error("http:// and tcp:// URLs cannot be mixed in one run")]
+    #[error("http://, https:// and tcp:// URLs cannot be mixed in one run")]
     MixedSchemes,
+    #[error("{0} applies to https:// URLs only")]
+    HttpsOnly(&'static str),
+    #[error(transparent)]
+    Tls(#[from] TlsSetupError),
     #[error("{0} applies to http:// URLs only")]
     HttpOnly(&'static str),
     #[error("--close does not apply to --l4-mode rr (use --l4-mode connect)")]
@@ -167,7 +181,7 @@ pub enum PlanError {
     File { path: String, source: io::Error },
 }
 
-/// The parts of an `http://` URL a request needs.
+/// The parts of an `http://` or `https://` URL a request needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
     pub host: String,
@@ -176,6 +190,8 @@ pub struct Url {
     pub authority: String,
     /// Origin-form target: path and query, `/` when empty.
     pub target: String,
+    /// `https://`.
+    pub tls: bool,
 }
 
 impl Plan {
@@ -211,8 +227,22 @@ impl Plan {
             _ => return Err(PlanError::MixedSchemes),
         };
         if let Protocol::Tcp { mode, size } = protocol {
+            refuse_tls_settings(&settings.tls)?;
             return tcp_plan(settings, mode, size, pacing);
         }
+        let https = settings
+            .urls
+            .iter()
+            .filter(|url| url.starts_with("https://"))
+            .count();
+        let tls = match https {
+            0 => {
+                refuse_tls_settings(&settings.tls)?;
+                None
+            }
+            all if all == settings.urls.len() => Some(TlsClient::new(settings.tls.clone())?),
+            _ => return Err(PlanError::MixedSchemes),
+        };
         let headers = parse_headers(&settings.headers)?;
         let mut targets = Vec::with_capacity(settings.urls.len());
         for url in &settings.urls {
@@ -222,14 +252,21 @@ impl Plan {
             })?;
             let address = resolve(&parsed.host, parsed.port)?;
             let request = build_request(&method, &parsed, &headers, &settings.body, settings.mode);
+            let server_name = match &tls {
+                Some(client) => Some(client.server_name(&parsed.host)?),
+                None => None,
+            };
             targets.push(Target {
                 url: url.clone(),
                 address,
                 method: Method::from_bytes(method.as_bytes()),
                 request: Bytes::from(request),
+                server_name,
             });
         }
-        finish(settings, Protocol::Http1, targets, method, pacing, None)
+        let mut plan = finish(settings, Protocol::Http1, targets, method, pacing, None)?;
+        plan.tls = tls;
+        Ok(plan)
     }
 }
 
@@ -274,6 +311,7 @@ fn tcp_plan(
             address: resolve(&host, port)?,
             method: Method::from_bytes(b"GET"),
             request: payload.clone(),
+            server_name: None,
         });
     }
     let method = "TCP".to_owned();
@@ -314,7 +352,26 @@ fn finish(
         mode: mode.unwrap_or(settings.mode),
         timeout: settings.timeout,
         progress: settings.progress,
+        tls: None,
     })
+}
+
+/// TLS options given for a run without `https://` URLs are a mistake, not silently ignored.
+fn refuse_tls_settings(tls: &TlsSettings) -> Result<(), PlanError> {
+    let default = TlsSettings::default();
+    if tls.cacert.is_some() {
+        return Err(PlanError::HttpsOnly("--cacert"));
+    }
+    if tls.sni.is_some() {
+        return Err(PlanError::HttpsOnly("--sni"));
+    }
+    if tls.versions != default.versions {
+        return Err(PlanError::HttpsOnly("--tls-version"));
+    }
+    if tls.resumption != default.resumption {
+        return Err(PlanError::HttpsOnly("--tls-resumption"));
+    }
+    Ok(())
 }
 
 fn is_tcp_url(url: &str) -> bool {
@@ -335,7 +392,8 @@ pub fn parse_tcp_url(url: &str) -> Result<(String, u16), &'static str> {
     if !has_port {
         return Err("needs a port");
     }
-    split_host_port(authority)
+    let (host, port) = split_host_port(authority)?;
+    Ok((host, port.unwrap_or_default()))
 }
 
 /// Reads a URL file (like `siege -f`): one URL a line; blank lines and `#` comments skipped.
@@ -363,14 +421,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|error| format!("{text:?}: {error}"))
 }
 
-/// Parses `http://host[:port][/path][?query]` (no user info, no fragment).
+/// Parses `http[s]://host[:port][/path][?query]` (no user info, no fragment).
 pub fn parse_url(url: &str) -> Result<Url, &'static str> {
-    let rest = if let Some(rest) = url.strip_prefix("http://") {
-        rest
-    } else if url.starts_with("https://") {
-        return Err("https is not supported yet");
+    let (rest, tls) = if let Some(rest) = url.strip_prefix("http://") {
+        (rest, false)
+    } else if let Some(rest) = url.strip_prefix("https://") {
+        (rest, true)
     } else {
-        return Err("must start with http:// (or tcp:// for L4)");
+        return Err("must start with http:// or https:// (or tcp:// for L4)");
     };
     let (authority, target) = match rest.find(['/', '?']) {
         Some(at) if rest.as_bytes()[at] == b'?' => (&rest[..at], format!("/{}", &rest[at..])),
@@ -384,15 +442,22 @@ pub fn parse_url(url: &str) -> Result<Url, &'static str> {
         return Err("path has a fragment, a space or a control character");
     }
     let (host, port) = split_host_port(authority)?;
+    let port = match (tls, port) {
+        (true, None) => 443,
+        (false, None) => 80,
+        (_, Some(port)) => port,
+    };
     Ok(Url {
         host,
         port,
         authority: authority.to_owned(),
         target,
+        tls,
     })
 }
 
-fn split_host_port(authority: &str) -> Result<(String, u16), &'static str> {
+/// Host and port (`None` when not written) of an authority.
+fn split_host_port(authority: &str) -> Result<(String, Option<u16>), &'static str> {
     let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
         let end = bracketed.find(']').ok_or("unclosed [ in host")?;
         let after = &bracketed[end + 1..];
@@ -409,8 +474,8 @@ fn split_host_port(authority: &str) -> Result<(String, u16), &'static str> {
         }
     };
     let port = match port {
-        None => 80,
-        Some(port) => port.parse().map_err(|_| "bad port")?,
+        None => None,
+        Some(port) => Some(port.parse().map_err(|_| "bad port")?),
     };
     if host.is_empty() {
         return Err("needs a host");
@@ -504,15 +569,18 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 8081,
                 authority: "127.0.0.1:8081".into(),
-                target: "/delay/20?x=1".into()
+                target: "/delay/20?x=1".into(),
+                tls: false,
             }
         );
+        let https = parse_url("https://example.test/x").expect("valid");
+        assert_eq!((https.port, https.tls), (443, true));
+        assert_eq!(parse_url("https://a:8443").expect("valid").port, 8443);
         assert_eq!(parse_url("http://a").expect("valid").target, "/");
         assert_eq!(parse_url("http://a?q").expect("valid").target, "/?q");
         assert_eq!(parse_url("http://a").expect("valid").port, 80);
         let v6 = parse_url("http://[::1]:9/").expect("valid");
         assert_eq!((v6.host.as_str(), v6.port), ("::1", 9));
-        assert!(parse_url("https://a/").is_err());
         assert!(parse_url("ftp://a/").is_err());
         assert!(parse_url("http://a:x/").is_err());
         assert!(parse_url("http:///").is_err());
@@ -544,6 +612,7 @@ mod tests {
             progress: false,
             l4_mode: L4Mode::RequestResponse,
             l4_size: None,
+            tls: TlsSettings::default(),
         }
     }
 
@@ -578,6 +647,33 @@ mod tests {
         let mut header = tcp_settings(&["tcp://127.0.0.1:9"]);
         header.headers = vec!["A: b".into()];
         assert!(matches!(Plan::new(header), Err(PlanError::HttpOnly(_))));
+    }
+
+    #[test]
+    fn https_plans() {
+        let https = Plan::new(tcp_settings(&["https://127.0.0.1:9/"])).expect("valid");
+        assert!(https.tls.is_some());
+        let name = https.targets[0].server_name.clone().expect("a server name");
+        assert_eq!(name, ServerName::try_from("127.0.0.1").expect("name"));
+        let mixed = Plan::new(tcp_settings(&[
+            "https://127.0.0.1:9/",
+            "http://127.0.0.1:9/",
+        ]));
+        assert!(matches!(mixed, Err(PlanError::MixedSchemes)));
+        let mut sni = tcp_settings(&["https://127.0.0.1:9/"]);
+        sni.tls.sni = Some("origin.test".into());
+        let plan = Plan::new(sni).expect("valid");
+        assert_eq!(
+            plan.targets[0].server_name,
+            Some(ServerName::try_from("origin.test").expect("name"))
+        );
+        // TLS options without https:// URLs are refused, not ignored.
+        let mut plain = tcp_settings(&["http://127.0.0.1:9/"]);
+        plain.tls.resumption = false;
+        assert!(matches!(Plan::new(plain), Err(PlanError::HttpsOnly(_))));
+        let mut tcp = tcp_settings(&["tcp://127.0.0.1:9"]);
+        tcp.tls.cacert = Some("ca.pem".into());
+        assert!(matches!(Plan::new(tcp), Err(PlanError::HttpsOnly(_))));
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+use crate::tls::{Handshake, HandshakeCounts};
+
 /// Latencies up to an hour are kept exactly to 3 significant figures.
 const HIGHEST_US: u64 = 3_600_000_000;
 /// The per-second timeline keeps 2 significant figures up to a minute (smaller histograms).
@@ -18,15 +20,18 @@ pub enum ErrorKind {
     Read,
     Write,
     Parse,
+    /// The TLS handshake failed (a certificate that did not verify, no common version…).
+    Tls,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 5] = [
+    pub const ALL: [ErrorKind; 6] = [
         ErrorKind::Connect,
         ErrorKind::Timeout,
         ErrorKind::Read,
         ErrorKind::Write,
         ErrorKind::Parse,
+        ErrorKind::Tls,
     ];
 
     pub fn name(self) -> &'static str {
@@ -36,6 +41,7 @@ impl ErrorKind {
             ErrorKind::Read => "read",
             ErrorKind::Write => "write",
             ErrorKind::Parse => "parse",
+            ErrorKind::Tls => "tls",
         }
     }
 }
@@ -71,6 +77,10 @@ pub struct Record {
     /// Open loop: requests due before the end that were never sent because the run ended.
     pub unsent: u64,
     pub connections_opened: u64,
+    /// TLS handshakes completed, by kind and version.
+    pub handshakes: HandshakeCounts,
+    /// TLS: from the start of the TCP connect to the end of the handshake, µs.
+    pub handshake_time: Histogram<u64>,
     pub timeline: Vec<Second>,
 }
 
@@ -88,8 +98,17 @@ impl Record {
             errors: [0; ErrorKind::ALL.len()],
             unsent: 0,
             connections_opened: 0,
+            handshakes: HandshakeCounts::default(),
+            handshake_time: histogram(),
             timeline: Vec::new(),
         }
+    }
+
+    /// A completed TLS handshake.
+    pub fn handshake(&mut self, handshake: &Handshake) {
+        self.handshakes.count(handshake);
+        self.handshake_time
+            .saturating_record(micros(handshake.took));
     }
 
     /// A complete response; `at` is its end, from the run's start.
@@ -135,6 +154,8 @@ impl Record {
         }
         self.unsent += other.unsent;
         self.connections_opened += other.connections_opened;
+        self.handshakes.merge(&other.handshakes);
+        let _ = self.handshake_time.add(&other.handshake_time);
         for (index, theirs) in other.timeline.iter().enumerate() {
             let second = self.second_at(index);
             second.responses += theirs.responses;

@@ -37,6 +37,20 @@ pub fn text(report: &Report) -> String {
         "weir bench {what}: {pacing}, {} connections ({}) on {} threads, {stop}",
         settings.connections, settings.connection_mode, settings.threads
     );
+    if let Some(tls) = &settings.tls {
+        let verification = match &tls.cacert {
+            Some(cacert) => format!("certificate verified against {cacert}"),
+            None => "certificate verification off (no --cacert)".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "  TLS {}, resumption {}, ALPN {}, SNI {}, {verification}",
+            tls.versions.join("+"),
+            if tls.resumption { "on" } else { "off" },
+            tls.alpn.join(","),
+            tls.sni.as_deref().unwrap_or("from the URL"),
+        );
+    }
     let _ = writeln!(
         out,
         "  {} {noun} in {:.2} s: {:.1} {unit}, {:.2} MB/s received, {} connections opened",
@@ -46,6 +60,7 @@ pub fn text(report: &Report) -> String {
         report.bytes_per_s / (1024.0 * 1024.0),
         report.connections_opened
     );
+    tls_lines(&mut out, report);
     let _ = writeln!(
         out,
         "\n  latency ms     {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -58,12 +73,13 @@ pub fn text(report: &Report) -> String {
     let errors = &report.errors;
     let _ = writeln!(
         out,
-        "\n  errors: connect {}, timeout {}, read {}, write {}, parse {}; non-2xx {}; unsent {}",
+        "\n  errors: connect {}, timeout {}, read {}, write {}, parse {}, tls {}; non-2xx {}; unsent {}",
         errors.connect,
         errors.timeout,
         errors.read,
         errors.write,
         errors.parse,
+        errors.tls,
         report.requests.non_2xx,
         report.requests.unsent
     );
@@ -126,6 +142,28 @@ pub fn text(report: &Report) -> String {
         );
     }
     out
+}
+
+/// TLS runs: the handshakes by kind and version, and the connect + handshake time.
+fn tls_lines(out: &mut String, report: &Report) {
+    let Some(tls) = &report.tls else { return };
+    let _ = writeln!(
+        out,
+        "  TLS handshakes: {} (full {}, of which {} with HelloRetryRequest; resumed {}); \
+         TLS 1.3 {}, TLS 1.2 {}",
+        tls.handshakes_total,
+        tls.handshakes_full,
+        tls.handshakes_full_with_hello_retry,
+        tls.handshakes_resumed,
+        tls.tls1_3,
+        tls.tls1_2
+    );
+    let latency = &tls.handshake_latency;
+    let _ = writeln!(
+        out,
+        "  TCP connect + TLS handshake ms: p50 {:.3}, p90 {:.3}, p99 {:.3}, max {:.3}, mean {:.3}",
+        latency.p50_ms, latency.p90_ms, latency.p99_ms, latency.max_ms, latency.mean_ms
+    );
 }
 
 fn percentile_row(out: &mut String, name: &str, values: &Percentiles) {

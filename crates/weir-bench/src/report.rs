@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::driver::Outcome;
 use crate::plan::{ConnectionMode, Pacing, Plan, Protocol, Stop};
 use crate::record::{ErrorKind, Record};
+use crate::tls::{ResumptionViolation, check_resumption};
 
 /// The schema name and version of the JSON document.
 pub const SCHEMA: &str = "weir-bench/1";
@@ -32,6 +33,25 @@ pub struct Report {
     pub errors: Errors,
     pub siege: Siege,
     pub timeline: Vec<TimelineSecond>,
+    /// `https://` runs: handshakes as the client saw them; null otherwise.
+    pub tls: Option<TlsReport>,
+}
+
+/// What the TLS handshakes of a run were.
+#[derive(Debug, Clone, Serialize)]
+pub struct TlsReport {
+    /// Full handshakes (with or without a HelloRetryRequest).
+    pub handshakes_full: u64,
+    /// Of the full ones: those with a HelloRetryRequest.
+    pub handshakes_full_with_hello_retry: u64,
+    /// Handshakes that resumed a session.
+    pub handshakes_resumed: u64,
+    pub handshakes_total: u64,
+    /// Handshakes that negotiated TLS 1.2 and TLS 1.3.
+    pub tls1_2: u64,
+    pub tls1_3: u64,
+    /// From the start of the TCP connect to the end of the TLS handshake.
+    pub handshake_latency: Percentiles,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -56,6 +76,23 @@ pub struct SettingsReport {
     pub l4_mode: Option<&'static str>,
     /// L4: bytes sent (and read back) per transaction; HTTP: null.
     pub l4_size: Option<usize>,
+    /// `https://`: the TLS settings; null otherwise.
+    pub tls: Option<TlsSettingsReport>,
+}
+
+/// The client's TLS settings.
+#[derive(Debug, Clone, Serialize)]
+pub struct TlsSettingsReport {
+    /// Versions offered: `"1.2"`, `"1.3"`.
+    pub versions: Vec<&'static str>,
+    /// Whether the client offered resumption (off: every handshake must be full).
+    pub resumption: bool,
+    /// Whether the server's certificate was verified (against `cacert`).
+    pub verify: bool,
+    pub cacert: Option<String>,
+    /// `--sni` override; null: the URL's host.
+    pub sni: Option<String>,
+    pub alpn: Vec<&'static str>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -91,6 +128,8 @@ pub struct Errors {
     pub read: u64,
     pub write: u64,
     pub parse: u64,
+    /// TLS handshake failures.
+    pub tls: u64,
     pub total: u64,
 }
 
@@ -185,6 +224,31 @@ impl Report {
                     p99_ms: ms(counts.latency.value_at_quantile(0.99)),
                 })
                 .collect(),
+            tls: plan.tls.as_ref().map(|_| TlsReport {
+                handshakes_full: record.handshakes.full,
+                handshakes_full_with_hello_retry: record.handshakes.full_with_hello_retry,
+                handshakes_resumed: record.handshakes.resumed,
+                handshakes_total: record.handshakes.total(),
+                tls1_2: record.handshakes.tls12,
+                tls1_3: record.handshakes.tls13,
+                handshake_latency: percentiles(&record.handshake_time),
+            }),
+        }
+    }
+
+    /// Fails a run that had resumption off and saw a resumed handshake (its figures would not
+    /// be full-handshake figures); `Ok` for every other run.
+    pub fn check_tls(&self) -> Result<(), ResumptionViolation> {
+        match (&self.settings.tls, &self.tls) {
+            (Some(settings), Some(tls)) => check_resumption(
+                settings.resumption,
+                &crate::tls::HandshakeCounts {
+                    full: tls.handshakes_full,
+                    resumed: tls.handshakes_resumed,
+                    ..Default::default()
+                },
+            ),
+            _ => Ok(()),
         }
     }
 
@@ -274,6 +338,18 @@ fn settings(plan: &Plan) -> SettingsReport {
             Protocol::Http1 => None,
             Protocol::Tcp { size, .. } => Some(size),
         },
+        tls: plan.tls.as_ref().map(|client| TlsSettingsReport {
+            versions: client.settings.versions.names(),
+            resumption: client.settings.resumption,
+            verify: client.settings.cacert.is_some(),
+            cacert: client
+                .settings
+                .cacert
+                .as_ref()
+                .map(|path| path.display().to_string()),
+            sni: client.settings.sni.clone(),
+            alpn: vec!["http/1.1"],
+        }),
     }
 }
 
@@ -285,6 +361,7 @@ fn errors(record: &Record) -> Errors {
         read: count(ErrorKind::Read),
         write: count(ErrorKind::Write),
         parse: count(ErrorKind::Parse),
+        tls: count(ErrorKind::Tls),
         total: record.error_count(),
     }
 }

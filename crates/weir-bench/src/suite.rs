@@ -3,20 +3,26 @@
 //!
 //! With two targets (`--compare`) each row runs in interleaved slices — A, B, A, B … — and the
 //! slices of each target are summed, so drift in the machine (thermal, other load) falls on
-//! both columns alike. Each result measures the CPU time of the bench's own worker threads
+//! both columns alike; latency percentiles come from the slices' HDR histograms merged. The TLS
+//! rows run against an `https://` base URL of each target (certificate not verified): full
+//! handshakes only (a connection per request, resumption off, guarded: a resumed handshake
+//! fails the row), and throughput on resumed keep-alive connections. Each result measures the CPU time of the bench's own worker threads
 //! during the row and flags itself "client-bound" when that reached [`CLIENT_BOUND`] of the
 //! threads it ran (each thread at 90 % or more of a core, on average).
 
 use std::fmt::Write;
 use std::time::Duration;
 
+use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::plan::{ConnectionMode, L4Mode, Plan, PlanError, Settings, Stop, UrlOrder};
-use crate::report::Report;
+use crate::report::{Report, percentiles};
+use crate::tls::{HandshakeCounts, ResumptionViolation, TlsSettings};
 
-/// The schema name and version of the suite's JSON document.
-pub const SUITE_SCHEMA: &str = "weir-bench-suite/1";
+/// The schema name and version of the suite's JSON document (2: TLS rows and targets'
+/// `tls`; `p99_ms` from the merged slices, no longer the largest slice's).
+pub const SUITE_SCHEMA: &str = "weir-bench-suite/2";
 /// A result is client-bound when the bench used at least this share of its threads' CPU.
 pub const CLIENT_BOUND: f64 = 0.9;
 
@@ -34,6 +40,16 @@ pub enum RowKind {
         close: bool,
         throughput: bool,
     },
+    /// HTTP/1.1 GET of `path` over TLS against the target's `https://` base; `close`: a
+    /// connection (and handshake) per request; `resumption`: the client offers it (off: every
+    /// handshake must be full).
+    Https {
+        path: &'static str,
+        size: usize,
+        close: bool,
+        throughput: bool,
+        resumption: bool,
+    },
     /// Not measured; the reason is shown in the row.
     NotAvailable(&'static str),
 }
@@ -45,7 +61,7 @@ pub struct RowSpec {
     pub kind: RowKind,
 }
 
-const TLS_NOT_BUILT: &str = "n/a (TLS not built yet)";
+const NO_TLS: &str = "n/a (no TLS target given)";
 const NO_CACHE: &str = "n/a (target does not cache)";
 const NO_L4: &str = "n/a (no --l4)";
 
@@ -105,12 +121,24 @@ pub const ROWS: &[RowSpec] = &[
         },
     },
     RowSpec {
-        name: "TLS conn/s",
-        kind: RowKind::NotAvailable(TLS_NOT_BUILT),
+        name: "TLS conn/s (full handshakes)",
+        kind: RowKind::Https {
+            path: "/bytes/0",
+            size: 0,
+            close: true,
+            throughput: false,
+            resumption: false,
+        },
     },
     RowSpec {
-        name: "TLS throughput",
-        kind: RowKind::NotAvailable(TLS_NOT_BUILT),
+        name: "TLS throughput (resumed, keep-alive)",
+        kind: RowKind::Https {
+            path: "/bytes/1048576",
+            size: 1_048_576,
+            close: false,
+            throughput: true,
+            resumption: true,
+        },
     },
     RowSpec {
         name: "cache req/s",
@@ -128,23 +156,29 @@ impl RowSpec {
         match self.kind {
             RowKind::L4Connect => "conn/s",
             RowKind::L4Rr { .. } => "trans/s",
-            RowKind::Http { close: true, .. } => "conn/s",
+            RowKind::Http { close: true, .. } | RowKind::Https { close: true, .. } => "conn/s",
             RowKind::Http {
                 throughput: true, ..
+            }
+            | RowKind::Https {
+                throughput: true, ..
             } => "Gbit/s",
-            RowKind::Http { .. } => "req/s",
+            RowKind::Http { .. } | RowKind::Https { .. } => "req/s",
             RowKind::NotAvailable(_) => "",
         }
     }
 }
 
-/// One target of the suite: an HTTP base URL and, optionally, an echo server for L4.
+/// One target of the suite: an HTTP base URL and, optionally, an echo server for L4 and an
+/// HTTPS base URL for TLS.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SuiteTarget {
     /// `http://host:port` (a trailing `/` is ignored).
     pub base: String,
     /// `host:port` of an echo server; `None`: the L4 rows are n/a.
     pub l4: Option<String>,
+    /// `https://host:port` serving the same paths; `None`: the TLS rows are n/a.
+    pub tls: Option<String>,
 }
 
 /// What `weir bench suite` was asked for.
@@ -178,6 +212,11 @@ pub enum SuiteError {
         row: &'static str,
         source: std::io::Error,
     },
+    #[error("row {row:?}: {source}")]
+    Tls {
+        row: &'static str,
+        source: ResumptionViolation,
+    },
 }
 
 /// One row's measurement against one target, summed over its slices.
@@ -190,7 +229,7 @@ pub struct RowResult {
     pub elapsed_s: f64,
     pub requests_per_s: f64,
     pub bytes_per_s: f64,
-    /// The largest p99 (corrected) of the slices.
+    /// p99 (corrected) of the slices' latency histograms merged.
     pub p99_ms: f64,
     pub errors: u64,
     pub threads: usize,
@@ -198,6 +237,17 @@ pub struct RowResult {
     /// percent; null where it cannot be read.
     pub client_cpu_percent: Option<f64>,
     pub client_bound: bool,
+    /// TLS rows: the handshakes; null for the others.
+    pub tls: Option<RowTls>,
+}
+
+/// The TLS handshakes of a row's slices, as the client saw them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RowTls {
+    pub handshakes_full: u64,
+    pub handshakes_resumed: u64,
+    /// p99 of TCP connect + TLS handshake, slices merged.
+    pub handshake_p99_ms: f64,
 }
 
 /// One row of the suite's output.
@@ -216,7 +266,7 @@ pub struct SuiteRow {
     pub ratio: Option<f64>,
 }
 
-/// The whole suite; `serde_json::to_string` gives the `weir-bench-suite/1` document.
+/// The whole suite; `serde_json::to_string` gives the `weir-bench-suite/2` document.
 #[derive(Debug, Clone, Serialize)]
 pub struct SuiteReport {
     pub schema: &'static str,
@@ -274,6 +324,10 @@ fn run_row(settings: &SuiteSettings, spec: &RowSpec) -> Result<SuiteRow, SuiteEr
     if is_l4 && settings.targets.iter().any(|target| target.l4.is_none()) {
         return Ok(not_available(spec, NO_L4));
     }
+    let is_tls = matches!(spec.kind, RowKind::Https { .. });
+    if is_tls && settings.targets.iter().any(|target| target.tls.is_none()) {
+        return Ok(not_available(spec, NO_TLS));
+    }
     let plans = settings
         .targets
         .iter()
@@ -291,8 +345,13 @@ fn run_row(settings: &SuiteSettings, spec: &RowSpec) -> Result<SuiteRow, SuiteEr
                 source,
             })?;
             let report = Report::new(plan, &outcome);
+            report.check_tls().map_err(|source| SuiteError::Tls {
+                row: spec.name,
+                source,
+            })?;
             sum.add(
                 &report,
+                &outcome.record,
                 outcome.elapsed.as_secs_f64(),
                 outcome.client_cpu_s,
                 plan.threads,
@@ -321,6 +380,7 @@ fn plan_for(
     target: &SuiteTarget,
 ) -> Result<Plan, PlanError> {
     let slice = settings.row_duration / settings.slices;
+    let mut tls = TlsSettings::default();
     let (url, mode, l4_mode, l4_size) = match spec.kind {
         RowKind::L4Connect => (
             format!("tcp://{}", target.l4.as_deref().unwrap_or_default()),
@@ -344,6 +404,31 @@ fn plan_for(
             L4Mode::RequestResponse,
             None,
         ),
+        RowKind::Https {
+            path,
+            close,
+            resumption,
+            ..
+        } => {
+            tls.resumption = resumption;
+            (
+                format!(
+                    "{}{path}",
+                    target
+                        .tls
+                        .as_deref()
+                        .unwrap_or_default()
+                        .trim_end_matches('/')
+                ),
+                if close {
+                    ConnectionMode::Close
+                } else {
+                    ConnectionMode::KeepAlive
+                },
+                L4Mode::RequestResponse,
+                None,
+            )
+        }
         RowKind::NotAvailable(_) => unreachable!("n/a rows are not planned"),
     };
     Plan::new(Settings {
@@ -361,6 +446,7 @@ fn plan_for(
         progress: false,
         l4_mode,
         l4_size,
+        tls,
     })
 }
 
@@ -370,7 +456,12 @@ struct Sum {
     requests: u64,
     bytes: u64,
     elapsed_s: f64,
-    p99_ms: f64,
+    /// Corrected latency of every slice, merged (µs).
+    latency: Option<Histogram<u64>>,
+    /// TLS rows: handshakes of every slice and their times (µs).
+    handshakes: HandshakeCounts,
+    handshake_time: Option<Histogram<u64>>,
+    tls: bool,
     errors: u64,
     wall_s: f64,
     cpu_s: f64,
@@ -380,11 +471,23 @@ struct Sum {
 }
 
 impl Sum {
-    fn add(&mut self, report: &Report, wall: f64, cpu: Option<f64>, threads: usize) {
+    fn add(
+        &mut self,
+        report: &Report,
+        record: &crate::record::Record,
+        wall: f64,
+        cpu: Option<f64>,
+        threads: usize,
+    ) {
         self.requests += report.requests.completed;
         self.bytes += report.bytes_received;
         self.elapsed_s += report.elapsed_s;
-        self.p99_ms = self.p99_ms.max(report.latency_corrected.p99_ms);
+        merge_into(&mut self.latency, &record.corrected);
+        if report.tls.is_some() {
+            self.tls = true;
+            self.handshakes.merge(&record.handshakes);
+            merge_into(&mut self.handshake_time, &record.handshake_time);
+        }
         self.errors += report.errors.total;
         self.wall_s += wall;
         self.threads = threads;
@@ -407,8 +510,16 @@ impl Sum {
         let value = match spec.kind {
             RowKind::Http {
                 throughput: true, ..
+            }
+            | RowKind::Https {
+                throughput: true, ..
             } => bytes_per_s * 8.0 / 1e9,
             _ => requests_per_s,
+        };
+        let p99 = |histogram: &Option<Histogram<u64>>| {
+            histogram
+                .as_ref()
+                .map_or(0.0, |histogram| percentiles(histogram).p99_ms)
         };
         let client_cpu_percent = (!self.cpu_unknown && self.wall_s > 0.0 && self.threads > 0)
             .then(|| self.cpu_s / (self.wall_s * self.threads as f64) * 100.0);
@@ -419,12 +530,28 @@ impl Sum {
             elapsed_s: self.elapsed_s,
             requests_per_s,
             bytes_per_s,
-            p99_ms: self.p99_ms,
+            p99_ms: p99(&self.latency),
             errors: self.errors,
             threads: self.threads,
             client_cpu_percent,
             client_bound: client_cpu_percent.is_some_and(|cpu| cpu >= CLIENT_BOUND * 100.0),
+            tls: self.tls.then(|| RowTls {
+                handshakes_full: self.handshakes.full,
+                handshakes_resumed: self.handshakes.resumed,
+                handshake_p99_ms: p99(&self.handshake_time),
+            }),
         }
+    }
+}
+
+/// Adds `histogram` into `sum` (a copy of it when `sum` is empty).
+fn merge_into(sum: &mut Option<Histogram<u64>>, histogram: &Histogram<u64>) {
+    match sum {
+        // Same bounds on both sides (every record's histograms are made alike): cannot fail.
+        Some(sum) => {
+            let _ = sum.add(histogram);
+        }
+        None => *sum = Some(histogram.clone()),
     }
 }
 
@@ -435,7 +562,12 @@ pub fn text(report: &SuiteReport) -> String {
     let mut out = String::new();
     for (label, target) in ["A", "B"].iter().zip(&report.targets) {
         let l4 = target.l4.as_deref().unwrap_or("none");
-        let _ = writeln!(out, "target {label}: {} (L4 echo: {l4})", target.base);
+        let tls = target.tls.as_deref().unwrap_or("none");
+        let _ = writeln!(
+            out,
+            "target {label}: {} (L4 echo: {l4}; TLS: {tls})",
+            target.base
+        );
     }
     let _ = writeln!(
         out,
@@ -552,12 +684,12 @@ mod tests {
             requests: 1000,
             bytes: 100_000,
             elapsed_s: 1.0,
-            p99_ms: 1.0,
             errors: 0,
             wall_s: 1.0,
             cpu_s: cpu.unwrap_or(0.0),
             cpu_unknown: cpu.is_none(),
             threads: 2,
+            ..Sum::default()
         };
         let busy = sum(Some(1.9)).result(&spec);
         assert!(busy.client_bound);
@@ -568,6 +700,35 @@ mod tests {
         assert_eq!(busy.value, 1000.0);
         let gbit = sum(Some(0.0)).result(&ROWS[6]);
         assert!((gbit.value - 0.0008).abs() < 1e-12);
+        assert!(busy.tls.is_none());
+    }
+
+    #[test]
+    fn p99_is_of_the_merged_slices_not_the_worst_slice() {
+        let mut fast = crate::record::Record::new();
+        let mut slow = crate::record::Record::new();
+        let ms = Duration::from_millis(1);
+        for _ in 0..1000 {
+            fast.response(200, ms, ms, ms);
+        }
+        for _ in 0..10 {
+            slow.response(200, 50 * ms, 50 * ms, ms);
+        }
+        let mut sum = Sum::default();
+        for record in [&fast, &slow] {
+            merge_into(&mut sum.latency, &record.corrected);
+        }
+        let merged = sum.result(&ROWS[3]);
+        // The slow slice alone has a p99 of 50 ms; 10 of 1010 samples are not 1 %.
+        // (HDR histograms keep 3 significant figures: 50 ms reads back as up to 50.05.)
+        assert!(percentiles(&slow.corrected).p99_ms >= 50.0);
+        assert!(merged.p99_ms < 1.01, "{merged:?}");
+        for _ in 0..10 {
+            slow.response(200, 50 * ms, 50 * ms, ms);
+        }
+        merge_into(&mut sum.latency, &slow.corrected);
+        // Now 30 of 1030 (2.9 %) are slow: the merged p99 is theirs.
+        assert!(sum.result(&ROWS[3]).p99_ms >= 50.0);
     }
 
     #[test]
@@ -577,8 +738,10 @@ mod tests {
             .iter()
             .filter(|row| !matches!(row.kind, RowKind::NotAvailable(_)))
             .count();
-        assert_eq!(measured, 7);
+        assert_eq!(measured, 9);
         assert_eq!(ROWS[6].unit(), "Gbit/s");
         assert_eq!(ROWS[0].unit(), "conn/s");
+        assert_eq!(ROWS[7].unit(), "conn/s");
+        assert_eq!(ROWS[8].unit(), "Gbit/s");
     }
 }

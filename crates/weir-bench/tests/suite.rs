@@ -1,4 +1,4 @@
-//! End-to-end: `weir bench suite` against in-process origins (HTTP and echo) on loopback, with
+//! End-to-end: `weir bench suite` against in-process origins (HTTP, HTTPS and echo) on loopback, with
 //! tiny rows (200 ms) and few connections, so the load stays bounded.
 
 mod common;
@@ -20,6 +20,7 @@ fn target(http: &TestOrigin, echo: Option<&TestOrigin>) -> SuiteTarget {
     SuiteTarget {
         base: http.url(""),
         l4: echo.map(|echo| echo.address.to_string()),
+        tls: None,
     }
 }
 
@@ -46,6 +47,13 @@ fn check_measured(report: &SuiteReport, columns: usize) {
             assert!(row.results.is_empty());
             continue;
         }
+        if matches!(spec.kind, RowKind::Https { .. })
+            && report.targets.iter().any(|target| target.tls.is_none())
+        {
+            assert_eq!(row.note, Some("n/a (no TLS target given)"));
+            assert!(row.results.is_empty());
+            continue;
+        }
         assert_eq!(row.status, "measured", "{}", row.name);
         assert_eq!(row.results.len(), columns);
         for result in &row.results {
@@ -53,10 +61,16 @@ fn check_measured(report: &SuiteReport, columns: usize) {
             assert!(result.requests > 0, "{}", row.name);
             assert_eq!(result.errors, 0, "{}: {result:?}", row.name);
             assert!(result.p99_ms > 0.0, "{}", row.name);
-            if let RowKind::Http {
-                size, throughput, ..
-            } = spec.kind
-            {
+            let sized = match spec.kind {
+                RowKind::Http {
+                    size, throughput, ..
+                }
+                | RowKind::Https {
+                    size, throughput, ..
+                } => Some((size, throughput)),
+                _ => None,
+            };
+            if let Some((size, throughput)) = sized {
                 let bodies = result.requests_per_s * size as f64;
                 // At most a few hundred bytes of head per response.
                 assert!(result.bytes_per_s >= bodies, "{}: {result:?}", row.name);
@@ -80,20 +94,25 @@ fn check_measured(report: &SuiteReport, columns: usize) {
 fn a_quick_suite_measures_every_row() {
     let http = TestOrigin::start();
     let echo = echo_origin();
-    let report = suite::run(&settings(vec![target(&http, Some(&echo))], 1)).expect("suite");
+    let (https, _certificate) = TestOrigin::https(true);
+    let mut full = target(&http, Some(&echo));
+    full.tls = Some(https.https_url(""));
+    let report = suite::run(&settings(vec![full], 1)).expect("suite");
     http.stop();
     echo.stop();
+    https.stop();
     check_measured(&report, 1);
     assert!(report.rows.iter().all(|row| row.ratio.is_none()));
     let text = suite::text(&report);
     assert!(text.contains("| p99 ms |"), "{text}");
-    assert!(text.contains("n/a (TLS not built yet)"), "{text}");
+    assert!(!text.contains("no TLS target"), "{text}");
+    assert!(text.contains("TLS conn/s (full handshakes)"), "{text}");
     assert!(text.contains("n/a (target does not cache)"), "{text}");
     assert!(text.contains("Gbit/s"), "{text}");
     let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("json");
-    assert_eq!(json["schema"], "weir-bench-suite/1");
+    assert_eq!(json["schema"], "weir-bench-suite/2");
     let schema: serde_json::Value =
-        serde_json::from_str(include_str!("../schema/weir-bench-suite-1.json"))
+        serde_json::from_str(include_str!("../schema/weir-bench-suite-2.json"))
             .expect("the schema is JSON");
     let violations = common::schema::validate(&schema, &json);
     assert!(violations.is_empty(), "{violations:#?}");
@@ -111,6 +130,11 @@ fn without_l4_the_l4_rows_are_na() {
         assert_eq!(row.status, "n/a");
         assert_eq!(row.note, Some("n/a (no --l4)"));
     }
+    for row in &report.rows[7..9] {
+        assert_eq!(row.status, "n/a");
+        assert_eq!(row.note, Some("n/a (no TLS target given)"));
+    }
+    assert!(suite::text(&report).contains("n/a (no TLS target given)"));
     assert_eq!(report.rows[2].status, "measured");
 }
 
@@ -138,7 +162,7 @@ fn compare_runs_both_targets_and_prints_ratios() {
     }
     let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("json");
     let schema: serde_json::Value =
-        serde_json::from_str(include_str!("../schema/weir-bench-suite-1.json")).expect("schema");
+        serde_json::from_str(include_str!("../schema/weir-bench-suite-2.json")).expect("schema");
     let violations = common::schema::validate(&schema, &json);
     assert!(violations.is_empty(), "{violations:#?}");
     let text = suite::text(&report);
@@ -146,4 +170,44 @@ fn compare_runs_both_targets_and_prints_ratios() {
     let first = format!("{:.2}", report.rows[0].ratio.unwrap_or_default());
     assert!(text.contains(&first), "{text}");
     assert!(text.contains("target B:"), "{text}");
+}
+
+#[test]
+fn tls_rows_measure_full_handshakes_and_resumed_throughput() {
+    let http = TestOrigin::start();
+    let (https, _certificate) = TestOrigin::https(true);
+    let mut tls_target = target(&http, None);
+    tls_target.tls = Some(https.https_url("/"));
+    let report = suite::run(&settings(vec![tls_target], 1)).expect("suite");
+    let served = https.stats.snapshot();
+    http.stop();
+    https.stop();
+    let rows: Vec<_> = report
+        .rows
+        .iter()
+        .filter(|row| row.name.starts_with("TLS"))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        assert_eq!(row.status, "measured", "{}", row.name);
+        assert!(row.results[0].value > 0.0, "{}", row.name);
+        assert_eq!(row.results[0].errors, 0, "{}", row.name);
+    }
+    // Full handshakes only: one per request, none resumed, though the origin would resume.
+    let full = rows[0].results[0].tls.expect("handshake counts");
+    assert_eq!(full.handshakes_resumed, 0);
+    assert_eq!(full.handshakes_full, rows[0].results[0].requests);
+    assert_eq!(rows[0].unit, "conn/s");
+    // Keep-alive: a handshake per connection only.
+    let kept = rows[1].results[0].tls.expect("handshake counts");
+    assert_eq!(kept.handshakes_full + kept.handshakes_resumed, 4);
+    assert_eq!(rows[1].unit, "Gbit/s");
+    assert!(served.tls_handshakes_full >= full.handshakes_full);
+    let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("json");
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../schema/weir-bench-suite-2.json")).expect("schema");
+    let violations = common::schema::validate(&schema, &json);
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert!(json["rows"][7]["results"][0]["tls"].is_object());
+    assert!(json["rows"][2]["results"][0]["tls"].is_null());
 }

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, timeout, timeout_at};
 use tracing::debug;
 use weir_core::ShutdownSignal;
@@ -45,8 +44,10 @@ const JSON: &str = "application/json";
 const OCTETS: &str = "application/octet-stream";
 
 /// Serves one accepted connection until it closes; errors end it with one debug line.
-pub(crate) async fn serve(
-    stream: TcpStream,
+/// Generic over the stream, so plain TCP and TLS each get their own compiled copy and plain
+/// TCP pays nothing for TLS.
+pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
     peer: SocketAddr,
     shared: Arc<Shared>,
     shutdown: ShutdownSignal,
@@ -87,8 +88,8 @@ enum BodySource {
     Pattern(u64),
 }
 
-struct Connection {
-    stream: TcpStream,
+struct Connection<S> {
+    stream: S,
     peer: SocketAddr,
     shared: Arc<Shared>,
     shutdown: ShutdownSignal,
@@ -107,14 +108,14 @@ struct Connection {
     _open: OpenConnection,
 }
 
-impl Connection {
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     fn new(
-        stream: TcpStream,
+        stream: S,
         peer: SocketAddr,
         shared: Arc<Shared>,
         shutdown: ShutdownSignal,
         open: OpenConnection,
-    ) -> Connection {
+    ) -> Connection<S> {
         Connection {
             stream,
             peer,

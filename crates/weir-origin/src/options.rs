@@ -3,6 +3,8 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use crate::tls::OriginTls;
+
 /// Settings of one [`Origin`](crate::Origin).
 ///
 /// Build it with [`OriginOptions::new`] or with struct-update syntax over
@@ -26,6 +28,9 @@ pub struct OriginOptions {
     pub per_connection_memory: usize,
     /// What the origin speaks: HTTP/1.1 (the default) or raw TCP echo.
     pub mode: OriginMode,
+    /// `Some`: HTTPS — every connection starts with a TLS handshake (HTTP mode only).
+    /// `None` (the default): plain TCP.
+    pub tls: Option<OriginTls>,
 }
 
 /// What an origin speaks on its connections.
@@ -54,7 +59,7 @@ impl OriginOptions {
 
 impl Default for OriginOptions {
     /// Name `origin`, `127.0.0.1:0`, no connection cap, keep-alive on, 60 s idle timeout,
-    /// no per-connection memory, HTTP.
+    /// no per-connection memory, HTTP, no TLS.
     fn default() -> OriginOptions {
         OriginOptions {
             name: "origin".to_owned(),
@@ -64,6 +69,7 @@ impl Default for OriginOptions {
             idle_timeout: Duration::from_secs(60),
             per_connection_memory: 0,
             mode: OriginMode::Http,
+            tls: None,
         }
     }
 }

@@ -14,7 +14,7 @@ use weir_core::ShutdownSignal;
 
 use crate::options::{OriginMode, OriginOptions};
 use crate::stats::OriginStats;
-use crate::{connection, tcp_echo};
+use crate::{connection, tcp_echo, tls};
 
 /// Pending connections the kernel queues for `accept`.
 const LISTEN_BACKLOG: u32 = 1024;
@@ -46,6 +46,12 @@ impl Origin {
     /// Binds `options.listen` now (port 0 picks a free port). Fails if the address cannot be
     /// bound or the name cannot be sent as a header value.
     pub async fn bind(options: OriginOptions) -> io::Result<Origin> {
+        if options.mode == OriginMode::Echo && options.tls.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an echo origin does not speak TLS",
+            ));
+        }
         if !is_header_value(&options.name) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -142,11 +148,14 @@ fn admit(
         debug!(%peer, %error, "origin could not set TCP_NODELAY");
     }
     let (shared, shutdown) = (Arc::clone(shared), shutdown.clone());
-    match shared.options.mode {
-        OriginMode::Http => {
+    match (shared.options.mode, shared.options.tls.clone()) {
+        (OriginMode::Http, None) => {
             connections.spawn(connection::serve(stream, peer, shared, shutdown, open))
         }
-        OriginMode::Echo => {
+        (OriginMode::Http, Some(config)) => {
+            connections.spawn(tls::serve(stream, peer, shared, shutdown, open, config))
+        }
+        (OriginMode::Echo, _) => {
             connections.spawn(tcp_echo::serve(stream, peer, shared, shutdown, open))
         }
     };

@@ -15,6 +15,9 @@ pub struct OriginStats {
     connections_refused: AtomicU64,
     requests: AtomicU64,
     bytes_echoed: AtomicU64,
+    tls_handshakes_full: AtomicU64,
+    tls_handshakes_resumed: AtomicU64,
+    tls_handshake_failures: AtomicU64,
 }
 
 /// A copy of [`OriginStats`] at one moment; this is the body of `GET /stats`.
@@ -35,6 +38,15 @@ pub struct StatsSnapshot {
     /// Echo mode: bytes written back to clients (0 in HTTP mode; absent in older documents).
     #[serde(default)]
     pub bytes_echoed: u64,
+    /// HTTPS: TLS handshakes completed in full (absent in older documents).
+    #[serde(default)]
+    pub tls_handshakes_full: u64,
+    /// HTTPS: TLS handshakes that resumed a session (absent in older documents).
+    #[serde(default)]
+    pub tls_handshakes_resumed: u64,
+    /// HTTPS: connections whose TLS handshake failed or timed out (absent in older documents).
+    #[serde(default)]
+    pub tls_handshake_failures: u64,
 }
 
 /// Reads a `/stats` JSON body; `None` if it is not one.
@@ -58,6 +70,9 @@ impl OriginStats {
             connections_refused: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             bytes_echoed: AtomicU64::new(0),
+            tls_handshakes_full: AtomicU64::new(0),
+            tls_handshakes_resumed: AtomicU64::new(0),
+            tls_handshake_failures: AtomicU64::new(0),
         }
     }
 
@@ -91,6 +106,21 @@ impl OriginStats {
         self.bytes_echoed.load(Ordering::Relaxed)
     }
 
+    /// HTTPS: TLS handshakes completed in full.
+    pub fn tls_handshakes_full(&self) -> u64 {
+        self.tls_handshakes_full.load(Ordering::Relaxed)
+    }
+
+    /// HTTPS: TLS handshakes that resumed a session.
+    pub fn tls_handshakes_resumed(&self) -> u64 {
+        self.tls_handshakes_resumed.load(Ordering::Relaxed)
+    }
+
+    /// HTTPS: TLS handshakes that failed or timed out.
+    pub fn tls_handshake_failures(&self) -> u64 {
+        self.tls_handshake_failures.load(Ordering::Relaxed)
+    }
+
     /// All counters at once (each read on its own; they may be a request apart).
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
@@ -101,6 +131,9 @@ impl OriginStats {
             connections_refused: self.connections_refused(),
             requests: self.requests(),
             bytes_echoed: self.bytes_echoed(),
+            tls_handshakes_full: self.tls_handshakes_full(),
+            tls_handshakes_resumed: self.tls_handshakes_resumed(),
+            tls_handshake_failures: self.tls_handshake_failures(),
         }
     }
 
@@ -125,6 +158,20 @@ impl OriginStats {
     pub(crate) fn count_echoed(&self, bytes: u64) {
         self.bytes_echoed.fetch_add(bytes, Ordering::Relaxed);
     }
+
+    /// A completed TLS handshake, full or resumed.
+    pub(crate) fn count_handshake(&self, resumed: bool) {
+        let counter = if resumed {
+            &self.tls_handshakes_resumed
+        } else {
+            &self.tls_handshakes_full
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_handshake_failure(&self) {
+        self.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Drop for OpenConnection {
@@ -148,6 +195,10 @@ mod tests {
         stats.count_refused();
         stats.count_request();
         stats.count_echoed(7);
+        stats.count_handshake(false);
+        stats.count_handshake(true);
+        stats.count_handshake(true);
+        stats.count_handshake_failure();
         let snapshot = stats.snapshot();
         assert_eq!(
             snapshot,
@@ -159,6 +210,9 @@ mod tests {
                 connections_refused: 1,
                 requests: 1,
                 bytes_echoed: 7,
+                tls_handshakes_full: 1,
+                tls_handshakes_resumed: 2,
+                tls_handshake_failures: 1,
             }
         );
     }

@@ -5,13 +5,18 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use weir_bench::crypto::{self, CryptoSettings};
 use weir_bench::suite::{self, SuiteSettings, SuiteTarget};
-use weir_bench::{ConnectionMode, L4Mode, Plan, Settings, Stop, UrlOrder, selftest};
+use weir_bench::{
+    ConnectionMode, L4Mode, Plan, Settings, Stop, TlsSettings, TlsVersions, UrlOrder, selftest,
+};
 
-use crate::cli::{BenchArgs, BenchCommand, L4ModeArg, SuiteArgs};
+use crate::cli::{BenchArgs, BenchCommand, CryptoArgs, L4ModeArg, OnOff, SuiteArgs, TlsVersionArg};
 
 /// Without `-d` or `-n`, a run lasts this long.
 const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+/// `weir bench crypto --quick`: time per item.
+const CRYPTO_QUICK: Duration = Duration::from_millis(20);
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(BenchCommand::Selftest) = args.command {
@@ -25,6 +30,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if let Some(BenchCommand::Suite(suite)) = args.command {
         return run_suite(*suite);
+    }
+    if let Some(BenchCommand::Crypto(crypto)) = args.command {
+        return run_crypto(&crypto);
     }
     let mut urls = args.urls;
     if let Some(file) = &args.url_file {
@@ -67,12 +75,42 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             L4ModeArg::Rr => L4Mode::RequestResponse,
         },
         l4_size: args.l4_size,
+        tls: TlsSettings {
+            resumption: args.tls_resumption == OnOff::On,
+            versions: match args.tls_version {
+                None => TlsVersions::Both,
+                Some(TlsVersionArg::Tls12) => TlsVersions::Tls12,
+                Some(TlsVersionArg::Tls13) => TlsVersions::Tls13,
+            },
+            cacert: args.cacert,
+            sni: args.sni,
+        },
     })?;
     let report = weir_bench::run(&plan).context("bench run")?;
     if args.json {
         println!("{}", report.to_json());
     } else {
         print!("{}", weir_bench::render::text(&report));
+    }
+    // After the report, so what was measured is still shown; the exit status says it failed.
+    report.check_tls()?;
+    Ok(())
+}
+
+/// `weir bench crypto`.
+fn run_crypto(args: &CryptoArgs) -> anyhow::Result<()> {
+    let report = crypto::run(&CryptoSettings {
+        duration: if args.quick {
+            CRYPTO_QUICK
+        } else {
+            args.duration
+        },
+    })
+    .context("bench crypto")?;
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", crypto::text(&report));
     }
     Ok(())
 }
@@ -82,11 +120,13 @@ fn run_suite(args: SuiteArgs) -> anyhow::Result<()> {
     let mut targets = vec![SuiteTarget {
         base: args.target,
         l4: args.l4.clone(),
+        tls: args.tls,
     }];
     if let Some(base) = args.compare {
         targets.push(SuiteTarget {
             base,
             l4: args.compare_l4.or(args.l4),
+            tls: args.compare_tls,
         });
     }
     let report = suite::run(&SuiteSettings {
@@ -192,6 +232,43 @@ mod tests {
             crate::cli::L4ModeArg::Rr
         );
         assert!(bench(&["--l4-mode", "udp", "tcp://a:1"]).is_err());
+        let args = bench(&[
+            "--tls-resumption",
+            "off",
+            "--tls-version",
+            "1.3",
+            "--cacert",
+            "ca.pem",
+            "--sni",
+            "origin.test",
+            "--close",
+            "https://127.0.0.1:8443/",
+        ])
+        .expect("an HTTPS run parses");
+        assert_eq!(args.tls_resumption, crate::cli::OnOff::Off);
+        assert_eq!(args.tls_version, Some(crate::cli::TlsVersionArg::Tls13));
+        assert_eq!(args.sni.as_deref(), Some("origin.test"));
+        let args = bench(&["https://a/"]).expect("defaults");
+        assert_eq!(args.tls_resumption, crate::cli::OnOff::On);
+        assert_eq!(args.tls_version, None);
+        assert!(bench(&["--tls-version", "1.1", "https://a/"]).is_err());
+        let args = bench(&["crypto", "--quick", "--json"]).expect("crypto parses");
+        let Some(BenchCommand::Crypto(crypto)) = args.command else {
+            panic!("parsed as {:?}", args.command);
+        };
+        assert!(crypto.quick && crypto.json);
+        assert_eq!(crypto.duration, std::time::Duration::from_secs(1));
+        let args = bench(&[
+            "suite",
+            "http://127.0.0.1:1",
+            "--tls",
+            "https://127.0.0.1:2",
+        ])
+        .expect("a suite with TLS parses");
+        let Some(BenchCommand::Suite(suite)) = args.command else {
+            panic!("parsed as {:?}", args.command);
+        };
+        assert_eq!(suite.tls.as_deref(), Some("https://127.0.0.1:2"));
         assert!(
             bench(&["-d", "1s", "-n", "5", "http://a/"]).is_err(),
             "-d conflicts with -n"

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use weir_core::Shutdown;
-use weir_origin::{Origin, OriginMode, OriginOptions};
+use weir_origin::{Origin, OriginMode, OriginOptions, OriginTls};
 
 use crate::cli::OriginArgs;
 use crate::serve::{runtime, wait_for_signal};
@@ -13,6 +13,15 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
         level: "info".into(),
         format: weir_config::LogFormat::Text,
     });
+    // Certificate problems are reported before any port is bound.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(certificate), Some(key)) => Some(
+            OriginTls::from_pem_files(certificate, key, !args.tls_no_resumption)
+                .context("--tls-cert/--tls-key")?,
+        ),
+        _ => None,
+    };
+    let https = tls.is_some();
     let runtime = runtime(args.threads)?;
     runtime.block_on(async move {
         let options = OriginOptions {
@@ -24,12 +33,13 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
             } else {
                 OriginMode::Http
             },
+            tls,
             ..OriginOptions::new(args.name, args.listen)
         };
         let origin = Origin::bind(options)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
-        tracing::info!(listen = %origin.local_addr(), echo = args.echo, "origin serving");
+        tracing::info!(listen = %origin.local_addr(), echo = args.echo, https, "origin serving");
         let (shutdown, signal) = Shutdown::new();
         let server = tokio::spawn(origin.run(signal));
         wait_for_signal().await;

@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_bench::{ConnectionMode, L4Mode, Plan, Settings, Stop, UrlOrder};
+use weir_bench::{ConnectionMode, L4Mode, Plan, Settings, Stop, TlsSettings, UrlOrder};
 use weir_core::Shutdown;
-use weir_origin::{Origin, OriginOptions, OriginStats};
+use weir_origin::{Origin, OriginOptions, OriginStats, OriginTls};
 
 /// `weir origin` on its own runtime, on a free loopback port.
 pub struct TestOrigin {
@@ -51,8 +51,28 @@ impl TestOrigin {
         }
     }
 
+    /// An HTTPS origin with a fresh self-signed certificate; resumption as told.
+    pub fn https(resumption: bool) -> (TestOrigin, TestCertificate) {
+        let certificate = TestCertificate::new();
+        let tls = OriginTls::new(
+            vec![certificate.der.clone()],
+            certificate.key.clone_key(),
+            resumption,
+        )
+        .expect("TLS settings");
+        let origin = TestOrigin::with_options(OriginOptions {
+            tls: Some(tls),
+            ..OriginOptions::default()
+        });
+        (origin, certificate)
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.address)
+    }
+
+    pub fn https_url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.address)
     }
 
     /// The `tcp://` URL of an echo origin.
@@ -80,6 +100,45 @@ impl TestOrigin {
     }
 }
 
+/// A self-signed ECDSA P-256 certificate for `localhost` and `127.0.0.1`, its key, and its
+/// PEM in a temporary file (for `--cacert`), removed on drop.
+pub struct TestCertificate {
+    pub der: rustls::pki_types::CertificateDer<'static>,
+    pub key: rustls::pki_types::PrivateKeyDer<'static>,
+    pub pem_path: std::path::PathBuf,
+}
+
+impl TestCertificate {
+    pub fn new() -> TestCertificate {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let certified = rcgen::generate_simple_self_signed(vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+        ])
+        .expect("rcgen makes a certificate");
+        let pem_path = std::env::temp_dir().join(format!(
+            "weir-bench-test-{}-{}.pem",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&pem_path, certified.cert.pem()).expect("write the CA file");
+        let key =
+            rustls::pki_types::PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der());
+        TestCertificate {
+            der: certified.cert.der().clone(),
+            key: key.into(),
+            pem_path,
+        }
+    }
+}
+
+impl Drop for TestCertificate {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.pem_path);
+    }
+}
+
 /// A plan with test defaults: 4 connections, 2 threads, keep-alive, closed loop, 5 s timeout.
 pub fn settings(urls: Vec<String>, stop: Stop) -> Settings {
     Settings {
@@ -97,6 +156,7 @@ pub fn settings(urls: Vec<String>, stop: Stop) -> Settings {
         progress: false,
         l4_mode: L4Mode::RequestResponse,
         l4_size: None,
+        tls: TlsSettings::default(),
     }
 }
 
