@@ -136,6 +136,7 @@ fn check_response_for(data: &[u8], method: Method) {
         keep_alive: head.keep_alive(),
         via: Some("weir"),
         upgrade: false,
+        set_headers: &[("X-Content-Type-Options".to_owned(), "nosniff".to_owned())],
     };
     let mut out = BytesMut::new();
     write_response_head(&head, &forward, &mut out);

@@ -81,6 +81,9 @@ pub struct VirtualServer {
     pub backlog: u32,
     /// TLS termination; `Some` exactly when `protocol` is [`Protocol::Https`].
     pub tls: Option<ServerTls>,
+    /// Headers set on every response relayed to clients (replacing the
+    /// node's fields of the same names), in file order.
+    pub response_headers: Vec<(String, String)>,
 }
 
 /// The protocol a virtual server speaks to clients.

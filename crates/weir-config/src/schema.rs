@@ -64,6 +64,8 @@ pub struct VirtualServerTable {
     pub timeouts: Option<ClientTimeoutsTable>,
     #[serde(default)]
     pub routes: Vec<RouteTable>,
+    /// Header name → value set on every response.
+    pub response_headers: Option<Named<String>>,
 }
 
 /// `[virtual_servers.NAME.limits]`

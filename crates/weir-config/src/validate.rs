@@ -253,7 +253,47 @@ impl Checker {
                 1..=65_535,
             ),
             tls,
+            response_headers: self.response_headers(
+                &path.key("response_headers"),
+                table.response_headers.as_ref(),
+            ),
         }
+    }
+
+    fn response_headers(
+        &mut self,
+        path: &KeyPath,
+        table: Option<&crate::schema::Named<String>>,
+    ) -> Vec<(String, String)> {
+        /// Fields weir manages itself: setting them would break framing or the connection.
+        const MANAGED: &[&str] = &[
+            "connection",
+            "content-length",
+            "transfer-encoding",
+            "keep-alive",
+            "proxy-connection",
+            "te",
+            "trailer",
+            "upgrade",
+            "via",
+        ];
+        let Some(table) = table else {
+            return Vec::new();
+        };
+        let mut headers = Vec::new();
+        for (name, value) in &table.0 {
+            let at = path.key(name);
+            if !values::is_token(name) {
+                self.report(&at, format!("\"{name}\" is not a valid header name"));
+            } else if MANAGED.contains(&name.to_ascii_lowercase().as_str()) {
+                self.report(&at, format!("{name} is managed by weir and cannot be set"));
+            } else if value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+                self.report(&at, "the value must not contain control characters");
+            } else {
+                headers.push((name.clone(), value.trim().to_owned()));
+            }
+        }
+        headers
     }
 
     fn listen_list(

@@ -102,6 +102,7 @@ fn writing(c: &mut Criterion) {
         keep_alive: true,
         via: None,
         upgrade: false,
+        set_headers: &[],
     };
     let mut out = BytesMut::with_capacity(4096);
     let mut group = c.benchmark_group("write");

@@ -51,6 +51,10 @@ pub struct ForwardResponse<'a> {
     pub via: Option<&'a str>,
     /// Keep `Upgrade`/`Connection: upgrade` (a 101 being proxied).
     pub upgrade: bool,
+    /// Headers weir sets on every response (`Strict-Transport-Security`,
+    /// say): the node's fields of these names are dropped and these written.
+    /// Names must not be framing or connection fields.
+    pub set_headers: &'a [(String, String)],
 }
 
 /// The target as a node expects it (RFC 9112 §3.2.1: origin servers get
@@ -180,13 +184,25 @@ pub fn write_response_head(head: &ResponseHead, forward: &ForwardResponse<'_>, o
         FieldKind::ContentLength => keep_length,
         FieldKind::Upgrade => forward.upgrade,
         FieldKind::Via => forward.via.is_none() && !listed(field),
-        _ => !listed(field),
+        _ => {
+            !listed(field)
+                && !forward
+                    .set_headers
+                    .iter()
+                    .any(|(name, _)| slice(raw, field.name).eq_ignore_ascii_case(name.as_bytes()))
+        }
     });
 
     write_framing(forward.framing, out);
     write_connection(forward.version, forward.keep_alive, forward.upgrade, out);
     if let Some(via) = forward.via {
         write_via(raw, &head.headers, head.version, via, listed, out);
+    }
+    for (name, value) in forward.set_headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
 }

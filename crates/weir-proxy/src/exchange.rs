@@ -228,6 +228,7 @@ async fn read_response_head(
                                 keep_alive: true,
                                 via: None,
                                 upgrade: false,
+                                set_headers: &[],
                             },
                             &mut interim,
                         );

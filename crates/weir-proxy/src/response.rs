@@ -124,6 +124,7 @@ pub(crate) async fn respond(
             keep_alive,
             via: Some(VIA),
             upgrade: false,
+            set_headers: &vs.config.response_headers,
         },
         &mut client.write_buf,
     );

@@ -36,6 +36,7 @@ pub(crate) async fn tunnel(
             keep_alive: true,
             via: Some(VIA),
             upgrade: true,
+            set_headers: &vs.config.response_headers,
         },
         &mut client.write_buf,
     );

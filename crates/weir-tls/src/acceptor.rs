@@ -400,6 +400,8 @@ impl Parts<'_> {
             .iter()
             .map(|p| p.as_bytes().to_vec())
             .collect();
+        // The configured suite order decides, not the client's (AES-GCM first).
+        config.ignore_client_order = true;
         config.session_storage = match self.cache {
             Some(cache) => Arc::clone(cache) as _,
             None => Arc::new(NoServerSessionStorage {}),

@@ -275,10 +275,19 @@ impl std::fmt::Debug for TestCa {
     }
 }
 
+/// Validity from a day ago (clock skew) for `days`, a positive random serial
+/// (RFC 5280 §4.1.2.2), and the authority key identifier strict validators
+/// require of issued certificates.
 fn validity(params: &mut CertificateParams, days: u32) {
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::days(1);
     params.not_after = now + time::Duration::days(i64::from(days));
+    let mut serial = [0u8; 16];
+    // Any failure leaves zeros, and the first byte is forced positive and non-zero.
+    let _ = aws_lc_rs::rand::fill(&mut serial);
+    serial[0] = (serial[0] & 0x7f) | 0x01;
+    params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
+    params.use_authority_key_identifier_extension = true;
 }
 
 fn generated(cert: &rcgen::Certificate, key: &KeyPair) -> Generated {
@@ -311,6 +320,23 @@ impl TestCa {
         Ok(TestCa {
             issuer: Issuer::new(params, key),
             cert: pem,
+        })
+    }
+
+    /// A CA from its PEM certificate and key (as written by `weir cert`).
+    pub fn load(cert_pem: &str, key_pem: &str) -> Result<TestCa, rcgen::Error> {
+        let key = KeyPair::from_pem(key_pem)?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key)?;
+        let cert_der = CertificateDer::from_pem_slice(cert_pem.as_bytes())
+            .map_err(|_| rcgen::Error::CouldNotParseCertificate)?;
+        Ok(TestCa {
+            issuer,
+            cert: Generated {
+                cert_pem: cert_pem.to_owned(),
+                key_pem: key_pem.to_owned(),
+                cert_der,
+                key_der: KeyPair::from_pem(key_pem)?.serialize_der(),
+            },
         })
     }
 

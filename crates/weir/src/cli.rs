@@ -25,6 +25,45 @@ pub enum Command {
     Origin(OriginArgs),
     /// Load generator: closed or open loop, latency corrected for coordinated omission.
     Bench(BenchArgs),
+    /// User-space link emulator between two network namespaces: rate, delay, jitter, loss
+    /// (needs root).
+    Netem(NetemArgs),
+    /// Generate a test CA and server or client certificates (ECDSA P-256 or RSA-2048) as PEM files.
+    Cert(CertArgs),
+}
+
+/// `weir cert`: test certificates for labs, tests and trying HTTPS out.
+#[derive(Debug, Args)]
+pub struct CertArgs {
+    /// Directory to write into (created if missing).
+    #[arg(long, default_value = "certs")]
+    pub out: PathBuf,
+    /// Names (DNS names or IP addresses) for the server certificate.
+    #[arg(long = "name", default_values_t = ["localhost".to_owned(), "127.0.0.1".to_owned()])]
+    pub names: Vec<String>,
+    /// Key types to issue server certificates for.
+    #[arg(long = "key-type", value_enum, default_values_t = [CertKeyType::Ecdsa, CertKeyType::Rsa])]
+    pub key_types: Vec<CertKeyType>,
+    /// Also issue a client certificate with this common name (for client certificate tests).
+    #[arg(long)]
+    pub client: Option<String>,
+    /// Days the server and client certificates are valid.
+    #[arg(long, default_value_t = 90)]
+    pub days: u32,
+    /// Reuse `ca.pem`/`ca.key` in the directory instead of making a new CA.
+    #[arg(long)]
+    pub reuse_ca: bool,
+    /// Replace existing files.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CertKeyType {
+    /// ECDSA P-256 (fast handshakes; every current client).
+    Ecdsa,
+    /// RSA-2048 (for old clients).
+    Rsa,
 }
 
 #[derive(Debug, Args)]
@@ -68,8 +107,18 @@ pub struct OriginArgs {
     pub threads: Option<usize>,
     /// Raw TCP echo server instead of HTTP (for `weir bench tcp://...`): every byte read is
     /// written back.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "tls_cert")]
     pub echo: bool,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first): TLS 1.2 and 1.3, ALPN
+    /// http/1.1, session resumption on.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS #8, PKCS #1 or SEC1).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// With --tls-cert: send no session tickets and keep no sessions, so every handshake is full.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_no_resumption: bool,
 }
 
 /// `weir bench URL...` (or `weir bench selftest`).
@@ -134,6 +183,36 @@ pub struct BenchArgs {
     /// tcp:// URLs: bytes sent and read back per transaction (default: 64 for rr, 0 for connect).
     #[arg(long)]
     pub l4_size: Option<usize>,
+    /// https:// URLs: offer TLS session resumption. `off`: every handshake must be full, and a
+    /// resumed one fails the run.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub tls_resumption: OnOff,
+    /// https:// URLs: offer only this TLS version (default: 1.2 and 1.3).
+    #[arg(long, value_enum)]
+    pub tls_version: Option<TlsVersionArg>,
+    /// https:// URLs: verify the server's certificate against this CA (PEM). Without it the
+    /// certificate is not verified (the report says so).
+    #[arg(long)]
+    pub cacert: Option<PathBuf>,
+    /// https:// URLs: the server name to send (and verify) instead of the URL's host.
+    #[arg(long)]
+    pub sni: Option<String>,
+}
+
+/// `--tls-resumption`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+/// `--tls-version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TlsVersionArg {
+    #[value(name = "1.2")]
+    Tls12,
+    #[value(name = "1.3")]
+    Tls13,
 }
 
 /// `--l4-mode`.
@@ -151,6 +230,23 @@ pub enum BenchCommand {
     Selftest,
     /// The Zeus matrix against a target serving `weir origin`'s paths, in one table.
     Suite(Box<SuiteArgs>),
+    /// TLS cryptography per core (aws-lc-rs), like `openssl speed`, and the full-handshake
+    /// ceiling it implies per certificate type.
+    Crypto(CryptoArgs),
+}
+
+/// `weir bench crypto`.
+#[derive(Debug, Args)]
+pub struct CryptoArgs {
+    /// Time per item (about 32 items).
+    #[arg(short, long, value_parser = weir_bench::parse_duration, default_value = "1s")]
+    pub duration: Duration,
+    /// 20 ms per item (overrides --duration): a smoke test, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the `weir-bench-crypto/1` JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `weir bench suite TARGET [--compare TARGET2]`.
@@ -170,6 +266,14 @@ pub struct SuiteArgs {
     /// Echo server HOST:PORT for the L4 rows of the --compare target (default: --l4).
     #[arg(long, requires = "compare")]
     pub compare_l4: Option<String>,
+    /// HTTPS base URL of TARGET for the TLS rows, e.g. https://127.0.0.1:8443 (default: the
+    /// TLS rows are n/a). The certificate is not verified.
+    #[arg(long)]
+    pub tls: Option<String>,
+    /// HTTPS base URL of the --compare target for the TLS rows (with --compare, the TLS rows
+    /// are n/a without it).
+    #[arg(long, requires = "compare")]
+    pub compare_tls: Option<String>,
     /// Time per row per target.
     #[arg(long, value_parser = weir_bench::parse_duration, default_value = "5s")]
     pub row_duration: Duration,
@@ -191,4 +295,159 @@ pub struct SuiteArgs {
     /// Print the `weir-bench-suite/1` JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `weir netem up|exec|down`.
+#[derive(Debug, Args)]
+pub struct NetemArgs {
+    #[command(subcommand)]
+    pub command: NetemCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NetemCommand {
+    /// Create network namespaces NAME-a and NAME-b joined by the emulated link and run it until
+    /// SIGINT or SIGTERM, then remove them and print the counters.
+    Up(Box<NetemUpArgs>),
+    /// Run a command inside side a or b: `weir netem exec a -- ping 10.200.0.2`.
+    Exec(NetemExecArgs),
+    /// Remove what a link left behind (its namespaces and devices).
+    Down(NetemDownArgs),
+    /// Measuring helpers for the link's tests.
+    #[command(hide = true)]
+    Probe(NetemProbeArgs),
+}
+
+/// `weir netem up`: each option applies to both directions unless a per-direction one
+/// overrides it.
+#[derive(Debug, Args)]
+pub struct NetemUpArgs {
+    /// Name of the link: its namespaces and devices are NAME-a and NAME-b (13 characters at most).
+    #[arg(long, default_value = "weir")]
+    pub name: String,
+    /// Rate, as tc writes it: 1544kbit, 51.84mbit, 10mbit, 1gbit (default: unlimited).
+    #[arg(long, value_parser = weir_netem::parse_rate)]
+    pub rate: Option<weir_netem::Rate>,
+    /// One-way delay: 250ms.
+    #[arg(long, value_parser = weir_netem::parse_duration, default_value = "0")]
+    pub delay: Duration,
+    /// Each packet's delay varies uniformly within delay ± jitter; packets are never reordered.
+    #[arg(long, value_parser = weir_netem::parse_duration, default_value = "0")]
+    pub jitter: Duration,
+    /// Independent (Bernoulli) loss: 1% or 0.01.
+    #[arg(long, value_parser = weir_netem::parse_probability, conflicts_with = "gilbert")]
+    pub loss: Option<weir_netem::Probability>,
+    /// Gilbert-Elliott loss p,r[,h[,k]]: p good→bad, r bad→good, h and k the chances a packet
+    /// gets through in the bad and good states (default 0% and 100%): --gilbert 1%,25%.
+    #[arg(long, value_parser = weir_netem::parse_gilbert_elliott)]
+    pub gilbert: Option<weir_netem::GilbertElliott>,
+    /// Drop-tail queue limit in packets waiting behind the one on the wire (default 1000).
+    #[arg(long, conflicts_with = "queue_bytes")]
+    pub queue: Option<usize>,
+    /// Drop-tail queue limit in bytes instead: 64kb.
+    #[arg(long, value_parser = weir_netem::parse_bytes)]
+    pub queue_bytes: Option<u64>,
+    /// Rate from a to b (overrides --rate).
+    #[arg(long, value_parser = weir_netem::parse_rate, help_heading = "Per direction")]
+    pub a_to_b_rate: Option<weir_netem::Rate>,
+    /// Rate from b to a (overrides --rate).
+    #[arg(long, value_parser = weir_netem::parse_rate, help_heading = "Per direction")]
+    pub b_to_a_rate: Option<weir_netem::Rate>,
+    /// Delay from a to b (overrides --delay).
+    #[arg(long, value_parser = weir_netem::parse_duration, help_heading = "Per direction")]
+    pub a_to_b_delay: Option<Duration>,
+    /// Delay from b to a (overrides --delay).
+    #[arg(long, value_parser = weir_netem::parse_duration, help_heading = "Per direction")]
+    pub b_to_a_delay: Option<Duration>,
+    /// Jitter from a to b (overrides --jitter).
+    #[arg(long, value_parser = weir_netem::parse_duration, help_heading = "Per direction")]
+    pub a_to_b_jitter: Option<Duration>,
+    /// Jitter from b to a (overrides --jitter).
+    #[arg(long, value_parser = weir_netem::parse_duration, help_heading = "Per direction")]
+    pub b_to_a_jitter: Option<Duration>,
+    /// Bernoulli loss from a to b (overrides --loss and --gilbert).
+    #[arg(long, value_parser = weir_netem::parse_probability, help_heading = "Per direction",
+          conflicts_with = "a_to_b_gilbert")]
+    pub a_to_b_loss: Option<weir_netem::Probability>,
+    /// Bernoulli loss from b to a (overrides --loss and --gilbert).
+    #[arg(long, value_parser = weir_netem::parse_probability, help_heading = "Per direction",
+          conflicts_with = "b_to_a_gilbert")]
+    pub b_to_a_loss: Option<weir_netem::Probability>,
+    /// Gilbert-Elliott loss from a to b (overrides --loss and --gilbert).
+    #[arg(long, value_parser = weir_netem::parse_gilbert_elliott, help_heading = "Per direction")]
+    pub a_to_b_gilbert: Option<weir_netem::GilbertElliott>,
+    /// Gilbert-Elliott loss from b to a (overrides --loss and --gilbert).
+    #[arg(long, value_parser = weir_netem::parse_gilbert_elliott, help_heading = "Per direction")]
+    pub b_to_a_gilbert: Option<weir_netem::GilbertElliott>,
+    /// Address of side a (its peer is side b's).
+    #[arg(long, default_value = "10.200.0.1")]
+    pub a_address: std::net::Ipv4Addr,
+    /// Address of side b.
+    #[arg(long, default_value = "10.200.0.2")]
+    pub b_address: std::net::Ipv4Addr,
+    /// MTU of both devices.
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: u16,
+    /// Seed of the loss and jitter choices, to repeat a run (default: from the clock, printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+/// `weir netem exec a|b -- COMMAND...`.
+#[derive(Debug, Args)]
+pub struct NetemExecArgs {
+    /// The side to run in.
+    #[arg(value_enum)]
+    pub side: NetemSide,
+    /// Name of the link.
+    #[arg(long, default_value = "weir")]
+    pub name: String,
+    /// The command and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// A side of the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NetemSide {
+    A,
+    B,
+}
+
+/// `weir netem down`.
+#[derive(Debug, Args)]
+pub struct NetemDownArgs {
+    /// Name of the link.
+    #[arg(long, default_value = "weir")]
+    pub name: String,
+}
+
+/// `weir netem probe ...` (hidden).
+#[derive(Debug, Args)]
+pub struct NetemProbeArgs {
+    #[command(subcommand)]
+    pub command: NetemProbeCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NetemProbeCommand {
+    /// Accept one TCP connection and print the goodput over a window after a warm-up.
+    TcpSink {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long, value_parser = weir_netem::parse_duration, default_value = "1s")]
+        warmup: Duration,
+        #[arg(long, value_parser = weir_netem::parse_duration, default_value = "4s")]
+        window: Duration,
+        /// Give up without a connection after this long.
+        #[arg(long, value_parser = weir_netem::parse_duration, default_value = "10s")]
+        timeout: Duration,
+    },
+    /// Send bulk data over TCP until the sink closes or the duration passes.
+    TcpSend {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long, value_parser = weir_netem::parse_duration, default_value = "20s")]
+        duration: Duration,
+    },
 }

@@ -1,8 +1,10 @@
 //! The `weir` binary: argument parsing and wiring, nothing else.
 
 mod bench;
+mod cert;
 mod cli;
 mod logging;
+mod netem;
 mod origin;
 mod serve;
 
@@ -19,6 +21,8 @@ fn main() -> ExitCode {
         Command::Check(args) => return serve::check(&args),
         Command::Origin(args) => origin::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Netem(args) => netem::run(args),
+        Command::Cert(args) => cert::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

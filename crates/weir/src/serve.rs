@@ -15,7 +15,12 @@ use weir_proxy::Proxy;
 use crate::cli::{CheckArgs, ServeArgs};
 
 pub fn check(args: &CheckArgs) -> ExitCode {
-    match weir_config::load_file(&args.file) {
+    // Validation, then the files the config names (certificates, keys, CAs).
+    let loaded = weir_config::load_file(&args.file).and_then(|config| {
+        Proxy::build(&config, &Metrics::new())?;
+        Ok(config)
+    });
+    match loaded {
         Ok(config) => {
             println!(
                 "{}: ok ({} virtual servers, {} pools)",
@@ -72,6 +77,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let (shutdown, signal) = Shutdown::new();
     let (after_drain, after_drain_signal) = Shutdown::new();
 
+    // Read every file the config names before any port is bound.
+    let proxy = Proxy::build(&config, &metrics).map_err(|error| anyhow::anyhow!("{error}"))?;
     // Bind everything first: any address in use fails before anything serves.
     let mut origins = Vec::new();
     for origin in &config.origins {
@@ -85,7 +92,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         })?;
         origins.push(bound);
     }
-    let proxy = Proxy::bind(&config, &metrics)?;
+    let proxy = proxy.bind_listeners()?;
     let admin = match &config.admin {
         Some(admin) => Some(
             weir_proxy::bind_tcp(admin.listen, 128)
@@ -119,6 +126,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     for (name, address) in proxy.local_addrs() {
         tracing::info!(virtual_server = %name, listen = %address, "virtual server serving");
     }
+    let terminations = proxy.tls_terminations();
+    if !terminations.is_empty() {
+        tasks.spawn(reload_certificates_on_sighup(
+            terminations,
+            after_drain_signal.clone(),
+        ));
+    }
     let proxy_task = tokio::spawn(async move { proxy.run(signal).await });
 
     wait_for_signal().await;
@@ -139,6 +153,48 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// SIGHUP re-reads every HTTPS virtual server's certificate, key and CA
+/// files: new handshakes use the new ones, open connections keep theirs, and
+/// a virtual server whose new files are broken keeps serving the old ones.
+/// Also refreshes the days-until-expiry gauges twice an hour.
+async fn reload_certificates_on_sighup(
+    terminations: Vec<Arc<weir_proxy::TlsTermination>>,
+    mut stop: weir_core::ShutdownSignal,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
+    let mut refresh = tokio::time::interval(std::time::Duration::from_secs(30 * 60));
+    refresh.tick().await;
+    loop {
+        tokio::select! {
+            () = stop.triggered() => return Ok(()),
+            _ = refresh.tick() => {
+                for termination in &terminations {
+                    termination.refresh_expiry();
+                }
+            }
+            received = hangup.recv() => {
+                if received.is_none() {
+                    return Ok(());
+                }
+                for termination in &terminations {
+                    match termination.reload() {
+                        Ok(()) => tracing::info!(
+                            virtual_server = termination.virtual_server(),
+                            "certificates reloaded"
+                        ),
+                        Err(error) => tracing::error!(
+                            virtual_server = termination.virtual_server(),
+                            error = %error,
+                            "certificate reload failed; still serving the previous certificates"
+                        ),
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -698,6 +698,52 @@ fn client_certificate_rules() {
 }
 
 #[test]
+fn response_headers() {
+    let config = valid(&file(
+        "[virtual_servers.web.response_headers]\nStrict-Transport-Security = \"max-age=60\"\nX-A = \"b\"",
+        "",
+        "",
+    ));
+    assert_eq!(
+        config.virtual_servers[0].response_headers,
+        vec![
+            (
+                "Strict-Transport-Security".to_owned(),
+                "max-age=60".to_owned()
+            ),
+            ("X-A".to_owned(), "b".to_owned())
+        ]
+    );
+    assert_one_error(
+        &file(
+            "[virtual_servers.web.response_headers]\nContent-Length = \"5\"",
+            "",
+            "",
+        ),
+        "virtual_servers.web.response_headers.Content-Length",
+        "managed by weir",
+    );
+    assert_one_error(
+        &file(
+            "[virtual_servers.web.response_headers]\n\"Bad Name\" = \"5\"",
+            "",
+            "",
+        ),
+        "virtual_servers.web.response_headers.\"Bad Name\"",
+        "not a valid header name",
+    );
+    assert_one_error(
+        &file(
+            "[virtual_servers.web.response_headers]\nX-A = \"a\\r\\nB: c\"",
+            "",
+            "",
+        ),
+        "virtual_servers.web.response_headers.X-A",
+        "control characters",
+    );
+}
+
+#[test]
 fn upstream_tls_rules() {
     let config = valid(&file(
         "",

@@ -199,6 +199,7 @@ fn response_head() {
         keep_alive: true,
         via: None,
         upgrade: false,
+        set_headers: &[],
     };
     assert_eq!(
         written(raw, Method::Get, &forward),
@@ -237,6 +238,7 @@ fn response_content_length_on_head_and_304() {
         keep_alive: true,
         via: None,
         upgrade: false,
+        set_headers: &[],
     };
     let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nETag: \"e\"\r\n\r\n";
     assert_eq!(
@@ -269,6 +271,7 @@ fn response_upgrade() {
         keep_alive: true,
         via: None,
         upgrade: true,
+        set_headers: &[],
     };
     assert_eq!(
         written(raw, Method::Get, &forward),
@@ -370,5 +373,33 @@ fn an_owned_header_replaces_what_the_client_sent() {
         !forwarded(raw, &forward)
             .to_ascii_lowercase()
             .contains("subject")
+    );
+}
+
+#[test]
+fn set_headers_replace_the_nodes_fields_of_those_names() {
+    let set = [
+        (
+            "Strict-Transport-Security".to_owned(),
+            "max-age=60".to_owned(),
+        ),
+        ("X-Content-Type-Options".to_owned(), "nosniff".to_owned()),
+    ];
+    let forward = ForwardResponse {
+        framing: BodyFraming::Length(2),
+        version: Version::Http11,
+        keep_alive: true,
+        via: None,
+        upgrade: false,
+        set_headers: &set,
+    };
+    assert_eq!(
+        written(
+            b"HTTP/1.1 200 OK\r\nstrict-transport-security: max-age=1\r\nServer: o\r\nContent-Length: 2\r\n\r\n",
+            Method::Get,
+            &forward
+        ),
+        "HTTP/1.1 200 OK\r\nServer: o\r\nContent-Length: 2\r\n\
+         Strict-Transport-Security: max-age=60\r\nX-Content-Type-Options: nosniff\r\n\r\n"
     );
 }

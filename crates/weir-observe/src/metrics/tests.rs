@@ -98,6 +98,11 @@ fn encode_contains_every_metric() {
     metrics.virtual_server("web");
     metrics.pool("app");
     metrics.node("app", "10.0.0.1:80");
+    let tls = metrics.tls("web");
+    tls.record_handshake("TLSv1_3", "TLS13_AES_128_GCM_SHA256", false);
+    tls.record_failure("timeout");
+    tls.set_certificates(&[("example.test".to_owned(), "ecdsa", 30.0)]);
+    metrics.upstream_tls("app");
     let text = metrics.encode();
     for spec in names::ALL {
         let name = spec.exposed_name();
