@@ -282,6 +282,57 @@ async fn required_client_certificates_refuse_clients_without_one_and_forward_the
     origin.stop().await;
 }
 
+#[tokio::test]
+async fn optional_client_certificates_serve_both_and_forward_only_a_verified_subject() {
+    let pki = Pki::new();
+    let stranger_ca = Pki::new();
+    let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
+    let bob = pki.client("bob", "bob");
+    let mallory = stranger_ca.client("mallory", "mallory");
+    let origin = TestOrigin::start("a").await;
+    let tls_table = format!(
+        "{}\nclient_certificates = \"optional\"\nclient_ca = \"{}\"\nclient_subject_header = \"X-Client-Subject\"",
+        certificates(&[&cert]),
+        toml_path(&pki.ca_path())
+    );
+    let proxy = TestProxy::start(&https_config(&origin, &tls_table)).await;
+
+    let anonymous = tls::client_config(&ClientOptions::default());
+    let mut stream = tls::connect(proxy.addr, "site.test", &anonymous)
+        .await
+        .unwrap();
+    let response = tls::get(&mut stream, "/echo").await.unwrap();
+    assert_eq!(response.status, 200);
+    assert!(
+        !response.text().contains("X-Client-Subject"),
+        "{}",
+        response.text()
+    );
+
+    let with_cert = tls::client_config(&ClientOptions {
+        client_cert: Some(bob),
+        ..ClientOptions::default()
+    });
+    let mut stream = tls::connect(proxy.addr, "site.test", &with_cert)
+        .await
+        .unwrap();
+    let response = tls::get(&mut stream, "/echo").await.unwrap();
+    assert!(response.text().contains("CN=bob"), "{}", response.text());
+
+    // A certificate from another CA is refused, not ignored.
+    let forged = tls::client_config(&ClientOptions {
+        client_cert: Some(mallory),
+        ..ClientOptions::default()
+    });
+    let refused = match tls::connect(proxy.addr, "site.test", &forged).await {
+        Ok(mut stream) => tls::get(&mut stream, "/echo").await.is_err(),
+        Err(_) => true,
+    };
+    assert!(refused, "a certificate from an unknown CA was accepted");
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// The CVE-2025-23419 class: a session made where no client certificate is
 /// asked for must not let a client into a virtual server that requires one.
 #[tokio::test]
@@ -413,6 +464,25 @@ async fn upstream_tls_verifies_nodes_and_a_failure_is_a_502() {
         1.0
     );
     assert_eq!(metric(&good, "weir_upstream_connections_reused_total"), 2.0);
+
+    // One request per upstream connection: later connections resume the session.
+    let fresh = TestProxy::start(&weir_testkit::config(
+        &[tls_node.addr],
+        &format!(
+            "retries = 0\n[pools.web.connections]\nmax_requests_per_connection = 1\n\
+             [pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"",
+            toml_path(&pki.ca_path())
+        ),
+        "",
+    ))
+    .await;
+    for _ in 0..3 {
+        let response = weir_testkit::client::get(fresh.addr, "/").await.unwrap();
+        assert_eq!(response.status, 200);
+    }
+    assert_eq!(metric(&fresh, "kind=\"full\"}"), 1.0);
+    assert_eq!(metric(&fresh, "kind=\"resumed\"}"), 2.0);
+    fresh.stop().await;
 
     // A CA that did not issue the node's certificate: 502.
     let wrong_ca = TestProxy::start(&front(&format!(

@@ -184,6 +184,40 @@ pub(crate) fn show_size(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
+/// An HTTP token (a header name).
+pub(crate) fn is_token(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte))
+}
+
+/// A TLS server name: a DNS name (letters, digits, `-`, dots; `*.` first for a
+/// wildcard) or an IP address.
+pub(crate) fn server_name(text: &str) -> Result<(), String> {
+    let text = text.trim();
+    if text.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    let name = text.strip_prefix("*.").unwrap_or(text);
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
+        });
+    if valid {
+        Ok(())
+    } else {
+        Err(format!("\"{text}\" is not a valid DNS name or IP address"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,39 +308,5 @@ mod tests {
         assert_eq!(show_size(16 * 1024), "16KiB");
         assert_eq!(show_size(1 << 20), "1MiB");
         assert_eq!(show_size(1500), "1500B");
-    }
-}
-
-/// An HTTP token (a header name).
-pub(crate) fn is_token(text: &str) -> bool {
-    !text.is_empty()
-        && text
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte))
-}
-
-/// A TLS server name: a DNS name (letters, digits, `-`, dots; `*.` first for a
-/// wildcard) or an IP address.
-pub(crate) fn server_name(text: &str) -> Result<(), String> {
-    let text = text.trim();
-    if text.parse::<std::net::IpAddr>().is_ok() {
-        return Ok(());
-    }
-    let name = text.strip_prefix("*.").unwrap_or(text);
-    let valid = !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
-        });
-    if valid {
-        Ok(())
-    } else {
-        Err(format!("\"{text}\" is not a valid DNS name or IP address"))
     }
 }
