@@ -126,13 +126,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     for (name, address) in proxy.local_addrs() {
         tracing::info!(virtual_server = %name, listen = %address, "virtual server serving");
     }
-    let terminations = proxy.tls_terminations();
-    if !terminations.is_empty() {
-        tasks.spawn(reload_certificates_on_sighup(
-            terminations,
-            after_drain_signal.clone(),
-        ));
-    }
+    // Always handled: SIGHUP's default action would end the process.
+    tasks.spawn(reload_certificates_on_sighup(
+        proxy.tls_terminations(),
+        after_drain_signal.clone(),
+    ));
     let proxy_task = tokio::spawn(async move { proxy.run(signal).await });
 
     wait_for_signal().await;
@@ -178,6 +176,9 @@ async fn reload_certificates_on_sighup(
             received = hangup.recv() => {
                 if received.is_none() {
                     return Ok(());
+                }
+                if terminations.is_empty() {
+                    tracing::info!("SIGHUP: no HTTPS virtual server, nothing to reload");
                 }
                 for termination in &terminations {
                     match termination.reload() {

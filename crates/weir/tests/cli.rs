@@ -123,8 +123,8 @@ fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-/// `weir serve` with a built-in origin answers through the proxy, and exits
-/// cleanly (status 0) on SIGTERM.
+/// `weir serve` with a built-in origin answers through the proxy, survives
+/// SIGHUP, and exits cleanly (status 0) on SIGTERM.
 #[test]
 fn serve_answers_and_exits_cleanly_on_sigterm() {
     use std::io::{Read, Write};
@@ -157,6 +157,15 @@ fn serve_answers_and_exits_cleanly_on_sigterm() {
     stream.read_to_string(&mut response).unwrap();
     assert!(response.starts_with("HTTP/1.1 200 "), "{response}");
     assert!(response.contains("X-Origin: o"), "{response}");
+
+    // SIGHUP reloads (nothing, here) and must not end the process.
+    let status = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(child.try_wait().unwrap().is_none(), "SIGHUP ended weir");
 
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
