@@ -25,6 +25,23 @@ use weir_observe::Metrics;
 use weir_origin::{Origin, OriginOptions, OriginStats};
 use weir_upstream::Pool;
 
+/// `N` distinct free loopback ports, for configs of a separately started
+/// `weir` process. All `N` listeners are held until every port is chosen, so
+/// two calls in one config can never return the same port (the kernel may
+/// hand a just-released port out again). Another process can still take a
+/// port before the caller binds it; tests that can bind port 0 should.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<std::net::TcpListener> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port"))
+        .collect();
+    std::array::from_fn(|i| {
+        listeners[i]
+            .local_addr()
+            .expect("a bound listener has an address")
+            .port()
+    })
+}
+
 /// A built-in origin running on its own port.
 pub struct TestOrigin {
     pub addr: SocketAddr,

@@ -118,17 +118,12 @@ fn print_default_is_the_embedded_config() {
     assert!(weir_config::parse_str(&text, "printed").is_ok());
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// `weir serve` with a built-in origin answers through the proxy, survives
 /// SIGHUP, and exits cleanly (status 0) on SIGTERM.
 #[test]
 fn serve_answers_and_exits_cleanly_on_sigterm() {
     use std::io::{Read, Write};
-    let (proxy_port, origin_port) = (free_port(), free_port());
+    let [proxy_port, origin_port] = weir_testkit::free_ports();
     let config = temp_config(&format!(
         "[runtime]\nthreads = 1\ndrain_timeout = \"2s\"\n[log]\nlevel = \"warn\"\n\
          [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\n\

@@ -6,16 +6,12 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
 
+use weir_testkit::free_ports;
 use weir_testkit::tls::{self, ClientOptions, Pki};
 use weir_tls::KeyType;
 
 fn weir() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weir"))
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
 }
 
 fn https_config(port: u16, origin_port: u16, cert: &Path, key: &Path) -> String {
@@ -34,12 +30,12 @@ fn https_config(port: u16, origin_port: u16, cert: &Path, key: &Path) -> String 
 #[test]
 fn check_and_serve_report_an_unusable_certificate_with_line_and_key_before_binding() {
     let pki = Pki::new();
-    let port = free_port();
+    let [port, origin_port] = free_ports();
     let missing = pki.path("missing.pem");
     let config_path = pki.path("weir.toml");
     std::fs::write(
         &config_path,
-        https_config(port, free_port(), &missing, &pki.path("missing.key")),
+        https_config(port, origin_port, &missing, &pki.path("missing.key")),
     )
     .unwrap();
     let output = weir().arg("check").arg(&config_path).output().unwrap();
@@ -53,7 +49,7 @@ fn check_and_serve_report_an_unusable_certificate_with_line_and_key_before_bindi
     // A key that does not belong to the certificate.
     let a = pki.server("a", &["a.test"], KeyType::EcdsaP256);
     let b = pki.server("b", &["b.test"], KeyType::EcdsaP256);
-    std::fs::write(&config_path, https_config(port, free_port(), &a.0, &b.1)).unwrap();
+    std::fs::write(&config_path, https_config(port, origin_port, &a.0, &b.1)).unwrap();
     let output = weir()
         .args(["serve", "--config"])
         .arg(&config_path)
@@ -96,11 +92,12 @@ fn weir_cert_writes_a_ca_and_certificates_that_a_config_accepts() {
     let again = weir().arg("cert").arg("--out").arg(&out).output().unwrap();
     assert!(!again.status.success());
     let config_path = pki.path("weir.toml");
+    let [port, origin_port] = free_ports();
     std::fs::write(
         &config_path,
         https_config(
-            free_port(),
-            free_port(),
+            port,
+            origin_port,
             &out.join("server-rsa.pem"),
             &out.join("server-rsa.key"),
         ),
@@ -139,9 +136,9 @@ async fn sighup_swaps_certificates_and_a_broken_one_keeps_the_old() {
     let (cert, key) = (pki.path("live.pem"), pki.path("live.key"));
     std::fs::copy(&first.0, &cert).unwrap();
     std::fs::copy(&first.1, &key).unwrap();
-    let port = free_port();
+    let [port, origin_port] = free_ports();
     let config_path = pki.path("weir.toml");
-    std::fs::write(&config_path, https_config(port, free_port(), &cert, &key)).unwrap();
+    std::fs::write(&config_path, https_config(port, origin_port, &cert, &key)).unwrap();
     let child = Running(
         weir()
             .args(["serve", "--config"])
