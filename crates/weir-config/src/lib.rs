@@ -85,6 +85,25 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 /// Parses and validates configuration text; `file_name` is only used in errors.
 /// The result's `source` is `None`.
 pub fn parse_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
+    let mut config = parse_toml(text, file_name, |file: &FileConfig| Config::try_from(file))?;
+    for file in config.file_refs_mut() {
+        file.line = line_of_key(text, &file.key);
+    }
+    Ok(config)
+}
+
+/// Parses `text` as a TOML document of the serde schema `F` and turns it into a model with
+/// `validate`, reporting syntax errors, unknown keys, wrong types and every validation
+/// [`Problem`](error::Problem) with the file, the line and the key path. [`parse_str`] is this
+/// for `weir serve`'s file; other commands with their own files (`weir tunnel`) use it too.
+pub fn parse_toml<F, M>(
+    text: &str,
+    file_name: &str,
+    validate: impl FnOnce(&F) -> Result<M, Vec<error::Problem>>,
+) -> Result<M, ConfigError>
+where
+    F: serde::de::DeserializeOwned,
+{
     let document = toml_edit::Document::parse(text.to_owned()).map_err(|error| {
         let offset = error.span().map_or(0, |span| span.start);
         let line = locate::line_at(text, offset);
@@ -100,7 +119,7 @@ pub fn parse_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
         )
     })?;
     let locator = Locator::new(text, &document);
-    let file: FileConfig = toml_edit::de::from_document(document.clone()).map_err(|error| {
+    let file: F = toml_edit::de::from_document(document.clone()).map_err(|error| {
         let offset = error.span().map_or(0, |span| span.start);
         let mut path = error
             .span()
@@ -116,7 +135,7 @@ pub fn parse_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
         }
         ConfigError::single(file_name, line, path.to_string(), message)
     })?;
-    let mut config = Config::try_from(&file).map_err(|problems| {
+    validate(&file).map_err(|problems| {
         let mut errors: Vec<Diagnostic> = problems
             .into_iter()
             .map(|problem| locator.diagnostic(problem))
@@ -127,11 +146,13 @@ pub fn parse_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
             file: file_name.to_owned(),
             errors,
         }
-    })?;
-    for file in config.file_refs_mut() {
-        file.line = locator.line_of(&file.key);
-    }
-    Ok(config)
+    })
+}
+
+/// The line of `path` in the TOML `text` (or of its nearest ancestor present), if it parses.
+pub fn line_of_key(text: &str, path: &KeyPath) -> Option<usize> {
+    let document = toml_edit::Document::parse(text.to_owned()).ok()?;
+    Locator::new(text, &document).line_of(path)
 }
 
 impl Config {

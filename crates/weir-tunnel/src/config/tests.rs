@@ -1,0 +1,163 @@
+use super::*;
+
+const BOTH: &str = r#"
+[client]
+server = "10.200.0.2:4433"
+ca = "ca.pem"
+cert = "client.pem"
+key = "client.key"
+
+[server]
+listen = "0.0.0.0:4433"
+cert = "server.pem"
+key = "server.key"
+ca = "ca.pem"
+
+[link]
+bandwidth = "1544kbit"
+rtt = "500ms"
+congestion = "bbr"
+
+[dedup]
+store = "64MiB"
+chunk_size = "8KiB"
+
+[services.files]
+listen = "127.0.0.1:8445"
+connect = "127.0.0.1:8080"
+"#;
+
+#[test]
+fn one_file_serves_both_sides() {
+    let client = parse_str(BOTH, "t.toml", Role::Client).unwrap();
+    assert!(client.server.is_none());
+    let side = client.client.as_ref().unwrap();
+    assert_eq!(side.server, "10.200.0.2:4433");
+    assert_eq!(side.server_name, "10.200.0.2");
+    assert_eq!(side.ca.line, Some(4));
+    assert_eq!(client.link.bandwidth, 1_544_000);
+    assert_eq!(client.link.rtt, Duration::from_millis(500));
+    assert_eq!(client.link.congestion, Congestion::Bbr);
+    assert_eq!(client.bdp(), 96_500);
+    assert_eq!(client.dedup.store, 64 << 20);
+    assert_eq!(client.dedup.chunks.average, 8192);
+    assert_eq!(client.compression, Some(DEFAULT_LEVEL));
+    let server = parse_str(BOTH, "t.toml", Role::Server).unwrap();
+    assert_eq!(
+        server.server.unwrap().listen,
+        "0.0.0.0:4433".parse().unwrap()
+    );
+    assert_eq!(
+        server.services[0].connect.as_deref(),
+        Some("127.0.0.1:8080")
+    );
+}
+
+#[test]
+fn every_problem_is_reported_with_line_and_key() {
+    let text = r#"
+[client]
+server = "nowhere"
+ca = "ca.pem"
+
+[link]
+bandwidth = "fast"
+mtu = 100
+congestion = "reno"
+
+[compression]
+level = 40
+
+[services.files]
+connect = "127.0.0.1:8080"
+"#;
+    let error = parse_str(text, "t.toml", Role::Client)
+        .unwrap_err()
+        .to_string();
+    for expected in [
+        "t.toml:3: client.server: invalid address \"nowhere\"",
+        "client.cert: missing required key",
+        "client.key: missing required key",
+        "t.toml:7: link.bandwidth:",
+        "t.toml:8: link.mtu: must be between 1280 and 9000",
+        "t.toml:9: link.congestion: unknown controller \"reno\"",
+        "t.toml:12: compression.level: must be between -7 and 19",
+        "services.files.listen: the near side needs listen for each service",
+    ] {
+        assert!(
+            error.contains(expected),
+            "missing {expected:?} in:\n{error}"
+        );
+    }
+}
+
+#[test]
+fn unknown_keys_and_syntax_errors_name_the_place() {
+    let error = parse_str("[link]\nbandwith = \"1mbit\"\n", "t.toml", Role::Server)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(
+            "t.toml:2: link.bandwith: unknown key \"bandwith\" (did you mean \"bandwidth\"?)"
+        ),
+        "{error}"
+    );
+    let error = parse_str("[link\n", "t.toml", Role::Server)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("t.toml:1") && error.contains("TOML syntax error"),
+        "{error}"
+    );
+}
+
+#[test]
+fn each_side_needs_its_table_and_services() {
+    let error = parse_str("", "t.toml", Role::Server)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("server: the far side needs a [server] table"),
+        "{error}"
+    );
+    assert!(
+        error.contains("services: at least one service is required"),
+        "{error}"
+    );
+    let error = parse_str(
+        "[services.a]\nlisten = \"127.0.0.1:1\"\n[services.b]\nlisten = \"127.0.0.1:1\"\n",
+        "t.toml",
+        Role::Client,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("t.toml:4: services.b.listen: 127.0.0.1:1 is used by another service"),
+        "{error}"
+    );
+}
+
+#[test]
+fn switches_turn_features_off() {
+    let text = format!("{BOTH}\n[compression]\nenabled = false\n");
+    let text = text.replace(
+        "chunk_size = \"8KiB\"",
+        "chunk_size = \"8KiB\"\nenabled = false",
+    );
+    let config = parse_str(&text, "t.toml", Role::Client).unwrap();
+    assert_eq!(config.compression, None);
+    assert!(!config.dedup.enabled);
+}
+
+#[test]
+fn relative_files_are_resolved_against_the_config_directory() {
+    let directory = std::env::temp_dir().join(format!("weir-tunnel-config-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let path = directory.join("tunnel.toml");
+    std::fs::write(&path, BOTH).unwrap();
+    let config = load_file(&path, Role::Client).unwrap();
+    assert_eq!(config.client.unwrap().ca.path, directory.join("ca.pem"));
+    std::fs::remove_dir_all(&directory).unwrap();
+    let error = load_file(&path, Role::Client).unwrap_err().to_string();
+    assert!(error.contains("cannot read file"), "{error}");
+}

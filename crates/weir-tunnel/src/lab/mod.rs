@@ -1,0 +1,1 @@
+//! `weir lab wan`.

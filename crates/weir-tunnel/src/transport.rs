@@ -1,0 +1,228 @@
+//! The QUIC transport: TLS 1.3 with mutual authentication (rustls on aws-lc-rs, certificates
+//! read by `weir-tls`), windows sized from the configured link, the congestion controller,
+//! and the UDP endpoint.
+//!
+//! Window sizing: a flow's stream window is four bandwidth-delay products (one in flight,
+//! and room for the holes that retransmissions fill a round trip later, twice over at high
+//! loss), the connection's window eight, with floors for short paths. Memory is only used
+//! while data is actually in flight.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{EndpointConfig, MtuDiscoveryConfig, TransportConfig, VarInt};
+use rustls::RootCertStore;
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use socket2::{Domain, Protocol, Socket, Type};
+use weir_config::{ConfigError, FileRef};
+
+use crate::config::{ClientSide, Congestion, LinkParams, ServerSide, TunnelConfig};
+use crate::congestion::WanFactory;
+use crate::wire::ALPN;
+
+/// Most flows open at once on one tunnel.
+pub const MAX_FLOWS: u32 = 4096;
+
+/// Socket buffer asked for (the kernel caps it at `net.core.rmem_max`/`wmem_max`).
+const SOCKET_BUFFER: usize = 16 << 20;
+
+/// Why the transport could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("TLS set-up: {0}")]
+    Tls(String),
+    #[error("cannot open the UDP socket on {address}: {source}")]
+    Socket {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// The QUIC transport parameters for a link.
+pub fn transport_config(link: &LinkParams) -> TransportConfig {
+    let bdp = link.bdp().max(64 << 10);
+    let stream_window = (4 * bdp).clamp(1 << 20, 256 << 20);
+    let connection_window = (8 * bdp).clamp(4 << 20, 1 << 30);
+    let mut transport = TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(VarInt::from_u32(MAX_FLOWS))
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        .stream_receive_window(VarInt::from_u32(stream_window as u32))
+        .receive_window(VarInt::from_u32(connection_window as u32))
+        .send_window(connection_window)
+        .initial_rtt(link.rtt)
+        .keep_alive_interval(Some(link.keep_alive))
+        .datagram_receive_buffer_size(None);
+    // Idle timeouts above 2^62 ms do not exist; the config caps durations far below.
+    if let Ok(idle) = quinn::IdleTimeout::try_from(link.idle_timeout) {
+        transport.max_idle_timeout(Some(idle));
+    }
+    // Start at the path MTU (less IPv6 and UDP headers), and probe up to the IPv4 maximum.
+    let initial = link.mtu.saturating_sub(48).max(1200);
+    let mut discovery = MtuDiscoveryConfig::default();
+    discovery.upper_bound(link.mtu.saturating_sub(28).max(initial));
+    transport
+        .initial_mtu(initial)
+        .mtu_discovery_config(Some(discovery));
+    match link.congestion {
+        Congestion::Wan => {
+            transport.congestion_controller_factory(Arc::new(WanFactory {
+                bits_per_second: link.bandwidth,
+                rtt: link.rtt,
+            }));
+        }
+        Congestion::Bbr => {
+            let mut bbr = quinn::congestion::BbrConfig::default();
+            bbr.initial_window(bdp);
+            transport.congestion_controller_factory(Arc::new(bbr));
+        }
+        Congestion::Cubic => {
+            transport
+                .congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()));
+        }
+    }
+    transport
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// A problem with a file the config names, reported like a config error (file, line, key).
+fn file_error(config: &TunnelConfig, file: &FileRef, message: String) -> TransportError {
+    TransportError::Config(ConfigError::single(
+        &config.file_name,
+        file.line,
+        file.key.to_string(),
+        message,
+    ))
+}
+
+fn roots(config: &TunnelConfig, ca: &FileRef) -> Result<RootCertStore, TransportError> {
+    weir_tls::certs::load_roots(ca).map_err(|problem| file_error(config, ca, problem.message))
+}
+
+fn identity(
+    config: &TunnelConfig,
+    cert: &FileRef,
+    key: &FileRef,
+) -> Result<
+    (
+        Vec<rustls::pki_types::CertificateDer<'static>>,
+        rustls::pki_types::PrivateKeyDer<'static>,
+    ),
+    TransportError,
+> {
+    let chain = weir_tls::certs::read_chain(cert)
+        .map_err(|problem| file_error(config, cert, problem.message))?;
+    let key_der = weir_tls::certs::read_key(key)
+        .map_err(|problem| file_error(config, key, problem.message))?;
+    weir_tls::certs::certified_key(&provider(), chain.clone(), key_der.clone_key())
+        .map_err(|message| file_error(config, key, message))?;
+    Ok((chain, key_der))
+}
+
+/// The near side's QUIC client config: verifies the far side against `ca`, presents its own
+/// certificate.
+pub fn client_config(
+    config: &TunnelConfig,
+    side: &ClientSide,
+) -> Result<quinn::ClientConfig, TransportError> {
+    let roots = roots(config, &side.ca)?;
+    let (chain, key) = identity(config, &side.cert, &side.key)?;
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|error| TransportError::Tls(error.to_string()))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|error| TransportError::Tls(error.to_string()))?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto =
+        QuicClientConfig::try_from(tls).map_err(|error| TransportError::Tls(error.to_string()))?;
+    let mut client = quinn::ClientConfig::new(Arc::new(crypto));
+    client.transport_config(Arc::new(transport_config(&config.link)));
+    Ok(client)
+}
+
+/// The far side's QUIC server config: requires a client certificate that verifies against
+/// `ca`.
+pub fn server_config(
+    config: &TunnelConfig,
+    side: &ServerSide,
+) -> Result<quinn::ServerConfig, TransportError> {
+    let roots = roots(config, &side.ca)?;
+    let (chain, key) = identity(config, &side.cert, &side.key)?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map_err(|error| TransportError::Tls(error.to_string()))?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|error| TransportError::Tls(error.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(|error| TransportError::Tls(error.to_string()))?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.max_early_data_size = 0;
+    let crypto =
+        QuicServerConfig::try_from(tls).map_err(|error| TransportError::Tls(error.to_string()))?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(Arc::new(transport_config(&config.link)));
+    server.migration(true);
+    Ok(server)
+}
+
+/// The far side's stateless-reset key, derived from its private key: a restarted far side
+/// answers packets of the connection it forgot with a reset the near side accepts, so the
+/// near side reconnects at once instead of waiting for the idle timeout.
+pub fn reset_key(side: &ServerSide) -> Result<EndpointConfig, std::io::Error> {
+    let key = std::fs::read(&side.key.path)?;
+    let derived = blake3::derive_key("weir-tunnel 2024 stateless reset key", &key);
+    let hmac = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &derived);
+    Ok(EndpointConfig::new(Arc::new(hmac)))
+}
+
+/// A UDP socket bound to `address` with large buffers, for an endpoint.
+pub fn udp_socket(address: SocketAddr) -> Result<UdpSocket, TransportError> {
+    let error = |source| TransportError::Socket { address, source };
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )
+    .map_err(error)?;
+    // Best effort: the kernel caps the sizes.
+    let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
+    socket.bind(&address.into()).map_err(error)?;
+    Ok(socket.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn windows_follow_the_bandwidth_delay_product() {
+        // Just check it builds for the extremes the config allows.
+        for (bandwidth, rtt) in [(64_000, 1), (51_840_000, 500), (10_000_000_000, 5000)] {
+            let link = LinkParams {
+                bandwidth,
+                rtt: Duration::from_millis(rtt),
+                ..LinkParams::default()
+            };
+            let _ = transport_config(&link);
+        }
+        let link = LinkParams {
+            bandwidth: 51_840_000,
+            rtt: Duration::from_millis(500),
+            ..LinkParams::default()
+        };
+        assert_eq!(link.bdp(), 3_240_000);
+    }
+}
