@@ -30,6 +30,158 @@ pub enum Command {
     Netem(NetemArgs),
     /// Generate a test CA and server or client certificates (ECDSA P-256 or RSA-2048) as PEM files.
     Cert(CertArgs),
+    /// Reproduce the source documents' offload experiments on this machine and print their
+    /// tables (no subcommand: a quick run of offload, tls and suite).
+    Lab(LabArgs),
+}
+
+/// `weir lab [offload|tls|suite]`: the options before or after the subcommand.
+#[derive(Debug, Args)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    pub command: Option<LabCommand>,
+    /// Write the results as `lab.json` and a self-contained `report.html` with charts here.
+    #[arg(long, global = true)]
+    pub out: Option<PathBuf>,
+    /// No progress lines on stderr (the tables still go to stdout).
+    #[arg(long, global = true)]
+    pub quiet: bool,
+    /// Install missing Debian packages the run asks for (nginx, HAProxy) with apt-get.
+    #[arg(long, global = true)]
+    pub install: bool,
+}
+
+/// One experiment of `weir lab`.
+#[derive(Debug, Subcommand)]
+pub enum LabCommand {
+    /// The Cisco ACE TCP-offload experiment: many slow keep-alive clients against a
+    /// connection-capped origin, direct and through weir (default: 16,000 clients, cap 500).
+    Offload(Box<LabOffloadArgs>),
+    /// The Cisco ACE SSL-offload experiment: the origin's CPU and memory serving HTTPS itself
+    /// vs plain HTTP behind weir terminating TLS (default: 1,000 clients, 1 request/s each).
+    Tls(LabTlsArgs),
+    /// The Zeus table (`weir bench suite`) direct, through weir and through installed peers.
+    Suite(LabSuiteArgs),
+}
+
+/// `weir lab offload`: every option overrides the full size (or `--quick`'s).
+#[derive(Debug, Args)]
+pub struct LabOffloadArgs {
+    /// The quick size: 2,000 clients, origin cap 62, 15 s a phase.
+    #[arg(long)]
+    pub quick: bool,
+    /// Slow keep-alive clients [full: 16000].
+    #[arg(long)]
+    pub clients: Option<u32>,
+    /// The origin refuses connections past this many open [full: 500].
+    #[arg(long)]
+    pub origin_cap: Option<u32>,
+    /// weir's pool cap to the origin [default: the origin's cap].
+    #[arg(long)]
+    pub pool_cap: Option<u32>,
+    /// The origin: the built-in one, or nginx from Debian.
+    #[arg(long, value_enum, default_value_t = LabOrigin::Builtin)]
+    pub origin: LabOrigin,
+    /// Memory the built-in origin allocates and touches per open connection: 256k, 1m, 0.
+    #[arg(long, value_parser = parse_memory)]
+    pub connection_memory: Option<u64>,
+    /// Time between two requests of one client [full: 5s].
+    #[arg(long, value_parser = weir_bench::parse_duration)]
+    pub interval: Option<Duration>,
+    /// Clients start evenly spread over this time [full: 30s].
+    #[arg(long, value_parser = weir_bench::parse_duration)]
+    pub ramp: Option<Duration>,
+    /// Length of each phase, ramp included [full: 60s].
+    #[arg(long, value_parser = weir_bench::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Connect and response timeout of the clients.
+    #[arg(long, value_parser = weir_bench::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// 127.0.0.x source addresses for the clients [default: one per 2,000 clients].
+    #[arg(long)]
+    pub sources: Option<u8>,
+    /// weir's worker threads.
+    #[arg(long)]
+    pub proxy_threads: Option<usize>,
+    /// Request path.
+    #[arg(long)]
+    pub path: Option<String>,
+    /// Only through weir (skip the direct phase).
+    #[arg(long)]
+    pub no_direct: bool,
+    /// Sampling period of the gauges and charts.
+    #[arg(long, value_parser = weir_bench::parse_duration)]
+    pub sample_every: Option<Duration>,
+}
+
+/// `--origin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LabOrigin {
+    /// `weir origin --max-connections CAP --per-connection-memory BYTES`.
+    Builtin,
+    /// nginx with worker_connections = cap + 1.
+    Nginx,
+}
+
+/// `weir lab tls`.
+#[derive(Debug, Args)]
+pub struct LabTlsArgs {
+    /// The quick size: 300 clients, 10 s a side.
+    #[arg(long)]
+    pub quick: bool,
+    /// Simulated users, each one request a second on a new connection [full: 1000].
+    #[arg(long)]
+    pub clients: Option<u32>,
+    /// Load time per side [full: 30s].
+    #[arg(long, value_parser = weir_bench::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Request path.
+    #[arg(long)]
+    pub path: Option<String>,
+    /// Offer TLS session resumption (default off: every handshake is full).
+    #[arg(long)]
+    pub resumption: bool,
+    /// weir's worker threads.
+    #[arg(long)]
+    pub proxy_threads: Option<usize>,
+    /// Load generator threads.
+    #[arg(long)]
+    pub bench_threads: Option<usize>,
+}
+
+/// `weir lab suite`.
+#[derive(Debug, Args)]
+pub struct LabSuiteArgs {
+    /// Rows of 1 s.
+    #[arg(long)]
+    pub quick: bool,
+    /// Peers to compare, when installed: haproxy, nginx.
+    #[arg(long, value_delimiter = ',', value_parser = parse_peer)]
+    pub peers: Vec<weir_lab::peers::Peer>,
+    /// Time per row per target [full: 5s].
+    #[arg(long, value_parser = weir_bench::parse_duration)]
+    pub row_duration: Option<Duration>,
+    /// Connections per row.
+    #[arg(short, long)]
+    pub connections: Option<usize>,
+    /// Threads (workers) of weir and each peer.
+    #[arg(long)]
+    pub proxy_threads: Option<usize>,
+    /// Load generator threads [default: one per core].
+    #[arg(long)]
+    pub bench_threads: Option<usize>,
+}
+
+fn parse_peer(text: &str) -> Result<weir_lab::peers::Peer, String> {
+    weir_lab::peers::Peer::parse(text)
+}
+
+/// A memory size: `0`, `262144`, `256k`, `1m`.
+fn parse_memory(text: &str) -> Result<u64, String> {
+    if text.trim() == "0" {
+        return Ok(0);
+    }
+    weir_netem::parse_bytes(text).map_err(|error| error.to_string())
 }
 
 /// `weir cert`: test certificates for labs, tests and trying HTTPS out.

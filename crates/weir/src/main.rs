@@ -3,6 +3,7 @@
 mod bench;
 mod cert;
 mod cli;
+mod lab;
 mod logging;
 mod netem;
 mod origin;
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Netem(args) => netem::run(args),
         Command::Cert(args) => cert::run(&args),
+        Command::Lab(args) => lab::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,582 @@
+//! `weir lab offload`: the Cisco ACE TCP-offload experiment on one machine.
+//!
+//! An origin that refuses connections past a cap (the built-in origin with
+//! `--max-connections` and a per-connection memory cost, or nginx with `worker_connections`)
+//! faces many slow keep-alive clients, ramped up over time: first directly, then through weir
+//! (`weir serve`, its pool to the origin capped at the origin's own cap). Each phase starts
+//! fresh processes; the clients run in the lab's process, the origin and weir in their own,
+//! so their CPU time and memory are theirs alone. A sampler records, once a sampling
+//! period, the clients' gauges, the established connections on the origin's port (the
+//! kernel's count), weir's gauges from its `/metrics`, and everyone's memory.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use weir_origin::StatsSnapshot;
+
+use crate::clients::{LoadCounters, LoadSettings};
+use crate::error::LabError;
+use crate::launch::{Launcher, process_tree, tree_cpu_seconds, tree_memory_kib};
+use crate::model::{
+    ClientSummary, OffloadReport, OffloadSettingsReport, OriginSummary, PhaseReport, ProxySummary,
+    Sample,
+};
+use crate::process::{Child, free_ports, loopback};
+use crate::{Lab, http, metrics, preflight, procfs, summary, template};
+
+/// The origin the clients face.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OriginKind {
+    /// `weir origin --max-connections CAP --per-connection-memory BYTES`.
+    Builtin,
+    /// nginx from Debian with `worker_connections` = cap + 1.
+    Nginx,
+}
+
+/// What `weir lab offload` is asked to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OffloadSettings {
+    pub clients: u32,
+    pub origin_cap: u32,
+    /// weir's pool cap to the origin; `None`: the origin's cap.
+    pub pool_cap: Option<u32>,
+    pub origin: OriginKind,
+    /// Bytes the built-in origin allocates and touches per open connection.
+    pub connection_memory: u64,
+    pub interval: Duration,
+    pub ramp: Duration,
+    pub duration: Duration,
+    pub timeout: Duration,
+    /// `None`: enough 127.0.0.x source addresses for the clients.
+    pub sources: Option<u8>,
+    pub proxy_threads: usize,
+    pub path: String,
+    /// Run the direct phase too.
+    pub direct: bool,
+    pub sample_every: Duration,
+}
+
+impl OffloadSettings {
+    /// The issue's full size: 16,000 clients, an origin capped at 500.
+    pub fn full() -> OffloadSettings {
+        OffloadSettings {
+            clients: 16_000,
+            origin_cap: 500,
+            pool_cap: None,
+            origin: OriginKind::Builtin,
+            connection_memory: 256 * 1024,
+            interval: Duration::from_secs(5),
+            ramp: Duration::from_secs(30),
+            duration: Duration::from_secs(60),
+            timeout: Duration::from_secs(5),
+            sources: None,
+            proxy_threads: 1,
+            path: "/".to_owned(),
+            direct: true,
+            sample_every: Duration::from_secs(1),
+        }
+    }
+
+    /// The quick run of `weir lab`: 2,000 clients, cap 62 (the same 32:1 ratio), 15 s a phase.
+    pub fn quick() -> OffloadSettings {
+        OffloadSettings {
+            clients: 2_000,
+            origin_cap: 62,
+            interval: Duration::from_secs(2),
+            ramp: Duration::from_secs(5),
+            duration: Duration::from_secs(15),
+            ..OffloadSettings::full()
+        }
+    }
+
+    fn pool_cap(&self) -> u32 {
+        self.pool_cap.unwrap_or(self.origin_cap)
+    }
+
+    /// From when every client has had a full interval after its start to be answered.
+    fn steady_from(&self) -> Duration {
+        self.ramp + self.interval + self.sample_every
+    }
+
+    /// Settings that cannot work are refused before anything starts.
+    pub fn validate(&self) -> Result<(), LabError> {
+        let invalid = |message: String| Err(LabError::Invalid(message));
+        if self.clients == 0 {
+            return invalid("--clients must be at least 1".into());
+        }
+        if self.origin_cap == 0 || self.pool_cap() == 0 {
+            return invalid("--origin-cap and --pool-cap must be at least 1".into());
+        }
+        if self.pool_cap() > self.origin_cap {
+            return invalid(format!(
+                "--pool-cap {} is above --origin-cap {}: the origin would refuse weir's own \
+                 connections",
+                self.pool_cap(),
+                self.origin_cap
+            ));
+        }
+        if self.interval.is_zero() || self.sample_every.is_zero() {
+            return invalid("--interval and the sampling period must be more than 0".into());
+        }
+        let needed = self.steady_from() + self.sample_every * 2;
+        if self.duration < needed {
+            return invalid(format!(
+                "--duration {:?} is too short: every client needs the ramp ({:?}) and one \
+                 interval ({:?}) to be answered, and the steady window two samples; use at \
+                 least {:?}",
+                self.duration, self.ramp, self.interval, needed
+            ));
+        }
+        if !self.path.starts_with('/') {
+            return invalid(format!("--path {:?} must start with /", self.path));
+        }
+        Ok(())
+    }
+}
+
+/// Which way the clients go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Direct,
+    Weir,
+}
+
+impl Route {
+    fn label(self) -> &'static str {
+        match self {
+            Route::Direct => "direct",
+            Route::Weir => "through weir",
+        }
+    }
+}
+
+/// One phase's plan: the settings fitted to the machine.
+struct Plan<'a> {
+    settings: &'a OffloadSettings,
+    clients: u32,
+    sources: u8,
+    nginx: Option<PathBuf>,
+}
+
+/// Runs the experiment (blocking) and returns its report.
+pub fn run(lab: &mut Lab, settings: &OffloadSettings) -> Result<OffloadReport, LabError> {
+    settings.validate()?;
+    let fit = preflight::fit_offload(
+        settings.clients,
+        settings.pool_cap(),
+        settings.sources,
+        lab.open_files(),
+        procfs::local_port_range(),
+    )?;
+    lab.notes.extend(fit.notes.iter().cloned());
+    if let Some(note) = preflight::backlog_note(procfs::somaxconn()) {
+        lab.note(note);
+    }
+    let (nginx, origin_name) = match settings.origin {
+        OriginKind::Builtin => (None, "weir origin".to_owned()),
+        OriginKind::Nginx => match lab.program(crate::peers::Peer::Nginx) {
+            Some(program) => {
+                let version = crate::peers::version(&program, crate::peers::Peer::Nginx);
+                (Some(program), format!("nginx {version}"))
+            }
+            None => {
+                lab.note(
+                    "--origin nginx: nginx is not installed (apt-get install nginx, or \
+                          --install); the built-in origin ran instead",
+                );
+                (None, "weir origin".to_owned())
+            }
+        },
+    };
+    let plan = Plan {
+        settings,
+        clients: fit.clients,
+        sources: fit.sources,
+        nginx,
+    };
+    let report_settings = OffloadSettingsReport {
+        clients: fit.clients,
+        clients_requested: settings.clients,
+        origin_cap: settings.origin_cap,
+        pool_cap: settings.pool_cap(),
+        origin: origin_name,
+        connection_memory: if plan.nginx.is_some() {
+            0
+        } else {
+            settings.connection_memory
+        },
+        interval_s: settings.interval.as_secs_f64(),
+        ramp_s: settings.ramp.as_secs_f64(),
+        duration_s: settings.duration.as_secs_f64(),
+        sources: fit.sources,
+        proxy_threads: settings.proxy_threads,
+        path: settings.path.clone(),
+        steady_from_s: settings.steady_from().as_secs_f64(),
+    };
+    let runtime = lab.runtime()?;
+    let launcher = Launcher::new(&lab.supervisor, lab.weir.clone())?;
+    let (direct, weir) = runtime.block_on(async {
+        let direct = if settings.direct {
+            Some(phase(lab, &launcher, &plan, Route::Direct).await?)
+        } else {
+            None
+        };
+        let weir = phase(lab, &launcher, &plan, Route::Weir).await?;
+        Ok::<_, LabError>((direct, weir))
+    })?;
+    let ratios = summary::offload_ratios(&report_settings, direct.as_ref(), &weir);
+    let checks = summary::offload_checks(&report_settings, direct.as_ref(), &weir, &ratios);
+    Ok(OffloadReport {
+        settings: report_settings,
+        direct,
+        weir,
+        ratios,
+        checks,
+    })
+}
+
+/// The processes of one phase.
+struct Running {
+    origin: Child,
+    origin_port: u16,
+    proxy: Option<(Child, SocketAddr)>,
+    target: SocketAddr,
+}
+
+async fn start(launcher: &Launcher, plan: &Plan<'_>, route: Route) -> Result<Running, LabError> {
+    let settings = plan.settings;
+    let ports = free_ports(3)?;
+    let (origin_port, proxy_port, admin_port) = (ports[0], ports[1], ports[2]);
+    let origin = match &plan.nginx {
+        Some(program) => {
+            let config = template::render(
+                template::NGINX_ORIGIN,
+                &[
+                    ("PORT", origin_port.to_string()),
+                    ("WORKER_CONNECTIONS", (settings.origin_cap + 1).to_string()),
+                ],
+            )?;
+            launcher
+                .nginx(
+                    program,
+                    "origin-nginx",
+                    &config,
+                    &[(loopback(origin_port), "/")],
+                )
+                .await?
+        }
+        None => {
+            let args = [
+                "--max-connections".to_owned(),
+                settings.origin_cap.to_string(),
+                "--per-connection-memory".to_owned(),
+                settings.connection_memory.to_string(),
+            ];
+            launcher
+                .weir_origin("origin", origin_port, &args, false)
+                .await?
+        }
+    };
+    if route == Route::Direct {
+        return Ok(Running {
+            origin,
+            origin_port,
+            proxy: None,
+            target: loopback(origin_port),
+        });
+    }
+    // Timeouts well past a client's silence: one interval before its first request.
+    let client_timeout = (settings.interval * 4).max(Duration::from_secs(60));
+    let config = template::render(
+        template::WEIR_OFFLOAD,
+        &[
+            ("PROXY_PORT", proxy_port.to_string()),
+            ("ADMIN_PORT", admin_port.to_string()),
+            ("ORIGIN_PORT", origin_port.to_string()),
+            ("THREADS", settings.proxy_threads.to_string()),
+            ("CLIENT_LIMIT", (plan.clients + 100).to_string()),
+            ("POOL_CAP", settings.pool_cap().to_string()),
+            ("CLIENT_TIMEOUT", format!("{}s", client_timeout.as_secs())),
+        ],
+    )?;
+    let admin = loopback(admin_port);
+    let proxy = launcher
+        .weir_serve(
+            "weir",
+            &config,
+            &[(admin, "/healthz"), (loopback(proxy_port), &settings.path)],
+            &[],
+        )
+        .await?;
+    Ok(Running {
+        origin,
+        origin_port,
+        proxy: Some((proxy, admin)),
+        target: loopback(proxy_port),
+    })
+}
+
+/// The built-in origin's `/stats`, retried briefly (a capped origin may be full for a moment).
+async fn origin_stats(port: u16) -> Option<StatsSnapshot> {
+    for _ in 0..20 {
+        if let Ok(response) = http::get(loopback(port), "/stats", Duration::from_secs(1)).await
+            && response.status == 200
+            && let Some(stats) = weir_origin::parse_stats_json(&response.body)
+        {
+            return Some(stats);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+async fn weir_metrics(admin: SocketAddr) -> String {
+    http::get(admin, "/metrics", Duration::from_secs(1))
+        .await
+        .map(|response| String::from_utf8_lossy(&response.body).into_owned())
+        .unwrap_or_default()
+}
+
+async fn phase(
+    lab: &Lab,
+    launcher: &Launcher,
+    plan: &Plan<'_>,
+    route: Route,
+) -> Result<PhaseReport, LabError> {
+    let settings = plan.settings;
+    lab.say(&format!(
+        "offload, {}: {} clients, origin capped at {}",
+        route.label(),
+        plan.clients,
+        settings.origin_cap
+    ));
+    let mut running = start(launcher, plan, route).await?;
+    let builtin = plan.nginx.is_none();
+    let stats_before = if builtin {
+        origin_stats(running.origin_port).await
+    } else {
+        None
+    };
+    let origin_pids = process_tree(&running.origin);
+    let proxy_pid = running.proxy.as_ref().map(|(child, _)| child.pid());
+    let origin_cpu_before = tree_cpu_seconds(&origin_pids);
+    let proxy_cpu_before = proxy_pid.and_then(procfs::cpu_seconds);
+
+    let load = Arc::new(LoadSettings {
+        target: running.target,
+        clients: plan.clients,
+        interval: settings.interval,
+        ramp: settings.ramp,
+        duration: settings.duration,
+        timeout: settings.timeout,
+        sources: plan.sources,
+        path: settings.path.clone(),
+    });
+    let counters = Arc::new(LoadCounters::default());
+    let start = Instant::now() + Duration::from_millis(50);
+    let clients = tokio::spawn(crate::clients::run(
+        Arc::clone(&load),
+        Arc::clone(&counters),
+        start,
+    ));
+    let probe = Probe {
+        origin_port: running.origin_port,
+        origin_pids: &origin_pids,
+        proxy: running
+            .proxy
+            .as_ref()
+            .map(|(child, admin)| (child.pid(), *admin)),
+    };
+    let samples = sample(lab, route, &load, &counters, &probe, start, settings).await;
+    clients
+        .await
+        .map_err(|e| LabError::io("the clients' task", std::io::Error::other(e)))?;
+    let elapsed = start.elapsed().as_secs_f64();
+
+    let origin_cpu = tree_cpu_seconds(&origin_pids) - origin_cpu_before;
+    let (_, origin_hwm) = tree_memory_kib(&origin_pids);
+    let proxy = match running.proxy.take() {
+        Some((mut child, admin)) => {
+            let page = weir_metrics(admin).await;
+            let pid = child.pid();
+            let summary = ProxySummary {
+                cpu_s: procfs::cpu_seconds(pid).unwrap_or(0.0) - proxy_cpu_before.unwrap_or(0.0),
+                memory_peak_kib: procfs::memory_kib(pid).map_or(0, |(_, hwm)| hwm),
+                client_connections_peak: peak(&samples, |s| s.proxy_clients),
+                upstream_connections_peak: peak(&samples, |s| s.proxy_upstream),
+                upstream_connections_created: metric(
+                    &page,
+                    "weir_upstream_connections_created_total",
+                    None,
+                ),
+                responses_5xx: metric(&page, "weir_requests_total", Some(("class", "5xx"))),
+            };
+            // weir goes first, so its connections to the origin close before the origin's
+            // counters are read.
+            child.stop();
+            Some(summary)
+        }
+        None => None,
+    };
+    let stats_after = if builtin {
+        origin_stats(running.origin_port).await
+    } else {
+        None
+    };
+    running.origin.stop();
+    let origin = origin_summary(
+        stats_before.as_ref(),
+        stats_after.as_ref(),
+        &samples,
+        origin_hwm,
+        origin_cpu,
+    );
+    let errors = counters.errors();
+    let steady_to = settings.duration.as_secs_f64();
+    Ok(PhaseReport {
+        clients: ClientSummary {
+            held_peak: counters.held_peak(),
+            connected_peak: counters.connected_peak(),
+            connections_opened: counters.connects.load(std::sync::atomic::Ordering::Relaxed),
+            requests_ok: counters.ok.load(std::sync::atomic::Ordering::Relaxed),
+            requests_per_s: summary::steady_rate(
+                &samples,
+                settings.steady_from().as_secs_f64(),
+                steady_to,
+            ),
+            errors,
+            connect_ms: counters.connect_latency(),
+            response_ms: counters.response_latency(),
+            elapsed_s: elapsed,
+        },
+        origin,
+        proxy,
+        samples,
+    })
+}
+
+fn metric(page: &str, name: &str, label: Option<(&str, &str)>) -> u64 {
+    metrics::sum(page, name, label).unwrap_or(0.0).max(0.0) as u64
+}
+
+fn peak(samples: &[Sample], field: impl Fn(&Sample) -> Option<u64>) -> u64 {
+    samples.iter().filter_map(field).max().unwrap_or(0)
+}
+
+/// The origin's figures: its own counters where it has them (the built-in origin), the
+/// sampled kernel count otherwise.
+fn origin_summary(
+    before: Option<&StatsSnapshot>,
+    after: Option<&StatsSnapshot>,
+    samples: &[Sample],
+    memory_peak_kib: u64,
+    cpu_s: f64,
+) -> OriginSummary {
+    let sampled = peak(samples, |s| Some(s.origin_connections));
+    match (before, after) {
+        (Some(before), Some(after)) => OriginSummary {
+            // The origin's exact peak over its life (the lab's probes hold at most one
+            // connection, while nothing else is open). The sampled kernel count may be one or
+            // two higher: it also sees connections still in the accept queue, or accepted
+            // only to be reset at the cap.
+            connections_peak: after.connections_peak,
+            peak_source: "origin counter".to_owned(),
+            connections_refused: Some(after.connections_refused - before.connections_refused),
+            // Less the closing /stats probe's own connection and request.
+            connections_accepted: Some(
+                (after.connections_accepted - before.connections_accepted).saturating_sub(1),
+            ),
+            requests: Some((after.requests - before.requests).saturating_sub(1)),
+            memory_peak_kib,
+            cpu_s,
+        },
+        _ => OriginSummary {
+            connections_peak: sampled,
+            peak_source: "sampled".to_owned(),
+            connections_refused: None,
+            connections_accepted: None,
+            requests: None,
+            memory_peak_kib,
+            cpu_s,
+        },
+    }
+}
+
+/// Where the sampler looks.
+struct Probe<'a> {
+    origin_port: u16,
+    origin_pids: &'a [u32],
+    /// weir's PID and admin address.
+    proxy: Option<(u32, SocketAddr)>,
+}
+
+/// Samples once a period until the load's last send.
+async fn sample(
+    lab: &Lab,
+    route: Route,
+    load: &LoadSettings,
+    counters: &LoadCounters,
+    probe: &Probe<'_>,
+    start: Instant,
+    settings: &OffloadSettings,
+) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    let mut tick = start;
+    loop {
+        tick += settings.sample_every;
+        if tick > start + load.duration + Duration::from_millis(1) {
+            break;
+        }
+        tokio::time::sleep_until(tick).await;
+        let elapsed = start.elapsed();
+        let port = probe.origin_port;
+        let origin_connections =
+            tokio::task::spawn_blocking(move || procfs::established_on_port(port))
+                .await
+                .unwrap_or(0);
+        let (proxy_clients, proxy_upstream, proxy_rss) = match probe.proxy {
+            Some((pid, admin)) => {
+                let page = weir_metrics(admin).await;
+                (
+                    metrics::sum(&page, "weir_client_connections_open", None).map(|v| v as u64),
+                    metrics::sum(&page, "weir_upstream_connections_open", None).map(|v| v as u64),
+                    procfs::memory_kib(pid).map(|(rss, _)| rss),
+                )
+            }
+            None => (None, None, None),
+        };
+        let sample = Sample {
+            t_s: elapsed.as_secs_f64(),
+            clients_started: load.started_by(elapsed),
+            clients_connected: counters.connected(),
+            clients_held: counters.held(),
+            origin_connections,
+            proxy_clients,
+            proxy_upstream,
+            requests_ok: counters.ok.load(std::sync::atomic::Ordering::Relaxed),
+            errors: counters.errors().total(),
+            connect_ms_p99: counters.take_connect_p99(),
+            origin_rss_kib: tree_memory_kib(probe.origin_pids).0,
+            proxy_rss_kib: proxy_rss,
+        };
+        lab.say(&format!(
+            "offload, {}: t={:>5.1}s started {} held {} connected {} origin {}{} ok {} errors {}",
+            route.label(),
+            sample.t_s,
+            sample.clients_started,
+            sample.clients_held,
+            sample.clients_connected,
+            sample.origin_connections,
+            sample
+                .proxy_upstream
+                .map_or(String::new(), |up| format!(" (weir pool {up})")),
+            sample.requests_ok,
+            sample.errors,
+        ));
+        samples.push(sample);
+    }
+    samples
+}

@@ -1,0 +1,285 @@
+//! `weir lab suite`: the Zeus table (`weir bench suite`) against the origin directly, through
+//! weir, and through each installed peer (HAProxy, nginx), side by side.
+//!
+//! One plain origin (`weir origin`) serves every proxy; a second, HTTPS origin serves the
+//! direct column's TLS rows. weir, HAProxy and nginx run with the configs in `bench/lab/`:
+//! the same threads, HTTP and HTTPS listeners with the same certificate, keep-alive reuse to
+//! the origin, no logging. The suite runs against one target at a time, in column order,
+//! and each proxy's CPU seconds over its own run are recorded.
+
+use std::time::Duration;
+
+use weir_bench::suite::{SuiteReport, SuiteSettings, SuiteTarget};
+
+use crate::error::LabError;
+use crate::launch::{Launcher, process_tree, tree_cpu_seconds};
+use crate::model::{SuiteColumn, SuiteLabReport, SuiteLabRow};
+use crate::peers::Peer;
+use crate::process::{Child, free_ports, loopback};
+use crate::{Lab, template};
+
+/// The L4 rows need TCP virtual servers, which `weir serve` does not have yet.
+const NO_L4: &str = "n/a (weir serve has no TCP virtual servers yet)";
+
+/// What `weir lab suite` is asked to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SuiteLabSettings {
+    pub row_duration: Duration,
+    pub connections: usize,
+    /// Load generator threads; `None`: one per core.
+    pub bench_threads: Option<usize>,
+    /// Threads (workers) of weir and each peer.
+    pub proxy_threads: usize,
+    pub peers: Vec<Peer>,
+    pub timeout: Duration,
+}
+
+impl SuiteLabSettings {
+    /// 5 s a row, 50 connections, no peers unless asked.
+    pub fn full() -> SuiteLabSettings {
+        SuiteLabSettings {
+            row_duration: Duration::from_secs(5),
+            connections: 50,
+            bench_threads: None,
+            proxy_threads: 1,
+            peers: Vec::new(),
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The quick run of `weir lab`: 1 s a row.
+    pub fn quick() -> SuiteLabSettings {
+        SuiteLabSettings {
+            row_duration: Duration::from_secs(1),
+            ..SuiteLabSettings::full()
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), LabError> {
+        if self.connections == 0 {
+            return Err(LabError::Invalid("--connections must be at least 1".into()));
+        }
+        if self.row_duration < Duration::from_millis(100) {
+            return Err(LabError::Invalid(
+                "--row-duration must be at least 100ms".into(),
+            ));
+        }
+        if self.proxy_threads == 0 {
+            return Err(LabError::Invalid(
+                "--proxy-threads must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A column of the table while it runs.
+struct Column {
+    name: String,
+    version: String,
+    base: String,
+    tls: String,
+    process: Option<Child>,
+}
+
+/// Runs the suite against every column (blocking) and returns the table.
+pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport, LabError> {
+    settings.validate()?;
+    let mut peers = Vec::new();
+    for &peer in &settings.peers {
+        match lab.program(peer) {
+            Some(program) => peers.push((peer, program)),
+            None => lab.note(format!(
+                "{} is not installed (apt-get install {}, or --install): left out of the suite",
+                peer.name(),
+                peer.package()
+            )),
+        }
+    }
+    let launcher = Launcher::new(&lab.supervisor, lab.weir.clone())?;
+    let names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+    let certificate = weir_tls::certs::self_signed(&names, weir_tls::KeyType::EcdsaP256, 2)
+        .map_err(|e| LabError::io("cannot make a certificate", std::io::Error::other(e)))?;
+    let cert = launcher.dir.write("cert.pem", &certificate.cert_pem)?;
+    let key = launcher.dir.write("key.pem", &certificate.key_pem)?;
+    let pem = launcher.dir.write(
+        "cert-and-key.pem",
+        &format!("{}{}", certificate.cert_pem, certificate.key_pem),
+    )?;
+    let runtime = lab.runtime()?;
+    let ports = free_ports(8)?;
+    let (origin_port, origin_tls_port) = (ports[0], ports[1]);
+    let threads = settings.proxy_threads.to_string();
+    let values = |http: u16, https: u16| {
+        vec![
+            ("HTTP_PORT", http.to_string()),
+            ("HTTPS_PORT", https.to_string()),
+            ("ORIGIN_PORT", origin_port.to_string()),
+            ("THREADS", threads.clone()),
+        ]
+    };
+
+    let (_origin, _origin_tls, mut columns) = runtime.block_on(async {
+        let origin = launcher
+            .weir_origin("origin", origin_port, &[], false)
+            .await?;
+        let tls_args = [
+            "--tls-cert".to_owned(),
+            cert.display().to_string(),
+            "--tls-key".to_owned(),
+            key.display().to_string(),
+        ];
+        let origin_tls = launcher
+            .weir_origin("origin-https", origin_tls_port, &tls_args, true)
+            .await?;
+        let mut columns = vec![Column {
+            name: "direct".to_owned(),
+            version: "weir origin".to_owned(),
+            base: format!("http://{}", loopback(origin_port)),
+            tls: format!("https://{}", loopback(origin_tls_port)),
+            process: None,
+        }];
+        let (http, https) = (ports[2], ports[3]);
+        let mut weir_values = values(http, https);
+        weir_values.push(("CERT", cert.display().to_string()));
+        weir_values.push(("KEY", key.display().to_string()));
+        let config = template::render(template::WEIR_SUITE, &weir_values)?;
+        let weir = launcher
+            .weir_serve(
+                "weir-suite",
+                &config,
+                &[(loopback(http), "/")],
+                &[loopback(https)],
+            )
+            .await?;
+        columns.push(column("weir", env!("CARGO_PKG_VERSION"), http, https, weir));
+        for (index, (peer, program)) in peers.iter().enumerate() {
+            let (http, https) = (ports[4 + 2 * index], ports[5 + 2 * index]);
+            let version = crate::peers::version(program, *peer);
+            let mut peer_values = values(http, https);
+            let child = match peer {
+                Peer::Haproxy => {
+                    peer_values.push(("PEM", pem.display().to_string()));
+                    let config = template::render(template::HAPROXY_SUITE, &peer_values)?;
+                    launcher
+                        .haproxy(program, "haproxy", &config, &[(loopback(http), "/")])
+                        .await?
+                }
+                Peer::Nginx => {
+                    peer_values.push(("CERT", cert.display().to_string()));
+                    peer_values.push(("KEY", key.display().to_string()));
+                    let config = template::render(template::NGINX_SUITE, &peer_values)?;
+                    launcher
+                        .nginx(program, "nginx", &config, &[(loopback(http), "/")])
+                        .await?
+                }
+            };
+            columns.push(column(peer.name(), &version, http, https, child));
+        }
+        Ok::<_, LabError>((origin, origin_tls, columns))
+    })?;
+
+    let mut reports = Vec::new();
+    let mut cpu = Vec::new();
+    for column in &mut columns {
+        lab.say(&format!("suite: {} ({})", column.name, column.version));
+        let pids = column.process.as_ref().map(process_tree);
+        let before = pids.as_deref().map(tree_cpu_seconds);
+        let report = weir_bench::suite::run(&SuiteSettings {
+            targets: vec![SuiteTarget {
+                base: column.base.clone(),
+                l4: None,
+                tls: Some(column.tls.clone()),
+            }],
+            row_duration: settings.row_duration,
+            slices: 1,
+            connections: settings.connections,
+            threads: settings.bench_threads,
+            timeout: settings.timeout,
+        })
+        .map_err(|e| LabError::Bench(format!("suite against {}: {e}", column.name)))?;
+        cpu.push(
+            pids.as_deref()
+                .zip(before)
+                .map(|(pids, before)| tree_cpu_seconds(pids) - before),
+        );
+        if let Some(mut process) = column.process.take() {
+            process.stop();
+        }
+        reports.push(report);
+    }
+    let targets = columns
+        .iter()
+        .zip(cpu)
+        .map(|(column, proxy_cpu_s)| SuiteColumn {
+            name: column.name.clone(),
+            version: column.version.clone(),
+            proxy_cpu_s,
+        })
+        .collect();
+    Ok(merge(settings, targets, &reports))
+}
+
+fn column(name: &str, version: &str, http: u16, https: u16, process: Child) -> Column {
+    Column {
+        name: name.to_owned(),
+        version: version.to_owned(),
+        base: format!("http://{}", loopback(http)),
+        tls: format!("https://{}", loopback(https)),
+        process: Some(process),
+    }
+}
+
+/// One table from one single-target suite report per column (rows in the same order).
+pub fn merge(
+    settings: &SuiteLabSettings,
+    targets: Vec<SuiteColumn>,
+    reports: &[SuiteReport],
+) -> SuiteLabReport {
+    let rows = weir_bench::suite::ROWS
+        .iter()
+        .enumerate()
+        .map(|(index, spec)| {
+            let cells: Vec<_> = reports
+                .iter()
+                .map(|report| report.rows.get(index).and_then(|row| row.results.first()))
+                .collect();
+            let note = reports
+                .iter()
+                .filter_map(|report| report.rows.get(index))
+                .find_map(|row| row.note)
+                .map(|note| {
+                    if matches!(
+                        spec.kind,
+                        weir_bench::suite::RowKind::L4Connect
+                            | weir_bench::suite::RowKind::L4Rr { .. }
+                    ) {
+                        NO_L4.to_owned()
+                    } else {
+                        note.to_owned()
+                    }
+                });
+            SuiteLabRow {
+                name: spec.name.to_owned(),
+                unit: spec.unit().to_owned(),
+                values: cells.iter().map(|cell| cell.map(|r| r.value)).collect(),
+                p99_ms: cells.iter().map(|cell| cell.map(|r| r.p99_ms)).collect(),
+                errors: cells
+                    .iter()
+                    .map(|cell| cell.map_or(0, |r| r.errors))
+                    .collect(),
+                client_bound: cells
+                    .iter()
+                    .map(|cell| cell.is_some_and(|r| r.client_bound))
+                    .collect(),
+                note,
+            }
+        })
+        .collect();
+    SuiteLabReport {
+        row_duration_s: settings.row_duration.as_secs_f64(),
+        connections: settings.connections,
+        targets,
+        rows,
+    }
+}
