@@ -33,6 +33,9 @@ pub enum Command {
     /// Reproduce the source documents' offload experiments on this machine and print their
     /// tables (no subcommand: a quick run of offload, tls and suite).
     Lab(LabArgs),
+    /// WAN tunnel: the near side (client) and far side (server) of a QUIC tunnel with
+    /// compression and deduplication.
+    Tunnel(crate::tunnel::TunnelArgs),
 }
 
 /// `weir lab [offload|tls|suite]`: the options before or after the subcommand.
@@ -62,6 +65,9 @@ pub enum LabCommand {
     Tls(LabTlsArgs),
     /// The Zeus table (`weir bench suite`) direct, through weir and through installed peers.
     Suite(LabSuiteArgs),
+    /// The WX WAN-acceleration report's matrix: T1 and OC-1 × one-way delay × loss, direct
+    /// TCP vs weir tunnel, through weir netem (needs root).
+    Wan(crate::tunnel::LabWanArgs),
 }
 
 /// `weir lab offload`: every option overrides the full size (or `--quick`'s).

@@ -26,6 +26,8 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         .join(" ");
     let report = match &args.command {
         None => quick(&mut lab, &command)?,
+        // Dispatched in main, before this lab's supervisor starts.
+        Some(LabCommand::Wan(wan)) => return crate::tunnel::lab_wan(wan.clone()),
         Some(LabCommand::Offload(offload)) => {
             let settings = offload_settings(offload);
             settings.validate()?;

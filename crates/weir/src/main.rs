@@ -8,6 +8,7 @@ mod logging;
 mod netem;
 mod origin;
 mod serve;
+mod tunnel;
 
 use std::process::ExitCode;
 
@@ -24,7 +25,12 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Netem(args) => netem::run(args),
         Command::Cert(args) => cert::run(&args),
+        Command::Lab(cli::LabArgs {
+            command: Some(cli::LabCommand::Wan(wan)),
+            ..
+        }) => tunnel::lab_wan(wan),
         Command::Lab(args) => lab::run(args),
+        Command::Tunnel(args) => tunnel::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

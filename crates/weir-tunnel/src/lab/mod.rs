@@ -1,1 +1,208 @@
-//! `weir lab wan`.
+//! `weir lab wan`: the seed report's WAN matrix on one machine. For each cell (rate × one-way
+//! delay × loss) a `weir netem` link joins two network namespaces; a file server runs in side
+//! b, and side a downloads a pseudo-random file and then a lightly edited copy, first
+//! directly over TCP (CUBIC, default buffers: the baseline), then through a `weir tunnel`
+//! pair. Every transfer is bounded in time and checked byte for byte.
+//!
+//! The plan and the report are plain data ([`Plan`], [`CellResult`]); [`run`] drives
+//! processes through `ip netns exec` with the weir binary it is given.
+
+pub mod probe;
+mod report;
+mod run;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use report::{json, table};
+pub use run::run;
+
+/// The seed's two link rates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum LinkRate {
+    /// 1.544 Mbit/s.
+    T1,
+    /// 51.84 Mbit/s.
+    Oc1,
+}
+
+/// One cell of the matrix.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Cell {
+    pub rate: LinkRate,
+    pub delay_ms: u32,
+    /// Loss probability per packet, each direction, in percent.
+    pub loss_percent: f64,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub cells: Vec<Cell>,
+    /// The most one transfer may take.
+    pub transfer_time: Duration,
+    /// The weir binary to run in the namespaces.
+    pub binary: PathBuf,
+    /// Where to write certificates and configs.
+    pub work_dir: PathBuf,
+    /// Skip the baseline (tunnel only).
+    pub tunnel_only: bool,
+    /// The tunnel's congestion controller.
+    pub congestion: String,
+}
+
+/// One transfer's figures.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Transfer {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub complete: bool,
+    pub verified: bool,
+    /// IP bytes the link carried during the transfer, both directions.
+    pub link_bytes: u64,
+    /// Packets the link dropped (loss and queue), both directions.
+    pub link_drops: u64,
+}
+
+/// One cell's results.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CellResult {
+    pub cell: Cell,
+    pub file_bytes: u64,
+    pub edits: u32,
+    pub baseline_original: Option<Transfer>,
+    pub baseline_edited: Option<Transfer>,
+    pub tunnel_original: Option<Transfer>,
+    pub tunnel_edited: Option<Transfer>,
+    /// The tunnel's own counters at the end of the cell (far side, the sender).
+    pub tunnel_summary: Option<String>,
+    /// Why a part could not run.
+    pub errors: Vec<String>,
+}
+
+impl LinkRate {
+    pub fn bits_per_second(self) -> u64 {
+        match self {
+            LinkRate::T1 => 1_544_000,
+            LinkRate::Oc1 => 51_840_000,
+        }
+    }
+
+    pub fn netem(self) -> &'static str {
+        match self {
+            LinkRate::T1 => "1544kbit",
+            LinkRate::Oc1 => "51840kbit",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            LinkRate::T1 => "T1 (1.544 Mbit/s)",
+            LinkRate::Oc1 => "OC-1 (51.84 Mbit/s)",
+        }
+    }
+}
+
+impl Transfer {
+    /// Payload kilobytes (1000 bytes) per second, as the seed's tables.
+    pub fn kilobytes_per_second(&self) -> f64 {
+        if self.seconds <= 0.0 {
+            return 0.0;
+        }
+        self.bytes as f64 / 1000.0 / self.seconds
+    }
+
+    /// Goodput as a share of the link rate.
+    pub fn utilisation(&self, rate: LinkRate) -> f64 {
+        self.bytes as f64 * 8.0 / self.seconds.max(1e-9) / rate.bits_per_second() as f64
+    }
+}
+
+/// The full matrix: T1 and OC-1 × 0/30/100/250 ms × 0/0.1/1/5 % loss.
+pub fn full_matrix() -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for rate in [LinkRate::T1, LinkRate::Oc1] {
+        for delay_ms in [0, 30, 100, 250] {
+            for loss_percent in [0.0, 0.1, 1.0, 5.0] {
+                cells.push(Cell {
+                    rate,
+                    delay_ms,
+                    loss_percent,
+                });
+            }
+        }
+    }
+    cells
+}
+
+/// The quick subset for CI: the hardest corner at T1 (250 ms, 1 %) and OC-1 at 100 ms with
+/// 1 % loss, plus a clean T1 cell.
+pub fn quick_matrix() -> Vec<Cell> {
+    vec![
+        Cell {
+            rate: LinkRate::T1,
+            delay_ms: 30,
+            loss_percent: 0.0,
+        },
+        Cell {
+            rate: LinkRate::T1,
+            delay_ms: 250,
+            loss_percent: 1.0,
+        },
+        Cell {
+            rate: LinkRate::Oc1,
+            delay_ms: 100,
+            loss_percent: 1.0,
+        },
+    ]
+}
+
+/// The file for a cell: what the link carries in 80 % of the transfer time, at most 64 MiB,
+/// at least 256 KiB; 100 edits per 64 MiB (at least 3).
+pub fn file_for(cell: &Cell, transfer_time: Duration, seed: u64) -> probe::FileSpec {
+    let bytes = cell.rate.bits_per_second() as f64 / 8.0 * transfer_time.as_secs_f64() * 0.8;
+    let size = (bytes as usize).clamp(256 << 10, 64 << 20);
+    let edits = ((size as f64 / (64 << 20) as f64 * 100.0).round() as u32).max(3);
+    probe::FileSpec { size, seed, edits }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_full_matrix_is_the_seeds() {
+        let cells = full_matrix();
+        assert_eq!(cells.len(), 32);
+        assert!(cells.contains(&Cell {
+            rate: LinkRate::Oc1,
+            delay_ms: 250,
+            loss_percent: 5.0
+        }));
+    }
+
+    #[test]
+    fn files_fit_the_transfer_time() {
+        let cell = quick_matrix()[2];
+        let spec = file_for(&cell, Duration::from_secs(20), 1);
+        assert_eq!(spec.size, 64 << 20);
+        assert_eq!(spec.edits, 100);
+        let t1 = file_for(&quick_matrix()[0], Duration::from_secs(20), 1);
+        assert_eq!(t1.size, 3_088_000);
+        assert_eq!(t1.edits, 5);
+    }
+
+    #[test]
+    fn rates_and_utilisation() {
+        let transfer = Transfer {
+            bytes: 193_000,
+            seconds: 1.0,
+            complete: true,
+            verified: true,
+            link_bytes: 0,
+            link_drops: 0,
+        };
+        assert!((transfer.utilisation(LinkRate::T1) - 1.0).abs() < 0.001);
+        assert!((transfer.kilobytes_per_second() - 193.0).abs() < 1e-9);
+    }
+}
