@@ -85,6 +85,9 @@ pub enum ProbeCommand {
         file: FileArgs,
         #[arg(long, value_parser = weir_netem::parse_duration, default_value = "60s")]
         timeout: Duration,
+        /// Download this many copies at once (each checked).
+        #[arg(long, default_value_t = 1)]
+        parallel: usize,
     },
 }
 
@@ -234,8 +237,10 @@ fn run_probe(command: ProbeCommand) -> anyhow::Result<()> {
             variant,
             file,
             timeout,
+            parallel,
         } => {
-            let fetched = probe::fetch(to, spec(file), variant, timeout).context("fetch")?;
+            let fetched =
+                probe::fetch_many(to, spec(file), variant, timeout, parallel).context("fetch")?;
             println!(
                 "bytes={} seconds={:.6} complete={} verified={}",
                 fetched.bytes, fetched.seconds, fetched.complete, fetched.verified

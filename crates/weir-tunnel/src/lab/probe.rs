@@ -183,6 +183,36 @@ pub fn fetch(
     })
 }
 
+/// `flows` downloads of `variant` at once; the bytes add up, and the result is complete and
+/// verified only if every download is.
+pub fn fetch_many(
+    to: SocketAddr,
+    spec: FileSpec,
+    variant: Variant,
+    timeout: Duration,
+    flows: usize,
+) -> io::Result<Fetched> {
+    let handles: Vec<_> = (0..flows.max(1))
+        .map(|_| thread::spawn(move || fetch(to, spec, variant, timeout)))
+        .collect();
+    let mut total = Fetched {
+        bytes: 0,
+        seconds: 0.0,
+        complete: true,
+        verified: true,
+    };
+    for handle in handles {
+        let fetched = handle
+            .join()
+            .map_err(|_| io::Error::other("a fetch thread panicked"))??;
+        total.bytes += fetched.bytes;
+        total.seconds = total.seconds.max(fetched.seconds);
+        total.complete &= fetched.complete;
+        total.verified &= fetched.verified;
+    }
+    Ok(total)
+}
+
 /// Connects, retrying while the server (or the tunnel's listener) starts.
 fn connect(to: SocketAddr, deadline: Instant) -> io::Result<TcpStream> {
     loop {

@@ -1,0 +1,354 @@
+//! End-to-end tests of `weir tunnel` and `weir lab wan` through `weir netem` links: real
+//! namespaces, a lossy delayed link, separate processes for every part.
+//!
+//! Like the netem tests they need root, `/dev/net/tun` and `ip` (iproute2); without them they
+//! fail and say so, they never pass without running. They take turns (they measure nothing
+//! against the clock, but share the link names' address space and the two cores).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+
+static TURN: Mutex<()> = Mutex::new(());
+
+/// A child process with its stdout lines, stopped by its PID on drop.
+struct Running {
+    child: Option<Child>,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+#[test]
+fn concurrent_flows_arrive_intact_through_a_lossy_link() {
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    require_root();
+    let name = format!("tun{}", std::process::id() % 100_000);
+    let _cleanup = Cleanup(name.clone());
+    let dir = TempDir::new("lossy");
+    write_certificates(&dir.0);
+    let link = "[link]\nbandwidth = \"10mbit\"\nrtt = \"40ms\"\n";
+    std::fs::write(
+        dir.0.join("server.toml"),
+        format!(
+            "[server]\nlisten = \"10.200.0.2:4433\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
+             ca = \"ca.pem\"\n{link}[dedup]\nstore = \"1MiB\"\n[services.files]\nconnect = \"127.0.0.1:9000\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.0.join("client.toml"),
+        format!(
+            "[client]\nserver = \"10.200.0.2:4433\"\nca = \"ca.pem\"\ncert = \"client.pem\"\n\
+             key = \"client.key\"\n{link}[dedup]\nstore = \"1MiB\"\n[services.files]\nlisten = \"127.0.0.1:9001\"\n"
+        ),
+    )
+    .unwrap();
+
+    let mut link = Running::start(
+        Command::new(WEIR)
+            .args(["netem", "up", "--name", &name, "--rate", "10mbit"])
+            .args(["--delay", "20ms", "--loss", "5%", "--seed", "11"]),
+    );
+    link.wait_for("weir netem: link up");
+    let file = ["--size", "600000", "--seed", "5", "--edits", "4"];
+    let mut origin = Running::start(
+        in_side(
+            &name,
+            "b",
+            &["tunnel", "probe", "serve", "--listen", "127.0.0.1:9000"],
+        )
+        .args(file),
+    );
+    origin.wait_for("serving");
+    let server_config = dir.0.join("server.toml");
+    let client_config = dir.0.join("client.toml");
+    let mut server = Running::start(&mut in_side(
+        &name,
+        "b",
+        &["tunnel", "server", "--config", path(&server_config)],
+    ));
+    server.wait_for("weir tunnel server: listening");
+    let mut client = Running::start(&mut in_side(
+        &name,
+        "a",
+        &["tunnel", "client", "--config", path(&client_config)],
+    ));
+    client.wait_for("weir tunnel client: connected");
+
+    // 16 flows at once fetch the same 600 kB file, then 16 the edited copy, with a store
+    // small enough that chunks are evicted while references to them are in flight.
+    for variant in ["original", "edited"] {
+        let output = in_side(
+            &name,
+            "a",
+            &[
+                "tunnel",
+                "probe",
+                "fetch",
+                "--to",
+                "127.0.0.1:9001",
+                "--variant",
+                variant,
+            ],
+        )
+        .args(file)
+        .args(["--parallel", "16", "--timeout", "120s"])
+        .output()
+        .expect("run the fetch probe");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            stdout.contains("complete=true verified=true"),
+            "{variant}: {stdout}"
+        );
+    }
+    let client_lines = client.stop();
+    let server_lines = server.stop();
+    origin.stop();
+    let netem = link.stop();
+    let counter = |lines: &[String], key: &str| -> u64 {
+        lines
+            .iter()
+            .find(|line| line.contains("stopped:"))
+            .and_then(|line| {
+                line.split_whitespace()
+                    .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+            })
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {lines:?}"))
+    };
+    eprintln!("far side: {server_lines:?}\nnetem: {netem:?}");
+    assert_eq!(counter(&server_lines, "flows_total"), 32);
+    assert_eq!(counter(&server_lines, "flows_failed_total"), 0);
+    assert_eq!(counter(&client_lines, "flows_failed_total"), 0);
+    assert!(
+        counter(&server_lines, "lost_packets_total") > 0,
+        "the link lost nothing?"
+    );
+    assert!(counter(&server_lines, "dedup_saved_bytes_total") > 0);
+}
+
+#[test]
+fn lab_wan_quick_runs_every_cell_and_checks_every_byte() {
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    require_root();
+    let dir = TempDir::new("lab");
+    let json = dir.0.join("wan.json");
+    let output = Command::new(WEIR)
+        .args(["lab", "wan", "--quick", "--json", path(&json)])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run weir lab wan");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{stderr}{stdout}");
+    assert!(output.status.success(), "weir lab wan --quick failed");
+    assert!(stdout.contains("T1 (1.544 Mbit/s)") && stdout.contains("OC-1 (51.84 Mbit/s)"));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["format"], "weir-lab-wan/1");
+    let cells = report["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 3);
+    for cell in cells {
+        assert!(cell["errors"].as_array().unwrap().is_empty(), "{cell}");
+        for part in [
+            "baseline_original",
+            "baseline_edited",
+            "tunnel_original",
+            "tunnel_edited",
+        ] {
+            let transfer = &cell[part];
+            assert!(transfer.is_object(), "{part} missing: {cell}");
+            assert!(transfer["bytes"].as_u64().unwrap() > 0, "{part}: {cell}");
+            // What arrived is the file's beginning, whether or not it all fit in the time.
+            if transfer["complete"] == true {
+                assert_eq!(transfer["verified"], true, "{part} corrupted: {cell}");
+            }
+        }
+        // The edited copy crosses the link as references to what the first transfer left in
+        // the store: its link bytes are at most what that transfer did not carry (if it hit
+        // the time limit on a slow build), plus a tenth of the file.
+        let edited = &cell["tunnel_edited"];
+        assert_eq!(edited["complete"], true, "{cell}");
+        assert_eq!(edited["verified"], true, "{cell}");
+        let link_bytes = edited["link_bytes"].as_u64().unwrap() as f64;
+        let file_bytes = edited["bytes"].as_u64().unwrap() as f64;
+        let first = cell["tunnel_original"]["bytes"].as_u64().unwrap() as f64;
+        let unseen = (file_bytes - first).max(0.0);
+        assert!(
+            link_bytes < unseen * 1.15 + file_bytes / 10.0,
+            "{link_bytes} link bytes for {file_bytes} ({unseen} not sent before): {cell}"
+        );
+    }
+}
+
+fn require_root() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective_uid = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1));
+    assert_eq!(
+        effective_uid,
+        Some("0"),
+        "the weir tunnel link tests need root (network namespaces and TUN devices)"
+    );
+    assert!(
+        Path::new("/dev/net/tun").exists(),
+        "/dev/net/tun is missing"
+    );
+    assert!(
+        Command::new("ip").arg("-V").output().is_ok(),
+        "the ip command is missing: install iproute2"
+    );
+}
+
+fn in_side(name: &str, side: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(WEIR);
+    command
+        .args(["netem", "exec", side, "--name", name, "--", WEIR])
+        .args(args)
+        .stdin(Stdio::null());
+    command
+}
+
+fn path(path: &Path) -> &str {
+    path.to_str().expect("a UTF-8 temporary path")
+}
+
+fn write_certificates(dir: &Path) {
+    let output = Command::new(WEIR)
+        .args([
+            "cert",
+            "--out",
+            path(dir),
+            "--name",
+            "10.200.0.2",
+            "--key-type",
+            "ecdsa",
+        ])
+        .args(["--client", "near side"])
+        .output()
+        .expect("run weir cert");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::rename(dir.join("server-ecdsa.pem"), dir.join("server.pem")).unwrap();
+    std::fs::rename(dir.join("server-ecdsa.key"), dir.join("server.key")).unwrap();
+}
+
+impl Running {
+    fn start(command: &mut Command) -> Running {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start a weir process");
+        let (sender, lines) = mpsc::channel();
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child: Some(child),
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    fn wait_for(&mut self, prefix: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line.starts_with(prefix);
+                    self.seen.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                Err(_) => panic!("no {prefix:?} within 30 s; printed {:?}", self.seen),
+            }
+        }
+    }
+
+    /// SIGTERM; returns every line it printed.
+    fn stop(mut self) -> Vec<String> {
+        if let Some(child) = self.child.take() {
+            terminate(child);
+        }
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.seen.push(line);
+        }
+        std::mem::take(&mut self.seen)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            terminate(child);
+        }
+    }
+}
+
+/// SIGTERM by PID, then SIGKILL after 10 s.
+fn terminate(mut child: Child) {
+    let _ = Command::new("sh")
+        .args(["-c", &format!("kill -TERM {}", child.id())])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Removes a link's leftovers on drop.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = Command::new(WEIR)
+            .args(["netem", "down", "--name", &self.0])
+            .output();
+    }
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("weir-tunnel-{label}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
