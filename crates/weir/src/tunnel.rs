@@ -89,6 +89,15 @@ pub enum ProbeCommand {
         #[arg(long, default_value_t = 1)]
         parallel: usize,
     },
+    /// CPU cost of the encode and decode pipeline (no I/O), per data kind.
+    Pipeline {
+        /// Bytes per pass.
+        #[arg(long, default_value_t = 256 << 20)]
+        size: usize,
+        /// zstd level.
+        #[arg(long, default_value_t = weir_tunnel::config::DEFAULT_LEVEL)]
+        level: i32,
+    },
 }
 
 /// `weir lab wan`: the seed report's WAN matrix (needs root).
@@ -242,11 +251,55 @@ fn run_probe(command: ProbeCommand) -> anyhow::Result<()> {
             let fetched =
                 probe::fetch_many(to, spec(file), variant, timeout, parallel).context("fetch")?;
             println!(
-                "bytes={} seconds={:.6} complete={} verified={}",
-                fetched.bytes, fetched.seconds, fetched.complete, fetched.verified
+                "bytes={} seconds={:.6} first_byte={:.6} complete={} verified={}",
+                fetched.bytes,
+                fetched.seconds,
+                fetched.first_byte_seconds,
+                fetched.complete,
+                fetched.verified
             );
             Ok(())
         }
+        ProbeCommand::Pipeline { size, level } => {
+            pipeline(size, level);
+            Ok(())
+        }
+    }
+}
+
+/// Prints the pipeline's cost per data kind: stream MB per CPU second, one thread.
+fn pipeline(size: usize, level: i32) {
+    use weir_tunnel::lab::pipeline::{Ends, default_settings, log_lines, measure};
+    let settings = weir_tunnel::codec::EncoderSettings {
+        compression: Some(level),
+        ..default_settings()
+    };
+    let random = probe::pseudo_random(size, 1);
+    let mut edited = random.clone();
+    probe::apply_edits(
+        &mut edited,
+        (size as f64 / (64 << 20) as f64 * 100.0) as u32,
+        2,
+    );
+    let text = log_lines(size, 3);
+    let budget = 2 * size as u64 + (64 << 20);
+    let (mut ends, mut text_ends) = (Ends::new(budget), Ends::new(budget));
+    println!("pass             MB     encoded MB  encode MB/CPU-s  decode MB/CPU-s");
+    for (label, data, text) in [
+        ("random, new", &random, false),
+        ("random, repeat", &random, false),
+        ("random, edited", &edited, false),
+        ("log text, new", &text, true),
+    ] {
+        let ends = if text { &mut text_ends } else { &mut ends };
+        let cost = measure(data, settings, ends);
+        println!(
+            "{label:15} {:>7.1} {:>13.2} {:>16.0} {:>16.0}",
+            cost.bytes as f64 / 1e6,
+            cost.encoded as f64 / 1e6,
+            cost.encode_mb_per_cpu_second(),
+            cost.decode_mb_per_cpu_second()
+        );
     }
 }
 

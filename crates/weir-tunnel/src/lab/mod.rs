@@ -7,6 +7,7 @@
 //! The plan and the report are plain data ([`Plan`], [`CellResult`]); [`run`] drives
 //! processes through `ip netns exec` with the weir binary it is given.
 
+pub mod pipeline;
 pub mod probe;
 mod report;
 mod run;
@@ -55,7 +56,10 @@ pub struct Plan {
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Transfer {
     pub bytes: u64,
+    /// From the connect to the last byte (or the time limit).
     pub seconds: f64,
+    /// From the connect to the first byte (a round trip and a half on the direct path).
+    pub first_byte_seconds: f64,
     pub complete: bool,
     pub verified: bool,
     /// IP bytes the link carried during the transfer, both directions.
@@ -104,17 +108,24 @@ impl LinkRate {
 }
 
 impl Transfer {
-    /// Payload kilobytes (1000 bytes) per second, as the seed's tables.
+    /// Payload kilobytes (1000 bytes) per second from the first byte to the last, as the
+    /// seed's tables measure (Δt of the first and last block).
     pub fn kilobytes_per_second(&self) -> f64 {
-        if self.seconds <= 0.0 {
-            return 0.0;
-        }
-        self.bytes as f64 / 1000.0 / self.seconds
+        self.bytes as f64 / 1000.0 / self.data_seconds()
     }
 
-    /// Goodput as a share of the link rate.
+    /// Goodput from the first byte to the last as a share of the link rate.
     pub fn utilisation(&self, rate: LinkRate) -> f64 {
+        self.bytes as f64 * 8.0 / self.data_seconds() / rate.bits_per_second() as f64
+    }
+
+    /// Goodput over the whole transfer, from the connect, as a share of the link rate.
+    pub fn utilisation_from_connect(&self, rate: LinkRate) -> f64 {
         self.bytes as f64 * 8.0 / self.seconds.max(1e-9) / rate.bits_per_second() as f64
+    }
+
+    fn data_seconds(&self) -> f64 {
+        (self.seconds - self.first_byte_seconds).max(1e-6)
     }
 }
 
@@ -196,7 +207,8 @@ mod tests {
     fn rates_and_utilisation() {
         let transfer = Transfer {
             bytes: 193_000,
-            seconds: 1.0,
+            seconds: 1.5,
+            first_byte_seconds: 0.5,
             complete: true,
             verified: true,
             link_bytes: 0,
@@ -204,5 +216,6 @@ mod tests {
         };
         assert!((transfer.utilisation(LinkRate::T1) - 1.0).abs() < 0.001);
         assert!((transfer.kilobytes_per_second() - 193.0).abs() < 1e-9);
+        assert!((transfer.utilisation_from_connect(LinkRate::T1) - 2.0 / 3.0).abs() < 0.001);
     }
 }

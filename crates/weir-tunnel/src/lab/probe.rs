@@ -31,6 +31,8 @@ pub struct Fetched {
     pub bytes: u64,
     /// From the connect to the last byte (or to the deadline).
     pub seconds: f64,
+    /// From the connect to the first byte of the file.
+    pub first_byte_seconds: f64,
     /// Whether the whole file arrived before the deadline.
     pub complete: bool,
     /// Whether what arrived is byte for byte the expected file.
@@ -150,6 +152,7 @@ pub fn fetch(
     let mut received = Vec::with_capacity(expected.len());
     let mut buffer = vec![0u8; 256 << 10];
     let mut complete = false;
+    let mut first_byte: Option<f64> = None;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -161,7 +164,10 @@ pub fn fetch(
                 complete = received.len() == expected.len();
                 break;
             }
-            Ok(count) => received.extend_from_slice(&buffer[..count]),
+            Ok(count) => {
+                first_byte.get_or_insert_with(|| start.elapsed().as_secs_f64());
+                received.extend_from_slice(&buffer[..count]);
+            }
             Err(error)
                 if matches!(
                     error.kind(),
@@ -178,6 +184,7 @@ pub fn fetch(
     Ok(Fetched {
         bytes: received.len() as u64,
         seconds,
+        first_byte_seconds: first_byte.unwrap_or(seconds),
         complete,
         verified: verified && complete,
     })
@@ -198,6 +205,7 @@ pub fn fetch_many(
     let mut total = Fetched {
         bytes: 0,
         seconds: 0.0,
+        first_byte_seconds: f64::MAX,
         complete: true,
         verified: true,
     };
@@ -207,6 +215,7 @@ pub fn fetch_many(
             .map_err(|_| io::Error::other("a fetch thread panicked"))??;
         total.bytes += fetched.bytes;
         total.seconds = total.seconds.max(fetched.seconds);
+        total.first_byte_seconds = total.first_byte_seconds.min(fetched.first_byte_seconds);
         total.complete &= fetched.complete;
         total.verified &= fetched.verified;
     }

@@ -18,7 +18,8 @@ pub fn table(results: &[CellResult]) -> String {
         }
         let _ = writeln!(
             out,
-            "\n{}: random file (KB/s; % = share of the link rate), then the edited copy\n",
+            "\n{}: random file (KB/s from the first byte to the last; % = share of the link \
+             rate), then the edited copy\n",
             rate.label()
         );
         let _ = writeln!(

@@ -255,10 +255,13 @@ impl CellLab<'_> {
         let _ = match &transfer {
             Some(transfer) => writeln!(
                 progress,
-                "  {mode:8} {variant_name:8} {:>9.1} KB/s  {:>5.1} % of the link  {} bytes in {:.1} s{}",
+                "  {mode:8} {variant_name:8} {:>9.1} KB/s  {:>5.1} % of the link ({:.1} % from \
+                 the connect)  {} bytes, first after {:.2} s, last after {:.1} s{}",
                 transfer.kilobytes_per_second(),
                 transfer.utilisation(self.cell.rate) * 100.0,
+                transfer.utilisation_from_connect(self.cell.rate) * 100.0,
                 transfer.bytes,
+                transfer.first_byte_seconds,
                 transfer.seconds,
                 match (transfer.complete, transfer.verified) {
                     (true, true) => "",
@@ -316,6 +319,7 @@ fn parse_fetch(text: &str, before: &LinkStats, after: &LinkStats) -> Option<Tran
     Some(Transfer {
         bytes: field("bytes")?.parse().ok()?,
         seconds: field("seconds")?.parse().ok()?,
+        first_byte_seconds: field("first_byte")?.parse().ok()?,
         complete: field("complete")? == "true",
         verified: field("verified")? == "true",
         link_bytes,
