@@ -240,7 +240,9 @@ impl Plan {
                 refuse_tls_settings(&settings.tls)?;
                 None
             }
-            all if all == settings.urls.len() => Some(TlsClient::new(settings.tls.clone())?),
+            all if all == settings.urls.len() => {
+                Some(TlsClient::new(settings.tls.clone(), settings.connections)?)
+            }
             _ => return Err(PlanError::MixedSchemes),
         };
         let headers = parse_headers(&settings.headers)?;

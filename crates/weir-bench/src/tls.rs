@@ -22,9 +22,9 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-/// TLS 1.3 tickets and TLS 1.2 sessions the client keeps (per server name, rustls keeps at
-/// most 8 TLS 1.3 tickets).
-const SESSION_CACHE: usize = 1024;
+mod tickets;
+
+pub use tickets::TicketStore;
 
 /// Which TLS versions the client offers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -139,7 +139,9 @@ pub struct ResumptionViolation {
 }
 
 impl TlsClient {
-    pub fn new(settings: TlsSettings) -> Result<TlsClient, TlsSetupError> {
+    /// The client of a run of `connections` connections (with resumption on, a TLS 1.3
+    /// ticket can be kept for each).
+    pub fn new(settings: TlsSettings, connections: usize) -> Result<TlsClient, TlsSetupError> {
         if let Some(sni) = &settings.sni {
             ServerName::try_from(sni.clone()).map_err(|_| TlsSetupError::Sni(sni.clone()))?;
         }
@@ -157,7 +159,7 @@ impl TlsClient {
         };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         config.resumption = if settings.resumption {
-            Resumption::in_memory_sessions(SESSION_CACHE)
+            Resumption::store(Arc::new(TicketStore::for_connections(connections)))
         } else {
             Resumption::disabled()
         };
@@ -372,26 +374,29 @@ mod tests {
 
     #[test]
     fn settings_make_clients() {
-        assert!(TlsClient::new(TlsSettings::default()).is_ok());
+        assert!(TlsClient::new(TlsSettings::default(), 1).is_ok());
         let bad_sni = TlsSettings {
             sni: Some("not a name!".into()),
             ..TlsSettings::default()
         };
         assert!(matches!(
-            TlsClient::new(bad_sni),
+            TlsClient::new(bad_sni, 1),
             Err(TlsSetupError::Sni(_))
         ));
         let missing = TlsSettings {
             cacert: Some("/nonexistent/ca.pem".into()),
             ..TlsSettings::default()
         };
-        let error = TlsClient::new(missing).expect_err("missing CA file");
+        let error = TlsClient::new(missing, 1).expect_err("missing CA file");
         assert!(error.to_string().contains("/nonexistent/ca.pem"), "{error}");
-        let client = TlsClient::new(TlsSettings {
-            sni: Some("example.test".into()),
-            versions: TlsVersions::Tls13,
-            ..TlsSettings::default()
-        })
+        let client = TlsClient::new(
+            TlsSettings {
+                sni: Some("example.test".into()),
+                versions: TlsVersions::Tls13,
+                ..TlsSettings::default()
+            },
+            1,
+        )
         .expect("valid");
         assert_eq!(
             client.server_name("127.0.0.1").expect("name"),

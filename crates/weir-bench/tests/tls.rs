@@ -43,6 +43,29 @@ fn close_mode_with_resumption_resumes() {
     origin.stop();
 }
 
+/// More connections than rustls' own store keeps tickets for (8 per server): after each
+/// connection's first handshake, every handshake resumes, bursts of simultaneous new
+/// connections included.
+#[test]
+fn many_connections_each_resume_after_their_first_handshake() {
+    let (origin, _certificate) = TestOrigin::https(true);
+    let connections = 32;
+    let mut run = settings(vec![origin.https_url("/")], Stop::Count(960));
+    run.mode = ConnectionMode::Close;
+    run.connections = connections;
+    run.tls.versions = TlsVersions::Tls13;
+    let report = weir_bench::run(&plan(run)).expect("run");
+    assert_eq!(report.requests.completed, 960, "{:?}", report.errors);
+    let tls = report.tls.clone().expect("a TLS section");
+    assert_eq!(tls.handshakes_total, 960);
+    assert!(
+        tls.handshakes_full <= connections as u64,
+        "more full handshakes than connections: {tls:?}"
+    );
+    agree_with_origin(&origin, &report);
+    origin.stop();
+}
+
 #[test]
 fn resumption_off_makes_every_handshake_full() {
     // The origin would resume; the client offers nothing to resume.
