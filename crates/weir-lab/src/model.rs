@@ -73,6 +73,8 @@ pub struct OffloadSettingsReport {
     pub path: String,
     /// Start of the steady window (s from the start): every client had a chance to be served.
     pub steady_from_s: f64,
+    /// End of the steady window: one interval before the end, when the first clients finish.
+    pub steady_to_s: f64,
 }
 
 /// One phase of the offload experiment (direct or through weir).
@@ -144,7 +146,7 @@ pub struct OriginSummary {
     /// Most connections open on the origin at once.
     pub connections_peak: u64,
     /// Where `connections_peak` comes from: `"origin counter"` (the built-in origin's own
-    /// exact peak) or `"sampled"` (established sockets on its port, once a sampling period).
+    /// exact peak) or `"sampled"` (its open connections, once a sampling period).
     pub peak_source: String,
     /// The built-in origin: connections reset because the cap was reached.
     pub connections_refused: Option<u64>,
@@ -182,7 +184,8 @@ pub struct Sample {
     pub clients_started: u64,
     pub clients_connected: u64,
     pub clients_held: u64,
-    /// Established connections on the origin's port (the kernel's count).
+    /// Connections the origin's processes hold open (their socket descriptors less
+    /// listeners).
     pub origin_connections: u64,
     /// weir's open client connections (through weir only).
     pub proxy_clients: Option<u64>,

@@ -6,8 +6,9 @@
 //! (`weir serve`, its pool to the origin capped at the origin's own cap). Each phase starts
 //! fresh processes; the clients run in the lab's process, the origin and weir in their own,
 //! so their CPU time and memory are theirs alone. A sampler records, once a sampling
-//! period, the clients' gauges, the established connections on the origin's port (the
-//! kernel's count), weir's gauges from its `/metrics`, and everyone's memory.
+//! period, the clients' gauges, the connections the origin's processes hold open (their own
+//! socket descriptors, less listeners), weir's gauges from its `/metrics`, and everyone's
+//! memory.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -101,6 +102,12 @@ impl OffloadSettings {
         self.ramp + self.interval + self.sample_every
     }
 
+    /// Until the first clients send their last request and close (each stops after its
+    /// last tick before `duration`, so closes spread over the last interval).
+    fn steady_to(&self) -> Duration {
+        self.duration.saturating_sub(self.interval)
+    }
+
     /// Settings that cannot work are refused before anything starts.
     pub fn validate(&self) -> Result<(), LabError> {
         let invalid = |message: String| Err(LabError::Invalid(message));
@@ -121,12 +128,12 @@ impl OffloadSettings {
         if self.interval.is_zero() || self.sample_every.is_zero() {
             return invalid("--interval and the sampling period must be more than 0".into());
         }
-        let needed = self.steady_from() + self.sample_every * 2;
+        let needed = self.steady_from() + self.sample_every * 2 + self.interval;
         if self.duration < needed {
             return invalid(format!(
                 "--duration {:?} is too short: every client needs the ramp ({:?}) and one \
-                 interval ({:?}) to be answered, and the steady window two samples; use at \
-                 least {:?}",
+                 interval ({:?}) to be answered, the steady window two samples, and the \
+                 clients one more interval to finish; use at least {:?}",
                 self.duration, self.ramp, self.interval, needed
             ));
         }
@@ -215,6 +222,7 @@ pub fn run(lab: &mut Lab, settings: &OffloadSettings) -> Result<OffloadReport, L
         proxy_threads: settings.proxy_threads,
         path: settings.path.clone(),
         steady_from_s: settings.steady_from().as_secs_f64(),
+        steady_to_s: settings.steady_to().as_secs_f64(),
     };
     let runtime = lab.runtime()?;
     let launcher = Launcher::new(&lab.supervisor, lab.weir.clone())?;
@@ -365,6 +373,8 @@ async fn phase(
     let origin_cpu_before = tree_cpu_seconds(&origin_pids);
     let proxy_cpu_before = proxy_pid.and_then(procfs::cpu_seconds);
 
+    // Read while the machine holds few sockets (its cost grows with every socket).
+    let not_connections = procfs::NotConnections::read();
     let load = Arc::new(LoadSettings {
         target: running.target,
         clients: plan.clients,
@@ -383,8 +393,8 @@ async fn phase(
         start,
     ));
     let probe = Probe {
-        origin_port: running.origin_port,
         origin_pids: &origin_pids,
+        not_connections,
         proxy: running
             .proxy
             .as_ref()
@@ -435,7 +445,7 @@ async fn phase(
         origin_cpu,
     );
     let errors = counters.errors();
-    let steady_to = settings.duration.as_secs_f64();
+    let steady_to = settings.steady_to().as_secs_f64();
     Ok(PhaseReport {
         clients: ClientSummary {
             held_peak: counters.held_peak(),
@@ -467,7 +477,7 @@ fn peak(samples: &[Sample], field: impl Fn(&Sample) -> Option<u64>) -> u64 {
 }
 
 /// The origin's figures: its own counters where it has them (the built-in origin), the
-/// sampled kernel count otherwise.
+/// sampled count of its connections otherwise.
 fn origin_summary(
     before: Option<&StatsSnapshot>,
     after: Option<&StatsSnapshot>,
@@ -479,9 +489,8 @@ fn origin_summary(
     match (before, after) {
         (Some(before), Some(after)) => OriginSummary {
             // The origin's exact peak over its life (the lab's probes hold at most one
-            // connection, while nothing else is open). The sampled kernel count may be one or
-            // two higher: it also sees connections still in the accept queue, or accepted
-            // only to be reset at the cap.
+            // connection, while nothing else is open). A sample may count one more: a
+            // connection accepted only to be reset at the cap.
             connections_peak: after.connections_peak,
             peak_source: "origin counter".to_owned(),
             connections_refused: Some(after.connections_refused - before.connections_refused),
@@ -507,8 +516,9 @@ fn origin_summary(
 
 /// Where the sampler looks.
 struct Probe<'a> {
-    origin_port: u16,
     origin_pids: &'a [u32],
+    /// The origin's listeners and Unix sockets, so its connections can be told apart.
+    not_connections: procfs::NotConnections,
     /// weir's PID and admin address.
     proxy: Option<(u32, SocketAddr)>,
 }
@@ -531,12 +541,13 @@ async fn sample(
             break;
         }
         tokio::time::sleep_until(tick).await;
+        // A slow sample (a busy machine) skips the ticks it overran rather than bunching.
+        let now = Instant::now();
+        while tick + settings.sample_every <= now {
+            tick += settings.sample_every;
+        }
         let elapsed = start.elapsed();
-        let port = probe.origin_port;
-        let origin_connections =
-            tokio::task::spawn_blocking(move || procfs::established_on_port(port))
-                .await
-                .unwrap_or(0);
+        let origin_connections = probe.not_connections.connections_of(probe.origin_pids);
         let (proxy_clients, proxy_upstream, proxy_rss) = match probe.proxy {
             Some((pid, admin)) => {
                 let page = weir_metrics(admin).await;

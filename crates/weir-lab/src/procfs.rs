@@ -2,6 +2,7 @@
 //! connections on a port, and the machine. Parsers are plain functions over the file text;
 //! the readers around them are one line each.
 
+use std::collections::HashSet;
 use std::fs;
 
 use crate::model::Machine;
@@ -31,21 +32,83 @@ pub fn parse_status_kib(status: &str, field: &str) -> Option<u64> {
     })
 }
 
-/// Connections in state ESTABLISHED whose local port is `port`, from the text of
-/// `/proc/net/tcp` (IPv4). On loopback both ends of a connection are listed; only the
-/// server's end has the server's port as its local port.
-pub fn count_established(net_tcp: &str, port: u16) -> u64 {
-    let wanted = format!(":{port:04X}");
+/// Inodes of the sockets in state LISTEN, from the text of `/proc/net/tcp` or `tcp6`.
+pub fn listening_inodes(net_tcp: &str) -> HashSet<u64> {
     net_tcp
         .lines()
         .skip(1)
-        .filter(|line| {
-            let mut fields = line.split_whitespace();
-            let local = fields.nth(1).unwrap_or("");
-            let state = fields.nth(1).unwrap_or("");
-            state == "01" && local.ends_with(&wanted)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            (fields.get(3) == Some(&"0A")).then(|| fields.get(9)?.parse().ok())?
         })
-        .count() as u64
+        .collect()
+}
+
+/// Inodes of the Unix sockets, from the text of `/proc/net/unix`.
+pub fn unix_inodes(net_unix: &str) -> HashSet<u64> {
+    net_unix
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(6)?.parse().ok())
+        .collect()
+}
+
+/// The inode of a `/proc/PID/fd` link target such as `socket:[12345]`.
+pub fn socket_inode(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// Inodes of every socket the processes hold open (each counted once).
+pub fn socket_inodes(pids: &[u32]) -> HashSet<u64> {
+    let mut inodes = HashSet::new();
+    for pid in pids {
+        let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if let Ok(target) = fs::read_link(entry.path())
+                && let Some(inode) = target.to_str().and_then(socket_inode)
+            {
+                inodes.insert(inode);
+            }
+        }
+    }
+    inodes
+}
+
+/// The sockets of a server that are not its connections: listeners and Unix sockets
+/// (nginx's channels to its workers), read once while the machine holds few sockets.
+#[derive(Debug, Clone, Default)]
+pub struct NotConnections(HashSet<u64>);
+
+impl NotConnections {
+    pub fn read() -> NotConnections {
+        let mut inodes = HashSet::new();
+        for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            inodes.extend(listening_inodes(
+                &fs::read_to_string(file).unwrap_or_default(),
+            ));
+        }
+        inodes.extend(unix_inodes(
+            &fs::read_to_string("/proc/net/unix").unwrap_or_default(),
+        ));
+        NotConnections(inodes)
+    }
+
+    /// TCP connections the processes hold open right now: their sockets less listeners and
+    /// Unix sockets. Cheap at any number of connections on the machine (it reads only the
+    /// processes' own descriptors, unlike `/proc/net/tcp`, whose cost grows with every
+    /// socket on the machine).
+    pub fn connections_of(&self, pids: &[u32]) -> u64 {
+        socket_inodes(pids)
+            .iter()
+            .filter(|inode| !self.0.contains(inode))
+            .count() as u64
+    }
 }
 
 /// Clock ticks per second for `/proc/PID/stat` times.
@@ -86,13 +149,6 @@ pub fn children_of(parent: u32) -> Vec<u32> {
                 == Some(parent)
         })
         .collect()
-}
-
-/// Established connections on 127.0.0.1-style local port `port` right now.
-pub fn established_on_port(port: u16) -> u64 {
-    fs::read_to_string("/proc/net/tcp")
-        .map(|text| count_established(&text, port))
-        .unwrap_or(0)
 }
 
 /// The soft and hard open-file limits.
@@ -179,19 +235,51 @@ mod tests {
     }
 
     #[test]
-    fn established_counts_only_the_server_end_in_state_01() {
-        // Port 8080 = 0x1F90. Lines: server end established, client end (remote 1F90),
-        // the listener (state 0A), a server end in TIME_WAIT (06), another port.
-        let text = "  sl  local_address rem_address   st tx_queue rx_queue\n\
-           0: 0100007F:1F90 0200007F:9C40 01 00000000:00000000 00:00000000 00000000\n\
-           1: 0200007F:9C40 0100007F:1F90 01 00000000:00000000 00:00000000 00000000\n\
-           2: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000\n\
-           3: 0100007F:1F90 0300007F:9C41 06 00000000:00000000 00:00000000 00000000\n\
-           4: 0100007F:1F91 0300007F:9C42 01 00000000:00000000 00:00000000 00000000\n\
-           5: 0100007F:1F90 0300007F:9C43 01 00000000:00000000 00:00000000 00000000\n";
-        assert_eq!(count_established(text, 8080), 2);
-        assert_eq!(count_established(text, 8081), 1);
-        assert_eq!(count_established(text, 80), 0);
+    fn listeners_and_unix_sockets_are_told_from_connections() {
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+           0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1001 1 0\n\
+           1: 0100007F:1F90 0200007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 1002 1 0\n";
+        assert_eq!(listening_inodes(tcp), HashSet::from([1001]));
+        let unix = "Num       RefCount Protocol Flags    Type St Inode Path\n\
+            0000000000000000: 00000002 00000000 00000000 0001 03 2001\n\
+            0000000000000000: 00000002 00000000 00010000 0001 01 2002 /run/x.sock\n";
+        assert_eq!(unix_inodes(unix), HashSet::from([2001, 2002]));
+        assert_eq!(socket_inode("socket:[12345]"), Some(12345));
+        assert_eq!(socket_inode("pipe:[12345]"), None);
+        assert_eq!(socket_inode("/dev/null"), None);
+    }
+
+    /// The inode of one of this process's descriptors.
+    fn inode_of(fd: &impl std::os::fd::AsRawFd) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .expect("own descriptor")
+            .ino()
+    }
+
+    #[test]
+    fn a_process_connections_are_read_from_its_descriptors() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let not_connections = NotConnections::read();
+        assert!(
+            not_connections.0.contains(&inode_of(&listener)),
+            "a listener is no connection"
+        );
+        let address = listener.local_addr().expect("address");
+        let client = std::net::TcpStream::connect(address).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        let pid = [std::process::id()];
+        let sockets = socket_inodes(&pid);
+        let ends = [inode_of(&client), inode_of(&server)];
+        assert!(ends.iter().all(|inode| sockets.contains(inode)));
+        assert!(ends.iter().all(|inode| !not_connections.0.contains(inode)));
+        assert!(not_connections.connections_of(&pid) >= 2);
+        drop((client, server));
+        let sockets = socket_inodes(&pid);
+        assert!(
+            ends.iter().all(|inode| !sockets.contains(inode)),
+            "closed ends are gone"
+        );
     }
 
     #[test]

@@ -88,7 +88,8 @@
     drawn.forEach(function (s) {
       s.points.forEach(function (p) { xMax = Math.max(xMax, p[0]); yMax = Math.max(yMax, p[1]); });
     });
-    var f = frame(svg, niceMax(xMax), niceMax(yMax * 1.05), xLabel, yLabel);
+    // Time runs to the last sample exactly; values get a round ceiling.
+    var f = frame(svg, xMax || 1, niceMax(yMax * 1.05), xLabel, yLabel);
     drawn.forEach(function (s) {
       var d = s.points.map(function (p, i) {
         return (i === 0 ? "M" : "L") + f.x(p[0]).toFixed(1) + "," + f.y(p[1]).toFixed(1);

@@ -60,7 +60,8 @@ pub fn offload_ratios(
         weir.clients.held_peak as f64,
         weir.origin.connections_peak as f64,
     );
-    let offload_steady = steady_offload(&weir.samples, settings.steady_from_s, settings.duration_s);
+    let offload_steady =
+        steady_offload(&weir.samples, settings.steady_from_s, settings.steady_to_s);
     let Some(direct) = direct else {
         return OffloadRatios {
             offload,

@@ -347,3 +347,80 @@ fn sigint_stops_everything_the_lab_started() {
         }
     }
 }
+
+fn vm_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
+
+/// The lab's connection-bound origin: `weir origin --per-connection-memory` holds that much
+/// memory, touched, per open connection, so its resident memory grows with its connections
+/// (like Apache's process per connection) and falls back when they close.
+#[test]
+fn the_origin_holds_its_per_connection_memory_while_connections_are_open() {
+    use std::io::{Read, Write};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("free port")
+        .port();
+    let mut origin = weir()
+        .args([
+            "origin",
+            "--threads",
+            "1",
+            "--per-connection-memory",
+            "4194304",
+            "--listen",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("weir origin runs");
+    let connect = || std::net::TcpStream::connect(("127.0.0.1", port));
+    let started = Instant::now();
+    while connect().is_err() {
+        assert!(origin.try_wait().expect("wait").is_none(), "origin exited");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "origin did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let before = vm_rss_kib(origin.id());
+    let mut connections: Vec<_> = (0..10)
+        .map(|_| {
+            let mut stream = connect().expect("connect");
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+                .expect("write");
+            let mut answer = [0u8; 256];
+            let read = stream.read(&mut answer).expect("answer");
+            assert!(answer[..read].starts_with(b"HTTP/1.1 200"));
+            stream
+        })
+        .collect();
+    let open = vm_rss_kib(origin.id());
+    // 10 connections × 4 MiB = 40 MiB touched; allow for rounding and the allocator.
+    assert!(
+        open >= before + 36 * 1024,
+        "RSS {before} KiB → {open} KiB with 10 connections"
+    );
+    connections.clear();
+    let started = Instant::now();
+    while vm_rss_kib(origin.id()) > before + 8 * 1024 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "memory not released: {} KiB",
+            vm_rss_kib(origin.id())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = origin.kill();
+    let _ = origin.wait();
+}

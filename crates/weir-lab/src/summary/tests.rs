@@ -16,6 +16,7 @@ pub(crate) fn settings(clients: u32, cap: u32) -> OffloadSettingsReport {
         proxy_threads: 1,
         path: "/".into(),
         steady_from_s: 36.0,
+        steady_to_s: 55.0,
     }
 }
 
