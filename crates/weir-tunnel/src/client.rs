@@ -171,6 +171,7 @@ async fn connect(
         connection,
         control,
         settings,
+        crate::block_limit(&config.link),
         budget,
         max_chunk,
         Arc::clone(metrics),

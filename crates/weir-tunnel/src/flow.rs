@@ -93,7 +93,7 @@ async fn encode(
     send: &mut quinn::SendStream,
     prefix: Option<BytesMut>,
 ) -> End {
-    let mut encoder = FlowEncoder::new(session.settings);
+    let mut encoder = FlowEncoder::new(session.settings).with_block_limit(session.block_limit);
     let mut input = vec![0u8; READ_SIZE];
     let mut wire = prefix.unwrap_or_default();
     let stopped = send.stopped();

@@ -88,6 +88,13 @@ pub enum TunnelError {
     },
 }
 
+/// The most literal bytes per block for a link: about 25 ms of it, 16 KiB to 256 KiB (a
+/// 256 KiB block would hold its first byte back for 1.4 s on a T1).
+pub fn block_limit(link: &config::LinkParams) -> usize {
+    let bytes = link.bandwidth as f64 / 8.0 * 0.025;
+    (bytes as usize).clamp(16 << 10, wire::MAX_BLOCK_PAYLOAD)
+}
+
 /// The encoder settings, this end's store budget and the decoder's chunk limit.
 pub fn session_settings(config: &TunnelConfig) -> (EncoderSettings, u64, u32) {
     let settings = EncoderSettings {

@@ -129,6 +129,7 @@ async fn serve_connection(
         connection.clone(),
         control,
         settings,
+        crate::block_limit(&config.link),
         budget,
         max_chunk,
         Arc::clone(&metrics),

@@ -37,6 +37,8 @@ pub mod code {
 pub struct Session {
     pub connection: quinn::Connection,
     pub settings: EncoderSettings,
+    /// The most literal bytes per block the encoders send (see [`crate::block_limit`]).
+    pub block_limit: usize,
     pub max_chunk: u32,
     pub metrics: Arc<Metrics>,
     /// What the peer holds, as far as its reports go (lengths only).
@@ -68,6 +70,7 @@ impl Session {
         connection: quinn::Connection,
         control: (quinn::SendStream, quinn::RecvStream),
         settings: EncoderSettings,
+        block_limit: usize,
         store_budget: u64,
         max_chunk: u32,
         metrics: Arc<Metrics>,
@@ -76,6 +79,7 @@ impl Session {
         let session = Arc::new(Session {
             connection,
             settings,
+            block_limit,
             max_chunk,
             metrics,
             mirror: Mutex::new(ChunkStore::new(0)),

@@ -130,8 +130,19 @@ pub async fn start_server(toml: &str) -> (Side, SocketAddr) {
     let config =
         parse_str(toml, "server.toml", Role::Server).unwrap_or_else(|error| panic!("{error}"));
     let metrics = Arc::new(Metrics::default());
-    let server =
-        Server::bind(config, Arc::clone(&metrics)).unwrap_or_else(|error| panic!("{error}"));
+    // A restarted far side reuses its port: the stopped one's socket closes once quinn has
+    // drained its connections, which may take a moment (a new process would not wait).
+    let mut attempts = 0;
+    let server = loop {
+        match Server::bind(config.clone(), Arc::clone(&metrics)) {
+            Ok(server) => break server,
+            Err(error) if error.to_string().contains("in use") && attempts < 100 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    };
     let address = server.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(server.run(async {
