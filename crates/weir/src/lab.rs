@@ -27,7 +27,9 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     let report = match &args.command {
         None => quick(&mut lab, &command)?,
         // Dispatched in main, before this lab's supervisor starts.
-        Some(LabCommand::Wan(wan)) => return crate::tunnel::lab_wan(wan.clone()),
+        Some(LabCommand::Wan(wan)) => {
+            return crate::tunnel::lab_wan(wan.clone(), args.out.clone(), args.quiet);
+        }
         Some(LabCommand::Offload(offload)) => {
             let settings = offload_settings(offload);
             settings.validate()?;

@@ -27,8 +27,10 @@ fn main() -> ExitCode {
         Command::Cert(args) => cert::run(&args),
         Command::Lab(cli::LabArgs {
             command: Some(cli::LabCommand::Wan(wan)),
+            out,
+            quiet,
             ..
-        }) => tunnel::lab_wan(wan),
+        }) => tunnel::lab_wan(wan, out, quiet),
         Command::Lab(args) => lab::run(args),
         Command::Tunnel(args) => tunnel::run(args),
     };

@@ -303,6 +303,28 @@ fn pipeline(size: usize, level: i32) {
     }
 }
 
+/// Writes the results as JSON, with the date and the command as typed, to each path.
+fn write_json(
+    paths: impl Iterator<Item = PathBuf>,
+    results: &[weir_tunnel::lab::CellResult],
+) -> anyhow::Result<()> {
+    let command = std::iter::once("weir".to_owned())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let date = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%dT%H:%M:%SZ")
+        .output()
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        .unwrap_or_default();
+    for path in paths {
+        std::fs::write(&path, weir_tunnel::lab::json(results, &date, &command))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
 fn spec(file: FileArgs) -> FileSpec {
     FileSpec {
         size: file.size,
@@ -311,8 +333,9 @@ fn spec(file: FileArgs) -> FileSpec {
     }
 }
 
-/// `weir lab wan`.
-pub fn lab_wan(args: LabWanArgs) -> anyhow::Result<()> {
+/// `weir lab wan`; `out` (`weir lab --out DIR`) also gets `wan.json`, `quiet` drops the
+/// progress lines.
+pub fn lab_wan(args: LabWanArgs, out: Option<PathBuf>, quiet: bool) -> anyhow::Result<()> {
     let mut cells = if args.quick {
         weir_tunnel::lab::quick_matrix()
     } else {
@@ -345,24 +368,23 @@ pub fn lab_wan(args: LabWanArgs) -> anyhow::Result<()> {
         tunnel_only: args.tunnel_only,
         congestion: args.congestion.clone(),
     };
-    let results = weir_tunnel::lab::run(&plan, &mut std::io::stderr());
+    let results = if quiet {
+        weir_tunnel::lab::run(&plan, &mut std::io::sink())
+    } else {
+        weir_tunnel::lab::run(&plan, &mut std::io::stderr())
+    };
     let _ = std::fs::remove_dir_all(&work_dir);
     let results = results?;
     println!("{}", weir_tunnel::lab::table(&results));
-    if let Some(path) = &args.json {
-        let command = std::iter::once("weir".to_owned())
-            .chain(std::env::args().skip(1))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let date = std::process::Command::new("date")
-            .arg("-u")
-            .arg("+%Y-%m-%dT%H:%M:%SZ")
-            .output()
-            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
-            .unwrap_or_default();
-        std::fs::write(path, weir_tunnel::lab::json(&results, &date, &command))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(dir) = &out {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    let json_paths = args
+        .json
+        .iter()
+        .cloned()
+        .chain(out.map(|dir| dir.join("wan.json")));
+    write_json(json_paths, &results)?;
     let failed: Vec<String> = results
         .iter()
         .filter(|result| !result.errors.is_empty() || result.tunnel_original.is_none())
