@@ -10,12 +10,17 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
 use weir_config::error::Problem;
 use weir_config::schema::Named;
 use weir_config::{ConfigError, FileRef, KeyPath};
 
 use crate::dedup::ChunkParams;
+
+mod schema;
+
+use schema::{
+    FileClient, FileCompression, FileDedup, FileLink, FileServer, FileService, FileTunnel,
+};
 
 /// Which side a command runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,81 +143,6 @@ impl Default for DedupSettings {
 
 /// The default zstd level: fast enough for hundreds of MB/s per core.
 pub const DEFAULT_LEVEL: i32 = 1;
-
-// The file as written.
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileTunnel {
-    client: Option<FileClient>,
-    server: Option<FileServer>,
-    link: Option<FileLink>,
-    compression: Option<FileCompression>,
-    dedup: Option<FileDedup>,
-    metrics: Option<FileMetrics>,
-    #[serde(default)]
-    services: Named<FileService>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileClient {
-    server: Option<String>,
-    server_name: Option<String>,
-    ca: Option<PathBuf>,
-    cert: Option<PathBuf>,
-    key: Option<PathBuf>,
-    connect_timeout: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileServer {
-    listen: Option<String>,
-    cert: Option<PathBuf>,
-    key: Option<PathBuf>,
-    ca: Option<PathBuf>,
-    connect_timeout: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileLink {
-    bandwidth: Option<String>,
-    rtt: Option<String>,
-    mtu: Option<i64>,
-    congestion: Option<String>,
-    idle_timeout: Option<String>,
-    keep_alive: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileCompression {
-    enabled: Option<bool>,
-    level: Option<i64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileDedup {
-    enabled: Option<bool>,
-    store: Option<String>,
-    chunk_size: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileMetrics {
-    listen: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileService {
-    listen: Option<String>,
-    connect: Option<String>,
-}
 
 /// Reads and validates a tunnel config for `role`. Relative file paths are resolved against
 /// the file's directory, and files it names carry their line for later errors.

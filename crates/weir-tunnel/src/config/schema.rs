@@ -1,0 +1,81 @@
+//! The tunnel config file as written: serde structs that mirror the TOML key for key
+//! (`deny_unknown_fields`), every value in its written form so that validation can check them
+//! all and report every problem with its key path.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use weir_config::schema::Named;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileTunnel {
+    pub(super) client: Option<FileClient>,
+    pub(super) server: Option<FileServer>,
+    pub(super) link: Option<FileLink>,
+    pub(super) compression: Option<FileCompression>,
+    pub(super) dedup: Option<FileDedup>,
+    pub(super) metrics: Option<FileMetrics>,
+    #[serde(default)]
+    pub(super) services: Named<FileService>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileClient {
+    pub(super) server: Option<String>,
+    pub(super) server_name: Option<String>,
+    pub(super) ca: Option<PathBuf>,
+    pub(super) cert: Option<PathBuf>,
+    pub(super) key: Option<PathBuf>,
+    pub(super) connect_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileServer {
+    pub(super) listen: Option<String>,
+    pub(super) cert: Option<PathBuf>,
+    pub(super) key: Option<PathBuf>,
+    pub(super) ca: Option<PathBuf>,
+    pub(super) connect_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileLink {
+    pub(super) bandwidth: Option<String>,
+    pub(super) rtt: Option<String>,
+    pub(super) mtu: Option<i64>,
+    pub(super) congestion: Option<String>,
+    pub(super) idle_timeout: Option<String>,
+    pub(super) keep_alive: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileCompression {
+    pub(super) enabled: Option<bool>,
+    pub(super) level: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileDedup {
+    pub(super) enabled: Option<bool>,
+    pub(super) store: Option<String>,
+    pub(super) chunk_size: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileMetrics {
+    pub(super) listen: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileService {
+    pub(super) listen: Option<String>,
+    pub(super) connect: Option<String>,
+}
