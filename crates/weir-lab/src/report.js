@@ -34,6 +34,15 @@
     return 10 * power;
   }
 
+  function niceStep(value) {
+    var power = Math.pow(10, Math.floor(Math.log10(value)));
+    var steps = [1, 2, 5, 10];
+    for (var i = 0; i < steps.length; i++) {
+      if (steps[i] * power >= value) { return steps[i] * power; }
+    }
+    return 10 * power;
+  }
+
   function fmt(value) {
     if (Math.abs(value) >= 1000) { return Math.round(value).toLocaleString("en-US"); }
     if (Math.abs(value) >= 10 || value === 0) { return String(Math.round(value * 10) / 10); }
@@ -52,8 +61,11 @@
       var yv = (yMax * i) / 5;
       el("line", { x1: M.left, x2: M.left + plotW, y1: y(yv), y2: y(yv), "class": "grid" }, axes);
       text(axes, M.left - 6, y(yv) + 4, fmt(yv), { "text-anchor": "end" });
-      if (xMax > 0) {
-        var xv = (xMax * i) / 5;
+    }
+    if (xMax > 0) {
+      // Ticks at a round step (1, 2 or 5 × 10^k), about six of them, up to the last sample.
+      var step = niceStep(xMax / 6);
+      for (var xv = 0; xv <= xMax + 1e-9; xv += step) {
         text(axes, x(xv), M.top + plotH + 16, fmt(xv), { "text-anchor": "middle" });
       }
     }

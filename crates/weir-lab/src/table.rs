@@ -441,10 +441,17 @@ pub fn suite_text(report: &SuiteLabReport) -> String {
     }
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut table = Table::new(&header);
+    // Rows not measured anywhere: "n/a" in the table, the reason once below it.
+    let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
     for row in &report.rows {
         let mut cells = vec![row.name.clone(), row.unit.clone()];
         if row.values.iter().all(Option::is_none) {
-            cells.push(row.note.clone().unwrap_or_else(|| "n/a".to_owned()));
+            let reason = row.note.clone().unwrap_or_else(|| "n/a".to_owned());
+            match reasons.iter_mut().find(|(known, _)| *known == reason) {
+                Some((_, rows)) => rows.push(&row.name),
+                None => reasons.push((reason, vec![&row.name])),
+            }
+            cells.extend(report.targets.iter().map(|_| "n/a".to_owned()));
             table.row(cells);
             continue;
         }
@@ -476,6 +483,9 @@ pub fn suite_text(report: &SuiteLabReport) -> String {
         table.row(cells);
     }
     out.push_str(&table.render(""));
+    for (reason, rows) in &reasons {
+        let _ = writeln!(out, "{}: {reason}", rows.join(", "));
+    }
     if report
         .rows
         .iter()

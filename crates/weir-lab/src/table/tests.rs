@@ -254,7 +254,13 @@ fn suite_table_has_a_column_per_target_and_weirs_ratios() {
     assert!(throughput.contains("20.00") && throughput.contains("n/a"));
     let tail: Vec<&str> = throughput.split_whitespace().rev().take(2).collect();
     assert_eq!(tail, ["-", "0.50"], "{throughput}");
-    assert!(line(&text, "L4 conn/s").contains("n/a (no L4 here)"));
+    assert_eq!(
+        line(&text, "L4 conn/s")
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["L4", "conn/s", "conn/s", "n/a", "n/a", "n/a"]
+    );
+    assert!(text.contains("\nL4 conn/s: n/a (no L4 here)\n"), "{text}");
     assert!(text.contains("* client-bound"));
     assert!(text.contains("proxy CPU over the whole suite: weir 3.0 s, haproxy 4.0 s"));
 }
