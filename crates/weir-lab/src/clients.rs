@@ -11,7 +11,9 @@
 //!
 //! A connection counts as *connected* from its TCP connect until it is dropped, and as
 //! *held* from its first 200 until it is dropped: held connections are those "held without
-//! errors".
+//! errors". Between requests each client watches its idle connection, so one the server
+//! closes or resets (an nginx out of `worker_connections` closes idle keep-alive ones) is
+//! dropped and counted at once, not at the next request.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -274,6 +276,14 @@ async fn client(
     let phase = splitmix64(seed ^ u64::from(index)) % interval_us;
     let mut next = Instant::now() + Duration::from_micros(phase);
     while next < deadline {
+        if let Some(live) = connection.as_mut() {
+            // Wait for the tick watching the idle connection, so a server that closes or
+            // resets it is seen at once (a connection "held" is one really open).
+            if let Err(failure) = idle_until(live, next).await {
+                counters.fail(failure);
+                connection = None;
+            }
+        }
         sleep_until(next).await;
         next += settings.interval;
         let now = Instant::now();
@@ -309,6 +319,20 @@ async fn client(
                 connection = None;
             }
         }
+    }
+}
+
+/// Waits until `until` on an idle connection; an error if the server closes it meanwhile
+/// (or sends bytes nobody asked for).
+async fn idle_until(connection: &mut Connection, until: Instant) -> Result<(), Failure> {
+    let mut byte = [0u8; 1];
+    tokio::select! {
+        () = sleep_until(until) => Ok(()),
+        // Reading a TcpStream is cancel-safe: at the tick nothing has been consumed.
+        read = connection.stream.read(&mut byte) => match read {
+            Ok(0) | Err(_) => Err(Failure::Closed),
+            Ok(_) => Err(Failure::Malformed),
+        },
     }
 }
 
