@@ -28,6 +28,10 @@ use crate::model::{
 use crate::process::{Child, free_ports, loopback};
 use crate::{Lab, http, metrics, preflight, procfs, summary, template};
 
+mod sample;
+
+use sample::{Probe, sample, weir_metrics};
+
 /// The origin the clients face.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OriginKind {
@@ -341,13 +345,6 @@ async fn origin_stats(port: u16) -> Option<StatsSnapshot> {
     None
 }
 
-async fn weir_metrics(admin: SocketAddr) -> String {
-    http::get(admin, "/metrics", Duration::from_secs(1))
-        .await
-        .map(|response| String::from_utf8_lossy(&response.body).into_owned())
-        .unwrap_or_default()
-}
-
 async fn phase(
     lab: &Lab,
     launcher: &Launcher,
@@ -409,26 +406,9 @@ async fn phase(
     let origin_cpu = tree_cpu_seconds(&origin_pids) - origin_cpu_before;
     let (_, origin_hwm) = tree_memory_kib(&origin_pids);
     let proxy = match running.proxy.take() {
-        Some((mut child, admin)) => {
-            let page = weir_metrics(admin).await;
-            let pid = child.pid();
-            let summary = ProxySummary {
-                cpu_s: procfs::cpu_seconds(pid).unwrap_or(0.0) - proxy_cpu_before.unwrap_or(0.0),
-                memory_peak_kib: procfs::memory_kib(pid).map_or(0, |(_, hwm)| hwm),
-                client_connections_peak: peak(&samples, |s| s.proxy_clients),
-                upstream_connections_peak: peak(&samples, |s| s.proxy_upstream),
-                upstream_connections_created: metric(
-                    &page,
-                    "weir_upstream_connections_created_total",
-                    None,
-                ),
-                responses_5xx: metric(&page, "weir_requests_total", Some(("class", "5xx"))),
-            };
-            // weir goes first, so its connections to the origin close before the origin's
-            // counters are read.
-            child.stop();
-            Some(summary)
-        }
+        // weir stops first, so its connections to the origin close before the origin's
+        // counters are read.
+        Some((child, admin)) => Some(finish_proxy(child, admin, proxy_cpu_before, &samples).await),
         None => None,
     };
     let stats_after = if builtin {
@@ -444,28 +424,62 @@ async fn phase(
         origin_hwm,
         origin_cpu,
     );
-    let errors = counters.errors();
-    let steady_to = settings.steady_to().as_secs_f64();
     Ok(PhaseReport {
-        clients: ClientSummary {
-            held_peak: counters.held_peak(),
-            connected_peak: counters.connected_peak(),
-            connections_opened: counters.connects.load(std::sync::atomic::Ordering::Relaxed),
-            requests_ok: counters.ok.load(std::sync::atomic::Ordering::Relaxed),
-            requests_per_s: summary::steady_rate(
-                &samples,
-                settings.steady_from().as_secs_f64(),
-                steady_to,
-            ),
-            errors,
-            connect_ms: counters.connect_latency(),
-            response_ms: counters.response_latency(),
-            elapsed_s: elapsed,
-        },
+        clients: client_summary(&counters, &samples, settings, elapsed),
         origin,
         proxy,
         samples,
     })
+}
+
+/// weir's figures at the end of a phase; then weir is stopped.
+async fn finish_proxy(
+    mut child: Child,
+    admin: SocketAddr,
+    cpu_before: Option<f64>,
+    samples: &[Sample],
+) -> ProxySummary {
+    let page = weir_metrics(admin).await;
+    let pid = child.pid();
+    let summary = ProxySummary {
+        cpu_s: procfs::cpu_seconds(pid).unwrap_or(0.0) - cpu_before.unwrap_or(0.0),
+        memory_peak_kib: procfs::memory_kib(pid).map_or(0, |(_, hwm)| hwm),
+        client_connections_peak: peak(samples, |s| s.proxy_clients),
+        upstream_connections_peak: peak(samples, |s| s.proxy_upstream),
+        upstream_connections_created: metric(
+            &page,
+            "weir_upstream_connections_created_total",
+            None,
+        ),
+        responses_5xx: metric(&page, "weir_requests_total", Some(("class", "5xx"))),
+    };
+    child.stop();
+    summary
+}
+
+/// What the clients saw, from their counters and the samples.
+fn client_summary(
+    counters: &LoadCounters,
+    samples: &[Sample],
+    settings: &OffloadSettings,
+    elapsed_s: f64,
+) -> ClientSummary {
+    use std::sync::atomic::Ordering;
+    ClientSummary {
+        held_peak: counters.held_peak(),
+        connected_peak: counters.connected_peak(),
+        connections_opened: counters.connects.load(Ordering::Relaxed),
+        requests_ok: counters.ok.load(Ordering::Relaxed),
+        requests_per_s: summary::steady_rate(
+            samples,
+            settings.steady_from().as_secs_f64(),
+            settings.steady_to().as_secs_f64(),
+        ),
+        errors: counters.errors(),
+        connect_ms: counters.connect_latency(),
+        response_ms: counters.response_latency(),
+        elapsed_s,
+    }
 }
 
 fn metric(page: &str, name: &str, label: Option<(&str, &str)>) -> u64 {
@@ -512,82 +526,4 @@ fn origin_summary(
             cpu_s,
         },
     }
-}
-
-/// Where the sampler looks.
-struct Probe<'a> {
-    origin_pids: &'a [u32],
-    /// The origin's listeners and Unix sockets, so its connections can be told apart.
-    not_connections: procfs::NotConnections,
-    /// weir's PID and admin address.
-    proxy: Option<(u32, SocketAddr)>,
-}
-
-/// Samples once a period until the load's last send.
-async fn sample(
-    lab: &Lab,
-    route: Route,
-    load: &LoadSettings,
-    counters: &LoadCounters,
-    probe: &Probe<'_>,
-    start: Instant,
-    settings: &OffloadSettings,
-) -> Vec<Sample> {
-    let mut samples = Vec::new();
-    let mut tick = start;
-    loop {
-        tick += settings.sample_every;
-        if tick > start + load.duration + Duration::from_millis(1) {
-            break;
-        }
-        tokio::time::sleep_until(tick).await;
-        // A slow sample (a busy machine) skips the ticks it overran rather than bunching.
-        let now = Instant::now();
-        while tick + settings.sample_every <= now {
-            tick += settings.sample_every;
-        }
-        let elapsed = start.elapsed();
-        let origin_connections = probe.not_connections.connections_of(probe.origin_pids);
-        let (proxy_clients, proxy_upstream, proxy_rss) = match probe.proxy {
-            Some((pid, admin)) => {
-                let page = weir_metrics(admin).await;
-                (
-                    metrics::sum(&page, "weir_client_connections_open", None).map(|v| v as u64),
-                    metrics::sum(&page, "weir_upstream_connections_open", None).map(|v| v as u64),
-                    procfs::memory_kib(pid).map(|(rss, _)| rss),
-                )
-            }
-            None => (None, None, None),
-        };
-        let sample = Sample {
-            t_s: elapsed.as_secs_f64(),
-            clients_started: load.started_by(elapsed),
-            clients_connected: counters.connected(),
-            clients_held: counters.held(),
-            origin_connections,
-            proxy_clients,
-            proxy_upstream,
-            requests_ok: counters.ok.load(std::sync::atomic::Ordering::Relaxed),
-            errors: counters.errors().total(),
-            connect_ms_p99: counters.take_connect_p99(),
-            origin_rss_kib: tree_memory_kib(probe.origin_pids).0,
-            proxy_rss_kib: proxy_rss,
-        };
-        lab.say(&format!(
-            "offload, {}: t={:>5.1}s started {} held {} connected {} origin {}{} ok {} errors {}",
-            route.label(),
-            sample.t_s,
-            sample.clients_started,
-            sample.clients_held,
-            sample.clients_connected,
-            sample.origin_connections,
-            sample
-                .proxy_upstream
-                .map_or(String::new(), |up| format!(" (weir pool {up})")),
-            sample.requests_ok,
-            sample.errors,
-        ));
-        samples.push(sample);
-    }
-    samples
 }

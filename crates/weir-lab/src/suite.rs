@@ -7,6 +7,7 @@
 //! the origin, no logging. The suite runs against one target at a time, in column order,
 //! and each proxy's CPU seconds over its own run are recorded.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use weir_bench::suite::{SuiteReport, SuiteSettings, SuiteTarget};
@@ -97,37 +98,20 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
         }
     }
     let launcher = Launcher::new(&lab.supervisor, lab.weir.clone())?;
-    let names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
-    let certificate = weir_tls::certs::self_signed(&names, weir_tls::KeyType::EcdsaP256, 2)
-        .map_err(|e| LabError::io("cannot make a certificate", std::io::Error::other(e)))?;
-    let cert = launcher.dir.write("cert.pem", &certificate.cert_pem)?;
-    let key = launcher.dir.write("key.pem", &certificate.key_pem)?;
-    let pem = launcher.dir.write(
-        "cert-and-key.pem",
-        &format!("{}{}", certificate.cert_pem, certificate.key_pem),
-    )?;
+    let files = Certificates::write(&launcher)?;
     let runtime = lab.runtime()?;
     let ports = free_ports(8)?;
     let (origin_port, origin_tls_port) = (ports[0], ports[1]);
-    let threads = settings.proxy_threads.to_string();
-    let values = |http: u16, https: u16| {
-        vec![
-            ("HTTP_PORT", http.to_string()),
-            ("HTTPS_PORT", https.to_string()),
-            ("ORIGIN_PORT", origin_port.to_string()),
-            ("THREADS", threads.clone()),
-        ]
-    };
-
+    let proxies = std::iter::once(None).chain(peers.iter().map(Some));
     let (_origin, _origin_tls, mut columns) = runtime.block_on(async {
         let origin = launcher
             .weir_origin("origin", origin_port, &[], false)
             .await?;
         let tls_args = [
             "--tls-cert".to_owned(),
-            cert.display().to_string(),
+            files.cert.display().to_string(),
             "--tls-key".to_owned(),
-            key.display().to_string(),
+            files.key.display().to_string(),
         ];
         let origin_tls = launcher
             .weir_origin("origin-https", origin_tls_port, &tls_args, true)
@@ -139,85 +123,144 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
             tls: format!("https://{}", loopback(origin_tls_port)),
             process: None,
         }];
-        let (http, https) = (ports[2], ports[3]);
-        let mut weir_values = values(http, https);
-        weir_values.push(("CERT", cert.display().to_string()));
-        weir_values.push(("KEY", key.display().to_string()));
-        let config = template::render(template::WEIR_SUITE, &weir_values)?;
-        let weir = launcher
-            .weir_serve(
-                "weir-suite",
-                &config,
-                &[(loopback(http), "/")],
-                &[loopback(https)],
-            )
-            .await?;
-        columns.push(column("weir", env!("CARGO_PKG_VERSION"), http, https, weir));
-        for (index, (peer, program)) in peers.iter().enumerate() {
-            let (http, https) = (ports[4 + 2 * index], ports[5 + 2 * index]);
-            let version = crate::peers::version(program, *peer);
-            let mut peer_values = values(http, https);
-            let child = match peer {
-                Peer::Haproxy => {
-                    peer_values.push(("PEM", pem.display().to_string()));
-                    let config = template::render(template::HAPROXY_SUITE, &peer_values)?;
-                    launcher
-                        .haproxy(program, "haproxy", &config, &[(loopback(http), "/")])
-                        .await?
-                }
-                Peer::Nginx => {
-                    peer_values.push(("CERT", cert.display().to_string()));
-                    peer_values.push(("KEY", key.display().to_string()));
-                    let config = template::render(template::NGINX_SUITE, &peer_values)?;
-                    launcher
-                        .nginx(program, "nginx", &config, &[(loopback(http), "/")])
-                        .await?
-                }
+        for (index, peer) in proxies.enumerate() {
+            let listen = (ports[2 + 2 * index], ports[3 + 2 * index]);
+            let setup = ProxySetup {
+                files: &files,
+                origin_port,
+                threads: settings.proxy_threads,
+                listen,
             };
-            columns.push(column(peer.name(), &version, http, https, child));
+            columns.push(start_proxy(&launcher, &setup, peer).await?);
         }
         Ok::<_, LabError>((origin, origin_tls, columns))
     })?;
 
     let mut reports = Vec::new();
-    let mut cpu = Vec::new();
+    let mut targets = Vec::new();
     for column in &mut columns {
-        lab.say(&format!("suite: {} ({})", column.name, column.version));
-        let pids = column.process.as_ref().map(process_tree);
-        let before = pids.as_deref().map(tree_cpu_seconds);
-        let report = weir_bench::suite::run(&SuiteSettings {
-            targets: vec![SuiteTarget {
-                base: column.base.clone(),
-                l4: None,
-                tls: Some(column.tls.clone()),
-            }],
-            row_duration: settings.row_duration,
-            slices: 1,
-            connections: settings.connections,
-            threads: settings.bench_threads,
-            timeout: settings.timeout,
-        })
-        .map_err(|e| LabError::Bench(format!("suite against {}: {e}", column.name)))?;
-        cpu.push(
-            pids.as_deref()
-                .zip(before)
-                .map(|(pids, before)| tree_cpu_seconds(pids) - before),
-        );
-        if let Some(mut process) = column.process.take() {
-            process.stop();
-        }
+        let (report, proxy_cpu_s) = measure(lab, settings, column)?;
         reports.push(report);
-    }
-    let targets = columns
-        .iter()
-        .zip(cpu)
-        .map(|(column, proxy_cpu_s)| SuiteColumn {
+        targets.push(SuiteColumn {
             name: column.name.clone(),
             version: column.version.clone(),
             proxy_cpu_s,
-        })
-        .collect();
+        });
+    }
     Ok(merge(settings, targets, &reports))
+}
+
+/// The test certificate every HTTPS listener of the suite serves, as the peers want it.
+struct Certificates {
+    cert: PathBuf,
+    key: PathBuf,
+    /// Certificate and key in one file (HAProxy's `crt`).
+    pem: PathBuf,
+}
+
+impl Certificates {
+    fn write(launcher: &Launcher) -> Result<Certificates, LabError> {
+        let names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+        let certificate = weir_tls::certs::self_signed(&names, weir_tls::KeyType::EcdsaP256, 2)
+            .map_err(|e| LabError::io("cannot make a certificate", std::io::Error::other(e)))?;
+        Ok(Certificates {
+            cert: launcher.dir.write("cert.pem", &certificate.cert_pem)?,
+            key: launcher.dir.write("key.pem", &certificate.key_pem)?,
+            pem: launcher.dir.write(
+                "cert-and-key.pem",
+                &format!("{}{}", certificate.cert_pem, certificate.key_pem),
+            )?,
+        })
+    }
+}
+
+/// What every proxy of the suite is configured with.
+struct ProxySetup<'a> {
+    files: &'a Certificates,
+    origin_port: u16,
+    threads: usize,
+    /// HTTP and HTTPS ports.
+    listen: (u16, u16),
+}
+
+/// Starts weir (`peer` `None`) or a peer with its `bench/lab/` config.
+async fn start_proxy(
+    launcher: &Launcher,
+    setup: &ProxySetup<'_>,
+    peer: Option<&(Peer, PathBuf)>,
+) -> Result<Column, LabError> {
+    let (http, https) = setup.listen;
+    let mut values = vec![
+        ("HTTP_PORT", http.to_string()),
+        ("HTTPS_PORT", https.to_string()),
+        ("ORIGIN_PORT", setup.origin_port.to_string()),
+        ("THREADS", setup.threads.to_string()),
+    ];
+    let cert = ("CERT", setup.files.cert.display().to_string());
+    let key = ("KEY", setup.files.key.display().to_string());
+    let ready = [(loopback(http), "/")];
+    let (name, version, child) = match peer {
+        None => {
+            values.extend([cert, key]);
+            let config = template::render(template::WEIR_SUITE, &values)?;
+            let child = launcher
+                .weir_serve("weir-suite", &config, &ready, &[loopback(https)])
+                .await?;
+            ("weir", env!("CARGO_PKG_VERSION").to_owned(), child)
+        }
+        Some((Peer::Haproxy, program)) => {
+            values.push(("PEM", setup.files.pem.display().to_string()));
+            let config = template::render(template::HAPROXY_SUITE, &values)?;
+            let child = launcher
+                .haproxy(program, "haproxy", &config, &ready)
+                .await?;
+            (
+                "haproxy",
+                crate::peers::version(program, Peer::Haproxy),
+                child,
+            )
+        }
+        Some((Peer::Nginx, program)) => {
+            values.extend([cert, key]);
+            let config = template::render(template::NGINX_SUITE, &values)?;
+            let child = launcher.nginx(program, "nginx", &config, &ready).await?;
+            ("nginx", crate::peers::version(program, Peer::Nginx), child)
+        }
+    };
+    Ok(column(name, &version, http, https, child))
+}
+
+/// Runs the suite against one column, then stops its proxy; returns the report and the
+/// proxy's CPU seconds over it.
+fn measure(
+    lab: &Lab,
+    settings: &SuiteLabSettings,
+    column: &mut Column,
+) -> Result<(SuiteReport, Option<f64>), LabError> {
+    lab.say(&format!("suite: {} ({})", column.name, column.version));
+    let pids = column.process.as_ref().map(process_tree);
+    let before = pids.as_deref().map(tree_cpu_seconds);
+    let report = weir_bench::suite::run(&SuiteSettings {
+        targets: vec![SuiteTarget {
+            base: column.base.clone(),
+            l4: None,
+            tls: Some(column.tls.clone()),
+        }],
+        row_duration: settings.row_duration,
+        slices: 1,
+        connections: settings.connections,
+        threads: settings.bench_threads,
+        timeout: settings.timeout,
+    })
+    .map_err(|e| LabError::Bench(format!("suite against {}: {e}", column.name)))?;
+    let cpu = pids
+        .as_deref()
+        .zip(before)
+        .map(|(pids, before)| tree_cpu_seconds(pids) - before);
+    if let Some(mut process) = column.process.take() {
+        process.stop();
+    }
+    Ok((report, cpu))
 }
 
 fn column(name: &str, version: &str, http: u16, https: u16, process: Child) -> Column {

@@ -199,6 +199,14 @@ pub fn offload_table(report: &OffloadReport) -> String {
         settings.sources,
     );
     out.push('\n');
+    out.push_str(&offload_grid(report).render(""));
+    out.push('\n');
+    out.push_str(&offload_footer(report));
+    out
+}
+
+/// The offload table proper: a row per figure, direct and through weir.
+fn offload_grid(report: &OffloadReport) -> Table {
     let weir = &report.weir;
     let direct = report.direct.as_ref();
     let cell = |f: &dyn Fn(&PhaseReport) -> String| direct.map_or("(not run)".to_owned(), f);
@@ -274,8 +282,13 @@ pub fn offload_table(report: &OffloadReport) -> String {
             String::new(),
         ]);
     }
-    out.push_str(&table.render(""));
-    out.push('\n');
+    table
+}
+
+/// Errors by kind, the origin's refusals, weir's pool.
+fn offload_footer(report: &OffloadReport) -> String {
+    let (weir, direct) = (&report.weir, report.direct.as_ref());
+    let mut out = String::new();
     let errors = |phase: &PhaseReport| {
         let e = &phase.clients.errors;
         format!(

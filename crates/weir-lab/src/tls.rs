@@ -7,8 +7,10 @@
 //! connection per request; the figures are the origin's CPU seconds over the load and its
 //! peak resident memory, each origin a fresh process.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
+use tokio::runtime::Runtime;
 use weir_bench::{ConnectionMode, L4Mode, Plan, Settings, Stop, TlsSettings, UrlOrder};
 
 use crate::error::LabError;
@@ -79,14 +81,49 @@ pub fn run(lab: &mut Lab, settings: &TlsLabSettings) -> Result<TlsReport, LabErr
     let names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
     let certificate = weir_tls::certs::self_signed(&names, weir_tls::KeyType::EcdsaP256, 2)
         .map_err(|e| LabError::io("cannot make a certificate", std::io::Error::other(e)))?;
-    let cert = launcher.dir.write("cert.pem", &certificate.cert_pem)?;
-    let key = launcher.dir.write("key.pem", &certificate.key_pem)?;
+    let files = (
+        launcher.dir.write("cert.pem", &certificate.cert_pem)?,
+        launcher.dir.write("key.pem", &certificate.key_pem)?,
+    );
     let runtime = lab.runtime()?;
-
     lab.say(&format!(
         "tls, origin serving HTTPS: {} clients × 1 request/s on new connections",
         settings.clients
     ));
+    let direct = serving_https(&runtime, &launcher, settings, &files)?;
+    lab.say("tls, origin behind weir (TLS at weir)");
+    let offloaded = behind_weir(&runtime, &launcher, settings, &files)?;
+    let checks = summary::tls_checks(&direct, &offloaded);
+    Ok(TlsReport {
+        settings: TlsSettingsReport {
+            clients: settings.clients,
+            duration_s: settings.duration.as_secs_f64(),
+            path: settings.path.clone(),
+            resumption: settings.resumption,
+            certificate: "ECDSA P-256, TLS 1.2 and 1.3 offered".to_owned(),
+            proxy_threads: settings.proxy_threads,
+        },
+        origin_cpu_reduction: summary::reduction(direct.origin_cpu_s, offloaded.origin_cpu_s),
+        origin_memory_reduction: summary::reduction(
+            direct.origin_memory_peak_kib as f64,
+            offloaded.origin_memory_peak_kib as f64,
+        ),
+        direct,
+        offloaded,
+        checks,
+    })
+}
+
+/// The certificate and key files.
+type Files = (PathBuf, PathBuf);
+
+/// The origin serving HTTPS itself.
+fn serving_https(
+    runtime: &Runtime,
+    launcher: &Launcher,
+    settings: &TlsLabSettings,
+    (cert, key): &Files,
+) -> Result<TlsPhase, LabError> {
     let port = free_ports(1)?[0];
     let mut args = vec![
         "--tls-cert".to_owned(),
@@ -98,15 +135,23 @@ pub fn run(lab: &mut Lab, settings: &TlsLabSettings) -> Result<TlsReport, LabErr
         args.push("--tls-no-resumption".to_owned());
     }
     let mut origin = runtime.block_on(launcher.weir_origin("origin-https", port, &args, true))?;
-    let direct = measure(
+    let phase = measure(
         settings,
         &origin,
         None,
         &format!("https://127.0.0.1:{port}"),
     )?;
     origin.stop();
+    Ok(phase)
+}
 
-    lab.say("tls, origin behind weir (TLS at weir)");
+/// The origin serving plain HTTP behind weir, which terminates TLS.
+fn behind_weir(
+    runtime: &Runtime,
+    launcher: &Launcher,
+    settings: &TlsLabSettings,
+    (cert, key): &Files,
+) -> Result<TlsPhase, LabError> {
     let ports = free_ports(3)?;
     let (origin_port, proxy_port, admin_port) = (ports[0], ports[1], ports[2]);
     let config = template::render(
@@ -140,7 +185,7 @@ pub fn run(lab: &mut Lab, settings: &TlsLabSettings) -> Result<TlsReport, LabErr
         Ok::<_, LabError>((origin, proxy))
     })?;
     let stats_before = runtime.block_on(plain_stats(origin_port));
-    let mut offloaded = measure(
+    let mut phase = measure(
         settings,
         &origin,
         Some(&proxy),
@@ -151,29 +196,10 @@ pub fn run(lab: &mut Lab, settings: &TlsLabSettings) -> Result<TlsReport, LabErr
     origin.stop();
     if let (Some(before), Some(after)) = (stats_before, stats_after) {
         // Less the closing /stats probe's own connection.
-        offloaded.origin_connections_accepted =
+        phase.origin_connections_accepted =
             (after.connections_accepted - before.connections_accepted).saturating_sub(1);
     }
-
-    let checks = summary::tls_checks(&direct, &offloaded);
-    Ok(TlsReport {
-        settings: TlsSettingsReport {
-            clients: settings.clients,
-            duration_s: settings.duration.as_secs_f64(),
-            path: settings.path.clone(),
-            resumption: settings.resumption,
-            certificate: "ECDSA P-256, TLS 1.2 and 1.3 offered".to_owned(),
-            proxy_threads: settings.proxy_threads,
-        },
-        origin_cpu_reduction: summary::reduction(direct.origin_cpu_s, offloaded.origin_cpu_s),
-        origin_memory_reduction: summary::reduction(
-            direct.origin_memory_peak_kib as f64,
-            offloaded.origin_memory_peak_kib as f64,
-        ),
-        direct,
-        offloaded,
-        checks,
-    })
+    Ok(phase)
 }
 
 async fn plain_stats(port: u16) -> Option<weir_origin::StatsSnapshot> {
