@@ -55,6 +55,96 @@ pub fn render(template: &str, values: &[(&str, String)]) -> Result<String, Templ
 mod tests {
     use super::*;
 
+    fn values(names: &[&'static str]) -> Vec<(&'static str, String)> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(index, name)| {
+                let value = match *name {
+                    "CERT" | "KEY" | "PEM" => format!("/tmp/weir-lab-test/{name}.pem"),
+                    "CLIENT_TIMEOUT" => "60s".to_owned(),
+                    "SESSION_TICKETS" => "false".to_owned(),
+                    "SESSION_CACHE" | "THREADS" => "1".to_owned(),
+                    _ => (20_000 + index).to_string(),
+                };
+                (*name, value)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_lab_config_renders_and_weirs_validate() {
+        let weir_configs = [
+            (
+                "weir-offload.toml",
+                WEIR_OFFLOAD,
+                values(&[
+                    "PROXY_PORT",
+                    "ADMIN_PORT",
+                    "ORIGIN_PORT",
+                    "THREADS",
+                    "CLIENT_LIMIT",
+                    "POOL_CAP",
+                    "CLIENT_TIMEOUT",
+                ]),
+            ),
+            (
+                "weir-tls.toml",
+                WEIR_TLS,
+                values(&[
+                    "PROXY_PORT",
+                    "ADMIN_PORT",
+                    "ORIGIN_PORT",
+                    "THREADS",
+                    "CERT",
+                    "KEY",
+                    "SESSION_TICKETS",
+                    "SESSION_CACHE",
+                ]),
+            ),
+            (
+                "weir-suite.toml",
+                WEIR_SUITE,
+                values(&[
+                    "HTTP_PORT",
+                    "HTTPS_PORT",
+                    "ORIGIN_PORT",
+                    "THREADS",
+                    "CERT",
+                    "KEY",
+                ]),
+            ),
+        ];
+        for (name, template, values) in weir_configs {
+            let text = render(template, &values).unwrap_or_else(|e| panic!("{name}: {e}"));
+            if let Err(error) = weir_config::parse_str(&text, name) {
+                panic!("{name} does not validate:\n{error}");
+            }
+        }
+        let peer_configs = [
+            (
+                HAPROXY_SUITE,
+                values(&["HTTP_PORT", "HTTPS_PORT", "ORIGIN_PORT", "THREADS", "PEM"]),
+            ),
+            (
+                NGINX_SUITE,
+                values(&[
+                    "HTTP_PORT",
+                    "HTTPS_PORT",
+                    "ORIGIN_PORT",
+                    "THREADS",
+                    "CERT",
+                    "KEY",
+                ]),
+            ),
+            (NGINX_ORIGIN, values(&["PORT", "WORKER_CONNECTIONS"])),
+        ];
+        for (template, values) in peer_configs {
+            let text = render(template, &values).expect("every placeholder filled");
+            assert!(!text.contains("@PORT@") && text.contains("127.0.0.1:"));
+        }
+    }
+
     #[test]
     fn fills_every_placeholder_and_refuses_gaps() {
         let text = "# @PORT@ is filled in\nlisten = \"127.0.0.1:@PORT@\"\nthreads = @THREADS@\n";
