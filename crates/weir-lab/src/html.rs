@@ -129,6 +129,12 @@ pub fn render(report: &LabReport) -> String {
         );
         figure(
             &mut out,
+            "errors",
+            "Client errors per second (connections refused, reset or closed)",
+        );
+        figure(&mut out, "cpu", "Origin CPU, over time");
+        figure(
+            &mut out,
             "memory",
             "Origin and weir resident memory, over time",
         );

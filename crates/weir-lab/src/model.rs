@@ -198,6 +198,9 @@ pub struct Sample {
     /// p99 of the connects that completed since the previous sample, ms.
     pub connect_ms_p99: Option<f64>,
     pub origin_rss_kib: u64,
+    /// CPU seconds the origin's processes used since the load started.
+    #[serde(default)]
+    pub origin_cpu_s: f64,
     pub proxy_rss_kib: Option<u64>,
 }
 

@@ -391,6 +391,7 @@ async fn phase(
     ));
     let probe = Probe {
         origin_pids: &origin_pids,
+        origin_cpu_before,
         not_connections,
         proxy: running
             .proxy

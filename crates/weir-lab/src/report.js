@@ -150,11 +150,15 @@
     }).map(function (s) { return [s.t_s, s[field] * (scale || 1)]; });
   }
 
-  function rates(samples) {
+  // The per-second rate of a counter that only grows (requests, errors, CPU seconds).
+  function perSecond(samples, field, scale) {
     var out = [];
     for (var i = 1; i < (samples || []).length; i++) {
       var dt = samples[i].t_s - samples[i - 1].t_s;
-      if (dt > 0) { out.push([samples[i].t_s, (samples[i].requests_ok - samples[i - 1].requests_ok) / dt]); }
+      var a = samples[i - 1][field], b = samples[i][field];
+      if (dt > 0 && typeof a === "number" && typeof b === "number") {
+        out.push([samples[i].t_s, Math.max(0, b - a) / dt * (scale || 1)]);
+      }
     }
     return out;
   }
@@ -176,8 +180,8 @@
     },
     rate: function (svg) {
       return lineChart(svg, [
-        { name: "through weir", color: COLORS.weir, points: rates(weir) },
-        { name: "direct", color: COLORS.direct, points: rates(direct) }
+        { name: "through weir", color: COLORS.weir, points: perSecond(weir, "requests_ok") },
+        { name: "direct", color: COLORS.direct, points: perSecond(direct, "requests_ok") }
       ], "seconds from the start of the load", "requests/s served");
     },
     latency: function (svg) {
@@ -185,6 +189,18 @@
         { name: "through weir", color: COLORS.weir, points: points(weir, "connect_ms_p99") },
         { name: "direct", color: COLORS.direct, points: points(direct, "connect_ms_p99") }
       ], "seconds from the start of the load", "connect p99, ms");
+    },
+    errors: function (svg) {
+      return lineChart(svg, [
+        { name: "through weir", color: COLORS.weir, points: perSecond(weir, "errors") },
+        { name: "direct", color: COLORS.direct, points: perSecond(direct, "errors") }
+      ], "seconds from the start of the load", "client errors per second");
+    },
+    cpu: function (svg) {
+      return lineChart(svg, [
+        { name: "origin, through weir", color: COLORS.weir, points: perSecond(weir, "origin_cpu_s", 100) },
+        { name: "origin, direct", color: COLORS.direct, points: perSecond(direct, "origin_cpu_s", 100) }
+      ], "seconds from the start of the load", "origin CPU, % of one core");
     },
     memory: function (svg) {
       return lineChart(svg, [

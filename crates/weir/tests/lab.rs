@@ -164,7 +164,7 @@ fn tiny_offload_lab_keeps_the_origin_under_its_cap_through_weir() {
         "{:?}",
         offload.checks
     );
-    assert_charts_drawn(&out.0, 4);
+    assert_charts_drawn(&out.0, 6);
 }
 
 #[test]

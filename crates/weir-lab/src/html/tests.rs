@@ -15,11 +15,13 @@ fn the_page_embeds_its_data_and_a_chart_per_figure() {
     report.notes.push("a </script> in a note".into());
     let page = render(&report);
     assert!(page.starts_with("<!DOCTYPE html>"));
-    assert_eq!(page.matches("<svg class=\"chart\"").count(), 7);
+    assert_eq!(page.matches("<svg class=\"chart\"").count(), 9);
     for chart in [
         "connections",
         "rate",
         "latency",
+        "errors",
+        "cpu",
         "memory",
         "tls-cpu",
         "tls-memory",
@@ -56,7 +58,7 @@ fn sections_follow_the_experiments_that_ran() {
     report.tls = None;
     report.suite = None;
     let page = render(&report);
-    assert_eq!(page.matches("<svg class=\"chart\"").count(), 4);
+    assert_eq!(page.matches("<svg class=\"chart\"").count(), 6);
     assert!(!page.contains("id=\"tls\""));
 }
 

@@ -8,13 +8,15 @@ use tokio::time::Instant;
 
 use super::{OffloadSettings, Route};
 use crate::clients::{LoadCounters, LoadSettings};
-use crate::launch::tree_memory_kib;
+use crate::launch::{tree_cpu_seconds, tree_memory_kib};
 use crate::model::Sample;
 use crate::{Lab, http, metrics, procfs};
 
 /// Where the sampler looks.
 pub(super) struct Probe<'a> {
     pub origin_pids: &'a [u32],
+    /// The origin's CPU seconds when the load started.
+    pub origin_cpu_before: f64,
     /// The origin's listeners and Unix sockets, so its connections can be told apart.
     pub not_connections: procfs::NotConnections,
     /// weir's PID and admin address.
@@ -69,6 +71,7 @@ pub(super) async fn sample(
             errors: counters.errors().total(),
             connect_ms_p99: counters.take_connect_p99(),
             origin_rss_kib: tree_memory_kib(probe.origin_pids).0,
+            origin_cpu_s: tree_cpu_seconds(probe.origin_pids) - probe.origin_cpu_before,
             proxy_rss_kib: proxy_rss,
         };
         lab.say(&format!(

@@ -33,6 +33,7 @@ pub(crate) fn sample(t_s: f64, held: u64, origin: u64, requests_ok: u64) -> Samp
         errors: 0,
         connect_ms_p99: Some(0.2),
         origin_rss_kib: 1024,
+        origin_cpu_s: t_s / 100.0,
         proxy_rss_kib: None,
     }
 }
