@@ -15,6 +15,14 @@ fn weir() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weir"))
 }
 
+/// The labs that load the machine run one at a time, so one's load (the suite saturates
+/// both cores) does not starve another's clients of their timeouts.
+fn one_lab_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LAB.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A directory removed when the test ends.
 struct TempDir(PathBuf);
 
@@ -94,6 +102,7 @@ fn assert_charts_drawn(out: &Path, expected: usize) {
 
 #[test]
 fn tiny_offload_lab_keeps_the_origin_under_its_cap_through_weir() {
+    let _lab = one_lab_at_a_time();
     let out = TempDir::new("offload");
     let report = lab(
         &[
@@ -169,6 +178,7 @@ fn tiny_offload_lab_keeps_the_origin_under_its_cap_through_weir() {
 
 #[test]
 fn tiny_tls_lab_moves_the_handshakes_off_the_origin() {
+    let _lab = one_lab_at_a_time();
     let out = TempDir::new("tls");
     let report = lab(&["tls", "--clients", "20", "--duration", "2s"], &out.0);
     let tls = report.tls.expect("tls ran");
@@ -192,6 +202,7 @@ fn tiny_tls_lab_moves_the_handshakes_off_the_origin() {
 
 #[test]
 fn tiny_suite_lab_measures_direct_and_weir() {
+    let _lab = one_lab_at_a_time();
     let out = TempDir::new("suite");
     let report = lab(
         &[
@@ -287,6 +298,7 @@ fn running(pid: u32) -> bool {
 
 #[test]
 fn sigint_stops_everything_the_lab_started() {
+    let _lab = one_lab_at_a_time();
     for signal in [
         nix::sys::signal::Signal::SIGINT,
         nix::sys::signal::Signal::SIGTERM,
