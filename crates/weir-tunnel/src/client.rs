@@ -54,11 +54,12 @@ impl Client {
             _ => (Ipv4Addr::UNSPECIFIED, 0).into(),
         };
         let socket = crate::transport::udp_socket(local)?;
-        let mut endpoint = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
-            None,
+        let mut endpoint = crate::transport::endpoint(
             socket,
-            Arc::new(quinn::TokioRuntime),
+            crate::transport::client_endpoint_config(),
+            None,
+            &config,
+            Arc::clone(&metrics),
         )
         .map_err(|source| TunnelError::Bind {
             address: local,

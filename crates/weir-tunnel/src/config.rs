@@ -15,7 +15,9 @@ use weir_config::schema::Named;
 use weir_config::{ConfigError, FileRef, KeyPath};
 
 use crate::dedup::ChunkParams;
+use crate::fec::FecSettings;
 
+mod fec;
 mod schema;
 
 use schema::{
@@ -43,6 +45,8 @@ pub struct TunnelConfig {
     /// zstd level, or `None` for no compression.
     pub compression: Option<i32>,
     pub dedup: DedupSettings,
+    /// `[fec]`: forward error correction on what this side sends.
+    pub fec: FecSettings,
     /// Where to serve `/metrics` (Prometheus text), if anywhere.
     pub metrics: Option<SocketAddr>,
     pub services: Vec<Service>,
@@ -242,6 +246,7 @@ impl Checker {
         let link = self.link(&root.key("link"), file.link.as_ref());
         let compression = self.compression(&root.key("compression"), file.compression.as_ref());
         let dedup = self.dedup(&root.key("dedup"), file.dedup.as_ref());
+        let fec = self.fec(&root.key("fec"), file.fec.as_ref());
         let metrics = file.metrics.as_ref().and_then(|metrics| {
             let path = root.key("metrics").key("listen");
             let text = metrics.listen.as_deref()?;
@@ -256,6 +261,7 @@ impl Checker {
             link,
             compression,
             dedup,
+            fec,
             metrics,
             services,
         })

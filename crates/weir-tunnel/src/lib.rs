@@ -51,6 +51,7 @@ pub mod config;
 pub mod congestion;
 pub mod control;
 pub mod dedup;
+pub mod fec;
 pub mod flow;
 pub mod lab;
 pub mod metrics;

@@ -72,6 +72,16 @@ metrics! {
         "Smoothed round-trip time of the current connection.";
     WINDOW = 18: "weir_tunnel_congestion_window_bytes", Gauge,
         "Congestion window of the current connection.";
+    FEC_RECOVERED = 19: "weir_tunnel_fec_repairs_total", Counter,
+        "Lost datagrams rebuilt from FEC repair datagrams and passed to QUIC (no retransmission needed).";
+    FEC_REPAIRS_SENT = 20: "weir_tunnel_fec_repair_datagrams_sent_total", Counter,
+        "FEC repair datagrams sent (the redundancy).";
+    FEC_REPAIR_BYTES = 21: "weir_tunnel_fec_repair_sent_bytes_total", Counter,
+        "UDP payload bytes of FEC repair datagrams sent.";
+    FEC_MALFORMED = 22: "weir_tunnel_fec_malformed_total", Counter,
+        "Received datagrams that were neither QUIC nor a valid FEC frame (dropped).";
+    FEC_LOSS = 23: "weir_tunnel_fec_link_loss_ppm", Gauge,
+        "Loss rate of what this side sends, as the peer last reported it (parts per million, before FEC).";
 }
 
 /// The values of every metric in [`ALL`].

@@ -43,11 +43,12 @@ impl Server {
                 source,
             })?;
         let socket = crate::transport::udp_socket(side.listen)?;
-        let endpoint = quinn::Endpoint::new(
+        let endpoint = crate::transport::endpoint(
+            socket,
             endpoint_config,
             Some(server_config),
-            socket,
-            Arc::new(quinn::TokioRuntime),
+            &config,
+            Arc::clone(&metrics),
         )
         .map_err(|source| TunnelError::Bind {
             address: side.listen,

@@ -21,6 +21,9 @@ use weir_config::{ConfigError, FileRef};
 
 use crate::config::{ClientSide, Congestion, LinkParams, ServerSide, TunnelConfig};
 use crate::congestion::WanFactory;
+use crate::fec::socket::FecSocket;
+use crate::fec::{FecSettings, Timing};
+use crate::metrics::Metrics;
 use crate::wire::ALPN;
 
 /// Most flows open at once on one tunnel.
@@ -43,8 +46,11 @@ pub enum TransportError {
     },
 }
 
-/// The QUIC transport parameters for a link.
-pub fn transport_config(link: &LinkParams) -> TransportConfig {
+/// The QUIC transport parameters for a link, and for the FEC layer below QUIC when it
+/// frames datagrams: five bytes less per packet, and loss declared only after twice a
+/// block's worth of later packets were acknowledged (or the usual 9/8 of a round trip), so
+/// that a datagram a repair rebuilds is not also retransmitted.
+pub fn transport_config(link: &LinkParams, fec: &FecSettings) -> TransportConfig {
     let bdp = link.bdp().max(64 << 10);
     let stream_window = (8 * bdp).clamp(1 << 20, 512 << 20);
     let connection_window = (16 * bdp).clamp(4 << 20, 1 << 30);
@@ -62,10 +68,19 @@ pub fn transport_config(link: &LinkParams) -> TransportConfig {
     if let Ok(idle) = quinn::IdleTimeout::try_from(link.idle_timeout) {
         transport.max_idle_timeout(Some(idle));
     }
-    // Start at the path MTU (less IPv6 and UDP headers), and probe up to the IPv4 maximum.
-    let initial = link.mtu.saturating_sub(48).max(1200);
+    // Start at the path MTU (less IPv6 and UDP headers, and the FEC header), and probe up
+    // to the IPv4 maximum.
+    let header = if fec.frames() {
+        crate::fec::wire::DATA_HEADER as u16
+    } else {
+        0
+    };
+    let initial = link.mtu.saturating_sub(48 + header).max(1200);
     let mut discovery = MtuDiscoveryConfig::default();
-    discovery.upper_bound(link.mtu.saturating_sub(28).max(initial));
+    discovery.upper_bound(link.mtu.saturating_sub(28 + header).max(initial));
+    if fec.frames() {
+        transport.packet_threshold((2 * fec.block_size() as u32).max(3));
+    }
     transport
         .initial_mtu(initial)
         .mtu_discovery_config(Some(discovery));
@@ -145,7 +160,7 @@ pub fn client_config(
     let crypto =
         QuicClientConfig::try_from(tls).map_err(|error| TransportError::Tls(error.to_string()))?;
     let mut client = quinn::ClientConfig::new(Arc::new(crypto));
-    client.transport_config(Arc::new(transport_config(&config.link)));
+    client.transport_config(Arc::new(transport_config(&config.link, &config.fec)));
     Ok(client)
 }
 
@@ -171,7 +186,7 @@ pub fn server_config(
     let crypto =
         QuicServerConfig::try_from(tls).map_err(|error| TransportError::Tls(error.to_string()))?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    server.transport_config(Arc::new(transport_config(&config.link)));
+    server.transport_config(Arc::new(transport_config(&config.link, &config.fec)));
     server.migration(true);
     Ok(server)
 }
@@ -183,7 +198,36 @@ pub fn reset_key(side: &ServerSide) -> Result<EndpointConfig, std::io::Error> {
     let key = std::fs::read(&side.key.path)?;
     let derived = blake3::derive_key("weir-tunnel 2024 stateless reset key", &key);
     let hmac = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &derived);
-    Ok(EndpointConfig::new(Arc::new(hmac)))
+    let mut endpoint = EndpointConfig::new(Arc::new(hmac));
+    endpoint.grease_quic_bit(false);
+    Ok(endpoint)
+}
+
+/// The near side's endpoint config: QUIC-bit greasing off, so that every QUIC packet's
+/// first byte tells it apart from the FEC layer's frames.
+pub fn client_endpoint_config() -> EndpointConfig {
+    let mut endpoint = EndpointConfig::default();
+    endpoint.grease_quic_bit(false);
+    endpoint
+}
+
+/// A quinn endpoint over `socket` with the FEC layer below it.
+pub fn endpoint(
+    socket: UdpSocket,
+    endpoint_config: EndpointConfig,
+    server_config: Option<quinn::ServerConfig>,
+    config: &TunnelConfig,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<quinn::Endpoint> {
+    let link = &config.link;
+    let timing = Timing::for_link(link.bandwidth, link.rtt, link.mtu);
+    let socket = FecSocket::wrap(socket, config.fec, timing, metrics)?;
+    quinn::Endpoint::new_with_abstract_socket(
+        endpoint_config,
+        server_config,
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
 }
 
 /// A UDP socket bound to `address` with large buffers, for an endpoint.
@@ -217,7 +261,7 @@ mod tests {
                 rtt: Duration::from_millis(rtt),
                 ..LinkParams::default()
             };
-            let _ = transport_config(&link);
+            let _ = transport_config(&link, &FecSettings::default());
         }
         let link = LinkParams {
             bandwidth: 51_840_000,

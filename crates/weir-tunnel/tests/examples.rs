@@ -20,6 +20,7 @@ fn the_examples_validate() {
     assert_eq!(server.services.len(), 2);
     // Both ends describe the same link.
     assert_eq!(client.link, server.link);
+    assert_eq!(client.fec, server.fec);
     assert_eq!(client.link.bandwidth, 1_544_000);
     assert_eq!(client.link.rtt, Duration::from_millis(500));
 }
@@ -33,6 +34,7 @@ fn the_examples_show_the_defaults() {
     assert_eq!(client.link.idle_timeout, defaults.idle_timeout);
     assert_eq!(client.link.keep_alive, defaults.keep_alive);
     assert_eq!(client.dedup, DedupSettings::default());
+    assert_eq!(client.fec, weir_tunnel::fec::FecSettings::default());
     assert_eq!(client.compression, Some(weir_tunnel::config::DEFAULT_LEVEL));
     assert_eq!(
         client.client.unwrap().connect_timeout,

@@ -125,6 +125,9 @@ pub struct LabWanArgs {
     /// The tunnel's congestion controller: wan, bbr or cubic.
     #[arg(long, default_value = "wan")]
     pub congestion: String,
+    /// The tunnel's forward error correction: auto, on or off.
+    #[arg(long, default_value = "auto")]
+    pub fec: String,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -354,6 +357,10 @@ pub fn lab_wan(args: LabWanArgs, out: Option<PathBuf>, quiet: bool) -> anyhow::R
         ["wan", "bbr", "cubic"].contains(&args.congestion.as_str()),
         "--congestion: wan, bbr or cubic"
     );
+    anyhow::ensure!(
+        ["auto", "on", "off"].contains(&args.fec.as_str()),
+        "--fec: auto, on or off"
+    );
     let transfer_time = args.transfer_time.unwrap_or(if args.quick {
         Duration::from_secs(8)
     } else {
@@ -367,6 +374,7 @@ pub fn lab_wan(args: LabWanArgs, out: Option<PathBuf>, quiet: bool) -> anyhow::R
         work_dir: work_dir.clone(),
         tunnel_only: args.tunnel_only,
         congestion: args.congestion.clone(),
+        fec: args.fec.clone(),
     };
     let results = if quiet {
         weir_tunnel::lab::run(&plan, &mut std::io::sink())

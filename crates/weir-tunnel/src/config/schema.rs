@@ -15,6 +15,7 @@ pub(super) struct FileTunnel {
     pub(super) link: Option<FileLink>,
     pub(super) compression: Option<FileCompression>,
     pub(super) dedup: Option<FileDedup>,
+    pub(super) fec: Option<FileFec>,
     pub(super) metrics: Option<FileMetrics>,
     #[serde(default)]
     pub(super) services: Named<FileService>,
@@ -65,6 +66,15 @@ pub(super) struct FileDedup {
     pub(super) enabled: Option<bool>,
     pub(super) store: Option<String>,
     pub(super) chunk_size: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileFec {
+    pub(super) mode: Option<String>,
+    pub(super) block: Option<i64>,
+    pub(super) max_overhead: Option<String>,
+    pub(super) min_loss: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

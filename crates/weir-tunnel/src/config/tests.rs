@@ -161,3 +161,37 @@ fn relative_files_are_resolved_against_the_config_directory() {
     let error = load_file(&path, Role::Client).unwrap_err().to_string();
     assert!(error.contains("cannot read file"), "{error}");
 }
+
+#[test]
+fn fec_keys_are_read_and_checked() {
+    let defaults = parse_str(BOTH, "t.toml", Role::Client).unwrap();
+    assert_eq!(defaults.fec, crate::fec::FecSettings::default());
+    let text = BOTH.replace(
+        "[dedup]",
+        "[fec]\nmode = \"on\"\nblock = 16\nmax_overhead = \"50%\"\nmin_loss = \"0.2%\"\n\n[dedup]",
+    );
+    let fec = parse_str(&text, "t.toml", Role::Client).unwrap().fec;
+    assert_eq!(fec.mode, crate::fec::Mode::On);
+    assert_eq!(fec.block, 16);
+    assert!((fec.max_overhead - 0.5).abs() < 1e-12);
+    assert!((fec.min_loss - 0.002).abs() < 1e-12);
+
+    let bad = BOTH.replace(
+        "[dedup]",
+        "[fec]\nmode = \"maybe\"\nblock = 0\nmax_overhead = \"0%\"\nmin_loss = \"lots\"\n\n[dedup]",
+    );
+    let error = parse_str(&bad, "t.toml", Role::Client)
+        .unwrap_err()
+        .to_string();
+    for expected in [
+        "t.toml:20: fec.mode: unknown mode \"maybe\"; expected auto, on or off",
+        "t.toml:21: fec.block: must be between 1 and 128 datagrams",
+        "t.toml:22: fec.max_overhead: must be between 1% and 100%",
+        "t.toml:23: fec.min_loss:",
+    ] {
+        assert!(
+            error.contains(expected),
+            "missing {expected:?} in:\n{error}"
+        );
+    }
+}

@@ -50,6 +50,8 @@ pub struct Plan {
     pub tunnel_only: bool,
     /// The tunnel's congestion controller.
     pub congestion: String,
+    /// The tunnel's `[fec] mode` (both sides).
+    pub fec: String,
 }
 
 /// One transfer's figures.

@@ -152,6 +152,18 @@ impl CellLab<'_> {
             .stop()
             .into_iter()
             .find(|line| line.starts_with("weir tunnel server: stopped"));
+        if let Some(summary) = &result.tunnel_summary {
+            let wanted = [
+                "lost_packets_total",
+                "fec_repairs_total",
+                "fec_repair_datagrams",
+            ];
+            let fields: Vec<&str> = summary
+                .split_whitespace()
+                .filter(|field| wanted.iter().any(|name| field.starts_with(name)))
+                .collect();
+            let _ = writeln!(progress, "  tunnel far side: {}", fields.join(" "));
+        }
         drop(server.stop());
         Ok(())
     }
@@ -198,13 +210,15 @@ impl CellLab<'_> {
         Ok((client, server))
     }
 
-    /// `[link]` for the cell: the rate, and the round trip its delays make.
+    /// `[link]` for the cell (the rate, and the round trip its delays make) and `[fec]`.
     fn link_toml(&self) -> String {
         let rtt = (2 * self.cell.delay_ms).max(2);
         format!(
-            "[link]\nbandwidth = \"{}\"\nrtt = \"{rtt}ms\"\nmtu = 1500\ncongestion = \"{}\"\n",
+            "[link]\nbandwidth = \"{}\"\nrtt = \"{rtt}ms\"\nmtu = 1500\ncongestion = \"{}\"\n\
+             [fec]\nmode = \"{}\"\n",
             self.cell.rate.netem(),
-            self.plan.congestion
+            self.plan.congestion,
+            self.plan.fec
         )
     }
 
