@@ -82,6 +82,8 @@ metrics! {
         "Received datagrams that were neither QUIC nor a valid FEC frame (dropped).";
     FEC_LOSS = 23: "weir_tunnel_fec_link_loss_ppm", Gauge,
         "Loss rate of what this side sends, as the peer last reported it (parts per million, before FEC).";
+    FEC_SEND_FAILURES = 24: "weir_tunnel_fec_send_failures_total", Counter,
+        "FEC repair and report datagrams the socket refused (dropped; repairs are best effort).";
 }
 
 /// The values of every metric in [`ALL`].

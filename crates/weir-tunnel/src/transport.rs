@@ -47,7 +47,7 @@ pub enum TransportError {
 }
 
 /// The QUIC transport parameters for a link, and for the FEC layer below QUIC when it
-/// frames datagrams: five bytes less per packet, and loss declared only after twice a
+/// frames datagrams: eleven bytes less per packet (room for a repair's header), and loss declared only after twice a
 /// block's worth of later packets were acknowledged (or the usual 9/8 of a round trip), so
 /// that a datagram a repair rebuilds is not also retransmitted.
 pub fn transport_config(link: &LinkParams, fec: &FecSettings) -> TransportConfig {
@@ -71,7 +71,7 @@ pub fn transport_config(link: &LinkParams, fec: &FecSettings) -> TransportConfig
     // Start at the path MTU (less IPv6 and UDP headers, and the FEC header), and probe up
     // to the IPv4 maximum.
     let header = if fec.frames() {
-        crate::fec::wire::DATA_HEADER as u16
+        crate::fec::wire::MAX_OVERHEAD as u16
     } else {
         0
     };

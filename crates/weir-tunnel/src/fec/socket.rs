@@ -102,10 +102,14 @@ impl FecSocket {
                 segment_size: None,
                 src_ip: source_ip,
             };
-            if self.inner.try_send(&transmit).is_ok() && outgoing.repair {
-                self.metrics.increment(metrics::FEC_REPAIRS_SENT);
-                self.metrics
-                    .add(metrics::FEC_REPAIR_BYTES, outgoing.bytes.len() as u64);
+            match self.inner.try_send(&transmit) {
+                Ok(()) if outgoing.repair => {
+                    self.metrics.increment(metrics::FEC_REPAIRS_SENT);
+                    self.metrics
+                        .add(metrics::FEC_REPAIR_BYTES, outgoing.bytes.len() as u64);
+                }
+                Ok(()) => {}
+                Err(_) => self.metrics.increment(metrics::FEC_SEND_FAILURES),
             }
         }
         let Counters {

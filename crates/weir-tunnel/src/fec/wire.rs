@@ -17,6 +17,10 @@
 pub const DATA_HEADER: usize = 5;
 /// Bytes before a repair frame's shard.
 pub const REPAIR_HEADER: usize = 8;
+/// The most a frame adds to the longest QUIC datagram it carries or protects: a repair's
+/// header, its shard's length prefix and the rounding to even. QUIC's packets must be this
+/// much smaller than the path allows, or full-size blocks' repairs would not fit.
+pub const MAX_OVERHEAD: usize = REPAIR_HEADER + 3;
 /// The most sources and repairs a block may have.
 pub const MAX_SOURCES: usize = 128;
 pub const MAX_REPAIRS: usize = 64;
@@ -236,6 +240,23 @@ mod tests {
             ..block
         };
         assert_eq!(parse(&repair(empty, 0, &[0; 4])), Err(FrameError::BadBlock));
+    }
+
+    #[test]
+    fn a_repair_is_at_most_max_overhead_longer_than_its_longest_source() {
+        for longest in [1, 2, 1199, 1200, 1467] {
+            let shard = vec![0; shard_size(longest)];
+            let frame = repair(
+                BlockId {
+                    first: 0,
+                    sources: 1,
+                    repairs: 1,
+                },
+                0,
+                &shard,
+            );
+            assert!(frame.len() <= longest + MAX_OVERHEAD, "{longest}");
+        }
     }
 
     #[test]
