@@ -15,6 +15,7 @@ pub mod policy;
 pub mod receiver;
 pub mod sender;
 pub mod socket;
+pub mod spare;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -25,6 +26,7 @@ pub use policy::{FecSettings, Mode, Timing};
 
 use receiver::Receiver;
 use sender::{Repairs, Sender};
+use spare::Spare;
 use wire::Frame;
 
 /// Peers tracked at once; past it the one heard from longest ago is forgotten.
@@ -39,6 +41,7 @@ pub struct FecCore {
     timing: Timing,
     peers: HashMap<SocketAddr, Peer>,
     outbox: Vec<Outgoing>,
+    spare: Spare,
     counters: Counters,
 }
 
@@ -75,6 +78,7 @@ impl FecCore {
             timing,
             peers: HashMap::new(),
             outbox: Vec::new(),
+            spare: Spare::new(timing.bandwidth, timing.rtt),
             counters: Counters::default(),
         }
     }
@@ -117,7 +121,15 @@ impl FecCore {
             .peer(now, destination)
             .sender
             .commit(now, contents, segment, &settings);
-        self.queue(destination, repairs);
+        for datagram in contents.chunks(segment.max(1)) {
+            self.spare.spend(now, datagram.len() + wire::DATA_HEADER);
+        }
+        self.queue(now, destination, repairs);
+    }
+
+    /// Counts a bare datagram sent (`mode = "off"`), for the spare capacity.
+    pub fn sent_bare(&mut self, now: Instant, bytes: usize) {
+        self.spare.spend(now, bytes);
     }
 
     /// Takes one received datagram: `deliver` gets every QUIC datagram it yields (itself,
@@ -168,32 +180,35 @@ impl FecCore {
             .get_mut(&source)
             .and_then(|peer| peer.receiver.report(now));
         if let Some(bytes) = report {
-            self.push(destination_report(source, bytes));
+            self.push(now, destination_report(source, bytes));
         }
-        self.queue(source, repairs);
+        self.queue(now, source, repairs);
         self.counters.recovered += recovered.len() as u64;
         for datagram in &recovered {
             deliver(datagram);
         }
     }
 
-    /// Closes blocks that are old or quiet and sends reports that are due.
+    /// Closes blocks that are old or quiet, sends reports that are due, and lets out the
+    /// repairs that now fit the link's spare capacity.
     pub fn poll(&mut self, now: Instant) {
         let (settings, timing) = (self.settings, self.timing);
-        let mut queued = Vec::new();
+        let mut reports = Vec::new();
+        let mut closed = Vec::new();
         for (&address, peer) in &mut self.peers {
-            let repairs = peer.sender.poll(now, &settings, &timing);
+            closed.push((address, peer.sender.poll(now, &settings, &timing)));
             if let Some(bytes) = peer.receiver.report(now) {
-                queued.push(destination_report(address, bytes));
+                reports.push(destination_report(address, bytes));
             }
-            queued.extend(repairs.frames.into_iter().map(|bytes| Outgoing {
-                destination: address,
-                bytes,
-                repair: true,
-            }));
         }
-        for outgoing in queued {
-            self.push(outgoing);
+        for outgoing in reports {
+            self.push(now, outgoing);
+        }
+        for (address, repairs) in closed {
+            self.queue(now, address, repairs);
+        }
+        for outgoing in self.spare.release(now) {
+            self.push(now, outgoing);
         }
     }
 
@@ -207,6 +222,7 @@ impl FecCore {
                     peer.receiver.report_deadline(),
                 ]
             })
+            .chain([self.spare.deadline()])
             .flatten()
             .min()
     }
@@ -248,18 +264,30 @@ impl FecCore {
         })
     }
 
-    fn queue(&mut self, destination: SocketAddr, repairs: Repairs) {
+    /// Repairs go out at once with `mode = "on"`; with `auto` they wait for spare capacity.
+    fn queue(&mut self, now: Instant, destination: SocketAddr, repairs: Repairs) {
         for bytes in repairs.frames {
-            self.push(Outgoing {
+            let outgoing = Outgoing {
                 destination,
                 bytes,
                 repair: true,
-            });
+            };
+            if self.settings.mode == Mode::On {
+                self.push(now, outgoing);
+            } else {
+                self.spare.defer(now, outgoing);
+            }
+        }
+        if self.settings.mode != Mode::On {
+            for outgoing in self.spare.release(now) {
+                self.push(now, outgoing);
+            }
         }
     }
 
-    fn push(&mut self, outgoing: Outgoing) {
+    fn push(&mut self, now: Instant, outgoing: Outgoing) {
         if self.outbox.len() < MAX_OUTBOX {
+            self.spare.spend(now, outgoing.bytes.len());
             self.outbox.push(outgoing);
         }
     }

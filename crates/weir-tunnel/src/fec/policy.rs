@@ -47,9 +47,13 @@ pub struct FecSettings {
     pub min_loss: f64,
 }
 
-/// How long a block may stay open, from the link.
+/// How long a block may stay open, and the link's rate and round trip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
+    /// The configured link rate (bits per second) and round trip: `auto` repairs go out
+    /// only into the spare capacity of this rate, and are dropped after a round trip.
+    pub bandwidth: u64,
+    pub rtt: Duration,
     /// A block closes (and its repairs go out) this long after its first datagram at most.
     pub max_delay: Duration,
     /// A block also closes when no datagram joined it for this long (the sender went quiet:
@@ -84,7 +88,12 @@ impl Timing {
         let max_delay = (rtt / 4).clamp(Duration::from_millis(5), Duration::from_millis(200));
         let packet = Duration::from_secs_f64(f64::from(mtu) * 8.0 / bandwidth.max(1) as f64);
         let idle = (packet * 4).clamp(Duration::from_millis(2), max_delay);
-        Timing { max_delay, idle }
+        Timing {
+            bandwidth,
+            rtt,
+            max_delay,
+            idle,
+        }
     }
 }
 

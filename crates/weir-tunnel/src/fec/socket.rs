@@ -164,7 +164,9 @@ impl AsyncUdpSocket for FecSocket {
             &mut state.framed,
         );
         let Some(stride) = stride else {
-            return self.inner.try_send(transmit);
+            self.inner.try_send(transmit)?;
+            state.core.sent_bare(now, transmit.contents.len());
+            return Ok(());
         };
         self.inner.try_send(&Transmit {
             destination: transmit.destination,

@@ -16,6 +16,8 @@ const B: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::L
 
 fn timing() -> Timing {
     Timing {
+        bandwidth: 100_000_000,
+        rtt: Duration::from_millis(50),
         max_delay: Duration::from_millis(20),
         idle: Duration::from_millis(2),
     }
@@ -278,4 +280,56 @@ fn many_peers_are_bounded() {
         core.receive(now, peer, &wire::report(1, 1), &mut |_| {});
     }
     assert!(core.peers.len() <= MAX_PEERS);
+}
+
+#[test]
+fn auto_repairs_wait_for_spare_capacity_and_cover_the_tail() {
+    let mut rng = SmallRng::seed_from_u64(6);
+    let mut a = FecCore::new(settings(Mode::Auto), timing());
+    let mut b = FecCore::new(settings(Mode::Auto), timing());
+    let mut now = Instant::now();
+    let mut out = Vec::new();
+    let (mut busy_repairs, mut tail_repairs) = (0, 0);
+    let mut last_lost = None;
+    // 1,400-byte datagrams every 100 µs: 14 MB/s into a 12.5 MB/s link, 2 % lost.
+    for number in 0..20_000u32 {
+        now += Duration::from_micros(100);
+        let mut bytes = vec![0x41; 1400];
+        bytes[1..5].copy_from_slice(&number.to_be_bytes());
+        a.frame(now, B, &bytes, bytes.len(), &mut out);
+        a.commit(now, B, &bytes, bytes.len());
+        busy_repairs += a.take_outgoing().iter().filter(|o| o.repair).count();
+        if rng.random_bool(0.02) {
+            last_lost = Some(bytes.clone());
+        } else {
+            b.receive(now, A, &out, &mut |_| {});
+        }
+        b.poll(now);
+        for report in b.take_outgoing() {
+            a.receive(now, B, &report.bytes, &mut |_| {});
+        }
+    }
+    // The sender stops: the open block closes, the queue drains, repairs go out.
+    let mut rebuilt = Vec::new();
+    for _ in 0..100 {
+        now += Duration::from_millis(1);
+        a.poll(now);
+        for outgoing in a.take_outgoing() {
+            tail_repairs += usize::from(outgoing.repair);
+            b.receive(now, A, &outgoing.bytes, &mut |up| rebuilt.push(up.to_vec()));
+        }
+    }
+    assert!(
+        busy_repairs < 20,
+        "{busy_repairs} repairs took the busy link"
+    );
+    assert!(
+        tail_repairs > 10,
+        "only {tail_repairs} repairs for the tail"
+    );
+    let last_lost = last_lost.expect("something was lost");
+    assert!(
+        rebuilt.contains(&last_lost),
+        "the last loss was not rebuilt"
+    );
 }
