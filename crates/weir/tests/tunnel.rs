@@ -28,114 +28,224 @@ struct Running {
 fn concurrent_flows_arrive_intact_through_a_lossy_link() {
     let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     require_root();
-    let name = format!("tun{}", std::process::id() % 100_000);
-    let _cleanup = Cleanup(name.clone());
-    let dir = TempDir::new("lossy");
-    write_certificates(&dir.0);
-    let link = "[link]\nbandwidth = \"10mbit\"\nrtt = \"40ms\"\n";
-    std::fs::write(
-        dir.0.join("server.toml"),
-        format!(
-            "[server]\nlisten = \"10.200.0.2:4433\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
-             ca = \"ca.pem\"\n{link}[dedup]\nstore = \"1MiB\"\n[services.files]\nconnect = \"127.0.0.1:9000\"\n"
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.0.join("client.toml"),
-        format!(
-            "[client]\nserver = \"10.200.0.2:4433\"\nca = \"ca.pem\"\ncert = \"client.pem\"\n\
-             key = \"client.key\"\n{link}[dedup]\nstore = \"1MiB\"\n[services.files]\nlisten = \"127.0.0.1:9001\"\n"
-        ),
-    )
-    .unwrap();
-
-    let mut link = Running::start(
-        Command::new(WEIR)
-            .args(["netem", "up", "--name", &name, "--rate", "10mbit"])
-            .args(["--delay", "20ms", "--loss", "5%", "--seed", "11"]),
-    );
-    link.wait_for("weir netem: link up");
-    let file = ["--size", "600000", "--seed", "5", "--edits", "4"];
-    let mut origin = Running::start(
-        in_side(
-            &name,
-            "b",
-            &["tunnel", "probe", "serve", "--listen", "127.0.0.1:9000"],
-        )
-        .args(file),
-    );
-    origin.wait_for("serving");
-    let server_config = dir.0.join("server.toml");
-    let client_config = dir.0.join("client.toml");
-    let mut server = Running::start(&mut in_side(
-        &name,
-        "b",
-        &["tunnel", "server", "--config", path(&server_config)],
-    ));
-    server.wait_for("weir tunnel server: listening");
-    let mut client = Running::start(&mut in_side(
-        &name,
-        "a",
-        &["tunnel", "client", "--config", path(&client_config)],
-    ));
-    client.wait_for("weir tunnel client: connected");
-
     // 16 flows at once fetch the same 600 kB file, then 16 the edited copy, with a store
     // small enough that chunks are evicted while references to them are in flight.
-    for variant in ["original", "edited"] {
-        let output = in_side(
-            &name,
-            "a",
-            &[
-                "tunnel",
-                "probe",
-                "fetch",
-                "--to",
-                "127.0.0.1:9001",
-                "--variant",
-                variant,
-            ],
-        )
-        .args(file)
-        .args(["--parallel", "16", "--timeout", "120s"])
-        .output()
-        .expect("run the fetch probe");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{stdout}{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        assert!(
-            stdout.contains("complete=true verified=true"),
-            "{variant}: {stdout}"
-        );
+    let run = Transfers {
+        label: "lossy",
+        loss: "5%",
+        tunnel_toml: "[dedup]\nstore = \"1MiB\"\n",
+        parallel: 16,
     }
-    let client_lines = client.stop();
-    let server_lines = server.stop();
-    origin.stop();
-    let netem = link.stop();
-    let counter = |lines: &[String], key: &str| -> u64 {
-        lines
-            .iter()
-            .find(|line| line.contains("stopped:"))
-            .and_then(|line| {
-                line.split_whitespace()
-                    .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
-            })
-            .and_then(|value| value.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {lines:?}"))
-    };
-    eprintln!("far side: {server_lines:?}\nnetem: {netem:?}");
-    assert_eq!(counter(&server_lines, "flows_total"), 32);
-    assert_eq!(counter(&server_lines, "flows_failed_total"), 0);
-    assert_eq!(counter(&client_lines, "flows_failed_total"), 0);
+    .run();
+    assert_eq!(run.server("flows_total"), 32);
+    assert_eq!(run.server("flows_failed_total"), 0);
+    assert_eq!(run.client("flows_failed_total"), 0);
     assert!(
-        counter(&server_lines, "lost_packets_total") > 0,
+        run.server("lost_packets_total") > 0,
         "the link lost nothing?"
     );
-    assert!(counter(&server_lines, "dedup_saved_bytes_total") > 0);
+    assert!(run.server("dedup_saved_bytes_total") > 0);
+}
+
+#[test]
+fn fec_rebuilds_lost_datagrams_and_sends_no_repairs_on_a_clean_link() {
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    require_root();
+    // 5 % loss each way, FEC on: the data arrives intact (checked by the fetch), the far
+    // side learns the loss from the near side's reports, and the near side rebuilds most
+    // of what the link lost from the far side's repairs.
+    let lossy = Transfers {
+        label: "fec-lossy",
+        loss: "5%",
+        tunnel_toml: "[fec]\nmode = \"on\"\n",
+        parallel: 4,
+    }
+    .run();
+    assert!(lossy.server("fec_repair_datagrams_sent_total") > 0);
+    let lost = lossy.netem_lost("b-to-a");
+    assert!(lost > 0, "the link lost nothing?");
+    assert!(
+        lossy.client("fec_repairs_total") * 3 > lost,
+        "{} rebuilt of {lost} lost",
+        lossy.client("fec_repairs_total")
+    );
+    assert_eq!(lossy.server("fec_send_failures_total"), 0);
+    assert!(
+        lossy.server("fec_link_loss_ppm") > 10_000,
+        "loss not measured"
+    );
+    assert_eq!(lossy.client("fec_malformed_total"), 0);
+    // A clean link: auto numbers datagrams but never sends a repair, either way.
+    let clean = Transfers {
+        label: "fec-clean",
+        loss: "0%",
+        tunnel_toml: "[fec]\nmode = \"auto\"\n",
+        parallel: 4,
+    }
+    .run();
+    assert_eq!(clean.server("fec_repair_datagrams_sent_total"), 0);
+    assert_eq!(clean.client("fec_repair_datagrams_sent_total"), 0);
+    assert_eq!(clean.client("fec_repairs_total"), 0);
+    assert_eq!(clean.server("flows_failed_total"), 0);
+}
+
+/// A tunnel pair over a 10 Mbit/s, 20 ms link with `loss` each way; `parallel` flows fetch
+/// a 600 kB file and then as many its edited copy, every byte checked.
+struct Transfers {
+    label: &'static str,
+    loss: &'static str,
+    /// Appended to both sides' configs.
+    tunnel_toml: &'static str,
+    parallel: usize,
+}
+
+/// The far and near sides' summary lines, and the link's.
+struct Stopped {
+    server: Vec<String>,
+    client: Vec<String>,
+    netem: Vec<String>,
+}
+
+impl Transfers {
+    fn run(&self) -> Stopped {
+        let name = format!("tun{}", std::process::id() % 100_000);
+        let _cleanup = Cleanup(name.clone());
+        let dir = TempDir::new(self.label);
+        write_certificates(&dir.0);
+        let link = format!(
+            "[link]\nbandwidth = \"10mbit\"\nrtt = \"40ms\"\n{}",
+            self.tunnel_toml
+        );
+        std::fs::write(
+            dir.0.join("server.toml"),
+            format!(
+                "[server]\nlisten = \"10.200.0.2:4433\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
+                 ca = \"ca.pem\"\n{link}[services.files]\nconnect = \"127.0.0.1:9000\"\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.0.join("client.toml"),
+            format!(
+                "[client]\nserver = \"10.200.0.2:4433\"\nca = \"ca.pem\"\ncert = \"client.pem\"\n\
+                 key = \"client.key\"\n{link}[services.files]\nlisten = \"127.0.0.1:9001\"\n"
+            ),
+        )
+        .unwrap();
+        let mut link = Running::start(
+            Command::new(WEIR)
+                .args(["netem", "up", "--name", &name, "--rate", "10mbit"])
+                .args(["--delay", "20ms", "--loss", self.loss, "--seed", "11"]),
+        );
+        link.wait_for("weir netem: link up");
+        let file = ["--size", "600000", "--seed", "5", "--edits", "4"];
+        let mut origin = Running::start(
+            in_side(
+                &name,
+                "b",
+                &["tunnel", "probe", "serve", "--listen", "127.0.0.1:9000"],
+            )
+            .args(file),
+        );
+        origin.wait_for("serving");
+        let server_config = dir.0.join("server.toml");
+        let client_config = dir.0.join("client.toml");
+        let mut server = Running::start(&mut in_side(
+            &name,
+            "b",
+            &["tunnel", "server", "--config", path(&server_config)],
+        ));
+        server.wait_for("weir tunnel server: listening");
+        let mut client = Running::start(&mut in_side(
+            &name,
+            "a",
+            &["tunnel", "client", "--config", path(&client_config)],
+        ));
+        client.wait_for("weir tunnel client: connected");
+        for variant in ["original", "edited"] {
+            let output = in_side(
+                &name,
+                "a",
+                &[
+                    "tunnel",
+                    "probe",
+                    "fetch",
+                    "--to",
+                    "127.0.0.1:9001",
+                    "--variant",
+                    variant,
+                ],
+            )
+            .args(file)
+            .args([
+                "--parallel",
+                &self.parallel.to_string(),
+                "--timeout",
+                "120s",
+            ])
+            .output()
+            .expect("run the fetch probe");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success(),
+                "{stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(
+                stdout.contains("complete=true verified=true"),
+                "{variant}: {stdout}"
+            );
+        }
+        let client = client.stop();
+        let server = server.stop();
+        origin.stop();
+        let netem = link.stop();
+        eprintln!(
+            "{}: far side: {server:?}\nnear side: {client:?}\nnetem: {netem:?}",
+            self.label
+        );
+        Stopped {
+            server,
+            client,
+            netem,
+        }
+    }
+}
+
+impl Stopped {
+    fn server(&self, key: &str) -> u64 {
+        counter(&self.server, key)
+    }
+
+    fn client(&self, key: &str) -> u64 {
+        counter(&self.client, key)
+    }
+
+    /// Packets the link's random loss dropped in one direction ("a-to-b" or "b-to-a").
+    fn netem_lost(&self, direction: &str) -> u64 {
+        self.netem
+            .iter()
+            .find(|line| line.starts_with(&format!("weir netem: {direction} ")))
+            .and_then(|line| {
+                line.split_whitespace()
+                    .find_map(|pair| pair.strip_prefix("lost="))
+            })
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no {direction} lost= in {:?}", self.netem))
+    }
+}
+
+/// A counter from a side's "stopped:" summary line.
+fn counter(lines: &[String], key: &str) -> u64 {
+    lines
+        .iter()
+        .find(|line| line.contains("stopped:"))
+        .and_then(|line| {
+            line.split_whitespace()
+                .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+        })
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {lines:?}"))
 }
 
 #[test]
@@ -190,6 +300,96 @@ fn lab_wan_quick_runs_every_cell_and_checks_every_byte() {
             "{link_bytes} link bytes for {file_bytes} ({unseen} not sent before): {cell}"
         );
     }
+}
+
+#[test]
+fn lab_wan_stops_its_children_and_removes_its_namespaces_on_sigint() {
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    require_root();
+    let mut lab = Command::new(WEIR)
+        .args(["lab", "wan", "--rate", "t1", "--delay", "0", "--loss", "0"])
+        .args(["--transfer-time", "5s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start weir lab wan");
+    let pid = lab.id();
+    // Wait until the cell runs: the file server and the first fetch are its children.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let children = loop {
+        let children = children_of(pid);
+        let running = |what: &str| {
+            children.iter().any(|child| {
+                std::fs::read(format!("/proc/{child}/cmdline"))
+                    .is_ok_and(|line| String::from_utf8_lossy(&line).contains(what))
+            })
+        };
+        if running("serve") && running("fetch") {
+            break children;
+        }
+        assert!(Instant::now() < deadline, "the lab started no cell");
+        thread::sleep(Duration::from_millis(50));
+    };
+    let prefix = format!("wan{}", pid % 100_000);
+    assert!(namespaces().contains(&format!("{prefix}-a")));
+    let _ = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = lab.try_wait().expect("wait for the lab") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = lab.kill();
+            panic!("weir lab wan did not exit within 30 s of SIGINT");
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(status.signal().is_none());
+    for child in children {
+        assert!(!running(child), "child {child} of the lab still runs");
+    }
+    let left = namespaces();
+    assert!(!left.contains(&prefix), "namespaces left behind: {left}");
+}
+
+/// PIDs whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rfind(')')
+                    .and_then(|end| stat[end + 1..].split_whitespace().nth(1))
+                    .and_then(|ppid| ppid.parse::<u32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+fn namespaces() -> String {
+    let output = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("run ip netns list");
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 fn require_root() {

@@ -11,6 +11,7 @@ pub mod pipeline;
 pub mod probe;
 mod report;
 mod run;
+mod supervisor;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use weir_netem::{
@@ -14,6 +14,7 @@ use weir_netem::{
 use weir_tls::{KeyType, TestCa};
 
 use super::probe::{FileSpec, Variant};
+use super::supervisor::Supervisor;
 use super::{Cell, CellResult, Plan, Transfer, file_for};
 
 const FILE_PORT: u16 = 9000;
@@ -33,11 +34,18 @@ pub enum LabError {
 struct Running {
     child: Child,
     lines: mpsc::Receiver<String>,
+    supervisor: Arc<Supervisor>,
 }
 
-/// Runs every cell of the plan, printing progress to `progress`.
+/// Runs every cell of the plan, printing progress to `progress`. SIGINT or SIGTERM stops
+/// every process it started, removes the cell's namespaces and the work directory, and
+/// exits (130 or 143).
 pub fn run(plan: &Plan, progress: &mut dyn Write) -> Result<Vec<CellResult>, LabError> {
     weir_netem::namespace::require_root()?;
+    let supervisor = Supervisor::new(plan.work_dir.clone());
+    supervisor
+        .watch_signals()
+        .map_err(|error| LabError::Io(format!("cannot watch for signals: {error}")))?;
     std::fs::create_dir_all(&plan.work_dir).map_err(|error| {
         LabError::Io(format!(
             "cannot create {}: {error}",
@@ -56,7 +64,7 @@ pub fn run(plan: &Plan, progress: &mut dyn Write) -> Result<Vec<CellResult>, Lab
             cell.delay_ms,
             cell.loss_percent
         );
-        let result = run_cell(plan, cell, index as u64 + 1, progress)?;
+        let result = run_cell(plan, cell, index as u64 + 1, &supervisor, progress)?;
         results.push(result);
     }
     Ok(results)
@@ -66,6 +74,7 @@ fn run_cell(
     plan: &Plan,
     cell: &Cell,
     seed: u64,
+    supervisor: &Arc<Supervisor>,
     progress: &mut dyn Write,
 ) -> Result<CellResult, LabError> {
     let spec = file_for(cell, plan.transfer_time, seed);
@@ -82,6 +91,7 @@ fn run_cell(
     };
     let name = format!("wan{}", std::process::id() % 100_000);
     let _ = weir_netem::namespace::remove_leftovers(&name);
+    supervisor.set_namespaces(Some(name.clone()));
     let topology = Topology::new(&name)?;
     let (namespaces, a, b) = Namespaces::create(&topology)?;
     let link = Link::start(a, b, &link_config(cell, seed))
@@ -93,6 +103,7 @@ fn run_cell(
         b_address: topology.b_address.to_string(),
         spec,
         link: &link,
+        supervisor,
     };
     let outcome = lab.transfers(&mut result, progress);
     if let Err(error) = outcome {
@@ -103,6 +114,7 @@ fn run_cell(
     }
     let _ = link.stop();
     let _ = namespaces.remove();
+    supervisor.set_namespaces(None);
     Ok(result)
 }
 
@@ -113,6 +125,7 @@ struct CellLab<'a> {
     b_address: String,
     spec: FileSpec,
     link: &'a Link,
+    supervisor: &'a Arc<Supervisor>,
 }
 
 impl CellLab<'_> {
@@ -175,7 +188,7 @@ impl CellLab<'_> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        let running = Running::spawn(command)?;
+        let running = Running::spawn(command, self.supervisor)?;
         running.wait_for(ready, Duration::from_secs(20))?;
         Ok(running)
     }
@@ -236,7 +249,7 @@ impl CellLab<'_> {
             Variant::Edited => "edited",
         };
         let before = self.link.stats();
-        let output = command_in(
+        let mut command = command_in(
             self.name,
             Side::A,
             &self.plan.binary,
@@ -258,13 +271,11 @@ impl CellLab<'_> {
                 &timeout,
             ],
         )
-        .ok()?
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
         .ok()?;
+        command.stdin(Stdio::null()).stderr(Stdio::null());
+        let running = Running::spawn(command, self.supervisor).ok()?;
+        let text = running.finish();
         let after = self.link.stats();
-        let text = String::from_utf8_lossy(&output.stdout);
         let transfer = parse_fetch(&text, &before, &after);
         let _ = match &transfer {
             Some(transfer) => writeln!(
@@ -371,9 +382,10 @@ fn write_file(path: &Path, text: &str) -> Result<(), String> {
 }
 
 impl Running {
-    fn spawn(mut command: Command) -> Result<Running, String> {
-        let mut child = command
-            .spawn()
+    fn spawn(mut command: Command, supervisor: &Arc<Supervisor>) -> Result<Running, String> {
+        command.stdout(Stdio::piped());
+        let mut child = supervisor
+            .spawn(&mut command)
             .map_err(|error| format!("cannot start {command:?}: {error}"))?;
         let (sender, lines) = mpsc::channel();
         if let Some(stdout) = child.stdout.take() {
@@ -385,7 +397,22 @@ impl Running {
                 }
             });
         }
-        Ok(Running { child, lines })
+        Ok(Running {
+            child,
+            lines,
+            supervisor: Arc::clone(supervisor),
+        })
+    }
+
+    /// Waits for the child to exit; returns what it printed.
+    fn finish(mut self) -> String {
+        self.supervisor.wait(&mut self.child);
+        let mut text = String::new();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
     }
 
     /// Waits for a line that starts with `ready`.
@@ -408,7 +435,7 @@ impl Running {
 
     /// SIGTERM, then SIGKILL after 10 s; returns the lines printed meanwhile.
     fn stop(mut self) -> Vec<String> {
-        stop_child(&mut self.child);
+        self.supervisor.stop(&mut self.child);
         let mut lines = Vec::new();
         while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
             lines.push(line);
@@ -419,25 +446,6 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        stop_child(&mut self.child);
+        self.supervisor.stop(&mut self.child);
     }
-}
-
-/// Stops our own child by its PID: SIGTERM (the shell's `kill`), then SIGKILL.
-fn stop_child(child: &mut Child) {
-    if matches!(child.try_wait(), Ok(Some(_))) {
-        return;
-    }
-    let _ = Command::new("sh")
-        .args(["-c", &format!("kill -TERM {}", child.id())])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
