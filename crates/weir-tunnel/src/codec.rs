@@ -129,12 +129,16 @@ impl FlowEncoder {
     /// of `chunked.ids()` (as far as the sender knows); those become references.
     pub fn emit(&mut self, chunked: Chunked, known: &[bool]) -> Vec<EncodedBlock> {
         let mut blocks = Vec::new();
-        let mut builder = BlockBuilder::default();
+        let capacity = chunked.data.len().min(self.block_limit);
+        let mut builder = BlockBuilder::with_capacity(capacity);
         let min_stored = self.settings.dedup.map_or(u32::MAX, |params| params.min) as usize;
         if chunked.chunks.is_empty() {
             for piece in chunked.data.chunks(self.block_limit) {
                 if builder.is_full(piece.len(), self.block_limit) {
-                    blocks.push(self.finish(std::mem::take(&mut builder)));
+                    blocks.push(self.finish(std::mem::replace(
+                        &mut builder,
+                        BlockBuilder::with_capacity(capacity),
+                    )));
                 }
                 builder.literal(piece, false);
             }
@@ -143,7 +147,10 @@ impl FlowEncoder {
             let bytes = &chunked.data[chunk.offset..chunk.offset + chunk.len];
             let is_ref = known.get(index).copied().unwrap_or(false);
             if builder.is_full(if is_ref { 0 } else { bytes.len() }, self.block_limit) {
-                blocks.push(self.finish(std::mem::take(&mut builder)));
+                blocks.push(self.finish(std::mem::replace(
+                    &mut builder,
+                    BlockBuilder::with_capacity(capacity),
+                )));
             }
             if is_ref {
                 builder.reference(self.refs, chunk.id, bytes);
@@ -164,7 +171,7 @@ impl FlowEncoder {
             Some(compression) if self.policy.should_try(raw_len) => {
                 match compression.compress(&builder.payload) {
                     Some(compressed) if self.policy.record(raw_len, compressed.len()) => {
-                        (Bytes::from(compressed), Some(raw_len as u32))
+                        (Bytes::copy_from_slice(compressed), Some(raw_len as u32))
                     }
                     _ => (builder.payload.freeze(), None),
                 }
@@ -209,6 +216,14 @@ struct BlockBuilder {
 }
 
 impl BlockBuilder {
+    /// A builder whose payload never grows (and so is never copied) below `capacity`.
+    fn with_capacity(capacity: usize) -> BlockBuilder {
+        BlockBuilder {
+            payload: BytesMut::with_capacity(capacity),
+            ..BlockBuilder::default()
+        }
+    }
+
     fn is_full(&self, literal: usize, limit: usize) -> bool {
         !self.items.is_empty()
             && (self.items.len() >= MAX_BLOCK_ITEMS || self.payload.len() + literal > limit)

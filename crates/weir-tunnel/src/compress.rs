@@ -15,9 +15,11 @@ pub const MIN_SAVING: f64 = 0.03;
 /// The most blocks skipped after repeated failures.
 pub const MAX_SKIP: u32 = 64;
 
-/// A reusable zstd compression context at one level.
+/// A reusable zstd compression context at one level, with its output buffer (a fresh
+/// buffer per block cost a large allocation and its page faults every time).
 pub struct Compression {
     context: Option<zstd::bulk::Compressor<'static>>,
+    output: Vec<u8>,
 }
 
 /// Decides whether to try compressing the next block.
@@ -34,12 +36,18 @@ impl Compression {
     pub fn new(level: i32) -> Compression {
         Compression {
             context: zstd::bulk::Compressor::new(level).ok(),
+            output: Vec::new(),
         }
     }
 
-    /// The compressed bytes, or `None` when zstd fails.
-    pub fn compress(&mut self, data: &[u8]) -> Option<Vec<u8>> {
-        self.context.as_mut()?.compress(data).ok()
+    /// The compressed bytes (valid until the next call), or `None` when zstd fails.
+    pub fn compress(&mut self, data: &[u8]) -> Option<&[u8]> {
+        let context = self.context.as_mut()?;
+        self.output.clear();
+        self.output
+            .reserve(zstd::zstd_safe::compress_bound(data.len()));
+        context.compress_to_buffer(data, &mut self.output).ok()?;
+        Some(&self.output)
     }
 }
 
@@ -126,9 +134,10 @@ mod tests {
     #[test]
     fn compression_round_trips() {
         let data = b"abcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabc".repeat(100);
-        let compressed = Compression::new(1).compress(&data).unwrap();
+        let mut compression = Compression::new(1);
+        let compressed = compression.compress(&data).unwrap();
         assert!(compressed.len() < data.len() / 10);
-        let back = zstd::bulk::decompress(&compressed, data.len()).unwrap();
+        let back = zstd::bulk::decompress(compressed, data.len()).unwrap();
         assert_eq!(back, data);
     }
 }

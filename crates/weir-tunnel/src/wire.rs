@@ -157,28 +157,33 @@ impl Block {
 
     /// Appends the block as one record.
     pub fn encode(&self, out: &mut BytesMut) {
-        let mut body = BytesMut::with_capacity(self.payload.len() + self.items.len() * 20 + 16);
-        body.put_u8(if self.compressed.is_some() {
+        // The head (flags, items, raw length) is small; the payload is written once, straight
+        // after the record's length, not copied through a body buffer.
+        let mut head = BytesMut::with_capacity(self.items.len() * 20 + 16);
+        head.put_u8(if self.compressed.is_some() {
             FLAG_COMPRESSED
         } else {
             0
         });
-        put_varint(&mut body, self.items.len() as u64);
+        put_varint(&mut head, self.items.len() as u64);
         for item in &self.items {
             match *item {
-                Item::Stored { len } => put_varint(&mut body, u64::from(len) << 2 | KIND_STORED),
-                Item::Plain { len } => put_varint(&mut body, u64::from(len) << 2 | KIND_PLAIN),
+                Item::Stored { len } => put_varint(&mut head, u64::from(len) << 2 | KIND_STORED),
+                Item::Plain { len } => put_varint(&mut head, u64::from(len) << 2 | KIND_PLAIN),
                 Item::Ref { len, id } => {
-                    put_varint(&mut body, u64::from(len) << 2 | KIND_REF);
-                    body.extend_from_slice(id.as_bytes());
+                    put_varint(&mut head, u64::from(len) << 2 | KIND_REF);
+                    head.extend_from_slice(id.as_bytes());
                 }
             }
         }
         if let Some(raw) = self.compressed {
-            put_varint(&mut body, u64::from(raw));
+            put_varint(&mut head, u64::from(raw));
         }
-        body.extend_from_slice(&self.payload);
-        put_record(out, &body);
+        let length = head.len() + self.payload.len();
+        out.reserve(length + 10);
+        put_varint(out, length as u64);
+        out.extend_from_slice(&head);
+        out.extend_from_slice(&self.payload);
     }
 
     /// Parses a block record and checks that its items and payload agree.
