@@ -112,26 +112,7 @@ impl Transfers {
         let _cleanup = Cleanup(name.clone());
         let dir = TempDir::new(self.label);
         write_certificates(&dir.0);
-        let link = format!(
-            "[link]\nbandwidth = \"10mbit\"\nrtt = \"40ms\"\n{}",
-            self.tunnel_toml
-        );
-        std::fs::write(
-            dir.0.join("server.toml"),
-            format!(
-                "[server]\nlisten = \"10.200.0.2:4433\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
-                 ca = \"ca.pem\"\n{link}[services.files]\nconnect = \"127.0.0.1:9000\"\n"
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.0.join("client.toml"),
-            format!(
-                "[client]\nserver = \"10.200.0.2:4433\"\nca = \"ca.pem\"\ncert = \"client.pem\"\n\
-                 key = \"client.key\"\n{link}[services.files]\nlisten = \"127.0.0.1:9001\"\n"
-            ),
-        )
-        .unwrap();
+        self.write_configs(&dir.0);
         let mut link = Running::start(
             Command::new(WEIR)
                 .args(["netem", "up", "--name", &name, "--rate", "10mbit"])
@@ -162,9 +143,51 @@ impl Transfers {
             &["tunnel", "client", "--config", path(&client_config)],
         ));
         client.wait_for("weir tunnel client: connected");
+        self.fetch_both(&name, file);
+        let client = client.stop();
+        let server = server.stop();
+        origin.stop();
+        let netem = link.stop();
+        eprintln!(
+            "{}: far side: {server:?}\nnear side: {client:?}\nnetem: {netem:?}",
+            self.label
+        );
+        Stopped {
+            server,
+            client,
+            netem,
+        }
+    }
+
+    /// Both sides' configs: the test's link, plus `tunnel_toml`.
+    fn write_configs(&self, dir: &Path) {
+        let link = format!(
+            "[link]\nbandwidth = \"10mbit\"\nrtt = \"40ms\"\n{}",
+            self.tunnel_toml
+        );
+        std::fs::write(
+            dir.join("server.toml"),
+            format!(
+                "[server]\nlisten = \"10.200.0.2:4433\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
+                 ca = \"ca.pem\"\n{link}[services.files]\nconnect = \"127.0.0.1:9000\"\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("client.toml"),
+            format!(
+                "[client]\nserver = \"10.200.0.2:4433\"\nca = \"ca.pem\"\ncert = \"client.pem\"\n\
+                 key = \"client.key\"\n{link}[services.files]\nlisten = \"127.0.0.1:9001\"\n"
+            ),
+        )
+        .unwrap();
+    }
+
+    /// Fetches the file and its edited copy, `parallel` at a time, each checked.
+    fn fetch_both(&self, name: &str, file: [&str; 6]) {
         for variant in ["original", "edited"] {
             let output = in_side(
-                &name,
+                name,
                 "a",
                 &[
                     "tunnel",
@@ -195,19 +218,6 @@ impl Transfers {
                 stdout.contains("complete=true verified=true"),
                 "{variant}: {stdout}"
             );
-        }
-        let client = client.stop();
-        let server = server.stop();
-        origin.stop();
-        let netem = link.stop();
-        eprintln!(
-            "{}: far side: {server:?}\nnear side: {client:?}\nnetem: {netem:?}",
-            self.label
-        );
-        Stopped {
-            server,
-            client,
-            netem,
         }
     }
 }
