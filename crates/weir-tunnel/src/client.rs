@@ -53,18 +53,13 @@ impl Client {
             Some(SocketAddr::V6(_)) => (Ipv6Addr::UNSPECIFIED, 0).into(),
             _ => (Ipv4Addr::UNSPECIFIED, 0).into(),
         };
-        let socket = crate::transport::udp_socket(local)?;
         let mut endpoint = crate::transport::endpoint(
-            socket,
+            crate::transport::Bind::Near(local),
             crate::transport::client_endpoint_config(),
             None,
             &config,
             Arc::clone(&metrics),
-        )
-        .map_err(|source| TunnelError::Bind {
-            address: local,
-            source,
-        })?;
+        )?;
         endpoint.set_default_client_config(client_config);
         Ok(Client {
             config,

@@ -87,6 +87,7 @@ pub struct LinkParams {
     /// The path MTU in bytes (IP packets).
     pub mtu: u16,
     pub congestion: Congestion,
+    pub transport: Transport,
     pub idle_timeout: Duration,
     pub keep_alive: Duration,
 }
@@ -100,6 +101,15 @@ pub enum Congestion {
     Bbr,
     /// quinn's CUBIC (loss-based, the reference).
     Cubic,
+}
+
+/// What carries the QUIC connection's packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// UDP datagrams (with the FEC layer).
+    Quic,
+    /// Frames on TCP connections with BBR, for paths that block UDP (`crate::tcp`).
+    Tcp,
 }
 
 /// `[dedup]`.
@@ -129,6 +139,7 @@ impl Default for LinkParams {
             rtt: Duration::from_millis(100),
             mtu: 1500,
             congestion: Congestion::Wan,
+            transport: Transport::Quic,
             idle_timeout: Duration::from_secs(30),
             keep_alive: Duration::from_secs(2),
         }
@@ -353,19 +364,24 @@ impl Checker {
                 defaults.mtu
             }
         };
-        let congestion = match file.congestion.as_deref() {
-            None => defaults.congestion,
-            Some("wan") => Congestion::Wan,
-            Some("bbr") => Congestion::Bbr,
-            Some("cubic") => Congestion::Cubic,
-            Some(other) => {
-                self.report(
-                    &path.key("congestion"),
-                    format!("unknown controller \"{other}\"; expected wan, bbr or cubic"),
-                );
-                defaults.congestion
-            }
-        };
+        let congestion = self.choice(
+            &path.key("congestion"),
+            file.congestion.as_deref(),
+            defaults.congestion,
+            &[
+                ("wan", Congestion::Wan),
+                ("bbr", Congestion::Bbr),
+                ("cubic", Congestion::Cubic),
+            ],
+            "controller",
+        );
+        let transport = self.choice(
+            &path.key("transport"),
+            file.transport.as_deref(),
+            defaults.transport,
+            &[("quic", Transport::Quic), ("tcp", Transport::Tcp)],
+            "transport",
+        );
         let idle_timeout = self.duration(
             &path.key("idle_timeout"),
             file.idle_timeout.as_deref(),
@@ -384,6 +400,7 @@ impl Checker {
             rtt,
             mtu,
             congestion,
+            transport,
             idle_timeout,
             keep_alive,
         }
@@ -500,6 +517,34 @@ impl Checker {
             });
         }
         services
+    }
+
+    /// One of the named `options`, or `default` when the key is absent.
+    fn choice<T: Copy>(
+        &mut self,
+        path: &KeyPath,
+        text: Option<&str>,
+        default: T,
+        options: &[(&str, T)],
+        what: &str,
+    ) -> T {
+        let Some(text) = text else {
+            return default;
+        };
+        if let Some((_, value)) = options.iter().find(|(name, _)| *name == text) {
+            return *value;
+        }
+        let names: Vec<&str> = options.iter().map(|(name, _)| *name).collect();
+        let expected = match names.split_last() {
+            Some((last, [])) => (*last).to_owned(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        self.report(
+            path,
+            format!("unknown {what} \"{text}\"; expected {expected}"),
+        );
+        default
     }
 
     fn required(&mut self, path: &KeyPath, key: &str, value: Option<&String>) -> Option<String> {

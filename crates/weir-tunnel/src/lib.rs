@@ -58,6 +58,7 @@ pub mod metrics;
 pub mod metrics_http;
 pub mod server;
 pub mod session;
+pub mod tcp;
 pub mod transport;
 pub mod wire;
 

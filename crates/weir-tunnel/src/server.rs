@@ -42,18 +42,13 @@ impl Server {
                 address: side.listen,
                 source,
             })?;
-        let socket = crate::transport::udp_socket(side.listen)?;
         let endpoint = crate::transport::endpoint(
-            socket,
+            crate::transport::Bind::Far(side.listen),
             endpoint_config,
             Some(server_config),
             &config,
             Arc::clone(&metrics),
-        )
-        .map_err(|source| TunnelError::Bind {
-            address: side.listen,
-            source,
-        })?;
+        )?;
         Ok(Server {
             config,
             side,

@@ -19,15 +19,19 @@ use rustls::server::WebPkiClientVerifier;
 use socket2::{Domain, Protocol, Socket, Type};
 use weir_config::{ConfigError, FileRef};
 
-use crate::config::{ClientSide, Congestion, LinkParams, ServerSide, TunnelConfig};
+use crate::config::{ClientSide, Congestion, LinkParams, ServerSide, Transport, TunnelConfig};
 use crate::congestion::WanFactory;
 use crate::fec::socket::FecSocket;
 use crate::fec::{FecSettings, Timing};
 use crate::metrics::Metrics;
+use crate::tcp::{TcpDatagrams, TcpSettings};
 use crate::wire::ALPN;
 
 /// Most flows open at once on one tunnel.
 pub const MAX_FLOWS: u32 = 4096;
+
+/// QUIC's packet size over the TCP transport (no path MTU applies to a byte stream).
+const TCP_PACKET: u16 = 8192;
 
 /// Socket buffer asked for (the kernel caps it at `net.core.rmem_max`/`wmem_max`).
 const SOCKET_BUFFER: usize = 16 << 20;
@@ -39,7 +43,7 @@ pub enum TransportError {
     Config(#[from] ConfigError),
     #[error("TLS set-up: {0}")]
     Tls(String),
-    #[error("cannot open the UDP socket on {address}: {source}")]
+    #[error("cannot open the socket on {address}: {source}")]
     Socket {
         address: SocketAddr,
         source: std::io::Error,
@@ -67,6 +71,20 @@ pub fn transport_config(link: &LinkParams, fec: &FecSettings) -> TransportConfig
     // Idle timeouts above 2^62 ms do not exist; the config caps durations far below.
     if let Ok(idle) = quinn::IdleTimeout::try_from(link.idle_timeout) {
         transport.max_idle_timeout(Some(idle));
+    }
+    if link.transport == Transport::Tcp {
+        // No path MTU over TCP, and no loss for QUIC to detect: large packets, no FEC. TCP's
+        // BBR is the congestion controller; QUIC's window only has to stay out of its way,
+        // also while TCP holds data back behind a hole (ten BDP; the socket's queue of about
+        // one BDP is what pushes back).
+        transport
+            .initial_mtu(TCP_PACKET)
+            .mtu_discovery_config(None)
+            .congestion_controller_factory(Arc::new(WanFactory {
+                bits_per_second: link.bandwidth,
+                rtt: link.rtt * 8,
+            }));
+        return transport;
     }
     // Start at the path MTU (less IPv6 and UDP headers, and the FEC header), and probe up
     // to the IPv4 maximum.
@@ -211,23 +229,53 @@ pub fn client_endpoint_config() -> EndpointConfig {
     endpoint
 }
 
-/// A quinn endpoint over `socket` with the FEC layer below it.
+/// Where an endpoint's packets go: the near side's local address, or the far side's
+/// listening address.
+#[derive(Debug, Clone, Copy)]
+pub enum Bind {
+    Near(SocketAddr),
+    Far(SocketAddr),
+}
+
+/// A quinn endpoint for `config`'s transport: UDP with the FEC layer below QUIC, or TCP
+/// connections (`crate::tcp`).
 pub fn endpoint(
-    socket: UdpSocket,
+    bind: Bind,
     endpoint_config: EndpointConfig,
     server_config: Option<quinn::ServerConfig>,
     config: &TunnelConfig,
     metrics: Arc<Metrics>,
-) -> std::io::Result<quinn::Endpoint> {
+) -> Result<quinn::Endpoint, TransportError> {
+    let (Bind::Near(address) | Bind::Far(address)) = bind;
+    let error = |source| TransportError::Socket { address, source };
     let link = &config.link;
-    let timing = Timing::for_link(link.bandwidth, link.rtt, link.mtu);
-    let socket = FecSocket::wrap(socket, config.fec, timing, metrics)?;
+    let socket: Arc<dyn quinn::AsyncUdpSocket> = match (link.transport, bind) {
+        (Transport::Quic, _) => {
+            let timing = Timing::for_link(link.bandwidth, link.rtt, link.mtu);
+            FecSocket::wrap(udp_socket(address)?, config.fec, timing, metrics).map_err(error)?
+        }
+        (Transport::Tcp, Bind::Near(_)) => TcpDatagrams::connecting(address, tcp_settings(link)),
+        (Transport::Tcp, Bind::Far(_)) => {
+            let listener = std::net::TcpListener::bind(address).map_err(error)?;
+            listener.set_nonblocking(true).map_err(error)?;
+            let listener = tokio::net::TcpListener::from_std(listener).map_err(error)?;
+            TcpDatagrams::listen(listener, tcp_settings(link)).map_err(error)?
+        }
+    };
     quinn::Endpoint::new_with_abstract_socket(
         endpoint_config,
         server_config,
         socket,
         Arc::new(quinn::TokioRuntime),
     )
+    .map_err(error)
+}
+
+/// About a bandwidth-delay product of QUIC data queued per TCP connection (1 MiB at least).
+fn tcp_settings(link: &LinkParams) -> TcpSettings {
+    TcpSettings {
+        buffer: (link.bdp() as usize).clamp(1 << 20, 256 << 20),
+    }
 }
 
 /// A UDP socket bound to `address` with large buffers, for an endpoint.

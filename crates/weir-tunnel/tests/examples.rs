@@ -31,6 +31,7 @@ fn the_examples_show_the_defaults() {
     let defaults = weir_tunnel::config::LinkParams::default();
     assert_eq!(client.link.mtu, defaults.mtu);
     assert_eq!(client.link.congestion, Congestion::Wan);
+    assert_eq!(client.link.transport, defaults.transport);
     assert_eq!(client.link.idle_timeout, defaults.idle_timeout);
     assert_eq!(client.link.keep_alive, defaults.keep_alive);
     assert_eq!(client.dedup, DedupSettings::default());

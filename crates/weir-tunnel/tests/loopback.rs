@@ -16,18 +16,32 @@ use support::*;
 
 const LINK: &str = "[link]\nbandwidth = \"1gbit\"\nrtt = \"1ms\"\n";
 
+/// The same over the TCP fallback transport (QUIC packets framed on TCP with BBR).
+const LINK_TCP: &str = "[link]\nbandwidth = \"1gbit\"\nrtt = \"1ms\"\ntransport = \"tcp\"\n";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_flows_arrive_intact_both_ways() {
+    concurrent_flows(LINK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_flows_arrive_intact_both_ways_over_tcp() {
+    concurrent_flows(LINK_TCP).await;
+}
+
+/// 48 flows at once through an echo server, each checked byte for byte, and the counters
+/// of both sides agree.
+async fn concurrent_flows(link: &'static str) {
     let certs = Certificates::new();
     let echo = echo_server().await;
     let (server, udp) = start_server(&server_toml(
         &certs,
         "127.0.0.1:0".parse().unwrap(),
         &[("echo", echo)],
-        LINK,
+        link,
     ))
     .await;
-    let (client, listen) = start_client(&client_toml(&certs, udp, "client", &["echo"], LINK)).await;
+    let (client, listen) = start_client(&client_toml(&certs, udp, "client", &["echo"], link)).await;
     let address = listen[0];
 
     // 48 flows at once; a third send the same content, so references and literals of the
@@ -336,19 +350,34 @@ async fn a_near_side_without_a_trusted_certificate_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tunnel_survives_the_far_side_restarting() {
+    far_side_restart("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tcp_transport_survives_the_far_side_restarting() {
+    far_side_restart("transport = \"tcp\"\n").await;
+}
+
+/// A flow works, the far side restarts on the same port, a flow open across it is reset and
+/// new flows work again; `transport` goes into both sides' `[link]`.
+async fn far_side_restart(transport: &'static str) {
     let certs = Certificates::new();
+    let server_link = format!("{LINK}{transport}");
     let echo = echo_server().await;
     let (server, udp) = start_server(&server_toml(
         &certs,
         "127.0.0.1:0".parse().unwrap(),
         &[("echo", echo)],
-        LINK,
+        &server_link,
     ))
     .await;
     // A long idle timeout: only the far side's stateless reset can end the old connection
     // quickly, and new flows wait for the new one.
-    let link = "[link]\nbandwidth = \"1gbit\"\nrtt = \"1ms\"\nidle_timeout = \"60s\"\n";
-    let (client, listen) = start_client(&client_toml(&certs, udp, "client", &["echo"], link)).await;
+    let link = format!(
+        "[link]\nbandwidth = \"1gbit\"\nrtt = \"1ms\"\nidle_timeout = \"60s\"\n{transport}"
+    );
+    let (client, listen) =
+        start_client(&client_toml(&certs, udp, "client", &["echo"], &link)).await;
 
     let round_trip = |address: SocketAddr, message: &'static [u8]| async move {
         let mut stream = TcpStream::connect(address).await?;
@@ -367,7 +396,8 @@ async fn the_tunnel_survives_the_far_side_restarting() {
     idle.read_exact(&mut byte).await.unwrap();
 
     server.stop().await;
-    let (server, _) = start_server(&server_toml(&certs, udp, &[("echo", echo)], LINK)).await;
+    let (server, _) =
+        start_server(&server_toml(&certs, udp, &[("echo", echo)], &server_link)).await;
     // The near side learns of the restart from the first packet it sends (a keep-alive
     // within 2 s), reconnects, and new flows work again.
     assert_eq!(round_trip(listen[0], b"after").await.unwrap(), b"after");

@@ -128,6 +128,10 @@ pub struct LabWanArgs {
     /// The tunnel's forward error correction: auto, on or off.
     #[arg(long, default_value = "auto")]
     pub fec: String,
+    /// The tunnel's transport: quic (over UDP) or tcp (the fallback for paths that block
+    /// UDP).
+    #[arg(long, default_value = "quic")]
+    pub transport: String,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -361,6 +365,10 @@ pub fn lab_wan(args: LabWanArgs, out: Option<PathBuf>, quiet: bool) -> anyhow::R
         ["auto", "on", "off"].contains(&args.fec.as_str()),
         "--fec: auto, on or off"
     );
+    anyhow::ensure!(
+        ["quic", "tcp"].contains(&args.transport.as_str()),
+        "--transport: quic or tcp"
+    );
     let transfer_time = args.transfer_time.unwrap_or(if args.quick {
         Duration::from_secs(8)
     } else {
@@ -375,6 +383,7 @@ pub fn lab_wan(args: LabWanArgs, out: Option<PathBuf>, quiet: bool) -> anyhow::R
         tunnel_only: args.tunnel_only,
         congestion: args.congestion.clone(),
         fec: args.fec.clone(),
+        transport: args.transport.clone(),
     };
     let results = if quiet {
         weir_tunnel::lab::run(&plan, &mut std::io::sink())

@@ -13,19 +13,13 @@ impl Checker {
         let Some(file) = file else {
             return defaults;
         };
-        let mode = match file.mode.as_deref() {
-            None => defaults.mode,
-            Some("auto") => Mode::Auto,
-            Some("on") => Mode::On,
-            Some("off") => Mode::Off,
-            Some(other) => {
-                self.report(
-                    &path.key("mode"),
-                    format!("unknown mode \"{other}\"; expected auto, on or off"),
-                );
-                defaults.mode
-            }
-        };
+        let mode = self.choice(
+            &path.key("mode"),
+            file.mode.as_deref(),
+            defaults.mode,
+            &[("auto", Mode::Auto), ("on", Mode::On), ("off", Mode::Off)],
+            "mode",
+        );
         let block = match file.block {
             None => defaults.block,
             Some(block) if (1..=MAX_SOURCES as i64).contains(&block) => block as usize,

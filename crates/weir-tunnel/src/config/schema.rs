@@ -49,6 +49,7 @@ pub(super) struct FileLink {
     pub(super) rtt: Option<String>,
     pub(super) mtu: Option<i64>,
     pub(super) congestion: Option<String>,
+    pub(super) transport: Option<String>,
     pub(super) idle_timeout: Option<String>,
     pub(super) keep_alive: Option<String>,
 }

@@ -38,6 +38,10 @@ fn one_file_serves_both_sides() {
     assert_eq!(client.link.bandwidth, 1_544_000);
     assert_eq!(client.link.rtt, Duration::from_millis(500));
     assert_eq!(client.link.congestion, Congestion::Bbr);
+    assert_eq!(client.link.transport, Transport::Quic);
+    let tcp = BOTH.replace("congestion = \"bbr\"", "transport = \"tcp\"");
+    let tcp = parse_str(&tcp, "t.toml", Role::Client).unwrap();
+    assert_eq!(tcp.link.transport, Transport::Tcp);
     assert_eq!(client.bdp(), 96_500);
     assert_eq!(client.dedup.store, 64 << 20);
     assert_eq!(client.dedup.chunks.average, 8192);
@@ -64,6 +68,7 @@ ca = "ca.pem"
 bandwidth = "fast"
 mtu = 100
 congestion = "reno"
+transport = "sctp"
 
 [compression]
 level = 40
@@ -81,7 +86,8 @@ connect = "127.0.0.1:8080"
         "t.toml:7: link.bandwidth:",
         "t.toml:8: link.mtu: must be between 1280 and 9000",
         "t.toml:9: link.congestion: unknown controller \"reno\"",
-        "t.toml:12: compression.level: must be between -7 and 19",
+        "t.toml:10: link.transport: unknown transport \"sctp\"; expected quic or tcp",
+        "t.toml:13: compression.level: must be between -7 and 19",
         "services.files.listen: the near side needs listen for each service",
     ] {
         assert!(

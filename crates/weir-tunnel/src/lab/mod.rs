@@ -53,6 +53,8 @@ pub struct Plan {
     pub congestion: String,
     /// The tunnel's `[fec] mode` (both sides).
     pub fec: String,
+    /// The tunnel's `[link] transport`: quic or tcp.
+    pub transport: String,
 }
 
 /// One transfer's figures.

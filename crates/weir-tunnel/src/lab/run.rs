@@ -228,9 +228,10 @@ impl CellLab<'_> {
         let rtt = (2 * self.cell.delay_ms).max(2);
         format!(
             "[link]\nbandwidth = \"{}\"\nrtt = \"{rtt}ms\"\nmtu = 1500\ncongestion = \"{}\"\n\
-             [fec]\nmode = \"{}\"\n",
+             transport = \"{}\"\n[fec]\nmode = \"{}\"\n",
             self.cell.rate.netem(),
             self.plan.congestion,
+            self.plan.transport,
             self.plan.fec
         )
     }
