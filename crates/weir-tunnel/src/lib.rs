@@ -10,9 +10,12 @@
 //! - sans-IO cores: [`wire`] (records, blocks, open header), [`control`] (the store
 //!   protocol's messages), [`dedup`] (FastCDC chunking, chunk ids, the bounded FIFO store),
 //!   [`compress`] (the skip-incompressible policy), [`codec`] (a flow's encoder and decoder),
-//!   [`congestion`] (the controller's window logic), [`config`] (file → validated model).
+//!   [`congestion`] (the controller's window logic), [`config`] (file → validated model),
+//!   [`fec`] (forward error correction below QUIC: frames, blocks, recovery, loss reports,
+//!   the redundancy policy).
 //! - drivers: [`session`] (per connection, the control stream), [`flow`] (per flow),
-//!   [`client`], [`server`], [`transport`] (TLS and QUIC set-up), [`metrics`] and
+//!   [`client`], [`server`], [`transport`] (TLS and QUIC set-up), the sockets under QUIC
+//!   ([`fec::socket`] over UDP, [`tcp`] the fallback over TCP), [`metrics`] and
 //!   [`metrics_http`].
 //!
 //! Why it is built this way: `docs/design/tunnel.md`.
