@@ -89,6 +89,26 @@ fn fec_rebuilds_lost_datagrams_and_sends_no_repairs_on_a_clean_link() {
     assert_eq!(clean.server("flows_failed_total"), 0);
 }
 
+#[test]
+fn the_tcp_transport_carries_flows_intact_through_a_lossy_link() {
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    require_root();
+    // QUIC framed on TCP: the link loses 2 % each way, TCP repairs it, so QUIC itself never
+    // sees a loss, and every byte arrives (checked by the fetch).
+    let run = Transfers {
+        label: "tcp",
+        loss: "2%",
+        tunnel_toml: "transport = \"tcp\"\n",
+        parallel: 4,
+    }
+    .run();
+    assert!(run.netem_lost("b-to-a") > 0, "the link lost nothing?");
+    assert_eq!(run.server("lost_packets_total"), 0);
+    assert_eq!(run.server("flows_total"), 8);
+    assert_eq!(run.server("flows_failed_total"), 0);
+    assert_eq!(run.client("flows_failed_total"), 0);
+}
+
 /// A tunnel pair over a 10 Mbit/s, 20 ms link with `loss` each way; `parallel` flows fetch
 /// a 600 kB file and then as many its edited copy, every byte checked.
 struct Transfers {
