@@ -15,6 +15,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod support;
+use support::require_link_environment;
+
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 const B_ADDRESS: &str = "10.200.0.2";
 
@@ -152,7 +155,7 @@ fn measured_loss_is_the_configured_rate() {
 #[test]
 fn a_link_name_in_use_is_refused_and_down_removes_leftovers() {
     let _turn = take_turn();
-    require_environment();
+    require_link_environment("weir netem");
     let name = unique_name();
     let _cleanup = Cleanup(name.clone());
     let namespace = format!("{name}-a");
@@ -177,7 +180,7 @@ fn a_link_name_in_use_is_refused_and_down_removes_leftovers() {
 
 #[test]
 fn without_root_up_fails_with_a_clear_message() {
-    require_environment();
+    require_link_environment("weir netem");
     // The binary may sit under a directory nobody else can enter: run a copy.
     let directory = std::env::temp_dir().join(format!("weir-netem-{}", std::process::id()));
     std::fs::create_dir_all(&directory).expect("temp dir");
@@ -269,7 +272,7 @@ fn goodput_is_the_rate(rate: &str, bits_per_second: f64, delay: &str) {
 impl RunningLink {
     /// Starts `weir netem up` with a fresh name and waits until it says the link is up.
     fn up(args: &[&str]) -> RunningLink {
-        require_environment();
+        require_link_environment("weir netem");
         let name = unique_name();
         let mut child = Command::new(WEIR)
             .args(["netem", "up", "--name", &name])
@@ -382,36 +385,6 @@ fn terminate(mut child: Child) -> bool {
     let _ = child.kill();
     let _ = child.wait();
     false
-}
-
-/// Panics with what to install or how to run when the tests cannot run here.
-fn require_environment() {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let effective_uid = status
-        .lines()
-        .find_map(|line| line.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1));
-    assert_eq!(
-        effective_uid,
-        Some("0"),
-        "the weir netem tests need root (network namespaces and TUN devices)"
-    );
-    assert!(
-        Path::new("/dev/net/tun").exists(),
-        "the weir netem tests need /dev/net/tun (modprobe tun)"
-    );
-    for (program, package) in [("ip", "iproute2"), ("ping", "iputils-ping")] {
-        let found = Command::new(program)
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok();
-        assert!(
-            found,
-            "the weir netem tests need `{program}`: install the Debian package {package}"
-        );
-    }
 }
 
 fn take_turn() -> MutexGuard<'static, ()> {

@@ -13,6 +13,9 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod support;
+use support::require_link_environment;
+
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
 static TURN: Mutex<()> = Mutex::new(());
@@ -27,7 +30,7 @@ struct Running {
 #[test]
 fn concurrent_flows_arrive_intact_through_a_lossy_link() {
     let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    require_root();
+    require_link_environment("weir tunnel link");
     // 16 flows at once fetch the same 600 kB file, then 16 the edited copy, with a store
     // small enough that chunks are evicted while references to them are in flight.
     let run = Transfers {
@@ -50,7 +53,7 @@ fn concurrent_flows_arrive_intact_through_a_lossy_link() {
 #[test]
 fn fec_rebuilds_lost_datagrams_and_sends_no_repairs_on_a_clean_link() {
     let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    require_root();
+    require_link_environment("weir tunnel link");
     // 5 % loss each way, FEC on: the data arrives intact (checked by the fetch), the far
     // side learns the loss from the near side's reports, and the near side rebuilds most
     // of what the link lost from the far side's repairs.
@@ -92,7 +95,7 @@ fn fec_rebuilds_lost_datagrams_and_sends_no_repairs_on_a_clean_link() {
 #[test]
 fn the_tcp_transport_carries_flows_intact_through_a_lossy_link() {
     let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    require_root();
+    require_link_environment("weir tunnel link");
     // QUIC framed on TCP: the link loses 2 % each way, TCP repairs it, so QUIC itself never
     // sees a loss, and every byte arrives (checked by the fetch).
     let run = Transfers {
@@ -281,7 +284,7 @@ fn counter(lines: &[String], key: &str) -> u64 {
 #[test]
 fn lab_wan_quick_runs_every_cell_and_checks_every_byte() {
     let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    require_root();
+    require_link_environment("weir tunnel link");
     let dir = TempDir::new("lab");
     let json = dir.0.join("wan.json");
     let output = Command::new(WEIR)
@@ -335,7 +338,7 @@ fn lab_wan_quick_runs_every_cell_and_checks_every_byte() {
 #[test]
 fn lab_wan_stops_its_children_and_removes_its_namespaces_on_sigint() {
     let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    require_root();
+    require_link_environment("weir tunnel link");
     let mut lab = Command::new(WEIR)
         .args(["lab", "wan", "--rate", "t1", "--delay", "0", "--loss", "0"])
         .args(["--transfer-time", "5s"])
@@ -420,27 +423,6 @@ fn namespaces() -> String {
         .output()
         .expect("run ip netns list");
     String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn require_root() {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let effective_uid = status
-        .lines()
-        .find_map(|line| line.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1));
-    assert_eq!(
-        effective_uid,
-        Some("0"),
-        "the weir tunnel link tests need root (network namespaces and TUN devices)"
-    );
-    assert!(
-        Path::new("/dev/net/tun").exists(),
-        "/dev/net/tun is missing"
-    );
-    assert!(
-        Command::new("ip").arg("-V").output().is_ok(),
-        "the ip command is missing: install iproute2"
-    );
 }
 
 fn in_side(name: &str, side: &str, args: &[&str]) -> Command {
