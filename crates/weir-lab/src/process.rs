@@ -6,15 +6,13 @@
 use std::fs;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use weir_core::Children;
 
 use crate::error::LabError;
 
@@ -22,72 +20,34 @@ use crate::error::LabError;
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// The children and run directories of one lab, shared with the signal watcher.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Supervisor {
-    /// PIDs of running children. Held while a child is being stopped, so the signal
-    /// watcher never signals a PID that was already reaped.
-    children: Mutex<Vec<u32>>,
+    children: Arc<Children>,
     directories: Mutex<Vec<PathBuf>>,
 }
 
 impl Supervisor {
     pub fn new() -> Arc<Supervisor> {
-        Arc::new(Supervisor::default())
+        Arc::new(Supervisor {
+            children: Children::new(STOP_GRACE),
+            directories: Mutex::new(Vec::new()),
+        })
     }
 
     /// Starts a thread that, on SIGINT or SIGTERM, stops every child, removes every run
     /// directory and exits the process (130 or 143).
     pub fn watch_signals(self: &Arc<Self>) -> io::Result<()> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .build()?;
-        // Registered here, before the thread starts, so no signal is missed.
-        let (mut interrupt, mut terminate) = runtime.block_on(async {
-            Ok::<_, io::Error>((
-                signal(SignalKind::interrupt())?,
-                signal(SignalKind::terminate())?,
-            ))
-        })?;
         let supervisor = Arc::clone(self);
-        std::thread::Builder::new()
-            .name("weir-lab-signals".into())
-            .spawn(move || {
-                let code = runtime.block_on(async {
-                    tokio::select! {
-                        _ = interrupt.recv() => 130,
-                        _ = terminate.recv() => 143,
-                    }
-                });
-                let stopped = supervisor.stop_all();
+        self.children
+            .exit_on_signal("weir-lab-signals", move |stopped| {
                 supervisor.remove_directories();
                 eprintln!("weir lab: interrupted; stopped {stopped} process(es) it had started");
-                std::process::exit(code);
-            })?;
-        Ok(())
+            })
     }
 
-    fn children(&self) -> MutexGuard<'_, Vec<u32>> {
-        self.children.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Stops every registered child: SIGTERM to all, then SIGKILL to those still there after
-    /// the grace period. Returns how many there were.
+    /// Stops every registered child and returns how many there were.
     pub fn stop_all(&self) -> usize {
-        let mut children = self.children();
-        for &pid in children.iter() {
-            signal_group(pid, Signal::SIGTERM);
-        }
-        let deadline = Instant::now() + STOP_GRACE;
-        while Instant::now() < deadline && children.iter().any(|&pid| alive(pid)) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for &pid in children.iter() {
-            signal_group(pid, Signal::SIGKILL);
-        }
-        let count = children.len();
-        children.clear();
-        count
+        self.children.stop_all()
     }
 
     fn remove_directories(&self) {
@@ -98,23 +58,6 @@ impl Supervisor {
         for directory in directories.iter() {
             let _ = fs::remove_dir_all(directory);
         }
-    }
-}
-
-/// Sends `signal` to the process group a child leads (every child starts its own group, so
-/// this reaches nginx's workers too).
-fn signal_group(pid: u32, signal: Signal) {
-    let _ = kill(Pid::from_raw(-(pid as i32)), signal);
-}
-
-/// Whether `pid` still exists and is not a zombie (a zombie has already exited).
-fn alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rfind(')')
-            .and_then(|end| stat[end + 1..].split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
     }
 }
 
@@ -195,16 +138,14 @@ impl Child {
         command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(stderr)
-            .process_group(0);
-        // Registered under the lock, so a signal arriving now finds the PID.
-        let mut children = supervisor.children();
-        let child = command.spawn().map_err(|source| LabError::Spawn {
-            what: format!("{name} ({})", command.get_program().to_string_lossy()),
-            source,
-        })?;
-        children.push(child.id());
-        drop(children);
+            .stderr(stderr);
+        let child = supervisor
+            .children
+            .spawn(&mut command)
+            .map_err(|source| LabError::Spawn {
+                what: format!("{name} ({})", command.get_program().to_string_lossy()),
+                source,
+            })?;
         Ok(Child {
             name: name.to_owned(),
             child,
@@ -231,7 +172,7 @@ impl Child {
 
     /// `Some(error)` once the child has exited.
     pub fn exited(&mut self) -> Option<LabError> {
-        match self.child.try_wait() {
+        match self.supervisor.children.try_wait(&mut self.child) {
             Ok(Some(status)) => Some(self.exit_error(status)),
             Ok(None) => None,
             Err(e) => Some(LabError::io(format!("cannot wait for {}", self.name), e)),
@@ -252,28 +193,7 @@ impl Child {
             return;
         }
         self.stopped = true;
-        let mut children = self.supervisor.children();
-        let pid = self.child.id();
-        if children.contains(&pid) {
-            signal_group(pid, Signal::SIGTERM);
-            let deadline = Instant::now() + STOP_GRACE;
-            while Instant::now() < deadline {
-                if matches!(self.child.try_wait(), Ok(Some(_))) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if !matches!(self.child.try_wait(), Ok(Some(_))) {
-                signal_group(pid, Signal::SIGKILL);
-                let _ = self.child.wait();
-            }
-            // Anything left in the group (a worker whose master died first).
-            signal_group(pid, Signal::SIGKILL);
-        } else {
-            // Stopped already by `stop_all`: reap it.
-            let _ = self.child.try_wait();
-        }
-        children.retain(|&other| other != pid);
+        self.supervisor.children.stop(&mut self.child);
     }
 }
 
@@ -334,6 +254,8 @@ pub async fn wait_ready(
 
 #[cfg(test)]
 mod tests {
+    use weir_core::children::alive;
+
     use super::*;
 
     #[test]
@@ -345,10 +267,10 @@ mod tests {
         let child = Child::spawn(&supervisor, &dir, "sleeper", command).expect("sleep runs");
         let pid = child.pid();
         assert!(alive(pid));
-        assert_eq!(supervisor.children().as_slice(), &[pid]);
+        assert_eq!(supervisor.children.running(), [pid]);
         drop(child);
         assert!(!alive(pid), "the child outlived its guard");
-        assert!(supervisor.children().is_empty());
+        assert!(supervisor.children.running().is_empty());
         let path = dir.path().to_owned();
         drop(dir);
         assert!(!path.exists(), "the run directory outlived its guard");

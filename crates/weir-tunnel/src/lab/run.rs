@@ -434,7 +434,7 @@ impl Running {
         }
     }
 
-    /// SIGTERM, then SIGKILL after 10 s; returns the lines printed meanwhile.
+    /// SIGTERM, then SIGKILL after the grace period; returns the lines printed meanwhile.
     fn stop(mut self) -> Vec<String> {
         self.supervisor.stop(&mut self.child);
         let mut lines = Vec::new();
