@@ -104,6 +104,8 @@ impl Client {
         for acceptor in &acceptors {
             acceptor.abort();
         }
+        // No new flows; those open finish (bounded) before the connection closes.
+        flow::drain(&self.metrics, self.side.drain_timeout).await;
         keeper.abort();
         self.endpoint
             .close(code::SHUTDOWN.into(), b"weir tunnel client stopping");

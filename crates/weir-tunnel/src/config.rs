@@ -52,6 +52,9 @@ pub struct TunnelConfig {
     pub services: Vec<Service>,
 }
 
+/// `drain_timeout` when the file does not say.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// `[client]`: how the near side reaches and verifies the far side.
 #[derive(Debug, Clone)]
 pub struct ClientSide {
@@ -63,6 +66,9 @@ pub struct ClientSide {
     pub key: FileRef,
     /// How long a new flow waits for the tunnel to (re)connect before it is closed.
     pub connect_timeout: Duration,
+    /// On SIGINT or SIGTERM, how long open flows may take to finish before the
+    /// connection closes under them.
+    pub drain_timeout: Duration,
 }
 
 /// `[server]`: where the far side listens and whom it lets in.
@@ -75,6 +81,9 @@ pub struct ServerSide {
     pub ca: FileRef,
     /// How long connecting to a service's real server may take.
     pub connect_timeout: Duration,
+    /// On SIGINT or SIGTERM, how long open flows may take to finish before the
+    /// connection closes under them.
+    pub drain_timeout: Duration,
 }
 
 /// `[link]`: what the operator knows of the WAN path, which sizes windows and pacing.
@@ -302,6 +311,11 @@ impl Checker {
             file.connect_timeout.as_deref(),
             Duration::from_secs(10),
         );
+        let drain_timeout = self.duration(
+            &path.key("drain_timeout"),
+            file.drain_timeout.as_deref(),
+            DEFAULT_DRAIN_TIMEOUT,
+        );
         Some(ClientSide {
             server: server?,
             server_name: server_name?,
@@ -309,6 +323,7 @@ impl Checker {
             cert: cert?,
             key: key?,
             connect_timeout,
+            drain_timeout,
         })
     }
 
@@ -324,12 +339,18 @@ impl Checker {
             file.connect_timeout.as_deref(),
             Duration::from_secs(10),
         );
+        let drain_timeout = self.duration(
+            &path.key("drain_timeout"),
+            file.drain_timeout.as_deref(),
+            DEFAULT_DRAIN_TIMEOUT,
+        );
         Some(ServerSide {
             listen: listen?,
             cert: cert?,
             key: key?,
             ca: ca?,
             connect_timeout,
+            drain_timeout,
         })
     }
 

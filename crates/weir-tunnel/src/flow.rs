@@ -4,6 +4,8 @@
 //! Closing: a TCP end-of-file finishes the QUIC send stream, and a finished stream shuts the
 //! other TCP connection's write side down, so half-closes cross the tunnel and each end sees
 //! a clean close. A TCP error resets the stream; a reset stream closes the TCP connection.
+//! A flow stays active until the peer has acknowledged the end of its stream, and a stopping
+//! tunnel end waits for its active flows ([`drain`]) before it closes the connection.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,6 +25,10 @@ use crate::wire::take_record;
 
 /// Bytes read from TCP per call, and the most encoded bytes gathered before a write.
 const READ_SIZE: usize = 256 << 10;
+
+/// After a clean end, how long a flow waits for the peer to acknowledge the end of its
+/// stream before it counts as done anyway.
+const END_ACK_WAIT: Duration = Duration::from_secs(10);
 
 /// How a pump ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +64,12 @@ pub async fn run(
         let decoding = decode(&session, stream, &mut recv, write, received);
         first_failure(encoding, decoding).await
     };
+    if outcome == End::Clean {
+        // `finish` only queued the end of the stream. The flow is done once the peer has
+        // acknowledged it (with everything before it), so that a stop which drains the
+        // active flows and then closes the connection cannot cut the last bytes off.
+        let _ = tokio::time::timeout(END_ACK_WAIT, send.stopped()).await;
+    }
     session.encoder_done(stream);
     session.metrics.decrement(metrics::FLOWS_ACTIVE);
     if outcome == End::Broken {
@@ -282,5 +294,13 @@ impl Drop for DoneGuard<'_> {
         self.session.send(Control::Done {
             stream: self.stream,
         });
+    }
+}
+
+/// Waits until no flow is active any more, or `timeout` has passed.
+pub async fn drain(counters: &metrics::Metrics, timeout: Duration) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while counters.get(metrics::FLOWS_ACTIVE) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

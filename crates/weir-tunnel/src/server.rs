@@ -90,6 +90,8 @@ impl Server {
             () = accepting => {}
             () = shutdown => {}
         }
+        // No new connections; open flows finish (bounded) before the connection closes.
+        flow::drain(&self.metrics, self.side.drain_timeout).await;
         self.endpoint
             .close(code::SHUTDOWN.into(), b"weir tunnel server stopping");
         let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;

@@ -37,8 +37,10 @@ fn the_examples_show_the_defaults() {
     assert_eq!(client.dedup, DedupSettings::default());
     assert_eq!(client.fec, weir_tunnel::fec::FecSettings::default());
     assert_eq!(client.compression, Some(weir_tunnel::config::DEFAULT_LEVEL));
+    let side = client.client.unwrap();
+    assert_eq!(side.connect_timeout, Duration::from_secs(10));
     assert_eq!(
-        client.client.unwrap().connect_timeout,
-        Duration::from_secs(10)
+        side.drain_timeout,
+        weir_tunnel::config::DEFAULT_DRAIN_TIMEOUT
     );
 }

@@ -30,6 +30,7 @@ pub(super) struct FileClient {
     pub(super) cert: Option<PathBuf>,
     pub(super) key: Option<PathBuf>,
     pub(super) connect_timeout: Option<String>,
+    pub(super) drain_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -40,6 +41,7 @@ pub(super) struct FileServer {
     pub(super) key: Option<PathBuf>,
     pub(super) ca: Option<PathBuf>,
     pub(super) connect_timeout: Option<String>,
+    pub(super) drain_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

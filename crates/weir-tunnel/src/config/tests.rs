@@ -63,7 +63,7 @@ fn every_problem_is_reported_with_line_and_key() {
 [client]
 server = "nowhere"
 ca = "ca.pem"
-
+drain_timeout = "soon"
 [link]
 bandwidth = "fast"
 mtu = 100
@@ -83,6 +83,7 @@ connect = "127.0.0.1:8080"
         "t.toml:3: client.server: invalid address \"nowhere\"",
         "client.cert: missing required key",
         "client.key: missing required key",
+        "t.toml:5: client.drain_timeout:",
         "t.toml:7: link.bandwidth:",
         "t.toml:8: link.mtu: must be between 1280 and 9000",
         "t.toml:9: link.congestion: unknown controller \"reno\"",

@@ -95,7 +95,7 @@ pub fn server_toml(
     extra: &str,
 ) -> String {
     let mut text = format!(
-        "[server]\nlisten = \"{listen}\"\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\nconnect_timeout = \"2s\"\n{extra}\n",
+        "[server]\nlisten = \"{listen}\"\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\nconnect_timeout = \"2s\"\ndrain_timeout = \"1s\"\n{extra}\n",
         certs.path("server.pem"),
         certs.path("server.key"),
         certs.path("ca.pem"),
@@ -114,7 +114,7 @@ pub fn client_toml(
     extra: &str,
 ) -> String {
     let mut text = format!(
-        "[client]\nserver = \"{server}\"\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\nconnect_timeout = \"3s\"\n{extra}\n",
+        "[client]\nserver = \"{server}\"\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\nconnect_timeout = \"3s\"\ndrain_timeout = \"1s\"\n{extra}\n",
         certs.path("ca.pem"),
         certs.path(&format!("{identity}.pem")),
         certs.path(&format!("{identity}.key")),
