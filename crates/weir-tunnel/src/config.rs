@@ -306,15 +306,10 @@ impl Checker {
         let ca = self.file(path, "ca", file.ca.as_ref());
         let cert = self.file(path, "cert", file.cert.as_ref());
         let key = self.file(path, "key", file.key.as_ref());
-        let connect_timeout = self.duration(
-            &path.key("connect_timeout"),
+        let (connect_timeout, drain_timeout) = self.side_timeouts(
+            path,
             file.connect_timeout.as_deref(),
-            Duration::from_secs(10),
-        );
-        let drain_timeout = self.duration(
-            &path.key("drain_timeout"),
             file.drain_timeout.as_deref(),
-            DEFAULT_DRAIN_TIMEOUT,
         );
         Some(ClientSide {
             server: server?,
@@ -327,6 +322,22 @@ impl Checker {
         })
     }
 
+    /// `connect_timeout` and `drain_timeout` of `[client]` or `[server]`, defaults filled in.
+    fn side_timeouts(
+        &mut self,
+        path: &KeyPath,
+        connect: Option<&str>,
+        drain: Option<&str>,
+    ) -> (Duration, Duration) {
+        let connect = self.duration(
+            &path.key("connect_timeout"),
+            connect,
+            Duration::from_secs(10),
+        );
+        let drain = self.duration(&path.key("drain_timeout"), drain, DEFAULT_DRAIN_TIMEOUT);
+        (connect, drain)
+    }
+
     fn server(&mut self, path: &KeyPath, file: &FileServer) -> Option<ServerSide> {
         let listen = self
             .required(path, "listen", file.listen.as_ref())
@@ -334,15 +345,10 @@ impl Checker {
         let cert = self.file(path, "cert", file.cert.as_ref());
         let key = self.file(path, "key", file.key.as_ref());
         let ca = self.file(path, "ca", file.ca.as_ref());
-        let connect_timeout = self.duration(
-            &path.key("connect_timeout"),
+        let (connect_timeout, drain_timeout) = self.side_timeouts(
+            path,
             file.connect_timeout.as_deref(),
-            Duration::from_secs(10),
-        );
-        let drain_timeout = self.duration(
-            &path.key("drain_timeout"),
             file.drain_timeout.as_deref(),
-            DEFAULT_DRAIN_TIMEOUT,
         );
         Some(ServerSide {
             listen: listen?,
