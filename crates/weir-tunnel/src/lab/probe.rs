@@ -57,6 +57,18 @@ impl Variant {
 }
 
 impl FileSpec {
+    /// The flags that name this file to `weir tunnel probe serve` and `fetch`.
+    pub fn flags(&self) -> [String; 6] {
+        [
+            "--size".to_owned(),
+            self.size.to_string(),
+            "--seed".to_owned(),
+            self.seed.to_string(),
+            "--edits".to_owned(),
+            self.edits.to_string(),
+        ]
+    }
+
     /// The file's bytes.
     pub fn generate(&self, variant: Variant) -> Vec<u8> {
         let mut data = pseudo_random(self.size, self.seed);

@@ -132,25 +132,11 @@ impl CellLab<'_> {
     fn transfers(&self, result: &mut CellResult, progress: &mut dyn Write) -> Result<(), String> {
         let spec = self.spec;
         let listen = format!("0.0.0.0:{FILE_PORT}");
-        let server = self.start(
-            Side::B,
-            &[
-                "tunnel",
-                "probe",
-                "serve",
-                "--listen",
-                &listen,
-                "--size",
-                &spec.size.to_string(),
-                "--seed",
-                &spec.seed.to_string(),
-                "--edits",
-                &spec.edits.to_string(),
-                "--congestion",
-                "cubic",
-            ],
-            "serving",
-        )?;
+        let file = spec.flags();
+        let mut args = vec!["tunnel", "probe", "serve", "--listen", &listen];
+        args.extend(file.iter().map(String::as_str));
+        args.extend(["--congestion", "cubic"]);
+        let server = self.start(Side::B, &args, "serving")?;
         let direct = format!("{}:{FILE_PORT}", self.b_address);
         if !self.plan.tunnel_only {
             result.baseline_original = self.fetch(&direct, Variant::Original, "baseline", progress);
@@ -243,7 +229,7 @@ impl CellLab<'_> {
         mode: &str,
         progress: &mut dyn Write,
     ) -> Option<Transfer> {
-        let spec = self.spec;
+        let file = self.spec.flags();
         let timeout = format!("{}ms", self.plan.transfer_time.as_millis());
         let variant_name = match variant {
             Variant::Original => "original",
@@ -262,15 +248,10 @@ impl CellLab<'_> {
                 to,
                 "--variant",
                 variant_name,
-                "--size",
-                &spec.size.to_string(),
-                "--seed",
-                &spec.seed.to_string(),
-                "--edits",
-                &spec.edits.to_string(),
-                "--timeout",
-                &timeout,
-            ],
+            ]
+            .into_iter()
+            .chain(file.iter().map(String::as_str))
+            .chain(["--timeout", timeout.as_str()]),
         )
         .ok()?;
         command.stdin(Stdio::null()).stderr(Stdio::null());
