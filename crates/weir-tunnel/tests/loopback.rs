@@ -34,14 +34,7 @@ async fn many_concurrent_flows_arrive_intact_both_ways_over_tcp() {
 async fn concurrent_flows(link: &'static str) {
     let certs = Certificates::new();
     let echo = echo_server().await;
-    let (server, udp) = start_server(&server_toml(
-        &certs,
-        "127.0.0.1:0".parse().unwrap(),
-        &[("echo", echo)],
-        link,
-    ))
-    .await;
-    let (client, listen) = start_client(&client_toml(&certs, udp, "client", &["echo"], link)).await;
+    let (server, client, listen) = start_pair(&certs, &[("echo", echo)], link).await;
     let address = listen[0];
 
     // 48 flows at once; a third send the same content, so references and literals of the
@@ -114,15 +107,7 @@ async fn an_edited_file_costs_only_its_edits() {
     let original = random(8 << 20, 42);
     let file = Arc::new(Mutex::new(original.clone()));
     let origin = file_server(Arc::clone(&file)).await;
-    let (server, udp) = start_server(&server_toml(
-        &certs,
-        "127.0.0.1:0".parse().unwrap(),
-        &[("files", origin)],
-        LINK,
-    ))
-    .await;
-    let (client, listen) =
-        start_client(&client_toml(&certs, udp, "client", &["files"], LINK)).await;
+    let (server, client, listen) = start_pair(&certs, &[("files", origin)], LINK).await;
 
     assert!(fetch(listen[0]).await.unwrap() == original);
     let first = server.metrics.get(metrics::ENCODED_OUT);
@@ -187,14 +172,7 @@ async fn scripted_server() -> (SocketAddr, tokio::sync::mpsc::Receiver<TcpStream
 async fn a_close_at_either_end_reaches_the_other_cleanly() {
     let certs = Certificates::new();
     let (origin, mut accepted) = scripted_server().await;
-    let (server, udp) = start_server(&server_toml(
-        &certs,
-        "127.0.0.1:0".parse().unwrap(),
-        &[("app", origin)],
-        LINK,
-    ))
-    .await;
-    let (client, listen) = start_client(&client_toml(&certs, udp, "client", &["app"], LINK)).await;
+    let (server, client, listen) = start_pair(&certs, &[("app", origin)], LINK).await;
 
     // The near client half-closes: the real server sees the request then end-of-file, can
     // still answer, and its close reaches the client as end-of-file.
@@ -247,14 +225,7 @@ async fn a_close_at_either_end_reaches_the_other_cleanly() {
 async fn a_reset_at_the_far_end_resets_the_near_client() {
     let certs = Certificates::new();
     let (origin, mut accepted) = scripted_server().await;
-    let (server, udp) = start_server(&server_toml(
-        &certs,
-        "127.0.0.1:0".parse().unwrap(),
-        &[("app", origin)],
-        LINK,
-    ))
-    .await;
-    let (client, listen) = start_client(&client_toml(&certs, udp, "client", &["app"], LINK)).await;
+    let (server, client, listen) = start_pair(&certs, &[("app", origin)], LINK).await;
     let mut near = TcpStream::connect(listen[0]).await.unwrap();
     near.write_all(b"x").await.unwrap();
     let far = accepted.recv().await.unwrap();

@@ -185,6 +185,25 @@ pub async fn start_client(toml: &str) -> (Side, Vec<SocketAddr>) {
     )
 }
 
+/// A far side on a free port with `services` and a near side ("client") for all of them,
+/// both with `link`; returns far side, near side and the services' listen addresses.
+pub async fn start_pair(
+    certs: &Certificates,
+    services: &[(&str, SocketAddr)],
+    link: &str,
+) -> (Side, Side, Vec<SocketAddr>) {
+    let (server, udp) = start_server(&server_toml(
+        certs,
+        "127.0.0.1:0".parse().unwrap(),
+        services,
+        link,
+    ))
+    .await;
+    let names: Vec<&str> = services.iter().map(|(name, _)| *name).collect();
+    let (client, listen) = start_client(&client_toml(certs, udp, "client", &names, link)).await;
+    (server, client, listen)
+}
+
 /// An echo server: each connection gets back what it sends, then a close.
 pub async fn echo_server() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
