@@ -33,6 +33,7 @@
 //! ```
 
 pub mod defaults;
+pub mod diff;
 pub mod error;
 mod locate;
 pub mod model;

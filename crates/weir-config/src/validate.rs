@@ -19,8 +19,8 @@ use std::time::Duration;
 use crate::defaults;
 use crate::error::{KeyPath, Problem};
 use crate::model::{
-    Admin, ClientLimits, ClientTimeouts, Config, Log, LogFormat, Origin, Pool, PoolId, Protocol,
-    Route, Runtime, VirtualServer,
+    AccessLog, AccessLogFormat, Admin, ClientLimits, ClientTimeouts, Config, FileRef, Log,
+    LogFormat, Origin, Pool, PoolId, Protocol, Route, Runtime, VirtualServer,
 };
 use crate::schema::{
     AdminTable, ClientTimeoutsTable, DurationText, FileConfig, LimitsTable, LogTable, OneOrMany,
@@ -84,6 +84,7 @@ impl Checker {
             .as_ref()
             .and_then(|admin| self.admin(&root.key("admin"), admin));
         let log = self.log(&root.key("log"), file.log.as_ref());
+        let access_log = self.access_log(&root.key("log"), file.log.as_ref());
 
         let pools_path = root.key("pools");
         let pool_ids: HashMap<&str, PoolId> = file
@@ -130,6 +131,7 @@ impl Checker {
             virtual_servers,
             pools,
             origins,
+            access_log,
         }
     }
 
@@ -145,6 +147,18 @@ impl Checker {
                 1..=1024,
             )
         });
+        let upgrade_socket = table.upgrade_socket.as_deref().and_then(|text| {
+            let path_buf = std::path::PathBuf::from(text.trim());
+            if path_buf.is_absolute() {
+                Some(path_buf)
+            } else {
+                self.report(
+                    &path.key("upgrade_socket"),
+                    format!("\"{text}\" must be an absolute path, like \"/run/weir/upgrade.sock\""),
+                );
+                None
+            }
+        });
         Runtime {
             threads,
             drain_timeout: self.duration(
@@ -153,12 +167,61 @@ impl Checker {
                 defaults::DRAIN_TIMEOUT,
                 Zero::Allowed,
             ),
+            upgrade_socket,
         }
     }
 
     fn admin(&mut self, path: &KeyPath, table: &AdminTable) -> Option<Admin> {
+        let token_path = path.key("token_file");
+        let token_file = table
+            .token_file
+            .as_deref()
+            .and_then(|text| self.named_file(&token_path, text));
         let listen = self.listen_address(&path.key("listen"), table.listen.as_deref())?;
-        Some(Admin { listen })
+        if !listen.ip().is_loopback() && token_file.is_none() && table.token_file.is_none() {
+            self.report(
+                &path.key("listen"),
+                format!(
+                    "{listen} is not a loopback address: the admin API can change the running \
+                     configuration, so set admin.token_file to a file holding a bearer token"
+                ),
+            );
+        }
+        Some(Admin { listen, token_file })
+    }
+
+    /// A file named in the config; relative paths are resolved by the loader.
+    fn named_file(&mut self, path: &KeyPath, text: &str) -> Option<FileRef> {
+        if text.trim().is_empty() {
+            self.report(path, "must name a file");
+            return None;
+        }
+        Some(FileRef {
+            path: std::path::PathBuf::from(text.trim()),
+            key: path.clone(),
+            line: None,
+        })
+    }
+
+    fn access_log(&mut self, path: &KeyPath, table: Option<&LogTable>) -> AccessLog {
+        let Some(table) = table else {
+            return AccessLog::default();
+        };
+        let format = self.choice(
+            &path.key("access_log_format"),
+            table.access_log_format.as_deref(),
+            defaults::ACCESS_LOG_FORMAT,
+            &[
+                ("text", AccessLogFormat::Text),
+                ("json", AccessLogFormat::Json),
+            ],
+        );
+        let file_path = path.key("access_log_file");
+        let file = table
+            .access_log_file
+            .as_deref()
+            .and_then(|text| self.named_file(&file_path, text));
+        AccessLog { format, file }
     }
 
     fn log(&mut self, path: &KeyPath, table: Option<&LogTable>) -> Log {

@@ -43,6 +43,22 @@ impl ShutdownSignal {
         // An error means the owner is gone, which we treat as shutdown too.
         let _ = self.receiver.wait_for(|triggered| *triggered).await;
     }
+
+    /// A signal that triggers when `self` or `other` does (a reload that removes one
+    /// part, or the shutdown of everything). Spawns a small task, so it must be called
+    /// inside a tokio runtime; the task ends when the result triggers.
+    pub fn either(&self, other: &ShutdownSignal) -> ShutdownSignal {
+        let (owner, signal) = Shutdown::new();
+        let (mut a, mut b) = (self.clone(), other.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = a.triggered() => {}
+                () = b.triggered() => {}
+            }
+            owner.trigger();
+        });
+        signal
+    }
 }
 
 #[cfg(test)]

@@ -25,11 +25,13 @@
 pub mod access;
 pub mod metrics;
 pub mod names;
+pub mod stats;
 
 pub use access::{ACCESS_TARGET, AccessRecord};
 pub use metrics::{
-    CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, StatusClass, TlsMetrics,
-    UpstreamTlsMetrics, VirtualServerMetrics,
+    CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass,
+    TlsMetrics, UpstreamTlsMetrics, VirtualServerMetrics,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;
+pub use stats::{LatencyHistogram, Totals};

@@ -22,6 +22,8 @@ mod client;
 mod drain;
 mod exchange;
 mod listener;
+mod live;
+mod model;
 mod pipeline;
 mod request_body;
 mod response;
@@ -34,6 +36,8 @@ const VIA: &str = "weir";
 /// Bound on chunk-size lines and trailer sections, both directions.
 const MAX_TRAILER_BYTES: usize = 8 * 1024;
 
-pub use listener::{BoundProxy, Proxy, StartError, bind_tcp};
+pub use listener::{BoundProxy, Proxy, StartError, adopt, bind_tcp};
+pub use live::{Applied, Live, ReloadError, ReloadRecord};
+pub use model::Model;
 pub use route::VirtualServerRuntime;
 pub use tls::TlsTermination;

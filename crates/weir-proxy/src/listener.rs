@@ -1,38 +1,50 @@
-//! Listeners: bind every address up front, then the accept → admit stages,
-//! and the drain on shutdown.
+//! Listeners: bind every address up front, the accept → admit stages, and the set of
+//! listening sockets a reload diffs (added, removed, re-bound) rather than rebuilds.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use weir_config::{Config, ConfigError};
-use weir_core::ShutdownSignal;
+use weir_core::{Shutdown, ShutdownSignal};
 use weir_observe::Metrics;
 use weir_upstream::Pool;
 
 use crate::drain::Drain;
+use crate::live::Live;
+use crate::model::ModelCell;
 use crate::pipeline;
 use crate::route::VirtualServerRuntime;
 use crate::tls::TlsTermination;
 
-/// The proxy built from a config: pools and virtual servers, no sockets yet.
+/// The proxy built from a config: the first model, no sockets yet.
 #[derive(Debug)]
 pub struct Proxy {
-    pub pools: Vec<Arc<Pool>>,
-    pub virtual_servers: Vec<Arc<VirtualServerRuntime>>,
-    drain_timeout: Duration,
+    live: Arc<Live>,
 }
 
 /// A proxy whose listeners are bound.
 #[derive(Debug)]
 pub struct BoundProxy {
-    proxy: Proxy,
-    listeners: Vec<(Arc<VirtualServerRuntime>, std::net::TcpListener)>,
+    live: Arc<Live>,
+    listeners: Vec<Bound>,
+}
+
+/// A listening socket before it serves.
+#[derive(Debug)]
+pub(crate) struct Bound {
+    /// As written in the config (port 0 stays 0).
+    pub address: SocketAddr,
+    pub virtual_server: String,
+    pub backlog: u32,
+    pub socket: std::net::TcpListener,
 }
 
 /// Why a proxy could not start.
@@ -46,40 +58,39 @@ pub enum StartError {
     Io(#[from] io::Error),
 }
 
+/// The listening sockets of a running proxy, by configured address.
+#[derive(Debug, Default)]
+pub(crate) struct Listeners {
+    entries: HashMap<SocketAddr, Entry>,
+}
+
+/// One listening socket and its accept loop.
+#[derive(Debug)]
+struct Entry {
+    local: SocketAddr,
+    socket: Arc<TcpListener>,
+    /// The virtual server it serves (a reload may hand it to another).
+    target: Arc<Mutex<String>>,
+    backlog: u32,
+    stop: Shutdown,
+    task: JoinHandle<()>,
+}
+
+/// What an accept loop needs from the running proxy.
+#[derive(Debug, Clone)]
+pub(crate) struct AcceptContext {
+    pub cell: Arc<ModelCell>,
+    pub drain: Arc<Drain>,
+    pub shutdown: ShutdownSignal,
+}
+
 impl Proxy {
-    /// Builds pools and virtual servers from a validated config, reading the
-    /// certificate, key and CA files it names. Binds nothing, so it can run
-    /// before any port is taken (and from `weir check`).
+    /// Builds the first model from a validated config, reading the certificate, key and
+    /// CA files it names. Binds nothing, so it can run before any port is taken (and from
+    /// `weir check`).
     pub fn build(config: &Config, metrics: &Arc<Metrics>) -> Result<Proxy, ConfigError> {
-        let file_name = config.file_name();
-        let mut pools: Vec<Arc<Pool>> = Vec::with_capacity(config.pools.len());
-        for pool in &config.pools {
-            let tls = match &pool.tls {
-                Some(tls) => Some(weir_tls::Connector::new(tls, &file_name)?),
-                None => None,
-            };
-            pools.push(Pool::new(pool, metrics, tls));
-        }
-        let mut virtual_servers = Vec::with_capacity(config.virtual_servers.len());
-        for vs in &config.virtual_servers {
-            let tls = match &vs.tls {
-                Some(tls) => Some(Arc::new(TlsTermination::new(
-                    &vs.name, tls, &file_name, metrics,
-                )?)),
-                None => None,
-            };
-            virtual_servers.push(Arc::new(VirtualServerRuntime::new(
-                vs,
-                &pools,
-                metrics.virtual_server(&vs.name),
-                config.log.access_log,
-                tls,
-            )));
-        }
         Ok(Proxy {
-            pools,
-            virtual_servers,
-            drain_timeout: config.runtime.drain_timeout,
+            live: Live::build(config.clone(), metrics)?,
         })
     }
 
@@ -91,32 +102,44 @@ impl Proxy {
 
     /// TLS termination of every HTTPS virtual server (for certificate reload).
     pub fn tls_terminations(&self) -> Vec<Arc<TlsTermination>> {
-        self.virtual_servers
-            .iter()
-            .filter_map(|vs| vs.tls.clone())
-            .collect()
+        self.live.current().tls_terminations()
     }
 
     /// Binds every listen address. Fails, naming the address, before
     /// anything is served.
     pub fn bind_listeners(self) -> io::Result<BoundProxy> {
+        self.bind_listeners_inheriting(&mut HashMap::new())
+    }
+
+    /// Binds every listen address, taking the sockets in `inherited` (handed over by the
+    /// process this one upgrades) for the addresses they were bound to instead of binding
+    /// them again. Those used are removed from `inherited`.
+    pub fn bind_listeners_inheriting(
+        self,
+        inherited: &mut HashMap<SocketAddr, OwnedFd>,
+    ) -> io::Result<BoundProxy> {
+        let config = Arc::clone(&self.live.current().config);
         let mut listeners = Vec::new();
-        for vs in &self.virtual_servers {
-            for &address in &vs.config.listen {
-                let listener = bind_tcp(address, vs.config.backlog).map_err(|error| {
-                    io::Error::new(
-                        error.kind(),
-                        format!(
-                            "virtual server {}: cannot listen on {address}: {error}",
-                            vs.config.name
-                        ),
-                    )
-                })?;
-                listeners.push((Arc::clone(vs), listener));
+        for (address, name, backlog) in weir_config::diff::listeners(&config) {
+            let socket = match inherited.remove(&address) {
+                Some(fd) => adopt(fd, backlog),
+                None => bind_tcp(address, backlog),
             }
+            .map_err(|error| {
+                io::Error::new(
+                    error.kind(),
+                    format!("virtual server {name}: cannot listen on {address}: {error}"),
+                )
+            })?;
+            listeners.push(Bound {
+                address,
+                virtual_server: name.to_owned(),
+                backlog,
+                socket,
+            });
         }
         Ok(BoundProxy {
-            proxy: self,
+            live: self.live,
             listeners,
         })
     }
@@ -139,54 +162,62 @@ pub fn bind_tcp(address: SocketAddr, backlog: u32) -> io::Result<std::net::TcpLi
     Ok(socket.into())
 }
 
+/// A listening socket handed over by another process: non-blocking, with this
+/// configuration's backlog (`listen` again on a listening socket only changes it).
+pub fn adopt(fd: OwnedFd, backlog: u32) -> io::Result<std::net::TcpListener> {
+    let socket = Socket::from(fd);
+    socket.set_nonblocking(true)?;
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    Ok(socket.into())
+}
+
 impl BoundProxy {
     /// The bound addresses, by virtual server name (port 0 resolved).
     pub fn local_addrs(&self) -> Vec<(String, SocketAddr)> {
         self.listeners
             .iter()
-            .filter_map(|(vs, listener)| {
-                Some((vs.config.name.clone(), listener.local_addr().ok()?))
+            .filter_map(|bound| {
+                Some((
+                    bound.virtual_server.clone(),
+                    bound.socket.local_addr().ok()?,
+                ))
             })
             .collect()
     }
 
-    pub fn pools(&self) -> &[Arc<Pool>] {
-        &self.proxy.pools
+    /// The pools of the current model.
+    pub fn pools(&self) -> Vec<Arc<Pool>> {
+        self.live.current().pools.clone()
     }
 
     /// TLS termination of every HTTPS virtual server (for certificate reload).
     pub fn tls_terminations(&self) -> Vec<Arc<TlsTermination>> {
-        self.proxy.tls_terminations()
+        self.live.current().tls_terminations()
+    }
+
+    /// The handle that reloads, reports and hands over the running proxy.
+    pub fn live(&self) -> Arc<Live> {
+        Arc::clone(&self.live)
     }
 
     /// Serves until `shutdown` triggers, then stops accepting, lets
     /// in-flight requests finish (up to the drain timeout) and returns.
     pub async fn run(self, shutdown: ShutdownSignal) -> io::Result<()> {
         let drain = Arc::new(Drain::default());
-        let mut background: Vec<JoinHandle<()>> = Vec::new();
-        for pool in &self.proxy.pools {
-            background.extend(pool.start(shutdown.clone()));
-        }
-        let mut acceptors = Vec::new();
-        for (vs, listener) in self.listeners {
-            let listener = TcpListener::from_std(listener)?;
-            acceptors.push(tokio::spawn(accept_loop(
-                listener,
-                vs,
-                Arc::clone(&drain),
-                shutdown.clone(),
-            )));
-        }
+        self.live
+            .start(self.listeners, shutdown.clone(), Arc::clone(&drain))?;
         let mut stop = shutdown.clone();
         stop.triggered().await;
-        for acceptor in acceptors {
-            let _ = acceptor.await;
+        let (accept_loops, pool_tasks) = self.live.stopped();
+        for task in accept_loops {
+            let _ = task.await;
         }
+        let drain_timeout = self.live.current().config.runtime.drain_timeout;
         let open = drain.active();
         if open > 0 {
-            tracing::info!(connections = open, timeout = ?self.proxy.drain_timeout, "draining client connections");
+            tracing::info!(connections = open, timeout = ?drain_timeout, "draining client connections");
         }
-        if tokio::time::timeout(self.proxy.drain_timeout, drain.wait_idle())
+        if tokio::time::timeout(drain_timeout, drain.wait_idle())
             .await
             .is_err()
         {
@@ -195,39 +226,159 @@ impl BoundProxy {
                 "drain timeout reached; closing remaining connections"
             );
         }
-        for task in background {
+        for task in pool_tasks {
             let _ = task.await;
         }
         Ok(())
     }
 }
 
-/// accept → admit → spawn the pipeline, until shutdown.
+impl Listeners {
+    /// Starts serving `bound` sockets (at start-up, or those a reload added).
+    pub(crate) fn start(&mut self, bound: Vec<Bound>, context: &AcceptContext) -> io::Result<()> {
+        for bound in bound {
+            let local = bound.socket.local_addr()?;
+            let socket = Arc::new(TcpListener::from_std(bound.socket)?);
+            let target = Arc::new(Mutex::new(bound.virtual_server));
+            let (stop, stop_signal) = Shutdown::new();
+            let task = tokio::spawn(accept_loop(
+                Arc::clone(&socket),
+                Arc::clone(&target),
+                context.clone(),
+                stop_signal,
+            ));
+            self.entries.insert(
+                bound.address,
+                Entry {
+                    local,
+                    socket,
+                    target,
+                    backlog: bound.backlog,
+                    stop,
+                    task,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether `address` (as configured) is served now: by a listener configured with
+    /// it, or one whose port 0 was resolved to it.
+    pub(crate) fn contains(&self, address: SocketAddr) -> bool {
+        self.entries
+            .iter()
+            .any(|(configured, entry)| *configured == address || entry.local == address)
+    }
+
+    /// Makes the set of listeners match `config`'s: listeners of addresses no longer
+    /// configured stop accepting and close; those that stay serve the virtual server the
+    /// config gives them, with its backlog. Added ones are started with [`Self::start`].
+    pub(crate) fn retain_and_rebind(&mut self, config: &Config) {
+        let wanted = weir_config::diff::listeners(config);
+        self.entries.retain(|address, entry| {
+            let found = wanted
+                .iter()
+                .find(|(a, _, _)| a == address || *a == entry.local);
+            let Some(&(_, name, backlog)) = found else {
+                tracing::info!(listen = %entry.local, "listener removed");
+                entry.stop.trigger();
+                return false;
+            };
+            let mut target = entry.target.lock().unwrap_or_else(|e| e.into_inner());
+            if *target != name {
+                tracing::info!(listen = %entry.local, from = %*target, to = name, "listener handed to another virtual server");
+                *target = name.to_owned();
+            }
+            if entry.backlog != backlog {
+                let socket = socket2::SockRef::from(&*entry.socket);
+                match socket.listen(backlog.min(i32::MAX as u32) as i32) {
+                    Ok(()) => entry.backlog = backlog,
+                    Err(error) => {
+                        tracing::warn!(listen = %entry.local, %error, "cannot change the backlog")
+                    }
+                }
+            }
+            true
+        });
+    }
+
+    /// The bound addresses, by virtual server name.
+    pub(crate) fn local_addrs(&self) -> Vec<(String, SocketAddr)> {
+        let mut addrs: Vec<(String, SocketAddr)> = self
+            .entries
+            .values()
+            .map(|entry| {
+                let name = entry.target.lock().unwrap_or_else(|e| e.into_inner());
+                (name.clone(), entry.local)
+            })
+            .collect();
+        addrs.sort();
+        addrs
+    }
+
+    /// A duplicate of every listening socket, by configured address (for a binary
+    /// upgrade: the new process accepts on the same sockets, so none is ever closed).
+    pub(crate) fn duplicates(&self) -> io::Result<Vec<(SocketAddr, OwnedFd)>> {
+        self.entries
+            .iter()
+            .map(|(address, entry)| Ok((*address, entry.socket.as_fd().try_clone_to_owned()?)))
+            .collect()
+    }
+
+    /// Stops every accept loop; returns their tasks to wait for.
+    pub(crate) fn stop_all(&mut self) -> Vec<JoinHandle<()>> {
+        self.entries
+            .drain()
+            .map(|(_, entry)| {
+                entry.stop.trigger();
+                entry.task
+            })
+            .collect()
+    }
+}
+
+/// accept → admit → spawn the pipeline, until the listener is removed or shutdown.
 async fn accept_loop(
-    listener: TcpListener,
-    vs: Arc<VirtualServerRuntime>,
-    drain: Arc<Drain>,
-    mut shutdown: ShutdownSignal,
+    listener: Arc<TcpListener>,
+    target: Arc<Mutex<String>>,
+    context: AcceptContext,
+    mut stop: ShutdownSignal,
 ) {
-    let max = vs.config.limits.max_connections;
+    let mut shutdown = context.shutdown.clone();
+    // The virtual server served, and the signal its connections close on (shutdown, or
+    // the virtual server's removal).
+    let mut current: Option<(Arc<VirtualServerRuntime>, ShutdownSignal)> = None;
     loop {
         let accepted = tokio::select! {
             biased;
             _ = shutdown.triggered() => return,
+            _ = stop.triggered() => return,
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(error) => {
                 // Out of file descriptors or similar: back off instead of spinning.
-                tracing::warn!(virtual_server = %vs.config.name, %error, "accept failed");
+                tracing::warn!(%error, "accept failed");
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             }
         };
+        let stale = current
+            .as_ref()
+            .is_none_or(|(vs, _)| vs.generation != context.cell.generation());
+        if stale {
+            current = resolve(&target, &context, current.take());
+        }
+        let Some((vs, signal)) = &current else {
+            // The listener is being removed by the reload that just ran.
+            drop(stream);
+            continue;
+        };
         // admit
-        if vs.open.fetch_add(1, Ordering::AcqRel) >= max {
-            vs.open.fetch_sub(1, Ordering::AcqRel);
+        let max = vs.config.limits.max_connections;
+        if vs.shared.open.fetch_add(1, Ordering::AcqRel) >= max {
+            vs.shared.open.fetch_sub(1, Ordering::AcqRel);
             vs.metrics.connections_rejected.inc();
             tracing::debug!(virtual_server = %vs.config.name, client = %peer, "connection limit reached; closing");
             drop(stream);
@@ -236,14 +387,31 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         vs.metrics.connections_accepted.inc();
         vs.metrics.connections_open.inc();
-        let guard = drain.enter();
-        let vs = Arc::clone(&vs);
-        let signal = shutdown.clone();
+        let guard = context.drain.enter();
+        let vs = Arc::clone(vs);
+        let signal = signal.clone();
         tokio::spawn(async move {
             pipeline::serve_connection(stream, peer, Arc::clone(&vs), signal).await;
-            vs.open.fetch_sub(1, Ordering::AcqRel);
+            vs.shared.open.fetch_sub(1, Ordering::AcqRel);
             vs.metrics.connections_open.dec();
             drop(guard);
         });
     }
+}
+
+/// The current model's virtual server for a listener, and the signal its connections
+/// close on; the signal is reused while the virtual server's shared part is the same.
+fn resolve(
+    target: &Mutex<String>,
+    context: &AcceptContext,
+    previous: Option<(Arc<VirtualServerRuntime>, ShutdownSignal)>,
+) -> Option<(Arc<VirtualServerRuntime>, ShutdownSignal)> {
+    let name = target.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let model = context.cell.current();
+    let vs = Arc::clone(model.virtual_server(&name)?);
+    let signal = match previous {
+        Some((old, signal)) if Arc::ptr_eq(&old.shared, &vs.shared) => signal,
+        _ => context.shutdown.either(&vs.shared.removed_signal()),
+    };
+    Some((vs, signal))
 }

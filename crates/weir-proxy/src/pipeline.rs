@@ -32,7 +32,7 @@ use crate::upgrade;
 pub(crate) async fn serve_connection(
     stream: TcpStream,
     peer: std::net::SocketAddr,
-    vs: Arc<VirtualServerRuntime>,
+    mut vs: Arc<VirtualServerRuntime>,
     mut shutdown: ShutdownSignal,
 ) {
     // handshake (HTTPS virtual servers)
@@ -55,6 +55,10 @@ pub(crate) async fn serve_connection(
                 return;
             }
         };
+        // The request takes the current model's virtual server and keeps it to its end.
+        if let Some(newer) = vs.newer() {
+            vs = newer;
+        }
         let started = Instant::now();
         // route
         let pool = Arc::clone(vs.route(&head));
@@ -120,6 +124,7 @@ async fn serve_request(
         .bytes_received
         .inc_by(head.raw().len() as u64 + body.received);
     vs.metrics.bytes_sent.inc_by(sent.bytes);
+    vs.metrics.latency.record(started.elapsed());
     if vs.access_log {
         AccessRecord {
             virtual_server: &vs.config.name,

@@ -1,16 +1,17 @@
 //! A virtual server at run time, and the `route` stage: which pool serves a request.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Weak};
 
 use weir_config::{PoolId, VirtualServer};
 use weir_http::{Limits, RequestHead};
 use weir_observe::VirtualServerMetrics;
 use weir_upstream::Pool;
 
+use crate::model::{ModelCell, VirtualServerShared};
 use crate::tls::TlsTermination;
 
-/// A virtual server with its pools resolved and its metric handles taken.
+/// A virtual server of one model (one generation of the configuration), with its pools
+/// resolved and its metric handles taken. A request keeps the one it started with.
 #[derive(Debug)]
 pub struct VirtualServerRuntime {
     pub config: VirtualServer,
@@ -19,22 +20,31 @@ pub struct VirtualServerRuntime {
     pub metrics: VirtualServerMetrics,
     pub access_log: bool,
     pub(crate) head_limits: Limits,
-    /// Client connections open now (for `limits.max_connections`).
-    pub(crate) open: AtomicU32,
+    /// The model this virtual server belongs to.
+    pub generation: u64,
+    /// What outlives a model: the count of open client connections, the stop signal.
+    pub(crate) shared: Arc<VirtualServerShared>,
+    /// Where newer models appear (weak: a model must not keep the cell alive).
+    pub(crate) cell: Weak<ModelCell>,
     /// TLS termination, on an HTTPS virtual server.
     pub tls: Option<Arc<TlsTermination>>,
 }
 
 impl VirtualServerRuntime {
-    pub fn new(
+    pub(crate) fn new(
         config: &VirtualServer,
         pools: &[Arc<Pool>],
         metrics: VirtualServerMetrics,
         access_log: bool,
         tls: Option<Arc<TlsTermination>>,
+        model: (u64, Arc<VirtualServerShared>, Weak<ModelCell>),
     ) -> VirtualServerRuntime {
         let pool = |PoolId(index): PoolId| Arc::clone(&pools[index]);
+        let (generation, shared, cell) = model;
         VirtualServerRuntime {
+            generation,
+            shared,
+            cell,
             default_pool: pool(config.default_pool),
             routes: config
                 .routes
@@ -47,10 +57,20 @@ impl VirtualServerRuntime {
                 max_head_bytes: config.limits.max_header_bytes,
                 max_headers: config.limits.max_headers,
             },
-            open: AtomicU32::new(0),
             tls,
             config: config.clone(),
         }
+    }
+
+    /// This virtual server in the model running now, when that is a newer one than this
+    /// (`None` when this one is current, or when a reload removed it). A kept-alive
+    /// connection calls it before each request; the check is one atomic load.
+    pub(crate) fn newer(&self) -> Option<Arc<VirtualServerRuntime>> {
+        let cell = self.cell.upgrade()?;
+        if cell.generation() == self.generation {
+            return None;
+        }
+        cell.current().virtual_server(&self.config.name).cloned()
     }
 
     /// The route stage: the first matching rule's pool, else the default pool.

@@ -127,10 +127,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         tracing::info!(virtual_server = %name, listen = %address, "virtual server serving");
     }
     // Always handled: SIGHUP's default action would end the process.
-    tasks.spawn(reload_certificates_on_sighup(
-        proxy.tls_terminations(),
-        after_drain_signal.clone(),
-    ));
+    tasks.spawn(reload_on_sighup(proxy.live(), after_drain_signal.clone()));
     let proxy_task = tokio::spawn(async move { proxy.run(signal).await });
 
     wait_for_signal().await;
@@ -153,12 +150,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SIGHUP re-reads every HTTPS virtual server's certificate, key and CA
-/// files: new handshakes use the new ones, open connections keep theirs, and
-/// a virtual server whose new files are broken keeps serving the old ones.
+/// SIGHUP reloads the configuration in place: the file and every certificate, key and CA
+/// it names are re-read and validated, then the new model is swapped in (see
+/// `weir_proxy::Live`); a refused candidate is logged and the running one keeps serving.
 /// Also refreshes the days-until-expiry gauges twice an hour.
-async fn reload_certificates_on_sighup(
-    terminations: Vec<Arc<weir_proxy::TlsTermination>>,
+async fn reload_on_sighup(
+    live: Arc<weir_proxy::Live>,
     mut stop: weir_core::ShutdownSignal,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -169,7 +166,7 @@ async fn reload_certificates_on_sighup(
         tokio::select! {
             () = stop.triggered() => return Ok(()),
             _ = refresh.tick() => {
-                for termination in &terminations {
+                for termination in live.current().tls_terminations() {
                     termination.refresh_expiry();
                 }
             }
@@ -177,22 +174,12 @@ async fn reload_certificates_on_sighup(
                 if received.is_none() {
                     return Ok(());
                 }
-                if terminations.is_empty() {
-                    tracing::info!("SIGHUP: no HTTPS virtual server, nothing to reload");
-                }
-                for termination in &terminations {
-                    match termination.reload() {
-                        Ok(()) => tracing::info!(
-                            virtual_server = termination.virtual_server(),
-                            "certificates reloaded"
-                        ),
-                        Err(error) => tracing::error!(
-                            virtual_server = termination.virtual_server(),
-                            error = %error,
-                            "certificate reload failed; still serving the previous certificates"
-                        ),
-                    }
-                }
+                tracing::info!("SIGHUP: reloading the configuration");
+                let live = Arc::clone(&live);
+                // Reading files and building the model is blocking work: keep it off
+                // the workers that serve traffic. The outcome is logged and counted
+                // by the reload itself.
+                let _ = tokio::task::spawn_blocking(move || live.reload_file()).await;
             }
         }
     }

@@ -1,0 +1,174 @@
+//! The running model: one immutable value per generation of the configuration, behind an
+//! atomic swap.
+//!
+//! A [`Model`] holds the validated [`Config`] it was built from, the pools and the virtual
+//! servers. The [`ModelCell`] holds the current one; a request takes the virtual server of
+//! the current model when it starts (before its head is read) and keeps that `Arc` to its
+//! end, so a reload never changes a request half-way. Old models are freed when the last
+//! request holding one ends.
+//!
+//! What must outlive a model is kept apart and carried over by identity: a virtual
+//! server's [`VirtualServerShared`] (by name), a pool's nodes and their connections (by
+//! pool name and node address, in `weir_upstream::Pool::build`), TLS ticket keys and
+//! session caches (by virtual server, in `weir_tls::Acceptor::successor`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use weir_config::Config;
+use weir_core::{Shutdown, ShutdownSignal};
+use weir_observe::Metrics;
+use weir_upstream::Pool;
+
+use crate::route::VirtualServerRuntime;
+use crate::tls::TlsTermination;
+
+/// One generation of the running configuration.
+#[derive(Debug)]
+pub struct Model {
+    /// 1 for the configuration weir started with, then one more per applied reload.
+    pub generation: u64,
+    pub config: Arc<Config>,
+    /// In the order of `config.pools`.
+    pub pools: Vec<Arc<Pool>>,
+    /// In the order of `config.virtual_servers`.
+    pub virtual_servers: Vec<Arc<VirtualServerRuntime>>,
+    /// When this model began serving (or was built, before it did).
+    pub loaded_at: SystemTime,
+}
+
+/// Holds the current model.
+#[derive(Debug)]
+pub(crate) struct ModelCell {
+    current: ArcSwap<Model>,
+    /// The current model's generation, readable with one atomic load.
+    generation: AtomicU64,
+}
+
+/// The part of a virtual server that outlives models: shared by every generation of the
+/// virtual server of the same name.
+#[derive(Debug)]
+pub(crate) struct VirtualServerShared {
+    /// Client connections open now (for `limits.max_connections`).
+    pub(crate) open: AtomicU32,
+    /// Triggered when a reload removes the virtual server: its idle kept-alive
+    /// connections close, busy ones close after their response.
+    removed: Shutdown,
+}
+
+impl Model {
+    /// The virtual server called `name`.
+    pub fn virtual_server(&self, name: &str) -> Option<&Arc<VirtualServerRuntime>> {
+        self.virtual_servers
+            .iter()
+            .find(|vs| vs.config.name == name)
+    }
+
+    /// The pool called `name`.
+    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.pools.iter().find(|pool| pool.name == name)
+    }
+
+    /// TLS termination of every HTTPS virtual server.
+    pub fn tls_terminations(&self) -> Vec<Arc<TlsTermination>> {
+        self.virtual_servers
+            .iter()
+            .filter_map(|vs| vs.tls.clone())
+            .collect()
+    }
+}
+
+impl ModelCell {
+    pub(crate) fn new(model: Model) -> ModelCell {
+        ModelCell {
+            generation: AtomicU64::new(model.generation),
+            current: ArcSwap::from_pointee(model),
+        }
+    }
+
+    pub(crate) fn current(&self) -> Arc<Model> {
+        self.current.load_full()
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Makes `model` the current one. The generation is published after the model, so a
+    /// reader that sees the new generation finds the new model.
+    pub(crate) fn swap(&self, model: Arc<Model>) -> Arc<Model> {
+        let generation = model.generation;
+        let old = self.current.swap(model);
+        self.generation.store(generation, Ordering::Release);
+        old
+    }
+}
+
+impl VirtualServerShared {
+    fn new() -> Arc<VirtualServerShared> {
+        let (removed, _) = Shutdown::new();
+        Arc::new(VirtualServerShared {
+            open: AtomicU32::new(0),
+            removed,
+        })
+    }
+
+    /// Triggers when the virtual server is removed by a reload.
+    pub(crate) fn removed_signal(&self) -> ShutdownSignal {
+        self.removed.signal()
+    }
+
+    pub(crate) fn remove(&self) {
+        self.removed.trigger();
+    }
+}
+
+/// What a model is built from, besides the config: the pools (already built, with their
+/// carried-over nodes), each HTTPS virtual server's TLS termination, and the shared parts
+/// of the virtual servers that stay.
+pub(crate) struct ModelParts<'a> {
+    pub config: Arc<Config>,
+    pub generation: u64,
+    pub pools: Vec<Arc<Pool>>,
+    /// By virtual server name.
+    pub tls: HashMap<String, Arc<TlsTermination>>,
+    /// By virtual server name; updated with the shared parts of new virtual servers.
+    pub shared: &'a mut HashMap<String, Arc<VirtualServerShared>>,
+    pub cell: Weak<ModelCell>,
+    pub metrics: &'a Metrics,
+}
+
+impl ModelParts<'_> {
+    pub(crate) fn build(mut self) -> Model {
+        let config = Arc::clone(&self.config);
+        let virtual_servers = config
+            .virtual_servers
+            .iter()
+            .map(|vs| {
+                let shared = Arc::clone(
+                    self.shared
+                        .entry(vs.name.clone())
+                        .or_insert_with(VirtualServerShared::new),
+                );
+                Arc::new(VirtualServerRuntime::new(
+                    vs,
+                    &self.pools,
+                    self.metrics.virtual_server(&vs.name),
+                    config.log.access_log,
+                    self.tls.remove(&vs.name),
+                    (self.generation, shared, self.cell.clone()),
+                ))
+            })
+            .collect();
+        Model {
+            generation: self.generation,
+            config,
+            pools: self.pools,
+            virtual_servers,
+            loaded_at: SystemTime::now(),
+        }
+    }
+}
