@@ -34,6 +34,7 @@
 
 pub mod defaults;
 pub mod diff;
+pub mod edit;
 pub mod error;
 mod locate;
 pub mod model;
@@ -69,7 +70,15 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
             format!("cannot read file: {error}"),
         )
     })?;
-    let mut config = parse_str(&text, &file_name)?;
+    parse_file_text(&text, path)
+}
+
+/// Validates `text` as if it were the content of the file at `path` (which it need not be
+/// yet: the admin API validates a candidate before writing it): errors name `path`,
+/// relative file names resolve against its directory, and the result's `source` is `path`.
+pub fn parse_file_text(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let file_name = path.display().to_string();
+    let mut config = parse_str(text, &file_name)?;
     config.source = Some(path.to_path_buf());
     // Files named in the config are relative to the config file, not to the
     // directory weir happens to be started in.

@@ -7,6 +7,7 @@ mod lab;
 mod logging;
 mod netem;
 mod origin;
+mod reload;
 mod serve;
 mod tunnel;
 
@@ -21,6 +22,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Check(args) => return serve::check(&args),
+        Command::Reload(args) => return reload::run(&args),
         Command::Origin(args) => origin::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Netem(args) => netem::run(args),

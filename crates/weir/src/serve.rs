@@ -93,6 +93,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         origins.push(bound);
     }
     let proxy = proxy.bind_listeners()?;
+    // The API's token is read before anything serves: weir refuses to start without it.
+    let control = match &config.admin {
+        Some(_) => Some(Arc::new(
+            weir_admin::Control::new(proxy.live())
+                .map_err(|error| anyhow::anyhow!("admin.token_file: {error}"))?,
+        )),
+        None => None,
+    };
     let admin = match &config.admin {
         Some(admin) => Some(
             weir_proxy::bind_tcp(admin.listen, 128)
@@ -112,10 +120,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         tracing::info!(listen = %listener.local_addr()?, "admin serving");
         let draining = Arc::clone(&draining);
-        let state = weir_admin::AdminState::new(
-            Arc::clone(&metrics),
-            Arc::new(move || !draining.load(Ordering::Relaxed)),
-        );
+        let state = weir_admin::AdminState {
+            control: control.clone(),
+            ..weir_admin::AdminState::new(
+                Arc::clone(&metrics),
+                Arc::new(move || !draining.load(Ordering::Relaxed)),
+            )
+        };
         let signal = after_drain_signal.clone();
         tasks.spawn(async move {
             weir_admin::serve(listener, state, signal)
