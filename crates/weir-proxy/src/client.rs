@@ -22,6 +22,11 @@ const LINGER_TIME: Duration = Duration::from_secs(2);
 /// ... and stop as soon as the client pauses this long.
 const LINGER_PAUSE: Duration = Duration::from_millis(500);
 const LINGER_BYTES: usize = 1024 * 1024;
+/// Once a drain begins (shutdown, a binary upgrade, or a reload that removed the virtual
+/// server), an idle kept-alive connection gets this long to send its next request, which
+/// is answered with `Connection: close`: closing at once would race a client that is
+/// sending it, and fail that request.
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
 /// One client connection and its reusable buffers.
 #[derive(Debug)]
@@ -71,6 +76,7 @@ impl Client {
         // ones may idle first, then have header_read from their first byte.
         let mut head_deadline =
             (self.requests == 0).then(|| self.accepted_at + timeouts.header_read);
+        let mut drain_deadline: Option<Instant> = None;
         loop {
             if !self.read_buf.is_empty() {
                 match RequestHead::split_from(&mut self.read_buf, &vs.head_limits) {
@@ -88,11 +94,17 @@ impl Client {
                 Some(deadline) => deadline,
                 None => Instant::now() + timeouts.idle,
             };
+            let deadline = drain_deadline
+                .filter(|_| idle)
+                .map_or(deadline, |drain| drain.min(deadline));
             self.read_buf.reserve(READ_RESERVE);
             let read = tokio::select! {
                 biased;
                 read = tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.read_buf)) => read,
-                _ = shutdown.triggered(), if idle => return Ok(None),
+                _ = shutdown.triggered(), if idle && drain_deadline.is_none() => {
+                    drain_deadline = Some(Instant::now() + DRAIN_GRACE);
+                    continue;
+                }
             };
             match read {
                 Ok(Ok(0)) if idle => return Ok(None),

@@ -21,6 +21,7 @@ mod answer;
 mod client;
 mod drain;
 mod exchange;
+pub mod handoff;
 mod listener;
 mod live;
 mod model;

@@ -238,6 +238,11 @@ pub struct ServeArgs {
     /// Print the embedded default config and exit.
     #[arg(long)]
     pub print_default: bool,
+    /// Binary upgrade: take the listening sockets over from the weir running this config
+    /// (through its upgrade socket), start serving, then let the old process drain and
+    /// exit. If this process fails to start, the old one keeps serving.
+    #[arg(long)]
+    pub upgrade: bool,
 }
 
 #[derive(Debug, Args)]

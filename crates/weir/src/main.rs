@@ -10,6 +10,7 @@ mod origin;
 mod reload;
 mod serve;
 mod tunnel;
+mod upgrade;
 
 use std::process::ExitCode;
 
