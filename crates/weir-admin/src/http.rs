@@ -5,6 +5,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use weir_http::{RequestHead, Version};
+use weir_observe::access::civil_from_days;
 
 /// The request methods the admin endpoints distinguish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,28 +160,6 @@ impl Response {
     pub(crate) fn error(status: u16, message: impl Into<String>) -> Response {
         Response::json(status, &serde_json::json!({ "error": message.into() }))
     }
-}
-
-/// Converts days since 1970-01-01 to (year, month 1–12, day 1–31) in the proleptic
-/// Gregorian calendar, counting in 400-year eras that start on 1 March.
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    const DAYS_PER_ERA: u64 = 146_097;
-    // Days from 0000-03-01 to 1970-01-01.
-    let days = days + 719_468;
-    let era = days / DAYS_PER_ERA;
-    let day_of_era = days % DAYS_PER_ERA;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = era * 400 + year_of_era + u64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ pub enum AccessLogFormat {
 /// Logging.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Log {
-    /// One access record per request, at info level on the `weir::access` target.
+    /// One access record per request (written as [`Config::access_log`] says).
     pub access_log: bool,
     /// Default filter directive (`info`, `weir=debug`, ...); `RUST_LOG` overrides it.
     pub level: String,

@@ -1,5 +1,5 @@
-//! Observability for weir: the metric names and pre-resolved metric handles, and the
-//! per-request access log.
+//! Observability for weir: the metric names and pre-resolved metric handles, the
+//! per-request access log, and the sums and latency histogram the admin API reports.
 //!
 //! There is no global registry. The binary creates one [`Metrics`], hands it to every
 //! component, and each component resolves its handles once; recording on the data path is
@@ -27,7 +27,7 @@ pub mod metrics;
 pub mod names;
 pub mod stats;
 
-pub use access::{ACCESS_TARGET, AccessRecord};
+pub use access::{AccessLog, AccessRecord};
 pub use metrics::{
     CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass,
     TlsMetrics, UpstreamTlsMetrics, VirtualServerMetrics,

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use weir_config::diff::ConfigDiff;
 use weir_config::{Config, ConfigError, Diagnostic, KeyPath};
 use weir_core::{Shutdown, ShutdownSignal};
-use weir_observe::Metrics;
+use weir_observe::{AccessLog, Metrics};
 use weir_tls::StagedReload;
 use weir_upstream::Pool;
 
@@ -47,6 +47,8 @@ struct Control {
     shared: HashMap<String, Arc<VirtualServerShared>>,
     running: Option<Running>,
     last: Option<ReloadRecord>,
+    /// The access log of the current model (`None` when off).
+    access_log: Option<Arc<AccessLog>>,
 }
 
 #[derive(Debug)]
@@ -100,6 +102,7 @@ struct Staged {
     connectors: HashMap<String, weir_tls::Connector>,
     tls: Vec<(String, StagedTls)>,
     bound: Vec<Bound>,
+    access_log: Option<Arc<AccessLog>>,
 }
 
 enum StagedTls {
@@ -119,7 +122,7 @@ impl Live {
             virtual_servers: Vec::new(),
             loaded_at: SystemTime::now(),
         };
-        let mut staged = stage(&empty, &config, metrics)?;
+        let mut staged = stage(&empty, &config, metrics, None)?;
         let live = Arc::new(Live {
             cell: Arc::new(ModelCell::new(empty)),
             metrics: Arc::clone(metrics),
@@ -168,7 +171,8 @@ impl Live {
     /// file it names and reports what would change. Binds nothing.
     pub fn check(&self, candidate: &Config) -> Result<ConfigDiff, ConfigError> {
         let current = self.current();
-        check_files(&current, candidate, &self.metrics)?;
+        let access_log = self.lock().access_log.clone();
+        check_files(&current, candidate, &self.metrics, access_log.as_ref())?;
         Ok(weir_config::diff::diff(&current.config, candidate))
     }
 
@@ -213,8 +217,13 @@ impl Live {
         }
         let current = self.current();
         let diff = weir_config::diff::diff(&current.config, &candidate);
-        let mut staged =
-            stage(&current, &candidate, &self.metrics).map_err(|e| Box::new(e.into()))?;
+        let mut staged = stage(
+            &current,
+            &candidate,
+            &self.metrics,
+            control.access_log.as_ref(),
+        )
+        .map_err(|e| Box::new(e.into()))?;
         staged.bound = bind_added(&candidate, &control.listeners)
             .map_err(|e| Box::new(ReloadError::Config(e)))?;
         // Commit: nothing below fails.
@@ -275,7 +284,9 @@ impl Live {
                 (name, termination)
             })
             .collect();
+        control.access_log = staged.access_log.take();
         ModelParts {
+            access_log: control.access_log.clone(),
             config: Arc::new(config.clone()),
             generation: current.generation + 1,
             pools,
@@ -375,6 +386,23 @@ impl Live {
         (accept, pools)
     }
 
+    /// Writes out the access log's buffered records.
+    pub fn flush_access_log(&self) {
+        let log = self.lock().access_log.clone();
+        if let Some(log) = log {
+            log.flush();
+        }
+    }
+
+    /// Reopens the access log file (SIGUSR1, after logrotate moved it).
+    pub fn reopen_access_log(&self) -> io::Result<()> {
+        let log = self.lock().access_log.clone();
+        match log {
+            Some(log) => log.reopen(),
+            None => Ok(()),
+        }
+    }
+
     /// Re-reads the certificates of every HTTPS virtual server: all of them or, when one
     /// fails, none.
     pub fn reload_certificates(&self) -> Result<usize, ConfigError> {
@@ -438,7 +466,12 @@ impl Live {
 
 /// Reads every file `candidate` names and builds its TLS configs, carrying over what the
 /// running model's virtual servers of the same names hold. Every problem is reported.
-fn stage(current: &Model, candidate: &Config, metrics: &Metrics) -> Result<Staged, ConfigError> {
+fn stage(
+    current: &Model,
+    candidate: &Config,
+    metrics: &Metrics,
+    access_log: Option<&Arc<AccessLog>>,
+) -> Result<Staged, ConfigError> {
     let file_name = candidate.file_name();
     let mut errors: Vec<Diagnostic> = Vec::new();
     let mut connectors = HashMap::new();
@@ -471,6 +504,13 @@ fn stage(current: &Model, candidate: &Config, metrics: &Metrics) -> Result<Stage
             Err(error) => errors.extend(error.errors),
         }
     }
+    let access_log = match access_log_for(candidate, access_log) {
+        Ok(log) => log,
+        Err(error) => {
+            errors.extend(error.errors);
+            None
+        }
+    };
     if !errors.is_empty() {
         return Err(ConfigError {
             file: file_name,
@@ -481,12 +521,45 @@ fn stage(current: &Model, candidate: &Config, metrics: &Metrics) -> Result<Stage
         connectors,
         tls: staged_tls,
         bound: Vec::new(),
+        access_log,
     })
 }
 
+/// The access log `candidate` asks for: the running one when its format and file stay,
+/// else a new one (the file opened now, so a bad path refuses the candidate).
+fn access_log_for(
+    candidate: &Config,
+    running: Option<&Arc<AccessLog>>,
+) -> Result<Option<Arc<AccessLog>>, ConfigError> {
+    if !candidate.log.access_log {
+        return Ok(None);
+    }
+    let settings = &candidate.access_log;
+    let path = settings.file.as_ref().map(|file| file.path.as_path());
+    if let Some(running) = running.filter(|log| log.is(settings.format, path)) {
+        return Ok(Some(Arc::clone(running)));
+    }
+    match &settings.file {
+        None => Ok(Some(Arc::new(AccessLog::stdout(settings.format)))),
+        Some(file) => AccessLog::file(settings.format, &file.path)
+            .map(|log| Some(Arc::new(log)))
+            .map_err(|error| {
+                candidate.file_error(
+                    file,
+                    format!("cannot open {}: {error}", file.path.display()),
+                )
+            }),
+    }
+}
+
 /// The dry run's file checks: the same as [`stage`], results dropped.
-fn check_files(current: &Model, candidate: &Config, metrics: &Metrics) -> Result<(), ConfigError> {
-    stage(current, candidate, metrics).map(drop)
+fn check_files(
+    current: &Model,
+    candidate: &Config,
+    metrics: &Metrics,
+    access_log: Option<&Arc<AccessLog>>,
+) -> Result<(), ConfigError> {
+    stage(current, candidate, metrics, access_log).map(drop)
 }
 
 /// Binds the listen addresses `candidate` adds. On error, those bound are closed again.

@@ -20,7 +20,7 @@ use std::time::SystemTime;
 use arc_swap::ArcSwap;
 use weir_config::Config;
 use weir_core::{Shutdown, ShutdownSignal};
-use weir_observe::Metrics;
+use weir_observe::{AccessLog, Metrics};
 use weir_upstream::Pool;
 
 use crate::route::VirtualServerRuntime;
@@ -139,6 +139,7 @@ pub(crate) struct ModelParts<'a> {
     pub shared: &'a mut HashMap<String, Arc<VirtualServerShared>>,
     pub cell: Weak<ModelCell>,
     pub metrics: &'a Metrics,
+    pub access_log: Option<Arc<AccessLog>>,
 }
 
 impl ModelParts<'_> {
@@ -157,7 +158,7 @@ impl ModelParts<'_> {
                     vs,
                     &self.pools,
                     self.metrics.virtual_server(&vs.name),
-                    config.log.access_log,
+                    self.access_log.clone(),
                     self.tls.remove(&vs.name),
                     (self.generation, shared, self.cell.clone()),
                 ))

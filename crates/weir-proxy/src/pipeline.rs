@@ -125,8 +125,8 @@ async fn serve_request(
         .inc_by(head.raw().len() as u64 + body.received);
     vs.metrics.bytes_sent.inc_by(sent.bytes);
     vs.metrics.latency.record(started.elapsed());
-    if vs.access_log {
-        AccessRecord {
+    if let Some(log) = &vs.access_log {
+        log.write(&AccessRecord {
             virtual_server: &vs.config.name,
             client: client.peer,
             method: lossy(head.method_bytes()),
@@ -139,8 +139,7 @@ async fn serve_request(
             duration: started.elapsed(),
             upstream_duration: Some(response_time),
             error: None,
-        }
-        .emit();
+        });
     }
     Ok(sent.keep_alive)
 }
@@ -214,8 +213,8 @@ async fn answer_failure(
             tracing::warn!(virtual_server = %vs.config.name, client = %client.peer, status, error = %failure.error, "request failed");
         }
     }
-    if vs.access_log && status != 0 {
-        AccessRecord {
+    if let Some(log) = vs.access_log.as_ref().filter(|_| status != 0) {
+        log.write(&AccessRecord {
             virtual_server: &vs.config.name,
             client: client.peer,
             method: head.map_or("-", |h| lossy(h.method_bytes())),
@@ -228,8 +227,7 @@ async fn answer_failure(
             duration: started.elapsed(),
             upstream_duration: None,
             error: Some(kind.as_str()),
-        }
-        .emit();
+        });
     }
     if bytes > 0 {
         client.linger_close().await;

@@ -4,7 +4,7 @@ use std::sync::{Arc, Weak};
 
 use weir_config::{PoolId, VirtualServer};
 use weir_http::{Limits, RequestHead};
-use weir_observe::VirtualServerMetrics;
+use weir_observe::{AccessLog, VirtualServerMetrics};
 use weir_upstream::Pool;
 
 use crate::model::{ModelCell, VirtualServerShared};
@@ -18,7 +18,8 @@ pub struct VirtualServerRuntime {
     pub default_pool: Arc<Pool>,
     pub routes: Vec<(weir_config::Route, Arc<Pool>)>,
     pub metrics: VirtualServerMetrics,
-    pub access_log: bool,
+    /// Where this virtual server's access records go; `None` when `log.access_log` is off.
+    pub access_log: Option<Arc<AccessLog>>,
     pub(crate) head_limits: Limits,
     /// The model this virtual server belongs to.
     pub generation: u64,
@@ -35,7 +36,7 @@ impl VirtualServerRuntime {
         config: &VirtualServer,
         pools: &[Arc<Pool>],
         metrics: VirtualServerMetrics,
-        access_log: bool,
+        access_log: Option<Arc<AccessLog>>,
         tls: Option<Arc<TlsTermination>>,
         model: (u64, Arc<VirtualServerShared>, Weak<ModelCell>),
     ) -> VirtualServerRuntime {

@@ -134,6 +134,7 @@ async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
     }
     // Always handled: SIGHUP's default action would end the process.
     tasks.spawn(reload_on_sighup(proxy.live(), after_drain_signal.clone()));
+    tasks.spawn(access_log_upkeep(proxy.live(), after_drain_signal.clone()));
     let handover = upgrade::Handover {
         live: proxy.live(),
         admin: admin_dup,
@@ -275,6 +276,35 @@ async fn reload_on_sighup(
                 // the workers that serve traffic. The outcome is logged and counted
                 // by the reload itself.
                 let _ = tokio::task::spawn_blocking(move || live.reload_file()).await;
+            }
+        }
+    }
+}
+
+/// Writes the access log out a few times a second, reopens its file on SIGUSR1 (after
+/// logrotate moved it), and writes out the rest when weir stops.
+async fn access_log_upkeep(
+    live: Arc<weir_proxy::Live>,
+    mut stop: weir_core::ShutdownSignal,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut reopen = signal(SignalKind::user_defined1()).context("cannot listen for SIGUSR1")?;
+    let mut flush = tokio::time::interval(std::time::Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            () = stop.triggered() => {
+                live.flush_access_log();
+                return Ok(());
+            }
+            _ = flush.tick() => live.flush_access_log(),
+            received = reopen.recv() => {
+                if received.is_none() {
+                    return Ok(());
+                }
+                match live.reopen_access_log() {
+                    Ok(()) => tracing::info!("SIGUSR1: access log reopened"),
+                    Err(error) => tracing::error!(%error, "SIGUSR1: cannot reopen the access log; still writing to the old file"),
+                }
             }
         }
     }
