@@ -55,7 +55,13 @@ impl Control {
 /// Answers an authorised `/api/...` request.
 pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metrics) -> Response {
     let live = &control.live;
-    let segments: Vec<&str> = request.path.trim_end_matches('/').split('/').collect();
+    let decoded: Vec<String> = request
+        .path
+        .trim_end_matches('/')
+        .split('/')
+        .map(percent_decode)
+        .collect();
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     let result = match (request.method, &segments[..]) {
         (Method::Get | Method::Head, ["", "api", "v1", "config"]) => Ok(Response::json(
             200,
@@ -331,6 +337,31 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
     }
 }
 
+/// A path segment with its `%XX` escapes decoded (a node address is `127.0.0.1%3A80` when
+/// a client escapes it); invalid escapes are kept as written.
+fn percent_decode(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let escaped = (bytes[index] == b'%')
+            .then(|| bytes.get(index + 1..index + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                index += 3;
+            }
+            None => {
+                out.push(bytes[index]);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The weight in a `{"weight": N}` body; the message names the field that is wrong.
 fn weight_body(body: &[u8]) -> Result<u32, String> {
     let value: Value = serde_json::from_slice(body).map_err(|error| {
@@ -378,6 +409,14 @@ fn field_near(body: &[u8], line: usize, column: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn path_segments_are_percent_decoded() {
+        assert_eq!(percent_decode("127.0.0.1%3A80"), "127.0.0.1:80");
+        assert_eq!(percent_decode("%5B%3A%3A1%5D%3a80"), "[::1]:80");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
 
     #[test]
     fn weight_bodies_name_the_field() {
