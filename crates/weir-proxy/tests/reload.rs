@@ -318,3 +318,71 @@ async fn a_listener_already_in_use_refuses_the_whole_candidate() {
         origin.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sessions_resume_across_reloads() {
+    use weir_testkit::tls::{self, ClientOptions, Pki};
+    let pki = Pki::new();
+    let (cert, key) = pki.server("site", &["site.test"], weir_tls::KeyType::EcdsaP256);
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let https = |node: SocketAddr, listen: &str, extra: &str| {
+        format!(
+            "[log]\naccess_log = false\n[pools.web]\nnodes = [{{ address = \"{node}\" }}]\n\
+             [virtual_servers.web]\nlisten = \"{listen}\"\npool = \"web\"\nprotocol = \"https\"\n\
+             [virtual_servers.web.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n{extra}\n",
+            cert.display(),
+            key.display()
+        )
+    };
+    let proxy = TestProxy::start(&https(a.addr, "127.0.0.1:0", "")).await;
+    let listen = proxy.addr.to_string();
+    for options in [
+        ClientOptions {
+            tls13_only: true,
+            ..ClientOptions::default()
+        },
+        ClientOptions {
+            tls12_only: true,
+            ..ClientOptions::default()
+        },
+    ] {
+        let client = tls::client_config(&options);
+        let mut first = tls::connect(proxy.addr, "site.test", &client)
+            .await
+            .unwrap();
+        assert_eq!(tls::get(&mut first, "/").await.unwrap().status, 200);
+        // A reload of the pool (certificates re-read), then one of the TLS settings: the
+        // ticket keys and the session cache carry over both times.
+        proxy
+            .live
+            .apply(parse(&https(b.addr, &listen, "")))
+            .unwrap();
+        let mut second = tls::connect(proxy.addr, "site.test", &client)
+            .await
+            .unwrap();
+        assert!(
+            tls::was_resumed(&second),
+            "{options:?}: after a pool change"
+        );
+        let response = tls::get(&mut second, "/").await.unwrap();
+        assert_eq!(response.header("x-origin"), Some("b"));
+        proxy
+            .live
+            .apply(parse(&https(a.addr, &listen, "handshake_timeout = \"5s\"")))
+            .unwrap();
+        let mut third = tls::connect(proxy.addr, "site.test", &client)
+            .await
+            .unwrap();
+        assert!(tls::was_resumed(&third), "{options:?}: after a TLS change");
+        assert_eq!(tls::get(&mut third, "/").await.unwrap().status, 200);
+        // Back to the first settings for the next client.
+        proxy
+            .live
+            .apply(parse(&https(a.addr, &listen, "")))
+            .unwrap();
+    }
+    proxy.stop().await;
+    a.stop().await;
+    b.stop().await;
+}

@@ -227,9 +227,10 @@ impl NodeState {
         true
     }
 
-    /// Updates the `healthy` gauge from the current state (called by monitors and the reaper).
+    /// Updates the `healthy` gauge from the current state (called by monitors and the reaper):
+    /// health only, so a draining node that is up reads 1.
     pub fn refresh_healthy_gauge(&self, now: Instant) {
-        self.metrics.healthy.set(i64::from(self.is_available(now)));
+        self.metrics.healthy.set(i64::from(self.is_healthy(now)));
     }
 
     fn nanos_since_epoch(&self, now: Instant) -> u64 {
