@@ -293,6 +293,7 @@ impl Live {
             tls,
             shared: &mut control.shared,
             cell: Arc::downgrade(&self.cell),
+            current_generation: self.cell.generation_counter(),
             metrics: &self.metrics,
         }
         .build()

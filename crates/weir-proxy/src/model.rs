@@ -44,8 +44,9 @@ pub struct Model {
 #[derive(Debug)]
 pub(crate) struct ModelCell {
     current: ArcSwap<Model>,
-    /// The current model's generation, readable with one atomic load.
-    generation: AtomicU64,
+    /// The current model's generation, readable with one atomic load; shared with every
+    /// virtual server so that the check for a newer model touches nothing else.
+    generation: Arc<AtomicU64>,
 }
 
 /// The part of a virtual server that outlives models: shared by every generation of the
@@ -84,7 +85,7 @@ impl Model {
 impl ModelCell {
     pub(crate) fn new(model: Model) -> ModelCell {
         ModelCell {
-            generation: AtomicU64::new(model.generation),
+            generation: Arc::new(AtomicU64::new(model.generation)),
             current: ArcSwap::from_pointee(model),
         }
     }
@@ -95,6 +96,11 @@ impl ModelCell {
 
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// The generation counter itself, for virtual servers to watch.
+    pub(crate) fn generation_counter(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.generation)
     }
 
     /// Makes `model` the current one. The generation is published after the model, so a
@@ -126,6 +132,14 @@ impl VirtualServerShared {
     }
 }
 
+/// How a virtual server knows its model and finds newer ones.
+pub(crate) struct ModelLink {
+    pub generation: u64,
+    pub shared: Arc<VirtualServerShared>,
+    pub cell: Weak<ModelCell>,
+    pub current_generation: Arc<AtomicU64>,
+}
+
 /// What a model is built from, besides the config: the pools (already built, with their
 /// carried-over nodes), each HTTPS virtual server's TLS termination, and the shared parts
 /// of the virtual servers that stay.
@@ -138,6 +152,7 @@ pub(crate) struct ModelParts<'a> {
     /// By virtual server name; updated with the shared parts of new virtual servers.
     pub shared: &'a mut HashMap<String, Arc<VirtualServerShared>>,
     pub cell: Weak<ModelCell>,
+    pub current_generation: Arc<AtomicU64>,
     pub metrics: &'a Metrics,
     pub access_log: Option<Arc<AccessLog>>,
 }
@@ -160,7 +175,12 @@ impl ModelParts<'_> {
                     self.metrics.virtual_server(&vs.name),
                     self.access_log.clone(),
                     self.tls.remove(&vs.name),
-                    (self.generation, shared, self.cell.clone()),
+                    ModelLink {
+                        generation: self.generation,
+                        shared,
+                        cell: self.cell.clone(),
+                        current_generation: Arc::clone(&self.current_generation),
+                    },
                 ))
             })
             .collect();

@@ -1,5 +1,6 @@
 //! A virtual server at run time, and the `route` stage: which pool serves a request.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use weir_config::{PoolId, VirtualServer};
@@ -7,7 +8,7 @@ use weir_http::{Limits, RequestHead};
 use weir_observe::{AccessLog, VirtualServerMetrics};
 use weir_upstream::Pool;
 
-use crate::model::{ModelCell, VirtualServerShared};
+use crate::model::{ModelCell, ModelLink, VirtualServerShared};
 use crate::tls::TlsTermination;
 
 /// A virtual server of one model (one generation of the configuration), with its pools
@@ -27,6 +28,8 @@ pub struct VirtualServerRuntime {
     pub(crate) shared: Arc<VirtualServerShared>,
     /// Where newer models appear (weak: a model must not keep the cell alive).
     pub(crate) cell: Weak<ModelCell>,
+    /// The generation serving now (the cell's counter).
+    current_generation: Arc<AtomicU64>,
     /// TLS termination, on an HTTPS virtual server.
     pub tls: Option<Arc<TlsTermination>>,
 }
@@ -38,14 +41,14 @@ impl VirtualServerRuntime {
         metrics: VirtualServerMetrics,
         access_log: Option<Arc<AccessLog>>,
         tls: Option<Arc<TlsTermination>>,
-        model: (u64, Arc<VirtualServerShared>, Weak<ModelCell>),
+        link: ModelLink,
     ) -> VirtualServerRuntime {
         let pool = |PoolId(index): PoolId| Arc::clone(&pools[index]);
-        let (generation, shared, cell) = model;
         VirtualServerRuntime {
-            generation,
-            shared,
-            cell,
+            generation: link.generation,
+            shared: link.shared,
+            cell: link.cell,
+            current_generation: link.current_generation,
             default_pool: pool(config.default_pool),
             routes: config
                 .routes
@@ -67,10 +70,10 @@ impl VirtualServerRuntime {
     /// (`None` when this one is current, or when a reload removed it). A kept-alive
     /// connection calls it before each request; the check is one atomic load.
     pub(crate) fn newer(&self) -> Option<Arc<VirtualServerRuntime>> {
-        let cell = self.cell.upgrade()?;
-        if cell.generation() == self.generation {
+        if self.current_generation.load(Ordering::Acquire) == self.generation {
             return None;
         }
+        let cell = self.cell.upgrade()?;
         cell.current().virtual_server(&self.config.name).cloned()
     }
 
