@@ -21,6 +21,7 @@
 //! assert!(diff.listeners.added.is_empty());
 //! ```
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use serde::Serialize;
@@ -128,15 +129,17 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         listeners: listener_changes(old, new),
         ..ConfigDiff::default()
     };
+    let old_pools: HashMap<&str, &Pool> = old.pools.iter().map(|p| (p.name.as_str(), p)).collect();
+    let new_pools: HashMap<&str, &Pool> = new.pools.iter().map(|p| (p.name.as_str(), p)).collect();
     for pool in &new.pools {
-        let before = old.pools.iter().find(|p| p.name == pool.name);
+        let before = old_pools.get(pool.name.as_str());
         let before_nodes = before.map_or(&[][..], |p| &p.nodes[..]);
         result
             .nodes
             .extend(node_changes(&pool.name, before_nodes, &pool.nodes));
     }
     for pool in &old.pools {
-        if !new.pools.iter().any(|p| p.name == pool.name) {
+        if !new_pools.contains_key(pool.name.as_str()) {
             result
                 .nodes
                 .extend(node_changes(&pool.name, &pool.nodes, &[]));
@@ -255,8 +258,10 @@ impl Named for Pool {
 
 fn named_changes<T: Named>(old: &[T], new: &[T], keys: impl Fn(&T, &T) -> Vec<String>) -> Changes {
     let mut changes = Changes::default();
+    let old_by_name: HashMap<&str, &T> = old.iter().map(|o| (o.name(), o)).collect();
+    let new_names: std::collections::HashSet<&str> = new.iter().map(|n| n.name()).collect();
     for item in new {
-        match old.iter().find(|o| o.name() == item.name()) {
+        match old_by_name.get(item.name()) {
             None => changes.added.push(item.name().to_owned()),
             Some(before) => {
                 let keys = keys(before, item);
@@ -270,7 +275,7 @@ fn named_changes<T: Named>(old: &[T], new: &[T], keys: impl Fn(&T, &T) -> Vec<St
         }
     }
     for item in old {
-        if !new.iter().any(|n| n.name() == item.name()) {
+        if !new_names.contains(item.name()) {
             changes.removed.push(item.name().to_owned());
         }
     }
@@ -385,22 +390,26 @@ fn node_changes(pool: &str, old: &[Node], new: &[Node]) -> Vec<NodeChange> {
 fn listener_changes(old: &Config, new: &Config) -> ListenerChanges {
     let before = listeners(old);
     let after = listeners(new);
+    let before_by_address: HashMap<SocketAddr, (&str, u32)> =
+        before.iter().map(|&(a, n, b)| (a, (n, b))).collect();
+    let after_addresses: std::collections::HashSet<SocketAddr> =
+        after.iter().map(|&(a, _, _)| a).collect();
     let listener = |address: SocketAddr, name: &str| Listener {
         address,
         virtual_server: name.to_owned(),
     };
     let mut changes = ListenerChanges::default();
     for &(address, name, backlog) in &after {
-        match before.iter().find(|(a, _, _)| *a == address) {
+        match before_by_address.get(&address) {
             None => changes.added.push(listener(address, name)),
-            Some(&(_, old_name, old_backlog)) if old_name != name || old_backlog != backlog => {
+            Some(&(old_name, old_backlog)) if old_name != name || old_backlog != backlog => {
                 changes.rebound.push(listener(address, name));
             }
             Some(_) => {}
         }
     }
     for &(address, name, _) in &before {
-        if !after.iter().any(|(a, _, _)| *a == address) {
+        if !after_addresses.contains(&address) {
             changes.removed.push(listener(address, name));
         }
     }

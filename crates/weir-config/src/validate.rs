@@ -62,8 +62,9 @@ enum Zero {
 #[derive(Default)]
 struct Checker {
     problems: Vec<Problem>,
-    /// Every listen address seen so far, with where it was written.
-    listeners: Vec<(SocketAddr, KeyPath)>,
+    /// Every listen address seen so far, with where it was written, by port (only
+    /// listeners on the same port can clash; a thousand virtual servers check fast).
+    listeners: HashMap<u16, Vec<(SocketAddr, KeyPath)>>,
     /// Every valid node address, with its pool and where it was written.
     nodes: Vec<(PoolId, SocketAddr, KeyPath)>,
 }
@@ -407,7 +408,9 @@ impl Checker {
         };
         let clash = self
             .listeners
-            .iter()
+            .get(&address.port())
+            .into_iter()
+            .flatten()
             .find(|(other, _)| values::listeners_clash(address, *other))
             .map(|(other, other_path)| (*other, other_path.clone()));
         match clash {
@@ -419,7 +422,11 @@ impl Checker {
                 path,
                 format!("address {address} overlaps {other} of {other_path}"),
             ),
-            None => self.listeners.push((address, path.clone())),
+            None => self
+                .listeners
+                .entry(address.port())
+                .or_default()
+                .push((address, path.clone())),
         }
         Some(address)
     }
@@ -612,19 +619,30 @@ impl Checker {
     /// A node that is one of weir's own listeners for a virtual server that sends to
     /// the same pool would forward requests to itself forever.
     fn node_loops(&mut self, servers: &[VirtualServer]) {
+        // Only a node on a listener's port can loop: index the listeners by port first.
+        let mut by_port: HashMap<u16, Vec<(SocketAddr, &VirtualServer)>> = HashMap::new();
+        for server in servers {
+            for listen in &server.listen {
+                by_port
+                    .entry(listen.port())
+                    .or_default()
+                    .push((*listen, server));
+            }
+        }
         let mut loops = Vec::new();
         for (pool, address, path) in &self.nodes {
-            let looping = servers.iter().find(|server| {
-                let uses_pool =
-                    server.default_pool == *pool || server.routes.iter().any(|r| r.pool == *pool);
-                uses_pool
-                    && server.listen.iter().any(|listen| {
-                        listen == address
-                            || (listen.ip().is_unspecified()
-                                && listen.port() == address.port()
-                                && address.ip().is_loopback())
-                    })
-            });
+            let looping = by_port
+                .get(&address.port())
+                .into_iter()
+                .flatten()
+                .find(|(listen, server)| {
+                    let uses_pool = server.default_pool == *pool
+                        || server.routes.iter().any(|r| r.pool == *pool);
+                    uses_pool
+                        && (listen == address
+                            || (listen.ip().is_unspecified() && address.ip().is_loopback()))
+                })
+                .map(|(_, server)| server);
             if let Some(server) = looping {
                 loops.push(Problem {
                     path: path.clone(),

@@ -1,7 +1,7 @@
 //! Listeners: bind every address up front, the accept → admit stages, and the set of
 //! listening sockets a reload diffs (added, removed, re-bound) rather than rebuilds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -262,24 +262,26 @@ impl Listeners {
         Ok(())
     }
 
-    /// Whether `address` (as configured) is served now: by a listener configured with
-    /// it, or one whose port 0 was resolved to it.
-    pub(crate) fn contains(&self, address: SocketAddr) -> bool {
+    /// The addresses served now, as configured and as bound (a port 0 resolved): a
+    /// candidate's listen address in this set needs no new socket.
+    pub(crate) fn served(&self) -> HashSet<SocketAddr> {
         self.entries
             .iter()
-            .any(|(configured, entry)| *configured == address || entry.local == address)
+            .flat_map(|(configured, entry)| [*configured, entry.local])
+            .collect()
     }
 
     /// Makes the set of listeners match `config`'s: listeners of addresses no longer
     /// configured stop accepting and close; those that stay serve the virtual server the
     /// config gives them, with its backlog. Added ones are started with [`Self::start`].
     pub(crate) fn retain_and_rebind(&mut self, config: &Config) {
-        let wanted = weir_config::diff::listeners(config);
+        let wanted: HashMap<SocketAddr, (&str, u32)> = weir_config::diff::listeners(config)
+            .into_iter()
+            .map(|(address, name, backlog)| (address, (name, backlog)))
+            .collect();
         self.entries.retain(|address, entry| {
-            let found = wanted
-                .iter()
-                .find(|(a, _, _)| a == address || *a == entry.local);
-            let Some(&(_, name, backlog)) = found else {
+            let found = wanted.get(address).or_else(|| wanted.get(&entry.local));
+            let Some(&(name, backlog)) = found else {
                 tracing::info!(listen = %entry.local, "listener removed");
                 entry.stop.trigger();
                 return false;

@@ -115,13 +115,7 @@ enum StagedTls {
 impl Live {
     /// The first model (generation 1), from a validated config: reads every file it names.
     pub(crate) fn build(config: Config, metrics: &Arc<Metrics>) -> Result<Arc<Live>, ConfigError> {
-        let empty = Model {
-            generation: 0,
-            config: Arc::new(config.clone()),
-            pools: Vec::new(),
-            virtual_servers: Vec::new(),
-            loaded_at: SystemTime::now(),
-        };
+        let empty = Model::empty(config.clone());
         let mut staged = stage(&empty, &config, metrics, None)?;
         let live = Arc::new(Live {
             cell: Arc::new(ModelCell::new(empty)),
@@ -565,10 +559,11 @@ fn check_files(
 
 /// Binds the listen addresses `candidate` adds. On error, those bound are closed again.
 fn bind_added(candidate: &Config, listeners: &Listeners) -> Result<Vec<Bound>, ConfigError> {
+    let served = listeners.served();
     let mut bound = Vec::new();
     for vs in &candidate.virtual_servers {
         for (index, &address) in vs.listen.iter().enumerate() {
-            if listeners.contains(address) {
+            if served.contains(&address) {
                 continue;
             }
             let socket = bind_tcp(address, vs.backlog).map_err(|error| {

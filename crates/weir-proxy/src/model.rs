@@ -38,6 +38,14 @@ pub struct Model {
     pub virtual_servers: Vec<Arc<VirtualServerRuntime>>,
     /// When this model began serving (or was built, before it did).
     pub loaded_at: SystemTime,
+    /// Positions in `virtual_servers` and `pools`, by name.
+    index: Index,
+}
+
+#[derive(Debug, Default)]
+struct Index {
+    virtual_servers: HashMap<String, usize>,
+    pools: HashMap<String, usize>,
 }
 
 /// Holds the current model.
@@ -64,13 +72,24 @@ impl Model {
     /// The virtual server called `name`.
     pub fn virtual_server(&self, name: &str) -> Option<&Arc<VirtualServerRuntime>> {
         self.virtual_servers
-            .iter()
-            .find(|vs| vs.config.name == name)
+            .get(*self.index.virtual_servers.get(name)?)
     }
 
     /// The pool called `name`.
     pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
-        self.pools.iter().find(|pool| pool.name == name)
+        self.pools.get(*self.index.pools.get(name)?)
+    }
+
+    /// The model before the first: nothing serves, nothing to carry over.
+    pub(crate) fn empty(config: Config) -> Model {
+        Model {
+            generation: 0,
+            config: Arc::new(config),
+            pools: Vec::new(),
+            virtual_servers: Vec::new(),
+            loaded_at: SystemTime::now(),
+            index: Index::default(),
+        }
     }
 
     /// TLS termination of every HTTPS virtual server.
@@ -184,12 +203,27 @@ impl ModelParts<'_> {
                 ))
             })
             .collect();
+        let virtual_servers: Vec<Arc<VirtualServerRuntime>> = virtual_servers;
+        let index = Index {
+            virtual_servers: virtual_servers
+                .iter()
+                .enumerate()
+                .map(|(i, vs)| (vs.config.name.clone(), i))
+                .collect(),
+            pools: self
+                .pools
+                .iter()
+                .enumerate()
+                .map(|(i, pool)| (pool.name.clone(), i))
+                .collect(),
+        };
         Model {
             generation: self.generation,
             config,
             pools: self.pools,
             virtual_servers,
             loaded_at: SystemTime::now(),
+            index,
         }
     }
 }
