@@ -68,7 +68,8 @@ struct Running {
 pub struct Applied {
     pub generation: u64,
     pub diff: ConfigDiff,
-    /// From the start of the reload to the new model serving.
+    /// From the start of the reload (before the file was read, for a reload of the file)
+    /// to the new model serving.
     pub duration: Duration,
 }
 
@@ -170,8 +171,10 @@ impl Live {
         Ok(weir_config::diff::diff(&current.config, candidate))
     }
 
-    /// Re-reads the file the running config came from and applies it.
+    /// Re-reads the file the running config came from and applies it. The duration
+    /// reported counts from before the file is read.
     pub fn reload_file(&self) -> Result<Applied, ReloadError> {
+        let started = Instant::now();
         let path = self.current().config.source.clone();
         let Some(path) = path else {
             let error = ReloadError::NoFile;
@@ -179,7 +182,7 @@ impl Live {
             return Err(error);
         };
         match weir_config::load_file(&path) {
-            Ok(config) => self.apply(config),
+            Ok(config) => self.apply_started(config, started),
             Err(error) => {
                 let error = ReloadError::Config(error);
                 self.record(&mut self.lock(), Err(&error));
@@ -190,7 +193,10 @@ impl Live {
 
     /// Applies a validated candidate: stage (may refuse it), then commit.
     pub fn apply(&self, candidate: Config) -> Result<Applied, ReloadError> {
-        let started = Instant::now();
+        self.apply_started(candidate, Instant::now())
+    }
+
+    fn apply_started(&self, candidate: Config, started: Instant) -> Result<Applied, ReloadError> {
         let mut control = self.lock();
         let result = self.apply_locked(&mut control, candidate, started);
         self.record(&mut control, result.as_ref().map_err(|e| &**e));
