@@ -152,11 +152,13 @@ impl Cache {
             RequestDirectives::default()
         };
         let method = request.method();
-        let coding = compression.map_or(Coding::Identity, |compression| {
-            compression.choose(&AcceptEncoding::parse(
-                request.header_values("accept-encoding"),
-            ))
-        });
+        // A client's no-transform forbids weir to compress its response.
+        let coding = match compression {
+            Some(compression) if !directives.no_transform => compression.choose(
+                &AcceptEncoding::parse(request.header_values("accept-encoding")),
+            ),
+            _ => Coding::Identity,
+        };
         let mut exchange = Exchange::new(ExchangeKind::Pass, now, directives, coding);
         if method != b"GET" && method != b"HEAD" {
             return Lookup::Forward(exchange);
