@@ -318,3 +318,228 @@ impl Checker {
         kept
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::model::*;
+    use crate::parse_str;
+
+    /// A valid file with `tables` after `[virtual_servers.web]` and a route.
+    fn file(tables: &str) -> String {
+        format!(
+            "[virtual_servers.web]\nlisten = \"127.0.0.1:8080\"\npool = \"web\"\n\
+             [[virtual_servers.web.routes]]\npath_prefix = \"/api/\"\npool = \"web\"\n\
+             [pools.web]\nnodes = [{{ address = \"127.0.0.1:8081\" }}]\n{tables}"
+        )
+    }
+
+    fn valid(tables: &str) -> Config {
+        parse_str(&file(tables), "t.toml")
+            .unwrap_or_else(|error| panic!("expected valid, got:\n{error}"))
+    }
+
+    /// Every error line for `tables`.
+    fn errors(tables: &str) -> Vec<String> {
+        match parse_str(&file(tables), "t.toml") {
+            Ok(_) => panic!("expected errors for:\n{tables}"),
+            Err(error) => error.to_string().lines().map(str::to_owned).collect(),
+        }
+    }
+
+    #[test]
+    fn absent_tables_cache_and_compress_nothing() {
+        let config = valid("");
+        let server = &config.virtual_servers[0];
+        assert_eq!(server.cache, None);
+        assert_eq!(server.content, ContentPolicy::default());
+        assert_eq!(server.routes[0].content, ContentPolicy::default());
+    }
+
+    #[test]
+    fn empty_tables_take_the_defaults() {
+        let config = valid("[virtual_servers.web.cache]\n[virtual_servers.web.compression]\n");
+        let server = &config.virtual_servers[0];
+        let store = server.cache.as_ref().unwrap();
+        assert_eq!((store.size, store.max_object_size), (256 << 20, 8 << 20));
+        assert!(store.purge_from.is_empty() && store.status_header.is_none());
+        assert_eq!(server.content.cache, Some(CacheRules::default()));
+        assert_eq!(server.content.compression, Some(Compression::default()));
+        // Routes inherit the virtual server's policy.
+        assert_eq!(server.routes[0].content, server.content);
+    }
+
+    #[test]
+    fn every_key_converts() {
+        let config = valid(
+            "[virtual_servers.web.cache]\nsize = \"64MiB\"\nmax_object_size = \"1MiB\"\n\
+             purge_from = [\"10.0.0.0/8\", \"::1\"]\nstatus_header = \"X-Cache\"\n\
+             heuristic_percent = 10\nheuristic_max = \"1h\"\nstale_while_revalidate = \"30s\"\n\
+             stale_if_error = \"10m\"\nset_cookie = \"strip\"\nrequest_cache_control = false\n\
+             coalesce = false\ncoalesce_timeout = \"2s\"\ncoalesce_max_waiters = 10\n\
+             [virtual_servers.web.compression]\nalgorithms = [\"gzip\", \"brotli\"]\n\
+             min_size = 0\ncontent_types = [\"Text/HTML\", \"application/*\"]\n\
+             gzip_level = 9\nbrotli_level = 11\nzstd_level = 19\n",
+        );
+        let server = &config.virtual_servers[0];
+        let store = server.cache.as_ref().unwrap();
+        assert_eq!((store.size, store.max_object_size), (64 << 20, 1 << 20));
+        assert_eq!(
+            store.purge_from,
+            ["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()]
+        );
+        assert_eq!(store.status_header.as_deref(), Some("X-Cache"));
+        assert_eq!(
+            server.content.cache,
+            Some(CacheRules {
+                heuristic_percent: 10,
+                heuristic_max: Duration::from_secs(3600),
+                stale_while_revalidate: Duration::from_secs(30),
+                stale_if_error: Duration::from_secs(600),
+                set_cookie: SetCookieRule::Strip,
+                request_cache_control: false,
+                coalesce: false,
+                coalesce_timeout: Duration::from_secs(2),
+                coalesce_max_waiters: 10,
+            })
+        );
+        assert_eq!(
+            server.content.compression,
+            Some(Compression {
+                algorithms: vec![CompressionAlgorithm::Gzip, CompressionAlgorithm::Brotli],
+                min_size: 0,
+                content_types: vec!["text/html".into(), "application/*".into()],
+                gzip_level: 9,
+                brotli_level: 11,
+                zstd_level: 19,
+            })
+        );
+    }
+
+    #[test]
+    fn routes_override_key_by_key() {
+        let config = valid(
+            "[virtual_servers.web.cache]\nstale_if_error = \"1m\"\n\
+             [virtual_servers.web.compression]\nmin_size = 10\n\
+             [virtual_servers.web.routes.cache]\nstale_while_revalidate = \"5s\"\n\
+             [virtual_servers.web.routes.compression]\nenabled = false\n",
+        );
+        let server = &config.virtual_servers[0];
+        let route = server.routes[0].content.cache.as_ref().unwrap();
+        assert_eq!(route.stale_if_error, Duration::from_secs(60), "inherited");
+        assert_eq!(
+            route.stale_while_revalidate,
+            Duration::from_secs(5),
+            "overridden"
+        );
+        assert_eq!(server.routes[0].content.compression, None);
+        assert_eq!(server.content.compression.as_ref().unwrap().min_size, 10);
+
+        let off = valid(
+            "[virtual_servers.web.cache]\n[virtual_servers.web.routes.cache]\nenabled = false\n",
+        );
+        assert_eq!(off.virtual_servers[0].routes[0].content.cache, None);
+        // Compression alone needs no store.
+        let compress_route = valid("[virtual_servers.web.routes.compression]\n");
+        assert!(
+            compress_route.virtual_servers[0].routes[0]
+                .content
+                .compression
+                .is_some()
+        );
+        assert!(
+            compress_route.virtual_servers[0]
+                .content
+                .compression
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line_and_key() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "[virtual_servers.web.cache]\nsize = \"1KiB\"\n",
+                "t.toml:10: virtual_servers.web.cache.size: must be at least 1MiB",
+            ),
+            (
+                "[virtual_servers.web.cache]\nsize = \"16MiB\"\nmax_object_size = \"8MiB\"\n",
+                "t.toml:11: virtual_servers.web.cache.max_object_size: must be at most a quarter of size",
+            ),
+            (
+                "[virtual_servers.web.cache]\npurge_from = [\"10.0.0.0/40\"]\n",
+                "t.toml:10: virtual_servers.web.cache.purge_from[0]: invalid network \"10.0.0.0/40\"",
+            ),
+            (
+                "[virtual_servers.web.cache]\nstatus_header = \"X Cache\"\n",
+                "virtual_servers.web.cache.status_header: \"X Cache\" is not a valid header name",
+            ),
+            (
+                "[virtual_servers.web.cache]\nheuristic_percent = 101\n",
+                "virtual_servers.web.cache.heuristic_percent: must be between 0 and 100",
+            ),
+            (
+                "[virtual_servers.web.cache]\nset_cookie = \"keep\"\n",
+                "virtual_servers.web.cache.set_cookie: invalid value \"keep\"",
+            ),
+            (
+                "[virtual_servers.web.cache]\ncoalesce_timeout = \"0s\"\n",
+                "virtual_servers.web.cache.coalesce_timeout: must be longer than zero",
+            ),
+            (
+                "[virtual_servers.web.cache]\ncoalesce_max_waiters = 0\n",
+                "virtual_servers.web.cache.coalesce_max_waiters: must be between 1 and 1000000",
+            ),
+            (
+                "[virtual_servers.web.cache]\nttl = \"5s\"\n",
+                "t.toml:10: virtual_servers.web.cache.ttl: unknown key",
+            ),
+            (
+                "[virtual_servers.web.routes.cache]\n",
+                "t.toml:9: virtual_servers.web.routes[0].cache: caching a route needs the virtual server's cache table",
+            ),
+            (
+                "[virtual_servers.web.cache]\n[virtual_servers.web.routes.cache]\nsize = \"1GiB\"\n",
+                "virtual_servers.web.routes[0].cache.size: set this on the virtual server's cache table",
+            ),
+            (
+                "[virtual_servers.web.compression]\nalgorithms = [\"lzma\"]\n",
+                "t.toml:10: virtual_servers.web.compression.algorithms[0]: unknown algorithm \"lzma\"",
+            ),
+            (
+                "[virtual_servers.web.compression]\nalgorithms = [\"gzip\", \"gzip\"]\n",
+                "virtual_servers.web.compression.algorithms[1]: \"gzip\" is listed twice",
+            ),
+            (
+                "[virtual_servers.web.compression]\nalgorithms = []\n",
+                "virtual_servers.web.compression.algorithms: list at least one",
+            ),
+            (
+                "[virtual_servers.web.compression]\ncontent_types = [\"html\"]\n",
+                "virtual_servers.web.compression.content_types[0]: invalid media type \"html\"",
+            ),
+            (
+                "[virtual_servers.web.compression]\ngzip_level = 10\n",
+                "virtual_servers.web.compression.gzip_level: must be between 1 and 9",
+            ),
+            (
+                "[virtual_servers.web.compression]\nbrotli_level = 12\n",
+                "virtual_servers.web.compression.brotli_level: must be between 0 and 11",
+            ),
+            (
+                "[virtual_servers.web.compression]\nzstd_level = 0\n",
+                "virtual_servers.web.compression.zstd_level: must be between 1 and 19",
+            ),
+        ];
+        for (tables, expected) in cases {
+            let lines = errors(tables);
+            assert_eq!(lines.len(), 1, "{tables}: {lines:#?}");
+            assert!(
+                lines[0].contains(expected),
+                "{tables}: expected {expected:?}, got {:?}",
+                lines[0]
+            );
+        }
+    }
+}
