@@ -83,7 +83,7 @@ fn measure(
     loop {
         let mut round_out = 0;
         for file in corpus {
-            let mut compressor = Compressor::new(coding, levels, None)
+            let mut compressor = Compressor::new(coding, levels, Some(file.len() as u64), None)
                 .unwrap_or_else(|error| fail(&format!("{coding:?}: {error}")))
                 .unwrap_or_else(|| fail("identity has no encoder"));
             for chunk in file.chunks(CHUNK) {

@@ -333,7 +333,7 @@ impl Cache {
         let compressor = if request.method() == b"HEAD" {
             None
         } else {
-            self.compressor(coding, compression)
+            self.compressor(coding, compression, content_length(response))
         };
         Forward {
             edits: Some(HeadEdits { coding }),
@@ -346,10 +346,11 @@ impl Cache {
         &self,
         coding: Coding,
         compression: Option<&CompressionPolicy>,
+        size: Option<u64>,
     ) -> Option<Compressor> {
         let levels = compression?.levels;
         // Building an encoder only fails when zstd cannot allocate its context.
-        Compressor::new(coding, levels, self.compression.of(coding.label()))
+        Compressor::new(coding, levels, size, self.compression.of(coding.label()))
             .ok()
             .flatten()
     }
@@ -384,7 +385,7 @@ impl Cache {
                     Coding::Identity
                 };
                 fill.edits = eligible.then_some(HeadEdits { coding });
-                fill.compressor = self.compressor(coding, compression);
+                fill.compressor = self.compressor(coding, compression, content_length(response));
                 fill.limit = policy.max_object_size;
                 let declared = content_length(response);
                 fill.begin(pending, declared, request, now);

@@ -4,7 +4,7 @@
 //! coalescing; purge by URL, prefix, tag and ban; gzip, brotli and zstd.
 //!
 //! The pipeline calls it at two stages, whichever protocol carried the
-//! request (both read it through [`RequestView`] / [`ResponseView`]):
+//! request (it reads the heads through [`RequestView`] / [`ResponseView`]):
 //!
 //! - `cache_lookup` (after routing, before select): [`Cache::lookup_coalesced`]
 //!   gives a [`Lookup`]: answer a [`Hit`], or forward an [`Exchange`] to the node.
@@ -70,4 +70,4 @@ pub use hit::{Answer, CacheStatus, Framing, Hit, HitBody};
 pub use object::{BodyAborted, BodyReader, Rope};
 pub use policy::{CachePolicy, SetCookie};
 pub use purge::{BanInfo, PurgeError, PurgeMethod, purge_method};
-pub use view::{Http1Request, HttpRequest, RequestView, ResponseView, Scheme};
+pub use view::{Http1Request, RequestView, ResponseView, Scheme};

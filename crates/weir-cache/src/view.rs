@@ -1,6 +1,6 @@
 //! Borrowed views of a request and a response: what the cache reads, and no
-//! more, so that the HTTP/1.1 codec's heads and the `http` crate's types (what
-//! HTTP/2 carries) both feed it without a conversion.
+//! more. weir-http's heads implement them (HTTP/2 streams are normalised into
+//! the same heads at the codec boundary), and so do the owned test messages.
 
 use weir_http::{RequestHead, ResponseHead};
 
@@ -109,89 +109,6 @@ impl ResponseView for ResponseHead {
     }
 }
 
-/// An `http` crate request head (what an HTTP/2 server hands over): the URI
-/// carries scheme and authority when the client sent them; `scheme` is used
-/// otherwise, and `Host` stands in for a missing authority.
-#[derive(Debug, Clone, Copy)]
-pub struct HttpRequest<'a> {
-    pub parts: &'a http::request::Parts,
-    pub scheme: Scheme,
-}
-
-impl RequestView for HttpRequest<'_> {
-    fn method(&self) -> &[u8] {
-        self.parts.method.as_str().as_bytes()
-    }
-
-    fn scheme(&self) -> Scheme {
-        match self.parts.uri.scheme_str() {
-            Some("https") => Scheme::Https,
-            Some("http") => Scheme::Http,
-            _ => self.scheme,
-        }
-    }
-
-    fn authority(&self) -> Option<&[u8]> {
-        match self.parts.uri.authority() {
-            Some(authority) => Some(authority.as_str().as_bytes()),
-            None => self
-                .parts
-                .headers
-                .get(http::header::HOST)
-                .map(|value| value.as_bytes()),
-        }
-    }
-
-    fn path_and_query(&self) -> &[u8] {
-        self.parts
-            .uri
-            .path_and_query()
-            .map_or(b"/", |pq| pq.as_str().as_bytes())
-    }
-
-    fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.parts
-            .headers
-            .iter()
-            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()))
-    }
-
-    fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
-        self.parts
-            .headers
-            .get_all(name)
-            .iter()
-            .map(|value| value.as_bytes())
-    }
-
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.parts.headers.get(name).map(|value| value.as_bytes())
-    }
-}
-
-impl ResponseView for http::response::Parts {
-    fn status(&self) -> u16 {
-        self.status.as_u16()
-    }
-
-    fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.headers
-            .iter()
-            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()))
-    }
-
-    fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
-        self.headers
-            .get_all(name)
-            .iter()
-            .map(|value| value.as_bytes())
-    }
-
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers.get(name).map(|value| value.as_bytes())
-    }
-}
-
 /// Comma-separated list elements across every field of a name, trimmed,
 /// empty elements skipped (RFC 9110 §5.6.1). Quoted commas are respected.
 pub(crate) fn list_elements<'a>(
@@ -281,33 +198,6 @@ mod tests {
             scheme: Scheme::Http,
         };
         assert_eq!(view.path_and_query(), b"/");
-    }
-
-    #[test]
-    fn http_crate_views() {
-        let request = http::Request::get("https://h.example/x?y")
-            .header("accept-encoding", "gzip")
-            .header("Accept-Encoding", "br")
-            .body(())
-            .unwrap();
-        let (parts, ()) = request.into_parts();
-        let view = HttpRequest {
-            parts: &parts,
-            scheme: Scheme::Http,
-        };
-        assert_eq!(view.scheme(), Scheme::Https);
-        assert_eq!(view.authority(), Some(&b"h.example"[..]));
-        assert_eq!(view.path_and_query(), b"/x?y");
-        assert_eq!(view.header_values("Accept-Encoding").count(), 2);
-
-        let response = http::Response::builder()
-            .status(404)
-            .header("etag", "\"a\"")
-            .body(())
-            .unwrap();
-        let (parts, ()) = response.into_parts();
-        assert_eq!(ResponseView::status(&parts), 404);
-        assert_eq!(ResponseView::header(&parts, "ETag"), Some(&b"\"a\""[..]));
     }
 
     #[test]

@@ -64,28 +64,47 @@ impl std::fmt::Debug for Compressor {
 }
 
 impl Compressor {
-    /// An encoder for `coding` (`None` for identity). `counters` are the
+    /// An encoder for `coding` (`None` for identity). `size` is the input's
+    /// length when known (a declared `Content-Length`): brotli and zstd then
+    /// size their windows and tables to it, which makes small bodies much
+    /// cheaper; the input must then be exactly that long. `counters` are the
     /// bytes-in and bytes-out counters of this algorithm.
     pub fn new(
         coding: Coding,
         levels: Levels,
+        size: Option<u64>,
         counters: Option<(Counter, Counter)>,
     ) -> io::Result<Option<Compressor>> {
+        // The smallest window holding the whole input, within 2^10..=2^20.
+        let window_log = size.map_or(WINDOW_LOG, |size| {
+            (u64::BITS - size.max(1).saturating_sub(1).leading_zeros()).clamp(10, WINDOW_LOG)
+        });
         let inner = match coding {
             Coding::Identity => return Ok(None),
             Coding::Gzip => Inner::Gzip(GzEncoder::new(
                 Vec::new(),
                 Compression::new(levels.gzip.min(9)),
             )),
-            Coding::Brotli => Inner::Brotli(Box::new(brotli::CompressorWriter::new(
-                Vec::new(),
-                16 * 1024,
-                levels.brotli.min(11),
-                WINDOW_LOG,
-            ))),
+            Coding::Brotli => {
+                let mut params = brotli::enc::BrotliEncoderParams {
+                    quality: levels.brotli.min(11) as i32,
+                    lgwin: window_log as i32,
+                    size_hint: size.map_or(0, |size| usize::try_from(size).unwrap_or(0)),
+                    ..brotli::enc::BrotliEncoderParams::default()
+                };
+                params.mode = brotli::enc::backward_references::BrotliEncoderMode::BROTLI_MODE_TEXT;
+                Inner::Brotli(Box::new(brotli::CompressorWriter::with_params(
+                    Vec::new(),
+                    16 * 1024,
+                    &params,
+                )))
+            }
             Coding::Zstd => {
                 let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), levels.zstd)?;
-                encoder.window_log(WINDOW_LOG)?;
+                encoder.window_log(window_log)?;
+                if size.is_some() {
+                    encoder.set_pledged_src_size(size)?;
+                }
                 Inner::Zstd(encoder)
             }
         };
@@ -189,12 +208,17 @@ mod tests {
     #[test]
     fn every_coding_round_trips_chunk_by_chunk() {
         let input = sample();
-        for coding in Coding::COMPRESSED {
+        let sizes = [None, Some(input.len() as u64)];
+        for (coding, size) in Coding::COMPRESSED
+            .into_iter()
+            .flat_map(|c| sizes.map(|s| (c, s)))
+        {
             let bytes_in = Counter::default();
             let bytes_out = Counter::default();
             let mut compressor = Compressor::new(
                 coding,
                 Levels::default(),
+                size,
                 Some((bytes_in.clone(), bytes_out.clone())),
             )
             .unwrap()
@@ -224,7 +248,7 @@ mod tests {
     #[test]
     fn flush_makes_a_prefix_decodable() {
         for coding in [Coding::Gzip, Coding::Zstd, Coding::Brotli] {
-            let mut compressor = Compressor::new(coding, Levels::default(), None)
+            let mut compressor = Compressor::new(coding, Levels::default(), None, None)
                 .unwrap()
                 .unwrap();
             let mut output = compressor.push(b"data: hello\n\n").unwrap().to_vec();
@@ -257,7 +281,7 @@ mod tests {
     #[test]
     fn identity_needs_no_encoder() {
         assert!(
-            Compressor::new(Coding::Identity, Levels::default(), None)
+            Compressor::new(Coding::Identity, Levels::default(), None, None)
                 .unwrap()
                 .is_none()
         );
