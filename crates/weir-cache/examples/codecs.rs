@@ -3,7 +3,8 @@
 //! repository's Rust sources and Markdown).
 //!
 //! Usage: `codecs [--seconds N] FILE...`. Each file is compressed as one
-//! response body, in 16 KiB chunks as the pipeline would push them, through
+//! response body (then the whole corpus as one body, to show the encoders
+//! without their per-response set-up), in 16 KiB chunks as the pipeline would push them, through
 //! weir's `Compressor`; rounds repeat until N seconds of CPU time (default 2)
 //! have been spent. Speed is input bytes per CPU second of this process,
 //! read from /proc/self/stat, so other load on the machine does not count.
@@ -44,28 +45,35 @@ fn main() {
         corpus.iter().map(Vec::len).max().unwrap_or(0) as f64 / 1e3,
         CHUNK / 1024
     );
-    println!(
-        "{:<8} {:>5} {:>12} {:>10} {:>14} {:>14}",
-        "codec", "level", "out MB", "reduction", "MB/s per core", "MB/s wall"
-    );
-    for coding in [Coding::Gzip, Coding::Brotli, Coding::Zstd] {
-        let level = match coding {
-            Coding::Gzip => levels.gzip as i32,
-            Coding::Brotli => levels.brotli as i32,
-            Coding::Zstd => levels.zstd,
-            Coding::Identity => 0,
-        };
-        let (out, rounds, cpu, wall) = measure(coding, levels, &corpus, seconds);
-        let input = (total * rounds) as f64;
+    let whole = vec![corpus.concat()];
+    for (label, bodies) in [
+        ("one response per file", &corpus),
+        ("the corpus as one stream", &whole),
+    ] {
+        println!("\n{label}:");
         println!(
-            "{:<8} {:>5} {:>12.3} {:>9.1}% {:>14.1} {:>14.1}",
-            coding.token(),
-            level,
-            out as f64 / 1e6,
-            100.0 * (1.0 - out as f64 / total as f64),
-            input / 1e6 / cpu,
-            input / 1e6 / wall
+            "{:<8} {:>5} {:>12} {:>10} {:>14} {:>14}",
+            "codec", "level", "out MB", "reduction", "MB/s per core", "MB/s wall"
         );
+        for coding in [Coding::Gzip, Coding::Brotli, Coding::Zstd] {
+            let level = match coding {
+                Coding::Gzip => levels.gzip as i32,
+                Coding::Brotli => levels.brotli as i32,
+                Coding::Zstd => levels.zstd,
+                Coding::Identity => 0,
+            };
+            let (out, rounds, cpu, wall) = measure(coding, levels, bodies, seconds);
+            let input = (total * rounds) as f64;
+            println!(
+                "{:<8} {:>5} {:>12.3} {:>9.1}% {:>14.1} {:>14.1}",
+                coding.token(),
+                level,
+                out as f64 / 1e6,
+                100.0 * (1.0 - out as f64 / total as f64),
+                input / 1e6 / cpu,
+                input / 1e6 / wall
+            );
+        }
     }
 }
 

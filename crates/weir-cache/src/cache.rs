@@ -19,7 +19,7 @@ use crate::policy::CachePolicy;
 use crate::policy::freshness::Usability;
 use crate::purge::{BanInfo, Bans, PurgeError};
 use crate::store::{Found, Store, StoreStats};
-use crate::view::RequestView;
+use crate::view::{RequestView, Scanned};
 
 /// The settings that shape a store; a reload that keeps them keeps the
 /// cache's contents (see [`Cache::fits`]).
@@ -64,6 +64,7 @@ pub enum Lookup {
 /// Scratch space for keys, reused across lookups on one thread.
 #[derive(Debug, Default)]
 struct Keys {
+    hash: u64,
     primary: Vec<u8>,
     secondary: Vec<u8>,
 }
@@ -146,6 +147,7 @@ impl Cache {
         now: UnixTime,
         coalesce: bool,
     ) -> Lookup {
+        let request = &Scanned::new(request);
         let directives = if policy.request_directives {
             RequestDirectives::parse(request)
         } else {
@@ -159,7 +161,7 @@ impl Cache {
             ),
             _ => Coding::Identity,
         };
-        let mut exchange = Exchange::new(ExchangeKind::Pass, now, directives, coding);
+        let exchange = Exchange::new(ExchangeKind::Pass, now, directives, coding);
         if method != b"GET" && method != b"HEAD" {
             return Lookup::Forward(exchange);
         }
@@ -183,7 +185,7 @@ impl Cache {
                 }
                 other => other,
             };
-            exchange.key = Some((hash, Arc::from(&keys.primary[..])));
+            keys.hash = hash;
             match found {
                 Found::Object(object) => {
                     self.lookup_found(policy, object, request, exchange, keys, coalesce)
@@ -233,6 +235,8 @@ impl Cache {
                     .join(&flight_key(keys), 0, policy.coalesce_timeout)
                 {
                     Join::Leader(guard) => {
+                        exchange.key = Some(keys.stored_key());
+                        exchange.key = Some(keys.stored_key());
                         exchange.kind = ExchangeKind::Revalidate {
                             stale: object,
                             guard: Some(guard),
@@ -255,6 +259,7 @@ impl Cache {
                         return Lookup::Wait(waiter);
                     }
                 };
+                exchange.key = Some(keys.stored_key());
                 exchange.kind = ExchangeKind::Revalidate {
                     stale: object,
                     guard,
@@ -289,6 +294,7 @@ impl Cache {
             }
         };
         self.metrics.misses.inc();
+        exchange.key = Some(keys.stored_key());
         exchange.kind = ExchangeKind::Fill { guard };
         Lookup::Forward(exchange)
     }
@@ -402,6 +408,13 @@ impl Cache {
         let stats = self.store.stats();
         self.metrics.bytes_stored.set(stats.bytes as i64);
         self.metrics.objects.set(stats.objects as i64);
+    }
+}
+
+impl Keys {
+    /// The hash and primary key an exchange keeps for storing the response.
+    fn stored_key(&self) -> (u64, Arc<[u8]>) {
+        (self.hash, Arc::from(&self.primary[..]))
     }
 }
 

@@ -329,6 +329,8 @@ pub struct Object {
     /// Sequence of the newest ban this object is known not to match.
     pub(crate) ban_checked: AtomicU64,
     pub(crate) stored_at: UnixTime,
+    /// `Last-Modified`, parsed once.
+    last_modified: Option<UnixTime>,
 }
 
 /// Fixed bytes charged per object besides its head, body, key and tags.
@@ -356,6 +358,7 @@ pub enum ObjectBody {
 
 impl Object {
     pub(crate) fn new(id: u64, hash: u64, ban_sequence: u64, new: NewObject) -> Object {
+        let last_modified = new.head.header("last-modified").and_then(parse_http_date);
         let (complete, growing, declared_length, body_len) = match new.body {
             ObjectBody::Complete(rope) => {
                 let len = rope.len();
@@ -388,6 +391,7 @@ impl Object {
             removed: AtomicBool::new(false),
             ban_checked: AtomicU64::new(ban_sequence),
             stored_at: new.stored_at,
+            last_modified,
         }
     }
 
@@ -425,7 +429,7 @@ impl Object {
     }
 
     pub fn last_modified(&self) -> Option<UnixTime> {
-        self.head.header("last-modified").and_then(parse_http_date)
+        self.last_modified
     }
 
     /// When it was stored (or last refreshed by a 304).

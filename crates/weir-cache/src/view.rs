@@ -109,6 +109,89 @@ impl ResponseView for ResponseHead {
     }
 }
 
+/// The request fields the cache asks about, each looked up by name several
+/// times per lookup.
+const WATCHED: [&str; 10] = [
+    "cache-control",
+    "pragma",
+    "accept-encoding",
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "range",
+    "if-range",
+    "authorization",
+];
+
+/// A request with one pass over its fields done up front: which of the
+/// [`WATCHED`] fields it has. Looking up one it lacks then costs nothing,
+/// which is most of them on a typical request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scanned<'a, R> {
+    request: &'a R,
+    present: u16,
+}
+
+impl<'a, R: RequestView> Scanned<'a, R> {
+    pub(crate) fn new(request: &'a R) -> Self {
+        let mut present = 0u16;
+        for (name, _) in request.headers() {
+            if let Some(index) = WATCHED.iter().position(|watched| {
+                watched.len() == name.len() && name.eq_ignore_ascii_case(watched.as_bytes())
+            }) {
+                present |= 1 << index;
+            }
+        }
+        Scanned { request, present }
+    }
+
+    /// Whether `name` (lower case) may be present: `false` only for a
+    /// watched field the scan did not see.
+    fn may_have(&self, name: &str) -> bool {
+        WATCHED
+            .iter()
+            .position(|watched| *watched == name)
+            .is_none_or(|index| self.present & (1 << index) != 0)
+    }
+}
+
+impl<R: RequestView> RequestView for Scanned<'_, R> {
+    fn method(&self) -> &[u8] {
+        self.request.method()
+    }
+
+    fn scheme(&self) -> Scheme {
+        self.request.scheme()
+    }
+
+    fn authority(&self) -> Option<&[u8]> {
+        self.request.authority()
+    }
+
+    fn path_and_query(&self) -> &[u8] {
+        self.request.path_and_query()
+    }
+
+    fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.request.headers()
+    }
+
+    fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
+        let limit = if self.may_have(name) { usize::MAX } else { 0 };
+        // `take(0)` never polls the inner iterator: no scan at all.
+        self.request.header_values(name).take(limit)
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        if self.may_have(name) {
+            self.request.header(name)
+        } else {
+            None
+        }
+    }
+}
+
 /// Comma-separated list elements across every field of a name, trimmed,
 /// empty elements skipped (RFC 9110 §5.6.1). Quoted commas are respected.
 pub(crate) fn list_elements<'a>(
@@ -212,6 +295,24 @@ mod tests {
             ResponseView::header(&head, "cache-control"),
             Some(&b"max-age=5"[..])
         );
+    }
+
+    #[test]
+    fn scanned_requests_answer_like_the_request() {
+        let head = request(b"GET / HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1\r\nX-Other: 1\r\nrange: bytes=2-3\r\n\r\n");
+        let view = Http1Request {
+            head: &head,
+            scheme: Scheme::Http,
+        };
+        let scanned = Scanned::new(&view);
+        for name in WATCHED.iter().copied().chain(["x-other", "host"]) {
+            assert_eq!(
+                scanned.header_values(name).collect::<Vec<_>>(),
+                view.header_values(name).collect::<Vec<_>>(),
+                "{name}"
+            );
+            assert_eq!(scanned.header(name), view.header(name), "{name}");
+        }
     }
 
     #[test]
