@@ -29,7 +29,7 @@ pub mod names;
 pub use access::{ACCESS_TARGET, AccessRecord};
 pub use metrics::{
     CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, StatusClass, TlsMetrics,
-    UpstreamTlsMetrics, VirtualServerMetrics,
+    TunnelMetrics, UpstreamTlsMetrics, VirtualServerMetrics,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;

@@ -10,14 +10,10 @@
 //! rate is too high, the queue grows, losses count, and the window shrinks by 15 % per
 //! round trip until the queue drains; it grows back towards the target after.
 //!
-//! [`WanWindow`] is the sans-IO core (tested without quinn); [`Wan`] adapts it to quinn's
-//! [`Controller`] trait.
+//! [`WanWindow`] is the sans-IO core (tested without quinn); `crate::driver::quic` adapts
+//! it to quinn's controller trait.
 
-use std::any::Any;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use quinn::congestion::{Controller, ControllerFactory};
 
 /// Window headroom over the bandwidth-delay product.
 pub const GAIN: f64 = 1.25;
@@ -47,19 +43,6 @@ pub struct WanWindow {
     /// Congestive losses answered, and losses ignored as random (for tests and metrics).
     pub congestive: u64,
     pub ignored: u64,
-}
-
-/// quinn's view of [`WanWindow`].
-#[derive(Debug, Clone)]
-pub struct Wan {
-    state: WanWindow,
-}
-
-/// Builds a [`Wan`] controller per connection.
-#[derive(Debug, Clone, Copy)]
-pub struct WanFactory {
-    pub bits_per_second: u64,
-    pub rtt: Duration,
 }
 
 impl WanWindow {
@@ -140,57 +123,6 @@ impl WanWindow {
     pub fn on_mtu_update(&mut self, mtu: u16) {
         self.mtu = u64::from(mtu);
         self.window = self.window.max(self.min_window());
-    }
-}
-
-impl Controller for Wan {
-    fn on_ack(
-        &mut self,
-        _now: Instant,
-        _sent: Instant,
-        bytes: u64,
-        _app_limited: bool,
-        rtt: &quinn_proto::RttEstimator,
-    ) {
-        self.state.on_ack(bytes, rtt.get(), rtt.min());
-    }
-
-    fn on_congestion_event(
-        &mut self,
-        now: Instant,
-        sent: Instant,
-        is_persistent_congestion: bool,
-        _lost_bytes: u64,
-    ) {
-        self.state.on_loss(now, sent, is_persistent_congestion);
-    }
-
-    fn on_mtu_update(&mut self, new_mtu: u16) {
-        self.state.on_mtu_update(new_mtu);
-    }
-
-    fn window(&self) -> u64 {
-        self.state.window()
-    }
-
-    fn clone_box(&self) -> Box<dyn Controller> {
-        Box::new(self.clone())
-    }
-
-    fn initial_window(&self) -> u64 {
-        self.state.target()
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
-    }
-}
-
-impl ControllerFactory for WanFactory {
-    fn build(self: Arc<Self>, _now: Instant, current_mtu: u16) -> Box<dyn Controller> {
-        Box::new(Wan {
-            state: WanWindow::new(self.bits_per_second, self.rtt, current_mtu),
-        })
     }
 }
 

@@ -41,11 +41,6 @@ pub struct Repairs {
 }
 
 impl Sender {
-    /// Whether blocks are protected now.
-    pub fn protecting(&self) -> bool {
-        self.protecting
-    }
-
     /// Writes the data frames for the datagrams of `contents` (`segment` bytes each, the
     /// last possibly shorter) into `out`; returns the framed segment size.
     pub fn frame(&self, contents: &[u8], segment: usize, out: &mut Vec<u8>) -> usize {

@@ -19,9 +19,9 @@ use std::time::Instant;
 use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, Runtime, UdpPoller};
 use tokio::sync::Notify;
+use weir_observe::TunnelMetrics;
 
-use super::{Counters, FecCore, FecSettings, Timing};
-use crate::metrics::{self, Metrics};
+use crate::sans_io::fec::{Counters, FecCore, FecSettings, Timing};
 
 /// Receive buffers of this socket, each large enough for a GRO batch.
 const RECEIVE_BUFFERS: usize = 8;
@@ -31,7 +31,7 @@ const RECEIVE_BUFFER: usize = 64 << 10;
 pub struct FecSocket {
     inner: Arc<dyn AsyncUdpSocket>,
     state: Mutex<State>,
-    metrics: Arc<Metrics>,
+    metrics: TunnelMetrics,
     wake: Arc<Notify>,
 }
 
@@ -60,7 +60,7 @@ impl FecSocket {
         socket: std::net::UdpSocket,
         settings: FecSettings,
         timing: Timing,
-        metrics: Arc<Metrics>,
+        metrics: TunnelMetrics,
     ) -> io::Result<Arc<FecSocket>> {
         let inner = quinn::TokioRuntime.wrap_udp_socket(socket)?;
         let wake = Arc::new(Notify::new());
@@ -104,12 +104,15 @@ impl FecSocket {
             };
             match self.inner.try_send(&transmit) {
                 Ok(()) if outgoing.repair => {
-                    self.metrics.increment(metrics::FEC_REPAIRS_SENT);
+                    self.metrics.fec_repair_datagrams_sent.inc();
                     self.metrics
-                        .add(metrics::FEC_REPAIR_BYTES, outgoing.bytes.len() as u64);
+                        .fec_repair_sent_bytes
+                        .inc_by(outgoing.bytes.len() as u64);
                 }
                 Ok(()) => {}
-                Err(_) => self.metrics.increment(metrics::FEC_SEND_FAILURES),
+                Err(_) => {
+                    self.metrics.fec_send_failures.inc();
+                }
             }
         }
         let Counters {
@@ -117,10 +120,12 @@ impl FecSocket {
             malformed,
             loss_ppm,
         } = state.core.take_counters();
-        self.metrics.add(metrics::FEC_RECOVERED, recovered);
-        self.metrics.add(metrics::FEC_MALFORMED, malformed);
+        self.metrics.fec_repairs.inc_by(recovered);
+        self.metrics.fec_malformed.inc_by(malformed);
         if let Some(loss_ppm) = loss_ppm {
-            self.metrics.set(metrics::FEC_LOSS, loss_ppm);
+            self.metrics
+                .fec_link_loss_ppm
+                .set(i64::try_from(loss_ppm).unwrap_or(i64::MAX));
         }
         let deadline = state.core.deadline();
         if deadline.is_some_and(|deadline| state.timer.is_none_or(|timer| deadline < timer)) {

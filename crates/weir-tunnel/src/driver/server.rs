@@ -11,11 +11,12 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::net::TcpStream;
 
+use super::{flow, quic};
+use crate::TunnelError;
 use crate::config::{ServerSide, TunnelConfig};
-use crate::metrics::{self, Metrics};
-use crate::session::{Session, code};
-use crate::wire::{decode_open, take_record};
-use crate::{TunnelError, flow, session_settings};
+use crate::driver::session::{Session, code};
+use crate::metrics::Metrics;
+use crate::sans_io::wire::{decode_open, take_record};
 
 /// How long a new connection has to open its control stream, and a new flow to send its
 /// open header.
@@ -36,18 +37,17 @@ impl Server {
             .server
             .clone()
             .ok_or(TunnelError::Role("a [server] table"))?;
-        let server_config = crate::transport::server_config(&config, &side)?;
-        let endpoint_config =
-            crate::transport::reset_key(&side).map_err(|source| TunnelError::Bind {
-                address: side.listen,
-                source,
-            })?;
-        let endpoint = crate::transport::endpoint(
-            crate::transport::Bind::Far(side.listen),
+        let server_config = quic::server_config(&config, &side)?;
+        let endpoint_config = quic::reset_key(&side).map_err(|source| TunnelError::Bind {
+            address: side.listen,
+            source,
+        })?;
+        let endpoint = quic::endpoint(
+            quic::Bind::Far(side.listen),
             endpoint_config,
             Some(server_config),
             &config,
-            Arc::clone(&metrics),
+            metrics.handles().clone(),
         )?;
         Ok(Server {
             config,
@@ -91,7 +91,7 @@ impl Server {
             () = shutdown => {}
         }
         // No new connections; open flows finish (bounded) before the connection closes.
-        flow::drain(&self.metrics, self.side.drain_timeout).await;
+        flow::drain(self.metrics.handles(), self.side.drain_timeout).await;
         self.endpoint
             .close(code::SHUTDOWN.into(), b"weir tunnel server stopping");
         let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
@@ -122,15 +122,11 @@ async fn serve_connection(
     };
     metrics.connection_opened(&connection);
     tracing::info!(%remote, "tunnel connection accepted");
-    let (settings, budget, max_chunk) = session_settings(&config);
     let session = Session::start(
         connection.clone(),
         control,
-        settings,
-        crate::block_limit(&config.link),
-        budget,
-        max_chunk,
-        Arc::clone(&metrics),
+        &config,
+        metrics.handles().clone(),
     );
     loop {
         match connection.accept_bi().await {
@@ -163,7 +159,7 @@ async fn serve_flow(
     let refused = |send: &mut quinn::SendStream, recv: &mut quinn::RecvStream, why: u32| {
         let _ = send.reset(why.into());
         let _ = recv.stop(why.into());
-        session.metrics.increment(metrics::FLOWS_FAILED);
+        session.metrics.flows_failed.inc();
     };
     let Ok(Some((service, leftover))) = tokio::time::timeout(OPEN_TIMEOUT, read_open(&mut recv))
         .await

@@ -117,6 +117,7 @@ impl Chunker {
     }
 
     /// Bytes held back waiting for their chunk's end.
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.pending.len()
     }
@@ -168,21 +169,14 @@ impl<V: Sized64> ChunkStore<V> {
         }
     }
 
-    pub fn budget(&self) -> u64 {
-        self.budget
-    }
-
     /// Bytes of the chunks held.
     pub fn total(&self) -> u64 {
         self.total
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
     }
 
     pub fn contains(&self, id: &ChunkId) -> bool {

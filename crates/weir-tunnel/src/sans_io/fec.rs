@@ -1,7 +1,8 @@
-//! Adaptive forward error correction below QUIC: a UDP socket wrapper ([`socket`]) that
-//! numbers outgoing datagrams, adds Reed-Solomon repair datagrams to blocks of them while
-//! the link loses packets, and on the other side rebuilds lost datagrams and passes them up,
-//! so that QUIC sees fewer losses and waits for fewer retransmissions.
+//! Adaptive forward error correction below QUIC: a UDP socket wrapper (the driver,
+//! `crate::driver::fec_socket`) numbers outgoing datagrams, adds Reed-Solomon repair
+//! datagrams to blocks of them while the link loses packets, and on the other side rebuilds
+//! lost datagrams and passes them up, so that QUIC sees fewer losses and waits for fewer
+//! retransmissions.
 //!
 //! The sans-IO core is [`FecCore`]: per peer address a [`sender::Sender`] (numbering,
 //! blocks, repairs) and a [`receiver::Receiver`] (loss counting, recovery), and the
@@ -14,7 +15,6 @@
 pub mod policy;
 pub mod receiver;
 pub mod sender;
-pub mod socket;
 pub mod spare;
 pub mod wire;
 
@@ -81,10 +81,6 @@ impl FecCore {
             spare: Spare::new(timing.bandwidth, timing.rtt),
             counters: Counters::default(),
         }
-    }
-
-    pub fn settings(&self) -> &FecSettings {
-        &self.settings
     }
 
     /// Frames the datagrams of one transmit to `destination` into `out` and returns the

@@ -11,11 +11,12 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use super::{flow, quic};
+use crate::TunnelError;
 use crate::config::{ClientSide, Service, TunnelConfig};
-use crate::metrics::{self, Metrics};
-use crate::session::{Session, code};
-use crate::wire::encode_open;
-use crate::{TunnelError, flow, session_settings};
+use crate::driver::session::{Session, code};
+use crate::metrics::Metrics;
+use crate::sans_io::wire::encode_open;
 
 /// The first wait before connecting again; doubled per failure up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -38,7 +39,7 @@ impl Client {
             .client
             .clone()
             .ok_or(TunnelError::Role("a [client] table"))?;
-        let client_config = crate::transport::client_config(&config, &side)?;
+        let client_config = quic::client_config(&config, &side)?;
         let mut listeners = Vec::with_capacity(config.services.len());
         for service in &config.services {
             let Some(address) = service.listen else {
@@ -53,12 +54,12 @@ impl Client {
             Some(SocketAddr::V6(_)) => (Ipv6Addr::UNSPECIFIED, 0).into(),
             _ => (Ipv4Addr::UNSPECIFIED, 0).into(),
         };
-        let mut endpoint = crate::transport::endpoint(
-            crate::transport::Bind::Near(local),
-            crate::transport::client_endpoint_config(),
+        let mut endpoint = quic::endpoint(
+            quic::Bind::Near(local),
+            quic::client_endpoint_config(),
             None,
             &config,
-            Arc::clone(&metrics),
+            metrics.handles().clone(),
         )?;
         endpoint.set_default_client_config(client_config);
         Ok(Client {
@@ -105,7 +106,7 @@ impl Client {
             acceptor.abort();
         }
         // No new flows; those open finish (bounded) before the connection closes.
-        flow::drain(&self.metrics, self.side.drain_timeout).await;
+        flow::drain(self.metrics.handles(), self.side.drain_timeout).await;
         keeper.abort();
         self.endpoint
             .close(code::SHUTDOWN.into(), b"weir tunnel client stopping");
@@ -164,15 +165,11 @@ async fn connect(
         .await
         .map_err(|error| error.to_string())?;
     metrics.connection_opened(&connection);
-    let (settings, budget, max_chunk) = session_settings(config);
     Ok(Session::start(
         connection,
         control,
-        settings,
-        crate::block_limit(&config.link),
-        budget,
-        max_chunk,
-        Arc::clone(metrics),
+        config,
+        metrics.handles().clone(),
     ))
 }
 
@@ -223,7 +220,7 @@ async fn open_flow(
         .and_then(|session| session.clone());
     let Some(session) = session else {
         tracing::warn!(%service, "no tunnel within the connect timeout: closing the flow");
-        metrics.increment(metrics::FLOWS_FAILED);
+        metrics.handles().flows_failed.inc();
         refuse(tcp);
         return;
     };
@@ -231,7 +228,7 @@ async fn open_flow(
         Ok(streams) => streams,
         Err(error) => {
             tracing::warn!(%service, %error, "cannot open a tunnel stream: closing the flow");
-            metrics.increment(metrics::FLOWS_FAILED);
+            metrics.handles().flows_failed.inc();
             refuse(tcp);
             return;
         }

@@ -6,7 +6,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::dedup::ChunkId;
+use crate::sans_io::dedup::ChunkId;
 
 /// The ALPN protocol of the tunnel, which is also its wire version.
 pub const ALPN: &[u8] = b"weir-tunnel/1";

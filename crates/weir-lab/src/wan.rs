@@ -1,25 +1,26 @@
-//! `weir lab wan`: the seed report's WAN matrix on one machine. For each cell (rate × one-way
-//! delay × loss) a `weir netem` link joins two network namespaces; a file server runs in side
-//! b, and side a downloads a pseudo-random file and then a lightly edited copy, first
-//! directly over TCP (CUBIC, default buffers: the baseline), then through a `weir tunnel`
-//! pair. Every transfer is bounded in time and checked byte for byte.
+//! `weir lab wan`: the WX WAN-acceleration report's matrix on one machine. For each cell
+//! (rate × one-way delay × loss) a `weir netem` link joins two network namespaces; a file
+//! server runs in side b, and side a downloads a pseudo-random file and then a lightly edited
+//! copy, first directly over TCP (CUBIC, default buffers: the baseline), then through a
+//! `weir tunnel` pair. Every transfer is bounded in time and checked byte for byte.
 //!
-//! The plan and the report are plain data ([`Plan`], [`CellResult`]); [`run`] drives
-//! processes through `ip netns exec` with the weir binary it is given.
+//! The plan and the report are plain data ([`Plan`], [`CellResult`]); [`run`] drives the
+//! lab's binary through `ip netns exec`, every process under the lab's
+//! [`Supervisor`](crate::process::Supervisor).
 
-pub mod pipeline;
 pub mod probe;
 mod report;
 mod run;
-mod supervisor;
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 pub use report::{json, table};
 pub use run::run;
 
-/// The seed's two link rates.
+use crate::error::LabError;
+
+/// The report's two link rates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum LinkRate {
     /// 1.544 Mbit/s.
@@ -43,10 +44,6 @@ pub struct Plan {
     pub cells: Vec<Cell>,
     /// The most one transfer may take.
     pub transfer_time: Duration,
-    /// The weir binary to run in the namespaces.
-    pub binary: PathBuf,
-    /// Where to write certificates and configs.
-    pub work_dir: PathBuf,
     /// Skip the baseline (tunnel only).
     pub tunnel_only: bool,
     /// The tunnel's congestion controller.
@@ -114,7 +111,7 @@ impl LinkRate {
 
 impl Transfer {
     /// Payload kilobytes (1000 bytes) per second from the first byte to the last, as the
-    /// seed's tables measure (Δt of the first and last block).
+    /// report's tables measure (Δt of the first and last block).
     pub fn kilobytes_per_second(&self) -> f64 {
         self.bytes as f64 / 1000.0 / self.data_seconds()
     }
@@ -132,6 +129,80 @@ impl Transfer {
     fn data_seconds(&self) -> f64 {
         (self.seconds - self.first_byte_seconds).max(1e-6)
     }
+}
+
+impl Plan {
+    /// The cells of the full matrix (or `quick`'s) with the rates, delays and losses asked
+    /// for (all when none is), 20 s per transfer (8 s `quick`) unless `transfer_time` says,
+    /// and the tunnel's defaults.
+    pub fn new(
+        quick: bool,
+        rates: &[LinkRate],
+        delays: &[u32],
+        losses: &[f64],
+        transfer_time: Option<Duration>,
+    ) -> Plan {
+        let mut cells = if quick { quick_matrix() } else { full_matrix() };
+        cells.retain(|cell| {
+            (rates.is_empty() || rates.contains(&cell.rate))
+                && (delays.is_empty() || delays.contains(&cell.delay_ms))
+                && (losses.is_empty() || losses.contains(&cell.loss_percent))
+        });
+        let default_time = Duration::from_secs(if quick { 8 } else { 20 });
+        Plan {
+            cells,
+            transfer_time: transfer_time.unwrap_or(default_time),
+            tunnel_only: false,
+            congestion: "wan".to_owned(),
+            fec: "auto".to_owned(),
+            transport: "quic".to_owned(),
+        }
+    }
+
+    /// Settings that cannot work, caught before anything starts.
+    pub fn validate(&self) -> Result<(), LabError> {
+        let invalid = |message: &str| Err(LabError::Invalid(message.to_owned()));
+        if self.cells.is_empty() {
+            return invalid("no cell of the matrix matches --rate, --delay and --loss");
+        }
+        if !["wan", "bbr", "cubic"].contains(&self.congestion.as_str()) {
+            return invalid("--congestion: wan, bbr or cubic");
+        }
+        if !["auto", "on", "off"].contains(&self.fec.as_str()) {
+            return invalid("--fec: auto, on or off");
+        }
+        if !["quic", "tcp"].contains(&self.transport.as_str()) {
+            return invalid("--transport: quic or tcp");
+        }
+        if self.transfer_time < Duration::from_secs(1) {
+            return invalid("--transfer-time must be at least 1s");
+        }
+        Ok(())
+    }
+}
+
+/// The cells that failed (an error, or no tunnel transfer), one line each.
+pub fn failures(results: &[CellResult]) -> Vec<String> {
+    results
+        .iter()
+        .filter(|result| !result.errors.is_empty() || result.tunnel_original.is_none())
+        .map(|result| format!("{:?}: {}", result.cell, result.errors.join("; ")))
+        .collect()
+}
+
+/// Writes [`json`] of the results, dated now and with the command as typed, to each path.
+pub fn write_json<'a>(
+    results: &[CellResult],
+    command: &str,
+    paths: impl IntoIterator<Item = &'a Path>,
+) -> Result<(), LabError> {
+    let date = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+    let text = json(results, &date, command);
+    for path in paths {
+        std::fs::write(path, &text)
+            .map_err(|e| LabError::io(format!("cannot write {}", path.display()), e))?;
+    }
+    Ok(())
 }
 
 /// The full matrix: T1 and OC-1 × 0/30/100/250 ms × 0/0.1/1/5 % loss.
@@ -187,7 +258,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_full_matrix_is_the_seeds() {
+    fn the_full_matrix_is_the_reports() {
         let cells = full_matrix();
         assert_eq!(cells.len(), 32);
         assert!(cells.contains(&Cell {

@@ -9,9 +9,12 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::compress::{Compression, CompressionPolicy};
-use crate::dedup::{ChunkId, ChunkParams, Chunker};
-use crate::wire::{Block, Item, MAX_BLOCK_ITEMS, MAX_BLOCK_PAYLOAD, WireError};
+use crate::sans_io::compress::{Compression, CompressionPolicy};
+use crate::sans_io::dedup::{ChunkId, ChunkParams, Chunker};
+use crate::sans_io::wire::{Block, Item, MAX_BLOCK_ITEMS, MAX_BLOCK_PAYLOAD, WireError};
+
+/// The longest chunk a decoder accepts a reference to (four times the largest average).
+pub const MAX_CHUNK: u32 = 1 << 20;
 
 /// What an encoder does with a flow's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +30,7 @@ pub struct EncoderSettings {
 pub struct Chunked {
     data: Vec<u8>,
     /// With deduplication: the chunks covering `data`. Without: empty.
-    chunks: Vec<crate::dedup::Chunk>,
+    chunks: Vec<crate::sans_io::dedup::Chunk>,
 }
 
 /// The sending half of a flow.
@@ -50,8 +53,6 @@ pub struct EncodedBlock {
     pub block: Block,
     /// `(reference index, chunk bytes)` for each reference in the block.
     pub refs: Vec<(u64, Bytes)>,
-    /// Stream bytes the block stands for.
-    pub raw_bytes: u64,
     /// Of those, bytes sent as references.
     pub deduplicated_bytes: u64,
 }
@@ -104,11 +105,6 @@ impl FlowEncoder {
     pub fn with_block_limit(mut self, limit: usize) -> FlowEncoder {
         self.block_limit = limit.clamp(1024, MAX_BLOCK_PAYLOAD);
         self
-    }
-
-    /// Bytes held back until more data or a flush decides their chunk.
-    pub fn pending(&self) -> usize {
-        self.chunker.as_ref().map_or(0, Chunker::pending)
     }
 
     /// Takes new stream bytes; with `flush`, nothing is held back.
@@ -185,7 +181,6 @@ impl FlowEncoder {
                 compressed,
             },
             refs: builder.refs,
-            raw_bytes: builder.raw_bytes,
             deduplicated_bytes: builder.deduplicated_bytes,
         }
     }
@@ -196,14 +191,6 @@ impl Chunked {
     pub fn ids(&self) -> impl Iterator<Item = &ChunkId> {
         self.chunks.iter().map(|chunk| &chunk.id)
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.data.len()
-    }
 }
 
 #[derive(Debug, Default)]
@@ -211,7 +198,6 @@ struct BlockBuilder {
     items: Vec<Item>,
     payload: BytesMut,
     refs: Vec<(u64, Bytes)>,
-    raw_bytes: u64,
     deduplicated_bytes: u64,
 }
 
@@ -237,14 +223,12 @@ impl BlockBuilder {
             Item::Plain { len }
         });
         self.payload.extend_from_slice(bytes);
-        self.raw_bytes += u64::from(len);
     }
 
     fn reference(&mut self, index: u64, id: ChunkId, bytes: &[u8]) {
         let len = bytes.len() as u32;
         self.items.push(Item::Ref { len, id });
         self.refs.push((index, Bytes::copy_from_slice(bytes)));
-        self.raw_bytes += u64::from(len);
         self.deduplicated_bytes += u64::from(len);
     }
 }
@@ -324,8 +308,8 @@ mod tests {
     use rand::{RngCore, SeedableRng, rngs::SmallRng};
 
     use super::*;
-    use crate::dedup::ChunkStore;
-    use crate::wire::take_record;
+    use crate::sans_io::dedup::ChunkStore;
+    use crate::sans_io::wire::take_record;
 
     fn random(len: usize, seed: u64) -> Vec<u8> {
         let mut data = vec![0u8; len];
@@ -481,8 +465,9 @@ mod tests {
             for block in &blocks {
                 assert!(block.block.raw_payload_len() <= 16 << 10);
             }
-            let total: u64 = blocks.iter().map(|block| block.raw_bytes).sum();
-            assert_eq!(total, data.len() as u64);
+            // Nothing is known to the far end: every byte goes literally.
+            let total: usize = blocks.iter().map(|b| b.block.raw_payload_len()).sum();
+            assert_eq!(total, data.len());
         }
     }
 

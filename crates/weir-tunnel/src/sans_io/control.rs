@@ -6,7 +6,7 @@
 //!
 //! - `Hello`: first message each way; the sender's store budget for what it *receives*.
 //! - `Inserted`: the decoder's new chunks in the order it stored them; the encoder applies
-//!   them to its mirror in that order (see [`crate::dedup`]).
+//!   them to its mirror in that order (see [`crate::sans_io::dedup`]).
 //! - `Resolved`: the decoder has resolved the first `refs` references of a flow; the encoder
 //!   may drop their pinned bytes.
 //! - `Need`: a reference missed the decoder's store (it was evicted after the encoder last
@@ -15,8 +15,8 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use crate::dedup::ChunkId;
-use crate::wire::{WireError, get_varint, put_record, put_varint};
+use crate::sans_io::dedup::ChunkId;
+use crate::sans_io::wire::{WireError, get_varint, put_record, put_varint};
 
 /// Most `Inserted` entries in one message.
 pub const MAX_INSERTED: usize = 4096;
@@ -181,7 +181,7 @@ fn invalid(detail: String) -> WireError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::take_record;
+    use crate::sans_io::wire::take_record;
 
     #[test]
     fn every_message_round_trips() {

@@ -1,15 +1,19 @@
 //! The tunnel pipeline's CPU cost per byte: a flow's encoder (chunking, hashing, mirror
 //! lookups, compression, framing) and decoder (parsing, decompression, hashing, store),
 //! without I/O, on one thread, measured in that thread's CPU time (`/proc/thread-self/
-//! schedstat`), so that the figure does not depend on what else the machine runs.
+//! schedstat`), so that the figure does not depend on what else the machine runs; and the
+//! FEC layer's sending half. `weir tunnel probe pipeline` and this crate's benchmarks run it.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::codec::{EncoderSettings, FlowDecoder, FlowEncoder, Piece};
-use crate::dedup::{ChunkParams, ChunkStore};
-use crate::wire::take_record;
+pub use crate::sans_io::codec::EncoderSettings;
+use crate::sans_io::codec::{FlowDecoder, FlowEncoder, MAX_CHUNK, Piece};
+use crate::sans_io::dedup::{ChunkParams, ChunkStore};
+use crate::sans_io::fec::{FecCore, FecSettings, Mode, Timing};
+use crate::sans_io::wire::take_record;
 
 /// What one measured pass did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -77,7 +81,7 @@ pub fn measure(data: &[u8], settings: EncoderSettings, ends: &mut Ends) -> PassC
     let encoded = wire.len() as u64;
 
     let start = thread_cpu_time();
-    let mut decoder = FlowDecoder::new(crate::MAX_CHUNK).expect("a zstd context");
+    let mut decoder = FlowDecoder::new(MAX_CHUNK).expect("a zstd context");
     let mut offset = 0usize;
     let mut inserted = Vec::new();
     while let Ok(Some(record)) = take_record(&mut wire) {
@@ -117,10 +121,36 @@ pub fn measure(data: &[u8], settings: EncoderSettings, ends: &mut Ends) -> PassC
 
 /// The default settings: dedup with 4 KiB chunks and zstd level 1.
 pub fn default_settings() -> EncoderSettings {
+    settings(crate::config::DEFAULT_LEVEL)
+}
+
+/// Dedup with 4 KiB chunks and zstd at `level`.
+pub fn settings(level: i32) -> EncoderSettings {
     EncoderSettings {
         dedup: Some(ChunkParams::DEFAULT),
-        compression: Some(crate::config::DEFAULT_LEVEL),
+        compression: Some(level),
     }
+}
+
+/// Sends `datagrams` through the FEC layer with protection on (OC-1, 500 ms round trip,
+/// MTU 1,500: blocks of 32), as QUIC's socket would; returns how many repairs and reports
+/// it queued.
+pub fn fec_send(datagrams: &[Vec<u8>]) -> usize {
+    let peer = SocketAddr::from(([127, 0, 0, 1], 4433));
+    let settings = FecSettings {
+        mode: Mode::On,
+        ..FecSettings::default()
+    };
+    let timing = Timing::for_link(51_840_000, Duration::from_millis(500), 1500);
+    let mut core = FecCore::new(settings, timing);
+    let mut out = Vec::new();
+    let now = Instant::now();
+    for datagram in datagrams {
+        out.clear();
+        core.frame(now, peer, datagram, datagram.len(), &mut out);
+        core.commit(now, peer, datagram, datagram.len());
+    }
+    core.take_outgoing().len()
 }
 
 /// Text-like compressible data: log lines with varying numbers.
@@ -152,8 +182,15 @@ pub fn log_lines(len: usize, seed: u64) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    use rand::{RngCore, SeedableRng, rngs::SmallRng};
+
     use super::*;
-    use crate::lab::probe::pseudo_random;
+
+    fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+        let mut data = vec![0u8; len];
+        SmallRng::seed_from_u64(seed).fill_bytes(&mut data);
+        data
+    }
 
     #[test]
     fn a_repeat_costs_references_only_and_round_trips() {
@@ -166,5 +203,17 @@ mod tests {
         let text = log_lines(1 << 20, 2);
         let compressed = measure(&text, default_settings(), &mut Ends::new(64 << 20));
         assert!(compressed.encoded * 3 < text.len() as u64);
+    }
+
+    #[test]
+    fn protected_datagrams_get_repairs() {
+        let datagrams: Vec<Vec<u8>> = (0..64)
+            .map(|number| {
+                let mut bytes = pseudo_random(1200, number);
+                bytes[0] = 0x41;
+                bytes
+            })
+            .collect();
+        assert!(fec_send(&datagrams) > 0);
     }
 }

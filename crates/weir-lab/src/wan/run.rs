@@ -1,81 +1,56 @@
 //! Runs the cells: namespaces and link in this process, the file server, fetches and tunnel
 //! sides as child processes in the namespaces (`ip netns exec`), each stopped by its PID.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, mpsc};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use weir_netem::namespace::command_in;
 use weir_netem::{
     DirectionConfig, Link, LinkConfig, LinkStats, Loss, Namespaces, Probability, QueueLimit, Side,
-    Topology, namespace::command_in,
+    Topology,
 };
 use weir_tls::{KeyType, TestCa};
 
 use super::probe::{FileSpec, Variant};
-use super::supervisor::Supervisor;
 use super::{Cell, CellResult, Plan, Transfer, file_for};
+use crate::Lab;
+use crate::error::LabError;
+use crate::process::{Child, Leftover, RunDir};
 
 const FILE_PORT: u16 = 9000;
 const TUNNEL_PORT: u16 = 4433;
 const SERVICE_PORT: u16 = 9001;
 
-/// Why the lab could not run at all (a cell that fails is recorded in its result instead).
-#[derive(Debug, thiserror::Error)]
-pub enum LabError {
-    #[error(transparent)]
-    Setup(#[from] weir_netem::SetupError),
-    #[error("{0}")]
-    Io(String),
-}
+/// How long a started server or tunnel side gets to say it is ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A child process stopped (SIGTERM, then SIGKILL) when dropped.
-struct Running {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    supervisor: Arc<Supervisor>,
-}
-
-/// Runs every cell of the plan, printing progress to `progress`. SIGINT or SIGTERM stops
-/// every process it started, removes the cell's namespaces and the work directory, and
-/// exits (130 or 143).
-pub fn run(plan: &Plan, progress: &mut dyn Write) -> Result<Vec<CellResult>, LabError> {
+/// Runs every cell of the plan, with progress lines when the lab prints them. A cell that
+/// fails is recorded in its result; an error here means the lab could not run at all.
+pub fn run(lab: &Lab, plan: &Plan) -> Result<Vec<CellResult>, LabError> {
     weir_netem::namespace::require_root()?;
-    let supervisor = Supervisor::new(plan.work_dir.clone());
-    supervisor
-        .watch_signals()
-        .map_err(|error| LabError::Io(format!("cannot watch for signals: {error}")))?;
-    std::fs::create_dir_all(&plan.work_dir).map_err(|error| {
-        LabError::Io(format!(
-            "cannot create {}: {error}",
-            plan.work_dir.display()
-        ))
-    })?;
-    write_certificates(&plan.work_dir)?;
+    let dir = RunDir::create(&lab.supervisor)?;
+    write_certificates(&dir)?;
     let mut results = Vec::with_capacity(plan.cells.len());
     for (index, cell) in plan.cells.iter().enumerate() {
-        let _ = writeln!(
-            progress,
-            "weir lab wan: cell {}/{}: {} one-way {} ms, loss {} %",
+        lab.say(&format!(
+            "wan: cell {}/{}: {} one-way {} ms, loss {} %",
             index + 1,
             plan.cells.len(),
             cell.rate.label(),
             cell.delay_ms,
             cell.loss_percent
-        );
-        let result = run_cell(plan, cell, index as u64 + 1, &supervisor, progress)?;
-        results.push(result);
+        ));
+        results.push(run_cell(lab, &dir, plan, cell, index as u64 + 1)?);
     }
     Ok(results)
 }
 
 fn run_cell(
+    lab: &Lab,
+    dir: &RunDir,
     plan: &Plan,
     cell: &Cell,
     seed: u64,
-    supervisor: &Arc<Supervisor>,
-    progress: &mut dyn Write,
 ) -> Result<CellResult, LabError> {
     let spec = file_for(cell, plan.transfer_time, seed);
     let mut result = CellResult {
@@ -91,64 +66,66 @@ fn run_cell(
     };
     let name = format!("wan{}", std::process::id() % 100_000);
     let _ = weir_netem::namespace::remove_leftovers(&name);
-    supervisor.set_namespaces(Some(name.clone()));
+    let leftover = Leftover::Namespaces(name.clone());
+    lab.supervisor.remember(leftover.clone());
     let topology = Topology::new(&name)?;
     let (namespaces, a, b) = Namespaces::create(&topology)?;
     let link = Link::start(a, b, &link_config(cell, seed))
-        .map_err(|error| LabError::Io(format!("cannot start the link: {error}")))?;
-    let lab = CellLab {
+        .map_err(|error| LabError::io("cannot start the link", error))?;
+    let cell_lab = CellLab {
+        lab,
+        dir,
         plan,
         cell,
         name: &name,
         b_address: topology.b_address.to_string(),
         spec,
         link: &link,
-        supervisor,
     };
-    let outcome = lab.transfers(&mut result, progress);
-    if let Err(error) = outcome {
-        result.errors.push(error);
+    if let Err(error) = cell_lab.transfers(&mut result) {
+        result.errors.push(error.to_string());
     }
     if link.has_failed() {
         result.errors.push("a link thread failed".into());
     }
     let _ = link.stop();
     let _ = namespaces.remove();
-    supervisor.set_namespaces(None);
+    lab.supervisor.forget(&leftover);
     Ok(result)
 }
 
+/// One cell's link, run directory and file.
 struct CellLab<'a> {
+    lab: &'a Lab,
+    dir: &'a RunDir,
     plan: &'a Plan,
     cell: &'a Cell,
     name: &'a str,
     b_address: String,
     spec: FileSpec,
     link: &'a Link,
-    supervisor: &'a Arc<Supervisor>,
 }
 
 impl CellLab<'_> {
-    fn transfers(&self, result: &mut CellResult, progress: &mut dyn Write) -> Result<(), String> {
-        let spec = self.spec;
+    fn transfers(&self, result: &mut CellResult) -> Result<(), LabError> {
         let listen = format!("0.0.0.0:{FILE_PORT}");
-        let file = spec.flags();
+        let file = self.spec.flags();
         let mut args = vec!["tunnel", "probe", "serve", "--listen", &listen];
         args.extend(file.iter().map(String::as_str));
         args.extend(["--congestion", "cubic"]);
-        let server = self.start(Side::B, &args, "serving")?;
+        let server = self.start(Side::B, "file-server", &args, "serving")?;
         let direct = format!("{}:{FILE_PORT}", self.b_address);
         if !self.plan.tunnel_only {
-            result.baseline_original = self.fetch(&direct, Variant::Original, "baseline", progress);
-            result.baseline_edited = self.fetch(&direct, Variant::Edited, "baseline", progress);
+            result.baseline_original = self.fetch(&direct, Variant::Original, "baseline");
+            result.baseline_edited = self.fetch(&direct, Variant::Edited, "baseline");
         }
         let (client, tunnel_server) = self.start_tunnel()?;
         let through = format!("127.0.0.1:{SERVICE_PORT}");
-        result.tunnel_original = self.fetch(&through, Variant::Original, "tunnel", progress);
-        result.tunnel_edited = self.fetch(&through, Variant::Edited, "tunnel", progress);
-        drop(client.stop());
+        result.tunnel_original = self.fetch(&through, Variant::Original, "tunnel");
+        result.tunnel_edited = self.fetch(&through, Variant::Edited, "tunnel");
+        drop(client);
         result.tunnel_summary = tunnel_server
-            .stop()
+            .stop_and_read()
             .into_iter()
             .find(|line| line.starts_with("weir tunnel server: stopped"));
         if let Some(summary) = &result.tunnel_summary {
@@ -161,26 +138,26 @@ impl CellLab<'_> {
                 .split_whitespace()
                 .filter(|field| wanted.iter().any(|name| field.starts_with(name)))
                 .collect();
-            let _ = writeln!(progress, "  tunnel far side: {}", fields.join(" "));
+            self.lab
+                .say(&format!("wan:   tunnel far side: {}", fields.join(" ")));
         }
-        drop(server.stop());
+        drop(server);
         Ok(())
     }
 
-    fn start(&self, side: Side, args: &[&str], ready: &str) -> Result<Running, String> {
-        let mut command = command_in(self.name, side, &self.plan.binary, args)
-            .map_err(|error| error.to_string())?;
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let running = Running::spawn(command, self.supervisor)?;
-        running.wait_for(ready, Duration::from_secs(20))?;
-        Ok(running)
+    /// `weir ARGS` in `side`'s namespace, as `name`, with its stdout read.
+    fn command(&self, side: Side, args: &[&str]) -> Result<Command, LabError> {
+        Ok(command_in(self.name, side, &self.lab.weir, args)?)
     }
 
-    fn start_tunnel(&self) -> Result<(Running, Running), String> {
-        let dir = &self.plan.work_dir;
+    fn start(&self, side: Side, name: &str, args: &[&str], ready: &str) -> Result<Child, LabError> {
+        let command = self.command(side, args)?;
+        let mut child = Child::spawn_reading(&self.lab.supervisor, self.dir, name, command)?;
+        child.wait_for_line(ready, READY_TIMEOUT)?;
+        Ok(child)
+    }
+
+    fn start_tunnel(&self) -> Result<(Child, Child), LabError> {
         let cell_link = self.link_toml();
         let server_toml = format!(
             "[server]\nlisten = \"{}:{TUNNEL_PORT}\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
@@ -192,18 +169,28 @@ impl CellLab<'_> {
              key = \"client.key\"\n{cell_link}\n[services.files]\nlisten = \"127.0.0.1:{SERVICE_PORT}\"\n",
             self.b_address
         );
-        write_file(&dir.join("server.toml"), &server_toml)?;
-        write_file(&dir.join("client.toml"), &client_toml)?;
-        let server_config = dir.join("server.toml").display().to_string();
-        let client_config = dir.join("client.toml").display().to_string();
+        let server_config = self.dir.write("server.toml", &server_toml)?;
+        let client_config = self.dir.write("client.toml", &client_toml)?;
         let server = self.start(
             Side::B,
-            &["tunnel", "server", "--config", &server_config],
+            "tunnel-server",
+            &[
+                "tunnel",
+                "server",
+                "--config",
+                &server_config.to_string_lossy(),
+            ],
             "weir tunnel server: listening",
         )?;
         let client = self.start(
             Side::A,
-            &["tunnel", "client", "--config", &client_config],
+            "tunnel-client",
+            &[
+                "tunnel",
+                "client",
+                "--config",
+                &client_config.to_string_lossy(),
+            ],
             "weir tunnel client: connected",
         )?;
         Ok((client, server))
@@ -222,48 +209,34 @@ impl CellLab<'_> {
         )
     }
 
-    fn fetch(
-        &self,
-        to: &str,
-        variant: Variant,
-        mode: &str,
-        progress: &mut dyn Write,
-    ) -> Option<Transfer> {
+    fn fetch(&self, to: &str, variant: Variant, mode: &str) -> Option<Transfer> {
         let file = self.spec.flags();
         let timeout = format!("{}ms", self.plan.transfer_time.as_millis());
         let variant_name = match variant {
             Variant::Original => "original",
             Variant::Edited => "edited",
         };
+        let mut args = vec!["tunnel", "probe", "fetch", "--to", to];
+        args.extend(["--variant", variant_name]);
+        args.extend(file.iter().map(String::as_str));
+        args.extend(["--timeout", timeout.as_str()]);
         let before = self.link.stats();
-        let mut command = command_in(
-            self.name,
-            Side::A,
-            &self.plan.binary,
-            [
-                "tunnel",
-                "probe",
-                "fetch",
-                "--to",
-                to,
-                "--variant",
-                variant_name,
-            ]
-            .into_iter()
-            .chain(file.iter().map(String::as_str))
-            .chain(["--timeout", timeout.as_str()]),
-        )
-        .ok()?;
-        command.stdin(Stdio::null()).stderr(Stdio::null());
-        let running = Running::spawn(command, self.supervisor).ok()?;
-        let text = running.finish();
-        let after = self.link.stats();
-        let transfer = parse_fetch(&text, &before, &after);
-        let _ = match &transfer {
-            Some(transfer) => writeln!(
-                progress,
-                "  {mode:8} {variant_name:8} {:>9.1} KB/s  {:>5.1} % of the link ({:.1} % from \
-                 the connect)  {} bytes, first after {:.2} s, last after {:.1} s{}",
+        let fetched = self.command(Side::A, &args).and_then(|command| {
+            let name = format!("fetch-{mode}-{variant_name}");
+            Child::spawn_reading(&self.lab.supervisor, self.dir, &name, command)
+        });
+        let (lines, tail) = match fetched {
+            Ok(child) => {
+                let tail = child.output_tail();
+                (child.finish(), tail)
+            }
+            Err(error) => (Vec::new(), error.to_string()),
+        };
+        let transfer = parse_fetch(&lines.join("\n"), &before, &self.link.stats());
+        self.lab.say(&match &transfer {
+            Some(transfer) => format!(
+                "wan:   {mode:8} {variant_name:8} {:>9.1} KB/s  {:>5.1} % of the link ({:.1} % \
+                 from the connect)  {} bytes, first after {:.2} s, last after {:.1} s{}",
                 transfer.kilobytes_per_second(),
                 transfer.utilisation(self.cell.rate) * 100.0,
                 transfer.utilisation_from_connect(self.cell.rate) * 100.0,
@@ -276,12 +249,12 @@ impl CellLab<'_> {
                     (true, false) => " (CONTENT DIFFERS)",
                 },
             ),
-            None => writeln!(
-                progress,
-                "  {mode:8} {variant_name:8} failed: {}",
-                text.trim()
+            None => format!(
+                "wan:   {mode:8} {variant_name:8} failed: {} {}",
+                lines.join(" "),
+                tail.trim()
             ),
-        };
+        });
         transfer
     }
 }
@@ -335,7 +308,8 @@ fn parse_fetch(text: &str, before: &LinkStats, after: &LinkStats) -> Option<Tran
 }
 
 /// A CA, a far-side certificate for the b address and a near-side client certificate.
-fn write_certificates(dir: &Path) -> Result<(), LabError> {
+fn write_certificates(dir: &RunDir) -> Result<(), LabError> {
+    let error = |e| LabError::io("cannot make certificates", std::io::Error::other(e));
     let ca = TestCa::new("weir lab wan CA").map_err(error)?;
     let server = ca
         .server(&["10.200.0.2".to_owned()], KeyType::EcdsaP256, 2)
@@ -350,84 +324,7 @@ fn write_certificates(dir: &Path) -> Result<(), LabError> {
         ("client.pem", &client.cert_pem),
         ("client.key", &client.key_pem),
     ] {
-        write_file(&dir.join(name), text).map_err(LabError::Io)?;
+        dir.write(name, text)?;
     }
     Ok(())
-}
-
-fn error(error: impl std::fmt::Display) -> LabError {
-    LabError::Io(format!("cannot make certificates: {error}"))
-}
-
-fn write_file(path: &Path, text: &str) -> Result<(), String> {
-    std::fs::write(path, text).map_err(|error| format!("cannot write {}: {error}", path.display()))
-}
-
-impl Running {
-    fn spawn(mut command: Command, supervisor: &Arc<Supervisor>) -> Result<Running, String> {
-        command.stdout(Stdio::piped());
-        let mut child = supervisor
-            .spawn(&mut command)
-            .map_err(|error| format!("cannot start {command:?}: {error}"))?;
-        let (sender, lines) = mpsc::channel();
-        if let Some(stdout) = child.stdout.take() {
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    if sender.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        Ok(Running {
-            child,
-            lines,
-            supervisor: Arc::clone(supervisor),
-        })
-    }
-
-    /// Waits for the child to exit; returns what it printed.
-    fn finish(mut self) -> String {
-        self.supervisor.wait(&mut self.child);
-        let mut text = String::new();
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            text.push_str(&line);
-            text.push('\n');
-        }
-        text
-    }
-
-    /// Waits for a line that starts with `ready`.
-    fn wait_for(&self, ready: &str, limit: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + limit;
-        let mut seen = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(ready) => return Ok(()),
-                Ok(line) => seen.push(line),
-                Err(_) => {
-                    return Err(format!(
-                        "no \"{ready}\" within {limit:?}; it printed {seen:?}"
-                    ));
-                }
-            }
-        }
-    }
-
-    /// SIGTERM, then SIGKILL after the grace period; returns the lines printed meanwhile.
-    fn stop(mut self) -> Vec<String> {
-        self.supervisor.stop(&mut self.child);
-        let mut lines = Vec::new();
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            lines.push(line);
-        }
-        lines
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.supervisor.stop(&mut self.child);
-    }
 }

@@ -11,17 +11,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{ReadHalf, WriteHalf};
+use weir_observe::TunnelMetrics;
 
-use crate::codec::{FlowDecoder, FlowEncoder, Piece};
-use crate::control::Control;
-use crate::dedup::ChunkId;
-use crate::metrics;
-use crate::session::{Session, code};
-use crate::wire::take_record;
+use super::session::{Resolved, Session, code};
+use crate::sans_io::codec::{FlowDecoder, FlowEncoder, Piece};
+use crate::sans_io::control::Control;
+use crate::sans_io::dedup::ChunkId;
+use crate::sans_io::wire::take_record;
 
 /// Bytes read from TCP per call, and the most encoded bytes gathered before a write.
 const READ_SIZE: usize = 256 << 10;
@@ -55,8 +55,8 @@ pub async fn run(
 ) {
     let stream = u64::from(send.id());
     let _ = tcp.set_nodelay(true);
-    session.metrics.increment(metrics::FLOWS);
-    session.metrics.increment(metrics::FLOWS_ACTIVE);
+    session.metrics.flows.inc();
+    session.metrics.flows_active.inc();
     session.open_pins(stream);
     let outcome = {
         let (read, write) = tcp.split();
@@ -71,9 +71,9 @@ pub async fn run(
         let _ = tokio::time::timeout(END_ACK_WAIT, send.stopped()).await;
     }
     session.encoder_done(stream);
-    session.metrics.decrement(metrics::FLOWS_ACTIVE);
+    session.metrics.flows_active.dec();
     if outcome == End::Broken {
-        session.metrics.increment(metrics::FLOWS_FAILED);
+        session.metrics.flows_failed.inc();
         let _ = send.reset(code::TCP_ERROR.into());
         let _ = recv.stop(code::TCP_ERROR.into());
         let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
@@ -125,7 +125,7 @@ async fn encode(
         let end = count == 0;
         // A read that did not fill the buffer drained the socket: send what is held.
         let flush = count < input.len();
-        session.metrics.add(metrics::STREAM_IN, count as u64);
+        session.metrics.stream_read_bytes.inc_by(count as u64);
         let chunked = encoder.chunk(&input[..count], flush);
         let known = if session.settings.dedup.is_some() {
             session.known(chunked.ids().copied())
@@ -141,13 +141,16 @@ async fn encode(
             });
             session
                 .metrics
-                .add(metrics::ENCODED_OUT, (wire.len() - before) as u64);
+                .encoded_sent_bytes
+                .inc_by((wire.len() - before) as u64);
             session
                 .metrics
-                .add(metrics::COMPRESSION_SAVED, compression_saved);
+                .compression_saved_bytes
+                .inc_by(compression_saved);
             session
                 .metrics
-                .add(metrics::DEDUP_SAVED, block.deduplicated_bytes);
+                .dedup_saved_bytes
+                .inc_by(block.deduplicated_bytes);
             if wire.len() >= READ_SIZE {
                 if send.write_all(&wire).await.is_err() {
                     return End::Broken;
@@ -191,7 +194,8 @@ async fn decode(
             };
             session
                 .metrics
-                .add(metrics::ENCODED_IN, record.len() as u64);
+                .encoded_received_bytes
+                .inc_by(record.len() as u64);
             let pieces = match decoder.decode(record) {
                 Ok(pieces) => pieces,
                 Err(error) => return protocol_error(recv, stream, &error.to_string()),
@@ -261,16 +265,12 @@ async fn deliver(
         if write.write_all(&bytes).await.is_err() {
             return Err(Failure::Tcp);
         }
-        session.metrics.add(metrics::STREAM_OUT, bytes.len() as u64);
+        session
+            .metrics
+            .stream_written_bytes
+            .inc_by(bytes.len() as u64);
     }
     Ok(())
-}
-
-/// A decoded piece after the store was consulted.
-#[derive(Debug)]
-pub enum Resolved {
-    Bytes(Bytes),
-    Missing { index: u64, id: ChunkId, len: u32 },
 }
 
 fn protocol_error(recv: &mut quinn::RecvStream, stream: u64, message: &str) -> End {
@@ -298,9 +298,9 @@ impl Drop for DoneGuard<'_> {
 }
 
 /// Waits until no flow is active any more, or `timeout` has passed.
-pub async fn drain(counters: &metrics::Metrics, timeout: Duration) {
+pub async fn drain(metrics: &TunnelMetrics, timeout: Duration) {
     let deadline = tokio::time::Instant::now() + timeout;
-    while counters.get(metrics::FLOWS_ACTIVE) > 0 && tokio::time::Instant::now() < deadline {
+    while metrics.flows_active.get() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -1,19 +1,19 @@
 //! One tunnel connection's shared state and its control stream driver: the mirror of the
 //! peer's chunk store, this end's store, the pinned chunks of references in flight, and the
-//! waiters for chunks asked of the peer. The message rules are in [`crate::control`].
+//! waiters for chunks asked of the peer. The message rules are in [`crate::sans_io::control`].
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, mpsc, oneshot};
+use weir_observe::TunnelMetrics;
 
-use crate::codec::{EncoderSettings, Piece};
-use crate::control::{Control, MAX_INSERTED};
-use crate::dedup::{ChunkId, ChunkStore};
-use crate::flow::Resolved;
-use crate::metrics::{self, Metrics};
-use crate::wire::take_record;
+use crate::config::{LinkParams, TunnelConfig};
+use crate::sans_io::codec::{EncoderSettings, MAX_CHUNK, Piece};
+use crate::sans_io::control::{Control, MAX_INSERTED};
+use crate::sans_io::dedup::{ChunkId, ChunkStore};
+use crate::sans_io::wire::{MAX_BLOCK_PAYLOAD, take_record};
 
 /// Pinned bytes a flow may hold before its encoder waits for the peer to resolve them.
 pub const PIN_LIMIT: u64 = 32 << 20;
@@ -37,10 +37,10 @@ pub mod code {
 pub struct Session {
     pub connection: quinn::Connection,
     pub settings: EncoderSettings,
-    /// The most literal bytes per block the encoders send (see [`crate::block_limit`]).
+    /// The most literal bytes per block the encoders send (see [`block_limit`]).
     pub block_limit: usize,
     pub max_chunk: u32,
-    pub metrics: Arc<Metrics>,
+    pub metrics: TunnelMetrics,
     /// What the peer holds, as far as its reports go (lengths only).
     mirror: Mutex<ChunkStore<u32>>,
     /// What this end holds of what it received.
@@ -63,24 +63,32 @@ struct Pins {
     decoder_done: bool,
 }
 
+/// A decoded piece after the store was consulted.
+#[derive(Debug)]
+pub enum Resolved {
+    Bytes(Bytes),
+    Missing { index: u64, id: ChunkId, len: u32 },
+}
+
 impl Session {
     /// Starts the session on a connection whose control stream is open: sends this end's
     /// hello and runs the control stream until the connection ends.
     pub fn start(
         connection: quinn::Connection,
         control: (quinn::SendStream, quinn::RecvStream),
-        settings: EncoderSettings,
-        block_limit: usize,
-        store_budget: u64,
-        max_chunk: u32,
-        metrics: Arc<Metrics>,
+        config: &TunnelConfig,
+        metrics: TunnelMetrics,
     ) -> Arc<Session> {
+        let store_budget = config.dedup.store;
         let (sender, receiver) = mpsc::unbounded_channel();
         let session = Arc::new(Session {
             connection,
-            settings,
-            block_limit,
-            max_chunk,
+            settings: EncoderSettings {
+                dedup: config.dedup.enabled.then_some(config.dedup.chunks),
+                compression: config.compression,
+            },
+            block_limit: block_limit(&config.link),
+            max_chunk: MAX_CHUNK,
             metrics,
             mirror: Mutex::new(ChunkStore::new(0)),
             store: Mutex::new(ChunkStore::new(store_budget)),
@@ -180,7 +188,9 @@ impl Session {
             self.send(Control::Inserted { chunks: inserted });
             inserted = rest;
         }
-        self.metrics.set(metrics::STORE_BYTES, store.total());
+        self.metrics
+            .dedup_store_bytes
+            .set(i64::try_from(store.total()).unwrap_or(i64::MAX));
         resolved
     }
 
@@ -189,7 +199,7 @@ impl Session {
     pub async fn fetch(&self, stream: u64, index: u64) -> Option<Bytes> {
         let (sender, receiver) = oneshot::channel();
         lock(&self.waiting).insert((stream, index), sender);
-        self.metrics.increment(metrics::DEDUP_MISSES);
+        self.metrics.dedup_misses.inc();
         self.send(Control::Need { stream, index });
         tokio::select! {
             answer = receiver => answer.ok().flatten(),
@@ -293,7 +303,7 @@ async fn read_control(session: Arc<Session>, mut recv: quinn::RecvStream) {
         loop {
             match take_record(&mut buffer) {
                 Ok(Some(record)) => {
-                    let handled = crate::control::Control::decode(record)
+                    let handled = crate::sans_io::control::Control::decode(record)
                         .map_err(|error| error.to_string())
                         .and_then(|message| session.handle(message));
                     if let Err(error) = handled {
@@ -319,6 +329,13 @@ async fn read_control(session: Arc<Session>, mut recv: quinn::RecvStream) {
             Ok(None) | Err(_) => return,
         }
     }
+}
+
+/// The most literal bytes per block for a link: about 25 ms of it, 16 KiB to 256 KiB (a
+/// 256 KiB block would hold its first byte back for 1.4 s on a T1).
+fn block_limit(link: &LinkParams) -> usize {
+    let bytes = link.bandwidth as f64 / 8.0 * 0.025;
+    (bytes as usize).clamp(16 << 10, MAX_BLOCK_PAYLOAD)
 }
 
 /// A poisoned lock only means a task panicked mid-update; the maps stay usable.

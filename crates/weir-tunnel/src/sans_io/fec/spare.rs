@@ -92,6 +92,7 @@ impl Spare {
         )
     }
 
+    #[cfg(test)]
     pub fn waiting(&self) -> usize {
         self.waiting.len()
     }

@@ -1,11 +1,11 @@
-//! The lab's report: per rate, a table like the seed's (KB/s and benefit per cell), and the
+//! The lab's report: per rate, a table like the WX report's (KB/s and benefit per cell), and the
 //! same figures as JSON (`weir-lab-wan/1`).
 
 use std::fmt::Write as _;
 
 use super::{CellResult, LinkRate, Transfer};
 
-/// The seed-style tables: one per rate, one row per delay and loss.
+/// The report-style tables: one per rate, one row per delay and loss.
 pub fn table(results: &[CellResult]) -> String {
     let mut out = String::new();
     for rate in [LinkRate::T1, LinkRate::Oc1] {

@@ -2,7 +2,7 @@
 //! and a fetcher that times a download and checks every byte against the same generator.
 //!
 //! The file is made from a seed, so neither end stores it: `original` is pseudo-random
-//! (incompressible, like the seed report's "random binaries"); `edited` is the original with
+//! (incompressible, like the WX report's "random binaries"); `edited` is the original with
 //! scattered small edits (overwrites, insertions and deletions).
 
 use std::io::{self, Read, Write};

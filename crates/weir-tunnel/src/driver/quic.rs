@@ -1,6 +1,6 @@
 //! The QUIC transport: TLS 1.3 with mutual authentication (rustls on aws-lc-rs, certificates
-//! read by `weir-tls`), windows sized from the configured link, the congestion controller,
-//! and the UDP endpoint.
+//! read by `weir-tls`), windows sized from the configured link, the congestion controller
+//! (quinn's adapter of [`WanWindow`]), and the UDP endpoint.
 //!
 //! Window sizing: a flow's stream window is eight bandwidth-delay products (one in flight,
 //! and room for the hole a lost packet leaves until its retransmission arrives, which at 5 %
@@ -8,9 +8,12 @@
 //! for short paths. Memory is only used while data is actually in flight or held behind a
 //! hole.
 
+use std::any::Any;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use quinn::congestion::{Controller, ControllerFactory};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{EndpointConfig, MtuDiscoveryConfig, TransportConfig, VarInt};
 use rustls::RootCertStore;
@@ -18,14 +21,14 @@ use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
 use socket2::{Domain, Protocol, Socket, Type};
 use weir_config::{ConfigError, FileRef};
+use weir_observe::TunnelMetrics;
 
 use crate::config::{ClientSide, Congestion, LinkParams, ServerSide, Transport, TunnelConfig};
-use crate::congestion::WanFactory;
-use crate::fec::socket::FecSocket;
-use crate::fec::{FecSettings, Timing};
-use crate::metrics::Metrics;
-use crate::tcp::{TcpDatagrams, TcpSettings};
-use crate::wire::ALPN;
+use crate::driver::fec_socket::FecSocket;
+use crate::driver::tcp::{TcpDatagrams, TcpSettings};
+use crate::sans_io::congestion::WanWindow;
+use crate::sans_io::fec::{FecSettings, Timing};
+use crate::sans_io::wire::ALPN;
 
 /// Most flows open at once on one tunnel.
 pub const MAX_FLOWS: u32 = 4096;
@@ -89,7 +92,7 @@ pub fn transport_config(link: &LinkParams, fec: &FecSettings) -> TransportConfig
     // Start at the path MTU (less IPv6 and UDP headers, and the FEC header), and probe up
     // to the IPv4 maximum.
     let header = if fec.frames() {
-        crate::fec::wire::MAX_OVERHEAD as u16
+        crate::sans_io::fec::wire::MAX_OVERHEAD as u16
     } else {
         0
     };
@@ -238,13 +241,13 @@ pub enum Bind {
 }
 
 /// A quinn endpoint for `config`'s transport: UDP with the FEC layer below QUIC, or TCP
-/// connections (`crate::tcp`).
+/// connections (`crate::driver::tcp`).
 pub fn endpoint(
     bind: Bind,
     endpoint_config: EndpointConfig,
     server_config: Option<quinn::ServerConfig>,
     config: &TunnelConfig,
-    metrics: Arc<Metrics>,
+    metrics: TunnelMetrics,
 ) -> Result<quinn::Endpoint, TransportError> {
     let (Bind::Near(address) | Bind::Far(address)) = bind;
     let error = |source| TransportError::Socket { address, source };
@@ -292,6 +295,70 @@ pub fn udp_socket(address: SocketAddr) -> Result<UdpSocket, TransportError> {
     let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
     socket.bind(&address.into()).map_err(error)?;
     Ok(socket.into())
+}
+
+/// quinn's view of the loss-tolerant window ([`WanWindow`], `congestion = "wan"`).
+#[derive(Debug, Clone)]
+pub struct Wan {
+    state: WanWindow,
+}
+
+/// Builds a [`Wan`] controller per connection.
+#[derive(Debug, Clone, Copy)]
+pub struct WanFactory {
+    pub bits_per_second: u64,
+    pub rtt: Duration,
+}
+
+impl Controller for Wan {
+    fn on_ack(
+        &mut self,
+        _now: Instant,
+        _sent: Instant,
+        bytes: u64,
+        _app_limited: bool,
+        rtt: &quinn_proto::RttEstimator,
+    ) {
+        self.state.on_ack(bytes, rtt.get(), rtt.min());
+    }
+
+    fn on_congestion_event(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        is_persistent_congestion: bool,
+        _lost_bytes: u64,
+    ) {
+        self.state.on_loss(now, sent, is_persistent_congestion);
+    }
+
+    fn on_mtu_update(&mut self, new_mtu: u16) {
+        self.state.on_mtu_update(new_mtu);
+    }
+
+    fn window(&self) -> u64 {
+        self.state.window()
+    }
+
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(self.clone())
+    }
+
+    fn initial_window(&self) -> u64 {
+        self.state.target()
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+impl ControllerFactory for WanFactory {
+    fn build(self: Arc<Self>, _now: Instant, current_mtu: u16) -> Box<dyn Controller> {
+        Box::new(Wan {
+            state: WanWindow::new(self.bits_per_second, self.rtt, current_mtu),
+        })
+    }
 }
 
 #[cfg(test)]
