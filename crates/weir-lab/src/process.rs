@@ -261,8 +261,8 @@ impl Child {
         Child::start(supervisor, dir, name, command, false)
     }
 
-    /// As [`Child::spawn`], with stdout kept for [`Child::wait_for_line`] and
-    /// [`Child::lines`].
+    /// As [`Child::spawn`], with stdout kept for [`Child::wait_for_line`],
+    /// [`Child::finish`] and [`Child::stop_and_read`].
     pub fn spawn_reading(
         supervisor: &Arc<Supervisor>,
         dir: &RunDir,

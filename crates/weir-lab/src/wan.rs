@@ -4,7 +4,7 @@
 //! copy, first directly over TCP (CUBIC, default buffers: the baseline), then through a
 //! `weir tunnel` pair. Every transfer is bounded in time and checked byte for byte.
 //!
-//! The plan and the report are plain data ([`Plan`], [`CellResult`]); [`run`] drives the
+//! The plan and the report are plain data ([`Plan`], [`CellResult`]); [`run()`] drives the
 //! lab's binary through `ip netns exec`, every process under the lab's
 //! [`Supervisor`](crate::process::Supervisor).
 

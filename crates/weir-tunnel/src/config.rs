@@ -47,7 +47,7 @@ pub struct TunnelConfig {
     pub dedup: DedupSettings,
     /// `[fec]`: forward error correction on what this side sends.
     pub fec: FecSettings,
-    /// Where to serve `/metrics` (Prometheus text), if anywhere.
+    /// Where the admin listener serves `/metrics` and `/healthz`, if anywhere.
     pub metrics: Option<SocketAddr>,
     pub services: Vec<Service>,
 }

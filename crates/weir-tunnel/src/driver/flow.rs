@@ -5,7 +5,8 @@
 //! other TCP connection's write side down, so half-closes cross the tunnel and each end sees
 //! a clean close. A TCP error resets the stream; a reset stream closes the TCP connection.
 //! A flow stays active until the peer has acknowledged the end of its stream, and a stopping
-//! tunnel end waits for its active flows ([`drain`]) before it closes the connection.
+//! tunnel end waits for its active flows ([`drain`]) before it closes the connection. Every
+//! state of a flow, near and far side: `LIFECYCLE.md`.
 
 use std::future::Future;
 use std::sync::Arc;

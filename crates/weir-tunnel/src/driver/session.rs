@@ -1,6 +1,7 @@
 //! One tunnel connection's shared state and its control stream driver: the mirror of the
 //! peer's chunk store, this end's store, the pinned chunks of references in flight, and the
-//! waiters for chunks asked of the peer. The message rules are in [`crate::sans_io::control`].
+//! waiters for chunks asked of the peer. The message rules are in [`crate::sans_io::control`];
+//! a session's states, and the code that moves it between them: `LIFECYCLE.md`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

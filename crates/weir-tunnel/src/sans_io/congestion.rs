@@ -1,7 +1,7 @@
 //! The loss-tolerant congestion controller (`congestion = "wan"`).
 //!
 //! A WAN accelerator knows its link: the operator configures the bottleneck rate and the
-//! round-trip time, as on the seed's WX appliances. The window is therefore set from the
+//! round-trip time, as on Juniper's WX appliances. The window is therefore set from the
 //! bandwidth-delay product straight away (no slow start over a 500 ms path) with 25 %
 //! headroom for acknowledgement delay and packets lost but not yet declared lost. A loss is
 //! treated as congestion only when the path shows a queue: the smoothed RTT is above the
