@@ -380,7 +380,7 @@ impl Child {
 
     /// Waits for the child to exit by itself and returns what it printed on stdout since
     /// the last read.
-    pub fn finish(mut self) -> Vec<String> {
+    pub fn finish(&mut self) -> Vec<String> {
         while matches!(self.supervisor.try_wait(&mut self.child), Ok(None)) {
             std::thread::sleep(POLL);
         }

@@ -145,7 +145,7 @@ impl CellLab<'_> {
         Ok(())
     }
 
-    /// `weir ARGS` in `side`'s namespace, as `name`, with its stdout read.
+    /// `weir ARGS`, to run in `side`'s namespace.
     fn command(&self, side: Side, args: &[&str]) -> Result<Command, LabError> {
         Ok(command_in(self.name, side, &self.lab.weir, args)?)
     }
@@ -226,10 +226,7 @@ impl CellLab<'_> {
             Child::spawn_reading(&self.lab.supervisor, self.dir, &name, command)
         });
         let (lines, tail) = match fetched {
-            Ok(child) => {
-                let tail = child.output_tail();
-                (child.finish(), tail)
-            }
+            Ok(mut child) => (child.finish(), child.output_tail()),
             Err(error) => (Vec::new(), error.to_string()),
         };
         let transfer = parse_fetch(&lines.join("\n"), &before, &self.link.stats());
