@@ -18,6 +18,10 @@ use prometheus_client::registry::{Metric, Registry};
 use crate::names::{self, MetricSpec};
 use crate::stats::{LatencyHistogram, Totals};
 
+mod tunnel;
+
+pub use tunnel::TunnelMetrics;
+
 /// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -37,6 +41,9 @@ pub struct Metrics {
     /// Every request's duration, for the percentiles the admin API and dashboard show.
     latency: Arc<LatencyHistogram>,
     handles: Mutex<Handles>,
+    /// Cache and compression families (issue 12), in `crate::cache`.
+    pub(crate) cache: crate::cache::CacheFamilies,
+    refreshers: Refreshers,
 }
 
 /// Handles for configuration reloads.
@@ -48,6 +55,10 @@ pub struct ReloadMetrics {
     pub last_reload_timestamp_seconds: FloatGauge,
     pub last_reload_success: Gauge,
 }
+
+/// What [`Metrics::encode`] calls first, to bring values read from elsewhere up to date.
+#[derive(Default)]
+struct Refreshers(Mutex<Vec<Box<dyn Fn() + Send + Sync>>>);
 
 /// HTTP status classes, the `class` label of request counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -295,6 +306,17 @@ struct Handles {
 impl Metrics {
     /// Creates the registry with every metric of [`names::ALL`] registered.
     pub fn new() -> Arc<Metrics> {
+        Metrics::build(None)
+    }
+
+    /// The registry of a tunnel side, [`names::ALL`] and [`names::TUNNEL`], and the latter's
+    /// handles.
+    pub fn for_tunnel() -> (Arc<Metrics>, TunnelMetrics) {
+        let tunnel = TunnelMetrics::default();
+        (Metrics::build(Some(&tunnel)), tunnel)
+    }
+
+    fn build(tunnel: Option<&TunnelMetrics>) -> Arc<Metrics> {
         let mut registry = Registry::with_prefix(names::PREFIX);
         let families = Families::default();
         let reuse_ratio = FloatGauge::default();
@@ -334,6 +356,11 @@ impl Metrics {
             reloads.last_reload_success.clone(),
         );
         families.register(r);
+        let cache = crate::cache::CacheFamilies::default();
+        cache.register(r);
+        if let Some(tunnel) = tunnel {
+            tunnel.register(r);
+        }
 
         Arc::new(Metrics {
             registry,
@@ -343,6 +370,8 @@ impl Metrics {
             reloads,
             latency: Arc::new(LatencyHistogram::default()),
             handles: Mutex::new(Handles::default()),
+            cache,
+            refreshers: Refreshers::default(),
         })
     }
 
@@ -354,6 +383,12 @@ impl Metrics {
     /// Durations of every request, all virtual servers together.
     pub fn latency(&self) -> &LatencyHistogram {
         &self.latency
+    }
+
+    /// Calls `refresh` at the start of every [`Metrics::encode`], to set values kept
+    /// elsewhere (a QUIC connection's own counters, say) before they are written.
+    pub fn before_encode(&self, refresh: impl Fn() + Send + Sync + 'static) {
+        self.refreshers.lock().push(Box::new(refresh));
     }
 
     /// The handles of one virtual server; the same name always gives the same series.
@@ -601,6 +636,9 @@ impl Metrics {
     /// Every metric in OpenMetrics text format (served as [`CONTENT_TYPE`]), with the derived
     /// ratios computed first.
     pub fn encode(&self) -> String {
+        for refresh in self.refreshers.lock().iter() {
+            refresh();
+        }
         self.reuse_ratio.set(self.reuse_ratio());
         self.offload_ratio.set(self.offload_ratio());
         let mut out = String::with_capacity(8 * 1024);
@@ -614,6 +652,19 @@ impl Metrics {
         // A panic while holding the lock leaves only complete map entries behind, so the
         // data is still consistent: recover it rather than propagate the poison.
         self.handles.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Refreshers {
+    fn lock(&self) -> MutexGuard<'_, Vec<Box<dyn Fn() + Send + Sync>>> {
+        // A refresher that panicked leaves the list itself intact.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for Refreshers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Refreshers({})", self.lock().len())
     }
 }
 
@@ -772,7 +823,7 @@ impl EncodeLabelValue for StatusClass {
     }
 }
 
-fn register(registry: &mut Registry, spec: MetricSpec, metric: impl Metric) {
+pub(crate) fn register(registry: &mut Registry, spec: MetricSpec, metric: impl Metric) {
     registry.register(spec.name, spec.help, metric);
 }
 

@@ -26,9 +26,11 @@ mod listener;
 mod live;
 mod model;
 mod pipeline;
+mod proxy;
 mod request_body;
 mod response;
 mod route;
+mod stage;
 mod tls;
 mod upgrade;
 
@@ -37,8 +39,9 @@ const VIA: &str = "weir";
 /// Bound on chunk-size lines and trailer sections, both directions.
 const MAX_TRAILER_BYTES: usize = 8 * 1024;
 
-pub use listener::{BoundProxy, Proxy, StartError, adopt, bind_tcp};
+pub use listener::{adopt, bind_tcp};
 pub use live::{Applied, Live, ReloadError, ReloadRecord};
 pub use model::Model;
+pub use proxy::{BoundProxy, Proxy, StartError};
 pub use route::VirtualServerRuntime;
 pub use tls::TlsTermination;

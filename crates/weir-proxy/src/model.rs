@@ -18,12 +18,12 @@ use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use weir_config::Config;
+use weir_config::{Config, PoolId, VirtualServer};
 use weir_core::{Shutdown, ShutdownSignal};
-use weir_observe::{AccessLog, Metrics};
+use weir_http::Limits;
+use weir_observe::{AccessLog, Metrics, VirtualServerMetrics};
 use weir_upstream::Pool;
 
-use crate::route::VirtualServerRuntime;
 use crate::tls::TlsTermination;
 
 /// One generation of the running configuration.
@@ -66,6 +66,73 @@ pub(crate) struct VirtualServerShared {
     /// Triggered when a reload removes the virtual server: its idle kept-alive
     /// connections close, busy ones close after their response.
     removed: Shutdown,
+}
+
+/// A virtual server of one model (one generation of the configuration), with its pools
+/// resolved and its metric handles taken. A request keeps the one it started with.
+#[derive(Debug)]
+pub struct VirtualServerRuntime {
+    pub config: VirtualServer,
+    pub default_pool: Arc<Pool>,
+    pub routes: Vec<(weir_config::Route, Arc<Pool>)>,
+    pub metrics: VirtualServerMetrics,
+    /// Where this virtual server's access records go; `None` when `log.access_log` is off.
+    pub access_log: Option<Arc<AccessLog>>,
+    pub(crate) head_limits: Limits,
+    /// The model this virtual server belongs to.
+    pub generation: u64,
+    /// What outlives a model: the count of open client connections, the stop signal.
+    pub(crate) shared: Arc<VirtualServerShared>,
+    /// Where newer models appear (weak: a model must not keep the cell alive).
+    pub(crate) cell: Weak<ModelCell>,
+    /// The generation serving now (the cell's counter).
+    current_generation: Arc<AtomicU64>,
+    /// TLS termination, on an HTTPS virtual server.
+    pub tls: Option<Arc<TlsTermination>>,
+}
+
+impl VirtualServerRuntime {
+    pub(crate) fn new(
+        config: &VirtualServer,
+        pools: &[Arc<Pool>],
+        metrics: VirtualServerMetrics,
+        access_log: Option<Arc<AccessLog>>,
+        tls: Option<Arc<TlsTermination>>,
+        link: ModelLink,
+    ) -> VirtualServerRuntime {
+        let pool = |PoolId(index): PoolId| Arc::clone(&pools[index]);
+        VirtualServerRuntime {
+            generation: link.generation,
+            shared: link.shared,
+            cell: link.cell,
+            current_generation: link.current_generation,
+            default_pool: pool(config.default_pool),
+            routes: config
+                .routes
+                .iter()
+                .map(|route| (route.clone(), pool(route.pool)))
+                .collect(),
+            metrics,
+            access_log,
+            head_limits: Limits {
+                max_head_bytes: config.limits.max_header_bytes,
+                max_headers: config.limits.max_headers,
+            },
+            tls,
+            config: config.clone(),
+        }
+    }
+
+    /// This virtual server in the model running now, when that is a newer one than this
+    /// (`None` when this one is current, or when a reload removed it). A kept-alive
+    /// connection calls it before each request; the check is one atomic load.
+    pub(crate) fn newer(&self) -> Option<Arc<VirtualServerRuntime>> {
+        if self.current_generation.load(Ordering::Acquire) == self.generation {
+            return None;
+        }
+        let cell = self.cell.upgrade()?;
+        cell.current().virtual_server(&self.config.name).cloned()
+    }
 }
 
 impl Model {
