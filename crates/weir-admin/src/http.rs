@@ -143,9 +143,12 @@ impl Response {
         }
     }
 
-    /// A JSON body (`value` serialised).
+    /// A JSON body (`value` serialised, pretty when small enough to be read by people).
     pub(crate) fn json(status: u16, value: &serde_json::Value) -> Response {
         let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
+        if body.len() > 64 * 1024 {
+            body = serde_json::to_vec(value).unwrap_or_default();
+        }
         body.push(b'\n');
         Response {
             status,

@@ -182,7 +182,6 @@ impl Pool {
         shutdown: ShutdownSignal,
     ) -> Vec<JoinHandle<()>> {
         let mut tasks = Vec::new();
-        let either = stop.either(&shutdown);
         if let Some(monitor) = &self.config.health {
             let monitored: Vec<Arc<NodeState>> = self
                 .nodes
@@ -197,11 +196,11 @@ impl Pool {
                 self.connections
                     .first()
                     .and_then(|node| node.tls().map(|tls| tls.connector.clone())),
-                either.clone(),
+                stop.either(&shutdown),
             ));
         }
         let pool = Arc::clone(self);
-        let mut stop = either;
+        let (mut stop, mut shutdown) = (stop, shutdown);
         let period = (self.config.connections.idle_timeout / 4)
             .clamp(Duration::from_millis(100), Duration::from_secs(5));
         tasks.push(tokio::spawn(async move {
@@ -217,6 +216,7 @@ impl Pool {
                         }
                     }
                     _ = stop.triggered() => break,
+                    _ = shutdown.triggered() => break,
                 }
             }
             if shutdown.is_triggered() {
