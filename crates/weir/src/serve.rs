@@ -83,6 +83,8 @@ struct Bound {
 }
 
 async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
+    // Before anything binds or is announced (see `wait_for_signal`).
+    let mut first_signal = std::pin::pin!(wait_for_signal());
     let metrics = Metrics::new();
     // Two stages: the proxy drains first; the admin listener (which reports
     // "draining" meanwhile) and the built-in origins stop once it is done.
@@ -152,7 +154,7 @@ async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
     }
 
     let upgraded = tokio::select! {
-        () = wait_for_signal() => false,
+        () = &mut first_signal => false,
         done = &mut handed_over => done.unwrap_or(false),
     };
     if upgraded {
@@ -310,18 +312,25 @@ async fn access_log_upkeep(
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn wait_for_signal() {
+/// Completes on SIGTERM or SIGINT. The handlers are registered when this is called, not
+/// when the future is first polled: call it before announcing anything, so a signal sent
+/// right after start-up drains instead of killing the process.
+pub fn wait_for_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = match signal(SignalKind::terminate()) {
-        Ok(stream) => stream,
-        Err(error) => {
-            tracing::error!(%error, "cannot listen for SIGTERM");
-            return std::future::pending().await;
+    let terminate = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        match (terminate, interrupt) {
+            (Ok(mut terminate), Ok(mut interrupt)) => {
+                tokio::select! {
+                    _ = terminate.recv() => {}
+                    _ = interrupt.recv() => {}
+                }
+            }
+            (Err(error), _) | (_, Err(error)) => {
+                tracing::error!(%error, "cannot listen for SIGTERM and SIGINT");
+                std::future::pending::<()>().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
 }
