@@ -6,6 +6,7 @@
 //! rest of the file can still be checked; the model is only returned when no
 //! problem was found, so those stand-ins never escape.
 
+mod http;
 mod pools;
 mod primitives;
 mod tls;
@@ -243,6 +244,7 @@ impl Checker {
             routes,
             limits: self.limits(&path.key("limits"), table.limits.as_ref()),
             timeouts: self.client_timeouts(&path.key("timeouts"), table.timeouts.as_ref()),
+            http: self.http_policy(&path.key("http"), table.http.as_ref()),
             forwarded_headers: table
                 .forwarded_headers
                 .unwrap_or(defaults::FORWARDED_HEADERS),
@@ -485,6 +487,12 @@ impl Checker {
                 &path.key("max_requests_per_connection"),
                 table.max_requests_per_connection,
             ),
+            min_body_rate: self.size(
+                &path.key("min_body_rate"),
+                table.min_body_rate.as_ref(),
+                defaults::MIN_BODY_RATE,
+                0..=GIB,
+            ),
         }
     }
 
@@ -511,7 +519,17 @@ impl Checker {
                 table.body_read.as_ref(),
                 defaults::BODY_READ_TIMEOUT,
             ),
+            body_total: timeout(
+                "body_total",
+                table.body_total.as_ref(),
+                defaults::BODY_TOTAL_TIMEOUT,
+            ),
             write: timeout("write", table.write.as_ref(), defaults::WRITE_TIMEOUT),
+            tunnel_idle: timeout(
+                "tunnel_idle",
+                table.tunnel_idle.as_ref(),
+                defaults::TUNNEL_IDLE_TIMEOUT,
+            ),
         }
     }
 

@@ -123,8 +123,8 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
         FieldKind::Via => forward.via.is_none() && !listed(field),
         FieldKind::Other => {
             let name = slice(raw, field.name);
-            !listed(field)
-                && !(forward.drop_underscore_names && name.contains(&b'_'))
+            let underscored = forward.drop_underscore_names && name.contains(&b'_');
+            !(listed(field) || underscored)
                 && forward
                     .owned_header
                     .is_none_or(|(owned, _)| !same_field_name(name, owned.as_bytes()))

@@ -23,6 +23,7 @@ mod drain;
 mod exchange;
 mod listener;
 mod pipeline;
+mod policy;
 mod request_body;
 mod response;
 mod route;

@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,9 @@ pub struct ConnectionSettings {
     pub connect_timeout: Duration,
     /// Requests per connection before it is retired; `None` = unlimited.
     pub max_requests: Option<u32>,
+    /// Connections that left HTTP (upgrades, CONNECT), counted apart from
+    /// `max_connections`.
+    pub max_tunnels: u32,
     /// TLS to the node; `None` = plain TCP. The pool is per pool and node, so
     /// connections are never shared across TLS settings.
     pub tls: Option<UpstreamTls>,
@@ -51,6 +54,8 @@ pub struct NodeConnections {
     address: SocketAddr,
     settings: ConnectionSettings,
     state: Mutex<State>,
+    /// Tunnels open or reserved (see [`NodeConnections::reserve_tunnel`]).
+    tunnels: AtomicU32,
     next_waiter: AtomicU64,
     metrics: NodeMetrics,
     pool_metrics: PoolMetrics,
@@ -115,6 +120,7 @@ impl NodeConnections {
             address,
             settings,
             state: Mutex::new(State::default()),
+            tunnels: AtomicU32::new(0),
             next_waiter: AtomicU64::new(0),
             metrics,
             pool_metrics,
@@ -353,7 +359,16 @@ impl QueuedWait<'_> {
             Ok(Ok(grant)) => {
                 self.receiver = None;
                 match grant {
-                    Grant::Connection(connection) => Ok(pool.reuse(connection)),
+                    // The same check an idle connection gets: bytes the node
+                    // sent after its last response (a body after HEAD, 204 or
+                    // 304) must never be read as the next client's response.
+                    Grant::Connection(connection) if connection.looks_open() => {
+                        Ok(pool.reuse(connection))
+                    }
+                    Grant::Connection(stale) => {
+                        drop(stale);
+                        pool.connect().await
+                    }
                     Grant::Slot => pool.connect().await,
                 }
             }
@@ -395,7 +410,53 @@ impl Drop for QueuedWait<'_> {
     }
 }
 
+/// A place for one tunnel to the node, held from before the request that asks
+/// for it is sent until the tunnel closes (or the node declines the switch).
+#[derive(Debug)]
+pub struct TunnelPermit {
+    pool: Arc<NodeConnections>,
+}
+
+/// An upstream connection that left HTTP (a WebSocket after `101`, a CONNECT
+/// tunnel after `2xx`). It no longer holds one of the node's request slots;
+/// dropping it closes the connection and frees its tunnel place.
+#[derive(Debug)]
+pub struct Tunnel {
+    stream: ClientStream,
+    _permit: TunnelPermit,
+}
+
 impl NodeConnections {
+    /// Reserves a place for a tunnel, before a request that may switch
+    /// protocols is sent. Fails when `max_tunnels` are open or reserved.
+    pub fn reserve_tunnel(self: &Arc<Self>) -> Result<TunnelPermit, Error> {
+        let max = self.settings.max_tunnels;
+        let reserved = self
+            .tunnels
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < max).then_some(open + 1)
+            });
+        match reserved {
+            Ok(_) => Ok(TunnelPermit {
+                pool: Arc::clone(self),
+            }),
+            Err(_) => {
+                self.pool_metrics.queue_full.inc();
+                Err(
+                    Error::new(ErrorKind::QueueFull, Side::Internal).context(format!(
+                        "node {} has {max} tunnels open (max_tunnels)",
+                        self.address
+                    )),
+                )
+            }
+        }
+    }
+
+    /// Tunnels open or reserved now.
+    pub fn tunnels(&self) -> u32 {
+        self.tunnels.load(Ordering::Acquire)
+    }
+
     /// The TLS handshake with the node, within the connect timeout. A
     /// failure (verification included) is retry-safe: nothing was sent.
     async fn handshake(&self, tls: &UpstreamTls, tcp: TcpStream) -> Result<ClientStream, Error> {
@@ -450,7 +511,33 @@ impl Connection {
     }
 }
 
+impl Drop for TunnelPermit {
+    fn drop(&mut self) {
+        self.pool.tunnels.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Tunnel {
+    pub fn stream(&mut self) -> &mut ClientStream {
+        &mut self.stream
+    }
+}
+
 impl Lease {
+    /// Turns the connection into a tunnel: its request slot goes to the next
+    /// waiter at once, and the connection is counted under `permit` instead.
+    pub fn into_tunnel(mut self, permit: TunnelPermit) -> Tunnel {
+        let connection = self
+            .connection
+            .take()
+            .expect("present until release or drop");
+        self.pool.free_slot();
+        Tunnel {
+            stream: connection.stream,
+            _permit: permit,
+        }
+    }
+
     pub fn stream(&mut self) -> &mut ClientStream {
         &mut self
             .connection
