@@ -82,6 +82,9 @@ pub struct ResponseHead {
     pub(crate) connection_names_fields: bool,
     /// The request was HEAD: a `Content-Length` describes the GET body.
     pub(crate) head_request: bool,
+    /// The fields announce a body (a non-zero length, or chunked) that the
+    /// method or status rules out.
+    pub(crate) announces_absent_body: bool,
 }
 
 /// Parses a request head at the start of `buf`. On `Complete(head, n)` the
@@ -269,6 +272,14 @@ impl ResponseHead {
         self.framing != BodyFraming::CloseDelimited && keep_alive(self.version, &self.connection)
     }
 
+    /// Whether the node announced a body that this response cannot have (a
+    /// length or chunked coding on a response to HEAD, or on 1xx, 204, 304).
+    /// A node that gets this wrong may send the body anyway, a little later:
+    /// its connection must not carry the next request at once.
+    pub fn announces_absent_body(&self) -> bool {
+        self.announces_absent_body
+    }
+
     /// 1xx: an interim response; the final one follows.
     pub fn is_interim(&self) -> bool {
         (100..200).contains(&self.status)
@@ -416,6 +427,8 @@ fn parse_response_in(
         || status == 204
         || status == 304
         || (request_method == Method::Connect && (200..300).contains(&status));
+    let announces_absent_body =
+        no_body && matches!(declared, Declared::Chunked | Declared::Length(1..));
     let framing = match declared {
         _ if no_body => BodyFraming::None,
         Declared::Chunked => BodyFraming::Chunked,
@@ -433,6 +446,7 @@ fn parse_response_in(
             connection: fields.connection,
             connection_names_fields: fields.connection_names_fields,
             head_request: request_method == Method::Head,
+            announces_absent_body,
         },
         start,
         end,

@@ -32,6 +32,10 @@ pub(crate) struct Sent {
     pub keep_alive: bool,
 }
 
+/// How long a connection whose node announced a body it cannot have (HEAD,
+/// 204, 304) must stay quiet before it carries another request.
+const LATE_BODY_GRACE: Duration = Duration::from_millis(50);
+
 /// How the body is read from the node.
 enum Source {
     Length(u64),
@@ -48,6 +52,8 @@ struct Upstream {
     source: Option<Source>,
     /// The connection may carry another request once this body is read.
     reusable: bool,
+    /// ... but only after [`LATE_BODY_GRACE`] without a stray byte.
+    quarantine: bool,
     /// Longest wait for the node's next bytes.
     stall: Duration,
 }
@@ -82,6 +88,7 @@ pub(crate) async fn respond(
         in_flight: Some(in_flight),
         source: Source::of(&response),
         reusable: response.keep_alive() && !body_cut,
+        quarantine: response.announces_absent_body(),
         stall: response_timeout,
     };
     // Buffer as much of the body as fits: all of it, for most responses.
@@ -128,10 +135,10 @@ impl Upstream {
     fn finish(&mut self, unread: &BytesMut) {
         let clean =
             self.reusable && unread.is_empty() && !matches!(self.source, Some(Source::UntilClose));
-        if let Some(lease) = self.lease.take()
-            && clean
-        {
-            lease.release();
+        match self.lease.take() {
+            Some(lease) if clean && self.quarantine => lease.release_after(LATE_BODY_GRACE),
+            Some(lease) if clean => lease.release(),
+            _ => {}
         }
         self.in_flight = None;
     }

@@ -556,11 +556,39 @@ impl Lease {
         self.pool.address
     }
 
+    /// Returns the connection for reuse after `quiet` has passed with nothing
+    /// more from the node: for a response whose node announced a body it
+    /// cannot have (HEAD, 204, 304), which a confused node may send anyway a
+    /// moment later. Bytes that arrive meanwhile close the connection.
+    pub fn release_after(mut self, quiet: Duration) {
+        let Some(connection) = self.connection.take() else {
+            return;
+        };
+        let pool = Arc::clone(&self.pool);
+        let reused = self.reused;
+        tokio::spawn(async move {
+            tokio::time::sleep(quiet).await;
+            Lease {
+                pool,
+                connection: Some(connection),
+                reused,
+            }
+            .release();
+        });
+    }
+
     /// Returns the connection for reuse after a complete, clean exchange.
+    /// Anything the node sent past its response (a body after a bodiless
+    /// response) makes it unusable: it is closed instead.
     pub fn release(mut self) {
         let Some(mut connection) = self.connection.take() else {
             return;
         };
+        if !connection.looks_open() {
+            drop(connection);
+            self.pool.free_slot();
+            return;
+        }
         connection.requests += 1;
         let retire = self
             .pool
