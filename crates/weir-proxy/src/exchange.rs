@@ -3,10 +3,11 @@
 //! node (or a fresh connection) only when the error says a retry is safe.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{ForwardRequest, Parsed, RequestHead, ResponseHead, parse_response};
 use weir_upstream::{Lease, Pool, Tried, TunnelPermit};
@@ -94,7 +95,7 @@ pub(crate) async fn exchange(
                 stale_retries += 1;
             }
             Retry::OtherNode if node_retries < pool.config.retries => {
-                node.record_failure(Instant::now());
+                node.record_failure(Instant::now().into_std());
                 tracing::debug!(pool = %pool.name, node = %node.address, error = %failure.error, "retrying on another node");
                 pool.metrics.retries.inc();
                 node_retries += 1;
@@ -104,7 +105,7 @@ pub(crate) async fn exchange(
             _ => {
                 // Passive health: a node that fails or stalls an exchange counts a failure.
                 if failure.error.side() == Side::Upstream {
-                    node.record_failure(Instant::now());
+                    node.record_failure(Instant::now().into_std());
                 }
                 return Err(failure);
             }
@@ -114,7 +115,7 @@ pub(crate) async fn exchange(
 
 /// The select stage: a node not tried yet, or the failure to answer with.
 fn select(pool: &Pool, tried: Tried, last_error: Option<Error>) -> Result<usize, Failure> {
-    if let Some(index) = pool.select(tried, Instant::now()) {
+    if let Some(index) = pool.select(tried, Instant::now().into_std()) {
         return Ok(index);
     }
     // Every node was tried: answer with what went wrong last.
@@ -255,7 +256,7 @@ async fn read_response_head(
     forwarding: Forwarding,
     replayable: bool,
 ) -> Result<ResponseHead, Failure> {
-    let deadline = tokio::time::Instant::now() + pool.config.timeouts.response;
+    let deadline = Instant::now() + pool.config.timeouts.response;
     let mut got_any = !client.upstream_in.is_empty();
     let mut interim = 0;
     loop {

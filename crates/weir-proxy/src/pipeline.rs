@@ -11,9 +11,9 @@
 //! own module; this file only calls them in order.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use weir_core::{ErrorKind, ShutdownSignal};
 use weir_http::{RequestHead, Version};
 use weir_observe::AccessRecord;
@@ -44,7 +44,7 @@ pub(crate) async fn serve_connection(
             None => return,
         },
     };
-    let mut client = Client::new(stream, peer, tokio::time::Instant::now());
+    let mut client = Client::new(stream, peer, Instant::now());
     client.client_subject = client_subject;
     let next = loop {
         // read_head
@@ -120,9 +120,9 @@ async fn serve_request(
     node_state.record_response_time(response_time);
     if exchange.response.status() >= 500 {
         node_state.metrics.responses_5xx.inc();
-        node_state.record_failure(head_received);
+        node_state.record_failure(head_received.into_std());
     } else {
-        node_state.record_success(head_received);
+        node_state.record_success(head_received.into_std());
     }
     // respond (the upstream connection is released inside, as soon as the node is done);
     // a drain that began meanwhile closes the connection after this response.
