@@ -1,6 +1,8 @@
-//! The recording origin: it reads requests with a strict parser of its own
-//! framing, keeps the exact bytes of each, and answers each with the case's
-//! scripted reply. After a `101` or a 2xx to CONNECT it echoes bytes.
+//! The recording origin: it reads requests as a lenient server would (any
+//! head `httparse` takes) but frames them strictly (both framings, several
+//! lengths, or a final coding other than chunked are not a request), keeps
+//! the exact bytes of each, and answers each with the case's scripted reply.
+//! After a `101` or a 2xx to CONNECT it echoes bytes.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -9,7 +11,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
-use weir_http::{BodyFraming, ChunkedDecoder, Decoded, Limits, Method, RequestHead};
+use weir_http::{BodyFraming, ChunkedDecoder, Decoded};
 
 /// One request as the origin saw it.
 #[derive(Debug, Clone)]
@@ -95,17 +97,13 @@ impl Drop for Origin {
 }
 
 async fn serve(mut stream: TcpStream, connection: usize, script: Arc<Mutex<Script>>) {
-    let limits = Limits {
-        max_head_bytes: 256 * 1024,
-        max_headers: 1000,
-    };
     let mut buf = BytesMut::new();
     loop {
-        let head = loop {
-            match RequestHead::split_from(&mut buf, &limits) {
-                Ok(Some(head)) => break head,
-                Ok(None) => {}
-                Err(_) => {
+        let request = loop {
+            match parse_head(&buf) {
+                Head::Complete(request) => break request,
+                Head::Partial => {}
+                Head::Invalid => {
                     // Not a request: record what came, as it came, and stop.
                     let mut rest = buf.to_vec();
                     let mut more = [0u8; 4096];
@@ -135,23 +133,17 @@ async fn serve(mut stream: TcpStream, connection: usize, script: Arc<Mutex<Scrip
                 return;
             }
         };
-        let mut raw = head.raw().to_vec();
-        let Some(body) = read_body(&mut stream, &mut buf, &head, &mut raw).await else {
+        let mut raw = buf.split_to(request.head_len).to_vec();
+        let Some(body) = read_body(&mut stream, &mut buf, request.framing, &mut raw).await else {
             record(&script, raw, Vec::new(), Vec::new(), connection, false);
             return;
         };
-        let line = head
-            .raw()
-            .split(|&b| b == b'\r')
-            .next()
-            .unwrap_or_default()
-            .to_vec();
-        let reply = record(&script, raw, line, body, connection, true);
+        let reply = record(&script, raw, request.line, body, connection, true);
         if stream.write_all(&reply).await.is_err() {
             return;
         }
         let switched = reply.starts_with(b"HTTP/1.1 101")
-            || (head.method() == Method::Connect && reply.starts_with(b"HTTP/1.1 2"));
+            || (request.connect && reply.starts_with(b"HTTP/1.1 2"));
         if switched {
             let _ = stream.write_all(&buf).await;
             let (mut reader, mut writer) = stream.split();
@@ -162,6 +154,73 @@ async fn serve(mut stream: TcpStream, connection: usize, script: Arc<Mutex<Scrip
             return;
         }
     }
+}
+
+/// A request head as a lenient origin reads it: any head `httparse` takes,
+/// framed strictly (a request whose framing is ambiguous is not a request).
+struct Request {
+    head_len: usize,
+    line: Vec<u8>,
+    framing: BodyFraming,
+    connect: bool,
+}
+
+enum Head {
+    Complete(Request),
+    Partial,
+    Invalid,
+}
+
+fn parse_head(buf: &[u8]) -> Head {
+    let mut headers = vec![httparse::EMPTY_HEADER; 1000];
+    let mut request = httparse::Request::new(&mut headers);
+    let head_len = match request.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() < 256 * 1024 => return Head::Partial,
+        _ => return Head::Invalid,
+    };
+    let start = buf
+        .iter()
+        .take_while(|&&b| b == b'\r' || b == b'\n')
+        .count();
+    let line_end = buf[start..]
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .map_or(head_len, |at| start + at);
+    let mut lengths = Vec::new();
+    let mut codings = Vec::new();
+    for header in request.headers.iter() {
+        let value = String::from_utf8_lossy(header.value)
+            .trim()
+            .to_ascii_lowercase();
+        if header.name.eq_ignore_ascii_case("content-length") {
+            lengths.push(value);
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            codings.extend(
+                value
+                    .split(',')
+                    .map(|c| c.trim().to_owned())
+                    .filter(|c| !c.is_empty()),
+            );
+        }
+    }
+    let framing = match (lengths.as_slice(), codings.last()) {
+        ([], None) => BodyFraming::None,
+        ([], Some(last)) if last == "chunked" => BodyFraming::Chunked,
+        ([length], None) if !length.is_empty() && length.bytes().all(|b| b.is_ascii_digit()) => {
+            match length.parse() {
+                Ok(length) => BodyFraming::Length(length),
+                Err(_) => return Head::Invalid,
+            }
+        }
+        _ => return Head::Invalid,
+    };
+    Head::Complete(Request {
+        head_len,
+        line: buf[start..line_end].to_vec(),
+        framing,
+        connect: request.method == Some("CONNECT"),
+    })
 }
 
 /// A reply after which the origin closes: `Connection: close`, or HTTP/1.0.
@@ -183,10 +242,10 @@ async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> usize {
 async fn read_body(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
-    head: &RequestHead,
+    framing: BodyFraming,
     raw: &mut Vec<u8>,
 ) -> Option<Vec<u8>> {
-    match head.framing() {
+    match framing {
         BodyFraming::Length(length) => {
             let length = usize::try_from(length).ok()?;
             while buf.len() < length {
