@@ -45,6 +45,10 @@ pub struct Case {
     /// The exact bytes of each request the node receives, in order
     /// (`[]`: none reaches it). Absent: not checked.
     pub node: Option<Vec<String>>,
+    /// Requests the client means to send, when a lenient proxy may rightly
+    /// forward more than `expect` has final answers (a pipelined request after
+    /// one weir refuses by policy). More than this at the node is a desync.
+    pub requests: Option<usize>,
     /// The body of the last expected response.
     pub body: Option<String>,
     /// Text that must appear nowhere in what the client receives.

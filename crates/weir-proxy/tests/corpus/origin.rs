@@ -134,8 +134,8 @@ async fn serve(mut stream: TcpStream, connection: usize, script: Arc<Mutex<Scrip
             }
         };
         let mut raw = buf.split_to(request.head_len).to_vec();
+        // A body cut short by a close is a request that never arrived: not recorded.
         let Some(body) = read_body(&mut stream, &mut buf, request.framing, &mut raw).await else {
-            record(&script, raw, Vec::new(), Vec::new(), connection, false);
             return;
         };
         let reply = record(&script, raw, request.line, body, connection, true);
