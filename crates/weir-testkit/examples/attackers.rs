@@ -12,7 +12,8 @@
 //!
 //! The kinds (`weir_testkit::attack`): slowloris, slow POST, slow read, idle upgrade
 //! (`/ws`), upload to a node that stops reading (`/sink`), HEAD to a node that sends late
-//! bodies (`/late`), `--connections` split evenly. Every attacker reconnects when weir
+//! bodies (`/late`); `--heavy` (100) each of the last two, which move data, and the rest
+//! of `--connections` split evenly among the four that only hold connections. Every attacker reconnects when weir
 //! closes it, until `--duration`; targets are 127.0.0.0/8 only. The summary (one JSON
 //! line) gives the peak of open attacking connections and how many weir closed.
 
@@ -53,6 +54,10 @@ enum Command {
         target: SocketAddr,
         #[arg(long, default_value_t = 600)]
         connections: u32,
+        /// Of them, uploads to the stalled node and HEADs to the late-body node, each (they
+        /// move data, the rest only hold connections).
+        #[arg(long, default_value_t = 100)]
+        heavy: u32,
         /// 127.0.0.x source addresses (10.., for more than ~28k local ports).
         #[arg(long, default_value_t = 1)]
         sources: u8,
@@ -123,6 +128,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Attack {
             target,
             connections,
+            heavy,
             sources,
             ramp,
             duration,
@@ -131,18 +137,31 @@ async fn run(command: Command) -> anyhow::Result<()> {
             if !target.ip().is_loopback() {
                 bail!("{target}: loopback targets only");
             }
-            let each = connections / Attack::ALL.len() as u32;
+            let heavy = heavy.min(connections / 6);
+            let holding = (connections - 2 * heavy) / 4;
+            let per_attack: Vec<(Attack, u32)> = Attack::ALL
+                .iter()
+                .map(|&kind| match kind {
+                    Attack::Upload | Attack::LateBody => (kind, heavy),
+                    _ => (kind, holding),
+                })
+                .collect();
+            let total: u32 = per_attack.iter().map(|(_, n)| n).sum();
             let plan = AttackPlan {
                 target,
-                per_attack: Attack::ALL.iter().map(|&kind| (kind, each)).collect(),
+                per_attack: per_attack.clone(),
                 sources,
                 ramp,
                 duration,
             };
             let stats = attack::run(plan).await;
             println!(
-                "{{\"connections\": {}, \"peak_open\": {}, \"opened\": {}, \"closed_by_weir\": {}, \"connect_failures\": {}}}",
-                each * Attack::ALL.len() as u32,
+                "{{\"connections\": {total}, \"per_kind\": {{{}}}, \"peak_open\": {}, \"opened\": {}, \"closed_by_weir\": {}, \"connect_failures\": {}}}",
+                per_attack
+                    .iter()
+                    .map(|(kind, n)| format!("\"{}\": {n}", kind.name()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 stats.peak.load(Ordering::Relaxed),
                 stats.opened.load(Ordering::Relaxed),
                 stats.closed_by_target.load(Ordering::Relaxed),

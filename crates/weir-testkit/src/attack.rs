@@ -18,6 +18,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::time::Instant;
 
+/// How long an attacker waits before reconnecting after the target closed it.
+const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
 /// One way of holding a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Attack {
@@ -63,12 +66,12 @@ impl Attack {
             Attack::SlowPost => {
                 b"POST /echo HTTP/1.1\r\nHost: attack\r\nContent-Length: 1000000\r\n\r\n"
             }
-            Attack::SlowRead => b"GET /bytes/4000000 HTTP/1.1\r\nHost: attack\r\n\r\n",
+            Attack::SlowRead => b"GET /bytes/65536 HTTP/1.1\r\nHost: attack\r\n\r\n",
             Attack::IdleUpgrade => {
                 b"GET /ws HTTP/1.1\r\nHost: attack\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
             }
             Attack::Upload => {
-                b"PUT /sink HTTP/1.1\r\nHost: attack\r\nContent-Length: 100000000\r\n\r\n"
+                b"PUT /sink HTTP/1.1\r\nHost: attack\r\nContent-Length: 524288\r\n\r\n"
             }
             Attack::LateBody => b"HEAD /late HTTP/1.1\r\nHost: attack\r\n\r\n",
         }
@@ -180,7 +183,7 @@ async fn attacker(
         let Ok(Ok(mut stream)) = tokio::time::timeout_at(deadline, connect(target, source)).await
         else {
             stats.connect_failures.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(RECONNECT_PAUSE).await;
             continue;
         };
         let open = Open::new(stats);
@@ -190,7 +193,8 @@ async fn attacker(
         drop(open);
         if closed {
             stats.closed_by_target.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // An attacker that holds connections, not one that floods connects.
+            tokio::time::sleep(RECONNECT_PAUSE).await;
         }
     }
 }
@@ -225,8 +229,14 @@ async fn hold(attack: Attack, stream: &mut TcpStream) {
         Attack::SlowRead => std::future::pending::<()>().await,
         Attack::IdleUpgrade => while !matches!(stream.read(&mut buf).await, Ok(0) | Err(_)) {},
         Attack::Upload => {
+            // The whole body (within weir's request buffer), then wait for the end.
             let chunk = vec![b'u'; 64 * 1024];
-            while stream.write_all(&chunk).await.is_ok() {}
+            for _ in 0..8 {
+                if stream.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+            while !matches!(stream.read(&mut buf).await, Ok(0) | Err(_)) {}
         }
         Attack::LateBody => loop {
             // Read an answer, then ask again on the same connection.
@@ -234,7 +244,7 @@ async fn hold(attack: Attack, stream: &mut TcpStream) {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
             if stream.write_all(attack.request()).await.is_err() {
                 return;
             }
