@@ -229,7 +229,10 @@ async fn answer_failure(
         ErrorKind::ClientClosed | ErrorKind::ClientTimeout => {
             tracing::debug!(virtual_server = %vs.config.name, client = %client.peer, status, error = %failure.error, "request ended early");
         }
-        ErrorKind::BadRequest | ErrorKind::HeadTooLarge | ErrorKind::BodyTooLarge => {
+        ErrorKind::BadRequest
+        | ErrorKind::HeadTooLarge
+        | ErrorKind::BodyTooLarge
+        | ErrorKind::MethodNotAllowed => {
             tracing::info!(virtual_server = %vs.config.name, client = %client.peer, status, error = %failure.error, "rejected request");
         }
         _ => {
