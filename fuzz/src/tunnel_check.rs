@@ -5,18 +5,17 @@
 //! parses encodes back to the same record.
 
 use bytes::{Bytes, BytesMut};
-use weir_tunnel::codec::FlowDecoder;
-use weir_tunnel::control::Control;
-use weir_tunnel::wire::{self, Block, MAX_RECORD};
+use weir_tunnel::fuzzing::wire::{self, Block, MAX_RECORD};
+use weir_tunnel::fuzzing::{Control, FlowDecoder};
 
 /// Chunks a block may claim in the checks (small, so lengths are reachable).
 const MAX_CHUNK: u32 = 64 * 1024;
 
 /// Checks one input: fed to each parser whole, and split into records.
 pub fn check_tunnel_wire(data: &[u8]) {
-    let _ = weir_tunnel::fec::wire::parse(data);
+    let _ = weir_tunnel::fuzzing::fec_wire::parse(data);
     let mut frames = BytesMut::from(data);
-    while let Ok(Some(frame)) = weir_tunnel::tcp::take_frame(&mut frames) {
+    while let Ok(Some(frame)) = weir_tunnel::fuzzing::frame::take_frame(&mut frames) {
         assert!(!frame.is_empty() && frame.len() <= usize::from(u16::MAX));
     }
     let mut buffer = BytesMut::from(data);

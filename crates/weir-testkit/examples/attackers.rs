@@ -17,8 +17,6 @@
 //! closes it, until `--duration`; targets are 127.0.0.0/8 only. The summary (one JSON
 //! line) gives the peak of open attacking connections and how many weir closed.
 
-#![allow(unsafe_code)] // one setrlimit call, in `raise_nofile_limit`
-
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -78,23 +76,9 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
         .map_err(|_| format!("\"{text}\": seconds, like 30s"))
 }
 
-fn raise_nofile_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit only read and write the struct passed to them.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
-    }
-}
-
 fn main() -> anyhow::Result<()> {
+    // The open-file limit is the caller's: bench/exhaustion raises it before starting us.
     let args = Args::parse();
-    raise_nofile_limit();
     let threads = match &args.command {
         Command::Attack { threads, .. } => *threads,
         Command::Nodes { .. } => 1,
