@@ -64,6 +64,7 @@ pub struct VirtualServerTable {
     pub backlog: Option<i64>,
     pub limits: Option<LimitsTable>,
     pub timeouts: Option<ClientTimeoutsTable>,
+    pub http: Option<HttpPolicyTable>,
     #[serde(default)]
     pub routes: Vec<RouteTable>,
     /// Header name → value set on every response.
@@ -83,6 +84,7 @@ pub struct LimitsTable {
     pub request_buffer: Option<SizeValue>,
     pub response_buffer: Option<SizeValue>,
     pub max_requests_per_connection: Option<i64>,
+    pub min_body_rate: Option<SizeValue>,
 }
 
 /// `[virtual_servers.NAME.timeouts]`
@@ -92,7 +94,19 @@ pub struct ClientTimeoutsTable {
     pub header_read: Option<DurationText>,
     pub idle: Option<DurationText>,
     pub body_read: Option<DurationText>,
+    pub body_total: Option<DurationText>,
     pub write: Option<DurationText>,
+    pub tunnel_idle: Option<DurationText>,
+}
+
+/// `[virtual_servers.NAME.http]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpPolicyTable {
+    pub connect: Option<bool>,
+    pub trace: Option<bool>,
+    pub upgrades: Option<Vec<String>>,
+    pub underscore_headers: Option<String>,
 }
 
 /// `[[virtual_servers.NAME.routes]]`
@@ -180,6 +194,7 @@ pub struct ConnectionsTable {
     pub queue_timeout: Option<DurationText>,
     pub idle_timeout: Option<DurationText>,
     pub max_requests_per_connection: Option<i64>,
+    pub max_tunnels: Option<i64>,
 }
 
 /// `[pools.NAME.timeouts]`
@@ -188,6 +203,7 @@ pub struct ConnectionsTable {
 pub struct UpstreamTimeoutsTable {
     pub connect: Option<DurationText>,
     pub response: Option<DurationText>,
+    pub write: Option<DurationText>,
 }
 
 /// `[pools.NAME.health]`: one table for both kinds; validation rejects HTTP keys on

@@ -12,6 +12,8 @@ pub mod node;
 pub mod pool;
 
 pub use balancer::Balancer;
-pub use connection::{ConnectionSettings, Lease, NodeConnections, UpstreamTls};
+pub use connection::{
+    ConnectionSettings, Lease, NodeConnections, Tunnel, TunnelPermit, UpstreamTls,
+};
 pub use node::NodeState;
 pub use pool::{Pool, Tried};
