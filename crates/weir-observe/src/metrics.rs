@@ -17,8 +17,10 @@ use prometheus_client::registry::{Metric, Registry};
 
 use crate::names::{self, MetricSpec};
 
+mod cache;
 mod tunnel;
 
+pub use cache::{CacheMetrics, CompressionMetrics};
 pub use tunnel::TunnelMetrics;
 
 /// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
@@ -37,8 +39,8 @@ pub struct Metrics {
     reuse_ratio: FloatGauge,
     offload_ratio: FloatGauge,
     handles: Mutex<Handles>,
-    /// Cache and compression families (issue 12), in `crate::cache`.
-    pub(crate) cache: crate::cache::CacheFamilies,
+    /// Cache and compression families (issue 12), in `metrics/cache.rs`.
+    pub(crate) cache: cache::CacheFamilies,
     refreshers: Refreshers,
 }
 
@@ -301,7 +303,7 @@ impl Metrics {
         register(r, names::REUSE_RATIO, reuse_ratio.clone());
         register(r, names::OFFLOAD_RATIO, offload_ratio.clone());
         families.register(r);
-        let cache = crate::cache::CacheFamilies::default();
+        let cache = cache::CacheFamilies::default();
         cache.register(r);
         if let Some(tunnel) = tunnel {
             tunnel.register(r);
