@@ -11,6 +11,10 @@ use std::time::Duration;
 
 use crate::error::KeyPath;
 
+// Traffic rules, limits, hashing and persistence (issue 14).
+mod traffic;
+pub use traffic::*;
+
 /// A whole, validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -84,6 +88,8 @@ pub struct VirtualServer {
     /// Headers set on every response relayed to clients (replacing the
     /// node's fields of the same names), in file order.
     pub response_headers: Vec<(String, String)>,
+    /// Rules, request id, client address and limits (issue 14).
+    pub traffic: Traffic,
 }
 
 /// The protocol a virtual server speaks to clients.
@@ -152,6 +158,11 @@ pub struct Pool {
     pub fail_open: bool,
     /// TLS to the nodes; `None` means plain TCP.
     pub tls: Option<UpstreamTls>,
+    // --- issue 14 ---
+    /// The request key, set exactly when `algorithm` is [`Algorithm::ConsistentHash`].
+    pub hash: Option<HashSettings>,
+    pub persistence: Option<Persistence>,
+    // --- end issue 14 ---
 }
 
 /// A node: one server in a pool.
@@ -168,6 +179,8 @@ pub enum Algorithm {
     LeastConnections,
     /// Power of two choices scored by EWMA response time and in-flight requests.
     Perceptive,
+    /// Ring hash with bounded loads on a key taken from the request (issue 14).
+    ConsistentHash,
 }
 
 /// The per-node connection pool: cap, queue, reuse.

@@ -8,7 +8,10 @@
 
 mod pools;
 mod primitives;
+mod template;
 mod tls;
+mod traffic;
+mod traffic_settings;
 mod values;
 
 use std::collections::HashMap;
@@ -257,6 +260,7 @@ impl Checker {
                 &path.key("response_headers"),
                 table.response_headers.as_ref(),
             ),
+            traffic: self.traffic(path, table, pool_ids),
         }
     }
 
@@ -552,8 +556,11 @@ impl Checker {
         let mut loops = Vec::new();
         for (pool, address, path) in &self.nodes {
             let looping = servers.iter().find(|server| {
-                let uses_pool =
-                    server.default_pool == *pool || server.routes.iter().any(|r| r.pool == *pool);
+                let uses_pool = server.default_pool == *pool
+                    || server.routes.iter().any(|r| r.pool == *pool)
+                    || server.traffic.rules.iter().any(|rule| {
+                        rule.actions.terminal == Some(crate::model::Terminal::Pool(*pool))
+                    });
                 uses_pool
                     && server.listen.iter().any(|listen| {
                         listen == address
@@ -579,3 +586,5 @@ impl Checker {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod traffic_tests;
