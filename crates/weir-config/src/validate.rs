@@ -11,6 +11,7 @@ mod primitives;
 mod template;
 mod tls;
 mod traffic;
+mod traffic_actions;
 mod traffic_settings;
 mod values;
 

@@ -24,6 +24,12 @@ pub(crate) enum Cond {
     PathPrefix(Box<[Box<[u8]>]>),
     /// Index into the virtual server's path `RegexSet`.
     PathRegex(usize),
+    /// An anchored path regex that starts with literal text: paths without
+    /// that prefix are ruled out by a byte comparison, the rest run the regex.
+    PathRegexWithPrefix {
+        prefix: Box<[u8]>,
+        regex: Regex,
+    },
     Method(Box<[Box<[u8]>]>),
     Header(Field),
     Query(Field),
@@ -79,10 +85,16 @@ impl Cond {
             Condition::Host(hosts) => Cond::Host(hosts.iter().map(|h| HostMatch::new(h)).collect()),
             Condition::Path(paths) => Cond::Path(bytes(paths)),
             Condition::PathPrefix(prefixes) => Cond::PathPrefix(bytes(prefixes)),
-            Condition::PathRegex(pattern) => {
-                set.push(pattern.0.as_str().to_owned());
-                Cond::PathRegex(set.len() - 1)
-            }
+            Condition::PathRegex(pattern) => match literal_prefix(pattern.0.as_str()) {
+                Some(prefix) if prefix.len() > 1 => Cond::PathRegexWithPrefix {
+                    prefix: prefix.into_bytes().into(),
+                    regex: pattern.0.clone(),
+                },
+                _ => {
+                    set.push(pattern.0.as_str().to_owned());
+                    Cond::PathRegex(set.len() - 1)
+                }
+            },
             Condition::Method(methods) => Cond::Method(bytes(methods)),
             Condition::Header(field) => Cond::Header(Field::new(field)),
             Condition::Query(field) => Cond::Query(Field::new(field)),
@@ -108,6 +120,9 @@ impl Cond {
                 .iter()
                 .any(|prefix| context.path.starts_with(prefix)),
             Cond::PathRegex(index) => context.regex_hit(*index),
+            Cond::PathRegexWithPrefix { prefix, regex } => {
+                context.path.starts_with(prefix) && regex.is_match(&context.path)
+            }
             Cond::Method(methods) => {
                 let method = context.head.method_bytes();
                 methods.iter().any(|want| **want == *method)
@@ -145,6 +160,30 @@ impl Cond {
     }
 }
 
+/// The literal text every match of `pattern` starts with, when the pattern
+/// is anchored with `^` and begins with plain characters (`^/api/v[0-9]+`
+/// gives `/api/v`); `None` otherwise. Conservative: stops at the first
+/// character with a meaning in regex syntax, and drops a character that a
+/// quantifier follows.
+pub(crate) fn literal_prefix(pattern: &str) -> Option<String> {
+    let rest = pattern.strip_prefix('^')?;
+    let mut prefix = String::new();
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        if "\\.+*?()|[]{}^$#".contains(c) || c.is_whitespace() {
+            if matches!(c, '?' | '*' | '{') {
+                prefix.pop();
+            }
+            break;
+        }
+        if matches!(chars.peek(), Some('?' | '*' | '{')) {
+            break;
+        }
+        prefix.push(c);
+    }
+    Some(prefix)
+}
+
 impl Context<'_> {
     /// Runs the path regex set on first use, then answers from its hits.
     fn regex_hit(&mut self, index: usize) -> bool {
@@ -162,6 +201,14 @@ impl Context<'_> {
 }
 
 impl HostMatch {
+    /// The name, when this is not a wildcard.
+    pub(crate) fn exact(&self) -> Option<&[u8]> {
+        match self {
+            HostMatch::Exact(name) => Some(name),
+            HostMatch::Suffix(_) => None,
+        }
+    }
+
     fn new(pattern: &str) -> HostMatch {
         match pattern.strip_prefix('*') {
             Some(suffix) => HostMatch::Suffix(suffix.as_bytes().into()),

@@ -41,6 +41,7 @@ mod client_address;
 mod condition;
 mod decision;
 mod facts;
+mod index;
 mod key;
 pub mod limits;
 mod request;

@@ -14,6 +14,7 @@ use weir_http::RequestHead;
 use crate::condition::{Cond, Context};
 use crate::decision::{Answer, Decision, HeaderEdits, Outcome};
 use crate::facts::Facts;
+use crate::index::RuleIndex;
 use crate::request;
 use crate::template::{Compiled, Sources};
 
@@ -25,8 +26,10 @@ const REGEX_SET_SIZE_LIMIT: usize = 256 << 20;
 #[derive(Debug)]
 pub struct RuleSet {
     rules: Box<[CompiledRule]>,
-    /// Every path regex of every rule, matched in one pass.
+    /// Every path regex of every rule without a literal prefix, matched in one pass.
     regexes: Option<RegexSet>,
+    /// Which rules a request needs to try.
+    index: RuleIndex,
 }
 
 /// The rules could not be compiled (only the combined regex set can fail
@@ -98,7 +101,12 @@ impl RuleSet {
                 .map_err(|error| BuildError(format!("path regexes as a set: {error}")))?;
             Some(set)
         };
-        Ok(RuleSet { rules, regexes })
+        let index = RuleIndex::new(rules.iter().map(|rule| &rule.condition));
+        Ok(RuleSet {
+            rules,
+            regexes,
+            index,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -138,7 +146,8 @@ impl RuleSet {
             regex_hits: &mut hits,
             regexes_ran: false,
         };
-        for (index, rule) in self.rules.iter().enumerate() {
+        for index in self.index.candidates(context.host, &context.path) {
+            let rule = &self.rules[index];
             if !rule.condition.matches(&mut context) {
                 continue;
             }

@@ -353,3 +353,73 @@ fn many_regex_routes_pick_the_first_that_matches() {
         Outcome::Default
     );
 }
+
+#[test]
+fn the_host_index_keeps_rule_order() {
+    let rules = rule_set(
+        "[[virtual_servers.web.rules]]\nmatch.path_prefix = \"/\"\nrequest_headers = { add = { X-First = \"1\" } }\n\
+         [[virtual_servers.web.rules]]\nmatch.path_prefix = \"/late\"\npool = \"static\"\n\
+         [[virtual_servers.web.rules]]\nmatch = { host = [\"a.example\", \"B.example\"], path_prefix = \"/\" }\npool = \"api\"\n\
+         [[virtual_servers.web.rules]]\nmatch.host = \"*.example\"\npool = \"static\"\n",
+    );
+    let with_host =
+        |host: &str, path: &str| head(&format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n"));
+    let decision = evaluate(&rules, &with_host("A.EXAMPLE:80", "/x"));
+    assert_eq!((decision.outcome.clone(), decision.rule), (API, Some(2)));
+    assert_eq!(
+        decision.request_headers.appended().count(),
+        1,
+        "rule 0 ran first"
+    );
+    assert_eq!(
+        evaluate(&rules, &with_host("b.example", "/late")).rule,
+        Some(1)
+    );
+    assert_eq!(
+        evaluate(&rules, &with_host("c.example", "/x")).rule,
+        Some(3)
+    );
+    assert_eq!(evaluate(&rules, &with_host("other", "/x")).rule, None);
+}
+
+#[test]
+fn literal_prefixes_of_path_regexes() {
+    use crate::condition::literal_prefix;
+    assert_eq!(literal_prefix("^/api/v[0-9]+$").as_deref(), Some("/api/v"));
+    assert_eq!(
+        literal_prefix("^/users/([0-9]+)").as_deref(),
+        Some("/users/")
+    );
+    assert_eq!(literal_prefix("^/ab?c").as_deref(), Some("/a"));
+    assert_eq!(literal_prefix("^/a.b").as_deref(), Some("/a"));
+    assert_eq!(literal_prefix("^(?i)/admin").as_deref(), Some(""));
+    assert_eq!(literal_prefix("/admin"), None, "unanchored");
+    // Both kinds of path regex agree with each other.
+    let rules = rule_set(
+        "[[virtual_servers.web.rules]]\nmatch.path_regex = \"^/a/[0-9]+$\"\npool = \"api\"\n\
+         [[virtual_servers.web.rules]]\nmatch.path_regex = \"/b/[0-9]+$\"\npool = \"static\"\n",
+    );
+    assert_eq!(pool_of(&rules, &get("/a/12", "")), API);
+    assert_eq!(pool_of(&rules, &get("/a/x", "")), Outcome::Default);
+    assert_eq!(pool_of(&rules, &get("/x/b/3", "")), STATIC);
+}
+
+#[test]
+fn the_segment_index_keeps_rule_order() {
+    let rules = rule_set(
+        "[[virtual_servers.web.rules]]\nmatch.path_prefix = \"/shop/cart/\"\npool = \"api\"\n\
+         [[virtual_servers.web.rules]]\nmatch.path_regex = \"/cart/\"\npool = \"static\"\n\
+         [[virtual_servers.web.rules]]\nmatch.path_regex = \"^/shop/[a-z]+/\"\npool = \"web\"\n\
+         [[virtual_servers.web.rules]]\nmatch.path = [\"/shop\", \"/other/x\"]\ndeny = true\n",
+    );
+    assert_eq!(evaluate(&rules, &get("/shop/cart/1", "")).rule, Some(0));
+    assert_eq!(evaluate(&rules, &get("/x/cart/1", "")).rule, Some(1));
+    assert_eq!(evaluate(&rules, &get("/shop/item/1", "")).rule, Some(2));
+    assert_eq!(evaluate(&rules, &get("/shop", "")).rule, Some(3));
+    assert_eq!(evaluate(&rules, &get("/other/x", "")).rule, Some(3));
+    assert_eq!(
+        evaluate(&rules, &get("//shop//item/", "")).rule,
+        Some(2),
+        "normalised first"
+    );
+}
