@@ -11,6 +11,7 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
+pub use crate::cache::{CacheTable, CompressionTable};
 // Traffic rules, limits and persistence (issue 14).
 pub mod traffic;
 pub use traffic::*;
@@ -70,6 +71,8 @@ pub struct VirtualServerTable {
     pub routes: Vec<RouteTable>,
     /// Header name → value set on every response.
     pub response_headers: Option<Named<String>>,
+    pub cache: Option<CacheTable>,
+    pub compression: Option<CompressionTable>,
     // --- traffic rules, request id, limits (issue 14) ---
     #[serde(default)]
     pub rules: Vec<RuleTable>,
@@ -111,6 +114,8 @@ pub struct RouteTable {
     pub host: Option<String>,
     pub path_prefix: Option<String>,
     pub pool: Option<String>,
+    pub cache: Option<CacheTable>,
+    pub compression: Option<CompressionTable>,
 }
 
 /// `[pools.NAME]`

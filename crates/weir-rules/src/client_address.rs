@@ -69,14 +69,8 @@ mod tests {
         ClientAddressSource {
             header: Some("x-forwarded-for".into()),
             trusted_proxies: vec![
-                Cidr {
-                    network: "10.0.0.0".parse().unwrap(),
-                    prefix: 8,
-                },
-                Cidr {
-                    network: "192.168.1.1".parse().unwrap(),
-                    prefix: 32,
-                },
+                "10.0.0.0/8".parse::<Cidr>().unwrap(),
+                "192.168.1.1".parse::<Cidr>().unwrap(),
             ],
         }
     }

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use super::PoolId;
+use super::{Cidr, PoolId};
 
 /// Everything issue 14 adds to a virtual server.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -85,14 +85,6 @@ pub enum ValueTest {
 /// A compiled regular expression over bytes, compared by its source.
 #[derive(Debug, Clone)]
 pub struct Pattern(pub regex::bytes::Regex);
-
-/// An IP network: `10.0.0.0/8`, `2001:db8::/32`, or one address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    /// The network address, host bits cleared.
-    pub network: IpAddr,
-    pub prefix: u8,
-}
 
 /// What a rule does when its condition holds.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -327,29 +319,6 @@ pub struct InsertedCookie {
 impl PartialEq for Pattern {
     fn eq(&self, other: &Pattern) -> bool {
         self.0.as_str() == other.0.as_str()
-    }
-}
-
-impl Cidr {
-    /// Whether `address` lies in this network (IPv4-mapped IPv6 addresses
-    /// count as IPv4).
-    pub fn contains(&self, address: IpAddr) -> bool {
-        let address = canonical(address);
-        match (self.network, address) {
-            (IpAddr::V4(network), IpAddr::V4(address)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(network) & mask == u32::from(address) & mask
-            }
-            (IpAddr::V6(network), IpAddr::V6(address)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(network) & mask == u128::from(address) & mask
-            }
-            _ => false,
-        }
     }
 }
 

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-
 use super::{Checker, values};
 use crate::error::KeyPath;
 use crate::model::{Condition, FieldCondition, Pattern, PoolId, Rule, Traffic, ValueTest};

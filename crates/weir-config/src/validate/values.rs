@@ -221,27 +221,9 @@ pub(crate) fn server_name(text: &str) -> Result<(), String> {
 /// An IP network, `10.0.0.0/8` or `2001:db8::/32`, or one address (a /32 or /128).
 /// Host bits must be clear, so a mistyped prefix is caught.
 pub(crate) fn cidr(text: &str) -> Result<crate::model::Cidr, String> {
-    let text = text.trim();
-    let (address, prefix) = match text.split_once('/') {
-        Some((address, prefix)) => (address, Some(prefix)),
-        None => (text, None),
-    };
-    let Ok(address) = address.parse::<IpAddr>() else {
-        return Err(format!(
-            "invalid network \"{text}\": write an address or a network like \"10.0.0.0/8\""
-        ));
-    };
-    let bits = if address.is_ipv4() { 32 } else { 128 };
-    let prefix = match prefix.map(str::parse::<u8>) {
-        None => bits,
-        Some(Ok(prefix)) if prefix <= bits => prefix,
-        Some(_) => return Err(format!("invalid prefix length in \"{text}\": 0 to {bits}")),
-    };
-    let network = crate::model::Cidr {
-        network: address,
-        prefix,
-    };
-    let masked = match address {
+    let network: crate::model::Cidr = text.parse()?;
+    let prefix = network.prefix();
+    let masked = match network.address() {
         IpAddr::V4(v4) => {
             let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
             IpAddr::V4((u32::from(v4) & mask).into())
@@ -251,9 +233,10 @@ pub(crate) fn cidr(text: &str) -> Result<crate::model::Cidr, String> {
             IpAddr::V6((u128::from(v6) & mask).into())
         }
     };
-    if masked != address {
+    if masked != network.address() {
         return Err(format!(
-            "\"{text}\" has host bits set; did you mean \"{masked}/{prefix}\"?"
+            "\"{}\" has host bits set; did you mean \"{masked}/{prefix}\"?",
+            text.trim()
         ));
     }
     Ok(network)
@@ -275,7 +258,7 @@ mod tests {
                 .contains("8.8.8.8".parse().unwrap())
         );
         let one = cidr("192.0.2.1").unwrap();
-        assert_eq!(one.prefix, 32);
+        assert_eq!(one.prefix(), 32);
         assert!(!one.contains("192.0.2.2".parse().unwrap()));
         let v6 = cidr("2001:db8::/32").unwrap();
         assert!(v6.contains("2001:db8:1::5".parse().unwrap()));
