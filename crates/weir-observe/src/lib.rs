@@ -31,7 +31,7 @@ pub use access::{ACCESS_TARGET, AccessRecord};
 pub use cache::{CacheMetrics, CompressionMetrics};
 pub use metrics::{
     CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, StatusClass, TlsMetrics,
-    UpstreamTlsMetrics, VirtualServerMetrics,
+    TunnelMetrics, UpstreamTlsMetrics, VirtualServerMetrics,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;

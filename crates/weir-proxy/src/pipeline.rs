@@ -1,5 +1,5 @@
 //! The HTTP/1.1 pipeline for one client connection. It reads like the chart
-//! in DESIGN.md:
+//! in ARCHITECTURE.md ("The HTTP data path"):
 //!
 //! ```text
 //! [handshake →] read_head → route → read body → select → checkout → forward → respond → log → release

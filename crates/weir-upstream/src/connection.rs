@@ -9,7 +9,8 @@
 //!
 //! Lifecycle of a slot: `checkout` takes an idle connection, or a free slot
 //! (then connects), or queues. A [`Lease`] either goes back with
-//! [`Lease::release`] (reusable) or is dropped (closed: the slot is freed).
+//! [`Lease::release`] (reusable) or is dropped (closed: the slot is freed). Every state and
+//! transition of a slot: `LIFECYCLE.md` in this crate.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
