@@ -15,6 +15,9 @@ use crate::error::KeyPath;
 pub use crate::cache::{
     CacheRules, CacheStore, Cidr, Compression, CompressionAlgorithm, ContentPolicy, SetCookieRule,
 };
+// Traffic rules, limits, hashing and persistence (issue 14).
+mod traffic;
+pub use traffic::*;
 
 /// A whole, validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,6 +98,8 @@ pub struct VirtualServer {
     pub cache: Option<CacheStore>,
     /// Cache and compression for requests that match no route.
     pub content: ContentPolicy,
+    /// Rules, request id, client address and limits (issue 14).
+    pub traffic: Traffic,
 }
 
 /// The protocol a virtual server speaks to clients.
@@ -199,6 +204,11 @@ pub struct Pool {
     pub fail_open: bool,
     /// TLS to the nodes; `None` means plain TCP.
     pub tls: Option<UpstreamTls>,
+    // --- issue 14 ---
+    /// The request key, set exactly when `algorithm` is [`Algorithm::ConsistentHash`].
+    pub hash: Option<HashSettings>,
+    pub persistence: Option<Persistence>,
+    // --- end issue 14 ---
 }
 
 /// A node: one server in a pool.
@@ -215,6 +225,8 @@ pub enum Algorithm {
     LeastConnections,
     /// Power of two choices scored by EWMA response time and in-flight requests.
     Perceptive,
+    /// Ring hash with bounded loads on a key taken from the request (issue 14).
+    ConsistentHash,
 }
 
 /// The per-node connection pool: cap, queue, reuse.

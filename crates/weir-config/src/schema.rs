@@ -11,6 +11,10 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
+// Traffic rules, limits and persistence (issue 14).
+pub mod traffic;
+pub use traffic::*;
+
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,6 +73,15 @@ pub struct VirtualServerTable {
     pub response_headers: Option<Named<String>>,
     pub cache: Option<CacheTable>,
     pub compression: Option<CompressionTable>,
+    // --- traffic rules, request id, limits (issue 14) ---
+    #[serde(default)]
+    pub rules: Vec<RuleTable>,
+    pub request_id: Option<RequestIdTable>,
+    pub client_address: Option<ClientAddressTable>,
+    pub rate_limits: Option<Named<RateLimitTable>>,
+    pub concurrency_limits: Option<Named<ConcurrencyLimitTable>>,
+    pub client_connections: Option<ClientConnectionsTable>,
+    // --- end issue 14 ---
 }
 
 /// `[virtual_servers.NAME.limits]`
@@ -131,6 +144,10 @@ pub struct PoolTable {
     pub health: Option<HealthTable>,
     pub passive_health: Option<PassiveHealthTable>,
     pub tls: Option<UpstreamTlsTable>,
+    // --- consistent hashing and persistence (issue 14) ---
+    pub hash: Option<HashTable>,
+    pub persistence: Option<PersistenceTable>,
+    // --- end issue 14 ---
 }
 
 /// `[virtual_servers.NAME.tls]`
@@ -332,6 +349,14 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
 
             fn visit_i64<E: de::Error>(self, number: i64) -> Result<Self::Value, E> {
                 let value = T::deserialize(de::value::I64Deserializer::new(number))?;
+                Ok(OneOrMany {
+                    values: vec![value],
+                    array: false,
+                })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                let value = T::deserialize(de::value::MapAccessDeserializer::new(map))?;
                 Ok(OneOrMany {
                     values: vec![value],
                     array: false,

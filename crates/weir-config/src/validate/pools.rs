@@ -33,6 +33,7 @@ impl Checker {
                 ("weighted_round_robin", Algorithm::WeightedRoundRobin),
                 ("least_connections", Algorithm::LeastConnections),
                 ("perceptive", Algorithm::Perceptive),
+                ("consistent_hash", Algorithm::ConsistentHash),
             ],
         );
         Pool {
@@ -58,6 +59,11 @@ impl Checker {
                 .tls
                 .as_ref()
                 .map(|tls| self.upstream_tls(&path.key("tls"), tls)),
+            hash: self.hash_settings(&path.key("hash"), algorithm, table.hash.as_ref()),
+            persistence: table
+                .persistence
+                .as_ref()
+                .and_then(|table| self.persistence(&path.key("persistence"), table)),
         }
     }
 
