@@ -181,6 +181,7 @@ fn algorithm(algorithm: Algorithm) -> &'static str {
         Algorithm::WeightedRoundRobin => "weighted_round_robin",
         Algorithm::LeastConnections => "least_connections",
         Algorithm::Perceptive => "perceptive",
+        Algorithm::ConsistentHash => "consistent_hash",
     }
 }
 

@@ -23,16 +23,15 @@
 //! ```
 
 pub mod access;
-pub mod cache;
 pub mod metrics;
 pub mod names;
 pub mod stats;
 
 pub use access::{AccessLog, AccessRecord};
-pub use cache::{CacheMetrics, CompressionMetrics};
 pub use metrics::{
-    CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass,
-    TlsMetrics, TunnelMetrics, UpstreamTlsMetrics, VirtualServerMetrics,
+    CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Metrics, NodeMetrics, PoolMetrics,
+    ReloadMetrics, StatusClass, TlsMetrics, TunnelMetrics, UpstreamTlsMetrics,
+    VirtualServerMetrics,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;

@@ -18,8 +18,10 @@ use prometheus_client::registry::{Metric, Registry};
 use crate::names::{self, MetricSpec};
 use crate::stats::{LatencyHistogram, Totals};
 
+mod cache;
 mod tunnel;
 
+pub use cache::{CacheMetrics, CompressionMetrics};
 pub use tunnel::TunnelMetrics;
 
 /// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
@@ -41,8 +43,8 @@ pub struct Metrics {
     /// Every request's duration, for the percentiles the admin API and dashboard show.
     latency: Arc<LatencyHistogram>,
     handles: Mutex<Handles>,
-    /// Cache and compression families (issue 12), in `crate::cache`.
-    pub(crate) cache: crate::cache::CacheFamilies,
+    /// Cache and compression families (issue 12), in `metrics/cache.rs`.
+    pub(crate) cache: cache::CacheFamilies,
     refreshers: Refreshers,
 }
 
@@ -356,7 +358,7 @@ impl Metrics {
             reloads.last_reload_success.clone(),
         );
         families.register(r);
-        let cache = crate::cache::CacheFamilies::default();
+        let cache = cache::CacheFamilies::default();
         cache.register(r);
         if let Some(tunnel) = tunnel {
             tunnel.register(r);

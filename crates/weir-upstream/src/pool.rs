@@ -10,7 +10,7 @@ use weir_config::NodeMode;
 use weir_core::ShutdownSignal;
 use weir_observe::{Metrics, PoolMetrics};
 
-use crate::balancer::{self, Balancer};
+use crate::balancer::{self, Balancer, ConsistentHash};
 use crate::connection::{ConnectionSettings, NodeConnections, UpstreamTls};
 use crate::health;
 use crate::node::NodeState;
@@ -25,6 +25,8 @@ pub struct Pool {
     pub connections: Vec<Arc<NodeConnections>>,
     pub metrics: PoolMetrics,
     balancer: Box<dyn Balancer>,
+    /// The ring of a `consistent_hash` pool (issue 14).
+    hashing: Option<ConsistentHash>,
 }
 
 /// Nodes already tried for one request (a pool has at most 64 nodes in play
@@ -87,6 +89,7 @@ impl Pool {
                 .connections
                 .max_requests_per_connection
                 .map(|n| n.get()),
+            max_tunnels: config.connections.max_tunnels,
             tls: tls.clone(),
         };
         let previous = previous.filter(|pool| pool.config.tls == config.tls);
@@ -128,6 +131,10 @@ impl Pool {
             connections.push(pooled);
         }
         let balancer = balancer::for_algorithm(config.algorithm, &nodes);
+        let hashing = config
+            .hash
+            .as_ref()
+            .map(|hash| ConsistentHash::new(&nodes, hash.max_load));
         Arc::new(Pool {
             name: config.name.clone(),
             config: config.clone(),
@@ -135,6 +142,7 @@ impl Pool {
             connections,
             metrics: pool_metrics,
             balancer,
+            hashing,
         })
     }
 
@@ -168,6 +176,26 @@ impl Pool {
             // nodes stay out.
             let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
             return self.balancer.pick(&self.nodes, &untried);
+        }
+        None
+    }
+
+    /// [`Pool::select`] for a request with a key (`weir_rules::request_key`
+    /// with the pool's `hash.key`, then `Key::stable_hash`): a consistent-hash
+    /// pool picks the key's node, any other pool ignores the key.
+    pub fn select_by_key(&self, tried: Tried, now: Instant, key: u64) -> Option<usize> {
+        let Some(ring) = &self.hashing else {
+            return self.select(tried, now);
+        };
+        let available =
+            |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
+        if let Some(index) = ring.pick_keyed(&self.nodes, &available, key) {
+            return Some(index);
+        }
+        if self.config.fail_open {
+            // Fail-open ignores health, never the operator's draining or disabled.
+            let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
+            return ring.pick_keyed(&self.nodes, &untried, key);
         }
         None
     }
