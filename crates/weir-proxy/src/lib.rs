@@ -18,6 +18,7 @@
 //! ```
 
 mod answer;
+mod buffers;
 mod client;
 mod drain;
 mod exchange;

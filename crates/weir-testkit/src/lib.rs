@@ -14,6 +14,7 @@
 //! ```
 
 pub mod client;
+pub mod memory;
 pub mod tls;
 
 use std::net::SocketAddr;
