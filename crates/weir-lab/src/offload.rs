@@ -429,8 +429,10 @@ async fn start_peer(
                 .await?
         }
         Peer::Nginx => {
-            // Client and origin connections share nginx's worker_connections.
-            let connections = client_limit(plan) + plan.settings.pool_cap() + 100;
+            // Client and origin connections share nginx's worker_connections, and nginx
+            // starts closing idle keep-alive connections once fewer than a sixteenth of them
+            // are free: room for every connection with that sixteenth to spare.
+            let connections = (client_limit(plan) + plan.settings.pool_cap()) * 16 / 15 + 100;
             values.push(("WORKER_CONNECTIONS", connections.to_string()));
             let config = template::render(template::NGINX_OFFLOAD, &values)?;
             launcher.nginx(&program, "nginx", &config, &ready).await?
