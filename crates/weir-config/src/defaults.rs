@@ -149,6 +149,80 @@ impl Default for PassiveHealth {
     }
 }
 
+// Cache and compression (issue 12).
+
+pub const CACHE_SIZE: u64 = 256 * MIB;
+pub const CACHE_MAX_OBJECT_SIZE: u64 = 8 * MIB;
+pub const CACHE_HEURISTIC_PERCENT: u8 = 0;
+pub const CACHE_HEURISTIC_MAX: Duration = Duration::from_secs(24 * 60 * 60);
+pub const CACHE_STALE_WHILE_REVALIDATE: Duration = Duration::ZERO;
+pub const CACHE_STALE_IF_ERROR: Duration = Duration::ZERO;
+pub const CACHE_REQUEST_CACHE_CONTROL: bool = true;
+pub const CACHE_COALESCE: bool = true;
+pub const CACHE_COALESCE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CACHE_COALESCE_MAX_WAITERS: u32 = 4096;
+
+pub const COMPRESSION_MIN_SIZE: u64 = 1024;
+pub const COMPRESSION_GZIP_LEVEL: u32 = 6;
+pub const COMPRESSION_BROTLI_LEVEL: u32 = 4;
+pub const COMPRESSION_ZSTD_LEVEL: i32 = 3;
+/// Media types compressed by default: text and the text-like application types.
+pub const COMPRESSION_CONTENT_TYPES: &[&str] = &[
+    "text/*",
+    "application/json",
+    "application/javascript",
+    "application/xml",
+    "application/xhtml+xml",
+    "application/rss+xml",
+    "application/atom+xml",
+    "application/manifest+json",
+    "application/ld+json",
+    "application/wasm",
+    "image/svg+xml",
+    "image/x-icon",
+    "font/ttf",
+    "font/otf",
+];
+
+impl Default for crate::cache::CacheRules {
+    fn default() -> Self {
+        Self {
+            heuristic_percent: CACHE_HEURISTIC_PERCENT,
+            heuristic_max: CACHE_HEURISTIC_MAX,
+            stale_while_revalidate: CACHE_STALE_WHILE_REVALIDATE,
+            stale_if_error: CACHE_STALE_IF_ERROR,
+            set_cookie: crate::cache::SetCookieRule::Pass,
+            request_cache_control: CACHE_REQUEST_CACHE_CONTROL,
+            coalesce: CACHE_COALESCE,
+            coalesce_timeout: CACHE_COALESCE_TIMEOUT,
+            coalesce_max_waiters: CACHE_COALESCE_MAX_WAITERS,
+        }
+    }
+}
+
+impl Default for crate::cache::Compression {
+    fn default() -> Self {
+        use crate::cache::CompressionAlgorithm;
+        Self {
+            algorithms: vec![
+                CompressionAlgorithm::Zstd,
+                CompressionAlgorithm::Brotli,
+                CompressionAlgorithm::Gzip,
+            ],
+            min_size: COMPRESSION_MIN_SIZE,
+            content_types: COMPRESSION_CONTENT_TYPES
+                .iter()
+                .map(|t| (*t).to_owned())
+                .collect(),
+            gzip_level: COMPRESSION_GZIP_LEVEL,
+            brotli_level: COMPRESSION_BROTLI_LEVEL,
+            zstd_level: COMPRESSION_ZSTD_LEVEL,
+        }
+    }
+}
+
+// End of cache and compression.
+
 /// For the non-zero constants above; evaluated at compile time, so a zero fails the build.
 const fn nonzero(value: u32) -> NonZeroU32 {
     match NonZeroU32::new(value) {

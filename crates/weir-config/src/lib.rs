@@ -32,6 +32,7 @@
 //! assert!(error.to_string().contains("weir.toml:2: pools.web.retries: must be between 0 and 100"));
 //! ```
 
+pub mod cache;
 pub mod defaults;
 pub mod error;
 mod locate;

@@ -11,6 +11,11 @@ use std::time::Duration;
 
 use crate::error::KeyPath;
 
+// Cache and compression (issue 12).
+pub use crate::cache::{
+    CacheRules, CacheStore, Cidr, Compression, CompressionAlgorithm, ContentPolicy, SetCookieRule,
+};
+
 /// A whole, validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -84,6 +89,10 @@ pub struct VirtualServer {
     /// Headers set on every response relayed to clients (replacing the
     /// node's fields of the same names), in file order.
     pub response_headers: Vec<(String, String)>,
+    /// The cache store (`[cache]`); `None`: nothing is cached.
+    pub cache: Option<CacheStore>,
+    /// Cache and compression for requests that match no route.
+    pub content: ContentPolicy,
 }
 
 /// The protocol a virtual server speaks to clients.
@@ -103,6 +112,8 @@ pub struct Route {
     /// Path prefix to match (must start with `/`).
     pub path_prefix: Option<String>,
     pub pool: PoolId,
+    /// Cache and compression: the virtual server's, with the route's overrides.
+    pub content: ContentPolicy,
 }
 
 /// Limits on what one client may send and hold.

@@ -11,6 +11,8 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
+pub use crate::cache::{CacheTable, CompressionTable};
+
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,6 +68,8 @@ pub struct VirtualServerTable {
     pub routes: Vec<RouteTable>,
     /// Header name → value set on every response.
     pub response_headers: Option<Named<String>>,
+    pub cache: Option<CacheTable>,
+    pub compression: Option<CompressionTable>,
 }
 
 /// `[virtual_servers.NAME.limits]`
@@ -98,6 +102,8 @@ pub struct RouteTable {
     pub host: Option<String>,
     pub path_prefix: Option<String>,
     pub pool: Option<String>,
+    pub cache: Option<CacheTable>,
+    pub compression: Option<CompressionTable>,
 }
 
 /// `[pools.NAME]`

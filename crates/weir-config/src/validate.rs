@@ -6,6 +6,7 @@
 //! rest of the file can still be checked; the model is only returned when no
 //! problem was found, so those stand-ins never escape.
 
+mod cache;
 mod pools;
 mod primitives;
 mod tls;
@@ -228,13 +229,23 @@ impl Checker {
         };
         let default_pool = self.pool_reference(&path.key("pool"), table.pool.as_deref(), pool_ids);
         let routes_path = path.key("routes");
-        let routes = table
+        let mut routes = table
             .routes
             .iter()
             .enumerate()
             .map(|(index, route)| self.route(&routes_path.index(index), route, pool_ids))
             .collect::<Vec<_>>();
         self.duplicate_routes(&routes_path, &routes);
+        let (cache, content) = self.content(path, table.cache.as_ref(), table.compression.as_ref());
+        for (index, (route, route_table)) in routes.iter_mut().zip(&table.routes).enumerate() {
+            route.content = self.route_content(
+                &routes_path.index(index),
+                &content,
+                cache.as_ref(),
+                route_table.cache.as_ref(),
+                route_table.compression.as_ref(),
+            );
+        }
         VirtualServer {
             name: name.to_owned(),
             listen,
@@ -257,6 +268,8 @@ impl Checker {
                 &path.key("response_headers"),
                 table.response_headers.as_ref(),
             ),
+            cache,
+            content,
         }
     }
 
@@ -389,6 +402,7 @@ impl Checker {
             host,
             path_prefix: table.path_prefix.clone(),
             pool: pool.unwrap_or(UNRESOLVED),
+            content: Default::default(),
         }
     }
 

@@ -57,4 +57,19 @@ fn annotated_example_sets_every_default() {
         config.runtime.drain_timeout,
         weir_config::Runtime::default().drain_timeout
     );
+    // Cache and compression (issue 12).
+    assert_eq!(
+        server.content.cache,
+        Some(weir_config::CacheRules::default())
+    );
+    assert_eq!(
+        server.content.compression,
+        Some(weir_config::Compression::default())
+    );
+    let store = server.cache.as_ref().expect("the example has a cache");
+    assert_eq!(store.size, weir_config::defaults::CACHE_SIZE);
+    assert_eq!(
+        store.max_object_size,
+        weir_config::defaults::CACHE_MAX_OBJECT_SIZE
+    );
 }

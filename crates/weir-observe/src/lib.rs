@@ -23,10 +23,12 @@
 //! ```
 
 pub mod access;
+pub mod cache;
 pub mod metrics;
 pub mod names;
 
 pub use access::{ACCESS_TARGET, AccessRecord};
+pub use cache::{CacheMetrics, CompressionMetrics};
 pub use metrics::{
     CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, StatusClass, TlsMetrics,
     UpstreamTlsMetrics, VirtualServerMetrics,

@@ -33,6 +33,8 @@ pub struct Metrics {
     reuse_ratio: FloatGauge,
     offload_ratio: FloatGauge,
     handles: Mutex<Handles>,
+    /// Cache and compression families (issue 12), in `crate::cache`.
+    pub(crate) cache: crate::cache::CacheFamilies,
 }
 
 /// HTTP status classes, the `class` label of request counters.
@@ -279,6 +281,8 @@ impl Metrics {
         register(r, names::REUSE_RATIO, reuse_ratio.clone());
         register(r, names::OFFLOAD_RATIO, offload_ratio.clone());
         families.register(r);
+        let cache = crate::cache::CacheFamilies::default();
+        cache.register(r);
 
         Arc::new(Metrics {
             registry,
@@ -286,6 +290,7 @@ impl Metrics {
             reuse_ratio,
             offload_ratio,
             handles: Mutex::new(Handles::default()),
+            cache,
         })
     }
 
@@ -677,7 +682,7 @@ impl EncodeLabelValue for StatusClass {
     }
 }
 
-fn register(registry: &mut Registry, spec: MetricSpec, metric: impl Metric) {
+pub(crate) fn register(registry: &mut Registry, spec: MetricSpec, metric: impl Metric) {
     registry.register(spec.name, spec.help, metric);
 }
 

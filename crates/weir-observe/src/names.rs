@@ -225,6 +225,18 @@ pub const ALL: &[MetricSpec] = &[
     TLS_HANDSHAKE_FAILURES,
     TLS_CERTIFICATE_EXPIRY_DAYS,
     UPSTREAM_TLS_HANDSHAKES,
+    // Cache and compression (issue 12).
+    CACHE_HITS,
+    CACHE_MISSES,
+    CACHE_STALE_SERVED,
+    CACHE_COALESCED,
+    CACHE_REVALIDATED,
+    CACHE_BYTES_STORED,
+    CACHE_OBJECTS,
+    CACHE_EVICTIONS,
+    COMPRESSION_BYTES_IN,
+    COMPRESSION_BYTES_OUT,
+    // End of cache and compression.
 ];
 
 // TLS.
@@ -249,6 +261,63 @@ pub const UPSTREAM_TLS_HANDSHAKES: MetricSpec = counter(
     &["pool", "kind"],
     "TLS handshakes with nodes, by kind (full, resumed or failed)",
 );
+
+// Cache and compression (issue 12): one store per virtual server.
+
+const VIRTUAL_SERVER_ALGORITHM: &[&str] = &["virtual_server", "algorithm"];
+
+pub const CACHE_HITS: MetricSpec = counter(
+    "cache_hits",
+    VIRTUAL_SERVER,
+    "Requests answered from the cache with a fresh object",
+);
+pub const CACHE_MISSES: MetricSpec = counter(
+    "cache_misses",
+    VIRTUAL_SERVER,
+    "Cacheable requests sent to a node because nothing usable was stored (coalesced waiters not included)",
+);
+pub const CACHE_STALE_SERVED: MetricSpec = counter(
+    "cache_stale_served",
+    VIRTUAL_SERVER,
+    "Requests answered with a stale object (stale-while-revalidate, max-stale, or stale-if-error while nodes failed)",
+);
+pub const CACHE_COALESCED: MetricSpec = counter(
+    "cache_coalesced",
+    VIRTUAL_SERVER,
+    "Requests that waited for another request's fill of the same object instead of going to a node",
+);
+pub const CACHE_REVALIDATED: MetricSpec = counter(
+    "cache_revalidated",
+    VIRTUAL_SERVER,
+    "Stored objects confirmed by a node with 304 Not Modified",
+);
+pub const CACHE_BYTES_STORED: MetricSpec = gauge(
+    "cache_bytes_stored",
+    VIRTUAL_SERVER,
+    "Bytes charged to the cache's bound (heads, bodies, keys and per-object overhead)",
+);
+pub const CACHE_OBJECTS: MetricSpec = gauge(
+    "cache_objects",
+    VIRTUAL_SERVER,
+    "Objects (variants) in the cache",
+);
+pub const CACHE_EVICTIONS: MetricSpec = counter(
+    "cache_evictions",
+    VIRTUAL_SERVER,
+    "Objects evicted to keep the cache within its size",
+);
+pub const COMPRESSION_BYTES_IN: MetricSpec = counter(
+    "compression_bytes_in",
+    VIRTUAL_SERVER_ALGORITHM,
+    "Bytes given to the compressor, by algorithm (gzip, brotli, zstd)",
+);
+pub const COMPRESSION_BYTES_OUT: MetricSpec = counter(
+    "compression_bytes_out",
+    VIRTUAL_SERVER_ALGORITHM,
+    "Compressed bytes produced, by algorithm (gzip, brotli, zstd)",
+);
+
+// End of cache and compression.
 
 impl MetricSpec {
     /// The name as it appears in the exposition, e.g. `weir_requests_total`.

@@ -369,7 +369,8 @@ fn routes() {
         vec![Route {
             host: Some("api.example.com".into()),
             path_prefix: Some("/v1/".into()),
-            pool: PoolId(0)
+            pool: PoolId(0),
+            content: Default::default(),
         }]
     );
     valid(&route("host = \"*.example.com\""));

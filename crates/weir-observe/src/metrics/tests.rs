@@ -103,6 +103,8 @@ fn encode_contains_every_metric() {
     tls.record_failure("timeout");
     tls.set_certificates(&[("example.test".to_owned(), "ecdsa", 30.0)]);
     metrics.upstream_tls("app");
+    metrics.cache("web");
+    metrics.compression("web");
     let text = metrics.encode();
     for spec in names::ALL {
         let name = spec.exposed_name();

@@ -1,0 +1,342 @@
+//! Compression: which responses are compressed, with what, and how their
+//! heads change; the streaming encoders are in [`encoder`].
+//!
+//! A response is compressed when the route enables it, the client accepts a
+//! coding (see [`AcceptEncoding::choose`]), and the response is eligible: a
+//! 200, 203, 404 or 410 with a listed, not already compressed content type,
+//! no `Content-Encoding`, no `Content-Range`, no `no-transform`, and a body of
+//! at least `min_size` bytes when its length is declared. An eligible
+//! response gets `Vary: Accept-Encoding` whether or not this client's copy is
+//! compressed, so that caches downstream key it right.
+
+pub mod encoder;
+pub mod negotiate;
+
+use std::borrow::Cow;
+
+pub use encoder::{Compressor, Levels};
+pub use negotiate::{AcceptEncoding, Coding};
+
+use crate::directives::ResponseDirectives;
+use crate::policy::storable::content_length;
+use crate::view::{ResponseView, list_elements, trim};
+
+/// The compression settings of one route (from `[compression]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompressionPolicy {
+    /// Codings offered, in order of preference; empty turns compression off.
+    pub codings: Vec<Coding>,
+    pub levels: Levels,
+    /// Bodies declared shorter than this are sent as they are.
+    pub min_size: u64,
+    /// Media types compressed, lower case: `text/html`, or `text/*` for a whole type.
+    pub content_types: Vec<String>,
+}
+
+/// Media types that are compressed already and never compressed again,
+/// whatever `content_types` says.
+const COMPRESSED_TYPES: &[&str] = &[
+    "image/jpeg",
+    "image/png",
+    "image/gif",
+    "image/webp",
+    "image/avif",
+    "font/woff",
+    "font/woff2",
+    "application/zip",
+    "application/gzip",
+    "application/zstd",
+    "application/x-brotli",
+    "application/x-7z-compressed",
+    "application/vnd.rar",
+    "application/pdf",
+];
+
+/// How a response head changes when weir compresses (or could compress) it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadEdits {
+    /// The coding applied; `Identity` when only `Vary` is added.
+    pub coding: Coding,
+}
+
+impl Default for CompressionPolicy {
+    fn default() -> CompressionPolicy {
+        CompressionPolicy {
+            codings: Coding::COMPRESSED.to_vec(),
+            levels: Levels::default(),
+            min_size: 1024,
+            content_types: [
+                "text/*",
+                "application/json",
+                "application/javascript",
+                "application/xml",
+                "application/xhtml+xml",
+                "application/rss+xml",
+                "application/atom+xml",
+                "application/manifest+json",
+                "application/ld+json",
+                "application/wasm",
+                "image/svg+xml",
+                "image/x-icon",
+                "font/ttf",
+                "font/otf",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
+}
+
+impl CompressionPolicy {
+    /// Whether weir may compress `response` (independent of the client).
+    pub fn eligible(&self, response: &impl ResponseView, directives: &ResponseDirectives) -> bool {
+        if self.codings.is_empty()
+            || !matches!(response.status(), 200 | 203 | 404 | 410)
+            || directives.no_transform
+            || response.header("content-range").is_some()
+        {
+            return false;
+        }
+        let encoded = list_elements(response.header_values("content-encoding"))
+            .any(|coding| !coding.eq_ignore_ascii_case(b"identity"));
+        if encoded {
+            return false;
+        }
+        if content_length(response).is_some_and(|length| length < self.min_size) {
+            return false;
+        }
+        response
+            .header("content-type")
+            .is_some_and(|value| self.compresses_type(value))
+    }
+
+    /// Whether the media type of a `Content-Type` value is listed and not
+    /// one that is compressed already.
+    pub fn compresses_type(&self, content_type: &[u8]) -> bool {
+        let essence = trim(
+            content_type
+                .split(|b| *b == b';')
+                .next()
+                .unwrap_or_default(),
+        );
+        let essence = essence.to_ascii_lowercase();
+        if COMPRESSED_TYPES
+            .iter()
+            .any(|known| known.as_bytes() == essence)
+        {
+            return false;
+        }
+        let Some(slash) = memchr::memchr(b'/', &essence) else {
+            return false;
+        };
+        self.content_types
+            .iter()
+            .any(|listed| match listed.strip_suffix("/*") {
+                Some(top) => top.as_bytes() == &essence[..slash],
+                None => listed.as_bytes() == essence,
+            })
+    }
+
+    /// The coding for a client, among those offered.
+    pub fn choose(&self, accept: &AcceptEncoding) -> Coding {
+        accept.choose(&self.codings)
+    }
+}
+
+impl HeadEdits {
+    /// `response`'s fields as sent after the edits: no `Content-Length` when
+    /// compressed (the length is no longer known), a strong `ETag` weakened
+    /// (the bytes differ from the node's), `Accept-Encoding` added to `Vary`,
+    /// and `Content-Encoding` set.
+    pub fn apply<'a>(
+        self,
+        response: &'a impl ResponseView,
+    ) -> impl Iterator<Item = (&'a [u8], Cow<'a, [u8]>)> + 'a {
+        let compressed = self.coding != Coding::Identity;
+        let has_vary = response.header("vary").is_some();
+        let varies = list_elements(response.header_values("vary"))
+            .any(|name| name.eq_ignore_ascii_case(b"accept-encoding") || name == b"*");
+        let mut vary_done = varies;
+        let edited = response.headers().filter_map(move |(name, value)| {
+            if compressed
+                && (name.eq_ignore_ascii_case(b"content-length")
+                    || name.eq_ignore_ascii_case(b"content-encoding"))
+            {
+                return None;
+            }
+            if compressed && name.eq_ignore_ascii_case(b"etag") && !value.starts_with(b"W/") {
+                let mut weak = b"W/".to_vec();
+                weak.extend_from_slice(value);
+                return Some((name, Cow::Owned(weak)));
+            }
+            if name.eq_ignore_ascii_case(b"vary") && !vary_done {
+                vary_done = true;
+                let mut extended = trim(value).to_vec();
+                if !extended.is_empty() {
+                    extended.extend_from_slice(b", ");
+                }
+                extended.extend_from_slice(b"Accept-Encoding");
+                return Some((name, Cow::Owned(extended)));
+            }
+            Some((name, Cow::Borrowed(value)))
+        });
+        let vary = (!has_vary).then_some((&b"Vary"[..], Cow::Borrowed(&b"Accept-Encoding"[..])));
+        let encoding = compressed.then(|| {
+            (
+                &b"Content-Encoding"[..],
+                Cow::Borrowed(self.coding.token().as_bytes()),
+            )
+        });
+        edited.chain(vary).chain(encoding)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Resp;
+
+    fn eligible(response: &Resp) -> bool {
+        CompressionPolicy::default().eligible(response, &ResponseDirectives::parse(response))
+    }
+
+    #[test]
+    fn eligibility_table() {
+        let html = || Resp::new(200).header("Content-Type", "text/html; charset=utf-8");
+        let cases: Vec<(&str, Resp, bool)> = vec![
+            ("html", html(), true),
+            (
+                "json",
+                Resp::new(200).header("Content-Type", "Application/JSON"),
+                true,
+            ),
+            (
+                "svg",
+                Resp::new(200).header("Content-Type", "image/svg+xml"),
+                true,
+            ),
+            ("no type", Resp::new(200), false),
+            (
+                "png",
+                Resp::new(200).header("Content-Type", "image/png"),
+                false,
+            ),
+            (
+                "octet-stream",
+                Resp::new(200).header("Content-Type", "application/octet-stream"),
+                false,
+            ),
+            (
+                "already gzip",
+                html().header("Content-Encoding", "gzip"),
+                false,
+            ),
+            (
+                "identity coding",
+                html().header("Content-Encoding", "identity"),
+                true,
+            ),
+            (
+                "no-transform",
+                html().header("Cache-Control", "no-transform"),
+                false,
+            ),
+            ("small", html().header("Content-Length", "1023"), false),
+            ("min size", html().header("Content-Length", "1024"), true),
+            (
+                "range",
+                html().header("Content-Range", "bytes 0-1/5"),
+                false,
+            ),
+            (
+                "206",
+                Resp::new(206).header("Content-Type", "text/html"),
+                false,
+            ),
+            (
+                "304",
+                Resp::new(304).header("Content-Type", "text/html"),
+                false,
+            ),
+            (
+                "404",
+                Resp::new(404).header("Content-Type", "text/html"),
+                true,
+            ),
+        ];
+        for (name, response, expected) in cases {
+            assert_eq!(eligible(&response), expected, "{name}");
+        }
+        let off = CompressionPolicy {
+            codings: Vec::new(),
+            ..CompressionPolicy::default()
+        };
+        assert!(!off.eligible(&html(), &ResponseDirectives::default()));
+        // Listed by the operator, but compressed already: still left alone.
+        let everything = CompressionPolicy {
+            content_types: vec!["image/*".into()],
+            ..CompressionPolicy::default()
+        };
+        assert!(!everything.compresses_type(b"image/jpeg"));
+        assert!(everything.compresses_type(b"image/bmp"));
+    }
+
+    fn edited(response: &Resp, coding: Coding) -> Vec<(String, String)> {
+        HeadEdits { coding }
+            .apply(response)
+            .map(|(n, v)| {
+                (
+                    String::from_utf8_lossy(n).into(),
+                    String::from_utf8_lossy(&v).into(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn head_edits() {
+        let response = Resp::new(200)
+            .header("Content-Type", "text/plain")
+            .header("Content-Length", "5000")
+            .header("ETag", "\"abc\"");
+        let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            edited(&response, Coding::Brotli),
+            pairs(&[
+                ("Content-Type", "text/plain"),
+                ("ETag", "W/\"abc\""),
+                ("Vary", "Accept-Encoding"),
+                ("Content-Encoding", "br"),
+            ])
+        );
+        assert_eq!(
+            edited(&response, Coding::Identity),
+            pairs(&[
+                ("Content-Type", "text/plain"),
+                ("Content-Length", "5000"),
+                ("ETag", "\"abc\""),
+                ("Vary", "Accept-Encoding"),
+            ])
+        );
+        let varied = Resp::new(200)
+            .header("Vary", "Accept-Language")
+            .header("ETag", "W/\"w\"");
+        assert_eq!(
+            edited(&varied, Coding::Gzip),
+            pairs(&[
+                ("Vary", "Accept-Language, Accept-Encoding"),
+                ("ETag", "W/\"w\""),
+                ("Content-Encoding", "gzip"),
+            ])
+        );
+        let already = Resp::new(200).header("Vary", "accept-encoding");
+        assert_eq!(
+            edited(&already, Coding::Zstd),
+            pairs(&[("Vary", "accept-encoding"), ("Content-Encoding", "zstd")])
+        );
+    }
+}

@@ -1,0 +1,423 @@
+//! The second call: what to do with the node's response (`filter_response`).
+
+use std::sync::Arc;
+
+use crate::cache::Cache;
+use crate::compress::{Coding, CompressionPolicy, Compressor, HeadEdits};
+use crate::date::UnixTime;
+use crate::directives::{RequestDirectives, ResponseDirectives};
+use crate::fill::{Fill, Pending};
+use crate::flight::FlightGuard;
+use crate::hit::{CacheStatus, Hit};
+use crate::key::VarySpec;
+use crate::object::{NewObject, Object, ObjectBody, StoredHead, response_tags};
+use crate::policy::CachePolicy;
+use crate::policy::conditional::{
+    CLIENT_CONDITIONAL_FIELDS, Validators, may_update, merge_not_modified,
+};
+use crate::policy::freshness::{Freshness, Timing};
+use crate::policy::invalidate::{invalidated_keys, is_safe};
+use crate::policy::storable::{NotStorable, content_length, storable};
+use crate::view::{RequestView, ResponseView};
+
+/// A request the cache sends on to the node; hand it back with the response.
+#[derive(Debug)]
+pub struct Exchange {
+    pub(crate) kind: ExchangeKind,
+    pub(crate) request_time: UnixTime,
+    pub(crate) directives: RequestDirectives,
+    /// The coding weir would use for this client.
+    pub(crate) coding: Coding,
+    /// (hash, primary key), once computed.
+    pub(crate) key: Option<(u64, Arc<[u8]>)>,
+    validators: Option<Validators>,
+}
+
+#[derive(Debug)]
+pub(crate) enum ExchangeKind {
+    /// Not for the cache: forward (an unsafe method still invalidates).
+    Pass,
+    /// A miss: fetch the whole object and store it if allowed.
+    Fill { guard: Option<FlightGuard> },
+    /// Validate a stored object; serve it on 304, or on failure within `stale-if-error`.
+    Revalidate {
+        stale: Arc<Object>,
+        guard: Option<FlightGuard>,
+        /// A stale-while-revalidate refresh: no client waits for it.
+        background: bool,
+    },
+}
+
+/// What the cache says at `filter_response`.
+#[derive(Debug)]
+pub enum Reply {
+    /// Send this from the cache (a 304 from the node merged into the stored
+    /// object, or a stale object because the node failed). Drain or drop the
+    /// node's body (a 304 has none).
+    Hit(Hit),
+    /// Store the body: push each chunk from the node into the fill, then
+    /// finish it. The client is answered by [`Fill::take_hit`] (reading the
+    /// store as it fills), or, when that gives `None`, by the node's head
+    /// edited with [`Fill::tee_edits`] and the bytes [`Fill::push`] returns.
+    Fill(Fill),
+    /// Send the node's response on; apply `edits` to its head and pass the
+    /// body through `compressor` when given.
+    Forward(Forward),
+}
+
+/// A response passed through, perhaps compressed.
+#[derive(Debug)]
+pub struct Forward {
+    pub edits: Option<HeadEdits>,
+    pub compressor: Option<Compressor>,
+    pub status: CacheStatus,
+}
+
+impl Exchange {
+    pub(crate) fn new(
+        kind: ExchangeKind,
+        request_time: UnixTime,
+        directives: RequestDirectives,
+        coding: Coding,
+    ) -> Exchange {
+        Exchange {
+            kind,
+            request_time,
+            directives,
+            coding,
+            key: None,
+            validators: None,
+        }
+    }
+
+    /// Request fields to remove before forwarding: the client's conditionals
+    /// and `Range` when weir fills or validates (it needs a whole object and
+    /// sends its own validators); none otherwise.
+    pub fn remove_fields(&self) -> &'static [&'static str] {
+        match self.kind {
+            ExchangeKind::Pass => &[],
+            ExchangeKind::Fill { .. } | ExchangeKind::Revalidate { .. } => {
+                CLIENT_CONDITIONAL_FIELDS
+            }
+        }
+    }
+
+    /// Request fields to add: the stored object's validators when revalidating.
+    pub fn add_fields(&mut self) -> impl Iterator<Item = (&'static str, &[u8])> {
+        if let ExchangeKind::Revalidate { stale, .. } = &self.kind
+            && self.validators.is_none()
+        {
+            self.validators = Some(Validators::of(&stale.head));
+        }
+        self.validators.iter().flat_map(Validators::fields)
+    }
+
+    /// A background refresh (stale-while-revalidate): nobody waits on it.
+    pub fn is_background(&self) -> bool {
+        matches!(
+            self.kind,
+            ExchangeKind::Revalidate {
+                background: true,
+                ..
+            }
+        )
+    }
+
+    /// Whether the cache may store the response (else it only passes).
+    pub fn is_cacheable(&self) -> bool {
+        !matches!(self.kind, ExchangeKind::Pass)
+    }
+}
+
+impl Cache {
+    /// `filter_response`: what to do with the node's response to a
+    /// forwarded exchange (after the response head, before respond).
+    pub fn response(
+        self: &Arc<Self>,
+        exchange: Exchange,
+        policy: &CachePolicy,
+        compression: Option<&CompressionPolicy>,
+        request: &impl RequestView,
+        response: &impl ResponseView,
+        now: UnixTime,
+    ) -> Reply {
+        if !is_safe(request.method()) {
+            for key in invalidated_keys(request, response) {
+                self.store.remove_primary(&key);
+            }
+            self.record_store();
+        }
+        let directives = ResponseDirectives::parse(response);
+        let mut exchange = exchange;
+        let kind = std::mem::replace(&mut exchange.kind, ExchangeKind::Pass);
+        match kind {
+            ExchangeKind::Pass => Reply::Forward(self.forward(
+                &exchange,
+                compression,
+                request,
+                response,
+                &directives,
+                CacheStatus::Pass,
+            )),
+            ExchangeKind::Fill { guard } => {
+                let fill = Fill::start(self, guard, CacheStatus::Miss);
+                self.fill(
+                    fill,
+                    &exchange,
+                    policy,
+                    compression,
+                    request,
+                    response,
+                    &directives,
+                    now,
+                )
+            }
+            ExchangeKind::Revalidate { stale, guard, .. } => {
+                let status = response.status();
+                if status == 304 {
+                    if let Some(guard) = guard {
+                        guard.stored();
+                    }
+                    return Reply::Hit(
+                        self.revalidated(&stale, &exchange, policy, request, response, now),
+                    );
+                }
+                if matches!(status, 500 | 502 | 503 | 504)
+                    && stale.freshness.usable_on_error(&exchange.directives, now)
+                {
+                    self.metrics.stale_served.inc();
+                    return Reply::Hit(Hit::new(stale, request, now, CacheStatus::StaleIfError));
+                }
+                let fill = Fill::start(self, guard, CacheStatus::Expired);
+                self.fill(
+                    fill,
+                    &exchange,
+                    policy,
+                    compression,
+                    request,
+                    response,
+                    &directives,
+                    now,
+                )
+            }
+        }
+    }
+
+    /// The node could not be reached or did not answer: a stale object
+    /// within `stale-if-error`, if there is one (else answer the error).
+    /// Waiters on this exchange go to the node themselves.
+    pub fn node_failed(
+        &self,
+        exchange: Exchange,
+        request: &impl RequestView,
+        now: UnixTime,
+    ) -> Option<Hit> {
+        let ExchangeKind::Revalidate { stale, .. } = exchange.kind else {
+            return None;
+        };
+        if !stale.freshness.usable_on_error(&exchange.directives, now) {
+            return None;
+        }
+        self.metrics.stale_served.inc();
+        Some(Hit::new(stale, request, now, CacheStatus::StaleIfError))
+    }
+
+    /// A 304: the stored object's head merged and its age reset (§4.3.4).
+    fn revalidated(
+        self: &Arc<Self>,
+        stale: &Arc<Object>,
+        exchange: &Exchange,
+        policy: &CachePolicy,
+        request: &impl RequestView,
+        not_modified: &impl ResponseView,
+        now: UnixTime,
+    ) -> Hit {
+        self.metrics.revalidated.inc();
+        let (Some(body), true) = (stale.body(), may_update(&stale.head, not_modified)) else {
+            return Hit::new(Arc::clone(stale), request, now, CacheStatus::Revalidated);
+        };
+        let head = merge_not_modified(&stale.head, not_modified);
+        let directives = ResponseDirectives::parse(&head);
+        let timing = Timing::new(not_modified, exchange.request_time, now);
+        let new = NewObject {
+            primary: Arc::clone(&stale.primary),
+            secondary: stale.secondary.clone(),
+            freshness: Freshness::new(policy, &head, &directives, timing),
+            tags: stale.tags.clone(),
+            body: ObjectBody::Complete(body.clone()),
+            head,
+            stored_at: now,
+        };
+        let vary = self
+            .store
+            .vary_spec(stale.hash, &stale.primary)
+            .unwrap_or_else(VarySpec::none);
+        let inserted = self.store.insert(stale.hash, vary, new, self.bans.latest());
+        self.metrics.evictions.inc_by(inserted.evicted);
+        self.record_store();
+        let object = inserted.object.unwrap_or_else(|| Arc::clone(stale));
+        Hit::new(object, request, now, CacheStatus::Revalidated)
+    }
+
+    /// A response passed on, compressed when eligible.
+    fn forward(
+        &self,
+        exchange: &Exchange,
+        compression: Option<&CompressionPolicy>,
+        request: &impl RequestView,
+        response: &impl ResponseView,
+        directives: &ResponseDirectives,
+        status: CacheStatus,
+    ) -> Forward {
+        let eligible = compression.is_some_and(|policy| policy.eligible(response, directives));
+        if !eligible {
+            return Forward {
+                edits: None,
+                compressor: None,
+                status,
+            };
+        }
+        let coding = if exchange.directives.no_transform {
+            Coding::Identity
+        } else {
+            exchange.coding
+        };
+        let compressor = if request.method() == b"HEAD" {
+            None
+        } else {
+            self.compressor(coding, compression, content_length(response))
+        };
+        Forward {
+            edits: Some(HeadEdits { coding }),
+            compressor,
+            status,
+        }
+    }
+
+    fn compressor(
+        &self,
+        coding: Coding,
+        compression: Option<&CompressionPolicy>,
+        size: Option<u64>,
+    ) -> Option<Compressor> {
+        let levels = compression?.levels;
+        // Building an encoder only fails when zstd cannot allocate its context.
+        Compressor::new(coding, levels, size, self.compression.of(coding.label()))
+            .ok()
+            .flatten()
+    }
+
+    /// A response to a fill: stored when allowed, else forwarded.
+    #[allow(clippy::too_many_arguments)]
+    fn fill(
+        self: &Arc<Self>,
+        mut fill: Fill,
+        exchange: &Exchange,
+        policy: &CachePolicy,
+        compression: Option<&CompressionPolicy>,
+        request: &impl RequestView,
+        response: &impl ResponseView,
+        directives: &ResponseDirectives,
+        now: UnixTime,
+    ) -> Reply {
+        match self.admit(
+            exchange,
+            policy,
+            compression,
+            request,
+            response,
+            directives,
+            now,
+        ) {
+            Ok(pending) => {
+                let eligible = compression.is_some_and(|c| c.eligible(response, directives));
+                let coding = if eligible {
+                    exchange.coding
+                } else {
+                    Coding::Identity
+                };
+                fill.edits = eligible.then_some(HeadEdits { coding });
+                fill.compressor = self.compressor(coding, compression, content_length(response));
+                fill.limit = policy.max_object_size;
+                let declared = content_length(response);
+                fill.begin(pending, declared, request, now);
+                Reply::Fill(fill)
+            }
+            Err(reason) => {
+                let remember = match reason {
+                    // About this request only: others may well store it.
+                    NotStorable::RequestNoStore
+                    | NotStorable::Authorization
+                    | NotStorable::Method => None,
+                    _ => Some(policy.pass_memory),
+                };
+                if let Some(guard) = fill.guard.take() {
+                    guard.not_stored(remember);
+                }
+                Reply::Forward(self.forward(
+                    exchange,
+                    compression,
+                    request,
+                    response,
+                    directives,
+                    CacheStatus::Pass,
+                ))
+            }
+        }
+    }
+
+    /// Decides whether the response is stored and prepares its object.
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &self,
+        exchange: &Exchange,
+        policy: &CachePolicy,
+        compression: Option<&CompressionPolicy>,
+        request: &impl RequestView,
+        response: &impl ResponseView,
+        directives: &ResponseDirectives,
+        now: UnixTime,
+    ) -> Result<Pending, NotStorable> {
+        let rules = storable(policy, request, &exchange.directives, response, directives)?;
+        let Some((hash, primary)) = exchange.key.clone() else {
+            return Err(NotStorable::Method);
+        };
+        let eligible = compression.is_some_and(|c| c.eligible(response, directives));
+        let vary = VarySpec::from_values(response.header_values("vary"), eligible)
+            .map_err(|_| NotStorable::VaryStar)?;
+        let mut secondary = Vec::new();
+        vary.secondary_key(request, exchange.coding, &mut secondary);
+        let coding = if eligible {
+            exchange.coding
+        } else {
+            Coding::Identity
+        };
+        let drop_cookie =
+            |name: &[u8]| rules.strip_set_cookie && name.eq_ignore_ascii_case(b"set-cookie");
+        let head = if eligible {
+            StoredHead::from_fields(response, HeadEdits { coding }.apply(response), drop_cookie)
+        } else {
+            StoredHead::from_response(response, drop_cookie)
+        };
+        let timing = Timing::new(response, exchange.request_time, now);
+        let freshness = Freshness::new(policy, response, directives, timing);
+        let reusable = freshness.lifetime > 0
+            || freshness.stale_if_error > 0
+            || freshness.stale_while_revalidate > 0
+            || head.header("etag").is_some()
+            || head.header("last-modified").is_some();
+        if !reusable {
+            return Err(NotStorable::NotReusable);
+        }
+        Ok(Pending {
+            hash,
+            vary: Arc::new(vary),
+            primary,
+            secondary: secondary.into_boxed_slice(),
+            tags: response_tags(response),
+            head,
+            freshness,
+            stored_at: now,
+        })
+    }
+}

@@ -1,0 +1,254 @@
+//! A storable body on its way into the store: put there at once when its
+//! size is bounded in advance (clients read it as it grows), or once
+//! complete when it is not (the client gets the bytes as they pass).
+
+use std::io;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::cache::Cache;
+use crate::compress::{Compressor, HeadEdits};
+use crate::date::UnixTime;
+use crate::flight::FlightGuard;
+use crate::hit::{CacheStatus, Hit};
+use crate::key::VarySpec;
+use crate::object::{GrowingBody, NewObject, Object, ObjectBody, Rope, StoredHead};
+use crate::policy::freshness::Freshness;
+use crate::view::RequestView;
+
+/// A storable body on its way into the store.
+#[derive(Debug)]
+pub struct Fill {
+    pub(crate) cache: Arc<Cache>,
+    mode: FillMode,
+    pub(crate) compressor: Option<Compressor>,
+    /// Bytes of (possibly compressed) body so far.
+    pub(crate) received: u64,
+    /// Past this the body is not stored.
+    pub(crate) limit: u64,
+    pub(crate) guard: Option<FlightGuard>,
+    pub(crate) edits: Option<HeadEdits>,
+    pub(crate) status: CacheStatus,
+}
+
+#[derive(Debug)]
+enum FillMode {
+    /// In the store already; clients read the body as it grows.
+    Growing {
+        object: Arc<Object>,
+        body: Arc<GrowingBody>,
+        hit: Option<Hit>,
+    },
+    /// Stored once complete; the client gets the bytes as they pass.
+    Tee {
+        pending: Box<Pending>,
+        chunks: Vec<Bytes>,
+    },
+    /// Storing was given up; bytes still pass for the client.
+    Abandoned,
+}
+
+/// An object waiting for its body.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) hash: u64,
+    pub(crate) vary: Arc<VarySpec>,
+    pub(crate) primary: Arc<[u8]>,
+    pub(crate) secondary: Box<[u8]>,
+    pub(crate) head: StoredHead,
+    pub(crate) freshness: Freshness,
+    pub(crate) tags: Box<[Box<[u8]>]>,
+    pub(crate) stored_at: UnixTime,
+}
+
+impl Fill {
+    pub(crate) fn start(
+        cache: &Arc<Cache>,
+        guard: Option<FlightGuard>,
+        status: CacheStatus,
+    ) -> Fill {
+        Fill {
+            cache: Arc::clone(cache),
+            mode: FillMode::Abandoned,
+            compressor: None,
+            received: 0,
+            limit: 0,
+            guard,
+            edits: None,
+            status,
+        }
+    }
+
+    /// Puts the object in the store at once when its size is bounded in
+    /// advance (a declared length; compressed, its input's), else holds it
+    /// until the body is complete.
+    pub(crate) fn begin(
+        &mut self,
+        pending: Pending,
+        declared: Option<u64>,
+        request: &impl RequestView,
+        now: UnixTime,
+    ) {
+        let compressed = self.compressor.is_some();
+        let reserve = declared.map(|length| {
+            if compressed {
+                // Worst-case expansion of the encoders is far below this.
+                length + length / 64 + 1024
+            } else {
+                length
+            }
+        });
+        let Some(reserve) =
+            reserve.filter(|reserve| *reserve <= self.limit + self.limit / 64 + 1024)
+        else {
+            self.mode = FillMode::Tee {
+                pending: Box::new(pending),
+                chunks: Vec::new(),
+            };
+            return;
+        };
+        self.limit = reserve;
+        let body = GrowingBody::new();
+        let cache = Arc::clone(&self.cache);
+        let new = NewObject {
+            primary: pending.primary,
+            secondary: pending.secondary,
+            head: pending.head,
+            freshness: pending.freshness,
+            body: ObjectBody::Growing(Arc::clone(&body), reserve),
+            tags: pending.tags,
+            stored_at: pending.stored_at,
+        };
+        let inserted = cache
+            .store
+            .insert(pending.hash, pending.vary, new, cache.bans.latest());
+        cache.metrics.evictions.inc_by(inserted.evicted);
+        cache.record_store();
+        let Some(object) = inserted.object else {
+            // Larger than a shard may hold: pass it through.
+            self.mode = FillMode::Abandoned;
+            return;
+        };
+        if let Some(guard) = self.guard.take() {
+            guard.stored();
+        }
+        let hit = Hit::new(Arc::clone(&object), request, now, self.status);
+        self.mode = FillMode::Growing {
+            object,
+            body,
+            hit: Some(hit),
+        };
+    }
+
+    /// The client's answer, read from the store as it fills; `None` when
+    /// the client gets the node's bytes as they pass (see [`Fill::tee_edits`]).
+    pub fn take_hit(&mut self) -> Option<Hit> {
+        match &mut self.mode {
+            FillMode::Growing { hit, .. } => hit.take(),
+            FillMode::Tee { .. } | FillMode::Abandoned => None,
+        }
+    }
+
+    /// When the client gets the node's response as it passes: the edits to
+    /// its head (compression), if any.
+    pub fn tee_edits(&self) -> Option<HeadEdits> {
+        self.edits
+    }
+
+    pub fn cache_status(&self) -> CacheStatus {
+        self.status
+    }
+
+    /// Takes the next chunk of the node's body; returns the bytes for the
+    /// client when it is not reading from the store (compressed if the
+    /// response is). Never waits for any client.
+    pub fn push(&mut self, chunk: Bytes) -> io::Result<Bytes> {
+        let out = match &mut self.compressor {
+            Some(compressor) => compressor.push(&chunk)?,
+            None => chunk,
+        };
+        self.store_chunk(&out);
+        Ok(out)
+    }
+
+    /// The body is complete: stores it; returns the last bytes for the client.
+    pub fn finish(mut self) -> io::Result<Bytes> {
+        let tail = match self.compressor.take() {
+            Some(compressor) => compressor.finish()?,
+            None => Bytes::new(),
+        };
+        self.store_chunk(&tail);
+        let cache = Arc::clone(&self.cache);
+        match std::mem::replace(&mut self.mode, FillMode::Abandoned) {
+            FillMode::Growing { object, body, .. } => {
+                let rope = body.complete();
+                cache.store.complete(&object, rope);
+            }
+            FillMode::Tee { pending, chunks } => {
+                let new = NewObject {
+                    primary: pending.primary,
+                    secondary: pending.secondary,
+                    head: pending.head,
+                    freshness: pending.freshness,
+                    body: ObjectBody::Complete(Rope::new(chunks)),
+                    tags: pending.tags,
+                    stored_at: pending.stored_at,
+                };
+                let inserted =
+                    cache
+                        .store
+                        .insert(pending.hash, pending.vary, new, cache.bans.latest());
+                cache.metrics.evictions.inc_by(inserted.evicted);
+                if let (Some(guard), Some(_)) = (self.guard.take(), inserted.object) {
+                    guard.stored();
+                }
+            }
+            FillMode::Abandoned => {}
+        }
+        cache.record_store();
+        Ok(tail)
+    }
+
+    /// The node failed mid-body: nothing is stored; readers of the growing
+    /// body get an error, waiters go to the node. (Dropping a fill unfinished does the same.)
+    pub fn abort(mut self) {
+        self.give_up();
+    }
+
+    fn store_chunk(&mut self, out: &Bytes) {
+        if out.is_empty() {
+            return;
+        }
+        self.received += out.len() as u64;
+        if self.received > self.limit {
+            self.give_up();
+            return;
+        }
+        match &mut self.mode {
+            FillMode::Growing { body, .. } => body.push(out.clone()),
+            FillMode::Tee { chunks, .. } => chunks.push(out.clone()),
+            FillMode::Abandoned => {}
+        }
+    }
+
+    fn give_up(&mut self) {
+        match std::mem::replace(&mut self.mode, FillMode::Abandoned) {
+            FillMode::Growing { object, body, .. } => {
+                body.abort();
+                self.cache.store.remove(&object);
+                self.cache.record_store();
+            }
+            FillMode::Tee { .. } | FillMode::Abandoned => {}
+        }
+        if let Some(guard) = self.guard.take() {
+            guard.not_stored(None);
+        }
+    }
+}
+
+impl Drop for Fill {
+    fn drop(&mut self) {
+        self.give_up();
+    }
+}

@@ -1,0 +1,303 @@
+//! A response answered from the cache: the stored object, what the client's
+//! request makes of it (200, 304, 206, 412, 416; HEAD without a body) and its
+//! age, with a writer for HTTP/1.1 heads. An HTTP/2 codec reads the same
+//! accessors.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::date::UnixTime;
+use crate::object::{BodyReader, Object, Rope};
+use crate::policy::conditional::{self, Precondition, in_not_modified};
+use crate::policy::range::{self, RangeAnswer};
+use crate::view::{RequestView, ResponseView};
+
+/// How the response was produced, for the access log and the debug header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// Fresh from the cache.
+    Hit,
+    /// Fetched from a node (and stored, if storable).
+    Miss,
+    /// Stale from the cache: within `stale-while-revalidate` or the client's `max-stale`.
+    Stale,
+    /// Stale from the cache because the node failed (`stale-if-error`).
+    StaleIfError,
+    /// Validated with the node (304) and served from the cache.
+    Revalidated,
+    /// Stale, and replaced by the node's new response.
+    Expired,
+    /// Not cacheable: the node answered and nothing was stored.
+    Pass,
+}
+
+/// What the cache answers, as decided from the client's request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The stored response as it is.
+    Full,
+    NotModified,
+    Partial {
+        start: u64,
+        end: u64,
+    },
+    PreconditionFailed,
+    RangeNotSatisfiable,
+}
+
+/// A response to send from the cache.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    object: Arc<Object>,
+    answer: Answer,
+    head_only: bool,
+    age: u64,
+    status: CacheStatus,
+}
+
+/// The body to send with a hit.
+#[derive(Debug)]
+pub enum HitBody {
+    Empty,
+    /// The whole stored body.
+    Whole(Rope),
+    /// A range of it.
+    Part(Vec<Bytes>),
+    /// The body as it arrives from the node; a reader never waits on another.
+    Growing(BodyReader),
+}
+
+/// How the body of an HTTP/1.1 hit is framed (the head says so already).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    Length(u64),
+    Chunked,
+    /// Until the connection closes (an HTTP/1.0 client and a body still arriving).
+    Close,
+}
+
+impl Hit {
+    /// The answer to `request` from `object` at `now`.
+    pub fn new(
+        object: Arc<Object>,
+        request: &impl RequestView,
+        now: UnixTime,
+        status: CacheStatus,
+    ) -> Hit {
+        let head_only = request.method() == b"HEAD";
+        let etag = object.etag();
+        let precondition = conditional::evaluate(
+            request,
+            etag,
+            object.last_modified(),
+            object.freshness.timing.date,
+        );
+        let answer = match precondition {
+            Precondition::NotModified => Answer::NotModified,
+            Precondition::Failed => Answer::PreconditionFailed,
+            Precondition::Pass => match (object.body(), object.head.status()) {
+                (Some(body), 200) => match range::answer(
+                    request,
+                    body.len(),
+                    etag,
+                    object.head.header("last-modified"),
+                ) {
+                    RangeAnswer::Full => Answer::Full,
+                    RangeAnswer::Partial { start, end } => Answer::Partial { start, end },
+                    RangeAnswer::NotSatisfiable => Answer::RangeNotSatisfiable,
+                },
+                // A body still arriving is sent whole (ignoring Range is allowed).
+                _ => Answer::Full,
+            },
+        };
+        let age = object.freshness.timing.current_age(now);
+        Hit {
+            object,
+            answer,
+            head_only,
+            age,
+            status,
+        }
+    }
+
+    pub fn object(&self) -> &Arc<Object> {
+        &self.object
+    }
+
+    pub fn answer(&self) -> Answer {
+        self.answer
+    }
+
+    pub fn cache_status(&self) -> CacheStatus {
+        self.status
+    }
+
+    /// The status to send.
+    pub fn status(&self) -> u16 {
+        match self.answer {
+            Answer::Full => self.object.head.status(),
+            Answer::NotModified => 304,
+            Answer::Partial { .. } => 206,
+            Answer::PreconditionFailed => 412,
+            Answer::RangeNotSatisfiable => 416,
+        }
+    }
+
+    /// The `Age` value, seconds.
+    pub fn age(&self) -> u64 {
+        self.age
+    }
+
+    /// The stored fields to send (a 304 carries only those RFC 9110 §15.4.5
+    /// lists; 412 and 416 carry none). Framing, `Age` and `Content-Range`
+    /// are not among them: see [`Hit::content_length`], [`Hit::age`] and
+    /// [`Hit::content_range`].
+    pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let answer = self.answer;
+        self.object
+            .head
+            .headers()
+            .filter(move |(name, _)| match answer {
+                Answer::Full | Answer::Partial { .. } => true,
+                Answer::NotModified => in_not_modified(name),
+                Answer::PreconditionFailed | Answer::RangeNotSatisfiable => false,
+            })
+    }
+
+    /// The `Content-Range` value for 206 and 416.
+    pub fn content_range(&self) -> Option<String> {
+        let total = self.object.body().map(Rope::len)?;
+        match self.answer {
+            Answer::Partial { start, end } => Some(format!("bytes {start}-{}/{total}", end - 1)),
+            Answer::RangeNotSatisfiable => Some(format!("bytes */{total}")),
+            _ => None,
+        }
+    }
+
+    /// The `Content-Length` to send: the representation's for HEAD and full
+    /// answers, the range's for 206, 0 for answers without content; `None`
+    /// while a body of unknown length is still arriving.
+    pub fn content_length(&self) -> Option<u64> {
+        match self.answer {
+            Answer::Full => self.object.body_length(),
+            Answer::Partial { start, end } => Some(end - start),
+            Answer::NotModified | Answer::PreconditionFailed | Answer::RangeNotSatisfiable => {
+                Some(0)
+            }
+        }
+    }
+
+    /// Whether a body follows the head (never for HEAD, 304, 412 and 416;
+    /// nor for statuses that have none).
+    pub fn has_body(&self) -> bool {
+        !self.head_only
+            && matches!(self.answer, Answer::Full | Answer::Partial { .. })
+            && !matches!(self.status(), 204 | 304)
+    }
+
+    /// The body, its chunks shared with the store.
+    pub fn body(&self) -> HitBody {
+        if !self.has_body() {
+            return HitBody::Empty;
+        }
+        match (self.answer, self.object.body()) {
+            (Answer::Partial { start, end }, Some(body)) => HitBody::Part(body.slice(start, end)),
+            (_, Some(body)) => HitBody::Whole(body.clone()),
+            (_, None) => match self.object.growing() {
+                Some(growing) => HitBody::Growing(growing.reader()),
+                // Completed between the two checks.
+                None => self
+                    .object
+                    .body()
+                    .map_or(HitBody::Empty, |body| HitBody::Whole(body.clone())),
+            },
+        }
+    }
+
+    /// Writes an HTTP/1.1 status line and head for this hit, and returns how
+    /// the body is framed. `http10` writes for an HTTP/1.0 client (no chunked
+    /// coding); `extra` fields (the debug header, say) follow the stored ones.
+    pub fn write_http1_head(
+        &self,
+        out: &mut BytesMut,
+        http10: bool,
+        keep_alive: bool,
+        extra: &[(&str, &str)],
+    ) -> Framing {
+        let status = self.status();
+        let reason = weir_http::reason_phrase(status);
+        let lines = self.object.head.lines();
+        out.reserve(lines.len() + 128);
+        // Writing into a BytesMut cannot fail.
+        let _ = write!(
+            out,
+            "HTTP/1.{} {status} {reason}\r\n",
+            if http10 { 0 } else { 1 }
+        );
+        match self.answer {
+            Answer::Full | Answer::Partial { .. } => out.extend_from_slice(lines),
+            _ => {
+                for (name, value) in self.headers() {
+                    push_field(out, name, value);
+                }
+            }
+        }
+        let mut number = itoa::Buffer::new();
+        push_field(out, b"Age", number.format(self.age).as_bytes());
+        if let Some(range) = self.content_range() {
+            push_field(out, b"Content-Range", range.as_bytes());
+        }
+        for (name, value) in extra {
+            push_field(out, name.as_bytes(), value.as_bytes());
+        }
+        let mut keep_alive = keep_alive;
+        let framing = match self.content_length() {
+            Some(length) => {
+                if !matches!(status, 204 | 304) {
+                    push_field(out, b"Content-Length", number.format(length).as_bytes());
+                }
+                Framing::Length(if self.has_body() { length } else { 0 })
+            }
+            None if !self.has_body() => Framing::Length(0),
+            None if http10 => {
+                keep_alive = false;
+                Framing::Close
+            }
+            None => {
+                push_field(out, b"Transfer-Encoding", b"chunked");
+                Framing::Chunked
+            }
+        };
+        match (http10, keep_alive) {
+            (false, false) => push_field(out, b"Connection", b"close"),
+            (true, true) => push_field(out, b"Connection", b"keep-alive"),
+            _ => {}
+        }
+        out.extend_from_slice(b"\r\n");
+        framing
+    }
+}
+
+impl CacheStatus {
+    /// The value for the access log and the debug header.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheStatus::Hit => "HIT",
+            CacheStatus::Miss => "MISS",
+            CacheStatus::Stale => "STALE",
+            CacheStatus::StaleIfError => "STALE-IF-ERROR",
+            CacheStatus::Revalidated => "REVALIDATED",
+            CacheStatus::Expired => "EXPIRED",
+            CacheStatus::Pass => "PASS",
+        }
+    }
+}
+
+fn push_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}

@@ -1,0 +1,263 @@
+//! Cache keys. The primary key is the target URI (RFC 9111 §2):
+//! `scheme://authority/path?query`, with the authority lower-cased and a
+//! default port dropped; everything else byte for byte. The secondary key
+//! holds the request's values of the fields the response's `Vary` names
+//! (§4.1), with `Accept-Encoding` normalised so that equivalent clients share
+//! one variant.
+
+use std::sync::Arc;
+
+use crate::compress::{AcceptEncoding, Coding};
+use crate::view::{RequestView, Scheme, list_elements, trim};
+
+/// How `Accept-Encoding` is normalised in a secondary key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncodingKey {
+    /// The response does not vary on `Accept-Encoding`.
+    None,
+    /// The node chose the coding: clients that accept the same set of codings share a variant.
+    AcceptedSet,
+    /// weir compresses: clients for whom weir chooses the same coding share a
+    /// variant, so each compressed variant is stored once.
+    Chosen,
+}
+
+/// What a stored response varies on: the `Vary` field names (lower case,
+/// `accept-encoding` left out) and how `Accept-Encoding` is keyed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VarySpec {
+    pub names: Box<[Box<str>]>,
+    pub encoding: EncodingKey,
+}
+
+/// A `Vary: *` response: never reused (§4.1), so never stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VaryStar;
+
+impl VarySpec {
+    /// A response that varies on nothing.
+    pub fn none() -> Arc<VarySpec> {
+        Arc::new(VarySpec {
+            names: Box::new([]),
+            encoding: EncodingKey::None,
+        })
+    }
+
+    /// Reads `Vary` field values; `weir_compresses` says weir adds
+    /// `Vary: Accept-Encoding` itself (and picks the coding).
+    pub fn from_values<'a>(
+        values: impl Iterator<Item = &'a [u8]>,
+        weir_compresses: bool,
+    ) -> Result<VarySpec, VaryStar> {
+        let mut names: Vec<Box<str>> = Vec::new();
+        let mut encoding = if weir_compresses {
+            EncodingKey::Chosen
+        } else {
+            EncodingKey::None
+        };
+        for element in list_elements(values) {
+            if element == b"*" {
+                return Err(VaryStar);
+            }
+            let name = String::from_utf8_lossy(element).to_ascii_lowercase();
+            if name == "accept-encoding" {
+                if encoding == EncodingKey::None {
+                    encoding = EncodingKey::AcceptedSet;
+                }
+            } else if !names.iter().any(|known| **known == *name) {
+                names.push(name.into_boxed_str());
+            }
+        }
+        names.sort();
+        Ok(VarySpec {
+            names: names.into_boxed_slice(),
+            encoding,
+        })
+    }
+
+    /// Appends the secondary key of `request` for this spec to `out`:
+    /// each named field's values joined with `, `, one per line, then the
+    /// encoding key. `chosen` is the coding weir would pick for this client.
+    pub fn secondary_key(&self, request: &impl RequestView, chosen: Coding, out: &mut Vec<u8>) {
+        for name in &self.names {
+            let mut first = true;
+            for value in request.header_values(name) {
+                if !first {
+                    out.extend_from_slice(b", ");
+                }
+                out.extend_from_slice(trim(value));
+                first = false;
+            }
+            out.push(b'\n');
+        }
+        match self.encoding {
+            EncodingKey::None => {}
+            EncodingKey::Chosen => out.extend_from_slice(chosen.token().as_bytes()),
+            EncodingKey::AcceptedSet => {
+                let accept = AcceptEncoding::parse(request.header_values("accept-encoding"));
+                out.push(b'0' + accept.acceptable_set());
+            }
+        }
+    }
+}
+
+/// Appends the primary key of `request` to `out`; `false` (and nothing
+/// appended) when the request has no authority, which is never cached.
+pub fn primary_key(request: &impl RequestView, out: &mut Vec<u8>) -> bool {
+    let Some(authority) = request.authority() else {
+        return false;
+    };
+    if authority.is_empty() {
+        return false;
+    }
+    let scheme = request.scheme();
+    push_origin(scheme, authority, out);
+    let path = request.path_and_query();
+    if !path.starts_with(b"/") {
+        out.push(b'/');
+    }
+    out.extend_from_slice(path);
+    true
+}
+
+/// The primary key of an absolute URL as an operator writes it for a purge
+/// (`https://example.com/a?b`), normalised like a request's; `None` when it
+/// is not an `http`/`https` URL with an authority.
+pub fn primary_key_of_url(url: &str) -> Option<Vec<u8>> {
+    let (scheme, rest) = if let Some(rest) = url.strip_prefix("http://") {
+        (Scheme::Http, rest)
+    } else if let Some(rest) = url.strip_prefix("https://") {
+        (Scheme::Https, rest)
+    } else {
+        return None;
+    };
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(split);
+    if authority.is_empty() {
+        return None;
+    }
+    let mut key = Vec::with_capacity(url.len());
+    push_origin(scheme, authority.as_bytes(), &mut key);
+    if !path.starts_with('/') {
+        key.push(b'/');
+    }
+    key.extend_from_slice(path.as_bytes());
+    Some(key)
+}
+
+/// `scheme://authority`, the authority lower-cased without its default port.
+fn push_origin(scheme: Scheme, authority: &[u8], out: &mut Vec<u8>) {
+    let (prefix, default_port): (&[u8], &[u8]) = match scheme {
+        Scheme::Http => (b"http://", b":80"),
+        Scheme::Https => (b"https://", b":443"),
+    };
+    out.extend_from_slice(prefix);
+    let authority = authority.strip_suffix(default_port).unwrap_or(authority);
+    out.extend(authority.iter().map(u8::to_ascii_lowercase));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Req;
+
+    fn key(request: &Req) -> String {
+        let mut out = Vec::new();
+        assert!(primary_key(request, &mut out));
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn primary_keys_normalise_the_authority_only() {
+        assert_eq!(key(&Req::get("/a?b=1")), "http://example.com/a?b=1");
+        assert_eq!(
+            key(&Req::get("/A").authority("Example.COM:80")),
+            "http://example.com/A"
+        );
+        assert_eq!(key(&Req::get("/").authority("h:8080")), "http://h:8080/");
+        assert_eq!(key(&Req::get("/").https().authority("h:443")), "https://h/");
+        let mut out = Vec::new();
+        assert!(!primary_key(&Req::get("/").no_authority(), &mut out));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn urls_give_the_same_keys_as_requests() {
+        let cases = [
+            ("http://Example.com/a?b=1", "/a?b=1", false),
+            ("https://example.com:443/x", "/x", true),
+            ("http://example.com", "/", false),
+            ("http://example.com?q", "/?q", false),
+        ];
+        for (url, path, https) in cases {
+            let mut request = Req::get(path);
+            if https {
+                request = request.https();
+            }
+            assert_eq!(
+                primary_key_of_url(url).map(String::from_utf8),
+                Some(Ok(key(&request))),
+                "{url}"
+            );
+        }
+        assert_eq!(primary_key_of_url("ftp://h/"), None);
+        assert_eq!(primary_key_of_url("http:///x"), None);
+    }
+
+    #[test]
+    fn vary_specs() {
+        let spec =
+            |value: &str, compress| VarySpec::from_values([value.as_bytes()].into_iter(), compress);
+        assert_eq!(spec("*", false), Err(VaryStar));
+        assert_eq!(spec("Accept-Language, *", true), Err(VaryStar));
+        let parsed = spec("Accept-Language, accept-encoding, X-A, x-a", false).unwrap();
+        assert_eq!(
+            &*parsed.names,
+            [Box::from("accept-language"), Box::from("x-a")]
+        );
+        assert_eq!(parsed.encoding, EncodingKey::AcceptedSet);
+        assert_eq!(spec("", true).unwrap().encoding, EncodingKey::Chosen);
+        assert_eq!(
+            spec("Accept-Encoding", true).unwrap().encoding,
+            EncodingKey::Chosen
+        );
+    }
+
+    #[test]
+    fn secondary_keys_normalise_accept_encoding() {
+        let secondary = |spec: &VarySpec, request: &Req, chosen| {
+            let mut out = Vec::new();
+            spec.secondary_key(request, chosen, &mut out);
+            out
+        };
+        let node = VarySpec::from_values(
+            [&b"Accept-Encoding, Accept-Language"[..]].into_iter(),
+            false,
+        )
+        .unwrap();
+        let a = Req::get("/")
+            .header("Accept-Encoding", "gzip, br")
+            .header("Accept-Language", "en");
+        let b = Req::get("/")
+            .header("accept-encoding", "br,gzip")
+            .header("accept-language", "en");
+        let c = Req::get("/")
+            .header("accept-encoding", "gzip")
+            .header("accept-language", "en");
+        assert_eq!(
+            secondary(&node, &a, Coding::Identity),
+            secondary(&node, &b, Coding::Identity)
+        );
+        assert_ne!(
+            secondary(&node, &a, Coding::Identity),
+            secondary(&node, &c, Coding::Identity)
+        );
+
+        let weir = VarySpec::from_values(std::iter::empty(), true).unwrap();
+        assert_eq!(secondary(&weir, &a, Coding::Brotli), b"br");
+        assert_ne!(
+            secondary(&weir, &a, Coding::Brotli),
+            secondary(&weir, &c, Coding::Gzip)
+        );
+    }
+}

@@ -1,0 +1,431 @@
+//! Conditional requests both ways: the client's own preconditions answered
+//! from a stored response (RFC 9110 §13.2.2 order), the conditional request
+//! weir sends to validate a stored response (RFC 9111 §4.3.1), and the
+//! merge of a 304's fields into the stored head (§4.3.4).
+
+use crate::date::{UnixTime, parse_http_date};
+use crate::object::{HeadBuilder, StoredHead};
+use crate::view::{RequestView, ResponseView, list_elements};
+
+/// What the client's preconditions make of a stored response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precondition {
+    /// No precondition applies, or all passed: answer normally.
+    Pass,
+    /// `304 Not Modified`.
+    NotModified,
+    /// `412 Precondition Failed`.
+    Failed,
+}
+
+/// Fields a client's request carries that weir removes before it fills or
+/// validates an entry (it sends its own validators and needs a whole object).
+pub const CLIENT_CONDITIONAL_FIELDS: &[&str] = &[
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "if-range",
+    "range",
+];
+
+/// Fields a 304 from the cache carries (RFC 9110 §15.4.5).
+const NOT_MODIFIED_FIELDS: &[&str] = &[
+    "cache-control",
+    "content-location",
+    "date",
+    "etag",
+    "expires",
+    "vary",
+    "last-modified",
+];
+
+/// Fields a 304 from the node must not change in the stored head (§4.3.4 via §3.2).
+const NOT_UPDATED: &[&str] = &[
+    "content-length",
+    "content-encoding",
+    "content-range",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+    "age",
+];
+
+/// Evaluates the client's preconditions for a GET or HEAD against a stored
+/// response with `etag` and `last_modified` (or `date` in its absence, §4.3.2
+/// of RFC 9111).
+pub fn evaluate(
+    request: &impl RequestView,
+    etag: Option<&[u8]>,
+    last_modified: Option<UnixTime>,
+    date: UnixTime,
+) -> Precondition {
+    let mut if_match = request.header_values("if-match").peekable();
+    if if_match.peek().is_some() {
+        if !list_matches(if_match, etag, true) {
+            return Precondition::Failed;
+        }
+    } else if let (Some(since), Some(modified)) = (
+        request
+            .header("if-unmodified-since")
+            .and_then(parse_http_date),
+        last_modified,
+    ) && modified > since
+    {
+        return Precondition::Failed;
+    }
+    let mut if_none_match = request.header_values("if-none-match").peekable();
+    if if_none_match.peek().is_some() {
+        return if list_matches(if_none_match, etag, false) {
+            Precondition::NotModified
+        } else {
+            Precondition::Pass
+        };
+    }
+    if let Some(since) = request
+        .header("if-modified-since")
+        .and_then(parse_http_date)
+        && last_modified.unwrap_or(date) <= since
+    {
+        return Precondition::NotModified;
+    }
+    Precondition::Pass
+}
+
+/// Whether any entity-tag in the lists matches `etag` (`*` matches any
+/// representation); strong comparison for `If-Match`, weak otherwise.
+fn list_matches<'a>(
+    values: impl Iterator<Item = &'a [u8]>,
+    etag: Option<&[u8]>,
+    strong: bool,
+) -> bool {
+    for candidate in list_elements(values) {
+        if candidate == b"*" {
+            return true;
+        }
+        if let Some(etag) = etag
+            && etags_match(candidate, etag, strong)
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// RFC 9110 §8.8.3.2 comparison.
+pub fn etags_match(a: &[u8], b: &[u8], strong: bool) -> bool {
+    let weak_a = a.starts_with(b"W/");
+    let weak_b = b.starts_with(b"W/");
+    if strong && (weak_a || weak_b) {
+        return false;
+    }
+    let opaque = |tag: &'_ [u8]| -> Vec<u8> { tag.strip_prefix(b"W/").unwrap_or(tag).to_vec() };
+    opaque(a) == opaque(b)
+}
+
+/// The validators weir sends when it revalidates a stored response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Validators {
+    pub if_none_match: Option<Vec<u8>>,
+    pub if_modified_since: Option<Vec<u8>>,
+}
+
+impl Validators {
+    /// From the stored head: its `ETag` and its `Last-Modified`.
+    pub fn of(head: &StoredHead) -> Validators {
+        Validators {
+            if_none_match: head.header("etag").map(<[u8]>::to_vec),
+            if_modified_since: head.header("last-modified").map(<[u8]>::to_vec),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.if_none_match.is_none() && self.if_modified_since.is_none()
+    }
+
+    /// The fields to add to the request sent to the node (after removing the
+    /// client's [`CLIENT_CONDITIONAL_FIELDS`]).
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, &[u8])> {
+        let none_match = self
+            .if_none_match
+            .as_deref()
+            .map(|value| ("If-None-Match", value));
+        let modified = self
+            .if_modified_since
+            .as_deref()
+            .map(|value| ("If-Modified-Since", value));
+        none_match.into_iter().chain(modified)
+    }
+}
+
+/// Whether a 304 from the node may update the stored response (§4.3.4): its
+/// strong validator, if it has one, must be the stored one.
+pub fn may_update(stored: &StoredHead, not_modified: &impl ResponseView) -> bool {
+    match (not_modified.header("etag"), stored.header("etag")) {
+        (Some(new), Some(old)) if !new.starts_with(b"W/") => etags_match(new, old, true),
+        (Some(new), None) if !new.starts_with(b"W/") => false,
+        _ => true,
+    }
+}
+
+/// The stored head with the 304's fields replacing those of the same names.
+pub fn merge_not_modified(stored: &StoredHead, not_modified: &impl ResponseView) -> StoredHead {
+    let updated = |name: &[u8]| {
+        !NOT_UPDATED
+            .iter()
+            .any(|skip| name.eq_ignore_ascii_case(skip.as_bytes()))
+            && not_modified
+                .headers()
+                .any(|(new, _)| new.eq_ignore_ascii_case(name))
+    };
+    let mut builder = HeadBuilder::default();
+    for (name, value) in stored.headers() {
+        if !updated(name) {
+            builder.push(name, value);
+        }
+    }
+    for (name, value) in not_modified.headers() {
+        if updated(name) {
+            builder.push(name, value);
+        }
+    }
+    builder.finish(stored.status())
+}
+
+/// Whether a stored field goes into a 304 answered from the cache.
+pub fn in_not_modified(name: &[u8]) -> bool {
+    NOT_MODIFIED_FIELDS
+        .iter()
+        .any(|kept| name.eq_ignore_ascii_case(kept.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Req, Resp};
+
+    const MODIFIED: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
+    const EARLIER: &str = "Sat, 05 Nov 1994 08:49:37 GMT";
+    const LATER: &str = "Mon, 07 Nov 1994 08:49:37 GMT";
+
+    fn eval(headers: &[(&str, &str)], etag: Option<&str>, last_modified: bool) -> Precondition {
+        let mut request = Req::get("/");
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let modified = last_modified.then(|| parse_http_date(MODIFIED.as_bytes()).unwrap());
+        evaluate(
+            &request,
+            etag.map(str::as_bytes),
+            modified,
+            parse_http_date(LATER.as_bytes()).unwrap(),
+        )
+    }
+
+    #[test]
+    fn precondition_table() {
+        use Precondition::*;
+        type Case<'a> = (
+            &'a str,
+            &'a [(&'a str, &'a str)],
+            Option<&'a str>,
+            bool,
+            Precondition,
+        );
+        let cases: &[Case] = &[
+            ("none", &[], Some("\"a\""), true, Pass),
+            (
+                "INM match",
+                &[("If-None-Match", "\"a\"")],
+                Some("\"a\""),
+                true,
+                NotModified,
+            ),
+            (
+                "INM weak match",
+                &[("If-None-Match", "W/\"a\"")],
+                Some("\"a\""),
+                true,
+                NotModified,
+            ),
+            (
+                "INM list",
+                &[("If-None-Match", "\"x\", \"a\"")],
+                Some("\"a\""),
+                true,
+                NotModified,
+            ),
+            (
+                "INM star",
+                &[("If-None-Match", "*")],
+                Some("\"a\""),
+                true,
+                NotModified,
+            ),
+            (
+                "INM miss",
+                &[("If-None-Match", "\"b\"")],
+                Some("\"a\""),
+                true,
+                Pass,
+            ),
+            (
+                "INM beats IMS",
+                &[("If-None-Match", "\"b\""), ("If-Modified-Since", LATER)],
+                Some("\"a\""),
+                true,
+                Pass,
+            ),
+            (
+                "IMS not modified",
+                &[("If-Modified-Since", MODIFIED)],
+                None,
+                true,
+                NotModified,
+            ),
+            (
+                "IMS modified",
+                &[("If-Modified-Since", EARLIER)],
+                None,
+                true,
+                Pass,
+            ),
+            (
+                "IMS without Last-Modified uses Date",
+                &[("If-Modified-Since", LATER)],
+                None,
+                false,
+                NotModified,
+            ),
+            (
+                "IMS invalid",
+                &[("If-Modified-Since", "yesterday")],
+                None,
+                true,
+                Pass,
+            ),
+            (
+                "If-Match match",
+                &[("If-Match", "\"a\"")],
+                Some("\"a\""),
+                true,
+                Pass,
+            ),
+            (
+                "If-Match weak never",
+                &[("If-Match", "W/\"a\"")],
+                Some("W/\"a\""),
+                true,
+                Failed,
+            ),
+            (
+                "If-Match miss",
+                &[("If-Match", "\"b\"")],
+                Some("\"a\""),
+                true,
+                Failed,
+            ),
+            ("If-Match star", &[("If-Match", "*")], None, true, Pass),
+            (
+                "IUS passed",
+                &[("If-Unmodified-Since", LATER)],
+                None,
+                true,
+                Pass,
+            ),
+            (
+                "IUS failed",
+                &[("If-Unmodified-Since", EARLIER)],
+                None,
+                true,
+                Failed,
+            ),
+            (
+                "If-Match then INM",
+                &[("If-Match", "\"a\""), ("If-None-Match", "\"a\"")],
+                Some("\"a\""),
+                true,
+                NotModified,
+            ),
+        ];
+        for (name, headers, etag, last_modified, expected) in cases {
+            assert_eq!(eval(headers, *etag, *last_modified), *expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn validators_from_the_stored_head() {
+        let head = StoredHead::from_response(
+            &Resp::new(200)
+                .header("ETag", "\"v\"")
+                .header("Last-Modified", MODIFIED),
+            |_| false,
+        );
+        let validators = Validators::of(&head);
+        let fields: Vec<(&str, &[u8])> = validators.fields().collect();
+        assert_eq!(
+            fields,
+            [
+                ("If-None-Match", &b"\"v\""[..]),
+                ("If-Modified-Since", MODIFIED.as_bytes())
+            ]
+        );
+        let bare = StoredHead::from_response(&Resp::new(200), |_| false);
+        assert!(Validators::of(&bare).is_empty());
+    }
+
+    #[test]
+    fn not_modified_merges_fields() {
+        let stored = StoredHead::from_response(
+            &Resp::new(200)
+                .header("ETag", "\"v\"")
+                .header("Cache-Control", "max-age=1")
+                .header("Content-Type", "text/plain")
+                .header("X-Old", "1"),
+            |_| false,
+        );
+        let not_modified = Resp::new(304)
+            .header("Cache-Control", "max-age=60")
+            .header("ETag", "\"v\"")
+            .header("Content-Length", "0")
+            .header("X-New", "2");
+        assert!(may_update(&stored, &not_modified));
+        let merged = merge_not_modified(&stored, &not_modified);
+        let fields: Vec<(String, String)> = merged
+            .headers()
+            .map(|(n, v)| {
+                (
+                    String::from_utf8_lossy(n).into(),
+                    String::from_utf8_lossy(v).into(),
+                )
+            })
+            .collect();
+        let expected = [
+            ("Content-Type", "text/plain"),
+            ("X-Old", "1"),
+            ("Cache-Control", "max-age=60"),
+            ("ETag", "\"v\""),
+            ("X-New", "2"),
+        ];
+        assert_eq!(fields, expected.map(|(n, v)| (n.to_owned(), v.to_owned())));
+        assert_eq!(merged.status(), 200);
+    }
+
+    #[test]
+    fn a_304_for_another_representation_does_not_update() {
+        let stored = StoredHead::from_response(&Resp::new(200).header("ETag", "\"v1\""), |_| false);
+        assert!(!may_update(
+            &stored,
+            &Resp::new(304).header("ETag", "\"v2\"")
+        ));
+        assert!(may_update(
+            &stored,
+            &Resp::new(304).header("ETag", "W/\"v2\"")
+        ));
+        assert!(may_update(&stored, &Resp::new(304)));
+    }
+}

@@ -1,0 +1,220 @@
+//! Purging: by URL, by prefix, by tag (see [`crate::Cache`]), and bans.
+//!
+//! A ban is a regular expression over primary keys
+//! (`scheme://authority/path?query`), applied to every object stored before
+//! it. Bans are checked lazily: a lookup that finds an object tests it
+//! against the bans added since the object was last tested, and removes it
+//! on a match. [`crate::Cache::maintain`] walks the store in the background
+//! doing the same, after which every object has been tested against every
+//! current ban; bans are then dropped, since every remaining object is newer
+//! than them or has been tested already.
+//!
+//! The `PURGE` method is allowed from configured client networks only; see
+//! [`purge_method`].
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{PoisonError, RwLock};
+
+use regex::bytes::Regex;
+use weir_config::Cidr;
+
+use crate::date::UnixTime;
+use crate::object::Object;
+
+/// A purge request that cannot be carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PurgeError {
+    #[error("not an absolute http or https URL: {0:?}")]
+    Url(String),
+    #[error("invalid ban pattern: {0}")]
+    Pattern(String),
+    #[error("too many bans at once ({0}); wait for the background check to clear some")]
+    TooManyBans(usize),
+}
+
+/// At most this many bans are kept; each lookup may test the new ones.
+pub const MAX_BANS: usize = 1024;
+/// Longest ban pattern accepted.
+const MAX_PATTERN: usize = 4096;
+
+/// The ban list.
+#[derive(Debug, Default)]
+pub struct Bans {
+    list: RwLock<Vec<Ban>>,
+    /// Sequence of the newest ban (0: none ever).
+    latest: AtomicU64,
+}
+
+/// One ban.
+#[derive(Debug, Clone)]
+pub struct Ban {
+    pub sequence: u64,
+    pub pattern: Regex,
+    pub added: UnixTime,
+}
+
+/// A summary of one ban, for the admin API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BanInfo {
+    pub sequence: u64,
+    pub pattern: String,
+    pub added: UnixTime,
+}
+
+impl Bans {
+    /// The sequence new objects start from: they are newer than every ban.
+    pub fn latest(&self) -> u64 {
+        self.latest.load(Ordering::Acquire)
+    }
+
+    /// Adds a ban; returns its sequence number.
+    pub fn add(&self, pattern: &str, now: UnixTime) -> Result<u64, PurgeError> {
+        if pattern.len() > MAX_PATTERN {
+            return Err(PurgeError::Pattern(format!(
+                "longer than {MAX_PATTERN} bytes"
+            )));
+        }
+        let pattern = regex::bytes::RegexBuilder::new(pattern)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|error| PurgeError::Pattern(error.to_string()))?;
+        let mut list = self.list.write().unwrap_or_else(PoisonError::into_inner);
+        if list.len() >= MAX_BANS {
+            return Err(PurgeError::TooManyBans(list.len()));
+        }
+        let sequence = self.latest.load(Ordering::Acquire) + 1;
+        list.push(Ban {
+            sequence,
+            pattern,
+            added: now,
+        });
+        self.latest.store(sequence, Ordering::Release);
+        Ok(sequence)
+    }
+
+    /// Whether a ban added after the object was last tested matches it;
+    /// records the test otherwise. Costs one atomic load when there is nothing new.
+    pub fn is_banned(&self, object: &Object) -> bool {
+        let latest = self.latest();
+        let checked = object.ban_checked.load(Ordering::Acquire);
+        if checked >= latest {
+            return false;
+        }
+        let list = self.list.read().unwrap_or_else(PoisonError::into_inner);
+        let banned = list
+            .iter()
+            .filter(|ban| ban.sequence > checked)
+            .any(|ban| ban.pattern.is_match(object.primary_key()));
+        if !banned {
+            object.ban_checked.fetch_max(latest, Ordering::AcqRel);
+        }
+        banned
+    }
+
+    /// Drops bans with a sequence up to `tested`: every stored object has
+    /// been tested against them or is newer.
+    pub fn expire_through(&self, tested: u64) -> usize {
+        let mut list = self.list.write().unwrap_or_else(PoisonError::into_inner);
+        let before = list.len();
+        list.retain(|ban| ban.sequence > tested);
+        before - list.len()
+    }
+
+    pub fn list(&self) -> Vec<BanInfo> {
+        self.list
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|ban| BanInfo {
+                sequence: ban.sequence,
+                pattern: ban.pattern.as_str().to_owned(),
+                added: ban.added,
+            })
+            .collect()
+    }
+}
+
+/// What to do with a request whose method may be `PURGE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PurgeMethod {
+    /// Not a `PURGE` request, or `PURGE` handling is off (no networks allowed): forward it.
+    NotPurge,
+    /// `PURGE` from an address outside the allowed networks: answer 403.
+    Forbidden,
+    /// Purge the request's URL (every variant) and answer 200, or 404 when nothing was stored.
+    Purge,
+}
+
+/// Decides a request's fate under the `PURGE` policy `allowed` (client networks).
+pub fn purge_method(method: &[u8], client: IpAddr, allowed: &[Cidr]) -> PurgeMethod {
+    if method != b"PURGE" || allowed.is_empty() {
+        return PurgeMethod::NotPurge;
+    }
+    if allowed.iter().any(|network| network.contains(client)) {
+        PurgeMethod::Purge
+    } else {
+        PurgeMethod::Forbidden
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn purge_method_policy() {
+        let allowed: Vec<Cidr> = ["127.0.0.0/8", "::1/128", "10.1.0.0/16"]
+            .iter()
+            .map(|text| text.parse().unwrap())
+            .collect();
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            purge_method(b"GET", ip("127.0.0.1"), &allowed),
+            PurgeMethod::NotPurge
+        );
+        assert_eq!(
+            purge_method(b"PURGE", ip("127.0.0.1"), &allowed),
+            PurgeMethod::Purge
+        );
+        assert_eq!(
+            purge_method(b"PURGE", ip("::1"), &allowed),
+            PurgeMethod::Purge
+        );
+        assert_eq!(
+            purge_method(b"PURGE", ip("10.1.200.3"), &allowed),
+            PurgeMethod::Purge
+        );
+        assert_eq!(
+            purge_method(b"PURGE", ip("10.2.0.1"), &allowed),
+            PurgeMethod::Forbidden
+        );
+        assert_eq!(
+            purge_method(b"PURGE", ip("::ffff:127.0.0.1"), &allowed),
+            PurgeMethod::Purge
+        );
+        assert_eq!(
+            purge_method(b"purge", ip("127.0.0.1"), &allowed),
+            PurgeMethod::NotPurge
+        );
+        assert_eq!(
+            purge_method(b"PURGE", ip("127.0.0.1"), &[]),
+            PurgeMethod::NotPurge
+        );
+    }
+
+    #[test]
+    fn bans_reject_bad_patterns() {
+        let bans = Bans::default();
+        assert!(matches!(
+            bans.add("(", UnixTime(0)),
+            Err(PurgeError::Pattern(_))
+        ));
+        assert_eq!(bans.add("^http://a/", UnixTime(5)), Ok(1));
+        assert_eq!(bans.add("\\.css$", UnixTime(6)), Ok(2));
+        assert_eq!(bans.list().len(), 2);
+        assert_eq!(bans.expire_through(1), 1);
+        assert_eq!(bans.list()[0].pattern, "\\.css$");
+        assert_eq!(bans.latest(), 2);
+    }
+}

@@ -1,0 +1,492 @@
+//! The in-memory store: bounded in bytes, sharded by primary key, with
+//! S3-FIFO admission and eviction in each shard.
+//!
+//! A hit takes one shard's read lock, finds the resource and its variant,
+//! bumps an atomic use count and clones an `Arc`: no writer is blocked for
+//! longer than that, and no lock is shared by all threads. Inserts, purges
+//! and evictions take the shard's write lock.
+//!
+//! S3-FIFO (Yang et al., SOSP 2023): new objects enter a small FIFO (a tenth
+//! of the shard); when one reaches its head it moves to the main FIFO if it
+//! was used since it came in, and is evicted otherwise, leaving its key in a
+//! ghost FIFO so that it goes straight to main if it comes back soon. The
+//! main FIFO gives each object at its head another round per use (up to 3).
+//! A one-pass scan of cold keys therefore churns through the small FIFO and
+//! never displaces the hot objects in main.
+//!
+//! Accounting: each object is charged its head, body (declared length while
+//! it is still arriving), keys, tags and a fixed overhead; a shard evicts
+//! until its charge is within its share of the bound, so the sum never
+//! exceeds the bound.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+
+use hashbrown::HashTable;
+
+use crate::key::VarySpec;
+use crate::object::{NewObject, Object, Rope};
+
+/// The store shared by every thread of a virtual server.
+#[derive(Debug)]
+pub struct Store {
+    shards: Box<[RwLock<Shard>]>,
+    shard_capacity: usize,
+    hasher: ahash::RandomState,
+    next_id: AtomicU64,
+    evictions: AtomicU64,
+}
+
+/// What a lookup in the store found.
+#[derive(Debug)]
+pub enum Found {
+    /// The variant for this request.
+    Object(Arc<Object>),
+    /// Stored variants exist, none for this request.
+    NoVariant,
+    Nothing,
+}
+
+/// What an insert did.
+#[derive(Debug)]
+pub struct Inserted {
+    /// The object as stored, or `None` when it is larger than a shard may hold.
+    pub object: Option<Arc<Object>>,
+    /// Objects evicted to make room.
+    pub evicted: u64,
+}
+
+/// A sample of the store's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreStats {
+    pub bytes: usize,
+    pub objects: usize,
+    pub evictions: u64,
+}
+
+#[derive(Debug)]
+struct Resource {
+    hash: u64,
+    primary: Arc<[u8]>,
+    vary: Arc<VarySpec>,
+    variants: Vec<Arc<Object>>,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    resources: HashTable<Resource>,
+    small: VecDeque<Weak<Object>>,
+    main: VecDeque<Weak<Object>>,
+    ghost: VecDeque<u64>,
+    ghost_set: HashSet<u64>,
+    small_bytes: usize,
+    bytes: usize,
+    objects: usize,
+    /// Tag → the objects that carry it, by id.
+    tags: HashMap<Box<[u8]>, HashMap<u64, Weak<Object>>>,
+}
+
+impl Store {
+    /// A store bounded to `capacity` bytes, able to hold objects of up to
+    /// `max_object` bytes (which decides how many shards it can have).
+    pub fn new(capacity: usize, max_object: usize) -> Store {
+        // Each shard holds at least four of the largest objects; up to 64 shards.
+        let by_size = (capacity / max_object.max(1).saturating_mul(4)).clamp(1, 64);
+        let shards = 1usize << (usize::BITS - 1 - by_size.leading_zeros());
+        Store {
+            shards: (0..shards).map(|_| RwLock::new(Shard::default())).collect(),
+            shard_capacity: capacity / shards,
+            hasher: ahash::RandomState::new(),
+            next_id: AtomicU64::new(1),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    /// The bound in bytes (the sum of the shards' shares).
+    pub fn capacity(&self) -> usize {
+        self.shard_capacity * self.shards.len()
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The hash of a primary key, which picks its shard.
+    pub fn hash(&self, primary: &[u8]) -> u64 {
+        self.hasher.hash_one(primary)
+    }
+
+    /// Finds the variant of `primary` that `secondary` selects: called under
+    /// the shard's read lock with the stored [`VarySpec`], it writes the
+    /// request's secondary key into the buffer.
+    pub fn find(
+        &self,
+        hash: u64,
+        primary: &[u8],
+        secondary: impl FnOnce(&VarySpec, &mut Vec<u8>),
+        scratch: &mut Vec<u8>,
+    ) -> Found {
+        let shard = self.read(hash);
+        let Some(resource) = shard
+            .resources
+            .find(hash, |resource| *resource.primary == *primary)
+        else {
+            return Found::Nothing;
+        };
+        scratch.clear();
+        secondary(&resource.vary, scratch);
+        match resource
+            .variants
+            .iter()
+            .find(|object| *object.secondary == **scratch)
+        {
+            Some(object) => {
+                object.touch();
+                Found::Object(Arc::clone(object))
+            }
+            None => Found::NoVariant,
+        }
+    }
+
+    /// The vary spec stored for `primary`, if any variant is stored.
+    pub fn vary_spec(&self, hash: u64, primary: &[u8]) -> Option<Arc<VarySpec>> {
+        self.read(hash)
+            .resources
+            .find(hash, |resource| *resource.primary == *primary)
+            .map(|resource| Arc::clone(&resource.vary))
+    }
+
+    /// Stores an object, replacing the variant with the same secondary key
+    /// (and every variant when the vary spec changed), then evicts to stay
+    /// within the bound.
+    pub fn insert(
+        &self,
+        hash: u64,
+        vary: Arc<VarySpec>,
+        new: NewObject,
+        ban_sequence: u64,
+    ) -> Inserted {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let object = Arc::new(Object::new(id, hash, ban_sequence, new));
+        if object.charge() > self.shard_capacity {
+            return Inserted {
+                object: None,
+                evicted: 0,
+            };
+        }
+        let mut shard = self.write(hash);
+        let resource = match shard
+            .resources
+            .find_mut(hash, |resource| resource.primary == object.primary)
+        {
+            Some(resource) => resource,
+            None => shard
+                .resources
+                .insert_unique(
+                    hash,
+                    Resource {
+                        hash,
+                        primary: Arc::clone(&object.primary),
+                        vary: Arc::clone(&vary),
+                        variants: Vec::new(),
+                    },
+                    |resource| resource.hash,
+                )
+                .into_mut(),
+        };
+        let replaced: Vec<Arc<Object>> = if resource.vary != vary {
+            resource.vary = vary;
+            std::mem::take(&mut resource.variants)
+        } else {
+            let (same, other): (Vec<_>, Vec<_>) = std::mem::take(&mut resource.variants)
+                .into_iter()
+                .partition(|stored| stored.secondary == object.secondary);
+            resource.variants = other;
+            same
+        };
+        resource.variants.push(Arc::clone(&object));
+        for old in &replaced {
+            shard.forget(old);
+        }
+        shard.admit(&object, hash);
+        let evicted = shard.evict_to(self.shard_capacity);
+        drop(shard);
+        self.evictions.fetch_add(evicted, Ordering::Relaxed);
+        Inserted {
+            object: Some(object),
+            evicted,
+        }
+    }
+
+    /// Records a growing object's body as whole, charging its actual length.
+    pub fn complete(&self, object: &Object, rope: Rope) {
+        let charge = object.charge_for(rope.len());
+        object.set_complete(rope);
+        let mut shard = self.write(object.hash);
+        let old = object.charge.swap(charge, Ordering::Relaxed);
+        if object.is_removed() {
+            return;
+        }
+        shard.bytes = shard.bytes - old + charge;
+        if !object.in_main.load(Ordering::Relaxed) {
+            shard.small_bytes = shard.small_bytes - old + charge;
+        }
+        let evicted = shard.evict_to(self.shard_capacity);
+        drop(shard);
+        self.evictions.fetch_add(evicted, Ordering::Relaxed);
+    }
+
+    /// Removes one object (an aborted fill, a banned object); `false` when it
+    /// was no longer stored.
+    pub fn remove(&self, object: &Arc<Object>) -> bool {
+        let mut shard = self.write(object.hash);
+        shard.remove_object(object.hash, object)
+    }
+
+    /// Removes every variant of `primary`; returns how many.
+    pub fn remove_primary(&self, primary: &[u8]) -> usize {
+        let hash = self.hash(primary);
+        let mut shard = self.write(hash);
+        let Ok(entry) = shard
+            .resources
+            .find_entry(hash, |resource| *resource.primary == *primary)
+        else {
+            return 0;
+        };
+        let (resource, _) = entry.remove();
+        for object in &resource.variants {
+            shard.forget(object);
+        }
+        resource.variants.len()
+    }
+
+    /// Removes every object for which `doomed` is true; returns how many.
+    /// Walks every shard, one write lock at a time.
+    pub fn remove_where(&self, mut doomed: impl FnMut(&Object) -> bool) -> usize {
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut shard = shard.write().unwrap_or_else(PoisonError::into_inner);
+            let mut victims: Vec<(u64, Arc<Object>)> = Vec::new();
+            for resource in shard.resources.iter() {
+                for object in &resource.variants {
+                    if doomed(object) {
+                        victims.push((resource.hash, Arc::clone(object)));
+                    }
+                }
+            }
+            for (hash, object) in victims {
+                if shard.remove_object(hash, &object) {
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+
+    /// Removes every object tagged `tag`; returns how many.
+    pub fn remove_tagged(&self, tag: &[u8]) -> usize {
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut shard = shard.write().unwrap_or_else(PoisonError::into_inner);
+            let Some(tagged) = shard.tags.get(tag) else {
+                continue;
+            };
+            let victims: Vec<Arc<Object>> = tagged.values().filter_map(Weak::upgrade).collect();
+            for object in victims {
+                if shard.remove_object(object.hash, &object) {
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+
+    /// Calls `visit` on every object, one shard's read lock at a time.
+    pub fn for_each(&self, mut visit: impl FnMut(&Arc<Object>)) {
+        for shard in self.shards.iter() {
+            let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
+            for resource in shard.resources.iter() {
+                resource.variants.iter().for_each(&mut visit);
+            }
+        }
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let mut stats = StoreStats {
+            evictions: self.evictions.load(Ordering::Relaxed),
+            ..StoreStats::default()
+        };
+        for shard in self.shards.iter() {
+            let shard = shard.read().unwrap_or_else(PoisonError::into_inner);
+            stats.bytes += shard.bytes;
+            stats.objects += shard.objects;
+        }
+        stats
+    }
+
+    fn shard_index(&self, hash: u64) -> usize {
+        // The table uses the low bits; take the shard from the high ones.
+        (hash >> 58) as usize & (self.shards.len() - 1)
+    }
+
+    fn read(&self, hash: u64) -> RwLockReadGuard<'_, Shard> {
+        // A panic under the lock cannot leave a shard half-changed in a way
+        // that breaks lookups: at worst, accounting is off until eviction.
+        self.shards[self.shard_index(hash)]
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self, hash: u64) -> RwLockWriteGuard<'_, Shard> {
+        self.shards[self.shard_index(hash)]
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Shard {
+    /// Queues and charges a new object.
+    fn admit(&mut self, object: &Arc<Object>, hash: u64) {
+        self.bytes += object.charge();
+        self.objects += 1;
+        if self.ghost_set.remove(&hash) {
+            object.in_main.store(true, Ordering::Relaxed);
+            self.main.push_back(Arc::downgrade(object));
+        } else {
+            self.small_bytes += object.charge();
+            self.small.push_back(Arc::downgrade(object));
+        }
+        for tag in object.tags.iter() {
+            self.tags
+                .entry(tag.clone())
+                .or_default()
+                .insert(object.id, Arc::downgrade(object));
+        }
+        self.compact_queues();
+    }
+
+    /// Evicts until the shard holds at most `capacity` bytes; returns how many objects went.
+    fn evict_to(&mut self, capacity: usize) -> u64 {
+        let mut evicted = 0;
+        while self.bytes > capacity {
+            let from_small = self.small_bytes > capacity / 10 || self.main.is_empty();
+            let progressed = if from_small {
+                self.evict_small(&mut evicted)
+            } else {
+                self.evict_main(&mut evicted)
+            };
+            if !(progressed || self.evict_small(&mut evicted) || self.evict_main(&mut evicted)) {
+                break;
+            }
+        }
+        evicted
+    }
+
+    /// One step at the small FIFO's head; `false` when it is empty.
+    fn evict_small(&mut self, evicted: &mut u64) -> bool {
+        let Some(weak) = self.small.pop_front() else {
+            return false;
+        };
+        let Some(object) = weak.upgrade().filter(|object| !object.is_removed()) else {
+            return true;
+        };
+        if object.frequency.load(Ordering::Relaxed) > 0 {
+            object.frequency.store(0, Ordering::Relaxed);
+            object.in_main.store(true, Ordering::Relaxed);
+            self.small_bytes -= object.charge();
+            self.main.push_back(weak);
+        } else {
+            self.remove_object(object.hash, &object);
+            self.remember_ghost(object.hash);
+            *evicted += 1;
+        }
+        true
+    }
+
+    /// One step at the main FIFO's head; `false` when it is empty.
+    fn evict_main(&mut self, evicted: &mut u64) -> bool {
+        let Some(weak) = self.main.pop_front() else {
+            return false;
+        };
+        let Some(object) = weak.upgrade().filter(|object| !object.is_removed()) else {
+            return true;
+        };
+        let frequency = object.frequency.load(Ordering::Relaxed);
+        if frequency > 0 {
+            object.frequency.store(frequency - 1, Ordering::Relaxed);
+            self.main.push_back(weak);
+        } else {
+            self.remove_object(object.hash, &object);
+            *evicted += 1;
+        }
+        true
+    }
+
+    fn remember_ghost(&mut self, hash: u64) {
+        if self.ghost_set.insert(hash) {
+            self.ghost.push_back(hash);
+        }
+        // Remember about as many evicted keys as there are objects.
+        while self.ghost.len() > self.objects.max(64) {
+            if let Some(old) = self.ghost.pop_front() {
+                self.ghost_set.remove(&old);
+            }
+        }
+    }
+
+    /// Removes `object` from its resource and forgets it; `false` when it was not stored.
+    fn remove_object(&mut self, hash: u64, object: &Arc<Object>) -> bool {
+        let Ok(mut entry) = self
+            .resources
+            .find_entry(hash, |resource| resource.primary == object.primary)
+        else {
+            return false;
+        };
+        let variants = &mut entry.get_mut().variants;
+        let Some(position) = variants
+            .iter()
+            .position(|stored| Arc::ptr_eq(stored, object))
+        else {
+            return false;
+        };
+        variants.swap_remove(position);
+        if variants.is_empty() {
+            entry.remove();
+        }
+        self.forget(object);
+        true
+    }
+
+    /// Uncharges an object that has left its resource.
+    fn forget(&mut self, object: &Arc<Object>) {
+        if object.removed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.bytes -= object.charge();
+        self.objects -= 1;
+        if !object.in_main.load(Ordering::Relaxed) {
+            self.small_bytes -= object.charge();
+        }
+        for tag in object.tags.iter() {
+            if let Some(tagged) = self.tags.get_mut(tag) {
+                tagged.remove(&object.id);
+                if tagged.is_empty() {
+                    self.tags.remove(tag);
+                }
+            }
+        }
+    }
+
+    /// Drops queue entries of objects already gone, once they outnumber the live ones.
+    fn compact_queues(&mut self) {
+        let live = |weak: &Weak<Object>| weak.upgrade().is_some_and(|object| !object.is_removed());
+        if self.small.len() + self.main.len() > 2 * self.objects + 64 {
+            self.small.retain(live);
+            self.main.retain(live);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

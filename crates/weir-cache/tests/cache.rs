@@ -1,0 +1,1038 @@
+//! The cache through the two calls the pipeline makes (`lookup`, `response`)
+//! and the purge API, with a scripted node.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::{Bytes, BytesMut};
+use weir_cache::testing::{Req, Resp};
+use weir_cache::{
+    Answer, Cache, CachePolicy, CacheStatus, Coding, CompressionPolicy, Exchange, Framing, Hit,
+    HitBody, Lookup, Reply, SetCookie, StoreSettings, UnixTime,
+};
+use weir_observe::{CacheMetrics, CompressionMetrics};
+
+const T0: UnixTime = UnixTime(1_700_000_000);
+
+fn at(seconds: u64) -> UnixTime {
+    UnixTime(T0.0 + seconds)
+}
+
+fn new_cache() -> (Arc<Cache>, CacheMetrics, CompressionMetrics) {
+    let metrics = CacheMetrics::default();
+    let compression = CompressionMetrics::default();
+    let cache = Cache::new(
+        StoreSettings {
+            size: 4 << 20,
+            max_object_size: 256 << 10,
+        },
+        metrics.clone(),
+        compression.clone(),
+    );
+    (cache, metrics, compression)
+}
+
+fn policy() -> CachePolicy {
+    CachePolicy {
+        max_object_size: 256 << 10,
+        ..CachePolicy::default()
+    }
+}
+
+fn forward(lookup: Lookup) -> Exchange {
+    match lookup {
+        Lookup::Forward(exchange) => exchange,
+        other => panic!("expected Forward, got {other:?}"),
+    }
+}
+
+fn hit(lookup: Lookup) -> Hit {
+    match lookup {
+        Lookup::Hit(hit) => hit,
+        other => panic!("expected Hit, got {other:?}"),
+    }
+}
+
+/// The whole body of a hit that is complete.
+fn body(hit: &Hit) -> Vec<u8> {
+    match hit.body() {
+        HitBody::Empty => Vec::new(),
+        HitBody::Whole(rope) => rope.chunks().concat(),
+        HitBody::Part(chunks) => chunks.concat(),
+        HitBody::Growing(_) => panic!("body still growing"),
+    }
+}
+
+/// A node's answer: status, fields and body (Content-Length added).
+fn node(status: u16, fields: &[(&str, &str)], body: &[u8]) -> (Resp, Bytes) {
+    let mut response = Resp::new(status);
+    for (name, value) in fields {
+        response = response.header(name, value);
+    }
+    let length = body.len().to_string();
+    (
+        response.header("Content-Length", &length),
+        Bytes::copy_from_slice(body),
+    )
+}
+
+/// Hands the node's response to the cache and streams the body in; returns
+/// what the client was answered with.
+fn respond(
+    cache: &Arc<Cache>,
+    exchange: Exchange,
+    compression: Option<&CompressionPolicy>,
+    request: &Req,
+    (response, body): (Resp, Bytes),
+    now: UnixTime,
+) -> (Option<Hit>, Vec<u8>) {
+    match cache.response(exchange, &policy(), compression, request, &response, now) {
+        Reply::Hit(hit) => (Some(hit), Vec::new()),
+        Reply::Fill(mut fill) => {
+            let hit = fill.take_hit();
+            let mut passed = fill.push(body).unwrap().to_vec();
+            passed.extend_from_slice(&fill.finish().unwrap());
+            (hit, passed)
+        }
+        Reply::Forward(mut forward) => {
+            let passed = match forward.compressor.as_mut() {
+                Some(compressor) => {
+                    let mut out = compressor.push(&body).unwrap().to_vec();
+                    out.extend_from_slice(&forward.compressor.take().unwrap().finish().unwrap());
+                    out
+                }
+                None => body.to_vec(),
+            };
+            (None, passed)
+        }
+    }
+}
+
+/// A miss filled with the node's response; returns the client's hit.
+fn fill(cache: &Arc<Cache>, request: &Req, answer: (Resp, Bytes), now: UnixTime) -> Option<Hit> {
+    let exchange = forward(cache.lookup(&policy(), None, request, now));
+    respond(cache, exchange, None, request, answer, now).0
+}
+
+#[test]
+fn miss_then_hit_with_age_head_and_conditionals() {
+    let (cache, metrics, _) = new_cache();
+    let request = Req::get("/a");
+    let answer = node(
+        200,
+        &[
+            ("Cache-Control", "max-age=60"),
+            ("ETag", "\"v1\""),
+            ("Content-Type", "text/plain"),
+        ],
+        b"hello world",
+    );
+    let first = fill(&cache, &request, answer, T0).expect("stored and served from the store");
+    assert_eq!(first.cache_status(), CacheStatus::Miss);
+
+    let second = hit(cache.lookup(&policy(), None, &request, at(10)));
+    assert_eq!(
+        (second.status(), second.age(), second.cache_status()),
+        (200, 10, CacheStatus::Hit)
+    );
+    assert_eq!(body(&second), b"hello world");
+    let mut head = BytesMut::new();
+    assert_eq!(
+        second.write_http1_head(&mut head, false, true, &[("X-Cache", "HIT")]),
+        Framing::Length(11)
+    );
+    let text = String::from_utf8(head.to_vec()).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    for field in [
+        "Cache-Control: max-age=60\r\n",
+        "Age: 10\r\n",
+        "Content-Length: 11\r\n",
+        "X-Cache: HIT\r\n",
+    ] {
+        assert!(text.contains(field), "{field} missing in {text}");
+    }
+    assert!(text.ends_with("\r\n\r\n"));
+
+    // HEAD from the stored GET: same head, no body.
+    let head_hit = hit(cache.lookup(&policy(), None, &Req::new("HEAD", "/a"), at(11)));
+    assert_eq!(
+        (
+            head_hit.status(),
+            head_hit.content_length(),
+            head_hit.has_body()
+        ),
+        (200, Some(11), false)
+    );
+
+    // The client's own validator: 304 from the cache.
+    let conditional = Req::get("/a").header("If-None-Match", "\"v1\"");
+    let not_modified = hit(cache.lookup(&policy(), None, &conditional, at(12)));
+    assert_eq!(
+        (not_modified.status(), not_modified.answer()),
+        (304, Answer::NotModified)
+    );
+    let names: Vec<&[u8]> = not_modified.headers().map(|(name, _)| name).collect();
+    assert_eq!(
+        names,
+        [&b"Cache-Control"[..], b"ETag"],
+        "a 304 carries no Content-Type"
+    );
+
+    // If-Match that fails: 412.
+    let failed = hit(cache.lookup(
+        &policy(),
+        None,
+        &Req::get("/a").header("If-Match", "\"v0\""),
+        at(12),
+    ));
+    assert_eq!(failed.status(), 412);
+    assert_eq!((metrics.hits.get(), metrics.misses.get()), (4, 1));
+}
+
+#[test]
+fn ranges_from_a_whole_object() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/r");
+    fill(
+        &cache,
+        &request,
+        node(200, &[("Cache-Control", "max-age=60")], b"0123456789"),
+        T0,
+    );
+    let partial = hit(cache.lookup(
+        &policy(),
+        None,
+        &Req::get("/r").header("Range", "bytes=2-4"),
+        T0,
+    ));
+    assert_eq!((partial.status(), partial.content_length()), (206, Some(3)));
+    assert_eq!(partial.content_range().as_deref(), Some("bytes 2-4/10"));
+    assert_eq!(body(&partial), b"234");
+    let several = hit(cache.lookup(
+        &policy(),
+        None,
+        &Req::get("/r").header("Range", "bytes=0-1,4-5"),
+        T0,
+    ));
+    assert_eq!(
+        (several.status(), body(&several)),
+        (200, b"0123456789".to_vec())
+    );
+    let beyond = hit(cache.lookup(
+        &policy(),
+        None,
+        &Req::get("/r").header("Range", "bytes=10-"),
+        T0,
+    ));
+    assert_eq!(
+        (beyond.status(), beyond.content_range().as_deref()),
+        (416, Some("bytes */10"))
+    );
+    // A miss with Range fetches the whole object: the range is not sent to the node.
+    let exchange = forward(cache.lookup(
+        &policy(),
+        None,
+        &Req::get("/other").header("Range", "bytes=0-1"),
+        T0,
+    ));
+    assert!(exchange.remove_fields().contains(&"range"));
+}
+
+#[test]
+fn not_storable_responses_pass() {
+    let (cache, _, _) = new_cache();
+    type Case<'a> = (&'a str, Req, &'a [(&'a str, &'a str)]);
+    let cases: &[Case] = &[
+        (
+            "private",
+            Req::get("/p1"),
+            &[("Cache-Control", "private, max-age=60")],
+        ),
+        (
+            "no-store",
+            Req::get("/p2"),
+            &[("Cache-Control", "no-store")],
+        ),
+        (
+            "set-cookie",
+            Req::get("/p3"),
+            &[("Cache-Control", "max-age=60"), ("Set-Cookie", "id=1")],
+        ),
+        (
+            "authorization",
+            Req::get("/p4").header("Authorization", "Bearer x"),
+            &[("Cache-Control", "max-age=60")],
+        ),
+        (
+            "vary star",
+            Req::get("/p5"),
+            &[("Cache-Control", "max-age=60"), ("Vary", "*")],
+        ),
+        ("not reusable", Req::get("/p6"), &[]),
+        (
+            "too large",
+            Req::get("/p7"),
+            &[
+                ("Cache-Control", "max-age=60"),
+                ("Content-Length", "999999"),
+            ],
+        ),
+    ];
+    for (name, request, fields) in cases {
+        let exchange = forward(cache.lookup(&policy(), None, request, T0));
+        let mut response = Resp::new(200);
+        for (field, value) in *fields {
+            response = response.header(field, value);
+        }
+        match cache.response(exchange, &policy(), None, request, &response, T0) {
+            Reply::Forward(forward) => assert_eq!(forward.status, CacheStatus::Pass, "{name}"),
+            other => panic!("{name}: expected a pass, got {other:?}"),
+        }
+        assert!(
+            matches!(
+                cache.lookup(&policy(), None, request, T0),
+                Lookup::Forward(_)
+            ),
+            "{name}"
+        );
+    }
+    assert_eq!(cache.stats().objects, 0);
+}
+
+#[test]
+fn set_cookie_stripped_when_configured() {
+    let (cache, _, _) = new_cache();
+    let strip = CachePolicy {
+        set_cookie: SetCookie::Strip,
+        ..policy()
+    };
+    let request = Req::get("/c");
+    let exchange = forward(cache.lookup(&strip, None, &request, T0));
+    let (response, body) = node(
+        200,
+        &[("Cache-Control", "max-age=60"), ("Set-Cookie", "id=1")],
+        b"x",
+    );
+    let Reply::Fill(mut fill) = cache.response(exchange, &strip, None, &request, &response, T0)
+    else {
+        panic!("expected a fill");
+    };
+    fill.push(body).unwrap();
+    fill.finish().unwrap();
+    let stored = hit(cache.lookup(&strip, None, &request, T0));
+    assert!(
+        stored
+            .headers()
+            .all(|(name, _)| !name.eq_ignore_ascii_case(b"set-cookie"))
+    );
+}
+
+#[test]
+fn vary_keeps_one_variant_per_value() {
+    let (cache, _, _) = new_cache();
+    let english = Req::get("/v").header("Accept-Language", "en");
+    let french = Req::get("/v").header("Accept-Language", "fr");
+    let answer = |text: &[u8]| {
+        node(
+            200,
+            &[("Cache-Control", "max-age=60"), ("Vary", "Accept-Language")],
+            text,
+        )
+    };
+    fill(&cache, &english, answer(b"hello"), T0);
+    let exchange = forward(cache.lookup(&policy(), None, &french, T0));
+    respond(&cache, exchange, None, &french, answer(b"bonjour"), T0);
+    assert_eq!(
+        body(&hit(cache.lookup(&policy(), None, &english, T0))),
+        b"hello"
+    );
+    assert_eq!(
+        body(&hit(cache.lookup(&policy(), None, &french, T0))),
+        b"bonjour"
+    );
+    assert!(matches!(
+        cache.lookup(
+            &policy(),
+            None,
+            &Req::get("/v").header("Accept-Language", "de"),
+            T0
+        ),
+        Lookup::Forward(_)
+    ));
+    assert_eq!(cache.stats().objects, 2);
+}
+
+#[test]
+fn revalidation_with_304_refreshes_the_object() {
+    let (cache, metrics, _) = new_cache();
+    let request = Req::get("/e");
+    let answer = node(
+        200,
+        &[
+            ("Cache-Control", "max-age=10"),
+            ("ETag", "\"v1\""),
+            ("Last-Modified", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            ("X-Version", "1"),
+        ],
+        b"body",
+    );
+    fill(&cache, &request, answer, T0);
+    let mut exchange = forward(cache.lookup(&policy(), None, &request, at(20)));
+    let added: Vec<(&str, Vec<u8>)> = exchange
+        .add_fields()
+        .map(|(n, v)| (n, v.to_vec()))
+        .collect();
+    assert_eq!(
+        added,
+        [
+            ("If-None-Match", b"\"v1\"".to_vec()),
+            (
+                "If-Modified-Since",
+                b"Sun, 06 Nov 1994 08:49:37 GMT".to_vec()
+            )
+        ]
+    );
+    let not_modified = Resp::new(304)
+        .header("Cache-Control", "max-age=100")
+        .header("ETag", "\"v1\"")
+        .header("X-Version", "2");
+    let Reply::Hit(revalidated) =
+        cache.response(exchange, &policy(), None, &request, &not_modified, at(20))
+    else {
+        panic!("a 304 is answered from the cache");
+    };
+    assert_eq!(
+        (
+            revalidated.status(),
+            revalidated.cache_status(),
+            revalidated.age()
+        ),
+        (200, CacheStatus::Revalidated, 0)
+    );
+    assert_eq!(body(&revalidated), b"body");
+    let refreshed = hit(cache.lookup(&policy(), None, &request, at(50)));
+    assert_eq!(refreshed.age(), 30);
+    let version = refreshed
+        .headers()
+        .find(|(n, _)| *n == b"X-Version")
+        .map(|(_, v)| v.to_vec());
+    assert_eq!(version, Some(b"2".to_vec()));
+    assert_eq!(metrics.revalidated.get(), 1);
+    assert_eq!(cache.stats().objects, 1);
+}
+
+#[test]
+fn a_stale_object_replaced_by_a_new_200() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/n");
+    fill(
+        &cache,
+        &request,
+        node(
+            200,
+            &[("Cache-Control", "max-age=10"), ("ETag", "\"v1\"")],
+            b"old",
+        ),
+        T0,
+    );
+    let exchange = forward(cache.lookup(&policy(), None, &request, at(20)));
+    let (client, _) = respond(
+        &cache,
+        exchange,
+        None,
+        &request,
+        node(
+            200,
+            &[("Cache-Control", "max-age=10"), ("ETag", "\"v2\"")],
+            b"new",
+        ),
+        at(20),
+    );
+    assert_eq!(client.unwrap().cache_status(), CacheStatus::Expired);
+    assert_eq!(
+        body(&hit(cache.lookup(&policy(), None, &request, at(21)))),
+        b"new"
+    );
+}
+
+#[test]
+fn stale_while_revalidate_serves_and_refreshes_once() {
+    let (cache, metrics, _) = new_cache();
+    let request = Req::get("/s");
+    fill(
+        &cache,
+        &request,
+        node(
+            200,
+            &[
+                ("Cache-Control", "max-age=10, stale-while-revalidate=60"),
+                ("ETag", "\"a\""),
+            ],
+            b"v1",
+        ),
+        T0,
+    );
+    let Lookup::Stale {
+        hit: stale,
+        refresh: Some(refresh),
+    } = cache.lookup(&policy(), None, &request, at(20))
+    else {
+        panic!("expected a stale hit with a refresh");
+    };
+    assert_eq!(
+        (stale.cache_status(), body(&stale)),
+        (CacheStatus::Stale, b"v1".to_vec())
+    );
+    assert!(refresh.is_background());
+    // A second request meanwhile: served stale, no second refresh.
+    let Lookup::Stale { refresh: None, .. } = cache.lookup(&policy(), None, &request, at(21))
+    else {
+        panic!("only one refresh at a time");
+    };
+    respond(
+        &cache,
+        refresh,
+        None,
+        &request,
+        node(200, &[("Cache-Control", "max-age=10")], b"v2"),
+        at(22),
+    );
+    let fresh = hit(cache.lookup(&policy(), None, &request, at(23)));
+    assert_eq!(body(&fresh), b"v2");
+    assert_eq!(metrics.stale_served.get(), 2);
+    // Past the window: validate first.
+    assert!(matches!(
+        cache.lookup(&policy(), None, &request, at(200)),
+        Lookup::Forward(_)
+    ));
+}
+
+#[test]
+fn stale_if_error_with_a_failing_node() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/f");
+    fill(
+        &cache,
+        &request,
+        node(
+            200,
+            &[("Cache-Control", "max-age=10, stale-if-error=100")],
+            b"kept",
+        ),
+        T0,
+    );
+    // The node answers 503: the stale object is served.
+    let exchange = forward(cache.lookup(&policy(), None, &request, at(20)));
+    let Reply::Hit(served) =
+        cache.response(exchange, &policy(), None, &request, &Resp::new(503), at(20))
+    else {
+        panic!("expected the stale object");
+    };
+    assert_eq!(
+        (served.cache_status(), body(&served)),
+        (CacheStatus::StaleIfError, b"kept".to_vec())
+    );
+    // The node is down (connect refused): the same.
+    let exchange = forward(cache.lookup(&policy(), None, &request, at(30)));
+    let served = cache
+        .node_failed(exchange, &request, at(30))
+        .expect("stale within stale-if-error");
+    assert_eq!(served.status(), 200);
+    // Past the window the error goes to the client.
+    let exchange = forward(cache.lookup(&policy(), None, &request, at(200)));
+    assert!(cache.node_failed(exchange, &request, at(200)).is_none());
+    let exchange = forward(cache.lookup(&policy(), None, &request, at(200)));
+    assert!(matches!(
+        cache.response(
+            exchange,
+            &policy(),
+            None,
+            &request,
+            &Resp::new(503),
+            at(200)
+        ),
+        Reply::Forward(_)
+    ));
+}
+
+#[test]
+fn only_if_cached() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/o").header("Cache-Control", "only-if-cached");
+    assert!(matches!(
+        cache.lookup(&policy(), None, &request, T0),
+        Lookup::OnlyIfCachedMiss
+    ));
+    fill(
+        &cache,
+        &Req::get("/o"),
+        node(200, &[("Cache-Control", "max-age=10")], b"x"),
+        T0,
+    );
+    assert!(matches!(
+        cache.lookup(&policy(), None, &request, at(5)),
+        Lookup::Hit(_)
+    ));
+    assert!(matches!(
+        cache.lookup(&policy(), None, &request, at(50)),
+        Lookup::OnlyIfCachedMiss
+    ));
+}
+
+#[test]
+fn client_cache_control_can_be_ignored() {
+    let (cache, _, _) = new_cache();
+    fill(
+        &cache,
+        &Req::get("/i"),
+        node(200, &[("Cache-Control", "max-age=60")], b"x"),
+        T0,
+    );
+    let reload = Req::get("/i").header("Cache-Control", "no-cache");
+    assert!(matches!(
+        cache.lookup(&policy(), None, &reload, T0),
+        Lookup::Forward(_)
+    ));
+    let deaf = CachePolicy {
+        request_directives: false,
+        ..policy()
+    };
+    assert!(matches!(
+        cache.lookup(&deaf, None, &reload, T0),
+        Lookup::Hit(_)
+    ));
+}
+
+#[test]
+fn unsafe_methods_invalidate() {
+    let (cache, _, _) = new_cache();
+    for path in ["/u", "/u/list"] {
+        fill(
+            &cache,
+            &Req::get(path),
+            node(200, &[("Cache-Control", "max-age=60")], b"x"),
+            T0,
+        );
+    }
+    let post = Req::new("POST", "/u");
+    let exchange = forward(cache.lookup(&policy(), None, &post, T0));
+    assert!(!exchange.is_cacheable());
+    let created = Resp::new(201).header("Location", "/u/list");
+    cache.response(exchange, &policy(), None, &post, &created, T0);
+    assert_eq!(cache.stats().objects, 0);
+}
+
+#[test]
+fn purge_by_url_prefix_tag_and_ban() {
+    let (cache, _, _) = new_cache();
+    let store = |path: &str, tags: &str| {
+        fill(
+            &cache,
+            &Req::get(path),
+            node(
+                200,
+                &[("Cache-Control", "max-age=600"), ("Surrogate-Key", tags)],
+                b"x",
+            ),
+            T0,
+        );
+    };
+    store("/a", "red");
+    store("/static/1.css", "blue");
+    store("/static/2.css", "blue red");
+    store("/img/3.png", "green");
+    store("/img/4.png", "green");
+    assert_eq!(cache.stats().objects, 5);
+    assert_eq!(cache.purge_url("http://EXAMPLE.com:80/a"), Ok(1));
+    assert_eq!(cache.purge_url("http://example.com/a"), Ok(0));
+    assert!(cache.purge_url("example.com/a").is_err());
+    assert_eq!(cache.purge_tag("red"), 1);
+    assert_eq!(cache.purge_prefix("http://example.com/static/"), Ok(1));
+    assert_eq!(cache.stats().objects, 2);
+
+    // A ban applies to objects stored before it, lazily at lookup.
+    cache.ban("\\.png$", at(1)).unwrap();
+    assert!(cache.ban("(", at(1)).is_err());
+    assert!(matches!(
+        cache.lookup(&policy(), None, &Req::get("/img/3.png"), at(2)),
+        Lookup::Forward(_)
+    ));
+    // Stored after the ban: not banned.
+    store("/img/5.png", "green");
+    assert!(matches!(
+        cache.lookup(&policy(), None, &Req::get("/img/5.png"), at(3)),
+        Lookup::Hit(_)
+    ));
+    // The background walk removes the rest and drops the ban.
+    assert_eq!(cache.bans().len(), 1);
+    assert_eq!(cache.maintain(), 1);
+    assert!(cache.bans().is_empty());
+    assert!(matches!(
+        cache.lookup(&policy(), None, &Req::get("/img/5.png"), at(4)),
+        Lookup::Hit(_)
+    ));
+    assert_eq!(cache.purge_all(), 1);
+}
+
+#[test]
+fn purge_by_origin_prefix() {
+    let (cache, _, _) = new_cache();
+    fill(
+        &cache,
+        &Req::get("/a"),
+        node(200, &[("Cache-Control", "max-age=60")], b"x"),
+        T0,
+    );
+    fill(
+        &cache,
+        &Req::get("/a").authority("example.com.evil"),
+        node(200, &[("Cache-Control", "max-age=60")], b"x"),
+        T0,
+    );
+    assert_eq!(
+        cache.purge_prefix("http://example.com"),
+        Ok(2),
+        "a bare origin is a prefix of its host names"
+    );
+}
+
+fn compression() -> CompressionPolicy {
+    CompressionPolicy {
+        min_size: 100,
+        ..CompressionPolicy::default()
+    }
+}
+
+fn text_body() -> Vec<u8> {
+    (0..400)
+        .flat_map(|i| format!("line {i} of a compressible page\n").into_bytes())
+        .collect()
+}
+
+#[test]
+fn each_compressed_variant_is_stored_once() {
+    let (cache, _, counters) = new_cache();
+    let compression = compression();
+    let page = text_body();
+    let answer = || {
+        node(
+            200,
+            &[
+                ("Cache-Control", "max-age=60"),
+                ("Content-Type", "text/html"),
+                ("ETag", "\"s\""),
+            ],
+            &page,
+        )
+    };
+    let browser = Req::get("/page").header("Accept-Encoding", "gzip, deflate, br, zstd");
+    let exchange = forward(cache.lookup(&policy(), Some(&compression), &browser, T0));
+    let (served, _) = respond(&cache, exchange, Some(&compression), &browser, answer(), T0);
+    assert_eq!(served.unwrap().cache_status(), CacheStatus::Miss);
+    let zstd_in = counters.bytes_in[2].get();
+    assert_eq!(zstd_in, page.len() as u64);
+
+    // Another client with the same best coding (and a different header) shares the variant.
+    let other = Req::get("/page").header("accept-encoding", "zstd, gzip");
+    let shared = hit(cache.lookup(&policy(), Some(&compression), &other, T0));
+    let fields: Vec<(Vec<u8>, Vec<u8>)> = shared
+        .headers()
+        .map(|(n, v)| (n.to_vec(), v.to_vec()))
+        .collect();
+    assert!(fields.contains(&(b"Content-Encoding".to_vec(), b"zstd".to_vec())));
+    assert!(fields.contains(&(b"ETag".to_vec(), b"W/\"s\"".to_vec())));
+    assert!(fields.contains(&(b"Vary".to_vec(), b"Accept-Encoding".to_vec())));
+    assert_eq!(zstd::decode_all(&body(&shared)[..]).unwrap(), page);
+    for _ in 0..10 {
+        hit(cache.lookup(&policy(), Some(&compression), &other, T0));
+    }
+    assert_eq!(
+        counters.bytes_in[2].get(),
+        zstd_in,
+        "hits are not compressed again"
+    );
+
+    // A gzip-only client and an identity client are other variants.
+    let gzip_only = Req::get("/page").header("Accept-Encoding", "gzip");
+    let exchange = forward(cache.lookup(&policy(), Some(&compression), &gzip_only, T0));
+    respond(
+        &cache,
+        exchange,
+        Some(&compression),
+        &gzip_only,
+        answer(),
+        T0,
+    );
+    let plain = Req::get("/page");
+    let exchange = forward(cache.lookup(&policy(), Some(&compression), &plain, T0));
+    respond(&cache, exchange, Some(&compression), &plain, answer(), T0);
+    let identity = hit(cache.lookup(&policy(), Some(&compression), &plain, T0));
+    assert_eq!(body(&identity), page);
+    assert!(identity.headers().all(|(n, _)| n != b"Content-Encoding"));
+    assert_eq!(cache.stats().objects, 3);
+    // The stored charge follows the compressed size, not the reservation.
+    assert!(
+        cache.stats().bytes < 2 * page.len() + 8 * 1024,
+        "{:?}",
+        cache.stats()
+    );
+}
+
+#[test]
+fn no_double_compression_and_no_transform() {
+    let (cache, _, _) = new_cache();
+    let compression = compression();
+    let browser = Req::get("/gz").header("Accept-Encoding", "gzip, br");
+    let exchange = forward(cache.lookup(&policy(), Some(&compression), &browser, T0));
+    let (response, body) = node(
+        200,
+        &[
+            ("Content-Type", "text/html"),
+            ("Content-Encoding", "gzip"),
+            ("Cache-Control", "no-store"),
+        ],
+        &text_body(),
+    );
+    let Reply::Forward(forward_reply) = cache.response(
+        exchange,
+        &policy(),
+        Some(&compression),
+        &browser,
+        &response,
+        T0,
+    ) else {
+        panic!("expected a pass");
+    };
+    assert!(forward_reply.edits.is_none() && forward_reply.compressor.is_none());
+    let _ = body;
+
+    let strict = Req::get("/nt")
+        .header("Accept-Encoding", "gzip")
+        .header("Cache-Control", "no-transform");
+    let exchange = forward(cache.lookup(&policy(), Some(&compression), &strict, T0));
+    let (response, _) = node(
+        200,
+        &[("Content-Type", "text/html"), ("Cache-Control", "no-store")],
+        &text_body(),
+    );
+    let Reply::Forward(reply) = cache.response(
+        exchange,
+        &policy(),
+        Some(&compression),
+        &strict,
+        &response,
+        T0,
+    ) else {
+        panic!("expected a pass");
+    };
+    assert_eq!(
+        reply.edits.map(|edits| edits.coding),
+        Some(Coding::Identity)
+    );
+    assert!(reply.compressor.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_concurrent_misses_make_one_node_request() {
+    let (cache, metrics, _) = new_cache();
+    let node_requests = Arc::new(AtomicUsize::new(0));
+    let start = Arc::new(tokio::sync::Barrier::new(1000));
+    let tasks: Vec<_> = (0..1000)
+        .map(|_| {
+            let (cache, node_requests, start) = (
+                Arc::clone(&cache),
+                Arc::clone(&node_requests),
+                Arc::clone(&start),
+            );
+            tokio::spawn(async move {
+                let request = Req::get("/cold");
+                start.wait().await;
+                match cache.lookup_coalesced(&policy(), None, &request).await {
+                    Lookup::Hit(hit) => collect(hit).await,
+                    Lookup::Forward(exchange) => {
+                        node_requests.fetch_add(1, Ordering::SeqCst);
+                        // The node takes a while.
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        let (response, body) =
+                            node(200, &[("Cache-Control", "max-age=60")], b"the one answer");
+                        let Reply::Fill(mut fill) = cache.response(
+                            exchange,
+                            &policy(),
+                            None,
+                            &request,
+                            &response,
+                            UnixTime::now(),
+                        ) else {
+                            panic!("expected a fill");
+                        };
+                        let client = fill.take_hit().unwrap();
+                        fill.push(body).unwrap();
+                        fill.finish().unwrap();
+                        collect(client).await
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), b"the one answer");
+    }
+    assert_eq!(node_requests.load(Ordering::SeqCst), 1);
+    assert_eq!(metrics.misses.get(), 1);
+    // Every other request was answered from the cache, most after waiting.
+    assert_eq!(metrics.hits.get(), 999);
+    assert!(metrics.coalesced.get() > 900, "{}", metrics.coalesced.get());
+}
+
+/// Reads a hit's body to the end, following a growing one.
+async fn collect(hit: Hit) -> Vec<u8> {
+    match hit.body() {
+        HitBody::Growing(mut reader) => {
+            let mut out = Vec::new();
+            while let Some(chunk) = reader.next().await.unwrap() {
+                out.extend_from_slice(&chunk);
+            }
+            out
+        }
+        _ => body(&hit),
+    }
+}
+
+#[tokio::test]
+async fn a_slow_reader_never_blocks_other_hits() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/big");
+    let exchange = forward(cache.lookup(&policy(), None, &request, T0));
+    let response = Resp::new(200)
+        .header("Cache-Control", "max-age=60")
+        .header("Content-Length", "30000");
+    let Reply::Fill(mut fill) = cache.response(exchange, &policy(), None, &request, &response, T0)
+    else {
+        panic!("expected a fill");
+    };
+    let slow = fill.take_hit().unwrap();
+    let HitBody::Growing(mut slow_reader) = slow.body() else {
+        panic!("the leader reads the growing body");
+    };
+    fill.push(Bytes::from(vec![b'a'; 10_000])).unwrap();
+    // The slow client reads one chunk, then stops reading.
+    assert_eq!(slow_reader.next().await.unwrap().unwrap().len(), 10_000);
+    // Meanwhile another client hits the object that is still filling ...
+    let fast = hit(cache.lookup(&policy(), None, &request, T0));
+    assert_eq!(fast.content_length(), Some(30_000));
+    let fast_body = tokio::spawn(collect(fast));
+    // ... and the fill goes on at the node's pace.
+    fill.push(Bytes::from(vec![b'b'; 10_000])).unwrap();
+    fill.push(Bytes::from(vec![b'c'; 10_000])).unwrap();
+    fill.finish().unwrap();
+    assert_eq!(fast_body.await.unwrap().len(), 30_000);
+    // Later hits read the completed object; the slow reader is still on chunk 2.
+    assert_eq!(
+        body(&hit(cache.lookup(&policy(), None, &request, T0))).len(),
+        30_000
+    );
+    assert_eq!(slow_reader.next().await.unwrap().unwrap()[0], b'b');
+}
+
+#[tokio::test]
+async fn an_unknown_length_is_stored_once_complete() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/chunked");
+    let Lookup::Forward(exchange) = cache.lookup(&policy(), None, &request, T0) else {
+        panic!()
+    };
+    let Lookup::Wait(waiter) = cache.lookup(&policy(), None, &request, T0) else {
+        panic!("a second request waits");
+    };
+    let response = Resp::new(200)
+        .header("Cache-Control", "max-age=60")
+        .header("Transfer-Encoding", "chunked");
+    let Reply::Fill(mut fill) = cache.response(exchange, &policy(), None, &request, &response, T0)
+    else {
+        panic!()
+    };
+    assert!(
+        fill.take_hit().is_none(),
+        "the client gets the node's bytes as they pass"
+    );
+    assert_eq!(
+        &fill.push(Bytes::from_static(b"part one, ")).unwrap()[..],
+        b"part one, "
+    );
+    assert!(matches!(
+        cache.lookup(
+            &policy(),
+            None,
+            &Req::get("/chunked").header("Cache-Control", "only-if-cached"),
+            T0
+        ),
+        Lookup::OnlyIfCachedMiss
+    ));
+    fill.push(Bytes::from_static(b"part two")).unwrap();
+    fill.finish().unwrap();
+    assert_eq!(waiter.wait().await, weir_cache::WaitOutcome::LookUpAgain);
+    assert_eq!(
+        body(&hit(cache.lookup(&policy(), None, &request, T0))),
+        b"part one, part two"
+    );
+}
+
+#[tokio::test]
+async fn an_aborted_fill_stores_nothing_and_releases_waiters() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/broken");
+    let Lookup::Forward(exchange) = cache.lookup(&policy(), None, &request, T0) else {
+        panic!()
+    };
+    let response = Resp::new(200)
+        .header("Cache-Control", "max-age=60")
+        .header("Content-Length", "100");
+    let Reply::Fill(mut fill) = cache.response(exchange, &policy(), None, &request, &response, T0)
+    else {
+        panic!()
+    };
+    let client = fill.take_hit().unwrap();
+    let HitBody::Growing(mut reader) = client.body() else {
+        panic!()
+    };
+    fill.push(Bytes::from_static(b"partial")).unwrap();
+    fill.abort();
+    assert_eq!(reader.next().await.unwrap().unwrap(), &b"partial"[..]);
+    assert!(
+        reader.next().await.is_err(),
+        "the reader learns the body broke"
+    );
+    assert_eq!(cache.stats().objects, 0);
+    assert!(matches!(
+        cache.lookup(&policy(), None, &request, T0),
+        Lookup::Forward(_)
+    ));
+}
+
+#[tokio::test]
+async fn an_uncacheable_key_is_not_coalesced_for_a_while() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/private");
+    let Lookup::Forward(exchange) = cache.lookup(&policy(), None, &request, T0) else {
+        panic!()
+    };
+    let Lookup::Wait(waiter) = cache.lookup(&policy(), None, &request, T0) else {
+        panic!()
+    };
+    let private = Resp::new(200).header("Cache-Control", "private");
+    assert!(matches!(
+        cache.response(exchange, &policy(), None, &request, &private, T0),
+        Reply::Forward(_)
+    ));
+    assert_eq!(waiter.wait().await, weir_cache::WaitOutcome::GoToNode);
+    // Next misses go straight to the node, without queueing behind one another.
+    assert!(matches!(
+        cache.lookup(&policy(), None, &request, T0),
+        Lookup::Forward(_)
+    ));
+    assert!(matches!(
+        cache.lookup(&policy(), None, &request, T0),
+        Lookup::Forward(_)
+    ));
+}
