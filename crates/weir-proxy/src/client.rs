@@ -1,7 +1,9 @@
 //! The client side of a connection: buffers, timed reads and writes, and the
 //! `read_head` stage.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -116,6 +118,22 @@ impl IdleConnection {
 }
 
 impl Client {
+    /// Reads what the client has sent, without waiting: `None` when nothing is
+    /// there after all (readiness can be reported without bytes, for one right
+    /// after the accept, or a TLS record not yet whole), `Some(Ok(0))` at its end.
+    /// Not async, so the connection's task keeps no state for it.
+    pub(crate) fn read_now(&mut self) -> Option<std::io::Result<usize>> {
+        self.read_buf.reserve(READ_RESERVE);
+        // One poll with a waker that does nothing: if the read would wait, the
+        // idle wait that follows registers the task's own waker in its place.
+        let mut context = Context::from_waker(Waker::noop());
+        let read = std::pin::pin!(self.stream.read_buf(&mut self.read_buf));
+        match read.poll(&mut context) {
+            Poll::Ready(result) => Some(result),
+            Poll::Pending => None,
+        }
+    }
+
     /// Gives the buffers back to this thread's pool and keeps the connection.
     /// Only once every byte read has been used: call it with `read_buf` empty.
     pub(crate) fn into_idle(self) -> IdleConnection {

@@ -82,7 +82,21 @@ async fn serve_kept_alive(
         if !idle.wait_for_request(vs, &mut shutdown).await {
             return;
         }
-        match Box::pin(serve_requests(idle.into_client(), vs, &mut shutdown)).await {
+        let mut client = idle.into_client();
+        match client.read_now() {
+            // Readiness without bytes: back to waiting, the buffers back to the pool.
+            None => {
+                idle = client.into_idle();
+                continue;
+            }
+            // Closed (or reset) while idle: quietly.
+            Some(Ok(0) | Err(_)) => {
+                client.close();
+                return;
+            }
+            Some(Ok(_)) => {}
+        }
+        match Box::pin(serve_requests(client, vs, &mut shutdown)).await {
             Some(back) => idle = back,
             None => return,
         }

@@ -181,6 +181,43 @@ async fn idle_plain_client_connections_hold_no_buffers() {
     origin.stop().await;
 }
 
+/// Connections that have not sent anything yet hold no more: the socket may be
+/// reported readable right after the accept with nothing to read, and a
+/// connection that took its buffers then would keep them (8.5 KiB each) until
+/// its first request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_client_connections_hold_no_buffers() {
+    let _serial = SERIAL.lock().await;
+    let origin = TestOrigin::start("a").await;
+    let proxy = CountedProxy::start(weir_testkit::config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.limits]\nmax_connections = 5000",
+    ));
+    let addr = proxy.addr;
+    tokio::task::spawn_blocking(move || drop(open_idle(addr, 20)))
+        .await
+        .unwrap();
+    let before = settled_live_bytes().await;
+    let held = tokio::task::spawn_blocking(move || {
+        (0..CONNECTIONS)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let after = settled_live_bytes().await;
+    let per_connection = (after - before) / CONNECTIONS as i64;
+    eprintln!("silent plain client connection: {per_connection} bytes");
+    assert!(
+        per_connection <= 1024,
+        "{per_connection} bytes per connection that has sent nothing"
+    );
+    drop(held);
+    drop(proxy);
+    origin.stop().await;
+}
+
 /// Kept-alive TLS connections hold rustls' session state (keys, its 4 KiB
 /// record buffer) but none of the request buffers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
