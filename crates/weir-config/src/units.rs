@@ -1,5 +1,6 @@
-//! Parsers for the value formats the file uses: durations, byte sizes and HTTP
-//! status ranges. Each returns a message fit to follow the key path in an error.
+//! Parsers for the value formats weir's files and commands use: durations, byte sizes,
+//! HTTP status ranges, link rates and probabilities. Each returns a message fit to follow the
+//! key path (or the flag) in an error.
 
 use std::time::Duration;
 
@@ -98,6 +99,68 @@ pub fn parse_status_range(text: &str) -> Result<(u16, u16), String> {
     }
 }
 
+/// Parses a link rate as `tc` writes it, into bits per second: `bit` units (`10mbit`,
+/// `1544kbit`, `51.84mbit`, `1gbit`; a bare number is bit/s), binary `kibit`/`mibit`/`gibit`,
+/// and byte units `bps`, `kbps`, `mbps`, `gbps` (bytes per second, as in `tc`). Case does not
+/// matter; the result is between 1 bit/s and 1 Pbit/s.
+pub fn parse_rate(text: &str) -> Result<u64, String> {
+    let invalid = |reason: &str| format!("invalid rate \"{text}\": {reason}");
+    let (number, unit) =
+        split_number(text).ok_or_else(|| invalid("expected a number and a unit such as 10mbit"))?;
+    let multiplier: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "bit" => 1.0,
+        "kbit" => 1e3,
+        "mbit" => 1e6,
+        "gbit" => 1e9,
+        "tbit" => 1e12,
+        "kibit" => 1024.0,
+        "mibit" => 1024.0 * 1024.0,
+        "gibit" => 1024.0 * 1024.0 * 1024.0,
+        "bps" => 8.0,
+        "kbps" => 8e3,
+        "mbps" => 8e6,
+        "gbps" => 8e9,
+        _ => {
+            return Err(invalid(
+                "unknown unit (use bit, kbit, mbit, gbit, or bps, kbps, mbps for bytes/s)",
+            ));
+        }
+    };
+    let bits_per_second = (number * multiplier).round();
+    if !(1.0..=1e15).contains(&bits_per_second) {
+        return Err(invalid("must be between 1 bit/s and 1 Pbit/s"));
+    }
+    // The range check makes it a positive integer that fits a u64.
+    Ok(bits_per_second as u64)
+}
+
+/// Parses a probability: a percentage (`1%`, `0.5%`) or a fraction between 0 and 1 (`0.01`).
+pub fn parse_probability(text: &str) -> Result<f64, String> {
+    let invalid = |reason: &str| format!("invalid probability \"{text}\": {reason}");
+    let (number, unit) =
+        split_number(text).ok_or_else(|| invalid("expected a percentage such as 1%"))?;
+    let value = match unit {
+        "%" => number / 100.0,
+        "" => number,
+        _ => return Err(invalid("expected 1% or a fraction like 0.01")),
+    };
+    if (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(invalid("must be within 0..=100%"))
+    }
+}
+
+/// Splits `"51.84mbit"` into `(51.84, "mbit")`; `None` when there is no leading number.
+fn split_number(text: &str) -> Option<(f64, &str)> {
+    let text = text.trim();
+    let end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let number: f64 = text[..end].parse().ok()?;
+    number.is_finite().then_some((number, text[end..].trim()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +204,36 @@ mod tests {
         assert!(parse_status_range("6xx").is_err());
         assert!(parse_status_range("ok").is_err());
         assert!(parse_status_range("200-").is_err());
+    }
+
+    #[test]
+    fn rates_parse_like_tc() {
+        let bits = |text: &str| parse_rate(text).unwrap();
+        assert_eq!(bits("1544kbit"), 1_544_000);
+        assert_eq!(bits("51.84mbit"), 51_840_000);
+        assert_eq!(bits("10Mbit"), 10_000_000);
+        assert_eq!(bits("1gbit"), 1_000_000_000);
+        assert_eq!(bits("9600"), 9600);
+        assert_eq!(bits("1kibit"), 1024);
+        assert_eq!(bits("2mbps"), 16_000_000);
+        for bad in ["", "mbit", "10 parsecs", "0bit", "-1mbit", "1..2mbit"] {
+            assert!(parse_rate(bad).is_err(), "{bad:?} should not parse");
+        }
+        assert!(
+            parse_rate("10 parsecs")
+                .unwrap_err()
+                .starts_with("invalid rate \"10 parsecs\"")
+        );
+    }
+
+    #[test]
+    fn probabilities_take_percent_or_fraction() {
+        assert_eq!(parse_probability("1%"), Ok(0.01));
+        assert_eq!(parse_probability("0.5%"), Ok(0.005));
+        assert_eq!(parse_probability("0.05"), Ok(0.05));
+        assert_eq!(parse_probability("100%"), Ok(1.0));
+        for bad in ["101%", "1.5", "1x", "", "-1%"] {
+            assert!(parse_probability(bad).is_err(), "{bad:?} should not parse");
+        }
     }
 }

@@ -1,5 +1,4 @@
-//! Shared building blocks for every weir crate: the data-path error shape, the
-//! shutdown signal, and the child processes of a command with their stopping.
+//! Shared building blocks of the data path: the error shape and the shutdown signal.
 //!
 //! ```
 //! use weir_core::{Error, ErrorKind, Side};
@@ -7,10 +6,8 @@
 //! assert!(e.is_retry_safe());
 //! ```
 
-pub mod children;
 pub mod error;
 pub mod shutdown;
 
-pub use children::Children;
 pub use error::{Error, ErrorKind, Side};
 pub use shutdown::{Shutdown, ShutdownSignal};

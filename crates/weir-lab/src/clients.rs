@@ -414,34 +414,29 @@ struct Head {
     close: bool,
 }
 
+/// The response head at the start of `buffer`, as weir's codec (`weir-http`) reads it;
+/// `None` while incomplete. These clients read `Content-Length` bodies only.
 fn parse_head(buffer: &[u8]) -> Result<Option<Head>, Failure> {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut response = httparse::Response::new(&mut headers);
-    let length = match response.parse(buffer) {
-        Ok(httparse::Status::Complete(length)) => length,
-        Ok(httparse::Status::Partial) => return Ok(None),
+    let limits = weir_http::Limits::default();
+    let (head, length) = match weir_http::parse_response(buffer, &limits, weir_http::Method::Get) {
+        Ok(weir_http::Parsed::Complete(head, length)) => (head, length),
+        Ok(weir_http::Parsed::Partial) => return Ok(None),
         Err(_) => return Err(Failure::Malformed),
     };
-    let mut body = 0;
-    let mut close = response.version == Some(0);
-    for header in response.headers.iter() {
-        if header.name.eq_ignore_ascii_case("content-length") {
-            body = std::str::from_utf8(header.value)
-                .ok()
-                .and_then(|value| value.trim().parse().ok())
-                .ok_or(Failure::Malformed)?;
-        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
-            // These clients read Content-Length bodies only.
-            return Err(Failure::Malformed);
-        } else if header.name.eq_ignore_ascii_case("connection") {
-            close = header.value.eq_ignore_ascii_case(b"close");
+    let body = match head.framing() {
+        weir_http::BodyFraming::None => 0,
+        weir_http::BodyFraming::Length(body) => {
+            usize::try_from(body).map_err(|_| Failure::Malformed)?
         }
-    }
+        weir_http::BodyFraming::Chunked | weir_http::BodyFraming::CloseDelimited => {
+            return Err(Failure::Malformed);
+        }
+    };
     Ok(Some(Head {
         length,
         body,
-        status: response.code.unwrap_or(0),
-        close,
+        status: head.status(),
+        close: !head.keep_alive(),
     }))
 }
 

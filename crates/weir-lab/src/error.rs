@@ -35,6 +35,9 @@ pub enum LabError {
     Bench(String),
     #[error("config template: {0}")]
     Template(#[from] TemplateError),
+    /// The WAN lab's emulated link could not be set up (root, TUN, `ip`).
+    #[error(transparent)]
+    Netem(#[from] weir_netem::SetupError),
 }
 
 impl LabError {

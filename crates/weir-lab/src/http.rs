@@ -1,5 +1,5 @@
 //! One small HTTP/1.1 GET for the lab's own probes: readiness, the origin's `/stats`, weir's
-//! `/metrics`. Not for load (the load has its own clients).
+//! `/metrics`, parsed with weir's codec. Not for load (the load has its own clients).
 
 use std::io;
 use std::net::SocketAddr;
@@ -10,6 +10,9 @@ use tokio::net::TcpStream;
 
 /// Bodies larger than this are refused (metrics pages are a few KiB).
 const MAX_RESPONSE: usize = 4 << 20;
+
+/// The most trailer bytes a chunked body may end with.
+const MAX_TRAILERS: usize = 4096;
 
 /// A response: its status and its body (de-chunked).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,57 +52,42 @@ fn invalid(message: &'static str) -> io::Error {
 }
 
 /// A whole response read until close: the status and the body, framed by Content-Length,
-/// chunked coding or the close.
+/// chunked coding or the close, as weir's own codec (`weir-http`) reads them.
 pub fn parse_response(bytes: &[u8]) -> io::Result<Response> {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut response = httparse::Response::new(&mut headers);
-    let head = match response.parse(bytes) {
-        Ok(httparse::Status::Complete(length)) => length,
-        Ok(httparse::Status::Partial) => return Err(invalid("incomplete response head")),
+    let limits = weir_http::Limits::default();
+    let (head, used) = match weir_http::parse_response(bytes, &limits, weir_http::Method::Get) {
+        Ok(weir_http::Parsed::Complete(head, used)) => (head, used),
+        Ok(weir_http::Parsed::Partial) => return Err(invalid("incomplete response head")),
         Err(_) => return Err(invalid("malformed response head")),
     };
-    let status = response.code.ok_or_else(|| invalid("no status"))?;
-    let mut length = None;
-    let mut chunked = false;
-    for header in response.headers.iter() {
-        if header.name.eq_ignore_ascii_case("content-length") {
-            length = std::str::from_utf8(header.value)
-                .ok()
-                .and_then(|value| value.trim().parse::<usize>().ok());
-        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = header.value.eq_ignore_ascii_case(b"chunked");
-        }
-    }
-    let rest = &bytes[head..];
-    let body = if chunked {
-        dechunk(rest)?
-    } else if let Some(length) = length {
-        rest.get(..length)
+    let rest = &bytes[used..];
+    let body = match head.framing() {
+        weir_http::BodyFraming::None => Vec::new(),
+        weir_http::BodyFraming::Length(length) => usize::try_from(length)
+            .ok()
+            .and_then(|length| rest.get(..length))
             .ok_or_else(|| invalid("body shorter than Content-Length"))?
-            .to_vec()
-    } else {
-        rest.to_vec()
+            .to_vec(),
+        weir_http::BodyFraming::Chunked => dechunk(rest)?,
+        weir_http::BodyFraming::CloseDelimited => rest.to_vec(),
     };
-    Ok(Response { status, body })
+    Ok(Response {
+        status: head.status(),
+        body,
+    })
 }
 
-fn dechunk(mut rest: &[u8]) -> io::Result<Vec<u8>> {
+fn dechunk(rest: &[u8]) -> io::Result<Vec<u8>> {
+    let mut decoder = weir_http::ChunkedDecoder::new(MAX_TRAILERS);
+    let mut buffer = bytes::BytesMut::from(rest);
     let mut body = Vec::new();
     loop {
-        let line_end = rest
-            .windows(2)
-            .position(|pair| pair == b"\r\n")
-            .ok_or_else(|| invalid("bad chunk"))?;
-        let size_text = std::str::from_utf8(&rest[..line_end]).map_err(|_| invalid("bad chunk"))?;
-        let size_text = size_text.split(';').next().unwrap_or("").trim();
-        let size = usize::from_str_radix(size_text, 16).map_err(|_| invalid("bad chunk size"))?;
-        rest = &rest[line_end + 2..];
-        if size == 0 {
-            return Ok(body);
+        match decoder.decode(&mut buffer) {
+            Ok(weir_http::Decoded::Data(data)) => body.extend_from_slice(&data),
+            Ok(weir_http::Decoded::Done { .. }) => return Ok(body),
+            Ok(weir_http::Decoded::NeedMore) => return Err(invalid("short chunked body")),
+            Err(_) => return Err(invalid("bad chunked body")),
         }
-        let data = rest.get(..size).ok_or_else(|| invalid("short chunk"))?;
-        body.extend_from_slice(data);
-        rest = rest.get(size + 2..).ok_or_else(|| invalid("short chunk"))?;
     }
 }
 

@@ -6,11 +6,14 @@
 //! | `weir lab offload` | [`offload`] | the Cisco ACE TCP-offload test: many slow keep-alive clients against a connection-capped origin, direct and through weir |
 //! | `weir lab tls` | [`tls`] | the Cisco ACE SSL-offload test: the origin's CPU and memory serving HTTPS itself vs plain HTTP behind weir |
 //! | `weir lab suite` | [`suite`] | the Zeus table (`weir bench suite`) direct, through weir and through HAProxy and nginx |
+//! | `weir lab wan` | [`wan`] | the WX WAN-acceleration matrix: direct TCP vs `weir tunnel` through `weir netem` links (needs root) |
 //!
-//! Every experiment starts what it measures as separate processes — `weir origin` and
-//! `weir serve` from the running binary, nginx and HAProxy from Debian — so each one's CPU
-//! seconds and memory are read from `/proc` on its own. Every process is stopped by PID when
-//! its phase ends, when the lab fails, and on SIGINT or SIGTERM ([`process::Supervisor`]).
+//! Every experiment starts what it measures as separate processes — `weir origin`,
+//! `weir serve` and `weir tunnel` from the running binary, nginx and HAProxy from Debian — so
+//! each one's CPU seconds and memory are read from `/proc` on its own. Every process is stopped
+//! by PID when its phase ends, when the lab fails, and on SIGINT or SIGTERM, by the one
+//! supervisor of the labs ([`process::Supervisor`]), which also removes what they made (run
+//! directories, the WAN lab's network namespaces).
 //!
 //! The results are data ([`model`]); ratios and checks are plain functions ([`summary`]);
 //! the text tables ([`table`]) and the HTML report ([`html`]) render that data, so each is
@@ -48,6 +51,7 @@ pub mod summary;
 pub mod table;
 pub mod template;
 pub mod tls;
+pub mod wan;
 
 use std::path::PathBuf;
 use std::sync::Arc;

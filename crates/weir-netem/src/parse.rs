@@ -1,4 +1,6 @@
 //! Parsing of link parameters written the way `tc` writes them: `1544kbit`, `250ms`, `1%`.
+//! Rates and probabilities are weir's units (`weir_config::units`), shared with the tunnel's
+//! config; times, sizes and the Gilbert-Elliott parameters are the link's own.
 
 use std::num::NonZeroU64;
 use std::time::Duration;
@@ -8,64 +10,21 @@ use crate::model::Rate;
 
 /// A link parameter that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {what} {input:?}: {reason}")]
-pub struct ParseError {
-    what: &'static str,
-    input: String,
-    reason: &'static str,
-}
+#[error("{0}")]
+pub struct ParseError(String);
 
 impl ParseError {
     fn new(what: &'static str, input: &str, reason: &'static str) -> Self {
-        ParseError {
-            what,
-            input: input.to_owned(),
-            reason,
-        }
+        ParseError(format!("invalid {what} {input:?}: {reason}"))
     }
 }
 
-/// A rate as `tc` writes it: `bit` units (`10mbit`, `1544kbit`, `51.84mbit`, `1gbit`; a bare
-/// number is bit/s), binary `kibit`/`mibit`/`gibit`, and byte units `bps`, `kbps`, `mbps`,
-/// `gbps` (bytes per second, as in `tc`). Case does not matter.
+/// A rate as `tc` writes it (see [`weir_config::units::parse_rate`]).
 pub fn parse_rate(input: &str) -> Result<Rate, ParseError> {
-    const WHAT: &str = "rate";
-    let (number, unit) = split_number(input).ok_or_else(|| {
-        ParseError::new(WHAT, input, "expected a number and a unit such as 10mbit")
-    })?;
-    let multiplier: f64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "bit" => 1.0,
-        "kbit" => 1e3,
-        "mbit" => 1e6,
-        "gbit" => 1e9,
-        "tbit" => 1e12,
-        "kibit" => 1024.0,
-        "mibit" => 1024.0 * 1024.0,
-        "gibit" => 1024.0 * 1024.0 * 1024.0,
-        "bps" => 8.0,
-        "kbps" => 8e3,
-        "mbps" => 8e6,
-        "gbps" => 8e9,
-        _ => {
-            return Err(ParseError::new(
-                WHAT,
-                input,
-                "unknown unit (use bit, kbit, mbit, gbit, or bps, kbps, mbps for bytes/s)",
-            ));
-        }
-    };
-    let bits_per_second = (number * multiplier).round();
-    if !(1.0..=1e15).contains(&bits_per_second) {
-        return Err(ParseError::new(
-            WHAT,
-            input,
-            "must be between 1 bit/s and 1 Pbit/s",
-        ));
-    }
-    // The range check above makes the value a positive integer that fits a u64.
-    let bits_per_second = NonZeroU64::new(bits_per_second as u64)
-        .ok_or_else(|| ParseError::new(WHAT, input, "must be at least 1 bit/s"))?;
-    Ok(Rate::new(bits_per_second))
+    let bits_per_second = weir_config::units::parse_rate(input).map_err(ParseError)?;
+    NonZeroU64::new(bits_per_second)
+        .map(Rate::new)
+        .ok_or_else(|| ParseError::new("rate", input, "must be at least 1 bit/s"))
 }
 
 /// A time as `tc` writes it: `250ms`, `1.5s`, `500us` (also `sec`, `msec`, `usec`, `ns`).
@@ -97,21 +56,8 @@ pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
 
 /// A probability: a percentage (`1%`, `0.5%`) or a fraction between 0 and 1 (`0.01`).
 pub fn parse_probability(input: &str) -> Result<Probability, ParseError> {
-    const WHAT: &str = "probability";
-    let (number, unit) = split_number(input)
-        .ok_or_else(|| ParseError::new(WHAT, input, "expected a percentage such as 1%"))?;
-    let value = match unit {
-        "%" => number / 100.0,
-        "" => number,
-        _ => {
-            return Err(ParseError::new(
-                WHAT,
-                input,
-                "expected 1% or a fraction like 0.01",
-            ));
-        }
-    };
-    Probability::new(value).ok_or_else(|| ParseError::new(WHAT, input, "must be within 0..=100%"))
+    let value = weir_config::units::parse_probability(input).map_err(ParseError)?;
+    Probability::new(value).ok_or_else(|| ParseError::new("probability", input, "out of range"))
 }
 
 /// Gilbert-Elliott parameters `p,r[,h[,k]]`, each a probability (see [`GilbertElliott`]):
@@ -173,24 +119,16 @@ fn split_number(input: &str) -> Option<(f64, &str)> {
 mod tests {
     use super::*;
 
-    fn bits(input: &str) -> u64 {
-        parse_rate(input).unwrap().bits_per_second()
-    }
-
     #[test]
-    fn rates_parse_like_tc() {
-        assert_eq!(bits("1544kbit"), 1_544_000);
-        assert_eq!(bits("51.84mbit"), 51_840_000);
-        assert_eq!(bits("10mbit"), 10_000_000);
-        assert_eq!(bits("10Mbit"), 10_000_000);
-        assert_eq!(bits("1gbit"), 1_000_000_000);
-        assert_eq!(bits("9600"), 9600);
-        assert_eq!(bits("1kibit"), 1024);
-        assert_eq!(bits("1kbps"), 8000);
-        assert_eq!(bits("2mbps"), 16_000_000);
-        for bad in ["", "mbit", "10 parsecs", "0bit", "-1mbit", "1..2mbit"] {
-            assert!(parse_rate(bad).is_err(), "{bad:?} should not parse");
-        }
+    fn rates_and_probabilities_are_weirs_units() {
+        assert_eq!(parse_rate("1544kbit").unwrap().bits_per_second(), 1_544_000);
+        assert_eq!(parse_probability("1%").unwrap().value(), 0.01);
+        let error = parse_rate("10 parsecs").unwrap_err().to_string();
+        assert!(
+            error.starts_with("invalid rate \"10 parsecs\": unknown unit"),
+            "{error}"
+        );
+        assert!(parse_probability("101%").is_err());
     }
 
     #[test]
@@ -202,17 +140,6 @@ mod tests {
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
         for bad in ["20", "ms", "20 fortnights", "-5ms"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should not parse");
-        }
-    }
-
-    #[test]
-    fn probabilities_take_percent_or_fraction() {
-        assert_eq!(parse_probability("1%").unwrap().value(), 0.01);
-        assert_eq!(parse_probability("0.5%").unwrap().value(), 0.005);
-        assert_eq!(parse_probability("0.05").unwrap().value(), 0.05);
-        assert_eq!(parse_probability("100%").unwrap().value(), 1.0);
-        for bad in ["101%", "1.5", "1x", "", "-1%"] {
-            assert!(parse_probability(bad).is_err(), "{bad:?} should not parse");
         }
     }
 

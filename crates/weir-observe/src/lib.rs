@@ -23,15 +23,13 @@
 //! ```
 
 pub mod access;
-pub mod cache;
 pub mod metrics;
 pub mod names;
 
 pub use access::{ACCESS_TARGET, AccessRecord};
-pub use cache::{CacheMetrics, CompressionMetrics};
 pub use metrics::{
-    CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, StatusClass, TlsMetrics,
-    UpstreamTlsMetrics, VirtualServerMetrics,
+    CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Metrics, NodeMetrics, PoolMetrics,
+    StatusClass, TlsMetrics, TunnelMetrics, UpstreamTlsMetrics, VirtualServerMetrics,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;

@@ -17,6 +17,12 @@ use prometheus_client::registry::{Metric, Registry};
 
 use crate::names::{self, MetricSpec};
 
+mod cache;
+mod tunnel;
+
+pub use cache::{CacheMetrics, CompressionMetrics};
+pub use tunnel::TunnelMetrics;
+
 /// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -33,9 +39,14 @@ pub struct Metrics {
     reuse_ratio: FloatGauge,
     offload_ratio: FloatGauge,
     handles: Mutex<Handles>,
-    /// Cache and compression families (issue 12), in `crate::cache`.
-    pub(crate) cache: crate::cache::CacheFamilies,
+    /// Cache and compression families (issue 12), in `metrics/cache.rs`.
+    pub(crate) cache: cache::CacheFamilies,
+    refreshers: Refreshers,
 }
+
+/// What [`Metrics::encode`] calls first, to bring values read from elsewhere up to date.
+#[derive(Default)]
+struct Refreshers(Mutex<Vec<Box<dyn Fn() + Send + Sync>>>);
 
 /// HTTP status classes, the `class` label of request counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -265,6 +276,17 @@ struct Handles {
 impl Metrics {
     /// Creates the registry with every metric of [`names::ALL`] registered.
     pub fn new() -> Arc<Metrics> {
+        Metrics::build(None)
+    }
+
+    /// The registry of a tunnel side, [`names::ALL`] and [`names::TUNNEL`], and the latter's
+    /// handles.
+    pub fn for_tunnel() -> (Arc<Metrics>, TunnelMetrics) {
+        let tunnel = TunnelMetrics::default();
+        (Metrics::build(Some(&tunnel)), tunnel)
+    }
+
+    fn build(tunnel: Option<&TunnelMetrics>) -> Arc<Metrics> {
         let mut registry = Registry::with_prefix(names::PREFIX);
         let families = Families::default();
         let reuse_ratio = FloatGauge::default();
@@ -281,8 +303,11 @@ impl Metrics {
         register(r, names::REUSE_RATIO, reuse_ratio.clone());
         register(r, names::OFFLOAD_RATIO, offload_ratio.clone());
         families.register(r);
-        let cache = crate::cache::CacheFamilies::default();
+        let cache = cache::CacheFamilies::default();
         cache.register(r);
+        if let Some(tunnel) = tunnel {
+            tunnel.register(r);
+        }
 
         Arc::new(Metrics {
             registry,
@@ -291,7 +316,14 @@ impl Metrics {
             offload_ratio,
             handles: Mutex::new(Handles::default()),
             cache,
+            refreshers: Refreshers::default(),
         })
+    }
+
+    /// Calls `refresh` at the start of every [`Metrics::encode`], to set values kept
+    /// elsewhere (a QUIC connection's own counters, say) before they are written.
+    pub fn before_encode(&self, refresh: impl Fn() + Send + Sync + 'static) {
+        self.refreshers.lock().push(Box::new(refresh));
     }
 
     /// The handles of one virtual server; the same name always gives the same series.
@@ -511,6 +543,9 @@ impl Metrics {
     /// Every metric in OpenMetrics text format (served as [`CONTENT_TYPE`]), with the derived
     /// ratios computed first.
     pub fn encode(&self) -> String {
+        for refresh in self.refreshers.lock().iter() {
+            refresh();
+        }
         self.reuse_ratio.set(self.reuse_ratio());
         self.offload_ratio.set(self.offload_ratio());
         let mut out = String::with_capacity(8 * 1024);
@@ -524,6 +559,19 @@ impl Metrics {
         // A panic while holding the lock leaves only complete map entries behind, so the
         // data is still consistent: recover it rather than propagate the poison.
         self.handles.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Refreshers {
+    fn lock(&self) -> MutexGuard<'_, Vec<Box<dyn Fn() + Send + Sync>>> {
+        // A refresher that panicked leaves the list itself intact.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for Refreshers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Refreshers({})", self.lock().len())
     }
 }
 

@@ -1,8 +1,9 @@
 //! Every metric weir exports, named in one place: name, type, labels and help text.
 //!
-//! [`crate::Metrics`] registers exactly the entries of [`ALL`], and `docs/metrics.md` lists
-//! them (a test checks both). Names here carry neither the `weir_` prefix nor the `_total`
-//! suffix of counters: the registry adds those; [`MetricSpec::exposed_name`] shows the result.
+//! [`crate::Metrics`] registers exactly the entries of [`ALL`] (a tunnel side's registry those
+//! of [`TUNNEL`] too), and `docs/metrics.md` lists them (a test checks both). Names here carry
+//! neither the `weir_` prefix nor the `_total` suffix of counters: the registry adds those;
+//! [`MetricSpec::exposed_name`] shows the result.
 
 /// The Prometheus type of a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,6 +319,153 @@ pub const COMPRESSION_BYTES_OUT: MetricSpec = counter(
 );
 
 // End of cache and compression.
+// The WAN tunnel (`weir tunnel client|server`): one process is one side of one tunnel, so these
+// have no labels, and only a tunnel side registers them (`Metrics::for_tunnel`).
+
+pub const TUNNEL_CONNECTIONS: MetricSpec = counter(
+    "tunnel_connections",
+    &[],
+    "Tunnel connections established (near side: including reconnections)",
+);
+pub const TUNNEL_CONNECTED: MetricSpec =
+    gauge("tunnel_connected", &[], "Tunnel connections open now");
+pub const TUNNEL_FLOWS: MetricSpec =
+    counter("tunnel_flows", &[], "TCP flows carried (opened as streams)");
+pub const TUNNEL_FLOWS_ACTIVE: MetricSpec = gauge("tunnel_flows_active", &[], "TCP flows open now");
+pub const TUNNEL_FLOWS_FAILED: MetricSpec = counter(
+    "tunnel_flows_failed",
+    &[],
+    "Flows refused or broken: no tunnel in time, unknown service, connect failure, reset, protocol error",
+);
+pub const TUNNEL_STREAM_READ_BYTES: MetricSpec = counter(
+    "tunnel_stream_read_bytes",
+    &[],
+    "Bytes read from local TCP connections (what the tunnel carries, before encoding)",
+);
+pub const TUNNEL_STREAM_WRITTEN_BYTES: MetricSpec = counter(
+    "tunnel_stream_written_bytes",
+    &[],
+    "Bytes written to local TCP connections (after decoding)",
+);
+pub const TUNNEL_ENCODED_SENT_BYTES: MetricSpec = counter(
+    "tunnel_encoded_sent_bytes",
+    &[],
+    "Bytes of encoded blocks sent on flow streams (after compression and deduplication)",
+);
+pub const TUNNEL_ENCODED_RECEIVED_BYTES: MetricSpec = counter(
+    "tunnel_encoded_received_bytes",
+    &[],
+    "Bytes of encoded blocks received on flow streams",
+);
+pub const TUNNEL_COMPRESSION_SAVED_BYTES: MetricSpec = counter(
+    "tunnel_compression_saved_bytes",
+    &[],
+    "Bytes compression removed from what was sent",
+);
+pub const TUNNEL_DEDUP_SAVED_BYTES: MetricSpec = counter(
+    "tunnel_dedup_saved_bytes",
+    &[],
+    "Bytes sent as references to chunks the far end holds, instead of literally",
+);
+pub const TUNNEL_DEDUP_MISSES: MetricSpec = counter(
+    "tunnel_dedup_misses",
+    &[],
+    "References that missed this end's store and were fetched over the control stream",
+);
+pub const TUNNEL_DEDUP_STORE_BYTES: MetricSpec = gauge(
+    "tunnel_dedup_store_bytes",
+    &[],
+    "Bytes of chunks held in this end's store (current connection)",
+);
+pub const TUNNEL_LINK_SENT_BYTES: MetricSpec = counter(
+    "tunnel_link_sent_bytes",
+    &[],
+    "UDP payload bytes sent on the WAN link (QUIC packets, retransmissions included)",
+);
+pub const TUNNEL_LINK_RECEIVED_BYTES: MetricSpec = counter(
+    "tunnel_link_received_bytes",
+    &[],
+    "UDP payload bytes received from the WAN link",
+);
+pub const TUNNEL_LOST_PACKETS: MetricSpec = counter(
+    "tunnel_lost_packets",
+    &[],
+    "QUIC packets declared lost (and their data retransmitted)",
+);
+pub const TUNNEL_CONGESTION_EVENTS: MetricSpec = counter(
+    "tunnel_congestion_events",
+    &[],
+    "Loss episodes the congestion controller was told of",
+);
+pub const TUNNEL_RTT: MetricSpec = gauge(
+    "tunnel_rtt_seconds",
+    &[],
+    "Smoothed round-trip time of the current connection",
+);
+pub const TUNNEL_CONGESTION_WINDOW: MetricSpec = gauge(
+    "tunnel_congestion_window_bytes",
+    &[],
+    "Congestion window of the current connection",
+);
+pub const TUNNEL_FEC_REPAIRS: MetricSpec = counter(
+    "tunnel_fec_repairs",
+    &[],
+    "Lost datagrams rebuilt from FEC repair datagrams and passed to QUIC (no retransmission needed)",
+);
+pub const TUNNEL_FEC_REPAIR_DATAGRAMS_SENT: MetricSpec = counter(
+    "tunnel_fec_repair_datagrams_sent",
+    &[],
+    "FEC repair datagrams sent (the redundancy)",
+);
+pub const TUNNEL_FEC_REPAIR_SENT_BYTES: MetricSpec = counter(
+    "tunnel_fec_repair_sent_bytes",
+    &[],
+    "UDP payload bytes of FEC repair datagrams sent",
+);
+pub const TUNNEL_FEC_MALFORMED: MetricSpec = counter(
+    "tunnel_fec_malformed",
+    &[],
+    "Received datagrams that were neither QUIC nor a valid FEC frame (dropped)",
+);
+pub const TUNNEL_FEC_LINK_LOSS: MetricSpec = gauge(
+    "tunnel_fec_link_loss_ppm",
+    &[],
+    "Loss rate of what this side sends, as the peer last reported it (parts per million, before FEC)",
+);
+pub const TUNNEL_FEC_SEND_FAILURES: MetricSpec = counter(
+    "tunnel_fec_send_failures",
+    &[],
+    "FEC repair and report datagrams the socket refused (dropped; repairs are best effort)",
+);
+
+/// Every metric of a tunnel side, in exposition order.
+pub const TUNNEL: &[MetricSpec] = &[
+    TUNNEL_CONNECTIONS,
+    TUNNEL_CONNECTED,
+    TUNNEL_FLOWS,
+    TUNNEL_FLOWS_ACTIVE,
+    TUNNEL_FLOWS_FAILED,
+    TUNNEL_STREAM_READ_BYTES,
+    TUNNEL_STREAM_WRITTEN_BYTES,
+    TUNNEL_ENCODED_SENT_BYTES,
+    TUNNEL_ENCODED_RECEIVED_BYTES,
+    TUNNEL_COMPRESSION_SAVED_BYTES,
+    TUNNEL_DEDUP_SAVED_BYTES,
+    TUNNEL_DEDUP_MISSES,
+    TUNNEL_DEDUP_STORE_BYTES,
+    TUNNEL_LINK_SENT_BYTES,
+    TUNNEL_LINK_RECEIVED_BYTES,
+    TUNNEL_LOST_PACKETS,
+    TUNNEL_CONGESTION_EVENTS,
+    TUNNEL_RTT,
+    TUNNEL_CONGESTION_WINDOW,
+    TUNNEL_FEC_REPAIRS,
+    TUNNEL_FEC_REPAIR_DATAGRAMS_SENT,
+    TUNNEL_FEC_REPAIR_SENT_BYTES,
+    TUNNEL_FEC_MALFORMED,
+    TUNNEL_FEC_LINK_LOSS,
+    TUNNEL_FEC_SEND_FAILURES,
+];
 
 impl MetricSpec {
     /// The name as it appears in the exposition, e.g. `weir_requests_total`.
@@ -336,7 +484,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_well_formed() {
         let mut seen = std::collections::HashSet::new();
-        for spec in ALL {
+        for spec in ALL.iter().chain(TUNNEL) {
             assert!(seen.insert(spec.exposed_name()), "duplicate {}", spec.name);
             assert!(
                 spec.name
@@ -357,7 +505,7 @@ mod tests {
     #[test]
     fn docs_list_every_metric() {
         let docs = include_str!("../../../docs/metrics.md");
-        for spec in ALL {
+        for spec in ALL.iter().chain(TUNNEL) {
             let row = format!("| `{}` |", spec.exposed_name());
             assert!(docs.contains(&row), "docs/metrics.md lacks a row for {row}");
         }

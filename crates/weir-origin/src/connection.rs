@@ -21,7 +21,7 @@ use crate::response::{
     ResponseHead, is_bodiless, reason, write_chunk, write_chunk_size,
 };
 use crate::routes::{self, Content, Plan};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::stats::OpenConnection;
 
 /// Spare room made in the input buffer before each read.
@@ -120,7 +120,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             stream,
             peer,
             idle_timeout: shared.options.idle_timeout,
-            _ballast: ballast(shared.options.per_connection_memory),
+            _ballast: shared.ballast(),
             shared,
             shutdown,
             input: BytesMut::with_capacity(READ_RESERVE),
@@ -530,13 +530,4 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
 fn timed_out(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, format!("{what} timed out"))
-}
-
-/// Allocates `bytes` and writes one byte per page so the memory is really resident.
-pub(crate) fn ballast(bytes: usize) -> Vec<u8> {
-    let mut ballast = vec![0u8; bytes];
-    for page in ballast.iter_mut().step_by(4096) {
-        *page = 1;
-    }
-    std::hint::black_box(ballast)
 }

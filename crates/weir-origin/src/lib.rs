@@ -36,6 +36,15 @@
 //! without Host) or a bad number in the target is answered 400 (431 for oversized heads, 501
 //! for unknown transfer codings, 413 for `/echo` bodies over 16 MiB) and the connection closes.
 //!
+//! # Its own HTTP parser, on purpose
+//!
+//! The origin reads requests with its own small parser (`request.rs` over `httparse`, and
+//! `body.rs` for chunked bodies), not with `weir-http`, the proxy's codec. That is
+//! deliberate: the origin is the far end of the proxy's end-to-end tests, labs and
+//! benchmarks, so it is an independent check of what the proxy writes. A request head or
+//! body framing that `weir-http` got wrong in both directions would pass a test whose origin
+//! shared the codec; here it gets a 400 and a closed connection. Keep the two apart.
+//!
 //! # Example
 //!
 //! ```
@@ -73,6 +82,7 @@ mod request;
 mod response;
 mod routes;
 mod server;
+mod shared;
 mod stats;
 mod tcp_echo;
 mod tls;

@@ -1,5 +1,8 @@
 //! Sans-IO request heads: turns buffered bytes into a [`RequestHead`] that says how long the
 //! head is, how the body is framed and whether the client wants the connection kept.
+//!
+//! Independent of `weir-http` on purpose: the origin is the cross-check of what the proxy
+//! writes (see the crate documentation).
 
 use std::mem::MaybeUninit;
 use std::ops::Range;

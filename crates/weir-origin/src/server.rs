@@ -9,12 +9,16 @@ use std::time::Duration;
 use socket2::SockRef;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::{JoinError, JoinSet};
+use tokio::time::timeout;
+use tokio_rustls::TlsAcceptor;
 use tracing::{debug, error, warn};
 use weir_core::ShutdownSignal;
 
 use crate::options::{OriginMode, OriginOptions};
-use crate::stats::OriginStats;
-use crate::{connection, tcp_echo, tls};
+use crate::shared::Shared;
+use crate::stats::{OpenConnection, OriginStats};
+use crate::tls::OriginTls;
+use crate::{connection, tcp_echo};
 
 /// Pending connections the kernel queues for `accept`.
 const LISTEN_BACKLOG: u32 = 1024;
@@ -29,17 +33,6 @@ pub struct Origin {
     listener: TcpListener,
     local_addr: SocketAddr,
     shared: Arc<Shared>,
-}
-
-/// What every connection of one origin reads.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub options: OriginOptions,
-    pub stats: Arc<OriginStats>,
-    /// `X-Origin: <name>\r\n`, sent in every response.
-    pub fixed_headers: Vec<u8>,
-    /// The body of `/`.
-    pub hello: Vec<u8>,
 }
 
 impl Origin {
@@ -153,7 +146,7 @@ fn admit(
             connections.spawn(connection::serve(stream, peer, shared, shutdown, open))
         }
         (OriginMode::Http, Some(config)) => {
-            connections.spawn(tls::serve(stream, peer, shared, shutdown, open, config))
+            connections.spawn(serve_tls(stream, peer, shared, shutdown, open, config))
         }
         (OriginMode::Echo, _) => {
             connections.spawn(tcp_echo::serve(stream, peer, shared, shutdown, open))
@@ -215,4 +208,37 @@ fn is_header_value(value: &str) -> bool {
         .all(|byte| byte == b' ' || byte.is_ascii_graphic())
         && !value.starts_with(' ')
         && !value.ends_with(' ')
+}
+
+/// Runs the TLS handshake (bounded by `idle_timeout`, cut short by shutdown), counts how it
+/// went, then serves HTTP over the TLS stream. Errors end the connection with one debug line.
+async fn serve_tls(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    mut shutdown: ShutdownSignal,
+    open: OpenConnection,
+    tls: OriginTls,
+) {
+    let acceptor = TlsAcceptor::from(Arc::clone(tls.config()));
+    let handshake = tokio::select! {
+        () = shutdown.triggered() => return,
+        done = timeout(shared.options.idle_timeout, acceptor.accept(stream)) => done,
+    };
+    let stream = match handshake {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => return handshake_failed(&shared, peer, &error),
+        Err(_elapsed) => {
+            let error = io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out");
+            return handshake_failed(&shared, peer, &error);
+        }
+    };
+    let resumed = stream.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    shared.stats.count_handshake(resumed);
+    connection::serve(stream, peer, shared, shutdown, open).await;
+}
+
+fn handshake_failed(shared: &Shared, peer: SocketAddr, error: &io::Error) {
+    shared.stats.count_handshake_failure();
+    debug!(%peer, %error, "origin TLS handshake failed");
 }

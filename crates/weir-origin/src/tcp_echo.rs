@@ -14,8 +14,7 @@ use tokio::time::timeout;
 use tracing::debug;
 use weir_core::ShutdownSignal;
 
-use crate::connection::ballast;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::stats::OpenConnection;
 
 /// Bytes read (and then written back) at a time.
@@ -30,7 +29,7 @@ pub(crate) async fn serve(
     open: OpenConnection,
 ) {
     let _open = open;
-    let _ballast = ballast(shared.options.per_connection_memory);
+    let _ballast = shared.ballast();
     let result = echo(&mut stream, &shared, &mut shutdown).await;
     if let Err(error) = result {
         debug!(%peer, %error, "origin echo connection ended by an error");

@@ -1,10 +1,8 @@
 //! HTTPS: the origin's rustls server settings (aws-lc-rs, TLS 1.2 and 1.3, ALPN `http/1.1`,
-//! resumption by stateless tickets and a session cache unless turned off), and the handshake
-//! an accepted connection goes through before the HTTP driver takes it over.
+//! resumption by stateless tickets and a session cache unless turned off). The handshake an
+//! accepted connection goes through is in `server.rs`.
 
 use std::fmt;
-use std::io;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -13,15 +11,6 @@ use rustls::crypto::aws_lc_rs;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache};
-use tokio::net::TcpStream;
-use tokio::time::timeout;
-use tokio_rustls::TlsAcceptor;
-use tracing::debug;
-use weir_core::ShutdownSignal;
-
-use crate::connection;
-use crate::server::Shared;
-use crate::stats::OpenConnection;
 
 /// TLS 1.2 sessions kept for resumption by session ID (TLS 1.3 and TLS 1.2 clients that
 /// support tickets resume by stateless tickets instead, which need no cache).
@@ -123,37 +112,4 @@ impl fmt::Debug for OriginTls {
             .field("resumption", &self.resumption)
             .finish_non_exhaustive()
     }
-}
-
-/// Runs the TLS handshake (bounded by `idle_timeout`, cut short by shutdown), counts how it
-/// went, then serves HTTP over the TLS stream. Errors end the connection with one debug line.
-pub(crate) async fn serve(
-    stream: TcpStream,
-    peer: SocketAddr,
-    shared: Arc<Shared>,
-    mut shutdown: ShutdownSignal,
-    open: OpenConnection,
-    tls: OriginTls,
-) {
-    let acceptor = TlsAcceptor::from(tls.config);
-    let handshake = tokio::select! {
-        () = shutdown.triggered() => return,
-        done = timeout(shared.options.idle_timeout, acceptor.accept(stream)) => done,
-    };
-    let stream = match handshake {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => return handshake_failed(&shared, peer, &error),
-        Err(_elapsed) => {
-            let error = io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out");
-            return handshake_failed(&shared, peer, &error);
-        }
-    };
-    let resumed = stream.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
-    shared.stats.count_handshake(resumed);
-    connection::serve(stream, peer, shared, shutdown, open).await;
-}
-
-fn handshake_failed(shared: &Shared, peer: SocketAddr, error: &io::Error) {
-    shared.stats.count_handshake_failure();
-    debug!(%peer, %error, "origin TLS handshake failed");
 }

@@ -1,19 +1,19 @@
 //! The HTTP/1.1 pipeline for one client connection. It reads like the chart
-//! in DESIGN.md:
+//! in ARCHITECTURE.md ("The HTTP data path"):
 //!
 //! ```text
-//! [handshake →] read_head → route → read body → select → checkout → forward → respond → log → release
-//!   ↑                                                                        │
-//!   └──────────────────────────── kept alive ─────────────────────────────────┘
+//! [handshake →] read_head → route → filter_request → read body → select → checkout → forward → respond → log → release
+//!   ↑                                                                                          │
+//!   └─────────────────────────────────────── kept alive ──────────────────────────────────────┘
 //! ```
 //!
 //! Any stage may answer early (4xx/5xx) and close. Each stage lives in its
 //! own module; this file only calls them in order.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use weir_core::{ErrorKind, ShutdownSignal};
 use weir_http::{RequestHead, Version};
 use weir_observe::AccessRecord;
@@ -24,6 +24,7 @@ use crate::answer::Failure;
 use crate::client::{Client, IdleConnection};
 use crate::exchange::{self, Exchange};
 use crate::listener::Admission;
+use crate::policy;
 use crate::request_body;
 use crate::response::{self, Sent};
 use crate::route::VirtualServerRuntime;
@@ -59,7 +60,7 @@ async fn start_connection(
             (stream, info.client_subject.map(String::into_boxed_str))
         }
     };
-    let accepted_at = tokio::time::Instant::now();
+    let accepted_at = Instant::now();
     Some(IdleConnection::new(
         stream,
         peer,
@@ -80,6 +81,8 @@ async fn serve_kept_alive(
     let vs = &admission.vs;
     loop {
         if !idle.wait_for_request(vs, &mut shutdown).await {
+            // Idle timeout or drain: weir ends the connection (close_notify on TLS).
+            Box::pin(idle.close()).await;
             return;
         }
         let mut client = idle.into_client();
@@ -89,9 +92,14 @@ async fn serve_kept_alive(
                 idle = client.into_idle();
                 continue;
             }
-            // Closed (or reset) while idle: quietly.
-            Some(Ok(0) | Err(_)) => {
-                client.close();
+            // The client closed while idle: so do we.
+            Some(Ok(0)) => {
+                Box::pin(client.close()).await;
+                client.release();
+                return;
+            }
+            Some(Err(_)) => {
+                client.release();
                 return;
             }
             Some(Ok(_)) => {}
@@ -111,14 +119,15 @@ async fn serve_requests(
     vs: &VirtualServerRuntime,
     shutdown: &mut ShutdownSignal,
 ) -> Option<IdleConnection> {
-    loop {
+    let next = loop {
         // read_head
         let head = match client.read_head(vs, shutdown).await {
             Ok(Some(head)) => head,
-            Ok(None) => break,
+            Ok(None) => break Next::Close,
             Err(failure) => {
                 answer_failure(&mut client, vs, None, None, failure, Instant::now()).await;
-                break;
+                client.release();
+                return None;
             }
         };
         let started = Instant::now();
@@ -127,20 +136,36 @@ async fn serve_requests(
         let keep_alive = wants_keep_alive(&client, vs, &head, shutdown);
         match serve_request(&mut client, vs, &pool, &head, keep_alive, shutdown, started).await {
             // Pipelined bytes are served at once; otherwise the connection idles.
-            Ok(true) if client.read_buf.is_empty() => return Some(client.into_idle()),
-            Ok(true) => continue,
-            Ok(false) => break,
+            Ok(Next::KeepAlive) if client.read_buf.is_empty() => return Some(client.into_idle()),
+            Ok(Next::KeepAlive) => continue,
+            Ok(next) => break next,
             Err(failure) => {
                 answer_failure(&mut client, vs, Some(&head), Some(&pool), failure, started).await;
-                break;
+                client.release();
+                return None;
             }
         }
+    };
+    // weir ends the connection: with a close_notify on TLS.
+    match next {
+        Next::Linger => client.linger_close().await,
+        _ => client.close().await,
     }
-    client.close();
+    client.release();
     None
 }
 
-/// One request from body to log. Returns whether the connection stays open.
+/// What happens to the client connection after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    KeepAlive,
+    Close,
+    /// Close, but read what the client still sends first (the rest of a
+    /// body the node did not wait for), so the answer is not lost to a reset.
+    Linger,
+}
+
+/// One request from filter to log. Returns what becomes of the connection.
 async fn serve_request(
     client: &mut Client,
     vs: &VirtualServerRuntime,
@@ -149,11 +174,14 @@ async fn serve_request(
     keep_alive: bool,
     shutdown: &ShutdownSignal,
     started: Instant,
-) -> Result<bool, Failure> {
+) -> Result<Next, Failure> {
+    // filter_request: CONNECT, TRACE, upgrades and header names, as the virtual server allows
+    let forwarding = policy::filter(vs, head)?;
     // read body (up to request_buffer) before any upstream connection is taken
     let mut body = request_body::read(client, vs, head).await?;
     // select → checkout → forward, with bounded retries
-    let exchange = exchange::exchange(client, vs, pool, head, &mut body).await?;
+    let exchange = exchange::exchange(client, vs, pool, head, forwarding, &mut body).await?;
+    let body_cut = exchange.body_cut;
     let node = exchange.node;
     let node_state = &pool.nodes[node];
     let head_received = Instant::now();
@@ -161,14 +189,16 @@ async fn serve_request(
     node_state.record_response_time(response_time);
     if exchange.response.status() >= 500 {
         node_state.metrics.responses_5xx.inc();
-        node_state.record_failure(head_received);
+        node_state.record_failure(head_received.into_std());
     } else {
-        node_state.record_success(head_received);
+        node_state.record_success(head_received.into_std());
     }
     // respond (the upstream connection is released inside, as soon as the node is done);
     // a drain that began meanwhile closes the connection after this response.
-    let keep_alive = keep_alive && !shutdown.is_triggered();
-    let sent = if exchange.response.status() == 101 {
+    let keep_alive = keep_alive && !shutdown.is_triggered() && !forwarding.connect;
+    let status = exchange.response.status();
+    let tunnelled = status == 101 || (forwarding.connect && (200..300).contains(&status));
+    let sent = if tunnelled {
         upgrade::tunnel(client, vs, exchange, head.version()).await?
     } else {
         respond(client, vs, pool, exchange, head.version(), keep_alive).await?
@@ -197,7 +227,13 @@ async fn serve_request(
         }
         .emit();
     }
-    Ok(sent.keep_alive)
+    Ok(match sent.keep_alive {
+        true => Next::KeepAlive,
+        false if body_cut => Next::Linger,
+        // A CONNECT the node refused: whatever the client sent after it was meant for a tunnel.
+        false if forwarding.connect && !tunnelled => Next::Linger,
+        false => Next::Close,
+    })
 }
 
 async fn respond(
@@ -262,7 +298,10 @@ async fn answer_failure(
         ErrorKind::ClientClosed | ErrorKind::ClientTimeout => {
             tracing::debug!(virtual_server = %vs.config.name, client = %client.peer, status, error = %failure.error, "request ended early");
         }
-        ErrorKind::BadRequest | ErrorKind::HeadTooLarge | ErrorKind::BodyTooLarge => {
+        ErrorKind::BadRequest
+        | ErrorKind::HeadTooLarge
+        | ErrorKind::BodyTooLarge
+        | ErrorKind::MethodNotAllowed => {
             tracing::info!(virtual_server = %vs.config.name, client = %client.peer, status, error = %failure.error, "rejected request");
         }
         _ => {

@@ -1,10 +1,12 @@
-//! Minimal raw HTTP/1.1 clients: exact bytes in, parsed responses out.
+//! Minimal raw HTTP/1.1 clients: exact bytes in, responses parsed by `weir-http` out.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use weir_http::{BodyFraming, ChunkedDecoder, Decoded, Limits, Method, ResponseHead};
 
 /// A response as the client saw it.
 #[derive(Debug, Clone)]
@@ -32,14 +34,14 @@ impl Response {
 /// A client connection that sends raw bytes and reads responses one by one.
 pub struct Connection {
     pub stream: TcpStream,
-    buf: Vec<u8>,
+    buf: BytesMut,
 }
 
 impl Connection {
     pub async fn open(addr: SocketAddr) -> std::io::Result<Connection> {
         Ok(Connection {
             stream: TcpStream::connect(addr).await?,
-            buf: Vec::new(),
+            buf: BytesMut::new(),
         })
     }
 
@@ -54,9 +56,12 @@ impl Connection {
 
     /// Reads one response; `head` says the request was HEAD (no body follows).
     pub async fn response_to(&mut self, head: bool) -> anyhow::Result<Response> {
-        tokio::time::timeout(Duration::from_secs(10), self.read_response(head))
-            .await
-            .map_err(|_| anyhow::anyhow!("no response within 10 s"))?
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            read_response(&mut self.stream, &mut self.buf, head),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("no response within 10 s"))?
     }
 
     /// True if the server closed the connection (reads EOF within `wait`).
@@ -67,124 +72,72 @@ impl Connection {
             Ok(Ok(0)) | Ok(Err(_))
         )
     }
+}
 
-    async fn fill(&mut self) -> anyhow::Result<()> {
-        let mut chunk = [0u8; 16 * 1024];
-        let n = self.stream.read(&mut chunk).await?;
-        anyhow::ensure!(n > 0, "connection closed");
-        self.buf.extend_from_slice(&chunk[..n]);
-        Ok(())
-    }
-
-    async fn read_response(&mut self, head_request: bool) -> anyhow::Result<Response> {
-        loop {
-            let mut headers = [httparse::EMPTY_HEADER; 128];
-            let mut parsed = httparse::Response::new(&mut headers);
-            let status = parsed.parse(&self.buf)?;
-            if let httparse::Status::Complete(used) = status {
-                let code = parsed.code.unwrap_or(0);
-                let headers: Vec<(String, String)> = parsed
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        (
-                            h.name.to_string(),
-                            String::from_utf8_lossy(h.value).into_owned(),
-                        )
-                    })
-                    .collect();
-                self.buf.drain(..used);
-                if (100..200).contains(&code) && code != 101 {
-                    continue;
-                }
-                let response = Response {
-                    status: code,
-                    headers,
-                    body: Vec::new(),
-                };
-                return self.read_body(response, head_request).await;
+/// Reads one final response from `stream` (skipping interim ones other than 101), parsed by
+/// weir's own codec, so a response the proxy could not have produced fails the test;
+/// `buffer` keeps what arrived after it.
+pub(crate) async fn read_response<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buffer: &mut BytesMut,
+    head_request: bool,
+) -> anyhow::Result<Response> {
+    let method = if head_request {
+        Method::Head
+    } else {
+        Method::Get
+    };
+    let limits = Limits {
+        max_head_bytes: 64 * 1024,
+        max_headers: 256,
+    };
+    let head = loop {
+        match ResponseHead::split_from(buffer, &limits, method)? {
+            Some(head) if head.is_interim() && head.status() != 101 => continue,
+            Some(head) => break head,
+            None => fill(stream, buffer).await?,
+        }
+    };
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    let mut response = Response {
+        status: head.status(),
+        headers: head
+            .headers()
+            .map(|(name, value)| (text(name), text(value)))
+            .collect(),
+        body: Vec::new(),
+    };
+    match head.framing() {
+        BodyFraming::None => {}
+        BodyFraming::Length(length) => {
+            let length = usize::try_from(length)?;
+            while buffer.len() < length {
+                fill(stream, buffer).await?;
             }
-            self.fill().await?;
+            response.body = buffer.split_to(length).to_vec();
         }
-    }
-
-    async fn read_body(
-        &mut self,
-        mut response: Response,
-        head_request: bool,
-    ) -> anyhow::Result<Response> {
-        if head_request
-            || response.status == 204
-            || response.status == 304
-            || response.status == 101
-        {
-            return Ok(response);
-        }
-        let chunked = response
-            .header("transfer-encoding")
-            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
-        if chunked {
+        BodyFraming::Chunked => {
+            let mut decoder = ChunkedDecoder::new(64 * 1024);
             loop {
-                let Some(line_end) = find_crlf(&self.buf) else {
-                    self.fill().await?;
-                    continue;
-                };
-                let size_text = std::str::from_utf8(&self.buf[..line_end])?;
-                let size =
-                    usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)?;
-                if size == 0 {
-                    // trailers until an empty line
-                    loop {
-                        if let Some(end) = find(&self.buf, b"\r\n\r\n") {
-                            self.buf.drain(..end + 4);
-                            return Ok(response);
-                        }
-                        if self.buf.len() >= line_end + 4
-                            && &self.buf[line_end..line_end + 4] == b"\r\n\r\n"
-                        {
-                            self.buf.drain(..line_end + 4);
-                            return Ok(response);
-                        }
-                        self.fill().await?;
-                    }
+                match decoder.decode(buffer)? {
+                    Decoded::Data(data) => response.body.extend_from_slice(&data),
+                    Decoded::NeedMore => fill(stream, buffer).await?,
+                    Decoded::Done { .. } => break,
                 }
-                while self.buf.len() < line_end + 2 + size + 2 {
-                    self.fill().await?;
-                }
-                response
-                    .body
-                    .extend_from_slice(&self.buf[line_end + 2..line_end + 2 + size]);
-                self.buf.drain(..line_end + 2 + size + 2);
             }
         }
-        if let Some(length) = response.header("content-length") {
-            let length: usize = length.trim().parse()?;
-            while self.buf.len() < length {
-                self.fill().await?;
-            }
-            response.body = self.buf.drain(..length).collect();
-            return Ok(response);
+        BodyFraming::CloseDelimited => {
+            while stream.read_buf(buffer).await? > 0 {}
+            response.body = buffer.split().to_vec();
         }
-        // Close-delimited.
-        loop {
-            let mut chunk = [0u8; 16 * 1024];
-            let n = self.stream.read(&mut chunk).await?;
-            if n == 0 {
-                break;
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-        response.body = std::mem::take(&mut self.buf);
-        Ok(response)
     }
+    Ok(response)
 }
 
-fn find_crlf(buf: &[u8]) -> Option<usize> {
-    find(buf, b"\r\n")
-}
-
-fn find(buf: &[u8], needle: &[u8]) -> Option<usize> {
-    buf.windows(needle.len()).position(|w| w == needle)
+async fn fill<S: AsyncRead + Unpin>(stream: &mut S, buffer: &mut BytesMut) -> anyhow::Result<()> {
+    let n = stream.read_buf(buffer).await?;
+    anyhow::ensure!(n > 0, "connection closed");
+    Ok(())
 }
 
 /// `GET path` on a new connection.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -220,50 +220,19 @@ pub fn peer_leaf(stream: &TlsStream<TcpStream>) -> CertificateDer<'static> {
         .into_owned()
 }
 
-/// Sends `GET path` on an open TLS connection and reads one response with a
-/// `Content-Length` body.
+/// Sends `GET path` on an open TLS connection and reads one response.
 pub async fn get(stream: &mut TlsStream<TcpStream>, path: &str) -> anyhow::Result<Response> {
     stream
         .write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
         .await?;
     stream.flush().await?;
-    let mut buf = Vec::new();
-    let exchange = async {
-        loop {
-            let mut chunk = [0u8; 16 * 1024];
-            let n = stream.read(&mut chunk).await?;
-            anyhow::ensure!(n > 0, "connection closed before a full response");
-            buf.extend_from_slice(&chunk[..n]);
-            let mut headers = [httparse::EMPTY_HEADER; 64];
-            let mut parsed = httparse::Response::new(&mut headers);
-            if let httparse::Status::Complete(used) = parsed.parse(&buf)? {
-                let headers: Vec<(String, String)> = parsed
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        (
-                            h.name.to_owned(),
-                            String::from_utf8_lossy(h.value).into_owned(),
-                        )
-                    })
-                    .collect();
-                let length: usize = headers
-                    .iter()
-                    .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
-                    .map_or(Ok(0), |(_, value)| value.trim().parse())?;
-                if buf.len() >= used + length {
-                    return Ok(Response {
-                        status: parsed.code.unwrap_or(0),
-                        headers,
-                        body: buf[used..used + length].to_vec(),
-                    });
-                }
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .map_err(|_| anyhow::anyhow!("no response within 10 s"))?
+    let mut buffer = bytes::BytesMut::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        crate::client::read_response(stream, &mut buffer, false),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("no response within 10 s"))?
 }
 
 /// Wraps a verifier to narrow the signature schemes offered.

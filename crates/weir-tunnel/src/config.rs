@@ -14,8 +14,8 @@ use weir_config::error::Problem;
 use weir_config::schema::Named;
 use weir_config::{ConfigError, FileRef, KeyPath};
 
-use crate::dedup::ChunkParams;
-use crate::fec::FecSettings;
+use crate::sans_io::dedup::ChunkParams;
+use crate::sans_io::fec::FecSettings;
 
 mod fec;
 mod schema;
@@ -47,7 +47,7 @@ pub struct TunnelConfig {
     pub dedup: DedupSettings,
     /// `[fec]`: forward error correction on what this side sends.
     pub fec: FecSettings,
-    /// Where to serve `/metrics` (Prometheus text), if anywhere.
+    /// Where the admin listener serves `/metrics` and `/healthz`, if anywhere.
     pub metrics: Option<SocketAddr>,
     pub services: Vec<Service>,
 }
@@ -104,7 +104,7 @@ pub struct LinkParams {
 /// The congestion controller of the QUIC connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Congestion {
-    /// weir's loss-tolerant controller (`crate::congestion`).
+    /// weir's loss-tolerant controller (`crate::sans_io::congestion`).
     Wan,
     /// quinn's BBR.
     Bbr,
@@ -117,7 +117,7 @@ pub enum Congestion {
 pub enum Transport {
     /// UDP datagrams (with the FEC layer).
     Quic,
-    /// Frames on TCP connections with BBR, for paths that block UDP (`crate::tcp`).
+    /// Frames on TCP connections with BBR, for paths that block UDP (`crate::driver::tcp`).
     Tcp,
 }
 
@@ -367,14 +367,14 @@ impl Checker {
         };
         let bandwidth = match file.bandwidth.as_deref() {
             None => defaults.bandwidth,
-            Some(text) => match weir_netem::parse_rate(text) {
-                Ok(rate) if rate.bits_per_second() >= 64_000 => rate.bits_per_second(),
+            Some(text) => match weir_config::units::parse_rate(text) {
+                Ok(bits_per_second) if bits_per_second >= 64_000 => bits_per_second,
                 Ok(_) => {
                     self.report(&path.key("bandwidth"), "must be at least 64kbit");
                     defaults.bandwidth
                 }
                 Err(error) => {
-                    self.report(&path.key("bandwidth"), error.to_string());
+                    self.report(&path.key("bandwidth"), error);
                     defaults.bandwidth
                 }
             },
@@ -502,7 +502,7 @@ impl Checker {
         let mut listens: Vec<SocketAddr> = Vec::new();
         for (name, service) in &file.0 {
             let path = path.key(name);
-            if name.is_empty() || name.len() > crate::wire::MAX_SERVICE_NAME {
+            if name.is_empty() || name.len() > crate::sans_io::wire::MAX_SERVICE_NAME {
                 self.report(&path, "a service name must have 1 to 255 bytes");
             }
             let listen = service

@@ -2,80 +2,62 @@
 //! long-lived, mutually authenticated QUIC connection (split TCP: each end host talks to a
 //! peer at local latency), with zstd compression, content-defined deduplication against
 //! chunk stores kept in step at both ends, and a loss-tolerant congestion controller sized
-//! from the configured link. Also the WAN lab, `weir lab wan` ([`lab`]).
+//! from the configured link.
 //!
 //! Data path, near side: `accept → route (service) → open_stream → encode (chunk, dedupe,
 //! compress) → link`; far side: `link → decode → connect → splice`.
 //!
-//! - sans-IO cores: [`wire`] (records, blocks, open header), [`control`] (the store
-//!   protocol's messages), [`dedup`] (FastCDC chunking, chunk ids, the bounded FIFO store),
-//!   [`compress`] (the skip-incompressible policy), [`codec`] (a flow's encoder and decoder),
-//!   [`congestion`] (the controller's window logic), [`config`] (file → validated model),
-//!   [`fec`] (forward error correction below QUIC: frames, blocks, recovery, loss reports,
-//!   the redundancy policy).
-//! - drivers: [`session`] (per connection, the control stream), [`flow`] (per flow),
-//!   [`client`], [`server`], [`transport`] (TLS and QUIC set-up), the sockets under QUIC
-//!   ([`fec::socket`] over UDP, [`tcp`] the fallback over TCP), [`metrics`] and
-//!   [`metrics_http`].
+//! Layers (every module is private; the public API is below):
+//! - `sans_io`: the core, plain state machines over bytes and times — wire format,
+//!   control messages, dedup, compression policy, a flow's codec, the congestion window,
+//!   forward error correction.
+//! - `driver`: thin I/O around it — quinn and TLS set-up, the UDP socket with FEC and the
+//!   TCP fallback socket, the per-connection session, per-flow pumps, the near and far sides.
+//! - `config` (file → validated model), `metrics` (handles in `weir-observe`, served by the
+//!   admin listener), [`pipeline`] (the codec's CPU cost, without I/O).
 //!
-//! Why it is built this way: `docs/design/tunnel.md`.
+//! Why it is built this way: `docs/design/tunnel.md`; the states of a session, a flow and an
+//! FEC block: `LIFECYCLE.md` in this crate.
+//!
+//! The public API: [`Client`] and [`Server`] (bind, then run until a shutdown future
+//! resolves), their [`TunnelConfig`] ([`load_file`], [`parse_str`]), their [`Metrics`], and
+//! [`pipeline`].
 //!
 //! ```
-//! use weir_tunnel::codec::{EncoderSettings, FlowDecoder, FlowEncoder, Piece};
-//! use weir_tunnel::dedup::ChunkParams;
-//! use weir_tunnel::wire::take_record;
+//! use weir_tunnel::pipeline::{Ends, default_settings, log_lines, measure};
 //!
-//! let settings = EncoderSettings { dedup: Some(ChunkParams::DEFAULT), compression: Some(1) };
-//! let mut encoder = FlowEncoder::new(settings);
-//! let text = b"the same line again and again\n".repeat(1000);
-//! let chunked = encoder.chunk(&text, true);
-//! let mut wire = bytes::BytesMut::new();
-//! for block in encoder.emit(chunked, &[]) {
-//!     block.block.encode(&mut wire);
-//! }
-//! assert!(wire.len() < text.len() / 10, "compressed");
-//!
-//! let mut decoder = FlowDecoder::new(1 << 20).unwrap();
-//! let mut output = Vec::new();
-//! while let Some(record) = take_record(&mut wire).unwrap() {
-//!     for piece in decoder.decode(record).unwrap() {
-//!         if let Piece::Literal { bytes, .. } = piece {
-//!             output.extend_from_slice(&bytes);
-//!         }
-//!     }
-//! }
-//! assert_eq!(output, text);
+//! // A flow's encoder and decoder, round trip checked: log text compresses, and the same
+//! // bytes again cost only references to what the far end's store holds.
+//! let text = log_lines(1 << 20, 1);
+//! let mut ends = Ends::new(64 << 20);
+//! let first = measure(&text, default_settings(), &mut ends);
+//! assert!(first.encoded * 3 < first.bytes);
+//! let again = measure(&text, default_settings(), &mut ends);
+//! assert!(again.encoded * 100 < again.bytes);
 //! ```
 
-pub mod client;
-pub mod codec;
-pub mod compress;
-pub mod config;
-pub mod congestion;
-pub mod control;
-pub mod dedup;
-pub mod fec;
-pub mod flow;
-pub mod lab;
-pub mod metrics;
-pub mod metrics_http;
-pub mod server;
-pub mod session;
-pub mod tcp;
-pub mod transport;
-pub mod wire;
+mod config;
+mod driver;
+mod metrics;
+pub mod pipeline;
+mod sans_io;
 
 use std::net::SocketAddr;
 
-pub use client::Client;
-pub use config::{Role, TunnelConfig};
+/// The parsers of bytes from a peer, for the fuzz targets (`fuzz/src/tunnel_check.rs`);
+/// not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::sans_io::codec::FlowDecoder;
+    pub use crate::sans_io::control::Control;
+    pub use crate::sans_io::fec::wire as fec_wire;
+    pub use crate::sans_io::{frame, wire};
+}
+
+pub use config::{DEFAULT_LEVEL, Role, TunnelConfig, load_file, parse_str};
+pub use driver::client::Client;
+pub use driver::server::Server;
 pub use metrics::Metrics;
-pub use server::Server;
-
-use crate::codec::EncoderSettings;
-
-/// The longest chunk a decoder accepts a reference to (four times the largest average).
-pub const MAX_CHUNK: u32 = 1 << 20;
 
 /// Why a tunnel side could not start.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +65,7 @@ pub enum TunnelError {
     #[error(transparent)]
     Config(#[from] weir_config::ConfigError),
     #[error(transparent)]
-    Transport(#[from] transport::TransportError),
+    Transport(#[from] driver::quic::TransportError),
     #[error("this side needs {0} in the config")]
     Role(&'static str),
     #[error("cannot listen on {address}: {source}")]
@@ -91,20 +73,4 @@ pub enum TunnelError {
         address: SocketAddr,
         source: std::io::Error,
     },
-}
-
-/// The most literal bytes per block for a link: about 25 ms of it, 16 KiB to 256 KiB (a
-/// 256 KiB block would hold its first byte back for 1.4 s on a T1).
-pub fn block_limit(link: &config::LinkParams) -> usize {
-    let bytes = link.bandwidth as f64 / 8.0 * 0.025;
-    (bytes as usize).clamp(16 << 10, wire::MAX_BLOCK_PAYLOAD)
-}
-
-/// The encoder settings, this end's store budget and the decoder's chunk limit.
-pub fn session_settings(config: &TunnelConfig) -> (EncoderSettings, u64, u32) {
-    let settings = EncoderSettings {
-        dedup: config.dedup.enabled.then_some(config.dedup.chunks),
-        compression: config.compression,
-    };
-    (settings, config.dedup.store, MAX_CHUNK)
 }

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use weir_tunnel::metrics;
 
 use support::*;
 
@@ -79,24 +78,26 @@ async fn concurrent_flows(link: &'static str) {
     assert!(
         eventually(Duration::from_secs(5), || client
             .metrics
-            .get(metrics::FLOWS_ACTIVE)
+            .handles()
+            .flows_active
+            .get()
             == 0
-            && server.metrics.get(metrics::FLOWS_ACTIVE) == 0)
+            && server.metrics.handles().flows_active.get() == 0)
         .await
     );
-    assert_eq!(client.metrics.get(metrics::FLOWS), 48);
-    assert_eq!(server.metrics.get(metrics::FLOWS), 48);
-    assert_eq!(client.metrics.get(metrics::FLOWS_FAILED), 0);
+    assert_eq!(client.metrics.handles().flows.get(), 48);
+    assert_eq!(server.metrics.handles().flows.get(), 48);
+    assert_eq!(client.metrics.handles().flows_failed.get(), 0);
     assert_eq!(
-        client.metrics.get(metrics::STREAM_IN),
-        server.metrics.get(metrics::STREAM_OUT)
+        client.metrics.handles().stream_read_bytes.get(),
+        server.metrics.handles().stream_written_bytes.get()
     );
     assert_eq!(
-        server.metrics.get(metrics::STREAM_IN),
-        client.metrics.get(metrics::STREAM_OUT)
+        server.metrics.handles().stream_read_bytes.get(),
+        client.metrics.handles().stream_written_bytes.get()
     );
-    assert!(client.metrics.get(metrics::COMPRESSION_SAVED) > 0);
-    assert!(client.metrics.get(metrics::DEDUP_SAVED) > 0);
+    assert!(client.metrics.handles().compression_saved_bytes.get() > 0);
+    assert!(client.metrics.handles().dedup_saved_bytes.get() > 0);
     client.stop().await;
     server.stop().await;
 }
@@ -110,7 +111,7 @@ async fn an_edited_file_costs_only_its_edits() {
     let (server, client, listen) = start_pair(&certs, &[("files", origin)], LINK).await;
 
     assert!(fetch(listen[0]).await.unwrap() == original);
-    let first = server.metrics.get(metrics::ENCODED_OUT);
+    let first = server.metrics.handles().encoded_sent_bytes.get();
     assert!(
         first > original.len() as u64,
         "random data is sent whole the first time"
@@ -134,7 +135,7 @@ async fn an_edited_file_costs_only_its_edits() {
     }
     *file.lock().unwrap() = edited.clone();
     assert!(fetch(listen[0]).await.unwrap() == edited);
-    let second = server.metrics.get(metrics::ENCODED_OUT) - first;
+    let second = server.metrics.handles().encoded_sent_bytes.get() - first;
     let saved = 1.0 - second as f64 / edited.len() as f64;
     eprintln!(
         "edited transfer: {second} encoded bytes for {} ({:.2} % saved)",
@@ -144,9 +145,9 @@ async fn an_edited_file_costs_only_its_edits() {
     assert!(saved >= 0.97, "saved only {:.4}", saved);
 
     // And the identical file again: references only.
-    let before = server.metrics.get(metrics::ENCODED_OUT);
+    let before = server.metrics.handles().encoded_sent_bytes.get();
     assert!(fetch(listen[0]).await.unwrap() == edited);
-    let third = server.metrics.get(metrics::ENCODED_OUT) - before;
+    let third = server.metrics.handles().encoded_sent_bytes.get() - before;
     assert!(
         (third as f64) < edited.len() as f64 * 0.01,
         "{third} bytes for a repeat"
@@ -209,14 +210,16 @@ async fn a_close_at_either_end_reaches_the_other_cleanly() {
     assert!(
         eventually(Duration::from_secs(5), || client
             .metrics
-            .get(metrics::FLOWS_ACTIVE)
+            .handles()
+            .flows_active
+            .get()
             == 0
-            && server.metrics.get(metrics::FLOWS_ACTIVE) == 0)
+            && server.metrics.handles().flows_active.get() == 0)
         .await,
         "flows still open"
     );
-    assert_eq!(client.metrics.get(metrics::FLOWS_FAILED), 0);
-    assert_eq!(server.metrics.get(metrics::FLOWS_FAILED), 0);
+    assert_eq!(client.metrics.handles().flows_failed.get(), 0);
+    assert_eq!(server.metrics.handles().flows_failed.get(), 0);
     client.stop().await;
     server.stop().await;
 }
@@ -242,7 +245,9 @@ async fn a_reset_at_the_far_end_resets_the_near_client() {
     assert!(
         eventually(Duration::from_secs(5), || client
             .metrics
-            .get(metrics::FLOWS_FAILED)
+            .handles()
+            .flows_failed
+            .get()
             == 1)
         .await
     );
@@ -283,7 +288,9 @@ async fn unreachable_and_unknown_services_are_refused() {
     assert!(
         eventually(Duration::from_secs(5), || server
             .metrics
-            .get(metrics::FLOWS_FAILED)
+            .handles()
+            .flows_failed
+            .get()
             == 2)
         .await
     );
@@ -313,8 +320,8 @@ async fn a_near_side_without_a_trusted_certificate_is_refused() {
     assert!(result.is_err() && got.is_empty(), "{result:?}");
     // TLS 1.3: the near side finishes its handshake before the far side has checked its
     // certificate, so only the far side's count shows the refusal.
-    assert_eq!(server.metrics.get(metrics::CONNECTIONS), 0);
-    assert_eq!(client.metrics.get(metrics::FLOWS_FAILED), 1);
+    assert_eq!(server.metrics.handles().connections.get(), 0);
+    assert_eq!(client.metrics.handles().flows_failed.get(), 1);
     client.stop().await;
     server.stop().await;
 }
@@ -378,7 +385,7 @@ async fn far_side_restart(transport: &'static str) {
         matches!(idle_end, Ok(Err(_))),
         "the idle flow must be reset: {idle_end:?}"
     );
-    assert_eq!(client.metrics.get(metrics::CONNECTIONS), 2);
+    assert_eq!(client.metrics.handles().connections.get(), 2);
     client.stop().await;
     server.stop().await;
 }

@@ -25,8 +25,8 @@ use weir_core::ShutdownSignal;
 
 use crate::node::NodeState;
 
-/// Longest status line accepted from an HTTP check's answer.
-pub const MAX_STATUS_LINE: usize = 4096;
+/// Longest answer head accepted from an HTTP check (its status line and headers).
+pub const MAX_ANSWER_HEAD: usize = 16 * 1024;
 
 /// Checks are spaced `interval` ± this fraction of it, so monitors started
 /// together drift apart instead of probing every node at the same instant.
@@ -69,9 +69,9 @@ pub enum CheckFailure {
     Timeout,
     #[error("status {0}")]
     Status(u16),
-    #[error("closed before a status line")]
+    #[error("closed before a whole response head")]
     Closed,
-    #[error("malformed status line")]
+    #[error("malformed response head")]
     Malformed,
     #[error("i/o error: {0}")]
     Io(io::ErrorKind),
@@ -175,27 +175,26 @@ pub fn http_request(method: &str, path: &str, host: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// The status code of an answer's first line, once `received` holds it
-/// whole: `Ok(None)` while more bytes are needed.
-pub fn parse_status_line(received: &[u8]) -> Result<Option<u16>, CheckFailure> {
-    let Some(end) = received.iter().position(|&byte| byte == b'\n') else {
-        return if received.len() >= MAX_STATUS_LINE {
-            Err(CheckFailure::Malformed)
-        } else {
-            Ok(None)
-        };
+/// The status of an answer to a `method` check, once `received` holds its whole head
+/// (interim 1xx answers skipped): `Ok(None)` while more bytes are needed. The head is parsed
+/// by weir's own codec, as the proxy parses the node's answers, so a node whose responses
+/// the proxy would refuse fails its check too.
+pub fn parse_answer(received: &[u8], method: &str) -> Result<Option<u16>, CheckFailure> {
+    let limits = weir_http::Limits {
+        max_head_bytes: MAX_ANSWER_HEAD,
+        ..weir_http::Limits::default()
     };
-    if end >= MAX_STATUS_LINE {
-        return Err(CheckFailure::Malformed);
-    }
-    // The status line alone, closed by an empty line, is a complete head to httparse.
-    let mut head = Vec::with_capacity(end + 3);
-    head.extend_from_slice(&received[..=end]);
-    head.extend_from_slice(b"\r\n");
-    let mut response = httparse::Response::new(&mut []);
-    match response.parse(&head) {
-        Ok(httparse::Status::Complete(_)) => response.code.map(Some).ok_or(CheckFailure::Malformed),
-        Ok(httparse::Status::Partial) | Err(_) => Err(CheckFailure::Malformed),
+    let method = weir_http::Method::from_bytes(method.as_bytes());
+    let mut rest = received;
+    loop {
+        match weir_http::parse_response(rest, &limits, method) {
+            Ok(weir_http::Parsed::Complete(head, used)) if head.is_interim() => {
+                rest = &rest[used..];
+            }
+            Ok(weir_http::Parsed::Complete(head, _)) => return Ok(Some(head.status())),
+            Ok(weir_http::Parsed::Partial) => return Ok(None),
+            Err(_) => return Err(CheckFailure::Malformed),
+        }
     }
 }
 
@@ -249,7 +248,7 @@ async fn check_without_timeout(
     stream.flush().await.map_err(io_failure)?;
     let mut received = Vec::with_capacity(256);
     let status = loop {
-        if let Some(status) = parse_status_line(&received)? {
+        if let Some(status) = parse_answer(&received, method)? {
             break status;
         }
         if stream.read_buf(&mut received).await.map_err(io_failure)? == 0 {

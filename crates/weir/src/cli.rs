@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod tunnel;
+
+pub use tunnel::{LabWanArgs, ProbeCommand, SideArgs, TunnelArgs, TunnelCommand};
+
 /// weir: an application delivery controller — traffic management, TCP
 /// connection offload, and the tools to measure them.
 #[derive(Debug, Parser)]
@@ -35,10 +39,10 @@ pub enum Command {
     Lab(LabArgs),
     /// WAN tunnel: the near side (client) and far side (server) of a QUIC tunnel with
     /// compression and deduplication.
-    Tunnel(crate::tunnel::TunnelArgs),
+    Tunnel(TunnelArgs),
 }
 
-/// `weir lab [offload|tls|suite]`: the options before or after the subcommand.
+/// `weir lab [offload|tls|suite|wan]`: the options before or after the subcommand.
 #[derive(Debug, Args)]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -67,7 +71,7 @@ pub enum LabCommand {
     Suite(LabSuiteArgs),
     /// The WX WAN-acceleration report's matrix: T1 and OC-1 × one-way delay × loss, direct
     /// TCP vs weir tunnel, through weir netem (needs root).
-    Wan(crate::tunnel::LabWanArgs),
+    Wan(LabWanArgs),
 }
 
 /// `weir lab offload`: every option overrides the full size (or `--quick`'s).

@@ -1,5 +1,8 @@
 //! `weir lab`: arguments → the experiments' settings, run them, print the tables, write the
-//! JSON and HTML report with `--out`; exit non-zero when a check failed.
+//! JSON and HTML report with `--out` (`weir lab wan`: its own tables and JSON); exit non-zero
+//! when a check or a cell failed.
+
+use std::path::Path;
 
 use anyhow::Context;
 use weir_lab::offload::{OffloadSettings, OriginKind};
@@ -9,7 +12,9 @@ use weir_lab::suite::SuiteLabSettings;
 use weir_lab::tls::TlsLabSettings;
 use weir_lab::{Lab, model};
 
-use crate::cli::{LabArgs, LabCommand, LabOffloadArgs, LabOrigin, LabSuiteArgs, LabTlsArgs};
+use crate::cli::{
+    LabArgs, LabCommand, LabOffloadArgs, LabOrigin, LabSuiteArgs, LabTlsArgs, LabWanArgs,
+};
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
     // Settings are checked before anything starts.
@@ -26,10 +31,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         .join(" ");
     let report = match &args.command {
         None => quick(&mut lab, &command)?,
-        // Dispatched in main, before this lab's supervisor starts.
-        Some(LabCommand::Wan(wan)) => {
-            return crate::tunnel::lab_wan(wan.clone(), args.out.clone(), args.quiet);
-        }
+        Some(LabCommand::Wan(wan)) => return run_wan(&lab, wan, args.out.as_deref(), &command),
         Some(LabCommand::Offload(offload)) => {
             let settings = offload_settings(offload);
             settings.validate()?;
@@ -87,6 +89,40 @@ fn finish(report: &model::LabReport, args: &LabArgs) -> anyhow::Result<()> {
     } else {
         anyhow::bail!("a check failed (see FAIL above)")
     }
+}
+
+/// `weir lab wan`: the matrix's tables on stdout, its JSON to `--json` and `--out`'s
+/// `wan.json`.
+fn run_wan(lab: &Lab, args: &LabWanArgs, out: Option<&Path>, command: &str) -> anyhow::Result<()> {
+    let plan = weir_lab::wan::Plan {
+        tunnel_only: args.tunnel_only,
+        congestion: args.congestion.clone(),
+        fec: args.fec.clone(),
+        transport: args.transport.clone(),
+        ..weir_lab::wan::Plan::new(
+            args.quick,
+            &args.rates,
+            &args.delays,
+            &args.losses,
+            args.transfer_time,
+        )
+    };
+    plan.validate()?;
+    let results = weir_lab::wan::run(lab, &plan)?;
+    println!("{}", weir_lab::wan::table(&results));
+    let out_json = match out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            Some(dir.join("wan.json"))
+        }
+        None => None,
+    };
+    let paths = args.json.iter().chain(&out_json).map(|path| path.as_path());
+    weir_lab::wan::write_json(&results, command, paths)?;
+    let failed = weir_lab::wan::failures(&results);
+    anyhow::ensure!(failed.is_empty(), "cells failed:\n{}", failed.join("\n"));
+    Ok(())
 }
 
 fn offload_settings(args: &LabOffloadArgs) -> OffloadSettings {

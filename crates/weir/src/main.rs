@@ -33,12 +33,6 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Netem(args) => netem::run(args),
         Command::Cert(args) => cert::run(&args),
-        Command::Lab(cli::LabArgs {
-            command: Some(cli::LabCommand::Wan(wan)),
-            out,
-            quiet,
-            ..
-        }) => tunnel::lab_wan(wan, out, quiet),
         Command::Lab(args) => lab::run(args),
         Command::Tunnel(args) => tunnel::run(args),
     };

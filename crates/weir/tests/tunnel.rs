@@ -1,9 +1,10 @@
 //! End-to-end tests of `weir tunnel` and `weir lab wan` through `weir netem` links: real
-//! namespaces, a lossy delayed link, separate processes for every part.
+//! namespaces, a lossy delayed link, separate processes for every part; and a tunnel side's
+//! admin listener on loopback.
 //!
-//! Like the netem tests they need root, `/dev/net/tun` and `ip` (iproute2); without them they
-//! fail and say so, they never pass without running. They take turns (they measure nothing
-//! against the clock, but share the link names' address space and the two cores).
+//! Like the netem tests the link tests need root, `/dev/net/tun` and `ip` (iproute2); without
+//! them they fail and say so, they never pass without running. They take turns (they measure
+//! nothing against the clock, but share the link names' address space and the two cores).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -279,6 +280,65 @@ fn counter(lines: &[String], key: &str) -> u64 {
         })
         .and_then(|value| value.parse().ok())
         .unwrap_or_else(|| panic!("no {key} in {lines:?}"))
+}
+
+#[test]
+fn a_tunnel_side_serves_metrics_and_health_on_the_admin_listener() {
+    let dir = TempDir::new("admin");
+    write_certificates(&dir.0);
+    let admin = free_port();
+    let config = dir.0.join("server.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
+             ca = \"ca.pem\"\n[services.files]\nconnect = \"127.0.0.1:9\"\n\
+             [metrics]\nlisten = \"127.0.0.1:{admin}\"\n"
+        ),
+    )
+    .unwrap();
+    let mut server =
+        Running::start(Command::new(WEIR).args(["tunnel", "server", "--config", path(&config)]));
+    server.wait_for("weir tunnel server: listening");
+    let metrics = http_get(admin, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    for series in [
+        "weir_tunnel_connections_total 0",
+        "weir_tunnel_flows_active 0",
+        "weir_build_info",
+    ] {
+        assert!(metrics.contains(series), "no {series} in {metrics}");
+    }
+    assert!(http_get(admin, "/healthz").starts_with("HTTP/1.1 200"));
+    let stopped = server.stop();
+    assert!(
+        stopped
+            .iter()
+            .any(|line| line.starts_with("weir tunnel server: stopped: connections_total=0")),
+        "{stopped:?}"
+    );
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `GET path` on 127.0.0.1:`port` with `Connection: close`; the whole answer.
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("an answer");
+    answer
 }
 
 #[test]

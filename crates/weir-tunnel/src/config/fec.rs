@@ -4,8 +4,8 @@ use weir_config::KeyPath;
 
 use super::Checker;
 use super::schema::FileFec;
-use crate::fec::wire::MAX_SOURCES;
-use crate::fec::{FecSettings, Mode};
+use crate::sans_io::fec::wire::MAX_SOURCES;
+use crate::sans_io::fec::{FecSettings, Mode};
 
 impl Checker {
     pub(super) fn fec(&mut self, path: &KeyPath, file: Option<&FileFec>) -> FecSettings {
@@ -62,8 +62,8 @@ impl Checker {
         let Some(text) = text else {
             return default;
         };
-        match weir_netem::parse_probability(text) {
-            Ok(share) if (range.0..=range.1).contains(&share.value()) => share.value(),
+        match weir_config::units::parse_probability(text) {
+            Ok(share) if (range.0..=range.1).contains(&share) => share,
             Ok(_) => {
                 self.report(
                     path,
@@ -76,7 +76,7 @@ impl Checker {
                 default
             }
             Err(error) => {
-                self.report(path, error.to_string());
+                self.report(path, error);
                 default
             }
         }

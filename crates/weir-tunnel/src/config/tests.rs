@@ -172,13 +172,13 @@ fn relative_files_are_resolved_against_the_config_directory() {
 #[test]
 fn fec_keys_are_read_and_checked() {
     let defaults = parse_str(BOTH, "t.toml", Role::Client).unwrap();
-    assert_eq!(defaults.fec, crate::fec::FecSettings::default());
+    assert_eq!(defaults.fec, crate::sans_io::fec::FecSettings::default());
     let text = BOTH.replace(
         "[dedup]",
         "[fec]\nmode = \"on\"\nblock = 16\nmax_overhead = \"50%\"\nmin_loss = \"0.2%\"\n\n[dedup]",
     );
     let fec = parse_str(&text, "t.toml", Role::Client).unwrap().fec;
-    assert_eq!(fec.mode, crate::fec::Mode::On);
+    assert_eq!(fec.mode, crate::sans_io::fec::Mode::On);
     assert_eq!(fec.block, 16);
     assert!((fec.max_overhead - 0.5).abs() < 1e-12);
     assert!((fec.min_loss - 0.002).abs() < 1e-12);
@@ -201,4 +201,41 @@ fn fec_keys_are_read_and_checked() {
             "missing {expected:?} in:\n{error}"
         );
     }
+}
+
+/// An annotated config of `examples/tunnel/`.
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/tunnel")
+        .join(name)
+}
+
+#[test]
+fn the_examples_validate() {
+    let client = load_file(&example("client.toml"), Role::Client).unwrap_or_else(|e| panic!("{e}"));
+    let server = load_file(&example("server.toml"), Role::Server).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(client.services.len(), 2);
+    assert_eq!(server.services.len(), 2);
+    // Both ends describe the same link.
+    assert_eq!(client.link, server.link);
+    assert_eq!(client.fec, server.fec);
+    assert_eq!(client.link.bandwidth, 1_544_000);
+    assert_eq!(client.link.rtt, Duration::from_millis(500));
+}
+
+#[test]
+fn the_examples_show_the_defaults() {
+    let client = load_file(&example("client.toml"), Role::Client).unwrap_or_else(|e| panic!("{e}"));
+    let defaults = LinkParams::default();
+    assert_eq!(client.link.mtu, defaults.mtu);
+    assert_eq!(client.link.congestion, Congestion::Wan);
+    assert_eq!(client.link.transport, defaults.transport);
+    assert_eq!(client.link.idle_timeout, defaults.idle_timeout);
+    assert_eq!(client.link.keep_alive, defaults.keep_alive);
+    assert_eq!(client.dedup, DedupSettings::default());
+    assert_eq!(client.fec, FecSettings::default());
+    assert_eq!(client.compression, Some(DEFAULT_LEVEL));
+    let side = client.client.unwrap();
+    assert_eq!(side.connect_timeout, Duration::from_secs(10));
+    assert_eq!(side.drain_timeout, DEFAULT_DRAIN_TIMEOUT);
 }

@@ -13,8 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use weir_tls::{KeyType, TestCa};
-use weir_tunnel::config::{Role, parse_str};
-use weir_tunnel::{Client, Metrics, Server};
+use weir_tunnel::{Client, Metrics, Role, Server, parse_str};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -129,7 +128,7 @@ pub fn client_toml(
 pub async fn start_server(toml: &str) -> (Side, SocketAddr) {
     let config =
         parse_str(toml, "server.toml", Role::Server).unwrap_or_else(|error| panic!("{error}"));
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Metrics::new();
     // A restarted far side reuses its port: the stopped one's socket closes once quinn has
     // drained its connections, which may take a moment (a new process would not wait).
     let mut attempts = 0;
@@ -162,7 +161,7 @@ pub async fn start_server(toml: &str) -> (Side, SocketAddr) {
 pub async fn start_client(toml: &str) -> (Side, Vec<SocketAddr>) {
     let config =
         parse_str(toml, "client.toml", Role::Client).unwrap_or_else(|error| panic!("{error}"));
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Metrics::new();
     let client = Client::bind(config, Arc::clone(&metrics))
         .await
         .unwrap_or_else(|error| panic!("{error}"));

@@ -65,25 +65,40 @@ fn http_request_bytes() {
 }
 
 #[test]
-fn status_line_parsing() {
-    assert_eq!(parse_status_line(b""), Ok(None));
-    assert_eq!(parse_status_line(b"HTTP/1.1 20"), Ok(None));
-    assert_eq!(parse_status_line(b"HTTP/1.1 200 OK\r\n"), Ok(Some(200)));
+fn answer_parsing() {
+    assert_eq!(parse_answer(b"", "GET"), Ok(None));
+    assert_eq!(parse_answer(b"HTTP/1.1 20", "GET"), Ok(None));
+    assert_eq!(parse_answer(b"HTTP/1.1 200 OK\r\n", "GET"), Ok(None));
     assert_eq!(
-        parse_status_line(b"HTTP/1.0 503 Busy\r\nServer: x\r\n"),
+        parse_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", "GET"),
+        Ok(Some(200))
+    );
+    assert_eq!(
+        parse_answer(b"HTTP/1.0 503 Busy\r\nServer: x\r\n\r\n", "HEAD"),
         Ok(Some(503))
     );
-    assert_eq!(parse_status_line(b"HTTP/1.1 204\n"), Ok(Some(204)));
     assert_eq!(
-        parse_status_line(b"SSH-2.0-OpenSSH\r\n"),
-        Err(CheckFailure::Malformed)
+        parse_answer(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
+            "GET"
+        ),
+        Ok(Some(204))
     );
-    assert_eq!(
-        parse_status_line(b"HTTP/1.1 2000 OK\r\n"),
-        Err(CheckFailure::Malformed)
-    );
-    let endless = vec![b'a'; MAX_STATUS_LINE];
-    assert_eq!(parse_status_line(&endless), Err(CheckFailure::Malformed));
+    for bad in [
+        &b"SSH-2.0-OpenSSH\r\n\r\n"[..],
+        b"HTTP/1.1 2000 OK\r\n\r\n",
+        // What the proxy would refuse from the node: a bare LF, two lengths.
+        b"HTTP/1.1 204\n\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+    ] {
+        assert_eq!(
+            parse_answer(bad, "GET"),
+            Err(CheckFailure::Malformed),
+            "{bad:?}"
+        );
+    }
+    let endless = vec![b'a'; MAX_ANSWER_HEAD + 1];
+    assert_eq!(parse_answer(&endless, "GET"), Err(CheckFailure::Malformed));
 }
 
 #[test]

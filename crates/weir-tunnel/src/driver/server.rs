@@ -1,0 +1,206 @@
+//! The far side (`weir tunnel server`): accepts tunnel connections from near sides that
+//! present a certificate its CA signed, and for each flow stream connects to the service's
+//! real server and splices the two.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::net::TcpStream;
+
+use super::{flow, quic};
+use crate::TunnelError;
+use crate::config::{ServerSide, TunnelConfig};
+use crate::driver::session::{Session, code};
+use crate::metrics::Metrics;
+use crate::sans_io::wire::{decode_open, take_record};
+
+/// How long a new connection has to open its control stream, and a new flow to send its
+/// open header.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The far side, bound and ready to run.
+pub struct Server {
+    config: TunnelConfig,
+    side: ServerSide,
+    endpoint: quinn::Endpoint,
+    metrics: Arc<Metrics>,
+}
+
+impl Server {
+    /// Checks the certificates and binds the UDP socket.
+    pub fn bind(config: TunnelConfig, metrics: Arc<Metrics>) -> Result<Server, TunnelError> {
+        let side = config
+            .server
+            .clone()
+            .ok_or(TunnelError::Role("a [server] table"))?;
+        let server_config = quic::server_config(&config, &side)?;
+        let endpoint_config = quic::reset_key(&side).map_err(|source| TunnelError::Bind {
+            address: side.listen,
+            source,
+        })?;
+        let endpoint = quic::endpoint(
+            quic::Bind::Far(side.listen),
+            endpoint_config,
+            Some(server_config),
+            &config,
+            metrics.handles().clone(),
+        )?;
+        Ok(Server {
+            config,
+            side,
+            endpoint,
+            metrics,
+        })
+    }
+
+    /// The UDP address the far side listens on.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    /// Runs until `shutdown` completes.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let services: Arc<HashMap<String, String>> = Arc::new(
+            self.config
+                .services
+                .iter()
+                .filter_map(|service| Some((service.name.clone(), service.connect.clone()?)))
+                .collect(),
+        );
+        let config = Arc::new(self.config);
+        let endpoint = self.endpoint.clone();
+        let connect_timeout = self.side.connect_timeout;
+        let metrics = Arc::clone(&self.metrics);
+        let accepting = async move {
+            while let Some(incoming) = endpoint.accept().await {
+                tokio::spawn(serve_connection(
+                    incoming,
+                    Arc::clone(&config),
+                    Arc::clone(&services),
+                    connect_timeout,
+                    Arc::clone(&metrics),
+                ));
+            }
+        };
+        tokio::select! {
+            () = accepting => {}
+            () = shutdown => {}
+        }
+        // No new connections; open flows finish (bounded) before the connection closes.
+        flow::drain(self.metrics.handles(), self.side.drain_timeout).await;
+        self.endpoint
+            .close(code::SHUTDOWN.into(), b"weir tunnel server stopping");
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
+    }
+}
+
+async fn serve_connection(
+    incoming: quinn::Incoming,
+    config: Arc<TunnelConfig>,
+    services: Arc<HashMap<String, String>>,
+    connect_timeout: Duration,
+    metrics: Arc<Metrics>,
+) {
+    let remote = incoming.remote_address();
+    let connection = match incoming.await {
+        Ok(connection) => connection,
+        Err(error) => {
+            tracing::warn!(%remote, %error, "tunnel handshake failed");
+            return;
+        }
+    };
+    let control = match tokio::time::timeout(OPEN_TIMEOUT, connection.accept_bi()).await {
+        Ok(Ok(control)) => control,
+        _ => {
+            connection.close(code::PROTOCOL.into(), b"no control stream");
+            return;
+        }
+    };
+    metrics.connection_opened(&connection);
+    tracing::info!(%remote, "tunnel connection accepted");
+    let session = Session::start(
+        connection.clone(),
+        control,
+        &config,
+        metrics.handles().clone(),
+    );
+    loop {
+        match connection.accept_bi().await {
+            Ok((send, recv)) => {
+                tokio::spawn(serve_flow(
+                    Arc::clone(&session),
+                    send,
+                    recv,
+                    Arc::clone(&services),
+                    connect_timeout,
+                ));
+            }
+            Err(error) => {
+                tracing::info!(%remote, %error, "tunnel connection ended");
+                break;
+            }
+        }
+    }
+    metrics.connection_closed(&connection);
+}
+
+/// Reads the open header, connects to the service and runs the flow.
+async fn serve_flow(
+    session: Arc<Session>,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    services: Arc<HashMap<String, String>>,
+    connect_timeout: Duration,
+) {
+    let refused = |send: &mut quinn::SendStream, recv: &mut quinn::RecvStream, why: u32| {
+        let _ = send.reset(why.into());
+        let _ = recv.stop(why.into());
+        session.metrics.flows_failed.inc();
+    };
+    let Ok(Some((service, leftover))) = tokio::time::timeout(OPEN_TIMEOUT, read_open(&mut recv))
+        .await
+        .unwrap_or(Ok(None))
+    else {
+        refused(&mut send, &mut recv, code::PROTOCOL);
+        return;
+    };
+    let Some(target) = services.get(&service) else {
+        tracing::warn!(%service, "flow for an unknown service refused");
+        refused(&mut send, &mut recv, code::UNKNOWN_SERVICE);
+        return;
+    };
+    let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(target.as_str())).await
+    {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(error)) => {
+            tracing::warn!(%service, %target, %error, "cannot connect to the service");
+            refused(&mut send, &mut recv, code::CONNECT_FAILED);
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%service, %target, "connecting to the service timed out");
+            refused(&mut send, &mut recv, code::CONNECT_FAILED);
+            return;
+        }
+    };
+    flow::run(session, tcp, send, recv, None, leftover).await;
+}
+
+/// The service name from the first record, and any bytes read after it.
+async fn read_open(recv: &mut quinn::RecvStream) -> Result<Option<(String, BytesMut)>, String> {
+    let mut buffer = BytesMut::new();
+    loop {
+        if let Some(record) = take_record(&mut buffer).map_err(|error| error.to_string())? {
+            let service = decode_open(record).map_err(|error| error.to_string())?;
+            return Ok(Some((service, buffer)));
+        }
+        match recv.read_chunk(64 << 10, true).await {
+            Ok(Some(chunk)) => buffer.extend_from_slice(&chunk.bytes),
+            Ok(None) | Err(_) => return Ok(None),
+        }
+    }
+}

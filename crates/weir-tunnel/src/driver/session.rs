@@ -1,0 +1,345 @@
+//! One tunnel connection's shared state and its control stream driver: the mirror of the
+//! peer's chunk store, this end's store, the pinned chunks of references in flight, and the
+//! waiters for chunks asked of the peer. The message rules are in [`crate::sans_io::control`];
+//! a session's states, and the code that moves it between them: `LIFECYCLE.md`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{Notify, mpsc, oneshot};
+use weir_observe::TunnelMetrics;
+
+use crate::config::{LinkParams, TunnelConfig};
+use crate::sans_io::codec::{EncoderSettings, MAX_CHUNK, Piece};
+use crate::sans_io::control::{Control, MAX_INSERTED};
+use crate::sans_io::dedup::{ChunkId, ChunkStore};
+use crate::sans_io::wire::{MAX_BLOCK_PAYLOAD, take_record};
+
+/// Pinned bytes a flow may hold before its encoder waits for the peer to resolve them.
+pub const PIN_LIMIT: u64 = 32 << 20;
+
+/// Application error codes on streams and the connection.
+pub mod code {
+    /// The far side has no such service.
+    pub const UNKNOWN_SERVICE: u32 = 1;
+    /// The far side could not connect to the real server.
+    pub const CONNECT_FAILED: u32 = 2;
+    /// The local TCP connection was reset or failed.
+    pub const TCP_ERROR: u32 = 3;
+    /// The peer broke the protocol.
+    pub const PROTOCOL: u32 = 4;
+    /// The process is stopping.
+    pub const SHUTDOWN: u32 = 5;
+}
+
+/// Per-connection state shared by its flows and its control stream.
+#[derive(Debug)]
+pub struct Session {
+    pub connection: quinn::Connection,
+    pub settings: EncoderSettings,
+    /// The most literal bytes per block the encoders send (see [`block_limit`]).
+    pub block_limit: usize,
+    pub max_chunk: u32,
+    pub metrics: TunnelMetrics,
+    /// What the peer holds, as far as its reports go (lengths only).
+    mirror: Mutex<ChunkStore<u32>>,
+    /// What this end holds of what it received.
+    store: Mutex<ChunkStore<Bytes>>,
+    pins: Mutex<HashMap<u64, Pins>>,
+    pins_released: Notify,
+    waiting: Mutex<HashMap<(u64, u64), Answer>>,
+    control: mpsc::UnboundedSender<Control>,
+}
+
+/// Where the answer to a `Need` goes: the chunk, or `None` when the peer has none.
+type Answer = oneshot::Sender<Option<Bytes>>;
+
+/// Chunks a flow referenced that the peer has not yet said it resolved.
+#[derive(Debug, Default)]
+struct Pins {
+    chunks: VecDeque<(u64, Bytes)>,
+    bytes: u64,
+    encoder_done: bool,
+    decoder_done: bool,
+}
+
+/// A decoded piece after the store was consulted.
+#[derive(Debug)]
+pub enum Resolved {
+    Bytes(Bytes),
+    Missing { index: u64, id: ChunkId, len: u32 },
+}
+
+impl Session {
+    /// Starts the session on a connection whose control stream is open: sends this end's
+    /// hello and runs the control stream until the connection ends.
+    pub fn start(
+        connection: quinn::Connection,
+        control: (quinn::SendStream, quinn::RecvStream),
+        config: &TunnelConfig,
+        metrics: TunnelMetrics,
+    ) -> Arc<Session> {
+        let store_budget = config.dedup.store;
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let session = Arc::new(Session {
+            connection,
+            settings: EncoderSettings {
+                dedup: config.dedup.enabled.then_some(config.dedup.chunks),
+                compression: config.compression,
+            },
+            block_limit: block_limit(&config.link),
+            max_chunk: MAX_CHUNK,
+            metrics,
+            mirror: Mutex::new(ChunkStore::new(0)),
+            store: Mutex::new(ChunkStore::new(store_budget)),
+            pins: Mutex::new(HashMap::new()),
+            pins_released: Notify::new(),
+            waiting: Mutex::new(HashMap::new()),
+            control: sender,
+        });
+        session.send(Control::Hello { store_budget });
+        let (send, recv) = control;
+        tokio::spawn(write_control(send, receiver));
+        tokio::spawn(read_control(Arc::clone(&session), recv));
+        session
+    }
+
+    pub fn send(&self, message: Control) {
+        // Fails only when the writer has stopped, that is when the connection is gone.
+        let _ = self.control.send(message);
+    }
+
+    /// For each id, whether the peer holds it (as far as this end knows).
+    pub fn known(&self, ids: impl Iterator<Item = ChunkId>) -> Vec<bool> {
+        let mirror = lock(&self.mirror);
+        ids.map(|id| mirror.contains(&id)).collect()
+    }
+
+    /// Starts tracking pins of a flow this end sends on.
+    pub fn open_pins(&self, stream: u64) {
+        lock(&self.pins).entry(stream).or_default();
+    }
+
+    /// Keeps referenced chunks until the peer resolves them, waiting first while the flow
+    /// holds more than [`PIN_LIMIT`].
+    pub async fn pin(&self, stream: u64, refs: Vec<(u64, Bytes)>) {
+        if refs.is_empty() {
+            return;
+        }
+        loop {
+            let released = self.pins_released.notified();
+            {
+                let mut pins = lock(&self.pins);
+                let entry = pins.entry(stream).or_default();
+                if entry.decoder_done {
+                    return;
+                }
+                if entry.bytes < PIN_LIMIT {
+                    for (index, bytes) in refs {
+                        entry.bytes += bytes.len() as u64;
+                        entry.chunks.push_back((index, bytes));
+                    }
+                    return;
+                }
+            }
+            tokio::select! {
+                () = released => {}
+                _ = self.connection.closed() => return,
+            }
+        }
+    }
+
+    /// The flow's encoder finished: drop its pins once the peer's decoder is done too.
+    pub fn encoder_done(&self, stream: u64) {
+        let mut pins = lock(&self.pins);
+        if let Some(entry) = pins.get_mut(&stream) {
+            entry.encoder_done = true;
+            if entry.decoder_done {
+                pins.remove(&stream);
+            }
+        }
+    }
+
+    /// Stores the block's new chunks and looks its references up, in item order, under one
+    /// lock of the store; the new chunks are reported to the peer before the lock is let go,
+    /// so reports leave in exactly the order of insertion (the mirror depends on it).
+    pub fn resolve(&self, pieces: Vec<Piece>) -> Vec<Resolved> {
+        let mut inserted = Vec::new();
+        let mut resolved = Vec::with_capacity(pieces.len());
+        let mut store = lock(&self.store);
+        for piece in pieces {
+            resolved.push(match piece {
+                Piece::Literal { bytes, stored } => {
+                    if let Some(id) = stored
+                        && store.insert(id, bytes.clone())
+                    {
+                        inserted.push((id, bytes.len() as u32));
+                    }
+                    Resolved::Bytes(bytes)
+                }
+                Piece::Ref { index, id, len } => match store.get(&id) {
+                    Some(bytes) => Resolved::Bytes(bytes.clone()),
+                    None => Resolved::Missing { index, id, len },
+                },
+            });
+        }
+        while !inserted.is_empty() {
+            let rest = inserted.split_off(inserted.len().min(MAX_INSERTED));
+            self.send(Control::Inserted { chunks: inserted });
+            inserted = rest;
+        }
+        self.metrics
+            .dedup_store_bytes
+            .set(i64::try_from(store.total()).unwrap_or(i64::MAX));
+        resolved
+    }
+
+    /// Asks the peer for a chunk a reference missed; `None` when it has none or the
+    /// connection ends.
+    pub async fn fetch(&self, stream: u64, index: u64) -> Option<Bytes> {
+        let (sender, receiver) = oneshot::channel();
+        lock(&self.waiting).insert((stream, index), sender);
+        self.metrics.dedup_misses.inc();
+        self.send(Control::Need { stream, index });
+        tokio::select! {
+            answer = receiver => answer.ok().flatten(),
+            _ = self.connection.closed() => None,
+        }
+    }
+
+    fn handle(&self, message: Control) -> Result<(), String> {
+        match message {
+            Control::Hello { store_budget } => lock(&self.mirror).set_budget(store_budget),
+            Control::Inserted { chunks } => {
+                let mut mirror = lock(&self.mirror);
+                for (id, len) in chunks {
+                    mirror.insert(id, len);
+                }
+            }
+            Control::Resolved { stream, refs } => {
+                if let Some(entry) = lock(&self.pins).get_mut(&stream) {
+                    while entry.chunks.front().is_some_and(|(index, _)| *index < refs) {
+                        if let Some((_, bytes)) = entry.chunks.pop_front() {
+                            entry.bytes -= bytes.len() as u64;
+                        }
+                    }
+                }
+                self.pins_released.notify_waiters();
+            }
+            Control::Need { stream, index } => {
+                let found = lock(&self.pins).get(&stream).and_then(|entry| {
+                    entry
+                        .chunks
+                        .iter()
+                        .find(|(pinned, _)| *pinned == index)
+                        .map(|(_, bytes)| bytes.clone())
+                });
+                self.send(match found {
+                    Some(bytes) => Control::Chunk {
+                        stream,
+                        index,
+                        bytes,
+                    },
+                    None => Control::Missing { stream, index },
+                });
+            }
+            Control::Chunk {
+                stream,
+                index,
+                bytes,
+            } => {
+                if let Some(waiter) = lock(&self.waiting).remove(&(stream, index)) {
+                    let _ = waiter.send(Some(bytes));
+                }
+            }
+            Control::Missing { stream, index } => {
+                if let Some(waiter) = lock(&self.waiting).remove(&(stream, index)) {
+                    let _ = waiter.send(None);
+                }
+            }
+            Control::Done { stream } => {
+                let mut pins = lock(&self.pins);
+                let entry = pins.entry(stream).or_default();
+                entry.decoder_done = true;
+                entry.chunks.clear();
+                entry.bytes = 0;
+                if entry.encoder_done {
+                    pins.remove(&stream);
+                }
+                drop(pins);
+                self.pins_released.notify_waiters();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes queued control messages, several per write.
+async fn write_control(
+    mut send: quinn::SendStream,
+    mut receiver: mpsc::UnboundedReceiver<Control>,
+) {
+    let mut buffer = BytesMut::new();
+    while let Some(message) = receiver.recv().await {
+        message.encode(&mut buffer);
+        while buffer.len() < 256 << 10 {
+            match receiver.try_recv() {
+                Ok(message) => message.encode(&mut buffer),
+                Err(_) => break,
+            }
+        }
+        if send.write_all(&buffer).await.is_err() {
+            return;
+        }
+        buffer.clear();
+    }
+}
+
+/// Reads and handles control messages until the stream or connection ends; a protocol
+/// error closes the connection.
+async fn read_control(session: Arc<Session>, mut recv: quinn::RecvStream) {
+    let mut buffer = BytesMut::new();
+    loop {
+        loop {
+            match take_record(&mut buffer) {
+                Ok(Some(record)) => {
+                    let handled = crate::sans_io::control::Control::decode(record)
+                        .map_err(|error| error.to_string())
+                        .and_then(|message| session.handle(message));
+                    if let Err(error) = handled {
+                        tracing::warn!(%error, "tunnel control stream: protocol error");
+                        session
+                            .connection
+                            .close(code::PROTOCOL.into(), b"control protocol error");
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::warn!(%error, "tunnel control stream: protocol error");
+                    session
+                        .connection
+                        .close(code::PROTOCOL.into(), b"control protocol error");
+                    return;
+                }
+            }
+        }
+        match recv.read_chunk(1 << 20, true).await {
+            Ok(Some(chunk)) => buffer.extend_from_slice(&chunk.bytes),
+            Ok(None) | Err(_) => return,
+        }
+    }
+}
+
+/// The most literal bytes per block for a link: about 25 ms of it, 16 KiB to 256 KiB (a
+/// 256 KiB block would hold its first byte back for 1.4 s on a T1).
+fn block_limit(link: &LinkParams) -> usize {
+    let bytes = link.bandwidth as f64 / 8.0 * 0.025;
+    (bytes as usize).clamp(16 << 10, MAX_BLOCK_PAYLOAD)
+}
+
+/// A poisoned lock only means a task panicked mid-update; the maps stay usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
