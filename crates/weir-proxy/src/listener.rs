@@ -15,7 +15,7 @@ use weir_core::ShutdownSignal;
 use weir_observe::Metrics;
 use weir_upstream::Pool;
 
-use crate::drain::{Drain, DrainGuard};
+use crate::drain::{Admission, Drain};
 use crate::pipeline;
 use crate::route::VirtualServerRuntime;
 use crate::tls::TlsTermination;
@@ -246,20 +246,5 @@ async fn accept_loop(
             admission,
             shutdown.clone(),
         ));
-    }
-}
-
-/// An admitted client connection's place in its virtual server's count and in
-/// the drain, held by its task and given back when the task ends.
-#[derive(Debug)]
-pub(crate) struct Admission {
-    pub vs: Arc<VirtualServerRuntime>,
-    pub(crate) _drain: DrainGuard,
-}
-
-impl Drop for Admission {
-    fn drop(&mut self) {
-        self.vs.open.fetch_sub(1, Ordering::AcqRel);
-        self.vs.metrics.connections_open.dec();
     }
 }

