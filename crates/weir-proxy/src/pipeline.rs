@@ -10,6 +10,7 @@
 //! Any stage may answer early (4xx/5xx) and close. Each stage lives in its
 //! own module; this file only calls them in order.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::net::TcpStream;
@@ -71,7 +72,7 @@ async fn start_connection(
 
 /// Waits for each request's first bytes with no buffer, then serves what came.
 async fn serve_kept_alive(
-    start: std::pin::Pin<Box<impl Future<Output = Option<IdleConnection>>>>,
+    start: Pin<Box<impl Future<Output = Option<IdleConnection>>>>,
     admission: Admission,
     mut shutdown: ShutdownSignal,
 ) {
@@ -85,28 +86,51 @@ async fn serve_kept_alive(
             Box::pin(idle.close()).await;
             return;
         }
-        let mut client = idle.into_client();
-        match client.read_now() {
-            // Readiness without bytes: back to waiting, the buffers back to the pool.
-            None => {
-                idle = client.into_idle();
-                continue;
-            }
-            // The client closed while idle: so do we.
-            Some(Ok(0)) => {
-                Box::pin(client.into_idle().close()).await;
-                return;
-            }
-            Some(Err(_)) => {
-                client.release();
-                return;
-            }
-            Some(Ok(_)) => {}
-        }
-        match Box::pin(serve_requests(client, vs, &mut shutdown)).await {
+        // What woke the connection; the `Client` (with its buffers) never lives
+        // across an await of this task, only inside the boxed futures.
+        let next: Pin<Box<dyn Future<Output = Option<IdleConnection>> + Send + '_>> =
+            match wake(idle) {
+                Woken::Nothing(back) => {
+                    idle = back;
+                    continue;
+                }
+                Woken::Closed(back) => Box::pin(async move {
+                    back.close().await;
+                    None
+                }),
+                Woken::Failed => return,
+                Woken::Request(client) => Box::pin(serve_requests(client, vs, &mut shutdown)),
+            };
+        match next.await {
             Some(back) => idle = back,
             None => return,
         }
+    }
+}
+
+/// What a readable idle connection turned out to hold.
+enum Woken {
+    /// Readiness without bytes: back to waiting, the buffers back to the pool.
+    Nothing(IdleConnection),
+    /// The client closed while idle: so do we.
+    Closed(IdleConnection),
+    /// The read failed: the connection is gone.
+    Failed,
+    /// Request bytes are in the client's read buffer.
+    Request(Client),
+}
+
+/// Lends the connection its buffers and reads what woke it, without waiting.
+fn wake(idle: IdleConnection) -> Woken {
+    let mut client = idle.into_client();
+    match client.read_now() {
+        None => Woken::Nothing(client.into_idle()),
+        Some(Ok(0)) => Woken::Closed(client.into_idle()),
+        Some(Err(_)) => {
+            client.release();
+            Woken::Failed
+        }
+        Some(Ok(_)) => Woken::Request(client),
     }
 }
 
@@ -369,6 +393,6 @@ mod tests {
         };
         let task = serve_connection(stream, addr, admission, signal);
         let size = std::mem::size_of_val(&task);
-        assert!(size <= 768, "the connection future is {size} bytes");
+        assert!(size <= 512, "the connection future is {size} bytes");
     }
 }

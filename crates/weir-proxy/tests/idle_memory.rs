@@ -165,7 +165,7 @@ async fn idle_plain_client_connections_hold_no_buffers() {
     let per_connection = (after - before) / CONNECTIONS as i64;
     eprintln!("idle plain client connection: {per_connection} bytes");
     assert!(
-        per_connection <= 1280,
+        per_connection <= 1024,
         "{per_connection} bytes per idle client connection"
     );
     drop(held);
@@ -210,7 +210,7 @@ async fn silent_client_connections_hold_no_buffers() {
     let per_connection = (after - before) / CONNECTIONS as i64;
     eprintln!("silent plain client connection: {per_connection} bytes");
     assert!(
-        per_connection <= 1280,
+        per_connection <= 1024,
         "{per_connection} bytes per connection that has sent nothing"
     );
     drop(held);
