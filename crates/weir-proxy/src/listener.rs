@@ -1,7 +1,7 @@
 //! Listeners: binding, the accept → admit stages, and the set of listening sockets a reload
 //! diffs (added, removed, re-bound) rather than rebuilds.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use weir_config::Config;
 use weir_core::{Shutdown, ShutdownSignal};
 
-use crate::drain::Drain;
+use crate::drain::{Admission, Drain};
 use crate::model::ModelCell;
 use crate::pipeline;
 use crate::route::VirtualServerRuntime;
@@ -30,7 +30,8 @@ pub(crate) struct Bound {
     pub socket: std::net::TcpListener,
 }
 
-/// The listening sockets of a running proxy, by configured address.
+/// The listening sockets of a running proxy, by bound address (unique even where several
+/// virtual servers say port 0).
 #[derive(Debug, Default)]
 pub(crate) struct Listeners {
     entries: HashMap<SocketAddr, Entry>,
@@ -39,6 +40,8 @@ pub(crate) struct Listeners {
 /// One listening socket and its accept loop.
 #[derive(Debug)]
 struct Entry {
+    /// As written in the config.
+    configured: SocketAddr,
     local: SocketAddr,
     socket: Arc<TcpListener>,
     /// The virtual server it serves (a reload may hand it to another).
@@ -97,8 +100,9 @@ impl Listeners {
                 stop_signal,
             ));
             self.entries.insert(
-                bound.address,
+                local,
                 Entry {
+                    configured: bound.address,
                     local,
                     socket,
                     target,
@@ -111,25 +115,45 @@ impl Listeners {
         Ok(())
     }
 
-    /// The addresses served now, as configured and as bound (a port 0 resolved): a
-    /// candidate's listen address in this set needs no new socket.
-    pub(crate) fn served(&self) -> HashSet<SocketAddr> {
-        self.entries
-            .iter()
-            .flat_map(|(configured, entry)| [*configured, entry.local])
-            .collect()
+    /// Whether a listener of `virtual_server` at `address` is served now: by the socket
+    /// bound there, or (port 0) by one configured so for the same virtual server. Such a
+    /// candidate listener needs no new socket.
+    pub(crate) fn serves(&self, address: SocketAddr, virtual_server: &str) -> bool {
+        if self.entries.contains_key(&address) {
+            return true;
+        }
+        address.port() == 0
+            && self.entries.values().any(|entry| {
+                entry.configured == address
+                    && *entry.target.lock().unwrap_or_else(|e| e.into_inner()) == virtual_server
+            })
     }
 
     /// Makes the set of listeners match `config`'s: listeners of addresses no longer
     /// configured stop accepting and close; those that stay serve the virtual server the
     /// config gives them, with its backlog. Added ones are started with [`Self::start`].
     pub(crate) fn retain_and_rebind(&mut self, config: &Config) {
-        let wanted: HashMap<SocketAddr, (&str, u32)> = weir_config::diff::listeners(config)
-            .into_iter()
-            .map(|(address, name, backlog)| (address, (name, backlog)))
-            .collect();
-        self.entries.retain(|address, entry| {
-            let found = wanted.get(address).or_else(|| wanted.get(&entry.local));
+        let mut wanted: HashMap<SocketAddr, Vec<(&str, u32)>> = HashMap::new();
+        for (address, name, backlog) in weir_config::diff::listeners(config) {
+            wanted.entry(address).or_default().push((name, backlog));
+        }
+        self.entries.retain(|_, entry| {
+            let served = entry
+                .target
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            // The bound address itself, else (port 0) the address as configured, for the
+            // same virtual server.
+            let found = wanted
+                .get(&entry.local)
+                .and_then(|list| list.first())
+                .or_else(|| {
+                    wanted
+                        .get(&entry.configured)
+                        .filter(|_| entry.configured.port() == 0)
+                        .and_then(|list| list.iter().find(|(name, _)| *name == served))
+                });
             let Some(&(name, backlog)) = found else {
                 tracing::info!(listen = %entry.local, "listener removed");
                 entry.stop.trigger();
@@ -169,10 +193,18 @@ impl Listeners {
 
     /// A duplicate of every listening socket, by configured address (for a binary
     /// upgrade: the new process accepts on the same sockets, so none is ever closed).
+    /// A port-0 listener goes by its bound address: no config can name it otherwise.
     pub(crate) fn duplicates(&self) -> io::Result<Vec<(SocketAddr, OwnedFd)>> {
         self.entries
-            .iter()
-            .map(|(address, entry)| Ok((*address, entry.socket.as_fd().try_clone_to_owned()?)))
+            .values()
+            .map(|entry| {
+                let address = if entry.configured.port() == 0 {
+                    entry.local
+                } else {
+                    entry.configured
+                };
+                Ok((address, entry.socket.as_fd().try_clone_to_owned()?))
+            })
             .collect()
     }
 
@@ -238,15 +270,16 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         vs.metrics.connections_accepted.inc();
         vs.metrics.connections_open.inc();
-        let guard = context.drain.enter();
-        let vs = Arc::clone(vs);
-        let signal = signal.clone();
-        tokio::spawn(async move {
-            pipeline::serve_connection(stream, peer, Arc::clone(&vs), signal).await;
-            vs.shared.open.fetch_sub(1, Ordering::AcqRel);
-            vs.metrics.connections_open.dec();
-            drop(guard);
-        });
+        let admission = Admission {
+            vs: Arc::clone(vs),
+            _drain: context.drain.enter(),
+        };
+        tokio::spawn(pipeline::serve_connection(
+            stream,
+            peer,
+            admission,
+            signal.clone(),
+        ));
     }
 }
 

@@ -63,6 +63,11 @@ impl Proxy {
         self.live.current().tls_terminations()
     }
 
+    /// The first model, as built.
+    pub fn current(&self) -> Arc<crate::Model> {
+        self.live.current()
+    }
+
     /// Binds every listen address. Fails, naming the address, before
     /// anything is served.
     pub fn bind_listeners(self) -> io::Result<BoundProxy> {

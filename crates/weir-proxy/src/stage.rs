@@ -130,11 +130,10 @@ pub(crate) fn bind_added(
     candidate: &Config,
     listeners: &Listeners,
 ) -> Result<Vec<Bound>, ConfigError> {
-    let served = listeners.served();
     let mut bound = Vec::new();
     for vs in &candidate.virtual_servers {
         for (index, &address) in vs.listen.iter().enumerate() {
-            if served.contains(&address) {
+            if listeners.serves(address, &vs.name) {
                 continue;
             }
             let socket = bind_tcp(address, vs.backlog).map_err(|error| {
