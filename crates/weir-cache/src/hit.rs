@@ -219,12 +219,15 @@ impl Hit {
     /// Writes an HTTP/1.1 status line and head for this hit, and returns how
     /// the body is framed. `http10` writes for an HTTP/1.0 client (no chunked
     /// coding); `extra` fields (the debug header, say) follow the stored ones.
+    /// `replace` fields (the virtual server's response headers) are written
+    /// instead of any stored field of the same name.
     pub fn write_http1_head(
         &self,
         out: &mut BytesMut,
         http10: bool,
         keep_alive: bool,
         extra: &[(&str, &str)],
+        replace: &[(String, String)],
     ) -> Framing {
         let status = self.status();
         let reason = weir_http::reason_phrase(status);
@@ -236,13 +239,23 @@ impl Hit {
             "HTTP/1.{} {status} {reason}\r\n",
             if http10 { 0 } else { 1 }
         );
+        let replaced = |name: &[u8]| {
+            replace
+                .iter()
+                .any(|(set, _)| name.eq_ignore_ascii_case(set.as_bytes()))
+        };
         match self.answer {
-            Answer::Full | Answer::Partial { .. } => out.extend_from_slice(lines),
+            Answer::Full | Answer::Partial { .. } if replace.is_empty() => {
+                out.extend_from_slice(lines);
+            }
             _ => {
-                for (name, value) in self.headers() {
+                for (name, value) in self.headers().filter(|(name, _)| !replaced(name)) {
                     push_field(out, name, value);
                 }
             }
+        }
+        for (name, value) in replace {
+            push_field(out, name.as_bytes(), value.as_bytes());
         }
         let mut number = itoa::Buffer::new();
         push_field(out, b"Age", number.format(self.age).as_bytes());

@@ -25,6 +25,7 @@
 mod answer;
 mod buffers;
 mod client;
+mod content;
 mod drain;
 mod exchange;
 pub mod handoff;

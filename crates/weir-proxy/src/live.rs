@@ -280,6 +280,7 @@ impl Live {
             cell: Arc::downgrade(&self.cell),
             current_generation: self.cell.generation_counter(),
             metrics: &self.metrics,
+            previous: &current,
         }
         .build()
     }

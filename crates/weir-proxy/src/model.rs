@@ -24,6 +24,7 @@ use weir_http::Limits;
 use weir_observe::{AccessLog, Metrics, VirtualServerMetrics};
 use weir_upstream::Pool;
 
+use crate::content::Content;
 use crate::tls::TlsTermination;
 
 /// One generation of the running configuration.
@@ -89,6 +90,8 @@ pub struct VirtualServerRuntime {
     current_generation: Arc<AtomicU64>,
     /// TLS termination, on an HTTPS virtual server.
     pub tls: Option<Arc<TlsTermination>>,
+    /// The cache and compression; `None` when neither is configured.
+    pub(crate) content: Option<Box<Content>>,
 }
 
 impl VirtualServerRuntime {
@@ -98,6 +101,7 @@ impl VirtualServerRuntime {
         metrics: VirtualServerMetrics,
         access_log: Option<Arc<AccessLog>>,
         tls: Option<Arc<TlsTermination>>,
+        content: Option<Box<Content>>,
         link: ModelLink,
     ) -> VirtualServerRuntime {
         let pool = |PoolId(index): PoolId| Arc::clone(&pools[index]);
@@ -119,8 +123,14 @@ impl VirtualServerRuntime {
                 max_headers: config.limits.max_headers,
             },
             tls,
+            content,
             config: config.clone(),
         }
+    }
+
+    /// The virtual server's cache (`[cache]`), shared by the models that keep its settings.
+    pub fn cache(&self) -> Option<&Arc<weir_cache::Cache>> {
+        self.content.as_ref()?.cache()
     }
 
     /// This virtual server in the model running now, when that is a newer one than this
@@ -241,6 +251,8 @@ pub(crate) struct ModelParts<'a> {
     pub current_generation: Arc<AtomicU64>,
     pub metrics: &'a Metrics,
     pub access_log: Option<Arc<AccessLog>>,
+    /// The running model, whose caches are kept where their settings stay.
+    pub previous: &'a Model,
 }
 
 impl ModelParts<'_> {
@@ -255,12 +267,19 @@ impl ModelParts<'_> {
                         .entry(vs.name.clone())
                         .or_insert_with(VirtualServerShared::new),
                 );
+                let previous = self.previous.virtual_server(&vs.name);
+                let content = Content::build(
+                    vs,
+                    self.metrics,
+                    previous.and_then(|p| p.content.as_deref()),
+                );
                 Arc::new(VirtualServerRuntime::new(
                     vs,
                     &self.pools,
                     self.metrics.virtual_server(&vs.name),
                     self.access_log.clone(),
                     self.tls.remove(&vs.name),
+                    content.map(Box::new),
                     ModelLink {
                         generation: self.generation,
                         shared,

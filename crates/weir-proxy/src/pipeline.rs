@@ -23,6 +23,7 @@ use weir_upstream::Pool;
 
 use crate::answer::Failure;
 use crate::client::{Client, IdleConnection};
+use crate::content::{self, Looked};
 use crate::drain::Admission;
 use crate::exchange::{self, Exchange};
 use crate::policy;
@@ -162,9 +163,15 @@ async fn serve_requests(
         let vs: &VirtualServerRuntime = latest;
         let started = Instant::now();
         // route
-        let pool = Arc::clone(vs.route(&head));
+        let route = vs.matched_route(&head);
+        let pool = Arc::clone(vs.route_pool(route));
         let keep_alive = wants_keep_alive(&client, vs, &head, shutdown);
-        match serve_request(&mut client, vs, &pool, &head, keep_alive, shutdown, started).await {
+        let request = Request {
+            head: &head,
+            route,
+            started,
+        };
+        match serve_request(&mut client, vs, &pool, request, keep_alive, shutdown).await {
             // Pipelined bytes are served at once; otherwise the connection idles.
             Ok(Next::KeepAlive) if client.read_buf.is_empty() => return Some(client.into_idle()),
             Ok(Next::KeepAlive) => continue,
@@ -195,22 +202,79 @@ enum Next {
     Linger,
 }
 
+/// A request as routed.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    head: &'a RequestHead,
+    /// The matched route (`None`: the virtual server's default).
+    route: Option<usize>,
+    started: Instant,
+}
+
 /// One request from filter to log. Returns what becomes of the connection.
 async fn serve_request(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     pool: &Arc<Pool>,
-    head: &RequestHead,
+    request: Request<'_>,
     keep_alive: bool,
     shutdown: &ShutdownSignal,
-    started: Instant,
 ) -> Result<Next, Failure> {
+    let Request { head, started, .. } = request;
     // filter_request: CONNECT, TRACE, upgrades and header names, as the virtual server allows
     let forwarding = policy::filter(vs, head)?;
     // read body (up to request_buffer) before any upstream connection is taken
     let mut body = request_body::read(client, vs, head).await?;
+    // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
+    let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
+    let looked = content::lookup(
+        client,
+        vs,
+        request.route,
+        head,
+        body.is_complete(),
+        answer_keep_alive,
+    );
+    let flow = match looked.await? {
+        Looked::Answered { sent, refresh } => {
+            record(client, vs, head, body.received, &sent, None, started);
+            if let Some(flow) = refresh {
+                content::refresh(client, vs, pool, head, forwarding, &mut body, flow).await;
+            }
+            return Ok(match sent.keep_alive {
+                true => Next::KeepAlive,
+                false if !body.is_complete() => Next::Linger,
+                false => Next::Close,
+            });
+        }
+        Looked::Forward(flow) => flow,
+    };
     // select → checkout → forward, with bounded retries
-    let exchange = exchange::exchange(client, vs, pool, head, forwarding, &mut body).await?;
+    let forward_head = flow.as_ref().and_then(|flow| flow.forward_head.as_ref());
+    let exchanged = exchange::exchange(
+        client,
+        vs,
+        pool,
+        forward_head.unwrap_or(head),
+        forwarding,
+        &mut body,
+    );
+    let exchange = match (exchanged.await, flow) {
+        (Ok(exchange), flow) => (exchange, flow),
+        // A stale object may stand in for a failed node (stale-if-error).
+        (Err(failure), Some(flow)) => {
+            let sent =
+                content::node_failed(client, vs, head, flow, failure, answer_keep_alive).await?;
+            record(client, vs, head, body.received, &sent, None, started);
+            return Ok(if sent.keep_alive {
+                Next::KeepAlive
+            } else {
+                Next::Close
+            });
+        }
+        (Err(failure), None) => return Err(failure),
+    };
+    let (exchange, flow) = exchange;
     let body_cut = exchange.body_cut;
     let node = exchange.node;
     let node_state = &pool.nodes[node];
@@ -228,35 +292,28 @@ async fn serve_request(
     let keep_alive = keep_alive && !shutdown.is_triggered() && !forwarding.connect;
     let status = exchange.response.status();
     let tunnelled = status == 101 || (forwarding.connect && (200..300).contains(&status));
-    let sent = if tunnelled {
-        upgrade::tunnel(client, vs, exchange, head.version()).await?
-    } else {
-        respond(client, vs, pool, exchange, head.version(), keep_alive).await?
+    let sent = match flow {
+        _ if tunnelled => upgrade::tunnel(client, vs, exchange, head.version()).await?,
+        // filter_response → respond: stored, compressed, or answered from the cache
+        Some(flow) => content::respond(client, vs, pool, head, flow, exchange, keep_alive).await?,
+        None => respond(client, vs, pool, exchange, head.version(), keep_alive).await?,
     };
     // log
-    vs.metrics.record_status(sent.status);
     pool.metrics.record_status(sent.status);
-    vs.metrics
-        .bytes_received
-        .inc_by(head.raw().len() as u64 + body.received);
-    vs.metrics.bytes_sent.inc_by(sent.bytes);
-    vs.metrics.latency.record(started.elapsed());
-    if let Some(log) = &vs.access_log {
-        log.write(&AccessRecord {
-            virtual_server: &vs.config.name,
-            client: client.peer,
-            method: lossy(head.method_bytes()),
-            target: lossy(head.target()),
-            version: version_str(head.version()),
-            status: sent.status,
-            bytes_sent: sent.bytes,
-            pool: Some(&pool.name),
-            node: Some(node_state.address),
-            duration: started.elapsed(),
-            upstream_duration: Some(response_time),
-            error: None,
-        });
-    }
+    let upstream = Upstream {
+        pool,
+        node: node_state.address,
+        response_time,
+    };
+    record(
+        client,
+        vs,
+        head,
+        body.received,
+        &sent,
+        Some(upstream),
+        started,
+    );
     Ok(match sent.keep_alive {
         true => Next::KeepAlive,
         false if body_cut => Next::Linger,
@@ -275,7 +332,49 @@ async fn respond(
     keep_alive: bool,
 ) -> Result<Sent, Failure> {
     let timeout = pool.config.timeouts.response;
-    response::respond(client, vs, exchange, version, keep_alive, timeout).await
+    response::respond(client, vs, exchange, version, keep_alive, timeout, None).await
+}
+
+/// The node that answered a request.
+struct Upstream<'a> {
+    pool: &'a Pool,
+    node: std::net::SocketAddr,
+    response_time: std::time::Duration,
+}
+
+/// The log stage: metrics and the access record of an answered request
+/// (`upstream` is `None` when weir answered it from the cache).
+fn record(
+    client: &Client,
+    vs: &VirtualServerRuntime,
+    head: &RequestHead,
+    body_received: u64,
+    sent: &Sent,
+    upstream: Option<Upstream<'_>>,
+    started: Instant,
+) {
+    vs.metrics.record_status(sent.status);
+    vs.metrics
+        .bytes_received
+        .inc_by(head.raw().len() as u64 + body_received);
+    vs.metrics.bytes_sent.inc_by(sent.bytes);
+    vs.metrics.latency.record(started.elapsed());
+    if let Some(log) = &vs.access_log {
+        log.write(&AccessRecord {
+            virtual_server: &vs.config.name,
+            client: client.peer,
+            method: lossy(head.method_bytes()),
+            target: lossy(head.target()),
+            version: version_str(head.version()),
+            status: sent.status,
+            bytes_sent: sent.bytes,
+            pool: upstream.as_ref().map(|u| u.pool.name.as_str()),
+            node: upstream.as_ref().map(|u| u.node),
+            duration: started.elapsed(),
+            upstream_duration: upstream.as_ref().map(|u| u.response_time),
+            error: None,
+        });
+    }
 }
 
 /// Whether this request's connection may be kept after the response.

@@ -44,7 +44,7 @@ enum Source {
 }
 
 /// The node's side of a response being relayed.
-struct Upstream {
+pub(crate) struct Upstream {
     /// Until the node is done: then released to the pool or closed.
     lease: Option<Lease>,
     in_flight: Option<InFlight>,
@@ -56,6 +56,8 @@ struct Upstream {
     quarantine: bool,
     /// Longest wait for the node's next bytes.
     stall: Duration,
+    /// The whole body was read ([`Upstream::next_chunk`]).
+    ended: bool,
 }
 
 /// The body read ahead of the client.
@@ -67,7 +69,8 @@ struct Buffered {
 }
 
 /// Sends the response in `exchange` to the client and returns the upstream
-/// connection to the pool when the node is done with it.
+/// connection to the pool when the node is done with it. `extra` is a field
+/// added to the head (the cache status header).
 pub(crate) async fn respond(
     client: &mut Client,
     vs: &VirtualServerRuntime,
@@ -75,22 +78,10 @@ pub(crate) async fn respond(
     client_version: Version,
     keep_alive: bool,
     response_timeout: Duration,
+    extra: Option<(&str, &str)>,
 ) -> Result<Sent, Failure> {
-    let Exchange {
-        lease,
-        response,
-        in_flight,
-        body_cut,
-        ..
-    } = exchange;
-    let mut upstream = Upstream {
-        lease: Some(lease),
-        in_flight: Some(in_flight),
-        source: Source::of(&response),
-        reusable: response.keep_alive() && !body_cut,
-        quarantine: response.announces_absent_body(),
-        stall: response_timeout,
-    };
+    let body_cut = exchange.body_cut;
+    let (mut upstream, response) = Upstream::of(exchange, response_timeout);
     // Buffer as much of the body as fits: all of it, for most responses.
     let buffered = buffer(client, &mut upstream, vs.config.limits.response_buffer).await?;
     if buffered.complete {
@@ -101,6 +92,14 @@ pub(crate) async fn respond(
     // After a cut request body the client is still sending: close after this answer.
     let keep_alive = keep_alive && framing != BodyFraming::CloseDelimited && !body_cut;
     let head_bytes = write_head(client, vs, &response, framing, client_version, keep_alive);
+    if let Some((name, value)) = extra {
+        // Before the blank line that ends the head.
+        client.write_buf.truncate(client.write_buf.len() - 2);
+        for piece in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n\r\n"] {
+            client.write_buf.extend_from_slice(piece);
+        }
+    }
+    let head_bytes = head_bytes + extra.map_or(0, |(n, v)| n.len() as u64 + v.len() as u64 + 4);
     let write_timeout = vs.config.timeouts.write;
     send_piece(client, framing, &buffered.body, write_timeout).await?;
     let mut body_bytes = buffered.body.len() as u64;
@@ -129,10 +128,65 @@ impl Source {
 }
 
 impl Upstream {
+    /// The node's side of `exchange`, and the response head.
+    pub(crate) fn of(exchange: Exchange, stall: Duration) -> (Upstream, ResponseHead) {
+        let Exchange {
+            lease,
+            response,
+            in_flight,
+            body_cut,
+            ..
+        } = exchange;
+        let upstream = Upstream {
+            lease: Some(lease),
+            in_flight: Some(in_flight),
+            source: Source::of(&response),
+            reusable: response.keep_alive() && !body_cut,
+            quarantine: response.announces_absent_body(),
+            stall,
+            ended: false,
+        };
+        (upstream, response)
+    }
+
+    /// Whether the response has no body to read (HEAD, 204, 304).
+    pub(crate) fn is_bodyless(&self) -> bool {
+        self.source.is_none()
+    }
+
+    /// The next piece of the decoded body, read from `input` (and the node);
+    /// `None` at its end, when the connection has gone back to the pool (or
+    /// been closed). Trailers are dropped.
+    pub(crate) async fn next_chunk(
+        &mut self,
+        input: &mut BytesMut,
+    ) -> Result<Option<Bytes>, Failure> {
+        let mut body = BytesMut::new();
+        let mut trailers = Bytes::new();
+        while !self.ended {
+            let Some(source) = self.source.as_mut() else {
+                self.ended = true;
+                break;
+            };
+            self.ended = fill(input, source, &mut body, &mut trailers)?;
+            if !self.ended && body.is_empty() && self.read(input).await? == 0 {
+                self.ended = true;
+            }
+            if self.ended {
+                self.finish(input);
+            }
+            if !body.is_empty() {
+                return Ok(Some(body.freeze()));
+            }
+        }
+        self.finish(input);
+        Ok(None)
+    }
+
     /// The node's part is over: release the connection when it is clean
     /// (nothing read past the response, framing that leaves it open), else
     /// close it; the request no longer counts as load on the node.
-    fn finish(&mut self, unread: &BytesMut) {
+    pub(crate) fn finish(&mut self, unread: &BytesMut) {
         let clean =
             self.reusable && unread.is_empty() && !matches!(self.source, Some(Source::UntilClose));
         match self.lease.take() {

@@ -8,31 +8,32 @@ use weir_upstream::Pool;
 pub use crate::model::VirtualServerRuntime;
 
 impl VirtualServerRuntime {
-    /// The route stage: the first matching rule's pool, else the default pool.
-    pub(crate) fn route(&self, head: &RequestHead) -> &Arc<Pool> {
+    /// The pool of a route found by [`Self::matched_route`]; the default pool for `None`.
+    pub(crate) fn route_pool(&self, route: Option<usize>) -> &Arc<Pool> {
+        route
+            .and_then(|index| self.routes.get(index))
+            .map_or(&self.default_pool, |(_, pool)| pool)
+    }
+
+    /// The route stage: the index in `routes` of the first rule `head`
+    /// matches (`None`: the default pool serves it).
+    pub(crate) fn matched_route(&self, head: &RequestHead) -> Option<usize> {
         if self.routes.is_empty() {
-            return &self.default_pool;
+            return None;
         }
         let host = head.host().map(host_without_port);
         let path = head.path();
-        for (rule, pool) in &self.routes {
-            if rule
+        self.routes.iter().position(|(rule, _)| {
+            let host_ok = rule
                 .host
                 .as_deref()
-                .is_some_and(|want| !host.is_some_and(|h| host_matches(want, h)))
-            {
-                continue;
-            }
-            if rule
+                .is_none_or(|want| host.is_some_and(|h| host_matches(want, h)));
+            let path_ok = rule
                 .path_prefix
                 .as_deref()
-                .is_some_and(|prefix| !path.starts_with(prefix.as_bytes()))
-            {
-                continue;
-            }
-            return pool;
-        }
-        &self.default_pool
+                .is_none_or(|prefix| path.starts_with(prefix.as_bytes()));
+            host_ok && path_ok
+        })
     }
 }
 

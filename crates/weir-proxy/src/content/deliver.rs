@@ -1,0 +1,111 @@
+//! Answers from the cache: a [`Hit`]'s head and body to the client. The
+//! stored chunks are sent as they are (shared with the store, never copied
+//! into a buffer, except a small body joining its head in one write); a body
+//! still arriving is followed at this client's own pace.
+
+use std::time::Duration;
+
+use weir_cache::{BodyAborted, BodyReader, Framing, Hit, HitBody};
+use weir_core::{Error, ErrorKind, Side};
+use weir_http::{Version, encode_chunk, encode_last_chunk};
+
+use super::Content;
+use crate::answer::Failure;
+use crate::client::Client;
+use crate::response::Sent;
+use crate::route::VirtualServerRuntime;
+
+/// This hop's `Via` entry on answers from the cache (`crate::VIA` is "weir").
+const VIA_ENTRY: &str = "1.1 weir";
+
+/// Sends `hit` to the client.
+pub(super) async fn hit(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    content: &Content,
+    hit: &Hit,
+    version: Version,
+    keep_alive: bool,
+) -> Result<Sent, Failure> {
+    let http10 = version == Version::Http10;
+    let via = ("Via", VIA_ENTRY);
+    let status = content
+        .status_header()
+        .map(|name| (name, hit.cache_status().as_str()));
+    let fields = [via, status.unwrap_or_default()];
+    let extra = &fields[..1 + usize::from(status.is_some())];
+    client.write_buf.clear();
+    let framing = hit.write_http1_head(
+        &mut client.write_buf,
+        http10,
+        keep_alive,
+        extra,
+        &vs.config.response_headers,
+    );
+    let keep_alive = keep_alive && framing != Framing::Close;
+    let head_bytes = client.write_buf.len() as u64;
+    let timeout = vs.config.timeouts.write;
+    let body_bytes = match hit.body() {
+        HitBody::Empty => 0,
+        HitBody::Whole(rope) => send_chunks(client, rope.chunks(), timeout).await?,
+        HitBody::Part(chunks) => send_chunks(client, &chunks, timeout).await?,
+        HitBody::Growing(reader) => follow(client, reader, framing, timeout).await?,
+    };
+    if !client.write_buf.is_empty() {
+        client.flush(timeout).await?;
+    }
+    Ok(Sent {
+        status: hit.status(),
+        bytes: head_bytes + body_bytes,
+        keep_alive,
+    })
+}
+
+async fn send_chunks(
+    client: &mut Client,
+    chunks: &[bytes::Bytes],
+    timeout: Duration,
+) -> Result<u64, Failure> {
+    let mut sent = 0;
+    for chunk in chunks {
+        client.send(chunk, timeout).await?;
+        sent += chunk.len() as u64;
+    }
+    Ok(sent)
+}
+
+/// Follows a body still arriving from the node, framed as the head said.
+async fn follow(
+    client: &mut Client,
+    mut reader: BodyReader,
+    framing: Framing,
+    timeout: Duration,
+) -> Result<u64, Failure> {
+    let mut sent = 0;
+    // The head goes out before the first body byte arrives.
+    client.flush(timeout).await?;
+    loop {
+        let chunk = match reader.next().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(BodyAborted) => {
+                return Err(Failure::silent(
+                    Error::new(ErrorKind::BadResponse, Side::Upstream)
+                        .context("the node's body broke off while it was being stored"),
+                ));
+            }
+        };
+        sent += chunk.len() as u64;
+        match framing {
+            Framing::Chunked => {
+                encode_chunk(&chunk, &mut client.write_buf);
+                client.flush(timeout).await?;
+            }
+            Framing::Length(_) | Framing::Close => client.send(&chunk, timeout).await?,
+        }
+    }
+    if framing == Framing::Chunked {
+        encode_last_chunk(&[], &mut client.write_buf);
+    }
+    Ok(sent)
+}

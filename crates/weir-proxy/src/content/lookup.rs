@@ -1,0 +1,229 @@
+//! The `cache_lookup` stage: `PURGE`, then the cache — a hit is answered from
+//! it; a miss goes on to the node as a [`Flow`], with the request rewritten
+//! where the cache needs a whole object or sends its own validators.
+
+use bytes::BytesMut;
+use weir_cache::compress::AcceptEncoding;
+use weir_cache::directives::RequestDirectives;
+use weir_cache::{
+    Coding, Exchange as CacheExchange, Http1Request, Lookup, PurgeMethod, RequestView, Scheme,
+    purge_method,
+};
+use weir_http::{Parsed, RequestHead, Version};
+
+use super::{Content, RoutePolicy, deliver};
+use crate::answer::Failure;
+use crate::client::Client;
+use crate::response::Sent;
+use crate::route::VirtualServerRuntime;
+
+/// What `cache_lookup` made of a request.
+#[derive(Debug)]
+pub(crate) enum Looked<'vs> {
+    /// Answered by weir (a hit, `PURGE`, `only-if-cached`): the request is
+    /// done. `refresh` is a stale-while-revalidate refresh to run once the
+    /// client has its answer.
+    Answered {
+        sent: Sent,
+        refresh: Option<Flow<'vs>>,
+    },
+    /// Ask the node; with a flow when the cache or compression has a say in
+    /// the response.
+    Forward(Option<Flow<'vs>>),
+}
+
+/// A request on its way to the node, and what the response stage must do for
+/// the cache and compression.
+#[derive(Debug)]
+pub(crate) struct Flow<'vs> {
+    pub(super) content: &'vs Content,
+    pub(super) policy: &'vs RoutePolicy,
+    /// The exchange with the cache; `None` when the route only compresses.
+    pub(super) cached: Option<CacheExchange>,
+    /// The coding chosen for this client (compression without a cache).
+    pub(super) coding: Coding,
+    pub(super) scheme: Scheme,
+    /// The request as the node gets it, when the cache changed it.
+    pub(crate) forward_head: Option<RequestHead>,
+}
+
+/// The `cache_lookup` stage. `body_complete`: the whole request body is read
+/// (a GET with a body larger than the buffer is not answered from the cache).
+pub(crate) async fn lookup<'vs>(
+    client: &mut Client,
+    vs: &'vs VirtualServerRuntime,
+    route: Option<usize>,
+    head: &RequestHead,
+    body_complete: bool,
+    keep_alive: bool,
+) -> Result<Looked<'vs>, Failure> {
+    let Some(content) = vs.content.as_deref() else {
+        return Ok(Looked::Forward(None));
+    };
+    let policy = content.policy(route);
+    let scheme = match client.stream.is_tls() {
+        true => Scheme::Https,
+        false => Scheme::Http,
+    };
+    let view = Http1Request { head, scheme };
+    if let Some(store) = &content.store {
+        let status = match purge_method(head.method_bytes(), client.peer.ip(), &store.purge_from) {
+            PurgeMethod::NotPurge => None,
+            PurgeMethod::Forbidden => Some(403),
+            PurgeMethod::Purge => Some(match content.cache.as_ref() {
+                Some(cache) if cache.purge_request(&view) > 0 => 200,
+                _ => 404,
+            }),
+        };
+        if let Some(status) = status {
+            let sent = answer(client, vs, status, head.version(), keep_alive).await?;
+            return Ok(Looked::Answered {
+                sent,
+                refresh: None,
+            });
+        }
+    }
+    let flow = |cached: Option<CacheExchange>, coding: Coding| Flow {
+        content,
+        policy,
+        cached,
+        coding,
+        scheme,
+        forward_head: None,
+    };
+    let cacheable_body = body_complete || !matches!(head.method_bytes(), b"GET" | b"HEAD");
+    let (Some(cache), Some(cache_policy), true) = (
+        content.cache.as_ref(),
+        policy.cache.as_ref(),
+        cacheable_body,
+    ) else {
+        // Compression only: the coding is chosen now, from the request.
+        return Ok(Looked::Forward(policy.compression.as_ref().map(
+            |compression| {
+                let no_transform = RequestDirectives::parse(&view).no_transform;
+                let accept = AcceptEncoding::parse(view.header_values("accept-encoding"));
+                let coding = match no_transform {
+                    true => Coding::Identity,
+                    false => compression.choose(&accept),
+                };
+                flow(None, coding)
+            },
+        )));
+    };
+    let compression = policy.compression.as_ref();
+    let looked = match cache
+        .lookup_coalesced(cache_policy, compression, &view)
+        .await
+    {
+        Lookup::Hit(hit) => Looked::Answered {
+            sent: deliver::hit(client, vs, content, &hit, head.version(), keep_alive).await?,
+            refresh: None,
+        },
+        Lookup::Stale { hit, refresh } => {
+            let sent = deliver::hit(client, vs, content, &hit, head.version(), keep_alive).await?;
+            let refresh =
+                refresh.map(|exchange| with_head(flow(None, Coding::Identity), exchange, head, vs));
+            Looked::Answered { sent, refresh }
+        }
+        Lookup::OnlyIfCachedMiss => Looked::Answered {
+            sent: answer(client, vs, 504, head.version(), keep_alive).await?,
+            refresh: None,
+        },
+        Lookup::Forward(exchange) => Looked::Forward(Some(with_head(
+            flow(None, Coding::Identity),
+            exchange,
+            head,
+            vs,
+        ))),
+        // lookup_coalesced waits itself; go to the node should it not.
+        Lookup::Wait(_) => Looked::Forward(None),
+    };
+    Ok(looked)
+}
+
+/// The flow of a cache exchange, with the request rewritten for the node
+/// when the exchange says so.
+fn with_head<'vs>(
+    mut flow: Flow<'vs>,
+    mut exchange: CacheExchange,
+    head: &RequestHead,
+    vs: &VirtualServerRuntime,
+) -> Flow<'vs> {
+    flow.forward_head = rewrite(head, &mut exchange, vs);
+    flow.cached = Some(exchange);
+    flow
+}
+
+/// `head` without the fields the exchange removes (the client's
+/// conditionals and `Range` on a fill) and with those it adds (the stored
+/// validators); `None` when nothing changes.
+fn rewrite(
+    head: &RequestHead,
+    exchange: &mut CacheExchange,
+    vs: &VirtualServerRuntime,
+) -> Option<RequestHead> {
+    let remove = exchange.remove_fields();
+    let removed = |name: &[u8]| {
+        remove
+            .iter()
+            .any(|field| name.eq_ignore_ascii_case(field.as_bytes()))
+    };
+    let removes = head.headers().any(|(name, _)| removed(name));
+    let mut added = exchange.add_fields().peekable();
+    if !removes && added.peek().is_none() {
+        return None;
+    }
+    let raw = head.raw();
+    let line_end = memchr_newline(raw)?;
+    let mut out = BytesMut::with_capacity(raw.len() + 128);
+    out.extend_from_slice(&raw[..=line_end]);
+    let fields = head.headers().filter(|(name, _)| !removed(name));
+    let added = added.map(|(name, value)| (name.as_bytes(), value));
+    for (name, value) in fields.chain(added) {
+        for piece in [name, b": ", value, b"\r\n"] {
+            out.extend_from_slice(piece);
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    match weir_http::parse_request(&out, &vs.head_limits) {
+        Ok(Parsed::Complete(rewritten, _)) => Some(rewritten),
+        // Past the head limits with the validators added: sent as the client wrote it.
+        _ => None,
+    }
+}
+
+fn memchr_newline(raw: &[u8]) -> Option<usize> {
+    raw.iter().position(|&byte| byte == b'\n')
+}
+
+/// One of weir's own short answers (`PURGE`, `only-if-cached`).
+async fn answer(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    status: u16,
+    version: Version,
+    keep_alive: bool,
+) -> Result<Sent, Failure> {
+    let body: &[u8] = match status {
+        200 => b"purged\n",
+        403 => b"purge not allowed from this address\n",
+        404 => b"not in the cache\n",
+        _ => crate::answer::body_for(status),
+    };
+    client.write_buf.clear();
+    weir_http::write_simple_response(
+        status,
+        version,
+        keep_alive,
+        &[],
+        body,
+        &mut client.write_buf,
+    );
+    let bytes = client.write_buf.len() as u64;
+    client.flush(vs.config.timeouts.write).await?;
+    Ok(Sent {
+        status,
+        bytes,
+        keep_alive,
+    })
+}

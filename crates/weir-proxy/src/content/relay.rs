@@ -1,0 +1,460 @@
+//! The `filter_response` stage: the node's response given to the cache and
+//! compression. Answered from the cache (a 304 merged, stale-if-error); stored
+//! while the client reads it from the store (bounded size: the node's side and
+//! the client's run together, neither waits for the other); stored as it
+//! passes (unknown length); or passed on, compressed when eligible.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use weir_cache::directives::ResponseDirectives;
+use weir_cache::object::StoredHead;
+use weir_cache::policy::storable::content_length;
+use weir_cache::{
+    CacheStatus, Coding, Compressor, Fill, Forward, HeadEdits, Hit, Http1Request, Reply, UnixTime,
+};
+use weir_core::{Error, ErrorKind, Side};
+use weir_http::{BodyFraming, Method, RequestHead, ResponseHead, Version};
+use weir_upstream::Pool;
+
+use super::{Content, Flow, deliver};
+use crate::answer::Failure;
+use crate::client::Client;
+use crate::exchange::{self, Exchange};
+use crate::policy::Forwarding;
+use crate::request_body::RequestBody;
+use crate::response::{self, Sent, Upstream};
+use crate::route::VirtualServerRuntime;
+
+/// What to do with the node's response.
+enum Plan {
+    /// The pipeline's usual relay, with the cache status when there is one.
+    Plain(Option<CacheStatus>),
+    /// Answer from the cache; the node's response is dropped.
+    Hit(Hit),
+    /// Store the body; the client reads it from the store.
+    Store(Transform, Hit),
+    /// Relay the body through `transform`, the head edited.
+    Relay {
+        edits: Option<HeadEdits>,
+        transform: Transform,
+        status: Option<CacheStatus>,
+    },
+}
+
+/// What the body goes through on its way.
+enum Transform {
+    Pass,
+    Compress(Compressor),
+    Fill(Fill),
+}
+
+/// `filter_response` and `respond` for a request with a [`Flow`].
+pub(crate) async fn respond(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    pool: &Pool,
+    head: &RequestHead,
+    flow: Flow<'_>,
+    exchange: Exchange,
+    keep_alive: bool,
+) -> Result<Sent, Failure> {
+    let stall = pool.config.timeouts.response;
+    let version = head.version();
+    let content = flow.content;
+    let view = Http1Request {
+        head,
+        scheme: flow.scheme,
+    };
+    let keep_alive = keep_alive && !exchange.body_cut;
+    match plan(flow, &view, &exchange.response) {
+        Plan::Plain(status) => {
+            let extra = content.status_header().zip(status.map(CacheStatus::as_str));
+            response::respond(client, vs, exchange, version, keep_alive, stall, extra).await
+        }
+        Plan::Hit(hit) => {
+            let (mut upstream, _) = Upstream::of(exchange, stall);
+            if upstream.is_bodyless() {
+                upstream.finish(&client.upstream_in);
+            }
+            // A body (a 5xx answered with stale-if-error) goes with the connection.
+            drop(upstream);
+            deliver::hit(client, vs, content, &hit, version, keep_alive).await
+        }
+        Plan::Store(transform, hit) => {
+            let (mut upstream, _) = Upstream::of(exchange, stall);
+            let mut input = std::mem::take(&mut client.upstream_in);
+            let (pumped, delivered) = tokio::join!(
+                pump(&mut upstream, &mut input, transform),
+                deliver::hit(client, vs, content, &hit, version, keep_alive),
+            );
+            client.upstream_in = input;
+            if let Err(failure) = pumped {
+                tracing::debug!(virtual_server = %vs.config.name, error = %failure.error, "cache fill ended early");
+            }
+            delivered
+        }
+        Plan::Relay {
+            edits,
+            transform,
+            status,
+        } => {
+            let (upstream, response) = Upstream::of(exchange, stall);
+            let extra = content.status_header().zip(status.map(CacheStatus::as_str));
+            let how = Relay {
+                edits,
+                extra,
+                version,
+                keep_alive,
+            };
+            relay(client, vs, upstream, &response, transform, how).await
+        }
+    }
+}
+
+/// The node could not be reached or did not answer: a stale object within
+/// `stale-if-error` when the cache has one, else the failure.
+pub(crate) async fn node_failed(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    head: &RequestHead,
+    flow: Flow<'_>,
+    failure: Failure,
+    keep_alive: bool,
+) -> Result<Sent, Failure> {
+    let view = Http1Request {
+        head,
+        scheme: flow.scheme,
+    };
+    let stale = match (flow.cached, flow.content.cache.as_ref()) {
+        (Some(exchange), Some(cache)) => cache.node_failed(exchange, &view, UnixTime::now()),
+        _ => None,
+    };
+    match stale {
+        Some(hit) => deliver::hit(client, vs, flow.content, &hit, head.version(), keep_alive).await,
+        None => Err(failure),
+    }
+}
+
+/// A stale-while-revalidate refresh, after the client has its (stale) answer:
+/// the request goes to the node again, and what it answers is stored. Nothing
+/// is sent to the client; a failure leaves the stale object as it is.
+pub(crate) async fn refresh(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    pool: &Arc<Pool>,
+    head: &RequestHead,
+    forwarding: Forwarding,
+    body: &mut RequestBody,
+    flow: Flow<'_>,
+) {
+    let sent = flow.forward_head.as_ref().unwrap_or(head);
+    let exchange = match exchange::exchange(client, vs, pool, sent, forwarding, body).await {
+        Ok(exchange) => exchange,
+        Err(failure) => {
+            tracing::debug!(virtual_server = %vs.config.name, error = %failure.error, "background refresh failed");
+            return;
+        }
+    };
+    let view = Http1Request {
+        head,
+        scheme: flow.scheme,
+    };
+    let (mut upstream, response) = Upstream::of(exchange, pool.config.timeouts.response);
+    let transform = match plan(flow, &view, &response) {
+        Plan::Store(transform, _) => transform,
+        Plan::Relay {
+            transform: transform @ Transform::Fill(_),
+            ..
+        } => transform,
+        Plan::Hit(_) if upstream.is_bodyless() => {
+            upstream.finish(&client.upstream_in);
+            return;
+        }
+        // Not stored: the connection goes rather than read a body nobody wants.
+        _ => return,
+    };
+    if let Err(failure) = pump(&mut upstream, &mut client.upstream_in, transform).await {
+        tracing::debug!(virtual_server = %vs.config.name, error = %failure.error, "background refresh ended early");
+    }
+}
+
+/// Asks the cache (or the compression policy) what to do with `response`.
+fn plan(flow: Flow<'_>, view: &Http1Request<'_>, response: &ResponseHead) -> Plan {
+    let Flow {
+        content,
+        policy,
+        cached,
+        coding,
+        ..
+    } = flow;
+    let compression = policy.compression.as_ref();
+    let (Some(exchange), Some(cache), Some(cache_policy)) =
+        (cached, content.cache.as_ref(), policy.cache.as_ref())
+    else {
+        return compress_only(content, compression, coding, view, response);
+    };
+    let now = UnixTime::now();
+    match cache.response(exchange, cache_policy, compression, view, response, now) {
+        Reply::Hit(hit) => Plan::Hit(hit),
+        Reply::Forward(Forward {
+            edits: None,
+            status,
+            ..
+        }) => Plan::Plain(Some(status)),
+        Reply::Forward(Forward {
+            edits,
+            compressor,
+            status,
+        }) => Plan::Relay {
+            edits,
+            transform: compressor.map_or(Transform::Pass, Transform::Compress),
+            status: Some(status),
+        },
+        Reply::Fill(mut fill) => match fill.take_hit() {
+            Some(hit) => Plan::Store(Transform::Fill(fill), hit),
+            None => Plan::Relay {
+                edits: fill.tee_edits(),
+                status: Some(fill.cache_status()),
+                transform: Transform::Fill(fill),
+            },
+        },
+    }
+}
+
+/// A route that compresses without caching.
+fn compress_only(
+    content: &Content,
+    compression: Option<&weir_cache::CompressionPolicy>,
+    coding: Coding,
+    view: &Http1Request<'_>,
+    response: &ResponseHead,
+) -> Plan {
+    let Some(compression) = compression else {
+        return Plan::Plain(None);
+    };
+    if !compression.eligible(response, &ResponseDirectives::parse(response)) {
+        return Plan::Plain(None);
+    }
+    let compressor = match view.head.method() {
+        Method::Head => None,
+        _ => Compressor::new(
+            coding,
+            compression.levels,
+            content_length(response),
+            content.compression_metrics.of(coding.label()),
+        )
+        .ok()
+        .flatten(),
+    };
+    // Without an encoder (identity, or zstd without memory) only `Vary` is added.
+    let coding = compressor
+        .as_ref()
+        .map_or(Coding::Identity, Compressor::coding);
+    Plan::Relay {
+        edits: Some(HeadEdits { coding }),
+        transform: compressor.map_or(Transform::Pass, Transform::Compress),
+        status: None,
+    }
+}
+
+impl Transform {
+    fn push(&mut self, chunk: Bytes) -> io::Result<Bytes> {
+        match self {
+            Transform::Pass => Ok(chunk),
+            Transform::Compress(compressor) => compressor.push(&chunk),
+            Transform::Fill(fill) => fill.push(chunk),
+        }
+    }
+
+    fn finish(self) -> io::Result<Bytes> {
+        match self {
+            Transform::Pass => Ok(Bytes::new()),
+            Transform::Compress(compressor) => compressor.finish(),
+            Transform::Fill(fill) => fill.finish(),
+        }
+    }
+}
+
+/// Reads the node's body into the store (a failure drops the fill, which
+/// aborts it: readers close, waiters go to the node).
+async fn pump(
+    upstream: &mut Upstream,
+    input: &mut BytesMut,
+    mut transform: Transform,
+) -> Result<(), Failure> {
+    while let Some(chunk) = upstream.next_chunk(input).await? {
+        transform.push(chunk).map_err(encoder_failed)?;
+    }
+    transform.finish().map_err(encoder_failed)?;
+    Ok(())
+}
+
+fn encoder_failed(error: io::Error) -> Failure {
+    Failure::silent(
+        Error::new(ErrorKind::Io, Side::Internal).context(format!("compressing: {error}")),
+    )
+}
+
+/// How a relayed response's head is written.
+struct Relay<'a> {
+    edits: Option<HeadEdits>,
+    extra: Option<(&'a str, &'a str)>,
+    version: Version,
+    keep_alive: bool,
+}
+
+/// Relays the node's body through `transform` with the head edited. Once the
+/// head is out a failure can only close the connection.
+async fn relay(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    mut upstream: Upstream,
+    response: &ResponseHead,
+    mut transform: Transform,
+    how: Relay<'_>,
+) -> Result<Sent, Failure> {
+    let compressed = how
+        .edits
+        .is_some_and(|edits| edits.coding != Coding::Identity);
+    let framing = match response.framing() {
+        BodyFraming::None => BodyFraming::None,
+        BodyFraming::Length(length) if !compressed => BodyFraming::Length(length),
+        _ if how.version == Version::Http11 => BodyFraming::Chunked,
+        _ => BodyFraming::CloseDelimited,
+    };
+    let keep_alive = how.keep_alive && framing != BodyFraming::CloseDelimited;
+    client.write_buf.clear();
+    write_head(
+        &mut client.write_buf,
+        vs,
+        response,
+        framing,
+        keep_alive,
+        &how,
+    );
+    let head_bytes = client.write_buf.len() as u64;
+    let timeout = vs.config.timeouts.write;
+    let silent = |failure: Failure| Failure::silent(failure.error);
+    let mut body_bytes = 0;
+    loop {
+        let piece = match upstream
+            .next_chunk(&mut client.upstream_in)
+            .await
+            .map_err(silent)?
+        {
+            Some(chunk) => transform.push(chunk),
+            None => break,
+        };
+        let piece = piece.map_err(encoder_failed)?;
+        body_bytes += piece.len() as u64;
+        send_piece(client, framing, &piece, timeout).await?;
+    }
+    let tail = transform.finish().map_err(encoder_failed)?;
+    body_bytes += tail.len() as u64;
+    send_piece(client, framing, &tail, timeout).await?;
+    if framing == BodyFraming::Chunked {
+        weir_http::encode_last_chunk(&[], &mut client.write_buf);
+    }
+    if !client.write_buf.is_empty() {
+        client.flush(timeout).await?;
+    }
+    Ok(Sent {
+        status: response.status(),
+        bytes: head_bytes + body_bytes,
+        keep_alive,
+    })
+}
+
+async fn send_piece(
+    client: &mut Client,
+    framing: BodyFraming,
+    piece: &[u8],
+    timeout: Duration,
+) -> Result<(), Failure> {
+    match (piece.is_empty(), framing) {
+        (true, _) => Ok(()),
+        (false, BodyFraming::Chunked) => {
+            weir_http::encode_chunk(piece, &mut client.write_buf);
+            client.flush(timeout).await
+        }
+        (false, _) => client.send(piece, timeout).await,
+    }
+}
+
+/// The node's head as the client gets it: hop-by-hop and framing fields
+/// dropped, the compression edits applied, the virtual server's response
+/// headers, `Via`, the cache status, then framing and `Connection`.
+fn write_head(
+    out: &mut BytesMut,
+    vs: &VirtualServerRuntime,
+    response: &ResponseHead,
+    framing: BodyFraming,
+    keep_alive: bool,
+    how: &Relay<'_>,
+) {
+    let set = &vs.config.response_headers;
+    let replaced = |name: &[u8]| {
+        set.iter()
+            .any(|(set, _)| name.eq_ignore_ascii_case(set.as_bytes()))
+    };
+    let head = match how.edits {
+        Some(edits) => StoredHead::from_fields(response, edits.apply(response), replaced),
+        None => StoredHead::from_response(response, replaced),
+    };
+    let http10 = how.version == Version::Http10;
+    let status = response.status();
+    let mut number = itoa::Buffer::new();
+    out.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
+    out.extend_from_slice(number.format(status).as_bytes());
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(match response.reason() {
+        [] => weir_http::reason_phrase(status).as_bytes(),
+        reason => reason,
+    });
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(head.lines());
+    let length;
+    let framing_field = match framing {
+        BodyFraming::Length(n) => {
+            length = number.format(n).to_owned();
+            Some(("Content-Length", length.as_str()))
+        }
+        BodyFraming::Chunked => Some(("Transfer-Encoding", "chunked")),
+        // HEAD and 304: the node's length describes the representation.
+        BodyFraming::None if how.edits.is_none_or(|e| e.coding == Coding::Identity) => response
+            .header("content-length")
+            .and_then(|value| std::str::from_utf8(value).ok())
+            .map(|value| ("Content-Length", value)),
+        _ => None,
+    };
+    let connection = match (http10, keep_alive) {
+        (false, false) => Some(("Connection", "close")),
+        (true, true) => Some(("Connection", "keep-alive")),
+        _ => None,
+    };
+    let set = set
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()));
+    let fields = set
+        .chain([("Via", via_entry(response.version()))])
+        .chain(how.extra)
+        .chain(framing_field)
+        .chain(connection);
+    for (name, value) in fields {
+        for piece in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
+            out.extend_from_slice(piece);
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// This hop's `Via` entry (`crate::VIA` is "weir"), in the node's version.
+fn via_entry(version: Version) -> &'static str {
+    match version {
+        Version::Http10 => "1.0 weir",
+        Version::Http11 => "1.1 weir",
+    }
+}
