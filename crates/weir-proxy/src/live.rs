@@ -49,6 +49,8 @@ struct Control {
     last: Option<ReloadRecord>,
     /// The access log of the current model (`None` when off).
     access_log: Option<Arc<AccessLog>>,
+    /// The caches' background upkeep (bans, gauges), once started.
+    upkeep: Option<JoinHandle<()>>,
 }
 
 #[derive(Debug)]
@@ -353,6 +355,10 @@ impl Live {
         control.running = Some(Running { accept: context });
         let model = self.current();
         self.start_pool_tasks(&mut control, &model, &shutdown);
+        control.upkeep = Some(crate::content::upkeep(
+            Arc::downgrade(&self.cell),
+            shutdown.clone(),
+        ));
         self.metrics
             .reloads()
             .generation
@@ -369,7 +375,8 @@ impl Live {
             .pool_tasks
             .drain()
             .flat_map(|(_, tasks)| tasks.tasks)
-            .collect();
+            .collect::<Vec<_>>();
+        let pools = pools.into_iter().chain(control.upkeep.take()).collect();
         (accept, pools)
     }
 

@@ -1,0 +1,439 @@
+//! The cache and compression in the pipeline, end to end: a node that counts
+//! its requests behind a proxy with `[cache]` (and `[compression]`).
+
+#[path = "cache/node.rs"]
+mod node;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use node::{Answer, CountingNode};
+use weir_testkit::client::{self, Connection, Response};
+use weir_testkit::{TestProxy, config};
+
+const CACHE: &str =
+    "[virtual_servers.web.cache]\nstatus_header = \"X-Cache\"\npurge_from = [\"127.0.0.0/8\"]\n";
+
+async fn proxy_for(node: &CountingNode, vs_extra: &str) -> TestProxy {
+    TestProxy::start(&config(&[node.addr], "", vs_extra)).await
+}
+
+/// One request on a new connection, `fields` added to the head.
+async fn request(proxy: &TestProxy, method: &str, path: &str, fields: &[&str]) -> Response {
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: cache.test\r\n");
+    for field in fields {
+        head.push_str(field);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    connection.send(head.as_bytes()).await.unwrap();
+    connection.response_to(method == "HEAD").await.unwrap()
+}
+
+fn fresh(head: &str, _: usize) -> Answer {
+    let path = head.split(' ').nth(1).unwrap_or("/");
+    Answer::ok(format!("body of {path}").as_bytes())
+        .field("Cache-Control", "max-age=60")
+        .field("ETag", "\"v1\"")
+        .field("Content-Type", "text/plain")
+}
+
+/// The second GET is a hit (Age, X-Cache: HIT, same body); HEAD and a
+/// conditional GET are answered from the stored GET; the node saw one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_conditionals_and_head_are_answered_from_the_store() {
+    let node = CountingNode::start(fresh, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    let first = request(&proxy, "GET", "/a", &[]).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("x-cache"), Some("MISS"));
+    let second = request(&proxy, "GET", "/a", &[]).await;
+    assert_eq!(
+        (second.status, second.text()),
+        (200, "body of /a".to_owned())
+    );
+    assert_eq!(second.header("x-cache"), Some("HIT"));
+    assert!(second.header("age").is_some(), "{:?}", second.headers);
+    let head = request(&proxy, "HEAD", "/a", &[]).await;
+    assert_eq!((head.status, head.body.len()), (200, 0));
+    assert_eq!(head.header("content-length"), Some("10"));
+    let conditional = request(&proxy, "GET", "/a", &["If-None-Match: \"v1\""]).await;
+    assert_eq!(conditional.status, 304);
+    assert_eq!(conditional.header("etag"), Some("\"v1\""));
+    let range = request(&proxy, "GET", "/a", &["Range: bytes=0-3"]).await;
+    assert_eq!((range.status, range.text()), (206, "body".to_owned()));
+    assert_eq!(node.requests(), 1);
+    let metrics = proxy.metrics.cache("web");
+    assert_eq!((metrics.hits.get(), metrics.misses.get()), (4, 1));
+    assert_eq!(metrics.objects.get(), 1);
+    assert!(metrics.bytes_stored.get() > 10);
+    proxy.stop().await;
+}
+
+/// A client's conditional on a miss is not passed to the node (weir needs the
+/// whole object); the client still gets its 304.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conditional_miss_fetches_the_whole_object() {
+    let node = CountingNode::start(fresh, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    let conditional = request(&proxy, "GET", "/c", &["If-None-Match: \"v1\""]).await;
+    assert_eq!(conditional.status, 304);
+    assert!(
+        !node.heads()[0]
+            .to_ascii_lowercase()
+            .contains("if-none-match")
+    );
+    assert_eq!(request(&proxy, "GET", "/c", &[]).await.text(), "body of /c");
+    assert_eq!(node.requests(), 1);
+    proxy.stop().await;
+}
+
+fn by_language(head: &str, _: usize) -> Answer {
+    let language = head
+        .lines()
+        .find_map(|line| line.strip_prefix("Accept-Language: "))
+        .unwrap_or("none");
+    Answer::ok(language.as_bytes())
+        .field("Cache-Control", "max-age=60")
+        .field("Vary", "Accept-Language")
+}
+
+/// Each Accept-Language is its own variant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vary_keeps_one_variant_per_value() {
+    let node = CountingNode::start(by_language, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    for (language, misses) in [("en", 1), ("fr", 2), ("en", 2), ("fr", 2)] {
+        let field = format!("Accept-Language: {language}");
+        let response = request(&proxy, "GET", "/v", &[&field]).await;
+        assert_eq!(response.text(), language);
+        assert_eq!(node.requests(), misses, "after {language}");
+    }
+    proxy.stop().await;
+}
+
+fn private_or_not(head: &str, _: usize) -> Answer {
+    let control = match head.split(' ').nth(1).unwrap_or("/") {
+        "/no-store" => "no-store",
+        "/private" => "private, max-age=60",
+        _ => "max-age=60",
+    };
+    Answer::ok(b"x").field("Cache-Control", control)
+}
+
+/// no-store and private responses, and requests with Authorization, are not
+/// stored: every request reaches the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_store_private_and_authorization_are_not_cached() {
+    let node = CountingNode::start(private_or_not, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    for path in ["/no-store", "/private"] {
+        for _ in 0..2 {
+            let response = request(&proxy, "GET", path, &[]).await;
+            assert_eq!(response.header("x-cache"), Some("PASS"), "{path}");
+        }
+    }
+    assert_eq!(node.requests(), 4);
+    for _ in 0..2 {
+        request(&proxy, "GET", "/auth", &["Authorization: Bearer x"]).await;
+    }
+    assert_eq!(node.requests(), 6);
+    // A client's no-cache goes to the node (and refreshes the object).
+    request(&proxy, "GET", "/public", &[]).await;
+    request(&proxy, "GET", "/public", &["Cache-Control: no-cache"]).await;
+    assert_eq!(node.requests(), 8);
+    proxy.stop().await;
+}
+
+/// PURGE from an allowed address removes the object; the next GET misses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_method_removes_the_object() {
+    let node = CountingNode::start(fresh, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    request(&proxy, "GET", "/p", &[]).await;
+    assert_eq!(request(&proxy, "PURGE", "/p", &[]).await.status, 200);
+    assert_eq!(request(&proxy, "PURGE", "/p", &[]).await.status, 404);
+    assert_eq!(
+        request(&proxy, "GET", "/p", &[]).await.header("x-cache"),
+        Some("MISS")
+    );
+    assert_eq!(node.requests(), 2);
+    proxy.stop().await;
+}
+
+/// Concurrent misses for one object make one request to the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_are_coalesced() {
+    let node = CountingNode::start(fresh, Duration::from_millis(300)).await;
+    let proxy = Arc::new(proxy_for(&node, CACHE).await);
+    let clients: Vec<_> = (0..200)
+        .map(|_| {
+            let addr = proxy.addr;
+            tokio::spawn(async move { client::get(addr, "/slow").await.unwrap() })
+        })
+        .collect();
+    for client in clients {
+        let response = client.await.unwrap();
+        assert_eq!(
+            (response.status, response.text()),
+            (200, "body of /slow".to_owned())
+        );
+    }
+    assert_eq!(node.requests(), 1);
+    assert!(proxy.metrics.cache("web").coalesced.get() > 0);
+    Arc::into_inner(proxy).unwrap().stop().await;
+}
+
+fn large(_: &str, _: usize) -> Answer {
+    let body: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
+    Answer::ok(&body).field("Cache-Control", "max-age=60")
+}
+
+/// A body larger than the response buffer reaches the first client whole
+/// while it is stored, and the second from the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_stream_while_they_are_stored() {
+    let node = CountingNode::start(large, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    let expected = large("", 0).body;
+    for status in ["MISS", "HIT"] {
+        let response = request(&proxy, "GET", "/big", &[]).await;
+        assert_eq!(response.header("x-cache"), Some(status));
+        assert!(response.body == expected, "{status}: body differs");
+    }
+    assert_eq!(node.requests(), 1);
+    proxy.stop().await;
+}
+
+fn fails_after_first(_: &str, count: usize) -> Answer {
+    match count {
+        0 => Answer::ok(b"kept")
+            .field(
+                "Cache-Control",
+                "max-age=1, stale-if-error=60, stale-while-revalidate=0",
+            )
+            .field("ETag", "\"s\""),
+        _ => Answer::ok(b"down").status(503),
+    }
+}
+
+/// Once stale, the object is served while the node answers 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_if_error_serves_the_stored_object_while_the_node_fails() {
+    let node = CountingNode::start(fails_after_first, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    request(&proxy, "GET", "/s", &[]).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let response = request(&proxy, "GET", "/s", &[]).await;
+    assert_eq!((response.status, response.text()), (200, "kept".to_owned()));
+    assert_eq!(response.header("x-cache"), Some("STALE-IF-ERROR"));
+    assert_eq!(node.requests(), 2);
+    proxy.stop().await;
+}
+
+fn versions(_: &str, count: usize) -> Answer {
+    Answer::ok(format!("v{count}").as_bytes())
+        .field("Cache-Control", "max-age=1, stale-while-revalidate=60")
+}
+
+/// Within stale-while-revalidate the stale object is answered at once and
+/// refreshed from the node after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_while_revalidate_refreshes_after_answering() {
+    let node = CountingNode::start(versions, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    assert_eq!(request(&proxy, "GET", "/r", &[]).await.text(), "v0");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let stale = request(&proxy, "GET", "/r", &[]).await;
+    assert_eq!(
+        (stale.text(), stale.header("x-cache")),
+        ("v0".to_owned(), Some("STALE"))
+    );
+    for _ in 0..100 {
+        if node.requests() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fresh = request(&proxy, "GET", "/r", &[]).await;
+    assert_eq!(
+        (fresh.text(), fresh.header("x-cache")),
+        ("v1".to_owned(), Some("HIT"))
+    );
+    assert_eq!(node.requests(), 2);
+    proxy.stop().await;
+}
+
+/// A reload that keeps the cache settings keeps the objects; one that
+/// changes them starts empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_keeps_the_cache_when_its_settings_stay() {
+    let node = CountingNode::start(fresh, Duration::ZERO).await;
+    let dir = tempfile_dir();
+    let path = dir.join("weir.toml");
+    let write = |extra: &str| std::fs::write(&path, config(&[node.addr], "", extra)).unwrap();
+    write(CACHE);
+    let proxy = TestProxy::start_file(&path).await;
+    request(&proxy, "GET", "/k", &[]).await;
+    write(&format!("{CACHE}stale_if_error = \"5s\"\n"));
+    proxy.live.reload_file().unwrap();
+    assert_eq!(
+        request(&proxy, "GET", "/k", &[]).await.header("x-cache"),
+        Some("HIT")
+    );
+    write(&format!("{CACHE}size = \"64MiB\"\n"));
+    proxy.live.reload_file().unwrap();
+    assert_eq!(
+        request(&proxy, "GET", "/k", &[]).await.header("x-cache"),
+        Some("MISS")
+    );
+    assert_eq!(node.requests(), 2);
+    proxy.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "weir-cache-test-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn text(_: &str, _: usize) -> Answer {
+    Answer::ok(
+        "the quick brown fox jumps over the lazy dog\n"
+            .repeat(200)
+            .as_bytes(),
+    )
+    .field("Cache-Control", "max-age=60")
+    .field("Content-Type", "text/plain; charset=utf-8")
+    .field("ETag", "\"t\"")
+}
+
+/// curl --compressed (an outside client) gets each coding it asks for,
+/// decodes it to the node's bytes, and each variant is fetched once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_variants_are_stored_once_each() {
+    let node = CountingNode::start(text, Duration::ZERO).await;
+    let compression = "[virtual_servers.web.compression]\n";
+    let proxy = proxy_for(&node, &format!("{CACHE}{compression}")).await;
+    let expected = text("", 0).body;
+    let url = format!("http://{}/t", proxy.addr);
+    for (accept, coding) in [
+        ("gzip", "gzip"),
+        ("br", "br"),
+        ("zstd", "zstd"),
+        ("gzip", "gzip"),
+    ] {
+        let output = curl(&[
+            "--compressed",
+            "-H",
+            &format!("Accept-Encoding: {accept}"),
+            &url,
+        ])
+        .await;
+        assert_eq!(output.body, expected, "{accept}");
+        assert!(
+            output.head.contains(&format!("content-encoding: {coding}")),
+            "{}",
+            output.head
+        );
+        assert!(
+            output.head.contains("vary: accept-encoding"),
+            "{}",
+            output.head
+        );
+        assert!(output.head.contains("etag: w/\"t\""), "{}", output.head);
+    }
+    // Identity: not compressed, a variant of its own.
+    let plain = request(&proxy, "GET", "/t", &[]).await;
+    assert_eq!(plain.body, expected);
+    assert_eq!(plain.header("content-encoding"), None);
+    assert_eq!(node.requests(), 4);
+    proxy.stop().await;
+}
+
+/// Compression without a cache: per request, streaming, never for ranges
+/// or for a client that refuses every coding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compression_alone_negotiates_per_request() {
+    let node = CountingNode::start(text, Duration::ZERO).await;
+    let proxy = proxy_for(
+        &node,
+        "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\n",
+    )
+    .await;
+    let expected = text("", 0).body;
+    let url = format!("http://{}/t", proxy.addr);
+    let output = curl(&["--compressed", &url]).await;
+    assert_eq!(output.body, expected);
+    assert!(
+        output.head.contains("content-encoding: gzip"),
+        "{}",
+        output.head
+    );
+    let refused = request(
+        &proxy,
+        "GET",
+        "/t",
+        &["Accept-Encoding: gzip;q=0, identity"],
+    )
+    .await;
+    assert_eq!(refused.header("content-encoding"), None);
+    assert_eq!(refused.header("vary"), Some("Accept-Encoding"));
+    assert_eq!(refused.body, expected);
+    assert_eq!(node.requests(), 2);
+    proxy.stop().await;
+}
+
+struct CurlOutput {
+    head: String,
+    body: Vec<u8>,
+}
+
+/// Runs curl (lower-cased head on stderr via -D, body on stdout).
+async fn curl(args: &[&str]) -> CurlOutput {
+    let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "10", "-D", "/dev/stderr"])
+            .args(&args)
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("curl runs (scripts/test installs it)");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    CurlOutput {
+        head: String::from_utf8_lossy(&output.stderr).to_ascii_lowercase(),
+        body: output.stdout,
+    }
+}
+
+/// Misses and hits follow one another on a kept-alive connection, pipelined too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_alive_connections_carry_misses_and_hits() {
+    let node = CountingNode::start(fresh, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: cache.test\r\n\r\n");
+    connection.send(get("/1").as_bytes()).await.unwrap();
+    assert_eq!(connection.response().await.unwrap().text(), "body of /1");
+    let pipelined = format!("{}{}{}", get("/1"), get("/2"), get("/1"));
+    connection.send(pipelined.as_bytes()).await.unwrap();
+    for (path, status) in [("/1", "HIT"), ("/2", "MISS"), ("/1", "HIT")] {
+        let response = connection.response().await.unwrap();
+        assert_eq!(response.text(), format!("body of {path}"));
+        assert_eq!(response.header("x-cache"), Some(status));
+    }
+    assert_eq!(node.requests(), 2);
+    proxy.stop().await;
+}

@@ -1,0 +1,118 @@
+//! A node for the cache tests that counts the requests it gets and answers
+//! with what the test's handler says (GET, HEAD and PURGE only: no bodies).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// What the handler gets: the request head as text, and how many requests
+/// came before this one.
+pub type Handler = fn(head: &str, count: usize) -> Answer;
+
+/// A response: status, fields, body.
+pub struct Answer {
+    pub status: u16,
+    pub fields: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub fn ok(body: &[u8]) -> Answer {
+        Answer {
+            status: 200,
+            fields: Vec::new(),
+            body: body.to_vec(),
+        }
+    }
+
+    pub fn status(mut self, status: u16) -> Answer {
+        self.status = status;
+        self
+    }
+
+    pub fn field(mut self, name: &str, value: &str) -> Answer {
+        self.fields.push((name.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+pub struct CountingNode {
+    pub addr: SocketAddr,
+    count: Arc<AtomicUsize>,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+impl CountingNode {
+    /// A node that waits `delay` before each answer.
+    pub async fn start(handler: Handler, delay: Duration) -> CountingNode {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let (counter, log) = (Arc::clone(&count), Arc::clone(&heads));
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (counter, log) = (Arc::clone(&counter), Arc::clone(&log));
+                tokio::spawn(serve(stream, handler, delay, counter, log));
+            }
+        });
+        CountingNode { addr, count, heads }
+    }
+
+    /// Requests received so far.
+    pub fn requests(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// The request heads received, in order.
+    pub fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+async fn serve(
+    mut stream: tokio::net::TcpStream,
+    handler: Handler,
+    delay: Duration,
+    count: Arc<AtomicUsize>,
+    heads: Arc<Mutex<Vec<String>>>,
+) {
+    let mut buf = Vec::new();
+    loop {
+        let end = loop {
+            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        buf.drain(..end);
+        let before = count.fetch_add(1, Ordering::SeqCst);
+        heads.lock().unwrap().push(head.clone());
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let answer = handler(&head, before);
+        let mut out = format!("HTTP/1.1 {} X\r\n", answer.status);
+        for (name, value) in &answer.fields {
+            out.push_str(&format!("{name}: {value}\r\n"));
+        }
+        let bodyless = head.starts_with("HEAD ") || answer.status == 304;
+        out.push_str(&format!("Content-Length: {}\r\n\r\n", answer.body.len()));
+        let mut bytes = out.into_bytes();
+        if !bodyless {
+            bytes.extend_from_slice(&answer.body);
+        }
+        if stream.write_all(&bytes).await.is_err() {
+            return;
+        }
+    }
+}
