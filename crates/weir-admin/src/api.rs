@@ -62,6 +62,11 @@ pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metr
         .map(percent_decode)
         .collect();
     let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
+    if let Some(response) =
+        crate::cache_api::respond(live, request.method, &segments, &request.body)
+    {
+        return response;
+    }
     let result = match (request.method, &segments[..]) {
         (Method::Get | Method::Head, ["", "api", "v1", "config"]) => Ok(Response::json(
             200,

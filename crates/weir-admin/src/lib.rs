@@ -40,6 +40,7 @@
 
 mod api;
 mod auth;
+mod cache_api;
 mod connection;
 mod dashboard;
 mod http;
