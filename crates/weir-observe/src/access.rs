@@ -24,6 +24,7 @@
 //!     duration: Duration::from_micros(1500),
 //!     upstream_duration: Some(Duration::from_micros(1200)),
 //!     error: None,
+//!     cache: None,
 //! };
 //! let mut line = Vec::new();
 //! record.format(AccessLogFormat::Json, UNIX_EPOCH, &mut line);
@@ -76,6 +77,9 @@ pub struct AccessRecord<'a> {
     pub upstream_duration: Option<Duration>,
     /// Why the request failed or was answered by weir itself, if it was.
     pub error: Option<&'a str>,
+    /// What the cache did (`HIT`, `MISS`, `STALE`, `PASS`, ...), when the request's
+    /// route caches.
+    pub cache: Option<&'a str>,
 }
 
 /// Where access records go: one per configuration of `log.access_log_format` and
@@ -224,6 +228,9 @@ impl AccessRecord<'_> {
         if let Some(error) = self.error {
             fields.text("error", error);
         }
+        if let Some(cache) = self.cache {
+            fields.text("cache", cache);
+        }
         if json {
             line.push('}');
         }
@@ -358,6 +365,7 @@ mod tests {
             duration: Duration::from_micros(1500),
             upstream_duration: None,
             error: Some("connect refused"),
+            cache: None,
         }
     }
 

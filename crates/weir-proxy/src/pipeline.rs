@@ -373,6 +373,7 @@ fn record(
             duration: started.elapsed(),
             upstream_duration: upstream.as_ref().map(|u| u.response_time),
             error: None,
+            cache: sent.cache,
         });
     }
 }
@@ -451,6 +452,7 @@ async fn answer_failure(
             duration: started.elapsed(),
             upstream_duration: None,
             error: Some(kind.as_str()),
+            cache: None,
         });
     }
     if bytes > 0 {

@@ -30,6 +30,8 @@ pub(crate) struct Sent {
     pub bytes: u64,
     /// Whether the client connection may carry another request.
     pub keep_alive: bool,
+    /// What the cache did, for the access log (`None`: the route does not cache).
+    pub cache: Option<&'static str>,
 }
 
 /// How long a connection whose node announced a body it cannot have (HEAD,
@@ -113,6 +115,7 @@ pub(crate) async fn respond(
         status: response.status(),
         bytes: head_bytes + body_bytes,
         keep_alive,
+        cache: None,
     })
 }
 

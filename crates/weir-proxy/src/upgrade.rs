@@ -90,6 +90,7 @@ pub(crate) async fn tunnel(
         status,
         bytes: head_bytes + to_client,
         keep_alive: false,
+        cache: None,
     })
 }
 

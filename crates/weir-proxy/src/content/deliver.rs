@@ -58,6 +58,7 @@ pub(super) async fn hit(
         status: hit.status(),
         bytes: head_bytes + body_bytes,
         keep_alive,
+        cache: Some(hit.cache_status().as_str()),
     })
 }
 

@@ -225,5 +225,6 @@ async fn answer(
         status,
         bytes,
         keep_alive,
+        cache: None,
     })
 }

@@ -72,7 +72,10 @@ pub(crate) async fn respond(
     match plan(flow, &view, &exchange.response) {
         Plan::Plain(status) => {
             let extra = content.status_header().zip(status.map(CacheStatus::as_str));
-            response::respond(client, vs, exchange, version, keep_alive, stall, extra).await
+            let sent = response::respond(client, vs, exchange, version, keep_alive, stall, extra);
+            let mut sent = sent.await?;
+            sent.cache = status.map(CacheStatus::as_str);
+            Ok(sent)
         }
         Plan::Hit(hit) => {
             let (mut upstream, _) = Upstream::of(exchange, stall);
@@ -105,6 +108,7 @@ pub(crate) async fn respond(
             let extra = content.status_header().zip(status.map(CacheStatus::as_str));
             let how = Relay {
                 edits,
+                status,
                 extra,
                 version,
                 keep_alive,
@@ -301,6 +305,7 @@ fn encoder_failed(error: io::Error) -> Failure {
 /// How a relayed response's head is written.
 struct Relay<'a> {
     edits: Option<HeadEdits>,
+    status: Option<CacheStatus>,
     extra: Option<(&'a str, &'a str)>,
     version: Version,
     keep_alive: bool,
@@ -365,6 +370,7 @@ async fn relay(
         status: response.status(),
         bytes: head_bytes + body_bytes,
         keep_alive,
+        cache: how.status.map(CacheStatus::as_str),
     })
 }
 
