@@ -164,8 +164,12 @@ impl Fill {
     /// client when it is not reading from the store (compressed if the
     /// response is). Never waits for any client.
     pub fn push(&mut self, chunk: Bytes) -> io::Result<Bytes> {
+        let storing = self.storing();
         let out = match &mut self.compressor {
             Some(compressor) => compressor.push(&chunk)?,
+            // A chunk cut from a network read buffer would pin the whole buffer in the
+            // store while being charged its own length: stored bytes get their own allocation.
+            None if storing => Bytes::copy_from_slice(&chunk),
             None => chunk,
         };
         self.store_chunk(&out);
@@ -214,6 +218,11 @@ impl Fill {
     /// body get an error, waiters go to the node. (Dropping a fill unfinished does the same.)
     pub fn abort(mut self) {
         self.give_up();
+    }
+
+    /// Whether pushed bytes still go to the store.
+    fn storing(&self) -> bool {
+        !matches!(self.mode, FillMode::Abandoned)
     }
 
     fn store_chunk(&mut self, out: &Bytes) {
