@@ -355,10 +355,7 @@ impl Live {
         control.running = Some(Running { accept: context });
         let model = self.current();
         self.start_pool_tasks(&mut control, &model, &shutdown);
-        control.upkeep = Some(crate::content::upkeep(
-            Arc::downgrade(&self.cell),
-            shutdown.clone(),
-        ));
+        control.upkeep = Some(cache_upkeep(Arc::downgrade(&self.cell), shutdown.clone()));
         self.metrics
             .reloads()
             .generation
@@ -456,4 +453,37 @@ impl Live {
         // Control is consistent between statements; recover it after a panic elsewhere.
         self.control.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// How often [`cache_upkeep`] runs.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The caches' background upkeep, every few seconds until shutdown: pending
+/// bans applied to every object (then dropped), expired pass markers
+/// forgotten, the bytes and objects gauges refreshed. It visits the caches
+/// of whichever model is current.
+fn cache_upkeep(
+    cell: std::sync::Weak<ModelCell>,
+    mut shutdown: ShutdownSignal,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.triggered() => return,
+                _ = tick.tick() => {}
+            }
+            let Some(cell) = cell.upgrade() else { return };
+            let model = cell.current();
+            for vs in &model.virtual_servers {
+                if let Some(cache) = vs.cache() {
+                    let banned = cache.maintain();
+                    if banned > 0 {
+                        tracing::debug!(virtual_server = %vs.config.name, banned, "bans applied");
+                    }
+                }
+            }
+        }
+    })
 }

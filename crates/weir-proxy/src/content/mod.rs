@@ -14,15 +14,11 @@ mod deliver;
 mod lookup;
 mod relay;
 
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 
 use weir_cache::{Cache, CachePolicy, CompressionPolicy, StoreSettings};
 use weir_config::{CacheStore, ContentPolicy, VirtualServer};
-use weir_core::ShutdownSignal;
 use weir_observe::{CompressionMetrics, Metrics};
-
-use crate::model::ModelCell;
 
 pub(crate) use lookup::{Flow, Looked, lookup};
 pub(crate) use relay::{node_failed, refresh, respond};
@@ -112,37 +108,4 @@ impl Content {
     pub(crate) fn status_header(&self) -> Option<&str> {
         self.store.as_ref()?.status_header.as_deref()
     }
-}
-
-/// How often [`upkeep`] runs.
-const UPKEEP_EVERY: Duration = Duration::from_secs(5);
-
-/// The caches' background upkeep, every few seconds until shutdown: pending
-/// bans applied to every object (then dropped), expired pass markers
-/// forgotten, the bytes and objects gauges refreshed. It visits the caches
-/// of whichever model is current.
-pub(crate) fn upkeep(
-    cell: Weak<ModelCell>,
-    mut shutdown: ShutdownSignal,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(UPKEEP_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.triggered() => return,
-                _ = tick.tick() => {}
-            }
-            let Some(cell) = cell.upgrade() else { return };
-            let model = cell.current();
-            for vs in &model.virtual_servers {
-                if let Some(cache) = vs.cache() {
-                    let banned = cache.maintain();
-                    if banned > 0 {
-                        tracing::debug!(virtual_server = %vs.config.name, banned, "bans applied");
-                    }
-                }
-            }
-        }
-    })
 }
