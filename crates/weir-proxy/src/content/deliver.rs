@@ -83,8 +83,7 @@ async fn follow(
     timeout: Duration,
 ) -> Result<u64, Failure> {
     let mut sent = 0;
-    // The head goes out before the first body byte arrives.
-    client.flush(timeout).await?;
+    // The head waits in `write_buf` for the first chunk: one write for both.
     loop {
         let chunk = match reader.next().await {
             Ok(Some(chunk)) => chunk,
