@@ -15,12 +15,14 @@ pub struct Table {
 }
 
 impl Table {
+    /// A table with `header` as its first row.
     pub fn new(header: &[&str]) -> Table {
         Table {
             rows: vec![header.iter().map(|cell| (*cell).to_owned()).collect()],
         }
     }
 
+    /// Appends a row; rows may have fewer cells than the widest.
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
