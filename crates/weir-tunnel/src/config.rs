@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use weir_config::Named;
 use weir_config::error::Problem;
-use weir_config::schema::Named;
 use weir_config::{ConfigError, FileRef, KeyPath};
 
 use crate::sans_io::dedup::ChunkParams;
