@@ -603,6 +603,10 @@ fn merge_into(sum: &mut Option<Histogram<u64>>, histogram: &Histogram<u64>) {
 
 /// Renders the suite as a table: row | value | unit | p99 ms | errors | note, one value
 /// column per target and a ratio column with `--compare`.
+#[allow(
+    clippy::too_many_lines,
+    reason = "the table, column by column, in the order it prints"
+)]
 pub fn text(report: &SuiteReport) -> String {
     let compare = report.targets.len() == 2;
     let mut out = String::new();

@@ -209,6 +209,10 @@ pub fn offload_table(report: &OffloadReport) -> String {
 }
 
 /// The offload table proper: a row per figure, direct, through weir and through each peer.
+#[allow(
+    clippy::too_many_lines,
+    reason = "one row per figure, in the order the table prints them"
+)]
 fn offload_grid(report: &OffloadReport) -> Table {
     let direct = report.direct.as_ref();
     let cell = |f: &dyn Fn(&PhaseReport) -> String| direct.map_or("(not run)".to_owned(), f);

@@ -230,6 +230,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines, reason = "a table of cases, one per line")]
     fn precondition_table() {
         use Precondition::*;
         type Case<'a> = (

@@ -162,6 +162,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines, reason = "a table of cases, one per line")]
     fn storability_table() {
         use NotStorable::*;
         let ok = Ok(Storable {
