@@ -15,7 +15,7 @@
 //! supervisor of the labs ([`process::Supervisor`]), which also removes what they made (run
 //! directories, the WAN lab's network namespaces).
 //!
-//! The results are data ([`model`]); ratios and checks are plain functions ([`summary`]);
+//! The results are data ([`model`]); ratios and checks are plain functions (`summary`);
 //! the text tables ([`table`]) and the HTML report ([`html`]) render that data, so each is
 //! tested without running anything.
 //!
