@@ -59,7 +59,7 @@ pub struct ReloadMetrics {
     pub generation: Gauge,
     /// Unix time, seconds, of the last reload tried.
     pub last_reload_timestamp_seconds: FloatGauge,
-    /// 1 if the last reload tried was applied, 0 if it was refused.
+    /// 1 when the last reload tried was applied (or none was tried), 0 when it was refused.
     pub last_reload_success: Gauge,
 }
 

@@ -133,7 +133,7 @@ impl NodeState {
         self.active_up.load(Ordering::Relaxed) && !self.is_ejected(now)
     }
 
-    /// Whether passive health has ejected the node until after `now`.
+    /// Whether passive health has the node ejected at `now`.
     pub fn is_ejected(&self, now: Instant) -> bool {
         let until = self.ejected_until.load(Ordering::Relaxed);
         until != 0 && self.nanos_since_epoch(now) < until
