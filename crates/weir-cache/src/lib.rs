@@ -48,7 +48,7 @@
 mod cache;
 pub mod compress;
 pub mod date;
-mod directives;
+pub mod directives;
 mod exchange;
 mod fill;
 pub mod flight;
