@@ -46,7 +46,7 @@ pub fn free_ports<const N: usize>() -> [u16; N] {
 
 /// A built-in origin running on its own port.
 pub struct TestOrigin {
-    /// Where the origin listens (127.0.0.1, a port from port 0).
+    /// The address the origin is bound to (with `start`, 127.0.0.1 and a port from port 0).
     pub addr: SocketAddr,
     /// The origin's counters.
     pub stats: Arc<OriginStats>,

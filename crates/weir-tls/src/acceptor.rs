@@ -62,7 +62,7 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
-    /// Every reason, in metric-label order, to pre-register each label.
+    /// Every reason, once each, in declaration order.
     pub const ALL: [FailureReason; 8] = [
         FailureReason::Timeout,
         FailureReason::Overload,
