@@ -347,7 +347,7 @@ pub struct UpstreamTimeouts {
 pub struct HealthMonitor {
     /// What a probe does.
     pub check: HealthCheckKind,
-    /// Time between the starts of two probes of a node.
+    /// Time from the end of one probe of a node to the start of the next, ± 10 % at random.
     pub interval: Duration,
     /// How long a probe may take before it counts as a failure.
     pub timeout: Duration,
