@@ -74,8 +74,8 @@ pub(crate) const MAX_EJECTION: Duration = Duration::from_secs(5 * 60);
 pub(crate) const ORIGIN_KEEP_ALIVE: bool = true;
 
 pub(crate) const TLS_VERSIONS: &[TlsVersion] = &[TlsVersion::Tls12, TlsVersion::Tls13];
-/// Key exchange groups when `tls.groups` is not given, in preference order (also what weir offers
-/// nodes).
+/// `virtual_servers.NAME.tls.groups` when not given, in preference order; also the groups weir
+/// offers nodes.
 pub const TLS_GROUPS: &[KeyExchangeGroup] =
     &[KeyExchangeGroup::X25519, KeyExchangeGroup::Secp256r1];
 /// `http/1.0` too, so `curl --http1.0` and other HTTP/1.0 clients that offer
@@ -225,9 +225,11 @@ impl Default for PassiveHealth {
 
 // Cache and compression (issue 12).
 
-/// `[cache] size`: bytes of responses a virtual server's store holds.
+/// `virtual_servers.NAME.cache.size`: the bytes a virtual server's store holds (heads, bodies,
+/// keys).
 pub const CACHE_SIZE: u64 = 256 * MIB;
-/// `[cache] max_object_size`: the largest response body stored, bytes.
+/// `virtual_servers.NAME.cache.max_object_size`: responses larger than this many bytes are not
+/// stored.
 pub const CACHE_MAX_OBJECT_SIZE: u64 = 8 * MIB;
 pub(crate) const CACHE_HEURISTIC_PERCENT: u8 = 0;
 pub(crate) const CACHE_HEURISTIC_MAX: Duration = Duration::from_secs(24 * 60 * 60);
