@@ -127,7 +127,7 @@ pub enum Terminal {
     Pool(PoolId),
     /// Answer with a redirect.
     Redirect {
-        /// A 3xx status (302 by default).
+        /// 301, 302, 303, 307 or 308 (302 by default).
         status: u16,
         /// The `Location` value.
         location: Template,
