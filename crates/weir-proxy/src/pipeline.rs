@@ -259,7 +259,7 @@ async fn serve_request(
         forwarding,
         &mut body,
     );
-    let exchange = match (exchanged.await, flow) {
+    let (exchange, flow) = match (exchanged.await, flow) {
         (Ok(exchange), flow) => (exchange, flow),
         // A stale object may stand in for a failed node (stale-if-error).
         (Err(failure), Some(flow)) => {
@@ -274,7 +274,6 @@ async fn serve_request(
         }
         (Err(failure), None) => return Err(failure),
     };
-    let (exchange, flow) = exchange;
     let body_cut = exchange.body_cut;
     let node = exchange.node;
     let node_state = &pool.nodes[node];
