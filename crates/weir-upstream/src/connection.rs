@@ -103,6 +103,9 @@ pub struct Lease {
     pool: Arc<NodeConnections>,
     connection: Option<Connection>,
     reused: bool,
+    /// Opened for one client alone ([`NodeConnections::checkout_dedicated`]): closed, never
+    /// kept idle, when the lease ends.
+    dedicated: bool,
 }
 
 impl NodeConnections {
@@ -147,7 +150,7 @@ impl NodeConnections {
     /// Takes a connection: an idle one, a new one under the cap, or the first
     /// one freed while this request waits in the queue.
     pub async fn checkout(self: &Arc<Self>) -> Result<Lease, Error> {
-        match self.try_take() {
+        match self.try_take(true) {
             Taken::Idle(connection) => Ok(self.reuse(connection)),
             Taken::Slot => self.connect().await,
             Taken::Queued(id, receiver) => {
@@ -155,28 +158,64 @@ impl NodeConnections {
                     pool: self,
                     id,
                     receiver: Some(receiver),
+                    dedicated: false,
                 }
                 .wait()
                 .await
             }
-            Taken::QueueFull => {
-                self.pool_metrics.queue_full.inc();
-                Err(Error::new(ErrorKind::QueueFull, Side::Internal)
-                    .context(format!("node {} has no free connection", self.address)))
-            }
+            Taken::QueueFull => Err(self.queue_full()),
         }
     }
 
+    /// Opens a connection for one client alone (a TCP virtual server's session): a new one
+    /// under the cap, or one opened in the first slot freed while the client waits in the
+    /// FIFO queue. Never an idle connection, and the lease never goes back idle: it closes
+    /// when dropped (or released), which frees its slot for the next waiter. At the cap, an
+    /// idle connection (left by HTTP exchanges to the same node) is closed to make room, and
+    /// an idle connection granted to a waiting dedicated checkout is closed and its slot used.
+    pub async fn checkout_dedicated(self: &Arc<Self>) -> Result<Lease, Error> {
+        let lease = match self.try_take(false) {
+            Taken::Idle(_) => unreachable!("idle connections are not taken for a dedicated one"),
+            Taken::Slot => self.connect().await,
+            Taken::Queued(id, receiver) => {
+                QueuedWait {
+                    pool: self,
+                    id,
+                    receiver: Some(receiver),
+                    dedicated: true,
+                }
+                .wait()
+                .await
+            }
+            Taken::QueueFull => Err(self.queue_full()),
+        };
+        lease.map(|mut lease| {
+            lease.dedicated = true;
+            lease
+        })
+    }
+
+    fn queue_full(&self) -> Error {
+        self.pool_metrics.queue_full.inc();
+        Error::new(ErrorKind::QueueFull, Side::Internal)
+            .context(format!("node {} has no free connection", self.address))
+    }
+
     /// The synchronous part of checkout, under the lock.
-    fn try_take(&self) -> Taken {
+    fn try_take(&self, idle: bool) -> Taken {
         let mut stale = Vec::new();
         let mut state = self.lock();
-        if let Some(connection) = self.take_idle(&mut state, &mut stale) {
+        if idle && let Some(connection) = self.take_idle(&mut state, &mut stale) {
             return Taken::Idle(connection);
         }
         if state.open < self.settings.max_connections {
             state.open += 1;
             self.metrics.connections_open.set(i64::from(state.open));
+            return Taken::Slot;
+        }
+        if !idle && let Some(oldest) = state.idle.pop_front() {
+            // A dedicated connection at the cap: an idle one gives up its slot.
+            stale.push(oldest);
             return Taken::Slot;
         }
         if state.waiters.len() >= self.settings.queue_length as usize {
@@ -214,6 +253,7 @@ impl NodeConnections {
             pool: Arc::clone(self),
             connection: Some(connection),
             reused: true,
+            dedicated: false,
         }
     }
 
@@ -263,6 +303,7 @@ impl NodeConnections {
                 idle_since: Instant::now(),
             }),
             reused: false,
+            dedicated: false,
         })
     }
 
@@ -340,6 +381,8 @@ struct QueuedWait<'a> {
     pool: &'a Arc<NodeConnections>,
     id: u64,
     receiver: Option<oneshot::Receiver<Grant>>,
+    /// Waiting for a dedicated connection: a granted idle one is closed, its slot used.
+    dedicated: bool,
 }
 
 impl QueuedWait<'_> {
@@ -354,8 +397,9 @@ impl QueuedWait<'_> {
             Ok(Ok(grant)) => {
                 self.receiver = None;
                 match grant {
-                    Grant::Connection(connection) => Ok(pool.reuse(connection)),
-                    Grant::Slot => pool.connect().await,
+                    Grant::Connection(connection) if !self.dedicated => Ok(pool.reuse(connection)),
+                    // The granted connection closes here; its slot stays ours.
+                    Grant::Connection(_) | Grant::Slot => pool.connect().await,
                 }
             }
             // The sender is only dropped after a failed send, never while we wait.
@@ -476,11 +520,12 @@ impl Lease {
             return;
         };
         connection.requests += 1;
-        let retire = self
-            .pool
-            .settings
-            .max_requests
-            .is_some_and(|max| connection.requests >= max);
+        let retire = self.dedicated
+            || self
+                .pool
+                .settings
+                .max_requests
+                .is_some_and(|max| connection.requests >= max);
         if retire {
             drop(connection);
             self.pool.free_slot();
