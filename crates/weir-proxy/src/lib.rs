@@ -26,6 +26,7 @@ mod pipeline;
 mod request_body;
 mod response;
 mod route;
+pub mod tcp;
 mod tls;
 mod upgrade;
 
