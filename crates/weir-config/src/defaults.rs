@@ -6,6 +6,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use crate::layer4::RelayMode;
 use crate::model::{
     ClientLimits, ClientTimeouts, KeyExchangeGroup, Log, LogFormat, PassiveHealth, Runtime,
     TlsVersion, UpstreamConnections, UpstreamTimeouts,
@@ -230,3 +231,11 @@ const fn nonzero(value: u32) -> NonZeroU32 {
         None => panic!("a default that must be non-zero is zero"),
     }
 }
+
+// Layer 4 (issue 13).
+/// The splice relay moves bulk bytes without a copy and costs the same per small exchange
+/// (BENCHMARKING.md, "Layer 4").
+pub const TCP_RELAY: RelayMode = RelayMode::Splice;
+pub const TCP_BUFFER: u64 = 16 * KIB;
+pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub const PROXY_PROTOCOL_TIMEOUT: Duration = Duration::from_secs(5);

@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use crate::error::KeyPath;
 
+// Layer 4 (issue 13).
+pub use crate::layer4::{AcceptProxy, PassthroughRoute, ProxyVersion, RelayMode, TcpSettings};
+
 // Cache and compression (issue 12).
 pub use crate::cache::{
     CacheRules, CacheStore, Cidr, Compression, CompressionAlgorithm, ContentPolicy, SetCookieRule,
@@ -84,7 +87,7 @@ pub struct VirtualServer {
     pub forwarded_headers: bool,
     /// Size of the listen backlog.
     pub backlog: u32,
-    /// TLS termination; `Some` exactly when `protocol` is [`Protocol::Https`].
+    /// TLS termination; `Some` exactly when `protocol` is [`Protocol::Https`] or [`Protocol::Tls`].
     pub tls: Option<ServerTls>,
     /// Headers set on every response relayed to clients (replacing the
     /// node's fields of the same names), in file order.
@@ -93,6 +96,12 @@ pub struct VirtualServer {
     pub cache: Option<CacheStore>,
     /// Cache and compression for requests that match no route.
     pub content: ContentPolicy,
+    /// Session settings; `Some` exactly when `protocol` is [`Protocol::Tcp`] or [`Protocol::Tls`].
+    pub tcp: Option<TcpSettings>,
+    /// PROXY protocol headers accepted from trusted clients; `None`: never read.
+    pub accept_proxy: Option<AcceptProxy>,
+    /// TLS passed through by server name, tried in order before anything else.
+    pub passthrough: Vec<PassthroughRoute>,
 }
 
 /// The protocol a virtual server speaks to clients.
@@ -102,6 +111,22 @@ pub enum Protocol {
     Http,
     /// HTTP/1.1 over TLS, terminated by weir.
     Https,
+    /// Bytes both ways between a client and a node (layer 4).
+    Tcp,
+    /// TLS terminated by weir, then bytes both ways to a node (plain or TLS, as the pool says).
+    Tls,
+}
+
+impl Protocol {
+    /// Whether the virtual server proxies bytes (layer 4) rather than HTTP requests.
+    pub fn is_layer4(self) -> bool {
+        matches!(self, Protocol::Tcp | Protocol::Tls)
+    }
+
+    /// Whether weir terminates TLS from clients.
+    pub fn terminates_tls(self) -> bool {
+        matches!(self, Protocol::Https | Protocol::Tls)
+    }
 }
 
 /// A routing rule: match on host and/or path prefix, send to a pool.
@@ -163,6 +188,8 @@ pub struct Pool {
     pub fail_open: bool,
     /// TLS to the nodes; `None` means plain TCP.
     pub tls: Option<UpstreamTls>,
+    /// PROXY protocol header sent on each connection to a node (TCP virtual servers only).
+    pub proxy_protocol: Option<ProxyVersion>,
 }
 
 /// A node: one server in a pool.

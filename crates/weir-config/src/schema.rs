@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
 pub use crate::cache::{CacheTable, CompressionTable};
+pub use crate::layer4::{PassthroughTable, ProxyProtocolTable, TcpTable};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -70,6 +71,10 @@ pub struct VirtualServerTable {
     pub response_headers: Option<Named<String>>,
     pub cache: Option<CacheTable>,
     pub compression: Option<CompressionTable>,
+    pub tcp: Option<TcpTable>,
+    pub proxy_protocol: Option<ProxyProtocolTable>,
+    #[serde(default)]
+    pub passthrough: Vec<PassthroughTable>,
 }
 
 /// `[virtual_servers.NAME.limits]`
@@ -119,6 +124,7 @@ pub struct PoolTable {
     pub health: Option<HealthTable>,
     pub passive_health: Option<PassiveHealthTable>,
     pub tls: Option<UpstreamTlsTable>,
+    pub proxy_protocol: Option<String>,
 }
 
 /// `[virtual_servers.NAME.tls]`

@@ -7,6 +7,7 @@
 //! problem was found, so those stand-ins never escape.
 
 mod cache;
+mod layer4;
 mod pools;
 mod primitives;
 mod tls;
@@ -20,8 +21,8 @@ use std::time::Duration;
 use crate::defaults;
 use crate::error::{KeyPath, Problem};
 use crate::model::{
-    Admin, ClientLimits, ClientTimeouts, Config, Log, LogFormat, Origin, Pool, PoolId, Protocol,
-    Route, Runtime, VirtualServer,
+    Admin, ClientLimits, ClientTimeouts, Config, Log, LogFormat, Origin, Pool, PoolId, Route,
+    Runtime, VirtualServer,
 };
 use crate::schema::{
     AdminTable, ClientTimeoutsTable, DurationText, FileConfig, LimitsTable, LogTable, OneOrMany,
@@ -122,6 +123,7 @@ impl Checker {
 
         let origins = self.origins(&root.key("origins"), &file.origins);
         self.node_loops(&virtual_servers);
+        self.proxy_protocol_pools(&pools_path, &pools, &virtual_servers);
 
         Config {
             source: None,
@@ -197,36 +199,7 @@ impl Checker {
     ) -> VirtualServer {
         self.name(path, name);
         let listen = self.listen_list(&path.key("listen"), table.listen.as_ref());
-        let protocol_path = path.key("protocol");
-        let protocol = match table.protocol.as_deref().map(str::trim) {
-            None | Some("http") => Protocol::Http,
-            Some("https") => Protocol::Https,
-            Some(other) => {
-                self.report(
-                    &protocol_path,
-                    format!("unknown protocol \"{other}\"; expected \"http\" or \"https\""),
-                );
-                Protocol::Http
-            }
-        };
-        let tls = match (protocol, &table.tls) {
-            (Protocol::Https, Some(tls)) => Some(self.server_tls(&path.key("tls"), tls)),
-            (Protocol::Https, None) => {
-                self.report(
-                    &path.key("tls"),
-                    "missing required table: protocol = \"https\" needs a [tls] table with certificates",
-                );
-                None
-            }
-            (Protocol::Http, Some(_)) => {
-                self.report(
-                    &path.key("tls"),
-                    "a tls table needs protocol = \"https\" on this virtual server",
-                );
-                None
-            }
-            (Protocol::Http, None) => None,
-        };
+        let (protocol, tls) = self.protocol_and_tls(path, table);
         let default_pool = self.pool_reference(&path.key("pool"), table.pool.as_deref(), pool_ids);
         let routes_path = path.key("routes");
         let mut routes = table
@@ -270,6 +243,9 @@ impl Checker {
             ),
             cache,
             content,
+            tcp: self.tcp_settings(path, protocol, table),
+            accept_proxy: self.accept_proxy(&path.key("proxy_protocol"), table),
+            passthrough: self.passthrough(path, protocol, table, pool_ids),
         }
     }
 
@@ -566,8 +542,9 @@ impl Checker {
         let mut loops = Vec::new();
         for (pool, address, path) in &self.nodes {
             let looping = servers.iter().find(|server| {
-                let uses_pool =
-                    server.default_pool == *pool || server.routes.iter().any(|r| r.pool == *pool);
+                let uses_pool = server.default_pool == *pool
+                    || server.routes.iter().any(|r| r.pool == *pool)
+                    || server.passthrough.iter().any(|r| r.pool == *pool);
                 uses_pool
                     && server.listen.iter().any(|listen| {
                         listen == address

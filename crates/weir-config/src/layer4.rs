@@ -1,0 +1,134 @@
+//! Layer 4 settings (issue 13): TCP and TLS-terminated TCP virtual servers, TLS passthrough
+//! routed by SNI and ALPN, and the PROXY protocol, accepted from trusted clients and sent to
+//! nodes. The file's tables and the validated model types both live here; validation is in
+//! `validate/layer4.rs`, defaults in `defaults.rs`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::cache::Cidr;
+use crate::model::PoolId;
+use crate::schema::{DurationText, SizeValue};
+
+/// `[virtual_servers.NAME.tcp]` (protocol "tcp" or "tls").
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpTable {
+    pub relay: Option<String>,
+    pub buffer: Option<SizeValue>,
+    pub idle_timeout: Option<DurationText>,
+}
+
+/// `[virtual_servers.NAME.proxy_protocol]`: accept a PROXY header from these clients.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyProtocolTable {
+    pub trusted: Option<Vec<String>>,
+    pub timeout: Option<DurationText>,
+}
+
+/// `[[virtual_servers.NAME.passthrough]]`: TLS passed through to a pool by server name.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassthroughTable {
+    pub server_names: Option<Vec<String>>,
+    pub alpn: Option<Vec<String>>,
+    pub pool: Option<String>,
+}
+
+/// How a TCP virtual server moves bytes between a client and a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayMode {
+    /// Through a buffer in user space (always, when either end is TLS).
+    Copy,
+    /// `splice(2)` through a kernel pipe when both ends are plain TCP (Linux).
+    Splice,
+}
+
+/// A TCP (or TLS-terminated TCP) virtual server's session settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TcpSettings {
+    pub relay: RelayMode,
+    /// Per-direction buffer (copy) or pipe chunk (splice).
+    pub buffer: usize,
+    /// A session ends when no byte moved either way for this long.
+    pub idle_timeout: Duration,
+}
+
+/// PROXY protocol accepted from clients in `trusted` networks: their header's source
+/// address becomes the client address. Others' bytes are data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptProxy {
+    pub trusted: Vec<Cidr>,
+    /// How long a trusted client has to send its whole header.
+    pub timeout: Duration,
+}
+
+/// A TLS passthrough rule: a ClientHello whose server name matches one of `server_names`
+/// (and, when `alpn` is not empty, that offers one of those protocols) is passed, still
+/// encrypted, to `pool`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassthroughRoute {
+    /// Lower-cased names; `*.example.com` matches any subdomain.
+    pub server_names: Vec<String>,
+    pub alpn: Vec<String>,
+    pub pool: PoolId,
+}
+
+/// The PROXY protocol version weir sends to a pool's nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyVersion {
+    V1,
+    V2,
+}
+
+impl PassthroughRoute {
+    /// Whether a ClientHello with this server name and ALPN list matches.
+    pub fn matches(&self, server_name: Option<&str>, alpn: &[Vec<u8>]) -> bool {
+        let Some(name) = server_name else {
+            return false;
+        };
+        let name_matches =
+            self.server_names
+                .iter()
+                .any(|pattern| match pattern.strip_prefix("*.") {
+                    Some(parent) => name
+                        .strip_suffix(parent)
+                        .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+                    None => pattern == name,
+                });
+        name_matches
+            && (self.alpn.is_empty()
+                || alpn
+                    .iter()
+                    .any(|offered| self.alpn.iter().any(|want| want.as_bytes() == &offered[..])))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passthrough_matches_names_wildcards_and_alpn() {
+        let route = PassthroughRoute {
+            server_names: vec!["db.example".into(), "*.internal".into()],
+            alpn: Vec::new(),
+            pool: PoolId(0),
+        };
+        assert!(route.matches(Some("db.example"), &[]));
+        assert!(route.matches(Some("a.b.internal"), &[]));
+        assert!(!route.matches(Some("internal"), &[]));
+        assert!(!route.matches(Some("xinternal"), &[]));
+        assert!(!route.matches(Some("db.example.com"), &[]));
+        assert!(!route.matches(None, &[]));
+        let h2 = PassthroughRoute {
+            alpn: vec!["h2".into()],
+            ..route
+        };
+        assert!(h2.matches(Some("db.example"), &[b"http/1.1".to_vec(), b"h2".to_vec()]));
+        assert!(!h2.matches(Some("db.example"), &[b"http/1.1".to_vec()]));
+        assert!(!h2.matches(Some("db.example"), &[]));
+    }
+}
