@@ -62,6 +62,46 @@ impl AccessRecord<'_> {
     }
 }
 
+/// What happened to one TCP session (a tcp or tls virtual server, or TLS passed through), as
+/// written to the access log on the same target as [`AccessRecord`], with `protocol = "tcp"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionRecord<'a> {
+    pub virtual_server: &'a str,
+    /// The client: the address a trusted PROXY header carried, else the peer's.
+    pub client: SocketAddr,
+    /// The server name a passed-through ClientHello asked for, if one was read.
+    pub server_name: Option<&'a str>,
+    pub pool: Option<&'a str>,
+    pub node: Option<SocketAddr>,
+    /// Bytes read from the client (and written to the node).
+    pub bytes_received: u64,
+    /// Bytes written to the client (read from the node).
+    pub bytes_sent: u64,
+    /// From the accept to the end of the session.
+    pub duration: Duration,
+    /// How the session ended (`weir_tcp_sessions_total`'s `result`).
+    pub result: &'a str,
+}
+
+impl SessionRecord<'_> {
+    /// Emits the record as one `INFO` event on target [`ACCESS_TARGET`].
+    pub fn emit(&self) {
+        tracing::info!(
+            target: ACCESS_TARGET,
+            protocol = "tcp",
+            virtual_server = self.virtual_server,
+            client = %self.client,
+            server_name = self.server_name,
+            pool = self.pool,
+            node = self.node.map(tracing::field::display),
+            bytes_received = self.bytes_received,
+            bytes_sent = self.bytes_sent,
+            duration_us = micros(self.duration),
+            result = self.result,
+        );
+    }
+}
+
 fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }

@@ -24,11 +24,13 @@
 
 pub mod access;
 pub mod cache;
+pub mod layer4;
 pub mod metrics;
 pub mod names;
 
-pub use access::{ACCESS_TARGET, AccessRecord};
+pub use access::{ACCESS_TARGET, AccessRecord, SessionRecord};
 pub use cache::{CacheMetrics, CompressionMetrics};
+pub use layer4::Layer4Metrics;
 pub use metrics::{
     CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, StatusClass, TlsMetrics,
     TunnelMetrics, UpstreamTlsMetrics, VirtualServerMetrics,

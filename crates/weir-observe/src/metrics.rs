@@ -39,6 +39,8 @@ pub struct Metrics {
     handles: Mutex<Handles>,
     /// Cache and compression families (issue 12), in `crate::cache`.
     pub(crate) cache: crate::cache::CacheFamilies,
+    /// Layer 4 families (issue 13), in `crate::layer4`.
+    pub(crate) layer4: crate::layer4::Layer4Families,
     refreshers: Refreshers,
 }
 
@@ -303,6 +305,8 @@ impl Metrics {
         families.register(r);
         let cache = crate::cache::CacheFamilies::default();
         cache.register(r);
+        let layer4 = crate::layer4::Layer4Families::default();
+        layer4.register(r);
         if let Some(tunnel) = tunnel {
             tunnel.register(r);
         }
@@ -314,6 +318,7 @@ impl Metrics {
             offload_ratio,
             handles: Mutex::new(Handles::default()),
             cache,
+            layer4,
             refreshers: Refreshers::default(),
         })
     }
