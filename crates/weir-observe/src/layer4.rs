@@ -23,8 +23,14 @@ pub const SESSION_RESULTS: [&str; 9] = [
     "shutting_down",
 ];
 /// The `result` values of `weir_proxy_protocol_headers_total`.
-pub const PROXY_HEADER_RESULTS: [&str; 6] =
-    ["accepted", "missing", "malformed", "too_long", "timeout", "closed"];
+pub const PROXY_HEADER_RESULTS: [&str; 6] = [
+    "accepted",
+    "missing",
+    "malformed",
+    "too_long",
+    "timeout",
+    "closed",
+];
 /// The `result` values of `weir_client_hellos_total`.
 pub const CLIENT_HELLO_RESULTS: [&str; 8] = [
     "passthrough",

@@ -16,7 +16,7 @@ use weir_observe::Metrics;
 use weir_upstream::Pool;
 
 use crate::drain::Drain;
-use crate::pipeline;
+use crate::front;
 use crate::route::VirtualServerRuntime;
 use crate::tls::TlsTermination;
 
@@ -71,7 +71,7 @@ impl Proxy {
             virtual_servers.push(Arc::new(VirtualServerRuntime::new(
                 vs,
                 &pools,
-                metrics.virtual_server(&vs.name),
+                metrics,
                 config.log.access_log,
                 tls,
             )));
@@ -240,7 +240,7 @@ async fn accept_loop(
         let vs = Arc::clone(&vs);
         let signal = shutdown.clone();
         tokio::spawn(async move {
-            pipeline::serve_connection(stream, peer, Arc::clone(&vs), signal).await;
+            front::serve(stream, peer, Arc::clone(&vs), signal).await;
             vs.open.fetch_sub(1, Ordering::AcqRel);
             vs.metrics.connections_open.dec();
             drop(guard);

@@ -3,11 +3,13 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 
-use weir_config::{PoolId, VirtualServer};
+use weir_config::{PassthroughRoute, PoolId, RelayMode, VirtualServer};
 use weir_http::{Limits, RequestHead};
-use weir_observe::VirtualServerMetrics;
+use weir_observe::{Layer4Metrics, VirtualServerMetrics};
+use weir_tls::client_hello::ClientHello;
 use weir_upstream::Pool;
 
+use crate::tcp::{Relay, RelaySettings};
 use crate::tls::TlsTermination;
 
 /// A virtual server with its pools resolved and its metric handles taken.
@@ -21,15 +23,20 @@ pub struct VirtualServerRuntime {
     pub(crate) head_limits: Limits,
     /// Client connections open now (for `limits.max_connections`).
     pub(crate) open: AtomicU32,
-    /// TLS termination, on an HTTPS virtual server.
+    /// TLS termination, on an HTTPS or TLS virtual server.
     pub tls: Option<Arc<TlsTermination>>,
+    /// TLS passthrough rules, in order, with their pools.
+    pub(crate) passthrough: Vec<(PassthroughRoute, Arc<Pool>)>,
+    /// How TCP sessions (tcp and tls virtual servers, passthrough) relay bytes.
+    pub(crate) relay: (Relay, RelaySettings),
+    pub(crate) layer4: Layer4Metrics,
 }
 
 impl VirtualServerRuntime {
     pub fn new(
         config: &VirtualServer,
         pools: &[Arc<Pool>],
-        metrics: VirtualServerMetrics,
+        metrics: &weir_observe::Metrics,
         access_log: bool,
         tls: Option<Arc<TlsTermination>>,
     ) -> VirtualServerRuntime {
@@ -41,7 +48,7 @@ impl VirtualServerRuntime {
                 .iter()
                 .map(|route| (route.clone(), pool(route.pool)))
                 .collect(),
-            metrics,
+            metrics: metrics.virtual_server(&config.name),
             access_log,
             head_limits: Limits {
                 max_head_bytes: config.limits.max_header_bytes,
@@ -49,8 +56,23 @@ impl VirtualServerRuntime {
             },
             open: AtomicU32::new(0),
             tls,
+            passthrough: config
+                .passthrough
+                .iter()
+                .map(|rule| (rule.clone(), pool(rule.pool)))
+                .collect(),
+            relay: relay_settings(config),
+            layer4: metrics.layer4(&config.name),
             config: config.clone(),
         }
+    }
+
+    /// The route stage of TLS passthrough: the first rule that matches the ClientHello.
+    pub(crate) fn passthrough_pool(&self, hello: &ClientHello) -> Option<&Arc<Pool>> {
+        self.passthrough
+            .iter()
+            .find(|(rule, _)| rule.matches(hello.server_name.as_deref(), &hello.alpn))
+            .map(|(_, pool)| pool)
     }
 
     /// The route stage: the first matching rule's pool, else the default pool.
@@ -79,6 +101,26 @@ impl VirtualServerRuntime {
         }
         &self.default_pool
     }
+}
+
+/// The relay of a tcp or tls virtual server as configured; passthrough on an HTTPS virtual
+/// server takes the defaults.
+fn relay_settings(config: &VirtualServer) -> (Relay, RelaySettings) {
+    let defaults = weir_config::TcpSettings {
+        relay: weir_config::defaults::TCP_RELAY,
+        buffer: weir_config::defaults::TCP_BUFFER as usize,
+        idle_timeout: weir_config::defaults::TCP_IDLE_TIMEOUT,
+    };
+    let tcp = config.tcp.as_ref().unwrap_or(&defaults);
+    let relay = match tcp.relay {
+        RelayMode::Copy => Relay::Copy,
+        RelayMode::Splice => Relay::Splice,
+    };
+    let settings = RelaySettings {
+        idle_timeout: tcp.idle_timeout,
+        buffer: tcp.buffer,
+    };
+    (relay, settings)
 }
 
 fn host_without_port(host: &[u8]) -> &[u8] {

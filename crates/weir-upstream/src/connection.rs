@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use weir_core::{Error, ErrorKind, Side};
@@ -152,7 +153,7 @@ impl NodeConnections {
     pub async fn checkout(self: &Arc<Self>) -> Result<Lease, Error> {
         match self.try_take(true) {
             Taken::Idle(connection) => Ok(self.reuse(connection)),
-            Taken::Slot => self.connect().await,
+            Taken::Slot => self.connect(&[]).await,
             Taken::Queued(id, receiver) => {
                 QueuedWait {
                     pool: self,
@@ -160,7 +161,7 @@ impl NodeConnections {
                     receiver: Some(receiver),
                     dedicated: false,
                 }
-                .wait()
+                .wait(&[])
                 .await
             }
             Taken::QueueFull => Err(self.queue_full()),
@@ -173,10 +174,13 @@ impl NodeConnections {
     /// when dropped (or released), which frees its slot for the next waiter. At the cap, an
     /// idle connection (left by HTTP exchanges to the same node) is closed to make room, and
     /// an idle connection granted to a waiting dedicated checkout is closed and its slot used.
-    pub async fn checkout_dedicated(self: &Arc<Self>) -> Result<Lease, Error> {
+    ///
+    /// `preamble` (a PROXY protocol header, or nothing) is written on the new TCP connection
+    /// before anything else, TLS handshake included.
+    pub async fn checkout_dedicated(self: &Arc<Self>, preamble: &[u8]) -> Result<Lease, Error> {
         let lease = match self.try_take(false) {
             Taken::Idle(_) => unreachable!("idle connections are not taken for a dedicated one"),
-            Taken::Slot => self.connect().await,
+            Taken::Slot => self.connect(preamble).await,
             Taken::Queued(id, receiver) => {
                 QueuedWait {
                     pool: self,
@@ -184,7 +188,7 @@ impl NodeConnections {
                     receiver: Some(receiver),
                     dedicated: true,
                 }
-                .wait()
+                .wait(preamble)
                 .await
             }
             Taken::QueueFull => Err(self.queue_full()),
@@ -257,12 +261,15 @@ impl NodeConnections {
         }
     }
 
-    /// Opens a new connection in a slot already taken.
-    async fn connect(self: &Arc<Self>) -> Result<Lease, Error> {
-        let attempt = tokio::time::timeout(
-            self.settings.connect_timeout,
-            TcpStream::connect(self.address),
-        )
+    /// Opens a new connection in a slot already taken, writing `preamble` first.
+    async fn connect(self: &Arc<Self>, preamble: &[u8]) -> Result<Lease, Error> {
+        let attempt = tokio::time::timeout(self.settings.connect_timeout, async {
+            let mut stream = TcpStream::connect(self.address).await?;
+            if !preamble.is_empty() {
+                stream.write_all(preamble).await?;
+            }
+            Ok::<_, std::io::Error>(stream)
+        })
         .await;
         let stream = match attempt {
             Ok(Ok(stream)) => stream,
@@ -386,7 +393,7 @@ struct QueuedWait<'a> {
 }
 
 impl QueuedWait<'_> {
-    async fn wait(mut self) -> Result<Lease, Error> {
+    async fn wait(mut self, preamble: &[u8]) -> Result<Lease, Error> {
         let pool = self.pool;
         let receiver = self
             .receiver
@@ -399,7 +406,7 @@ impl QueuedWait<'_> {
                 match grant {
                     Grant::Connection(connection) if !self.dedicated => Ok(pool.reuse(connection)),
                     // The granted connection closes here; its slot stays ours.
-                    Grant::Connection(_) | Grant::Slot => pool.connect().await,
+                    Grant::Connection(_) | Grant::Slot => pool.connect(preamble).await,
                 }
             }
             // The sender is only dropped after a failed send, never while we wait.

@@ -11,6 +11,8 @@ use std::io;
 use std::time::Duration;
 
 mod copy;
+pub(crate) mod peek;
+pub(crate) mod session;
 mod splice;
 
 pub use copy::relay;

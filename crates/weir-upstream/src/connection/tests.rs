@@ -201,11 +201,11 @@ async fn dedicated_connections_wait_at_the_cap_in_order_and_are_never_kept() {
     // An idle connection left by an HTTP exchange is not handed to a dedicated checkout.
     pool.checkout().await.unwrap().release();
     assert_eq!((pool.open(), pool.idle()), (1, 1));
-    let first = pool.checkout_dedicated().await.unwrap();
+    let first = pool.checkout_dedicated(&[]).await.unwrap();
     assert!(!first.is_reused());
     assert_eq!((pool.open(), pool.idle()), (2, 1));
     // At the cap, the idle connection makes room for a dedicated one.
-    let second = pool.checkout_dedicated().await.unwrap();
+    let second = pool.checkout_dedicated(&[]).await.unwrap();
     assert_eq!((pool.open(), pool.idle()), (2, 0));
     // Then the next ones queue, in order.
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -214,7 +214,7 @@ async fn dedicated_connections_wait_at_the_cap_in_order_and_are_never_kept() {
         let pool = Arc::clone(&pool);
         let order = Arc::clone(&order);
         waiters.push(tokio::spawn(async move {
-            let lease = pool.checkout_dedicated().await.unwrap();
+            let lease = pool.checkout_dedicated(&[]).await.unwrap();
             order.lock().unwrap().push(n);
             assert!(pool.open() <= 2);
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -244,7 +244,7 @@ async fn a_dedicated_waiter_granted_an_idle_connection_opens_its_own() {
     let waiting = {
         let pool = Arc::clone(&pool);
         tokio::spawn(async move {
-            pool.checkout_dedicated()
+            pool.checkout_dedicated(&[])
                 .await
                 .map(|lease| lease.is_reused())
         })
