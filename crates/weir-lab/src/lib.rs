@@ -38,6 +38,7 @@ pub mod clients;
 pub mod error;
 pub mod html;
 mod http;
+pub mod l4;
 pub mod launch;
 pub mod metrics;
 pub mod model;

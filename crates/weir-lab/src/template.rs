@@ -4,6 +4,8 @@
 
 /// weir in front of the capped origin (`weir lab offload`).
 pub const WEIR_OFFLOAD: &str = include_str!("../../../bench/lab/weir-offload.toml");
+/// weir's TCP virtual server in front of a connection-capped TCP service (`weir lab l4`).
+pub const WEIR_L4: &str = include_str!("../../../bench/lab/weir-l4.toml");
 /// weir terminating TLS in front of the plain origin (`weir lab tls`).
 pub const WEIR_TLS: &str = include_str!("../../../bench/lab/weir-tls.toml");
 /// weir for the Zeus table (`weir lab suite`): HTTP and HTTPS listeners.
@@ -62,7 +64,7 @@ mod tests {
             .map(|(index, name)| {
                 let value = match *name {
                     "CERT" | "KEY" | "PEM" => format!("/tmp/weir-lab-test/{name}.pem"),
-                    "CLIENT_TIMEOUT" => "60s".to_owned(),
+                    "CLIENT_TIMEOUT" | "QUEUE_TIMEOUT" => "60s".to_owned(),
                     "SESSION_TICKETS" => "false".to_owned(),
                     "SESSION_CACHE" | "THREADS" => "1".to_owned(),
                     _ => (20_000 + index).to_string(),
@@ -86,6 +88,19 @@ mod tests {
                     "CLIENT_LIMIT",
                     "POOL_CAP",
                     "CLIENT_TIMEOUT",
+                ]),
+            ),
+            (
+                "weir-l4.toml",
+                WEIR_L4,
+                values(&[
+                    "PROXY_PORT",
+                    "ADMIN_PORT",
+                    "ORIGIN_PORT",
+                    "THREADS",
+                    "CLIENT_LIMIT",
+                    "POOL_CAP",
+                    "QUEUE_TIMEOUT",
                 ]),
             ),
             (
