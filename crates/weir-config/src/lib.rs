@@ -35,7 +35,6 @@
 pub mod cache;
 pub mod defaults;
 pub mod error;
-pub mod layer4;
 mod locate;
 pub mod model;
 pub mod schema;

@@ -11,13 +11,16 @@ use std::time::Duration;
 
 use crate::error::KeyPath;
 
-// Layer 4 (issue 13).
-pub use crate::layer4::{AcceptProxy, PassthroughRoute, ProxyVersion, RelayMode, TcpSettings};
-
 // Cache and compression (issue 12).
 pub use crate::cache::{
     CacheRules, CacheStore, Cidr, Compression, CompressionAlgorithm, ContentPolicy, SetCookieRule,
 };
+// Traffic rules, limits, hashing and persistence (issue 14).
+mod traffic;
+pub use traffic::*;
+// Layer 4 (issue 13).
+mod layer4;
+pub use layer4::*;
 
 /// A whole, validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,6 +86,8 @@ pub struct VirtualServer {
     pub routes: Vec<Route>,
     pub limits: ClientLimits,
     pub timeouts: ClientTimeouts,
+    /// Which methods, upgrades and header names are let through.
+    pub http: HttpPolicy,
     /// Add `X-Forwarded-For`, `X-Forwarded-Proto` and `Via` to forwarded requests.
     pub forwarded_headers: bool,
     /// Size of the listen backlog.
@@ -96,6 +101,8 @@ pub struct VirtualServer {
     pub cache: Option<CacheStore>,
     /// Cache and compression for requests that match no route.
     pub content: ContentPolicy,
+    /// Rules, request id, client address and limits (issue 14).
+    pub traffic: Traffic,
     /// Session settings; `Some` exactly when `protocol` is [`Protocol::Tcp`] or [`Protocol::Tls`].
     pub tcp: Option<TcpSettings>,
     /// PROXY protocol headers accepted from trusted clients; `None`: never read.
@@ -158,6 +165,9 @@ pub struct ClientLimits {
     pub response_buffer: usize,
     /// Requests on one client connection before weir closes it; `None` means no limit.
     pub max_requests_per_connection: Option<NonZeroU32>,
+    /// Average bytes per second a request body must keep up after its first
+    /// `timeouts.body_read` (slow POST defence); 0 turns the check off.
+    pub min_body_rate: u64,
 }
 
 /// Client-side timeouts.
@@ -167,9 +177,40 @@ pub struct ClientTimeouts {
     pub header_read: Duration,
     /// Keep-alive: how long an idle client connection is kept between requests.
     pub idle: Duration,
-    /// Longest pause while reading a request body or writing a response.
+    /// Longest pause while reading a request body.
     pub body_read: Duration,
+    /// The whole request body, from the end of its head.
+    pub body_total: Duration,
+    /// Longest pause while writing a response.
     pub write: Duration,
+    /// An upgraded (WebSocket) or CONNECT tunnel with no byte either way for
+    /// this long is closed.
+    pub tunnel_idle: Duration,
+}
+
+/// What a virtual server lets through besides ordinary requests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpPolicy {
+    /// CONNECT requests are sent to the pool and, on a 2xx, tunnelled; when
+    /// false they are answered 405.
+    pub connect: bool,
+    /// TRACE requests are forwarded; when false they are answered 405.
+    pub trace: bool,
+    /// Protocols (`Upgrade` tokens, lower case) a client may switch to; an
+    /// `Upgrade` naming none of them is removed and the request sent as is.
+    pub upgrades: Vec<String>,
+    pub underscore_headers: UnderscoreHeaders,
+}
+
+/// What happens to request header fields whose names hold `_`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnderscoreHeaders {
+    /// Answered 400.
+    Reject,
+    /// The fields are removed before forwarding.
+    Drop,
+    /// Forwarded unchanged.
+    Forward,
 }
 
 /// A pool of nodes and how traffic is spread over them.
@@ -188,6 +229,11 @@ pub struct Pool {
     pub fail_open: bool,
     /// TLS to the nodes; `None` means plain TCP.
     pub tls: Option<UpstreamTls>,
+    // --- issue 14 ---
+    /// The request key, set exactly when `algorithm` is [`Algorithm::ConsistentHash`].
+    pub hash: Option<HashSettings>,
+    pub persistence: Option<Persistence>,
+    // --- end issue 14 ---
     /// PROXY protocol header sent on each connection to a node (TCP virtual servers only).
     pub proxy_protocol: Option<ProxyVersion>,
 }
@@ -206,6 +252,8 @@ pub enum Algorithm {
     LeastConnections,
     /// Power of two choices scored by EWMA response time and in-flight requests.
     Perceptive,
+    /// Ring hash with bounded loads on a key taken from the request (issue 14).
+    ConsistentHash,
 }
 
 /// The per-node connection pool: cap, queue, reuse.
@@ -221,6 +269,10 @@ pub struct UpstreamConnections {
     pub idle_timeout: Duration,
     /// Requests sent on one upstream connection before it is retired; `None` means no limit.
     pub max_requests_per_connection: Option<NonZeroU32>,
+    /// Connections to each node that left HTTP (WebSocket upgrades, CONNECT
+    /// tunnels). They are counted apart from `max_connections`, so tunnels
+    /// never take the slots requests need.
+    pub max_tunnels: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -229,6 +281,8 @@ pub struct UpstreamTimeouts {
     pub connect: Duration,
     /// From the request sent to the response head received; past it → 504.
     pub response: Duration,
+    /// Longest stall while writing a request (head or body) to a node.
+    pub write: Duration,
 }
 
 /// An active health monitor.

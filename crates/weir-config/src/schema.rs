@@ -11,8 +11,12 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
-pub use crate::cache::{CacheTable, CompressionTable};
-pub use crate::layer4::{PassthroughTable, ProxyProtocolTable, TcpTable};
+// Traffic rules, limits and persistence (issue 14).
+pub mod traffic;
+pub use traffic::*;
+// Layer 4 (issue 13).
+pub mod layer4;
+pub use layer4::*;
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -65,12 +69,22 @@ pub struct VirtualServerTable {
     pub backlog: Option<i64>,
     pub limits: Option<LimitsTable>,
     pub timeouts: Option<ClientTimeoutsTable>,
+    pub http: Option<HttpPolicyTable>,
     #[serde(default)]
     pub routes: Vec<RouteTable>,
     /// Header name → value set on every response.
     pub response_headers: Option<Named<String>>,
     pub cache: Option<CacheTable>,
     pub compression: Option<CompressionTable>,
+    // --- traffic rules, request id, limits (issue 14) ---
+    #[serde(default)]
+    pub rules: Vec<RuleTable>,
+    pub request_id: Option<RequestIdTable>,
+    pub client_address: Option<ClientAddressTable>,
+    pub rate_limits: Option<Named<RateLimitTable>>,
+    pub concurrency_limits: Option<Named<ConcurrencyLimitTable>>,
+    pub client_connections: Option<ClientConnectionsTable>,
+    // --- end issue 14 ---
     pub tcp: Option<TcpTable>,
     pub proxy_protocol: Option<ProxyProtocolTable>,
     #[serde(default)]
@@ -88,6 +102,7 @@ pub struct LimitsTable {
     pub request_buffer: Option<SizeValue>,
     pub response_buffer: Option<SizeValue>,
     pub max_requests_per_connection: Option<i64>,
+    pub min_body_rate: Option<SizeValue>,
 }
 
 /// `[virtual_servers.NAME.timeouts]`
@@ -97,7 +112,19 @@ pub struct ClientTimeoutsTable {
     pub header_read: Option<DurationText>,
     pub idle: Option<DurationText>,
     pub body_read: Option<DurationText>,
+    pub body_total: Option<DurationText>,
     pub write: Option<DurationText>,
+    pub tunnel_idle: Option<DurationText>,
+}
+
+/// `[virtual_servers.NAME.http]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpPolicyTable {
+    pub connect: Option<bool>,
+    pub trace: Option<bool>,
+    pub upgrades: Option<Vec<String>>,
+    pub underscore_headers: Option<String>,
 }
 
 /// `[[virtual_servers.NAME.routes]]`
@@ -124,6 +151,10 @@ pub struct PoolTable {
     pub health: Option<HealthTable>,
     pub passive_health: Option<PassiveHealthTable>,
     pub tls: Option<UpstreamTlsTable>,
+    // --- consistent hashing and persistence (issue 14) ---
+    pub hash: Option<HashTable>,
+    pub persistence: Option<PersistenceTable>,
+    // --- end issue 14 ---
     pub proxy_protocol: Option<String>,
 }
 
@@ -186,6 +217,7 @@ pub struct ConnectionsTable {
     pub queue_timeout: Option<DurationText>,
     pub idle_timeout: Option<DurationText>,
     pub max_requests_per_connection: Option<i64>,
+    pub max_tunnels: Option<i64>,
 }
 
 /// `[pools.NAME.timeouts]`
@@ -194,6 +226,7 @@ pub struct ConnectionsTable {
 pub struct UpstreamTimeoutsTable {
     pub connect: Option<DurationText>,
     pub response: Option<DurationText>,
+    pub write: Option<DurationText>,
 }
 
 /// `[pools.NAME.health]`: one table for both kinds; validation rejects HTTP keys on
@@ -329,6 +362,14 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
                     array: false,
                 })
             }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                let value = T::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(OneOrMany {
+                    values: vec![value],
+                    array: false,
+                })
+            }
         }
 
         deserializer.deserialize_any(OneOrManyVisitor(PhantomData))
@@ -409,4 +450,39 @@ impl<'de> Deserialize<'de> for StatusValue {
 
         deserializer.deserialize_any(StatusVisitor)
     }
+}
+
+/// `[virtual_servers.NAME.cache]`, or a route's `cache` (rules only).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheTable {
+    pub enabled: Option<bool>,
+    // The store: virtual server only.
+    pub size: Option<SizeValue>,
+    pub max_object_size: Option<SizeValue>,
+    pub purge_from: Option<Vec<String>>,
+    pub status_header: Option<String>,
+    // Rules: a route may override them.
+    pub heuristic_percent: Option<i64>,
+    pub heuristic_max: Option<DurationText>,
+    pub stale_while_revalidate: Option<DurationText>,
+    pub stale_if_error: Option<DurationText>,
+    pub set_cookie: Option<String>,
+    pub request_cache_control: Option<bool>,
+    pub coalesce: Option<bool>,
+    pub coalesce_timeout: Option<DurationText>,
+    pub coalesce_max_waiters: Option<i64>,
+}
+
+/// `[virtual_servers.NAME.compression]`, or a route's `compression`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressionTable {
+    pub enabled: Option<bool>,
+    pub algorithms: Option<Vec<String>>,
+    pub min_size: Option<SizeValue>,
+    pub content_types: Option<Vec<String>>,
+    pub gzip_level: Option<i64>,
+    pub brotli_level: Option<i64>,
+    pub zstd_level: Option<i64>,
 }

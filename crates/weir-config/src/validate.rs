@@ -7,10 +7,15 @@
 //! problem was found, so those stand-ins never escape.
 
 mod cache;
+mod http;
 mod layer4;
 mod pools;
 mod primitives;
+mod template;
 mod tls;
+mod traffic;
+mod traffic_actions;
+mod traffic_settings;
 mod values;
 
 use std::collections::HashMap;
@@ -227,6 +232,7 @@ impl Checker {
             routes,
             limits: self.limits(&path.key("limits"), table.limits.as_ref()),
             timeouts: self.client_timeouts(&path.key("timeouts"), table.timeouts.as_ref()),
+            http: self.http_policy(&path.key("http"), table.http.as_ref()),
             forwarded_headers: table
                 .forwarded_headers
                 .unwrap_or(defaults::FORWARDED_HEADERS),
@@ -243,6 +249,7 @@ impl Checker {
             ),
             cache,
             content,
+            traffic: self.traffic(path, table, pool_ids),
             tcp: self.tcp_settings(path, protocol, table),
             accept_proxy: self.accept_proxy(&path.key("proxy_protocol"), table),
             passthrough: self.passthrough(path, protocol, table, pool_ids),
@@ -475,6 +482,12 @@ impl Checker {
                 &path.key("max_requests_per_connection"),
                 table.max_requests_per_connection,
             ),
+            min_body_rate: self.size(
+                &path.key("min_body_rate"),
+                table.min_body_rate.as_ref(),
+                defaults::MIN_BODY_RATE,
+                0..=GIB,
+            ),
         }
     }
 
@@ -501,7 +514,17 @@ impl Checker {
                 table.body_read.as_ref(),
                 defaults::BODY_READ_TIMEOUT,
             ),
+            body_total: timeout(
+                "body_total",
+                table.body_total.as_ref(),
+                defaults::BODY_TOTAL_TIMEOUT,
+            ),
             write: timeout("write", table.write.as_ref(), defaults::WRITE_TIMEOUT),
+            tunnel_idle: timeout(
+                "tunnel_idle",
+                table.tunnel_idle.as_ref(),
+                defaults::TUNNEL_IDLE_TIMEOUT,
+            ),
         }
     }
 
@@ -544,6 +567,9 @@ impl Checker {
             let looping = servers.iter().find(|server| {
                 let uses_pool = server.default_pool == *pool
                     || server.routes.iter().any(|r| r.pool == *pool)
+                    || server.traffic.rules.iter().any(|rule| {
+                        rule.actions.terminal == Some(crate::model::Terminal::Pool(*pool))
+                    })
                     || server.passthrough.iter().any(|r| r.pool == *pool);
                 uses_pool
                     && server.listen.iter().any(|listen| {
@@ -570,3 +596,5 @@ impl Checker {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod traffic_tests;

@@ -23,17 +23,14 @@
 //! ```
 
 pub mod access;
-pub mod cache;
-pub mod layer4;
 pub mod metrics;
 pub mod names;
 
 pub use access::{ACCESS_TARGET, AccessRecord, SessionRecord};
-pub use cache::{CacheMetrics, CompressionMetrics};
-pub use layer4::Layer4Metrics;
 pub use metrics::{
-    CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, StatusClass, TlsMetrics,
-    TunnelMetrics, UpstreamTlsMetrics, VirtualServerMetrics,
+    CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Layer4Metrics, Metrics,
+    NodeMetrics, PoolMetrics, StatusClass, TlsMetrics, TunnelMetrics, UpstreamTlsMetrics,
+    VirtualServerMetrics,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;

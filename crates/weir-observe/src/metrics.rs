@@ -17,8 +17,12 @@ use prometheus_client::registry::{Metric, Registry};
 
 use crate::names::{self, MetricSpec};
 
+mod cache;
+mod layer4;
 mod tunnel;
 
+pub use cache::{CacheMetrics, CompressionMetrics};
+pub use layer4::Layer4Metrics;
 pub use tunnel::TunnelMetrics;
 
 /// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
@@ -37,10 +41,10 @@ pub struct Metrics {
     reuse_ratio: FloatGauge,
     offload_ratio: FloatGauge,
     handles: Mutex<Handles>,
-    /// Cache and compression families (issue 12), in `crate::cache`.
-    pub(crate) cache: crate::cache::CacheFamilies,
-    /// Layer 4 families (issue 13), in `crate::layer4`.
-    pub(crate) layer4: crate::layer4::Layer4Families,
+    /// Cache and compression families (issue 12), in `metrics/cache.rs`.
+    pub(crate) cache: cache::CacheFamilies,
+    /// Layer 4 families (issue 13), in `metrics/layer4.rs`.
+    pub(crate) layer4: layer4::Layer4Families,
     refreshers: Refreshers,
 }
 
@@ -303,9 +307,9 @@ impl Metrics {
         register(r, names::REUSE_RATIO, reuse_ratio.clone());
         register(r, names::OFFLOAD_RATIO, offload_ratio.clone());
         families.register(r);
-        let cache = crate::cache::CacheFamilies::default();
+        let cache = cache::CacheFamilies::default();
         cache.register(r);
-        let layer4 = crate::layer4::Layer4Families::default();
+        let layer4 = layer4::Layer4Families::default();
         layer4.register(r);
         if let Some(tunnel) = tunnel {
             tunnel.register(r);

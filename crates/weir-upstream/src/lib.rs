@@ -10,9 +10,13 @@ pub mod connection;
 pub mod dns;
 pub mod health;
 pub mod node;
+pub mod persistence;
 pub mod pool;
 
 pub use balancer::Balancer;
-pub use connection::{ConnectionSettings, Lease, NodeConnections, UpstreamTls};
+pub use connection::{
+    ConnectionSettings, Lease, NodeConnections, Tunnel, TunnelPermit, UpstreamTls,
+};
 pub use node::NodeState;
+pub use persistence::{Persistence, PersistenceKey};
 pub use pool::{Pool, Tried};

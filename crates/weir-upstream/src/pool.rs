@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use weir_core::ShutdownSignal;
 use weir_observe::{Metrics, PoolMetrics};
 
-use crate::balancer::{self, Balancer};
+use crate::balancer::{self, Balancer, ConsistentHash};
 use crate::connection::{ConnectionSettings, NodeConnections, UpstreamTls};
 use crate::health;
 use crate::node::NodeState;
@@ -23,6 +23,8 @@ pub struct Pool {
     pub connections: Vec<Arc<NodeConnections>>,
     pub metrics: PoolMetrics,
     balancer: Box<dyn Balancer>,
+    /// The ring of a `consistent_hash` pool (issue 14).
+    hashing: Option<ConsistentHash>,
 }
 
 /// Nodes already tried for one request (a pool has at most 64 nodes in play
@@ -85,6 +87,7 @@ impl Pool {
                 .connections
                 .max_requests_per_connection
                 .map(|n| n.get()),
+            max_tunnels: config.connections.max_tunnels,
             tls: tls.clone(),
         };
         let connections = nodes
@@ -99,6 +102,10 @@ impl Pool {
             })
             .collect();
         let balancer = balancer::for_algorithm(config.algorithm, &nodes);
+        let hashing = config
+            .hash
+            .as_ref()
+            .map(|hash| ConsistentHash::new(&nodes, hash.max_load));
         Arc::new(Pool {
             name: config.name.clone(),
             config: config.clone(),
@@ -106,6 +113,7 @@ impl Pool {
             connections,
             metrics: pool_metrics,
             balancer,
+            hashing,
         })
     }
 
@@ -120,6 +128,25 @@ impl Pool {
         if self.config.fail_open {
             let untried = |index: usize| !tried.contains(index);
             return self.balancer.pick(&self.nodes, &untried);
+        }
+        None
+    }
+
+    /// [`Pool::select`] for a request with a key (`weir_rules::request_key`
+    /// with the pool's `hash.key`, then `Key::stable_hash`): a consistent-hash
+    /// pool picks the key's node, any other pool ignores the key.
+    pub fn select_by_key(&self, tried: Tried, now: Instant, key: u64) -> Option<usize> {
+        let Some(ring) = &self.hashing else {
+            return self.select(tried, now);
+        };
+        let available =
+            |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
+        if let Some(index) = ring.pick_keyed(&self.nodes, &available, key) {
+            return Some(index);
+        }
+        if self.config.fail_open {
+            let untried = |index: usize| !tried.contains(index);
+            return ring.pick_keyed(&self.nodes, &untried, key);
         }
         None
     }

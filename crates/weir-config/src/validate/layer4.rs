@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::{Checker, KIB, MIB, Zero, values};
 use crate::defaults;
 use crate::error::{KeyPath, Problem};
-use crate::layer4::{AcceptProxy, PassthroughRoute, RelayMode, TcpSettings};
+use crate::model::{AcceptProxy, PassthroughRoute, RelayMode, TcpSettings};
 use crate::model::{Pool, PoolId, Protocol, ServerTls, VirtualServer};
 use crate::schema::VirtualServerTable;
 

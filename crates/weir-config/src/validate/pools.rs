@@ -33,6 +33,7 @@ impl Checker {
                 ("weighted_round_robin", Algorithm::WeightedRoundRobin),
                 ("least_connections", Algorithm::LeastConnections),
                 ("perceptive", Algorithm::Perceptive),
+                ("consistent_hash", Algorithm::ConsistentHash),
             ],
         );
         Pool {
@@ -67,6 +68,11 @@ impl Checker {
                 .tls
                 .as_ref()
                 .map(|tls| self.upstream_tls(&path.key("tls"), tls)),
+            hash: self.hash_settings(&path.key("hash"), algorithm, table.hash.as_ref()),
+            persistence: table
+                .persistence
+                .as_ref()
+                .and_then(|table| self.persistence(&path.key("persistence"), table)),
         }
     }
 
@@ -166,6 +172,12 @@ impl Checker {
                 &path.key("max_requests_per_connection"),
                 table.max_requests_per_connection,
             ),
+            max_tunnels: self.count(
+                &path.key("max_tunnels"),
+                table.max_tunnels,
+                defaults::MAX_TUNNELS,
+                0..=1_000_000,
+            ),
         }
     }
 
@@ -188,6 +200,12 @@ impl Checker {
                 &path.key("response"),
                 table.response.as_ref(),
                 defaults::RESPONSE_TIMEOUT,
+                Zero::Rejected,
+            ),
+            write: self.duration(
+                &path.key("write"),
+                table.write.as_ref(),
+                defaults::UPSTREAM_WRITE_TIMEOUT,
                 Zero::Rejected,
             ),
         }

@@ -119,6 +119,7 @@ fn every_key_set_is_converted() {
             request_buffer: 4000,
             response_buffer: 1 << 20,
             max_requests_per_connection: NonZeroU32::new(7),
+            min_body_rate: 1024,
         }
     );
     assert_eq!(server.timeouts.write, Duration::from_millis(250));
@@ -506,7 +507,7 @@ fn choices() {
     assert_one_error(
         &file("", "algorithm = \"random\"", ""),
         "pools.web.algorithm",
-        "invalid value \"random\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\"",
+        "invalid value \"random\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\", \"consistent_hash\"",
     );
     for (name, algorithm) in [
         ("round_robin", Algorithm::RoundRobin),
@@ -551,7 +552,7 @@ fn https_takes_defaults_and_records_where_files_were_named() {
         tls.groups,
         vec![KeyExchangeGroup::X25519, KeyExchangeGroup::Secp256r1]
     );
-    assert_eq!(tls.alpn, vec!["http/1.1".to_owned()]);
+    assert_eq!(tls.alpn, vec!["http/1.1".to_owned(), "http/1.0".to_owned()]);
     assert!(tls.session_tickets);
     assert_eq!(tls.session_cache_size, 20_000);
     assert_eq!(tls.client_auth, ClientAuth::None);
@@ -935,7 +936,7 @@ nodes = []
         [
             "t.toml:2: runtime.threads: must be between 1 and 1024",
             "t.toml:5: virtual_servers.web.pool: unknown pool \"missing\"; defined pools: web",
-            "t.toml:7: pools.web.algorithm: invalid value \"fastest\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\"",
+            "t.toml:7: pools.web.algorithm: invalid value \"fastest\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\", \"consistent_hash\"",
             "t.toml:8: pools.web.nodes: a pool needs at least one node, like nodes = [{ address = \"127.0.0.1:8081\" }]",
         ]
     );

@@ -1,41 +1,10 @@
-//! Layer 4 settings (issue 13): TCP and TLS-terminated TCP virtual servers, TLS passthrough
-//! routed by SNI and ALPN, and the PROXY protocol, accepted from trusted clients and sent to
-//! nodes. The file's tables and the validated model types both live here; validation is in
-//! `validate/layer4.rs`, defaults in `defaults.rs`.
+//! The validated model of layer 4 (issue 13): TCP and TLS virtual servers' sessions, TLS
+//! passthrough routed by SNI and ALPN, and the PROXY protocol accepted from trusted clients
+//! and sent to nodes. Validation is in `validate/layer4.rs`, defaults in `defaults.rs`.
 
 use std::time::Duration;
 
-use serde::Deserialize;
-
-use crate::cache::Cidr;
-use crate::model::PoolId;
-use crate::schema::{DurationText, SizeValue};
-
-/// `[virtual_servers.NAME.tcp]` (protocol "tcp" or "tls").
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TcpTable {
-    pub relay: Option<String>,
-    pub buffer: Option<SizeValue>,
-    pub idle_timeout: Option<DurationText>,
-}
-
-/// `[virtual_servers.NAME.proxy_protocol]`: accept a PROXY header from these clients.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProxyProtocolTable {
-    pub trusted: Option<Vec<String>>,
-    pub timeout: Option<DurationText>,
-}
-
-/// `[[virtual_servers.NAME.passthrough]]`: TLS passed through to a pool by server name.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PassthroughTable {
-    pub server_names: Option<Vec<String>>,
-    pub alpn: Option<Vec<String>>,
-    pub pool: Option<String>,
-}
+use super::{Cidr, PoolId};
 
 /// How a TCP virtual server moves bytes between a client and a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::metrics::{Metrics, register};
+use super::{Metrics, register};
 use crate::names;
 
 /// The `result` values of `weir_tcp_sessions_total`.
