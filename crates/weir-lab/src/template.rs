@@ -124,6 +124,8 @@ mod tests {
                     "HTTP_PORT",
                     "HTTPS_PORT",
                     "ORIGIN_PORT",
+                    "L4_PORT",
+                    "ECHO_PORT",
                     "THREADS",
                     "CERT",
                     "KEY",
@@ -139,7 +141,15 @@ mod tests {
         let peer_configs = [
             (
                 HAPROXY_SUITE,
-                values(&["HTTP_PORT", "HTTPS_PORT", "ORIGIN_PORT", "THREADS", "PEM"]),
+                values(&[
+                    "HTTP_PORT",
+                    "HTTPS_PORT",
+                    "ORIGIN_PORT",
+                    "L4_PORT",
+                    "ECHO_PORT",
+                    "THREADS",
+                    "PEM",
+                ]),
             ),
             (
                 NGINX_SUITE,
@@ -150,6 +160,8 @@ mod tests {
                     "THREADS",
                     "CERT",
                     "KEY",
+                    "LOAD_STREAM",
+                    "STREAM",
                 ]),
             ),
             (NGINX_ORIGIN, values(&["PORT", "WORKER_CONNECTIONS"])),
