@@ -246,3 +246,33 @@ async fn a_tls_virtual_server_terminates_tls_and_relays_plain_bytes() {
     assert_eq!(node.last_received(), b"over tls");
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_virtual_server_connection_limit_a_client_is_closed_at_once() {
+    let node = Node::start("n", Duration::ZERO).await;
+    let proxy = TestProxy::start(&tcp_config(
+        &[node.addr],
+        "",
+        "[virtual_servers.l4.limits]\nmax_connections = 1",
+    ))
+    .await;
+    // The first session stays open (no FIN from its client yet).
+    let mut first = TcpStream::connect(proxy.addr).await.unwrap();
+    first.write_all(b"held").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut refused = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(read_all(&mut refused).await, "", "closed at once, nothing relayed");
+    first.shutdown().await.unwrap();
+    assert_eq!(read_all(&mut first).await, "n 4");
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_client_connections_rejected_total{virtual_server=\"l4\"}"
+        ),
+        1
+    );
+    // Once the first is gone, a new client is served.
+    assert_eq!(exchange(proxy.addr, b"later").await, "n 5");
+    proxy.stop().await;
+}
