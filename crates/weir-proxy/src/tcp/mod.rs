@@ -14,9 +14,11 @@ mod copy;
 pub(crate) mod peek;
 pub(crate) mod session;
 mod splice;
+mod tcp_copy;
 
 pub use copy::relay;
 pub use splice::splice;
+pub use tcp_copy::relay_tcp;
 
 /// Which relay a TCP virtual server uses when both ends are plain TCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,7 +21,7 @@ use weir_tls::{ServerStream, Stream};
 use weir_upstream::node::InFlight;
 use weir_upstream::{Lease, Pool, Tried};
 
-use super::{Ended, Relay, Relayed, relay, splice};
+use super::{Ended, Relay, Relayed, relay, relay_tcp, splice};
 use crate::route::VirtualServerRuntime;
 
 /// The client side of a session, as the front stages found it.
@@ -100,6 +100,9 @@ async fn run(
     let relayed = match (&mut stream, lease.stream(), kind) {
         (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Splice) => {
             splice(client_tcp, node_tcp, settings).await
+        }
+        (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Copy) => {
+            relay_tcp(client_tcp, node_tcp, settings).await
         }
         (client_stream, node_stream, _) => relay(client_stream, node_stream, settings).await,
     };

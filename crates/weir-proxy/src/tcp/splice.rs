@@ -50,13 +50,20 @@ impl Pipe {
 }
 
 /// When bytes last moved either way, as nanoseconds since `start`.
-struct Activity {
+pub(super) struct Activity {
     start: Instant,
     last: AtomicU64,
 }
 
 impl Activity {
-    fn touch(&self) {
+    pub(super) fn new() -> Activity {
+        Activity {
+            start: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn touch(&self) {
         let nanos = self.start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
         self.last.store(nanos, Ordering::Relaxed);
     }
@@ -72,10 +79,7 @@ pub async fn splice(client: &TcpStream, node: &TcpStream, settings: RelaySetting
     // Atomics only so the future is `Send`; both directions run in this one task.
     let up_bytes = AtomicU64::new(0);
     let down_bytes = AtomicU64::new(0);
-    let activity = Activity {
-        start: Instant::now(),
-        last: AtomicU64::new(0),
-    };
+    let activity = Activity::new();
     let both = async {
         let up = one_way(
             client,
@@ -97,26 +101,28 @@ pub async fn splice(client: &TcpStream, node: &TcpStream, settings: RelaySetting
         );
         tokio::try_join!(up, down)
     };
-    let idle = async {
-        loop {
-            let deadline = activity.last() + settings.idle_timeout;
-            if deadline <= Instant::now() {
-                return;
-            }
-            tokio::time::sleep_until(deadline).await;
-        }
-    };
     let ended = tokio::select! {
         done = both => match done {
             Ok(_) => Ended::Closed,
             Err((end, error)) => end.ended(error),
         },
-        () = idle => Ended::IdleTimeout,
+        () = until_idle(&activity, settings.idle_timeout) => Ended::IdleTimeout,
     };
     Relayed {
         client_to_node: up_bytes.into_inner(),
         node_to_client: down_bytes.into_inner(),
         ended,
+    }
+}
+
+/// Returns once nothing moved for `idle` (the timer is re-armed only when it fires).
+pub(super) async fn until_idle(activity: &Activity, idle: std::time::Duration) {
+    loop {
+        let deadline = activity.last() + idle;
+        if deadline <= Instant::now() {
+            return;
+        }
+        tokio::time::sleep_until(deadline).await;
     }
 }
 

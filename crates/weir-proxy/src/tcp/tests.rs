@@ -18,8 +18,16 @@ async fn pair() -> (TcpStream, TcpStream) {
     (far, near)
 }
 
+/// The three relays: the generic buffered one, the plain-TCP buffered one, splice.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Generic,
+    Tcp,
+    Splice,
+}
+
 /// A client and a node, with one relay between them running in its own task.
-async fn session(kind: Relay, idle: Duration) -> (TcpStream, TcpStream, JoinHandle<Relayed>) {
+async fn session(kind: Kind, idle: Duration) -> (TcpStream, TcpStream, JoinHandle<Relayed>) {
     let (client, mut client_side) = pair().await;
     let (node, mut node_side) = pair().await;
     let settings = RelaySettings {
@@ -28,8 +36,9 @@ async fn session(kind: Relay, idle: Duration) -> (TcpStream, TcpStream, JoinHand
     };
     let task = tokio::spawn(async move {
         match kind {
-            Relay::Copy => relay(&mut client_side, &mut node_side, settings).await,
-            Relay::Splice => splice(&client_side, &node_side, settings).await,
+            Kind::Generic => relay(&mut client_side, &mut node_side, settings).await,
+            Kind::Tcp => relay_tcp(&client_side, &node_side, settings).await,
+            Kind::Splice => splice(&client_side, &node_side, settings).await,
         }
     });
     (client, node, task)
@@ -41,7 +50,7 @@ async fn read_to_end(stream: &mut TcpStream) -> Vec<u8> {
     out
 }
 
-const BOTH: [Relay; 2] = [Relay::Copy, Relay::Splice];
+const BOTH: [Kind; 3] = [Kind::Generic, Kind::Tcp, Kind::Splice];
 const LONG: Duration = Duration::from_secs(10);
 
 #[tokio::test]

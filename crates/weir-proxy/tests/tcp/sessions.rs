@@ -261,7 +261,11 @@ async fn past_the_virtual_server_connection_limit_a_client_is_closed_at_once() {
     first.write_all(b"held").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut refused = TcpStream::connect(proxy.addr).await.unwrap();
-    assert_eq!(read_all(&mut refused).await, "", "closed at once, nothing relayed");
+    assert_eq!(
+        read_all(&mut refused).await,
+        "",
+        "closed at once, nothing relayed"
+    );
     first.shutdown().await.unwrap();
     assert_eq!(read_all(&mut first).await, "n 4");
     let text = proxy.metrics.encode();
