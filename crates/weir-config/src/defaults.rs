@@ -292,9 +292,9 @@ const fn nonzero(value: u32) -> NonZeroU32 {
 }
 
 // Layer 4 (issue 13).
-/// The splice relay moves bulk bytes without a copy and costs the same per small exchange
-/// (BENCHMARKING.md, "Layer 4").
-pub const TCP_RELAY: RelayMode = RelayMode::Splice;
+/// read/write for messages (cheapest per small exchange), splice(2) once a flow carries bulk
+/// (half the CPU per MiB): both measured in BENCHMARKING.md ("Layer 4").
+pub const TCP_RELAY: RelayMode = RelayMode::Auto;
 pub const TCP_BUFFER: u64 = 16 * KIB;
 pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 pub const PROXY_PROTOCOL_TIMEOUT: Duration = Duration::from_secs(5);

@@ -115,6 +115,7 @@ fn relay_settings(config: &VirtualServer) -> (Relay, RelaySettings) {
     let relay = match tcp.relay {
         RelayMode::Copy => Relay::Copy,
         RelayMode::Splice => Relay::Splice,
+        RelayMode::Auto => Relay::Adaptive,
     };
     let settings = RelaySettings {
         idle_timeout: tcp.idle_timeout,

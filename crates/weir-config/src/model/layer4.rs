@@ -13,6 +13,9 @@ pub enum RelayMode {
     Copy,
     /// `splice(2)` through a kernel pipe when both ends are plain TCP (Linux).
     Splice,
+    /// Read and write for messages; a direction that carries bulk (a read fills the buffer)
+    /// moves to `splice(2)`. Plain TCP on both ends only; else as `Copy`.
+    Auto,
 }
 
 /// A TCP (or TLS-terminated TCP) virtual server's session settings.

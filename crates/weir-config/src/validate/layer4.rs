@@ -128,7 +128,11 @@ impl Checker {
                 &path.key("relay"),
                 tcp.and_then(|t| t.relay.as_deref()),
                 defaults::TCP_RELAY,
-                &[("splice", RelayMode::Splice), ("copy", RelayMode::Copy)],
+                &[
+                    ("auto", RelayMode::Auto),
+                    ("splice", RelayMode::Splice),
+                    ("copy", RelayMode::Copy),
+                ],
             ),
             buffer: self.size_usize(
                 &path.key("buffer"),

@@ -132,7 +132,7 @@ fn layer4_rules_that_fail() {
     assert_one_error(
         &tcp("[virtual_servers.db.tcp]\nrelay = \"sendfile\""),
         "virtual_servers.db.tcp.relay",
-        "expected one of \"splice\", \"copy\"",
+        "expected one of \"auto\", \"splice\", \"copy\"",
     );
     assert_one_error(
         &tcp("[virtual_servers.db.proxy_protocol]\ntrusted = [\"10.0.0.0/33\"]"),

@@ -27,6 +27,9 @@ pub enum Relay {
     Copy,
     /// `splice(2)` through a pipe per direction: no copy through user space (Linux).
     Splice,
+    /// Read and write for messages; a direction moves to `splice(2)` once a read fills its
+    /// whole buffer (a bulk flow).
+    Adaptive,
 }
 
 /// How a relay ended, and what it carried.

@@ -102,7 +102,10 @@ async fn run(
             splice(client_tcp, node_tcp, settings).await
         }
         (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Copy) => {
-            relay_tcp(client_tcp, node_tcp, settings).await
+            relay_tcp(client_tcp, node_tcp, settings, false).await
+        }
+        (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Adaptive) => {
+            relay_tcp(client_tcp, node_tcp, settings, true).await
         }
         (client_stream, node_stream, _) => relay(client_stream, node_stream, settings).await,
     };

@@ -127,7 +127,7 @@ pub(super) async fn until_idle(activity: &Activity, idle: std::time::Duration) {
 }
 
 /// One direction until EOF (then the writer's write side is shut down) or an error.
-async fn one_way(
+pub(super) async fn one_way(
     from: &TcpStream,
     to: &TcpStream,
     from_end: End,

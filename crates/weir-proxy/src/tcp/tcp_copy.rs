@@ -4,6 +4,9 @@
 //! so its readiness is cleared there and then instead of by one more `read` that would only
 //! say "would block". On a request/response session that is one system call fewer per
 //! message and direction. Same contract as [`relay`](super::relay).
+//!
+//! With `adaptive`, a direction whose read fills the whole buffer is a bulk flow: it moves to
+//! `splice(2)` for the rest of the session, where bytes no longer pass through user space.
 
 use std::io;
 use std::net::Shutdown;
@@ -15,8 +18,14 @@ use tokio::net::TcpStream;
 use super::splice::{Activity, until_idle};
 use super::{End, Ended, RelaySettings, Relayed};
 
-/// Relays bytes between two plain TCP sockets through a buffer per direction.
-pub async fn relay_tcp(client: &TcpStream, node: &TcpStream, settings: RelaySettings) -> Relayed {
+/// Relays bytes between two plain TCP sockets through a buffer per direction; `adaptive`
+/// moves a direction to `splice(2)` once it carries bulk.
+pub async fn relay_tcp(
+    client: &TcpStream,
+    node: &TcpStream,
+    settings: RelaySettings,
+    adaptive: bool,
+) -> Relayed {
     let up_bytes = AtomicU64::new(0);
     let down_bytes = AtomicU64::new(0);
     let activity = Activity::new();
@@ -25,7 +34,7 @@ pub async fn relay_tcp(client: &TcpStream, node: &TcpStream, settings: RelaySett
             client,
             node,
             (End::Client, End::Node),
-            settings.buffer,
+            (settings.buffer, adaptive),
             &up_bytes,
             &activity,
         );
@@ -33,7 +42,7 @@ pub async fn relay_tcp(client: &TcpStream, node: &TcpStream, settings: RelaySett
             node,
             client,
             (End::Node, End::Client),
-            settings.buffer,
+            (settings.buffer, adaptive),
             &down_bytes,
             &activity,
         );
@@ -58,11 +67,12 @@ async fn one_way(
     from: &TcpStream,
     to: &TcpStream,
     (from_end, to_end): (End, End),
-    size: usize,
+    (size, adaptive): (usize, bool),
     bytes: &AtomicU64,
     activity: &Activity,
 ) -> Result<(), (End, io::Error)> {
     let mut buffer = vec![0u8; size.max(1)];
+    let mut bulk = false;
     loop {
         let read = loop {
             from.readable().await.map_err(|error| (from_end, error))?;
@@ -78,7 +88,9 @@ async fn one_way(
                 _ => Ok(()),
             };
         }
-        if read < buffer.len() {
+        if read == buffer.len() {
+            bulk = adaptive;
+        } else {
             // Drained: wait for the next arrival without asking the kernel again.
             let _ = from.try_io(Interest::READABLE, || {
                 Err::<(), _>(io::ErrorKind::WouldBlock.into())
@@ -98,6 +110,10 @@ async fn one_way(
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(error) => return Err((to_end, error)),
             }
+        }
+        if bulk {
+            let (from_end, to_end) = (from_end, to_end);
+            return super::splice::one_way(from, to, from_end, to_end, size, bytes, activity).await;
         }
     }
 }

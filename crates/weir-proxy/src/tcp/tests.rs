@@ -23,6 +23,7 @@ async fn pair() -> (TcpStream, TcpStream) {
 enum Kind {
     Generic,
     Tcp,
+    Adaptive,
     Splice,
 }
 
@@ -37,7 +38,8 @@ async fn session(kind: Kind, idle: Duration) -> (TcpStream, TcpStream, JoinHandl
     let task = tokio::spawn(async move {
         match kind {
             Kind::Generic => relay(&mut client_side, &mut node_side, settings).await,
-            Kind::Tcp => relay_tcp(&client_side, &node_side, settings).await,
+            Kind::Tcp => relay_tcp(&client_side, &node_side, settings, false).await,
+            Kind::Adaptive => relay_tcp(&client_side, &node_side, settings, true).await,
             Kind::Splice => splice(&client_side, &node_side, settings).await,
         }
     });
@@ -50,7 +52,7 @@ async fn read_to_end(stream: &mut TcpStream) -> Vec<u8> {
     out
 }
 
-const BOTH: [Kind; 3] = [Kind::Generic, Kind::Tcp, Kind::Splice];
+const BOTH: [Kind; 4] = [Kind::Generic, Kind::Tcp, Kind::Adaptive, Kind::Splice];
 const LONG: Duration = Duration::from_secs(10);
 
 #[tokio::test]
