@@ -21,6 +21,7 @@ use weir_tls::client_hello::{
     DEFAULT_MAX_CLIENT_HELLO, HelloError, MAX_RECORD_PAYLOAD, MAX_RECORDS, Peek, read_client_hello,
 };
 
+use crate::drain::Admission;
 use crate::pipeline;
 use crate::route::VirtualServerRuntime;
 use crate::tcp::peek::{PeekError, peek_until};
@@ -29,13 +30,21 @@ use crate::tcp::session::{self, Client};
 /// How long a tcp virtual server with passthrough rules waits for a ClientHello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Runs the front stages, then the connection's pipeline, until the connection ends.
+/// Whether a virtual server's connections need the front stages (plain HTTP and HTTPS
+/// without a PROXY header or passthrough rules go straight to the pipeline).
+pub(crate) fn needed(vs: &VirtualServerRuntime) -> bool {
+    vs.config.accept_proxy.is_some() || !vs.passthrough.is_empty() || vs.config.protocol.is_layer4()
+}
+
+/// Runs the front stages, then the connection's pipeline, until the connection ends. The
+/// admission (the virtual server's count, the drain) is held until then.
 pub(crate) async fn serve(
     mut stream: TcpStream,
     peer: SocketAddr,
-    vs: Arc<VirtualServerRuntime>,
+    admission: Admission,
     shutdown: ShutdownSignal,
 ) {
+    let vs = Arc::clone(&admission.vs);
     let accepted = Instant::now();
     // PROXY header, from trusted clients only: anyone else's bytes are data.
     let mut client = Client {
@@ -77,7 +86,7 @@ pub(crate) async fn serve(
     }
     match vs.config.protocol {
         Protocol::Http | Protocol::Https => {
-            pipeline::serve_connection(stream, client.address, vs, shutdown).await;
+            pipeline::serve_connection(stream, client.address, admission, shutdown).await;
         }
         Protocol::Tcp | Protocol::Tls => session::serve(stream, client, &vs).await,
     }

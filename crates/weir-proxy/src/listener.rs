@@ -15,10 +15,10 @@ use weir_core::ShutdownSignal;
 use weir_observe::Metrics;
 use weir_upstream::Pool;
 
-use crate::drain::Drain;
-use crate::front;
+use crate::drain::{Admission, Drain};
 use crate::route::VirtualServerRuntime;
 use crate::tls::TlsTermination;
+use crate::{front, pipeline};
 
 /// The proxy built from a config: pools and virtual servers, no sockets yet.
 #[derive(Debug)]
@@ -236,14 +236,20 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         vs.metrics.connections_accepted.inc();
         vs.metrics.connections_open.inc();
-        let guard = drain.enter();
-        let vs = Arc::clone(&vs);
-        let signal = shutdown.clone();
-        tokio::spawn(async move {
-            front::serve(stream, peer, Arc::clone(&vs), signal).await;
-            vs.open.fetch_sub(1, Ordering::AcqRel);
-            vs.metrics.connections_open.dec();
-            drop(guard);
-        });
+        let admission = Admission {
+            vs: Arc::clone(&vs),
+            _drain: drain.enter(),
+        };
+        if front::needed(&vs) {
+            // PROXY header, passthrough or a TCP session: the front stages first.
+            tokio::spawn(front::serve(stream, peer, admission, shutdown.clone()));
+        } else {
+            tokio::spawn(pipeline::serve_connection(
+                stream,
+                peer,
+                admission,
+                shutdown.clone(),
+            ));
+        }
     }
 }
