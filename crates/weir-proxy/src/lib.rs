@@ -28,12 +28,17 @@ mod client;
 mod drain;
 mod exchange;
 mod front;
+pub mod handoff;
 mod listener;
+mod live;
+mod model;
 mod pipeline;
 mod policy;
+mod proxy;
 mod request_body;
 mod response;
 mod route;
+mod stage;
 pub mod tcp;
 mod tls;
 mod upgrade;
@@ -43,6 +48,9 @@ const VIA: &str = "weir";
 /// Bound on chunk-size lines and trailer sections, both directions.
 const MAX_TRAILER_BYTES: usize = 8 * 1024;
 
-pub use listener::{BoundProxy, Proxy, StartError, bind_tcp};
+pub use listener::{adopt, bind_tcp};
+pub use live::{Applied, Live, ReloadError, ReloadRecord};
+pub use model::Model;
+pub use proxy::{BoundProxy, Proxy, StartError};
 pub use route::VirtualServerRuntime;
 pub use tls::TlsTermination;

@@ -1,72 +1,16 @@
-//! A virtual server at run time, and the `route` stage: which pool serves a request.
+//! The `route` stage: which pool serves a request.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
 
-use weir_config::{PassthroughRoute, PoolId, RelayMode, VirtualServer};
-use weir_http::{Limits, RequestHead};
-use weir_observe::{Layer4Metrics, VirtualServerMetrics};
+use weir_config::{RelayMode, VirtualServer};
+use weir_http::RequestHead;
 use weir_tls::client_hello::ClientHello;
 use weir_upstream::Pool;
 
+pub use crate::model::VirtualServerRuntime;
 use crate::tcp::{Relay, RelaySettings};
-use crate::tls::TlsTermination;
-
-/// A virtual server with its pools resolved and its metric handles taken.
-#[derive(Debug)]
-pub struct VirtualServerRuntime {
-    pub config: VirtualServer,
-    pub default_pool: Arc<Pool>,
-    pub routes: Vec<(weir_config::Route, Arc<Pool>)>,
-    pub metrics: VirtualServerMetrics,
-    pub access_log: bool,
-    pub(crate) head_limits: Limits,
-    /// Client connections open now (for `limits.max_connections`).
-    pub(crate) open: AtomicU32,
-    /// TLS termination, on an HTTPS or TLS virtual server.
-    pub tls: Option<Arc<TlsTermination>>,
-    /// TLS passthrough rules, in order, with their pools.
-    pub(crate) passthrough: Vec<(PassthroughRoute, Arc<Pool>)>,
-    /// How TCP sessions (tcp and tls virtual servers, passthrough) relay bytes.
-    pub(crate) relay: (Relay, RelaySettings),
-    pub(crate) layer4: Layer4Metrics,
-}
 
 impl VirtualServerRuntime {
-    pub fn new(
-        config: &VirtualServer,
-        pools: &[Arc<Pool>],
-        metrics: &weir_observe::Metrics,
-        access_log: bool,
-        tls: Option<Arc<TlsTermination>>,
-    ) -> VirtualServerRuntime {
-        let pool = |PoolId(index): PoolId| Arc::clone(&pools[index]);
-        VirtualServerRuntime {
-            default_pool: pool(config.default_pool),
-            routes: config
-                .routes
-                .iter()
-                .map(|route| (route.clone(), pool(route.pool)))
-                .collect(),
-            metrics: metrics.virtual_server(&config.name),
-            access_log,
-            head_limits: Limits {
-                max_head_bytes: config.limits.max_header_bytes,
-                max_headers: config.limits.max_headers,
-            },
-            open: AtomicU32::new(0),
-            tls,
-            passthrough: config
-                .passthrough
-                .iter()
-                .map(|rule| (rule.clone(), pool(rule.pool)))
-                .collect(),
-            relay: relay_settings(config),
-            layer4: metrics.layer4(&config.name),
-            config: config.clone(),
-        }
-    }
-
     /// The route stage of TLS passthrough: the first rule that matches the ClientHello.
     pub(crate) fn passthrough_pool(&self, hello: &ClientHello) -> Option<&Arc<Pool>> {
         self.passthrough
@@ -105,7 +49,7 @@ impl VirtualServerRuntime {
 
 /// The relay of a tcp or tls virtual server as configured; passthrough on an HTTPS virtual
 /// server takes the defaults.
-fn relay_settings(config: &VirtualServer) -> (Relay, RelaySettings) {
+pub(crate) fn relay_settings(config: &VirtualServer) -> (Relay, RelaySettings) {
     let defaults = weir_config::TcpSettings {
         relay: weir_config::defaults::TCP_RELAY,
         buffer: weir_config::defaults::TCP_BUFFER as usize,

@@ -197,8 +197,8 @@ fn log(
     let (received, sent) = relayed.map_or((0, 0), |r| (r.client_to_node, r.node_to_client));
     vs.metrics.bytes_received.inc_by(received);
     vs.metrics.bytes_sent.inc_by(sent);
-    if vs.access_log {
-        SessionRecord {
+    if let Some(log) = &vs.access_log {
+        log.write_session(&SessionRecord {
             virtual_server: &vs.config.name,
             client: client.address,
             server_name: client.server_name.as_deref(),
@@ -208,7 +208,6 @@ fn log(
             bytes_sent: sent,
             duration: client.accepted.elapsed(),
             result,
-        }
-        .emit();
+        });
     }
 }
