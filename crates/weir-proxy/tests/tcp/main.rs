@@ -7,8 +7,11 @@
 //!   on an https virtual server
 //! - `proxy_protocol`: accepted from trusted clients (TCP and HTTP), refused or treated as
 //!   data otherwise, and sent to nodes
+//! - `reload`: a TCP virtual server reloaded with a changed pool, added and removed, and an
+//!   HTTP one turned into a TCP one
 
 mod passthrough;
 mod proxy_protocol;
+mod reload;
 mod sessions;
 mod support;
