@@ -18,13 +18,12 @@ use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use weir_config::{Config, PassthroughRoute, PoolId, VirtualServer};
+use weir_config::{Config, PassthroughRoute, PoolId, RelayMode, VirtualServer};
 use weir_core::{Shutdown, ShutdownSignal};
 use weir_http::Limits;
 use weir_observe::{AccessLog, Layer4Metrics, Metrics, VirtualServerMetrics};
 use weir_upstream::Pool;
 
-use crate::route::relay_settings;
 use crate::tcp::{Relay, RelaySettings};
 use crate::tls::TlsTermination;
 
@@ -151,6 +150,27 @@ impl VirtualServerRuntime {
             .filter(|vs| Arc::ptr_eq(&vs.shared, &self.shared))
             .cloned()
     }
+}
+
+/// The relay of a tcp or tls virtual server as configured; passthrough on an HTTPS virtual
+/// server takes the defaults.
+fn relay_settings(config: &VirtualServer) -> (Relay, RelaySettings) {
+    let defaults = weir_config::TcpSettings {
+        relay: weir_config::defaults::TCP_RELAY,
+        buffer: weir_config::defaults::TCP_BUFFER as usize,
+        idle_timeout: weir_config::defaults::TCP_IDLE_TIMEOUT,
+    };
+    let tcp = config.tcp.as_ref().unwrap_or(&defaults);
+    let relay = match tcp.relay {
+        RelayMode::Copy => Relay::Copy,
+        RelayMode::Splice => Relay::Splice,
+        RelayMode::Auto => Relay::Adaptive,
+    };
+    let settings = RelaySettings {
+        idle_timeout: tcp.idle_timeout,
+        buffer: tcp.buffer,
+    };
+    (relay, settings)
 }
 
 impl Model {

@@ -2,13 +2,11 @@
 
 use std::sync::Arc;
 
-use weir_config::{RelayMode, VirtualServer};
 use weir_http::RequestHead;
 use weir_tls::client_hello::ClientHello;
 use weir_upstream::Pool;
 
 pub use crate::model::VirtualServerRuntime;
-use crate::tcp::{Relay, RelaySettings};
 
 impl VirtualServerRuntime {
     /// The route stage of TLS passthrough: the first rule that matches the ClientHello.
@@ -45,27 +43,6 @@ impl VirtualServerRuntime {
         }
         &self.default_pool
     }
-}
-
-/// The relay of a tcp or tls virtual server as configured; passthrough on an HTTPS virtual
-/// server takes the defaults.
-pub(crate) fn relay_settings(config: &VirtualServer) -> (Relay, RelaySettings) {
-    let defaults = weir_config::TcpSettings {
-        relay: weir_config::defaults::TCP_RELAY,
-        buffer: weir_config::defaults::TCP_BUFFER as usize,
-        idle_timeout: weir_config::defaults::TCP_IDLE_TIMEOUT,
-    };
-    let tcp = config.tcp.as_ref().unwrap_or(&defaults);
-    let relay = match tcp.relay {
-        RelayMode::Copy => Relay::Copy,
-        RelayMode::Splice => Relay::Splice,
-        RelayMode::Auto => Relay::Adaptive,
-    };
-    let settings = RelaySettings {
-        idle_timeout: tcp.idle_timeout,
-        buffer: tcp.buffer,
-    };
-    (relay, settings)
 }
 
 fn host_without_port(host: &[u8]) -> &[u8] {
