@@ -33,7 +33,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Whether a virtual server's connections need the front stages (plain HTTP and HTTPS
 /// without a PROXY header or passthrough rules go straight to the pipeline).
 pub(crate) fn needed(vs: &VirtualServerRuntime) -> bool {
-    vs.config.accept_proxy.is_some() || !vs.passthrough.is_empty() || vs.config.protocol.is_layer4()
+    crate::model::front_stages(&vs.config)
 }
 
 /// Runs the front stages, then the connection's pipeline, until the connection ends. The

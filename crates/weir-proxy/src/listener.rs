@@ -220,7 +220,8 @@ impl Listeners {
     }
 }
 
-/// accept → admit → spawn the front stages or the pipeline, until the listener is removed or shutdown.
+/// accept → admit → spawn the front stages or the pipeline, until the listener is removed or
+/// shutdown.
 async fn accept_loop(
     listener: Arc<TcpListener>,
     target: Arc<Mutex<String>>,

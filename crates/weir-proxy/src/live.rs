@@ -27,7 +27,7 @@ use weir_upstream::Pool;
 
 use crate::drain::Drain;
 use crate::listener::{AcceptContext, Bound, Listeners};
-use crate::model::{Model, ModelCell, ModelParts, VirtualServerShared};
+use crate::model::{Model, ModelCell, ModelParts, VirtualServerShared, front_stages};
 use crate::stage::{Staged, StagedTls, bind_added, check_files, stage};
 
 /// The running proxy: its current model, and everything a reload changes.
@@ -315,6 +315,15 @@ impl Live {
         }
         for name in &diff.pools.removed {
             self.metrics.remove_pool(name);
+        }
+        for vs in &old.virtual_servers {
+            // Layer 4 series go with the front stages that count them.
+            let kept = new
+                .virtual_server(&vs.config.name)
+                .is_some_and(|next| front_stages(&next.config));
+            if front_stages(&vs.config) && !kept {
+                self.metrics.remove_layer4(&vs.config.name);
+            }
         }
         for name in &diff.virtual_servers.removed {
             self.metrics.remove_virtual_server(name);

@@ -152,6 +152,12 @@ impl VirtualServerRuntime {
     }
 }
 
+/// Whether a virtual server's connections go through the front stages (a PROXY header,
+/// passthrough rules, a TCP session) rather than straight to the HTTP pipeline.
+pub(crate) fn front_stages(config: &VirtualServer) -> bool {
+    config.accept_proxy.is_some() || !config.passthrough.is_empty() || config.protocol.is_layer4()
+}
+
 /// The relay of a tcp or tls virtual server as configured; passthrough on an HTTPS virtual
 /// server takes the defaults.
 fn relay_settings(config: &VirtualServer) -> (Relay, RelaySettings) {
@@ -298,7 +304,12 @@ impl ModelParts<'_> {
                     &self.pools,
                     (
                         self.metrics.virtual_server(&vs.name),
-                        self.metrics.layer4(&vs.name),
+                        // Only virtual servers with front stages have layer 4 series.
+                        if front_stages(vs) {
+                            self.metrics.layer4(&vs.name)
+                        } else {
+                            Layer4Metrics::default()
+                        },
                     ),
                     self.access_log.clone(),
                     self.tls.remove(&vs.name),

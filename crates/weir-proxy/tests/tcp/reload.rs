@@ -101,6 +101,13 @@ async fn reloads_add_and_remove_tcp_listeners() {
     assert_eq!(applied.diff.listeners.added[0].address, db);
     assert_eq!(exchange(db, b"abc").await, "n 3");
     assert_eq!(client::get(web, "/").await.unwrap().status, 200);
+    let db_sessions = "weir_tcp_sessions_total{virtual_server=\"db\",result=\"closed\"}";
+    let text = proxy.metrics.encode();
+    assert_eq!(metric(&text, db_sessions), 1, "{text}");
+    assert!(
+        !text.contains("weir_tcp_sessions_total{virtual_server=\"web\""),
+        "no layer 4 series for a plain HTTP virtual server: {text}"
+    );
 
     // Removed again: its listener closes, the HTTP one goes on.
     let applied = proxy.live.apply(parse(&http)).unwrap();
@@ -108,6 +115,11 @@ async fn reloads_add_and_remove_tcp_listeners() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(TcpStream::connect(db).await.is_err(), "removed listener");
     assert_eq!(client::get(web, "/").await.unwrap().status, 200);
+    let text = proxy.metrics.encode();
+    assert!(
+        !text.contains("virtual_server=\"db\""),
+        "series dropped: {text}"
+    );
     proxy.stop().await;
     origin.stop().await;
 }
