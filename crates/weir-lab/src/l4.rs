@@ -24,6 +24,7 @@ use crate::{Lab, http, template};
 /// What `weir lab l4` is asked to do.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct L4LabSettings {
+    /// Clients, all started at once.
     pub clients: u32,
     /// The service's cap, and weir's pool cap to it.
     pub cap: u32,
@@ -31,6 +32,7 @@ pub struct L4LabSettings {
     pub size: usize,
     /// A client gives up after this long (connect, exchange and close).
     pub timeout: Duration,
+    /// weir's worker threads.
     pub proxy_threads: usize,
     /// Run the direct phase too.
     pub direct: bool,
@@ -49,6 +51,7 @@ impl L4LabSettings {
         }
     }
 
+    /// Refuses settings the lab cannot run (no clients, no cap, more clients than ports).
     pub fn validate(&self) -> Result<(), LabError> {
         if self.clients == 0 || self.cap == 0 {
             return Err(LabError::Invalid(
@@ -68,13 +71,19 @@ impl L4LabSettings {
 /// One phase: direct or through weir.
 #[derive(Debug, Clone, Serialize)]
 pub struct L4Phase {
+    /// `direct` or `through weir`.
     pub name: String,
+    /// Clients started.
     pub clients: u32,
+    /// Clients that had their bytes echoed whole.
     pub completed: u64,
     /// Clients that got no whole echo (refused, reset, timed out).
     pub failed: u64,
+    /// Seconds from the first client's start to the last one's end.
     pub elapsed_s: f64,
+    /// Median time a client took (connect, exchange, close), in milliseconds.
     pub p50_ms: f64,
+    /// 99th percentile of the same, in milliseconds.
     pub p99_ms: f64,
     /// Connections the service reset at once because it was at its cap.
     pub service_refused: u64,
@@ -87,8 +96,11 @@ pub struct L4Phase {
 /// The experiment's results.
 #[derive(Debug, Clone, Serialize)]
 pub struct L4LabReport {
+    /// What was asked.
     pub settings: L4LabSettings,
+    /// Direct (unless skipped), then through weir.
     pub phases: Vec<L4Phase>,
+    /// The claims checked on the phases, each passed or failed.
     pub checks: Vec<Check>,
 }
 

@@ -79,7 +79,7 @@ mod tests {
     }
 
     #[test]
-    fn every_lab_config_renders_and_weirs_validate() {
+    fn every_weir_lab_config_renders_and_validates() {
         let weir_configs = [
             (
                 "weir-offload.toml",
@@ -142,6 +142,10 @@ mod tests {
                 panic!("{name} does not validate:\n{error}");
             }
         }
+    }
+
+    #[test]
+    fn every_peer_config_renders() {
         let peer_configs = [
             (
                 HAPROXY_SUITE,

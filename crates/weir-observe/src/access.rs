@@ -55,8 +55,11 @@ const FLUSH_AT: usize = 64 * 1024;
 /// durations (logged as whole microseconds, `duration_us` and `upstream_duration_us`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AccessRecord<'a> {
+    /// The virtual server that took the request.
     pub virtual_server: &'a str,
+    /// The client's address as the socket saw it.
     pub client: SocketAddr,
+    /// The request method, as received.
     pub method: &'a str,
     /// The request target as received (origin-form path and query, usually).
     pub target: &'a str,
@@ -314,12 +317,15 @@ fn quote(line: &mut String, value: &str) {
 /// written to the access log beside [`AccessRecord`]s, with `protocol=tcp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionRecord<'a> {
+    /// The virtual server that accepted the connection.
     pub virtual_server: &'a str,
     /// The client: the address a trusted PROXY header carried, else the peer's.
     pub client: SocketAddr,
     /// The server name a passed-through ClientHello asked for, if one was read.
     pub server_name: Option<&'a str>,
+    /// The pool the session was sent to, if one was chosen.
     pub pool: Option<&'a str>,
+    /// The node the bytes were relayed to, if one was reached.
     pub node: Option<SocketAddr>,
     /// Bytes read from the client (and written to the node).
     pub bytes_received: u64,

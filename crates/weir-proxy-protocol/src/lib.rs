@@ -40,13 +40,16 @@ pub use v2::{MAX_V2_LENGTH, write_v2, write_v2_local};
 /// The protocol version a header was written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
+    /// The text form (`PROXY TCP4 ...\r\n`).
     V1,
+    /// The binary form (12-byte signature, then a block).
     V2,
 }
 
 /// A parsed header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    /// The form the header was written in.
     pub version: Version,
     /// The connection's original endpoints, or `None` when the sender says it has none to
     /// give (v1 `UNKNOWN`, v2 `LOCAL` such as a health check, or a family or transport
@@ -67,7 +70,12 @@ pub struct Addresses {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Parsed {
     /// A whole header: it took the first `consumed` bytes.
-    Complete { header: Header, consumed: usize },
+    Complete {
+        /// The header read.
+        header: Header,
+        /// Its length in bytes: the connection's data starts after them.
+        consumed: usize,
+    },
     /// What arrived is a valid beginning of a header: read more.
     Partial,
 }

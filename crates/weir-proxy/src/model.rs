@@ -32,6 +32,7 @@ use crate::tls::TlsTermination;
 pub struct Model {
     /// 1 for the configuration weir started with, then one more per applied reload.
     pub generation: u64,
+    /// The validated configuration this generation was built from.
     pub config: Arc<Config>,
     /// In the order of `config.pools`.
     pub pools: Vec<Arc<Pool>>,
@@ -73,9 +74,13 @@ pub(crate) struct VirtualServerShared {
 /// resolved and its metric handles taken. A request keeps the one it started with.
 #[derive(Debug)]
 pub struct VirtualServerRuntime {
+    /// The virtual server's validated settings.
     pub config: VirtualServer,
+    /// The pool requests go to when no route matches.
     pub default_pool: Arc<Pool>,
+    /// The routes in order, each with its pool resolved.
     pub routes: Vec<(weir_config::Route, Arc<Pool>)>,
+    /// The virtual server's metric handles.
     pub metrics: VirtualServerMetrics,
     /// Where this virtual server's access records go; `None` when `log.access_log` is off.
     pub access_log: Option<Arc<AccessLog>>,
@@ -161,11 +166,7 @@ pub(crate) fn front_stages(config: &VirtualServer) -> bool {
 /// The relay of a tcp or tls virtual server as configured; passthrough on an HTTPS virtual
 /// server takes the defaults.
 fn relay_settings(config: &VirtualServer) -> (Relay, RelaySettings) {
-    let defaults = weir_config::TcpSettings {
-        relay: weir_config::defaults::TCP_RELAY,
-        buffer: weir_config::defaults::TCP_BUFFER as usize,
-        idle_timeout: weir_config::defaults::TCP_IDLE_TIMEOUT,
-    };
+    let defaults = weir_config::TcpSettings::default();
     let tcp = config.tcp.as_ref().unwrap_or(&defaults);
     let relay = match tcp.relay {
         RelayMode::Copy => Relay::Copy,

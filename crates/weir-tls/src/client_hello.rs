@@ -43,6 +43,7 @@ pub struct ClientHello {
 pub enum Peek {
     /// The bytes are a valid beginning of a ClientHello: read more.
     Partial,
+    /// The whole ClientHello was read: what routing needs from it.
     Complete(ClientHello),
 }
 

@@ -34,6 +34,7 @@ pub struct DnsSettings {
     pub min_ttl: Duration,
     /// Re-resolve no later than this, whatever the TTL (and the longest retry back-off).
     pub max_ttl: Duration,
+    /// Which address records (A, AAAA or both) make nodes.
     pub families: Families,
 }
 
@@ -63,7 +64,9 @@ impl Default for DnsSettings {
 /// A node named by DNS: a host name and the port every address it resolves to gets.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NodeName {
+    /// The host name, as written.
     pub host: String,
+    /// The port of every node the name resolves to.
     pub port: u16,
 }
 
@@ -78,6 +81,7 @@ impl fmt::Display for NodeName {
 pub struct Answer {
     /// Sorted, without duplicates, never empty.
     pub addresses: Vec<IpAddr>,
+    /// The shortest time to live of the records, as the resolver reported it.
     pub ttl: Duration,
 }
 
@@ -178,6 +182,7 @@ impl Resolver {
 pub enum Update {
     /// A new set of node addresses (the first one included).
     Changed(Arc<[SocketAddr]>),
+    /// The same set as before.
     Unchanged,
     /// The name did not resolve; the last good set (if any) stays.
     Failed(ResolveError),
@@ -194,6 +199,7 @@ pub struct NameState {
 }
 
 impl NameState {
+    /// A name not yet resolved, re-resolved within `settings`' bounds.
     pub fn new(name: NodeName, settings: &DnsSettings) -> NameState {
         NameState {
             name,
@@ -204,6 +210,7 @@ impl NameState {
         }
     }
 
+    /// The name this state follows.
     pub fn name(&self) -> &NodeName {
         &self.name
     }

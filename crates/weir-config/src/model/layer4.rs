@@ -21,6 +21,7 @@ pub enum RelayMode {
 /// A TCP (or TLS-terminated TCP) virtual server's session settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TcpSettings {
+    /// How bytes move when both ends are plain TCP.
     pub relay: RelayMode,
     /// Per-direction buffer (copy) or pipe chunk (splice).
     pub buffer: usize,
@@ -32,6 +33,7 @@ pub struct TcpSettings {
 /// address becomes the client address. Others' bytes are data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcceptProxy {
+    /// The networks whose connections must start with a PROXY header.
     pub trusted: Vec<Cidr>,
     /// How long a trusted client has to send its whole header.
     pub timeout: Duration,
@@ -44,15 +46,31 @@ pub struct AcceptProxy {
 pub struct PassthroughRoute {
     /// Lower-cased names; `*.example.com` matches any subdomain.
     pub server_names: Vec<String>,
+    /// ALPN protocols, one of which the ClientHello must offer; empty: any (or none).
     pub alpn: Vec<String>,
+    /// The pool the matching connections are passed to.
     pub pool: PoolId,
 }
 
 /// The PROXY protocol version weir sends to a pool's nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProxyVersion {
+    /// The text form (`PROXY TCP4 ...\r\n`).
     V1,
+    /// The binary form (12-byte signature, then addresses).
     V2,
+}
+
+impl Default for TcpSettings {
+    /// The settings a `[virtual_servers.NAME.tcp]` table with no keys gives (and TLS
+    /// passthrough on an HTTPS virtual server uses).
+    fn default() -> Self {
+        TcpSettings {
+            relay: crate::defaults::TCP_RELAY,
+            buffer: crate::defaults::TCP_BUFFER as usize,
+            idle_timeout: crate::defaults::TCP_IDLE_TIMEOUT,
+        }
+    }
 }
 
 impl PassthroughRoute {

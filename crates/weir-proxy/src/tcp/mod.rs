@@ -39,6 +39,7 @@ pub struct Relayed {
     pub client_to_node: u64,
     /// Bytes read from the node and written to the client.
     pub node_to_client: u64,
+    /// Why it ended.
     pub ended: Ended,
 }
 
