@@ -19,9 +19,11 @@ use crate::names::{self, MetricSpec};
 use crate::stats::{LatencyHistogram, Totals};
 
 mod cache;
+mod layer4;
 mod tunnel;
 
 pub use cache::{CacheMetrics, CompressionMetrics};
+pub use layer4::Layer4Metrics;
 pub use tunnel::TunnelMetrics;
 
 /// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
@@ -45,6 +47,8 @@ pub struct Metrics {
     handles: Mutex<Handles>,
     /// Cache and compression families (issue 12), in `metrics/cache.rs`.
     pub(crate) cache: cache::CacheFamilies,
+    /// Layer 4 families (issue 13), in `metrics/layer4.rs`.
+    pub(crate) layer4: layer4::Layer4Families,
     refreshers: Refreshers,
 }
 
@@ -386,6 +390,8 @@ impl Metrics {
         families.register(r);
         let cache = cache::CacheFamilies::default();
         cache.register(r);
+        let layer4 = layer4::Layer4Families::default();
+        layer4.register(r);
         if let Some(tunnel) = tunnel {
             tunnel.register(r);
         }
@@ -399,6 +405,7 @@ impl Metrics {
             latency: Arc::new(LatencyHistogram::default()),
             handles: Mutex::new(Handles::default()),
             cache,
+            layer4,
             refreshers: Refreshers::default(),
         })
     }

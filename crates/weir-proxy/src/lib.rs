@@ -28,6 +28,7 @@ mod client;
 mod content;
 mod drain;
 mod exchange;
+mod front;
 pub mod handoff;
 mod listener;
 mod live;
@@ -39,6 +40,7 @@ mod request_body;
 mod response;
 mod route;
 mod stage;
+pub mod tcp;
 mod tls;
 mod upgrade;
 
