@@ -24,6 +24,8 @@
 //!     duration: Duration::from_micros(1500),
 //!     upstream_duration: Some(Duration::from_micros(1200)),
 //!     error: None,
+//!     request_id: Some("4bf92f3577b34da6"),
+//!     rule: None,
 //! };
 //! let mut line = Vec::new();
 //! record.format(AccessLogFormat::Json, UNIX_EPOCH, &mut line);
@@ -32,7 +34,8 @@
 //!     "{\"time\":\"1970-01-01T00:00:00.000Z\",\"virtual_server\":\"web\",\
 //!      \"client\":\"192.0.2.7:50123\",\"method\":\"GET\",\"uri\":\"/a \\\"b\\\"\",\
 //!      \"version\":\"HTTP/1.1\",\"status\":200,\"bytes_sent\":1234,\"pool\":\"app\",\
-//!      \"node\":\"10.0.0.1:8080\",\"duration_us\":1500,\"upstream_duration_us\":1200}\n"
+//!      \"node\":\"10.0.0.1:8080\",\"duration_us\":1500,\"upstream_duration_us\":1200,\
+//!      \"request_id\":\"4bf92f3577b34da6\"}\n"
 //! );
 //! ```
 
@@ -76,6 +79,10 @@ pub struct AccessRecord<'a> {
     pub upstream_duration: Option<Duration>,
     /// Why the request failed or was answered by weir itself, if it was.
     pub error: Option<&'a str>,
+    /// The request id (`[virtual_servers.NAME.request_id]`), when ids are on.
+    pub request_id: Option<&'a str>,
+    /// The traffic rule that decided where the request went, if one did.
+    pub rule: Option<&'a str>,
 }
 
 /// Where access records go: one per configuration of `log.access_log_format` and
@@ -224,6 +231,12 @@ impl AccessRecord<'_> {
         if let Some(error) = self.error {
             fields.text("error", error);
         }
+        if let Some(id) = self.request_id {
+            fields.text("request_id", id);
+        }
+        if let Some(rule) = self.rule {
+            fields.text("rule", rule);
+        }
         if json {
             line.push('}');
         }
@@ -358,6 +371,8 @@ mod tests {
             duration: Duration::from_micros(1500),
             upstream_duration: None,
             error: Some("connect refused"),
+            request_id: None,
+            rule: None,
         }
     }
 
@@ -389,6 +404,16 @@ mod tests {
         assert!(text.contains(r#""error":"connect refused"}"#), "{text}");
         assert!(!text.contains("\"node\""), "{text}");
         assert_eq!(text.lines().count(), 1);
+        let ruled = AccessRecord {
+            request_id: Some("abc-1"),
+            rule: Some("old \"blog\""),
+            ..record()
+        };
+        let text = line(&ruled, AccessLogFormat::Text);
+        assert!(
+            text.ends_with(" request_id=abc-1 rule=\"old \\\"blog\\\"\"\n"),
+            "{text}"
+        );
     }
 
     #[test]

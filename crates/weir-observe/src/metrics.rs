@@ -19,9 +19,11 @@ use crate::names::{self, MetricSpec};
 use crate::stats::{LatencyHistogram, Totals};
 
 mod cache;
+mod traffic;
 mod tunnel;
 
 pub use cache::{CacheMetrics, CompressionMetrics};
+pub use traffic::{CLIENT_CONNECTIONS_LIMIT, TrafficMetrics};
 pub use tunnel::TunnelMetrics;
 
 /// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
@@ -45,6 +47,8 @@ pub struct Metrics {
     handles: Mutex<Handles>,
     /// Cache and compression families (issue 12), in `metrics/cache.rs`.
     pub(crate) cache: cache::CacheFamilies,
+    /// Rule and limit families (issue 14), in `metrics/traffic.rs`.
+    pub(crate) traffic: traffic::TrafficFamilies,
     refreshers: Refreshers,
 }
 
@@ -360,6 +364,8 @@ impl Metrics {
         families.register(r);
         let cache = cache::CacheFamilies::default();
         cache.register(r);
+        let traffic = traffic::TrafficFamilies::default();
+        traffic.register(r);
         if let Some(tunnel) = tunnel {
             tunnel.register(r);
         }
@@ -373,6 +379,7 @@ impl Metrics {
             latency: Arc::new(LatencyHistogram::default()),
             handles: Mutex::new(Handles::default()),
             cache,
+            traffic,
             refreshers: Refreshers::default(),
         })
     }

@@ -265,6 +265,9 @@ pub const ALL: &[MetricSpec] = &[
     COMPRESSION_BYTES_IN,
     COMPRESSION_BYTES_OUT,
     // End of cache and compression.
+    // Traffic rules and limits (issue 14).
+    RULE_MATCHES,
+    LIMIT_REFUSALS,
 ];
 
 // TLS.
@@ -288,6 +291,19 @@ pub const UPSTREAM_TLS_HANDSHAKES: MetricSpec = counter(
     "upstream_tls_handshakes",
     &["pool", "kind"],
     "TLS handshakes with nodes, by kind (full, resumed or failed)",
+);
+
+// Traffic rules and limits (issue 14).
+
+pub const RULE_MATCHES: MetricSpec = counter(
+    "rule_matches",
+    &["virtual_server", "rule"],
+    "Requests whose pool or answer a traffic rule decided, by rule (as named in the configuration, else rules[N])",
+);
+pub const LIMIT_REFUSALS: MetricSpec = counter(
+    "limit_refusals",
+    &["virtual_server", "limit"],
+    "Requests refused by a rate or concurrency limit, and connections refused by client_connections, by limit name",
 );
 
 // Cache and compression (issue 12): one store per virtual server.

@@ -89,6 +89,11 @@ pub(crate) fn headers_for(status: u16) -> &'static [(&'static str, &'static str)
 pub(crate) fn body_for(status: u16) -> &'static [u8] {
     match status {
         400 => b"bad request\n",
+        401 => b"unauthorized\n",
+        403 => b"forbidden\n",
+        404 => b"not found\n",
+        410 => b"gone\n",
+        429 => b"too many requests\n",
         408 => b"request timeout\n",
         405 => b"method not allowed\n",
         413 => b"request body too large\n",

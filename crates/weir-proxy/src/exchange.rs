@@ -9,7 +9,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{ForwardRequest, Parsed, RequestHead, ResponseHead, parse_response};
+use weir_http::{ForwardRequest, HeaderEdit, Parsed, RequestHead, ResponseHead, parse_response};
 use weir_upstream::{Lease, Pool, Tried, TunnelPermit};
 
 use crate::VIA;
@@ -18,6 +18,7 @@ use crate::client::Client;
 use crate::policy::Forwarding;
 use crate::request_body::{self, RequestBody, Streamed};
 use crate::route::VirtualServerRuntime;
+use crate::traffic::RequestTraffic;
 
 /// Retries on a reused connection that the node had closed, per request.
 const MAX_STALE_RETRIES: u32 = 3;
@@ -70,6 +71,7 @@ pub(crate) async fn exchange(
     head: &RequestHead,
     forwarding: Forwarding,
     body: &mut RequestBody,
+    traffic: &RequestTraffic,
 ) -> Result<Exchange, Failure> {
     let mut tried = Tried::default();
     let mut stale_retries = 0;
@@ -80,12 +82,18 @@ pub(crate) async fn exchange(
         // select (again only when moving to another node)
         let index = match current {
             Some(index) => index,
-            None => select(pool, tried, last_error.take())?,
+            None => select(pool, tried, last_error.take(), head, traffic)?,
         };
         tried.add(index);
         current = Some(index);
         let node = &pool.nodes[index];
-        let failure = match attempt(client, vs, pool, index, head, forwarding, body).await {
+        let on = Attempt {
+            index,
+            head,
+            forwarding,
+            traffic,
+        };
+        let failure = match attempt(client, vs, pool, on, body).await {
             Ok(exchange) => return Ok(exchange),
             Err(failure) => failure,
         };
@@ -113,9 +121,17 @@ pub(crate) async fn exchange(
     }
 }
 
-/// The select stage: a node not tried yet, or the failure to answer with.
-fn select(pool: &Pool, tried: Tried, last_error: Option<Error>) -> Result<usize, Failure> {
-    if let Some(index) = pool.select(tried, Instant::now().into_std()) {
+/// The select stage: a node not tried yet (persistence, then a consistent-hash key, then
+/// the balancer), or the failure to answer with.
+fn select(
+    pool: &Pool,
+    tried: Tried,
+    last_error: Option<Error>,
+    head: &RequestHead,
+    traffic: &RequestTraffic,
+) -> Result<usize, Failure> {
+    let now = Instant::now().into_std();
+    if let Some(index) = pool.select_request(tried, now, head, traffic.client) {
         return Ok(index);
     }
     // Every node was tried: answer with what went wrong last.
@@ -129,16 +145,29 @@ fn select(pool: &Pool, tried: Tried, last_error: Option<Error>) -> Result<usize,
     ))
 }
 
+/// What one try sends, and to which node.
+#[derive(Clone, Copy)]
+struct Attempt<'a> {
+    index: usize,
+    head: &'a RequestHead,
+    forwarding: Forwarding,
+    traffic: &'a RequestTraffic,
+}
+
 /// One try on one node: checkout, write the request, read the response head.
 async fn attempt(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     pool: &Arc<Pool>,
-    index: usize,
-    head: &RequestHead,
-    forwarding: Forwarding,
+    on: Attempt<'_>,
     body: &mut RequestBody,
 ) -> Result<Exchange, Failure> {
+    let Attempt {
+        index,
+        head,
+        forwarding,
+        traffic,
+    } = on;
     let connections = &pool.connections[index];
     // A request that may leave HTTP takes a tunnel place first, so tunnels
     // never grow past max_tunnels and never hold the node's request slots.
@@ -153,7 +182,8 @@ async fn attempt(
     let replayable = lease.is_reused() && head.method().is_idempotent() && body.is_complete();
 
     // forward: head and buffered body in one write
-    write_head(client, vs, head, forwarding, body);
+    let edits = traffic.request_edits(vs);
+    write_head(client, vs, head, forwarding, body, (traffic.path(), &edits));
     let sent_at = Instant::now();
     let write_stall = pool.config.timeouts.write;
     send(&mut lease, &client.upstream_out, write_stall, replayable).await?;
@@ -185,16 +215,18 @@ async fn attempt(
 }
 
 /// Rewrites the head for the node into `client.upstream_out`, followed by the buffered body.
+/// `edits`: the rules' path and header edits, and the request id.
 fn write_head(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     head: &RequestHead,
     forwarding: Forwarding,
     body: &RequestBody,
+    (path, edits): (Option<&[u8]>, &impl HeaderEdit),
 ) {
     let out = &mut client.upstream_out;
     out.clear();
-    weir_http::write_request_head(
+    weir_http::write_request_head_edited(
         head,
         &ForwardRequest {
             framing: body.framing,
@@ -214,6 +246,8 @@ fn write_head(
                 .map(|name| (name, client.client_subject.as_deref())),
             drop_underscore_names: forwarding.drop_underscore_names,
         },
+        path,
+        edits,
         out,
     );
     body.write_buffered(out);

@@ -39,6 +39,7 @@ mod response;
 mod route;
 mod stage;
 mod tls;
+mod traffic;
 mod upgrade;
 
 /// This hop's name in `Via` headers.

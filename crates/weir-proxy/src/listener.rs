@@ -19,6 +19,7 @@ use crate::drain::{Admission, Drain};
 use crate::model::ModelCell;
 use crate::pipeline;
 use crate::route::VirtualServerRuntime;
+use crate::traffic;
 
 /// A listening socket before it serves.
 #[derive(Debug)]
@@ -274,12 +275,39 @@ async fn accept_loop(
             vs: Arc::clone(vs),
             _drain: context.drain.enter(),
         };
-        tokio::spawn(pipeline::serve_connection(
-            stream,
-            peer,
-            admission,
-            signal.clone(),
-        ));
+        spawn_connection(stream, peer, admission, signal.clone());
+    }
+}
+
+/// Spawns the pipeline for an admitted connection, past its client's connection limit
+/// (`client_connections`) first: within it, the connection's task holds its place in
+/// the count until it ends (only then is the task larger); past it, the first request
+/// gets the limit's answer.
+fn spawn_connection(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    admission: Admission,
+    signal: ShutdownSignal,
+) {
+    let vs = Arc::clone(&admission.vs);
+    match vs.traffic.limits.admit_connection(peer.ip()) {
+        Ok(None) => {
+            tokio::spawn(pipeline::serve_connection(stream, peer, admission, signal));
+        }
+        Ok(Some(permit)) => {
+            let serve = pipeline::serve_connection(stream, peer, admission, signal);
+            tokio::spawn(async move {
+                let _permit = permit;
+                serve.await;
+            });
+        }
+        Err(refusal) => {
+            vs.traffic.metrics.client_connection_refusals.inc();
+            tracing::debug!(virtual_server = %vs.config.name, client = %peer, "client connection limit reached");
+            tokio::spawn(traffic::refuse_connection(
+                stream, peer, admission, refusal, signal,
+            ));
+        }
     }
 }
 

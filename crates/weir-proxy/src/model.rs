@@ -25,6 +25,7 @@ use weir_observe::{AccessLog, Metrics, VirtualServerMetrics};
 use weir_upstream::Pool;
 
 use crate::tls::TlsTermination;
+use crate::traffic::VirtualServerTraffic;
 
 /// One generation of the running configuration.
 #[derive(Debug)]
@@ -89,6 +90,8 @@ pub struct VirtualServerRuntime {
     current_generation: Arc<AtomicU64>,
     /// TLS termination, on an HTTPS virtual server.
     pub tls: Option<Arc<TlsTermination>>,
+    /// Rules and limits (issue 14).
+    pub(crate) traffic: VirtualServerTraffic,
 }
 
 impl VirtualServerRuntime {
@@ -98,6 +101,7 @@ impl VirtualServerRuntime {
         metrics: VirtualServerMetrics,
         access_log: Option<Arc<AccessLog>>,
         tls: Option<Arc<TlsTermination>>,
+        traffic: VirtualServerTraffic,
         link: ModelLink,
     ) -> VirtualServerRuntime {
         let pool = |PoolId(index): PoolId| Arc::clone(&pools[index]);
@@ -119,6 +123,7 @@ impl VirtualServerRuntime {
                 max_headers: config.limits.max_headers,
             },
             tls,
+            traffic,
             config: config.clone(),
         }
     }
@@ -241,6 +246,10 @@ pub(crate) struct ModelParts<'a> {
     pub current_generation: Arc<AtomicU64>,
     pub metrics: &'a Metrics,
     pub access_log: Option<Arc<AccessLog>>,
+    /// Each virtual server's compiled rules, by name (built while staging).
+    pub rules: HashMap<String, weir_rules::RuleSet>,
+    /// The running model, whose virtual servers hand their limiters over.
+    pub previous: &'a Model,
 }
 
 impl ModelParts<'_> {
@@ -255,12 +264,26 @@ impl ModelParts<'_> {
                         .entry(vs.name.clone())
                         .or_insert_with(VirtualServerShared::new),
                 );
+                let traffic = VirtualServerTraffic::new(
+                    vs,
+                    // Staging compiled every virtual server's rules; compiling again
+                    // cannot fail where that succeeded.
+                    self.rules.remove(&vs.name).unwrap_or_else(|| {
+                        weir_rules::RuleSet::new(&vs.traffic).unwrap_or_default()
+                    }),
+                    &self.pools,
+                    self.previous
+                        .virtual_server(&vs.name)
+                        .map(|previous| &previous.traffic),
+                    self.metrics,
+                );
                 Arc::new(VirtualServerRuntime::new(
                     vs,
                     &self.pools,
                     self.metrics.virtual_server(&vs.name),
                     self.access_log.clone(),
                     self.tls.remove(&vs.name),
+                    traffic,
                     ModelLink {
                         generation: self.generation,
                         shared,

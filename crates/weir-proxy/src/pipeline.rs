@@ -2,7 +2,7 @@
 //! in ARCHITECTURE.md ("The HTTP data path"):
 //!
 //! ```text
-//! [handshake →] read_head → route → filter_request → read body → select → checkout → forward → respond → log → release
+//! [handshake →] read_head → rules → route → filter_request → read body → select → checkout → forward → respond → log → release
 //!   ↑                                                                                          │
 //!   └─────────────────────────────────────── kept alive ──────────────────────────────────────┘
 //! ```
@@ -24,11 +24,12 @@ use weir_upstream::Pool;
 use crate::answer::Failure;
 use crate::client::{Client, IdleConnection};
 use crate::drain::Admission;
-use crate::exchange::{self, Exchange};
+use crate::exchange;
 use crate::policy;
 use crate::request_body;
 use crate::response::{self, Sent};
 use crate::route::VirtualServerRuntime;
+use crate::traffic::{RequestTraffic, Routed};
 use crate::upgrade;
 
 /// Serves one client connection until it closes.
@@ -49,7 +50,7 @@ pub(crate) fn serve_connection(
 }
 
 /// The handshake stage (HTTPS virtual servers): `None` if it failed.
-async fn start_connection(
+pub(crate) async fn start_connection(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     vs: Arc<VirtualServerRuntime>,
@@ -150,7 +151,7 @@ async fn serve_requests(
             Ok(Some(head)) => head,
             Ok(None) => break Next::Close,
             Err(failure) => {
-                answer_failure(&mut client, vs, None, None, failure, Instant::now()).await;
+                answer_failure(&mut client, vs, None, None, None, failure).await;
                 client.release();
                 return None;
             }
@@ -161,16 +162,52 @@ async fn serve_requests(
         }
         let vs: &VirtualServerRuntime = latest;
         let started = Instant::now();
-        // route
-        let pool = Arc::clone(vs.route(&head));
+        // rules (request id, client address, limits), then route
+        let mut traffic = RequestTraffic::begin(vs, &client, &head);
+        let routed = traffic.route(vs, &head);
         let keep_alive = wants_keep_alive(&client, vs, &head, shutdown);
-        match serve_request(&mut client, vs, &pool, &head, keep_alive, shutdown, started).await {
+        let (result, pool) = match routed {
+            Routed::Pool(pool) => {
+                let request = Request {
+                    head: &head,
+                    keep_alive,
+                    started,
+                };
+                let result =
+                    serve_request(&mut client, vs, &pool, request, &mut traffic, shutdown).await;
+                (result, Some(pool))
+            }
+            Routed::Answer | Routed::Refused(_) => {
+                let refusal = match routed {
+                    Routed::Refused(refusal) => Some(refusal),
+                    _ => None,
+                };
+                let sent = traffic
+                    .answer(&mut client, vs, &head, refusal, keep_alive, started)
+                    .await;
+                (sent.map(|sent| answered(&sent, &head)), None)
+            }
+        };
+        match result {
             // Pipelined bytes are served at once; otherwise the connection idles.
             Ok(Next::KeepAlive) if client.read_buf.is_empty() => return Some(client.into_idle()),
             Ok(Next::KeepAlive) => continue,
             Ok(next) => break next,
             Err(failure) => {
-                answer_failure(&mut client, vs, Some(&head), Some(&pool), failure, started).await;
+                let request = Request {
+                    head: &head,
+                    keep_alive,
+                    started,
+                };
+                answer_failure(
+                    &mut client,
+                    vs,
+                    Some(request),
+                    pool.as_ref(),
+                    Some(&traffic),
+                    failure,
+                )
+                .await;
                 client.release();
                 return None;
             }
@@ -195,24 +232,50 @@ enum Next {
     Linger,
 }
 
+/// What becomes of the connection after weir answered a request itself.
+fn answered(sent: &Sent, head: &RequestHead) -> Next {
+    match sent.keep_alive {
+        true => Next::KeepAlive,
+        false if matches!(head.framing(), weir_http::BodyFraming::None) => Next::Close,
+        // The request's body was not read: read what still comes before closing.
+        false => Next::Linger,
+    }
+}
+
+/// The request being served, as read.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    head: &'a RequestHead,
+    /// The connection may be kept after the response, as far as the request goes.
+    keep_alive: bool,
+    started: Instant,
+}
+
 /// One request from filter to log. Returns what becomes of the connection.
 async fn serve_request(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     pool: &Arc<Pool>,
-    head: &RequestHead,
-    keep_alive: bool,
+    request: Request<'_>,
+    traffic: &mut RequestTraffic,
     shutdown: &ShutdownSignal,
-    started: Instant,
 ) -> Result<Next, Failure> {
+    let Request {
+        head,
+        keep_alive,
+        started,
+    } = request;
     // filter_request: CONNECT, TRACE, upgrades and header names, as the virtual server allows
     let forwarding = policy::filter(vs, head)?;
     // read body (up to request_buffer) before any upstream connection is taken
     let mut body = request_body::read(client, vs, head).await?;
     // select → checkout → forward, with bounded retries
-    let exchange = exchange::exchange(client, vs, pool, head, forwarding, &mut body).await?;
+    let exchange =
+        exchange::exchange(client, vs, pool, head, forwarding, &mut body, traffic).await?;
     let body_cut = exchange.body_cut;
     let node = exchange.node;
+    // filter_response: what persistence learns from the node's answer
+    traffic.learn(pool, head, &exchange.response, node);
     let node_state = &pool.nodes[node];
     let head_received = Instant::now();
     let response_time = head_received.saturating_duration_since(exchange.sent_at);
@@ -231,7 +294,18 @@ async fn serve_request(
     let sent = if tunnelled {
         upgrade::tunnel(client, vs, exchange, head.version()).await?
     } else {
-        respond(client, vs, pool, exchange, head.version(), keep_alive).await?
+        let edits = traffic.response_edits(vs);
+        let timeout = pool.config.timeouts.response;
+        response::respond(
+            client,
+            vs,
+            exchange,
+            head.version(),
+            keep_alive,
+            timeout,
+            &edits,
+        )
+        .await?
     };
     // log
     vs.metrics.record_status(sent.status);
@@ -255,6 +329,8 @@ async fn serve_request(
             duration: started.elapsed(),
             upstream_duration: Some(response_time),
             error: None,
+            request_id: traffic.id(),
+            rule: traffic.rule_name(vs),
         });
     }
     Ok(match sent.keep_alive {
@@ -264,18 +340,6 @@ async fn serve_request(
         false if forwarding.connect && !tunnelled => Next::Linger,
         false => Next::Close,
     })
-}
-
-async fn respond(
-    client: &mut Client,
-    vs: &VirtualServerRuntime,
-    pool: &Pool,
-    exchange: Exchange,
-    version: Version,
-    keep_alive: bool,
-) -> Result<Sent, Failure> {
-    let timeout = pool.config.timeouts.response;
-    response::respond(client, vs, exchange, version, keep_alive, timeout).await
 }
 
 /// Whether this request's connection may be kept after the response.
@@ -297,11 +361,13 @@ fn wants_keep_alive(
 async fn answer_failure(
     client: &mut Client,
     vs: &VirtualServerRuntime,
-    head: Option<&RequestHead>,
+    request: Option<Request<'_>>,
     pool: Option<&Arc<Pool>>,
+    traffic: Option<&RequestTraffic>,
     failure: Failure,
-    started: Instant,
 ) {
+    let head = request.map(|r| r.head);
+    let started = request.map_or_else(Instant::now, |r| r.started);
     let version = head.map_or(Version::Http11, |h| h.version());
     let kind = failure.error.kind();
     let mut bytes = 0;
@@ -352,6 +418,8 @@ async fn answer_failure(
             duration: started.elapsed(),
             upstream_duration: None,
             error: Some(kind.as_str()),
+            request_id: traffic.and_then(RequestTraffic::id),
+            rule: traffic.and_then(|t| t.rule_name(vs)),
         });
     }
     if bytes > 0 {
@@ -359,11 +427,11 @@ async fn answer_failure(
     }
 }
 
-fn lossy(bytes: &[u8]) -> &str {
+pub(crate) fn lossy(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).unwrap_or("<non-utf8>")
 }
 
-fn version_str(version: Version) -> &'static str {
+pub(crate) fn version_str(version: Version) -> &'static str {
     match version {
         Version::Http10 => "HTTP/1.0",
         Version::Http11 => "HTTP/1.1",

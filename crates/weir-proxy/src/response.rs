@@ -21,6 +21,7 @@ use crate::answer::Failure;
 use crate::client::Client;
 use crate::exchange::Exchange;
 use crate::route::VirtualServerRuntime;
+use crate::traffic::Edits;
 use crate::{MAX_TRAILER_BYTES, VIA};
 
 /// What was sent to the client.
@@ -75,6 +76,7 @@ pub(crate) async fn respond(
     client_version: Version,
     keep_alive: bool,
     response_timeout: Duration,
+    edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
     let Exchange {
         lease,
@@ -100,7 +102,8 @@ pub(crate) async fn respond(
     let framing = client_framing(&response, &buffered, client_version);
     // After a cut request body the client is still sending: close after this answer.
     let keep_alive = keep_alive && framing != BodyFraming::CloseDelimited && !body_cut;
-    let head_bytes = write_head(client, vs, &response, framing, client_version, keep_alive);
+    let shape = (framing, client_version, keep_alive);
+    let head_bytes = write_head(client, vs, &response, shape, edits);
     let write_timeout = vs.config.timeouts.write;
     send_piece(client, framing, &buffered.body, write_timeout).await?;
     let mut body_bytes = buffered.body.len() as u64;
@@ -222,12 +225,11 @@ fn write_head(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     response: &ResponseHead,
-    framing: BodyFraming,
-    version: Version,
-    keep_alive: bool,
+    (framing, version, keep_alive): (BodyFraming, Version, bool),
+    edits: &Edits<'_>,
 ) -> u64 {
     client.write_buf.clear();
-    weir_http::write_response_head(
+    weir_http::write_response_head_edited(
         response,
         &ForwardResponse {
             framing,
@@ -237,6 +239,7 @@ fn write_head(
             upgrade: false,
             set_headers: &vs.config.response_headers,
         },
+        edits,
         &mut client.write_buf,
     );
     client.write_buf.len() as u64

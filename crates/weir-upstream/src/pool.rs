@@ -1,19 +1,21 @@
 //! A pool at run time: its nodes, their connection pools, the balancer and
 //! node selection with health and fail-open.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 use weir_config::NodeMode;
 use weir_core::ShutdownSignal;
+use weir_http::RequestHead;
 use weir_observe::{Metrics, PoolMetrics};
 
 use crate::balancer::{self, Balancer, ConsistentHash};
 use crate::connection::{ConnectionSettings, NodeConnections, UpstreamTls};
 use crate::health;
 use crate::node::NodeState;
+use crate::persistence::{Persistence, PersistenceKey};
 
 /// A pool of nodes, shared by every thread.
 #[derive(Debug)]
@@ -27,6 +29,9 @@ pub struct Pool {
     balancer: Box<dyn Balancer>,
     /// The ring of a `consistent_hash` pool (issue 14).
     hashing: Option<ConsistentHash>,
+    /// Session persistence (`[pools.NAME.persistence]`): signed cookie tokens, or the
+    /// learned table carried over from the previous generation of the pool.
+    pub persistence: Option<Persistence>,
 }
 
 /// Nodes already tried for one request (a pool has at most 64 nodes in play
@@ -92,6 +97,7 @@ impl Pool {
             max_tunnels: config.connections.max_tunnels,
             tls: tls.clone(),
         };
+        let learned = previous.and_then(|pool| pool.persistence.as_ref());
         let previous = previous.filter(|pool| pool.config.tls == config.tls);
         let mut nodes = Vec::with_capacity(config.nodes.len());
         let mut connections = Vec::with_capacity(config.nodes.len());
@@ -135,6 +141,16 @@ impl Pool {
             .hash
             .as_ref()
             .map(|hash| ConsistentHash::new(&nodes, hash.max_load));
+        let persistence = config.persistence.as_ref().map(|settings| {
+            Persistence::new(
+                settings,
+                &config.name,
+                &nodes,
+                PersistenceKey::process(),
+                learned,
+                Instant::now(),
+            )
+        });
         Arc::new(Pool {
             name: config.name.clone(),
             config: config.clone(),
@@ -143,6 +159,7 @@ impl Pool {
             metrics: pool_metrics,
             balancer,
             hashing,
+            persistence,
         })
     }
 
@@ -198,6 +215,33 @@ impl Pool {
             return ring.pick_keyed(&self.nodes, &untried, key);
         }
         None
+    }
+
+    /// The select stage for one request from `client`: the node its session sticks to
+    /// (persistence, when that node is available and not tried yet), else the key's node in
+    /// a consistent-hash pool, else the balancer's pick. On a retry the tried node is
+    /// excluded, so persistence breaks to another node; the response then teaches it.
+    pub fn select_request(
+        &self,
+        tried: Tried,
+        now: Instant,
+        head: &RequestHead,
+        client: IpAddr,
+    ) -> Option<usize> {
+        if let Some(persistence) = &self.persistence {
+            let available =
+                |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
+            if let Some(index) = persistence.preferred(head, client, &available, now) {
+                return Some(index);
+            }
+        }
+        match &self.config.hash {
+            Some(hash) => {
+                let key = weir_rules::request_key(&hash.key, head, client).stable_hash();
+                self.select_by_key(tried, now, key)
+            }
+            None => self.select(tried, now),
+        }
     }
 
     /// Starts the pool's background work: active health monitors (not for disabled
