@@ -161,53 +161,23 @@ async fn serve_requests(
             *latest = newer;
         }
         let vs: &VirtualServerRuntime = latest;
-        let started = Instant::now();
+        let request = Request {
+            head: &head,
+            keep_alive: wants_keep_alive(&client, vs, &head, shutdown),
+            started: Instant::now(),
+        };
         // rules (request id, client address, limits), then route
         let mut traffic = RequestTraffic::begin(vs, &client, &head);
         let routed = traffic.route(vs, &head);
-        let keep_alive = wants_keep_alive(&client, vs, &head, shutdown);
-        let (result, pool) = match routed {
-            Routed::Pool(pool) => {
-                let request = Request {
-                    head: &head,
-                    keep_alive,
-                    started,
-                };
-                let result =
-                    serve_request(&mut client, vs, &pool, request, &mut traffic, shutdown).await;
-                (result, Some(pool))
-            }
-            Routed::Answer | Routed::Refused(_) => {
-                let refusal = match routed {
-                    Routed::Refused(refusal) => Some(refusal),
-                    _ => None,
-                };
-                let sent = traffic
-                    .answer(&mut client, vs, &head, refusal, keep_alive, started)
-                    .await;
-                (sent.map(|sent| answered(&sent, &head)), None)
-            }
-        };
-        match result {
+        match serve_routed(&mut client, vs, &routed, request, &mut traffic, shutdown).await {
             // Pipelined bytes are served at once; otherwise the connection idles.
             Ok(Next::KeepAlive) if client.read_buf.is_empty() => return Some(client.into_idle()),
             Ok(Next::KeepAlive) => continue,
             Ok(next) => break next,
             Err(failure) => {
-                let request = Request {
-                    head: &head,
-                    keep_alive,
-                    started,
-                };
-                answer_failure(
-                    &mut client,
-                    vs,
-                    Some(request),
-                    pool.as_ref(),
-                    Some(&traffic),
-                    failure,
-                )
-                .await;
+                let pool = routed.pool();
+                let traffic = Some(&traffic);
+                answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await;
                 client.release();
                 return None;
             }
@@ -230,6 +200,34 @@ enum Next {
     /// Close, but read what the client still sends first (the rest of a
     /// body the node did not wait for), so the answer is not lost to a reset.
     Linger,
+}
+
+/// The stages after route: weir's own answer (a rule's, or a limit's refusal), or
+/// filter_request to log through the pool.
+async fn serve_routed(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    routed: &Routed,
+    request: Request<'_>,
+    traffic: &mut RequestTraffic,
+    shutdown: &ShutdownSignal,
+) -> Result<Next, Failure> {
+    let refusal = match routed {
+        Routed::Pool(pool) => {
+            return serve_request(client, vs, pool, request, traffic, shutdown).await;
+        }
+        Routed::Answer => None,
+        Routed::Refused(refusal) => Some(*refusal),
+    };
+    let Request {
+        head,
+        keep_alive,
+        started,
+    } = request;
+    let sent = traffic
+        .answer(client, vs, head, refusal, keep_alive, started)
+        .await?;
+    Ok(answered(&sent, head))
 }
 
 /// What becomes of the connection after weir answered a request itself.

@@ -82,6 +82,16 @@ pub(crate) enum Routed {
     Refused(Refusal),
 }
 
+impl Routed {
+    /// The pool the request went to, if any.
+    pub(crate) fn pool(&self) -> Option<&Arc<Pool>> {
+        match self {
+            Routed::Pool(pool) => Some(pool),
+            _ => None,
+        }
+    }
+}
+
 impl VirtualServerTraffic {
     /// `rules` were compiled while the model was staged; `previous` is this virtual
     /// server in the running model, whose unchanged limiters are kept.
@@ -315,10 +325,6 @@ impl RequestTraffic {
         let bytes = client.write_buf.len() as u64;
         client.flush(vs.config.timeouts.write).await?;
         vs.metrics.record_status(status);
-        let error = match refusal {
-            Some(_) => "limited",
-            None => "rule answer",
-        };
         if let Some(log) = &vs.access_log {
             log.write(&AccessRecord {
                 virtual_server: &vs.config.name,
@@ -332,7 +338,7 @@ impl RequestTraffic {
                 node: None,
                 duration: started.elapsed(),
                 upstream_duration: None,
-                error: refusal.map(|_| error),
+                error: refusal.map(|_| "limit"),
                 request_id: self.id(),
                 rule: self.rule_name(vs),
             });

@@ -63,7 +63,7 @@ pub(crate) async fn refuse_connection(
                     node: None,
                     duration: started.elapsed(),
                     upstream_duration: None,
-                    error: Some("client connections"),
+                    error: Some("client_connections"),
                     request_id: None,
                     rule: None,
                 });
