@@ -393,4 +393,32 @@ impl Client {
         self.flush(timeout).await?;
         Ok(size)
     }
+
+    /// [`Client::answer`] with `Connection: close` and `edits` applied (the rules'
+    /// response edits and the request id).
+    pub(crate) async fn answer_edited(
+        &mut self,
+        status: u16,
+        version: Version,
+        timeout: Duration,
+        edits: &impl weir_http::HeaderEdit,
+    ) -> Result<u64, Failure> {
+        self.write_buf.clear();
+        let shape = weir_http::SimpleResponse {
+            status,
+            version,
+            keep_alive: false,
+            head_request: false,
+        };
+        weir_http::write_simple_response_edited(
+            &shape,
+            headers_for(status),
+            edits,
+            body_for(status),
+            &mut self.write_buf,
+        );
+        let size = self.write_buf.len() as u64;
+        self.flush(timeout).await?;
+        Ok(size)
+    }
 }

@@ -371,10 +371,14 @@ async fn answer_failure(
     let mut bytes = 0;
     if let Some(status) = failure.status {
         // After an error the rest of the request may still be in flight: close.
-        bytes = client
-            .answer(status, version, false, vs.config.timeouts.write)
-            .await
-            .unwrap_or(0);
+        // The rules' response edits and the request id go on weir's error answers too.
+        let edits = traffic.map(|traffic| traffic.response_edits(vs));
+        let timeout = vs.config.timeouts.write;
+        bytes = match &edits {
+            Some(edits) => client.answer_edited(status, version, timeout, edits).await,
+            None => client.answer(status, version, false, timeout).await,
+        }
+        .unwrap_or(0);
         vs.metrics.record_status(status);
         if let Some(pool) = pool {
             pool.metrics.record_status(status);

@@ -279,3 +279,30 @@ async fn an_answer_to_a_request_with_a_body_closes_the_connection() {
     assert!(c.is_closed(std::time::Duration::from_secs(3)).await);
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weirs_error_answers_carry_the_request_id_and_response_edits() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let b_addr = b.addr;
+    b.stop().await;
+    let rules = r#"
+[virtual_servers.web.request_id]
+to_client = true
+
+[[virtual_servers.web.rules]]
+match = { path_prefix = "/down/" }
+response_headers = { set = { X-Tag = "t" } }
+pool = "b"
+"#;
+    let proxy = TestProxy::start(&two_pools(a.addr, b_addr, rules)).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+    let r = send(
+        &mut c,
+        "GET /down/x HTTP/1.1\r\nHost: h\r\nX-Request-Id: err-1\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("x-request-id"), Some("err-1"));
+    assert_eq!(r.header("x-tag"), Some("t"));
+    proxy.stop().await;
+}
