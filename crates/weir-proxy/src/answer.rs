@@ -1,7 +1,7 @@
 //! Errors → answers: the one place that decides which status a failure gets.
 
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{ParseError, ParseErrorKind};
+use weir_http::{ParseError, ParseErrorKind, Version};
 
 /// A request that ends early: what to tell the client (if anything) and why.
 #[derive(Debug)]
@@ -54,6 +54,19 @@ impl Failure {
 impl From<Error> for Failure {
     fn from(error: Error) -> Failure {
         Failure::from_error(error)
+    }
+}
+
+/// A request's bytes as access-record text.
+pub(crate) fn lossy(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).unwrap_or("<non-utf8>")
+}
+
+/// The version as access records write it.
+pub(crate) fn version_str(version: Version) -> &'static str {
+    match version {
+        Version::Http10 => "HTTP/1.0",
+        Version::Http11 => "HTTP/1.1",
     }
 }
 

@@ -9,7 +9,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{ForwardRequest, HeaderEdit, Parsed, RequestHead, ResponseHead, parse_response};
+use weir_http::{ForwardRequest, Parsed, RequestHead, ResponseHead, parse_response};
 use weir_upstream::{Lease, Pool, Tried, TunnelPermit};
 
 use crate::VIA;
@@ -18,7 +18,7 @@ use crate::client::Client;
 use crate::policy::Forwarding;
 use crate::request_body::{self, RequestBody, Streamed};
 use crate::route::VirtualServerRuntime;
-use crate::traffic::RequestTraffic;
+use crate::traffic::Upstream;
 
 /// Retries on a reused connection that the node had closed, per request.
 const MAX_STALE_RETRIES: u32 = 3;
@@ -71,7 +71,7 @@ pub(crate) async fn exchange(
     head: &RequestHead,
     forwarding: Forwarding,
     body: &mut RequestBody,
-    traffic: &RequestTraffic,
+    upstream: Upstream<'_>,
 ) -> Result<Exchange, Failure> {
     let mut tried = Tried::default();
     let mut stale_retries = 0;
@@ -82,7 +82,7 @@ pub(crate) async fn exchange(
         // select (again only when moving to another node)
         let index = match current {
             Some(index) => index,
-            None => select(pool, tried, last_error.take(), head, traffic)?,
+            None => select(pool, tried, last_error.take(), head, upstream.client)?,
         };
         tried.add(index);
         current = Some(index);
@@ -91,7 +91,7 @@ pub(crate) async fn exchange(
             index,
             head,
             forwarding,
-            traffic,
+            upstream,
         };
         let failure = match attempt(client, vs, pool, on, body).await {
             Ok(exchange) => return Ok(exchange),
@@ -128,10 +128,10 @@ fn select(
     tried: Tried,
     last_error: Option<Error>,
     head: &RequestHead,
-    traffic: &RequestTraffic,
+    client: std::net::IpAddr,
 ) -> Result<usize, Failure> {
     let now = Instant::now().into_std();
-    if let Some(index) = pool.select_request(tried, now, head, traffic.client) {
+    if let Some(index) = pool.select_request(tried, now, head, client) {
         return Ok(index);
     }
     // Every node was tried: answer with what went wrong last.
@@ -151,7 +151,7 @@ struct Attempt<'a> {
     index: usize,
     head: &'a RequestHead,
     forwarding: Forwarding,
-    traffic: &'a RequestTraffic,
+    upstream: Upstream<'a>,
 }
 
 /// One try on one node: checkout, write the request, read the response head.
@@ -166,7 +166,7 @@ async fn attempt(
         index,
         head,
         forwarding,
-        traffic,
+        upstream,
     } = on;
     let connections = &pool.connections[index];
     // A request that may leave HTTP takes a tunnel place first, so tunnels
@@ -182,8 +182,7 @@ async fn attempt(
     let replayable = lease.is_reused() && head.method().is_idempotent() && body.is_complete();
 
     // forward: head and buffered body in one write
-    let edits = traffic.request_edits(vs);
-    write_head(client, vs, head, forwarding, body, (traffic.path(), &edits));
+    write_head(client, vs, head, forwarding, body, upstream);
     let sent_at = Instant::now();
     let write_stall = pool.config.timeouts.write;
     send(&mut lease, &client.upstream_out, write_stall, replayable).await?;
@@ -222,7 +221,7 @@ fn write_head(
     head: &RequestHead,
     forwarding: Forwarding,
     body: &RequestBody,
-    (path, edits): (Option<&[u8]>, &impl HeaderEdit),
+    upstream: Upstream<'_>,
 ) {
     let out = &mut client.upstream_out;
     out.clear();
@@ -246,8 +245,8 @@ fn write_head(
                 .map(|name| (name, client.client_subject.as_deref())),
             drop_underscore_names: forwarding.drop_underscore_names,
         },
-        path,
-        edits,
+        upstream.path,
+        &upstream.edits,
         out,
     );
     body.write_buffered(out);

@@ -18,8 +18,8 @@ use weir_core::{Shutdown, ShutdownSignal};
 use crate::drain::{Admission, Drain};
 use crate::model::ModelCell;
 use crate::pipeline;
+use crate::refuse;
 use crate::route::VirtualServerRuntime;
-use crate::traffic;
 
 /// A listening socket before it serves.
 #[derive(Debug)]
@@ -304,7 +304,7 @@ fn spawn_connection(
         Err(refusal) => {
             vs.traffic.metrics.client_connection_refusals.inc();
             tracing::debug!(virtual_server = %vs.config.name, client = %peer, "client connection limit reached");
-            tokio::spawn(traffic::refuse_connection(
+            tokio::spawn(refuse::refuse_connection(
                 stream, peer, admission, refusal, signal,
             ));
         }

@@ -22,6 +22,7 @@ use weir_tls::ServerStream;
 use weir_upstream::Pool;
 
 use crate::answer::Failure;
+use crate::answer::{lossy, version_str};
 use crate::client::{Client, IdleConnection};
 use crate::drain::Admission;
 use crate::exchange;
@@ -29,7 +30,7 @@ use crate::policy;
 use crate::request_body;
 use crate::response::{self, Sent};
 use crate::route::VirtualServerRuntime;
-use crate::traffic::{RequestTraffic, Routed};
+use crate::rules::{RequestTraffic, Routed};
 use crate::upgrade;
 
 /// Serves one client connection until it closes.
@@ -268,8 +269,16 @@ async fn serve_request(
     // read body (up to request_buffer) before any upstream connection is taken
     let mut body = request_body::read(client, vs, head).await?;
     // select → checkout → forward, with bounded retries
-    let exchange =
-        exchange::exchange(client, vs, pool, head, forwarding, &mut body, traffic).await?;
+    let exchange = exchange::exchange(
+        client,
+        vs,
+        pool,
+        head,
+        forwarding,
+        &mut body,
+        traffic.upstream(vs),
+    )
+    .await?;
     let body_cut = exchange.body_cut;
     let node = exchange.node;
     // filter_response: what persistence learns from the node's answer
@@ -426,17 +435,6 @@ async fn answer_failure(
     }
     if bytes > 0 {
         client.linger_close().await;
-    }
-}
-
-pub(crate) fn lossy(bytes: &[u8]) -> &str {
-    std::str::from_utf8(bytes).unwrap_or("<non-utf8>")
-}
-
-pub(crate) fn version_str(version: Version) -> &'static str {
-    match version {
-        Version::Http10 => "HTTP/1.0",
-        Version::Http11 => "HTTP/1.1",
     }
 }
 

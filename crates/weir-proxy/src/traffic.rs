@@ -1,46 +1,19 @@
-//! The rules stage (issue 14), between read_head and filter_request: the request id, the
-//! client address behind trusted proxies, the virtual server's rules (header edits, a path
-//! rewrite, a pool, or weir's own answer) and the rate and concurrency limits; at admit,
-//! the per-client connection limit. What the stage decides travels with the request in a
-//! [`RequestTraffic`]; forward and respond apply its edits (`docs/design/rules.md`, "How
-//! the pipeline calls it").
-//!
-//! A virtual server's [`VirtualServerTraffic`] is built once per model; its limiters are
-//! carried over from the previous model's virtual server of the same name when their
-//! settings did not change, so buckets and counts survive a reload. The `Decision` a
-//! request is evaluated into comes from a small per-thread pool, like the buffers: it is
-//! cleared and reused, and an idle connection holds none.
+//! What the rules stage (`crate::rules`) works with that outlives a request or crosses
+//! stages: a virtual server's rules and limiters in one model ([`VirtualServerTraffic`],
+//! built per model, its unchanged limiters carried over from the previous model's
+//! virtual server of the same name so buckets and counts survive a reload), and the
+//! header edits the forward and respond stages apply ([`Edits`], [`Upstream`]).
 
-use std::cell::RefCell;
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 
-use bytes::{Bytes, BytesMut};
-use tokio::time::Instant;
-use weir_config::{PoolId, VirtualServer};
-use weir_http::{BodyFraming, HeaderEdit, Method, RequestHead, ResponseHead, SimpleResponse};
+use bytes::BytesMut;
+use weir_config::VirtualServer;
+use weir_http::HeaderEdit;
+use weir_observe::Metrics;
 use weir_observe::metrics::TrafficMetrics;
-use weir_observe::{AccessRecord, Metrics};
-use weir_rules::limits::ConcurrencyPermit;
-use weir_rules::{Answer, Decision, Facts, HeaderEdits, Outcome, Refusal, RequestId, RuleSet};
-use weir_rules::{TrafficLimits, request_key};
+use weir_rules::{Answer, HeaderEdits, RuleSet, TrafficLimits};
 use weir_upstream::Pool;
-
-use crate::answer::{Failure, body_for};
-use crate::client::Client;
-use crate::response::Sent;
-use crate::route::VirtualServerRuntime;
-
-mod refuse;
-
-pub(crate) use refuse::refuse_connection;
-
-/// Decisions kept per thread for reuse (as many as requests in flight on a thread, usually).
-const POOLED_PER_THREAD: usize = 32;
-
-thread_local! {
-    static SCRATCH: RefCell<Vec<Scratch>> = const { RefCell::new(Vec::new()) };
-}
 
 /// A virtual server's rules and limits in one model.
 #[derive(Debug)]
@@ -48,48 +21,8 @@ pub(crate) struct VirtualServerTraffic {
     pub(crate) rules: RuleSet,
     pub(crate) limits: TrafficLimits,
     /// Every pool of the model, by `PoolId` (a rule may name any of them).
-    pools: Box<[Arc<Pool>]>,
+    pub(crate) pools: Box<[Arc<Pool>]>,
     pub(crate) metrics: TrafficMetrics,
-}
-
-/// What the rules stage decided for one request, kept until the request ends.
-#[derive(Debug)]
-pub(crate) struct RequestTraffic {
-    pub(crate) id: Option<RequestId>,
-    /// The client address rules, limits and persistence see.
-    pub(crate) client: IpAddr,
-    https: bool,
-    scratch: Scratch,
-    /// The persistence cookie the response sets (learned at filter_response).
-    set_cookie: Option<Bytes>,
-}
-
-/// Per-request lists reused between requests: the decision, and the concurrency slots
-/// the request holds (freed when it ends).
-#[derive(Debug, Default)]
-struct Scratch {
-    decision: Decision,
-    permits: Vec<ConcurrencyPermit>,
-}
-
-/// Where the rules stage sends a request.
-#[derive(Debug)]
-pub(crate) enum Routed {
-    Pool(Arc<Pool>),
-    /// A rule's redirect, direct response or denial.
-    Answer,
-    /// A rate or concurrency limit refused the request.
-    Refused(Refusal),
-}
-
-impl Routed {
-    /// The pool the request went to, if any.
-    pub(crate) fn pool(&self) -> Option<&Arc<Pool>> {
-        match self {
-            Routed::Pool(pool) => Some(pool),
-            _ => None,
-        }
-    }
 }
 
 impl VirtualServerTraffic {
@@ -131,247 +64,13 @@ fn epoch() -> std::time::Instant {
     *EPOCH.get_or_init(std::time::Instant::now)
 }
 
-impl RequestTraffic {
-    /// The request id, the client address and the rules' decision for `head`.
-    pub(crate) fn begin(
-        vs: &VirtualServerRuntime,
-        client: &Client,
-        head: &RequestHead,
-    ) -> RequestTraffic {
-        let settings = &vs.config.traffic;
-        let id = weir_rules::request_id(&settings.request_id, head);
-        let address = weir_rules::client_address(&settings.client_address, client.peer.ip(), head);
-        let https = client.stream.is_tls();
-        let mut scratch = SCRATCH.with_borrow_mut(Vec::pop).unwrap_or_default();
-        if !vs.traffic.rules.is_empty() {
-            let facts = Facts {
-                client_address: address,
-                https,
-                sni: client.stream.server_name(),
-                tls_version: client.stream.tls_version(),
-                client_subject: client.client_subject.as_deref(),
-                request_id: id.as_ref().map_or("", RequestId::as_str),
-            };
-            vs.traffic
-                .rules
-                .evaluate_into(head, &facts, &mut scratch.decision);
-        }
-        RequestTraffic {
-            id,
-            client: address,
-            https,
-            scratch,
-            set_cookie: None,
-        }
-    }
-
-    /// The route stage: the limits the matching rules name, then the rules' pool or
-    /// answer, else the virtual server's routes and default pool.
-    pub(crate) fn route(&mut self, vs: &VirtualServerRuntime, head: &RequestHead) -> Routed {
-        let traffic = &vs.traffic;
-        let rule = self.scratch.decision.rule;
-        if let Some(counter) = rule.and_then(|rule| traffic.metrics.rules.get(rule)) {
-            counter.inc();
-        }
-        if let Err(refusal) = self.check_limits(traffic, head) {
-            return Routed::Refused(refusal);
-        }
-        match &self.scratch.decision.outcome {
-            Outcome::Answer(_) => Routed::Answer,
-            Outcome::Pool(PoolId(index)) => match traffic.pools.get(*index) {
-                Some(pool) => Routed::Pool(Arc::clone(pool)),
-                None => Routed::Pool(Arc::clone(vs.route(head))),
-            },
-            Outcome::Default => Routed::Pool(Arc::clone(vs.route(head))),
-        }
-    }
-
-    /// Counts the request against each rate limit its rules name, in rule order (the
-    /// first refusal answers), then takes a slot in each concurrency limit (all or none).
-    fn check_limits(
-        &mut self,
-        traffic: &VirtualServerTraffic,
-        head: &RequestHead,
-    ) -> Result<(), Refusal> {
-        let decision = &self.scratch.decision;
-        if !decision.rate_limits.is_empty() {
-            let now = Instant::now().into_std();
-            for &index in &decision.rate_limits {
-                let Some(limiter) = traffic.limits.rates.get(index) else {
-                    continue;
-                };
-                let key = request_key(&limiter.config().key, head, self.client);
-                if let Err(refusal) = limiter.check(key, now) {
-                    if let Some(counter) = traffic.metrics.rate_limit_refusals.get(index) {
-                        counter.inc();
-                    }
-                    return Err(refusal);
-                }
-            }
-        }
-        for &index in &decision.concurrency_limits {
-            let Some(limiter) = traffic.limits.concurrency.get(index) else {
-                continue;
-            };
-            match limiter.acquire() {
-                Ok(permit) => self.scratch.permits.push(permit),
-                Err(refusal) => {
-                    self.scratch.permits.clear();
-                    if let Some(counter) = traffic.metrics.concurrency_limit_refusals.get(index) {
-                        counter.inc();
-                    }
-                    return Err(refusal);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The path to forward instead of the received one (a rule rewrote it).
-    pub(crate) fn path(&self) -> Option<&[u8]> {
-        self.scratch.decision.path.as_deref()
-    }
-
-    /// The name of the rule that decided where the request went, for the access log.
-    pub(crate) fn rule_name<'a>(&self, vs: &'a VirtualServerRuntime) -> Option<&'a str> {
-        vs.traffic.rules.rule_name(self.scratch.decision.rule?)
-    }
-
-    pub(crate) fn id(&self) -> Option<&str> {
-        self.id.as_ref().map(RequestId::as_str)
-    }
-
-    /// The edits of the head forwarded to the node.
-    pub(crate) fn request_edits<'a>(&'a self, vs: &'a VirtualServerRuntime) -> Edits<'a> {
-        Edits {
-            edits: &self.scratch.decision.request_headers,
-            id: self.id_header(vs, true),
-            answer: None,
-            set_cookie: None,
-        }
-    }
-
-    /// The edits of the response head sent to the client.
-    pub(crate) fn response_edits<'a>(&'a self, vs: &'a VirtualServerRuntime) -> Edits<'a> {
-        Edits {
-            edits: &self.scratch.decision.response_headers,
-            id: self.id_header(vs, vs.config.traffic.request_id.to_client),
-            answer: None,
-            set_cookie: self.set_cookie.as_deref(),
-        }
-    }
-
-    fn id_header<'a>(
-        &'a self,
-        vs: &'a VirtualServerRuntime,
-        wanted: bool,
-    ) -> Option<(&'a str, &'a str)> {
-        let header = vs.config.traffic.request_id.header.as_str();
-        self.id().filter(|_| wanted).map(|id| (header, id))
-    }
-
-    /// At filter_response: what the pool's persistence learns from the response of
-    /// `node`, and the cookie it sets.
-    pub(crate) fn learn(
-        &mut self,
-        pool: &Pool,
-        head: &RequestHead,
-        response: &ResponseHead,
-        node: usize,
-    ) {
-        if let Some(persistence) = &pool.persistence {
-            let now = Instant::now().into_std();
-            self.set_cookie =
-                persistence.on_response(head, response, node, self.client, self.https, now);
-        }
-    }
-
-    /// Writes weir's own answer (a rule's, or a limit's refusal) and logs it. The
-    /// connection stays open only when the request has no body weir left unread.
-    pub(crate) async fn answer(
-        &self,
-        client: &mut Client,
-        vs: &VirtualServerRuntime,
-        head: &RequestHead,
-        refusal: Option<Refusal>,
-        keep_alive: bool,
-        started: Instant,
-    ) -> Result<Sent, Failure> {
-        let no_body = matches!(head.framing(), BodyFraming::None | BodyFraming::Length(0));
-        let keep_alive = keep_alive && no_body;
-        let answer = self.scratch.decision.answer().filter(|_| refusal.is_none());
-        let status = refusal.map_or_else(|| answer.map_or(500, |a| a.status), |r| r.status);
-        let body: &[u8] = match answer {
-            Some(answer) if !answer.body.is_empty() => &answer.body,
-            _ => short_body(status),
-        };
-        let retry_after = refusal.map(|r| r.retry_after_seconds().to_string());
-        let extra: &[(&str, &str)] = match &retry_after {
-            Some(seconds) => &[("Retry-After", seconds)],
-            None => &[],
-        };
-        let edits = Edits {
-            answer,
-            ..self.response_edits(vs)
-        };
-        let shape = SimpleResponse {
-            status,
-            version: head.version(),
-            keep_alive,
-            head_request: head.method() == Method::Head,
-        };
-        client.write_buf.clear();
-        weir_http::write_simple_response_edited(&shape, extra, &edits, body, &mut client.write_buf);
-        let bytes = client.write_buf.len() as u64;
-        client.flush(vs.config.timeouts.write).await?;
-        vs.metrics.record_status(status);
-        if let Some(log) = &vs.access_log {
-            log.write(&AccessRecord {
-                virtual_server: &vs.config.name,
-                client: client.peer,
-                method: crate::pipeline::lossy(head.method_bytes()),
-                target: crate::pipeline::lossy(head.target()),
-                version: crate::pipeline::version_str(head.version()),
-                status,
-                bytes_sent: bytes,
-                pool: None,
-                node: None,
-                duration: started.elapsed(),
-                upstream_duration: None,
-                error: refusal.map(|_| "limit"),
-                request_id: self.id(),
-                rule: self.rule_name(vs),
-            });
-        }
-        Ok(Sent {
-            status,
-            bytes,
-            keep_alive,
-        })
-    }
-}
-
-impl Drop for RequestTraffic {
-    /// The request is over: its concurrency slots are freed and its lists go back to
-    /// this thread's pool.
-    fn drop(&mut self) {
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.permits.clear();
-        scratch.decision.clear();
-        SCRATCH.with_borrow_mut(|pool| {
-            if pool.len() < POOLED_PER_THREAD {
-                pool.push(scratch);
-            }
-        });
-    }
-}
-
-/// The body of an answer without one of its own: none for redirects.
-fn short_body(status: u16) -> &'static [u8] {
-    match status {
-        300..400 => b"",
-        _ => body_for(status),
-    }
+/// What the select and forward stages need from the rules stage: the client address
+/// (persistence, hash keys), the rewritten path and the request's header edits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Upstream<'a> {
+    pub(crate) client: IpAddr,
+    pub(crate) path: Option<&'a [u8]>,
+    pub(crate) edits: Edits<'a>,
 }
 
 /// Header edits of one request's head or response: the rules' edits, the request id
@@ -379,11 +78,11 @@ fn short_body(status: u16) -> &'static [u8] {
 /// fields.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Edits<'a> {
-    edits: &'a HeaderEdits,
+    pub(crate) edits: &'a HeaderEdits,
     /// The request id header and value, replacing any received.
-    id: Option<(&'a str, &'a str)>,
-    answer: Option<&'a Answer>,
-    set_cookie: Option<&'a [u8]>,
+    pub(crate) id: Option<(&'a str, &'a str)>,
+    pub(crate) answer: Option<&'a Answer>,
+    pub(crate) set_cookie: Option<&'a [u8]>,
 }
 
 impl HeaderEdit for Edits<'_> {

@@ -12,9 +12,9 @@ use weir_http::SimpleResponse;
 use weir_observe::AccessRecord;
 use weir_rules::Refusal;
 
-use crate::answer::body_for;
+use crate::answer::{body_for, lossy, version_str};
 use crate::drain::Admission;
-use crate::pipeline::{lossy, start_connection, version_str};
+use crate::pipeline::start_connection;
 
 /// Serves a refused connection: one answer, then close.
 pub(crate) async fn refuse_connection(
