@@ -105,6 +105,7 @@ fn encode_contains_every_metric() {
     metrics.upstream_tls("app");
     metrics.cache("web");
     metrics.compression("web");
+    metrics.traffic("web", &["old-blog"], &["per-client"], &["api"]);
     let text = metrics.encode();
     for spec in names::ALL {
         let name = spec.exposed_name();
