@@ -304,8 +304,11 @@ pub fn write_simple_response(
 /// What [`write_simple_response_edited`] answers.
 #[derive(Debug, Clone, Copy)]
 pub struct SimpleResponse {
+    /// The status code; the reason phrase is the standard one.
     pub status: u16,
+    /// The client's HTTP version; the status line is written in it.
     pub version: Version,
+    /// Whether the connection stays open after it (else `Connection: close`).
     pub keep_alive: bool,
     /// The answer to a HEAD request: the body's length is written, not the body.
     pub head_request: bool,

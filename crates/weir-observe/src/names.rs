@@ -353,11 +353,13 @@ pub const UPSTREAM_TLS_HANDSHAKES: MetricSpec = counter(
 
 // Traffic rules and limits (issue 14).
 
+/// `weir_rule_matches_total`: requests a traffic rule's terminal action decided.
 pub const RULE_MATCHES: MetricSpec = counter(
     "rule_matches",
     &["virtual_server", "rule"],
     "Requests whose pool or answer a traffic rule decided, by rule (as named in the configuration, else rules[N])",
 );
+/// `weir_limit_refusals_total`: requests and connections a limit refused.
 pub const LIMIT_REFUSALS: MetricSpec = counter(
     "limit_refusals",
     &["virtual_server", "limit"],

@@ -19,7 +19,9 @@ pub const CLIENT_CONNECTIONS_LIMIT: &str = "client_connections";
 pub struct TrafficMetrics {
     /// Requests each rule decided (the rule whose terminal action applied).
     pub rules: Box<[Counter]>,
+    /// Requests each rate limit refused (429), in the order of the configured limits.
     pub rate_limit_refusals: Box<[Counter]>,
+    /// Requests each concurrency limit refused (503), in the order of the configured limits.
     pub concurrency_limit_refusals: Box<[Counter]>,
     /// Connections refused by `client_connections`.
     pub client_connection_refusals: Counter,
