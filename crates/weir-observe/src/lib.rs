@@ -27,11 +27,11 @@ pub mod metrics;
 pub mod names;
 pub mod stats;
 
-pub use access::{AccessLog, AccessRecord};
+pub use access::{AccessLog, AccessRecord, SessionRecord};
 pub use metrics::{
-    CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Metrics, NodeMetrics, PoolMetrics,
-    ReloadMetrics, StatusClass, TlsMetrics, TunnelMetrics, UpstreamTlsMetrics,
-    VirtualServerMetrics,
+    CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Layer4Metrics, Metrics,
+    NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass, TlsMetrics, TunnelMetrics,
+    UpstreamTlsMetrics, VirtualServerMetrics,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;

@@ -19,10 +19,12 @@ use crate::names::{self, MetricSpec};
 use crate::stats::{LatencyHistogram, Totals};
 
 mod cache;
+mod layer4;
 mod traffic;
 mod tunnel;
 
 pub use cache::{CacheMetrics, CompressionMetrics};
+pub use layer4::Layer4Metrics;
 pub use traffic::{CLIENT_CONNECTIONS_LIMIT, TrafficMetrics};
 pub use tunnel::TunnelMetrics;
 
@@ -49,6 +51,8 @@ pub struct Metrics {
     pub(crate) cache: cache::CacheFamilies,
     /// Rule and limit families (issue 14), in `metrics/traffic.rs`.
     pub(crate) traffic: traffic::TrafficFamilies,
+    /// Layer 4 families (issue 13), in `metrics/layer4.rs`.
+    pub(crate) layer4: layer4::Layer4Families,
     refreshers: Refreshers,
 }
 
@@ -392,6 +396,8 @@ impl Metrics {
         cache.register(r);
         let traffic = traffic::TrafficFamilies::default();
         traffic.register(r);
+        let layer4 = layer4::Layer4Families::default();
+        layer4.register(r);
         if let Some(tunnel) = tunnel {
             tunnel.register(r);
         }
@@ -406,6 +412,7 @@ impl Metrics {
             handles: Mutex::new(Handles::default()),
             cache,
             traffic,
+            layer4,
             refreshers: Refreshers::default(),
         })
     }
@@ -547,6 +554,7 @@ impl Metrics {
     /// Drops a virtual server's series (after a reload removed it). Handles still held keep
     /// working but are no longer exported.
     pub fn remove_virtual_server(&self, name: &str) {
+        self.traffic.remove(name);
         let mut handles = self.handles();
         if handles.virtual_servers.remove(name).is_none() {
             return;

@@ -17,9 +17,8 @@ use weir_core::{Shutdown, ShutdownSignal};
 
 use crate::drain::{Admission, Drain};
 use crate::model::ModelCell;
-use crate::pipeline;
-use crate::refuse;
 use crate::route::VirtualServerRuntime;
+use crate::{front, pipeline, refuse};
 
 /// A listening socket before it serves.
 #[derive(Debug)]
@@ -221,7 +220,8 @@ impl Listeners {
     }
 }
 
-/// accept → admit → spawn the pipeline, until the listener is removed or shutdown.
+/// accept → admit → spawn the front stages or the pipeline, until the listener is removed or
+/// shutdown.
 async fn accept_loop(
     listener: Arc<TcpListener>,
     target: Arc<Mutex<String>>,
@@ -275,7 +275,13 @@ async fn accept_loop(
             vs: Arc::clone(vs),
             _drain: context.drain.enter(),
         };
-        spawn_connection(stream, peer, admission, signal.clone());
+        if front::needed(vs) {
+            // PROXY header, passthrough or a TCP session: the front stages first (an
+            // HTTP connection then meets its client's connection limit in `refuse.rs`).
+            tokio::spawn(front::serve(stream, peer, admission, signal.clone()));
+        } else {
+            spawn_connection(stream, peer, admission, signal.clone());
+        }
     }
 }
 

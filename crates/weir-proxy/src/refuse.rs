@@ -16,6 +16,32 @@ use crate::answer::{body_for, lossy, version_str};
 use crate::drain::Admission;
 use crate::pipeline::start_connection;
 
+/// The HTTP pipeline for a connection whose client address came from a PROXY header
+/// (`crate::front`): within its client's connection limit, the pipeline, holding its
+/// place until the connection ends; past it, the refusal.
+pub(crate) async fn serve_limited(
+    stream: TcpStream,
+    client: SocketAddr,
+    admission: Admission,
+    shutdown: ShutdownSignal,
+) {
+    let vs = Arc::clone(&admission.vs);
+    match vs.traffic.limits.admit_connection(client.ip()) {
+        Ok(permit) => {
+            let _permit = permit;
+            crate::pipeline::serve_connection(stream, client, admission, shutdown).await;
+        }
+        Err(refusal) => {
+            vs.traffic.metrics.client_connection_refusals.inc();
+            drop(vs);
+            Box::pin(refuse_connection(
+                stream, client, admission, refusal, shutdown,
+            ))
+            .await;
+        }
+    }
+}
+
 /// Serves a refused connection: one answer, then close.
 pub(crate) async fn refuse_connection(
     stream: TcpStream,

@@ -48,7 +48,12 @@ impl VirtualServerTraffic {
         let concurrency: Vec<&str> = (traffic.concurrency_limits.iter())
             .map(|l| l.name.as_str())
             .collect();
-        let metrics = metrics.traffic(&config.name, &rule_names, &rates, &concurrency);
+        let metrics = metrics.traffic(
+            &config.name,
+            &rule_names,
+            (&rates, &concurrency),
+            traffic.client_connections.is_some(),
+        );
         VirtualServerTraffic {
             rules,
             limits,

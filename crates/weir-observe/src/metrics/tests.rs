@@ -105,7 +105,8 @@ fn encode_contains_every_metric() {
     metrics.upstream_tls("app");
     metrics.cache("web");
     metrics.compression("web");
-    metrics.traffic("web", &["old-blog"], &["per-client"], &["api"]);
+    metrics.traffic("web", &["old-blog"], (&["per-client"], &["api"]), true);
+    metrics.layer4("web");
     let text = metrics.encode();
     for spec in names::ALL {
         let name = spec.exposed_name();
