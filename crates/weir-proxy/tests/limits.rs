@@ -197,3 +197,37 @@ async fn a_reload_keeps_the_buckets_of_an_unchanged_limit() {
     assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_proxy_header_connections_count_per_original_client() {
+    let origin = TestOrigin::start("a").await;
+    let vs = "[virtual_servers.web.proxy_protocol]\ntrusted = [\"127.0.0.0/8\"]\n\
+              [virtual_servers.web.client_connections]\nmax = 1\n";
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    let open_as = |source: &'static str| {
+        let addr = proxy.addr;
+        async move {
+            let mut c = Connection::open(addr).await.unwrap();
+            let mut bytes = Vec::new();
+            weir_proxy_protocol::write_v1(
+                source.parse().unwrap(),
+                "198.51.100.1:80".parse().unwrap(),
+                &mut bytes,
+            );
+            bytes.extend_from_slice(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+            c.send(&bytes).await.unwrap();
+            let status = c.response().await.unwrap().status;
+            (c, status)
+        }
+    };
+    let (_first, status) = open_as("192.0.2.1:5000").await;
+    assert_eq!(status, 200);
+    // another client behind the same proxy has its own count
+    let (_other, status) = open_as("192.0.2.2:5000").await;
+    assert_eq!(status, 200);
+    // the first client's second connection is past its limit
+    let (_second, status) = open_as("192.0.2.1:5001").await;
+    assert_eq!(status, 503);
+    assert_eq!(limit_refusals(&proxy, "client_connections"), 1);
+    proxy.stop().await;
+}
