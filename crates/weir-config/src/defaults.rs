@@ -223,6 +223,30 @@ impl Default for crate::cache::Compression {
 
 // End of cache and compression.
 
+// HTTP/2 (issue 11): towards clients, then towards nodes.
+
+pub const H2_CLEARTEXT: bool = false;
+/// As nginx and HAProxy: enough for a browser page, small enough to bound a connection.
+pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+pub const H2_MAX_HEADER_LIST_SIZE: u64 = 64 * 1024;
+/// The protocol's default: the HPACK table a client may make weir keep.
+pub const H2_HEADER_TABLE_SIZE: u64 = 4096;
+/// Request body bytes a stream may send before weir reads them.
+pub const H2_INITIAL_STREAM_WINDOW: u64 = 256 * 1024;
+pub const H2_INITIAL_CONNECTION_WINDOW: u64 = 1024 * 1024;
+/// The protocol's minimum and default.
+pub const H2_MAX_FRAME_SIZE: u64 = 16 * 1024;
+pub const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+pub const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub const UPSTREAM_H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+pub const UPSTREAM_H2_INITIAL_STREAM_WINDOW: u64 = 1024 * 1024;
+pub const UPSTREAM_H2_INITIAL_CONNECTION_WINDOW: u64 = 4 * 1024 * 1024;
+pub const UPSTREAM_H2_PING_INTERVAL: Duration = Duration::from_secs(10);
+pub const UPSTREAM_H2_PING_TIMEOUT: Duration = Duration::from_secs(5);
+
+// End of HTTP/2.
+
 /// For the non-zero constants above; evaluated at compile time, so a zero fails the build.
 const fn nonzero(value: u32) -> NonZeroU32 {
     match NonZeroU32::new(value) {

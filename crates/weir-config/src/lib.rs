@@ -35,6 +35,7 @@
 pub mod cache;
 pub mod defaults;
 pub mod error;
+pub mod http2;
 mod locate;
 pub mod model;
 pub mod schema;

@@ -70,6 +70,7 @@ pub struct VirtualServerTable {
     pub response_headers: Option<Named<String>>,
     pub cache: Option<CacheTable>,
     pub compression: Option<CompressionTable>,
+    pub http2: Option<crate::http2::Http2Table>,
 }
 
 /// `[virtual_servers.NAME.limits]`
@@ -119,6 +120,8 @@ pub struct PoolTable {
     pub health: Option<HealthTable>,
     pub passive_health: Option<PassiveHealthTable>,
     pub tls: Option<UpstreamTlsTable>,
+    pub protocol: Option<String>,
+    pub http2: Option<crate::http2::UpstreamHttp2Table>,
 }
 
 /// `[virtual_servers.NAME.tls]`

@@ -7,6 +7,7 @@
 //! problem was found, so those stand-ins never escape.
 
 mod cache;
+mod http2;
 mod pools;
 mod primitives;
 mod tls;
@@ -267,6 +268,11 @@ impl Checker {
             response_headers: self.response_headers(
                 &path.key("response_headers"),
                 table.response_headers.as_ref(),
+            ),
+            http2: self.http2(
+                &path.key("http2"),
+                table.http2.as_ref(),
+                protocol == Protocol::Https,
             ),
             cache,
             content,
