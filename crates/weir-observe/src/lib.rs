@@ -24,11 +24,13 @@
 
 pub mod access;
 pub mod cache;
+pub mod http2;
 pub mod metrics;
 pub mod names;
 
 pub use access::{ACCESS_TARGET, AccessRecord};
 pub use cache::{CacheMetrics, CompressionMetrics};
+pub use http2::{Flood, Http2Metrics, UpstreamHttp2Metrics};
 pub use metrics::{
     CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, StatusClass, TlsMetrics,
     TunnelMetrics, UpstreamTlsMetrics, VirtualServerMetrics,

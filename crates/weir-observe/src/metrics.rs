@@ -39,6 +39,8 @@ pub struct Metrics {
     handles: Mutex<Handles>,
     /// Cache and compression families (issue 12), in `crate::cache`.
     pub(crate) cache: crate::cache::CacheFamilies,
+    /// HTTP/2 families (issue 11), in `crate::http2`.
+    pub(crate) http2: crate::http2::Http2Families,
     refreshers: Refreshers,
 }
 
@@ -303,6 +305,8 @@ impl Metrics {
         families.register(r);
         let cache = crate::cache::CacheFamilies::default();
         cache.register(r);
+        let http2 = crate::http2::Http2Families::default();
+        http2.register(r);
         if let Some(tunnel) = tunnel {
             tunnel.register(r);
         }
@@ -314,6 +318,7 @@ impl Metrics {
             offload_ratio,
             handles: Mutex::new(Handles::default()),
             cache,
+            http2,
             refreshers: Refreshers::default(),
         })
     }

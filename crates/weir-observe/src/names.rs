@@ -238,7 +238,54 @@ pub const ALL: &[MetricSpec] = &[
     COMPRESSION_BYTES_IN,
     COMPRESSION_BYTES_OUT,
     // End of cache and compression.
+    // HTTP/2 (issue 11).
+    HTTP2_CONNECTIONS,
+    HTTP2_STREAMS,
+    HTTP2_PROTOCOL_ERRORS,
+    HTTP2_FLOODS,
+    UPSTREAM_HTTP2_STREAMS_OPEN,
+    UPSTREAM_HTTP2_GOAWAYS,
+    UPSTREAM_HTTP2_PING_TIMEOUTS,
+    // End of HTTP/2.
 ];
+
+// HTTP/2 (issue 11).
+
+pub const HTTP2_CONNECTIONS: MetricSpec = counter(
+    "http2_connections",
+    &["virtual_server", "via"],
+    "Client connections served as HTTP/2, by how HTTP/2 was chosen (alpn or h2c prior knowledge)",
+);
+pub const HTTP2_STREAMS: MetricSpec = counter(
+    "http2_streams",
+    VIRTUAL_SERVER,
+    "Requests (streams) received on HTTP/2 client connections",
+);
+pub const HTTP2_PROTOCOL_ERRORS: MetricSpec = counter(
+    "http2_protocol_errors",
+    VIRTUAL_SERVER,
+    "HTTP/2 client connections ended by a protocol error of the client (GOAWAY sent)",
+);
+pub const HTTP2_FLOODS: MetricSpec = counter(
+    "http2_floods",
+    &["virtual_server", "kind"],
+    "HTTP/2 client connections closed with GOAWAY for a flood, by kind (rapid_reset, continuation, settings, ping, empty_frames, window_update, codec)",
+);
+pub const UPSTREAM_HTTP2_STREAMS_OPEN: MetricSpec = gauge(
+    "upstream_http2_streams_open",
+    POOL_NODE,
+    "Streams open on HTTP/2 connections to the node",
+);
+pub const UPSTREAM_HTTP2_GOAWAYS: MetricSpec = counter(
+    "upstream_http2_goaways",
+    POOL_NODE,
+    "GOAWAY frames received from the node (the connection is drained and replaced)",
+);
+pub const UPSTREAM_HTTP2_PING_TIMEOUTS: MetricSpec = counter(
+    "upstream_http2_ping_timeouts",
+    POOL_NODE,
+    "HTTP/2 connections to the node closed because a PING went unanswered",
+);
 
 // TLS.
 

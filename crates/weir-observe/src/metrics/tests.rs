@@ -105,6 +105,8 @@ fn encode_contains_every_metric() {
     metrics.upstream_tls("app");
     metrics.cache("web");
     metrics.compression("web");
+    metrics.http2("web");
+    metrics.upstream_http2("app", "10.0.0.1:80");
     let text = metrics.encode();
     for spec in names::ALL {
         let name = spec.exposed_name();
