@@ -1,0 +1,257 @@
+//! The HTTP/2 server driver over an in-memory connection: a request served
+//! through the `h2` client, and each flood sent as raw frames answered with
+//! GOAWAY `ENHANCE_YOUR_CALM` and counted under its kind.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::RecvStream;
+use h2::server::SendResponse;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use weir_config::Http2;
+use weir_observe::{Flood, Http2Metrics};
+
+use super::flood::PREFACE;
+use super::{StreamHandler, Timing, Via, serve};
+
+/// Answers every request with its path as the body.
+#[derive(Clone)]
+struct Echo;
+
+impl StreamHandler for Echo {
+    async fn serve(&self, request: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+        let body = Bytes::from(request.uri().path().to_owned());
+        let response = http::Response::builder()
+            .status(200)
+            .body(())
+            .expect("valid response");
+        if let Ok(mut stream) = respond.send_response(response, false) {
+            let _ = stream.send_data(body, true);
+        }
+    }
+}
+
+fn settings() -> Http2 {
+    Http2 {
+        cleartext: true,
+        max_concurrent_streams: 100,
+        max_header_list_size: 64 * 1024,
+        header_table_size: 4096,
+        initial_stream_window: 256 * 1024,
+        initial_connection_window: 1024 * 1024,
+        max_frame_size: 16 * 1024,
+        ping_interval: Duration::from_secs(30),
+        ping_timeout: Duration::from_secs(10),
+    }
+}
+
+const TIMING: Timing = Timing {
+    handshake: Duration::from_secs(5),
+    idle: Duration::from_secs(60),
+};
+
+/// Starts the driver on one end of an in-memory connection; returns the other end.
+fn start(metrics: &Http2Metrics) -> (DuplexStream, weir_core::Shutdown) {
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let (shutdown, signal) = weir_core::Shutdown::new();
+    let metrics = metrics.clone();
+    tokio::spawn(async move {
+        serve(
+            server,
+            Bytes::new(),
+            Via::H2c,
+            &settings(),
+            TIMING,
+            &metrics,
+            Echo,
+            signal,
+        )
+        .await;
+    });
+    (client, shutdown)
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let length = payload.len();
+    let mut out = vec![
+        (length >> 16) as u8,
+        (length >> 8) as u8,
+        length as u8,
+        kind,
+        flags,
+    ];
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// `GET https://a/` in HPACK: static-table method, scheme and path, literal authority.
+const GET_BLOCK: &[u8] = &[0x82, 0x87, 0x84, 0x01, 0x01, b'a'];
+/// The same as a POST (a body follows).
+const POST_BLOCK: &[u8] = &[0x83, 0x87, 0x84, 0x01, 0x01, b'a'];
+
+/// Reads frames until a GOAWAY; returns its error code (`None`: closed without one).
+async fn goaway_code(client: &mut DuplexStream) -> Option<u32> {
+    let mut buffer = Vec::new();
+    let read_all = async {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            let mut at = 0;
+            while buffer.len() >= at + 9 {
+                let length = usize::from(buffer[at]) << 16
+                    | usize::from(buffer[at + 1]) << 8
+                    | usize::from(buffer[at + 2]);
+                if buffer.len() < at + 9 + length {
+                    break;
+                }
+                if buffer[at + 3] == 0x7 && length >= 8 {
+                    let code = &buffer[at + 13..at + 17];
+                    return Some(u32::from_be_bytes(code.try_into().expect("4 bytes")));
+                }
+                at += 9 + length;
+            }
+            match client.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read_all)
+        .await
+        .expect("the server answers in time")
+}
+
+#[tokio::test]
+async fn a_request_is_served_over_h2c() {
+    let metrics = Http2Metrics::default();
+    let (client, _shutdown) = start(&metrics);
+    let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
+    tokio::spawn(connection);
+    let request = http::Request::get("http://a.example/hello")
+        .body(())
+        .unwrap();
+    let (response, _) = sender.send_request(request, true).expect("sent");
+    let response = response.await.expect("a response");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let data = body.data().await.expect("a body").expect("data");
+    assert_eq!(&data[..], b"/hello");
+    assert_eq!(metrics.streams.get(), 1);
+    assert_eq!(metrics.connections_h2c.get(), 1);
+}
+
+/// Opens the connection with raw frames, sends `flood` until the server
+/// answers, and checks the GOAWAY and the count.
+async fn assert_flood(opening: Vec<u8>, flood: impl Fn(u32) -> Vec<u8>, kind: Flood) {
+    let metrics = Http2Metrics::default();
+    let (mut client, _shutdown) = start(&metrics);
+    let mut bytes = Vec::from(PREFACE);
+    bytes.extend(frame(0x4, 0, 0, &[]));
+    bytes.extend(opening);
+    client.write_all(&bytes).await.expect("preface");
+    let writer = async {
+        for n in 0..5000u32 {
+            if client.write_all(&flood(n)).await.is_err() {
+                break;
+            }
+        }
+    };
+    // The duplex pipe is large enough for the whole flood; the server reads it at its pace.
+    tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("flood written");
+    assert_eq!(
+        goaway_code(&mut client).await,
+        Some(0xb),
+        "{kind:?}: ENHANCE_YOUR_CALM"
+    );
+    for other in Flood::ALL {
+        let expected = u64::from(other == kind);
+        assert_eq!(
+            metrics.flood(other).get(),
+            expected,
+            "{kind:?}: count of {other:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn floods_get_goaway_and_are_counted() {
+    let ping = |_| frame(0x6, 0, 0, &[0; 8]);
+    assert_flood(Vec::new(), ping, Flood::Ping).await;
+    let settings = |_| frame(0x4, 0, 0, &[0, 3, 0, 0, 0, 100]);
+    assert_flood(Vec::new(), settings, Flood::Settings).await;
+    let window_update = |_| frame(0x8, 0, 0, &[0, 0, 0, 1]);
+    assert_flood(Vec::new(), window_update, Flood::WindowUpdate).await;
+    // Empty DATA frames on an open stream.
+    let open = frame(0x1, 0x4, 1, POST_BLOCK);
+    let empty = |_| frame(0x0, 0, 1, &[]);
+    assert_flood(open, empty, Flood::EmptyFrames).await;
+    // A header block that never ends.
+    let open = frame(0x1, 0, 1, GET_BLOCK);
+    let continuation = |_| frame(0x9, 0, 1, &[0x84]);
+    assert_flood(open, continuation, Flood::Continuation).await;
+    // Rapid reset: each stream opened and cancelled at once.
+    let rapid_reset = |n: u32| {
+        let stream = 2 * n + 1;
+        let mut bytes = frame(0x1, 0x5, stream, GET_BLOCK);
+        bytes.extend(frame(0x3, 0, stream, &[0, 0, 0, 8]));
+        bytes
+    };
+    assert_flood(Vec::new(), rapid_reset, Flood::RapidReset).await;
+}
+
+#[tokio::test]
+async fn ordinary_traffic_is_not_a_flood() {
+    let metrics = Http2Metrics::default();
+    let (client, _shutdown) = start(&metrics);
+    let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
+    tokio::spawn(connection);
+    for n in 0..300 {
+        let request = http::Request::get(format!("http://a.example/{n}"))
+            .body(())
+            .unwrap();
+        sender = sender.ready().await.expect("ready");
+        let (response, _) = sender.send_request(request, true).expect("sent");
+        let response = response.await.expect("a response");
+        assert_eq!(response.status(), 200);
+    }
+    assert_eq!(metrics.streams.get(), 300);
+    for kind in Flood::ALL {
+        assert_eq!(metrics.flood(kind).get(), 0, "{kind:?}");
+    }
+}
+
+#[tokio::test]
+async fn shutdown_sends_goaway_and_lets_streams_finish() {
+    let metrics = Http2Metrics::default();
+    let (client, shutdown) = start(&metrics);
+    let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
+    let connection = tokio::spawn(connection);
+    let request = http::Request::get("http://a.example/x").body(()).unwrap();
+    let (response, _) = sender.send_request(request, true).expect("sent");
+    assert_eq!(response.await.expect("a response").status(), 200);
+    shutdown.trigger();
+    // The server's GOAWAY ends the connection without an error.
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection)
+        .await
+        .expect("closed in time")
+        .expect("task");
+    assert!(ended.is_ok(), "{ended:?}");
+}
+
+#[test]
+fn the_preface_is_recognised_from_its_first_bytes() {
+    assert_eq!(super::starts_with_preface(b""), None);
+    assert_eq!(super::starts_with_preface(b"PRI * HT"), None);
+    assert_eq!(super::starts_with_preface(PREFACE), Some(true));
+    assert_eq!(
+        super::starts_with_preface(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0"),
+        Some(true)
+    );
+    assert_eq!(
+        super::starts_with_preface(b"GET / HTTP/1.1\r\n"),
+        Some(false)
+    );
+    assert_eq!(super::starts_with_preface(b"PRIX"), Some(false));
+}
