@@ -21,7 +21,7 @@ mod answer;
 mod client;
 mod drain;
 mod exchange;
-mod h2;
+mod http2;
 mod listener;
 mod pipeline;
 mod request_body;

@@ -8,10 +8,12 @@
 pub mod balancer;
 pub mod connection;
 pub mod health;
+pub mod http2;
 pub mod node;
 pub mod pool;
 
 pub use balancer::Balancer;
 pub use connection::{ConnectionSettings, Lease, NodeConnections, UpstreamTls};
+pub use http2::{H2Node, H2Settings, StreamLease};
 pub use node::NodeState;
 pub use pool::{Pool, Tried};

@@ -11,6 +11,7 @@ use weir_observe::{Metrics, PoolMetrics};
 use crate::balancer::{self, Balancer};
 use crate::connection::{ConnectionSettings, NodeConnections, UpstreamTls};
 use crate::health;
+use crate::http2::{H2Node, H2Settings};
 use crate::node::NodeState;
 
 /// A pool of nodes, shared by every thread.
@@ -21,6 +22,9 @@ pub struct Pool {
     pub nodes: Vec<Arc<NodeState>>,
     /// The connection pool of each node, in the same order as `nodes`.
     pub connections: Vec<Arc<NodeConnections>>,
+    /// With `protocol = "h2"` or `"h2c"`: each node's multiplexed HTTP/2
+    /// connections, in the same order as `nodes` (empty for HTTP/1.1 pools).
+    pub http2: Vec<Arc<H2Node>>,
     pub metrics: PoolMetrics,
     balancer: Box<dyn Balancer>,
 }
@@ -98,12 +102,14 @@ impl Pool {
                 )
             })
             .collect();
+        let http2 = http2_nodes(config, &nodes, &settings, metrics, &pool_metrics);
         let balancer = balancer::for_algorithm(config.algorithm, &nodes);
         Arc::new(Pool {
             name: config.name.clone(),
             config: config.clone(),
             nodes,
             connections,
+            http2,
             metrics: pool_metrics,
             balancer,
         })
@@ -154,6 +160,9 @@ impl Pool {
                             connections.close_expired(now);
                             node.refresh_healthy_gauge(now);
                         }
+                        for node in &pool.http2 {
+                            node.close_expired(now);
+                        }
                     }
                     _ = stop.triggered() => break,
                 }
@@ -161,7 +170,53 @@ impl Pool {
             for connections in &pool.connections {
                 connections.close_idle();
             }
+            for node in &pool.http2 {
+                node.close_idle();
+            }
         }));
         tasks
     }
+}
+
+/// The HTTP/2 side of each node for an `h2`/`h2c` pool (TLS offers ALPN `h2`).
+fn http2_nodes(
+    config: &weir_config::Pool,
+    nodes: &[Arc<NodeState>],
+    settings: &ConnectionSettings,
+    metrics: &Metrics,
+    pool_metrics: &PoolMetrics,
+) -> Vec<Arc<H2Node>> {
+    if config.protocol == weir_config::UpstreamProtocol::Http1 {
+        return Vec::new();
+    }
+    let tls = settings.tls.as_ref().map(|tls| UpstreamTls {
+        connector: tls.connector.with_alpn(&[b"h2"]),
+        metrics: tls.metrics.clone(),
+    });
+    let http2 = &config.http2;
+    let h2_settings = H2Settings {
+        max_connections: settings.max_connections,
+        max_streams: http2.max_concurrent_streams,
+        queue_length: settings.queue_length,
+        queue_timeout: settings.queue_timeout,
+        idle_timeout: settings.idle_timeout,
+        connect_timeout: settings.connect_timeout,
+        initial_stream_window: http2.initial_stream_window,
+        initial_connection_window: http2.initial_connection_window,
+        ping_interval: http2.ping_interval,
+        ping_timeout: http2.ping_timeout,
+        tls,
+    };
+    nodes
+        .iter()
+        .map(|node| {
+            H2Node::new(
+                node.address,
+                h2_settings.clone(),
+                node.metrics.clone(),
+                metrics.upstream_http2(&config.name, &node.address.to_string()),
+                pool_metrics.clone(),
+            )
+        })
+        .collect()
 }
