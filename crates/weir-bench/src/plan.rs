@@ -14,6 +14,7 @@ use bytes::Bytes;
 use rustls::pki_types::ServerName;
 use weir_http::Method;
 
+use crate::http2::H2Request;
 use crate::tls::{TlsClient, TlsSettings, TlsSetupError};
 
 /// When a run stops.
@@ -50,6 +51,19 @@ pub enum Protocol {
     Http1,
     /// L4, against an echo server (`tcp://` URLs).
     Tcp { mode: L4Mode, size: usize },
+    /// HTTP/2 (`--h2`): h2c with prior knowledge for `http://`, ALPN `h2` for
+    /// `https://`; each connection carries `streams` requests at once.
+    Http2 { streams: usize },
+}
+
+impl Protocol {
+    /// Requests in flight on one connection: `--streams` over HTTP/2, else 1.
+    pub fn streams(self) -> usize {
+        match self {
+            Protocol::Http2 { streams } => streams,
+            _ => 1,
+        }
+    }
 }
 
 /// The two L4 tests.
@@ -116,6 +130,9 @@ pub struct Settings {
     pub l4_size: Option<usize>,
     /// `https://` URLs: TLS settings (anything but the default is refused for other URLs).
     pub tls: TlsSettings,
+    /// HTTP/2 with this many streams per connection (`--h2 --streams N`);
+    /// `None`: HTTP/1.1.
+    pub http2_streams: Option<usize>,
 }
 
 /// One URL, resolved, with its request prebuilt.
@@ -128,6 +145,8 @@ pub struct Target {
     pub request: Bytes,
     /// `https://`: the server name sent in the handshake (`--sni`, else the URL's host).
     pub server_name: Option<ServerName<'static>>,
+    /// HTTP/2 runs: the request as HTTP/2 parts.
+    pub h2: Option<H2Request>,
 }
 
 /// A checked run description; [`crate::run`] executes it.
@@ -177,6 +196,10 @@ pub enum PlanError {
     CloseWithRr,
     #[error("--l4-size must be at least 1 for --l4-mode rr")]
     RrSize,
+    #[error("--close does not apply to --h2: HTTP/2 streams share their connection")]
+    CloseWithH2,
+    #[error("header {0:?} is connection-specific and not allowed in HTTP/2")]
+    H2Header(String),
     #[error("cannot read {path}: {source}")]
     File { path: String, source: io::Error },
 }
@@ -227,9 +250,24 @@ impl Plan {
             _ => return Err(PlanError::MixedSchemes),
         };
         if let Protocol::Tcp { mode, size } = protocol {
+            if settings.http2_streams.is_some() {
+                return Err(PlanError::HttpOnly("--h2"));
+            }
             refuse_tls_settings(&settings.tls)?;
             return tcp_plan(settings, mode, size, pacing);
         }
+        let protocol = match settings.http2_streams {
+            None => Protocol::Http1,
+            Some(0) => return Err(PlanError::Zero("--streams")),
+            Some(_) if settings.mode == ConnectionMode::Close => {
+                return Err(PlanError::CloseWithH2);
+            }
+            Some(streams) => Protocol::Http2 { streams },
+        };
+        let alpn: &[u8] = match protocol {
+            Protocol::Http2 { .. } => b"h2",
+            _ => b"http/1.1",
+        };
         let https = settings
             .urls
             .iter()
@@ -240,9 +278,11 @@ impl Plan {
                 refuse_tls_settings(&settings.tls)?;
                 None
             }
-            all if all == settings.urls.len() => {
-                Some(TlsClient::new(settings.tls.clone(), settings.connections)?)
-            }
+            all if all == settings.urls.len() => Some(TlsClient::with_alpn(
+                settings.tls.clone(),
+                settings.connections,
+                alpn,
+            )?),
             _ => return Err(PlanError::MixedSchemes),
         };
         let headers = parse_headers(&settings.headers)?;
@@ -258,15 +298,23 @@ impl Plan {
                 Some(client) => Some(client.server_name(&parsed.host)?),
                 None => None,
             };
+            let h2 = match protocol {
+                Protocol::Http2 { .. } => Some(
+                    H2Request::new(&method, &parsed, &headers, &settings.body)
+                        .map_err(PlanError::H2Header)?,
+                ),
+                _ => None,
+            };
             targets.push(Target {
                 url: url.clone(),
                 address,
                 method: Method::from_bytes(method.as_bytes()),
                 request: Bytes::from(request),
                 server_name,
+                h2,
             });
         }
-        let mut plan = finish(settings, Protocol::Http1, targets, method, pacing, None)?;
+        let mut plan = finish(settings, protocol, targets, method, pacing, None)?;
         plan.tls = tls;
         Ok(plan)
     }
@@ -314,6 +362,7 @@ fn tcp_plan(
             method: Method::from_bytes(b"GET"),
             request: payload.clone(),
             server_name: None,
+            h2: None,
         });
     }
     let method = "TCP".to_owned();
@@ -615,6 +664,7 @@ mod tests {
             l4_mode: L4Mode::RequestResponse,
             l4_size: None,
             tls: TlsSettings::default(),
+            http2_streams: None,
         }
     }
 

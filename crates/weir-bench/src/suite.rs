@@ -447,6 +447,7 @@ fn plan_for(
         l4_mode,
         l4_size,
         tls,
+        http2_streams: None,
     })
 }
 

@@ -85,6 +85,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             cacert: args.cacert,
             sni: args.sni,
         },
+        http2_streams: args.h2.then_some(args.streams),
     })?;
     let report = weir_bench::run(&plan).context("bench run")?;
     if args.json {

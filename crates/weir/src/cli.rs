@@ -359,6 +359,12 @@ pub struct BenchArgs {
     /// https:// URLs: the server name to send (and verify) instead of the URL's host.
     #[arg(long)]
     pub sni: Option<String>,
+    /// HTTP/2: h2c with prior knowledge for http:// URLs, TLS with ALPN h2 for https://.
+    #[arg(long)]
+    pub h2: bool,
+    /// HTTP/2: requests in flight on each connection (like h2load's -m).
+    #[arg(short = 'm', long, default_value_t = 1, requires = "h2")]
+    pub streams: usize,
 }
 
 /// `--tls-resumption`.

@@ -157,6 +157,7 @@ pub fn settings(urls: Vec<String>, stop: Stop) -> Settings {
         l4_mode: L4Mode::RequestResponse,
         l4_size: None,
         tls: TlsSettings::default(),
+        http2_streams: None,
     }
 }
 
