@@ -122,12 +122,14 @@ fn run_suite(args: SuiteArgs) -> anyhow::Result<()> {
         base: args.target,
         l4: args.l4.clone(),
         tls: args.tls,
+        http2: args.h2,
     }];
     if let Some(base) = args.compare {
         targets.push(SuiteTarget {
             base,
             l4: args.compare_l4.or(args.l4),
             tls: args.compare_tls,
+            http2: args.compare_h2,
         });
     }
     let report = suite::run(&SuiteSettings {

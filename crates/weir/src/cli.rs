@@ -442,6 +442,13 @@ pub struct SuiteArgs {
     /// are n/a without it).
     #[arg(long, requires = "compare")]
     pub compare_tls: Option<String>,
+    /// TARGET speaks HTTP/2: h2c with prior knowledge on TARGET and ALPN h2 on --tls (default:
+    /// the HTTP/2 rows are n/a).
+    #[arg(long)]
+    pub h2: bool,
+    /// The --compare target speaks HTTP/2 (with --compare, the HTTP/2 rows are n/a without it).
+    #[arg(long, requires = "compare")]
+    pub compare_h2: bool,
     /// Time per row per target.
     #[arg(long, value_parser = weir_bench::parse_duration, default_value = "5s")]
     pub row_duration: Duration,

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod h2;
 pub mod schema;
 
 use std::net::SocketAddr;
