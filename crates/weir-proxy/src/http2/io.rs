@@ -10,14 +10,19 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::Notify;
 use weir_observe::Flood;
 
 use super::flood::FrameWatch;
+
+/// Room made for each read while waiting for the preface.
+const PREFACE_READ: usize = 64;
+/// How long a refused connection is drained before it is closed.
+const LINGER: Duration = Duration::from_millis(500);
 
 /// Shared between the stream and the driver: the flood found, and a wake-up.
 #[derive(Debug, Default)]
@@ -189,4 +194,39 @@ pub(crate) fn starts_with_preface(bytes: &[u8]) -> Option<bool> {
     } else {
         None
     }
+}
+
+/// Makes sure the connection starts with the HTTP/2 preface: reads until
+/// `rewind` (bytes already read) holds it, within `timeout`. Returns the
+/// bytes to replay to the codec, or `None` when the client sent something
+/// else or too little; then the connection is closed without a reset
+/// (our side shut first, what the client still sends read and dropped
+/// briefly), as RFC 9113 §3.4 asks.
+pub(crate) async fn read_preface<S>(io: &mut S, rewind: Bytes, timeout: Duration) -> Option<Bytes>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut buffer = BytesMut::from(&rewind[..]);
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match starts_with_preface(&buffer) {
+            Some(true) => return Some(buffer.freeze()),
+            Some(false) => break,
+            None => {}
+        }
+        buffer.reserve(PREFACE_READ);
+        match tokio::time::timeout_at(deadline, io.read_buf(&mut buffer)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => break,
+        }
+    }
+    let _ = io.shutdown().await;
+    let end = tokio::time::Instant::now() + LINGER;
+    let mut scratch = [0u8; 4096];
+    while let Ok(Ok(n)) = tokio::time::timeout_at(end, io.read(&mut scratch)).await {
+        if n == 0 {
+            break;
+        }
+    }
+    None
 }

@@ -19,7 +19,7 @@ use weir_core::ShutdownSignal;
 use weir_observe::{Flood, Http2Metrics};
 
 use super::flood::{FloodLimits, FrameWatch};
-use super::io::{Tripwire, Watched};
+use super::io::{Tripwire, Watched, read_preface};
 
 /// How long a connection closed for abuse may take to flush its GOAWAY.
 const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
@@ -96,6 +96,12 @@ pub(crate) async fn serve<S, H>(
     match via {
         Via::Alpn => metrics.connections_alpn.inc(),
         Via::H2c => metrics.connections_h2c.inc(),
+    };
+    let mut io = io;
+    let Some(rewind) = read_preface(&mut io, rewind, timing.handshake).await else {
+        metrics.protocol_errors.inc();
+        tracing::debug!("not an HTTP/2 connection preface; closed");
+        return;
     };
     let tripwire = Arc::new(Tripwire::default());
     let limits = FloodLimits::new(settings.max_header_list_size, settings.max_frame_size);

@@ -255,3 +255,26 @@ fn the_preface_is_recognised_from_its_first_bytes() {
     );
     assert_eq!(super::starts_with_preface(b"PRIX"), Some(false));
 }
+
+#[tokio::test]
+async fn a_wrong_preface_closes_the_connection_without_an_answer() {
+    let metrics = Http2Metrics::default();
+    let (mut client, _shutdown) = start(&metrics);
+    client
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .expect("written");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer));
+    assert_eq!(read.await.expect("closed in time").expect("clean close"), 0);
+    // Counted once the server stopped draining what the client still sends.
+    drop(client);
+    for _ in 0..200 {
+        if metrics.protocol_errors.get() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(metrics.protocol_errors.get(), 1);
+    assert_eq!(metrics.streams.get(), 0);
+}
