@@ -11,9 +11,11 @@
 mod flood;
 mod io;
 mod server;
+mod stream;
 
 pub(crate) use io::starts_with_preface;
 pub(crate) use server::{StreamHandler, Timing, Via, serve};
+pub(crate) use stream::H2Stream;
 
 #[cfg(test)]
 mod tests;

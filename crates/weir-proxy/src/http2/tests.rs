@@ -278,3 +278,87 @@ async fn a_wrong_preface_closes_the_connection_without_an_answer() {
     assert_eq!(metrics.protocol_errors.get(), 1);
     assert_eq!(metrics.streams.get(), 0);
 }
+
+/// Serves each request through [`H2Stream`]: reads the body and trailers,
+/// answers 100-continue style with an interim 103, then echoes the body in
+/// 1 KiB pieces and sends the request's trailers back with a count.
+#[derive(Clone)]
+struct Relay;
+
+impl StreamHandler for Relay {
+    async fn serve(&self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
+        let (_parts, mut stream) = super::H2Stream::new(request, respond);
+        let wait = Duration::from_secs(5);
+        let mut body = Vec::new();
+        while let Ok(Some(data)) = stream.read_body(wait).await {
+            body.extend_from_slice(&data);
+        }
+        let mut trailers = stream
+            .trailers(wait)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let hints = http::Response::builder().status(103).body(()).unwrap();
+        stream.send_interim(hints).expect("interim");
+        let head = http::Response::builder().status(200).body(()).unwrap();
+        stream.send_head(head, false).expect("head");
+        for piece in body.chunks(1024) {
+            let piece = Bytes::copy_from_slice(piece);
+            stream.send_data(piece, false, wait).await.expect("data");
+        }
+        trailers.insert("x-bytes", body.len().into());
+        stream.send_trailers(trailers).expect("trailers");
+    }
+}
+
+#[tokio::test]
+async fn a_stream_relays_body_and_trailers_within_the_clients_window() {
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let (_shutdown, signal) = weir_core::Shutdown::new();
+    let metrics = Http2Metrics::default();
+    tokio::spawn(async move {
+        serve(
+            server,
+            Bytes::new(),
+            Via::H2c,
+            &settings(),
+            TIMING,
+            &metrics,
+            Relay,
+            signal,
+        )
+        .await;
+    });
+    // A small client window: the 300 KiB response must wait for it to open.
+    let (mut sender, connection) = h2::client::Builder::new()
+        .initial_window_size(16 * 1024)
+        .handshake::<_, Bytes>(client)
+        .await
+        .expect("handshake");
+    tokio::spawn(connection);
+    let request = http::Request::post("http://a.example/echo")
+        .body(())
+        .unwrap();
+    let (response, mut body) = sender.send_request(request, false).expect("sent");
+    let payload = Bytes::from(vec![7u8; 300 * 1024]);
+    body.reserve_capacity(payload.len());
+    body.send_data(payload.clone(), false).expect("body");
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", "0".parse().unwrap());
+    body.send_trailers(trailers).expect("trailers");
+    let response = response.await.expect("a response");
+    assert_eq!(response.status(), 200);
+    let mut received = response.into_body();
+    let mut echoed = Vec::new();
+    while let Some(data) = received.data().await {
+        let data = data.expect("data");
+        let _ = received.flow_control().release_capacity(data.len());
+        echoed.extend_from_slice(&data);
+    }
+    assert_eq!(echoed.len(), payload.len());
+    assert!(echoed == payload);
+    let trailers = received.trailers().await.expect("trailers").expect("some");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(trailers["x-bytes"], "307200");
+}
