@@ -68,6 +68,7 @@ pub fn check_request_head(data: &[u8]) {
         upgrade: false,
         strip_expect: false,
         owned_header: Some(("X-Client-Subject", Some("CN=fuzz"))),
+        drop_underscore_names: false,
     };
     let mut out = BytesMut::new();
     write_request_head(&head, &forward, &mut out);

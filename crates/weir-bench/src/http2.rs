@@ -243,19 +243,20 @@ fn connection_level(error: &h2::Error) -> bool {
 }
 
 impl H2Request {
-    /// The request a run sends to `url`: its method, `:authority` from the
-    /// URL, the given headers (connection-specific ones refused: HTTP/2 has
+    /// The request a run sends to `scheme://authority/target`: its method,
+    /// `:authority` from the URL, the given headers (connection-specific ones refused: HTTP/2 has
     /// none), and the body with its length.
     pub fn new(
         method: &str,
-        url: &crate::plan::Url,
+        scheme: &str,
+        authority: &str,
+        target: &str,
         headers: &[(String, String)],
         body: &[u8],
     ) -> Result<H2Request, String> {
-        let scheme = if url.tls { "https" } else { "http" };
-        let uri = format!("{scheme}://{}{}", url.authority, url.target)
+        let uri = format!("{scheme}://{authority}{target}")
             .parse::<http::Uri>()
-            .map_err(|_| url.target.clone())?;
+            .map_err(|_| target.to_owned())?;
         let method = http::Method::from_bytes(method.as_bytes()).map_err(|_| method.to_owned())?;
         let mut map = http::HeaderMap::new();
         for (name, value) in headers {

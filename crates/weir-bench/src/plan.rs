@@ -300,8 +300,15 @@ impl Plan {
             };
             let h2 = match protocol {
                 Protocol::Http2 { .. } => Some(
-                    H2Request::new(&method, &parsed, &headers, &settings.body)
-                        .map_err(PlanError::H2Header)?,
+                    H2Request::new(
+                        &method,
+                        if parsed.tls { "https" } else { "http" },
+                        &parsed.authority,
+                        &parsed.target,
+                        &headers,
+                        &settings.body,
+                    )
+                    .map_err(PlanError::H2Header)?,
                 ),
                 _ => None,
             };

@@ -785,15 +785,17 @@ mod tests {
 
     #[test]
     fn rows_are_the_zeus_matrix() {
-        assert_eq!(ROWS.len(), 11);
+        assert_eq!(ROWS.len(), 13);
         let measured = ROWS
             .iter()
             .filter(|row| !matches!(row.kind, RowKind::NotAvailable(_)))
             .count();
-        assert_eq!(measured, 9);
+        assert_eq!(measured, 11);
         assert_eq!(ROWS[6].unit(), "Gbit/s");
         assert_eq!(ROWS[0].unit(), "conn/s");
         assert_eq!(ROWS[7].unit(), "conn/s");
         assert_eq!(ROWS[8].unit(), "Gbit/s");
+        assert_eq!(ROWS[9].unit(), "req/s");
+        assert_eq!(ROWS[10].unit(), "req/s");
     }
 }

@@ -1,51 +1,12 @@
 //! The `[cache]` and `[compression]` tables of a virtual server and their
-//! per-route overrides: the schema as written, the validated model, and the
-//! `Cidr` networks that may send `PURGE`. Validation is in
+//! per-route overrides, validated (their schema as written is in `schema.rs`),
+//! and the `Cidr` networks that may send `PURGE`. Validation is in
 //! `validate/cache.rs`; defaults in `defaults.rs` (cache block).
 
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 use std::time::Duration;
-
-use serde::Deserialize;
-
-use crate::schema::{DurationText, SizeValue};
-
-/// `[virtual_servers.NAME.cache]`, or a route's `cache` (rules only).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CacheTable {
-    pub enabled: Option<bool>,
-    // The store: virtual server only.
-    pub size: Option<SizeValue>,
-    pub max_object_size: Option<SizeValue>,
-    pub purge_from: Option<Vec<String>>,
-    pub status_header: Option<String>,
-    // Rules: a route may override them.
-    pub heuristic_percent: Option<i64>,
-    pub heuristic_max: Option<DurationText>,
-    pub stale_while_revalidate: Option<DurationText>,
-    pub stale_if_error: Option<DurationText>,
-    pub set_cookie: Option<String>,
-    pub request_cache_control: Option<bool>,
-    pub coalesce: Option<bool>,
-    pub coalesce_timeout: Option<DurationText>,
-    pub coalesce_max_waiters: Option<i64>,
-}
-
-/// `[virtual_servers.NAME.compression]`, or a route's `compression`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CompressionTable {
-    pub enabled: Option<bool>,
-    pub algorithms: Option<Vec<String>>,
-    pub min_size: Option<SizeValue>,
-    pub content_types: Option<Vec<String>>,
-    pub gzip_level: Option<i64>,
-    pub brotli_level: Option<i64>,
-    pub zstd_level: Option<i64>,
-}
 
 /// A virtual server's cache store and the settings that belong to it.
 #[derive(Debug, Clone, PartialEq, Eq)]

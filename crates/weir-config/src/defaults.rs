@@ -7,8 +7,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::model::{
-    ClientLimits, ClientTimeouts, KeyExchangeGroup, Log, LogFormat, PassiveHealth, Runtime,
-    TlsVersion, UpstreamConnections, UpstreamTimeouts,
+    ClientLimits, ClientTimeouts, HttpPolicy, KeyExchangeGroup, Log, LogFormat, PassiveHealth,
+    Runtime, TlsVersion, UnderscoreHeaders, UpstreamConnections, UpstreamTimeouts,
 };
 
 const KIB: u64 = 1024;
@@ -33,7 +33,15 @@ pub const RESPONSE_BUFFER: u64 = 256 * KIB;
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub const BODY_TOTAL_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+pub const TUNNEL_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub const MIN_BODY_RATE: u64 = KIB;
+
+pub const ALLOW_CONNECT: bool = false;
+pub const ALLOW_TRACE: bool = false;
+pub const UPGRADES: &[&str] = &["websocket"];
+pub const UNDERSCORE_HEADERS: UnderscoreHeaders = UnderscoreHeaders::Drop;
 
 pub const RETRIES: u32 = 2;
 pub const FAIL_OPEN: bool = false;
@@ -43,9 +51,11 @@ pub const NODE_MAX_CONNECTIONS: NonZeroU32 = nonzero(64);
 pub const QUEUE_LENGTH: u32 = 1024;
 pub const QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const MAX_TUNNELS: u32 = 64;
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const UPSTREAM_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub const HEALTH_METHOD: &str = "GET";
 pub const HEALTH_PATH: &str = "/";
@@ -64,7 +74,9 @@ pub const ORIGIN_KEEP_ALIVE: bool = true;
 pub const TLS_VERSIONS: &[TlsVersion] = &[TlsVersion::Tls12, TlsVersion::Tls13];
 pub const TLS_GROUPS: &[KeyExchangeGroup] =
     &[KeyExchangeGroup::X25519, KeyExchangeGroup::Secp256r1];
-pub const TLS_ALPN: &[&str] = &["http/1.1"];
+/// `http/1.0` too, so `curl --http1.0` and other HTTP/1.0 clients that offer
+/// only it are served rather than refused with `no_application_protocol`.
+pub const TLS_ALPN: &[&str] = &["http/1.1", "http/1.0"];
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_HANDSHAKES: NonZeroU32 = nonzero(1024);
 pub const SESSION_TICKETS: bool = true;
@@ -103,6 +115,7 @@ impl Default for ClientLimits {
             request_buffer: REQUEST_BUFFER as usize,
             response_buffer: RESPONSE_BUFFER as usize,
             max_requests_per_connection: None,
+            min_body_rate: MIN_BODY_RATE,
         }
     }
 }
@@ -113,7 +126,20 @@ impl Default for ClientTimeouts {
             header_read: HEADER_READ_TIMEOUT,
             idle: IDLE_TIMEOUT,
             body_read: BODY_READ_TIMEOUT,
+            body_total: BODY_TOTAL_TIMEOUT,
             write: WRITE_TIMEOUT,
+            tunnel_idle: TUNNEL_IDLE_TIMEOUT,
+        }
+    }
+}
+
+impl Default for HttpPolicy {
+    fn default() -> Self {
+        Self {
+            connect: ALLOW_CONNECT,
+            trace: ALLOW_TRACE,
+            upgrades: UPGRADES.iter().map(|name| (*name).to_owned()).collect(),
+            underscore_headers: UNDERSCORE_HEADERS,
         }
     }
 }
@@ -126,6 +152,7 @@ impl Default for UpstreamConnections {
             queue_timeout: QUEUE_TIMEOUT,
             idle_timeout: UPSTREAM_IDLE_TIMEOUT,
             max_requests_per_connection: None,
+            max_tunnels: MAX_TUNNELS,
         }
     }
 }
@@ -135,6 +162,7 @@ impl Default for UpstreamTimeouts {
         Self {
             connect: CONNECT_TIMEOUT,
             response: RESPONSE_TIMEOUT,
+            write: UPSTREAM_WRITE_TIMEOUT,
         }
     }
 }

@@ -1,40 +1,10 @@
 //! HTTP/2 (issue 11): the `[virtual_servers.NAME.http2]` table (h2c prior
 //! knowledge and the server's limits towards clients), a pool's `protocol`
 //! and its `[pools.NAME.http2]` table (multiplexed connections to nodes):
-//! the schema as written and the validated model. Validation is in
-//! `validate/http2.rs`; defaults in `defaults.rs` (HTTP/2 block).
+//! the validated model. The tables as written are in `schema.rs` (HTTP/2
+//! block), validation in `validate/http2.rs`, defaults in `defaults.rs`.
 
 use std::time::Duration;
-
-use serde::Deserialize;
-
-use crate::schema::{DurationText, SizeValue};
-
-/// `[virtual_servers.NAME.http2]`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Http2Table {
-    pub cleartext: Option<bool>,
-    pub max_concurrent_streams: Option<i64>,
-    pub max_header_list_size: Option<SizeValue>,
-    pub header_table_size: Option<SizeValue>,
-    pub initial_stream_window: Option<SizeValue>,
-    pub initial_connection_window: Option<SizeValue>,
-    pub max_frame_size: Option<SizeValue>,
-    pub ping_interval: Option<DurationText>,
-    pub ping_timeout: Option<DurationText>,
-}
-
-/// `[pools.NAME.http2]`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UpstreamHttp2Table {
-    pub max_concurrent_streams: Option<i64>,
-    pub initial_stream_window: Option<SizeValue>,
-    pub initial_connection_window: Option<SizeValue>,
-    pub ping_interval: Option<DurationText>,
-    pub ping_timeout: Option<DurationText>,
-}
 
 /// HTTP/2 towards the clients of one virtual server.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -82,6 +82,8 @@ pub struct VirtualServer {
     pub routes: Vec<Route>,
     pub limits: ClientLimits,
     pub timeouts: ClientTimeouts,
+    /// Which methods, upgrades and header names are let through.
+    pub http: HttpPolicy,
     /// Add `X-Forwarded-For`, `X-Forwarded-Proto` and `Via` to forwarded requests.
     pub forwarded_headers: bool,
     /// Size of the listen backlog.
@@ -137,6 +139,9 @@ pub struct ClientLimits {
     pub response_buffer: usize,
     /// Requests on one client connection before weir closes it; `None` means no limit.
     pub max_requests_per_connection: Option<NonZeroU32>,
+    /// Average bytes per second a request body must keep up after its first
+    /// `timeouts.body_read` (slow POST defence); 0 turns the check off.
+    pub min_body_rate: u64,
 }
 
 /// Client-side timeouts.
@@ -146,9 +151,40 @@ pub struct ClientTimeouts {
     pub header_read: Duration,
     /// Keep-alive: how long an idle client connection is kept between requests.
     pub idle: Duration,
-    /// Longest pause while reading a request body or writing a response.
+    /// Longest pause while reading a request body.
     pub body_read: Duration,
+    /// The whole request body, from the end of its head.
+    pub body_total: Duration,
+    /// Longest pause while writing a response.
     pub write: Duration,
+    /// An upgraded (WebSocket) or CONNECT tunnel with no byte either way for
+    /// this long is closed.
+    pub tunnel_idle: Duration,
+}
+
+/// What a virtual server lets through besides ordinary requests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpPolicy {
+    /// CONNECT requests are sent to the pool and, on a 2xx, tunnelled; when
+    /// false they are answered 405.
+    pub connect: bool,
+    /// TRACE requests are forwarded; when false they are answered 405.
+    pub trace: bool,
+    /// Protocols (`Upgrade` tokens, lower case) a client may switch to; an
+    /// `Upgrade` naming none of them is removed and the request sent as is.
+    pub upgrades: Vec<String>,
+    pub underscore_headers: UnderscoreHeaders,
+}
+
+/// What happens to request header fields whose names hold `_`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnderscoreHeaders {
+    /// Answered 400.
+    Reject,
+    /// The fields are removed before forwarding.
+    Drop,
+    /// Forwarded unchanged.
+    Forward,
 }
 
 /// A pool of nodes and how traffic is spread over them.
@@ -202,6 +238,10 @@ pub struct UpstreamConnections {
     pub idle_timeout: Duration,
     /// Requests sent on one upstream connection before it is retired; `None` means no limit.
     pub max_requests_per_connection: Option<NonZeroU32>,
+    /// Connections to each node that left HTTP (WebSocket upgrades, CONNECT
+    /// tunnels). They are counted apart from `max_connections`, so tunnels
+    /// never take the slots requests need.
+    pub max_tunnels: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -210,6 +250,8 @@ pub struct UpstreamTimeouts {
     pub connect: Duration,
     /// From the request sent to the response head received; past it → 504.
     pub response: Duration,
+    /// Longest stall while writing a request (head or body) to a node.
+    pub write: Duration,
 }
 
 /// An active health monitor.

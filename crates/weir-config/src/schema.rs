@@ -11,8 +11,6 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
-pub use crate::cache::{CacheTable, CompressionTable};
-
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -64,13 +62,14 @@ pub struct VirtualServerTable {
     pub backlog: Option<i64>,
     pub limits: Option<LimitsTable>,
     pub timeouts: Option<ClientTimeoutsTable>,
+    pub http: Option<HttpPolicyTable>,
     #[serde(default)]
     pub routes: Vec<RouteTable>,
     /// Header name → value set on every response.
     pub response_headers: Option<Named<String>>,
     pub cache: Option<CacheTable>,
     pub compression: Option<CompressionTable>,
-    pub http2: Option<crate::http2::Http2Table>,
+    pub http2: Option<Http2Table>,
 }
 
 /// `[virtual_servers.NAME.limits]`
@@ -84,6 +83,7 @@ pub struct LimitsTable {
     pub request_buffer: Option<SizeValue>,
     pub response_buffer: Option<SizeValue>,
     pub max_requests_per_connection: Option<i64>,
+    pub min_body_rate: Option<SizeValue>,
 }
 
 /// `[virtual_servers.NAME.timeouts]`
@@ -93,7 +93,19 @@ pub struct ClientTimeoutsTable {
     pub header_read: Option<DurationText>,
     pub idle: Option<DurationText>,
     pub body_read: Option<DurationText>,
+    pub body_total: Option<DurationText>,
     pub write: Option<DurationText>,
+    pub tunnel_idle: Option<DurationText>,
+}
+
+/// `[virtual_servers.NAME.http]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpPolicyTable {
+    pub connect: Option<bool>,
+    pub trace: Option<bool>,
+    pub upgrades: Option<Vec<String>>,
+    pub underscore_headers: Option<String>,
 }
 
 /// `[[virtual_servers.NAME.routes]]`
@@ -121,7 +133,7 @@ pub struct PoolTable {
     pub passive_health: Option<PassiveHealthTable>,
     pub tls: Option<UpstreamTlsTable>,
     pub protocol: Option<String>,
-    pub http2: Option<crate::http2::UpstreamHttp2Table>,
+    pub http2: Option<UpstreamHttp2Table>,
 }
 
 /// `[virtual_servers.NAME.tls]`
@@ -183,6 +195,7 @@ pub struct ConnectionsTable {
     pub queue_timeout: Option<DurationText>,
     pub idle_timeout: Option<DurationText>,
     pub max_requests_per_connection: Option<i64>,
+    pub max_tunnels: Option<i64>,
 }
 
 /// `[pools.NAME.timeouts]`
@@ -191,6 +204,7 @@ pub struct ConnectionsTable {
 pub struct UpstreamTimeoutsTable {
     pub connect: Option<DurationText>,
     pub response: Option<DurationText>,
+    pub write: Option<DurationText>,
 }
 
 /// `[pools.NAME.health]`: one table for both kinds; validation rejects HTTP keys on
@@ -407,3 +421,68 @@ impl<'de> Deserialize<'de> for StatusValue {
         deserializer.deserialize_any(StatusVisitor)
     }
 }
+
+/// `[virtual_servers.NAME.cache]`, or a route's `cache` (rules only).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheTable {
+    pub enabled: Option<bool>,
+    // The store: virtual server only.
+    pub size: Option<SizeValue>,
+    pub max_object_size: Option<SizeValue>,
+    pub purge_from: Option<Vec<String>>,
+    pub status_header: Option<String>,
+    // Rules: a route may override them.
+    pub heuristic_percent: Option<i64>,
+    pub heuristic_max: Option<DurationText>,
+    pub stale_while_revalidate: Option<DurationText>,
+    pub stale_if_error: Option<DurationText>,
+    pub set_cookie: Option<String>,
+    pub request_cache_control: Option<bool>,
+    pub coalesce: Option<bool>,
+    pub coalesce_timeout: Option<DurationText>,
+    pub coalesce_max_waiters: Option<i64>,
+}
+
+/// `[virtual_servers.NAME.compression]`, or a route's `compression`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressionTable {
+    pub enabled: Option<bool>,
+    pub algorithms: Option<Vec<String>>,
+    pub min_size: Option<SizeValue>,
+    pub content_types: Option<Vec<String>>,
+    pub gzip_level: Option<i64>,
+    pub brotli_level: Option<i64>,
+    pub zstd_level: Option<i64>,
+}
+
+// HTTP/2 (issue 11): the validated model is in `http2.rs`.
+
+/// `[virtual_servers.NAME.http2]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Http2Table {
+    pub cleartext: Option<bool>,
+    pub max_concurrent_streams: Option<i64>,
+    pub max_header_list_size: Option<SizeValue>,
+    pub header_table_size: Option<SizeValue>,
+    pub initial_stream_window: Option<SizeValue>,
+    pub initial_connection_window: Option<SizeValue>,
+    pub max_frame_size: Option<SizeValue>,
+    pub ping_interval: Option<DurationText>,
+    pub ping_timeout: Option<DurationText>,
+}
+
+/// `[pools.NAME.http2]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamHttp2Table {
+    pub max_concurrent_streams: Option<i64>,
+    pub initial_stream_window: Option<SizeValue>,
+    pub initial_connection_window: Option<SizeValue>,
+    pub ping_interval: Option<DurationText>,
+    pub ping_timeout: Option<DurationText>,
+}
+
+// End of HTTP/2.

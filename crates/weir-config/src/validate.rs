@@ -7,6 +7,7 @@
 //! problem was found, so those stand-ins never escape.
 
 mod cache;
+mod http;
 mod http2;
 mod pools;
 mod primitives;
@@ -255,6 +256,7 @@ impl Checker {
             routes,
             limits: self.limits(&path.key("limits"), table.limits.as_ref()),
             timeouts: self.client_timeouts(&path.key("timeouts"), table.timeouts.as_ref()),
+            http: self.http_policy(&path.key("http"), table.http.as_ref()),
             forwarded_headers: table
                 .forwarded_headers
                 .unwrap_or(defaults::FORWARDED_HEADERS),
@@ -505,6 +507,12 @@ impl Checker {
                 &path.key("max_requests_per_connection"),
                 table.max_requests_per_connection,
             ),
+            min_body_rate: self.size(
+                &path.key("min_body_rate"),
+                table.min_body_rate.as_ref(),
+                defaults::MIN_BODY_RATE,
+                0..=GIB,
+            ),
         }
     }
 
@@ -531,7 +539,17 @@ impl Checker {
                 table.body_read.as_ref(),
                 defaults::BODY_READ_TIMEOUT,
             ),
+            body_total: timeout(
+                "body_total",
+                table.body_total.as_ref(),
+                defaults::BODY_TOTAL_TIMEOUT,
+            ),
             write: timeout("write", table.write.as_ref(), defaults::WRITE_TIMEOUT),
+            tunnel_idle: timeout(
+                "tunnel_idle",
+                table.tunnel_idle.as_ref(),
+                defaults::TUNNEL_IDLE_TIMEOUT,
+            ),
         }
     }
 

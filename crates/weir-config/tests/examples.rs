@@ -45,6 +45,12 @@ fn annotated_example_sets_every_default() {
     let server = &config.virtual_servers[0];
     assert_eq!(server.limits, weir_config::ClientLimits::default());
     assert_eq!(server.timeouts, weir_config::ClientTimeouts::default());
+    assert_eq!(server.http, weir_config::HttpPolicy::default());
+    let secure = &config.virtual_servers[1];
+    assert_eq!(
+        secure.tls.as_ref().map(|tls| tls.alpn.clone()),
+        Some(vec!["http/1.1".to_owned(), "http/1.0".to_owned()])
+    );
     let pool = &config.pools[0];
     assert_eq!(
         pool.connections,

@@ -23,6 +23,9 @@ pub enum ErrorKind {
     HeadTooLarge,
     /// The request body is larger than allowed (→ 413).
     BodyTooLarge,
+    /// The method is not served by this virtual server: CONNECT or TRACE
+    /// unless allowed (→ 405).
+    MethodNotAllowed,
     /// The client took too long to send its head or body (→ 408).
     ClientTimeout,
     /// The client closed or reset the connection.
@@ -84,7 +87,11 @@ impl Error {
         }
     }
 
-    /// Marks whether the request that failed may be sent again (to the same or another node).
+    /// Marks whether the request that failed may be sent again: decided once,
+    /// where the error is made, from what the node can have seen of it (nothing
+    /// before a connect or handshake completed; a request on a reused
+    /// connection that the node had already closed, when the request is
+    /// idempotent and fully buffered). The exchange loop only reads it.
     pub fn retry_safe(mut self, safe: bool) -> Self {
         self.retry_safe = safe;
         self
@@ -116,6 +123,7 @@ impl ErrorKind {
             ErrorKind::BadRequest => "bad_request",
             ErrorKind::HeadTooLarge => "head_too_large",
             ErrorKind::BodyTooLarge => "body_too_large",
+            ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::ClientTimeout => "client_timeout",
             ErrorKind::ClientClosed => "client_closed",
             ErrorKind::ConnectFailed => "connect_failed",

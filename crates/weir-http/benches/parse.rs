@@ -95,6 +95,7 @@ fn writing(c: &mut Criterion) {
         upgrade: false,
         strip_expect: false,
         owned_header: None,
+        drop_underscore_names: false,
     };
     let forward_response = ForwardResponse {
         framing: BodyFraming::Length(101),

@@ -8,7 +8,7 @@
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::error::{ParseError, ParseErrorKind};
-use crate::fields::{is_field_value_char, is_token_char};
+use crate::syntax::{is_field_value_char, is_token_char};
 
 /// The last-chunk and empty trailer section.
 pub const CHUNKED_END: &[u8] = b"0\r\n\r\n";

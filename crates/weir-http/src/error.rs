@@ -14,6 +14,8 @@ pub enum ParseErrorKind {
     UnsupportedTransferEncoding,
     /// An HTTP version other than 1.0/1.1 (→ 505).
     UnsupportedVersion,
+    /// An `Expect` other than `100-continue` (→ 417).
+    UnsupportedExpectation,
 }
 
 /// A parse failure with a short, static reason for the log line.
@@ -38,6 +40,7 @@ impl ParseError {
             ParseErrorKind::HeadTooLarge | ParseErrorKind::TooManyHeaders => 431,
             ParseErrorKind::UnsupportedTransferEncoding => 501,
             ParseErrorKind::UnsupportedVersion => 505,
+            ParseErrorKind::UnsupportedExpectation => 417,
         }
     }
 }

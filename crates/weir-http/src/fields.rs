@@ -3,7 +3,8 @@
 //! strictness checks that `httparse` leaves to us (bare LF, obs-fold reasons).
 
 use crate::error::{ParseError, ParseErrorKind};
-use crate::head::{ConnectionInfo, Header, Version};
+use crate::message::{ConnectionInfo, Version};
+use crate::syntax::{is_token_char, is_valid_host, list_elements};
 
 /// The fields the codec itself interprets; everything else is `Other`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +47,14 @@ impl FieldKind {
     }
 }
 
+/// One header field: byte ranges into the head's raw bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub(crate) name: (u32, u32),
+    pub(crate) value: (u32, u32),
+    pub(crate) kind: FieldKind,
+}
+
 /// What the header section says, gathered in one pass over the fields.
 #[derive(Debug, Default)]
 pub(crate) struct Fields {
@@ -59,6 +68,11 @@ pub(crate) struct Fields {
     /// `Connection` names a field other than close/keep-alive/upgrade.
     pub(crate) connection_names_fields: bool,
     pub(crate) expect_continue: bool,
+    /// An `Expect` expectation other than `100-continue` (→ 417).
+    pub(crate) expect_other: bool,
+    /// A field name holds `_`: CGI-style back ends read `Content_Length` as
+    /// `Content-Length`, so the proxy rejects or drops such fields.
+    pub(crate) underscore_names: bool,
 }
 
 /// The `Transfer-Encoding` fields, all combined.
@@ -127,10 +141,18 @@ impl Fields {
                         }
                     }
                 }
-                FieldKind::Expect
-                    if trim_ows(field.value).eq_ignore_ascii_case(b"100-continue") =>
-                {
-                    fields.expect_continue = true;
+                FieldKind::Expect => {
+                    for expectation in list_elements(field.value) {
+                        if expectation.eq_ignore_ascii_case(b"100-continue") {
+                            fields.expect_continue = true;
+                        } else {
+                            fields.expect_other = true;
+                        }
+                    }
+                }
+                FieldKind::Other => {
+                    fields.underscore_names |=
+                        memchr::memchr(b'_', field.name.as_bytes()).is_some();
                 }
                 _ => {}
             }
@@ -226,90 +248,6 @@ pub(crate) fn parse_content_length(value: &[u8]) -> Option<u64> {
     Some(length)
 }
 
-/// The non-empty elements of a comma-separated list, without optional whitespace.
-pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value
-        .split(|&b| b == b',')
-        .map(trim_ows)
-        .filter(|element| !element.is_empty())
-}
-
-pub(crate) fn trim_ows(mut value: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = value {
-        value = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = value {
-        value = rest;
-    }
-    value
-}
-
-/// Host and authority characters: unreserved, sub-delims, `:`, `%`, and the
-/// brackets of an IP literal (RFC 3986 §3.2.2). Rejects userinfo (`@`),
-/// whitespace and anything that could end or split the authority.
-pub(crate) fn is_valid_host(value: &[u8]) -> bool {
-    value.iter().all(|&b| HOST_CHARS[b as usize])
-}
-
-static HOST_CHARS: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut byte = 0;
-    while byte < 256 {
-        let b = byte as u8;
-        table[byte] = b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-                    | b':'
-                    | b'%'
-                    | b'['
-                    | b']'
-            );
-        byte += 1;
-    }
-    table
-};
-
-/// tchar (RFC 9110 §5.6.2).
-pub(crate) fn is_token_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'!' | b'#'
-                | b'$'
-                | b'%'
-                | b'&'
-                | b'\''
-                | b'*'
-                | b'+'
-                | b'-'
-                | b'.'
-                | b'^'
-                | b'_'
-                | b'`'
-                | b'|'
-                | b'~'
-        )
-}
-
-/// field-vchar, SP, HTAB or obs-text: what a field value may hold.
-pub(crate) fn is_field_value_char(b: u8) -> bool {
-    b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80
-}
-
 /// Every LF must follow a CR and every CR must precede an LF. `httparse`
 /// accepts LF-only line endings, which other parsers may split differently.
 ///
@@ -371,7 +309,10 @@ pub(crate) fn rejection(
             reason: "too many header fields",
         },
         httparse::Error::Version => {
-            if looks_like_version(version_token(region, start_line)) {
+            if start_line == StartLine::Request && request_line_spaces(region) != 2 {
+                // `GET /a b HTTP/1.1`: whitespace inside the target, not a version problem.
+                ParseError::invalid("whitespace in request target")
+            } else if looks_like_version(version_token(region, start_line)) {
                 ParseError {
                     kind: ParseErrorKind::UnsupportedVersion,
                     reason: "unsupported HTTP version",
@@ -412,6 +353,12 @@ fn version_token(region: &[u8], start_line: StartLine) -> &[u8] {
         StartLine::Request => line.rsplit(|&b| b == b' ').next().unwrap_or(line),
         StartLine::Status => line.split(|&b| b == b' ').next().unwrap_or(line),
     }
+}
+
+/// Spaces on the request line (a valid one has exactly two).
+fn request_line_spaces(region: &[u8]) -> usize {
+    let line_end = memchr::memchr2(b'\r', b'\n', region).unwrap_or(region.len());
+    memchr::memchr_iter(b' ', &region[..line_end]).count()
 }
 
 /// `HTTP/` then a digit, then digits and dots: a well-formed but unsupported

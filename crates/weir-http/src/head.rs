@@ -10,7 +10,8 @@ use std::mem::MaybeUninit;
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::error::{ParseError, ParseErrorKind};
-use crate::fields::{self, Declared, FieldKind, Fields, StartLine};
+use crate::fields::{self, Declared, Fields, Header, StartLine};
+use crate::message::{BodyFraming, ConnectionInfo, Method, Version};
 use crate::target::{TargetForm, parse_target};
 
 /// Header slots kept on the stack; larger `max_headers` limits use the heap.
@@ -43,92 +44,6 @@ pub enum Parsed<T> {
     Partial,
 }
 
-/// The HTTP versions weir speaks on HTTP/1 connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    Http10,
-    Http11,
-}
-
-/// A request method; the standard ones by name, the rest as [`Method::Other`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    Get,
-    Head,
-    Post,
-    Put,
-    Delete,
-    Options,
-    Trace,
-    Connect,
-    Patch,
-    /// Any other valid token; see [`RequestHead::method_bytes`].
-    Other,
-}
-
-impl Method {
-    /// RFC 9110 §9.2.2: may be sent again without changing the outcome.
-    pub fn is_idempotent(self) -> bool {
-        matches!(
-            self,
-            Method::Get
-                | Method::Head
-                | Method::Put
-                | Method::Delete
-                | Method::Options
-                | Method::Trace
-        )
-    }
-
-    /// The method named by `token` (case-sensitive, as methods are).
-    pub fn from_bytes(token: &[u8]) -> Method {
-        match token {
-            b"GET" => Method::Get,
-            b"HEAD" => Method::Head,
-            b"POST" => Method::Post,
-            b"PUT" => Method::Put,
-            b"DELETE" => Method::Delete,
-            b"OPTIONS" => Method::Options,
-            b"TRACE" => Method::Trace,
-            b"CONNECT" => Method::Connect,
-            b"PATCH" => Method::Patch,
-            _ => Method::Other,
-        }
-    }
-}
-
-/// How a message body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyFraming {
-    /// No body.
-    None,
-    /// Exactly this many bytes (`Content-Length`).
-    Length(u64),
-    /// `Transfer-Encoding: chunked`.
-    Chunked,
-    /// Until the connection closes (responses only).
-    CloseDelimited,
-}
-
-/// What the `Connection` header (and the version) say about the connection.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ConnectionInfo {
-    /// `close` token present.
-    pub close: bool,
-    /// `keep-alive` token present.
-    pub keep_alive: bool,
-    /// `upgrade` token present.
-    pub upgrade: bool,
-}
-
-/// One header field: byte ranges into the head's raw bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Header {
-    pub(crate) name: (u32, u32),
-    pub(crate) value: (u32, u32),
-    pub(crate) kind: FieldKind,
-}
-
 /// A parsed, validated request head. Owns the raw head bytes; every accessor
 /// borrows from them, so header names keep their original case.
 #[derive(Debug, Clone)]
@@ -147,6 +62,8 @@ pub struct RequestHead {
     /// `Connection` lists field names besides close/keep-alive/upgrade.
     pub(crate) connection_names_fields: bool,
     pub(crate) expect_continue: bool,
+    /// Some field name holds an underscore.
+    pub(crate) underscore_names: bool,
     /// Index into `headers` of the `Host` field.
     pub(crate) host: Option<usize>,
 }
@@ -165,6 +82,9 @@ pub struct ResponseHead {
     pub(crate) connection_names_fields: bool,
     /// The request was HEAD: a `Content-Length` describes the GET body.
     pub(crate) head_request: bool,
+    /// The fields announce a body (a non-zero length, or chunked) that the
+    /// method or status rules out.
+    pub(crate) announces_absent_body: bool,
 }
 
 /// Parses a request head at the start of `buf`. On `Complete(head, n)` the
@@ -275,6 +195,18 @@ impl RequestHead {
         self.expect_continue
     }
 
+    /// Whether some field name holds `_` (`X_Forwarded_For`): CGI, WSGI and
+    /// PHP back ends read it as the dashed name.
+    pub fn has_underscore_names(&self) -> bool {
+        self.underscore_names
+    }
+
+    /// Whether the client asked for a protocol switch: `Connection: upgrade`
+    /// and an `Upgrade` field.
+    pub fn asks_to_upgrade(&self) -> bool {
+        self.connection.upgrade && self.header("upgrade").is_some()
+    }
+
     /// Whether the client asked to keep the connection open after this request
     /// (HTTP/1.1 unless `close`; HTTP/1.0 only with `keep-alive`).
     pub fn keep_alive(&self) -> bool {
@@ -338,6 +270,14 @@ impl ResponseHead {
     /// (never after a close-delimited body).
     pub fn keep_alive(&self) -> bool {
         self.framing != BodyFraming::CloseDelimited && keep_alive(self.version, &self.connection)
+    }
+
+    /// Whether the node announced a body that this response cannot have (a
+    /// length or chunked coding on a response to HEAD, or on 1xx, 204, 304).
+    /// A node that gets this wrong may send the body anyway, a little later:
+    /// its connection must not carry the next request at once.
+    pub fn announces_absent_body(&self) -> bool {
+        self.announces_absent_body
     }
 
     /// 1xx: an interim response; the final one follows.
@@ -416,6 +356,12 @@ fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestH
         Declared::Length(length) => BodyFraming::Length(length),
         Declared::Nothing => BodyFraming::None,
     };
+    if fields.expect_other {
+        return Err(ParseError {
+            kind: ParseErrorKind::UnsupportedExpectation,
+            reason: "expectation other than 100-continue",
+        });
+    }
     Ok(Some(Found {
         head: RequestHead {
             raw: Bytes::new(),
@@ -431,6 +377,7 @@ fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestH
             connection_names_fields: fields.connection_names_fields,
             // RFC 9110 §10.1.1: ignore 100-continue from HTTP/1.0 clients.
             expect_continue: fields.expect_continue && version == Version::Http11,
+            underscore_names: fields.underscore_names,
             host: fields.host,
         },
         start,
@@ -480,6 +427,8 @@ fn parse_response_in(
         || status == 204
         || status == 304
         || (request_method == Method::Connect && (200..300).contains(&status));
+    let announces_absent_body =
+        no_body && matches!(declared, Declared::Chunked | Declared::Length(1..));
     let framing = match declared {
         _ if no_body => BodyFraming::None,
         Declared::Chunked => BodyFraming::Chunked,
@@ -497,6 +446,7 @@ fn parse_response_in(
             connection: fields.connection,
             connection_names_fields: fields.connection_names_fields,
             head_request: request_method == Method::Head,
+            announces_absent_body,
         },
         start,
         end,

@@ -25,10 +25,10 @@ use bytes::{BufMut, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::ParseError;
-use crate::fields::{FieldKind, list_elements, trim_ows};
-use crate::head::{
-    Limits, Method, Parsed, RequestHead, ResponseHead, parse_request, parse_response,
-};
+use crate::fields::FieldKind;
+use crate::head::{Limits, Parsed, RequestHead, ResponseHead, parse_request, parse_response};
+use crate::message::Method;
+use crate::syntax::{list_elements, trim_ows};
 use crate::write::{ForwardRequest, ForwardResponse, write_request_head, write_response_head};
 
 /// Bounds on the head rebuilt from a node's HTTP/2 response (its size was

@@ -31,17 +31,22 @@ mod error;
 mod fields;
 mod head;
 pub mod http2;
+mod message;
+mod scan;
+mod syntax;
 mod target;
+mod trailers;
 mod write;
 
 pub use chunked::{
     CHUNKED_END, ChunkedDecoder, Decoded, encode_chunk, encode_chunk_header, encode_last_chunk,
 };
 pub use error::{ParseError, ParseErrorKind};
-pub use head::{
-    BodyFraming, ConnectionInfo, Header, Limits, Method, Parsed, RequestHead, ResponseHead,
-    Version, parse_request, parse_response,
-};
+pub use fields::Header;
+pub use head::{Limits, Parsed, RequestHead, ResponseHead, parse_request, parse_response};
+pub use message::{BodyFraming, ConnectionInfo, Method, Version};
+pub use scan::HeadScan;
+pub use trailers::{filter_trailers, is_forwardable_trailer};
 pub use write::{
     ForwardRequest, ForwardResponse, reason_phrase, write_request_head, write_response_head,
     write_simple_response,

@@ -3,8 +3,8 @@
 //! only), asterisk-form with OPTIONS, authority-form with CONNECT.
 
 use crate::error::ParseError;
-use crate::fields::is_valid_host;
-use crate::head::Method;
+use crate::message::Method;
+use crate::syntax::is_valid_host;
 
 /// The form of a validated request target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,8 +10,10 @@ use std::net::IpAddr;
 
 use bytes::BytesMut;
 
-use crate::fields::{FieldKind, list_elements};
-use crate::head::{BodyFraming, Header, RequestHead, ResponseHead, Version, slice};
+use crate::fields::{FieldKind, Header};
+use crate::head::{RequestHead, ResponseHead, slice};
+use crate::message::{BodyFraming, Version};
+use crate::syntax::{list_elements, same_field_name};
 use crate::target::TargetForm;
 
 /// How to rewrite a request head for the node.
@@ -32,9 +34,11 @@ pub struct ForwardRequest<'a> {
     /// Drop `Expect: 100-continue` (weir answered it itself).
     pub strip_expect: bool,
     /// A header weir owns (such as the verified client-certificate subject):
-    /// every field of this name the client sent is dropped, and the value, if
-    /// any, is written instead.
+    /// every field of this name the client sent is dropped, in any spelling
+    /// (case, and `_` for `-`), and the value, if any, is written instead.
     pub owned_header: Option<(&'a str, Option<&'a str>)>,
+    /// Drop fields whose names hold `_` (see [`RequestHead::has_underscore_names`]).
+    pub drop_underscore_names: bool,
 }
 
 /// How to rewrite a response head for the client.
@@ -118,10 +122,12 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
         }
         FieldKind::Via => forward.via.is_none() && !listed(field),
         FieldKind::Other => {
-            !listed(field)
-                && forward.owned_header.is_none_or(|(name, _)| {
-                    !slice(raw, field.name).eq_ignore_ascii_case(name.as_bytes())
-                })
+            let name = slice(raw, field.name);
+            let underscored = forward.drop_underscore_names && name.contains(&b'_');
+            !(listed(field) || underscored)
+                && forward
+                    .owned_header
+                    .is_none_or(|(owned, _)| !same_field_name(name, owned.as_bytes()))
         }
     });
 

@@ -189,6 +189,7 @@ fn check_round_trip(head: &RequestHead) {
         upgrade: false,
         strip_expect: false,
         owned_header: None,
+        drop_underscore_names: false,
     };
     let mut out = BytesMut::new();
     write_request_head(head, &forward, &mut out);

@@ -23,17 +23,14 @@
 //! ```
 
 pub mod access;
-pub mod cache;
-pub mod http2;
 pub mod metrics;
 pub mod names;
 
 pub use access::{ACCESS_TARGET, AccessRecord};
-pub use cache::{CacheMetrics, CompressionMetrics};
-pub use http2::{Flood, Http2Metrics, UpstreamHttp2Metrics};
 pub use metrics::{
-    CONTENT_TYPE, FloatGauge, Metrics, NodeMetrics, PoolMetrics, StatusClass, TlsMetrics,
-    TunnelMetrics, UpstreamTlsMetrics, VirtualServerMetrics,
+    CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Flood, Http2Metrics, Metrics,
+    NodeMetrics, PoolMetrics, StatusClass, TlsMetrics, TunnelMetrics, UpstreamHttp2Metrics,
+    UpstreamTlsMetrics, VirtualServerMetrics,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;

@@ -17,8 +17,12 @@ use prometheus_client::registry::{Metric, Registry};
 
 use crate::names::{self, MetricSpec};
 
+mod cache;
+mod http2;
 mod tunnel;
 
+pub use cache::{CacheMetrics, CompressionMetrics};
+pub use http2::{Flood, Http2Metrics, UpstreamHttp2Metrics};
 pub use tunnel::TunnelMetrics;
 
 /// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
@@ -37,10 +41,10 @@ pub struct Metrics {
     reuse_ratio: FloatGauge,
     offload_ratio: FloatGauge,
     handles: Mutex<Handles>,
-    /// Cache and compression families (issue 12), in `crate::cache`.
-    pub(crate) cache: crate::cache::CacheFamilies,
-    /// HTTP/2 families (issue 11), in `crate::http2`.
-    pub(crate) http2: crate::http2::Http2Families,
+    /// Cache and compression families (issue 12), in `metrics/cache.rs`.
+    pub(crate) cache: cache::CacheFamilies,
+    /// HTTP/2 families (issue 11), in `metrics/http2.rs`.
+    pub(crate) http2: http2::Http2Families,
     refreshers: Refreshers,
 }
 
@@ -303,9 +307,9 @@ impl Metrics {
         register(r, names::REUSE_RATIO, reuse_ratio.clone());
         register(r, names::OFFLOAD_RATIO, offload_ratio.clone());
         families.register(r);
-        let cache = crate::cache::CacheFamilies::default();
+        let cache = cache::CacheFamilies::default();
         cache.register(r);
-        let http2 = crate::http2::Http2Families::default();
+        let http2 = http2::Http2Families::default();
         http2.register(r);
         if let Some(tunnel) = tunnel {
             tunnel.register(r);

@@ -63,6 +63,7 @@ pub(crate) fn status_for(kind: ErrorKind) -> Option<u16> {
         ErrorKind::BadRequest => 400,
         ErrorKind::HeadTooLarge => 431,
         ErrorKind::BodyTooLarge => 413,
+        ErrorKind::MethodNotAllowed => 405,
         ErrorKind::ClientTimeout => 408,
         ErrorKind::ClientClosed => return None,
         ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout | ErrorKind::BadResponse => 502,
@@ -79,6 +80,7 @@ pub(crate) fn status_for(kind: ErrorKind) -> Option<u16> {
 pub(crate) fn headers_for(status: u16) -> &'static [(&'static str, &'static str)] {
     match status {
         503 => &[("Retry-After", "1")],
+        405 => &[("Allow", "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH")],
         _ => &[],
     }
 }
@@ -88,7 +90,9 @@ pub(crate) fn body_for(status: u16) -> &'static [u8] {
     match status {
         400 => b"bad request\n",
         408 => b"request timeout\n",
+        405 => b"method not allowed\n",
         413 => b"request body too large\n",
+        417 => b"expectation failed\n",
         431 => b"request header fields too large\n",
         501 => b"not implemented\n",
         502 => b"bad gateway\n",

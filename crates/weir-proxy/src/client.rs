@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, ShutdownSignal, Side};
-use weir_http::{RequestHead, Version};
+use weir_http::{HeadScan, RequestHead, Version};
 use weir_tls::ServerStream;
 
 use crate::answer::{Failure, body_for, headers_for};
@@ -22,6 +22,8 @@ const LINGER_TIME: Duration = Duration::from_secs(2);
 /// ... and stop as soon as the client pauses this long.
 const LINGER_PAUSE: Duration = Duration::from_millis(500);
 const LINGER_BYTES: usize = 1024 * 1024;
+/// How long a close_notify and FIN may take to leave when weir closes.
+const CLOSE_TIME: Duration = Duration::from_secs(1);
 
 /// One client connection and its reusable buffers.
 #[derive(Debug)]
@@ -71,8 +73,13 @@ impl Client {
         // ones may idle first, then have header_read from their first byte.
         let mut head_deadline =
             (self.requests == 0).then(|| self.accepted_at + timeouts.header_read);
+        // Parse only when it can tell something new, not on every read: a
+        // head sent one byte at a time must not cost a parse per byte.
+        let mut scan = HeadScan::new();
         loop {
-            if !self.read_buf.is_empty() {
+            if !self.read_buf.is_empty()
+                && scan.ready(&self.read_buf, vs.head_limits.max_head_bytes)
+            {
                 match RequestHead::split_from(&mut self.read_buf, &vs.head_limits) {
                     Ok(Some(head)) => {
                         self.requests += 1;
@@ -81,6 +88,8 @@ impl Client {
                     Ok(None) => {}
                     Err(error) => return Err(Failure::parse(error)),
                 }
+            }
+            if !self.read_buf.is_empty() {
                 head_deadline.get_or_insert_with(|| Instant::now() + timeouts.header_read);
             }
             let idle = self.read_buf.is_empty();
@@ -122,10 +131,15 @@ impl Client {
         }
     }
 
-    /// Reads more bytes into `read_buf`, waiting at most `timeout`. Errors if the client closed.
-    pub(crate) async fn read_more(&mut self, timeout: Duration) -> Result<usize, Failure> {
+    /// Reads more bytes into `read_buf`, waiting until `deadline` at most
+    /// (then 408, with `late` as the reason). Errors if the client closed.
+    pub(crate) async fn read_more(
+        &mut self,
+        deadline: Instant,
+        late: &'static str,
+    ) -> Result<usize, Failure> {
         self.read_buf.reserve(READ_RESERVE);
-        match tokio::time::timeout(timeout, self.stream.read_buf(&mut self.read_buf)).await {
+        match tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.read_buf)).await {
             Ok(Ok(0)) => Err(Failure::silent(
                 Error::new(ErrorKind::ClientClosed, Side::Downstream)
                     .context("closed in the middle of a request body"),
@@ -136,8 +150,7 @@ impl Client {
                 error,
             ))),
             Err(_) => Err(Failure::from_error(
-                Error::new(ErrorKind::ClientTimeout, Side::Downstream)
-                    .context("request body not received in time"),
+                Error::new(ErrorKind::ClientTimeout, Side::Downstream).context(late),
             )),
         }
     }
@@ -210,6 +223,14 @@ impl Client {
                 _ => break,
             }
         }
+    }
+
+    /// Closes a connection weir chose to end (after `Connection: close`, an
+    /// HTTP/1.0 response, an idle timeout, a drain): on TLS a close_notify
+    /// goes out first, so clients can tell the end from a truncation
+    /// (OpenSSL 3 reports "unexpected eof" without it). Bounded in time.
+    pub(crate) async fn close(&mut self) {
+        let _ = tokio::time::timeout(CLOSE_TIME, self.stream.shutdown()).await;
     }
 
     /// Sends one of weir's own answers (an error status) and returns its size.

@@ -1,23 +1,28 @@
 //! The select → checkout → forward stages: pick a node, take a connection,
 //! send the request, and wait for the response head — retrying on another
-//! node (or a fresh connection) only when that cannot send a request twice.
+//! node (or a fresh connection) only when the error says a retry is safe.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
+use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{ForwardRequest, Parsed, RequestHead, ResponseHead, parse_response};
-use weir_upstream::{Lease, Pool, Tried};
+use weir_upstream::{Lease, Pool, Tried, TunnelPermit};
 
 use crate::VIA;
 use crate::answer::Failure;
 use crate::client::Client;
-use crate::request_body::{self, RequestBody};
+use crate::policy::Forwarding;
+use crate::request_body::{self, RequestBody, Streamed};
 use crate::route::VirtualServerRuntime;
 
 /// Retries on a reused connection that the node had closed, per request.
 const MAX_STALE_RETRIES: u32 = 3;
+/// Interim (1xx) responses relayed before the final one; past it → 502.
+const MAX_INTERIM_RESPONSES: u32 = 10;
 
 /// A request sent and its response head received.
 #[derive(Debug)]
@@ -29,16 +34,31 @@ pub(crate) struct Exchange {
     pub response: ResponseHead,
     /// When the request was handed to the node.
     pub sent_at: Instant,
+    /// A tunnel place on the node, held by a request that may switch protocols.
+    pub tunnel: Option<TunnelPermit>,
+    /// The node answered before the whole request body was sent: its
+    /// connection cannot carry another request, and the client's must close.
+    pub body_cut: bool,
 }
 
-/// How one attempt failed.
-enum AttemptError {
-    /// Failed before the node could have acted on the request; safe to retry if idempotent.
-    BeforeSend(Error),
-    /// A reused connection turned out closed by the node before any response byte.
-    Stale(Error),
-    /// Anything else: not retried.
-    Fatal(Failure),
+/// Where a failed attempt may be tried again, as its error says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Nothing reached the node (connect or handshake failed): another node.
+    OtherNode,
+    /// A reused connection the node had closed: a fresh one to the same node.
+    SameNode,
+    No,
+}
+
+impl Retry {
+    fn of(error: &Error) -> Retry {
+        match error.kind() {
+            _ if !error.is_retry_safe() => Retry::No,
+            ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout => Retry::OtherNode,
+            _ => Retry::SameNode,
+        }
+    }
 }
 
 /// Runs select → checkout → forward until a response head arrives or a
@@ -48,9 +68,9 @@ pub(crate) async fn exchange(
     vs: &VirtualServerRuntime,
     pool: &Arc<Pool>,
     head: &RequestHead,
+    forwarding: Forwarding,
     body: &mut RequestBody,
 ) -> Result<Exchange, Failure> {
-    let idempotent = head.method().is_idempotent();
     let mut tried = Tried::default();
     let mut stale_retries = 0;
     let mut node_retries = 0;
@@ -60,60 +80,53 @@ pub(crate) async fn exchange(
         // select (again only when moving to another node)
         let index = match current {
             Some(index) => index,
-            None => match pool.select(tried, Instant::now()) {
-                Some(index) => index,
-                // Every node was tried: answer with what went wrong last.
-                None if last_error.is_some() => {
-                    return Err(Failure::from_error(last_error.take().expect("checked")));
-                }
-                None => {
-                    pool.metrics.no_node_available.inc();
-                    return Err(Failure::from_error(
-                        Error::new(ErrorKind::NoNodeAvailable, Side::Internal)
-                            .context(format!("every node of pool {} is down", pool.name)),
-                    ));
-                }
-            },
+            None => select(pool, tried, last_error.take())?,
         };
         tried.add(index);
         current = Some(index);
         let node = &pool.nodes[index];
-        let can_retry = idempotent && body.is_complete();
-        match attempt(client, vs, pool, index, head, body).await {
+        let failure = match attempt(client, vs, pool, index, head, forwarding, body).await {
             Ok(exchange) => return Ok(exchange),
-            Err(AttemptError::Stale(error)) if can_retry && stale_retries < MAX_STALE_RETRIES => {
-                tracing::debug!(pool = %pool.name, node = %node.address, %error, "reused connection was closed by the node; retrying");
+            Err(failure) => failure,
+        };
+        match Retry::of(&failure.error) {
+            Retry::SameNode if stale_retries < MAX_STALE_RETRIES => {
+                tracing::debug!(pool = %pool.name, node = %node.address, error = %failure.error, "reused connection was closed by the node; retrying");
                 stale_retries += 1;
             }
-            Err(AttemptError::BeforeSend(error)) => {
-                if matches!(
-                    error.kind(),
-                    ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout
-                ) {
-                    node.record_failure(Instant::now());
-                }
-                if !error.is_retry_safe() || !can_retry || node_retries >= pool.config.retries {
-                    return Err(Failure::from_error(error));
-                }
-                tracing::debug!(pool = %pool.name, node = %node.address, %error, "retrying on another node");
+            Retry::OtherNode if node_retries < pool.config.retries => {
+                node.record_failure(Instant::now().into_std());
+                tracing::debug!(pool = %pool.name, node = %node.address, error = %failure.error, "retrying on another node");
                 pool.metrics.retries.inc();
                 node_retries += 1;
                 current = None;
-                last_error = Some(error);
+                last_error = Some(failure.error);
             }
-            Err(AttemptError::Stale(error)) => {
-                node.record_failure(Instant::now());
-                return Err(Failure::from_error(error));
-            }
-            Err(AttemptError::Fatal(failure)) => {
-                // Passive health: a node that breaks or stalls an exchange counts a failure.
+            _ => {
+                // Passive health: a node that fails or stalls an exchange counts a failure.
                 if failure.error.side() == Side::Upstream {
-                    node.record_failure(Instant::now());
+                    node.record_failure(Instant::now().into_std());
                 }
                 return Err(failure);
             }
         }
     }
+}
+
+/// The select stage: a node not tried yet, or the failure to answer with.
+fn select(pool: &Pool, tried: Tried, last_error: Option<Error>) -> Result<usize, Failure> {
+    if let Some(index) = pool.select(tried, Instant::now().into_std()) {
+        return Ok(index);
+    }
+    // Every node was tried: answer with what went wrong last.
+    if let Some(error) = last_error {
+        return Err(Failure::from_error(error));
+    }
+    pool.metrics.no_node_available.inc();
+    Err(Failure::from_error(
+        Error::new(ErrorKind::NoNodeAvailable, Side::Internal)
+            .context(format!("every node of pool {} is down", pool.name)),
+    ))
 }
 
 /// One try on one node: checkout, write the request, read the response head.
@@ -123,17 +136,62 @@ async fn attempt(
     pool: &Arc<Pool>,
     index: usize,
     head: &RequestHead,
+    forwarding: Forwarding,
     body: &mut RequestBody,
-) -> Result<Exchange, AttemptError> {
+) -> Result<Exchange, Failure> {
+    let connections = &pool.connections[index];
+    // A request that may leave HTTP takes a tunnel place first, so tunnels
+    // never grow past max_tunnels and never hold the node's request slots.
+    let tunnel = match forwarding.may_tunnel() {
+        true => Some(connections.reserve_tunnel()?),
+        false => None,
+    };
     let in_flight = pool.nodes[index].start_request();
-    let mut lease = pool.connections[index]
-        .checkout()
-        .await
-        .map_err(AttemptError::BeforeSend)?;
-    let reused = lease.is_reused();
-    let upgrade = asks_to_upgrade(head);
+    let mut lease = connections.checkout().await?;
+    // A reused connection may have been closed by the node meanwhile; the
+    // request can be sent again only if the node cannot have acted on it twice.
+    let replayable = lease.is_reused() && head.method().is_idempotent() && body.is_complete();
 
     // forward: head and buffered body in one write
+    write_head(client, vs, head, forwarding, body);
+    let sent_at = Instant::now();
+    let write_stall = pool.config.timeouts.write;
+    send(&mut lease, &client.upstream_out, write_stall, replayable).await?;
+    let mut answer = std::mem::take(&mut client.upstream_in);
+    answer.clear();
+    let streamed = match body.is_complete() {
+        true => Ok(Streamed::Complete),
+        false => {
+            let node = lease.stream();
+            request_body::stream_rest(client, vs, head, body, node, write_stall, &mut answer).await
+        }
+    };
+    client.upstream_in = answer;
+    let body_cut = streamed? == Streamed::NodeAnswered;
+    pool.nodes[index].metrics.requests_forwarded.inc();
+
+    // wait for the response head
+    let response =
+        read_response_head(client, vs, pool, &mut lease, head, forwarding, replayable).await?;
+    Ok(Exchange {
+        lease,
+        in_flight,
+        node: index,
+        response,
+        sent_at,
+        tunnel,
+        body_cut,
+    })
+}
+
+/// Rewrites the head for the node into `client.upstream_out`, followed by the buffered body.
+fn write_head(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    head: &RequestHead,
+    forwarding: Forwarding,
+    body: &RequestBody,
+) {
     let out = &mut client.upstream_out;
     out.clear();
     weir_http::write_request_head(
@@ -147,48 +205,45 @@ async fn attempt(
                 "http"
             },
             via: vs.config.forwarded_headers.then_some(VIA),
-            upgrade,
+            upgrade: forwarding.upgrade,
             strip_expect: true,
             owned_header: vs
                 .tls
                 .as_ref()
                 .and_then(|tls| tls.subject_header.as_deref())
                 .map(|name| (name, client.client_subject.as_deref())),
+            drop_underscore_names: forwarding.drop_underscore_names,
         },
         out,
     );
     body.write_buffered(out);
-    let sent_at = Instant::now();
+}
+
+/// Writes `bytes` to the node, stalling at most `write_stall`.
+async fn send(
+    lease: &mut Lease,
+    bytes: &[u8],
+    write_stall: Duration,
+    replayable: bool,
+) -> Result<(), Failure> {
+    let stream = lease.stream();
     let written = async {
-        let stream = lease.stream();
-        stream.write_all(out).await?;
+        stream.write_all(bytes).await?;
         // A no-op on plain TCP; on TLS it pushes the records out.
         stream.flush().await
     };
-    if let Err(error) = written.await {
-        let error = Error::upstream(ErrorKind::BadResponse, error).context("writing the request");
-        return Err(if reused {
-            AttemptError::Stale(error)
-        } else {
-            AttemptError::Fatal(Failure::from_error(error))
-        });
+    match tokio::time::timeout(write_stall, written).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(Failure::from_error(
+            Error::upstream(ErrorKind::BadResponse, error)
+                .context("writing the request")
+                .retry_safe(replayable),
+        )),
+        Err(_) => Err(Failure::from_error(
+            Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
+                .context("node did not take the request within timeouts.write"),
+        )),
     }
-    if !body.is_complete() {
-        request_body::stream_rest(client, vs, body, lease.stream())
-            .await
-            .map_err(AttemptError::Fatal)?;
-    }
-    pool.nodes[index].metrics.requests_forwarded.inc();
-
-    // wait for the response head
-    let response = read_response_head(client, vs, pool, &mut lease, head, reused).await?;
-    Ok(Exchange {
-        lease,
-        in_flight,
-        node: index,
-        response,
-        sent_at,
-    })
 }
 
 /// Reads the final response head, passing interim (1xx) responses on to the client.
@@ -198,88 +253,93 @@ async fn read_response_head(
     pool: &Arc<Pool>,
     lease: &mut Lease,
     head: &RequestHead,
-    reused: bool,
-) -> Result<ResponseHead, AttemptError> {
-    let deadline = tokio::time::Instant::now() + pool.config.timeouts.response;
-    client.upstream_in.clear();
-    let mut got_any = false;
+    forwarding: Forwarding,
+    replayable: bool,
+) -> Result<ResponseHead, Failure> {
+    let deadline = Instant::now() + pool.config.timeouts.response;
+    let mut got_any = !client.upstream_in.is_empty();
+    let mut interim = 0;
     loop {
         if !client.upstream_in.is_empty() {
             match parse_response(&client.upstream_in, &vs.head_limits, head.method()) {
                 Ok(Parsed::Complete(response, used)) => {
                     bytes::Buf::advance(&mut client.upstream_in, used);
-                    if response.status() == 101 && !asks_to_upgrade(head) {
-                        return Err(AttemptError::Fatal(Failure::from_error(
-                            Error::new(ErrorKind::BadResponse, Side::Upstream)
-                                .context("101 Switching Protocols to a request without Upgrade"),
-                        )));
+                    if response.status() == 101 && !forwarding.upgrade {
+                        return Err(bad_response(
+                            "101 Switching Protocols to a request without an allowed Upgrade",
+                        ));
                     }
                     if !response.is_interim() || response.status() == 101 {
                         return Ok(response);
                     }
-                    // 100 Continue was answered by weir itself; pass others (103) to HTTP/1.1 clients.
-                    if response.status() != 100 && head.version() == weir_http::Version::Http11 {
-                        let mut interim = bytes::BytesMut::new();
-                        weir_http::write_response_head(
-                            &response,
-                            &weir_http::ForwardResponse {
-                                framing: weir_http::BodyFraming::None,
-                                version: head.version(),
-                                keep_alive: true,
-                                via: None,
-                                upgrade: false,
-                                set_headers: &[],
-                            },
-                            &mut interim,
-                        );
-                        client
-                            .send(&interim, vs.config.timeouts.write)
-                            .await
-                            .map_err(AttemptError::Fatal)?;
+                    interim += 1;
+                    if interim > MAX_INTERIM_RESPONSES {
+                        return Err(bad_response("too many interim (1xx) responses"));
                     }
+                    relay_interim(client, vs, head, &response).await?;
                     continue;
                 }
                 Ok(Parsed::Partial) => {}
-                Err(error) => return Err(AttemptError::Fatal(Failure::bad_response(error))),
+                Err(error) => return Err(Failure::bad_response(error)),
             }
         }
         client.upstream_in.reserve(8 * 1024);
         let read =
             tokio::time::timeout_at(deadline, lease.stream().read_buf(&mut client.upstream_in))
                 .await;
-        match read {
-            Ok(Ok(0)) => {
-                let error = Error::new(ErrorKind::BadResponse, Side::Upstream)
-                    .context("node closed the connection before a complete response head");
-                return Err(if reused && !got_any {
-                    AttemptError::Stale(error)
-                } else {
-                    AttemptError::Fatal(Failure::from_error(error))
-                });
+        let error = match read {
+            Ok(Ok(0)) => Error::new(ErrorKind::BadResponse, Side::Upstream)
+                .context("node closed the connection before a complete response head"),
+            Ok(Ok(_)) => {
+                got_any = true;
+                continue;
             }
-            Ok(Ok(_)) => got_any = true,
             Ok(Err(io)) => {
-                let error = Error::upstream(ErrorKind::BadResponse, io)
-                    .context("reading the response head");
-                return Err(if reused && !got_any {
-                    AttemptError::Stale(error)
-                } else {
-                    AttemptError::Fatal(Failure::from_error(error))
-                });
+                Error::upstream(ErrorKind::BadResponse, io).context("reading the response head")
             }
             Err(_) => {
-                return Err(AttemptError::Fatal(Failure::from_error(
+                return Err(Failure::from_error(
                     Error::new(ErrorKind::ResponseTimeout, Side::Upstream).context(format!(
                         "no response head within {:?}",
                         pool.config.timeouts.response
                     )),
-                )));
+                ));
             }
-        }
+        };
+        // Closed before any byte of a response: the node had closed a reused connection.
+        return Err(Failure::from_error(
+            error.retry_safe(replayable && !got_any),
+        ));
     }
 }
 
-/// Whether the client asked for a protocol switch (`Connection: upgrade` and an `Upgrade` field).
-fn asks_to_upgrade(head: &RequestHead) -> bool {
-    head.connection().upgrade && head.header("upgrade").is_some()
+/// 100 Continue was answered by weir itself; others (103 Early Hints) go on
+/// to HTTP/1.1 clients.
+async fn relay_interim(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    head: &RequestHead,
+    response: &ResponseHead,
+) -> Result<(), Failure> {
+    if response.status() == 100 || head.version() != weir_http::Version::Http11 {
+        return Ok(());
+    }
+    let mut interim = BytesMut::new();
+    weir_http::write_response_head(
+        response,
+        &weir_http::ForwardResponse {
+            framing: weir_http::BodyFraming::None,
+            version: head.version(),
+            keep_alive: true,
+            via: None,
+            upgrade: false,
+            set_headers: &[],
+        },
+        &mut interim,
+    );
+    client.send(&interim, vs.config.timeouts.write).await
+}
+
+fn bad_response(context: &'static str) -> Failure {
+    Failure::from_error(Error::new(ErrorKind::BadResponse, Side::Upstream).context(context))
 }

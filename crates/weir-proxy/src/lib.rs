@@ -6,6 +6,11 @@
 //! shutdown, then drains. The pipeline itself reads in one file:
 //! [`pipeline`](crate::pipeline).
 //!
+//! Time on the data path is `tokio::time::Instant` throughout (deadlines,
+//! durations, the access record), so tests can pause the clock; a std
+//! `Instant` is made with `.into_std()` only where weir-upstream's API takes
+//! one (node selection and passive health).
+//!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! let config = weir_config::embedded_default();
@@ -24,6 +29,7 @@ mod exchange;
 mod http2;
 mod listener;
 mod pipeline;
+mod policy;
 mod request_body;
 mod response;
 mod route;

@@ -2,18 +2,18 @@
 //! in ARCHITECTURE.md ("The HTTP data path"):
 //!
 //! ```text
-//! [handshake →] read_head → route → read body → select → checkout → forward → respond → log → release
-//!   ↑                                                                        │
-//!   └──────────────────────────── kept alive ─────────────────────────────────┘
+//! [handshake →] read_head → route → filter_request → read body → select → checkout → forward → respond → log → release
+//!   ↑                                                                                          │
+//!   └─────────────────────────────────────── kept alive ──────────────────────────────────────┘
 //! ```
 //!
 //! Any stage may answer early (4xx/5xx) and close. Each stage lives in its
 //! own module; this file only calls them in order.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use weir_core::{ErrorKind, ShutdownSignal};
 use weir_http::{RequestHead, Version};
 use weir_observe::AccessRecord;
@@ -23,6 +23,7 @@ use weir_upstream::Pool;
 use crate::answer::Failure;
 use crate::client::Client;
 use crate::exchange::{self, Exchange};
+use crate::policy;
 use crate::request_body;
 use crate::response::{self, Sent};
 use crate::route::VirtualServerRuntime;
@@ -43,13 +44,13 @@ pub(crate) async fn serve_connection(
             None => return,
         },
     };
-    let mut client = Client::new(stream, peer, tokio::time::Instant::now());
+    let mut client = Client::new(stream, peer, Instant::now());
     client.client_subject = client_subject;
-    loop {
+    let next = loop {
         // read_head
         let head = match client.read_head(&vs, &mut shutdown).await {
             Ok(Some(head)) => head,
-            Ok(None) => return,
+            Ok(None) => break Next::Close,
             Err(failure) => {
                 answer_failure(&mut client, &vs, None, None, failure, Instant::now()).await;
                 return;
@@ -70,17 +71,32 @@ pub(crate) async fn serve_connection(
         )
         .await
         {
-            Ok(true) => continue,
-            Ok(false) => return,
+            Ok(Next::KeepAlive) => continue,
+            Ok(next) => break next,
             Err(failure) => {
                 answer_failure(&mut client, &vs, Some(&head), Some(&pool), failure, started).await;
                 return;
             }
         }
+    };
+    // weir ends the connection: with a close_notify on TLS.
+    match next {
+        Next::Linger => client.linger_close().await,
+        _ => client.close().await,
     }
 }
 
-/// One request from body to log. Returns whether the connection stays open.
+/// What happens to the client connection after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    KeepAlive,
+    Close,
+    /// Close, but read what the client still sends first (the rest of a
+    /// body the node did not wait for), so the answer is not lost to a reset.
+    Linger,
+}
+
+/// One request from filter to log. Returns what becomes of the connection.
 async fn serve_request(
     client: &mut Client,
     vs: &VirtualServerRuntime,
@@ -89,11 +105,14 @@ async fn serve_request(
     keep_alive: bool,
     shutdown: &ShutdownSignal,
     started: Instant,
-) -> Result<bool, Failure> {
+) -> Result<Next, Failure> {
+    // filter_request: CONNECT, TRACE, upgrades and header names, as the virtual server allows
+    let forwarding = policy::filter(vs, head)?;
     // read body (up to request_buffer) before any upstream connection is taken
     let mut body = request_body::read(client, vs, head).await?;
     // select → checkout → forward, with bounded retries
-    let exchange = exchange::exchange(client, vs, pool, head, &mut body).await?;
+    let exchange = exchange::exchange(client, vs, pool, head, forwarding, &mut body).await?;
+    let body_cut = exchange.body_cut;
     let node = exchange.node;
     let node_state = &pool.nodes[node];
     let head_received = Instant::now();
@@ -101,14 +120,16 @@ async fn serve_request(
     node_state.record_response_time(response_time);
     if exchange.response.status() >= 500 {
         node_state.metrics.responses_5xx.inc();
-        node_state.record_failure(head_received);
+        node_state.record_failure(head_received.into_std());
     } else {
-        node_state.record_success(head_received);
+        node_state.record_success(head_received.into_std());
     }
     // respond (the upstream connection is released inside, as soon as the node is done);
     // a drain that began meanwhile closes the connection after this response.
-    let keep_alive = keep_alive && !shutdown.is_triggered();
-    let sent = if exchange.response.status() == 101 {
+    let keep_alive = keep_alive && !shutdown.is_triggered() && !forwarding.connect;
+    let status = exchange.response.status();
+    let tunnelled = status == 101 || (forwarding.connect && (200..300).contains(&status));
+    let sent = if tunnelled {
         upgrade::tunnel(client, vs, exchange, head.version()).await?
     } else {
         respond(client, vs, pool, exchange, head.version(), keep_alive).await?
@@ -137,7 +158,13 @@ async fn serve_request(
         }
         .emit();
     }
-    Ok(sent.keep_alive)
+    Ok(match sent.keep_alive {
+        true => Next::KeepAlive,
+        false if body_cut => Next::Linger,
+        // A CONNECT the node refused: whatever the client sent after it was meant for a tunnel.
+        false if forwarding.connect && !tunnelled => Next::Linger,
+        false => Next::Close,
+    })
 }
 
 async fn respond(
@@ -202,7 +229,10 @@ async fn answer_failure(
         ErrorKind::ClientClosed | ErrorKind::ClientTimeout => {
             tracing::debug!(virtual_server = %vs.config.name, client = %client.peer, status, error = %failure.error, "request ended early");
         }
-        ErrorKind::BadRequest | ErrorKind::HeadTooLarge | ErrorKind::BodyTooLarge => {
+        ErrorKind::BadRequest
+        | ErrorKind::HeadTooLarge
+        | ErrorKind::BodyTooLarge
+        | ErrorKind::MethodNotAllowed => {
             tracing::info!(virtual_server = %vs.config.name, client = %client.peer, status, error = %failure.error, "rejected request");
         }
         _ => {

@@ -1,13 +1,24 @@
 //! The request body: read (up to `request_buffer`) before a node is chosen,
 //! so a slow client never holds an upstream connection while it uploads; the
 //! rest, if any, streams to the node with backpressure.
+//!
+//! A body must keep up with three clocks ([`BodyClock`]): no pause longer than
+//! `body_read`, the whole body within `body_total`, and an average of
+//! `min_body_rate` bytes per second once `body_read` has passed. Writes to the
+//! node may stall at most the pool's `timeouts.write`, and a node that answers
+//! before the body is done (a 413, say) has its answer relayed.
+
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{
-    BodyFraming, ChunkedDecoder, Decoded, RequestHead, encode_chunk, encode_last_chunk,
+    BodyFraming, ChunkedDecoder, Decoded, Limits, Method, Parsed, RequestHead, encode_chunk,
+    encode_last_chunk, filter_trailers, parse_response,
 };
+use weir_tls::ClientStream;
 
 use crate::MAX_TRAILER_BYTES;
 use crate::answer::Failure;
@@ -26,6 +37,60 @@ pub(crate) struct RequestBody {
     pub remaining: Remaining,
     /// Decoded body bytes received from the client in total.
     pub received: u64,
+    /// The deadlines the rest of the body must meet.
+    pub clock: BodyClock,
+}
+
+/// The deadlines of one request body, from when its head was read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyClock {
+    started: Instant,
+    /// Longest pause between reads; also the grace before the rate counts.
+    stall: Duration,
+    /// The whole body must be in by then.
+    total: Instant,
+    /// Average bytes per second after the grace; 0 = no rate check.
+    min_rate: u64,
+}
+
+impl BodyClock {
+    pub(crate) fn new(vs: &VirtualServerRuntime, started: Instant) -> BodyClock {
+        let timeouts = &vs.config.timeouts;
+        BodyClock {
+            started,
+            stall: timeouts.body_read,
+            total: started + timeouts.body_total,
+            min_rate: vs.config.limits.min_body_rate,
+        }
+    }
+
+    /// When the next bytes must have arrived, with `received` bytes in so far,
+    /// and which limit that is.
+    pub(crate) fn deadline(&self, received: u64, now: Instant) -> (Instant, &'static str) {
+        let mut deadline = (now + self.stall, "request body stalled past body_read");
+        if self.total < deadline.0 {
+            deadline = (self.total, "request body not received within body_total");
+        }
+        if self.min_rate > 0 {
+            // At the average rate, `received + 1` bytes are due this long after the grace.
+            let due = Duration::from_secs_f64((received + 1) as f64 / self.min_rate as f64);
+            let due = self.started + self.stall + due;
+            if due < deadline.0 {
+                deadline = (due, "request body slower than min_body_rate");
+            }
+        }
+        deadline
+    }
+}
+
+/// How streaming the rest of a body to the node ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Streamed {
+    /// The whole body went to the node.
+    Complete,
+    /// The node answered (a final response head is in the buffer) before the
+    /// body was done; the rest of the body was not sent.
+    NodeAnswered,
 }
 
 /// What of the body is still with the client.
@@ -68,71 +133,92 @@ pub(crate) async fn read(
     vs: &VirtualServerRuntime,
     head: &RequestHead,
 ) -> Result<RequestBody, Failure> {
-    let limits = &vs.config.limits;
-    let timeout = vs.config.timeouts.body_read;
     let mut body = RequestBody {
         framing: head.framing(),
         buffered: BytesMut::new(),
         trailers: Bytes::new(),
         remaining: Remaining::Nothing,
         received: 0,
+        clock: BodyClock::new(vs, Instant::now()),
     };
     match head.framing() {
-        BodyFraming::None | BodyFraming::CloseDelimited => {
-            body.framing = BodyFraming::None;
-        }
-        BodyFraming::Length(length) => {
-            if length > limits.max_body_bytes {
-                return Err(too_large());
-            }
-            continue_if_expected(client, vs, head).await?;
-            let want = length.min(limits.request_buffer as u64) as usize;
-            while client.read_buf.len() < want {
-                client.read_more(timeout).await?;
-            }
-            let take = (client.read_buf.len() as u64).min(length) as usize;
-            body.buffered = client.read_buf.split_to(take);
-            body.received = take as u64;
-            if (take as u64) < length {
-                body.remaining = Remaining::Length(length - take as u64);
-            }
-        }
-        BodyFraming::Chunked => {
-            continue_if_expected(client, vs, head).await?;
-            let mut decoder = ChunkedDecoder::new(MAX_TRAILER_BYTES);
-            loop {
-                match decoder
-                    .decode(&mut client.read_buf)
-                    .map_err(Failure::parse)?
-                {
-                    Decoded::Data(data) => {
-                        body.received += data.len() as u64;
-                        if body.received > limits.max_body_bytes {
-                            return Err(too_large());
-                        }
-                        body.buffered.extend_from_slice(&data);
-                        if body.buffered.len() >= limits.request_buffer {
-                            body.remaining = Remaining::Chunked(decoder);
-                            break;
-                        }
-                    }
-                    Decoded::NeedMore => {
-                        client.read_more(timeout).await?;
-                    }
-                    Decoded::Done { trailers } => {
-                        if trailers.is_empty() {
-                            // The whole body is here: send it with a length.
-                            body.framing = BodyFraming::Length(body.buffered.len() as u64);
-                        } else {
-                            body.trailers = trailers;
-                        }
-                        break;
-                    }
+        BodyFraming::None | BodyFraming::CloseDelimited => body.framing = BodyFraming::None,
+        BodyFraming::Length(length) => read_length(client, vs, head, &mut body, length).await?,
+        BodyFraming::Chunked => read_chunked(client, vs, head, &mut body).await?,
+    }
+    Ok(body)
+}
+
+async fn read_length(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    head: &RequestHead,
+    body: &mut RequestBody,
+    length: u64,
+) -> Result<(), Failure> {
+    let limits = &vs.config.limits;
+    if length > limits.max_body_bytes {
+        return Err(too_large());
+    }
+    continue_if_expected(client, vs, head).await?;
+    let want = length.min(limits.request_buffer as u64) as usize;
+    while client.read_buf.len() < want {
+        let (deadline, late) = body
+            .clock
+            .deadline(client.read_buf.len() as u64, Instant::now());
+        client.read_more(deadline, late).await?;
+    }
+    let take = (client.read_buf.len() as u64).min(length) as usize;
+    body.buffered = client.read_buf.split_to(take);
+    body.received = take as u64;
+    if (take as u64) < length {
+        body.remaining = Remaining::Length(length - take as u64);
+    }
+    Ok(())
+}
+
+async fn read_chunked(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    head: &RequestHead,
+    body: &mut RequestBody,
+) -> Result<(), Failure> {
+    let limits = &vs.config.limits;
+    continue_if_expected(client, vs, head).await?;
+    let mut decoder = ChunkedDecoder::new(MAX_TRAILER_BYTES);
+    loop {
+        match decoder
+            .decode(&mut client.read_buf)
+            .map_err(Failure::parse)?
+        {
+            Decoded::Data(data) => {
+                body.received += data.len() as u64;
+                if body.received > limits.max_body_bytes {
+                    return Err(too_large());
                 }
+                body.buffered.extend_from_slice(&data);
+                if body.buffered.len() >= limits.request_buffer {
+                    body.remaining = Remaining::Chunked(decoder);
+                    return Ok(());
+                }
+            }
+            Decoded::NeedMore => {
+                let (deadline, late) = body.clock.deadline(body.received, Instant::now());
+                client.read_more(deadline, late).await?;
+            }
+            Decoded::Done { trailers } => {
+                let mut kept = BytesMut::new();
+                filter_trailers(&trailers, &mut kept);
+                if kept.is_empty() {
+                    // The whole body is here: send it with a length.
+                    body.framing = BodyFraming::Length(body.buffered.len() as u64);
+                } else {
+                    body.trailers = kept.freeze();
+                }
+                return Ok(());
             }
         }
     }
-    Ok(body)
 }
 
 /// Answers `Expect: 100-continue` ourselves: the body is read by weir, not the node.
@@ -152,47 +238,109 @@ async fn continue_if_expected(
     Ok(())
 }
 
-/// Streams the rest of the body from the client to the node.
-pub(crate) async fn stream_rest<W: AsyncWriteExt + Unpin>(
+/// Streams the rest of the body from the client to the node, while watching
+/// the node for an early answer. `answer` receives whatever the node sends
+/// meanwhile; on [`Streamed::NodeAnswered`] it holds a final response head.
+pub(crate) async fn stream_rest(
     client: &mut Client,
     vs: &VirtualServerRuntime,
+    head: &RequestHead,
     body: &mut RequestBody,
-    node: &mut W,
-) -> Result<(), Failure> {
-    stream_rest_unflushed(client, vs, body, node).await?;
-    // A no-op on plain TCP; on TLS it pushes the last records out.
-    node.flush().await.map_err(|error| {
-        Failure::from_error(
-            Error::upstream(ErrorKind::BadResponse, error)
-                .context("node stopped reading the request body"),
-        )
-    })
+    node: &mut ClientStream,
+    write_stall: Duration,
+    answer: &mut BytesMut,
+) -> Result<Streamed, Failure> {
+    let (mut node_read, mut node_write) = tokio::io::split(node);
+    let pump = async {
+        pump(client, vs, body, &mut node_write, write_stall).await?;
+        // A no-op on plain TCP; on TLS it pushes the last records out.
+        node_write_step(node_write.flush(), write_stall).await
+    };
+    tokio::pin!(pump);
+    loop {
+        answer.reserve(4096);
+        tokio::select! {
+            biased;
+            read = node_read.read_buf(answer) => match read {
+                Ok(n) if n > 0 => {
+                    if holds_final_head(answer, &vs.head_limits, head.method()) {
+                        return Ok(Streamed::NodeAnswered);
+                    }
+                }
+                Ok(_) => return Err(node_failed("node closed the connection during the request body")),
+                Err(error) => {
+                    return Err(Failure::from_error(
+                        Error::upstream(ErrorKind::BadResponse, error)
+                            .context("node failed during the request body"),
+                    ));
+                }
+            },
+            pumped = &mut pump => return pumped.map(|()| Streamed::Complete),
+        }
+    }
 }
 
-async fn stream_rest_unflushed<W: AsyncWriteExt + Unpin>(
+/// Whether `buf` starts with interim responses (if any) and then a complete
+/// final head, or with something that is not a response at all (which the
+/// response stage will answer 502 for).
+fn holds_final_head(buf: &[u8], limits: &Limits, method: Method) -> bool {
+    let mut rest = buf;
+    loop {
+        match parse_response(rest, limits, method) {
+            Ok(Parsed::Complete(response, used))
+                if response.is_interim() && response.status() != 101 =>
+            {
+                rest = &rest[used..];
+            }
+            Ok(Parsed::Complete(..)) | Err(_) => return true,
+            Ok(Parsed::Partial) => return false,
+        }
+    }
+}
+
+fn node_failed(context: &'static str) -> Failure {
+    Failure::from_error(Error::new(ErrorKind::BadResponse, Side::Upstream).context(context))
+}
+
+/// One write to the node, which may stall at most `write_stall`.
+async fn node_write_step(
+    write: impl std::future::Future<Output = std::io::Result<()>>,
+    write_stall: Duration,
+) -> Result<(), Failure> {
+    match tokio::time::timeout(write_stall, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(Failure::from_error(
+            Error::upstream(ErrorKind::BadResponse, error)
+                .context("node stopped reading the request body"),
+        )),
+        Err(_) => Err(Failure::from_error(
+            Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
+                .context("node stopped reading the request body (timeouts.write)"),
+        )),
+    }
+}
+
+/// Moves the rest of the body from the client to the node, piece by piece.
+async fn pump<W: AsyncWriteExt + Unpin>(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     body: &mut RequestBody,
     node: &mut W,
+    write_stall: Duration,
 ) -> Result<(), Failure> {
-    let timeout = vs.config.timeouts.body_read;
     let max_body = vs.config.limits.max_body_bytes;
-    let upstream_error = |error: std::io::Error| {
-        Failure::from_error(
-            Error::upstream(ErrorKind::BadResponse, error)
-                .context("node stopped reading the request body"),
-        )
-    };
+    let clock = body.clock;
     match std::mem::replace(&mut body.remaining, Remaining::Nothing) {
         Remaining::Nothing => Ok(()),
         Remaining::Length(mut left) => {
             while left > 0 {
                 if client.read_buf.is_empty() {
-                    client.read_more(timeout).await?;
+                    let (deadline, late) = clock.deadline(body.received, Instant::now());
+                    client.read_more(deadline, late).await?;
                 }
                 let take = (client.read_buf.len() as u64).min(left) as usize;
                 let piece = client.read_buf.split_to(take);
-                node.write_all(&piece).await.map_err(upstream_error)?;
+                node_write_step(node.write_all(&piece), write_stall).await?;
                 left -= take as u64;
                 body.received += take as u64;
             }
@@ -215,19 +363,82 @@ async fn stream_rest_unflushed<W: AsyncWriteExt + Unpin>(
                         }
                         frame.clear();
                         encode_chunk(&data, &mut frame);
-                        node.write_all(&frame).await.map_err(upstream_error)?;
+                        node_write_step(node.write_all(&frame), write_stall).await?;
                     }
                     Decoded::NeedMore => {
-                        client.read_more(timeout).await?;
+                        let (deadline, late) = clock.deadline(body.received, Instant::now());
+                        client.read_more(deadline, late).await?;
                     }
                     Decoded::Done { trailers } => {
+                        let mut kept = BytesMut::new();
+                        filter_trailers(&trailers, &mut kept);
                         frame.clear();
-                        encode_last_chunk(&trailers, &mut frame);
-                        node.write_all(&frame).await.map_err(upstream_error)?;
-                        return Ok(());
+                        encode_last_chunk(&kept, &mut frame);
+                        return node_write_step(node.write_all(&frame), write_stall).await;
                     }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clock(min_rate: u64) -> BodyClock {
+        let started = Instant::now();
+        BodyClock {
+            started,
+            stall: Duration::from_secs(10),
+            total: started + Duration::from_secs(60),
+            min_rate,
+        }
+    }
+
+    #[test]
+    fn a_pause_is_bounded_by_body_read() {
+        let clock = clock(0);
+        let (deadline, why) = clock.deadline(0, clock.started);
+        assert_eq!(deadline, clock.started + Duration::from_secs(10));
+        assert!(why.contains("body_read"));
+    }
+
+    #[test]
+    fn the_whole_body_is_bounded_by_body_total() {
+        let clock = clock(0);
+        let now = clock.started + Duration::from_secs(55);
+        let (deadline, why) = clock.deadline(1 << 30, now);
+        assert_eq!(deadline, clock.total);
+        assert!(why.contains("body_total"));
+    }
+
+    #[test]
+    fn a_slow_body_falls_behind_the_minimum_rate() {
+        // 1000 B/s after a 10 s grace: 5000 bytes are due by 15 s.
+        let clock = clock(1000);
+        let now = clock.started + Duration::from_secs(14);
+        let (deadline, why) = clock.deadline(4999, now);
+        assert_eq!(deadline, clock.started + Duration::from_secs(15));
+        assert!(why.contains("min_body_rate"));
+        // A client ahead of the rate only has the pause limit.
+        let (deadline, _) = clock.deadline(100_000, now);
+        assert_eq!(deadline, now + Duration::from_secs(10));
+    }
+
+    #[test]
+    fn interim_responses_are_not_an_early_answer() {
+        let limits = Limits::default();
+        let continued = b"HTTP/1.1 100 Continue\r\n\r\n";
+        assert!(!holds_final_head(continued, &limits, Method::Post));
+        let answered =
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n";
+        assert!(holds_final_head(answered, &limits, Method::Post));
+        assert!(!holds_final_head(
+            b"HTTP/1.1 413 Too",
+            &limits,
+            Method::Post
+        ));
+        assert!(holds_final_head(b"garbage\r\n\r\n", &limits, Method::Post));
     }
 }

@@ -1,15 +1,21 @@
 //! The respond stage: the response goes to the client. A body that fits in
 //! `response_buffer` is read whole first, so the upstream connection returns
 //! to the pool as soon as the node is done — not when a slow client is.
-//! Larger bodies stream with backpressure.
+//! Larger bodies stream with backpressure. Trailers lose the fields that may
+//! not travel in them (`weir_http::filter_trailers`).
 
-use bytes::BytesMut;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{
-    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, Version, encode_chunk, encode_last_chunk,
+    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, ResponseHead, Version, encode_chunk,
+    encode_last_chunk, filter_trailers,
 };
+use weir_upstream::Lease;
+use weir_upstream::node::InFlight;
 
 use crate::answer::Failure;
 use crate::client::Client;
@@ -26,11 +32,38 @@ pub(crate) struct Sent {
     pub keep_alive: bool,
 }
 
+/// How long a connection whose node announced a body it cannot have (HEAD,
+/// 204, 304) must stay quiet before it carries another request.
+const LATE_BODY_GRACE: Duration = Duration::from_millis(50);
+
 /// How the body is read from the node.
 enum Source {
     Length(u64),
     Chunked(ChunkedDecoder),
     UntilClose,
+}
+
+/// The node's side of a response being relayed.
+struct Upstream {
+    /// Until the node is done: then released to the pool or closed.
+    lease: Option<Lease>,
+    in_flight: Option<InFlight>,
+    /// `None` for a response without a body.
+    source: Option<Source>,
+    /// The connection may carry another request once this body is read.
+    reusable: bool,
+    /// ... but only after [`LATE_BODY_GRACE`] without a stray byte.
+    quarantine: bool,
+    /// Longest wait for the node's next bytes.
+    stall: Duration,
+}
+
+/// The body read ahead of the client.
+struct Buffered {
+    body: BytesMut,
+    trailers: Bytes,
+    /// The node's whole body is in `body`.
+    complete: bool,
 }
 
 /// Sends the response in `exchange` to the client and returns the upstream
@@ -41,86 +74,164 @@ pub(crate) async fn respond(
     exchange: Exchange,
     client_version: Version,
     keep_alive: bool,
-    response_timeout: std::time::Duration,
+    response_timeout: Duration,
 ) -> Result<Sent, Failure> {
     let Exchange {
-        mut lease,
+        lease,
         response,
         in_flight,
+        body_cut,
         ..
     } = exchange;
-    let mut in_flight = Some(in_flight);
-    let status = response.status();
-    let limit = vs.config.limits.response_buffer;
-    let write_timeout = vs.config.timeouts.write;
-    let upstream_keep_alive = response.keep_alive();
-    let mut source = match response.framing() {
-        BodyFraming::None => None,
-        BodyFraming::Length(n) => Some(Source::Length(n)),
-        BodyFraming::Chunked => Some(Source::Chunked(ChunkedDecoder::new(MAX_TRAILER_BYTES))),
-        BodyFraming::CloseDelimited => Some(Source::UntilClose),
+    let mut upstream = Upstream {
+        lease: Some(lease),
+        in_flight: Some(in_flight),
+        source: Source::of(&response),
+        reusable: response.keep_alive() && !body_cut,
+        quarantine: response.announces_absent_body(),
+        stall: response_timeout,
     };
-
     // Buffer as much of the body as fits: all of it, for most responses.
-    let mut body = BytesMut::new();
-    let mut trailers = bytes::Bytes::new();
-    let mut complete = source.is_none();
-    while let Some(current) = source.as_mut() {
-        match fill(&mut client.upstream_in, current, &mut body, &mut trailers)? {
-            true => {
-                complete = true;
-                break;
-            }
-            false if body.len() >= limit => break,
-            false => {}
+    let buffered = buffer(client, &mut upstream, vs.config.limits.response_buffer).await?;
+    if buffered.complete {
+        // The node is done: give the connection back before the client is served.
+        upstream.finish(&client.upstream_in);
+    }
+    let framing = client_framing(&response, &buffered, client_version);
+    // After a cut request body the client is still sending: close after this answer.
+    let keep_alive = keep_alive && framing != BodyFraming::CloseDelimited && !body_cut;
+    let head_bytes = write_head(client, vs, &response, framing, client_version, keep_alive);
+    let write_timeout = vs.config.timeouts.write;
+    send_piece(client, framing, &buffered.body, write_timeout).await?;
+    let mut body_bytes = buffered.body.len() as u64;
+    if !buffered.complete {
+        body_bytes += stream_rest(client, &mut upstream, framing, write_timeout).await?;
+    } else if framing == BodyFraming::Chunked {
+        encode_last_chunk(&buffered.trailers, &mut client.write_buf);
+        client.flush(write_timeout).await?;
+    }
+    Ok(Sent {
+        status: response.status(),
+        bytes: head_bytes + body_bytes,
+        keep_alive,
+    })
+}
+
+impl Source {
+    fn of(response: &ResponseHead) -> Option<Source> {
+        match response.framing() {
+            BodyFraming::None => None,
+            BodyFraming::Length(n) => Some(Source::Length(n)),
+            BodyFraming::Chunked => Some(Source::Chunked(ChunkedDecoder::new(MAX_TRAILER_BYTES))),
+            BodyFraming::CloseDelimited => Some(Source::UntilClose),
         }
-        let deadline = Instant::now() + response_timeout;
-        let read = read_upstream(&mut lease, &mut client.upstream_in, deadline).await?;
-        if read == 0 {
-            if matches!(current, Source::UntilClose) {
-                complete = true;
-                break;
+    }
+}
+
+impl Upstream {
+    /// The node's part is over: release the connection when it is clean
+    /// (nothing read past the response, framing that leaves it open), else
+    /// close it; the request no longer counts as load on the node.
+    fn finish(&mut self, unread: &BytesMut) {
+        let clean =
+            self.reusable && unread.is_empty() && !matches!(self.source, Some(Source::UntilClose));
+        match self.lease.take() {
+            Some(lease) if clean && self.quarantine => lease.release_after(LATE_BODY_GRACE),
+            Some(lease) if clean => lease.release(),
+            _ => {}
+        }
+        self.in_flight = None;
+    }
+
+    /// Reads more of the response. `Ok(0)` is the end of a close-delimited body.
+    async fn read(&mut self, buf: &mut BytesMut) -> Result<usize, Failure> {
+        let Some(lease) = self.lease.as_mut() else {
+            return Ok(0);
+        };
+        buf.reserve(16 * 1024);
+        let deadline = Instant::now() + self.stall;
+        let read = match tokio::time::timeout_at(deadline, lease.stream().read_buf(buf)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(error)) => {
+                return Err(Failure::from_error(
+                    Error::upstream(ErrorKind::BadResponse, error)
+                        .context("reading the response body"),
+                ));
             }
+            Err(_) => {
+                return Err(Failure::from_error(
+                    Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
+                        .context("response body stalled"),
+                ));
+            }
+        };
+        if read == 0 && !matches!(self.source, Some(Source::UntilClose)) {
             return Err(Failure::from_error(
                 Error::new(ErrorKind::BadResponse, Side::Upstream)
                     .context("node closed the connection in the middle of a body"),
             ));
         }
+        Ok(read)
     }
+}
 
-    // The node is done: give the connection back before the client is served.
-    let reusable = complete
-        && upstream_keep_alive
-        && !matches!(source, Some(Source::UntilClose))
-        && client.upstream_in.is_empty();
-    let mut lease = Some(lease);
-    if reusable {
-        if let Some(lease) = lease.take() {
-            lease.release();
-        }
-    } else if complete {
-        lease = None; // closes it
-    }
-    if complete {
-        // The node's part is over: it no longer counts as load on it.
-        drop(in_flight.take());
-    }
-
-    // Framing towards the client.
-    let client_framing = match response.framing() {
-        BodyFraming::None => BodyFraming::None,
-        _ if complete && trailers.is_empty() => BodyFraming::Length(body.len() as u64),
-        BodyFraming::Length(n) => BodyFraming::Length(n),
-        _ if client_version == Version::Http11 => BodyFraming::Chunked,
-        _ => BodyFraming::CloseDelimited,
+/// Reads the body ahead of the client, up to `limit` bytes (or all of it).
+async fn buffer(
+    client: &mut Client,
+    upstream: &mut Upstream,
+    limit: usize,
+) -> Result<Buffered, Failure> {
+    let mut buffered = Buffered {
+        body: BytesMut::new(),
+        trailers: Bytes::new(),
+        complete: upstream.source.is_none(),
     };
-    let keep_alive = keep_alive && client_framing != BodyFraming::CloseDelimited;
+    while let Some(source) = upstream.source.as_mut() {
+        let input = &mut client.upstream_in;
+        if fill(input, source, &mut buffered.body, &mut buffered.trailers)? {
+            buffered.complete = true;
+            break;
+        }
+        if buffered.body.len() >= limit {
+            break;
+        }
+        if upstream.read(&mut client.upstream_in).await? == 0 {
+            buffered.complete = true;
+            break;
+        }
+    }
+    Ok(buffered)
+}
+
+/// Framing towards the client: a length when the whole body is known, else
+/// the node's length, else chunked (HTTP/1.1) or until close (HTTP/1.0).
+fn client_framing(response: &ResponseHead, buffered: &Buffered, version: Version) -> BodyFraming {
+    match response.framing() {
+        BodyFraming::None => BodyFraming::None,
+        _ if buffered.complete && buffered.trailers.is_empty() => {
+            BodyFraming::Length(buffered.body.len() as u64)
+        }
+        BodyFraming::Length(n) => BodyFraming::Length(n),
+        _ if version == Version::Http11 => BodyFraming::Chunked,
+        _ => BodyFraming::CloseDelimited,
+    }
+}
+
+/// Writes the response head into `write_buf`; returns its size.
+fn write_head(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    response: &ResponseHead,
+    framing: BodyFraming,
+    version: Version,
+    keep_alive: bool,
+) -> u64 {
     client.write_buf.clear();
     weir_http::write_response_head(
-        &response,
+        response,
         &ForwardResponse {
-            framing: client_framing,
-            version: client_version,
+            framing,
+            version,
             keep_alive,
             via: Some(VIA),
             upgrade: false,
@@ -128,82 +239,70 @@ pub(crate) async fn respond(
         },
         &mut client.write_buf,
     );
-    let mut sent_body = body.len() as u64;
-    let head_len = client.write_buf.len() as u64;
-    if client_framing == BodyFraming::Chunked {
-        encode_chunk(&body, &mut client.write_buf);
-        if complete {
-            encode_last_chunk(&trailers, &mut client.write_buf);
-        }
-        client.flush(write_timeout).await?;
-    } else {
-        client.send(&body, write_timeout).await?;
-    }
-    let sent = |bytes| Sent {
-        status,
-        bytes,
-        keep_alive,
-    };
-    let Some(mut lease) = lease else {
-        return Ok(sent(head_len + sent_body));
-    };
-    let Some(mut source) = source else {
-        lease.release();
-        return Ok(sent(head_len + sent_body));
-    };
+    client.write_buf.len() as u64
+}
 
-    // Stream the rest: read a buffer's worth, write it, repeat.
-    loop {
+/// Sends a piece of body (after anything in `write_buf`), chunk-framed if need be.
+async fn send_piece(
+    client: &mut Client,
+    framing: BodyFraming,
+    piece: &[u8],
+    timeout: Duration,
+) -> Result<(), Failure> {
+    if framing == BodyFraming::Chunked {
+        encode_chunk(piece, &mut client.write_buf);
+        client.flush(timeout).await
+    } else {
+        client.send(piece, timeout).await
+    }
+}
+
+/// Streams the rest of a body too large to buffer: read a buffer's worth,
+/// write it, repeat. Returns the body bytes sent. Once the client has the
+/// head, a failure can only close the connection.
+async fn stream_rest(
+    client: &mut Client,
+    upstream: &mut Upstream,
+    framing: BodyFraming,
+    write_timeout: Duration,
+) -> Result<u64, Failure> {
+    let silent = |failure: Failure| Failure::silent(failure.error);
+    let mut body = BytesMut::new();
+    let mut trailers = Bytes::new();
+    let mut sent = 0;
+    while let Some(source) = upstream.source.as_mut() {
         body.clear();
-        let done = fill(
-            &mut client.upstream_in,
-            &mut source,
-            &mut body,
-            &mut trailers,
-        )?;
+        let done =
+            fill(&mut client.upstream_in, source, &mut body, &mut trailers).map_err(silent)?;
         if !body.is_empty() {
-            sent_body += body.len() as u64;
-            if client_framing == BodyFraming::Chunked {
-                encode_chunk(&body, &mut client.write_buf);
-                client.flush(write_timeout).await?;
-            } else {
-                client.send(&body, write_timeout).await?;
-            }
+            sent += body.len() as u64;
+            send_piece(client, framing, &body, write_timeout).await?;
         }
-        if done {
+        if done
+            || upstream
+                .read(&mut client.upstream_in)
+                .await
+                .map_err(silent)?
+                == 0
+        {
             break;
         }
-        let deadline = Instant::now() + response_timeout;
-        let read = read_upstream(&mut lease, &mut client.upstream_in, deadline)
-            .await
-            .map_err(|failure| Failure::silent(failure.error))?;
-        if read == 0 {
-            if matches!(source, Source::UntilClose) {
-                break;
-            }
-            return Err(Failure::silent(
-                Error::new(ErrorKind::BadResponse, Side::Upstream)
-                    .context("node closed the connection in the middle of a body"),
-            ));
-        }
     }
-    if client_framing == BodyFraming::Chunked {
+    upstream.finish(&client.upstream_in);
+    if framing == BodyFraming::Chunked {
         encode_last_chunk(&trailers, &mut client.write_buf);
         client.flush(write_timeout).await?;
     }
-    if upstream_keep_alive && !matches!(source, Source::UntilClose) && client.upstream_in.is_empty()
-    {
-        lease.release();
-    }
-    Ok(sent(head_len + sent_body))
+    Ok(sent)
 }
 
-/// Moves decoded body bytes from `input` to `body`. Returns true when the body ended.
+/// Moves decoded body bytes from `input` to `body`. Returns true when the
+/// body ended; `trailers` then holds the trailer lines that may be forwarded.
 fn fill(
     input: &mut BytesMut,
     source: &mut Source,
     body: &mut BytesMut,
-    trailers: &mut bytes::Bytes,
+    trailers: &mut Bytes,
 ) -> Result<bool, Failure> {
     match source {
         Source::Length(left) => {
@@ -226,27 +325,12 @@ fn fill(
                 Decoded::Data(data) => body.extend_from_slice(&data),
                 Decoded::NeedMore => return Ok(false),
                 Decoded::Done { trailers: found } => {
-                    *trailers = found;
+                    let mut kept = BytesMut::new();
+                    filter_trailers(&found, &mut kept);
+                    *trailers = kept.freeze();
                     return Ok(true);
                 }
             }
         },
-    }
-}
-
-async fn read_upstream(
-    lease: &mut weir_upstream::Lease,
-    buf: &mut BytesMut,
-    deadline: Instant,
-) -> Result<usize, Failure> {
-    buf.reserve(16 * 1024);
-    match tokio::time::timeout_at(deadline, lease.stream().read_buf(buf)).await {
-        Ok(Ok(n)) => Ok(n),
-        Ok(Err(error)) => Err(Failure::from_error(
-            Error::upstream(ErrorKind::BadResponse, error).context("reading the response body"),
-        )),
-        Err(_) => Err(Failure::from_error(
-            Error::new(ErrorKind::ResponseTimeout, Side::Upstream).context("response body stalled"),
-        )),
     }
 }

@@ -1,8 +1,16 @@
-//! Protocol switches (`101 Switching Protocols`, e.g. WebSocket): after the
-//! 101 head, bytes flow both ways untouched until either side closes. The
-//! upstream connection is never reused afterwards.
+//! Tunnels: after a `101 Switching Protocols` (WebSocket) or a 2xx to an
+//! allowed CONNECT, bytes flow both ways untouched until both sides have
+//! closed, or until neither has sent anything for `timeouts.tunnel_idle`.
+//!
+//! The upstream connection leaves its node's request slots for a tunnel place
+//! (`max_tunnels`), so long-lived tunnels never starve ordinary requests, and
+//! it is never reused afterwards.
 
-use tokio::io::AsyncWriteExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{BodyFraming, ForwardResponse, Version};
 
@@ -13,6 +21,10 @@ use crate::exchange::Exchange;
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
 
+/// Bytes moved per read in each direction.
+const TUNNEL_BUFFER: usize = 16 * 1024;
+
+/// Relays a switched protocol (101) or an established CONNECT (2xx).
 pub(crate) async fn tunnel(
     client: &mut Client,
     vs: &VirtualServerRuntime,
@@ -20,13 +32,23 @@ pub(crate) async fn tunnel(
     version: Version,
 ) -> Result<Sent, Failure> {
     let Exchange {
-        mut lease,
+        lease,
         response,
         in_flight,
+        tunnel,
         ..
     } = exchange;
     // A tunnel is not request load on the node.
     drop(in_flight);
+    let Some(permit) = tunnel else {
+        // The exchange takes a place for every request that may switch.
+        return Err(Failure::from_error(
+            Error::new(ErrorKind::BadResponse, Side::Upstream)
+                .context("protocol switch without a tunnel place"),
+        ));
+    };
+    let mut tunnel = lease.into_tunnel(permit);
+    let status = response.status();
     client.write_buf.clear();
     weir_http::write_response_head(
         &response,
@@ -35,35 +57,117 @@ pub(crate) async fn tunnel(
             version,
             keep_alive: true,
             via: Some(VIA),
-            upgrade: true,
+            upgrade: status == 101,
             set_headers: &vs.config.response_headers,
         },
         &mut client.write_buf,
     );
-    // Whatever the node sent after its 101 head belongs to the new protocol.
+    // Whatever the node sent after its head belongs to the tunnel.
     let early = client.upstream_in.split();
     client.write_buf.extend_from_slice(&early);
     let head_bytes = client.write_buf.len() as u64;
     client.flush(vs.config.timeouts.write).await?;
-    let upstream = lease.stream();
+    let upstream = tunnel.stream();
     if !client.read_buf.is_empty() {
         let pending = client.read_buf.split();
         let written = async {
             upstream.write_all(&pending).await?;
             upstream.flush().await
         };
-        written.await.map_err(|error| {
-            Failure::silent(Error::upstream(ErrorKind::Io, error).context("switching protocols"))
-        })?;
+        tokio::time::timeout(vs.config.timeouts.tunnel_idle, written)
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))
+            .and_then(|written| written)
+            .map_err(|error| {
+                Failure::silent(
+                    Error::upstream(ErrorKind::Io, error).context("switching protocols"),
+                )
+            })?;
     }
-    let copied = tokio::io::copy_bidirectional(&mut client.stream, upstream).await;
-    // `lease` drops here: the connection is closed, its slot freed.
-    let (_, to_client) = copied.map_err(|error| {
-        Failure::silent(Error::new(ErrorKind::Io, Side::Upstream).context(error.to_string()))
-    })?;
+    let to_client = relay(&mut client.stream, upstream, vs.config.timeouts.tunnel_idle).await;
+    // `tunnel` drops here: the connection is closed, its tunnel place freed.
     Ok(Sent {
-        status: 101,
+        status,
         bytes: head_bytes + to_client,
         keep_alive: false,
     })
+}
+
+/// Copies both ways until both directions have ended (each end is passed on
+/// as a shutdown of the other side's write half), an error, or `idle` with no
+/// byte either way. Returns the bytes sent to the client.
+async fn relay<C, N>(client: &mut C, node: &mut N, idle: Duration) -> u64
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    N: AsyncRead + AsyncWrite + Unpin,
+{
+    let started = Instant::now();
+    let last_activity = AtomicU64::new(0);
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut node_read, mut node_write) = tokio::io::split(node);
+    let to_client = AtomicU64::new(0);
+    let both = async {
+        tokio::join!(
+            copy(
+                &mut client_read,
+                &mut node_write,
+                started,
+                &last_activity,
+                None
+            ),
+            copy(
+                &mut node_read,
+                &mut client_write,
+                started,
+                &last_activity,
+                Some(&to_client)
+            ),
+        )
+    };
+    let watchdog = async {
+        loop {
+            let last = started + Duration::from_millis(last_activity.load(Ordering::Relaxed));
+            let deadline = last + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    };
+    tokio::select! {
+        _ = both => {}
+        () = watchdog => tracing::debug!(?idle, "tunnel idle; closing"),
+    }
+    to_client.load(Ordering::Relaxed)
+}
+
+/// One direction of a tunnel; records the time of each transfer and counts bytes.
+async fn copy<R, W>(
+    from: &mut R,
+    to: &mut W,
+    started: Instant,
+    last_activity: &AtomicU64,
+    counted: Option<&AtomicU64>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; TUNNEL_BUFFER];
+    loop {
+        let read = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let since = started.elapsed().as_millis() as u64;
+        last_activity.store(since, Ordering::Relaxed);
+        if to.write_all(&buf[..read]).await.is_err() || to.flush().await.is_err() {
+            return;
+        }
+        if let Some(counted) = counted {
+            counted.fetch_add(read as u64, Ordering::Relaxed);
+        }
+        last_activity.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+    // Pass the end on (a FIN; on TLS a close_notify first).
+    let _ = to.shutdown().await;
 }

@@ -13,6 +13,7 @@
 //! # }
 //! ```
 
+pub mod attack;
 pub mod client;
 pub mod tls;
 

@@ -44,6 +44,16 @@ mod sans_io;
 
 use std::net::SocketAddr;
 
+/// The parsers of bytes from a peer, for the fuzz targets (`fuzz/src/tunnel_check.rs`);
+/// not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::sans_io::codec::FlowDecoder;
+    pub use crate::sans_io::control::Control;
+    pub use crate::sans_io::fec::wire as fec_wire;
+    pub use crate::sans_io::{frame, wire};
+}
+
 pub use config::{DEFAULT_LEVEL, Role, TunnelConfig, load_file, parse_str};
 pub use driver::client::Client;
 pub use driver::server::Server;

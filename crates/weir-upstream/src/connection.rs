@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,9 @@ pub struct ConnectionSettings {
     pub connect_timeout: Duration,
     /// Requests per connection before it is retired; `None` = unlimited.
     pub max_requests: Option<u32>,
+    /// Connections that left HTTP (upgrades, CONNECT), counted apart from
+    /// `max_connections`.
+    pub max_tunnels: u32,
     /// TLS to the node; `None` = plain TCP. The pool is per pool and node, so
     /// connections are never shared across TLS settings.
     pub tls: Option<UpstreamTls>,
@@ -52,6 +55,8 @@ pub struct NodeConnections {
     address: SocketAddr,
     settings: ConnectionSettings,
     state: Mutex<State>,
+    /// Tunnels open or reserved (see [`NodeConnections::reserve_tunnel`]).
+    tunnels: AtomicU32,
     next_waiter: AtomicU64,
     metrics: NodeMetrics,
     pool_metrics: PoolMetrics,
@@ -116,6 +121,7 @@ impl NodeConnections {
             address,
             settings,
             state: Mutex::new(State::default()),
+            tunnels: AtomicU32::new(0),
             next_waiter: AtomicU64::new(0),
             metrics,
             pool_metrics,
@@ -354,7 +360,16 @@ impl QueuedWait<'_> {
             Ok(Ok(grant)) => {
                 self.receiver = None;
                 match grant {
-                    Grant::Connection(connection) => Ok(pool.reuse(connection)),
+                    // The same check an idle connection gets: bytes the node
+                    // sent after its last response (a body after HEAD, 204 or
+                    // 304) must never be read as the next client's response.
+                    Grant::Connection(connection) if connection.looks_open() => {
+                        Ok(pool.reuse(connection))
+                    }
+                    Grant::Connection(stale) => {
+                        drop(stale);
+                        pool.connect().await
+                    }
                     Grant::Slot => pool.connect().await,
                 }
             }
@@ -470,11 +485,39 @@ impl Lease {
         self.pool.address
     }
 
+    /// Returns the connection for reuse after `quiet` has passed with nothing
+    /// more from the node: for a response whose node announced a body it
+    /// cannot have (HEAD, 204, 304), which a confused node may send anyway a
+    /// moment later. Bytes that arrive meanwhile close the connection.
+    pub fn release_after(mut self, quiet: Duration) {
+        let Some(connection) = self.connection.take() else {
+            return;
+        };
+        let pool = Arc::clone(&self.pool);
+        let reused = self.reused;
+        tokio::spawn(async move {
+            tokio::time::sleep(quiet).await;
+            Lease {
+                pool,
+                connection: Some(connection),
+                reused,
+            }
+            .release();
+        });
+    }
+
     /// Returns the connection for reuse after a complete, clean exchange.
+    /// Anything the node sent past its response (a body after a bodiless
+    /// response) makes it unusable: it is closed instead.
     pub fn release(mut self) {
         let Some(mut connection) = self.connection.take() else {
             return;
         };
+        if !connection.looks_open() {
+            drop(connection);
+            self.pool.free_slot();
+            return;
+        }
         connection.requests += 1;
         let retire = self
             .pool
@@ -497,6 +540,10 @@ impl Drop for Lease {
         }
     }
 }
+
+mod tunnel;
+
+pub use tunnel::{Tunnel, TunnelPermit};
 
 #[cfg(test)]
 mod tests;

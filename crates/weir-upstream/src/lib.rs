@@ -13,7 +13,9 @@ pub mod node;
 pub mod pool;
 
 pub use balancer::Balancer;
-pub use connection::{ConnectionSettings, Lease, NodeConnections, UpstreamTls};
+pub use connection::{
+    ConnectionSettings, Lease, NodeConnections, Tunnel, TunnelPermit, UpstreamTls,
+};
 pub use http2::{H2Node, H2Settings, StreamLease};
 pub use node::NodeState;
 pub use pool::{Pool, Tried};

@@ -89,6 +89,7 @@ impl Pool {
                 .connections
                 .max_requests_per_connection
                 .map(|n| n.get()),
+            max_tunnels: config.connections.max_tunnels,
             tls: tls.clone(),
         };
         let connections = nodes

@@ -7,11 +7,11 @@ use std::time::Duration;
 use super::values::{self, show_size};
 use super::{Checker, Zero};
 use crate::cache::{
-    CacheRules, CacheStore, CacheTable, Cidr, Compression, CompressionAlgorithm, CompressionTable,
-    ContentPolicy, SetCookieRule,
+    CacheRules, CacheStore, Cidr, Compression, CompressionAlgorithm, ContentPolicy, SetCookieRule,
 };
 use crate::defaults;
 use crate::error::KeyPath;
+use crate::schema::{CacheTable, CompressionTable};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;

@@ -4,7 +4,8 @@
 use super::{Checker, KIB, MIB, Zero};
 use crate::defaults;
 use crate::error::KeyPath;
-use crate::http2::{Http2, Http2Table, UpstreamHttp2, UpstreamHttp2Table, UpstreamProtocol};
+use crate::http2::{Http2, UpstreamHttp2, UpstreamProtocol};
+use crate::schema::{Http2Table, UpstreamHttp2Table};
 
 /// RFC 9113 §6.5.2: the largest window and the frame-size range.
 const MAX_WINDOW: u64 = (1 << 31) - 1;

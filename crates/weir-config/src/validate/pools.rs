@@ -163,6 +163,12 @@ impl Checker {
                 &path.key("max_requests_per_connection"),
                 table.max_requests_per_connection,
             ),
+            max_tunnels: self.count(
+                &path.key("max_tunnels"),
+                table.max_tunnels,
+                defaults::MAX_TUNNELS,
+                0..=1_000_000,
+            ),
         }
     }
 
@@ -185,6 +191,12 @@ impl Checker {
                 &path.key("response"),
                 table.response.as_ref(),
                 defaults::RESPONSE_TIMEOUT,
+                Zero::Rejected,
+            ),
+            write: self.duration(
+                &path.key("write"),
+                table.write.as_ref(),
+                defaults::UPSTREAM_WRITE_TIMEOUT,
                 Zero::Rejected,
             ),
         }

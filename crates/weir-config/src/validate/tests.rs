@@ -119,6 +119,7 @@ fn every_key_set_is_converted() {
             request_buffer: 4000,
             response_buffer: 1 << 20,
             max_requests_per_connection: NonZeroU32::new(7),
+            min_body_rate: 1024,
         }
     );
     assert_eq!(server.timeouts.write, Duration::from_millis(250));
@@ -551,7 +552,7 @@ fn https_takes_defaults_and_records_where_files_were_named() {
         tls.groups,
         vec![KeyExchangeGroup::X25519, KeyExchangeGroup::Secp256r1]
     );
-    assert_eq!(tls.alpn, vec!["http/1.1".to_owned()]);
+    assert_eq!(tls.alpn, vec!["http/1.1".to_owned(), "http/1.0".to_owned()]);
     assert!(tls.session_tickets);
     assert_eq!(tls.session_cache_size, 20_000);
     assert_eq!(tls.client_auth, ClientAuth::None);

@@ -172,8 +172,6 @@ fn expect_continue() {
         request(b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n")
             .unwrap();
     assert!(head.expects_continue());
-    let head = request(b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: something\r\n\r\n").unwrap();
-    assert!(!head.expects_continue());
     let head = request(b"PUT / HTTP/1.0\r\nExpect: 100-continue\r\n\r\n").unwrap();
     assert!(!head.expects_continue(), "ignored from HTTP/1.0 clients");
 }
@@ -651,4 +649,40 @@ fn response_split_from() {
     assert_eq!(head.header("SERVER"), Some(&b"s"[..]));
     assert_eq!(head.headers().count(), 1);
     assert_eq!(&buf[..], b"HTTP/1.1");
+}
+
+#[test]
+fn whitespace_inside_the_target_is_a_bad_request_not_a_version_problem() {
+    let error = rejected(b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(
+        (error.status(), error.reason),
+        (400, "whitespace in request target")
+    );
+    assert_eq!(rejected(b"GET / HTTP/2.0\r\nHost: a\r\n\r\n").status(), 505);
+}
+
+#[test]
+fn expectations_other_than_100_continue_are_refused() {
+    for raw in [
+        &b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n"[..],
+        b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue, x\r\n\r\n",
+        b"PUT / HTTP/1.0\r\nExpect: nonsense\r\n\r\n",
+    ] {
+        let error = rejected(raw);
+        assert_eq!(error.kind, ParseErrorKind::UnsupportedExpectation);
+        assert_eq!(error.status(), 417);
+    }
+    let head = request(b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\n\r\n").unwrap();
+    assert!(head.expects_continue());
+}
+
+#[test]
+fn underscore_names_are_noticed() {
+    let head = request(b"GET / HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: b\r\n\r\n").unwrap();
+    assert!(head.has_underscore_names());
+    assert!(
+        !request(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap()
+            .has_underscore_names()
+    );
 }

@@ -251,6 +251,7 @@ fn forward_request(framing: BodyFraming) -> ForwardRequest<'static> {
         upgrade: false,
         strip_expect: true,
         owned_header: None,
+        drop_underscore_names: false,
     }
 }
 

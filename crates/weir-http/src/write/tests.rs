@@ -1,7 +1,8 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::*;
-use crate::head::{Limits, Method, Parsed, parse_request, parse_response};
+use crate::head::{Limits, Parsed, parse_request, parse_response};
+use crate::message::Method;
 
 fn request(raw: &[u8]) -> RequestHead {
     match parse_request(raw, &Limits::default()) {
@@ -25,6 +26,7 @@ const PLAIN: ForwardRequest<'static> = ForwardRequest {
     upgrade: false,
     strip_expect: false,
     owned_header: None,
+    drop_underscore_names: false,
 };
 
 fn forwarded(raw: &[u8], forward: &ForwardRequest<'_>) -> String {
@@ -131,6 +133,7 @@ fn upgrade_and_expect() {
         upgrade: true,
         strip_expect: true,
         owned_header: None,
+        drop_underscore_names: false,
         ..PLAIN
     };
     assert_eq!(
@@ -359,6 +362,7 @@ fn an_owned_header_replaces_what_the_client_sent() {
     let raw = b"GET / HTTP/1.1\r\nHost: a\r\nx-client-subject: forged\r\nAccept: */*\r\nX-Client-Subject: again\r\n\r\n";
     let forward = ForwardRequest {
         owned_header: Some(("X-Client-Subject", Some("CN=alice\r\nInjected: 1"))),
+        drop_underscore_names: false,
         ..PLAIN
     };
     assert_eq!(
@@ -367,12 +371,42 @@ fn an_owned_header_replaces_what_the_client_sent() {
     );
     let forward = ForwardRequest {
         owned_header: Some(("X-Client-Subject", None)),
+        drop_underscore_names: false,
         ..PLAIN
     };
     assert!(
         !forwarded(raw, &forward)
             .to_ascii_lowercase()
             .contains("subject")
+    );
+}
+
+#[test]
+fn the_owned_header_is_removed_in_every_spelling() {
+    let raw =
+        b"GET / HTTP/1.1\r\nHost: a\r\nX_Client_Subject: forged\r\nx-client_SUBJECT: again\r\n\r\n";
+    let forward = ForwardRequest {
+        owned_header: Some(("X-Client-Subject", Some("CN=alice"))),
+        ..PLAIN
+    };
+    assert_eq!(
+        forwarded(raw, &forward),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Client-Subject: CN=alice\r\n\r\n"
+    );
+}
+
+#[test]
+fn underscore_names_are_dropped_when_asked() {
+    let raw = b"GET / HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: 1.2.3.4\r\nContent_Length: 5\r\nAccept: */*\r\n\r\n";
+    let kept = forwarded(raw, &PLAIN);
+    assert!(kept.contains("X_Forwarded_For: 1.2.3.4\r\n"), "{kept}");
+    let forward = ForwardRequest {
+        drop_underscore_names: true,
+        ..PLAIN
+    };
+    assert_eq!(
+        forwarded(raw, &forward),
+        "GET / HTTP/1.1\r\nHost: a\r\nAccept: */*\r\n\r\n"
     );
 }
 

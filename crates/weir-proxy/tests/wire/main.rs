@@ -6,10 +6,12 @@
 //! - `forwarding`: hop-by-hop removal, forwarding headers, header-name case
 //! - `connections`: keep-alive, timeouts, protocol upgrades
 //! - `routing`: host and path rules
+//! - `hardening`: CONNECT, tunnel caps and idle timeouts, slow uploads, nodes that stop reading or answer early, late bodies
 
 mod connections;
 mod forwarding;
 mod framing;
+mod hardening;
 mod rejections;
 mod routing;
 mod support;

@@ -15,6 +15,7 @@ fn settings(max: u32, queue: u32, queue_timeout_ms: u64) -> ConnectionSettings {
         idle_timeout: Duration::from_secs(30),
         connect_timeout: Duration::from_secs(2),
         max_requests: None,
+        max_tunnels: 2,
         tls: None,
     }
 }
@@ -192,4 +193,71 @@ async fn connect_failure_is_retry_safe_and_frees_the_slot() {
     assert_eq!(error.kind(), ErrorKind::ConnectFailed);
     assert!(error.is_retry_safe());
     assert_eq!(pool.open(), 0);
+}
+
+/// A listener that writes `stray` on each connection it accepts, after `delay`.
+async fn stray_listener(stray: &'static [u8], delay: Duration) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, stray).await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+            held.push(());
+        }
+    });
+    address
+}
+
+/// Bytes a node sent after its last response (a late body after HEAD) make a
+/// connection unusable even when it goes straight to a waiting request.
+#[tokio::test]
+async fn a_connection_with_stray_bytes_is_not_handed_to_a_waiter() {
+    let address = stray_listener(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nforged",
+        Duration::from_millis(20),
+    )
+    .await;
+    let pool = pool(address, settings(1, 10, 5000));
+    let first = pool.checkout().await.unwrap();
+    let waiter_pool = Arc::clone(&pool);
+    let waiter = tokio::spawn(async move { waiter_pool.checkout().await });
+    while pool.queued() < 1 {
+        tokio::task::yield_now().await;
+    }
+    // The stray bytes arrive before the connection is released.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.release();
+    let second = waiter.await.unwrap().unwrap();
+    assert!(!second.is_reused(), "the waiter got a fresh connection");
+    assert_eq!(pool.open(), 1, "the cap still holds");
+}
+
+/// Tunnels are capped apart from request slots, and a tunnel frees its slot.
+#[tokio::test]
+async fn tunnels_have_their_own_cap_and_free_request_slots() {
+    let (address, _) = holding_listener().await;
+    let pool = pool(address, settings(1, 10, 200));
+    let first = pool.reserve_tunnel().unwrap();
+    let second = pool.reserve_tunnel().unwrap();
+    let refused = pool.reserve_tunnel().unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::QueueFull);
+    drop(second);
+    assert_eq!(pool.tunnels(), 1);
+
+    let lease = pool.checkout().await.unwrap();
+    let tunnel = lease.into_tunnel(first);
+    assert_eq!(pool.open(), 0, "the tunnel no longer holds a request slot");
+    let lease = pool
+        .checkout()
+        .await
+        .expect("the slot is free for requests");
+    assert_eq!(pool.tunnels(), 1);
+    drop(tunnel);
+    assert_eq!(pool.tunnels(), 0);
+    drop(lease);
 }

@@ -1,5 +1,5 @@
 //! Handles for the cache and compression of a virtual server (weir-cache
-//! records into them). Kept apart from `metrics.rs` so the cache's families
+//! records into them). Kept apart from the rest of `metrics.rs` so the cache's families
 //! live in one place.
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -8,7 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::metrics::{Metrics, register};
+use super::{Metrics, register};
 use crate::names;
 
 /// The cache handles of one virtual server. `Default` gives unregistered

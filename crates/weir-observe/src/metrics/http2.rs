@@ -1,7 +1,7 @@
 //! Handles for HTTP/2 (issue 11): per virtual server (connections by how
 //! HTTP/2 was chosen, streams, floods detected by kind, protocol errors) and
 //! per node (streams open, GOAWAYs received, PINGs unanswered). Kept apart
-//! from `metrics.rs` so HTTP/2's families live in one place.
+//! from the rest of `metrics.rs` so HTTP/2's families live in one place.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -9,7 +9,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::metrics::{Metrics, register};
+use super::{Metrics, register};
 use crate::names;
 
 /// The kinds of abuse the HTTP/2 server detects, as `kind` label values.

@@ -1,0 +1,286 @@
+//! The `cache_lookup` stage's side of the cache: what a request finds in the
+//! store — a hit, a stale hit, a flight to wait for, or an exchange to send
+//! to the node — and the coalescing of concurrent misses.
+
+use std::sync::Arc;
+
+use crate::cache::Cache;
+use crate::compress::{AcceptEncoding, Coding, CompressionPolicy};
+use crate::date::UnixTime;
+use crate::directives::RequestDirectives;
+use crate::exchange::{Exchange, ExchangeKind};
+use crate::flight::{FlightGuard, Join, WaitOutcome, Waiter};
+use crate::hit::{CacheStatus, Hit};
+use crate::key::primary_key;
+use crate::object::Object;
+use crate::policy::CachePolicy;
+use crate::policy::freshness::Usability;
+use crate::store::Found;
+use crate::view::{RequestView, Scanned};
+
+/// What the cache says at `cache_lookup`.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Answer from the cache; the node is not asked.
+    Hit(Hit),
+    /// Answer from the cache with a stale object; when `refresh` is given,
+    /// send it to the node in the background (stale-while-revalidate) and
+    /// hand its response to [`Cache::response`] like any other.
+    Stale { hit: Hit, refresh: Option<Exchange> },
+    /// Ask the node: apply the exchange's request edits, forward, and hand
+    /// the response (or the failure) back with the exchange.
+    Forward(Exchange),
+    /// Another request is fetching this object: wait, then look up again
+    /// ([`Cache::lookup_coalesced`] does both).
+    Wait(Waiter),
+    /// `only-if-cached` and nothing usable is stored: answer 504.
+    OnlyIfCachedMiss,
+}
+
+/// Scratch space for keys, reused across lookups on one thread.
+#[derive(Debug, Default)]
+struct Keys {
+    hash: u64,
+    primary: Vec<u8>,
+    secondary: Vec<u8>,
+}
+
+thread_local! {
+    static KEYS: std::cell::RefCell<Keys> = std::cell::RefCell::new(Keys::default());
+}
+
+impl Cache {
+    /// `cache_lookup`: what to do with `request` (after routing, before
+    /// select). `compression` is the route's, if it compresses: it decides the
+    /// variant a client gets. Never waits; see [`Cache::lookup_coalesced`].
+    pub fn lookup(
+        self: &Arc<Self>,
+        policy: &CachePolicy,
+        compression: Option<&CompressionPolicy>,
+        request: &impl RequestView,
+        now: UnixTime,
+    ) -> Lookup {
+        self.lookup_with(policy, compression, request, now, policy.coalesce)
+    }
+
+    /// [`Cache::lookup`], then waits (bounded) when another request is
+    /// fetching the object, and looks up again. After two waits, or when the
+    /// leader could not store the response, it goes to the node without
+    /// coalescing. Never returns [`Lookup::Wait`].
+    pub async fn lookup_coalesced(
+        self: &Arc<Self>,
+        policy: &CachePolicy,
+        compression: Option<&CompressionPolicy>,
+        request: &impl RequestView,
+    ) -> Lookup {
+        let mut coalesce = policy.coalesce;
+        for round in 0..3 {
+            let lookup = self.lookup_with(policy, compression, request, UnixTime::now(), coalesce);
+            let Lookup::Wait(waiter) = lookup else {
+                return lookup;
+            };
+            if waiter.wait().await == WaitOutcome::GoToNode || round == 1 {
+                coalesce = false;
+            }
+        }
+        self.lookup_with(policy, compression, request, UnixTime::now(), false)
+    }
+
+    fn lookup_with(
+        self: &Arc<Self>,
+        policy: &CachePolicy,
+        compression: Option<&CompressionPolicy>,
+        request: &impl RequestView,
+        now: UnixTime,
+        coalesce: bool,
+    ) -> Lookup {
+        let request = &Scanned::new(request);
+        let directives = if policy.request_directives {
+            RequestDirectives::parse(request)
+        } else {
+            RequestDirectives::default()
+        };
+        let method = request.method();
+        // A client's no-transform forbids weir to compress its response.
+        let coding = match compression {
+            Some(compression) if !directives.no_transform => compression.choose(
+                &AcceptEncoding::parse(request.header_values("accept-encoding")),
+            ),
+            _ => Coding::Identity,
+        };
+        let exchange = Exchange::new(ExchangeKind::Pass, now, directives, coding);
+        if method != b"GET" && method != b"HEAD" {
+            return Lookup::Forward(exchange);
+        }
+        KEYS.with_borrow_mut(|keys| {
+            keys.primary.clear();
+            if !primary_key(request, &mut keys.primary) {
+                return Lookup::Forward(exchange);
+            }
+            let hash = self.store.hash(&keys.primary);
+            let found = self.store.find(
+                hash,
+                &keys.primary,
+                |spec, out| spec.secondary_key(request, coding, out),
+                &mut keys.secondary,
+            );
+            let found = match found {
+                Found::Object(object) if self.bans.is_banned(&object) => {
+                    self.store.remove(&object);
+                    self.record_store();
+                    Found::Nothing
+                }
+                other => other,
+            };
+            keys.hash = hash;
+            match found {
+                Found::Object(object) => {
+                    self.lookup_found(policy, object, request, exchange, keys, coalesce)
+                }
+                Found::NoVariant | Found::Nothing => {
+                    if matches!(found, Found::Nothing) {
+                        keys.secondary.clear();
+                    }
+                    self.lookup_missing(policy, method, exchange, keys, coalesce)
+                }
+            }
+        })
+    }
+
+    /// A stored variant was found: fresh, usable stale, or to be validated.
+    fn lookup_found(
+        self: &Arc<Self>,
+        policy: &CachePolicy,
+        object: Arc<Object>,
+        request: &impl RequestView,
+        mut exchange: Exchange,
+        keys: &Keys,
+        coalesce: bool,
+    ) -> Lookup {
+        let now = exchange.request_time;
+        // A body still arriving is as fresh as it gets.
+        let usability = if object.body().is_none() {
+            Usability::Fresh
+        } else {
+            object.freshness.usability(&exchange.directives, now)
+        };
+        match usability {
+            Usability::Fresh => {
+                self.metrics.hits.inc();
+                Lookup::Hit(Hit::new(object, request, now, CacheStatus::Hit))
+            }
+            Usability::StaleAccepted => {
+                self.metrics.stale_served.inc();
+                Lookup::Hit(Hit::new(object, request, now, CacheStatus::Stale))
+            }
+            Usability::StaleWhileRevalidate => {
+                self.metrics.stale_served.inc();
+                let hit = Hit::new(Arc::clone(&object), request, now, CacheStatus::Stale);
+                // Whoever leads the refresh; nobody waits on it.
+                let refresh = match self
+                    .flights
+                    .join(&flight_key(keys), 0, policy.coalesce_timeout)
+                {
+                    Join::Leader(guard) => {
+                        exchange.key = Some(keys.stored_key());
+                        exchange.key = Some(keys.stored_key());
+                        exchange.kind = ExchangeKind::Revalidate {
+                            stale: object,
+                            guard: Some(guard),
+                            background: true,
+                        };
+                        Some(exchange)
+                    }
+                    Join::Follower(_) | Join::Alone => None,
+                };
+                Lookup::Stale { hit, refresh }
+            }
+            Usability::Revalidate => {
+                if exchange.directives.only_if_cached {
+                    return Lookup::OnlyIfCachedMiss;
+                }
+                let guard = match self.join(policy, coalesce, keys) {
+                    Ok(guard) => guard,
+                    Err(waiter) => {
+                        self.metrics.coalesced.inc();
+                        return Lookup::Wait(waiter);
+                    }
+                };
+                exchange.key = Some(keys.stored_key());
+                exchange.kind = ExchangeKind::Revalidate {
+                    stale: object,
+                    guard,
+                    background: false,
+                };
+                Lookup::Forward(exchange)
+            }
+        }
+    }
+
+    /// Nothing stored for this request.
+    fn lookup_missing(
+        self: &Arc<Self>,
+        policy: &CachePolicy,
+        method: &[u8],
+        mut exchange: Exchange,
+        keys: &Keys,
+        coalesce: bool,
+    ) -> Lookup {
+        if exchange.directives.only_if_cached {
+            return Lookup::OnlyIfCachedMiss;
+        }
+        if method != b"GET" {
+            // HEAD is answered from a stored GET, but never fills one.
+            return Lookup::Forward(exchange);
+        }
+        let guard = match self.join(policy, coalesce, keys) {
+            Ok(guard) => guard,
+            Err(waiter) => {
+                self.metrics.coalesced.inc();
+                return Lookup::Wait(waiter);
+            }
+        };
+        self.metrics.misses.inc();
+        exchange.key = Some(keys.stored_key());
+        exchange.kind = ExchangeKind::Fill { guard };
+        Lookup::Forward(exchange)
+    }
+
+    /// Joins the flight for this request's key: `Ok(Some)` to lead, `Ok(None)`
+    /// to go alone, `Err` to wait.
+    fn join(
+        self: &Arc<Self>,
+        policy: &CachePolicy,
+        coalesce: bool,
+        keys: &Keys,
+    ) -> Result<Option<FlightGuard>, Waiter> {
+        if !coalesce {
+            return Ok(None);
+        }
+        let key = flight_key(keys);
+        match self
+            .flights
+            .join(&key, policy.coalesce_max_waiters, policy.coalesce_timeout)
+        {
+            Join::Leader(guard) => Ok(Some(guard)),
+            Join::Follower(waiter) => Err(waiter),
+            Join::Alone => Ok(None),
+        }
+    }
+}
+
+impl Keys {
+    /// The hash and primary key an exchange keeps for storing the response.
+    fn stored_key(&self) -> (u64, Arc<[u8]>) {
+        (self.hash, Arc::from(&self.primary[..]))
+    }
+}
+
+/// The coalescing key: the primary key, and the secondary one when known.
+fn flight_key(keys: &Keys) -> Vec<u8> {
+    let mut key = Vec::with_capacity(keys.primary.len() + keys.secondary.len() + 1);
+    key.extend_from_slice(&keys.primary);
+    key.push(0);
+    key.extend_from_slice(&keys.secondary);
+    key
+}

@@ -1,0 +1,421 @@
+//! The findings of the hardening review, one test each: CONNECT, tunnels that
+//! must not take the slots requests need, slow uploads, nodes that stop
+//! reading or answer early, and late bodies after bodiless responses.
+//! (Single-exchange cases — TRACE, h2c, underscores, trailers, 417, 1xx
+//! floods — are rows of the attack corpus in `tests/corpus.rs`.)
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use weir_testkit::client::{self, Connection};
+use weir_testkit::{TestOrigin, TestProxy, config};
+
+use crate::support::{PATIENCE, parse_response, read_head, read_until_close, send_until_close};
+
+/// A node that answers the first request of its first connection with
+/// `first`, then (if `echo`) echoes bytes; every other request gets `200 real`.
+async fn scripted_node(
+    first: &'static [u8],
+    echo: bool,
+) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (heads, received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut first = Some(first);
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let heads = heads.clone();
+            // Echoing nodes (101, CONNECT) answer every connection the same way.
+            let scripted = if echo { first } else { first.take() };
+            tokio::spawn(async move {
+                if let Some(first) = scripted {
+                    let head = read_head(&mut stream).await;
+                    // Echoing nodes switch only for CONNECT and Upgrade requests.
+                    let switch = head.starts_with("CONNECT ") || head.contains("Upgrade:");
+                    let _ = heads.send(head);
+                    let reply: &[u8] = match (echo, switch) {
+                        (true, false) => b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nreal",
+                        (true, true) => first,
+                        // Slow enough that the next request is queued for this connection.
+                        (false, _) => {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            first
+                        }
+                    };
+                    if stream.write_all(reply).await.is_err() {
+                        return;
+                    }
+                    if echo && switch {
+                        let (mut reader, mut writer) = stream.split();
+                        let _ = tokio::io::copy(&mut reader, &mut writer).await;
+                        return;
+                    }
+                }
+                loop {
+                    let mut byte = [0u8; 1];
+                    let mut head = Vec::new();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    let _ = heads.send(String::from_utf8_lossy(&head).into_owned());
+                    let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nreal";
+                    if stream.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, received)
+}
+
+/// Finding 1: CONNECT is refused with 405 unless the virtual server allows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_is_refused_by_default() {
+    let (node, mut heads) =
+        scripted_node(b"HTTP/1.1 200 Connection established\r\n\r\n", true).await;
+    let proxy = TestProxy::start(&config(&[node], "", "")).await;
+    let reply = send_until_close(
+        proxy.addr,
+        b"CONNECT probe.test:443 HTTP/1.1\r\nHost: probe.test:443\r\n\r\n",
+    )
+    .await;
+    let response = parse_response(&reply.bytes);
+    assert_eq!(response.status, 405, "{}", reply.text());
+    assert!(response.header("allow").is_some());
+    assert!(heads.try_recv().is_err(), "the node saw nothing");
+    proxy.stop().await;
+}
+
+/// Finding 1: an allowed CONNECT is tunnelled, and its connection never goes
+/// back to the pool: the next request gets a connection of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_connect_is_tunnelled_and_never_pooled() {
+    let (node, mut heads) =
+        scripted_node(b"HTTP/1.1 200 Connection established\r\n\r\n", true).await;
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "[pools.web.connections]\nmax_connections = 1",
+        "[virtual_servers.web.http]\nconnect = true",
+    ))
+    .await;
+    let mut tunnel = TcpStream::connect(proxy.addr).await.unwrap();
+    tunnel
+        .write_all(b"CONNECT probe.test:443 HTTP/1.1\r\nHost: probe.test:443\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut tunnel).await;
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("content-length"),
+        "{head}"
+    );
+    tunnel.write_all(b"opaque bytes").await.unwrap();
+    let mut echoed = [0u8; 12];
+    tokio::time::timeout(PATIENCE, tunnel.read_exact(&mut echoed))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&echoed, b"opaque bytes");
+    let forwarded = heads.recv().await.unwrap();
+    assert!(
+        forwarded.starts_with("CONNECT probe.test:443 HTTP/1.1\r\n"),
+        "{forwarded}"
+    );
+
+    // The tunnel left the request slots: with max_connections = 1 a GET is
+    // still served, on a new connection the node reads as a fresh first request.
+    let (node_answer, _) = tokio::join!(client::get(proxy.addr, "/after"), async {});
+    let response = node_answer.unwrap();
+    assert_eq!(response.status, 200, "{}", response.text());
+    let second = heads.recv().await.unwrap();
+    assert!(second.starts_with("GET /after HTTP/1.1\r\n"), "{second}");
+    drop(tunnel);
+    proxy.stop().await;
+}
+
+/// Finding 3: idle WebSocket tunnels neither hold request slots nor live
+/// forever: with one slot, two open tunnels leave GETs served, and an idle
+/// tunnel is closed after `tunnel_idle`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_tunnels_do_not_take_request_slots_and_time_out() {
+    let (node, _heads) = scripted_node(
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        true,
+    )
+    .await;
+    let origin = TestOrigin::start("a").await;
+    let text = format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\
+         [pools.ws]\nnodes = [{{ address = \"{node}\" }}]\n\
+         [pools.ws.connections]\nmax_connections = 1\nmax_tunnels = 2\nqueue_timeout = \"300ms\"\n\
+         [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"ws\"\n\
+         [[virtual_servers.web.routes]]\npath_prefix = \"/plain\"\npool = \"web\"\n\
+         [virtual_servers.web.timeouts]\ntunnel_idle = \"500ms\"\n",
+        origin.addr
+    );
+    let proxy = TestProxy::start(&text).await;
+    let upgrade =
+        b"GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+    let mut tunnels = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+        stream.write_all(upgrade).await.unwrap();
+        assert!(read_head(&mut stream).await.starts_with("HTTP/1.1 101 "));
+        tunnels.push(stream);
+    }
+    // The node's one request slot is free for requests.
+    assert_eq!(proxy.pools[0].connections[0].open(), 0);
+    assert_eq!(proxy.pools[0].connections[0].tunnels(), 2);
+    // A third tunnel is past max_tunnels: 503, not a wait for a slot.
+    let reply = send_until_close(proxy.addr, upgrade).await;
+    assert_eq!(parse_response(&reply.bytes).status, 503, "{}", reply.text());
+    // Idle tunnels close after tunnel_idle.
+    let started = tokio::time::Instant::now();
+    let reply = read_until_close(&mut tunnels[0]).await;
+    assert!(reply.closed, "an idle tunnel is closed");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// Finding 3: a body trickled below `min_body_rate` is refused (408) and its
+/// connection to the node freed, however steady its bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_body_is_cut_off_by_the_minimum_rate() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "[pools.web.connections]\nmax_connections = 1",
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"\nmin_body_rate = \"1KiB\"\n\
+         [virtual_servers.web.timeouts]\nbody_read = \"300ms\"",
+    ))
+    .await;
+    let mut slow = TcpStream::connect(proxy.addr).await.unwrap();
+    slow.write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n")
+        .await
+        .unwrap();
+    slow.write_all(&[b'x'; 2048]).await.unwrap();
+    let started = tokio::time::Instant::now();
+    // One byte every 50 ms: never a pause past body_read, but far below 1 KiB/s.
+    let outcome = loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if slow.write_all(b"x").await.is_err() || started.elapsed() > Duration::from_secs(5) {
+            break read_until_close(&mut slow).await;
+        }
+        let mut probe = [0u8; 512];
+        if let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(1), slow.read(&mut probe)).await
+        {
+            let mut bytes = probe[..n].to_vec();
+            bytes.extend(read_until_close(&mut slow).await.bytes);
+            break crate::support::Reply {
+                bytes,
+                closed: true,
+            };
+        }
+    };
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "cut off in time"
+    );
+    assert_eq!(
+        parse_response(&outcome.bytes).status,
+        408,
+        "{}",
+        outcome.text()
+    );
+    // The node's only slot is free again.
+    let response = client::get(proxy.addr, "/").await.unwrap();
+    assert_eq!(response.status, 200);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// Finding 4: a node that stops reading an upload is given up on after the
+/// pool's `timeouts.write` (504), instead of holding the client and the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_stops_reading_is_given_up_on() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream); // never read, never answer
+        }
+    });
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "[pools.web.timeouts]\nwrite = \"300ms\"\nresponse = \"30s\"",
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"\nmin_body_rate = 0\n\
+         max_body_bytes = \"1GiB\"",
+    ))
+    .await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let size = 64 * 1024 * 1024;
+    stream
+        .write_all(
+            format!("PUT /big HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let (mut reader, mut writer) = stream.into_split();
+    let upload = tokio::spawn(async move {
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..size / chunk.len() {
+            if writer.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    });
+    let reply = crate::support::read_half_until_close(&mut reader).await;
+    upload.abort();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(parse_response(&reply.bytes).status, 504, "{}", reply.text());
+    proxy.stop().await;
+}
+
+/// Finding 4: an answer the node sends before the upload is done (413) is
+/// read and relayed, and the client connection closes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_answer_during_an_upload_is_relayed() {
+    let (node, mut heads) = scripted_node(
+        b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large",
+        false,
+    )
+    .await;
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "",
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"",
+    ))
+    .await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    connection
+        .send(b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n")
+        .await
+        .unwrap();
+    connection.send(&[b'x'; 4096]).await.unwrap();
+    // The client keeps the rest of its body: the answer must come anyway.
+    let response = connection.response().await.unwrap();
+    assert_eq!(
+        (response.status, response.text().as_str()),
+        (413, "too large")
+    );
+    assert_eq!(response.header("connection"), Some("close"));
+    assert!(
+        heads
+            .recv()
+            .await
+            .unwrap()
+            .starts_with("POST /upload HTTP/1.1\r\n")
+    );
+    proxy.stop().await;
+}
+
+/// Finding 2 end to end: a node that sends a body after a HEAD response
+/// (in the same write) never gets those bytes to the next client, even one
+/// waiting for the node's only connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_body_after_head_never_reaches_a_waiting_client() {
+    let (node, mut heads) = scripted_node(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 38\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged",
+        false,
+    )
+    .await;
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "[pools.web.connections]\nmax_connections = 1",
+        "",
+    ))
+    .await;
+    let mut head_client = Connection::open(proxy.addr).await.unwrap();
+    let mut waiting = Connection::open(proxy.addr).await.unwrap();
+    head_client
+        .send(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    // The HEAD holds the only connection; the GET waits in the queue for it.
+    assert!(heads.recv().await.unwrap().starts_with("HEAD / "));
+    waiting
+        .send(b"GET /next HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let head_response = head_client.response_to(true).await.unwrap();
+    assert_eq!(head_response.status, 200);
+    let next = waiting.response().await.unwrap();
+    assert_eq!((next.status, next.text().as_str()), (200, "real"));
+    proxy.stop().await;
+}
+
+/// Finding 2, the harder timing: the late body arrives a moment after the
+/// HEAD response head, when a waiting request could already have been handed
+/// the connection. It must still never reach that client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_body_sent_a_moment_after_head_never_reaches_a_waiting_client() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    let (heads, mut received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let heads = heads.clone();
+            let late_body = std::mem::take(&mut first);
+            tokio::spawn(async move {
+                loop {
+                    let head = read_head(&mut stream).await;
+                    let is_head = head.starts_with("HEAD ");
+                    let _ = heads.send(head);
+                    if is_head && late_body {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        let _ = stream
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 44\r\n\r\n")
+                            .await;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        let _ = stream
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged")
+                            .await;
+                    } else if stream
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nreal")
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "[pools.web.connections]\nmax_connections = 1",
+        "",
+    ))
+    .await;
+    let mut head_client = Connection::open(proxy.addr).await.unwrap();
+    let mut waiting = Connection::open(proxy.addr).await.unwrap();
+    head_client
+        .send(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(received.recv().await.unwrap().starts_with("HEAD / "));
+    waiting
+        .send(b"GET /next HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(head_client.response_to(true).await.unwrap().status, 200);
+    let next = waiting.response().await.unwrap();
+    assert_eq!((next.status, next.text().as_str()), (200, "real"));
+    proxy.stop().await;
+}
