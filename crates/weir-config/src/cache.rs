@@ -86,6 +86,15 @@ pub struct Cidr {
 }
 
 impl Cidr {
+    /// The network's address as written (canonical: IPv4-mapped IPv6 as IPv4).
+    pub fn address(&self) -> IpAddr {
+        self.address
+    }
+
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
     /// Whether `ip` is in this network (IPv4-mapped IPv6 addresses count as IPv4).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();

@@ -86,6 +86,38 @@ pub const SESSION_CACHE_LIFETIME: Duration = Duration::from_secs(5 * 60);
 pub const UPSTREAM_TLS_VERIFY: bool = true;
 pub const UPSTREAM_SESSION_RESUMPTION: bool = true;
 
+// --- traffic rules, limits, hashing, persistence (issue 14) ---
+pub const REQUEST_ID_ENABLED: bool = true;
+pub const REQUEST_ID_HEADER: &str = "X-Request-Id";
+pub const REQUEST_ID_TRUST_INCOMING: bool = true;
+pub const REQUEST_ID_TO_CLIENT: bool = false;
+pub const REDIRECT_STATUS: u16 = 302;
+pub const RESPOND_STATUS: u16 = 200;
+pub const DENY_STATUS: u16 = 403;
+pub const RATE_LIMIT_PER: Duration = Duration::from_secs(1);
+pub const RATE_LIMIT_MAX_KEYS: u32 = 100_000;
+pub const RATE_LIMIT_STATUS: u16 = 429;
+pub const CONCURRENCY_LIMIT_STATUS: u16 = 503;
+pub const LIMIT_RETRY_AFTER: Duration = Duration::from_secs(1);
+pub const HASH_MAX_LOAD: f64 = 1.25;
+pub const PERSISTENCE_COOKIE: &str = "WEIR_NODE";
+pub const PERSISTENCE_HTTP_ONLY: bool = true;
+pub const PERSISTENCE_PATH: &str = "/";
+pub const PERSISTENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub const PERSISTENCE_MAX_ENTRIES: u32 = 100_000;
+
+impl Default for crate::model::RequestIdSettings {
+    fn default() -> Self {
+        Self {
+            enabled: REQUEST_ID_ENABLED,
+            header: REQUEST_ID_HEADER.to_owned(),
+            trust_incoming: REQUEST_ID_TRUST_INCOMING,
+            to_client: REQUEST_ID_TO_CLIENT,
+        }
+    }
+}
+// --- end issue 14 ---
+
 impl Default for Runtime {
     fn default() -> Self {
         Self {

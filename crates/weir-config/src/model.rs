@@ -17,6 +17,9 @@ pub use crate::http2::{Http2, UpstreamHttp2, UpstreamProtocol};
 pub use crate::cache::{
     CacheRules, CacheStore, Cidr, Compression, CompressionAlgorithm, ContentPolicy, SetCookieRule,
 };
+// Traffic rules, limits, hashing and persistence (issue 14).
+mod traffic;
+pub use traffic::*;
 
 /// A whole, validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,6 +102,8 @@ pub struct VirtualServer {
     pub content: ContentPolicy,
     /// HTTP/2 towards clients (ALPN `h2` on HTTPS is `tls.alpn`; h2c is opt-in).
     pub http2: Http2,
+    /// Rules, request id, client address and limits (issue 14).
+    pub traffic: Traffic,
 }
 
 /// The protocol a virtual server speaks to clients.
@@ -207,6 +212,11 @@ pub struct Pool {
     pub protocol: UpstreamProtocol,
     /// HTTP/2 settings, used when `protocol` is HTTP/2.
     pub http2: UpstreamHttp2,
+    // --- issue 14 ---
+    /// The request key, set exactly when `algorithm` is [`Algorithm::ConsistentHash`].
+    pub hash: Option<HashSettings>,
+    pub persistence: Option<Persistence>,
+    // --- end issue 14 ---
 }
 
 /// A node: one server in a pool.
@@ -223,6 +233,8 @@ pub enum Algorithm {
     LeastConnections,
     /// Power of two choices scored by EWMA response time and in-flight requests.
     Perceptive,
+    /// Ring hash with bounded loads on a key taken from the request (issue 14).
+    ConsistentHash,
 }
 
 /// The per-node connection pool: cap, queue, reuse.

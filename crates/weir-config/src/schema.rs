@@ -11,6 +11,10 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
+// Traffic rules, limits and persistence (issue 14).
+pub mod traffic;
+pub use traffic::*;
+
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -70,6 +74,15 @@ pub struct VirtualServerTable {
     pub cache: Option<CacheTable>,
     pub compression: Option<CompressionTable>,
     pub http2: Option<Http2Table>,
+    // --- traffic rules, request id, limits (issue 14) ---
+    #[serde(default)]
+    pub rules: Vec<RuleTable>,
+    pub request_id: Option<RequestIdTable>,
+    pub client_address: Option<ClientAddressTable>,
+    pub rate_limits: Option<Named<RateLimitTable>>,
+    pub concurrency_limits: Option<Named<ConcurrencyLimitTable>>,
+    pub client_connections: Option<ClientConnectionsTable>,
+    // --- end issue 14 ---
 }
 
 /// `[virtual_servers.NAME.limits]`
@@ -134,6 +147,10 @@ pub struct PoolTable {
     pub tls: Option<UpstreamTlsTable>,
     pub protocol: Option<String>,
     pub http2: Option<UpstreamHttp2Table>,
+    // --- consistent hashing and persistence (issue 14) ---
+    pub hash: Option<HashTable>,
+    pub persistence: Option<PersistenceTable>,
+    // --- end issue 14 ---
 }
 
 /// `[virtual_servers.NAME.tls]`
@@ -335,6 +352,14 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
 
             fn visit_i64<E: de::Error>(self, number: i64) -> Result<Self::Value, E> {
                 let value = T::deserialize(de::value::I64Deserializer::new(number))?;
+                Ok(OneOrMany {
+                    values: vec![value],
+                    array: false,
+                })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                let value = T::deserialize(de::value::MapAccessDeserializer::new(map))?;
                 Ok(OneOrMany {
                     values: vec![value],
                     array: false,

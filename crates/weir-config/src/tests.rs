@@ -71,7 +71,7 @@ fn unknown_key_is_named_with_the_valid_ones() {
         error.to_string(),
         "weir.toml:6: pools.web.algoritm: unknown key \"algoritm\" (did you mean \"algorithm\"?); \
          valid keys: algorithm, nodes, retries, fail_open, connections, timeouts, health, \
-         passive_health, tls, protocol, http2"
+         passive_health, tls, protocol, http2, hash, persistence"
     );
 }
 
@@ -173,7 +173,7 @@ fn multiple_errors_are_reported_at_once() {
     assert_eq!(
         error.to_string(),
         "weir.toml:3: virtual_servers.web.pool: unknown pool \"wbe\" (did you mean \"web\"?); defined pools: web\n\
-         weir.toml:6: pools.web.algorithm: invalid value \"fastest\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\"\n\
+         weir.toml:6: pools.web.algorithm: invalid value \"fastest\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\", \"consistent_hash\"\n\
          weir.toml:8: pools.web.nodes[0].address: invalid socket address \"10.0.0.1\": the port is missing; write it like \"10.0.0.1:8080\"\n\
          weir.toml:10: pools.web.nodes[2].address: invalid socket address \"10.0.0.1:99999\""
     );

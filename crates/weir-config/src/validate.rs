@@ -11,7 +11,11 @@ mod http;
 mod http2;
 mod pools;
 mod primitives;
+mod template;
 mod tls;
+mod traffic;
+mod traffic_actions;
+mod traffic_settings;
 mod values;
 
 use std::collections::HashMap;
@@ -278,6 +282,7 @@ impl Checker {
             ),
             cache,
             content,
+            traffic: self.traffic(path, table, pool_ids),
         }
     }
 
@@ -590,8 +595,11 @@ impl Checker {
         let mut loops = Vec::new();
         for (pool, address, path) in &self.nodes {
             let looping = servers.iter().find(|server| {
-                let uses_pool =
-                    server.default_pool == *pool || server.routes.iter().any(|r| r.pool == *pool);
+                let uses_pool = server.default_pool == *pool
+                    || server.routes.iter().any(|r| r.pool == *pool)
+                    || server.traffic.rules.iter().any(|rule| {
+                        rule.actions.terminal == Some(crate::model::Terminal::Pool(*pool))
+                    });
                 uses_pool
                     && server.listen.iter().any(|listen| {
                         listen == address
@@ -617,3 +625,5 @@ impl Checker {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod traffic_tests;

@@ -15,12 +15,14 @@ use weir_config::Algorithm;
 
 use crate::node::NodeState;
 
+mod consistent_hash;
 mod least_connections;
 mod perceptive;
 mod random;
 mod round_robin;
 mod weighted_round_robin;
 
+pub use consistent_hash::ConsistentHash;
 pub use least_connections::LeastConnections;
 pub use perceptive::Perceptive;
 pub use round_robin::RoundRobin;
@@ -43,6 +45,9 @@ pub fn for_algorithm(algorithm: Algorithm, nodes: &[Arc<NodeState>]) -> Box<dyn 
         }
         Algorithm::LeastConnections => Box::new(LeastConnections::new()),
         Algorithm::Perceptive => Box::new(Perceptive::new()),
+        // Keyed requests go through `Pool::select_by_key` and the pool's
+        // `ConsistentHash`; a request without a key is spread in turn.
+        Algorithm::ConsistentHash => Box::new(RoundRobin::new()),
     }
 }
 

@@ -10,6 +10,7 @@ pub mod connection;
 pub mod health;
 pub mod http2;
 pub mod node;
+pub mod persistence;
 pub mod pool;
 
 pub use balancer::Balancer;
@@ -18,4 +19,5 @@ pub use connection::{
 };
 pub use http2::{H2Node, H2Settings, StreamLease};
 pub use node::NodeState;
+pub use persistence::{Persistence, PersistenceKey};
 pub use pool::{Pool, Tried};

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use weir_core::ShutdownSignal;
 use weir_observe::{Metrics, PoolMetrics};
 
-use crate::balancer::{self, Balancer};
+use crate::balancer::{self, Balancer, ConsistentHash};
 use crate::connection::{ConnectionSettings, NodeConnections, UpstreamTls};
 use crate::health;
 use crate::http2::{H2Node, H2Settings};
@@ -27,6 +27,8 @@ pub struct Pool {
     pub http2: Vec<Arc<H2Node>>,
     pub metrics: PoolMetrics,
     balancer: Box<dyn Balancer>,
+    /// The ring of a `consistent_hash` pool (issue 14).
+    hashing: Option<ConsistentHash>,
 }
 
 /// Nodes already tried for one request (a pool has at most 64 nodes in play
@@ -105,6 +107,10 @@ impl Pool {
             .collect();
         let http2 = http2_nodes(config, &nodes, &settings, metrics, &pool_metrics);
         let balancer = balancer::for_algorithm(config.algorithm, &nodes);
+        let hashing = config
+            .hash
+            .as_ref()
+            .map(|hash| ConsistentHash::new(&nodes, hash.max_load));
         Arc::new(Pool {
             name: config.name.clone(),
             config: config.clone(),
@@ -113,6 +119,7 @@ impl Pool {
             http2,
             metrics: pool_metrics,
             balancer,
+            hashing,
         })
     }
 
@@ -127,6 +134,25 @@ impl Pool {
         if self.config.fail_open {
             let untried = |index: usize| !tried.contains(index);
             return self.balancer.pick(&self.nodes, &untried);
+        }
+        None
+    }
+
+    /// [`Pool::select`] for a request with a key (`weir_rules::request_key`
+    /// with the pool's `hash.key`, then `Key::stable_hash`): a consistent-hash
+    /// pool picks the key's node, any other pool ignores the key.
+    pub fn select_by_key(&self, tried: Tried, now: Instant, key: u64) -> Option<usize> {
+        let Some(ring) = &self.hashing else {
+            return self.select(tried, now);
+        };
+        let available =
+            |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
+        if let Some(index) = ring.pick_keyed(&self.nodes, &available, key) {
+            return Some(index);
+        }
+        if self.config.fail_open {
+            let untried = |index: usize| !tried.contains(index);
+            return ring.pick_keyed(&self.nodes, &untried, key);
         }
         None
     }

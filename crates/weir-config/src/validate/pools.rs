@@ -33,6 +33,7 @@ impl Checker {
                 ("weighted_round_robin", Algorithm::WeightedRoundRobin),
                 ("least_connections", Algorithm::LeastConnections),
                 ("perceptive", Algorithm::Perceptive),
+                ("consistent_hash", Algorithm::ConsistentHash),
             ],
         );
         Pool {
@@ -64,6 +65,11 @@ impl Checker {
                 table.tls.is_some(),
             ),
             http2: self.upstream_http2(&path.key("http2"), table.http2.as_ref()),
+            hash: self.hash_settings(&path.key("hash"), algorithm, table.hash.as_ref()),
+            persistence: table
+                .persistence
+                .as_ref()
+                .and_then(|table| self.persistence(&path.key("persistence"), table)),
         }
     }
 

@@ -507,7 +507,7 @@ fn choices() {
     assert_one_error(
         &file("", "algorithm = \"random\"", ""),
         "pools.web.algorithm",
-        "invalid value \"random\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\"",
+        "invalid value \"random\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\", \"consistent_hash\"",
     );
     for (name, algorithm) in [
         ("round_robin", Algorithm::RoundRobin),
@@ -936,7 +936,7 @@ nodes = []
         [
             "t.toml:2: runtime.threads: must be between 1 and 1024",
             "t.toml:5: virtual_servers.web.pool: unknown pool \"missing\"; defined pools: web",
-            "t.toml:7: pools.web.algorithm: invalid value \"fastest\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\"",
+            "t.toml:7: pools.web.algorithm: invalid value \"fastest\"; expected one of \"round_robin\", \"weighted_round_robin\", \"least_connections\", \"perceptive\", \"consistent_hash\"",
             "t.toml:8: pools.web.nodes: a pool needs at least one node, like nodes = [{ address = \"127.0.0.1:8081\" }]",
         ]
     );

@@ -218,9 +218,59 @@ pub(crate) fn server_name(text: &str) -> Result<(), String> {
     }
 }
 
+/// An IP network, `10.0.0.0/8` or `2001:db8::/32`, or one address (a /32 or /128).
+/// Host bits must be clear, so a mistyped prefix is caught.
+pub(crate) fn cidr(text: &str) -> Result<crate::model::Cidr, String> {
+    let network: crate::model::Cidr = text.parse()?;
+    let prefix = network.prefix();
+    let masked = match network.address() {
+        IpAddr::V4(v4) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V4((u32::from(v4) & mask).into())
+        }
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V6((u128::from(v6) & mask).into())
+        }
+    };
+    if masked != network.address() {
+        return Err(format!(
+            "\"{}\" has host bits set; did you mean \"{masked}/{prefix}\"?",
+            text.trim()
+        ));
+    }
+    Ok(network)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn networks() {
+        let network = cidr("10.0.0.0/8").unwrap();
+        assert!(network.contains("10.9.8.7".parse().unwrap()));
+        assert!(network.contains("::ffff:10.1.1.1".parse().unwrap()));
+        assert!(!network.contains("11.0.0.1".parse().unwrap()));
+        assert!(
+            cidr("0.0.0.0/0")
+                .unwrap()
+                .contains("8.8.8.8".parse().unwrap())
+        );
+        let one = cidr("192.0.2.1").unwrap();
+        assert_eq!(one.prefix(), 32);
+        assert!(!one.contains("192.0.2.2".parse().unwrap()));
+        let v6 = cidr("2001:db8::/32").unwrap();
+        assert!(v6.contains("2001:db8:1::5".parse().unwrap()));
+        assert!(!v6.contains("10.0.0.1".parse().unwrap()));
+        assert!(
+            cidr("10.1.0.0/8")
+                .unwrap_err()
+                .contains("did you mean \"10.0.0.0/8\"")
+        );
+        assert!(cidr("10.0.0.0/33").is_err());
+        assert!(cidr("example.com").is_err());
+    }
 
     #[test]
     fn socket_addresses() {

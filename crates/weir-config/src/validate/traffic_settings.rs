@@ -1,0 +1,462 @@
+//! Issue 14's settings besides the rules: named rate and concurrency limits,
+//! per-client connections, the request id, where the client address comes
+//! from, and a pool's consistent-hash key and session persistence.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use super::{Checker, Zero, values};
+use crate::defaults;
+use crate::error::KeyPath;
+use crate::model::{
+    Algorithm, ClientAddressSource, ClientConnectionLimit, ConcurrencyLimit, HashSettings,
+    InsertedCookie, KeySource, Persistence, PersistenceMode, RateLimit, RequestIdSettings,
+};
+use crate::schema::{
+    ClientAddressTable, ClientConnectionsTable, ConcurrencyLimitTable, HashTable, Named,
+    PersistenceTable, RateLimitTable, RequestIdTable,
+};
+
+/// Shortest secret accepted for signing persistence cookies.
+const MIN_KEY_BYTES: usize = 16;
+
+impl Checker {
+    pub(super) fn rate_limits(
+        &mut self,
+        path: &KeyPath,
+        tables: Option<&Named<RateLimitTable>>,
+    ) -> Vec<RateLimit> {
+        let Some(tables) = tables else {
+            return Vec::new();
+        };
+        let mut limits = Vec::new();
+        for (name, table) in &tables.0 {
+            let at = path.key(name);
+            self.name(&at, name);
+            let key = match &table.key {
+                None => KeySource::ClientAddress,
+                Some(text) => self.key_source(&at.key("key"), text, true),
+            };
+            let Some(rate) = table.rate else {
+                self.report(
+                    &at.key("rate"),
+                    "missing required key: requests allowed per `per`",
+                );
+                continue;
+            };
+            let rate = self.nonzero(
+                &at.key("rate"),
+                Some(rate),
+                NonZeroU32::MIN,
+                1..=1_000_000_000,
+            );
+            let per = self.duration(
+                &at.key("per"),
+                table.per.as_ref(),
+                defaults::RATE_LIMIT_PER,
+                Zero::Rejected,
+            );
+            if per.as_nanos() < u128::from(rate.get()) {
+                self.report(&at.key("rate"), "more than one request per nanosecond");
+            }
+            limits.push(RateLimit {
+                name: name.clone(),
+                key,
+                rate,
+                per,
+                burst: self.nonzero(&at.key("burst"), table.burst, rate, 1..=1_000_000_000),
+                max_keys: self.nonzero(
+                    &at.key("max_keys"),
+                    table.max_keys,
+                    NonZeroU32::new(defaults::RATE_LIMIT_MAX_KEYS).unwrap_or(NonZeroU32::MIN),
+                    1..=100_000_000,
+                ),
+                status: table.status.map_or(defaults::RATE_LIMIT_STATUS, |code| {
+                    self.status(&at.key("status"), code, 400..=599)
+                }),
+            });
+        }
+        limits
+    }
+
+    pub(super) fn concurrency_limits(
+        &mut self,
+        path: &KeyPath,
+        tables: Option<&Named<ConcurrencyLimitTable>>,
+    ) -> Vec<ConcurrencyLimit> {
+        let Some(tables) = tables else {
+            return Vec::new();
+        };
+        let mut limits = Vec::new();
+        for (name, table) in &tables.0 {
+            let at = path.key(name);
+            self.name(&at, name);
+            let Some(max) = table.max else {
+                self.report(
+                    &at.key("max"),
+                    "missing required key: requests in progress at once",
+                );
+                continue;
+            };
+            limits.push(ConcurrencyLimit {
+                name: name.clone(),
+                max: self.nonzero(&at.key("max"), Some(max), NonZeroU32::MIN, 1..=u32::MAX),
+                status: table
+                    .status
+                    .map_or(defaults::CONCURRENCY_LIMIT_STATUS, |code| {
+                        self.status(&at.key("status"), code, 400..=599)
+                    }),
+                retry_after: self.retry_after(&at.key("retry_after"), table.retry_after.as_ref()),
+            });
+        }
+        limits
+    }
+
+    pub(super) fn client_connections(
+        &mut self,
+        path: &KeyPath,
+        table: &ClientConnectionsTable,
+    ) -> ClientConnectionLimit {
+        if table.max.is_none() {
+            self.report(
+                &path.key("max"),
+                "missing required key: connections per client address",
+            );
+        }
+        ClientConnectionLimit {
+            max: self.nonzero(&path.key("max"), table.max, NonZeroU32::MIN, 1..=u32::MAX),
+            retry_after: self.retry_after(&path.key("retry_after"), table.retry_after.as_ref()),
+        }
+    }
+
+    fn retry_after(
+        &mut self,
+        path: &KeyPath,
+        value: Option<&crate::schema::DurationText>,
+    ) -> Duration {
+        let duration = self.duration(path, value, defaults::LIMIT_RETRY_AFTER, Zero::Rejected);
+        if duration < Duration::from_secs(1) {
+            self.report(
+                path,
+                "Retry-After counts whole seconds: use at least \"1s\"",
+            );
+        }
+        duration
+    }
+
+    pub(super) fn request_id(
+        &mut self,
+        path: &KeyPath,
+        table: Option<&RequestIdTable>,
+    ) -> RequestIdSettings {
+        let Some(table) = table else {
+            return RequestIdSettings::default();
+        };
+        let header = match &table.header {
+            Some(name) if values::is_token(name) => name.clone(),
+            Some(name) => {
+                self.report(
+                    &path.key("header"),
+                    format!("\"{name}\" is not a valid header name"),
+                );
+                defaults::REQUEST_ID_HEADER.to_owned()
+            }
+            None => defaults::REQUEST_ID_HEADER.to_owned(),
+        };
+        RequestIdSettings {
+            enabled: table.enabled.unwrap_or(defaults::REQUEST_ID_ENABLED),
+            header,
+            trust_incoming: table
+                .trust_incoming
+                .unwrap_or(defaults::REQUEST_ID_TRUST_INCOMING),
+            to_client: table.to_client.unwrap_or(defaults::REQUEST_ID_TO_CLIENT),
+        }
+    }
+
+    pub(super) fn client_address(
+        &mut self,
+        path: &KeyPath,
+        table: Option<&ClientAddressTable>,
+    ) -> ClientAddressSource {
+        let Some(table) = table else {
+            return ClientAddressSource::default();
+        };
+        let trusted_proxies = match &table.trusted_proxies {
+            Some(list) => self.each(&path.key("trusted_proxies"), list, values::cidr),
+            None => Vec::new(),
+        };
+        let header = match &table.header {
+            Some(name) if !values::is_token(name) => {
+                self.report(
+                    &path.key("header"),
+                    format!("\"{name}\" is not a valid header name"),
+                );
+                None
+            }
+            Some(_) if table.trusted_proxies.is_none() => {
+                self.report(
+                    &path.key("trusted_proxies"),
+                    "missing required key: a forwarding header is only believed from the \
+                     proxies listed here (anyone else could forge it)",
+                );
+                None
+            }
+            Some(name) => Some(name.to_ascii_lowercase()),
+            None => None,
+        };
+        if header.is_none() && table.header.is_none() && table.trusted_proxies.is_some() {
+            self.report(
+                &path.key("header"),
+                "missing required key: the header trusted proxies set, such as \"X-Forwarded-For\"",
+            );
+        }
+        ClientAddressSource {
+            header,
+            trusted_proxies,
+        }
+    }
+
+    /// `client_address`, `uri`, `path`, `route`, `header:NAME`, `cookie:NAME`, `query:NAME`.
+    pub(super) fn key_source(
+        &mut self,
+        path: &KeyPath,
+        text: &str,
+        route_allowed: bool,
+    ) -> KeySource {
+        let source = match text.trim().split_once(':') {
+            None => match text.trim() {
+                "client_address" => Some(KeySource::ClientAddress),
+                "uri" => Some(KeySource::Uri),
+                "path" => Some(KeySource::Path),
+                "route" if route_allowed => Some(KeySource::Route),
+                _ => None,
+            },
+            Some(("header", name)) if values::is_token(name) => {
+                Some(KeySource::Header(name.to_ascii_lowercase()))
+            }
+            Some(("cookie", name)) if !name.is_empty() => Some(KeySource::Cookie(name.to_owned())),
+            Some(("query", name)) if !name.is_empty() => {
+                Some(KeySource::QueryParam(name.to_owned()))
+            }
+            Some(_) => None,
+        };
+        source.unwrap_or_else(|| {
+            let route = if route_allowed { ", \"route\"" } else { "" };
+            self.report(
+                path,
+                format!(
+                    "invalid key \"{text}\"; expected \"client_address\", \"uri\", \"path\"{route}, \
+                     \"header:NAME\", \"cookie:NAME\" or \"query:NAME\""
+                ),
+            );
+            KeySource::ClientAddress
+        })
+    }
+
+    /// `[pools.NAME.hash]`, which goes with `algorithm = "consistent_hash"`.
+    pub(super) fn hash_settings(
+        &mut self,
+        path: &KeyPath,
+        algorithm: Algorithm,
+        table: Option<&HashTable>,
+    ) -> Option<HashSettings> {
+        if algorithm != Algorithm::ConsistentHash {
+            if table.is_some() {
+                self.report(path, "a hash table needs algorithm = \"consistent_hash\"");
+            }
+            return None;
+        }
+        let Some(table) = table else {
+            return Some(HashSettings {
+                key: KeySource::ClientAddress,
+                max_load: defaults::HASH_MAX_LOAD,
+            });
+        };
+        let key = match &table.key {
+            Some(text) => self.key_source(&path.key("key"), text, false),
+            None => KeySource::ClientAddress,
+        };
+        let max_load = match table.max_load {
+            None => defaults::HASH_MAX_LOAD,
+            Some(value) if (1.0..=100.0).contains(&value.0) => value.0,
+            Some(_) => {
+                self.report(&path.key("max_load"), "must be between 1.0 and 100.0");
+                defaults::HASH_MAX_LOAD
+            }
+        };
+        Some(HashSettings { key, max_load })
+    }
+
+    pub(super) fn persistence(
+        &mut self,
+        path: &KeyPath,
+        table: &PersistenceTable,
+    ) -> Option<Persistence> {
+        let kind = table.kind.as_deref().map(str::trim);
+        let mode = match kind {
+            Some("cookie") => PersistenceMode::Cookie(self.inserted_cookie(path, table)),
+            Some("client_address") => PersistenceMode::ClientAddress,
+            Some("app_cookie") => match table.cookie.as_deref() {
+                Some(name) if values::is_token(name) => PersistenceMode::AppCookie(name.to_owned()),
+                _ => {
+                    self.report(
+                        &path.key("cookie"),
+                        "app_cookie needs cookie = the application's cookie name",
+                    );
+                    return None;
+                }
+            },
+            Some("app_header") => match table.header.as_deref() {
+                Some(name) if values::is_token(name) => {
+                    PersistenceMode::AppHeader(name.to_ascii_lowercase())
+                }
+                _ => {
+                    self.report(
+                        &path.key("header"),
+                        "app_header needs header = the application's header name",
+                    );
+                    return None;
+                }
+            },
+            None => {
+                self.report(&path.key("type"), "missing required key: \"cookie\", \"client_address\", \"app_cookie\" or \"app_header\"");
+                return None;
+            }
+            Some(other) => {
+                self.report(&path.key("type"), format!("unknown persistence type \"{other}\"; expected \"cookie\", \"client_address\", \"app_cookie\" or \"app_header\""));
+                return None;
+            }
+        };
+        self.persistence_keys_fit(path, table, &mode);
+        let key = table.key.as_ref().and_then(|key| {
+            if key.len() < MIN_KEY_BYTES {
+                self.report(
+                    &path.key("key"),
+                    format!("a signing key needs at least {MIN_KEY_BYTES} bytes"),
+                );
+                None
+            } else {
+                Some(key.as_bytes().to_vec())
+            }
+        });
+        Some(Persistence {
+            mode,
+            key,
+            timeout: self.duration(
+                &path.key("timeout"),
+                table.timeout.as_ref(),
+                defaults::PERSISTENCE_TIMEOUT,
+                Zero::Rejected,
+            ),
+            max_entries: self.nonzero(
+                &path.key("max_entries"),
+                table.max_entries,
+                NonZeroU32::new(defaults::PERSISTENCE_MAX_ENTRIES).unwrap_or(NonZeroU32::MIN),
+                1..=100_000_000,
+            ),
+        })
+    }
+
+    fn inserted_cookie(&mut self, path: &KeyPath, table: &PersistenceTable) -> InsertedCookie {
+        let name = match table.cookie.as_deref() {
+            None => defaults::PERSISTENCE_COOKIE.to_owned(),
+            Some(name) if values::is_token(name) => name.to_owned(),
+            Some(name) => {
+                self.report(
+                    &path.key("cookie"),
+                    format!("\"{name}\" is not a valid cookie name"),
+                );
+                defaults::PERSISTENCE_COOKIE.to_owned()
+            }
+        };
+        let attribute_ok = |text: &str| {
+            !text.is_empty()
+                && text
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b';' && b != b',')
+        };
+        let cookie_path = match table.path.as_deref() {
+            None => defaults::PERSISTENCE_PATH.to_owned(),
+            Some(text) if text.starts_with('/') && attribute_ok(text) => text.to_owned(),
+            Some(text) => {
+                self.report(&path.key("path"), format!("invalid cookie path \"{text}\""));
+                defaults::PERSISTENCE_PATH.to_owned()
+            }
+        };
+        let domain = table.domain.as_deref().and_then(|text| {
+            if attribute_ok(text) {
+                Some(text.to_owned())
+            } else {
+                self.report(
+                    &path.key("domain"),
+                    format!("invalid cookie domain \"{text}\""),
+                );
+                None
+            }
+        });
+        InsertedCookie {
+            name,
+            secure: table.secure,
+            http_only: table.http_only.unwrap_or(defaults::PERSISTENCE_HTTP_ONLY),
+            path: cookie_path,
+            domain,
+            max_age: table.max_age.as_ref().map(|max_age| {
+                self.duration(
+                    &path.key("max_age"),
+                    Some(max_age),
+                    defaults::PERSISTENCE_TIMEOUT,
+                    Zero::Rejected,
+                )
+            }),
+        }
+    }
+
+    /// Keys that belong to another persistence type are mistakes, not no-ops.
+    fn persistence_keys_fit(
+        &mut self,
+        path: &KeyPath,
+        table: &PersistenceTable,
+        mode: &PersistenceMode,
+    ) {
+        let cookie_only = [
+            ("secure", table.secure.is_some()),
+            ("http_only", table.http_only.is_some()),
+            ("path", table.path.is_some()),
+            ("domain", table.domain.is_some()),
+            ("max_age", table.max_age.is_some()),
+            ("key", table.key.is_some()),
+        ];
+        let learned_only = [
+            ("timeout", table.timeout.is_some()),
+            ("max_entries", table.max_entries.is_some()),
+        ];
+        let (inserted, cookie_named, header_named) = match mode {
+            PersistenceMode::Cookie(_) => (true, true, false),
+            PersistenceMode::ClientAddress => (false, false, false),
+            PersistenceMode::AppCookie(_) => (false, true, false),
+            PersistenceMode::AppHeader(_) => (false, false, true),
+        };
+        let mut misplaced: Vec<&str> = Vec::new();
+        misplaced.extend(
+            cookie_only
+                .iter()
+                .filter(|(_, set)| *set && !inserted)
+                .map(|(key, _)| *key),
+        );
+        misplaced.extend(
+            learned_only
+                .iter()
+                .filter(|(_, set)| *set && inserted)
+                .map(|(key, _)| *key),
+        );
+        if table.cookie.is_some() && !cookie_named {
+            misplaced.push("cookie");
+        }
+        if table.header.is_some() && !header_named {
+            misplaced.push("header");
+        }
+        for key in misplaced {
+            self.report(&path.key(key), "does not apply to this persistence type");
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The client address rules and limits see. By default the connection's peer
+//! (or its PROXY-protocol address, which the pipeline passes as the peer);
+//! behind trusted proxies, the address they report in a forwarding header.
+
+use std::net::IpAddr;
+
+use weir_config::{ClientAddressSource, canonical};
+use weir_http::RequestHead;
+
+/// The client address for a request from `peer`.
+///
+/// When `peer` is a trusted proxy, the header's addresses are read from the
+/// right (the hop nearest to weir) and the first one that is not itself a
+/// trusted proxy is the client. An entry that does not parse ends the walk at
+/// the last address that did; when every entry is trusted, the leftmost is
+/// the client. A peer that is not trusted is the client whatever it sends.
+pub fn client_address(source: &ClientAddressSource, peer: IpAddr, head: &RequestHead) -> IpAddr {
+    let peer = canonical(peer);
+    let Some(header) = source.header.as_deref() else {
+        return peer;
+    };
+    let trusted = |address: IpAddr| source.trusted_proxies.iter().any(|n| n.contains(address));
+    if !trusted(peer) {
+        return peer;
+    }
+    let fields: Vec<&[u8]> = head
+        .headers()
+        .filter(|(name, _)| name.eq_ignore_ascii_case(header.as_bytes()))
+        .map(|(_, value)| value)
+        .collect();
+    let mut client = peer;
+    for entry in fields
+        .iter()
+        .rev()
+        .flat_map(|value| value.rsplit(|&b| b == b','))
+    {
+        let Some(address) = parse_entry(entry.trim_ascii()) else {
+            return client;
+        };
+        client = canonical(address);
+        if !trusted(client) {
+            return client;
+        }
+    }
+    client
+}
+
+/// `192.0.2.1`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:443` or `192.0.2.1:443`.
+fn parse_entry(entry: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(entry).ok()?;
+    if let Ok(address) = text.parse() {
+        return Some(address);
+    }
+    if let Some(rest) = text.strip_prefix('[') {
+        return rest.split_once(']')?.0.parse().ok();
+    }
+    let (address, port) = text.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    address.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::head;
+    use weir_config::Cidr;
+
+    fn source() -> ClientAddressSource {
+        ClientAddressSource {
+            header: Some("x-forwarded-for".into()),
+            trusted_proxies: vec![
+                "10.0.0.0/8".parse::<Cidr>().unwrap(),
+                "192.168.1.1".parse::<Cidr>().unwrap(),
+            ],
+        }
+    }
+
+    fn from(peer: &str, headers: &str) -> IpAddr {
+        let request = head(&format!("GET / HTTP/1.1\r\nHost: a\r\n{headers}\r\n"));
+        client_address(&source(), peer.parse().unwrap(), &request)
+    }
+
+    #[test]
+    fn the_first_untrusted_hop_from_the_right() {
+        let xff = "X-Forwarded-For: 1.1.1.1, 203.0.113.9, 10.1.1.1\r\n";
+        assert_eq!(
+            from("10.0.0.2", xff),
+            "203.0.113.9".parse::<IpAddr>().unwrap()
+        );
+        // Fields are read in order, as if joined with commas.
+        let split = "X-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 203.0.113.9, 192.168.1.1\r\n";
+        assert_eq!(
+            from("10.0.0.2", split),
+            "203.0.113.9".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            from("::ffff:10.0.0.2", "X-Forwarded-For: [2001:db8::7]:443\r\n"),
+            "2001:db8::7".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn untrusted_peers_and_broken_headers() {
+        let xff = "X-Forwarded-For: 203.0.113.9\r\n";
+        assert_eq!(
+            from("198.51.100.1", xff),
+            "198.51.100.1".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(from("10.0.0.2", ""), "10.0.0.2".parse::<IpAddr>().unwrap());
+        let garbage = "X-Forwarded-For: 203.0.113.9, nonsense, 10.0.0.3\r\n";
+        assert_eq!(
+            from("10.0.0.2", garbage),
+            "10.0.0.3".parse::<IpAddr>().unwrap()
+        );
+        let all_trusted = "X-Forwarded-For: 10.0.0.5, 10.0.0.3\r\n";
+        assert_eq!(
+            from("10.0.0.2", all_trusted),
+            "10.0.0.5".parse::<IpAddr>().unwrap()
+        );
+        let plain = ClientAddressSource::default();
+        let request = head(&format!("GET / HTTP/1.1\r\nHost: a\r\n{xff}\r\n"));
+        let peer: IpAddr = "10.0.0.2".parse().unwrap();
+        assert_eq!(client_address(&plain, peer, &request), peer);
+    }
+}

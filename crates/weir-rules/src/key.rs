@@ -1,0 +1,152 @@
+//! Keys taken from a request for rate limits and consistent hashing: the
+//! client address, the URI or path, a header, a cookie or a query parameter.
+//! A request without the named field is keyed by its client address.
+
+use std::hash::Hasher;
+use std::net::IpAddr;
+
+use weir_config::KeySource;
+use weir_http::RequestHead;
+
+use crate::request;
+
+/// A request's key, borrowed from its head (no allocation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key<'a> {
+    Bytes(&'a [u8]),
+    Address(IpAddr),
+    /// `route`: one key for every request.
+    Constant,
+}
+
+/// The key `source` names in this request from `client`.
+pub fn request_key<'h>(source: &KeySource, head: &'h RequestHead, client: IpAddr) -> Key<'h> {
+    let field = match source {
+        KeySource::ClientAddress => None,
+        KeySource::Route => return Key::Constant,
+        KeySource::Uri => Some(request::uri(head)),
+        KeySource::Path => Some(head.path()),
+        KeySource::Header(name) => head.header(name),
+        KeySource::Cookie(name) => request::cookie(head, name),
+        KeySource::QueryParam(name) => request::query_param(head, name),
+    };
+    match field {
+        Some(bytes) => Key::Bytes(bytes),
+        None => Key::Address(weir_config::canonical(client)),
+    }
+}
+
+impl Key<'_> {
+    /// Feeds the key to `hasher`; the kinds are told apart so an address and
+    /// a header that spells the same bytes do not collide.
+    pub fn hash_into<H: Hasher>(&self, hasher: &mut H) {
+        match self {
+            Key::Bytes(bytes) => {
+                hasher.write_u8(1);
+                hasher.write(bytes);
+            }
+            Key::Address(IpAddr::V4(v4)) => {
+                hasher.write_u8(2);
+                hasher.write(&v4.octets());
+            }
+            Key::Address(IpAddr::V6(v6)) => {
+                hasher.write_u8(3);
+                hasher.write(&v6.octets());
+            }
+            Key::Constant => hasher.write_u8(4),
+        }
+    }
+
+    /// A hash that is the same in every process and build (MurmurHash64A),
+    /// so several weir instances hash a key to the same node.
+    pub fn stable_hash(&self) -> u64 {
+        match self {
+            Key::Bytes(bytes) => stable_hash(bytes, 1),
+            Key::Address(IpAddr::V4(v4)) => stable_hash(&v4.octets(), 2),
+            Key::Address(IpAddr::V6(v6)) => stable_hash(&v6.octets(), 3),
+            Key::Constant => stable_hash(b"", 4),
+        }
+    }
+}
+
+/// MurmurHash64A of `bytes` with `seed`: fast on short keys, well mixed, and
+/// fixed (unlike std's hasher, whose algorithm may change between releases).
+pub fn stable_hash(bytes: &[u8], seed: u64) -> u64 {
+    const M: u64 = 0xc6a4_a793_5bd1_e995;
+    const R: u32 = 47;
+    let mut hash = seed ^ (bytes.len() as u64).wrapping_mul(M);
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+        word = word.wrapping_mul(M);
+        word ^= word >> R;
+        word = word.wrapping_mul(M);
+        hash ^= word;
+        hash = hash.wrapping_mul(M);
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        let mut word = 0u64;
+        for (index, &byte) in tail.iter().enumerate() {
+            word |= u64::from(byte) << (8 * index);
+        }
+        hash ^= word;
+        hash = hash.wrapping_mul(M);
+    }
+    hash ^= hash >> R;
+    hash = hash.wrapping_mul(M);
+    hash ^= hash >> R;
+    hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::head;
+
+    #[test]
+    fn keys_from_each_source_and_the_fallback() {
+        let request =
+            head("GET /p?id=7 HTTP/1.1\r\nHost: a\r\nX-Api-Key: k1\r\nCookie: sid=s1\r\n\r\n");
+        let client: IpAddr = "192.0.2.1".parse().unwrap();
+        let key = |source: KeySource| request_key(&source, &request, client);
+        assert_eq!(key(KeySource::ClientAddress), Key::Address(client));
+        assert_eq!(key(KeySource::Uri), Key::Bytes(b"/p?id=7"));
+        assert_eq!(key(KeySource::Path), Key::Bytes(b"/p"));
+        assert_eq!(
+            key(KeySource::Header("x-api-key".into())),
+            Key::Bytes(b"k1")
+        );
+        assert_eq!(key(KeySource::Cookie("sid".into())), Key::Bytes(b"s1"));
+        assert_eq!(key(KeySource::QueryParam("id".into())), Key::Bytes(b"7"));
+        assert_eq!(key(KeySource::Route), Key::Constant);
+        assert_eq!(
+            key(KeySource::Header("x-missing".into())),
+            Key::Address(client)
+        );
+    }
+
+    #[test]
+    fn the_stable_hash_is_fixed_and_spreads() {
+        // Pinned values: a change here would move every hashed key to another node.
+        // (Values from an independent MurmurHash64A implementation.)
+        assert_eq!(stable_hash(b"", 0), 0);
+        assert_eq!(stable_hash(b"hello", 0), 0x1e68_d17c_457b_f117);
+        assert_eq!(stable_hash(b"/object/1", 1), 0xe98e_bb24_d17d_de5f);
+        assert_ne!(stable_hash(b"hello", 0), stable_hash(b"hello", 1));
+        assert_ne!(
+            Key::Bytes(b"a").stable_hash(),
+            Key::Bytes(b"b").stable_hash()
+        );
+        // Sequential keys fill 16 buckets evenly (each within 10 % of its share).
+        let mut buckets = [0u32; 16];
+        for index in 0..16_000u32 {
+            let key = format!("/item/{index}");
+            buckets[(stable_hash(key.as_bytes(), 1) >> 60) as usize] += 1;
+        }
+        assert!(
+            buckets.iter().all(|&count| (900..=1100).contains(&count)),
+            "{buckets:?}"
+        );
+    }
+}

@@ -1,0 +1,149 @@
+//! Service protection: request rate per key, requests in progress per limit,
+//! connections per client address. Each answers with a [`Refusal`] (status
+//! and `Retry-After`) the pipeline turns into a response.
+//!
+//! State is shared by every thread and survives a reload: [`TrafficLimits::new`]
+//! takes the previous generation's limits and keeps each limiter whose
+//! configuration did not change.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weir_config::Traffic;
+use weir_http::RequestHead;
+
+use crate::decision::Decision;
+use crate::key::request_key;
+
+mod concurrency;
+mod connections;
+mod rate;
+
+pub use concurrency::{ConcurrencyLimiter, ConcurrencyPermit, ConcurrencyPermits};
+pub use connections::{ConnectionLimiter, ConnectionPermit};
+pub use rate::RateLimiter;
+
+/// A request or connection past a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// 429 for rates, 503 for concurrency and connections (configurable).
+    pub status: u16,
+    /// When the client may try again.
+    pub retry_after: Duration,
+}
+
+impl Refusal {
+    pub(crate) fn new(status: u16, wait_nanos: u64) -> Refusal {
+        Refusal {
+            status,
+            retry_after: Duration::from_nanos(wait_nanos),
+        }
+    }
+
+    /// The `Retry-After` value: whole seconds, rounded up, at least 1.
+    pub fn retry_after_seconds(&self) -> u64 {
+        self.retry_after.as_nanos().div_ceil(1_000_000_000).max(1) as u64
+    }
+}
+
+/// A virtual server's limiters.
+#[derive(Debug, Default)]
+pub struct TrafficLimits {
+    /// In the order of the configured `rate_limits` (the indexes rules use).
+    pub rates: Vec<Arc<RateLimiter>>,
+    pub concurrency: Vec<Arc<ConcurrencyLimiter>>,
+    pub connections: Option<Arc<ConnectionLimiter>>,
+}
+
+impl TrafficLimits {
+    /// Builds the limiters for `traffic`, keeping those of `previous` (the
+    /// last generation of the same virtual server) whose settings are equal,
+    /// so buckets and counts carry over a reload. `epoch` is the clock's zero
+    /// for rate limiters (one `Instant` for the whole process).
+    pub fn new(
+        traffic: &Traffic,
+        previous: Option<&TrafficLimits>,
+        epoch: Instant,
+    ) -> TrafficLimits {
+        let rates = traffic
+            .rate_limits
+            .iter()
+            .map(|config| {
+                previous
+                    .and_then(|old| old.rates.iter().find(|limiter| limiter.config() == config))
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(RateLimiter::new(config, epoch)))
+            })
+            .collect();
+        let concurrency = traffic
+            .concurrency_limits
+            .iter()
+            .map(|config| {
+                previous
+                    .and_then(|old| {
+                        old.concurrency
+                            .iter()
+                            .find(|limiter| limiter.config() == config)
+                    })
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(ConcurrencyLimiter::new(config)))
+            })
+            .collect();
+        let connections = traffic.client_connections.as_ref().map(|config| {
+            previous
+                .and_then(|old| old.connections.as_ref())
+                .filter(|limiter| limiter.config() == config)
+                .cloned()
+                .unwrap_or_else(|| Arc::new(ConnectionLimiter::new(config)))
+        });
+        TrafficLimits {
+            rates,
+            concurrency,
+            connections,
+        }
+    }
+
+    /// Counts the request against every rate limit the decision names, in
+    /// order; the first refusal is the answer (earlier limits have counted it).
+    pub fn check_rates(
+        &self,
+        decision: &Decision,
+        head: &RequestHead,
+        client: IpAddr,
+        now: Instant,
+    ) -> Result<(), Refusal> {
+        for &index in &decision.rate_limits {
+            let Some(limiter) = self.rates.get(index) else {
+                continue;
+            };
+            limiter.check(request_key(&limiter.config().key, head, client), now)?;
+        }
+        Ok(())
+    }
+
+    /// Takes a slot in every concurrency limit the decision names; the
+    /// permits free them when dropped (at the end of the request). All or
+    /// nothing: on a refusal the slots already taken are freed.
+    pub fn acquire_concurrency(&self, decision: &Decision) -> Result<ConcurrencyPermits, Refusal> {
+        let mut permits = ConcurrencyPermits::default();
+        for &index in &decision.concurrency_limits {
+            if let Some(limiter) = self.concurrency.get(index) {
+                permits.push(limiter.acquire()?);
+            }
+        }
+        Ok(permits)
+    }
+
+    /// Admits a connection from `client` (held until the permit drops);
+    /// `Ok(None)` when connections per client are not limited.
+    pub fn admit_connection(&self, client: IpAddr) -> Result<Option<ConnectionPermit>, Refusal> {
+        match &self.connections {
+            Some(limiter) => limiter.admit(client).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,125 @@
+//! The token bucket on a simulated clock: bursts, the steady rate over many
+//! keys, recovery, and the bound on keys.
+
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use weir_config::{KeySource, RateLimit};
+
+use super::*;
+
+fn limit(rate: u32, per: Duration, burst: u32, max_keys: u32) -> RateLimit {
+    RateLimit {
+        name: "t".into(),
+        key: KeySource::ClientAddress,
+        rate: NonZeroU32::new(rate).unwrap(),
+        per,
+        burst: NonZeroU32::new(burst).unwrap(),
+        max_keys: NonZeroU32::new(max_keys).unwrap(),
+        status: 429,
+    }
+}
+
+fn key(index: u32) -> [u8; 4] {
+    index.to_be_bytes()
+}
+
+#[test]
+fn a_burst_then_the_steady_rate_then_recovery() {
+    let start = Instant::now();
+    let limiter = RateLimiter::new(&limit(10, Duration::from_secs(1), 5, 1000), start);
+    let k = key(1);
+    for _ in 0..5 {
+        assert!(limiter.check(Key::Bytes(&k), start).is_ok());
+    }
+    let refusal = limiter.check(Key::Bytes(&k), start).unwrap_err();
+    assert_eq!(refusal.status, 429);
+    assert_eq!(refusal.retry_after, Duration::from_millis(100));
+    assert_eq!(refusal.retry_after_seconds(), 1);
+    // Another key is not affected.
+    assert!(limiter.check(Key::Bytes(&key(2)), start).is_ok());
+    // One interval later exactly one more request fits.
+    let later = start + Duration::from_millis(100);
+    assert!(limiter.check(Key::Bytes(&k), later).is_ok());
+    assert!(limiter.check(Key::Bytes(&k), later).is_err());
+    // After a full refill (burst × interval) the whole burst is back.
+    let rested = later + Duration::from_millis(500);
+    for _ in 0..5 {
+        assert!(limiter.check(Key::Bytes(&k), rested).is_ok());
+    }
+    assert!(limiter.check(Key::Bytes(&k), rested).is_err());
+}
+
+#[test]
+fn ten_thousand_keys_each_get_the_configured_rate_within_one_percent() {
+    // 10,000 clients each send 2.5× their rate (50/s against 20/s, burst 5)
+    // for 10 simulated seconds, interleaved as they would arrive.
+    const KEYS: u32 = 10_000;
+    const RATE: u32 = 20;
+    const BURST: u32 = 5;
+    let start = Instant::now();
+    let limiter = RateLimiter::new(&limit(RATE, Duration::from_secs(1), BURST, 20_000), start);
+    let seconds = 10u64;
+    let sends_per_key = 50 * seconds;
+    let step = Duration::from_secs(seconds) / sends_per_key as u32;
+    let mut admitted = vec![0u32; KEYS as usize];
+    for send in 0..sends_per_key {
+        let now = start + step * send as u32;
+        for index in 0..KEYS {
+            if limiter.check(Key::Bytes(&key(index)), now).is_ok() {
+                admitted[index as usize] += 1;
+            }
+        }
+    }
+    // Over the run a key may send its burst plus RATE per second.
+    let allowed = f64::from(BURST) + f64::from(RATE) * seconds as f64;
+    for (index, &count) in admitted.iter().enumerate() {
+        let error = (f64::from(count) - allowed).abs() / allowed;
+        assert!(
+            error <= 0.01,
+            "key {index}: {count} admitted, {allowed} allowed"
+        );
+    }
+    let steady: f64 = admitted.iter().map(|&c| f64::from(c - BURST)).sum::<f64>()
+        / f64::from(KEYS)
+        / seconds as f64;
+    println!("admitted rate per key after the burst: {steady:.2}/s (configured {RATE}/s)");
+    assert!((steady - f64::from(RATE)).abs() / f64::from(RATE) <= 0.01);
+    assert_eq!(limiter.len(), KEYS as usize);
+}
+
+#[test]
+fn keys_expire_and_the_table_stays_bounded() {
+    let start = Instant::now();
+    let limiter = RateLimiter::new(&limit(10, Duration::from_secs(1), 10, 5_000), start);
+    // A flood of 50,000 distinct keys never holds more than max_keys.
+    for index in 0..50_000 {
+        let now = start + Duration::from_micros(index);
+        assert!(limiter.check(Key::Bytes(&key(index as u32)), now).is_ok());
+        assert!(limiter.len() <= 5_000 + 64, "at {index}: {}", limiter.len());
+    }
+    // Once every bucket is full again, a sweep forgets them all.
+    limiter.sweep(start + Duration::from_secs(3));
+    assert_eq!(limiter.len(), 0);
+    // A key that keeps sending is not evicted by its own traffic.
+    let busy = key(u32::MAX);
+    let now = start + Duration::from_secs(4);
+    for _ in 0..10 {
+        assert!(limiter.check(Key::Bytes(&busy), now).is_ok());
+    }
+    assert!(limiter.check(Key::Bytes(&busy), now).is_err());
+}
+
+#[test]
+fn keys_are_swept_as_time_passes() {
+    let start = Instant::now();
+    let limiter = RateLimiter::new(&limit(100, Duration::from_secs(1), 10, 1_000_000), start);
+    for round in 0..20u32 {
+        let now = start + Duration::from_secs(u64::from(round));
+        for index in 0..1000 {
+            let _ = limiter.check(Key::Bytes(&key(round * 1000 + index)), now);
+        }
+    }
+    // Keys from rounds long past were dropped by the sweeps new keys trigger.
+    assert!(limiter.len() <= 3000, "{} keys kept", limiter.len());
+}

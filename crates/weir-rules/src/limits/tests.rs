@@ -1,0 +1,207 @@
+//! The limits a virtual server's rules name, as the pipeline uses them.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::RuleSet;
+use crate::facts::Facts;
+use crate::test_support::head;
+
+fn traffic(extra: &str) -> weir_config::Traffic {
+    let text = format!(
+        "[virtual_servers.web]\nlisten = \"127.0.0.1:8080\"\npool = \"web\"\n{extra}\n\
+         [pools.web]\nnodes = [{{ address = \"127.0.0.1:8081\" }}]\n"
+    );
+    let mut config = weir_config::parse_str(&text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+    config.virtual_servers.remove(0).traffic
+}
+
+const RULES: &str = "\
+[[virtual_servers.web.rules]]
+match.path_prefix = \"/api/\"
+rate_limit = [\"per-client\", \"per-key\"]
+concurrency_limit = \"api\"
+[virtual_servers.web.rate_limits.per-client]
+rate = 2
+burst = 2
+[virtual_servers.web.rate_limits.per-key]
+key = \"header:X-Api-Key\"
+rate = 3
+per = \"1m\"
+status = 503
+[virtual_servers.web.concurrency_limits.api]
+max = 2
+retry_after = \"3s\"
+[virtual_servers.web.client_connections]
+max = 2
+retry_after = \"5s\"
+";
+
+#[test]
+fn rates_answer_429_with_retry_after_and_recover() {
+    let traffic = traffic(RULES);
+    let rules = RuleSet::new(&traffic).unwrap();
+    let start = Instant::now();
+    let limits = TrafficLimits::new(&traffic, None, start);
+    let client: IpAddr = "192.0.2.1".parse().unwrap();
+    let request = head("GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n");
+    let decision = rules.evaluate(&request, &Facts::plain(client));
+    assert!(
+        limits
+            .check_rates(&decision, &request, client, start)
+            .is_ok()
+    );
+    assert!(
+        limits
+            .check_rates(&decision, &request, client, start)
+            .is_ok()
+    );
+    let refusal = limits
+        .check_rates(&decision, &request, client, start)
+        .unwrap_err();
+    assert_eq!((refusal.status, refusal.retry_after_seconds()), (429, 1));
+    // Other paths name no limit.
+    let other = head("GET /x HTTP/1.1\r\nHost: a\r\n\r\n");
+    let free = rules.evaluate(&other, &Facts::plain(client));
+    assert!(limits.check_rates(&free, &other, client, start).is_ok());
+    // Half a second later one more request fits (2 per second).
+    let later = start + Duration::from_millis(500);
+    assert!(
+        limits
+            .check_rates(&decision, &request, client, later)
+            .is_ok()
+    );
+}
+
+#[test]
+fn a_header_key_shared_across_clients() {
+    let traffic = traffic(RULES);
+    let rules = RuleSet::new(&traffic).unwrap();
+    let start = Instant::now();
+    let limits = TrafficLimits::new(&traffic, None, start);
+    let request = head("GET /api/x HTTP/1.1\r\nHost: a\r\nX-Api-Key: k\r\n\r\n");
+    for index in 0..3u8 {
+        let client = IpAddr::from([192, 0, 2, index]);
+        let decision = rules.evaluate(&request, &Facts::plain(client));
+        assert!(
+            limits
+                .check_rates(&decision, &request, client, start)
+                .is_ok()
+        );
+    }
+    let client = IpAddr::from([192, 0, 2, 9]);
+    let decision = rules.evaluate(&request, &Facts::plain(client));
+    let refusal = limits
+        .check_rates(&decision, &request, client, start)
+        .unwrap_err();
+    assert_eq!(refusal.status, 503);
+    assert_eq!(
+        refusal.retry_after_seconds(),
+        20,
+        "3 per minute: one every 20 s"
+    );
+}
+
+#[test]
+fn forwarded_client_addresses_are_limited_separately() {
+    // Behind a trusted proxy every request comes from the proxy's address;
+    // the limit must count the clients it reports.
+    let traffic = traffic(&format!(
+        "{RULES}[virtual_servers.web.client_address]\nheader = \"X-Forwarded-For\"\n\
+         trusted_proxies = [\"10.0.0.0/8\"]\n"
+    ));
+    let rules = RuleSet::new(&traffic).unwrap();
+    let start = Instant::now();
+    let limits = TrafficLimits::new(&traffic, None, start);
+    let proxy: IpAddr = "10.0.0.1".parse().unwrap();
+    for client in ["203.0.113.1", "203.0.113.2"] {
+        let request = head(&format!(
+            "GET /api/x HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: {client}\r\n\r\n"
+        ));
+        let address = crate::client_address(&traffic.client_address, proxy, &request);
+        assert_eq!(address, client.parse::<IpAddr>().unwrap());
+        let decision = rules.evaluate(&request, &Facts::plain(address));
+        for _ in 0..2 {
+            assert!(
+                limits
+                    .check_rates(&decision, &request, address, start)
+                    .is_ok()
+            );
+        }
+        assert!(
+            limits
+                .check_rates(&decision, &request, address, start)
+                .is_err()
+        );
+    }
+}
+
+#[test]
+fn concurrency_answers_503_and_frees_slots() {
+    let traffic = traffic(RULES);
+    let rules = RuleSet::new(&traffic).unwrap();
+    let limits = TrafficLimits::new(&traffic, None, Instant::now());
+    let request = head("GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n");
+    let decision = rules.evaluate(&request, &Facts::plain("192.0.2.1".parse().unwrap()));
+    let first = limits.acquire_concurrency(&decision).unwrap();
+    let second = limits.acquire_concurrency(&decision).unwrap();
+    assert_eq!(first.len(), 1);
+    let refusal = limits.acquire_concurrency(&decision).unwrap_err();
+    assert_eq!((refusal.status, refusal.retry_after_seconds()), (503, 3));
+    drop(first);
+    let third = limits.acquire_concurrency(&decision).unwrap();
+    assert_eq!(limits.concurrency[0].in_progress(), 2);
+    drop((second, third));
+    assert_eq!(limits.concurrency[0].in_progress(), 0);
+}
+
+#[test]
+fn connections_per_client_answer_503_and_recover() {
+    let traffic = traffic(RULES);
+    let limits = TrafficLimits::new(&traffic, None, Instant::now());
+    let client: IpAddr = "192.0.2.1".parse().unwrap();
+    let a = limits.admit_connection(client).unwrap();
+    let b = limits
+        .admit_connection("::ffff:192.0.2.1".parse().unwrap())
+        .unwrap();
+    let refusal = limits.admit_connection(client).unwrap_err();
+    assert_eq!((refusal.status, refusal.retry_after_seconds()), (503, 5));
+    assert!(
+        limits
+            .admit_connection("192.0.2.2".parse().unwrap())
+            .is_ok()
+    );
+    drop(a);
+    let c = limits.admit_connection(client).unwrap();
+    let connections = limits.connections.as_ref().unwrap();
+    assert_eq!(connections.open(client), 2);
+    drop((b, c));
+    assert_eq!(connections.open(client), 0);
+    assert_eq!(connections.clients(), 0, "closed clients leave no entry");
+}
+
+#[test]
+fn unchanged_limiters_survive_a_reload() {
+    let old_traffic = traffic(RULES);
+    let start = Instant::now();
+    let old = TrafficLimits::new(&old_traffic, None, start);
+    let changed = traffic(&RULES.replace("rate = 2\n", "rate = 4\n"));
+    let new = TrafficLimits::new(&changed, Some(&old), start);
+    assert!(
+        !Arc::ptr_eq(&old.rates[0], &new.rates[0]),
+        "per-client changed"
+    );
+    assert!(Arc::ptr_eq(&old.rates[1], &new.rates[1]));
+    assert!(Arc::ptr_eq(&old.concurrency[0], &new.concurrency[0]));
+    assert!(Arc::ptr_eq(
+        old.connections.as_ref().unwrap(),
+        new.connections.as_ref().unwrap()
+    ));
+    assert!(
+        TrafficLimits::new(&traffic(""), None, start)
+            .admit_connection([127, 0, 0, 1].into())
+            .unwrap()
+            .is_none()
+    );
+}

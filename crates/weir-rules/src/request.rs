@@ -1,0 +1,187 @@
+//! What rules read from a request head: the host without its port, the query,
+//! one query parameter or cookie, and the path normalised for matching.
+
+use std::borrow::Cow;
+
+use weir_http::RequestHead;
+
+/// The `Host` (or absolute-form authority) without port or trailing dot.
+pub fn host(head: &RequestHead) -> &[u8] {
+    let host = head.host().unwrap_or_default();
+    let host = if host.first() == Some(&b'[') {
+        match memchr::memchr(b']', host) {
+            Some(end) => &host[..=end],
+            None => host,
+        }
+    } else {
+        match memchr::memrchr(b':', host) {
+            Some(colon) => &host[..colon],
+            None => host,
+        }
+    };
+    host.strip_suffix(b".").unwrap_or(host)
+}
+
+/// The query string without `?` (empty when there is none).
+pub fn query(head: &RequestHead) -> &[u8] {
+    let target = head.target();
+    match memchr::memchr(b'?', target) {
+        Some(mark) => &target[mark + 1..],
+        None => b"",
+    }
+}
+
+/// The path and query as a node would get them (origin form).
+pub fn uri(head: &RequestHead) -> &[u8] {
+    let target = head.target();
+    if target.first() == Some(&b'/') {
+        return target;
+    }
+    // Absolute form: the path is a suffix of the target; keep what follows it.
+    let path = head.path();
+    match memchr::memmem::find(target, path) {
+        Some(start) if !path.is_empty() && path != b"/" => &target[start..],
+        _ => path,
+    }
+}
+
+/// The first value of query parameter `name` (not percent-decoded).
+pub fn query_param<'h>(head: &'h RequestHead, name: &str) -> Option<&'h [u8]> {
+    query(head).split(|&b| b == b'&').find_map(|pair| {
+        let (key, value) = match memchr::memchr(b'=', pair) {
+            Some(eq) => (&pair[..eq], &pair[eq + 1..]),
+            None => (pair, &b""[..]),
+        };
+        (key == name.as_bytes()).then_some(value)
+    })
+}
+
+/// The value of cookie `name` in the request's `Cookie` headers.
+pub fn cookie<'h>(head: &'h RequestHead, name: &str) -> Option<&'h [u8]> {
+    head.headers()
+        .filter(|(field, _)| field.eq_ignore_ascii_case(b"cookie"))
+        .find_map(|(_, value)| cookie_in(value, name))
+}
+
+/// The value of cookie `name` in one `Cookie` header value (`a=1; b=2`).
+pub fn cookie_in<'v>(value: &'v [u8], name: &str) -> Option<&'v [u8]> {
+    value.split(|&b| b == b';').find_map(|pair| {
+        let pair = pair.trim_ascii();
+        let eq = memchr::memchr(b'=', pair)?;
+        let value = &pair[eq + 1..];
+        let value = value
+            .strip_prefix(b"\"")
+            .and_then(|v| v.strip_suffix(b"\""))
+            .unwrap_or(value);
+        (pair[..eq].trim_ascii() == name.as_bytes()).then_some(value)
+    })
+}
+
+/// The path as rules match it: percent-encoded unreserved characters decoded,
+/// `.` and `..` segments resolved and repeated slashes merged, so `/%61dmin`,
+/// `/./admin` and `//admin` all match rules for `/admin`. Borrowed (no
+/// allocation) when the path is already in that form, which is the usual case.
+pub fn normalized_path(path: &[u8]) -> Cow<'_, [u8]> {
+    let needs_work = memchr::memchr(b'%', path).is_some()
+        || memchr::memmem::find(path, b"//").is_some()
+        || memchr::memmem::find(path, b"/.").is_some();
+    if !needs_work {
+        return Cow::Borrowed(path);
+    }
+    let decoded = decode_unreserved(path);
+    let mut out: Vec<u8> = Vec::with_capacity(decoded.len());
+    for segment in decoded.split(|&b| b == b'/').skip(1) {
+        match segment {
+            b"" | b"." => {}
+            b".." => {
+                let cut = memchr::memrchr(b'/', &out).unwrap_or(0);
+                out.truncate(cut);
+            }
+            _ => {
+                out.push(b'/');
+                out.extend_from_slice(segment);
+            }
+        }
+    }
+    // Keep a trailing slash (or a final dot segment, which names a directory).
+    let ends_as_directory =
+        decoded.ends_with(b"/") || decoded.ends_with(b"/.") || decoded.ends_with(b"/..");
+    if out.is_empty() || ends_as_directory {
+        out.push(b'/');
+    }
+    Cow::Owned(out)
+}
+
+/// Decodes `%XX` only where it stands for an unreserved character (RFC 3986
+/// §2.3), which means the same decoded or not; `%2F` and the like stay.
+fn decode_unreserved(path: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(path.len());
+    let mut index = 0;
+    while index < path.len() {
+        let byte = path[index];
+        if byte == b'%'
+            && let Some(decoded) = path.get(index + 1..index + 3).and_then(hex_pair)
+            && (decoded.is_ascii_alphanumeric() || b"-._~".contains(&decoded))
+        {
+            out.push(decoded);
+            index += 3;
+            continue;
+        }
+        out.push(byte);
+        index += 1;
+    }
+    out
+}
+
+fn hex_pair(pair: &[u8]) -> Option<u8> {
+    let digit = |b: u8| (b as char).to_digit(16);
+    Some((digit(pair[0])? * 16 + digit(pair[1])?) as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::head;
+
+    #[test]
+    fn host_query_cookie() {
+        let request = head(
+            "GET /a/b?x=1&lang=fr&e HTTP/1.1\r\nHost: Example.com:8080\r\nCookie: a=1; sid=\"abc\"\r\nCookie: c=3\r\n\r\n",
+        );
+        assert_eq!(host(&request), b"Example.com");
+        assert_eq!(query(&request), b"x=1&lang=fr&e");
+        assert_eq!(uri(&request), b"/a/b?x=1&lang=fr&e");
+        assert_eq!(query_param(&request, "lang"), Some(&b"fr"[..]));
+        assert_eq!(query_param(&request, "e"), Some(&b""[..]));
+        assert_eq!(query_param(&request, "l"), None);
+        assert_eq!(cookie(&request, "sid"), Some(&b"abc"[..]));
+        assert_eq!(cookie(&request, "c"), Some(&b"3"[..]));
+        assert_eq!(cookie(&request, "s"), None);
+        let v6 = head("GET http://[::1]:80/p?q HTTP/1.1\r\nHost: [::1]:80\r\n\r\n");
+        assert_eq!(host(&v6), b"[::1]");
+        assert_eq!(uri(&v6), b"/p?q");
+    }
+
+    #[test]
+    fn paths_are_normalised_for_matching() {
+        let cases: &[(&str, &str)] = &[
+            ("/plain/path", "/plain/path"),
+            ("/%61dmin", "/admin"),
+            ("/a/./b/../c", "/a/c"),
+            ("//admin//x", "/admin/x"),
+            ("/a/%2F/b", "/a/%2F/b"),
+            ("/../../etc", "/etc"),
+            ("/a/b/", "/a/b/"),
+            ("/a/..", "/"),
+            ("/%7euser/%", "/~user/%"),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(
+                normalized_path(raw.as_bytes()).as_ref(),
+                want.as_bytes(),
+                "normalising {raw}"
+            );
+        }
+        assert!(matches!(normalized_path(b"/plain"), Cow::Borrowed(_)));
+    }
+}

@@ -1,0 +1,123 @@
+//! Templates rendered for one request: literals are shared `Bytes` (no
+//! allocation), variables are looked up in the head, the facts and the
+//! rule's captures.
+
+use std::io::Write as _;
+
+use bytes::Bytes;
+use regex::bytes::Captures;
+use weir_config::{Piece, Template, Variable};
+use weir_http::RequestHead;
+
+use crate::facts::{Facts, tls_version_text};
+use crate::request;
+
+/// A template ready to render.
+#[derive(Debug, Clone)]
+pub(crate) struct Compiled {
+    parts: Box<[Part]>,
+    /// The whole text when there are no variables.
+    literal: Option<Bytes>,
+}
+
+#[derive(Debug, Clone)]
+enum Part {
+    Literal(Bytes),
+    Variable(Variable),
+}
+
+/// What a variable may be read from.
+pub(crate) struct Sources<'a> {
+    pub head: &'a RequestHead,
+    pub facts: &'a Facts<'a>,
+    /// The rule's capture groups, when its match has a `path_regex`.
+    pub captures: Option<&'a Captures<'a>>,
+}
+
+impl Compiled {
+    pub(crate) fn new(template: &Template) -> Compiled {
+        let parts: Box<[Part]> = template
+            .pieces
+            .iter()
+            .map(|piece| match piece {
+                Piece::Literal(text) => Part::Literal(Bytes::copy_from_slice(text.as_bytes())),
+                Piece::Variable(variable) => Part::Variable(variable.clone()),
+            })
+            .collect();
+        let literal = template
+            .as_literal()
+            .map(|text| Bytes::copy_from_slice(text.as_bytes()));
+        Compiled { parts, literal }
+    }
+
+    /// Whether rendering needs the rule's captures.
+    pub(crate) fn uses_captures(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|part| matches!(part, Part::Variable(Variable::Capture(_))))
+    }
+
+    /// The rendered bytes; a literal template is returned without copying.
+    pub(crate) fn render(&self, sources: &Sources<'_>) -> Bytes {
+        if let Some(literal) = &self.literal {
+            return literal.clone();
+        }
+        let mut out = Vec::with_capacity(64);
+        self.render_into(sources, &mut out);
+        Bytes::from(out)
+    }
+
+    pub(crate) fn render_into(&self, sources: &Sources<'_>, out: &mut Vec<u8>) {
+        for part in self.parts.iter() {
+            match part {
+                Part::Literal(text) => out.extend_from_slice(text),
+                Part::Variable(variable) => {
+                    let start = out.len();
+                    write_variable(variable, sources, out);
+                    scrub(&mut out[start..]);
+                }
+            }
+        }
+    }
+}
+
+fn write_variable(variable: &Variable, sources: &Sources<'_>, out: &mut Vec<u8>) {
+    let head = sources.head;
+    let facts = sources.facts;
+    let text: &[u8] = match variable {
+        Variable::Host => request::host(head),
+        Variable::Path => head.path(),
+        Variable::Query => request::query(head),
+        Variable::Uri => request::uri(head),
+        Variable::Method => head.method_bytes(),
+        Variable::Scheme if facts.https => b"https",
+        Variable::Scheme => b"http",
+        Variable::ClientAddress => {
+            // Writing to a Vec cannot fail.
+            let _ = write!(out, "{}", facts.client_address);
+            return;
+        }
+        Variable::RequestId => facts.request_id.as_bytes(),
+        Variable::TlsVersion => tls_version_text(facts.tls_version).as_bytes(),
+        Variable::Sni => facts.sni.unwrap_or_default().as_bytes(),
+        Variable::ClientSubject => facts.client_subject.unwrap_or_default().as_bytes(),
+        Variable::Header(name) => head.header(name).unwrap_or_default(),
+        Variable::Cookie(name) => request::cookie(head, name).unwrap_or_default(),
+        Variable::QueryParam(name) => request::query_param(head, name).unwrap_or_default(),
+        Variable::Capture(index) => sources
+            .captures
+            .and_then(|captures| captures.get(*index))
+            .map_or(&b""[..], |group| group.as_bytes()),
+    };
+    out.extend_from_slice(text);
+}
+
+/// Control characters (which could split a header line) become `?`. Values
+/// from a parsed head never hold them; a certificate subject might.
+fn scrub(bytes: &mut [u8]) {
+    for byte in bytes {
+        if (byte.is_ascii_control() && *byte != b'\t') || *byte == 0x7f {
+            *byte = b'?';
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! Session persistence: a client keeps going to the node it went to before.
+//!
+//! - **Inserted cookie**: weir sets a cookie whose value is an HMAC token of
+//!   the node (keyed by a secret, so a client cannot forge a token for a node
+//!   it was never sent to, and the token does not reveal the node's address).
+//! - **Client address**, **application cookie**, **application header**: a
+//!   bounded table, learned from responses, maps the address or the
+//!   application's session value to the node, forgotten after `timeout` idle.
+//!
+//! A node that is not available breaks persistence cleanly: `preferred`
+//! returns `None`, the balancer picks another node, and the response teaches
+//! the new node (a new cookie, or a new table entry). Nodes are identified by
+//! address, so persistence survives a reload that reorders or adds nodes.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use aws_lc_rs::{constant_time, hmac};
+use bytes::Bytes;
+use weir_config::{InsertedCookie, PersistenceMode};
+use weir_http::{RequestHead, ResponseHead};
+
+use crate::node::NodeState;
+
+/// Table entries looked at to choose one to evict when the table is full.
+const EVICTION_SAMPLE: usize = 32;
+const SHARDS: usize = 16;
+
+/// The secret that signs inserted cookies. Generate one at start and pass the
+/// same one to every generation, so cookies stay valid across reloads.
+#[derive(Clone)]
+pub struct PersistenceKey(hmac::Key);
+
+/// A pool's persistence, built per configuration generation.
+#[derive(Debug)]
+pub struct Persistence {
+    config: weir_config::Persistence,
+    /// Cookie mode: the token of each node, by node index.
+    tokens: Vec<String>,
+    /// The other modes: what was learned (shared with later generations).
+    table: Option<Arc<StickTable>>,
+    /// Each node's identity in the table (a hash of its address), by index.
+    tags: Vec<u64>,
+}
+
+/// A bounded map from a session key to a node, with idle expiry.
+#[derive(Debug)]
+pub struct StickTable {
+    shards: [Mutex<HashMap<u64, Entry>>; SHARDS],
+    per_shard: usize,
+    timeout: Duration,
+    hasher: RandomState,
+    epoch: Instant,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    node: u64,
+    /// Nanoseconds after `epoch`.
+    expires: u64,
+}
+
+impl PersistenceKey {
+    /// A fresh random key (256 bits from the system's CSPRNG).
+    pub fn generate() -> PersistenceKey {
+        let mut secret = [0u8; 32];
+        // The thread's CSPRNG, seeded from the operating system.
+        rand::Rng::fill(&mut rand::rng(), &mut secret);
+        PersistenceKey::from_secret(&secret)
+    }
+
+    /// A key from configured secret bytes (`persistence.key`).
+    pub fn from_secret(secret: &[u8]) -> PersistenceKey {
+        PersistenceKey(hmac::Key::new(hmac::HMAC_SHA256, secret))
+    }
+}
+
+impl std::fmt::Debug for PersistenceKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PersistenceKey(..)")
+    }
+}
+
+impl Persistence {
+    /// Builds a pool's persistence. `generated` signs cookies unless the
+    /// config names its own key; `previous` (the last generation of the same
+    /// pool) hands over its learned table when the settings are unchanged.
+    pub fn new(
+        config: &weir_config::Persistence,
+        pool: &str,
+        nodes: &[Arc<NodeState>],
+        generated: &PersistenceKey,
+        previous: Option<&Persistence>,
+        epoch: Instant,
+    ) -> Persistence {
+        let key = config
+            .key
+            .as_deref()
+            .map_or_else(|| generated.clone(), PersistenceKey::from_secret);
+        let tags = nodes.iter().map(|node| node_tag(node)).collect();
+        let (tokens, table) = match &config.mode {
+            PersistenceMode::Cookie(_) => {
+                let tokens = nodes.iter().map(|node| token(&key, pool, node)).collect();
+                (tokens, None)
+            }
+            _ => {
+                let table = previous
+                    .filter(|old| old.config == *config)
+                    .and_then(|old| old.table.clone())
+                    .unwrap_or_else(|| Arc::new(StickTable::new(config, epoch)));
+                (Vec::new(), Some(table))
+            }
+        };
+        Persistence {
+            config: config.clone(),
+            tokens,
+            table,
+            tags,
+        }
+    }
+
+    /// At `select`: the node this request sticks to, when there is one and
+    /// `available(index)` says it may take the request.
+    pub fn preferred(
+        &self,
+        head: &RequestHead,
+        client: IpAddr,
+        available: &dyn Fn(usize) -> bool,
+        now: Instant,
+    ) -> Option<usize> {
+        let index = match &self.config.mode {
+            PersistenceMode::Cookie(cookie) => {
+                let value = weir_rules::cookie(head, &cookie.name)?;
+                self.node_of_token(value)?
+            }
+            PersistenceMode::ClientAddress => self.learned(&address_key(client), now)?,
+            PersistenceMode::AppCookie(name) => {
+                self.learned(weir_rules::cookie(head, name)?, now)?
+            }
+            PersistenceMode::AppHeader(name) => self.learned(head.header(name)?, now)?,
+        };
+        available(index).then_some(index)
+    }
+
+    /// At `filter_response`, once the request went to `node`: learns what
+    /// the response teaches, and returns the `Set-Cookie` value to add to
+    /// the response (cookie mode, when the client's cookie names another
+    /// node or none). `https` decides `Secure` unless the config does.
+    pub fn on_response(
+        &self,
+        request: &RequestHead,
+        response: &ResponseHead,
+        node: usize,
+        client: IpAddr,
+        https: bool,
+        now: Instant,
+    ) -> Option<Bytes> {
+        let tag = *self.tags.get(node)?;
+        match &self.config.mode {
+            PersistenceMode::Cookie(cookie) => {
+                let current = weir_rules::cookie(request, &cookie.name);
+                if current.and_then(|value| self.node_of_token(value)) == Some(node) {
+                    return None;
+                }
+                Some(set_cookie(cookie, &self.tokens[node], https))
+            }
+            PersistenceMode::ClientAddress => {
+                self.learn(&address_key(client), tag, now);
+                None
+            }
+            PersistenceMode::AppCookie(name) => {
+                let set = response
+                    .headers()
+                    .filter(|(field, _)| field.eq_ignore_ascii_case(b"set-cookie"))
+                    .find_map(|(_, value)| set_cookie_value(value, name));
+                if let Some(value) = set.or_else(|| weir_rules::cookie(request, name)) {
+                    self.learn(value, tag, now);
+                }
+                None
+            }
+            PersistenceMode::AppHeader(name) => {
+                if let Some(value) = response.header(name).or_else(|| request.header(name)) {
+                    self.learn(value, tag, now);
+                }
+                None
+            }
+        }
+    }
+
+    /// Session keys remembered now (0 in cookie mode).
+    pub fn remembered(&self) -> usize {
+        self.table.as_ref().map_or(0, |table| table.len())
+    }
+
+    fn node_of_token(&self, value: &[u8]) -> Option<usize> {
+        // Compared in constant time: timing must not tell how much of a guess was right.
+        self.tokens.iter().position(|token| {
+            constant_time::verify_slices_are_equal(token.as_bytes(), value).is_ok()
+        })
+    }
+
+    fn learned(&self, session: &[u8], now: Instant) -> Option<usize> {
+        let tag = self.table.as_ref()?.lookup(session, now)?;
+        self.tags.iter().position(|&known| known == tag)
+    }
+
+    fn learn(&self, session: &[u8], tag: u64, now: Instant) {
+        if let Some(table) = &self.table
+            && !session.is_empty()
+        {
+            table.insert(session, tag, now);
+        }
+    }
+}
+
+impl StickTable {
+    fn new(config: &weir_config::Persistence, epoch: Instant) -> StickTable {
+        StickTable {
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            per_shard: (config.max_entries.get() as usize).div_ceil(SHARDS),
+            timeout: config.timeout,
+            hasher: RandomState::new(),
+            epoch,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .sum()
+    }
+
+    /// The node tag for `session`, refreshing its expiry; `None` when unknown or expired.
+    fn lookup(&self, session: &[u8], now: Instant) -> Option<u64> {
+        let (hash, shard) = self.locate(session);
+        let now = self.nanos(now);
+        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = shard.get_mut(&hash)?;
+        if entry.expires <= now {
+            shard.remove(&hash);
+            return None;
+        }
+        entry.expires = now + self.timeout.as_nanos() as u64;
+        Some(entry.node)
+    }
+
+    fn insert(&self, session: &[u8], node: u64, now: Instant) {
+        let (hash, shard) = self.locate(session);
+        let now = self.nanos(now);
+        let expires = now + self.timeout.as_nanos() as u64;
+        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        if !shard.contains_key(&hash) && shard.len() >= self.per_shard {
+            shard.retain(|_, entry| entry.expires > now);
+            while shard.len() >= self.per_shard {
+                let stalest = shard
+                    .iter()
+                    .take(EVICTION_SAMPLE)
+                    .min_by_key(|&(_, entry)| entry.expires)
+                    .map(|(&hash, _)| hash);
+                match stalest {
+                    Some(hash) => shard.remove(&hash),
+                    None => break,
+                };
+            }
+        }
+        shard.insert(hash, Entry { node, expires });
+    }
+
+    fn locate(&self, session: &[u8]) -> (u64, &Mutex<HashMap<u64, Entry>>) {
+        let hash = self.hasher.hash_one(session);
+        (hash, &self.shards[(hash >> 40) as usize % SHARDS])
+    }
+
+    fn nanos(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+}
+
+/// A node's identity: its address, hashed (stable across processes).
+fn node_tag(node: &NodeState) -> u64 {
+    weir_rules::stable_hash(node.address.to_string().as_bytes(), 0x7065_7273)
+}
+
+/// The cookie value that names `node` of `pool`: 128 bits of HMAC-SHA256, in hex.
+fn token(key: &PersistenceKey, pool: &str, node: &NodeState) -> String {
+    let message = format!("weir persistence\0{pool}\0{}", node.address);
+    let tag = hmac::sign(&key.0, message.as_bytes());
+    tag.as_ref()[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn address_key(client: IpAddr) -> [u8; 16] {
+    match weir_config::canonical(client) {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// The `Set-Cookie` value for an inserted cookie.
+fn set_cookie(cookie: &InsertedCookie, token: &str, https: bool) -> Bytes {
+    let mut value = format!("{}={token}; Path={}", cookie.name, cookie.path);
+    if let Some(domain) = &cookie.domain {
+        value.push_str(&format!("; Domain={domain}"));
+    }
+    if let Some(max_age) = cookie.max_age {
+        value.push_str(&format!("; Max-Age={}", max_age.as_secs()));
+    }
+    if cookie.secure.unwrap_or(https) {
+        value.push_str("; Secure");
+    }
+    if cookie.http_only {
+        value.push_str("; HttpOnly");
+    }
+    Bytes::from(value)
+}
+
+/// The value a `Set-Cookie` header gives cookie `name`, if it is that cookie.
+fn set_cookie_value<'v>(header: &'v [u8], name: &str) -> Option<&'v [u8]> {
+    let pair = header.split(|&b| b == b';').next()?.trim_ascii();
+    let eq = pair.iter().position(|&b| b == b'=')?;
+    (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
+}
+
+#[cfg(test)]
+mod tests;
