@@ -276,5 +276,19 @@ mod tests {
             bench(&["-d", "1s", "-n", "5", "http://a/"]).is_err(),
             "-d conflicts with -n"
         );
+        // HTTP/2: --streams needs --h2; -m stays --method.
+        let args = bench(&["--h2", "--streams", "10", "-m", "POST", "https://a/"]).expect("h2");
+        assert!(args.h2);
+        assert_eq!((args.streams, args.method.as_str()), (10, "POST"));
+        assert_eq!(bench(&["--h2", "http://a/"]).expect("h2c").streams, 1);
+        assert!(
+            bench(&["--streams", "4", "http://a/"]).is_err(),
+            "--streams needs --h2"
+        );
+        let args = bench(&["suite", "http://127.0.0.1:1", "--h2"]).expect("suite --h2");
+        let Some(BenchCommand::Suite(suite)) = args.command else {
+            panic!("parsed as {:?}", args.command);
+        };
+        assert!(suite.h2 && !suite.compare_h2);
     }
 }

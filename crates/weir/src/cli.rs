@@ -362,8 +362,13 @@ pub struct BenchArgs {
     /// HTTP/2: h2c with prior knowledge for http:// URLs, TLS with ALPN h2 for https://.
     #[arg(long)]
     pub h2: bool,
-    /// HTTP/2: requests in flight on each connection (like h2load's -m).
-    #[arg(short = 'm', long, default_value_t = 1, requires = "h2")]
+    /// HTTP/2: requests in flight on each connection (h2load's -m).
+    #[arg(
+        long,
+        alias = "max-concurrent-streams",
+        default_value_t = 1,
+        requires = "h2"
+    )]
     pub streams: usize,
 }
 
