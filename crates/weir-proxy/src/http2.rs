@@ -12,6 +12,7 @@ mod flood;
 mod io;
 mod server;
 mod stream;
+mod upstream;
 
 pub(crate) use io::starts_with_preface;
 pub(crate) use server::{StreamHandler, Timing, Via, serve};

@@ -105,44 +105,13 @@ impl H2Stream {
     /// waits (at most `timeout` per window update) while the client reads slowly.
     pub(crate) async fn send_data(
         &mut self,
-        mut data: Bytes,
+        data: Bytes,
         end_of_stream: bool,
         timeout: Duration,
     ) -> Result<(), Error> {
         let send = self.send.as_mut().ok_or_else(head_not_sent)?;
-        if data.is_empty() {
-            if end_of_stream {
-                send.send_data(data, true)
-                    .map_err(|error| client_gone(&error))?;
-                self.send = None;
-            }
-            return Ok(());
-        }
-        while !data.is_empty() {
-            send.reserve_capacity(data.len().min(MAX_CHUNK));
-            let granted = tokio::time::timeout(timeout, poll_fn(|cx| send.poll_capacity(cx)))
-                .await
-                .map_err(|_| {
-                    Error::new(ErrorKind::ClientTimeout, Side::Downstream)
-                        .context("client did not read the response in time")
-                })?;
-            let capacity = match granted {
-                Some(Ok(capacity)) => capacity,
-                Some(Err(error)) => return Err(client_gone(&error)),
-                None => {
-                    return Err(Error::new(ErrorKind::ClientClosed, Side::Downstream)
-                        .context("stream closed while sending the response"));
-                }
-            };
-            if capacity == 0 {
-                continue;
-            }
-            let piece = data.split_to(capacity.min(data.len()));
-            let last = end_of_stream && data.is_empty();
-            self.bytes_sent += piece.len() as u64;
-            send.send_data(piece, last)
-                .map_err(|error| client_gone(&error))?;
-        }
+        self.bytes_sent += data.len() as u64;
+        send_with_capacity(send, data, end_of_stream, timeout).await?;
         if end_of_stream {
             self.send = None;
         }
@@ -215,4 +184,48 @@ fn head_not_sent() -> Error {
 /// A codec error on a stream: the client reset it or the connection ended.
 fn client_gone(error: &h2::Error) -> Error {
     Error::new(ErrorKind::ClientClosed, Side::Downstream).context(format!("HTTP/2 stream: {error}"))
+}
+
+/// Sends `data` on a stream as its peer's flow-control window allows, in
+/// pieces of at most [`MAX_CHUNK`], waiting at most `timeout` for each window
+/// update; `end_of_stream` ends the stream with the last piece. Errors are
+/// the peer's side: it stopped reading, reset the stream, or went away.
+pub(crate) async fn send_with_capacity(
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end_of_stream: bool,
+    timeout: Duration,
+) -> Result<(), Error> {
+    if data.is_empty() {
+        if end_of_stream {
+            send.send_data(data, true)
+                .map_err(|error| client_gone(&error))?;
+        }
+        return Ok(());
+    }
+    while !data.is_empty() {
+        send.reserve_capacity(data.len().min(MAX_CHUNK));
+        let granted = tokio::time::timeout(timeout, poll_fn(|cx| send.poll_capacity(cx)))
+            .await
+            .map_err(|_| {
+                Error::new(ErrorKind::ClientTimeout, Side::Downstream)
+                    .context("the peer did not open its flow-control window in time")
+            })?;
+        let capacity = match granted {
+            Some(Ok(capacity)) => capacity,
+            Some(Err(error)) => return Err(client_gone(&error)),
+            None => {
+                return Err(Error::new(ErrorKind::ClientClosed, Side::Downstream)
+                    .context("stream closed while sending"));
+            }
+        };
+        if capacity == 0 {
+            continue;
+        }
+        let piece = data.split_to(capacity.min(data.len()));
+        let last = end_of_stream && data.is_empty();
+        send.send_data(piece, last)
+            .map_err(|error| client_gone(&error))?;
+    }
+    Ok(())
 }
