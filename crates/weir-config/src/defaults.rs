@@ -307,6 +307,34 @@ pub const UPSTREAM_H2_PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 // End of HTTP/2.
 
+impl Default for crate::model::Http2 {
+    fn default() -> crate::model::Http2 {
+        crate::model::Http2 {
+            cleartext: H2_CLEARTEXT,
+            max_concurrent_streams: H2_MAX_CONCURRENT_STREAMS,
+            max_header_list_size: H2_MAX_HEADER_LIST_SIZE as u32,
+            header_table_size: H2_HEADER_TABLE_SIZE as u32,
+            initial_stream_window: H2_INITIAL_STREAM_WINDOW as u32,
+            initial_connection_window: H2_INITIAL_CONNECTION_WINDOW as u32,
+            max_frame_size: H2_MAX_FRAME_SIZE as u32,
+            ping_interval: H2_PING_INTERVAL,
+            ping_timeout: H2_PING_TIMEOUT,
+        }
+    }
+}
+
+impl Default for crate::model::UpstreamHttp2 {
+    fn default() -> crate::model::UpstreamHttp2 {
+        crate::model::UpstreamHttp2 {
+            max_concurrent_streams: UPSTREAM_H2_MAX_CONCURRENT_STREAMS,
+            initial_stream_window: UPSTREAM_H2_INITIAL_STREAM_WINDOW as u32,
+            initial_connection_window: UPSTREAM_H2_INITIAL_CONNECTION_WINDOW as u32,
+            ping_interval: UPSTREAM_H2_PING_INTERVAL,
+            ping_timeout: UPSTREAM_H2_PING_TIMEOUT,
+        }
+    }
+}
+
 /// For the non-zero constants above; evaluated at compile time, so a zero fails the build.
 const fn nonzero(value: u32) -> NonZeroU32 {
     match NonZeroU32::new(value) {

@@ -53,33 +53,3 @@ pub struct UpstreamHttp2 {
     /// ... and the connection is replaced if the answer takes longer than this.
     pub ping_timeout: Duration,
 }
-
-impl Default for Http2 {
-    fn default() -> Http2 {
-        use crate::defaults::*;
-        Http2 {
-            cleartext: H2_CLEARTEXT,
-            max_concurrent_streams: H2_MAX_CONCURRENT_STREAMS,
-            max_header_list_size: H2_MAX_HEADER_LIST_SIZE as u32,
-            header_table_size: H2_HEADER_TABLE_SIZE as u32,
-            initial_stream_window: H2_INITIAL_STREAM_WINDOW as u32,
-            initial_connection_window: H2_INITIAL_CONNECTION_WINDOW as u32,
-            max_frame_size: H2_MAX_FRAME_SIZE as u32,
-            ping_interval: H2_PING_INTERVAL,
-            ping_timeout: H2_PING_TIMEOUT,
-        }
-    }
-}
-
-impl Default for UpstreamHttp2 {
-    fn default() -> UpstreamHttp2 {
-        use crate::defaults::*;
-        UpstreamHttp2 {
-            max_concurrent_streams: UPSTREAM_H2_MAX_CONCURRENT_STREAMS,
-            initial_stream_window: UPSTREAM_H2_INITIAL_STREAM_WINDOW as u32,
-            initial_connection_window: UPSTREAM_H2_INITIAL_CONNECTION_WINDOW as u32,
-            ping_interval: UPSTREAM_H2_PING_INTERVAL,
-            ping_timeout: UPSTREAM_H2_PING_TIMEOUT,
-        }
-    }
-}
