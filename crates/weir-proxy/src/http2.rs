@@ -13,6 +13,7 @@ mod io;
 mod server;
 mod stream;
 mod upstream;
+mod websocket;
 
 pub(crate) use io::starts_with_preface;
 pub(crate) use server::{StreamHandler, Timing, Via, serve};
