@@ -8,7 +8,7 @@
 
 use aws_lc_rs::digest;
 use bytes::{BufMut, BytesMut};
-use weir_http::{Limits, ParseError, Parsed, RequestHead, ResponseHead};
+use weir_http::{Limits, ParseError, ParseErrorKind, Parsed, RequestHead, ResponseHead};
 
 /// RFC 6455 §1.3: appended to the key before hashing.
 const ACCEPT_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
