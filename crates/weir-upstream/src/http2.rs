@@ -102,17 +102,13 @@ enum Taken {
     QueueFull,
 }
 
-/// A copy of a request head (`http::Request` is not `Clone`: extensions).
-fn copy_request(request: &http::Request<()>) -> http::Request<()> {
-    let mut copy = http::Request::new(());
-    *copy.method_mut() = request.method().clone();
-    *copy.uri_mut() = request.uri().clone();
-    *copy.version_mut() = request.version();
-    *copy.headers_mut() = request.headers().clone();
-    if let Some(protocol) = request.extensions().get::<h2::ext::Protocol>() {
-        copy.extensions_mut().insert(protocol.clone());
-    }
-    copy
+/// A request the stream did not take: the lease, the codec's error, and the
+/// request itself when it was not consumed (the connection refused before).
+#[derive(Debug)]
+pub struct SendFailure {
+    pub lease: StreamLease,
+    pub error: h2::Error,
+    pub request: Option<http::Request<()>>,
 }
 
 /// A stream slot on one of the node's connections, held until the exchange
@@ -177,25 +173,30 @@ impl H2Node {
     /// (nothing was processed) is drained and the request sent again.
     pub async fn send(
         self: &Arc<Self>,
-        request: http::Request<()>,
+        mut request: http::Request<()>,
         end_of_stream: bool,
     ) -> Result<Sent, Error> {
         let mut attempt = 0;
         loop {
             let lease = self.checkout().await?;
-            match lease
-                .send_request(copy_request(&request), end_of_stream)
-                .await
-            {
+            let failure = match lease.send_request(request, end_of_stream).await {
                 Ok(sent) => return Ok(sent),
-                Err((lease, error)) if attempt < GOAWAY_RETRIES && refused(&error) => {
-                    self.drain(lease.connection, "refused a new stream");
+                Err(failure) => failure,
+            };
+            let refused = refused(&failure.error);
+            if refused {
+                self.drain(failure.lease.connection, failure.error.is_go_away());
+            }
+            match failure.request {
+                // The connection said no before taking it: try another.
+                Some(unsent) if refused && attempt < GOAWAY_RETRIES => {
+                    request = unsent;
                     attempt += 1;
                 }
-                Err((_, error)) => {
+                _ => {
                     return Err(Error::new(ErrorKind::Io, Side::Upstream)
-                        .context(format!("HTTP/2 node {}: {error}", self.address))
-                        .retry_safe(refused(&error)));
+                        .context(format!("HTTP/2 node {}: {}", self.address, failure.error))
+                        .retry_safe(refused));
                 }
             }
         }
@@ -377,15 +378,17 @@ impl H2Node {
 
     /// Takes a connection out of service: no new streams; it closes once
     /// its streams are done.
-    fn drain(&self, connection: u64, why: &str) {
+    fn drain(&self, connection: u64, goaway: bool) {
         let mut state = self.lock();
         let Some(index) = state.connections.iter().position(|c| c.id == connection) else {
             return;
         };
         if !state.connections[index].draining {
-            tracing::debug!(node = %self.address, why, "HTTP/2 connection draining");
+            tracing::debug!(node = %self.address, goaway, "HTTP/2 connection refused a stream; draining");
             state.connections[index].draining = true;
-            self.h2_metrics.goaways.inc();
+            if goaway {
+                self.h2_metrics.goaways.inc();
+            }
         }
         if state.connections[index].streams == 0 {
             self.remove(&mut state, index);
@@ -468,15 +471,22 @@ impl StreamLease {
     }
 
     /// Sends the request head on this stream. On failure the lease comes back
-    /// with the codec's error (see [`refused`]).
+    /// with the codec's error (see [`refused`]) and, when the connection had
+    /// already refused new streams, the request.
     pub async fn send_request(
         mut self,
         request: http::Request<()>,
         end_of_stream: bool,
-    ) -> Result<Sent, (StreamLease, h2::Error)> {
+    ) -> Result<Sent, SendFailure> {
         let send = match self.send.clone().ready().await {
             Ok(send) => send,
-            Err(error) => return Err((self, error)),
+            Err(error) => {
+                return Err(SendFailure {
+                    lease: self,
+                    error,
+                    request: Some(request),
+                });
+            }
         };
         self.send = send;
         match self.send.send_request(request, end_of_stream) {
@@ -488,7 +498,11 @@ impl StreamLease {
                     body,
                 })
             }
-            Err(error) => Err((self, error)),
+            Err(error) => Err(SendFailure {
+                lease: self,
+                error,
+                request: None,
+            }),
         }
     }
 }
