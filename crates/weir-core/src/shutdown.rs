@@ -1,47 +1,78 @@
 //! Graceful shutdown: one [`Shutdown`] owner triggers, many [`ShutdownSignal`]s observe.
 
-use tokio::sync::watch;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::Notify;
 
 /// The owner side: call [`Shutdown::trigger`] once to begin draining.
+/// Dropping it counts as a trigger for [`ShutdownSignal::triggered`].
 #[derive(Debug)]
 pub struct Shutdown {
-    sender: watch::Sender<bool>,
+    shared: Arc<Shared>,
 }
 
-/// The observer side, cheap to clone into every task.
+/// The observer side, cheap to clone into every task. Checking it is one
+/// atomic load, and waiting on it is a small future (it sits in every idle
+/// client connection's task).
 #[derive(Debug, Clone)]
 pub struct ShutdownSignal {
-    receiver: watch::Receiver<bool>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    triggered: AtomicBool,
+    /// The owner was dropped without a trigger.
+    owner_gone: AtomicBool,
+    notify: Notify,
 }
 
 impl Shutdown {
     pub fn new() -> (Shutdown, ShutdownSignal) {
-        let (sender, receiver) = watch::channel(false);
-        (Shutdown { sender }, ShutdownSignal { receiver })
+        let shared = Arc::new(Shared::default());
+        let signal = ShutdownSignal {
+            shared: Arc::clone(&shared),
+        };
+        (Shutdown { shared }, signal)
     }
 
     /// Begins the drain. Idempotent.
     pub fn trigger(&self) {
-        self.sender.send_replace(true);
+        self.shared.triggered.store(true, Ordering::Release);
+        self.shared.notify.notify_waiters();
     }
 
     pub fn signal(&self) -> ShutdownSignal {
         ShutdownSignal {
-            receiver: self.sender.subscribe(),
+            shared: Arc::clone(&self.shared),
         }
+    }
+}
+
+impl Drop for Shutdown {
+    fn drop(&mut self) {
+        self.shared.owner_gone.store(true, Ordering::Release);
+        self.shared.notify.notify_waiters();
     }
 }
 
 impl ShutdownSignal {
     /// True once shutdown has begun.
     pub fn is_triggered(&self) -> bool {
-        *self.receiver.borrow()
+        self.shared.triggered.load(Ordering::Acquire)
     }
 
-    /// Completes when shutdown begins (at once if it already has).
+    /// Completes when shutdown begins (at once if it already has), or when
+    /// the owner is gone, which we treat as shutdown too.
     pub async fn triggered(&mut self) {
-        // An error means the owner is gone, which we treat as shutdown too.
-        let _ = self.receiver.wait_for(|triggered| *triggered).await;
+        let shared = &*self.shared;
+        // A `Notified` made before the check sees a trigger that lands between them.
+        let notified = shared.notify.notified();
+        if shared.triggered.load(Ordering::Acquire) || shared.owner_gone.load(Ordering::Acquire) {
+            return;
+        }
+        notified.await;
     }
 }
 
@@ -56,5 +87,34 @@ mod tests {
         owner.trigger();
         signal.triggered().await;
         assert!(signal.is_triggered());
+    }
+
+    #[tokio::test]
+    async fn a_waiting_signal_wakes_on_trigger() {
+        let (owner, signal) = Shutdown::new();
+        let mut waiting = signal.clone();
+        let waiter = tokio::spawn(async move { waiting.triggered().await });
+        tokio::task::yield_now().await;
+        owner.trigger();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .expect("no panic");
+        assert!(signal.is_triggered());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_owner_ends_the_wait_without_a_trigger() {
+        let (owner, mut signal) = Shutdown::new();
+        let mut waiting = signal.clone();
+        let waiter = tokio::spawn(async move { waiting.triggered().await });
+        tokio::task::yield_now().await;
+        drop(owner);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .expect("no panic");
+        signal.triggered().await;
+        assert!(!signal.is_triggered());
     }
 }

@@ -45,8 +45,20 @@ pub struct OffloadReport {
     pub direct: Option<PhaseReport>,
     /// The same clients through weir.
     pub weir: PhaseReport,
+    /// The same clients through each peer of `--peers`, with the same cap to the origin.
+    #[serde(default)]
+    pub peers: Vec<PeerPhase>,
     pub ratios: OffloadRatios,
     pub checks: Vec<Check>,
+}
+
+/// The offload experiment's clients through a peer proxy (HAProxy, nginx).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerPhase {
+    /// `haproxy`, `nginx`.
+    pub name: String,
+    pub version: String,
+    pub phase: PhaseReport,
 }
 
 /// What the offload experiment was asked to do.
@@ -160,19 +172,39 @@ pub struct OriginSummary {
     pub cpu_s: f64,
 }
 
-/// weir's side of a phase through weir.
+/// The proxy's side of a phase through weir (or through a peer).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProxySummary {
+    /// CPU seconds of the proxy's processes (nginx: master and workers) over the load.
     pub cpu_s: f64,
+    /// Peak resident memory (VmHWM), summed over the proxy's processes, KiB.
     pub memory_peak_kib: u64,
-    /// Peak of `weir_client_connections_open` over the samples.
+    /// Resident memory once the proxy answered and before the load, KiB: the base that
+    /// memory per client connection is counted from.
+    #[serde(default)]
+    pub memory_start_kib: u64,
+    /// weir: peak of `weir_client_connections_open` over the samples; a peer: the clients'
+    /// own peak of open connections.
     pub client_connections_peak: u64,
-    /// Peak of `weir_upstream_connections_open` over the samples.
+    /// weir: peak of `weir_upstream_connections_open` over the samples; a peer: peak of the
+    /// origin's open connections.
     pub upstream_connections_peak: u64,
-    /// `weir_upstream_connections_created_total` at the end.
+    /// weir: `weir_upstream_connections_created_total` at the end; a peer: connections the
+    /// built-in origin accepted (0 with nginx as the origin).
     pub upstream_connections_created: u64,
-    /// Answers with a 5xx status weir sent (queue full or timed out, origin failures).
+    /// weir: answers with a 5xx status it sent (queue full or timed out, origin failures);
+    /// a peer: answers other than 200 the clients got.
     pub responses_5xx: u64,
+}
+
+impl ProxySummary {
+    /// (peak − start) memory ÷ client connections at the peak, KiB; `None` without clients.
+    pub fn memory_per_client_kib(&self) -> Option<f64> {
+        (self.client_connections_peak > 0).then(|| {
+            self.memory_peak_kib.saturating_sub(self.memory_start_kib) as f64
+                / self.client_connections_peak as f64
+        })
+    }
 }
 
 /// One sample of a phase, taken once a sampling period.

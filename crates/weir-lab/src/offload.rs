@@ -10,7 +10,6 @@
 //! socket descriptors, less listeners), weir's gauges from its `/metrics`, and everyone's
 //! memory.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,15 +21,18 @@ use crate::clients::{LoadCounters, LoadSettings};
 use crate::error::LabError;
 use crate::launch::{Launcher, process_tree, tree_cpu_seconds, tree_memory_kib};
 use crate::model::{
-    ClientSummary, OffloadReport, OffloadSettingsReport, OriginSummary, PhaseReport, ProxySummary,
-    Sample,
+    ClientSummary, OffloadReport, OffloadSettingsReport, OriginSummary, PeerPhase, PhaseReport,
+    ProxySummary, Sample,
 };
-use crate::process::{Child, free_ports, loopback};
-use crate::{Lab, http, metrics, preflight, procfs, summary, template};
+use crate::peers::Peer;
+use crate::process::loopback;
+use crate::{Lab, http, metrics, preflight, procfs, summary};
 
 mod sample;
+mod start;
 
 use sample::{Probe, sample, weir_metrics};
+use start::{RunningProxy, start};
 
 /// The origin the clients face.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +63,8 @@ pub struct OffloadSettings {
     pub path: String,
     /// Run the direct phase too.
     pub direct: bool,
+    /// Run the same clients through these peers too, each with the same cap to the origin.
+    pub peers: Vec<Peer>,
     pub sample_every: Duration,
 }
 
@@ -81,6 +85,7 @@ impl OffloadSettings {
             proxy_threads: 1,
             path: "/".to_owned(),
             direct: true,
+            peers: Vec::new(),
             sample_every: Duration::from_secs(1),
         }
     }
@@ -153,6 +158,7 @@ impl OffloadSettings {
 enum Route {
     Direct,
     Weir,
+    Peer(Peer),
 }
 
 impl Route {
@@ -160,6 +166,8 @@ impl Route {
         match self {
             Route::Direct => "direct",
             Route::Weir => "through weir",
+            Route::Peer(Peer::Haproxy) => "through haproxy",
+            Route::Peer(Peer::Nginx) => "through nginx",
         }
     }
 }
@@ -170,6 +178,8 @@ struct Plan<'a> {
     clients: u32,
     sources: u8,
     nginx: Option<PathBuf>,
+    /// The peers that are installed, with their programs and versions.
+    peers: Vec<(Peer, PathBuf, String)>,
 }
 
 /// Runs the experiment (blocking) and returns its report.
@@ -202,11 +212,27 @@ pub fn run(lab: &mut Lab, settings: &OffloadSettings) -> Result<OffloadReport, L
             }
         },
     };
+    let mut peers = Vec::new();
+    for &peer in &settings.peers {
+        match lab.program(peer) {
+            Some(program) => {
+                let version = crate::peers::version(&program, peer);
+                peers.push((peer, program, version));
+            }
+            None => lab.note(format!(
+                "--peers {}: not installed (apt-get install {}, or --install); the offload \
+                 experiment ran without it",
+                peer.name(),
+                peer.package()
+            )),
+        }
+    }
     let plan = Plan {
         settings,
         clients: fit.clients,
         sources: fit.sources,
         nginx,
+        peers,
     };
     let report_settings = OffloadSettingsReport {
         clients: fit.clients,
@@ -230,104 +256,33 @@ pub fn run(lab: &mut Lab, settings: &OffloadSettings) -> Result<OffloadReport, L
     };
     let runtime = lab.runtime()?;
     let launcher = Launcher::new(&lab.supervisor, lab.weir.clone())?;
-    let (direct, weir) = runtime.block_on(async {
+    let (direct, weir, peers) = runtime.block_on(async {
         let direct = if settings.direct {
             Some(phase(lab, &launcher, &plan, Route::Direct).await?)
         } else {
             None
         };
         let weir = phase(lab, &launcher, &plan, Route::Weir).await?;
-        Ok::<_, LabError>((direct, weir))
+        let mut peers = Vec::new();
+        for (peer, _, version) in &plan.peers {
+            peers.push(PeerPhase {
+                name: peer.name().to_owned(),
+                version: version.clone(),
+                phase: phase(lab, &launcher, &plan, Route::Peer(*peer)).await?,
+            });
+        }
+        Ok::<_, LabError>((direct, weir, peers))
     })?;
     let ratios = summary::offload_ratios(&report_settings, direct.as_ref(), &weir);
-    let checks = summary::offload_checks(&report_settings, direct.as_ref(), &weir, &ratios);
+    let mut checks = summary::offload_checks(&report_settings, direct.as_ref(), &weir, &ratios);
+    checks.extend(summary::offload_peer_checks(&weir, &peers));
     Ok(OffloadReport {
         settings: report_settings,
         direct,
         weir,
+        peers,
         ratios,
         checks,
-    })
-}
-
-/// The processes of one phase.
-struct Running {
-    origin: Child,
-    origin_port: u16,
-    proxy: Option<(Child, SocketAddr)>,
-    target: SocketAddr,
-}
-
-async fn start(launcher: &Launcher, plan: &Plan<'_>, route: Route) -> Result<Running, LabError> {
-    let settings = plan.settings;
-    let ports = free_ports(3)?;
-    let (origin_port, proxy_port, admin_port) = (ports[0], ports[1], ports[2]);
-    let origin = match &plan.nginx {
-        Some(program) => {
-            let config = template::render(
-                template::NGINX_ORIGIN,
-                &[
-                    ("PORT", origin_port.to_string()),
-                    ("WORKER_CONNECTIONS", (settings.origin_cap + 1).to_string()),
-                ],
-            )?;
-            launcher
-                .nginx(
-                    program,
-                    "origin-nginx",
-                    &config,
-                    &[(loopback(origin_port), "/")],
-                )
-                .await?
-        }
-        None => {
-            let args = [
-                "--max-connections".to_owned(),
-                settings.origin_cap.to_string(),
-                "--per-connection-memory".to_owned(),
-                settings.connection_memory.to_string(),
-            ];
-            launcher
-                .weir_origin("origin", origin_port, &args, false)
-                .await?
-        }
-    };
-    if route == Route::Direct {
-        return Ok(Running {
-            origin,
-            origin_port,
-            proxy: None,
-            target: loopback(origin_port),
-        });
-    }
-    // Timeouts well past a client's silence: one interval before its first request.
-    let client_timeout = (settings.interval * 4).max(Duration::from_secs(60));
-    let config = template::render(
-        template::WEIR_OFFLOAD,
-        &[
-            ("PROXY_PORT", proxy_port.to_string()),
-            ("ADMIN_PORT", admin_port.to_string()),
-            ("ORIGIN_PORT", origin_port.to_string()),
-            ("THREADS", settings.proxy_threads.to_string()),
-            ("CLIENT_LIMIT", (plan.clients + 100).to_string()),
-            ("POOL_CAP", settings.pool_cap().to_string()),
-            ("CLIENT_TIMEOUT", format!("{}s", client_timeout.as_secs())),
-        ],
-    )?;
-    let admin = loopback(admin_port);
-    let proxy = launcher
-        .weir_serve(
-            "weir",
-            &config,
-            &[(admin, "/healthz"), (loopback(proxy_port), &settings.path)],
-            &[],
-        )
-        .await?;
-    Ok(Running {
-        origin,
-        origin_port,
-        proxy: Some((proxy, admin)),
-        target: loopback(proxy_port),
     })
 }
 
@@ -366,9 +321,13 @@ async fn phase(
         None
     };
     let origin_pids = process_tree(&running.origin);
-    let proxy_pid = running.proxy.as_ref().map(|(child, _)| child.pid());
+    let proxy_pids = running
+        .proxy
+        .as_ref()
+        .map_or_else(Vec::new, |proxy| process_tree(&proxy.child));
     let origin_cpu_before = tree_cpu_seconds(&origin_pids);
-    let proxy_cpu_before = proxy_pid.and_then(procfs::cpu_seconds);
+    let proxy_cpu_before = tree_cpu_seconds(&proxy_pids);
+    let proxy_memory_start = tree_memory_kib(&proxy_pids).0;
 
     // Read while the machine holds few sockets (its cost grows with every socket).
     let not_connections = procfs::NotConnections::read();
@@ -393,10 +352,8 @@ async fn phase(
         origin_pids: &origin_pids,
         origin_cpu_before,
         not_connections,
-        proxy: running
-            .proxy
-            .as_ref()
-            .map(|(child, admin)| (child.pid(), *admin)),
+        proxy_pids: &proxy_pids,
+        admin: running.proxy.as_ref().and_then(|proxy| proxy.admin),
     };
     let samples = sample(lab, route, &load, &counters, &probe, start, settings).await;
     clients
@@ -406,10 +363,20 @@ async fn phase(
 
     let origin_cpu = tree_cpu_seconds(&origin_pids) - origin_cpu_before;
     let (_, origin_hwm) = tree_memory_kib(&origin_pids);
-    let proxy = match running.proxy.take() {
-        // weir stops first, so its connections to the origin close before the origin's
-        // counters are read.
-        Some((child, admin)) => Some(finish_proxy(child, admin, proxy_cpu_before, &samples).await),
+    let clients = client_summary(&counters, &samples, settings, elapsed);
+    let mut proxy = match running.proxy.take() {
+        // The proxy stops first, so its connections to the origin close before the
+        // origin's counters are read.
+        Some(running) => Some(
+            finish_proxy(
+                running,
+                &proxy_pids,
+                proxy_cpu_before,
+                proxy_memory_start,
+                &samples,
+            )
+            .await,
+        ),
         None => None,
     };
     let stats_after = if builtin {
@@ -425,26 +392,37 @@ async fn phase(
         origin_hwm,
         origin_cpu,
     );
+    if let (Route::Peer(_), Some(proxy)) = (route, proxy.as_mut()) {
+        // A peer has no gauges: its side is read from the clients and the origin.
+        proxy.client_connections_peak = clients.connected_peak;
+        proxy.upstream_connections_peak = origin.connections_peak;
+        proxy.upstream_connections_created = origin.connections_accepted.unwrap_or(0);
+        proxy.responses_5xx = clients.errors.status;
+    }
     Ok(PhaseReport {
-        clients: client_summary(&counters, &samples, settings, elapsed),
+        clients,
         origin,
         proxy,
         samples,
     })
 }
 
-/// weir's figures at the end of a phase; then weir is stopped.
+/// The proxy's figures at the end of a phase (weir's gauges, for weir); then it is stopped.
 async fn finish_proxy(
-    mut child: Child,
-    admin: SocketAddr,
-    cpu_before: Option<f64>,
+    mut running: RunningProxy,
+    pids: &[u32],
+    cpu_before: f64,
+    memory_start_kib: u64,
     samples: &[Sample],
 ) -> ProxySummary {
-    let page = weir_metrics(admin).await;
-    let pid = child.pid();
+    let page = match running.admin {
+        Some(admin) => weir_metrics(admin).await,
+        None => String::new(),
+    };
     let summary = ProxySummary {
-        cpu_s: procfs::cpu_seconds(pid).unwrap_or(0.0) - cpu_before.unwrap_or(0.0),
-        memory_peak_kib: procfs::memory_kib(pid).map_or(0, |(_, hwm)| hwm),
+        cpu_s: tree_cpu_seconds(pids) - cpu_before,
+        memory_peak_kib: tree_memory_kib(pids).1,
+        memory_start_kib,
         client_connections_peak: peak(samples, |s| s.proxy_clients),
         upstream_connections_peak: peak(samples, |s| s.proxy_upstream),
         upstream_connections_created: metric(
@@ -454,7 +432,7 @@ async fn finish_proxy(
         ),
         responses_5xx: metric(&page, "weir_requests_total", Some(("class", "5xx"))),
     };
-    child.stop();
+    running.child.stop();
     summary
 }
 

@@ -1,7 +1,10 @@
 //! Ratios and checks from measured phases: plain functions over the model, so every figure
 //! the tables print is computed once, here, and unit-tested.
 
-use crate::model::{Check, OffloadRatios, OffloadSettingsReport, PhaseReport, Sample, TlsPhase};
+use crate::model::{
+    Check, OffloadRatios, OffloadSettingsReport, PeerPhase, PhaseReport, ProxySummary, Sample,
+    TlsPhase,
+};
 
 /// `a ÷ b`, or `None` when `b` is not positive or either is not finite.
 pub fn ratio(a: f64, b: f64) -> Option<f64> {
@@ -147,6 +150,41 @@ pub fn offload_checks(
                 "{errors} errors; {} of {clients} held at most",
                 direct.clients.held_peak
             ),
+        });
+    }
+    checks
+}
+
+/// The targets against the peers (`--peers`): weir's peak memory at most nginx's, and its
+/// CPU at most the better peer's, over the same clients.
+pub fn offload_peer_checks(weir: &PhaseReport, peers: &[PeerPhase]) -> Vec<Check> {
+    let Some(ours) = &weir.proxy else {
+        return Vec::new();
+    };
+    let measured: Vec<(&str, &ProxySummary)> = peers
+        .iter()
+        .filter_map(|peer| Some((peer.name.as_str(), peer.phase.proxy.as_ref()?)))
+        .collect();
+    let mut checks = Vec::new();
+    if let Some((_, nginx)) = measured.iter().find(|(name, _)| *name == "nginx") {
+        checks.push(Check {
+            name: "weir: peak memory at most nginx's".to_owned(),
+            passed: ours.memory_peak_kib <= nginx.memory_peak_kib,
+            detail: format!(
+                "{:.1} MiB ≤ {:.1} MiB",
+                ours.memory_peak_kib as f64 / 1024.0,
+                nginx.memory_peak_kib as f64 / 1024.0
+            ),
+        });
+    }
+    let best = measured
+        .iter()
+        .min_by(|a, b| a.1.cpu_s.total_cmp(&b.1.cpu_s));
+    if let Some((name, best)) = best {
+        checks.push(Check {
+            name: "weir: CPU at most the better peer's".to_owned(),
+            passed: ours.cpu_s <= best.cpu_s,
+            detail: format!("{:.2} s ≤ {name}'s {:.2} s", ours.cpu_s, best.cpu_s),
         });
     }
     checks

@@ -3,7 +3,8 @@
 use std::fmt::Write;
 
 use crate::model::{
-    Check, LabReport, Latency, OffloadReport, PhaseReport, SuiteLabReport, TlsPhase, TlsReport,
+    Check, LabReport, Latency, OffloadReport, PhaseReport, ProxySummary, SuiteLabReport, TlsPhase,
+    TlsReport,
 };
 use crate::summary::ratio;
 
@@ -205,83 +206,121 @@ pub fn offload_table(report: &OffloadReport) -> String {
     out
 }
 
-/// The offload table proper: a row per figure, direct and through weir.
+/// The offload table proper: a row per figure, direct, through weir and through each peer.
 fn offload_grid(report: &OffloadReport) -> Table {
-    let weir = &report.weir;
     let direct = report.direct.as_ref();
     let cell = |f: &dyn Fn(&PhaseReport) -> String| direct.map_or("(not run)".to_owned(), f);
+    // weir first, then the peers: the same clients through each proxy.
+    let proxied: Vec<&PhaseReport> = std::iter::once(&report.weir)
+        .chain(report.peers.iter().map(|peer| &peer.phase))
+        .collect();
+    let each = |f: &dyn Fn(&PhaseReport) -> String| proxied.iter().map(|p| f(p)).collect();
     let ratios = &report.ratios;
-    let mut table = Table::new(&["", "direct", "through weir", "weir vs direct"]);
-    table.row(vec![
-        "client connections held without errors, peak".to_owned(),
+    let mut header = vec![
+        "".to_owned(),
+        "direct".to_owned(),
+        "through weir".to_owned(),
+    ];
+    header.extend(
+        report
+            .peers
+            .iter()
+            .map(|peer| format!("through {}", peer.name)),
+    );
+    header.push("weir vs direct".to_owned());
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut table = Table::new(&header);
+    let mut row = |name: &str, direct: String, proxied: Vec<String>, versus: String| {
+        let mut cells = vec![name.to_owned(), direct];
+        cells.extend(proxied);
+        cells.push(versus);
+        table.row(cells);
+    };
+    row(
+        "client connections held without errors, peak",
         cell(&|p| thousands(p.clients.held_peak)),
-        thousands(weir.clients.held_peak),
+        each(&|p| thousands(p.clients.held_peak)),
         times(ratios.capacity_gain),
-    ]);
-    table.row(vec![
-        "connections open on the origin, peak".to_owned(),
+    );
+    row(
+        "connections open on the origin, peak",
         cell(&|p| thousands(p.origin.connections_peak)),
-        thousands(weir.origin.connections_peak),
+        each(&|p| thousands(p.origin.connections_peak)),
         String::new(),
-    ]);
-    table.row(vec![
-        "offload ratio (clients : origin), peak / steady".to_owned(),
+    );
+    let settings = &report.settings;
+    row(
+        "offload ratio (clients : origin), peak / steady",
         cell(&|_| "1:1".to_owned()),
-        format!(
-            "{} / {}",
-            offload(ratios.offload),
-            offload(ratios.offload_steady)
-        ),
+        each(&|p| {
+            let r = crate::summary::offload_ratios(settings, None, p);
+            format!("{} / {}", offload(r.offload), offload(r.offload_steady))
+        }),
         String::new(),
-    ]);
-    table.row(vec![
-        "requests/s served (steady)".to_owned(),
+    );
+    row(
+        "requests/s served (steady)",
         cell(&|p| number(p.clients.requests_per_s, 1)),
-        number(weir.clients.requests_per_s, 1),
+        each(&|p| number(p.clients.requests_per_s, 1)),
         times(ratios.request_rate_gain),
-    ]);
-    table.row(vec![
-        "connection setup ms, p50 / p99".to_owned(),
+    );
+    row(
+        "connection setup ms, p50 / p99",
         cell(&|p| latency_pair(&p.clients.connect_ms)),
-        latency_pair(&weir.clients.connect_ms),
+        each(&|p| latency_pair(&p.clients.connect_ms)),
         format!(
             "{} / {}",
             speed(ratios.connect_p50_gain),
             speed(ratios.connect_p99_gain)
         ),
-    ]);
-    table.row(vec![
-        "response ms, p50 / p99".to_owned(),
+    );
+    row(
+        "response ms, p50 / p99",
         cell(&|p| latency_pair(&p.clients.response_ms)),
-        latency_pair(&weir.clients.response_ms),
+        each(&|p| latency_pair(&p.clients.response_ms)),
         String::new(),
-    ]);
-    table.row(vec![
-        "client errors".to_owned(),
+    );
+    row(
+        "client errors",
         cell(&|p| thousands(p.clients.errors.total())),
-        thousands(weir.clients.errors.total()),
+        each(&|p| thousands(p.clients.errors.total())),
         String::new(),
-    ]);
-    table.row(vec![
-        "origin memory, peak (VmHWM)".to_owned(),
+    );
+    row(
+        "origin memory, peak (VmHWM)",
         cell(&|p| mib(p.origin.memory_peak_kib)),
-        mib(weir.origin.memory_peak_kib),
+        each(&|p| mib(p.origin.memory_peak_kib)),
         change(ratios.origin_memory_reduction),
-    ]);
-    table.row(vec![
-        "origin CPU s".to_owned(),
+    );
+    row(
+        "origin CPU s",
         cell(&|p| format!("{:.2}", p.origin.cpu_s)),
-        format!("{:.2}", weir.origin.cpu_s),
+        each(&|p| format!("{:.2}", p.origin.cpu_s)),
         String::new(),
-    ]);
-    if let Some(proxy) = &weir.proxy {
-        table.row(vec![
-            "weir CPU s / memory peak".to_owned(),
-            cell(&|_| "—".to_owned()),
-            format!("{:.2} / {}", proxy.cpu_s, mib(proxy.memory_peak_kib)),
-            String::new(),
-        ]);
-    }
+    );
+    let proxy =
+        |f: &dyn Fn(&ProxySummary) -> String| each(&|p| p.proxy.as_ref().map_or("—".to_owned(), f));
+    row(
+        "proxy CPU s",
+        cell(&|_| "—".to_owned()),
+        proxy(&|p| format!("{:.2}", p.cpu_s)),
+        String::new(),
+    );
+    row(
+        "proxy memory, start / peak (VmHWM)",
+        cell(&|_| "—".to_owned()),
+        proxy(&|p| format!("{} / {}", mib(p.memory_start_kib), mib(p.memory_peak_kib))),
+        String::new(),
+    );
+    row(
+        "proxy memory per client connection",
+        cell(&|_| "—".to_owned()),
+        proxy(&|p| {
+            p.memory_per_client_kib()
+                .map_or("—".to_owned(), |kib| format!("{kib:.2} KiB"))
+        }),
+        String::new(),
+    );
     table
 }
 

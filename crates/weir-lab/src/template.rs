@@ -4,6 +4,10 @@
 
 /// weir in front of the capped origin (`weir lab offload`).
 pub const WEIR_OFFLOAD: &str = include_str!("../../../bench/lab/weir-offload.toml");
+/// HAProxy in front of the capped origin (`weir lab offload --peers haproxy`).
+pub const HAPROXY_OFFLOAD: &str = include_str!("../../../bench/lab/haproxy-offload.cfg");
+/// nginx in front of the capped origin (`weir lab offload --peers nginx`).
+pub const NGINX_OFFLOAD: &str = include_str!("../../../bench/lab/nginx-offload.conf");
 /// weir terminating TLS in front of the plain origin (`weir lab tls`).
 pub const WEIR_TLS: &str = include_str!("../../../bench/lab/weir-tls.toml");
 /// weir for the Zeus table (`weir lab suite`): HTTP and HTTPS listeners.
@@ -138,6 +142,28 @@ mod tests {
                 ]),
             ),
             (NGINX_ORIGIN, values(&["PORT", "WORKER_CONNECTIONS"])),
+            (
+                HAPROXY_OFFLOAD,
+                values(&[
+                    "PROXY_PORT",
+                    "ORIGIN_PORT",
+                    "THREADS",
+                    "CLIENT_LIMIT",
+                    "POOL_CAP",
+                    "CLIENT_TIMEOUT",
+                ]),
+            ),
+            (
+                NGINX_OFFLOAD,
+                values(&[
+                    "PROXY_PORT",
+                    "ORIGIN_PORT",
+                    "THREADS",
+                    "WORKER_CONNECTIONS",
+                    "POOL_CAP",
+                    "CLIENT_TIMEOUT",
+                ]),
+            ),
         ];
         for (template, values) in peer_configs {
             let text = render(template, &values).expect("every placeholder filled");

@@ -1,7 +1,9 @@
 //! The client side of a connection: buffers, timed reads and writes, and the
 //! `read_head` stage.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -12,6 +14,7 @@ use weir_http::{HeadScan, RequestHead, Version};
 use weir_tls::ServerStream;
 
 use crate::answer::{Failure, body_for, headers_for};
+use crate::buffers::Buffers;
 use crate::route::VirtualServerRuntime;
 
 /// Smallest free space worth a read call.
@@ -25,7 +28,8 @@ const LINGER_BYTES: usize = 1024 * 1024;
 /// How long a close_notify and FIN may take to leave when weir closes.
 const CLOSE_TIME: Duration = Duration::from_secs(1);
 
-/// One client connection and its reusable buffers.
+/// A client connection with requests in progress, and the buffers lent to it
+/// for them (see [`Buffers`]).
 #[derive(Debug)]
 pub(crate) struct Client {
     pub stream: ServerStream,
@@ -34,7 +38,7 @@ pub(crate) struct Client {
     pub read_buf: BytesMut,
     /// Scratch for what goes to the client.
     pub write_buf: BytesMut,
-    /// Scratch for what goes to the node (kept here to reuse its allocation).
+    /// Scratch for what goes to the node.
     pub upstream_out: BytesMut,
     /// Scratch for what comes from the node.
     pub upstream_in: BytesMut,
@@ -42,22 +46,136 @@ pub(crate) struct Client {
     /// Requests read on this connection so far.
     pub requests: u32,
     /// Subject of the verified client certificate (HTTPS with client certificates).
-    pub client_subject: Option<String>,
+    pub client_subject: Option<Box<str>>,
+}
+
+/// A client connection between requests: the stream and what the pipeline
+/// remembers about it, and no buffer. This is all an idle keep-alive
+/// connection holds, besides its task and its socket.
+#[derive(Debug)]
+pub(crate) struct IdleConnection {
+    stream: ServerStream,
+    peer: SocketAddr,
+    accepted_at: Instant,
+    requests: u32,
+    client_subject: Option<Box<str>>,
+}
+
+impl IdleConnection {
+    /// A connection just accepted (and through its TLS handshake, if any).
+    pub(crate) fn new(
+        stream: ServerStream,
+        peer: SocketAddr,
+        accepted_at: Instant,
+        client_subject: Option<Box<str>>,
+    ) -> IdleConnection {
+        IdleConnection {
+            stream,
+            peer,
+            accepted_at,
+            requests: 0,
+            client_subject,
+        }
+    }
+
+    /// Waits, holding no buffer, until the client sends something (or
+    /// closes: the read that follows sees it). False when the connection
+    /// should close quietly instead: nothing arrived within `header_read` of
+    /// the accept (first request) or within `idle` (later ones), or a drain
+    /// began.
+    pub(crate) async fn wait_for_request(
+        &self,
+        vs: &VirtualServerRuntime,
+        shutdown: &mut ShutdownSignal,
+    ) -> bool {
+        let timeouts = &vs.config.timeouts;
+        let deadline = if self.requests == 0 {
+            self.accepted_at + timeouts.header_read
+        } else {
+            Instant::now() + timeouts.idle
+        };
+        tokio::select! {
+            biased;
+            ready = self.stream.readable() => ready.is_ok(),
+            () = tokio::time::sleep_until(deadline) => false,
+            () = shutdown.triggered() => false,
+        }
+    }
+
+    /// Closes a connection weir chose to end while it was idle (idle timeout,
+    /// drain): on TLS a close_notify goes out first, as in [`Client::close`].
+    pub(crate) async fn close(mut self) {
+        let _ = tokio::time::timeout(CLOSE_TIME, self.stream.shutdown()).await;
+    }
+
+    /// The connection with buffers lent from this thread's pool, to serve requests.
+    pub(crate) fn into_client(self) -> Client {
+        let buffers = Buffers::take();
+        Client {
+            stream: self.stream,
+            peer: self.peer,
+            read_buf: buffers.read,
+            write_buf: buffers.write,
+            upstream_out: buffers.upstream_out,
+            upstream_in: buffers.upstream_in,
+            accepted_at: self.accepted_at,
+            requests: self.requests,
+            client_subject: self.client_subject,
+        }
+    }
 }
 
 impl Client {
-    pub(crate) fn new(stream: ServerStream, peer: SocketAddr, accepted_at: Instant) -> Client {
-        Client {
-            stream,
-            peer,
-            read_buf: BytesMut::new(),
-            write_buf: BytesMut::new(),
-            upstream_out: BytesMut::new(),
-            upstream_in: BytesMut::new(),
-            accepted_at,
-            requests: 0,
-            client_subject: None,
+    /// Reads what the client has sent, without waiting: `None` when nothing is
+    /// there after all (readiness can be reported without bytes, for one right
+    /// after the accept, or a TLS record not yet whole), `Some(Ok(0))` at its end.
+    /// Not async, so the connection's task keeps no state for it.
+    pub(crate) fn read_now(&mut self) -> Option<std::io::Result<usize>> {
+        self.read_buf.reserve(READ_RESERVE);
+        // One poll with a waker that does nothing: if the read would wait, the
+        // idle wait that follows registers the task's own waker in its place.
+        let mut context = Context::from_waker(Waker::noop());
+        let read = std::pin::pin!(self.stream.read_buf(&mut self.read_buf));
+        match read.poll(&mut context) {
+            Poll::Ready(result) => Some(result),
+            Poll::Pending => None,
         }
+    }
+
+    /// Gives the buffers back to this thread's pool and keeps the connection.
+    /// Only once every byte read has been used: call it with `read_buf` empty.
+    pub(crate) fn into_idle(self) -> IdleConnection {
+        debug_assert!(
+            self.read_buf.is_empty(),
+            "unused client bytes would be lost"
+        );
+        let (connection, buffers) = self.split();
+        buffers.give_back();
+        connection
+    }
+
+    /// Gives the buffers back to this thread's pool as the connection closes.
+    pub(crate) fn release(self) {
+        let (connection, buffers) = self.split();
+        buffers.give_back();
+        drop(connection);
+    }
+
+    fn split(self) -> (IdleConnection, Buffers) {
+        let buffers = Buffers {
+            read: self.read_buf,
+            write: self.write_buf,
+            upstream_out: self.upstream_out,
+            upstream_in: self.upstream_in,
+        };
+        let connection = IdleConnection {
+            stream: self.stream,
+            peer: self.peer,
+            accepted_at: self.accepted_at,
+            requests: self.requests,
+            client_subject: self.client_subject,
+        };
+        (connection, buffers)
     }
 
     /// The read_head stage: waits for the next request head. `Ok(None)` means

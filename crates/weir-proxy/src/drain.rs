@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::Notify;
 
+use crate::route::VirtualServerRuntime;
+
 /// Live client connections across all listeners.
 #[derive(Debug, Default)]
 pub(crate) struct Drain {
@@ -47,5 +49,20 @@ impl Drop for DrainGuard {
         if self.drain.active.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.drain.idle.notify_waiters();
         }
+    }
+}
+
+/// An admitted client connection's place in its virtual server's count and in
+/// the drain, held by its task and given back when the task ends.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    pub vs: Arc<VirtualServerRuntime>,
+    pub(crate) _drain: DrainGuard,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.vs.open.fetch_sub(1, Ordering::AcqRel);
+        self.vs.metrics.connections_open.dec();
     }
 }

@@ -23,6 +23,7 @@
 //! ```
 
 mod answer;
+mod buffers;
 mod client;
 mod drain;
 mod exchange;

@@ -15,7 +15,7 @@ use weir_core::ShutdownSignal;
 use weir_observe::Metrics;
 use weir_upstream::Pool;
 
-use crate::drain::Drain;
+use crate::drain::{Admission, Drain};
 use crate::pipeline;
 use crate::route::VirtualServerRuntime;
 use crate::tls::TlsTermination;
@@ -236,14 +236,15 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         vs.metrics.connections_accepted.inc();
         vs.metrics.connections_open.inc();
-        let guard = drain.enter();
-        let vs = Arc::clone(&vs);
-        let signal = shutdown.clone();
-        tokio::spawn(async move {
-            pipeline::serve_connection(stream, peer, Arc::clone(&vs), signal).await;
-            vs.open.fetch_sub(1, Ordering::AcqRel);
-            vs.metrics.connections_open.dec();
-            drop(guard);
-        });
+        let admission = Admission {
+            vs: Arc::clone(&vs),
+            _drain: drain.enter(),
+        };
+        tokio::spawn(pipeline::serve_connection(
+            stream,
+            peer,
+            admission,
+            shutdown.clone(),
+        ));
     }
 }

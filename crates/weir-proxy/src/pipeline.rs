@@ -10,6 +10,7 @@
 //! Any stage may answer early (4xx/5xx) and close. Each stage lives in its
 //! own module; this file only calls them in order.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::net::TcpStream;
@@ -21,7 +22,8 @@ use weir_tls::ServerStream;
 use weir_upstream::Pool;
 
 use crate::answer::Failure;
-use crate::client::Client;
+use crate::client::{Client, IdleConnection};
+use crate::drain::Admission;
 use crate::exchange::{self, Exchange};
 use crate::policy;
 use crate::request_body;
@@ -30,52 +32,140 @@ use crate::route::VirtualServerRuntime;
 use crate::upgrade;
 
 /// Serves one client connection until it closes.
-pub(crate) async fn serve_connection(
+///
+/// Between requests the connection holds no buffer and its task waits in
+/// [`IdleConnection::wait_for_request`]; the requests themselves run in a
+/// boxed future with buffers lent from a per-thread pool, and so does the
+/// handshake, so what an idle connection keeps is a few hundred bytes of task
+/// (see the `idle_memory` tests).
+pub(crate) fn serve_connection(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    admission: Admission,
+    shutdown: ShutdownSignal,
+) -> impl Future<Output = ()> + Send + 'static {
+    let start = Box::pin(start_connection(stream, peer, Arc::clone(&admission.vs)));
+    serve_kept_alive(start, admission, shutdown)
+}
+
+/// The handshake stage (HTTPS virtual servers): `None` if it failed.
+async fn start_connection(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     vs: Arc<VirtualServerRuntime>,
-    mut shutdown: ShutdownSignal,
-) {
-    // handshake (HTTPS virtual servers)
+) -> Option<IdleConnection> {
     let (stream, client_subject) = match &vs.tls {
         None => (ServerStream::Plain(stream), None),
-        Some(tls) => match tls.handshake(stream, peer).await {
-            Some((stream, info)) => (stream, info.client_subject),
-            None => return,
-        },
+        Some(tls) => {
+            let (stream, info) = tls.handshake(stream, peer).await?;
+            (stream, info.client_subject.map(String::into_boxed_str))
+        }
     };
-    let mut client = Client::new(stream, peer, Instant::now());
-    client.client_subject = client_subject;
+    let accepted_at = Instant::now();
+    Some(IdleConnection::new(
+        stream,
+        peer,
+        accepted_at,
+        client_subject,
+    ))
+}
+
+/// Waits for each request's first bytes with no buffer, then serves what came.
+async fn serve_kept_alive(
+    start: Pin<Box<impl Future<Output = Option<IdleConnection>>>>,
+    admission: Admission,
+    mut shutdown: ShutdownSignal,
+) {
+    let Some(mut idle) = start.await else {
+        return;
+    };
+    let vs = &admission.vs;
+    loop {
+        if !idle.wait_for_request(vs, &mut shutdown).await {
+            // Idle timeout or drain: weir ends the connection (close_notify on TLS).
+            Box::pin(idle.close()).await;
+            return;
+        }
+        // What woke the connection; the `Client` (with its buffers) never lives
+        // across an await of this task, only inside the boxed futures.
+        let next: Pin<Box<dyn Future<Output = Option<IdleConnection>> + Send + '_>> =
+            match wake(idle) {
+                Woken::Nothing(back) => {
+                    idle = back;
+                    continue;
+                }
+                Woken::Closed(back) => Box::pin(async move {
+                    back.close().await;
+                    None
+                }),
+                Woken::Failed => return,
+                Woken::Request(client) => Box::pin(serve_requests(client, vs, &mut shutdown)),
+            };
+        match next.await {
+            Some(back) => idle = back,
+            None => return,
+        }
+    }
+}
+
+/// What a readable idle connection turned out to hold.
+enum Woken {
+    /// Readiness without bytes: back to waiting, the buffers back to the pool.
+    Nothing(IdleConnection),
+    /// The client closed while idle: so do we.
+    Closed(IdleConnection),
+    /// The read failed: the connection is gone.
+    Failed,
+    /// Request bytes are in the client's read buffer.
+    Request(Client),
+}
+
+/// Lends the connection its buffers and reads what woke it, without waiting.
+fn wake(idle: IdleConnection) -> Woken {
+    let mut client = idle.into_client();
+    match client.read_now() {
+        None => Woken::Nothing(client.into_idle()),
+        Some(Ok(0)) => Woken::Closed(client.into_idle()),
+        Some(Err(_)) => {
+            client.release();
+            Woken::Failed
+        }
+        Some(Ok(_)) => Woken::Request(client),
+    }
+}
+
+/// Serves requests for as long as the client has bytes waiting: read_head →
+/// route → the rest of the stages. Returns the connection once it is idle
+/// again (its buffers back in the pool), or `None` once it closed.
+async fn serve_requests(
+    mut client: Client,
+    vs: &VirtualServerRuntime,
+    shutdown: &mut ShutdownSignal,
+) -> Option<IdleConnection> {
     let next = loop {
         // read_head
-        let head = match client.read_head(&vs, &mut shutdown).await {
+        let head = match client.read_head(vs, shutdown).await {
             Ok(Some(head)) => head,
             Ok(None) => break Next::Close,
             Err(failure) => {
-                answer_failure(&mut client, &vs, None, None, failure, Instant::now()).await;
-                return;
+                answer_failure(&mut client, vs, None, None, failure, Instant::now()).await;
+                client.release();
+                return None;
             }
         };
         let started = Instant::now();
         // route
         let pool = Arc::clone(vs.route(&head));
-        let keep_alive = wants_keep_alive(&client, &vs, &head, &shutdown);
-        match serve_request(
-            &mut client,
-            &vs,
-            &pool,
-            &head,
-            keep_alive,
-            &shutdown,
-            started,
-        )
-        .await
-        {
+        let keep_alive = wants_keep_alive(&client, vs, &head, shutdown);
+        match serve_request(&mut client, vs, &pool, &head, keep_alive, shutdown, started).await {
+            // Pipelined bytes are served at once; otherwise the connection idles.
+            Ok(Next::KeepAlive) if client.read_buf.is_empty() => return Some(client.into_idle()),
             Ok(Next::KeepAlive) => continue,
             Ok(next) => break next,
             Err(failure) => {
-                answer_failure(&mut client, &vs, Some(&head), Some(&pool), failure, started).await;
-                return;
+                answer_failure(&mut client, vs, Some(&head), Some(&pool), failure, started).await;
+                client.release();
+                return None;
             }
         }
     };
@@ -84,6 +174,8 @@ pub(crate) async fn serve_connection(
         Next::Linger => client.linger_close().await,
         _ => client.close().await,
     }
+    client.release();
+    None
 }
 
 /// What happens to the client connection after a request.
@@ -269,5 +361,38 @@ fn version_str(version: Version) -> &'static str {
     match version {
         Version::Http10 => "HTTP/1.0",
         Version::Http11 => "HTTP/1.1",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain::Drain;
+
+    /// What a kept-alive connection's task holds while it waits for the next
+    /// request: the state of `serve_connection` at its idle await point, the
+    /// largest one left after boxing the handshake and the requests. The
+    /// requests' state (over 3 KiB) or the buffers inline would fail this.
+    #[tokio::test]
+    async fn the_connection_task_keeps_only_the_idle_state() {
+        let config = weir_config::embedded_default();
+        let metrics = weir_observe::Metrics::new();
+        let proxy = crate::Proxy::build(&config, &metrics).expect("default config builds");
+        let vs = Arc::clone(&proxy.virtual_servers[0]);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("bound");
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        let (_owner, signal) = weir_core::Shutdown::new();
+        let drain = Arc::new(Drain::default());
+        vs.open.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let admission = Admission {
+            vs: Arc::clone(&vs),
+            _drain: drain.enter(),
+        };
+        let task = serve_connection(stream, addr, admission, signal);
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 512, "the connection future is {size} bytes");
     }
 }

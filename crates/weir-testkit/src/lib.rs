@@ -16,6 +16,7 @@
 pub mod attack;
 pub mod client;
 pub mod h2flood;
+pub mod memory;
 pub mod tls;
 
 use std::net::SocketAddr;

@@ -34,6 +34,23 @@ impl ServerStream {
             Stream::Tls(tls) => tls.get_ref().0,
         }
     }
+
+    /// Completes when a read would not wait: bytes (or the end) on the socket,
+    /// or TLS plaintext (or a close_notify) already received. Holds no buffer
+    /// and no waiter of its own while it waits, so an idle connection stays small.
+    pub async fn readable(&self) -> io::Result<()> {
+        let tcp = match self {
+            Stream::Plain(tcp) => tcp,
+            Stream::Tls(tls) => {
+                let (tcp, session) = tls.get_ref();
+                if !session.wants_read() {
+                    return Ok(());
+                }
+                tcp
+            }
+        };
+        std::future::poll_fn(|cx| tcp.poll_read_ready(cx)).await
+    }
 }
 
 impl ClientStream {

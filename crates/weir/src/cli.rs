@@ -119,6 +119,9 @@ pub struct LabOffloadArgs {
     /// Only through weir (skip the direct phase).
     #[arg(long)]
     pub no_direct: bool,
+    /// Run the same clients through these peers too, with the same cap: haproxy, nginx.
+    #[arg(long, value_delimiter = ',', value_parser = parse_peer)]
+    pub peers: Vec<weir_lab::peers::Peer>,
     /// Sampling period of the gauges and charts.
     #[arg(long, value_parser = weir_bench::parse_duration)]
     pub sample_every: Option<Duration>,

@@ -148,6 +148,7 @@ fn offload_settings(args: &LabOffloadArgs) -> OffloadSettings {
         proxy_threads: args.proxy_threads.unwrap_or(base.proxy_threads),
         path: args.path.clone().unwrap_or(base.path),
         direct: !args.no_direct,
+        peers: args.peers.clone(),
         sample_every: args.sample_every.unwrap_or(base.sample_every),
     }
 }

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::signal::unix::{SignalKind, signal};
 use weir_lab::wan::probe;
 use weir_tunnel::{Client, Metrics, Role, Server, load_file};
 
 use crate::cli::{ProbeCommand, SideArgs, TunnelArgs, TunnelCommand};
-use crate::serve::wait_for_signal;
 
 pub fn run(args: TunnelArgs) -> anyhow::Result<()> {
     crate::logging::init(&weir_config::Log {
@@ -67,9 +67,16 @@ fn run_side(args: &SideArgs, role: Role) -> anyhow::Result<()> {
             );
             tokio::spawn(weir_admin::serve(listener, state, admin_signal));
         }
+        // Listen for the signals before announcing: a SIGTERM right after the
+        // "listening" line must stop the side cleanly, not kill it.
+        let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+        let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
         announce(&side, &metrics)?;
         let stop = async {
-            wait_for_signal().await;
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
             stopping.store(true, Ordering::Relaxed);
         };
         match side {

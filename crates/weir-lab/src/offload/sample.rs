@@ -19,8 +19,10 @@ pub(super) struct Probe<'a> {
     pub origin_cpu_before: f64,
     /// The origin's listeners and Unix sockets, so its connections can be told apart.
     pub not_connections: procfs::NotConnections,
-    /// weir's PID and admin address.
-    pub proxy: Option<(u32, SocketAddr)>,
+    /// The proxy's processes (none direct).
+    pub proxy_pids: &'a [u32],
+    /// weir's admin address (its gauges); `None` direct and for a peer.
+    pub admin: Option<SocketAddr>,
 }
 
 /// Samples once a period until the load's last send.
@@ -48,17 +50,17 @@ pub(super) async fn sample(
         }
         let elapsed = start.elapsed();
         let origin_connections = probe.not_connections.connections_of(probe.origin_pids);
-        let (proxy_clients, proxy_upstream, proxy_rss) = match probe.proxy {
-            Some((pid, admin)) => {
+        let (proxy_clients, proxy_upstream) = match probe.admin {
+            Some(admin) => {
                 let page = weir_metrics(admin).await;
                 (
                     metrics::sum(&page, "weir_client_connections_open", None).map(|v| v as u64),
                     metrics::sum(&page, "weir_upstream_connections_open", None).map(|v| v as u64),
-                    procfs::memory_kib(pid).map(|(rss, _)| rss),
                 )
             }
-            None => (None, None, None),
+            None => (None, None),
         };
+        let proxy_rss = (!probe.proxy_pids.is_empty()).then(|| tree_memory_kib(probe.proxy_pids).0);
         let sample = Sample {
             t_s: elapsed.as_secs_f64(),
             clients_started: load.started_by(elapsed),

@@ -263,3 +263,41 @@ fn tls_checks_need_answers_and_no_errors() {
     assert!(!tls_checks(&failing, &ok)[0].passed);
     assert!(!tls_checks(&ok, &silent)[1].passed);
 }
+
+fn proxied(mut phase: PhaseReport, cpu_s: f64, memory_peak_kib: u64) -> PhaseReport {
+    phase.proxy = Some(ProxySummary {
+        cpu_s,
+        memory_peak_kib,
+        memory_start_kib: 10_000,
+        client_connections_peak: 16_000,
+        upstream_connections_peak: 40,
+        upstream_connections_created: 40,
+        responses_5xx: 0,
+    });
+    phase
+}
+
+pub(crate) fn peer(name: &str, cpu_s: f64, memory_peak_kib: u64) -> PeerPhase {
+    PeerPhase {
+        name: name.to_owned(),
+        version: "1.0".to_owned(),
+        phase: proxied(weir(), cpu_s, memory_peak_kib),
+    }
+}
+
+#[test]
+fn peer_checks_hold_weir_to_nginx_memory_and_the_better_cpu() {
+    let ours = proxied(weir(), 7.0, 30_000);
+    let peers = [peer("haproxy", 6.5, 40_000), peer("nginx", 9.0, 32_000)];
+    let checks = offload_peer_checks(&ours, &peers);
+    assert_eq!(checks.len(), 2);
+    assert!(checks[0].passed, "{:?}", checks[0]);
+    assert!(checks[0].name.contains("nginx"));
+    assert!(!checks[1].passed, "7.0 s is above haproxy's 6.5 s");
+    assert!(checks[1].detail.contains("haproxy"), "{}", checks[1].detail);
+    // No peers ran: no such checks.
+    assert!(offload_peer_checks(&ours, &[]).is_empty());
+    // Memory per client connection counts from the start.
+    let proxy = ours.proxy.as_ref().expect("set");
+    assert_eq!(proxy.memory_per_client_kib(), Some(20_000.0 / 16_000.0));
+}

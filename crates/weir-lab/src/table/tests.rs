@@ -1,6 +1,6 @@
 use super::*;
 use crate::model::{Machine, OffloadRatios, SuiteColumn, SuiteLabRow, TlsSettingsReport};
-use crate::summary::tests::{direct, settings, weir};
+use crate::summary::tests::{direct, peer, settings, weir};
 use crate::summary::{offload_checks, offload_ratios};
 
 pub(crate) fn offload_report() -> OffloadReport {
@@ -12,6 +12,7 @@ pub(crate) fn offload_report() -> OffloadReport {
         settings,
         direct: Some(direct),
         weir,
+        peers: Vec::new(),
         ratios,
         checks,
     }
@@ -215,6 +216,28 @@ fn offload_table_without_the_direct_phase() {
     report.ratios = OffloadRatios::default();
     let text = offload_text(&report);
     assert!(line(&text, "client connections held").contains("(not run)"));
+}
+
+#[test]
+fn offload_table_gains_a_column_per_peer_and_each_proxys_memory() {
+    let mut report = offload_report();
+    report.peers = vec![peer("haproxy", 6.5, 40_000), peer("nginx", 9.0, 32_000)];
+    let text = offload_text(&report);
+    let header = text
+        .lines()
+        .find(|l| l.contains("through weir"))
+        .expect("header");
+    assert!(
+        header.contains("through haproxy") && header.contains("through nginx"),
+        "{header}"
+    );
+    assert!(line(&text, "proxy CPU s").contains("6.50"));
+    let per_client = line(&text, "proxy memory per client connection");
+    // (40,000 − 10,000) KiB over 16,000 clients, and (32,000 − 10,000) KiB.
+    assert!(
+        per_client.contains("1.88 KiB") && per_client.contains("1.38 KiB"),
+        "{per_client}"
+    );
 }
 
 #[test]

@@ -1,0 +1,347 @@
+//! The memory an idle connection holds: client connections (plain and TLS)
+//! kept alive between requests, and idle upstream connections in a node's
+//! pool. The proxy runs on its own current-thread runtime (like `threads =
+//! 1`) on a thread whose heap allocations are counted; clients and origins
+//! run elsewhere and are not. Bytes asked of the allocator do not depend on
+//! machine load, so the bounds hold on a busy CI machine; each is well under
+//! one of the buffers a connection uses while a request is in progress, so a
+//! connection that kept its buffers, or grew its idle state, fails here.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use weir_origin::{OriginOptions, OriginTls};
+use weir_testkit::memory::{CountingAllocator, count_this_thread, live_bytes};
+use weir_testkit::tls::{self, ClientOptions, Pki};
+use weir_testkit::{TestOrigin, TestProxy};
+use weir_tls::KeyType;
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// The count is process-wide: one test at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A proxy on a counted thread of its own.
+struct CountedProxy {
+    /// The first listener's address.
+    addr: SocketAddr,
+    /// Every listener's, by virtual server.
+    addrs: Vec<(String, SocketAddr)>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl CountedProxy {
+    fn start(toml: String) -> CountedProxy {
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            count_this_thread();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let proxy = TestProxy::start(&toml).await;
+                addr_tx
+                    .send(proxy.addrs.clone())
+                    .expect("test waits for the address");
+                let _ = stopped.await;
+                proxy.stop().await;
+            });
+        });
+        let addrs: Vec<(String, SocketAddr)> = addr_rx.recv().expect("proxy started");
+        CountedProxy {
+            addr: addrs[0].1,
+            addrs,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for CountedProxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Live counted bytes once the proxy has finished what it was doing: read
+/// until two readings 50 ms apart agree (at most 5 s).
+async fn settled_live_bytes() -> i64 {
+    let mut last = live_bytes();
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = live_bytes();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+/// One keep-alive request on a blocking socket; the whole response is read.
+fn request(stream: &mut TcpStream) {
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .expect("send");
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut chunk).expect("read");
+        assert!(n > 0, "proxy closed the connection");
+        got.extend_from_slice(&chunk[..n]);
+        let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = std::str::from_utf8(&got[..end]).expect("ASCII head");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .expect("Content-Length");
+        if got.len() >= end + 4 + length {
+            return;
+        }
+    }
+}
+
+fn open_idle(addr: SocketAddr, count: usize) -> Vec<TcpStream> {
+    (0..count)
+        .map(|_| {
+            let mut stream = TcpStream::connect(addr).expect("connect");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            request(&mut stream);
+            stream
+        })
+        .collect()
+}
+
+fn toml_path(path: &Path) -> String {
+    path.display().to_string().replace('\\', "\\\\")
+}
+
+const CONNECTIONS: usize = 1000;
+
+/// 1,000 kept-alive client connections, one request each, then idle: each
+/// holds its task and its socket's registration and nothing else. With the
+/// request's buffers kept (4 KiB to read the client, 8 KiB to read the node)
+/// this was over 15 KiB each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_plain_client_connections_hold_no_buffers() {
+    let _serial = SERIAL.lock().await;
+    let origin = TestOrigin::start("a").await;
+    let proxy = CountedProxy::start(weir_testkit::config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.limits]\nmax_connections = 5000",
+    ));
+    let addr = proxy.addr;
+    // Warm up: the upstream connection, the buffer pool, the runtime's tables.
+    tokio::task::spawn_blocking(move || drop(open_idle(addr, 20)))
+        .await
+        .unwrap();
+    let before = settled_live_bytes().await;
+    let held = tokio::task::spawn_blocking(move || open_idle(addr, CONNECTIONS))
+        .await
+        .unwrap();
+    let after = settled_live_bytes().await;
+    let per_connection = (after - before) / CONNECTIONS as i64;
+    eprintln!("idle plain client connection: {per_connection} bytes");
+    assert!(
+        per_connection <= 1024,
+        "{per_connection} bytes per idle client connection"
+    );
+    drop(held);
+    // Closed, they give it all back (within what tokio keeps for reuse).
+    let closed = settled_live_bytes().await;
+    assert!(
+        closed - before < (after - before) / 4,
+        "closing 1000 connections freed only {} of {} bytes",
+        after - closed,
+        after - before
+    );
+    drop(proxy);
+    origin.stop().await;
+}
+
+/// Connections that have not sent anything yet hold no more: the socket may be
+/// reported readable right after the accept with nothing to read, and a
+/// connection that took its buffers then would keep them (8.5 KiB each) until
+/// its first request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_client_connections_hold_no_buffers() {
+    let _serial = SERIAL.lock().await;
+    let origin = TestOrigin::start("a").await;
+    let proxy = CountedProxy::start(weir_testkit::config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.limits]\nmax_connections = 5000",
+    ));
+    let addr = proxy.addr;
+    tokio::task::spawn_blocking(move || drop(open_idle(addr, 20)))
+        .await
+        .unwrap();
+    let before = settled_live_bytes().await;
+    let held = tokio::task::spawn_blocking(move || {
+        (0..CONNECTIONS)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let after = settled_live_bytes().await;
+    let per_connection = (after - before) / CONNECTIONS as i64;
+    eprintln!("silent plain client connection: {per_connection} bytes");
+    assert!(
+        per_connection <= 1024,
+        "{per_connection} bytes per connection that has sent nothing"
+    );
+    drop(held);
+    drop(proxy);
+    origin.stop().await;
+}
+
+/// Kept-alive TLS connections hold rustls' session state (keys, its 4 KiB
+/// record buffer) but none of the request buffers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_tls_client_connections_hold_no_request_buffers() {
+    let _serial = SERIAL.lock().await;
+    const TLS_CONNECTIONS: usize = 200;
+    let pki = Pki::new();
+    let (cert, key) = pki.server("site", &["site.test"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let proxy = CountedProxy::start(weir_testkit::config(
+        &[origin.addr],
+        "",
+        &format!(
+            "protocol = \"https\"\n[virtual_servers.web.tls]\n\
+             certificates = [{{ cert = \"{}\", key = \"{}\" }}]",
+            toml_path(&cert),
+            toml_path(&key)
+        ),
+    ));
+    let client = tls::client_config(&ClientOptions::default());
+    for _ in 0..5 {
+        let mut stream = tls::connect(proxy.addr, "site.test", &client)
+            .await
+            .unwrap();
+        assert_eq!(tls::get(&mut stream, "/").await.unwrap().status, 200);
+    }
+    let before = settled_live_bytes().await;
+    let mut held = Vec::new();
+    for _ in 0..TLS_CONNECTIONS {
+        let mut stream = tls::connect(proxy.addr, "site.test", &client)
+            .await
+            .unwrap();
+        assert_eq!(tls::get(&mut stream, "/").await.unwrap().status, 200);
+        held.push(stream);
+    }
+    let after = settled_live_bytes().await;
+    let per_connection = (after - before) / TLS_CONNECTIONS as i64;
+    eprintln!("idle TLS client connection: {per_connection} bytes");
+    assert!(
+        per_connection <= 12 * 1024,
+        "{per_connection} bytes per idle TLS client connection"
+    );
+    drop(held);
+    drop(proxy);
+    origin.stop().await;
+}
+
+/// `count` clients at once, each with one slow request on its own connection
+/// (closed after the response), so the pool behind `addr` opens `count` connections.
+async fn concurrent_slow_requests(addr: SocketAddr, count: usize) {
+    let clients: Vec<_> = (0..count)
+        .map(|_| {
+            tokio::task::spawn_blocking(move || {
+                let mut stream = TcpStream::connect(addr).expect("connect");
+                stream
+                    .write_all(b"GET /delay/300 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                    .expect("send");
+                let mut all = Vec::new();
+                stream.read_to_end(&mut all).expect("read");
+                assert!(all.starts_with(b"HTTP/1.1 200"), "{all:?}");
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+}
+
+/// Idle connections in a node's pool: plain ones are a socket; TLS ones add
+/// rustls' session state, but no buffer of weir's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_upstream_connections_are_small() {
+    const UPSTREAM: usize = 40;
+    let _serial = SERIAL.lock().await;
+    for tls_to_node in [false, true] {
+        let pki = Pki::new();
+        let (cert, key) = pki.server("node", &["node.test"], KeyType::EcdsaP256);
+        let mut options = OriginOptions::new("a", "127.0.0.1:0".parse().unwrap());
+        let mut pool_tls = String::new();
+        if tls_to_node {
+            options.tls = Some(OriginTls::from_pem_files(&cert, &key, true).unwrap());
+            pool_tls = format!(
+                "[pools.web.tls]\nca = \"{}\"\nserver_name = \"node.test\"",
+                toml_path(&pki.ca_path())
+            );
+        }
+        let origin = TestOrigin::with_options(options).await;
+        let plain = TestOrigin::start("warm").await;
+        // `warm` fills the per-thread buffer pool first, so that what is
+        // measured through `web` is its idle upstream connections alone.
+        let proxy = CountedProxy::start(format!(
+            "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+             [pools.warm]\nnodes = [{{ address = \"{}\" }}]\n\n\
+             [pools.web]\nnodes = [{{ address = \"{}\" }}]\n{pool_tls}\n\n\
+             [virtual_servers.warm]\nlisten = [\"127.0.0.1:0\"]\npool = \"warm\"\n\n\
+             [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n",
+            plain.addr, origin.addr
+        ));
+        let address = |name: &str| {
+            proxy
+                .addrs
+                .iter()
+                .find(|(vs, _)| vs == name)
+                .map(|(_, addr)| *addr)
+                .expect("listener")
+        };
+        concurrent_slow_requests(address("warm"), UPSTREAM).await;
+        let before = settled_live_bytes().await;
+        concurrent_slow_requests(address("web"), UPSTREAM).await;
+        let after = settled_live_bytes().await;
+        assert!(
+            origin.stats.connections_accepted() >= UPSTREAM as u64,
+            "{} upstream connections",
+            origin.stats.connections_accepted()
+        );
+        let per_connection = (after - before) / UPSTREAM as i64;
+        eprintln!("idle upstream connection (TLS: {tls_to_node}): {per_connection} bytes");
+        let bound = if tls_to_node { 12 * 1024 } else { 512 };
+        assert!(
+            per_connection <= bound,
+            "{per_connection} bytes per idle upstream connection (TLS: {tls_to_node})"
+        );
+        drop(proxy);
+        origin.stop().await;
+        plain.stop().await;
+    }
+}
