@@ -20,4 +20,6 @@ pub(crate) use server::{StreamHandler, Timing, Via, serve};
 pub(crate) use stream::H2Stream;
 
 #[cfg(test)]
+mod h2spec_tests;
+#[cfg(test)]
 mod tests;
