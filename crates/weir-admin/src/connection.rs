@@ -1,8 +1,10 @@
-//! The driver for one admin connection: read a head, answer, repeat while kept alive.
+//! The driver for one admin connection: read a head (weir-http's codec) and its body,
+//! answer, repeat while kept alive.
 
 use std::io;
 use std::time::{Duration, SystemTime};
 
+use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout, timeout_at};
@@ -32,7 +34,7 @@ pub(crate) async fn serve_connection(
     state: &AdminState,
     mut shutdown: ShutdownSignal,
 ) {
-    let mut buf = Vec::with_capacity(1024);
+    let mut buf = BytesMut::with_capacity(1024);
     loop {
         let outcome = match read_request(&mut stream, &mut buf, state, &mut shutdown).await {
             Ok(outcome) => outcome,
@@ -43,14 +45,13 @@ pub(crate) async fn serve_connection(
         };
         let (request, response) = match outcome {
             ReadOutcome::Request(request) => {
-                let response = routes::respond(&request, state);
+                let response = routes::respond(&request, state).await;
                 (Some(request), response)
             }
             ReadOutcome::Closed => return,
             ReadOutcome::Reject(response) => (None, response),
         };
-        let close =
-            request.as_ref().is_none_or(|r| !r.keep_alive || r.has_body) || shutdown.is_triggered();
+        let close = request.as_ref().is_none_or(|r| !r.keep_alive) || shutdown.is_triggered();
         let bytes = http::encode_response(&response, request.as_ref(), close, SystemTime::now());
         match timeout(state.limits.write_timeout, stream.write_all(&bytes)).await {
             Ok(Ok(())) => {}
@@ -70,35 +71,43 @@ pub(crate) async fn serve_connection(
     }
 }
 
-/// Reads until `buf` starts with a complete request head, which is removed from `buf`.
+/// Reads until `buf` starts with a complete request head, which is removed from `buf`,
+/// then its body (up to [`crate::Limits::max_body_bytes`]).
 async fn read_request(
     stream: &mut TcpStream,
-    buf: &mut Vec<u8>,
+    buf: &mut BytesMut,
     state: &AdminState,
     shutdown: &mut ShutdownSignal,
 ) -> io::Result<ReadOutcome> {
     let limits = &state.limits;
+    let head_limits = weir_http::Limits {
+        max_head_bytes: limits.max_head_bytes,
+        max_headers: 64,
+    };
     // Until the first byte, the keep-alive timeout applies; from then, the head timeout.
     let mut deadline = Instant::now() + limits.keep_alive_timeout;
     let mut head_started = !buf.is_empty();
     if head_started {
         deadline = Instant::now() + limits.header_read_timeout;
     }
-    let mut chunk = [0u8; 4096];
-    loop {
-        match http::parse_request(buf, limits.max_head_bytes) {
-            Ok(Some((request, head_len))) => {
-                buf.drain(..head_len);
-                return Ok(ReadOutcome::Request(request));
-            }
+    let head = loop {
+        match weir_http::RequestHead::split_from(buf, &head_limits) {
+            Ok(Some(head)) => break head,
             Ok(None) => {}
             Err(error) => {
-                tracing::debug!(?error, "admin request rejected");
-                return Ok(ReadOutcome::Reject(http::error_response(error)));
+                tracing::debug!(%error, "admin request rejected");
+                let status = error.status();
+                return Ok(ReadOutcome::Reject(Response::text(
+                    status,
+                    &format!(
+                        "{}\n",
+                        weir_http::reason_phrase(status).to_ascii_lowercase()
+                    ),
+                )));
             }
         }
         let read = tokio::select! {
-            read = timeout_at(deadline, stream.read(&mut chunk)) => read,
+            read = timeout_at(deadline, read_more(stream, buf)) => read,
             () = shutdown.triggered(), if !head_started => return Ok(ReadOutcome::Closed),
         };
         let count = match read {
@@ -122,8 +131,78 @@ async fn read_request(
             head_started = true;
             deadline = Instant::now() + limits.header_read_timeout;
         }
-        buf.extend_from_slice(&chunk[..count]);
+    };
+    let body_deadline = Instant::now() + limits.header_read_timeout;
+    match timeout_at(
+        body_deadline,
+        read_body(stream, buf, &head, limits.max_body_bytes),
+    )
+    .await
+    {
+        Ok(Ok(Ok(body))) => Ok(ReadOutcome::Request(Request::new(&head, body))),
+        Ok(Ok(Err(response))) => Ok(ReadOutcome::Reject(response)),
+        Ok(Err(error)) => Err(error),
+        Err(_elapsed) => Ok(ReadOutcome::Reject(Response::text(
+            408,
+            "request timeout\n",
+        ))),
     }
+}
+
+/// Reads the body `head` announces, whole. `Err(response)` rejects it (too large, bad
+/// chunked framing).
+async fn read_body(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    head: &weir_http::RequestHead,
+    max: usize,
+) -> io::Result<Result<Vec<u8>, Response>> {
+    let too_large = || Response::text(413, "request body too large\n");
+    match head.framing() {
+        weir_http::BodyFraming::None | weir_http::BodyFraming::CloseDelimited => Ok(Ok(Vec::new())),
+        weir_http::BodyFraming::Length(length) => {
+            let Ok(length) = usize::try_from(length) else {
+                return Ok(Err(too_large()));
+            };
+            if length > max {
+                return Ok(Err(too_large()));
+            }
+            while buf.len() < length {
+                if read_more(stream, buf).await? == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+            Ok(Ok(buf.split_to(length).to_vec()))
+        }
+        weir_http::BodyFraming::Chunked => {
+            let mut decoder = weir_http::ChunkedDecoder::new(8 * 1024);
+            let mut body = Vec::new();
+            loop {
+                match decoder.decode(buf) {
+                    Ok(weir_http::Decoded::Data(data)) => {
+                        if body.len() + data.len() > max {
+                            return Ok(Err(too_large()));
+                        }
+                        body.extend_from_slice(&data);
+                    }
+                    Ok(weir_http::Decoded::Done { .. }) => return Ok(Ok(body)),
+                    Ok(weir_http::Decoded::NeedMore) => {
+                        if read_more(stream, buf).await? == 0 {
+                            return Err(io::ErrorKind::UnexpectedEof.into());
+                        }
+                    }
+                    Err(error) => {
+                        return Ok(Err(Response::text(error.status(), "bad chunked body\n")));
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+    buf.reserve(4096);
+    stream.read_buf(buf).await
 }
 
 /// Closes our side, then reads and discards what the client still sends, briefly.

@@ -1,13 +1,20 @@
-//! The admin listener: Prometheus metrics and a health check over a small HTTP/1.1 server.
+//! The admin listener: Prometheus metrics, a health check, the REST API and the dashboard,
+//! over weir-http's HTTP/1.1 codec.
 //!
-//! Endpoints (GET and HEAD):
+//! Endpoints:
 //!
 //! - `/metrics`: every metric of [`weir_observe::Metrics`], OpenMetrics text.
 //! - `/healthz`: `200 ok` while the health check returns true, `503 draining` otherwise.
+//! - `/api/v1/...`: the REST API over the running model (JSON), when the state has a
+//!   [`Control`]; documented in `docs/admin-api.md`.
+//! - `/`: the dashboard (one page, its script and styles embedded in the binary).
 //!
-//! Other paths get 404, other methods on those paths 405, and malformed requests 400 (431
-//! when the head is too large, 408 when it arrives too slowly), after which the connection
-//! closes. This is not the data path: it favours simplicity over speed.
+//! Other paths get 404, unsupported methods 405, and malformed requests 400 (431 when the
+//! head is too large, 408 when it arrives too slowly), after which the connection closes.
+//! With a bearer token configured, everything but `/healthz` and the dashboard page needs
+//! it (`401` otherwise). This is not the data path: it favours simplicity over speed.
+//!
+//! A metrics-only admin listener (no API) is [`AdminState::new`] and [`serve`]:
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -31,9 +38,15 @@
 //! # }
 //! ```
 
+mod api;
+mod auth;
 mod connection;
+mod dashboard;
 mod http;
 mod routes;
+mod views;
+
+pub use api::Control;
 
 use std::fmt;
 use std::io;
@@ -55,6 +68,8 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     pub health: HealthCheck,
     pub limits: Limits,
+    /// The REST API and dashboard over a running proxy; `None` serves metrics and health only.
+    pub control: Option<Arc<Control>>,
 }
 
 /// Bounds on what one client can make the admin listener do.
@@ -62,6 +77,9 @@ pub struct AdminState {
 pub struct Limits {
     /// Largest request head accepted; larger ones get 431.
     pub max_head_bytes: usize,
+    /// Largest request body accepted (a whole config file for `PUT /api/v1/config`);
+    /// larger ones get 413.
+    pub max_body_bytes: usize,
     /// Time allowed to receive a whole request head once its first byte has arrived.
     pub header_read_timeout: Duration,
     /// Time an idle kept-alive connection waits for its next request.
@@ -81,6 +99,7 @@ impl AdminState {
             metrics,
             health,
             limits: Limits::default(),
+            control: None,
         }
     }
 }
@@ -149,6 +168,7 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_head_bytes: 8 * 1024,
+            max_body_bytes: 8 * 1024 * 1024,
             header_read_timeout: Duration::from_secs(10),
             keep_alive_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(10),
@@ -164,6 +184,7 @@ impl fmt::Debug for AdminState {
             .field("metrics", &"Metrics")
             .field("health", &"Fn() -> bool")
             .field("limits", &self.limits)
+            .field("control", &self.control.is_some())
             .finish()
     }
 }

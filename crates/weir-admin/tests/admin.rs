@@ -236,16 +236,27 @@ async fn oversized_heads_get_431() {
 }
 
 #[tokio::test]
-async fn requests_with_a_body_are_answered_then_closed() {
+async fn request_bodies_are_read_never_taken_for_requests() {
     let admin = start(Limits::default()).await;
     let mut stream = TcpStream::connect(admin.address).await.unwrap();
+    // The body looks like a request; it is read as the POST's body, not answered.
     stream
-        .write_all(b"POST /healthz HTTP/1.1\r\nHost: admin\r\nContent-Length: 21\r\n\r\nGET /nope HTTP/1.1\r\n\r\n")
+        .write_all(b"POST /healthz HTTP/1.1\r\nHost: admin\r\nContent-Length: 22\r\n\r\nGET /nope HTTP/1.1\r\n\r\nGET /healthz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
-    let reply = read_reply(&mut stream, &mut Vec::new(), false).await;
+    let mut pending = Vec::new();
+    let reply = read_reply(&mut stream, &mut pending, false).await;
     assert_eq!(reply.status, 405);
+    let reply = read_reply(&mut stream, &mut pending, false).await;
+    assert_eq!((reply.status, reply.body.as_slice()), (200, &b"ok\n"[..]));
     expect_closed(&mut stream).await;
+    // A body past the limit gets 413 and a close.
+    let reply = exchange(
+        admin.address,
+        b"POST /healthz HTTP/1.1\r\nHost: admin\r\nContent-Length: 99999999999\r\n\r\n",
+    )
+    .await;
+    assert_eq!(reply.status, 413);
 }
 
 #[tokio::test]

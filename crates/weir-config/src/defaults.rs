@@ -7,8 +7,9 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::model::{
-    ClientLimits, ClientTimeouts, HttpPolicy, KeyExchangeGroup, Log, LogFormat, PassiveHealth,
-    Runtime, TlsVersion, UnderscoreHeaders, UpstreamConnections, UpstreamTimeouts,
+    AccessLog, AccessLogFormat, ClientLimits, ClientTimeouts, HttpPolicy, KeyExchangeGroup, Log,
+    LogFormat, PassiveHealth, Runtime, TlsVersion, UnderscoreHeaders, UpstreamConnections,
+    UpstreamTimeouts,
 };
 
 const KIB: u64 = 1024;
@@ -19,6 +20,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 pub const ACCESS_LOG: bool = true;
 pub const LOG_LEVEL: &str = "info";
 pub const LOG_FORMAT: LogFormat = LogFormat::Text;
+pub const ACCESS_LOG_FORMAT: AccessLogFormat = AccessLogFormat::Text;
 
 pub const FORWARDED_HEADERS: bool = true;
 pub const BACKLOG: u32 = 1024;
@@ -123,6 +125,7 @@ impl Default for Runtime {
         Self {
             threads: None,
             drain_timeout: DRAIN_TIMEOUT,
+            upgrade_socket: None,
         }
     }
 }
@@ -133,6 +136,15 @@ impl Default for Log {
             access_log: ACCESS_LOG,
             level: LOG_LEVEL.to_owned(),
             format: LOG_FORMAT,
+        }
+    }
+}
+
+impl Default for AccessLog {
+    fn default() -> Self {
+        Self {
+            format: ACCESS_LOG_FORMAT,
+            file: None,
         }
     }
 }

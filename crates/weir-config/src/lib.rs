@@ -34,6 +34,8 @@
 
 pub mod cache;
 pub mod defaults;
+pub mod diff;
+pub mod edit;
 pub mod error;
 pub mod http2;
 mod locate;
@@ -70,7 +72,15 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
             format!("cannot read file: {error}"),
         )
     })?;
-    let mut config = parse_str(&text, &file_name)?;
+    parse_file_text(&text, path)
+}
+
+/// Validates `text` as if it were the content of the file at `path` (which it need not be
+/// yet: the admin API validates a candidate before writing it): errors name `path`,
+/// relative file names resolve against its directory, and the result's `source` is `path`.
+pub fn parse_file_text(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let file_name = path.display().to_string();
+    let mut config = parse_str(text, &file_name)?;
     config.source = Some(path.to_path_buf());
     // Files named in the config are relative to the config file, not to the
     // directory weir happens to be started in.
@@ -88,8 +98,15 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 /// The result's `source` is `None`.
 pub fn parse_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
     let mut config = parse_toml(text, file_name, |file: &FileConfig| Config::try_from(file))?;
-    for file in config.file_refs_mut() {
-        file.line = line_of_key(text, &file.key);
+    // One map of the file for every file it names (a reload of a thousand certificates
+    // must not parse the file a thousand times).
+    if config.file_refs_mut().next().is_some()
+        && let Ok(document) = toml_edit::Document::parse(text.to_owned())
+    {
+        let locator = Locator::new(text, &document);
+        for file in config.file_refs_mut() {
+            file.line = locator.line_of(&file.key);
+        }
     }
     Ok(config)
 }
@@ -120,27 +137,42 @@ where
             ),
         )
     })?;
-    let locator = Locator::new(text, &document);
-    let file: F = toml_edit::de::from_document(document.clone()).map_err(|error| {
+    // The map of key paths to lines is only needed to report a problem: it is built from
+    // a second parse then, so a valid file (every reload) is parsed once.
+    let locator = || {
+        toml_edit::Document::parse(text.to_owned())
+            .map(|document| Locator::new(text, &document))
+            .ok()
+    };
+    let file: F = toml_edit::de::from_document(document).map_err(|error| {
         let offset = error.span().map_or(0, |span| span.start);
+        let locator = locator();
         let mut path = error
             .span()
-            .map(|_| locator.path_at(offset))
+            .and_then(|_| locator.as_ref().map(|l| l.path_at(offset)))
             .unwrap_or_default();
         let (missing_key, message) = error::explain_serde_message(error.message());
         let line = error
             .span()
             .map(|_| locate::line_at(text, offset))
-            .or_else(|| locator.line_of(&path));
+            .or_else(|| locator.as_ref().and_then(|l| l.line_of(&path)));
         if let Some(key) = missing_key {
             path = path.key(&key);
         }
         ConfigError::single(file_name, line, path.to_string(), message)
     })?;
     validate(&file).map_err(|problems| {
+        let locator = locator();
         let mut errors: Vec<Diagnostic> = problems
             .into_iter()
-            .map(|problem| locator.diagnostic(problem))
+            .map(|problem| match &locator {
+                Some(locator) => locator.diagnostic(problem),
+                None => Diagnostic {
+                    line: None,
+                    path: problem.path.to_string(),
+                    message: problem.message,
+                },
+            })
             .collect();
         // File order reads best; problems without a line (whole-file ones) go last.
         errors.sort_by_key(|diagnostic| diagnostic.line.unwrap_or(usize::MAX));

@@ -35,6 +35,9 @@ pub struct Config {
     pub pools: Vec<Pool>,
     /// Built-in origin servers that `weir serve` starts in-process (demo, tests, labs).
     pub origins: Vec<Origin>,
+    /// Where access records go and how they are written (`log.access_log_format`,
+    /// `log.access_log_file`); whether they are written at all is [`Log::access_log`].
+    pub access_log: AccessLog,
 }
 
 /// Process-wide settings.
@@ -42,20 +45,46 @@ pub struct Config {
 pub struct Runtime {
     /// Worker threads; `None` means one per core.
     pub threads: Option<NonZeroU32>,
-    /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
+    /// How long in-flight requests may take to finish after SIGTERM/SIGINT, or after a
+    /// binary upgrade handed the listeners to the new process.
     pub drain_timeout: Duration,
+    /// The Unix socket a new weir process (`weir serve --upgrade`) connects to in order to
+    /// take over the listening sockets. `None`: an abstract socket named after the config
+    /// file's absolute path, so each config file has its own.
+    pub upgrade_socket: Option<PathBuf>,
 }
 
-/// The admin listener: `/metrics` and `/healthz`.
+/// The admin listener: `/metrics`, `/healthz`, the REST API under `/api/v1/` and the
+/// dashboard at `/`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Admin {
     pub listen: SocketAddr,
+    /// A file holding the bearer token every API request must carry
+    /// (`Authorization: Bearer ...`). Required when `listen` is not a loopback address.
+    pub token_file: Option<FileRef>,
+}
+
+/// The access log's format and destination.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccessLog {
+    pub format: AccessLogFormat,
+    /// Appended to, and reopened on SIGUSR1 (after logrotate moved it); `None` is stdout.
+    pub file: Option<FileRef>,
+}
+
+/// How each access record is written: one line either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    /// `key=value` pairs (logfmt).
+    Text,
+    /// One JSON object per line; the fields are listed in `docs/logging.md`.
+    Json,
 }
 
 /// Logging.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Log {
-    /// One access record per request, at info level on the `weir::access` target.
+    /// One access record per request (written as [`Config::access_log`] says).
     pub access_log: bool,
     /// Default filter directive (`info`, `weir=debug`, ...); `RUST_LOG` overrides it.
     pub level: String,
@@ -224,6 +253,31 @@ pub struct Pool {
 pub struct Node {
     pub address: SocketAddr,
     pub weight: NonZeroU32,
+    /// Whether the node takes new requests (`state` in the file).
+    pub state: NodeMode,
+}
+
+/// An operator's choice for a node (vTM's node states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeMode {
+    /// Takes requests while healthy.
+    Active,
+    /// Takes no new requests; those in flight finish; health checks go on, so it can be
+    /// made active again with its health known.
+    Draining,
+    /// Takes no requests and is not health checked.
+    Disabled,
+}
+
+impl NodeMode {
+    /// The value written in the file and shown by the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeMode::Active => "active",
+            NodeMode::Draining => "draining",
+            NodeMode::Disabled => "disabled",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,7 +371,11 @@ pub struct Origin {
 /// A file named in the configuration, with where it was named, so that a
 /// problem found when the file is read later (a certificate that does not
 /// parse) is reported like any other configuration error.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two references are equal when they name the same path: where the file was named
+/// (key and line) does not change what is loaded, so moving a key in the file is not a
+/// change of configuration.
+#[derive(Debug, Clone, Eq)]
 pub struct FileRef {
     /// As written; relative paths are resolved against the config file's
     /// directory by [`crate::load_file`].
@@ -425,6 +483,12 @@ pub struct UpstreamTls {
     pub versions: Vec<TlsVersion>,
 }
 
+impl PartialEq for FileRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
 impl Config {
     /// Every file the configuration names, for resolving paths and lines.
     pub fn file_refs_mut(&mut self) -> impl Iterator<Item = &mut FileRef> {
@@ -456,7 +520,14 @@ impl Config {
                     .flatten();
                 tls.ca.as_mut().into_iter().chain(pair).collect::<Vec<_>>()
             });
-        servers.chain(pools)
+        let token = self
+            .admin
+            .as_mut()
+            .and_then(|admin| admin.token_file.as_mut());
+        servers
+            .chain(pools)
+            .chain(token)
+            .chain(self.access_log.file.as_mut())
     }
 }
 

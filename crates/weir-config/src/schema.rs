@@ -36,6 +36,7 @@ pub struct FileConfig {
 pub struct RuntimeTable {
     pub threads: Option<i64>,
     pub drain_timeout: Option<DurationText>,
+    pub upgrade_socket: Option<String>,
 }
 
 /// `[admin]`
@@ -43,6 +44,7 @@ pub struct RuntimeTable {
 #[serde(deny_unknown_fields)]
 pub struct AdminTable {
     pub listen: Option<String>,
+    pub token_file: Option<String>,
 }
 
 /// `[log]`
@@ -50,6 +52,8 @@ pub struct AdminTable {
 #[serde(deny_unknown_fields)]
 pub struct LogTable {
     pub access_log: Option<bool>,
+    pub access_log_format: Option<String>,
+    pub access_log_file: Option<String>,
     pub level: Option<String>,
     pub format: Option<String>,
 }
@@ -201,6 +205,7 @@ pub struct UpstreamTlsTable {
 pub struct NodeTable {
     pub address: Option<String>,
     pub weight: Option<i64>,
+    pub state: Option<String>,
 }
 
 /// `[pools.NAME.connections]`

@@ -26,8 +26,8 @@ use std::time::Duration;
 use crate::defaults;
 use crate::error::{KeyPath, Problem};
 use crate::model::{
-    Admin, ClientLimits, ClientTimeouts, Config, Log, LogFormat, Origin, Pool, PoolId, Protocol,
-    Route, Runtime, VirtualServer,
+    AccessLog, AccessLogFormat, Admin, ClientLimits, ClientTimeouts, Config, FileRef, Log,
+    LogFormat, Origin, Pool, PoolId, Protocol, Route, Runtime, VirtualServer,
 };
 use crate::schema::{
     AdminTable, ClientTimeoutsTable, DurationText, FileConfig, LimitsTable, LogTable, OneOrMany,
@@ -69,8 +69,9 @@ enum Zero {
 #[derive(Default)]
 struct Checker {
     problems: Vec<Problem>,
-    /// Every listen address seen so far, with where it was written.
-    listeners: Vec<(SocketAddr, KeyPath)>,
+    /// Every listen address seen so far, with where it was written, by port (only
+    /// listeners on the same port can clash; a thousand virtual servers check fast).
+    listeners: HashMap<u16, Vec<(SocketAddr, KeyPath)>>,
     /// Every valid node address, with its pool and where it was written.
     nodes: Vec<(PoolId, SocketAddr, KeyPath)>,
 }
@@ -91,6 +92,7 @@ impl Checker {
             .as_ref()
             .and_then(|admin| self.admin(&root.key("admin"), admin));
         let log = self.log(&root.key("log"), file.log.as_ref());
+        let access_log = self.access_log(&root.key("log"), file.log.as_ref());
 
         let pools_path = root.key("pools");
         let pool_ids: HashMap<&str, PoolId> = file
@@ -137,6 +139,7 @@ impl Checker {
             virtual_servers,
             pools,
             origins,
+            access_log,
         }
     }
 
@@ -152,6 +155,18 @@ impl Checker {
                 1..=1024,
             )
         });
+        let upgrade_socket = table.upgrade_socket.as_deref().and_then(|text| {
+            let path_buf = std::path::PathBuf::from(text.trim());
+            if path_buf.is_absolute() {
+                Some(path_buf)
+            } else {
+                self.report(
+                    &path.key("upgrade_socket"),
+                    format!("\"{text}\" must be an absolute path, like \"/run/weir/upgrade.sock\""),
+                );
+                None
+            }
+        });
         Runtime {
             threads,
             drain_timeout: self.duration(
@@ -160,12 +175,61 @@ impl Checker {
                 defaults::DRAIN_TIMEOUT,
                 Zero::Allowed,
             ),
+            upgrade_socket,
         }
     }
 
     fn admin(&mut self, path: &KeyPath, table: &AdminTable) -> Option<Admin> {
+        let token_path = path.key("token_file");
+        let token_file = table
+            .token_file
+            .as_deref()
+            .and_then(|text| self.named_file(&token_path, text));
         let listen = self.listen_address(&path.key("listen"), table.listen.as_deref())?;
-        Some(Admin { listen })
+        if !listen.ip().is_loopback() && token_file.is_none() && table.token_file.is_none() {
+            self.report(
+                &path.key("listen"),
+                format!(
+                    "{listen} is not a loopback address: the admin API can change the running \
+                     configuration, so set admin.token_file to a file holding a bearer token"
+                ),
+            );
+        }
+        Some(Admin { listen, token_file })
+    }
+
+    /// A file named in the config; relative paths are resolved by the loader.
+    fn named_file(&mut self, path: &KeyPath, text: &str) -> Option<FileRef> {
+        if text.trim().is_empty() {
+            self.report(path, "must name a file");
+            return None;
+        }
+        Some(FileRef {
+            path: std::path::PathBuf::from(text.trim()),
+            key: path.clone(),
+            line: None,
+        })
+    }
+
+    fn access_log(&mut self, path: &KeyPath, table: Option<&LogTable>) -> AccessLog {
+        let Some(table) = table else {
+            return AccessLog::default();
+        };
+        let format = self.choice(
+            &path.key("access_log_format"),
+            table.access_log_format.as_deref(),
+            defaults::ACCESS_LOG_FORMAT,
+            &[
+                ("text", AccessLogFormat::Text),
+                ("json", AccessLogFormat::Json),
+            ],
+        );
+        let file_path = path.key("access_log_file");
+        let file = table
+            .access_log_file
+            .as_deref()
+            .and_then(|text| self.named_file(&file_path, text));
+        AccessLog { format, file }
     }
 
     fn log(&mut self, path: &KeyPath, table: Option<&LogTable>) -> Log {
@@ -370,7 +434,9 @@ impl Checker {
         };
         let clash = self
             .listeners
-            .iter()
+            .get(&address.port())
+            .into_iter()
+            .flatten()
             .find(|(other, _)| values::listeners_clash(address, *other))
             .map(|(other, other_path)| (*other, other_path.clone()));
         match clash {
@@ -382,7 +448,11 @@ impl Checker {
                 path,
                 format!("address {address} overlaps {other} of {other_path}"),
             ),
-            None => self.listeners.push((address, path.clone())),
+            None => self
+                .listeners
+                .entry(address.port())
+                .or_default()
+                .push((address, path.clone())),
         }
         Some(address)
     }
@@ -592,22 +662,33 @@ impl Checker {
     /// A node that is one of weir's own listeners for a virtual server that sends to
     /// the same pool would forward requests to itself forever.
     fn node_loops(&mut self, servers: &[VirtualServer]) {
+        // Only a node on a listener's port can loop: index the listeners by port first.
+        let mut by_port: HashMap<u16, Vec<(SocketAddr, &VirtualServer)>> = HashMap::new();
+        for server in servers {
+            for listen in &server.listen {
+                by_port
+                    .entry(listen.port())
+                    .or_default()
+                    .push((*listen, server));
+            }
+        }
         let mut loops = Vec::new();
         for (pool, address, path) in &self.nodes {
-            let looping = servers.iter().find(|server| {
-                let uses_pool = server.default_pool == *pool
-                    || server.routes.iter().any(|r| r.pool == *pool)
-                    || server.traffic.rules.iter().any(|rule| {
-                        rule.actions.terminal == Some(crate::model::Terminal::Pool(*pool))
-                    });
-                uses_pool
-                    && server.listen.iter().any(|listen| {
-                        listen == address
-                            || (listen.ip().is_unspecified()
-                                && listen.port() == address.port()
-                                && address.ip().is_loopback())
-                    })
-            });
+            let looping = by_port
+                .get(&address.port())
+                .into_iter()
+                .flatten()
+                .find(|(listen, server)| {
+                    let uses_pool = server.default_pool == *pool
+                        || server.routes.iter().any(|r| r.pool == *pool)
+                        || server.traffic.rules.iter().any(|rule| {
+                            rule.actions.terminal == Some(crate::model::Terminal::Pool(*pool))
+                        });
+                    uses_pool
+                        && (listen == address
+                            || (listen.ip().is_unspecified() && address.ip().is_loopback()))
+                })
+                .map(|(_, server)| server);
             if let Some(server) = looping {
                 loops.push(Problem {
                     path: path.clone(),

@@ -74,6 +74,22 @@ impl ShutdownSignal {
         }
         notified.await;
     }
+
+    /// A signal that triggers when `self` or `other` does (a reload that removes one
+    /// part, or the shutdown of everything). Spawns a small task, so it must be called
+    /// inside a tokio runtime; the task ends when the result triggers.
+    pub fn either(&self, other: &ShutdownSignal) -> ShutdownSignal {
+        let (owner, signal) = Shutdown::new();
+        let (mut a, mut b) = (self.clone(), other.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = a.triggered() => {}
+                () = b.triggered() => {}
+            }
+            owner.trigger();
+        });
+        signal
+    }
 }
 
 #[cfg(test)]

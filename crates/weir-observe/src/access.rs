@@ -1,20 +1,58 @@
-//! The access log: one typed [`AccessRecord`] per request, emitted as a `tracing` event.
+//! The access log: one typed [`AccessRecord`] per request, written by an [`AccessLog`] as one
+//! line, logfmt text or a JSON object, to standard output or to a file reopened on request
+//! (SIGUSR1, after logrotate moved it). The fields are listed in `docs/logging.md`.
 //!
-//! Events go to target [`ACCESS_TARGET`] at `INFO`, so a subscriber can route them to their
-//! own sink (for example JSON lines) or filter them out with `weir::access=off`.
+//! Lines are formatted on the request's own thread and appended to a shared buffer, written
+//! out when it fills and by [`AccessLog::flush`] (the binary calls it a few times a second
+//! and at exit), so a request costs no system call.
+//!
+//! ```
+//! use std::time::{Duration, UNIX_EPOCH};
+//! use weir_config::AccessLogFormat;
+//! use weir_observe::AccessRecord;
+//!
+//! let record = AccessRecord {
+//!     virtual_server: "web",
+//!     client: "192.0.2.7:50123".parse().unwrap(),
+//!     method: "GET",
+//!     target: "/a \"b\"",
+//!     version: "HTTP/1.1",
+//!     status: 200,
+//!     bytes_sent: 1234,
+//!     pool: Some("app"),
+//!     node: Some("10.0.0.1:8080".parse().unwrap()),
+//!     duration: Duration::from_micros(1500),
+//!     upstream_duration: Some(Duration::from_micros(1200)),
+//!     error: None,
+//! };
+//! let mut line = Vec::new();
+//! record.format(AccessLogFormat::Json, UNIX_EPOCH, &mut line);
+//! assert_eq!(
+//!     String::from_utf8(line).unwrap(),
+//!     "{\"time\":\"1970-01-01T00:00:00.000Z\",\"virtual_server\":\"web\",\
+//!      \"client\":\"192.0.2.7:50123\",\"method\":\"GET\",\"uri\":\"/a \\\"b\\\"\",\
+//!      \"version\":\"HTTP/1.1\",\"status\":200,\"bytes_sent\":1234,\"pool\":\"app\",\
+//!      \"node\":\"10.0.0.1:8080\",\"duration_us\":1500,\"upstream_duration_us\":1200}\n"
+//! );
+//! ```
 
+use std::fmt::Write as _;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The `tracing` target of access records.
-pub const ACCESS_TARGET: &str = "weir::access";
+use weir_config::AccessLogFormat;
+
+/// Buffered bytes past which a write goes out at once.
+const FLUSH_AT: usize = 64 * 1024;
 
 /// What happened to one request, as written to the access log.
 ///
-/// The log field names are listed in `docs/metrics.md`; they match these field names except
-/// `target` (logged as `uri`, since `target` names the event's own target in most
-/// subscribers) and the durations (logged as whole microseconds, `duration_us` and
-/// `upstream_duration_us`).
+/// The log field names are these field names except `target` (logged as `uri`) and the
+/// durations (logged as whole microseconds, `duration_us` and `upstream_duration_us`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AccessRecord<'a> {
     pub virtual_server: &'a str,
@@ -40,69 +78,271 @@ pub struct AccessRecord<'a> {
     pub error: Option<&'a str>,
 }
 
-impl AccessRecord<'_> {
-    /// Emits the record as one `INFO` event on target [`ACCESS_TARGET`]. Absent optional
-    /// fields are left out of the event.
-    pub fn emit(&self) {
-        tracing::info!(
-            target: ACCESS_TARGET,
-            virtual_server = self.virtual_server,
-            client = %self.client,
-            method = self.method,
-            uri = self.target,
-            version = self.version,
-            status = self.status,
-            bytes_sent = self.bytes_sent,
-            pool = self.pool,
-            node = self.node.map(tracing::field::display),
-            duration_us = micros(self.duration),
-            upstream_duration_us = self.upstream_duration.map(micros),
-            error = self.error,
-        );
+/// Where access records go: one per configuration of `log.access_log_format` and
+/// `log.access_log_file`, kept across reloads that do not change them.
+#[derive(Debug)]
+pub struct AccessLog {
+    format: AccessLogFormat,
+    path: Option<PathBuf>,
+    state: Mutex<Sink>,
+}
+
+#[derive(Debug)]
+struct Sink {
+    buffer: Vec<u8>,
+    out: Output,
+}
+
+#[derive(Debug)]
+enum Output {
+    Stdout,
+    File(File),
+}
+
+impl AccessLog {
+    /// Writes to standard output.
+    pub fn stdout(format: AccessLogFormat) -> AccessLog {
+        AccessLog::with(format, None, Output::Stdout)
     }
+
+    /// Appends to `path` (created if missing).
+    pub fn file(format: AccessLogFormat, path: &Path) -> io::Result<AccessLog> {
+        let file = open(path)?;
+        Ok(AccessLog::with(
+            format,
+            Some(path.to_path_buf()),
+            Output::File(file),
+        ))
+    }
+
+    fn with(format: AccessLogFormat, path: Option<PathBuf>, out: Output) -> AccessLog {
+        AccessLog {
+            format,
+            path,
+            state: Mutex::new(Sink {
+                buffer: Vec::with_capacity(FLUSH_AT),
+                out,
+            }),
+        }
+    }
+
+    /// Whether this log writes `format` to `path` (`None`: standard output).
+    pub fn is(&self, format: AccessLogFormat, path: Option<&Path>) -> bool {
+        self.format == format && self.path.as_deref() == path
+    }
+
+    /// Appends one record.
+    pub fn write(&self, record: &AccessRecord<'_>) {
+        let mut line = Vec::with_capacity(256);
+        record.format(self.format, SystemTime::now(), &mut line);
+        let mut sink = self.lock();
+        sink.buffer.extend_from_slice(&line);
+        if sink.buffer.len() >= FLUSH_AT {
+            sink.flush();
+        }
+    }
+
+    /// Writes out what is buffered.
+    pub fn flush(&self) {
+        self.lock().flush();
+    }
+
+    /// Closes the file and opens it again at the same path (logrotate's convention:
+    /// it renamed the file, then sends SIGUSR1). Standard output is left alone. On error
+    /// the old file is kept.
+    pub fn reopen(&self) -> io::Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let file = open(path)?;
+        let mut sink = self.lock();
+        sink.flush();
+        sink.out = Output::File(file);
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Sink> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Sink {
+    fn flush(&mut self) {
+        if self.buffer.is_empty() {
+            return;
+        }
+        let result = match &mut self.out {
+            Output::Stdout => io::stdout().write_all(&self.buffer),
+            Output::File(file) => file.write_all(&self.buffer),
+        };
+        if let Err(error) = result {
+            // Not logged per record: one line per failed batch.
+            tracing::warn!(%error, lost = self.buffer.len(), "cannot write the access log");
+        }
+        self.buffer.clear();
+    }
+}
+
+impl Drop for AccessLog {
+    fn drop(&mut self) {
+        self.lock().flush();
+    }
+}
+
+fn open(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+impl AccessRecord<'_> {
+    /// Appends the record as one line in `format`, stamped `now`.
+    pub fn format(&self, format: AccessLogFormat, now: SystemTime, out: &mut Vec<u8>) {
+        let mut line = String::with_capacity(256);
+        let json = format == AccessLogFormat::Json;
+        let mut fields = Fields {
+            line: &mut line,
+            json,
+            first: true,
+        };
+        fields.text("time", &rfc3339(now));
+        fields.text("virtual_server", self.virtual_server);
+        fields.text("client", &self.client.to_string());
+        fields.text("method", self.method);
+        fields.text("uri", self.target);
+        fields.text("version", self.version);
+        fields.number("status", u64::from(self.status));
+        fields.number("bytes_sent", self.bytes_sent);
+        if let Some(pool) = self.pool {
+            fields.text("pool", pool);
+        }
+        if let Some(node) = self.node {
+            fields.text("node", &node.to_string());
+        }
+        fields.number("duration_us", micros(self.duration));
+        if let Some(upstream) = self.upstream_duration {
+            fields.number("upstream_duration_us", micros(upstream));
+        }
+        if let Some(error) = self.error {
+            fields.text("error", error);
+        }
+        if json {
+            line.push('}');
+        }
+        line.push('\n');
+        out.extend_from_slice(line.as_bytes());
+    }
+}
+
+/// Writes `key=value` pairs or JSON members.
+struct Fields<'a> {
+    line: &'a mut String,
+    json: bool,
+    first: bool,
+}
+
+impl Fields<'_> {
+    fn separator(&mut self) {
+        match (self.first, self.json) {
+            (true, true) => self.line.push('{'),
+            (true, false) => {}
+            (false, true) => self.line.push(','),
+            (false, false) => self.line.push(' '),
+        }
+        self.first = false;
+    }
+
+    fn text(&mut self, key: &str, value: &str) {
+        self.separator();
+        if self.json {
+            let _ = write!(self.line, "\"{key}\":");
+            quote(self.line, value);
+        } else {
+            let _ = write!(self.line, "{key}=");
+            let plain = !value.is_empty()
+                && value
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'=' && b != b'\\');
+            if plain {
+                self.line.push_str(value);
+            } else {
+                quote(self.line, value);
+            }
+        }
+    }
+
+    fn number(&mut self, key: &str, value: u64) {
+        self.separator();
+        if self.json {
+            let _ = write!(self.line, "\"{key}\":{value}");
+        } else {
+            let _ = write!(self.line, "{key}={value}");
+        }
+    }
+}
+
+/// `value` in double quotes, with `"`, `\` and control characters escaped (valid JSON and
+/// logfmt both).
+fn quote(line: &mut String, value: &str) {
+    line.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => line.push_str("\\\""),
+            '\\' => line.push_str("\\\\"),
+            '\n' => line.push_str("\\n"),
+            '\r' => line.push_str("\\r"),
+            '\t' => line.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(line, "\\u{:04x}", c as u32);
+            }
+            c => line.push(c),
+        }
+    }
+    line.push('"');
 }
 
 fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// `time` as RFC 3339 in UTC with milliseconds: `2026-11-25T13:40:41.841Z`.
+pub fn rfc3339(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let seconds = since.as_secs();
+    let (year, month, day) = civil_from_days(seconds / 86_400);
+    let second_of_day = seconds % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        second_of_day / 3600,
+        second_of_day % 3600 / 60,
+        second_of_day % 60,
+        since.subsec_millis()
+    )
+}
+
+/// Converts days since 1970-01-01 to (year, month 1–12, day 1–31) in the proleptic
+/// Gregorian calendar, counting in 400-year eras that start on 1 March.
+pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    const DAYS_PER_ERA: u64 = 146_097;
+    // Days from 0000-03-01 to 1970-01-01.
+    let days = days + 719_468;
+    let era = days / DAYS_PER_ERA;
+    let day_of_era = days % DAYS_PER_ERA;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = era * 400 + year_of_era + u64::from(month <= 2);
+    (year, month, day)
+}
+
 #[cfg(test)]
 mod tests {
-    use std::io;
-    use std::sync::{Arc, Mutex};
-
     use super::*;
-
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<u8>>>);
-
-    impl io::Write for Capture {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    fn capture(records: &[AccessRecord<'_>]) -> String {
-        let sink = Capture::default();
-        let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
-            for record in records {
-                record.emit();
-            }
-        });
-        let bytes = sink.0.lock().unwrap().clone();
-        String::from_utf8(bytes).unwrap()
-    }
 
     fn record() -> AccessRecord<'static> {
         AccessRecord {
@@ -111,54 +351,63 @@ mod tests {
             method: "GET",
             target: "/index.html?q=1",
             version: "HTTP/1.1",
-            status: 200,
+            status: 502,
             bytes_sent: 1234,
             pool: Some("app"),
-            node: Some("10.0.0.1:8080".parse().unwrap()),
-            duration: Duration::from_micros(1500),
-            upstream_duration: Some(Duration::from_micros(1200)),
-            error: None,
-        }
-    }
-
-    #[test]
-    fn emits_one_structured_event() {
-        let out = capture(&[record()]);
-        assert_eq!(out.lines().count(), 1, "{out}");
-        for field in [
-            r#""target":"weir::access""#,
-            r#""level":"INFO""#,
-            r#""virtual_server":"web""#,
-            r#""client":"192.0.2.7:50123""#,
-            r#""method":"GET""#,
-            r#""uri":"/index.html?q=1""#,
-            r#""version":"HTTP/1.1""#,
-            r#""status":200"#,
-            r#""bytes_sent":1234"#,
-            r#""pool":"app""#,
-            r#""node":"10.0.0.1:8080""#,
-            r#""duration_us":1500"#,
-            r#""upstream_duration_us":1200"#,
-        ] {
-            assert!(out.contains(field), "missing {field} in {out}");
-        }
-        assert!(!out.contains(r#""error""#), "{out}");
-    }
-
-    #[test]
-    fn absent_fields_are_left_out() {
-        let out = capture(&[AccessRecord {
-            status: 502,
-            pool: None,
             node: None,
+            duration: Duration::from_micros(1500),
             upstream_duration: None,
             error: Some("connect refused"),
-            ..record()
-        }]);
-        assert!(out.contains(r#""status":502"#), "{out}");
-        assert!(out.contains(r#""error":"connect refused""#), "{out}");
-        for absent in ["\"pool\"", "\"node\"", "\"upstream_duration_us\""] {
-            assert!(!out.contains(absent), "{absent} present in {out}");
         }
+    }
+
+    fn line(record: &AccessRecord<'_>, format: AccessLogFormat) -> String {
+        let mut out = Vec::new();
+        let at = UNIX_EPOCH + Duration::from_millis(1_764_078_041_841);
+        record.format(format, at, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn logfmt_lines() {
+        assert_eq!(
+            line(&record(), AccessLogFormat::Text),
+            "time=2025-11-25T13:40:41.841Z virtual_server=web client=192.0.2.7:50123 \
+             method=GET uri=\"/index.html?q=1\" version=HTTP/1.1 status=502 bytes_sent=1234 \
+             pool=app duration_us=1500 error=\"connect refused\"\n"
+        );
+    }
+
+    #[test]
+    fn json_lines_escape_what_a_client_sent() {
+        let hostile = AccessRecord {
+            target: "/\"\\\n\u{1}é",
+            ..record()
+        };
+        let text = line(&hostile, AccessLogFormat::Json);
+        assert!(text.contains(r#""uri":"/\"\\\n\u0001é""#), "{text}");
+        assert!(text.contains(r#""error":"connect refused"}"#), "{text}");
+        assert!(!text.contains("\"node\""), "{text}");
+        assert_eq!(text.lines().count(), 1);
+    }
+
+    #[test]
+    fn files_are_appended_to_and_reopened() {
+        let dir = std::env::temp_dir().join(format!("weir-access-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("access.log");
+        let log = AccessLog::file(AccessLogFormat::Json, &path).unwrap();
+        log.write(&record());
+        log.flush();
+        // logrotate: move the file, then ask for a reopen.
+        std::fs::rename(&path, dir.join("access.log.1")).unwrap();
+        log.write(&record());
+        log.reopen().unwrap();
+        log.write(&record());
+        drop(log);
+        let rotated = std::fs::read_to_string(dir.join("access.log.1")).unwrap();
+        let current = std::fs::read_to_string(&path).unwrap();
+        assert_eq!((rotated.lines().count(), current.lines().count()), (2, 1));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

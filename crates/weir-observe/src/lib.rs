@@ -1,5 +1,5 @@
-//! Observability for weir: the metric names and pre-resolved metric handles, and the
-//! per-request access log.
+//! Observability for weir: the metric names and pre-resolved metric handles, the
+//! per-request access log, and the sums and latency histogram the admin API reports.
 //!
 //! There is no global registry. The binary creates one [`Metrics`], hands it to every
 //! component, and each component resolves its handles once; recording on the data path is
@@ -25,12 +25,14 @@
 pub mod access;
 pub mod metrics;
 pub mod names;
+pub mod stats;
 
-pub use access::{ACCESS_TARGET, AccessRecord};
+pub use access::{AccessLog, AccessRecord};
 pub use metrics::{
     CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Flood, Http2Metrics, Metrics,
-    NodeMetrics, PoolMetrics, StatusClass, TlsMetrics, TunnelMetrics, UpstreamHttp2Metrics,
-    UpstreamTlsMetrics, VirtualServerMetrics,
+    NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass, TlsMetrics, TunnelMetrics,
+    UpstreamHttp2Metrics, UpstreamTlsMetrics, VirtualServerMetrics,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;
+pub use stats::{LatencyHistogram, Totals};

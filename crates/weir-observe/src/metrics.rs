@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Metric, Registry};
 
 use crate::names::{self, MetricSpec};
+use crate::stats::{LatencyHistogram, Totals};
 
 mod cache;
 mod http2;
@@ -40,12 +41,25 @@ pub struct Metrics {
     families: Families,
     reuse_ratio: FloatGauge,
     offload_ratio: FloatGauge,
+    reloads: ReloadMetrics,
+    /// Every request's duration, for the percentiles the admin API and dashboard show.
+    latency: Arc<LatencyHistogram>,
     handles: Mutex<Handles>,
     /// Cache and compression families (issue 12), in `metrics/cache.rs`.
     pub(crate) cache: cache::CacheFamilies,
     /// HTTP/2 families (issue 11), in `metrics/http2.rs`.
     pub(crate) http2: http2::Http2Families,
     refreshers: Refreshers,
+}
+
+/// Handles for configuration reloads.
+#[derive(Debug, Clone)]
+pub struct ReloadMetrics {
+    pub applied: Counter,
+    pub refused: Counter,
+    pub generation: Gauge,
+    pub last_reload_timestamp_seconds: FloatGauge,
+    pub last_reload_success: Gauge,
 }
 
 /// What [`Metrics::encode`] calls first, to bring values read from elsewhere up to date.
@@ -80,6 +94,8 @@ pub struct VirtualServerMetrics {
     pub bad_requests: Counter,
     pub bytes_received: Counter,
     pub bytes_sent: Counter,
+    /// Request durations (shared by every virtual server).
+    pub latency: Arc<LatencyHistogram>,
 }
 
 /// Handles for one pool.
@@ -171,6 +187,9 @@ struct PoolKindLabels {
 #[derive(Debug, Clone)]
 pub struct TlsMetrics {
     virtual_server: String,
+    /// Handshakes of every virtual server by kind (for the admin API's totals).
+    full: Counter,
+    resumed: Counter,
     handshakes: Family<TlsHandshakeLabels, Counter>,
     failures: Family<TlsFailureLabels, Counter>,
     expiry: Family<CertificateLabels, FloatGauge>,
@@ -178,6 +197,11 @@ pub struct TlsMetrics {
 
 impl TlsMetrics {
     pub fn record_handshake(&self, version: &'static str, suite: &'static str, resumed: bool) {
+        if resumed {
+            self.resumed.inc();
+        } else {
+            self.full.inc();
+        }
         self.handshakes
             .get_or_create(&TlsHandshakeLabels {
                 virtual_server: self.virtual_server.clone(),
@@ -234,6 +258,11 @@ struct BuildLabels {
     version: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
 /// The labelled families, one per [`names`] entry that has labels.
 #[derive(Debug, Default)]
 struct Families {
@@ -266,6 +295,9 @@ struct Families {
     tls_handshake_failures: Family<TlsFailureLabels, Counter>,
     tls_certificate_expiry_days: Family<CertificateLabels, FloatGauge>,
     upstream_tls_handshakes: Family<PoolKindLabels, Counter>,
+    /// Not exported: the sums of `tls_handshakes` by kind.
+    tls_full: Counter,
+    tls_resumed: Counter,
 }
 
 /// Every handle given out, kept to compute the derived ratios and to make lookups idempotent.
@@ -302,10 +334,33 @@ impl Metrics {
             })
             .set(1);
 
+        let reload_results = Family::<ResultLabels, Counter>::default();
+        let reloads = ReloadMetrics {
+            applied: reload_results.get_or_create_owned(&ResultLabels { result: "applied" }),
+            refused: reload_results.get_or_create_owned(&ResultLabels { result: "refused" }),
+            generation: Gauge::default(),
+            last_reload_timestamp_seconds: FloatGauge::default(),
+            last_reload_success: Gauge::default(),
+        };
+        reloads.generation.set(1);
+        reloads.last_reload_success.set(1);
+
         let r = &mut registry;
         register(r, names::BUILD_INFO, build_info);
         register(r, names::REUSE_RATIO, reuse_ratio.clone());
         register(r, names::OFFLOAD_RATIO, offload_ratio.clone());
+        register(r, names::CONFIG_RELOADS, reload_results);
+        register(r, names::CONFIG_GENERATION, reloads.generation.clone());
+        register(
+            r,
+            names::CONFIG_LAST_RELOAD_TIMESTAMP,
+            reloads.last_reload_timestamp_seconds.clone(),
+        );
+        register(
+            r,
+            names::CONFIG_LAST_RELOAD_SUCCESS,
+            reloads.last_reload_success.clone(),
+        );
         families.register(r);
         let cache = cache::CacheFamilies::default();
         cache.register(r);
@@ -320,11 +375,23 @@ impl Metrics {
             families,
             reuse_ratio,
             offload_ratio,
+            reloads,
+            latency: Arc::new(LatencyHistogram::default()),
             handles: Mutex::new(Handles::default()),
             cache,
             http2,
             refreshers: Refreshers::default(),
         })
+    }
+
+    /// The reload handles.
+    pub fn reloads(&self) -> &ReloadMetrics {
+        &self.reloads
+    }
+
+    /// Durations of every request, all virtual servers together.
+    pub fn latency(&self) -> &LatencyHistogram {
+        &self.latency
     }
 
     /// Calls `refresh` at the start of every [`Metrics::encode`], to set values kept
@@ -357,6 +424,7 @@ impl Metrics {
             bad_requests: f.bad_requests.get_or_create_owned(&labels),
             bytes_received: f.client_bytes_received.get_or_create_owned(&labels),
             bytes_sent: f.client_bytes_sent.get_or_create_owned(&labels),
+            latency: Arc::clone(&self.latency),
         };
         handles
             .virtual_servers
@@ -425,6 +493,8 @@ impl Metrics {
         let f = &self.families;
         TlsMetrics {
             virtual_server: virtual_server.to_owned(),
+            full: f.tls_full.clone(),
+            resumed: f.tls_resumed.clone(),
             handshakes: f.tls_handshakes.clone(),
             failures: f.tls_handshake_failures.clone(),
             expiry: f.tls_certificate_expiry_days.clone(),
@@ -545,6 +615,31 @@ impl Metrics {
             .map(|node| node.connections_open.get().max(0))
             .sum();
         ratio(client_open as f64, upstream_open as f64)
+    }
+
+    /// Sums over every virtual server and node, for the admin API's stats snapshot.
+    pub fn totals(&self) -> Totals {
+        let handles = self.handles();
+        let mut totals = Totals::default();
+        for vs in handles.virtual_servers.values() {
+            totals.client_connections_open += vs.connections_open.get().max(0) as u64;
+            totals.client_connections_accepted += vs.connections_accepted.get();
+            for (class, counter) in vs.requests.iter().enumerate() {
+                totals.responses[class] += counter.get();
+            }
+            totals.bad_requests += vs.bad_requests.get();
+        }
+        for node in handles.nodes.values() {
+            totals.upstream_connections_open += node.connections_open.get().max(0) as u64;
+            totals.upstream_connections_created += node.connections_created.get();
+            totals.upstream_connections_reused += node.connections_reused.get();
+            totals.requests_forwarded += node.requests_forwarded.get();
+            totals.connect_failures += node.connect_failures.get();
+        }
+        drop(handles);
+        totals.tls_handshakes_full = self.families.tls_full.get();
+        totals.tls_handshakes_resumed = self.families.tls_resumed.get();
+        totals
     }
 
     /// Every metric in OpenMetrics text format (served as [`CONTENT_TYPE`]), with the derived

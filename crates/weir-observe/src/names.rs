@@ -195,11 +195,38 @@ pub const NODE_RESPONSE_TIME_EWMA: MetricSpec = gauge(
     "Exponentially weighted moving average of the node's response time, in seconds",
 );
 
+// Configuration reloads.
+
+pub const CONFIG_RELOADS: MetricSpec = counter(
+    "config_reloads",
+    &["result"],
+    "Configuration reloads tried (SIGHUP, weir reload, the admin API), by result: applied or refused",
+);
+pub const CONFIG_GENERATION: MetricSpec = gauge(
+    "config_generation",
+    &[],
+    "Generation of the running configuration: 1 at start, one more per applied reload",
+);
+pub const CONFIG_LAST_RELOAD_TIMESTAMP: MetricSpec = gauge(
+    "config_last_reload_timestamp_seconds",
+    &[],
+    "Unix time of the last reload tried, applied or refused (0 before the first)",
+);
+pub const CONFIG_LAST_RELOAD_SUCCESS: MetricSpec = gauge(
+    "config_last_reload_success",
+    &[],
+    "1 when the last reload tried was applied (or none was tried), 0 when it was refused",
+);
+
 /// Every metric, in exposition order.
 pub const ALL: &[MetricSpec] = &[
     BUILD_INFO,
     REUSE_RATIO,
     OFFLOAD_RATIO,
+    CONFIG_RELOADS,
+    CONFIG_GENERATION,
+    CONFIG_LAST_RELOAD_TIMESTAMP,
+    CONFIG_LAST_RELOAD_SUCCESS,
     CLIENT_CONNECTIONS_OPEN,
     CLIENT_CONNECTIONS_ACCEPTED,
     CLIENT_CONNECTIONS_REJECTED,

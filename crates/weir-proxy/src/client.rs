@@ -25,6 +25,11 @@ const LINGER_TIME: Duration = Duration::from_secs(2);
 /// ... and stop as soon as the client pauses this long.
 const LINGER_PAUSE: Duration = Duration::from_millis(500);
 const LINGER_BYTES: usize = 1024 * 1024;
+/// Once a drain begins (shutdown, a binary upgrade, or a reload that removed the virtual
+/// server), an idle kept-alive connection gets this long to send its next request, which
+/// is answered with `Connection: close`: closing at once would race a client that is
+/// sending it, and fail that request.
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
 /// How long a close_notify and FIN may take to leave when weir closes.
 const CLOSE_TIME: Duration = Duration::from_secs(1);
 
@@ -98,7 +103,16 @@ impl IdleConnection {
             biased;
             ready = self.stream.readable() => ready.is_ok(),
             () = tokio::time::sleep_until(deadline) => false,
-            () = shutdown.triggered() => false,
+            () = shutdown.triggered() => {
+                // A drain began: the next request may already be on its way; it gets
+                // DRAIN_GRACE and is answered with `Connection: close`.
+                let grace = deadline.min(Instant::now() + DRAIN_GRACE);
+                tokio::select! {
+                    biased;
+                    ready = self.stream.readable() => ready.is_ok(),
+                    () = tokio::time::sleep_until(grace) => false,
+                }
+            }
         }
     }
 
@@ -191,6 +205,7 @@ impl Client {
         // ones may idle first, then have header_read from their first byte.
         let mut head_deadline =
             (self.requests == 0).then(|| self.accepted_at + timeouts.header_read);
+        let mut drain_deadline: Option<Instant> = None;
         // Parse only when it can tell something new, not on every read: a
         // head sent one byte at a time must not cost a parse per byte.
         let mut scan = HeadScan::new();
@@ -215,11 +230,17 @@ impl Client {
                 Some(deadline) => deadline,
                 None => Instant::now() + timeouts.idle,
             };
+            let deadline = drain_deadline
+                .filter(|_| idle)
+                .map_or(deadline, |drain| drain.min(deadline));
             self.read_buf.reserve(READ_RESERVE);
             let read = tokio::select! {
                 biased;
                 read = tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.read_buf)) => read,
-                _ = shutdown.triggered(), if idle => return Ok(None),
+                _ = shutdown.triggered(), if idle && drain_deadline.is_none() => {
+                    drain_deadline = Some(Instant::now() + DRAIN_GRACE);
+                    continue;
+                }
             };
             match read {
                 Ok(Ok(0)) if idle => return Ok(None),

@@ -62,7 +62,7 @@ pub(crate) struct Admission {
 
 impl Drop for Admission {
     fn drop(&mut self) {
-        self.vs.open.fetch_sub(1, Ordering::AcqRel);
+        self.vs.shared.open.fetch_sub(1, Ordering::AcqRel);
         self.vs.metrics.connections_open.dec();
     }
 }

@@ -27,13 +27,18 @@ mod buffers;
 mod client;
 mod drain;
 mod exchange;
+pub mod handoff;
 mod http2;
 mod listener;
+mod live;
+mod model;
 mod pipeline;
 mod policy;
+mod proxy;
 mod request_body;
 mod response;
 mod route;
+mod stage;
 mod tls;
 mod upgrade;
 
@@ -42,6 +47,9 @@ const VIA: &str = "weir";
 /// Bound on chunk-size lines and trailer sections, both directions.
 const MAX_TRAILER_BYTES: usize = 8 * 1024;
 
-pub use listener::{BoundProxy, Proxy, StartError, bind_tcp};
+pub use listener::{adopt, bind_tcp};
+pub use live::{Applied, Live, ReloadError, ReloadRecord};
+pub use model::Model;
+pub use proxy::{BoundProxy, Proxy, StartError};
 pub use route::VirtualServerRuntime;
 pub use tls::TlsTermination;

@@ -1,125 +1,62 @@
-//! Listeners: bind every address up front, then the accept → admit stages,
-//! and the drain on shutdown.
+//! Listeners: binding, the accept → admit stages, and the set of listening sockets a reload
+//! diffs (added, removed, re-bound) rather than rebuilds.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use weir_config::{Config, ConfigError};
-use weir_core::ShutdownSignal;
-use weir_observe::Metrics;
-use weir_upstream::Pool;
+use weir_config::Config;
+use weir_core::{Shutdown, ShutdownSignal};
 
 use crate::drain::{Admission, Drain};
+use crate::model::ModelCell;
 use crate::pipeline;
 use crate::route::VirtualServerRuntime;
-use crate::tls::TlsTermination;
 
-/// The proxy built from a config: pools and virtual servers, no sockets yet.
+/// A listening socket before it serves.
 #[derive(Debug)]
-pub struct Proxy {
-    pub pools: Vec<Arc<Pool>>,
-    pub virtual_servers: Vec<Arc<VirtualServerRuntime>>,
-    drain_timeout: Duration,
+pub(crate) struct Bound {
+    /// As written in the config (port 0 stays 0).
+    pub address: SocketAddr,
+    pub virtual_server: String,
+    pub backlog: u32,
+    pub socket: std::net::TcpListener,
 }
 
-/// A proxy whose listeners are bound.
+/// The listening sockets of a running proxy, by bound address (unique even where several
+/// virtual servers say port 0).
+#[derive(Debug, Default)]
+pub(crate) struct Listeners {
+    entries: HashMap<SocketAddr, Entry>,
+}
+
+/// One listening socket and its accept loop.
 #[derive(Debug)]
-pub struct BoundProxy {
-    proxy: Proxy,
-    listeners: Vec<(Arc<VirtualServerRuntime>, std::net::TcpListener)>,
+struct Entry {
+    /// As written in the config.
+    configured: SocketAddr,
+    local: SocketAddr,
+    socket: Arc<TcpListener>,
+    /// The virtual server it serves (a reload may hand it to another).
+    target: Arc<Mutex<String>>,
+    backlog: u32,
+    stop: Shutdown,
+    task: JoinHandle<()>,
 }
 
-/// Why a proxy could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// A file the config names (a certificate, a CA) is unusable.
-    #[error("{0}")]
-    Config(#[from] ConfigError),
-    /// A listen address could not be bound.
-    #[error("{0}")]
-    Io(#[from] io::Error),
-}
-
-impl Proxy {
-    /// Builds pools and virtual servers from a validated config, reading the
-    /// certificate, key and CA files it names. Binds nothing, so it can run
-    /// before any port is taken (and from `weir check`).
-    pub fn build(config: &Config, metrics: &Arc<Metrics>) -> Result<Proxy, ConfigError> {
-        let file_name = config.file_name();
-        let mut pools: Vec<Arc<Pool>> = Vec::with_capacity(config.pools.len());
-        for pool in &config.pools {
-            let tls = match &pool.tls {
-                Some(tls) => Some(weir_tls::Connector::new(tls, &file_name)?),
-                None => None,
-            };
-            pools.push(Pool::new(pool, metrics, tls));
-        }
-        let mut virtual_servers = Vec::with_capacity(config.virtual_servers.len());
-        for vs in &config.virtual_servers {
-            let tls = match &vs.tls {
-                Some(tls) => Some(Arc::new(TlsTermination::new(
-                    &vs.name, tls, &file_name, metrics,
-                )?)),
-                None => None,
-            };
-            virtual_servers.push(Arc::new(VirtualServerRuntime::new(
-                vs,
-                &pools,
-                metrics.virtual_server(&vs.name),
-                config.log.access_log,
-                tls,
-            )));
-        }
-        Ok(Proxy {
-            pools,
-            virtual_servers,
-            drain_timeout: config.runtime.drain_timeout,
-        })
-    }
-
-    /// Builds the proxy and binds every listen address. Fails, naming the
-    /// file or the address, before anything is served.
-    pub fn bind(config: &Config, metrics: &Arc<Metrics>) -> Result<BoundProxy, StartError> {
-        Ok(Proxy::build(config, metrics)?.bind_listeners()?)
-    }
-
-    /// TLS termination of every HTTPS virtual server (for certificate reload).
-    pub fn tls_terminations(&self) -> Vec<Arc<TlsTermination>> {
-        self.virtual_servers
-            .iter()
-            .filter_map(|vs| vs.tls.clone())
-            .collect()
-    }
-
-    /// Binds every listen address. Fails, naming the address, before
-    /// anything is served.
-    pub fn bind_listeners(self) -> io::Result<BoundProxy> {
-        let mut listeners = Vec::new();
-        for vs in &self.virtual_servers {
-            for &address in &vs.config.listen {
-                let listener = bind_tcp(address, vs.config.backlog).map_err(|error| {
-                    io::Error::new(
-                        error.kind(),
-                        format!(
-                            "virtual server {}: cannot listen on {address}: {error}",
-                            vs.config.name
-                        ),
-                    )
-                })?;
-                listeners.push((Arc::clone(vs), listener));
-            }
-        }
-        Ok(BoundProxy {
-            proxy: self,
-            listeners,
-        })
-    }
+/// What an accept loop needs from the running proxy.
+#[derive(Debug, Clone)]
+pub(crate) struct AcceptContext {
+    pub cell: Arc<ModelCell>,
+    pub drain: Arc<Drain>,
+    pub shutdown: ShutdownSignal,
 }
 
 /// A listening socket with address reuse and the configured backlog.
@@ -139,95 +76,192 @@ pub fn bind_tcp(address: SocketAddr, backlog: u32) -> io::Result<std::net::TcpLi
     Ok(socket.into())
 }
 
-impl BoundProxy {
-    /// The bound addresses, by virtual server name (port 0 resolved).
-    pub fn local_addrs(&self) -> Vec<(String, SocketAddr)> {
-        self.listeners
-            .iter()
-            .filter_map(|(vs, listener)| {
-                Some((vs.config.name.clone(), listener.local_addr().ok()?))
+/// A listening socket handed over by another process: non-blocking, with this
+/// configuration's backlog (`listen` again on a listening socket only changes it).
+pub fn adopt(fd: OwnedFd, backlog: u32) -> io::Result<std::net::TcpListener> {
+    let socket = Socket::from(fd);
+    socket.set_nonblocking(true)?;
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    Ok(socket.into())
+}
+
+impl Listeners {
+    /// Starts serving `bound` sockets (at start-up, or those a reload added).
+    pub(crate) fn start(&mut self, bound: Vec<Bound>, context: &AcceptContext) -> io::Result<()> {
+        for bound in bound {
+            let local = bound.socket.local_addr()?;
+            let socket = Arc::new(TcpListener::from_std(bound.socket)?);
+            let target = Arc::new(Mutex::new(bound.virtual_server));
+            let (stop, stop_signal) = Shutdown::new();
+            let task = tokio::spawn(accept_loop(
+                Arc::clone(&socket),
+                Arc::clone(&target),
+                context.clone(),
+                stop_signal,
+            ));
+            self.entries.insert(
+                local,
+                Entry {
+                    configured: bound.address,
+                    local,
+                    socket,
+                    target,
+                    backlog: bound.backlog,
+                    stop,
+                    task,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether a listener of `virtual_server` at `address` is served now: by the socket
+    /// bound there, or (port 0) by one configured so for the same virtual server. Such a
+    /// candidate listener needs no new socket.
+    pub(crate) fn serves(&self, address: SocketAddr, virtual_server: &str) -> bool {
+        if self.entries.contains_key(&address) {
+            return true;
+        }
+        address.port() == 0
+            && self.entries.values().any(|entry| {
+                entry.configured == address
+                    && *entry.target.lock().unwrap_or_else(|e| e.into_inner()) == virtual_server
+            })
+    }
+
+    /// Makes the set of listeners match `config`'s: listeners of addresses no longer
+    /// configured stop accepting and close; those that stay serve the virtual server the
+    /// config gives them, with its backlog. Added ones are started with [`Self::start`].
+    pub(crate) fn retain_and_rebind(&mut self, config: &Config) {
+        let mut wanted: HashMap<SocketAddr, Vec<(&str, u32)>> = HashMap::new();
+        for (address, name, backlog) in weir_config::diff::listeners(config) {
+            wanted.entry(address).or_default().push((name, backlog));
+        }
+        self.entries.retain(|_, entry| {
+            let served = entry
+                .target
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            // The bound address itself, else (port 0) the address as configured, for the
+            // same virtual server.
+            let found = wanted
+                .get(&entry.local)
+                .and_then(|list| list.first())
+                .or_else(|| {
+                    wanted
+                        .get(&entry.configured)
+                        .filter(|_| entry.configured.port() == 0)
+                        .and_then(|list| list.iter().find(|(name, _)| *name == served))
+                });
+            let Some(&(name, backlog)) = found else {
+                tracing::info!(listen = %entry.local, "listener removed");
+                entry.stop.trigger();
+                return false;
+            };
+            let mut target = entry.target.lock().unwrap_or_else(|e| e.into_inner());
+            if *target != name {
+                tracing::info!(listen = %entry.local, from = %*target, to = name, "listener handed to another virtual server");
+                *target = name.to_owned();
+            }
+            if entry.backlog != backlog {
+                let socket = socket2::SockRef::from(&*entry.socket);
+                match socket.listen(backlog.min(i32::MAX as u32) as i32) {
+                    Ok(()) => entry.backlog = backlog,
+                    Err(error) => {
+                        tracing::warn!(listen = %entry.local, %error, "cannot change the backlog")
+                    }
+                }
+            }
+            true
+        });
+    }
+
+    /// The bound addresses, by virtual server name.
+    pub(crate) fn local_addrs(&self) -> Vec<(String, SocketAddr)> {
+        let mut addrs: Vec<(String, SocketAddr)> = self
+            .entries
+            .values()
+            .map(|entry| {
+                let name = entry.target.lock().unwrap_or_else(|e| e.into_inner());
+                (name.clone(), entry.local)
+            })
+            .collect();
+        addrs.sort();
+        addrs
+    }
+
+    /// A duplicate of every listening socket, by configured address (for a binary
+    /// upgrade: the new process accepts on the same sockets, so none is ever closed).
+    /// A port-0 listener goes by its bound address: no config can name it otherwise.
+    pub(crate) fn duplicates(&self) -> io::Result<Vec<(SocketAddr, OwnedFd)>> {
+        self.entries
+            .values()
+            .map(|entry| {
+                let address = if entry.configured.port() == 0 {
+                    entry.local
+                } else {
+                    entry.configured
+                };
+                Ok((address, entry.socket.as_fd().try_clone_to_owned()?))
             })
             .collect()
     }
 
-    pub fn pools(&self) -> &[Arc<Pool>] {
-        &self.proxy.pools
-    }
-
-    /// TLS termination of every HTTPS virtual server (for certificate reload).
-    pub fn tls_terminations(&self) -> Vec<Arc<TlsTermination>> {
-        self.proxy.tls_terminations()
-    }
-
-    /// Serves until `shutdown` triggers, then stops accepting, lets
-    /// in-flight requests finish (up to the drain timeout) and returns.
-    pub async fn run(self, shutdown: ShutdownSignal) -> io::Result<()> {
-        let drain = Arc::new(Drain::default());
-        let mut background: Vec<JoinHandle<()>> = Vec::new();
-        for pool in &self.proxy.pools {
-            background.extend(pool.start(shutdown.clone()));
-        }
-        let mut acceptors = Vec::new();
-        for (vs, listener) in self.listeners {
-            let listener = TcpListener::from_std(listener)?;
-            acceptors.push(tokio::spawn(accept_loop(
-                listener,
-                vs,
-                Arc::clone(&drain),
-                shutdown.clone(),
-            )));
-        }
-        let mut stop = shutdown.clone();
-        stop.triggered().await;
-        for acceptor in acceptors {
-            let _ = acceptor.await;
-        }
-        let open = drain.active();
-        if open > 0 {
-            tracing::info!(connections = open, timeout = ?self.proxy.drain_timeout, "draining client connections");
-        }
-        if tokio::time::timeout(self.proxy.drain_timeout, drain.wait_idle())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                connections = drain.active(),
-                "drain timeout reached; closing remaining connections"
-            );
-        }
-        for task in background {
-            let _ = task.await;
-        }
-        Ok(())
+    /// Stops every accept loop; returns their tasks to wait for.
+    pub(crate) fn stop_all(&mut self) -> Vec<JoinHandle<()>> {
+        self.entries
+            .drain()
+            .map(|(_, entry)| {
+                entry.stop.trigger();
+                entry.task
+            })
+            .collect()
     }
 }
 
-/// accept → admit → spawn the pipeline, until shutdown.
+/// accept → admit → spawn the pipeline, until the listener is removed or shutdown.
 async fn accept_loop(
-    listener: TcpListener,
-    vs: Arc<VirtualServerRuntime>,
-    drain: Arc<Drain>,
-    mut shutdown: ShutdownSignal,
+    listener: Arc<TcpListener>,
+    target: Arc<Mutex<String>>,
+    context: AcceptContext,
+    mut stop: ShutdownSignal,
 ) {
-    let max = vs.config.limits.max_connections;
+    let mut shutdown = context.shutdown.clone();
+    // The virtual server served, and the signal its connections close on (shutdown, or
+    // the virtual server's removal).
+    let mut current: Option<(Arc<VirtualServerRuntime>, ShutdownSignal)> = None;
     loop {
         let accepted = tokio::select! {
             biased;
             _ = shutdown.triggered() => return,
+            _ = stop.triggered() => return,
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(error) => {
                 // Out of file descriptors or similar: back off instead of spinning.
-                tracing::warn!(virtual_server = %vs.config.name, %error, "accept failed");
+                tracing::warn!(%error, "accept failed");
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             }
         };
+        let stale = current
+            .as_ref()
+            .is_none_or(|(vs, _)| vs.generation != context.cell.generation());
+        if stale {
+            current = resolve(&target, &context, current.take());
+        }
+        let Some((vs, signal)) = &current else {
+            // The listener is being removed by the reload that just ran.
+            drop(stream);
+            continue;
+        };
         // admit
-        if vs.open.fetch_add(1, Ordering::AcqRel) >= max {
-            vs.open.fetch_sub(1, Ordering::AcqRel);
+        let max = vs.config.limits.max_connections;
+        if vs.shared.open.fetch_add(1, Ordering::AcqRel) >= max {
+            vs.shared.open.fetch_sub(1, Ordering::AcqRel);
             vs.metrics.connections_rejected.inc();
             tracing::debug!(virtual_server = %vs.config.name, client = %peer, "connection limit reached; closing");
             drop(stream);
@@ -237,14 +271,31 @@ async fn accept_loop(
         vs.metrics.connections_accepted.inc();
         vs.metrics.connections_open.inc();
         let admission = Admission {
-            vs: Arc::clone(&vs),
-            _drain: drain.enter(),
+            vs: Arc::clone(vs),
+            _drain: context.drain.enter(),
         };
         tokio::spawn(pipeline::serve_connection(
             stream,
             peer,
             admission,
-            shutdown.clone(),
+            signal.clone(),
         ));
     }
+}
+
+/// The current model's virtual server for a listener, and the signal its connections
+/// close on; the signal is reused while the virtual server's shared part is the same.
+fn resolve(
+    target: &Mutex<String>,
+    context: &AcceptContext,
+    previous: Option<(Arc<VirtualServerRuntime>, ShutdownSignal)>,
+) -> Option<(Arc<VirtualServerRuntime>, ShutdownSignal)> {
+    let name = target.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let model = context.cell.current();
+    let vs = Arc::clone(model.virtual_server(&name)?);
+    let signal = match previous {
+        Some((old, signal)) if Arc::ptr_eq(&old.shared, &vs.shared) => signal,
+        _ => context.shutdown.either(&vs.shared.removed_signal()),
+    };
+    Some((vs, signal))
 }

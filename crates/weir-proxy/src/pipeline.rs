@@ -79,9 +79,10 @@ async fn serve_kept_alive(
     let Some(mut idle) = start.await else {
         return;
     };
-    let vs = &admission.vs;
+    // The virtual server of the latest model a request of this connection took.
+    let mut vs = Arc::clone(&admission.vs);
     loop {
-        if !idle.wait_for_request(vs, &mut shutdown).await {
+        if !idle.wait_for_request(&vs, &mut shutdown).await {
             // Idle timeout or drain: weir ends the connection (close_notify on TLS).
             Box::pin(idle.close()).await;
             return;
@@ -99,7 +100,7 @@ async fn serve_kept_alive(
                     None
                 }),
                 Woken::Failed => return,
-                Woken::Request(client) => Box::pin(serve_requests(client, vs, &mut shutdown)),
+                Woken::Request(client) => Box::pin(serve_requests(client, &mut vs, &mut shutdown)),
             };
         match next.await {
             Some(back) => idle = back,
@@ -139,10 +140,11 @@ fn wake(idle: IdleConnection) -> Woken {
 /// again (its buffers back in the pool), or `None` once it closed.
 async fn serve_requests(
     mut client: Client,
-    vs: &VirtualServerRuntime,
+    latest: &mut Arc<VirtualServerRuntime>,
     shutdown: &mut ShutdownSignal,
 ) -> Option<IdleConnection> {
     let next = loop {
+        let vs: &VirtualServerRuntime = latest;
         // read_head
         let head = match client.read_head(vs, shutdown).await {
             Ok(Some(head)) => head,
@@ -153,6 +155,11 @@ async fn serve_requests(
                 return None;
             }
         };
+        // The request takes the current model's virtual server and keeps it to its end.
+        if let Some(newer) = vs.newer() {
+            *latest = newer;
+        }
+        let vs: &VirtualServerRuntime = latest;
         let started = Instant::now();
         // route
         let pool = Arc::clone(vs.route(&head));
@@ -233,8 +240,9 @@ async fn serve_request(
         .bytes_received
         .inc_by(head.raw().len() as u64 + body.received);
     vs.metrics.bytes_sent.inc_by(sent.bytes);
-    if vs.access_log {
-        AccessRecord {
+    vs.metrics.latency.record(started.elapsed());
+    if let Some(log) = &vs.access_log {
+        log.write(&AccessRecord {
             virtual_server: &vs.config.name,
             client: client.peer,
             method: lossy(head.method_bytes()),
@@ -247,8 +255,7 @@ async fn serve_request(
             duration: started.elapsed(),
             upstream_duration: Some(response_time),
             error: None,
-        }
-        .emit();
+        });
     }
     Ok(match sent.keep_alive {
         true => Next::KeepAlive,
@@ -331,8 +338,8 @@ async fn answer_failure(
             tracing::warn!(virtual_server = %vs.config.name, client = %client.peer, status, error = %failure.error, "request failed");
         }
     }
-    if vs.access_log && status != 0 {
-        AccessRecord {
+    if let Some(log) = vs.access_log.as_ref().filter(|_| status != 0) {
+        log.write(&AccessRecord {
             virtual_server: &vs.config.name,
             client: client.peer,
             method: head.map_or("-", |h| lossy(h.method_bytes())),
@@ -345,8 +352,7 @@ async fn answer_failure(
             duration: started.elapsed(),
             upstream_duration: None,
             error: Some(kind.as_str()),
-        }
-        .emit();
+        });
     }
     if bytes > 0 {
         client.linger_close().await;
@@ -378,7 +384,7 @@ mod tests {
         let config = weir_config::embedded_default();
         let metrics = weir_observe::Metrics::new();
         let proxy = crate::Proxy::build(&config, &metrics).expect("default config builds");
-        let vs = Arc::clone(&proxy.virtual_servers[0]);
+        let vs = Arc::clone(&proxy.current().virtual_servers[0]);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -386,7 +392,9 @@ mod tests {
         let stream = TcpStream::connect(addr).await.expect("connect");
         let (_owner, signal) = weir_core::Shutdown::new();
         let drain = Arc::new(Drain::default());
-        vs.open.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        vs.shared
+            .open
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let admission = Admission {
             vs: Arc::clone(&vs),
             _drain: drain.enter(),

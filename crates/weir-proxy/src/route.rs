@@ -1,58 +1,13 @@
-//! A virtual server at run time, and the `route` stage: which pool serves a request.
+//! The `route` stage: which pool serves a request.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
 
-use weir_config::{PoolId, VirtualServer};
-use weir_http::{Limits, RequestHead};
-use weir_observe::VirtualServerMetrics;
+use weir_http::RequestHead;
 use weir_upstream::Pool;
 
-use crate::tls::TlsTermination;
-
-/// A virtual server with its pools resolved and its metric handles taken.
-#[derive(Debug)]
-pub struct VirtualServerRuntime {
-    pub config: VirtualServer,
-    pub default_pool: Arc<Pool>,
-    pub routes: Vec<(weir_config::Route, Arc<Pool>)>,
-    pub metrics: VirtualServerMetrics,
-    pub access_log: bool,
-    pub(crate) head_limits: Limits,
-    /// Client connections open now (for `limits.max_connections`).
-    pub(crate) open: AtomicU32,
-    /// TLS termination, on an HTTPS virtual server.
-    pub tls: Option<Arc<TlsTermination>>,
-}
+pub use crate::model::VirtualServerRuntime;
 
 impl VirtualServerRuntime {
-    pub fn new(
-        config: &VirtualServer,
-        pools: &[Arc<Pool>],
-        metrics: VirtualServerMetrics,
-        access_log: bool,
-        tls: Option<Arc<TlsTermination>>,
-    ) -> VirtualServerRuntime {
-        let pool = |PoolId(index): PoolId| Arc::clone(&pools[index]);
-        VirtualServerRuntime {
-            default_pool: pool(config.default_pool),
-            routes: config
-                .routes
-                .iter()
-                .map(|route| (route.clone(), pool(route.pool)))
-                .collect(),
-            metrics,
-            access_log,
-            head_limits: Limits {
-                max_head_bytes: config.limits.max_header_bytes,
-                max_headers: config.limits.max_headers,
-            },
-            open: AtomicU32::new(0),
-            tls,
-            config: config.clone(),
-        }
-    }
-
     /// The route stage: the first matching rule's pool, else the default pool.
     pub(crate) fn route(&self, head: &RequestHead) -> &Arc<Pool> {
         if self.routes.is_empty() {

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use tokio::net::TcpStream;
 use weir_config::{ClientAuth, ConfigError, ServerTls};
 use weir_observe::{Metrics, TlsMetrics};
-use weir_tls::{Acceptor, HandshakeInfo, ServerStream};
+use weir_tls::{Acceptor, HandshakeInfo, ServerStream, StagedReload};
 
 /// TLS termination on one virtual server.
 #[derive(Debug)]
@@ -54,6 +54,46 @@ impl TlsTermination {
         self.acceptor.reload()?;
         self.refresh_expiry();
         Ok(())
+    }
+
+    /// Reads the certificate, key and CA files without using them yet (a reload's stage).
+    pub(crate) fn stage(&self) -> Result<StagedReload, ConfigError> {
+        self.acceptor.stage_reload()
+    }
+
+    /// New handshakes use the staged certificates from now on.
+    pub(crate) fn commit(&self, staged: StagedReload) {
+        self.acceptor.commit(staged);
+        self.refresh_expiry();
+    }
+
+    /// The termination for new TLS settings of the same virtual server, keeping its
+    /// ticket keys and session cache where their settings did not change.
+    pub(crate) fn successor(
+        &self,
+        settings: &ServerTls,
+        file_name: &str,
+    ) -> Result<TlsTermination, ConfigError> {
+        let acceptor = self.acceptor.successor(settings, file_name)?;
+        Ok(TlsTermination {
+            acceptor,
+            metrics: self.metrics.clone(),
+            subject_header: match settings.client_auth {
+                ClientAuth::None => None,
+                _ => settings.client_subject_header.clone(),
+            },
+            exported: Mutex::new(
+                self.exported
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone(),
+            ),
+        })
+    }
+
+    /// The TLS settings this termination was built from.
+    pub fn settings(&self) -> &ServerTls {
+        self.acceptor.settings()
     }
 
     /// Sets the days-until-expiry gauges from the certificates served now.

@@ -71,8 +71,9 @@ async fn least_connections_avoids_the_busy_node() {
     let busier = proxy.pools[0]
         .nodes
         .iter()
-        .max_by_key(|node| node.in_flight())
-        .map(|node| node.index)
+        .enumerate()
+        .max_by_key(|(_, node)| node.in_flight())
+        .map(|(index, _)| index)
         .unwrap();
     assert_eq!(proxy.pools[0].nodes[busier].in_flight(), 2);
     // Quick requests now all go to the less busy node.

@@ -93,6 +93,8 @@ pub struct TestProxy {
     pub pools: Vec<Arc<Pool>>,
     /// TLS termination of each HTTPS virtual server (to reload certificates).
     pub tls: Vec<Arc<weir_proxy::TlsTermination>>,
+    /// The running proxy: its current model, reloads.
+    pub live: Arc<weir_proxy::Live>,
     shutdown: Shutdown,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -102,19 +104,35 @@ impl TestProxy {
     pub async fn start(toml: &str) -> TestProxy {
         let config =
             weir_config::parse_str(toml, "test.toml").unwrap_or_else(|error| panic!("{error}"));
+        TestProxy::start_config(config).await
+    }
+
+    /// Starts a proxy from a config file (so that [`weir_proxy::Live::reload_file`]
+    /// re-reads it). Panics if the config is invalid.
+    pub async fn start_file(path: &std::path::Path) -> TestProxy {
+        let config = weir_config::load_file(path).unwrap_or_else(|error| panic!("{error}"));
+        TestProxy::start_config(config).await
+    }
+
+    async fn start_config(config: weir_config::Config) -> TestProxy {
         let metrics = Metrics::new();
         let proxy = weir_proxy::Proxy::bind(&config, &metrics).expect("proxy binds on loopback");
         let addrs = proxy.local_addrs();
-        let pools = proxy.pools().to_vec();
+        let pools = proxy.pools();
         let tls = proxy.tls_terminations();
+        let live = proxy.live();
         let (shutdown, signal) = Shutdown::new();
         let task = tokio::spawn(proxy.run(signal));
+        while !live.is_running() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
         TestProxy {
             addr: addrs[0].1,
             addrs,
             metrics,
             pools,
             tls,
+            live,
             shutdown,
             task,
         }

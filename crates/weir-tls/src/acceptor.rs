@@ -122,6 +122,10 @@ pub struct HandshakeFailure {
     pub detail: String,
 }
 
+/// Certificates read and a server config built by [`Acceptor::stage_reload`], not yet in use.
+#[derive(Debug)]
+pub struct StagedReload(Current);
+
 /// What a reload swaps: the server config and the certificates in it.
 #[derive(Debug)]
 struct Current {
@@ -220,6 +224,15 @@ impl Acceptor {
     /// Re-reads the certificate, key and CA files. On success new handshakes
     /// use them (open connections keep theirs); on failure nothing changes.
     pub fn reload(&self) -> Result<(), ConfigError> {
+        let staged = self.stage_reload()?;
+        self.commit(staged);
+        Ok(())
+    }
+
+    /// Reads the certificate, key and CA files and builds the config new handshakes
+    /// would use, without using it yet: a reload validates everything before it
+    /// [`commit`](Self::commit)s anything.
+    pub fn stage_reload(&self) -> Result<StagedReload, ConfigError> {
         let parts = Parts {
             settings: &self.settings,
             provider: &self.provider,
@@ -230,8 +243,60 @@ impl Acceptor {
         let current = parts
             .build()
             .map_err(|problem| to_config_error(&self.file_name, problem))?;
-        self.current.store(Arc::new(current));
-        Ok(())
+        Ok(StagedReload(current))
+    }
+
+    /// New handshakes use the staged certificates from now on.
+    pub fn commit(&self, staged: StagedReload) {
+        self.current.store(Arc::new(staged.0));
+    }
+
+    /// The acceptor for new `settings` of the same virtual server (a reload changed its
+    /// TLS table): the ticket keys and the session cache carry over when their settings
+    /// did not change, so clients keep resuming; so do self-signed certificates generated
+    /// for the same names, and the count of handshakes in progress.
+    pub fn successor(
+        &self,
+        settings: &ServerTls,
+        file_name: &str,
+    ) -> Result<Acceptor, ConfigError> {
+        let mut next = Acceptor::new(&self.virtual_server, settings, file_name)?;
+        let old = &self.settings;
+        if settings.session_tickets == old.session_tickets
+            && settings.ticket_rotation == old.ticket_rotation
+        {
+            next.ticketer = self.ticketer.clone();
+        }
+        if settings.session_cache_size == old.session_cache_size
+            && settings.session_cache_lifetime == old.session_cache_lifetime
+        {
+            next.cache = self.cache.clone();
+        }
+        if settings.max_handshakes == old.max_handshakes {
+            next.handshakes = Arc::clone(&self.handshakes);
+        }
+        for (index, source) in settings.certificates.iter().enumerate() {
+            if let (
+                CertificateSource::SelfSigned { names, .. },
+                Some(CertificateSource::SelfSigned {
+                    names: old_names, ..
+                }),
+            ) = (source, old.certificates.get(index))
+                && names == old_names
+                && let Some(Some(key)) = self.generated.get(index)
+            {
+                next.generated[index] = Some(Arc::clone(key));
+            }
+        }
+        // Rebuild with what was carried over, so the server config uses it.
+        let staged = next.stage_reload()?;
+        next.commit(staged);
+        Ok(next)
+    }
+
+    /// The TLS settings this acceptor was built from.
+    pub fn settings(&self) -> &ServerTls {
+        &self.settings
     }
 
     /// The certificates served now.

@@ -18,7 +18,7 @@ pub mod store;
 mod stream;
 mod ticketer;
 
-pub use acceptor::{Acceptor, FailureReason, HandshakeFailure, HandshakeInfo};
+pub use acceptor::{Acceptor, FailureReason, HandshakeFailure, HandshakeInfo, StagedReload};
 pub use certs::{CertificateInfo, KeyType, TestCa};
 pub use connector::Connector;
 pub use stream::{ClientStream, ServerStream, Stream};

@@ -31,7 +31,6 @@ fn nodes() -> Vec<Arc<NodeState>> {
                 max_ejection: Duration::from_secs(300),
             };
             let node = NodeState::new(
-                index,
                 address,
                 1 + index as u32 % 3,
                 passive,
@@ -49,7 +48,8 @@ fn pick(criterion: &mut Criterion) {
     // perceptive compare real loads.
     let _in_flight: Vec<_> = nodes
         .iter()
-        .flat_map(|node| (0..node.index % 4).map(|_| node.start_request()))
+        .enumerate()
+        .flat_map(|(index, node)| (0..index % 4).map(|_| node.start_request()))
         .collect();
     let now = Instant::now();
     let available = |index: usize| nodes[index].is_available(now);

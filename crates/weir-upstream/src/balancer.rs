@@ -40,7 +40,7 @@ pub fn for_algorithm(algorithm: Algorithm, nodes: &[Arc<NodeState>]) -> Box<dyn 
     match algorithm {
         Algorithm::RoundRobin => Box::new(RoundRobin::new()),
         Algorithm::WeightedRoundRobin => {
-            let weights: Vec<u32> = nodes.iter().map(|node| node.weight).collect();
+            let weights: Vec<u32> = nodes.iter().map(|node| node.weight()).collect();
             Box::new(WeightedRoundRobin::new(&weights))
         }
         Algorithm::LeastConnections => Box::new(LeastConnections::new()),
@@ -76,7 +76,7 @@ fn nth_eligible(len: usize, eligible: &dyn Fn(usize) -> bool, rank: u64) -> Opti
 /// A node's weight for proportions: the config guarantees it is non-zero, and
 /// a zero is read as 1 rather than dividing by it.
 fn weight_of(node: &NodeState) -> u32 {
-    node.weight.max(1)
+    node.weight().max(1)
 }
 
 #[cfg(test)]

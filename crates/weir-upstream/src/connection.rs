@@ -14,10 +14,11 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use weir_core::{Error, ErrorKind, Side};
@@ -53,7 +54,11 @@ pub struct UpstreamTls {
 #[derive(Debug)]
 pub struct NodeConnections {
     address: SocketAddr,
-    settings: ConnectionSettings,
+    /// Replaced by a reload that keeps the node ([`NodeConnections::update`]).
+    settings: ArcSwap<ConnectionSettings>,
+    /// Set when the node left the configuration, or stopped taking new requests: a
+    /// connection given back is closed instead of kept idle.
+    retired: AtomicBool,
     state: Mutex<State>,
     /// Tunnels open or reserved (see [`NodeConnections::reserve_tunnel`]).
     tunnels: AtomicU32,
@@ -119,7 +124,8 @@ impl NodeConnections {
     ) -> Arc<NodeConnections> {
         Arc::new(NodeConnections {
             address,
-            settings,
+            settings: ArcSwap::from_pointee(settings),
+            retired: AtomicBool::new(false),
             state: Mutex::new(State::default()),
             tunnels: AtomicU32::new(0),
             next_waiter: AtomicU64::new(0),
@@ -133,8 +139,25 @@ impl NodeConnections {
     }
 
     /// TLS settings of connections to this node, if any.
-    pub fn tls(&self) -> Option<&UpstreamTls> {
-        self.settings.tls.as_ref()
+    pub fn tls(&self) -> Option<UpstreamTls> {
+        self.settings.load().tls.clone()
+    }
+
+    /// New settings from a reload that keeps this node: the cap, queue and timeouts apply
+    /// from the next checkout; connections open now stay (past a lowered cap, until they
+    /// close).
+    pub fn update(&self, settings: ConnectionSettings) {
+        self.settings.store(Arc::new(settings));
+    }
+
+    /// Whether connections given back are kept for reuse. `false` (a removed, draining or
+    /// disabled node) closes the idle ones now and each busy one when it is given back;
+    /// requests already waiting are still served.
+    pub fn set_reusable(&self, reusable: bool) {
+        let was_retired = self.retired.swap(!reusable, Ordering::AcqRel);
+        if !reusable && !was_retired {
+            self.close_idle();
+        }
     }
 
     /// Connections open (or being opened) to the node.
@@ -180,12 +203,13 @@ impl NodeConnections {
         if let Some(connection) = self.take_idle(&mut state, &mut stale) {
             return Taken::Idle(connection);
         }
-        if state.open < self.settings.max_connections {
+        let settings = self.settings.load();
+        if state.open < settings.max_connections {
             state.open += 1;
             self.metrics.connections_open.set(i64::from(state.open));
             return Taken::Slot;
         }
-        if state.waiters.len() >= self.settings.queue_length as usize {
+        if state.waiters.len() >= settings.queue_length as usize {
             return Taken::QueueFull;
         }
         let (sender, receiver) = oneshot::channel();
@@ -201,10 +225,9 @@ impl NodeConnections {
     /// Expired or closed ones go to `stale` (closed after the lock is dropped).
     fn take_idle(&self, state: &mut State, stale: &mut Vec<Connection>) -> Option<Connection> {
         let now = Instant::now();
+        let idle_timeout = self.settings.load().idle_timeout;
         while let Some(connection) = state.idle.pop_back() {
-            if now.duration_since(connection.idle_since) < self.settings.idle_timeout
-                && connection.looks_open()
-            {
+            if now.duration_since(connection.idle_since) < idle_timeout && connection.looks_open() {
                 return Some(connection);
             }
             state.open -= 1;
@@ -225,11 +248,9 @@ impl NodeConnections {
 
     /// Opens a new connection in a slot already taken.
     async fn connect(self: &Arc<Self>) -> Result<Lease, Error> {
-        let attempt = tokio::time::timeout(
-            self.settings.connect_timeout,
-            TcpStream::connect(self.address),
-        )
-        .await;
+        let settings = self.settings.load_full();
+        let attempt =
+            tokio::time::timeout(settings.connect_timeout, TcpStream::connect(self.address)).await;
         let stream = match attempt {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) => {
@@ -249,9 +270,9 @@ impl NodeConnections {
         };
         // Small requests and responses: don't wait to coalesce.
         let _ = stream.set_nodelay(true);
-        let stream = match &self.settings.tls {
+        let stream = match &settings.tls {
             None => ClientStream::Plain(stream),
-            Some(tls) => match self.handshake(tls, stream).await {
+            Some(tls) => match self.handshake(tls, settings.connect_timeout, stream).await {
                 Ok(stream) => stream,
                 Err(error) => {
                     self.free_slot();
@@ -284,6 +305,13 @@ impl NodeConnections {
                 Err(Grant::Slot) => unreachable!("we sent a connection"),
             }
         }
+        if self.retired.load(Ordering::Acquire) {
+            state.open -= 1;
+            self.metrics.connections_open.set(i64::from(state.open));
+            drop(state);
+            drop(connection);
+            return;
+        }
         state.idle.push_back(connection);
     }
 
@@ -304,10 +332,11 @@ impl NodeConnections {
     /// Closes idle connections past the idle timeout. Returns how many.
     pub fn close_expired(&self, now: Instant) -> usize {
         let mut expired = Vec::new();
+        let idle_timeout = self.settings.load().idle_timeout;
         {
             let mut state = self.lock();
             while let Some(front) = state.idle.front() {
-                if now.duration_since(front.idle_since) < self.settings.idle_timeout {
+                if now.duration_since(front.idle_since) < idle_timeout {
                     break;
                 }
                 expired.extend(state.idle.pop_front());
@@ -355,7 +384,8 @@ impl QueuedWait<'_> {
             .receiver
             .as_mut()
             .expect("set at construction, taken only here or in drop");
-        let grant = tokio::time::timeout(pool.settings.queue_timeout, receiver).await;
+        let queue_timeout = pool.settings.load().queue_timeout;
+        let grant = tokio::time::timeout(queue_timeout, receiver).await;
         match grant {
             Ok(Ok(grant)) => {
                 self.receiver = None;
@@ -379,7 +409,7 @@ impl QueuedWait<'_> {
                 Err(
                     Error::new(ErrorKind::QueueTimeout, Side::Internal).context(format!(
                         "waited {:?} for a connection to node {}",
-                        pool.settings.queue_timeout, pool.address
+                        queue_timeout, pool.address
                     )),
                 )
             }
@@ -414,12 +444,14 @@ impl Drop for QueuedWait<'_> {
 impl NodeConnections {
     /// The TLS handshake with the node, within the connect timeout. A
     /// failure (verification included) is retry-safe: nothing was sent.
-    async fn handshake(&self, tls: &UpstreamTls, tcp: TcpStream) -> Result<ClientStream, Error> {
-        let attempt = tokio::time::timeout(
-            self.settings.connect_timeout,
-            tls.connector.connect(tcp, self.address),
-        )
-        .await;
+    async fn handshake(
+        &self,
+        tls: &UpstreamTls,
+        connect_timeout: Duration,
+        tcp: TcpStream,
+    ) -> Result<ClientStream, Error> {
+        let attempt =
+            tokio::time::timeout(connect_timeout, tls.connector.connect(tcp, self.address)).await;
         match attempt {
             Ok(Ok(stream)) => {
                 let resumed = stream.get_ref().1.handshake_kind()
@@ -522,6 +554,7 @@ impl Lease {
         let retire = self
             .pool
             .settings
+            .load()
             .max_requests
             .is_some_and(|max| connection.requests >= max);
         if retire {

@@ -1,13 +1,18 @@
 //! A node's shared runtime state: load (in-flight requests, EWMA response
 //! time) for the balancers, and health (active monitor verdict, passive
 //! ejection) for selection.
+//!
+//! A node that stays in its pool across a reload (same address, same TLS settings)
+//! keeps its `NodeState`: the new pool holds the same `Arc`, so in-flight counts, EWMA
+//! and health carry over. What the new configuration may change (weight, mode, passive
+//! health settings) is set with [`NodeState::update`] when the new model is committed.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use weir_config::PassiveHealth;
+use weir_config::{NodeMode, PassiveHealth};
 use weir_observe::NodeMetrics;
 
 /// Weight of a new sample in the response-time EWMA.
@@ -17,10 +22,10 @@ const EWMA_ALPHA: f64 = 0.2;
 #[derive(Debug)]
 pub struct NodeState {
     pub address: SocketAddr,
-    /// Position in the pool's node list.
-    pub index: usize,
-    pub weight: u32,
     pub metrics: NodeMetrics,
+    weight: AtomicU32,
+    /// The operator's [`NodeMode`], as its `u8` code.
+    mode: AtomicU8,
     in_flight: AtomicU32,
     /// EWMA of response time in nanoseconds, as f64 bits; 0 until the first sample.
     ewma_nanos: AtomicU64,
@@ -33,11 +38,13 @@ pub struct NodeState {
     /// True while `passive` holds failures or ejections to forget on the next
     /// success: lets the common success path skip the lock.
     passive_dirty: AtomicBool,
-    passive_config: PassiveHealth,
+    /// `passive_health.consecutive_failures`, readable without the lock (0 = off).
+    failure_threshold: AtomicU32,
 }
 
 #[derive(Debug, Default)]
 struct PassiveState {
+    config: PassiveHealth,
     consecutive_failures: u32,
     /// Ejections in a row without a success in between; doubles the next ejection.
     ejections: u32,
@@ -51,7 +58,6 @@ pub struct InFlight {
 
 impl NodeState {
     pub fn new(
-        index: usize,
         address: SocketAddr,
         weight: u32,
         passive_config: PassiveHealth,
@@ -60,22 +66,65 @@ impl NodeState {
         metrics.healthy.set(1);
         NodeState {
             address,
-            index,
-            weight,
+            weight: AtomicU32::new(weight),
+            mode: AtomicU8::new(mode_code(NodeMode::Active)),
             metrics,
             in_flight: AtomicU32::new(0),
             ewma_nanos: AtomicU64::new(0),
             active_up: AtomicBool::new(true),
             ejected_until: AtomicU64::new(0),
             epoch: Instant::now(),
-            passive: Mutex::new(PassiveState::default()),
+            failure_threshold: AtomicU32::new(passive_config.consecutive_failures),
+            passive: Mutex::new(PassiveState {
+                config: passive_config,
+                ..PassiveState::default()
+            }),
             passive_dirty: AtomicBool::new(false),
-            passive_config,
         }
     }
 
-    /// Whether the node may be picked now: up by its monitor and not ejected.
+    /// Applies what a new configuration says about this node (at commit time).
+    pub fn update(&self, weight: u32, mode: NodeMode, passive_config: &PassiveHealth) {
+        self.weight.store(weight, Ordering::Relaxed);
+        self.set_mode(mode);
+        let mut state = self.passive.lock().unwrap_or_else(|e| e.into_inner());
+        if state.config != *passive_config {
+            state.config = passive_config.clone();
+            self.failure_threshold
+                .store(passive_config.consecutive_failures, Ordering::Relaxed);
+        }
+    }
+
+    /// The node's weight for the balancers (never 0 from a validated config).
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    pub fn mode(&self) -> NodeMode {
+        match self.mode.load(Ordering::Relaxed) {
+            0 => NodeMode::Active,
+            1 => NodeMode::Draining,
+            _ => NodeMode::Disabled,
+        }
+    }
+
+    pub fn set_mode(&self, mode: NodeMode) {
+        self.mode.store(mode_code(mode), Ordering::Relaxed);
+        self.refresh_healthy_gauge(Instant::now());
+    }
+
+    /// Whether the operator lets the node take new requests (`state = "active"`).
+    pub fn is_active(&self) -> bool {
+        self.mode.load(Ordering::Relaxed) == 0
+    }
+
+    /// Whether the node may be picked now: active, up by its monitor and not ejected.
     pub fn is_available(&self, now: Instant) -> bool {
+        self.is_active() && self.is_healthy(now)
+    }
+
+    /// Up by its monitor and not ejected, whatever the operator's mode.
+    pub fn is_healthy(&self, now: Instant) -> bool {
         self.active_up.load(Ordering::Relaxed) && !self.is_ejected(now)
     }
 
@@ -149,8 +198,7 @@ impl NodeState {
 
     /// A connect failure or 5xx from this node. Returns true if it ejected the node.
     pub fn record_failure(&self, now: Instant) -> bool {
-        let config = &self.passive_config;
-        if config.consecutive_failures == 0 {
+        if self.failure_threshold.load(Ordering::Relaxed) == 0 {
             return false;
         }
         // Failures of requests already in flight when the node was ejected are
@@ -161,14 +209,15 @@ impl NodeState {
         let mut state = self.passive.lock().unwrap_or_else(|e| e.into_inner());
         self.passive_dirty.store(true, Ordering::Relaxed);
         state.consecutive_failures += 1;
-        if state.consecutive_failures < config.consecutive_failures {
+        if state.consecutive_failures < state.config.consecutive_failures.max(1) {
             return false;
         }
         let doubling = state.ejections.min(20);
-        let ejection = config
+        let ejection = state
+            .config
             .base_ejection
             .saturating_mul(1u32 << doubling)
-            .min(config.max_ejection);
+            .min(state.config.max_ejection);
         state.ejections += 1;
         state.consecutive_failures = 0;
         let until = self.nanos_since_epoch(now) + ejection.as_nanos() as u64;
@@ -178,13 +227,22 @@ impl NodeState {
         true
     }
 
-    /// Updates the `healthy` gauge from the current state (called by monitors and the reaper).
+    /// Updates the `healthy` gauge from the current state (called by monitors and the reaper):
+    /// health only, so a draining node that is up reads 1.
     pub fn refresh_healthy_gauge(&self, now: Instant) {
-        self.metrics.healthy.set(i64::from(self.is_available(now)));
+        self.metrics.healthy.set(i64::from(self.is_healthy(now)));
     }
 
     fn nanos_since_epoch(&self, now: Instant) -> u64 {
         now.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+}
+
+fn mode_code(mode: NodeMode) -> u8 {
+    match mode {
+        NodeMode::Active => 0,
+        NodeMode::Draining => 1,
+        NodeMode::Disabled => 2,
     }
 }
 

@@ -1,10 +1,12 @@
 //! A pool at run time: its nodes, their connection pools, the balancer and
 //! node selection with health and fail-open.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
+use weir_config::NodeMode;
 use weir_core::ShutdownSignal;
 use weir_observe::{Metrics, PoolMetrics};
 
@@ -61,26 +63,26 @@ impl Pool {
         metrics: &Metrics,
         tls: Option<weir_tls::Connector>,
     ) -> Arc<Pool> {
+        Pool::build(config, metrics, tls, None)
+    }
+
+    /// Builds the pool of a new model. A node of `previous` (the same pool in the running
+    /// model) that stays, at the same address with the same TLS settings, is carried over
+    /// whole: its state (in-flight count, EWMA, health) and its connection pool (idle
+    /// connections, queue) are the same `Arc`s, updated with the new weight, mode and
+    /// settings. This is part of a reload's commit: the updates are visible at once.
+    pub fn build(
+        config: &weir_config::Pool,
+        metrics: &Metrics,
+        tls: Option<weir_tls::Connector>,
+        previous: Option<&Pool>,
+    ) -> Arc<Pool> {
         debug_assert_eq!(config.tls.is_some(), tls.is_some());
         let tls = tls.map(|connector| UpstreamTls {
             connector,
             metrics: metrics.upstream_tls(&config.name),
         });
         let pool_metrics = metrics.pool(&config.name);
-        let nodes: Vec<Arc<NodeState>> = config
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(index, node)| {
-                Arc::new(NodeState::new(
-                    index,
-                    node.address,
-                    node.weight.get(),
-                    config.passive_health.clone(),
-                    metrics.node(&config.name, &node.address.to_string()),
-                ))
-            })
-            .collect();
         let settings = ConnectionSettings {
             max_connections: config.connections.max_connections.get(),
             queue_length: config.connections.queue_length,
@@ -94,18 +96,45 @@ impl Pool {
             max_tunnels: config.connections.max_tunnels,
             tls: tls.clone(),
         };
-        let connections = nodes
-            .iter()
-            .map(|node| {
-                NodeConnections::new(
-                    node.address,
-                    settings.clone(),
-                    node.metrics.clone(),
-                    pool_metrics.clone(),
-                )
-            })
-            .collect();
-        let http2 = http2_nodes(config, &nodes, &settings, metrics, &pool_metrics);
+        let previous = previous.filter(|pool| pool.config.tls == config.tls);
+        let mut nodes = Vec::with_capacity(config.nodes.len());
+        let mut connections = Vec::with_capacity(config.nodes.len());
+        for node in &config.nodes {
+            let kept = previous.and_then(|pool| {
+                let index = pool.nodes.iter().position(|n| n.address == node.address)?;
+                Some((
+                    Arc::clone(&pool.nodes[index]),
+                    Arc::clone(&pool.connections[index]),
+                ))
+            });
+            let (state, pooled) = match kept {
+                Some((state, pooled)) => {
+                    state.update(node.weight.get(), node.state, &config.passive_health);
+                    pooled.update(settings.clone());
+                    (state, pooled)
+                }
+                None => {
+                    let state = Arc::new(NodeState::new(
+                        node.address,
+                        node.weight.get(),
+                        config.passive_health.clone(),
+                        metrics.node(&config.name, &node.address.to_string()),
+                    ));
+                    state.set_mode(node.state);
+                    let pooled = NodeConnections::new(
+                        node.address,
+                        settings.clone(),
+                        state.metrics.clone(),
+                        pool_metrics.clone(),
+                    );
+                    (state, pooled)
+                }
+            };
+            pooled.set_reusable(node.state == NodeMode::Active);
+            nodes.push(state);
+            connections.push(pooled);
+        }
+        let http2 = http2_nodes(config, &nodes, &settings, metrics, &pool_metrics, previous);
         let balancer = balancer::for_algorithm(config.algorithm, &nodes);
         let hashing = config
             .hash
@@ -123,6 +152,30 @@ impl Pool {
         })
     }
 
+    /// The nodes of this pool that `next` does not carry over (removed, or whose TLS
+    /// settings changed): they drain. Requests in flight on them finish on the model they
+    /// started with; their connections close once given back.
+    pub fn retire_nodes_missing_from(&self, next: Option<&Pool>) {
+        for (node, connections) in self.nodes.iter().zip(&self.connections) {
+            let kept = next.is_some_and(|pool| pool.nodes.iter().any(|n| Arc::ptr_eq(n, node)));
+            if !kept {
+                connections.set_reusable(false);
+            }
+        }
+        for node in &self.http2 {
+            let kept = next.is_some_and(|pool| pool.http2.iter().any(|n| Arc::ptr_eq(n, node)));
+            if !kept {
+                // Streams in flight finish; the connections close once they have none.
+                node.close_idle();
+            }
+        }
+    }
+
+    /// The index of the node at `address`, if the pool has one.
+    pub fn node_index(&self, address: SocketAddr) -> Option<usize> {
+        self.nodes.iter().position(|node| node.address == address)
+    }
+
     /// Picks a node not yet tried for this request: an available one, or
     /// with fail-open any one when none is available. `None` → 503.
     pub fn select(&self, tried: Tried, now: Instant) -> Option<usize> {
@@ -132,7 +185,9 @@ impl Pool {
             return Some(index);
         }
         if self.config.fail_open {
-            let untried = |index: usize| !tried.contains(index);
+            // Fail-open ignores health, never the operator: draining and disabled
+            // nodes stay out.
+            let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
             return self.balancer.pick(&self.nodes, &untried);
         }
         None
@@ -151,29 +206,42 @@ impl Pool {
             return Some(index);
         }
         if self.config.fail_open {
-            let untried = |index: usize| !tried.contains(index);
+            // Fail-open ignores health, never the operator's draining or disabled.
+            let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
             return ring.pick_keyed(&self.nodes, &untried, key);
         }
         None
     }
 
-    /// Starts the pool's background work: active health monitors and the
-    /// idle-connection reaper. The tasks end when `shutdown` triggers.
-    pub fn start(self: &Arc<Self>, shutdown: ShutdownSignal) -> Vec<JoinHandle<()>> {
+    /// Starts the pool's background work: active health monitors (not for disabled
+    /// nodes) and the idle-connection reaper. The tasks end when `stop` triggers (the
+    /// pool was replaced by a reload) or `shutdown` does; only `shutdown` closes the idle
+    /// connections, since a reload hands them to the next model.
+    pub fn start(
+        self: &Arc<Self>,
+        stop: ShutdownSignal,
+        shutdown: ShutdownSignal,
+    ) -> Vec<JoinHandle<()>> {
         let mut tasks = Vec::new();
         if let Some(monitor) = &self.config.health {
+            let monitored: Vec<Arc<NodeState>> = self
+                .nodes
+                .iter()
+                .filter(|node| node.mode() != NodeMode::Disabled)
+                .cloned()
+                .collect();
             tasks.extend(health::spawn_monitors(
                 &self.name,
-                &self.nodes,
+                &monitored,
                 monitor,
                 self.connections
                     .first()
                     .and_then(|node| node.tls().map(|tls| tls.connector.clone())),
-                shutdown.clone(),
+                stop.either(&shutdown),
             ));
         }
         let pool = Arc::clone(self);
-        let mut stop = shutdown;
+        let (mut stop, mut shutdown) = (stop, shutdown);
         let period = (self.config.connections.idle_timeout / 4)
             .clamp(Duration::from_millis(100), Duration::from_secs(5));
         tasks.push(tokio::spawn(async move {
@@ -192,13 +260,16 @@ impl Pool {
                         }
                     }
                     _ = stop.triggered() => break,
+                    _ = shutdown.triggered() => break,
                 }
             }
-            for connections in &pool.connections {
-                connections.close_idle();
-            }
-            for node in &pool.http2 {
-                node.close_idle();
+            if shutdown.is_triggered() {
+                for connections in &pool.connections {
+                    connections.close_idle();
+                }
+                for node in &pool.http2 {
+                    node.close_idle();
+                }
             }
         }));
         tasks
@@ -206,16 +277,26 @@ impl Pool {
 }
 
 /// The HTTP/2 side of each node for an `h2`/`h2c` pool (TLS offers ALPN `h2`).
+/// A node that `previous` (already filtered to the same TLS settings) had with
+/// the same protocol, HTTP/2 and connection settings is carried over with its
+/// open connections, as HTTP/1.1 nodes are.
 fn http2_nodes(
     config: &weir_config::Pool,
     nodes: &[Arc<NodeState>],
     settings: &ConnectionSettings,
     metrics: &Metrics,
     pool_metrics: &PoolMetrics,
+    previous: Option<&Pool>,
 ) -> Vec<Arc<H2Node>> {
     if config.protocol == weir_config::UpstreamProtocol::Http1 {
         return Vec::new();
     }
+    let previous = previous.filter(|pool| {
+        pool.config.protocol == config.protocol
+            && pool.config.http2 == config.http2
+            && pool.config.connections == config.connections
+            && pool.config.timeouts.connect == config.timeouts.connect
+    });
     let tls = settings.tls.as_ref().map(|tls| UpstreamTls {
         connector: tls.connector.with_alpn(&[b"h2"]),
         metrics: tls.metrics.clone(),
@@ -237,13 +318,21 @@ fn http2_nodes(
     nodes
         .iter()
         .map(|node| {
-            H2Node::new(
-                node.address,
-                h2_settings.clone(),
-                node.metrics.clone(),
-                metrics.upstream_http2(&config.name, &node.address.to_string()),
-                pool_metrics.clone(),
-            )
+            let kept = previous.and_then(|pool| {
+                pool.http2
+                    .iter()
+                    .find(|h2| h2.address() == node.address)
+                    .cloned()
+            });
+            kept.unwrap_or_else(|| {
+                H2Node::new(
+                    node.address,
+                    h2_settings.clone(),
+                    node.metrics.clone(),
+                    metrics.upstream_http2(&config.name, &node.address.to_string()),
+                    pool_metrics.clone(),
+                )
+            })
         })
         .collect()
 }

@@ -25,6 +25,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Validate a config file and print every error with file, line and key.
     Check(CheckArgs),
+    /// Reload the running weir's configuration in place, through its admin API (the same
+    /// as SIGHUP, but the outcome is printed: the diff applied, or why it was refused).
+    Reload(ReloadArgs),
     /// Run the built-in origin server (for tests, benchmarks and labs).
     Origin(OriginArgs),
     /// Load generator: closed or open loop, latency corrected for coordinated omission.
@@ -242,6 +245,25 @@ pub struct ServeArgs {
     /// Print the embedded default config and exit.
     #[arg(long)]
     pub print_default: bool,
+    /// Binary upgrade: take the listening sockets over from the weir running this config
+    /// (through its upgrade socket), start serving, then let the old process drain and
+    /// exit. If this process fails to start, the old one keeps serving.
+    #[arg(long)]
+    pub upgrade: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReloadArgs {
+    /// The running weir's config file: its [admin] table says where the API listens and
+    /// which token it needs.
+    #[arg(short, long)]
+    pub config: Option<PathBuf>,
+    /// The admin listener's address (instead of the config's `admin.listen`).
+    #[arg(long)]
+    pub admin: Option<SocketAddr>,
+    /// A file holding the bearer token (instead of the config's `admin.token_file`).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -7,8 +7,10 @@ mod lab;
 mod logging;
 mod netem;
 mod origin;
+mod reload;
 mod serve;
 mod tunnel;
+mod upgrade;
 
 use std::process::ExitCode;
 
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Check(args) => return serve::check(&args),
+        Command::Reload(args) => return reload::run(&args),
         Command::Origin(args) => origin::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Netem(args) => netem::run(args),

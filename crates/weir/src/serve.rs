@@ -1,6 +1,7 @@
 //! `weir serve` and `weir check`: load and validate the config (before any
 //! port is bound), bind everything, run until a signal, drain.
 
+use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +14,7 @@ use weir_origin::{Origin, OriginOptions};
 use weir_proxy::Proxy;
 
 use crate::cli::{CheckArgs, ServeArgs};
+use crate::upgrade;
 
 pub fn check(args: &CheckArgs) -> ExitCode {
     // Validation, then the files the config names (certificates, keys, CAs).
@@ -51,7 +53,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .threads
         .or(config.runtime.threads.map(|n| n.get() as usize));
     let runtime = runtime(threads)?;
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, args.upgrade))
 }
 
 /// The tokio runtime: `threads` workers (default: one per core); a single
@@ -70,16 +72,139 @@ pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime
     builder.build().context("cannot start the runtime")
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+/// What `weir serve` binds (or takes over) before anything serves.
+struct Bound {
+    proxy: weir_proxy::BoundProxy,
+    origins: Vec<Origin>,
+    admin: Option<std::net::TcpListener>,
+    upgrade: std::os::unix::net::UnixListener,
+    /// Set when this process took the sockets over from a running weir.
+    inherited: Option<upgrade::Inherited>,
+}
+
+async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
+    // Before anything binds or is announced (see `wait_for_signal`).
+    let mut first_signal = std::pin::pin!(wait_for_signal());
     let metrics = Metrics::new();
     // Two stages: the proxy drains first; the admin listener (which reports
     // "draining" meanwhile) and the built-in origins stop once it is done.
     let (shutdown, signal) = Shutdown::new();
     let (after_drain, after_drain_signal) = Shutdown::new();
+    let (admin_stop, admin_signal) = Shutdown::new();
 
+    let bound = bind(&config, &metrics, take_over).await?;
+    let proxy = bound.proxy;
+    // The API's token is read before anything serves: weir refuses to start without it.
+    let control = match &config.admin {
+        Some(_) => Some(Arc::new(
+            weir_admin::Control::new(proxy.live())
+                .map_err(|error| anyhow::anyhow!("admin.token_file: {error}"))?,
+        )),
+        None => None,
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for origin in bound.origins {
+        tracing::info!(name = origin.name(), listen = %origin.local_addr(), "built-in origin serving");
+        let signal = after_drain_signal.clone();
+        tasks.spawn(async move { origin.run(signal).await.context("origin") });
+    }
+    let draining = Arc::new(AtomicBool::new(false));
+    let mut admin_dup = None;
+    if let Some(listener) = bound.admin {
+        admin_dup = Some((
+            listener.local_addr()?,
+            listener.as_fd().try_clone_to_owned()?,
+        ));
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        tracing::info!(listen = %listener.local_addr()?, "admin serving");
+        let draining = Arc::clone(&draining);
+        let state = weir_admin::AdminState {
+            control: control.clone(),
+            ..weir_admin::AdminState::new(
+                Arc::clone(&metrics),
+                Arc::new(move || !draining.load(Ordering::Relaxed)),
+            )
+        };
+        tasks.spawn(async move {
+            weir_admin::serve(listener, state, admin_signal)
+                .await
+                .context("admin")
+        });
+    }
+    for (name, address) in proxy.local_addrs() {
+        tracing::info!(virtual_server = %name, listen = %address, "virtual server serving");
+    }
+    // Always handled: SIGHUP's default action would end the process.
+    tasks.spawn(reload_on_sighup(proxy.live(), after_drain_signal.clone()));
+    tasks.spawn(access_log_upkeep(proxy.live(), after_drain_signal.clone()));
+    let handover = upgrade::Handover {
+        live: proxy.live(),
+        admin: admin_dup,
+        upgrade: bound.upgrade.as_fd().try_clone_to_owned()?,
+    };
+    bound.upgrade.set_nonblocking(true)?;
+    let upgrade_listener = tokio::net::UnixListener::from_std(bound.upgrade)?;
+    let mut handed_over = tokio::spawn(upgrade::serve(upgrade_listener, handover, signal.clone()));
+    let proxy_task = tokio::spawn(async move { proxy.run(signal).await });
+    if let Some(inherited) = bound.inherited {
+        tokio::task::spawn_blocking(move || inherited.ready())
+            .await?
+            .context("binary upgrade")?;
+        tracing::info!("binary upgrade: took over from the previous process");
+    }
+
+    let upgraded = tokio::select! {
+        () = &mut first_signal => false,
+        done = &mut handed_over => done.unwrap_or(false),
+    };
+    if upgraded {
+        // The new process answers the admin listener now.
+        admin_stop.trigger();
+    } else {
+        tracing::info!("shutting down: no new connections, draining open ones");
+    }
+    draining.store(true, Ordering::Relaxed);
+    shutdown.trigger();
+    // A second signal stops at once.
+    tokio::select! {
+        result = proxy_task => result.context("proxy task")?.context("proxy")?,
+        _ = wait_for_signal() => {
+            tracing::warn!("second signal: exiting without waiting for the drain");
+            return Ok(());
+        }
+    }
+    after_drain.trigger();
+    admin_stop.trigger();
+    while let Some(result) = tasks.join_next().await {
+        result.context("task")??;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Binds everything first (any address in use fails before anything serves), or takes the
+/// sockets over from the running weir with `take_over`.
+async fn bind(config: &Config, metrics: &Arc<Metrics>, take_over: bool) -> anyhow::Result<Bound> {
     // Read every file the config names before any port is bound.
-    let proxy = Proxy::build(&config, &metrics).map_err(|error| anyhow::anyhow!("{error}"))?;
-    // Bind everything first: any address in use fails before anything serves.
+    let proxy = Proxy::build(config, metrics).map_err(|error| anyhow::anyhow!("{error}"))?;
+    if take_over && !config.origins.is_empty() {
+        anyhow::bail!(
+            "origins: built-in origins cannot be handed over in a binary upgrade; run them \
+             as separate `weir origin` processes"
+        );
+    }
+    // A fresh start claims the upgrade socket first: a second weir of the same config
+    // stops here, with the reason, before it tries any port.
+    let fresh_upgrade = match take_over {
+        true => None,
+        false => Some(upgrade::bind(config)?),
+    };
+    let mut inherited = if take_over {
+        let config = config.clone();
+        Some(tokio::task::spawn_blocking(move || upgrade::take_over(&config)).await??)
+    } else {
+        None
+    };
     let mut origins = Vec::new();
     for origin in &config.origins {
         let options = OriginOptions {
@@ -92,73 +217,43 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         })?;
         origins.push(bound);
     }
-    let proxy = proxy.bind_listeners()?;
+    let mut inherited_listeners = inherited
+        .as_mut()
+        .map(|i| std::mem::take(&mut i.listeners))
+        .unwrap_or_default();
+    let proxy = proxy.bind_listeners_inheriting(&mut inherited_listeners)?;
+    let inherited_admin = inherited.as_mut().and_then(|i| i.admin.take());
     let admin = match &config.admin {
-        Some(admin) => Some(
-            weir_proxy::bind_tcp(admin.listen, 128)
+        Some(admin) => Some(match inherited_admin {
+            Some((address, fd)) if address == admin.listen => weir_proxy::adopt(fd, 128)?,
+            _ => weir_proxy::bind_tcp(admin.listen, 128)
                 .with_context(|| format!("admin: cannot listen on {}", admin.listen))?,
-        ),
+        }),
         None => None,
     };
-
-    let mut tasks = tokio::task::JoinSet::new();
-    for origin in origins {
-        tracing::info!(name = origin.name(), listen = %origin.local_addr(), "built-in origin serving");
-        let signal = after_drain_signal.clone();
-        tasks.spawn(async move { origin.run(signal).await.context("origin") });
-    }
-    let draining = Arc::new(AtomicBool::new(false));
-    if let Some(listener) = admin {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        tracing::info!(listen = %listener.local_addr()?, "admin serving");
-        let draining = Arc::clone(&draining);
-        let state = weir_admin::AdminState::new(
-            Arc::clone(&metrics),
-            Arc::new(move || !draining.load(Ordering::Relaxed)),
-        );
-        let signal = after_drain_signal.clone();
-        tasks.spawn(async move {
-            weir_admin::serve(listener, state, signal)
-                .await
-                .context("admin")
-        });
-    }
-    for (name, address) in proxy.local_addrs() {
-        tracing::info!(virtual_server = %name, listen = %address, "virtual server serving");
-    }
-    // Always handled: SIGHUP's default action would end the process.
-    tasks.spawn(reload_certificates_on_sighup(
-        proxy.tls_terminations(),
-        after_drain_signal.clone(),
-    ));
-    let proxy_task = tokio::spawn(async move { proxy.run(signal).await });
-
-    wait_for_signal().await;
-    tracing::info!("shutting down: no new connections, draining open ones");
-    draining.store(true, Ordering::Relaxed);
-    shutdown.trigger();
-    // A second signal stops at once.
-    tokio::select! {
-        result = proxy_task => result.context("proxy task")?.context("proxy")?,
-        _ = wait_for_signal() => {
-            tracing::warn!("second signal: exiting without waiting for the drain");
-            return Ok(());
-        }
-    }
-    after_drain.trigger();
-    while let Some(result) = tasks.join_next().await {
-        result.context("task")??;
-    }
-    tracing::info!("stopped");
-    Ok(())
+    let upgrade = match (
+        fresh_upgrade,
+        inherited.as_mut().and_then(|i| i.upgrade.take()),
+    ) {
+        (Some(listener), _) => listener,
+        (None, Some(fd)) => std::os::unix::net::UnixListener::from(fd),
+        (None, None) => anyhow::bail!("the running weir did not hand its upgrade socket over"),
+    };
+    Ok(Bound {
+        proxy,
+        origins,
+        admin,
+        upgrade,
+        inherited,
+    })
 }
 
-/// SIGHUP re-reads every HTTPS virtual server's certificate, key and CA
-/// files: new handshakes use the new ones, open connections keep theirs, and
-/// a virtual server whose new files are broken keeps serving the old ones.
+/// SIGHUP reloads the configuration in place: the file and every certificate, key and CA
+/// it names are re-read and validated, then the new model is swapped in (see
+/// `weir_proxy::Live`); a refused candidate is logged and the running one keeps serving.
 /// Also refreshes the days-until-expiry gauges twice an hour.
-async fn reload_certificates_on_sighup(
-    terminations: Vec<Arc<weir_proxy::TlsTermination>>,
+async fn reload_on_sighup(
+    live: Arc<weir_proxy::Live>,
     mut stop: weir_core::ShutdownSignal,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -169,7 +264,7 @@ async fn reload_certificates_on_sighup(
         tokio::select! {
             () = stop.triggered() => return Ok(()),
             _ = refresh.tick() => {
-                for termination in &terminations {
+                for termination in live.current().tls_terminations() {
                     termination.refresh_expiry();
                 }
             }
@@ -177,39 +272,65 @@ async fn reload_certificates_on_sighup(
                 if received.is_none() {
                     return Ok(());
                 }
-                if terminations.is_empty() {
-                    tracing::info!("SIGHUP: no HTTPS virtual server, nothing to reload");
+                tracing::info!("SIGHUP: reloading the configuration");
+                let live = Arc::clone(&live);
+                // Reading files and building the model is blocking work: keep it off
+                // the workers that serve traffic. The outcome is logged and counted
+                // by the reload itself.
+                let _ = tokio::task::spawn_blocking(move || live.reload_file()).await;
+            }
+        }
+    }
+}
+
+/// Writes the access log out a few times a second, reopens its file on SIGUSR1 (after
+/// logrotate moved it), and writes out the rest when weir stops.
+async fn access_log_upkeep(
+    live: Arc<weir_proxy::Live>,
+    mut stop: weir_core::ShutdownSignal,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut reopen = signal(SignalKind::user_defined1()).context("cannot listen for SIGUSR1")?;
+    let mut flush = tokio::time::interval(std::time::Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            () = stop.triggered() => {
+                live.flush_access_log();
+                return Ok(());
+            }
+            _ = flush.tick() => live.flush_access_log(),
+            received = reopen.recv() => {
+                if received.is_none() {
+                    return Ok(());
                 }
-                for termination in &terminations {
-                    match termination.reload() {
-                        Ok(()) => tracing::info!(
-                            virtual_server = termination.virtual_server(),
-                            "certificates reloaded"
-                        ),
-                        Err(error) => tracing::error!(
-                            virtual_server = termination.virtual_server(),
-                            error = %error,
-                            "certificate reload failed; still serving the previous certificates"
-                        ),
-                    }
+                match live.reopen_access_log() {
+                    Ok(()) => tracing::info!("SIGUSR1: access log reopened"),
+                    Err(error) => tracing::error!(%error, "SIGUSR1: cannot reopen the access log; still writing to the old file"),
                 }
             }
         }
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn wait_for_signal() {
+/// Completes on SIGTERM or SIGINT. The handlers are registered when this is called, not
+/// when the future is first polled: call it before announcing anything, so a signal sent
+/// right after start-up drains instead of killing the process.
+pub fn wait_for_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = match signal(SignalKind::terminate()) {
-        Ok(stream) => stream,
-        Err(error) => {
-            tracing::error!(%error, "cannot listen for SIGTERM");
-            return std::future::pending().await;
+    let terminate = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        match (terminate, interrupt) {
+            (Ok(mut terminate), Ok(mut interrupt)) => {
+                tokio::select! {
+                    _ = terminate.recv() => {}
+                    _ = interrupt.recv() => {}
+                }
+            }
+            (Err(error), _) | (_, Err(error)) => {
+                tracing::error!(%error, "cannot listen for SIGTERM and SIGINT");
+                std::future::pending::<()>().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
 }

@@ -1,135 +1,29 @@
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::BytesMut;
 
 use super::*;
 
-const LIMIT: usize = 8192;
-
-fn parse(bytes: &[u8]) -> Result<Option<(Request, usize)>, RequestError> {
-    parse_request(bytes, LIMIT)
-}
-
 fn request(bytes: &[u8]) -> Request {
-    match parse(bytes) {
-        Ok(Some((request, len))) => {
-            assert_eq!(len, bytes.len());
-            request
-        }
-        other => panic!("expected a request, got {other:?}"),
-    }
+    let mut buf = BytesMut::from(bytes);
+    let head = RequestHead::split_from(&mut buf, &weir_http::Limits::default())
+        .unwrap()
+        .unwrap();
+    Request::new(&head, Vec::new())
 }
 
 #[test]
-fn parses_a_simple_get() {
-    let r = request(b"GET /metrics?name=x HTTP/1.1\r\nHost: a\r\n\r\n");
-    assert_eq!(r.method, Method::Get);
-    assert_eq!(r.path, "/metrics");
-    assert!(r.keep_alive);
-    assert!(!r.http10);
-    assert!(!r.has_body);
-}
-
-#[test]
-fn partial_heads_need_more_bytes() {
-    let full = b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n";
-    for end in 0..full.len() {
-        assert_eq!(parse(&full[..end]), Ok(None), "prefix of {end} bytes");
-    }
-}
-
-#[test]
-fn pipelined_requests_report_their_own_length() {
-    let bytes = b"HEAD /a HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\n";
-    let (first, len) = parse(bytes).unwrap().unwrap();
-    assert_eq!(first.method, Method::Head);
-    assert_eq!(request(&bytes[len..]).path, "/b");
-}
-
-#[test]
-fn connection_header_controls_keep_alive() {
-    assert!(!request(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Close\r\n\r\n").keep_alive);
-    assert!(!request(b"GET / HTTP/1.0\r\n\r\n").keep_alive);
-    let kept = request(b"GET / HTTP/1.0\r\nConnection: TE, keep-alive\r\n\r\n");
-    assert!(kept.keep_alive && kept.http10);
-}
-
-#[test]
-fn targets_map_to_paths() {
-    for (target, path) in [
-        ("/metrics", "/metrics"),
-        ("/metrics#x", "/metrics"),
-        ("http://admin:9901/healthz?x", "/healthz"),
-        ("HTTPS://admin", "/"),
-        ("*", ""),
-        ("admin:9901", ""),
-        ("ftp://admin/metrics", ""),
-    ] {
-        assert_eq!(request_path(target), path, "{target}");
-    }
-}
-
-#[test]
-fn rejects_malformed_heads() {
-    for bytes in [
-        &b"GARBAGE\r\n\r\n"[..],
-        b"GET /metrics HTTP/1.1\r\n\r\n",
-        b"GET /metrics HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
-        b"GET /metrics HTTP/2.0\r\nHost: a\r\n\r\n",
-        b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n",
-        b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-        b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n",
-        b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
-        b"GET /metrics HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n",
-        b"\x00\xff\xfe\r\n\r\n",
-    ] {
-        assert_eq!(
-            parse(bytes),
-            Err(RequestError::Malformed),
-            "{}",
-            String::from_utf8_lossy(bytes)
-        );
-    }
-}
-
-#[test]
-fn bodies_are_noticed() {
-    assert!(request(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n").has_body);
-    assert!(request(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n").has_body);
-    assert!(!request(b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n").has_body);
-    assert!(
-        !request(b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n")
-            .has_body
-    );
-}
-
-#[test]
-fn rejects_oversized_heads() {
-    let mut long = b"GET / HTTP/1.1\r\nHost: a\r\nX: ".to_vec();
-    long.resize(LIMIT + 10, b'a');
-    assert_eq!(parse(&long), Err(RequestError::HeadTooLarge));
-    let mut many = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
-    for i in 0..MAX_HEADERS {
-        many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
-    }
-    many.extend_from_slice(b"\r\n");
-    assert_eq!(parse(&many), Err(RequestError::HeadTooLarge));
-}
-
-#[test]
-fn never_panics_on_arbitrary_prefixes() {
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let alphabet = b"GET /HTP1.\r\n: abcHostContent-Length0123,\x00\xff";
-    for _ in 0..2000 {
-        let len = (seed % 64) as usize;
-        let bytes: Vec<u8> = (0..len)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                alphabet[(seed % alphabet.len() as u64) as usize]
-            })
-            .collect();
-        let _ = parse_request(&bytes, 32);
-    }
+fn requests_from_weir_http_heads() {
+    let get =
+        request(b"GET /api/v1/status?x=1 HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer t\r\n\r\n");
+    assert_eq!(get.method, Method::Get);
+    assert_eq!(get.path, "/api/v1/status");
+    assert!(get.keep_alive);
+    assert_eq!(get.authorization.as_deref(), Some(&b"Bearer t"[..]));
+    let absolute = request(b"PUT http://a/api/v1/config HTTP/1.0\r\n\r\n");
+    assert_eq!(absolute.method, Method::Put);
+    assert_eq!(absolute.path, "/api/v1/config");
+    assert!(absolute.http10 && !absolute.keep_alive);
 }
 
 #[test]
@@ -149,11 +43,14 @@ fn encodes_responses() {
     assert!(text.contains("Content-Length: 3\r\n"));
     assert!(text.ends_with("Connection: keep-alive\r\n\r\n"), "{text}");
 
-    let bad = error_response(RequestError::Malformed);
+    let bad = Response::text(400, "bad request\n");
     let text = String::from_utf8(encode_response(&bad, None, true, UNIX_EPOCH)).unwrap();
     assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"));
     assert!(text.contains("Connection: close\r\n"));
     assert!(text.ends_with("\r\n\r\nbad request\n"));
+
+    let json = Response::error(401, "no");
+    assert_eq!(json.body, b"{\n  \"error\": \"no\"\n}\n");
 }
 
 #[test]

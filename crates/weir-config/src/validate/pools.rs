@@ -7,7 +7,7 @@ use super::{Checker, Zero};
 use crate::defaults;
 use crate::error::KeyPath;
 use crate::model::{
-    Algorithm, HealthCheckKind, HealthMonitor, Node, PassiveHealth, Pool, PoolId,
+    Algorithm, HealthCheckKind, HealthMonitor, Node, NodeMode, PassiveHealth, Pool, PoolId,
     UpstreamConnections, UpstreamTimeouts,
 };
 use crate::schema::{
@@ -96,6 +96,16 @@ impl Checker {
                 defaults::NODE_WEIGHT,
                 1..=10_000,
             );
+            let state = self.choice(
+                &node_path.key("state"),
+                node.state.as_deref(),
+                NodeMode::Active,
+                &[
+                    ("active", NodeMode::Active),
+                    ("draining", NodeMode::Draining),
+                    ("disabled", NodeMode::Disabled),
+                ],
+            );
             let address_path = node_path.key("address");
             let Some(text) = &node.address else {
                 self.report(&address_path, "missing required key: the node's IP:port");
@@ -127,7 +137,11 @@ impl Checker {
                 seen.push((address, index));
                 self.nodes.push((pool, address, address_path));
             }
-            result.push(Node { address, weight });
+            result.push(Node {
+                address,
+                weight,
+                state,
+            });
         }
         result
     }

@@ -941,3 +941,54 @@ nodes = []
         ]
     );
 }
+
+#[test]
+fn admin_off_loopback_needs_a_token_file() {
+    assert_one_error(
+        &file("", "", "[admin]\nlisten = \"0.0.0.0:9090\"\n"),
+        "admin.listen",
+        "0.0.0.0:9090 is not a loopback address: the admin API can change the running \
+         configuration, so set admin.token_file",
+    );
+    let config = valid(&file(
+        "",
+        "",
+        "[admin]\nlisten = \"0.0.0.0:9090\"\ntoken_file = \"admin.token\"\n",
+    ));
+    let admin = config.admin.expect("admin set");
+    assert_eq!(admin.token_file.map(|f| f.path), Some("admin.token".into()));
+    // Loopback needs none.
+    assert_eq!(
+        valid(&file("", "", "[admin]\nlisten = \"127.0.0.1:9090\"\n"))
+            .admin
+            .and_then(|a| a.token_file),
+        None
+    );
+}
+
+#[test]
+fn node_states_and_access_log_keys() {
+    let config = valid(
+        "[virtual_servers.web]\nlisten = \"127.0.0.1:8080\"\npool = \"web\"\n\
+         [pools.web]\nnodes = [{ address = \"127.0.0.1:8081\", state = \"draining\" }, \
+         { address = \"127.0.0.1:8082\" }]\n\
+         [log]\naccess_log_format = \"json\"\naccess_log_file = \"/var/log/weir.log\"\n",
+    );
+    let states: Vec<NodeMode> = config.pools[0].nodes.iter().map(|n| n.state).collect();
+    assert_eq!(states, vec![NodeMode::Draining, NodeMode::Active]);
+    assert_eq!(config.access_log.format, AccessLogFormat::Json);
+    assert_eq!(
+        config.access_log.file.map(|f| f.path),
+        Some("/var/log/weir.log".into())
+    );
+    assert_one_error(
+        &file("", "", "").replace("8081\" }", "8081\", state = \"off\" }"),
+        "pools.web.nodes[0].state",
+        "invalid value \"off\"; expected one of \"active\", \"draining\", \"disabled\"",
+    );
+    assert_one_error(
+        &file("", "", "[runtime]\nupgrade_socket = \"weir.sock\"\n"),
+        "runtime.upgrade_socket",
+        "must be an absolute path",
+    );
+}

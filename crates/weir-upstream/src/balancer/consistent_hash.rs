@@ -33,7 +33,10 @@ impl ConsistentHash {
     /// Builds the ring for `nodes` (their addresses place them, their weights
     /// size them). `max_load` ≥ 1.0 bounds a node's load relative to its share.
     pub fn new(nodes: &[Arc<NodeState>], max_load: f64) -> ConsistentHash {
-        let total_weight: u64 = nodes.iter().map(|node| u64::from(node.weight.max(1))).sum();
+        let total_weight: u64 = nodes
+            .iter()
+            .map(|node| u64::from(node.weight().max(1)))
+            .sum();
         let scale = if total_weight * u64::from(POINTS_PER_WEIGHT) > u64::from(MAX_POINTS) {
             f64::from(MAX_POINTS) / (total_weight as f64 * f64::from(POINTS_PER_WEIGHT))
         } else {
@@ -41,8 +44,9 @@ impl ConsistentHash {
         };
         let mut ring = Vec::new();
         for (index, node) in nodes.iter().enumerate() {
-            let points =
-                ((f64::from(node.weight.max(1) * POINTS_PER_WEIGHT) * scale).round() as u32).max(1);
+            let points = ((f64::from(node.weight().max(1) * POINTS_PER_WEIGHT) * scale).round()
+                as u32)
+                .max(1);
             let name = node.address.to_string();
             for replica in 0..points {
                 let label = format!("{name}#{replica}");
@@ -114,7 +118,7 @@ impl LoadBound {
         for (index, node) in nodes.iter().enumerate() {
             if eligible(index) {
                 in_flight += u64::from(node.in_flight());
-                weight += u64::from(node.weight.max(1));
+                weight += u64::from(node.weight().max(1));
             }
         }
         (weight > 0).then(|| LoadBound {
@@ -123,7 +127,7 @@ impl LoadBound {
     }
 
     fn admits(&self, node: &NodeState) -> bool {
-        let capacity = (self.per_weight * f64::from(node.weight.max(1))).ceil();
+        let capacity = (self.per_weight * f64::from(node.weight().max(1))).ceil();
         f64::from(node.in_flight()) + 1.0 <= capacity
     }
 }

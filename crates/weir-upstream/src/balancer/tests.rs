@@ -28,13 +28,7 @@ fn nodes(weights: &[u32]) -> Vec<Arc<NodeState>> {
                 max_ejection: Duration::from_secs(10),
             };
             let node_metrics = metrics.node("test", &address.to_string());
-            Arc::new(NodeState::new(
-                index,
-                address,
-                weight,
-                passive,
-                node_metrics,
-            ))
+            Arc::new(NodeState::new(address, weight, passive, node_metrics))
         })
         .collect()
 }

@@ -31,7 +31,7 @@ impl NodeConnections {
     /// Reserves a place for a tunnel, before a request that may switch
     /// protocols is sent. Fails when `max_tunnels` are open or reserved.
     pub fn reserve_tunnel(self: &Arc<Self>) -> Result<TunnelPermit, Error> {
-        let max = self.settings.max_tunnels;
+        let max = self.settings.load().max_tunnels;
         let reserved = self
             .tunnels
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {

@@ -121,7 +121,7 @@ fn failure_reasons_read_well() {
 
 fn node_at(address: SocketAddr, passive: PassiveHealth) -> Arc<NodeState> {
     let metrics = Metrics::new().node("test", &address.to_string());
-    Arc::new(NodeState::new(0, address, 1, passive, metrics))
+    Arc::new(NodeState::new(address, 1, passive, metrics))
 }
 
 fn passive_off() -> PassiveHealth {
@@ -422,7 +422,6 @@ fn failures_during_an_ejection_do_not_count_after_it() {
         max_ejection: std::time::Duration::from_secs(10),
     };
     let node = NodeState::new(
-        0,
         "127.0.0.1:1".parse().unwrap(),
         1,
         config,

@@ -20,7 +20,7 @@ fn nodes(count: usize) -> Vec<Arc<NodeState>> {
                 max_ejection: Duration::from_secs(10),
             };
             let metrics = Metrics::new().node("p", &address.to_string());
-            Arc::new(NodeState::new(index, address, 1, passive, metrics))
+            Arc::new(NodeState::new(address, 1, passive, metrics))
         })
         .collect()
 }

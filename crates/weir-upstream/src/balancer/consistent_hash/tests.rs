@@ -11,14 +11,14 @@ use weir_rules::stable_hash;
 
 use super::*;
 
-fn node(index: usize, address: SocketAddr, weight: u32) -> Arc<NodeState> {
+fn node(_position: usize, address: SocketAddr, weight: u32) -> Arc<NodeState> {
     let passive = PassiveHealth {
         consecutive_failures: 0,
         base_ejection: Duration::from_secs(1),
         max_ejection: Duration::from_secs(10),
     };
     let metrics = Metrics::new().node("hash", &address.to_string());
-    Arc::new(NodeState::new(index, address, weight, passive, metrics))
+    Arc::new(NodeState::new(address, weight, passive, metrics))
 }
 
 fn address(number: usize) -> SocketAddr {

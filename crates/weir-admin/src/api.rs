@@ -1,0 +1,440 @@
+//! The REST API, `/api/v1/...`: the running model, dry run and apply of a candidate, status,
+//! node operations, certificate reload and stats (`docs/admin-api.md`).
+//!
+//! The config file is the one source of truth: every change the API makes is written to the
+//! file first (node operations edit just the node's keys, keeping the rest of the file as
+//! written) and then applied through the same reload as SIGHUP. When there is no file (the
+//! embedded default), or the file on disk no longer matches what runs (edited but not
+//! reloaded), a change is refused with 409 rather than lose either side.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use weir_config::edit::{EditError, NodeEdit, edit_node};
+use weir_config::{Config, NodeMode};
+use weir_observe::Metrics;
+use weir_proxy::{Live, ReloadError};
+
+use crate::auth::{TokenCache, Verdict};
+use crate::http::{Method, Request, Response};
+use crate::views;
+
+/// What the API controls: the running proxy, and the admin token.
+#[derive(Debug)]
+pub struct Control {
+    live: Arc<Live>,
+    token: TokenCache,
+    /// One change at a time: read the file, write it, reload.
+    writes: tokio::sync::Mutex<()>,
+}
+
+/// Why a change was not made: the response to send.
+type Refusal = Box<Response>;
+
+impl Control {
+    /// Control over `live`. Fails when the configured token file cannot be read (weir
+    /// refuses to start then).
+    pub fn new(live: Arc<Live>) -> Result<Control, String> {
+        TokenCache::read(&live.current().config)?;
+        Ok(Control {
+            live,
+            token: TokenCache::default(),
+            writes: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub(crate) fn authorize(&self, authorization: Option<&[u8]>) -> Verdict {
+        let model = self.live.current();
+        self.token
+            .check(model.generation, &model.config, authorization)
+    }
+}
+
+/// Answers an authorised `/api/...` request.
+pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metrics) -> Response {
+    let live = &control.live;
+    let decoded: Vec<String> = request
+        .path
+        .trim_end_matches('/')
+        .split('/')
+        .map(percent_decode)
+        .collect();
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
+    let result = match (request.method, &segments[..]) {
+        (Method::Get | Method::Head, ["", "api", "v1", "config"]) => Ok(Response::json(
+            200,
+            &views::model(&live.current(), live.last_reload().as_ref()),
+        )),
+        (Method::Get | Method::Head, ["", "api", "v1", "config", "toml"]) => config_text(live),
+        (Method::Post, ["", "api", "v1", "config", "validate"]) => validate(live, &request.body),
+        (Method::Put, ["", "api", "v1", "config"]) => replace(control, &request.body).await,
+        (Method::Post, ["", "api", "v1", "reload"]) => reload(control).await,
+        (Method::Get | Method::Head, ["", "api", "v1", "reload"]) => Ok(Response::json(
+            200,
+            &json!({ "generation": live.generation(), "last_reload": live.last_reload().as_ref().map(views::reload) }),
+        )),
+        (Method::Get | Method::Head, ["", "api", "v1", "status"]) => {
+            Ok(Response::json(200, &views::status(live)))
+        }
+        (Method::Get | Method::Head, ["", "api", "v1", "stats"]) => {
+            Ok(Response::json(200, &views::stats(live, metrics)))
+        }
+        (Method::Post, ["", "api", "v1", "certificates", "reload"]) => certificates(live).await,
+        (Method::Post, ["", "api", "v1", "pools", pool, "nodes", node, operation]) => {
+            let edit = match *operation {
+                "drain" => Some(NodeEdit::State(NodeMode::Draining)),
+                "disable" => Some(NodeEdit::State(NodeMode::Disabled)),
+                "enable" => Some(NodeEdit::State(NodeMode::Active)),
+                _ => None,
+            };
+            match edit {
+                Some(edit) => node_operation(control, pool, node, edit).await,
+                None => Err(Box::new(Response::error(
+                    404,
+                    format!(
+                        "unknown node operation \"{operation}\"; expected drain, disable or enable"
+                    ),
+                ))),
+            }
+        }
+        (Method::Put, ["", "api", "v1", "pools", pool, "nodes", node, "weight"]) => {
+            match weight_body(&request.body) {
+                Ok(weight) => node_operation(control, pool, node, NodeEdit::Weight(weight)).await,
+                Err(message) => Err(Box::new(Response::error(400, message))),
+            }
+        }
+        _ => Err(Box::new(not_found_or_method(&segments))),
+    };
+    result.unwrap_or_else(|refusal| *refusal)
+}
+
+fn not_found_or_method(segments: &[&str]) -> Response {
+    let known = matches!(
+        segments,
+        ["", "api", "v1", "config" | "reload" | "status" | "stats"]
+            | ["", "api", "v1", "config", "toml" | "validate"]
+            | ["", "api", "v1", "certificates", "reload"]
+            | ["", "api", "v1", "pools", _, "nodes", _, _]
+    );
+    if known {
+        Response::error(405, "method not allowed on this resource")
+    } else {
+        Response::error(404, "no such resource (see docs/admin-api.md)")
+    }
+}
+
+fn config_text(live: &Live) -> Result<Response, Refusal> {
+    let model = live.current();
+    let text = match &model.config.source {
+        Some(path) => std::fs::read_to_string(path).map_err(|error| {
+            Box::new(Response::error(
+                500,
+                format!("cannot read {}: {error}", path.display()),
+            ))
+        })?,
+        None => weir_config::EMBEDDED_DEFAULT.to_owned(),
+    };
+    Ok(Response {
+        content_type: "application/toml; charset=utf-8",
+        ..Response::text(200, &text)
+    })
+}
+
+/// The dry run: the candidate validated like a reload would (files read too), and the diff.
+fn validate(live: &Live, body: &[u8]) -> Result<Response, Refusal> {
+    let candidate = parse_candidate(live, body)?;
+    match live.check(&candidate) {
+        Ok(diff) => Ok(Response::json(
+            200,
+            &json!({ "valid": true, "summary": diff.summary(), "diff": views::diff(&diff) }),
+        )),
+        Err(error) => Err(Box::new(Response::json(422, &views::config_errors(&error)))),
+    }
+}
+
+/// The candidate in `body`, validated as the content of the running config's file.
+fn parse_candidate(live: &Live, body: &[u8]) -> Result<Config, Refusal> {
+    let text = std::str::from_utf8(body).map_err(|_| {
+        Box::new(Response::error(
+            400,
+            "the body must be the config file's TOML text, in UTF-8",
+        ))
+    })?;
+    let model = live.current();
+    let parsed = match &model.config.source {
+        Some(path) => weir_config::parse_file_text(text, path),
+        None => weir_config::parse_str(text, "<candidate>"),
+    };
+    parsed.map_err(|error| Box::new(Response::json(422, &views::config_errors(&error))))
+}
+
+/// `PUT /api/v1/config`: the candidate replaces the file, then is applied.
+async fn replace(control: &Control, body: &[u8]) -> Result<Response, Refusal> {
+    let _write = control.writes.lock().await;
+    let live = &control.live;
+    let path = file_of(live)?;
+    let candidate = parse_candidate(live, body)?;
+    live.check(&candidate)
+        .map_err(|error| Box::new(Response::json(422, &views::config_errors(&error))))?;
+    let text = String::from_utf8_lossy(body).into_owned();
+    write_and_apply(live, &path, &text).await
+}
+
+/// `POST /api/v1/reload`: re-read the file and apply it (what `weir reload` calls).
+async fn reload(control: &Control) -> Result<Response, Refusal> {
+    let _write = control.writes.lock().await;
+    let live = Arc::clone(&control.live);
+    applied(blocking(move || live.reload_file()).await)
+}
+
+async fn certificates(live: &Arc<Live>) -> Result<Response, Refusal> {
+    let live = Arc::clone(live);
+    match blocking(move || live.reload_certificates()).await {
+        Ok(count) => Ok(Response::json(200, &json!({ "reloaded": count }))),
+        Err(error) => Err(Box::new(Response::json(422, &views::config_errors(&error)))),
+    }
+}
+
+/// Drain, disable, enable or weight: edit the node in the file, then apply the file.
+async fn node_operation(
+    control: &Control,
+    pool: &str,
+    node: &str,
+    edit: NodeEdit,
+) -> Result<Response, Refusal> {
+    let address: SocketAddr = node.parse().map_err(|_| {
+        Box::new(Response::error(
+            400,
+            format!("\"{node}\" is not a node address (IP:port)"),
+        ))
+    })?;
+    let _write = control.writes.lock().await;
+    let live = &control.live;
+    let model = live.current();
+    let Some(running) = model.pool(pool) else {
+        return Err(Box::new(Response::error(
+            404,
+            format!("no pool \"{pool}\""),
+        )));
+    };
+    if running.node_index(address).is_none() {
+        return Err(Box::new(Response::error(
+            404,
+            format!("pool \"{pool}\" has no node {address}"),
+        )));
+    }
+    let path = file_of(live)?;
+    let text = std::fs::read_to_string(&path).map_err(|error| {
+        Box::new(Response::error(
+            500,
+            format!("cannot read {}: {error}", path.display()),
+        ))
+    })?;
+    let on_disk = weir_config::parse_file_text(&text, &path);
+    let unchanged = on_disk
+        .as_ref()
+        .is_ok_and(|config| weir_config::diff::diff(&model.config, config).is_empty());
+    if !unchanged {
+        return Err(Box::new(Response::error(
+            409,
+            format!(
+                "{} no longer matches the running configuration (generation {}): reload it \
+                 (POST /api/v1/reload) or replace it (PUT /api/v1/config) first",
+                path.display(),
+                model.generation
+            ),
+        )));
+    }
+    let edited = edit_node(&text, pool, address, edit).map_err(|error| {
+        let status = match error {
+            EditError::Syntax(_) => 500,
+            // The running model has the node, but the file writes it some other way.
+            EditError::NoPool(_) | EditError::NoNode { .. } => 409,
+        };
+        Box::new(Response::error(status, error.to_string()))
+    })?;
+    let candidate = weir_config::parse_file_text(&edited, &path)
+        .map_err(|error| Box::new(Response::json(422, &views::config_errors(&error))))?;
+    live.check(&candidate)
+        .map_err(|error| Box::new(Response::json(422, &views::config_errors(&error))))?;
+    write_and_apply(live, &path, &edited).await
+}
+
+/// Writes `text` over the config file (atomically: a sibling file renamed over it), then
+/// reloads it. A refused reload puts the previous content back.
+async fn write_and_apply(live: &Arc<Live>, path: &Path, text: &str) -> Result<Response, Refusal> {
+    let previous = std::fs::read(path).ok();
+    write_file(path, text.as_bytes()).map_err(|error| {
+        Box::new(Response::error(
+            500,
+            format!("cannot write {}: {error}", path.display()),
+        ))
+    })?;
+    let reloading = Arc::clone(live);
+    let result = blocking(move || reloading.reload_file()).await;
+    if result.is_err()
+        && let Some(previous) = previous
+        && let Err(error) = write_file(path, &previous)
+    {
+        tracing::error!(file = %path.display(), %error, "cannot restore the config file after a refused change");
+    }
+    applied(result)
+}
+
+fn applied(result: Result<weir_proxy::Applied, ReloadError>) -> Result<Response, Refusal> {
+    match result {
+        Ok(applied) => Ok(Response::json(
+            200,
+            &json!({
+                "generation": applied.generation,
+                "duration_ms": applied.duration.as_secs_f64() * 1000.0,
+                "summary": applied.diff.summary(),
+                "diff": views::diff(&applied.diff),
+            }),
+        )),
+        Err(ReloadError::Config(error)) => {
+            Err(Box::new(Response::json(422, &views::config_errors(&error))))
+        }
+        Err(error @ ReloadError::NoFile) => Err(Box::new(Response::error(409, error.to_string()))),
+        Err(error @ ReloadError::NotRunning) => {
+            Err(Box::new(Response::error(503, error.to_string())))
+        }
+    }
+}
+
+fn file_of(live: &Live) -> Result<PathBuf, Refusal> {
+    let model = live.current();
+    if !views::writable(&model.config) {
+        return Err(Box::new(Response::error(
+            409,
+            "weir runs the embedded default configuration: there is no file to write the \
+             change to (start weir with --config FILE)",
+        )));
+    }
+    Ok(model.config.source.clone().unwrap_or_default())
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temporary = path.with_file_name(format!(".{name}.weir-{}", std::process::id()));
+    std::fs::write(&temporary, bytes)?;
+    if let Ok(metadata) = std::fs::metadata(path) {
+        let _ = std::fs::set_permissions(&temporary, metadata.permissions());
+    }
+    std::fs::rename(&temporary, path)
+}
+
+/// Runs blocking work (file reads, model builds) off the serving threads.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => value,
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}
+
+/// A path segment with its `%XX` escapes decoded (a node address is `127.0.0.1%3A80` when
+/// a client escapes it); invalid escapes are kept as written.
+fn percent_decode(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let escaped = (bytes[index] == b'%')
+            .then(|| bytes.get(index + 1..index + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                index += 3;
+            }
+            None => {
+                out.push(bytes[index]);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The weight in a `{"weight": N}` body; the message names the field that is wrong.
+fn weight_body(body: &[u8]) -> Result<u32, String> {
+    let value: Value = serde_json::from_slice(body).map_err(|error| {
+        let near = field_near(body, error.line(), error.column());
+        format!(
+            "malformed JSON{}: {error}",
+            near.map(|field| format!(" in field \"{field}\""))
+                .unwrap_or_default()
+        )
+    })?;
+    let Some(object) = value.as_object() else {
+        return Err("the body must be a JSON object like {\"weight\": 3}".to_owned());
+    };
+    if let Some(unknown) = object.keys().find(|key| *key != "weight") {
+        return Err(format!("unknown field \"{unknown}\"; expected \"weight\""));
+    }
+    let Some(weight) = object.get("weight") else {
+        return Err("missing field \"weight\"".to_owned());
+    };
+    weight
+        .as_u64()
+        .filter(|w| (1..=10_000).contains(w))
+        .map(|w| w as u32)
+        .ok_or_else(|| {
+            format!("field \"weight\": {weight} is not a whole number between 1 and 10000")
+        })
+}
+
+/// The name of the last object key before `line:column` in a JSON text, if any.
+fn field_near(body: &[u8], line: usize, column: usize) -> Option<String> {
+    let text = String::from_utf8_lossy(body);
+    let offset: usize = text
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum::<usize>()
+        + column.saturating_sub(1);
+    let before = text.get(..offset.min(text.len()))?;
+    let colon = before.rfind(':')?;
+    let key_end = before[..colon].trim_end().strip_suffix('"')?;
+    let key_start = key_end.rfind('"')?;
+    Some(key_end[key_start + 1..].to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_are_percent_decoded() {
+        assert_eq!(percent_decode("127.0.0.1%3A80"), "127.0.0.1:80");
+        assert_eq!(percent_decode("%5B%3A%3A1%5D%3a80"), "[::1]:80");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+
+    #[test]
+    fn weight_bodies_name_the_field() {
+        assert_eq!(weight_body(br#"{"weight": 3}"#), Ok(3));
+        assert_eq!(
+            weight_body(br#"{"weight": "heavy"}"#),
+            Err("field \"weight\": \"heavy\" is not a whole number between 1 and 10000".into())
+        );
+        assert_eq!(
+            weight_body(br#"{"wieght": 3}"#),
+            Err("unknown field \"wieght\"; expected \"weight\"".into())
+        );
+        assert_eq!(weight_body(b"{}"), Err("missing field \"weight\"".into()));
+        let error = weight_body(br#"{"weight": }"#).unwrap_err();
+        assert!(
+            error.starts_with("malformed JSON in field \"weight\": "),
+            "{error}"
+        );
+        assert!(weight_body(b"[3]").is_err());
+    }
+}

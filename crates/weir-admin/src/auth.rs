@@ -1,0 +1,139 @@
+//! Bearer-token authentication of admin requests: the token is the content of
+//! `admin.token_file` (surrounding whitespace ignored), read at start and again whenever
+//! the configuration's generation changes. When the file cannot be read, every request
+//! that needs the token is refused (fail closed) until it can.
+
+use std::sync::Mutex;
+
+use weir_config::Config;
+
+/// The token a configuration names: `Ok(None)` when none, `Err` when unreadable.
+type Token = Result<Option<Vec<u8>>, String>;
+
+/// The token of the running configuration, cached by generation.
+#[derive(Debug, Default)]
+pub(crate) struct TokenCache {
+    cached: Mutex<Option<(u64, Token)>>,
+}
+
+/// Whether a request may go on.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Allowed,
+    /// Missing or wrong token.
+    Denied,
+    /// The token file is unreadable: refused, with why.
+    Unavailable(String),
+}
+
+impl TokenCache {
+    /// The token `config` names, read now.
+    pub(crate) fn read(config: &Config) -> Token {
+        let Some(file) = config.admin.as_ref().and_then(|a| a.token_file.as_ref()) else {
+            return Ok(None);
+        };
+        let text = std::fs::read(&file.path)
+            .map_err(|error| format!("cannot read {}: {error}", file.path.display()))?;
+        let token = text.trim_ascii().to_vec();
+        if token.is_empty() {
+            return Err(format!("{} is empty", file.path.display()));
+        }
+        Ok(Some(token))
+    }
+
+    /// Checks an `Authorization` header value against the token of `config`.
+    pub(crate) fn check(
+        &self,
+        generation: u64,
+        config: &Config,
+        authorization: Option<&[u8]>,
+    ) -> Verdict {
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        if cached.as_ref().is_none_or(|(at, _)| *at != generation) {
+            let token = TokenCache::read(config);
+            if let Err(error) = &token {
+                tracing::error!(%error, "admin token unavailable; API requests are refused");
+            }
+            *cached = Some((generation, token));
+        }
+        let Some((_, token)) = cached.as_ref() else {
+            return Verdict::Denied;
+        };
+        match token {
+            Err(error) => Verdict::Unavailable(error.clone()),
+            Ok(None) => Verdict::Allowed,
+            Ok(Some(token)) => {
+                let offered = authorization.and_then(|value| {
+                    let (scheme, rest) = value.split_at_checked(7)?;
+                    scheme
+                        .eq_ignore_ascii_case(b"bearer ")
+                        .then(|| rest.trim_ascii())
+                });
+                match offered {
+                    Some(offered) if same(offered, token) => Verdict::Allowed,
+                    _ => Verdict::Denied,
+                }
+            }
+        }
+    }
+}
+
+/// Compares in time that depends only on the lengths, not on where the bytes differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens() {
+        let dir = std::env::temp_dir().join(format!("weir-admin-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let config = weir_config::parse_str(
+            &format!(
+                "[admin]\nlisten = \"0.0.0.0:9\"\ntoken_file = \"{}\"\n\
+                 [pools.p]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n\
+                 [virtual_servers.v]\nlisten = \"127.0.0.1:2\"\npool = \"p\"\n",
+                file.display()
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        let cache = TokenCache::default();
+        assert_eq!(
+            cache.check(1, &config, Some(b"Bearer s3cret")),
+            Verdict::Allowed
+        );
+        assert_eq!(
+            cache.check(1, &config, Some(b"bearer  s3cret ")),
+            Verdict::Allowed
+        );
+        assert_eq!(
+            cache.check(1, &config, Some(b"Bearer s3cre")),
+            Verdict::Denied
+        );
+        assert_eq!(
+            cache.check(1, &config, Some(b"Basic s3cret")),
+            Verdict::Denied
+        );
+        assert_eq!(cache.check(1, &config, None), Verdict::Denied);
+        // Removed: the next generation refuses everything.
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(
+            cache.check(1, &config, Some(b"Bearer s3cret")),
+            Verdict::Allowed
+        );
+        assert!(matches!(
+            cache.check(2, &config, Some(b"Bearer s3cret")),
+            Verdict::Unavailable(_)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,360 @@
+//! The REST API over a running proxy: authentication, the model and its dry run, node
+//! operations written to the config file and applied, and refusals that change nothing.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use weir_admin::{AdminState, Control};
+use weir_core::Shutdown;
+use weir_testkit::{TestOrigin, TestProxy, client};
+
+const TOKEN: &str = "t0ken-for-tests";
+
+/// A directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("weir-api-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Setup {
+    proxy: TestProxy,
+    admin: SocketAddr,
+    file: PathBuf,
+    origins: Vec<TestOrigin>,
+    shutdown: Shutdown,
+    _dir: TempDir,
+}
+
+struct Reply {
+    status: u16,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+fn config_text(port: u16, nodes: &[SocketAddr]) -> String {
+    let nodes: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("  {{ address = \"{n}\" }},\n"))
+        .collect();
+    format!(
+        "# Written by the API test.\n[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"\n\n\
+         [pools.web]\n# the app servers\nnodes = [\n{}]\n\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{port}\"\npool = \"web\"\n",
+        nodes.concat()
+    )
+}
+
+async fn setup(name: &str) -> Setup {
+    let dir = TempDir::new(name);
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    std::fs::write(dir.0.join("admin.token"), format!("{TOKEN}\n")).unwrap();
+    let file = dir.0.join("weir.toml");
+    let port = weir_testkit::free_ports::<1>()[0];
+    std::fs::write(&file, config_text(port, &[a.addr, b.addr])).unwrap();
+    let proxy = TestProxy::start_file(&file).await;
+    let control = Arc::new(Control::new(Arc::clone(&proxy.live)).expect("the token reads"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = listener.local_addr().unwrap();
+    let state = AdminState {
+        control: Some(control),
+        ..AdminState::new(Arc::clone(&proxy.metrics), Arc::new(|| true))
+    };
+    let (shutdown, signal) = Shutdown::new();
+    tokio::spawn(weir_admin::serve(listener, state, signal));
+    Setup {
+        proxy,
+        admin,
+        file,
+        origins: vec![a, b],
+        shutdown,
+        _dir: dir,
+    }
+}
+
+async fn call(
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> Reply {
+    let mut stream = TcpStream::connect(admin).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
+        .await
+        .expect("a reply in time")
+        .unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head");
+    Reply {
+        status: head[9..12].parse().unwrap(),
+        body: body.to_owned(),
+    }
+}
+
+async fn api(admin: SocketAddr, method: &str, path: &str, body: &str) -> Reply {
+    call(admin, method, path, Some(TOKEN), body).await
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap()
+}
+
+impl Setup {
+    async fn stop(self) {
+        self.shutdown.trigger();
+        self.proxy.stop().await;
+        for origin in self.origins {
+            origin.stop().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_gets_401_and_changes_nothing() {
+    let setup = setup("auth").await;
+    let before = read(&setup.file);
+    let node = setup.origins[0].addr;
+    for token in [None, Some("wrong"), Some("t0ken-for-test")] {
+        let path = format!("/api/v1/pools/web/nodes/{node}/drain");
+        let reply = call(setup.admin, "POST", &path, token, "").await;
+        assert_eq!(reply.status, 401, "{token:?}: {}", reply.body);
+        assert_eq!(
+            call(setup.admin, "GET", "/api/v1/status", token, "")
+                .await
+                .status,
+            401
+        );
+        assert_eq!(
+            call(setup.admin, "GET", "/metrics", token, "").await.status,
+            401
+        );
+    }
+    assert_eq!(read(&setup.file), before, "the file is untouched");
+    assert_eq!(setup.proxy.live.generation(), 1);
+    // The health check and the dashboard page need no token; the right token works.
+    assert_eq!(
+        call(setup.admin, "GET", "/healthz", None, "").await.status,
+        200
+    );
+    assert_eq!(call(setup.admin, "GET", "/", None, "").await.status, 200);
+    let status = api(setup.admin, "GET", "/api/v1/status", "").await;
+    assert_eq!(status.status, 200);
+    assert_eq!(status.json()["pools"][0]["nodes"][0]["state"], "active");
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_json_gets_400_naming_the_field() {
+    let setup = setup("json").await;
+    let before = read(&setup.file);
+    let path = format!("/api/v1/pools/web/nodes/{}/weight", setup.origins[0].addr);
+    for (body, message) in [
+        (r#"{"weight": }"#, "malformed JSON in field \"weight\": "),
+        (
+            r#"{"weight": "x"}"#,
+            "field \"weight\": \"x\" is not a whole number",
+        ),
+        (
+            r#"{"weight": 0}"#,
+            "field \"weight\": 0 is not a whole number between 1 and 10000",
+        ),
+        (
+            r#"{"wieght": 2}"#,
+            "unknown field \"wieght\"; expected \"weight\"",
+        ),
+        ("{}", "missing field \"weight\""),
+    ] {
+        let reply = api(setup.admin, "PUT", &path, body).await;
+        assert_eq!(reply.status, 400, "{body}");
+        let error = reply.json()["error"].as_str().unwrap().to_owned();
+        assert!(error.starts_with(message), "{body}: {error}");
+    }
+    assert_eq!(read(&setup.file), before);
+    assert_eq!(setup.proxy.live.generation(), 1);
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_operations_edit_the_file_and_apply_it() {
+    let setup = setup("nodes").await;
+    let (a, b) = (setup.origins[0].addr, setup.origins[1].addr);
+    let drained = api(
+        setup.admin,
+        "POST",
+        &format!("/api/v1/pools/web/nodes/{a}/drain"),
+        "",
+    )
+    .await;
+    assert_eq!(drained.status, 200, "{}", drained.body);
+    assert_eq!(drained.json()["generation"], 2);
+    let text = read(&setup.file);
+    assert!(
+        text.contains(&format!("{{ address = \"{a}\", state = \"draining\" }}")),
+        "{text}"
+    );
+    assert!(
+        text.starts_with("# Written by the API test.\n"),
+        "comments kept"
+    );
+    // Every request now goes to b.
+    let before = setup.origins[0].stats.requests();
+    for _ in 0..6 {
+        let response = client::get(setup.proxy.addr, "/").await.unwrap();
+        assert_eq!(response.header("x-origin"), Some("b"));
+    }
+    assert_eq!(setup.origins[0].stats.requests(), before);
+    let status = api(setup.admin, "GET", "/api/v1/status", "").await.json();
+    assert_eq!(status["pools"][0]["nodes"][0]["state"], "draining");
+
+    // Weight, then enable again: back to round robin over both.
+    let weighted = api(
+        setup.admin,
+        "PUT",
+        &format!("/api/v1/pools/web/nodes/{b}/weight"),
+        r#"{"weight": 5}"#,
+    )
+    .await;
+    assert_eq!(weighted.status, 200, "{}", weighted.body);
+    let enabled = api(
+        setup.admin,
+        "POST",
+        &format!("/api/v1/pools/web/nodes/{a}/enable"),
+        "",
+    )
+    .await;
+    assert_eq!(enabled.status, 200);
+    let model = api(setup.admin, "GET", "/api/v1/config", "").await.json();
+    assert_eq!(model["generation"], 4);
+    assert_eq!(model["pools"][0]["nodes"][0]["state"], "active");
+    assert_eq!(model["pools"][0]["nodes"][1]["weight"], 5);
+    // Unknown nodes and pools: 404, nothing changed.
+    let missing = api(
+        setup.admin,
+        "POST",
+        "/api/v1/pools/web/nodes/127.0.0.1:1/drain",
+        "",
+    )
+    .await;
+    assert_eq!(missing.status, 404);
+    let path = format!("/api/v1/pools/nope/nodes/{a}/drain");
+    assert_eq!(api(setup.admin, "POST", &path, "").await.status, 404);
+    let bad = api(
+        setup.admin,
+        "POST",
+        "/api/v1/pools/web/nodes/nonsense/drain",
+        "",
+    )
+    .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(setup.proxy.live.generation(), 4);
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_is_validated_with_its_diff_then_applied() {
+    let setup = setup("candidate").await;
+    let (a, b) = (setup.origins[0].addr, setup.origins[1].addr);
+    let port = setup.proxy.addr.port();
+    // Dry run: the diff, nothing applied.
+    let candidate = config_text(port, &[b]);
+    let dry = api(setup.admin, "POST", "/api/v1/config/validate", &candidate).await;
+    assert_eq!(dry.status, 200, "{}", dry.body);
+    let dry = dry.json();
+    assert_eq!(dry["valid"], true);
+    assert_eq!(dry["diff"]["nodes"][0]["address"], a.to_string());
+    assert_eq!(dry["diff"]["nodes"][0]["change"], "removed");
+    assert_eq!(setup.proxy.live.generation(), 1);
+    // An invalid one: 422 with file, line and key; nothing applied.
+    let invalid = candidate.replace("pool = \"web\"", "pool = \"wbe\"");
+    let refused = api(setup.admin, "POST", "/api/v1/config/validate", &invalid).await;
+    assert_eq!(refused.status, 422);
+    let error = &refused.json()["errors"][0];
+    assert_eq!(error["key"], "virtual_servers.web.pool");
+    assert_eq!(error["line"], 18);
+    assert_eq!(
+        error["message"],
+        "unknown pool \"wbe\" (did you mean \"web\"?); defined pools: web"
+    );
+    let refused = api(setup.admin, "PUT", "/api/v1/config", &invalid).await;
+    assert_eq!(refused.status, 422);
+    assert!(
+        !read(&setup.file).contains("wbe"),
+        "an invalid candidate is never written"
+    );
+    // Applied: written to the file, then reloaded.
+    let applied = api(setup.admin, "PUT", "/api/v1/config", &candidate).await;
+    assert_eq!(applied.status, 200, "{}", applied.body);
+    assert_eq!(applied.json()["generation"], 2);
+    assert_eq!(read(&setup.file), candidate);
+    let response = client::get(setup.proxy.addr, "/").await.unwrap();
+    assert_eq!(response.header("x-origin"), Some("b"));
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_edited_but_not_reloaded_is_not_overwritten() {
+    let setup = setup("conflict").await;
+    let a = setup.origins[0].addr;
+    let edited =
+        read(&setup.file).replace("level = \"warn\"", "level = \"warn\"\naccess_log = true");
+    // Invalid TOML would do too: the point is that it differs from what runs.
+    let edited = edited.replace("access_log = false\n", "");
+    std::fs::write(&setup.file, &edited).unwrap();
+    let reply = api(
+        setup.admin,
+        "POST",
+        &format!("/api/v1/pools/web/nodes/{a}/drain"),
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert_eq!(read(&setup.file), edited);
+    // Reloading it first resolves the conflict.
+    let reloaded = api(setup.admin, "POST", "/api/v1/reload", "").await;
+    assert_eq!(reloaded.status, 200, "{}", reloaded.body);
+    let reply = api(
+        setup.admin,
+        "POST",
+        &format!("/api/v1/pools/web/nodes/{a}/drain"),
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let stats = api(setup.admin, "GET", "/api/v1/stats", "").await.json();
+    assert_eq!(stats["generation"], 3);
+    assert_eq!(stats["last_reload"]["applied"], true);
+    setup.stop().await;
+}

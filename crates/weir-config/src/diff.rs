@@ -1,0 +1,520 @@
+//! What changes between two validated configurations: the reload's plan, and what the
+//! admin API's dry run shows before anything is applied.
+//!
+//! Virtual servers and pools are matched by name, nodes by pool name and address,
+//! listeners by address. A [`ConfigDiff`] serialises to JSON as the API returns it:
+//!
+//! ```
+//! let old = weir_config::parse_str(
+//!     "[pools.web]\nnodes = [{ address = \"127.0.0.1:81\" }]\n\
+//!      [virtual_servers.web]\nlisten = \"127.0.0.1:80\"\npool = \"web\"\n",
+//!     "a.toml",
+//! ).unwrap();
+//! let new = weir_config::parse_str(
+//!     "[pools.web]\nnodes = [{ address = \"127.0.0.1:82\", weight = 2 }]\n\
+//!      [virtual_servers.web]\nlisten = \"127.0.0.1:80\"\npool = \"web\"\n",
+//!     "b.toml",
+//! ).unwrap();
+//! let diff = weir_config::diff::diff(&old, &new);
+//! assert_eq!(diff.nodes.len(), 2);
+//! assert_eq!(diff.pools.changed[0].name, "web");
+//! assert!(diff.listeners.added.is_empty());
+//! ```
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use serde::Serialize;
+
+use crate::model::{Config, Node, Pool, PoolId, Route, VirtualServer};
+
+/// Everything that differs between a running configuration and a candidate.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ConfigDiff {
+    pub virtual_servers: Changes,
+    pub pools: Changes,
+    /// Nodes added, removed or changed, pool by pool.
+    pub nodes: Vec<NodeChange>,
+    pub listeners: ListenerChanges,
+    /// Other sections that changed and are applied by a reload (`log.access_log`, ...).
+    pub settings: Vec<String>,
+    /// Keys that changed but only take effect in a new process (`weir serve --upgrade`
+    /// or a restart): the reload applies everything else and says so.
+    pub needs_restart: Vec<String>,
+}
+
+/// Named items (virtual servers or pools) added, removed or changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Changes {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<Changed>,
+}
+
+/// One named item that stays, and which of its keys changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Changed {
+    pub name: String,
+    pub keys: Vec<String>,
+}
+
+/// One node added, removed or changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeChange {
+    pub pool: String,
+    pub address: SocketAddr,
+    pub change: NodeChangeKind,
+    /// For a changed node: the keys that changed (`weight`, `state`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeChangeKind {
+    Added,
+    Removed,
+    Changed,
+}
+
+/// Listening sockets: the only part of a reload that is diffed rather than rebuilt.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ListenerChanges {
+    pub added: Vec<Listener>,
+    pub removed: Vec<Listener>,
+    /// Kept open, now serving another virtual server or with another backlog.
+    pub rebound: Vec<Listener>,
+}
+
+/// A listening address and the virtual server it serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Listener {
+    pub address: SocketAddr,
+    pub virtual_server: String,
+}
+
+impl ConfigDiff {
+    /// True when applying the candidate would change nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == ConfigDiff::default()
+    }
+}
+
+impl Changes {
+    fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+/// The listening addresses of a configuration, with their virtual server and backlog.
+pub fn listeners(config: &Config) -> Vec<(SocketAddr, &str, u32)> {
+    config
+        .virtual_servers
+        .iter()
+        .flat_map(|vs| {
+            vs.listen
+                .iter()
+                .map(|&address| (address, vs.name.as_str(), vs.backlog))
+        })
+        .collect()
+}
+
+/// What changes from `old` to `new`.
+pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
+    let mut result = ConfigDiff {
+        virtual_servers: named_changes(&old.virtual_servers, &new.virtual_servers, |o, n| {
+            virtual_server_keys(old, o, new, n)
+        }),
+        pools: named_changes(&old.pools, &new.pools, pool_keys),
+        listeners: listener_changes(old, new),
+        ..ConfigDiff::default()
+    };
+    let old_pools: HashMap<&str, &Pool> = old.pools.iter().map(|p| (p.name.as_str(), p)).collect();
+    let new_pools: HashMap<&str, &Pool> = new.pools.iter().map(|p| (p.name.as_str(), p)).collect();
+    for pool in &new.pools {
+        let before = old_pools.get(pool.name.as_str());
+        let before_nodes = before.map_or(&[][..], |p| &p.nodes[..]);
+        result
+            .nodes
+            .extend(node_changes(&pool.name, before_nodes, &pool.nodes));
+    }
+    for pool in &old.pools {
+        if !new_pools.contains_key(pool.name.as_str()) {
+            result
+                .nodes
+                .extend(node_changes(&pool.name, &pool.nodes, &[]));
+        }
+    }
+    let mut setting = |changed: bool, key: &str, restart: bool| {
+        if changed {
+            let list = if restart {
+                &mut result.needs_restart
+            } else {
+                &mut result.settings
+            };
+            list.push(key.to_owned());
+        }
+    };
+    setting(
+        old.runtime.threads != new.runtime.threads,
+        "runtime.threads",
+        true,
+    );
+    setting(
+        old.runtime.drain_timeout != new.runtime.drain_timeout,
+        "runtime.drain_timeout",
+        false,
+    );
+    setting(
+        old.runtime.upgrade_socket != new.runtime.upgrade_socket,
+        "runtime.upgrade_socket",
+        true,
+    );
+    let admin_listen = |c: &Config| c.admin.as_ref().map(|a| a.listen);
+    setting(admin_listen(old) != admin_listen(new), "admin.listen", true);
+    let token = |c: &Config| c.admin.as_ref().and_then(|a| a.token_file.clone());
+    setting(token(old) != token(new), "admin.token_file", false);
+    setting(
+        old.log.access_log != new.log.access_log,
+        "log.access_log",
+        false,
+    );
+    setting(
+        old.access_log.format != new.access_log.format,
+        "log.access_log_format",
+        false,
+    );
+    setting(
+        old.access_log.file != new.access_log.file,
+        "log.access_log_file",
+        false,
+    );
+    setting(old.log.level != new.log.level, "log.level", true);
+    setting(old.log.format != new.log.format, "log.format", true);
+    setting(old.origins != new.origins, "origins", true);
+    result
+}
+
+impl ConfigDiff {
+    /// One line per change, for the log and `weir reload`'s output.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        let mut changes = |what: &str, changes: &Changes| {
+            if !changes.is_empty() {
+                parts.push(format!(
+                    "{what}: {} added, {} removed, {} changed",
+                    changes.added.len(),
+                    changes.removed.len(),
+                    changes.changed.len()
+                ));
+            }
+        };
+        changes("virtual servers", &self.virtual_servers);
+        changes("pools", &self.pools);
+        if !self.nodes.is_empty() {
+            parts.push(format!("{} node changes", self.nodes.len()));
+        }
+        let l = &self.listeners;
+        if !(l.added.is_empty() && l.removed.is_empty() && l.rebound.is_empty()) {
+            parts.push(format!(
+                "listeners: {} added, {} removed, {} rebound",
+                l.added.len(),
+                l.removed.len(),
+                l.rebound.len()
+            ));
+        }
+        if !self.settings.is_empty() {
+            parts.push(format!("settings: {}", self.settings.join(", ")));
+        }
+        if !self.needs_restart.is_empty() {
+            parts.push(format!(
+                "not applied until a restart or upgrade: {}",
+                self.needs_restart.join(", ")
+            ));
+        }
+        if parts.is_empty() {
+            "no changes".to_owned()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
+
+trait Named {
+    fn name(&self) -> &str;
+}
+
+impl Named for VirtualServer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Named for Pool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+fn named_changes<T: Named>(old: &[T], new: &[T], keys: impl Fn(&T, &T) -> Vec<String>) -> Changes {
+    let mut changes = Changes::default();
+    let old_by_name: HashMap<&str, &T> = old.iter().map(|o| (o.name(), o)).collect();
+    let new_names: std::collections::HashSet<&str> = new.iter().map(|n| n.name()).collect();
+    for item in new {
+        match old_by_name.get(item.name()) {
+            None => changes.added.push(item.name().to_owned()),
+            Some(before) => {
+                let keys = keys(before, item);
+                if !keys.is_empty() {
+                    changes.changed.push(Changed {
+                        name: item.name().to_owned(),
+                        keys,
+                    });
+                }
+            }
+        }
+    }
+    for item in old {
+        if !new_names.contains(item.name()) {
+            changes.removed.push(item.name().to_owned());
+        }
+    }
+    changes
+}
+
+/// The keys of a virtual server that differ; pools are compared by name, since their
+/// ids are positions in each configuration.
+fn virtual_server_keys(
+    old_config: &Config,
+    old: &VirtualServer,
+    new_config: &Config,
+    new: &VirtualServer,
+) -> Vec<String> {
+    let pool_name = |config: &Config, id: PoolId| config.pool(id).name.clone();
+    let routes =
+        |config: &Config, routes: &[Route]| -> Vec<(Option<String>, Option<String>, String)> {
+            routes
+                .iter()
+                .map(|r| {
+                    (
+                        r.host.clone(),
+                        r.path_prefix.clone(),
+                        pool_name(config, r.pool),
+                    )
+                })
+                .collect()
+        };
+    let mut keys = Vec::new();
+    let mut key = |changed: bool, name: &str| {
+        if changed {
+            keys.push(name.to_owned());
+        }
+    };
+    key(old.listen != new.listen, "listen");
+    key(old.protocol != new.protocol, "protocol");
+    key(
+        pool_name(old_config, old.default_pool) != pool_name(new_config, new.default_pool),
+        "pool",
+    );
+    key(
+        routes(old_config, &old.routes) != routes(new_config, &new.routes),
+        "routes",
+    );
+    key(old.limits != new.limits, "limits");
+    key(old.timeouts != new.timeouts, "timeouts");
+    key(
+        old.forwarded_headers != new.forwarded_headers,
+        "forwarded_headers",
+    );
+    key(old.backlog != new.backlog, "backlog");
+    key(old.tls != new.tls, "tls");
+    key(
+        old.response_headers != new.response_headers,
+        "response_headers",
+    );
+    keys
+}
+
+fn pool_keys(old: &Pool, new: &Pool) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut key = |changed: bool, name: &str| {
+        if changed {
+            keys.push(name.to_owned());
+        }
+    };
+    key(old.nodes != new.nodes, "nodes");
+    key(old.algorithm != new.algorithm, "algorithm");
+    key(old.connections != new.connections, "connections");
+    key(old.timeouts != new.timeouts, "timeouts");
+    key(old.retries != new.retries, "retries");
+    key(old.health != new.health, "health");
+    key(old.passive_health != new.passive_health, "passive_health");
+    key(old.fail_open != new.fail_open, "fail_open");
+    key(old.tls != new.tls, "tls");
+    keys
+}
+
+fn node_changes(pool: &str, old: &[Node], new: &[Node]) -> Vec<NodeChange> {
+    let mut changes = Vec::new();
+    let change = |address, change, keys| NodeChange {
+        pool: pool.to_owned(),
+        address,
+        change,
+        keys,
+    };
+    for node in new {
+        match old.iter().find(|o| o.address == node.address) {
+            None => changes.push(change(node.address, NodeChangeKind::Added, Vec::new())),
+            Some(before) => {
+                let mut keys = Vec::new();
+                if before.weight != node.weight {
+                    keys.push("weight".to_owned());
+                }
+                if before.state != node.state {
+                    keys.push("state".to_owned());
+                }
+                if !keys.is_empty() {
+                    changes.push(change(node.address, NodeChangeKind::Changed, keys));
+                }
+            }
+        }
+    }
+    for node in old {
+        if !new.iter().any(|n| n.address == node.address) {
+            changes.push(change(node.address, NodeChangeKind::Removed, Vec::new()));
+        }
+    }
+    changes
+}
+
+fn listener_changes(old: &Config, new: &Config) -> ListenerChanges {
+    let before = listeners(old);
+    let after = listeners(new);
+    let before_by_address: HashMap<SocketAddr, (&str, u32)> =
+        before.iter().map(|&(a, n, b)| (a, (n, b))).collect();
+    let after_addresses: std::collections::HashSet<SocketAddr> =
+        after.iter().map(|&(a, _, _)| a).collect();
+    let listener = |address: SocketAddr, name: &str| Listener {
+        address,
+        virtual_server: name.to_owned(),
+    };
+    let mut changes = ListenerChanges::default();
+    for &(address, name, backlog) in &after {
+        match before_by_address.get(&address) {
+            None => changes.added.push(listener(address, name)),
+            Some(&(old_name, old_backlog)) if old_name != name || old_backlog != backlog => {
+                changes.rebound.push(listener(address, name));
+            }
+            Some(_) => {}
+        }
+    }
+    for &(address, name, _) in &before {
+        if !after_addresses.contains(&address) {
+            changes.removed.push(listener(address, name));
+        }
+    }
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pools: &str, servers: &str) -> Config {
+        crate::parse_str(&format!("{pools}\n{servers}"), "t.toml").unwrap()
+    }
+
+    const WEB: &str = "[virtual_servers.web]\nlisten = \"127.0.0.1:8080\"\npool = \"a\"\n";
+
+    #[test]
+    fn same_config_is_empty() {
+        let pools = "[pools.a]\nnodes = [{ address = \"127.0.0.1:1\" }]\n";
+        let diff = diff(&config(pools, WEB), &config(pools, WEB));
+        assert!(diff.is_empty(), "{diff:?}");
+        assert_eq!(diff.summary(), "no changes");
+    }
+
+    #[test]
+    fn nodes_are_matched_by_address() {
+        let old = config(
+            "[pools.a]\nnodes = [{ address = \"127.0.0.1:1\" }, { address = \"127.0.0.1:2\" }]\n",
+            WEB,
+        );
+        let new = config(
+            "[pools.a]\nnodes = [{ address = \"127.0.0.1:2\", weight = 5 }, \
+             { address = \"127.0.0.1:3\", state = \"draining\" }]\n",
+            WEB,
+        );
+        let diff = diff(&old, &new);
+        let kinds: Vec<(u16, NodeChangeKind, Vec<String>)> = diff
+            .nodes
+            .iter()
+            .map(|c| (c.address.port(), c.change, c.keys.clone()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (2, NodeChangeKind::Changed, vec!["weight".to_owned()]),
+                (3, NodeChangeKind::Added, vec![]),
+                (1, NodeChangeKind::Removed, vec![]),
+            ]
+        );
+        assert_eq!(diff.pools.changed[0].keys, vec!["nodes"]);
+        assert!(diff.virtual_servers.changed.is_empty());
+    }
+
+    #[test]
+    fn listeners_are_added_removed_and_rebound() {
+        let pools = "[pools.a]\nnodes = [{ address = \"127.0.0.1:1\" }]\n";
+        let old = config(
+            pools,
+            "[virtual_servers.web]\nlisten = [\"127.0.0.1:8080\", \"127.0.0.1:8081\"]\npool = \"a\"\n",
+        );
+        let new = config(
+            pools,
+            "[virtual_servers.web]\nlisten = [\"127.0.0.1:8082\"]\npool = \"a\"\n\
+             [virtual_servers.api]\nlisten = \"127.0.0.1:8081\"\npool = \"a\"\n",
+        );
+        let diff = diff(&old, &new);
+        let ports = |list: &[Listener]| list.iter().map(|l| l.address.port()).collect::<Vec<_>>();
+        assert_eq!(ports(&diff.listeners.added), vec![8082]);
+        assert_eq!(ports(&diff.listeners.removed), vec![8080]);
+        assert_eq!(ports(&diff.listeners.rebound), vec![8081]);
+        assert_eq!(diff.listeners.rebound[0].virtual_server, "api");
+        assert_eq!(diff.virtual_servers.added, vec!["api"]);
+        assert_eq!(diff.virtual_servers.changed[0].keys, vec!["listen"]);
+    }
+
+    #[test]
+    fn pool_references_compare_by_name() {
+        // Pool ids are positions: adding a pool before "a" must not read as a change of
+        // the virtual server's pool.
+        let old = config("[pools.a]\nnodes = [{ address = \"127.0.0.1:1\" }]\n", WEB);
+        let new = config(
+            "[pools.z]\nnodes = [{ address = \"127.0.0.1:9\" }]\n\
+             [pools.a]\nnodes = [{ address = \"127.0.0.1:1\" }]\n",
+            WEB,
+        );
+        let diff = diff(&old, &new);
+        assert!(diff.virtual_servers.changed.is_empty(), "{diff:?}");
+        assert_eq!(diff.pools.added, vec!["z"]);
+    }
+
+    #[test]
+    fn serialises_for_the_api() {
+        let old = config("[pools.a]\nnodes = [{ address = \"127.0.0.1:1\" }]\n", WEB);
+        let new = config(
+            "[runtime]\nthreads = 2\n[pools.a]\nnodes = [{ address = \"127.0.0.1:1\", weight = 2 }]\n",
+            WEB,
+        );
+        let json = serde_json::to_string(&diff(&old, &new)).unwrap();
+        assert!(
+            json.contains(r#""nodes":[{"pool":"a","address":"127.0.0.1:1","change":"changed","keys":["weight"]}]"#),
+            "{json}"
+        );
+        assert!(
+            json.contains(r#""needs_restart":["runtime.threads"]"#),
+            "{json}"
+        );
+    }
+}

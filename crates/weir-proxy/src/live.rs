@@ -1,0 +1,451 @@
+//! The running proxy's handle: the current model, and reload in place.
+//!
+//! A reload runs in two steps. **Stage** does everything that can fail, without touching
+//! what serves: it reads every certificate, key and CA the candidate names (building the
+//! TLS configs) and binds the listen addresses the candidate adds. Any problem refuses the
+//! candidate with the file, line and key, and the running model keeps serving. **Commit**
+//! cannot fail: it builds the next model (carrying over nodes, connections and TLS
+//! sessions by identity), swaps it in, diffs the listeners, restarts the background work
+//! of the pools that changed and lets removed nodes and virtual servers drain.
+//!
+//! Reloads are serialised; each is counted in `weir_config_reloads_total{result}`. The
+//! stage is `crate::stage`.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::task::JoinHandle;
+use weir_config::diff::ConfigDiff;
+use weir_config::{Config, ConfigError};
+use weir_core::{Shutdown, ShutdownSignal};
+use weir_observe::{AccessLog, Metrics};
+use weir_upstream::Pool;
+
+use crate::drain::Drain;
+use crate::listener::{AcceptContext, Bound, Listeners};
+use crate::model::{Model, ModelCell, ModelParts, VirtualServerShared};
+use crate::stage::{Staged, StagedTls, bind_added, check_files, stage};
+
+/// The running proxy: its current model, and everything a reload changes.
+#[derive(Debug)]
+pub struct Live {
+    cell: Arc<ModelCell>,
+    metrics: Arc<Metrics>,
+    control: Mutex<Control>,
+}
+
+/// What reloads change besides the model; one reload at a time holds it.
+#[derive(Debug, Default)]
+struct Control {
+    listeners: Listeners,
+    /// Background tasks of each pool of the current model, by pool name.
+    pool_tasks: HashMap<String, PoolTasks>,
+    shared: HashMap<String, Arc<VirtualServerShared>>,
+    running: Option<Running>,
+    last: Option<ReloadRecord>,
+    /// The access log of the current model (`None` when off).
+    access_log: Option<Arc<AccessLog>>,
+}
+
+#[derive(Debug)]
+struct PoolTasks {
+    pool: Arc<Pool>,
+    stop: Shutdown,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Running {
+    accept: AcceptContext,
+}
+
+/// A reload that was applied.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    pub generation: u64,
+    pub diff: ConfigDiff,
+    /// From the start of the reload (before the file was read, for a reload of the file)
+    /// to the new model serving.
+    pub duration: Duration,
+}
+
+/// The outcome of the last reload tried, for the admin API.
+#[derive(Debug, Clone)]
+pub struct ReloadRecord {
+    pub at: SystemTime,
+    /// The generation serving after it.
+    pub generation: u64,
+    /// `None` when it was applied; else why it was refused.
+    pub error: Option<String>,
+    pub summary: String,
+}
+
+/// Why a reload was refused. The running model keeps serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The candidate is invalid, or a file or address it names is unusable.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// There is no file to re-read: weir runs the embedded default.
+    #[error("no config file to re-read: weir was started without --config")]
+    NoFile,
+    /// The proxy is not serving (not started yet, or shutting down).
+    #[error("the proxy is not running")]
+    NotRunning,
+}
+
+impl Live {
+    /// The first model (generation 1), from a validated config: reads every file it names.
+    pub(crate) fn build(config: Config, metrics: &Arc<Metrics>) -> Result<Arc<Live>, ConfigError> {
+        let empty = Model::empty(config.clone());
+        let mut staged = stage(&empty, &config, metrics, None)?;
+        let live = Arc::new(Live {
+            cell: Arc::new(ModelCell::new(empty)),
+            metrics: Arc::clone(metrics),
+            control: Mutex::new(Control::default()),
+        });
+        let mut control = live.lock();
+        let model = live.next_model(&mut control, &config, &mut staged);
+        live.cell.swap(Arc::new(model));
+        drop(control);
+        Ok(live)
+    }
+
+    /// The model serving now.
+    pub fn current(&self) -> Arc<Model> {
+        self.cell.current()
+    }
+
+    /// The generation serving now.
+    pub fn generation(&self) -> u64 {
+        self.cell.generation()
+    }
+
+    /// Whether the proxy serves (between [`crate::BoundProxy::run`]'s start and shutdown):
+    /// reloads are refused outside it.
+    pub fn is_running(&self) -> bool {
+        self.lock().running.is_some()
+    }
+
+    /// The outcome of the last reload tried, if any.
+    pub fn last_reload(&self) -> Option<ReloadRecord> {
+        self.lock().last.clone()
+    }
+
+    /// The bound listening addresses, by virtual server (port 0 resolved).
+    pub fn local_addrs(&self) -> Vec<(String, SocketAddr)> {
+        self.lock().listeners.local_addrs()
+    }
+
+    /// A duplicate of each listening socket, by configured address, for a new process
+    /// taking over (`weir serve --upgrade`).
+    pub fn listener_duplicates(&self) -> io::Result<Vec<(SocketAddr, OwnedFd)>> {
+        self.lock().listeners.duplicates()
+    }
+
+    /// Validates `candidate` against the running model without applying it: reads every
+    /// file it names and reports what would change. Binds nothing.
+    pub fn check(&self, candidate: &Config) -> Result<ConfigDiff, ConfigError> {
+        let current = self.current();
+        let access_log = self.lock().access_log.clone();
+        check_files(&current, candidate, &self.metrics, access_log.as_ref())?;
+        Ok(weir_config::diff::diff(&current.config, candidate))
+    }
+
+    /// Re-reads the file the running config came from and applies it. The duration
+    /// reported counts from before the file is read.
+    pub fn reload_file(&self) -> Result<Applied, ReloadError> {
+        let started = Instant::now();
+        let path = self.current().config.source.clone();
+        let Some(path) = path else {
+            let error = ReloadError::NoFile;
+            self.record(&mut self.lock(), Err(&error));
+            return Err(error);
+        };
+        match weir_config::load_file(&path) {
+            Ok(config) => self.apply_started(config, started),
+            Err(error) => {
+                let error = ReloadError::Config(error);
+                self.record(&mut self.lock(), Err(&error));
+                Err(error)
+            }
+        }
+    }
+
+    /// Applies a validated candidate: stage (may refuse it), then commit.
+    pub fn apply(&self, candidate: Config) -> Result<Applied, ReloadError> {
+        self.apply_started(candidate, Instant::now())
+    }
+
+    fn apply_started(&self, candidate: Config, started: Instant) -> Result<Applied, ReloadError> {
+        let mut control = self.lock();
+        let result = self.apply_locked(&mut control, candidate, started);
+        self.record(&mut control, result.as_ref().map_err(|e| &**e));
+        result.map_err(|error| *error)
+    }
+
+    fn apply_locked(
+        &self,
+        control: &mut Control,
+        candidate: Config,
+        started: Instant,
+    ) -> Result<Applied, Box<ReloadError>> {
+        let Some(context) = control.running.as_ref().map(|r| r.accept.clone()) else {
+            return Err(Box::new(ReloadError::NotRunning));
+        };
+        if context.shutdown.is_triggered() {
+            return Err(Box::new(ReloadError::NotRunning));
+        }
+        let current = self.current();
+        let diff = weir_config::diff::diff(&current.config, &candidate);
+        let mut staged = stage(
+            &current,
+            &candidate,
+            &self.metrics,
+            control.access_log.as_ref(),
+        )
+        .map_err(|e| Box::new(e.into()))?;
+        staged.bound = bind_added(&candidate, &control.listeners)
+            .map_err(|e| Box::new(ReloadError::Config(e)))?;
+        // Commit: nothing below fails.
+        let model = Arc::new(self.next_model(control, &candidate, &mut staged));
+        let old = self.cell.swap(Arc::clone(&model));
+        control.listeners.retain_and_rebind(&candidate);
+        if let Err(error) = control
+            .listeners
+            .start(std::mem::take(&mut staged.bound), &context)
+        {
+            // Only a socket tokio cannot register; the rest of the reload stands.
+            tracing::error!(%error, "a listener added by the reload cannot serve");
+        }
+        self.retire(control, &old, &model, &diff);
+        self.start_pool_tasks(control, &model, &context.shutdown);
+        for termination in model.tls_terminations() {
+            termination.refresh_expiry();
+        }
+        Ok(Applied {
+            generation: model.generation,
+            diff,
+            duration: started.elapsed(),
+        })
+    }
+
+    /// Builds the next model from a staged candidate (the commit's first step).
+    fn next_model(&self, control: &mut Control, config: &Config, staged: &mut Staged) -> Model {
+        let current = self.current();
+        let pools: Vec<Arc<Pool>> = config
+            .pools
+            .iter()
+            .map(|pool| {
+                let previous = current.pool(&pool.name);
+                match previous {
+                    // Unchanged and nothing re-read: the same pool, its tasks keep running.
+                    Some(previous) if previous.config == *pool && pool.tls.is_none() => {
+                        Arc::clone(previous)
+                    }
+                    _ => Pool::build(
+                        pool,
+                        &self.metrics,
+                        staged.connectors.remove(&pool.name),
+                        previous.map(|p| &**p),
+                    ),
+                }
+            })
+            .collect();
+        let tls = std::mem::take(&mut staged.tls)
+            .into_iter()
+            .map(|(name, staged)| {
+                let termination = match staged {
+                    StagedTls::Reload(termination, certificates) => {
+                        termination.commit(certificates);
+                        termination
+                    }
+                    StagedTls::New(termination) => termination,
+                };
+                (name, termination)
+            })
+            .collect();
+        control.access_log = staged.access_log.take();
+        ModelParts {
+            access_log: control.access_log.clone(),
+            config: Arc::new(config.clone()),
+            generation: current.generation + 1,
+            pools,
+            tls,
+            shared: &mut control.shared,
+            cell: Arc::downgrade(&self.cell),
+            current_generation: self.cell.generation_counter(),
+            metrics: &self.metrics,
+        }
+        .build()
+    }
+
+    /// Lets what the new model dropped drain, and forgets its metric series.
+    fn retire(&self, control: &mut Control, old: &Model, new: &Model, diff: &ConfigDiff) {
+        for pool in &old.pools {
+            let next = new.pool(&pool.name);
+            if !next.is_some_and(|next| Arc::ptr_eq(next, pool)) {
+                pool.retire_nodes_missing_from(next.map(|p| &**p));
+            }
+        }
+        for change in &diff.nodes {
+            if change.change == weir_config::diff::NodeChangeKind::Removed {
+                self.metrics
+                    .remove_node(&change.pool, &change.address.to_string());
+            }
+        }
+        for name in &diff.pools.removed {
+            self.metrics.remove_pool(name);
+        }
+        for name in &diff.virtual_servers.removed {
+            self.metrics.remove_virtual_server(name);
+            if let Some(shared) = control.shared.remove(name) {
+                shared.remove();
+            }
+        }
+    }
+
+    /// Starts the background work of pools that are new in `model`, and stops that of
+    /// pools it replaced or removed.
+    fn start_pool_tasks(&self, control: &mut Control, model: &Model, shutdown: &ShutdownSignal) {
+        let mut previous = std::mem::take(&mut control.pool_tasks);
+        for pool in &model.pools {
+            let tasks = match previous.remove(&pool.name) {
+                Some(tasks) if Arc::ptr_eq(&tasks.pool, pool) => tasks,
+                replaced => {
+                    if let Some(replaced) = replaced {
+                        replaced.stop.trigger();
+                    }
+                    let (stop, signal) = Shutdown::new();
+                    PoolTasks {
+                        pool: Arc::clone(pool),
+                        tasks: pool.start(signal, shutdown.clone()),
+                        stop,
+                    }
+                }
+            };
+            control.pool_tasks.insert(pool.name.clone(), tasks);
+        }
+        for (_, removed) in previous {
+            removed.stop.trigger();
+        }
+    }
+
+    /// Starts serving: accept loops on `bound`, and the pools' background work.
+    pub(crate) fn start(
+        &self,
+        bound: Vec<Bound>,
+        shutdown: ShutdownSignal,
+        drain: Arc<Drain>,
+    ) -> io::Result<()> {
+        let mut control = self.lock();
+        let context = AcceptContext {
+            cell: Arc::clone(&self.cell),
+            drain,
+            shutdown: shutdown.clone(),
+        };
+        control.listeners.start(bound, &context)?;
+        control.running = Some(Running { accept: context });
+        let model = self.current();
+        self.start_pool_tasks(&mut control, &model, &shutdown);
+        self.metrics
+            .reloads()
+            .generation
+            .set(model.generation as i64);
+        Ok(())
+    }
+
+    /// After shutdown: the accept loops and pool tasks to wait for. No reload runs after.
+    pub(crate) fn stopped(&self) -> (Vec<JoinHandle<()>>, Vec<JoinHandle<()>>) {
+        let mut control = self.lock();
+        control.running = None;
+        let accept = control.listeners.stop_all();
+        let pools = control
+            .pool_tasks
+            .drain()
+            .flat_map(|(_, tasks)| tasks.tasks)
+            .collect();
+        (accept, pools)
+    }
+
+    /// Writes out the access log's buffered records.
+    pub fn flush_access_log(&self) {
+        let log = self.lock().access_log.clone();
+        if let Some(log) = log {
+            log.flush();
+        }
+    }
+
+    /// Reopens the access log file (SIGUSR1, after logrotate moved it).
+    pub fn reopen_access_log(&self) -> io::Result<()> {
+        let log = self.lock().access_log.clone();
+        match log {
+            Some(log) => log.reopen(),
+            None => Ok(()),
+        }
+    }
+
+    /// Re-reads the certificates of every HTTPS virtual server: all of them or, when one
+    /// fails, none.
+    pub fn reload_certificates(&self) -> Result<usize, ConfigError> {
+        let _control = self.lock();
+        let terminations = self.current().tls_terminations();
+        let mut staged = Vec::with_capacity(terminations.len());
+        for termination in &terminations {
+            staged.push(termination.stage()?);
+        }
+        for (termination, staged) in terminations.iter().zip(staged) {
+            termination.commit(staged);
+        }
+        Ok(terminations.len())
+    }
+
+    fn record(&self, control: &mut Control, result: Result<&Applied, &ReloadError>) {
+        let reloads = self.metrics.reloads();
+        let now = SystemTime::now();
+        reloads.last_reload_timestamp_seconds.set(
+            now.duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64(),
+        );
+        let generation = self.generation();
+        control.last = Some(match result {
+            Ok(applied) => {
+                reloads.applied.inc();
+                reloads.last_reload_success.set(1);
+                reloads.generation.set(applied.generation as i64);
+                let summary = applied.diff.summary();
+                tracing::info!(generation = applied.generation, duration_us = applied.duration.as_micros() as u64, changes = %summary, "configuration reloaded");
+                if !applied.diff.needs_restart.is_empty() {
+                    tracing::warn!(keys = %applied.diff.needs_restart.join(", "), "these changes take effect only in a new process (weir serve --upgrade)");
+                }
+                ReloadRecord {
+                    at: now,
+                    generation,
+                    error: None,
+                    summary,
+                }
+            }
+            Err(error) => {
+                reloads.refused.inc();
+                reloads.last_reload_success.set(0);
+                tracing::error!(generation, error = %error, "configuration reload refused; still serving the running configuration");
+                ReloadRecord {
+                    at: now,
+                    generation,
+                    error: Some(error.to_string()),
+                    summary: "refused".to_owned(),
+                }
+            }
+        });
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Control> {
+        // Control is consistent between statements; recover it after a panic elsewhere.
+        self.control.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

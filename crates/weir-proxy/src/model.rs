@@ -1,0 +1,296 @@
+//! The running model: one immutable value per generation of the configuration, behind an
+//! atomic swap.
+//!
+//! A [`Model`] holds the validated [`Config`] it was built from, the pools and the virtual
+//! servers. The [`ModelCell`] holds the current one; a request takes the virtual server of
+//! the current model when it starts (before its head is read) and keeps that `Arc` to its
+//! end, so a reload never changes a request half-way. Old models are freed when the last
+//! request holding one ends.
+//!
+//! What must outlive a model is kept apart and carried over by identity: a virtual
+//! server's [`VirtualServerShared`] (by name), a pool's nodes and their connections (by
+//! pool name and node address, in `weir_upstream::Pool::build`), TLS ticket keys and
+//! session caches (by virtual server, in `weir_tls::Acceptor::successor`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use weir_config::{Config, PoolId, VirtualServer};
+use weir_core::{Shutdown, ShutdownSignal};
+use weir_http::Limits;
+use weir_observe::{AccessLog, Metrics, VirtualServerMetrics};
+use weir_upstream::Pool;
+
+use crate::tls::TlsTermination;
+
+/// One generation of the running configuration.
+#[derive(Debug)]
+pub struct Model {
+    /// 1 for the configuration weir started with, then one more per applied reload.
+    pub generation: u64,
+    pub config: Arc<Config>,
+    /// In the order of `config.pools`.
+    pub pools: Vec<Arc<Pool>>,
+    /// In the order of `config.virtual_servers`.
+    pub virtual_servers: Vec<Arc<VirtualServerRuntime>>,
+    /// When this model began serving (or was built, before it did).
+    pub loaded_at: SystemTime,
+    /// Positions in `virtual_servers` and `pools`, by name.
+    index: Index,
+}
+
+#[derive(Debug, Default)]
+struct Index {
+    virtual_servers: HashMap<String, usize>,
+    pools: HashMap<String, usize>,
+}
+
+/// Holds the current model.
+#[derive(Debug)]
+pub(crate) struct ModelCell {
+    current: ArcSwap<Model>,
+    /// The current model's generation, readable with one atomic load; shared with every
+    /// virtual server so that the check for a newer model touches nothing else.
+    generation: Arc<AtomicU64>,
+}
+
+/// The part of a virtual server that outlives models: shared by every generation of the
+/// virtual server of the same name.
+#[derive(Debug)]
+pub(crate) struct VirtualServerShared {
+    /// Client connections open now (for `limits.max_connections`).
+    pub(crate) open: AtomicU32,
+    /// Triggered when a reload removes the virtual server: its idle kept-alive
+    /// connections close, busy ones close after their response.
+    removed: Shutdown,
+}
+
+/// A virtual server of one model (one generation of the configuration), with its pools
+/// resolved and its metric handles taken. A request keeps the one it started with.
+#[derive(Debug)]
+pub struct VirtualServerRuntime {
+    pub config: VirtualServer,
+    pub default_pool: Arc<Pool>,
+    pub routes: Vec<(weir_config::Route, Arc<Pool>)>,
+    pub metrics: VirtualServerMetrics,
+    /// Where this virtual server's access records go; `None` when `log.access_log` is off.
+    pub access_log: Option<Arc<AccessLog>>,
+    pub(crate) head_limits: Limits,
+    /// The model this virtual server belongs to.
+    pub generation: u64,
+    /// What outlives a model: the count of open client connections, the stop signal.
+    pub(crate) shared: Arc<VirtualServerShared>,
+    /// Where newer models appear (weak: a model must not keep the cell alive).
+    pub(crate) cell: Weak<ModelCell>,
+    /// The generation serving now (the cell's counter).
+    current_generation: Arc<AtomicU64>,
+    /// TLS termination, on an HTTPS virtual server.
+    pub tls: Option<Arc<TlsTermination>>,
+}
+
+impl VirtualServerRuntime {
+    pub(crate) fn new(
+        config: &VirtualServer,
+        pools: &[Arc<Pool>],
+        metrics: VirtualServerMetrics,
+        access_log: Option<Arc<AccessLog>>,
+        tls: Option<Arc<TlsTermination>>,
+        link: ModelLink,
+    ) -> VirtualServerRuntime {
+        let pool = |PoolId(index): PoolId| Arc::clone(&pools[index]);
+        VirtualServerRuntime {
+            generation: link.generation,
+            shared: link.shared,
+            cell: link.cell,
+            current_generation: link.current_generation,
+            default_pool: pool(config.default_pool),
+            routes: config
+                .routes
+                .iter()
+                .map(|route| (route.clone(), pool(route.pool)))
+                .collect(),
+            metrics,
+            access_log,
+            head_limits: Limits {
+                max_head_bytes: config.limits.max_header_bytes,
+                max_headers: config.limits.max_headers,
+            },
+            tls,
+            config: config.clone(),
+        }
+    }
+
+    /// This virtual server in the model running now, when that is a newer one than this
+    /// (`None` when this one is current, or when a reload removed it). A kept-alive
+    /// connection calls it before each request; the check is one atomic load.
+    pub(crate) fn newer(&self) -> Option<Arc<VirtualServerRuntime>> {
+        if self.current_generation.load(Ordering::Acquire) == self.generation {
+            return None;
+        }
+        let cell = self.cell.upgrade()?;
+        cell.current().virtual_server(&self.config.name).cloned()
+    }
+}
+
+impl Model {
+    /// The virtual server called `name`.
+    pub fn virtual_server(&self, name: &str) -> Option<&Arc<VirtualServerRuntime>> {
+        self.virtual_servers
+            .get(*self.index.virtual_servers.get(name)?)
+    }
+
+    /// The pool called `name`.
+    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.pools.get(*self.index.pools.get(name)?)
+    }
+
+    /// The model before the first: nothing serves, nothing to carry over.
+    pub(crate) fn empty(config: Config) -> Model {
+        Model {
+            generation: 0,
+            config: Arc::new(config),
+            pools: Vec::new(),
+            virtual_servers: Vec::new(),
+            loaded_at: SystemTime::now(),
+            index: Index::default(),
+        }
+    }
+
+    /// TLS termination of every HTTPS virtual server.
+    pub fn tls_terminations(&self) -> Vec<Arc<TlsTermination>> {
+        self.virtual_servers
+            .iter()
+            .filter_map(|vs| vs.tls.clone())
+            .collect()
+    }
+}
+
+impl ModelCell {
+    pub(crate) fn new(model: Model) -> ModelCell {
+        ModelCell {
+            generation: Arc::new(AtomicU64::new(model.generation)),
+            current: ArcSwap::from_pointee(model),
+        }
+    }
+
+    pub(crate) fn current(&self) -> Arc<Model> {
+        self.current.load_full()
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The generation counter itself, for virtual servers to watch.
+    pub(crate) fn generation_counter(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.generation)
+    }
+
+    /// Makes `model` the current one. The generation is published after the model, so a
+    /// reader that sees the new generation finds the new model.
+    pub(crate) fn swap(&self, model: Arc<Model>) -> Arc<Model> {
+        let generation = model.generation;
+        let old = self.current.swap(model);
+        self.generation.store(generation, Ordering::Release);
+        old
+    }
+}
+
+impl VirtualServerShared {
+    fn new() -> Arc<VirtualServerShared> {
+        let (removed, _) = Shutdown::new();
+        Arc::new(VirtualServerShared {
+            open: AtomicU32::new(0),
+            removed,
+        })
+    }
+
+    /// Triggers when the virtual server is removed by a reload.
+    pub(crate) fn removed_signal(&self) -> ShutdownSignal {
+        self.removed.signal()
+    }
+
+    pub(crate) fn remove(&self) {
+        self.removed.trigger();
+    }
+}
+
+/// How a virtual server knows its model and finds newer ones.
+pub(crate) struct ModelLink {
+    pub generation: u64,
+    pub shared: Arc<VirtualServerShared>,
+    pub cell: Weak<ModelCell>,
+    pub current_generation: Arc<AtomicU64>,
+}
+
+/// What a model is built from, besides the config: the pools (already built, with their
+/// carried-over nodes), each HTTPS virtual server's TLS termination, and the shared parts
+/// of the virtual servers that stay.
+pub(crate) struct ModelParts<'a> {
+    pub config: Arc<Config>,
+    pub generation: u64,
+    pub pools: Vec<Arc<Pool>>,
+    /// By virtual server name.
+    pub tls: HashMap<String, Arc<TlsTermination>>,
+    /// By virtual server name; updated with the shared parts of new virtual servers.
+    pub shared: &'a mut HashMap<String, Arc<VirtualServerShared>>,
+    pub cell: Weak<ModelCell>,
+    pub current_generation: Arc<AtomicU64>,
+    pub metrics: &'a Metrics,
+    pub access_log: Option<Arc<AccessLog>>,
+}
+
+impl ModelParts<'_> {
+    pub(crate) fn build(mut self) -> Model {
+        let config = Arc::clone(&self.config);
+        let virtual_servers = config
+            .virtual_servers
+            .iter()
+            .map(|vs| {
+                let shared = Arc::clone(
+                    self.shared
+                        .entry(vs.name.clone())
+                        .or_insert_with(VirtualServerShared::new),
+                );
+                Arc::new(VirtualServerRuntime::new(
+                    vs,
+                    &self.pools,
+                    self.metrics.virtual_server(&vs.name),
+                    self.access_log.clone(),
+                    self.tls.remove(&vs.name),
+                    ModelLink {
+                        generation: self.generation,
+                        shared,
+                        cell: self.cell.clone(),
+                        current_generation: Arc::clone(&self.current_generation),
+                    },
+                ))
+            })
+            .collect();
+        let virtual_servers: Vec<Arc<VirtualServerRuntime>> = virtual_servers;
+        let index = Index {
+            virtual_servers: virtual_servers
+                .iter()
+                .enumerate()
+                .map(|(i, vs)| (vs.config.name.clone(), i))
+                .collect(),
+            pools: self
+                .pools
+                .iter()
+                .enumerate()
+                .map(|(i, pool)| (pool.name.clone(), i))
+                .collect(),
+        };
+        Model {
+            generation: self.generation,
+            config,
+            pools: self.pools,
+            virtual_servers,
+            loaded_at: SystemTime::now(),
+            index,
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! A reload's first step: everything that can fail, done before anything that serves
+//! changes — files read, TLS configs built, the access log opened, new listeners bound.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use weir_config::{Config, ConfigError, Diagnostic, KeyPath};
+use weir_observe::{AccessLog, Metrics};
+use weir_tls::StagedReload;
+
+use crate::listener::{Bound, Listeners, bind_tcp};
+use crate::model::Model;
+use crate::tls::TlsTermination;
+
+/// Everything a candidate needs that can fail, done before anything changes.
+pub(crate) struct Staged {
+    pub connectors: HashMap<String, weir_tls::Connector>,
+    pub tls: Vec<(String, StagedTls)>,
+    pub bound: Vec<Bound>,
+    pub access_log: Option<Arc<AccessLog>>,
+}
+
+pub(crate) enum StagedTls {
+    /// Same TLS settings: the same termination, with its certificates re-read.
+    Reload(Arc<TlsTermination>, StagedReload),
+    /// A new termination (new settings carry the ticket keys and session cache over).
+    New(Arc<TlsTermination>),
+}
+
+/// Reads every file `candidate` names and builds its TLS configs, carrying over what the
+/// running model's virtual servers of the same names hold. Every problem is reported.
+pub(crate) fn stage(
+    current: &Model,
+    candidate: &Config,
+    metrics: &Metrics,
+    access_log: Option<&Arc<AccessLog>>,
+) -> Result<Staged, ConfigError> {
+    let file_name = candidate.file_name();
+    let mut errors: Vec<Diagnostic> = Vec::new();
+    let mut connectors = HashMap::new();
+    for pool in &candidate.pools {
+        if let Some(tls) = &pool.tls {
+            match weir_tls::Connector::new(tls, &file_name) {
+                Ok(connector) => {
+                    connectors.insert(pool.name.clone(), connector);
+                }
+                Err(error) => errors.extend(error.errors),
+            }
+        }
+    }
+    let mut staged_tls = Vec::new();
+    for vs in &candidate.virtual_servers {
+        let Some(settings) = &vs.tls else { continue };
+        let previous = current.virtual_server(&vs.name).and_then(|v| v.tls.clone());
+        let result = match previous {
+            Some(termination) if termination.settings() == settings => termination
+                .stage()
+                .map(|staged| StagedTls::Reload(termination, staged)),
+            Some(termination) => termination
+                .successor(settings, &file_name)
+                .map(|next| StagedTls::New(Arc::new(next))),
+            None => TlsTermination::new(&vs.name, settings, &file_name, metrics)
+                .map(|next| StagedTls::New(Arc::new(next))),
+        };
+        match result {
+            Ok(staged) => staged_tls.push((vs.name.clone(), staged)),
+            Err(error) => errors.extend(error.errors),
+        }
+    }
+    let access_log = match access_log_for(candidate, access_log) {
+        Ok(log) => log,
+        Err(error) => {
+            errors.extend(error.errors);
+            None
+        }
+    };
+    if !errors.is_empty() {
+        return Err(ConfigError {
+            file: file_name,
+            errors,
+        });
+    }
+    Ok(Staged {
+        connectors,
+        tls: staged_tls,
+        bound: Vec::new(),
+        access_log,
+    })
+}
+
+/// The access log `candidate` asks for: the running one when its format and file stay,
+/// else a new one (the file opened now, so a bad path refuses the candidate).
+fn access_log_for(
+    candidate: &Config,
+    running: Option<&Arc<AccessLog>>,
+) -> Result<Option<Arc<AccessLog>>, ConfigError> {
+    if !candidate.log.access_log {
+        return Ok(None);
+    }
+    let settings = &candidate.access_log;
+    let path = settings.file.as_ref().map(|file| file.path.as_path());
+    if let Some(running) = running.filter(|log| log.is(settings.format, path)) {
+        return Ok(Some(Arc::clone(running)));
+    }
+    match &settings.file {
+        None => Ok(Some(Arc::new(AccessLog::stdout(settings.format)))),
+        Some(file) => AccessLog::file(settings.format, &file.path)
+            .map(|log| Some(Arc::new(log)))
+            .map_err(|error| {
+                candidate.file_error(
+                    file,
+                    format!("cannot open {}: {error}", file.path.display()),
+                )
+            }),
+    }
+}
+
+/// The dry run's file checks: the same as [`stage`], results dropped.
+pub(crate) fn check_files(
+    current: &Model,
+    candidate: &Config,
+    metrics: &Metrics,
+    access_log: Option<&Arc<AccessLog>>,
+) -> Result<(), ConfigError> {
+    stage(current, candidate, metrics, access_log).map(drop)
+}
+
+/// Binds the listen addresses `candidate` adds. On error, those bound are closed again.
+pub(crate) fn bind_added(
+    candidate: &Config,
+    listeners: &Listeners,
+) -> Result<Vec<Bound>, ConfigError> {
+    let mut bound = Vec::new();
+    for vs in &candidate.virtual_servers {
+        for (index, &address) in vs.listen.iter().enumerate() {
+            if listeners.serves(address, &vs.name) {
+                continue;
+            }
+            let socket = bind_tcp(address, vs.backlog).map_err(|error| {
+                let mut key = KeyPath::root()
+                    .key("virtual_servers")
+                    .key(&vs.name)
+                    .key("listen");
+                if vs.listen.len() > 1 {
+                    key = key.index(index);
+                }
+                let line = candidate
+                    .source
+                    .as_ref()
+                    .and_then(|path| std::fs::read_to_string(path).ok())
+                    .and_then(|text| weir_config::line_of_key(&text, &key));
+                ConfigError::single(
+                    &candidate.file_name(),
+                    line,
+                    key.to_string(),
+                    format!("cannot listen on {address}: {error}"),
+                )
+            })?;
+            bound.push(Bound {
+                address,
+                virtual_server: vs.name.clone(),
+                backlog: vs.backlog,
+                socket,
+            });
+        }
+    }
+    Ok(bound)
+}

@@ -1,0 +1,388 @@
+//! Reload in place: the running model is swapped, listeners are diffed, nodes that stay keep
+//! their connections, requests in flight finish on the model they started with, and a bad
+//! candidate is refused while the old model keeps serving.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use weir_proxy::ReloadError;
+use weir_testkit::client::{self, Connection};
+use weir_testkit::{TestOrigin, TestProxy, config};
+
+fn parse(text: &str) -> weir_config::Config {
+    weir_config::parse_str(text, "test.toml").unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// A config with virtual server `web` on `listen` over pool `web` = `nodes`.
+fn web(listen: &[&str], nodes: &[SocketAddr], extra: &str) -> String {
+    let listen: Vec<String> = listen.iter().map(|l| format!("\"{l}\"")).collect();
+    let nodes: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("{{ address = \"{n}\" }}"))
+        .collect();
+    format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\
+         [pools.web]\nnodes = [{}]\n\
+         [virtual_servers.web]\nlisten = [{}]\npool = \"web\"\n{extra}\n",
+        nodes.join(", "),
+        listen.join(", ")
+    )
+}
+
+async fn origin_of(addr: SocketAddr) -> String {
+    let response = client::get(addr, "/").await.expect("a response");
+    assert_eq!(response.status, 200);
+    response.header("x-origin").unwrap_or_default().to_owned()
+}
+
+/// A directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("weir-reload-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_adds_and_removes_a_listener() {
+    let origin = TestOrigin::start("a").await;
+    let ports = weir_testkit::free_ports::<2>();
+    let first = format!("127.0.0.1:{}", ports[0]);
+    let second = format!("127.0.0.1:{}", ports[1]);
+    let proxy = TestProxy::start(&web(&[&first], &[origin.addr], "")).await;
+    let first: SocketAddr = first.parse().unwrap();
+    let second: SocketAddr = second.parse().unwrap();
+    assert_eq!(origin_of(first).await, "a");
+    assert!(client::get(second, "/").await.is_err(), "not yet listening");
+
+    // Add a listener: both serve.
+    let applied = proxy
+        .live
+        .apply(parse(&web(
+            &[&first.to_string(), &second.to_string()],
+            &[origin.addr],
+            "",
+        )))
+        .unwrap();
+    assert_eq!(applied.generation, 2);
+    assert_eq!(applied.diff.listeners.added.len(), 1);
+    assert_eq!(origin_of(first).await, "a");
+    assert_eq!(origin_of(second).await, "a");
+
+    // Remove the first: it stops accepting, the second goes on.
+    let applied = proxy
+        .live
+        .apply(parse(&web(&[&second.to_string()], &[origin.addr], "")))
+        .unwrap();
+    assert_eq!(applied.diff.listeners.removed[0].address, first);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        client::get(first, "/").await.is_err(),
+        "removed listener closed"
+    );
+    assert_eq!(origin_of(second).await, "a");
+    assert_eq!(proxy.live.generation(), 3);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_changes_routes_and_pools() {
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let c = TestOrigin::start("c").await;
+    let proxy = TestProxy::start(&config(&[a.addr], "", "")).await;
+    let listen = proxy.addr.to_string();
+    assert_eq!(origin_of(proxy.addr).await, "a");
+
+    // The pool's node changes: requests reach the new node, through the same listener.
+    proxy
+        .live
+        .apply(parse(&web(&[&listen], &[b.addr], "")))
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(origin_of(proxy.addr).await, "b");
+    }
+    // A new pool and a route to it.
+    let routed = web(
+        &[&listen],
+        &[b.addr],
+        "[[virtual_servers.web.routes]]\npath_prefix = \"/c/\"\npool = \"c\"\n",
+    ) + &format!("[pools.c]\nnodes = [{{ address = \"{}\" }}]\n", c.addr);
+    proxy.live.apply(parse(&routed)).unwrap();
+    let response = client::get(proxy.addr, "/c/x").await.unwrap();
+    assert_eq!(response.header("x-origin"), Some("c"));
+    assert_eq!(origin_of(proxy.addr).await, "b");
+    assert_eq!(a.stats.requests(), 1);
+    // The listener's port never changed hands: the config said 127.0.0.1:0 at first,
+    // then the bound port, which is a new listener; the old one is gone.
+    assert_eq!(proxy.live.local_addrs().len(), 1);
+    proxy.stop().await;
+    for origin in [a, b, c] {
+        origin.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_uses_the_new_model_from_its_next_request() {
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let proxy = TestProxy::start(&config(&[a.addr], "", "")).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    let request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    connection.send(request).await.unwrap();
+    assert_eq!(
+        connection.response().await.unwrap().header("x-origin"),
+        Some("a")
+    );
+    let candidate = config(&[b.addr], "", "");
+    proxy.live.apply(parse(&candidate)).unwrap();
+    connection.send(request).await.unwrap();
+    assert_eq!(
+        connection.response().await.unwrap().header("x-origin"),
+        Some("b")
+    );
+    proxy.stop().await;
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_stays_keeps_its_connections_and_health() {
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let proxy = TestProxy::start(&config(&[a.addr], "", "")).await;
+    let listen = proxy.addr.to_string();
+    for _ in 0..3 {
+        assert_eq!(origin_of(proxy.addr).await, "a");
+    }
+    let before = proxy.live.current().pools[0].nodes[0].clone();
+    // Add a node and change a weight: node a stays, with the same state.
+    let candidate = format!(
+        "[log]\naccess_log = false\n[pools.web]\nalgorithm = \"weighted_round_robin\"\n\
+         nodes = [{{ address = \"{}\", weight = 3 }}, {{ address = \"{}\" }}]\n\
+         [virtual_servers.web]\nlisten = \"{listen}\"\npool = \"web\"\n",
+        a.addr, b.addr
+    );
+    proxy.live.apply(parse(&candidate)).unwrap();
+    let model = proxy.live.current();
+    let kept = &model.pools[0].nodes[0];
+    assert!(std::sync::Arc::ptr_eq(kept, &before), "node a carried over");
+    assert_eq!(kept.weight(), 3);
+    for _ in 0..8 {
+        origin_of(proxy.addr).await;
+    }
+    // One upstream connection to a served every request: the pooled one carried over.
+    assert_eq!(a.stats.connections_accepted(), 1);
+    assert_eq!(a.stats.requests(), 3 + 6);
+    assert_eq!(b.stats.requests(), 2);
+    proxy.stop().await;
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_in_flight_survives_a_reload_that_removes_its_node() {
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let proxy = TestProxy::start(&config(&[a.addr], "", "")).await;
+    let addr = proxy.addr;
+    let slow = tokio::spawn(async move { client::get(addr, "/delay/400").await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(proxy.live.current().pools[0].nodes[0].in_flight(), 1);
+    proxy
+        .live
+        .apply(parse(&web(&[&addr.to_string()], &[b.addr], "")))
+        .unwrap();
+    assert_eq!(origin_of(addr).await, "b");
+    let response = slow.await.unwrap().expect("the slow request completes");
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("x-origin"), Some("a"));
+    // The removed node's connection is closed once its request is done, not pooled.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(a.stats.connections_open(), 0);
+    assert!(
+        !proxy
+            .metrics
+            .encode()
+            .contains(&format!("node=\"{}\"", a.addr)),
+        "a removed node's series are dropped"
+    );
+    proxy.stop().await;
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_config_is_refused_and_the_old_one_keeps_serving() {
+    let a = TestOrigin::start("a").await;
+    let dir = TempDir::new("bad");
+    let path = dir.0.join("weir.toml");
+    let port = weir_testkit::free_ports::<1>()[0];
+    let good = web(&[&format!("127.0.0.1:{port}")], &[a.addr], "");
+    std::fs::write(&path, &good).unwrap();
+    let proxy = TestProxy::start_file(&path).await;
+    assert_eq!(origin_of(proxy.addr).await, "a");
+
+    // Line 5 gets a retries value out of range.
+    let bad = good.replace("[pools.web]\n", "[pools.web]\nretries = -1\n");
+    std::fs::write(&path, &bad).unwrap();
+    let error = proxy.live.reload_file().unwrap_err();
+    let ReloadError::Config(error) = error else {
+        panic!("a config error");
+    };
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}:5: pools.web.retries: must be between 0 and 100",
+            path.display()
+        )
+    );
+    // A certificate that does not exist: refused at stage, with its key.
+    let missing = good.replace(
+        "pool = \"web\"\n",
+        "pool = \"web\"\nprotocol = \"https\"\n[virtual_servers.web.tls]\n\
+         certificates = [{ cert = \"missing.pem\", key = \"missing.key\" }]\n",
+    );
+    std::fs::write(&path, &missing).unwrap();
+    let error = proxy.live.reload_file().unwrap_err().to_string();
+    assert!(
+        error.starts_with(&format!(
+            "{}:11: virtual_servers.web.tls.certificates[0].cert: cannot read ",
+            path.display()
+        )),
+        "{error}"
+    );
+    // The old model serves on; the refusals are counted and recorded.
+    assert_eq!(proxy.live.generation(), 1);
+    assert_eq!(origin_of(proxy.addr).await, "a");
+    let metrics = proxy.metrics.encode();
+    assert!(
+        metrics.contains("weir_config_reloads_total{result=\"refused\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("weir_config_last_reload_success 0"),
+        "{metrics}"
+    );
+    let last = proxy.live.last_reload().unwrap();
+    assert!(last.error.unwrap().contains("certificates[0].cert"));
+
+    // Fixed: applied.
+    std::fs::write(
+        &path,
+        good.replace("[pools.web]\n", "[pools.web]\nretries = 1\n"),
+    )
+    .unwrap();
+    let applied = proxy.live.reload_file().unwrap();
+    assert_eq!(applied.generation, 2);
+    assert_eq!(applied.diff.pools.changed[0].keys, vec!["retries"]);
+    assert!(proxy.metrics.encode().contains("weir_config_generation 2"));
+    proxy.stop().await;
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_already_in_use_refuses_the_whole_candidate() {
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let taken = TestOrigin::start("taken").await;
+    let proxy = TestProxy::start(&config(&[a.addr], "", "")).await;
+    let listen = proxy.addr.to_string();
+    // The candidate adds a listener on a port in use, and changes the pool.
+    let candidate = web(&[&listen, &taken.addr.to_string()], &[b.addr], "");
+    let error = proxy.live.apply(parse(&candidate)).unwrap_err().to_string();
+    assert!(
+        error.contains(&format!(
+            ": virtual_servers.web.listen[1]: cannot listen on {}: Address",
+            taken.addr
+        )),
+        "{error}"
+    );
+    // Nothing changed: the pool still sends to a.
+    assert_eq!(origin_of(proxy.addr).await, "a");
+    assert_eq!(proxy.live.generation(), 1);
+    proxy.stop().await;
+    for origin in [a, b, taken] {
+        origin.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sessions_resume_across_reloads() {
+    use weir_testkit::tls::{self, ClientOptions, Pki};
+    let pki = Pki::new();
+    let (cert, key) = pki.server("site", &["site.test"], weir_tls::KeyType::EcdsaP256);
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let https = |node: SocketAddr, listen: &str, extra: &str| {
+        format!(
+            "[log]\naccess_log = false\n[pools.web]\nnodes = [{{ address = \"{node}\" }}]\n\
+             [virtual_servers.web]\nlisten = \"{listen}\"\npool = \"web\"\nprotocol = \"https\"\n\
+             [virtual_servers.web.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n{extra}\n",
+            cert.display(),
+            key.display()
+        )
+    };
+    let proxy = TestProxy::start(&https(a.addr, "127.0.0.1:0", "")).await;
+    let listen = proxy.addr.to_string();
+    for options in [
+        ClientOptions {
+            tls13_only: true,
+            ..ClientOptions::default()
+        },
+        ClientOptions {
+            tls12_only: true,
+            ..ClientOptions::default()
+        },
+    ] {
+        let client = tls::client_config(&options);
+        let mut first = tls::connect(proxy.addr, "site.test", &client)
+            .await
+            .unwrap();
+        assert_eq!(tls::get(&mut first, "/").await.unwrap().status, 200);
+        // A reload of the pool (certificates re-read), then one of the TLS settings: the
+        // ticket keys and the session cache carry over both times.
+        proxy
+            .live
+            .apply(parse(&https(b.addr, &listen, "")))
+            .unwrap();
+        let mut second = tls::connect(proxy.addr, "site.test", &client)
+            .await
+            .unwrap();
+        assert!(
+            tls::was_resumed(&second),
+            "{options:?}: after a pool change"
+        );
+        let response = tls::get(&mut second, "/").await.unwrap();
+        assert_eq!(response.header("x-origin"), Some("b"));
+        proxy
+            .live
+            .apply(parse(&https(a.addr, &listen, "handshake_timeout = \"5s\"")))
+            .unwrap();
+        let mut third = tls::connect(proxy.addr, "site.test", &client)
+            .await
+            .unwrap();
+        assert!(tls::was_resumed(&third), "{options:?}: after a TLS change");
+        assert_eq!(tls::get(&mut third, "/").await.unwrap().status, 200);
+        // Back to the first settings for the next client.
+        proxy
+            .live
+            .apply(parse(&https(a.addr, &listen, "")))
+            .unwrap();
+    }
+    proxy.stop().await;
+    a.stop().await;
+    b.stop().await;
+}

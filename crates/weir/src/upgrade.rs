@@ -1,0 +1,197 @@
+//! Binary upgrade without a dropped connection: `weir serve --upgrade` takes the listening
+//! sockets (virtual servers, admin, and this upgrade socket itself) from the running weir
+//! over its upgrade socket, starts accepting on them, then tells the old process, which
+//! stops accepting and drains (up to `runtime.drain_timeout`). The socket protocol is in
+//! `weir_proxy::handoff`.
+//!
+//! The upgrade socket is `runtime.upgrade_socket`, or by default an abstract Unix socket
+//! named after the config file's absolute path, so each config file's weir has its own and
+//! a second `weir serve` of the same file fails to start instead of serving beside it.
+//! Only a process of the same user (or root) may take the sockets.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use weir_config::Config;
+use weir_proxy::handoff;
+
+/// How long the old process waits for its successor to be ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a new process took over from the old one.
+pub struct Inherited {
+    pub listeners: HashMap<SocketAddr, OwnedFd>,
+    pub admin: Option<(SocketAddr, OwnedFd)>,
+    pub upgrade: Option<OwnedFd>,
+    stream: UnixStream,
+}
+
+/// Where this config's upgrade socket is.
+fn address(config: &Config) -> anyhow::Result<std::os::unix::net::SocketAddr> {
+    if let Some(path) = &config.runtime.upgrade_socket {
+        return std::os::unix::net::SocketAddr::from_pathname(path)
+            .with_context(|| format!("runtime.upgrade_socket {}", path.display()));
+    }
+    let identity = match &config.source {
+        Some(path) => std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.clone())
+            .display()
+            .to_string(),
+        None => weir_config::EMBEDDED_DEFAULT_NAME.to_owned(),
+    };
+    let name = format!("weir/upgrade/{:016x}", fnv1a(identity.as_bytes()));
+    Ok(std::os::unix::net::SocketAddr::from_abstract_name(name)?)
+}
+
+/// A stable hash (the name must be the same for every weir version).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Binds the upgrade socket of a weir that starts fresh. Fails when another weir already
+/// serves this config (its socket answers); a stale socket file is replaced.
+pub fn bind(config: &Config) -> anyhow::Result<UnixListener> {
+    let address = address(config)?;
+    match UnixListener::bind_addr(&address) {
+        Ok(listener) => Ok(listener),
+        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => {
+            if UnixStream::connect_addr(&address).is_ok() {
+                anyhow::bail!(
+                    "another weir already serves this configuration (its upgrade socket answers); \
+                     to replace it, run weir serve --upgrade"
+                );
+            }
+            let path = address.as_pathname().context("upgrade socket in use")?;
+            std::fs::remove_file(path)?;
+            Ok(UnixListener::bind_addr(&address)?)
+        }
+        Err(error) => Err(error).context("cannot bind the upgrade socket"),
+    }
+}
+
+/// Connects to the running weir of this config and takes its sockets.
+pub fn take_over(config: &Config) -> anyhow::Result<Inherited> {
+    let address = address(config)?;
+    let stream = UnixStream::connect_addr(&address)
+        .context("no running weir answers on this configuration's upgrade socket")?;
+    stream.set_read_timeout(Some(READY_TIMEOUT))?;
+    (&stream).write_all(handoff::HELLO)?;
+    let mut inherited = Inherited {
+        listeners: HashMap::new(),
+        admin: None,
+        upgrade: None,
+        stream,
+    };
+    for (name, fd) in handoff::receive_sockets(&inherited.stream)? {
+        match name.split_once(' ') {
+            Some(("listen", address)) => {
+                inherited.listeners.insert(address.parse()?, fd);
+            }
+            Some(("admin", address)) => inherited.admin = Some((address.parse()?, fd)),
+            _ if name == "upgrade" => inherited.upgrade = Some(fd),
+            _ => tracing::warn!(name, "unknown socket handed over; closed"),
+        }
+    }
+    Ok(inherited)
+}
+
+impl Inherited {
+    /// Tells the old process that this one accepts: it stops and drains.
+    pub fn ready(self) -> anyhow::Result<()> {
+        (&self.stream).write_all(handoff::READY)?;
+        handoff::expect_line(&self.stream, handoff::STOPPING)
+            .context("the old process did not confirm it stops")
+    }
+}
+
+/// What the running process hands over.
+pub struct Handover {
+    pub live: Arc<weir_proxy::Live>,
+    pub admin: Option<(SocketAddr, OwnedFd)>,
+    pub upgrade: OwnedFd,
+}
+
+/// Serves upgrade requests on `listener` until one succeeds (true) or `stop` triggers
+/// (false).
+pub async fn serve(
+    listener: tokio::net::UnixListener,
+    handover: Handover,
+    mut stop: weir_core::ShutdownSignal,
+) -> bool {
+    let handover = Arc::new(handover);
+    loop {
+        let accepted = tokio::select! {
+            () = stop.triggered() => return false,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                tracing::warn!(%error, "upgrade socket: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if !same_user(&stream) {
+            tracing::warn!("upgrade socket: a process of another user was refused");
+            continue;
+        }
+        let handover = Arc::clone(&handover);
+        let outcome = async move {
+            let stream = stream.into_std()?;
+            stream.set_nonblocking(false)?;
+            tokio::task::spawn_blocking(move || hand_over(&stream, &handover)).await?
+        };
+        match outcome.await {
+            Ok(()) => {
+                tracing::info!(
+                    "binary upgrade: the new process accepts; no longer accepting, draining"
+                );
+                return true;
+            }
+            Err(error) => {
+                tracing::error!(error = %format!("{error:#}"), "binary upgrade failed; still serving");
+            }
+        }
+    }
+}
+
+fn same_user(stream: &tokio::net::UnixStream) -> bool {
+    let ours = nix::unistd::geteuid().as_raw();
+    stream
+        .peer_cred()
+        .is_ok_and(|peer| peer.uid() == ours || peer.uid() == 0)
+}
+
+/// One handover: sockets out, then wait for the new process to be ready.
+fn hand_over(stream: &UnixStream, handover: &Handover) -> anyhow::Result<()> {
+    stream.set_read_timeout(Some(READY_TIMEOUT))?;
+    handoff::expect_line(stream, handoff::HELLO).context("not an upgrade request")?;
+    let mut sockets: Vec<(String, OwnedFd)> = handover
+        .live
+        .listener_duplicates()?
+        .into_iter()
+        .map(|(address, fd)| (format!("listen {address}"), fd))
+        .collect();
+    if let Some((address, fd)) = &handover.admin {
+        sockets.push((format!("admin {address}"), fd.as_fd().try_clone_to_owned()?));
+    }
+    sockets.push((
+        "upgrade".to_owned(),
+        handover.upgrade.as_fd().try_clone_to_owned()?,
+    ));
+    handoff::send_sockets(stream, &sockets)?;
+    drop(sockets);
+    handoff::expect_line(stream, handoff::READY).context("the new process did not become ready")?;
+    (&mut &*stream).write_all(handoff::STOPPING)?;
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! The access log as an operator ships it: JSON lines in a file, reopened on SIGUSR1 after
+//! logrotate moved it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use weir_testkit::{TestOrigin, client, free_ports};
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Weir(Child);
+
+impl Drop for Weir {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(weir: &Weir, signal: Signal) {
+    kill(Pid::from_raw(weir.0.id() as i32), signal).unwrap();
+}
+
+/// The lines of `path` once it has `count` of them (the log is written out every 200 ms).
+async fn lines(path: &PathBuf, count: usize) -> Vec<serde_json::Value> {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= count || start.elapsed() > Duration::from_secs(5) {
+            return text
+                .lines()
+                .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+                .collect();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_lines_in_a_file_reopened_on_sigusr1() {
+    let origin = TestOrigin::start("a").await;
+    let dir = TempDir(std::env::temp_dir().join(format!("weir-access-log-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let [port] = free_ports::<1>();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let config = dir.0.join("weir.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[log]\naccess_log_format = \"json\"\naccess_log_file = \"access.log\"\n\
+             [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\
+             [virtual_servers.web]\nlisten = \"{listen}\"\npool = \"web\"\n",
+            origin.addr
+        ),
+    )
+    .unwrap();
+    let weir = Weir(
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while client::get(listen, "/ready").await.is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for path in ["/", "/?x=%22y%22"] {
+        assert_eq!(client::get(listen, path).await.unwrap().status, 200);
+    }
+    let log = dir.0.join("access.log");
+    let records = lines(&log, 3).await;
+    assert_eq!(records.len(), 3);
+    let last = &records[2];
+    assert_eq!(last["uri"], "/?x=%22y%22");
+    assert_eq!(last["status"], 200);
+    assert_eq!(last["virtual_server"], "web");
+    assert_eq!(last["pool"], "web");
+    assert_eq!(last["node"], origin.addr.to_string());
+    assert_eq!(last["method"], "GET");
+    assert!(last["duration_us"].as_u64().is_some());
+    assert!(last["time"].as_str().unwrap().ends_with('Z'));
+
+    // logrotate: move the file, then SIGUSR1.
+    std::fs::rename(&log, dir.0.join("access.log.1")).unwrap();
+    signal(&weir, Signal::SIGUSR1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        client::get(listen, "/?after=rotation")
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    let records = lines(&log, 1).await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["uri"], "/?after=rotation");
+    assert_eq!(lines(&dir.0.join("access.log.1"), 3).await.len(), 3);
+    signal(&weir, Signal::SIGTERM);
+    drop(weir);
+    origin.stop().await;
+}

@@ -1,0 +1,267 @@
+//! Binary upgrade end to end: `weir serve --upgrade` takes the listening sockets over from
+//! the running process while clients never stop sending, and none of their requests fails;
+//! a new process that cannot start leaves the old one serving.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use weir_testkit::client::{self, Connection};
+use weir_testkit::{TestOrigin, free_ports};
+
+/// A directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("weir-upgrade-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A weir process, killed if the test ends early.
+struct Weir(Child);
+
+impl Drop for Weir {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(config: &Path, upgrade: bool, log: &Path) -> Weir {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command.arg("serve").arg("--config").arg(config);
+    if upgrade {
+        command.arg("--upgrade");
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Weir(
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("weir runs"),
+    )
+}
+
+fn config(listen: SocketAddr, admin: SocketAddr, node: SocketAddr, extra: &str) -> String {
+    format!(
+        "[runtime]\ndrain_timeout = \"5s\"\n[log]\naccess_log = false\n\
+         [admin]\nlisten = \"{admin}\"\n\
+         [pools.web]\nnodes = [{{ address = \"{node}\" }}]\n\
+         [virtual_servers.web]\nlisten = [\"{listen}\"{extra}]\npool = \"web\"\n"
+    )
+}
+
+async fn wait_serving(addr: SocketAddr) {
+    let start = Instant::now();
+    while client::get(addr, "/").await.is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "weir did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits for `weir` to exit; returns whether it exited successfully.
+async fn exited(weir: &mut Weir, within: Duration) -> Option<bool> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if let Some(status) = weir.0.try_wait().unwrap() {
+            return Some(status.success());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// Clients that never stop sending: keep-alive ones and one connection per request.
+struct Load {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(addr: SocketAddr) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for keep_alive in [true, true, false] {
+            let (stop, ok, errors) = (stop.clone(), ok.clone(), errors.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut connection: Option<Connection> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    let result = if keep_alive {
+                        keep_alive_request(addr, &mut connection).await
+                    } else {
+                        client::get(addr, "/").await.map(|r| r.status)
+                    };
+                    match result {
+                        Ok(200) => ok.fetch_add(1, Ordering::Relaxed),
+                        Ok(status) => panic!("status {status}"),
+                        Err(error) => {
+                            eprintln!("request failed: {error:#}");
+                            errors.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                }
+            }));
+        }
+        Load {
+            stop,
+            ok,
+            errors,
+            tasks,
+        }
+    }
+
+    async fn finish(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.errors.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// One request on a kept-alive connection, reconnecting after the server closed it (as
+/// every HTTP client does after `Connection: close`).
+async fn keep_alive_request(
+    addr: SocketAddr,
+    connection: &mut Option<Connection>,
+) -> anyhow::Result<u16> {
+    if connection.is_none() {
+        *connection = Some(Connection::open(addr).await?);
+    }
+    let open = connection.as_mut().expect("set above");
+    open.send(b"GET / HTTP/1.1\r\nHost: weir\r\n\r\n").await?;
+    let response = open.response().await?;
+    if response.header("connection") == Some("close") {
+        *connection = None;
+    }
+    Ok(response.status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_under_load_drop_no_request() {
+    let origin = TestOrigin::start("a").await;
+    let dir = TempDir::new("load");
+    let [port, admin_port] = free_ports::<2>();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    let file = dir.0.join("weir.toml");
+    let log = dir.0.join("weir.log");
+    std::fs::write(&file, config(listen, admin, origin.addr, "")).unwrap();
+    let mut old = serve(&file, false, &log);
+    wait_serving(listen).await;
+    let load = Load::start(listen);
+    for round in 0..2 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let new = serve(&file, true, &log);
+        let status = exited(&mut old, Duration::from_secs(15)).await;
+        assert_eq!(
+            status,
+            Some(true),
+            "round {round}: the old process drains and exits 0\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        old = new;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (ok, errors) = load.finish().await;
+    assert_eq!(
+        errors,
+        0,
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert!(ok > 100, "{ok} requests");
+    // The admin listener came along too.
+    let health = client::get(admin, "/healthz").await.unwrap();
+    assert_eq!(health.status, 200);
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_that_cannot_start_leaves_the_old_one_serving() {
+    let origin = TestOrigin::start("a").await;
+    let dir = TempDir::new("fail");
+    let [port, admin_port] = free_ports::<2>();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    let file = dir.0.join("weir.toml");
+    let log = dir.0.join("weir.log");
+    let good = config(listen, admin, origin.addr, "");
+    std::fs::write(&file, &good).unwrap();
+    let mut old = serve(&file, false, &log);
+    wait_serving(listen).await;
+
+    // An invalid config: refused before it takes anything.
+    std::fs::write(&file, good.replace("pool = \"web\"", "pool = \"nope\"")).unwrap();
+    let mut broken = serve(&file, true, &log);
+    assert_eq!(
+        exited(&mut broken, Duration::from_secs(10)).await,
+        Some(false)
+    );
+    // A listener it cannot bind (a port in use): fails after taking the sockets over.
+    let in_use = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = format!(", \"{}\"", in_use.local_addr().unwrap());
+    std::fs::write(&file, config(listen, admin, origin.addr, &taken)).unwrap();
+    let mut broken = serve(&file, true, &log);
+    assert_eq!(
+        exited(&mut broken, Duration::from_secs(10)).await,
+        Some(false)
+    );
+
+    assert!(
+        old.0.try_wait().unwrap().is_none(),
+        "the old process still runs"
+    );
+    assert_eq!(client::get(listen, "/").await.unwrap().status, 200);
+    // A second weir without --upgrade is refused: this config is served already.
+    std::fs::write(&file, &good).unwrap();
+    let mut second = serve(&file, false, &log);
+    assert_eq!(
+        exited(&mut second, Duration::from_secs(10)).await,
+        Some(false)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("another weir already serves this configuration"),
+        "{text}"
+    );
+    // And a good upgrade still works after the failed ones.
+    let new = serve(&file, true, &log);
+    assert_eq!(
+        exited(&mut old, Duration::from_secs(15)).await,
+        Some(true),
+        "{text}"
+    );
+    assert_eq!(client::get(listen, "/").await.unwrap().status, 200);
+    drop(new);
+    origin.stop().await;
+}
