@@ -96,6 +96,8 @@ pub struct VirtualServerMetrics {
     pub bytes_sent: Counter,
     /// Request durations (shared by every virtual server).
     pub latency: Arc<LatencyHistogram>,
+    /// HTTP/2 connections, streams and floods of this virtual server's clients.
+    pub http2: Http2Metrics,
 }
 
 /// Handles for one pool.
@@ -425,6 +427,7 @@ impl Metrics {
             bytes_received: f.client_bytes_received.get_or_create_owned(&labels),
             bytes_sent: f.client_bytes_sent.get_or_create_owned(&labels),
             latency: Arc::clone(&self.latency),
+            http2: self.http2(name),
         };
         handles
             .virtual_servers

@@ -42,6 +42,15 @@ impl Failure {
         )
     }
 
+    /// A request weir does not carry (501), such as CONNECT over HTTP/2.
+    pub(crate) fn not_implemented(what: &'static str) -> Failure {
+        Failure {
+            status: Some(501),
+            error: Error::new(ErrorKind::MethodNotAllowed, Side::Downstream)
+                .context(format!("{what} is not implemented")),
+        }
+    }
+
     /// Close without an answer (client gone, or the response already started).
     pub(crate) fn silent(error: Error) -> Failure {
         Failure {

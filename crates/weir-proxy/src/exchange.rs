@@ -324,20 +324,27 @@ async fn relay_interim(
     if response.status() == 100 || head.version() != weir_http::Version::Http11 {
         return Ok(());
     }
+    if let Some(stream) = client.h2() {
+        let forward = interim_forward(head);
+        let converted = weir_http::http2::response_to_h2(response, &forward, head.method())
+            .map_err(Failure::bad_response)?;
+        stream.send_interim(converted)?;
+        return Ok(());
+    }
     let mut interim = BytesMut::new();
-    weir_http::write_response_head(
-        response,
-        &weir_http::ForwardResponse {
-            framing: weir_http::BodyFraming::None,
-            version: head.version(),
-            keep_alive: true,
-            via: None,
-            upgrade: false,
-            set_headers: &[],
-        },
-        &mut interim,
-    );
+    weir_http::write_response_head(response, &interim_forward(head), &mut interim);
     client.send(&interim, vs.config.timeouts.write).await
+}
+
+fn interim_forward(head: &RequestHead) -> weir_http::ForwardResponse<'static> {
+    weir_http::ForwardResponse {
+        framing: weir_http::BodyFraming::None,
+        version: head.version(),
+        keep_alive: true,
+        via: None,
+        upgrade: false,
+        set_headers: &[],
+    }
 }
 
 fn bad_response(context: &'static str) -> Failure {

@@ -4,8 +4,8 @@
 //! (`weir_http::http2`), so the pipeline's stages see one type whatever the
 //! protocol. Design: `docs/design/http2.md`.
 
-// The pipeline calls this driver once the reworked pipeline lands (phase 2 of
-// issue 11); until then only the tests do.
+// The forward stage's HTTP/2 half (`upstream.rs`) and WebSocket across
+// versions (`websocket.rs`) are not called by the pipeline yet.
 #![allow(dead_code, unused_imports)]
 
 mod flood;

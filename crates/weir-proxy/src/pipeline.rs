@@ -13,6 +13,8 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use weir_core::{ErrorKind, ShutdownSignal};
@@ -31,6 +33,8 @@ use crate::response::{self, Sent};
 use crate::route::VirtualServerRuntime;
 use crate::upgrade;
 
+mod h2;
+
 /// Serves one client connection until it closes.
 ///
 /// Between requests the connection holds no buffer and its task waits in
@@ -44,15 +48,23 @@ pub(crate) fn serve_connection(
     admission: Admission,
     shutdown: ShutdownSignal,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let start = Box::pin(start_connection(stream, peer, Arc::clone(&admission.vs)));
+    let start = Box::pin(start_connection(
+        stream,
+        peer,
+        Arc::clone(&admission.vs),
+        shutdown.clone(),
+    ));
     serve_kept_alive(start, admission, shutdown)
 }
 
-/// The handshake stage (HTTPS virtual servers): `None` if it failed.
+/// The handshake stage (HTTPS virtual servers): `None` if it failed, or when
+/// the client chose HTTP/2 by ALPN (the connection was then served here, by
+/// the HTTP/2 driver, to its end).
 async fn start_connection(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     vs: Arc<VirtualServerRuntime>,
+    shutdown: ShutdownSignal,
 ) -> Option<IdleConnection> {
     let (stream, client_subject) = match &vs.tls {
         None => (ServerStream::Plain(stream), None),
@@ -61,6 +73,10 @@ async fn start_connection(
             (stream, info.client_subject.map(String::into_boxed_str))
         }
     };
+    if stream.alpn_is_h2() {
+        h2::serve_connection(stream, Bytes::new(), peer, client_subject, vs, shutdown).await;
+        return None;
+    }
     let accepted_at = Instant::now();
     Some(IdleConnection::new(
         stream,
@@ -124,9 +140,10 @@ enum Woken {
 /// Lends the connection its buffers and reads what woke it, without waiting.
 fn wake(idle: IdleConnection) -> Woken {
     let mut client = idle.into_client();
+    // An HTTP/1.1 connection: `into_idle` gives it back (it is `None` only for HTTP/2 streams).
     match client.read_now() {
-        None => Woken::Nothing(client.into_idle()),
-        Some(Ok(0)) => Woken::Closed(client.into_idle()),
+        None => client.into_idle().map_or(Woken::Failed, Woken::Nothing),
+        Some(Ok(0)) => client.into_idle().map_or(Woken::Failed, Woken::Closed),
         Some(Err(_)) => {
             client.release();
             Woken::Failed
@@ -143,6 +160,22 @@ async fn serve_requests(
     latest: &mut Arc<VirtualServerRuntime>,
     shutdown: &mut ShutdownSignal,
 ) -> Option<IdleConnection> {
+    if client.requests == 0 && latest.config.http2.cleartext {
+        // h2c with prior knowledge: the connection is HTTP/2 from its first byte.
+        match h2::prior_knowledge(&mut client, latest).await {
+            Ok(false) => {}
+            Ok(true) => {
+                let vs = Arc::clone(latest);
+                Box::pin(h2::serve_cleartext(client, vs, shutdown.clone())).await;
+                return None;
+            }
+            Err(failure) => {
+                answer_failure(&mut client, latest, None, None, failure, Instant::now()).await;
+                client.release();
+                return None;
+            }
+        }
+    }
     let next = loop {
         let vs: &VirtualServerRuntime = latest;
         // read_head
@@ -166,7 +199,7 @@ async fn serve_requests(
         let keep_alive = wants_keep_alive(&client, vs, &head, shutdown);
         match serve_request(&mut client, vs, &pool, &head, keep_alive, shutdown, started).await {
             // Pipelined bytes are served at once; otherwise the connection idles.
-            Ok(Next::KeepAlive) if client.read_buf.is_empty() => return Some(client.into_idle()),
+            Ok(Next::KeepAlive) if client.read_buf.is_empty() => return client.into_idle(),
             Ok(Next::KeepAlive) => continue,
             Ok(next) => break next,
             Err(failure) => {
@@ -183,6 +216,39 @@ async fn serve_requests(
     }
     client.release();
     None
+}
+
+/// One request of an HTTP/2 stream: route → the same stages as an HTTP/1.1
+/// request (`serve_request`) → the stream ends. `head`: the request's head,
+/// or why the stream's request was refused before it formed one.
+async fn serve_stream(
+    mut client: Client,
+    vs: &VirtualServerRuntime,
+    head: Result<RequestHead, Failure>,
+    shutdown: &ShutdownSignal,
+    started: Instant,
+) {
+    let head = match head {
+        Ok(head) => head,
+        Err(failure) => {
+            answer_failure(&mut client, vs, None, None, failure, started).await;
+            client.release();
+            return;
+        }
+    };
+    // route
+    let pool = Arc::clone(vs.route(&head));
+    match serve_request(&mut client, vs, &pool, &head, false, shutdown, started).await {
+        Ok(_) => {
+            if let Some(stream) = client.h2() {
+                stream.finish(true);
+            }
+        }
+        Err(failure) => {
+            answer_failure(&mut client, vs, Some(&head), Some(&pool), failure, started).await;
+        }
+    }
+    client.release();
 }
 
 /// What happens to the client connection after a request.
@@ -231,7 +297,7 @@ async fn serve_request(
     let sent = if tunnelled {
         upgrade::tunnel(client, vs, exchange, head.version()).await?
     } else {
-        respond(client, vs, pool, exchange, head.version(), keep_alive).await?
+        respond(client, vs, pool, exchange, head, keep_alive).await?
     };
     // log
     vs.metrics.record_status(sent.status);
@@ -247,7 +313,7 @@ async fn serve_request(
             client: client.peer,
             method: lossy(head.method_bytes()),
             target: lossy(head.target()),
-            version: version_str(head.version()),
+            version: version_str(client, head.version()),
             status: sent.status,
             bytes_sent: sent.bytes,
             pool: Some(&pool.name),
@@ -271,11 +337,12 @@ async fn respond(
     vs: &VirtualServerRuntime,
     pool: &Pool,
     exchange: Exchange,
-    version: Version,
+    head: &RequestHead,
     keep_alive: bool,
 ) -> Result<Sent, Failure> {
     let timeout = pool.config.timeouts.response;
-    response::respond(client, vs, exchange, version, keep_alive, timeout).await
+    let request = (head.method(), head.version());
+    response::respond(client, vs, exchange, request, keep_alive, timeout).await
 }
 
 /// Whether this request's connection may be kept after the response.
@@ -344,7 +411,7 @@ async fn answer_failure(
             client: client.peer,
             method: head.map_or("-", |h| lossy(h.method_bytes())),
             target: head.map_or("-", |h| lossy(h.target())),
-            version: version_str(version),
+            version: version_str(client, version),
             status,
             bytes_sent: bytes,
             pool: pool.map(|p| p.name.as_str()),
@@ -363,7 +430,11 @@ fn lossy(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).unwrap_or("<non-utf8>")
 }
 
-fn version_str(version: Version) -> &'static str {
+/// The protocol the client spoke, for the access log.
+fn version_str(client: &Client, version: Version) -> &'static str {
+    if client.is_h2() {
+        return "HTTP/2.0";
+    }
     match version {
         Version::Http10 => "HTTP/1.0",
         Version::Http11 => "HTTP/1.1",

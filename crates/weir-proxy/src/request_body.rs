@@ -227,10 +227,18 @@ async fn continue_if_expected(
     vs: &VirtualServerRuntime,
     head: &RequestHead,
 ) -> Result<(), Failure> {
-    if head.expects_continue()
-        && client.read_buf.is_empty()
-        && head.version() == weir_http::Version::Http11
-    {
+    if !(head.expects_continue() && client.read_buf.is_empty()) {
+        return Ok(());
+    }
+    if let Some(stream) = client.h2() {
+        let response = http::Response::builder()
+            .status(100)
+            .body(())
+            .map_err(|_| Error::new(ErrorKind::Io, Side::Internal))?;
+        stream.send_interim(response)?;
+        return Ok(());
+    }
+    if head.version() == weir_http::Version::Http11 {
         client
             .send(b"HTTP/1.1 100 Continue\r\n\r\n", vs.config.timeouts.write)
             .await?;

@@ -11,8 +11,8 @@ use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{
-    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, ResponseHead, Version, encode_chunk,
-    encode_last_chunk, filter_trailers,
+    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, Method, ResponseHead, Version,
+    encode_chunk, encode_last_chunk, filter_trailers,
 };
 use weir_upstream::Lease;
 use weir_upstream::node::InFlight;
@@ -72,10 +72,11 @@ pub(crate) async fn respond(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     exchange: Exchange,
-    client_version: Version,
+    request: (Method, Version),
     keep_alive: bool,
     response_timeout: Duration,
 ) -> Result<Sent, Failure> {
+    let (method, client_version) = request;
     let Exchange {
         lease,
         response,
@@ -100,15 +101,27 @@ pub(crate) async fn respond(
     let framing = client_framing(&response, &buffered, client_version);
     // After a cut request body the client is still sending: close after this answer.
     let keep_alive = keep_alive && framing != BodyFraming::CloseDelimited && !body_cut;
-    let head_bytes = write_head(client, vs, &response, framing, client_version, keep_alive);
+    let head = Head {
+        response: &response,
+        framing,
+        version: client_version,
+        keep_alive,
+        method,
+    };
+    let head_bytes = write_head(client, vs, &head)?;
     let write_timeout = vs.config.timeouts.write;
-    send_piece(client, framing, &buffered.body, write_timeout).await?;
-    let mut body_bytes = buffered.body.len() as u64;
-    if !buffered.complete {
+    let Buffered {
+        body: mut buffered_body,
+        trailers,
+        complete,
+    } = buffered;
+    let mut body_bytes = buffered_body.len() as u64;
+    let last = complete && trailers.is_empty();
+    send_piece(client, framing, &mut buffered_body, last, write_timeout).await?;
+    if !complete {
         body_bytes += stream_rest(client, &mut upstream, framing, write_timeout).await?;
-    } else if framing == BodyFraming::Chunked {
-        encode_last_chunk(&buffered.trailers, &mut client.write_buf);
-        client.flush(write_timeout).await?;
+    } else if !last {
+        send_end(client, framing, &trailers, write_timeout).await?;
     }
     Ok(Sent {
         status: response.status(),
@@ -217,44 +230,103 @@ fn client_framing(response: &ResponseHead, buffered: &Buffered, version: Version
     }
 }
 
-/// Writes the response head into `write_buf`; returns its size.
-fn write_head(
-    client: &mut Client,
-    vs: &VirtualServerRuntime,
-    response: &ResponseHead,
+/// The response head as it goes to the client.
+struct Head<'a> {
+    response: &'a ResponseHead,
     framing: BodyFraming,
     version: Version,
     keep_alive: bool,
-) -> u64 {
-    client.write_buf.clear();
-    weir_http::write_response_head(
-        response,
-        &ForwardResponse {
-            framing,
-            version,
-            keep_alive,
-            via: Some(VIA),
-            upgrade: false,
-            set_headers: &vs.config.response_headers,
-        },
-        &mut client.write_buf,
-    );
-    client.write_buf.len() as u64
+    /// The request's method (a HEAD response's length describes no body).
+    method: Method,
 }
 
-/// Sends a piece of body (after anything in `write_buf`), chunk-framed if need be.
+/// Writes the response head into `write_buf` (HTTP/1.1), or sends it on the
+/// stream (HTTP/2, converted by `weir_http::http2::response_to_h2`); returns
+/// its size (the body's framing counted for HTTP/1.1 only).
+fn write_head(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    head: &Head<'_>,
+) -> Result<u64, Failure> {
+    let forward = ForwardResponse {
+        framing: head.framing,
+        version: head.version,
+        keep_alive: head.keep_alive,
+        via: Some(VIA),
+        upgrade: false,
+        set_headers: &vs.config.response_headers,
+    };
+    if let Some(stream) = client.h2() {
+        let converted = weir_http::http2::response_to_h2(head.response, &forward, head.method)
+            .map_err(Failure::bad_response)?;
+        let bodiless = matches!(head.framing, BodyFraming::None | BodyFraming::Length(0));
+        stream.send_head(converted, bodiless)?;
+        return Ok(head.response.raw().len() as u64);
+    }
+    client.write_buf.clear();
+    weir_http::write_response_head(head.response, &forward, &mut client.write_buf);
+    Ok(client.write_buf.len() as u64)
+}
+
+/// Sends a piece of body (after anything in `write_buf`), chunk-framed if
+/// need be; on an HTTP/2 stream as DATA, `last` ending the stream. `piece`
+/// is emptied or left as is: the caller clears it.
 async fn send_piece(
     client: &mut Client,
     framing: BodyFraming,
-    piece: &[u8],
+    piece: &mut BytesMut,
+    last: bool,
     timeout: Duration,
 ) -> Result<(), Failure> {
+    if let Some(stream) = client.h2() {
+        if piece.is_empty() && !last {
+            return Ok(());
+        }
+        if !stream.is_sending() {
+            // The head ended the stream (no body).
+            return Ok(());
+        }
+        stream
+            .send_data(piece.split().freeze(), last, timeout)
+            .await?;
+        return Ok(());
+    }
     if framing == BodyFraming::Chunked {
         encode_chunk(piece, &mut client.write_buf);
+        if last {
+            encode_last_chunk(&[], &mut client.write_buf);
+        }
         client.flush(timeout).await
     } else {
         client.send(piece, timeout).await
     }
+}
+
+/// Ends the body: the last chunk with the trailers (HTTP/1.1 chunked), or
+/// the trailers (a HEADERS frame) or an empty DATA frame ending the stream (HTTP/2).
+async fn send_end(
+    client: &mut Client,
+    framing: BodyFraming,
+    trailers: &[u8],
+    timeout: Duration,
+) -> Result<(), Failure> {
+    if let Some(stream) = client.h2() {
+        if !stream.is_sending() {
+            return Ok(());
+        }
+        if trailers.is_empty() {
+            stream.finish(true);
+            return Ok(());
+        }
+        let map = weir_http::http2::trailers_to_h2(trailers).map_err(Failure::bad_response)?;
+        stream.send_trailers(map)?;
+        return Ok(());
+    }
+    if framing == BodyFraming::Chunked {
+        encode_last_chunk(trailers, &mut client.write_buf);
+        client.flush(timeout).await?;
+    }
+    Ok(())
 }
 
 /// Streams the rest of a body too large to buffer: read a buffer's worth,
@@ -276,7 +348,7 @@ async fn stream_rest(
             fill(&mut client.upstream_in, source, &mut body, &mut trailers).map_err(silent)?;
         if !body.is_empty() {
             sent += body.len() as u64;
-            send_piece(client, framing, &body, write_timeout).await?;
+            send_piece(client, framing, &mut body, false, write_timeout).await?;
         }
         if done
             || upstream
@@ -289,10 +361,7 @@ async fn stream_rest(
         }
     }
     upstream.finish(&client.upstream_in);
-    if framing == BodyFraming::Chunked {
-        encode_last_chunk(&trailers, &mut client.write_buf);
-        client.flush(write_timeout).await?;
-    }
+    send_end(client, framing, &trailers, write_timeout).await?;
     Ok(sent)
 }
 

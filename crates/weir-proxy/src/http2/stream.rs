@@ -11,10 +11,11 @@
 use std::future::poll_fn;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::HeaderMap;
+use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 
 /// Largest piece of body handed to the codec at once (it frames it in
@@ -29,6 +30,12 @@ pub(crate) struct H2Stream {
     send: Option<SendStream<Bytes>>,
     /// Body bytes sent to the client so far.
     pub bytes_sent: u64,
+    /// The request head says chunked: [`H2Stream::read_framed`] frames DATA as chunks.
+    chunked: bool,
+    /// The request body (and its trailers) has been handed out whole.
+    body_done: bool,
+    /// The response head went out (weir can no longer answer on its own).
+    responded: bool,
 }
 
 impl H2Stream {
@@ -43,8 +50,83 @@ impl H2Stream {
             respond,
             send: None,
             bytes_sent: 0,
+            chunked: false,
+            body_done: false,
+            responded: false,
         };
         (parts, stream)
+    }
+
+    /// How the pipeline reads this request's body: `chunked` when its head
+    /// (from `weir_http::http2::request_from_h2`) says so.
+    pub(crate) fn set_chunked(&mut self, chunked: bool) {
+        self.chunked = chunked;
+    }
+
+    /// The request body as the HTTP/1.1 body its head stands for, appended to
+    /// `buf`, so the body stages read DATA frames where they read chunks: the
+    /// data as is for a length-framed body; each DATA frame as a chunk, and
+    /// the end of the stream as the last chunk with the trailers, for a
+    /// chunked one. Returns the bytes appended; 0 at the end of a body
+    /// framed by its length (the stages then know it ended early). Waits
+    /// until `deadline` at most (a `ClientTimeout` error with `late`).
+    pub(crate) async fn read_framed(
+        &mut self,
+        buf: &mut BytesMut,
+        deadline: Instant,
+        late: &'static str,
+    ) -> Result<usize, Error> {
+        if self.body_done {
+            return Ok(0);
+        }
+        let timed_out = || Error::new(ErrorKind::ClientTimeout, Side::Downstream).context(late);
+        loop {
+            let data = tokio::time::timeout_at(deadline, self.body.data())
+                .await
+                .map_err(|_| timed_out())?;
+            match data {
+                Some(Ok(data)) => {
+                    let _ = self.body.flow_control().release_capacity(data.len());
+                    if data.is_empty() {
+                        continue;
+                    }
+                    let before = buf.len();
+                    if self.chunked {
+                        weir_http::encode_chunk(&data, buf);
+                    } else {
+                        buf.extend_from_slice(&data);
+                    }
+                    return Ok(buf.len() - before);
+                }
+                Some(Err(error)) => return Err(client_gone(&error)),
+                None => break,
+            }
+        }
+        self.body_done = true;
+        if !self.chunked {
+            return Ok(0);
+        }
+        let trailers = tokio::time::timeout_at(deadline, self.body.trailers())
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|error| client_gone(&error))?;
+        let mut lines = BytesMut::new();
+        if let Some(trailers) = trailers {
+            weir_http::http2::trailers_from_h2(&trailers, &mut lines);
+        }
+        let before = buf.len();
+        weir_http::encode_last_chunk(&lines, buf);
+        Ok(buf.len() - before)
+    }
+
+    /// Whether the response head went out.
+    pub(crate) fn responded(&self) -> bool {
+        self.responded
+    }
+
+    /// Whether the response head went out and its body is still open.
+    pub(crate) fn is_sending(&self) -> bool {
+        self.send.is_some()
     }
 
     /// Whether the request's HEADERS ended the stream (no body follows).
@@ -91,6 +173,7 @@ impl H2Stream {
         response: http::Response<()>,
         end_of_stream: bool,
     ) -> Result<(), Error> {
+        self.responded = true;
         let send = self
             .respond
             .send_response(response, end_of_stream)
