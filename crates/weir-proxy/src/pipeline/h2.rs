@@ -94,24 +94,40 @@ impl StreamHandler for Streams {
     }
 }
 
-/// Whether a connection of a virtual server with h2c enabled starts with
-/// the HTTP/2 preface. Reads more while its first bytes cannot tell: fewer
-/// than the four that tell `PRI ` from every HTTP/1.1 method.
+/// Whether a connection of a virtual server with h2c enabled is to be served
+/// as HTTP/2: it starts with the HTTP/2 preface, or with something that is
+/// neither the preface nor an HTTP/1.x request line (the HTTP/2 driver then
+/// closes it as an invalid preface, RFC 9113 §3.4, instead of an HTTP/1.1
+/// 400 that an HTTP/2 client could not read). Reads more while the first
+/// bytes cannot tell, within `header_read` of the accept.
 pub(super) async fn prior_knowledge(
     client: &mut Client,
     vs: &VirtualServerRuntime,
 ) -> Result<bool, Failure> {
     let deadline = client.accepted_at + vs.config.timeouts.header_read;
     loop {
-        match http2::starts_with_preface(&client.read_buf) {
-            Some(preface) => return Ok(preface),
-            None if client.read_buf.len() >= 4 => return Ok(true),
-            None => {
-                client
-                    .read_more(deadline, "request head not received in time")
-                    .await?;
-            }
+        let bytes = &client.read_buf[..];
+        match http2::starts_with_preface(bytes) {
+            Some(true) => return Ok(true),
+            // Four bytes tell `PRI ` from every HTTP/1.1 method.
+            None if bytes.len() >= 4 => return Ok(true),
+            None => {}
+            Some(false) => match bytes.iter().position(|&b| b == b'\n') {
+                Some(end) => {
+                    let line = bytes[..end].strip_suffix(b"\r").unwrap_or(&bytes[..end]);
+                    let http1 = line.is_empty()
+                        || line.ends_with(b" HTTP/1.1")
+                        || line.ends_with(b" HTTP/1.0");
+                    return Ok(!http1);
+                }
+                // A request line this long is HTTP/1.1's to refuse (431).
+                None if bytes.len() >= vs.head_limits.max_head_bytes => return Ok(false),
+                None => {}
+            },
         }
+        client
+            .read_more(deadline, "request head not received in time")
+            .await?;
     }
 }
 
