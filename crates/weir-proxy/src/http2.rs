@@ -12,7 +12,7 @@ mod flood;
 mod io;
 mod server;
 mod stream;
-mod upstream;
+pub(crate) mod upstream;
 mod websocket;
 
 pub(crate) use io::starts_with_preface;

@@ -23,6 +23,7 @@ use weir_tls::ClientStream;
 use crate::MAX_TRAILER_BYTES;
 use crate::answer::Failure;
 use crate::client::Client;
+use crate::http2;
 use crate::route::VirtualServerRuntime;
 
 /// The request body as far as it has been read.
@@ -388,6 +389,78 @@ async fn pump<W: AsyncWriteExt + Unpin>(
             }
         }
     }
+}
+
+/// Streams the rest of the body to an HTTP/2 node: DATA frames within the
+/// node's flow-control window (a slow node slows the client down, as with
+/// HTTP/1.1), then the trailers or an empty frame that ends the stream.
+pub(crate) async fn stream_rest_h2(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    body: &mut RequestBody,
+    node: &mut h2::SendStream<Bytes>,
+    write_stall: Duration,
+) -> Result<(), Failure> {
+    let max_body = vs.config.limits.max_body_bytes;
+    let clock = body.clock;
+    match std::mem::replace(&mut body.remaining, Remaining::Nothing) {
+        Remaining::Nothing => end_h2(node, &body.trailers, write_stall).await,
+        Remaining::Length(mut left) => {
+            while left > 0 {
+                if client.read_buf.is_empty() {
+                    let (deadline, late) = clock.deadline(body.received, Instant::now());
+                    client.read_more(deadline, late).await?;
+                }
+                let take = (client.read_buf.len() as u64).min(left) as usize;
+                let piece = client.read_buf.split_to(take).freeze();
+                left -= take as u64;
+                body.received += take as u64;
+                http2::upstream::send_body(node, piece, left == 0, write_stall).await?;
+            }
+            Ok(())
+        }
+        Remaining::Chunked(mut decoder) => loop {
+            match decoder
+                .decode(&mut client.read_buf)
+                .map_err(Failure::parse)?
+            {
+                Decoded::Data(data) => {
+                    body.received += data.len() as u64;
+                    if body.received > max_body {
+                        return Err(Failure::silent(Error::new(
+                            ErrorKind::BodyTooLarge,
+                            Side::Downstream,
+                        )));
+                    }
+                    http2::upstream::send_body(node, data, false, write_stall).await?;
+                }
+                Decoded::NeedMore => {
+                    let (deadline, late) = clock.deadline(body.received, Instant::now());
+                    client.read_more(deadline, late).await?;
+                }
+                Decoded::Done { trailers } => {
+                    let mut kept = BytesMut::new();
+                    filter_trailers(&trailers, &mut kept);
+                    return end_h2(node, &kept, write_stall).await;
+                }
+            }
+        },
+    }
+}
+
+/// Ends a request stream to an HTTP/2 node: with its trailers, or an empty DATA frame.
+async fn end_h2(
+    node: &mut h2::SendStream<Bytes>,
+    trailers: &[u8],
+    write_stall: Duration,
+) -> Result<(), Failure> {
+    if trailers.is_empty() {
+        http2::upstream::send_body(node, Bytes::new(), true, write_stall).await?;
+    } else {
+        let map = weir_http::http2::trailers_to_h2(trailers).map_err(Failure::parse)?;
+        http2::upstream::send_trailers(node, map)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

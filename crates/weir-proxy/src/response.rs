@@ -14,12 +14,12 @@ use weir_http::{
     BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, Method, ResponseHead, Version,
     encode_chunk, encode_last_chunk, filter_trailers,
 };
-use weir_upstream::Lease;
 use weir_upstream::node::InFlight;
 
 use crate::answer::Failure;
 use crate::client::Client;
-use crate::exchange::Exchange;
+use crate::exchange::{Exchange, NodeLink};
+use crate::http2;
 use crate::route::VirtualServerRuntime;
 use crate::{MAX_TRAILER_BYTES, VIA};
 
@@ -45,8 +45,9 @@ enum Source {
 
 /// The node's side of a response being relayed.
 struct Upstream {
-    /// Until the node is done: then released to the pool or closed.
-    lease: Option<Lease>,
+    /// Until the node is done: then released to the pool or closed (an
+    /// HTTP/2 stream: its slot freed).
+    lease: Option<NodeLink>,
     in_flight: Option<InFlight>,
     /// `None` for a response without a body.
     source: Option<Source>,
@@ -149,8 +150,10 @@ impl Upstream {
         let clean =
             self.reusable && unread.is_empty() && !matches!(self.source, Some(Source::UntilClose));
         match self.lease.take() {
-            Some(lease) if clean && self.quarantine => lease.release_after(LATE_BODY_GRACE),
-            Some(lease) if clean => lease.release(),
+            Some(NodeLink::Http1(lease)) if clean && self.quarantine => {
+                lease.release_after(LATE_BODY_GRACE);
+            }
+            Some(NodeLink::Http1(lease)) if clean => lease.release(),
             _ => {}
         }
         self.in_flight = None;
@@ -158,8 +161,13 @@ impl Upstream {
 
     /// Reads more of the response. `Ok(0)` is the end of a close-delimited body.
     async fn read(&mut self, buf: &mut BytesMut) -> Result<usize, Failure> {
-        let Some(lease) = self.lease.as_mut() else {
-            return Ok(0);
+        let lease = match self.lease.as_mut() {
+            None => return Ok(0),
+            Some(NodeLink::Http1(lease)) => lease,
+            Some(NodeLink::Http2 { body, .. }) => {
+                let chunked = matches!(self.source, Some(Source::Chunked(_)));
+                return read_h2(body, chunked, buf, self.stall).await;
+            }
         };
         buf.reserve(16 * 1024);
         let deadline = Instant::now() + self.stall;
@@ -185,6 +193,40 @@ impl Upstream {
             ));
         }
         Ok(read)
+    }
+}
+
+/// Reads more of an HTTP/2 node's response as the HTTP/1.1 body its head
+/// stands for (`weir_http::http2::response_from_h2`): DATA as is for a
+/// length, or as chunks, the end of the stream as the last chunk with the
+/// trailers. Returns the bytes appended to `buf`.
+async fn read_h2(
+    body: &mut h2::RecvStream,
+    chunked: bool,
+    buf: &mut BytesMut,
+    stall: Duration,
+) -> Result<usize, Failure> {
+    let before = buf.len();
+    loop {
+        match http2::upstream::read_body(body, stall).await? {
+            Some(data) if data.is_empty() => continue,
+            Some(data) if chunked => encode_chunk(&data, buf),
+            Some(data) => buf.extend_from_slice(&data),
+            None if chunked => {
+                let mut lines = BytesMut::new();
+                if let Some(trailers) = http2::upstream::read_trailers(body, stall).await? {
+                    weir_http::http2::trailers_from_h2(&trailers, &mut lines);
+                }
+                encode_last_chunk(&lines, buf);
+            }
+            None => {
+                return Err(Failure::from_error(
+                    Error::new(ErrorKind::BadResponse, Side::Upstream)
+                        .context("HTTP/2 node ended the stream in the middle of a body"),
+                ));
+            }
+        }
+        return Ok(buf.len() - before);
     }
 }
 

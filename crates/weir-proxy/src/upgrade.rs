@@ -47,6 +47,12 @@ pub(crate) async fn tunnel(
                 .context("protocol switch without a tunnel place"),
         ));
     };
+    let crate::exchange::NodeLink::Http1(lease) = lease else {
+        return Err(Failure::from_error(
+            Error::new(ErrorKind::BadResponse, Side::Upstream)
+                .context("protocol switch on an HTTP/2 stream"),
+        ));
+    };
     let mut tunnel = lease.into_tunnel(permit);
     let status = response.status();
     client.write_buf.clear();

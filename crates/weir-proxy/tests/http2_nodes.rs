@@ -1,0 +1,242 @@
+//! Pools with `protocol = "h2c"`: requests from HTTP/1.1 clients and from
+//! HTTP/2 clients (curl) reach an HTTP/2 node (an in-process server on the
+//! `h2` crate) through the same pipeline, multiplexed on shared connections:
+//! `:authority` from `Host`, bodies both ways, trailers where both sides
+//! can carry them, weir's own answers when the node is gone.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use tokio::net::TcpListener;
+use weir_testkit::TestProxy;
+
+/// An h2c node: answers every request with what it saw, in headers and body;
+/// `/trailers` ends its response with `grpc-status: 0` in trailers.
+struct H2Node {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+}
+
+async fn h2_node() -> H2Node {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&connections);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((request, respond))) = connection.accept().await {
+                    tokio::spawn(answer(request, respond));
+                }
+            });
+        }
+    });
+    H2Node { addr, connections }
+}
+
+async fn answer(
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    let (parts, mut body) = request.into_parts();
+    let mut received = Vec::new();
+    while let Some(Ok(data)) = body.data().await {
+        let _ = body.flow_control().release_capacity(data.len());
+        received.extend_from_slice(&data);
+    }
+    let trailers_in = body.trailers().await.ok().flatten();
+    let text = format!(
+        "h2 node: {} {} authority={} body={}\n",
+        parts.method,
+        parts.uri.path(),
+        parts.uri.authority().map_or("-", |a| a.as_str()),
+        String::from_utf8_lossy(&received),
+    );
+    let mut response = http::Response::builder()
+        .status(200)
+        .header("x-node", "h2")
+        .header(
+            "x-forwarded-for-seen",
+            header(&parts.headers, "x-forwarded-for"),
+        )
+        .header("x-te-seen", header(&parts.headers, "te"))
+        .header(
+            "x-trailer-seen",
+            trailers_in
+                .as_ref()
+                .map_or("-".to_owned(), |t| header(t, "x-checksum")),
+        );
+    let with_trailers = parts.uri.path() == "/trailers";
+    if !with_trailers {
+        response = response.header("content-length", text.len());
+    }
+    let Ok(mut send) = respond.send_response(response.body(()).expect("response"), false) else {
+        return;
+    };
+    let _ = send.send_data(Bytes::from(text), !with_trailers);
+    if with_trailers {
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        let _ = send.send_trailers(trailers);
+    }
+}
+
+fn header(headers: &http::HeaderMap, name: &str) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_owned()
+}
+
+async fn proxy(node: SocketAddr, vs_extra: &str) -> TestProxy {
+    TestProxy::start(&weir_testkit::config(
+        &[node],
+        "protocol = \"h2c\"",
+        vs_extra,
+    ))
+    .await
+}
+
+/// curl with `args` (plus `-sS` and a 10 s limit), `input` on its standard
+/// input; what it printed, after checking it succeeded.
+async fn curl(args: Vec<String>, input: &'static [u8]) -> String {
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        let mut child = Command::new("curl")
+            .args(["-sS", "--max-time", "10"])
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|error| panic!("curl (installed by scripts/test): {error}"));
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin.write_all(input).expect("curl reads its input");
+        drop(stdin);
+        let output = child.wait_with_output().expect("curl ran");
+        assert!(
+            output.status.success(),
+            "curl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    })
+    .await
+    .expect("ran")
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_clients_reach_an_h2c_node() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "").await;
+    let url = format!("http://127.0.0.1:{}", proxy.addr.port());
+    let get = curl(args(&["--http1.1", "-i", &format!("{url}/a?b=1")]), b"").await;
+    assert!(get.starts_with("HTTP/1.1 200"), "{get}");
+    assert!(get.contains("x-node: h2"), "{get}");
+    assert!(get.contains("x-forwarded-for-seen: 127.0.0.1"), "{get}");
+    let authority = format!("authority=127.0.0.1:{}", proxy.addr.port());
+    assert!(
+        get.contains(&format!("h2 node: GET /a {authority} body=\n")),
+        "{get}"
+    );
+    // A body of known length, and one sent chunked.
+    let post = curl(
+        args(&["--http1.1", "--data-binary", "hello", &format!("{url}/p")]),
+        b"",
+    )
+    .await;
+    assert!(post.ends_with("body=hello\n"), "{post}");
+    let chunked = curl(
+        args(&[
+            "--http1.1",
+            "-H",
+            "Transfer-Encoding: chunked",
+            "-T",
+            "-",
+            &format!("{url}/c"),
+        ]),
+        b"streamed to h2",
+    )
+    .await;
+    assert!(chunked.ends_with("body=streamed to h2\n"), "{chunked}");
+    // Trailers reach an HTTP/1.1 client on a chunked response.
+    let trailers = curl(
+        args(&[
+            "--http1.1",
+            "-i",
+            "-H",
+            "TE: trailers",
+            &format!("{url}/trailers"),
+        ]),
+        b"",
+    )
+    .await;
+    assert!(
+        trailers
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{trailers}"
+    );
+    assert!(trailers.contains("grpc-status: 0"), "{trailers}");
+    // Many requests, few connections: the node's connection is shared.
+    for _ in 0..20 {
+        curl(args(&["--http1.1", &format!("{url}/")]), b"").await;
+    }
+    assert_eq!(node.connections.load(Ordering::Relaxed), 1);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_clients_reach_an_h2c_node_with_trailers() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "[virtual_servers.web.http2]\ncleartext = true").await;
+    let url = format!("http://127.0.0.1:{}", proxy.addr.port());
+    let h2 = "--http2-prior-knowledge";
+    let get = curl(args(&[h2, "-i", &format!("{url}/x")]), b"").await;
+    assert!(get.starts_with("HTTP/2 200"), "{get}");
+    assert!(get.contains("h2 node: GET /x"), "{get}");
+    let post = curl(
+        args(&[h2, "-X", "POST", "-T", "-", &format!("{url}/up")]),
+        b"unknown length",
+    )
+    .await;
+    assert!(post.ends_with("body=unknown length\n"), "{post}");
+    let trailers = curl(
+        args(&[h2, "-i", "-H", "TE: trailers", &format!("{url}/trailers")]),
+        b"",
+    )
+    .await;
+    assert!(trailers.contains("grpc-status: 0"), "{trailers}");
+    assert!(trailers.contains("x-te-seen: trailers"), "{trailers}");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_h2c_node_gets_weirs_own_answer() {
+    let free = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let gone = free.local_addr().expect("address");
+    drop(free);
+    let proxy = proxy(gone, "[virtual_servers.web.http2]\ncleartext = true").await;
+    let url = format!("http://127.0.0.1:{}/", proxy.addr.port());
+    for version in ["--http1.1", "--http2-prior-knowledge"] {
+        let code = curl(
+            args(&[version, "-o", "/dev/null", "-w", "%{response_code}", &url]),
+            b"",
+        )
+        .await;
+        assert_eq!(code, "502", "{version}");
+    }
+    proxy.stop().await;
+}
