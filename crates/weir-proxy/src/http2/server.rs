@@ -148,8 +148,15 @@ pub(crate) async fn serve<S, H>(
                 connection.graceful_shutdown();
             }
             accepted = connection.accept() => match accepted {
-                Some(Ok((request, respond))) => {
+                Some(Ok((request, mut respond))) => {
                     metrics.streams.inc();
+                    if driver.active.load(Ordering::Acquire) >= settings.max_concurrent_streams as usize {
+                        // Streams the client reset are closed for the codec but may
+                        // still be at work here: the work per connection stays
+                        // within max_concurrent_streams whatever the client resets.
+                        respond.send_reset(Reason::REFUSED_STREAM);
+                        continue;
+                    }
                     driver.spawn_stream(&handler, request, respond);
                 }
                 Some(Err(error)) => {

@@ -362,3 +362,61 @@ async fn a_stream_relays_body_and_trailers_within_the_clients_window() {
     assert_eq!(trailers["grpc-status"], "0");
     assert_eq!(trailers["x-bytes"], "307200");
 }
+
+/// Holds every request without answering (a slow node, say).
+#[derive(Clone)]
+struct Stall;
+
+impl StreamHandler for Stall {
+    async fn serve(&self, _request: http::Request<RecvStream>, _respond: SendResponse<Bytes>) {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+}
+
+/// Streams the client reset are closed for the codec but still at work in
+/// weir: past `max_concurrent_streams` of them, new streams are refused, so a
+/// client cannot pile up work by resetting (rapid reset below its flood bound).
+#[tokio::test]
+async fn streams_still_at_work_count_against_the_concurrency_limit() {
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let (_shutdown, signal) = weir_core::Shutdown::new();
+    let limited = Http2 {
+        max_concurrent_streams: 2,
+        ..settings()
+    };
+    tokio::spawn(async move {
+        let metrics = Http2Metrics::default();
+        serve(
+            server,
+            Bytes::new(),
+            Via::H2c,
+            &limited,
+            TIMING,
+            &metrics,
+            Stall,
+            signal,
+        )
+        .await;
+    });
+    let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
+    tokio::spawn(connection);
+    let request = || {
+        http::Request::builder()
+            .uri("http://weir.test/")
+            .body(())
+            .expect("valid request")
+    };
+    for _ in 0..2 {
+        sender = sender.ready().await.expect("ready");
+        let (response, _) = sender.send_request(request(), true).expect("sent");
+        // Dropping the response resets the stream (CANCEL).
+        drop(response);
+    }
+    sender = sender.ready().await.expect("ready");
+    let (response, _) = sender.send_request(request(), true).expect("sent");
+    let refused = tokio::time::timeout(Duration::from_secs(5), response)
+        .await
+        .expect("answered at once")
+        .expect_err("refused");
+    assert_eq!(refused.reason(), Some(h2::Reason::REFUSED_STREAM));
+}
