@@ -21,6 +21,11 @@ struct H2Node {
 }
 
 async fn h2_node() -> H2Node {
+    h2_node_over(None).await
+}
+
+/// An h2c node, or with `tls` an h2 node over TLS (ALPN `h2` only).
+async fn h2_node_over(tls: Option<Arc<weir_tls::Acceptor>>) -> H2Node {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("address");
     let connections = Arc::new(AtomicUsize::new(0));
@@ -28,17 +33,47 @@ async fn h2_node() -> H2Node {
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             counted.fetch_add(1, Ordering::Relaxed);
+            let tls = tls.clone();
             tokio::spawn(async move {
-                let Ok(mut connection) = h2::server::handshake(tcp).await else {
-                    return;
-                };
-                while let Some(Ok((request, respond))) = connection.accept().await {
-                    tokio::spawn(answer(request, respond));
+                match tls {
+                    None => serve_h2(tcp).await,
+                    Some(acceptor) => {
+                        if let Ok((stream, _)) = acceptor.accept(tcp).await {
+                            serve_h2(stream).await;
+                        }
+                    }
                 }
             });
         }
     });
     H2Node { addr, connections }
+}
+
+async fn serve_h2<S>(io: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let Ok(mut connection) = h2::server::handshake(io).await else {
+        return;
+    };
+    while let Some(Ok((request, respond))) = connection.accept().await {
+        tokio::spawn(answer(request, respond));
+    }
+}
+
+/// A TLS acceptor for `localhost` offering only `h2`, from `pki`'s CA.
+fn h2_acceptor(pki: &weir_testkit::tls::Pki) -> Arc<weir_tls::Acceptor> {
+    let (cert, key) = pki.server("node", &["localhost"], weir_tls::KeyType::EcdsaP256);
+    let toml = format!(
+        "[virtual_servers.s]\nlisten = \"127.0.0.1:1\"\nprotocol = \"https\"\npool = \"p\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+         alpn = [\"h2\"]\n[pools.p]\nnodes = [{{ address = \"127.0.0.1:2\" }}]\n",
+        cert.display(),
+        key.display()
+    );
+    let config = weir_config::parse_str(&toml, "node.toml").expect("valid config");
+    let tls = config.virtual_servers[0].tls.as_ref().expect("tls");
+    Arc::new(weir_tls::Acceptor::new("s", tls, "node.toml").expect("certificates load"))
 }
 
 async fn answer(
@@ -238,5 +273,29 @@ async fn a_missing_h2c_node_gets_weirs_own_answer() {
         .await;
         assert_eq!(code, "502", "{version}");
     }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_of_both_versions_reach_an_h2_node_over_tls() {
+    let pki = weir_testkit::tls::Pki::new();
+    let node = h2_node_over(Some(h2_acceptor(&pki))).await;
+    let pool = format!(
+        "protocol = \"h2\"\n[pools.web.tls]\nca = \"{}\"\nserver_name = \"localhost\"",
+        pki.ca_path().display()
+    );
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node.addr],
+        &pool,
+        "[virtual_servers.web.http2]\ncleartext = true",
+    ))
+    .await;
+    let url = format!("http://127.0.0.1:{}/tls", proxy.addr.port());
+    for version in ["--http1.1", "--http2-prior-knowledge"] {
+        let body = curl(args(&[version, "--data-binary", "over tls", &url]), b"").await;
+        assert!(body.starts_with("h2 node: POST /tls"), "{version}: {body}");
+        assert!(body.ends_with("body=over tls\n"), "{version}: {body}");
+    }
+    assert_eq!(node.connections.load(Ordering::Relaxed), 1);
     proxy.stop().await;
 }
