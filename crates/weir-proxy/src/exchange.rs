@@ -234,8 +234,13 @@ async fn attempt_h2(
     let mut request =
         http2::upstream::send_request(node, head, &forward, scheme, buffered, ends, write_stall)
             .await?;
-    if let Some(stream) = request.body.as_mut() {
-        request_body::stream_rest_h2(client, vs, body, stream, write_stall).await?;
+    if let Some(mut stream) = request.body.take() {
+        // From an HTTP/2 client the rest of the body moves on its own, full
+        // duplex; from an HTTP/1.1 one it is sent before the response is awaited.
+        if let Err(returned) = request_body::spawn_h2_pump(client, vs, body, stream, write_stall) {
+            stream = returned;
+            request_body::stream_rest_h2(client, vs, body, &mut stream, write_stall).await?;
+        }
     }
     pool.nodes[index].metrics.requests_forwarded.inc();
     let timeout = pool.config.timeouts.response;

@@ -23,8 +23,10 @@ use weir_tls::ClientStream;
 use crate::MAX_TRAILER_BYTES;
 use crate::answer::Failure;
 use crate::client::Client;
-use crate::http2;
+
+mod h2;
 use crate::route::VirtualServerRuntime;
+pub(crate) use h2::{spawn_h2_pump, stream_rest_h2};
 
 /// The request body as far as it has been read.
 #[derive(Debug)]
@@ -145,9 +147,24 @@ pub(crate) async fn read(
     match head.framing() {
         BodyFraming::None | BodyFraming::CloseDelimited => body.framing = BodyFraming::None,
         BodyFraming::Length(length) => read_length(client, vs, head, &mut body, length).await?,
+        // A gRPC call's body is a stream of messages (client and bidirectional
+        // streaming): it goes on as it comes, nothing waited for before the node.
+        BodyFraming::Chunked if is_grpc(head.header("content-type")) => {
+            body.remaining = Remaining::Chunked(ChunkedDecoder::new(MAX_TRAILER_BYTES));
+        }
         BodyFraming::Chunked => read_chunked(client, vs, head, &mut body).await?,
     }
     Ok(body)
+}
+
+/// Whether a `content-type` is gRPC's (`application/grpc`, `application/grpc+proto`, ...).
+pub(crate) fn is_grpc(content_type: Option<&[u8]>) -> bool {
+    content_type.is_some_and(|value| {
+        let value = value.to_ascii_lowercase();
+        value == b"application/grpc"
+            || value.starts_with(b"application/grpc+")
+            || value.starts_with(b"application/grpc;")
+    })
 }
 
 async fn read_length(
@@ -389,78 +406,6 @@ async fn pump<W: AsyncWriteExt + Unpin>(
             }
         }
     }
-}
-
-/// Streams the rest of the body to an HTTP/2 node: DATA frames within the
-/// node's flow-control window (a slow node slows the client down, as with
-/// HTTP/1.1), then the trailers or an empty frame that ends the stream.
-pub(crate) async fn stream_rest_h2(
-    client: &mut Client,
-    vs: &VirtualServerRuntime,
-    body: &mut RequestBody,
-    node: &mut h2::SendStream<Bytes>,
-    write_stall: Duration,
-) -> Result<(), Failure> {
-    let max_body = vs.config.limits.max_body_bytes;
-    let clock = body.clock;
-    match std::mem::replace(&mut body.remaining, Remaining::Nothing) {
-        Remaining::Nothing => end_h2(node, &body.trailers, write_stall).await,
-        Remaining::Length(mut left) => {
-            while left > 0 {
-                if client.read_buf.is_empty() {
-                    let (deadline, late) = clock.deadline(body.received, Instant::now());
-                    client.read_more(deadline, late).await?;
-                }
-                let take = (client.read_buf.len() as u64).min(left) as usize;
-                let piece = client.read_buf.split_to(take).freeze();
-                left -= take as u64;
-                body.received += take as u64;
-                http2::upstream::send_body(node, piece, left == 0, write_stall).await?;
-            }
-            Ok(())
-        }
-        Remaining::Chunked(mut decoder) => loop {
-            match decoder
-                .decode(&mut client.read_buf)
-                .map_err(Failure::parse)?
-            {
-                Decoded::Data(data) => {
-                    body.received += data.len() as u64;
-                    if body.received > max_body {
-                        return Err(Failure::silent(Error::new(
-                            ErrorKind::BodyTooLarge,
-                            Side::Downstream,
-                        )));
-                    }
-                    http2::upstream::send_body(node, data, false, write_stall).await?;
-                }
-                Decoded::NeedMore => {
-                    let (deadline, late) = clock.deadline(body.received, Instant::now());
-                    client.read_more(deadline, late).await?;
-                }
-                Decoded::Done { trailers } => {
-                    let mut kept = BytesMut::new();
-                    filter_trailers(&trailers, &mut kept);
-                    return end_h2(node, &kept, write_stall).await;
-                }
-            }
-        },
-    }
-}
-
-/// Ends a request stream to an HTTP/2 node: with its trailers, or an empty DATA frame.
-async fn end_h2(
-    node: &mut h2::SendStream<Bytes>,
-    trailers: &[u8],
-    write_stall: Duration,
-) -> Result<(), Failure> {
-    if trailers.is_empty() {
-        http2::upstream::send_body(node, Bytes::new(), true, write_stall).await?;
-    } else {
-        let map = weir_http::http2::trailers_to_h2(trailers).map_err(Failure::parse)?;
-        http2::upstream::send_trailers(node, map)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

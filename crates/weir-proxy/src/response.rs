@@ -94,7 +94,12 @@ pub(crate) async fn respond(
         stall: response_timeout,
     };
     // Buffer as much of the body as fits: all of it, for most responses.
-    let buffered = buffer(client, &mut upstream, vs.config.limits.response_buffer).await?;
+    // A gRPC response is a stream of messages: each goes on as it comes.
+    let limit = match crate::request_body::is_grpc(response.header("content-type")) {
+        true => 0,
+        false => vs.config.limits.response_buffer,
+    };
+    let buffered = buffer(client, &mut upstream, limit).await?;
     if buffered.complete {
         // The node is done: give the connection back before the client is served.
         upstream.finish(&client.upstream_in);

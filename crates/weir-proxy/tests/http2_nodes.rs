@@ -80,6 +80,9 @@ async fn answer(
     request: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
 ) {
+    if request.uri().path() == "/stream" {
+        return echo_stream(request, respond).await;
+    }
     let (parts, mut body) = request.into_parts();
     let mut received = Vec::new();
     while let Some(Ok(data)) = body.data().await {
@@ -121,6 +124,32 @@ async fn answer(
         trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
         let _ = send.send_trailers(trailers);
     }
+}
+
+/// A gRPC-like bidirectional stream: the head at once, each DATA frame sent
+/// back as it arrives, `grpc-status: 0` in trailers after the request ends.
+async fn echo_stream(
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    let mut body = request.into_body();
+    let head = http::Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .body(())
+        .expect("response");
+    let Ok(mut send) = respond.send_response(head, false) else {
+        return;
+    };
+    while let Some(Ok(data)) = body.data().await {
+        let _ = body.flow_control().release_capacity(data.len());
+        if send.send_data(data, false).is_err() {
+            return;
+        }
+    }
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let _ = send.send_trailers(trailers);
 }
 
 fn header(headers: &http::HeaderMap, name: &str) -> String {
@@ -297,5 +326,59 @@ async fn clients_of_both_versions_reach_an_h2_node_over_tls() {
         assert!(body.ends_with("body=over tls\n"), "{version}: {body}");
     }
     assert_eq!(node.connections.load(Ordering::Relaxed), 1);
+    proxy.stop().await;
+}
+
+/// A bidirectional stream (gRPC's shape) through weir: each message comes back
+/// before the client sends the next, so neither the request nor the response
+/// may be held back by buffering; the trailers end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bidirectional_stream_flows_both_ways_at_once() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "[virtual_servers.web.http2]\ncleartext = true").await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    let mut sender = sender.ready().await.expect("ready");
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://127.0.0.1:{}/stream", proxy.addr.port()))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+    let (response, mut upload) = sender.send_request(request, false).expect("sent");
+    let wait = std::time::Duration::from_secs(5);
+    let response = tokio::time::timeout(wait, response)
+        .await
+        .expect("the response head in time")
+        .expect("a response");
+    assert_eq!(response.status(), 200);
+    let mut download = response.into_body();
+    for message in ["ping 1", "ping 2", "ping 3"] {
+        upload.send_data(Bytes::from(message), false).expect("sent");
+        let echoed = tokio::time::timeout(wait, download.data())
+            .await
+            .expect("the echo in time")
+            .expect("data")
+            .expect("no error");
+        let _ = download.flow_control().release_capacity(echoed.len());
+        assert_eq!(&echoed[..], message.as_bytes());
+    }
+    upload.send_data(Bytes::new(), true).expect("ended");
+    assert!(
+        tokio::time::timeout(wait, download.data())
+            .await
+            .expect("the end in time")
+            .is_none()
+    );
+    let trailers = tokio::time::timeout(wait, download.trailers())
+        .await
+        .expect("the trailers in time")
+        .expect("trailers")
+        .expect("some trailers");
+    assert_eq!(trailers.get("grpc-status").expect("grpc-status"), "0");
     proxy.stop().await;
 }

@@ -25,7 +25,8 @@ const MAX_CHUNK: usize = 64 * 1024;
 /// The client side of one stream.
 #[derive(Debug)]
 pub(crate) struct H2Stream {
-    body: RecvStream,
+    /// `None` once a pump took it ([`H2Stream::take_body`]).
+    body: Option<RecvStream>,
     respond: SendResponse<Bytes>,
     send: Option<SendStream<Bytes>>,
     /// Body bytes sent to the client so far.
@@ -46,7 +47,7 @@ impl H2Stream {
     ) -> (http::request::Parts, H2Stream) {
         let (parts, body) = request.into_parts();
         let stream = H2Stream {
-            body,
+            body: Some(body),
             respond,
             send: None,
             bytes_sent: 0,
@@ -76,17 +77,17 @@ impl H2Stream {
         deadline: Instant,
         late: &'static str,
     ) -> Result<usize, Error> {
-        if self.body_done {
+        let Some(body) = self.body.as_mut().filter(|_| !self.body_done) else {
             return Ok(0);
-        }
+        };
         let timed_out = || Error::new(ErrorKind::ClientTimeout, Side::Downstream).context(late);
         loop {
-            let data = tokio::time::timeout_at(deadline, self.body.data())
+            let data = tokio::time::timeout_at(deadline, body.data())
                 .await
                 .map_err(|_| timed_out())?;
             match data {
                 Some(Ok(data)) => {
-                    let _ = self.body.flow_control().release_capacity(data.len());
+                    let _ = body.flow_control().release_capacity(data.len());
                     if data.is_empty() {
                         continue;
                     }
@@ -106,7 +107,7 @@ impl H2Stream {
         if !self.chunked {
             return Ok(0);
         }
-        let trailers = tokio::time::timeout_at(deadline, self.body.trailers())
+        let trailers = tokio::time::timeout_at(deadline, body.trailers())
             .await
             .map_err(|_| timed_out())?
             .map_err(|error| client_gone(&error))?;
@@ -117,6 +118,17 @@ impl H2Stream {
         let before = buf.len();
         weir_http::encode_last_chunk(&lines, buf);
         Ok(buf.len() - before)
+    }
+
+    /// The request body's stream, for a pump that moves it to an HTTP/2
+    /// node on its own (full duplex); `None` once taken or read to its end.
+    /// Afterwards [`H2Stream::read_framed`] reports the end at once.
+    pub(crate) fn take_body(&mut self) -> Option<RecvStream> {
+        if self.body_done {
+            return None;
+        }
+        self.body_done = true;
+        self.body.take()
     }
 
     /// Whether the response head went out.
@@ -131,17 +143,20 @@ impl H2Stream {
 
     /// Whether the request's HEADERS ended the stream (no body follows).
     pub(crate) fn request_ended(&self) -> bool {
-        self.body.is_end_stream()
+        self.body.as_ref().is_none_or(RecvStream::is_end_stream)
     }
 
     /// The next piece of the request body, `None` at its end. Its bytes are
     /// given back to the client's window at once: the pipeline bounds what it
     /// holds itself (`request_buffer`), and stops asking while the node is slow.
     pub(crate) async fn read_body(&mut self, timeout: Duration) -> Result<Option<Bytes>, Error> {
-        match tokio::time::timeout(timeout, self.body.data()).await {
+        let Some(body) = self.body.as_mut() else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(timeout, body.data()).await {
             Ok(None) => Ok(None),
             Ok(Some(Ok(data))) => {
-                let _ = self.body.flow_control().release_capacity(data.len());
+                let _ = body.flow_control().release_capacity(data.len());
                 Ok(Some(data))
             }
             Ok(Some(Err(error))) => Err(client_gone(&error)),
@@ -152,7 +167,10 @@ impl H2Stream {
 
     /// The request's trailers, once the body is read (`None`: there were none).
     pub(crate) async fn trailers(&mut self, timeout: Duration) -> Result<Option<HeaderMap>, Error> {
-        match tokio::time::timeout(timeout, self.body.trailers()).await {
+        let Some(body) = self.body.as_mut() else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(timeout, body.trailers()).await {
             Ok(Ok(trailers)) => Ok(trailers),
             Ok(Err(error)) => Err(client_gone(&error)),
             Err(_) => Err(Error::new(ErrorKind::ClientTimeout, Side::Downstream)
