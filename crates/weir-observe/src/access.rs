@@ -23,6 +23,7 @@
 //!     node: Some("10.0.0.1:8080".parse().unwrap()),
 //!     duration: Duration::from_micros(1500),
 //!     upstream_duration: Some(Duration::from_micros(1200)),
+//!     grpc_status: None,
 //!     error: None,
 //! };
 //! let mut line = Vec::new();
@@ -76,6 +77,9 @@ pub struct AccessRecord<'a> {
     pub upstream_duration: Option<Duration>,
     /// Why the request failed or was answered by weir itself, if it was.
     pub error: Option<&'a str>,
+    /// A gRPC call's status (`grpc-status` from the response's trailers, or its
+    /// head for a trailers-only response), if the response carried one.
+    pub grpc_status: Option<u32>,
 }
 
 /// Where access records go: one per configuration of `log.access_log_format` and
@@ -224,6 +228,9 @@ impl AccessRecord<'_> {
         if let Some(error) = self.error {
             fields.text("error", error);
         }
+        if let Some(status) = self.grpc_status {
+            fields.number("grpc_status", u64::from(status));
+        }
         if json {
             line.push('}');
         }
@@ -357,6 +364,7 @@ mod tests {
             node: None,
             duration: Duration::from_micros(1500),
             upstream_duration: None,
+            grpc_status: None,
             error: Some("connect refused"),
         }
     }

@@ -544,6 +544,7 @@ impl Metrics {
                 class,
             });
         }
+        self.remove_http2(name);
     }
 
     /// Drops a pool's series (after a reload removed it); its nodes are removed separately.
@@ -590,6 +591,7 @@ impl Metrics {
         f.node_healthy.remove(&labels);
         f.node_ejections.remove(&labels);
         f.node_response_time_ewma.remove(&labels);
+        self.remove_upstream_http2(&labels.pool, &labels.node);
     }
 
     /// Requests forwarded per upstream connection created, over all nodes; 0 when none created.

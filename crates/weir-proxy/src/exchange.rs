@@ -230,6 +230,8 @@ async fn attempt_h2(
     // The buffered body is copied, not moved: a refused stream is sent again.
     let buffered = bytes::Bytes::copy_from_slice(&body.buffered);
     let ends = body.is_complete() && body.trailers.is_empty();
+    // Once the rest of the body has streamed, the request cannot be sent again.
+    let streams = !body.is_complete();
     let sent_at = Instant::now();
     let mut request =
         http2::upstream::send_request(node, head, &forward, scheme, buffered, ends, write_stall)
@@ -244,7 +246,12 @@ async fn attempt_h2(
     }
     pool.nodes[index].metrics.requests_forwarded.inc();
     let timeout = pool.config.timeouts.response;
-    let response = http2::upstream::response_head(request.response, head.method(), timeout).await?;
+    let response = http2::upstream::response_head(request.response, head.method(), timeout)
+        .await
+        .map_err(|error| match streams {
+            true => error.retry_safe(false),
+            false => error,
+        })?;
     Ok(Exchange {
         lease: NodeLink::Http2 {
             _lease: request.lease,

@@ -246,6 +246,10 @@ async fn serve_stream(
         }
         Err(failure) => {
             answer_failure(&mut client, vs, Some(&head), Some(&pool), failure, started).await;
+            if let Some(stream) = client.h2() {
+                // A response cut short: the client learns from a reset.
+                stream.finish(false);
+            }
         }
     }
     client.release();
@@ -321,6 +325,7 @@ async fn serve_request(
             duration: started.elapsed(),
             upstream_duration: Some(response_time),
             error: None,
+            grpc_status: sent.grpc_status,
         });
     }
     Ok(match sent.keep_alive {
@@ -419,6 +424,7 @@ async fn answer_failure(
             duration: started.elapsed(),
             upstream_duration: None,
             error: Some(kind.as_str()),
+            grpc_status: None,
         });
     }
     if bytes > 0 {

@@ -30,6 +30,8 @@ pub(crate) struct Sent {
     pub bytes: u64,
     /// Whether the client connection may carry another request.
     pub keep_alive: bool,
+    /// `grpc-status` from the trailers (or the head of a trailers-only response).
+    pub grpc_status: Option<u32>,
 }
 
 /// How long a connection whose node announced a body it cannot have (HEAD,
@@ -124,15 +126,39 @@ pub(crate) async fn respond(
     let mut body_bytes = buffered_body.len() as u64;
     let last = complete && trailers.is_empty();
     send_piece(client, framing, &mut buffered_body, last, write_timeout).await?;
+    let mut grpc_status = grpc_status_of(response.header("grpc-status"));
     if !complete {
-        body_bytes += stream_rest(client, &mut upstream, framing, write_timeout).await?;
-    } else if !last {
-        send_end(client, framing, &trailers, write_timeout).await?;
+        let (sent, found) = stream_rest(client, &mut upstream, framing, write_timeout).await?;
+        body_bytes += sent;
+        grpc_status = grpc_status.or(found);
+    } else {
+        grpc_status = grpc_status.or_else(|| grpc_status_in(&trailers));
+        if !last {
+            send_end(client, framing, &trailers, write_timeout).await?;
+        }
     }
     Ok(Sent {
         status: response.status(),
         bytes: head_bytes + body_bytes,
         keep_alive,
+        grpc_status,
+    })
+}
+
+/// A `grpc-status` value: a decimal number.
+fn grpc_status_of(value: Option<&[u8]>) -> Option<u32> {
+    std::str::from_utf8(value?).ok()?.trim().parse().ok()
+}
+
+/// `grpc-status` among trailer lines (`name: value\r\n` each).
+fn grpc_status_in(lines: &[u8]) -> Option<u32> {
+    lines.split(|&b| b == b'\n').find_map(|line| {
+        let colon = line.iter().position(|&b| b == b':')?;
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        let value = value.strip_suffix(b"\r").unwrap_or(value);
+        name.eq_ignore_ascii_case(b"grpc-status")
+            .then(|| grpc_status_of(Some(value)))
+            .flatten()
     })
 }
 
@@ -377,14 +403,15 @@ async fn send_end(
 }
 
 /// Streams the rest of a body too large to buffer: read a buffer's worth,
-/// write it, repeat. Returns the body bytes sent. Once the client has the
-/// head, a failure can only close the connection.
+/// write it, repeat. Returns the body bytes sent and the trailers'
+/// `grpc-status`. Once the client has the head, a failure can only close
+/// the connection.
 async fn stream_rest(
     client: &mut Client,
     upstream: &mut Upstream,
     framing: BodyFraming,
     write_timeout: Duration,
-) -> Result<u64, Failure> {
+) -> Result<(u64, Option<u32>), Failure> {
     let silent = |failure: Failure| Failure::silent(failure.error);
     let mut body = BytesMut::new();
     let mut trailers = Bytes::new();
@@ -409,7 +436,7 @@ async fn stream_rest(
     }
     upstream.finish(&client.upstream_in);
     send_end(client, framing, &trailers, write_timeout).await?;
-    Ok(sent)
+    Ok((sent, grpc_status_in(&trailers)))
 }
 
 /// Moves decoded body bytes from `input` to `body`. Returns true when the
@@ -448,5 +475,23 @@ fn fill(
                 }
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_status_is_read_from_trailer_lines_or_a_head_value() {
+        assert_eq!(grpc_status_in(b"grpc-status: 0\r\n"), Some(0));
+        assert_eq!(
+            grpc_status_in(b"x-a: 1\r\nGrpc-Status:14\r\ngrpc-message: gone\r\n"),
+            Some(14)
+        );
+        assert_eq!(grpc_status_in(b"x-a: 1\r\n"), None);
+        assert_eq!(grpc_status_in(b"grpc-status: ok\r\n"), None);
+        assert_eq!(grpc_status_of(Some(b" 5 ")), Some(5));
+        assert_eq!(grpc_status_of(None), None);
     }
 }

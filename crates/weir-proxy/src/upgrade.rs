@@ -102,6 +102,7 @@ pub(crate) async fn tunnel(
         status,
         bytes: head_bytes + to_client,
         keep_alive: false,
+        grpc_status: None,
     })
 }
 

@@ -175,6 +175,40 @@ impl Metrics {
         }
     }
 
+    /// Drops a virtual server's HTTP/2 series (with its other series, after a reload removed it).
+    pub(crate) fn remove_http2(&self, virtual_server: &str) {
+        let f = &self.http2;
+        let labels = Labels {
+            virtual_server: virtual_server.to_owned(),
+        };
+        for via in ["alpn", "h2c"] {
+            f.connections.remove(&ViaLabels {
+                virtual_server: virtual_server.to_owned(),
+                via,
+            });
+        }
+        f.streams.remove(&labels);
+        f.protocol_errors.remove(&labels);
+        for kind in Flood::ALL {
+            f.floods.remove(&KindLabels {
+                virtual_server: virtual_server.to_owned(),
+                kind: kind.as_str(),
+            });
+        }
+    }
+
+    /// Drops a node's HTTP/2 series (with its other series).
+    pub(crate) fn remove_upstream_http2(&self, pool: &str, node: &str) {
+        let f = &self.http2;
+        let labels = NodeLabels {
+            pool: pool.to_owned(),
+            node: node.to_owned(),
+        };
+        f.upstream_streams_open.remove(&labels);
+        f.upstream_goaways.remove(&labels);
+        f.upstream_ping_timeouts.remove(&labels);
+    }
+
     /// The HTTP/2 handles of one node of a pool.
     pub fn upstream_http2(&self, pool: &str, node: &str) -> UpstreamHttp2Metrics {
         let f = &self.http2;
