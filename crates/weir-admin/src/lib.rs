@@ -65,8 +65,11 @@ pub type HealthCheck = Arc<dyn Fn() -> bool + Send + Sync>;
 /// What the admin endpoints read from, and the limits they run under.
 #[derive(Clone)]
 pub struct AdminState {
+    /// The registry `/metrics` encodes.
     pub metrics: Arc<Metrics>,
+    /// Answers `/healthz`.
     pub health: HealthCheck,
+    /// Bounds on request sizes and times per client.
     pub limits: Limits,
     /// The REST API and dashboard over a running proxy; `None` serves metrics and health only.
     pub control: Option<Arc<Control>>,

@@ -43,6 +43,7 @@ const TRANSCRIPT_LENGTH: usize = 2560;
 /// How long each item runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CryptoSettings {
+    /// How long each algorithm and operation is measured.
     pub duration: Duration,
 }
 
@@ -53,7 +54,9 @@ pub struct SignatureResult {
     pub algorithm: &'static str,
     /// The TLS 1.3 signature scheme measured.
     pub scheme: &'static str,
+    /// Signatures per second on one core.
     pub sign_per_s: f64,
+    /// Verifications per second on one core.
     pub verify_per_s: f64,
 }
 
@@ -73,19 +76,25 @@ pub struct KeyAgreementResult {
 pub struct AeadResult {
     /// `aes-128-gcm`, `aes-256-gcm`, `chacha20-poly1305`.
     pub algorithm: &'static str,
+    /// One result per buffer size, smallest first.
     pub sizes: Vec<AeadSize>,
 }
 
+/// Sealing one buffer size with one AEAD.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct AeadSize {
+    /// The buffer size, bytes.
     pub bytes: usize,
+    /// Buffers sealed per second on one core.
     pub ops_per_s: f64,
+    /// Bytes sealed per second on one core.
     pub bytes_per_s: f64,
 }
 
 /// The TLS 1.3 key schedule of one handshake.
 #[derive(Debug, Clone, Serialize)]
 pub struct KeyScheduleResult {
+    /// Key schedules per second on one core.
     pub ops_per_s: f64,
     /// What one operation computes.
     pub counts: &'static str,
@@ -105,6 +114,7 @@ pub struct HandshakeCeiling {
 /// The whole measurement; `serde_json::to_string` gives the `weir-bench-crypto/1` document.
 #[derive(Debug, Clone, Serialize)]
 pub struct CryptoReport {
+    /// Always `weir-bench-crypto/1`.
     pub schema: &'static str,
     /// The crypto library measured.
     pub provider: &'static str,
@@ -112,12 +122,17 @@ pub struct CryptoReport {
     pub threads: usize,
     /// Time per item.
     pub duration_s: f64,
+    /// One result per signature algorithm.
     pub signatures: Vec<SignatureResult>,
+    /// One result per key-agreement group.
     pub key_agreement: Vec<KeyAgreementResult>,
+    /// One result per AEAD.
     pub aead: Vec<AeadResult>,
+    /// The TLS 1.3 key schedule.
     pub key_schedule: KeyScheduleResult,
     /// What the ceiling counts.
     pub ceiling_counts: &'static str,
+    /// One ceiling per certificate type.
     pub handshake_ceiling: Vec<HandshakeCeiling>,
 }
 
@@ -127,6 +142,7 @@ pub struct CryptoReport {
 pub struct CryptoError(&'static str);
 
 impl CryptoReport {
+    /// The `weir-bench-crypto/1` JSON document.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }

@@ -77,7 +77,7 @@ pub use plan::{
     Target, UrlOrder, parse_duration, parse_tcp_url, parse_url, read_url_file,
 };
 pub use report::{Report, SCHEMA};
-pub use tls::{ResumptionViolation, TlsSettings, TlsVersions, check_resumption};
+pub use tls::{ResumptionViolation, TlsSettings, TlsSetupError, TlsVersions, check_resumption};
 
 /// Runs `plan` (blocking, on its own threads) and reports what it measured.
 pub fn run(plan: &Plan) -> std::io::Result<Report> {

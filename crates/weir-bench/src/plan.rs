@@ -32,7 +32,10 @@ pub enum Pacing {
     /// Each connection sends its next request as soon as the previous response ended.
     Closed,
     /// Requests are due at a fixed total rate (per second), spread over the connections.
-    Open { rate: f64 },
+    Open {
+        /// Requests per second, all connections together; positive.
+        rate: f64,
+    },
 }
 
 /// Whether connections are reused.
@@ -50,10 +53,18 @@ pub enum Protocol {
     /// An HTTP/1.1 request and its whole response.
     Http1,
     /// L4, against an echo server (`tcp://` URLs).
-    Tcp { mode: L4Mode, size: usize },
+    Tcp {
+        /// Which L4 test.
+        mode: L4Mode,
+        /// Bytes sent and echoed per exchange.
+        size: usize,
+    },
     /// HTTP/2 (`--h2`): h2c with prior knowledge for `http://`, ALPN `h2` for
     /// `https://`; each connection carries `streams` requests at once.
-    Http2 { streams: usize },
+    Http2 {
+        /// Requests in flight on one connection (`--streams`, h2load's `-m`).
+        streams: usize,
+    },
 }
 
 impl Protocol {
@@ -102,27 +113,38 @@ const L4_PATTERN: &[u8] = b"weir-bench l4 payload\n";
 /// In which order a connection walks the URL list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UrlOrder {
+    /// Each connection goes through the list in order, from its own starting point.
     Sequential,
+    /// Each request picks a URL at random.
     Random,
 }
 
 /// What the command line asked for, before checking.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The URLs to load: all `http://`, all `https://` or all `tcp://`.
     pub urls: Vec<String>,
+    /// The request method, as typed (checked to be a token).
     pub method: String,
     /// `Name: value` lines as given.
     pub headers: Vec<String>,
+    /// The request body, sent with every request (`Content-Length` added).
     pub body: Vec<u8>,
+    /// How connections walk the URL list.
     pub order: UrlOrder,
+    /// Connections kept open at once, across all threads.
     pub connections: usize,
     /// `None`: one per core.
     pub threads: Option<usize>,
+    /// When the run stops.
     pub stop: Stop,
     /// `None`: closed loop.
     pub rate: Option<f64>,
+    /// Keep-alive or a new connection per request.
     pub mode: ConnectionMode,
+    /// How long a connect or a response may take before it counts as a timeout.
     pub timeout: Duration,
+    /// Print a progress line on stderr once a second.
     pub progress: bool,
     /// `tcp://` URLs: which L4 test (ignored for `http://`).
     pub l4_mode: L4Mode,
@@ -138,8 +160,11 @@ pub struct Settings {
 /// One URL, resolved, with its request prebuilt.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// The URL as given, for the report.
     pub url: String,
+    /// The resolved address connections go to.
     pub address: SocketAddr,
+    /// The request's method.
     pub method: Method,
     /// The whole request (head and body), written once; for `tcp://`, the bytes echoed.
     pub request: Bytes,
@@ -152,16 +177,27 @@ pub struct Target {
 /// A checked run description; [`crate::run`] executes it.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// What one transaction is: an HTTP/1.1 exchange or an L4 echo.
     pub protocol: Protocol,
+    /// The URLs, resolved and with their requests prebuilt; never empty.
     pub targets: Vec<Target>,
+    /// The request method, for the report.
     pub method: String,
+    /// How connections walk `targets`.
     pub order: UrlOrder,
+    /// Connections kept open at once, across all threads; at least 1.
     pub connections: usize,
+    /// Load generator threads; at least 1, at most `connections`.
     pub threads: usize,
+    /// When the run stops.
     pub stop: Stop,
+    /// Closed loop, or an open-loop rate.
     pub pacing: Pacing,
+    /// Keep-alive or a new connection per request.
     pub mode: ConnectionMode,
+    /// How long a connect or a response may take before it counts as a timeout.
     pub timeout: Duration,
+    /// Print a progress line on stderr once a second.
     pub progress: bool,
     /// `https://` URLs: the TLS client every connection uses; `None`: plain TCP.
     pub tls: Option<TlsClient>,
@@ -170,38 +206,69 @@ pub struct Plan {
 /// Why a plan could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
+    /// The settings name no URL.
     #[error("no URL given")]
     NoUrls,
+    /// A URL cannot be parsed.
     #[error("URL {url:?}: {reason}")]
-    Url { url: String, reason: &'static str },
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A URL's host does not resolve.
     #[error("cannot resolve {host:?}: {source}")]
-    Resolve { host: String, source: io::Error },
+    Resolve {
+        /// The host as written in the URL.
+        host: String,
+        /// The resolver's error.
+        source: io::Error,
+    },
+    /// A `--header` is not `Name: value`.
     #[error("header {0:?} is not `Name: value`")]
     Header(String),
+    /// The method is not an HTTP token.
     #[error("method {0:?} is not a token")]
     Method(String),
+    /// A count that must be positive is zero; names the option.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    /// `--rate` is zero, negative or not finite.
     #[error("--rate must be a positive number of requests per second")]
     Rate,
+    /// URLs of different schemes in one run.
     #[error("http://, https:// and tcp:// URLs cannot be mixed in one run")]
     MixedSchemes,
+    /// A TLS option given for a run without `https://` URLs; names the option.
     #[error("{0} applies to https:// URLs only")]
     HttpsOnly(&'static str),
+    /// The TLS client could not be set up.
     #[error(transparent)]
     Tls(#[from] TlsSetupError),
+    /// An HTTP option given for a `tcp://` run; names the option.
     #[error("{0} applies to http:// URLs only")]
     HttpOnly(&'static str),
+    /// `--close` with the request/response L4 test.
     #[error("--close does not apply to --l4-mode rr (use --l4-mode connect)")]
     CloseWithRr,
+    /// A zero `--l4-size` with the request/response L4 test.
     #[error("--l4-size must be at least 1 for --l4-mode rr")]
     RrSize,
+    /// `--close` with `--h2`: HTTP/2 streams share their connection.
     #[error("--close does not apply to --h2: HTTP/2 streams share their connection")]
     CloseWithH2,
+    /// A `--header` that HTTP/2 forbids (connection-specific); names it.
     #[error("header {0:?} is connection-specific and not allowed in HTTP/2")]
     H2Header(String),
+    /// A file named on the command line cannot be read.
     #[error("cannot read {path}: {source}")]
-    File { path: String, source: io::Error },
+    File {
+        /// The path as given.
+        path: String,
+        /// The error from the system.
+        source: io::Error,
+    },
 }
 
 /// The parts of an `http://` or `https://` URL a request needs.
@@ -215,6 +282,28 @@ pub struct Url {
     pub target: String,
     /// `https://`.
     pub tls: bool,
+}
+
+/// HTTP/1.1, or HTTP/2 with `--h2` (`--streams` per connection; not with `--close`).
+fn http_protocol(settings: &Settings) -> Result<Protocol, PlanError> {
+    match settings.http2_streams {
+        None => Ok(Protocol::Http1),
+        Some(0) => Err(PlanError::Zero("--streams")),
+        Some(_) if settings.mode == ConnectionMode::Close => Err(PlanError::CloseWithH2),
+        Some(streams) => Ok(Protocol::Http2 { streams }),
+    }
+}
+
+/// The HTTP/2 form of a target's request.
+fn h2_request(
+    method: &str,
+    url: &Url,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<H2Request, PlanError> {
+    let scheme = if url.tls { "https" } else { "http" };
+    H2Request::new(method, scheme, &url.authority, &url.target, headers, body)
+        .map_err(PlanError::H2Header)
 }
 
 impl Plan {
@@ -256,14 +345,7 @@ impl Plan {
             refuse_tls_settings(&settings.tls)?;
             return tcp_plan(settings, mode, size, pacing);
         }
-        let protocol = match settings.http2_streams {
-            None => Protocol::Http1,
-            Some(0) => return Err(PlanError::Zero("--streams")),
-            Some(_) if settings.mode == ConnectionMode::Close => {
-                return Err(PlanError::CloseWithH2);
-            }
-            Some(streams) => Protocol::Http2 { streams },
-        };
+        let protocol = http_protocol(&settings)?;
         let alpn: &[u8] = match protocol {
             Protocol::Http2 { .. } => b"h2",
             _ => b"http/1.1",
@@ -299,17 +381,9 @@ impl Plan {
                 None => None,
             };
             let h2 = match protocol {
-                Protocol::Http2 { .. } => Some(
-                    H2Request::new(
-                        &method,
-                        if parsed.tls { "https" } else { "http" },
-                        &parsed.authority,
-                        &parsed.target,
-                        &headers,
-                        &settings.body,
-                    )
-                    .map_err(PlanError::H2Header)?,
-                ),
+                Protocol::Http2 { .. } => {
+                    Some(h2_request(&method, &parsed, &headers, &settings.body)?)
+                }
                 _ => None,
             };
             targets.push(Target {

@@ -6,6 +6,10 @@ use std::fmt::Write;
 use crate::report::{Percentiles, Report};
 
 /// Renders `report` for a person.
+#[allow(
+    clippy::too_many_lines,
+    reason = "the report, section by section, in the order it prints"
+)]
 pub fn text(report: &Report) -> String {
     let mut out = String::new();
     let settings = &report.settings;

@@ -18,20 +18,31 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// One run's report; `serde_json::to_string` gives the `weir-bench/1` document.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// Always `SCHEMA` (`weir-bench/1`).
     pub schema: &'static str,
+    /// What the run was asked to do.
     pub settings: SettingsReport,
+    /// Seconds from the start of the load until every connection had finished.
     pub elapsed_s: f64,
+    /// Requests by outcome.
     pub requests: Requests,
+    /// TCP connections opened, reconnects included.
     pub connections_opened: u64,
+    /// Responses received per second of `elapsed_s`.
     pub requests_per_s: f64,
+    /// Bytes received, heads and bodies (L4: the echoed bytes).
     pub bytes_received: u64,
+    /// `bytes_received` per second of `elapsed_s`.
     pub bytes_per_s: f64,
     /// Latency from the intended send time (equal to `service` in a closed loop).
     pub latency_corrected: Percentiles,
     /// Latency from the actual send time.
     pub latency_service: Percentiles,
+    /// Failed requests by cause.
     pub errors: Errors,
+    /// The same run summarised with siege's definitions, for comparison with siege.
     pub siege: Siege,
+    /// One entry per second of the run.
     pub timeline: Vec<TimelineSecond>,
     /// `https://` runs: handshakes as the client saw them; null otherwise.
     pub tls: Option<TlsReport>,
@@ -46,19 +57,26 @@ pub struct TlsReport {
     pub handshakes_full_with_hello_retry: u64,
     /// Handshakes that resumed a session.
     pub handshakes_resumed: u64,
+    /// All handshakes, full and resumed.
     pub handshakes_total: u64,
     /// Handshakes that negotiated TLS 1.2 and TLS 1.3.
     pub tls1_2: u64,
+    /// Handshakes that negotiated TLS 1.3.
     pub tls1_3: u64,
     /// From the start of the TCP connect to the end of the TLS handshake.
     pub handshake_latency: Percentiles,
 }
 
+/// The run's settings, as the report records them.
 #[derive(Debug, Clone, Serialize)]
 pub struct SettingsReport {
+    /// The URLs, as given.
     pub urls: Vec<String>,
+    /// The request method.
     pub method: String,
+    /// Connections kept open at once.
     pub connections: usize,
+    /// Load generator threads.
     pub threads: usize,
     /// `"closed"` or `"open"`.
     pub pacing: &'static str,
@@ -66,9 +84,11 @@ pub struct SettingsReport {
     pub rate: Option<f64>,
     /// Stop condition: `duration_s` or `requests`, the other null.
     pub duration_s: Option<f64>,
+    /// Stop condition: the number of requests; null for a timed run.
     pub requests: Option<u64>,
     /// `"keep-alive"` or `"close"`.
     pub connection_mode: &'static str,
+    /// Seconds a connect or a response may take before it counts as a timeout.
     pub timeout_s: f64,
     /// `"http1"`, `"http2"` (`--h2`) or `"tcp"` (L4 against an echo server).
     pub protocol: &'static str,
@@ -91,12 +111,16 @@ pub struct TlsSettingsReport {
     pub resumption: bool,
     /// Whether the server's certificate was verified (against `cacert`).
     pub verify: bool,
+    /// The CA file the certificate was verified against; null: the system's roots or no
+    /// verification.
     pub cacert: Option<String>,
     /// `--sni` override; null: the URL's host.
     pub sni: Option<String>,
+    /// The ALPN protocols offered, in order.
     pub alpn: Vec<&'static str>,
 }
 
+/// Requests by outcome.
 #[derive(Debug, Clone, Serialize)]
 pub struct Requests {
     /// Responses received, any status.
@@ -114,24 +138,38 @@ pub struct Requests {
 /// Percentiles in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Percentiles {
+    /// Fastest, ms.
     pub min_ms: f64,
+    /// Mean, ms.
     pub mean_ms: f64,
+    /// Median, ms.
     pub p50_ms: f64,
+    /// 90th percentile, ms.
     pub p90_ms: f64,
+    /// 99th percentile, ms.
     pub p99_ms: f64,
+    /// 99.9th percentile, ms.
     pub p99_9_ms: f64,
+    /// Slowest, ms.
     pub max_ms: f64,
 }
 
+/// Requests that got no response, by cause.
 #[derive(Debug, Clone, Serialize)]
 pub struct Errors {
+    /// Connects that failed.
     pub connect: u64,
+    /// Connects or responses slower than the timeout.
     pub timeout: u64,
+    /// Reads that failed, or connections closed before the response ended.
     pub read: u64,
+    /// Writes that failed.
     pub write: u64,
+    /// Responses that do not parse as HTTP/1.1 (or L4 echoes that differ from what was sent).
     pub parse: u64,
     /// TLS handshake failures.
     pub tls: u64,
+    /// All of the above together.
     pub total: u64,
 }
 
@@ -142,6 +180,7 @@ pub struct Siege {
     pub transactions: u64,
     /// transactions ÷ (transactions + socket failures) × 100.
     pub availability_percent: f64,
+    /// Seconds the run took.
     pub elapsed_time_s: f64,
     /// Bytes received (heads and bodies) ÷ 2^20.
     pub data_transferred_mb: f64,
@@ -157,32 +196,48 @@ pub struct Siege {
     pub successful_transactions: u64,
     /// Responses with status 400 or more, plus socket failures.
     pub failed_transactions: u64,
+    /// Longest service time, seconds.
     pub longest_transaction_s: f64,
+    /// Shortest service time, seconds.
     pub shortest_transaction_s: f64,
 }
 
+/// One second of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct TimelineSecond {
+    /// Seconds from the start, from zero.
     pub second: u64,
+    /// Responses received in that second.
     pub requests: u64,
+    /// Failed requests in that second.
     pub errors: u64,
+    /// 99th percentile (corrected) of that second's responses, ms.
     pub p99_ms: f64,
 }
 
 /// The counts the siege block is computed from.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SiegeInputs {
+pub(crate) struct SiegeInputs {
+    /// Responses received, any status.
     pub responses: u64,
+    /// Responses with status 400 or more.
     pub non_2xx: u64,
+    /// Requests that got no response.
     pub socket_failures: u64,
+    /// Bytes received.
     pub bytes: u64,
+    /// The run's length.
     pub elapsed: Duration,
+    /// Sum of the service times, µs.
     pub service_sum_us: u64,
+    /// Shortest service time, µs.
     pub service_min_us: u64,
+    /// Longest service time, µs.
     pub service_max_us: u64,
 }
 
 impl Report {
+    /// Builds the report from what the driver recorded for `plan`.
     pub fn new(plan: &Plan, outcome: &Outcome) -> Report {
         let record = &outcome.record;
         let elapsed_s = outcome.elapsed.as_secs_f64();
@@ -262,7 +317,8 @@ impl Report {
 }
 
 impl Siege {
-    pub fn new(inputs: SiegeInputs) -> Siege {
+    /// Computes the block from the run's counts.
+    pub(crate) fn new(inputs: SiegeInputs) -> Siege {
         let elapsed = inputs.elapsed.as_secs_f64();
         let transactions = inputs.responses;
         let attempts = transactions + inputs.socket_failures;

@@ -27,16 +27,22 @@ const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 /// When the test server stalls: during `[offset, offset + stall)` of every `period`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StallPattern {
+    /// Length of one cycle of the pattern.
     pub period: Duration,
+    /// How long the server stalls in each cycle.
     pub stall: Duration,
+    /// Where in the cycle the stall starts.
     pub offset: Duration,
 }
 
 /// How the self-test runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SelftestOptions {
+    /// When the test server stalls.
     pub pattern: StallPattern,
+    /// The open-loop request rate, per second.
     pub rate: f64,
+    /// Connections the load is spread over.
     pub connections: usize,
     /// A whole number of periods.
     pub periods: u32,
@@ -47,18 +53,26 @@ pub struct SelftestOptions {
 /// One quantile, analytic against measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Comparison {
+    /// The quantile compared, in `0.0..1.0`.
     pub quantile: f64,
+    /// The latency the stall pattern implies at that quantile, ms.
     pub expected_ms: f64,
+    /// The measured latency from the intended send time, ms.
     pub corrected_ms: f64,
+    /// The measured latency from the actual send time, ms (what an uncorrected tool reports).
     pub uncorrected_ms: f64,
+    /// Whether the corrected figure is within the tolerance of the expected one.
     pub pass: bool,
 }
 
 /// The self-test's outcome: the comparisons and the full run report.
 #[derive(Debug, Clone)]
 pub struct SelftestOutcome {
+    /// The options the self-test ran with.
     pub options: SelftestOptions,
+    /// One comparison per quantile checked.
     pub comparisons: Vec<Comparison>,
+    /// The load run's full report.
     pub report: Report,
 }
 
@@ -111,6 +125,7 @@ impl StallPattern {
 }
 
 impl SelftestOutcome {
+    /// Whether every comparison passed.
     pub fn passed(&self) -> bool {
         self.comparisons.iter().all(|comparison| comparison.pass)
     }

@@ -32,29 +32,44 @@ pub enum RowKind {
     /// L4 against the echo server: connections per second (`connect` mode).
     L4Connect,
     /// L4 against the echo server: request/response on persistent connections, `size` bytes.
-    L4Rr { size: usize },
+    L4Rr {
+        /// Bytes sent and echoed per exchange.
+        size: usize,
+    },
     /// HTTP/1.1 GET of `path`, whose body is `size` bytes; `close`: a connection per request.
     Http {
+        /// The path asked for on the target.
         path: &'static str,
+        /// The response body's size, bytes.
         size: usize,
+        /// A new connection per request (the value is connections per second).
         close: bool,
+        /// The value is bytes transferred (Gbit/s) rather than requests per second.
         throughput: bool,
     },
     /// HTTP/1.1 GET of `path` over TLS against the target's `https://` base; `close`: a
     /// connection (and handshake) per request; `resumption`: the client offers it (off: every
     /// handshake must be full).
     Https {
+        /// The path asked for on the target.
         path: &'static str,
+        /// The response body's size, bytes.
         size: usize,
+        /// A new connection and handshake per request (the value is connections per second).
         close: bool,
+        /// The value is bytes transferred (Gbit/s) rather than requests per second.
         throughput: bool,
+        /// The client offers session resumption.
         resumption: bool,
     },
     /// HTTP/2 GETs of `path`, `streams` at once on each connection: h2c with prior
     /// knowledge on the target's `http://` base, or with `tls` ALPN `h2` on its `https://` base.
     Http2 {
+        /// The path requested on the target's base URL.
         path: &'static str,
+        /// Over TLS (ALPN `h2`) rather than h2c.
         tls: bool,
+        /// Requests in flight on each connection.
         streams: usize,
     },
     /// Not measured; the reason is shown in the row.
@@ -64,7 +79,9 @@ pub enum RowKind {
 /// One row of the matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowSpec {
+    /// The row's name, as shown in the table and the report.
     pub name: &'static str,
+    /// What the row measures.
     pub kind: RowKind,
 }
 
@@ -215,33 +232,47 @@ pub struct SuiteSettings {
     pub targets: Vec<SuiteTarget>,
     /// Time per row per target, split over the slices.
     pub row_duration: Duration,
+    /// How many interleaved slices each row is split into per target; at least 1.
     pub slices: u32,
+    /// Connections kept open at once in each row.
     pub connections: usize,
     /// `None`: one per core.
     pub threads: Option<usize>,
+    /// How long a connect or a response may take before it counts as a timeout.
     pub timeout: Duration,
 }
 
 /// Why the suite could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum SuiteError {
+    /// No target, or more than two.
     #[error("a suite needs one or two targets")]
     Targets,
+    /// `--slices` is zero.
     #[error("--slices must be at least 1")]
     Slices,
+    /// A row's run could not be planned.
     #[error("row {row:?}: {source}")]
     Plan {
+        /// The row's name.
         row: &'static str,
+        /// Why the plan was refused.
         source: PlanError,
     },
+    /// A row's run failed to start or run.
     #[error("row {row:?}: {source}")]
     Run {
+        /// The row's name.
         row: &'static str,
+        /// The error from the run.
         source: std::io::Error,
     },
+    /// A TLS row without resumption saw a resumed handshake (the target broke the row's premise).
     #[error("row {row:?}: {source}")]
     Tls {
+        /// The row's name.
         row: &'static str,
+        /// The handshakes that contradict the row.
         source: ResumptionViolation,
     },
 }
@@ -251,18 +282,26 @@ pub enum SuiteError {
 pub struct RowResult {
     /// The row's value in its unit.
     pub value: f64,
+    /// Responses received over the row's slices.
     pub requests: u64,
+    /// Bytes received over the row's slices.
     pub bytes: u64,
+    /// Seconds of load over the row's slices.
     pub elapsed_s: f64,
+    /// `requests` per second of `elapsed_s`.
     pub requests_per_s: f64,
+    /// `bytes` per second of `elapsed_s`.
     pub bytes_per_s: f64,
     /// p99 (corrected) of the slices' latency histograms merged.
     pub p99_ms: f64,
+    /// Failed requests over the row's slices.
     pub errors: u64,
+    /// Load generator threads used.
     pub threads: usize,
     /// CPU seconds the bench's worker threads used ÷ (elapsed seconds × threads), in
     /// percent; null where it cannot be read.
     pub client_cpu_percent: Option<f64>,
+    /// Whether the bench itself was the bottleneck (`client_cpu_percent` at least `CLIENT_BOUND`).
     pub client_bound: bool,
     /// TLS rows: the handshakes; null for the others.
     pub tls: Option<RowTls>,
@@ -271,7 +310,9 @@ pub struct RowResult {
 /// The TLS handshakes of a row's slices, as the client saw them.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct RowTls {
+    /// Full handshakes.
     pub handshakes_full: u64,
+    /// Resumed handshakes.
     pub handshakes_resumed: u64,
     /// p99 of TCP connect + TLS handshake, slices merged.
     pub handshake_p99_ms: f64,
@@ -280,6 +321,7 @@ pub struct RowTls {
 /// One row of the suite's output.
 #[derive(Debug, Clone, Serialize)]
 pub struct SuiteRow {
+    /// The row's name, as in `ROWS`.
     pub name: &'static str,
     /// Empty for n/a rows.
     pub unit: &'static str,
@@ -296,15 +338,22 @@ pub struct SuiteRow {
 /// The whole suite; `serde_json::to_string` gives the `weir-bench-suite/2` document.
 #[derive(Debug, Clone, Serialize)]
 pub struct SuiteReport {
+    /// Always `SUITE_SCHEMA`.
     pub schema: &'static str,
+    /// The targets, in column order (A, then B with `--compare`).
     pub targets: Vec<SuiteTarget>,
+    /// Seconds per row per target.
     pub row_duration_s: f64,
+    /// Slices each row was split into per target.
     pub slices: u32,
+    /// Connections kept open at once in each row.
     pub connections: usize,
+    /// The rows, in `ROWS` order.
     pub rows: Vec<SuiteRow>,
 }
 
 impl SuiteReport {
+    /// The `weir-bench-suite/2` JSON document.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
@@ -609,6 +658,10 @@ fn merge_into(sum: &mut Option<Histogram<u64>>, histogram: &Histogram<u64>) {
 
 /// Renders the suite as a table: row | value | unit | p99 ms | errors | note, one value
 /// column per target and a ratio column with `--compare`.
+#[allow(
+    clippy::too_many_lines,
+    reason = "the table, column by column, in the order it prints"
+)]
 pub fn text(report: &SuiteReport) -> String {
     let compare = report.targets.len() == 2;
     let mut out = String::new();

@@ -32,7 +32,9 @@ pub enum TlsVersions {
     /// TLS 1.2 and 1.3 (the server picks; a rustls or modern server picks 1.3).
     #[default]
     Both,
+    /// TLS 1.2 only.
     Tls12,
+    /// TLS 1.3 only.
     Tls13,
 }
 
@@ -64,6 +66,7 @@ impl TlsVersions {
 pub struct TlsSettings {
     /// Offer resumption (tickets, TLS 1.2 session IDs). Off: every handshake must be full.
     pub resumption: bool,
+    /// Which versions the client offers.
     pub versions: TlsVersions,
     /// Verify the server against this CA (PEM). `None`: no verification (the handshake
     /// signature is still checked, so the client does a real client's work).
@@ -88,6 +91,7 @@ impl Default for TlsSettings {
 /// (so TLS 1.3 tickets and TLS 1.2 sessions from one connection serve the next).
 #[derive(Clone)]
 pub struct TlsClient {
+    /// What the command line asked of TLS.
     pub settings: TlsSettings,
     /// The ALPN protocol offered.
     pub alpn: &'static str,
@@ -97,7 +101,9 @@ pub struct TlsClient {
 /// One completed client handshake.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Handshake {
+    /// Full, full with a HelloRetryRequest, or resumed.
     pub kind: HandshakeKind,
+    /// The negotiated version; `None` if rustls did not report one.
     pub version: Option<ProtocolVersion>,
     /// From the start of the TCP connect to the end of the TLS handshake.
     pub took: Duration,
@@ -112,17 +118,27 @@ pub struct HandshakeCounts {
     pub full_with_hello_retry: u64,
     /// Resumed a session (TLS 1.3 PSK, or a TLS 1.2 ticket or session ID).
     pub resumed: u64,
+    /// Handshakes that negotiated TLS 1.2.
     pub tls12: u64,
+    /// Handshakes that negotiated TLS 1.3.
     pub tls13: u64,
 }
 
 /// Why the TLS client could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsSetupError {
+    /// The `--cacert` file cannot be read or holds no usable certificate.
     #[error("--cacert {path}: {reason}")]
-    CaCert { path: String, reason: String },
+    CaCert {
+        /// The path as given.
+        path: String,
+        /// What is wrong with the file.
+        reason: String,
+    },
+    /// The `--sni` value is not a DNS name or IP address.
     #[error("--sni {0:?} is not a valid server name")]
     Sni(String),
+    /// rustls refused the configuration.
     #[error("TLS settings: {0}")]
     Rustls(#[from] rustls::Error),
 }
@@ -136,7 +152,9 @@ pub enum TlsSetupError {
      client is broken)"
 )]
 pub struct ResumptionViolation {
+    /// Handshakes that resumed a session.
     pub resumed: u64,
+    /// All handshakes of the run.
     pub total: u64,
 }
 
@@ -216,6 +234,7 @@ impl fmt::Debug for TlsClient {
 }
 
 impl HandshakeCounts {
+    /// Counts one completed handshake by kind and version.
     pub fn count(&mut self, handshake: &Handshake) {
         match handshake.kind {
             HandshakeKind::Resumed => self.resumed += 1,
@@ -232,10 +251,12 @@ impl HandshakeCounts {
         }
     }
 
+    /// All handshakes, full and resumed.
     pub fn total(&self) -> u64 {
         self.full + self.resumed
     }
 
+    /// Adds `other`'s counts (another thread's or slice's) to these.
     pub fn merge(&mut self, other: &HandshakeCounts) {
         self.full += other.full;
         self.full_with_hello_retry += other.full_with_hello_retry;

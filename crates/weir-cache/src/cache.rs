@@ -37,6 +37,7 @@ pub struct Cache {
 }
 
 impl Cache {
+    /// An empty cache sized by `settings`, recording into `metrics` and `compression`.
     pub fn new(
         settings: StoreSettings,
         metrics: CacheMetrics,
@@ -58,10 +59,12 @@ impl Cache {
         self.settings == settings
     }
 
+    /// The object store, for the admin API and benchmarks.
     pub fn store(&self) -> &Store {
         &self.store
     }
 
+    /// The store's size and evictions now.
     pub fn stats(&self) -> StoreStats {
         self.store.stats()
     }
@@ -126,6 +129,7 @@ impl Cache {
         self.bans.add(pattern, now)
     }
 
+    /// The bans in force, oldest first, for the admin API.
     pub fn bans(&self) -> Vec<BanInfo> {
         self.bans.list()
     }

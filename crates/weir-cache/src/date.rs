@@ -19,6 +19,7 @@ impl UnixTime {
         self.0.saturating_sub(earlier.0)
     }
 
+    /// This time plus `seconds`, saturating.
     pub fn plus(self, seconds: u64) -> UnixTime {
         UnixTime(self.0.saturating_add(seconds))
     }

@@ -12,15 +12,26 @@ pub const DELTA_SECONDS_MAX: u64 = 1 << 31;
 /// Response directives a shared cache acts on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ResponseDirectives {
+    /// `max-age`, seconds (capped at `DELTA_SECONDS_MAX`).
     pub max_age: Option<u64>,
+    /// `s-maxage`, seconds: for a shared cache it takes the place of `max-age`.
     pub s_maxage: Option<u64>,
+    /// `no-store`: the response is not stored.
     pub no_store: bool,
+    /// `no-cache`: a stored response is revalidated before every use.
     pub no_cache: bool,
+    /// `private`: a shared cache must not store the response.
     pub private: bool,
+    /// `public`: storable even when it otherwise would not be (with `Authorization`, say).
     pub public: bool,
+    /// `must-revalidate`: once stale, never served without revalidation.
     pub must_revalidate: bool,
+    /// `proxy-revalidate`: `must-revalidate` for shared caches only.
     pub proxy_revalidate: bool,
+    /// `must-understand`: stored only if the status code is understood (and then `no-store` is set
+    /// aside).
     pub must_understand: bool,
+    /// `no-transform`: the body must not be changed (so it is not compressed).
     pub no_transform: bool,
     /// RFC 8246: the body will not change while fresh.
     pub immutable: bool,
@@ -35,25 +46,33 @@ pub struct ResponseDirectives {
 pub enum MaxStale {
     /// `max-stale` without a value: any staleness.
     Any,
+    /// `max-stale=N`: stale by at most this many seconds.
     Seconds(u64),
 }
 
 /// Request directives.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestDirectives {
+    /// `max-age`, seconds: the client accepts nothing older.
     pub max_age: Option<u64>,
+    /// `max-stale`: the client accepts a stale response, within a bound or not.
     pub max_stale: Option<MaxStale>,
+    /// `min-fresh`, seconds: the response must stay fresh at least this much longer.
     pub min_fresh: Option<u64>,
     /// `no-cache`, or `Pragma: no-cache` without any `Cache-Control` (§5.4).
     pub no_cache: bool,
+    /// `no-store`: the response to this request is not stored.
     pub no_store: bool,
+    /// `only-if-cached`: answer from the cache or with 504, never from a node.
     pub only_if_cached: bool,
+    /// `no-transform`: the body must not be changed (so it is not compressed).
     pub no_transform: bool,
     /// RFC 5861 §4, from the client.
     pub stale_if_error: Option<u64>,
 }
 
 impl ResponseDirectives {
+    /// The directives of the response's `Cache-Control` fields, all of them combined.
     pub fn parse(response: &impl ResponseView) -> ResponseDirectives {
         let mut found = ResponseDirectives::default();
         for (name, value) in directives(response.header_values("cache-control")) {
@@ -86,6 +105,8 @@ impl ResponseDirectives {
 }
 
 impl RequestDirectives {
+    /// The directives of the request's `Cache-Control` fields, or its `Pragma: no-cache` when it
+    /// has none.
     pub fn parse(request: &impl RequestView) -> RequestDirectives {
         let mut found = RequestDirectives::default();
         let mut any_cache_control = false;

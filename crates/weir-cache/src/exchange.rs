@@ -68,8 +68,11 @@ pub enum Reply {
 /// A response passed through, perhaps compressed.
 #[derive(Debug)]
 pub struct Forward {
+    /// Changes to the response head when it is compressed (`Content-Encoding`, `Vary`, length).
     pub edits: Option<HeadEdits>,
+    /// The compressor for the body; `None`: the body goes as it is.
     pub compressor: Option<Compressor>,
+    /// What the cache did, for the status header and the metrics.
     pub status: CacheStatus,
 }
 

@@ -156,6 +156,7 @@ impl Fill {
         self.edits
     }
 
+    /// What the cache did, for the status header and the metrics.
     pub fn cache_status(&self) -> CacheStatus {
         self.status
     }

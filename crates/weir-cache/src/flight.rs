@@ -44,6 +44,7 @@ struct Flight {
 /// How a flight ended, as its waiters see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
+    /// The leader has not finished yet.
     Pending,
     /// The leader stored the response: look up again.
     Stored,
@@ -91,6 +92,7 @@ pub enum WaitOutcome {
 const SHARD_TIDY_AT: usize = 16 * 1024;
 
 impl Flights {
+    /// An empty table of flights.
     pub fn new() -> Arc<Flights> {
         Arc::new(Flights {
             shards: (0..16).map(|_| Mutex::new(HashMap::new())).collect(),

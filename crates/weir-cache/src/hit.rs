@@ -38,12 +38,18 @@ pub enum CacheStatus {
 pub enum Answer {
     /// The stored response as it is.
     Full,
+    /// 304 Not Modified: the client's validators match.
     NotModified,
+    /// 206 Partial Content for one range of the body.
     Partial {
+        /// First byte of the range.
         start: u64,
+        /// End of the range, exclusive.
         end: u64,
     },
+    /// 412 Precondition Failed: an `If-Match` or `If-Unmodified-Since` does not hold.
     PreconditionFailed,
+    /// 416 Range Not Satisfiable.
     RangeNotSatisfiable,
 }
 
@@ -60,6 +66,7 @@ pub struct Hit {
 /// The body to send with a hit.
 #[derive(Debug)]
 pub enum HitBody {
+    /// No body (a HEAD request, a 204 or 304, an answer without the object).
     Empty,
     /// The whole stored body.
     Whole(Rope),
@@ -72,7 +79,9 @@ pub enum HitBody {
 /// How the body of an HTTP/1.1 hit is framed (the head says so already).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
+    /// `Content-Length` of this many bytes.
     Length(u64),
+    /// Chunked, because the body's length is not known yet (still filling).
     Chunked,
     /// Until the connection closes (an HTTP/1.0 client and a body still arriving).
     Close,
@@ -122,14 +131,17 @@ impl Hit {
         }
     }
 
+    /// The stored object answered from.
     pub fn object(&self) -> &Arc<Object> {
         &self.object
     }
 
+    /// What is answered: the whole object, a range, or a status without it.
     pub fn answer(&self) -> Answer {
         self.answer
     }
 
+    /// What the cache did, for the status header and the metrics.
     pub fn cache_status(&self) -> CacheStatus {
         self.status
     }

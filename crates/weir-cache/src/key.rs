@@ -26,7 +26,9 @@ pub enum EncodingKey {
 /// `accept-encoding` left out) and how `Accept-Encoding` is keyed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VarySpec {
+    /// The `Vary` field names other than `Accept-Encoding`, lower case.
     pub names: Box<[Box<str>]>,
+    /// How `Accept-Encoding` takes part in the secondary key.
     pub encoding: EncodingKey,
 }
 

@@ -57,11 +57,11 @@ pub mod key;
 mod lookup;
 pub mod object;
 pub mod policy;
-pub mod purge;
-pub mod settings;
+mod purge;
+mod settings;
 pub mod store;
 pub mod testing;
-pub mod view;
+mod view;
 
 pub use cache::{Cache, StoreSettings};
 pub use compress::{Coding, CompressionPolicy, Compressor, HeadEdits, Levels};

@@ -26,7 +26,12 @@ pub enum Lookup {
     /// Answer from the cache with a stale object; when `refresh` is given,
     /// send it to the node in the background (stale-while-revalidate) and
     /// hand its response to [`Cache::response`] like any other.
-    Stale { hit: Hit, refresh: Option<Exchange> },
+    Stale {
+        /// The stale object to answer with.
+        hit: Hit,
+        /// The background refresh to send, if one is due.
+        refresh: Option<Exchange>,
+    },
     /// Ask the node: apply the exchange's request edits, forward, and hand
     /// the response (or the failure) back with the exchange.
     Forward(Exchange),

@@ -48,6 +48,7 @@ pub struct HeadBuilder {
 }
 
 impl HeadBuilder {
+    /// Appends a header field.
     pub fn push(&mut self, name: &[u8], value: &[u8]) {
         let start = self.lines.len() as u32;
         self.lines.extend_from_slice(name);
@@ -64,6 +65,7 @@ impl HeadBuilder {
         ]);
     }
 
+    /// The stored head with status `status` and the fields pushed.
     pub fn finish(self, status: u16) -> StoredHead {
         StoredHead {
             status,
@@ -109,6 +111,7 @@ impl StoredHead {
         builder.finish(response.status())
     }
 
+    /// The stored response's status.
     pub fn status(&self) -> u16 {
         self.status
     }
@@ -118,6 +121,7 @@ impl StoredHead {
         &self.lines
     }
 
+    /// The stored header fields in order, names as received.
     pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.spans
             .iter()
@@ -153,6 +157,7 @@ pub struct Rope {
 }
 
 impl Rope {
+    /// A rope of `chunks`, in order.
     pub fn new(chunks: Vec<Bytes>) -> Rope {
         let len = chunks.iter().map(|chunk| chunk.len() as u64).sum();
         Rope {
@@ -161,14 +166,17 @@ impl Rope {
         }
     }
 
+    /// Total bytes in all chunks.
     pub fn len(&self) -> u64 {
         self.len
     }
 
+    /// Whether the rope holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The chunks, in order.
     pub fn chunks(&self) -> &[Bytes] {
         &self.chunks
     }
@@ -196,7 +204,9 @@ impl Rope {
 /// How a fill ended, for readers of a growing body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FillState {
+    /// The fill goes on; more chunks may come.
     Filling,
+    /// The whole body arrived.
     Complete,
     /// The node failed or the body broke a limit: readers past the start get
     /// an error and must close their connection, as for a truncated response.
@@ -225,6 +235,7 @@ pub struct BodyReader {
 }
 
 impl GrowingBody {
+    /// An empty body that is filling.
     pub fn new() -> Arc<GrowingBody> {
         let (progress, _) = watch::channel((0, FillState::Filling));
         Arc::new(GrowingBody {
@@ -233,6 +244,7 @@ impl GrowingBody {
         })
     }
 
+    /// Appends a chunk and wakes the readers.
     pub fn push(&self, chunk: Bytes) {
         let count = {
             let mut chunks = self.lock();
@@ -250,15 +262,18 @@ impl GrowingBody {
         Rope::new(chunks)
     }
 
+    /// Ends the fill without the whole body; readers see `Aborted`.
     pub fn abort(&self) {
         let count = self.lock().len();
         self.progress.send_replace((count, FillState::Aborted));
     }
 
+    /// Whether the fill goes on, completed or was aborted.
     pub fn state(&self) -> FillState {
         self.progress.borrow().1
     }
 
+    /// A reader from the first chunk, independent of other readers.
     pub fn reader(self: &Arc<Self>) -> BodyReader {
         BodyReader {
             body: Arc::clone(self),
@@ -309,7 +324,9 @@ pub struct Object {
     pub(crate) hash: u64,
     pub(crate) primary: Arc<[u8]>,
     pub(crate) secondary: Box<[u8]>,
+    /// The stored response head.
     pub head: StoredHead,
+    /// When it was stored and how long it stays fresh.
     pub freshness: Freshness,
     /// Set once the body is whole.
     complete: OnceLock<Rope>,
@@ -339,18 +356,26 @@ pub const OBJECT_OVERHEAD: usize = 256;
 /// What [`Object::new`] needs.
 #[derive(Debug)]
 pub struct NewObject {
+    /// The primary key (method, scheme, authority, path and query).
     pub primary: Arc<[u8]>,
+    /// The secondary key: the request's values of the fields the response varies on.
     pub secondary: Box<[u8]>,
+    /// The response head to store.
     pub head: StoredHead,
+    /// When it was received and how long it stays fresh.
     pub freshness: Freshness,
+    /// The body, whole or still arriving.
     pub body: ObjectBody,
+    /// Tags for purging by tag.
     pub tags: Box<[Box<[u8]>]>,
+    /// When the object is stored.
     pub stored_at: UnixTime,
 }
 
 /// A new object's body.
 #[derive(Debug)]
 pub enum ObjectBody {
+    /// The whole body.
     Complete(Rope),
     /// Still arriving, with its declared length.
     Growing(Arc<GrowingBody>, u64),
@@ -424,10 +449,12 @@ impl Object {
         let _ = self.complete.set(rope);
     }
 
+    /// The stored `ETag`, if any.
     pub fn etag(&self) -> Option<&[u8]> {
         self.head.header("etag")
     }
 
+    /// The stored `Last-Modified`, when it is a valid HTTP date.
     pub fn last_modified(&self) -> Option<UnixTime> {
         self.last_modified
     }
@@ -437,6 +464,7 @@ impl Object {
         self.stored_at
     }
 
+    /// Bytes the object counts against the store's size (keys, head and body).
     pub fn charge(&self) -> usize {
         self.charge.load(Ordering::Relaxed)
     }
@@ -449,6 +477,7 @@ impl Object {
         self.charge() - declared.min(self.charge()) + body
     }
 
+    /// The object's purge tags.
     pub fn tags(&self) -> impl Iterator<Item = &[u8]> {
         self.tags.iter().map(|tag| &tag[..])
     }

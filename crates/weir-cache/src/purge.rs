@@ -25,10 +25,13 @@ use crate::object::Object;
 /// A purge request that cannot be carried out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PurgeError {
+    /// The purge target is not an absolute `http` or `https` URL.
     #[error("not an absolute http or https URL: {0:?}")]
     Url(String),
+    /// The ban pattern is not a valid regex.
     #[error("invalid ban pattern: {0}")]
     Pattern(String),
+    /// The ban table is full; holds how many bans there are.
     #[error("too many bans at once ({0}); wait for the background check to clear some")]
     TooManyBans(usize),
 }
@@ -57,8 +60,11 @@ pub struct Ban {
 /// A summary of one ban, for the admin API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BanInfo {
+    /// The ban's number, in the order bans were added.
     pub sequence: u64,
+    /// The regex, as given.
     pub pattern: String,
+    /// When the ban was added.
     pub added: UnixTime,
 }
 

@@ -8,6 +8,7 @@ use crate::compress::{Coding, CompressionPolicy, Levels};
 use crate::policy::{CachePolicy, SetCookie};
 
 impl StoreSettings {
+    /// The store settings of a virtual server's `[cache]` table.
     pub fn from_config(store: &CacheStore) -> StoreSettings {
         StoreSettings {
             size: usize::try_from(store.size).unwrap_or(usize::MAX),
@@ -39,6 +40,7 @@ impl CachePolicy {
 }
 
 impl CompressionPolicy {
+    /// The compression policy of a `[compression]` table.
     pub fn from_config(compression: &Compression) -> CompressionPolicy {
         CompressionPolicy {
             codings: compression

@@ -45,6 +45,7 @@ pub enum Found {
     Object(Arc<Object>),
     /// Stored variants exist, none for this request.
     NoVariant,
+    /// Nothing stored under the primary key.
     Nothing,
 }
 
@@ -60,8 +61,11 @@ pub struct Inserted {
 /// A sample of the store's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StoreStats {
+    /// Bytes the objects count against the store's size.
     pub bytes: usize,
+    /// Objects stored, every variant counted.
     pub objects: usize,
+    /// Objects evicted to make room since the start.
     pub evictions: u64,
 }
 
@@ -108,6 +112,7 @@ impl Store {
         self.shard_capacity * self.shards.len()
     }
 
+    /// How many shards the store is split into.
     pub fn shard_count(&self) -> usize {
         self.shards.len()
     }
@@ -312,6 +317,7 @@ impl Store {
         }
     }
 
+    /// Bytes and objects stored now, and evictions so far.
     pub fn stats(&self) -> StoreStats {
         let mut stats = StoreStats {
             evictions: self.evictions.load(Ordering::Relaxed),

@@ -6,17 +6,24 @@ use crate::view::{RequestView, ResponseView, Scheme};
 /// A request: method, scheme, authority, path and query, headers.
 #[derive(Debug, Clone)]
 pub struct Req {
+    /// The method token.
     pub method: String,
+    /// `http` or `https`.
     pub scheme: Scheme,
+    /// `Host`; `None`: the request has none.
     pub authority: Option<String>,
+    /// Path and query.
     pub path: String,
+    /// Header fields, in order.
     pub headers: Vec<(String, String)>,
 }
 
 /// A response head: status and headers.
 #[derive(Debug, Clone)]
 pub struct Resp {
+    /// The status code.
     pub status: u16,
+    /// Header fields, in order.
     pub headers: Vec<(String, String)>,
 }
 
@@ -26,6 +33,7 @@ impl Req {
         Req::new("GET", path)
     }
 
+    /// A request with `method` and `path` over `http`, to `example.com`, without headers.
     pub fn new(method: &str, path: &str) -> Req {
         Req {
             method: method.to_owned(),
@@ -36,21 +44,25 @@ impl Req {
         }
     }
 
+    /// Adds a header field.
     pub fn header(mut self, name: &str, value: &str) -> Req {
         self.headers.push((name.to_owned(), value.to_owned()));
         self
     }
 
+    /// Sets the authority.
     pub fn authority(mut self, authority: &str) -> Req {
         self.authority = Some(authority.to_owned());
         self
     }
 
+    /// Removes the authority.
     pub fn no_authority(mut self) -> Req {
         self.authority = None;
         self
     }
 
+    /// Makes the scheme `https`.
     pub fn https(mut self) -> Req {
         self.scheme = Scheme::Https;
         self
@@ -58,6 +70,7 @@ impl Req {
 }
 
 impl Resp {
+    /// A response with `status` and no header fields.
     pub fn new(status: u16) -> Resp {
         Resp {
             status,
@@ -65,6 +78,7 @@ impl Resp {
         }
     }
 
+    /// Adds a header field.
     pub fn header(mut self, name: &str, value: &str) -> Resp {
         self.headers.push((name.to_owned(), value.to_owned()));
         self

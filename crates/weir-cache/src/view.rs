@@ -7,7 +7,9 @@ use weir_http::{RequestHead, ResponseHead};
 /// The scheme a request arrived with; part of the cache key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Scheme {
+    /// Plain HTTP.
     Http,
+    /// HTTP over TLS.
     Https,
 }
 
@@ -15,6 +17,7 @@ pub enum Scheme {
 pub trait RequestView {
     /// The method token as sent (`GET`, `HEAD`, ...).
     fn method(&self) -> &[u8];
+    /// The scheme the request arrived with.
     fn scheme(&self) -> Scheme;
     /// `Host` or the `:authority`; `None` when the request has neither.
     fn authority(&self) -> Option<&[u8]>;
@@ -40,6 +43,7 @@ pub trait RequestView {
 
 /// What the cache reads from a response head.
 pub trait ResponseView {
+    /// The status code.
     fn status(&self) -> u16;
     /// Every header field in order, names in any case.
     fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])>;
@@ -51,6 +55,7 @@ pub trait ResponseView {
             .map(|(_, value)| value)
     }
 
+    /// The first value of the field called `name` (ASCII case-insensitive).
     fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers()
             .find(|(field, _)| field.eq_ignore_ascii_case(name.as_bytes()))
@@ -62,7 +67,9 @@ pub trait ResponseView {
 /// (the head alone cannot tell `http` from `https`).
 #[derive(Debug, Clone, Copy)]
 pub struct Http1Request<'a> {
+    /// The parsed request head.
     pub head: &'a RequestHead,
+    /// The scheme of the connection it came on.
     pub scheme: Scheme,
 }
 

@@ -37,15 +37,22 @@ pub struct CacheRules {
     /// Heuristic freshness (RFC 9111 §4.2.2) as a percentage of the time since
     /// `Last-Modified`; 0 turns it off.
     pub heuristic_percent: u8,
+    /// Upper bound on a heuristic lifetime.
     pub heuristic_max: Duration,
     /// Defaults for responses that carry no `stale-while-revalidate` / `stale-if-error`.
     pub stale_while_revalidate: Duration,
+    /// How long a stale object may be served while the nodes fail, for responses without their own
+    /// `stale-if-error`.
     pub stale_if_error: Duration,
+    /// What happens to responses that set cookies.
     pub set_cookie: SetCookieRule,
     /// Honour the client's `Cache-Control` and `Pragma`.
     pub request_cache_control: bool,
+    /// Concurrent misses for one object make one request to the node; the others wait for it.
     pub coalesce: bool,
+    /// How long a coalesced request waits for the fill before going to the node itself.
     pub coalesce_timeout: Duration,
+    /// Most requests waiting for one fill; past it they go to the node themselves.
     pub coalesce_max_waiters: u32,
 }
 
@@ -63,18 +70,26 @@ pub enum SetCookieRule {
 pub struct Compression {
     /// In order of preference.
     pub algorithms: Vec<CompressionAlgorithm>,
+    /// Bodies declared shorter than this many bytes are sent as they are.
     pub min_size: u64,
     /// Lower-case media types; `text/*` covers a whole type.
     pub content_types: Vec<String>,
+    /// gzip level, 1 to 9.
     pub gzip_level: u32,
+    /// Brotli quality, 0 to 11.
     pub brotli_level: u32,
+    /// zstd level, 1 to 19.
     pub zstd_level: i32,
 }
 
+/// A content coding weir can compress responses with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompressionAlgorithm {
+    /// `gzip` (`Content-Encoding: gzip`).
     Gzip,
+    /// Brotli (`br`).
     Brotli,
+    /// Zstandard (`zstd`).
     Zstd,
 }
 
@@ -91,6 +106,7 @@ impl Cidr {
         self.address
     }
 
+    /// The prefix length in bits (at most 32 for IPv4, 128 for IPv6).
     pub fn prefix(&self) -> u8 {
         self.prefix
     }

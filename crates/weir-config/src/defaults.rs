@@ -15,98 +15,100 @@ use crate::model::{
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub const ACCESS_LOG: bool = true;
-pub const LOG_LEVEL: &str = "info";
-pub const LOG_FORMAT: LogFormat = LogFormat::Text;
-pub const ACCESS_LOG_FORMAT: AccessLogFormat = AccessLogFormat::Text;
+pub(crate) const ACCESS_LOG: bool = true;
+pub(crate) const LOG_LEVEL: &str = "info";
+pub(crate) const LOG_FORMAT: LogFormat = LogFormat::Text;
+pub(crate) const ACCESS_LOG_FORMAT: AccessLogFormat = AccessLogFormat::Text;
 
-pub const FORWARDED_HEADERS: bool = true;
-pub const BACKLOG: u32 = 1024;
+pub(crate) const FORWARDED_HEADERS: bool = true;
+pub(crate) const BACKLOG: u32 = 1024;
 
-pub const CLIENT_MAX_CONNECTIONS: u32 = 10_000;
-pub const MAX_HEADER_BYTES: u64 = 16 * KIB;
-pub const MAX_HEADERS: u32 = 100;
-pub const MAX_BODY_BYTES: u64 = 10 * MIB;
-pub const REQUEST_BUFFER: u64 = 64 * KIB;
-pub const RESPONSE_BUFFER: u64 = 256 * KIB;
+pub(crate) const CLIENT_MAX_CONNECTIONS: u32 = 10_000;
+pub(crate) const MAX_HEADER_BYTES: u64 = 16 * KIB;
+pub(crate) const MAX_HEADERS: u32 = 100;
+pub(crate) const MAX_BODY_BYTES: u64 = 10 * MIB;
+pub(crate) const REQUEST_BUFFER: u64 = 64 * KIB;
+pub(crate) const RESPONSE_BUFFER: u64 = 256 * KIB;
 
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-pub const BODY_TOTAL_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-pub const TUNNEL_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-pub const MIN_BODY_RATE: u64 = KIB;
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const BODY_TOTAL_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const TUNNEL_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub(crate) const MIN_BODY_RATE: u64 = KIB;
 
-pub const ALLOW_CONNECT: bool = false;
-pub const ALLOW_TRACE: bool = false;
-pub const UPGRADES: &[&str] = &["websocket"];
-pub const UNDERSCORE_HEADERS: UnderscoreHeaders = UnderscoreHeaders::Drop;
+pub(crate) const ALLOW_CONNECT: bool = false;
+pub(crate) const ALLOW_TRACE: bool = false;
+pub(crate) const UPGRADES: &[&str] = &["websocket"];
+pub(crate) const UNDERSCORE_HEADERS: UnderscoreHeaders = UnderscoreHeaders::Drop;
 
-pub const RETRIES: u32 = 2;
-pub const FAIL_OPEN: bool = false;
+pub(crate) const RETRIES: u32 = 2;
+pub(crate) const FAIL_OPEN: bool = false;
 
-pub const NODE_WEIGHT: NonZeroU32 = nonzero(1);
-pub const NODE_MAX_CONNECTIONS: NonZeroU32 = nonzero(64);
-pub const QUEUE_LENGTH: u32 = 1024;
-pub const QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
-pub const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-pub const MAX_TUNNELS: u32 = 64;
+pub(crate) const NODE_WEIGHT: NonZeroU32 = nonzero(1);
+pub(crate) const NODE_MAX_CONNECTIONS: NonZeroU32 = nonzero(64);
+pub(crate) const QUEUE_LENGTH: u32 = 1024;
+pub(crate) const QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const MAX_TUNNELS: u32 = 64;
 
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
-pub const UPSTREAM_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const UPSTREAM_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub const HEALTH_METHOD: &str = "GET";
-pub const HEALTH_PATH: &str = "/";
-pub const HEALTH_EXPECT_STATUS: (u16, u16) = (200, 399);
-pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
-pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
-pub const HEALTH_RISE: NonZeroU32 = nonzero(2);
-pub const HEALTH_FALL: NonZeroU32 = nonzero(3);
+pub(crate) const HEALTH_METHOD: &str = "GET";
+pub(crate) const HEALTH_PATH: &str = "/";
+pub(crate) const HEALTH_EXPECT_STATUS: (u16, u16) = (200, 399);
+pub(crate) const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const HEALTH_RISE: NonZeroU32 = nonzero(2);
+pub(crate) const HEALTH_FALL: NonZeroU32 = nonzero(3);
 
-pub const CONSECUTIVE_FAILURES: u32 = 5;
-pub const BASE_EJECTION: Duration = Duration::from_secs(10);
-pub const MAX_EJECTION: Duration = Duration::from_secs(5 * 60);
+pub(crate) const CONSECUTIVE_FAILURES: u32 = 5;
+pub(crate) const BASE_EJECTION: Duration = Duration::from_secs(10);
+pub(crate) const MAX_EJECTION: Duration = Duration::from_secs(5 * 60);
 
-pub const ORIGIN_KEEP_ALIVE: bool = true;
+pub(crate) const ORIGIN_KEEP_ALIVE: bool = true;
 
-pub const TLS_VERSIONS: &[TlsVersion] = &[TlsVersion::Tls12, TlsVersion::Tls13];
+pub(crate) const TLS_VERSIONS: &[TlsVersion] = &[TlsVersion::Tls12, TlsVersion::Tls13];
+/// `virtual_servers.NAME.tls.groups` when not given, in preference order; also the groups weir
+/// offers nodes.
 pub const TLS_GROUPS: &[KeyExchangeGroup] =
     &[KeyExchangeGroup::X25519, KeyExchangeGroup::Secp256r1];
 /// `http/1.0` too, so `curl --http1.0` and other HTTP/1.0 clients that offer
 /// only it are served rather than refused with `no_application_protocol`.
-pub const TLS_ALPN: &[&str] = &["http/1.1", "http/1.0"];
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-pub const MAX_HANDSHAKES: NonZeroU32 = nonzero(1024);
-pub const SESSION_TICKETS: bool = true;
-pub const TICKET_ROTATION: Duration = Duration::from_secs(60 * 60);
-pub const SESSION_CACHE_SIZE: u32 = 20_000;
-pub const SESSION_CACHE_LIFETIME: Duration = Duration::from_secs(5 * 60);
-pub const UPSTREAM_TLS_VERIFY: bool = true;
-pub const UPSTREAM_SESSION_RESUMPTION: bool = true;
+pub(crate) const TLS_ALPN: &[&str] = &["http/1.1", "http/1.0"];
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const MAX_HANDSHAKES: NonZeroU32 = nonzero(1024);
+pub(crate) const SESSION_TICKETS: bool = true;
+pub(crate) const TICKET_ROTATION: Duration = Duration::from_secs(60 * 60);
+pub(crate) const SESSION_CACHE_SIZE: u32 = 20_000;
+pub(crate) const SESSION_CACHE_LIFETIME: Duration = Duration::from_secs(5 * 60);
+pub(crate) const UPSTREAM_TLS_VERIFY: bool = true;
+pub(crate) const UPSTREAM_SESSION_RESUMPTION: bool = true;
 
 // --- traffic rules, limits, hashing, persistence (issue 14) ---
-pub const REQUEST_ID_ENABLED: bool = true;
-pub const REQUEST_ID_HEADER: &str = "X-Request-Id";
-pub const REQUEST_ID_TRUST_INCOMING: bool = true;
-pub const REQUEST_ID_TO_CLIENT: bool = false;
-pub const REDIRECT_STATUS: u16 = 302;
-pub const RESPOND_STATUS: u16 = 200;
-pub const DENY_STATUS: u16 = 403;
-pub const RATE_LIMIT_PER: Duration = Duration::from_secs(1);
-pub const RATE_LIMIT_MAX_KEYS: u32 = 100_000;
-pub const RATE_LIMIT_STATUS: u16 = 429;
-pub const CONCURRENCY_LIMIT_STATUS: u16 = 503;
-pub const LIMIT_RETRY_AFTER: Duration = Duration::from_secs(1);
-pub const HASH_MAX_LOAD: f64 = 1.25;
-pub const PERSISTENCE_COOKIE: &str = "WEIR_NODE";
-pub const PERSISTENCE_HTTP_ONLY: bool = true;
-pub const PERSISTENCE_PATH: &str = "/";
-pub const PERSISTENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-pub const PERSISTENCE_MAX_ENTRIES: u32 = 100_000;
+pub(crate) const REQUEST_ID_ENABLED: bool = true;
+pub(crate) const REQUEST_ID_HEADER: &str = "X-Request-Id";
+pub(crate) const REQUEST_ID_TRUST_INCOMING: bool = true;
+pub(crate) const REQUEST_ID_TO_CLIENT: bool = false;
+pub(crate) const REDIRECT_STATUS: u16 = 302;
+pub(crate) const RESPOND_STATUS: u16 = 200;
+pub(crate) const DENY_STATUS: u16 = 403;
+pub(crate) const RATE_LIMIT_PER: Duration = Duration::from_secs(1);
+pub(crate) const RATE_LIMIT_MAX_KEYS: u32 = 100_000;
+pub(crate) const RATE_LIMIT_STATUS: u16 = 429;
+pub(crate) const CONCURRENCY_LIMIT_STATUS: u16 = 503;
+pub(crate) const LIMIT_RETRY_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const HASH_MAX_LOAD: f64 = 1.25;
+pub(crate) const PERSISTENCE_COOKIE: &str = "WEIR_NODE";
+pub(crate) const PERSISTENCE_HTTP_ONLY: bool = true;
+pub(crate) const PERSISTENCE_PATH: &str = "/";
+pub(crate) const PERSISTENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub(crate) const PERSISTENCE_MAX_ENTRIES: u32 = 100_000;
 
 impl Default for crate::model::RequestIdSettings {
     fn default() -> Self {
@@ -223,23 +225,27 @@ impl Default for PassiveHealth {
 
 // Cache and compression (issue 12).
 
+/// `virtual_servers.NAME.cache.size`: the bytes a virtual server's store holds (heads, bodies,
+/// keys).
 pub const CACHE_SIZE: u64 = 256 * MIB;
+/// `virtual_servers.NAME.cache.max_object_size`: responses larger than this many bytes are not
+/// stored.
 pub const CACHE_MAX_OBJECT_SIZE: u64 = 8 * MIB;
-pub const CACHE_HEURISTIC_PERCENT: u8 = 0;
-pub const CACHE_HEURISTIC_MAX: Duration = Duration::from_secs(24 * 60 * 60);
-pub const CACHE_STALE_WHILE_REVALIDATE: Duration = Duration::ZERO;
-pub const CACHE_STALE_IF_ERROR: Duration = Duration::ZERO;
-pub const CACHE_REQUEST_CACHE_CONTROL: bool = true;
-pub const CACHE_COALESCE: bool = true;
-pub const CACHE_COALESCE_TIMEOUT: Duration = Duration::from_secs(10);
-pub const CACHE_COALESCE_MAX_WAITERS: u32 = 4096;
+pub(crate) const CACHE_HEURISTIC_PERCENT: u8 = 0;
+pub(crate) const CACHE_HEURISTIC_MAX: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const CACHE_STALE_WHILE_REVALIDATE: Duration = Duration::ZERO;
+pub(crate) const CACHE_STALE_IF_ERROR: Duration = Duration::ZERO;
+pub(crate) const CACHE_REQUEST_CACHE_CONTROL: bool = true;
+pub(crate) const CACHE_COALESCE: bool = true;
+pub(crate) const CACHE_COALESCE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CACHE_COALESCE_MAX_WAITERS: u32 = 4096;
 
-pub const COMPRESSION_MIN_SIZE: u64 = 1024;
-pub const COMPRESSION_GZIP_LEVEL: u32 = 6;
-pub const COMPRESSION_BROTLI_LEVEL: u32 = 4;
-pub const COMPRESSION_ZSTD_LEVEL: i32 = 3;
+pub(crate) const COMPRESSION_MIN_SIZE: u64 = 1024;
+pub(crate) const COMPRESSION_GZIP_LEVEL: u32 = 6;
+pub(crate) const COMPRESSION_BROTLI_LEVEL: u32 = 4;
+pub(crate) const COMPRESSION_ZSTD_LEVEL: i32 = 3;
 /// Media types compressed by default: text and the text-like application types.
-pub const COMPRESSION_CONTENT_TYPES: &[&str] = &[
+pub(crate) const COMPRESSION_CONTENT_TYPES: &[&str] = &[
     "text/*",
     "application/json",
     "application/javascript",
@@ -297,25 +303,25 @@ impl Default for crate::cache::Compression {
 
 // HTTP/2 (issue 11): towards clients, then towards nodes.
 
-pub const H2_CLEARTEXT: bool = false;
+pub(crate) const H2_CLEARTEXT: bool = false;
 /// As nginx and HAProxy: enough for a browser page, small enough to bound a connection.
-pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
-pub const H2_MAX_HEADER_LIST_SIZE: u64 = 64 * 1024;
+pub(crate) const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+pub(crate) const H2_MAX_HEADER_LIST_SIZE: u64 = 64 * 1024;
 /// The protocol's default: the HPACK table a client may make weir keep.
-pub const H2_HEADER_TABLE_SIZE: u64 = 4096;
+pub(crate) const H2_HEADER_TABLE_SIZE: u64 = 4096;
 /// Request body bytes a stream may send before weir reads them.
-pub const H2_INITIAL_STREAM_WINDOW: u64 = 256 * 1024;
-pub const H2_INITIAL_CONNECTION_WINDOW: u64 = 1024 * 1024;
+pub(crate) const H2_INITIAL_STREAM_WINDOW: u64 = 256 * 1024;
+pub(crate) const H2_INITIAL_CONNECTION_WINDOW: u64 = 1024 * 1024;
 /// The protocol's minimum and default.
-pub const H2_MAX_FRAME_SIZE: u64 = 16 * 1024;
-pub const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
-pub const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const H2_MAX_FRAME_SIZE: u64 = 16 * 1024;
+pub(crate) const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub const UPSTREAM_H2_MAX_CONCURRENT_STREAMS: u32 = 100;
-pub const UPSTREAM_H2_INITIAL_STREAM_WINDOW: u64 = 1024 * 1024;
-pub const UPSTREAM_H2_INITIAL_CONNECTION_WINDOW: u64 = 4 * 1024 * 1024;
-pub const UPSTREAM_H2_PING_INTERVAL: Duration = Duration::from_secs(10);
-pub const UPSTREAM_H2_PING_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const UPSTREAM_H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+pub(crate) const UPSTREAM_H2_INITIAL_STREAM_WINDOW: u64 = 1024 * 1024;
+pub(crate) const UPSTREAM_H2_INITIAL_CONNECTION_WINDOW: u64 = 4 * 1024 * 1024;
+pub(crate) const UPSTREAM_H2_PING_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const UPSTREAM_H2_PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 // End of HTTP/2.
 

@@ -31,10 +31,13 @@ use crate::model::{Config, Node, Pool, PoolId, Route, VirtualServer};
 /// Everything that differs between a running configuration and a candidate.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ConfigDiff {
+    /// Virtual servers added, removed or changed, by name.
     pub virtual_servers: Changes,
+    /// Pools added, removed or changed, by name.
     pub pools: Changes,
     /// Nodes added, removed or changed, pool by pool.
     pub nodes: Vec<NodeChange>,
+    /// Listening addresses opened, closed or given to another virtual server.
     pub listeners: ListenerChanges,
     /// Other sections that changed and are applied by a reload (`log.access_log`, ...).
     pub settings: Vec<String>,
@@ -46,41 +49,55 @@ pub struct ConfigDiff {
 /// Named items (virtual servers or pools) added, removed or changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Changes {
+    /// Names only in the candidate.
     pub added: Vec<String>,
+    /// Names only in the running configuration.
     pub removed: Vec<String>,
+    /// Names in both whose settings differ.
     pub changed: Vec<Changed>,
 }
 
 /// One named item that stays, and which of its keys changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Changed {
+    /// The item's name.
     pub name: String,
+    /// The keys (relative to the item's table) whose values differ.
     pub keys: Vec<String>,
 }
 
 /// One node added, removed or changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NodeChange {
+    /// The pool the node belongs to.
     pub pool: String,
+    /// The node's address, which identifies it within the pool.
     pub address: SocketAddr,
+    /// Whether it was added, removed or changed.
     pub change: NodeChangeKind,
     /// For a changed node: the keys that changed (`weight`, `state`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<String>,
 }
 
+/// What happened to a node between two configurations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeChangeKind {
+    /// Only in the candidate.
     Added,
+    /// Only in the running configuration.
     Removed,
+    /// In both, with another weight or state.
     Changed,
 }
 
 /// Listening sockets: the only part of a reload that is diffed rather than rebuilt.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ListenerChanges {
+    /// Addresses to bind.
     pub added: Vec<Listener>,
+    /// Addresses to close.
     pub removed: Vec<Listener>,
     /// Kept open, now serving another virtual server or with another backlog.
     pub rebound: Vec<Listener>,
@@ -89,7 +106,9 @@ pub struct ListenerChanges {
 /// A listening address and the virtual server it serves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Listener {
+    /// The address bound.
     pub address: SocketAddr,
+    /// The virtual server it serves.
     pub virtual_server: String,
 }
 

@@ -21,19 +21,29 @@ use crate::model::NodeMode;
 /// One change to a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeEdit {
+    /// Set the node's weight.
     Weight(u32),
+    /// Set the node's state (active, draining, disabled).
     State(NodeMode),
 }
 
 /// Why an edit could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EditError {
+    /// The file is not valid TOML.
     #[error("the config file does not parse: {0}")]
     Syntax(String),
+    /// The file has no pool of that name.
     #[error("no pool \"{0}\" in the config file")]
     NoPool(String),
+    /// The pool has no node at that address.
     #[error("pool \"{pool}\" has no node {address}")]
-    NoNode { pool: String, address: SocketAddr },
+    NoNode {
+        /// The pool's name.
+        pool: String,
+        /// The address looked for.
+        address: SocketAddr,
+    },
 }
 
 /// `text` with the node at `address` of pool `pool` changed by `edit`. The node may be an

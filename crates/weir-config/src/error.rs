@@ -23,6 +23,7 @@ pub struct Diagnostic {
     pub line: Option<usize>,
     /// Key path such as `pools.web.nodes[2].address`; empty when none applies.
     pub path: String,
+    /// What is wrong, in a sentence.
     pub message: String,
 }
 
@@ -33,14 +34,18 @@ pub struct KeyPath(Vec<Segment>);
 /// One step of a [`KeyPath`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Segment {
+    /// A table key.
     Key(String),
+    /// An array index, from zero.
     Index(usize),
 }
 
 /// A validation problem before it is given a line: the key path and the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// Where the problem is.
     pub path: KeyPath,
+    /// What is wrong, in a sentence.
     pub message: String,
 }
 
@@ -84,10 +89,12 @@ impl KeyPath {
         Some(Self(rest.to_vec()))
     }
 
+    /// The steps from the root, in order.
     pub fn segments(&self) -> &[Segment] {
         &self.0
     }
 
+    /// Whether this is the document root (no steps).
     pub fn is_root(&self) -> bool {
         self.0.is_empty()
     }

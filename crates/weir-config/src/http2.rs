@@ -46,7 +46,9 @@ pub enum UpstreamProtocol {
 pub struct UpstreamHttp2 {
     /// Streams weir opens at once on one connection (lowered to the node's own limit).
     pub max_concurrent_streams: u32,
+    /// Response bytes one stream may receive before weir reads them (flow control).
     pub initial_stream_window: u32,
+    /// ... and all streams of one connection together.
     pub initial_connection_window: u32,
     /// A PING is sent on a connection after this long without a frame from the node.
     pub ping_interval: Duration,

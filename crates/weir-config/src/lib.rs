@@ -1,7 +1,7 @@
 //! weir's configuration: the TOML file, read once and turned into a validated
 //! [`Config`] that the rest of weir reads without ever seeing a string from the file.
 //!
-//! Loading happens in two layers. [`schema`] mirrors the file with serde
+//! Loading happens in two layers. `schema` (private) mirrors the file with serde
 //! (`deny_unknown_fields` everywhere); [`validate`] converts it into the [`model`],
 //! checking every value and cross reference and collecting *every* problem. Each
 //! problem becomes a [`Diagnostic`] with the file, the line and the key path:
@@ -40,7 +40,7 @@ pub mod error;
 pub mod http2;
 mod locate;
 pub mod model;
-pub mod schema;
+mod schema;
 pub mod units;
 pub mod validate;
 
@@ -48,6 +48,7 @@ use std::path::Path;
 
 pub use error::{ConfigError, Diagnostic, KeyPath};
 pub use model::*;
+pub use schema::Named;
 
 use crate::locate::Locator;
 use crate::schema::FileConfig;

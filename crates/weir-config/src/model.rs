@@ -26,8 +26,11 @@ pub use traffic::*;
 pub struct Config {
     /// Where it came from: a file path, or `None` for the embedded default.
     pub source: Option<PathBuf>,
+    /// `[runtime]`: threads, drain and binary upgrade.
     pub runtime: Runtime,
+    /// `[admin]`: the admin listener; `None` when the file has no such section.
     pub admin: Option<Admin>,
+    /// `[log]`: levels and formats of the process log.
     pub log: Log,
     /// Virtual servers in file order.
     pub virtual_servers: Vec<VirtualServer>,
@@ -58,6 +61,7 @@ pub struct Runtime {
 /// dashboard at `/`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Admin {
+    /// The address the admin listener binds.
     pub listen: SocketAddr,
     /// A file holding the bearer token every API request must carry
     /// (`Authorization: Bearer ...`). Required when `listen` is not a loopback address.
@@ -67,6 +71,7 @@ pub struct Admin {
 /// The access log's format and destination.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AccessLog {
+    /// How each record is written.
     pub format: AccessLogFormat,
     /// Appended to, and reopened on SIGUSR1 (after logrotate moved it); `None` is stdout.
     pub file: Option<FileRef>,
@@ -88,12 +93,16 @@ pub struct Log {
     pub access_log: bool,
     /// Default filter directive (`info`, `weir=debug`, ...); `RUST_LOG` overrides it.
     pub level: String,
+    /// How the process log (not the access log) is written.
     pub format: LogFormat,
 }
 
+/// How the process log is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line.
     Json,
 }
 
@@ -104,15 +113,19 @@ pub struct PoolId(pub usize);
 /// A virtual server: where clients connect and how their traffic is handled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VirtualServer {
+    /// The name of its table in the file (`[virtual_servers.NAME]`), unique.
     pub name: String,
     /// One or more listen addresses.
     pub listen: Vec<SocketAddr>,
+    /// Plain HTTP or HTTPS to clients.
     pub protocol: Protocol,
     /// The pool used when no route matches.
     pub default_pool: PoolId,
     /// Routing rules, tried in order; the first match wins.
     pub routes: Vec<Route>,
+    /// What one client may send and hold.
     pub limits: ClientLimits,
+    /// How long clients may take.
     pub timeouts: ClientTimeouts,
     /// Which methods, upgrades and header names are let through.
     pub http: HttpPolicy,
@@ -151,6 +164,7 @@ pub struct Route {
     pub host: Option<String>,
     /// Path prefix to match (must start with `/`).
     pub path_prefix: Option<String>,
+    /// The pool matching requests go to.
     pub pool: PoolId,
     /// Cache and compression: the virtual server's, with the route's overrides.
     pub content: ContentPolicy,
@@ -207,6 +221,7 @@ pub struct HttpPolicy {
     /// Protocols (`Upgrade` tokens, lower case) a client may switch to; an
     /// `Upgrade` naming none of them is removed and the request sent as is.
     pub upgrades: Vec<String>,
+    /// What happens to request header names holding `_`.
     pub underscore_headers: UnderscoreHeaders,
 }
 
@@ -224,14 +239,21 @@ pub enum UnderscoreHeaders {
 /// A pool of nodes and how traffic is spread over them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pool {
+    /// The name of its table in the file (`[pools.NAME]`), unique.
     pub name: String,
+    /// The servers traffic is spread over, in file order; never empty.
     pub nodes: Vec<Node>,
+    /// How a node is chosen for each request.
     pub algorithm: Algorithm,
+    /// Connection cap, queue and reuse per node.
     pub connections: UpstreamConnections,
+    /// Timeouts towards the nodes.
     pub timeouts: UpstreamTimeouts,
     /// Extra attempts for an idempotent request whose connection failed; never for others.
     pub retries: u32,
+    /// The active health monitor; `None`: nodes are not probed.
     pub health: Option<HealthMonitor>,
+    /// Ejection of nodes after failures seen on live traffic.
     pub passive_health: PassiveHealth,
     /// When every node is down, send to all nodes anyway instead of answering 503.
     pub fail_open: bool,
@@ -244,6 +266,7 @@ pub struct Pool {
     // --- issue 14 ---
     /// The request key, set exactly when `algorithm` is [`Algorithm::ConsistentHash`].
     pub hash: Option<HashSettings>,
+    /// Session persistence (sticky sessions); `None`: off.
     pub persistence: Option<Persistence>,
     // --- end issue 14 ---
 }
@@ -251,7 +274,9 @@ pub struct Pool {
 /// A node: one server in a pool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
+    /// Where the node listens.
     pub address: SocketAddr,
+    /// Its share of traffic relative to the pool's other nodes (weighted algorithms).
     pub weight: NonZeroU32,
     /// Whether the node takes new requests (`state` in the file).
     pub state: NodeMode,
@@ -280,10 +305,14 @@ impl NodeMode {
     }
 }
 
+/// How a pool chooses a node for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
+    /// Each node in turn.
     RoundRobin,
+    /// Each node in turn, in proportion to its weight.
     WeightedRoundRobin,
+    /// The node with the fewest requests in flight (ties go to the lower load for its weight).
     LeastConnections,
     /// Power of two choices scored by EWMA response time and in-flight requests.
     Perceptive,
@@ -310,6 +339,7 @@ pub struct UpstreamConnections {
     pub max_tunnels: u32,
 }
 
+/// Timeouts towards the nodes of a pool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamTimeouts {
     /// TCP connect; past it → try another node (idempotent) or 502.
@@ -323,8 +353,11 @@ pub struct UpstreamTimeouts {
 /// An active health monitor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthMonitor {
+    /// What a probe does.
     pub check: HealthCheckKind,
+    /// Time from the end of one probe of a node to the start of the next, ± 10 % at random.
     pub interval: Duration,
+    /// How long a probe may take before it counts as a failure.
     pub timeout: Duration,
     /// Consecutive successes before a down node is marked up.
     pub rise: NonZeroU32,
@@ -332,13 +365,16 @@ pub struct HealthMonitor {
     pub fall: NonZeroU32,
 }
 
+/// What an active health probe does.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HealthCheckKind {
     /// A TCP connect that succeeds.
     Tcp,
     /// An HTTP/1.1 request answered with an expected status.
     Http {
+        /// The request method (`GET`, `HEAD`, ...).
         method: String,
+        /// The request target, starting with `/`.
         path: String,
         /// `Host` header to send; the node address when `None`.
         host: Option<String>,
@@ -361,10 +397,13 @@ pub struct PassiveHealth {
 /// A built-in origin server started by `weir serve` (see `weir origin`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Origin {
+    /// The name of its table in the file (`[origins.NAME]`), unique.
     pub name: String,
+    /// Where it listens.
     pub listen: SocketAddr,
     /// Connections accepted at once; past it new ones are refused. `None` means no cap.
     pub max_connections: Option<NonZeroU32>,
+    /// Whether it keeps connections open between requests.
     pub keep_alive: bool,
 }
 
@@ -415,6 +454,7 @@ pub struct ServerTls {
     pub session_cache_size: usize,
     /// How long a cached session may be resumed.
     pub session_cache_lifetime: Duration,
+    /// Whether client certificates are asked for, and against which CA.
     pub client_auth: ClientAuth,
     /// Request header that carries the verified client certificate's subject
     /// to the node (removed from what the client sent either way).
@@ -438,22 +478,40 @@ pub const CIPHER_SUITES: &[&str] = &[
 #[derive(Debug, Clone, PartialEq)]
 pub enum CertificateSource {
     /// A PEM chain (leaf first) and its PEM private key.
-    Files { cert: FileRef, key: FileRef },
+    Files {
+        /// The certificate chain file.
+        cert: FileRef,
+        /// The private key file.
+        key: FileRef,
+    },
     /// Generated at start-up, self-signed, for these names (demos and tests).
-    SelfSigned { names: Vec<String>, key: KeyPath },
+    SelfSigned {
+        /// DNS names (or IP addresses) the certificate is valid for.
+        names: Vec<String>,
+        /// The key that asked for it, for diagnostics.
+        key: KeyPath,
+    },
 }
 
+/// A TLS protocol version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum TlsVersion {
+    /// TLS 1.2 (`"1.2"` in the file).
     Tls12,
+    /// TLS 1.3 (`"1.3"` in the file).
     Tls13,
 }
 
+/// A key exchange group for the TLS handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyExchangeGroup {
+    /// X25519 (`x25519`).
     X25519,
+    /// NIST P-256 (`secp256r1`).
     Secp256r1,
+    /// NIST P-384 (`secp384r1`).
     Secp384r1,
+    /// The hybrid post-quantum group X25519 + ML-KEM-768 (`x25519mlkem768`).
     X25519MlKem768,
 }
 
@@ -463,9 +521,15 @@ pub enum ClientAuth {
     /// Not asked for.
     None,
     /// Asked for and verified against `ca` when sent; clients without one are served.
-    Optional { ca: FileRef },
+    Optional {
+        /// The CA that client certificates must chain to.
+        ca: FileRef,
+    },
     /// Clients without a certificate that verifies against `ca` are refused.
-    Required { ca: FileRef },
+    Required {
+        /// The CA that client certificates must chain to.
+        ca: FileRef,
+    },
 }
 
 /// TLS from weir to the nodes of a pool.
@@ -473,6 +537,7 @@ pub enum ClientAuth {
 pub struct UpstreamTls {
     /// Verify the node's certificate (against `ca`, or the system roots when `ca` is `None`).
     pub verify: bool,
+    /// CA certificates (PEM) to verify nodes against; `None`: the system's roots.
     pub ca: Option<FileRef>,
     /// Name sent as SNI and verified; the node's IP address when `None`.
     pub server_name: Option<String>,
@@ -480,6 +545,7 @@ pub struct UpstreamTls {
     pub client_certificate: Option<(FileRef, FileRef)>,
     /// Resume sessions with nodes.
     pub session_resumption: bool,
+    /// Protocol versions offered to nodes.
     pub versions: Vec<TlsVersion>,
 }
 

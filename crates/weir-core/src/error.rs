@@ -61,6 +61,7 @@ pub struct Error {
 }
 
 impl Error {
+    /// An error of `kind` on `side`, not safe to retry, without context or source.
     pub fn new(kind: ErrorKind, side: Side) -> Self {
         Error {
             kind,
@@ -103,14 +104,18 @@ impl Error {
         self
     }
 
+    /// What went wrong, which decides the answer and the metric label.
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
 
+    /// Which side of the proxy the error came from.
     pub fn side(&self) -> Side {
         self.side
     }
 
+    /// Whether the failed request may be sent again (set where the error was made, see
+    /// `retry_safe`).
     pub fn is_retry_safe(&self) -> bool {
         self.retry_safe
     }

@@ -29,6 +29,7 @@ struct Shared {
 }
 
 impl Shutdown {
+    /// A trigger and the first signal that watches it.
     pub fn new() -> (Shutdown, ShutdownSignal) {
         let shared = Arc::new(Shared::default());
         let signal = ShutdownSignal {
@@ -43,6 +44,7 @@ impl Shutdown {
         self.shared.notify.notify_waiters();
     }
 
+    /// Another signal watching the same trigger, for another task.
     pub fn signal(&self) -> ShutdownSignal {
         ShutdownSignal {
             shared: Arc::clone(&self.shared),

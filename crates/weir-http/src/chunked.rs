@@ -25,7 +25,10 @@ pub enum Decoded {
     NeedMore,
     /// The body ended. `trailers` holds the raw, validated trailer field lines
     /// (each ending in CRLF, without the final empty line); empty if none.
-    Done { trailers: Bytes },
+    Done {
+        /// The trailer field lines, raw and validated; empty if none.
+        trailers: Bytes,
+    },
 }
 
 /// An incremental chunked decoder. Feed it the connection's read buffer; it

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+/// What kind of parse failure, which decides the status answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ParseErrorKind {
     /// Malformed syntax or a forbidden construct (→ 400; for responses → 502).
@@ -21,7 +22,9 @@ pub enum ParseErrorKind {
 /// A parse failure with a short, static reason for the log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParseError {
+    /// What kind of failure, which decides the status.
     pub kind: ParseErrorKind,
+    /// A short, static explanation for the log line.
     pub reason: &'static str,
 }
 

@@ -133,10 +133,12 @@ impl RequestHead {
         Ok(Some(head))
     }
 
+    /// The method; `Method::Other` for a token that is not a standard method.
     pub fn method(&self) -> Method {
         self.method
     }
 
+    /// The method as sent (for `Method::Other`).
     pub fn method_bytes(&self) -> &[u8] {
         slice(&self.raw, self.method_span)
     }
@@ -156,6 +158,7 @@ impl RequestHead {
         }
     }
 
+    /// The HTTP version of the request line.
     pub fn version(&self) -> Version {
         self.version
     }
@@ -183,14 +186,17 @@ impl RequestHead {
         }
     }
 
+    /// How the request body is delimited.
     pub fn framing(&self) -> BodyFraming {
         self.framing
     }
 
+    /// What the `Connection` header says.
     pub fn connection(&self) -> &ConnectionInfo {
         &self.connection
     }
 
+    /// Whether the request carries `Expect: 100-continue`.
     pub fn expects_continue(&self) -> bool {
         self.expect_continue
     }
@@ -235,6 +241,7 @@ impl ResponseHead {
         Ok(Some(head))
     }
 
+    /// The status code, 100 to 599.
     pub fn status(&self) -> u16 {
         self.status
     }
@@ -244,6 +251,7 @@ impl ResponseHead {
         slice(&self.raw, self.reason_span)
     }
 
+    /// The HTTP version of the status line.
     pub fn version(&self) -> Version {
         self.version
     }
@@ -258,10 +266,12 @@ impl ResponseHead {
         find_field(&self.raw, &self.headers, name)
     }
 
+    /// How the response body is delimited (for the request it answers).
     pub fn framing(&self) -> BodyFraming {
         self.framing
     }
 
+    /// What the `Connection` header says.
     pub fn connection(&self) -> &ConnectionInfo {
         &self.connection
     }

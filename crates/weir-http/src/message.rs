@@ -5,21 +5,32 @@
 /// The HTTP versions weir speaks on HTTP/1 connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
+    /// HTTP/1.0.
     Http10,
+    /// HTTP/1.1.
     Http11,
 }
 
 /// A request method; the standard ones by name, the rest as [`Method::Other`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
+    /// `GET`.
     Get,
+    /// `HEAD`: answered without a body.
     Head,
+    /// `POST`.
     Post,
+    /// `PUT`.
     Put,
+    /// `DELETE`.
     Delete,
+    /// `OPTIONS`.
     Options,
+    /// `TRACE`.
     Trace,
+    /// `CONNECT`: asks for a tunnel to the authority in the target.
     Connect,
+    /// `PATCH`.
     Patch,
     /// Any other valid token; see [`RequestHead::method_bytes`].
     Other,

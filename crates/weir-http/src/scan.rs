@@ -18,6 +18,7 @@ pub struct HeadScan {
 }
 
 impl HeadScan {
+    /// A scan at the start of a head.
     pub fn new() -> HeadScan {
         HeadScan::default()
     }

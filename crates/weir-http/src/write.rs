@@ -52,6 +52,7 @@ pub struct ForwardResponse<'a> {
     /// Whether weir keeps the client connection open after this response
     /// (writes `Connection: close`, or `Connection: keep-alive` for HTTP/1.0).
     pub keep_alive: bool,
+    /// Add `Via: 1.1 <via>` (appended to any existing `Via`).
     pub via: Option<&'a str>,
     /// Keep `Upgrade`/`Connection: upgrade` (a 101 being proxied).
     pub upgrade: bool,

@@ -14,25 +14,48 @@ pub enum LabError {
     /// The machine cannot run what was asked (limits, ports), and no fallback applies.
     #[error("{0}")]
     Preflight(String),
+    /// A child process could not be started.
     #[error("cannot start {what}: {source}")]
-    Spawn { what: String, source: io::Error },
+    Spawn {
+        /// The child, as named in messages.
+        what: String,
+        /// The error from `spawn`.
+        source: io::Error,
+    },
+    /// A child exited before it answered.
     #[error("{what} exited before it was ready ({status}); its last output:\n{output}")]
     Exited {
+        /// The child, as named in messages.
         what: String,
+        /// Its exit status, as text.
         status: String,
+        /// The last lines it wrote, for the message.
         output: String,
     },
+    /// A child did not answer on its address in time.
     #[error("{what} did not answer on {address} within {seconds} s; its last output:\n{output}")]
     NotReady {
+        /// The child, as named in messages.
         what: String,
+        /// The address it was expected to answer on.
         address: String,
+        /// How long it was given, in seconds.
         seconds: u64,
+        /// The last lines it wrote, for the message.
         output: String,
     },
+    /// A file or system operation failed.
     #[error("{context}: {source}")]
-    Io { context: String, source: io::Error },
+    Io {
+        /// What was being done.
+        context: String,
+        /// The error from the system.
+        source: io::Error,
+    },
+    /// The load generator (`weir bench`) failed or its output could not be read.
     #[error("weir bench: {0}")]
     Bench(String),
+    /// A child's config could not be rendered from its template.
     #[error("config template: {0}")]
     Template(#[from] TemplateError),
     /// The WAN lab's emulated link could not be set up (root, TUN, `ip`).

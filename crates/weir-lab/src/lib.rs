@@ -15,7 +15,7 @@
 //! supervisor of the labs ([`process::Supervisor`]), which also removes what they made (run
 //! directories, the WAN lab's network namespaces).
 //!
-//! The results are data ([`model`]); ratios and checks are plain functions ([`summary`]);
+//! The results are data ([`model`]); ratios and checks are plain functions (`summary`);
 //! the text tables ([`table`]) and the HTML report ([`html`]) render that data, so each is
 //! tested without running anything.
 //!
@@ -34,22 +34,22 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod clients;
-pub mod error;
+mod clients;
+mod error;
 pub mod html;
 mod http;
-pub mod launch;
-pub mod metrics;
+mod launch;
+mod metrics;
 pub mod model;
 pub mod offload;
 pub mod peers;
-pub mod preflight;
+mod preflight;
 pub mod process;
-pub mod procfs;
+mod procfs;
 pub mod suite;
-pub mod summary;
+mod summary;
 pub mod table;
-pub mod template;
+mod template;
 pub mod tls;
 pub mod wan;
 
@@ -67,6 +67,7 @@ use crate::process::Supervisor;
 /// the notes it collects for the report.
 #[derive(Debug)]
 pub struct Lab {
+    /// Starts and stops every child process of the lab, by PID.
     pub supervisor: Arc<Supervisor>,
     /// The weir binary that `weir origin` and `weir serve` are started from.
     pub weir: PathBuf,
@@ -74,6 +75,7 @@ pub struct Lab {
     pub progress: bool,
     /// Install missing Debian packages (nginx, HAProxy) instead of going on without them.
     pub install: bool,
+    /// Fallbacks taken and things worth knowing, copied into the report.
     pub notes: Vec<String>,
     open_files: u64,
     started: std::time::SystemTime,

@@ -9,6 +9,7 @@ pub const SCHEMA: &str = "weir-lab/1";
 /// One `weir lab` run: the experiments it ran and where.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LabReport {
+    /// Always `SCHEMA` (`weir-lab/1`) in documents this version writes.
     pub schema: String,
     /// `weir` version that ran the lab.
     pub weir_version: String,
@@ -16,9 +17,13 @@ pub struct LabReport {
     pub date: String,
     /// The command line, as typed.
     pub command: String,
+    /// The machine the run was on, for reading the figures in context.
     pub machine: Machine,
+    /// `weir lab offload`'s results, if it ran.
     pub offload: Option<OffloadReport>,
+    /// `weir lab tls`'s results, if it ran.
     pub tls: Option<TlsReport>,
+    /// `weir lab suite`'s results, if it ran.
     pub suite: Option<SuiteLabReport>,
     /// Fallbacks taken and things worth knowing (a peer missing, a limit lowered).
     pub notes: Vec<String>,
@@ -27,9 +32,13 @@ pub struct LabReport {
 /// The machine the lab ran on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
+    /// Logical CPUs the kernel reports.
     pub cores: usize,
+    /// The CPU model name from `/proc/cpuinfo`.
     pub cpu: String,
+    /// Total memory, GiB.
     pub memory_gib: f64,
+    /// The kernel release (`uname -r`).
     pub kernel: String,
     /// The open-file limit the lab ran with (soft, after raising it to the hard one).
     pub open_files: u64,
@@ -40,6 +49,7 @@ pub struct Machine {
 /// `weir lab offload`: the Cisco ACE TCP-offload experiment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OffloadReport {
+    /// What the experiment was asked to do, after any lowering.
     pub settings: OffloadSettingsReport,
     /// The clients straight at the origin; `None` with `--no-direct`.
     pub direct: Option<PhaseReport>,
@@ -48,7 +58,9 @@ pub struct OffloadReport {
     /// The same clients through each peer of `--peers`, with the same cap to the origin.
     #[serde(default)]
     pub peers: Vec<PeerPhase>,
+    /// The headline ratios, computed from the phases.
     pub ratios: OffloadRatios,
+    /// Pass/fail statements about the run, counted in the exit code.
     pub checks: Vec<Check>,
 }
 
@@ -57,7 +69,9 @@ pub struct OffloadReport {
 pub struct PeerPhase {
     /// `haproxy`, `nginx`.
     pub name: String,
+    /// The peer's version as it reports it.
     pub version: String,
+    /// What the clients, the origin and the peer did in the phase.
     pub phase: PhaseReport,
 }
 
@@ -76,12 +90,17 @@ pub struct OffloadSettingsReport {
     pub origin: String,
     /// Bytes the built-in origin holds per open connection (0 for nginx).
     pub connection_memory: u64,
+    /// Seconds between one client's requests.
     pub interval_s: f64,
+    /// Seconds over which the clients started.
     pub ramp_s: f64,
+    /// Seconds of load per phase, ramp included.
     pub duration_s: f64,
     /// 127.0.0.x source addresses the clients spread over.
     pub sources: u8,
+    /// Worker threads of weir and of each peer.
     pub proxy_threads: usize,
+    /// The path every request asked for.
     pub path: String,
     /// Start of the steady window (s from the start): every client had a chance to be served.
     pub steady_from_s: f64,
@@ -92,7 +111,9 @@ pub struct OffloadSettingsReport {
 /// One phase of the offload experiment (direct or through weir).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseReport {
+    /// What the clients saw.
     pub clients: ClientSummary,
+    /// What the origin did.
     pub origin: OriginSummary,
     /// Through weir only.
     pub proxy: Option<ProxySummary>,
@@ -111,14 +132,17 @@ pub struct ClientSummary {
     pub connected_peak: u64,
     /// TCP connections the clients opened in all (reconnects included).
     pub connections_opened: u64,
+    /// Requests answered with 200.
     pub requests_ok: u64,
     /// Mean requests per second answered over the steady window.
     pub requests_per_s: f64,
+    /// Failed connections and requests, by kind.
     pub errors: ErrorCounts,
     /// TCP connect time of every connection that was opened.
     pub connect_ms: Latency,
     /// From writing a request to reading its whole response.
     pub response_ms: Latency,
+    /// Seconds from the start of the load until every client had finished.
     pub elapsed_s: f64,
 }
 
@@ -138,6 +162,7 @@ pub struct ErrorCounts {
 }
 
 impl ErrorCounts {
+    /// Errors of every kind together.
     pub fn total(&self) -> u64 {
         self.connect + self.closed + self.status + self.timeout + self.malformed
     }
@@ -146,9 +171,13 @@ impl ErrorCounts {
 /// Percentiles in milliseconds; all 0 when nothing was measured (`count` 0).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
+    /// How many values were measured.
     pub count: u64,
+    /// Median, ms.
     pub p50: f64,
+    /// 99th percentile, ms.
     pub p99: f64,
+    /// Largest value, ms.
     pub max: f64,
 }
 
@@ -214,7 +243,9 @@ pub struct Sample {
     pub t_s: f64,
     /// Clients that should be connected by now (the ramp).
     pub clients_started: u64,
+    /// Clients with a TCP connection open now.
     pub clients_connected: u64,
+    /// Clients whose connection is open, was answered and has seen no error.
     pub clients_held: u64,
     /// Connections the origin's processes hold open (their socket descriptors less
     /// listeners).
@@ -229,10 +260,12 @@ pub struct Sample {
     pub errors: u64,
     /// p99 of the connects that completed since the previous sample, ms.
     pub connect_ms_p99: Option<f64>,
+    /// Resident memory of the origin's processes now, KiB.
     pub origin_rss_kib: u64,
     /// CPU seconds the origin's processes used since the load started.
     #[serde(default)]
     pub origin_cpu_s: f64,
+    /// Resident memory of the proxy's processes now, KiB (through a proxy only).
     pub proxy_rss_kib: Option<u64>,
 }
 
@@ -258,14 +291,18 @@ pub struct OffloadRatios {
 /// A pass/fail statement about a run, shown under the table and counted in the exit code.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Check {
+    /// A short name for what is checked.
     pub name: String,
+    /// Whether the run satisfies it.
     pub passed: bool,
+    /// The figures behind the verdict, for the reader.
     pub detail: String,
 }
 
 /// `weir lab tls`: the Cisco ACE SSL-offload experiment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TlsReport {
+    /// What the experiment was asked to do.
     pub settings: TlsSettingsReport,
     /// The origin serving HTTPS itself.
     pub direct: TlsPhase,
@@ -275,6 +312,7 @@ pub struct TlsReport {
     pub origin_cpu_reduction: Option<f64>,
     /// 1 − origin peak memory offloaded ÷ direct (paper: 0.50).
     pub origin_memory_reduction: Option<f64>,
+    /// Pass/fail statements about the run, counted in the exit code.
     pub checks: Vec<Check>,
 }
 
@@ -283,39 +321,55 @@ pub struct TlsReport {
 pub struct TlsSettingsReport {
     /// Simulated users, each making one request a second on a new connection.
     pub clients: u32,
+    /// Seconds of load per phase.
     pub duration_s: f64,
+    /// The path every request asked for.
     pub path: String,
     /// Whether the clients offer session resumption (off: every handshake is full).
     pub resumption: bool,
+    /// The server certificate's key type and size.
     pub certificate: String,
+    /// Worker threads of weir.
     pub proxy_threads: usize,
 }
 
 /// One side of the TLS experiment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TlsPhase {
+    /// Requests answered with 200.
     pub requests_ok: u64,
+    /// Requests that failed (connect, handshake, status or timeout).
     pub errors: u64,
+    /// Mean requests per second answered.
     pub requests_per_s: f64,
+    /// Request latency, new connection and handshake included.
     pub latency_ms: Latency,
+    /// Full TLS handshakes the server side made.
     pub handshakes_full: u64,
+    /// Resumed TLS handshakes the server side made.
     pub handshakes_resumed: u64,
+    /// CPU seconds (user + system) the origin used during the load.
     pub origin_cpu_s: f64,
+    /// Peak resident memory (VmHWM) of the origin's processes, KiB.
     pub origin_memory_peak_kib: u64,
     /// Connections the origin accepted during the load.
     pub origin_connections_accepted: u64,
     /// Through weir: weir's CPU seconds and peak memory.
     pub proxy_cpu_s: Option<f64>,
+    /// Through weir: weir's peak resident memory (VmHWM), KiB.
     pub proxy_memory_peak_kib: Option<u64>,
 }
 
 /// `weir lab suite`: the Zeus table, direct and through each proxy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SuiteLabReport {
+    /// Seconds each row was measured, per column.
     pub row_duration_s: f64,
+    /// Concurrent connections of the load generator.
     pub connections: usize,
     /// Columns, in order: `direct` first, then `weir`, then the peers that ran.
     pub targets: Vec<SuiteColumn>,
+    /// The measured rows, in the suite's order.
     pub rows: Vec<SuiteLabRow>,
 }
 
@@ -333,14 +387,18 @@ pub struct SuiteColumn {
 /// One row of the suite table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SuiteLabRow {
+    /// What the row measures.
     pub name: String,
+    /// The unit of `values` (`req/s`, `conn/s`, `trans/s`, ...).
     pub unit: String,
     /// One per column; `None`: not measured (see `note`).
     pub values: Vec<Option<f64>>,
     /// p99 latency per column, ms.
     pub p99_ms: Vec<Option<f64>>,
+    /// Failed requests per column.
     pub errors: Vec<u64>,
     /// Columns where the bench itself was the bottleneck.
     pub client_bound: Vec<bool>,
+    /// Why some columns were not measured, if any were not.
     pub note: Option<String>,
 }

@@ -46,25 +46,36 @@ pub enum OriginKind {
 /// What `weir lab offload` is asked to do.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OffloadSettings {
+    /// Simulated clients, each holding one keep-alive connection and sending a request every
+    /// `interval`.
     pub clients: u32,
+    /// The most connections the origin accepts at once; past it, it refuses.
     pub origin_cap: u32,
     /// weir's pool cap to the origin; `None`: the origin's cap.
     pub pool_cap: Option<u32>,
+    /// Which origin serves the clients.
     pub origin: OriginKind,
     /// Bytes the built-in origin allocates and touches per open connection.
     pub connection_memory: u64,
+    /// Time between one client's requests.
     pub interval: Duration,
+    /// Time over which the clients start, evenly spread.
     pub ramp: Duration,
+    /// Length of each phase's load, ramp included.
     pub duration: Duration,
+    /// How long a client waits for a connect or a response before counting a timeout.
     pub timeout: Duration,
     /// `None`: enough 127.0.0.x source addresses for the clients.
     pub sources: Option<u8>,
+    /// Worker threads of weir and of each peer proxy.
     pub proxy_threads: usize,
+    /// The path every request asks for.
     pub path: String,
     /// Run the direct phase too.
     pub direct: bool,
     /// Run the same clients through these peers too, each with the same cap to the origin.
     pub peers: Vec<Peer>,
+    /// The sampling period of the phase's time series.
     pub sample_every: Duration,
 }
 

@@ -8,11 +8,14 @@ use std::process::{Command, Stdio};
 /// A peer proxy for `weir lab suite --peers`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Peer {
+    /// HAProxy from Debian.
     Haproxy,
+    /// nginx from Debian.
     Nginx,
 }
 
 impl Peer {
+    /// The peer's program name, also its name on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             Peer::Haproxy => "haproxy",

@@ -53,6 +53,7 @@ pub enum Leftover {
 }
 
 impl Supervisor {
+    /// A supervisor with no children, shared by everything that starts one.
     pub fn new() -> Arc<Supervisor> {
         Arc::new(Supervisor {
             pids: Mutex::new(Vec::new()),
@@ -136,6 +137,7 @@ impl Supervisor {
         self.leftovers().push(leftover);
     }
 
+    /// Stops remembering `leftover` (it was cleaned up another way).
     pub fn forget(&self, leftover: &Leftover) {
         self.leftovers().retain(|other| other != leftover);
     }
@@ -200,6 +202,8 @@ pub struct RunDir {
 }
 
 impl RunDir {
+    /// Creates a fresh directory under the system's temporary directory, removed on drop (or by the
+    /// supervisor on a signal).
     pub fn create(supervisor: &Arc<Supervisor>) -> Result<RunDir, LabError> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let path = std::env::temp_dir().join(format!(
@@ -216,6 +220,7 @@ impl RunDir {
         })
     }
 
+    /// The directory's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -315,10 +320,12 @@ impl Child {
         })
     }
 
+    /// The child's process id (also its process group id).
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
+    /// The child's name, as used in messages and log file names.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -25,13 +25,17 @@ const NO_L4: &str = "n/a (weir serve has no TCP virtual servers yet)";
 /// What `weir lab suite` is asked to do.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SuiteLabSettings {
+    /// How long each row of the table is measured, per column.
     pub row_duration: Duration,
+    /// Concurrent connections the load generator keeps open.
     pub connections: usize,
     /// Load generator threads; `None`: one per core.
     pub bench_threads: Option<usize>,
     /// Threads (workers) of weir and each peer.
     pub proxy_threads: usize,
+    /// Peer proxies measured beside weir, each in its own column.
     pub peers: Vec<Peer>,
+    /// How long a request may take before it counts as an error.
     pub timeout: Duration,
 }
 
@@ -56,6 +60,8 @@ impl SuiteLabSettings {
         }
     }
 
+    /// Rejects settings that cannot work (no connections or threads, rows under 100 ms) before
+    /// anything starts.
     pub fn validate(&self) -> Result<(), LabError> {
         if self.connections == 0 {
             return Err(LabError::Invalid("--connections must be at least 1".into()));

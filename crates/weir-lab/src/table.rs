@@ -15,12 +15,14 @@ pub struct Table {
 }
 
 impl Table {
+    /// A table with `header` as its first row.
     pub fn new(header: &[&str]) -> Table {
         Table {
             rows: vec![header.iter().map(|cell| (*cell).to_owned()).collect()],
         }
     }
 
+    /// Appends a row; rows may have fewer cells than the widest.
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
@@ -207,6 +209,10 @@ pub fn offload_table(report: &OffloadReport) -> String {
 }
 
 /// The offload table proper: a row per figure, direct, through weir and through each peer.
+#[allow(
+    clippy::too_many_lines,
+    reason = "one row per figure, in the order the table prints them"
+)]
 fn offload_grid(report: &OffloadReport) -> Table {
     let direct = report.direct.as_ref();
     let cell = |f: &dyn Fn(&PhaseReport) -> String| direct.map_or("(not run)".to_owned(), f);

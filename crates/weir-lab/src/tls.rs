@@ -24,13 +24,17 @@ use crate::{Lab, http, procfs, summary, template};
 pub struct TlsLabSettings {
     /// Simulated users, each one request a second on a new connection.
     pub clients: u32,
+    /// Length of each phase's load.
     pub duration: Duration,
+    /// The path every request asks for.
     pub path: String,
     /// Offer session resumption (off: every handshake is full, the paper's worst case).
     pub resumption: bool,
+    /// Worker threads of weir.
     pub proxy_threads: usize,
     /// Load generator threads.
     pub bench_threads: usize,
+    /// How long a request may take before it counts as an error.
     pub timeout: Duration,
 }
 
@@ -57,6 +61,8 @@ impl TlsLabSettings {
         }
     }
 
+    /// Rejects settings that cannot work (no clients, under 1 s, a path without `/`) before
+    /// anything starts.
     pub fn validate(&self) -> Result<(), LabError> {
         if self.clients == 0 {
             return Err(LabError::Invalid("--clients must be at least 1".into()));

@@ -32,7 +32,9 @@ pub enum LinkRate {
 /// One cell of the matrix.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Cell {
+    /// The bottleneck rate, both directions.
     pub rate: LinkRate,
+    /// One-way delay added in each direction, ms.
     pub delay_ms: u32,
     /// Loss probability per packet, each direction, in percent.
     pub loss_percent: f64,
@@ -41,6 +43,7 @@ pub struct Cell {
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The matrix of link conditions to run, in order.
     pub cells: Vec<Cell>,
     /// The most one transfer may take.
     pub transfer_time: Duration,
@@ -57,12 +60,15 @@ pub struct Plan {
 /// One transfer's figures.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Transfer {
+    /// Payload bytes received.
     pub bytes: u64,
     /// From the connect to the last byte (or the time limit).
     pub seconds: f64,
     /// From the connect to the first byte (a round trip and a half on the direct path).
     pub first_byte_seconds: f64,
+    /// Whether the whole file arrived before the time limit.
     pub complete: bool,
+    /// Whether what arrived is byte for byte the expected file.
     pub verified: bool,
     /// IP bytes the link carried during the transfer, both directions.
     pub link_bytes: u64,
@@ -73,12 +79,19 @@ pub struct Transfer {
 /// One cell's results.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CellResult {
+    /// The link conditions of the cell.
     pub cell: Cell,
+    /// Size of the transferred file, bytes.
     pub file_bytes: u64,
+    /// Edits that turn the original file into the edited one.
     pub edits: u32,
+    /// The original file over the emulated link without the tunnel; `None` when skipped or failed.
     pub baseline_original: Option<Transfer>,
+    /// The edited file without the tunnel, after the original.
     pub baseline_edited: Option<Transfer>,
+    /// The original file through the tunnel (its stores start empty).
     pub tunnel_original: Option<Transfer>,
+    /// The edited file through the tunnel, after the original: what deduplication saves.
     pub tunnel_edited: Option<Transfer>,
     /// The tunnel's own counters at the end of the cell (far side, the sender).
     pub tunnel_summary: Option<String>,
@@ -87,6 +100,7 @@ pub struct CellResult {
 }
 
 impl LinkRate {
+    /// The rate in bits per second.
     pub fn bits_per_second(self) -> u64 {
         match self {
             LinkRate::T1 => 1_544_000,
@@ -94,6 +108,7 @@ impl LinkRate {
         }
     }
 
+    /// The rate as `weir netem` takes it.
     pub fn netem(self) -> &'static str {
         match self {
             LinkRate::T1 => "1544kbit",
@@ -101,6 +116,7 @@ impl LinkRate {
         }
     }
 
+    /// The rate's name for tables.
     pub fn label(self) -> &'static str {
         match self {
             LinkRate::T1 => "T1 (1.544 Mbit/s)",

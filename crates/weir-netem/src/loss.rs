@@ -52,6 +52,7 @@ impl Probability {
         (0.0..=1.0).contains(&value).then_some(Probability(value))
     }
 
+    /// The probability as a fraction in `0.0..=1.0`.
     pub fn value(self) -> f64 {
         self.0
     }

@@ -37,7 +37,9 @@ pub struct DirectionConfig {
     /// Each packet's delay varies uniformly within `delay ± jitter` (never below zero), but a
     /// packet never leaves before the one ahead of it.
     pub jitter: Duration,
+    /// Which packets the direction loses, decided before the queue.
     pub loss: Loss,
+    /// The bottleneck queue's capacity; packets arriving when it is full are dropped.
     pub queue: QueueLimit,
 }
 
@@ -45,7 +47,10 @@ pub struct DirectionConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Delivered at `at` on the link's clock; times never decrease from one packet to the next.
-    Deliver { at: Duration },
+    Deliver {
+        /// Delivery time on the link's clock (time since the link started).
+        at: Duration,
+    },
     /// Lost by the loss model (before the queue, so it takes no capacity).
     Lost,
     /// Dropped because the queue was full.
@@ -79,10 +84,12 @@ struct Serialisation {
 }
 
 impl Rate {
+    /// A rate of `bits_per_second`, which is never zero.
     pub const fn new(bits_per_second: NonZeroU64) -> Self {
         Rate(bits_per_second)
     }
 
+    /// The rate in bits per second.
     pub const fn bits_per_second(self) -> u64 {
         self.0.get()
     }
@@ -123,6 +130,7 @@ impl DirectionModel {
         }
     }
 
+    /// The settings this direction was built with.
     pub fn config(&self) -> &DirectionConfig {
         &self.config
     }

@@ -14,7 +14,9 @@ use tun_rs::{DeviceBuilder, SyncDevice};
 /// Which end of the link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
+    /// The first side, whose namespace and device are `PREFIX-a`.
     A,
+    /// The second side, whose namespace and device are `PREFIX-b`.
     B,
 }
 
@@ -22,7 +24,9 @@ pub enum Side {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topology {
     prefix: String,
+    /// Address of side a's TUN device (default 10.200.0.1).
     pub a_address: Ipv4Addr,
+    /// Address of side b's TUN device (default 10.200.0.2).
     pub b_address: Ipv4Addr,
     /// MTU of both TUN devices.
     pub mtu: u16,
@@ -31,34 +35,54 @@ pub struct Topology {
 /// Why the link's namespaces could not be set up or removed.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
+    /// The process lacks the capabilities to create namespaces and devices.
     #[error(
         "weir netem needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) to create network namespaces \
          and TUN devices; run it with sudo"
     )]
     NotRoot,
+    /// The TUN device node does not exist.
     #[error(
         "/dev/net/tun is missing: load the tun module (modprobe tun) or give the container the device"
     )]
     NoTun,
+    /// The link name cannot form valid namespace and device names.
     #[error(
         "invalid link name {0:?}: 1 to 13 characters from a-z, A-Z, 0-9, '-' and '_' \
          (each side's namespace and device is NAME-a or NAME-b)"
     )]
     InvalidName(String),
+    /// A namespace of that name is already there.
     #[error(
         "network namespace {0} already exists: another link of that name is up, or a previous \
          one was not cleaned up (weir netem down --name PREFIX)"
     )]
     Exists(String),
+    /// iproute2's `ip` is not installed.
     #[error("the `ip` command is missing: install iproute2")]
     NoIpCommand,
+    /// An `ip` command exited with failure.
     #[error("`{command}` failed: {stderr}")]
-    Command { command: String, stderr: String },
+    Command {
+        /// The command line that was run.
+        command: String,
+        /// What the command wrote to stderr.
+        stderr: String,
+    },
+    /// A TUN device could not be created.
     #[error("cannot create TUN device {name}: {source}")]
-    Tun { name: String, source: io::Error },
+    Tun {
+        /// The device's name.
+        name: String,
+        /// The error from the device driver.
+        source: io::Error,
+    },
+    /// Another system call failed.
     #[error("{context}: {source}")]
     Io {
+        /// What was being done.
         context: &'static str,
+        /// The error from the system.
         source: io::Error,
     },
 }
@@ -70,6 +94,7 @@ pub struct Namespaces {
 }
 
 impl Side {
+    /// The side's letter, as used in its namespace and device names.
     pub fn letter(self) -> char {
         match self {
             Side::A => 'a',
@@ -90,6 +115,7 @@ impl Topology {
         })
     }
 
+    /// The link name the namespaces and devices are derived from.
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
@@ -99,6 +125,7 @@ impl Topology {
         namespace_name(&self.prefix, side)
     }
 
+    /// The address of `side`'s TUN device.
     pub fn address(&self, side: Side) -> Ipv4Addr {
         match side {
             Side::A => self.a_address,

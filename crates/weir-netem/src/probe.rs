@@ -12,11 +12,14 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(5);
 /// Payload received over a measured window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Goodput {
+    /// Payload bytes received in the window.
     pub bytes: u64,
+    /// Length of the window, measured from the end of the warm-up.
     pub elapsed: Duration,
 }
 
 impl Goodput {
+    /// Goodput in payload bits per second over the window.
     pub fn bits_per_second(&self) -> f64 {
         self.bytes as f64 * 8.0 / self.elapsed.as_secs_f64()
     }

@@ -26,7 +26,9 @@ const READ_BUFFER: usize = 65_536;
 /// Both directions of a link.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkConfig {
+    /// What happens to packets from side a to side b.
     pub a_to_b: DirectionConfig,
+    /// What happens to packets from side b to side a.
     pub b_to_a: DirectionConfig,
     /// Seeds the random choices (loss, jitter) of both directions.
     pub seed: u64,
@@ -37,9 +39,11 @@ pub struct LinkConfig {
 pub struct DirectionStats {
     /// Packets and bytes read from the sending side.
     pub received_packets: u64,
+    /// Bytes of the packets read from the sending side.
     pub received_bytes: u64,
     /// Packets and bytes written to the receiving side.
     pub delivered_packets: u64,
+    /// Bytes of the packets written to the receiving side.
     pub delivered_bytes: u64,
     /// Packets dropped by the loss model.
     pub lost_packets: u64,
@@ -52,7 +56,9 @@ pub struct DirectionStats {
 /// Counters of both directions.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct LinkStats {
+    /// Counters of the direction from side a to side b.
     pub a_to_b: DirectionStats,
+    /// Counters of the direction from side b to side a.
     pub b_to_a: DirectionStats,
 }
 

@@ -56,8 +56,11 @@ const FLUSH_AT: usize = 64 * 1024;
 /// durations (logged as whole microseconds, `duration_us` and `upstream_duration_us`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AccessRecord<'a> {
+    /// The virtual server that took the request.
     pub virtual_server: &'a str,
+    /// The client's address as the socket saw it.
     pub client: SocketAddr,
+    /// The request method, as received.
     pub method: &'a str,
     /// The request target as received (origin-form path and query, usually).
     pub target: &'a str,

@@ -55,10 +55,15 @@ pub struct Metrics {
 /// Handles for configuration reloads.
 #[derive(Debug, Clone)]
 pub struct ReloadMetrics {
+    /// Reloads applied (`weir_config_reloads_total{result="applied"}`).
     pub applied: Counter,
+    /// Reloads refused, the running config kept (`result="refused"`).
     pub refused: Counter,
+    /// Generation of the running config: 1 at start, one more per applied reload.
     pub generation: Gauge,
+    /// Unix time, seconds, of the last reload tried.
     pub last_reload_timestamp_seconds: FloatGauge,
+    /// 1 when the last reload tried was applied (or none was tried), 0 when it was refused.
     pub last_reload_success: Gauge,
 }
 
@@ -84,7 +89,9 @@ pub enum StatusClass {
 /// Handles for one virtual server (client side).
 #[derive(Debug, Clone)]
 pub struct VirtualServerMetrics {
+    /// Client connections open now.
     pub connections_open: Gauge,
+    /// Client connections accepted.
     pub connections_accepted: Counter,
     /// Connections refused because the virtual server was at `max_connections`.
     pub connections_rejected: Counter,
@@ -92,7 +99,9 @@ pub struct VirtualServerMetrics {
     pub requests: [Counter; 5],
     /// Requests rejected while parsing.
     pub bad_requests: Counter,
+    /// Bytes read from clients.
     pub bytes_received: Counter,
+    /// Bytes written to clients.
     pub bytes_sent: Counter,
     /// Request durations (shared by every virtual server).
     pub latency: Arc<LatencyHistogram>,
@@ -107,24 +116,36 @@ pub struct PoolMetrics {
     pub requests: [Counter; 5],
     /// Requests currently waiting for a connection, summed over the pool's nodes.
     pub queue_length: Gauge,
+    /// Requests that gave up waiting in the queue for a connection.
     pub queue_timeouts: Counter,
+    /// Requests refused because the queue was full.
     pub queue_full: Counter,
+    /// Requests sent again to a node after a retry-safe failure.
     pub retries: Counter,
+    /// Requests for which the balancer found no healthy node.
     pub no_node_available: Counter,
 }
 
 /// Handles for one node of one pool (upstream side).
 #[derive(Debug, Clone)]
 pub struct NodeMetrics {
+    /// Connections to the node open now, idle or busy.
     pub connections_open: Gauge,
+    /// Connections to the node opened.
     pub connections_created: Counter,
+    /// Requests that reused an idle keep-alive connection to the node.
     pub connections_reused: Counter,
+    /// Requests sent to the node.
     pub requests_forwarded: Counter,
+    /// Connects to the node that failed or timed out.
     pub connect_failures: Counter,
+    /// Responses from the node with a 5xx status.
     pub responses_5xx: Counter,
     /// 1 while up, 0 while down; starts at 0 until the owner sets it.
     pub healthy: Gauge,
+    /// Times the node was marked down by health checks.
     pub ejections: Counter,
+    /// Moving average of the node's response time, seconds.
     pub response_time_ewma_seconds: FloatGauge,
 }
 
@@ -198,6 +219,7 @@ pub struct TlsMetrics {
 }
 
 impl TlsMetrics {
+    /// Counts a completed handshake by protocol version, cipher suite and kind.
     pub fn record_handshake(&self, version: &'static str, suite: &'static str, resumed: bool) {
         if resumed {
             self.resumed.inc();
@@ -214,6 +236,7 @@ impl TlsMetrics {
             .inc();
     }
 
+    /// Counts a handshake that did not complete, by reason (a `FailureReason` label).
     pub fn record_failure(&self, reason: &'static str) {
         self.failures
             .get_or_create(&TlsFailureLabels {
@@ -250,8 +273,11 @@ impl TlsMetrics {
 /// Upstream TLS handles of one pool.
 #[derive(Debug, Clone)]
 pub struct UpstreamTlsMetrics {
+    /// Full handshakes with the pool's nodes.
     pub full: Counter,
+    /// Resumed handshakes with the pool's nodes.
     pub resumed: Counter,
+    /// Handshakes with the pool's nodes that failed.
     pub failed: Counter,
 }
 

@@ -8,7 +8,9 @@
 /// The Prometheus type of a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricKind {
+    /// Only ever goes up; exposed with the `_total` suffix.
     Counter,
+    /// Goes up and down; the value now.
     Gauge,
 }
 
@@ -17,9 +19,11 @@ pub enum MetricKind {
 pub struct MetricSpec {
     /// The name without the `weir_` prefix and without the `_total` suffix of counters.
     pub name: &'static str,
+    /// Counter or gauge.
     pub kind: MetricKind,
     /// Label names, in the order they appear in the exposition.
     pub labels: &'static [&'static str],
+    /// The `# HELP` text, one sentence without a final period.
     pub help: &'static str,
 }
 
@@ -60,16 +64,21 @@ const fn gauge(
 
 // Process.
 
+/// `weir_build_info`, a gauge: always 1; the version label names the running weir build.
 pub const BUILD_INFO: MetricSpec = gauge(
     "build_info",
     &["version"],
     "Always 1; the version label names the running weir build",
 );
+/// `weir_reuse_ratio`, a gauge: requests forwarded per upstream connection created, over all nodes
+/// (0 when none created).
 pub const REUSE_RATIO: MetricSpec = gauge(
     "reuse_ratio",
     &[],
     "Requests forwarded per upstream connection created, over all nodes (0 when none created)",
 );
+/// `weir_offload_ratio`, a gauge: open client connections per open upstream connection, over all
+/// virtual servers and nodes (0 when none open).
 pub const OFFLOAD_RATIO: MetricSpec = gauge(
     "offload_ratio",
     &[],
@@ -78,36 +87,45 @@ pub const OFFLOAD_RATIO: MetricSpec = gauge(
 
 // Virtual servers (client side).
 
+/// `weir_client_connections_open`, a gauge: client connections currently open.
 pub const CLIENT_CONNECTIONS_OPEN: MetricSpec = gauge(
     "client_connections_open",
     VIRTUAL_SERVER,
     "Client connections currently open",
 );
+/// `weir_client_connections_accepted_total`, a counter: client connections accepted.
 pub const CLIENT_CONNECTIONS_ACCEPTED: MetricSpec = counter(
     "client_connections_accepted",
     VIRTUAL_SERVER,
     "Client connections accepted",
 );
+/// `weir_client_connections_rejected_total`, a counter: client connections refused because the
+/// virtual server was at max_connections.
 pub const CLIENT_CONNECTIONS_REJECTED: MetricSpec = counter(
     "client_connections_rejected",
     VIRTUAL_SERVER,
     "Client connections refused because the virtual server was at max_connections",
 );
+/// `weir_requests_total`, a counter: responses sent to clients, by status class.
 pub const REQUESTS: MetricSpec = counter(
     "requests",
     VIRTUAL_SERVER_CLASS,
     "Responses sent to clients, by status class",
 );
+/// `weir_bad_requests_total`, a counter: client requests rejected while parsing (malformed, too
+/// large or smuggling-prone).
 pub const BAD_REQUESTS: MetricSpec = counter(
     "bad_requests",
     VIRTUAL_SERVER,
     "Client requests rejected while parsing (malformed, too large or smuggling-prone)",
 );
+/// `weir_client_bytes_received_total`, a counter: bytes read from clients.
 pub const CLIENT_BYTES_RECEIVED: MetricSpec = counter(
     "client_bytes_received",
     VIRTUAL_SERVER,
     "Bytes read from clients",
 );
+/// `weir_client_bytes_sent_total`, a counter: bytes written to clients.
 pub const CLIENT_BYTES_SENT: MetricSpec = counter(
     "client_bytes_sent",
     VIRTUAL_SERVER,
@@ -116,31 +134,41 @@ pub const CLIENT_BYTES_SENT: MetricSpec = counter(
 
 // Pools.
 
+/// `weir_pool_requests_total`, a counter: responses obtained from the pool's nodes (or generated on
+/// its behalf), by status class.
 pub const POOL_REQUESTS: MetricSpec = counter(
     "pool_requests",
     POOL_CLASS,
     "Responses obtained from the pool's nodes (or generated on its behalf), by status class",
 );
+/// `weir_queue_length`, a gauge: requests currently waiting for an upstream connection, summed over
+/// the pool's nodes.
 pub const QUEUE_LENGTH: MetricSpec = gauge(
     "queue_length",
     POOL,
     "Requests currently waiting for an upstream connection, summed over the pool's nodes",
 );
+/// `weir_queue_timeouts_total`, a counter: requests that gave up waiting in the queue for an
+/// upstream connection.
 pub const QUEUE_TIMEOUTS: MetricSpec = counter(
     "queue_timeouts",
     POOL,
     "Requests that gave up waiting in the queue for an upstream connection",
 );
+/// `weir_queue_full_total`, a counter: requests refused because the queue was full.
 pub const QUEUE_FULL: MetricSpec = counter(
     "queue_full",
     POOL,
     "Requests refused because the queue was full",
 );
+/// `weir_retries_total`, a counter: requests sent again to a node after a retry-safe failure.
 pub const RETRIES: MetricSpec = counter(
     "retries",
     POOL,
     "Requests sent again to a node after a retry-safe failure",
 );
+/// `weir_no_node_available_total`, a counter: requests for which the balancer found no healthy
+/// node.
 pub const NO_NODE_AVAILABLE: MetricSpec = counter(
     "no_node_available",
     POOL,
@@ -149,46 +177,60 @@ pub const NO_NODE_AVAILABLE: MetricSpec = counter(
 
 // Nodes (upstream side).
 
+/// `weir_upstream_connections_open`, a gauge: connections to the node currently open, idle or in
+/// use.
 pub const UPSTREAM_CONNECTIONS_OPEN: MetricSpec = gauge(
     "upstream_connections_open",
     POOL_NODE,
     "Connections to the node currently open, idle or in use",
 );
+/// `weir_upstream_connections_created_total`, a counter: connections to the node established.
 pub const UPSTREAM_CONNECTIONS_CREATED: MetricSpec = counter(
     "upstream_connections_created",
     POOL_NODE,
     "Connections to the node established",
 );
+/// `weir_upstream_connections_reused_total`, a counter: requests that reused an idle keep-alive
+/// connection to the node.
 pub const UPSTREAM_CONNECTIONS_REUSED: MetricSpec = counter(
     "upstream_connections_reused",
     POOL_NODE,
     "Requests that reused an idle keep-alive connection to the node",
 );
+/// `weir_node_requests_forwarded_total`, a counter: requests forwarded to the node.
 pub const NODE_REQUESTS_FORWARDED: MetricSpec = counter(
     "node_requests_forwarded",
     POOL_NODE,
     "Requests forwarded to the node",
 );
+/// `weir_node_connect_failures_total`, a counter: failed attempts to connect to the node (refused,
+/// timed out, TLS failure).
 pub const NODE_CONNECT_FAILURES: MetricSpec = counter(
     "node_connect_failures",
     POOL_NODE,
     "Failed attempts to connect to the node (refused, timed out, TLS failure)",
 );
+/// `weir_node_responses_5xx_total`, a counter: responses with a 5xx status received from the node.
 pub const NODE_RESPONSES_5XX: MetricSpec = counter(
     "node_responses_5xx",
     POOL_NODE,
     "Responses with a 5xx status received from the node",
 );
+/// `weir_node_healthy`, a gauge: 1 while the node is considered up, 0 while it is down.
 pub const NODE_HEALTHY: MetricSpec = gauge(
     "node_healthy",
     POOL_NODE,
     "1 while the node is considered up, 0 while it is down",
 );
+/// `weir_node_ejections_total`, a counter: times the node was marked down by active or passive
+/// health checks.
 pub const NODE_EJECTIONS: MetricSpec = counter(
     "node_ejections",
     POOL_NODE,
     "Times the node was marked down by active or passive health checks",
 );
+/// `weir_node_response_time_ewma_seconds`, a gauge: exponentially weighted moving average of the
+/// node's response time, in seconds.
 pub const NODE_RESPONSE_TIME_EWMA: MetricSpec = gauge(
     "node_response_time_ewma_seconds",
     POOL_NODE,
@@ -197,21 +239,29 @@ pub const NODE_RESPONSE_TIME_EWMA: MetricSpec = gauge(
 
 // Configuration reloads.
 
+/// `weir_config_reloads_total`, a counter: configuration reloads tried (SIGHUP, weir reload, the
+/// admin API), by result: applied or refused.
 pub const CONFIG_RELOADS: MetricSpec = counter(
     "config_reloads",
     &["result"],
     "Configuration reloads tried (SIGHUP, weir reload, the admin API), by result: applied or refused",
 );
+/// `weir_config_generation`, a gauge: generation of the running configuration: 1 at start, one more
+/// per applied reload.
 pub const CONFIG_GENERATION: MetricSpec = gauge(
     "config_generation",
     &[],
     "Generation of the running configuration: 1 at start, one more per applied reload",
 );
+/// `weir_config_last_reload_timestamp_seconds`, a gauge: unix time of the last reload tried,
+/// applied or refused (0 before the first).
 pub const CONFIG_LAST_RELOAD_TIMESTAMP: MetricSpec = gauge(
     "config_last_reload_timestamp_seconds",
     &[],
     "Unix time of the last reload tried, applied or refused (0 before the first)",
 );
+/// `weir_config_last_reload_success`, a gauge: 1 when the last reload tried was applied (or none
+/// was tried), 0 when it was refused.
 pub const CONFIG_LAST_RELOAD_SUCCESS: MetricSpec = gauge(
     "config_last_reload_success",
     &[],
@@ -278,36 +328,50 @@ pub const ALL: &[MetricSpec] = &[
 
 // HTTP/2 (issue 11).
 
+/// `weir_http2_connections_total{virtual_server, via}`, a counter: client connections served
+/// as HTTP/2, by how HTTP/2 was chosen (`alpn` or `h2c`).
 pub const HTTP2_CONNECTIONS: MetricSpec = counter(
     "http2_connections",
     &["virtual_server", "via"],
     "Client connections served as HTTP/2, by how HTTP/2 was chosen (alpn or h2c prior knowledge)",
 );
+/// `weir_http2_streams_total{virtual_server}`, a counter: streams (requests) received on
+/// HTTP/2 client connections.
 pub const HTTP2_STREAMS: MetricSpec = counter(
     "http2_streams",
     VIRTUAL_SERVER,
     "Requests (streams) received on HTTP/2 client connections",
 );
+/// `weir_http2_protocol_errors_total{virtual_server}`, a counter: HTTP/2 client connections
+/// ended by the client's protocol error.
 pub const HTTP2_PROTOCOL_ERRORS: MetricSpec = counter(
     "http2_protocol_errors",
     VIRTUAL_SERVER,
     "HTTP/2 client connections ended by a protocol error of the client (GOAWAY sent)",
 );
+/// `weir_http2_floods_total{virtual_server, kind}`, a counter: HTTP/2 client connections
+/// closed for a flood, by kind.
 pub const HTTP2_FLOODS: MetricSpec = counter(
     "http2_floods",
     &["virtual_server", "kind"],
     "HTTP/2 client connections closed with GOAWAY for a flood, by kind (rapid_reset, continuation, settings, ping, empty_frames, window_update, codec)",
 );
+/// `weir_upstream_http2_streams_open{pool, node}`, a gauge: streams open on HTTP/2
+/// connections to the node.
 pub const UPSTREAM_HTTP2_STREAMS_OPEN: MetricSpec = gauge(
     "upstream_http2_streams_open",
     POOL_NODE,
     "Streams open on HTTP/2 connections to the node",
 );
+/// `weir_upstream_http2_goaways_total{pool, node}`, a counter: GOAWAY frames received from
+/// the node.
 pub const UPSTREAM_HTTP2_GOAWAYS: MetricSpec = counter(
     "upstream_http2_goaways",
     POOL_NODE,
     "GOAWAY frames received from the node (the connection is drained and replaced)",
 );
+/// `weir_upstream_http2_ping_timeouts_total{pool, node}`, a counter: HTTP/2 connections to
+/// the node closed because a PING went unanswered.
 pub const UPSTREAM_HTTP2_PING_TIMEOUTS: MetricSpec = counter(
     "upstream_http2_ping_timeouts",
     POOL_NODE,
@@ -316,21 +380,29 @@ pub const UPSTREAM_HTTP2_PING_TIMEOUTS: MetricSpec = counter(
 
 // TLS.
 
+/// `weir_tls_handshakes_total`, a counter: TLS handshakes completed with clients, by protocol
+/// version, cipher suite and kind (full or resumed).
 pub const TLS_HANDSHAKES: MetricSpec = counter(
     "tls_handshakes",
     &["virtual_server", "version", "suite", "kind"],
     "TLS handshakes completed with clients, by protocol version, cipher suite and kind (full or resumed)",
 );
+/// `weir_tls_handshake_failures_total`, a counter: TLS handshakes with clients that did not
+/// complete, by reason.
 pub const TLS_HANDSHAKE_FAILURES: MetricSpec = counter(
     "tls_handshake_failures",
     &["virtual_server", "reason"],
     "TLS handshakes with clients that did not complete, by reason",
 );
+/// `weir_tls_certificate_expiry_days`, a gauge: days until each served certificate expires
+/// (negative once expired).
 pub const TLS_CERTIFICATE_EXPIRY_DAYS: MetricSpec = gauge(
     "tls_certificate_expiry_days",
     &["virtual_server", "certificate", "key_type"],
     "Days until each served certificate expires (negative once expired)",
 );
+/// `weir_upstream_tls_handshakes_total`, a counter: TLS handshakes with nodes, by kind (full,
+/// resumed or failed).
 pub const UPSTREAM_TLS_HANDSHAKES: MetricSpec = counter(
     "upstream_tls_handshakes",
     &["pool", "kind"],
@@ -341,51 +413,68 @@ pub const UPSTREAM_TLS_HANDSHAKES: MetricSpec = counter(
 
 const VIRTUAL_SERVER_ALGORITHM: &[&str] = &["virtual_server", "algorithm"];
 
+/// `weir_cache_hits_total`, a counter: requests answered from the cache with a fresh object.
 pub const CACHE_HITS: MetricSpec = counter(
     "cache_hits",
     VIRTUAL_SERVER,
     "Requests answered from the cache with a fresh object",
 );
+/// `weir_cache_misses_total`, a counter: cacheable requests sent to a node because nothing usable
+/// was stored (coalesced waiters not included).
 pub const CACHE_MISSES: MetricSpec = counter(
     "cache_misses",
     VIRTUAL_SERVER,
     "Cacheable requests sent to a node because nothing usable was stored (coalesced waiters not included)",
 );
+/// `weir_cache_stale_served_total`, a counter: requests answered with a stale object
+/// (stale-while-revalidate, max-stale, or stale-if-error while nodes failed).
 pub const CACHE_STALE_SERVED: MetricSpec = counter(
     "cache_stale_served",
     VIRTUAL_SERVER,
     "Requests answered with a stale object (stale-while-revalidate, max-stale, or stale-if-error while nodes failed)",
 );
+/// `weir_cache_coalesced_total`, a counter: requests that waited for another request's fill of the
+/// same object instead of going to a node.
 pub const CACHE_COALESCED: MetricSpec = counter(
     "cache_coalesced",
     VIRTUAL_SERVER,
     "Requests that waited for another request's fill of the same object instead of going to a node",
 );
+/// `weir_cache_revalidated_total`, a counter: stored objects confirmed by a node with 304 Not
+/// Modified.
 pub const CACHE_REVALIDATED: MetricSpec = counter(
     "cache_revalidated",
     VIRTUAL_SERVER,
     "Stored objects confirmed by a node with 304 Not Modified",
 );
+/// `weir_cache_bytes_stored`, a gauge: bytes charged to the cache's bound (heads, bodies, keys and
+/// per-object overhead).
 pub const CACHE_BYTES_STORED: MetricSpec = gauge(
     "cache_bytes_stored",
     VIRTUAL_SERVER,
     "Bytes charged to the cache's bound (heads, bodies, keys and per-object overhead)",
 );
+/// `weir_cache_objects`, a gauge: objects (variants) in the cache.
 pub const CACHE_OBJECTS: MetricSpec = gauge(
     "cache_objects",
     VIRTUAL_SERVER,
     "Objects (variants) in the cache",
 );
+/// `weir_cache_evictions_total`, a counter: objects evicted to keep the cache within its size.
 pub const CACHE_EVICTIONS: MetricSpec = counter(
     "cache_evictions",
     VIRTUAL_SERVER,
     "Objects evicted to keep the cache within its size",
 );
+/// `weir_compression_bytes_in_total`, a counter: bytes given to the compressor, by algorithm (gzip,
+/// brotli, zstd).
 pub const COMPRESSION_BYTES_IN: MetricSpec = counter(
     "compression_bytes_in",
     VIRTUAL_SERVER_ALGORITHM,
     "Bytes given to the compressor, by algorithm (gzip, brotli, zstd)",
 );
+/// `weir_compression_bytes_out_total`, a counter: compressed bytes produced, by algorithm (gzip,
+/// brotli, zstd).
 pub const COMPRESSION_BYTES_OUT: MetricSpec = counter(
     "compression_bytes_out",
     VIRTUAL_SERVER_ALGORITHM,
@@ -396,116 +485,161 @@ pub const COMPRESSION_BYTES_OUT: MetricSpec = counter(
 // The WAN tunnel (`weir tunnel client|server`): one process is one side of one tunnel, so these
 // have no labels, and only a tunnel side registers them (`Metrics::for_tunnel`).
 
+/// `weir_tunnel_connections_total`, a counter: tunnel connections established (near side: including
+/// reconnections).
 pub const TUNNEL_CONNECTIONS: MetricSpec = counter(
     "tunnel_connections",
     &[],
     "Tunnel connections established (near side: including reconnections)",
 );
+/// `weir_tunnel_connected`, a gauge: tunnel connections open now.
 pub const TUNNEL_CONNECTED: MetricSpec =
     gauge("tunnel_connected", &[], "Tunnel connections open now");
+/// `weir_tunnel_flows_total`, a counter: TCP flows carried (opened as streams).
 pub const TUNNEL_FLOWS: MetricSpec =
     counter("tunnel_flows", &[], "TCP flows carried (opened as streams)");
+/// `weir_tunnel_flows_active`, a gauge: TCP flows open now.
 pub const TUNNEL_FLOWS_ACTIVE: MetricSpec = gauge("tunnel_flows_active", &[], "TCP flows open now");
+/// `weir_tunnel_flows_failed_total`, a counter: flows refused or broken: no tunnel in time, unknown
+/// service, connect failure, reset, protocol error.
 pub const TUNNEL_FLOWS_FAILED: MetricSpec = counter(
     "tunnel_flows_failed",
     &[],
     "Flows refused or broken: no tunnel in time, unknown service, connect failure, reset, protocol error",
 );
+/// `weir_tunnel_stream_read_bytes_total`, a counter: bytes read from local TCP connections (what
+/// the tunnel carries, before encoding).
 pub const TUNNEL_STREAM_READ_BYTES: MetricSpec = counter(
     "tunnel_stream_read_bytes",
     &[],
     "Bytes read from local TCP connections (what the tunnel carries, before encoding)",
 );
+/// `weir_tunnel_stream_written_bytes_total`, a counter: bytes written to local TCP connections
+/// (after decoding).
 pub const TUNNEL_STREAM_WRITTEN_BYTES: MetricSpec = counter(
     "tunnel_stream_written_bytes",
     &[],
     "Bytes written to local TCP connections (after decoding)",
 );
+/// `weir_tunnel_encoded_sent_bytes_total`, a counter: bytes of encoded blocks sent on flow streams
+/// (after compression and deduplication).
 pub const TUNNEL_ENCODED_SENT_BYTES: MetricSpec = counter(
     "tunnel_encoded_sent_bytes",
     &[],
     "Bytes of encoded blocks sent on flow streams (after compression and deduplication)",
 );
+/// `weir_tunnel_encoded_received_bytes_total`, a counter: bytes of encoded blocks received on flow
+/// streams.
 pub const TUNNEL_ENCODED_RECEIVED_BYTES: MetricSpec = counter(
     "tunnel_encoded_received_bytes",
     &[],
     "Bytes of encoded blocks received on flow streams",
 );
+/// `weir_tunnel_compression_saved_bytes_total`, a counter: bytes compression removed from what was
+/// sent.
 pub const TUNNEL_COMPRESSION_SAVED_BYTES: MetricSpec = counter(
     "tunnel_compression_saved_bytes",
     &[],
     "Bytes compression removed from what was sent",
 );
+/// `weir_tunnel_dedup_saved_bytes_total`, a counter: bytes sent as references to chunks the far end
+/// holds, instead of literally.
 pub const TUNNEL_DEDUP_SAVED_BYTES: MetricSpec = counter(
     "tunnel_dedup_saved_bytes",
     &[],
     "Bytes sent as references to chunks the far end holds, instead of literally",
 );
+/// `weir_tunnel_dedup_misses_total`, a counter: references that missed this end's store and were
+/// fetched over the control stream.
 pub const TUNNEL_DEDUP_MISSES: MetricSpec = counter(
     "tunnel_dedup_misses",
     &[],
     "References that missed this end's store and were fetched over the control stream",
 );
+/// `weir_tunnel_dedup_store_bytes`, a gauge: bytes of chunks held in this end's store (current
+/// connection).
 pub const TUNNEL_DEDUP_STORE_BYTES: MetricSpec = gauge(
     "tunnel_dedup_store_bytes",
     &[],
     "Bytes of chunks held in this end's store (current connection)",
 );
+/// `weir_tunnel_link_sent_bytes_total`, a counter: UDP payload bytes sent on the WAN link (QUIC
+/// packets, retransmissions included).
 pub const TUNNEL_LINK_SENT_BYTES: MetricSpec = counter(
     "tunnel_link_sent_bytes",
     &[],
     "UDP payload bytes sent on the WAN link (QUIC packets, retransmissions included)",
 );
+/// `weir_tunnel_link_received_bytes_total`, a counter: UDP payload bytes received from the WAN
+/// link.
 pub const TUNNEL_LINK_RECEIVED_BYTES: MetricSpec = counter(
     "tunnel_link_received_bytes",
     &[],
     "UDP payload bytes received from the WAN link",
 );
+/// `weir_tunnel_lost_packets_total`, a counter: QUIC packets declared lost (and their data
+/// retransmitted).
 pub const TUNNEL_LOST_PACKETS: MetricSpec = counter(
     "tunnel_lost_packets",
     &[],
     "QUIC packets declared lost (and their data retransmitted)",
 );
+/// `weir_tunnel_congestion_events_total`, a counter: loss episodes the congestion controller was
+/// told of.
 pub const TUNNEL_CONGESTION_EVENTS: MetricSpec = counter(
     "tunnel_congestion_events",
     &[],
     "Loss episodes the congestion controller was told of",
 );
+/// `weir_tunnel_rtt_seconds`, a gauge: smoothed round-trip time of the current connection.
 pub const TUNNEL_RTT: MetricSpec = gauge(
     "tunnel_rtt_seconds",
     &[],
     "Smoothed round-trip time of the current connection",
 );
+/// `weir_tunnel_congestion_window_bytes`, a gauge: congestion window of the current connection.
 pub const TUNNEL_CONGESTION_WINDOW: MetricSpec = gauge(
     "tunnel_congestion_window_bytes",
     &[],
     "Congestion window of the current connection",
 );
+/// `weir_tunnel_fec_repairs_total`, a counter: lost datagrams rebuilt from FEC repair datagrams and
+/// passed to QUIC (no retransmission needed).
 pub const TUNNEL_FEC_REPAIRS: MetricSpec = counter(
     "tunnel_fec_repairs",
     &[],
     "Lost datagrams rebuilt from FEC repair datagrams and passed to QUIC (no retransmission needed)",
 );
+/// `weir_tunnel_fec_repair_datagrams_sent_total`, a counter: FEC repair datagrams sent (the
+/// redundancy).
 pub const TUNNEL_FEC_REPAIR_DATAGRAMS_SENT: MetricSpec = counter(
     "tunnel_fec_repair_datagrams_sent",
     &[],
     "FEC repair datagrams sent (the redundancy)",
 );
+/// `weir_tunnel_fec_repair_sent_bytes_total`, a counter: UDP payload bytes of FEC repair datagrams
+/// sent.
 pub const TUNNEL_FEC_REPAIR_SENT_BYTES: MetricSpec = counter(
     "tunnel_fec_repair_sent_bytes",
     &[],
     "UDP payload bytes of FEC repair datagrams sent",
 );
+/// `weir_tunnel_fec_malformed_total`, a counter: received datagrams that were neither QUIC nor a
+/// valid FEC frame (dropped).
 pub const TUNNEL_FEC_MALFORMED: MetricSpec = counter(
     "tunnel_fec_malformed",
     &[],
     "Received datagrams that were neither QUIC nor a valid FEC frame (dropped)",
 );
+/// `weir_tunnel_fec_link_loss_ppm`, a gauge: loss rate of what this side sends, as the peer last
+/// reported it (parts per million, before FEC).
 pub const TUNNEL_FEC_LINK_LOSS: MetricSpec = gauge(
     "tunnel_fec_link_loss_ppm",
     &[],
     "Loss rate of what this side sends, as the peer last reported it (parts per million, before FEC)",
 );
+/// `weir_tunnel_fec_send_failures_total`, a counter: FEC repair and report datagrams the socket
+/// refused (dropped; repairs are best effort).
 pub const TUNNEL_FEC_SEND_FAILURES: MetricSpec = counter(
     "tunnel_fec_send_failures",
     &[],

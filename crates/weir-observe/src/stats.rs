@@ -37,17 +37,27 @@ pub struct LatencyHistogram {
 /// Sums over every virtual server and node, now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Totals {
+    /// Client connections open now.
     pub client_connections_open: u64,
+    /// Client connections accepted since the start.
     pub client_connections_accepted: u64,
     /// Responses to clients by status class (1xx..5xx).
     pub responses: [u64; 5],
+    /// Client requests rejected while parsing.
     pub bad_requests: u64,
+    /// Connections to nodes open now.
     pub upstream_connections_open: u64,
+    /// Connections to nodes opened since the start.
     pub upstream_connections_created: u64,
+    /// Requests sent on a reused connection to a node.
     pub upstream_connections_reused: u64,
+    /// Requests sent to nodes.
     pub requests_forwarded: u64,
+    /// Connects to nodes that failed.
     pub connect_failures: u64,
+    /// Full TLS handshakes with clients.
     pub tls_handshakes_full: u64,
+    /// Resumed TLS handshakes with clients.
     pub tls_handshakes_resumed: u64,
 }
 

@@ -15,6 +15,7 @@ pub struct EchoReport {
     pub origin: String,
     /// The client's address as the origin's socket saw it.
     pub peer: SocketAddr,
+    /// The request method, as sent.
     pub method: String,
     /// The request target, exactly as sent.
     pub target: String,

@@ -81,22 +81,27 @@ impl OriginStats {
         &self.name
     }
 
+    /// Connections accepted and served since the start (refused ones excluded).
     pub fn connections_accepted(&self) -> u64 {
         self.connections_accepted.load(Ordering::Relaxed)
     }
 
+    /// Connections open now.
     pub fn connections_open(&self) -> u64 {
         self.connections_open.load(Ordering::Relaxed)
     }
 
+    /// The most connections open at once since the start.
     pub fn connections_peak(&self) -> u64 {
         self.connections_peak.load(Ordering::Relaxed)
     }
 
+    /// Connections reset on accept because the connection cap was reached.
     pub fn connections_refused(&self) -> u64 {
         self.connections_refused.load(Ordering::Relaxed)
     }
 
+    /// Requests parsed since the start, on every connection.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }

@@ -26,10 +26,21 @@ pub struct OriginTls {
 /// Why TLS settings could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// A PEM file cannot be read or parsed.
     #[error("cannot read {path}: {reason}")]
-    Pem { path: String, reason: String },
+    Pem {
+        /// The file as named.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The certificate file holds no certificate.
     #[error("{path} holds no certificate")]
-    NoCertificate { path: String },
+    NoCertificate {
+        /// The file as named.
+        path: String,
+    },
+    /// rustls refused the certificate, the key or the settings.
     #[error("invalid certificate or key: {0}")]
     Rustls(#[from] rustls::Error),
 }

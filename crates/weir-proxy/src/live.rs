@@ -66,7 +66,9 @@ struct Running {
 /// A reload that was applied.
 #[derive(Debug, Clone)]
 pub struct Applied {
+    /// The generation now serving.
     pub generation: u64,
+    /// What changed from the previous generation.
     pub diff: ConfigDiff,
     /// From the start of the reload (before the file was read, for a reload of the file)
     /// to the new model serving.
@@ -76,11 +78,13 @@ pub struct Applied {
 /// The outcome of the last reload tried, for the admin API.
 #[derive(Debug, Clone)]
 pub struct ReloadRecord {
+    /// When the reload was tried (wall clock, for people).
     pub at: SystemTime,
     /// The generation serving after it.
     pub generation: u64,
     /// `None` when it was applied; else why it was refused.
     pub error: Option<String>,
+    /// The changes applied (the diff's summary), or `refused`.
     pub summary: String,
 }
 

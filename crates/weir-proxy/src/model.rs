@@ -31,6 +31,7 @@ use crate::tls::TlsTermination;
 pub struct Model {
     /// 1 for the configuration weir started with, then one more per applied reload.
     pub generation: u64,
+    /// The validated configuration this generation was built from.
     pub config: Arc<Config>,
     /// In the order of `config.pools`.
     pub pools: Vec<Arc<Pool>>,
@@ -72,9 +73,13 @@ pub(crate) struct VirtualServerShared {
 /// resolved and its metric handles taken. A request keeps the one it started with.
 #[derive(Debug)]
 pub struct VirtualServerRuntime {
+    /// The virtual server's validated settings.
     pub config: VirtualServer,
+    /// The pool requests go to when no route matches.
     pub default_pool: Arc<Pool>,
+    /// The routes in order, each with its pool resolved.
     pub routes: Vec<(weir_config::Route, Arc<Pool>)>,
+    /// The virtual server's metric handles.
     pub metrics: VirtualServerMetrics,
     /// Where this virtual server's access records go; `None` when `log.access_log` is off.
     pub access_log: Option<Arc<AccessLog>>,

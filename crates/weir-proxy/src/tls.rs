@@ -44,6 +44,7 @@ impl TlsTermination {
         Ok(termination)
     }
 
+    /// The virtual server this termination serves.
     pub fn virtual_server(&self) -> &str {
         self.acceptor.virtual_server()
     }

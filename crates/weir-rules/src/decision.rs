@@ -12,6 +12,7 @@ use weir_config::PoolId;
 /// The result of evaluating a virtual server's rules for one request.
 #[derive(Debug, Default)]
 pub struct Decision {
+    /// Where the request goes.
     pub outcome: Outcome,
     /// The rule that ended evaluation (index into the configured rules).
     pub rule: Option<usize>,
@@ -36,6 +37,7 @@ pub enum Outcome {
     /// No rule chose: the virtual server's routes and default pool decide.
     #[default]
     Default,
+    /// A rule chose this pool.
     Pool(PoolId),
     /// weir answers the request itself (redirect, direct response, deny).
     Answer(Answer),
@@ -44,6 +46,7 @@ pub enum Outcome {
 /// A response weir writes itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
+    /// The status code.
     pub status: u16,
     /// `Location` for redirects; the configured headers for direct responses.
     pub headers: Vec<(Bytes, Bytes)>,
@@ -69,6 +72,7 @@ pub(crate) struct Scratch {
 }
 
 impl Decision {
+    /// An empty decision, to be reused from request to request.
     pub fn new() -> Decision {
         Decision::default()
     }
@@ -94,6 +98,7 @@ impl Decision {
 }
 
 impl HeaderEdits {
+    /// Whether the edits leave the fields as received.
     pub fn is_empty(&self) -> bool {
         self.removed.is_empty() && self.appended.is_empty()
     }

@@ -16,6 +16,7 @@ pub struct Facts<'a> {
     pub https: bool,
     /// The TLS server name the client sent, lower case.
     pub sni: Option<&'a str>,
+    /// The negotiated TLS version; `None` on plain HTTP.
     pub tls_version: Option<TlsVersion>,
     /// The verified client-certificate subject.
     pub client_subject: Option<&'a str>,

@@ -13,7 +13,9 @@ use crate::request;
 /// A request's key, borrowed from its head (no allocation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Key<'a> {
+    /// Bytes taken from the request (a header, cookie, parameter, path or URI).
     Bytes(&'a [u8]),
+    /// The client address (also the fallback when the request lacks the field).
     Address(IpAddr),
     /// `route`: one key for every request.
     Constant,

@@ -18,6 +18,7 @@ pub struct RequestId {
 }
 
 impl RequestId {
+    /// The id as text (always ASCII).
     pub fn as_str(&self) -> &str {
         // Only ASCII is ever stored (see `valid_incoming` and `generate`).
         std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()

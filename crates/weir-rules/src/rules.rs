@@ -109,10 +109,12 @@ impl RuleSet {
         })
     }
 
+    /// Whether there is no rule.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
 
+    /// How many rules there are.
     pub fn len(&self) -> usize {
         self.rules.len()
     }

@@ -39,6 +39,7 @@ pub enum Attack {
 }
 
 impl Attack {
+    /// Every attack, in the order reports list them.
     pub const ALL: [Attack; 6] = [
         Attack::Slowloris,
         Attack::SlowPost,
@@ -48,6 +49,7 @@ impl Attack {
         Attack::LateBody,
     ];
 
+    /// The attack's name, as on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             Attack::Slowloris => "slowloris",
@@ -83,16 +85,20 @@ impl Attack {
 pub struct AttackStats {
     /// Attacking connections open now, and the most at once.
     pub open: AtomicI64,
+    /// The most attacking connections open at once.
     pub peak: AtomicI64,
     /// Connections opened in all, and how many the target closed.
     pub opened: AtomicU64,
+    /// Connections the target closed (or reset) before the attacker ended them.
     pub closed_by_target: AtomicU64,
+    /// Connects that failed or were refused.
     pub connect_failures: AtomicU64,
 }
 
 /// A run of attackers.
 #[derive(Debug, Clone)]
 pub struct AttackPlan {
+    /// The address under attack.
     pub target: SocketAddr,
     /// Connections per attack kind.
     pub per_attack: Vec<(Attack, u32)>,

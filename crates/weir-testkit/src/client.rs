@@ -11,9 +11,11 @@ use weir_http::{BodyFraming, ChunkedDecoder, Decoded, Limits, Method, ResponseHe
 /// A response as the client saw it.
 #[derive(Debug, Clone)]
 pub struct Response {
+    /// The status code.
     pub status: u16,
     /// Header names as received (original case).
     pub headers: Vec<(String, String)>,
+    /// The body, de-chunked when it was chunked.
     pub body: Vec<u8>,
 }
 
@@ -26,6 +28,7 @@ impl Response {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The body as text (invalid UTF-8 replaced).
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
@@ -33,11 +36,13 @@ impl Response {
 
 /// A client connection that sends raw bytes and reads responses one by one.
 pub struct Connection {
+    /// The socket, for tests that write or shut down directly.
     pub stream: TcpStream,
     buf: BytesMut,
 }
 
 impl Connection {
+    /// Connects to `addr`.
     pub async fn open(addr: SocketAddr) -> std::io::Result<Connection> {
         Ok(Connection {
             stream: TcpStream::connect(addr).await?,
@@ -45,6 +50,7 @@ impl Connection {
         })
     }
 
+    /// Writes `raw` as is (a request, part of one, or garbage).
     pub async fn send(&mut self, raw: &[u8]) -> std::io::Result<()> {
         self.stream.write_all(raw).await
     }

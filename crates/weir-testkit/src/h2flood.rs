@@ -34,14 +34,18 @@ pub enum FloodKind {
     RapidReset,
     /// A header block continued forever (CVE-2024-27316).
     Continuation,
+    /// SETTINGS frames, back to back.
     Settings,
+    /// PING frames, back to back.
     Ping,
     /// Empty DATA frames on an open stream.
     EmptyFrames,
+    /// WINDOW_UPDATE frames, back to back.
     WindowUpdate,
 }
 
 impl FloodKind {
+    /// Every kind.
     pub const ALL: [FloodKind; 6] = [
         FloodKind::RapidReset,
         FloodKind::Continuation,
@@ -63,6 +67,7 @@ impl FloodKind {
         }
     }
 
+    /// The kind [`FloodKind::name`] gives `name`, if any.
     pub fn from_name(name: &str) -> Option<FloodKind> {
         FloodKind::ALL.into_iter().find(|kind| kind.name() == name)
     }
@@ -113,18 +118,24 @@ pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 /// What to flood, where, how hard and for how long.
 #[derive(Debug, Clone)]
 pub struct FloodPlan {
+    /// Where to send the flood (loopback or a test namespace only).
     pub target: SocketAddr,
     /// TLS with ALPN `h2` (certificate not verified); else h2c prior knowledge.
     pub tls: bool,
+    /// What to send.
     pub kind: FloodKind,
+    /// Connections flooding at once (each reopened when closed).
     pub connections: usize,
+    /// How long the flood lasts; it stops by itself.
     pub duration: Duration,
 }
 
 /// Counts over a flood.
 #[derive(Debug, Default)]
 pub struct FloodStats {
+    /// Connections opened.
     pub connections: AtomicU64,
+    /// Flood frames written.
     pub frames_sent: AtomicU64,
     /// GOAWAYs with ENHANCE_YOUR_CALM.
     pub goaway_calm: AtomicU64,

@@ -47,13 +47,16 @@ pub fn free_ports<const N: usize>() -> [u16; N] {
 
 /// A built-in origin running on its own port.
 pub struct TestOrigin {
+    /// The address the origin is bound to (with `start`, 127.0.0.1 and a port from port 0).
     pub addr: SocketAddr,
+    /// The origin's counters.
     pub stats: Arc<OriginStats>,
     shutdown: Shutdown,
     task: JoinHandle<std::io::Result<()>>,
 }
 
 impl TestOrigin {
+    /// An origin named `name` with default options, on a free loopback port.
     pub async fn start(name: &str) -> TestOrigin {
         TestOrigin::with_options(OriginOptions::new(
             name,
@@ -62,6 +65,7 @@ impl TestOrigin {
         .await
     }
 
+    /// An origin with `options`; panics if it cannot bind (a test set-up failure).
     pub async fn with_options(options: OriginOptions) -> TestOrigin {
         let origin = Origin::bind(options)
             .await
@@ -78,6 +82,7 @@ impl TestOrigin {
         }
     }
 
+    /// Stops the origin and waits for its task to end.
     pub async fn stop(self) {
         self.shutdown.trigger();
         let _ = self.task.await;
@@ -88,8 +93,11 @@ impl TestOrigin {
 pub struct TestProxy {
     /// The first listener's address.
     pub addr: SocketAddr,
+    /// Every listener's name and bound address, in config order.
     pub addrs: Vec<(String, SocketAddr)>,
+    /// The proxy's metrics.
     pub metrics: Arc<Metrics>,
+    /// The proxy's pools, in config order.
     pub pools: Vec<Arc<Pool>>,
     /// TLS termination of each HTTPS virtual server (to reload certificates).
     pub tls: Vec<Arc<weir_proxy::TlsTermination>>,

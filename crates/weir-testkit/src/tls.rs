@@ -26,7 +26,9 @@ use crate::client::Response;
 /// A CA and the files of the certificates it issued, in a temporary
 /// directory removed on drop.
 pub struct Pki {
+    /// The temporary directory holding `ca.pem` and the issued files.
     pub dir: PathBuf,
+    /// The CA that issues the certificates.
     pub ca: TestCa,
 }
 
@@ -37,6 +39,8 @@ impl Default for Pki {
 }
 
 impl Pki {
+    /// A fresh CA in a fresh temporary directory, with `ca.pem` written; panics on failure (test
+    /// set-up).
     pub fn new() -> Pki {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -50,6 +54,7 @@ impl Pki {
         Pki { dir, ca }
     }
 
+    /// The path of `name` inside the directory.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
@@ -98,7 +103,9 @@ pub struct ClientOptions {
     pub ca: Option<PathBuf>,
     /// Remember sessions and offer them again.
     pub resumption: bool,
+    /// Offer TLS 1.2 only.
     pub tls12_only: bool,
+    /// Offer TLS 1.3 only.
     pub tls13_only: bool,
     /// Offer only RSA signature schemes (so an ECDSA certificate cannot be used).
     pub rsa_only: bool,

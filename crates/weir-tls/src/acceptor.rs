@@ -32,7 +32,9 @@ pub struct HandshakeInfo {
     pub version: &'static str,
     /// IANA suite name.
     pub suite: &'static str,
+    /// Whether the handshake resumed a session.
     pub resumed: bool,
+    /// The SNI name the client sent, if any.
     pub server_name: Option<String>,
     /// Subject of the client certificate, when one was verified.
     pub client_subject: Option<String>,
@@ -55,10 +57,12 @@ pub enum FailureReason {
     Protocol,
     /// The client sent a fatal alert.
     Alert,
+    /// Any other failure (I/O errors, rustls errors not listed above).
     Other,
 }
 
 impl FailureReason {
+    /// Every reason, once each, in declaration order.
     pub const ALL: [FailureReason; 8] = [
         FailureReason::Timeout,
         FailureReason::Overload,
@@ -118,7 +122,9 @@ impl FailureReason {
 /// A handshake that did not finish.
 #[derive(Debug)]
 pub struct HandshakeFailure {
+    /// Why, as a metric label.
     pub reason: FailureReason,
+    /// What happened, for the log line.
     pub detail: String,
 }
 
@@ -310,6 +316,7 @@ impl Acceptor {
             .collect()
     }
 
+    /// The virtual server whose handshakes this acceptor makes.
     pub fn virtual_server(&self) -> &str {
         &self.virtual_server
     }

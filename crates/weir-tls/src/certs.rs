@@ -21,7 +21,9 @@ use weir_config::FileRef;
 /// A problem with a file named in the config; the caller adds file and line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileProblem {
+    /// The file the problem is in.
     pub file: FileRef,
+    /// What is wrong, for the diagnostic.
     pub message: String,
 }
 
@@ -151,7 +153,9 @@ pub struct CertificateInfo {
     pub addresses: Vec<IpAddr>,
     /// `ecdsa`, `rsa`, `ed25519` or `other`.
     pub key_type: &'static str,
+    /// The certificate's subject, as text.
     pub subject: String,
+    /// When the certificate expires.
     pub not_after: SystemTime,
 }
 
@@ -226,11 +230,14 @@ pub fn subject_of(der: &CertificateDer<'_>) -> Option<String> {
 /// Key types for generated certificates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyType {
+    /// An ECDSA key on P-256.
     EcdsaP256,
+    /// An RSA key of 2048 bits.
     Rsa2048,
 }
 
 impl KeyType {
+    /// `ecdsa` or `rsa`, as in `CertificateInfo::key_type`.
     pub fn label(self) -> &'static str {
         match self {
             KeyType::EcdsaP256 => "ecdsa",
@@ -251,13 +258,17 @@ impl KeyType {
 /// A generated certificate and key, PEM-encoded.
 #[derive(Debug, Clone)]
 pub struct Generated {
+    /// The certificate, PEM.
     pub cert_pem: String,
+    /// The private key, PKCS #8 PEM.
     pub key_pem: String,
+    /// The certificate, DER.
     pub cert_der: CertificateDer<'static>,
     key_der: Vec<u8>,
 }
 
 impl Generated {
+    /// The private key, PKCS #8 DER.
     pub fn key_der(&self) -> PrivateKeyDer<'static> {
         PrivateKeyDer::Pkcs8(self.key_der.clone().into())
     }

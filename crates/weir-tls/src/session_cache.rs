@@ -14,6 +14,8 @@ use tokio_rustls::rustls::server::StoresServerSessions;
 
 const SHARDS: usize = 16;
 
+/// Sessions for resumption, kept in memory by weir and shared by a virtual server's threads;
+/// bounded in count and age.
 #[derive(Debug)]
 pub struct SessionCache {
     shards: Vec<Mutex<Shard>>,
@@ -61,6 +63,7 @@ impl SessionCache {
             .sum()
     }
 
+    /// Whether no session is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -14,7 +14,9 @@ use crate::certs::CertificateInfo;
 /// One certificate with what it says about itself.
 #[derive(Debug)]
 pub struct Entry {
+    /// The certificate chain and key as rustls serves them.
     pub key: Arc<CertifiedKey>,
+    /// What the certificate says about itself (names, key type, expiry).
     pub info: CertificateInfo,
 }
 
@@ -80,6 +82,7 @@ impl CertStore {
         }
     }
 
+    /// Every certificate, in config order.
     pub fn entries(&self) -> &[Entry] {
         &self.entries
     }

@@ -11,7 +11,9 @@ use tokio::net::TcpStream;
 /// Plain TCP, or TLS (boxed: a TLS session is a few kilobytes of state).
 #[derive(Debug)]
 pub enum Stream<T> {
+    /// A plain TCP connection.
     Plain(TcpStream),
+    /// A TLS session over TCP.
     Tls(Box<T>),
 }
 
@@ -21,6 +23,7 @@ pub type ServerStream = Stream<tokio_rustls::server::TlsStream<TcpStream>>;
 pub type ClientStream = Stream<tokio_rustls::client::TlsStream<TcpStream>>;
 
 impl<T> Stream<T> {
+    /// Whether the connection is TLS.
     pub fn is_tls(&self) -> bool {
         matches!(self, Stream::Tls(_))
     }

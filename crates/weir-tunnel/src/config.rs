@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use weir_config::Named;
 use weir_config::error::Problem;
-use weir_config::schema::Named;
 use weir_config::{ConfigError, FileRef, KeyPath};
 
 use crate::sans_io::dedup::ChunkParams;
@@ -38,17 +38,23 @@ pub enum Role {
 pub struct TunnelConfig {
     /// The file as the user named it (for errors about files it names).
     pub file_name: String,
+    /// Which side of the tunnel this instance is; the matching `client` or `server` section is set.
     pub role: Role,
+    /// `[client]`: present when the role is the near side.
     pub client: Option<ClientSide>,
+    /// `[server]`: present when the role is the far side.
     pub server: Option<ServerSide>,
+    /// `[link]`: the configured link the congestion controller is sized from.
     pub link: LinkParams,
     /// zstd level, or `None` for no compression.
     pub compression: Option<i32>,
+    /// `[dedup]`: content-defined deduplication of flow data.
     pub dedup: DedupSettings,
     /// `[fec]`: forward error correction on what this side sends.
     pub fec: FecSettings,
     /// Where the admin listener serves `/metrics` and `/healthz`, if anywhere.
     pub metrics: Option<SocketAddr>,
+    /// The TCP services the tunnel carries, each a name and its addresses.
     pub services: Vec<Service>,
 }
 

@@ -62,15 +62,21 @@ pub use metrics::Metrics;
 /// Why a tunnel side could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum TunnelError {
+    /// The configuration file could not be read or is invalid.
     #[error(transparent)]
     Config(#[from] weir_config::ConfigError),
+    /// QUIC or TLS could not be set up (certificates, keys, endpoint).
     #[error(transparent)]
     Transport(#[from] driver::quic::TransportError),
+    /// The config lacks the section this side needs (`[client]` or `[server]`).
     #[error("this side needs {0} in the config")]
     Role(&'static str),
+    /// A listening socket could not be bound.
     #[error("cannot listen on {address}: {source}")]
     Bind {
+        /// The address that could not be bound.
         address: SocketAddr,
+        /// The error from the system.
         source: std::io::Error,
     },
 }

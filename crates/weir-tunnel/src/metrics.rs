@@ -33,6 +33,7 @@ struct LinkCounters {
 }
 
 impl Metrics {
+    /// A fresh set of tunnel metrics in their own registry, all at zero.
     pub fn new() -> Arc<Metrics> {
         let (registry, tunnel) = weir_observe::Metrics::for_tunnel();
         let metrics = Arc::new(Metrics {

@@ -18,9 +18,13 @@ use crate::sans_io::wire::take_record;
 /// What one measured pass did.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PassCost {
+    /// Stream bytes fed to the encoder.
     pub bytes: u64,
+    /// Bytes the encoder produced (framed records, as they would go on the wire).
     pub encoded: u64,
+    /// The encoding thread's CPU time for the pass.
     pub encode_cpu: Duration,
+    /// The decoding thread's CPU time for the pass.
     pub decode_cpu: Duration,
 }
 
@@ -30,6 +34,7 @@ impl PassCost {
         self.bytes as f64 / 1e6 / self.encode_cpu.as_secs_f64().max(1e-9)
     }
 
+    /// Stream megabytes (10⁶) per CPU second, decoding.
     pub fn decode_mb_per_cpu_second(&self) -> f64 {
         self.bytes as f64 / 1e6 / self.decode_cpu.as_secs_f64().max(1e-9)
     }
@@ -54,6 +59,7 @@ pub struct Ends {
 }
 
 impl Ends {
+    /// Both stores, empty, each holding at most `budget` bytes of chunks.
     pub fn new(budget: u64) -> Ends {
         Ends {
             mirror: ChunkStore::new(budget),

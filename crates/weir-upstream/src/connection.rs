@@ -28,10 +28,15 @@ use weir_tls::ClientStream;
 /// Settings of one node's connection pool, taken from the pool's config.
 #[derive(Debug, Clone)]
 pub struct ConnectionSettings {
+    /// Hard cap on connections open to the node.
     pub max_connections: u32,
+    /// Requests that may wait for a connection; past it they are refused.
     pub queue_length: u32,
+    /// How long a request may wait in the queue.
     pub queue_timeout: Duration,
+    /// Idle connections are closed after this long.
     pub idle_timeout: Duration,
+    /// Longest TCP connect (and TLS handshake) to the node.
     pub connect_timeout: Duration,
     /// Requests per connection before it is retired; `None` = unlimited.
     pub max_requests: Option<u32>,
@@ -46,7 +51,9 @@ pub struct ConnectionSettings {
 /// How connections to a pool's nodes are secured, and what is counted.
 #[derive(Debug, Clone)]
 pub struct UpstreamTls {
+    /// Makes TLS connections with the pool's settings (and resumes sessions).
     pub connector: weir_tls::Connector,
+    /// The pool's upstream handshake counters.
     pub metrics: weir_observe::UpstreamTlsMetrics,
 }
 
@@ -116,6 +123,7 @@ pub struct Lease {
 }
 
 impl NodeConnections {
+    /// An empty pool of connections to `address`.
     pub fn new(
         address: SocketAddr,
         settings: ConnectionSettings,
@@ -134,6 +142,7 @@ impl NodeConnections {
         })
     }
 
+    /// The node's address.
     pub fn address(&self) -> SocketAddr {
         self.address
     }
@@ -165,10 +174,12 @@ impl NodeConnections {
         self.lock().open
     }
 
+    /// Idle connections kept for reuse now.
     pub fn idle(&self) -> usize {
         self.lock().idle.len()
     }
 
+    /// Requests waiting for a connection now.
     pub fn queued(&self) -> usize {
         self.lock().waiters.len()
     }
@@ -499,6 +510,7 @@ impl Connection {
 }
 
 impl Lease {
+    /// The connection, to write the request and read the response.
     pub fn stream(&mut self) -> &mut ClientStream {
         &mut self
             .connection
@@ -513,6 +525,7 @@ impl Lease {
         self.reused
     }
 
+    /// The node the connection goes to.
     pub fn node(&self) -> SocketAddr {
         self.pool.address
     }

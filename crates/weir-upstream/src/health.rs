@@ -35,14 +35,18 @@ const JITTER: f64 = 0.1;
 /// A monitor's verdict on its node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {
+    /// Takes new requests.
     Up,
+    /// Takes no requests until it rises again.
     Down,
 }
 
 /// A change of verdict, reported once by [`RiseFall::observe`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transition {
+    /// An up node reached `fall` consecutive failures.
     WentDown,
+    /// A down node reached `rise` consecutive successes.
     WentUp,
 }
 
@@ -61,20 +65,28 @@ pub struct RiseFall {
 /// Why a check failed; its `Display` is the reason logged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CheckFailure {
+    /// The node refused the connection.
     #[error("connect refused")]
     ConnectRefused,
+    /// The connect failed otherwise.
     #[error("connect failed: {0}")]
     Connect(io::ErrorKind),
+    /// The check did not finish within its timeout.
     #[error("timeout")]
     Timeout,
+    /// The node answered with a status outside the expected ranges.
     #[error("status {0}")]
     Status(u16),
+    /// The node closed the connection before a whole response head.
     #[error("closed before a whole response head")]
     Closed,
+    /// The response head does not parse.
     #[error("malformed response head")]
     Malformed,
+    /// Reading or writing failed.
     #[error("i/o error: {0}")]
     Io(io::ErrorKind),
+    /// The TLS handshake with the node failed.
     #[error("TLS handshake failed: {0}")]
     Tls(String),
 }
@@ -85,6 +97,7 @@ impl RiseFall {
         RiseFall::starting(rise, fall, Health::Up)
     }
 
+    /// A verdict that starts at `state`, with no result counted yet.
     pub fn starting(rise: NonZeroU32, fall: NonZeroU32, state: Health) -> RiseFall {
         RiseFall {
             rise: rise.get(),
@@ -94,6 +107,7 @@ impl RiseFall {
         }
     }
 
+    /// The verdict now.
     pub fn state(&self) -> Health {
         self.state
     }

@@ -32,15 +32,25 @@ const GOAWAY_RETRIES: u32 = 3;
 /// Settings of one node's HTTP/2 connections, from the pool's config.
 #[derive(Debug, Clone)]
 pub struct H2Settings {
+    /// Connections open (or being opened) to the node at most (`connections.max_connections`).
     pub max_connections: u32,
+    /// Streams at once on one connection, lowered to the node's own limit.
     pub max_streams: u32,
+    /// Requests that may wait for a stream (`connections.queue_length`).
     pub queue_length: u32,
+    /// How long a request may wait for a stream.
     pub queue_timeout: Duration,
+    /// A connection without streams for this long is closed.
     pub idle_timeout: Duration,
+    /// TCP connect (and TLS handshake) time allowed.
     pub connect_timeout: Duration,
+    /// Response bytes one stream may receive before weir reads them.
     pub initial_stream_window: u32,
+    /// ... and all streams of one connection together.
     pub initial_connection_window: u32,
+    /// A PING goes to a connection this often.
     pub ping_interval: Duration,
+    /// A connection whose PING is unanswered for this long is replaced.
     pub ping_timeout: Duration,
     /// TLS (ALPN `h2`) for `protocol = "h2"`; `None` for h2c.
     pub tls: Option<UpstreamTls>,
@@ -106,8 +116,11 @@ enum Taken {
 /// request itself when it was not consumed (the connection refused before).
 #[derive(Debug)]
 pub struct SendFailure {
+    /// The stream slot the request was offered.
     pub lease: StreamLease,
+    /// Why the codec did not take it.
     pub error: h2::Error,
+    /// The request, when the connection refused it before consuming it.
     pub request: Option<http::Request<()>>,
 }
 
@@ -124,12 +137,16 @@ pub struct StreamLease {
 /// A request sent on a stream: the lease, the response to come and the
 /// request body's sender.
 pub struct Sent {
+    /// The stream slot, held until the response body is read.
     pub lease: StreamLease,
+    /// The node's response head, to come.
     pub response: ResponseFuture,
+    /// Where the rest of the request body goes.
     pub body: SendStream<Bytes>,
 }
 
 impl H2Node {
+    /// A node's HTTP/2 side, with no connection yet (they open on demand).
     pub fn new(
         address: SocketAddr,
         settings: H2Settings,
@@ -148,6 +165,7 @@ impl H2Node {
         })
     }
 
+    /// The node's address.
     pub fn address(&self) -> SocketAddr {
         self.address
     }
@@ -163,6 +181,7 @@ impl H2Node {
         self.lock().connections.iter().map(|c| c.streams).sum()
     }
 
+    /// Requests waiting for a stream.
     pub fn queued(&self) -> usize {
         self.lock().waiters.len()
     }
@@ -461,6 +480,7 @@ impl H2Node {
 }
 
 impl StreamLease {
+    /// The address of the node the stream goes to.
     pub fn node(&self) -> SocketAddr {
         self.node.address
     }

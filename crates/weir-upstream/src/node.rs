@@ -21,7 +21,9 @@ const EWMA_ALPHA: f64 = 0.2;
 /// One node of a pool, shared by every thread.
 #[derive(Debug)]
 pub struct NodeState {
+    /// Where the node listens.
     pub address: SocketAddr,
+    /// The node's metric handles.
     pub metrics: NodeMetrics,
     weight: AtomicU32,
     /// The operator's [`NodeMode`], as its `u8` code.
@@ -57,6 +59,7 @@ pub struct InFlight {
 }
 
 impl NodeState {
+    /// A node that is active, up and idle, with `weight` and the pool's passive health settings.
     pub fn new(
         address: SocketAddr,
         weight: u32,
@@ -100,6 +103,7 @@ impl NodeState {
         self.weight.load(Ordering::Relaxed)
     }
 
+    /// The operator's choice: active, draining or disabled.
     pub fn mode(&self) -> NodeMode {
         match self.mode.load(Ordering::Relaxed) {
             0 => NodeMode::Active,
@@ -108,6 +112,7 @@ impl NodeState {
         }
     }
 
+    /// Sets the operator's choice (a reload or the admin API).
     pub fn set_mode(&self, mode: NodeMode) {
         self.mode.store(mode_code(mode), Ordering::Relaxed);
         self.refresh_healthy_gauge(Instant::now());
@@ -128,11 +133,13 @@ impl NodeState {
         self.active_up.load(Ordering::Relaxed) && !self.is_ejected(now)
     }
 
+    /// Whether passive health has the node ejected at `now`.
     pub fn is_ejected(&self, now: Instant) -> bool {
         let until = self.ejected_until.load(Ordering::Relaxed);
         until != 0 && self.nanos_since_epoch(now) < until
     }
 
+    /// Requests sent to the node and not finished.
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Relaxed)
     }
@@ -177,6 +184,7 @@ impl NodeState {
         self.refresh_healthy_gauge(Instant::now());
     }
 
+    /// The active health monitor's verdict (up when there is no monitor).
     pub fn is_active_up(&self) -> bool {
         self.active_up.load(Ordering::Relaxed)
     }

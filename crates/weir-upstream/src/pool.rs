@@ -19,14 +19,18 @@ use crate::node::NodeState;
 /// A pool of nodes, shared by every thread.
 #[derive(Debug)]
 pub struct Pool {
+    /// The pool's name in the config.
     pub name: String,
+    /// The pool's validated settings.
     pub config: weir_config::Pool,
+    /// The nodes, in config order.
     pub nodes: Vec<Arc<NodeState>>,
     /// The connection pool of each node, in the same order as `nodes`.
     pub connections: Vec<Arc<NodeConnections>>,
     /// With `protocol = "h2"` or `"h2c"`: each node's multiplexed HTTP/2
     /// connections, in the same order as `nodes` (empty for HTTP/1.1 pools).
     pub http2: Vec<Arc<H2Node>>,
+    /// The pool's metric handles.
     pub metrics: PoolMetrics,
     balancer: Box<dyn Balancer>,
     /// The ring of a `consistent_hash` pool (issue 14).
@@ -39,16 +43,19 @@ pub struct Pool {
 pub struct Tried(u64);
 
 impl Tried {
+    /// Marks the node at `index` as tried.
     pub fn add(&mut self, index: usize) {
         if index < 64 {
             self.0 |= 1 << index;
         }
     }
 
+    /// Whether the node at `index` was tried.
     pub fn contains(&self, index: usize) -> bool {
         index < 64 && self.0 & (1 << index) != 0
     }
 
+    /// How many nodes were tried (of the first 64).
     pub fn count(&self) -> u32 {
         self.0.count_ones()
     }

@@ -168,6 +168,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a table of command lines and what they parse to"
+    )]
     fn arguments() {
         let args = bench(&["selftest"]).expect("selftest parses");
         assert!(matches!(args.command, Some(BenchCommand::Selftest)));

@@ -115,6 +115,7 @@ impl Compressor {
         }))
     }
 
+    /// The coding this compressor produces.
     pub fn coding(&self) -> Coding {
         self.coding
     }

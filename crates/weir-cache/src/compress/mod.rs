@@ -26,6 +26,7 @@ use crate::view::{ResponseView, list_elements, trim};
 pub struct CompressionPolicy {
     /// Codings offered, in order of preference; empty turns compression off.
     pub codings: Vec<Coding>,
+    /// The level of each coding.
     pub levels: Levels,
     /// Bodies declared shorter than this are sent as they are.
     pub min_size: u64,

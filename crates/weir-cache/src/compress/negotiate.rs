@@ -6,9 +6,13 @@ use crate::view::{list_elements, trim};
 /// A content coding weir can produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Coding {
+    /// No coding: the body as the node sent it.
     Identity,
+    /// `gzip`.
     Gzip,
+    /// Brotli (`br`).
     Brotli,
+    /// Zstandard (`zstd`).
     Zstd,
 }
 

@@ -130,7 +130,9 @@ pub fn etags_match(a: &[u8], b: &[u8], strong: bool) -> bool {
 /// The validators weir sends when it revalidates a stored response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Validators {
+    /// The stored `ETag`, sent as `If-None-Match`.
     pub if_none_match: Option<Vec<u8>>,
+    /// The stored `Last-Modified`, sent as `If-Modified-Since`.
     pub if_modified_since: Option<Vec<u8>>,
 }
 
@@ -143,6 +145,7 @@ impl Validators {
         }
     }
 
+    /// Whether the stored response has no validator (then it cannot be revalidated).
     pub fn is_empty(&self) -> bool {
         self.if_none_match.is_none() && self.if_modified_since.is_none()
     }
@@ -227,6 +230,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines, reason = "a table of cases, one per line")]
     fn precondition_table() {
         use Precondition::*;
         type Case<'a> = (

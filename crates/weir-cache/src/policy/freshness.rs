@@ -22,6 +22,7 @@ pub struct Timing {
 /// The freshness facts of a stored response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Freshness {
+    /// The times the response's age is computed from.
     pub timing: Timing,
     /// Freshness lifetime in seconds (§4.2.1).
     pub lifetime: u64,

@@ -36,6 +36,7 @@ pub struct CachePolicy {
     pub stale_while_revalidate: u64,
     /// `stale-if-error` for responses that carry none, seconds.
     pub stale_if_error: u64,
+    /// What happens to responses that set cookies.
     pub set_cookie: SetCookie,
     /// Honour the client's `Cache-Control` (`no-cache`, `max-age`, ...). A
     /// shared cache may choose not to, so that clients cannot force misses.

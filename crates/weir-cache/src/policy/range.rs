@@ -13,7 +13,12 @@ pub enum RangeAnswer {
     /// The whole object, 200.
     Full,
     /// Bytes `start..end` (end exclusive), 206.
-    Partial { start: u64, end: u64 },
+    Partial {
+        /// First byte of the range.
+        start: u64,
+        /// End of the range, exclusive.
+        end: u64,
+    },
     /// 416 with `Content-Range: bytes */length`.
     NotSatisfiable,
 }

@@ -15,7 +15,9 @@ pub enum NotStorable {
     Status,
     /// Partial content (206 or `Content-Range`): only whole objects are stored.
     Partial,
+    /// The response said `no-store`.
     NoStore,
+    /// The response said `private` (a shared cache must not store it).
     Private,
     /// The request carried `Authorization` and the response did not allow sharing (§3.5).
     Authorization,
@@ -160,6 +162,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines, reason = "a table of cases, one per line")]
     fn storability_table() {
         use NotStorable::*;
         let ok = Ok(Storable {

@@ -13,21 +13,27 @@ use std::time::{Duration, Instant};
 /// Which file a fetch asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
+    /// The generated file.
     Original,
+    /// The generated file with `edits` small changes spread over it.
     Edited,
 }
 
 /// The generated files' parameters, shared by both ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileSpec {
+    /// The file's size in bytes.
     pub size: usize,
+    /// Seeds the file's content, so both ends generate the same bytes.
     pub seed: u64,
+    /// How many small changes the edited variant has.
     pub edits: u32,
 }
 
 /// What a fetch measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Fetched {
+    /// Payload bytes received.
     pub bytes: u64,
     /// From the connect to the last byte (or to the deadline).
     pub seconds: f64,
@@ -40,6 +46,7 @@ pub struct Fetched {
 }
 
 impl Variant {
+    /// The one-byte request that asks the server for this variant.
     pub fn request(self) -> u8 {
         match self {
             Variant::Original => b'o',
@@ -47,6 +54,7 @@ impl Variant {
         }
     }
 
+    /// Parses `original` or `edited`.
     pub fn parse(text: &str) -> Option<Variant> {
         match text {
             "original" => Some(Variant::Original),

@@ -15,13 +15,21 @@ use crate::names;
 /// handles (for tests and benchmarks).
 #[derive(Debug, Clone, Default)]
 pub struct CacheMetrics {
+    /// Requests answered from the cache with a fresh object.
     pub hits: Counter,
+    /// Cacheable requests sent to a node because nothing usable was stored.
     pub misses: Counter,
+    /// Requests answered with a stale object.
     pub stale_served: Counter,
+    /// Requests that waited for another request's fill instead of going to a node.
     pub coalesced: Counter,
+    /// Stored objects confirmed by a node with 304 Not Modified.
     pub revalidated: Counter,
+    /// Bytes held by the store now.
     pub bytes_stored: Gauge,
+    /// Objects held by the store now.
     pub objects: Gauge,
+    /// Objects evicted to make room.
     pub evictions: Counter,
 }
 
@@ -30,6 +38,7 @@ pub struct CacheMetrics {
 pub struct CompressionMetrics {
     /// Indexed like [`CompressionMetrics::ALGORITHMS`].
     pub bytes_in: [Counter; 3],
+    /// Bytes out of each compressor, indexed like `bytes_in`.
     pub bytes_out: [Counter; 3],
 }
 

@@ -19,10 +19,13 @@ pub enum Flood {
     RapidReset,
     /// A header block that never ends (CVE-2024-27316).
     Continuation,
+    /// SETTINGS frames (not acknowledgements) far beyond what a client needs.
     Settings,
+    /// PING frames (not acknowledgements) far beyond keep-alive needs.
     Ping,
     /// DATA, HEADERS or CONTINUATION frames that carry nothing.
     EmptyFrames,
+    /// WINDOW_UPDATE frames far beyond the data weir sent.
     WindowUpdate,
     /// Other abuse the `h2` codec caught itself and answered with
     /// `ENHANCE_YOUR_CALM` (too many streams reset for the client's errors,
@@ -31,6 +34,7 @@ pub enum Flood {
 }
 
 impl Flood {
+    /// Every kind, in the order of the `floods` handles.
     pub const ALL: [Flood; 7] = [
         Flood::RapidReset,
         Flood::Continuation,
@@ -41,6 +45,7 @@ impl Flood {
         Flood::Codec,
     ];
 
+    /// The `kind` label value.
     pub fn as_str(self) -> &'static str {
         match self {
             Flood::RapidReset => "rapid_reset",
@@ -66,6 +71,7 @@ pub struct Http2Metrics {
     pub connections_alpn: Counter,
     /// Connections served as HTTP/2 with prior knowledge (h2c).
     pub connections_h2c: Counter,
+    /// Streams (requests) received.
     pub streams: Counter,
     /// Connections closed for a protocol error by the client.
     pub protocol_errors: Counter,
@@ -74,6 +80,7 @@ pub struct Http2Metrics {
 }
 
 impl Http2Metrics {
+    /// The counter of connections closed for a flood of `kind`.
     pub fn flood(&self, kind: Flood) -> &Counter {
         &self.floods[kind.index()]
     }
@@ -82,8 +89,11 @@ impl Http2Metrics {
 /// The HTTP/2 handles of one node of one pool.
 #[derive(Debug, Clone, Default)]
 pub struct UpstreamHttp2Metrics {
+    /// Streams open on the node's HTTP/2 connections.
     pub streams_open: Gauge,
+    /// GOAWAY frames received from the node.
     pub goaways: Counter,
+    /// Connections closed because a PING went unanswered.
     pub ping_timeouts: Counter,
 }
 

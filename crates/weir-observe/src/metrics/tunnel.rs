@@ -16,7 +16,10 @@ macro_rules! tunnel_metrics {
         /// there for what each counts); clones share the series.
         #[derive(Debug, Clone, Default)]
         pub struct TunnelMetrics {
-            $(pub $field: $kind,)*
+            $(
+                #[doc = concat!("The series of [`names::", stringify!($spec), "`].")]
+                pub $field: $kind,
+            )*
         }
 
         impl TunnelMetrics {

@@ -8,6 +8,7 @@ use weir_config::ConcurrencyLimit;
 
 use super::Refusal;
 
+/// One concurrency limit: counts the requests in progress through the rules that name it.
 #[derive(Debug)]
 pub struct ConcurrencyLimiter {
     config: ConcurrencyLimit,
@@ -25,6 +26,7 @@ pub struct ConcurrencyPermit {
 pub struct ConcurrencyPermits(Vec<ConcurrencyPermit>);
 
 impl ConcurrencyLimiter {
+    /// A limiter with no request in progress.
     pub fn new(config: &ConcurrencyLimit) -> ConcurrencyLimiter {
         ConcurrencyLimiter {
             config: config.clone(),
@@ -32,10 +34,12 @@ impl ConcurrencyLimiter {
         }
     }
 
+    /// The limit's settings.
     pub fn config(&self) -> &ConcurrencyLimit {
         &self.config
     }
 
+    /// Requests holding a slot now.
     pub fn in_progress(&self) -> u32 {
         self.in_progress.load(Ordering::Relaxed)
     }
@@ -68,10 +72,12 @@ impl ConcurrencyPermits {
         self.0.push(permit);
     }
 
+    /// How many slots the request holds.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether the request holds no slot.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

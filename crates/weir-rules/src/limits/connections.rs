@@ -13,6 +13,7 @@ use super::Refusal;
 
 const SHARDS: usize = 16;
 
+/// Counts the open connections of each client address against `max`; sharded by address.
 #[derive(Debug)]
 pub struct ConnectionLimiter {
     config: ClientConnectionLimit,
@@ -28,6 +29,7 @@ pub struct ConnectionPermit {
 }
 
 impl ConnectionLimiter {
+    /// A limiter with no connection counted.
     pub fn new(config: &ClientConnectionLimit) -> ConnectionLimiter {
         ConnectionLimiter {
             config: config.clone(),
@@ -36,6 +38,7 @@ impl ConnectionLimiter {
         }
     }
 
+    /// The limit's settings.
     pub fn config(&self) -> &ClientConnectionLimit {
         &self.config
     }

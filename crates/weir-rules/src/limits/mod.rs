@@ -52,7 +52,9 @@ impl Refusal {
 pub struct TrafficLimits {
     /// In the order of the configured `rate_limits` (the indexes rules use).
     pub rates: Vec<Arc<RateLimiter>>,
+    /// In the order of the configured `concurrency_limits` (the indexes rules use).
     pub concurrency: Vec<Arc<ConcurrencyLimiter>>,
+    /// The per-client connection limit, if configured.
     pub connections: Option<Arc<ConnectionLimiter>>,
 }
 

@@ -74,6 +74,7 @@ impl RateLimiter {
         }
     }
 
+    /// The limit's settings.
     pub fn config(&self) -> &RateLimit {
         &self.config
     }
@@ -116,6 +117,7 @@ impl RateLimiter {
             .sum()
     }
 
+    /// Whether no key is tracked.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use serde::Deserialize;
-use weir_config::schema::Named;
+use weir_config::Named;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -24,30 +24,49 @@ pub const MAX_INSERTED: usize = 4096;
 /// One control message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Control {
+    /// The sender's store budget; first message each way.
     Hello {
+        /// Bytes of chunks the sender keeps of what it receives; the peer sizes its mirror to it.
         store_budget: u64,
     },
+    /// Chunks the decoder stored, in the order it stored them.
     Inserted {
+        /// Each chunk's id and length in bytes (at most `MAX_INSERTED` entries).
         chunks: Vec<(ChunkId, u32)>,
     },
+    /// The decoder has resolved a flow's first `refs` references.
     Resolved {
+        /// The flow's QUIC stream id.
         stream: u64,
+        /// How many of the flow's references, from its start, are resolved.
         refs: u64,
     },
+    /// A reference missed the decoder's store; the encoder should send the chunk.
     Need {
+        /// The flow's QUIC stream id.
         stream: u64,
+        /// The reference's position among the flow's references, from zero.
         index: u64,
     },
+    /// The encoder's answer to `Need`: the chunk's bytes from its pins.
     Chunk {
+        /// The flow's QUIC stream id.
         stream: u64,
+        /// The reference's position among the flow's references, from zero.
         index: u64,
+        /// The chunk's content.
         bytes: Bytes,
     },
+    /// The encoder's answer to `Need` when it no longer holds the chunk (the flow fails).
     Missing {
+        /// The flow's QUIC stream id.
         stream: u64,
+        /// The reference's position among the flow's references, from zero.
         index: u64,
     },
+    /// The decoder finished a flow; the encoder drops what it kept for it.
     Done {
+        /// The flow's QUIC stream id.
         stream: u64,
     },
 }

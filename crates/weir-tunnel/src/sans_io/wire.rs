@@ -27,30 +27,51 @@ pub const MAX_SERVICE_NAME: usize = 255;
 /// Why bytes from the peer are not a valid record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
+    /// The bytes end inside the named field.
     #[error("truncated {0}")]
     Truncated(&'static str),
+    /// A varint runs past its longest encoding.
     #[error("varint longer than 10 bytes")]
     VarintTooLong,
+    /// A record's declared length is over `MAX_RECORD`.
     #[error("record of {0} bytes is over the {MAX_RECORD}-byte limit")]
     RecordTooLarge(u64),
+    /// A field's value is out of range or inconsistent.
     #[error("invalid {what}: {detail}")]
-    Invalid { what: &'static str, detail: String },
+    Invalid {
+        /// The field that is wrong.
+        what: &'static str,
+        /// What is wrong with it.
+        detail: String,
+    },
 }
 
 /// One item of a data block, in stream order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Item {
     /// `len` literal bytes of the payload that the receiver keeps in its chunk store.
-    Stored { len: u32 },
+    Stored {
+        /// Payload bytes the item takes.
+        len: u32,
+    },
     /// `len` literal bytes of the payload that are not kept (short or undeduplicated data).
-    Plain { len: u32 },
+    Plain {
+        /// Payload bytes the item takes.
+        len: u32,
+    },
     /// A chunk of `len` bytes the receiver has in its store under `id`.
-    Ref { len: u32, id: ChunkId },
+    Ref {
+        /// The chunk's length in bytes.
+        len: u32,
+        /// The chunk's content hash, as both stores key it.
+        id: ChunkId,
+    },
 }
 
 /// A data block as it travels: items, and their literal bytes, zstd-compressed or not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Block {
+    /// The block's items, in stream order (at most `MAX_BLOCK_ITEMS`).
     pub items: Vec<Item>,
     /// The literal bytes of the items, in order, possibly compressed.
     pub payload: Bytes,

@@ -26,6 +26,7 @@ struct Load {
 }
 
 impl LeastConnections {
+    /// A balancer whose scan starts at the first node.
     pub fn new() -> LeastConnections {
         LeastConnections::default()
     }

@@ -29,6 +29,7 @@ const DEFAULT_PRIOR_NANOS: f64 = 1_000_000.0;
 pub struct Perceptive {}
 
 impl Perceptive {
+    /// The balancer; it keeps no state of its own (scores come from the nodes).
     pub fn new() -> Perceptive {
         Perceptive::default()
     }

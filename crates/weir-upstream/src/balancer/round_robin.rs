@@ -19,6 +19,7 @@ pub struct RoundRobin {
 }
 
 impl RoundRobin {
+    /// A balancer that starts at the first node.
     pub fn new() -> RoundRobin {
         RoundRobin::default()
     }

@@ -66,6 +66,7 @@ impl Drop for TunnelPermit {
 }
 
 impl Tunnel {
+    /// The connection, to splice with the client's.
     pub fn stream(&mut self) -> &mut ClientStream {
         &mut self.stream
     }

@@ -15,6 +15,7 @@ fn freshness(policy: &CachePolicy, response: &Resp) -> Freshness {
 }
 
 #[test]
+#[allow(clippy::too_many_lines, reason = "a table of cases, one per line")]
 fn lifetime_table() {
     let policy = CachePolicy::default();
     let heuristic = CachePolicy {
@@ -148,6 +149,7 @@ fn usable(response: &Resp, request: &Req, elapsed: u64, policy: &CachePolicy) ->
 }
 
 #[test]
+#[allow(clippy::too_many_lines, reason = "a table of cases, one per line")]
 fn usability_table() {
     use Usability::*;
     let policy = CachePolicy::default();

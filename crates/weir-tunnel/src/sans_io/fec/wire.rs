@@ -23,6 +23,7 @@ pub const REPAIR_HEADER: usize = 8;
 pub const MAX_OVERHEAD: usize = REPAIR_HEADER + 3;
 /// The most sources and repairs a block may have.
 pub const MAX_SOURCES: usize = 128;
+/// The most repair shards a block may have.
 pub const MAX_REPAIRS: usize = 64;
 /// The largest UDP payload a source shard can describe.
 pub const MAX_DATAGRAM: usize = 65_527;
@@ -37,37 +38,58 @@ const REPORT: u8 = 0x04;
 pub enum Frame<'a> {
     /// Not a frame: a QUIC packet sent without this layer's header.
     Bare(&'a [u8]),
+    /// A QUIC datagram with its sequence number.
     Data {
+        /// The data frame's sequence number, counting every data frame sent (wrapping).
         seq: u32,
+        /// Whether a block of repair frames covers this datagram.
         protected: bool,
+        /// The QUIC datagram carried.
         payload: &'a [u8],
     },
+    /// One repair shard of a block.
     Repair {
+        /// The block the shard repairs.
         block: BlockId,
+        /// The shard's index among the block's repairs, from zero.
         index: u8,
+        /// The Reed-Solomon shard (even length, at least 4 bytes).
         shard: &'a [u8],
     },
     /// The receiver's cumulative counts of data frames received and found missing.
-    Report { received: u32, lost: u32 },
+    Report {
+        /// Data frames received so far (wrapping).
+        received: u32,
+        /// Data frames found missing so far (wrapping).
+        lost: u32,
+    },
 }
 
 /// Which block a repair belongs to and its shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BlockId {
+    /// Sequence number of the block's first source datagram.
     pub first: u32,
+    /// How many source datagrams the block protects (at most `MAX_SOURCES`).
     pub sources: u8,
+    /// How many repair shards the block has (at most `MAX_REPAIRS`).
     pub repairs: u8,
 }
 
 /// Why a datagram is not a valid frame (it is dropped and counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
+    /// The datagram has no bytes.
     #[error("empty datagram")]
     Empty,
+    /// The first byte is below 0x40 but names no frame type.
     #[error("unknown frame type {0:#04x}")]
     UnknownType(u8),
+    /// The datagram ends inside the frame's header.
     #[error("frame shorter than its header")]
     Truncated,
+    /// The block's shape or the shard's size is out of range (no sources, too many, an index past
+    /// the repairs, an odd or oversized shard).
     #[error("repair frame describes an impossible block")]
     BadBlock,
 }
