@@ -382,3 +382,35 @@ async fn a_bidirectional_stream_flows_both_ways_at_once() {
     assert_eq!(trailers.get("grpc-status").expect("grpc-status"), "0");
     proxy.stop().await;
 }
+
+/// The access record of an HTTP/2 request says so, and carries the gRPC
+/// status the node's trailers gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_records_http2_and_the_grpc_status() {
+    let node = h2_node().await;
+    let log = std::env::temp_dir().join(format!("weir-h2-access-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
+         level = \"warn\"\n\n[pools.web]\nnodes = [{{ address = \"{}\" }}]\nprotocol = \"h2c\"\n\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
+         [virtual_servers.web.http2]\ncleartext = true\n",
+        log.display(),
+        node.addr
+    );
+    let proxy = TestProxy::start(&toml).await;
+    let url = format!("http://127.0.0.1:{}/trailers", proxy.addr.port());
+    curl(
+        args(&["--http2-prior-knowledge", "-H", "TE: trailers", &url]),
+        b"",
+    )
+    .await;
+    proxy.live.flush_access_log();
+    let text = std::fs::read_to_string(&log).expect("the access log was written");
+    let line = text.lines().last().expect("one record");
+    assert!(line.contains("\"version\":\"HTTP/2.0\""), "{line}");
+    assert!(line.contains("\"status\":200"), "{line}");
+    assert!(line.contains("\"grpc_status\":0"), "{line}");
+    proxy.stop().await;
+    let _ = std::fs::remove_file(&log);
+}
