@@ -21,7 +21,12 @@ pub(crate) fn model(model: &Model, last: Option<&ReloadRecord>) -> Value {
         "virtual_servers": config.virtual_servers.iter().map(|vs| json!({
             "name": vs.name,
             "listen": vs.listen.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            "protocol": match vs.protocol { Protocol::Http => "http", Protocol::Https => "https" },
+            "protocol": match vs.protocol {
+                Protocol::Http => "http",
+                Protocol::Https => "https",
+                Protocol::Tcp => "tcp",
+                Protocol::Tls => "tls",
+            },
             "pool": config.pool(vs.default_pool).name,
             "routes": vs.routes.iter().map(|route| json!({
                 "host": route.host,

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::model::{
     AccessLog, AccessLogFormat, ClientLimits, ClientTimeouts, HttpPolicy, KeyExchangeGroup, Log,
-    LogFormat, PassiveHealth, Runtime, TlsVersion, UnderscoreHeaders, UpstreamConnections,
-    UpstreamTimeouts,
+    LogFormat, PassiveHealth, RelayMode, Runtime, TlsVersion, UnderscoreHeaders,
+    UpstreamConnections, UpstreamTimeouts,
 };
 
 const KIB: u64 = 1024;
@@ -360,3 +360,11 @@ const fn nonzero(value: u32) -> NonZeroU32 {
         None => panic!("a default that must be non-zero is zero"),
     }
 }
+
+// Layer 4 (issue 13).
+/// read/write for messages (cheapest per small exchange), splice(2) once a flow carries bulk
+/// (half the CPU per MiB): both measured in BENCHMARKING.md ("Layer 4").
+pub(crate) const TCP_RELAY: RelayMode = RelayMode::Auto;
+pub(crate) const TCP_BUFFER: u64 = 16 * KIB;
+pub(crate) const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub(crate) const PROXY_PROTOCOL_TIMEOUT: Duration = Duration::from_secs(5);

@@ -351,6 +351,25 @@ fn virtual_server_keys(
         old.response_headers != new.response_headers,
         "response_headers",
     );
+    key(old.tcp != new.tcp, "tcp");
+    key(old.accept_proxy != new.accept_proxy, "accept_proxy");
+    let passthrough =
+        |config: &Config, vs: &VirtualServer| -> Vec<(Vec<String>, Vec<String>, String)> {
+            vs.passthrough
+                .iter()
+                .map(|r| {
+                    (
+                        r.server_names.clone(),
+                        r.alpn.clone(),
+                        pool_name(config, r.pool),
+                    )
+                })
+                .collect()
+        };
+    key(
+        passthrough(old_config, old) != passthrough(new_config, new),
+        "passthrough",
+    );
     keys
 }
 
@@ -370,6 +389,7 @@ fn pool_keys(old: &Pool, new: &Pool) -> Vec<String> {
     key(old.passive_health != new.passive_health, "passive_health");
     key(old.fail_open != new.fail_open, "fail_open");
     key(old.tls != new.tls, "tls");
+    key(old.proxy_protocol != new.proxy_protocol, "proxy_protocol");
     keys
 }
 
@@ -517,6 +537,29 @@ mod tests {
         let diff = diff(&old, &new);
         assert!(diff.virtual_servers.changed.is_empty(), "{diff:?}");
         assert_eq!(diff.pools.added, vec!["z"]);
+    }
+
+    #[test]
+    fn layer4_keys_are_reported() {
+        let pools = "[pools.a]\nnodes = [{ address = \"127.0.0.1:1\" }]\n\
+                     [pools.b]\nnodes = [{ address = \"127.0.0.1:2\" }]\n";
+        let old = config(
+            pools,
+            "[virtual_servers.db]\nlisten = \"127.0.0.1:6432\"\nprotocol = \"tcp\"\npool = \"a\"\n",
+        );
+        let new = config(
+            &pools.replace("[pools.a]", "[pools.a]\nproxy_protocol = \"v1\""),
+            "[virtual_servers.db]\nlisten = \"127.0.0.1:6432\"\nprotocol = \"tcp\"\npool = \"a\"\n\
+             [virtual_servers.db.tcp]\nidle_timeout = \"1s\"\n\
+             [virtual_servers.db.proxy_protocol]\ntrusted = [\"127.0.0.1/32\"]\n\
+             [[virtual_servers.db.passthrough]]\nserver_names = [\"x.example\"]\npool = \"b\"\n",
+        );
+        let diff = diff(&old, &new);
+        assert_eq!(
+            diff.virtual_servers.changed[0].keys,
+            vec!["tcp", "accept_proxy", "passthrough"]
+        );
+        assert_eq!(diff.pools.changed[0].keys, vec!["proxy_protocol"]);
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub use crate::cache::{
 // Traffic rules, limits, hashing and persistence (issue 14).
 mod traffic;
 pub use traffic::*;
+// Layer 4 (issue 13).
+mod layer4;
+pub use layer4::*;
 
 /// A whole, validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -133,7 +136,7 @@ pub struct VirtualServer {
     pub forwarded_headers: bool,
     /// Size of the listen backlog.
     pub backlog: u32,
-    /// TLS termination; `Some` exactly when `protocol` is [`Protocol::Https`].
+    /// TLS termination; `Some` exactly when `protocol` is [`Protocol::Https`] or [`Protocol::Tls`].
     pub tls: Option<ServerTls>,
     /// Headers set on every response relayed to clients (replacing the
     /// node's fields of the same names), in file order.
@@ -146,6 +149,12 @@ pub struct VirtualServer {
     pub http2: Http2,
     /// Rules, request id, client address and limits (issue 14).
     pub traffic: Traffic,
+    /// Session settings; `Some` exactly when `protocol` is [`Protocol::Tcp`] or [`Protocol::Tls`].
+    pub tcp: Option<TcpSettings>,
+    /// PROXY protocol headers accepted from trusted clients; `None`: never read.
+    pub accept_proxy: Option<AcceptProxy>,
+    /// TLS passed through by server name, tried in order before anything else.
+    pub passthrough: Vec<PassthroughRoute>,
 }
 
 /// The protocol a virtual server speaks to clients.
@@ -155,6 +164,22 @@ pub enum Protocol {
     Http,
     /// HTTP/1.1 over TLS, terminated by weir.
     Https,
+    /// Bytes both ways between a client and a node (layer 4).
+    Tcp,
+    /// TLS terminated by weir, then bytes both ways to a node (plain or TLS, as the pool says).
+    Tls,
+}
+
+impl Protocol {
+    /// Whether the virtual server proxies bytes (layer 4) rather than HTTP requests.
+    pub fn is_layer4(self) -> bool {
+        matches!(self, Protocol::Tcp | Protocol::Tls)
+    }
+
+    /// Whether weir terminates TLS from clients.
+    pub fn terminates_tls(self) -> bool {
+        matches!(self, Protocol::Https | Protocol::Tls)
+    }
 }
 
 /// A routing rule: match on host and/or path prefix, send to a pool.
@@ -269,6 +294,8 @@ pub struct Pool {
     /// Session persistence (sticky sessions); `None`: off.
     pub persistence: Option<Persistence>,
     // --- end issue 14 ---
+    /// PROXY protocol header sent on each connection to a node (TCP virtual servers only).
+    pub proxy_protocol: Option<ProxyVersion>,
 }
 
 /// A node: one server in a pool.

@@ -14,6 +14,9 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 // Traffic rules, limits and persistence (issue 14).
 pub mod traffic;
 pub use traffic::*;
+// Layer 4 (issue 13).
+pub mod layer4;
+pub use layer4::*;
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -87,6 +90,10 @@ pub struct VirtualServerTable {
     pub concurrency_limits: Option<Named<ConcurrencyLimitTable>>,
     pub client_connections: Option<ClientConnectionsTable>,
     // --- end issue 14 ---
+    pub tcp: Option<TcpTable>,
+    pub proxy_protocol: Option<ProxyProtocolTable>,
+    #[serde(default)]
+    pub passthrough: Vec<PassthroughTable>,
 }
 
 /// `[virtual_servers.NAME.limits]`
@@ -155,6 +162,7 @@ pub struct PoolTable {
     pub hash: Option<HashTable>,
     pub persistence: Option<PersistenceTable>,
     // --- end issue 14 ---
+    pub proxy_protocol: Option<String>,
 }
 
 /// `[virtual_servers.NAME.tls]`

@@ -9,6 +9,7 @@
 mod cache;
 mod http;
 mod http2;
+mod layer4;
 mod pools;
 mod primitives;
 mod template;
@@ -27,7 +28,7 @@ use crate::defaults;
 use crate::error::{KeyPath, Problem};
 use crate::model::{
     AccessLog, AccessLogFormat, Admin, ClientLimits, ClientTimeouts, Config, FileRef, Log,
-    LogFormat, Origin, Pool, PoolId, Protocol, Route, Runtime, VirtualServer,
+    LogFormat, Origin, Pool, PoolId, Route, Runtime, VirtualServer,
 };
 use crate::schema::{
     AdminTable, ClientTimeoutsTable, DurationText, FileConfig, LimitsTable, LogTable, OneOrMany,
@@ -130,6 +131,7 @@ impl Checker {
 
         let origins = self.origins(&root.key("origins"), &file.origins);
         self.node_loops(&virtual_servers);
+        self.proxy_protocol_pools(&pools_path, &pools, &virtual_servers);
 
         Config {
             source: None,
@@ -267,36 +269,7 @@ impl Checker {
     ) -> VirtualServer {
         self.name(path, name);
         let listen = self.listen_list(&path.key("listen"), table.listen.as_ref());
-        let protocol_path = path.key("protocol");
-        let protocol = match table.protocol.as_deref().map(str::trim) {
-            None | Some("http") => Protocol::Http,
-            Some("https") => Protocol::Https,
-            Some(other) => {
-                self.report(
-                    &protocol_path,
-                    format!("unknown protocol \"{other}\"; expected \"http\" or \"https\""),
-                );
-                Protocol::Http
-            }
-        };
-        let tls = match (protocol, &table.tls) {
-            (Protocol::Https, Some(tls)) => Some(self.server_tls(&path.key("tls"), tls)),
-            (Protocol::Https, None) => {
-                self.report(
-                    &path.key("tls"),
-                    "missing required table: protocol = \"https\" needs a [tls] table with certificates",
-                );
-                None
-            }
-            (Protocol::Http, Some(_)) => {
-                self.report(
-                    &path.key("tls"),
-                    "a tls table needs protocol = \"https\" on this virtual server",
-                );
-                None
-            }
-            (Protocol::Http, None) => None,
-        };
+        let (protocol, tls) = self.protocol_and_tls(path, table);
         let default_pool = self.pool_reference(&path.key("pool"), table.pool.as_deref(), pool_ids);
         let routes_path = path.key("routes");
         let mut routes = table
@@ -342,11 +315,14 @@ impl Checker {
             http2: self.http2(
                 &path.key("http2"),
                 table.http2.as_ref(),
-                protocol == Protocol::Https,
+                protocol == crate::model::Protocol::Https,
             ),
             cache,
             content,
             traffic: self.traffic(path, table, pool_ids),
+            tcp: self.tcp_settings(path, protocol, table),
+            accept_proxy: self.accept_proxy(&path.key("proxy_protocol"), table),
+            passthrough: self.passthrough(path, protocol, table, pool_ids),
         }
     }
 
@@ -683,7 +659,8 @@ impl Checker {
                         || server.routes.iter().any(|r| r.pool == *pool)
                         || server.traffic.rules.iter().any(|rule| {
                             rule.actions.terminal == Some(crate::model::Terminal::Pool(*pool))
-                        });
+                        })
+                        || server.passthrough.iter().any(|r| r.pool == *pool);
                     uses_pool
                         && (listen == address
                             || (listen.ip().is_unspecified() && address.ip().is_loopback()))

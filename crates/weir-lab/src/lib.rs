@@ -38,6 +38,7 @@ mod clients;
 mod error;
 pub mod html;
 mod http;
+pub mod l4;
 mod launch;
 mod metrics;
 pub mod model;

@@ -19,8 +19,11 @@ use crate::peers::Peer;
 use crate::process::{Child, free_ports, loopback};
 use crate::{Lab, template};
 
-/// The L4 rows need TCP virtual servers, which `weir serve` does not have yet.
-const NO_L4: &str = "n/a (weir serve has no TCP virtual servers yet)";
+/// Why a column has no L4 rows: only nginx without its stream module lacks them.
+const NO_L4: &str =
+    "n/a for nginx: its stream module is not installed (apt-get install libnginx-mod-stream)";
+/// Debian's nginx has the stream module as a dynamic module.
+const NGINX_STREAM_MODULE: &str = "/usr/lib/nginx/modules/ngx_stream_module.so";
 
 /// What `weir lab suite` is asked to do.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,6 +91,8 @@ struct Column {
     tls: String,
     /// Speaks HTTP/2 (h2c on `base`, ALPN h2 on `tls`): the suite's HTTP/2 rows are measured.
     http2: bool,
+    /// `host:port` of the L4 listener (in front of the echo origin); `None`: no L4 rows.
+    l4: Option<String>,
     process: Option<Child>,
 }
 
@@ -108,10 +113,11 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
     let launcher = Launcher::new(&lab.supervisor, lab.weir.clone())?;
     let files = Certificates::write(&launcher)?;
     let runtime = lab.runtime()?;
-    let ports = free_ports(8)?;
+    let ports = free_ports(12)?;
+    let echo_port = ports[8];
     let (origin_port, origin_tls_port) = (ports[0], ports[1]);
     let proxies = std::iter::once(None).chain(peers.iter().map(Some));
-    let (_origin, _origin_tls, mut columns) = runtime.block_on(async {
+    let (_origin, _origin_tls, _echo, mut columns) = runtime.block_on(async {
         let origin = launcher
             .weir_origin("origin", origin_port, &[], false)
             .await?;
@@ -124,6 +130,9 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
         let origin_tls = launcher
             .weir_origin("origin-https", origin_tls_port, &tls_args, true)
             .await?;
+        let echo = launcher
+            .weir_origin("echo", echo_port, &["--echo".to_owned()], true)
+            .await?;
         let mut columns = vec![Column {
             name: "direct".to_owned(),
             version: "weir origin".to_owned(),
@@ -131,11 +140,13 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
             tls: format!("https://{}", loopback(origin_tls_port)),
             // weir origin speaks HTTP/1.1 only.
             http2: false,
+            l4: Some(loopback(echo_port).to_string()),
             process: None,
         }];
         for (index, peer) in proxies.enumerate() {
             let listen = (ports[2 + 2 * index], ports[3 + 2 * index]);
             let setup = ProxySetup {
+                l4: (ports[9 + index], echo_port),
                 files: &files,
                 origin_port,
                 threads: settings.proxy_threads,
@@ -143,7 +154,7 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
             };
             columns.push(start_proxy(&launcher, &setup, peer).await?);
         }
-        Ok::<_, LabError>((origin, origin_tls, columns))
+        Ok::<_, LabError>((origin, origin_tls, echo, columns))
     })?;
 
     let mut reports = Vec::new();
@@ -191,6 +202,8 @@ struct ProxySetup<'a> {
     threads: usize,
     /// HTTP and HTTPS ports.
     listen: (u16, u16),
+    /// The L4 listener's port and the echo origin's.
+    l4: (u16, u16),
 }
 
 /// Starts weir (`peer` `None`) or a peer with its `bench/lab/` config.
@@ -205,7 +218,10 @@ async fn start_proxy(
         ("HTTPS_PORT", https.to_string()),
         ("ORIGIN_PORT", setup.origin_port.to_string()),
         ("THREADS", setup.threads.to_string()),
+        ("L4_PORT", setup.l4.0.to_string()),
+        ("ECHO_PORT", setup.l4.1.to_string()),
     ];
+    let mut l4 = Some(loopback(setup.l4.0).to_string());
     let cert = ("CERT", setup.files.cert.display().to_string());
     let key = ("KEY", setup.files.key.display().to_string());
     let ready = [(loopback(http), "/")];
@@ -232,12 +248,37 @@ async fn start_proxy(
         }
         Some((Peer::Nginx, program)) => {
             values.extend([cert, key]);
+            let (load, stream) = nginx_stream(setup.l4);
+            if load.is_empty() {
+                l4 = None;
+            }
+            values.extend([("LOAD_STREAM", load), ("STREAM", stream)]);
             let config = template::render(template::NGINX_SUITE, &values)?;
             let child = launcher.nginx(program, "nginx", &config, &ready).await?;
             ("nginx", crate::peers::version(program, Peer::Nginx), child)
         }
     };
-    Ok(column(name, &version, http, https, child))
+    let mut column = column(name, &version, http, https, child);
+    column.l4 = l4;
+    Ok(column)
+}
+
+/// nginx's L4 listener: the `load_module` line and the `stream` block, or nothing (and a
+/// comment saying why) when Debian's stream module is not installed.
+fn nginx_stream((listen, echo): (u16, u16)) -> (String, String) {
+    if !std::path::Path::new(NGINX_STREAM_MODULE).exists() {
+        return (
+            String::new(),
+            "# No L4 rows: the stream module (libnginx-mod-stream) is not installed.".to_owned(),
+        );
+    }
+    (
+        format!("load_module {NGINX_STREAM_MODULE};"),
+        format!(
+            "stream {{\n    server {{\n        listen 127.0.0.1:{listen} backlog=4096;\n        \
+             proxy_pass 127.0.0.1:{echo};\n        proxy_timeout 300s;\n    }}\n}}"
+        ),
+    )
 }
 
 /// Runs the suite against one column, then stops its proxy; returns the report and the
@@ -253,7 +294,7 @@ fn measure(
     let report = weir_bench::suite::run(&SuiteSettings {
         targets: vec![SuiteTarget {
             base: column.base.clone(),
-            l4: None,
+            l4: column.l4.clone(),
             tls: Some(column.tls.clone()),
             http2: column.http2,
         }],
@@ -282,6 +323,7 @@ fn column(name: &str, version: &str, http: u16, https: u16, process: Child) -> C
         tls: format!("https://{}", loopback(https)),
         // The lab's configs in bench/lab/ offer HTTP/1.1 only (for now).
         http2: false,
+        l4: None,
         process: Some(process),
     }
 }

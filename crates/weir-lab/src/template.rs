@@ -4,6 +4,8 @@
 
 /// weir in front of the capped origin (`weir lab offload`).
 pub const WEIR_OFFLOAD: &str = include_str!("../../../bench/lab/weir-offload.toml");
+/// weir's TCP virtual server in front of a connection-capped TCP service (`weir lab l4`).
+pub const WEIR_L4: &str = include_str!("../../../bench/lab/weir-l4.toml");
 /// HAProxy in front of the capped origin (`weir lab offload --peers haproxy`).
 pub const HAPROXY_OFFLOAD: &str = include_str!("../../../bench/lab/haproxy-offload.cfg");
 /// nginx in front of the capped origin (`weir lab offload --peers nginx`).
@@ -66,7 +68,7 @@ mod tests {
             .map(|(index, name)| {
                 let value = match *name {
                     "CERT" | "KEY" | "PEM" => format!("/tmp/weir-lab-test/{name}.pem"),
-                    "CLIENT_TIMEOUT" => "60s".to_owned(),
+                    "CLIENT_TIMEOUT" | "QUEUE_TIMEOUT" => "60s".to_owned(),
                     "SESSION_TICKETS" => "false".to_owned(),
                     "SESSION_CACHE" | "THREADS" => "1".to_owned(),
                     _ => (20_000 + index).to_string(),
@@ -77,7 +79,7 @@ mod tests {
     }
 
     #[test]
-    fn every_lab_config_renders_and_weirs_validate() {
+    fn every_weir_lab_config_renders_and_validates() {
         let weir_configs = [
             (
                 "weir-offload.toml",
@@ -90,6 +92,19 @@ mod tests {
                     "CLIENT_LIMIT",
                     "POOL_CAP",
                     "CLIENT_TIMEOUT",
+                ]),
+            ),
+            (
+                "weir-l4.toml",
+                WEIR_L4,
+                values(&[
+                    "PROXY_PORT",
+                    "ADMIN_PORT",
+                    "ORIGIN_PORT",
+                    "THREADS",
+                    "CLIENT_LIMIT",
+                    "POOL_CAP",
+                    "QUEUE_TIMEOUT",
                 ]),
             ),
             (
@@ -113,6 +128,8 @@ mod tests {
                     "HTTP_PORT",
                     "HTTPS_PORT",
                     "ORIGIN_PORT",
+                    "L4_PORT",
+                    "ECHO_PORT",
                     "THREADS",
                     "CERT",
                     "KEY",
@@ -125,10 +142,22 @@ mod tests {
                 panic!("{name} does not validate:\n{error}");
             }
         }
+    }
+
+    #[test]
+    fn every_peer_config_renders() {
         let peer_configs = [
             (
                 HAPROXY_SUITE,
-                values(&["HTTP_PORT", "HTTPS_PORT", "ORIGIN_PORT", "THREADS", "PEM"]),
+                values(&[
+                    "HTTP_PORT",
+                    "HTTPS_PORT",
+                    "ORIGIN_PORT",
+                    "L4_PORT",
+                    "ECHO_PORT",
+                    "THREADS",
+                    "PEM",
+                ]),
             ),
             (
                 NGINX_SUITE,
@@ -139,6 +168,8 @@ mod tests {
                     "THREADS",
                     "CERT",
                     "KEY",
+                    "LOAD_STREAM",
+                    "STREAM",
                 ]),
             ),
             (NGINX_ORIGIN, values(&["PORT", "WORKER_CONNECTIONS"])),

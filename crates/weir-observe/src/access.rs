@@ -138,12 +138,23 @@ impl AccessLog {
         self.format == format && self.path.as_deref() == path
     }
 
-    /// Appends one record.
+    /// Appends one request's record.
     pub fn write(&self, record: &AccessRecord<'_>) {
         let mut line = Vec::with_capacity(256);
         record.format(self.format, SystemTime::now(), &mut line);
+        self.append(&line);
+    }
+
+    /// Appends one TCP session's record.
+    pub fn write_session(&self, record: &SessionRecord<'_>) {
+        let mut line = Vec::with_capacity(256);
+        record.format(self.format, SystemTime::now(), &mut line);
+        self.append(&line);
+    }
+
+    fn append(&self, line: &[u8]) {
         let mut sink = self.lock();
-        sink.buffer.extend_from_slice(&line);
+        sink.buffer.extend_from_slice(line);
         if sink.buffer.len() >= FLUSH_AT {
             sink.flush();
         }
@@ -309,6 +320,65 @@ fn quote(line: &mut String, value: &str) {
     line.push('"');
 }
 
+/// What happened to one TCP session (a tcp or tls virtual server, or TLS passed through), as
+/// written to the access log beside [`AccessRecord`]s, with `protocol=tcp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionRecord<'a> {
+    /// The virtual server that accepted the connection.
+    pub virtual_server: &'a str,
+    /// The client: the address a trusted PROXY header carried, else the peer's.
+    pub client: SocketAddr,
+    /// The server name a passed-through ClientHello asked for, if one was read.
+    pub server_name: Option<&'a str>,
+    /// The pool the session was sent to, if one was chosen.
+    pub pool: Option<&'a str>,
+    /// The node the bytes were relayed to, if one was reached.
+    pub node: Option<SocketAddr>,
+    /// Bytes read from the client (and written to the node).
+    pub bytes_received: u64,
+    /// Bytes written to the client (read from the node).
+    pub bytes_sent: u64,
+    /// From the accept to the end of the session.
+    pub duration: Duration,
+    /// How the session ended (`weir_tcp_sessions_total`'s `result`).
+    pub result: &'a str,
+}
+
+impl SessionRecord<'_> {
+    /// Appends the record as one line in `format`, stamped `now`.
+    pub fn format(&self, format: AccessLogFormat, now: SystemTime, out: &mut Vec<u8>) {
+        let mut line = String::with_capacity(256);
+        let json = format == AccessLogFormat::Json;
+        let mut fields = Fields {
+            line: &mut line,
+            json,
+            first: true,
+        };
+        fields.text("time", &rfc3339(now));
+        fields.text("protocol", "tcp");
+        fields.text("virtual_server", self.virtual_server);
+        fields.text("client", &self.client.to_string());
+        if let Some(name) = self.server_name {
+            fields.text("server_name", name);
+        }
+        if let Some(pool) = self.pool {
+            fields.text("pool", pool);
+        }
+        if let Some(node) = self.node {
+            fields.text("node", &node.to_string());
+        }
+        fields.number("bytes_received", self.bytes_received);
+        fields.number("bytes_sent", self.bytes_sent);
+        fields.number("duration_us", micros(self.duration));
+        fields.text("result", self.result);
+        if json {
+            line.push('}');
+        }
+        line.push('\n');
+        out.extend_from_slice(line.as_bytes());
+    }
+}
+
 fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
@@ -400,6 +470,45 @@ mod tests {
         assert!(text.contains(r#""error":"connect refused"}"#), "{text}");
         assert!(!text.contains("\"node\""), "{text}");
         assert_eq!(text.lines().count(), 1);
+    }
+
+    #[test]
+    fn session_lines() {
+        let session = SessionRecord {
+            virtual_server: "db",
+            client: "192.0.2.7:50123".parse().unwrap(),
+            server_name: Some("a.example"),
+            pool: Some("pg"),
+            node: Some("10.0.0.1:5432".parse().unwrap()),
+            bytes_received: 10,
+            bytes_sent: 20,
+            duration: Duration::from_micros(1500),
+            result: "closed",
+        };
+        let mut out = Vec::new();
+        let at = UNIX_EPOCH + Duration::from_millis(1_764_078_041_841);
+        session.format(AccessLogFormat::Text, at, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "time=2025-11-25T13:40:41.841Z protocol=tcp virtual_server=db \
+             client=192.0.2.7:50123 server_name=a.example pool=pg node=10.0.0.1:5432 \
+             bytes_received=10 bytes_sent=20 duration_us=1500 result=closed\n"
+        );
+        let mut out = Vec::new();
+        let unnamed = SessionRecord {
+            server_name: None,
+            node: None,
+            ..session
+        };
+        unnamed.format(AccessLogFormat::Json, at, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with(r#"{"time":"#), "{text}");
+        assert!(text.contains(r#""protocol":"tcp","#), "{text}");
+        assert!(text.ends_with("\"result\":\"closed\"}\n"), "{text}");
+        assert!(
+            !text.contains("server_name") && !text.contains("\"node\""),
+            "{text}"
+        );
     }
 
     #[test]

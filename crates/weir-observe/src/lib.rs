@@ -27,10 +27,10 @@ pub mod metrics;
 pub mod names;
 pub mod stats;
 
-pub use access::{AccessLog, AccessRecord};
+pub use access::{AccessLog, AccessRecord, SessionRecord};
 pub use metrics::{
-    CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Flood, Http2Metrics, Metrics,
-    NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass, TlsMetrics, TunnelMetrics,
+    CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Flood, Http2Metrics, Layer4Metrics,
+    Metrics, NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass, TlsMetrics, TunnelMetrics,
     UpstreamHttp2Metrics, UpstreamTlsMetrics, VirtualServerMetrics,
 };
 pub use prometheus_client::metrics::counter::Counter;

@@ -20,10 +20,12 @@ use crate::stats::{LatencyHistogram, Totals};
 
 mod cache;
 mod http2;
+mod layer4;
 mod tunnel;
 
 pub use cache::{CacheMetrics, CompressionMetrics};
 pub use http2::{Flood, Http2Metrics, UpstreamHttp2Metrics};
+pub use layer4::Layer4Metrics;
 pub use tunnel::TunnelMetrics;
 
 /// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
@@ -49,6 +51,8 @@ pub struct Metrics {
     pub(crate) cache: cache::CacheFamilies,
     /// HTTP/2 families (issue 11), in `metrics/http2.rs`.
     pub(crate) http2: http2::Http2Families,
+    /// Layer 4 families (issue 13), in `metrics/layer4.rs`.
+    pub(crate) layer4: layer4::Layer4Families,
     refreshers: Refreshers,
 }
 
@@ -394,6 +398,8 @@ impl Metrics {
         cache.register(r);
         let http2 = http2::Http2Families::default();
         http2.register(r);
+        let layer4 = layer4::Layer4Families::default();
+        layer4.register(r);
         if let Some(tunnel) = tunnel {
             tunnel.register(r);
         }
@@ -408,6 +414,7 @@ impl Metrics {
             handles: Mutex::new(Handles::default()),
             cache,
             http2,
+            layer4,
             refreshers: Refreshers::default(),
         })
     }

@@ -324,7 +324,32 @@ pub const ALL: &[MetricSpec] = &[
     UPSTREAM_HTTP2_GOAWAYS,
     UPSTREAM_HTTP2_PING_TIMEOUTS,
     // End of HTTP/2.
+    // Layer 4 (issue 13).
+    TCP_SESSIONS,
+    PROXY_PROTOCOL_HEADERS,
+    CLIENT_HELLOS,
 ];
+
+// Layer 4 (issue 13).
+
+/// `weir_tcp_sessions_total`: TCP sessions by how they ended.
+pub const TCP_SESSIONS: MetricSpec = counter(
+    "tcp_sessions",
+    &["virtual_server", "result"],
+    "TCP sessions of tcp and tls virtual servers and TLS passthrough, by how they ended",
+);
+/// `weir_proxy_protocol_headers_total`: PROXY headers from trusted clients, by outcome.
+pub const PROXY_PROTOCOL_HEADERS: MetricSpec = counter(
+    "proxy_protocol_headers",
+    &["virtual_server", "result"],
+    "PROXY protocol headers expected from trusted clients, by outcome",
+);
+/// `weir_client_hellos_total`: ClientHellos read for passthrough, by outcome.
+pub const CLIENT_HELLOS: MetricSpec = counter(
+    "client_hellos",
+    &["virtual_server", "result"],
+    "ClientHellos read for TLS passthrough routing, by outcome",
+);
 
 // HTTP/2 (issue 11).
 

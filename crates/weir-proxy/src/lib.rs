@@ -27,6 +27,7 @@ mod buffers;
 mod client;
 mod drain;
 mod exchange;
+mod front;
 pub mod handoff;
 mod http2;
 mod listener;
@@ -39,6 +40,7 @@ mod request_body;
 mod response;
 mod route;
 mod stage;
+pub mod tcp;
 mod tls;
 mod upgrade;
 

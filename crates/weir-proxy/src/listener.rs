@@ -17,8 +17,8 @@ use weir_core::{Shutdown, ShutdownSignal};
 
 use crate::drain::{Admission, Drain};
 use crate::model::ModelCell;
-use crate::pipeline;
 use crate::route::VirtualServerRuntime;
+use crate::{front, pipeline};
 
 /// A listening socket before it serves.
 #[derive(Debug)]
@@ -220,7 +220,8 @@ impl Listeners {
     }
 }
 
-/// accept → admit → spawn the pipeline, until the listener is removed or shutdown.
+/// accept → admit → spawn the front stages or the pipeline, until the listener is removed or
+/// shutdown.
 async fn accept_loop(
     listener: Arc<TcpListener>,
     target: Arc<Mutex<String>>,
@@ -274,12 +275,17 @@ async fn accept_loop(
             vs: Arc::clone(vs),
             _drain: context.drain.enter(),
         };
-        tokio::spawn(pipeline::serve_connection(
-            stream,
-            peer,
-            admission,
-            signal.clone(),
-        ));
+        if front::needed(vs) {
+            // PROXY header, passthrough or a TCP session: the front stages first.
+            tokio::spawn(front::serve(stream, peer, admission, signal.clone()));
+        } else {
+            tokio::spawn(pipeline::serve_connection(
+                stream,
+                peer,
+                admission,
+                signal.clone(),
+            ));
+        }
     }
 }
 

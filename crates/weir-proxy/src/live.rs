@@ -27,7 +27,7 @@ use weir_upstream::Pool;
 
 use crate::drain::Drain;
 use crate::listener::{AcceptContext, Bound, Listeners};
-use crate::model::{Model, ModelCell, ModelParts, VirtualServerShared};
+use crate::model::{Model, ModelCell, ModelParts, VirtualServerShared, front_stages};
 use crate::stage::{Staged, StagedTls, bind_added, check_files, stage};
 
 /// The running proxy: its current model, and everything a reload changes.
@@ -100,6 +100,20 @@ pub enum ReloadError {
     /// The proxy is not serving (not started yet, or shutting down).
     #[error("the proxy is not running")]
     NotRunning,
+}
+
+/// A virtual server whose protocol changes (`http` to `tcp`, say) is a new one under the same
+/// name: its connections close like a removed one's (an HTTP connection after its response),
+/// since they cannot move to a model that speaks another protocol.
+fn replace_changed_protocols(control: &mut Control, current: &Model, config: &Config) {
+    for vs in &config.virtual_servers {
+        let changed = current
+            .virtual_server(&vs.name)
+            .is_some_and(|old| old.config.protocol != vs.protocol);
+        if changed && let Some(shared) = control.shared.remove(&vs.name) {
+            shared.remove();
+        }
+    }
 }
 
 impl Live {
@@ -274,6 +288,7 @@ impl Live {
             })
             .collect();
         control.access_log = staged.access_log.take();
+        replace_changed_protocols(control, &current, config);
         ModelParts {
             access_log: control.access_log.clone(),
             config: Arc::new(config.clone()),
@@ -304,6 +319,15 @@ impl Live {
         }
         for name in &diff.pools.removed {
             self.metrics.remove_pool(name);
+        }
+        for vs in &old.virtual_servers {
+            // Layer 4 series go with the front stages that count them.
+            let kept = new
+                .virtual_server(&vs.config.name)
+                .is_some_and(|next| front_stages(&next.config));
+            if front_stages(&vs.config) && !kept {
+                self.metrics.remove_layer4(&vs.config.name);
+            }
         }
         for name in &diff.virtual_servers.removed {
             self.metrics.remove_virtual_server(name);

@@ -18,12 +18,13 @@ use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use weir_config::{Config, PoolId, VirtualServer};
+use weir_config::{Config, PassthroughRoute, PoolId, RelayMode, VirtualServer};
 use weir_core::{Shutdown, ShutdownSignal};
 use weir_http::Limits;
-use weir_observe::{AccessLog, Metrics, VirtualServerMetrics};
+use weir_observe::{AccessLog, Layer4Metrics, Metrics, VirtualServerMetrics};
 use weir_upstream::Pool;
 
+use crate::tcp::{Relay, RelaySettings};
 use crate::tls::TlsTermination;
 
 /// One generation of the running configuration.
@@ -92,15 +93,20 @@ pub struct VirtualServerRuntime {
     pub(crate) cell: Weak<ModelCell>,
     /// The generation serving now (the cell's counter).
     current_generation: Arc<AtomicU64>,
-    /// TLS termination, on an HTTPS virtual server.
+    /// TLS termination, on an HTTPS or TLS virtual server.
     pub tls: Option<Arc<TlsTermination>>,
+    /// TLS passthrough rules, in order, with their pools.
+    pub(crate) passthrough: Vec<(PassthroughRoute, Arc<Pool>)>,
+    /// How TCP sessions (tcp and tls virtual servers, passthrough) relay bytes.
+    pub(crate) relay: (Relay, RelaySettings),
+    pub(crate) layer4: Layer4Metrics,
 }
 
 impl VirtualServerRuntime {
     pub(crate) fn new(
         config: &VirtualServer,
         pools: &[Arc<Pool>],
-        metrics: VirtualServerMetrics,
+        metrics: (VirtualServerMetrics, Layer4Metrics),
         access_log: Option<Arc<AccessLog>>,
         tls: Option<Arc<TlsTermination>>,
         link: ModelLink,
@@ -117,27 +123,61 @@ impl VirtualServerRuntime {
                 .iter()
                 .map(|route| (route.clone(), pool(route.pool)))
                 .collect(),
-            metrics,
+            metrics: metrics.0,
             access_log,
             head_limits: Limits {
                 max_head_bytes: config.limits.max_header_bytes,
                 max_headers: config.limits.max_headers,
             },
             tls,
+            passthrough: config
+                .passthrough
+                .iter()
+                .map(|rule| (rule.clone(), pool(rule.pool)))
+                .collect(),
+            relay: relay_settings(config),
+            layer4: metrics.1,
             config: config.clone(),
         }
     }
 
     /// This virtual server in the model running now, when that is a newer one than this
-    /// (`None` when this one is current, or when a reload removed it). A kept-alive
+    /// (`None` when this one is current, or when a reload removed or replaced it). A kept-alive
     /// connection calls it before each request; the check is one atomic load.
     pub(crate) fn newer(&self) -> Option<Arc<VirtualServerRuntime>> {
         if self.current_generation.load(Ordering::Acquire) == self.generation {
             return None;
         }
         let cell = self.cell.upgrade()?;
-        cell.current().virtual_server(&self.config.name).cloned()
+        // The same virtual server only: one replaced under its name (a new protocol) is not.
+        cell.current()
+            .virtual_server(&self.config.name)
+            .filter(|vs| Arc::ptr_eq(&vs.shared, &self.shared))
+            .cloned()
     }
+}
+
+/// Whether a virtual server's connections go through the front stages (a PROXY header,
+/// passthrough rules, a TCP session) rather than straight to the HTTP pipeline.
+pub(crate) fn front_stages(config: &VirtualServer) -> bool {
+    config.accept_proxy.is_some() || !config.passthrough.is_empty() || config.protocol.is_layer4()
+}
+
+/// The relay of a tcp or tls virtual server as configured; passthrough on an HTTPS virtual
+/// server takes the defaults.
+fn relay_settings(config: &VirtualServer) -> (Relay, RelaySettings) {
+    let defaults = weir_config::TcpSettings::default();
+    let tcp = config.tcp.as_ref().unwrap_or(&defaults);
+    let relay = match tcp.relay {
+        RelayMode::Copy => Relay::Copy,
+        RelayMode::Splice => Relay::Splice,
+        RelayMode::Auto => Relay::Adaptive,
+    };
+    let settings = RelaySettings {
+        idle_timeout: tcp.idle_timeout,
+        buffer: tcp.buffer,
+    };
+    (relay, settings)
 }
 
 impl Model {
@@ -164,7 +204,7 @@ impl Model {
         }
     }
 
-    /// TLS termination of every HTTPS virtual server.
+    /// TLS termination of every HTTPS and TLS virtual server.
     pub fn tls_terminations(&self) -> Vec<Arc<TlsTermination>> {
         self.virtual_servers
             .iter()
@@ -263,7 +303,15 @@ impl ModelParts<'_> {
                 Arc::new(VirtualServerRuntime::new(
                     vs,
                     &self.pools,
-                    self.metrics.virtual_server(&vs.name),
+                    (
+                        self.metrics.virtual_server(&vs.name),
+                        // Only virtual servers with front stages have layer 4 series.
+                        if front_stages(vs) {
+                            self.metrics.layer4(&vs.name)
+                        } else {
+                            Layer4Metrics::default()
+                        },
+                    ),
                     self.access_log.clone(),
                     self.tls.remove(&vs.name),
                     ModelLink {

@@ -3,11 +3,20 @@
 use std::sync::Arc;
 
 use weir_http::RequestHead;
+use weir_tls::client_hello::ClientHello;
 use weir_upstream::Pool;
 
 pub use crate::model::VirtualServerRuntime;
 
 impl VirtualServerRuntime {
+    /// The route stage of TLS passthrough: the first rule that matches the ClientHello.
+    pub(crate) fn passthrough_pool(&self, hello: &ClientHello) -> Option<&Arc<Pool>> {
+        self.passthrough
+            .iter()
+            .find(|(rule, _)| rule.matches(hello.server_name.as_deref(), &hello.alpn))
+            .map(|(_, pool)| pool)
+    }
+
     /// The route stage: the first matching rule's pool, else the default pool.
     pub(crate) fn route(&self, head: &RequestHead) -> &Arc<Pool> {
         if self.routes.is_empty() {

@@ -7,10 +7,13 @@
 //! - [`Connector`]: TLS to nodes — verification, SNI, client certificates,
 //!   resumption.
 //! - [`Stream`]: plain or TLS, one type for the proxy's pipeline.
+//! - [`client_hello`]: the SNI and ALPN of a ClientHello read without terminating TLS
+//!   (passthrough routing).
 //! - [`certs`]: reading PEM files, and generating test certificates.
 
 pub mod acceptor;
 pub mod certs;
+pub mod client_hello;
 pub mod connector;
 pub mod provider;
 pub mod session_cache;

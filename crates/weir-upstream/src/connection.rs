@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use weir_core::{Error, ErrorKind, Side};
@@ -120,6 +121,9 @@ pub struct Lease {
     pool: Arc<NodeConnections>,
     connection: Option<Connection>,
     reused: bool,
+    /// Opened for one client alone ([`NodeConnections::checkout_dedicated`]): closed, never
+    /// kept idle, when the lease ends.
+    dedicated: bool,
 }
 
 impl NodeConnections {
@@ -187,37 +191,76 @@ impl NodeConnections {
     /// Takes a connection: an idle one, a new one under the cap, or the first
     /// one freed while this request waits in the queue.
     pub async fn checkout(self: &Arc<Self>) -> Result<Lease, Error> {
-        match self.try_take() {
+        match self.try_take(true) {
             Taken::Idle(connection) => Ok(self.reuse(connection)),
-            Taken::Slot => self.connect().await,
+            Taken::Slot => self.connect(&[]).await,
             Taken::Queued(id, receiver) => {
                 QueuedWait {
                     pool: self,
                     id,
                     receiver: Some(receiver),
+                    dedicated: false,
                 }
-                .wait()
+                .wait(&[])
                 .await
             }
-            Taken::QueueFull => {
-                self.pool_metrics.queue_full.inc();
-                Err(Error::new(ErrorKind::QueueFull, Side::Internal)
-                    .context(format!("node {} has no free connection", self.address)))
-            }
+            Taken::QueueFull => Err(self.queue_full()),
         }
     }
 
+    /// Opens a connection for one client alone (a TCP virtual server's session): a new one
+    /// under the cap, or one opened in the first slot freed while the client waits in the
+    /// FIFO queue. Never an idle connection, and the lease never goes back idle: it closes
+    /// when dropped (or released), which frees its slot for the next waiter. At the cap, an
+    /// idle connection (left by HTTP exchanges to the same node) is closed to make room, and
+    /// an idle connection granted to a waiting dedicated checkout is closed and its slot used.
+    ///
+    /// `preamble` (a PROXY protocol header, or nothing) is written on the new TCP connection
+    /// before anything else, TLS handshake included.
+    pub async fn checkout_dedicated(self: &Arc<Self>, preamble: &[u8]) -> Result<Lease, Error> {
+        let lease = match self.try_take(false) {
+            Taken::Idle(_) => unreachable!("idle connections are not taken for a dedicated one"),
+            Taken::Slot => self.connect(preamble).await,
+            Taken::Queued(id, receiver) => {
+                QueuedWait {
+                    pool: self,
+                    id,
+                    receiver: Some(receiver),
+                    dedicated: true,
+                }
+                .wait(preamble)
+                .await
+            }
+            Taken::QueueFull => Err(self.queue_full()),
+        };
+        lease.map(|mut lease| {
+            lease.dedicated = true;
+            lease
+        })
+    }
+
+    fn queue_full(&self) -> Error {
+        self.pool_metrics.queue_full.inc();
+        Error::new(ErrorKind::QueueFull, Side::Internal)
+            .context(format!("node {} has no free connection", self.address))
+    }
+
     /// The synchronous part of checkout, under the lock.
-    fn try_take(&self) -> Taken {
+    fn try_take(&self, idle: bool) -> Taken {
         let mut stale = Vec::new();
         let mut state = self.lock();
-        if let Some(connection) = self.take_idle(&mut state, &mut stale) {
+        if idle && let Some(connection) = self.take_idle(&mut state, &mut stale) {
             return Taken::Idle(connection);
         }
         let settings = self.settings.load();
         if state.open < settings.max_connections {
             state.open += 1;
             self.metrics.connections_open.set(i64::from(state.open));
+            return Taken::Slot;
+        }
+        if !idle && let Some(oldest) = state.idle.pop_front() {
+            // A dedicated connection at the cap: an idle one gives up its slot.
+            stale.push(oldest);
             return Taken::Slot;
         }
         if state.waiters.len() >= settings.queue_length as usize {
@@ -254,14 +297,21 @@ impl NodeConnections {
             pool: Arc::clone(self),
             connection: Some(connection),
             reused: true,
+            dedicated: false,
         }
     }
 
-    /// Opens a new connection in a slot already taken.
-    async fn connect(self: &Arc<Self>) -> Result<Lease, Error> {
+    /// Opens a new connection in a slot already taken, writing `preamble` first.
+    async fn connect(self: &Arc<Self>, preamble: &[u8]) -> Result<Lease, Error> {
         let settings = self.settings.load_full();
-        let attempt =
-            tokio::time::timeout(settings.connect_timeout, TcpStream::connect(self.address)).await;
+        let attempt = tokio::time::timeout(settings.connect_timeout, async {
+            let mut stream = TcpStream::connect(self.address).await?;
+            if !preamble.is_empty() {
+                stream.write_all(preamble).await?;
+            }
+            Ok::<_, std::io::Error>(stream)
+        })
+        .await;
         let stream = match attempt {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) => {
@@ -301,6 +351,7 @@ impl NodeConnections {
                 idle_since: Instant::now(),
             }),
             reused: false,
+            dedicated: false,
         })
     }
 
@@ -386,10 +437,12 @@ struct QueuedWait<'a> {
     pool: &'a Arc<NodeConnections>,
     id: u64,
     receiver: Option<oneshot::Receiver<Grant>>,
+    /// Waiting for a dedicated connection: a granted idle one is closed, its slot used.
+    dedicated: bool,
 }
 
 impl QueuedWait<'_> {
-    async fn wait(mut self) -> Result<Lease, Error> {
+    async fn wait(mut self, preamble: &[u8]) -> Result<Lease, Error> {
         let pool = self.pool;
         let receiver = self
             .receiver
@@ -401,6 +454,8 @@ impl QueuedWait<'_> {
             Ok(Ok(grant)) => {
                 self.receiver = None;
                 match grant {
+                    // The granted connection closes here; its slot stays ours.
+                    Grant::Connection(_) if self.dedicated => pool.connect(preamble).await,
                     // The same check an idle connection gets: bytes the node
                     // sent after its last response (a body after HEAD, 204 or
                     // 304) must never be read as the next client's response.
@@ -409,9 +464,9 @@ impl QueuedWait<'_> {
                     }
                     Grant::Connection(stale) => {
                         drop(stale);
-                        pool.connect().await
+                        pool.connect(preamble).await
                     }
-                    Grant::Slot => pool.connect().await,
+                    Grant::Slot => pool.connect(preamble).await,
                 }
             }
             // The sender is only dropped after a failed send, never while we wait.
@@ -539,13 +594,14 @@ impl Lease {
             return;
         };
         let pool = Arc::clone(&self.pool);
-        let reused = self.reused;
+        let (reused, dedicated) = (self.reused, self.dedicated);
         tokio::spawn(async move {
             tokio::time::sleep(quiet).await;
             Lease {
                 pool,
                 connection: Some(connection),
                 reused,
+                dedicated,
             }
             .release();
         });
@@ -564,12 +620,13 @@ impl Lease {
             return;
         }
         connection.requests += 1;
-        let retire = self
-            .pool
-            .settings
-            .load()
-            .max_requests
-            .is_some_and(|max| connection.requests >= max);
+        let retire = self.dedicated
+            || self
+                .pool
+                .settings
+                .load()
+                .max_requests
+                .is_some_and(|max| connection.requests >= max);
         if retire {
             drop(connection);
             self.pool.free_slot();

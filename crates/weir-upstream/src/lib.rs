@@ -7,6 +7,7 @@
 
 pub mod balancer;
 pub mod connection;
+pub mod dns;
 pub mod health;
 pub mod http2;
 pub mod node;

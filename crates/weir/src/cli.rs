@@ -72,9 +72,39 @@ pub enum LabCommand {
     Tls(LabTlsArgs),
     /// The Zeus table (`weir bench suite`) direct, through weir and through installed peers.
     Suite(LabSuiteArgs),
+    /// Connection offload at layer 4: many clients at once against a connection-capped TCP
+    /// service, direct and through a weir TCP virtual server with its queue (default: 5,000
+    /// clients, cap 100).
+    L4(LabL4Args),
     /// The WX WAN-acceleration report's matrix: T1 and OC-1 × one-way delay × loss, direct
     /// TCP vs weir tunnel, through weir netem (needs root).
     Wan(LabWanArgs),
+}
+
+/// `weir lab l4`.
+#[derive(Debug, Args)]
+pub struct LabL4Args {
+    /// Clients, all started at once.
+    #[arg(long, default_value_t = 5_000)]
+    pub clients: u32,
+    /// The service resets connections past this many open; weir's pool cap to it.
+    #[arg(long, default_value_t = 100)]
+    pub cap: u32,
+    /// Bytes each client sends and reads back.
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// A client gives up after this long; also weir's queue timeout.
+    #[arg(long, value_parser = weir_bench::parse_duration, default_value = "60s")]
+    pub timeout: Duration,
+    /// weir's worker threads.
+    #[arg(long, default_value_t = 1)]
+    pub proxy_threads: usize,
+    /// Only through weir (skip the direct phase).
+    #[arg(long)]
+    pub no_direct: bool,
+    /// Also write the results as JSON here (`--out DIR` writes DIR/l4.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// `weir lab offload`: every option overrides the full size (or `--quick`'s).

@@ -13,7 +13,7 @@ use weir_lab::tls::TlsLabSettings;
 use weir_lab::{Lab, model};
 
 use crate::cli::{
-    LabArgs, LabCommand, LabOffloadArgs, LabOrigin, LabSuiteArgs, LabTlsArgs, LabWanArgs,
+    LabArgs, LabCommand, LabL4Args, LabOffloadArgs, LabOrigin, LabSuiteArgs, LabTlsArgs, LabWanArgs,
 };
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -32,6 +32,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     let report = match &args.command {
         None => quick(&mut lab, &command)?,
         Some(LabCommand::Wan(wan)) => return run_wan(&lab, wan, args.out.as_deref(), &command),
+        Some(LabCommand::L4(l4)) => return run_l4(&mut lab, l4, args.out.as_deref()),
         Some(LabCommand::Offload(offload)) => {
             let settings = offload_settings(offload);
             settings.validate()?;
@@ -93,6 +94,36 @@ fn finish(report: &model::LabReport, args: &LabArgs) -> anyhow::Result<()> {
 
 /// `weir lab wan`: the matrix's tables on stdout, its JSON to `--json` and `--out`'s
 /// `wan.json`.
+fn run_l4(lab: &mut Lab, args: &LabL4Args, out: Option<&Path>) -> anyhow::Result<()> {
+    let settings = weir_lab::l4::L4LabSettings {
+        clients: args.clients,
+        cap: args.cap,
+        size: args.size,
+        timeout: args.timeout,
+        proxy_threads: args.proxy_threads,
+        direct: !args.no_direct,
+    };
+    settings.validate()?;
+    let report = weir_lab::l4::run(lab, &settings)?;
+    print!("{}", weir_lab::l4::text(&report));
+    let out_json = out.map(|dir| dir.join("l4.json"));
+    for path in args.json.iter().chain(&out_json) {
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        weir_lab::l4::write_json(&report, path)?;
+    }
+    let failed: Vec<&str> = report
+        .checks
+        .iter()
+        .filter(|check| !check.passed)
+        .map(|check| check.name.as_str())
+        .collect();
+    anyhow::ensure!(failed.is_empty(), "checks failed: {}", failed.join("; "));
+    Ok(())
+}
+
 fn run_wan(lab: &Lab, args: &LabWanArgs, out: Option<&Path>, command: &str) -> anyhow::Result<()> {
     let plan = weir_lab::wan::Plan {
         tunnel_only: args.tunnel_only,

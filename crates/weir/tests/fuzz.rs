@@ -1,6 +1,6 @@
 //! The fuzz targets on the stable toolchain: every target of `fuzz/` (the
 //! HTTP codec's request and response heads and chunked coding, the config
-//! loader, the tunnel's wire parsers) replays its corpus, then runs mutated
+//! loader, the tunnel's wire parsers, the PROXY protocol, the ClientHello reader) replays its corpus, then runs mutated
 //! corpus inputs for a time budget: `WEIR_FUZZ_SECONDS` per target (1 s by
 //! default; `.ci/run` gives each 20 s). An input whose check panics is saved
 //! as `fuzz/corpus/<target>/crash-<hash>` — commit it once fixed and it stays
@@ -18,6 +18,12 @@ mod config_check;
 
 #[path = "../../../fuzz/src/tunnel_check.rs"]
 mod tunnel_check;
+
+#[path = "../../../fuzz/src/proxy_protocol.rs"]
+mod proxy_protocol;
+
+#[path = "../../../fuzz/src/client_hello.rs"]
+mod client_hello;
 
 #[path = "../../../fuzz/src/mutate.rs"]
 mod mutate;
@@ -149,4 +155,14 @@ fn config() {
 #[test]
 fn tunnel_wire() {
     fuzz("tunnel_wire", tunnel_check::check_tunnel_wire);
+}
+
+#[test]
+fn proxy_protocol() {
+    fuzz("proxy_protocol", proxy_protocol::check_proxy_protocol);
+}
+
+#[test]
+fn client_hello() {
+    fuzz("client_hello", client_hello::check_client_hello);
 }

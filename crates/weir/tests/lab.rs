@@ -224,7 +224,7 @@ fn tiny_suite_lab_measures_direct_and_weir() {
         .iter()
         .filter(|row| row.values.iter().any(Option::is_some))
         .collect();
-    assert_eq!(measured.len(), 7, "HTTP and TLS rows");
+    assert_eq!(measured.len(), 9, "HTTP, TLS and L4 rows");
     for row in measured {
         assert!(
             row.values.iter().all(|v| v.is_some_and(|v| v > 0.0)),

@@ -265,3 +265,95 @@ async fn a_new_process_that_cannot_start_leaves_the_old_one_serving() {
     drop(new);
     origin.stop().await;
 }
+
+/// A TCP node: reads each connection to its end, answers `n <bytes read>` and closes.
+async fn tcp_node() -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut bytes = Vec::new();
+                let _ = stream.read_to_end(&mut bytes).await;
+                let _ = stream
+                    .write_all(format!("n {}", bytes.len()).as_bytes())
+                    .await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// Sends `bytes` on a new connection, half-closes and reads the whole answer.
+async fn tcp_exchange(addr: SocketAddr, bytes: &[u8]) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(bytes).await?;
+    stream.shutdown().await?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await?;
+    Ok(answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_listeners_and_sessions_survive_an_upgrade() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = TestOrigin::start("a").await;
+    let node = tcp_node().await;
+    let dir = TempDir::new("tcp");
+    let [port, tcp_port, admin_port] = free_ports::<3>();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let tcp: SocketAddr = format!("127.0.0.1:{tcp_port}").parse().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    let file = dir.0.join("weir.toml");
+    let log = dir.0.join("weir.log");
+    let text = format!(
+        "{}[pools.db]\nnodes = [{{ address = \"{node}\" }}]\n\
+         [virtual_servers.db]\nprotocol = \"tcp\"\nlisten = \"{tcp}\"\npool = \"db\"\n",
+        config(listen, admin, origin.addr, "")
+    );
+    std::fs::write(&file, text).unwrap();
+    let mut old = serve(&file, false, &log);
+    wait_serving(listen).await;
+    assert_eq!(tcp_exchange(tcp, b"abc").await.unwrap(), "n 3");
+    // A session open across the upgrade, on the old process.
+    let mut session = tokio::net::TcpStream::connect(tcp).await.unwrap();
+    session.write_all(b"before").await.unwrap();
+
+    let _new = serve(&file, true, &log);
+    // New sessions are served throughout, by one process or the other.
+    let mut exchanges = 0;
+    let start = Instant::now();
+    while old.0.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(2) {
+        let answer = tcp_exchange(tcp, b"hello").await;
+        assert_eq!(
+            answer.as_deref().ok(),
+            Some("n 5"),
+            "{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        exchanges += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(exchanges > 10, "{exchanges} exchanges");
+    // The old process waits for its session (it drains), which still reaches the node.
+    assert!(
+        old.0.try_wait().unwrap().is_none(),
+        "the old process drains"
+    );
+    session.write_all(b" after").await.unwrap();
+    session.shutdown().await.unwrap();
+    let mut answer = String::new();
+    session.read_to_string(&mut answer).await.unwrap();
+    assert_eq!(answer, "n 12");
+    assert_eq!(
+        exited(&mut old, Duration::from_secs(10)).await,
+        Some(true),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_eq!(tcp_exchange(tcp, b"abc").await.unwrap(), "n 3");
+    origin.stop().await;
+}

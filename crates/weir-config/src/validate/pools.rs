@@ -8,7 +8,7 @@ use crate::defaults;
 use crate::error::KeyPath;
 use crate::model::{
     Algorithm, HealthCheckKind, HealthMonitor, Node, NodeMode, PassiveHealth, Pool, PoolId,
-    UpstreamConnections, UpstreamTimeouts,
+    ProxyVersion, UpstreamConnections, UpstreamTimeouts,
 };
 use crate::schema::{
     ConnectionsTable, HealthTable, NodeTable, PassiveHealthTable, PoolTable, StatusValue,
@@ -55,6 +55,15 @@ impl Checker {
             passive_health: self
                 .passive_health(&path.key("passive_health"), table.passive_health.as_ref()),
             fail_open: table.fail_open.unwrap_or(defaults::FAIL_OPEN),
+            proxy_protocol: self.choice(
+                &path.key("proxy_protocol"),
+                table.proxy_protocol.as_deref(),
+                None,
+                &[
+                    ("v1", Some(ProxyVersion::V1)),
+                    ("v2", Some(ProxyVersion::V2)),
+                ],
+            ),
             tls: table
                 .tls
                 .as_ref()

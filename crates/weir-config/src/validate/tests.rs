@@ -586,7 +586,7 @@ fn https_and_the_tls_table_go_together() {
     assert_one_error(
         &file("protocol = \"spdy\"", "", ""),
         "virtual_servers.web.protocol",
-        "expected \"http\" or \"https\"",
+        "expected one of \"http\", \"https\", \"tcp\", \"tls\"",
     );
 }
 

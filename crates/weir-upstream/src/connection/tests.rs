@@ -195,6 +195,71 @@ async fn connect_failure_is_retry_safe_and_frees_the_slot() {
     assert_eq!(pool.open(), 0);
 }
 
+#[tokio::test]
+async fn dedicated_connections_wait_at_the_cap_in_order_and_are_never_kept() {
+    let (address, accepted) = holding_listener().await;
+    let pool = pool(address, settings(2, 10, 5000));
+    // An idle connection left by an HTTP exchange is not handed to a dedicated checkout.
+    pool.checkout().await.unwrap().release();
+    assert_eq!((pool.open(), pool.idle()), (1, 1));
+    let first = pool.checkout_dedicated(&[]).await.unwrap();
+    assert!(!first.is_reused());
+    assert_eq!((pool.open(), pool.idle()), (2, 1));
+    // At the cap, the idle connection makes room for a dedicated one.
+    let second = pool.checkout_dedicated(&[]).await.unwrap();
+    assert_eq!((pool.open(), pool.idle()), (2, 0));
+    // Then the next ones queue, in order.
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for n in 0..3 {
+        let pool = Arc::clone(&pool);
+        let order = Arc::clone(&order);
+        waiters.push(tokio::spawn(async move {
+            let lease = pool.checkout_dedicated(&[]).await.unwrap();
+            order.lock().unwrap().push(n);
+            assert!(pool.open() <= 2);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            lease.release();
+        }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(pool.queued(), 3);
+    // A lease that ends (released or dropped) closes, and its slot goes to the first waiter,
+    // which passes it on in turn.
+    first.release();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    drop(second);
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    assert_eq!((pool.open(), pool.idle(), pool.queued()), (0, 0, 0));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 6);
+}
+
+#[tokio::test]
+async fn a_dedicated_waiter_granted_an_idle_connection_opens_its_own() {
+    let (address, accepted) = holding_listener().await;
+    let pool = pool(address, settings(1, 10, 5000));
+    let http = pool.checkout().await.unwrap();
+    let waiting = {
+        let pool = Arc::clone(&pool);
+        tokio::spawn(async move {
+            pool.checkout_dedicated(&[])
+                .await
+                .map(|lease| lease.is_reused())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(pool.queued(), 1);
+    // The HTTP exchange gives its connection back: the waiter closes it and connects anew.
+    http.release();
+    assert!(!waiting.await.unwrap().unwrap());
+    assert_eq!((pool.open(), pool.idle()), (0, 0));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
 /// A listener that writes `stray` on each connection it accepts, after `delay`.
 async fn stray_listener(stray: &'static [u8], delay: Duration) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,0 +1,183 @@
+//! The stages between admit and a pipeline, for every virtual server: the PROXY header of a
+//! trusted client (its source becomes the client address everywhere after: logs,
+//! `X-Forwarded-For`), then, where `[[passthrough]]` rules exist, the ClientHello (peeked, not
+//! taken) that decides whether the connection is passed through, still encrypted, to a rule's
+//! pool. Then the HTTP pipeline or the TCP session, as the protocol says.
+//!
+//! ```text
+//! admitted → [PROXY header (trusted client)] → [ClientHello → passthrough?] → HTTP pipeline | TCP session
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use weir_config::Protocol;
+use weir_core::ShutdownSignal;
+use weir_proxy_protocol::{MAX_V1_LENGTH, MAX_V2_LENGTH, ParseError, Parsed};
+use weir_tls::client_hello::{
+    DEFAULT_MAX_CLIENT_HELLO, HelloError, MAX_RECORD_PAYLOAD, MAX_RECORDS, Peek, read_client_hello,
+};
+
+use crate::drain::Admission;
+use crate::pipeline;
+use crate::route::VirtualServerRuntime;
+use crate::tcp::peek::{PeekError, peek_until};
+use crate::tcp::session::{self, Client};
+
+/// How long a tcp virtual server with passthrough rules waits for a ClientHello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether a virtual server's connections need the front stages (plain HTTP and HTTPS
+/// without a PROXY header or passthrough rules go straight to the pipeline).
+pub(crate) fn needed(vs: &VirtualServerRuntime) -> bool {
+    crate::model::front_stages(&vs.config)
+}
+
+/// Runs the front stages, then the connection's pipeline, until the connection ends. The
+/// admission (the virtual server's count, the drain) is held until then.
+pub(crate) async fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    admission: Admission,
+    shutdown: ShutdownSignal,
+) {
+    let vs = Arc::clone(&admission.vs);
+    let accepted = Instant::now();
+    // PROXY header, from trusted clients only: anyone else's bytes are data.
+    let mut client = Client {
+        address: peer,
+        destination: None,
+        server_name: None,
+        accepted,
+    };
+    if let Some(accept) = &vs.config.accept_proxy
+        && accept
+            .trusted
+            .iter()
+            .any(|network| network.contains(peer.ip()))
+    {
+        match proxy_header(&mut stream, accept.timeout).await {
+            Ok(addresses) => {
+                vs.layer4.proxy_header("accepted");
+                if let Some(addresses) = addresses {
+                    client.address = addresses.source;
+                    client.destination = Some(addresses.destination);
+                }
+            }
+            Err(result) => {
+                vs.layer4.proxy_header(result);
+                tracing::info!(virtual_server = %vs.config.name, peer = %peer, result, "PROXY header from a trusted client refused; closing");
+                return;
+            }
+        }
+    }
+    // ClientHello: passthrough, or on to the virtual server's own protocol.
+    if !vs.passthrough.is_empty() {
+        match passthrough(&stream, &vs, &mut client).await {
+            Route::Pool(pool) => {
+                return session::serve_plain(stream, client, &vs, &pool).await;
+            }
+            Route::Own => {}
+            Route::Close => return,
+        }
+    }
+    match vs.config.protocol {
+        Protocol::Http | Protocol::Https => {
+            pipeline::serve_connection(stream, client.address, admission, shutdown).await;
+        }
+        Protocol::Tcp | Protocol::Tls => session::serve(stream, client, &vs).await,
+    }
+}
+
+/// Reads a PROXY header (v1 or v2) and takes exactly its bytes. `Ok(None)`: a header without
+/// addresses (LOCAL, UNKNOWN). `Err`: the `result` label of the refusal.
+async fn proxy_header(
+    stream: &mut TcpStream,
+    timeout: Duration,
+) -> Result<Option<weir_proxy_protocol::Addresses>, &'static str> {
+    let max = MAX_V1_LENGTH.max(MAX_V2_LENGTH);
+    let parsed = peek_until(
+        stream,
+        max,
+        timeout,
+        |bytes| match weir_proxy_protocol::parse(bytes) {
+            Ok(Parsed::Partial) => None,
+            Ok(Parsed::Complete { header, consumed }) => Some(Ok((header, consumed))),
+            Err(error) => Some(Err(error)),
+        },
+    )
+    .await
+    .map_err(|error| match error {
+        PeekError::Closed => "closed",
+        PeekError::Timeout => "timeout",
+        PeekError::TooLong => "too_long",
+    })?;
+    let (header, consumed) = parsed.map_err(ParseError::as_str)?;
+    // The header's bytes are in the kernel already: this read does not wait.
+    let mut taken = vec![0; consumed];
+    stream.read_exact(&mut taken).await.map_err(|_| "closed")?;
+    Ok(header.addresses)
+}
+
+/// Where the ClientHello sends a connection.
+enum Route {
+    /// Passed through to this pool.
+    Pool(Arc<weir_upstream::Pool>),
+    /// No rule matched: the virtual server's own protocol serves it.
+    Own,
+    Close,
+}
+
+/// Peeks at the ClientHello and picks a passthrough rule.
+async fn passthrough(stream: &TcpStream, vs: &VirtualServerRuntime, client: &mut Client) -> Route {
+    let timeout = vs
+        .config
+        .tls
+        .as_ref()
+        .map_or(HELLO_TIMEOUT, |tls| tls.handshake_timeout);
+    let max = DEFAULT_MAX_CLIENT_HELLO + MAX_RECORDS * 5 + MAX_RECORD_PAYLOAD + 5;
+    let read = peek_until(stream, max, timeout, |bytes| {
+        match read_client_hello(bytes, DEFAULT_MAX_CLIENT_HELLO) {
+            Ok(Peek::Partial) => None,
+            Ok(Peek::Complete(hello)) => Some(Ok(hello)),
+            Err(error) => Some(Err(error)),
+        }
+    })
+    .await;
+    let hello = match read {
+        Ok(Ok(hello)) => hello,
+        // A tcp virtual server's plain-TCP clients go to its own pool.
+        Ok(Err(HelloError::NotTls)) if vs.config.protocol == Protocol::Tcp => {
+            vs.layer4.client_hello("default_pool");
+            return Route::Own;
+        }
+        Ok(Err(error)) => return refuse(vs, client, error.as_str()),
+        Err(PeekError::Closed) => return refuse(vs, client, "closed"),
+        Err(PeekError::Timeout) => return refuse(vs, client, "timeout"),
+        Err(PeekError::TooLong) => return refuse(vs, client, "too_large"),
+    };
+    match vs.passthrough_pool(&hello) {
+        Some(pool) => {
+            vs.layer4.client_hello("passthrough");
+            client.server_name = hello.server_name;
+            Route::Pool(Arc::clone(pool))
+        }
+        None => {
+            let result = match vs.config.protocol {
+                Protocol::Tcp => "default_pool",
+                _ => "terminated",
+            };
+            vs.layer4.client_hello(result);
+            Route::Own
+        }
+    }
+}
+
+fn refuse(vs: &VirtualServerRuntime, client: &Client, result: &'static str) -> Route {
+    vs.layer4.client_hello(result);
+    tracing::debug!(virtual_server = %vs.config.name, client = %client.address, result, "no ClientHello to route by; closing");
+    Route::Close
+}

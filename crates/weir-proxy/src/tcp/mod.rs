@@ -1,0 +1,106 @@
+//! The TCP (layer 4) data path. Its last stage, the relay, lives here: bytes both ways
+//! between a client and a node until both directions have ended, with half-close passed
+//! through, an idle timeout across both directions and byte counts for the log.
+//!
+//! Two relays with one contract: [`relay`] copies through a buffer per direction and works on
+//! any stream (TLS on either side included); [`splice`] moves bytes between two plain TCP
+//! sockets through a kernel pipe with `splice(2)`, never copying them into user space.
+//! [`Relay`] picks between them.
+
+use std::io;
+use std::time::Duration;
+
+mod copy;
+pub(crate) mod peek;
+pub(crate) mod session;
+mod splice;
+mod tcp_copy;
+
+pub use copy::relay;
+pub use splice::splice;
+pub use tcp_copy::relay_tcp;
+
+/// Which relay a TCP virtual server uses when both ends are plain TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relay {
+    /// Read into a buffer, write from it (the only choice when either end is TLS).
+    Copy,
+    /// `splice(2)` through a pipe per direction: no copy through user space (Linux).
+    Splice,
+    /// Read and write for messages; a direction moves to `splice(2)` once a read fills its
+    /// whole buffer (a bulk flow).
+    Adaptive,
+}
+
+/// How a relay ended, and what it carried.
+#[derive(Debug)]
+pub struct Relayed {
+    /// Bytes read from the client and written to the node.
+    pub client_to_node: u64,
+    /// Bytes read from the node and written to the client.
+    pub node_to_client: u64,
+    /// Why it ended.
+    pub ended: Ended,
+}
+
+/// Why a relay ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// Both directions finished: each side sent its FIN and it was passed on.
+    Closed,
+    /// Nothing moved either way for the idle timeout.
+    IdleTimeout,
+    /// Reading from or writing to the client failed (a reset, most often).
+    Client(io::Error),
+    /// Reading from or writing to the node failed.
+    Node(io::Error),
+}
+
+impl Ended {
+    /// A stable, lower-case name for logs and metric labels.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Ended::Closed => "closed",
+            Ended::IdleTimeout => "idle_timeout",
+            Ended::Client(_) => "client_error",
+            Ended::Node(_) => "node_error",
+        }
+    }
+}
+
+/// What both relays are given.
+#[derive(Debug, Clone, Copy)]
+pub struct RelaySettings {
+    /// The session ends when nothing moved either way for this long.
+    pub idle_timeout: Duration,
+    /// Per-direction buffer (copy) or pipe chunk (splice), bytes.
+    pub buffer: usize,
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        RelaySettings {
+            idle_timeout: Duration::from_secs(300),
+            buffer: 16 * 1024,
+        }
+    }
+}
+
+/// Which end of the session an I/O error came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Client,
+    Node,
+}
+
+impl End {
+    fn ended(self, error: io::Error) -> Ended {
+        match self {
+            End::Client => Ended::Client(error),
+            End::Node => Ended::Node(error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,213 @@
+//! The TCP session: the layer 4 pipeline after the front stages (`front.rs`). It reads like
+//! the chart in ARCHITECTURE.md ("The TCP data path"):
+//!
+//! ```text
+//! [handshake (tls)] → select → connect [+ PROXY header] (retry on another node) → relay → log
+//! ```
+//!
+//! The node connection is a dedicated checkout of the node's connection pool: it counts
+//! against the node's `max_connections`, and at the cap the session waits in the node's FIFO
+//! queue (connection offload at layer 4). It is closed when the session ends.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::net::TcpStream;
+use weir_config::ProxyVersion;
+use weir_core::{Error, ErrorKind};
+use weir_observe::SessionRecord;
+use weir_tls::{ServerStream, Stream};
+use weir_upstream::node::InFlight;
+use weir_upstream::{Lease, Pool, Tried};
+
+use super::{Ended, Relay, Relayed, relay, relay_tcp, splice};
+use crate::route::VirtualServerRuntime;
+
+/// The client side of a session, as the front stages found it.
+#[derive(Debug)]
+pub(crate) struct Client {
+    /// The client: a trusted PROXY header's source, else the peer.
+    pub address: SocketAddr,
+    /// The address the client connected to, as a trusted PROXY header said.
+    pub destination: Option<SocketAddr>,
+    /// The server name of a passed-through ClientHello.
+    pub server_name: Option<String>,
+    pub accepted: Instant,
+}
+
+/// A node connection for one session.
+struct Connected {
+    node: usize,
+    lease: Lease,
+    /// Counts the session on its node for the balancers, until it ends.
+    _in_flight: InFlight,
+}
+
+/// Serves a tcp or tls virtual server's session: TLS handshake first on a tls one.
+pub(crate) async fn serve(stream: TcpStream, client: Client, vs: &VirtualServerRuntime) {
+    let pool = Arc::clone(&vs.default_pool);
+    let stream = match &vs.tls {
+        None => ServerStream::Plain(stream),
+        Some(tls) => match tls.handshake(stream, client.address).await {
+            Some((stream, _)) => stream,
+            None => return,
+        },
+    };
+    run(stream, client, vs, &pool).await;
+}
+
+/// Serves a session that relays the client's bytes as they are (TLS passthrough).
+pub(crate) async fn serve_plain(
+    stream: TcpStream,
+    client: Client,
+    vs: &VirtualServerRuntime,
+    pool: &Arc<Pool>,
+) {
+    run(ServerStream::Plain(stream), client, vs, pool).await;
+}
+
+async fn run(
+    mut stream: ServerStream,
+    client: Client,
+    vs: &VirtualServerRuntime,
+    pool: &Arc<Pool>,
+) {
+    // select → connect, with the PROXY header first when the pool sends one
+    let preamble = match pool.config.proxy_protocol {
+        None => Vec::new(),
+        Some(version) => proxy_header(version, &client, stream.tcp()),
+    };
+    let connected = match connect(pool, &preamble).await {
+        Ok(connected) => connected,
+        Err(error) => {
+            let result = match error.kind() {
+                ErrorKind::NoNodeAvailable => "no_node",
+                ErrorKind::QueueFull => "queue_full",
+                ErrorKind::QueueTimeout => "queue_timeout",
+                _ => "connect_failed",
+            };
+            tracing::warn!(virtual_server = %vs.config.name, client = %client.address, %error, "TCP session failed before it reached a node");
+            log(vs, &client, pool, None, None, result);
+            return;
+        }
+    };
+    let Connected {
+        node, mut lease, ..
+    } = connected;
+    // relay
+    let (kind, settings) = vs.relay;
+    let relayed = match (&mut stream, lease.stream(), kind) {
+        (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Splice) => {
+            splice(client_tcp, node_tcp, settings).await
+        }
+        (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Copy) => {
+            relay_tcp(client_tcp, node_tcp, settings, false).await
+        }
+        (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Adaptive) => {
+            relay_tcp(client_tcp, node_tcp, settings, true).await
+        }
+        (client_stream, node_stream, _) => relay(client_stream, node_stream, settings).await,
+    };
+    drop(lease);
+    // log
+    if matches!(relayed.ended, Ended::Node(_)) {
+        tracing::debug!(virtual_server = %vs.config.name, node = %pool.nodes[node].address, ended = ?relayed.ended, "TCP session ended by a node error");
+    }
+    let address = pool.nodes[node].address;
+    log(
+        vs,
+        &client,
+        pool,
+        Some(address),
+        Some(&relayed),
+        relayed.ended.as_str(),
+    );
+}
+
+/// select → connect, moving to another node after a connect failure, at most `retries` times.
+async fn connect(pool: &Arc<Pool>, preamble: &[u8]) -> Result<Connected, Error> {
+    let mut tried = Tried::default();
+    let mut retries = 0;
+    let mut last_error = None;
+    loop {
+        let Some(index) = pool.select(tried, Instant::now()) else {
+            return Err(last_error.unwrap_or_else(|| {
+                pool.metrics.no_node_available.inc();
+                Error::new(ErrorKind::NoNodeAvailable, weir_core::Side::Internal)
+                    .context(format!("every node of pool {} is down", pool.name))
+            }));
+        };
+        tried.add(index);
+        let node = &pool.nodes[index];
+        let in_flight = node.start_request();
+        match pool.connections[index].checkout_dedicated(preamble).await {
+            Ok(lease) => {
+                node.record_success(Instant::now());
+                return Ok(Connected {
+                    node: index,
+                    lease,
+                    _in_flight: in_flight,
+                });
+            }
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout
+                ) =>
+            {
+                node.record_failure(Instant::now());
+                if retries >= pool.config.retries {
+                    return Err(error);
+                }
+                tracing::debug!(pool = %pool.name, node = %node.address, %error, "connect failed; trying another node");
+                pool.metrics.retries.inc();
+                retries += 1;
+                last_error = Some(error);
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// The PROXY header naming the client and the address it connected to.
+fn proxy_header(version: ProxyVersion, client: &Client, local: &TcpStream) -> Vec<u8> {
+    let destination = client
+        .destination
+        .or_else(|| local.local_addr().ok())
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let mut header = Vec::with_capacity(64);
+    match version {
+        ProxyVersion::V1 => weir_proxy_protocol::write_v1(client.address, destination, &mut header),
+        ProxyVersion::V2 => weir_proxy_protocol::write_v2(client.address, destination, &mut header),
+    }
+    header
+}
+
+/// Counts the session and writes its access record.
+fn log(
+    vs: &VirtualServerRuntime,
+    client: &Client,
+    pool: &Pool,
+    node: Option<SocketAddr>,
+    relayed: Option<&Relayed>,
+    result: &'static str,
+) {
+    vs.layer4.session(result);
+    let (received, sent) = relayed.map_or((0, 0), |r| (r.client_to_node, r.node_to_client));
+    vs.metrics.bytes_received.inc_by(received);
+    vs.metrics.bytes_sent.inc_by(sent);
+    if let Some(log) = &vs.access_log {
+        log.write_session(&SessionRecord {
+            virtual_server: &vs.config.name,
+            client: client.address,
+            server_name: client.server_name.as_deref(),
+            pool: Some(&pool.name),
+            node,
+            bytes_received: received,
+            bytes_sent: sent,
+            duration: client.accepted.elapsed(),
+            result,
+        });
+    }
+}

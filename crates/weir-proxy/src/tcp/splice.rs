@@ -1,0 +1,188 @@
+//! The zero-copy relay (Linux): per direction, `splice(2)` moves bytes from the reading
+//! socket into a pipe and from the pipe into the writing socket, so they never pass through
+//! user space. Pipes are reused from a small per-thread pool (one that still holds bytes is
+//! never put back), so a short session does not pay for creating and closing two pipes.
+
+use std::cell::RefCell;
+use std::io;
+use std::net::Shutdown;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::fcntl::{OFlag, SpliceFFlags};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::{End, Ended, RelaySettings, Relayed};
+
+/// Pipes kept per thread between sessions.
+const POOLED_PIPES: usize = 64;
+
+thread_local! {
+    static PIPES: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A kernel pipe, both ends non-blocking.
+struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl Pipe {
+    fn take() -> io::Result<Pipe> {
+        if let Some(pipe) = PIPES.with(|pipes| pipes.borrow_mut().pop()) {
+            return Ok(pipe);
+        }
+        let (read, write) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
+        Ok(Pipe { read, write })
+    }
+
+    /// Back to the pool; only called on an empty pipe.
+    fn put_back(self) {
+        PIPES.with(|pipes| {
+            let mut pipes = pipes.borrow_mut();
+            if pipes.len() < POOLED_PIPES {
+                pipes.push(self);
+            }
+        });
+    }
+}
+
+/// When bytes last moved either way, as nanoseconds since `start`.
+pub(super) struct Activity {
+    start: Instant,
+    last: AtomicU64,
+}
+
+impl Activity {
+    pub(super) fn new() -> Activity {
+        Activity {
+            start: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn touch(&self) {
+        let nanos = self.start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.last.store(nanos, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.start + std::time::Duration::from_nanos(self.last.load(Ordering::Relaxed))
+    }
+}
+
+/// Relays bytes between two plain TCP sockets with `splice(2)`; the same contract as
+/// [`relay`](super::relay): half-close passed on, idle timeout across both directions.
+pub async fn splice(client: &TcpStream, node: &TcpStream, settings: RelaySettings) -> Relayed {
+    // Atomics only so the future is `Send`; both directions run in this one task.
+    let up_bytes = AtomicU64::new(0);
+    let down_bytes = AtomicU64::new(0);
+    let activity = Activity::new();
+    let both = async {
+        let up = one_way(
+            client,
+            node,
+            End::Client,
+            End::Node,
+            settings.buffer,
+            &up_bytes,
+            &activity,
+        );
+        let down = one_way(
+            node,
+            client,
+            End::Node,
+            End::Client,
+            settings.buffer,
+            &down_bytes,
+            &activity,
+        );
+        tokio::try_join!(up, down)
+    };
+    let ended = tokio::select! {
+        done = both => match done {
+            Ok(_) => Ended::Closed,
+            Err((end, error)) => end.ended(error),
+        },
+        () = until_idle(&activity, settings.idle_timeout) => Ended::IdleTimeout,
+    };
+    Relayed {
+        client_to_node: up_bytes.into_inner(),
+        node_to_client: down_bytes.into_inner(),
+        ended,
+    }
+}
+
+/// Returns once nothing moved for `idle` (the timer is re-armed only when it fires).
+pub(super) async fn until_idle(activity: &Activity, idle: std::time::Duration) {
+    loop {
+        let deadline = activity.last() + idle;
+        if deadline <= Instant::now() {
+            return;
+        }
+        tokio::time::sleep_until(deadline).await;
+    }
+}
+
+/// One direction until EOF (then the writer's write side is shut down) or an error.
+pub(super) async fn one_way(
+    from: &TcpStream,
+    to: &TcpStream,
+    from_end: End,
+    to_end: End,
+    chunk: usize,
+    bytes: &AtomicU64,
+    activity: &Activity,
+) -> Result<(), (End, io::Error)> {
+    let pipe = Pipe::take().map_err(|error| (from_end, error))?;
+    let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+    loop {
+        // The pipe is empty here, so "would block" can only mean the socket has nothing.
+        let filled = loop {
+            from.readable().await.map_err(|error| (from_end, error))?;
+            let attempt = from.try_io(Interest::READABLE, || {
+                Ok(nix::fcntl::splice(
+                    from,
+                    None,
+                    &pipe.write,
+                    None,
+                    chunk,
+                    flags,
+                )?)
+            });
+            match attempt {
+                Ok(filled) => break filled,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(error) => return Err((from_end, error)),
+            }
+        };
+        if filled == 0 {
+            pipe.put_back();
+            return match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
+                Err(error) if error.kind() != io::ErrorKind::NotConnected => Err((to_end, error)),
+                _ => Ok(()),
+            };
+        }
+        activity.touch();
+        let mut pending = filled;
+        while pending > 0 {
+            to.writable().await.map_err(|error| (to_end, error))?;
+            let attempt = to.try_io(Interest::WRITABLE, || {
+                Ok(nix::fcntl::splice(
+                    &pipe.read, None, to, None, pending, flags,
+                )?)
+            });
+            match attempt {
+                Ok(moved) => {
+                    pending -= moved;
+                    bytes.fetch_add(moved as u64, Ordering::Relaxed);
+                    activity.touch();
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(error) => return Err((to_end, error)),
+            }
+        }
+    }
+}

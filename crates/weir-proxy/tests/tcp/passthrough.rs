@@ -1,0 +1,116 @@
+//! TLS passthrough: the ClientHello routes, its bytes reach the node untouched.
+
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use weir_testkit::{TestOrigin, TestProxy};
+
+use crate::support::{Node, client_hello, exchange, metric, read_all};
+
+fn passthrough_config(a: &Node, b: &Node) -> String {
+    format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\
+         [pools.a]\nnodes = [{{ address = \"{}\" }}]\n[pools.b]\nnodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.l4]\nprotocol = \"tcp\"\nlisten = [\"127.0.0.1:0\"]\npool = \"b\"\n\
+         [[virtual_servers.l4.passthrough]]\nserver_names = [\"a.example\", \"*.a.internal\"]\npool = \"a\"\n",
+        a.addr, b.addr
+    )
+}
+
+/// The ClientHello arrives in two segments split at every byte boundary; each connection is
+/// routed by its SNI, and the node gets every byte as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_hello_split_at_every_byte_boundary_routes_by_sni() {
+    let (a, b) = (
+        Node::start("A", Duration::ZERO).await,
+        Node::start("B", Duration::ZERO).await,
+    );
+    let proxy = TestProxy::start(&passthrough_config(&a, &b)).await;
+    let hello = client_hello("db.a.internal");
+    for split in 1..hello.len() {
+        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream.write_all(&hello[..split]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        stream.write_all(&hello[split..]).await.unwrap();
+        stream.shutdown().await.unwrap();
+        assert_eq!(
+            read_all(&mut stream).await,
+            format!("A {}", hello.len()),
+            "split at {split}"
+        );
+        assert_eq!(a.last_received(), hello, "split at {split}");
+    }
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_client_hellos_total{virtual_server=\"l4\",result=\"passthrough\"}"
+        ),
+        hello.len() as u64 - 1
+    );
+    // Another name, and plain TCP, go to the virtual server's own pool.
+    let other = client_hello("b.example");
+    assert_eq!(
+        exchange(proxy.addr, &other).await,
+        format!("B {}", other.len())
+    );
+    assert_eq!(exchange(proxy.addr, b"not TLS at all").await, "B 14");
+    // A malformed handshake record closes the connection.
+    assert_eq!(exchange(proxy.addr, &[22, 3, 1, 0, 0]).await, "");
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_client_hellos_total{virtual_server=\"l4\",result=\"default_pool\"}"
+        ),
+        2
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "weir_client_hellos_total{virtual_server=\"l4\",result=\"malformed\"}"
+        ),
+        1
+    );
+    proxy.stop().await;
+}
+
+/// On one HTTPS port: a name passed through to a pool, every other name terminated by weir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_port_passes_some_names_through_and_terminates_the_rest() {
+    let pass = Node::start("P", Duration::ZERO).await;
+    let origin = TestOrigin::start("web").await;
+    let proxy = TestProxy::start(&format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\
+         [pools.web]\nnodes = [{{ address = \"{}\" }}]\n[pools.pass]\nnodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.s]\nprotocol = \"https\"\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n\
+         [[virtual_servers.s.passthrough]]\nserver_names = [\"pass.example\"]\npool = \"pass\"\n",
+        origin.addr, pass.addr
+    ))
+    .await;
+    let hello = client_hello("pass.example");
+    assert_eq!(
+        exchange(proxy.addr, &hello).await,
+        format!("P {}", hello.len())
+    );
+    assert_eq!(pass.last_received(), hello);
+    let config = weir_testkit::tls::client_config(&weir_testkit::tls::ClientOptions::default());
+    let mut stream = weir_testkit::tls::connect(proxy.addr, "localhost", &config)
+        .await
+        .unwrap();
+    let response = weir_testkit::tls::get(&mut stream, "/").await.unwrap();
+    assert_eq!(response.status, 200);
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_client_hellos_total{virtual_server=\"s\",result=\"terminated\"}"
+        ),
+        1
+    );
+    proxy.stop().await;
+    origin.stop().await;
+}

@@ -1,0 +1,282 @@
+//! A TCP virtual server's sessions.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use weir_testkit::TestProxy;
+
+use crate::support::{Node, exchange, metric, read_all, tcp_config};
+
+const RELAYS: [&str; 2] = ["copy", "splice"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_half_close_reaches_the_node_which_still_answers() {
+    let node = Node::start("n", Duration::ZERO).await;
+    for relay in RELAYS {
+        let proxy = TestProxy::start(&tcp_config(
+            &[node.addr],
+            "",
+            &format!("[virtual_servers.l4.tcp]\nrelay = \"{relay}\""),
+        ))
+        .await;
+        let answer = exchange(proxy.addr, &[7u8; 100_000]).await;
+        assert_eq!(answer, "n 100000", "{relay}");
+        assert_eq!(node.last_received(), vec![7u8; 100_000]);
+        let text = proxy.metrics.encode();
+        assert_eq!(
+            metric(
+                &text,
+                "weir_tcp_sessions_total{virtual_server=\"l4\",result=\"closed\"}"
+            ),
+            1,
+            "{relay}: {text}"
+        );
+        assert_eq!(
+            metric(
+                &text,
+                "weir_client_bytes_received_total{virtual_server=\"l4\"}"
+            ),
+            100_000
+        );
+        assert_eq!(
+            metric(&text, "weir_client_bytes_sent_total{virtual_server=\"l4\"}"),
+            8
+        );
+        proxy.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_half_close_reaches_the_client_which_still_sends() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node_addr = listener.local_addr().unwrap();
+    let node = tokio::spawn(async move {
+        let mut got = Vec::new();
+        for _ in 0..RELAYS.len() {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            stream.write_all(b"banner").await.unwrap();
+            stream.shutdown().await.unwrap();
+            let mut late = Vec::new();
+            stream.read_to_end(&mut late).await.unwrap();
+            got.push(late);
+        }
+        got
+    });
+    for relay in RELAYS {
+        let proxy = TestProxy::start(&tcp_config(
+            &[node_addr],
+            "",
+            &format!("[virtual_servers.l4.tcp]\nrelay = \"{relay}\""),
+        ))
+        .await;
+        let mut client = TcpStream::connect(proxy.addr).await.unwrap();
+        assert_eq!(read_all(&mut client).await, "banner", "{relay}");
+        client
+            .write_all(b"sent after the node's FIN")
+            .await
+            .unwrap();
+        client.shutdown().await.unwrap();
+        proxy.stop().await;
+    }
+    let got = node.await.unwrap();
+    assert!(
+        got.iter().all(|late| late == b"sent after the node's FIN"),
+        "{got:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_is_closed_at_the_idle_timeout() {
+    let node = Node::start("n", Duration::ZERO).await;
+    let proxy = TestProxy::start(&tcp_config(
+        &[node.addr],
+        "",
+        "[virtual_servers.l4.tcp]\nidle_timeout = \"300ms\"",
+    ))
+    .await;
+    let mut client = TcpStream::connect(proxy.addr).await.unwrap();
+    client.write_all(b"x").await.unwrap();
+    let started = std::time::Instant::now();
+    // Neither side sends more: weir closes both.
+    assert_eq!(read_all(&mut client).await, "");
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_tcp_sessions_total{virtual_server=\"l4\",result=\"idle_timeout\"}"
+        ),
+        1
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_failure_moves_to_the_next_node() {
+    let dead = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap()
+    };
+    let node = Node::start("live", Duration::ZERO).await;
+    let proxy = TestProxy::start(&tcp_config(
+        &[dead, node.addr],
+        "retries = 1\n[pools.p.passive_health]\nconsecutive_failures = 1000",
+        "",
+    ))
+    .await;
+    for _ in 0..6 {
+        assert_eq!(exchange(proxy.addr, b"hi").await, "live 2");
+    }
+    let text = proxy.metrics.encode();
+    let failures = metric(
+        &text,
+        &format!("weir_node_connect_failures_total{{pool=\"p\",node=\"{dead}\"}}"),
+    );
+    assert!(failures >= 3, "{text}");
+    assert_eq!(metric(&text, "weir_retries_total{pool=\"p\"}"), failures);
+    // With no retry allowed and only the dead node, the session closes and counts.
+    let only_dead = TestProxy::start(&tcp_config(&[dead], "retries = 0", "")).await;
+    assert_eq!(exchange(only_dead.addr, b"hi").await, "");
+    let text = only_dead.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_tcp_sessions_total{virtual_server=\"l4\",result=\"connect_failed\"}"
+        ),
+        1
+    );
+    only_dead.stop().await;
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_wait_in_the_queue_at_the_node_cap() {
+    let node = Node::start("n", Duration::from_millis(50)).await;
+    let proxy = TestProxy::start(&tcp_config(
+        &[node.addr],
+        "[pools.p.connections]\nmax_connections = 2\nqueue_length = 100\nqueue_timeout = \"10s\"",
+        "",
+    ))
+    .await;
+    let mut clients = Vec::new();
+    for _ in 0..16 {
+        let addr = proxy.addr;
+        clients.push(tokio::spawn(async move { exchange(addr, b"abc").await }));
+    }
+    for client in clients {
+        assert_eq!(client.await.unwrap(), "n 3");
+    }
+    assert_eq!(node.peak.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_tcp_sessions_total{virtual_server=\"l4\",result=\"closed\"}"
+        ),
+        16
+    );
+    assert_eq!(
+        metric(
+            &text,
+            &format!(
+                "weir_upstream_connections_open{{pool=\"p\",node=\"{}\"}}",
+                node.addr
+            )
+        ),
+        0
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_a_full_queue_sessions_are_closed_and_counted() {
+    let node = Node::start("n", Duration::from_millis(300)).await;
+    let proxy = TestProxy::start(&tcp_config(
+        &[node.addr],
+        "[pools.p.connections]\nmax_connections = 1\nqueue_length = 1\nqueue_timeout = \"10s\"",
+        "",
+    ))
+    .await;
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let addr = proxy.addr;
+        clients.push(tokio::spawn(async move { exchange(addr, b"abc").await }));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let mut answers = Vec::new();
+    for client in clients {
+        answers.push(client.await.unwrap());
+    }
+    assert_eq!(
+        answers.iter().filter(|a| *a == "n 3").count(),
+        2,
+        "{answers:?}"
+    );
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_tcp_sessions_total{virtual_server=\"l4\",result=\"queue_full\"}"
+        ),
+        2
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_virtual_server_terminates_tls_and_relays_plain_bytes() {
+    let node = Node::start("plain", Duration::ZERO).await;
+    let proxy = TestProxy::start(&format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n[pools.p]\nnodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n",
+        node.addr
+    ))
+    .await;
+    let config = weir_testkit::tls::client_config(&weir_testkit::tls::ClientOptions::default());
+    let mut stream = weir_testkit::tls::connect(proxy.addr, "localhost", &config)
+        .await
+        .unwrap();
+    stream.write_all(b"over tls").await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    assert_eq!(answer, b"plain 8");
+    assert_eq!(node.last_received(), b"over tls");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_virtual_server_connection_limit_a_client_is_closed_at_once() {
+    let node = Node::start("n", Duration::ZERO).await;
+    let proxy = TestProxy::start(&tcp_config(
+        &[node.addr],
+        "",
+        "[virtual_servers.l4.limits]\nmax_connections = 1",
+    ))
+    .await;
+    // The first session stays open (no FIN from its client yet).
+    let mut first = TcpStream::connect(proxy.addr).await.unwrap();
+    first.write_all(b"held").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut refused = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        read_all(&mut refused).await,
+        "",
+        "closed at once, nothing relayed"
+    );
+    first.shutdown().await.unwrap();
+    assert_eq!(read_all(&mut first).await, "n 4");
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_client_connections_rejected_total{virtual_server=\"l4\"}"
+        ),
+        1
+    );
+    // Once the first is gone, a new client is served.
+    assert_eq!(exchange(proxy.addr, b"later").await, "n 5");
+    proxy.stop().await;
+}

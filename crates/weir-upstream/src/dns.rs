@@ -1,0 +1,305 @@
+//! Nodes by DNS name: resolved at start, re-resolved when their records expire.
+//!
+//! A node given as `host:port` stands for every address the name resolves to (A and AAAA, as
+//! configured). [`NameState`] is the sans-IO part: it takes each answer (or failure) and says
+//! whether the set of addresses changed and when to ask again — at the records' TTL, kept
+//! within `[min_ttl, max_ttl]`; after a failure the last good set is kept and the next try
+//! backs off from `min_ttl` up to `max_ttl`. [`watch`] is the driver: one task per name that
+//! publishes each new set on a `tokio::sync::watch` channel, for the pool to apply the way a
+//! reload would (connections to addresses still in the set are kept).
+//!
+//! Resolution uses hickory-resolver (the system's `/etc/resolv.conf`, or the servers the
+//! config names), whose answers carry their records' expiry.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hickory_resolver::TokioResolver;
+use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolverConfig};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use tokio::sync::watch as channel;
+use tokio::task::JoinHandle;
+use weir_core::ShutdownSignal;
+
+/// How names are resolved and re-resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsSettings {
+    /// Name servers to ask (UDP, falling back to TCP); empty: the system's.
+    pub servers: Vec<SocketAddr>,
+    /// One query's timeout (per attempt).
+    pub timeout: Duration,
+    /// Re-resolve no sooner than this, whatever the TTL (and the first retry after a failure).
+    pub min_ttl: Duration,
+    /// Re-resolve no later than this, whatever the TTL (and the longest retry back-off).
+    pub max_ttl: Duration,
+    /// Which address records (A, AAAA or both) make nodes.
+    pub families: Families,
+}
+
+/// Which address records make nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Families {
+    /// A records only.
+    Ipv4,
+    /// AAAA records only.
+    Ipv6,
+    /// Both A and AAAA.
+    Both,
+}
+
+impl Default for DnsSettings {
+    fn default() -> Self {
+        DnsSettings {
+            servers: Vec::new(),
+            timeout: Duration::from_secs(2),
+            min_ttl: Duration::from_secs(1),
+            max_ttl: Duration::from_secs(300),
+            families: Families::Both,
+        }
+    }
+}
+
+/// A node named by DNS: a host name and the port every address it resolves to gets.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodeName {
+    /// The host name, as written.
+    pub host: String,
+    /// The port of every node the name resolves to.
+    pub port: u16,
+}
+
+impl fmt::Display for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// The addresses a name resolved to, and for how long they hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// Sorted, without duplicates, never empty.
+    pub addresses: Vec<IpAddr>,
+    /// The shortest time to live of the records, as the resolver reported it.
+    pub ttl: Duration,
+}
+
+/// Why a name did not resolve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    /// The name exists in no record of the families asked for (NXDOMAIN, or no A/AAAA).
+    NoRecords,
+    /// No usable answer (timeout, SERVFAIL, refused, network).
+    Failed(String),
+}
+
+impl fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResolveError::NoRecords => f.write_str("no address records"),
+            ResolveError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for ResolveError {}
+
+/// The resolver shared by every name of a process.
+#[derive(Clone)]
+pub struct Resolver {
+    inner: TokioResolver,
+}
+
+impl fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Resolver")
+    }
+}
+
+impl Resolver {
+    /// A resolver for `settings`: the named servers, or the system's configuration. Must be
+    /// called inside a tokio runtime.
+    pub fn new(settings: &DnsSettings) -> Result<Resolver, ResolveError> {
+        let provider = TokioRuntimeProvider::default();
+        let mut builder = if settings.servers.is_empty() {
+            TokioResolver::builder(provider)
+                .map_err(|e| ResolveError::Failed(format!("system DNS configuration: {e}")))?
+        } else {
+            let servers = settings
+                .servers
+                .iter()
+                .map(|server| {
+                    let mut config = NameServerConfig::udp_and_tcp(server.ip());
+                    for connection in &mut config.connections {
+                        connection.port = server.port();
+                    }
+                    config
+                })
+                .collect();
+            TokioResolver::builder_with_config(ResolverConfig::from_name_servers(servers), provider)
+        };
+        let options = builder.options_mut();
+        options.timeout = settings.timeout;
+        // The resolver's cache may answer a re-resolution, but never past our bounds.
+        options.positive_max_ttl = Some(settings.max_ttl);
+        options.negative_max_ttl = Some(settings.min_ttl);
+        options.ip_strategy = match settings.families {
+            Families::Ipv4 => LookupIpStrategy::Ipv4Only,
+            Families::Ipv6 => LookupIpStrategy::Ipv6Only,
+            Families::Both => LookupIpStrategy::Ipv4AndIpv6,
+        };
+        let inner = builder
+            .build()
+            .map_err(|e| ResolveError::Failed(format!("DNS resolver: {e}")))?;
+        Ok(Resolver { inner })
+    }
+
+    /// Resolves `host` once (an IP literal resolves to itself, with the longest TTL).
+    pub async fn resolve(&self, host: &str) -> Result<Answer, ResolveError> {
+        let lookup = self.inner.lookup_ip(host).await.map_err(|error| {
+            if error.is_no_records_found() || error.is_nx_domain() {
+                ResolveError::NoRecords
+            } else {
+                ResolveError::Failed(error.to_string())
+            }
+        })?;
+        let mut addresses: Vec<IpAddr> = lookup.iter().collect();
+        addresses.sort_unstable();
+        addresses.dedup();
+        if addresses.is_empty() {
+            return Err(ResolveError::NoRecords);
+        }
+        let ttl = lookup
+            .valid_until()
+            .saturating_duration_since(std::time::Instant::now());
+        Ok(Answer { addresses, ttl })
+    }
+}
+
+/// What one answer changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Update {
+    /// A new set of node addresses (the first one included).
+    Changed(Arc<[SocketAddr]>),
+    /// The same set as before.
+    Unchanged,
+    /// The name did not resolve; the last good set (if any) stays.
+    Failed(ResolveError),
+}
+
+/// One name's resolution state (sans-IO): the last good set and the failures since.
+#[derive(Debug, Clone)]
+pub struct NameState {
+    name: NodeName,
+    min_ttl: Duration,
+    max_ttl: Duration,
+    current: Option<Arc<[SocketAddr]>>,
+    failures: u32,
+}
+
+impl NameState {
+    /// A name not yet resolved, re-resolved within `settings`' bounds.
+    pub fn new(name: NodeName, settings: &DnsSettings) -> NameState {
+        NameState {
+            name,
+            min_ttl: settings.min_ttl,
+            max_ttl: settings.max_ttl.max(settings.min_ttl),
+            current: None,
+            failures: 0,
+        }
+    }
+
+    /// The name this state follows.
+    pub fn name(&self) -> &NodeName {
+        &self.name
+    }
+
+    /// The last good set of addresses; `None` until the name first resolved.
+    pub fn current(&self) -> Option<&Arc<[SocketAddr]>> {
+        self.current.as_ref()
+    }
+
+    /// Takes one resolution's outcome: what changed, and how long until the next one.
+    pub fn on_answer(&mut self, outcome: Result<Answer, ResolveError>) -> (Update, Duration) {
+        match outcome {
+            Ok(answer) => {
+                self.failures = 0;
+                let next = answer.ttl.clamp(self.min_ttl, self.max_ttl);
+                let port = self.name.port;
+                let set: Arc<[SocketAddr]> = answer
+                    .addresses
+                    .iter()
+                    .map(|&ip| SocketAddr::new(ip, port))
+                    .collect();
+                if self.current.as_deref() == Some(&set[..]) {
+                    return (Update::Unchanged, next);
+                }
+                self.current = Some(Arc::clone(&set));
+                (Update::Changed(set), next)
+            }
+            Err(error) => {
+                // min_ttl, doubling per failure in a row, at most max_ttl.
+                let backoff = self
+                    .min_ttl
+                    .saturating_mul(1 << self.failures.min(16))
+                    .min(self.max_ttl);
+                self.failures = self.failures.saturating_add(1);
+                (Update::Failed(error), backoff)
+            }
+        }
+    }
+}
+
+/// Resolves `name` now, then keeps re-resolving it in a task until `shutdown`. The channel
+/// holds the last good set (empty until the name first resolves); a failure is logged once per
+/// failed attempt and changes nothing.
+pub async fn watch(
+    resolver: Resolver,
+    name: NodeName,
+    settings: &DnsSettings,
+    mut shutdown: ShutdownSignal,
+) -> (channel::Receiver<Arc<[SocketAddr]>>, JoinHandle<()>) {
+    let mut state = NameState::new(name, settings);
+    let first = resolver.resolve(&state.name.host).await;
+    let (update, mut delay) = state.on_answer(first);
+    log(&state, &update);
+    let initial = state
+        .current
+        .clone()
+        .unwrap_or_else(|| Arc::from(Vec::new()));
+    let (sender, receiver) = channel::channel(initial);
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = shutdown.triggered() => return,
+            }
+            let outcome = resolver.resolve(&state.name.host).await;
+            let update;
+            (update, delay) = state.on_answer(outcome);
+            log(&state, &update);
+            if let Update::Changed(set) = update {
+                sender.send_replace(set);
+            }
+        }
+    });
+    (receiver, task)
+}
+
+fn log(state: &NameState, update: &Update) {
+    let name = state.name();
+    match update {
+        Update::Changed(set) => {
+            tracing::info!(node = %name, addresses = ?set, "DNS name resolved to a new set of addresses");
+        }
+        Update::Unchanged => {}
+        Update::Failed(error) => {
+            let kept = state.current().map_or(0, |set| set.len());
+            tracing::warn!(node = %name, %error, kept, "DNS resolution failed; keeping the last good addresses");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
