@@ -30,6 +30,7 @@ mod chunked;
 mod error;
 mod fields;
 mod head;
+pub mod http2;
 mod message;
 mod scan;
 mod syntax;

@@ -23,6 +23,7 @@
 //!     node: Some("10.0.0.1:8080".parse().unwrap()),
 //!     duration: Duration::from_micros(1500),
 //!     upstream_duration: Some(Duration::from_micros(1200)),
+//!     grpc_status: None,
 //!     error: None,
 //!     request_id: Some("4bf92f3577b34da6"),
 //!     rule: None,
@@ -86,6 +87,9 @@ pub struct AccessRecord<'a> {
     pub request_id: Option<&'a str>,
     /// The traffic rule that decided where the request went, if one did.
     pub rule: Option<&'a str>,
+    /// A gRPC call's status (`grpc-status` from the response's trailers, or its
+    /// head for a trailers-only response), if the response carried one.
+    pub grpc_status: Option<u32>,
 }
 
 /// Where access records go: one per configuration of `log.access_log_format` and
@@ -250,6 +254,9 @@ impl AccessRecord<'_> {
         }
         if let Some(rule) = self.rule {
             fields.text("rule", rule);
+        }
+        if let Some(status) = self.grpc_status {
+            fields.number("grpc_status", u64::from(status));
         }
         if json {
             line.push('}');
@@ -443,6 +450,7 @@ mod tests {
             node: None,
             duration: Duration::from_micros(1500),
             upstream_duration: None,
+            grpc_status: None,
             error: Some("connect refused"),
             request_id: None,
             rule: None,

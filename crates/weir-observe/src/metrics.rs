@@ -19,11 +19,13 @@ use crate::names::{self, MetricSpec};
 use crate::stats::{LatencyHistogram, Totals};
 
 mod cache;
+mod http2;
 mod layer4;
 mod traffic;
 mod tunnel;
 
 pub use cache::{CacheMetrics, CompressionMetrics};
+pub use http2::{Flood, Http2Metrics, UpstreamHttp2Metrics};
 pub use layer4::Layer4Metrics;
 pub use traffic::{CLIENT_CONNECTIONS_LIMIT, TrafficMetrics};
 pub use tunnel::TunnelMetrics;
@@ -51,6 +53,8 @@ pub struct Metrics {
     pub(crate) cache: cache::CacheFamilies,
     /// Rule and limit families (issue 14), in `metrics/traffic.rs`.
     pub(crate) traffic: traffic::TrafficFamilies,
+    /// HTTP/2 families (issue 11), in `metrics/http2.rs`.
+    pub(crate) http2: http2::Http2Families,
     /// Layer 4 families (issue 13), in `metrics/layer4.rs`.
     pub(crate) layer4: layer4::Layer4Families,
     refreshers: Refreshers,
@@ -109,6 +113,8 @@ pub struct VirtualServerMetrics {
     pub bytes_sent: Counter,
     /// Request durations (shared by every virtual server).
     pub latency: Arc<LatencyHistogram>,
+    /// HTTP/2 connections, streams and floods of this virtual server's clients.
+    pub http2: Http2Metrics,
 }
 
 /// Handles for one pool.
@@ -396,6 +402,8 @@ impl Metrics {
         cache.register(r);
         let traffic = traffic::TrafficFamilies::default();
         traffic.register(r);
+        let http2 = http2::Http2Families::default();
+        http2.register(r);
         let layer4 = layer4::Layer4Families::default();
         layer4.register(r);
         if let Some(tunnel) = tunnel {
@@ -412,6 +420,7 @@ impl Metrics {
             handles: Mutex::new(Handles::default()),
             cache,
             traffic,
+            http2,
             layer4,
             refreshers: Refreshers::default(),
         })
@@ -458,6 +467,7 @@ impl Metrics {
             bytes_received: f.client_bytes_received.get_or_create_owned(&labels),
             bytes_sent: f.client_bytes_sent.get_or_create_owned(&labels),
             latency: Arc::clone(&self.latency),
+            http2: self.http2(name),
         };
         handles
             .virtual_servers
@@ -575,6 +585,7 @@ impl Metrics {
                 class,
             });
         }
+        self.remove_http2(name);
     }
 
     /// Drops a pool's series (after a reload removed it); its nodes are removed separately.
@@ -621,6 +632,7 @@ impl Metrics {
         f.node_healthy.remove(&labels);
         f.node_ejections.remove(&labels);
         f.node_response_time_ewma.remove(&labels);
+        self.remove_upstream_http2(&labels.pool, &labels.node);
     }
 
     /// Requests forwarded per upstream connection created, over all nodes; 0 when none created.

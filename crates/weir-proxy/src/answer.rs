@@ -3,6 +3,8 @@
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{ParseError, ParseErrorKind, Version};
 
+use crate::client::Client;
+
 /// A request that ends early: what to tell the client (if anything) and why.
 #[derive(Debug)]
 pub(crate) struct Failure {
@@ -42,6 +44,15 @@ impl Failure {
         )
     }
 
+    /// A request weir does not carry (501), such as CONNECT over HTTP/2.
+    pub(crate) fn not_implemented(what: &'static str) -> Failure {
+        Failure {
+            status: Some(501),
+            error: Error::new(ErrorKind::MethodNotAllowed, Side::Downstream)
+                .context(format!("{what} is not implemented")),
+        }
+    }
+
     /// Close without an answer (client gone, or the response already started).
     pub(crate) fn silent(error: Error) -> Failure {
         Failure {
@@ -62,8 +73,11 @@ pub(crate) fn lossy(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).unwrap_or("<non-utf8>")
 }
 
-/// The version as access records write it.
-pub(crate) fn version_str(version: Version) -> &'static str {
+/// The protocol the client spoke, as access records write it.
+pub(crate) fn version_str(client: &Client, version: Version) -> &'static str {
+    if client.is_h2() {
+        return "HTTP/2.0";
+    }
     match version {
         Version::Http10 => "HTTP/1.0",
         Version::Http11 => "HTTP/1.1",

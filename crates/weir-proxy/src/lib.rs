@@ -29,6 +29,7 @@ mod drain;
 mod exchange;
 mod front;
 pub mod handoff;
+mod http2;
 mod listener;
 mod live;
 mod model;

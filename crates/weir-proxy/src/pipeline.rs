@@ -13,6 +13,8 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use weir_core::{ErrorKind, ShutdownSignal};
@@ -33,6 +35,8 @@ use crate::route::VirtualServerRuntime;
 use crate::rules::{RequestTraffic, Routed};
 use crate::upgrade;
 
+mod h2;
+
 /// Serves one client connection until it closes.
 ///
 /// Between requests the connection holds no buffer and its task waits in
@@ -46,23 +50,29 @@ pub(crate) fn serve_connection(
     admission: Admission,
     shutdown: ShutdownSignal,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let start = Box::pin(start_connection(stream, peer, Arc::clone(&admission.vs)));
+    let start = Box::pin(start_connection(
+        stream,
+        peer,
+        Arc::clone(&admission.vs),
+        shutdown.clone(),
+    ));
     serve_kept_alive(start, admission, shutdown)
 }
 
-/// The handshake stage (HTTPS virtual servers): `None` if it failed.
-pub(crate) async fn start_connection(
+/// The handshake stage (HTTPS virtual servers): `None` if it failed, or when
+/// the client chose HTTP/2 by ALPN (the connection was then served here, by
+/// the HTTP/2 driver, to its end).
+async fn start_connection(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     vs: Arc<VirtualServerRuntime>,
+    shutdown: ShutdownSignal,
 ) -> Option<IdleConnection> {
-    let (stream, client_subject) = match &vs.tls {
-        None => (ServerStream::Plain(stream), None),
-        Some(tls) => {
-            let (stream, info) = tls.handshake(stream, peer).await?;
-            (stream, info.client_subject.map(String::into_boxed_str))
-        }
-    };
+    let (stream, client_subject) = handshake(stream, peer, &vs).await?;
+    if stream.alpn_is_h2() {
+        h2::serve_connection(stream, Bytes::new(), peer, client_subject, vs, shutdown).await;
+        return None;
+    }
     let accepted_at = Instant::now();
     Some(IdleConnection::new(
         stream,
@@ -70,6 +80,22 @@ pub(crate) async fn start_connection(
         accepted_at,
         client_subject,
     ))
+}
+
+/// The TLS handshake of an HTTPS virtual server (plain: nothing to do), with
+/// the verified client certificate's subject; `None` if it failed.
+pub(crate) async fn handshake(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    vs: &VirtualServerRuntime,
+) -> Option<(ServerStream, Option<Box<str>>)> {
+    Some(match &vs.tls {
+        None => (ServerStream::Plain(stream), None),
+        Some(tls) => {
+            let (stream, info) = tls.handshake(stream, peer).await?;
+            (stream, info.client_subject.map(String::into_boxed_str))
+        }
+    })
 }
 
 /// Waits for each request's first bytes with no buffer, then serves what came.
@@ -126,9 +152,10 @@ enum Woken {
 /// Lends the connection its buffers and reads what woke it, without waiting.
 fn wake(idle: IdleConnection) -> Woken {
     let mut client = idle.into_client();
+    // An HTTP/1.1 connection: `into_idle` gives it back (it is `None` only for HTTP/2 streams).
     match client.read_now() {
-        None => Woken::Nothing(client.into_idle()),
-        Some(Ok(0)) => Woken::Closed(client.into_idle()),
+        None => client.into_idle().map_or(Woken::Failed, Woken::Nothing),
+        Some(Ok(0)) => client.into_idle().map_or(Woken::Failed, Woken::Closed),
         Some(Err(_)) => {
             client.release();
             Woken::Failed
@@ -145,6 +172,22 @@ async fn serve_requests(
     latest: &mut Arc<VirtualServerRuntime>,
     shutdown: &mut ShutdownSignal,
 ) -> Option<IdleConnection> {
+    if client.requests == 0 && latest.config.http2.cleartext {
+        // h2c with prior knowledge: the connection is HTTP/2 from its first byte.
+        match h2::prior_knowledge(&mut client, latest).await {
+            Ok(false) => {}
+            Ok(true) => {
+                let vs = Arc::clone(latest);
+                Box::pin(h2::serve_cleartext(client, vs, shutdown.clone())).await;
+                return None;
+            }
+            Err(failure) => {
+                answer_failure(&mut client, latest, None, None, None, failure).await;
+                client.release();
+                return None;
+            }
+        }
+    }
     let next = loop {
         let vs: &VirtualServerRuntime = latest;
         // read_head
@@ -172,7 +215,7 @@ async fn serve_requests(
         let routed = traffic.route(vs, &head);
         match serve_routed(&mut client, vs, &routed, request, &mut traffic, shutdown).await {
             // Pipelined bytes are served at once; otherwise the connection idles.
-            Ok(Next::KeepAlive) if client.read_buf.is_empty() => return Some(client.into_idle()),
+            Ok(Next::KeepAlive) if client.read_buf.is_empty() => return client.into_idle(),
             Ok(Next::KeepAlive) => continue,
             Ok(next) => break next,
             Err(failure) => {
@@ -191,6 +234,52 @@ async fn serve_requests(
     }
     client.release();
     None
+}
+
+/// One request of an HTTP/2 stream: route → the same stages as an HTTP/1.1
+/// request (`serve_request`) → the stream ends. `head`: the request's head,
+/// or why the stream's request was refused before it formed one.
+async fn serve_stream(
+    mut client: Client,
+    vs: &VirtualServerRuntime,
+    head: Result<RequestHead, Failure>,
+    shutdown: &ShutdownSignal,
+    started: Instant,
+) {
+    let head = match head {
+        Ok(head) => head,
+        Err(failure) => {
+            answer_failure(&mut client, vs, None, None, None, failure).await;
+            client.release();
+            return;
+        }
+    };
+    let request = Request {
+        head: &head,
+        // The stream ends with its response; the connection is the driver's.
+        keep_alive: false,
+        started,
+    };
+    // rules (request id, client address, limits), then route
+    let mut traffic = RequestTraffic::begin(vs, &client, &head);
+    let routed = traffic.route(vs, &head);
+    match serve_routed(&mut client, vs, &routed, request, &mut traffic, shutdown).await {
+        Ok(_) => {
+            if let Some(stream) = client.h2() {
+                stream.finish(true);
+            }
+        }
+        Err(failure) => {
+            let pool = routed.pool();
+            let traffic = Some(&traffic);
+            answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await;
+            if let Some(stream) = client.h2() {
+                // A response cut short: the client learns from a reset.
+                stream.finish(false);
+            }
+        }
+    }
+    client.release();
 }
 
 /// What happens to the client connection after a request.
@@ -303,16 +392,8 @@ async fn serve_request(
     } else {
         let edits = traffic.response_edits(vs);
         let timeout = pool.config.timeouts.response;
-        response::respond(
-            client,
-            vs,
-            exchange,
-            head.version(),
-            keep_alive,
-            timeout,
-            &edits,
-        )
-        .await?
+        let request = (head.method(), head.version());
+        response::respond(client, vs, exchange, request, keep_alive, timeout, &edits).await?
     };
     // log
     vs.metrics.record_status(sent.status);
@@ -328,7 +409,7 @@ async fn serve_request(
             client: client.peer,
             method: lossy(head.method_bytes()),
             target: lossy(head.target()),
-            version: version_str(head.version()),
+            version: version_str(client, head.version()),
             status: sent.status,
             bytes_sent: sent.bytes,
             pool: Some(&pool.name),
@@ -338,6 +419,7 @@ async fn serve_request(
             error: None,
             request_id: traffic.id(),
             rule: traffic.rule_name(vs),
+            grpc_status: sent.grpc_status,
         });
     }
     Ok(match sent.keep_alive {
@@ -421,7 +503,7 @@ async fn answer_failure(
             client: client.peer,
             method: head.map_or("-", |h| lossy(h.method_bytes())),
             target: head.map_or("-", |h| lossy(h.target())),
-            version: version_str(version),
+            version: version_str(client, version),
             status,
             bytes_sent: bytes,
             pool: pool.map(|p| p.name.as_str()),
@@ -431,6 +513,7 @@ async fn answer_failure(
             error: Some(kind.as_str()),
             request_id: traffic.and_then(RequestTraffic::id),
             rule: traffic.and_then(|t| t.rule_name(vs)),
+            grpc_status: None,
         });
     }
     if bytes > 0 {

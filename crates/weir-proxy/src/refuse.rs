@@ -13,8 +13,9 @@ use weir_observe::AccessRecord;
 use weir_rules::Refusal;
 
 use crate::answer::{body_for, lossy, version_str};
+use crate::client::IdleConnection;
 use crate::drain::Admission;
-use crate::pipeline::start_connection;
+use crate::pipeline::handshake;
 
 /// The HTTP pipeline for a connection whose client address came from a PROXY header
 /// (`crate::front`): within its client's connection limit, the pipeline, holding its
@@ -51,9 +52,15 @@ pub(crate) async fn refuse_connection(
     mut shutdown: ShutdownSignal,
 ) {
     let vs = Arc::clone(&admission.vs);
-    let Some(idle) = Box::pin(start_connection(stream, peer, Arc::clone(&vs))).await else {
+    let Some((stream, client_subject)) = Box::pin(handshake(stream, peer, &vs)).await else {
         return;
     };
+    if stream.alpn_is_h2() {
+        // No HTTP/1.1 answer can go to a client that chose HTTP/2: close it (counted).
+        tracing::debug!(virtual_server = %vs.config.name, client = %peer, "too many connections from this client; closing an HTTP/2 connection");
+        return;
+    }
+    let idle = IdleConnection::new(stream, peer, Instant::now(), client_subject);
     let mut client = idle.into_client();
     let started = Instant::now();
     if let Ok(Some(head)) = client.read_head(&vs, &mut shutdown).await {
@@ -82,7 +89,7 @@ pub(crate) async fn refuse_connection(
                     client: peer,
                     method: lossy(head.method_bytes()),
                     target: lossy(head.target()),
-                    version: version_str(head.version()),
+                    version: version_str(&client, head.version()),
                     status: refusal.status,
                     bytes_sent: bytes,
                     pool: None,
@@ -92,6 +99,7 @@ pub(crate) async fn refuse_connection(
                     error: Some("client_connections"),
                     request_id: None,
                     rule: None,
+                    grpc_status: None,
                 });
             }
         }

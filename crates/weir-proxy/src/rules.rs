@@ -268,10 +268,10 @@ impl RequestTraffic {
             keep_alive,
             head_request: head.method() == Method::Head,
         };
-        client.write_buf.clear();
-        weir_http::write_simple_response_edited(&shape, extra, &edits, body, &mut client.write_buf);
-        let bytes = client.write_buf.len() as u64;
-        client.flush(vs.config.timeouts.write).await?;
+        let timeout = vs.config.timeouts.write;
+        let bytes = client
+            .answer_simple(&shape, extra, &edits, body, timeout)
+            .await?;
         vs.metrics.record_status(status);
         if let Some(log) = &vs.access_log {
             log.write(&AccessRecord {
@@ -279,7 +279,7 @@ impl RequestTraffic {
                 client: client.peer,
                 method: lossy(head.method_bytes()),
                 target: lossy(head.target()),
-                version: version_str(head.version()),
+                version: version_str(client, head.version()),
                 status,
                 bytes_sent: bytes,
                 pool: None,
@@ -288,6 +288,7 @@ impl RequestTraffic {
                 upstream_duration: None,
                 error: refusal.map(|_| "limit"),
                 request_id: self.id(),
+                grpc_status: None,
                 rule: self.rule_name(vs),
             });
         }
@@ -295,6 +296,7 @@ impl RequestTraffic {
             status,
             bytes,
             keep_alive,
+            grpc_status: None,
         })
     }
 }

@@ -58,6 +58,14 @@ impl ServerStream {
         }
     }
 
+    /// Whether the client chose HTTP/2 by ALPN (`h2`) in the TLS handshake.
+    pub fn alpn_is_h2(&self) -> bool {
+        match self {
+            Stream::Plain(_) => false,
+            Stream::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
+        }
+    }
+
     /// Completes when a read would not wait: bytes (or the end) on the socket,
     /// or TLS plaintext (or a close_notify) already received. Holds no buffer
     /// and no waiter of its own while it waits, so an idle connection stays small.

@@ -14,6 +14,7 @@ use weir_observe::{Metrics, PoolMetrics};
 use crate::balancer::{self, Balancer, ConsistentHash};
 use crate::connection::{ConnectionSettings, NodeConnections, UpstreamTls};
 use crate::health;
+use crate::http2::{H2Node, H2Settings};
 use crate::node::NodeState;
 use crate::persistence::{Persistence, PersistenceKey};
 
@@ -28,6 +29,9 @@ pub struct Pool {
     pub nodes: Vec<Arc<NodeState>>,
     /// The connection pool of each node, in the same order as `nodes`.
     pub connections: Vec<Arc<NodeConnections>>,
+    /// With `protocol = "h2"` or `"h2c"`: each node's multiplexed HTTP/2
+    /// connections, in the same order as `nodes` (empty for HTTP/1.1 pools).
+    pub http2: Vec<Arc<H2Node>>,
     /// The pool's metric handles.
     pub metrics: PoolMetrics,
     balancer: Box<dyn Balancer>,
@@ -143,6 +147,7 @@ impl Pool {
             nodes.push(state);
             connections.push(pooled);
         }
+        let http2 = http2_nodes(config, &nodes, &settings, metrics, &pool_metrics, previous);
         let balancer = balancer::for_algorithm(config.algorithm, &nodes);
         let hashing = config
             .hash
@@ -163,6 +168,7 @@ impl Pool {
             config: config.clone(),
             nodes,
             connections,
+            http2,
             metrics: pool_metrics,
             balancer,
             hashing,
@@ -178,6 +184,13 @@ impl Pool {
             let kept = next.is_some_and(|pool| pool.nodes.iter().any(|n| Arc::ptr_eq(n, node)));
             if !kept {
                 connections.set_reusable(false);
+            }
+        }
+        for node in &self.http2 {
+            let kept = next.is_some_and(|pool| pool.http2.iter().any(|n| Arc::ptr_eq(n, node)));
+            if !kept {
+                // Streams in flight finish; the connections close once they have none.
+                node.close_idle();
             }
         }
     }
@@ -293,6 +306,9 @@ impl Pool {
                             connections.close_expired(now);
                             node.refresh_healthy_gauge(now);
                         }
+                        for node in &pool.http2 {
+                            node.close_expired(now);
+                        }
                     }
                     _ = stop.triggered() => break,
                     _ = shutdown.triggered() => break,
@@ -302,8 +318,72 @@ impl Pool {
                 for connections in &pool.connections {
                     connections.close_idle();
                 }
+                for node in &pool.http2 {
+                    node.close_idle();
+                }
             }
         }));
         tasks
     }
+}
+
+/// The HTTP/2 side of each node for an `h2`/`h2c` pool (TLS offers ALPN `h2`).
+/// A node that `previous` (already filtered to the same TLS settings) had with
+/// the same protocol, HTTP/2 and connection settings is carried over with its
+/// open connections, as HTTP/1.1 nodes are.
+fn http2_nodes(
+    config: &weir_config::Pool,
+    nodes: &[Arc<NodeState>],
+    settings: &ConnectionSettings,
+    metrics: &Metrics,
+    pool_metrics: &PoolMetrics,
+    previous: Option<&Pool>,
+) -> Vec<Arc<H2Node>> {
+    if config.protocol == weir_config::UpstreamProtocol::Http1 {
+        return Vec::new();
+    }
+    let previous = previous.filter(|pool| {
+        pool.config.protocol == config.protocol
+            && pool.config.http2 == config.http2
+            && pool.config.connections == config.connections
+            && pool.config.timeouts.connect == config.timeouts.connect
+    });
+    let tls = settings.tls.as_ref().map(|tls| UpstreamTls {
+        connector: tls.connector.with_alpn(&[b"h2"]),
+        metrics: tls.metrics.clone(),
+    });
+    let http2 = &config.http2;
+    let h2_settings = H2Settings {
+        max_connections: settings.max_connections,
+        max_streams: http2.max_concurrent_streams,
+        queue_length: settings.queue_length,
+        queue_timeout: settings.queue_timeout,
+        idle_timeout: settings.idle_timeout,
+        connect_timeout: settings.connect_timeout,
+        initial_stream_window: http2.initial_stream_window,
+        initial_connection_window: http2.initial_connection_window,
+        ping_interval: http2.ping_interval,
+        ping_timeout: http2.ping_timeout,
+        tls,
+    };
+    nodes
+        .iter()
+        .map(|node| {
+            let kept = previous.and_then(|pool| {
+                pool.http2
+                    .iter()
+                    .find(|h2| h2.address() == node.address)
+                    .cloned()
+            });
+            kept.unwrap_or_else(|| {
+                H2Node::new(
+                    node.address,
+                    h2_settings.clone(),
+                    node.metrics.clone(),
+                    metrics.upstream_http2(&config.name, &node.address.to_string()),
+                    pool_metrics.clone(),
+                )
+            })
+        })
+        .collect()
 }
