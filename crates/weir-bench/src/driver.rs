@@ -19,6 +19,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::LocalSet;
 
 use crate::http1::{BUFFER_CAPACITY, Connection, Failure, Response};
+use crate::http2;
 use crate::plan::{ConnectionMode, Plan, Protocol, Target, UrlOrder};
 use crate::progress::{self, Live};
 use crate::record::{ErrorKind, Record, micros};
@@ -114,8 +115,27 @@ impl ThreadContext {
         let record = Rc::new(RefCell::new(Record::new()));
         let context = Rc::new(self);
         let local = LocalSet::new();
+        let streams = context.plan.protocol.streams();
         for slot in slots {
-            local.spawn_local(drive_slot(Rc::clone(&context), Rc::clone(&record), slot));
+            // HTTP/2: the connection slot's stream loops share its connection;
+            // each is a slot of its own for pacing and recording.
+            let shared = Rc::new(http2::Shared::default());
+            for stream in 0..streams {
+                let connection = match context.plan.protocol {
+                    Protocol::Http2 { .. } => SlotConnection::Shared(Rc::clone(&shared)),
+                    _ => SlotConnection::Own {
+                        connection: None,
+                        buffer: BytesMut::with_capacity(BUFFER_CAPACITY),
+                    },
+                };
+                let index = slot * streams + stream;
+                local.spawn_local(drive_slot(
+                    Rc::clone(&context),
+                    Rc::clone(&record),
+                    index,
+                    connection,
+                ));
+            }
         }
         runtime.block_on(local);
         // A fresh thread: its whole CPU time is this run's.
@@ -123,16 +143,41 @@ impl ThreadContext {
     }
 }
 
-/// One connection slot's loop, until the budget refuses its next request.
-async fn drive_slot(context: Rc<ThreadContext>, record: Rc<RefCell<Record>>, slot: usize) {
+/// What a slot sends on: its own HTTP/1.1 or L4 connection (and read buffer),
+/// or, over HTTP/2, the connection its connection slot's streams share.
+enum SlotConnection {
+    Own {
+        connection: Option<Connection>,
+        buffer: BytesMut,
+    },
+    Shared(Rc<http2::Shared>),
+}
+
+impl SlotConnection {
+    /// After a failed or final exchange: an own connection is dropped (a
+    /// shared one is reopened by whoever finds it failed).
+    fn drop_own(&mut self) {
+        if let SlotConnection::Own { connection, .. } = self {
+            *connection = None;
+        }
+    }
+}
+
+/// One slot's loop, until the budget refuses its next request. A slot is a
+/// connection (HTTP/1.1, L4) or one stream of a shared connection (HTTP/2).
+async fn drive_slot(
+    context: Rc<ThreadContext>,
+    record: Rc<RefCell<Record>>,
+    slot: usize,
+    mut connection: SlotConnection,
+) {
     let plan = &context.plan;
     let start = tokio::time::Instant::from_std(context.start);
     let mut rng = SmallRng::seed_from_u64(rand::random());
-    let phase = (slot as f64 + context.phase_offset) / plan.connections as f64;
-    let mut cadence = Cadence::new(plan.pacing, plan.connections, phase);
-    let mut urls = slot % plan.targets.len();
-    let mut connection: Option<Connection> = None;
-    let mut buffer = BytesMut::with_capacity(BUFFER_CAPACITY);
+    let slots = plan.connections * plan.protocol.streams();
+    let phase = (slot as f64 + context.phase_offset) / slots as f64;
+    let mut cadence = Cadence::new(plan.pacing, slots, phase);
+    let mut urls = (slot / plan.protocol.streams()) % plan.targets.len();
     loop {
         // Closed loop: intended = this instant = the send time, exactly.
         let mut sent = tokio::time::Instant::now();
@@ -160,7 +205,7 @@ async fn drive_slot(context: Rc<ThreadContext>, record: Rc<RefCell<Record>>, slo
         let mut opened = Opened::default();
         let result = tokio::time::timeout(
             plan.timeout,
-            issue(&mut connection, &mut buffer, target, plan, &mut opened),
+            issue(&mut connection, target, plan, &mut opened),
         )
         .await;
         let end = tokio::time::Instant::now();
@@ -178,19 +223,19 @@ async fn drive_slot(context: Rc<ThreadContext>, record: Rc<RefCell<Record>>, slo
                 record.response(response.status, corrected, end - sent, at);
                 context.live.response(context.index, micros(corrected));
                 if !response.keep_alive {
-                    connection = None;
+                    connection.drop_own();
                 }
             }
             Ok(Err(failure)) => {
                 record.bytes += failure.bytes;
                 record.error(failure.kind, at);
                 context.live.error();
-                connection = None;
+                connection.drop_own();
             }
             Err(_elapsed) => {
                 record.error(ErrorKind::Timeout, at);
                 context.live.error();
-                connection = None;
+                connection.drop_own();
             }
         }
     }
@@ -210,12 +255,30 @@ struct Opened {
 /// nowhere else in the driver: an HTTP/1.1 exchange (over TCP or TLS), or an L4 echo
 /// transaction.
 async fn issue(
-    connection: &mut Option<Connection>,
-    buffer: &mut BytesMut,
+    slot: &mut SlotConnection,
     target: &Target,
     plan: &Plan,
     opened: &mut Opened,
 ) -> Result<Response, Failure> {
+    let (connection, buffer) = match slot {
+        SlotConnection::Own { connection, buffer } => (connection, buffer),
+        SlotConnection::Shared(shared) => {
+            let request = target.h2.as_ref().ok_or(Failure {
+                kind: ErrorKind::Write,
+                bytes: 0,
+            })?;
+            let tls = tls_for(plan.tls.as_ref(), target);
+            let mut h2_opened = http2::Opened::default();
+            let result = shared
+                .exchange(target.address, tls, request, &mut h2_opened)
+                .await;
+            *opened = Opened {
+                connection: h2_opened.connection,
+                handshake: h2_opened.handshake,
+            };
+            return result;
+        }
+    };
     let (protocol, mode) = (plan.protocol, plan.mode);
     let reusable = matches!(connection, Some(open) if open.address == target.address);
     if !reusable || mode == ConnectionMode::Close {
@@ -244,6 +307,13 @@ async fn issue(
                 .await?
         }
         Protocol::Tcp { mode, .. } => open.echo(buffer, &target.request, mode).await?,
+        // Served by the shared connection above.
+        Protocol::Http2 { .. } => {
+            return Err(Failure {
+                kind: ErrorKind::Write,
+                bytes: 0,
+            });
+        }
     };
     if mode == ConnectionMode::Close {
         *connection = None;

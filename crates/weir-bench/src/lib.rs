@@ -48,6 +48,8 @@
 //!     l4_size: None,
 //!     // Used only for https:// URLs.
 //!     tls: TlsSettings::default(),
+//!     // Some(streams per connection) for HTTP/2 (h2c for http://, ALPN h2 for https://).
+//!     http2_streams: None,
 //! })?;
 //! let report = weir_bench::run(&plan)?;
 //! println!("{}", weir_bench::render::text(&report));
@@ -58,6 +60,7 @@ mod cpu;
 pub mod crypto;
 mod driver;
 mod http1;
+mod http2;
 mod l4;
 mod plan;
 mod progress;

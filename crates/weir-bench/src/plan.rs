@@ -14,6 +14,7 @@ use bytes::Bytes;
 use rustls::pki_types::ServerName;
 use weir_http::Method;
 
+use crate::http2::H2Request;
 use crate::tls::{TlsClient, TlsSettings, TlsSetupError};
 
 /// When a run stops.
@@ -58,6 +59,22 @@ pub enum Protocol {
         /// Bytes sent and echoed per exchange.
         size: usize,
     },
+    /// HTTP/2 (`--h2`): h2c with prior knowledge for `http://`, ALPN `h2` for
+    /// `https://`; each connection carries `streams` requests at once.
+    Http2 {
+        /// Requests in flight on one connection (`--streams`, h2load's `-m`).
+        streams: usize,
+    },
+}
+
+impl Protocol {
+    /// Requests in flight on one connection: `--streams` over HTTP/2, else 1.
+    pub fn streams(self) -> usize {
+        match self {
+            Protocol::Http2 { streams } => streams,
+            _ => 1,
+        }
+    }
 }
 
 /// The two L4 tests.
@@ -135,6 +152,9 @@ pub struct Settings {
     pub l4_size: Option<usize>,
     /// `https://` URLs: TLS settings (anything but the default is refused for other URLs).
     pub tls: TlsSettings,
+    /// HTTP/2 with this many streams per connection (`--h2 --streams N`);
+    /// `None`: HTTP/1.1.
+    pub http2_streams: Option<usize>,
 }
 
 /// One URL, resolved, with its request prebuilt.
@@ -150,6 +170,8 @@ pub struct Target {
     pub request: Bytes,
     /// `https://`: the server name sent in the handshake (`--sni`, else the URL's host).
     pub server_name: Option<ServerName<'static>>,
+    /// HTTP/2 runs: the request as HTTP/2 parts.
+    pub h2: Option<H2Request>,
 }
 
 /// A checked run description; [`crate::run`] executes it.
@@ -233,6 +255,12 @@ pub enum PlanError {
     /// A zero `--l4-size` with the request/response L4 test.
     #[error("--l4-size must be at least 1 for --l4-mode rr")]
     RrSize,
+    /// `--close` with `--h2`: HTTP/2 streams share their connection.
+    #[error("--close does not apply to --h2: HTTP/2 streams share their connection")]
+    CloseWithH2,
+    /// A `--header` that HTTP/2 forbids (connection-specific); names it.
+    #[error("header {0:?} is connection-specific and not allowed in HTTP/2")]
+    H2Header(String),
     /// A file named on the command line cannot be read.
     #[error("cannot read {path}: {source}")]
     File {
@@ -254,6 +282,28 @@ pub struct Url {
     pub target: String,
     /// `https://`.
     pub tls: bool,
+}
+
+/// HTTP/1.1, or HTTP/2 with `--h2` (`--streams` per connection; not with `--close`).
+fn http_protocol(settings: &Settings) -> Result<Protocol, PlanError> {
+    match settings.http2_streams {
+        None => Ok(Protocol::Http1),
+        Some(0) => Err(PlanError::Zero("--streams")),
+        Some(_) if settings.mode == ConnectionMode::Close => Err(PlanError::CloseWithH2),
+        Some(streams) => Ok(Protocol::Http2 { streams }),
+    }
+}
+
+/// The HTTP/2 form of a target's request.
+fn h2_request(
+    method: &str,
+    url: &Url,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<H2Request, PlanError> {
+    let scheme = if url.tls { "https" } else { "http" };
+    H2Request::new(method, scheme, &url.authority, &url.target, headers, body)
+        .map_err(PlanError::H2Header)
 }
 
 impl Plan {
@@ -289,9 +339,17 @@ impl Plan {
             _ => return Err(PlanError::MixedSchemes),
         };
         if let Protocol::Tcp { mode, size } = protocol {
+            if settings.http2_streams.is_some() {
+                return Err(PlanError::HttpOnly("--h2"));
+            }
             refuse_tls_settings(&settings.tls)?;
             return tcp_plan(settings, mode, size, pacing);
         }
+        let protocol = http_protocol(&settings)?;
+        let alpn: &[u8] = match protocol {
+            Protocol::Http2 { .. } => b"h2",
+            _ => b"http/1.1",
+        };
         let https = settings
             .urls
             .iter()
@@ -302,9 +360,11 @@ impl Plan {
                 refuse_tls_settings(&settings.tls)?;
                 None
             }
-            all if all == settings.urls.len() => {
-                Some(TlsClient::new(settings.tls.clone(), settings.connections)?)
-            }
+            all if all == settings.urls.len() => Some(TlsClient::with_alpn(
+                settings.tls.clone(),
+                settings.connections,
+                alpn,
+            )?),
             _ => return Err(PlanError::MixedSchemes),
         };
         let headers = parse_headers(&settings.headers)?;
@@ -320,15 +380,22 @@ impl Plan {
                 Some(client) => Some(client.server_name(&parsed.host)?),
                 None => None,
             };
+            let h2 = match protocol {
+                Protocol::Http2 { .. } => {
+                    Some(h2_request(&method, &parsed, &headers, &settings.body)?)
+                }
+                _ => None,
+            };
             targets.push(Target {
                 url: url.clone(),
                 address,
                 method: Method::from_bytes(method.as_bytes()),
                 request: Bytes::from(request),
                 server_name,
+                h2,
             });
         }
-        let mut plan = finish(settings, Protocol::Http1, targets, method, pacing, None)?;
+        let mut plan = finish(settings, protocol, targets, method, pacing, None)?;
         plan.tls = tls;
         Ok(plan)
     }
@@ -376,6 +443,7 @@ fn tcp_plan(
             method: Method::from_bytes(b"GET"),
             request: payload.clone(),
             server_name: None,
+            h2: None,
         });
     }
     let method = "TCP".to_owned();
@@ -677,6 +745,7 @@ mod tests {
             l4_mode: L4Mode::RequestResponse,
             l4_size: None,
             tls: TlsSettings::default(),
+            http2_streams: None,
         }
     }
 

@@ -28,7 +28,17 @@ pub fn text(report: &Report) -> String {
             "trans/s",
             "transactions",
         ),
-        _ => (format!("{} {urls}", settings.method), "req/s", "responses"),
+        _ => match settings.streams {
+            Some(streams) => (
+                format!(
+                    "{} {urls} (HTTP/2, {streams} streams per connection)",
+                    settings.method
+                ),
+                "req/s",
+                "responses",
+            ),
+            None => (format!("{} {urls}", settings.method), "req/s", "responses"),
+        },
     };
     let stop = match (settings.duration_s, settings.requests) {
         (Some(seconds), _) => format!("for {seconds} s"),

@@ -90,12 +90,14 @@ pub struct SettingsReport {
     pub connection_mode: &'static str,
     /// Seconds a connect or a response may take before it counts as a timeout.
     pub timeout_s: f64,
-    /// `"http1"` or `"tcp"` (L4 against an echo server).
+    /// `"http1"`, `"http2"` (`--h2`) or `"tcp"` (L4 against an echo server).
     pub protocol: &'static str,
     /// L4: `"connect"` or `"rr"`; HTTP: null.
     pub l4_mode: Option<&'static str>,
     /// L4: bytes sent (and read back) per transaction; HTTP: null.
     pub l4_size: Option<usize>,
+    /// HTTP/2: streams per connection (`--streams`); otherwise null.
+    pub streams: Option<usize>,
     /// `https://`: the TLS settings; null otherwise.
     pub tls: Option<TlsSettingsReport>,
 }
@@ -384,15 +386,20 @@ fn settings(plan: &Plan) -> SettingsReport {
         timeout_s: plan.timeout.as_secs_f64(),
         protocol: match plan.protocol {
             Protocol::Http1 => "http1",
+            Protocol::Http2 { .. } => "http2",
             Protocol::Tcp { .. } => "tcp",
         },
         l4_mode: match plan.protocol {
-            Protocol::Http1 => None,
+            Protocol::Http1 | Protocol::Http2 { .. } => None,
             Protocol::Tcp { mode, .. } => Some(mode.name()),
         },
         l4_size: match plan.protocol {
-            Protocol::Http1 => None,
+            Protocol::Http1 | Protocol::Http2 { .. } => None,
             Protocol::Tcp { size, .. } => Some(size),
+        },
+        streams: match plan.protocol {
+            Protocol::Http2 { streams } => Some(streams),
+            _ => None,
         },
         tls: plan.tls.as_ref().map(|client| TlsSettingsReport {
             versions: client.settings.versions.names(),
@@ -404,7 +411,7 @@ fn settings(plan: &Plan) -> SettingsReport {
                 .as_ref()
                 .map(|path| path.display().to_string()),
             sni: client.settings.sni.clone(),
-            alpn: vec!["http/1.1"],
+            alpn: vec![client.alpn],
         }),
     }
 }

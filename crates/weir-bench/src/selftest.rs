@@ -220,6 +220,7 @@ pub fn run(options: SelftestOptions) -> io::Result<SelftestOutcome> {
         l4_mode: L4Mode::RequestResponse,
         l4_size: None,
         tls: crate::tls::TlsSettings::default(),
+        http2_streams: None,
     })
     .map_err(|error: PlanError| io::Error::other(error.to_string()))?;
     let outcome = crate::driver::execute(&plan);

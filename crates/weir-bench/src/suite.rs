@@ -62,6 +62,16 @@ pub enum RowKind {
         /// The client offers session resumption.
         resumption: bool,
     },
+    /// HTTP/2 GETs of `path`, `streams` at once on each connection: h2c with prior
+    /// knowledge on the target's `http://` base, or with `tls` ALPN `h2` on its `https://` base.
+    Http2 {
+        /// The path requested on the target's base URL.
+        path: &'static str,
+        /// Over TLS (ALPN `h2`) rather than h2c.
+        tls: bool,
+        /// Requests in flight on each connection.
+        streams: usize,
+    },
     /// Not measured; the reason is shown in the row.
     NotAvailable(&'static str),
 }
@@ -78,6 +88,7 @@ pub struct RowSpec {
 const NO_TLS: &str = "n/a (no TLS target given)";
 const NO_CACHE: &str = "n/a (target does not cache)";
 const NO_L4: &str = "n/a (no --l4)";
+const NO_H2: &str = "n/a (target does not speak HTTP/2)";
 
 /// The Zeus matrix, in order.
 pub const ROWS: &[RowSpec] = &[
@@ -155,6 +166,22 @@ pub const ROWS: &[RowSpec] = &[
         },
     },
     RowSpec {
+        name: "h2c req/s (0 B, 10 streams)",
+        kind: RowKind::Http2 {
+            path: "/bytes/0",
+            tls: false,
+            streams: 10,
+        },
+    },
+    RowSpec {
+        name: "h2 req/s (TLS, 0 B, 10 streams)",
+        kind: RowKind::Http2 {
+            path: "/bytes/0",
+            tls: true,
+            streams: 10,
+        },
+    },
+    RowSpec {
         name: "cache req/s",
         kind: RowKind::NotAvailable(NO_CACHE),
     },
@@ -177,7 +204,7 @@ impl RowSpec {
             | RowKind::Https {
                 throughput: true, ..
             } => "Gbit/s",
-            RowKind::Http { .. } | RowKind::Https { .. } => "req/s",
+            RowKind::Http { .. } | RowKind::Https { .. } | RowKind::Http2 { .. } => "req/s",
             RowKind::NotAvailable(_) => "",
         }
     }
@@ -193,6 +220,9 @@ pub struct SuiteTarget {
     pub l4: Option<String>,
     /// `https://host:port` serving the same paths; `None`: the TLS rows are n/a.
     pub tls: Option<String>,
+    /// The target speaks HTTP/2: h2c (prior knowledge) on `base`, ALPN `h2` on `tls`;
+    /// `false`: the HTTP/2 rows are n/a.
+    pub http2: bool,
 }
 
 /// What `weir bench suite` was asked for.
@@ -370,9 +400,16 @@ fn run_row(settings: &SuiteSettings, spec: &RowSpec) -> Result<SuiteRow, SuiteEr
     if is_l4 && settings.targets.iter().any(|target| target.l4.is_none()) {
         return Ok(not_available(spec, NO_L4));
     }
-    let is_tls = matches!(spec.kind, RowKind::Https { .. });
+    let is_tls = matches!(
+        spec.kind,
+        RowKind::Https { .. } | RowKind::Http2 { tls: true, .. }
+    );
     if is_tls && settings.targets.iter().any(|target| target.tls.is_none()) {
         return Ok(not_available(spec, NO_TLS));
+    }
+    let is_h2 = matches!(spec.kind, RowKind::Http2 { .. });
+    if is_h2 && settings.targets.iter().any(|target| !target.http2) {
+        return Ok(not_available(spec, NO_H2));
     }
     let plans = settings
         .targets
@@ -475,7 +512,24 @@ fn plan_for(
                 None,
             )
         }
+        RowKind::Http2 { path, tls, .. } => {
+            let base = if tls {
+                target.tls.as_deref().unwrap_or_default()
+            } else {
+                &target.base
+            };
+            (
+                format!("{}{path}", base.trim_end_matches('/')),
+                ConnectionMode::KeepAlive,
+                L4Mode::RequestResponse,
+                None,
+            )
+        }
         RowKind::NotAvailable(_) => unreachable!("n/a rows are not planned"),
+    };
+    let http2_streams = match spec.kind {
+        RowKind::Http2 { streams, .. } => Some(streams),
+        _ => None,
     };
     Plan::new(Settings {
         urls: vec![url],
@@ -493,6 +547,7 @@ fn plan_for(
         l4_mode,
         l4_size,
         tls,
+        http2_streams,
     })
 }
 
@@ -783,15 +838,17 @@ mod tests {
 
     #[test]
     fn rows_are_the_zeus_matrix() {
-        assert_eq!(ROWS.len(), 11);
+        assert_eq!(ROWS.len(), 13);
         let measured = ROWS
             .iter()
             .filter(|row| !matches!(row.kind, RowKind::NotAvailable(_)))
             .count();
-        assert_eq!(measured, 9);
+        assert_eq!(measured, 11);
         assert_eq!(ROWS[6].unit(), "Gbit/s");
         assert_eq!(ROWS[0].unit(), "conn/s");
         assert_eq!(ROWS[7].unit(), "conn/s");
         assert_eq!(ROWS[8].unit(), "Gbit/s");
+        assert_eq!(ROWS[9].unit(), "req/s");
+        assert_eq!(ROWS[10].unit(), "req/s");
     }
 }

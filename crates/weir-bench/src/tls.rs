@@ -93,6 +93,8 @@ impl Default for TlsSettings {
 pub struct TlsClient {
     /// What the command line asked of TLS.
     pub settings: TlsSettings,
+    /// The ALPN protocol offered.
+    pub alpn: &'static str,
     connector: TlsConnector,
 }
 
@@ -160,6 +162,15 @@ impl TlsClient {
     /// The client of a run of `connections` connections (with resumption on, a TLS 1.3
     /// ticket can be kept for each).
     pub fn new(settings: TlsSettings, connections: usize) -> Result<TlsClient, TlsSetupError> {
+        TlsClient::with_alpn(settings, connections, b"http/1.1")
+    }
+
+    /// The same, offering `alpn` (`h2` for HTTP/2 runs) instead of `http/1.1`.
+    pub fn with_alpn(
+        settings: TlsSettings,
+        connections: usize,
+        alpn: &[u8],
+    ) -> Result<TlsClient, TlsSetupError> {
         if let Some(sni) = &settings.sni {
             ServerName::try_from(sni.clone()).map_err(|_| TlsSetupError::Sni(sni.clone()))?;
         }
@@ -175,7 +186,7 @@ impl TlsClient {
                 .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
                 .with_no_client_auth(),
         };
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![alpn.to_vec()];
         config.resumption = if settings.resumption {
             Resumption::store(Arc::new(TicketStore::for_connections(connections)))
         } else {
@@ -183,6 +194,7 @@ impl TlsClient {
         };
         Ok(TlsClient {
             settings,
+            alpn: if alpn == b"h2" { "h2" } else { "http/1.1" },
             connector: TlsConnector::from(Arc::new(config)),
         })
     }

@@ -21,6 +21,7 @@ fn target(http: &TestOrigin, echo: Option<&TestOrigin>) -> SuiteTarget {
         base: http.url(""),
         l4: echo.map(|echo| echo.address.to_string()),
         tls: None,
+        http2: false,
     }
 }
 
@@ -53,6 +54,19 @@ fn check_measured(report: &SuiteReport, columns: usize) {
             assert_eq!(row.note, Some("n/a (no TLS target given)"));
             assert!(row.results.is_empty());
             continue;
+        }
+        if let RowKind::Http2 { tls, .. } = spec.kind {
+            let no_tls = tls && report.targets.iter().any(|target| target.tls.is_none());
+            if no_tls || report.targets.iter().any(|target| !target.http2) {
+                let note = if no_tls {
+                    "n/a (no TLS target given)"
+                } else {
+                    "n/a (target does not speak HTTP/2)"
+                };
+                assert_eq!(row.note, Some(note), "{}", row.name);
+                assert!(row.results.is_empty());
+                continue;
+            }
         }
         assert_eq!(row.status, "measured", "{}", row.name);
         assert_eq!(row.results.len(), columns);
@@ -210,4 +224,49 @@ fn tls_rows_measure_full_handshakes_and_resumed_throughput() {
     assert!(violations.is_empty(), "{violations:#?}");
     assert!(json["rows"][7]["results"][0]["tls"].is_object());
     assert!(json["rows"][2]["results"][0]["tls"].is_null());
+}
+
+#[test]
+fn http2_rows_run_h2c_and_h2_against_an_http2_target() {
+    let certificate = common::TestCertificate::new();
+    let (h2c, h2c_counts) = common::h2::start_server(None);
+    let (h2, h2_counts) = common::h2::start_server(Some(&certificate));
+    let target = SuiteTarget {
+        base: format!("http://{h2c}"),
+        l4: None,
+        tls: Some(format!("https://127.0.0.1:{}", h2.port())),
+        http2: true,
+    };
+    let report = suite::run(&settings(vec![target], 1)).expect("suite");
+    let rows: Vec<_> = report
+        .rows
+        .iter()
+        .filter(|row| row.name.starts_with("h2"))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        assert_eq!(row.status, "measured", "{}", row.name);
+        assert_eq!(row.unit, "req/s");
+        assert!(row.results[0].requests > 0, "{}", row.name);
+        assert_eq!(row.results[0].errors, 0, "{}", row.name);
+    }
+    // 4 connections, 10 streams each, on each server.
+    assert_eq!(
+        h2c_counts
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst),
+        4
+    );
+    assert_eq!(
+        h2_counts
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst),
+        4
+    );
+    assert_eq!(
+        h2c_counts
+            .most_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst),
+        10
+    );
 }

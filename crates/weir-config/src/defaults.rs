@@ -301,6 +301,58 @@ impl Default for crate::cache::Compression {
 
 // End of cache and compression.
 
+// HTTP/2 (issue 11): towards clients, then towards nodes.
+
+pub(crate) const H2_CLEARTEXT: bool = false;
+/// As nginx and HAProxy: enough for a browser page, small enough to bound a connection.
+pub(crate) const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+pub(crate) const H2_MAX_HEADER_LIST_SIZE: u64 = 64 * 1024;
+/// The protocol's default: the HPACK table a client may make weir keep.
+pub(crate) const H2_HEADER_TABLE_SIZE: u64 = 4096;
+/// Request body bytes a stream may send before weir reads them.
+pub(crate) const H2_INITIAL_STREAM_WINDOW: u64 = 256 * 1024;
+pub(crate) const H2_INITIAL_CONNECTION_WINDOW: u64 = 1024 * 1024;
+/// The protocol's minimum and default.
+pub(crate) const H2_MAX_FRAME_SIZE: u64 = 16 * 1024;
+pub(crate) const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(crate) const UPSTREAM_H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+pub(crate) const UPSTREAM_H2_INITIAL_STREAM_WINDOW: u64 = 1024 * 1024;
+pub(crate) const UPSTREAM_H2_INITIAL_CONNECTION_WINDOW: u64 = 4 * 1024 * 1024;
+pub(crate) const UPSTREAM_H2_PING_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const UPSTREAM_H2_PING_TIMEOUT: Duration = Duration::from_secs(5);
+
+// End of HTTP/2.
+
+impl Default for crate::model::Http2 {
+    fn default() -> crate::model::Http2 {
+        crate::model::Http2 {
+            cleartext: H2_CLEARTEXT,
+            max_concurrent_streams: H2_MAX_CONCURRENT_STREAMS,
+            max_header_list_size: H2_MAX_HEADER_LIST_SIZE as u32,
+            header_table_size: H2_HEADER_TABLE_SIZE as u32,
+            initial_stream_window: H2_INITIAL_STREAM_WINDOW as u32,
+            initial_connection_window: H2_INITIAL_CONNECTION_WINDOW as u32,
+            max_frame_size: H2_MAX_FRAME_SIZE as u32,
+            ping_interval: H2_PING_INTERVAL,
+            ping_timeout: H2_PING_TIMEOUT,
+        }
+    }
+}
+
+impl Default for crate::model::UpstreamHttp2 {
+    fn default() -> crate::model::UpstreamHttp2 {
+        crate::model::UpstreamHttp2 {
+            max_concurrent_streams: UPSTREAM_H2_MAX_CONCURRENT_STREAMS,
+            initial_stream_window: UPSTREAM_H2_INITIAL_STREAM_WINDOW as u32,
+            initial_connection_window: UPSTREAM_H2_INITIAL_CONNECTION_WINDOW as u32,
+            ping_interval: UPSTREAM_H2_PING_INTERVAL,
+            ping_timeout: UPSTREAM_H2_PING_TIMEOUT,
+        }
+    }
+}
+
 /// For the non-zero constants above; evaluated at compile time, so a zero fails the build.
 const fn nonzero(value: u32) -> NonZeroU32 {
     match NonZeroU32::new(value) {

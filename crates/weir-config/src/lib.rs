@@ -37,6 +37,7 @@ pub mod defaults;
 pub mod diff;
 pub mod edit;
 pub mod error;
+pub mod http2;
 mod locate;
 pub mod model;
 mod schema;

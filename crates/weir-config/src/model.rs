@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use crate::error::KeyPath;
 
+// HTTP/2 (issue 11).
+pub use crate::http2::{Http2, UpstreamHttp2, UpstreamProtocol};
 // Cache and compression (issue 12).
 pub use crate::cache::{
     CacheRules, CacheStore, Cidr, Compression, CompressionAlgorithm, ContentPolicy, SetCookieRule,
@@ -143,6 +145,8 @@ pub struct VirtualServer {
     pub cache: Option<CacheStore>,
     /// Cache and compression for requests that match no route.
     pub content: ContentPolicy,
+    /// HTTP/2 towards clients (ALPN `h2` on HTTPS is `tls.alpn`; h2c is opt-in).
+    pub http2: Http2,
     /// Rules, request id, client address and limits (issue 14).
     pub traffic: Traffic,
     /// Session settings; `Some` exactly when `protocol` is [`Protocol::Tcp`] or [`Protocol::Tls`].
@@ -280,6 +284,10 @@ pub struct Pool {
     pub fail_open: bool,
     /// TLS to the nodes; `None` means plain TCP.
     pub tls: Option<UpstreamTls>,
+    /// HTTP/1.1 or HTTP/2 to the nodes.
+    pub protocol: UpstreamProtocol,
+    /// HTTP/2 settings, used when `protocol` is HTTP/2.
+    pub http2: UpstreamHttp2,
     // --- issue 14 ---
     /// The request key, set exactly when `algorithm` is [`Algorithm::ConsistentHash`].
     pub hash: Option<HashSettings>,

@@ -80,6 +80,7 @@ pub struct VirtualServerTable {
     pub response_headers: Option<Named<String>>,
     pub cache: Option<CacheTable>,
     pub compression: Option<CompressionTable>,
+    pub http2: Option<Http2Table>,
     // --- traffic rules, request id, limits (issue 14) ---
     #[serde(default)]
     pub rules: Vec<RuleTable>,
@@ -155,6 +156,8 @@ pub struct PoolTable {
     pub health: Option<HealthTable>,
     pub passive_health: Option<PassiveHealthTable>,
     pub tls: Option<UpstreamTlsTable>,
+    pub protocol: Option<String>,
+    pub http2: Option<UpstreamHttp2Table>,
     // --- consistent hashing and persistence (issue 14) ---
     pub hash: Option<HashTable>,
     pub persistence: Option<PersistenceTable>,
@@ -491,3 +494,33 @@ pub struct CompressionTable {
     pub brotli_level: Option<i64>,
     pub zstd_level: Option<i64>,
 }
+
+// HTTP/2 (issue 11): the validated model is in `http2.rs`.
+
+/// `[virtual_servers.NAME.http2]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Http2Table {
+    pub cleartext: Option<bool>,
+    pub max_concurrent_streams: Option<i64>,
+    pub max_header_list_size: Option<SizeValue>,
+    pub header_table_size: Option<SizeValue>,
+    pub initial_stream_window: Option<SizeValue>,
+    pub initial_connection_window: Option<SizeValue>,
+    pub max_frame_size: Option<SizeValue>,
+    pub ping_interval: Option<DurationText>,
+    pub ping_timeout: Option<DurationText>,
+}
+
+/// `[pools.NAME.http2]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamHttp2Table {
+    pub max_concurrent_streams: Option<i64>,
+    pub initial_stream_window: Option<SizeValue>,
+    pub initial_connection_window: Option<SizeValue>,
+    pub ping_interval: Option<DurationText>,
+    pub ping_timeout: Option<DurationText>,
+}
+
+// End of HTTP/2.

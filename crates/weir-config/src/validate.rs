@@ -8,6 +8,7 @@
 
 mod cache;
 mod http;
+mod http2;
 mod layer4;
 mod pools;
 mod primitives;
@@ -310,6 +311,11 @@ impl Checker {
             response_headers: self.response_headers(
                 &path.key("response_headers"),
                 table.response_headers.as_ref(),
+            ),
+            http2: self.http2(
+                &path.key("http2"),
+                table.http2.as_ref(),
+                protocol == crate::model::Protocol::Https,
             ),
             cache,
             content,

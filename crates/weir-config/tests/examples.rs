@@ -58,6 +58,15 @@ fn annotated_example_sets_every_default() {
     );
     assert_eq!(pool.timeouts, weir_config::UpstreamTimeouts::default());
     assert_eq!(pool.passive_health, weir_config::PassiveHealth::default());
+    // HTTP/2 (issue 11): the web virtual server's table and the api pool's.
+    assert_eq!(server.http2, weir_config::Http2::default());
+    let api = config
+        .pools
+        .iter()
+        .find(|p| p.name == "api")
+        .expect("pool api");
+    assert_eq!(api.http2, weir_config::UpstreamHttp2::default());
+    assert_eq!(pool.protocol, weir_config::UpstreamProtocol::Http1);
     assert_eq!(config.log, weir_config::Log::default());
     assert_eq!(
         config.runtime.drain_timeout,

@@ -30,6 +30,7 @@ mod chunked;
 mod error;
 mod fields;
 mod head;
+pub mod http2;
 mod message;
 mod scan;
 mod syntax;
@@ -47,6 +48,7 @@ pub use message::{BodyFraming, ConnectionInfo, Method, Version};
 pub use scan::HeadScan;
 pub use trailers::{filter_trailers, is_forwardable_trailer};
 pub use write::{
-    ForwardRequest, ForwardResponse, reason_phrase, write_request_head, write_response_head,
-    write_simple_response,
+    ForwardRequest, ForwardResponse, HeaderEdit, SimpleResponse, Unedited, reason_phrase,
+    write_request_head, write_request_head_edited, write_response_head, write_response_head_edited,
+    write_simple_response, write_simple_response_edited,
 };

@@ -62,9 +62,43 @@ pub struct ForwardResponse<'a> {
     pub set_headers: &'a [(String, String)],
 }
 
+/// Edits a caller makes to a head weir writes (traffic rules, the request id,
+/// a persistence cookie): received fields it drops, and fields it adds after
+/// those weir owns. Only end-to-end fields are offered to [`HeaderEdit::drops`];
+/// framing, connection and forwarding fields stay weir's.
+pub trait HeaderEdit {
+    /// Whether received fields called `name` (any case) are left out.
+    fn drops(&self, name: &[u8]) -> bool;
+    /// Writes the added fields, each as `Name: value\r\n`.
+    fn write_added(&self, out: &mut BytesMut);
+}
+
+/// No edits: the head as weir forwards it anyway.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unedited;
+
+impl HeaderEdit for Unedited {
+    #[inline]
+    fn drops(&self, _name: &[u8]) -> bool {
+        false
+    }
+
+    #[inline]
+    fn write_added(&self, _out: &mut BytesMut) {}
+}
+
 /// The target as a node expects it (RFC 9112 §3.2.1: origin servers get
 /// origin-form): an absolute-form target is reduced to its path and query.
-fn write_origin_form(head: &RequestHead, out: &mut BytesMut) {
+fn write_origin_form(head: &RequestHead, path: Option<&[u8]>, out: &mut BytesMut) {
+    if let Some(path) = path {
+        // A rewritten path, then the query as received.
+        out.extend_from_slice(path);
+        let target = head.target();
+        if let Some(query) = target.iter().position(|&b| b == b'?') {
+            out.extend_from_slice(&target[query..]);
+        }
+        return;
+    }
     match head.target_form {
         TargetForm::Absolute { .. } => {
             let (path_start, _) = head.path_span;
@@ -90,11 +124,24 @@ fn write_origin_form(head: &RequestHead, out: &mut BytesMut) {
 /// the address and `X-Forwarded-Proto` is replaced; with `via`, existing `Via`
 /// values are combined into one field ending in this hop's entry.
 pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out: &mut BytesMut) {
+    write_request_head_edited(head, forward, None, &Unedited, out);
+}
+
+/// [`write_request_head`] with `path` (when given) in place of the received
+/// path, the query kept as received, and `edits` applied: received `Host` and
+/// end-to-end fields it drops are left out, its fields written last.
+pub fn write_request_head_edited<E: HeaderEdit + ?Sized>(
+    head: &RequestHead,
+    forward: &ForwardRequest<'_>,
+    path: Option<&[u8]>,
+    edits: &E,
+    out: &mut BytesMut,
+) {
     let raw = &head.raw[..];
     out.reserve(raw.len() + 160);
     out.extend_from_slice(head.method_bytes());
     out.extend_from_slice(b" ");
-    write_origin_form(head, out);
+    write_origin_form(head, path, out);
     out.extend_from_slice(b" HTTP/1.1\r\n");
     if head.host.is_none() {
         // HTTP/1.1 requires Host (RFC 9112 §3.2): an HTTP/1.0 request without
@@ -115,7 +162,7 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
         | FieldKind::Te
         | FieldKind::TransferEncoding
         | FieldKind::ContentLength => false,
-        FieldKind::Host => true,
+        FieldKind::Host => !edits.drops(slice(raw, field.name)),
         FieldKind::Upgrade => forward.upgrade,
         FieldKind::Expect => !forward.strip_expect && !listed(field),
         FieldKind::XForwardedFor | FieldKind::XForwardedProto => {
@@ -129,6 +176,7 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
                 && forward
                     .owned_header
                     .is_none_or(|(owned, _)| !same_field_name(name, owned.as_bytes()))
+                && !edits.drops(name)
         }
     });
 
@@ -159,6 +207,7 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
         );
         out.extend_from_slice(b"\r\n");
     }
+    edits.write_added(out);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -169,6 +218,17 @@ pub fn write_request_head(head: &RequestHead, forward: &ForwardRequest<'_>, out:
 /// on the response to a HEAD request, where it describes the selected
 /// representation rather than this message's body.
 pub fn write_response_head(head: &ResponseHead, forward: &ForwardResponse<'_>, out: &mut BytesMut) {
+    write_response_head_edited(head, forward, &Unedited, out);
+}
+
+/// [`write_response_head`] with `edits` applied: end-to-end fields it drops
+/// are left out, its fields written after `set_headers`.
+pub fn write_response_head_edited<E: HeaderEdit + ?Sized>(
+    head: &ResponseHead,
+    forward: &ForwardResponse<'_>,
+    edits: &E,
+    out: &mut BytesMut,
+) {
     let raw = &head.raw[..];
     out.reserve(raw.len() + 96);
     let reason = match head.reason() {
@@ -192,11 +252,13 @@ pub fn write_response_head(head: &ResponseHead, forward: &ForwardResponse<'_>, o
         FieldKind::Upgrade => forward.upgrade,
         FieldKind::Via => forward.via.is_none() && !listed(field),
         _ => {
+            let name = slice(raw, field.name);
             !listed(field)
                 && !forward
                     .set_headers
                     .iter()
-                    .any(|(name, _)| slice(raw, field.name).eq_ignore_ascii_case(name.as_bytes()))
+                    .any(|(set, _)| name.eq_ignore_ascii_case(set.as_bytes()))
+                && !edits.drops(name)
         }
     });
 
@@ -211,6 +273,7 @@ pub fn write_response_head(head: &ResponseHead, forward: &ForwardResponse<'_>, o
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    edits.write_added(out);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -229,6 +292,44 @@ pub fn write_simple_response(
     body: &[u8],
     out: &mut BytesMut,
 ) {
+    let answer = SimpleResponse {
+        status,
+        version,
+        keep_alive,
+        head_request: false,
+    };
+    write_simple_response_edited(&answer, extra_headers, &Unedited, body, out);
+}
+
+/// What [`write_simple_response_edited`] answers.
+#[derive(Debug, Clone, Copy)]
+pub struct SimpleResponse {
+    /// The status code; the reason phrase is the standard one.
+    pub status: u16,
+    /// The client's HTTP version; the status line is written in it.
+    pub version: Version,
+    /// Whether the connection stays open after it (else `Connection: close`).
+    pub keep_alive: bool,
+    /// The answer to a HEAD request: the body's length is written, not the body.
+    pub head_request: bool,
+}
+
+/// [`write_simple_response`] with `edits`' fields added last (a redirect's
+/// `Location`, a direct response's headers, the rules' response edits). When
+/// `edits` drops `Content-Type`, weir writes none of its own.
+pub fn write_simple_response_edited<E: HeaderEdit + ?Sized>(
+    answer: &SimpleResponse,
+    extra_headers: &[(&str, &str)],
+    edits: &E,
+    body: &[u8],
+    out: &mut BytesMut,
+) {
+    let SimpleResponse {
+        status,
+        version,
+        keep_alive,
+        head_request,
+    } = *answer;
     let interim = (100..200).contains(&status);
     let bodiless = interim || status == 204 || status == 304;
     out.reserve(96 + body.len());
@@ -237,7 +338,7 @@ pub fn write_simple_response(
         out.extend_from_slice(b"Content-Length: ");
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n");
-        if !body.is_empty() {
+        if !body.is_empty() && !edits.drops(b"content-type") {
             out.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\n");
         }
     }
@@ -254,8 +355,9 @@ pub fn write_simple_response(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    edits.write_added(out);
     out.extend_from_slice(b"\r\n");
-    if !bodiless {
+    if !bodiless && !head_request {
         out.extend_from_slice(body);
     }
 }

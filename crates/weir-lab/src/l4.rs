@@ -216,6 +216,7 @@ fn phase(
         l4_mode: L4Mode::Connect,
         l4_size: Some(settings.size),
         tls: TlsSettings::default(),
+        http2_streams: None,
     })
     .map_err(|e| LabError::Bench(e.to_string()))?;
     let report = weir_bench::run(&plan).map_err(|e| LabError::Bench(e.to_string()))?;

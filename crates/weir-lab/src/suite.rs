@@ -89,6 +89,8 @@ struct Column {
     version: String,
     base: String,
     tls: String,
+    /// Speaks HTTP/2 (h2c on `base`, ALPN h2 on `tls`): the suite's HTTP/2 rows are measured.
+    http2: bool,
     /// `host:port` of the L4 listener (in front of the echo origin); `None`: no L4 rows.
     l4: Option<String>,
     process: Option<Child>,
@@ -136,6 +138,8 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
             version: "weir origin".to_owned(),
             base: format!("http://{}", loopback(origin_port)),
             tls: format!("https://{}", loopback(origin_tls_port)),
+            // weir origin speaks HTTP/1.1 only.
+            http2: false,
             l4: Some(loopback(echo_port).to_string()),
             process: None,
         }];
@@ -292,6 +296,7 @@ fn measure(
             base: column.base.clone(),
             l4: column.l4.clone(),
             tls: Some(column.tls.clone()),
+            http2: column.http2,
         }],
         row_duration: settings.row_duration,
         slices: 1,
@@ -316,6 +321,8 @@ fn column(name: &str, version: &str, http: u16, https: u16, process: Child) -> C
         version: version.to_owned(),
         base: format!("http://{}", loopback(http)),
         tls: format!("https://{}", loopback(https)),
+        // The lab's configs in bench/lab/ offer HTTP/1.1 only (for now).
+        http2: false,
         l4: None,
         process: Some(process),
     }

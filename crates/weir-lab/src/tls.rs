@@ -241,6 +241,7 @@ fn measure(
             resumption: settings.resumption,
             ..TlsSettings::default()
         },
+        http2_streams: None,
     })
     .map_err(|e| LabError::Bench(e.to_string()))?;
     let origin_pids = [origin.pid()];

@@ -23,8 +23,11 @@
 //!     node: Some("10.0.0.1:8080".parse().unwrap()),
 //!     duration: Duration::from_micros(1500),
 //!     upstream_duration: Some(Duration::from_micros(1200)),
+//!     grpc_status: None,
 //!     error: None,
 //!     cache: None,
+//!     request_id: Some("4bf92f3577b34da6"),
+//!     rule: None,
 //! };
 //! let mut line = Vec::new();
 //! record.format(AccessLogFormat::Json, UNIX_EPOCH, &mut line);
@@ -33,7 +36,8 @@
 //!     "{\"time\":\"1970-01-01T00:00:00.000Z\",\"virtual_server\":\"web\",\
 //!      \"client\":\"192.0.2.7:50123\",\"method\":\"GET\",\"uri\":\"/a \\\"b\\\"\",\
 //!      \"version\":\"HTTP/1.1\",\"status\":200,\"bytes_sent\":1234,\"pool\":\"app\",\
-//!      \"node\":\"10.0.0.1:8080\",\"duration_us\":1500,\"upstream_duration_us\":1200}\n"
+//!      \"node\":\"10.0.0.1:8080\",\"duration_us\":1500,\"upstream_duration_us\":1200,\
+//!      \"request_id\":\"4bf92f3577b34da6\"}\n"
 //! );
 //! ```
 
@@ -83,6 +87,13 @@ pub struct AccessRecord<'a> {
     /// What the cache did (`HIT`, `MISS`, `STALE`, `PASS`, ...), when the request's
     /// route caches.
     pub cache: Option<&'a str>,
+    /// The request id (`[virtual_servers.NAME.request_id]`), when ids are on.
+    pub request_id: Option<&'a str>,
+    /// The traffic rule that decided where the request went, if one did.
+    pub rule: Option<&'a str>,
+    /// A gRPC call's status (`grpc-status` from the response's trailers, or its
+    /// head for a trailers-only response), if the response carried one.
+    pub grpc_status: Option<u32>,
 }
 
 /// Where access records go: one per configuration of `log.access_log_format` and
@@ -244,6 +255,15 @@ impl AccessRecord<'_> {
         }
         if let Some(cache) = self.cache {
             fields.text("cache", cache);
+        }
+        if let Some(id) = self.request_id {
+            fields.text("request_id", id);
+        }
+        if let Some(rule) = self.rule {
+            fields.text("rule", rule);
+        }
+        if let Some(status) = self.grpc_status {
+            fields.number("grpc_status", u64::from(status));
         }
         if json {
             line.push('}');
@@ -437,8 +457,11 @@ mod tests {
             node: None,
             duration: Duration::from_micros(1500),
             upstream_duration: None,
+            grpc_status: None,
             error: Some("connect refused"),
             cache: None,
+            request_id: None,
+            rule: None,
         }
     }
 
@@ -470,6 +493,16 @@ mod tests {
         assert!(text.contains(r#""error":"connect refused"}"#), "{text}");
         assert!(!text.contains("\"node\""), "{text}");
         assert_eq!(text.lines().count(), 1);
+        let ruled = AccessRecord {
+            request_id: Some("abc-1"),
+            rule: Some("old \"blog\""),
+            ..record()
+        };
+        let text = line(&ruled, AccessLogFormat::Text);
+        assert!(
+            text.ends_with(" request_id=abc-1 rule=\"old \\\"blog\\\"\"\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -29,9 +29,9 @@ pub mod stats;
 
 pub use access::{AccessLog, AccessRecord, SessionRecord};
 pub use metrics::{
-    CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Layer4Metrics, Metrics,
-    NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass, TlsMetrics, TunnelMetrics,
-    UpstreamTlsMetrics, VirtualServerMetrics,
+    CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Flood, Http2Metrics, Layer4Metrics,
+    Metrics, NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass, TlsMetrics, TunnelMetrics,
+    UpstreamHttp2Metrics, UpstreamTlsMetrics, VirtualServerMetrics,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;

@@ -19,11 +19,15 @@ use crate::names::{self, MetricSpec};
 use crate::stats::{LatencyHistogram, Totals};
 
 mod cache;
+mod http2;
 mod layer4;
+mod traffic;
 mod tunnel;
 
 pub use cache::{CacheMetrics, CompressionMetrics};
+pub use http2::{Flood, Http2Metrics, UpstreamHttp2Metrics};
 pub use layer4::Layer4Metrics;
+pub use traffic::{CLIENT_CONNECTIONS_LIMIT, TrafficMetrics};
 pub use tunnel::TunnelMetrics;
 
 /// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
@@ -47,6 +51,10 @@ pub struct Metrics {
     handles: Mutex<Handles>,
     /// Cache and compression families (issue 12), in `metrics/cache.rs`.
     pub(crate) cache: cache::CacheFamilies,
+    /// Rule and limit families (issue 14), in `metrics/traffic.rs`.
+    pub(crate) traffic: traffic::TrafficFamilies,
+    /// HTTP/2 families (issue 11), in `metrics/http2.rs`.
+    pub(crate) http2: http2::Http2Families,
     /// Layer 4 families (issue 13), in `metrics/layer4.rs`.
     pub(crate) layer4: layer4::Layer4Families,
     refreshers: Refreshers,
@@ -105,6 +113,8 @@ pub struct VirtualServerMetrics {
     pub bytes_sent: Counter,
     /// Request durations (shared by every virtual server).
     pub latency: Arc<LatencyHistogram>,
+    /// HTTP/2 connections, streams and floods of this virtual server's clients.
+    pub http2: Http2Metrics,
 }
 
 /// Handles for one pool.
@@ -390,6 +400,10 @@ impl Metrics {
         families.register(r);
         let cache = cache::CacheFamilies::default();
         cache.register(r);
+        let traffic = traffic::TrafficFamilies::default();
+        traffic.register(r);
+        let http2 = http2::Http2Families::default();
+        http2.register(r);
         let layer4 = layer4::Layer4Families::default();
         layer4.register(r);
         if let Some(tunnel) = tunnel {
@@ -405,6 +419,8 @@ impl Metrics {
             latency: Arc::new(LatencyHistogram::default()),
             handles: Mutex::new(Handles::default()),
             cache,
+            traffic,
+            http2,
             layer4,
             refreshers: Refreshers::default(),
         })
@@ -451,6 +467,7 @@ impl Metrics {
             bytes_received: f.client_bytes_received.get_or_create_owned(&labels),
             bytes_sent: f.client_bytes_sent.get_or_create_owned(&labels),
             latency: Arc::clone(&self.latency),
+            http2: self.http2(name),
         };
         handles
             .virtual_servers
@@ -547,6 +564,7 @@ impl Metrics {
     /// Drops a virtual server's series (after a reload removed it). Handles still held keep
     /// working but are no longer exported.
     pub fn remove_virtual_server(&self, name: &str) {
+        self.traffic.remove(name);
         let mut handles = self.handles();
         if handles.virtual_servers.remove(name).is_none() {
             return;
@@ -567,6 +585,7 @@ impl Metrics {
                 class,
             });
         }
+        self.remove_http2(name);
     }
 
     /// Drops a pool's series (after a reload removed it); its nodes are removed separately.
@@ -613,6 +632,7 @@ impl Metrics {
         f.node_healthy.remove(&labels);
         f.node_ejections.remove(&labels);
         f.node_response_time_ewma.remove(&labels);
+        self.remove_upstream_http2(&labels.pool, &labels.node);
     }
 
     /// Requests forwarded per upstream connection created, over all nodes; 0 when none created.

@@ -315,6 +315,18 @@ pub const ALL: &[MetricSpec] = &[
     COMPRESSION_BYTES_IN,
     COMPRESSION_BYTES_OUT,
     // End of cache and compression.
+    // Traffic rules and limits (issue 14).
+    RULE_MATCHES,
+    LIMIT_REFUSALS,
+    // HTTP/2 (issue 11).
+    HTTP2_CONNECTIONS,
+    HTTP2_STREAMS,
+    HTTP2_PROTOCOL_ERRORS,
+    HTTP2_FLOODS,
+    UPSTREAM_HTTP2_STREAMS_OPEN,
+    UPSTREAM_HTTP2_GOAWAYS,
+    UPSTREAM_HTTP2_PING_TIMEOUTS,
+    // End of HTTP/2.
     // Layer 4 (issue 13).
     TCP_SESSIONS,
     PROXY_PROTOCOL_HEADERS,
@@ -340,6 +352,58 @@ pub const CLIENT_HELLOS: MetricSpec = counter(
     "client_hellos",
     &["virtual_server", "result"],
     "ClientHellos read for TLS passthrough routing, by outcome",
+);
+
+// HTTP/2 (issue 11).
+
+/// `weir_http2_connections_total{virtual_server, via}`, a counter: client connections served
+/// as HTTP/2, by how HTTP/2 was chosen (`alpn` or `h2c`).
+pub const HTTP2_CONNECTIONS: MetricSpec = counter(
+    "http2_connections",
+    &["virtual_server", "via"],
+    "Client connections served as HTTP/2, by how HTTP/2 was chosen (alpn or h2c prior knowledge)",
+);
+/// `weir_http2_streams_total{virtual_server}`, a counter: streams (requests) received on
+/// HTTP/2 client connections.
+pub const HTTP2_STREAMS: MetricSpec = counter(
+    "http2_streams",
+    VIRTUAL_SERVER,
+    "Requests (streams) received on HTTP/2 client connections",
+);
+/// `weir_http2_protocol_errors_total{virtual_server}`, a counter: HTTP/2 client connections
+/// ended by the client's protocol error.
+pub const HTTP2_PROTOCOL_ERRORS: MetricSpec = counter(
+    "http2_protocol_errors",
+    VIRTUAL_SERVER,
+    "HTTP/2 client connections ended by a protocol error of the client (GOAWAY sent)",
+);
+/// `weir_http2_floods_total{virtual_server, kind}`, a counter: HTTP/2 client connections
+/// closed for a flood, by kind.
+pub const HTTP2_FLOODS: MetricSpec = counter(
+    "http2_floods",
+    &["virtual_server", "kind"],
+    "HTTP/2 client connections closed with GOAWAY for a flood, by kind (rapid_reset, continuation, settings, ping, empty_frames, window_update, codec)",
+);
+/// `weir_upstream_http2_streams_open{pool, node}`, a gauge: streams open on HTTP/2
+/// connections to the node.
+pub const UPSTREAM_HTTP2_STREAMS_OPEN: MetricSpec = gauge(
+    "upstream_http2_streams_open",
+    POOL_NODE,
+    "Streams open on HTTP/2 connections to the node",
+);
+/// `weir_upstream_http2_goaways_total{pool, node}`, a counter: GOAWAY frames received from
+/// the node.
+pub const UPSTREAM_HTTP2_GOAWAYS: MetricSpec = counter(
+    "upstream_http2_goaways",
+    POOL_NODE,
+    "GOAWAY frames received from the node (the connection is drained and replaced)",
+);
+/// `weir_upstream_http2_ping_timeouts_total{pool, node}`, a counter: HTTP/2 connections to
+/// the node closed because a PING went unanswered.
+pub const UPSTREAM_HTTP2_PING_TIMEOUTS: MetricSpec = counter(
+    "upstream_http2_ping_timeouts",
+    POOL_NODE,
+    "HTTP/2 connections to the node closed because a PING went unanswered",
 );
 
 // TLS.
@@ -371,6 +435,21 @@ pub const UPSTREAM_TLS_HANDSHAKES: MetricSpec = counter(
     "upstream_tls_handshakes",
     &["pool", "kind"],
     "TLS handshakes with nodes, by kind (full, resumed or failed)",
+);
+
+// Traffic rules and limits (issue 14).
+
+/// `weir_rule_matches_total`: requests a traffic rule's terminal action decided.
+pub const RULE_MATCHES: MetricSpec = counter(
+    "rule_matches",
+    &["virtual_server", "rule"],
+    "Requests whose pool or answer a traffic rule decided, by rule (as named in the configuration, else rules[N])",
+);
+/// `weir_limit_refusals_total`: requests and connections a limit refused.
+pub const LIMIT_REFUSALS: MetricSpec = counter(
+    "limit_refusals",
+    &["virtual_server", "limit"],
+    "Requests refused by a rate or concurrency limit, and connections refused by client_connections, by limit name",
 );
 
 // Cache and compression (issue 12): one store per virtual server.

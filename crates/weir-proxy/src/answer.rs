@@ -1,7 +1,9 @@
 //! Errors → answers: the one place that decides which status a failure gets.
 
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{ParseError, ParseErrorKind};
+use weir_http::{ParseError, ParseErrorKind, Version};
+
+use crate::client::Client;
 
 /// A request that ends early: what to tell the client (if anything) and why.
 #[derive(Debug)]
@@ -42,6 +44,15 @@ impl Failure {
         )
     }
 
+    /// A request weir does not carry (501), such as CONNECT over HTTP/2.
+    pub(crate) fn not_implemented(what: &'static str) -> Failure {
+        Failure {
+            status: Some(501),
+            error: Error::new(ErrorKind::MethodNotAllowed, Side::Downstream)
+                .context(format!("{what} is not implemented")),
+        }
+    }
+
     /// Close without an answer (client gone, or the response already started).
     pub(crate) fn silent(error: Error) -> Failure {
         Failure {
@@ -54,6 +65,22 @@ impl Failure {
 impl From<Error> for Failure {
     fn from(error: Error) -> Failure {
         Failure::from_error(error)
+    }
+}
+
+/// A request's bytes as access-record text.
+pub(crate) fn lossy(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).unwrap_or("<non-utf8>")
+}
+
+/// The protocol the client spoke, as access records write it.
+pub(crate) fn version_str(client: &Client, version: Version) -> &'static str {
+    if client.is_h2() {
+        return "HTTP/2.0";
+    }
+    match version {
+        Version::Http10 => "HTTP/1.0",
+        Version::Http11 => "HTTP/1.1",
     }
 }
 
@@ -89,6 +116,11 @@ pub(crate) fn headers_for(status: u16) -> &'static [(&'static str, &'static str)
 pub(crate) fn body_for(status: u16) -> &'static [u8] {
     match status {
         400 => b"bad request\n",
+        401 => b"unauthorized\n",
+        403 => b"forbidden\n",
+        404 => b"not found\n",
+        410 => b"gone\n",
+        429 => b"too many requests\n",
         408 => b"request timeout\n",
         405 => b"method not allowed\n",
         413 => b"request body too large\n",

@@ -3,18 +3,21 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
+use weir_config::TlsVersion;
 use weir_core::{Error, ErrorKind, ShutdownSignal, Side};
 use weir_http::{HeadScan, RequestHead, Version};
 use weir_tls::ServerStream;
 
 use crate::answer::{Failure, body_for, headers_for};
 use crate::buffers::Buffers;
+use crate::http2::H2Stream;
 use crate::route::VirtualServerRuntime;
 
 /// Smallest free space worth a read call.
@@ -33,11 +36,71 @@ const DRAIN_GRACE: Duration = Duration::from_secs(1);
 /// How long a close_notify and FIN may take to leave when weir closes.
 const CLOSE_TIME: Duration = Duration::from_secs(1);
 
-/// A client connection with requests in progress, and the buffers lent to it
-/// for them (see [`Buffers`]).
+/// What a request's client is: an HTTP/1.1 connection, or one HTTP/2 stream
+/// (`docs/design/http2.md`: one pipeline, two codecs). The stages read the
+/// request body and send the response through [`Client`]'s methods, which
+/// match on this in one place each.
+#[derive(Debug)]
+pub(crate) enum Downstream {
+    Http1(ServerStream),
+    /// A stream of an HTTP/2 connection; `tls`: what the connection's TLS
+    /// handshake settled (ALPN `h2`), `None` for h2c.
+    Http2 {
+        stream: Box<H2Stream>,
+        tls: Option<Arc<TlsFacts>>,
+    },
+}
+
+/// What the TLS handshake of an HTTP/2 connection settled, shared by its
+/// streams (the rules' `${sni}` and `${tls_version}`).
+#[derive(Debug)]
+pub(crate) struct TlsFacts {
+    pub(crate) sni: Option<Box<str>>,
+    pub(crate) version: Option<TlsVersion>,
+}
+
+impl TlsFacts {
+    /// The facts of `stream`'s handshake; `None` for plain TCP.
+    pub(crate) fn of(stream: &ServerStream) -> Option<Arc<TlsFacts>> {
+        stream.is_tls().then(|| {
+            Arc::new(TlsFacts {
+                sni: stream.server_name().map(Box::from),
+                version: stream.tls_version(),
+            })
+        })
+    }
+}
+
+impl Downstream {
+    pub(crate) fn is_tls(&self) -> bool {
+        match self {
+            Downstream::Http1(stream) => stream.is_tls(),
+            Downstream::Http2 { tls, .. } => tls.is_some(),
+        }
+    }
+
+    /// The server name (SNI) the client sent, on TLS.
+    pub(crate) fn server_name(&self) -> Option<&str> {
+        match self {
+            Downstream::Http1(stream) => stream.server_name(),
+            Downstream::Http2 { tls, .. } => tls.as_ref().and_then(|t| t.sni.as_deref()),
+        }
+    }
+
+    /// The negotiated TLS version, on TLS.
+    pub(crate) fn tls_version(&self) -> Option<TlsVersion> {
+        match self {
+            Downstream::Http1(stream) => stream.tls_version(),
+            Downstream::Http2 { tls, .. } => tls.as_ref().and_then(|t| t.version),
+        }
+    }
+}
+
+/// A client connection (or HTTP/2 stream) with requests in progress, and the
+/// buffers lent to it for them (see [`Buffers`]).
 #[derive(Debug)]
 pub(crate) struct Client {
-    pub stream: ServerStream,
+    pub stream: Downstream,
     pub peer: SocketAddr,
     /// Bytes read from the client and not yet used (pipelined requests stay here).
     pub read_buf: BytesMut,
@@ -126,7 +189,7 @@ impl IdleConnection {
     pub(crate) fn into_client(self) -> Client {
         let buffers = Buffers::take();
         Client {
-            stream: self.stream,
+            stream: Downstream::Http1(self.stream),
             peer: self.peer,
             read_buf: buffers.read,
             write_buf: buffers.write,
@@ -145,11 +208,14 @@ impl Client {
     /// after the accept, or a TLS record not yet whole), `Some(Ok(0))` at its end.
     /// Not async, so the connection's task keeps no state for it.
     pub(crate) fn read_now(&mut self) -> Option<std::io::Result<usize>> {
+        let Downstream::Http1(stream) = &mut self.stream else {
+            return None;
+        };
         self.read_buf.reserve(READ_RESERVE);
         // One poll with a waker that does nothing: if the read would wait, the
         // idle wait that follows registers the task's own waker in its place.
         let mut context = Context::from_waker(Waker::noop());
-        let read = std::pin::pin!(self.stream.read_buf(&mut self.read_buf));
+        let read = std::pin::pin!(stream.read_buf(&mut self.read_buf));
         match read.poll(&mut context) {
             Poll::Ready(result) => Some(result),
             Poll::Pending => None,
@@ -158,7 +224,8 @@ impl Client {
 
     /// Gives the buffers back to this thread's pool and keeps the connection.
     /// Only once every byte read has been used: call it with `read_buf` empty.
-    pub(crate) fn into_idle(self) -> IdleConnection {
+    /// `None` for an HTTP/2 stream, which has no connection of its own to keep.
+    pub(crate) fn into_idle(self) -> Option<IdleConnection> {
         debug_assert!(
             self.read_buf.is_empty(),
             "unused client bytes would be lost"
@@ -175,21 +242,72 @@ impl Client {
         drop(connection);
     }
 
-    fn split(self) -> (IdleConnection, Buffers) {
+    fn split(self) -> (Option<IdleConnection>, Buffers) {
         let buffers = Buffers {
             read: self.read_buf,
             write: self.write_buf,
             upstream_out: self.upstream_out,
             upstream_in: self.upstream_in,
         };
-        let connection = IdleConnection {
-            stream: self.stream,
-            peer: self.peer,
-            accepted_at: self.accepted_at,
-            requests: self.requests,
-            client_subject: self.client_subject,
+        let connection = match self.stream {
+            Downstream::Http1(stream) => Some(IdleConnection {
+                stream,
+                peer: self.peer,
+                accepted_at: self.accepted_at,
+                requests: self.requests,
+                client_subject: self.client_subject,
+            }),
+            Downstream::Http2 { .. } => None,
         };
         (connection, buffers)
+    }
+
+    /// A client for one HTTP/2 stream, with buffers lent from this thread's pool.
+    pub(crate) fn for_stream(
+        stream: H2Stream,
+        tls: Option<Arc<TlsFacts>>,
+        peer: SocketAddr,
+        accepted_at: Instant,
+        client_subject: Option<&str>,
+    ) -> Client {
+        let buffers = Buffers::take();
+        Client {
+            stream: Downstream::Http2 {
+                stream: Box::new(stream),
+                tls,
+            },
+            peer,
+            read_buf: buffers.read,
+            write_buf: buffers.write,
+            upstream_out: buffers.upstream_out,
+            upstream_in: buffers.upstream_in,
+            accepted_at,
+            requests: 1,
+            client_subject: client_subject.map(Box::from),
+        }
+    }
+
+    /// The HTTP/1.1 connection itself, the bytes read from it and not used,
+    /// and the client-certificate subject, for another protocol (h2c); the
+    /// buffers go back to the pool.
+    pub(crate) fn into_stream(mut self) -> Option<(ServerStream, Bytes, Option<Box<str>>)> {
+        let unread = Bytes::copy_from_slice(&self.read_buf);
+        self.read_buf.clear();
+        let (connection, buffers) = self.split();
+        buffers.give_back();
+        connection.map(|idle| (idle.stream, unread, idle.client_subject))
+    }
+
+    /// The HTTP/2 stream this request came on, if it did.
+    pub(crate) fn h2(&mut self) -> Option<&mut H2Stream> {
+        match &mut self.stream {
+            Downstream::Http2 { stream, .. } => Some(stream),
+            Downstream::Http1(_) => None,
+        }
+    }
+
+    pub(crate) fn is_h2(&self) -> bool {
+        matches!(self.stream, Downstream::Http2 { .. })
     }
 
     /// The read_head stage: waits for the next request head. `Ok(None)` means
@@ -200,6 +318,10 @@ impl Client {
         vs: &VirtualServerRuntime,
         shutdown: &mut ShutdownSignal,
     ) -> Result<Option<RequestHead>, Failure> {
+        // An HTTP/2 stream carries one request, whose head came with the stream.
+        let Downstream::Http1(stream) = &mut self.stream else {
+            return Ok(None);
+        };
         let timeouts = &vs.config.timeouts;
         // The first head must arrive within header_read of the accept; later
         // ones may idle first, then have header_read from their first byte.
@@ -236,7 +358,7 @@ impl Client {
             self.read_buf.reserve(READ_RESERVE);
             let read = tokio::select! {
                 biased;
-                read = tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.read_buf)) => read,
+                read = tokio::time::timeout_at(deadline, stream.read_buf(&mut self.read_buf)) => read,
                 _ = shutdown.triggered(), if idle && drain_deadline.is_none() => {
                     drain_deadline = Some(Instant::now() + DRAIN_GRACE);
                     continue;
@@ -277,8 +399,24 @@ impl Client {
         deadline: Instant,
         late: &'static str,
     ) -> Result<usize, Failure> {
+        let stream = match &mut self.stream {
+            Downstream::Http1(stream) => stream,
+            Downstream::Http2 { stream, .. } => {
+                return match stream.read_framed(&mut self.read_buf, deadline, late).await {
+                    Ok(0) => Err(Failure::silent(
+                        Error::new(ErrorKind::ClientClosed, Side::Downstream)
+                            .context("stream ended in the middle of a request body"),
+                    )),
+                    Ok(n) => Ok(n),
+                    Err(error) if error.kind() == ErrorKind::ClientTimeout => {
+                        Err(Failure::from_error(error))
+                    }
+                    Err(error) => Err(Failure::silent(error)),
+                };
+            }
+        };
         self.read_buf.reserve(READ_RESERVE);
-        match tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.read_buf)).await {
+        match tokio::time::timeout_at(deadline, stream.read_buf(&mut self.read_buf)).await {
             Ok(Ok(0)) => Err(Failure::silent(
                 Error::new(ErrorKind::ClientClosed, Side::Downstream)
                     .context("closed in the middle of a request body"),
@@ -296,9 +434,13 @@ impl Client {
 
     /// Writes `write_buf` to the client and clears it.
     pub(crate) async fn flush(&mut self, timeout: Duration) -> Result<(), Failure> {
+        let Downstream::Http1(stream) = &mut self.stream else {
+            self.write_buf.clear();
+            return Err(not_for_h2());
+        };
         let result = tokio::time::timeout(timeout, async {
-            self.stream.write_all(&self.write_buf).await?;
-            self.stream.flush().await
+            stream.write_all(&self.write_buf).await?;
+            stream.flush().await
         })
         .await;
         self.write_buf.clear();
@@ -324,9 +466,12 @@ impl Client {
             }
             self.flush(timeout).await?;
         }
+        let Downstream::Http1(stream) = &mut self.stream else {
+            return Err(not_for_h2());
+        };
         let write = async {
-            self.stream.write_all(bytes).await?;
-            self.stream.flush().await
+            stream.write_all(bytes).await?;
+            stream.flush().await
         };
         match tokio::time::timeout(timeout, write).await {
             Ok(Ok(())) => Ok(()),
@@ -347,7 +492,11 @@ impl Client {
     /// unread bytes would make the kernel reset the connection, which can
     /// destroy the answer before the client reads it.
     pub(crate) async fn linger_close(&mut self) {
-        if self.stream.shutdown().await.is_err() {
+        // An HTTP/2 stream ends with its response (or reset); the connection stays.
+        let Downstream::Http1(stream) = &mut self.stream else {
+            return;
+        };
+        if stream.shutdown().await.is_err() {
             return;
         }
         let end = Instant::now() + LINGER_TIME;
@@ -356,8 +505,7 @@ impl Client {
             self.read_buf.clear();
             self.read_buf.reserve(READ_RESERVE);
             let deadline = end.min(Instant::now() + LINGER_PAUSE);
-            match tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.read_buf)).await
-            {
+            match tokio::time::timeout_at(deadline, stream.read_buf(&mut self.read_buf)).await {
                 Ok(Ok(n)) if n > 0 => discarded += n,
                 _ => break,
             }
@@ -369,7 +517,9 @@ impl Client {
     /// goes out first, so clients can tell the end from a truncation
     /// (OpenSSL 3 reports "unexpected eof" without it). Bounded in time.
     pub(crate) async fn close(&mut self) {
-        let _ = tokio::time::timeout(CLOSE_TIME, self.stream.shutdown()).await;
+        if let Downstream::Http1(stream) = &mut self.stream {
+            let _ = tokio::time::timeout(CLOSE_TIME, stream.shutdown()).await;
+        }
     }
 
     /// Sends one of weir's own answers (an error status) and returns its size.
@@ -380,6 +530,17 @@ impl Client {
         keep_alive: bool,
         timeout: Duration,
     ) -> Result<u64, Failure> {
+        if let Downstream::Http2 { stream, .. } = &mut self.stream {
+            if stream.responded() {
+                // Too late for an answer: the client learns from a reset.
+                stream.finish(false);
+                return Ok(0);
+            }
+            return stream
+                .answer(status, headers_for(status), body_for(status), timeout)
+                .await
+                .map_err(Failure::silent);
+        }
         self.write_buf.clear();
         weir_http::write_simple_response(
             status,
@@ -393,4 +554,72 @@ impl Client {
         self.flush(timeout).await?;
         Ok(size)
     }
+
+    /// [`Client::answer`] with `Connection: close` and `edits` applied (the rules'
+    /// response edits and the request id).
+    pub(crate) async fn answer_edited(
+        &mut self,
+        status: u16,
+        version: Version,
+        timeout: Duration,
+        edits: &impl weir_http::HeaderEdit,
+    ) -> Result<u64, Failure> {
+        let shape = weir_http::SimpleResponse {
+            status,
+            version,
+            keep_alive: false,
+            head_request: false,
+        };
+        let body = body_for(status);
+        self.answer_simple(&shape, headers_for(status), edits, body, timeout)
+            .await
+    }
+
+    /// One of weir's own answers with `extra` fields and `edits` (a rule's
+    /// redirect or response, a limit's refusal): HTTP/1.1 bytes, or on an
+    /// HTTP/2 stream a head and DATA carrying the same fields. Returns its size.
+    pub(crate) async fn answer_simple(
+        &mut self,
+        shape: &weir_http::SimpleResponse,
+        extra: &[(&str, &str)],
+        edits: &impl weir_http::HeaderEdit,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<u64, Failure> {
+        if let Downstream::Http2 { stream, .. } = &mut self.stream {
+            if stream.responded() {
+                // Too late for an answer: the client learns from a reset.
+                stream.finish(false);
+                return Ok(0);
+            }
+            let head = weir_http::http2::simple_response_to_h2(shape, extra, edits, body).map_err(
+                |error| {
+                    Failure::silent(
+                        Error::new(ErrorKind::Io, Side::Internal)
+                            .context(format!("answer not representable in HTTP/2: {error}")),
+                    )
+                },
+            )?;
+            let bodiless = body.is_empty() || shape.head_request;
+            stream.send_head(head, bodiless)?;
+            if !bodiless {
+                let data = Bytes::copy_from_slice(body);
+                stream.send_data(data, true, timeout).await?;
+            }
+            return Ok(body.len() as u64);
+        }
+        self.write_buf.clear();
+        weir_http::write_simple_response_edited(shape, extra, edits, body, &mut self.write_buf);
+        let size = self.write_buf.len() as u64;
+        self.flush(timeout).await?;
+        Ok(size)
+    }
+}
+
+/// HTTP/1.1 bytes meant for the client of an HTTP/2 stream: a stage that
+/// should have gone through the stream's own operations (a bug, not a panic).
+fn not_for_h2() -> Failure {
+    Failure::silent(
+        Error::new(ErrorKind::Io, Side::Internal).context("HTTP/1.1 bytes for an HTTP/2 stream"),
+    )
 }

@@ -10,24 +10,39 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{ForwardRequest, Parsed, RequestHead, ResponseHead, parse_response};
-use weir_upstream::{Lease, Pool, Tried, TunnelPermit};
+use weir_upstream::{Lease, Pool, StreamLease, Tried, TunnelPermit};
 
 use crate::VIA;
 use crate::answer::Failure;
 use crate::client::Client;
+use crate::http2;
 use crate::policy::Forwarding;
 use crate::request_body::{self, RequestBody, Streamed};
 use crate::route::VirtualServerRuntime;
+use crate::traffic::Upstream;
 
 /// Retries on a reused connection that the node had closed, per request.
 const MAX_STALE_RETRIES: u32 = 3;
 /// Interim (1xx) responses relayed before the final one; past it → 502.
 const MAX_INTERIM_RESPONSES: u32 = 10;
 
+/// What carries a request to its node and its response back.
+#[derive(Debug)]
+pub(crate) enum NodeLink {
+    /// An HTTP/1.1 connection, the response body read from its bytes.
+    Http1(Lease),
+    /// A stream on a shared HTTP/2 connection (pools with protocol `h2`/`h2c`).
+    Http2 {
+        /// Held until the body is read: dropping it frees the stream slot.
+        _lease: StreamLease,
+        body: h2::RecvStream,
+    },
+}
+
 /// A request sent and its response head received.
 #[derive(Debug)]
 pub(crate) struct Exchange {
-    pub lease: Lease,
+    pub lease: NodeLink,
     /// Counts the request on its node until the response has been relayed.
     pub in_flight: weir_upstream::node::InFlight,
     pub node: usize,
@@ -70,6 +85,7 @@ pub(crate) async fn exchange(
     head: &RequestHead,
     forwarding: Forwarding,
     body: &mut RequestBody,
+    upstream: Upstream<'_>,
 ) -> Result<Exchange, Failure> {
     let mut tried = Tried::default();
     let mut stale_retries = 0;
@@ -80,12 +96,18 @@ pub(crate) async fn exchange(
         // select (again only when moving to another node)
         let index = match current {
             Some(index) => index,
-            None => select(pool, tried, last_error.take())?,
+            None => select(pool, tried, last_error.take(), head, upstream.client)?,
         };
         tried.add(index);
         current = Some(index);
         let node = &pool.nodes[index];
-        let failure = match attempt(client, vs, pool, index, head, forwarding, body).await {
+        let on = Attempt {
+            index,
+            head,
+            forwarding,
+            upstream,
+        };
+        let failure = match attempt(client, vs, pool, on, body).await {
             Ok(exchange) => return Ok(exchange),
             Err(failure) => failure,
         };
@@ -113,9 +135,17 @@ pub(crate) async fn exchange(
     }
 }
 
-/// The select stage: a node not tried yet, or the failure to answer with.
-fn select(pool: &Pool, tried: Tried, last_error: Option<Error>) -> Result<usize, Failure> {
-    if let Some(index) = pool.select(tried, Instant::now().into_std()) {
+/// The select stage: a node not tried yet (persistence, then a consistent-hash key, then
+/// the balancer), or the failure to answer with.
+fn select(
+    pool: &Pool,
+    tried: Tried,
+    last_error: Option<Error>,
+    head: &RequestHead,
+    client: std::net::IpAddr,
+) -> Result<usize, Failure> {
+    let now = Instant::now().into_std();
+    if let Some(index) = pool.select_request(tried, now, head, client) {
         return Ok(index);
     }
     // Every node was tried: answer with what went wrong last.
@@ -129,16 +159,32 @@ fn select(pool: &Pool, tried: Tried, last_error: Option<Error>) -> Result<usize,
     ))
 }
 
+/// What one try sends, and to which node.
+#[derive(Clone, Copy)]
+struct Attempt<'a> {
+    index: usize,
+    head: &'a RequestHead,
+    forwarding: Forwarding,
+    upstream: Upstream<'a>,
+}
+
 /// One try on one node: checkout, write the request, read the response head.
 async fn attempt(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     pool: &Arc<Pool>,
-    index: usize,
-    head: &RequestHead,
-    forwarding: Forwarding,
+    on: Attempt<'_>,
     body: &mut RequestBody,
 ) -> Result<Exchange, Failure> {
+    let Attempt {
+        index,
+        head,
+        forwarding,
+        upstream,
+    } = on;
+    if let Some(node) = pool.http2.get(index) {
+        return attempt_h2(client, vs, pool, (index, node), on, body).await;
+    }
     let connections = &pool.connections[index];
     // A request that may leave HTTP takes a tunnel place first, so tunnels
     // never grow past max_tunnels and never hold the node's request slots.
@@ -153,7 +199,7 @@ async fn attempt(
     let replayable = lease.is_reused() && head.method().is_idempotent() && body.is_complete();
 
     // forward: head and buffered body in one write
-    write_head(client, vs, head, forwarding, body);
+    write_head(client, vs, head, forwarding, body, upstream);
     let sent_at = Instant::now();
     let write_stall = pool.config.timeouts.write;
     send(&mut lease, &client.upstream_out, write_stall, replayable).await?;
@@ -174,7 +220,7 @@ async fn attempt(
     let response =
         read_response_head(client, vs, pool, &mut lease, head, forwarding, replayable).await?;
     Ok(Exchange {
-        lease,
+        lease: NodeLink::Http1(lease),
         in_flight,
         node: index,
         response,
@@ -184,39 +230,131 @@ async fn attempt(
     })
 }
 
+/// One try on an HTTP/2 node: a stream (the node's queue counts streams),
+/// the head rewritten as for HTTP/1.1 then put in HTTP/2 form, the buffered
+/// body, the rest streamed within the node's window, the response head.
+async fn attempt_h2(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    pool: &Arc<Pool>,
+    (index, node): (usize, &Arc<weir_upstream::H2Node>),
+    on: Attempt<'_>,
+    body: &mut RequestBody,
+) -> Result<Exchange, Failure> {
+    let Attempt {
+        head,
+        forwarding,
+        upstream,
+        ..
+    } = on;
+    if forwarding.may_tunnel() {
+        // Upgrade and CONNECT do not cross to an HTTP/2 node (RFC 8441 is not carried yet).
+        return Err(Failure::not_implemented(
+            "a protocol switch to an HTTP/2 node",
+        ));
+    }
+    let in_flight = pool.nodes[index].start_request();
+    let forward = forward_request(client, vs, forwarding, body.framing);
+    let scheme = if client.stream.is_tls() {
+        "https"
+    } else {
+        "http"
+    };
+    let write_stall = pool.config.timeouts.write;
+    // The buffered body is copied, not moved: a refused stream is sent again.
+    let buffered = bytes::Bytes::copy_from_slice(&body.buffered);
+    let ends = body.is_complete() && body.trailers.is_empty();
+    // Once the rest of the body has streamed, the request cannot be sent again.
+    let streams = !body.is_complete();
+    let sent_at = Instant::now();
+    let mut request = http2::upstream::send_request(
+        node,
+        (head, upstream.path, &upstream.edits),
+        &forward,
+        scheme,
+        buffered,
+        ends,
+        write_stall,
+    )
+    .await?;
+    if let Some(mut stream) = request.body.take() {
+        // From an HTTP/2 client the rest of the body moves on its own, full
+        // duplex; from an HTTP/1.1 one it is sent before the response is awaited.
+        if let Err(returned) = request_body::spawn_h2_pump(client, vs, body, stream, write_stall) {
+            stream = returned;
+            request_body::stream_rest_h2(client, vs, body, &mut stream, write_stall).await?;
+        }
+    }
+    pool.nodes[index].metrics.requests_forwarded.inc();
+    let timeout = pool.config.timeouts.response;
+    let response = http2::upstream::response_head(request.response, head.method(), timeout)
+        .await
+        .map_err(|error| match streams {
+            true => error.retry_safe(false),
+            false => error,
+        })?;
+    Ok(Exchange {
+        lease: NodeLink::Http2 {
+            _lease: request.lease,
+            body: response.body,
+        },
+        in_flight,
+        node: index,
+        response: response.head,
+        sent_at,
+        tunnel: None,
+        body_cut: false,
+    })
+}
+
+/// How the head is rewritten for the node, whatever its protocol.
+fn forward_request<'a>(
+    client: &'a Client,
+    vs: &'a VirtualServerRuntime,
+    forwarding: Forwarding,
+    framing: weir_http::BodyFraming,
+) -> ForwardRequest<'a> {
+    ForwardRequest {
+        framing,
+        client_addr: vs.config.forwarded_headers.then_some(client.peer.ip()),
+        proto: if client.stream.is_tls() {
+            "https"
+        } else {
+            "http"
+        },
+        via: vs.config.forwarded_headers.then_some(VIA),
+        upgrade: forwarding.upgrade,
+        strip_expect: true,
+        owned_header: vs
+            .tls
+            .as_ref()
+            .and_then(|tls| tls.subject_header.as_deref())
+            .map(|name| (name, client.client_subject.as_deref())),
+        drop_underscore_names: forwarding.drop_underscore_names,
+    }
+}
+
 /// Rewrites the head for the node into `client.upstream_out`, followed by the buffered body.
+/// `edits`: the rules' path and header edits, and the request id.
 fn write_head(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     head: &RequestHead,
     forwarding: Forwarding,
     body: &RequestBody,
+    upstream: Upstream<'_>,
 ) {
-    let out = &mut client.upstream_out;
+    let mut out = std::mem::take(&mut client.upstream_out);
     out.clear();
-    weir_http::write_request_head(
+    weir_http::write_request_head_edited(
         head,
-        &ForwardRequest {
-            framing: body.framing,
-            client_addr: vs.config.forwarded_headers.then_some(client.peer.ip()),
-            proto: if client.stream.is_tls() {
-                "https"
-            } else {
-                "http"
-            },
-            via: vs.config.forwarded_headers.then_some(VIA),
-            upgrade: forwarding.upgrade,
-            strip_expect: true,
-            owned_header: vs
-                .tls
-                .as_ref()
-                .and_then(|tls| tls.subject_header.as_deref())
-                .map(|name| (name, client.client_subject.as_deref())),
-            drop_underscore_names: forwarding.drop_underscore_names,
-        },
-        out,
+        &forward_request(client, vs, forwarding, body.framing),
+        upstream.path,
+        &upstream.edits,
+        &mut out,
     );
-    body.write_buffered(out);
+    body.write_buffered(&mut out);
+    client.upstream_out = out;
 }
 
 /// Writes `bytes` to the node, stalling at most `write_stall`.
@@ -324,20 +462,27 @@ async fn relay_interim(
     if response.status() == 100 || head.version() != weir_http::Version::Http11 {
         return Ok(());
     }
+    if let Some(stream) = client.h2() {
+        let forward = interim_forward(head);
+        let converted = weir_http::http2::response_to_h2(response, &forward, head.method())
+            .map_err(Failure::bad_response)?;
+        stream.send_interim(converted)?;
+        return Ok(());
+    }
     let mut interim = BytesMut::new();
-    weir_http::write_response_head(
-        response,
-        &weir_http::ForwardResponse {
-            framing: weir_http::BodyFraming::None,
-            version: head.version(),
-            keep_alive: true,
-            via: None,
-            upgrade: false,
-            set_headers: &[],
-        },
-        &mut interim,
-    );
+    weir_http::write_response_head(response, &interim_forward(head), &mut interim);
     client.send(&interim, vs.config.timeouts.write).await
+}
+
+fn interim_forward(head: &RequestHead) -> weir_http::ForwardResponse<'static> {
+    weir_http::ForwardResponse {
+        framing: weir_http::BodyFraming::None,
+        version: head.version(),
+        keep_alive: true,
+        via: None,
+        upgrade: false,
+        set_headers: &[],
+    }
 }
 
 fn bad_response(context: &'static str) -> Failure {

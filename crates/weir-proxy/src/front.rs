@@ -22,7 +22,6 @@ use weir_tls::client_hello::{
 };
 
 use crate::drain::Admission;
-use crate::pipeline;
 use crate::route::VirtualServerRuntime;
 use crate::tcp::peek::{PeekError, peek_until};
 use crate::tcp::session::{self, Client};
@@ -86,7 +85,8 @@ pub(crate) async fn serve(
     }
     match vs.config.protocol {
         Protocol::Http | Protocol::Https => {
-            pipeline::serve_connection(stream, client.address, admission, shutdown).await;
+            // The client's connection limit counts the PROXY header's address.
+            crate::refuse::serve_limited(stream, client.address, admission, shutdown).await;
         }
         Protocol::Tcp | Protocol::Tls => session::serve(stream, client, &vs).await,
     }

@@ -30,18 +30,22 @@ mod drain;
 mod exchange;
 mod front;
 pub mod handoff;
+mod http2;
 mod listener;
 mod live;
 mod model;
 mod pipeline;
 mod policy;
 mod proxy;
+mod refuse;
 mod request_body;
 mod response;
 mod route;
+mod rules;
 mod stage;
 pub mod tcp;
 mod tls;
+mod traffic;
 mod upgrade;
 
 /// This hop's name in `Via` headers.

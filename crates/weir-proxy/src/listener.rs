@@ -18,7 +18,7 @@ use weir_core::{Shutdown, ShutdownSignal};
 use crate::drain::{Admission, Drain};
 use crate::model::ModelCell;
 use crate::route::VirtualServerRuntime;
-use crate::{front, pipeline};
+use crate::{front, pipeline, refuse};
 
 /// A listening socket before it serves.
 #[derive(Debug)]
@@ -276,14 +276,42 @@ async fn accept_loop(
             _drain: context.drain.enter(),
         };
         if front::needed(vs) {
-            // PROXY header, passthrough or a TCP session: the front stages first.
+            // PROXY header, passthrough or a TCP session: the front stages first (an
+            // HTTP connection then meets its client's connection limit in `refuse.rs`).
             tokio::spawn(front::serve(stream, peer, admission, signal.clone()));
         } else {
-            tokio::spawn(pipeline::serve_connection(
-                stream,
-                peer,
-                admission,
-                signal.clone(),
+            spawn_connection(stream, peer, admission, signal.clone());
+        }
+    }
+}
+
+/// Spawns the pipeline for an admitted connection, past its client's connection limit
+/// (`client_connections`) first: within it, the connection's task holds its place in
+/// the count until it ends (only then is the task larger); past it, the first request
+/// gets the limit's answer.
+fn spawn_connection(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    admission: Admission,
+    signal: ShutdownSignal,
+) {
+    let vs = Arc::clone(&admission.vs);
+    match vs.traffic.limits.admit_connection(peer.ip()) {
+        Ok(None) => {
+            tokio::spawn(pipeline::serve_connection(stream, peer, admission, signal));
+        }
+        Ok(Some(permit)) => {
+            let serve = pipeline::serve_connection(stream, peer, admission, signal);
+            tokio::spawn(async move {
+                let _permit = permit;
+                serve.await;
+            });
+        }
+        Err(refusal) => {
+            vs.traffic.metrics.client_connection_refusals.inc();
+            tracing::debug!(virtual_server = %vs.config.name, client = %peer, "client connection limit reached");
+            tokio::spawn(refuse::refuse_connection(
+                stream, peer, admission, refusal, signal,
             ));
         }
     }

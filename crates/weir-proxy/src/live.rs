@@ -301,6 +301,7 @@ impl Live {
             cell: Arc::downgrade(&self.cell),
             current_generation: self.cell.generation_counter(),
             metrics: &self.metrics,
+            rules: std::mem::take(&mut staged.rules),
             previous: &current,
         }
         .build()

@@ -27,6 +27,7 @@ use weir_upstream::Pool;
 use crate::content::Content;
 use crate::tcp::{Relay, RelaySettings};
 use crate::tls::TlsTermination;
+use crate::traffic::VirtualServerTraffic;
 
 /// One generation of the running configuration.
 #[derive(Debug)]
@@ -96,6 +97,8 @@ pub struct VirtualServerRuntime {
     current_generation: Arc<AtomicU64>,
     /// TLS termination, on an HTTPS or TLS virtual server.
     pub tls: Option<Arc<TlsTermination>>,
+    /// Rules and limits (issue 14).
+    pub(crate) traffic: VirtualServerTraffic,
     /// The cache and compression; `None` when neither is configured.
     pub(crate) content: Option<Box<Content>>,
     /// TLS passthrough rules, in order, with their pools.
@@ -112,7 +115,7 @@ impl VirtualServerRuntime {
         metrics: (VirtualServerMetrics, Layer4Metrics),
         access_log: Option<Arc<AccessLog>>,
         tls: Option<Arc<TlsTermination>>,
-        content: Option<Box<Content>>,
+        (traffic, content): (VirtualServerTraffic, Option<Box<Content>>),
         link: ModelLink,
     ) -> VirtualServerRuntime {
         let pool = |PoolId(index): PoolId| Arc::clone(&pools[index]);
@@ -134,6 +137,7 @@ impl VirtualServerRuntime {
                 max_headers: config.limits.max_headers,
             },
             tls,
+            traffic,
             content,
             passthrough: config
                 .passthrough
@@ -296,7 +300,10 @@ pub(crate) struct ModelParts<'a> {
     pub current_generation: Arc<AtomicU64>,
     pub metrics: &'a Metrics,
     pub access_log: Option<Arc<AccessLog>>,
-    /// The running model, whose caches are kept where their settings stay.
+    /// Each virtual server's compiled rules, by name (built while staging).
+    pub rules: HashMap<String, weir_rules::RuleSet>,
+    /// The running model, whose virtual servers hand their limiters over and
+    /// whose caches are kept where their settings stay.
     pub previous: &'a Model,
 }
 
@@ -313,6 +320,17 @@ impl ModelParts<'_> {
                         .or_insert_with(VirtualServerShared::new),
                 );
                 let previous = self.previous.virtual_server(&vs.name);
+                let traffic = VirtualServerTraffic::new(
+                    vs,
+                    // Staging compiled every virtual server's rules; compiling again
+                    // cannot fail where that succeeded.
+                    self.rules.remove(&vs.name).unwrap_or_else(|| {
+                        weir_rules::RuleSet::new(&vs.traffic).unwrap_or_default()
+                    }),
+                    &self.pools,
+                    previous.map(|previous| &previous.traffic),
+                    self.metrics,
+                );
                 let content = Content::build(
                     vs,
                     self.metrics,
@@ -332,7 +350,7 @@ impl ModelParts<'_> {
                     ),
                     self.access_log.clone(),
                     self.tls.remove(&vs.name),
-                    content.map(Box::new),
+                    (traffic, content.map(Box::new)),
                     ModelLink {
                         generation: self.generation,
                         shared,

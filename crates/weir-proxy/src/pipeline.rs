@@ -2,7 +2,7 @@
 //! in ARCHITECTURE.md ("The HTTP data path"):
 //!
 //! ```text
-//! [handshake →] read_head → route → filter_request → read body → select → checkout → forward → respond → log → release
+//! [handshake →] read_head → rules → route → filter_request → read body → select → checkout → forward → respond → log → release
 //!   ↑                                                                                          │
 //!   └─────────────────────────────────────── kept alive ──────────────────────────────────────┘
 //! ```
@@ -12,6 +12,9 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
 
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -20,8 +23,10 @@ use weir_http::{RequestHead, Version};
 use weir_observe::AccessRecord;
 use weir_tls::ServerStream;
 use weir_upstream::Pool;
+use weir_upstream::node::NodeState;
 
 use crate::answer::Failure;
+use crate::answer::{lossy, version_str};
 use crate::client::{Client, IdleConnection};
 use crate::content::{self, Looked};
 use crate::drain::Admission;
@@ -30,7 +35,10 @@ use crate::policy;
 use crate::request_body;
 use crate::response::{self, Sent};
 use crate::route::VirtualServerRuntime;
+use crate::rules::{RequestTraffic, Routed};
 use crate::upgrade;
+
+mod h2;
 
 /// Serves one client connection until it closes.
 ///
@@ -45,23 +53,29 @@ pub(crate) fn serve_connection(
     admission: Admission,
     shutdown: ShutdownSignal,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let start = Box::pin(start_connection(stream, peer, Arc::clone(&admission.vs)));
+    let start = Box::pin(start_connection(
+        stream,
+        peer,
+        Arc::clone(&admission.vs),
+        shutdown.clone(),
+    ));
     serve_kept_alive(start, admission, shutdown)
 }
 
-/// The handshake stage (HTTPS virtual servers): `None` if it failed.
+/// The handshake stage (HTTPS virtual servers): `None` if it failed, or when
+/// the client chose HTTP/2 by ALPN (the connection was then served here, by
+/// the HTTP/2 driver, to its end).
 async fn start_connection(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     vs: Arc<VirtualServerRuntime>,
+    shutdown: ShutdownSignal,
 ) -> Option<IdleConnection> {
-    let (stream, client_subject) = match &vs.tls {
-        None => (ServerStream::Plain(stream), None),
-        Some(tls) => {
-            let (stream, info) = tls.handshake(stream, peer).await?;
-            (stream, info.client_subject.map(String::into_boxed_str))
-        }
-    };
+    let (stream, client_subject) = handshake(stream, peer, &vs).await?;
+    if stream.alpn_is_h2() {
+        h2::serve_connection(stream, Bytes::new(), peer, client_subject, vs, shutdown).await;
+        return None;
+    }
     let accepted_at = Instant::now();
     Some(IdleConnection::new(
         stream,
@@ -69,6 +83,22 @@ async fn start_connection(
         accepted_at,
         client_subject,
     ))
+}
+
+/// The TLS handshake of an HTTPS virtual server (plain: nothing to do), with
+/// the verified client certificate's subject; `None` if it failed.
+pub(crate) async fn handshake(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    vs: &VirtualServerRuntime,
+) -> Option<(ServerStream, Option<Box<str>>)> {
+    Some(match &vs.tls {
+        None => (ServerStream::Plain(stream), None),
+        Some(tls) => {
+            let (stream, info) = tls.handshake(stream, peer).await?;
+            (stream, info.client_subject.map(String::into_boxed_str))
+        }
+    })
 }
 
 /// Waits for each request's first bytes with no buffer, then serves what came.
@@ -125,9 +155,10 @@ enum Woken {
 /// Lends the connection its buffers and reads what woke it, without waiting.
 fn wake(idle: IdleConnection) -> Woken {
     let mut client = idle.into_client();
+    // An HTTP/1.1 connection: `into_idle` gives it back (it is `None` only for HTTP/2 streams).
     match client.read_now() {
-        None => Woken::Nothing(client.into_idle()),
-        Some(Ok(0)) => Woken::Closed(client.into_idle()),
+        None => client.into_idle().map_or(Woken::Failed, Woken::Nothing),
+        Some(Ok(0)) => client.into_idle().map_or(Woken::Failed, Woken::Closed),
         Some(Err(_)) => {
             client.release();
             Woken::Failed
@@ -144,6 +175,22 @@ async fn serve_requests(
     latest: &mut Arc<VirtualServerRuntime>,
     shutdown: &mut ShutdownSignal,
 ) -> Option<IdleConnection> {
+    if client.requests == 0 && latest.config.http2.cleartext {
+        // h2c with prior knowledge: the connection is HTTP/2 from its first byte.
+        match h2::prior_knowledge(&mut client, latest).await {
+            Ok(false) => {}
+            Ok(true) => {
+                let vs = Arc::clone(latest);
+                Box::pin(h2::serve_cleartext(client, vs, shutdown.clone())).await;
+                return None;
+            }
+            Err(failure) => {
+                answer_failure(&mut client, latest, None, None, None, failure).await;
+                client.release();
+                return None;
+            }
+        }
+    }
     let next = loop {
         let vs: &VirtualServerRuntime = latest;
         // read_head
@@ -151,7 +198,7 @@ async fn serve_requests(
             Ok(Some(head)) => head,
             Ok(None) => break Next::Close,
             Err(failure) => {
-                answer_failure(&mut client, vs, None, None, failure, Instant::now()).await;
+                answer_failure(&mut client, vs, None, None, None, failure).await;
                 client.release();
                 return None;
             }
@@ -161,23 +208,23 @@ async fn serve_requests(
             *latest = newer;
         }
         let vs: &VirtualServerRuntime = latest;
-        let started = Instant::now();
-        // route
-        let route = vs.matched_route(&head);
-        let pool = Arc::clone(vs.route_pool(route));
-        let keep_alive = wants_keep_alive(&client, vs, &head, shutdown);
         let request = Request {
             head: &head,
-            route,
-            started,
+            keep_alive: wants_keep_alive(&client, vs, &head, shutdown),
+            started: Instant::now(),
         };
-        match serve_request(&mut client, vs, &pool, request, keep_alive, shutdown).await {
+        // rules (request id, client address, limits), then route
+        let mut traffic = RequestTraffic::begin(vs, &client, &head);
+        let routed = traffic.route(vs, &head);
+        match serve_routed(&mut client, vs, &routed, request, &mut traffic, shutdown).await {
             // Pipelined bytes are served at once; otherwise the connection idles.
-            Ok(Next::KeepAlive) if client.read_buf.is_empty() => return Some(client.into_idle()),
+            Ok(Next::KeepAlive) if client.read_buf.is_empty() => return client.into_idle(),
             Ok(Next::KeepAlive) => continue,
             Ok(next) => break next,
             Err(failure) => {
-                answer_failure(&mut client, vs, Some(&head), Some(&pool), failure, started).await;
+                let pool = routed.pool();
+                let traffic = Some(&traffic);
+                answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await;
                 client.release();
                 return None;
             }
@@ -192,6 +239,52 @@ async fn serve_requests(
     None
 }
 
+/// One request of an HTTP/2 stream: route → the same stages as an HTTP/1.1
+/// request (`serve_request`) → the stream ends. `head`: the request's head,
+/// or why the stream's request was refused before it formed one.
+async fn serve_stream(
+    mut client: Client,
+    vs: &VirtualServerRuntime,
+    head: Result<RequestHead, Failure>,
+    shutdown: &ShutdownSignal,
+    started: Instant,
+) {
+    let head = match head {
+        Ok(head) => head,
+        Err(failure) => {
+            answer_failure(&mut client, vs, None, None, None, failure).await;
+            client.release();
+            return;
+        }
+    };
+    let request = Request {
+        head: &head,
+        // The stream ends with its response; the connection is the driver's.
+        keep_alive: false,
+        started,
+    };
+    // rules (request id, client address, limits), then route
+    let mut traffic = RequestTraffic::begin(vs, &client, &head);
+    let routed = traffic.route(vs, &head);
+    match serve_routed(&mut client, vs, &routed, request, &mut traffic, shutdown).await {
+        Ok(_) => {
+            if let Some(stream) = client.h2() {
+                stream.finish(true);
+            }
+        }
+        Err(failure) => {
+            let pool = routed.pool();
+            let traffic = Some(&traffic);
+            answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await;
+            if let Some(stream) = client.h2() {
+                // A response cut short: the client learns from a reset.
+                stream.finish(false);
+            }
+        }
+    }
+    client.release();
+}
+
 /// What happens to the client connection after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
@@ -202,12 +295,50 @@ enum Next {
     Linger,
 }
 
-/// A request as routed.
+/// The stages after route: weir's own answer (a rule's, or a limit's refusal), or
+/// filter_request to log through the pool.
+async fn serve_routed(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    routed: &Routed,
+    request: Request<'_>,
+    traffic: &mut RequestTraffic,
+    shutdown: &ShutdownSignal,
+) -> Result<Next, Failure> {
+    let refusal = match routed {
+        Routed::Pool(pool) => {
+            return serve_request(client, vs, pool, request, traffic, shutdown).await;
+        }
+        Routed::Answer => None,
+        Routed::Refused(refusal) => Some(*refusal),
+    };
+    let Request {
+        head,
+        keep_alive,
+        started,
+    } = request;
+    let sent = traffic
+        .answer(client, vs, head, refusal, keep_alive, started)
+        .await?;
+    Ok(answered(&sent, head))
+}
+
+/// What becomes of the connection after weir answered a request itself.
+fn answered(sent: &Sent, head: &RequestHead) -> Next {
+    match sent.keep_alive {
+        true => Next::KeepAlive,
+        false if matches!(head.framing(), weir_http::BodyFraming::None) => Next::Close,
+        // The request's body was not read: read what still comes before closing.
+        false => Next::Linger,
+    }
+}
+
+/// The request being served, as read.
 #[derive(Clone, Copy)]
 struct Request<'a> {
     head: &'a RequestHead,
-    /// The matched route (`None`: the virtual server's default).
-    route: Option<usize>,
+    /// The connection may be kept after the response, as far as the request goes.
+    keep_alive: bool,
     started: Instant,
 }
 
@@ -217,28 +348,32 @@ async fn serve_request(
     vs: &VirtualServerRuntime,
     pool: &Arc<Pool>,
     request: Request<'_>,
-    keep_alive: bool,
+    traffic: &mut RequestTraffic,
     shutdown: &ShutdownSignal,
 ) -> Result<Next, Failure> {
-    let Request { head, started, .. } = request;
+    let Request {
+        head, keep_alive, ..
+    } = request;
     // filter_request: CONNECT, TRACE, upgrades and header names, as the virtual server allows
     let forwarding = policy::filter(vs, head)?;
     // read body (up to request_buffer) before any upstream connection is taken
     let mut body = request_body::read(client, vs, head).await?;
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
     let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
-    let looked = content::lookup(
-        client,
-        vs,
-        request.route,
-        head,
-        body.is_complete(),
-        answer_keep_alive,
-    );
-    let flow = match looked.await? {
+    // (HTTP/2 streams skip it for now: the cache writes HTTP/1.1 answers.)
+    let looked = match client.is_h2() {
+        true => Looked::Forward(None),
+        false => {
+            let route = vs.matched_route(head);
+            let complete = body.is_complete();
+            content::lookup(client, vs, route, head, complete, answer_keep_alive).await?
+        }
+    };
+    let flow = match looked {
         Looked::Answered { sent, refresh } => {
-            record(client, vs, head, body.received, &sent, None, started);
+            record(client, vs, request, body.received, &sent, None, traffic);
             if let Some(flow) = refresh {
+                let forwarding = (forwarding, traffic.upstream(vs));
                 content::refresh(client, vs, pool, head, forwarding, &mut body, flow).await;
             }
             return Ok(match sent.keep_alive {
@@ -258,6 +393,7 @@ async fn serve_request(
         forward_head.unwrap_or(head),
         forwarding,
         &mut body,
+        traffic.upstream(vs),
     );
     let (exchange, flow) = match (exchanged.await, flow) {
         (Ok(exchange), flow) => (exchange, flow),
@@ -265,7 +401,7 @@ async fn serve_request(
         (Err(failure), Some(flow)) => {
             let sent =
                 content::node_failed(client, vs, head, flow, failure, answer_keep_alive).await?;
-            record(client, vs, head, body.received, &sent, None, started);
+            record(client, vs, request, body.received, &sent, None, traffic);
             return Ok(if sent.keep_alive {
                 Next::KeepAlive
             } else {
@@ -276,26 +412,29 @@ async fn serve_request(
     };
     let body_cut = exchange.body_cut;
     let node = exchange.node;
-    let node_state = &pool.nodes[node];
-    let head_received = Instant::now();
-    let response_time = head_received.saturating_duration_since(exchange.sent_at);
-    node_state.record_response_time(response_time);
-    if exchange.response.status() >= 500 {
-        node_state.metrics.responses_5xx.inc();
-        node_state.record_failure(head_received.into_std());
-    } else {
-        node_state.record_success(head_received.into_std());
-    }
+    // filter_response: what persistence learns from the node's answer
+    traffic.learn(pool, head, &exchange.response, node);
+    let (node_state, response_time) = note_response(pool, &exchange);
     // respond (the upstream connection is released inside, as soon as the node is done);
     // a drain that began meanwhile closes the connection after this response.
     let keep_alive = keep_alive && !shutdown.is_triggered() && !forwarding.connect;
     let status = exchange.response.status();
     let tunnelled = status == 101 || (forwarding.connect && (200..300).contains(&status));
+    let edits = traffic.response_edits(vs);
     let sent = match flow {
         _ if tunnelled => upgrade::tunnel(client, vs, exchange, head.version()).await?,
         // filter_response → respond: stored, compressed, or answered from the cache
-        Some(flow) => content::respond(client, vs, pool, head, flow, exchange, keep_alive).await?,
-        None => respond(client, vs, pool, exchange, head.version(), keep_alive).await?,
+        Some(flow) => {
+            let responding =
+                content::respond(client, vs, pool, head, (flow, &edits), exchange, keep_alive);
+            responding.await?
+        }
+        None => {
+            let timeout = pool.config.timeouts.response;
+            let request = (head.method(), head.version());
+            let decor = (&edits, None);
+            response::respond(client, vs, exchange, request, keep_alive, timeout, decor).await?
+        }
     };
     // log
     pool.metrics.record_status(sent.status);
@@ -307,11 +446,11 @@ async fn serve_request(
     record(
         client,
         vs,
-        head,
+        request,
         body.received,
         &sent,
         Some(upstream),
-        started,
+        traffic,
     );
     Ok(match sent.keep_alive {
         true => Next::KeepAlive,
@@ -322,16 +461,20 @@ async fn serve_request(
     })
 }
 
-async fn respond(
-    client: &mut Client,
-    vs: &VirtualServerRuntime,
-    pool: &Pool,
-    exchange: Exchange,
-    version: Version,
-    keep_alive: bool,
-) -> Result<Sent, Failure> {
-    let timeout = pool.config.timeouts.response;
-    response::respond(client, vs, exchange, version, keep_alive, timeout, None).await
+/// Passive health and the EWMA from the node's response head: the node and
+/// how long its head took.
+fn note_response<'p>(pool: &'p Pool, exchange: &Exchange) -> (&'p NodeState, Duration) {
+    let node_state = &pool.nodes[exchange.node];
+    let head_received = Instant::now();
+    let response_time = head_received.saturating_duration_since(exchange.sent_at);
+    node_state.record_response_time(response_time);
+    if exchange.response.status() >= 500 {
+        node_state.metrics.responses_5xx.inc();
+        node_state.record_failure(head_received.into_std());
+    } else {
+        node_state.record_success(head_received.into_std());
+    }
+    (node_state, response_time)
 }
 
 /// The node that answered a request.
@@ -346,12 +489,13 @@ struct Upstream<'a> {
 fn record(
     client: &Client,
     vs: &VirtualServerRuntime,
-    head: &RequestHead,
+    request: Request<'_>,
     body_received: u64,
     sent: &Sent,
     upstream: Option<Upstream<'_>>,
-    started: Instant,
+    traffic: &RequestTraffic,
 ) {
+    let Request { head, started, .. } = request;
     vs.metrics.record_status(sent.status);
     vs.metrics
         .bytes_received
@@ -364,7 +508,7 @@ fn record(
             client: client.peer,
             method: lossy(head.method_bytes()),
             target: lossy(head.target()),
-            version: version_str(head.version()),
+            version: version_str(client, head.version()),
             status: sent.status,
             bytes_sent: sent.bytes,
             pool: upstream.as_ref().map(|u| u.pool.name.as_str()),
@@ -372,6 +516,9 @@ fn record(
             duration: started.elapsed(),
             upstream_duration: upstream.as_ref().map(|u| u.response_time),
             error: None,
+            request_id: traffic.id(),
+            rule: traffic.rule_name(vs),
+            grpc_status: sent.grpc_status,
             cache: sent.cache,
         });
     }
@@ -396,20 +543,26 @@ fn wants_keep_alive(
 async fn answer_failure(
     client: &mut Client,
     vs: &VirtualServerRuntime,
-    head: Option<&RequestHead>,
+    request: Option<Request<'_>>,
     pool: Option<&Arc<Pool>>,
+    traffic: Option<&RequestTraffic>,
     failure: Failure,
-    started: Instant,
 ) {
+    let head = request.map(|r| r.head);
+    let started = request.map_or_else(Instant::now, |r| r.started);
     let version = head.map_or(Version::Http11, |h| h.version());
     let kind = failure.error.kind();
     let mut bytes = 0;
     if let Some(status) = failure.status {
         // After an error the rest of the request may still be in flight: close.
-        bytes = client
-            .answer(status, version, false, vs.config.timeouts.write)
-            .await
-            .unwrap_or(0);
+        // The rules' response edits and the request id go on weir's error answers too.
+        let edits = traffic.map(|traffic| traffic.response_edits(vs));
+        let timeout = vs.config.timeouts.write;
+        bytes = match &edits {
+            Some(edits) => client.answer_edited(status, version, timeout, edits).await,
+            None => client.answer(status, version, false, timeout).await,
+        }
+        .unwrap_or(0);
         vs.metrics.record_status(status);
         if let Some(pool) = pool {
             pool.metrics.record_status(status);
@@ -443,7 +596,7 @@ async fn answer_failure(
             client: client.peer,
             method: head.map_or("-", |h| lossy(h.method_bytes())),
             target: head.map_or("-", |h| lossy(h.target())),
-            version: version_str(version),
+            version: version_str(client, version),
             status,
             bytes_sent: bytes,
             pool: pool.map(|p| p.name.as_str()),
@@ -451,22 +604,14 @@ async fn answer_failure(
             duration: started.elapsed(),
             upstream_duration: None,
             error: Some(kind.as_str()),
+            request_id: traffic.and_then(RequestTraffic::id),
+            rule: traffic.and_then(|t| t.rule_name(vs)),
+            grpc_status: None,
             cache: None,
         });
     }
     if bytes > 0 {
         client.linger_close().await;
-    }
-}
-
-fn lossy(bytes: &[u8]) -> &str {
-    std::str::from_utf8(bytes).unwrap_or("<non-utf8>")
-}
-
-fn version_str(version: Version) -> &'static str {
-    match version {
-        Version::Http10 => "HTTP/1.0",
-        Version::Http11 => "HTTP/1.1",
     }
 }
 

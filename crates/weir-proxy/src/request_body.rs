@@ -23,7 +23,10 @@ use weir_tls::ClientStream;
 use crate::MAX_TRAILER_BYTES;
 use crate::answer::Failure;
 use crate::client::Client;
+
+mod h2;
 use crate::route::VirtualServerRuntime;
+pub(crate) use h2::{spawn_h2_pump, stream_rest_h2};
 
 /// The request body as far as it has been read.
 #[derive(Debug)]
@@ -144,9 +147,24 @@ pub(crate) async fn read(
     match head.framing() {
         BodyFraming::None | BodyFraming::CloseDelimited => body.framing = BodyFraming::None,
         BodyFraming::Length(length) => read_length(client, vs, head, &mut body, length).await?,
+        // A gRPC call's body is a stream of messages (client and bidirectional
+        // streaming): it goes on as it comes, nothing waited for before the node.
+        BodyFraming::Chunked if is_grpc(head.header("content-type")) => {
+            body.remaining = Remaining::Chunked(ChunkedDecoder::new(MAX_TRAILER_BYTES));
+        }
         BodyFraming::Chunked => read_chunked(client, vs, head, &mut body).await?,
     }
     Ok(body)
+}
+
+/// Whether a `content-type` is gRPC's (`application/grpc`, `application/grpc+proto`, ...).
+pub(crate) fn is_grpc(content_type: Option<&[u8]>) -> bool {
+    content_type.is_some_and(|value| {
+        let value = value.to_ascii_lowercase();
+        value == b"application/grpc"
+            || value.starts_with(b"application/grpc+")
+            || value.starts_with(b"application/grpc;")
+    })
 }
 
 async fn read_length(
@@ -227,10 +245,18 @@ async fn continue_if_expected(
     vs: &VirtualServerRuntime,
     head: &RequestHead,
 ) -> Result<(), Failure> {
-    if head.expects_continue()
-        && client.read_buf.is_empty()
-        && head.version() == weir_http::Version::Http11
-    {
+    if !(head.expects_continue() && client.read_buf.is_empty()) {
+        return Ok(());
+    }
+    if let Some(stream) = client.h2() {
+        let response = http::Response::builder()
+            .status(100)
+            .body(())
+            .map_err(|_| Error::new(ErrorKind::Io, Side::Internal))?;
+        stream.send_interim(response)?;
+        return Ok(());
+    }
+    if head.version() == weir_http::Version::Http11 {
         client
             .send(b"HTTP/1.1 100 Continue\r\n\r\n", vs.config.timeouts.write)
             .await?;

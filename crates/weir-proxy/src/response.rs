@@ -11,16 +11,17 @@ use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{
-    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, ResponseHead, Version, encode_chunk,
-    encode_last_chunk, filter_trailers,
+    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, Method, ResponseHead, Version,
+    encode_chunk, encode_last_chunk, filter_trailers,
 };
-use weir_upstream::Lease;
 use weir_upstream::node::InFlight;
 
 use crate::answer::Failure;
 use crate::client::Client;
-use crate::exchange::Exchange;
+use crate::exchange::{Exchange, NodeLink};
+use crate::http2;
 use crate::route::VirtualServerRuntime;
+use crate::traffic::Edits;
 use crate::{MAX_TRAILER_BYTES, VIA};
 
 /// What was sent to the client.
@@ -32,6 +33,8 @@ pub(crate) struct Sent {
     pub keep_alive: bool,
     /// What the cache did, for the access log (`None`: the route does not cache).
     pub cache: Option<&'static str>,
+    /// `grpc-status` from the trailers (or the head of a trailers-only response).
+    pub grpc_status: Option<u32>,
 }
 
 /// How long a connection whose node announced a body it cannot have (HEAD,
@@ -47,8 +50,9 @@ enum Source {
 
 /// The node's side of a response being relayed.
 pub(crate) struct Upstream {
-    /// Until the node is done: then released to the pool or closed.
-    lease: Option<Lease>,
+    /// Until the node is done: then released to the pool or closed (an
+    /// HTTP/2 stream: its slot freed).
+    lease: Option<NodeLink>,
     in_flight: Option<InFlight>,
     /// `None` for a response without a body.
     source: Option<Source>,
@@ -77,15 +81,21 @@ pub(crate) async fn respond(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     exchange: Exchange,
-    client_version: Version,
+    request: (Method, Version),
     keep_alive: bool,
     response_timeout: Duration,
-    extra: Option<(&str, &str)>,
+    (edits, extra): (&Edits<'_>, Option<(&str, &str)>),
 ) -> Result<Sent, Failure> {
+    let (method, client_version) = request;
     let body_cut = exchange.body_cut;
     let (mut upstream, response) = Upstream::of(exchange, response_timeout);
     // Buffer as much of the body as fits: all of it, for most responses.
-    let buffered = buffer(client, &mut upstream, vs.config.limits.response_buffer).await?;
+    // A gRPC response is a stream of messages: each goes on as it comes.
+    let limit = match crate::request_body::is_grpc(response.header("content-type")) {
+        true => 0,
+        false => vs.config.limits.response_buffer,
+    };
+    let buffered = buffer(client, &mut upstream, limit).await?;
     if buffered.complete {
         // The node is done: give the connection back before the client is served.
         upstream.finish(&client.upstream_in);
@@ -93,29 +103,59 @@ pub(crate) async fn respond(
     let framing = client_framing(&response, &buffered, client_version);
     // After a cut request body the client is still sending: close after this answer.
     let keep_alive = keep_alive && framing != BodyFraming::CloseDelimited && !body_cut;
-    let head_bytes = write_head(client, vs, &response, framing, client_version, keep_alive);
-    if let Some((name, value)) = extra {
-        // Before the blank line that ends the head.
-        client.write_buf.truncate(client.write_buf.len() - 2);
-        for piece in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n\r\n"] {
-            client.write_buf.extend_from_slice(piece);
-        }
-    }
-    let head_bytes = head_bytes + extra.map_or(0, |(n, v)| n.len() as u64 + v.len() as u64 + 4);
+    let head = Head {
+        response: &response,
+        framing,
+        version: client_version,
+        keep_alive,
+        method,
+        edits,
+        extra,
+    };
+    let head_bytes = write_head(client, vs, &head)?;
     let write_timeout = vs.config.timeouts.write;
-    send_piece(client, framing, &buffered.body, write_timeout).await?;
-    let mut body_bytes = buffered.body.len() as u64;
-    if !buffered.complete {
-        body_bytes += stream_rest(client, &mut upstream, framing, write_timeout).await?;
-    } else if framing == BodyFraming::Chunked {
-        encode_last_chunk(&buffered.trailers, &mut client.write_buf);
-        client.flush(write_timeout).await?;
+    let Buffered {
+        body: mut buffered_body,
+        trailers,
+        complete,
+    } = buffered;
+    let mut body_bytes = buffered_body.len() as u64;
+    let last = complete && trailers.is_empty();
+    send_piece(client, framing, &mut buffered_body, last, write_timeout).await?;
+    let mut grpc_status = grpc_status_of(response.header("grpc-status"));
+    if !complete {
+        let (sent, found) = stream_rest(client, &mut upstream, framing, write_timeout).await?;
+        body_bytes += sent;
+        grpc_status = grpc_status.or(found);
+    } else {
+        grpc_status = grpc_status.or_else(|| grpc_status_in(&trailers));
+        if !last {
+            send_end(client, framing, &trailers, write_timeout).await?;
+        }
     }
     Ok(Sent {
         status: response.status(),
         bytes: head_bytes + body_bytes,
         keep_alive,
         cache: None,
+        grpc_status,
+    })
+}
+
+/// A `grpc-status` value: a decimal number.
+fn grpc_status_of(value: Option<&[u8]>) -> Option<u32> {
+    std::str::from_utf8(value?).ok()?.trim().parse().ok()
+}
+
+/// `grpc-status` among trailer lines (`name: value\r\n` each).
+fn grpc_status_in(lines: &[u8]) -> Option<u32> {
+    lines.split(|&b| b == b'\n').find_map(|line| {
+        let colon = line.iter().position(|&b| b == b':')?;
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        let value = value.strip_suffix(b"\r").unwrap_or(value);
+        name.eq_ignore_ascii_case(b"grpc-status")
+            .then(|| grpc_status_of(Some(value)))
+            .flatten()
     })
 }
 
@@ -193,8 +233,10 @@ impl Upstream {
         let clean =
             self.reusable && unread.is_empty() && !matches!(self.source, Some(Source::UntilClose));
         match self.lease.take() {
-            Some(lease) if clean && self.quarantine => lease.release_after(LATE_BODY_GRACE),
-            Some(lease) if clean => lease.release(),
+            Some(NodeLink::Http1(lease)) if clean && self.quarantine => {
+                lease.release_after(LATE_BODY_GRACE);
+            }
+            Some(NodeLink::Http1(lease)) if clean => lease.release(),
             _ => {}
         }
         self.in_flight = None;
@@ -202,8 +244,13 @@ impl Upstream {
 
     /// Reads more of the response. `Ok(0)` is the end of a close-delimited body.
     async fn read(&mut self, buf: &mut BytesMut) -> Result<usize, Failure> {
-        let Some(lease) = self.lease.as_mut() else {
-            return Ok(0);
+        let lease = match self.lease.as_mut() {
+            None => return Ok(0),
+            Some(NodeLink::Http1(lease)) => lease,
+            Some(NodeLink::Http2 { body, .. }) => {
+                let chunked = matches!(self.source, Some(Source::Chunked(_)));
+                return read_h2(body, chunked, buf, self.stall).await;
+            }
         };
         buf.reserve(16 * 1024);
         let deadline = Instant::now() + self.stall;
@@ -229,6 +276,40 @@ impl Upstream {
             ));
         }
         Ok(read)
+    }
+}
+
+/// Reads more of an HTTP/2 node's response as the HTTP/1.1 body its head
+/// stands for (`weir_http::http2::response_from_h2`): DATA as is for a
+/// length, or as chunks, the end of the stream as the last chunk with the
+/// trailers. Returns the bytes appended to `buf`.
+async fn read_h2(
+    body: &mut h2::RecvStream,
+    chunked: bool,
+    buf: &mut BytesMut,
+    stall: Duration,
+) -> Result<usize, Failure> {
+    let before = buf.len();
+    loop {
+        match http2::upstream::read_body(body, stall).await? {
+            Some(data) if data.is_empty() => continue,
+            Some(data) if chunked => encode_chunk(&data, buf),
+            Some(data) => buf.extend_from_slice(&data),
+            None if chunked => {
+                let mut lines = BytesMut::new();
+                if let Some(trailers) = http2::upstream::read_trailers(body, stall).await? {
+                    weir_http::http2::trailers_from_h2(&trailers, &mut lines);
+                }
+                encode_last_chunk(&lines, buf);
+            }
+            None => {
+                return Err(Failure::from_error(
+                    Error::new(ErrorKind::BadResponse, Side::Upstream)
+                        .context("HTTP/2 node ended the stream in the middle of a body"),
+                ));
+            }
+        }
+        return Ok(buf.len() - before);
     }
 }
 
@@ -274,55 +355,144 @@ fn client_framing(response: &ResponseHead, buffered: &Buffered, version: Version
     }
 }
 
-/// Writes the response head into `write_buf`; returns its size.
-fn write_head(
-    client: &mut Client,
-    vs: &VirtualServerRuntime,
-    response: &ResponseHead,
+/// The response head as it goes to the client.
+struct Head<'a> {
+    response: &'a ResponseHead,
     framing: BodyFraming,
     version: Version,
     keep_alive: bool,
-) -> u64 {
-    client.write_buf.clear();
-    weir_http::write_response_head(
-        response,
-        &ForwardResponse {
-            framing,
-            version,
-            keep_alive,
-            via: Some(VIA),
-            upgrade: false,
-            set_headers: &vs.config.response_headers,
-        },
-        &mut client.write_buf,
-    );
-    client.write_buf.len() as u64
+    /// The request's method (a HEAD response's length describes no body).
+    method: Method,
+    /// A traffic rule's response header edits.
+    edits: &'a Edits<'a>,
+    /// One more field for the client (the cache's `X-Cache`), after the rest.
+    extra: Option<(&'a str, &'a str)>,
 }
 
-/// Sends a piece of body (after anything in `write_buf`), chunk-framed if need be.
+/// Writes the response head into `write_buf` (HTTP/1.1), or sends it on the
+/// stream (HTTP/2, converted by `weir_http::http2::response_to_h2`); returns
+/// its size (the body's framing counted for HTTP/1.1 only).
+fn write_head(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    head: &Head<'_>,
+) -> Result<u64, Failure> {
+    let forward = ForwardResponse {
+        framing: head.framing,
+        version: head.version,
+        keep_alive: head.keep_alive,
+        via: Some(VIA),
+        upgrade: false,
+        set_headers: &vs.config.response_headers,
+    };
+    if let Some(stream) = client.h2() {
+        let converted = weir_http::http2::response_to_h2_edited(
+            head.response,
+            &forward,
+            head.edits,
+            head.method,
+        )
+        .map_err(Failure::bad_response)?;
+        let mut converted = converted;
+        if let Some((name, value)) = head.extra {
+            let name = http::HeaderName::from_bytes(name.as_bytes());
+            let value = http::HeaderValue::from_str(value);
+            if let (Ok(name), Ok(value)) = (name, value) {
+                converted.headers_mut().append(name, value);
+            }
+        }
+        let bodiless = matches!(head.framing, BodyFraming::None | BodyFraming::Length(0));
+        stream.send_head(converted, bodiless)?;
+        return Ok(head.response.raw().len() as u64);
+    }
+    client.write_buf.clear();
+    weir_http::write_response_head_edited(
+        head.response,
+        &forward,
+        head.edits,
+        &mut client.write_buf,
+    );
+    if let Some((name, value)) = head.extra {
+        // Before the blank line that ends the head.
+        client.write_buf.truncate(client.write_buf.len() - 2);
+        for piece in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n\r\n"] {
+            client.write_buf.extend_from_slice(piece);
+        }
+    }
+    Ok(client.write_buf.len() as u64)
+}
+
+/// Sends a piece of body (after anything in `write_buf`), chunk-framed if
+/// need be; on an HTTP/2 stream as DATA, `last` ending the stream. `piece`
+/// is emptied or left as is: the caller clears it.
 async fn send_piece(
     client: &mut Client,
     framing: BodyFraming,
-    piece: &[u8],
+    piece: &mut BytesMut,
+    last: bool,
     timeout: Duration,
 ) -> Result<(), Failure> {
+    if let Some(stream) = client.h2() {
+        if piece.is_empty() && !last {
+            return Ok(());
+        }
+        if !stream.is_sending() {
+            // The head ended the stream (no body).
+            return Ok(());
+        }
+        stream
+            .send_data(piece.split().freeze(), last, timeout)
+            .await?;
+        return Ok(());
+    }
     if framing == BodyFraming::Chunked {
         encode_chunk(piece, &mut client.write_buf);
+        if last {
+            encode_last_chunk(&[], &mut client.write_buf);
+        }
         client.flush(timeout).await
     } else {
         client.send(piece, timeout).await
     }
 }
 
+/// Ends the body: the last chunk with the trailers (HTTP/1.1 chunked), or
+/// the trailers (a HEADERS frame) or an empty DATA frame ending the stream (HTTP/2).
+async fn send_end(
+    client: &mut Client,
+    framing: BodyFraming,
+    trailers: &[u8],
+    timeout: Duration,
+) -> Result<(), Failure> {
+    if let Some(stream) = client.h2() {
+        if !stream.is_sending() {
+            return Ok(());
+        }
+        if trailers.is_empty() {
+            stream.finish(true);
+            return Ok(());
+        }
+        let map = weir_http::http2::trailers_to_h2(trailers).map_err(Failure::bad_response)?;
+        stream.send_trailers(map)?;
+        return Ok(());
+    }
+    if framing == BodyFraming::Chunked {
+        encode_last_chunk(trailers, &mut client.write_buf);
+        client.flush(timeout).await?;
+    }
+    Ok(())
+}
+
 /// Streams the rest of a body too large to buffer: read a buffer's worth,
-/// write it, repeat. Returns the body bytes sent. Once the client has the
-/// head, a failure can only close the connection.
+/// write it, repeat. Returns the body bytes sent and the trailers'
+/// `grpc-status`. Once the client has the head, a failure can only close
+/// the connection.
 async fn stream_rest(
     client: &mut Client,
     upstream: &mut Upstream,
     framing: BodyFraming,
     write_timeout: Duration,
-) -> Result<u64, Failure> {
+) -> Result<(u64, Option<u32>), Failure> {
     let silent = |failure: Failure| Failure::silent(failure.error);
     let mut body = BytesMut::new();
     let mut trailers = Bytes::new();
@@ -333,7 +503,7 @@ async fn stream_rest(
             fill(&mut client.upstream_in, source, &mut body, &mut trailers).map_err(silent)?;
         if !body.is_empty() {
             sent += body.len() as u64;
-            send_piece(client, framing, &body, write_timeout).await?;
+            send_piece(client, framing, &mut body, false, write_timeout).await?;
         }
         if done
             || upstream
@@ -346,11 +516,8 @@ async fn stream_rest(
         }
     }
     upstream.finish(&client.upstream_in);
-    if framing == BodyFraming::Chunked {
-        encode_last_chunk(&trailers, &mut client.write_buf);
-        client.flush(write_timeout).await?;
-    }
-    Ok(sent)
+    send_end(client, framing, &trailers, write_timeout).await?;
+    Ok((sent, grpc_status_in(&trailers)))
 }
 
 /// Moves decoded body bytes from `input` to `body`. Returns true when the
@@ -389,5 +556,23 @@ fn fill(
                 }
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_status_is_read_from_trailer_lines_or_a_head_value() {
+        assert_eq!(grpc_status_in(b"grpc-status: 0\r\n"), Some(0));
+        assert_eq!(
+            grpc_status_in(b"x-a: 1\r\nGrpc-Status:14\r\ngrpc-message: gone\r\n"),
+            Some(14)
+        );
+        assert_eq!(grpc_status_in(b"x-a: 1\r\n"), None);
+        assert_eq!(grpc_status_in(b"grpc-status: ok\r\n"), None);
+        assert_eq!(grpc_status_of(Some(b" 5 ")), Some(5));
+        assert_eq!(grpc_status_of(None), None);
     }
 }

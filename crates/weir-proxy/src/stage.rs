@@ -18,6 +18,8 @@ pub(crate) struct Staged {
     pub tls: Vec<(String, StagedTls)>,
     pub bound: Vec<Bound>,
     pub access_log: Option<Arc<AccessLog>>,
+    /// Each virtual server's compiled rules, by name.
+    pub rules: HashMap<String, weir_rules::RuleSet>,
 }
 
 pub(crate) enum StagedTls {
@@ -67,6 +69,22 @@ pub(crate) fn stage(
             Err(error) => errors.extend(error.errors),
         }
     }
+    let mut rules = HashMap::new();
+    for vs in &candidate.virtual_servers {
+        match weir_rules::RuleSet::new(&vs.traffic) {
+            Ok(compiled) => {
+                rules.insert(vs.name.clone(), compiled);
+            }
+            Err(error) => {
+                let key = KeyPath::root()
+                    .key("virtual_servers")
+                    .key(&vs.name)
+                    .key("rules");
+                errors
+                    .extend(ConfigError::single(&file_name, None, key.to_string(), error.0).errors);
+            }
+        }
+    }
     let access_log = match access_log_for(candidate, access_log) {
         Ok(log) => log,
         Err(error) => {
@@ -85,6 +103,7 @@ pub(crate) fn stage(
         tls: staged_tls,
         bound: Vec::new(),
         access_log,
+        rules,
     })
 }
 

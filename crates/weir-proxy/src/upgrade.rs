@@ -16,7 +16,7 @@ use weir_http::{BodyFraming, ForwardResponse, Version};
 
 use crate::VIA;
 use crate::answer::Failure;
-use crate::client::Client;
+use crate::client::{Client, Downstream};
 use crate::exchange::Exchange;
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
@@ -45,6 +45,12 @@ pub(crate) async fn tunnel(
         return Err(Failure::from_error(
             Error::new(ErrorKind::BadResponse, Side::Upstream)
                 .context("protocol switch without a tunnel place"),
+        ));
+    };
+    let crate::exchange::NodeLink::Http1(lease) = lease else {
+        return Err(Failure::from_error(
+            Error::new(ErrorKind::BadResponse, Side::Upstream)
+                .context("protocol switch on an HTTP/2 stream"),
         ));
     };
     let mut tunnel = lease.into_tunnel(permit);
@@ -84,13 +90,20 @@ pub(crate) async fn tunnel(
                 )
             })?;
     }
-    let to_client = relay(&mut client.stream, upstream, vs.config.timeouts.tunnel_idle).await;
+    let Downstream::Http1(stream) = &mut client.stream else {
+        // HTTP/2 clients never get here: the pipeline refuses their tunnels first.
+        return Err(Failure::silent(
+            Error::new(ErrorKind::Io, Side::Internal).context("tunnel on an HTTP/2 stream"),
+        ));
+    };
+    let to_client = relay(stream, upstream, vs.config.timeouts.tunnel_idle).await;
     // `tunnel` drops here: the connection is closed, its tunnel place freed.
     Ok(Sent {
         status,
         bytes: head_bytes + to_client,
         keep_alive: false,
         cache: None,
+        grpc_status: None,
     })
 }
 

@@ -22,8 +22,8 @@ use crate::template::{Compiled, Sources};
 const REGEX_SET_SIZE_LIMIT: usize = 256 << 20;
 
 /// The compiled rules of one virtual server. Immutable; shared by every
-/// request of a configuration generation.
-#[derive(Debug)]
+/// request of a configuration generation. `Default` is no rules.
+#[derive(Debug, Default)]
 pub struct RuleSet {
     rules: Box<[CompiledRule]>,
     /// Every path regex of every rule without a literal prefix, matched in one pass.

@@ -36,6 +36,7 @@ pub struct Connector {
     config: Arc<ClientConfig>,
     server_name: Option<ServerName<'static>>,
     verify: bool,
+    resumption: bool,
 }
 
 impl std::fmt::Debug for Connector {
@@ -119,7 +120,24 @@ impl Connector {
             config: Arc::new(config),
             server_name,
             verify: settings.verify,
+            resumption: settings.session_resumption,
         })
+    }
+
+    /// The same connector offering other ALPN protocols (`h2` for a pool
+    /// that speaks HTTP/2 to its nodes). Sessions are remembered apart.
+    pub fn with_alpn(&self, protocols: &[&[u8]]) -> Connector {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
+        if self.resumption {
+            config.resumption = Resumption::in_memory_sessions(SESSIONS_PER_POOL);
+        }
+        Connector {
+            config: Arc::new(config),
+            server_name: self.server_name.clone(),
+            verify: self.verify,
+            resumption: self.resumption,
+        }
     }
 
     /// Runs the handshake on a connected socket to `node`.

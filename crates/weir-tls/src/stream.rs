@@ -38,6 +38,34 @@ impl ServerStream {
         }
     }
 
+    /// The server name (SNI) the client sent, on TLS.
+    pub fn server_name(&self) -> Option<&str> {
+        match self {
+            Stream::Plain(_) => None,
+            Stream::Tls(tls) => tls.get_ref().1.server_name(),
+        }
+    }
+
+    /// The negotiated TLS version, on TLS.
+    pub fn tls_version(&self) -> Option<weir_config::TlsVersion> {
+        let Stream::Tls(tls) = self else {
+            return None;
+        };
+        match tls.get_ref().1.protocol_version()? {
+            rustls::ProtocolVersion::TLSv1_3 => Some(weir_config::TlsVersion::Tls13),
+            rustls::ProtocolVersion::TLSv1_2 => Some(weir_config::TlsVersion::Tls12),
+            _ => None,
+        }
+    }
+
+    /// Whether the client chose HTTP/2 by ALPN (`h2`) in the TLS handshake.
+    pub fn alpn_is_h2(&self) -> bool {
+        match self {
+            Stream::Plain(_) => false,
+            Stream::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
+        }
+    }
+
     /// Completes when a read would not wait: bytes (or the end) on the socket,
     /// or TLS plaintext (or a close_notify) already received. Holds no buffer
     /// and no waiter of its own while it waits, so an idle connection stays small.

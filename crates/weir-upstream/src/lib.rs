@@ -9,6 +9,7 @@ pub mod balancer;
 pub mod connection;
 pub mod dns;
 pub mod health;
+pub mod http2;
 pub mod node;
 pub mod persistence;
 pub mod pool;
@@ -17,6 +18,7 @@ pub use balancer::Balancer;
 pub use connection::{
     ConnectionSettings, Lease, NodeConnections, Tunnel, TunnelPermit, UpstreamTls,
 };
+pub use http2::{H2Node, H2Settings, StreamLease};
 pub use node::NodeState;
 pub use persistence::{Persistence, PersistenceKey};
 pub use pool::{Pool, Tried};

@@ -72,6 +72,13 @@ impl PersistenceKey {
         PersistenceKey::from_secret(&secret)
     }
 
+    /// The key generated once for this process: every generation of every pool signs
+    /// with it (unless configured otherwise), so cookies stay valid across reloads.
+    pub fn process() -> &'static PersistenceKey {
+        static KEY: std::sync::OnceLock<PersistenceKey> = std::sync::OnceLock::new();
+        KEY.get_or_init(PersistenceKey::generate)
+    }
+
     /// A key from configured secret bytes (`persistence.key`).
     pub fn from_secret(secret: &[u8]) -> PersistenceKey {
         PersistenceKey(hmac::Key::new(hmac::HMAC_SHA256, secret))

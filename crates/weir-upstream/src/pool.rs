@@ -1,19 +1,22 @@
 //! A pool at run time: its nodes, their connection pools, the balancer and
 //! node selection with health and fail-open.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 use weir_config::NodeMode;
 use weir_core::ShutdownSignal;
+use weir_http::RequestHead;
 use weir_observe::{Metrics, PoolMetrics};
 
 use crate::balancer::{self, Balancer, ConsistentHash};
 use crate::connection::{ConnectionSettings, NodeConnections, UpstreamTls};
 use crate::health;
+use crate::http2::{H2Node, H2Settings};
 use crate::node::NodeState;
+use crate::persistence::{Persistence, PersistenceKey};
 
 /// A pool of nodes, shared by every thread.
 #[derive(Debug)]
@@ -26,11 +29,17 @@ pub struct Pool {
     pub nodes: Vec<Arc<NodeState>>,
     /// The connection pool of each node, in the same order as `nodes`.
     pub connections: Vec<Arc<NodeConnections>>,
+    /// With `protocol = "h2"` or `"h2c"`: each node's multiplexed HTTP/2
+    /// connections, in the same order as `nodes` (empty for HTTP/1.1 pools).
+    pub http2: Vec<Arc<H2Node>>,
     /// The pool's metric handles.
     pub metrics: PoolMetrics,
     balancer: Box<dyn Balancer>,
     /// The ring of a `consistent_hash` pool (issue 14).
     hashing: Option<ConsistentHash>,
+    /// Session persistence (`[pools.NAME.persistence]`): signed cookie tokens, or the
+    /// learned table carried over from the previous generation of the pool.
+    pub persistence: Option<Persistence>,
 }
 
 /// Nodes already tried for one request (a pool has at most 64 nodes in play
@@ -99,6 +108,7 @@ impl Pool {
             max_tunnels: config.connections.max_tunnels,
             tls: tls.clone(),
         };
+        let learned = previous.and_then(|pool| pool.persistence.as_ref());
         let previous = previous.filter(|pool| pool.config.tls == config.tls);
         let mut nodes = Vec::with_capacity(config.nodes.len());
         let mut connections = Vec::with_capacity(config.nodes.len());
@@ -137,19 +147,32 @@ impl Pool {
             nodes.push(state);
             connections.push(pooled);
         }
+        let http2 = http2_nodes(config, &nodes, &settings, metrics, &pool_metrics, previous);
         let balancer = balancer::for_algorithm(config.algorithm, &nodes);
         let hashing = config
             .hash
             .as_ref()
             .map(|hash| ConsistentHash::new(&nodes, hash.max_load));
+        let persistence = config.persistence.as_ref().map(|settings| {
+            Persistence::new(
+                settings,
+                &config.name,
+                &nodes,
+                PersistenceKey::process(),
+                learned,
+                Instant::now(),
+            )
+        });
         Arc::new(Pool {
             name: config.name.clone(),
             config: config.clone(),
             nodes,
             connections,
+            http2,
             metrics: pool_metrics,
             balancer,
             hashing,
+            persistence,
         })
     }
 
@@ -161,6 +184,13 @@ impl Pool {
             let kept = next.is_some_and(|pool| pool.nodes.iter().any(|n| Arc::ptr_eq(n, node)));
             if !kept {
                 connections.set_reusable(false);
+            }
+        }
+        for node in &self.http2 {
+            let kept = next.is_some_and(|pool| pool.http2.iter().any(|n| Arc::ptr_eq(n, node)));
+            if !kept {
+                // Streams in flight finish; the connections close once they have none.
+                node.close_idle();
             }
         }
     }
@@ -207,6 +237,33 @@ impl Pool {
         None
     }
 
+    /// The select stage for one request from `client`: the node its session sticks to
+    /// (persistence, when that node is available and not tried yet), else the key's node in
+    /// a consistent-hash pool, else the balancer's pick. On a retry the tried node is
+    /// excluded, so persistence breaks to another node; the response then teaches it.
+    pub fn select_request(
+        &self,
+        tried: Tried,
+        now: Instant,
+        head: &RequestHead,
+        client: IpAddr,
+    ) -> Option<usize> {
+        if let Some(persistence) = &self.persistence {
+            let available =
+                |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
+            if let Some(index) = persistence.preferred(head, client, &available, now) {
+                return Some(index);
+            }
+        }
+        match &self.config.hash {
+            Some(hash) => {
+                let key = weir_rules::request_key(&hash.key, head, client).stable_hash();
+                self.select_by_key(tried, now, key)
+            }
+            None => self.select(tried, now),
+        }
+    }
+
     /// Starts the pool's background work: active health monitors (not for disabled
     /// nodes) and the idle-connection reaper. The tasks end when `stop` triggers (the
     /// pool was replaced by a reload) or `shutdown` does; only `shutdown` closes the idle
@@ -249,6 +306,9 @@ impl Pool {
                             connections.close_expired(now);
                             node.refresh_healthy_gauge(now);
                         }
+                        for node in &pool.http2 {
+                            node.close_expired(now);
+                        }
                     }
                     _ = stop.triggered() => break,
                     _ = shutdown.triggered() => break,
@@ -258,8 +318,72 @@ impl Pool {
                 for connections in &pool.connections {
                     connections.close_idle();
                 }
+                for node in &pool.http2 {
+                    node.close_idle();
+                }
             }
         }));
         tasks
     }
+}
+
+/// The HTTP/2 side of each node for an `h2`/`h2c` pool (TLS offers ALPN `h2`).
+/// A node that `previous` (already filtered to the same TLS settings) had with
+/// the same protocol, HTTP/2 and connection settings is carried over with its
+/// open connections, as HTTP/1.1 nodes are.
+fn http2_nodes(
+    config: &weir_config::Pool,
+    nodes: &[Arc<NodeState>],
+    settings: &ConnectionSettings,
+    metrics: &Metrics,
+    pool_metrics: &PoolMetrics,
+    previous: Option<&Pool>,
+) -> Vec<Arc<H2Node>> {
+    if config.protocol == weir_config::UpstreamProtocol::Http1 {
+        return Vec::new();
+    }
+    let previous = previous.filter(|pool| {
+        pool.config.protocol == config.protocol
+            && pool.config.http2 == config.http2
+            && pool.config.connections == config.connections
+            && pool.config.timeouts.connect == config.timeouts.connect
+    });
+    let tls = settings.tls.as_ref().map(|tls| UpstreamTls {
+        connector: tls.connector.with_alpn(&[b"h2"]),
+        metrics: tls.metrics.clone(),
+    });
+    let http2 = &config.http2;
+    let h2_settings = H2Settings {
+        max_connections: settings.max_connections,
+        max_streams: http2.max_concurrent_streams,
+        queue_length: settings.queue_length,
+        queue_timeout: settings.queue_timeout,
+        idle_timeout: settings.idle_timeout,
+        connect_timeout: settings.connect_timeout,
+        initial_stream_window: http2.initial_stream_window,
+        initial_connection_window: http2.initial_connection_window,
+        ping_interval: http2.ping_interval,
+        ping_timeout: http2.ping_timeout,
+        tls,
+    };
+    nodes
+        .iter()
+        .map(|node| {
+            let kept = previous.and_then(|pool| {
+                pool.http2
+                    .iter()
+                    .find(|h2| h2.address() == node.address)
+                    .cloned()
+            });
+            kept.unwrap_or_else(|| {
+                H2Node::new(
+                    node.address,
+                    h2_settings.clone(),
+                    node.metrics.clone(),
+                    metrics.upstream_http2(&config.name, &node.address.to_string()),
+                    pool_metrics.clone(),
+                )
+            })
+        })
+        .collect()
 }

@@ -85,6 +85,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             cacert: args.cacert,
             sni: args.sni,
         },
+        http2_streams: args.h2.then_some(args.streams),
     })?;
     let report = weir_bench::run(&plan).context("bench run")?;
     if args.json {
@@ -121,12 +122,14 @@ fn run_suite(args: SuiteArgs) -> anyhow::Result<()> {
         base: args.target,
         l4: args.l4.clone(),
         tls: args.tls,
+        http2: args.h2,
     }];
     if let Some(base) = args.compare {
         targets.push(SuiteTarget {
             base,
             l4: args.compare_l4.or(args.l4),
             tls: args.compare_tls,
+            http2: args.compare_h2,
         });
     }
     let report = suite::run(&SuiteSettings {
@@ -277,5 +280,19 @@ mod tests {
             bench(&["-d", "1s", "-n", "5", "http://a/"]).is_err(),
             "-d conflicts with -n"
         );
+        // HTTP/2: --streams needs --h2; -m stays --method.
+        let args = bench(&["--h2", "--streams", "10", "-m", "POST", "https://a/"]).expect("h2");
+        assert!(args.h2);
+        assert_eq!((args.streams, args.method.as_str()), (10, "POST"));
+        assert_eq!(bench(&["--h2", "http://a/"]).expect("h2c").streams, 1);
+        assert!(
+            bench(&["--streams", "4", "http://a/"]).is_err(),
+            "--streams needs --h2"
+        );
+        let args = bench(&["suite", "http://127.0.0.1:1", "--h2"]).expect("suite --h2");
+        let Some(BenchCommand::Suite(suite)) = args.command else {
+            panic!("parsed as {:?}", args.command);
+        };
+        assert!(suite.h2 && !suite.compare_h2);
     }
 }

@@ -414,6 +414,17 @@ pub struct BenchArgs {
     /// https:// URLs: the server name to send (and verify) instead of the URL's host.
     #[arg(long)]
     pub sni: Option<String>,
+    /// HTTP/2: h2c with prior knowledge for http:// URLs, TLS with ALPN h2 for https://.
+    #[arg(long)]
+    pub h2: bool,
+    /// HTTP/2: requests in flight on each connection (h2load's -m).
+    #[arg(
+        long,
+        alias = "max-concurrent-streams",
+        default_value_t = 1,
+        requires = "h2"
+    )]
+    pub streams: usize,
 }
 
 /// `--tls-resumption`.
@@ -491,6 +502,13 @@ pub struct SuiteArgs {
     /// are n/a without it).
     #[arg(long, requires = "compare")]
     pub compare_tls: Option<String>,
+    /// TARGET speaks HTTP/2: h2c with prior knowledge on TARGET and ALPN h2 on --tls (default:
+    /// the HTTP/2 rows are n/a).
+    #[arg(long)]
+    pub h2: bool,
+    /// The --compare target speaks HTTP/2 (with --compare, the HTTP/2 rows are n/a without it).
+    #[arg(long, requires = "compare")]
+    pub compare_h2: bool,
     /// Time per row per target.
     #[arg(long, value_parser = weir_bench::parse_duration, default_value = "5s")]
     pub row_duration: Duration,

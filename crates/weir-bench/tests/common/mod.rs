@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod h2;
 pub mod schema;
 
 use std::net::SocketAddr;
@@ -157,6 +158,7 @@ pub fn settings(urls: Vec<String>, stop: Stop) -> Settings {
         l4_mode: L4Mode::RequestResponse,
         l4_size: None,
         tls: TlsSettings::default(),
+        http2_streams: None,
     }
 }
 

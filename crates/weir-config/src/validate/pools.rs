@@ -68,6 +68,12 @@ impl Checker {
                 .tls
                 .as_ref()
                 .map(|tls| self.upstream_tls(&path.key("tls"), tls)),
+            protocol: self.upstream_protocol(
+                &path.key("protocol"),
+                table.protocol.as_deref(),
+                table.tls.is_some(),
+            ),
+            http2: self.upstream_http2(&path.key("http2"), table.http2.as_ref()),
             hash: self.hash_settings(&path.key("hash"), algorithm, table.hash.as_ref()),
             persistence: table
                 .persistence

@@ -661,7 +661,7 @@ fn versions_suites_and_groups() {
         "unknown key exchange group",
     );
     assert_one_error(
-        &https(&format!("{CERT}\nalpn = [\"h2\"]")),
+        &https(&format!("{CERT}\nalpn = [\"h3\"]")),
         "virtual_servers.web.tls.alpn[0]",
         "is not served",
     );

@@ -289,10 +289,10 @@ impl Checker {
                 .collect();
         };
         for (index, name) in names.iter().enumerate() {
-            if name != "http/1.1" && name != "http/1.0" {
+            if name != "h2" && name != "http/1.1" && name != "http/1.0" {
                 self.report(
                     &path.index(index),
-                    format!("\"{name}\" is not served; weir speaks \"http/1.1\" (and \"http/1.0\") to clients"),
+                    format!("\"{name}\" is not served; weir speaks \"h2\", \"http/1.1\" and \"http/1.0\" to clients"),
                 );
             }
         }

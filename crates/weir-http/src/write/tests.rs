@@ -437,3 +437,87 @@ fn set_headers_replace_the_nodes_fields_of_those_names() {
          Strict-Transport-Security: max-age=60\r\nX-Content-Type-Options: nosniff\r\n\r\n"
     );
 }
+
+/// Edits as the traffic rules give them: a list of names to drop, fields to add.
+struct TestEdits(
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+);
+
+impl HeaderEdit for TestEdits {
+    fn drops(&self, name: &[u8]) -> bool {
+        self.0
+            .iter()
+            .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+    }
+
+    fn write_added(&self, out: &mut BytesMut) {
+        for (name, value) in self.1 {
+            out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+        }
+    }
+}
+
+#[test]
+fn edited_request_heads_take_a_new_path_and_header_edits() {
+    let head = request(b"GET /old/x?q=1 HTTP/1.1\r\nHost: a\r\nX-Drop: 1\r\nX-Keep: 2\r\n\r\n");
+    let edits = TestEdits(&["x-drop", "host"], &[("Host", "b"), ("X-Add", "3")]);
+    let mut out = BytesMut::new();
+    write_request_head_edited(&head, &PLAIN, Some(b"/new/x"), &edits, &mut out);
+    assert_eq!(
+        String::from_utf8(out.to_vec()).unwrap(),
+        "GET /new/x?q=1 HTTP/1.1\r\nX-Keep: 2\r\nHost: b\r\nX-Add: 3\r\n\r\n"
+    );
+    // framing fields are weir's: an edit cannot drop them
+    let head = request(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n");
+    let edits = TestEdits(&["content-length"], &[]);
+    let framed = ForwardRequest {
+        framing: BodyFraming::Length(2),
+        ..PLAIN
+    };
+    let mut out = BytesMut::new();
+    write_request_head_edited(&head, &framed, None, &edits, &mut out);
+    assert!(
+        String::from_utf8(out.to_vec())
+            .unwrap()
+            .contains("Content-Length: 2\r\n")
+    );
+}
+
+#[test]
+fn edited_responses_and_answers() {
+    let head = response(
+        b"HTTP/1.1 200 OK\r\nServer: x\r\nX-A: 1\r\n\r\n",
+        Method::Get,
+    );
+    let forward = ForwardResponse {
+        framing: BodyFraming::Length(0),
+        version: Version::Http11,
+        keep_alive: true,
+        via: None,
+        upgrade: false,
+        set_headers: &[],
+    };
+    let edits = TestEdits(&["server"], &[("Set-Cookie", "S=1; Path=/")]);
+    let mut out = BytesMut::new();
+    write_response_head_edited(&head, &forward, &edits, &mut out);
+    assert_eq!(
+        String::from_utf8(out.to_vec()).unwrap(),
+        "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 0\r\nSet-Cookie: S=1; Path=/\r\n\r\n"
+    );
+    // weir's own answer to a HEAD: the length of the body, not the body; an answer
+    // that brings its own Content-Type gets none from weir
+    let answer = SimpleResponse {
+        status: 200,
+        version: Version::Http11,
+        keep_alive: true,
+        head_request: true,
+    };
+    let edits = TestEdits(&["content-type"], &[("Content-Type", "application/json")]);
+    let mut out = BytesMut::new();
+    write_simple_response_edited(&answer, &[], &edits, b"{}", &mut out);
+    assert_eq!(
+        String::from_utf8(out.to_vec()).unwrap(),
+        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n"
+    );
+}

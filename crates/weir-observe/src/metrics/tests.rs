@@ -105,6 +105,9 @@ fn encode_contains_every_metric() {
     metrics.upstream_tls("app");
     metrics.cache("web");
     metrics.compression("web");
+    metrics.traffic("web", &["old-blog"], (&["per-client"], &["api"]), true);
+    metrics.http2("web");
+    metrics.upstream_http2("app", "10.0.0.1:80");
     metrics.layer4("web");
     let text = metrics.encode();
     for spec in names::ALL {

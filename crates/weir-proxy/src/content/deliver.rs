@@ -55,6 +55,7 @@ pub(super) async fn hit(
         client.flush(timeout).await?;
     }
     Ok(Sent {
+        grpc_status: None,
         status: hit.status(),
         bytes: head_bytes + body_bytes,
         keep_alive,

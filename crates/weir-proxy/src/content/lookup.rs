@@ -222,6 +222,7 @@ async fn answer(
     let bytes = client.write_buf.len() as u64;
     client.flush(vs.config.timeouts.write).await?;
     Ok(Sent {
+        grpc_status: None,
         status,
         bytes,
         keep_alive,

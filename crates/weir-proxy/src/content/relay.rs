@@ -27,6 +27,7 @@ use crate::policy::Forwarding;
 use crate::request_body::RequestBody;
 use crate::response::{self, Sent, Upstream};
 use crate::route::VirtualServerRuntime;
+use crate::traffic::{Edits, Upstream as TrafficUpstream};
 
 /// What to do with the node's response.
 enum Plan {
@@ -57,7 +58,7 @@ pub(crate) async fn respond(
     vs: &VirtualServerRuntime,
     pool: &Pool,
     head: &RequestHead,
-    flow: Flow<'_>,
+    (flow, edits): (Flow<'_>, &Edits<'_>),
     exchange: Exchange,
     keep_alive: bool,
 ) -> Result<Sent, Failure> {
@@ -72,7 +73,9 @@ pub(crate) async fn respond(
     match plan(flow, &view, &exchange.response) {
         Plan::Plain(status) => {
             let extra = content.status_header().zip(status.map(CacheStatus::as_str));
-            let sent = response::respond(client, vs, exchange, version, keep_alive, stall, extra);
+            let request = (head.method(), version);
+            let decor = (edits, extra);
+            let sent = response::respond(client, vs, exchange, request, keep_alive, stall, decor);
             let mut sent = sent.await?;
             sent.cache = status.map(CacheStatus::as_str);
             Ok(sent)
@@ -150,12 +153,13 @@ pub(crate) async fn refresh(
     vs: &VirtualServerRuntime,
     pool: &Arc<Pool>,
     head: &RequestHead,
-    forwarding: Forwarding,
+    (forwarding, upstream): (Forwarding, TrafficUpstream<'_>),
     body: &mut RequestBody,
     flow: Flow<'_>,
 ) {
     let sent = flow.forward_head.as_ref().unwrap_or(head);
-    let exchange = match exchange::exchange(client, vs, pool, sent, forwarding, body).await {
+    let exchanging = exchange::exchange(client, vs, pool, sent, forwarding, body, upstream);
+    let exchange = match exchanging.await {
         Ok(exchange) => exchange,
         Err(failure) => {
             tracing::debug!(virtual_server = %vs.config.name, error = %failure.error, "background refresh failed");
@@ -367,6 +371,7 @@ async fn relay(
         client.flush(timeout).await?;
     }
     Ok(Sent {
+        grpc_status: None,
         status: response.status(),
         bytes: head_bytes + body_bytes,
         keep_alive,

@@ -81,11 +81,17 @@ fn weir_config(origin: SocketAddr, case: &Case) -> String {
         true => "",
         false => "forwarded_headers = false",
     };
+    // The request id header is weir's own addition, like the forwarding headers: off
+    // unless a case is about it, so cases compare the bytes HTTP itself asks for.
+    let request_id = match case.config.contains("request_id") {
+        true => "",
+        false => "[virtual_servers.web.request_id]\nenabled = false",
+    };
     format!(
         "[log]\naccess_log = false\nlevel = \"off\"\n\n\
          [pools.web]\nnodes = [{{ address = \"{origin}\" }}]\n{}\n\n\
          [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
-         {forwarded}\n{}\n",
+         {forwarded}\n{}\n{request_id}\n",
         case.pool_config, case.config
     )
 }

@@ -1,0 +1,299 @@
+//! Issue over HTTP/2 (`--h2`): one connection per connection slot — h2c with
+//! prior knowledge for `http://`, TLS with ALPN `h2` for `https://` — shared
+//! by that slot's `--streams` stream loops (like h2load's `-m`). Each stream
+//! loop is a slot of the one driver; a request is a stream, its response read
+//! whole and dropped. A connection that fails (I/O, GOAWAY) is opened again by
+//! the next stream that needs it; the others wait for it.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+use crate::http1::{Failure, Response};
+use crate::record::ErrorKind;
+use crate::tls::{Handshake, TlsClient};
+
+/// What an HTTP/2 request is made of, prebuilt once per URL.
+#[derive(Debug, Clone)]
+pub struct H2Request {
+    pub method: http::Method,
+    pub uri: http::Uri,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl H2Request {
+    fn to_request(&self) -> http::Request<()> {
+        let mut request = http::Request::new(());
+        *request.method_mut() = self.method.clone();
+        *request.uri_mut() = self.uri.clone();
+        *request.headers_mut() = self.headers.clone();
+        request
+    }
+}
+
+/// One connection slot's connection, shared by its stream loops.
+#[derive(Debug, Default)]
+pub struct Shared {
+    state: RefCell<State>,
+    ready: Notify,
+}
+
+#[derive(Debug, Default)]
+enum State {
+    #[default]
+    Closed,
+    Opening,
+    Open {
+        address: SocketAddr,
+        send: SendRequest<Bytes>,
+        generation: u64,
+    },
+}
+
+/// What getting the connection did: it was opened (and handshaken) for this request.
+#[derive(Debug, Default)]
+pub struct Opened {
+    pub connection: bool,
+    pub handshake: Option<Handshake>,
+}
+
+impl Shared {
+    /// Sends one request and reads its whole response, opening the
+    /// connection first if it is closed (or another stream is opening it).
+    pub async fn exchange(
+        &self,
+        address: SocketAddr,
+        tls: Option<(&TlsClient, &ServerName<'static>)>,
+        request: &H2Request,
+        opened: &mut Opened,
+    ) -> Result<Response, Failure> {
+        let (send, generation) = self.connection(address, tls, opened).await?;
+        let result = exchange(send, request).await;
+        if let Err((failure, connection_failed)) = &result
+            && *connection_failed
+        {
+            self.close(generation);
+            return Err(*failure);
+        }
+        result.map_err(|(failure, _)| failure)
+    }
+
+    async fn connection(
+        &self,
+        address: SocketAddr,
+        tls: Option<(&TlsClient, &ServerName<'static>)>,
+        opened: &mut Opened,
+    ) -> Result<(SendRequest<Bytes>, u64), Failure> {
+        loop {
+            let notified = self.ready.notified();
+            let generation = match &*self.state.borrow() {
+                State::Open {
+                    address: open,
+                    send,
+                    generation,
+                } if *open == address => return Ok((send.clone(), *generation)),
+                State::Opening => None,
+                State::Open { generation, .. } => Some(*generation + 1),
+                State::Closed => Some(0),
+            };
+            let Some(generation) = generation else {
+                notified.await;
+                continue;
+            };
+            *self.state.borrow_mut() = State::Opening;
+            let result = open(address, tls, opened).await;
+            let outcome = match result {
+                Ok(send) => {
+                    *self.state.borrow_mut() = State::Open {
+                        address,
+                        send: send.clone(),
+                        generation,
+                    };
+                    Ok((send, generation))
+                }
+                Err(kind) => {
+                    *self.state.borrow_mut() = State::Closed;
+                    Err(Failure { kind, bytes: 0 })
+                }
+            };
+            self.ready.notify_waiters();
+            return outcome;
+        }
+    }
+
+    /// Drops the connection if it is still the one that failed.
+    fn close(&self, generation: u64) {
+        let mut state = self.state.borrow_mut();
+        if matches!(&*state, State::Open { generation: open, .. } if *open == generation) {
+            *state = State::Closed;
+        }
+    }
+}
+
+/// Connects, runs the TLS handshake (checking that ALPN chose `h2`) or goes
+/// h2c, then the HTTP/2 handshake; the connection's task runs on this thread.
+async fn open(
+    address: SocketAddr,
+    tls: Option<(&TlsClient, &ServerName<'static>)>,
+    opened: &mut Opened,
+) -> Result<SendRequest<Bytes>, ErrorKind> {
+    let started = Instant::now();
+    let tcp = TcpStream::connect(address)
+        .await
+        .map_err(|_| ErrorKind::Connect)?;
+    let _ = tcp.set_nodelay(true);
+    opened.connection = true;
+    let mut builder = h2::client::Builder::new();
+    builder
+        .enable_push(false)
+        .initial_window_size(1 << 20)
+        .initial_connection_window_size(1 << 24);
+    let send = match tls {
+        None => {
+            let (send, connection) = builder
+                .handshake(tcp)
+                .await
+                .map_err(|_| ErrorKind::Connect)?;
+            tokio::task::spawn_local(connection);
+            send
+        }
+        Some((client, name)) => {
+            let (stream, handshake) = client
+                .handshake(tcp, name.clone(), started)
+                .await
+                .map_err(|_| ErrorKind::Tls)?;
+            opened.handshake = Some(handshake);
+            if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+                return Err(ErrorKind::Tls);
+            }
+            let (send, connection) = builder
+                .handshake(stream)
+                .await
+                .map_err(|_| ErrorKind::Connect)?;
+            tokio::task::spawn_local(connection);
+            send
+        }
+    };
+    Ok(send)
+}
+
+/// One stream: request (and body), then the whole response. The failure's
+/// flag says whether the connection itself failed (then it is reopened).
+async fn exchange(
+    send: SendRequest<Bytes>,
+    request: &H2Request,
+) -> Result<Response, (Failure, bool)> {
+    let write = |connection_failed| {
+        (
+            Failure {
+                kind: ErrorKind::Write,
+                bytes: 0,
+            },
+            connection_failed,
+        )
+    };
+    let mut send = send
+        .ready()
+        .await
+        .map_err(|error| write(connection_level(&error)))?;
+    let end = request.body.is_empty();
+    let (response, mut body) = send
+        .send_request(request.to_request(), end)
+        .map_err(|error| write(connection_level(&error)))?;
+    if !end {
+        body.send_data(request.body.clone(), true)
+            .map_err(|error| write(connection_level(&error)))?;
+    }
+    let read = |bytes, error: &h2::Error| {
+        (
+            Failure {
+                kind: ErrorKind::Read,
+                bytes,
+            },
+            connection_level(error),
+        )
+    };
+    let response = response.await.map_err(|error| read(0, &error))?;
+    let status = response.status().as_u16();
+    let mut body = response.into_body();
+    let mut bytes = 0u64;
+    while let Some(data) = body.data().await {
+        let data = data.map_err(|error| read(bytes, &error))?;
+        bytes += data.len() as u64;
+        // Credit the window at once, as h2load does, so flow control never stalls the stream.
+        let _ = body.flow_control().release_capacity(data.len());
+    }
+    Ok(Response {
+        status,
+        keep_alive: true,
+        bytes,
+    })
+}
+
+/// Whether an error ends the connection (not just the stream).
+fn connection_level(error: &h2::Error) -> bool {
+    !error.is_reset()
+}
+
+impl H2Request {
+    /// The request a run sends to `scheme://authority/target`: its method,
+    /// `:authority` from the URL, the given headers (connection-specific ones refused: HTTP/2 has
+    /// none), and the body with its length.
+    pub fn new(
+        method: &str,
+        scheme: &str,
+        authority: &str,
+        target: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Result<H2Request, String> {
+        let uri = format!("{scheme}://{authority}{target}")
+            .parse::<http::Uri>()
+            .map_err(|_| target.to_owned())?;
+        let method = http::Method::from_bytes(method.as_bytes()).map_err(|_| method.to_owned())?;
+        let mut map = http::HeaderMap::new();
+        for (name, value) in headers {
+            let lower = name.to_ascii_lowercase();
+            let forbidden = [
+                "connection",
+                "keep-alive",
+                "proxy-connection",
+                "transfer-encoding",
+                "upgrade",
+                "host",
+            ];
+            if forbidden.contains(&lower.as_str()) {
+                return Err(name.clone());
+            }
+            let name = http::HeaderName::from_bytes(lower.as_bytes()).map_err(|_| name.clone())?;
+            let value = http::HeaderValue::from_str(value).map_err(|_| value.clone())?;
+            map.append(name, value);
+        }
+        if !map.contains_key(http::header::USER_AGENT) {
+            map.insert(
+                http::header::USER_AGENT,
+                http::HeaderValue::from_static("weir-bench"),
+            );
+        }
+        let expects_body = matches!(method.as_str(), "POST" | "PUT" | "PATCH");
+        if !map.contains_key(http::header::CONTENT_LENGTH) && (!body.is_empty() || expects_body) {
+            map.insert(
+                http::header::CONTENT_LENGTH,
+                http::HeaderValue::from(body.len()),
+            );
+        }
+        Ok(H2Request {
+            method,
+            uri,
+            headers: map,
+            body: Bytes::copy_from_slice(body),
+        })
+    }
+}

@@ -1,0 +1,89 @@
+//! An in-process HTTP/2 server (the `h2` crate) for `--h2` runs: h2c, or TLS with ALPN `h2`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::TestCertificate;
+
+#[derive(Default)]
+pub struct Counts {
+    pub connections: AtomicUsize,
+    pub streams: AtomicUsize,
+    pub in_flight: AtomicUsize,
+    pub most_in_flight: AtomicUsize,
+}
+
+/// Serves 100-byte bodies after a short pause (so streams overlap); `tls`: ALPN h2 only.
+pub fn start_server(tls: Option<&TestCertificate>) -> (SocketAddr, Arc<Counts>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let address = listener.local_addr().expect("address");
+    let counts = Arc::new(Counts::default());
+    let acceptor = tls.map(|certificate| {
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![certificate.der.clone()], certificate.key.clone_key())
+            .expect("certificate");
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    });
+    let server_counts = Arc::clone(&counts);
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            while let Ok((tcp, _)) = listener.accept().await {
+                let counts = Arc::clone(&server_counts);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    match acceptor {
+                        None => serve(tcp, counts).await,
+                        Some(acceptor) => {
+                            if let Ok(tls) = acceptor.accept(tcp).await {
+                                serve(tls, counts).await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+    });
+    (address, counts)
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: S, counts: Arc<Counts>) {
+    let Ok(mut connection) = h2::server::handshake(io).await else {
+        return;
+    };
+    counts.connections.fetch_add(1, Ordering::SeqCst);
+    let on_connection = Arc::new(AtomicUsize::new(0));
+    while let Some(Ok((_request, mut respond))) = connection.accept().await {
+        counts.streams.fetch_add(1, Ordering::SeqCst);
+        let now = on_connection.fetch_add(1, Ordering::SeqCst) + 1;
+        counts.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        counts.in_flight.fetch_add(1, Ordering::SeqCst);
+        let (counts, on_connection) = (Arc::clone(&counts), Arc::clone(&on_connection));
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let response = http::Response::builder()
+                .status(200)
+                .header("content-length", "100")
+                .body(())
+                .expect("response");
+            if let Ok(mut body) = respond.send_response(response, false) {
+                let _ = body.send_data(Bytes::from(vec![b'x'; 100]), true);
+            }
+            on_connection.fetch_sub(1, Ordering::SeqCst);
+            counts.in_flight.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+}

@@ -1,0 +1,94 @@
+//! End-to-end: `weir bench --h2` against an in-process HTTP/2 server (the `h2` crate), as h2c
+//! with prior knowledge and over TLS with ALPN `h2`. The server counts connections, streams
+//! and the most streams it saw in flight at once on one connection: the report's counts agree
+//! with them, and `--streams` really puts that many requests on a connection at once.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use common::h2::start_server;
+use common::{TestCertificate, plan, settings};
+use weir_bench::{ConnectionMode, Plan, PlanError, Stop};
+
+#[test]
+fn h2c_streams_share_each_connection() {
+    let (address, counts) = start_server(None);
+    let mut run = settings(vec![format!("http://{address}/")], Stop::Count(800));
+    run.connections = 2;
+    run.http2_streams = Some(8);
+    let report = weir_bench::run(&plan(run)).expect("run");
+    assert_eq!(report.requests.completed, 800, "{:?}", report.errors);
+    assert_eq!(report.errors.total, 0);
+    assert_eq!(report.requests.successful, 800);
+    assert_eq!(report.connections_opened, 2);
+    assert_eq!(report.bytes_received, 800 * 100);
+    assert_eq!(report.settings.protocol, "http2");
+    assert_eq!(report.settings.streams, Some(8));
+    assert_eq!(counts.connections.load(Ordering::SeqCst), 2);
+    assert_eq!(counts.streams.load(Ordering::SeqCst), 800);
+    assert_eq!(
+        counts.most_in_flight.load(Ordering::SeqCst),
+        8,
+        "8 streams at once"
+    );
+}
+
+#[test]
+fn h2_over_tls_negotiates_alpn() {
+    let certificate = TestCertificate::new();
+    let (address, counts) = start_server(Some(&certificate));
+    let mut run = settings(
+        vec![format!("https://127.0.0.1:{}/", address.port())],
+        Stop::Count(300),
+    );
+    run.connections = 3;
+    run.http2_streams = Some(4);
+    let report = weir_bench::run(&plan(run)).expect("run");
+    assert_eq!(report.requests.completed, 300, "{:?}", report.errors);
+    assert_eq!(report.errors.total, 0);
+    assert_eq!(report.connections_opened, 3);
+    let tls = report.tls.as_ref().expect("a TLS section");
+    assert_eq!(tls.handshakes_total, 3);
+    assert_eq!(
+        report.settings.tls.as_ref().expect("tls settings").alpn,
+        ["h2"]
+    );
+    assert_eq!(counts.connections.load(Ordering::SeqCst), 3);
+    assert_eq!(counts.streams.load(Ordering::SeqCst), 300);
+}
+
+#[test]
+fn a_server_without_h2_is_a_tls_error_not_a_hang() {
+    // An HTTP/1.1-only HTTPS server: ALPN does not choose h2.
+    let (origin, _certificate) = common::TestOrigin::https(true);
+    let mut run = settings(vec![origin.https_url("/")], Stop::Count(5));
+    run.connections = 1;
+    run.http2_streams = Some(2);
+    let report = weir_bench::run(&plan(run)).expect("run");
+    assert_eq!(report.requests.completed, 0);
+    assert!(report.errors.tls > 0, "{:?}", report.errors);
+    origin.stop();
+}
+
+#[test]
+fn h2_plans_refuse_what_does_not_apply() {
+    let mut run = settings(vec!["http://127.0.0.1:1/".into()], Stop::Count(1));
+    run.http2_streams = Some(0);
+    assert!(matches!(
+        Plan::new(run.clone()),
+        Err(PlanError::Zero("--streams"))
+    ));
+    run.http2_streams = Some(4);
+    run.mode = ConnectionMode::Close;
+    assert!(matches!(
+        Plan::new(run.clone()),
+        Err(PlanError::CloseWithH2)
+    ));
+    run.mode = ConnectionMode::KeepAlive;
+    run.headers = vec!["Connection: close".into()];
+    assert!(matches!(Plan::new(run), Err(PlanError::H2Header(_))));
+    let mut run = settings(vec!["tcp://127.0.0.1:1".into()], Stop::Count(1));
+    run.http2_streams = Some(4);
+    assert!(matches!(Plan::new(run), Err(PlanError::HttpOnly("--h2"))));
+}

@@ -1,0 +1,402 @@
+//! The HTTP/2 adapter: conversions between the `http` crate's message parts
+//! (what the `h2` codec hands out and takes) and weir's heads, as pure
+//! functions. Design: `docs/design/http2.md`.
+//!
+//! An HTTP/2 message becomes a head by writing the HTTP/1.1 head it stands
+//! for and parsing that with this crate's strict parser, so a request passes
+//! exactly the checks an HTTP/1.1 request passes (target form, `Host`,
+//! `Content-Length`, limits) and every later stage sees one type. The rules
+//! of RFC 9113 §8 applied on the way:
+//!
+//! - connection-specific fields (`Connection`, `Keep-Alive`,
+//!   `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`, and `TE` other than
+//!   `trailers`) make a received message malformed (§8.2.2), and are dropped
+//!   from a message sent over HTTP/2;
+//! - `:authority` becomes `Host`; a `Host` that differs from it is malformed
+//!   (§8.3.1); going the other way `Host` becomes `:authority`;
+//! - several `cookie` fields are joined with `"; "` (§8.2.3);
+//! - a request body of unknown length (no `content-length`, the HEADERS frame
+//!   did not end the stream) is framed as chunked, so HTTP/1.1 nodes get it
+//!   chunked and DATA frames become chunks; a chunked body becomes DATA frames;
+//! - trailers travel both ways: chunked trailer lines ↔ a trailing HEADERS
+//!   frame, without fields that may not be trailers.
+
+use bytes::{BufMut, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::error::ParseError;
+use crate::fields::FieldKind;
+use crate::head::{Limits, Parsed, RequestHead, ResponseHead, parse_request, parse_response};
+use crate::message::Method;
+use crate::syntax::{list_elements, trim_ows};
+use crate::write::{
+    ForwardRequest, ForwardResponse, HeaderEdit, SimpleResponse, Unedited,
+    write_request_head_edited, write_response_head_edited, write_simple_response_edited,
+};
+
+/// Bounds on the head rebuilt from a node's HTTP/2 response (its size was
+/// already bounded by the codec's header-list limit).
+const NODE_LIMITS: Limits = Limits {
+    max_head_bytes: 256 * 1024,
+    max_headers: 1000,
+};
+
+/// Whether a field may not appear in an HTTP/2 message at all (RFC 9113 §8.2.2).
+fn is_connection_specific(kind: FieldKind) -> bool {
+    matches!(
+        kind,
+        FieldKind::Connection
+            | FieldKind::KeepAlive
+            | FieldKind::ProxyConnection
+            | FieldKind::TransferEncoding
+            | FieldKind::Upgrade
+    )
+}
+
+/// `TE` is allowed in HTTP/2 only as `trailers`.
+fn is_te_trailers(value: &[u8]) -> bool {
+    trim_ows(value).eq_ignore_ascii_case(b"trailers")
+}
+
+/// The request head an HTTP/2 request stands for. `end_of_stream`: the
+/// HEADERS frame ended the stream (no body). The head is HTTP/1.1, with
+/// `Host` from `:authority`, joined cookies, and `Transfer-Encoding: chunked`
+/// when a body of unknown length follows.
+///
+/// Extended CONNECT (RFC 8441, a `:protocol`) is the caller's to translate:
+/// it is not visible in the `http` parts.
+pub fn request_from_h2(
+    parts: &http::request::Parts,
+    end_of_stream: bool,
+    limits: &Limits,
+) -> Result<RequestHead, ParseError> {
+    let mut out = BytesMut::with_capacity(256);
+    let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
+    out.put_slice(parts.method.as_str().as_bytes());
+    out.put_u8(b' ');
+    if parts.method == http::Method::CONNECT {
+        if parts
+            .uri
+            .path_and_query()
+            .is_some_and(|p| p.as_str() != "/")
+        {
+            return Err(ParseError::invalid("CONNECT with a :path"));
+        }
+        out.put_slice(authority.ok_or(ParseError::invalid("CONNECT without :authority"))?);
+    } else {
+        let path = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .filter(|p| !p.is_empty())
+            .ok_or(ParseError::invalid("missing :path"))?;
+        out.put_slice(path.as_bytes());
+    }
+    out.put_slice(b" HTTP/1.1\r\n");
+    let mut has_host = false;
+    for value in parts.headers.get_all(http::header::HOST) {
+        if let Some(authority) = authority
+            && !value.as_bytes().eq_ignore_ascii_case(authority)
+        {
+            return Err(ParseError::invalid("Host differs from :authority"));
+        }
+        has_host = true;
+    }
+    if let Some(authority) = authority {
+        put_field(&mut out, b"host", authority);
+    } else if has_host {
+        for value in parts.headers.get_all(http::header::HOST) {
+            put_field(&mut out, b"host", value.as_bytes());
+        }
+    }
+    let mut cookies: Option<BytesMut> = None;
+    for (name, value) in &parts.headers {
+        let name_bytes = name.as_str().as_bytes();
+        match FieldKind::of(name_bytes) {
+            FieldKind::Host => continue,
+            kind if is_connection_specific(kind) => {
+                return Err(ParseError::invalid("connection-specific field in HTTP/2"));
+            }
+            FieldKind::Te if !is_te_trailers(value.as_bytes()) => {
+                return Err(ParseError::invalid("TE other than trailers in HTTP/2"));
+            }
+            _ if name == http::header::COOKIE => {
+                let joined = cookies.get_or_insert_with(BytesMut::new);
+                if !joined.is_empty() {
+                    joined.put_slice(b"; ");
+                }
+                joined.put_slice(value.as_bytes());
+            }
+            _ => put_field(&mut out, name_bytes, value.as_bytes()),
+        }
+    }
+    if let Some(cookies) = cookies {
+        put_field(&mut out, b"cookie", &cookies);
+    }
+    let connect = parts.method == http::Method::CONNECT;
+    if !end_of_stream && !connect && !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+        put_field(&mut out, b"transfer-encoding", b"chunked");
+    }
+    out.put_slice(b"\r\n");
+    match parse_request(&out, limits)? {
+        Parsed::Complete(head, used) if used == out.len() => Ok(head),
+        _ => Err(ParseError::invalid("HTTP/2 request does not form a head")),
+    }
+}
+
+/// The response head a node's HTTP/2 response stands for, as an HTTP/1.1
+/// head: framed by its `content-length`, else chunked when a body follows.
+pub fn response_from_h2(
+    parts: &http::response::Parts,
+    end_of_stream: bool,
+    request_method: Method,
+) -> Result<ResponseHead, ParseError> {
+    let mut out = BytesMut::with_capacity(256);
+    out.put_slice(b"HTTP/1.1 ");
+    out.put_slice(parts.status.as_str().as_bytes());
+    out.put_slice(b" \r\n");
+    for (name, value) in &parts.headers {
+        let kind = FieldKind::of(name.as_str().as_bytes());
+        if is_connection_specific(kind) || kind == FieldKind::Te {
+            return Err(ParseError::invalid("connection-specific field in HTTP/2"));
+        }
+        put_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    let bodiless = request_method == Method::Head
+        || parts.status.is_informational()
+        || parts.status == http::StatusCode::NO_CONTENT
+        || parts.status == http::StatusCode::NOT_MODIFIED;
+    if !bodiless && !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+        if end_of_stream {
+            put_field(&mut out, b"content-length", b"0");
+        } else {
+            put_field(&mut out, b"transfer-encoding", b"chunked");
+        }
+    }
+    out.put_slice(b"\r\n");
+    match parse_response(&out, &NODE_LIMITS, request_method)? {
+        Parsed::Complete(head, used) if used == out.len() => Ok(head),
+        _ => Err(ParseError::invalid("HTTP/2 response does not form a head")),
+    }
+}
+
+/// A request for an HTTP/2 node: the head rewritten exactly as for an
+/// HTTP/1.1 node (`forward`: forwarding headers, `Via`, owned headers), then
+/// put in HTTP/2 form (`Host` → `:authority`, connection-specific fields
+/// dropped, `TE: trailers` kept). `forward.framing` decides `content-length`.
+pub fn request_to_h2(
+    head: &RequestHead,
+    forward: &ForwardRequest<'_>,
+    scheme: &str,
+) -> Result<http::Request<()>, ParseError> {
+    request_to_h2_edited(head, forward, None, &Unedited, scheme)
+}
+
+/// [`request_to_h2`] with a traffic rule's rewritten `path` (when given) and
+/// header `edits` applied, as `write_request_head_edited` applies them for
+/// HTTP/1.1.
+pub fn request_to_h2_edited<E: HeaderEdit + ?Sized>(
+    head: &RequestHead,
+    forward: &ForwardRequest<'_>,
+    path: Option<&[u8]>,
+    edits: &E,
+    scheme: &str,
+) -> Result<http::Request<()>, ParseError> {
+    let mut out = BytesMut::with_capacity(head.raw().len() + 160);
+    write_request_head_edited(head, forward, path, edits, &mut out);
+    let forwarded = match parse_request(&out, &NODE_LIMITS)? {
+        Parsed::Complete(forwarded, _) => forwarded,
+        Parsed::Partial => return Err(ParseError::invalid("forwarded head incomplete")),
+    };
+    let authority = forwarded.host().unwrap_or_default();
+    let mut uri = http::uri::Builder::new();
+    if head.method() == Method::Connect {
+        uri = uri.authority(authority);
+    } else {
+        uri = uri
+            .scheme(scheme)
+            .authority(authority)
+            .path_and_query(forwarded.target());
+    }
+    let uri = uri
+        .build()
+        .map_err(|_| ParseError::invalid("target not representable in HTTP/2"))?;
+    let method = http::Method::from_bytes(head.method_bytes())
+        .map_err(|_| ParseError::invalid("method not representable in HTTP/2"))?;
+    let mut request = http::Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = http::Version::HTTP_2;
+    *request.headers_mut() = h2_fields(forwarded.headers(), |kind, value| match kind {
+        FieldKind::Host => false,
+        FieldKind::Te => is_te_trailers(value),
+        kind => !is_connection_specific(kind),
+    })?;
+    // `TE` is hop-by-hop, so the writer dropped it; `trailers` still means
+    // something to an HTTP/2 node (gRPC requires it).
+    let te_trailers = head
+        .headers()
+        .filter(|(name, _)| name.eq_ignore_ascii_case(b"te"))
+        .any(|(_, value)| list_elements(value).any(|t| t.eq_ignore_ascii_case(b"trailers")));
+    if te_trailers {
+        request
+            .headers_mut()
+            .insert(http::header::TE, HeaderValue::from_static("trailers"));
+    }
+    Ok(request)
+}
+
+/// A response for an HTTP/2 client: the head rewritten exactly as for an
+/// HTTP/1.1 client (`forward`: `Via`, headers weir sets; its version and
+/// keep-alive are ignored), then put in HTTP/2 form.
+pub fn response_to_h2(
+    head: &ResponseHead,
+    forward: &ForwardResponse<'_>,
+    request_method: Method,
+) -> Result<http::Response<()>, ParseError> {
+    response_to_h2_edited(head, forward, &Unedited, request_method)
+}
+
+/// [`response_to_h2`] with `edits` applied (a traffic rule's response header
+/// edits), exactly as `write_response_head_edited` applies them for HTTP/1.1.
+pub fn response_to_h2_edited<E: HeaderEdit + ?Sized>(
+    head: &ResponseHead,
+    forward: &ForwardResponse<'_>,
+    edits: &E,
+    request_method: Method,
+) -> Result<http::Response<()>, ParseError> {
+    let mut out = BytesMut::with_capacity(head.raw().len() + 96);
+    let forward = ForwardResponse {
+        version: crate::Version::Http11,
+        keep_alive: true,
+        upgrade: false,
+        ..*forward
+    };
+    write_response_head_edited(head, &forward, edits, &mut out);
+    let rewritten = match parse_response(&out, &NODE_LIMITS, request_method)? {
+        Parsed::Complete(rewritten, _) => rewritten,
+        Parsed::Partial => return Err(ParseError::invalid("rewritten head incomplete")),
+    };
+    let status = http::StatusCode::from_u16(head.status())
+        .map_err(|_| ParseError::invalid("status not representable in HTTP/2"))?;
+    let mut response = http::Response::new(());
+    *response.status_mut() = status;
+    *response.version_mut() = http::Version::HTTP_2;
+    *response.headers_mut() = h2_fields(rewritten.headers(), |kind, _| {
+        kind != FieldKind::Te && !is_connection_specific(kind)
+    })?;
+    Ok(response)
+}
+
+/// One of weir's own answers (`write_simple_response_edited`'s fields: the
+/// status, `extra_headers`, the body's length and `edits`' added fields) as an
+/// HTTP/2 response head; the body, if any, goes in DATA frames after it.
+pub fn simple_response_to_h2<E: HeaderEdit + ?Sized>(
+    answer: &SimpleResponse,
+    extra_headers: &[(&str, &str)],
+    edits: &E,
+    body: &[u8],
+) -> Result<http::Response<()>, ParseError> {
+    let mut out = BytesMut::with_capacity(256 + body.len());
+    let answer = SimpleResponse {
+        version: crate::Version::Http11,
+        keep_alive: true,
+        ..*answer
+    };
+    write_simple_response_edited(&answer, extra_headers, edits, body, &mut out);
+    let method = match answer.head_request {
+        true => Method::Head,
+        false => Method::Get,
+    };
+    let written = match parse_response(&out, &NODE_LIMITS, method)? {
+        Parsed::Complete(written, _) => written,
+        Parsed::Partial => return Err(ParseError::invalid("answer head incomplete")),
+    };
+    let status = http::StatusCode::from_u16(answer.status)
+        .map_err(|_| ParseError::invalid("status not representable in HTTP/2"))?;
+    let mut response = http::Response::new(());
+    *response.status_mut() = status;
+    *response.version_mut() = http::Version::HTTP_2;
+    *response.headers_mut() = h2_fields(written.headers(), |kind, _| {
+        kind != FieldKind::Te && !is_connection_specific(kind)
+    })?;
+    Ok(response)
+}
+
+/// Chunked trailer lines (as [`crate::Decoded::Done`] gives them) as an
+/// HTTP/2 trailer section, without fields that may not be trailers.
+pub fn trailers_to_h2(lines: &[u8]) -> Result<HeaderMap, ParseError> {
+    let mut map = HeaderMap::new();
+    for line in lines.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        let colon =
+            memchr::memchr(b':', line).ok_or(ParseError::invalid("trailer without colon"))?;
+        let (name, value) = (&line[..colon], trim_ows(&line[colon + 1..]));
+        if !may_be_trailer(name) {
+            continue;
+        }
+        map.append(header_name(name)?, header_value(value)?);
+    }
+    Ok(map)
+}
+
+/// An HTTP/2 trailer section as chunked trailer lines (each ending in CRLF,
+/// for [`crate::encode_last_chunk`]), without fields that may not be trailers.
+pub fn trailers_from_h2(map: &HeaderMap, out: &mut BytesMut) {
+    for (name, value) in map {
+        if may_be_trailer(name.as_str().as_bytes()) {
+            put_field(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+}
+
+/// RFC 9110 §6.5.1: framing, routing, connection and authentication fields
+/// are never trailers.
+fn may_be_trailer(name: &[u8]) -> bool {
+    let kind = FieldKind::of(name);
+    let forbidden = [
+        &b"content-type"[..],
+        b"content-encoding",
+        b"authorization",
+        b"set-cookie",
+        b"cookie",
+        b"trailer",
+    ];
+    kind == FieldKind::Other && !forbidden.iter().any(|f| name.eq_ignore_ascii_case(f))
+}
+
+/// Copies fields `keep` accepts into a header map, names lower-cased.
+/// A `Connection` field's listed names were already dropped by the writer.
+fn h2_fields<'a>(
+    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    keep: impl Fn(FieldKind, &[u8]) -> bool,
+) -> Result<HeaderMap, ParseError> {
+    let mut map = HeaderMap::new();
+    for (name, value) in fields {
+        if keep(FieldKind::of(name), value) {
+            map.append(header_name(name)?, header_value(value)?);
+        }
+    }
+    Ok(map)
+}
+
+fn header_name(name: &[u8]) -> Result<HeaderName, ParseError> {
+    HeaderName::from_bytes(name).map_err(|_| ParseError::invalid("field name not representable"))
+}
+
+fn header_value(value: &[u8]) -> Result<HeaderValue, ParseError> {
+    HeaderValue::from_bytes(value).map_err(|_| ParseError::invalid("field value not representable"))
+}
+
+fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    out.put_slice(name);
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,305 @@
+//! Flood detection on an HTTP/2 client connection, sans-IO: a frame-header
+//! sniffer over the bytes the client sends (after the preface) that keeps one
+//! leaky bucket per kind of abuse, with the time passed in.
+//!
+//! The `h2` codec answers PING and SETTINGS and consumes WINDOW_UPDATE and
+//! RST_STREAM itself, so the pipeline never sees them; this watcher sees
+//! every frame header before the codec does, at the cost of a few compares
+//! per frame (payloads are skipped, not read). What each bucket counts and
+//! why its bounds are what they are: `docs/design/http2.md` ("Defences").
+
+use std::time::Instant;
+
+use weir_observe::Flood;
+
+/// The client connection preface (RFC 9113 §3.4).
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+const FRAME_HEADER: usize = 9;
+
+// Frame types (RFC 9113 §6).
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
+const WINDOW_UPDATE: u8 = 0x8;
+const CONTINUATION: u8 = 0x9;
+
+// Flags.
+const END_STREAM: u8 = 0x1;
+const ACK: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+
+/// A bucket's bound: how many events at once, and how many per second after.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Budget {
+    pub burst: f64,
+    pub per_second: f64,
+}
+
+/// The bounds the watcher enforces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct FloodLimits {
+    /// RST_STREAM frames from the client.
+    pub resets: Budget,
+    /// SETTINGS frames that are not acknowledgements.
+    pub settings: Budget,
+    /// PING frames that are not acknowledgements.
+    pub pings: Budget,
+    /// DATA frames with no payload that do not end the stream, and HEADERS
+    /// or CONTINUATION frames with no payload that do not end the block.
+    pub empty_frames: Budget,
+    /// WINDOW_UPDATE frames; each KiB weir writes to the client earns one more.
+    pub window_updates: Budget,
+    /// CONTINUATION frames in one header block.
+    pub continuations_per_block: u32,
+}
+
+impl FloodLimits {
+    /// Bounds for a connection whose header lists may take `max_header_list`
+    /// bytes in frames of at most `max_frame` bytes.
+    pub(crate) fn new(max_header_list: u32, max_frame: u32) -> FloodLimits {
+        // A legitimate block needs header_list / frame frames; allow a quarter more
+        // for imperfect packing, and a few for small frames (the h2 codec's own bound).
+        let needed = (max_header_list / max_frame.max(1)).max(1);
+        FloodLimits {
+            resets: Budget {
+                burst: 200.0,
+                per_second: 50.0,
+            },
+            settings: Budget {
+                burst: 50.0,
+                per_second: 5.0,
+            },
+            pings: Budget {
+                burst: 100.0,
+                per_second: 10.0,
+            },
+            empty_frames: Budget {
+                burst: 100.0,
+                per_second: 10.0,
+            },
+            window_updates: Budget {
+                burst: 1000.0,
+                per_second: 100.0,
+            },
+            continuations_per_block: (needed + needed / 4).max(5),
+        }
+    }
+}
+
+/// A leaky bucket: each event adds one, the level drains at `per_second`.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    level: f64,
+    last: Option<Instant>,
+}
+
+impl Bucket {
+    const fn new() -> Bucket {
+        Bucket {
+            level: 0.0,
+            last: None,
+        }
+    }
+
+    fn level_at(&self, budget: Budget, now: Instant) -> f64 {
+        let drained = self.last.map_or(0.0, |last| {
+            now.saturating_duration_since(last).as_secs_f64() * budget.per_second
+        });
+        (self.level - drained).max(0.0)
+    }
+
+    /// Counts `events` at `now`; true once the level passes the burst.
+    fn add(&mut self, budget: Budget, events: f64, now: Instant) -> bool {
+        if let Some(last) = self.last {
+            let drained = now.saturating_duration_since(last).as_secs_f64() * budget.per_second;
+            self.level = (self.level - drained).max(0.0);
+        }
+        self.last = Some(now);
+        self.level += events;
+        self.level > budget.burst
+    }
+}
+
+/// Where the sniffer is in the client's byte stream.
+#[derive(Debug, Clone, Copy)]
+enum Position {
+    /// In the preface; this many bytes of it seen.
+    Preface(usize),
+    /// In a frame header; this many of its bytes are in `header`.
+    Header(usize),
+    /// In a payload; this many bytes left to skip.
+    Payload(usize),
+}
+
+/// The watcher of one connection.
+#[derive(Debug)]
+pub(crate) struct FrameWatch {
+    limits: FloodLimits,
+    position: Position,
+    header: [u8; FRAME_HEADER],
+    /// CONTINUATION frames seen in the open header block, if one is open.
+    block: Option<u32>,
+    resets: Bucket,
+    settings: Bucket,
+    pings: Bucket,
+    empty: Bucket,
+    window_updates: Bucket,
+    verdict: Option<Flood>,
+}
+
+impl FrameWatch {
+    /// A watcher that expects the preface first.
+    pub(crate) fn new(limits: FloodLimits) -> FrameWatch {
+        FrameWatch {
+            limits,
+            position: Position::Preface(0),
+            header: [0; FRAME_HEADER],
+            block: None,
+            resets: Bucket::new(),
+            settings: Bucket::new(),
+            pings: Bucket::new(),
+            empty: Bucket::new(),
+            window_updates: Bucket::new(),
+            verdict: None,
+        }
+    }
+
+    /// The flood found, once one was.
+    pub(crate) fn verdict(&self) -> Option<Flood> {
+        self.verdict
+    }
+
+    /// The kind of frame the client has sent most of, relative to its
+    /// budget, when that is a tenth of the budget or more: what to blame
+    /// when the codec's own bound (lower than ours for resets of streams not
+    /// yet accepted, and for empty DATA frames) closed the connection first.
+    pub(crate) fn suspect(&self, now: Instant) -> Option<Flood> {
+        let limits = &self.limits;
+        [
+            (Flood::RapidReset, &self.resets, limits.resets),
+            (Flood::Settings, &self.settings, limits.settings),
+            (Flood::Ping, &self.pings, limits.pings),
+            (Flood::EmptyFrames, &self.empty, limits.empty_frames),
+            (
+                Flood::WindowUpdate,
+                &self.window_updates,
+                limits.window_updates,
+            ),
+        ]
+        .into_iter()
+        .map(|(kind, bucket, budget)| (kind, bucket.level_at(budget, now) / budget.burst))
+        .filter(|(_, share)| *share >= 0.1)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(kind, _)| kind)
+    }
+
+    /// Looks at bytes the client sent, in order. Returns the flood found, if
+    /// any (and keeps returning it).
+    pub(crate) fn received(&mut self, mut bytes: &[u8], now: Instant) -> Option<Flood> {
+        while !bytes.is_empty() && self.verdict.is_none() {
+            match self.position {
+                Position::Preface(seen) => {
+                    let take = (PREFACE.len() - seen).min(bytes.len());
+                    // A wrong preface is the codec's to reject; only count bytes here.
+                    self.position = if seen + take == PREFACE.len() {
+                        Position::Header(0)
+                    } else {
+                        Position::Preface(seen + take)
+                    };
+                    bytes = &bytes[take..];
+                }
+                Position::Header(have) => {
+                    let take = (FRAME_HEADER - have).min(bytes.len());
+                    self.header[have..have + take].copy_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    if have + take < FRAME_HEADER {
+                        self.position = Position::Header(have + take);
+                    } else {
+                        let length = self.frame(now);
+                        self.position = Position::Payload(length);
+                    }
+                }
+                Position::Payload(left) => {
+                    let take = left.min(bytes.len());
+                    bytes = &bytes[take..];
+                    self.position = if take == left {
+                        Position::Header(0)
+                    } else {
+                        Position::Payload(left - take)
+                    };
+                }
+            }
+            if let Position::Payload(0) = self.position {
+                self.position = Position::Header(0);
+            }
+        }
+        self.verdict
+    }
+
+    /// Credits bytes weir wrote to the client: a client may acknowledge data
+    /// with WINDOW_UPDATEs, one per KiB at most before it counts as a flood.
+    pub(crate) fn sent(&mut self, bytes: usize) {
+        let credit = bytes as f64 / 1024.0;
+        self.window_updates.level = (self.window_updates.level - credit).max(0.0);
+    }
+
+    /// Counts the frame whose header is complete; returns its payload length.
+    fn frame(&mut self, now: Instant) -> usize {
+        let length = usize::from(self.header[0]) << 16
+            | usize::from(self.header[1]) << 8
+            | usize::from(self.header[2]);
+        let (kind, flags) = (self.header[3], self.header[4]);
+        let limits = self.limits;
+        let flood = match kind {
+            DATA => {
+                (length == 0 && flags & END_STREAM == 0)
+                    && self.empty.add(limits.empty_frames, 1.0, now)
+            }
+            HEADERS => {
+                self.block = (flags & END_HEADERS == 0).then_some(0);
+                (length == 0 && flags & END_HEADERS == 0)
+                    && self.empty.add(limits.empty_frames, 1.0, now)
+            }
+            CONTINUATION => self.continuation(length, flags, now),
+            RST_STREAM => self.resets.add(limits.resets, 1.0, now),
+            SETTINGS => flags & ACK == 0 && self.settings.add(limits.settings, 1.0, now),
+            PING => flags & ACK == 0 && self.pings.add(limits.pings, 1.0, now),
+            WINDOW_UPDATE => self.window_updates.add(limits.window_updates, 1.0, now),
+            _ => false,
+        };
+        if flood {
+            self.verdict = Some(match kind {
+                DATA | HEADERS => Flood::EmptyFrames,
+                CONTINUATION => self.verdict.unwrap_or(Flood::EmptyFrames),
+                RST_STREAM => Flood::RapidReset,
+                SETTINGS => Flood::Settings,
+                PING => Flood::Ping,
+                _ => Flood::WindowUpdate,
+            });
+        }
+        length
+    }
+
+    fn continuation(&mut self, length: usize, flags: u8, now: Instant) -> bool {
+        let Some(frames) = self.block.as_mut() else {
+            // Outside a block: a protocol error the codec answers.
+            return false;
+        };
+        *frames += 1;
+        if *frames > self.limits.continuations_per_block {
+            self.verdict = Some(Flood::Continuation);
+            return true;
+        }
+        if flags & END_HEADERS != 0 {
+            self.block = None;
+            return false;
+        }
+        length == 0 && self.empty.add(self.limits.empty_frames, 1.0, now)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+//! h2spec (installed by `scripts/test`) in strict mode against the HTTP/2
+//! server driver, over h2c and over TLS with ALPN `h2` (weir-tls's
+//! acceptor): every one of its 146 cases must pass, none skipped. The
+//! handler reads each request body and answers with a body long enough for
+//! the flow-control cases (h2spec skips 6.9.2/2 below 5 bytes).
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::RecvStream;
+use h2::server::SendResponse;
+use tokio::net::TcpListener;
+use weir_observe::Http2Metrics;
+
+use super::{StreamHandler, Timing, Via, serve};
+
+#[derive(Clone)]
+struct Answer;
+
+impl StreamHandler for Answer {
+    async fn serve(&self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
+        let (_parts, mut stream) = super::H2Stream::new(request, respond);
+        let wait = Duration::from_secs(5);
+        while let Ok(Some(_)) = stream.read_body(wait).await {}
+        let head = http::Response::builder()
+            .status(200)
+            .body(())
+            .expect("response");
+        if stream.send_head(head, false).is_ok() {
+            let body = Bytes::from_static(b"served by weir's HTTP/2 driver\n");
+            let _ = stream.send_data(body, true, wait).await;
+        }
+    }
+}
+
+const TIMING: Timing = Timing {
+    handshake: Duration::from_secs(5),
+    idle: Duration::from_secs(60),
+};
+
+/// Serves every connection of `listener`, through `tls` when given.
+fn start(listener: TcpListener, tls: Option<Arc<weir_tls::Acceptor>>) {
+    let settings = weir_config::Http2::default();
+    tokio::spawn(async move {
+        let (_shutdown, signal) = weir_core::Shutdown::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (settings, signal, tls) = (settings.clone(), signal.clone(), tls.clone());
+            tokio::spawn(async move {
+                let metrics = Http2Metrics::default();
+                match tls {
+                    None => {
+                        serve(
+                            tcp,
+                            Bytes::new(),
+                            Via::H2c,
+                            &settings,
+                            TIMING,
+                            &metrics,
+                            Answer,
+                            signal,
+                        )
+                        .await;
+                    }
+                    Some(acceptor) => {
+                        if let Ok((stream, _)) = acceptor.accept(tcp).await {
+                            let via = Via::Alpn;
+                            serve(
+                                stream,
+                                Bytes::new(),
+                                via,
+                                &settings,
+                                TIMING,
+                                &metrics,
+                                Answer,
+                                signal,
+                            )
+                            .await;
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// The acceptor of an HTTPS virtual server offering only `h2`.
+fn acceptor(pki: &weir_testkit::tls::Pki) -> Arc<weir_tls::Acceptor> {
+    let (cert, key) = pki.server(
+        "h2",
+        &["localhost", "127.0.0.1"],
+        weir_tls::KeyType::EcdsaP256,
+    );
+    let toml = format!(
+        "[virtual_servers.s]\nlisten = \"127.0.0.1:1\"\nprotocol = \"https\"\npool = \"p\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+         alpn = [\"h2\"]\n[pools.p]\nnodes = [{{ address = \"127.0.0.1:2\" }}]\n",
+        cert.display(),
+        key.display()
+    );
+    let config = weir_config::parse_str(&toml, "h2spec.toml").expect("valid config");
+    let tls = config.virtual_servers[0].tls.as_ref().expect("tls");
+    Arc::new(weir_tls::Acceptor::new("s", tls, "h2spec.toml").expect("certificates load"))
+}
+
+/// h2spec's binary: on PATH, or where `go install` puts it.
+fn h2spec() -> String {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let installed = format!("{home}/go/bin/h2spec");
+    if std::path::Path::new(&installed).exists() {
+        installed
+    } else {
+        "h2spec".to_owned()
+    }
+}
+
+/// Runs h2spec against `address`; returns its summary line after checking it.
+fn run_h2spec(address: SocketAddr, tls: bool) -> String {
+    let mut command = Command::new(h2spec());
+    command.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &address.port().to_string(),
+        "-S",
+        "-o",
+        "5",
+    ]);
+    if tls {
+        command.args(["-t", "-k"]);
+    }
+    let output = command
+        .output()
+        .unwrap_or_else(|error| panic!("h2spec (installed by scripts/test): {error}"));
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let summary = text
+        .lines()
+        .rfind(|line| line.contains("tests,"))
+        .unwrap_or_else(|| panic!("no h2spec summary:\n{text}"))
+        .trim()
+        .to_owned();
+    assert!(
+        summary.starts_with("146 tests, 146 passed, 0 skipped, 0 failed"),
+        "tls {tls}: {summary}\n{text}"
+    );
+    summary
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2spec_strict_passes_every_case_over_h2c_and_tls() {
+    let plain = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let plain_address = plain.local_addr().expect("address");
+    start(plain, None);
+    let pki = weir_testkit::tls::Pki::new();
+    let secure = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let secure_address = secure.local_addr().expect("address");
+    start(secure, Some(acceptor(&pki)));
+    tokio::task::spawn_blocking(move || {
+        run_h2spec(plain_address, false);
+        run_h2spec(secure_address, true);
+    })
+    .await
+    .expect("h2spec ran");
+}

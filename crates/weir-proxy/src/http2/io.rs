@@ -1,0 +1,232 @@
+//! The byte stream under the HTTP/2 codec: the client connection, with the
+//! bytes already read while detecting the protocol put back in front, and the
+//! [`FrameWatch`] looking at everything the client sends.
+//!
+//! Once the watcher finds a flood, the stream stops handing the client's
+//! bytes to the codec (reads stay pending), so the codec can still write its
+//! GOAWAY but reads nothing more; the driver is woken through [`Tripwire`].
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::Notify;
+use weir_observe::Flood;
+
+use super::flood::FrameWatch;
+
+/// Room made for each read while waiting for the preface.
+const PREFACE_READ: usize = 64;
+/// How long a refused connection is drained before it is closed.
+const LINGER: Duration = Duration::from_millis(500);
+
+/// Shared between the stream and the driver: the flood found, and a wake-up.
+#[derive(Debug, Default)]
+pub(crate) struct Tripwire {
+    flood: Mutex<Option<Flood>>,
+    /// What the watcher suspected when the stream last read (see [`FrameWatch::suspect`]).
+    suspect: Mutex<Option<Flood>>,
+    notify: Notify,
+}
+
+impl Tripwire {
+    pub(crate) fn suspect(&self) -> Option<Flood> {
+        *self.suspect.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn flood(&self) -> Option<Flood> {
+        *self.flood.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Resolves once a flood was found.
+    pub(crate) async fn tripped(&self) -> Flood {
+        loop {
+            let notified = self.notify.notified();
+            if let Some(flood) = self.flood() {
+                return flood;
+            }
+            notified.await;
+        }
+    }
+
+    fn trip(&self, flood: Flood) {
+        *self.flood.lock().unwrap_or_else(|p| p.into_inner()) = Some(flood);
+        self.notify.notify_waiters();
+    }
+}
+
+/// A client stream watched for floods.
+#[derive(Debug)]
+pub(crate) struct Watched<S> {
+    inner: S,
+    /// Bytes read before the codec took over (h2c detection), served first.
+    rewind: Bytes,
+    watch: FrameWatch,
+    tripwire: Arc<Tripwire>,
+}
+
+impl<S> Watched<S> {
+    pub(crate) fn new(inner: S, rewind: Bytes, watch: FrameWatch, tripwire: Arc<Tripwire>) -> Self {
+        Watched {
+            inner,
+            rewind,
+            watch,
+            tripwire,
+        }
+    }
+
+    /// Shows newly read bytes to the watcher; false once a flood was found.
+    fn admit(&mut self, bytes: &[u8]) -> bool {
+        if self.watch.verdict().is_some() {
+            return false;
+        }
+        let now = Instant::now();
+        match self.watch.received(bytes, now) {
+            None => {
+                let suspect = self.watch.suspect(now);
+                let mut slot = self
+                    .tripwire
+                    .suspect
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if *slot != suspect {
+                    *slot = suspect;
+                }
+                true
+            }
+            Some(flood) => {
+                self.tripwire.trip(flood);
+                false
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.watch.verdict().is_some() {
+            // Nothing more from this client; the driver closes the connection.
+            return Poll::Pending;
+        }
+        if !this.rewind.is_empty() {
+            let take = this.rewind.len().min(buf.remaining());
+            let piece = this.rewind.split_to(take);
+            if !this.admit(&piece) {
+                return Poll::Pending;
+            }
+            buf.put_slice(&piece);
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if this.admit(&buf.filled()[before..]) {
+                    Poll::Ready(Ok(()))
+                } else {
+                    buf.set_filled(before);
+                    Poll::Pending
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            this.watch.sent(n);
+        }
+        written
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = written {
+            this.watch.sent(n);
+        }
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// Whether `bytes` (the start of a connection) can still be, or is, the
+/// HTTP/2 preface: `Some(true)` it is, `Some(false)` it cannot be, `None`
+/// too short to tell.
+pub(crate) fn starts_with_preface(bytes: &[u8]) -> Option<bool> {
+    let preface = super::flood::PREFACE;
+    let n = bytes.len().min(preface.len());
+    if bytes[..n] != preface[..n] {
+        Some(false)
+    } else if n == preface.len() {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+/// Makes sure the connection starts with the HTTP/2 preface: reads until
+/// `rewind` (bytes already read) holds it, within `timeout`. Returns the
+/// bytes to replay to the codec, or `None` when the client sent something
+/// else or too little; then the connection is closed without a reset
+/// (our side shut first, what the client still sends read and dropped
+/// briefly), as RFC 9113 §3.4 asks.
+pub(crate) async fn read_preface<S>(io: &mut S, rewind: Bytes, timeout: Duration) -> Option<Bytes>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut buffer = BytesMut::from(&rewind[..]);
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match starts_with_preface(&buffer) {
+            Some(true) => return Some(buffer.freeze()),
+            Some(false) => break,
+            None => {}
+        }
+        buffer.reserve(PREFACE_READ);
+        match tokio::time::timeout_at(deadline, io.read_buf(&mut buffer)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => break,
+        }
+    }
+    let _ = io.shutdown().await;
+    let end = tokio::time::Instant::now() + LINGER;
+    let mut scratch = [0u8; 4096];
+    while let Ok(Ok(n)) = tokio::time::timeout_at(end, io.read(&mut scratch)).await {
+        if n == 0 {
+            break;
+        }
+    }
+    None
+}

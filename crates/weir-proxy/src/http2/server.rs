@@ -1,0 +1,286 @@
+//! The HTTP/2 server driver of one client connection: the `h2` codec with the
+//! virtual server's settings over a [`Watched`] stream, one task per stream
+//! (handed to a [`StreamHandler`]), PING for liveness while streams are open,
+//! GOAWAY on an idle timeout, on shutdown (graceful: in-flight streams
+//! finish) and on a flood (`ENHANCE_YOUR_CALM`, counted by kind).
+
+use std::future::{Future, poll_fn};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Ping, PingPong, Reason, RecvStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
+use weir_config::Http2;
+use weir_core::ShutdownSignal;
+use weir_observe::{Flood, Http2Metrics};
+
+use super::flood::{FloodLimits, FrameWatch};
+use super::io::{Tripwire, Watched, read_preface};
+
+/// How long a connection closed for abuse may take to flush its GOAWAY.
+const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
+/// Streams reset by the server for protocol errors, and streams the client
+/// reset before they were accepted, that a connection may cause before it
+/// gets GOAWAY (the codec's own bounds, below its defaults of 1024 and 20).
+const MAX_LOCAL_ERROR_RESETS: usize = 256;
+const MAX_PENDING_ACCEPT_RESETS: usize = 20;
+/// Bytes a stream may have queued for the client before its writer waits.
+const MAX_SEND_BUFFER: usize = 256 * 1024;
+
+/// How the client came to speak HTTP/2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// TLS, ALPN chose `h2`.
+    Alpn,
+    /// Cleartext, the client sent the preface first.
+    H2c,
+}
+
+/// Serves the streams of HTTP/2 connections: one call per request stream.
+pub(crate) trait StreamHandler: Clone + Send + Sync + 'static {
+    /// Serves one request to its end (response sent, or the stream reset).
+    fn serve(
+        &self,
+        request: http::Request<RecvStream>,
+        respond: SendResponse<Bytes>,
+    ) -> impl Future<Output = ()> + Send;
+}
+
+/// What one connection is allowed, besides the `[http2]` table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    /// From the start to the client's preface and SETTINGS.
+    pub handshake: Duration,
+    /// A connection without streams for this long gets GOAWAY.
+    pub idle: Duration,
+}
+
+/// The codec's settings for a virtual server.
+fn builder(settings: &Http2) -> h2::server::Builder {
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .max_header_list_size(settings.max_header_list_size)
+        .header_table_size(settings.header_table_size)
+        .initial_window_size(settings.initial_stream_window)
+        .initial_connection_window_size(settings.initial_connection_window)
+        .max_frame_size(settings.max_frame_size)
+        .max_send_buffer_size(MAX_SEND_BUFFER)
+        .max_concurrent_reset_streams(settings.max_concurrent_streams as usize)
+        .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
+        .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
+        .enable_connect_protocol();
+    builder
+}
+
+/// Serves one client connection as HTTP/2 until it closes. `rewind`: bytes
+/// already read from it (the preface, with h2c).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn serve<S, H>(
+    io: S,
+    rewind: Bytes,
+    via: Via,
+    settings: &Http2,
+    timing: Timing,
+    metrics: &Http2Metrics,
+    handler: H,
+    mut shutdown: ShutdownSignal,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    H: StreamHandler,
+{
+    match via {
+        Via::Alpn => metrics.connections_alpn.inc(),
+        Via::H2c => metrics.connections_h2c.inc(),
+    };
+    let mut io = io;
+    let Some(rewind) = read_preface(&mut io, rewind, timing.handshake).await else {
+        metrics.protocol_errors.inc();
+        tracing::debug!("not an HTTP/2 connection preface; closed");
+        return;
+    };
+    let tripwire = Arc::new(Tripwire::default());
+    let limits = FloodLimits::new(settings.max_header_list_size, settings.max_frame_size);
+    let io = Watched::new(io, rewind, FrameWatch::new(limits), Arc::clone(&tripwire));
+    let handshake = tokio::time::timeout(timing.handshake, builder(settings).handshake(io));
+    let mut connection = match handshake.await {
+        Ok(Ok(connection)) => connection,
+        Ok(Err(error)) => {
+            record_end(&error, &tripwire, metrics);
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("HTTP/2 preface not received in time");
+            return;
+        }
+    };
+    let mut driver = Driver {
+        active: Arc::new(AtomicUsize::new(0)),
+        ping: connection.ping_pong(),
+        ping_sent: None,
+        last_ping: Instant::now(),
+        last_busy: Instant::now(),
+        draining: false,
+    };
+    let period = settings
+        .ping_interval
+        .min(timing.idle)
+        .div_f64(4.0)
+        .clamp(Duration::from_millis(100), Duration::from_secs(5));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            flood = tripwire.tripped() => {
+                metrics.flood(flood).inc();
+                tracing::info!(kind = flood.as_str(), "HTTP/2 flood; closing the connection");
+                connection.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                let _ = tokio::time::timeout(GOAWAY_FLUSH, poll_fn(|cx| connection.poll_closed(cx))).await;
+                return;
+            }
+            _ = shutdown.triggered(), if !driver.draining => {
+                driver.draining = true;
+                connection.graceful_shutdown();
+            }
+            accepted = connection.accept() => match accepted {
+                Some(Ok((request, mut respond))) => {
+                    metrics.streams.inc();
+                    if driver.active.load(Ordering::Acquire) >= settings.max_concurrent_streams as usize {
+                        // Streams the client reset are closed for the codec but may
+                        // still be at work here: the work per connection stays
+                        // within max_concurrent_streams whatever the client resets.
+                        respond.send_reset(Reason::REFUSED_STREAM);
+                        continue;
+                    }
+                    driver.spawn_stream(&handler, request, respond);
+                }
+                Some(Err(error)) => {
+                    record_end(&error, &tripwire, metrics);
+                    return;
+                }
+                None => return,
+            },
+            pong = poll_fn(|cx| poll_pong(&mut driver.ping, cx)), if driver.ping_sent.is_some() => {
+                driver.ping_sent = None;
+                if pong.is_err() {
+                    return;
+                }
+            }
+            _ = ticker.tick() => {
+                if !driver.tick(settings) {
+                    tracing::debug!("HTTP/2 client did not answer a PING in time; closing");
+                    return;
+                }
+                if !driver.draining && driver.idle_for() >= timing.idle {
+                    driver.draining = true;
+                    connection.graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+/// The connection's own state besides the codec's.
+struct Driver {
+    /// Streams being served.
+    active: Arc<AtomicUsize>,
+    ping: Option<PingPong>,
+    ping_sent: Option<Instant>,
+    last_ping: Instant,
+    /// Last time streams were open.
+    last_busy: Instant,
+    draining: bool,
+}
+
+impl Driver {
+    fn spawn_stream<H: StreamHandler>(
+        &mut self,
+        handler: &H,
+        request: http::Request<RecvStream>,
+        respond: SendResponse<Bytes>,
+    ) {
+        self.last_busy = Instant::now();
+        self.active.fetch_add(1, Ordering::AcqRel);
+        let active = Arc::clone(&self.active);
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            // Decremented however the stream ends, a panic included.
+            let _guard = ActiveGuard(active);
+            handler.serve(request, respond).await;
+        });
+    }
+
+    fn idle_for(&self) -> Duration {
+        if self.active.load(Ordering::Acquire) > 0 {
+            Duration::ZERO
+        } else {
+            self.last_busy.elapsed()
+        }
+    }
+
+    /// Sends a PING every `ping_interval` while streams are open; false
+    /// when the last one went unanswered past `ping_timeout`.
+    fn tick(&mut self, settings: &Http2) -> bool {
+        let now = Instant::now();
+        let busy = self.active.load(Ordering::Acquire) > 0;
+        if busy {
+            self.last_busy = now;
+        }
+        if let Some(sent) = self.ping_sent {
+            return now.saturating_duration_since(sent) < settings.ping_timeout;
+        }
+        let due = now.saturating_duration_since(self.last_ping) >= settings.ping_interval;
+        if busy
+            && due
+            && let Some(ping) = self.ping.as_mut()
+            && ping.send_ping(Ping::opaque()).is_ok()
+        {
+            self.ping_sent = Some(now);
+            self.last_ping = now;
+        }
+        true
+    }
+}
+
+struct ActiveGuard(Arc<AtomicUsize>);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn poll_pong(
+    ping: &mut Option<PingPong>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<Result<(), h2::Error>> {
+    match ping.as_mut() {
+        Some(ping) => ping.poll_pong(cx).map(|pong| pong.map(drop)),
+        None => std::task::Poll::Pending,
+    }
+}
+
+/// Counts how a connection ended in error: a flood the watcher or the codec
+/// found, or another protocol error of the client.
+fn record_end(error: &h2::Error, tripwire: &Tripwire, metrics: &Http2Metrics) {
+    if let Some(flood) = tripwire.flood() {
+        metrics.flood(flood).inc();
+        tracing::info!(kind = flood.as_str(), "HTTP/2 flood; connection closed");
+    } else if error.is_go_away() && error.is_library() {
+        if error.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
+            let flood = tripwire.suspect().unwrap_or(Flood::Codec);
+            metrics.flood(flood).inc();
+            tracing::info!(%error, "HTTP/2 abuse caught by the codec; connection closed");
+        } else {
+            metrics.protocol_errors.inc();
+            tracing::debug!(%error, "HTTP/2 protocol error; connection closed");
+        }
+    } else {
+        tracing::debug!(%error, "HTTP/2 connection ended");
+    }
+}

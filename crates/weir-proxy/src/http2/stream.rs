@@ -1,0 +1,332 @@
+//! One HTTP/2 request stream seen as the pipeline's client: read the request
+//! body (flow-control capacity given back as the pipeline takes the data, so
+//! a slow node slows the client down), send interim responses, the response
+//! head, body data within the client's window (waiting for it: backpressure),
+//! trailers, weir's own answers, and notice the client cancelling.
+//!
+//! The HTTP/1.1 connection's counterpart is `Client` (`client.rs`); the
+//! pipeline stages call either through the same few operations
+//! (`docs/design/http2.md`, "One pipeline, two codecs").
+
+use std::future::poll_fn;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::HeaderMap;
+use tokio::time::Instant;
+use weir_core::{Error, ErrorKind, Side};
+
+/// Largest piece of body handed to the codec at once (it frames it in
+/// DATA frames of the client's max frame size).
+const MAX_CHUNK: usize = 64 * 1024;
+
+/// The client side of one stream.
+#[derive(Debug)]
+pub(crate) struct H2Stream {
+    /// `None` once a pump took it ([`H2Stream::take_body`]).
+    body: Option<RecvStream>,
+    respond: SendResponse<Bytes>,
+    send: Option<SendStream<Bytes>>,
+    /// Body bytes sent to the client so far.
+    pub bytes_sent: u64,
+    /// The request head says chunked: [`H2Stream::read_framed`] frames DATA as chunks.
+    chunked: bool,
+    /// The request body (and its trailers) has been handed out whole.
+    body_done: bool,
+    /// The response head went out (weir can no longer answer on its own).
+    responded: bool,
+}
+
+impl H2Stream {
+    /// Splits an accepted stream into the request head parts and the stream.
+    pub(crate) fn new(
+        request: http::Request<RecvStream>,
+        respond: SendResponse<Bytes>,
+    ) -> (http::request::Parts, H2Stream) {
+        let (parts, body) = request.into_parts();
+        let stream = H2Stream {
+            body: Some(body),
+            respond,
+            send: None,
+            bytes_sent: 0,
+            chunked: false,
+            body_done: false,
+            responded: false,
+        };
+        (parts, stream)
+    }
+
+    /// How the pipeline reads this request's body: `chunked` when its head
+    /// (from `weir_http::http2::request_from_h2`) says so.
+    pub(crate) fn set_chunked(&mut self, chunked: bool) {
+        self.chunked = chunked;
+    }
+
+    /// The request body as the HTTP/1.1 body its head stands for, appended to
+    /// `buf`, so the body stages read DATA frames where they read chunks: the
+    /// data as is for a length-framed body; each DATA frame as a chunk, and
+    /// the end of the stream as the last chunk with the trailers, for a
+    /// chunked one. Returns the bytes appended; 0 at the end of a body
+    /// framed by its length (the stages then know it ended early). Waits
+    /// until `deadline` at most (a `ClientTimeout` error with `late`).
+    pub(crate) async fn read_framed(
+        &mut self,
+        buf: &mut BytesMut,
+        deadline: Instant,
+        late: &'static str,
+    ) -> Result<usize, Error> {
+        let Some(body) = self.body.as_mut().filter(|_| !self.body_done) else {
+            return Ok(0);
+        };
+        let timed_out = || Error::new(ErrorKind::ClientTimeout, Side::Downstream).context(late);
+        loop {
+            let data = tokio::time::timeout_at(deadline, body.data())
+                .await
+                .map_err(|_| timed_out())?;
+            match data {
+                Some(Ok(data)) => {
+                    let _ = body.flow_control().release_capacity(data.len());
+                    if data.is_empty() {
+                        continue;
+                    }
+                    let before = buf.len();
+                    if self.chunked {
+                        weir_http::encode_chunk(&data, buf);
+                    } else {
+                        buf.extend_from_slice(&data);
+                    }
+                    return Ok(buf.len() - before);
+                }
+                Some(Err(error)) => return Err(client_gone(&error)),
+                None => break,
+            }
+        }
+        self.body_done = true;
+        if !self.chunked {
+            return Ok(0);
+        }
+        let trailers = tokio::time::timeout_at(deadline, body.trailers())
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|error| client_gone(&error))?;
+        let mut lines = BytesMut::new();
+        if let Some(trailers) = trailers {
+            weir_http::http2::trailers_from_h2(&trailers, &mut lines);
+        }
+        let before = buf.len();
+        weir_http::encode_last_chunk(&lines, buf);
+        Ok(buf.len() - before)
+    }
+
+    /// The request body's stream, for a pump that moves it to an HTTP/2
+    /// node on its own (full duplex); `None` once taken or read to its end.
+    /// Afterwards [`H2Stream::read_framed`] reports the end at once.
+    pub(crate) fn take_body(&mut self) -> Option<RecvStream> {
+        if self.body_done {
+            return None;
+        }
+        self.body_done = true;
+        self.body.take()
+    }
+
+    /// Whether the response head went out.
+    pub(crate) fn responded(&self) -> bool {
+        self.responded
+    }
+
+    /// Whether the response head went out and its body is still open.
+    pub(crate) fn is_sending(&self) -> bool {
+        self.send.is_some()
+    }
+
+    /// Whether the request's HEADERS ended the stream (no body follows).
+    pub(crate) fn request_ended(&self) -> bool {
+        self.body.as_ref().is_none_or(RecvStream::is_end_stream)
+    }
+
+    /// The next piece of the request body, `None` at its end. Its bytes are
+    /// given back to the client's window at once: the pipeline bounds what it
+    /// holds itself (`request_buffer`), and stops asking while the node is slow.
+    pub(crate) async fn read_body(&mut self, timeout: Duration) -> Result<Option<Bytes>, Error> {
+        let Some(body) = self.body.as_mut() else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(timeout, body.data()).await {
+            Ok(None) => Ok(None),
+            Ok(Some(Ok(data))) => {
+                let _ = body.flow_control().release_capacity(data.len());
+                Ok(Some(data))
+            }
+            Ok(Some(Err(error))) => Err(client_gone(&error)),
+            Err(_) => Err(Error::new(ErrorKind::ClientTimeout, Side::Downstream)
+                .context("request body not received in time")),
+        }
+    }
+
+    /// The request's trailers, once the body is read (`None`: there were none).
+    pub(crate) async fn trailers(&mut self, timeout: Duration) -> Result<Option<HeaderMap>, Error> {
+        let Some(body) = self.body.as_mut() else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(timeout, body.trailers()).await {
+            Ok(Ok(trailers)) => Ok(trailers),
+            Ok(Err(error)) => Err(client_gone(&error)),
+            Err(_) => Err(Error::new(ErrorKind::ClientTimeout, Side::Downstream)
+                .context("request trailers not received in time")),
+        }
+    }
+
+    /// An interim (1xx) response, such as 100 Continue or 103 Early Hints.
+    pub(crate) fn send_interim(&mut self, response: http::Response<()>) -> Result<(), Error> {
+        self.respond
+            .send_informational(response)
+            .map_err(|error| client_gone(&error))
+    }
+
+    /// The response head; `end_of_stream` when no body follows.
+    pub(crate) fn send_head(
+        &mut self,
+        response: http::Response<()>,
+        end_of_stream: bool,
+    ) -> Result<(), Error> {
+        self.responded = true;
+        let send = self
+            .respond
+            .send_response(response, end_of_stream)
+            .map_err(|error| client_gone(&error))?;
+        if !end_of_stream {
+            self.send = Some(send);
+        }
+        Ok(())
+    }
+
+    /// Response body data, sent as the client's flow-control window allows:
+    /// waits (at most `timeout` per window update) while the client reads slowly.
+    pub(crate) async fn send_data(
+        &mut self,
+        data: Bytes,
+        end_of_stream: bool,
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        let send = self.send.as_mut().ok_or_else(head_not_sent)?;
+        self.bytes_sent += data.len() as u64;
+        send_with_capacity(send, data, end_of_stream, timeout).await?;
+        if end_of_stream {
+            self.send = None;
+        }
+        Ok(())
+    }
+
+    /// Trailers, which end the stream.
+    pub(crate) fn send_trailers(&mut self, trailers: HeaderMap) -> Result<(), Error> {
+        let mut send = self.send.take().ok_or_else(head_not_sent)?;
+        send.send_trailers(trailers)
+            .map_err(|error| client_gone(&error))
+    }
+
+    /// Ends the stream: with the body sent, an empty end; after a failure
+    /// mid-response, a reset (`INTERNAL_ERROR`) so the client knows the
+    /// response is incomplete.
+    pub(crate) fn finish(&mut self, complete: bool) {
+        if let Some(mut send) = self.send.take() {
+            if complete {
+                let _ = send.send_data(Bytes::new(), true);
+            } else {
+                send.send_reset(Reason::INTERNAL_ERROR);
+            }
+        }
+    }
+
+    /// One of weir's own short answers (an error status, with a text body);
+    /// returns the body bytes sent.
+    pub(crate) async fn answer(
+        &mut self,
+        status: u16,
+        headers: &[(&str, &str)],
+        body: &'static [u8],
+        timeout: Duration,
+    ) -> Result<u64, Error> {
+        let mut response = http::Response::builder().status(status);
+        for (name, value) in headers {
+            response = response.header(*name, *value);
+        }
+        if !body.is_empty() {
+            response = response
+                .header("content-type", "text/plain; charset=utf-8")
+                .header("content-length", body.len());
+        }
+        let response = response.body(()).map_err(|_| {
+            Error::new(ErrorKind::Io, Side::Internal).context("answer not representable")
+        })?;
+        self.send_head(response, body.is_empty())?;
+        if !body.is_empty() {
+            self.send_data(Bytes::from_static(body), true, timeout)
+                .await?;
+        }
+        Ok(body.len() as u64)
+    }
+
+    /// Resolves when the client resets the stream (cancels the request).
+    pub(crate) async fn cancelled(&mut self) -> Reason {
+        let reset = match self.send.as_mut() {
+            Some(send) => poll_fn(|cx| send.poll_reset(cx)).await,
+            None => poll_fn(|cx| self.respond.poll_reset(cx)).await,
+        };
+        reset.unwrap_or(Reason::CANCEL)
+    }
+}
+
+fn head_not_sent() -> Error {
+    Error::new(ErrorKind::Io, Side::Internal).context("response body before its head")
+}
+
+/// A codec error on a stream: the client reset it or the connection ended.
+fn client_gone(error: &h2::Error) -> Error {
+    Error::new(ErrorKind::ClientClosed, Side::Downstream).context(format!("HTTP/2 stream: {error}"))
+}
+
+/// Sends `data` on a stream as its peer's flow-control window allows, in
+/// pieces of at most [`MAX_CHUNK`], waiting at most `timeout` for each window
+/// update; `end_of_stream` ends the stream with the last piece. Errors are
+/// the peer's side: it stopped reading, reset the stream, or went away.
+pub(crate) async fn send_with_capacity(
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end_of_stream: bool,
+    timeout: Duration,
+) -> Result<(), Error> {
+    if data.is_empty() {
+        if end_of_stream {
+            send.send_data(data, true)
+                .map_err(|error| client_gone(&error))?;
+        }
+        return Ok(());
+    }
+    while !data.is_empty() {
+        send.reserve_capacity(data.len().min(MAX_CHUNK));
+        let granted = tokio::time::timeout(timeout, poll_fn(|cx| send.poll_capacity(cx)))
+            .await
+            .map_err(|_| {
+                Error::new(ErrorKind::ClientTimeout, Side::Downstream)
+                    .context("the peer did not open its flow-control window in time")
+            })?;
+        let capacity = match granted {
+            Some(Ok(capacity)) => capacity,
+            Some(Err(error)) => return Err(client_gone(&error)),
+            None => {
+                return Err(Error::new(ErrorKind::ClientClosed, Side::Downstream)
+                    .context("stream closed while sending"));
+            }
+        };
+        if capacity == 0 {
+            continue;
+        }
+        let piece = data.split_to(capacity.min(data.len()));
+        let last = end_of_stream && data.is_empty();
+        send.send_data(piece, last)
+            .map_err(|error| client_gone(&error))?;
+    }
+    Ok(())
+}

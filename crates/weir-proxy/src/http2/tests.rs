@@ -1,0 +1,422 @@
+//! The HTTP/2 server driver over an in-memory connection: a request served
+//! through the `h2` client, and each flood sent as raw frames answered with
+//! GOAWAY `ENHANCE_YOUR_CALM` and counted under its kind.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::RecvStream;
+use h2::server::SendResponse;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use weir_config::Http2;
+use weir_observe::{Flood, Http2Metrics};
+
+use super::flood::PREFACE;
+use super::{StreamHandler, Timing, Via, serve};
+
+/// Answers every request with its path as the body.
+#[derive(Clone)]
+struct Echo;
+
+impl StreamHandler for Echo {
+    async fn serve(&self, request: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+        let body = Bytes::from(request.uri().path().to_owned());
+        let response = http::Response::builder()
+            .status(200)
+            .body(())
+            .expect("valid response");
+        if let Ok(mut stream) = respond.send_response(response, false) {
+            let _ = stream.send_data(body, true);
+        }
+    }
+}
+
+fn settings() -> Http2 {
+    Http2 {
+        cleartext: true,
+        max_concurrent_streams: 100,
+        max_header_list_size: 64 * 1024,
+        header_table_size: 4096,
+        initial_stream_window: 256 * 1024,
+        initial_connection_window: 1024 * 1024,
+        max_frame_size: 16 * 1024,
+        ping_interval: Duration::from_secs(30),
+        ping_timeout: Duration::from_secs(10),
+    }
+}
+
+const TIMING: Timing = Timing {
+    handshake: Duration::from_secs(5),
+    idle: Duration::from_secs(60),
+};
+
+/// Starts the driver on one end of an in-memory connection; returns the other end.
+fn start(metrics: &Http2Metrics) -> (DuplexStream, weir_core::Shutdown) {
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let (shutdown, signal) = weir_core::Shutdown::new();
+    let metrics = metrics.clone();
+    tokio::spawn(async move {
+        serve(
+            server,
+            Bytes::new(),
+            Via::H2c,
+            &settings(),
+            TIMING,
+            &metrics,
+            Echo,
+            signal,
+        )
+        .await;
+    });
+    (client, shutdown)
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let length = payload.len();
+    let mut out = vec![
+        (length >> 16) as u8,
+        (length >> 8) as u8,
+        length as u8,
+        kind,
+        flags,
+    ];
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// `GET https://a/` in HPACK: static-table method, scheme and path, literal authority.
+const GET_BLOCK: &[u8] = &[0x82, 0x87, 0x84, 0x01, 0x01, b'a'];
+/// The same as a POST (a body follows).
+const POST_BLOCK: &[u8] = &[0x83, 0x87, 0x84, 0x01, 0x01, b'a'];
+
+/// Reads frames until a GOAWAY; returns its error code (`None`: closed without one).
+async fn goaway_code(client: &mut DuplexStream) -> Option<u32> {
+    let mut buffer = Vec::new();
+    let read_all = async {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            let mut at = 0;
+            while buffer.len() >= at + 9 {
+                let length = usize::from(buffer[at]) << 16
+                    | usize::from(buffer[at + 1]) << 8
+                    | usize::from(buffer[at + 2]);
+                if buffer.len() < at + 9 + length {
+                    break;
+                }
+                if buffer[at + 3] == 0x7 && length >= 8 {
+                    let code = &buffer[at + 13..at + 17];
+                    return Some(u32::from_be_bytes(code.try_into().expect("4 bytes")));
+                }
+                at += 9 + length;
+            }
+            match client.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read_all)
+        .await
+        .expect("the server answers in time")
+}
+
+#[tokio::test]
+async fn a_request_is_served_over_h2c() {
+    let metrics = Http2Metrics::default();
+    let (client, _shutdown) = start(&metrics);
+    let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
+    tokio::spawn(connection);
+    let request = http::Request::get("http://a.example/hello")
+        .body(())
+        .unwrap();
+    let (response, _) = sender.send_request(request, true).expect("sent");
+    let response = response.await.expect("a response");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let data = body.data().await.expect("a body").expect("data");
+    assert_eq!(&data[..], b"/hello");
+    assert_eq!(metrics.streams.get(), 1);
+    assert_eq!(metrics.connections_h2c.get(), 1);
+}
+
+/// Opens the connection with raw frames, sends `flood` until the server
+/// answers, and checks the GOAWAY and the count.
+async fn assert_flood(opening: Vec<u8>, flood: impl Fn(u32) -> Vec<u8>, kind: Flood) {
+    let metrics = Http2Metrics::default();
+    let (mut client, _shutdown) = start(&metrics);
+    let mut bytes = Vec::from(PREFACE);
+    bytes.extend(frame(0x4, 0, 0, &[]));
+    bytes.extend(opening);
+    client.write_all(&bytes).await.expect("preface");
+    let writer = async {
+        for n in 0..5000u32 {
+            if client.write_all(&flood(n)).await.is_err() {
+                break;
+            }
+        }
+    };
+    // The duplex pipe is large enough for the whole flood; the server reads it at its pace.
+    tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("flood written");
+    assert_eq!(
+        goaway_code(&mut client).await,
+        Some(0xb),
+        "{kind:?}: ENHANCE_YOUR_CALM"
+    );
+    for other in Flood::ALL {
+        let expected = u64::from(other == kind);
+        assert_eq!(
+            metrics.flood(other).get(),
+            expected,
+            "{kind:?}: count of {other:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn floods_get_goaway_and_are_counted() {
+    let ping = |_| frame(0x6, 0, 0, &[0; 8]);
+    assert_flood(Vec::new(), ping, Flood::Ping).await;
+    let settings = |_| frame(0x4, 0, 0, &[0, 3, 0, 0, 0, 100]);
+    assert_flood(Vec::new(), settings, Flood::Settings).await;
+    let window_update = |_| frame(0x8, 0, 0, &[0, 0, 0, 1]);
+    assert_flood(Vec::new(), window_update, Flood::WindowUpdate).await;
+    // Empty DATA frames on an open stream.
+    let open = frame(0x1, 0x4, 1, POST_BLOCK);
+    let empty = |_| frame(0x0, 0, 1, &[]);
+    assert_flood(open, empty, Flood::EmptyFrames).await;
+    // A header block that never ends.
+    let open = frame(0x1, 0, 1, GET_BLOCK);
+    let continuation = |_| frame(0x9, 0, 1, &[0x84]);
+    assert_flood(open, continuation, Flood::Continuation).await;
+    // Rapid reset: each stream opened and cancelled at once.
+    let rapid_reset = |n: u32| {
+        let stream = 2 * n + 1;
+        let mut bytes = frame(0x1, 0x5, stream, GET_BLOCK);
+        bytes.extend(frame(0x3, 0, stream, &[0, 0, 0, 8]));
+        bytes
+    };
+    assert_flood(Vec::new(), rapid_reset, Flood::RapidReset).await;
+}
+
+#[tokio::test]
+async fn ordinary_traffic_is_not_a_flood() {
+    let metrics = Http2Metrics::default();
+    let (client, _shutdown) = start(&metrics);
+    let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
+    tokio::spawn(connection);
+    for n in 0..300 {
+        let request = http::Request::get(format!("http://a.example/{n}"))
+            .body(())
+            .unwrap();
+        sender = sender.ready().await.expect("ready");
+        let (response, _) = sender.send_request(request, true).expect("sent");
+        let response = response.await.expect("a response");
+        assert_eq!(response.status(), 200);
+    }
+    assert_eq!(metrics.streams.get(), 300);
+    for kind in Flood::ALL {
+        assert_eq!(metrics.flood(kind).get(), 0, "{kind:?}");
+    }
+}
+
+#[tokio::test]
+async fn shutdown_sends_goaway_and_lets_streams_finish() {
+    let metrics = Http2Metrics::default();
+    let (client, shutdown) = start(&metrics);
+    let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
+    let connection = tokio::spawn(connection);
+    let request = http::Request::get("http://a.example/x").body(()).unwrap();
+    let (response, _) = sender.send_request(request, true).expect("sent");
+    assert_eq!(response.await.expect("a response").status(), 200);
+    shutdown.trigger();
+    // The server's GOAWAY ends the connection without an error.
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection)
+        .await
+        .expect("closed in time")
+        .expect("task");
+    assert!(ended.is_ok(), "{ended:?}");
+}
+
+#[test]
+fn the_preface_is_recognised_from_its_first_bytes() {
+    assert_eq!(super::starts_with_preface(b""), None);
+    assert_eq!(super::starts_with_preface(b"PRI * HT"), None);
+    assert_eq!(super::starts_with_preface(PREFACE), Some(true));
+    assert_eq!(
+        super::starts_with_preface(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0"),
+        Some(true)
+    );
+    assert_eq!(
+        super::starts_with_preface(b"GET / HTTP/1.1\r\n"),
+        Some(false)
+    );
+    assert_eq!(super::starts_with_preface(b"PRIX"), Some(false));
+}
+
+#[tokio::test]
+async fn a_wrong_preface_closes_the_connection_without_an_answer() {
+    let metrics = Http2Metrics::default();
+    let (mut client, _shutdown) = start(&metrics);
+    client
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .expect("written");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer));
+    assert_eq!(read.await.expect("closed in time").expect("clean close"), 0);
+    // Counted once the server stopped draining what the client still sends.
+    drop(client);
+    for _ in 0..200 {
+        if metrics.protocol_errors.get() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(metrics.protocol_errors.get(), 1);
+    assert_eq!(metrics.streams.get(), 0);
+}
+
+/// Serves each request through [`H2Stream`]: reads the body and trailers,
+/// answers 100-continue style with an interim 103, then echoes the body in
+/// 1 KiB pieces and sends the request's trailers back with a count.
+#[derive(Clone)]
+struct Relay;
+
+impl StreamHandler for Relay {
+    async fn serve(&self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
+        let (_parts, mut stream) = super::H2Stream::new(request, respond);
+        let wait = Duration::from_secs(5);
+        let mut body = Vec::new();
+        while let Ok(Some(data)) = stream.read_body(wait).await {
+            body.extend_from_slice(&data);
+        }
+        let mut trailers = stream
+            .trailers(wait)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let hints = http::Response::builder().status(103).body(()).unwrap();
+        stream.send_interim(hints).expect("interim");
+        let head = http::Response::builder().status(200).body(()).unwrap();
+        stream.send_head(head, false).expect("head");
+        for piece in body.chunks(1024) {
+            let piece = Bytes::copy_from_slice(piece);
+            stream.send_data(piece, false, wait).await.expect("data");
+        }
+        trailers.insert("x-bytes", body.len().into());
+        stream.send_trailers(trailers).expect("trailers");
+    }
+}
+
+#[tokio::test]
+async fn a_stream_relays_body_and_trailers_within_the_clients_window() {
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let (_shutdown, signal) = weir_core::Shutdown::new();
+    let metrics = Http2Metrics::default();
+    tokio::spawn(async move {
+        serve(
+            server,
+            Bytes::new(),
+            Via::H2c,
+            &settings(),
+            TIMING,
+            &metrics,
+            Relay,
+            signal,
+        )
+        .await;
+    });
+    // A small client window: the 300 KiB response must wait for it to open.
+    let (mut sender, connection) = h2::client::Builder::new()
+        .initial_window_size(16 * 1024)
+        .handshake::<_, Bytes>(client)
+        .await
+        .expect("handshake");
+    tokio::spawn(connection);
+    let request = http::Request::post("http://a.example/echo")
+        .body(())
+        .unwrap();
+    let (response, mut body) = sender.send_request(request, false).expect("sent");
+    let payload = Bytes::from(vec![7u8; 300 * 1024]);
+    body.reserve_capacity(payload.len());
+    body.send_data(payload.clone(), false).expect("body");
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", "0".parse().unwrap());
+    body.send_trailers(trailers).expect("trailers");
+    let response = response.await.expect("a response");
+    assert_eq!(response.status(), 200);
+    let mut received = response.into_body();
+    let mut echoed = Vec::new();
+    while let Some(data) = received.data().await {
+        let data = data.expect("data");
+        let _ = received.flow_control().release_capacity(data.len());
+        echoed.extend_from_slice(&data);
+    }
+    assert_eq!(echoed.len(), payload.len());
+    assert!(echoed == payload);
+    let trailers = received.trailers().await.expect("trailers").expect("some");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(trailers["x-bytes"], "307200");
+}
+
+/// Holds every request without answering (a slow node, say).
+#[derive(Clone)]
+struct Stall;
+
+impl StreamHandler for Stall {
+    async fn serve(&self, _request: http::Request<RecvStream>, _respond: SendResponse<Bytes>) {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+}
+
+/// Streams the client reset are closed for the codec but still at work in
+/// weir: past `max_concurrent_streams` of them, new streams are refused, so a
+/// client cannot pile up work by resetting (rapid reset below its flood bound).
+#[tokio::test]
+async fn streams_still_at_work_count_against_the_concurrency_limit() {
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let (_shutdown, signal) = weir_core::Shutdown::new();
+    let limited = Http2 {
+        max_concurrent_streams: 2,
+        ..settings()
+    };
+    tokio::spawn(async move {
+        let metrics = Http2Metrics::default();
+        serve(
+            server,
+            Bytes::new(),
+            Via::H2c,
+            &limited,
+            TIMING,
+            &metrics,
+            Stall,
+            signal,
+        )
+        .await;
+    });
+    let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
+    tokio::spawn(connection);
+    let request = || {
+        http::Request::builder()
+            .uri("http://weir.test/")
+            .body(())
+            .expect("valid request")
+    };
+    for _ in 0..2 {
+        sender = sender.ready().await.expect("ready");
+        let (response, _) = sender.send_request(request(), true).expect("sent");
+        // Dropping the response resets the stream (CANCEL).
+        drop(response);
+    }
+    sender = sender.ready().await.expect("ready");
+    let (response, _) = sender.send_request(request(), true).expect("sent");
+    let refused = tokio::time::timeout(Duration::from_secs(5), response)
+        .await
+        .expect("answered at once")
+        .expect_err("refused");
+    assert_eq!(refused.reason(), Some(h2::Reason::REFUSED_STREAM));
+}

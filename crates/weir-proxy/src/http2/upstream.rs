@@ -1,0 +1,170 @@
+//! The forward stage's HTTP/2 half: a request head and its buffered body to
+//! an HTTP/2 node (`weir_upstream::H2Node`), the rest of the body within the
+//! node's window, and the node's response turned into a `ResponseHead` with
+//! its body read as DATA frames. The head is rewritten exactly as for an
+//! HTTP/1.1 node (`weir_http::http2::request_to_h2`), so forwarding headers,
+//! `Via` and the client-subject header do not depend on the node's protocol.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::client::ResponseFuture;
+use h2::{RecvStream, SendStream};
+use http::HeaderMap;
+use weir_core::{Error, ErrorKind, Side};
+use weir_http::{BodyFraming, ForwardRequest, HeaderEdit, Method, RequestHead, ResponseHead};
+use weir_upstream::{H2Node, StreamLease};
+
+use super::stream::send_with_capacity;
+
+/// A request on its way to an HTTP/2 node.
+#[derive(Debug)]
+pub(crate) struct H2Request {
+    /// The stream slot; hold it until the response body is read.
+    pub lease: StreamLease,
+    pub response: ResponseFuture,
+    /// The request body's sender, while more of the body is to come.
+    pub body: Option<SendStream<Bytes>>,
+}
+
+/// A node's HTTP/2 response: its head (as an HTTP/1.1 head: framed by its
+/// length, or chunked when unknown) and its body.
+#[derive(Debug)]
+pub(crate) struct H2Response {
+    pub head: ResponseHead,
+    pub body: RecvStream,
+}
+
+/// Sends `head` (rewritten as `forward` says) and the `buffered` start of its
+/// body on a stream of `node`; `complete`: the buffered part is the whole body.
+/// A stream the node refused unprocessed is retried inside (`H2Node::send`);
+/// other failures keep their retry-safety for the pipeline's retry rule.
+pub(crate) async fn send_request(
+    node: &Arc<H2Node>,
+    (head, path, edits): (&RequestHead, Option<&[u8]>, &(dyn HeaderEdit + Sync)),
+    forward: &ForwardRequest<'_>,
+    scheme: &str,
+    buffered: Bytes,
+    complete: bool,
+    timeout: Duration,
+) -> Result<H2Request, Error> {
+    let converted = weir_http::http2::request_to_h2_edited(head, forward, path, edits, scheme);
+    let request = converted.map_err(|error| {
+        Error::new(ErrorKind::BadRequest, Side::Downstream)
+            .context(format!("not representable in HTTP/2: {error}"))
+    })?;
+    let no_body = complete && buffered.is_empty() && forward.framing == BodyFraming::None;
+    let sent = node.send(request, no_body).await?;
+    let mut body = (!no_body).then_some(sent.body);
+    if let Some(stream) = body.as_mut() {
+        send_with_capacity(stream, buffered, complete, timeout)
+            .await
+            .map_err(|error| node_error(error, "sending the request body"))?;
+        if complete {
+            body = None;
+        }
+    }
+    Ok(H2Request {
+        lease: sent.lease,
+        response: sent.response,
+        body,
+    })
+}
+
+/// More of the request body, within the node's flow-control window.
+pub(crate) async fn send_body(
+    stream: &mut SendStream<Bytes>,
+    data: Bytes,
+    end_of_stream: bool,
+    timeout: Duration,
+) -> Result<(), Error> {
+    send_with_capacity(stream, data, end_of_stream, timeout)
+        .await
+        .map_err(|error| node_error(error, "sending the request body"))
+}
+
+/// Request trailers (gRPC client streaming ends with none, but HTTP may carry them).
+pub(crate) fn send_trailers(
+    stream: &mut SendStream<Bytes>,
+    trailers: HeaderMap,
+) -> Result<(), Error> {
+    stream
+        .send_trailers(trailers)
+        .map_err(|error| upstream(format!("sending request trailers: {error}")))
+}
+
+/// Waits for the response head (at most `timeout`) and converts it.
+pub(crate) async fn response_head(
+    response: ResponseFuture,
+    method: Method,
+    timeout: Duration,
+) -> Result<H2Response, Error> {
+    let response = match tokio::time::timeout(timeout, response).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => {
+            let refused = weir_upstream::http2::refused(&error);
+            return Err(upstream(format!("HTTP/2 response: {error}")).retry_safe(refused));
+        }
+        Err(_) => {
+            return Err(Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
+                .context("no response head from the HTTP/2 node in time"));
+        }
+    };
+    let (parts, body) = response.into_parts();
+    let head = weir_http::http2::response_from_h2(&parts, body.is_end_stream(), method).map_err(
+        |error| {
+            Error::new(ErrorKind::BadResponse, Side::Upstream)
+                .context(format!("HTTP/2 response: {}", error.reason))
+        },
+    )?;
+    Ok(H2Response { head, body })
+}
+
+/// The next piece of the response body (`None` at its end); its bytes go
+/// back to the node's window as the pipeline takes them.
+pub(crate) async fn read_body(
+    body: &mut RecvStream,
+    timeout: Duration,
+) -> Result<Option<Bytes>, Error> {
+    match tokio::time::timeout(timeout, body.data()).await {
+        Ok(None) => Ok(None),
+        Ok(Some(Ok(data))) => {
+            let _ = body.flow_control().release_capacity(data.len());
+            Ok(Some(data))
+        }
+        Ok(Some(Err(error))) => Err(upstream(format!("HTTP/2 response body: {error}"))),
+        Err(_) => Err(Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
+            .context("HTTP/2 node stalled in the response body")),
+    }
+}
+
+/// The response's trailers, once its body is read (`None`: there were none).
+pub(crate) async fn read_trailers(
+    body: &mut RecvStream,
+    timeout: Duration,
+) -> Result<Option<HeaderMap>, Error> {
+    match tokio::time::timeout(timeout, body.trailers()).await {
+        Ok(Ok(trailers)) => Ok(trailers),
+        Ok(Err(error)) => Err(upstream(format!("HTTP/2 response trailers: {error}"))),
+        Err(_) => Err(Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
+            .context("HTTP/2 node stalled before its trailers")),
+    }
+}
+
+fn upstream(context: String) -> Error {
+    Error::new(ErrorKind::Io, Side::Upstream).context(context)
+}
+
+/// An error from sending on the node's stream, said to be on the upstream side.
+fn node_error(error: Error, doing: &str) -> Error {
+    let context = error.to_string();
+    let kind = match error.kind() {
+        ErrorKind::ClientTimeout => ErrorKind::ResponseTimeout,
+        _ => ErrorKind::Io,
+    };
+    Error::new(kind, Side::Upstream).context(format!("{doing}: {context}"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,272 @@
+//! WebSocket across protocol versions, as pure functions: an HTTP/2 client's
+//! extended CONNECT (RFC 8441, `:protocol websocket`) as the HTTP/1.1 upgrade
+//! request an HTTP/1.1 node expects (RFC 6455 §4.1) and the node's `101` as
+//! the `200` the stream expects; an HTTP/1.1 client's upgrade as an extended
+//! CONNECT to an HTTP/2 node and its `200` as the `101` the client expects.
+//! After the switch, bytes are copied both ways (DATA frames on the HTTP/2
+//! side). Design: `docs/design/http2.md` ("WebSocket").
+
+use aws_lc_rs::digest;
+use bytes::{BufMut, BytesMut};
+use weir_http::{Limits, ParseError, ParseErrorKind, Parsed, RequestHead, ResponseHead};
+
+/// RFC 6455 §1.3: appended to the key before hashing.
+const ACCEPT_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+/// Fields that belong to one hop's upgrade and are rebuilt, not copied.
+const HOP_FIELDS: [&str; 5] = [
+    "connection",
+    "upgrade",
+    "sec-websocket-key",
+    "sec-websocket-accept",
+    "host",
+];
+
+/// `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2).
+pub(crate) fn accept_key(key: &[u8]) -> String {
+    let mut context = digest::Context::new(&digest::SHA1_FOR_LEGACY_USE_ONLY);
+    context.update(key);
+    context.update(ACCEPT_GUID);
+    base64(context.finish().as_ref())
+}
+
+/// A fresh `Sec-WebSocket-Key`: 16 random bytes, base64.
+pub(crate) fn new_key() -> String {
+    let mut nonce = [0u8; 16];
+    // The system generator does not fail on Linux; zeros would still be a valid key.
+    let _ = aws_lc_rs::rand::fill(&mut nonce);
+    base64(&nonce)
+}
+
+/// Whether an HTTP/2 request is a WebSocket extended CONNECT.
+pub(crate) fn is_extended_connect(parts: &http::request::Parts) -> bool {
+    parts.method == http::Method::CONNECT
+        && parts
+            .extensions
+            .get::<h2::ext::Protocol>()
+            .is_some_and(|protocol| protocol.as_str().eq_ignore_ascii_case("websocket"))
+}
+
+/// The HTTP/1.1 upgrade request for an HTTP/2 extended CONNECT, with `key`
+/// as its `Sec-WebSocket-Key`; checked by weir-http's parser like any head.
+pub(crate) fn upgrade_request(
+    parts: &http::request::Parts,
+    key: &str,
+    limits: &Limits,
+) -> Result<RequestHead, ParseError> {
+    let mut out = BytesMut::with_capacity(256);
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    out.put_slice(b"GET ");
+    out.put_slice(path.as_bytes());
+    out.put_slice(b" HTTP/1.1\r\n");
+    if let Some(authority) = parts.uri.authority() {
+        field(&mut out, "host", authority.as_str().as_bytes());
+    }
+    field(&mut out, "connection", b"upgrade");
+    field(&mut out, "upgrade", b"websocket");
+    field(&mut out, "sec-websocket-key", key.as_bytes());
+    if !parts.headers.contains_key("sec-websocket-version") {
+        field(&mut out, "sec-websocket-version", b"13");
+    }
+    for (name, value) in &parts.headers {
+        if !HOP_FIELDS.contains(&name.as_str()) {
+            field(&mut out, name.as_str(), value.as_bytes());
+        }
+    }
+    out.put_slice(b"\r\n");
+    match weir_http::parse_request(&out, limits)? {
+        Parsed::Complete(head, _) => Ok(head),
+        Parsed::Partial => Err(ParseError {
+            kind: ParseErrorKind::Invalid,
+            reason: "incomplete upgrade head",
+        }),
+    }
+}
+
+/// The `200` for the HTTP/2 client when the HTTP/1.1 node switched with a
+/// `101` whose `Sec-WebSocket-Accept` matches `key`; `None` when it did not
+/// (the caller answers 502).
+pub(crate) fn stream_accepted(node: &ResponseHead, key: &str) -> Option<http::Response<()>> {
+    let upgraded = node.status() == 101
+        && node
+            .header("upgrade")
+            .is_some_and(|value| value.eq_ignore_ascii_case(b"websocket"));
+    let accept = node.header("sec-websocket-accept")?;
+    if !upgraded || accept != accept_key(key.as_bytes()).as_bytes() {
+        return None;
+    }
+    let mut response = http::Response::builder().status(200);
+    for name in ["sec-websocket-protocol", "sec-websocket-extensions"] {
+        if let Some(value) = node.header(name) {
+            response = response.header(name, value);
+        }
+    }
+    response.body(()).ok()
+}
+
+/// The extended CONNECT for an HTTP/2 node when an HTTP/1.1 client asked to
+/// upgrade to WebSocket: `:protocol websocket`, no key (RFC 8441 §5).
+pub(crate) fn extended_connect(head: &RequestHead, scheme: &str) -> Option<http::Request<()>> {
+    let authority = std::str::from_utf8(head.host()?).ok()?;
+    let path = std::str::from_utf8(head.target()).ok()?;
+    let uri = http::Uri::builder()
+        .scheme(scheme)
+        .authority(authority)
+        .path_and_query(path)
+        .build()
+        .ok()?;
+    let mut request = http::Request::builder()
+        .method(http::Method::CONNECT)
+        .uri(uri)
+        .version(http::Version::HTTP_2)
+        .extension(h2::ext::Protocol::from_static("websocket"));
+    for (name, value) in head.headers() {
+        let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+        let hop = HOP_FIELDS.contains(&lower.as_str()) || lower == "keep-alive" || lower == "te";
+        if !hop {
+            request = request.header(lower, value);
+        }
+    }
+    request.body(()).ok()
+}
+
+/// The `101` head (HTTP/1.1 bytes) for the client whose upgrade an HTTP/2
+/// node accepted with `200`, answering the client's `key`.
+pub(crate) fn switching_protocols(node: &http::response::Parts, key: &[u8], out: &mut BytesMut) {
+    out.put_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
+    field(out, "Upgrade", b"websocket");
+    field(out, "Connection", b"Upgrade");
+    field(out, "Sec-WebSocket-Accept", accept_key(key).as_bytes());
+    for name in ["sec-websocket-protocol", "sec-websocket-extensions"] {
+        if let Some(value) = node.headers.get(name) {
+            field(out, name, value.as_bytes());
+        }
+    }
+    out.put_slice(b"\r\n");
+}
+
+fn field(out: &mut BytesMut, name: &str, value: &[u8]) {
+    out.put_slice(name.as_bytes());
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+/// Standard base64 with padding (RFC 4648 §4).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_keys_follow_rfc_6455() {
+        // RFC 6455 §1.3's example.
+        assert_eq!(
+            accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        let key = new_key();
+        assert_eq!(key.len(), 24);
+        assert_ne!(key, new_key());
+    }
+
+    #[test]
+    fn an_extended_connect_becomes_an_upgrade_and_back() {
+        let request = http::Request::builder()
+            .method("CONNECT")
+            .uri("https://chat.example/room?x=1")
+            .extension(h2::ext::Protocol::from_static("websocket"))
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-protocol", "chat")
+            .header("origin", "https://chat.example")
+            .body(())
+            .expect("request");
+        let (parts, ()) = request.into_parts();
+        assert!(is_extended_connect(&parts));
+        let key = "dGhlIHNhbXBsZSBub25jZQ==";
+        let head = upgrade_request(&parts, key, &Limits::default()).expect("a valid head");
+        assert_eq!(head.method_bytes(), b"GET");
+        assert_eq!(head.target(), b"/room?x=1");
+        assert_eq!(head.host(), Some(&b"chat.example"[..]));
+        assert!(head.connection().upgrade);
+        assert_eq!(head.header("upgrade"), Some(&b"websocket"[..]));
+        assert_eq!(head.header("sec-websocket-key"), Some(key.as_bytes()));
+        assert_eq!(head.header("sec-websocket-protocol"), Some(&b"chat"[..]));
+        let switched = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+            Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nSec-WebSocket-Protocol: chat\r\n\r\n";
+        let node =
+            match weir_http::parse_response(switched, &Limits::default(), weir_http::Method::Get)
+                .expect("valid")
+            {
+                Parsed::Complete(head, _) => head,
+                Parsed::Partial => panic!("incomplete"),
+            };
+        let response = stream_accepted(&node, key).expect("accepted");
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["sec-websocket-protocol"], "chat");
+        assert!(
+            stream_accepted(&node, "another key").is_none(),
+            "a wrong accept is refused"
+        );
+    }
+
+    #[test]
+    fn an_upgrade_becomes_an_extended_connect_and_back() {
+        let raw = "GET /live HTTP/1.1\r\nHost: ws.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+                   Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+        let head =
+            match weir_http::parse_request(raw.as_bytes(), &Limits::default()).expect("valid") {
+                Parsed::Complete(head, _) => head,
+                Parsed::Partial => panic!("incomplete"),
+            };
+        let request = extended_connect(&head, "https").expect("representable");
+        assert_eq!(request.method(), http::Method::CONNECT);
+        assert_eq!(request.uri().to_string(), "https://ws.example/live");
+        let protocol = request
+            .extensions()
+            .get::<h2::ext::Protocol>()
+            .expect(":protocol");
+        assert_eq!(protocol.as_str(), "websocket");
+        for gone in ["connection", "upgrade", "sec-websocket-key", "host"] {
+            assert!(!request.headers().contains_key(gone), "{gone}");
+        }
+        assert_eq!(request.headers()["sec-websocket-version"], "13");
+        let (parts, ()) = http::Response::builder()
+            .status(200)
+            .body(())
+            .expect("response")
+            .into_parts();
+        let mut out = BytesMut::new();
+        switching_protocols(&parts, b"dGhlIHNhbXBsZSBub25jZQ==", &mut out);
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"),
+            "{text}"
+        );
+    }
+}

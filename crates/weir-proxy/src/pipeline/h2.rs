@@ -1,0 +1,144 @@
+//! HTTP/2 clients in the pipeline. A connection that chose `h2` by ALPN, or
+//! that starts with the HTTP/2 preface on a virtual server with
+//! `[http2] cleartext = true` (h2c, prior knowledge), goes to the HTTP/2
+//! server driver (`crate::http2::serve`); each of its streams then runs the
+//! same stages as an HTTP/1.1 request (`serve_stream` in `pipeline.rs`)
+//! with an [`H2Stream`] as its client. One pipeline, two codecs
+//! (`docs/design/http2.md`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use h2::RecvStream;
+use h2::server::SendResponse;
+use tokio::time::Instant;
+use weir_core::ShutdownSignal;
+use weir_http::BodyFraming;
+use weir_tls::ServerStream;
+
+use crate::answer::Failure;
+use crate::client::{Client, TlsFacts};
+use crate::http2::{self, H2Stream, StreamHandler, Timing, Via};
+use crate::route::VirtualServerRuntime;
+
+/// What every stream of one HTTP/2 connection shares.
+#[derive(Clone)]
+struct Streams {
+    /// The virtual server of the model the connection started with; each
+    /// stream takes the newest one (as each HTTP/1.1 request does).
+    vs: Arc<VirtualServerRuntime>,
+    peer: SocketAddr,
+    accepted_at: Instant,
+    tls: Option<Arc<TlsFacts>>,
+    client_subject: Option<Arc<str>>,
+    shutdown: ShutdownSignal,
+}
+
+/// Serves one client connection as HTTP/2 until it closes. `rewind`: bytes
+/// already read from it (the start of the preface, with h2c).
+pub(super) async fn serve_connection(
+    stream: ServerStream,
+    rewind: Bytes,
+    peer: SocketAddr,
+    client_subject: Option<Box<str>>,
+    vs: Arc<VirtualServerRuntime>,
+    shutdown: ShutdownSignal,
+) {
+    let tls = TlsFacts::of(&stream);
+    let via = if tls.is_some() { Via::Alpn } else { Via::H2c };
+    let settings = vs.config.http2.clone();
+    let timing = Timing {
+        handshake: vs.config.timeouts.header_read,
+        idle: vs.config.timeouts.idle,
+    };
+    let metrics = vs.metrics.http2.clone();
+    let streams = Streams {
+        vs,
+        peer,
+        accepted_at: Instant::now(),
+        tls,
+        client_subject: client_subject.map(Arc::from),
+        shutdown: shutdown.clone(),
+    };
+    http2::serve(
+        stream, rewind, via, &settings, timing, &metrics, streams, shutdown,
+    )
+    .await;
+}
+
+impl StreamHandler for Streams {
+    async fn serve(&self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
+        let started = Instant::now();
+        let vs = self.vs.newer().unwrap_or_else(|| Arc::clone(&self.vs));
+        let (parts, mut stream) = H2Stream::new(request, respond);
+        let head = if parts.method == http::Method::CONNECT {
+            // CONNECT and extended CONNECT (RFC 8441) are not carried over
+            // HTTP/2 yet: a clear refusal instead of a broken tunnel.
+            Err(Failure::not_implemented("CONNECT over HTTP/2"))
+        } else {
+            weir_http::http2::request_from_h2(&parts, stream.request_ended(), &vs.head_limits)
+                .map_err(Failure::parse)
+        };
+        if let Ok(head) = &head {
+            stream.set_chunked(head.framing() == BodyFraming::Chunked);
+        }
+        let client = Client::for_stream(
+            stream,
+            self.tls.clone(),
+            self.peer,
+            self.accepted_at,
+            self.client_subject.as_deref(),
+        );
+        super::serve_stream(client, &vs, head, &self.shutdown, started).await;
+    }
+}
+
+/// Whether a connection of a virtual server with h2c enabled is to be served
+/// as HTTP/2: it starts with the HTTP/2 preface, or with something that is
+/// neither the preface nor an HTTP/1.x request line (the HTTP/2 driver then
+/// closes it as an invalid preface, RFC 9113 §3.4, instead of an HTTP/1.1
+/// 400 that an HTTP/2 client could not read). Reads more while the first
+/// bytes cannot tell, within `header_read` of the accept.
+pub(super) async fn prior_knowledge(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+) -> Result<bool, Failure> {
+    let deadline = client.accepted_at + vs.config.timeouts.header_read;
+    loop {
+        let bytes = &client.read_buf[..];
+        match http2::starts_with_preface(bytes) {
+            Some(true) => return Ok(true),
+            // Four bytes tell `PRI ` from every HTTP/1.1 method.
+            None if bytes.len() >= 4 => return Ok(true),
+            None => {}
+            Some(false) => match bytes.iter().position(|&b| b == b'\n') {
+                Some(end) => {
+                    let line = bytes[..end].strip_suffix(b"\r").unwrap_or(&bytes[..end]);
+                    let http1 = line.is_empty()
+                        || line.ends_with(b" HTTP/1.1")
+                        || line.ends_with(b" HTTP/1.0");
+                    return Ok(!http1);
+                }
+                // A request line this long is HTTP/1.1's to refuse (431).
+                None if bytes.len() >= vs.head_limits.max_head_bytes => return Ok(false),
+                None => {}
+            },
+        }
+        client
+            .read_more(deadline, "request head not received in time")
+            .await?;
+    }
+}
+
+/// Serves an h2c connection whose first bytes are in the client's buffer.
+pub(super) async fn serve_cleartext(
+    client: Client,
+    vs: Arc<VirtualServerRuntime>,
+    shutdown: ShutdownSignal,
+) {
+    let peer = client.peer;
+    if let Some((stream, rewind, subject)) = client.into_stream() {
+        serve_connection(stream, rewind, peer, subject, vs, shutdown).await;
+    }
+}

@@ -1,0 +1,111 @@
+//! A connection past its client's `client_connections` limit: its first request head is
+//! read (so the client gets an answer, not a reset), answered with the limit's status
+//! and `Retry-After`, and the connection closes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use weir_core::ShutdownSignal;
+use weir_http::SimpleResponse;
+use weir_observe::AccessRecord;
+use weir_rules::Refusal;
+
+use crate::answer::{body_for, lossy, version_str};
+use crate::client::IdleConnection;
+use crate::drain::Admission;
+use crate::pipeline::handshake;
+
+/// The HTTP pipeline for a connection whose client address came from a PROXY header
+/// (`crate::front`): within its client's connection limit, the pipeline, holding its
+/// place until the connection ends; past it, the refusal.
+pub(crate) async fn serve_limited(
+    stream: TcpStream,
+    client: SocketAddr,
+    admission: Admission,
+    shutdown: ShutdownSignal,
+) {
+    let vs = Arc::clone(&admission.vs);
+    match vs.traffic.limits.admit_connection(client.ip()) {
+        Ok(permit) => {
+            let _permit = permit;
+            crate::pipeline::serve_connection(stream, client, admission, shutdown).await;
+        }
+        Err(refusal) => {
+            vs.traffic.metrics.client_connection_refusals.inc();
+            drop(vs);
+            Box::pin(refuse_connection(
+                stream, client, admission, refusal, shutdown,
+            ))
+            .await;
+        }
+    }
+}
+
+/// Serves a refused connection: one answer, then close.
+pub(crate) async fn refuse_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    admission: Admission,
+    refusal: Refusal,
+    mut shutdown: ShutdownSignal,
+) {
+    let vs = Arc::clone(&admission.vs);
+    let Some((stream, client_subject)) = Box::pin(handshake(stream, peer, &vs)).await else {
+        return;
+    };
+    if stream.alpn_is_h2() {
+        // No HTTP/1.1 answer can go to a client that chose HTTP/2: close it (counted).
+        tracing::debug!(virtual_server = %vs.config.name, client = %peer, "too many connections from this client; closing an HTTP/2 connection");
+        return;
+    }
+    let idle = IdleConnection::new(stream, peer, Instant::now(), client_subject);
+    let mut client = idle.into_client();
+    let started = Instant::now();
+    if let Ok(Some(head)) = client.read_head(&vs, &mut shutdown).await {
+        let retry_after = refusal.retry_after_seconds().to_string();
+        let shape = SimpleResponse {
+            status: refusal.status,
+            version: head.version(),
+            keep_alive: false,
+            head_request: head.method() == weir_http::Method::Head,
+        };
+        client.write_buf.clear();
+        weir_http::write_simple_response_edited(
+            &shape,
+            &[("Retry-After", &retry_after)],
+            &weir_http::Unedited,
+            body_for(refusal.status),
+            &mut client.write_buf,
+        );
+        let bytes = client.write_buf.len() as u64;
+        if client.flush(vs.config.timeouts.write).await.is_ok() {
+            vs.metrics.record_status(refusal.status);
+            tracing::debug!(virtual_server = %vs.config.name, client = %peer, "too many connections from this client; answered and closing");
+            if let Some(log) = &vs.access_log {
+                log.write(&AccessRecord {
+                    virtual_server: &vs.config.name,
+                    client: peer,
+                    method: lossy(head.method_bytes()),
+                    target: lossy(head.target()),
+                    version: version_str(&client, head.version()),
+                    status: refusal.status,
+                    bytes_sent: bytes,
+                    pool: None,
+                    node: None,
+                    duration: started.elapsed(),
+                    upstream_duration: None,
+                    error: Some("client_connections"),
+                    request_id: None,
+                    rule: None,
+                    grpc_status: None,
+                    cache: None,
+                });
+            }
+        }
+    }
+    client.linger_close().await;
+    client.release();
+    drop(admission);
+}

@@ -1,0 +1,223 @@
+//! The request body to an HTTP/2 node: the rest of it streamed as DATA
+//! frames within the node's window after the buffered part, inline for an
+//! HTTP/1.1 client, or in a task of its own for an HTTP/2 client (full
+//! duplex: the response flows while the client still sends, as gRPC's
+//! streaming calls need).
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::time::Instant;
+use weir_core::{Error, ErrorKind, Side};
+use weir_http::{Decoded, filter_trailers};
+
+use super::{BodyClock, Remaining, RequestBody};
+use crate::answer::Failure;
+use crate::client::Client;
+use crate::http2::{self, H2Stream};
+use crate::route::VirtualServerRuntime;
+
+/// Streams the rest of the body to an HTTP/2 node: DATA frames within the
+/// node's flow-control window (a slow node slows the client down, as with
+/// HTTP/1.1), then the trailers or an empty frame that ends the stream.
+pub(crate) async fn stream_rest_h2(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    body: &mut RequestBody,
+    node: &mut h2::SendStream<Bytes>,
+    write_stall: Duration,
+) -> Result<(), Failure> {
+    let max_body = vs.config.limits.max_body_bytes;
+    let clock = body.clock;
+    match std::mem::replace(&mut body.remaining, Remaining::Nothing) {
+        Remaining::Nothing => end_h2(node, &body.trailers, write_stall).await,
+        Remaining::Length(mut left) => {
+            while left > 0 {
+                if client.read_buf.is_empty() {
+                    let (deadline, late) = clock.deadline(body.received, Instant::now());
+                    client.read_more(deadline, late).await?;
+                }
+                let take = (client.read_buf.len() as u64).min(left) as usize;
+                let piece = client.read_buf.split_to(take).freeze();
+                left -= take as u64;
+                body.received += take as u64;
+                http2::upstream::send_body(node, piece, left == 0, write_stall).await?;
+            }
+            Ok(())
+        }
+        Remaining::Chunked(mut decoder) => loop {
+            match decoder
+                .decode(&mut client.read_buf)
+                .map_err(Failure::parse)?
+            {
+                Decoded::Data(data) => {
+                    body.received += data.len() as u64;
+                    if body.received > max_body {
+                        return Err(Failure::silent(Error::new(
+                            ErrorKind::BodyTooLarge,
+                            Side::Downstream,
+                        )));
+                    }
+                    http2::upstream::send_body(node, data, false, write_stall).await?;
+                }
+                Decoded::NeedMore => {
+                    let (deadline, late) = clock.deadline(body.received, Instant::now());
+                    client.read_more(deadline, late).await?;
+                }
+                Decoded::Done { trailers } => {
+                    let mut kept = BytesMut::new();
+                    filter_trailers(&trailers, &mut kept);
+                    return end_h2(node, &kept, write_stall).await;
+                }
+            }
+        },
+    }
+}
+
+/// Full duplex from an HTTP/2 client to an HTTP/2 node: the rest of the
+/// body moves in a task of its own, so the node's response (a gRPC stream)
+/// flows to the client while the client is still sending. Takes the
+/// client's request stream and what was read of it; the body's limits and
+/// clocks still apply, and a client that fails them, resets or goes away
+/// has the node's stream reset (CANCEL). `false`: the client is not an
+/// HTTP/2 stream, or its body was already taken.
+pub(crate) fn spawn_h2_pump(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    body: &mut RequestBody,
+    node: h2::SendStream<Bytes>,
+    write_stall: Duration,
+) -> Result<(), h2::SendStream<Bytes>> {
+    let Some(source) = client.h2().and_then(H2Stream::take_body) else {
+        return Err(node);
+    };
+    let pump = Pump {
+        read: client.read_buf.split(),
+        remaining: std::mem::replace(&mut body.remaining, Remaining::Nothing),
+        received: body.received,
+        clock: body.clock,
+        max_body: vs.config.limits.max_body_bytes,
+        write_stall,
+    };
+    tokio::spawn(pump.run(source, node));
+    Ok(())
+}
+
+/// The state of a body handed to [`spawn_h2_pump`].
+struct Pump {
+    /// Bytes read from the client before (framed as the head says).
+    read: BytesMut,
+    remaining: Remaining,
+    received: u64,
+    clock: BodyClock,
+    max_body: u64,
+    write_stall: Duration,
+}
+
+impl Pump {
+    async fn run(mut self, mut source: h2::RecvStream, mut node: h2::SendStream<Bytes>) {
+        if let Err(error) = self.pump(&mut source, &mut node).await {
+            tracing::debug!(%error, "request body to the HTTP/2 node ended early");
+            node.send_reset(h2::Reason::CANCEL);
+        }
+    }
+
+    async fn pump(
+        &mut self,
+        source: &mut h2::RecvStream,
+        node: &mut h2::SendStream<Bytes>,
+    ) -> Result<(), Error> {
+        // What was read before: whole chunks (or raw bytes for a length).
+        match std::mem::replace(&mut self.remaining, Remaining::Nothing) {
+            Remaining::Nothing => return Ok(()),
+            Remaining::Length(left) => {
+                let take = (self.read.len() as u64).min(left) as usize;
+                let early = self.read.split_to(take).freeze();
+                self.forward(node, early).await?;
+            }
+            Remaining::Chunked(mut decoder) => loop {
+                match decoder.decode(&mut self.read) {
+                    Ok(Decoded::Data(data)) => self.forward(node, data).await?,
+                    Ok(Decoded::NeedMore) => break,
+                    Ok(Decoded::Done { trailers }) => {
+                        let mut kept = BytesMut::new();
+                        filter_trailers(&trailers, &mut kept);
+                        return end_h2(node, &kept, self.write_stall)
+                            .await
+                            .map_err(|failure| failure.error);
+                    }
+                    Err(error) => {
+                        return Err(Error::new(ErrorKind::BadRequest, Side::Downstream)
+                            .context(error.reason));
+                    }
+                }
+            },
+        }
+        // Then the DATA frames themselves.
+        loop {
+            let (deadline, late) = self.clock.deadline(self.received, Instant::now());
+            let data = tokio::time::timeout_at(deadline, source.data())
+                .await
+                .map_err(|_| {
+                    Error::new(ErrorKind::ClientTimeout, Side::Downstream).context(late)
+                })?;
+            match data {
+                Some(Ok(data)) => {
+                    let _ = source.flow_control().release_capacity(data.len());
+                    self.forward(node, data).await?;
+                }
+                Some(Err(error)) => {
+                    return Err(Error::new(ErrorKind::ClientClosed, Side::Downstream)
+                        .context(format!("HTTP/2 request body: {error}")));
+                }
+                None => break,
+            }
+        }
+        let trailers = tokio::time::timeout(self.write_stall, source.trailers())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten();
+        match trailers {
+            Some(trailers) => {
+                let mut lines = BytesMut::new();
+                weir_http::http2::trailers_from_h2(&trailers, &mut lines);
+                end_h2(node, &lines, self.write_stall)
+                    .await
+                    .map_err(|failure| failure.error)
+            }
+            None => http2::upstream::send_body(node, Bytes::new(), true, self.write_stall).await,
+        }
+    }
+
+    /// Sends a piece of body to the node, within `max_body_bytes`.
+    async fn forward(
+        &mut self,
+        node: &mut h2::SendStream<Bytes>,
+        data: Bytes,
+    ) -> Result<(), Error> {
+        self.received += data.len() as u64;
+        if self.received > self.max_body {
+            return Err(Error::new(ErrorKind::BodyTooLarge, Side::Downstream));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        http2::upstream::send_body(node, data, false, self.write_stall).await
+    }
+}
+
+/// Ends a request stream to an HTTP/2 node: with its trailers, or an empty DATA frame.
+async fn end_h2(
+    node: &mut h2::SendStream<Bytes>,
+    trailers: &[u8],
+    write_stall: Duration,
+) -> Result<(), Failure> {
+    if trailers.is_empty() {
+        http2::upstream::send_body(node, Bytes::new(), true, write_stall).await?;
+    } else {
+        let map = weir_http::http2::trailers_to_h2(trailers).map_err(Failure::parse)?;
+        http2::upstream::send_trailers(node, map)?;
+    }
+    Ok(())
+}

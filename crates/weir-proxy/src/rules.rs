@@ -1,0 +1,327 @@
+//! The rules stage (issue 14), between read_head and filter_request: the request id, the
+//! client address behind trusted proxies, the virtual server's rules (header edits, a path
+//! rewrite, a pool, or weir's own answer) and the rate and concurrency limits. What the
+//! stage decides travels with the request in a [`RequestTraffic`]; select, forward and
+//! respond apply it (`docs/design/rules.md`, "How the pipeline calls it"). The
+//! per-client connection limit is applied at admit (`crate::listener`, `crate::refuse`).
+//!
+//! The `Decision` a request is evaluated into comes from a small per-thread pool, like
+//! the buffers: it is cleared and reused, and an idle connection holds none.
+
+use std::cell::RefCell;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+use weir_config::PoolId;
+use weir_http::{BodyFraming, Method, RequestHead, ResponseHead, SimpleResponse};
+use weir_observe::AccessRecord;
+use weir_rules::limits::ConcurrencyPermit;
+use weir_rules::{Decision, Facts, Outcome, Refusal, RequestId, request_key};
+use weir_upstream::Pool;
+
+use crate::answer::{Failure, body_for, lossy, version_str};
+use crate::client::Client;
+use crate::response::Sent;
+use crate::route::VirtualServerRuntime;
+use crate::traffic::{Edits, Upstream, VirtualServerTraffic};
+
+/// Decisions kept per thread for reuse (as many as requests in flight on a thread, usually).
+const POOLED_PER_THREAD: usize = 32;
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<Scratch>> = const { RefCell::new(Vec::new()) };
+}
+
+/// What the rules stage decided for one request, kept until the request ends.
+#[derive(Debug)]
+pub(crate) struct RequestTraffic {
+    pub(crate) id: Option<RequestId>,
+    /// The client address rules, limits and persistence see.
+    pub(crate) client: IpAddr,
+    https: bool,
+    scratch: Scratch,
+    /// The persistence cookie the response sets (learned at filter_response).
+    set_cookie: Option<Bytes>,
+}
+
+/// Per-request lists reused between requests: the decision, and the concurrency slots
+/// the request holds (freed when it ends).
+#[derive(Debug, Default)]
+struct Scratch {
+    decision: Decision,
+    permits: Vec<ConcurrencyPermit>,
+}
+
+/// Where the rules stage sends a request.
+#[derive(Debug)]
+pub(crate) enum Routed {
+    Pool(Arc<Pool>),
+    /// A rule's redirect, direct response or denial.
+    Answer,
+    /// A rate or concurrency limit refused the request.
+    Refused(Refusal),
+}
+
+impl Routed {
+    /// The pool the request went to, if any.
+    pub(crate) fn pool(&self) -> Option<&Arc<Pool>> {
+        match self {
+            Routed::Pool(pool) => Some(pool),
+            _ => None,
+        }
+    }
+}
+
+impl RequestTraffic {
+    /// The request id, the client address and the rules' decision for `head`.
+    pub(crate) fn begin(
+        vs: &VirtualServerRuntime,
+        client: &Client,
+        head: &RequestHead,
+    ) -> RequestTraffic {
+        let settings = &vs.config.traffic;
+        let id = weir_rules::request_id(&settings.request_id, head);
+        let address = weir_rules::client_address(&settings.client_address, client.peer.ip(), head);
+        let https = client.stream.is_tls();
+        let mut scratch = SCRATCH.with_borrow_mut(Vec::pop).unwrap_or_default();
+        if !vs.traffic.rules.is_empty() {
+            let facts = Facts {
+                client_address: address,
+                https,
+                sni: client.stream.server_name(),
+                tls_version: client.stream.tls_version(),
+                client_subject: client.client_subject.as_deref(),
+                request_id: id.as_ref().map_or("", RequestId::as_str),
+            };
+            vs.traffic
+                .rules
+                .evaluate_into(head, &facts, &mut scratch.decision);
+        }
+        RequestTraffic {
+            id,
+            client: address,
+            https,
+            scratch,
+            set_cookie: None,
+        }
+    }
+
+    /// The route stage: the limits the matching rules name, then the rules' pool or
+    /// answer, else the virtual server's routes and default pool.
+    pub(crate) fn route(&mut self, vs: &VirtualServerRuntime, head: &RequestHead) -> Routed {
+        let traffic = &vs.traffic;
+        let rule = self.scratch.decision.rule;
+        if let Some(counter) = rule.and_then(|rule| traffic.metrics.rules.get(rule)) {
+            counter.inc();
+        }
+        if let Err(refusal) = self.check_limits(traffic, head) {
+            return Routed::Refused(refusal);
+        }
+        match &self.scratch.decision.outcome {
+            Outcome::Answer(_) => Routed::Answer,
+            Outcome::Pool(PoolId(index)) => match traffic.pools.get(*index) {
+                Some(pool) => Routed::Pool(Arc::clone(pool)),
+                None => Routed::Pool(Arc::clone(vs.route_pool(vs.matched_route(head)))),
+            },
+            Outcome::Default => Routed::Pool(Arc::clone(vs.route_pool(vs.matched_route(head)))),
+        }
+    }
+
+    /// Counts the request against each rate limit its rules name, in rule order (the
+    /// first refusal answers), then takes a slot in each concurrency limit (all or none).
+    fn check_limits(
+        &mut self,
+        traffic: &VirtualServerTraffic,
+        head: &RequestHead,
+    ) -> Result<(), Refusal> {
+        let decision = &self.scratch.decision;
+        if !decision.rate_limits.is_empty() {
+            let now = Instant::now().into_std();
+            for &index in &decision.rate_limits {
+                let Some(limiter) = traffic.limits.rates.get(index) else {
+                    continue;
+                };
+                let key = request_key(&limiter.config().key, head, self.client);
+                if let Err(refusal) = limiter.check(key, now) {
+                    if let Some(counter) = traffic.metrics.rate_limit_refusals.get(index) {
+                        counter.inc();
+                    }
+                    return Err(refusal);
+                }
+            }
+        }
+        for &index in &decision.concurrency_limits {
+            let Some(limiter) = traffic.limits.concurrency.get(index) else {
+                continue;
+            };
+            match limiter.acquire() {
+                Ok(permit) => self.scratch.permits.push(permit),
+                Err(refusal) => {
+                    self.scratch.permits.clear();
+                    if let Some(counter) = traffic.metrics.concurrency_limit_refusals.get(index) {
+                        counter.inc();
+                    }
+                    return Err(refusal);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The path to forward instead of the received one (a rule rewrote it).
+    pub(crate) fn path(&self) -> Option<&[u8]> {
+        self.scratch.decision.path.as_deref()
+    }
+
+    /// The name of the rule that decided where the request went, for the access log.
+    pub(crate) fn rule_name<'a>(&self, vs: &'a VirtualServerRuntime) -> Option<&'a str> {
+        vs.traffic.rules.rule_name(self.scratch.decision.rule?)
+    }
+
+    pub(crate) fn id(&self) -> Option<&str> {
+        self.id.as_ref().map(RequestId::as_str)
+    }
+
+    /// What select and forward apply: the client address, the rewritten path, the
+    /// request's header edits and the request id.
+    pub(crate) fn upstream<'a>(&'a self, vs: &'a VirtualServerRuntime) -> Upstream<'a> {
+        Upstream {
+            client: self.client,
+            path: self.path(),
+            edits: Edits {
+                edits: &self.scratch.decision.request_headers,
+                id: self.id_header(vs, true),
+                answer: None,
+                set_cookie: None,
+            },
+        }
+    }
+
+    /// The edits of the response head sent to the client.
+    pub(crate) fn response_edits<'a>(&'a self, vs: &'a VirtualServerRuntime) -> Edits<'a> {
+        Edits {
+            edits: &self.scratch.decision.response_headers,
+            id: self.id_header(vs, vs.config.traffic.request_id.to_client),
+            answer: None,
+            set_cookie: self.set_cookie.as_deref(),
+        }
+    }
+
+    fn id_header<'a>(
+        &'a self,
+        vs: &'a VirtualServerRuntime,
+        wanted: bool,
+    ) -> Option<(&'a str, &'a str)> {
+        let header = vs.config.traffic.request_id.header.as_str();
+        self.id().filter(|_| wanted).map(|id| (header, id))
+    }
+
+    /// At filter_response: what the pool's persistence learns from the response of
+    /// `node`, and the cookie it sets.
+    pub(crate) fn learn(
+        &mut self,
+        pool: &Pool,
+        head: &RequestHead,
+        response: &ResponseHead,
+        node: usize,
+    ) {
+        if let Some(persistence) = &pool.persistence {
+            let now = Instant::now().into_std();
+            self.set_cookie =
+                persistence.on_response(head, response, node, self.client, self.https, now);
+        }
+    }
+
+    /// Writes weir's own answer (a rule's, or a limit's refusal) and logs it. The
+    /// connection stays open only when the request has no body weir left unread.
+    pub(crate) async fn answer(
+        &self,
+        client: &mut Client,
+        vs: &VirtualServerRuntime,
+        head: &RequestHead,
+        refusal: Option<Refusal>,
+        keep_alive: bool,
+        started: Instant,
+    ) -> Result<Sent, Failure> {
+        let no_body = matches!(head.framing(), BodyFraming::None | BodyFraming::Length(0));
+        let keep_alive = keep_alive && no_body;
+        let answer = self.scratch.decision.answer().filter(|_| refusal.is_none());
+        let status = refusal.map_or_else(|| answer.map_or(500, |a| a.status), |r| r.status);
+        let body: &[u8] = match answer {
+            Some(answer) if !answer.body.is_empty() => &answer.body,
+            _ => short_body(status),
+        };
+        let retry_after = refusal.map(|r| r.retry_after_seconds().to_string());
+        let extra: &[(&str, &str)] = match &retry_after {
+            Some(seconds) => &[("Retry-After", seconds)],
+            None => &[],
+        };
+        let edits = Edits {
+            answer,
+            ..self.response_edits(vs)
+        };
+        let shape = SimpleResponse {
+            status,
+            version: head.version(),
+            keep_alive,
+            head_request: head.method() == Method::Head,
+        };
+        let timeout = vs.config.timeouts.write;
+        let bytes = client
+            .answer_simple(&shape, extra, &edits, body, timeout)
+            .await?;
+        vs.metrics.record_status(status);
+        if let Some(log) = &vs.access_log {
+            log.write(&AccessRecord {
+                virtual_server: &vs.config.name,
+                client: client.peer,
+                method: lossy(head.method_bytes()),
+                target: lossy(head.target()),
+                version: version_str(client, head.version()),
+                status,
+                bytes_sent: bytes,
+                pool: None,
+                node: None,
+                duration: started.elapsed(),
+                upstream_duration: None,
+                error: refusal.map(|_| "limit"),
+                request_id: self.id(),
+                grpc_status: None,
+                cache: None,
+                rule: self.rule_name(vs),
+            });
+        }
+        Ok(Sent {
+            status,
+            bytes,
+            keep_alive,
+            grpc_status: None,
+            cache: None,
+        })
+    }
+}
+
+impl Drop for RequestTraffic {
+    /// The request is over: its concurrency slots are freed and its lists go back to
+    /// this thread's pool.
+    fn drop(&mut self) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.permits.clear();
+        scratch.decision.clear();
+        SCRATCH.with_borrow_mut(|pool| {
+            if pool.len() < POOLED_PER_THREAD {
+                pool.push(scratch);
+            }
+        });
+    }
+}
+
+/// The body of an answer without one of its own: none for redirects.
+fn short_body(status: u16) -> &'static [u8] {
+    match status {
+        300..400 => b"",
+        _ => body_for(status),
+    }
+}

@@ -1,0 +1,242 @@
+//! HTTP/2 clients through weir's one pipeline, checked with real clients
+//! (curl, h2load and h2spec; `scripts/test` installs them): ALPN `h2` on an
+//! HTTPS virtual server and h2c with prior knowledge (opt-in) reach an
+//! HTTP/1.1 node through the same stages as HTTP/1.1 requests — routes,
+//! bodies both ways, trailers' framing, weir's own answers, metrics.
+
+use std::process::Command;
+
+use weir_testkit::{TestOrigin, TestProxy};
+
+/// One virtual server over `origin`: HTTPS offering `h2` first, or plain with h2c.
+async fn proxy(origin: &TestOrigin, tls: bool) -> TestProxy {
+    let vs = if tls {
+        "protocol = \"https\"\n[virtual_servers.web.tls]\n\
+         certificates = [{ self_signed = [\"localhost\"] }]\nalpn = [\"h2\", \"http/1.1\"]"
+    } else {
+        "[virtual_servers.web.http2]\ncleartext = true"
+    };
+    TestProxy::start(&weir_testkit::config(&[origin.addr], "", vs)).await
+}
+
+fn base(proxy: &TestProxy, tls: bool) -> String {
+    match tls {
+        true => format!("https://localhost:{}", proxy.addr.port()),
+        false => format!("http://127.0.0.1:{}", proxy.addr.port()),
+    }
+}
+
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(work).await.expect("ran")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_speaks_http2_through_the_pipeline_over_tls_and_h2c() {
+    let origin = TestOrigin::start("a").await;
+    for tls in [true, false] {
+        let proxy = proxy(&origin, tls).await;
+        let url = base(&proxy, tls);
+        let h2 = if tls {
+            "--http2"
+        } else {
+            "--http2-prior-knowledge"
+        };
+        let (out, echo, upload, chunked, missing, version1) = blocking({
+            let proxy_addr = proxy.addr;
+            let url = url.clone();
+            move || {
+                let proxy = ProxyRef(proxy_addr);
+                let get = proxy.curl(&[
+                    h2,
+                    "-w",
+                    "|%{http_version}|%{response_code}",
+                    &format!("{url}/"),
+                ]);
+                let echo = proxy.curl(&[
+                    h2,
+                    "-H",
+                    "X-Test: 1",
+                    "-H",
+                    "Cookie: a=1",
+                    "-H",
+                    "Cookie: b=2",
+                    &format!("{url}/echo?x=1"),
+                ]);
+                // A body with its length, then one of unknown length (chunked to the node).
+                let upload =
+                    proxy.curl(&[h2, "--data-binary", "hello node", &format!("{url}/echo")]);
+                let chunked = proxy.curl_stdin(
+                    b"streamed body",
+                    &[h2, "-X", "POST", "-T", "-", &format!("{url}/echo")],
+                );
+                let missing = proxy.curl(&[
+                    h2,
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{response_code}",
+                    &format!("{url}/status/404"),
+                ]);
+                // The same listener still serves HTTP/1.1.
+                let version1 = proxy.curl(&[
+                    "--http1.1",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_version}",
+                    &format!("{url}/"),
+                ]);
+                (get, echo, upload, chunked, missing, version1)
+            }
+        })
+        .await;
+        assert_eq!(out, "hello from weir origin a\n|2|200", "tls {tls}");
+        let report = weir_origin::parse_echo_json(echo.as_bytes()).expect("an echo report");
+        assert_eq!(report.version, "HTTP/1.1");
+        assert_eq!(report.target, "/echo?x=1");
+        let header = |name: &str| {
+            report
+                .headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(header("x-test").as_deref(), Some("1"));
+        assert_eq!(header("cookie").as_deref(), Some("a=1; b=2"));
+        assert_eq!(
+            header("host"),
+            Some(url.split("//").nth(1).unwrap().to_owned())
+        );
+        assert_eq!(
+            header("x-forwarded-proto").as_deref(),
+            Some(if tls { "https" } else { "http" })
+        );
+        let upload = weir_origin::parse_echo_json(upload.as_bytes()).expect("an echo report");
+        assert_eq!(
+            (upload.method.as_str(), upload.body.as_str()),
+            ("POST", "hello node")
+        );
+        let chunked = weir_origin::parse_echo_json(chunked.as_bytes()).expect("an echo report");
+        assert_eq!(chunked.body, "streamed body");
+        assert_eq!(missing, "404");
+        assert_eq!(version1, "1.1");
+        let http2 = &proxy.metrics;
+        let text = http2.encode();
+        let via = if tls { "alpn" } else { "h2c" };
+        assert!(
+            text.lines()
+                .any(|line| line.starts_with("weir_http2_connections_total{")
+                    && line.contains(&format!("via=\"{via}\""))
+                    && !line.ends_with(" 0")),
+            "{text}"
+        );
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}
+
+/// The proxy's address, for curl inside a blocking task.
+struct ProxyRef(std::net::SocketAddr);
+
+impl ProxyRef {
+    /// Runs curl with `args` (plus `-sS`, `-k`, a 10 s limit and the address
+    /// of `localhost`); returns what it printed, after checking it succeeded.
+    fn curl(&self, args: &[&str]) -> String {
+        self.curl_stdin(b"", args)
+    }
+
+    /// [`ProxyRef::curl`] with `input` on its standard input.
+    fn curl_stdin(&self, input: &[u8], args: &[&str]) -> String {
+        use std::io::Write as _;
+        let resolve = format!("localhost:{}:127.0.0.1", self.0.port());
+        let mut child = Command::new("curl")
+            .args(["-sS", "-k", "--max-time", "10", "--resolve", &resolve])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|error| panic!("curl (installed by scripts/test): {error}"));
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin.write_all(input).expect("curl reads its input");
+        drop(stdin);
+        let output = child.wait_with_output().expect("curl ran");
+        assert!(
+            output.status.success(),
+            "curl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}
+
+/// h2spec's binary: on PATH, or where `go install` puts it.
+fn h2spec() -> String {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let installed = format!("{home}/go/bin/h2spec");
+    if std::path::Path::new(&installed).exists() {
+        installed
+    } else {
+        "h2spec".to_owned()
+    }
+}
+
+/// h2spec in strict mode against weir serving through the pipeline to an
+/// HTTP/1.1 node, over TLS (ALPN `h2`) and over h2c: all 146 cases pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2spec_strict_passes_every_case_through_the_pipeline() {
+    let origin = TestOrigin::start("a").await;
+    for tls in [true, false] {
+        let proxy = proxy(&origin, tls).await;
+        let port = proxy.addr.port().to_string();
+        let output = blocking(move || {
+            let mut command = Command::new(h2spec());
+            command.args(["-h", "127.0.0.1", "-p", &port, "-S", "-o", "5"]);
+            if tls {
+                command.args(["-t", "-k"]);
+            }
+            command
+                .output()
+                .unwrap_or_else(|error| panic!("h2spec (installed by scripts/test): {error}"))
+        })
+        .await;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let summary = text
+            .lines()
+            .rfind(|line| line.contains("tests,"))
+            .unwrap_or_else(|| panic!("no h2spec summary:\n{text}"));
+        assert!(
+            summary
+                .trim()
+                .starts_with("146 tests, 146 passed, 0 skipped, 0 failed"),
+            "tls {tls}: {summary}\n{text}"
+        );
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}
+
+/// h2load, many streams on few connections, every request answered 2xx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2load_multiplexed_streams_all_succeed() {
+    let origin = TestOrigin::start("a").await;
+    for tls in [true, false] {
+        let proxy = proxy(&origin, tls).await;
+        let url = format!("{}/bytes/1000", base(&proxy, tls)).replace("localhost", "127.0.0.1");
+        let output = blocking(move || {
+            Command::new("h2load")
+                .args(["-n", "2000", "-c", "4", "-m", "20", "-t", "1", &url])
+                .output()
+                .unwrap_or_else(|error| panic!("h2load (installed by scripts/test): {error}"))
+        })
+        .await;
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            text.contains("2000 succeeded, 0 failed, 0 errored")
+                && text.contains("status codes: 2000 2xx"),
+            "tls {tls}:\n{text}"
+        );
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}

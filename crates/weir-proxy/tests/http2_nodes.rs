@@ -1,0 +1,416 @@
+//! Pools with `protocol = "h2c"`: requests from HTTP/1.1 clients and from
+//! HTTP/2 clients (curl) reach an HTTP/2 node (an in-process server on the
+//! `h2` crate) through the same pipeline, multiplexed on shared connections:
+//! `:authority` from `Host`, bodies both ways, trailers where both sides
+//! can carry them, weir's own answers when the node is gone.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use tokio::net::TcpListener;
+use weir_testkit::TestProxy;
+
+/// An h2c node: answers every request with what it saw, in headers and body;
+/// `/trailers` ends its response with `grpc-status: 0` in trailers.
+struct H2Node {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+}
+
+async fn h2_node() -> H2Node {
+    h2_node_over(None).await
+}
+
+/// An h2c node, or with `tls` an h2 node over TLS (ALPN `h2` only).
+async fn h2_node_over(tls: Option<Arc<weir_tls::Acceptor>>) -> H2Node {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&connections);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::Relaxed);
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                match tls {
+                    None => serve_h2(tcp).await,
+                    Some(acceptor) => {
+                        if let Ok((stream, _)) = acceptor.accept(tcp).await {
+                            serve_h2(stream).await;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    H2Node { addr, connections }
+}
+
+async fn serve_h2<S>(io: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let Ok(mut connection) = h2::server::handshake(io).await else {
+        return;
+    };
+    while let Some(Ok((request, respond))) = connection.accept().await {
+        tokio::spawn(answer(request, respond));
+    }
+}
+
+/// A TLS acceptor for `localhost` offering only `h2`, from `pki`'s CA.
+fn h2_acceptor(pki: &weir_testkit::tls::Pki) -> Arc<weir_tls::Acceptor> {
+    let (cert, key) = pki.server("node", &["localhost"], weir_tls::KeyType::EcdsaP256);
+    let toml = format!(
+        "[virtual_servers.s]\nlisten = \"127.0.0.1:1\"\nprotocol = \"https\"\npool = \"p\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+         alpn = [\"h2\"]\n[pools.p]\nnodes = [{{ address = \"127.0.0.1:2\" }}]\n",
+        cert.display(),
+        key.display()
+    );
+    let config = weir_config::parse_str(&toml, "node.toml").expect("valid config");
+    let tls = config.virtual_servers[0].tls.as_ref().expect("tls");
+    Arc::new(weir_tls::Acceptor::new("s", tls, "node.toml").expect("certificates load"))
+}
+
+async fn answer(
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    if request.uri().path() == "/stream" {
+        return echo_stream(request, respond).await;
+    }
+    let (parts, mut body) = request.into_parts();
+    let mut received = Vec::new();
+    while let Some(Ok(data)) = body.data().await {
+        let _ = body.flow_control().release_capacity(data.len());
+        received.extend_from_slice(&data);
+    }
+    let trailers_in = body.trailers().await.ok().flatten();
+    let text = format!(
+        "h2 node: {} {} authority={} body={}\n",
+        parts.method,
+        parts.uri.path(),
+        parts.uri.authority().map_or("-", |a| a.as_str()),
+        String::from_utf8_lossy(&received),
+    );
+    let mut response = http::Response::builder()
+        .status(200)
+        .header("x-node", "h2")
+        .header(
+            "x-forwarded-for-seen",
+            header(&parts.headers, "x-forwarded-for"),
+        )
+        .header("x-te-seen", header(&parts.headers, "te"))
+        .header(
+            "x-trailer-seen",
+            trailers_in
+                .as_ref()
+                .map_or("-".to_owned(), |t| header(t, "x-checksum")),
+        );
+    let with_trailers = parts.uri.path() == "/trailers";
+    if !with_trailers {
+        response = response.header("content-length", text.len());
+    }
+    let Ok(mut send) = respond.send_response(response.body(()).expect("response"), false) else {
+        return;
+    };
+    let _ = send.send_data(Bytes::from(text), !with_trailers);
+    if with_trailers {
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        let _ = send.send_trailers(trailers);
+    }
+}
+
+/// A gRPC-like bidirectional stream: the head at once, each DATA frame sent
+/// back as it arrives, `grpc-status: 0` in trailers after the request ends.
+async fn echo_stream(
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    let mut body = request.into_body();
+    let head = http::Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .body(())
+        .expect("response");
+    let Ok(mut send) = respond.send_response(head, false) else {
+        return;
+    };
+    while let Some(Ok(data)) = body.data().await {
+        let _ = body.flow_control().release_capacity(data.len());
+        if send.send_data(data, false).is_err() {
+            return;
+        }
+    }
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let _ = send.send_trailers(trailers);
+}
+
+fn header(headers: &http::HeaderMap, name: &str) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_owned()
+}
+
+async fn proxy(node: SocketAddr, vs_extra: &str) -> TestProxy {
+    TestProxy::start(&weir_testkit::config(
+        &[node],
+        "protocol = \"h2c\"",
+        vs_extra,
+    ))
+    .await
+}
+
+/// curl with `args` (plus `-sS` and a 10 s limit), `input` on its standard
+/// input; what it printed, after checking it succeeded.
+async fn curl(args: Vec<String>, input: &'static [u8]) -> String {
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        let mut child = Command::new("curl")
+            .args(["-sS", "--max-time", "10"])
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|error| panic!("curl (installed by scripts/test): {error}"));
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin.write_all(input).expect("curl reads its input");
+        drop(stdin);
+        let output = child.wait_with_output().expect("curl ran");
+        assert!(
+            output.status.success(),
+            "curl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    })
+    .await
+    .expect("ran")
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_clients_reach_an_h2c_node() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "").await;
+    let url = format!("http://127.0.0.1:{}", proxy.addr.port());
+    let get = curl(args(&["--http1.1", "-i", &format!("{url}/a?b=1")]), b"").await;
+    assert!(get.starts_with("HTTP/1.1 200"), "{get}");
+    assert!(get.contains("x-node: h2"), "{get}");
+    assert!(get.contains("x-forwarded-for-seen: 127.0.0.1"), "{get}");
+    let authority = format!("authority=127.0.0.1:{}", proxy.addr.port());
+    assert!(
+        get.contains(&format!("h2 node: GET /a {authority} body=\n")),
+        "{get}"
+    );
+    // A body of known length, and one sent chunked.
+    let post = curl(
+        args(&["--http1.1", "--data-binary", "hello", &format!("{url}/p")]),
+        b"",
+    )
+    .await;
+    assert!(post.ends_with("body=hello\n"), "{post}");
+    let chunked = curl(
+        args(&[
+            "--http1.1",
+            "-H",
+            "Transfer-Encoding: chunked",
+            "-T",
+            "-",
+            &format!("{url}/c"),
+        ]),
+        b"streamed to h2",
+    )
+    .await;
+    assert!(chunked.ends_with("body=streamed to h2\n"), "{chunked}");
+    // Trailers reach an HTTP/1.1 client on a chunked response.
+    let trailers = curl(
+        args(&[
+            "--http1.1",
+            "-i",
+            "-H",
+            "TE: trailers",
+            &format!("{url}/trailers"),
+        ]),
+        b"",
+    )
+    .await;
+    assert!(
+        trailers
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{trailers}"
+    );
+    assert!(trailers.contains("grpc-status: 0"), "{trailers}");
+    // Many requests, few connections: the node's connection is shared.
+    for _ in 0..20 {
+        curl(args(&["--http1.1", &format!("{url}/")]), b"").await;
+    }
+    assert_eq!(node.connections.load(Ordering::Relaxed), 1);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_clients_reach_an_h2c_node_with_trailers() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "[virtual_servers.web.http2]\ncleartext = true").await;
+    let url = format!("http://127.0.0.1:{}", proxy.addr.port());
+    let h2 = "--http2-prior-knowledge";
+    let get = curl(args(&[h2, "-i", &format!("{url}/x")]), b"").await;
+    assert!(get.starts_with("HTTP/2 200"), "{get}");
+    assert!(get.contains("h2 node: GET /x"), "{get}");
+    let post = curl(
+        args(&[h2, "-X", "POST", "-T", "-", &format!("{url}/up")]),
+        b"unknown length",
+    )
+    .await;
+    assert!(post.ends_with("body=unknown length\n"), "{post}");
+    let trailers = curl(
+        args(&[h2, "-i", "-H", "TE: trailers", &format!("{url}/trailers")]),
+        b"",
+    )
+    .await;
+    assert!(trailers.contains("grpc-status: 0"), "{trailers}");
+    assert!(trailers.contains("x-te-seen: trailers"), "{trailers}");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_h2c_node_gets_weirs_own_answer() {
+    let free = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let gone = free.local_addr().expect("address");
+    drop(free);
+    let proxy = proxy(gone, "[virtual_servers.web.http2]\ncleartext = true").await;
+    let url = format!("http://127.0.0.1:{}/", proxy.addr.port());
+    for version in ["--http1.1", "--http2-prior-knowledge"] {
+        let code = curl(
+            args(&[version, "-o", "/dev/null", "-w", "%{response_code}", &url]),
+            b"",
+        )
+        .await;
+        assert_eq!(code, "502", "{version}");
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_of_both_versions_reach_an_h2_node_over_tls() {
+    let pki = weir_testkit::tls::Pki::new();
+    let node = h2_node_over(Some(h2_acceptor(&pki))).await;
+    let pool = format!(
+        "protocol = \"h2\"\n[pools.web.tls]\nca = \"{}\"\nserver_name = \"localhost\"",
+        pki.ca_path().display()
+    );
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node.addr],
+        &pool,
+        "[virtual_servers.web.http2]\ncleartext = true",
+    ))
+    .await;
+    let url = format!("http://127.0.0.1:{}/tls", proxy.addr.port());
+    for version in ["--http1.1", "--http2-prior-knowledge"] {
+        let body = curl(args(&[version, "--data-binary", "over tls", &url]), b"").await;
+        assert!(body.starts_with("h2 node: POST /tls"), "{version}: {body}");
+        assert!(body.ends_with("body=over tls\n"), "{version}: {body}");
+    }
+    assert_eq!(node.connections.load(Ordering::Relaxed), 1);
+    proxy.stop().await;
+}
+
+/// A bidirectional stream (gRPC's shape) through weir: each message comes back
+/// before the client sends the next, so neither the request nor the response
+/// may be held back by buffering; the trailers end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bidirectional_stream_flows_both_ways_at_once() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "[virtual_servers.web.http2]\ncleartext = true").await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    let mut sender = sender.ready().await.expect("ready");
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://127.0.0.1:{}/stream", proxy.addr.port()))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+    let (response, mut upload) = sender.send_request(request, false).expect("sent");
+    let wait = std::time::Duration::from_secs(5);
+    let response = tokio::time::timeout(wait, response)
+        .await
+        .expect("the response head in time")
+        .expect("a response");
+    assert_eq!(response.status(), 200);
+    let mut download = response.into_body();
+    for message in ["ping 1", "ping 2", "ping 3"] {
+        upload.send_data(Bytes::from(message), false).expect("sent");
+        let echoed = tokio::time::timeout(wait, download.data())
+            .await
+            .expect("the echo in time")
+            .expect("data")
+            .expect("no error");
+        let _ = download.flow_control().release_capacity(echoed.len());
+        assert_eq!(&echoed[..], message.as_bytes());
+    }
+    upload.send_data(Bytes::new(), true).expect("ended");
+    assert!(
+        tokio::time::timeout(wait, download.data())
+            .await
+            .expect("the end in time")
+            .is_none()
+    );
+    let trailers = tokio::time::timeout(wait, download.trailers())
+        .await
+        .expect("the trailers in time")
+        .expect("trailers")
+        .expect("some trailers");
+    assert_eq!(trailers.get("grpc-status").expect("grpc-status"), "0");
+    proxy.stop().await;
+}
+
+/// The access record of an HTTP/2 request says so, and carries the gRPC
+/// status the node's trailers gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_records_http2_and_the_grpc_status() {
+    let node = h2_node().await;
+    let log = std::env::temp_dir().join(format!("weir-h2-access-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
+         level = \"warn\"\n\n[pools.web]\nnodes = [{{ address = \"{}\" }}]\nprotocol = \"h2c\"\n\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
+         [virtual_servers.web.http2]\ncleartext = true\n",
+        log.display(),
+        node.addr
+    );
+    let proxy = TestProxy::start(&toml).await;
+    let url = format!("http://127.0.0.1:{}/trailers", proxy.addr.port());
+    curl(
+        args(&["--http2-prior-knowledge", "-H", "TE: trailers", &url]),
+        b"",
+    )
+    .await;
+    proxy.live.flush_access_log();
+    let text = std::fs::read_to_string(&log).expect("the access log was written");
+    let line = text.lines().last().expect("one record");
+    assert!(line.contains("\"version\":\"HTTP/2.0\""), "{line}");
+    assert!(line.contains("\"status\":200"), "{line}");
+    assert!(line.contains("\"grpc_status\":0"), "{line}");
+    proxy.stop().await;
+    let _ = std::fs::remove_file(&log);
+}

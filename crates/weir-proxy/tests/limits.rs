@@ -1,0 +1,233 @@
+//! Limits through the pipeline (issue 14): request rate (429, counted exactly, with curl
+//! as the client), requests in progress (503), connections per client address (503 and
+//! close), each with `Retry-After`, and each recovering.
+
+use std::time::Duration;
+
+use weir_testkit::client::{self, Connection};
+use weir_testkit::{TestOrigin, TestProxy, config};
+
+fn limit_refusals(proxy: &TestProxy, limit: &str) -> u64 {
+    let text = proxy.metrics.encode();
+    let prefix = format!("weir_limit_refusals_total{{virtual_server=\"web\",limit=\"{limit}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+}
+
+/// `curl` against the proxy: the status, and `Retry-After` when there is one.
+async fn curl(url: String, headers: &[&str]) -> (u16, Option<String>) {
+    let mut command = std::process::Command::new("curl");
+    command.args(["-s", "-o", "/dev/null", "-D", "-", "--max-time", "5"]);
+    for header in headers {
+        command.args(["-H", header]);
+    }
+    command.arg(url);
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let retry_after = text.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("retry-after")
+            .then(|| value.trim().to_owned())
+    });
+    (status, retry_after)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_admits_its_burst_then_answers_429_per_key() {
+    let origin = TestOrigin::start("a").await;
+    let vs = r#"
+[[virtual_servers.web.rules]]
+match = { path_prefix = "/echo/" }
+rate_limit = "per-user"
+
+[virtual_servers.web.rate_limits.per-user]
+key = "header:X-User"
+rate = 5
+per = "1m"
+"#;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    let url = format!("http://{}/echo/x", proxy.addr);
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(curl(url.clone(), &["X-User: alice"]).await);
+    }
+    let admitted = statuses.iter().filter(|(status, _)| *status == 200).count();
+    assert_eq!(admitted, 5, "{statuses:?}");
+    for (status, retry_after) in &statuses[5..] {
+        assert_eq!(*status, 429);
+        // one more request fits 12 s after the last admitted one
+        let seconds: u64 = retry_after.as_deref().unwrap().parse().unwrap();
+        assert!((1..=12).contains(&seconds), "{seconds}");
+    }
+    // another key has its own bucket; a path outside the rule is not limited
+    assert_eq!(curl(url.clone(), &["X-User: bob"]).await.0, 200);
+    assert_eq!(
+        curl(format!("http://{}/", proxy.addr), &["X-User: alice"])
+            .await
+            .0,
+        200
+    );
+    assert_eq!(limit_refusals(&proxy, "per-user"), 3);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_recovers_after_its_period() {
+    let origin = TestOrigin::start("a").await;
+    let vs = r#"
+[[virtual_servers.web.rules]]
+rate_limit = "fast"
+
+[virtual_servers.web.rate_limits.fast]
+rate = 2
+per = "200ms"
+burst = 2
+"#;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        c.send(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n").await.unwrap();
+        statuses.push(c.response().await.unwrap().status);
+    }
+    assert_eq!(statuses, vec![200, 200, 429]);
+    // the refusal kept the connection; a bucket refills at 2 per 200 ms
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    c.send(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n").await.unwrap();
+    assert_eq!(c.response().await.unwrap().status, 200);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_limit_answers_503_while_full_and_frees_its_slot() {
+    let origin = TestOrigin::start("a").await;
+    let vs = r#"
+[[virtual_servers.web.rules]]
+match = { path_prefix = "/delay/" }
+concurrency_limit = "slow"
+
+[virtual_servers.web.concurrency_limits.slow]
+max = 1
+retry_after = "3s"
+"#;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    let addr = proxy.addr;
+    let slow = tokio::spawn(async move { client::get(addr, "/delay/600").await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = client::get(addr, "/delay/1").await.unwrap();
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.header("retry-after"), Some("3"));
+    // outside the rule: not limited
+    assert_eq!(client::get(addr, "/").await.unwrap().status, 200);
+    assert_eq!(slow.await.unwrap().status, 200);
+    assert_eq!(client::get(addr, "/delay/1").await.unwrap().status, 200);
+    assert_eq!(limit_refusals(&proxy, "slow"), 1);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_per_client_past_the_limit_get_503_and_close() {
+    let origin = TestOrigin::start("a").await;
+    let vs = "[virtual_servers.web.client_connections]\nmax = 2\nretry_after = \"2s\"\n";
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    let request = b"GET / HTTP/1.1\r\nHost: h\r\n\r\n";
+    let mut kept = Vec::new();
+    for _ in 0..2 {
+        let mut c = Connection::open(proxy.addr).await.unwrap();
+        c.send(request).await.unwrap();
+        assert_eq!(c.response().await.unwrap().status, 200);
+        kept.push(c);
+    }
+    let mut third = Connection::open(proxy.addr).await.unwrap();
+    third.send(request).await.unwrap();
+    let refused = third.response().await.unwrap();
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.header("retry-after"), Some("2"));
+    assert!(third.is_closed(Duration::from_secs(3)).await);
+    assert_eq!(limit_refusals(&proxy, "client_connections"), 1);
+    // one kept connection closes: its place is free again
+    drop(kept.pop());
+    let mut admitted = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut c = Connection::open(proxy.addr).await.unwrap();
+        c.send(request).await.unwrap();
+        if c.response().await.unwrap().status == 200 {
+            admitted = Some(c);
+            break;
+        }
+    }
+    assert!(
+        admitted.is_some(),
+        "a place freed by a close is given again"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_buckets_of_an_unchanged_limit() {
+    let origin = TestOrigin::start("a").await;
+    let vs = |path: &str| {
+        format!(
+            "[[virtual_servers.web.rules]]\nmatch = {{ path_prefix = \"{path}\" }}\n\
+             rate_limit = \"slow\"\n\
+             [virtual_servers.web.rate_limits.slow]\nrate = 3\nper = \"1m\"\n"
+        )
+    };
+    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs("/"))).await;
+    for _ in 0..2 {
+        assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+    }
+    // the rules change, the limit does not: its bucket (one request left) carries over
+    let changed = weir_config::parse_str(&config(&[origin.addr], "", &vs("/e")), "t.toml").unwrap();
+    proxy.live.apply(changed).expect("reload applies");
+    assert_eq!(client::get(proxy.addr, "/echo").await.unwrap().status, 200);
+    assert_eq!(client::get(proxy.addr, "/echo").await.unwrap().status, 429);
+    // outside the new rule's prefix: not limited any more
+    assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_proxy_header_connections_count_per_original_client() {
+    let origin = TestOrigin::start("a").await;
+    let vs = "[virtual_servers.web.proxy_protocol]\ntrusted = [\"127.0.0.0/8\"]\n\
+              [virtual_servers.web.client_connections]\nmax = 1\n";
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    let open_as = |source: &'static str| {
+        let addr = proxy.addr;
+        async move {
+            let mut c = Connection::open(addr).await.unwrap();
+            let mut bytes = Vec::new();
+            weir_proxy_protocol::write_v1(
+                source.parse().unwrap(),
+                "198.51.100.1:80".parse().unwrap(),
+                &mut bytes,
+            );
+            bytes.extend_from_slice(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+            c.send(&bytes).await.unwrap();
+            let status = c.response().await.unwrap().status;
+            (c, status)
+        }
+    };
+    let (_first, status) = open_as("192.0.2.1:5000").await;
+    assert_eq!(status, 200);
+    // another client behind the same proxy has its own count
+    let (_other, status) = open_as("192.0.2.2:5000").await;
+    assert_eq!(status, 200);
+    // the first client's second connection is past its limit
+    let (_second, status) = open_as("192.0.2.1:5001").await;
+    assert_eq!(status, 503);
+    assert_eq!(limit_refusals(&proxy, "client_connections"), 1);
+    proxy.stop().await;
+}

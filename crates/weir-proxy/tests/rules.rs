@@ -1,0 +1,308 @@
+//! Traffic rules through the pipeline (issue 14): every action kind, rule order, the
+//! request id, the client address behind a trusted proxy, and a reload that changes the
+//! rules under a kept-alive client. Limits are in `limits.rs`, persistence and hashing in
+//! `persistence.rs`.
+
+use std::net::SocketAddr;
+
+use weir_origin::{EchoReport, parse_echo_json};
+use weir_testkit::client::{Connection, Response};
+use weir_testkit::{TestOrigin, TestProxy};
+
+/// Pools `web` (node `a`) and `b` (node `b`); virtual server `web` with `vs_extra`.
+fn two_pools(a: SocketAddr, b: SocketAddr, vs_extra: &str) -> String {
+    format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+         [pools.web]\nnodes = [{{ address = \"{a}\" }}]\n\n\
+         [pools.b]\nnodes = [{{ address = \"{b}\" }}]\n\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n{vs_extra}\n"
+    )
+}
+
+/// The rules every action test runs against.
+const RULES: &str = r#"
+[[virtual_servers.web.rules]]
+name = "tag-everything"
+response_headers = { add = { X-Tag = "all" } }
+
+[[virtual_servers.web.rules]]
+name = "old-blog"
+match = { host = "old.example.com", path_regex = "^/post/(?P<id>[0-9]+)$" }
+redirect = { status = 301, location = "https://blog.example.com/p/${id}?from=${host}" }
+
+[[virtual_servers.web.rules]]
+name = "ping"
+match = { path = "/ping", method = "GET" }
+respond = { status = 200, headers = { Content-Type = "application/json" }, body = "{\"pong\":\"${request_id}\"}" }
+
+[[virtual_servers.web.rules]]
+name = "private"
+match = { path_prefix = "/private/", not = { header = { name = "X-Key", equals = "letmein" } } }
+deny = true
+
+[[virtual_servers.web.rules]]
+name = "api"
+match = { path_prefix = "/api/" }
+rewrite_path = { replace_prefix = "/api/", with = "/echo/v2/" }
+request_headers = { set = { X-Client = "${client_address}" }, remove = ["X-Debug"] }
+response_headers = { set = { X-Served-By = "weir" } }
+pool = "b"
+
+[[virtual_servers.web.rules]]
+name = "never-reached"
+match = { path_prefix = "/api/" }
+deny = 410
+
+[[virtual_servers.web.rules]]
+name = "second-rewrite"
+match = { path_prefix = "/echo/" }
+rewrite_path = { regex = "^/echo/(.*)$", with = "/echo/x/${1}" }
+"#;
+
+async fn send(connection: &mut Connection, raw: &str) -> Response {
+    connection.send(raw.as_bytes()).await.expect("sent");
+    connection.response().await.expect("a response")
+}
+
+fn echo(response: &Response) -> EchoReport {
+    parse_echo_json(&response.body).unwrap_or_else(|| panic!("not an echo: {}", response.text()))
+}
+
+fn header<'a>(report: &'a EchoReport, name: &str) -> Vec<&'a str> {
+    report
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_action_kind_on_one_kept_alive_connection() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let proxy = TestProxy::start(&two_pools(a.addr, b.addr, RULES)).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+
+    // redirect, with a named capture and a variable in the template
+    let r = send(
+        &mut c,
+        "GET /post/42 HTTP/1.1\r\nHost: old.example.com\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        r.header("location"),
+        Some("https://blog.example.com/p/42?from=old.example.com")
+    );
+    assert_eq!(r.header("content-length"), Some("0"));
+    // the first rule's response edit reaches weir's own answers too
+    assert_eq!(r.header("x-tag"), Some("all"));
+
+    // direct response: its own headers and a templated body with the request id
+    let r = send(
+        &mut c,
+        "GET /ping HTTP/1.1\r\nHost: h\r\nX-Request-Id: ping-1\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.text(), "{\"pong\":\"ping-1\"}");
+    // the method is part of the match: POST /ping goes to the pool
+    // (the origin knows no /ping: its 404 shows the request reached it)
+    let r = send(
+        &mut c,
+        "POST /ping HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",
+    )
+    .await;
+    assert_eq!((r.status, r.header("x-origin")), (404, Some("a")));
+
+    // deny, unless the header says otherwise
+    let r = send(&mut c, "GET /private/x HTTP/1.1\r\nHost: h\r\n\r\n").await;
+    assert_eq!(r.status, 403);
+    let r = send(
+        &mut c,
+        "GET /private/x HTTP/1.1\r\nHost: h\r\nX-Key: letmein\r\n\r\n",
+    )
+    .await;
+    assert_eq!((r.status, r.header("x-origin")), (404, Some("a")));
+
+    // pool choice, path rewrite (query kept), header edits both ways; the first
+    // terminal rule ends evaluation (410 never answers)
+    let r = send(
+        &mut c,
+        "GET /api/users?id=7 HTTP/1.1\r\nHost: h\r\nX-Debug: 1\r\nX-Client: forged\r\n\r\n",
+    )
+    .await;
+    assert_eq!((r.status, r.header("x-origin")), (200, Some("b")));
+    assert_eq!(r.header("x-served-by"), Some("weir"));
+    assert_eq!(r.header("x-tag"), Some("all"));
+    let report = echo(&r);
+    assert_eq!(report.target, "/echo/v2/users?id=7");
+    assert_eq!(header(&report, "x-client"), vec!["127.0.0.1"]);
+    assert!(header(&report, "x-debug").is_empty());
+
+    // no terminal rule: the default pool, with the accumulated rewrite
+    let r = send(&mut c, "GET /echo/abc?q=1 HTTP/1.1\r\nHost: h\r\n\r\n").await;
+    assert_eq!((r.status, r.header("x-origin")), (200, Some("a")));
+    assert_eq!(echo(&r).target, "/echo/x/abc?q=1");
+
+    // every answer above kept the connection
+    let text = proxy.metrics.encode();
+    for (rule, count) in [("old-blog", 1), ("ping", 1), ("private", 1), ("api", 1)] {
+        let line =
+            format!("weir_rule_matches_total{{virtual_server=\"web\",rule=\"{rule}\"}} {count}\n");
+        assert!(text.contains(&line), "{line} in\n{text}");
+    }
+    assert!(!text.contains("rule=\"never-reached\"} 1"));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_are_kept_or_generated_and_logged() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let dir = std::env::temp_dir().join(format!("weir-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("access.log");
+    let _ = std::fs::remove_file(&log);
+    let config = two_pools(
+        a.addr,
+        b.addr,
+        "[virtual_servers.web.request_id]\nto_client = true\n",
+    )
+    .replace(
+        "access_log = false",
+        &format!(
+            "access_log = true\naccess_log_file = \"{}\"\naccess_log_format = \"json\"",
+            log.display()
+        ),
+    );
+    let proxy = TestProxy::start(&config).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+
+    // kept: a valid incoming id, to the node (once) and back
+    let r = send(
+        &mut c,
+        "GET /echo HTTP/1.1\r\nHost: h\r\nX-Request-Id: abc-123\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.header("x-request-id"), Some("abc-123"));
+    assert_eq!(header(&echo(&r), "x-request-id"), vec!["abc-123"]);
+
+    // generated: no id, or one that is not valid
+    for sent in ["", "X-Request-Id: bad id\r\n"] {
+        let raw = format!("GET /echo HTTP/1.1\r\nHost: h\r\n{sent}\r\n");
+        let r = send(&mut c, &raw).await;
+        let id = r.header("x-request-id").expect("an id").to_owned();
+        assert_eq!(id.len(), 32, "{id}");
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(header(&echo(&r), "x-request-id"), vec![id.as_str()]);
+    }
+    proxy.live.flush_access_log();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("\"request_id\":\"abc-123\""), "{logged}");
+    assert_eq!(logged.matches("\"request_id\":\"").count(), 3, "{logged}");
+    proxy.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_see_the_client_behind_a_trusted_proxy() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let rules = r#"
+[virtual_servers.web.client_address]
+header = "X-Forwarded-For"
+trusted_proxies = ["127.0.0.0/8"]
+
+[[virtual_servers.web.rules]]
+match = { client_address = "203.0.113.0/24" }
+deny = true
+"#;
+    let proxy = TestProxy::start(&two_pools(a.addr, b.addr, rules)).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+    let r = send(
+        &mut c,
+        "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 203.0.113.9\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    // the rightmost untrusted hop is the client
+    let raw = "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 203.0.113.9, 198.51.100.1\r\n\r\n";
+    assert_eq!(send(&mut c, raw).await.status, 200);
+    assert_eq!(
+        send(&mut c, "GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+            .await
+            .status,
+        200
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_the_rules_a_kept_alive_client_sees_next() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let proxy = TestProxy::start(&two_pools(a.addr, b.addr, "")).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+    let r = send(&mut c, "GET /echo/moved HTTP/1.1\r\nHost: h\r\n\r\n").await;
+    assert_eq!((r.status, r.header("x-origin")), (200, Some("a")));
+
+    let rules = r#"
+[[virtual_servers.web.rules]]
+match = { path = "/echo/moved" }
+redirect = { status = 308, location = "/new${path}" }
+
+[[virtual_servers.web.rules]]
+match = { path = "/echo/other" }
+pool = "b"
+"#;
+    let candidate = weir_config::parse_str(&two_pools(a.addr, b.addr, rules), "test.toml").unwrap();
+    proxy.live.apply(candidate).expect("reload applies");
+
+    let r = send(&mut c, "GET /echo/moved HTTP/1.1\r\nHost: h\r\n\r\n").await;
+    assert_eq!(
+        (r.status, r.header("location")),
+        (308, Some("/new/echo/moved"))
+    );
+    let r = send(&mut c, "GET /echo/other HTTP/1.1\r\nHost: h\r\n\r\n").await;
+    assert_eq!((r.status, r.header("x-origin")), (200, Some("b")));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_to_a_request_with_a_body_closes_the_connection() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let rules = "[[virtual_servers.web.rules]]\nmatch = { path = \"/gone\" }\ndeny = 410\n";
+    let proxy = TestProxy::start(&two_pools(a.addr, b.addr, rules)).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+    let raw = "POST /gone HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello";
+    let r = send(&mut c, raw).await;
+    assert_eq!((r.status, r.header("connection")), (410, Some("close")));
+    assert!(c.is_closed(std::time::Duration::from_secs(3)).await);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weirs_error_answers_carry_the_request_id_and_response_edits() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let b_addr = b.addr;
+    b.stop().await;
+    let rules = r#"
+[virtual_servers.web.request_id]
+to_client = true
+
+[[virtual_servers.web.rules]]
+match = { path_prefix = "/down/" }
+response_headers = { set = { X-Tag = "t" } }
+pool = "b"
+"#;
+    let proxy = TestProxy::start(&two_pools(a.addr, b_addr, rules)).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+    let r = send(
+        &mut c,
+        "GET /down/x HTTP/1.1\r\nHost: h\r\nX-Request-Id: err-1\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("x-request-id"), Some("err-1"));
+    assert_eq!(r.header("x-tag"), Some("t"));
+    proxy.stop().await;
+}

@@ -1,0 +1,608 @@
+//! HTTP/2 to a node: multiplexed connections shared by every thread, with a
+//! cap on connections (`max_connections`) and on streams per connection (the
+//! pool's `http2.max_concurrent_streams`, lowered to the node's own limit).
+//! A request that finds no free stream and no free connection slot waits in
+//! the node's bounded FIFO queue, which counts streams; a finished stream or
+//! a freed slot goes to the first waiter, as in `connection.rs`. GOAWAY from
+//! the node: the connection takes no new stream, finishes those in flight,
+//! and is replaced; a request refused by it (nothing processed) is sent again
+//! on another connection. PING for liveness; idle connections are closed.
+//! Every state of a connection: `LIFECYCLE.md` in this crate ("HTTP/2").
+
+mod connection;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use h2::SendStream;
+use h2::client::{ResponseFuture, SendRequest};
+use tokio::sync::oneshot;
+use weir_core::{Error, ErrorKind, Side};
+use weir_observe::{NodeMetrics, PoolMetrics, UpstreamHttp2Metrics};
+
+use crate::connection::UpstreamTls;
+
+/// Requests sent again after a GOAWAY refused them before any was processed.
+const GOAWAY_RETRIES: u32 = 3;
+
+/// Settings of one node's HTTP/2 connections, from the pool's config.
+#[derive(Debug, Clone)]
+pub struct H2Settings {
+    /// Connections open (or being opened) to the node at most (`connections.max_connections`).
+    pub max_connections: u32,
+    /// Streams at once on one connection, lowered to the node's own limit.
+    pub max_streams: u32,
+    /// Requests that may wait for a stream (`connections.queue_length`).
+    pub queue_length: u32,
+    /// How long a request may wait for a stream.
+    pub queue_timeout: Duration,
+    /// A connection without streams for this long is closed.
+    pub idle_timeout: Duration,
+    /// TCP connect (and TLS handshake) time allowed.
+    pub connect_timeout: Duration,
+    /// Response bytes one stream may receive before weir reads them.
+    pub initial_stream_window: u32,
+    /// ... and all streams of one connection together.
+    pub initial_connection_window: u32,
+    /// A PING goes to a connection this often.
+    pub ping_interval: Duration,
+    /// A connection whose PING is unanswered for this long is replaced.
+    pub ping_timeout: Duration,
+    /// TLS (ALPN `h2`) for `protocol = "h2"`; `None` for h2c.
+    pub tls: Option<UpstreamTls>,
+}
+
+/// The HTTP/2 connections of one node.
+#[derive(Debug)]
+pub struct H2Node {
+    address: SocketAddr,
+    settings: H2Settings,
+    state: Mutex<State>,
+    next_id: AtomicU64,
+    metrics: NodeMetrics,
+    h2_metrics: UpstreamHttp2Metrics,
+    pool_metrics: PoolMetrics,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Connections open, oldest first.
+    connections: Vec<Shared>,
+    /// Connections being opened (they hold a slot of `max_connections`).
+    connecting: u32,
+    waiters: VecDeque<Waiter>,
+}
+
+/// One open connection as the pool sees it.
+#[derive(Debug)]
+struct Shared {
+    id: u64,
+    send: SendRequest<Bytes>,
+    streams: u32,
+    /// Streams it carried so far (a stream on a connection with any is a reuse).
+    carried: u64,
+    /// GOAWAY received, PING unanswered, or the driver ended: no new streams.
+    draining: bool,
+    idle_since: Instant,
+    /// Stops the connection's driver task (idle close, shutdown).
+    stop: Option<oneshot::Sender<()>>,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    sender: oneshot::Sender<Grant>,
+}
+
+/// What a waiter receives: a stream on an open connection, or a slot to connect with.
+#[derive(Debug)]
+enum Grant {
+    Stream(u64, SendRequest<Bytes>),
+    Slot,
+}
+
+enum Taken {
+    Stream(u64, SendRequest<Bytes>, bool),
+    Slot,
+    Queued(u64, oneshot::Receiver<Grant>),
+    QueueFull,
+}
+
+/// A request the stream did not take: the lease, the codec's error, and the
+/// request itself when it was not consumed (the connection refused before).
+#[derive(Debug)]
+pub struct SendFailure {
+    /// The stream slot the request was offered.
+    pub lease: StreamLease,
+    /// Why the codec did not take it.
+    pub error: h2::Error,
+    /// The request, when the connection refused it before consuming it.
+    pub request: Option<http::Request<()>>,
+}
+
+/// A stream slot on one of the node's connections, held until the exchange
+/// ends (response body read, or given up). Dropping it frees the slot.
+#[derive(Debug)]
+pub struct StreamLease {
+    node: Arc<H2Node>,
+    connection: u64,
+    send: SendRequest<Bytes>,
+    reused: bool,
+}
+
+/// A request sent on a stream: the lease, the response to come and the
+/// request body's sender.
+pub struct Sent {
+    /// The stream slot, held until the response body is read.
+    pub lease: StreamLease,
+    /// The node's response head, to come.
+    pub response: ResponseFuture,
+    /// Where the rest of the request body goes.
+    pub body: SendStream<Bytes>,
+}
+
+impl H2Node {
+    /// A node's HTTP/2 side, with no connection yet (they open on demand).
+    pub fn new(
+        address: SocketAddr,
+        settings: H2Settings,
+        metrics: NodeMetrics,
+        h2_metrics: UpstreamHttp2Metrics,
+        pool_metrics: PoolMetrics,
+    ) -> Arc<H2Node> {
+        Arc::new(H2Node {
+            address,
+            settings,
+            state: Mutex::new(State::default()),
+            next_id: AtomicU64::new(0),
+            metrics,
+            h2_metrics,
+            pool_metrics,
+        })
+    }
+
+    /// The node's address.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Connections open or being opened.
+    pub fn open(&self) -> u32 {
+        let state = self.lock();
+        state.connections.len() as u32 + state.connecting
+    }
+
+    /// Streams in flight over all connections.
+    pub fn streams(&self) -> u32 {
+        self.lock().connections.iter().map(|c| c.streams).sum()
+    }
+
+    /// Requests waiting for a stream.
+    pub fn queued(&self) -> usize {
+        self.lock().waiters.len()
+    }
+
+    /// Sends `request` on a stream: a free one on an open connection, one
+    /// on a new connection under the cap, or the first one freed while this
+    /// request waits in the queue. A connection that refuses it with GOAWAY
+    /// (nothing was processed) is drained and the request sent again.
+    pub async fn send(
+        self: &Arc<Self>,
+        mut request: http::Request<()>,
+        end_of_stream: bool,
+    ) -> Result<Sent, Error> {
+        let mut attempt = 0;
+        loop {
+            let lease = self.checkout().await?;
+            let failure = match lease.send_request(request, end_of_stream).await {
+                Ok(sent) => return Ok(sent),
+                Err(failure) => failure,
+            };
+            let refused = refused(&failure.error);
+            if refused {
+                self.drain(failure.lease.connection, failure.error.is_go_away());
+            }
+            match failure.request {
+                // The connection said no before taking it: try another.
+                Some(unsent) if refused && attempt < GOAWAY_RETRIES => {
+                    request = unsent;
+                    attempt += 1;
+                }
+                _ => {
+                    return Err(Error::new(ErrorKind::Io, Side::Upstream)
+                        .context(format!("HTTP/2 node {}: {}", self.address, failure.error))
+                        .retry_safe(refused));
+                }
+            }
+        }
+    }
+
+    /// Takes a stream slot.
+    pub async fn checkout(self: &Arc<Self>) -> Result<StreamLease, Error> {
+        match self.try_take() {
+            Taken::Stream(connection, send, reused) => Ok(self.lease(connection, send, reused)),
+            Taken::Slot => self.connect_in_slot().await,
+            Taken::Queued(id, receiver) => {
+                QueuedWait {
+                    node: self,
+                    id,
+                    receiver: Some(receiver),
+                }
+                .wait()
+                .await
+            }
+            Taken::QueueFull => {
+                self.pool_metrics.queue_full.inc();
+                Err(Error::new(ErrorKind::QueueFull, Side::Internal)
+                    .context(format!("HTTP/2 node {} has no free stream", self.address)))
+            }
+        }
+    }
+
+    fn try_take(&self) -> Taken {
+        let mut state = self.lock();
+        if let Some(taken) = self.take_stream(&mut state) {
+            return taken;
+        }
+        if (state.connections.len() as u32) + state.connecting < self.settings.max_connections {
+            state.connecting += 1;
+            self.set_open_gauge(&state);
+            return Taken::Slot;
+        }
+        if state.waiters.len() >= self.settings.queue_length as usize {
+            return Taken::QueueFull;
+        }
+        let (sender, receiver) = oneshot::channel();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        state.waiters.push_back(Waiter { id, sender });
+        self.pool_metrics.queue_length.inc();
+        Taken::Queued(id, receiver)
+    }
+
+    /// A free stream on the oldest connection that has one (packing streams
+    /// on few connections keeps the others idle, so they can close).
+    fn take_stream(&self, state: &mut State) -> Option<Taken> {
+        let max = self.settings.max_streams;
+        let connection = state.connections.iter_mut().find(|c| {
+            !c.draining && c.streams < max.min(c.send.current_max_send_streams() as u32)
+        })?;
+        connection.streams += 1;
+        let reused = connection.carried > 0;
+        connection.carried += 1;
+        self.h2_metrics.streams_open.inc();
+        Some(Taken::Stream(
+            connection.id,
+            connection.send.clone(),
+            reused,
+        ))
+    }
+
+    fn lease(
+        self: &Arc<Self>,
+        connection: u64,
+        send: SendRequest<Bytes>,
+        reused: bool,
+    ) -> StreamLease {
+        if reused {
+            self.metrics.connections_reused.inc();
+        }
+        StreamLease {
+            node: Arc::clone(self),
+            connection,
+            send,
+            reused,
+        }
+    }
+
+    /// Opens a connection in a slot already taken; the caller gets its first stream.
+    async fn connect_in_slot(self: &Arc<Self>) -> Result<StreamLease, Error> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        match connection::open(self, id).await {
+            Ok((send, stop)) => {
+                let mut state = self.lock();
+                state.connecting -= 1;
+                state.connections.push(Shared {
+                    id,
+                    send: send.clone(),
+                    streams: 1,
+                    carried: 1,
+                    draining: false,
+                    idle_since: Instant::now(),
+                    stop: Some(stop),
+                });
+                self.h2_metrics.streams_open.inc();
+                // The new connection may carry waiters' streams at once.
+                self.grant_streams(&mut state);
+                drop(state);
+                self.metrics.connections_created.inc();
+                Ok(self.lease(id, send, false))
+            }
+            Err(error) => {
+                self.metrics.connect_failures.inc();
+                self.free_slot();
+                Err(error)
+            }
+        }
+    }
+
+    /// Hands free streams to waiters, first come first served.
+    fn grant_streams(&self, state: &mut State) {
+        while !state.waiters.is_empty() {
+            let Some(Taken::Stream(connection, send, _)) = self.take_stream(state) else {
+                return;
+            };
+            if !self.grant(state, Grant::Stream(connection, send)) {
+                // No live waiter took it: give the stream back.
+                self.release_stream(state, connection);
+                return;
+            }
+        }
+    }
+
+    /// Sends a grant to the first live waiter; false when none took it.
+    fn grant(&self, state: &mut State, mut grant: Grant) -> bool {
+        while let Some(waiter) = state.waiters.pop_front() {
+            self.pool_metrics.queue_length.dec();
+            match waiter.sender.send(grant) {
+                Ok(()) => return true,
+                Err(back) => grant = back,
+            }
+        }
+        false
+    }
+
+    /// A connection slot freed (connect failed, connection closed): to the
+    /// first waiter, who connects, else back to the pool.
+    fn free_slot(&self) {
+        let mut state = self.lock();
+        state.connecting -= 1;
+        if self.grant(&mut state, Grant::Slot) {
+            state.connecting += 1;
+        }
+        self.set_open_gauge(&state);
+    }
+
+    /// A stream ended: its slot goes to the first waiter, else the
+    /// connection may become idle (or, draining, close once empty).
+    fn release_stream(&self, state: &mut State, connection: u64) {
+        let Some(index) = state.connections.iter().position(|c| c.id == connection) else {
+            return;
+        };
+        self.h2_metrics.streams_open.dec();
+        let shared = &mut state.connections[index];
+        shared.streams -= 1;
+        if shared.streams == 0 {
+            shared.idle_since = Instant::now();
+        }
+        if shared.draining {
+            if shared.streams == 0 {
+                self.remove(state, index);
+            }
+            return;
+        }
+        let send = shared.send.clone();
+        if !state.waiters.is_empty() {
+            state.connections[index].streams += 1;
+            self.h2_metrics.streams_open.inc();
+            if !self.grant(state, Grant::Stream(connection, send)) {
+                self.h2_metrics.streams_open.dec();
+                state.connections[index].streams -= 1;
+            }
+        }
+    }
+
+    /// Takes a connection out of service: no new streams; it closes once
+    /// its streams are done.
+    fn drain(&self, connection: u64, goaway: bool) {
+        let mut state = self.lock();
+        let Some(index) = state.connections.iter().position(|c| c.id == connection) else {
+            return;
+        };
+        if !state.connections[index].draining {
+            tracing::debug!(node = %self.address, goaway, "HTTP/2 connection refused a stream; draining");
+            state.connections[index].draining = true;
+            if goaway {
+                self.h2_metrics.goaways.inc();
+            }
+        }
+        if state.connections[index].streams == 0 {
+            self.remove(&mut state, index);
+        }
+    }
+
+    /// Removes a connection: its slot goes to the first waiter, who connects.
+    fn remove(&self, state: &mut State, index: usize) {
+        let mut shared = state.connections.swap_remove(index);
+        self.h2_metrics
+            .streams_open
+            .dec_by(i64::from(shared.streams));
+        if let Some(stop) = shared.stop.take() {
+            let _ = stop.send(());
+        }
+        if self.grant(state, Grant::Slot) {
+            state.connecting += 1;
+        }
+        self.set_open_gauge(state);
+    }
+
+    /// Called by a connection's driver when it ended (closed by the node, an
+    /// error, a PING unanswered).
+    fn ended(&self, connection: u64) {
+        let mut state = self.lock();
+        if let Some(index) = state.connections.iter().position(|c| c.id == connection) {
+            // Streams still leased fail on their own; their slots are not reused.
+            state.connections[index].draining = true;
+            self.remove(&mut state, index);
+        }
+    }
+
+    /// Closes connections idle for longer than `idle_timeout`. Returns how many.
+    pub fn close_expired(&self, now: Instant) -> usize {
+        let mut state = self.lock();
+        let mut closed = 0;
+        while let Some(index) = state.connections.iter().position(|c| {
+            c.streams == 0
+                && now.saturating_duration_since(c.idle_since) >= self.settings.idle_timeout
+        }) {
+            self.remove(&mut state, index);
+            closed += 1;
+        }
+        closed
+    }
+
+    /// Closes every connection without streams (shutdown); the others close
+    /// once their streams are done.
+    pub fn close_idle(&self) {
+        let mut state = self.lock();
+        for connection in &mut state.connections {
+            connection.draining = true;
+        }
+        while let Some(index) = state.connections.iter().position(|c| c.streams == 0) {
+            self.remove(&mut state, index);
+        }
+    }
+
+    fn set_open_gauge(&self, state: &State) {
+        let open = state.connections.len() as u32 + state.connecting;
+        self.metrics.connections_open.set(i64::from(open));
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is consistent after every statement; a panic elsewhere cannot break it.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl StreamLease {
+    /// The address of the node the stream goes to.
+    pub fn node(&self) -> SocketAddr {
+        self.node.address
+    }
+
+    /// True when the stream is on a connection that carried earlier streams.
+    pub fn is_reused(&self) -> bool {
+        self.reused
+    }
+
+    /// Sends the request head on this stream. On failure the lease comes back
+    /// with the codec's error (see [`refused`]) and, when the connection had
+    /// already refused new streams, the request.
+    pub async fn send_request(
+        mut self,
+        request: http::Request<()>,
+        end_of_stream: bool,
+    ) -> Result<Sent, SendFailure> {
+        let send = match self.send.clone().ready().await {
+            Ok(send) => send,
+            Err(error) => {
+                return Err(SendFailure {
+                    lease: self,
+                    error,
+                    request: Some(request),
+                });
+            }
+        };
+        self.send = send;
+        match self.send.send_request(request, end_of_stream) {
+            Ok((response, body)) => {
+                self.node.metrics.requests_forwarded.inc();
+                Ok(Sent {
+                    lease: self,
+                    response,
+                    body,
+                })
+            }
+            Err(error) => Err(SendFailure {
+                lease: self,
+                error,
+                request: None,
+            }),
+        }
+    }
+}
+
+impl Drop for StreamLease {
+    fn drop(&mut self) {
+        let mut state = self.node.lock();
+        self.node.release_stream(&mut state, self.connection);
+    }
+}
+
+/// The node refused a new stream on this connection before processing it
+/// (GOAWAY received, the stream above its last stream id, or REFUSED_STREAM):
+/// any request may be sent again on another connection.
+pub fn refused(error: &h2::Error) -> bool {
+    (error.is_go_away() && error.is_remote()) || error.reason() == Some(h2::Reason::REFUSED_STREAM)
+}
+
+/// A request waiting in a node's queue; dropping it removes it, and passes on
+/// anything granted meanwhile.
+struct QueuedWait<'a> {
+    node: &'a Arc<H2Node>,
+    id: u64,
+    receiver: Option<oneshot::Receiver<Grant>>,
+}
+
+impl QueuedWait<'_> {
+    async fn wait(mut self) -> Result<StreamLease, Error> {
+        let node = self.node;
+        let receiver = self
+            .receiver
+            .as_mut()
+            .expect("set at construction, taken only here or in drop");
+        let grant = tokio::time::timeout(node.settings.queue_timeout, receiver).await;
+        match grant {
+            Ok(Ok(grant)) => {
+                self.receiver = None;
+                match grant {
+                    Grant::Stream(connection, send) => Ok(node.lease(connection, send, true)),
+                    Grant::Slot => node.connect_in_slot().await,
+                }
+            }
+            Ok(Err(_)) | Err(_) => {
+                node.pool_metrics.queue_timeouts.inc();
+                Err(
+                    Error::new(ErrorKind::QueueTimeout, Side::Internal).context(format!(
+                        "waited {:?} for a stream to HTTP/2 node {}",
+                        node.settings.queue_timeout, node.address
+                    )),
+                )
+            }
+        }
+    }
+}
+
+impl Drop for QueuedWait<'_> {
+    fn drop(&mut self) {
+        let Some(mut receiver) = self.receiver.take() else {
+            return;
+        };
+        let node = self.node;
+        let mut state = node.lock();
+        if let Some(position) = state.waiters.iter().position(|w| w.id == self.id) {
+            state.waiters.remove(position);
+            node.pool_metrics.queue_length.dec();
+            return;
+        }
+        receiver.close();
+        match receiver.try_recv() {
+            Ok(Grant::Stream(connection, _)) => node.release_stream(&mut state, connection),
+            Ok(Grant::Slot) => {
+                if !node.grant(&mut state, Grant::Slot) {
+                    state.connecting -= 1;
+                }
+                node.set_open_gauge(&state);
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

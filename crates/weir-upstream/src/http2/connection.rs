@@ -1,0 +1,175 @@
+//! Opening one HTTP/2 connection to a node (TCP, TLS with ALPN `h2` or
+//! cleartext prior knowledge, the HTTP/2 handshake, all within the connect
+//! timeout) and its driver task: it runs the codec, PINGs the node every
+//! `ping_interval`, and ends the connection when the node closes it, when a
+//! PING goes unanswered past `ping_timeout`, or when the pool stops it.
+
+use std::future::poll_fn;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use h2::client::{Connection, SendRequest};
+use h2::{Ping, PingPong};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use weir_core::{Error, ErrorKind, Side};
+use weir_tls::ClientStream;
+
+use super::H2Node;
+
+/// Decoded bytes of one response header list weir accepts from a node.
+const MAX_HEADER_LIST: u32 = 256 * 1024;
+
+/// Opens connection `id` to `node`; returns the request sender and the
+/// handle that stops its driver.
+pub(super) async fn open(
+    node: &Arc<H2Node>,
+    id: u64,
+) -> Result<(SendRequest<Bytes>, oneshot::Sender<()>), Error> {
+    let settings = &node.settings;
+    let timeout = settings.connect_timeout;
+    let started = tokio::time::Instant::now();
+    let context = || format!("HTTP/2 node {}", node.address);
+    let tcp = match tokio::time::timeout(timeout, TcpStream::connect(node.address)).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(error)) => {
+            return Err(Error::upstream(ErrorKind::ConnectFailed, error)
+                .context(context())
+                .retry_safe(true));
+        }
+        Err(_) => return Err(timed_out(context())),
+    };
+    let _ = tcp.set_nodelay(true);
+    let stream = match &settings.tls {
+        None => ClientStream::Plain(tcp),
+        Some(tls) => {
+            let left = timeout.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, tls.connector.connect(tcp, node.address)).await {
+                Ok(Ok(stream)) => {
+                    let resumed = stream.get_ref().1.handshake_kind()
+                        == Some(weir_tls::rustls::HandshakeKind::Resumed);
+                    if resumed {
+                        tls.metrics.resumed.inc();
+                    } else {
+                        tls.metrics.full.inc();
+                    }
+                    if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+                        return Err(Error::new(ErrorKind::ConnectFailed, Side::Upstream)
+                            .context(format!("{}: the node did not choose h2 in ALPN", context()))
+                            .retry_safe(true));
+                    }
+                    ClientStream::Tls(Box::new(stream))
+                }
+                Ok(Err(error)) => {
+                    tls.metrics.failed.inc();
+                    return Err(Error::upstream(ErrorKind::ConnectFailed, error)
+                        .context(format!("TLS handshake with {}", context()))
+                        .retry_safe(true));
+                }
+                Err(_) => {
+                    tls.metrics.failed.inc();
+                    return Err(timed_out(context()));
+                }
+            }
+        }
+    };
+    let mut builder = h2::client::Builder::new();
+    builder
+        .enable_push(false)
+        .initial_window_size(settings.initial_stream_window)
+        .initial_connection_window_size(settings.initial_connection_window)
+        .max_header_list_size(MAX_HEADER_LIST)
+        .initial_max_send_streams(settings.max_streams as usize);
+    let left = timeout.saturating_sub(started.elapsed());
+    let (send, connection) = match tokio::time::timeout(left, builder.handshake(stream)).await {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(error)) => {
+            return Err(Error::new(ErrorKind::ConnectFailed, Side::Upstream)
+                .context(format!("{}: HTTP/2 handshake: {error}", context()))
+                .retry_safe(true));
+        }
+        Err(_) => return Err(timed_out(context())),
+    };
+    let (stop, stopped) = oneshot::channel();
+    tokio::spawn(drive(Arc::downgrade(node), id, connection, stopped));
+    Ok((send, stop))
+}
+
+fn timed_out(context: String) -> Error {
+    Error::new(ErrorKind::ConnectTimeout, Side::Upstream)
+        .context(context)
+        .retry_safe(true)
+}
+
+/// Runs one connection until it ends, then tells the node.
+async fn drive<T>(
+    node: Weak<H2Node>,
+    id: u64,
+    mut connection: Connection<T, Bytes>,
+    mut stopped: oneshot::Receiver<()>,
+) where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some((interval, timeout, address)) = node.upgrade().map(|node| {
+        (
+            node.settings.ping_interval,
+            node.settings.ping_timeout,
+            node.address,
+        )
+    }) else {
+        return;
+    };
+    let mut ping = connection.ping_pong();
+    let mut ping_sent: Option<Instant> = None;
+    let mut ticker = tokio::time::interval(interval.min(timeout));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_ping = Instant::now();
+    loop {
+        tokio::select! {
+            ended = &mut connection => {
+                if let Err(error) = ended {
+                    tracing::debug!(node = %address, %error, "HTTP/2 connection to node ended");
+                }
+                break;
+            }
+            _ = &mut stopped => break,
+            pong = poll_fn(|cx| poll_pong(&mut ping, cx)), if ping_sent.is_some() => {
+                ping_sent = None;
+                if pong.is_err() {
+                    break;
+                }
+            }
+            _ = ticker.tick() => {
+                let now = Instant::now();
+                if let Some(sent) = ping_sent {
+                    if now.saturating_duration_since(sent) >= timeout {
+                        if let Some(node) = node.upgrade() {
+                            node.h2_metrics.ping_timeouts.inc();
+                        }
+                        tracing::warn!(node = %address, "HTTP/2 node did not answer a PING; closing the connection");
+                        break;
+                    }
+                } else if now.saturating_duration_since(last_ping) >= interval
+                    && let Some(ping) = ping.as_mut()
+                    && ping.send_ping(Ping::opaque()).is_ok()
+                {
+                    ping_sent = Some(now);
+                    last_ping = now;
+                }
+            }
+        }
+    }
+    if let Some(node) = node.upgrade() {
+        node.ended(id);
+    }
+}
+
+fn poll_pong(ping: &mut Option<PingPong>, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
+    match ping.as_mut() {
+        Some(ping) => ping.poll_pong(cx).map(|pong| pong.map(drop)),
+        None => Poll::Pending,
+    }
+}

@@ -1,0 +1,241 @@
+//! The HTTP/2 node pool against an in-process h2c server: streams multiplexed
+//! on one connection up to the stream cap, the FIFO queue counting streams,
+//! the connection cap, replacement after GOAWAY, idle close.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use weir_core::ErrorKind;
+use weir_observe::Metrics;
+
+use super::*;
+
+fn settings(max_connections: u32, max_streams: u32, queue: u32) -> H2Settings {
+    H2Settings {
+        max_connections,
+        max_streams,
+        queue_length: queue,
+        queue_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(2),
+        initial_stream_window: 1 << 20,
+        initial_connection_window: 1 << 22,
+        ping_interval: Duration::from_secs(10),
+        ping_timeout: Duration::from_secs(5),
+        tls: None,
+    }
+}
+
+/// An h2c server. Each response waits for a permit of `gate`; after
+/// `goaway_after` requests on a connection it sends GOAWAY (graceful).
+struct Server {
+    address: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    requests: Arc<AtomicUsize>,
+    gate: Arc<Semaphore>,
+}
+
+async fn server(goaway_after: Option<usize>) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let requests = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Semaphore::new(0));
+    let (count, total, permits) = (
+        Arc::clone(&connections),
+        Arc::clone(&requests),
+        Arc::clone(&gate),
+    );
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let (total, permits) = (Arc::clone(&total), Arc::clone(&permits));
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                let mut served = 0;
+                while let Some(Ok((_request, mut respond))) = connection.accept().await {
+                    total.fetch_add(1, Ordering::SeqCst);
+                    served += 1;
+                    let permits = Arc::clone(&permits);
+                    tokio::spawn(async move {
+                        let _permit = permits.acquire().await;
+                        let response = http::Response::new(());
+                        if let Ok(mut body) = respond.send_response(response, false) {
+                            let _ = body.send_data(Bytes::from_static(b"ok"), true);
+                        }
+                    });
+                    if goaway_after == Some(served) {
+                        connection.graceful_shutdown();
+                    }
+                }
+            });
+        }
+    });
+    Server {
+        address,
+        connections,
+        requests,
+        gate,
+    }
+}
+
+fn node(address: SocketAddr, settings: H2Settings) -> (Arc<H2Node>, Arc<Metrics>) {
+    let metrics = Metrics::new();
+    let node = H2Node::new(
+        address,
+        settings,
+        metrics.node("p", "n"),
+        metrics.upstream_http2("p", "n"),
+        metrics.pool("p"),
+    );
+    (node, metrics)
+}
+
+fn get() -> http::Request<()> {
+    http::Request::get("http://node.test/").body(()).unwrap()
+}
+
+/// Sends a request and reads its whole response; the lease is dropped at the end.
+async fn exchange(node: Arc<H2Node>) -> Result<Bytes, Error> {
+    let sent = node.send(get(), true).await?;
+    let response = sent.response.await.expect("a response");
+    let mut body = response.into_body();
+    let mut all = Vec::new();
+    while let Some(data) = body.data().await {
+        all.extend_from_slice(&data.expect("data"));
+    }
+    drop(sent.lease);
+    Ok(Bytes::from(all))
+}
+
+async fn wait_for(what: &str, condition: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn streams_share_one_connection_up_to_the_cap_then_queue() {
+    let server = server(None).await;
+    let (node, _metrics) = node(server.address, settings(1, 2, 10));
+    let tasks: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(exchange(Arc::clone(&node))))
+        .collect();
+    wait_for("two streams and one waiter", || {
+        node.streams() == 2 && node.queued() == 1
+    })
+    .await;
+    assert_eq!(node.open(), 1);
+    assert_eq!(server.requests.load(Ordering::SeqCst), 2);
+    server.gate.add_permits(3);
+    for task in tasks {
+        assert_eq!(&task.await.unwrap().expect("served")[..], b"ok");
+    }
+    assert_eq!(
+        server.connections.load(Ordering::SeqCst),
+        1,
+        "one connection carried all"
+    );
+    wait_for("streams released", || node.streams() == 0).await;
+}
+
+#[tokio::test]
+async fn the_connection_cap_holds_and_a_full_queue_refuses() {
+    let server = server(None).await;
+    let (node, metrics) = node(server.address, settings(2, 1, 1));
+    let first: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(exchange(Arc::clone(&node))))
+        .collect();
+    wait_for("two streams, one waiter", || {
+        node.streams() == 2 && node.queued() == 1
+    })
+    .await;
+    assert_eq!(node.open(), 2);
+    let refused = node.checkout().await.expect_err("queue full");
+    assert_eq!(refused.kind(), ErrorKind::QueueFull);
+    server.gate.add_permits(3);
+    for task in first {
+        task.await.unwrap().expect("served");
+    }
+    assert_eq!(server.connections.load(Ordering::SeqCst), 2);
+    let text = metrics.encode();
+    assert!(
+        text.contains("weir_queue_full_total{pool=\"p\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_that_got_goaway_is_replaced() {
+    let server = server(Some(1)).await;
+    server.gate.add_permits(100);
+    let (node, _metrics) = node(server.address, settings(1, 10, 10));
+    for round in 0..3 {
+        assert_eq!(
+            &exchange(Arc::clone(&node)).await.expect("served")[..],
+            b"ok",
+            "round {round}"
+        );
+        // The node said GOAWAY after the request: the connection ends and a new one serves the next.
+        wait_for("the old connection gone", || node.open() == 0).await;
+    }
+    assert_eq!(server.connections.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn idle_connections_close_after_the_idle_timeout() {
+    let server = server(None).await;
+    server.gate.add_permits(100);
+    let mut settings = settings(4, 10, 10);
+    settings.idle_timeout = Duration::from_millis(50);
+    let (node, _metrics) = node(server.address, settings);
+    exchange(Arc::clone(&node)).await.expect("served");
+    assert_eq!(node.open(), 1);
+    assert_eq!(
+        node.close_expired(Instant::now()),
+        0,
+        "not idle long enough"
+    );
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert_eq!(node.close_expired(Instant::now()), 1);
+    assert_eq!(node.open(), 0);
+}
+
+#[tokio::test]
+async fn a_refused_connect_is_retry_safe_and_frees_its_slot() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    let (node, _metrics) = node(address, settings(1, 10, 10));
+    let error = node.checkout().await.expect_err("refused");
+    assert_eq!(error.kind(), ErrorKind::ConnectFailed);
+    assert!(error.is_retry_safe());
+    assert_eq!(node.open(), 0);
+}
+
+#[tokio::test]
+async fn a_waiter_that_gives_up_loses_nothing() {
+    let server = server(None).await;
+    let mut settings = settings(1, 1, 10);
+    settings.queue_timeout = Duration::from_millis(50);
+    let (node, _metrics) = node(server.address, settings);
+    let busy = tokio::spawn(exchange(Arc::clone(&node)));
+    wait_for("one stream", || node.streams() == 1).await;
+    let error = node.checkout().await.expect_err("queue timeout");
+    assert_eq!(error.kind(), ErrorKind::QueueTimeout);
+    assert_eq!(node.queued(), 0);
+    server.gate.add_permits(10);
+    busy.await.unwrap().expect("served");
+    // The stream slot is free again.
+    exchange(Arc::clone(&node)).await.expect("served");
+}
