@@ -240,3 +240,57 @@ async fn h2load_multiplexed_streams_all_succeed() {
     }
     origin.stop().await;
 }
+
+/// Traffic rules act on HTTP/2 streams as on HTTP/1.1 requests: weir's own
+/// answers (redirect, deny) go out as HTTP/2 responses with the rules'
+/// response edits, and a path rewrite and request header edit reach the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_rules_answer_and_edit_http2_streams() {
+    let origin = TestOrigin::start("a").await;
+    let vs = r#"[virtual_servers.web.http2]
+cleartext = true
+
+[[virtual_servers.web.rules]]
+response_headers = { add = { X-Tag = "h2-rules" } }
+
+[[virtual_servers.web.rules]]
+match = { path = "/old" }
+redirect = { status = 301, location = "/new${path}" }
+
+[[virtual_servers.web.rules]]
+match = { path_prefix = "/private/" }
+deny = true
+
+[[virtual_servers.web.rules]]
+match = { path_prefix = "/api/" }
+rewrite_path = { replace_prefix = "/api/", with = "/echo/" }
+request_headers = { set = { X-Rule = "yes" } }
+"#;
+    let proxy = TestProxy::start(&weir_testkit::config(&[origin.addr], "", vs)).await;
+    let url = base(&proxy, false);
+    let (redirect, denied, api) = blocking({
+        let proxy = ProxyRef(proxy.addr);
+        move || {
+            let h2 = "--http2-prior-knowledge";
+            let redirect = proxy.curl(&[h2, "-i", &format!("{url}/old")]);
+            let denied = proxy.curl(&[h2, "-i", &format!("{url}/private/x")]);
+            let api = proxy.curl(&[h2, "-i", &format!("{url}/api/thing")]);
+            (redirect, denied, api)
+        }
+    })
+    .await;
+    let lower = |s: &str| s.to_ascii_lowercase();
+    let redirect = lower(&redirect);
+    assert!(redirect.starts_with("http/2 301"), "{redirect}");
+    assert!(redirect.contains("location: /new/old"), "{redirect}");
+    assert!(redirect.contains("x-tag: h2-rules"), "{redirect}");
+    let denied = lower(&denied);
+    assert!(denied.starts_with("http/2 403"), "{denied}");
+    assert!(denied.contains("x-tag: h2-rules"), "{denied}");
+    let api = lower(&api);
+    assert!(api.starts_with("http/2 200"), "{api}");
+    assert!(api.contains("x-tag: h2-rules"), "{api}");
+    // The node saw the rewritten path and the added header (its echo of the request).
+    assert!(api.contains("/echo/thing"), "{api}");
+    assert!(api.contains(r#"["x-rule","yes"]"#), "{api}");
+}
