@@ -3,8 +3,6 @@
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{ParseError, ParseErrorKind, Version};
 
-use crate::client::Client;
-
 /// A request that ends early: what to tell the client (if anything) and why.
 #[derive(Debug)]
 pub(crate) struct Failure {
@@ -73,11 +71,9 @@ pub(crate) fn lossy(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).unwrap_or("<non-utf8>")
 }
 
-/// The protocol the client spoke, as access records write it.
-pub(crate) fn version_str(client: &Client, version: Version) -> &'static str {
-    if client.is_h2() {
-        return "HTTP/2.0";
-    }
+/// The version as access records write it (an HTTP/2 stream's client says
+/// so through [`Client::version_label`](crate::client::Client::version_label)).
+pub(crate) fn version_str(version: Version) -> &'static str {
     match version {
         Version::Http10 => "HTTP/1.0",
         Version::Http11 => "HTTP/1.1",

@@ -522,6 +522,14 @@ impl Client {
         }
     }
 
+    /// The protocol this client spoke, as access records write it.
+    pub(crate) fn version_label(&self, version: Version) -> &'static str {
+        match self.is_h2() {
+            true => "HTTP/2.0",
+            false => crate::answer::version_str(version),
+        }
+    }
+
     /// Sends one of weir's own answers (an error status) and returns its size.
     pub(crate) async fn answer(
         &mut self,

@@ -26,7 +26,7 @@ use weir_upstream::Pool;
 use weir_upstream::node::NodeState;
 
 use crate::answer::Failure;
-use crate::answer::{lossy, version_str};
+use crate::answer::lossy;
 use crate::client::{Client, IdleConnection};
 use crate::content::{self, Looked};
 use crate::drain::Admission;
@@ -508,7 +508,7 @@ fn record(
             client: client.peer,
             method: lossy(head.method_bytes()),
             target: lossy(head.target()),
-            version: version_str(client, head.version()),
+            version: client.version_label(head.version()),
             status: sent.status,
             bytes_sent: sent.bytes,
             pool: upstream.as_ref().map(|u| u.pool.name.as_str()),
@@ -596,7 +596,7 @@ async fn answer_failure(
             client: client.peer,
             method: head.map_or("-", |h| lossy(h.method_bytes())),
             target: head.map_or("-", |h| lossy(h.target())),
-            version: version_str(client, version),
+            version: client.version_label(version),
             status,
             bytes_sent: bytes,
             pool: pool.map(|p| p.name.as_str()),

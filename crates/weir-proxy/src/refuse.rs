@@ -12,7 +12,7 @@ use weir_http::SimpleResponse;
 use weir_observe::AccessRecord;
 use weir_rules::Refusal;
 
-use crate::answer::{body_for, lossy, version_str};
+use crate::answer::{body_for, lossy};
 use crate::client::IdleConnection;
 use crate::drain::Admission;
 use crate::pipeline::handshake;
@@ -89,7 +89,7 @@ pub(crate) async fn refuse_connection(
                     client: peer,
                     method: lossy(head.method_bytes()),
                     target: lossy(head.target()),
-                    version: version_str(&client, head.version()),
+                    version: client.version_label(head.version()),
                     status: refusal.status,
                     bytes_sent: bytes,
                     pool: None,

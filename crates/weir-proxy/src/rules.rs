@@ -21,7 +21,7 @@ use weir_rules::limits::ConcurrencyPermit;
 use weir_rules::{Decision, Facts, Outcome, Refusal, RequestId, request_key};
 use weir_upstream::Pool;
 
-use crate::answer::{Failure, body_for, lossy, version_str};
+use crate::answer::{Failure, body_for, lossy};
 use crate::client::Client;
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
@@ -279,7 +279,7 @@ impl RequestTraffic {
                 client: client.peer,
                 method: lossy(head.method_bytes()),
                 target: lossy(head.target()),
-                version: version_str(client, head.version()),
+                version: client.version_label(head.version()),
                 status,
                 bytes_sent: bytes,
                 pool: None,
