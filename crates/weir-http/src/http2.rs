@@ -273,19 +273,7 @@ pub fn response_to_h2_edited<E: HeaderEdit + ?Sized>(
         ..*forward
     };
     write_response_head_edited(head, &forward, edits, &mut out);
-    let rewritten = match parse_response(&out, &NODE_LIMITS, request_method)? {
-        Parsed::Complete(rewritten, _) => rewritten,
-        Parsed::Partial => return Err(ParseError::invalid("rewritten head incomplete")),
-    };
-    let status = http::StatusCode::from_u16(head.status())
-        .map_err(|_| ParseError::invalid("status not representable in HTTP/2"))?;
-    let mut response = http::Response::new(());
-    *response.status_mut() = status;
-    *response.version_mut() = http::Version::HTTP_2;
-    *response.headers_mut() = h2_fields(rewritten.headers(), |kind, _| {
-        kind != FieldKind::Te && !is_connection_specific(kind)
-    })?;
-    Ok(response)
+    written_head_to_h2(&out, request_method)
 }
 
 /// One of weir's own answers (`write_simple_response_edited`'s fields: the
@@ -297,27 +285,31 @@ pub fn simple_response_to_h2<E: HeaderEdit + ?Sized>(
     edits: &E,
     body: &[u8],
 ) -> Result<http::Response<()>, ParseError> {
-    let mut out = BytesMut::with_capacity(256 + body.len());
+    let mut out = BytesMut::with_capacity(256);
+    // Written as the answer to a HEAD: the body's length without the body.
     let answer = SimpleResponse {
         version: crate::Version::Http11,
         keep_alive: true,
+        head_request: true,
         ..*answer
     };
     write_simple_response_edited(&answer, extra_headers, edits, body, &mut out);
-    let method = match answer.head_request {
-        true => Method::Head,
-        false => Method::Get,
+    written_head_to_h2(&out, Method::Head)
+}
+
+/// An HTTP/1.1 response head weir wrote (one writer for both protocols) in
+/// HTTP/2 form: status and fields, without the connection-specific ones.
+fn written_head_to_h2(written: &[u8], method: Method) -> Result<http::Response<()>, ParseError> {
+    let head = match parse_response(written, &NODE_LIMITS, method)? {
+        Parsed::Complete(head, _) => head,
+        Parsed::Partial => return Err(ParseError::invalid("written head incomplete")),
     };
-    let written = match parse_response(&out, &NODE_LIMITS, method)? {
-        Parsed::Complete(written, _) => written,
-        Parsed::Partial => return Err(ParseError::invalid("answer head incomplete")),
-    };
-    let status = http::StatusCode::from_u16(answer.status)
+    let status = http::StatusCode::from_u16(head.status())
         .map_err(|_| ParseError::invalid("status not representable in HTTP/2"))?;
     let mut response = http::Response::new(());
     *response.status_mut() = status;
     *response.version_mut() = http::Version::HTTP_2;
-    *response.headers_mut() = h2_fields(written.headers(), |kind, _| {
+    *response.headers_mut() = h2_fields(head.headers(), |kind, _| {
         kind != FieldKind::Te && !is_connection_specific(kind)
     })?;
     Ok(response)

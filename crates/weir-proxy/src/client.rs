@@ -538,29 +538,15 @@ impl Client {
         keep_alive: bool,
         timeout: Duration,
     ) -> Result<u64, Failure> {
-        if let Downstream::Http2 { stream, .. } = &mut self.stream {
-            if stream.responded() {
-                // Too late for an answer: the client learns from a reset.
-                stream.finish(false);
-                return Ok(0);
-            }
-            return stream
-                .answer(status, headers_for(status), body_for(status), timeout)
-                .await
-                .map_err(Failure::silent);
-        }
-        self.write_buf.clear();
-        weir_http::write_simple_response(
+        let shape = weir_http::SimpleResponse {
             status,
             version,
             keep_alive,
-            headers_for(status),
-            body_for(status),
-            &mut self.write_buf,
-        );
-        let size = self.write_buf.len() as u64;
-        self.flush(timeout).await?;
-        Ok(size)
+            head_request: false,
+        };
+        let (headers, body) = (headers_for(status), body_for(status));
+        self.answer_simple(&shape, headers, &weir_http::Unedited, body, timeout)
+            .await
     }
 
     /// [`Client::answer`] with `Connection: close` and `edits` applied (the rules'
@@ -609,10 +595,11 @@ impl Client {
                 },
             )?;
             let bodiless = body.is_empty() || shape.head_request;
-            stream.send_head(head, bodiless)?;
+            stream.send_head(head, bodiless).map_err(Failure::silent)?;
             if !bodiless {
                 let data = Bytes::copy_from_slice(body);
-                stream.send_data(data, true, timeout).await?;
+                let sent = stream.send_data(data, true, timeout).await;
+                sent.map_err(Failure::silent)?;
             }
             return Ok(body.len() as u64);
         }

@@ -239,35 +239,6 @@ impl H2Stream {
         }
     }
 
-    /// One of weir's own short answers (an error status, with a text body);
-    /// returns the body bytes sent.
-    pub(crate) async fn answer(
-        &mut self,
-        status: u16,
-        headers: &[(&str, &str)],
-        body: &'static [u8],
-        timeout: Duration,
-    ) -> Result<u64, Error> {
-        let mut response = http::Response::builder().status(status);
-        for (name, value) in headers {
-            response = response.header(*name, *value);
-        }
-        if !body.is_empty() {
-            response = response
-                .header("content-type", "text/plain; charset=utf-8")
-                .header("content-length", body.len());
-        }
-        let response = response.body(()).map_err(|_| {
-            Error::new(ErrorKind::Io, Side::Internal).context("answer not representable")
-        })?;
-        self.send_head(response, body.is_empty())?;
-        if !body.is_empty() {
-            self.send_data(Bytes::from_static(body), true, timeout)
-                .await?;
-        }
-        Ok(body.len() as u64)
-    }
-
     /// Resolves when the client resets the stream (cancels the request).
     pub(crate) async fn cancelled(&mut self) -> Reason {
         let reset = match self.send.as_mut() {
