@@ -11,8 +11,8 @@ use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{
-    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, Method, ResponseHead, Version,
-    encode_chunk, encode_last_chunk, filter_trailers,
+    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, HeaderEdit, Method, ResponseHead,
+    Version, encode_chunk, encode_last_chunk, filter_trailers,
 };
 use weir_upstream::node::InFlight;
 
@@ -385,41 +385,43 @@ fn write_head(
         upgrade: false,
         set_headers: &vs.config.response_headers,
     };
+    let edits = WithExtra {
+        edits: head.edits,
+        extra: head.extra,
+    };
     if let Some(stream) = client.h2() {
-        let converted = weir_http::http2::response_to_h2_edited(
-            head.response,
-            &forward,
-            head.edits,
-            head.method,
-        )
-        .map_err(Failure::bad_response)?;
-        let mut converted = converted;
-        if let Some((name, value)) = head.extra {
-            let name = http::HeaderName::from_bytes(name.as_bytes());
-            let value = http::HeaderValue::from_str(value);
-            if let (Ok(name), Ok(value)) = (name, value) {
-                converted.headers_mut().append(name, value);
-            }
-        }
+        let converted =
+            weir_http::http2::response_to_h2_edited(head.response, &forward, &edits, head.method)
+                .map_err(Failure::bad_response)?;
         let bodiless = matches!(head.framing, BodyFraming::None | BodyFraming::Length(0));
         stream.send_head(converted, bodiless)?;
         return Ok(head.response.raw().len() as u64);
     }
     client.write_buf.clear();
-    weir_http::write_response_head_edited(
-        head.response,
-        &forward,
-        head.edits,
-        &mut client.write_buf,
-    );
-    if let Some((name, value)) = head.extra {
-        // Before the blank line that ends the head.
-        client.write_buf.truncate(client.write_buf.len() - 2);
-        for piece in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n\r\n"] {
-            client.write_buf.extend_from_slice(piece);
+    weir_http::write_response_head_edited(head.response, &forward, &edits, &mut client.write_buf);
+    Ok(client.write_buf.len() as u64)
+}
+
+/// The rules' edits plus one more field written after them (the cache's
+/// `X-Cache`), so both protocols' head writers add it the same way.
+struct WithExtra<'a> {
+    edits: &'a Edits<'a>,
+    extra: Option<(&'a str, &'a str)>,
+}
+
+impl HeaderEdit for WithExtra<'_> {
+    fn drops(&self, name: &[u8]) -> bool {
+        self.edits.drops(name)
+    }
+
+    fn write_added(&self, out: &mut BytesMut) {
+        self.edits.write_added(out);
+        if let Some((name, value)) = self.extra {
+            for piece in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
+                out.extend_from_slice(piece);
+            }
         }
     }
-    Ok(client.write_buf.len() as u64)
 }
 
 /// Sends a piece of body (after anything in `write_buf`), chunk-framed if
