@@ -101,13 +101,7 @@ pub async fn splice(client: &TcpStream, node: &TcpStream, settings: RelaySetting
         );
         tokio::try_join!(up, down)
     };
-    let ended = tokio::select! {
-        done = both => match done {
-            Ok(_) => Ended::Closed,
-            Err((end, error)) => end.ended(error),
-        },
-        () = until_idle(&activity, settings.idle_timeout) => Ended::IdleTimeout,
-    };
+    let ended = race_idle(both, &activity, settings.idle_timeout).await;
     Relayed {
         client_to_node: up_bytes.into_inner(),
         node_to_client: down_bytes.into_inner(),
@@ -115,8 +109,24 @@ pub async fn splice(client: &TcpStream, node: &TcpStream, settings: RelaySetting
     }
 }
 
+/// How a relay ended: both directions done (`both`), one failed, or nothing
+/// moved for `idle`.
+pub(super) async fn race_idle<T>(
+    both: impl Future<Output = Result<T, (End, io::Error)>>,
+    activity: &Activity,
+    idle: std::time::Duration,
+) -> Ended {
+    tokio::select! {
+        done = both => match done {
+            Ok(_) => Ended::Closed,
+            Err((end, error)) => end.ended(error),
+        },
+        () = until_idle(activity, idle) => Ended::IdleTimeout,
+    }
+}
+
 /// Returns once nothing moved for `idle` (the timer is re-armed only when it fires).
-pub(super) async fn until_idle(activity: &Activity, idle: std::time::Duration) {
+async fn until_idle(activity: &Activity, idle: std::time::Duration) {
     loop {
         let deadline = activity.last() + idle;
         if deadline <= Instant::now() {

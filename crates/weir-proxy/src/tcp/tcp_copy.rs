@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use super::splice::{Activity, until_idle};
-use super::{End, Ended, RelaySettings, Relayed};
+use super::splice::{Activity, race_idle};
+use super::{End, RelaySettings, Relayed};
 
 /// Relays bytes between two plain TCP sockets through a buffer per direction; `adaptive`
 /// moves a direction to `splice(2)` once it carries bulk.
@@ -48,13 +48,7 @@ pub async fn relay_tcp(
         );
         tokio::try_join!(up, down)
     };
-    let ended = tokio::select! {
-        done = both => match done {
-            Ok(_) => Ended::Closed,
-            Err((end, error)) => end.ended(error),
-        },
-        () = until_idle(&activity, settings.idle_timeout) => Ended::IdleTimeout,
-    };
+    let ended = race_idle(both, &activity, settings.idle_timeout).await;
     Relayed {
         client_to_node: up_bytes.into_inner(),
         node_to_client: down_bytes.into_inner(),
