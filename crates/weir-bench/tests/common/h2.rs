@@ -74,6 +74,11 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: S, counts
         let (counts, on_connection) = (Arc::clone(&counts), Arc::clone(&on_connection));
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(2)).await;
+            // The stream stops counting before its answer goes out: once the client has the
+            // answer it may open the next stream, which this connection's accept loop can see
+            // before a decrement placed after the send would run.
+            on_connection.fetch_sub(1, Ordering::SeqCst);
+            counts.in_flight.fetch_sub(1, Ordering::SeqCst);
             let response = http::Response::builder()
                 .status(200)
                 .header("content-length", "100")
@@ -82,8 +87,6 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: S, counts
             if let Ok(mut body) = respond.send_response(response, false) {
                 let _ = body.send_data(Bytes::from(vec![b'x'; 100]), true);
             }
-            on_connection.fetch_sub(1, Ordering::SeqCst);
-            counts.in_flight.fetch_sub(1, Ordering::SeqCst);
         });
     }
 }
