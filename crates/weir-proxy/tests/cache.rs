@@ -162,26 +162,45 @@ async fn purge_method_removes_the_object() {
     proxy.stop().await;
 }
 
-/// Concurrent misses for one object make one request to the node.
+/// 1,000 concurrent misses for one cold object make exactly one request to
+/// the node. The node holds its answer until every other request is waiting
+/// for the leader's fill, so the count does not depend on timing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_misses_are_coalesced() {
-    let node = CountingNode::start(fresh, Duration::from_millis(300)).await;
-    let proxy = Arc::new(proxy_for(&node, CACHE).await);
-    let clients: Vec<_> = (0..200)
+async fn a_thousand_concurrent_misses_make_one_node_request() {
+    const CLIENTS: usize = 1_000;
+    let node = CountingNode::start_held(fresh, Duration::ZERO).await;
+    let proxy = Arc::new(proxy_for(&node, &format!("{CACHE}coalesce_timeout = \"60s\"\n")).await);
+    let clients: Vec<_> = (0..CLIENTS)
         .map(|_| {
             let addr = proxy.addr;
-            tokio::spawn(async move { client::get(addr, "/slow").await.unwrap() })
+            tokio::spawn(async move { client::get(addr, "/cold").await })
         })
         .collect();
+    let metrics = proxy.metrics.cache("web");
+    let waited = tokio::time::timeout(Duration::from_secs(30), async {
+        while metrics.coalesced.get() < (CLIENTS - 1) as u64 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "{} of {} requests waiting, node saw {}",
+        metrics.coalesced.get(),
+        CLIENTS - 1,
+        node.requests()
+    );
+    assert_eq!(node.requests(), 1);
+    node.release();
     for client in clients {
-        let response = client.await.unwrap();
+        let response = client.await.unwrap().expect("every client gets an answer");
         assert_eq!(
             (response.status, response.text()),
-            (200, "body of /slow".to_owned())
+            (200, "body of /cold".to_owned())
         );
     }
     assert_eq!(node.requests(), 1);
-    assert!(proxy.metrics.cache("web").coalesced.get() > 0);
+    assert_eq!(metrics.misses.get(), 1);
     Arc::into_inner(proxy).unwrap().stop().await;
 }
 
@@ -204,6 +223,193 @@ async fn large_bodies_stream_while_they_are_stored() {
     }
     assert_eq!(node.requests(), 1);
     proxy.stop().await;
+}
+
+const HUGE: usize = 16 << 20;
+
+fn huge(_: &str, _: usize) -> Answer {
+    let body: Vec<u8> = (0..HUGE).map(|i| (i % 253) as u8).collect();
+    Answer::ok(&body).field("Cache-Control", "max-age=60")
+}
+
+/// A client that sends `GET path` and then reads nothing: its receive buffer
+/// is a few KiB, so almost all of a large answer stays on weir's side.
+async fn stalled_client(addr: std::net::SocketAddr, path: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    // The same Host as `client::get`, so that both ask for one object.
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
+    tokio::io::AsyncWriteExt::write_all(&mut stream, request.as_bytes())
+        .await
+        .unwrap();
+    stream
+}
+
+/// What a stalled client had received (one read without waiting), then the
+/// whole answer once it reads: (bytes it had, status line, body).
+async fn drain_stalled(mut stream: tokio::net::TcpStream) -> (usize, String, Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    // One read without waiting takes what the client's receive buffer holds.
+    let mut received = vec![0u8; HUGE];
+    let had = stream.try_read(&mut received).unwrap_or(0);
+    received.truncate(had);
+    let mut chunk = vec![0u8; 64 << 10];
+    let read_all = async {
+        let end = loop {
+            if let Some(at) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed before the head");
+            received.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8_lossy(&received[..end]).into_owned();
+        let length: usize = head
+            .lines()
+            .find_map(|line| {
+                line.to_ascii_lowercase()
+                    .strip_prefix("content-length: ")
+                    .map(str::to_owned)
+            })
+            .and_then(|value| value.trim().parse().ok())
+            .expect("a Content-Length");
+        while received.len() < end + length {
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed before the end of the body");
+            received.extend_from_slice(&chunk[..n]);
+        }
+        let status = head.lines().next().unwrap_or_default().to_owned();
+        (status, received[end..end + length].to_vec())
+    };
+    let (status, body) = tokio::time::timeout(Duration::from_secs(20), read_all)
+        .await
+        .expect("the stalled client gets its answer once it reads");
+    (had, status, body)
+}
+
+/// Four clients that each fetch `path` at once; all must be answered promptly.
+async fn prompt_hits(proxy: &TestProxy, path: &'static str, expected: &[u8]) {
+    let fetches: Vec<_> = (0..4)
+        .map(|_| {
+            let addr = proxy.addr;
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let response = client::get(addr, path).await.unwrap();
+                (response, started.elapsed())
+            })
+        })
+        .collect();
+    for fetch in fetches {
+        let (response, took) = tokio::time::timeout(Duration::from_secs(20), fetch)
+            .await
+            .expect("other clients are not held up by a stalled one")
+            .unwrap();
+        assert_eq!(response.status, 200);
+        assert!(response.body == expected, "body differs");
+        assert!(took < Duration::from_secs(10), "a hit took {took:?}");
+    }
+}
+
+/// A client that reads nothing — first the one whose miss fills the object,
+/// then one that asked for the stored object — holds up neither the fill nor
+/// other clients' hits on the same object; it still gets the whole body
+/// once it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_reader_never_blocks_other_hits_on_the_object() {
+    let node = CountingNode::start(huge, Duration::ZERO).await;
+    let proxy = proxy_for(&node, &format!("{CACHE}max_object_size = \"32MiB\"\n")).await;
+    let expected = huge("", 0).body;
+    let leader = stalled_client(proxy.addr, "/huge").await;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while node.requests() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the stalled client's miss reaches the node");
+    prompt_hits(&proxy, "/huge", &expected).await;
+    let stored = stalled_client(proxy.addr, "/huge").await;
+    prompt_hits(&proxy, "/huge", &expected).await;
+    assert_eq!(node.requests(), 1);
+    for stalled in [leader, stored] {
+        let (had, status, body) = drain_stalled(stalled).await;
+        assert!(
+            had < HUGE / 2,
+            "the client was not stalled: it had {had} bytes"
+        );
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert!(body == expected, "the stalled client's body differs");
+    }
+    proxy.stop().await;
+}
+
+/// A small store under many objects of random sizes (some bigger than a
+/// shard's share allows twice) never holds more than its bound + 5 %, and
+/// stays full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_stays_within_its_bound_under_random_sizes() {
+    const BOUND: i64 = 1 << 20;
+    let node = CountingNode::start(sized, Duration::ZERO).await;
+    let proxy = Arc::new(
+        proxy_for(
+            &node,
+            &format!("{CACHE}size = \"1MiB\"\nmax_object_size = \"64KiB\"\n"),
+        )
+        .await,
+    );
+    let metrics = proxy.metrics.cache("web");
+    let workers: Vec<_> = (0..4u64)
+        .map(|worker| {
+            let (addr, metrics) = (proxy.addr, metrics.clone());
+            tokio::spawn(async move {
+                let mut connection = Connection::open(addr).await.unwrap();
+                // A small LCG per connection: sizes from 0 to 64 KiB.
+                let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ worker;
+                let mut peak = 0;
+                for index in 0..150 {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let size = (state >> 33) % (64 << 10);
+                    let path = format!("/r/{size}/{worker}-{index}");
+                    let head = format!("GET {path} HTTP/1.1\r\nHost: cache.test\r\n\r\n");
+                    connection.send(head.as_bytes()).await.unwrap();
+                    let response = connection.response().await.unwrap();
+                    assert_eq!(response.body.len() as u64, size, "{path}");
+                    let held = metrics.bytes_stored.get();
+                    assert!(held <= BOUND + BOUND / 20, "{held} bytes held after {path}");
+                    peak = peak.max(held);
+                }
+                peak
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let held = metrics.bytes_stored.get();
+    assert!(held <= BOUND + BOUND / 20, "{held} bytes held");
+    // About 19 MiB went through a 1 MiB store: it evicted, and is still full
+    // to within one of its largest objects per shard.
+    assert!(
+        metrics.evictions.get() > 100,
+        "{} evictions",
+        metrics.evictions.get()
+    );
+    assert!(held > BOUND / 2, "{held} bytes held");
+    assert_eq!(node.requests(), 600);
+    Arc::into_inner(proxy).unwrap().stop().await;
+}
+
+fn sized(head: &str, _: usize) -> Answer {
+    let size: usize = head
+        .split(' ')
+        .nth(1)
+        .and_then(|path| path.split('/').nth(2))
+        .and_then(|size| size.parse().ok())
+        .unwrap_or(0);
+    Answer::ok(&vec![b'x'; size]).field("Cache-Control", "max-age=60")
 }
 
 fn fails_after_first(_: &str, count: usize) -> Answer {
@@ -232,9 +438,14 @@ async fn stale_if_error_serves_the_stored_object_while_the_node_fails() {
     proxy.stop().await;
 }
 
+/// v0 is fresh for a second; the refreshed v1 for a minute, so that a slow
+/// run does not find it stale again (ages count whole seconds).
 fn versions(_: &str, count: usize) -> Answer {
-    Answer::ok(format!("v{count}").as_bytes())
-        .field("Cache-Control", "max-age=1, stale-while-revalidate=60")
+    let max_age = if count == 0 { 1 } else { 60 };
+    Answer::ok(format!("v{count}").as_bytes()).field(
+        "Cache-Control",
+        &format!("max-age={max_age}, stale-while-revalidate=60"),
+    )
 }
 
 /// Within stale-while-revalidate the stale object is answered at once and

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 /// What the handler gets: the request head as text, and how many requests
 /// came before this one.
@@ -44,23 +45,44 @@ pub struct CountingNode {
     pub addr: SocketAddr,
     count: Arc<AtomicUsize>,
     heads: Arc<Mutex<Vec<String>>>,
+    gate: Arc<watch::Sender<bool>>,
 }
 
 impl CountingNode {
     /// A node that waits `delay` before each answer.
     pub async fn start(handler: Handler, delay: Duration) -> CountingNode {
+        let node = CountingNode::start_held(handler, delay).await;
+        node.release();
+        node
+    }
+
+    /// A node that counts the requests it gets but answers none until
+    /// [`CountingNode::release`] (then each after `delay`).
+    pub async fn start_held(handler: Handler, delay: Duration) -> CountingNode {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let count = Arc::new(AtomicUsize::new(0));
         let heads = Arc::new(Mutex::new(Vec::new()));
-        let (counter, log) = (Arc::clone(&count), Arc::clone(&heads));
+        let gate = Arc::new(watch::channel(false).0);
+        let (counter, log, opened) = (Arc::clone(&count), Arc::clone(&heads), Arc::clone(&gate));
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let (counter, log) = (Arc::clone(&counter), Arc::clone(&log));
-                tokio::spawn(serve(stream, handler, delay, counter, log));
+                let opened = opened.subscribe();
+                tokio::spawn(serve(stream, handler, delay, counter, log, opened));
             }
         });
-        CountingNode { addr, count, heads }
+        CountingNode {
+            addr,
+            count,
+            heads,
+            gate,
+        }
+    }
+
+    /// Lets a held node answer (the requests it holds, and all later ones).
+    pub fn release(&self) {
+        self.gate.send_replace(true);
     }
 
     /// Requests received so far.
@@ -80,6 +102,7 @@ async fn serve(
     delay: Duration,
     count: Arc<AtomicUsize>,
     heads: Arc<Mutex<Vec<String>>>,
+    mut opened: watch::Receiver<bool>,
 ) {
     let mut buf = Vec::new();
     loop {
@@ -97,6 +120,9 @@ async fn serve(
         buf.drain(..end);
         let before = count.fetch_add(1, Ordering::SeqCst);
         heads.lock().unwrap().push(head.clone());
+        if opened.wait_for(|open| *open).await.is_err() {
+            return;
+        }
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
