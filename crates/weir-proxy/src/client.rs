@@ -444,17 +444,7 @@ impl Client {
         })
         .await;
         self.write_buf.clear();
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(Failure::silent(Error::downstream(
-                ErrorKind::ClientClosed,
-                error,
-            ))),
-            Err(_) => Err(Failure::silent(
-                Error::new(ErrorKind::ClientTimeout, Side::Downstream)
-                    .context("client did not read the response in time"),
-            )),
-        }
+        written(result)
     }
 
     /// Writes `bytes` (after anything in `write_buf`) to the client.
@@ -473,17 +463,42 @@ impl Client {
             stream.write_all(bytes).await?;
             stream.flush().await
         };
-        match tokio::time::timeout(timeout, write).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(Failure::silent(Error::downstream(
-                ErrorKind::ClientClosed,
-                error,
-            ))),
-            Err(_) => Err(Failure::silent(
-                Error::new(ErrorKind::ClientTimeout, Side::Downstream)
-                    .context("client did not read the response in time"),
-            )),
-        }
+        written(tokio::time::timeout(timeout, write).await)
+    }
+
+    /// Writes `write_buf` (a head, or nothing) and then `chunks` with
+    /// vectored writes, up to [`VECTORED_SLICES`] slices a call: the chunks
+    /// go to the kernel (or TLS) from where they are, never copied into
+    /// `write_buf`. Clears `write_buf`.
+    pub(crate) async fn send_vectored(
+        &mut self,
+        chunks: &[Bytes],
+        timeout: Duration,
+    ) -> Result<(), Failure> {
+        let Downstream::Http1(stream) = &mut self.stream else {
+            self.write_buf.clear();
+            return Err(not_for_h2());
+        };
+        let head = &self.write_buf[..];
+        let write = async {
+            let mut cursor = VectoredCursor::default();
+            loop {
+                let mut slices = [std::io::IoSlice::new(&[]); VECTORED_SLICES];
+                let count = cursor.fill(head, chunks, &mut slices);
+                if count == 0 {
+                    break;
+                }
+                let n = stream.write_vectored(&slices[..count]).await?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::WriteZero.into());
+                }
+                cursor.advance(head, chunks, n);
+            }
+            stream.flush().await
+        };
+        let result = tokio::time::timeout(timeout, write).await;
+        self.write_buf.clear();
+        written(result)
     }
 
     /// Closes after an error answer without losing it: our side is shut
@@ -617,4 +632,132 @@ fn not_for_h2() -> Failure {
     Failure::silent(
         Error::new(ErrorKind::Io, Side::Internal).context("HTTP/1.1 bytes for an HTTP/2 stream"),
     )
+}
+
+/// Slices handed to one vectored write (Linux's `IOV_MAX` is 1024).
+const VECTORED_SLICES: usize = 64;
+
+/// Where a vectored write of a head and chunks has got to: `head` bytes of
+/// the head written, then `offset` bytes into chunk `index`.
+#[derive(Default)]
+struct VectoredCursor {
+    head: usize,
+    index: usize,
+    offset: usize,
+}
+
+impl VectoredCursor {
+    /// Fills `slices` with what is left to write; returns how many it used.
+    fn fill<'a>(
+        &self,
+        head: &'a [u8],
+        chunks: &'a [Bytes],
+        slices: &mut [std::io::IoSlice<'a>],
+    ) -> usize {
+        let mut count = 0;
+        if self.head < head.len() {
+            slices[0] = std::io::IoSlice::new(&head[self.head..]);
+            count = 1;
+        }
+        let mut offset = self.offset;
+        for chunk in chunks.iter().skip(self.index) {
+            if count == slices.len() {
+                break;
+            }
+            if offset < chunk.len() {
+                slices[count] = std::io::IoSlice::new(&chunk[offset..]);
+                count += 1;
+            }
+            offset = 0;
+        }
+        count
+    }
+
+    /// Moves past `n` written bytes.
+    fn advance(&mut self, head: &[u8], chunks: &[Bytes], mut n: usize) {
+        let in_head = n.min(head.len() - self.head);
+        self.head += in_head;
+        n -= in_head;
+        while n > 0 {
+            let Some(chunk) = chunks.get(self.index) else {
+                return;
+            };
+            let here = (chunk.len() - self.offset).min(n);
+            self.offset += here;
+            n -= here;
+            if self.offset == chunk.len() {
+                self.index += 1;
+                self.offset = 0;
+            }
+        }
+        // Skip empty chunks so that a finished write fills no slice.
+        while chunks
+            .get(self.index)
+            .is_some_and(|chunk| self.offset == chunk.len())
+        {
+            self.index += 1;
+            self.offset = 0;
+        }
+    }
+}
+
+/// A write to the client as a result: closed or timed out.
+fn written(
+    result: Result<std::io::Result<()>, tokio::time::error::Elapsed>,
+) -> Result<(), Failure> {
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(Failure::silent(Error::downstream(
+            ErrorKind::ClientClosed,
+            error,
+        ))),
+        Err(_) => Err(Failure::silent(
+            Error::new(ErrorKind::ClientTimeout, Side::Downstream)
+                .context("client did not read the response in time"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::VectoredCursor;
+
+    /// Writes that take any number of bytes (short writes included) add up
+    /// to the head and the chunks in order, and then nothing is left.
+    #[test]
+    fn a_vectored_cursor_survives_short_writes() {
+        let head = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+        let chunks: Vec<Bytes> = (0..200)
+            .map(|i: usize| Bytes::from(vec![(i % 251) as u8; (i * 37) % 300]))
+            .collect();
+        let mut expected = head.clone();
+        for chunk in &chunks {
+            expected.extend_from_slice(chunk);
+        }
+        for step in [1, 7, 300, 4096, usize::MAX] {
+            let mut cursor = VectoredCursor::default();
+            let mut out = Vec::new();
+            loop {
+                let mut slices = [std::io::IoSlice::new(&[]); 16];
+                let count = cursor.fill(&head, &chunks, &mut slices);
+                if count == 0 {
+                    break;
+                }
+                let mut taken = 0;
+                for slice in &slices[..count] {
+                    let take = slice.len().min(step - taken);
+                    out.extend_from_slice(&slice[..take]);
+                    taken += take;
+                    if taken == step {
+                        break;
+                    }
+                }
+                assert!(taken > 0);
+                cursor.advance(&head, &chunks, taken);
+            }
+            assert!(out == expected, "step {step}");
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! Answers from the cache: a [`Hit`]'s head and body to the client. The
 //! stored chunks are sent as they are (shared with the store, never copied
-//! into a buffer, except a small body joining its head in one write); a body
-//! still arriving is followed at this client's own pace.
+//! into a buffer, except a small body joining its head in one write): head
+//! and chunks go out in vectored writes. A body still arriving is followed at
+//! this client's own pace.
 
 use std::time::Duration;
 
@@ -63,17 +64,26 @@ pub(super) async fn hit(
     })
 }
 
+/// A stored body up to this many bytes joins its head in `write_buf` (one
+/// small copy, one write); a larger one is written from the store's chunks
+/// with vectored writes, head and chunks together, no copy.
+const COPY_BELOW: usize = 4096;
+
 async fn send_chunks(
     client: &mut Client,
     chunks: &[bytes::Bytes],
     timeout: Duration,
 ) -> Result<u64, Failure> {
-    let mut sent = 0;
-    for chunk in chunks {
-        client.send(chunk, timeout).await?;
-        sent += chunk.len() as u64;
+    let sent: usize = chunks.iter().map(bytes::Bytes::len).sum();
+    if sent <= COPY_BELOW {
+        for chunk in chunks {
+            client.write_buf.extend_from_slice(chunk);
+        }
+        // The caller flushes `write_buf`.
+        return Ok(sent as u64);
     }
-    Ok(sent)
+    client.send_vectored(chunks, timeout).await?;
+    Ok(sent as u64)
 }
 
 /// Follows a body still arriving from the node, framed as the head said.
