@@ -297,6 +297,15 @@ pub fn simple_response_to_h2<E: HeaderEdit + ?Sized>(
     written_head_to_h2(&out, Method::Head)
 }
 
+/// A complete HTTP/1.1 response head that weir wrote itself (the cache's
+/// stored heads, say: one writer for both protocols) as an HTTP/2 response
+/// head: status and fields, without the connection-specific ones
+/// (`Connection`, `Transfer-Encoding` …). The body, if any, goes in DATA
+/// frames after it.
+pub fn response_head_to_h2(written: &[u8]) -> Result<http::Response<()>, ParseError> {
+    written_head_to_h2(written, Method::Head)
+}
+
 /// An HTTP/1.1 response head weir wrote (one writer for both protocols) in
 /// HTTP/2 form: status and fields, without the connection-specific ones.
 fn written_head_to_h2(written: &[u8], method: Method) -> Result<http::Response<()>, ParseError> {

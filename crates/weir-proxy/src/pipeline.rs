@@ -360,15 +360,10 @@ async fn serve_request(
     let mut body = request_body::read(client, vs, head).await?;
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
     let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
-    // (HTTP/2 streams skip it for now: the cache writes HTTP/1.1 answers.)
-    let looked = match client.is_h2() {
-        true => Looked::Forward(None),
-        false => {
-            let route = vs.matched_route(head);
-            let complete = body.is_complete();
-            content::lookup(client, vs, route, head, complete, answer_keep_alive).await?
-        }
-    };
+    // (HTTP/2 streams get hits only: the response stages write HTTP/1.1.)
+    let route = vs.matched_route(head);
+    let complete = body.is_complete();
+    let looked = content::lookup(client, vs, route, head, complete, answer_keep_alive).await?;
     let flow = match looked {
         Looked::Answered { sent, refresh } => {
             record(client, vs, request, body.received, &sent, None, traffic);

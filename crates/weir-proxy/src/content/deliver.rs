@@ -2,10 +2,12 @@
 //! stored chunks are sent as they are (shared with the store, never copied
 //! into a buffer, except a small body joining its head in one write): head
 //! and chunks go out in vectored writes. A body still arriving is followed at
-//! this client's own pace.
+//! this client's own pace. An HTTP/2 stream gets the same head as HEADERS
+//! and the same chunks as DATA.
 
 use std::time::Duration;
 
+use bytes::BytesMut;
 use weir_cache::{BodyAborted, BodyReader, Framing, Hit, HitBody};
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{Version, encode_chunk, encode_last_chunk};
@@ -35,6 +37,9 @@ pub(super) async fn hit(
         .map(|name| (name, hit.cache_status().as_str()));
     let fields = [via, status.unwrap_or_default()];
     let extra = &fields[..1 + usize::from(status.is_some())];
+    if client.is_h2() {
+        return hit_h2(client, vs, hit, extra).await;
+    }
     client.write_buf.clear();
     let framing = hit.write_http1_head(
         &mut client.write_buf,
@@ -62,6 +67,76 @@ pub(super) async fn hit(
         keep_alive,
         cache: Some(hit.cache_status().as_str()),
     })
+}
+
+/// Sends `hit` on an HTTP/2 stream: the head the HTTP/1.1 writer makes, as
+/// HEADERS (connection-specific fields dropped), then the stored chunks as
+/// DATA as the client's window allows. The pipeline ends the stream.
+async fn hit_h2(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    hit: &Hit,
+    extra: &[(&str, &str)],
+) -> Result<Sent, Failure> {
+    let mut head = BytesMut::with_capacity(512);
+    hit.write_http1_head(&mut head, false, true, extra, &vs.config.response_headers);
+    let response = weir_http::http2::response_head_to_h2(&head).map_err(|error| {
+        Failure::silent(
+            Error::new(ErrorKind::Io, Side::Internal)
+                .context(format!("stored head not representable in HTTP/2: {error}")),
+        )
+    })?;
+    let timeout = vs.config.timeouts.write;
+    let body = hit.body();
+    let Some(stream) = client.h2() else {
+        return Err(Failure::silent(
+            Error::new(ErrorKind::Io, Side::Internal).context("HTTP/2 hit on HTTP/1.1"),
+        ));
+    };
+    let bodiless = matches!(body, HitBody::Empty);
+    stream
+        .send_head(response, bodiless)
+        .map_err(Failure::silent)?;
+    let mut sent = 0;
+    let chunks = match body {
+        HitBody::Empty => Vec::new(),
+        HitBody::Whole(rope) => rope.chunks().to_vec(),
+        HitBody::Part(chunks) => chunks,
+        HitBody::Growing(mut reader) => loop {
+            match reader.next().await {
+                Ok(Some(chunk)) => {
+                    sent += chunk.len() as u64;
+                    stream
+                        .send_data(chunk, false, timeout)
+                        .await
+                        .map_err(Failure::silent)?;
+                }
+                Ok(None) => break Vec::new(),
+                Err(BodyAborted) => return Err(broken_off()),
+            }
+        },
+    };
+    for chunk in chunks {
+        sent += chunk.len() as u64;
+        stream
+            .send_data(chunk, false, timeout)
+            .await
+            .map_err(Failure::silent)?;
+    }
+    Ok(Sent {
+        grpc_status: None,
+        status: hit.status(),
+        bytes: head.len() as u64 + sent,
+        keep_alive: false,
+        cache: Some(hit.cache_status().as_str()),
+    })
+}
+
+fn broken_off() -> Failure {
+    Failure::silent(
+        Error::new(ErrorKind::BadResponse, Side::Upstream)
+            .context("the node's body broke off while it was being stored"),
+    )
 }
 
 /// A stored body up to this many bytes joins its head in `write_buf` (one
@@ -99,12 +174,7 @@ async fn follow(
         let chunk = match reader.next().await {
             Ok(Some(chunk)) => chunk,
             Ok(None) => break,
-            Err(BodyAborted) => {
-                return Err(Failure::silent(
-                    Error::new(ErrorKind::BadResponse, Side::Upstream)
-                        .context("the node's body broke off while it was being stored"),
-                ));
-            }
+            Err(BodyAborted) => return Err(broken_off()),
         };
         sent += chunk.len() as u64;
         match framing {
