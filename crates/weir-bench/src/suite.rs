@@ -72,6 +72,16 @@ pub enum RowKind {
         /// Requests in flight on each connection.
         streams: usize,
     },
+    /// HTTP/1.1 GET of `path` on the target's caching base URL (`cache`): the origin marks
+    /// the answer cacheable (`?max_age=`), so after the first request every answer is a hit.
+    Cache {
+        /// The path (and query) asked for.
+        path: &'static str,
+        /// The response body's size, bytes.
+        size: usize,
+        /// The value is bytes transferred (Gbit/s) rather than requests per second.
+        throughput: bool,
+    },
     /// Not measured; the reason is shown in the row.
     NotAvailable(&'static str),
 }
@@ -183,11 +193,19 @@ pub const ROWS: &[RowSpec] = &[
     },
     RowSpec {
         name: "cache req/s",
-        kind: RowKind::NotAvailable(NO_CACHE),
+        kind: RowKind::Cache {
+            path: "/bytes/100?max_age=3600",
+            size: 100,
+            throughput: false,
+        },
     },
     RowSpec {
         name: "cache throughput",
-        kind: RowKind::NotAvailable(NO_CACHE),
+        kind: RowKind::Cache {
+            path: "/bytes/1048576?max_age=3600",
+            size: 1_048_576,
+            throughput: true,
+        },
     },
 ];
 
@@ -203,8 +221,14 @@ impl RowSpec {
             }
             | RowKind::Https {
                 throughput: true, ..
+            }
+            | RowKind::Cache {
+                throughput: true, ..
             } => "Gbit/s",
-            RowKind::Http { .. } | RowKind::Https { .. } | RowKind::Http2 { .. } => "req/s",
+            RowKind::Http { .. }
+            | RowKind::Https { .. }
+            | RowKind::Http2 { .. }
+            | RowKind::Cache { .. } => "req/s",
             RowKind::NotAvailable(_) => "",
         }
     }
@@ -223,6 +247,9 @@ pub struct SuiteTarget {
     /// The target speaks HTTP/2: h2c (prior knowledge) on `base`, ALPN `h2` on `tls`;
     /// `false`: the HTTP/2 rows are n/a.
     pub http2: bool,
+    /// `http://host:port` through which the target caches what the origin marks cacheable;
+    /// `None`: the cache rows are n/a.
+    pub cache: Option<String>,
 }
 
 /// What `weir bench suite` was asked for.
@@ -407,6 +434,10 @@ fn run_row(settings: &SuiteSettings, spec: &RowSpec) -> Result<SuiteRow, SuiteEr
     if is_tls && settings.targets.iter().any(|target| target.tls.is_none()) {
         return Ok(not_available(spec, NO_TLS));
     }
+    let is_cache = matches!(spec.kind, RowKind::Cache { .. });
+    if is_cache && settings.targets.iter().any(|target| target.cache.is_none()) {
+        return Ok(not_available(spec, NO_CACHE));
+    }
     let is_h2 = matches!(spec.kind, RowKind::Http2 { .. });
     if is_h2 && settings.targets.iter().any(|target| !target.http2) {
         return Ok(not_available(spec, NO_H2));
@@ -525,6 +556,19 @@ fn plan_for(
                 None,
             )
         }
+        RowKind::Cache { path, .. } => (
+            format!(
+                "{}{path}",
+                target
+                    .cache
+                    .as_deref()
+                    .unwrap_or_default()
+                    .trim_end_matches('/')
+            ),
+            ConnectionMode::KeepAlive,
+            L4Mode::RequestResponse,
+            None,
+        ),
         RowKind::NotAvailable(_) => unreachable!("n/a rows are not planned"),
     };
     let http2_streams = match spec.kind {
@@ -614,6 +658,9 @@ impl Sum {
             }
             | RowKind::Https {
                 throughput: true, ..
+            }
+            | RowKind::Cache {
+                throughput: true, ..
             } => bytes_per_s * 8.0 / 1e9,
             _ => requests_per_s,
         };
@@ -668,9 +715,10 @@ pub fn text(report: &SuiteReport) -> String {
     for (label, target) in ["A", "B"].iter().zip(&report.targets) {
         let l4 = target.l4.as_deref().unwrap_or("none");
         let tls = target.tls.as_deref().unwrap_or("none");
+        let cache = target.cache.as_deref().unwrap_or("none");
         let _ = writeln!(
             out,
-            "target {label}: {} (L4 echo: {l4}; TLS: {tls})",
+            "target {label}: {} (L4 echo: {l4}; TLS: {tls}; cache: {cache})",
             target.base
         );
     }
@@ -843,12 +891,15 @@ mod tests {
             .iter()
             .filter(|row| !matches!(row.kind, RowKind::NotAvailable(_)))
             .count();
-        assert_eq!(measured, 11);
+        // Every row is measured now; a target without what a row needs makes it n/a.
+        assert_eq!(measured, 13);
         assert_eq!(ROWS[6].unit(), "Gbit/s");
         assert_eq!(ROWS[0].unit(), "conn/s");
         assert_eq!(ROWS[7].unit(), "conn/s");
         assert_eq!(ROWS[8].unit(), "Gbit/s");
         assert_eq!(ROWS[9].unit(), "req/s");
         assert_eq!(ROWS[10].unit(), "req/s");
+        assert_eq!(ROWS[11].unit(), "req/s");
+        assert_eq!(ROWS[12].unit(), "Gbit/s");
     }
 }

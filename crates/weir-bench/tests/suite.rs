@@ -22,6 +22,7 @@ fn target(http: &TestOrigin, echo: Option<&TestOrigin>) -> SuiteTarget {
         l4: echo.map(|echo| echo.address.to_string()),
         tls: None,
         http2: false,
+        cache: None,
     }
 }
 
@@ -55,6 +56,13 @@ fn check_measured(report: &SuiteReport, columns: usize) {
             assert!(row.results.is_empty());
             continue;
         }
+        if matches!(spec.kind, RowKind::Cache { .. })
+            && report.targets.iter().any(|target| target.cache.is_none())
+        {
+            assert_eq!(row.note, Some("n/a (target does not cache)"));
+            assert!(row.results.is_empty());
+            continue;
+        }
         if let RowKind::Http2 { tls, .. } = spec.kind {
             let no_tls = tls && report.targets.iter().any(|target| target.tls.is_none());
             if no_tls || report.targets.iter().any(|target| !target.http2) {
@@ -80,6 +88,9 @@ fn check_measured(report: &SuiteReport, columns: usize) {
                     size, throughput, ..
                 }
                 | RowKind::Https {
+                    size, throughput, ..
+                }
+                | RowKind::Cache {
                     size, throughput, ..
                 } => Some((size, throughput)),
                 _ => None,
@@ -111,6 +122,8 @@ fn a_quick_suite_measures_every_row() {
     let (https, _certificate) = TestOrigin::https(true);
     let mut full = target(&http, Some(&echo));
     full.tls = Some(https.https_url(""));
+    // The origin itself stands in for a cache: the rows only need the paths served.
+    full.cache = Some(http.url(""));
     let report = suite::run(&settings(vec![full], 1)).expect("suite");
     http.stop();
     echo.stop();
@@ -121,7 +134,7 @@ fn a_quick_suite_measures_every_row() {
     assert!(text.contains("| p99 ms |"), "{text}");
     assert!(!text.contains("no TLS target"), "{text}");
     assert!(text.contains("TLS conn/s (full handshakes)"), "{text}");
-    assert!(text.contains("n/a (target does not cache)"), "{text}");
+    assert!(!text.contains("does not cache"), "{text}");
     assert!(text.contains("Gbit/s"), "{text}");
     let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("json");
     assert_eq!(json["schema"], "weir-bench-suite/2");
@@ -149,6 +162,14 @@ fn without_l4_the_l4_rows_are_na() {
         assert_eq!(row.note, Some("n/a (no TLS target given)"));
     }
     assert!(suite::text(&report).contains("n/a (no TLS target given)"));
+    for row in &report.rows[11..] {
+        assert_eq!(
+            row.note,
+            Some("n/a (target does not cache)"),
+            "{}",
+            row.name
+        );
+    }
     assert_eq!(report.rows[2].status, "measured");
 }
 
@@ -236,6 +257,7 @@ fn http2_rows_run_h2c_and_h2_against_an_http2_target() {
         l4: None,
         tls: Some(format!("https://127.0.0.1:{}", h2.port())),
         http2: true,
+        cache: None,
     };
     let report = suite::run(&settings(vec![target], 1)).expect("suite");
     let rows: Vec<_> = report

@@ -4,8 +4,9 @@
 //! One plain origin (`weir origin`) serves every proxy; a second, HTTPS origin serves the
 //! direct column's TLS rows. weir, HAProxy and nginx run with the configs in `bench/lab/`:
 //! the same threads, HTTP and HTTPS listeners with the same certificate, keep-alive reuse to
-//! the origin, no logging. The suite runs against one target at a time, in column order,
-//! and each proxy's CPU seconds over its own run are recorded.
+//! the origin, no logging, and a caching listener for the cache rows (weir's `[cache]`,
+//! HAProxy's `cache`, nginx's `proxy_cache`). The suite runs against one target at a time,
+//! in column order, and each proxy's CPU seconds over its own run are recorded.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,6 +23,8 @@ use crate::{Lab, template};
 /// Why a column has no L4 rows: only nginx without its stream module lacks them.
 const NO_L4: &str =
     "n/a for nginx: its stream module is not installed (apt-get install libnginx-mod-stream)";
+/// Why a column has no cache rows: only the direct column (the origin) lacks them.
+const NO_CACHE: &str = "n/a for direct: weir origin does not cache";
 /// Debian's nginx has the stream module as a dynamic module.
 const NGINX_STREAM_MODULE: &str = "/usr/lib/nginx/modules/ngx_stream_module.so";
 
@@ -93,6 +96,8 @@ struct Column {
     http2: bool,
     /// `host:port` of the L4 listener (in front of the echo origin); `None`: no L4 rows.
     l4: Option<String>,
+    /// `http://host:port` of the caching listener; `None` (the direct column): no cache rows.
+    cache: Option<String>,
     process: Option<Child>,
 }
 
@@ -113,7 +118,7 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
     let launcher = Launcher::new(&lab.supervisor, lab.weir.clone())?;
     let files = Certificates::write(&launcher)?;
     let runtime = lab.runtime()?;
-    let ports = free_ports(12)?;
+    let ports = free_ports(15)?;
     let echo_port = ports[8];
     let (origin_port, origin_tls_port) = (ports[0], ports[1]);
     let proxies = std::iter::once(None).chain(peers.iter().map(Some));
@@ -141,12 +146,15 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
             // weir origin speaks HTTP/1.1 only.
             http2: false,
             l4: Some(loopback(echo_port).to_string()),
+            // weir origin does not cache.
+            cache: None,
             process: None,
         }];
         for (index, peer) in proxies.enumerate() {
             let listen = (ports[2 + 2 * index], ports[3 + 2 * index]);
             let setup = ProxySetup {
                 l4: (ports[9 + index], echo_port),
+                cache: ports[12 + index],
                 files: &files,
                 origin_port,
                 threads: settings.proxy_threads,
@@ -204,6 +212,8 @@ struct ProxySetup<'a> {
     listen: (u16, u16),
     /// The L4 listener's port and the echo origin's.
     l4: (u16, u16),
+    /// The caching listener's port (the cache rows).
+    cache: u16,
 }
 
 /// Starts weir (`peer` `None`) or a peer with its `bench/lab/` config.
@@ -216,6 +226,7 @@ async fn start_proxy(
     let mut values = vec![
         ("HTTP_PORT", http.to_string()),
         ("HTTPS_PORT", https.to_string()),
+        ("CACHE_PORT", setup.cache.to_string()),
         ("ORIGIN_PORT", setup.origin_port.to_string()),
         ("THREADS", setup.threads.to_string()),
         ("L4_PORT", setup.l4.0.to_string()),
@@ -248,6 +259,8 @@ async fn start_proxy(
         }
         Some((Peer::Nginx, program)) => {
             values.extend([cert, key]);
+            // The L4 ports go into the stream block, not the template.
+            values.retain(|(name, _)| !matches!(*name, "L4_PORT" | "ECHO_PORT"));
             let (load, stream) = nginx_stream(setup.l4);
             if load.is_empty() {
                 l4 = None;
@@ -260,6 +273,7 @@ async fn start_proxy(
     };
     let mut column = column(name, &version, http, https, child);
     column.l4 = l4;
+    column.cache = Some(format!("http://{}", loopback(setup.cache)));
     Ok(column)
 }
 
@@ -297,6 +311,7 @@ fn measure(
             l4: column.l4.clone(),
             tls: Some(column.tls.clone()),
             http2: column.http2,
+            cache: column.cache.clone(),
         }],
         row_duration: settings.row_duration,
         slices: 1,
@@ -324,6 +339,7 @@ fn column(name: &str, version: &str, http: u16, https: u16, process: Child) -> C
         // The lab's configs in bench/lab/ offer HTTP/1.1 only (for now).
         http2: false,
         l4: None,
+        cache: None,
         process: Some(process),
     }
 }
@@ -346,16 +362,11 @@ pub fn merge(
                 .iter()
                 .filter_map(|report| report.rows.get(index))
                 .find_map(|row| row.note)
-                .map(|note| {
-                    if matches!(
-                        spec.kind,
-                        weir_bench::suite::RowKind::L4Connect
-                            | weir_bench::suite::RowKind::L4Rr { .. }
-                    ) {
-                        NO_L4.to_owned()
-                    } else {
-                        note.to_owned()
-                    }
+                .map(|note| match spec.kind {
+                    weir_bench::suite::RowKind::L4Connect
+                    | weir_bench::suite::RowKind::L4Rr { .. } => NO_L4.to_owned(),
+                    weir_bench::suite::RowKind::Cache { .. } => NO_CACHE.to_owned(),
+                    _ => note.to_owned(),
                 });
             SuiteLabRow {
                 name: spec.name.to_owned(),

@@ -127,6 +127,7 @@ mod tests {
                 values(&[
                     "HTTP_PORT",
                     "HTTPS_PORT",
+                    "CACHE_PORT",
                     "ORIGIN_PORT",
                     "L4_PORT",
                     "ECHO_PORT",
@@ -152,6 +153,7 @@ mod tests {
                 values(&[
                     "HTTP_PORT",
                     "HTTPS_PORT",
+                    "CACHE_PORT",
                     "ORIGIN_PORT",
                     "L4_PORT",
                     "ECHO_PORT",
@@ -164,6 +166,7 @@ mod tests {
                 values(&[
                     "HTTP_PORT",
                     "HTTPS_PORT",
+                    "CACHE_PORT",
                     "ORIGIN_PORT",
                     "THREADS",
                     "CERT",

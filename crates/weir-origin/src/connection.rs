@@ -306,6 +306,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             content_type,
             framing,
             connection,
+            max_age: plan.max_age,
         }
         .write(
             &mut self.output,
@@ -440,6 +441,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             content_type: TEXT,
             framing: ResponseFraming::Length((code.len() + 1 + text.len() + 1) as u64),
             connection: ConnectionHeader::Close,
+            max_age: None,
         }
         .write(
             &mut self.output,

@@ -30,8 +30,9 @@
 //! byte read is written back, under the same connection cap, counters and shutdown.
 //!
 //! Every method is answered; HEAD gets the headers (and Content-Length) GET would get. Query
-//! parameters combine on any path: `delay=MS`, `status=CODE`, `bytes=N` (replaces the body) and
-//! `chunked=1` (chunked transfer coding, for HTTP/1.1 clients). A malformed head, an invalid
+//! parameters combine on any path: `delay=MS`, `status=CODE`, `bytes=N` (replaces the body),
+//! `chunked=1` (chunked transfer coding, for HTTP/1.1 clients) and `max_age=S`
+//! (`Cache-Control: public, max-age=S`, for the cache rows of `weir bench suite`). A malformed head, an invalid
 //! framing (both Content-Length and Transfer-Encoding, a bad chunk, an HTTP/1.1 request
 //! without Host) or a bad number in the target is answered 400 (431 for oversized heads, 501
 //! for unknown transfer codings, 413 for `/echo` bodies over 16 MiB) and the connection closes.

@@ -39,6 +39,8 @@ pub(crate) struct ResponseHead {
     pub content_type: &'static str,
     pub framing: ResponseFraming,
     pub connection: ConnectionHeader,
+    /// `Some(S)`: `Cache-Control: public, max-age=S`.
+    pub max_age: Option<u64>,
 }
 
 /// The formatted `Date` value, recomputed at most once a second.
@@ -75,6 +77,12 @@ impl ResponseHead {
                 out.extend_from_slice(b"\r\n");
             }
             ResponseFraming::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        }
+        if let Some(max_age) = self.max_age {
+            let mut digits = itoa::Buffer::new();
+            out.extend_from_slice(b"Cache-Control: public, max-age=");
+            out.extend_from_slice(digits.format(max_age).as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
         match self.connection {
             ConnectionHeader::Omitted => {}
@@ -282,6 +290,7 @@ mod tests {
             content_type: "text/plain",
             framing: ResponseFraming::Length(5),
             connection: ConnectionHeader::KeepAlive,
+            max_age: None,
         };
         head.write(
             &mut out,
@@ -299,9 +308,24 @@ mod tests {
             content_type: "text/plain",
             framing: ResponseFraming::Bodiless,
             connection: ConnectionHeader::Omitted,
+            max_age: None,
         };
         head.write(&mut out, b"", b"D");
         assert_eq!(out, b"HTTP/1.1 204 No Content\r\nDate: D\r\n\r\n");
+        let mut out = Vec::new();
+        let head = ResponseHead {
+            status: 200,
+            content_type: "text/plain",
+            framing: ResponseFraming::Length(0),
+            connection: ConnectionHeader::Omitted,
+            max_age: Some(60),
+        };
+        head.write(&mut out, b"", b"D");
+        assert_eq!(
+            out,
+            b"HTTP/1.1 200 OK\r\nDate: D\r\nContent-Type: text/plain\r\nContent-Length: 0\r\n\
+              Cache-Control: public, max-age=60\r\n\r\n"
+        );
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //!
 //! Paths: `/`, `/healthz`, `/stats`, `/echo[/...]`, `/bytes/N`, `/delay/MS`, `/status/CODE`;
 //! anything else is 404. Query parameters combine on any path: `delay=MS`, `status=CODE`,
-//! `bytes=N`, `chunked=1|0|true|false`; unknown parameters are ignored.
+//! `bytes=N`, `chunked=1|0|true|false`, `max_age=S` (the answer says
+//! `Cache-Control: public, max-age=S`, so that caches in front may store it); unknown
+//! parameters are ignored.
 
 /// `/bytes/N` and `?bytes=N` are capped at this many bytes.
 pub const MAX_BODY_BYTES: u64 = 1 << 30;
@@ -17,6 +19,8 @@ pub(crate) struct Plan {
     /// `?chunked=1`: send the body chunked (HTTP/1.1 clients only).
     pub chunked: bool,
     pub delay_ms: u64,
+    /// `?max_age=S`: the answer may be cached for S seconds.
+    pub max_age: Option<u64>,
 }
 
 /// Which body a response carries.
@@ -69,6 +73,7 @@ pub(crate) fn plan(target: &[u8]) -> Result<Plan, RouteError> {
             b"status" => plan.status = parse_status(value)?,
             b"bytes" => plan.content = Content::Bytes(parse_number(value)?.min(MAX_BODY_BYTES)),
             b"chunked" => plan.chunked = parse_flag(value)?,
+            b"max_age" => plan.max_age = Some(parse_number(value)?),
             _ => {}
         }
     }
@@ -81,6 +86,7 @@ fn route_path(path: &[u8]) -> Result<Plan, RouteError> {
         content: Content::Hello,
         chunked: false,
         delay_ms: 0,
+        max_age: None,
     };
     match path {
         b"/" | b"" => {}
@@ -188,9 +194,11 @@ mod tests {
                 status: 200,
                 content: Content::Bytes(100),
                 chunked: true,
-                delay_ms: 50
+                delay_ms: 50,
+                max_age: None,
             }
         );
+        assert_eq!(routed("/bytes/1?max_age=3600").max_age, Some(3600));
         let plan = routed("/?status=201&bytes=7");
         assert_eq!((plan.status, plan.content), (201, Content::Bytes(7)));
     }

@@ -123,6 +123,7 @@ fn run_suite(args: SuiteArgs) -> anyhow::Result<()> {
         l4: args.l4.clone(),
         tls: args.tls,
         http2: args.h2,
+        cache: args.cache,
     }];
     if let Some(base) = args.compare {
         targets.push(SuiteTarget {
@@ -130,6 +131,7 @@ fn run_suite(args: SuiteArgs) -> anyhow::Result<()> {
             l4: args.compare_l4.or(args.l4),
             tls: args.compare_tls,
             http2: args.compare_h2,
+            cache: args.compare_cache,
         });
     }
     let report = suite::run(&SuiteSettings {

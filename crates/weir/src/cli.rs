@@ -509,6 +509,16 @@ pub struct SuiteArgs {
     /// The --compare target speaks HTTP/2 (with --compare, the HTTP/2 rows are n/a without it).
     #[arg(long, requires = "compare")]
     pub compare_h2: bool,
+    /// HTTP base URL through which TARGET caches (e.g. a virtual server of weir with
+    /// `[cache]` in front of `weir origin`), for the cache rows: they ask for
+    /// `/bytes/100?max_age=3600` and `/bytes/1048576?max_age=3600`, which the origin marks
+    /// cacheable (default: the cache rows are n/a).
+    #[arg(long)]
+    pub cache: Option<String>,
+    /// The caching base URL of the --compare target (with --compare, the cache rows are n/a
+    /// without it).
+    #[arg(long, requires = "compare")]
+    pub compare_cache: Option<String>,
     /// Time per row per target.
     #[arg(long, value_parser = weir_bench::parse_duration, default_value = "5s")]
     pub row_duration: Duration,
