@@ -623,7 +623,11 @@ async fn http2_streams_get_hits_from_the_store() {
     let filled = curl(&["--http1.1", &url]).await;
     assert!(filled.head.contains("x-cache: miss"), "{}", filled.head);
     let filled = curl(&["--http1.1", "-H", "Accept-Encoding: gzip", &url]).await;
-    assert!(filled.head.contains("content-encoding: gzip"), "{}", filled.head);
+    assert!(
+        filled.head.contains("content-encoding: gzip"),
+        "{}",
+        filled.head
+    );
     assert_eq!(node.requests(), 3);
     let hit = curl(&[h2, &url]).await;
     assert!(hit.head.starts_with("http/2 200"), "{}", hit.head);
