@@ -211,7 +211,10 @@ impl Driver {
         tokio::spawn(async move {
             // Decremented however the stream ends, a panic included.
             let _guard = ActiveGuard(active);
-            handler.serve(request, respond).await;
+            // The stream's pipeline state (kilobytes) lives in its own allocation: the
+            // task then holds a pointer, and tokio's moves of the task's future (into the
+            // task at spawn, its output stage at the end) copy a few words, not all of it.
+            Box::pin(handler.serve(request, respond)).await;
         });
     }
 
