@@ -55,6 +55,10 @@ pub(crate) const QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) const MAX_TUNNELS: u32 = 64;
 
+pub(crate) const DNS_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DNS_MIN_TTL: Duration = Duration::from_secs(1);
+pub(crate) const DNS_MAX_TTL: Duration = Duration::from_secs(5 * 60);
+
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) const UPSTREAM_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
