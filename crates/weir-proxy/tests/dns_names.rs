@@ -173,6 +173,24 @@ impl Load {
     }
 }
 
+/// SERVFAIL, then NXDOMAIN: the pool keeps `nodes` and nothing is rebuilt.
+async fn keeps_the_last_good_set_through_failures(
+    proxy: &TestProxy,
+    dns: &TestDns,
+    nodes: &[SocketAddr],
+) {
+    let generation = proxy.live.generation();
+    let queries = dns.queries();
+    dns.set("web.test", Reply::ServerFailure);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    dns.set("web.test", Reply::NameError);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(dns.queries() > queries, "the name was asked again");
+    assert_eq!(node_addresses(proxy), nodes);
+    assert_eq!(proxy.live.generation(), generation, "nothing was rebuilt");
+    assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_weir_follows_the_name_with_no_request_failing() {
     let (a, b, port) = two_origins().await;
@@ -266,17 +284,7 @@ async fn a_running_weir_follows_the_name_with_no_request_failing() {
         "{seen:?}"
     );
 
-    // A failed resolution (SERVFAIL, then NXDOMAIN) keeps the last good set.
-    let generation = proxy.live.generation();
-    let queries = dns.queries();
-    dns.set("web.test", Reply::ServerFailure);
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    dns.set("web.test", Reply::NameError);
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
-    assert!(dns.queries() > queries, "the name was asked again");
-    assert_eq!(node_addresses(&proxy), [node_a, node_b]);
-    assert_eq!(proxy.live.generation(), generation, "nothing was rebuilt");
-    assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+    keeps_the_last_good_set_through_failures(&proxy, &dns, &[node_a, node_b]).await;
 
     // It resolves again: the new set applies.
     dns.set("web.test", Reply::Records(vec![loopback(2)], 1));
@@ -295,9 +303,9 @@ async fn a_name_that_does_not_resolve_refuses_the_start_and_a_reload() {
     std::fs::write(&file, &text).unwrap();
     let parsed = weir_config::load_file(&file).unwrap();
     let _ = std::fs::remove_file(&file);
-    let error = weir_proxy::Proxy::build(&parsed, &weir_observe::Metrics::new())
-        .err()
-        .expect("the start is refused");
+    let Err(error) = weir_proxy::Proxy::build(&parsed, &weir_observe::Metrics::new()) else {
+        panic!("the start is refused");
+    };
     assert_eq!(
         error.to_string(),
         format!(

@@ -307,7 +307,7 @@ fn nodes_given_by_name_are_kept_apart_with_their_resolver_settings() {
                 { address = \"Api.Internal.:8080\", weight = 3 }]\n\
                 [pools.web.dns]\nservers = [\"127.0.0.1:5353\", \"10.0.0.53\"]\n\
                 min_ttl = \"2s\"\nmax_ttl = \"1m\"\nfamilies = \"ipv4\"\n";
-    let config = valid(&text);
+    let config = valid(text);
     let web = &config.pools[0];
     assert_eq!(web.nodes.len(), 1);
     assert_eq!(web.names.len(), 1);
