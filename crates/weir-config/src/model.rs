@@ -354,18 +354,6 @@ pub struct PoolDns {
     pub families: AddressFamilies,
 }
 
-impl Default for PoolDns {
-    fn default() -> Self {
-        PoolDns {
-            servers: Vec::new(),
-            timeout: crate::defaults::DNS_TIMEOUT,
-            min_ttl: crate::defaults::DNS_MIN_TTL,
-            max_ttl: crate::defaults::DNS_MAX_TTL,
-            families: AddressFamilies::Both,
-        }
-    }
-}
-
 /// Which DNS address records make nodes (`dns.families`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AddressFamilies {
