@@ -244,12 +244,12 @@ impl Names {
     }
 }
 
+/// One name's first resolution: its state and the delay until the next, or why it failed.
+type Outcome = Result<(NameState, Duration), dns::ResolveError>;
+
 /// Resolves every name of `keys` on a runtime of its own, concurrently; one outcome per key,
 /// in order. `Err` only when no resolver could be made or the runtime failed.
-#[allow(clippy::type_complexity)]
-fn resolve_all(
-    keys: Vec<NameKey>,
-) -> Result<Vec<Result<(NameState, Duration), dns::ResolveError>>, String> {
+fn resolve_all(keys: Vec<NameKey>) -> Result<Vec<Outcome>, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
