@@ -63,6 +63,7 @@ pub(crate) async fn tunnel(
             version,
             keep_alive: true,
             via: Some(VIA),
+            via_version: None,
             upgrade: status == 101,
             set_headers: &vs.config.response_headers,
         },
