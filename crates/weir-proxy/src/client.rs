@@ -310,6 +310,15 @@ impl Client {
         matches!(self.stream, Downstream::Http2 { .. })
     }
 
+    /// Whether this request is an HTTP/2 WebSocket extended CONNECT (RFC
+    /// 8441), which only a switch to WebSocket can answer with success.
+    pub(crate) fn is_h2_websocket(&self) -> bool {
+        match &self.stream {
+            Downstream::Http2 { stream, .. } => stream.websocket_key().is_some(),
+            Downstream::Http1(_) => false,
+        }
+    }
+
     /// The read_head stage: waits for the next request head. `Ok(None)` means
     /// the connection should close quietly (client closed, idle timeout, or
     /// shutdown while idle).

@@ -356,6 +356,7 @@ async fn serve_request(
     } = request;
     // filter_request: CONNECT, TRACE, upgrades and header names, as the virtual server allows
     let forwarding = policy::filter(vs, head)?;
+    policy::across_protocols(client, pool, head, forwarding)?;
     // read body (up to request_buffer) before any upstream connection is taken
     let mut body = request_body::read(client, vs, head).await?;
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
@@ -420,6 +421,7 @@ async fn serve_request(
     let keep_alive = keep_alive && !shutdown.is_triggered() && !forwarding.connect;
     let status = exchange.response.status();
     let tunnelled = status == 101 || (forwarding.connect && (200..300).contains(&status));
+    upgrade::h2_websocket_answered(client, tunnelled, status)?;
     let edits = traffic.response_edits(vs);
     let sent = match flow {
         _ if tunnelled => upgrade::tunnel(client, vs, exchange, head.version()).await?,
