@@ -99,6 +99,20 @@ pub(crate) fn status_for(kind: ErrorKind) -> Option<u16> {
     })
 }
 
+/// The gRPC status a gRPC client infers from an HTTP status that comes
+/// without one (gRPC's HTTP-to-gRPC mapping): weir's own answers to gRPC
+/// requests carry it in `grpc-status`, so every client reads the same code.
+pub(crate) fn grpc_status_for(status: u16) -> u32 {
+    match status {
+        400 => 13,                   // INTERNAL
+        401 => 16,                   // UNAUTHENTICATED
+        403 => 7,                    // PERMISSION_DENIED
+        404 => 12,                   // UNIMPLEMENTED
+        429 | 502 | 503 | 504 => 14, // UNAVAILABLE
+        _ => 2,                      // UNKNOWN
+    }
+}
+
 /// Extra headers that go with a status weir generates.
 pub(crate) fn headers_for(status: u16) -> &'static [(&'static str, &'static str)] {
     match status {

@@ -15,7 +15,7 @@ use weir_core::{Error, ErrorKind, ShutdownSignal, Side};
 use weir_http::{HeadScan, RequestHead, Version};
 use weir_tls::ServerStream;
 
-use crate::answer::{Failure, body_for, headers_for};
+use crate::answer::{Failure, body_for, grpc_status_for, headers_for};
 use crate::buffers::Buffers;
 use crate::http2::H2Stream;
 use crate::route::VirtualServerRuntime;
@@ -575,6 +575,35 @@ impl Client {
         };
         let body = body_for(status);
         self.answer_simple(&shape, headers_for(status), edits, body, timeout)
+            .await
+    }
+
+    /// [`Client::answer_edited`] for a gRPC request: a trailers-only gRPC
+    /// response (`grpc-status` and `grpc-message` in its only HEADERS, no
+    /// body), so a gRPC client reads a status instead of failing to decode
+    /// weir's text body as messages.
+    pub(crate) async fn answer_grpc(
+        &mut self,
+        status: u16,
+        version: Version,
+        timeout: Duration,
+        edits: &impl weir_http::HeaderEdit,
+    ) -> Result<u64, Failure> {
+        let shape = weir_http::SimpleResponse {
+            status,
+            version,
+            keep_alive: false,
+            head_request: false,
+        };
+        let mut code = itoa::Buffer::new();
+        let message = std::str::from_utf8(body_for(status)).unwrap_or_default();
+        let mut extra = vec![
+            ("content-type", "application/grpc"),
+            ("grpc-status", code.format(grpc_status_for(status))),
+            ("grpc-message", message.trim_end()),
+        ];
+        extra.extend_from_slice(headers_for(status));
+        self.answer_simple(&shape, &extra, edits, b"", timeout)
             .await
     }
 

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use weir_core::{ErrorKind, ShutdownSignal};
-use weir_http::{RequestHead, Version};
+use weir_http::{RequestHead, Unedited, Version};
 use weir_observe::AccessRecord;
 use weir_tls::ServerStream;
 use weir_upstream::Pool;
@@ -554,15 +554,23 @@ async fn answer_failure(
     let started = request.map_or_else(Instant::now, |r| r.started);
     let version = head.map_or(Version::Http11, |h| h.version());
     let kind = failure.error.kind();
+    // A gRPC client gets weir's answer in gRPC's form (a status it can read).
+    let grpc = head.is_some_and(|h| request_body::is_grpc(h.header("content-type")));
     let mut bytes = 0;
     if let Some(status) = failure.status {
         // After an error the rest of the request may still be in flight: close.
         // The rules' response edits and the request id go on weir's error answers too.
         let edits = traffic.map(|traffic| traffic.response_edits(vs));
         let timeout = vs.config.timeouts.write;
-        bytes = match &edits {
-            Some(edits) => client.answer_edited(status, version, timeout, edits).await,
-            None => client.answer(status, version, false, timeout).await,
+        bytes = match (&edits, grpc) {
+            (Some(edits), true) => client.answer_grpc(status, version, timeout, edits).await,
+            (None, true) => {
+                client
+                    .answer_grpc(status, version, timeout, &Unedited)
+                    .await
+            }
+            (Some(edits), false) => client.answer_edited(status, version, timeout, edits).await,
+            (None, false) => client.answer(status, version, false, timeout).await,
         }
         .unwrap_or(0);
         vs.metrics.record_status(status);
@@ -608,7 +616,7 @@ async fn answer_failure(
             error: Some(kind.as_str()),
             request_id: traffic.and_then(RequestTraffic::id),
             rule: traffic.and_then(|t| t.rule_name(vs)),
-            grpc_status: None,
+            grpc_status: grpc.then(|| crate::answer::grpc_status_for(status)),
             cache: None,
         });
     }
