@@ -58,7 +58,7 @@ where
     let ended = relay(body, &mut send, early, node, &clock, idle).await;
     match ended {
         Ok(()) => {}
-        // The client learns that the tunnel broke, as from a TCP reset (RFC 8441 §4).
+        // The client learns that the tunnel broke, as from a TCP reset (RFC 9113 §8.5).
         Err(End::Broken) => send.send_reset(Reason::CONNECT_ERROR),
         Err(End::Idle) => {
             tracing::debug!(?idle, "WebSocket tunnel idle; closing");
