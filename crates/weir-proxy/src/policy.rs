@@ -81,8 +81,9 @@ pub(crate) fn across_protocols(
                 .context("WebSocket is not among this virtual server's upgrades"),
         ));
     }
-    let grpc = crate::request_body::is_grpc(head.header("content-type"));
-    if grpc && pool.config.protocol == UpstreamProtocol::Http1 {
+    if pool.config.protocol == UpstreamProtocol::Http1
+        && crate::request_body::is_grpc(head.header("content-type"))
+    {
         return Err(Failure::from_error(
             Error::new(ErrorKind::Io, Side::Internal).context(format!(
                 "gRPC needs HTTP/2 to the node: pool {} speaks HTTP/1.1 (set protocol = \"h2\" or \"h2c\")",
