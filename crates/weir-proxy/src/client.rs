@@ -15,7 +15,7 @@ use weir_core::{Error, ErrorKind, ShutdownSignal, Side};
 use weir_http::{HeadScan, RequestHead, Version};
 use weir_tls::ServerStream;
 
-use crate::answer::{Failure, body_for, grpc_status_for, headers_for};
+use crate::answer::{Failure, body_for, grpc_fields, headers_for};
 use crate::buffers::Buffers;
 use crate::http2::H2Stream;
 use crate::route::VirtualServerRuntime;
@@ -595,13 +595,7 @@ impl Client {
             keep_alive: false,
             head_request: false,
         };
-        let mut code = itoa::Buffer::new();
-        let message = std::str::from_utf8(body_for(status)).unwrap_or_default();
-        let mut extra = vec![
-            ("content-type", "application/grpc"),
-            ("grpc-status", code.format(grpc_status_for(status))),
-            ("grpc-message", message.trim_end()),
-        ];
+        let mut extra = grpc_fields(status).to_vec();
         extra.extend_from_slice(headers_for(status));
         self.answer_simple(&shape, &extra, edits, b"", timeout)
             .await

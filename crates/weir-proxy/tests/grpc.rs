@@ -211,6 +211,11 @@ struct Setup {
 }
 
 async fn setup(node: SocketAddr, protocol: &str, name: &str) -> Setup {
+    setup_with(node, protocol, name, "").await
+}
+
+/// [`setup`] with `plain_extra` TOML after the plain virtual server's table.
+async fn setup_with(node: SocketAddr, protocol: &str, name: &str, plain_extra: &str) -> Setup {
     let pki = weir_testkit::tls::Pki::new();
     let (cert, key) = pki.server("proxy", &["localhost"], weir_tls::KeyType::EcdsaP256);
     let log = std::env::temp_dir().join(format!("weir-grpc-{name}-{}.log", std::process::id()));
@@ -220,7 +225,7 @@ async fn setup(node: SocketAddr, protocol: &str, name: &str) -> Setup {
          level = \"warn\"\n\n[pools.grpc]\nnodes = [{{ address = \"{node}\" }}]\n\
          protocol = \"{protocol}\"\n\n\
          [virtual_servers.plain]\nlisten = [\"127.0.0.1:0\"]\npool = \"grpc\"\n\
-         [virtual_servers.plain.http2]\ncleartext = true\n\n\
+         [virtual_servers.plain.http2]\ncleartext = true\n{plain_extra}\n\n\
          [virtual_servers.secure]\nlisten = [\"127.0.0.1:0\"]\npool = \"grpc\"\nprotocol = \"https\"\n\
          [virtual_servers.secure.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
          alpn = [\"h2\", \"http/1.1\"]\n",
@@ -282,10 +287,18 @@ async fn unary(
     grpc: &mut tonic::client::Grpc<Channel>,
     message: &'static str,
 ) -> Result<Bytes, Status> {
+    unary_to(grpc, UNARY, message).await
+}
+
+async fn unary_to(
+    grpc: &mut tonic::client::Grpc<Channel>,
+    path: &'static str,
+    message: &'static str,
+) -> Result<Bytes, Status> {
     grpc.ready().await.expect("ready");
     let call = grpc.unary(
         Request::new(Bytes::from_static(message.as_bytes())),
-        PathAndQuery::from_static(UNARY),
+        PathAndQuery::from_static(path),
         RawCodec,
     );
     let response = tokio::time::timeout(CALL, call).await.expect("in time")?;
@@ -432,4 +445,27 @@ async fn a_grpc_call_to_an_http1_pool_fails_clearly() {
     assert_eq!(setup.logged_statuses(), strings(&["14"]));
     setup.stop().await;
     origin.stop().await;
+}
+
+/// weir's own refusal of a gRPC call (here a rule's `deny`) is a
+/// trailers-only gRPC answer: the client reads PERMISSION_DENIED with the
+/// reason, and the access log has the status; other calls still pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weirs_own_refusal_of_a_grpc_call_is_a_grpc_status() {
+    let node = grpc_node().await;
+    let rule = "[[virtual_servers.plain.rules]]\n\
+                match = { path_prefix = \"/weir.test.Closed/\" }\ndeny = true";
+    let setup = setup_with(node, "h2c", "deny", rule).await;
+    let mut grpc = setup.client(false).await;
+    let denied = unary_to(&mut grpc, "/weir.test.Closed/Unary", "hello")
+        .await
+        .expect_err("denied");
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    assert_eq!(denied.message(), "forbidden", "{denied:?}");
+    assert_eq!(
+        &unary(&mut grpc, "still open").await.expect("OK")[..],
+        b"still open"
+    );
+    assert_eq!(setup.logged_statuses(), strings(&["7", "0"]));
+    setup.stop().await;
 }
