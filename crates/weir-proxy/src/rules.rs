@@ -23,8 +23,9 @@ use weir_rules::limits::ConcurrencyPermit;
 use weir_rules::{Decision, Facts, Outcome, Refusal, RequestId, request_key};
 use weir_upstream::Pool;
 
-use crate::answer::{Failure, body_for, lossy};
+use crate::answer::{Failure, body_for, grpc_fields, grpc_status_for, lossy};
 use crate::client::Client;
+use crate::request_body::is_grpc;
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
 use crate::traffic::{Edits, Upstream, VirtualServerTraffic};
@@ -273,15 +274,24 @@ impl RequestTraffic {
         let keep_alive = keep_alive && no_body;
         let answer = self.decision().answer().filter(|_| refusal.is_none());
         let status = refusal.map_or_else(|| answer.map_or(500, |a| a.status), |r| r.status);
+        let own_body = answer.is_some_and(|answer| !answer.body.is_empty());
+        // A refusal or a denial of a gRPC call is a trailers-only gRPC answer
+        // (a status the client can read); a rule's own body is sent as written.
+        let grpc = status >= 400 && !own_body && is_grpc(head.header("content-type"));
         let body: &[u8] = match answer {
-            Some(answer) if !answer.body.is_empty() => &answer.body,
+            _ if grpc => b"",
+            Some(answer) if own_body => &answer.body,
             _ => short_body(status),
         };
         let retry_after = refusal.map(|r| r.retry_after_seconds().to_string());
-        let extra: &[(&str, &str)] = match &retry_after {
-            Some(seconds) => &[("Retry-After", seconds)],
-            None => &[],
+        let mut extra: Vec<(&str, &str)> = match grpc {
+            true => grpc_fields(status).to_vec(),
+            false => Vec::new(),
         };
+        if let Some(seconds) = &retry_after {
+            extra.push(("Retry-After", seconds));
+        }
+        let grpc_status = grpc.then(|| grpc_status_for(status));
         let edits = Edits {
             answer,
             ..self.response_edits(vs)
@@ -294,7 +304,7 @@ impl RequestTraffic {
         };
         let timeout = vs.config.timeouts.write;
         let bytes = client
-            .answer_simple(&shape, extra, &edits, body, timeout)
+            .answer_simple(&shape, &extra, &edits, body, timeout)
             .await?;
         vs.metrics.record_status(status);
         if let Some(log) = &vs.access_log {
@@ -312,7 +322,7 @@ impl RequestTraffic {
                 upstream_duration: None,
                 error: refusal.map(|_| "limit"),
                 request_id: self.id(),
-                grpc_status: None,
+                grpc_status,
                 cache: None,
                 rule: self.rule_name(vs),
             });
@@ -321,7 +331,7 @@ impl RequestTraffic {
             status,
             bytes,
             keep_alive,
-            grpc_status: None,
+            grpc_status,
             cache: None,
         })
     }
