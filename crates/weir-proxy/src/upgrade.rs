@@ -5,14 +5,20 @@
 //! The upstream connection leaves its node's request slots for a tunnel place
 //! (`max_tunnels`), so long-lived tunnels never starve ordinary requests, and
 //! it is never reused afterwards.
+//!
+//! The head that switches carries the traffic rules' response edits, the request
+//! id and a persistence cookie like any response, except that they never remove,
+//! replace or add the handshake's own fields (`Sec-WebSocket-*`): the client checks
+//! those against its request, so an edit there would only break the switch.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{BodyFraming, ForwardResponse, Version};
+use weir_http::{BodyFraming, ForwardResponse, HeaderEdit, Version};
 
 use crate::VIA;
 use crate::answer::Failure;
@@ -20,6 +26,7 @@ use crate::client::{Client, Downstream};
 use crate::exchange::Exchange;
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
+use crate::traffic::Edits;
 
 /// Bytes moved per read in each direction.
 const TUNNEL_BUFFER: usize = 16 * 1024;
@@ -30,6 +37,7 @@ pub(crate) async fn tunnel(
     vs: &VirtualServerRuntime,
     exchange: Exchange,
     version: Version,
+    edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
     let Exchange {
         lease,
@@ -56,7 +64,7 @@ pub(crate) async fn tunnel(
     let mut tunnel = lease.into_tunnel(permit);
     let status = response.status();
     client.write_buf.clear();
-    weir_http::write_response_head(
+    weir_http::write_response_head_edited(
         &response,
         &ForwardResponse {
             framing: BodyFraming::None,
@@ -66,6 +74,7 @@ pub(crate) async fn tunnel(
             upgrade: status == 101,
             set_headers: &vs.config.response_headers,
         },
+        &Switching(edits),
         &mut client.write_buf,
     );
     // Whatever the node sent after its head belongs to the tunnel.
@@ -105,6 +114,26 @@ pub(crate) async fn tunnel(
         cache: None,
         grpc_status: None,
     })
+}
+
+/// A response's edits on the head that switches protocols: everything but the
+/// handshake's own fields.
+struct Switching<'a>(&'a Edits<'a>);
+
+/// Whether `name` is one of the WebSocket handshake's fields (RFC 6455 §11.3).
+fn handshake_field(name: &[u8]) -> bool {
+    const PREFIX: &[u8] = b"sec-websocket-";
+    name.len() >= PREFIX.len() && name[..PREFIX.len()].eq_ignore_ascii_case(PREFIX)
+}
+
+impl HeaderEdit for Switching<'_> {
+    fn drops(&self, name: &[u8]) -> bool {
+        !handshake_field(name) && self.0.drops(name)
+    }
+
+    fn write_added(&self, out: &mut BytesMut) {
+        self.0.write_fields(out, |name| !handshake_field(name));
+    }
 }
 
 /// Copies both ways until both directions have ended (each end is passed on
