@@ -424,7 +424,7 @@ async fn serve_request(
     upgrade::h2_websocket_answered(client, tunnelled, status)?;
     let edits = traffic.response_edits(vs);
     let sent = match flow {
-        _ if tunnelled => upgrade::tunnel(client, vs, exchange, head.version()).await?,
+        _ if tunnelled => upgrade::tunnel(client, vs, exchange, head.version(), &edits).await?,
         // filter_response → respond: stored, compressed, or answered from the cache
         Some(flow) => {
             let responding =

@@ -9,14 +9,20 @@
 //! An HTTP/2 client's WebSocket (an extended CONNECT, RFC 8441, made an
 //! HTTP/1.1 upgrade for the node) gets a `200` on its stream instead of the
 //! `101`, and its DATA frames carry the tunnel (`http2/tunnel.rs`).
+//!
+//! The head that switches carries the traffic rules' response edits, the request
+//! id and a persistence cookie like any response, except that they never remove,
+//! replace or add the handshake's own fields (`Sec-WebSocket-*`): the client checks
+//! those against its request, so an edit there would only break the switch.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{BodyFraming, ForwardResponse, Version};
+use weir_http::{BodyFraming, ForwardResponse, HeaderEdit, Version};
 
 use crate::VIA;
 use crate::answer::Failure;
@@ -25,6 +31,7 @@ use crate::exchange::Exchange;
 use crate::http2;
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
+use crate::traffic::Edits;
 
 /// Bytes moved per read in each direction.
 const TUNNEL_BUFFER: usize = 16 * 1024;
@@ -35,6 +42,7 @@ pub(crate) async fn tunnel(
     vs: &VirtualServerRuntime,
     exchange: Exchange,
     version: Version,
+    edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
     let Exchange {
         lease,
@@ -75,7 +83,7 @@ pub(crate) async fn tunnel(
         });
     }
     client.write_buf.clear();
-    weir_http::write_response_head(
+    weir_http::write_response_head_edited(
         &response,
         &ForwardResponse {
             framing: BodyFraming::None,
@@ -86,6 +94,7 @@ pub(crate) async fn tunnel(
             upgrade: status == 101,
             set_headers: &vs.config.response_headers,
         },
+        &Switching(edits),
         &mut client.write_buf,
     );
     // Whatever the node sent after its head belongs to the tunnel.
@@ -142,6 +151,26 @@ pub(crate) fn h2_websocket_answered(
         ));
     }
     Ok(())
+}
+
+/// A response's edits on the head that switches protocols: everything but the
+/// handshake's own fields.
+struct Switching<'a>(&'a Edits<'a>);
+
+/// Whether `name` is one of the WebSocket handshake's fields (RFC 6455 §11.3).
+fn handshake_field(name: &[u8]) -> bool {
+    const PREFIX: &[u8] = b"sec-websocket-";
+    name.len() >= PREFIX.len() && name[..PREFIX.len()].eq_ignore_ascii_case(PREFIX)
+}
+
+impl HeaderEdit for Switching<'_> {
+    fn drops(&self, name: &[u8]) -> bool {
+        !handshake_field(name) && self.0.drops(name)
+    }
+
+    fn write_added(&self, out: &mut BytesMut) {
+        self.0.write_fields(out, |name| !handshake_field(name));
+    }
 }
 
 /// Copies both ways until both directions have ended (each end is passed on
