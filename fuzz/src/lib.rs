@@ -65,6 +65,7 @@ pub fn check_request_head(data: &[u8]) {
         client_addr: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         proto: "http",
         via: Some("weir"),
+        via_version: None,
         upgrade: false,
         strip_expect: false,
         owned_header: Some(("X-Client-Subject", Some("CN=fuzz"))),
@@ -136,6 +137,7 @@ fn check_response_for(data: &[u8], method: Method) {
         version: Version::Http11,
         keep_alive: head.keep_alive(),
         via: Some("weir"),
+        via_version: None,
         upgrade: false,
         set_headers: &[("X-Content-Type-Options".to_owned(), "nosniff".to_owned())],
     };

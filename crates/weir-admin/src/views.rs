@@ -42,7 +42,12 @@ pub(crate) fn model(model: &Model, last: Option<&ReloadRecord>) -> Value {
                 "address": node.address.to_string(),
                 "weight": node.weight.get(),
                 "state": node.state.as_str(),
-            })).collect::<Vec<_>>(),
+            })).chain(pool.names.iter().map(|named| json!({
+                "address": named.label(),
+                "weight": named.weight.get(),
+                "state": named.state.as_str(),
+                "resolved": true,
+            }))).collect::<Vec<_>>(),
             "retries": pool.retries,
             "fail_open": pool.fail_open,
             "max_connections_per_node": pool.connections.max_connections.get(),
@@ -90,10 +95,13 @@ fn pool_status(pool: &Pool) -> Value {
         "algorithm": algorithm(pool.config.algorithm),
         "queue_length": pool.metrics.queue_length.get(),
         "requests": pool.metrics.requests.iter().map(|c| c.get()).sum::<u64>(),
-        "nodes": pool.nodes.iter().zip(&pool.connections).map(|(node, connections)| {
+        "nodes": pool.nodes.iter().zip(&pool.connections).enumerate().map(|(index, (node, connections))| {
             let metrics = &node.metrics;
+            // Nodes are built in the order of the pool's (resolved) config.
+            let name = pool.config.nodes.get(index).and_then(|config| config.name.clone());
             json!({
                 "address": node.address.to_string(),
+                "name": name,
                 "weight": node.weight(),
                 "state": node.mode().as_str(),
                 "healthy": node.is_healthy(now),

@@ -11,6 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use weir_admin::{AdminState, Control};
 use weir_core::Shutdown;
+use weir_testkit::dns::{Reply as DnsReply, TestDns};
 use weir_testkit::{TestOrigin, TestProxy, client};
 
 const TOKEN: &str = "t0ken-for-tests";
@@ -68,13 +69,18 @@ fn config_text(port: u16, nodes: &[SocketAddr]) -> String {
 }
 
 async fn setup(name: &str) -> Setup {
+    setup_with(name, |port, a, b| config_text(port, &[a, b])).await
+}
+
+/// [`setup`] with the config `make` writes for the proxy's port and origins a and b.
+async fn setup_with(name: &str, make: impl FnOnce(u16, SocketAddr, SocketAddr) -> String) -> Setup {
     let dir = TempDir::new(name);
     let a = TestOrigin::start("a").await;
     let b = TestOrigin::start("b").await;
     std::fs::write(dir.0.join("admin.token"), format!("{TOKEN}\n")).unwrap();
     let file = dir.0.join("weir.toml");
     let port = weir_testkit::free_ports::<1>()[0];
-    std::fs::write(&file, config_text(port, &[a.addr, b.addr])).unwrap();
+    std::fs::write(&file, make(port, a.addr, b.addr)).unwrap();
     let proxy = TestProxy::start_file(&file).await;
     let control = Arc::new(Control::new(Arc::clone(&proxy.live)).expect("the token reads"));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -204,6 +210,49 @@ async fn malformed_json_gets_400_naming_the_field() {
     }
     assert_eq!(read(&setup.file), before);
     assert_eq!(setup.proxy.live.generation(), 1);
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_given_by_name_shows_its_name_and_address() {
+    let dns = TestDns::start();
+    dns.set(
+        "a.test",
+        DnsReply::Records(vec!["127.0.0.1".parse().unwrap()], 60),
+    );
+    let server = dns.address;
+    let setup = setup_with("names", |port, a, b| {
+        format!(
+            "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"\n\n\
+             [pools.web]\nnodes = [\n  {{ address = \"{b}\" }},\n  \
+             {{ address = \"a.test:{}\" }},\n]\n\n\
+             [pools.web.dns]\nservers = [\"{server}\"]\n\n\
+             [virtual_servers.web]\nlisten = \"127.0.0.1:{port}\"\npool = \"web\"\n",
+            a.port()
+        )
+    })
+    .await;
+    let (a, b) = (setup.origins[0].addr, setup.origins[1].addr);
+    let status = api(setup.admin, "GET", "/api/v1/status", "").await.json();
+    let nodes = &status["pools"][0]["nodes"];
+    assert_eq!(nodes[0]["address"], b.to_string());
+    assert_eq!(nodes[0]["name"], Value::Null);
+    assert_eq!(nodes[1]["address"], a.to_string());
+    assert_eq!(nodes[1]["name"], format!("a.test:{}", a.port()));
+    let config = api(setup.admin, "GET", "/api/v1/config", "").await.json();
+    let written = &config["pools"][0]["nodes"][1];
+    assert_eq!(written["address"], format!("a.test:{}", a.port()));
+    assert_eq!(written["resolved"], true);
+    // The node operations edit entries by address: a resolved one has none.
+    let refused = api(
+        setup.admin,
+        "POST",
+        &format!("/api/v1/pools/web/nodes/{a}/drain"),
+        "",
+    )
+    .await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
     setup.stop().await;
 }
 

@@ -7,9 +7,9 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::model::{
-    AccessLog, AccessLogFormat, ClientLimits, ClientTimeouts, HttpPolicy, KeyExchangeGroup, Log,
-    LogFormat, PassiveHealth, RelayMode, Runtime, TlsVersion, UnderscoreHeaders,
-    UpstreamConnections, UpstreamTimeouts,
+    AccessLog, AccessLogFormat, AddressFamilies, ClientLimits, ClientTimeouts, HttpPolicy,
+    KeyExchangeGroup, Log, LogFormat, PassiveHealth, PoolDns, RelayMode, Runtime, TlsVersion,
+    UnderscoreHeaders, UpstreamConnections, UpstreamTimeouts,
 };
 
 const KIB: u64 = 1024;
@@ -54,6 +54,10 @@ pub(crate) const QUEUE_LENGTH: u32 = 1024;
 pub(crate) const QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) const MAX_TUNNELS: u32 = 64;
+
+pub(crate) const DNS_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DNS_MIN_TTL: Duration = Duration::from_secs(1);
+pub(crate) const DNS_MAX_TTL: Duration = Duration::from_secs(5 * 60);
 
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -368,3 +372,15 @@ pub(crate) const TCP_RELAY: RelayMode = RelayMode::Auto;
 pub(crate) const TCP_BUFFER: u64 = 16 * KIB;
 pub(crate) const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 pub(crate) const PROXY_PROTOCOL_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Default for PoolDns {
+    fn default() -> Self {
+        PoolDns {
+            servers: Vec::new(),
+            timeout: DNS_TIMEOUT,
+            min_ttl: DNS_MIN_TTL,
+            max_ttl: DNS_MAX_TTL,
+            families: AddressFamilies::Both,
+        }
+    }
+}

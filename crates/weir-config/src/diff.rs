@@ -380,7 +380,8 @@ fn pool_keys(old: &Pool, new: &Pool) -> Vec<String> {
             keys.push(name.to_owned());
         }
     };
-    key(old.nodes != new.nodes, "nodes");
+    key(old.nodes != new.nodes || old.names != new.names, "nodes");
+    key(old.dns != new.dns, "dns");
     key(old.algorithm != new.algorithm, "algorithm");
     key(old.connections != new.connections, "connections");
     key(old.timeouts != new.timeouts, "timeouts");

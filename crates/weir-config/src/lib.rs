@@ -101,12 +101,18 @@ pub fn parse_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
     let mut config = parse_toml(text, file_name, |file: &FileConfig| Config::try_from(file))?;
     // One map of the file for every file it names (a reload of a thousand certificates
     // must not parse the file a thousand times).
-    if config.file_refs_mut().next().is_some()
+    let names = config.pools.iter().any(|pool| !pool.names.is_empty());
+    if (names || config.file_refs_mut().next().is_some())
         && let Ok(document) = toml_edit::Document::parse(text.to_owned())
     {
         let locator = Locator::new(text, &document);
         for file in config.file_refs_mut() {
             file.line = locator.line_of(&file.key);
+        }
+        // Nodes given by name are resolved later (at start, by a reload): their errors
+        // need the line too.
+        for named in config.pools.iter_mut().flat_map(|pool| &mut pool.names) {
+            named.line = locator.line_of(&named.key);
         }
     }
     Ok(config)

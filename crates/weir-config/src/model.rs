@@ -296,6 +296,101 @@ pub struct Pool {
     // --- end issue 14 ---
     /// PROXY protocol header sent on each connection to a node (TCP virtual servers only).
     pub proxy_protocol: Option<ProxyVersion>,
+    /// Nodes given by DNS name (`address = "host:port"`), in file order. `nodes` holds the
+    /// nodes given by IP address; at run time each name adds a node per address it
+    /// resolves to (see [`Pool::with_resolved`]).
+    pub names: Vec<NamedNode>,
+    /// How `names` are resolved (`[pools.NAME.dns]`).
+    pub dns: PoolDns,
+}
+
+/// A node given by DNS name: every address the name resolves to (A and AAAA records, as
+/// `dns.families` says) is a node on `port`, with this node's weight and state.
+#[derive(Debug, Clone)]
+pub struct NamedNode {
+    /// The host name, lower-cased, without a trailing dot.
+    pub host: String,
+    /// The port of every address the name resolves to.
+    pub port: u16,
+    /// The weight of each node the name resolves to.
+    pub weight: NonZeroU32,
+    /// The state of each node the name resolves to.
+    pub state: NodeMode,
+    /// The key that named it (`pools.web.nodes[0].address`), for errors.
+    pub key: KeyPath,
+    /// Its line in the config file, when known.
+    pub line: Option<usize>,
+}
+
+impl NamedNode {
+    /// `host:port`, as nodes, logs and the admin API show it.
+    pub fn label(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+impl PartialEq for NamedNode {
+    /// Where it is written (key, line) is not part of what it means.
+    fn eq(&self, other: &Self) -> bool {
+        (&self.host, self.port, self.weight, self.state)
+            == (&other.host, other.port, other.weight, other.state)
+    }
+}
+
+/// `[pools.NAME.dns]`: how a pool's nodes given by name are resolved and re-resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PoolDns {
+    /// Name servers to ask; empty: the system's (`/etc/resolv.conf`).
+    pub servers: Vec<SocketAddr>,
+    /// One query's timeout.
+    pub timeout: Duration,
+    /// A name is re-resolved no sooner than this after an answer, whatever its TTL (and
+    /// the first retry after a failure).
+    pub min_ttl: Duration,
+    /// A name is re-resolved no later than this, whatever its TTL (and the longest retry
+    /// back-off after failures).
+    pub max_ttl: Duration,
+    /// Which address records make nodes.
+    pub families: AddressFamilies,
+}
+
+/// Which DNS address records make nodes (`dns.families`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AddressFamilies {
+    /// A records only (`"ipv4"`).
+    Ipv4,
+    /// AAAA records only (`"ipv6"`).
+    Ipv6,
+    /// Both (`"both"`, the default).
+    Both,
+}
+
+impl Pool {
+    /// This pool with the nodes its names resolved to added after the nodes given by
+    /// address: for each name in `names`' order, one node per address `resolved` gives
+    /// for it (none while it has none), with the name's weight and state and
+    /// [`Node::name`] set. An address already a node (given by address, or by an earlier
+    /// name) is not added twice.
+    pub fn with_resolved<'a>(
+        &self,
+        mut resolved: impl FnMut(&NamedNode) -> &'a [SocketAddr],
+    ) -> Pool {
+        let mut pool = self.clone();
+        for named in &self.names {
+            for &address in resolved(named) {
+                if pool.nodes.iter().any(|node| node.address == address) {
+                    continue;
+                }
+                pool.nodes.push(Node {
+                    address,
+                    weight: named.weight,
+                    state: named.state,
+                    name: Some(named.label()),
+                });
+            }
+        }
+        pool
+    }
 }
 
 /// A node: one server in a pool.
@@ -307,6 +402,9 @@ pub struct Node {
     pub weight: NonZeroU32,
     /// Whether the node takes new requests (`state` in the file).
     pub state: NodeMode,
+    /// The DNS name (`host:port`) this node is an address of; `None` for a node given by
+    /// address.
+    pub name: Option<String>,
 }
 
 /// An operator's choice for a node (vTM's node states).

@@ -163,6 +163,18 @@ pub struct PoolTable {
     pub persistence: Option<PersistenceTable>,
     // --- end issue 14 ---
     pub proxy_protocol: Option<String>,
+    pub dns: Option<DnsTable>,
+}
+
+/// `[pools.NAME.dns]`: how nodes given by name are resolved.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnsTable {
+    pub servers: Option<Vec<String>>,
+    pub timeout: Option<DurationText>,
+    pub min_ttl: Option<DurationText>,
+    pub max_ttl: Option<DurationText>,
+    pub families: Option<String>,
 }
 
 /// `[virtual_servers.NAME.tls]`

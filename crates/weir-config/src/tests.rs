@@ -71,7 +71,7 @@ fn unknown_key_is_named_with_the_valid_ones() {
         error.to_string(),
         "weir.toml:6: pools.web.algoritm: unknown key \"algoritm\" (did you mean \"algorithm\"?); \
          valid keys: algorithm, nodes, retries, fail_open, connections, timeouts, health, \
-         passive_health, tls, protocol, http2, hash, persistence, proxy_protocol"
+         passive_health, tls, protocol, http2, hash, persistence, proxy_protocol, dns"
     );
 }
 

@@ -58,6 +58,7 @@ fn annotated_example_sets_every_default() {
     );
     assert_eq!(pool.timeouts, weir_config::UpstreamTimeouts::default());
     assert_eq!(pool.passive_health, weir_config::PassiveHealth::default());
+    assert_eq!(pool.dns, weir_config::PoolDns::default());
     // HTTP/2 (issue 11): the web virtual server's table and the api pool's.
     assert_eq!(server.http2, weir_config::Http2::default());
     let api = config

@@ -92,6 +92,7 @@ fn writing(c: &mut Criterion) {
         client_addr: Some(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 54))),
         proto: "https",
         via: None,
+        via_version: None,
         upgrade: false,
         strip_expect: false,
         owned_header: None,
@@ -102,6 +103,7 @@ fn writing(c: &mut Criterion) {
         version: Version::Http11,
         keep_alive: true,
         via: None,
+        via_version: None,
         upgrade: false,
         set_headers: &[],
     };

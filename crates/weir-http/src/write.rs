@@ -29,6 +29,10 @@ pub struct ForwardRequest<'a> {
     pub proto: &'a str,
     /// Add `Via: 1.1 <via>` (appended to any existing Via).
     pub via: Option<&'a str>,
+    /// The protocol version that `Via` names when the head's own version does
+    /// not tell it: `Some("2")` for a request weir received over HTTP/2 (its
+    /// head says HTTP/1.1, RFC 9110 §7.6.3); `None`: the head's version.
+    pub via_version: Option<&'a str>,
     /// Keep `Upgrade` and `Connection: upgrade` (a protocol switch is being proxied).
     pub upgrade: bool,
     /// Drop `Expect: 100-continue` (weir answered it itself).
@@ -54,6 +58,10 @@ pub struct ForwardResponse<'a> {
     pub keep_alive: bool,
     /// Add `Via: 1.1 <via>` (appended to any existing `Via`).
     pub via: Option<&'a str>,
+    /// The protocol version that `Via` names when the head's own version does
+    /// not tell it: `Some("2")` for a response weir received over HTTP/2;
+    /// `None`: the head's version.
+    pub via_version: Option<&'a str>,
     /// Keep `Upgrade`/`Connection: upgrade` (a 101 being proxied).
     pub upgrade: bool,
     /// Headers weir sets on every response (`Strict-Transport-Security`,
@@ -194,7 +202,8 @@ pub fn write_request_head_edited<E: HeaderEdit + ?Sized>(
         out.extend_from_slice(b"\r\n");
     }
     if let Some(via) = forward.via {
-        write_via(raw, &head.headers, head.version, via, listed, out);
+        let received = forward.via_version.unwrap_or(version_number(head.version));
+        write_via(raw, &head.headers, received, via, listed, out);
     }
     if let Some((name, Some(value))) = forward.owned_header {
         out.extend_from_slice(name.as_bytes());
@@ -265,7 +274,8 @@ pub fn write_response_head_edited<E: HeaderEdit + ?Sized>(
     write_framing(forward.framing, out);
     write_connection(forward.version, forward.keep_alive, forward.upgrade, out);
     if let Some(via) = forward.via {
-        write_via(raw, &head.headers, head.version, via, listed, out);
+        let received = forward.via_version.unwrap_or(version_number(head.version));
+        write_via(raw, &head.headers, received, via, listed, out);
     }
     for (name, value) in forward.set_headers {
         out.extend_from_slice(name.as_bytes());
@@ -465,19 +475,25 @@ fn write_existing_values(
 fn write_via(
     raw: &[u8],
     headers: &[Header],
-    received: Version,
+    received: &str,
     via: &str,
     listed: impl Fn(&Header) -> bool,
     out: &mut BytesMut,
 ) {
     out.extend_from_slice(b"Via: ");
     write_existing_values(raw, headers, FieldKind::Via, listed, out);
-    out.extend_from_slice(match received {
-        Version::Http10 => b"1.0 ",
-        Version::Http11 => b"1.1 ",
-    });
+    out.extend_from_slice(received.as_bytes());
+    out.extend_from_slice(b" ");
     out.extend_from_slice(via.as_bytes());
     out.extend_from_slice(b"\r\n");
+}
+
+/// A version as `Via` names it.
+fn version_number(version: Version) -> &'static str {
+    match version {
+        Version::Http10 => "1.0",
+        Version::Http11 => "1.1",
+    }
 }
 
 fn write_framing(framing: BodyFraming, out: &mut BytesMut) {

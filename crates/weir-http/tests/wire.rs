@@ -186,6 +186,7 @@ fn check_round_trip(head: &RequestHead) {
         client_addr: None,
         proto: "http",
         via: None,
+        via_version: None,
         upgrade: false,
         strip_expect: false,
         owned_header: None,

@@ -99,6 +99,40 @@ pub(crate) fn status_for(kind: ErrorKind) -> Option<u16> {
     })
 }
 
+/// The gRPC status a gRPC client infers from an HTTP status that comes
+/// without one (gRPC's HTTP-to-gRPC mapping): weir's own answers to gRPC
+/// requests carry it in `grpc-status`, so every client reads the same code.
+pub(crate) fn grpc_status_for(status: u16) -> u32 {
+    match status {
+        400 => 13,                   // INTERNAL
+        401 => 16,                   // UNAUTHENTICATED
+        403 => 7,                    // PERMISSION_DENIED
+        404 => 12,                   // UNIMPLEMENTED
+        429 | 502 | 503 | 504 => 14, // UNAVAILABLE
+        _ => 2,                      // UNKNOWN
+    }
+}
+
+/// The fields of weir's own answer with `status` to a gRPC request, which
+/// make it a trailers-only gRPC response (sent without a body): the
+/// content type, [`grpc_status_for`] and the short reason as the message.
+pub(crate) fn grpc_fields(status: u16) -> [(&'static str, &'static str); 3] {
+    let code = match grpc_status_for(status) {
+        13 => "13",
+        16 => "16",
+        7 => "7",
+        12 => "12",
+        14 => "14",
+        _ => "2",
+    };
+    let message = std::str::from_utf8(body_for(status)).unwrap_or_default();
+    [
+        ("content-type", "application/grpc"),
+        ("grpc-status", code),
+        ("grpc-message", message.trim_end()),
+    ]
+}
+
 /// Extra headers that go with a status weir generates.
 pub(crate) fn headers_for(status: u16) -> &'static [(&'static str, &'static str)] {
     match status {

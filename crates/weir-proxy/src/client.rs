@@ -15,7 +15,7 @@ use weir_core::{Error, ErrorKind, ShutdownSignal, Side};
 use weir_http::{HeadScan, RequestHead, Version};
 use weir_tls::ServerStream;
 
-use crate::answer::{Failure, body_for, headers_for};
+use crate::answer::{Failure, body_for, grpc_fields, headers_for};
 use crate::buffers::Buffers;
 use crate::http2::H2Stream;
 use crate::route::VirtualServerRuntime;
@@ -310,6 +310,15 @@ impl Client {
         matches!(self.stream, Downstream::Http2 { .. })
     }
 
+    /// Whether this request is an HTTP/2 WebSocket extended CONNECT (RFC
+    /// 8441), which only a switch to WebSocket can answer with success.
+    pub(crate) fn is_h2_websocket(&self) -> bool {
+        match &self.stream {
+            Downstream::Http2 { stream, .. } => stream.websocket_key().is_some(),
+            Downstream::Http1(_) => false,
+        }
+    }
+
     /// The read_head stage: waits for the next request head. `Ok(None)` means
     /// the connection should close quietly (client closed, idle timeout, or
     /// shutdown while idle).
@@ -581,6 +590,29 @@ impl Client {
         };
         let body = body_for(status);
         self.answer_simple(&shape, headers_for(status), edits, body, timeout)
+            .await
+    }
+
+    /// [`Client::answer_edited`] for a gRPC request: a trailers-only gRPC
+    /// response (`grpc-status` and `grpc-message` in its only HEADERS, no
+    /// body), so a gRPC client reads a status instead of failing to decode
+    /// weir's text body as messages.
+    pub(crate) async fn answer_grpc(
+        &mut self,
+        status: u16,
+        version: Version,
+        timeout: Duration,
+        edits: &impl weir_http::HeaderEdit,
+    ) -> Result<u64, Failure> {
+        let shape = weir_http::SimpleResponse {
+            status,
+            version,
+            keep_alive: false,
+            head_request: false,
+        };
+        let mut extra = grpc_fields(status).to_vec();
+        extra.extend_from_slice(headers_for(status));
+        self.answer_simple(&shape, &extra, edits, b"", timeout)
             .await
     }
 

@@ -323,6 +323,8 @@ fn forward_request<'a>(
             "http"
         },
         via: vs.config.forwarded_headers.then_some(VIA),
+        // Via names the protocol weir received the request in (RFC 9110 §7.6.3).
+        via_version: client.is_h2().then_some("2"),
         upgrade: forwarding.upgrade,
         strip_expect: true,
         owned_header: vs
@@ -480,6 +482,7 @@ fn interim_forward(head: &RequestHead) -> weir_http::ForwardResponse<'static> {
         version: head.version(),
         keep_alive: true,
         via: None,
+        via_version: None,
         upgrade: false,
         set_headers: &[],
     }

@@ -4,20 +4,22 @@
 //! (`weir_http::http2`), so the pipeline's stages see one type whatever the
 //! protocol. Design: `docs/design/http2.md`.
 
-// The forward stage's HTTP/2 half (`upstream.rs`) and WebSocket across
-// versions (`websocket.rs`) are not called by the pipeline yet.
+// WebSocket from an HTTP/1.1 client to an HTTP/2 node (`websocket.rs`:
+// `extended_connect`, `switching_protocols`) is not called by the pipeline yet.
 #![allow(dead_code, unused_imports)]
 
 mod flood;
 mod io;
 mod server;
 mod stream;
+mod tunnel;
 pub(crate) mod upstream;
-mod websocket;
+pub(crate) mod websocket;
 
 pub(crate) use io::starts_with_preface;
-pub(crate) use server::{StreamHandler, Timing, Via, serve};
+pub(crate) use server::{ConnectionLimits, StreamHandler, Via, serve};
 pub(crate) use stream::H2Stream;
+pub(crate) use tunnel::relay_websocket;
 
 #[cfg(test)]
 mod h2spec_tests;

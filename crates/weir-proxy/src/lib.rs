@@ -34,6 +34,7 @@ mod http2;
 mod listener;
 mod live;
 mod model;
+mod names;
 mod pipeline;
 mod policy;
 mod proxy;

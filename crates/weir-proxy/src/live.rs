@@ -28,6 +28,7 @@ use weir_upstream::Pool;
 use crate::drain::Drain;
 use crate::listener::{AcceptContext, Bound, Listeners};
 use crate::model::{Model, ModelCell, ModelParts, VirtualServerShared, front_stages};
+use crate::names::Names;
 use crate::stage::{Staged, StagedTls, bind_added, check_files, stage};
 
 /// The running proxy: its current model, and everything a reload changes.
@@ -51,6 +52,10 @@ struct Control {
     access_log: Option<Arc<AccessLog>>,
     /// The caches' background upkeep (bans, gauges), once started.
     upkeep: Option<JoinHandle<()>>,
+    /// The nodes given by DNS name: their watchers and last good sets.
+    names: Names,
+    /// Applies new sets of resolved addresses, once started.
+    refresher: Option<JoinHandle<()>>,
 }
 
 #[derive(Debug)]
@@ -123,10 +128,17 @@ impl Live {
     pub(crate) fn build(config: Config, metrics: &Arc<Metrics>) -> Result<Arc<Live>, ConfigError> {
         let empty = Model::empty(config.clone());
         let mut staged = stage(&empty, &config, metrics, None)?;
+        let mut names = Names::default();
+        // Before anything binds: a node name that does not resolve refuses the start.
+        let resolved = names.resolve_new(&config)?;
+        names.commit(&config, resolved);
         let live = Arc::new(Live {
             cell: Arc::new(ModelCell::new(empty)),
             metrics: Arc::clone(metrics),
-            control: Mutex::new(Control::default()),
+            control: Mutex::new(Control {
+                names,
+                ..Control::default()
+            }),
         });
         let mut control = live.lock();
         let model = live.next_model(&mut control, &config, &mut staged);
@@ -173,6 +185,8 @@ impl Live {
         let current = self.current();
         let access_log = self.lock().access_log.clone();
         check_files(&current, candidate, &self.metrics, access_log.as_ref())?;
+        // New node names must resolve; what they resolve to is dropped.
+        self.lock().names.resolve_new(candidate)?;
         Ok(weir_config::diff::diff(&current.config, candidate))
     }
 
@@ -229,9 +243,14 @@ impl Live {
             control.access_log.as_ref(),
         )
         .map_err(|e| Box::new(e.into()))?;
+        let resolved = control
+            .names
+            .resolve_new(&candidate)
+            .map_err(|e| Box::new(ReloadError::Config(e)))?;
         staged.bound = bind_added(&candidate, &control.listeners)
             .map_err(|e| Box::new(ReloadError::Config(e)))?;
         // Commit: nothing below fails.
+        control.names.commit(&candidate, resolved);
         let model = Arc::new(self.next_model(control, &candidate, &mut staged));
         let old = self.cell.swap(Arc::clone(&model));
         control.listeners.retain_and_rebind(&candidate);
@@ -242,7 +261,7 @@ impl Live {
             // Only a socket tokio cannot register; the rest of the reload stands.
             tracing::error!(%error, "a listener added by the reload cannot serve");
         }
-        self.retire(control, &old, &model, &diff);
+        self.retire(control, &old, &model, &diff.pools.removed);
         self.start_pool_tasks(control, &model, &context.shutdown);
         for termination in model.tls_terminations() {
             termination.refresh_expiry();
@@ -262,15 +281,20 @@ impl Live {
             .iter()
             .map(|pool| {
                 let previous = current.pool(&pool.name);
+                // The nodes given by name are those they resolve to now.
+                let pool = control.names.expand(pool);
+                // A reload re-reads a TLS pool's files (a new connector is staged); new
+                // sets of resolved addresses re-read nothing.
+                let reread = staged.connectors.contains_key(&pool.name);
                 match previous {
                     // Unchanged and nothing re-read: the same pool, its tasks keep running.
-                    Some(previous) if previous.config == *pool && pool.tls.is_none() => {
-                        Arc::clone(previous)
-                    }
+                    Some(previous) if previous.config == pool && !reread => Arc::clone(previous),
                     _ => Pool::build(
-                        pool,
+                        &pool,
                         &self.metrics,
-                        staged.connectors.remove(&pool.name),
+                        staged.connectors.remove(&pool.name).or_else(|| {
+                            previous.and_then(|previous| previous.tls_connector().cloned())
+                        }),
                         previous.map(|p| &**p),
                     ),
                 }
@@ -308,20 +332,23 @@ impl Live {
     }
 
     /// Lets what the new model dropped drain, and forgets its metric series.
-    fn retire(&self, control: &mut Control, old: &Model, new: &Model, diff: &ConfigDiff) {
+    /// `removed_pools`: the pools the new configuration removed (none for new sets of
+    /// resolved addresses).
+    fn retire(&self, control: &mut Control, old: &Model, new: &Model, removed_pools: &[String]) {
         for pool in &old.pools {
             let next = new.pool(&pool.name);
             if !next.is_some_and(|next| Arc::ptr_eq(next, pool)) {
                 pool.retire_nodes_missing_from(next.map(|p| &**p));
+                // The series of nodes gone (from the file, or from a name's addresses).
+                for node in &pool.nodes {
+                    if next.is_none_or(|next| next.node_index(node.address).is_none()) {
+                        self.metrics
+                            .remove_node(&pool.name, &node.address.to_string());
+                    }
+                }
             }
         }
-        for change in &diff.nodes {
-            if change.change == weir_config::diff::NodeChangeKind::Removed {
-                self.metrics
-                    .remove_node(&change.pool, &change.address.to_string());
-            }
-        }
-        for name in &diff.pools.removed {
+        for name in removed_pools {
             self.metrics.remove_pool(name);
         }
         for vs in &old.virtual_servers {
@@ -333,12 +360,67 @@ impl Live {
                 self.metrics.remove_layer4(&vs.config.name);
             }
         }
-        for name in &diff.virtual_servers.removed {
+        let removed = old
+            .virtual_servers
+            .iter()
+            .filter(|vs| new.virtual_server(&vs.config.name).is_none());
+        for vs in removed {
+            let name = &vs.config.name;
             self.metrics.remove_virtual_server(name);
             if let Some(shared) = control.shared.remove(name) {
                 shared.remove();
             }
         }
+    }
+
+    /// Applies the sets of addresses the node names resolve to now: the pools whose resolved
+    /// nodes changed are rebuilt over their previous generation the way a reload rebuilds
+    /// a pool whose nodes changed (nodes that stay keep their state and connections, those
+    /// gone drain), as a new generation of the same configuration. Nothing is re-read.
+    pub(crate) fn apply_resolved(&self) {
+        let mut control = self.lock();
+        let Some(shutdown) = control.running.as_ref().map(|r| r.accept.shutdown.clone()) else {
+            return;
+        };
+        if shutdown.is_triggered() {
+            return;
+        }
+        let current = self.current();
+        let config = Arc::clone(&current.config);
+        let changed: Vec<&str> = config
+            .pools
+            .iter()
+            .filter(|pool| !pool.names.is_empty())
+            .filter(|pool| {
+                current
+                    .pool(&pool.name)
+                    .is_none_or(|running| running.config != control.names.expand(pool))
+            })
+            .map(|pool| pool.name.as_str())
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        let mut staged = Staged {
+            connectors: HashMap::new(),
+            tls: current
+                .virtual_servers
+                .iter()
+                .filter_map(|vs| Some((vs.config.name.clone(), StagedTls::New(vs.tls.clone()?))))
+                .collect(),
+            bound: Vec::new(),
+            access_log: control.access_log.clone(),
+            rules: HashMap::new(),
+        };
+        let model = Arc::new(self.next_model(&mut control, &config, &mut staged));
+        let old = self.cell.swap(Arc::clone(&model));
+        self.retire(&mut control, &old, &model, &[]);
+        self.start_pool_tasks(&mut control, &model, &shutdown);
+        self.metrics
+            .reloads()
+            .generation
+            .set(model.generation as i64);
+        tracing::info!(generation = model.generation, pools = %changed.join(", "), "nodes given by DNS name changed");
     }
 
     /// Starts the background work of pools that are new in `model`, and stops that of
@@ -369,7 +451,7 @@ impl Live {
 
     /// Starts serving: accept loops on `bound`, and the pools' background work.
     pub(crate) fn start(
-        &self,
+        self: &Arc<Self>,
         bound: Vec<Bound>,
         shutdown: ShutdownSignal,
         drain: Arc<Drain>,
@@ -385,6 +467,8 @@ impl Live {
         let model = self.current();
         self.start_pool_tasks(&mut control, &model, &shutdown);
         control.upkeep = Some(cache_upkeep(Arc::downgrade(&self.cell), shutdown.clone()));
+        let changed = control.names.start(&shutdown);
+        control.refresher = Some(refresher(Arc::downgrade(self), changed, shutdown.clone()));
         self.metrics
             .reloads()
             .generation
@@ -402,7 +486,13 @@ impl Live {
             .drain()
             .flat_map(|(_, tasks)| tasks.tasks)
             .collect::<Vec<_>>();
-        let pools = pools.into_iter().chain(control.upkeep.take()).collect();
+        let names = control.names.take_tasks();
+        let pools = pools
+            .into_iter()
+            .chain(names)
+            .chain(control.upkeep.take())
+            .chain(control.refresher.take())
+            .collect();
         (accept, pools)
     }
 
@@ -482,6 +572,25 @@ impl Live {
         // Control is consistent between statements; recover it after a panic elsewhere.
         self.control.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Waits for new sets of resolved addresses and applies them (on a blocking thread, as
+/// reloads run), until shutdown. Sets that arrive while one is applied are applied next.
+fn refresher(
+    live: std::sync::Weak<Live>,
+    changed: Arc<tokio::sync::Notify>,
+    mut shutdown: ShutdownSignal,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = changed.notified() => {}
+                () = shutdown.triggered() => return,
+            }
+            let Some(live) = live.upgrade() else { return };
+            let _ = tokio::task::spawn_blocking(move || live.apply_resolved()).await;
+        }
+    })
 }
 
 /// How often [`cache_upkeep`] runs.

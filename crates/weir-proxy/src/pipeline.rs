@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use weir_core::{ErrorKind, ShutdownSignal};
-use weir_http::{RequestHead, Version};
+use weir_http::{RequestHead, Unedited, Version};
 use weir_observe::AccessRecord;
 use weir_tls::ServerStream;
 use weir_upstream::Pool;
@@ -356,6 +356,7 @@ async fn serve_request(
     } = request;
     // filter_request: CONNECT, TRACE, upgrades and header names, as the virtual server allows
     let forwarding = policy::filter(vs, head)?;
+    policy::across_protocols(client, pool, head, forwarding)?;
     // read body (up to request_buffer) before any upstream connection is taken
     let mut body = request_body::read(client, vs, head).await?;
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
@@ -415,9 +416,10 @@ async fn serve_request(
     let keep_alive = keep_alive && !shutdown.is_triggered() && !forwarding.connect;
     let status = exchange.response.status();
     let tunnelled = status == 101 || (forwarding.connect && (200..300).contains(&status));
+    upgrade::h2_websocket_answered(client, tunnelled, status)?;
     let edits = traffic.response_edits(vs);
     let sent = match flow {
-        _ if tunnelled => upgrade::tunnel(client, vs, exchange, head.version()).await?,
+        _ if tunnelled => upgrade::tunnel(client, vs, exchange, head.version(), &edits).await?,
         // filter_response → respond: stored, compressed, or answered from the cache
         Some(flow) => {
             let responding =
@@ -547,15 +549,23 @@ async fn answer_failure(
     let started = request.map_or_else(Instant::now, |r| r.started);
     let version = head.map_or(Version::Http11, |h| h.version());
     let kind = failure.error.kind();
+    // A gRPC client gets weir's answer in gRPC's form (a status it can read).
+    let grpc = head.is_some_and(|h| request_body::is_grpc(h.header("content-type")));
     let mut bytes = 0;
     if let Some(status) = failure.status {
         // After an error the rest of the request may still be in flight: close.
         // The rules' response edits and the request id go on weir's error answers too.
         let edits = traffic.map(|traffic| traffic.response_edits(vs));
         let timeout = vs.config.timeouts.write;
-        bytes = match &edits {
-            Some(edits) => client.answer_edited(status, version, timeout, edits).await,
-            None => client.answer(status, version, false, timeout).await,
+        bytes = match (&edits, grpc) {
+            (Some(edits), true) => client.answer_grpc(status, version, timeout, edits).await,
+            (None, true) => {
+                client
+                    .answer_grpc(status, version, timeout, &Unedited)
+                    .await
+            }
+            (Some(edits), false) => client.answer_edited(status, version, timeout, edits).await,
+            (None, false) => client.answer(status, version, false, timeout).await,
         }
         .unwrap_or(0);
         vs.metrics.record_status(status);
@@ -601,7 +611,7 @@ async fn answer_failure(
             error: Some(kind.as_str()),
             request_id: traffic.and_then(RequestTraffic::id),
             rule: traffic.and_then(|t| t.rule_name(vs)),
-            grpc_status: None,
+            grpc_status: grpc.then(|| crate::answer::grpc_status_for(status)),
             cache: None,
         });
     }

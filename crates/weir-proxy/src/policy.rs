@@ -4,11 +4,13 @@
 //! protocol (else the request goes on without its `Upgrade`); header names
 //! with `_` are dropped, refused or kept.
 
-use weir_config::UnderscoreHeaders;
+use weir_config::{UnderscoreHeaders, UpstreamProtocol};
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{Method, RequestHead};
+use weir_upstream::Pool;
 
 use crate::answer::Failure;
+use crate::client::Client;
 use crate::route::VirtualServerRuntime;
 
 /// How a request that passed the filter is forwarded.
@@ -55,6 +57,41 @@ pub(crate) fn filter(vs: &VirtualServerRuntime, head: &RequestHead) -> Result<Fo
         connect: head.method() == Method::Connect,
         drop_underscore_names: underscores && policy.underscore_headers == UnderscoreHeaders::Drop,
     })
+}
+
+/// What the protocols on either side allow, once the pool is known:
+///
+/// - gRPC needs HTTP/2 to the node (full duplex, trailers): a gRPC request
+///   routed to a pool of HTTP/1.1 nodes is refused with 502 (UNAVAILABLE for
+///   the client) and a log line that names the pool, instead of a request the
+///   node would answer with something the client cannot decode;
+/// - an HTTP/2 WebSocket (extended CONNECT, RFC 8441) goes on only where the
+///   virtual server lets WebSocket upgrades through: otherwise 405, as for a
+///   CONNECT that is not allowed, rather than a request the node would
+///   answer as a GET.
+pub(crate) fn across_protocols(
+    client: &Client,
+    pool: &Pool,
+    head: &RequestHead,
+    forwarding: Forwarding,
+) -> Result<(), Failure> {
+    if client.is_h2_websocket() && !forwarding.upgrade {
+        return Err(Failure::from_error(
+            Error::new(ErrorKind::MethodNotAllowed, Side::Downstream)
+                .context("WebSocket is not among this virtual server's upgrades"),
+        ));
+    }
+    if pool.config.protocol == UpstreamProtocol::Http1
+        && crate::request_body::is_grpc(head.header("content-type"))
+    {
+        return Err(Failure::from_error(
+            Error::new(ErrorKind::Io, Side::Internal).context(format!(
+                "gRPC needs HTTP/2 to the node: pool {} speaks HTTP/1.1 (set protocol = \"h2\" or \"h2c\")",
+                pool.name
+            )),
+        ));
+    }
+    Ok(())
 }
 
 /// Every protocol the client offers must be allowed (compared without case;

@@ -158,12 +158,14 @@ pub(crate) async fn read(
 }
 
 /// Whether a `content-type` is gRPC's (`application/grpc`, `application/grpc+proto`, ...).
+/// Asked of every request routed to an HTTP/1.1 pool and of every response,
+/// so it compares in place instead of lowering a copy.
 pub(crate) fn is_grpc(content_type: Option<&[u8]>) -> bool {
+    const GRPC: &[u8] = b"application/grpc";
     content_type.is_some_and(|value| {
-        let value = value.to_ascii_lowercase();
-        value == b"application/grpc"
-            || value.starts_with(b"application/grpc+")
-            || value.starts_with(b"application/grpc;")
+        value.len() >= GRPC.len()
+            && value[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+            && matches!(value.get(GRPC.len()), None | Some(b'+' | b';'))
     })
 }
 
@@ -420,6 +422,29 @@ mod tests {
             total: started + Duration::from_secs(60),
             min_rate,
         }
+    }
+
+    #[test]
+    fn grpc_content_types_are_told_from_others() {
+        for grpc in [
+            &b"application/grpc"[..],
+            b"Application/GRPC",
+            b"application/grpc+proto",
+            b"application/grpc;charset=utf-8",
+        ] {
+            assert!(is_grpc(Some(grpc)), "{}", String::from_utf8_lossy(grpc));
+        }
+        for other in [
+            &b"application/grpc-web"[..],
+            b"application/grpc-web+proto",
+            b"application/grpcx",
+            b"application/json",
+            b"application/grp",
+            b"",
+        ] {
+            assert!(!is_grpc(Some(other)), "{}", String::from_utf8_lossy(other));
+        }
+        assert!(!is_grpc(None));
     }
 
     #[test]

@@ -88,6 +88,7 @@ pub(crate) async fn respond(
 ) -> Result<Sent, Failure> {
     let (method, client_version) = request;
     let body_cut = exchange.body_cut;
+    let from_h2_node = matches!(exchange.lease, NodeLink::Http2 { .. });
     let (mut upstream, response) = Upstream::of(exchange, response_timeout);
     // Buffer as much of the body as fits: all of it, for most responses.
     // A gRPC response is a stream of messages: each goes on as it comes.
@@ -111,6 +112,7 @@ pub(crate) async fn respond(
         method,
         edits,
         extra,
+        from_h2_node,
     };
     let head_bytes = write_head(client, vs, &head)?;
     let write_timeout = vs.config.timeouts.write;
@@ -367,6 +369,8 @@ struct Head<'a> {
     edits: &'a Edits<'a>,
     /// One more field for the client (the cache's `X-Cache`), after the rest.
     extra: Option<(&'a str, &'a str)>,
+    /// The node answered over HTTP/2 (`Via` says `2`).
+    from_h2_node: bool,
 }
 
 /// Writes the response head into `write_buf` (HTTP/1.1), or sends it on the
@@ -382,6 +386,7 @@ fn write_head(
         version: head.version,
         keep_alive: head.keep_alive,
         via: Some(VIA),
+        via_version: head.from_h2_node.then_some("2"),
         upgrade: false,
         set_headers: &vs.config.response_headers,
     };

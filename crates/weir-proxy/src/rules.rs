@@ -6,11 +6,13 @@
 //! per-client connection limit is applied at admit (`crate::listener`, `crate::refuse`).
 //!
 //! The `Decision` a request is evaluated into comes from a small per-thread pool, like
-//! the buffers: it is cleared and reused, and an idle connection holds none.
+//! the buffers: it is cleared and reused, and an idle connection holds none. A virtual
+//! server without rules takes none at all: its requests read one shared empty decision,
+//! so the stage costs them a few loads, not a pool round trip.
 
 use std::cell::RefCell;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -21,8 +23,9 @@ use weir_rules::limits::ConcurrencyPermit;
 use weir_rules::{Decision, Facts, Outcome, Refusal, RequestId, request_key};
 use weir_upstream::Pool;
 
-use crate::answer::{Failure, body_for, lossy};
+use crate::answer::{Failure, body_for, grpc_fields, grpc_status_for, lossy};
 use crate::client::Client;
+use crate::request_body::is_grpc;
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
 use crate::traffic::{Edits, Upstream, VirtualServerTraffic};
@@ -31,8 +34,14 @@ use crate::traffic::{Edits, Upstream, VirtualServerTraffic};
 const POOLED_PER_THREAD: usize = 32;
 
 thread_local! {
-    static SCRATCH: RefCell<Vec<Scratch>> = const { RefCell::new(Vec::new()) };
+    // Boxed, so that taking one from the pool and giving it back moves a pointer, not
+    // the few hundred bytes of a decision.
+    #[allow(clippy::vec_box, reason = "a request holds the box; moving it must stay cheap")]
+    static SCRATCH: RefCell<Vec<Box<Scratch>>> = const { RefCell::new(Vec::new()) };
 }
+
+/// What every request of a virtual server without rules is decided into: nothing.
+static NO_DECISION: LazyLock<Decision> = LazyLock::new(Decision::default);
 
 /// What the rules stage decided for one request, kept until the request ends.
 #[derive(Debug)]
@@ -41,7 +50,9 @@ pub(crate) struct RequestTraffic {
     /// The client address rules, limits and persistence see.
     pub(crate) client: IpAddr,
     https: bool,
-    scratch: Scratch,
+    /// The decision and concurrency slots; `None` when the virtual server has no rules
+    /// (then nothing was decided and no limit applies).
+    scratch: Option<Box<Scratch>>,
     /// The persistence cookie the response sets (learned at filter_response).
     set_cookie: Option<Bytes>,
 }
@@ -85,8 +96,9 @@ impl RequestTraffic {
         let id = weir_rules::request_id(&settings.request_id, head);
         let address = weir_rules::client_address(&settings.client_address, client.peer.ip(), head);
         let https = client.stream.is_tls();
-        let mut scratch = SCRATCH.with_borrow_mut(Vec::pop).unwrap_or_default();
+        let mut scratch = None;
         if !vs.traffic.rules.is_empty() {
+            let taken = scratch.insert(SCRATCH.with_borrow_mut(Vec::pop).unwrap_or_default());
             let facts = Facts {
                 client_address: address,
                 https,
@@ -97,7 +109,7 @@ impl RequestTraffic {
             };
             vs.traffic
                 .rules
-                .evaluate_into(head, &facts, &mut scratch.decision);
+                .evaluate_into(head, &facts, &mut taken.decision);
         }
         RequestTraffic {
             id,
@@ -108,18 +120,28 @@ impl RequestTraffic {
         }
     }
 
+    /// What the rules decided for this request (nothing, without rules).
+    fn decision(&self) -> &Decision {
+        self.scratch
+            .as_ref()
+            .map_or(&NO_DECISION, |scratch| &scratch.decision)
+    }
+
     /// The route stage: the limits the matching rules name, then the rules' pool or
     /// answer, else the virtual server's routes and default pool.
     pub(crate) fn route(&mut self, vs: &VirtualServerRuntime, head: &RequestHead) -> Routed {
         let traffic = &vs.traffic;
-        let rule = self.scratch.decision.rule;
+        let Some(scratch) = self.scratch.as_mut() else {
+            return Routed::Pool(Arc::clone(vs.route_pool(vs.matched_route(head))));
+        };
+        let rule = scratch.decision.rule;
         if let Some(counter) = rule.and_then(|rule| traffic.metrics.rules.get(rule)) {
             counter.inc();
         }
-        if let Err(refusal) = self.check_limits(traffic, head) {
+        if let Err(refusal) = check_limits(scratch, self.client, traffic, head) {
             return Routed::Refused(refusal);
         }
-        match &self.scratch.decision.outcome {
+        match &scratch.decision.outcome {
             Outcome::Answer(_) => Routed::Answer,
             Outcome::Pool(PoolId(index)) => match traffic.pools.get(*index) {
                 Some(pool) => Routed::Pool(Arc::clone(pool)),
@@ -128,56 +150,59 @@ impl RequestTraffic {
             Outcome::Default => Routed::Pool(Arc::clone(vs.route_pool(vs.matched_route(head)))),
         }
     }
+}
 
-    /// Counts the request against each rate limit its rules name, in rule order (the
-    /// first refusal answers), then takes a slot in each concurrency limit (all or none).
-    fn check_limits(
-        &mut self,
-        traffic: &VirtualServerTraffic,
-        head: &RequestHead,
-    ) -> Result<(), Refusal> {
-        let decision = &self.scratch.decision;
-        if !decision.rate_limits.is_empty() {
-            let now = Instant::now().into_std();
-            for &index in &decision.rate_limits {
-                let Some(limiter) = traffic.limits.rates.get(index) else {
-                    continue;
-                };
-                let key = request_key(&limiter.config().key, head, self.client);
-                if let Err(refusal) = limiter.check(key, now) {
-                    if let Some(counter) = traffic.metrics.rate_limit_refusals.get(index) {
-                        counter.inc();
-                    }
-                    return Err(refusal);
-                }
-            }
-        }
-        for &index in &decision.concurrency_limits {
-            let Some(limiter) = traffic.limits.concurrency.get(index) else {
+/// Counts the request against each rate limit its rules name, in rule order (the
+/// first refusal answers), then takes a slot in each concurrency limit (all or none).
+fn check_limits(
+    scratch: &mut Scratch,
+    client: IpAddr,
+    traffic: &VirtualServerTraffic,
+    head: &RequestHead,
+) -> Result<(), Refusal> {
+    let decision = &scratch.decision;
+    if !decision.rate_limits.is_empty() {
+        let now = Instant::now().into_std();
+        for &index in &decision.rate_limits {
+            let Some(limiter) = traffic.limits.rates.get(index) else {
                 continue;
             };
-            match limiter.acquire() {
-                Ok(permit) => self.scratch.permits.push(permit),
-                Err(refusal) => {
-                    self.scratch.permits.clear();
-                    if let Some(counter) = traffic.metrics.concurrency_limit_refusals.get(index) {
-                        counter.inc();
-                    }
-                    return Err(refusal);
+            let key = request_key(&limiter.config().key, head, client);
+            if let Err(refusal) = limiter.check(key, now) {
+                if let Some(counter) = traffic.metrics.rate_limit_refusals.get(index) {
+                    counter.inc();
                 }
+                return Err(refusal);
             }
         }
-        Ok(())
     }
+    for &index in &decision.concurrency_limits {
+        let Some(limiter) = traffic.limits.concurrency.get(index) else {
+            continue;
+        };
+        match limiter.acquire() {
+            Ok(permit) => scratch.permits.push(permit),
+            Err(refusal) => {
+                scratch.permits.clear();
+                if let Some(counter) = traffic.metrics.concurrency_limit_refusals.get(index) {
+                    counter.inc();
+                }
+                return Err(refusal);
+            }
+        }
+    }
+    Ok(())
+}
 
+impl RequestTraffic {
     /// The path to forward instead of the received one (a rule rewrote it).
     pub(crate) fn path(&self) -> Option<&[u8]> {
-        self.scratch.decision.path.as_deref()
+        self.decision().path.as_deref()
     }
 
     /// The name of the rule that decided where the request went, for the access log.
     pub(crate) fn rule_name<'a>(&self, vs: &'a VirtualServerRuntime) -> Option<&'a str> {
-        vs.traffic.rules.rule_name(self.scratch.decision.rule?)
+        vs.traffic.rules.rule_name(self.decision().rule?)
     }
 
     pub(crate) fn id(&self) -> Option<&str> {
@@ -191,7 +216,7 @@ impl RequestTraffic {
             client: self.client,
             path: self.path(),
             edits: Edits {
-                edits: &self.scratch.decision.request_headers,
+                edits: &self.decision().request_headers,
                 id: self.id_header(vs, true),
                 answer: None,
                 set_cookie: None,
@@ -202,7 +227,7 @@ impl RequestTraffic {
     /// The edits of the response head sent to the client.
     pub(crate) fn response_edits<'a>(&'a self, vs: &'a VirtualServerRuntime) -> Edits<'a> {
         Edits {
-            edits: &self.scratch.decision.response_headers,
+            edits: &self.decision().response_headers,
             id: self.id_header(vs, vs.config.traffic.request_id.to_client),
             answer: None,
             set_cookie: self.set_cookie.as_deref(),
@@ -247,17 +272,26 @@ impl RequestTraffic {
     ) -> Result<Sent, Failure> {
         let no_body = matches!(head.framing(), BodyFraming::None | BodyFraming::Length(0));
         let keep_alive = keep_alive && no_body;
-        let answer = self.scratch.decision.answer().filter(|_| refusal.is_none());
+        let answer = self.decision().answer().filter(|_| refusal.is_none());
         let status = refusal.map_or_else(|| answer.map_or(500, |a| a.status), |r| r.status);
+        let own_body = answer.is_some_and(|answer| !answer.body.is_empty());
+        // A refusal or a denial of a gRPC call is a trailers-only gRPC answer
+        // (a status the client can read); a rule's own body is sent as written.
+        let grpc = status >= 400 && !own_body && is_grpc(head.header("content-type"));
         let body: &[u8] = match answer {
-            Some(answer) if !answer.body.is_empty() => &answer.body,
+            _ if grpc => b"",
+            Some(answer) if own_body => &answer.body,
             _ => short_body(status),
         };
         let retry_after = refusal.map(|r| r.retry_after_seconds().to_string());
-        let extra: &[(&str, &str)] = match &retry_after {
-            Some(seconds) => &[("Retry-After", seconds)],
-            None => &[],
+        let mut extra: Vec<(&str, &str)> = match grpc {
+            true => grpc_fields(status).to_vec(),
+            false => Vec::new(),
         };
+        if let Some(seconds) = &retry_after {
+            extra.push(("Retry-After", seconds));
+        }
+        let grpc_status = grpc.then(|| grpc_status_for(status));
         let edits = Edits {
             answer,
             ..self.response_edits(vs)
@@ -270,7 +304,7 @@ impl RequestTraffic {
         };
         let timeout = vs.config.timeouts.write;
         let bytes = client
-            .answer_simple(&shape, extra, &edits, body, timeout)
+            .answer_simple(&shape, &extra, &edits, body, timeout)
             .await?;
         vs.metrics.record_status(status);
         if let Some(log) = &vs.access_log {
@@ -288,7 +322,7 @@ impl RequestTraffic {
                 upstream_duration: None,
                 error: refusal.map(|_| "limit"),
                 request_id: self.id(),
-                grpc_status: None,
+                grpc_status,
                 cache: None,
                 rule: self.rule_name(vs),
             });
@@ -297,7 +331,7 @@ impl RequestTraffic {
             status,
             bytes,
             keep_alive,
-            grpc_status: None,
+            grpc_status,
             cache: None,
         })
     }
@@ -307,7 +341,9 @@ impl Drop for RequestTraffic {
     /// The request is over: its concurrency slots are freed and its lists go back to
     /// this thread's pool.
     fn drop(&mut self) {
-        let mut scratch = std::mem::take(&mut self.scratch);
+        let Some(mut scratch) = self.scratch.take() else {
+            return;
+        };
         scratch.permits.clear();
         scratch.decision.clear();
         SCRATCH.with_borrow_mut(|pool| {

@@ -105,7 +105,17 @@ impl HeaderEdit for Edits<'_> {
     }
 
     fn write_added(&self, out: &mut BytesMut) {
+        self.write_fields(out, |_| true);
+    }
+}
+
+impl Edits<'_> {
+    /// Writes the added fields whose names `keep` accepts, each as `Name: value\r\n`.
+    pub(crate) fn write_fields(&self, out: &mut BytesMut, keep: impl Fn(&[u8]) -> bool) {
         let mut field = |name: &[u8], value: &[u8]| {
+            if !keep(name) {
+                return;
+            }
             out.extend_from_slice(name);
             out.extend_from_slice(b": ");
             out.extend_from_slice(value);

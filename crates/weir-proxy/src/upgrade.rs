@@ -5,21 +5,33 @@
 //! The upstream connection leaves its node's request slots for a tunnel place
 //! (`max_tunnels`), so long-lived tunnels never starve ordinary requests, and
 //! it is never reused afterwards.
+//!
+//! An HTTP/2 client's WebSocket (an extended CONNECT, RFC 8441, made an
+//! HTTP/1.1 upgrade for the node) gets a `200` on its stream instead of the
+//! `101`, and its DATA frames carry the tunnel (`http2/tunnel.rs`).
+//!
+//! The head that switches carries the traffic rules' response edits, the request
+//! id and a persistence cookie like any response, except that they never remove,
+//! replace or add the handshake's own fields (`Sec-WebSocket-*`): the client checks
+//! those against its request, so an edit there would only break the switch.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{BodyFraming, ForwardResponse, Version};
+use weir_http::{BodyFraming, ForwardResponse, HeaderEdit, Version};
 
 use crate::VIA;
 use crate::answer::Failure;
 use crate::client::{Client, Downstream};
 use crate::exchange::Exchange;
+use crate::http2;
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
+use crate::traffic::Edits;
 
 /// Bytes moved per read in each direction.
 const TUNNEL_BUFFER: usize = 16 * 1024;
@@ -30,6 +42,7 @@ pub(crate) async fn tunnel(
     vs: &VirtualServerRuntime,
     exchange: Exchange,
     version: Version,
+    edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
     let Exchange {
         lease,
@@ -55,17 +68,33 @@ pub(crate) async fn tunnel(
     };
     let mut tunnel = lease.into_tunnel(permit);
     let status = response.status();
+    if let Downstream::Http2 { stream, .. } = &mut client.stream {
+        // A WebSocket extended CONNECT (RFC 8441): the stream carries the tunnel.
+        let early = client.upstream_in.split().freeze();
+        let idle = vs.config.timeouts.tunnel_idle;
+        let upstream = tunnel.stream();
+        let to_client = http2::relay_websocket(stream, &response, early, upstream, idle).await?;
+        return Ok(Sent {
+            status: 200,
+            bytes: to_client,
+            keep_alive: false,
+            cache: None,
+            grpc_status: None,
+        });
+    }
     client.write_buf.clear();
-    weir_http::write_response_head(
+    weir_http::write_response_head_edited(
         &response,
         &ForwardResponse {
             framing: BodyFraming::None,
             version,
             keep_alive: true,
             via: Some(VIA),
+            via_version: None,
             upgrade: status == 101,
             set_headers: &vs.config.response_headers,
         },
+        &Switching(edits),
         &mut client.write_buf,
     );
     // Whatever the node sent after its head belongs to the tunnel.
@@ -91,7 +120,7 @@ pub(crate) async fn tunnel(
             })?;
     }
     let Downstream::Http1(stream) = &mut client.stream else {
-        // HTTP/2 clients never get here: the pipeline refuses their tunnels first.
+        // HTTP/2 clients were served above.
         return Err(Failure::silent(
             Error::new(ErrorKind::Io, Side::Internal).context("tunnel on an HTTP/2 stream"),
         ));
@@ -105,6 +134,43 @@ pub(crate) async fn tunnel(
         cache: None,
         grpc_status: None,
     })
+}
+
+/// A node that answers an HTTP/2 WebSocket's upgrade with a 2xx but no
+/// switch gets a 502: a 2xx would tell the client its tunnel is open (RFC
+/// 8441 §5). Other statuses go to the client as they are.
+pub(crate) fn h2_websocket_answered(
+    client: &Client,
+    tunnelled: bool,
+    status: u16,
+) -> Result<(), Failure> {
+    if client.is_h2_websocket() && !tunnelled && (200..300).contains(&status) {
+        return Err(Failure::from_error(
+            Error::new(ErrorKind::BadResponse, Side::Upstream)
+                .context("the node answered a WebSocket upgrade without switching"),
+        ));
+    }
+    Ok(())
+}
+
+/// A response's edits on the head that switches protocols: everything but the
+/// handshake's own fields.
+struct Switching<'a>(&'a Edits<'a>);
+
+/// Whether `name` is one of the WebSocket handshake's fields (RFC 6455 §11.3).
+fn handshake_field(name: &[u8]) -> bool {
+    const PREFIX: &[u8] = b"sec-websocket-";
+    name.len() >= PREFIX.len() && name[..PREFIX.len()].eq_ignore_ascii_case(PREFIX)
+}
+
+impl HeaderEdit for Switching<'_> {
+    fn drops(&self, name: &[u8]) -> bool {
+        !handshake_field(name) && self.0.drops(name)
+    }
+
+    fn write_added(&self, out: &mut BytesMut) {
+        self.0.write_fields(out, |name| !handshake_field(name));
+    }
 }
 
 /// Copies both ways until both directions have ended (each end is passed on

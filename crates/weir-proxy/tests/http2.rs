@@ -294,3 +294,51 @@ request_headers = { set = { X-Rule = "yes" } }
     assert!(api.contains("/echo/thing"), "{api}");
     assert!(api.contains(r#"["x-rule","yes"]"#), "{api}");
 }
+
+/// `limits.max_requests_per_connection` counts an HTTP/2 connection's
+/// streams: after that many, GOAWAY, and the connection closes cleanly once
+/// they are done. The node's view of a request from an HTTP/2 client says
+/// `Via: 2 weir` (the protocol weir received it in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_connections_serve_max_requests_then_go_away() {
+    let origin = TestOrigin::start("a").await;
+    let vs = "[virtual_servers.web.http2]\ncleartext = true\n\
+              [virtual_servers.web.limits]\nmax_requests_per_connection = 2";
+    let proxy = TestProxy::start(&weir_testkit::config(&[origin.addr], "", vs)).await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let (mut sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    let connection = tokio::spawn(connection);
+    let wait = std::time::Duration::from_secs(10);
+    for n in 0..2 {
+        let request =
+            http::Request::get(format!("http://127.0.0.1:{}/echo/{n}", proxy.addr.port()))
+                .body(())
+                .expect("request");
+        sender = sender.ready().await.expect("ready");
+        let (response, _) = sender.send_request(request, true).expect("sent");
+        let response = tokio::time::timeout(wait, response)
+            .await
+            .expect("in time")
+            .expect("a response");
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let mut text = Vec::new();
+        while let Some(data) = body.data().await {
+            let data = data.expect("data");
+            let _ = body.flow_control().release_capacity(data.len());
+            text.extend_from_slice(&data);
+        }
+        let text = String::from_utf8_lossy(&text).to_ascii_lowercase();
+        assert!(text.contains(r#"["via","2 weir"]"#), "{text}");
+    }
+    // The second stream was the last: GOAWAY, then the connection ends without an error.
+    let ended = tokio::time::timeout(wait, connection)
+        .await
+        .expect("closed in time")
+        .expect("task");
+    assert!(ended.is_ok(), "{ended:?}");
+    proxy.stop().await;
+    origin.stop().await;
+}

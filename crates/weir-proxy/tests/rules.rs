@@ -267,6 +267,68 @@ pool = "b"
     proxy.stop().await;
 }
 
+/// A reload that renames a rule and removes a limit takes their series away; the rule
+/// that stays keeps counting in its series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_drops_the_metric_series_of_renamed_rules_and_removed_limits() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let rules = |name: &str, limit: bool| {
+        let mut rules = format!(
+            "[[virtual_servers.web.rules]]\nname = \"{name}\"\nmatch = {{ path = \"/gone\" }}\ndeny = 410\n\n\
+             [[virtual_servers.web.rules]]\nname = \"kept\"\nmatch = {{ path = \"/echo/b\" }}\npool = \"b\"\n"
+        );
+        if limit {
+            rules.push_str(
+                "rate_limit = \"per-client\"\n\n\
+                 [virtual_servers.web.rate_limits.per-client]\nrate = 1000\nburst = 1000\n",
+            );
+        }
+        rules
+    };
+    let proxy = TestProxy::start(&two_pools(a.addr, b.addr, &rules("old-name", true))).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(
+        send(&mut c, "GET /gone HTTP/1.1\r\nHost: h\r\n\r\n")
+            .await
+            .status,
+        410
+    );
+    let r = send(&mut c, "GET /echo/b HTTP/1.1\r\nHost: h\r\n\r\n").await;
+    assert_eq!((r.status, r.header("x-origin")), (200, Some("b")));
+    let text = proxy.metrics.encode();
+    for line in [
+        "weir_rule_matches_total{virtual_server=\"web\",rule=\"old-name\"} 1\n",
+        "weir_limit_refusals_total{virtual_server=\"web\",limit=\"per-client\"} 0\n",
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+
+    let candidate = weir_config::parse_str(
+        &two_pools(a.addr, b.addr, &rules("new-name", false)),
+        "test.toml",
+    )
+    .unwrap();
+    proxy.live.apply(candidate).expect("reload applies");
+    assert_eq!(
+        send(&mut c, "GET /gone HTTP/1.1\r\nHost: h\r\n\r\n")
+            .await
+            .status,
+        410
+    );
+    let r = send(&mut c, "GET /echo/b HTTP/1.1\r\nHost: h\r\n\r\n").await;
+    assert_eq!((r.status, r.header("x-origin")), (200, Some("b")));
+    let text = proxy.metrics.encode();
+    assert!(!text.contains("old-name"), "{text}");
+    assert!(!text.contains("per-client"), "{text}");
+    for line in [
+        "weir_rule_matches_total{virtual_server=\"web\",rule=\"new-name\"} 1\n",
+        "weir_rule_matches_total{virtual_server=\"web\",rule=\"kept\"} 2\n",
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_to_a_request_with_a_body_closes_the_connection() {
     let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);

@@ -187,8 +187,14 @@ pub(crate) fn literal_prefix(pattern: &str) -> Option<String> {
 impl Context<'_> {
     /// Runs the path regex set on first use, then answers from its hits.
     fn regex_hit(&mut self, index: usize) -> bool {
+        self.run_regexes();
+        self.regex_hits.get(index).copied().unwrap_or(false)
+    }
+
+    /// Runs the path regex set into `regex_hits`, once per request.
+    pub(crate) fn run_regexes(&mut self) {
         let Some(set) = self.regexes else {
-            return false;
+            return;
         };
         if !self.regexes_ran {
             self.regex_hits.clear();
@@ -196,7 +202,6 @@ impl Context<'_> {
             set.matches_read_at(self.regex_hits, &self.path, 0);
             self.regexes_ran = true;
         }
-        self.regex_hits.get(index).copied().unwrap_or(false)
     }
 }
 

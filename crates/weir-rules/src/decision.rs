@@ -69,6 +69,8 @@ pub struct HeaderEdits {
 pub(crate) struct Scratch {
     /// Which path regexes of the set matched.
     pub(crate) regex_hits: Vec<bool>,
+    /// The rules filed under the regexes that matched, in rule order.
+    pub(crate) regex_rules: Vec<u32>,
 }
 
 impl Decision {

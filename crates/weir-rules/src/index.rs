@@ -1,9 +1,12 @@
 //! Which rules a request needs to try. A rule that can only match certain
 //! exact hosts is filed under those hosts; else a rule that can only match
 //! paths under a first segment (`/app/...`, from its `path`, `path_prefix`
-//! or anchored `path_regex`) is filed under that segment; the rest are tried
-//! for every request. A request tries its host's rules, its first segment's
-//! rules and the rest, merged back into rule order, so 1,000 routes cost a
+//! or anchored `path_regex`) is filed under that segment; else a rule that
+//! needs one of the path regexes run as a set (no literal start) is filed
+//! under that regex; the rest are tried for every request. A request tries its
+//! host's rules, its first segment's rules, the rules of the set's regexes that
+//! matched (the set runs once, when the first rule filed under a regex is
+//! reached) and the rest, merged back into rule order, so 1,000 routes cost a
 //! couple of lookups rather than 1,000 comparisons.
 
 use std::collections::HashMap;
@@ -17,6 +20,10 @@ const MAX_HOST: usize = 256;
 pub(crate) struct RuleIndex {
     by_host: HashMap<Box<[u8]>, Box<[u32]>>,
     by_segment: HashMap<Box<[u8]>, Box<[u32]>>,
+    /// By index in the path regex set: the rules that need that regex.
+    by_regex: Box<[Box<[u32]>]>,
+    /// The first rule filed under a regex.
+    first_by_regex: Option<u32>,
     rest: Box<[u32]>,
 }
 
@@ -24,6 +31,8 @@ impl RuleIndex {
     pub(crate) fn new<'a>(conditions: impl Iterator<Item = &'a Cond>) -> RuleIndex {
         let mut by_host: HashMap<Box<[u8]>, Vec<u32>> = HashMap::new();
         let mut by_segment: HashMap<Box<[u8]>, Vec<u32>> = HashMap::new();
+        let mut by_regex: Vec<Vec<u32>> = Vec::new();
+        let mut first_by_regex = None;
         let mut rest = Vec::new();
         for (index, condition) in conditions.enumerate() {
             let index = index as u32;
@@ -35,6 +44,12 @@ impl RuleIndex {
                 );
             } else if let Some(segments) = path_segments(condition) {
                 file(&mut by_segment, segments.iter().map(|s| s.to_vec()), index);
+            } else if let Some(regex) = set_regex(condition) {
+                if by_regex.len() <= regex {
+                    by_regex.resize_with(regex + 1, Vec::new);
+                }
+                by_regex[regex].push(index);
+                first_by_regex.get_or_insert(index);
             } else {
                 rest.push(index);
             }
@@ -47,8 +62,25 @@ impl RuleIndex {
         RuleIndex {
             by_host: freeze(by_host),
             by_segment: freeze(by_segment),
+            by_regex: by_regex.into_iter().map(Vec::into_boxed_slice).collect(),
+            first_by_regex,
             rest: rest.into_boxed_slice(),
         }
+    }
+
+    /// The first rule filed under a regex of the set: the set must have run
+    /// before it is tried.
+    pub(crate) fn first_by_regex(&self) -> Option<usize> {
+        self.first_by_regex.map(|index| index as usize)
+    }
+
+    /// Appends to `out`, in rule order, the rules filed under the regexes that
+    /// matched (`hits`, by index in the set).
+    pub(crate) fn by_regex(&self, hits: &[bool], out: &mut Vec<u32>) {
+        for (rules, _) in self.by_regex.iter().zip(hits).filter(|(_, hit)| **hit) {
+            out.extend_from_slice(rules);
+        }
+        out.sort_unstable();
     }
 
     /// The rules to try for a request to `host` (without port) and `path`
@@ -138,9 +170,31 @@ fn segments_of(condition: &Cond) -> Option<Vec<&[u8]>> {
     }
 }
 
+/// The regex of the set a condition requires, alone or among an `all`.
+fn set_regex(condition: &Cond) -> Option<usize> {
+    match condition {
+        Cond::PathRegex(index) => Some(*index),
+        Cond::All(all) => all.iter().find_map(|inner| match inner {
+            Cond::PathRegex(index) => Some(*index),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
 /// Three ascending lists of rule indexes, merged in ascending order.
 pub(crate) struct Merge<'a> {
     lists: [&'a [u32]; 3],
+}
+
+impl Merge<'_> {
+    /// The rule `next` gives, without taking it.
+    pub(crate) fn peek(&self) -> Option<usize> {
+        (self.lists.iter())
+            .filter_map(|list| list.first())
+            .min()
+            .map(|&first| first as usize)
+    }
 }
 
 impl Iterator for Merge<'_> {

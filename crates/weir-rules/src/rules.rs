@@ -148,7 +148,32 @@ impl RuleSet {
             regex_hits: &mut hits,
             regexes_ran: false,
         };
-        for index in self.index.candidates(context.host, &context.path) {
+        // Rules filed under a regex of the set join once the set has run: just
+        // before the first of them would be tried.
+        let mut by_regex = std::mem::take(&mut decision.scratch.regex_rules);
+        by_regex.clear();
+        let mut regexes_pending = self.index.first_by_regex();
+        let mut next_by_regex = 0;
+        let mut candidates = self.index.candidates(context.host, &context.path);
+        loop {
+            if let Some(first) = regexes_pending
+                && candidates.peek().is_none_or(|next| first < next)
+            {
+                regexes_pending = None;
+                context.run_regexes();
+                self.index.by_regex(context.regex_hits, &mut by_regex);
+            }
+            let index = match (candidates.peek(), by_regex.get(next_by_regex)) {
+                (next, Some(&filed)) if next.is_none_or(|next| (filed as usize) < next) => {
+                    next_by_regex += 1;
+                    filed as usize
+                }
+                (Some(_), _) => match candidates.next() {
+                    Some(index) => index,
+                    None => break,
+                },
+                (None, _) => break,
+            };
             let rule = &self.rules[index];
             if !rule.condition.matches(&mut context) {
                 continue;
@@ -160,6 +185,7 @@ impl RuleSet {
             }
         }
         decision.scratch.regex_hits = hits;
+        decision.scratch.regex_rules = by_regex;
     }
 }
 

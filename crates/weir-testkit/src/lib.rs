@@ -15,6 +15,7 @@
 
 pub mod attack;
 pub mod client;
+pub mod dns;
 pub mod h2flood;
 pub mod memory;
 pub mod tls;

@@ -61,6 +61,22 @@ impl Default for DnsSettings {
     }
 }
 
+impl From<&weir_config::PoolDns> for DnsSettings {
+    fn from(dns: &weir_config::PoolDns) -> Self {
+        DnsSettings {
+            servers: dns.servers.clone(),
+            timeout: dns.timeout,
+            min_ttl: dns.min_ttl,
+            max_ttl: dns.max_ttl,
+            families: match dns.families {
+                weir_config::AddressFamilies::Ipv4 => Families::Ipv4,
+                weir_config::AddressFamilies::Ipv6 => Families::Ipv6,
+                weir_config::AddressFamilies::Both => Families::Both,
+            },
+        }
+    }
+}
+
 /// A node named by DNS: a host name and the port every address it resolves to gets.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NodeName {
@@ -258,12 +274,24 @@ pub async fn watch(
     resolver: Resolver,
     name: NodeName,
     settings: &DnsSettings,
-    mut shutdown: ShutdownSignal,
+    shutdown: ShutdownSignal,
 ) -> (channel::Receiver<Arc<[SocketAddr]>>, JoinHandle<()>) {
     let mut state = NameState::new(name, settings);
     let first = resolver.resolve(&state.name.host).await;
-    let (update, mut delay) = state.on_answer(first);
+    let (update, delay) = state.on_answer(first);
     log(&state, &update);
+    spawn_watch(resolver, state, delay, shutdown)
+}
+
+/// Keeps re-resolving the name of `state` (already resolved once, or not) in a task until
+/// `shutdown`, the first time after `delay`. The channel starts with the state's last good
+/// set (empty if none) and gets each new one.
+pub fn spawn_watch(
+    resolver: Resolver,
+    mut state: NameState,
+    mut delay: Duration,
+    mut shutdown: ShutdownSignal,
+) -> (channel::Receiver<Arc<[SocketAddr]>>, JoinHandle<()>) {
     let initial = state
         .current
         .clone()
@@ -285,6 +313,26 @@ pub async fn watch(
         }
     });
     (receiver, task)
+}
+
+/// Resolves `name` once for a start or a reload: the state to hand to [`spawn_watch`] with
+/// the delay until the next resolution, or why the name did not resolve.
+pub async fn resolve_first(
+    resolver: &Resolver,
+    name: NodeName,
+    settings: &DnsSettings,
+) -> Result<(NameState, Duration), ResolveError> {
+    let mut state = NameState::new(name, settings);
+    let outcome = resolver.resolve(&state.name.host).await;
+    let error = outcome.as_ref().err().cloned();
+    let (update, delay) = state.on_answer(outcome);
+    match error {
+        Some(error) => Err(error),
+        None => {
+            log(&state, &update);
+            Ok((state, delay))
+        }
+    }
 }
 
 fn log(state: &NameState, update: &Update) {

@@ -40,6 +40,8 @@ pub struct Pool {
     /// Session persistence (`[pools.NAME.persistence]`): signed cookie tokens, or the
     /// learned table carried over from the previous generation of the pool.
     pub persistence: Option<Persistence>,
+    /// The TLS client config the pool was built with (`None`: plain TCP).
+    connector: Option<weir_tls::Connector>,
 }
 
 /// Nodes already tried for one request (a pool has at most 64 nodes in play
@@ -90,6 +92,7 @@ impl Pool {
         previous: Option<&Pool>,
     ) -> Arc<Pool> {
         debug_assert_eq!(config.tls.is_some(), tls.is_some());
+        let connector = tls.clone();
         let tls = tls.map(|connector| UpstreamTls {
             connector,
             metrics: metrics.upstream_tls(&config.name),
@@ -173,7 +176,14 @@ impl Pool {
             balancer,
             hashing,
             persistence,
+            connector,
         })
+    }
+
+    /// The TLS client config the pool was built with, for a rebuild that re-reads no file
+    /// (new addresses of its nodes given by name).
+    pub fn tls_connector(&self) -> Option<&weir_tls::Connector> {
+        self.connector.as_ref()
     }
 
     /// The nodes of this pool that `next` does not carry over (removed, or whose TLS

@@ -7,11 +7,11 @@ use super::{Checker, Zero};
 use crate::defaults;
 use crate::error::KeyPath;
 use crate::model::{
-    Algorithm, HealthCheckKind, HealthMonitor, Node, NodeMode, PassiveHealth, Pool, PoolId,
-    ProxyVersion, UpstreamConnections, UpstreamTimeouts,
+    AddressFamilies, Algorithm, HealthCheckKind, HealthMonitor, NamedNode, Node, NodeMode,
+    PassiveHealth, Pool, PoolDns, PoolId, ProxyVersion, UpstreamConnections, UpstreamTimeouts,
 };
 use crate::schema::{
-    ConnectionsTable, HealthTable, NodeTable, PassiveHealthTable, PoolTable, StatusValue,
+    ConnectionsTable, DnsTable, HealthTable, NodeTable, PassiveHealthTable, PoolTable, StatusValue,
     UpstreamTimeoutsTable,
 };
 
@@ -36,9 +36,12 @@ impl Checker {
                 ("consistent_hash", Algorithm::ConsistentHash),
             ],
         );
+        let (nodes, names) = self.nodes(&path.key("nodes"), id, table.nodes.as_deref());
         Pool {
             name: name.to_owned(),
-            nodes: self.nodes(&path.key("nodes"), id, table.nodes.as_deref()),
+            nodes,
+            names,
+            dns: self.pool_dns(&path.key("dns"), table.dns.as_ref()),
             algorithm,
             connections: self.connections(&path.key("connections"), table.connections.as_ref()),
             timeouts: self.upstream_timeouts(&path.key("timeouts"), table.timeouts.as_ref()),
@@ -87,7 +90,7 @@ impl Checker {
         path: &KeyPath,
         pool: PoolId,
         nodes: Option<&[NodeTable]>,
-    ) -> Vec<Node> {
+    ) -> (Vec<Node>, Vec<NamedNode>) {
         let nodes = nodes.unwrap_or_default();
         if nodes.is_empty() {
             self.report(
@@ -97,6 +100,7 @@ impl Checker {
         }
         let mut seen: Vec<(SocketAddr, usize)> = Vec::new();
         let mut result = Vec::new();
+        let mut names: Vec<(NamedNode, usize)> = Vec::new();
         for (index, node) in nodes.iter().enumerate() {
             let node_path = path.index(index);
             let weight = self.nonzero(
@@ -123,7 +127,21 @@ impl Checker {
             let address = match values::socket_addr(text) {
                 Ok(address) => address,
                 Err(message) => {
-                    self.report(&address_path, message);
+                    match values::host_port(text) {
+                        Some(Ok((host, port))) => {
+                            let named = NamedNode {
+                                host,
+                                port,
+                                weight,
+                                state,
+                                key: address_path.clone(),
+                                line: None,
+                            };
+                            self.named_node(&address_path, named, index, &mut names);
+                        }
+                        Some(Err(message)) => self.report(&address_path, message),
+                        None => self.report(&address_path, message),
+                    }
                     continue;
                 }
             };
@@ -150,9 +168,96 @@ impl Checker {
                 address,
                 weight,
                 state,
+                name: None,
             });
         }
-        result
+        (result, names.into_iter().map(|(named, _)| named).collect())
+    }
+
+    /// A node given by name: a port that is not 0, and no name given twice.
+    fn named_node(
+        &mut self,
+        path: &KeyPath,
+        named: NamedNode,
+        index: usize,
+        names: &mut Vec<(NamedNode, usize)>,
+    ) {
+        if named.port == 0 {
+            self.report(path, "a node's port must not be 0");
+        } else if let Some((_, earlier)) = names
+            .iter()
+            .find(|(other, _)| other.host == named.host && other.port == named.port)
+        {
+            self.report(
+                path,
+                format!("duplicate node: nodes[{earlier}] has the same name and port"),
+            );
+        } else {
+            names.push((named, index));
+        }
+    }
+
+    /// `[pools.NAME.dns]`: the resolver's servers and the bounds on re-resolution.
+    fn pool_dns(&mut self, path: &KeyPath, table: Option<&DnsTable>) -> PoolDns {
+        let Some(table) = table else {
+            return PoolDns::default();
+        };
+        let defaults = PoolDns::default();
+        let mut servers = Vec::new();
+        for (index, text) in table.servers.iter().flatten().enumerate() {
+            // A name server is an IP address, with port 53 when none is given.
+            let parsed = text
+                .parse::<std::net::IpAddr>()
+                .map(|ip| SocketAddr::new(ip, 53))
+                .or_else(|_| values::socket_addr(text));
+            match parsed {
+                Ok(address) if address.port() != 0 => servers.push(address),
+                Ok(_) => self.report(&path.key("servers").index(index), "the port must not be 0"),
+                Err(message) => self.report(&path.key("servers").index(index), message),
+            }
+        }
+        let min_ttl = self.duration(
+            &path.key("min_ttl"),
+            table.min_ttl.as_ref(),
+            defaults.min_ttl,
+            Zero::Rejected,
+        );
+        let max_ttl = self.duration(
+            &path.key("max_ttl"),
+            table.max_ttl.as_ref(),
+            defaults.max_ttl,
+            Zero::Rejected,
+        );
+        if max_ttl < min_ttl {
+            self.report(
+                &path.key("max_ttl"),
+                format!(
+                    "must not be shorter than min_ttl ({})",
+                    show_duration(min_ttl)
+                ),
+            );
+        }
+        PoolDns {
+            servers,
+            timeout: self.duration(
+                &path.key("timeout"),
+                table.timeout.as_ref(),
+                defaults.timeout,
+                Zero::Rejected,
+            ),
+            min_ttl,
+            max_ttl,
+            families: self.choice(
+                &path.key("families"),
+                table.families.as_deref(),
+                AddressFamilies::Both,
+                &[
+                    ("both", AddressFamilies::Both),
+                    ("ipv4", AddressFamilies::Ipv4),
+                    ("ipv6", AddressFamilies::Ipv6),
+                ],
+            ),
+        }
     }
 
     pub(super) fn connections(

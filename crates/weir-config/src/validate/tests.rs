@@ -277,12 +277,77 @@ fn node_rules() {
         "duplicate node: nodes[0] has the same address",
     );
     assert_one_error(
-        &pool("{ address = \"backend.local:80\" }"),
+        &pool("{ address = \"back_end!.local:80\" }"),
         "pools.web.nodes[0].address",
-        "host names are not resolved",
+        "invalid host name in \"back_end!.local:80\"",
+    );
+    assert_one_error(
+        &pool("{ address = \"10.0.0.300:80\" }"),
+        "pools.web.nodes[0].address",
+        "is neither an IP address nor a host name",
+    );
+    assert_one_error(
+        &pool("{ address = \"db.local:http\" }"),
+        "pools.web.nodes[0].address",
+        "invalid port \"http\"",
+    );
+    assert_one_error(
+        &pool("{ address = \"db.local:80\" }, { address = \"DB.local.:80\" }"),
+        "pools.web.nodes[1].address",
+        "duplicate node: nodes[0] has the same name and port",
     );
     let config = valid(&pool("{ address = \"10.0.0.1:80\", weight = 5 }"));
     assert_eq!(config.pools[0].nodes[0].weight.get(), 5);
+}
+
+#[test]
+fn nodes_given_by_name_are_kept_apart_with_their_resolver_settings() {
+    let text = "[virtual_servers.web]\nlisten = \"127.0.0.1:8080\"\npool = \"web\"\n\
+                [pools.web]\nnodes = [{ address = \"10.0.0.1:80\" }, \
+                { address = \"Api.Internal.:8080\", weight = 3 }]\n\
+                [pools.web.dns]\nservers = [\"127.0.0.1:5353\", \"10.0.0.53\"]\n\
+                min_ttl = \"2s\"\nmax_ttl = \"1m\"\nfamilies = \"ipv4\"\n";
+    let config = valid(text);
+    let web = &config.pools[0];
+    assert_eq!(web.nodes.len(), 1);
+    assert_eq!(web.names.len(), 1);
+    assert_eq!(web.names[0].label(), "api.internal:8080");
+    assert_eq!(web.names[0].weight.get(), 3);
+    assert_eq!(web.names[0].key.to_string(), "pools.web.nodes[1].address");
+    assert!(web.names[0].line.is_some(), "the line is located");
+    assert_eq!(
+        web.dns.servers,
+        vec![
+            "127.0.0.1:5353".parse().unwrap(),
+            "10.0.0.53:53".parse().unwrap()
+        ]
+    );
+    assert_eq!(web.dns.min_ttl, Duration::from_secs(2));
+    assert_eq!(web.dns.families, AddressFamilies::Ipv4);
+    let resolved = [
+        "10.0.0.1:8080".parse().unwrap(),
+        "10.0.0.1:80".parse().unwrap(),
+    ];
+    let expanded = web.with_resolved(|_| &resolved[..]);
+    let addresses: Vec<String> = expanded
+        .nodes
+        .iter()
+        .map(|n| n.address.to_string())
+        .collect();
+    assert_eq!(
+        addresses,
+        ["10.0.0.1:80", "10.0.0.1:8080"],
+        "no address twice"
+    );
+    assert_eq!(expanded.nodes[1].name.as_deref(), Some("api.internal:8080"));
+    assert_eq!(expanded.nodes[1].weight.get(), 3);
+
+    let bad = text.replace("max_ttl = \"1m\"", "max_ttl = \"1s\"");
+    assert_one_error(
+        &bad,
+        "pools.web.dns.max_ttl",
+        "must not be shorter than min_ttl",
+    );
 }
 
 #[test]

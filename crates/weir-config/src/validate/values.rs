@@ -34,6 +34,46 @@ pub(crate) fn socket_addr(text: &str) -> Result<SocketAddr, String> {
     Err(message)
 }
 
+/// Parses a node's `host:port` where the host is a DNS name (one resolved at run time).
+/// `None` when `text` does not read as a name at all (an IP address with a bad port, an
+/// IPv6 address without brackets, no port): the caller reports the address error then.
+pub(crate) fn host_port(text: &str) -> Option<Result<(String, u16), String>> {
+    let (host, port) = text.trim().rsplit_once(':')?;
+    if host.contains(':') || host.starts_with('[') || host.parse::<IpAddr>().is_ok() {
+        return None;
+    }
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    let labels: Vec<&str> = host.split('.').collect();
+    // A last label of digits only is a mistyped IP address, never a name.
+    let numeric = |label: &&str| !label.is_empty() && label.bytes().all(|b| b.is_ascii_digit());
+    if labels.last().is_some_and(numeric) {
+        return Some(Err(format!(
+            "invalid address \"{text}\": \"{host}\" is neither an IP address nor a host name"
+        )));
+    }
+    let label_ok = |label: &&str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if host.is_empty() || host.len() > MAX_HOST_LEN || !labels.iter().all(label_ok) {
+        return Some(Err(format!(
+            "invalid host name in \"{text}\": write an IP address like \"10.0.0.1:8080\" or a \
+             DNS name like \"api.internal:8080\" (letters, digits and '-' in dot-separated labels)"
+        )));
+    }
+    match port.parse::<u16>() {
+        Ok(port) => Some(Ok((host, port))),
+        Err(_) => Some(Err(format!(
+            "invalid port \"{port}\" in \"{text}\": write a number from 1 to 65535"
+        ))),
+    }
+}
+
 /// A name for a virtual server, pool or origin: it shows up in logs, metrics labels
 /// and admin URLs, so keep it to a safe alphabet.
 pub(crate) fn name(name: &str) -> Result<(), String> {

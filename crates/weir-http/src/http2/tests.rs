@@ -248,6 +248,7 @@ fn forward_request(framing: BodyFraming) -> ForwardRequest<'static> {
         client_addr: Some("192.0.2.7".parse().expect("address")),
         proto: "https",
         via: Some("weir"),
+        via_version: None,
         upgrade: false,
         strip_expect: true,
         owned_header: None,
@@ -316,6 +317,7 @@ fn responses_for_h2_clients_drop_connection_fields() {
         version: Version::Http11,
         keep_alive: false,
         via: Some("weir"),
+        via_version: None,
         upgrade: false,
         set_headers: &set,
     };
@@ -340,6 +342,7 @@ fn responses_for_h2_clients_drop_connection_fields() {
     let forward = ForwardResponse {
         framing: BodyFraming::Length(9),
         via: None,
+        via_version: None,
         set_headers: &[],
         ..forward
     };

@@ -23,6 +23,7 @@ const PLAIN: ForwardRequest<'static> = ForwardRequest {
     client_addr: None,
     proto: "http",
     via: None,
+    via_version: None,
     upgrade: false,
     strip_expect: false,
     owned_header: None,
@@ -152,6 +153,7 @@ fn forwarding_headers() {
         client_addr: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7))),
         proto: "https",
         via: Some("weir"),
+        via_version: None,
         ..PLAIN
     };
     assert_eq!(
@@ -184,11 +186,24 @@ fn forwarding_headers() {
     // Via names the version the message was received in.
     let via = ForwardRequest {
         via: Some("weir"),
+        via_version: None,
         ..PLAIN
     };
     assert_eq!(
         forwarded(b"GET / HTTP/1.0\r\nHost: a\r\n\r\n", &via),
         "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.0 weir\r\n\r\n"
+    );
+    // A request received over HTTP/2 (its head says HTTP/1.1) says so.
+    let over_h2 = ForwardRequest {
+        via_version: Some("2"),
+        ..via
+    };
+    assert_eq!(
+        forwarded(
+            b"GET / HTTP/1.1\r\nHost: a\r\nVia: 2 edge\r\n\r\n",
+            &over_h2
+        ),
+        "GET / HTTP/1.1\r\nHost: a\r\nVia: 2 edge, 2 weir\r\n\r\n"
     );
 }
 
@@ -201,6 +216,7 @@ fn response_head() {
         version: Version::Http11,
         keep_alive: true,
         via: None,
+        via_version: None,
         upgrade: false,
         set_headers: &[],
     };
@@ -211,6 +227,7 @@ fn response_head() {
     let to_old_client = ForwardResponse {
         version: Version::Http10,
         via: Some("weir"),
+        via_version: None,
         ..forward
     };
     assert_eq!(
@@ -240,6 +257,7 @@ fn response_content_length_on_head_and_304() {
         version: Version::Http11,
         keep_alive: true,
         via: None,
+        via_version: None,
         upgrade: false,
         set_headers: &[],
     };
@@ -273,6 +291,7 @@ fn response_upgrade() {
         version: Version::Http11,
         keep_alive: true,
         via: None,
+        via_version: None,
         upgrade: true,
         set_headers: &[],
     };
@@ -424,6 +443,7 @@ fn set_headers_replace_the_nodes_fields_of_those_names() {
         version: Version::Http11,
         keep_alive: true,
         via: None,
+        via_version: None,
         upgrade: false,
         set_headers: &set,
     };
@@ -495,6 +515,7 @@ fn edited_responses_and_answers() {
         version: Version::Http11,
         keep_alive: true,
         via: None,
+        via_version: None,
         upgrade: false,
         set_headers: &[],
     };

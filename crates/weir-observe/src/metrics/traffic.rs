@@ -86,16 +86,37 @@ impl TrafficFamilies {
         }
     }
 
-    /// Notes the series made for `virtual_server`.
+    /// Notes the series made for `virtual_server`, and drops those of rules and limits
+    /// it no longer has (a reload removed or renamed them): the model being built
+    /// replaces the running one, whose requests in flight keep their handles, unexported.
     fn note(&self, virtual_server: &str, rules: &[&str], limits: &[&str]) {
+        let owned = |names: &[&str]| {
+            let mut names: Vec<String> = names.iter().map(|&name| name.to_owned()).collect();
+            names.sort_unstable();
+            names.dedup();
+            names
+        };
+        let (rules, limits) = (owned(rules), owned(limits));
         let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = made.entry(virtual_server.to_owned()).or_default();
-        entry.0.extend(rules.iter().map(|&rule| rule.to_owned()));
-        entry.1.extend(limits.iter().map(|&limit| limit.to_owned()));
-        entry.0.sort_unstable();
-        entry.0.dedup();
-        entry.1.sort_unstable();
-        entry.1.dedup();
+        let (old_rules, old_limits) = made
+            .insert(virtual_server.to_owned(), (rules.clone(), limits.clone()))
+            .unwrap_or_default();
+        drop(made);
+        for rule in old_rules
+            .into_iter()
+            .filter(|r| rules.binary_search(r).is_err())
+        {
+            self.rule_matches.remove(&RuleLabels {
+                virtual_server: virtual_server.to_owned(),
+                rule,
+            });
+        }
+        for limit in (old_limits.into_iter()).filter(|l| limits.binary_search(l).is_err()) {
+            self.limit_refusals.remove(&LimitLabels {
+                virtual_server: virtual_server.to_owned(),
+                limit,
+            });
+        }
     }
 }
 
@@ -103,7 +124,9 @@ impl Metrics {
     /// The rule and limit handles of one virtual server: `rules`, `rate_limits` and
     /// `concurrency_limits` are the configured names, in order; `client_connections`
     /// says whether it limits connections per client. The same names always give the
-    /// same series; [`Metrics::remove_virtual_server`] drops them.
+    /// same series; the series of names the previous call for `virtual_server` had and
+    /// this one lacks are dropped (each model calls it once per virtual server), and
+    /// [`Metrics::remove_virtual_server`] drops them all.
     pub fn traffic(
         &self,
         virtual_server: &str,
@@ -169,5 +192,38 @@ mod tests {
         metrics.virtual_server("web");
         metrics.remove_virtual_server("web");
         assert!(!metrics.encode().contains("virtual_server=\"web\""));
+    }
+
+    /// A reload that renames a rule and drops a limit: the old names' series go, the
+    /// kept names keep their counts, other virtual servers are untouched.
+    #[test]
+    fn a_new_model_drops_the_series_of_rules_and_limits_it_no_longer_has() {
+        let metrics = Metrics::new();
+        let old = metrics.traffic("web", &["blog", "api"], (&["per-ip"], &["slots"]), false);
+        old.rules[0].inc();
+        old.rules[1].inc_by(2);
+        old.rate_limit_refusals[0].inc();
+        old.concurrency_limit_refusals[0].inc();
+        let other = metrics.traffic("shop", &["blog"], (&["per-ip"], &[]), false);
+        other.rules[0].inc();
+        let new = metrics.traffic("web", &["api", "weblog"], (&[], &["slots"]), false);
+        new.rules[0].inc();
+        let text = metrics.encode();
+        for gone in ["rule=\"blog\"} 1", "limit=\"per-ip\"} 1"] {
+            let line = format!("{{virtual_server=\"web\",{gone}");
+            assert!(!text.contains(&line), "{line} still in\n{text}");
+        }
+        for kept in [
+            "weir_rule_matches_total{virtual_server=\"web\",rule=\"api\"} 3\n",
+            "weir_rule_matches_total{virtual_server=\"web\",rule=\"weblog\"} 0\n",
+            "weir_limit_refusals_total{virtual_server=\"web\",limit=\"slots\"} 1\n",
+            "weir_rule_matches_total{virtual_server=\"shop\",rule=\"blog\"} 1\n",
+            "weir_limit_refusals_total{virtual_server=\"shop\",limit=\"per-ip\"} 0\n",
+        ] {
+            assert!(text.contains(kept), "{kept} missing from\n{text}");
+        }
+        // the old model's handles still count, unexported
+        old.rules[0].inc();
+        assert!(!metrics.encode().contains("rule=\"blog\"} 2"));
     }
 }

@@ -15,7 +15,7 @@ use h2::server::SendResponse;
 use tokio::net::TcpListener;
 use weir_observe::Http2Metrics;
 
-use super::{StreamHandler, Timing, Via, serve};
+use super::{ConnectionLimits, StreamHandler, Via, serve};
 
 #[derive(Clone)]
 struct Answer;
@@ -36,9 +36,10 @@ impl StreamHandler for Answer {
     }
 }
 
-const TIMING: Timing = Timing {
+const TIMING: ConnectionLimits = ConnectionLimits {
     handshake: Duration::from_secs(5),
     idle: Duration::from_secs(60),
+    max_streams: None,
 };
 
 /// Serves every connection of `listener`, through `tls` when given.

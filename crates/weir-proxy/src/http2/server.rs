@@ -52,11 +52,15 @@ pub(crate) trait StreamHandler: Clone + Send + Sync + 'static {
 
 /// What one connection is allowed, besides the `[http2]` table.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Timing {
+pub(crate) struct ConnectionLimits {
     /// From the start to the client's preface and SETTINGS.
     pub handshake: Duration,
     /// A connection without streams for this long gets GOAWAY.
     pub idle: Duration,
+    /// Streams served on one connection (`limits.max_requests_per_connection`):
+    /// the last one served brings GOAWAY; those the client opened meanwhile
+    /// are refused (`REFUSED_STREAM`, so it retries them on a new connection).
+    pub max_streams: Option<u32>,
 }
 
 /// The codec's settings for a virtual server.
@@ -85,7 +89,7 @@ pub(crate) async fn serve<S, H>(
     rewind: Bytes,
     via: Via,
     settings: &Http2,
-    timing: Timing,
+    timing: ConnectionLimits,
     metrics: &Http2Metrics,
     handler: H,
     mut shutdown: ShutdownSignal,
@@ -125,6 +129,7 @@ pub(crate) async fn serve<S, H>(
         last_ping: Instant::now(),
         last_busy: Instant::now(),
         draining: false,
+        served: 0,
     };
     let period = settings
         .ping_interval
@@ -150,7 +155,8 @@ pub(crate) async fn serve<S, H>(
             accepted = connection.accept() => match accepted {
                 Some(Ok((request, mut respond))) => {
                     metrics.streams.inc();
-                    if driver.active.load(Ordering::Acquire) >= settings.max_concurrent_streams as usize {
+                    let used_up = timing.max_streams.is_some_and(|max| driver.served >= max);
+                    if used_up || driver.active.load(Ordering::Acquire) >= settings.max_concurrent_streams as usize {
                         // Streams the client reset are closed for the codec but may
                         // still be at work here: the work per connection stays
                         // within max_concurrent_streams whatever the client resets.
@@ -158,6 +164,12 @@ pub(crate) async fn serve<S, H>(
                         continue;
                     }
                     driver.spawn_stream(&handler, request, respond);
+                    if timing.max_streams.is_some_and(|max| driver.served >= max) && !driver.draining {
+                        // The last stream this connection may serve: GOAWAY,
+                        // and the open streams finish.
+                        driver.draining = true;
+                        connection.graceful_shutdown();
+                    }
                 }
                 Some(Err(error)) => {
                     record_end(&error, &tripwire, metrics);
@@ -195,6 +207,8 @@ struct Driver {
     /// Last time streams were open.
     last_busy: Instant,
     draining: bool,
+    /// Streams handed to the handler so far.
+    served: u32,
 }
 
 impl Driver {
@@ -205,13 +219,17 @@ impl Driver {
         respond: SendResponse<Bytes>,
     ) {
         self.last_busy = Instant::now();
+        self.served = self.served.saturating_add(1);
         self.active.fetch_add(1, Ordering::AcqRel);
         let active = Arc::clone(&self.active);
         let handler = handler.clone();
         tokio::spawn(async move {
             // Decremented however the stream ends, a panic included.
             let _guard = ActiveGuard(active);
-            handler.serve(request, respond).await;
+            // The stream's pipeline state (kilobytes) lives in its own allocation: the
+            // task then holds a pointer, and tokio's moves of the task's future (into the
+            // task at spawn, its output stage at the end) copy a few words, not all of it.
+            Box::pin(handler.serve(request, respond)).await;
         });
     }
 

@@ -37,6 +37,9 @@ pub(crate) struct H2Stream {
     body_done: bool,
     /// The response head went out (weir can no longer answer on its own).
     responded: bool,
+    /// A WebSocket extended CONNECT (RFC 8441): the `Sec-WebSocket-Key`
+    /// weir sent the node in the HTTP/1.1 upgrade it made of the stream.
+    websocket_key: Option<String>,
 }
 
 impl H2Stream {
@@ -54,6 +57,7 @@ impl H2Stream {
             chunked: false,
             body_done: false,
             responded: false,
+            websocket_key: None,
         };
         (parts, stream)
     }
@@ -62,6 +66,31 @@ impl H2Stream {
     /// (from `weir_http::http2::request_from_h2`) says so.
     pub(crate) fn set_chunked(&mut self, chunked: bool) {
         self.chunked = chunked;
+    }
+
+    /// Marks the stream as a WebSocket extended CONNECT whose upgrade request
+    /// to the node carries `key`.
+    pub(crate) fn set_websocket_key(&mut self, key: String) {
+        self.websocket_key = Some(key);
+    }
+
+    /// The `Sec-WebSocket-Key` of a WebSocket extended CONNECT; `None` for
+    /// other streams.
+    pub(crate) fn websocket_key(&self) -> Option<&str> {
+        self.websocket_key.as_deref()
+    }
+
+    /// Both directions of a stream whose response head went out without
+    /// ending it, for a tunnel that moves DATA frames itself; `None` when
+    /// either is gone.
+    pub(crate) fn take_tunnel(&mut self) -> Option<(RecvStream, SendStream<Bytes>)> {
+        if self.body_done || self.send.is_none() {
+            return None;
+        }
+        let body = self.body.take()?;
+        let send = self.send.take()?;
+        self.body_done = true;
+        Some((body, send))
     }
 
     /// The request body as the HTTP/1.1 body its head stands for, appended to

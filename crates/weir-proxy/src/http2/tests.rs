@@ -12,7 +12,7 @@ use weir_config::Http2;
 use weir_observe::{Flood, Http2Metrics};
 
 use super::flood::PREFACE;
-use super::{StreamHandler, Timing, Via, serve};
+use super::{ConnectionLimits, StreamHandler, Via, serve};
 
 /// Answers every request with its path as the body.
 #[derive(Clone)]
@@ -45,13 +45,22 @@ fn settings() -> Http2 {
     }
 }
 
-const TIMING: Timing = Timing {
+const TIMING: ConnectionLimits = ConnectionLimits {
     handshake: Duration::from_secs(5),
     idle: Duration::from_secs(60),
+    max_streams: None,
 };
 
 /// Starts the driver on one end of an in-memory connection; returns the other end.
 fn start(metrics: &Http2Metrics) -> (DuplexStream, weir_core::Shutdown) {
+    start_with(metrics, TIMING)
+}
+
+/// [`start`] with other per-connection limits.
+fn start_with(
+    metrics: &Http2Metrics,
+    timing: ConnectionLimits,
+) -> (DuplexStream, weir_core::Shutdown) {
     let (client, server) = tokio::io::duplex(1 << 20);
     let (shutdown, signal) = weir_core::Shutdown::new();
     let metrics = metrics.clone();
@@ -61,7 +70,7 @@ fn start(metrics: &Http2Metrics) -> (DuplexStream, weir_core::Shutdown) {
             Bytes::new(),
             Via::H2c,
             &settings(),
-            TIMING,
+            timing,
             &metrics,
             Echo,
             signal,
@@ -233,6 +242,53 @@ async fn shutdown_sends_goaway_and_lets_streams_finish() {
     assert_eq!(response.await.expect("a response").status(), 200);
     shutdown.trigger();
     // The server's GOAWAY ends the connection without an error.
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection)
+        .await
+        .expect("closed in time")
+        .expect("task");
+    assert!(ended.is_ok(), "{ended:?}");
+}
+
+/// `max_requests_per_connection` on HTTP/2: the connection serves that many
+/// streams, then sends GOAWAY (no error) and closes once they are done; a
+/// stream opened past the limit is refused (`REFUSED_STREAM`: unprocessed,
+/// so the client may send it again on a new connection).
+#[tokio::test]
+async fn a_connection_serves_at_most_max_streams_then_goes_away() {
+    let metrics = Http2Metrics::default();
+    let timing = ConnectionLimits {
+        max_streams: Some(2),
+        ..TIMING
+    };
+    let (client, _shutdown) = start_with(&metrics, timing);
+    let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
+    let connection = tokio::spawn(connection);
+    // Three streams at once, before the server can say anything.
+    let mut responses = Vec::new();
+    for n in 0..3 {
+        let request = http::Request::get(format!("http://a.example/{n}"))
+            .body(())
+            .unwrap();
+        match sender.send_request(request, true) {
+            Ok((response, _)) => responses.push(response),
+            Err(error) => panic!("stream {n} not sent: {error}"),
+        }
+    }
+    let mut served = 0;
+    for response in responses {
+        let outcome = tokio::time::timeout(Duration::from_secs(5), response)
+            .await
+            .expect("an outcome in time");
+        match outcome {
+            Ok(response) => {
+                assert_eq!(response.status(), 200);
+                served += 1;
+            }
+            Err(error) => assert_eq!(error.reason(), Some(h2::Reason::REFUSED_STREAM), "{error}"),
+        }
+    }
+    assert_eq!(served, 2);
+    // GOAWAY without an error, then the connection ends once the streams are done.
     let ended = tokio::time::timeout(Duration::from_secs(5), connection)
         .await
         .expect("closed in time")

@@ -19,7 +19,7 @@ use weir_tls::ServerStream;
 
 use crate::answer::Failure;
 use crate::client::{Client, TlsFacts};
-use crate::http2::{self, H2Stream, StreamHandler, Timing, Via};
+use crate::http2::{self, ConnectionLimits, H2Stream, StreamHandler, Via, websocket};
 use crate::route::VirtualServerRuntime;
 
 /// What every stream of one HTTP/2 connection shares.
@@ -48,9 +48,14 @@ pub(super) async fn serve_connection(
     let tls = TlsFacts::of(&stream);
     let via = if tls.is_some() { Via::Alpn } else { Via::H2c };
     let settings = vs.config.http2.clone();
-    let timing = Timing {
+    let timing = ConnectionLimits {
         handshake: vs.config.timeouts.header_read,
         idle: vs.config.timeouts.idle,
+        max_streams: vs
+            .config
+            .limits
+            .max_requests_per_connection
+            .map(std::num::NonZeroU32::get),
     };
     let metrics = vs.metrics.http2.clone();
     let streams = Streams {
@@ -72,10 +77,19 @@ impl StreamHandler for Streams {
         let started = Instant::now();
         let vs = self.vs.newer().unwrap_or_else(|| Arc::clone(&self.vs));
         let (parts, mut stream) = H2Stream::new(request, respond);
-        let head = if parts.method == http::Method::CONNECT {
-            // CONNECT and extended CONNECT (RFC 8441) are not carried over
-            // HTTP/2 yet: a clear refusal instead of a broken tunnel.
-            Err(Failure::not_implemented("CONNECT over HTTP/2"))
+        let head = if websocket::is_extended_connect(&parts) {
+            // WebSocket over HTTP/2 (RFC 8441): the HTTP/1.1 upgrade it
+            // stands for, with a key of weir's for the node to answer.
+            let key = websocket::new_key();
+            let head = websocket::upgrade_request(&parts, &key, &vs.head_limits);
+            stream.set_websocket_key(key);
+            head.map_err(Failure::parse)
+        } else if parts.method == http::Method::CONNECT {
+            // A plain CONNECT, or an extended one for another protocol, is not
+            // carried over HTTP/2: a clear refusal instead of a broken tunnel.
+            Err(Failure::not_implemented(
+                "CONNECT over HTTP/2 other than WebSocket",
+            ))
         } else {
             weir_http::http2::request_from_h2(&parts, stream.request_ended(), &vs.head_limits)
                 .map_err(Failure::parse)

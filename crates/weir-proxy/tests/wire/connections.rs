@@ -221,17 +221,22 @@ async fn trickled_head_does_not_extend_header_read() {
 /// A node that answers any request with `101 Switching Protocols`, sends a
 /// greeting in the new protocol, then echoes every byte back.
 async fn upgrading_node() -> (std::net::SocketAddr, tokio::task::JoinHandle<String>) {
+    upgrading_node_with(
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nhello",
+    )
+    .await
+}
+
+/// [`upgrading_node`] answering with `switch` (head and greeting).
+async fn upgrading_node_with(
+    switch: &'static [u8],
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<String>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
         let (mut stream, _) = listener.accept().await.unwrap();
         let head = read_head(&mut stream).await;
-        stream
-            .write_all(
-                b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nhello",
-            )
-            .await
-            .unwrap();
+        stream.write_all(switch).await.unwrap();
         let (mut reader, mut writer) = stream.split();
         let _ = tokio::io::copy(&mut reader, &mut writer).await;
         head
@@ -292,6 +297,60 @@ async fn upgrade_tunnels_bytes_both_ways() {
             .contains("\r\nconnection: upgrade\r\n"),
         "{forwarded}"
     );
+    proxy.stop().await;
+}
+
+/// The traffic rules' response edits and the request id reach the head that
+/// switches protocols; the handshake's own fields stay as the node sent them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_head_carries_the_rules_response_edits() {
+    let (node, _received) = upgrading_node_with(
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+          Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nX-Internal: node-7\r\n\r\nhello",
+    )
+    .await;
+    let rules = r#"
+[virtual_servers.web.request_id]
+to_client = true
+
+[[virtual_servers.web.rules]]
+match = { path = "/chat" }
+response_headers = { set = { X-Tag = "ws", Sec-WebSocket-Protocol = "forged" }, remove = ["X-Internal", "Sec-WebSocket-Accept"] }
+"#;
+    let proxy = TestProxy::start(&config(&[node], "", rules)).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(
+            b"GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+              X-Request-Id: ws-1\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let head = read_head(&mut stream).await;
+    assert!(
+        head.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+        "{head}"
+    );
+    assert!(head.contains("\r\nX-Tag: ws\r\n"), "{head}");
+    assert!(head.contains("\r\nX-Request-Id: ws-1\r\n"), "{head}");
+    assert!(!head.contains("X-Internal"), "{head}");
+    assert!(
+        head.contains("\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"),
+        "{head}"
+    );
+    assert!(!head.contains("Sec-WebSocket-Protocol"), "{head}");
+    assert!(head.contains("\r\nUpgrade: websocket\r\n"), "{head}");
+    // the tunnel still works after the edited head
+    let mut greeting = [0u8; 5];
+    stream.read_exact(&mut greeting).await.unwrap();
+    assert_eq!(&greeting, b"hello");
+    stream.write_all(b"ping").await.unwrap();
+    let mut back = [0u8; 4];
+    tokio::time::timeout(PATIENCE, stream.read_exact(&mut back))
+        .await
+        .expect("echo in time")
+        .unwrap();
+    assert_eq!(&back, b"ping");
     proxy.stop().await;
 }
 

@@ -423,3 +423,39 @@ fn the_segment_index_keeps_rule_order() {
         "normalised first"
     );
 }
+
+#[test]
+fn rules_filed_under_set_regexes_keep_rule_order() {
+    // Unanchored regexes (run as one set) interleaved with rules tried for every request,
+    // a segment rule, and a regex under `all` with another condition.
+    let rules = rule_set(
+        "[[virtual_servers.web.rules]]\nmatch.path_regex = \"/a/[0-9]+/\"\nrequest_headers = { add = { X-A = \"1\" } }\n\
+         [[virtual_servers.web.rules]]\nmatch.header = { name = \"X-Early\", present = true }\npool = \"web\"\n\
+         [[virtual_servers.web.rules]]\nmatch = { path_regex = \"/b/([0-9]+)$\", method = \"POST\" }\npool = \"static\"\n\
+         [[virtual_servers.web.rules]]\nmatch.path_prefix = \"/x/\"\nrequest_headers = { add = { X-Segment = \"1\" } }\n\
+         [[virtual_servers.web.rules]]\nmatch.path_regex = \"/b/([0-9]+)$\"\nrequest_headers = { set = { X-B = \"${1}\" } }\npool = \"api\"\n\
+         [[virtual_servers.web.rules]]\nmatch.not = { path_regex = \"/c/\" }\ndeny = true\n",
+    );
+    // rule 0 (regex) applies, then rule 4 decides; rule 2 needs POST
+    let decision = evaluate(&rules, &get("/x/a/1/b/42", ""));
+    assert_eq!((decision.outcome.clone(), decision.rule), (API, Some(4)));
+    let added: Vec<(&[u8], &[u8])> = decision.request_headers.appended().collect();
+    let expected: [(&[u8], &[u8]); 3] = [(b"X-A", b"1"), (b"X-Segment", b"1"), (b"X-B", b"42")];
+    assert_eq!(added, expected, "rules 0, 3 and 4 applied in rule order");
+    // a rule tried for every request comes before the regex rules after it
+    let early = evaluate(&rules, &get("/b/7", "X-Early: 1\r\n"));
+    assert_eq!(early.rule, Some(1));
+    // the regex under `all` is filed too, and still needs its other condition
+    let post = head("POST /b/7 HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(evaluate(&rules, &post).rule, Some(2));
+    // no regex matches: only `not` decides
+    assert_eq!(evaluate(&rules, &get("/nothing", "")).rule, Some(5));
+    assert_eq!(evaluate(&rules, &get("/c/", "")).rule, None);
+    // a decision reused across requests keeps no regex rules from the last one
+    let mut decision = Decision::new();
+    let facts = Facts::plain(client());
+    rules.evaluate_into(&get("/b/9", ""), &facts, &mut decision);
+    assert_eq!(decision.rule, Some(4));
+    rules.evaluate_into(&get("/c/1", ""), &facts, &mut decision);
+    assert_eq!(decision.rule, None);
+}

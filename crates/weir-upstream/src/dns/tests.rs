@@ -1,12 +1,9 @@
 //! The name state on its own, and the resolver and the watch task against a tiny DNS server
-//! on loopback UDP whose answers the test changes.
+//! on loopback UDP whose answers the test changes (`weir_testkit::dns`).
 
-use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::net::UdpSocket;
+use weir_testkit::dns::{Reply, TestDns};
 
 use super::*;
 
@@ -70,102 +67,13 @@ fn failures_keep_the_last_good_set_and_back_off() {
     assert_eq!(next, Duration::from_secs(1));
 }
 
-/// What the test DNS server answers for a name.
-#[derive(Debug, Clone)]
-enum Reply {
-    Records(Vec<IpAddr>, u32),
-    ServerFailure,
-    NameError,
-}
-
-/// A DNS server on loopback UDP answering A and AAAA queries from a table the test changes.
-struct TestDns {
-    address: SocketAddr,
-    table: Arc<Mutex<HashMap<String, Reply>>>,
-    queries: Arc<AtomicUsize>,
-}
-
-impl TestDns {
-    async fn start() -> TestDns {
-        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let address = socket.local_addr().unwrap();
-        let table: Arc<Mutex<HashMap<String, Reply>>> = Arc::default();
-        let queries = Arc::new(AtomicUsize::new(0));
-        let (served, counted) = (Arc::clone(&table), Arc::clone(&queries));
-        tokio::spawn(async move {
-            let mut buffer = [0u8; 1500];
-            while let Ok((length, from)) = socket.recv_from(&mut buffer).await {
-                counted.fetch_add(1, Ordering::SeqCst);
-                let table = served.lock().unwrap().clone();
-                if let Some(reply) = respond(&buffer[..length], &table) {
-                    let _ = socket.send_to(&reply, from).await;
-                }
-            }
-        });
-        TestDns {
-            address,
-            table,
-            queries,
-        }
+/// Resolver settings asking `dns` only, with short query timeouts.
+fn settings(dns: &TestDns, min_ms: u64, max_ms: u64) -> DnsSettings {
+    DnsSettings {
+        servers: vec![dns.address],
+        timeout: Duration::from_millis(200),
+        ..bounds(min_ms, max_ms)
     }
-
-    fn set(&self, host: &str, reply: Reply) {
-        self.table.lock().unwrap().insert(host.to_owned(), reply);
-    }
-
-    fn settings(&self, min_ms: u64, max_ms: u64) -> DnsSettings {
-        DnsSettings {
-            servers: vec![self.address],
-            timeout: Duration::from_millis(200),
-            ..bounds(min_ms, max_ms)
-        }
-    }
-}
-
-/// The answer to one query, written by hand (an independent check of the resolver's parser).
-fn respond(query: &[u8], table: &HashMap<String, Reply>) -> Option<Vec<u8>> {
-    let mut at = 12;
-    let mut labels = Vec::new();
-    loop {
-        let length = usize::from(*query.get(at)?);
-        at += 1;
-        if length == 0 {
-            break;
-        }
-        labels.push(String::from_utf8_lossy(query.get(at..at + length)?).to_lowercase());
-        at += length;
-    }
-    let question_end = at + 4;
-    let kind = u16::from_be_bytes([*query.get(at)?, *query.get(at + 1)?]);
-    let host = labels.join(".");
-    let mut out = query.get(..2)?.to_vec();
-    let (rcode, records) = match table.get(&host) {
-        Some(Reply::Records(ips, ttl)) => (0, (ips.clone(), *ttl)),
-        Some(Reply::ServerFailure) => (2, (Vec::new(), 0)),
-        Some(Reply::NameError) | None => (3, (Vec::new(), 0)),
-    };
-    let (ips, ttl) = records;
-    let matching: Vec<IpAddr> = ips
-        .into_iter()
-        .filter(|ip| matches!((ip, kind), (IpAddr::V4(_), 1) | (IpAddr::V6(_), 28)))
-        .collect();
-    out.extend_from_slice(&[0x81, 0x80 | rcode, 0, 1]);
-    out.extend_from_slice(&(matching.len() as u16).to_be_bytes());
-    out.extend_from_slice(&[0, 0, 0, 0]);
-    out.extend_from_slice(query.get(12..question_end)?);
-    for ip in matching {
-        out.extend_from_slice(&[0xc0, 12]);
-        out.extend_from_slice(&kind.to_be_bytes());
-        out.extend_from_slice(&[0, 1]);
-        out.extend_from_slice(&ttl.to_be_bytes());
-        let data = match ip {
-            IpAddr::V4(v4) => v4.octets().to_vec(),
-            IpAddr::V6(v6) => v6.octets().to_vec(),
-        };
-        out.extend_from_slice(&(data.len() as u16).to_be_bytes());
-        out.extend_from_slice(&data);
-    }
-    Some(out)
 }
 
 fn v4(last: u8) -> IpAddr {
@@ -174,16 +82,16 @@ fn v4(last: u8) -> IpAddr {
 
 #[tokio::test]
 async fn resolves_a_and_aaaa_with_their_ttl() {
-    let dns = TestDns::start().await;
+    let dns = TestDns::start();
     let v6 = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
     dns.set("db.test", Reply::Records(vec![v4(2), v4(1), v6], 30));
-    let resolver = Resolver::new(&dns.settings(1_000, 60_000)).unwrap();
+    let resolver = Resolver::new(&settings(&dns, 1_000, 60_000)).unwrap();
     let answer = resolver.resolve("db.test.").await.unwrap();
     assert_eq!(answer.addresses, vec![v4(1), v4(2), v6]);
     assert!(answer.ttl > Duration::from_secs(25) && answer.ttl <= Duration::from_secs(30));
     let only_v4 = DnsSettings {
         families: Families::Ipv4,
-        ..dns.settings(1_000, 60_000)
+        ..settings(&dns, 1_000, 60_000)
     };
     let answer = Resolver::new(&only_v4)
         .unwrap()
@@ -206,10 +114,10 @@ async fn resolves_a_and_aaaa_with_their_ttl() {
 /// failure, and sees the next change once the name resolves again.
 #[tokio::test]
 async fn a_running_watch_follows_changes_and_survives_failures() {
-    let dns = TestDns::start().await;
+    let dns = TestDns::start();
     dns.set("web.test", Reply::Records(vec![v4(1), v4(2)], 1));
     // The TTL (1 s) is above min_ttl: changes are seen within about a second.
-    let settings = dns.settings(100, 1_000);
+    let settings = settings(&dns, 100, 1_000);
     let resolver = Resolver::new(&settings).unwrap();
     let (_shutdown, signal) = weir_core::Shutdown::new();
     let (mut receiver, _task) = watch(resolver, name("web.test."), &settings, signal).await;
@@ -224,15 +132,12 @@ async fn a_running_watch_follows_changes_and_survives_failures() {
         .unwrap();
     assert_eq!(&receiver.borrow_and_update()[..], &set(&[2, 3])[..]);
     // Failures: SERVFAIL, then NXDOMAIN. The set stays and nothing is published.
-    let before = dns.queries.load(Ordering::SeqCst);
+    let before = dns.queries();
     dns.set("web.test", Reply::ServerFailure);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     dns.set("web.test", Reply::NameError);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        dns.queries.load(Ordering::SeqCst) > before,
-        "no re-resolution happened"
-    );
+    assert!(dns.queries() > before, "no re-resolution happened");
     assert!(!receiver.has_changed().unwrap());
     assert_eq!(&receiver.borrow()[..], &set(&[2, 3])[..]);
     // Back: the new set arrives.

@@ -105,6 +105,7 @@ fn forward(framing: BodyFraming) -> ForwardRequest<'static> {
         client_addr: Some("192.0.2.9".parse().expect("address")),
         proto: "https",
         via: Some("weir"),
+        via_version: None,
         upgrade: false,
         strip_expect: true,
         owned_header: None,
