@@ -262,9 +262,19 @@ impl Setup {
     }
 
     /// The `grpc_status` of every access record, in order.
-    fn logged_statuses(&self) -> Vec<String> {
-        self.proxy.live.flush_access_log();
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+    /// The gRPC statuses of the access records, once there are `expected` of them: a
+    /// stream's record is written after its answer went out, so the client can have
+    /// the answer a moment before the record exists.
+    async fn logged_statuses(&self, expected: usize) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let text = loop {
+            self.proxy.live.flush_access_log();
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if text.lines().count() >= expected || tokio::time::Instant::now() > deadline {
+                break text;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
         text.lines()
             .map(|line| {
                 assert!(line.contains("\"version\":\"HTTP/2.0\""), "{line}");
@@ -425,7 +435,7 @@ async fn tonic_calls_of_every_kind_cross_weir_over_h2c_and_tls() {
     // 7 PERMISSION_DENIED, 10 ABORTED), over both virtual servers.
     let once = strings(&["0", "7", "0", "10", "0", "0"]);
     let both: Vec<String> = once.iter().chain(once.iter()).cloned().collect();
-    assert_eq!(setup.logged_statuses(), both);
+    assert_eq!(setup.logged_statuses(both.len()).await, both);
     setup.stop().await;
 }
 
@@ -442,7 +452,7 @@ async fn a_grpc_call_to_an_http1_pool_fails_clearly() {
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
     assert_eq!(refused.message(), "bad gateway", "{refused:?}");
     // Logged with the status the client read; the node never saw the call.
-    assert_eq!(setup.logged_statuses(), strings(&["14"]));
+    assert_eq!(setup.logged_statuses(1).await, strings(&["14"]));
     setup.stop().await;
     origin.stop().await;
 }
@@ -466,6 +476,6 @@ async fn weirs_own_refusal_of_a_grpc_call_is_a_grpc_status() {
         &unary(&mut grpc, "still open").await.expect("OK")[..],
         b"still open"
     );
-    assert_eq!(setup.logged_statuses(), strings(&["7", "0"]));
+    assert_eq!(setup.logged_statuses(2).await, strings(&["7", "0"]));
     setup.stop().await;
 }
