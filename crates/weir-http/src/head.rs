@@ -314,7 +314,13 @@ fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestH
     let window = window(buf, limits);
     let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
     let mut heap = Vec::new();
-    let slots = header_slots(&mut stack, &mut heap, limits.max_headers);
+    // Requests are parsed under the virtual server's limit (100 fields by
+    // default), within the stack's slots: no second try to plan for here.
+    let slots = if limits.max_headers <= STACK_HEADERS {
+        &mut stack[..limits.max_headers]
+    } else {
+        heap_slots(&mut heap, limits)
+    };
     let mut request = httparse::Request::new(&mut []);
     let end = match request.parse_with_uninit_headers(window, slots) {
         Ok(httparse::Status::Complete(end)) => end,
@@ -403,10 +409,16 @@ fn parse_response_in(
     let window = window(buf, limits);
     let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
     let mut heap = Vec::new();
-    let slots = header_slots(&mut stack, &mut heap, limits.max_headers);
+    let (slots, larger) = header_slots(&mut stack, limits.max_headers);
     let mut response = httparse::Response::new(&mut []);
     let config = httparse::ParserConfig::default();
-    let end = match config.parse_response_with_uninit_headers(&mut response, window, slots) {
+    let mut parsed = config.parse_response_with_uninit_headers(&mut response, window, slots);
+    if larger && parsed == Err(httparse::Error::TooManyHeaders) {
+        response = httparse::Response::new(&mut []);
+        let slots = heap_slots(&mut heap, limits);
+        parsed = config.parse_response_with_uninit_headers(&mut response, window, slots);
+    }
+    let end = match parsed {
         Ok(httparse::Status::Complete(end)) => end,
         Ok(httparse::Status::Partial) => return partial(buf, limits),
         Err(error) => return Err(fields::rejection(window, error, StartLine::Status)),
@@ -487,17 +499,27 @@ fn partial<T>(buf: &[u8], limits: &Limits) -> Result<Option<T>, ParseError> {
     Ok(None)
 }
 
+/// The slots a response parse tries first: the stack's, `max_headers` of them
+/// at most, and whether the limit allows more (then a head with more fields
+/// than the stack holds is parsed again in [`heap_slots`]). Most heads have a
+/// few dozen fields, so a limit above the stack's (the 1000 for heads rebuilt
+/// from HTTP/2, written for each response to an HTTP/2 client) no longer costs
+/// every parse a heap vector of that many slots.
 fn header_slots<'s, 'b>(
     stack: &'s mut [MaybeUninit<httparse::Header<'b>>; STACK_HEADERS],
-    heap: &'s mut Vec<MaybeUninit<httparse::Header<'b>>>,
     max_headers: usize,
+) -> (&'s mut [MaybeUninit<httparse::Header<'b>>], bool) {
+    let on_stack = max_headers.min(STACK_HEADERS);
+    (&mut stack[..on_stack], max_headers > STACK_HEADERS)
+}
+
+/// `max_headers` slots on the heap, for a head with more fields than the stack holds.
+fn heap_slots<'s, 'b>(
+    heap: &'s mut Vec<MaybeUninit<httparse::Header<'b>>>,
+    limits: &Limits,
 ) -> &'s mut [MaybeUninit<httparse::Header<'b>>] {
-    if max_headers <= STACK_HEADERS {
-        &mut stack[..max_headers]
-    } else {
-        heap.resize(max_headers, MaybeUninit::uninit());
-        &mut heap[..]
-    }
+    heap.resize(limits.max_headers, MaybeUninit::uninit());
+    &mut heap[..]
 }
 
 /// httparse skips empty lines before the start line; they are not part of the head.

@@ -26,7 +26,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::ParseError;
 use crate::fields::FieldKind;
-use crate::head::{Limits, Parsed, RequestHead, ResponseHead, parse_request, parse_response};
+use crate::head::{Limits, Parsed, RequestHead, ResponseHead, parse_request};
 use crate::message::Method;
 use crate::syntax::{list_elements, trim_ows};
 use crate::write::{
@@ -174,8 +174,8 @@ pub fn response_from_h2(
         }
     }
     out.put_slice(b"\r\n");
-    match parse_response(&out, &NODE_LIMITS, request_method)? {
-        Parsed::Complete(head, used) if used == out.len() => Ok(head),
+    match ResponseHead::split_from(&mut out, &NODE_LIMITS, request_method)? {
+        Some(head) if out.is_empty() => Ok(head),
         _ => Err(ParseError::invalid("HTTP/2 response does not form a head")),
     }
 }
@@ -204,10 +204,8 @@ pub fn request_to_h2_edited<E: HeaderEdit + ?Sized>(
 ) -> Result<http::Request<()>, ParseError> {
     let mut out = BytesMut::with_capacity(head.raw().len() + 160);
     write_request_head_edited(head, forward, path, edits, &mut out);
-    let forwarded = match parse_request(&out, &NODE_LIMITS)? {
-        Parsed::Complete(forwarded, _) => forwarded,
-        Parsed::Partial => return Err(ParseError::invalid("forwarded head incomplete")),
-    };
+    let forwarded = RequestHead::split_from(&mut out, &NODE_LIMITS)?
+        .ok_or(ParseError::invalid("forwarded head incomplete"))?;
     let authority = forwarded.host().unwrap_or_default();
     let mut uri = http::uri::Builder::new();
     if head.method() == Method::Connect {
@@ -273,7 +271,7 @@ pub fn response_to_h2_edited<E: HeaderEdit + ?Sized>(
         ..*forward
     };
     write_response_head_edited(head, &forward, edits, &mut out);
-    written_head_to_h2(&out, request_method)
+    written_head_to_h2(out, request_method)
 }
 
 /// One of weir's own answers (`write_simple_response_edited`'s fields: the
@@ -294,7 +292,7 @@ pub fn simple_response_to_h2<E: HeaderEdit + ?Sized>(
         ..*answer
     };
     write_simple_response_edited(&answer, extra_headers, edits, body, &mut out);
-    written_head_to_h2(&out, Method::Head)
+    written_head_to_h2(out, Method::Head)
 }
 
 /// A complete HTTP/1.1 response head that weir wrote itself (the cache's
@@ -303,16 +301,17 @@ pub fn simple_response_to_h2<E: HeaderEdit + ?Sized>(
 /// (`Connection`, `Transfer-Encoding` …). The body, if any, goes in DATA
 /// frames after it.
 pub fn response_head_to_h2(written: &[u8]) -> Result<http::Response<()>, ParseError> {
-    written_head_to_h2(written, Method::Head)
+    written_head_to_h2(BytesMut::from(written), Method::Head)
 }
 
 /// An HTTP/1.1 response head weir wrote (one writer for both protocols) in
 /// HTTP/2 form: status and fields, without the connection-specific ones.
-fn written_head_to_h2(written: &[u8], method: Method) -> Result<http::Response<()>, ParseError> {
-    let head = match parse_response(written, &NODE_LIMITS, method)? {
-        Parsed::Complete(head, _) => head,
-        Parsed::Partial => return Err(ParseError::invalid("written head incomplete")),
-    };
+fn written_head_to_h2(
+    mut written: BytesMut,
+    method: Method,
+) -> Result<http::Response<()>, ParseError> {
+    let head = ResponseHead::split_from(&mut written, &NODE_LIMITS, method)?
+        .ok_or(ParseError::invalid("written head incomplete"))?;
     let status = http::StatusCode::from_u16(head.status())
         .map_err(|_| ParseError::invalid("status not representable in HTTP/2"))?;
     let mut response = http::Response::new(());
@@ -371,11 +370,14 @@ fn may_be_trailer(name: &[u8]) -> bool {
 
 /// Copies fields `keep` accepts into a header map, names lower-cased.
 /// A `Connection` field's listed names were already dropped by the writer.
+/// The map is sized for the fields once instead of growing as they come.
+/// (Values stay copies: sharing the head's bytes instead made every value an
+/// atomic reference count, and the conversion slower.)
 fn h2_fields<'a>(
     fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
     keep: impl Fn(FieldKind, &[u8]) -> bool,
 ) -> Result<HeaderMap, ParseError> {
-    let mut map = HeaderMap::new();
+    let mut map = HeaderMap::with_capacity(fields.size_hint().0);
     for (name, value) in fields {
         if keep(FieldKind::of(name), value) {
             map.append(header_name(name)?, header_value(value)?);

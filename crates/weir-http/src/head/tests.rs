@@ -471,6 +471,40 @@ fn many_headers_past_the_stack_slots() {
 }
 
 #[test]
+fn many_response_fields_past_the_stack_slots() {
+    // A response parse tries the stack's slots first and the limit's on the
+    // heap only when they run out: both outcomes stay those of the limit.
+    let mut raw = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n".to_vec();
+    for index in 0..199 {
+        raw.extend_from_slice(format!("X-{index}: {index}\r\n").as_bytes());
+    }
+    raw.extend_from_slice(b"\r\n");
+    let limits = Limits {
+        max_head_bytes: 64 * 1024,
+        max_headers: 200,
+    };
+    let Parsed::Complete(head, used) = parse_response(&raw, &limits, Method::Get).unwrap() else {
+        panic!("partial");
+    };
+    assert_eq!(used, raw.len());
+    assert_eq!(head.headers().count(), 200);
+    assert_eq!(head.header("x-198"), Some(&b"198"[..]));
+    // Cut short past the stack's slots: more is needed, not too many fields.
+    assert!(matches!(
+        parse_response(&raw[..raw.len() - 2], &limits, Method::Get),
+        Ok(Parsed::Partial)
+    ));
+    let limits = Limits {
+        max_headers: 199,
+        ..limits
+    };
+    assert_eq!(
+        parse_response(&raw, &limits, Method::Get).unwrap_err().kind,
+        ParseErrorKind::TooManyHeaders
+    );
+}
+
+#[test]
 fn every_prefix_is_partial() {
     let raw = b"\r\nPOST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n";
     for end in 0..raw.len() {

@@ -4,6 +4,7 @@ use bytes::BytesMut;
 use http::header::HeaderMap;
 
 use super::*;
+use crate::head::{Parsed, parse_request, parse_response};
 use crate::{BodyFraming, Version};
 
 fn request(method: &str, uri: &str, fields: &[(&str, &str)]) -> http::request::Parts {

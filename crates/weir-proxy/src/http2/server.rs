@@ -226,10 +226,10 @@ impl Driver {
         tokio::spawn(async move {
             // Decremented however the stream ends, a panic included.
             let _guard = ActiveGuard(active);
-            // The stream's pipeline state (kilobytes) lives in its own allocation: the
-            // task then holds a pointer, and tokio's moves of the task's future (into the
-            // task at spawn, its output stage at the end) copy a few words, not all of it.
-            Box::pin(handler.serve(request, respond)).await;
+            // The handler keeps the stream's pipeline state (kilobytes) in an
+            // allocation of its own (`pipeline/h2.rs`), so this future is small
+            // and tokio's moves of it copy a few words.
+            handler.serve(request, respond).await;
         });
     }
 

@@ -14,7 +14,7 @@ use h2::RecvStream;
 use h2::server::SendResponse;
 use tokio::time::Instant;
 use weir_core::ShutdownSignal;
-use weir_http::BodyFraming;
+use weir_http::{BodyFraming, RequestHead};
 use weir_tls::ServerStream;
 
 use crate::answer::Failure;
@@ -76,6 +76,30 @@ impl StreamHandler for Streams {
     async fn serve(&self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
         let started = Instant::now();
         let vs = self.vs.newer().unwrap_or_else(|| Arc::clone(&self.vs));
+        let (client, head) = self.stream_client(request, respond, &vs);
+        // The pipeline's state (kilobytes) is built once, in its own allocation:
+        // this future stays a few words, so the task holds it without the
+        // stream's state being copied into it, and moves of it copy words.
+        Box::pin(super::serve_stream(
+            client,
+            &vs,
+            head,
+            &self.shutdown,
+            started,
+        ))
+        .await;
+    }
+}
+
+impl Streams {
+    /// The stream as the pipeline's client, and its request head in HTTP/1.1
+    /// form (or why it has none).
+    fn stream_client(
+        &self,
+        request: http::Request<RecvStream>,
+        respond: SendResponse<Bytes>,
+        vs: &VirtualServerRuntime,
+    ) -> (Client, Result<RequestHead, Failure>) {
         let (parts, mut stream) = H2Stream::new(request, respond);
         let head = if websocket::is_extended_connect(&parts) {
             // WebSocket over HTTP/2 (RFC 8441): the HTTP/1.1 upgrade it
@@ -104,7 +128,7 @@ impl StreamHandler for Streams {
             self.accepted_at,
             self.client_subject.as_deref(),
         );
-        super::serve_stream(client, &vs, head, &self.shutdown, started).await;
+        (client, head)
     }
 }
 
