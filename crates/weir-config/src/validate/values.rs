@@ -51,16 +51,7 @@ pub(crate) fn host_port(text: &str) -> Option<Result<(String, u16), String>> {
             "invalid address \"{text}\": \"{host}\" is neither an IP address nor a host name"
         )));
     }
-    let label_ok = |label: &&str| {
-        !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    };
-    if host.is_empty() || host.len() > MAX_HOST_LEN || !labels.iter().all(label_ok) {
+    if host.is_empty() || host.len() > MAX_HOST_LEN || !labels.iter().all(|l| host_label(l)) {
         return Some(Err(format!(
             "invalid host name in \"{text}\": write an IP address like \"10.0.0.1:8080\" or a \
              DNS name like \"api.internal:8080\" (letters, digits and '-' in dot-separated labels)"
@@ -105,22 +96,25 @@ pub(crate) fn route_host(text: &str) -> Result<String, String> {
         ));
     }
     let labels = host.strip_prefix("*.").unwrap_or(&host);
-    let label_ok = |label: &str| {
-        !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    };
-    if host.len() > MAX_HOST_LEN || !labels.split('.').all(label_ok) {
+    if host.len() > MAX_HOST_LEN || !labels.split('.').all(host_label) {
         return Err(format!(
             "invalid host \"{text}\": write a host name like \"api.example.com\", or \
              \"*.example.com\" for its subdomains"
         ));
     }
     Ok(host)
+}
+
+/// One dot-separated label of a host name as routes and nodes accept it: 1 to 63
+/// letters, digits, '-' or '_', not starting or ending with '-'.
+fn host_label(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && !label.starts_with('-')
+        && !label.ends_with('-')
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// An absolute request path (route prefix, health check path).
