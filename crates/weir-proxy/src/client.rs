@@ -554,65 +554,34 @@ impl Client {
         }
     }
 
-    /// Sends one of weir's own answers (an error status) and returns its size.
-    pub(crate) async fn answer(
+    /// Sends one of weir's own error answers with `Connection: close` and `edits`
+    /// applied (the rules' response edits and the request id); returns its size. To a
+    /// gRPC request (`grpc`) it is a trailers-only gRPC response (`grpc-status` and
+    /// `grpc-message` in its only HEADERS, no body), so a gRPC client reads a status
+    /// instead of failing to decode weir's text body as messages.
+    pub(crate) async fn answer_error(
         &mut self,
         status: u16,
         version: Version,
-        keep_alive: bool,
         timeout: Duration,
+        edits: &impl weir_http::HeaderEdit,
+        grpc: bool,
     ) -> Result<u64, Failure> {
         let shape = weir_http::SimpleResponse {
             status,
             version,
-            keep_alive,
+            keep_alive: false,
             head_request: false,
         };
+        if grpc {
+            let mut extra = grpc_fields(status).to_vec();
+            extra.extend_from_slice(headers_for(status));
+            return self
+                .answer_simple(&shape, &extra, edits, b"", timeout)
+                .await;
+        }
         let (headers, body) = (headers_for(status), body_for(status));
-        self.answer_simple(&shape, headers, &weir_http::Unedited, body, timeout)
-            .await
-    }
-
-    /// [`Client::answer`] with `Connection: close` and `edits` applied (the rules'
-    /// response edits and the request id).
-    pub(crate) async fn answer_edited(
-        &mut self,
-        status: u16,
-        version: Version,
-        timeout: Duration,
-        edits: &impl weir_http::HeaderEdit,
-    ) -> Result<u64, Failure> {
-        let shape = weir_http::SimpleResponse {
-            status,
-            version,
-            keep_alive: false,
-            head_request: false,
-        };
-        let body = body_for(status);
-        self.answer_simple(&shape, headers_for(status), edits, body, timeout)
-            .await
-    }
-
-    /// [`Client::answer_edited`] for a gRPC request: a trailers-only gRPC
-    /// response (`grpc-status` and `grpc-message` in its only HEADERS, no
-    /// body), so a gRPC client reads a status instead of failing to decode
-    /// weir's text body as messages.
-    pub(crate) async fn answer_grpc(
-        &mut self,
-        status: u16,
-        version: Version,
-        timeout: Duration,
-        edits: &impl weir_http::HeaderEdit,
-    ) -> Result<u64, Failure> {
-        let shape = weir_http::SimpleResponse {
-            status,
-            version,
-            keep_alive: false,
-            head_request: false,
-        };
-        let mut extra = grpc_fields(status).to_vec();
-        extra.extend_from_slice(headers_for(status));
-        self.answer_simple(&shape, &extra, edits, b"", timeout)
+        self.answer_simple(&shape, headers, edits, body, timeout)
             .await
     }
 

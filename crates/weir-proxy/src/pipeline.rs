@@ -557,15 +557,17 @@ async fn answer_failure(
         // The rules' response edits and the request id go on weir's error answers too.
         let edits = traffic.map(|traffic| traffic.response_edits(vs));
         let timeout = vs.config.timeouts.write;
-        bytes = match (&edits, grpc) {
-            (Some(edits), true) => client.answer_grpc(status, version, timeout, edits).await,
-            (None, true) => {
+        bytes = match &edits {
+            Some(edits) => {
                 client
-                    .answer_grpc(status, version, timeout, &Unedited)
+                    .answer_error(status, version, timeout, edits, grpc)
                     .await
             }
-            (Some(edits), false) => client.answer_edited(status, version, timeout, edits).await,
-            (None, false) => client.answer(status, version, false, timeout).await,
+            None => {
+                client
+                    .answer_error(status, version, timeout, &Unedited, grpc)
+                    .await
+            }
         }
         .unwrap_or(0);
         vs.metrics.record_status(status);
