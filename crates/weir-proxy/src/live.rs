@@ -261,7 +261,7 @@ impl Live {
             // Only a socket tokio cannot register; the rest of the reload stands.
             tracing::error!(%error, "a listener added by the reload cannot serve");
         }
-        self.retire(control, &old, &model, &diff.pools.removed);
+        self.retire(control, &old, &model);
         self.start_pool_tasks(control, &model, &context.shutdown);
         for termination in model.tls_terminations() {
             termination.refresh_expiry();
@@ -332,9 +332,7 @@ impl Live {
     }
 
     /// Lets what the new model dropped drain, and forgets its metric series.
-    /// `removed_pools`: the pools the new configuration removed (none for new sets of
-    /// resolved addresses).
-    fn retire(&self, control: &mut Control, old: &Model, new: &Model, removed_pools: &[String]) {
+    fn retire(&self, control: &mut Control, old: &Model, new: &Model) {
         for pool in &old.pools {
             let next = new.pool(&pool.name);
             if !next.is_some_and(|next| Arc::ptr_eq(next, pool)) {
@@ -347,9 +345,9 @@ impl Live {
                     }
                 }
             }
-        }
-        for name in removed_pools {
-            self.metrics.remove_pool(name);
+            if next.is_none() {
+                self.metrics.remove_pool(&pool.name);
+            }
         }
         for vs in &old.virtual_servers {
             // Layer 4 series go with the front stages that count them.
@@ -414,7 +412,7 @@ impl Live {
         };
         let model = Arc::new(self.next_model(&mut control, &config, &mut staged));
         let old = self.cell.swap(Arc::clone(&model));
-        self.retire(&mut control, &old, &model, &[]);
+        self.retire(&mut control, &old, &model);
         self.start_pool_tasks(&mut control, &model, &shutdown);
         self.metrics
             .reloads()
