@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::io;
 use std::net::Shutdown;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use nix::fcntl::{OFlag, SpliceFFlags};
 use tokio::io::Interest;
@@ -49,10 +49,12 @@ impl Pipe {
     }
 }
 
-/// When bytes last moved either way, as nanoseconds since `start`.
+/// What the two directions of a session share: when bytes last moved either way (as
+/// nanoseconds since `start`) and how many directions have seen their EOF.
 pub(super) struct Activity {
     start: Instant,
     last: AtomicU64,
+    ended: AtomicU8,
 }
 
 impl Activity {
@@ -60,6 +62,21 @@ impl Activity {
         Activity {
             start: Instant::now(),
             last: AtomicU64::new(0),
+            ended: AtomicU8::new(0),
+        }
+    }
+
+    /// Passes a direction's EOF on to `to`. The first direction to end shuts `to`'s write side
+    /// down (the half-close); the second does not, because the session closes both sockets
+    /// right after (`session.rs`) and the close sends that FIN: one system call fewer per
+    /// session. Either way every byte read was written before this is called.
+    pub(super) fn pass_on_eof(&self, to: &TcpStream, to_end: End) -> Result<(), (End, io::Error)> {
+        if self.ended.fetch_add(1, Ordering::Relaxed) > 0 {
+            return Ok(());
+        }
+        match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
+            Err(error) if error.kind() != io::ErrorKind::NotConnected => Err((to_end, error)),
+            _ => Ok(()),
         }
     }
 
@@ -170,10 +187,7 @@ pub(super) async fn one_way(
         };
         if filled == 0 {
             pipe.put_back();
-            return match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
-                Err(error) if error.kind() != io::ErrorKind::NotConnected => Err((to_end, error)),
-                _ => Ok(()),
-            };
+            return activity.pass_on_eof(to, to_end);
         }
         activity.touch();
         let mut pending = filled;

@@ -7,9 +7,12 @@
 //!
 //! With `adaptive`, a direction whose read fills the whole buffer is a bulk flow: it moves to
 //! `splice(2)` for the rest of the session, where bytes no longer pass through user space.
+//!
+//! A direction's buffer is allocated when its socket first becomes readable, and never
+//! zeroed (reads go into its spare capacity): a session that only connects and closes, or
+//! that sits idle, holds no buffer.
 
 use std::io;
-use std::net::Shutdown;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::Interest;
@@ -65,24 +68,24 @@ async fn one_way(
     bytes: &AtomicU64,
     activity: &Activity,
 ) -> Result<(), (End, io::Error)> {
-    let mut buffer = vec![0u8; size.max(1)];
+    let size = size.max(1);
+    let mut buffer: Vec<u8> = Vec::new();
     let mut bulk = false;
     loop {
         let read = loop {
             from.readable().await.map_err(|error| (from_end, error))?;
-            match from.try_read(&mut buffer) {
+            buffer.clear();
+            buffer.reserve_exact(size);
+            match from.try_read_buf(&mut buffer) {
                 Ok(read) => break read,
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(error) => return Err((from_end, error)),
             }
         };
         if read == 0 {
-            return match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
-                Err(error) if error.kind() != io::ErrorKind::NotConnected => Err((to_end, error)),
-                _ => Ok(()),
-            };
+            return activity.pass_on_eof(to, to_end);
         }
-        if read == buffer.len() {
+        if read >= size {
             bulk = adaptive;
         } else {
             // Drained: wait for the next arrival without asking the kernel again.
