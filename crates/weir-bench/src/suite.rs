@@ -244,9 +244,13 @@ pub struct SuiteTarget {
     pub l4: Option<String>,
     /// `https://host:port` serving the same paths; `None`: the TLS rows are n/a.
     pub tls: Option<String>,
-    /// The target speaks HTTP/2: h2c (prior knowledge) on `base`, ALPN `h2` on `tls`;
-    /// `false`: the HTTP/2 rows are n/a.
+    /// The target speaks HTTP/2: h2c (prior knowledge) on `base` (or on `h2c`), ALPN `h2` on
+    /// `tls`; `false`: the HTTP/2 rows are n/a.
     pub http2: bool,
+    /// `http://host:port` speaking h2c with prior knowledge, for a target that serves it on
+    /// another port than `base` (nginx cannot serve HTTP/1.1 and h2c on one port); `None`:
+    /// `base`.
+    pub h2c: Option<String>,
     /// `http://host:port` through which the target caches what the origin marks cacheable;
     /// `None`: the cache rows are n/a.
     pub cache: Option<String>,
@@ -547,7 +551,7 @@ fn plan_for(
             let base = if tls {
                 target.tls.as_deref().unwrap_or_default()
             } else {
-                &target.base
+                target.h2c.as_deref().unwrap_or(&target.base)
             };
             (
                 format!("{}{path}", base.trim_end_matches('/')),

@@ -22,6 +22,7 @@ fn target(http: &TestOrigin, echo: Option<&TestOrigin>) -> SuiteTarget {
         l4: echo.map(|echo| echo.address.to_string()),
         tls: None,
         http2: false,
+        h2c: None,
         cache: None,
     }
 }
@@ -257,6 +258,7 @@ fn http2_rows_run_h2c_and_h2_against_an_http2_target() {
         l4: None,
         tls: Some(format!("https://127.0.0.1:{}", h2.port())),
         http2: true,
+        h2c: None,
         cache: None,
     };
     let report = suite::run(&settings(vec![target], 1)).expect("suite");
@@ -290,5 +292,42 @@ fn http2_rows_run_h2c_and_h2_against_an_http2_target() {
             .most_in_flight
             .load(std::sync::atomic::Ordering::SeqCst),
         10
+    );
+}
+
+/// A target that serves h2c on another port than HTTP/1.1 (as nginx must): the h2c row goes
+/// to `h2c`, the HTTP/1.1 rows to `base`, and both are measured without errors.
+#[test]
+fn the_h2c_row_goes_to_a_separate_h2c_base() {
+    let http = TestOrigin::start();
+    let (h2c, h2c_counts) = common::h2::start_server(None);
+    let target = SuiteTarget {
+        h2c: Some(format!("http://{h2c}")),
+        http2: true,
+        ..target(&http, None)
+    };
+    let report = suite::run(&settings(vec![target], 1)).expect("suite");
+    let row = |name: &str| {
+        report
+            .rows
+            .iter()
+            .find(|row| row.name.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}"))
+    };
+    let h2c_row = row("h2c req/s");
+    assert_eq!(h2c_row.status, "measured");
+    assert!(h2c_row.results[0].requests > 0);
+    assert_eq!(h2c_row.results[0].errors, 0);
+    let http_row = row("HTTP req/s");
+    assert_eq!(http_row.status, "measured");
+    assert!(http_row.results[0].requests > 0);
+    assert_eq!(http_row.results[0].errors, 0);
+    // No TLS target: the TLS h2 row is n/a, and only the h2c row reached the h2c server.
+    assert_eq!(row("h2 req/s (TLS").status, "n/a");
+    assert_eq!(
+        h2c_counts
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst),
+        4
     );
 }

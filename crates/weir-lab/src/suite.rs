@@ -92,8 +92,10 @@ struct Column {
     version: String,
     base: String,
     tls: String,
-    /// Speaks HTTP/2 (h2c on `base`, ALPN h2 on `tls`): the suite's HTTP/2 rows are measured.
+    /// Speaks HTTP/2 (h2c on `h2c`, ALPN h2 on `tls`): the suite's HTTP/2 rows are measured.
     http2: bool,
+    /// `http://host:port` of the h2c (prior knowledge) listener.
+    h2c: Option<String>,
     /// `host:port` of the L4 listener (in front of the echo origin); `None`: no L4 rows.
     l4: Option<String>,
     /// `http://host:port` of the caching listener; `None` (the direct column): no cache rows.
@@ -118,7 +120,7 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
     let launcher = Launcher::new(&lab.supervisor, lab.weir.clone())?;
     let files = Certificates::write(&launcher)?;
     let runtime = lab.runtime()?;
-    let ports = free_ports(15)?;
+    let ports = free_ports(18)?;
     let echo_port = ports[8];
     let (origin_port, origin_tls_port) = (ports[0], ports[1]);
     let proxies = std::iter::once(None).chain(peers.iter().map(Some));
@@ -145,6 +147,7 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
             tls: format!("https://{}", loopback(origin_tls_port)),
             // weir origin speaks HTTP/1.1 only.
             http2: false,
+            h2c: None,
             l4: Some(loopback(echo_port).to_string()),
             // weir origin does not cache.
             cache: None,
@@ -155,6 +158,7 @@ pub fn run(lab: &mut Lab, settings: &SuiteLabSettings) -> Result<SuiteLabReport,
             let setup = ProxySetup {
                 l4: (ports[9 + index], echo_port),
                 cache: ports[12 + index],
+                h2c: ports[15 + index],
                 files: &files,
                 origin_port,
                 threads: settings.proxy_threads,
@@ -214,6 +218,8 @@ struct ProxySetup<'a> {
     l4: (u16, u16),
     /// The caching listener's port (the cache rows).
     cache: u16,
+    /// The h2c listener's port (the h2c row).
+    h2c: u16,
 }
 
 /// Starts weir (`peer` `None`) or a peer with its `bench/lab/` config.
@@ -227,6 +233,7 @@ async fn start_proxy(
         ("HTTP_PORT", http.to_string()),
         ("HTTPS_PORT", https.to_string()),
         ("CACHE_PORT", setup.cache.to_string()),
+        ("H2C_PORT", setup.h2c.to_string()),
         ("ORIGIN_PORT", setup.origin_port.to_string()),
         ("THREADS", setup.threads.to_string()),
         ("L4_PORT", setup.l4.0.to_string()),
@@ -274,6 +281,8 @@ async fn start_proxy(
     let mut column = column(name, &version, http, https, child);
     column.l4 = l4;
     column.cache = Some(format!("http://{}", loopback(setup.cache)));
+    column.h2c = Some(format!("http://{}", loopback(setup.h2c)));
+    column.http2 = true;
     Ok(column)
 }
 
@@ -311,6 +320,7 @@ fn measure(
             l4: column.l4.clone(),
             tls: Some(column.tls.clone()),
             http2: column.http2,
+            h2c: column.h2c.clone(),
             cache: column.cache.clone(),
         }],
         row_duration: settings.row_duration,
@@ -336,8 +346,9 @@ fn column(name: &str, version: &str, http: u16, https: u16, process: Child) -> C
         version: version.to_owned(),
         base: format!("http://{}", loopback(http)),
         tls: format!("https://{}", loopback(https)),
-        // The lab's configs in bench/lab/ offer HTTP/1.1 only (for now).
+        // Set by `start_proxy` once the listeners are known.
         http2: false,
+        h2c: None,
         l4: None,
         cache: None,
         process: Some(process),

@@ -30,31 +30,54 @@ pub enum TemplateError {
     Unused(String),
 }
 
-/// `template` with every `@NAME@` replaced by its value. Every value must be used and every
-/// placeholder filled, so a template and its caller cannot drift apart unnoticed.
+/// `template` with every `@NAME@` in code replaced by its value. Every value must be used and
+/// every placeholder filled, so a template and its caller cannot drift apart unnoticed.
+/// Comments (from a `#` to the end of the line) are left as they are: they may name
+/// placeholders in prose, and a value of several lines put into a comment would leave all
+/// but its first line uncommented.
 pub fn render(template: &str, values: &[(&str, String)]) -> Result<String, TemplateError> {
-    let mut text = template.to_owned();
-    for (name, value) in values {
-        let placeholder = format!("@{name}@");
-        if !text.contains(&placeholder) {
-            return Err(TemplateError::Unused((*name).to_owned()));
+    let mut used = vec![false; values.len()];
+    let mut text = String::with_capacity(template.len());
+    for line in template.split_inclusive('\n') {
+        let (code, comment) = line.find('#').map_or((line, ""), |at| line.split_at(at));
+        if let Some(name) =
+            placeholders(code).find(|name| !values.iter().any(|(known, _)| known == name))
+        {
+            return Err(TemplateError::Unfilled(name.to_owned()));
         }
-        text = text.replace(&placeholder, value);
-    }
-    // Comments may mention placeholders in prose; only code lines must be filled.
-    for line in text.lines() {
-        let code = line.split('#').next().unwrap_or("");
-        if let Some(start) = code.find('@') {
-            let rest = &code[start + 1..];
-            if let Some(end) = rest.find('@') {
-                let name = &rest[..end];
-                if !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
-                    return Err(TemplateError::Unfilled(name.to_owned()));
-                }
+        let mut code = code.to_owned();
+        for ((name, value), used) in values.iter().zip(&mut used) {
+            let placeholder = format!("@{name}@");
+            if code.contains(&placeholder) {
+                *used = true;
+                code = code.replace(&placeholder, value);
             }
         }
+        text.push_str(&code);
+        text.push_str(comment);
+    }
+    if let Some(((name, _), _)) = values.iter().zip(&used).find(|(_, used)| !**used) {
+        return Err(TemplateError::Unused((*name).to_owned()));
     }
     Ok(text)
+}
+
+/// The `@NAME@` placeholders (upper case and `_`) in `code`, in order.
+fn placeholders(code: &str) -> impl Iterator<Item = &str> {
+    let mut rest = code;
+    std::iter::from_fn(move || {
+        while let Some(start) = rest.find('@') {
+            let after = &rest[start + 1..];
+            let end = after.find('@')?;
+            let name = &after[..end];
+            if !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+                rest = &after[end + 1..];
+                return Some(name);
+            }
+            rest = after;
+        }
+        None
+    })
 }
 
 #[cfg(test)]
@@ -127,6 +150,7 @@ mod tests {
                 values(&[
                     "HTTP_PORT",
                     "HTTPS_PORT",
+                    "H2C_PORT",
                     "CACHE_PORT",
                     "ORIGIN_PORT",
                     "L4_PORT",
@@ -153,6 +177,7 @@ mod tests {
                 values(&[
                     "HTTP_PORT",
                     "HTTPS_PORT",
+                    "H2C_PORT",
                     "CACHE_PORT",
                     "ORIGIN_PORT",
                     "L4_PORT",
@@ -166,6 +191,7 @@ mod tests {
                 values(&[
                     "HTTP_PORT",
                     "HTTPS_PORT",
+                    "H2C_PORT",
                     "CACHE_PORT",
                     "ORIGIN_PORT",
                     "THREADS",
@@ -201,7 +227,11 @@ mod tests {
         ];
         for (template, values) in peer_configs {
             let text = render(template, &values).expect("every placeholder filled");
-            assert!(!text.contains("@PORT@") && text.contains("127.0.0.1:"));
+            let code = text
+                .lines()
+                .map(|line| line.split('#').next().unwrap_or(""));
+            assert!(code.flat_map(placeholders).next().is_none());
+            assert!(text.contains("127.0.0.1:"));
         }
     }
 
@@ -213,15 +243,35 @@ mod tests {
                 text,
                 &[("PORT", "8080".to_owned()), ("THREADS", "1".to_owned())]
             ),
-            Ok("# 8080 is filled in\nlisten = \"127.0.0.1:8080\"\nthreads = 1\n".to_owned())
+            Ok("# @PORT@ is filled in\nlisten = \"127.0.0.1:8080\"\nthreads = 1\n".to_owned())
         );
         assert_eq!(
             render(text, &[("PORT", "8080".to_owned())]),
             Err(TemplateError::Unfilled("THREADS".to_owned()))
         );
         assert_eq!(
-            render(text, &[("NOPE", "1".to_owned())]),
+            render(
+                text,
+                &[
+                    ("PORT", "8080".to_owned()),
+                    ("THREADS", "1".to_owned()),
+                    ("NOPE", "1".to_owned())
+                ]
+            ),
             Err(TemplateError::Unused("NOPE".to_owned()))
+        );
+        // Only a comment names it: not a use.
+        assert_eq!(
+            render("# @BLOCK@\n", &[("BLOCK", "x".to_owned())]),
+            Err(TemplateError::Unused("BLOCK".to_owned()))
+        );
+        // A value of several lines goes where the code names it, never into a comment.
+        assert_eq!(
+            render(
+                "# the block: @BLOCK@\n@BLOCK@\n",
+                &[("BLOCK", "a {\n    b;\n}".to_owned())]
+            ),
+            Ok("# the block: @BLOCK@\na {\n    b;\n}\n".to_owned())
         );
         // An e-mail-like `@` in code is not a placeholder.
         assert!(render("a = \"x@y\"\n", &[]).is_ok());

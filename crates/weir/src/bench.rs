@@ -123,6 +123,7 @@ fn run_suite(args: SuiteArgs) -> anyhow::Result<()> {
         l4: args.l4.clone(),
         tls: args.tls,
         http2: args.h2,
+        h2c: args.h2c,
         cache: args.cache,
     }];
     if let Some(base) = args.compare {
@@ -131,6 +132,7 @@ fn run_suite(args: SuiteArgs) -> anyhow::Result<()> {
             l4: args.compare_l4.or(args.l4),
             tls: args.compare_tls,
             http2: args.compare_h2,
+            h2c: args.compare_h2c,
             cache: args.compare_cache,
         });
     }

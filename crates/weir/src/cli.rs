@@ -509,6 +509,13 @@ pub struct SuiteArgs {
     /// The --compare target speaks HTTP/2 (with --compare, the HTTP/2 rows are n/a without it).
     #[arg(long, requires = "compare")]
     pub compare_h2: bool,
+    /// With --h2: the h2c row goes to this base URL instead of TARGET, for a target that
+    /// serves h2c on another port than HTTP/1.1 (nginx, HAProxy's `proto h2`).
+    #[arg(long, requires = "h2")]
+    pub h2c: Option<String>,
+    /// With --compare-h2: the --compare target's h2c base URL, as --h2c.
+    #[arg(long, requires = "compare_h2")]
+    pub compare_h2c: Option<String>,
     /// HTTP base URL through which TARGET caches (e.g. a virtual server of weir with
     /// `[cache]` in front of `weir origin`), for the cache rows: they ask for
     /// `/bytes/100?max_age=3600` and `/bytes/1048576?max_age=3600`, which the origin marks
