@@ -12,7 +12,7 @@ use h2::RecvStream;
 use h2::client::SendRequest;
 use weir_testkit::TestProxy;
 
-use super::node::CountingNode;
+use super::node::{self, CountingNode};
 use super::{CACHE, curl, fresh, huge, large, proxy_for, request, text, versions};
 
 const H2C: &str = "[virtual_servers.web.http2]\ncleartext = true\n";
@@ -321,6 +321,63 @@ async fn stale_while_revalidate_refreshes_from_a_stream() {
     let hit = get(&sender, "/r").await;
     assert_eq!(x_cache(&hit), "HIT");
     assert_eq!(read_body(hit).await, b"v1");
+    assert_eq!(node.requests(), 2);
+    proxy.stop().await;
+}
+
+/// About 100 KiB (past a stream's initial 64 KiB window), sent chunked.
+fn streamed(_: &str, _: usize) -> node::Answer {
+    node::Answer::ok("a body of unknown length\n".repeat(4000).as_bytes())
+        .field("Cache-Control", "max-age=60")
+        .field("Content-Type", "text/plain")
+        .chunked()
+}
+
+/// A stream's miss of unknown length (chunked from the node) is stored as
+/// it passes to the stream, identity and gzip alike; HTTP/1.1 then gets
+/// each variant from the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_miss_of_unknown_length_is_stored_as_it_passes() {
+    let node = CountingNode::start(streamed, Duration::ZERO).await;
+    let compression = "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\n";
+    let proxy = proxy_for(&node, &format!("{CACHE}{compression}{H2C}")).await;
+    let url = format!("http://{}/s", proxy.addr);
+    let expected = streamed("", 0).body;
+    let gzip: &[&str] = &["--compressed", "-H", "Accept-Encoding: gzip"];
+    for (coding, fields) in [("", &[][..]), ("content-encoding: gzip", gzip)] {
+        for (protocol, status) in [("--http2-prior-knowledge", "miss"), ("--http1.1", "hit")] {
+            let output = curl(&[&[protocol][..], fields, &[&url]].concat()).await;
+            let head = &output.head;
+            assert!(head.contains(&format!("x-cache: {status}")), "{head}");
+            assert!(head.contains(coding), "{head}");
+            assert!(output.body == expected, "{protocol} {coding}: body differs");
+        }
+    }
+    assert_eq!(node.requests(), 2);
+    proxy.stop().await;
+}
+
+/// Compression without a cache compresses a stream's response on its way
+/// (the relay's HTTP/2 sink); a HEAD's answer ends the stream with its head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compression_alone_compresses_http2_streams() {
+    let node = CountingNode::start(text, Duration::ZERO).await;
+    let compression = "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\n";
+    let proxy = proxy_for(&node, &format!("{compression}{H2C}")).await;
+    let url = format!("http://{}/t", proxy.addr);
+    let h2 = "--http2-prior-knowledge";
+    let output = curl(&[h2, "--compressed", "-H", "Accept-Encoding: gzip", &url]).await;
+    assert!(output.head.starts_with("http/2 200"), "{}", output.head);
+    assert!(
+        output.head.contains("content-encoding: gzip"),
+        "{}",
+        output.head
+    );
+    assert!(!output.head.contains("content-length"), "{}", output.head);
+    assert_eq!(output.body, text("", 0).body);
+    let head = curl(&[h2, "-I", "-H", "Accept-Encoding: gzip", &url]).await;
+    assert!(head.head.starts_with("http/2 200"), "{}", head.head);
+    assert!(head.head.contains("vary: accept-encoding"), "{}", head.head);
     assert_eq!(node.requests(), 2);
     proxy.stop().await;
 }
