@@ -138,7 +138,7 @@ pub(super) fn send_h2_head(
         .map_err(Failure::silent)
 }
 
-fn not_a_stream() -> Failure {
+pub(super) fn not_a_stream() -> Failure {
     Failure::silent(Error::new(ErrorKind::Io, Side::Internal).context("HTTP/2 answer on HTTP/1.1"))
 }
 

@@ -2,7 +2,9 @@
 //! compression. Answered from the cache (a 304 merged, stale-if-error); stored
 //! while the client reads it from the store (bounded size: the node's side and
 //! the client's run together, neither waits for the other); stored as it
-//! passes (unknown length); or passed on, compressed when eligible.
+//! passes (unknown length); or passed on, compressed when eligible. The
+//! client is an HTTP/1.1 connection or an HTTP/2 stream: one relay loop,
+//! two sinks ([`Sink`]).
 
 use std::io;
 use std::sync::Arc;
@@ -350,14 +352,21 @@ enum Sink {
 }
 
 impl Sink {
-    /// Writes the head (`head`: what [`write_head`] wrote) and returns its size.
-    fn head(self, client: &mut Client, head: BytesMut) -> Result<u64, Failure> {
+    /// Writes the head (`head`: what [`write_head`] wrote in the client's
+    /// `write_buf`, which it goes back to) and returns its size. HTTP/1.1:
+    /// the head waits there to go out with the first piece of body.
+    fn head(self, client: &mut Client, mut head: BytesMut) -> Result<u64, Failure> {
         let size = head.len() as u64;
-        match self {
-            Sink::Http1(_) => client.write_buf = head,
-            Sink::Http2 { bodiless } => deliver::send_h2_head(client, &head, bodiless)?,
-        }
-        Ok(size)
+        let sent = match self {
+            Sink::Http1(_) => Ok(()),
+            Sink::Http2 { bodiless } => {
+                let sent = deliver::send_h2_head(client, &head, bodiless);
+                head.clear();
+                sent
+            }
+        };
+        client.write_buf = head;
+        sent.map(|()| size)
     }
 
     /// Sends a piece of body (after the head, on HTTP/1.1 still in `write_buf`).
@@ -378,10 +387,10 @@ impl Sink {
             Sink::Http1(_) => client.send(&piece, timeout).await,
             // A body the head said had none (a HEAD's) is not sent.
             Sink::Http2 { bodiless: true } => Ok(()),
-            Sink::Http2 { bodiless: false } => match client.h2() {
-                Some(stream) => Ok(stream.send_data(piece, false, timeout).await?),
-                None => Ok(()),
-            },
+            Sink::Http2 { bodiless: false } => {
+                let stream = client.h2().ok_or_else(deliver::not_a_stream)?;
+                Ok(stream.send_data(piece, false, timeout).await?)
+            }
         }
     }
 
