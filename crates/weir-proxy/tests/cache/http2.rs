@@ -142,6 +142,11 @@ async fn http2_misses_fill_the_store_for_both_protocols() {
         conditional.head
     );
     assert!(conditional.body.is_empty());
+    assert!(
+        conditional.head.contains("via: 1.1 weir"),
+        "{}",
+        conditional.head
+    );
     let range = curl(&[h2, "-H", "Range: bytes=4-8", &url]).await;
     assert!(range.head.starts_with("http/2 206"), "{}", range.head);
     assert_eq!(range.body, expected[4..=8]);
