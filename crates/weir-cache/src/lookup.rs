@@ -68,20 +68,6 @@ impl Cache {
         self.lookup_with(policy, compression, request, now, policy.coalesce)
     }
 
-    /// [`Cache::lookup`] for a client whose response weir does not store (an
-    /// HTTP/2 stream, for now): what is stored answers it, but a miss joins no
-    /// flight — it neither waits for another request's fill nor makes others
-    /// wait for its own. Never returns [`Lookup::Wait`].
-    pub fn lookup_stored(
-        self: &Arc<Self>,
-        policy: &CachePolicy,
-        compression: Option<&CompressionPolicy>,
-        request: &impl RequestView,
-        now: UnixTime,
-    ) -> Lookup {
-        self.lookup_with(policy, compression, request, now, false)
-    }
-
     /// [`Cache::lookup`], then waits (bounded) when another request is
     /// fetching the object, and looks up again. After two waits, or when the
     /// leader could not store the response, it goes to the node without
@@ -201,7 +187,6 @@ impl Cache {
                     .join(&flight_key(keys), 0, policy.coalesce_timeout)
                 {
                     Join::Leader(guard) => {
-                        exchange.key = Some(keys.stored_key());
                         exchange.key = Some(keys.stored_key());
                         exchange.kind = ExchangeKind::Revalidate {
                             stale: object,

@@ -124,6 +124,7 @@ fn miss_then_hit_with_age_head_and_conditionals() {
             ("Cache-Control", "max-age=60"),
             ("ETag", "\"v1\""),
             ("Content-Type", "text/plain"),
+            ("Via", "1.1 weir"),
         ],
         b"hello world",
     );
@@ -174,8 +175,8 @@ fn miss_then_hit_with_age_head_and_conditionals() {
     let names: Vec<&[u8]> = not_modified.headers().map(|(name, _)| name).collect();
     assert_eq!(
         names,
-        [&b"Cache-Control"[..], b"ETag"],
-        "a 304 carries no Content-Type"
+        [&b"Cache-Control"[..], b"ETag", b"Via"],
+        "a 304 carries no Content-Type, and the hops the object came through"
     );
 
     // If-Match that fails: 412.

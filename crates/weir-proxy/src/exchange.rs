@@ -465,6 +465,10 @@ async fn relay_interim(
         return Ok(());
     }
     if let Some(stream) = client.h2() {
+        if stream.responded() {
+            // A background refresh: the stream already has its answer.
+            return Ok(());
+        }
         let forward = interim_forward(head);
         let converted = weir_http::http2::response_to_h2(response, &forward, head.method())
             .map_err(Failure::bad_response)?;

@@ -361,7 +361,6 @@ async fn serve_request(
     let mut body = request_body::read(client, vs, head).await?;
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
     let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
-    // (HTTP/2 streams get hits only: the response stages write HTTP/1.1.)
     let route = vs.matched_route(head);
     let complete = body.is_complete();
     let looked = content::lookup(client, vs, route, head, complete, answer_keep_alive).await?;
@@ -369,6 +368,10 @@ async fn serve_request(
         Looked::Answered { sent, refresh } => {
             record(client, vs, request, body.received, &sent, None, traffic);
             if let Some(flow) = refresh {
+                // A stream ends with its answer: the client does not wait for the refresh.
+                if let Some(stream) = client.h2() {
+                    stream.finish(true);
+                }
                 let forwarding = (forwarding, traffic.upstream(vs));
                 content::refresh(client, vs, pool, head, forwarding, &mut body, flow).await;
             }

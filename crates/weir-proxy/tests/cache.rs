@@ -4,6 +4,9 @@
 #[path = "cache/node.rs"]
 mod node;
 
+#[path = "cache/http2.rs"]
+mod http2;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -598,78 +601,6 @@ async fn compression_alone_negotiates_per_request() {
     assert_eq!(refused.header("vary"), Some("Accept-Encoding"));
     assert_eq!(refused.body, expected);
     assert_eq!(node.requests(), 2);
-    proxy.stop().await;
-}
-
-/// HTTP/2 streams (h2c, curl) are answered from the store: what HTTP/1.1
-/// requests stored, each coding's variant, a conditional and a range of it,
-/// and a body larger than the stream's window. A stream's own miss goes to
-/// the node and is not stored (the response stages write HTTP/1.1).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http2_streams_get_hits_from_the_store() {
-    let node = CountingNode::start(text, Duration::ZERO).await;
-    let h2c = "[virtual_servers.web.http2]\ncleartext = true\n";
-    let compression = "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\n";
-    let proxy = proxy_for(&node, &format!("{CACHE}{compression}{h2c}")).await;
-    let url = format!("http://{}/t", proxy.addr);
-    let expected = text("", 0).body;
-    let h2 = "--http2-prior-knowledge";
-    let miss = curl(&[h2, &url]).await;
-    assert!(miss.head.starts_with("http/2 200"), "{}", miss.head);
-    assert_eq!(miss.body, expected);
-    assert!(!miss.head.contains("x-cache: hit"), "{}", miss.head);
-    assert_eq!(node.requests(), 1);
-    // HTTP/1.1 fills (curl too, for the same Host as the streams).
-    let filled = curl(&["--http1.1", &url]).await;
-    assert!(filled.head.contains("x-cache: miss"), "{}", filled.head);
-    let filled = curl(&["--http1.1", "-H", "Accept-Encoding: gzip", &url]).await;
-    assert!(
-        filled.head.contains("content-encoding: gzip"),
-        "{}",
-        filled.head
-    );
-    assert_eq!(node.requests(), 3);
-    let hit = curl(&[h2, &url]).await;
-    assert!(hit.head.starts_with("http/2 200"), "{}", hit.head);
-    assert!(hit.head.contains("x-cache: hit"), "{}", hit.head);
-    assert!(hit.head.contains("age: "), "{}", hit.head);
-    assert!(!hit.head.contains("connection:"), "{}", hit.head);
-    assert_eq!(hit.body, expected);
-    let gzip = curl(&[h2, "--compressed", "-H", "Accept-Encoding: gzip", &url]).await;
-    assert!(gzip.head.contains("x-cache: hit"), "{}", gzip.head);
-    assert!(
-        gzip.head.contains("content-encoding: gzip"),
-        "{}",
-        gzip.head
-    );
-    assert_eq!(gzip.body, expected);
-    let conditional = curl(&[h2, "-H", "If-None-Match: \"t\"", &url]).await;
-    assert!(
-        conditional.head.starts_with("http/2 304"),
-        "{}",
-        conditional.head
-    );
-    assert!(conditional.body.is_empty());
-    let range = curl(&[h2, "-H", "Range: bytes=4-8", &url]).await;
-    assert!(range.head.starts_with("http/2 206"), "{}", range.head);
-    assert_eq!(range.body, expected[4..=8]);
-    let head = curl(&[h2, "-I", &url]).await;
-    assert!(head.head.starts_with("http/2 200"), "{}", head.head);
-    assert_eq!(node.requests(), 3);
-    proxy.stop().await;
-
-    // 4 MiB: far past HTTP/2's initial 64 KiB window.
-    let node = CountingNode::start(large, Duration::ZERO).await;
-    let proxy = proxy_for(&node, &format!("{CACHE}{h2c}")).await;
-    let url = format!("http://{}/big", proxy.addr);
-    curl(&["--http1.1", &url]).await;
-    let big = curl(&[h2, &url]).await;
-    assert!(big.head.contains("x-cache: hit"), "{}", big.head);
-    assert!(
-        big.body == large("", 0).body,
-        "the HTTP/2 hit's body differs"
-    );
-    assert_eq!(node.requests(), 1);
     proxy.stop().await;
 }
 

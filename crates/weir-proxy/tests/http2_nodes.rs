@@ -14,7 +14,8 @@ use tokio::net::TcpListener;
 use weir_testkit::TestProxy;
 
 /// An h2c node: answers every request with what it saw, in headers and body;
-/// `/trailers` ends its response with `grpc-status: 0` in trailers.
+/// `/trailers` ends its response with `grpc-status: 0` in trailers, and
+/// `/cached` is fresh for a minute.
 struct H2Node {
     addr: SocketAddr,
     connections: Arc<AtomicUsize>,
@@ -111,6 +112,9 @@ async fn answer(
                 .as_ref()
                 .map_or("-".to_owned(), |t| header(t, "x-checksum")),
         );
+    if parts.uri.path() == "/cached" {
+        response = response.header("cache-control", "max-age=60");
+    }
     let with_trailers = parts.uri.path() == "/trailers";
     if !with_trailers {
         response = response.header("content-length", text.len());
@@ -284,6 +288,30 @@ async fn http2_clients_reach_an_h2c_node_with_trailers() {
     .await;
     assert!(trailers.contains("grpc-status: 0"), "{trailers}");
     assert!(trailers.contains("x-te-seen: trailers"), "{trailers}");
+    proxy.stop().await;
+}
+
+/// The cache stores an h2c node's answer with the `Via` entry the relay
+/// writes for it (`2 weir`): the miss and the hits that follow, to clients
+/// of either protocol, say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_answers_of_an_h2c_node_name_its_version_in_via() {
+    let node = h2_node().await;
+    let vs = "[virtual_servers.web.cache]\nstatus_header = \"X-Cache\"\n\
+              [virtual_servers.web.http2]\ncleartext = true";
+    let proxy = proxy(node.addr, vs).await;
+    let url = format!("http://127.0.0.1:{}/cached", proxy.addr.port());
+    for (protocol, status) in [
+        ("--http1.1", "miss"),
+        ("--http1.1", "hit"),
+        ("--http2-prior-knowledge", "hit"),
+    ] {
+        let head = curl(args(&[protocol, "-D", "-", "-o", "/dev/null", &url]), b"").await;
+        let head = head.to_ascii_lowercase();
+        assert!(head.contains(&format!("x-cache: {status}")), "{head}");
+        assert_eq!(head.matches("via: ").count(), 1, "{head}");
+        assert!(head.contains("via: 2 weir"), "{head}");
+    }
     proxy.stop().await;
 }
 

@@ -29,7 +29,8 @@ pub const CLIENT_CONDITIONAL_FIELDS: &[&str] = &[
     "range",
 ];
 
-/// Fields a 304 from the cache carries (RFC 9110 §15.4.5).
+/// Fields a 304 from the cache carries (RFC 9110 §15.4.5), and `Via` (the
+/// hops the stored response came through, weir's own entry included).
 const NOT_MODIFIED_FIELDS: &[&str] = &[
     "cache-control",
     "content-location",
@@ -38,6 +39,7 @@ const NOT_MODIFIED_FIELDS: &[&str] = &[
     "expires",
     "vary",
     "last-modified",
+    "via",
 ];
 
 /// Fields a 304 from the node must not change in the stored head (§4.3.4 via §3.2).

@@ -18,9 +18,6 @@ use crate::client::Client;
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
 
-/// This hop's `Via` entry on answers from the cache (`crate::VIA` is "weir").
-const VIA_ENTRY: &str = "1.1 weir";
-
 /// Sends `hit` to the client.
 pub(super) async fn hit(
     client: &mut Client,
@@ -31,12 +28,12 @@ pub(super) async fn hit(
     keep_alive: bool,
 ) -> Result<Sent, Failure> {
     let http10 = version == Version::Http10;
-    let via = ("Via", VIA_ENTRY);
+    // The stored head carries this hop's `Via` entry as the relay wrote it
+    // (`relay.rs`), in the version the node answered in.
     let status = content
         .status_header()
         .map(|name| (name, hit.cache_status().as_str()));
-    let fields = [via, status.unwrap_or_default()];
-    let extra = &fields[..1 + usize::from(status.is_some())];
+    let extra = status.as_slice();
     if client.is_h2() {
         return hit_h2(client, vs, hit, extra).await;
     }
@@ -80,23 +77,12 @@ async fn hit_h2(
 ) -> Result<Sent, Failure> {
     let mut head = BytesMut::with_capacity(512);
     hit.write_http1_head(&mut head, false, true, extra, &vs.config.response_headers);
-    let response = weir_http::http2::response_head_to_h2(&head).map_err(|error| {
-        Failure::silent(
-            Error::new(ErrorKind::Io, Side::Internal)
-                .context(format!("stored head not representable in HTTP/2: {error}")),
-        )
-    })?;
     let timeout = vs.config.timeouts.write;
     let body = hit.body();
+    send_h2_head(client, &head, matches!(body, HitBody::Empty))?;
     let Some(stream) = client.h2() else {
-        return Err(Failure::silent(
-            Error::new(ErrorKind::Io, Side::Internal).context("HTTP/2 hit on HTTP/1.1"),
-        ));
+        return Err(not_a_stream());
     };
-    let bodiless = matches!(body, HitBody::Empty);
-    stream
-        .send_head(response, bodiless)
-        .map_err(Failure::silent)?;
     let mut sent = 0;
     let chunks = match body {
         HitBody::Empty => Vec::new(),
@@ -130,6 +116,30 @@ async fn hit_h2(
         keep_alive: false,
         cache: Some(hit.cache_status().as_str()),
     })
+}
+
+/// Sends a head weir wrote in HTTP/1.1 form (a stored one, or one the relay
+/// wrote) on an HTTP/2 stream as HEADERS, without the connection-specific
+/// fields; `bodiless` ends the stream with it.
+pub(super) fn send_h2_head(
+    client: &mut Client,
+    written: &[u8],
+    bodiless: bool,
+) -> Result<(), Failure> {
+    let response = weir_http::http2::response_head_to_h2(written).map_err(|error| {
+        Failure::silent(
+            Error::new(ErrorKind::Io, Side::Internal)
+                .context(format!("head not representable in HTTP/2: {error}")),
+        )
+    })?;
+    let stream = client.h2().ok_or_else(not_a_stream)?;
+    stream
+        .send_head(response, bodiless)
+        .map_err(Failure::silent)
+}
+
+pub(super) fn not_a_stream() -> Failure {
+    Failure::silent(Error::new(ErrorKind::Io, Side::Internal).context("HTTP/2 answer on HTTP/1.1"))
 }
 
 fn broken_off() -> Failure {

@@ -6,8 +6,8 @@ use bytes::BytesMut;
 use weir_cache::compress::AcceptEncoding;
 use weir_cache::directives::RequestDirectives;
 use weir_cache::{
-    Cache, CachePolicy, Coding, CompressionPolicy, Exchange as CacheExchange, Http1Request, Lookup,
-    PurgeMethod, RequestView, Scheme, UnixTime, purge_method,
+    Coding, Exchange as CacheExchange, Http1Request, Lookup, PurgeMethod, RequestView, Scheme,
+    purge_method,
 };
 use weir_http::{Parsed, RequestHead, Version};
 
@@ -92,22 +92,6 @@ pub(crate) async fn lookup<'vs>(
         forward_head: None,
     };
     let cacheable_body = body_complete || !matches!(head.method_bytes(), b"GET" | b"HEAD");
-    if client.is_h2() {
-        // The response stages write HTTP/1.1: an HTTP/2 stream gets what is
-        // stored, and anything else goes to the node as it came.
-        return match (
-            content.cache.as_ref(),
-            policy.cache.as_ref(),
-            cacheable_body,
-        ) {
-            (Some(cache), Some(cache_policy), true) => {
-                let compression = policy.compression.as_ref();
-                let stored = (cache, cache_policy, compression);
-                stored_for_h2(client, vs, content, stored, &view, head.version()).await
-            }
-            _ => Ok(Looked::Forward(None)),
-        };
-    }
     let (Some(cache), Some(cache_policy), true) = (
         content.cache.as_ref(),
         policy.cache.as_ref(),
@@ -155,39 +139,6 @@ pub(crate) async fn lookup<'vs>(
         Lookup::Wait(_) => Looked::Forward(None),
     };
     Ok(looked)
-}
-
-/// An HTTP/2 stream: answered from the store when it holds a usable object
-/// (fresh, or stale where allowed; a conditional or a range of it), else
-/// forwarded without the cache — its response is neither stored nor
-/// compressed, and it joins no flight. No stale-while-revalidate refresh is
-/// started from a stream (the refresh runs on an HTTP/1.1 connection).
-async fn stored_for_h2<'vs>(
-    client: &mut Client,
-    vs: &'vs VirtualServerRuntime,
-    content: &'vs Content,
-    (cache, policy, compression): (
-        &std::sync::Arc<Cache>,
-        &CachePolicy,
-        Option<&CompressionPolicy>,
-    ),
-    view: &Http1Request<'_>,
-    version: Version,
-) -> Result<Looked<'vs>, Failure> {
-    let hit = match cache.lookup_stored(policy, compression, view, UnixTime::now()) {
-        Lookup::Hit(hit) | Lookup::Stale { hit, .. } => hit,
-        Lookup::OnlyIfCachedMiss => {
-            return Ok(Looked::Answered {
-                sent: answer(client, vs, 504, version, false).await?,
-                refresh: None,
-            });
-        }
-        Lookup::Forward(_) | Lookup::Wait(_) => return Ok(Looked::Forward(None)),
-    };
-    Ok(Looked::Answered {
-        sent: deliver::hit(client, vs, content, &hit, version, false).await?,
-        refresh: None,
-    })
 }
 
 /// The flow of a cache exchange, with the request rewritten for the node

@@ -2,7 +2,9 @@
 //! compression. Answered from the cache (a 304 merged, stale-if-error); stored
 //! while the client reads it from the store (bounded size: the node's side and
 //! the client's run together, neither waits for the other); stored as it
-//! passes (unknown length); or passed on, compressed when eligible.
+//! passes (unknown length); or passed on, compressed when eligible. The
+//! client is an HTTP/1.1 connection or an HTTP/2 stream: one relay loop,
+//! two sinks ([`Sink`]).
 
 use std::io;
 use std::sync::Arc;
@@ -13,7 +15,8 @@ use weir_cache::directives::ResponseDirectives;
 use weir_cache::object::StoredHead;
 use weir_cache::policy::storable::content_length;
 use weir_cache::{
-    CacheStatus, Coding, Compressor, Fill, Forward, HeadEdits, Hit, Http1Request, Reply, UnixTime,
+    CacheStatus, Coding, Compressor, Fill, Forward, HeadEdits, Hit, Http1Request, Reply,
+    ResponseView, UnixTime,
 };
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{BodyFraming, Method, RequestHead, ResponseHead, Version};
@@ -22,7 +25,7 @@ use weir_upstream::Pool;
 use super::{Content, Flow, deliver};
 use crate::answer::Failure;
 use crate::client::Client;
-use crate::exchange::{self, Exchange};
+use crate::exchange::{self, Exchange, NodeLink};
 use crate::policy::Forwarding;
 use crate::request_body::RequestBody;
 use crate::response::{self, Sent, Upstream};
@@ -70,7 +73,8 @@ pub(crate) async fn respond(
         scheme: flow.scheme,
     };
     let keep_alive = keep_alive && !exchange.body_cut;
-    match plan(flow, &view, &exchange.response) {
+    let via = via_entry(&exchange);
+    match plan(flow, &view, &exchange.response, via) {
         Plan::Plain(status) => {
             let extra = content.status_header().zip(status.map(CacheStatus::as_str));
             let request = (head.method(), version);
@@ -115,6 +119,7 @@ pub(crate) async fn respond(
                 extra,
                 version,
                 keep_alive,
+                via,
             };
             relay(client, vs, upstream, &response, transform, how).await
         }
@@ -170,8 +175,9 @@ pub(crate) async fn refresh(
         head,
         scheme: flow.scheme,
     };
+    let via = via_entry(&exchange);
     let (mut upstream, response) = Upstream::of(exchange, pool.config.timeouts.response);
-    let transform = match plan(flow, &view, &response) {
+    let transform = match plan(flow, &view, &response, via) {
         Plan::Store(transform, _) => transform,
         Plan::Relay {
             transform: transform @ Transform::Fill(_),
@@ -190,7 +196,13 @@ pub(crate) async fn refresh(
 }
 
 /// Asks the cache (or the compression policy) what to do with `response`.
-fn plan(flow: Flow<'_>, view: &Http1Request<'_>, response: &ResponseHead) -> Plan {
+/// `via`: this hop's `Via` entry, stored with the response.
+fn plan(
+    flow: Flow<'_>,
+    view: &Http1Request<'_>,
+    response: &ResponseHead,
+    via: &'static str,
+) -> Plan {
     let Flow {
         content,
         policy,
@@ -205,7 +217,11 @@ fn plan(flow: Flow<'_>, view: &Http1Request<'_>, response: &ResponseHead) -> Pla
         return compress_only(content, compression, coding, view, response);
     };
     let now = UnixTime::now();
-    match cache.response(exchange, cache_policy, compression, view, response, now) {
+    let relayed = Relayed {
+        head: response,
+        via,
+    };
+    match cache.response(exchange, cache_policy, compression, view, &relayed, now) {
         Reply::Hit(hit) => Plan::Hit(hit),
         Reply::Forward(Forward {
             edits: None,
@@ -313,10 +329,89 @@ struct Relay<'a> {
     extra: Option<(&'a str, &'a str)>,
     version: Version,
     keep_alive: bool,
+    /// This hop's `Via` entry ([`via_entry`]).
+    via: &'static str,
 }
 
-/// Relays the node's body through `transform` with the head edited. Once the
-/// head is out a failure can only close the connection.
+/// Where a relayed body goes: the one relay loop ([`relay`]: node →
+/// [`Transform`] → client) writes to either protocol through this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sink {
+    /// An HTTP/1.1 connection: the head and body through `write_buf`, the
+    /// body framed as the head says (chunked when compressed or of unknown
+    /// length).
+    Http1(BodyFraming),
+    /// An HTTP/2 stream: the head as HEADERS, the body as DATA sent as the
+    /// stream's window allows ([`crate::http2::H2Stream::send_data`] waits
+    /// for it), so weir holds at most one piece per stream and a slow reader
+    /// slows this relay only. The pipeline ends the stream.
+    Http2 {
+        /// The head ended the stream (no body: HEAD, 204, 304).
+        bodiless: bool,
+    },
+}
+
+impl Sink {
+    /// Writes the head (`head`: what [`write_head`] wrote in the client's
+    /// `write_buf`, which it goes back to) and returns its size. HTTP/1.1:
+    /// the head waits there to go out with the first piece of body.
+    fn head(self, client: &mut Client, mut head: BytesMut) -> Result<u64, Failure> {
+        let size = head.len() as u64;
+        let sent = match self {
+            Sink::Http1(_) => Ok(()),
+            Sink::Http2 { bodiless } => {
+                let sent = deliver::send_h2_head(client, &head, bodiless);
+                head.clear();
+                sent
+            }
+        };
+        client.write_buf = head;
+        sent.map(|()| size)
+    }
+
+    /// Sends a piece of body (after the head, on HTTP/1.1 still in `write_buf`).
+    async fn piece(
+        self,
+        client: &mut Client,
+        piece: Bytes,
+        timeout: Duration,
+    ) -> Result<(), Failure> {
+        if piece.is_empty() {
+            return Ok(());
+        }
+        match self {
+            Sink::Http1(BodyFraming::Chunked) => {
+                weir_http::encode_chunk(&piece, &mut client.write_buf);
+                client.flush(timeout).await
+            }
+            Sink::Http1(_) => client.send(&piece, timeout).await,
+            // A body the head said had none (a HEAD's) is not sent.
+            Sink::Http2 { bodiless: true } => Ok(()),
+            Sink::Http2 { bodiless: false } => {
+                let stream = client.h2().ok_or_else(deliver::not_a_stream)?;
+                Ok(stream.send_data(piece, false, timeout).await?)
+            }
+        }
+    }
+
+    /// Ends the body: the last chunk, and whatever `write_buf` still holds.
+    async fn end(self, client: &mut Client, timeout: Duration) -> Result<(), Failure> {
+        let Sink::Http1(framing) = self else {
+            return Ok(());
+        };
+        if framing == BodyFraming::Chunked {
+            weir_http::encode_last_chunk(&[], &mut client.write_buf);
+        }
+        if !client.write_buf.is_empty() {
+            client.flush(timeout).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Relays the node's body through `transform` with the head edited, to an
+/// HTTP/1.1 connection or an HTTP/2 stream ([`Sink`]). Once the head is out
+/// a failure can only close the connection (reset the stream).
 async fn relay(
     client: &mut Client,
     vs: &VirtualServerRuntime,
@@ -328,23 +423,25 @@ async fn relay(
     let compressed = how
         .edits
         .is_some_and(|edits| edits.coding != Coding::Identity);
+    let h2 = client.is_h2();
     let framing = match response.framing() {
         BodyFraming::None => BodyFraming::None,
         BodyFraming::Length(length) if !compressed => BodyFraming::Length(length),
-        _ if how.version == Version::Http11 => BodyFraming::Chunked,
+        // HTTP/2 frames the body itself: the head names no framing.
+        _ if how.version == Version::Http11 && !h2 => BodyFraming::Chunked,
         _ => BodyFraming::CloseDelimited,
     };
-    let keep_alive = how.keep_alive && framing != BodyFraming::CloseDelimited;
-    client.write_buf.clear();
-    write_head(
-        &mut client.write_buf,
-        vs,
-        response,
-        framing,
-        keep_alive,
-        &how,
-    );
-    let head_bytes = client.write_buf.len() as u64;
+    let keep_alive = how.keep_alive && framing != BodyFraming::CloseDelimited && !h2;
+    let sink = match h2 {
+        true => Sink::Http2 {
+            bodiless: matches!(framing, BodyFraming::None | BodyFraming::Length(0)),
+        },
+        false => Sink::Http1(framing),
+    };
+    let mut head = std::mem::take(&mut client.write_buf);
+    head.clear();
+    write_head(&mut head, vs, response, framing, keep_alive, &how);
+    let head_bytes = sink.head(client, head)?;
     let timeout = vs.config.timeouts.write;
     let silent = |failure: Failure| Failure::silent(failure.error);
     let mut body_bytes = 0;
@@ -359,17 +456,12 @@ async fn relay(
         };
         let piece = piece.map_err(encoder_failed)?;
         body_bytes += piece.len() as u64;
-        send_piece(client, framing, &piece, timeout).await?;
+        sink.piece(client, piece, timeout).await?;
     }
     let tail = transform.finish().map_err(encoder_failed)?;
     body_bytes += tail.len() as u64;
-    send_piece(client, framing, &tail, timeout).await?;
-    if framing == BodyFraming::Chunked {
-        weir_http::encode_last_chunk(&[], &mut client.write_buf);
-    }
-    if !client.write_buf.is_empty() {
-        client.flush(timeout).await?;
-    }
+    sink.piece(client, tail, timeout).await?;
+    sink.end(client, timeout).await?;
     Ok(Sent {
         grpc_status: None,
         status: response.status(),
@@ -377,22 +469,6 @@ async fn relay(
         keep_alive,
         cache: how.status.map(CacheStatus::as_str),
     })
-}
-
-async fn send_piece(
-    client: &mut Client,
-    framing: BodyFraming,
-    piece: &[u8],
-    timeout: Duration,
-) -> Result<(), Failure> {
-    match (piece.is_empty(), framing) {
-        (true, _) => Ok(()),
-        (false, BodyFraming::Chunked) => {
-            weir_http::encode_chunk(piece, &mut client.write_buf);
-            client.flush(timeout).await
-        }
-        (false, _) => client.send(piece, timeout).await,
-    }
 }
 
 /// The node's head as the client gets it: hop-by-hop and framing fields
@@ -450,7 +526,7 @@ fn write_head(
         .iter()
         .map(|(name, value)| (name.as_str(), value.as_str()));
     let fields = set
-        .chain([("Via", via_entry(response.version()))])
+        .chain([("Via", how.via)])
         .chain(how.extra)
         .chain(framing_field)
         .chain(connection);
@@ -462,10 +538,32 @@ fn write_head(
     out.extend_from_slice(b"\r\n");
 }
 
-/// This hop's `Via` entry (`crate::VIA` is "weir"), in the node's version.
-fn via_entry(version: Version) -> &'static str {
-    match version {
-        Version::Http10 => "1.0 weir",
-        Version::Http11 => "1.1 weir",
+/// This hop's `Via` entry (`crate::VIA` is "weir"), in the version the node
+/// answered in: `2` for a node reached over HTTP/2 (its head, converted,
+/// says HTTP/1.1), as `response.rs` writes it.
+fn via_entry(exchange: &Exchange) -> &'static str {
+    match (&exchange.lease, exchange.response.version()) {
+        (NodeLink::Http2 { .. }, _) => "2 weir",
+        (_, Version::Http10) => "1.0 weir",
+        (_, Version::Http11) => "1.1 weir",
+    }
+}
+
+/// The node's response as the cache sees it: its fields, then this hop's
+/// `Via` entry, so a stored object carries the entry the relay writes and
+/// its hits name the version the node answered in.
+struct Relayed<'a> {
+    head: &'a ResponseHead,
+    via: &'static str,
+}
+
+impl ResponseView for Relayed<'_> {
+    fn status(&self) -> u16 {
+        self.head.status()
+    }
+
+    fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let via: (&[u8], &[u8]) = (b"Via", self.via.as_bytes());
+        self.head.headers().chain(std::iter::once(via))
     }
 }

@@ -19,6 +19,8 @@ pub struct Answer {
     pub status: u16,
     pub fields: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// Sent chunked (its length unknown ahead), else with `Content-Length`.
+    pub chunked: bool,
 }
 
 impl Answer {
@@ -27,7 +29,14 @@ impl Answer {
             status: 200,
             fields: Vec::new(),
             body: body.to_vec(),
+            chunked: false,
         }
+    }
+
+    /// The body goes chunked, in two chunks.
+    pub fn chunked(mut self) -> Answer {
+        self.chunked = true;
+        self
     }
 
     pub fn status(mut self, status: u16) -> Answer {
@@ -132,9 +141,21 @@ async fn serve(
             out.push_str(&format!("{name}: {value}\r\n"));
         }
         let bodyless = head.starts_with("HEAD ") || answer.status == 304;
-        out.push_str(&format!("Content-Length: {}\r\n\r\n", answer.body.len()));
+        if answer.chunked && !bodyless {
+            out.push_str("Transfer-Encoding: chunked\r\n\r\n");
+        } else {
+            out.push_str(&format!("Content-Length: {}\r\n\r\n", answer.body.len()));
+        }
         let mut bytes = out.into_bytes();
-        if !bodyless {
+        if answer.chunked && !bodyless {
+            let (first, second) = answer.body.split_at(answer.body.len() / 2);
+            for chunk in [first, second] {
+                bytes.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                bytes.extend_from_slice(chunk);
+                bytes.extend_from_slice(b"\r\n");
+            }
+            bytes.extend_from_slice(b"0\r\n\r\n");
+        } else if !bodyless {
             bytes.extend_from_slice(&answer.body);
         }
         if stream.write_all(&bytes).await.is_err() {
