@@ -416,7 +416,9 @@ async fn read_response_head(
                     if interim > MAX_INTERIM_RESPONSES {
                         return Err(bad_response("too many interim (1xx) responses"));
                     }
-                    relay_interim(client, vs, head, &response).await?;
+                    if !forwarding.background {
+                        relay_interim(client, vs, head, &response).await?;
+                    }
                     continue;
                 }
                 Ok(Parsed::Partial) => {}
@@ -465,10 +467,6 @@ async fn relay_interim(
         return Ok(());
     }
     if let Some(stream) = client.h2() {
-        if stream.responded() {
-            // A background refresh: the stream already has its answer.
-            return Ok(());
-        }
         let forward = interim_forward(head);
         let converted = weir_http::http2::response_to_h2(response, &forward, head.method())
             .map_err(Failure::bad_response)?;

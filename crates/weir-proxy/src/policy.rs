@@ -22,6 +22,9 @@ pub(crate) struct Forwarding {
     pub connect: bool,
     /// Remove header fields whose names hold `_`.
     pub drop_underscore_names: bool,
+    /// A background refresh of a cached answer: the client already has its answer, so
+    /// nothing of this exchange (an interim 1xx either) goes to it.
+    pub background: bool,
 }
 
 impl Forwarding {
@@ -56,6 +59,7 @@ pub(crate) fn filter(vs: &VirtualServerRuntime, head: &RequestHead) -> Result<Fo
                 .is_some_and(|offered| allowed_upgrade(offered, &policy.upgrades)),
         connect: head.method() == Method::Connect,
         drop_underscore_names: underscores && policy.underscore_headers == UnderscoreHeaders::Drop,
+        background: false,
     })
 }
 

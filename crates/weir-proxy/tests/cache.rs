@@ -479,6 +479,53 @@ async fn stale_while_revalidate_refreshes_after_answering() {
     proxy.stop().await;
 }
 
+/// As `versions`, each answer after a `103 Early Hints`.
+fn hinted_versions(head: &str, count: usize) -> Answer {
+    versions(head, count).early_hints()
+}
+
+/// A background refresh sends nothing to the client whose request started it: the node's
+/// `103 Early Hints` to the refresh does not land on that kept-alive connection after its
+/// answer, where it would be read as the answer to its next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_refresh_sends_the_client_no_interim_answer() {
+    use tokio::io::AsyncReadExt;
+    let node = CountingNode::start(hinted_versions, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    assert_eq!(request(&proxy, "GET", "/h", &[]).await.text(), "v0");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    let get = b"GET /h HTTP/1.1\r\nHost: cache.test\r\n\r\n";
+    connection.send(get).await.unwrap();
+    let stale = connection.response().await.unwrap();
+    assert_eq!(
+        (stale.text(), stale.header("x-cache")),
+        ("v0".to_owned(), Some("STALE"))
+    );
+    for _ in 0..100 {
+        if node.requests() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(node.requests(), 2, "the refresh reached the node");
+    // Nothing more arrives on the connection before its next request.
+    let mut byte = [0u8; 1];
+    let unasked = tokio::time::timeout(
+        Duration::from_millis(300),
+        connection.stream.read(&mut byte),
+    )
+    .await;
+    assert!(
+        unasked.is_err(),
+        "unasked bytes after the answer: {unasked:?}"
+    );
+    connection.send(get).await.unwrap();
+    let fresh = connection.response().await.unwrap();
+    assert_eq!((fresh.status, fresh.text()), (200, "v1".to_owned()));
+    proxy.stop().await;
+}
+
 /// A reload that keeps the cache settings keeps the objects; one that
 /// changes them starts empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

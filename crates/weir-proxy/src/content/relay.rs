@@ -163,6 +163,10 @@ pub(crate) async fn refresh(
     flow: Flow<'_>,
 ) {
     let sent = flow.forward_head.as_ref().unwrap_or(head);
+    let forwarding = Forwarding {
+        background: true,
+        ..forwarding
+    };
     let exchanging = exchange::exchange(client, vs, pool, sent, forwarding, body, upstream);
     let exchange = match exchanging.await {
         Ok(exchange) => exchange,

@@ -21,6 +21,8 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// Sent chunked (its length unknown ahead), else with `Content-Length`.
     pub chunked: bool,
+    /// A `103 Early Hints` goes first.
+    pub early_hints: bool,
 }
 
 impl Answer {
@@ -30,7 +32,14 @@ impl Answer {
             fields: Vec::new(),
             body: body.to_vec(),
             chunked: false,
+            early_hints: false,
         }
+    }
+
+    /// A `103 Early Hints` (with a `Link`) goes before the answer.
+    pub fn early_hints(mut self) -> Answer {
+        self.early_hints = true;
+        self
     }
 
     /// The body goes chunked, in two chunks.
@@ -136,7 +145,11 @@ async fn serve(
             tokio::time::sleep(delay).await;
         }
         let answer = handler(&head, before);
-        let mut out = format!("HTTP/1.1 {} X\r\n", answer.status);
+        let mut out = String::new();
+        if answer.early_hints {
+            out.push_str("HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n");
+        }
+        out.push_str(&format!("HTTP/1.1 {} X\r\n", answer.status));
         for (name, value) in &answer.fields {
             out.push_str(&format!("{name}: {value}\r\n"));
         }
