@@ -112,7 +112,7 @@ fn hits(c: &mut Criterion) {
                 panic!("expected a hit");
             };
             out.clear();
-            hit.write_http1_head(&mut out, false, true, &[], &[]);
+            hit.write_http1_head(&mut out, (false, true), &[], &[], None);
             match hit.body() {
                 HitBody::Whole(rope) => black_box(rope),
                 other => panic!("expected a whole body, got {other:?}"),

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use weir_http::HeaderEdit;
 
 use crate::date::UnixTime;
 use crate::object::{BodyReader, Object, Rope};
@@ -232,14 +233,17 @@ impl Hit {
     /// the body is framed. `http10` writes for an HTTP/1.0 client (no chunked
     /// coding); `extra` fields (the debug header, say) follow the stored ones.
     /// `replace` fields (the virtual server's response headers) are written
-    /// instead of any stored field of the same name.
+    /// instead of any stored field of the same name; `edit` (a request's own
+    /// response edits: its traffic rules, its request id) leaves out the stored
+    /// fields it drops and adds its fields after them. Neither is stored: they
+    /// are this answer's.
     pub fn write_http1_head(
         &self,
         out: &mut BytesMut,
-        http10: bool,
-        keep_alive: bool,
+        (http10, keep_alive): (bool, bool),
         extra: &[(&str, &str)],
         replace: &[(String, String)],
+        edit: Option<&dyn HeaderEdit>,
     ) -> Framing {
         let status = self.status();
         let reason = weir_http::reason_phrase(status);
@@ -255,9 +259,10 @@ impl Hit {
             replace
                 .iter()
                 .any(|(set, _)| name.eq_ignore_ascii_case(set.as_bytes()))
+                || edit.is_some_and(|edit| edit.drops(name))
         };
         match self.answer {
-            Answer::Full | Answer::Partial { .. } if replace.is_empty() => {
+            Answer::Full | Answer::Partial { .. } if replace.is_empty() && edit.is_none() => {
                 out.extend_from_slice(lines);
             }
             _ => {
@@ -268,6 +273,9 @@ impl Hit {
         }
         for (name, value) in replace {
             push_field(out, name.as_bytes(), value.as_bytes());
+        }
+        if let Some(edit) = edit {
+            edit.write_added(out);
         }
         let mut number = itoa::Buffer::new();
         push_field(out, b"Age", number.format(self.age).as_bytes());

@@ -363,7 +363,16 @@ async fn serve_request(
     let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
     let route = vs.matched_route(head);
     let complete = body.is_complete();
-    let looked = content::lookup(client, vs, route, head, complete, answer_keep_alive).await?;
+    let edits = traffic.response_edits(vs);
+    let looking = content::lookup(
+        client,
+        vs,
+        route,
+        head,
+        (complete, answer_keep_alive),
+        &edits,
+    );
+    let looked = looking.await?;
     let flow = match looked {
         Looked::Answered { sent, refresh } => {
             record(client, vs, request, body.received, &sent, None, traffic);
@@ -398,8 +407,9 @@ async fn serve_request(
         (Ok(exchange), flow) => (exchange, flow),
         // A stale object may stand in for a failed node (stale-if-error).
         (Err(failure), Some(flow)) => {
-            let sent =
-                content::node_failed(client, vs, head, flow, failure, answer_keep_alive).await?;
+            let edits = traffic.response_edits(vs);
+            let answered = (answer_keep_alive, &edits);
+            let sent = content::node_failed(client, vs, head, flow, failure, answered).await?;
             record(client, vs, request, body.received, &sent, None, traffic);
             return Ok(if sent.keep_alive {
                 Next::KeepAlive

@@ -110,6 +110,16 @@ impl HeaderEdit for Edits<'_> {
 }
 
 impl Edits<'_> {
+    /// These edits as a [`HeaderEdit`], or `None` when they change nothing (so a head can
+    /// be written as it is).
+    pub(crate) fn as_edit(&self) -> Option<&(dyn HeaderEdit + Sync)> {
+        let nothing = self.edits.is_empty()
+            && self.id.is_none()
+            && self.answer.is_none()
+            && self.set_cookie.is_none();
+        (!nothing).then_some(self as &(dyn HeaderEdit + Sync))
+    }
+
     /// Writes the added fields whose names `keep` accepts, each as `Name: value\r\n`.
     pub(crate) fn write_fields(&self, out: &mut BytesMut, keep: impl Fn(&[u8]) -> bool) {
         let mut field = |name: &[u8], value: &[u8]| {

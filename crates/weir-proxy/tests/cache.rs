@@ -526,6 +526,82 @@ async fn a_background_refresh_sends_the_client_no_interim_answer() {
     proxy.stop().await;
 }
 
+/// As `fresh`, with a field the rules below take off.
+fn with_internal(head: &str, count: usize) -> Answer {
+    fresh(head, count).field("X-Internal", "secret")
+}
+
+/// The rules' response edits and the request id reach answers from the cache as they reach
+/// relayed ones: on the miss that stores, on hits, on a 304 from the store and on a stale
+/// answer, each with its own request's id. None of it is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_edits_and_request_ids_reach_answers_from_the_cache() {
+    let node = CountingNode::start(with_internal, Duration::ZERO).await;
+    let rules = r#"
+[virtual_servers.web.request_id]
+to_client = true
+
+[[virtual_servers.web.rules]]
+name = "tag"
+response_headers = { set = { X-Tag = "t" }, remove = ["X-Internal"] }
+"#;
+    let proxy = proxy_for(&node, &format!("{CACHE}{rules}")).await;
+    let count = |response: &Response, name: &str| {
+        response
+            .headers
+            .iter()
+            .filter(|(field, _)| field.eq_ignore_ascii_case(name))
+            .count()
+    };
+    let check = |response: &Response, cache: &str, id: &str| {
+        assert_eq!(
+            response.header("x-cache"),
+            Some(cache),
+            "{:?}",
+            response.headers
+        );
+        assert_eq!(response.header("x-tag"), Some("t"), "{cache}");
+        assert_eq!(count(response, "x-tag"), 1, "{cache}");
+        assert_eq!(response.header("x-internal"), None, "{cache}");
+        assert_eq!(response.header("x-request-id"), Some(id), "{cache}");
+        assert_eq!(count(response, "x-request-id"), 1, "{cache}");
+    };
+    let miss = request(&proxy, "GET", "/e", &["X-Request-Id: id-1"]).await;
+    check(&miss, "MISS", "id-1");
+    assert_eq!(miss.text(), "body of /e");
+    let hit = request(&proxy, "GET", "/e", &["X-Request-Id: id-2"]).await;
+    check(&hit, "HIT", "id-2");
+    assert_eq!(hit.text(), "body of /e");
+    let fields = ["X-Request-Id: id-3", "If-None-Match: \"v1\""];
+    let not_modified = request(&proxy, "GET", "/e", &fields).await;
+    assert_eq!(not_modified.status, 304);
+    check(&not_modified, "HIT", "id-3");
+    let head = request(&proxy, "HEAD", "/e", &["X-Request-Id: id-4"]).await;
+    check(&head, "HIT", "id-4");
+    assert_eq!(node.requests(), 1);
+    proxy.stop().await;
+}
+
+/// As `text`, with a field the rules below take off.
+fn text_with_internal(head: &str, count: usize) -> Answer {
+    text(head, count).field("X-Internal", "secret")
+}
+
+/// The rules' response edits reach a response compressed on its way (no cache).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_edits_reach_compressed_responses() {
+    let node = CountingNode::start(text_with_internal, Duration::ZERO).await;
+    let extra = "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\n\n\
+                 [[virtual_servers.web.rules]]\n\
+                 response_headers = { set = { X-Tag = \"t\" }, remove = [\"X-Internal\"] }\n";
+    let proxy = proxy_for(&node, extra).await;
+    let gzip = request(&proxy, "GET", "/t", &["Accept-Encoding: gzip"]).await;
+    assert_eq!(gzip.header("content-encoding"), Some("gzip"));
+    assert_eq!(gzip.header("x-tag"), Some("t"));
+    assert_eq!(gzip.header("x-internal"), None);
+    proxy.stop().await;
+}
+
 /// A reload that keeps the cache settings keeps the objects; one that
 /// changes them starts empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,22 +10,24 @@ use std::time::Duration;
 use bytes::BytesMut;
 use weir_cache::{BodyAborted, BodyReader, Framing, Hit, HitBody};
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{Version, encode_chunk, encode_last_chunk};
+use weir_http::{HeaderEdit, Version, encode_chunk, encode_last_chunk};
 
 use super::Content;
 use crate::answer::Failure;
 use crate::client::Client;
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
+use crate::traffic::Edits;
 
-/// Sends `hit` to the client.
+/// Sends `hit` to the client, with the request's response `edits` (its rules' edits, its
+/// request id) on the head.
 pub(super) async fn hit(
     client: &mut Client,
-    vs: &VirtualServerRuntime,
-    content: &Content,
+    (vs, content): (&VirtualServerRuntime, &Content),
     hit: &Hit,
     version: Version,
     keep_alive: bool,
+    edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
     let http10 = version == Version::Http10;
     // The stored head carries this hop's `Via` entry as the relay wrote it
@@ -35,15 +37,15 @@ pub(super) async fn hit(
         .map(|name| (name, hit.cache_status().as_str()));
     let extra = status.as_slice();
     if client.is_h2() {
-        return hit_h2(client, vs, hit, extra).await;
+        return hit_h2(client, vs, hit, (extra, edits)).await;
     }
     client.write_buf.clear();
     let framing = hit.write_http1_head(
         &mut client.write_buf,
-        http10,
-        keep_alive,
+        (http10, keep_alive),
         extra,
         &vs.config.response_headers,
+        edits.as_edit().map(|edit| edit as &dyn HeaderEdit),
     );
     let keep_alive = keep_alive && framing != Framing::Close;
     let head_bytes = client.write_buf.len() as u64;
@@ -73,10 +75,12 @@ async fn hit_h2(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     hit: &Hit,
-    extra: &[(&str, &str)],
+    (extra, edits): (&[(&str, &str)], &Edits<'_>),
 ) -> Result<Sent, Failure> {
     let mut head = BytesMut::with_capacity(512);
-    hit.write_http1_head(&mut head, false, true, extra, &vs.config.response_headers);
+    let set = &vs.config.response_headers;
+    let edit = edits.as_edit().map(|edit| edit as &dyn HeaderEdit);
+    hit.write_http1_head(&mut head, (false, true), extra, set, edit);
     let timeout = vs.config.timeouts.write;
     let body = hit.body();
     send_h2_head(client, &head, matches!(body, HitBody::Empty))?;

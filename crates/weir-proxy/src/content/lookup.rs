@@ -16,6 +16,7 @@ use crate::answer::Failure;
 use crate::client::Client;
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
+use crate::traffic::Edits;
 
 /// What `cache_lookup` made of a request.
 #[derive(Debug)]
@@ -54,8 +55,8 @@ pub(crate) async fn lookup<'vs>(
     vs: &'vs VirtualServerRuntime,
     route: Option<usize>,
     head: &RequestHead,
-    body_complete: bool,
-    keep_alive: bool,
+    (body_complete, keep_alive): (bool, bool),
+    edits: &Edits<'_>,
 ) -> Result<Looked<'vs>, Failure> {
     let Some(content) = vs.content.as_deref() else {
         return Ok(Looked::Forward(None));
@@ -76,7 +77,7 @@ pub(crate) async fn lookup<'vs>(
             }),
         };
         if let Some(status) = status {
-            let sent = answer(client, vs, status, head.version(), keep_alive).await?;
+            let sent = answer(client, vs, status, (head.version(), keep_alive), edits).await?;
             return Ok(Looked::Answered {
                 sent,
                 refresh: None,
@@ -116,17 +117,33 @@ pub(crate) async fn lookup<'vs>(
         .await
     {
         Lookup::Hit(hit) => Looked::Answered {
-            sent: deliver::hit(client, vs, content, &hit, head.version(), keep_alive).await?,
+            sent: deliver::hit(
+                client,
+                (vs, content),
+                &hit,
+                head.version(),
+                keep_alive,
+                edits,
+            )
+            .await?,
             refresh: None,
         },
         Lookup::Stale { hit, refresh } => {
-            let sent = deliver::hit(client, vs, content, &hit, head.version(), keep_alive).await?;
+            let sent = deliver::hit(
+                client,
+                (vs, content),
+                &hit,
+                head.version(),
+                keep_alive,
+                edits,
+            )
+            .await?;
             let refresh =
                 refresh.map(|exchange| with_head(flow(None, Coding::Identity), exchange, head, vs));
             Looked::Answered { sent, refresh }
         }
         Lookup::OnlyIfCachedMiss => Looked::Answered {
-            sent: answer(client, vs, 504, head.version(), keep_alive).await?,
+            sent: answer(client, vs, 504, (head.version(), keep_alive), edits).await?,
             refresh: None,
         },
         Lookup::Forward(exchange) => Looked::Forward(Some(with_head(
@@ -201,8 +218,8 @@ async fn answer(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     status: u16,
-    version: Version,
-    keep_alive: bool,
+    (version, keep_alive): (Version, bool),
+    edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
     let body: &[u8] = match status {
         200 => b"purged\n",
@@ -219,7 +236,7 @@ async fn answer(
     let timeout = vs.config.timeouts.write;
     // Either protocol: an HTTP/2 stream gets it as HEADERS and DATA.
     let bytes = client
-        .answer_simple(&shape, &[], &weir_http::Unedited, body, timeout)
+        .answer_simple(&shape, &[], edits, body, timeout)
         .await?;
     Ok(Sent {
         grpc_status: None,

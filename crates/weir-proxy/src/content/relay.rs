@@ -19,7 +19,7 @@ use weir_cache::{
     ResponseView, UnixTime,
 };
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{BodyFraming, Method, RequestHead, ResponseHead, Version};
+use weir_http::{BodyFraming, HeaderEdit, Method, RequestHead, ResponseHead, Version};
 use weir_upstream::Pool;
 
 use super::{Content, Flow, deliver};
@@ -61,7 +61,7 @@ pub(crate) async fn respond(
     vs: &VirtualServerRuntime,
     pool: &Pool,
     head: &RequestHead,
-    (flow, edits): (Flow<'_>, &Edits<'_>),
+    (flow, decor): (Flow<'_>, &Edits<'_>),
     exchange: Exchange,
     keep_alive: bool,
 ) -> Result<Sent, Failure> {
@@ -78,7 +78,7 @@ pub(crate) async fn respond(
         Plan::Plain(status) => {
             let extra = content.status_header().zip(status.map(CacheStatus::as_str));
             let request = (head.method(), version);
-            let decor = (edits, extra);
+            let decor = (decor, extra);
             let sent = response::respond(client, vs, exchange, request, keep_alive, stall, decor);
             let mut sent = sent.await?;
             sent.cache = status.map(CacheStatus::as_str);
@@ -91,14 +91,14 @@ pub(crate) async fn respond(
             }
             // A body (a 5xx answered with stale-if-error) goes with the connection.
             drop(upstream);
-            deliver::hit(client, vs, content, &hit, version, keep_alive).await
+            deliver::hit(client, (vs, content), &hit, version, keep_alive, decor).await
         }
         Plan::Store(transform, hit) => {
             let (mut upstream, _) = Upstream::of(exchange, stall);
             let mut input = std::mem::take(&mut client.upstream_in);
             let (pumped, delivered) = tokio::join!(
                 pump(&mut upstream, &mut input, transform),
-                deliver::hit(client, vs, content, &hit, version, keep_alive),
+                deliver::hit(client, (vs, content), &hit, version, keep_alive, decor),
             );
             client.upstream_in = input;
             if let Err(failure) = pumped {
@@ -115,6 +115,7 @@ pub(crate) async fn respond(
             let extra = content.status_header().zip(status.map(CacheStatus::as_str));
             let how = Relay {
                 edits,
+                client_edits: decor.as_edit(),
                 status,
                 extra,
                 version,
@@ -134,7 +135,7 @@ pub(crate) async fn node_failed(
     head: &RequestHead,
     flow: Flow<'_>,
     failure: Failure,
-    keep_alive: bool,
+    (keep_alive, edits): (bool, &Edits<'_>),
 ) -> Result<Sent, Failure> {
     let view = Http1Request {
         head,
@@ -145,7 +146,10 @@ pub(crate) async fn node_failed(
         _ => None,
     };
     match stale {
-        Some(hit) => deliver::hit(client, vs, flow.content, &hit, head.version(), keep_alive).await,
+        Some(hit) => {
+            let vs = (vs, flow.content);
+            deliver::hit(client, vs, &hit, head.version(), keep_alive, edits).await
+        }
         None => Err(failure),
     }
 }
@@ -329,6 +333,8 @@ fn encoder_failed(error: io::Error) -> Failure {
 /// How a relayed response's head is written.
 struct Relay<'a> {
     edits: Option<HeadEdits>,
+    /// The request's response edits (its rules' edits, its request id).
+    client_edits: Option<&'a (dyn HeaderEdit + Sync)>,
     status: Option<CacheStatus>,
     extra: Option<(&'a str, &'a str)>,
     version: Version,
@@ -490,6 +496,7 @@ fn write_head(
     let replaced = |name: &[u8]| {
         set.iter()
             .any(|(set, _)| name.eq_ignore_ascii_case(set.as_bytes()))
+            || how.client_edits.is_some_and(|edit| edit.drops(name))
     };
     let head = match how.edits {
         Some(edits) => StoredHead::from_fields(response, edits.apply(response), replaced),
@@ -529,15 +536,24 @@ fn write_head(
     let set = set
         .iter()
         .map(|(name, value)| (name.as_str(), value.as_str()));
-    let fields = set
-        .chain([("Via", how.via)])
-        .chain(how.extra)
-        .chain(framing_field)
-        .chain(connection);
-    for (name, value) in fields {
+    let push = |out: &mut BytesMut, (name, value): (&str, &str)| {
         for piece in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
             out.extend_from_slice(piece);
         }
+    };
+    for field in set {
+        push(out, field);
+    }
+    if let Some(edit) = how.client_edits {
+        edit.write_added(out);
+    }
+    let fields = [("Via", how.via)]
+        .into_iter()
+        .chain(how.extra)
+        .chain(framing_field)
+        .chain(connection);
+    for field in fields {
+        push(out, field);
     }
     out.extend_from_slice(b"\r\n");
 }
