@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{BodyFraming, ForwardResponse, HeaderEdit, Parsed, RequestHead, ResponseHead};
 use weir_tls::{ClientStream, ServerStream};
+use weir_upstream::Tunnel;
 
 use crate::VIA;
 use crate::answer::Failure;
@@ -50,7 +51,6 @@ pub(crate) async fn tunnel(
     head: &RequestHead,
     edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
-    let version = head.version();
     let Exchange {
         lease,
         response,
@@ -67,8 +67,12 @@ pub(crate) async fn tunnel(
                 .context("protocol switch without a tunnel place"),
         ));
     };
-    let lease = match lease {
-        NodeLink::Http1(lease) => lease,
+    match lease {
+        NodeLink::Http1(lease) => {
+            let tunnel = lease.into_tunnel(permit);
+            // `tunnel` drops at the end: the connection is closed, its tunnel place freed.
+            to_http1_node(client, vs, head, &response, tunnel, edits).await
+        }
         NodeLink::Http2 {
             _lease: stream_lease,
             body,
@@ -81,23 +85,33 @@ pub(crate) async fn tunnel(
             let sent = to_h2_node(client, vs, head, &response, node, edits).await;
             // The stream slot and the tunnel place are held until here.
             drop((stream_lease, permit));
-            return sent;
+            sent
         }
-        NodeLink::Http2 { .. } => {
-            return Err(Failure::from_error(
-                Error::new(ErrorKind::BadResponse, Side::Upstream)
-                    .context("protocol switch on an HTTP/2 stream"),
-            ));
-        }
-    };
-    let mut tunnel = lease.into_tunnel(permit);
+        NodeLink::Http2 { .. } => Err(Failure::from_error(
+            Error::new(ErrorKind::BadResponse, Side::Upstream)
+                .context("protocol switch on an HTTP/2 stream"),
+        )),
+    }
+}
+
+/// The tunnel to an HTTP/1.1 node that switched (`response`): the client
+/// gets the node's head (an HTTP/2 client, a `200` on its stream), then the
+/// two relay.
+async fn to_http1_node(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    head: &RequestHead,
+    response: &ResponseHead,
+    mut tunnel: Tunnel,
+    edits: &Edits<'_>,
+) -> Result<Sent, Failure> {
     let status = response.status();
     if let Downstream::Http2 { stream, .. } = &mut client.stream {
         // A WebSocket extended CONNECT (RFC 8441): the stream carries the tunnel.
         let early = client.upstream_in.split().freeze();
         let idle = vs.config.timeouts.tunnel_idle;
         let upstream = tunnel.stream();
-        let to_client = http2::relay_websocket(stream, &response, early, upstream, idle).await?;
+        let to_client = http2::relay_websocket(stream, response, early, upstream, idle).await?;
         return Ok(Sent {
             status: 200,
             bytes: to_client,
@@ -108,10 +122,10 @@ pub(crate) async fn tunnel(
     }
     client.write_buf.clear();
     weir_http::write_response_head_edited(
-        &response,
+        response,
         &ForwardResponse {
             framing: BodyFraming::None,
-            version,
+            version: head.version(),
             keep_alive: true,
             via: Some(VIA),
             via_version: None,
@@ -150,7 +164,6 @@ pub(crate) async fn tunnel(
         ));
     };
     let to_client = relay(stream, upstream, vs.config.timeouts.tunnel_idle).await;
-    // `tunnel` drops here: the connection is closed, its tunnel place freed.
     Ok(Sent {
         status,
         bytes: head_bytes + to_client,
