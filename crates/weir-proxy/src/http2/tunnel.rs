@@ -23,7 +23,7 @@ use super::stream::{H2Stream, send_with_capacity};
 use super::websocket;
 use crate::answer::Failure;
 
-/// Bytes read from the node at once.
+/// Bytes read at once from a byte-stream end (an HTTP/1.1 connection).
 const TUNNEL_BUFFER: usize = 16 * 1024;
 
 /// One end of a tunnel: a byte stream (an HTTP/1.1 connection), or an

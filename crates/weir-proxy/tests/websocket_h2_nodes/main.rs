@@ -4,7 +4,8 @@
 //! an HTTP/1.1 client's `Upgrade: websocket` (weir answers the client's key
 //! with its own `101`) or an HTTP/2 client's extended CONNECT; frames then
 //! flow both ways until each side ends. A node that does not announce the
-//! setting gets the client a 501; a node's reset ends the client's tunnel;
+//! setting gets the client a 501; a node's reset, or its connection going
+//! away, ends the client's tunnel;
 //! a plain CONNECT is not carried to an HTTP/2 node (501).
 
 mod support;
@@ -174,6 +175,31 @@ async fn a_node_reset_ends_the_clients_tunnel() {
         .expect("the reset in time");
     let error = next.expect("an end").expect_err("a reset, not data");
     assert_eq!(error.reason(), Some(h2::Reason::CONNECT_ERROR), "{error}");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_going_away_ends_the_clients_tunnel_and_a_new_one_opens() {
+    let node = support::node(Node::GoAwayAfterFirst).await;
+    let proxy = support::proxy(node.addr, "").await;
+    for _ in 0..2 {
+        let mut sender = support::h2_client(&proxy).await;
+        let request = support::extended_connect(&proxy, "/chat");
+        let (response, mut upload) = support::open_h2(&mut sender, request).await;
+        assert_eq!(response.status(), 200, "a new connection after GOAWAY");
+        let mut download = response.into_body();
+        let frame = support::text_frame("first");
+        upload
+            .send_data(Bytes::from(frame.clone()), false)
+            .expect("sent");
+        assert_eq!(support::read_h2(&mut download, frame.len()).await, frame);
+        let _ = upload.send_data(Bytes::from(support::text_frame("second")), false);
+        let next = tokio::time::timeout(WAIT, download.data())
+            .await
+            .expect("the end in time");
+        let error = next.expect("an end").expect_err("a reset, not data");
+        assert_eq!(error.reason(), Some(h2::Reason::CONNECT_ERROR), "{error}");
+    }
     proxy.stop().await;
 }
 

@@ -25,6 +25,9 @@ pub enum Node {
     NoExtendedConnect,
     /// Echoes the first piece, then resets the stream on the next one.
     ResetAfterFirst,
+    /// Echoes the first piece, then closes the whole connection with GOAWAY
+    /// on the next one (as a node that shuts down at once).
+    GoAwayAfterFirst,
 }
 
 /// What the node saw of an extended CONNECT.
@@ -73,8 +76,25 @@ pub async fn node(kind: Node) -> TestNode {
                 let Ok(mut connection) = builder.handshake::<_, Bytes>(tcp).await else {
                     return;
                 };
-                while let Some(Ok((request, respond))) = connection.accept().await {
-                    let tunnel = (kind, seen.clone(), Arc::clone(&counted));
+                // A stream asks for the connection to go away (`GoAwayAfterFirst`).
+                let (go_away, mut gone) = mpsc::unbounded_channel();
+                loop {
+                    let accepted = tokio::select! {
+                        accepted = connection.accept() => accepted,
+                        Some(()) = gone.recv() => {
+                            connection.abrupt_shutdown(h2::Reason::NO_ERROR);
+                            continue;
+                        }
+                    };
+                    let Some(Ok((request, respond))) = accepted else {
+                        break;
+                    };
+                    let tunnel = Tunnel {
+                        kind,
+                        seen: seen.clone(),
+                        received: Arc::clone(&counted),
+                        go_away: go_away.clone(),
+                    };
                     tokio::spawn(echo(request, respond, tunnel));
                 }
             });
@@ -87,11 +107,25 @@ pub async fn node(kind: Node) -> TestNode {
     }
 }
 
+/// What a stream of the node shares with the test and its connection.
+struct Tunnel {
+    kind: Node,
+    seen: mpsc::UnboundedSender<Seen>,
+    received: Arc<AtomicUsize>,
+    go_away: mpsc::UnboundedSender<()>,
+}
+
 async fn echo(
     request: http::Request<RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
-    (kind, seen, received): (Node, mpsc::UnboundedSender<Seen>, Arc<AtomicUsize>),
+    tunnel: Tunnel,
 ) {
+    let Tunnel {
+        kind,
+        seen,
+        received,
+        go_away,
+    } = tunnel;
     let (parts, mut body) = request.into_parts();
     let protocol = parts
         .extensions
@@ -127,6 +161,13 @@ async fn echo(
         received.fetch_add(data.len(), Ordering::Relaxed);
         if kind == Node::ResetAfterFirst && pieces == 1 {
             send.send_reset(h2::Reason::INTERNAL_ERROR);
+            return;
+        }
+        if kind == Node::GoAwayAfterFirst && pieces == 1 {
+            let _ = go_away.send(());
+            // The stream is kept (no reset of its own) until the connection is gone.
+            while let Some(Ok(_)) = body.data().await {}
+            drop(send);
             return;
         }
         let length = data.len();
