@@ -308,7 +308,7 @@ async fn attempt_h2(
             request_body::stream_rest_h2(client, vs, body, &mut stream, write_stall).await?;
         }
     }
-    pool.nodes[index].metrics.requests_forwarded.inc();
+    // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
     let timeout = pool.config.timeouts.response;
     let response = http2::upstream::response_head(request.response, head.method(), timeout)
         .await

@@ -76,7 +76,7 @@ pub(super) async fn attempt(
     let Some(sent) = node.send_extended_connect(request, settle).await? else {
         return Err(not_announced(pool, node));
     };
-    pool.nodes[index].metrics.requests_forwarded.inc();
+    // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
     let timeout = pool.config.timeouts.response;
     let response = http2::upstream::response_head(sent.response, head.method(), timeout).await?;
     Ok(Exchange {

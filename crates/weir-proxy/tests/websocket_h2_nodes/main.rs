@@ -134,6 +134,9 @@ async fn a_node_without_extended_connect_gets_a_501() {
         .expect("in time")
         .expect("an answer");
     assert_eq!(response.headers()["x-node"], "h2", "{response:?}");
+    // Counted once, and only what was sent.
+    let forwarded = &proxy.pools[0].nodes[0].metrics.requests_forwarded;
+    assert_eq!(forwarded.get(), 1, "the GET alone reached the node");
     proxy.stop().await;
 }
 
