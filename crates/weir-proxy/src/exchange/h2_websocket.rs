@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
+use weir_http::BodyFraming;
 use weir_upstream::{H2Node, Pool};
 
 use super::{Attempt, Exchange, NodeLink, forward_request};
@@ -43,14 +44,15 @@ pub(super) async fn attempt(
         .header("sec-websocket-key")
         .is_some_and(|key| !key.trim_ascii().is_empty());
     if !client.is_h2() && !has_key {
-        return Err(Failure::from_error(
-            Error::new(ErrorKind::BadRequest, Side::Downstream)
-                .context("WebSocket upgrade without Sec-WebSocket-Key"),
-        ));
+        return Err(bad_request("WebSocket upgrade without Sec-WebSocket-Key"));
+    }
+    // The handshake is a GET without content (RFC 6455 §4.1); the stream carries only the tunnel.
+    if head.framing() != BodyFraming::None {
+        return Err(bad_request("WebSocket upgrade with a body"));
     }
     let tunnel = pool.connections[index].reserve_tunnel()?;
     let in_flight = pool.nodes[index].start_request();
-    let forward = forward_request(client, vs, forwarding, head.framing());
+    let forward = forward_request(client, vs, forwarding, BodyFraming::None);
     let scheme = if client.stream.is_tls() {
         "https"
     } else {
@@ -92,6 +94,10 @@ pub(super) async fn attempt(
         tunnel: Some(tunnel),
         body_cut: false,
     })
+}
+
+fn bad_request(context: &'static str) -> Failure {
+    Failure::from_error(Error::new(ErrorKind::BadRequest, Side::Downstream).context(context))
 }
 
 /// 501, logged as a failure with the pool, node and fix: the node is not

@@ -141,6 +141,27 @@ async fn a_node_without_extended_connect_gets_a_501() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_weir_could_not_answer_is_refused_before_the_node() {
+    let node = support::node(Node::Echo).await;
+    let proxy = support::proxy(node.addr, "").await;
+    // No key: weir could not compute the 101's accept.
+    let no_key = "GET /chat HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\n\
+                  Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    let (_tcp, head) = support::send_http1(&proxy, no_key).await;
+    assert!(head.starts_with("HTTP/1.1 400 "), "{head}");
+    // A body: the handshake has none, and the stream carries only the tunnel.
+    let with_body = format!(
+        "GET /chat HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\nContent-Length: 5\r\n\r\nhello"
+    );
+    let (_tcp, head) = support::send_http1(&proxy, &with_body).await;
+    assert!(head.starts_with("HTTP/1.1 400 "), "{head}");
+    let forwarded = &proxy.pools[0].nodes[0].metrics.requests_forwarded;
+    assert_eq!(forwarded.get(), 0, "nothing reached the node");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_reset_ends_the_clients_tunnel() {
     let node = support::node(Node::ResetAfterFirst).await;
     let proxy = support::proxy(node.addr, "").await;

@@ -273,12 +273,18 @@ pub async fn read_h2(download: &mut RecvStream, length: usize) -> Vec<u8> {
 /// An HTTP/1.1 WebSocket upgrade with `key`: the connection and the response
 /// head weir sent (through its blank line).
 pub async fn upgrade_http1(proxy: &TestProxy, path: &str, key: &str) -> (TcpStream, String) {
-    let mut tcp = TcpStream::connect(proxy.addr).await.expect("connect");
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
          Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\
          Sec-WebSocket-Protocol: chat, superchat\r\nOrigin: http://ws.test\r\n\r\n"
     );
+    send_http1(proxy, &request).await
+}
+
+/// Sends raw HTTP/1.1 `request` bytes: the connection and the response head
+/// weir sent (through its blank line).
+pub async fn send_http1(proxy: &TestProxy, request: &str) -> (TcpStream, String) {
+    let mut tcp = TcpStream::connect(proxy.addr).await.expect("connect");
     tcp.write_all(request.as_bytes()).await.expect("sent");
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
