@@ -21,6 +21,8 @@ use crate::request_body::{self, RequestBody, Streamed};
 use crate::route::VirtualServerRuntime;
 use crate::traffic::Upstream;
 
+mod h2_websocket;
+
 /// Retries on a reused connection that the node had closed, per request.
 const MAX_STALE_RETRIES: u32 = 3;
 /// Interim (1xx) responses relayed before the final one; past it → 502.
@@ -36,6 +38,9 @@ pub(crate) enum NodeLink {
         /// Held until the body is read: dropping it frees the stream slot.
         _lease: StreamLease,
         body: h2::RecvStream,
+        /// An extended CONNECT's (RFC 8441) side towards the node: the stream
+        /// stays open, to carry the tunnel once the node answers 2xx.
+        upload: Option<h2::SendStream<bytes::Bytes>>,
     },
 }
 
@@ -54,6 +59,22 @@ pub(crate) struct Exchange {
     /// The node answered before the whole request body was sent: its
     /// connection cannot carry another request, and the client's must close.
     pub body_cut: bool,
+}
+
+impl Exchange {
+    /// Whether the node's answer opened a tunnel: a `101` (HTTP/1.1 node), a
+    /// 2xx to a CONNECT (`connect`), or a 2xx to an extended CONNECT (a
+    /// WebSocket to an HTTP/2 node).
+    pub(crate) fn switched(&self, connect: bool) -> bool {
+        let status = self.response.status();
+        let success = (200..300).contains(&status);
+        match &self.lease {
+            NodeLink::Http2 {
+                upload: Some(_), ..
+            } => success,
+            _ => status == 101 || (connect && success),
+        }
+    }
 }
 
 /// Where a failed attempt may be tried again, as its error says.
@@ -247,11 +268,13 @@ async fn attempt_h2(
         upstream,
         ..
     } = on;
-    if forwarding.may_tunnel() {
-        // Upgrade and CONNECT do not cross to an HTTP/2 node (RFC 8441 is not carried yet).
-        return Err(Failure::not_implemented(
-            "a protocol switch to an HTTP/2 node",
-        ));
+    if forwarding.connect {
+        // weir is no forward proxy: a plain CONNECT does not cross to an HTTP/2 node.
+        return Err(Failure::not_implemented("CONNECT to an HTTP/2 node"));
+    }
+    if forwarding.upgrade {
+        // WebSocket crosses as an extended CONNECT (RFC 8441); nothing else switches.
+        return h2_websocket::attempt(client, vs, pool, (index, node), on).await;
     }
     let in_flight = pool.nodes[index].start_request();
     let forward = forward_request(client, vs, forwarding, body.framing);
@@ -285,7 +308,7 @@ async fn attempt_h2(
             request_body::stream_rest_h2(client, vs, body, &mut stream, write_stall).await?;
         }
     }
-    pool.nodes[index].metrics.requests_forwarded.inc();
+    // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
     let timeout = pool.config.timeouts.response;
     let response = http2::upstream::response_head(request.response, head.method(), timeout)
         .await
@@ -297,6 +320,7 @@ async fn attempt_h2(
         lease: NodeLink::Http2 {
             _lease: request.lease,
             body: response.body,
+            upload: None,
         },
         in_flight,
         node: index,

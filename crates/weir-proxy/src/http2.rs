@@ -4,10 +4,6 @@
 //! (`weir_http::http2`), so the pipeline's stages see one type whatever the
 //! protocol. Design: `docs/design/http2.md`.
 
-// WebSocket from an HTTP/1.1 client to an HTTP/2 node (`websocket.rs`:
-// `extended_connect`, `switching_protocols`) is not called by the pipeline yet.
-#![allow(dead_code, unused_imports)]
-
 mod flood;
 mod io;
 mod server;
@@ -19,7 +15,7 @@ pub(crate) mod websocket;
 pub(crate) use io::starts_with_preface;
 pub(crate) use server::{ConnectionLimits, StreamHandler, Via, serve};
 pub(crate) use stream::H2Stream;
-pub(crate) use tunnel::relay_websocket;
+pub(crate) use tunnel::{TunnelEnd, relay, relay_websocket, take_tunnel};
 
 #[cfg(test)]
 mod h2spec_tests;

@@ -428,11 +428,11 @@ async fn serve_request(
     // a drain that began meanwhile closes the connection after this response.
     let keep_alive = keep_alive && !shutdown.is_triggered() && !forwarding.connect;
     let status = exchange.response.status();
-    let tunnelled = status == 101 || (forwarding.connect && (200..300).contains(&status));
+    let tunnelled = exchange.switched(forwarding.connect);
     upgrade::h2_websocket_answered(client, tunnelled, status)?;
     let edits = traffic.response_edits(vs);
     let sent = match flow {
-        _ if tunnelled => upgrade::tunnel(client, vs, exchange, head.version(), &edits).await?,
+        _ if tunnelled => upgrade::tunnel(client, vs, exchange, head, &edits).await?,
         // filter_response → respond: stored, compressed, or answered from the cache
         Some(flow) => {
             let responding =

@@ -8,7 +8,12 @@
 //!
 //! An HTTP/2 client's WebSocket (an extended CONNECT, RFC 8441, made an
 //! HTTP/1.1 upgrade for the node) gets a `200` on its stream instead of the
-//! `101`, and its DATA frames carry the tunnel (`http2/tunnel.rs`).
+//! `101`, and its DATA frames carry the tunnel (`http2/tunnel.rs`). To an
+//! HTTP/2 node the WebSocket is an extended CONNECT stream (see
+//! `exchange/h2_websocket.rs`): on its 2xx an HTTP/1.1 client gets a `101`
+//! that answers its own key, an HTTP/2 client a `200`, and the node's
+//! stream carries the tunnel; its stream slot and tunnel place are held
+//! until the tunnel ends.
 //!
 //! The head that switches carries the traffic rules' response edits, the request
 //! id and a persistence cookie like any response, except that they never remove,
@@ -22,13 +27,15 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{BodyFraming, ForwardResponse, HeaderEdit, Version};
+use weir_http::{BodyFraming, ForwardResponse, HeaderEdit, Parsed, RequestHead, ResponseHead};
+use weir_tls::{ClientStream, ServerStream};
+use weir_upstream::Tunnel;
 
 use crate::VIA;
 use crate::answer::Failure;
 use crate::client::{Client, Downstream};
-use crate::exchange::Exchange;
-use crate::http2;
+use crate::exchange::{Exchange, NodeLink};
+use crate::http2::{self, TunnelEnd, websocket};
 use crate::response::Sent;
 use crate::route::VirtualServerRuntime;
 use crate::traffic::Edits;
@@ -41,7 +48,7 @@ pub(crate) async fn tunnel(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     exchange: Exchange,
-    version: Version,
+    head: &RequestHead,
     edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
     let Exchange {
@@ -60,20 +67,51 @@ pub(crate) async fn tunnel(
                 .context("protocol switch without a tunnel place"),
         ));
     };
-    let crate::exchange::NodeLink::Http1(lease) = lease else {
-        return Err(Failure::from_error(
+    match lease {
+        NodeLink::Http1(lease) => {
+            let tunnel = lease.into_tunnel(permit);
+            // `tunnel` drops at the end: the connection is closed, its tunnel place freed.
+            to_http1_node(client, vs, head, &response, tunnel, edits).await
+        }
+        NodeLink::Http2 {
+            _lease: stream_lease,
+            body,
+            upload: Some(mut upload),
+        } => {
+            let node = TunnelEnd::Stream {
+                recv: body,
+                send: &mut upload,
+            };
+            let sent = to_h2_node(client, vs, head, &response, node, edits).await;
+            // The stream slot and the tunnel place are held until here.
+            drop((stream_lease, permit));
+            sent
+        }
+        NodeLink::Http2 { .. } => Err(Failure::from_error(
             Error::new(ErrorKind::BadResponse, Side::Upstream)
                 .context("protocol switch on an HTTP/2 stream"),
-        ));
-    };
-    let mut tunnel = lease.into_tunnel(permit);
+        )),
+    }
+}
+
+/// The tunnel to an HTTP/1.1 node that switched (`response`): the client
+/// gets the node's head (an HTTP/2 client, a `200` on its stream), then the
+/// two relay.
+async fn to_http1_node(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    head: &RequestHead,
+    response: &ResponseHead,
+    mut tunnel: Tunnel,
+    edits: &Edits<'_>,
+) -> Result<Sent, Failure> {
     let status = response.status();
     if let Downstream::Http2 { stream, .. } = &mut client.stream {
         // A WebSocket extended CONNECT (RFC 8441): the stream carries the tunnel.
         let early = client.upstream_in.split().freeze();
         let idle = vs.config.timeouts.tunnel_idle;
         let upstream = tunnel.stream();
-        let to_client = http2::relay_websocket(stream, &response, early, upstream, idle).await?;
+        let to_client = http2::relay_websocket(stream, response, early, upstream, idle).await?;
         return Ok(Sent {
             status: 200,
             bytes: to_client,
@@ -84,10 +122,10 @@ pub(crate) async fn tunnel(
     }
     client.write_buf.clear();
     weir_http::write_response_head_edited(
-        &response,
+        response,
         &ForwardResponse {
             framing: BodyFraming::None,
-            version,
+            version: head.version(),
             keep_alive: true,
             via: Some(VIA),
             via_version: None,
@@ -126,9 +164,91 @@ pub(crate) async fn tunnel(
         ));
     };
     let to_client = relay(stream, upstream, vs.config.timeouts.tunnel_idle).await;
-    // `tunnel` drops here: the connection is closed, its tunnel place freed.
     Ok(Sent {
         status,
+        bytes: head_bytes + to_client,
+        keep_alive: false,
+        cache: None,
+        grpc_status: None,
+    })
+}
+
+/// The tunnel to an HTTP/2 node whose extended CONNECT stream (`node`)
+/// answered 2xx (`response`): an HTTP/2 client gets `200` on its stream, an
+/// HTTP/1.1 client a `101` that answers its own `Sec-WebSocket-Key` (with
+/// the rules' edits, as any switch), then the two relay.
+async fn to_h2_node(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    head: &RequestHead,
+    response: &ResponseHead,
+    node: TunnelEnd<'_, ClientStream>,
+    edits: &Edits<'_>,
+) -> Result<Sent, Failure> {
+    let idle = vs.config.timeouts.tunnel_idle;
+    if let Downstream::Http2 { stream, .. } = &mut client.stream {
+        let opened = websocket::stream_opened(response).ok_or_else(|| {
+            Failure::from_error(
+                Error::new(ErrorKind::BadResponse, Side::Upstream)
+                    .context("the node's WebSocket fields are not valid HTTP/2"),
+            )
+        })?;
+        stream.send_head(opened, false)?;
+        let (recv, mut send) = http2::take_tunnel(stream)?;
+        let client: TunnelEnd<'_, ServerStream> = TunnelEnd::Stream {
+            recv,
+            send: &mut send,
+        };
+        let to_client = http2::relay(client, node, idle).await;
+        return Ok(Sent {
+            status: 200,
+            bytes: to_client,
+            keep_alive: false,
+            cache: None,
+            grpc_status: None,
+        });
+    }
+    // Checked before the request was sent (`exchange/h2_websocket.rs`).
+    let key = head.header("sec-websocket-key").unwrap_or_default();
+    let mut switch = BytesMut::new();
+    websocket::switching_protocols(response, key.trim_ascii(), &mut switch);
+    let switched = match weir_http::parse_response(&switch, &vs.head_limits, head.method()) {
+        Ok(Parsed::Complete(switched, _)) => switched,
+        Ok(Parsed::Partial) | Err(_) => {
+            return Err(Failure::from_error(
+                Error::new(ErrorKind::BadResponse, Side::Upstream)
+                    .context("the node's WebSocket answer does not make a valid 101"),
+            ));
+        }
+    };
+    client.write_buf.clear();
+    weir_http::write_response_head_edited(
+        &switched,
+        &ForwardResponse {
+            framing: BodyFraming::None,
+            version: head.version(),
+            keep_alive: true,
+            via: Some(VIA),
+            via_version: Some("2"),
+            upgrade: true,
+            set_headers: &vs.config.response_headers,
+        },
+        &Switching(edits),
+        &mut client.write_buf,
+    );
+    let head_bytes = client.write_buf.len() as u64;
+    client.flush(vs.config.timeouts.write).await?;
+    // What the client sent after its head belongs to the tunnel.
+    let early = client.read_buf.split().freeze();
+    let Downstream::Http1(stream) = &mut client.stream else {
+        return Err(Failure::silent(
+            Error::new(ErrorKind::Io, Side::Internal).context("tunnel on an HTTP/2 stream"),
+        ));
+    };
+    let client = TunnelEnd::Bytes { io: stream, early };
+    let to_client = http2::relay(client, node, idle).await;
+    Ok(Sent {
+        status: 101,
         bytes: head_bytes + to_client,
         keep_alive: false,
         cache: None,

@@ -28,7 +28,7 @@ enum Answer {
 
 /// A WebSocket node over HTTP/1.1: hands each request head it reads to
 /// `heads`, answers as `answer` says, and after a switch echoes every byte
-/// until the client's side ends, then ends its own.
+/// until the client's side ends, then ends its own and reports `echoed N`.
 async fn websocket_node(answer: Answer) -> (SocketAddr, mpsc::UnboundedReceiver<String>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("address");
@@ -77,8 +77,10 @@ async fn switch_and_echo(
         return;
     }
     let (mut reader, mut writer) = stream.split();
-    let _ = tokio::io::copy(&mut reader, &mut writer).await;
+    let echoed = tokio::io::copy(&mut reader, &mut writer).await;
     let _ = writer.shutdown().await;
+    // What the node itself echoed: an echo that never reached it would not count.
+    let _ = heads.send(format!("echoed {}", echoed.unwrap_or(0)));
 }
 
 /// `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2), written here
@@ -211,6 +213,11 @@ async fn websocket_over_http2_reaches_an_http1_node_both_ways() {
     }
     assert_eq!(received, length, "all echoed, then END_STREAM");
     sending.await.expect("sent all");
+    let echoed = tokio::time::timeout(WAIT, heads.recv())
+        .await
+        .expect("the node's count in time");
+    let messages = "hello".len() + "over".len() + "http/2".len();
+    assert_eq!(echoed, Some(format!("echoed {}", messages + length)));
     proxy.stop().await;
 }
 

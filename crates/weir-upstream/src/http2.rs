@@ -90,6 +90,8 @@ struct Shared {
     idle_since: Instant,
     /// Stops the connection's driver task (idle close, shutdown).
     stop: Option<oneshot::Sender<()>>,
+    /// When the node's SETTINGS are known (an extended CONNECT waits for them).
+    settled: connection::Settled,
 }
 
 #[derive(Debug)]
@@ -192,14 +194,46 @@ impl H2Node {
     /// (nothing was processed) is drained and the request sent again.
     pub async fn send(
         self: &Arc<Self>,
-        mut request: http::Request<()>,
+        request: http::Request<()>,
         end_of_stream: bool,
     ) -> Result<Sent, Error> {
+        match self.send_checked(request, end_of_stream, None).await? {
+            Some(sent) => Ok(sent),
+            // Only an extended CONNECT is checked against the node's settings.
+            None => Err(Error::new(ErrorKind::Io, Side::Internal)
+                .context("request refused by a settings check it did not ask for")),
+        }
+    }
+
+    /// Sends an extended CONNECT (RFC 8441: `request` carries
+    /// `h2::ext::Protocol`) as [`send`](Self::send) does, on a connection
+    /// whose node announced `SETTINGS_ENABLE_CONNECT_PROTOCOL`; the stream
+    /// stays open for DATA both ways. `Ok(None)`: the node did not announce
+    /// it (its settings are awaited at most `settle` on a new connection).
+    pub async fn send_extended_connect(
+        self: &Arc<Self>,
+        request: http::Request<()>,
+        settle: Duration,
+    ) -> Result<Option<Sent>, Error> {
+        self.send_checked(request, false, Some(settle)).await
+    }
+
+    async fn send_checked(
+        self: &Arc<Self>,
+        mut request: http::Request<()>,
+        end_of_stream: bool,
+        extended_connect: Option<Duration>,
+    ) -> Result<Option<Sent>, Error> {
         let mut attempt = 0;
         loop {
             let lease = self.checkout().await?;
+            if let Some(settle) = extended_connect
+                && !lease.extended_connect_enabled(settle).await
+            {
+                return Ok(None);
+            }
             let failure = match lease.send_request(request, end_of_stream).await {
-                Ok(sent) => return Ok(sent),
+                Ok(sent) => return Ok(Some(sent)),
                 Err(failure) => failure,
             };
             let refused = refused(&failure.error);
@@ -302,7 +336,8 @@ impl H2Node {
     async fn connect_in_slot(self: &Arc<Self>) -> Result<StreamLease, Error> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         match connection::open(self, id).await {
-            Ok((send, stop)) => {
+            Ok(opened) => {
+                let send = opened.send;
                 let mut state = self.lock();
                 state.connecting -= 1;
                 state.connections.push(Shared {
@@ -312,7 +347,8 @@ impl H2Node {
                     carried: 1,
                     draining: false,
                     idle_since: Instant::now(),
-                    stop: Some(stop),
+                    stop: Some(opened.stop),
+                    settled: opened.settled,
                 });
                 self.h2_metrics.streams_open.inc();
                 // The new connection may carry waiters' streams at once.
@@ -488,6 +524,25 @@ impl StreamLease {
     /// True when the stream is on a connection that carried earlier streams.
     pub fn is_reused(&self) -> bool {
         self.reused
+    }
+
+    /// Whether the node announced `SETTINGS_ENABLE_CONNECT_PROTOCOL` (RFC
+    /// 8441) on this stream's connection. On a connection whose node's
+    /// settings are not applied yet (a new one), waits for them, at most
+    /// `settle`; a connection that ended meanwhile answers as its codec last knew.
+    pub async fn extended_connect_enabled(&self, settle: Duration) -> bool {
+        let settled = {
+            let state = self.node.lock();
+            let shared = state.connections.iter().find(|c| c.id == self.connection);
+            shared.map(|shared| shared.settled.clone())
+        };
+        if let Some(mut settled) = settled {
+            let known = tokio::time::timeout(settle, settled.wait_for(|known| *known)).await;
+            if !matches!(known, Ok(Ok(_))) {
+                tracing::debug!(node = %self.node.address, "HTTP/2 node's settings not known in time");
+            }
+        }
+        self.send.is_extended_connect_protocol_enabled()
     }
 
     /// Sends the request head on this stream. On failure the lease comes back

@@ -178,6 +178,8 @@ impl H2Stream {
     /// The next piece of the request body, `None` at its end. Its bytes are
     /// given back to the client's window at once: the pipeline bounds what it
     /// holds itself (`request_buffer`), and stops asking while the node is slow.
+    /// (The pipeline reads with `read_framed`; the driver's tests use this.)
+    #[cfg(test)]
     pub(crate) async fn read_body(&mut self, timeout: Duration) -> Result<Option<Bytes>, Error> {
         let Some(body) = self.body.as_mut() else {
             return Ok(None);
@@ -195,6 +197,7 @@ impl H2Stream {
     }
 
     /// The request's trailers, once the body is read (`None`: there were none).
+    #[cfg(test)]
     pub(crate) async fn trailers(&mut self, timeout: Duration) -> Result<Option<HeaderMap>, Error> {
         let Some(body) = self.body.as_mut() else {
             return Ok(None);
@@ -266,15 +269,6 @@ impl H2Stream {
                 send.send_reset(Reason::INTERNAL_ERROR);
             }
         }
-    }
-
-    /// Resolves when the client resets the stream (cancels the request).
-    pub(crate) async fn cancelled(&mut self) -> Reason {
-        let reset = match self.send.as_mut() {
-            Some(send) => poll_fn(|cx| send.poll_reset(cx)).await,
-            None => poll_fn(|cx| self.respond.poll_reset(cx)).await,
-        };
-        reset.unwrap_or(Reason::CANCEL)
     }
 }
 

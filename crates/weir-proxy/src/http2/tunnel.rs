@@ -1,9 +1,11 @@
-//! WebSocket over HTTP/2 (RFC 8441) to an HTTP/1.1 node, after the switch:
-//! the node's `101` checked against the key weir sent and answered `200` on
-//! the stream, then bytes relayed both ways between the stream's DATA frames
-//! and the node's connection, each direction within its flow control (the
-//! client's window reopens only as the node takes the bytes; the node is
-//! read only as the client's window allows). Design: `docs/design/http2.md`
+//! WebSocket tunnels with an HTTP/2 side (RFC 8441), after the switch: an
+//! HTTP/2 client to an HTTP/1.1 node (the node's `101` checked against the
+//! key weir sent and answered `200` on the stream), and either client version
+//! to an HTTP/2 node (`upgrade.rs` answers the client). Bytes are relayed
+//! both ways by one [`pipe`] per direction between a byte stream and DATA
+//! frames, or DATA frames and DATA frames, each within its flow control (a
+//! stream's window reopens only as the other side takes the bytes; a side is
+//! read only as the other's window allows). Design: `docs/design/http2.md`
 //! ("WebSocket").
 
 use std::future::poll_fn;
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use h2::{Reason, RecvStream, SendStream};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::ResponseHead;
@@ -21,8 +23,21 @@ use super::stream::{H2Stream, send_with_capacity};
 use super::websocket;
 use crate::answer::Failure;
 
-/// Bytes read from the node at once.
+/// Bytes read at once from a byte-stream end (an HTTP/1.1 connection).
 const TUNNEL_BUFFER: usize = 16 * 1024;
+
+/// One end of a tunnel: a byte stream (an HTTP/1.1 connection), or an
+/// HTTP/2 stream's two halves. `early`: bytes that arrived from this end
+/// before the tunnel began, sent to the other end first.
+pub(crate) enum TunnelEnd<'a, S> {
+    /// An HTTP/1.1 connection to the client or the node.
+    Bytes { io: &'a mut S, early: Bytes },
+    /// An HTTP/2 stream: DATA frames in, DATA frames out.
+    Stream {
+        recv: RecvStream,
+        send: &'a mut SendStream<Bytes>,
+    },
+}
 
 /// Answers the client's extended CONNECT with `200` when the node's `101`
 /// (`node_head`) accepted the key weir sent, then relays until both sides
@@ -48,24 +63,82 @@ where
         ));
     };
     stream.send_head(accepted, false)?;
-    let Some((body, mut send)) = stream.take_tunnel() else {
-        return Err(Failure::silent(
+    let (recv, mut send) = take_tunnel(stream)?;
+    let client: TunnelEnd<'_, N> = TunnelEnd::Stream {
+        recv,
+        send: &mut send,
+    };
+    let node = TunnelEnd::Bytes { io: node, early };
+    Ok(relay(client, node, idle).await)
+}
+
+/// The client's stream halves for a tunnel, once its head is sent.
+pub(crate) fn take_tunnel(
+    stream: &mut H2Stream,
+) -> Result<(RecvStream, SendStream<Bytes>), Failure> {
+    stream.take_tunnel().ok_or_else(|| {
+        Failure::silent(
             Error::new(ErrorKind::ClientClosed, Side::Downstream)
                 .context("stream closed before the WebSocket tunnel"),
-        ));
-    };
+        )
+    })
+}
+
+/// Relays between `client` and `node` until both directions have ended
+/// (each end passed on: END_STREAM or a FIN), a side fails or resets (the
+/// HTTP/2 ends are reset with `CONNECT_ERROR`, RFC 9113 §8.5, the byte
+/// streams closed), or nothing moves for `idle` (reset with `CANCEL`).
+/// Returns the bytes sent to the client.
+pub(crate) async fn relay<C, N>(
+    client: TunnelEnd<'_, C>,
+    node: TunnelEnd<'_, N>,
+    idle: Duration,
+) -> u64
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    N: AsyncRead + AsyncWrite + Unpin,
+{
     let clock = Clock::new();
-    let ended = relay(body, &mut send, early, node, &clock, idle).await;
-    match ended {
-        Ok(()) => {}
-        // The client learns that the tunnel broke, as from a TCP reset (RFC 9113 §8.5).
-        Err(End::Broken) => send.send_reset(Reason::CONNECT_ERROR),
+    let (client_from, mut client_to, client_early) = halves(client);
+    let (node_from, mut node_to, node_early) = halves(node);
+    let both = async {
+        tokio::try_join!(
+            pipe(
+                client_from,
+                node_to.as_sink(),
+                client_early,
+                &clock,
+                None,
+                idle
+            ),
+            pipe(
+                node_from,
+                client_to.as_sink(),
+                node_early,
+                &clock,
+                Some(&clock.to_client),
+                idle
+            ),
+        )
+    };
+    let ended = tokio::select! {
+        both = both => both.map(drop),
+        () = clock.idle_for(idle) => Err(End::Idle),
+    };
+    let reason = match ended {
+        Ok(()) => None,
+        // The other side learns that the tunnel broke, as from a TCP reset (RFC 9113 §8.5).
+        Err(End::Broken) => Some(Reason::CONNECT_ERROR),
         Err(End::Idle) => {
             tracing::debug!(?idle, "WebSocket tunnel idle; closing");
-            send.send_reset(Reason::CANCEL);
+            Some(Reason::CANCEL)
         }
+    };
+    if let Some(reason) = reason {
+        client_to.reset(reason);
+        node_to.reset(reason);
     }
-    Ok(clock.to_client.load(Ordering::Relaxed))
+    clock.to_client.load(Ordering::Relaxed)
 }
 
 /// How a relay ended, other than both directions closing in order.
@@ -112,82 +185,148 @@ impl Clock {
     }
 }
 
-/// Both directions at once; the first failure ends both.
-async fn relay<N>(
-    body: RecvStream,
-    send: &mut SendStream<Bytes>,
-    early: Bytes,
-    node: &mut N,
-    clock: &Clock,
-    idle: Duration,
-) -> Result<(), End>
-where
-    N: AsyncRead + AsyncWrite + Unpin,
-{
-    let (node_read, node_write) = tokio::io::split(node);
-    let both = async {
-        tokio::try_join!(
-            upward(body, node_write, clock),
-            downward(node_read, send, early, clock, idle),
-        )
-    };
-    tokio::select! {
-        both = both => both.map(drop),
-        () = clock.idle_for(idle) => Err(End::Idle),
+/// Where a direction reads: a byte stream's read half, or a stream's DATA.
+enum Source<R> {
+    Read(R),
+    Recv(RecvStream),
+}
+
+/// Where the other direction writes to an end.
+enum Writer<'a, W> {
+    Write(W),
+    Send(&'a mut SendStream<Bytes>),
+}
+
+/// Where a direction writes, borrowed from its [`Writer`].
+enum Sink<'w, W> {
+    Write(&'w mut W),
+    Send(&'w mut SendStream<Bytes>),
+}
+
+impl<W> Writer<'_, W> {
+    fn as_sink(&mut self) -> Sink<'_, W> {
+        match self {
+            Writer::Write(write) => Sink::Write(write),
+            Writer::Send(send) => Sink::Send(send),
+        }
+    }
+
+    /// Tells an HTTP/2 end the tunnel broke; a byte stream closes when dropped.
+    fn reset(&mut self, reason: Reason) {
+        if let Writer::Send(send) = self {
+            send.send_reset(reason);
+        }
     }
 }
 
-/// Client → node: each DATA frame written to the node, and only then given
-/// back to the client's window; the end of the stream becomes a FIN.
-async fn upward<W>(mut body: RecvStream, mut node: W, clock: &Clock) -> Result<(), End>
-where
-    W: AsyncWrite + Unpin,
-{
-    while let Some(data) = body.data().await {
-        let data = data.map_err(|_| End::Broken)?;
-        clock.touch();
-        node.write_all(&data).await.map_err(|_| End::Broken)?;
-        let _ = body.flow_control().release_capacity(data.len());
-        clock.touch();
+type Halves<'a, S> = (
+    Source<ReadHalf<&'a mut S>>,
+    Writer<'a, WriteHalf<&'a mut S>>,
+    Bytes,
+);
+
+/// An end as what the other end's direction reads and writes.
+fn halves<S: AsyncRead + AsyncWrite + Unpin>(end: TunnelEnd<'_, S>) -> Halves<'_, S> {
+    match end {
+        TunnelEnd::Bytes { io, early } => {
+            let (read, write) = tokio::io::split(io);
+            (Source::Read(read), Writer::Write(write), early)
+        }
+        TunnelEnd::Stream { recv, send } => (Source::Recv(recv), Writer::Send(send), Bytes::new()),
     }
-    node.shutdown().await.map_err(|_| End::Broken)
 }
 
-/// Node → client: what the node sends, as DATA within the client's window
-/// (waiting for it, at most `idle`); the node's FIN becomes END_STREAM. A
-/// client that resets the stream ends this at once.
-async fn downward<R>(
-    mut node: R,
-    send: &mut SendStream<Bytes>,
+impl<R: AsyncRead + Unpin> Source<R> {
+    /// The next piece (`None` at the end) and how much of it goes back to
+    /// the sender's flow-control window once written.
+    async fn next(&mut self, buf: &mut BytesMut) -> Result<Option<(Bytes, usize)>, End> {
+        match self {
+            Source::Read(read) => {
+                buf.reserve(TUNNEL_BUFFER);
+                match read.read_buf(buf).await {
+                    Ok(0) => Ok(None),
+                    Ok(_) => Ok(Some((buf.split().freeze(), 0))),
+                    Err(_) => Err(End::Broken),
+                }
+            }
+            Source::Recv(recv) => match recv.data().await {
+                None => Ok(None),
+                Some(Ok(data)) => {
+                    let length = data.len();
+                    Ok(Some((data, length)))
+                }
+                // A reset of the stream, or its connection gone (the node's GOAWAY and close).
+                Some(Err(_)) => Err(End::Broken),
+            },
+        }
+    }
+
+    fn release(&mut self, length: usize) {
+        if let Source::Recv(recv) = self
+            && length > 0
+        {
+            let _ = recv.flow_control().release_capacity(length);
+        }
+    }
+}
+
+/// One direction: `early` first, then each piece read from `from` written to
+/// `to` (as DATA within the peer's window, waiting at most `idle` for it),
+/// and only then given back to `from`'s window; the end of `from` becomes
+/// END_STREAM or a FIN. A reset of `to`'s stream ends this at once.
+async fn pipe<R, W>(
+    mut from: Source<R>,
+    mut to: Sink<'_, W>,
     early: Bytes,
     clock: &Clock,
+    counted: Option<&AtomicU64>,
     idle: Duration,
 ) -> Result<(), End>
 where
     R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
 {
-    let mut data = early;
+    let mut piece = (early, 0);
     let mut buf = BytesMut::new();
     loop {
+        let (data, release) = piece;
         if !data.is_empty() {
             let length = data.len() as u64;
             clock.touch();
-            send_with_capacity(send, data, false, idle)
-                .await
-                .map_err(|_| End::Broken)?;
-            clock.to_client.fetch_add(length, Ordering::Relaxed);
+            match &mut to {
+                Sink::Send(send) => send_with_capacity(send, data, false, idle)
+                    .await
+                    .map_err(|_| End::Broken)?,
+                Sink::Write(write) => {
+                    let written = async {
+                        write.write_all(&data).await?;
+                        write.flush().await
+                    };
+                    written.await.map_err(|_| End::Broken)?;
+                }
+            }
+            from.release(release);
+            if let Some(counted) = counted {
+                counted.fetch_add(length, Ordering::Relaxed);
+            }
             clock.touch();
         }
-        buf.reserve(TUNNEL_BUFFER);
-        let read = tokio::select! {
-            read = node.read_buf(&mut buf) => read,
-            _ = poll_fn(|cx| send.poll_reset(cx)) => return Err(End::Broken),
+        let next = from.next(&mut buf);
+        let next = match &mut to {
+            Sink::Send(send) => tokio::select! {
+                next = next => next?,
+                _ = poll_fn(|cx| send.poll_reset(cx)) => return Err(End::Broken),
+            },
+            Sink::Write(_) => next.await?,
         };
-        match read {
-            Ok(0) => break,
-            Ok(_) => data = buf.split().freeze(),
-            Err(_) => return Err(End::Broken),
+        match next {
+            Some(next) => piece = next,
+            None => break,
         }
     }
-    send.send_data(Bytes::new(), true).map_err(|_| End::Broken)
+    match to {
+        Sink::Send(send) => send.send_data(Bytes::new(), true).map_err(|_| End::Broken),
+        // Pass the end on (a FIN; on TLS a close_notify first).
+        Sink::Write(write) => write.shutdown().await.map_err(|_| End::Broken),
+    }
 }

@@ -12,6 +12,8 @@ use weir_http::{Limits, ParseError, ParseErrorKind, Parsed, RequestHead, Respons
 
 /// RFC 6455 §1.3: appended to the key before hashing.
 const ACCEPT_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+/// The node's choices that the client's switch carries.
+const WEBSOCKET_CHOICES: [&str; 2] = ["sec-websocket-protocol", "sec-websocket-extensions"];
 /// Fields that belong to one hop's upgrade and are rebuilt, not copied.
 const HOP_FIELDS: [&str; 5] = [
     "connection",
@@ -94,8 +96,47 @@ pub(crate) fn stream_accepted(node: &ResponseHead, key: &str) -> Option<http::Re
     if !upgraded || accept != accept_key(key.as_bytes()).as_bytes() {
         return None;
     }
+    stream_opened(node)
+}
+
+/// Whether a request's `Upgrade` asks for WebSocket (`websocket`, or
+/// `websocket/13`), the one protocol switch carried to an HTTP/2 node.
+pub(crate) fn asks_for_websocket(head: &RequestHead) -> bool {
+    head.header("upgrade").is_some_and(|offered| {
+        let name = offered.split(|&b| b == b'/').next().unwrap_or_default();
+        name.trim_ascii().eq_ignore_ascii_case(b"websocket")
+    })
+}
+
+/// The extended CONNECT (RFC 8441 §4, `:protocol websocket`) for an HTTP/2
+/// node, from the forwarded request that the WebSocket upgrade became
+/// (`weir_http::http2::request_to_h2_edited`: forwarding headers, `Via`, the
+/// rules' edits, the connection-specific fields already gone): the method
+/// becomes CONNECT and the key goes, since HTTP/2 has none (RFC 8441 §5);
+/// `Sec-WebSocket-Version`, `-Protocol`, `-Extensions` and `Origin` stay.
+pub(crate) fn extended_connect(mut request: http::Request<()>) -> http::Request<()> {
+    *request.method_mut() = http::Method::CONNECT;
+    request
+        .extensions_mut()
+        .insert(h2::ext::Protocol::from_static("websocket"));
+    let headers = request.headers_mut();
+    for hop in HOP_FIELDS {
+        headers.remove(hop);
+    }
+    if !headers.contains_key("sec-websocket-version") {
+        headers.insert(
+            "sec-websocket-version",
+            http::HeaderValue::from_static("13"),
+        );
+    }
+    request
+}
+
+/// The `200` for an HTTP/2 client whose extended CONNECT an HTTP/2 node
+/// accepted, with the node's `Sec-WebSocket-Protocol`/`-Extensions`.
+pub(crate) fn stream_opened(node: &ResponseHead) -> Option<http::Response<()>> {
     let mut response = http::Response::builder().status(200);
-    for name in ["sec-websocket-protocol", "sec-websocket-extensions"] {
+    for name in WEBSOCKET_CHOICES {
         if let Some(value) = node.header(name) {
             response = response.header(name, value);
         }
@@ -103,42 +144,23 @@ pub(crate) fn stream_accepted(node: &ResponseHead, key: &str) -> Option<http::Re
     response.body(()).ok()
 }
 
-/// The extended CONNECT for an HTTP/2 node when an HTTP/1.1 client asked to
-/// upgrade to WebSocket: `:protocol websocket`, no key (RFC 8441 §5).
-pub(crate) fn extended_connect(head: &RequestHead, scheme: &str) -> Option<http::Request<()>> {
-    let authority = std::str::from_utf8(head.host()?).ok()?;
-    let path = std::str::from_utf8(head.target()).ok()?;
-    let uri = http::Uri::builder()
-        .scheme(scheme)
-        .authority(authority)
-        .path_and_query(path)
-        .build()
-        .ok()?;
-    let mut request = http::Request::builder()
-        .method(http::Method::CONNECT)
-        .uri(uri)
-        .version(http::Version::HTTP_2)
-        .extension(h2::ext::Protocol::from_static("websocket"));
-    for (name, value) in head.headers() {
-        let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
-        let hop = HOP_FIELDS.contains(&lower.as_str()) || lower == "keep-alive" || lower == "te";
-        if !hop {
-            request = request.header(lower, value);
-        }
-    }
-    request.body(()).ok()
-}
-
 /// The `101` head (HTTP/1.1 bytes) for the client whose upgrade an HTTP/2
-/// node accepted with `200`, answering the client's `key`.
-pub(crate) fn switching_protocols(node: &http::response::Parts, key: &[u8], out: &mut BytesMut) {
+/// node accepted with a 2xx (`node`), answering the client's `key`; the
+/// node's own fields go with it, but not those of one hop or of a body.
+pub(crate) fn switching_protocols(node: &ResponseHead, key: &[u8], out: &mut BytesMut) {
     out.put_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
     field(out, "Upgrade", b"websocket");
     field(out, "Connection", b"Upgrade");
     field(out, "Sec-WebSocket-Accept", accept_key(key).as_bytes());
-    for name in ["sec-websocket-protocol", "sec-websocket-extensions"] {
-        if let Some(value) = node.headers.get(name) {
-            field(out, name, value.as_bytes());
+    for (name, value) in node.headers() {
+        let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+        let skip = HOP_FIELDS.contains(&lower.as_str())
+            || matches!(
+                lower.as_str(),
+                "content-length" | "transfer-encoding" | "keep-alive" | "proxy-connection"
+            );
+        if !skip {
+            field(out, &lower, value);
         }
     }
     out.put_slice(b"\r\n");
@@ -234,13 +256,27 @@ mod tests {
     #[test]
     fn an_upgrade_becomes_an_extended_connect_and_back() {
         let raw = "GET /live HTTP/1.1\r\nHost: ws.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-                   Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+                   Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+                   Sec-WebSocket-Protocol: chat\r\n\r\n";
         let head =
             match weir_http::parse_request(raw.as_bytes(), &Limits::default()).expect("valid") {
                 Parsed::Complete(head, _) => head,
                 Parsed::Partial => panic!("incomplete"),
             };
-        let request = extended_connect(&head, "https").expect("representable");
+        assert!(asks_for_websocket(&head));
+        let forward = weir_http::ForwardRequest {
+            framing: weir_http::BodyFraming::None,
+            client_addr: None,
+            proto: "https",
+            via: Some("weir"),
+            via_version: None,
+            upgrade: true,
+            strip_expect: true,
+            owned_header: None,
+            drop_underscore_names: false,
+        };
+        let forwarded = weir_http::http2::request_to_h2(&head, &forward, "https").expect("h2 form");
+        let request = extended_connect(forwarded);
         assert_eq!(request.method(), http::Method::CONNECT);
         assert_eq!(request.uri().to_string(), "https://ws.example/live");
         let protocol = request
@@ -252,21 +288,47 @@ mod tests {
             assert!(!request.headers().contains_key(gone), "{gone}");
         }
         assert_eq!(request.headers()["sec-websocket-version"], "13");
-        let (parts, ()) = http::Response::builder()
+        assert_eq!(request.headers()["sec-websocket-protocol"], "chat");
+        assert_eq!(request.headers()["via"], "1.1 weir");
+        // The node's 200, as `response_from_h2` makes it (no length: chunked).
+        let parts = http::Response::builder()
             .status(200)
+            .header("sec-websocket-protocol", "chat")
+            .header("x-node", "n1")
             .body(())
             .expect("response")
-            .into_parts();
+            .into_parts()
+            .0;
+        let node = weir_http::http2::response_from_h2(&parts, false, weir_http::Method::Get)
+            .expect("converted");
         let mut out = BytesMut::new();
-        switching_protocols(&parts, b"dGhlIHNhbXBsZSBub25jZQ==", &mut out);
+        switching_protocols(&node, b"dGhlIHNhbXBsZSBub25jZQ==", &mut out);
         let text = String::from_utf8_lossy(&out);
         assert!(
             text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
             "{text}"
         );
-        assert!(
-            text.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"),
-            "{text}"
+        for expected in [
+            "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n",
+            "sec-websocket-protocol: chat\r\n",
+            "x-node: n1\r\n",
+        ] {
+            assert!(text.contains(expected), "{expected:?} in {text}");
+        }
+        assert!(!text.contains("chunked"), "{text}");
+        assert_eq!(
+            stream_opened(&node).expect("200").headers()["sec-websocket-protocol"],
+            "chat"
         );
+        let (_, h2c) = weir_http::parse_request(
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
+            &Limits::default(),
+        )
+        .map(|parsed| match parsed {
+            Parsed::Complete(head, used) => (used, head),
+            Parsed::Partial => panic!("incomplete"),
+        })
+        .expect("valid");
+        assert!(!asks_for_websocket(&h2c));
     }
 }

@@ -1,8 +1,10 @@
 //! Opening one HTTP/2 connection to a node (TCP, TLS with ALPN `h2` or
 //! cleartext prior knowledge, the HTTP/2 handshake, all within the connect
-//! timeout) and its driver task: it runs the codec, PINGs the node every
-//! `ping_interval`, and ends the connection when the node closes it, when a
-//! PING goes unanswered past `ping_timeout`, or when the pool stops it.
+//! timeout) and its driver task: it runs the codec, PINGs the node at once
+//! and then every `ping_interval`, and ends the connection when the node
+//! closes it, when a PING goes unanswered past `ping_timeout`, or when the
+//! pool stops it. The first PONG tells that the node's SETTINGS have been
+//! applied (`Settled`).
 
 use std::future::poll_fn;
 use std::sync::{Arc, Weak};
@@ -14,7 +16,7 @@ use h2::client::{Connection, SendRequest};
 use h2::{Ping, PingPong};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use weir_core::{Error, ErrorKind, Side};
 use weir_tls::ClientStream;
 
@@ -23,12 +25,22 @@ use super::H2Node;
 /// Decoded bytes of one response header list weir accepts from a node.
 const MAX_HEADER_LIST: u32 = 256 * 1024;
 
-/// Opens connection `id` to `node`; returns the request sender and the
-/// handle that stops its driver.
-pub(super) async fn open(
-    node: &Arc<H2Node>,
-    id: u64,
-) -> Result<(SendRequest<Bytes>, oneshot::Sender<()>), Error> {
+/// Becomes true once the node's SETTINGS have been applied: the node sends
+/// them before any other frame (RFC 9113 §3.4) and frames are processed in
+/// order, so the answer to the driver's first PING comes after them. The
+/// sender is dropped when the connection ends.
+pub(super) type Settled = watch::Receiver<bool>;
+
+/// An open connection: the request sender, the handle that stops its driver,
+/// and when its node's settings are known.
+pub(super) struct Opened {
+    pub send: SendRequest<Bytes>,
+    pub stop: oneshot::Sender<()>,
+    pub settled: Settled,
+}
+
+/// Opens connection `id` to `node`.
+pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
     let settings = &node.settings;
     let timeout = settings.connect_timeout;
     let started = tokio::time::Instant::now();
@@ -94,8 +106,13 @@ pub(super) async fn open(
         Err(_) => return Err(timed_out(context())),
     };
     let (stop, stopped) = oneshot::channel();
-    tokio::spawn(drive(Arc::downgrade(node), id, connection, stopped));
-    Ok((send, stop))
+    let (known, settled) = watch::channel(false);
+    tokio::spawn(drive(Arc::downgrade(node), id, connection, stopped, known));
+    Ok(Opened {
+        send,
+        stop,
+        settled,
+    })
 }
 
 fn timed_out(context: String) -> Error {
@@ -110,6 +127,7 @@ async fn drive<T>(
     id: u64,
     mut connection: Connection<T, Bytes>,
     mut stopped: oneshot::Receiver<()>,
+    settled: watch::Sender<bool>,
 ) where
     T: AsyncRead + AsyncWrite + Unpin,
 {
@@ -123,7 +141,14 @@ async fn drive<T>(
         return;
     };
     let mut ping = connection.ping_pong();
-    let mut ping_sent: Option<Instant> = None;
+    // The first PING goes out at once: its answer tells the node's settings are applied.
+    let mut ping_sent = ping
+        .as_mut()
+        .and_then(|ping| ping.send_ping(Ping::opaque()).ok())
+        .map(|()| Instant::now());
+    if ping_sent.is_none() {
+        settled.send_replace(true);
+    }
     let mut ticker = tokio::time::interval(interval.min(timeout));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_ping = Instant::now();
@@ -141,6 +166,7 @@ async fn drive<T>(
                 if pong.is_err() {
                     break;
                 }
+                settled.send_replace(true);
             }
             _ = ticker.tick() => {
                 let now = Instant::now();

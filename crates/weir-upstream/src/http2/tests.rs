@@ -239,3 +239,79 @@ async fn a_waiter_that_gives_up_loses_nothing() {
     // The stream slot is free again.
     exchange(Arc::clone(&node)).await.expect("served");
 }
+
+/// An h2c server that announces `SETTINGS_ENABLE_CONNECT_PROTOCOL` when
+/// `extended` and answers every stream `200`, counting the streams.
+async fn connect_server(extended: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let streams = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&streams);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let mut builder = h2::server::Builder::new();
+                if extended {
+                    builder.enable_connect_protocol();
+                }
+                let Ok(mut connection) = builder.handshake::<_, Bytes>(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((_request, mut respond))) = connection.accept().await {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let _ = respond.send_response(http::Response::new(()), false);
+                }
+            });
+        }
+    });
+    (address, streams)
+}
+
+fn websocket_connect() -> http::Request<()> {
+    http::Request::builder()
+        .method(http::Method::CONNECT)
+        .uri("http://node.test/chat")
+        .extension(h2::ext::Protocol::from_static("websocket"))
+        .body(())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_extended_connect_waits_for_a_new_connections_settings() {
+    let settle = Duration::from_secs(2);
+    // The first request opens the connection: its settings are awaited, not guessed.
+    let (address, streams) = connect_server(true).await;
+    let (extended, _metrics) = node(address, settings(1, 10, 10));
+    let sent = extended
+        .send_extended_connect(websocket_connect(), settle)
+        .await
+        .unwrap()
+        .expect("the node announced extended CONNECT");
+    let response = sent.response.await.expect("a response");
+    assert_eq!(response.status(), 200);
+    assert_eq!(streams.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        extended.streams(),
+        1,
+        "the tunnel's stream is held by its lease"
+    );
+    drop(sent.lease);
+    assert_eq!(extended.streams(), 0);
+
+    // A node without the setting is told apart, nothing is sent, the slot is free.
+    let (address, streams) = connect_server(false).await;
+    let (plain, _metrics) = node(address, settings(1, 10, 10));
+    let refused = plain
+        .send_extended_connect(websocket_connect(), settle)
+        .await
+        .unwrap();
+    assert!(refused.is_none(), "no extended CONNECT to this node");
+    assert_eq!(
+        streams.load(Ordering::SeqCst),
+        0,
+        "nothing reached the node"
+    );
+    assert_eq!(plain.streams(), 0);
+    assert_eq!(plain.open(), 1, "the connection stays for other requests");
+}
