@@ -361,19 +361,9 @@ async fn serve_request(
     let mut body = request_body::read(client, vs, head).await?;
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
     let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
-    let route = vs.matched_route(head);
-    let complete = body.is_complete();
-    let edits = traffic.response_edits(vs);
-    let looking = content::lookup(
-        client,
-        vs,
-        route,
-        head,
-        (complete, answer_keep_alive),
-        &edits,
-    );
-    let looked = looking.await?;
-    let flow = match looked {
+    let (route, edits) = (vs.matched_route(head), traffic.response_edits(vs));
+    let answering = (body.is_complete(), answer_keep_alive);
+    let flow = match content::lookup(client, vs, route, head, answering, &edits).await? {
         Looked::Answered { sent, refresh } => {
             record(client, vs, request, body.received, &sent, None, traffic);
             if let Some(flow) = refresh {
