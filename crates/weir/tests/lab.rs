@@ -224,10 +224,10 @@ fn tiny_suite_lab_measures_direct_and_weir() {
         .iter()
         .filter(|row| row.values.iter().any(Option::is_some))
         .collect();
-    assert_eq!(measured.len(), 11, "HTTP, TLS, L4 and cache rows");
+    assert_eq!(measured.len(), 13, "HTTP, TLS, L4, HTTP/2 and cache rows");
     for row in measured {
-        // The origin does not cache: the cache rows are weir's alone.
-        let from = usize::from(row.name.starts_with("cache"));
+        // The origin neither caches nor speaks HTTP/2: those rows are weir's alone.
+        let from = usize::from(row.name.starts_with("cache") || row.name.starts_with("h2"));
         assert!(row.values[..from].iter().all(Option::is_none), "{row:?}");
         assert!(
             row.values[from..]
