@@ -55,9 +55,16 @@ pub fn edit_node(
     address: SocketAddr,
     edit: NodeEdit,
 ) -> Result<String, EditError> {
-    let mut document: DocumentMut = text
-        .parse()
-        .map_err(|error: toml_edit::TomlError| EditError::Syntax(error.message().to_owned()))?;
+    // A panic in the parser (see `parse_document` in lib.rs) is a syntax error too.
+    let parsed = std::panic::catch_unwind(|| text.parse::<DocumentMut>());
+    let mut document = match parsed {
+        Ok(parsed) => parsed.map_err(|error| EditError::Syntax(error.message().to_owned()))?,
+        Err(_) => {
+            return Err(EditError::Syntax(
+                "the TOML parser failed on this file".into(),
+            ));
+        }
+    };
     let nodes = document
         .as_table_mut()
         .get_mut("pools")

@@ -103,7 +103,7 @@ pub fn parse_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
     // must not parse the file a thousand times).
     let names = config.pools.iter().any(|pool| !pool.names.is_empty());
     if (names || config.file_refs_mut().next().is_some())
-        && let Ok(document) = toml_edit::Document::parse(text.to_owned())
+        && let Ok(document) = parse_document(text)
     {
         let locator = Locator::new(text, &document);
         for file in config.file_refs_mut() {
@@ -130,16 +130,15 @@ pub fn parse_toml<F, M>(
 where
     F: serde::de::DeserializeOwned,
 {
-    let document = toml_edit::Document::parse(text.to_owned()).map_err(|error| {
-        let offset = error.span().map_or(0, |span| span.start);
-        let line = locate::line_at(text, offset);
+    let document = parse_document(text).map_err(|error| {
+        let line = locate::line_at(text, error.offset);
         ConfigError::single(
             file_name,
             Some(line),
             locate::guess_path(text, line),
             format!(
                 "TOML syntax error: {}{}",
-                error.message().trim_end(),
+                error.message.trim_end(),
                 locate::unquoted_string_hint(text, line)
             ),
         )
@@ -147,7 +146,7 @@ where
     // The map of key paths to lines is only needed to report a problem: it is built from
     // a second parse then, so a valid file (every reload) is parsed once.
     let locator = || {
-        toml_edit::Document::parse(text.to_owned())
+        parse_document(text)
             .map(|document| Locator::new(text, &document))
             .ok()
     };
@@ -192,8 +191,34 @@ where
 
 /// The line of `path` in the TOML `text` (or of its nearest ancestor present), if it parses.
 pub fn line_of_key(text: &str, path: &KeyPath) -> Option<usize> {
-    let document = toml_edit::Document::parse(text.to_owned()).ok()?;
+    let document = parse_document(text).ok()?;
     Locator::new(text, &document).line_of(path)
+}
+
+/// A TOML syntax error: what is wrong, and the byte offset where (0 when unknown).
+struct SyntaxError {
+    message: String,
+    offset: usize,
+}
+
+/// Parses `text` with `toml_edit`, a panic inside the parser included: a malformed file is
+/// an error, never the end of the process or of a reload. (toml_edit 0.23 panicked on some
+/// inputs that `fuzz/` found, in the code that reports a second error; its later versions
+/// keep `expect`s there too.)
+fn parse_document(text: &str) -> Result<toml_edit::Document<String>, SyntaxError> {
+    let parsed = std::panic::catch_unwind(|| toml_edit::Document::parse(text.to_owned()));
+    match parsed {
+        Ok(Ok(document)) => Ok(document),
+        Ok(Err(error)) => Err(SyntaxError {
+            message: error.message().to_owned(),
+            offset: error.span().map_or(0, |span| span.start),
+        }),
+        Err(_) => Err(SyntaxError {
+            message: "the TOML parser failed on this file (its own error); check its syntax"
+                .to_owned(),
+            offset: 0,
+        }),
+    }
 }
 
 impl Config {

@@ -205,3 +205,26 @@ fn load_file_sets_source_and_reports_read_errors() {
         "{error}"
     );
 }
+
+/// An input on which toml_edit 0.23 panicked while reporting its second error (found by
+/// `fuzz/`, kept in its corpus): a clear syntax error naming the first problem, no panic.
+#[test]
+fn a_file_that_broke_the_toml_parser_is_a_syntax_error() {
+    let text = include_str!("../../../fuzz/corpus/config/toml-edit-span-panic.toml");
+    let error = parse_str(text, "weir.toml").unwrap_err();
+    assert_eq!(error.errors.len(), 1, "{error}");
+    assert_eq!(error.errors[0].line, Some(2), "{error}");
+    assert!(
+        error.errors[0].message.starts_with("TOML syntax error: "),
+        "{error}"
+    );
+    assert!(
+        crate::edit::edit_node(
+            text,
+            "web",
+            "127.0.0.1:8081".parse().unwrap(),
+            crate::edit::NodeEdit::Weight(2)
+        )
+        .is_err()
+    );
+}
