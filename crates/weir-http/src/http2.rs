@@ -26,7 +26,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::ParseError;
 use crate::fields::FieldKind;
-use crate::head::{Limits, Parsed, RequestHead, ResponseHead, parse_request};
+use crate::head::{Limits, RequestHead, ResponseHead};
 use crate::message::Method;
 use crate::syntax::{list_elements, trim_ows};
 use crate::write::{
@@ -138,8 +138,9 @@ pub fn request_from_h2(
         put_field(&mut out, b"transfer-encoding", b"chunked");
     }
     out.put_slice(b"\r\n");
-    match parse_request(&out, limits)? {
-        Parsed::Complete(head, used) if used == out.len() => Ok(head),
+    // Split off rather than copied: the head keeps the bytes just written.
+    match RequestHead::split_from(&mut out, limits)? {
+        Some(head) if out.is_empty() => Ok(head),
         _ => Err(ParseError::invalid("HTTP/2 request does not form a head")),
     }
 }
@@ -250,9 +251,8 @@ pub fn request_to_h2_edited<E: HeaderEdit + ?Sized>(
 pub fn response_to_h2(
     head: &ResponseHead,
     forward: &ForwardResponse<'_>,
-    request_method: Method,
 ) -> Result<http::Response<()>, ParseError> {
-    response_to_h2_edited(head, forward, &Unedited, request_method)
+    response_to_h2_edited(head, forward, &Unedited)
 }
 
 /// [`response_to_h2`] with `edits` applied (a traffic rule's response header
@@ -261,7 +261,6 @@ pub fn response_to_h2_edited<E: HeaderEdit + ?Sized>(
     head: &ResponseHead,
     forward: &ForwardResponse<'_>,
     edits: &E,
-    request_method: Method,
 ) -> Result<http::Response<()>, ParseError> {
     let mut out = BytesMut::with_capacity(head.raw().len() + 96);
     let forward = ForwardResponse {
@@ -271,7 +270,7 @@ pub fn response_to_h2_edited<E: HeaderEdit + ?Sized>(
         ..*forward
     };
     write_response_head_edited(head, &forward, edits, &mut out);
-    written_head_to_h2(out, request_method)
+    written_fields_to_h2(head.status(), &out)
 }
 
 /// One of weir's own answers (`write_simple_response_edited`'s fields: the
@@ -292,7 +291,7 @@ pub fn simple_response_to_h2<E: HeaderEdit + ?Sized>(
         ..*answer
     };
     write_simple_response_edited(&answer, extra_headers, edits, body, &mut out);
-    written_head_to_h2(out, Method::Head)
+    written_fields_to_h2(answer.status, &out)
 }
 
 /// A complete HTTP/1.1 response head that weir wrote itself (the cache's
@@ -301,25 +300,43 @@ pub fn simple_response_to_h2<E: HeaderEdit + ?Sized>(
 /// (`Connection`, `Transfer-Encoding` …). The body, if any, goes in DATA
 /// frames after it.
 pub fn response_head_to_h2(written: &[u8]) -> Result<http::Response<()>, ParseError> {
-    written_head_to_h2(BytesMut::from(written), Method::Head)
+    // Stored bytes: parsed (a complete, valid head) before its fields are taken.
+    let mut written = BytesMut::from(written);
+    let head = ResponseHead::split_from(&mut written, &NODE_LIMITS, Method::Head)?
+        .ok_or(ParseError::invalid("written head incomplete"))?;
+    written_fields_to_h2(head.status(), head.raw())
 }
 
-/// An HTTP/1.1 response head weir wrote (one writer for both protocols) in
-/// HTTP/2 form: status and fields, without the connection-specific ones.
-fn written_head_to_h2(
-    mut written: BytesMut,
-    method: Method,
-) -> Result<http::Response<()>, ParseError> {
-    let head = ResponseHead::split_from(&mut written, &NODE_LIMITS, method)?
-        .ok_or(ParseError::invalid("written head incomplete"))?;
-    let status = http::StatusCode::from_u16(head.status())
+/// An HTTP/1.1 response head weir has just written (one writer for both
+/// protocols, so both apply the same rules) in HTTP/2 form: `status` and the
+/// fields, each line taken as written, without the connection-specific ones.
+///
+/// The lines are not parsed again as a head: the writer wrote them from a
+/// parsed node head, weir's own fields and configured edits (which may not
+/// set framing fields), and `HeaderName`/`HeaderValue` still refuse what an
+/// HTTP/2 field cannot hold. (Parsing them again cost as much as the map.)
+fn written_fields_to_h2(status: u16, written: &[u8]) -> Result<http::Response<()>, ParseError> {
+    let status = http::StatusCode::from_u16(status)
         .map_err(|_| ParseError::invalid("status not representable in HTTP/2"))?;
+    let mut map = HeaderMap::with_capacity(memchr::memchr_iter(b'\n', written).count());
+    // The status line first, then a field a line up to the empty line.
+    for line in written.split(|&b| b == b'\n').skip(1) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            break;
+        }
+        let colon =
+            memchr::memchr(b':', line).ok_or(ParseError::invalid("written field without colon"))?;
+        let (name, value) = (&line[..colon], trim_ows(&line[colon + 1..]));
+        let kind = FieldKind::of(name);
+        if kind != FieldKind::Te && !is_connection_specific(kind) {
+            map.append(header_name(name)?, header_value(value)?);
+        }
+    }
     let mut response = http::Response::new(());
     *response.status_mut() = status;
     *response.version_mut() = http::Version::HTTP_2;
-    *response.headers_mut() = h2_fields(head.headers(), |kind, _| {
-        kind != FieldKind::Te && !is_connection_specific(kind)
-    })?;
+    *response.headers_mut() = map;
     Ok(response)
 }
 

@@ -492,8 +492,8 @@ async fn relay_interim(
     }
     if let Some(stream) = client.h2() {
         let forward = interim_forward(head);
-        let converted = weir_http::http2::response_to_h2(response, &forward, head.method())
-            .map_err(Failure::bad_response)?;
+        let converted =
+            weir_http::http2::response_to_h2(response, &forward).map_err(Failure::bad_response)?;
         stream.send_interim(converted)?;
         return Ok(());
     }

@@ -431,27 +431,19 @@ async fn serve_request(
         }
         None => {
             let timeout = pool.config.timeouts.response;
-            let request = (head.method(), head.version());
+            let version = head.version();
             let decor = (&edits, None);
-            response::respond(client, vs, exchange, request, keep_alive, timeout, decor).await?
+            response::respond(client, vs, exchange, version, keep_alive, timeout, decor).await?
         }
     };
     // log
     pool.metrics.record_status(sent.status);
-    let upstream = Upstream {
+    let upstream = Some(Upstream {
         pool,
         node: node_state.address,
         response_time,
-    };
-    record(
-        client,
-        vs,
-        request,
-        body.received,
-        &sent,
-        Some(upstream),
-        traffic,
-    );
+    });
+    record(client, vs, request, body.received, &sent, upstream, traffic);
     Ok(match sent.keep_alive {
         true => Next::KeepAlive,
         false if body_cut => Next::Linger,

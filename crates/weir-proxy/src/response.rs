@@ -11,8 +11,8 @@ use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{
-    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, HeaderEdit, Method, ResponseHead,
-    Version, encode_chunk, encode_last_chunk, filter_trailers,
+    BodyFraming, ChunkedDecoder, Decoded, ForwardResponse, HeaderEdit, ResponseHead, Version,
+    encode_chunk, encode_last_chunk, filter_trailers,
 };
 use weir_upstream::node::InFlight;
 
@@ -81,12 +81,11 @@ pub(crate) async fn respond(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     exchange: Exchange,
-    request: (Method, Version),
+    client_version: Version,
     keep_alive: bool,
     response_timeout: Duration,
     (edits, extra): (&Edits<'_>, Option<(&str, &str)>),
 ) -> Result<Sent, Failure> {
-    let (method, client_version) = request;
     let body_cut = exchange.body_cut;
     let from_h2_node = matches!(exchange.lease, NodeLink::Http2 { .. });
     let (mut upstream, response) = Upstream::of(exchange, response_timeout);
@@ -109,7 +108,6 @@ pub(crate) async fn respond(
         framing,
         version: client_version,
         keep_alive,
-        method,
         edits,
         extra,
         from_h2_node,
@@ -363,8 +361,6 @@ struct Head<'a> {
     framing: BodyFraming,
     version: Version,
     keep_alive: bool,
-    /// The request's method (a HEAD response's length describes no body).
-    method: Method,
     /// A traffic rule's response header edits.
     edits: &'a Edits<'a>,
     /// One more field for the client (the cache's `X-Cache`), after the rest.
@@ -395,9 +391,8 @@ fn write_head(
         extra: head.extra,
     };
     if let Some(stream) = client.h2() {
-        let converted =
-            weir_http::http2::response_to_h2_edited(head.response, &forward, &edits, head.method)
-                .map_err(Failure::bad_response)?;
+        let converted = weir_http::http2::response_to_h2_edited(head.response, &forward, &edits)
+            .map_err(Failure::bad_response)?;
         let bodiless = matches!(head.framing, BodyFraming::None | BodyFraming::Length(0));
         stream.send_head(converted, bodiless)?;
         return Ok(head.response.raw().len() as u64);

@@ -105,12 +105,24 @@ enum Grant {
     Slot,
 }
 
+/// How long a connection found open by [`Connection::looks_open`] is taken
+/// to still be open without asking the kernel again. A connection released
+/// to a waiting request (or taken from the idle list) right after its release
+/// checked it is not peeked twice: under load that second check was one of a
+/// request's four system calls, and it could only catch what the node sent
+/// or closed in the microseconds between the two, a race no check closes
+/// (bytes may as well arrive just after it). A node's late bytes after a
+/// bodiless response are waited for before the release (`release_after`).
+const RECHECK_AFTER: Duration = Duration::from_millis(1);
+
 /// An open upstream connection.
 #[derive(Debug)]
 pub struct Connection {
     stream: ClientStream,
     requests: u32,
     idle_since: Instant,
+    /// When the release that made it reusable found it open.
+    checked_at: Instant,
 }
 
 /// A connection checked out of a node's pool. Release it when the exchange
@@ -281,7 +293,9 @@ impl NodeConnections {
         let now = Instant::now();
         let idle_timeout = self.settings.load().idle_timeout;
         while let Some(connection) = state.idle.pop_back() {
-            if now.duration_since(connection.idle_since) < idle_timeout && connection.looks_open() {
+            if now.duration_since(connection.idle_since) < idle_timeout
+                && connection.still_open(now)
+            {
                 return Some(connection);
             }
             state.open -= 1;
@@ -349,6 +363,7 @@ impl NodeConnections {
                 stream,
                 requests: 0,
                 idle_since: Instant::now(),
+                checked_at: Instant::now(),
             }),
             reused: false,
             dedicated: false,
@@ -459,7 +474,7 @@ impl QueuedWait<'_> {
                     // The same check an idle connection gets: bytes the node
                     // sent after its last response (a body after HEAD, 204 or
                     // 304) must never be read as the next client's response.
-                    Grant::Connection(connection) if connection.looks_open() => {
+                    Grant::Connection(connection) if connection.still_open(Instant::now()) => {
                         Ok(pool.reuse(connection))
                     }
                     Grant::Connection(stale) => {
@@ -550,6 +565,12 @@ impl NodeConnections {
 }
 
 impl Connection {
+    /// [`Connection::looks_open`], unless the release found the connection
+    /// open less than [`RECHECK_AFTER`] before `now`.
+    fn still_open(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.checked_at) < RECHECK_AFTER || self.looks_open()
+    }
+
     /// A cheap check that the node has not closed an idle connection: any
     /// readable data or EOF on an idle HTTP connection means it is unusable.
     fn looks_open(&self) -> bool {
@@ -619,6 +640,7 @@ impl Lease {
             self.pool.free_slot();
             return;
         }
+        connection.checked_at = Instant::now();
         connection.requests += 1;
         let retire = self.dedicated
             || self

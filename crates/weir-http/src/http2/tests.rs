@@ -322,7 +322,7 @@ fn responses_for_h2_clients_drop_connection_fields() {
         upgrade: false,
         set_headers: &set,
     };
-    let response = response_to_h2(&head, &forward, Method::Get).expect("representable");
+    let response = response_to_h2(&head, &forward).expect("representable");
     assert_eq!(response.status(), 200);
     let headers = response.headers();
     for gone in [
@@ -347,8 +347,36 @@ fn responses_for_h2_clients_drop_connection_fields() {
         set_headers: &[],
         ..forward
     };
-    let response = response_to_h2(&head, &forward, Method::Get).unwrap();
+    let response = response_to_h2(&head, &forward).unwrap();
     assert_eq!(response.headers()["content-length"], "9");
+}
+
+/// The written lines become fields as written: values without their
+/// optional whitespace, names lower-cased, in order.
+#[test]
+fn written_lines_become_fields_as_written() {
+    let head =
+        parse_node_response("HTTP/1.1 203 \r\nX-A:  v 1\t \r\nX-B:w\r\nContent-Length: 0\r\n\r\n");
+    let forward = ForwardResponse {
+        framing: BodyFraming::Length(0),
+        version: Version::Http11,
+        keep_alive: true,
+        via: None,
+        via_version: None,
+        upgrade: false,
+        set_headers: &[],
+    };
+    let response = response_to_h2(&head, &forward).expect("representable");
+    assert_eq!(response.status(), 203);
+    let fields: Vec<_> = response
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.to_str().unwrap()))
+        .collect();
+    assert_eq!(
+        fields,
+        [("x-a", "v 1"), ("x-b", "w"), ("content-length", "0")]
+    );
 }
 
 #[test]

@@ -77,9 +77,8 @@ pub(crate) async fn respond(
     match plan(flow, &view, &exchange.response, via) {
         Plan::Plain(status) => {
             let extra = content.status_header().zip(status.map(CacheStatus::as_str));
-            let request = (head.method(), version);
             let decor = (decor, extra);
-            let sent = response::respond(client, vs, exchange, request, keep_alive, stall, decor);
+            let sent = response::respond(client, vs, exchange, version, keep_alive, stall, decor);
             let mut sent = sent.await?;
             sent.cache = status.map(CacheStatus::as_str);
             Ok(sent)

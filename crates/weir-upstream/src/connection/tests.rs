@@ -326,3 +326,28 @@ async fn tunnels_have_their_own_cap_and_free_request_slots() {
     assert_eq!(pool.tunnels(), 0);
     drop(lease);
 }
+
+/// The release's check stands for `RECHECK_AFTER`: a connection taken just
+/// after it is not peeked again, one taken later is (and found closed here).
+#[tokio::test]
+async fn a_fresh_release_check_is_not_repeated() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let pool = pool(listener.local_addr().unwrap(), settings(1, 4, 1000));
+    let mut lease = pool.checkout().await.unwrap();
+    let (node_side, _) = listener.accept().await.unwrap();
+    drop(node_side);
+    let mut connection = lease.connection.take().unwrap();
+    while connection.looks_open() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let now = Instant::now();
+    connection.checked_at = now;
+    assert!(
+        connection.still_open(now),
+        "checked just now: taken as open"
+    );
+    assert!(
+        !connection.still_open(now + RECHECK_AFTER),
+        "checked RECHECK_AFTER ago: peeked again, and the node's close seen"
+    );
+}
