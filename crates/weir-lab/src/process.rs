@@ -19,7 +19,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,9 @@ pub struct Supervisor {
     /// PIDs of children not reaped yet.
     pids: Mutex<Vec<u32>>,
     leftovers: Mutex<Vec<Leftover>>,
+    /// SIGINT or SIGTERM arrived: the signal thread is stopping everything and will end the
+    /// process with 130 or 143.
+    interrupted: AtomicBool,
 }
 
 /// What a lab made besides processes, removed on SIGINT or SIGTERM (and by its guard).
@@ -58,7 +61,15 @@ impl Supervisor {
         Arc::new(Supervisor {
             pids: Mutex::new(Vec::new()),
             leftovers: Mutex::new(Vec::new()),
+            interrupted: AtomicBool::new(false),
         })
+    }
+
+    /// Whether SIGINT or SIGTERM arrived ([`Supervisor::watch_signals`]). A lab that fails
+    /// then (its children were stopped under it) is not the failure to report: the signal
+    /// thread ends the process with the signal's status once it has cleaned up.
+    pub fn interrupted(&self) -> bool {
+        self.interrupted.load(Ordering::SeqCst)
     }
 
     fn pids(&self) -> MutexGuard<'_, Vec<u32>> {
@@ -100,6 +111,7 @@ impl Supervisor {
                         _ = terminate.recv() => 143,
                     }
                 });
+                supervisor.interrupted.store(true, Ordering::SeqCst);
                 let stopped = supervisor.stop_all();
                 let leftovers = supervisor.leftovers().clone();
                 leftovers.iter().for_each(Leftover::remove);

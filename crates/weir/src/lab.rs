@@ -3,6 +3,7 @@
 //! when a check or a cell failed.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context;
 use weir_lab::offload::{OffloadSettings, OriginKind};
@@ -17,13 +18,26 @@ use crate::cli::{
 };
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
-    // Settings are checked before anything starts.
     let supervisor = Supervisor::new();
     supervisor
         .watch_signals()
         .context("cannot watch SIGINT and SIGTERM")?;
+    let result = run_lab(args, &supervisor);
+    if supervisor.interrupted() {
+        // Interrupted: whatever the lab returned (most often a failure, its children having
+        // been stopped under it), the signal thread is cleaning up and ends the process with
+        // the signal's status (130, 143). The flag is set before any child is stopped.
+        loop {
+            std::thread::park();
+        }
+    }
+    result
+}
+
+fn run_lab(args: LabArgs, supervisor: &Arc<Supervisor>) -> anyhow::Result<()> {
+    // Settings are checked before anything starts.
     let weir = std::env::current_exe().context("cannot find the weir binary")?;
-    let mut lab = Lab::new(supervisor, weir, !args.quiet, args.install);
+    let mut lab = Lab::new(Arc::clone(supervisor), weir, !args.quiet, args.install);
     // As typed, with the binary's path shortened to its name.
     let command = std::iter::once("weir".to_owned())
         .chain(std::env::args().skip(1))
