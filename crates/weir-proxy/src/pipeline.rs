@@ -397,7 +397,6 @@ async fn serve_request(
         (Ok(exchange), flow) => (exchange, flow),
         // A stale object may stand in for a failed node (stale-if-error).
         (Err(failure), Some(flow)) => {
-            let edits = traffic.response_edits(vs);
             let answered = (answer_keep_alive, &edits);
             let sent = content::node_failed(client, vs, head, flow, failure, answered).await?;
             record(client, vs, request, body.received, &sent, None, traffic);
