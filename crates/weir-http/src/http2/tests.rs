@@ -379,6 +379,42 @@ fn written_lines_become_fields_as_written() {
     );
 }
 
+/// A head weir wrote whole (a cache hit's): its status line read, its fields taken as
+/// written without the connection-specific ones; a head without weir's status line or
+/// cut short is refused.
+#[test]
+fn a_written_head_becomes_an_h2_head() {
+    let written = b"HTTP/1.1 206 Partial Content\r\nX-A: v\r\nConnection: close\r\n\
+                    Transfer-Encoding: chunked\r\nAge: 3\r\n\r\n";
+    let response = response_head_to_h2(written).expect("representable");
+    assert_eq!(response.status(), 206);
+    let fields: Vec<_> = response
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.to_str().unwrap()))
+        .collect();
+    assert_eq!(fields, [("x-a", "v"), ("age", "3")]);
+    assert_eq!(
+        response_head_to_h2(b"HTTP/1.0 304 \r\n\r\n")
+            .expect("no fields")
+            .status(),
+        304
+    );
+    for bad in [
+        &b"HTTP/1.1 200 OK\r\nX-A: v\r\n"[..],
+        b"HTTP/2 200 OK\r\n\r\n",
+        b"HTTP/1.1 2x0 OK\r\n\r\n",
+        b"HTTP/1.1 200\r\n\r\n",
+        b"",
+    ] {
+        assert!(
+            response_head_to_h2(bad).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
 #[test]
 fn trailers_travel_both_ways() {
     let map = trailers_to_h2(
