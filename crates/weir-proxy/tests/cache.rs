@@ -526,10 +526,14 @@ async fn a_background_refresh_sends_the_client_no_interim_answer() {
     proxy.stop().await;
 }
 
-/// As `fresh`, with a field the rules below take off.
+/// As `fresh`, with a field `TAG_RULE` takes off.
 fn with_internal(head: &str, count: usize) -> Answer {
     fresh(head, count).field("X-Internal", "secret")
 }
+
+/// A rule that sets `X-Tag: t` on every response and takes `X-Internal` off.
+const TAG_RULE: &str = "[[virtual_servers.web.rules]]\nname = \"tag\"\n\
+                        response_headers = { set = { X-Tag = \"t\" }, remove = [\"X-Internal\"] }\n";
 
 /// The rules' response edits and the request id reach answers from the cache as they reach
 /// relayed ones: on the miss that stores, on hits, on a 304 from the store and on a stale
@@ -537,15 +541,8 @@ fn with_internal(head: &str, count: usize) -> Answer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule_edits_and_request_ids_reach_answers_from_the_cache() {
     let node = CountingNode::start(with_internal, Duration::ZERO).await;
-    let rules = r#"
-[virtual_servers.web.request_id]
-to_client = true
-
-[[virtual_servers.web.rules]]
-name = "tag"
-response_headers = { set = { X-Tag = "t" }, remove = ["X-Internal"] }
-"#;
-    let proxy = proxy_for(&node, &format!("{CACHE}{rules}")).await;
+    let request_ids = "[virtual_servers.web.request_id]\nto_client = true\n";
+    let proxy = proxy_for(&node, &format!("{CACHE}{request_ids}{TAG_RULE}")).await;
     let count = |response: &Response, name: &str| {
         response
             .headers
@@ -582,7 +579,7 @@ response_headers = { set = { X-Tag = "t" }, remove = ["X-Internal"] }
     proxy.stop().await;
 }
 
-/// As `text`, with a field the rules below take off.
+/// As `text`, with a field `TAG_RULE` takes off.
 fn text_with_internal(head: &str, count: usize) -> Answer {
     text(head, count).field("X-Internal", "secret")
 }
@@ -591,10 +588,8 @@ fn text_with_internal(head: &str, count: usize) -> Answer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule_edits_reach_compressed_responses() {
     let node = CountingNode::start(text_with_internal, Duration::ZERO).await;
-    let extra = "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\n\n\
-                 [[virtual_servers.web.rules]]\n\
-                 response_headers = { set = { X-Tag = \"t\" }, remove = [\"X-Internal\"] }\n";
-    let proxy = proxy_for(&node, extra).await;
+    let compression = "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\n";
+    let proxy = proxy_for(&node, &format!("{compression}{TAG_RULE}")).await;
     let gzip = request(&proxy, "GET", "/t", &["Accept-Encoding: gzip"]).await;
     assert_eq!(gzip.header("content-encoding"), Some("gzip"));
     assert_eq!(gzip.header("x-tag"), Some("t"));

@@ -7,7 +7,6 @@
 //! a virtual server that does not allow WebSocket answers 405.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,7 +14,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use weir_testkit::TestProxy;
 
-const WAIT: Duration = Duration::from_secs(10);
+#[path = "websocket/client.rs"]
+mod client;
+
+use client::{WAIT, accept_key, extended_connect, h2_client, open_h2};
 
 /// How the node answers an upgrade.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,63 +85,9 @@ async fn switch_and_echo(
     let _ = heads.send(format!("echoed {}", echoed.unwrap_or(0)));
 }
 
-/// `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2), written here
-/// independently of weir's own.
-fn accept_key(key: &str) -> String {
-    let mut context = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY);
-    context.update(key.as_bytes());
-    context.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    let digest = context.finish();
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in digest.as_ref().chunks(3) {
-        let mut group = [0u8; 3];
-        group[..chunk.len()].copy_from_slice(chunk);
-        let n = u32::from(group[0]) << 16 | u32::from(group[1]) << 8 | u32::from(group[2]);
-        for i in 0..4 {
-            match i <= chunk.len() {
-                true => out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize])),
-                false => out.push('='),
-            }
-        }
-    }
-    out
-}
-
 async fn proxy(node: SocketAddr, vs_extra: &str) -> TestProxy {
     let vs = format!("[virtual_servers.web.http2]\ncleartext = true\n{vs_extra}");
     TestProxy::start(&weir_testkit::config(&[node], "", &vs)).await
-}
-
-/// An h2c connection to weir that may send extended CONNECT (weir
-/// announced `SETTINGS_ENABLE_CONNECT_PROTOCOL`).
-async fn h2_client(proxy: &TestProxy) -> h2::client::SendRequest<Bytes> {
-    let tcp = TcpStream::connect(proxy.addr).await.expect("connect");
-    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
-    tokio::spawn(connection);
-    let mut sender = sender.ready().await.expect("ready");
-    // The server's SETTINGS arrive with the handshake; wait until they are read.
-    let announced = async {
-        while !sender.is_extended_connect_protocol_enabled() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            sender = sender.clone().ready().await.expect("ready");
-        }
-        sender
-    };
-    tokio::time::timeout(WAIT, announced)
-        .await
-        .expect("weir announces SETTINGS_ENABLE_CONNECT_PROTOCOL")
-}
-
-fn extended_connect(proxy: &TestProxy, path: &str) -> http::Request<()> {
-    http::Request::builder()
-        .method(http::Method::CONNECT)
-        .uri(format!("http://127.0.0.1:{}{path}", proxy.addr.port()))
-        .extension(h2::ext::Protocol::from_static("websocket"))
-        .header("sec-websocket-version", "13")
-        .header("sec-websocket-protocol", "chat")
-        .body(())
-        .expect("request")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,13 +95,8 @@ async fn websocket_over_http2_reaches_an_http1_node_both_ways() {
     let (node, mut heads) = websocket_node(Answer::Switch).await;
     let proxy = proxy(node, "").await;
     let mut sender = h2_client(&proxy).await;
-    let (response, mut upload) = sender
-        .send_request(extended_connect(&proxy, "/chat?room=1"), false)
-        .expect("sent");
-    let response = tokio::time::timeout(WAIT, response)
-        .await
-        .expect("the answer in time")
-        .expect("an answer");
+    let (response, mut upload) =
+        open_h2(&mut sender, extended_connect(&proxy, "/chat?room=1")).await;
     assert_eq!(response.status(), 200, "{response:?}");
     // What the node was sent: an HTTP/1.1 upgrade with weir's key; Via names HTTP/2.
     let head = heads.recv().await.expect("the node's request");
@@ -226,13 +169,7 @@ async fn a_node_that_does_not_accept_the_key_gets_a_502() {
     let (node, _heads) = websocket_node(Answer::WrongAccept).await;
     let proxy = proxy(node, "").await;
     let mut sender = h2_client(&proxy).await;
-    let (response, _upload) = sender
-        .send_request(extended_connect(&proxy, "/chat"), false)
-        .expect("sent");
-    let response = tokio::time::timeout(WAIT, response)
-        .await
-        .expect("the answer in time")
-        .expect("an answer");
+    let (response, _upload) = open_h2(&mut sender, extended_connect(&proxy, "/chat")).await;
     assert_eq!(response.status(), 502);
     proxy.stop().await;
 }
@@ -242,13 +179,7 @@ async fn websocket_over_http2_is_refused_where_upgrades_are_not_allowed() {
     let (node, _heads) = websocket_node(Answer::Switch).await;
     let proxy = proxy(node, "[virtual_servers.web.http]\nupgrades = []").await;
     let mut sender = h2_client(&proxy).await;
-    let (response, _upload) = sender
-        .send_request(extended_connect(&proxy, "/chat"), false)
-        .expect("sent");
-    let response = tokio::time::timeout(WAIT, response)
-        .await
-        .expect("the answer in time")
-        .expect("an answer");
+    let (response, _upload) = open_h2(&mut sender, extended_connect(&proxy, "/chat")).await;
     assert_eq!(response.status(), 405);
     // A plain CONNECT is still not carried over HTTP/2.
     let connect = http::Request::builder()
@@ -256,11 +187,7 @@ async fn websocket_over_http2_is_refused_where_upgrades_are_not_allowed() {
         .uri("127.0.0.1:1")
         .body(())
         .expect("request");
-    let (response, _upload) = sender.send_request(connect, false).expect("sent");
-    let response = tokio::time::timeout(WAIT, response)
-        .await
-        .expect("the answer in time")
-        .expect("an answer");
+    let (response, _upload) = open_h2(&mut sender, connect).await;
     assert_eq!(response.status(), 501);
     proxy.stop().await;
 }

@@ -8,6 +8,8 @@
 //! away, ends the client's tunnel;
 //! a plain CONNECT is not carried to an HTTP/2 node (501).
 
+#[path = "../websocket/client.rs"]
+mod client;
 mod support;
 
 use bytes::Bytes;
@@ -183,10 +185,18 @@ async fn a_node_reset_ends_the_clients_tunnel() {
         "nothing after the reset: {rest:?} {ended:?}"
     );
     // HTTP/2: the stream is reset.
-    let mut sender = support::h2_client(&proxy).await;
-    let request = support::extended_connect(&proxy, "/chat");
+    h2_tunnel_echoes_once_then_is_reset(&proxy).await;
+    proxy.stop().await;
+}
+
+/// Opens an HTTP/2 client's WebSocket to a node that echoes one piece and then ends the
+/// tunnel on the next (a reset stream or a GOAWAY): the first piece comes back, then the
+/// client's stream is reset with CONNECT_ERROR.
+async fn h2_tunnel_echoes_once_then_is_reset(proxy: &weir_testkit::TestProxy) {
+    let mut sender = support::h2_client(proxy).await;
+    let request = support::extended_connect(proxy, "/chat");
     let (response, mut upload) = support::open_h2(&mut sender, request).await;
-    assert_eq!(response.status(), 200);
+    assert_eq!(response.status(), 200, "a tunnel (on a new connection)");
     let mut download = response.into_body();
     let frame = support::text_frame("first");
     upload
@@ -199,30 +209,15 @@ async fn a_node_reset_ends_the_clients_tunnel() {
         .expect("the reset in time");
     let error = next.expect("an end").expect_err("a reset, not data");
     assert_eq!(error.reason(), Some(h2::Reason::CONNECT_ERROR), "{error}");
-    proxy.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_going_away_ends_the_clients_tunnel_and_a_new_one_opens() {
     let node = support::node(Node::GoAwayAfterFirst).await;
     let proxy = support::proxy(node.addr, "").await;
+    // The second tunnel opens on a new connection after the first one's GOAWAY.
     for _ in 0..2 {
-        let mut sender = support::h2_client(&proxy).await;
-        let request = support::extended_connect(&proxy, "/chat");
-        let (response, mut upload) = support::open_h2(&mut sender, request).await;
-        assert_eq!(response.status(), 200, "a new connection after GOAWAY");
-        let mut download = response.into_body();
-        let frame = support::text_frame("first");
-        upload
-            .send_data(Bytes::from(frame.clone()), false)
-            .expect("sent");
-        assert_eq!(support::read_h2(&mut download, frame.len()).await, frame);
-        let _ = upload.send_data(Bytes::from(support::text_frame("second")), false);
-        let next = tokio::time::timeout(WAIT, download.data())
-            .await
-            .expect("the end in time");
-        let error = next.expect("an end").expect_err("a reset, not data");
-        assert_eq!(error.reason(), Some(h2::Reason::CONNECT_ERROR), "{error}");
+        h2_tunnel_echoes_once_then_is_reset(&proxy).await;
     }
     proxy.stop().await;
 }

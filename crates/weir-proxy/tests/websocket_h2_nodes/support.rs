@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
 use h2::{RecvStream, SendStream};
@@ -13,8 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use weir_testkit::TestProxy;
 
-/// How long any step may take before the test fails.
-pub const WAIT: Duration = Duration::from_secs(10);
+pub use crate::client::{WAIT, accept_key, extended_connect, h2_client, open_h2};
 
 /// How the node behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,51 +208,6 @@ pub async fn proxy(node: SocketAddr, vs_extra: &str) -> TestProxy {
     TestProxy::start(&weir_testkit::config(&[node], "protocol = \"h2c\"", &vs)).await
 }
 
-/// An h2c connection to weir, once weir's SETTINGS (with
-/// `SETTINGS_ENABLE_CONNECT_PROTOCOL`) have been read.
-pub async fn h2_client(proxy: &TestProxy) -> h2::client::SendRequest<Bytes> {
-    let tcp = TcpStream::connect(proxy.addr).await.expect("connect");
-    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
-    tokio::spawn(connection);
-    let mut sender = sender.ready().await.expect("ready");
-    let announced = async {
-        while !sender.is_extended_connect_protocol_enabled() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            sender = sender.clone().ready().await.expect("ready");
-        }
-        sender
-    };
-    tokio::time::timeout(WAIT, announced)
-        .await
-        .expect("weir announces SETTINGS_ENABLE_CONNECT_PROTOCOL")
-}
-
-/// An HTTP/2 client's extended CONNECT for WebSocket to `path`.
-pub fn extended_connect(proxy: &TestProxy, path: &str) -> http::Request<()> {
-    http::Request::builder()
-        .method(http::Method::CONNECT)
-        .uri(format!("http://127.0.0.1:{}{path}", proxy.addr.port()))
-        .extension(h2::ext::Protocol::from_static("websocket"))
-        .header("sec-websocket-version", "13")
-        .header("sec-websocket-protocol", "chat")
-        .body(())
-        .expect("request")
-}
-
-/// Sends an extended CONNECT and waits for the answer: the status, and the
-/// two halves of the stream when it opened.
-pub async fn open_h2(
-    sender: &mut h2::client::SendRequest<Bytes>,
-    request: http::Request<()>,
-) -> (http::Response<RecvStream>, SendStream<Bytes>) {
-    let (response, upload) = sender.send_request(request, false).expect("sent");
-    let response = tokio::time::timeout(WAIT, response)
-        .await
-        .expect("the answer in time")
-        .expect("an answer");
-    (response, upload)
-}
-
 /// Reads DATA until `length` bytes came (or the stream ended).
 pub async fn read_h2(download: &mut RecvStream, length: usize) -> Vec<u8> {
     let mut received = Vec::new();
@@ -320,29 +273,6 @@ pub fn field<'h>(head: &'h str, name: &str) -> Option<&'h str> {
         let (field, value) = line.split_once(':')?;
         field.eq_ignore_ascii_case(name).then(|| value.trim())
     })
-}
-
-/// `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2), written here
-/// independently of weir's own.
-pub fn accept_key(key: &str) -> String {
-    let mut context = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY);
-    context.update(key.as_bytes());
-    context.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    let digest = context.finish();
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in digest.as_ref().chunks(3) {
-        let mut group = [0u8; 3];
-        group[..chunk.len()].copy_from_slice(chunk);
-        let n = u32::from(group[0]) << 16 | u32::from(group[1]) << 8 | u32::from(group[2]);
-        for i in 0..4 {
-            match i <= chunk.len() {
-                true => out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize])),
-                false => out.push('='),
-            }
-        }
-    }
-    out
 }
 
 /// A client's WebSocket text frame (RFC 6455 §5.2: FIN, opcode 1, masked),
