@@ -75,6 +75,12 @@ fn node_addresses(proxy: &TestProxy) -> Vec<SocketAddr> {
     addresses
 }
 
+/// Which origin answers a GET / through `proxy` (its `X-Origin`).
+async fn answered_by(proxy: &TestProxy) -> Option<String> {
+    let response = client::get(proxy.addr, "/").await.unwrap();
+    response.header("x-origin").map(str::to_owned)
+}
+
 /// Waits (up to 10 s) until the pool's nodes are `expected`.
 async fn wait_for_nodes(proxy: &TestProxy, expected: &[SocketAddr]) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -207,13 +213,7 @@ async fn a_running_weir_follows_the_name_with_no_request_failing() {
         Some(format!("web.test:{port}").as_str()),
         "the node knows its name"
     );
-    assert_eq!(
-        client::get(proxy.addr, "/")
-            .await
-            .unwrap()
-            .header("x-origin"),
-        Some("a")
-    );
+    assert_eq!(answered_by(&proxy).await.as_deref(), Some("a"));
     let generation = proxy.live.generation();
 
     // The record changes: requests move to b, none failing on the way.
@@ -233,13 +233,7 @@ async fn a_running_weir_follows_the_name_with_no_request_failing() {
         from_a > 0 && from_b > before.1,
         "a then b answered: {from_a} from a, {from_b} from b"
     );
-    assert_eq!(
-        client::get(proxy.addr, "/")
-            .await
-            .unwrap()
-            .header("x-origin"),
-        Some("b")
-    );
+    assert_eq!(answered_by(&proxy).await.as_deref(), Some("b"));
     let text = proxy.metrics.encode();
     assert!(
         text.contains(&format!("node=\"{node_b}\"")),
@@ -329,13 +323,7 @@ async fn a_name_that_does_not_resolve_refuses_the_start_and_a_reload() {
         refused.contains("pools.web.nodes[1].address: the node name \"api.test\" does not resolve"),
         "{refused}"
     );
-    assert_eq!(
-        client::get(proxy.addr, "/")
-            .await
-            .unwrap()
-            .header("x-origin"),
-        Some("a")
-    );
+    assert_eq!(answered_by(&proxy).await.as_deref(), Some("a"));
 
     // Once it resolves, the reload applies; web.test keeps its watcher and set.
     dns.set("api.test", Reply::Records(vec![loopback(3)], 1));
