@@ -112,7 +112,13 @@ fn hits(c: &mut Criterion) {
                 panic!("expected a hit");
             };
             out.clear();
-            hit.write_http1_head(&mut out, (false, true), &[], &[], None);
+            hit.write_http1_head(
+                &mut out,
+                (false, true),
+                &[],
+                &[],
+                None::<&weir_http::Unedited>,
+            );
             match hit.body() {
                 HitBody::Whole(rope) => black_box(rope),
                 other => panic!("expected a whole body, got {other:?}"),

@@ -237,13 +237,13 @@ impl Hit {
     /// response edits: its traffic rules, its request id) leaves out the stored
     /// fields it drops and adds its fields after them. Neither is stored: they
     /// are this answer's.
-    pub fn write_http1_head(
+    pub fn write_http1_head<E: HeaderEdit + ?Sized>(
         &self,
         out: &mut BytesMut,
         (http10, keep_alive): (bool, bool),
         extra: &[(&str, &str)],
         replace: &[(String, String)],
-        edit: Option<&dyn HeaderEdit>,
+        edit: Option<&E>,
     ) -> Framing {
         let status = self.status();
         let reason = weir_http::reason_phrase(status);

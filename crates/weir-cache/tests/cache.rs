@@ -139,7 +139,13 @@ fn miss_then_hit_with_age_head_and_conditionals() {
     assert_eq!(body(&second), b"hello world");
     let mut head = BytesMut::new();
     assert_eq!(
-        second.write_http1_head(&mut head, (false, true), &[("X-Cache", "HIT")], &[], None),
+        second.write_http1_head(
+            &mut head,
+            (false, true),
+            &[("X-Cache", "HIT")],
+            &[],
+            None::<&weir_http::Unedited>
+        ),
         Framing::Length(11)
     );
     let text = String::from_utf8(head.to_vec()).unwrap();

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use weir_cache::{BodyAborted, BodyReader, Framing, Hit, HitBody};
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{HeaderEdit, Version, encode_chunk, encode_last_chunk};
+use weir_http::{Version, encode_chunk, encode_last_chunk};
 
 use super::Content;
 use crate::answer::Failure;
@@ -45,7 +45,7 @@ pub(super) async fn hit(
         (http10, keep_alive),
         extra,
         &vs.config.response_headers,
-        edits.as_edit().map(|edit| edit as &dyn HeaderEdit),
+        edits.as_edit(),
     );
     let keep_alive = keep_alive && framing != Framing::Close;
     let head_bytes = client.write_buf.len() as u64;
@@ -79,8 +79,7 @@ async fn hit_h2(
 ) -> Result<Sent, Failure> {
     let mut head = BytesMut::with_capacity(512);
     let set = &vs.config.response_headers;
-    let edit = edits.as_edit().map(|edit| edit as &dyn HeaderEdit);
-    hit.write_http1_head(&mut head, (false, true), extra, set, edit);
+    hit.write_http1_head(&mut head, (false, true), extra, set, edits.as_edit());
     let timeout = vs.config.timeouts.write;
     let body = hit.body();
     send_h2_head(client, &head, matches!(body, HitBody::Empty))?;
