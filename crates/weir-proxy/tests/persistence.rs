@@ -144,8 +144,12 @@ async fn a_hash_pool_spreads_keys_and_keeps_each_on_its_node() {
         "algorithm = \"consistent_hash\"\n[pools.web.hash]\nkey = \"uri\"\n",
     ))
     .await;
+    // Each node's share of the ring depends on its (random) port: about a
+    // third, give or take a tenth. 300 keys put at least 45 on each node but
+    // with a chance near one in a million; 60 keys and 8 failed once in a
+    // thousand runs.
     let mut placed: HashMap<String, String> = HashMap::new();
-    for key in 0..60 {
+    for key in 0..300 {
         let path = format!("/echo/item/{key}");
         placed.insert(path.clone(), origin(&get(&proxy, &path, "").await));
     }
@@ -154,7 +158,7 @@ async fn a_hash_pool_spreads_keys_and_keeps_each_on_its_node() {
         *per_node.entry(node.as_str()).or_default() += 1;
     }
     assert_eq!(per_node.len(), 3, "{per_node:?}");
-    assert!(per_node.values().all(|&n| n >= 8), "{per_node:?}");
+    assert!(per_node.values().all(|&n| n >= 45), "{per_node:?}");
     // asked again (sequentially, so no node is over its bounded load): the same nodes
     for (path, node) in &placed {
         assert_eq!(&origin(&get(&proxy, path, "").await), node, "{path}");
