@@ -306,6 +306,15 @@ impl Client {
         }
     }
 
+    /// The response being written is the connection's last and weir has all
+    /// of it: let its bytes, the close_notify and the FIN leave together
+    /// ([`weir_tls::ServerStream::hold_until_shutdown`]). HTTP/1.1 only.
+    pub(crate) fn last_write_ahead(&self) {
+        if let Downstream::Http1(stream) = &self.stream {
+            stream.hold_until_shutdown();
+        }
+    }
+
     pub(crate) fn is_h2(&self) -> bool {
         matches!(self.stream, Downstream::Http2 { .. })
     }
@@ -473,6 +482,35 @@ impl Client {
             stream.flush().await
         };
         written(tokio::time::timeout(timeout, write).await)
+    }
+
+    /// Sends `write_buf` as the connection's last bytes: [`Client::close`]
+    /// must follow. On TLS they wait in the session and leave with the
+    /// close_notify in one write; with [`Client::last_write_ahead`] the FIN
+    /// joins them in one segment. Clears `write_buf`.
+    pub(crate) async fn send_last(&mut self, timeout: Duration) -> Result<(), Failure> {
+        let Downstream::Http1(stream) = &mut self.stream else {
+            self.write_buf.clear();
+            return Err(not_for_h2());
+        };
+        let queued = match stream.queue_plaintext(&self.write_buf) {
+            Ok(n) => n,
+            Err(error) => {
+                self.write_buf.clear();
+                return Err(Failure::silent(Error::downstream(
+                    ErrorKind::ClientClosed,
+                    error,
+                )));
+            }
+        };
+        if queued == self.write_buf.len() {
+            self.write_buf.clear();
+            return Ok(());
+        }
+        // The session took part (it holds a bounded amount): the rest is
+        // written now, after the part it holds.
+        bytes::Buf::advance(&mut self.write_buf, queued);
+        self.flush(timeout).await
     }
 
     /// Writes `write_buf` (a head, or nothing) and then `chunks` with

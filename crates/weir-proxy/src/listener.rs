@@ -76,6 +76,13 @@ pub fn bind_tcp(address: SocketAddr, backlog: u32) -> io::Result<std::net::TcpLi
     Ok(socket.into())
 }
 
+/// Sets TCP_NODELAY on a listening socket: the connections it accepts inherit
+/// it (Linux copies the option into each one), which saves a system call per
+/// connection over setting it on each.
+fn nodelay_for_accepted(listener: &std::net::TcpListener) -> io::Result<()> {
+    socket2::SockRef::from(listener).set_tcp_nodelay(true)
+}
+
 /// A listening socket handed over by another process: non-blocking, with this
 /// configuration's backlog (`listen` again on a listening socket only changes it).
 pub fn adopt(fd: OwnedFd, backlog: u32) -> io::Result<std::net::TcpListener> {
@@ -90,6 +97,9 @@ impl Listeners {
     pub(crate) fn start(&mut self, bound: Vec<Bound>, context: &AcceptContext) -> io::Result<()> {
         for bound in bound {
             let local = bound.socket.local_addr()?;
+            if let Err(error) = nodelay_for_accepted(&bound.socket) {
+                tracing::warn!(listen = %local, %error, "cannot set TCP_NODELAY on the listener");
+            }
             let socket = Arc::new(TcpListener::from_std(bound.socket)?);
             let target = Arc::new(Mutex::new(bound.virtual_server));
             let (stop, stop_signal) = Shutdown::new();
@@ -268,7 +278,6 @@ async fn accept_loop(
             drop(stream);
             continue;
         }
-        let _ = stream.set_nodelay(true);
         vs.metrics.connections_accepted.inc();
         vs.metrics.connections_open.inc();
         let admission = Admission {
@@ -332,4 +341,24 @@ fn resolve(
         _ => context.shutdown.either(&vs.shared.removed_signal()),
     };
     Some((vs, signal))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepted_connections_inherit_nodelay_from_the_listener() {
+        let listener = bind_tcp(SocketAddr::from(([127, 0, 0, 1], 0)), 16).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        nodelay_for_accepted(&listener).unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert!(accepted.nodelay().unwrap());
+        // and without it on the listener, an accepted connection has Nagle on
+        let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(plain.local_addr().unwrap()).unwrap();
+        let (accepted, _) = plain.accept().unwrap();
+        assert!(!accepted.nodelay().unwrap());
+    }
 }

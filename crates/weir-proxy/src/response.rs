@@ -121,7 +121,20 @@ pub(crate) async fn respond(
     } = buffered;
     let mut body_bytes = buffered_body.len() as u64;
     let last = complete && trailers.is_empty();
-    send_piece(client, framing, &mut buffered_body, last, write_timeout).await?;
+    if last && !keep_alive && !client.is_h2() && buffered_body.len() <= LAST_WRITE_MAX {
+        // The whole answer is here and the connection ends after it: its
+        // bytes, the close_notify and the FIN leave together.
+        client.last_write_ahead();
+        if framing == BodyFraming::Chunked {
+            encode_chunk(&buffered_body, &mut client.write_buf);
+            encode_last_chunk(&[], &mut client.write_buf);
+        } else {
+            client.write_buf.extend_from_slice(&buffered_body);
+        }
+        client.send_last(write_timeout).await?;
+    } else {
+        send_piece(client, framing, &mut buffered_body, last, write_timeout).await?;
+    }
     let mut grpc_status = grpc_status_of(response.header("grpc-status"));
     if !complete {
         let (sent, found) = stream_rest(client, &mut upstream, framing, write_timeout).await?;
@@ -312,6 +325,10 @@ async fn read_h2(
         return Ok(buf.len() - before);
     }
 }
+
+/// The largest body a closing answer sends in one last write
+/// ([`Client::send_last`]); a larger one is written as before.
+const LAST_WRITE_MAX: usize = 16 * 1024;
 
 /// Reads the body ahead of the client, up to `limit` bytes (or all of it).
 async fn buffer(

@@ -208,3 +208,81 @@ async fn curl_speaks_http10_and_http11_over_tls() {
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// The client socket's `segs_in` and whether all it sent is acknowledged, by
+/// `ss` (iproute2, installed by scripts/test), found by its local port.
+fn segments_in(local_port: u16) -> (u64, bool) {
+    let output = Command::new("ss")
+        .args(["-tinH", "state", "all", &format!("sport = :{local_port}")])
+        .output()
+        .expect("ss (iproute2, installed by scripts/test)");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let segs = text
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("segs_in:"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no segs_in in ss's output: {text}"));
+    (segs, !text.contains("unacked:"))
+}
+
+/// Sends `request` (whose answer the origin delays by 300 ms), waits until
+/// weir acknowledged it, then reads the answer to its clean end: returns the
+/// answer and the segments it came in.
+async fn segments_of_answer<S>(stream: &mut S, local_port: u16, request: &[u8]) -> (Vec<u8>, u64)
+where
+    S: AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    stream.write_all(request).await.unwrap();
+    stream.flush().await.unwrap();
+    let before = loop {
+        let (segs, acked) = segments_in(local_port);
+        if acked {
+            break segs;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let reply = read_to_clean_end(stream).await.expect("a clean end");
+    (reply, segments_in(local_port).0 - before)
+}
+
+/// A closing answer weir has whole (here after `Connection: close`, HTTP/1.0)
+/// leaves in one segment with its close_notify and the FIN, not in two or
+/// three: each segment costs the proxy a trip through the TCP stack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closing_answer_its_close_notify_and_the_fin_share_one_segment() {
+    let origin = TestOrigin::start("a").await;
+    let requests: [&[u8]; 2] = [
+        b"GET /delay/300 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        b"GET /delay/300 HTTP/1.0\r\nHost: localhost\r\n\r\n",
+    ];
+    let https = https_proxy(&origin, "").await;
+    let config = tls::client_config(&ClientOptions::default());
+    for request in requests {
+        let mut stream = tls::connect(https.addr, "localhost", &config)
+            .await
+            .unwrap();
+        let port = stream.get_ref().0.local_addr().unwrap().port();
+        let (reply, segments) = segments_of_answer(&mut stream, port, request).await;
+        assert!(
+            reply.ends_with(b"delayed 300 ms\n"),
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
+        assert_eq!(segments, 1, "TLS: {}", String::from_utf8_lossy(request));
+    }
+    let plain = TestProxy::start(&weir_testkit::config(&[origin.addr], "", "")).await;
+    for request in requests {
+        let mut stream = tokio::net::TcpStream::connect(plain.addr).await.unwrap();
+        let port = stream.local_addr().unwrap().port();
+        let (reply, segments) = segments_of_answer(&mut stream, port, request).await;
+        assert!(
+            reply.ends_with(b"delayed 300 ms\n"),
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
+        assert_eq!(segments, 1, "plain: {}", String::from_utf8_lossy(request));
+    }
+    https.stop().await;
+    plain.stop().await;
+    origin.stop().await;
+}

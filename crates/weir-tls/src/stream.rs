@@ -58,6 +58,28 @@ impl ServerStream {
         }
     }
 
+    /// Weir is about to write the last bytes of this connection, all of them
+    /// at hand, and then end it: hold partial segments (`TCP_CORK`) so that
+    /// those bytes, the close_notify and the FIN leave in one segment when
+    /// the connection is shut down, instead of two or three. The shutdown
+    /// sends what is held at once; the cork must not be set while weir still
+    /// waits for data to write (a held partial segment waits up to 200 ms).
+    pub fn hold_until_shutdown(&self) {
+        // Best effort: without the option the bytes simply leave as before.
+        let _ = socket2::SockRef::from(self.tcp()).set_tcp_cork(true);
+    }
+
+    /// On TLS, hands `bytes` to the session to be sent with whatever it
+    /// sends next (the close_notify of a shutdown, in one write) instead of
+    /// writing them now; returns how many it took (the session holds a
+    /// bounded amount). Plain TCP takes none: the caller writes them.
+    pub fn queue_plaintext(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(_) => Ok(0),
+            Stream::Tls(tls) => io::Write::write(&mut tls.get_mut().1.writer(), bytes),
+        }
+    }
+
     /// Whether the client chose HTTP/2 by ALPN (`h2`) in the TLS handshake.
     pub fn alpn_is_h2(&self) -> bool {
         match self {
