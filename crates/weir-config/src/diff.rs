@@ -99,7 +99,8 @@ pub struct ListenerChanges {
     pub added: Vec<Listener>,
     /// Addresses to close.
     pub removed: Vec<Listener>,
-    /// Kept open, now serving another virtual server or with another backlog.
+    /// Kept open, now serving another virtual server or with other
+    /// [`ListenOptions`] (backlog, deferred accept).
     pub rebound: Vec<Listener>,
 }
 
@@ -125,15 +126,30 @@ impl Changes {
     }
 }
 
-/// The listening addresses of a configuration, with their virtual server and backlog.
-pub fn listeners(config: &Config) -> Vec<(SocketAddr, &str, u32)> {
+/// How a listening socket is set up: what a reload changes in place on a
+/// socket it keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenOptions {
+    /// The backlog (`listen` again on a listening socket changes it).
+    pub backlog: u32,
+    /// `TCP_DEFER_ACCEPT` on the socket.
+    pub defer_accept: bool,
+}
+
+/// The listening addresses of a configuration, with their virtual server and
+/// how each socket is set up.
+pub fn listeners(config: &Config) -> Vec<(SocketAddr, &str, ListenOptions)> {
     config
         .virtual_servers
         .iter()
         .flat_map(|vs| {
+            let options = ListenOptions {
+                backlog: vs.backlog,
+                defer_accept: vs.defer_accept,
+            };
             vs.listen
                 .iter()
-                .map(|&address| (address, vs.name.as_str(), vs.backlog))
+                .map(move |&address| (address, vs.name.as_str(), options))
         })
         .collect()
 }
@@ -346,6 +362,7 @@ fn virtual_server_keys(
         "forwarded_headers",
     );
     key(old.backlog != new.backlog, "backlog");
+    key(old.defer_accept != new.defer_accept, "defer_accept");
     key(old.tls != new.tls, "tls");
     key(
         old.response_headers != new.response_headers,
@@ -430,8 +447,8 @@ fn node_changes(pool: &str, old: &[Node], new: &[Node]) -> Vec<NodeChange> {
 fn listener_changes(old: &Config, new: &Config) -> ListenerChanges {
     let before = listeners(old);
     let after = listeners(new);
-    let before_by_address: HashMap<SocketAddr, (&str, u32)> =
-        before.iter().map(|&(a, n, b)| (a, (n, b))).collect();
+    let before_by_address: HashMap<SocketAddr, (&str, ListenOptions)> =
+        before.iter().map(|&(a, n, o)| (a, (n, o))).collect();
     let after_addresses: std::collections::HashSet<SocketAddr> =
         after.iter().map(|&(a, _, _)| a).collect();
     let listener = |address: SocketAddr, name: &str| Listener {
@@ -439,10 +456,10 @@ fn listener_changes(old: &Config, new: &Config) -> ListenerChanges {
         virtual_server: name.to_owned(),
     };
     let mut changes = ListenerChanges::default();
-    for &(address, name, backlog) in &after {
+    for &(address, name, options) in &after {
         match before_by_address.get(&address) {
             None => changes.added.push(listener(address, name)),
-            Some(&(old_name, old_backlog)) if old_name != name || old_backlog != backlog => {
+            Some(&(old_name, old_options)) if old_name != name || old_options != options => {
                 changes.rebound.push(listener(address, name));
             }
             Some(_) => {}
@@ -523,6 +540,22 @@ mod tests {
         assert_eq!(diff.listeners.rebound[0].virtual_server, "api");
         assert_eq!(diff.virtual_servers.added, vec!["api"]);
         assert_eq!(diff.virtual_servers.changed[0].keys, vec!["listen"]);
+    }
+
+    #[test]
+    fn a_new_backlog_or_deferred_accept_rebinds_the_listener_in_place() {
+        let pools = "[pools.a]\nnodes = [{ address = \"127.0.0.1:1\" }]\n";
+        let old = config(pools, WEB);
+        for (extra, key) in [
+            ("defer_accept = false\n", "defer_accept"),
+            ("backlog = 64\n", "backlog"),
+        ] {
+            let new = config(pools, &format!("{WEB}{extra}"));
+            let diff = diff(&old, &new);
+            assert_eq!(diff.listeners.rebound.len(), 1, "{extra}");
+            assert!(diff.listeners.added.is_empty() && diff.listeners.removed.is_empty());
+            assert_eq!(diff.virtual_servers.changed[0].keys, vec![key]);
+        }
     }
 
     #[test]

@@ -136,6 +136,12 @@ pub struct VirtualServer {
     pub forwarded_headers: bool,
     /// Size of the listen backlog.
     pub backlog: u32,
+    /// Accept a connection only once its first bytes have arrived
+    /// (`TCP_DEFER_ACCEPT`): one wake-up and one read fewer per connection,
+    /// and a client that connects and sends nothing costs the kernel a
+    /// request socket, not weir a task. Default: on, except for `tcp`
+    /// (protocols where the server speaks first).
+    pub defer_accept: bool,
     /// TLS termination; `Some` exactly when `protocol` is [`Protocol::Https`] or [`Protocol::Tls`].
     pub tls: Option<ServerTls>,
     /// Headers set on every response relayed to clients (replacing the

@@ -71,6 +71,7 @@ pub struct VirtualServerTable {
     pub pool: Option<String>,
     pub forwarded_headers: Option<bool>,
     pub backlog: Option<i64>,
+    pub defer_accept: Option<bool>,
     pub limits: Option<LimitsTable>,
     pub timeouts: Option<ClientTimeoutsTable>,
     pub http: Option<HttpPolicyTable>,

@@ -307,6 +307,9 @@ impl Checker {
                 defaults::BACKLOG,
                 1..=65_535,
             ),
+            defer_accept: table
+                .defer_accept
+                .unwrap_or(protocol != crate::model::Protocol::Tcp),
             tls,
             response_headers: self.response_headers(
                 &path.key("response_headers"),

@@ -9,10 +9,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nix::libc;
+use nix::{getsockopt_impl, setsockopt_impl, sockopt_impl};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use weir_config::Config;
+use weir_config::diff::ListenOptions;
 use weir_core::{Shutdown, ShutdownSignal};
 
 use crate::drain::{Admission, Drain};
@@ -26,7 +29,7 @@ pub(crate) struct Bound {
     /// As written in the config (port 0 stays 0).
     pub address: SocketAddr,
     pub virtual_server: String,
-    pub backlog: u32,
+    pub options: ListenOptions,
     pub socket: std::net::TcpListener,
 }
 
@@ -46,7 +49,7 @@ struct Entry {
     socket: Arc<TcpListener>,
     /// The virtual server it serves (a reload may hand it to another).
     target: Arc<Mutex<String>>,
-    backlog: u32,
+    options: ListenOptions,
     stop: Shutdown,
     task: JoinHandle<()>,
 }
@@ -83,6 +86,32 @@ fn nodelay_for_accepted(listener: &std::net::TcpListener) -> io::Result<()> {
     socket2::SockRef::from(listener).set_tcp_nodelay(true)
 }
 
+/// How long (seconds) the kernel holds a connection that has sent nothing
+/// before handing it to weir anyway; it retransmits its SYN-ACK meanwhile.
+/// One, as nginx's `deferred` and most servers that defer use.
+const DEFER_ACCEPT_SECS: libc::c_int = 1;
+
+// `TCP_DEFER_ACCEPT`, which neither socket2 nor nix names: nix's macro for
+// socket options defines it (the system call it wraps lives in nix).
+sockopt_impl!(
+    /// Accept a connection only once it has data to read.
+    TcpDeferAccept,
+    Both,
+    libc::IPPROTO_TCP,
+    libc::TCP_DEFER_ACCEPT,
+    libc::c_int
+);
+
+/// Sets or clears `TCP_DEFER_ACCEPT` on a listening socket: with it, a
+/// connection is accepted when its first bytes arrive (an HTTP request, a
+/// ClientHello), so the accept and the first read share one wake-up, and a
+/// client that connects and stays silent costs weir nothing until the kernel
+/// gives up waiting ([`DEFER_ACCEPT_SECS`]).
+fn set_defer_accept(listener: &impl AsFd, on: bool) -> io::Result<()> {
+    let seconds = if on { DEFER_ACCEPT_SECS } else { 0 };
+    nix::sys::socket::setsockopt(listener, TcpDeferAccept, &seconds).map_err(io::Error::from)
+}
+
 /// A listening socket handed over by another process: non-blocking, with this
 /// configuration's backlog (`listen` again on a listening socket only changes it).
 pub fn adopt(fd: OwnedFd, backlog: u32) -> io::Result<std::net::TcpListener> {
@@ -100,6 +129,9 @@ impl Listeners {
             if let Err(error) = nodelay_for_accepted(&bound.socket) {
                 tracing::warn!(listen = %local, %error, "cannot set TCP_NODELAY on the listener");
             }
+            if let Err(error) = set_defer_accept(&bound.socket, bound.options.defer_accept) {
+                tracing::warn!(listen = %local, %error, "cannot set TCP_DEFER_ACCEPT on the listener");
+            }
             let socket = Arc::new(TcpListener::from_std(bound.socket)?);
             let target = Arc::new(Mutex::new(bound.virtual_server));
             let (stop, stop_signal) = Shutdown::new();
@@ -116,7 +148,7 @@ impl Listeners {
                     local,
                     socket,
                     target,
-                    backlog: bound.backlog,
+                    options: bound.options,
                     stop,
                     task,
                 },
@@ -141,11 +173,12 @@ impl Listeners {
 
     /// Makes the set of listeners match `config`'s: listeners of addresses no longer
     /// configured stop accepting and close; those that stay serve the virtual server the
-    /// config gives them, with its backlog. Added ones are started with [`Self::start`].
+    /// config gives them, with its [`ListenOptions`]. Added ones are started with
+    /// [`Self::start`].
     pub(crate) fn retain_and_rebind(&mut self, config: &Config) {
-        let mut wanted: HashMap<SocketAddr, Vec<(&str, u32)>> = HashMap::new();
-        for (address, name, backlog) in weir_config::diff::listeners(config) {
-            wanted.entry(address).or_default().push((name, backlog));
+        let mut wanted: HashMap<SocketAddr, Vec<(&str, ListenOptions)>> = HashMap::new();
+        for (address, name, options) in weir_config::diff::listeners(config) {
+            wanted.entry(address).or_default().push((name, options));
         }
         self.entries.retain(|_, entry| {
             let served = entry
@@ -164,7 +197,7 @@ impl Listeners {
                         .filter(|_| entry.configured.port() == 0)
                         .and_then(|list| list.iter().find(|(name, _)| *name == served))
                 });
-            let Some(&(name, backlog)) = found else {
+            let Some(&(name, options)) = found else {
                 tracing::info!(listen = %entry.local, "listener removed");
                 entry.stop.trigger();
                 return false;
@@ -174,12 +207,20 @@ impl Listeners {
                 tracing::info!(listen = %entry.local, from = %*target, to = name, "listener handed to another virtual server");
                 *target = name.to_owned();
             }
-            if entry.backlog != backlog {
+            if entry.options.backlog != options.backlog {
                 let socket = socket2::SockRef::from(&*entry.socket);
-                match socket.listen(backlog.min(i32::MAX as u32) as i32) {
-                    Ok(()) => entry.backlog = backlog,
+                match socket.listen(options.backlog.min(i32::MAX as u32) as i32) {
+                    Ok(()) => entry.options.backlog = options.backlog,
                     Err(error) => {
                         tracing::warn!(listen = %entry.local, %error, "cannot change the backlog")
+                    }
+                }
+            }
+            if entry.options.defer_accept != options.defer_accept {
+                match set_defer_accept(&*entry.socket, options.defer_accept) {
+                    Ok(()) => entry.options.defer_accept = options.defer_accept,
+                    Err(error) => {
+                        tracing::warn!(listen = %entry.local, %error, "cannot change TCP_DEFER_ACCEPT")
                     }
                 }
             }
@@ -360,5 +401,46 @@ mod tests {
         let _client = std::net::TcpStream::connect(plain.local_addr().unwrap()).unwrap();
         let (accepted, _) = plain.accept().unwrap();
         assert!(!accepted.nodelay().unwrap());
+    }
+
+    #[test]
+    fn a_deferred_listener_accepts_a_connection_once_it_has_sent_something() {
+        use std::io::Write as _;
+        let listener = bind_tcp(SocketAddr::from(([127, 0, 0, 1], 0)), 16).unwrap();
+        set_defer_accept(&listener, true).unwrap();
+        assert!(nix::sys::socket::getsockopt(&listener, TcpDeferAccept).unwrap() > 0);
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        // connected, but nothing sent: the kernel holds it
+        std::thread::sleep(Duration::from_millis(50));
+        let pending = listener.accept().map(drop);
+        assert_eq!(pending.unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        client.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let accepted = loop {
+            match listener.accept() {
+                Ok((stream, _)) => break stream,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(std::time::Instant::now() < deadline, "never accepted");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(error) => panic!("{error}"),
+            }
+        };
+        let mut first = [0u8; 3];
+        accepted.peek(&mut first).unwrap();
+        assert_eq!(&first, b"GET");
+        // cleared again (what a reload that turns it off does)
+        set_defer_accept(&listener, false).unwrap();
+        assert_eq!(
+            nix::sys::socket::getsockopt(&listener, TcpDeferAccept).unwrap(),
+            0
+        );
+        let _silent = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while let Err(error) = listener.accept() {
+            assert_eq!(error.kind(), io::ErrorKind::WouldBlock);
+            assert!(std::time::Instant::now() < deadline, "never accepted");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }

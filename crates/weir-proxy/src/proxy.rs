@@ -83,10 +83,10 @@ impl Proxy {
     ) -> io::Result<BoundProxy> {
         let config = Arc::clone(&self.live.current().config);
         let mut listeners = Vec::new();
-        for (address, name, backlog) in weir_config::diff::listeners(&config) {
+        for (address, name, options) in weir_config::diff::listeners(&config) {
             let socket = match inherited.remove(&address) {
-                Some(fd) => adopt(fd, backlog),
-                None => bind_tcp(address, backlog),
+                Some(fd) => adopt(fd, options.backlog),
+                None => bind_tcp(address, options.backlog),
             }
             .map_err(|error| {
                 io::Error::new(
@@ -97,7 +97,7 @@ impl Proxy {
             listeners.push(Bound {
                 address,
                 virtual_server: name.to_owned(),
-                backlog,
+                options,
                 socket,
             });
         }

@@ -178,7 +178,10 @@ pub(crate) fn bind_added(
             bound.push(Bound {
                 address,
                 virtual_server: vs.name.clone(),
-                backlog: vs.backlog,
+                options: weir_config::diff::ListenOptions {
+                    backlog: vs.backlog,
+                    defer_accept: vs.defer_accept,
+                },
                 socket,
             });
         }

@@ -186,3 +186,42 @@ async fn capped_origin_is_shielded() {
     assert!(origin.stats.connections_peak() <= 4);
     proxy.stop().await;
 }
+
+/// Client connections weir has accepted so far.
+fn accepted(proxy: &TestProxy) -> u64 {
+    let text = proxy.metrics.encode();
+    let prefix = "weir_client_connections_accepted_total{virtual_server=\"web\"} ";
+    text.lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+}
+
+/// A client that connects and sends nothing waits in the kernel (the listener
+/// defers the accept), not in weir: nothing is accepted until its request
+/// arrives, and then it is served at once. With `defer_accept = false` the
+/// silent connection is accepted as soon as it connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_waits_in_the_kernel_until_it_sends() {
+    use tokio::io::AsyncWriteExt;
+    let origin = TestOrigin::start("a").await;
+    for (vs_extra, accepted_while_silent) in [("", 0), ("defer_accept = false", 1)] {
+        let proxy = TestProxy::start(&config(&[origin.addr], "", vs_extra)).await;
+        let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(accepted(&proxy), accepted_while_silent, "{vs_extra:?}");
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut reply = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut reply))
+            .await
+            .expect("answered at once")
+            .unwrap();
+        assert!(reply.starts_with(b"HTTP/1.1 200"), "{vs_extra:?}");
+        assert_eq!(accepted(&proxy), 1, "{vs_extra:?}");
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}

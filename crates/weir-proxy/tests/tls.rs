@@ -398,11 +398,14 @@ async fn handshake_timeout_overload_and_plain_http_close_the_connection() {
         ),
     ))
     .await;
-    // A connection that never says hello holds the one handshake slot...
+    // A connection that starts a hello and never finishes it holds the one handshake
+    // slot (one that sends nothing is not even accepted: the listener defers)...
     let mut silent = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    silent.write_all(&[0x16, 0x03, 0x01]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     // ...so the next one is closed at once.
     let mut second = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    second.write_all(&[0x16, 0x03, 0x01]).await.unwrap();
     let mut byte = [0u8; 1];
     let closed = tokio::time::timeout(Duration::from_millis(250), second.read(&mut byte)).await;
     assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");

@@ -41,6 +41,9 @@ fn a_tcp_virtual_server_takes_the_session_defaults() {
     let config = valid(&tcp(""));
     let server = &config.virtual_servers[0];
     assert_eq!(server.protocol, Protocol::Tcp);
+    // the server may speak first: no deferred accept unless asked for
+    assert!(!server.defer_accept);
+    assert!(valid(&tcp("defer_accept = true")).virtual_servers[0].defer_accept);
     let settings = server.tcp.as_ref().expect("tcp settings");
     assert_eq!(settings.relay, crate::defaults::TCP_RELAY);
     assert_eq!(settings.buffer, 16 * 1024);

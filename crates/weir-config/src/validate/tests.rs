@@ -59,6 +59,7 @@ fn minimal_file_takes_every_default() {
     assert_eq!(server.timeouts, ClientTimeouts::default());
     assert!(server.forwarded_headers);
     assert_eq!(server.backlog, 1024);
+    assert!(server.defer_accept);
     let pool = &config.pools[0];
     assert_eq!(pool.algorithm, Algorithm::RoundRobin);
     assert_eq!(pool.nodes[0].weight, NonZeroU32::MIN);
@@ -74,7 +75,7 @@ fn minimal_file_takes_every_default() {
 #[test]
 fn every_key_set_is_converted() {
     let text = file(
-        "protocol = \"http\"\nforwarded_headers = false\nbacklog = 128\n\
+        "protocol = \"http\"\nforwarded_headers = false\nbacklog = 128\ndefer_accept = false\n\
          [virtual_servers.web.limits]\nmax_connections = 5\nmax_header_bytes = \"8KiB\"\n\
          max_headers = 50\nmax_body_bytes = 2048\nrequest_buffer = \"4KB\"\n\
          response_buffer = \"1MiB\"\nmax_requests_per_connection = 7\n\
@@ -109,6 +110,7 @@ fn every_key_set_is_converted() {
     let server = &config.virtual_servers[0];
     assert!(!server.forwarded_headers);
     assert_eq!(server.backlog, 128);
+    assert!(!server.defer_accept);
     assert_eq!(
         server.limits,
         ClientLimits {
