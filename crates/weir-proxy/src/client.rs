@@ -660,7 +660,13 @@ impl Client {
         self.write_buf.clear();
         weir_http::write_simple_response_edited(shape, extra, edits, body, &mut self.write_buf);
         let size = self.write_buf.len() as u64;
-        self.flush(timeout).await?;
+        if shape.keep_alive {
+            self.flush(timeout).await?;
+        } else {
+            // `Connection: close`: the connection's last answer, whole here.
+            self.last_write_ahead();
+            self.send_last(timeout).await?;
+        }
         Ok(size)
     }
 }

@@ -80,7 +80,9 @@ pub(crate) async fn refuse_connection(
             &mut client.write_buf,
         );
         let bytes = client.write_buf.len() as u64;
-        if client.flush(vs.config.timeouts.write).await.is_ok() {
+        // The connection's last answer: it leaves with the FIN (and close_notify).
+        client.last_write_ahead();
+        if client.send_last(vs.config.timeouts.write).await.is_ok() {
             vs.metrics.record_status(refusal.status);
             tracing::debug!(virtual_server = %vs.config.name, client = %peer, "too many connections from this client; answered and closing");
             if let Some(log) = &vs.access_log {

@@ -245,42 +245,55 @@ where
     (reply, segments_in(local_port).0 - before)
 }
 
-/// A closing answer weir has whole (here after `Connection: close`, HTTP/1.0)
-/// leaves in one segment with its close_notify and the FIN, not in two or
-/// three: each segment costs the proxy a trip through the TCP stack.
+/// A closing answer weir has whole (a node's after `Connection: close` or to
+/// HTTP/1.0, and weir's own error answers, here a 504) leaves in one segment
+/// with its close_notify and the FIN, not in two or three: each segment costs
+/// the proxy a trip through the TCP stack.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closing_answer_its_close_notify_and_the_fin_share_one_segment() {
     let origin = TestOrigin::start("a").await;
-    let requests: [&[u8]; 2] = [
-        b"GET /delay/300 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
-        b"GET /delay/300 HTTP/1.0\r\nHost: localhost\r\n\r\n",
+    // (request, how the answer ends): the node answers after 300 ms; the last
+    // request outlasts the pool's response timeout, and weir answers 504.
+    let requests: [(&[u8], &[u8]); 3] = [
+        (
+            b"GET /delay/300 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+            b"delayed 300 ms\n",
+        ),
+        (
+            b"GET /delay/300 HTTP/1.0\r\nHost: localhost\r\n\r\n",
+            b"delayed 300 ms\n",
+        ),
+        (
+            b"GET /delay/1500 HTTP/1.1\r\nHost: localhost\r\n\r\n",
+            b"gateway timeout\n",
+        ),
     ];
-    let https = https_proxy(&origin, "").await;
+    let pool = "retries = 0\n[pools.web.timeouts]\nresponse = \"1s\"\n";
+    let https = TestProxy::start(&weir_testkit::config(
+        &[origin.addr],
+        pool,
+        "protocol = \"https\"\n[virtual_servers.web.tls]\n\
+         certificates = [{ self_signed = [\"localhost\"] }]",
+    ))
+    .await;
+    let plain = TestProxy::start(&weir_testkit::config(&[origin.addr], pool, "")).await;
     let config = tls::client_config(&ClientOptions::default());
-    for request in requests {
+    for (request, ending) in requests {
+        let shown = String::from_utf8_lossy(request);
         let mut stream = tls::connect(https.addr, "localhost", &config)
             .await
             .unwrap();
         let port = stream.get_ref().0.local_addr().unwrap().port();
         let (reply, segments) = segments_of_answer(&mut stream, port, request).await;
-        assert!(
-            reply.ends_with(b"delayed 300 ms\n"),
-            "{}",
-            String::from_utf8_lossy(&reply)
-        );
-        assert_eq!(segments, 1, "TLS: {}", String::from_utf8_lossy(request));
-    }
-    let plain = TestProxy::start(&weir_testkit::config(&[origin.addr], "", "")).await;
-    for request in requests {
+        let text = String::from_utf8_lossy(&reply);
+        assert!(reply.ends_with(ending), "TLS: {shown}: {text}");
+        assert_eq!(segments, 1, "TLS: {shown}");
         let mut stream = tokio::net::TcpStream::connect(plain.addr).await.unwrap();
         let port = stream.local_addr().unwrap().port();
         let (reply, segments) = segments_of_answer(&mut stream, port, request).await;
-        assert!(
-            reply.ends_with(b"delayed 300 ms\n"),
-            "{}",
-            String::from_utf8_lossy(&reply)
-        );
-        assert_eq!(segments, 1, "plain: {}", String::from_utf8_lossy(request));
+        let text = String::from_utf8_lossy(&reply);
+        assert!(reply.ends_with(ending), "plain: {shown}: {text}");
+        assert_eq!(segments, 1, "plain: {shown}");
     }
     https.stop().await;
     plain.stop().await;
