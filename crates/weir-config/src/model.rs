@@ -314,10 +314,14 @@ pub struct Pool {
 /// `dns.families` says) is a node on `port`, with this node's weight and state.
 #[derive(Debug, Clone)]
 pub struct NamedNode {
-    /// The host name, lower-cased, without a trailing dot.
+    /// The host name, lower-cased, without a trailing dot; with `srv`, the
+    /// service's name (`_http._tcp.api.internal`).
     pub host: String,
-    /// The port of every address the name resolves to.
+    /// The port of every address the name resolves to (0 with `srv`: each
+    /// SRV record gives its own).
     pub port: u16,
+    /// Given as `srv`: the nodes are the targets of the name's SRV records.
+    pub srv: bool,
     /// The weight of each node the name resolves to.
     pub weight: NonZeroU32,
     /// The state of each node the name resolves to.
@@ -329,17 +333,27 @@ pub struct NamedNode {
 }
 
 impl NamedNode {
-    /// `host:port`, as nodes, logs and the admin API show it.
+    /// `host:port` (`srv:name` for a service), as nodes, logs and the admin
+    /// API show it.
     pub fn label(&self) -> String {
-        format!("{}:{}", self.host, self.port)
+        match self.srv {
+            true => format!("srv:{}", self.host),
+            false => format!("{}:{}", self.host, self.port),
+        }
     }
 }
 
 impl PartialEq for NamedNode {
     /// Where it is written (key, line) is not part of what it means.
     fn eq(&self, other: &Self) -> bool {
-        (&self.host, self.port, self.weight, self.state)
-            == (&other.host, other.port, other.weight, other.state)
+        (&self.host, self.port, self.srv, self.weight, self.state)
+            == (
+                &other.host,
+                other.port,
+                other.srv,
+                other.weight,
+                other.state,
+            )
     }
 }
 

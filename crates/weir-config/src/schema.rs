@@ -225,6 +225,7 @@ pub struct UpstreamTlsTable {
 #[serde(deny_unknown_fields)]
 pub struct NodeTable {
     pub address: Option<String>,
+    pub srv: Option<String>,
     pub weight: Option<i64>,
     pub state: Option<String>,
 }

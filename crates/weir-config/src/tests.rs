@@ -85,7 +85,7 @@ fn unknown_key_in_an_inline_table() {
     assert_eq!(
         error.to_string(),
         "weir.toml:9: pools.web.nodes[1].adress: unknown key \"adress\" (did you mean \"address\"?); \
-         valid keys: address, weight, state"
+         valid keys: address, srv, weight, state"
     );
 }
 

@@ -27,6 +27,7 @@ pub(crate) struct NameKey {
     pool: String,
     host: String,
     port: u16,
+    srv: bool,
     dns: PoolDns,
 }
 
@@ -36,6 +37,7 @@ impl NameKey {
             pool: pool.name.clone(),
             host: named.host.clone(),
             port: named.port,
+            srv: named.srv,
             dns: pool.dns.clone(),
         }
     }
@@ -271,6 +273,7 @@ fn resolve_all(keys: Vec<NameKey>) -> Result<Vec<Outcome>, String> {
             let name = NodeName {
                 host: key.host,
                 port: key.port,
+                srv: key.srv,
             };
             tasks.push(tokio::spawn(async move {
                 dns::resolve_first(&resolver, name, &settings).await

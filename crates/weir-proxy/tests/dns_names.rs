@@ -457,3 +457,49 @@ async fn health_checks_probe_the_resolved_nodes() {
     proxy.stop().await;
     a.stop().await;
 }
+
+/// A node given as a service (`srv`): its SRV records name two targets on two ports (the
+/// same address, which only SRV can tell apart), weir serves from both, and follows the
+/// records when one target goes; the admin label says `srv:` and the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_name_gives_nodes_on_the_ports_its_srv_records_say() {
+    let a =
+        TestOrigin::with_options(OriginOptions::new("a", SocketAddr::new(loopback(2), 0))).await;
+    let b =
+        TestOrigin::with_options(OriginOptions::new("b", SocketAddr::new(loopback(2), 0))).await;
+    let dns = TestDns::start();
+    let both = vec![
+        (10, 1, a.addr.port(), "a.test".to_owned()),
+        (10, 1, b.addr.port(), "b.test".to_owned()),
+    ];
+    dns.set("_web._tcp.test", Reply::Services(both, 1));
+    dns.set("a.test", Reply::Records(vec![loopback(2)], 1));
+    dns.set("b.test", Reply::Records(vec![loopback(2)], 1));
+    let text = config(&dns, 0, "").replace(
+        "nodes = [{ address = \"web.test:0\" }]",
+        "nodes = [{ srv = \"_web._tcp.test\" }]",
+    );
+    let proxy = TestProxy::start(&text).await;
+    let mut expected = vec![a.addr, b.addr];
+    expected.sort();
+    assert_eq!(node_addresses(&proxy), expected);
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..10 {
+        seen.insert(answered_by(&proxy).await.expect("an origin answers"));
+    }
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    // b's record goes: within the TTL bounds only a is left, and serves every request.
+    dns.set(
+        "_web._tcp.test",
+        Reply::Services(vec![(10, 1, a.addr.port(), "a.test".to_owned())], 1),
+    );
+    wait_for_nodes(&proxy, &[a.addr]).await;
+    for _ in 0..5 {
+        assert_eq!(answered_by(&proxy).await.as_deref(), Some("a"));
+    }
+    let named = &proxy.live.current().config.pools[0].names;
+    assert_eq!(named[0].label(), "srv:_web._tcp.test");
+    proxy.stop().await;
+    a.stop().await;
+    b.stop().await;
+}

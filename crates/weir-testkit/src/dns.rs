@@ -1,5 +1,5 @@
-//! A DNS server on loopback UDP whose answers a test changes: A and AAAA records from a
-//! table, SERVFAIL or NXDOMAIN on demand. It runs on a thread of its own, so a proxy that
+//! A DNS server on loopback UDP whose answers a test changes: A, AAAA and SRV records from
+//! a table, SERVFAIL or NXDOMAIN on demand. It runs on a thread of its own, so a proxy that
 //! resolves names while blocking its runtime (a start, a reload) still gets answers.
 
 use std::collections::HashMap;
@@ -13,6 +13,9 @@ use std::time::Duration;
 pub enum Reply {
     /// These addresses (A for IPv4, AAAA for IPv6 queries) with this TTL in seconds.
     Records(Vec<IpAddr>, u32),
+    /// SRV records (priority, weight, port, target) with this TTL in seconds; other
+    /// queries for the name get no records.
+    Services(Vec<(u16, u16, u16, String)>, u32),
     /// SERVFAIL.
     ServerFailure,
     /// NXDOMAIN (also the answer for a name not in the table).
@@ -99,28 +102,44 @@ fn respond(query: &[u8], table: &HashMap<String, Reply>) -> Option<Vec<u8>> {
     let kind = u16::from_be_bytes([*query.get(at)?, *query.get(at + 1)?]);
     let host = labels.join(".");
     let mut out = query.get(..2)?.to_vec();
-    let (rcode, ips, ttl) = match table.get(&host) {
-        Some(Reply::Records(ips, ttl)) => (0, ips.clone(), *ttl),
-        Some(Reply::ServerFailure) => (2, Vec::new(), 0),
-        Some(Reply::NameError) | None => (3, Vec::new(), 0),
+    // (rcode, TTL, each answer's record data), for the asked type only.
+    let (rcode, ttl, answers): (u8, u32, Vec<Vec<u8>>) = match table.get(&host) {
+        Some(Reply::Records(ips, ttl)) => {
+            let data = ips.iter().filter_map(|ip| match (ip, kind) {
+                (IpAddr::V4(v4), 1) => Some(v4.octets().to_vec()),
+                (IpAddr::V6(v6), 28) => Some(v6.octets().to_vec()),
+                _ => None,
+            });
+            (0, *ttl, data.collect())
+        }
+        Some(Reply::Services(records, ttl)) if kind == 33 => {
+            let data = records.iter().map(|(priority, weight, port, target)| {
+                let mut data = Vec::new();
+                for value in [priority, weight, port] {
+                    data.extend_from_slice(&value.to_be_bytes());
+                }
+                for label in target.split('.').filter(|label| !label.is_empty()) {
+                    data.push(label.len() as u8);
+                    data.extend_from_slice(label.as_bytes());
+                }
+                data.push(0);
+                data
+            });
+            (0, *ttl, data.collect())
+        }
+        Some(Reply::Services(_, ttl)) => (0, *ttl, Vec::new()),
+        Some(Reply::ServerFailure) => (2, 0, Vec::new()),
+        Some(Reply::NameError) | None => (3, 0, Vec::new()),
     };
-    let matching: Vec<IpAddr> = ips
-        .into_iter()
-        .filter(|ip| matches!((ip, kind), (IpAddr::V4(_), 1) | (IpAddr::V6(_), 28)))
-        .collect();
     out.extend_from_slice(&[0x81, 0x80 | rcode, 0, 1]);
-    out.extend_from_slice(&u16::try_from(matching.len()).ok()?.to_be_bytes());
+    out.extend_from_slice(&u16::try_from(answers.len()).ok()?.to_be_bytes());
     out.extend_from_slice(&[0, 0, 0, 0]);
     out.extend_from_slice(query.get(12..question_end)?);
-    for ip in matching {
+    for data in answers {
         out.extend_from_slice(&[0xc0, 12]);
         out.extend_from_slice(&kind.to_be_bytes());
         out.extend_from_slice(&[0, 1]);
         out.extend_from_slice(&ttl.to_be_bytes());
-        let data = match ip {
-            IpAddr::V4(v4) => v4.octets().to_vec(),
-            IpAddr::V6(v6) => v6.octets().to_vec(),
-        };
         out.extend_from_slice(&u16::try_from(data.len()).ok()?.to_be_bytes());
         out.extend_from_slice(&data);
     }

@@ -19,6 +19,8 @@ use std::time::Duration;
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::proto::rr::RData;
+use hickory_resolver::proto::rr::rdata::SRV;
 use tokio::sync::watch as channel;
 use tokio::task::JoinHandle;
 use weir_core::ShutdownSignal;
@@ -80,23 +82,29 @@ impl From<&weir_config::PoolDns> for DnsSettings {
 /// A node named by DNS: a host name and the port every address it resolves to gets.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NodeName {
-    /// The host name, as written.
+    /// The host name, as written; with `srv`, the service's name
+    /// (`_http._tcp.api.internal`).
     pub host: String,
-    /// The port of every node the name resolves to.
+    /// The port of every node the name resolves to (0 with `srv`: each record's own).
     pub port: u16,
+    /// The name is a service's: its SRV records give the targets and ports.
+    pub srv: bool,
 }
 
 impl fmt::Display for NodeName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.host, self.port)
+        match self.srv {
+            true => write!(f, "srv:{}", self.host),
+            false => write!(f, "{}:{}", self.host, self.port),
+        }
     }
 }
 
 /// The addresses a name resolved to, and for how long they hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
-    /// Sorted, without duplicates, never empty.
-    pub addresses: Vec<IpAddr>,
+    /// The nodes' addresses: sorted, without duplicates, never empty.
+    pub addresses: Vec<SocketAddr>,
     /// The shortest time to live of the records, as the resolver reported it.
     pub ttl: Duration,
 }
@@ -171,25 +179,75 @@ impl Resolver {
         Ok(Resolver { inner })
     }
 
-    /// Resolves `host` once (an IP literal resolves to itself, with the longest TTL).
-    pub async fn resolve(&self, host: &str) -> Result<Answer, ResolveError> {
-        let lookup = self.inner.lookup_ip(host).await.map_err(|error| {
-            if error.is_no_records_found() || error.is_nx_domain() {
-                ResolveError::NoRecords
-            } else {
-                ResolveError::Failed(error.to_string())
+    /// Resolves `name` once: its addresses on its port, or for a service
+    /// name the addresses of its SRV targets on their ports. An IP literal
+    /// resolves to itself, with the longest TTL.
+    pub async fn resolve(&self, name: &NodeName) -> Result<Answer, ResolveError> {
+        let (mut addresses, valid_until) = match name.srv {
+            true => self.resolve_srv(&name.host).await?,
+            false => {
+                let (ips, valid_until) = self.resolve_ips(&name.host).await?;
+                let port = name.port;
+                let addresses = ips.into_iter().map(|ip| SocketAddr::new(ip, port));
+                (addresses.collect(), valid_until)
             }
-        })?;
-        let mut addresses: Vec<IpAddr> = lookup.iter().collect();
+        };
         addresses.sort_unstable();
         addresses.dedup();
         if addresses.is_empty() {
             return Err(ResolveError::NoRecords);
         }
-        let ttl = lookup
-            .valid_until()
-            .saturating_duration_since(std::time::Instant::now());
+        let ttl = valid_until.saturating_duration_since(std::time::Instant::now());
         Ok(Answer { addresses, ttl })
+    }
+
+    /// A and AAAA records of `host` (as `families` says), and when they expire.
+    async fn resolve_ips(
+        &self,
+        host: &str,
+    ) -> Result<(Vec<IpAddr>, std::time::Instant), ResolveError> {
+        let lookup = self.inner.lookup_ip(host).await.map_err(resolve_error)?;
+        Ok((lookup.iter().collect(), lookup.valid_until()))
+    }
+
+    /// A service's nodes: the targets of its SRV records of the best (lowest)
+    /// priority, each target's addresses on the record's port. Records of
+    /// other priorities are backups weir does not use; SRV weights are not
+    /// used either (every node takes the pool entry's weight). Expires with
+    /// the first of the SRV and address records.
+    async fn resolve_srv(
+        &self,
+        service: &str,
+    ) -> Result<(Vec<SocketAddr>, std::time::Instant), ResolveError> {
+        let lookup = self
+            .inner
+            .srv_lookup(service)
+            .await
+            .map_err(resolve_error)?;
+        let records: Vec<&SRV> = lookup
+            .answers()
+            .iter()
+            .filter_map(|record| match &record.data {
+                RData::SRV(srv) => Some(srv),
+                _ => None,
+            })
+            // A single "." target says the service is not offered here (RFC 2782).
+            .filter(|srv| !srv.target.is_root())
+            .collect();
+        let Some(best) = records.iter().map(|srv| srv.priority).min() else {
+            return Err(ResolveError::NoRecords);
+        };
+        let mut valid_until = lookup.valid_until();
+        let mut addresses = Vec::new();
+        for srv in records.iter().filter(|srv| srv.priority == best) {
+            // A target that does not resolve leaves the others serving.
+            let Ok((ips, expires)) = self.resolve_ips(&srv.target.to_string()).await else {
+                continue;
+            };
+            valid_until = valid_until.min(expires);
+            addresses.extend(ips.into_iter().map(|ip| SocketAddr::new(ip, srv.port)));
+        }
+        Ok((addresses, valid_until))
     }
 }
 
@@ -242,12 +300,7 @@ impl NameState {
             Ok(answer) => {
                 self.failures = 0;
                 let next = answer.ttl.clamp(self.min_ttl, self.max_ttl);
-                let port = self.name.port;
-                let set: Arc<[SocketAddr]> = answer
-                    .addresses
-                    .iter()
-                    .map(|&ip| SocketAddr::new(ip, port))
-                    .collect();
+                let set: Arc<[SocketAddr]> = answer.addresses.into();
                 if self.current.as_deref() == Some(&set[..]) {
                     return (Update::Unchanged, next);
                 }
@@ -277,7 +330,7 @@ pub async fn watch(
     shutdown: ShutdownSignal,
 ) -> (channel::Receiver<Arc<[SocketAddr]>>, JoinHandle<()>) {
     let mut state = NameState::new(name, settings);
-    let first = resolver.resolve(&state.name.host).await;
+    let first = resolver.resolve(&state.name).await;
     let (update, delay) = state.on_answer(first);
     log(&state, &update);
     spawn_watch(resolver, state, delay, shutdown)
@@ -303,7 +356,7 @@ pub fn spawn_watch(
                 () = tokio::time::sleep(delay) => {}
                 () = shutdown.triggered() => return,
             }
-            let outcome = resolver.resolve(&state.name.host).await;
+            let outcome = resolver.resolve(&state.name).await;
             let update;
             (update, delay) = state.on_answer(outcome);
             log(&state, &update);
@@ -323,7 +376,7 @@ pub async fn resolve_first(
     settings: &DnsSettings,
 ) -> Result<(NameState, Duration), ResolveError> {
     let mut state = NameState::new(name, settings);
-    let outcome = resolver.resolve(&state.name.host).await;
+    let outcome = resolver.resolve(&state.name).await;
     let error = outcome.as_ref().err().cloned();
     let (update, delay) = state.on_answer(outcome);
     match error {
@@ -346,6 +399,15 @@ fn log(state: &NameState, update: &Update) {
             let kept = state.current().map_or(0, |set| set.len());
             tracing::warn!(node = %name, %error, kept, "DNS resolution failed; keeping the last good addresses");
         }
+    }
+}
+
+/// A resolver error as weir reports it: no records, or a failure to ask.
+fn resolve_error(error: hickory_resolver::net::NetError) -> ResolveError {
+    if error.is_no_records_found() || error.is_nx_domain() {
+        ResolveError::NoRecords
+    } else {
+        ResolveError::Failed(error.to_string())
     }
 }
 

@@ -1,6 +1,7 @@
 //! Pools: nodes, connection pool, timeouts and health monitors.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 
 use super::values::{self, show_duration};
 use super::{Checker, Zero};
@@ -119,6 +120,15 @@ impl Checker {
                     ("disabled", NodeMode::Disabled),
                 ],
             );
+            if let Some(service) = &node.srv {
+                let srv_path = node_path.key("srv");
+                if node.address.is_some() {
+                    self.report(&srv_path, "give a node either address or srv, not both");
+                } else if let Some(named) = self.service_node(&srv_path, service, weight, state) {
+                    self.named_node(&srv_path, named, index, &mut names);
+                }
+                continue;
+            }
             let address_path = node_path.key("address");
             let Some(text) = &node.address else {
                 self.report(&address_path, "missing required key: the node's IP:port");
@@ -132,6 +142,7 @@ impl Checker {
                             let named = NamedNode {
                                 host,
                                 port,
+                                srv: false,
                                 weight,
                                 state,
                                 key: address_path.clone(),
@@ -174,6 +185,31 @@ impl Checker {
         (result, names.into_iter().map(|(named, _)| named).collect())
     }
 
+    /// A node given as a service (`srv`), whose SRV records give the nodes.
+    fn service_node(
+        &mut self,
+        path: &KeyPath,
+        service: &str,
+        weight: NonZeroU32,
+        state: NodeMode,
+    ) -> Option<NamedNode> {
+        match values::service_name(service) {
+            Ok(host) => Some(NamedNode {
+                host,
+                port: 0,
+                srv: true,
+                weight,
+                state,
+                key: path.clone(),
+                line: None,
+            }),
+            Err(message) => {
+                self.report(path, message);
+                None
+            }
+        }
+    }
+
     /// A node given by name: a port that is not 0, and no name given twice.
     fn named_node(
         &mut self,
@@ -182,12 +218,11 @@ impl Checker {
         index: usize,
         names: &mut Vec<(NamedNode, usize)>,
     ) {
-        if named.port == 0 {
+        if named.port == 0 && !named.srv {
             self.report(path, "a node's port must not be 0");
-        } else if let Some((_, earlier)) = names
-            .iter()
-            .find(|(other, _)| other.host == named.host && other.port == named.port)
-        {
+        } else if let Some((_, earlier)) = names.iter().find(|(other, _)| {
+            (&other.host, other.port, other.srv) == (&named.host, named.port, named.srv)
+        }) {
             self.report(
                 path,
                 format!("duplicate node: nodes[{earlier}] has the same name and port"),

@@ -353,6 +353,44 @@ fn nodes_given_by_name_are_kept_apart_with_their_resolver_settings() {
 }
 
 #[test]
+fn a_node_given_as_a_service_takes_its_ports_from_srv_records() {
+    let with = |node: &str| {
+        format!(
+            "[virtual_servers.web]\nlisten = \"127.0.0.1:8080\"\npool = \"web\"\n\
+             [pools.web]\nnodes = [{node}]\n"
+        )
+    };
+    let config = valid(&with("{ srv = \"_HTTP._tcp.Api.Internal.\", weight = 2 }"));
+    let named = &config.pools[0].names[0];
+    assert!(named.srv);
+    assert_eq!(named.label(), "srv:_http._tcp.api.internal");
+    assert_eq!(named.weight.get(), 2);
+    assert_eq!(named.key.to_string(), "pools.web.nodes[0].srv");
+    assert_one_error(
+        &with("{ srv = \"_http._tcp.a\", address = \"10.0.0.1:80\" }"),
+        "pools.web.nodes[0].srv",
+        "either address or srv",
+    );
+    for bad in [
+        "api.internal",
+        "_http.api",
+        "_http._tcp.bad name",
+        "_http._tcp.x:80",
+    ] {
+        assert_one_error(
+            &with(&format!("{{ srv = \"{bad}\" }}")),
+            "pools.web.nodes[0].srv",
+            "invalid service name",
+        );
+    }
+    assert_one_error(
+        &with("{ srv = \"_a._tcp.x\" }, { srv = \"_A._tcp.x.\" }"),
+        "pools.web.nodes[1].srv",
+        "duplicate node",
+    );
+}
+
+#[test]
 fn a_node_must_not_be_the_virtual_server_that_uses_it() {
     let text = file("", "", "").replace("127.0.0.1:8081", "127.0.0.1:8080");
     assert_one_error(

@@ -65,6 +65,24 @@ pub(crate) fn host_port(text: &str) -> Option<Result<(String, u16), String>> {
     }
 }
 
+/// A service name for SRV records, `_service._proto.name` (RFC 2782): lower-cased,
+/// without a trailing dot.
+pub(crate) fn service_name(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    let labels: Vec<&str> = name.split('.').collect();
+    let service_form =
+        labels.len() >= 3 && labels[0].starts_with('_') && labels[1].starts_with('_');
+    if service_form && name.len() <= MAX_HOST_LEN && labels.iter().all(|l| host_label(l)) {
+        Ok(name)
+    } else {
+        Err(format!(
+            "invalid service name \"{text}\": write it as SRV records are named, like \
+             \"_http._tcp.api.internal\""
+        ))
+    }
+}
+
 /// A name for a virtual server, pool or origin: it shows up in logs, metrics labels
 /// and admin URLs, so keep it to a safe alphabet.
 pub(crate) fn name(name: &str) -> Result<(), String> {

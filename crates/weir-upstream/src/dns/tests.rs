@@ -11,6 +11,15 @@ fn name(host: &str) -> NodeName {
     NodeName {
         host: host.to_owned(),
         port: 5432,
+        srv: false,
+    }
+}
+
+fn service(host: &str) -> NodeName {
+    NodeName {
+        host: host.to_owned(),
+        port: 0,
+        srv: true,
     }
 }
 
@@ -24,7 +33,10 @@ fn bounds(min_ms: u64, max_ms: u64) -> DnsSettings {
 
 fn answer(ips: &[&str], ttl_s: u64) -> Result<Answer, ResolveError> {
     Ok(Answer {
-        addresses: ips.iter().map(|ip| ip.parse().unwrap()).collect(),
+        addresses: ips
+            .iter()
+            .map(|ip| SocketAddr::new(ip.parse().unwrap(), 5432))
+            .collect(),
         ttl: Duration::from_secs(ttl_s),
     })
 }
@@ -86,8 +98,11 @@ async fn resolves_a_and_aaaa_with_their_ttl() {
     let v6 = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
     dns.set("db.test", Reply::Records(vec![v4(2), v4(1), v6], 30));
     let resolver = Resolver::new(&settings(&dns, 1_000, 60_000)).unwrap();
-    let answer = resolver.resolve("db.test.").await.unwrap();
-    assert_eq!(answer.addresses, vec![v4(1), v4(2), v6]);
+    let on = |ips: &[IpAddr]| -> Vec<SocketAddr> {
+        ips.iter().map(|&ip| SocketAddr::new(ip, 5432)).collect()
+    };
+    let answer = resolver.resolve(&name("db.test.")).await.unwrap();
+    assert_eq!(answer.addresses, on(&[v4(1), v4(2), v6]));
     assert!(answer.ttl > Duration::from_secs(25) && answer.ttl <= Duration::from_secs(30));
     let only_v4 = DnsSettings {
         families: Families::Ipv4,
@@ -95,19 +110,75 @@ async fn resolves_a_and_aaaa_with_their_ttl() {
     };
     let answer = Resolver::new(&only_v4)
         .unwrap()
-        .resolve("db.test.")
+        .resolve(&name("db.test."))
         .await
         .unwrap();
-    assert_eq!(answer.addresses, vec![v4(1), v4(2)]);
+    assert_eq!(answer.addresses, on(&[v4(1), v4(2)]));
     assert_eq!(
-        resolver.resolve("gone.test.").await,
+        resolver.resolve(&name("gone.test.")).await,
         Err(ResolveError::NoRecords)
     );
     dns.set("broken.test", Reply::ServerFailure);
     assert!(matches!(
-        resolver.resolve("broken.test.").await,
+        resolver.resolve(&name("broken.test.")).await,
         Err(ResolveError::Failed(_))
     ));
+}
+
+/// A service name: the targets of its best-priority SRV records, each on its
+/// record's port, expiring with the first of its records; a target that does
+/// not resolve is left out, and a service with no usable record has none.
+#[tokio::test]
+async fn a_service_name_resolves_to_its_srv_targets_on_their_ports() {
+    let dns = TestDns::start();
+    dns.set(
+        "_db._tcp.test",
+        Reply::Services(
+            vec![
+                (10, 5, 5433, "a.test".to_owned()),
+                (10, 5, 5434, "b.test".to_owned()),
+                (10, 1, 5435, "missing.test".to_owned()),
+                // a backup of lower priority: not used while the best ones are listed
+                (20, 1, 6000, "backup.test".to_owned()),
+            ],
+            60,
+        ),
+    );
+    dns.set("a.test", Reply::Records(vec![v4(1)], 30));
+    dns.set("b.test", Reply::Records(vec![v4(2), v4(3)], 45));
+    dns.set("backup.test", Reply::Records(vec![v4(9)], 30));
+    let resolver = Resolver::new(&settings(&dns, 1_000, 60_000)).unwrap();
+    let answer = resolver.resolve(&service("_db._tcp.test.")).await.unwrap();
+    let expected: Vec<SocketAddr> = vec![
+        SocketAddr::new(v4(1), 5433),
+        SocketAddr::new(v4(2), 5434),
+        SocketAddr::new(v4(3), 5434),
+    ];
+    assert_eq!(answer.addresses, expected);
+    assert!(answer.ttl > Duration::from_secs(25) && answer.ttl <= Duration::from_secs(30));
+    // Only the backup left: it is used.
+    dns.set(
+        "_backup._tcp.test",
+        Reply::Services(vec![(20, 1, 6000, "backup.test".to_owned())], 60),
+    );
+    let answer = resolver
+        .resolve(&service("_backup._tcp.test."))
+        .await
+        .unwrap();
+    assert_eq!(answer.addresses, vec![SocketAddr::new(v4(9), 6000)]);
+    // "." as the only target: the service is not offered.
+    dns.set(
+        "_off._tcp.test",
+        Reply::Services(vec![(0, 0, 0, ".".to_owned())], 60),
+    );
+    assert_eq!(
+        resolver.resolve(&service("_off._tcp.test.")).await,
+        Err(ResolveError::NoRecords)
+    );
+    assert_eq!(
+        resolver.resolve(&service("_gone._tcp.test.")).await,
+        Err(ResolveError::NoRecords)
+    );
 }
 
 /// A running watch sees a change at the record's TTL, keeps the last good set through a
