@@ -231,8 +231,9 @@ impl Resolver {
                 RData::SRV(srv) => Some(srv),
                 _ => None,
             })
-            // A single "." target says the service is not offered here (RFC 2782).
-            .filter(|srv| !srv.target.is_root())
+            // A single "." target says the service is not offered here (RFC 2782);
+            // port 0 cannot be connected to.
+            .filter(|srv| !srv.target.is_root() && srv.port != 0)
             .collect();
         let Some(best) = records.iter().map(|srv| srv.priority).min() else {
             return Err(ResolveError::NoRecords);

@@ -138,6 +138,7 @@ async fn a_service_name_resolves_to_its_srv_targets_on_their_ports() {
                 (10, 5, 5433, "a.test".to_owned()),
                 (10, 5, 5434, "b.test".to_owned()),
                 (10, 1, 5435, "missing.test".to_owned()),
+                (10, 1, 0, "a.test".to_owned()),
                 // a backup of lower priority: not used while the best ones are listed
                 (20, 1, 6000, "backup.test".to_owned()),
             ],
