@@ -70,6 +70,23 @@ pub struct ForwardResponse<'a> {
     pub set_headers: &'a [(String, String)],
 }
 
+#[cfg(test)]
+impl ForwardResponse<'_> {
+    /// An HTTP/1.1 keep-alive response framed by `framing`, with nothing
+    /// added: what tests start from and change field by field.
+    pub(crate) fn plain(framing: BodyFraming) -> Self {
+        ForwardResponse {
+            framing,
+            version: Version::Http11,
+            keep_alive: true,
+            via: None,
+            via_version: None,
+            upgrade: false,
+            set_headers: &[],
+        }
+    }
+}
+
 /// Edits a caller makes to a head weir writes (traffic rules, the request id,
 /// a persistence cookie): received fields it drops, and fields it adds after
 /// those weir owns. Only end-to-end fields are offered to [`HeaderEdit::drops`];

@@ -17,6 +17,20 @@ use weir_testkit::{TestProxy, config};
 const CACHE: &str =
     "[virtual_servers.web.cache]\nstatus_header = \"X-Cache\"\npurge_from = [\"127.0.0.0/8\"]\n";
 
+/// Waits until `done` holds; fails with `what` after `limit`.
+async fn until(what: &str, limit: Duration, done: impl Fn() -> bool) {
+    let waited = tokio::time::timeout(limit, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "{what}");
+}
+
+/// How long a stale-while-revalidate refresh may take to reach the node.
+const REFRESH: Duration = Duration::from_secs(2);
+
 async fn proxy_for(node: &CountingNode, vs_extra: &str) -> TestProxy {
     TestProxy::start(&config(&[node.addr], "", vs_extra)).await
 }
@@ -464,12 +478,10 @@ async fn stale_while_revalidate_refreshes_after_answering() {
         (stale.text(), stale.header("x-cache")),
         ("v0".to_owned(), Some("STALE"))
     );
-    for _ in 0..100 {
-        if node.requests() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the refresh reaches the node", REFRESH, || {
+        node.requests() == 2
+    })
+    .await;
     let fresh = request(&proxy, "GET", "/r", &[]).await;
     assert_eq!(
         (fresh.text(), fresh.header("x-cache")),
@@ -502,12 +514,10 @@ async fn a_background_refresh_sends_the_client_no_interim_answer() {
         (stale.text(), stale.header("x-cache")),
         ("v0".to_owned(), Some("STALE"))
     );
-    for _ in 0..100 {
-        if node.requests() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the refresh reaches the node", REFRESH, || {
+        node.requests() == 2
+    })
+    .await;
     assert_eq!(node.requests(), 2, "the refresh reached the node");
     // Nothing more arrives on the connection before its next request.
     let mut byte = [0u8; 1];

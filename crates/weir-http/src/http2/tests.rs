@@ -314,13 +314,10 @@ fn responses_for_h2_clients_drop_connection_fields() {
     );
     let set = [("strict-transport-security".into(), "max-age=60".into())];
     let forward = ForwardResponse {
-        framing: BodyFraming::Chunked,
-        version: Version::Http11,
         keep_alive: false,
         via: Some("weir"),
-        via_version: None,
-        upgrade: false,
         set_headers: &set,
+        ..ForwardResponse::plain(BodyFraming::Chunked)
     };
     let response = response_to_h2(&head, &forward).expect("representable");
     assert_eq!(response.status(), 200);
@@ -351,28 +348,24 @@ fn responses_for_h2_clients_drop_connection_fields() {
     assert_eq!(response.headers()["content-length"], "9");
 }
 
+/// A head's fields as (name, value) pairs, in order.
+fn fields_of(headers: &http::HeaderMap) -> Vec<(&str, &str)> {
+    headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.to_str().unwrap()))
+        .collect()
+}
+
 /// The written lines become fields as written: values without their
 /// optional whitespace, names lower-cased, in order.
 #[test]
 fn written_lines_become_fields_as_written() {
     let head =
         parse_node_response("HTTP/1.1 203 \r\nX-A:  v 1\t \r\nX-B:w\r\nContent-Length: 0\r\n\r\n");
-    let forward = ForwardResponse {
-        framing: BodyFraming::Length(0),
-        version: Version::Http11,
-        keep_alive: true,
-        via: None,
-        via_version: None,
-        upgrade: false,
-        set_headers: &[],
-    };
+    let forward = ForwardResponse::plain(BodyFraming::Length(0));
     let response = response_to_h2(&head, &forward).expect("representable");
     assert_eq!(response.status(), 203);
-    let fields: Vec<_> = response
-        .headers()
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.to_str().unwrap()))
-        .collect();
+    let fields = fields_of(response.headers());
     assert_eq!(
         fields,
         [("x-a", "v 1"), ("x-b", "w"), ("content-length", "0")]
@@ -388,11 +381,7 @@ fn a_written_head_becomes_an_h2_head() {
                     Transfer-Encoding: chunked\r\nAge: 3\r\n\r\n";
     let response = response_head_to_h2(written).expect("representable");
     assert_eq!(response.status(), 206);
-    let fields: Vec<_> = response
-        .headers()
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.to_str().unwrap()))
-        .collect();
+    let fields = fields_of(response.headers());
     assert_eq!(fields, [("x-a", "v"), ("age", "3")]);
     assert_eq!(
         response_head_to_h2(b"HTTP/1.0 304 \r\n\r\n")

@@ -211,15 +211,7 @@ fn forwarding_headers() {
 fn response_head() {
     let raw = b"HTTP/1.1 200 Fine\r\nServer: origin\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\
         Content-Length: 5\r\nCache-Control: no-cache\r\n\r\n";
-    let forward = ForwardResponse {
-        framing: BodyFraming::Length(5),
-        version: Version::Http11,
-        keep_alive: true,
-        via: None,
-        via_version: None,
-        upgrade: false,
-        set_headers: &[],
-    };
+    let forward = ForwardResponse::plain(BodyFraming::Length(5));
     assert_eq!(
         written(raw, Method::Get, &forward),
         "HTTP/1.1 200 Fine\r\nServer: origin\r\nCache-Control: no-cache\r\nContent-Length: 5\r\n\r\n"
@@ -252,15 +244,7 @@ fn response_head() {
 
 #[test]
 fn response_content_length_on_head_and_304() {
-    let forward = ForwardResponse {
-        framing: BodyFraming::None,
-        version: Version::Http11,
-        keep_alive: true,
-        via: None,
-        via_version: None,
-        upgrade: false,
-        set_headers: &[],
-    };
+    let forward = ForwardResponse::plain(BodyFraming::None);
     let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nETag: \"e\"\r\n\r\n";
     assert_eq!(
         written(raw, Method::Head, &forward),
@@ -287,13 +271,8 @@ fn response_content_length_on_head_and_304() {
 fn response_upgrade() {
     let raw = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: x\r\n\r\n";
     let forward = ForwardResponse {
-        framing: BodyFraming::None,
-        version: Version::Http11,
-        keep_alive: true,
-        via: None,
-        via_version: None,
         upgrade: true,
-        set_headers: &[],
+        ..ForwardResponse::plain(BodyFraming::None)
     };
     assert_eq!(
         written(raw, Method::Get, &forward),
@@ -439,13 +418,8 @@ fn set_headers_replace_the_nodes_fields_of_those_names() {
         ("X-Content-Type-Options".to_owned(), "nosniff".to_owned()),
     ];
     let forward = ForwardResponse {
-        framing: BodyFraming::Length(2),
-        version: Version::Http11,
-        keep_alive: true,
-        via: None,
-        via_version: None,
-        upgrade: false,
         set_headers: &set,
+        ..ForwardResponse::plain(BodyFraming::Length(2))
     };
     assert_eq!(
         written(
@@ -510,15 +484,7 @@ fn edited_responses_and_answers() {
         b"HTTP/1.1 200 OK\r\nServer: x\r\nX-A: 1\r\n\r\n",
         Method::Get,
     );
-    let forward = ForwardResponse {
-        framing: BodyFraming::Length(0),
-        version: Version::Http11,
-        keep_alive: true,
-        via: None,
-        via_version: None,
-        upgrade: false,
-        set_headers: &[],
-    };
+    let forward = ForwardResponse::plain(BodyFraming::Length(0));
     let edits = TestEdits(&["server"], &[("Set-Cookie", "S=1; Path=/")]);
     let mut out = BytesMut::new();
     write_response_head_edited(&head, &forward, &edits, &mut out);

@@ -13,7 +13,7 @@ use h2::client::SendRequest;
 use weir_testkit::TestProxy;
 
 use super::node::{self, CountingNode};
-use super::{CACHE, curl, fresh, huge, large, proxy_for, request, text, versions};
+use super::{CACHE, curl, fresh, huge, large, proxy_for, request, text, until, versions};
 
 const H2C: &str = "[virtual_servers.web.http2]\ncleartext = true\n";
 
@@ -71,16 +71,8 @@ fn x_cache(response: &http::Response<RecvStream>) -> &str {
         .unwrap_or("")
 }
 
-/// Waits (bounded) until `done` holds.
-async fn until(what: &str, done: impl Fn() -> bool) {
-    let waited = tokio::time::timeout(Duration::from_secs(30), async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "{what}");
-}
+/// How long these tests wait for the proxy's requests to reach the node.
+const WAIT: Duration = Duration::from_secs(30);
 
 /// A stream's miss is stored: the next stream and an HTTP/1.1 request are
 /// hits (with `Via` as the relay wrote it); a stream that accepts gzip fills
@@ -220,7 +212,7 @@ async fn misses_over_both_protocols_make_one_node_request() {
             })
         };
         let mut answers = vec![if h2_leads { stream() } else { http1() }];
-        until("the leader's miss reaches the node", || {
+        until("the leader's miss reaches the node", WAIT, || {
             node.requests() == 1
         })
         .await;
@@ -228,7 +220,7 @@ async fn misses_over_both_protocols_make_one_node_request() {
         answers.extend((0..REQUESTS - usize::from(!h2_leads)).map(|_| http1()));
         let metrics = proxy.metrics.cache("web");
         let waiters = (STREAMS + REQUESTS - 1) as u64;
-        until("every other request waits on the fill", || {
+        until("every other request waits on the fill", WAIT, || {
             metrics.coalesced.get() >= waiters
         })
         .await;
@@ -261,7 +253,7 @@ async fn a_slow_http2_filler_never_blocks_http1_waiters() {
     let expected = Arc::new(huge("", 0).body);
     let sender = connect(&proxy, 16 << 10).await;
     let slow = tokio::spawn(async move { get(&sender, "/huge").await });
-    until("the stream's miss reaches the node", || {
+    until("the stream's miss reaches the node", WAIT, || {
         node.requests() == 1
     })
     .await;
@@ -272,9 +264,11 @@ async fn a_slow_http2_filler_never_blocks_http1_waiters() {
         })
         .collect();
     let metrics = proxy.metrics.cache("web");
-    until("the HTTP/1.1 requests wait on the stream's fill", || {
-        metrics.coalesced.get() >= WAITERS as u64
-    })
+    until(
+        "the HTTP/1.1 requests wait on the stream's fill",
+        WAIT,
+        || metrics.coalesced.get() >= WAITERS as u64,
+    )
     .await;
     node.release();
     for waiter in waiters {
@@ -310,7 +304,10 @@ async fn stale_while_revalidate_refreshes_from_a_stream() {
     let stale = get(&sender, "/r").await;
     assert_eq!(x_cache(&stale), "STALE");
     assert_eq!(read_body(stale).await, b"v0");
-    until("the refresh reaches the node", || node.requests() == 2).await;
+    until("the refresh reaches the node", WAIT, || {
+        node.requests() == 2
+    })
+    .await;
     let refreshed = |text: &str, cache: Option<&str>| (text.to_owned(), cache.map(str::to_owned));
     let mut fresh = None;
     for _ in 0..100 {
