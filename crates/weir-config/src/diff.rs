@@ -136,6 +136,16 @@ pub struct ListenOptions {
     pub defer_accept: bool,
 }
 
+impl ListenOptions {
+    /// How `vs` wants its listening sockets set up.
+    pub fn of(vs: &VirtualServer) -> ListenOptions {
+        ListenOptions {
+            backlog: vs.backlog,
+            defer_accept: vs.defer_accept,
+        }
+    }
+}
+
 /// The listening addresses of a configuration, with their virtual server and
 /// how each socket is set up.
 pub fn listeners(config: &Config) -> Vec<(SocketAddr, &str, ListenOptions)> {
@@ -143,10 +153,7 @@ pub fn listeners(config: &Config) -> Vec<(SocketAddr, &str, ListenOptions)> {
         .virtual_servers
         .iter()
         .flat_map(|vs| {
-            let options = ListenOptions {
-                backlog: vs.backlog,
-                defer_accept: vs.defer_accept,
-            };
+            let options = ListenOptions::of(vs);
             vs.listen
                 .iter()
                 .map(move |&address| (address, vs.name.as_str(), options))

@@ -306,15 +306,6 @@ impl Client {
         }
     }
 
-    /// The response being written is the connection's last and weir has all
-    /// of it: let its bytes, the close_notify and the FIN leave together
-    /// ([`weir_tls::ServerStream::hold_until_shutdown`]). HTTP/1.1 only.
-    pub(crate) fn last_write_ahead(&self) {
-        if let Downstream::Http1(stream) = &self.stream {
-            stream.hold_until_shutdown();
-        }
-    }
-
     pub(crate) fn is_h2(&self) -> bool {
         matches!(self.stream, Downstream::Http2 { .. })
     }
@@ -484,15 +475,17 @@ impl Client {
         written(tokio::time::timeout(timeout, write).await)
     }
 
-    /// Sends `write_buf` as the connection's last bytes: [`Client::close`]
-    /// must follow. On TLS they wait in the session and leave with the
-    /// close_notify in one write; with [`Client::last_write_ahead`] the FIN
-    /// joins them in one segment. Clears `write_buf`.
+    /// Sends `write_buf`, the whole of the connection's last answer:
+    /// [`Client::close`] must follow. Its bytes, the close_notify and the FIN
+    /// leave together ([`weir_tls::ServerStream::hold_until_shutdown`]); on
+    /// TLS the bytes wait in the session and go out with the close_notify in
+    /// one write. Clears `write_buf`.
     pub(crate) async fn send_last(&mut self, timeout: Duration) -> Result<(), Failure> {
         let Downstream::Http1(stream) = &mut self.stream else {
             self.write_buf.clear();
             return Err(not_for_h2());
         };
+        stream.hold_until_shutdown();
         let queued = match stream.queue_plaintext(&self.write_buf) {
             Ok(n) => n,
             Err(error) => {
@@ -664,7 +657,6 @@ impl Client {
             self.flush(timeout).await?;
         } else {
             // `Connection: close`: the connection's last answer, whole here.
-            self.last_write_ahead();
             self.send_last(timeout).await?;
         }
         Ok(size)

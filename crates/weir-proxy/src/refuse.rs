@@ -81,7 +81,6 @@ pub(crate) async fn refuse_connection(
         );
         let bytes = client.write_buf.len() as u64;
         // The connection's last answer: it leaves with the FIN (and close_notify).
-        client.last_write_ahead();
         if client.send_last(vs.config.timeouts.write).await.is_ok() {
             vs.metrics.record_status(refusal.status);
             tracing::debug!(virtual_server = %vs.config.name, client = %peer, "too many connections from this client; answered and closing");

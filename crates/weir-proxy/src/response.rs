@@ -124,7 +124,6 @@ pub(crate) async fn respond(
     if last && !keep_alive && !client.is_h2() && buffered_body.len() <= LAST_WRITE_MAX {
         // The whole answer is here and the connection ends after it: its
         // bytes, the close_notify and the FIN leave together.
-        client.last_write_ahead();
         if framing == BodyFraming::Chunked {
             encode_chunk(&buffered_body, &mut client.write_buf);
             encode_last_chunk(&[], &mut client.write_buf);

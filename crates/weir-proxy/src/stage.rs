@@ -178,10 +178,7 @@ pub(crate) fn bind_added(
             bound.push(Bound {
                 address,
                 virtual_server: vs.name.clone(),
-                options: weir_config::diff::ListenOptions {
-                    backlog: vs.backlog,
-                    defer_accept: vs.defer_accept,
-                },
+                options: weir_config::diff::ListenOptions::of(vs),
                 socket,
             });
         }
