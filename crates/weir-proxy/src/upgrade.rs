@@ -112,13 +112,7 @@ async fn to_http1_node(
         let idle = vs.config.timeouts.tunnel_idle;
         let upstream = tunnel.stream();
         let to_client = http2::relay_websocket(stream, response, early, upstream, idle).await?;
-        return Ok(Sent {
-            status: 200,
-            bytes: to_client,
-            keep_alive: false,
-            cache: None,
-            grpc_status: None,
-        });
+        return Ok(h2_tunnel_ended(to_client));
     }
     client.write_buf.clear();
     weir_http::write_response_head_edited(
@@ -200,13 +194,7 @@ async fn to_h2_node(
             send: &mut send,
         };
         let to_client = http2::relay(client, node, idle).await;
-        return Ok(Sent {
-            status: 200,
-            bytes: to_client,
-            keep_alive: false,
-            cache: None,
-            grpc_status: None,
-        });
+        return Ok(h2_tunnel_ended(to_client));
     }
     // Checked before the request was sent (`exchange/h2_websocket.rs`).
     let key = head.header("sec-websocket-key").unwrap_or_default();
@@ -370,4 +358,15 @@ async fn copy<R, W>(
     }
     // Pass the end on (a FIN; on TLS a close_notify first).
     let _ = to.shutdown().await;
+}
+
+/// What an HTTP/2 client's tunnel (opened with a `200` on its stream) sent it, once over.
+fn h2_tunnel_ended(to_client: u64) -> Sent {
+    Sent {
+        status: 200,
+        bytes: to_client,
+        keep_alive: false,
+        cache: None,
+        grpc_status: None,
+    }
 }

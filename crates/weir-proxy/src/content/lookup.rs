@@ -112,50 +112,32 @@ pub(crate) async fn lookup<'vs>(
         )));
     };
     let compression = policy.compression.as_ref();
-    let looked = match cache
+    let (hit, refresh) = match cache
         .lookup_coalesced(cache_policy, compression, &view)
         .await
     {
-        Lookup::Hit(hit) => Looked::Answered {
-            sent: deliver::hit(
-                client,
-                (vs, content),
-                &hit,
-                head.version(),
-                keep_alive,
-                edits,
-            )
-            .await?,
-            refresh: None,
-        },
-        Lookup::Stale { hit, refresh } => {
-            let sent = deliver::hit(
-                client,
-                (vs, content),
-                &hit,
-                head.version(),
-                keep_alive,
-                edits,
-            )
-            .await?;
-            let refresh =
-                refresh.map(|exchange| with_head(flow(None, Coding::Identity), exchange, head, vs));
-            Looked::Answered { sent, refresh }
+        Lookup::Hit(hit) => (hit, None),
+        // Answered now from the stale object, refreshed after.
+        Lookup::Stale { hit, refresh } => (hit, refresh),
+        Lookup::OnlyIfCachedMiss => {
+            let sent = answer(client, vs, 504, (head.version(), keep_alive), edits).await?;
+            return Ok(Looked::Answered {
+                sent,
+                refresh: None,
+            });
         }
-        Lookup::OnlyIfCachedMiss => Looked::Answered {
-            sent: answer(client, vs, 504, (head.version(), keep_alive), edits).await?,
-            refresh: None,
-        },
-        Lookup::Forward(exchange) => Looked::Forward(Some(with_head(
-            flow(None, Coding::Identity),
-            exchange,
-            head,
-            vs,
-        ))),
+        Lookup::Forward(exchange) => {
+            let forward = with_head(flow(None, Coding::Identity), exchange, head, vs);
+            return Ok(Looked::Forward(Some(forward)));
+        }
         // lookup_coalesced waits itself; go to the node should it not.
-        Lookup::Wait(_) => Looked::Forward(None),
+        Lookup::Wait(_) => return Ok(Looked::Forward(None)),
     };
-    Ok(looked)
+    let version = head.version();
+    let sent = deliver::hit(client, (vs, content), &hit, version, keep_alive, edits).await?;
+    let refresh =
+        refresh.map(|exchange| with_head(flow(None, Coding::Identity), exchange, head, vs));
+    Ok(Looked::Answered { sent, refresh })
 }
 
 /// The flow of a cache exchange, with the request rewritten for the node
