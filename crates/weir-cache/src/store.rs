@@ -144,7 +144,7 @@ impl Store {
         match resource
             .variants
             .iter()
-            .find(|object| *object.secondary == **scratch)
+            .find(|object| same_key(&object.secondary, scratch))
         {
             Some(object) => {
                 object.touch();
@@ -206,7 +206,7 @@ impl Store {
         } else {
             let (same, other): (Vec<_>, Vec<_>) = std::mem::take(&mut resource.variants)
                 .into_iter()
-                .partition(|stored| stored.secondary == object.secondary);
+                .partition(|stored| same_key(&stored.secondary, &object.secondary));
             resource.variants = other;
             same
         };
@@ -492,6 +492,15 @@ impl Shard {
             self.main.retain(live);
         }
     }
+}
+
+/// Whether two keys are equal, without calling `memcmp` for empty ones. The
+/// secondary key of an object that varies on nothing is an empty
+/// `Box<[u8]>`, whose pointer is dangling; glibc's AVX-512 `memcmp` still
+/// issues a masked load from it for length 0, and the suppressed fault costs
+/// a microcode assist of hundreds of cycles, about 2 % of a small hit's CPU.
+fn same_key(stored: &[u8], wanted: &[u8]) -> bool {
+    stored.len() == wanted.len() && (stored.is_empty() || stored == wanted)
 }
 
 #[cfg(test)]
