@@ -121,7 +121,7 @@ impl AdminState {
 pub async fn serve(
     listener: TcpListener,
     state: AdminState,
-    mut shutdown: ShutdownSignal,
+    shutdown: ShutdownSignal,
 ) -> io::Result<()> {
     let state = Arc::new(state);
     let slots = Arc::new(Semaphore::new(state.limits.max_connections.max(1)));

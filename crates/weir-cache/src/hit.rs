@@ -3,7 +3,6 @@
 //! age, with a writer for HTTP/1.1 heads. An HTTP/2 codec reads the same
 //! accessors.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -249,12 +248,12 @@ impl Hit {
         let reason = weir_http::reason_phrase(status);
         let lines = self.object.head.lines();
         out.reserve(lines.len() + 128);
-        // Writing into a BytesMut cannot fail.
-        let _ = write!(
-            out,
-            "HTTP/1.{} {status} {reason}\r\n",
-            if http10 { 0 } else { 1 }
-        );
+        let mut number = itoa::Buffer::new();
+        out.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
+        out.extend_from_slice(number.format(status).as_bytes());
+        out.extend_from_slice(b" ");
+        out.extend_from_slice(reason.as_bytes());
+        out.extend_from_slice(b"\r\n");
         let replaced = |name: &[u8]| {
             replace
                 .iter()
@@ -277,7 +276,6 @@ impl Hit {
         if let Some(edit) = edit {
             edit.write_added(out);
         }
-        let mut number = itoa::Buffer::new();
         push_field(out, b"Age", number.format(self.age).as_bytes());
         if let Some(range) = self.content_range() {
             push_field(out, b"Content-Range", range.as_bytes());

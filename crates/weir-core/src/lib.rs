@@ -1,4 +1,5 @@
-//! Shared building blocks of the data path: the error shape and the shutdown signal.
+//! Shared building blocks of the data path: the error shape, the shutdown signal and a
+//! timeout that arms its timer only when the future has to wait.
 //!
 //! ```
 //! use weir_core::{Error, ErrorKind, Side};
@@ -8,6 +9,7 @@
 
 pub mod error;
 pub mod shutdown;
+pub mod timeout;
 
 pub use error::{Error, ErrorKind, Side};
 pub use shutdown::{Shutdown, ShutdownSignal};

@@ -1,9 +1,13 @@
 //! Graceful shutdown: one [`Shutdown`] owner triggers, many [`ShutdownSignal`]s observe.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 
 use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
 
 /// The owner side: call [`Shutdown::trigger`] once to begin draining.
 /// Dropping it counts as a trigger for [`ShutdownSignal::triggered`].
@@ -67,7 +71,7 @@ impl ShutdownSignal {
 
     /// Completes when shutdown begins (at once if it already has), or when
     /// the owner is gone, which we treat as shutdown too.
-    pub async fn triggered(&mut self) {
+    pub async fn triggered(&self) {
         let shared = &*self.shared;
         // A `Notified` made before the check sees a trigger that lands between them.
         let notified = shared.notify.notified();
@@ -77,12 +81,24 @@ impl ShutdownSignal {
         notified.await;
     }
 
+    /// A watch that one task keeps across many waits (a kept-alive
+    /// connection between its requests): it joins the waiters once, on its
+    /// first wait, and later waits cost one atomic load instead of joining
+    /// and leaving the list each time. Pin it in the task that waits.
+    pub fn watch(&self) -> ShutdownWatch<'_> {
+        ShutdownWatch {
+            shared: &self.shared,
+            notified: self.shared.notify.notified(),
+            joined: false,
+        }
+    }
+
     /// A signal that triggers when `self` or `other` does (a reload that removes one
     /// part, or the shutdown of everything). Spawns a small task, so it must be called
     /// inside a tokio runtime; the task ends when the result triggers.
     pub fn either(&self, other: &ShutdownSignal) -> ShutdownSignal {
         let (owner, signal) = Shutdown::new();
-        let (mut a, mut b) = (self.clone(), other.clone());
+        let (a, b) = (self.clone(), other.clone());
         tokio::spawn(async move {
             tokio::select! {
                 () = a.triggered() => {}
@@ -94,13 +110,57 @@ impl ShutdownSignal {
     }
 }
 
+impl Shared {
+    fn ended(&self) -> bool {
+        self.triggered.load(Ordering::Acquire) || self.owner_gone.load(Ordering::Acquire)
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// See [`ShutdownSignal::watch`]. The waker it keeps is that of the task
+    /// that first waited, so only that task may wait on it.
+    #[derive(Debug)]
+    pub struct ShutdownWatch<'a> {
+        shared: &'a Shared,
+        // Made with the watch, before any check of the flags, so a trigger
+        // between the two is not missed.
+        #[pin]
+        notified: Notified<'a>,
+        joined: bool,
+    }
+}
+
+impl ShutdownWatch<'_> {
+    /// Ready once shutdown has begun (or the owner is gone).
+    pub fn poll_triggered(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if this.shared.ended() {
+            return Poll::Ready(());
+        }
+        if !*this.joined {
+            if this.notified.poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            *this.joined = true;
+        }
+        // In the waiters list with this task's waker: the trigger wakes the
+        // task, and the flags above tell it.
+        Poll::Pending
+    }
+
+    /// Completes once shutdown has begun.
+    pub async fn triggered(mut self: Pin<&mut Self>) {
+        std::future::poll_fn(|cx| self.as_mut().poll_triggered(cx)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[tokio::test]
     async fn signal_observes_trigger() {
-        let (owner, mut signal) = Shutdown::new();
+        let (owner, signal) = Shutdown::new();
         assert!(!signal.is_triggered());
         owner.trigger();
         signal.triggered().await;
@@ -110,7 +170,7 @@ mod tests {
     #[tokio::test]
     async fn a_waiting_signal_wakes_on_trigger() {
         let (owner, signal) = Shutdown::new();
-        let mut waiting = signal.clone();
+        let waiting = signal.clone();
         let waiter = tokio::spawn(async move { waiting.triggered().await });
         tokio::task::yield_now().await;
         owner.trigger();
@@ -122,9 +182,49 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_watch_kept_across_waits_wakes_on_trigger() {
+        let (owner, signal) = Shutdown::new();
+        let waiting = signal.clone();
+        let (woke_tx, mut woke_rx) = tokio::sync::mpsc::unbounded_channel();
+        let waiter = tokio::spawn(async move {
+            let watch = waiting.watch();
+            tokio::pin!(watch);
+            // Many short waits that end for another reason, as a connection's
+            // waits end with its requests; then one that only the trigger ends.
+            for _ in 0..3 {
+                tokio::select! {
+                    () = watch.as_mut().triggered() => panic!("not triggered yet"),
+                    () = tokio::task::yield_now() => {}
+                }
+            }
+            woke_tx.send(()).unwrap();
+            watch.as_mut().triggered().await;
+            // Once triggered, it stays so.
+            watch.as_mut().triggered().await;
+        });
+        woke_rx.recv().await.unwrap();
+        tokio::task::yield_now().await;
+        owner.trigger();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .expect("no panic");
+    }
+
+    #[tokio::test]
+    async fn a_watch_made_after_the_trigger_is_ready() {
+        let (owner, signal) = Shutdown::new();
+        owner.trigger();
+        let watch = signal.watch();
+        tokio::pin!(watch);
+        watch.as_mut().triggered().await;
+        drop(owner);
+    }
+
+    #[tokio::test]
     async fn a_dropped_owner_ends_the_wait_without_a_trigger() {
-        let (owner, mut signal) = Shutdown::new();
-        let mut waiting = signal.clone();
+        let (owner, signal) = Shutdown::new();
+        let waiting = signal.clone();
         let waiter = tokio::spawn(async move { waiting.triggered().await });
         tokio::task::yield_now().await;
         drop(owner);

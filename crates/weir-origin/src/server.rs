@@ -94,7 +94,7 @@ impl Origin {
     /// Serves until `shutdown` triggers; then stops accepting, closes idle connections, lets
     /// busy ones finish their current response (with `Connection: close`) for up to 5 s,
     /// aborts the rest and returns. Accept failures are logged and retried, never returned.
-    pub async fn run(self, mut shutdown: ShutdownSignal) -> io::Result<()> {
+    pub async fn run(self, shutdown: ShutdownSignal) -> io::Result<()> {
         let Origin {
             listener,
             local_addr,
@@ -216,7 +216,7 @@ async fn serve_tls(
     stream: TcpStream,
     peer: SocketAddr,
     shared: Arc<Shared>,
-    mut shutdown: ShutdownSignal,
+    shutdown: ShutdownSignal,
     open: OpenConnection,
     tls: OriginTls,
 ) {

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -110,7 +111,11 @@ pub(crate) struct Client {
     pub upstream_out: BytesMut,
     /// Scratch for what comes from the node.
     pub upstream_in: BytesMut,
-    pub accepted_at: Instant,
+    /// When the connection was accepted, until its first request is
+    /// answered; then when its latest answer was done (see `record` in
+    /// `pipeline.rs`). The first request's `header_read` and the `idle`
+    /// timeout between requests count from it.
+    pub since: Instant,
     /// Requests read on this connection so far.
     pub requests: u32,
     /// Subject of the verified client certificate (HTTPS with client certificates).
@@ -124,9 +129,68 @@ pub(crate) struct Client {
 pub(crate) struct IdleConnection {
     stream: ServerStream,
     peer: SocketAddr,
-    accepted_at: Instant,
+    /// See [`Client::since`].
+    since: Instant,
     requests: u32,
     client_subject: Option<Box<str>>,
+}
+
+/// What a kept-alive connection's task keeps for its idle waits: one timer
+/// and one shutdown watch for all of them (see
+/// [`IdleConnection::wait_for_request`]).
+pub(crate) struct IdleTimer<'a, 's> {
+    sleep: Pin<&'a mut tokio::time::Sleep>,
+    watch: Pin<&'a mut weir_core::shutdown::ShutdownWatch<'s>>,
+}
+
+impl<'a, 's> IdleTimer<'a, 's> {
+    pub(crate) fn new(
+        sleep: Pin<&'a mut tokio::time::Sleep>,
+        watch: Pin<&'a mut weir_core::shutdown::ShutdownWatch<'s>>,
+    ) -> IdleTimer<'a, 's> {
+        IdleTimer { sleep, watch }
+    }
+
+    /// Makes the timer fire no later than `deadline`. It is left alone when
+    /// it is armed for earlier: firing early costs one more wait then, where
+    /// moving it costs a trip to the timer wheel for every request.
+    fn aim(&mut self, deadline: Instant) {
+        if self.sleep.is_elapsed() || self.sleep.deadline() > deadline {
+            self.sleep.as_mut().reset(deadline);
+        }
+    }
+
+    /// One poll of an idle wait that ends at `deadline` (see
+    /// [`IdleConnection::wait_for_request`]); `draining`: whether a drain
+    /// began during this wait.
+    fn poll_wait(
+        &mut self,
+        stream: &ServerStream,
+        deadline: Instant,
+        draining: &mut bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<bool> {
+        if let Poll::Ready(ready) = stream.poll_readable(cx) {
+            return Poll::Ready(ready.is_ok());
+        }
+        if !*draining && self.watch.as_mut().poll_triggered(cx).is_ready() {
+            // A drain began: the next request may already be on its way; it gets
+            // DRAIN_GRACE and is answered with `Connection: close`.
+            *draining = true;
+            let grace = deadline.min(Instant::now() + DRAIN_GRACE);
+            self.sleep.as_mut().reset(grace);
+        }
+        loop {
+            if self.sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if *draining || Instant::now() >= deadline {
+                return Poll::Ready(false);
+            }
+            // Armed at an earlier wait: on to this one's deadline.
+            self.sleep.as_mut().reset(deadline);
+        }
+    }
 }
 
 impl IdleConnection {
@@ -140,7 +204,7 @@ impl IdleConnection {
         IdleConnection {
             stream,
             peer,
-            accepted_at,
+            since: accepted_at,
             requests: 0,
             client_subject,
         }
@@ -151,31 +215,30 @@ impl IdleConnection {
     /// should close quietly instead: nothing arrived within `header_read` of
     /// the accept (first request) or within `idle` (later ones), or a drain
     /// began.
-    pub(crate) async fn wait_for_request(
-        &self,
+    ///
+    /// `timer` stays with the connection's task across its waits (see
+    /// [`IdleTimer`]), and the wait is a plain poll of the socket, the timer
+    /// and the shutdown watch: it adds a few words to the task while idle.
+    pub(crate) fn wait_for_request<'w>(
+        &'w self,
         vs: &VirtualServerRuntime,
-        shutdown: &mut ShutdownSignal,
-    ) -> bool {
+        timer: &'w mut IdleTimer<'_, '_>,
+    ) -> impl Future<Output = bool> + 'w {
+        let deadline = self.deadline(vs);
+        timer.aim(deadline);
+        let mut draining = false;
+        std::future::poll_fn(move |cx| timer.poll_wait(&self.stream, deadline, &mut draining, cx))
+    }
+
+    /// When the wait for the next request ends: `header_read` after the
+    /// accept for the first request, `idle` after the latest answer for
+    /// later ones (no clock read: the answer's end was taken when it was
+    /// logged).
+    pub(crate) fn deadline(&self, vs: &VirtualServerRuntime) -> Instant {
         let timeouts = &vs.config.timeouts;
-        let deadline = if self.requests == 0 {
-            self.accepted_at + timeouts.header_read
-        } else {
-            Instant::now() + timeouts.idle
-        };
-        tokio::select! {
-            biased;
-            ready = self.stream.readable() => ready.is_ok(),
-            () = tokio::time::sleep_until(deadline) => false,
-            () = shutdown.triggered() => {
-                // A drain began: the next request may already be on its way; it gets
-                // DRAIN_GRACE and is answered with `Connection: close`.
-                let grace = deadline.min(Instant::now() + DRAIN_GRACE);
-                tokio::select! {
-                    biased;
-                    ready = self.stream.readable() => ready.is_ok(),
-                    () = tokio::time::sleep_until(grace) => false,
-                }
-            }
+        match self.requests {
+            0 => self.since + timeouts.header_read,
+            _ => self.since + timeouts.idle,
         }
     }
 
@@ -195,7 +258,7 @@ impl IdleConnection {
             write_buf: buffers.write,
             upstream_out: buffers.upstream_out,
             upstream_in: buffers.upstream_in,
-            accepted_at: self.accepted_at,
+            since: self.since,
             requests: self.requests,
             client_subject: self.client_subject,
         }
@@ -253,7 +316,7 @@ impl Client {
             Downstream::Http1(stream) => Some(IdleConnection {
                 stream,
                 peer: self.peer,
-                accepted_at: self.accepted_at,
+                since: self.since,
                 requests: self.requests,
                 client_subject: self.client_subject,
             }),
@@ -281,7 +344,7 @@ impl Client {
             write_buf: buffers.write,
             upstream_out: buffers.upstream_out,
             upstream_in: buffers.upstream_in,
-            accepted_at,
+            since: accepted_at,
             requests: 1,
             client_subject: client_subject.map(Box::from),
         }
@@ -325,7 +388,7 @@ impl Client {
     pub(crate) async fn read_head(
         &mut self,
         vs: &VirtualServerRuntime,
-        shutdown: &mut ShutdownSignal,
+        shutdown: &ShutdownSignal,
     ) -> Result<Option<RequestHead>, Failure> {
         // An HTTP/2 stream carries one request, whose head came with the stream.
         let Downstream::Http1(stream) = &mut self.stream else {
@@ -334,8 +397,7 @@ impl Client {
         let timeouts = &vs.config.timeouts;
         // The first head must arrive within header_read of the accept; later
         // ones may idle first, then have header_read from their first byte.
-        let mut head_deadline =
-            (self.requests == 0).then(|| self.accepted_at + timeouts.header_read);
+        let mut head_deadline = (self.requests == 0).then(|| self.since + timeouts.header_read);
         let mut drain_deadline: Option<Instant> = None;
         // Parse only when it can tell something new, not on every read: a
         // head sent one byte at a time must not cost a parse per byte.
@@ -447,7 +509,7 @@ impl Client {
             self.write_buf.clear();
             return Err(not_for_h2());
         };
-        let result = tokio::time::timeout(timeout, async {
+        let result = weir_core::timeout::timeout(timeout, async {
             stream.write_all(&self.write_buf).await?;
             stream.flush().await
         })
@@ -472,7 +534,7 @@ impl Client {
             stream.write_all(bytes).await?;
             stream.flush().await
         };
-        written(tokio::time::timeout(timeout, write).await)
+        written(weir_core::timeout::timeout(timeout, write).await)
     }
 
     /// Sends `write_buf`, the whole of the connection's last answer:
@@ -536,7 +598,7 @@ impl Client {
             }
             stream.flush().await
         };
-        let result = tokio::time::timeout(timeout, write).await;
+        let result = weir_core::timeout::timeout(timeout, write).await;
         self.write_buf.clear();
         written(result)
     }
@@ -740,7 +802,7 @@ impl VectoredCursor {
 
 /// A write to the client as a result: closed or timed out.
 fn written(
-    result: Result<std::io::Result<()>, tokio::time::error::Elapsed>,
+    result: Result<std::io::Result<()>, weir_core::timeout::Elapsed>,
 ) -> Result<(), Failure> {
     match result {
         Ok(Ok(())) => Ok(()),

@@ -204,7 +204,9 @@ async fn attempt(
         upstream,
     } = on;
     if let Some(node) = pool.http2.get(index) {
-        return attempt_h2(client, vs, pool, (index, node), on, body).await;
+        // Boxed: the HTTP/2 attempt's future is larger than the rest of this one,
+        // and HTTP/1.1 requests would carry (and copy) its size unboxed.
+        return Box::pin(attempt_h2(client, vs, pool, (index, node), on, body)).await;
     }
     let connections = &pool.connections[index];
     // A request that may leave HTTP takes a tunnel place first, so tunnels
@@ -396,7 +398,7 @@ async fn send(
         // A no-op on plain TCP; on TLS it pushes the records out.
         stream.flush().await
     };
-    match tokio::time::timeout(write_stall, written).await {
+    match weir_core::timeout::timeout(write_stall, written).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(error)) => Err(Failure::from_error(
             Error::upstream(ErrorKind::BadResponse, error)

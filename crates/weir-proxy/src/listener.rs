@@ -277,9 +277,9 @@ async fn accept_loop(
     listener: Arc<TcpListener>,
     target: Arc<Mutex<String>>,
     context: AcceptContext,
-    mut stop: ShutdownSignal,
+    stop: ShutdownSignal,
 ) {
-    let mut shutdown = context.shutdown.clone();
+    let shutdown = context.shutdown.clone();
     // The virtual server served, and the signal its connections close on (shutdown, or
     // the virtual server's removal).
     let mut current: Option<(Arc<VirtualServerRuntime>, ShutdownSignal)> = None;

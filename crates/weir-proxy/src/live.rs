@@ -577,7 +577,7 @@ impl Live {
 fn refresher(
     live: std::sync::Weak<Live>,
     changed: Arc<tokio::sync::Notify>,
-    mut shutdown: ShutdownSignal,
+    shutdown: ShutdownSignal,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -600,7 +600,7 @@ const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 /// of whichever model is current.
 fn cache_upkeep(
     cell: std::sync::Weak<ModelCell>,
-    mut shutdown: ShutdownSignal,
+    shutdown: ShutdownSignal,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(UPKEEP_EVERY);

@@ -27,7 +27,7 @@ use weir_upstream::node::NodeState;
 
 use crate::answer::Failure;
 use crate::answer::lossy;
-use crate::client::{Client, IdleConnection};
+use crate::client::{Client, IdleConnection, IdleTimer};
 use crate::content::{self, Looked};
 use crate::drain::Admission;
 use crate::exchange::{self, Exchange};
@@ -105,15 +105,19 @@ pub(crate) async fn handshake(
 async fn serve_kept_alive(
     start: Pin<Box<impl Future<Output = Option<IdleConnection>>>>,
     admission: Admission,
-    mut shutdown: ShutdownSignal,
+    shutdown: ShutdownSignal,
 ) {
     let Some(mut idle) = start.await else {
         return;
     };
     // The virtual server of the latest model a request of this connection took.
     let mut vs = Arc::clone(&admission.vs);
+    // One timer and one shutdown watch for all of the connection's idle waits.
+    let watch = std::pin::pin!(shutdown.watch());
+    let sleep = std::pin::pin!(tokio::time::sleep_until(idle.deadline(&vs)));
+    let mut timer = IdleTimer::new(sleep, watch);
     loop {
-        if !idle.wait_for_request(&vs, &mut shutdown).await {
+        if !idle.wait_for_request(&vs, &mut timer).await {
             // Idle timeout or drain: weir ends the connection (close_notify on TLS).
             Box::pin(idle.close()).await;
             return;
@@ -131,7 +135,7 @@ async fn serve_kept_alive(
                     None
                 }),
                 Woken::Failed => return,
-                Woken::Request(client) => Box::pin(serve_requests(client, &mut vs, &mut shutdown)),
+                Woken::Request(client) => Box::pin(serve_requests(client, &mut vs, &shutdown)),
             };
         match next.await {
             Some(back) => idle = back,
@@ -173,7 +177,7 @@ fn wake(idle: IdleConnection) -> Woken {
 async fn serve_requests(
     mut client: Client,
     latest: &mut Arc<VirtualServerRuntime>,
-    shutdown: &mut ShutdownSignal,
+    shutdown: &ShutdownSignal,
 ) -> Option<IdleConnection> {
     if client.requests == 0 && latest.config.http2.cleartext {
         // h2c with prior knowledge: the connection is HTTP/2 from its first byte.
@@ -363,6 +367,9 @@ async fn serve_request(
     let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
     let (route, edits) = (vs.matched_route(head), traffic.response_edits(vs));
     let answering = (body.is_complete(), answer_keep_alive);
+    // The stages that run for few requests (a refresh, stale-if-error, a tunnel, a cache fill)
+    // are boxed below: their futures are several KiB, and an unboxed one would make this
+    // future (copied whole each time a request starts) as large as the largest of them.
     let flow = match content::lookup(client, vs, route, head, answering, &edits).await? {
         Looked::Answered { sent, refresh } => {
             record(client, vs, request, body.received, &sent, None, traffic);
@@ -372,7 +379,9 @@ async fn serve_request(
                     stream.finish(true);
                 }
                 let forwarding = (forwarding, traffic.upstream(vs));
-                content::refresh(client, vs, pool, head, forwarding, &mut body, flow).await;
+                let refreshing =
+                    content::refresh(client, vs, pool, head, forwarding, &mut body, flow);
+                Box::pin(refreshing).await;
             }
             return Ok(match sent.keep_alive {
                 true => Next::KeepAlive,
@@ -398,7 +407,8 @@ async fn serve_request(
         // A stale object may stand in for a failed node (stale-if-error).
         (Err(failure), Some(flow)) => {
             let answered = (answer_keep_alive, &edits);
-            let sent = content::node_failed(client, vs, head, flow, failure, answered).await?;
+            let failed = content::node_failed(client, vs, head, flow, failure, answered);
+            let sent = Box::pin(failed).await?;
             record(client, vs, request, body.received, &sent, None, traffic);
             return Ok(if sent.keep_alive {
                 Next::KeepAlive
@@ -421,12 +431,12 @@ async fn serve_request(
     upgrade::h2_websocket_answered(client, tunnelled, status)?;
     let edits = traffic.response_edits(vs);
     let sent = match flow {
-        _ if tunnelled => upgrade::tunnel(client, vs, exchange, head, &edits).await?,
+        _ if tunnelled => Box::pin(upgrade::tunnel(client, vs, exchange, head, &edits)).await?,
         // filter_response → respond: stored, compressed, or answered from the cache
         Some(flow) => {
             let responding =
                 content::respond(client, vs, pool, head, (flow, &edits), exchange, keep_alive);
-            responding.await?
+            Box::pin(responding).await?
         }
         None => {
             let timeout = pool.config.timeouts.response;
@@ -478,7 +488,7 @@ struct Upstream<'a> {
 /// The log stage: metrics and the access record of an answered request
 /// (`upstream` is `None` when weir answered it from the cache).
 fn record(
-    client: &Client,
+    client: &mut Client,
     vs: &VirtualServerRuntime,
     request: Request<'_>,
     body_received: u64,
@@ -492,7 +502,11 @@ fn record(
         .bytes_received
         .inc_by(head.raw().len() as u64 + body_received);
     vs.metrics.bytes_sent.inc_by(sent.bytes);
-    vs.metrics.latency.record(started.elapsed());
+    // The answer is done: the connection's idle time counts from here (see `Client::since`).
+    let done = Instant::now();
+    client.since = done;
+    let duration = done.saturating_duration_since(started);
+    vs.metrics.latency.record(duration);
     if let Some(log) = &vs.access_log {
         log.write(&AccessRecord {
             virtual_server: &vs.config.name,
@@ -504,7 +518,7 @@ fn record(
             bytes_sent: sent.bytes,
             pool: upstream.as_ref().map(|u| u.pool.name.as_str()),
             node: upstream.as_ref().map(|u| u.node),
-            duration: started.elapsed(),
+            duration,
             upstream_duration: upstream.as_ref().map(|u| u.response_time),
             error: None,
             request_id: traffic.id(),

@@ -143,7 +143,7 @@ impl BoundProxy {
         let drain = Arc::new(Drain::default());
         self.live
             .start(self.listeners, shutdown.clone(), Arc::clone(&drain))?;
-        let mut stop = shutdown.clone();
+        let stop = shutdown.clone();
         stop.triggered().await;
         let (accept_loops, pool_tasks) = self.live.stopped();
         for task in accept_loops {

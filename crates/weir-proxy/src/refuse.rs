@@ -49,7 +49,7 @@ pub(crate) async fn refuse_connection(
     peer: SocketAddr,
     admission: Admission,
     refusal: Refusal,
-    mut shutdown: ShutdownSignal,
+    shutdown: ShutdownSignal,
 ) {
     let vs = Arc::clone(&admission.vs);
     let Some((stream, client_subject)) = Box::pin(handshake(stream, peer, &vs)).await else {
@@ -63,7 +63,7 @@ pub(crate) async fn refuse_connection(
     let idle = IdleConnection::new(stream, peer, Instant::now(), client_subject);
     let mut client = idle.into_client();
     let started = Instant::now();
-    if let Ok(Some(head)) = client.read_head(&vs, &mut shutdown).await {
+    if let Ok(Some(head)) = client.read_head(&vs, &shutdown).await {
         let retry_after = refusal.retry_after_seconds().to_string();
         let shape = SimpleResponse {
             status: refusal.status,

@@ -335,7 +335,7 @@ async fn node_write_step(
     write: impl std::future::Future<Output = std::io::Result<()>>,
     write_stall: Duration,
 ) -> Result<(), Failure> {
-    match tokio::time::timeout(write_stall, write).await {
+    match weir_core::timeout::timeout(write_stall, write).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(error)) => Err(Failure::from_error(
             Error::upstream(ErrorKind::BadResponse, error)

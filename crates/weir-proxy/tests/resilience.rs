@@ -201,6 +201,36 @@ async fn pipelined_requests_are_answered_in_order() {
     proxy.stop().await;
 }
 
+/// The idle timeout counts from each answer. The timer a connection armed
+/// after its first answer is not moved by the second (that would cost a
+/// timer-wheel visit per request): it fires early and moves on, and the
+/// connection stays open a whole idle time after its latest answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_timeout_counts_from_the_latest_answer() {
+    let origin = TestOrigin::start("a").await;
+    let timeouts = "[virtual_servers.web.timeouts]\nidle = \"1s\"";
+    let proxy = TestProxy::start(&config(&[origin.addr], "", timeouts)).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    let get = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+    connection.send(get).await.unwrap();
+    assert_eq!(connection.response().await.unwrap().status, 200);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    connection.send(get).await.unwrap();
+    assert_eq!(connection.response().await.unwrap().status, 200);
+    let latest = std::time::Instant::now();
+    // 1.2 s after the first answer, 0.6 s after the latest.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        !connection.is_closed(Duration::from_millis(50)).await,
+        "closed an idle time after the first answer, not the latest"
+    );
+    assert!(connection.is_closed(Duration::from_secs(3)).await);
+    let idle = latest.elapsed();
+    assert!(idle >= Duration::from_millis(950), "closed after {idle:?}");
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// Graceful drain: an in-flight request finishes (with Connection: close),
 /// idle keep-alive connections are closed, new connections are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

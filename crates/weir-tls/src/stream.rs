@@ -92,17 +92,23 @@ impl ServerStream {
     /// or TLS plaintext (or a close_notify) already received. Holds no buffer
     /// and no waiter of its own while it waits, so an idle connection stays small.
     pub async fn readable(&self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.poll_readable(cx)).await
+    }
+
+    /// [`Stream::readable`] as a poll, for a task that waits on it beside
+    /// other things without a future of its own.
+    pub fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let tcp = match self {
             Stream::Plain(tcp) => tcp,
             Stream::Tls(tls) => {
                 let (tcp, session) = tls.get_ref();
                 if !session.wants_read() {
-                    return Ok(());
+                    return Poll::Ready(Ok(()));
                 }
                 tcp
             }
         };
-        std::future::poll_fn(|cx| tcp.poll_read_ready(cx)).await
+        tcp.poll_read_ready(cx)
     }
 }
 

@@ -344,7 +344,7 @@ pub fn spawn_watch(
     resolver: Resolver,
     mut state: NameState,
     mut delay: Duration,
-    mut shutdown: ShutdownSignal,
+    shutdown: ShutdownSignal,
 ) -> (channel::Receiver<Arc<[SocketAddr]>>, JoinHandle<()>) {
     let initial = state
         .current

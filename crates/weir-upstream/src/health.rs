@@ -282,7 +282,7 @@ async fn run_monitor(
     pool: Arc<str>,
     node: Arc<NodeState>,
     monitor: Arc<Monitor>,
-    mut shutdown: ShutdownSignal,
+    shutdown: ShutdownSignal,
 ) {
     let tls = monitor.tls.as_ref();
     let monitor = &monitor.settings;

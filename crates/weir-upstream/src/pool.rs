@@ -302,7 +302,7 @@ impl Pool {
             ));
         }
         let pool = Arc::clone(self);
-        let (mut stop, mut shutdown) = (stop, shutdown);
+        let (stop, shutdown) = (stop, shutdown);
         let period = (self.config.connections.idle_timeout / 4)
             .clamp(Duration::from_millis(100), Duration::from_secs(5));
         tasks.push(tokio::spawn(async move {

@@ -254,7 +254,7 @@ async fn bind(config: &Config, metrics: &Arc<Metrics>, take_over: bool) -> anyho
 /// Also refreshes the days-until-expiry gauges twice an hour.
 async fn reload_on_sighup(
     live: Arc<weir_proxy::Live>,
-    mut stop: weir_core::ShutdownSignal,
+    stop: weir_core::ShutdownSignal,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
@@ -287,7 +287,7 @@ async fn reload_on_sighup(
 /// logrotate moved it), and writes out the rest when weir stops.
 async fn access_log_upkeep(
     live: Arc<weir_proxy::Live>,
-    mut stop: weir_core::ShutdownSignal,
+    stop: weir_core::ShutdownSignal,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut reopen = signal(SignalKind::user_defined1()).context("cannot listen for SIGUSR1")?;

@@ -125,7 +125,7 @@ pub struct Handover {
 pub async fn serve(
     listener: tokio::net::UnixListener,
     handover: Handover,
-    mut stop: weir_core::ShutdownSignal,
+    stop: weir_core::ShutdownSignal,
 ) -> bool {
     let handover = Arc::new(handover);
     loop {

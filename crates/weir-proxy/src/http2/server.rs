@@ -92,7 +92,7 @@ pub(crate) async fn serve<S, H>(
     timing: ConnectionLimits,
     metrics: &Http2Metrics,
     handler: H,
-    mut shutdown: ShutdownSignal,
+    shutdown: ShutdownSignal,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: StreamHandler,

@@ -142,7 +142,7 @@ pub(super) async fn prior_knowledge(
     client: &mut Client,
     vs: &VirtualServerRuntime,
 ) -> Result<bool, Failure> {
-    let deadline = client.accepted_at + vs.config.timeouts.header_read;
+    let deadline = client.since + vs.config.timeouts.header_read;
     loop {
         let bytes = &client.read_buf[..];
         match http2::starts_with_preface(bytes) {

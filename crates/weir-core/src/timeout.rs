@@ -1,0 +1,108 @@
+//! A timeout that costs nothing when it is not needed.
+//!
+//! `tokio::time::timeout` reads the clock when it is made, and arms a timer
+//! when its future has to wait. Most writes of the data path finish on their
+//! first poll (the socket has room), so [`timeout`] polls the future first
+//! and starts the clock only when it has to wait: the bound is the same,
+//! measured from the first time the future could not go on.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::time::Sleep;
+
+/// The future did not complete within its bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elapsed;
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline has elapsed")
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+/// Runs `future` to completion within `duration` of its first wait:
+/// `Err(Elapsed)` if it is still waiting then.
+pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
+    Timeout {
+        future,
+        duration,
+        sleep: None,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// See [`timeout`]. A plain struct rather than an `async fn`, so that it
+    /// holds its future once (an `async fn` keeps its argument and the
+    /// pinned copy apart).
+    #[derive(Debug)]
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Timeout<F> {
+        #[pin]
+        future: F,
+        duration: Duration,
+        #[pin]
+        sleep: Option<Sleep>,
+    }
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if let Poll::Ready(output) = this.future.poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        if this.sleep.is_none() {
+            this.sleep.set(Some(tokio::time::sleep(*this.duration)));
+        }
+        let sleep = this.sleep.as_pin_mut().expect("set above");
+        ready!(sleep.poll(cx));
+        Poll::Ready(Err(Elapsed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_future_ready_at_once_is_never_timed() {
+        assert_eq!(timeout(Duration::ZERO, async { 7 }).await, Ok(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_future_is_bounded() {
+        let never = std::future::pending::<()>();
+        let started = tokio::time::Instant::now();
+        assert_eq!(timeout(Duration::from_secs(3), never).await, Err(Elapsed));
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_future_that_waits_less_than_the_bound_completes() {
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            "done"
+        };
+        assert_eq!(timeout(Duration::from_secs(3), slow).await, Ok("done"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bound_counts_from_the_first_wait_not_from_each_wake() {
+        // Woken every second for five seconds: a bound of three still ends it at three.
+        let ticking = async {
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        };
+        let started = tokio::time::Instant::now();
+        assert_eq!(timeout(Duration::from_secs(3), ticking).await, Err(Elapsed));
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+    }
+}
