@@ -155,7 +155,9 @@ fn push_origin(scheme: Scheme, authority: &[u8], out: &mut Vec<u8>) {
     };
     out.extend_from_slice(prefix);
     let authority = authority.strip_suffix(default_port).unwrap_or(authority);
-    out.extend(authority.iter().map(u8::to_ascii_lowercase));
+    let start = out.len();
+    out.extend_from_slice(authority);
+    out[start..].make_ascii_lowercase();
 }
 
 #[cfg(test)]

@@ -220,7 +220,13 @@ async fn serve_requests(
         // rules (request id, client address, limits), then route
         let mut traffic = RequestTraffic::begin(vs, &client, &head);
         let routed = traffic.route(vs, &head);
-        match serve_routed(&mut client, vs, &routed, request, &mut traffic, shutdown).await {
+        let served = match &routed {
+            Routed::Pool(pool) => {
+                serve_request(&mut client, vs, pool, request, &mut traffic, shutdown).await
+            }
+            _ => answer_unrouted(&mut client, vs, &routed, request, &mut traffic).await,
+        };
+        match served {
             // Pipelined bytes are served at once; otherwise the connection idles.
             Ok(Next::KeepAlive) if client.read_buf.is_empty() => return client.into_idle(),
             Ok(Next::KeepAlive) => continue,
@@ -270,7 +276,13 @@ async fn serve_stream(
     // rules (request id, client address, limits), then route
     let mut traffic = RequestTraffic::begin(vs, &client, &head);
     let routed = traffic.route(vs, &head);
-    match serve_routed(&mut client, vs, &routed, request, &mut traffic, shutdown).await {
+    let served = match &routed {
+        Routed::Pool(pool) => {
+            serve_request(&mut client, vs, pool, request, &mut traffic, shutdown).await
+        }
+        _ => answer_unrouted(&mut client, vs, &routed, request, &mut traffic).await,
+    };
+    match served {
         Ok(_) => {
             if let Some(stream) = client.h2() {
                 stream.finish(true);
@@ -299,22 +311,20 @@ enum Next {
     Linger,
 }
 
-/// The stages after route: weir's own answer (a rule's, or a limit's refusal), or
-/// filter_request to log through the pool.
-async fn serve_routed(
+/// Answers a request the rules stage did not send to a pool: a rule's
+/// answer, or a limit's refusal. (A routed request goes to `serve_request`
+/// straight from its caller: a wrapper future around it would be one more
+/// copy of its several KiB for every request.)
+async fn answer_unrouted(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     routed: &Routed,
     request: Request<'_>,
     traffic: &mut RequestTraffic,
-    shutdown: &ShutdownSignal,
 ) -> Result<Next, Failure> {
     let refusal = match routed {
-        Routed::Pool(pool) => {
-            return serve_request(client, vs, pool, request, traffic, shutdown).await;
-        }
-        Routed::Answer => None,
         Routed::Refused(refusal) => Some(*refusal),
+        Routed::Answer | Routed::Pool(_) => None,
     };
     let Request {
         head,

@@ -202,19 +202,22 @@ impl NodeConnections {
 
     /// Takes a connection: an idle one, a new one under the cap, or the first
     /// one freed while this request waits in the queue.
+    ///
+    /// The connect and the queue's wait are boxed: a kept-alive node connection
+    /// is the common case, and their futures (each over 1.5 KiB) would
+    /// otherwise sit in every request's future, copied whole as it starts.
     pub async fn checkout(self: &Arc<Self>) -> Result<Lease, Error> {
         match self.try_take(true) {
             Taken::Idle(connection) => Ok(self.reuse(connection)),
-            Taken::Slot => self.connect(&[]).await,
+            Taken::Slot => Box::pin(self.connect(&[])).await,
             Taken::Queued(id, receiver) => {
-                QueuedWait {
+                let queued = QueuedWait {
                     pool: self,
                     id,
                     receiver: Some(receiver),
                     dedicated: false,
-                }
-                .wait(&[])
-                .await
+                };
+                Box::pin(queued.wait(&[])).await
             }
             Taken::QueueFull => Err(self.queue_full()),
         }
