@@ -112,9 +112,10 @@ pub(crate) struct Client {
     /// Scratch for what comes from the node.
     pub upstream_in: BytesMut,
     /// When the connection was accepted, until its first request is
-    /// answered; then when its latest answer was done (see `record` in
-    /// `pipeline.rs`). The first request's `header_read` and the `idle`
-    /// timeout between requests count from it.
+    /// answered; then when its latest answer was done, set where answers are
+    /// logged (`record` in `pipeline.rs`, `RequestTraffic::answer` in
+    /// `rules.rs`). The first request's `header_read` and the `idle` timeout
+    /// between requests count from it.
     pub since: Instant,
     /// Requests read on this connection so far.
     pub requests: u32,

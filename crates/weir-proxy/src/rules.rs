@@ -306,6 +306,9 @@ impl RequestTraffic {
         let bytes = client
             .answer_simple(&shape, &extra, &edits, body, timeout)
             .await?;
+        // The answer is done: the connection's idle time counts from here (see `Client::since`).
+        let done = Instant::now();
+        client.since = done;
         vs.metrics.record_status(status);
         if let Some(log) = &vs.access_log {
             log.write(&AccessRecord {
@@ -318,7 +321,7 @@ impl RequestTraffic {
                 bytes_sent: bytes,
                 pool: None,
                 node: None,
-                duration: started.elapsed(),
+                duration: done.saturating_duration_since(started),
                 upstream_duration: None,
                 error: refusal.map(|_| "limit"),
                 request_id: self.id(),

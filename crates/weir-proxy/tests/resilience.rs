@@ -201,32 +201,51 @@ async fn pipelined_requests_are_answered_in_order() {
     proxy.stop().await;
 }
 
-/// The idle timeout counts from each answer. The timer a connection armed
-/// after its first answer is not moved by the second (that would cost a
-/// timer-wheel visit per request): it fires early and moves on, and the
-/// connection stays open a whole idle time after its latest answer.
+/// The idle timeout counts from each answer, a node's or weir's own (a
+/// rule's). The timer a connection armed after its first answer is not moved
+/// by the second (that would cost a timer-wheel visit per request): it fires
+/// early and moves on, and the connection stays open a whole idle time after
+/// its latest answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_idle_timeout_counts_from_the_latest_answer() {
     let origin = TestOrigin::start("a").await;
-    let timeouts = "[virtual_servers.web.timeouts]\nidle = \"1s\"";
-    let proxy = TestProxy::start(&config(&[origin.addr], "", timeouts)).await;
-    let mut connection = Connection::open(proxy.addr).await.unwrap();
-    let get = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
-    connection.send(get).await.unwrap();
-    assert_eq!(connection.response().await.unwrap().status, 200);
+    let vs = "[virtual_servers.web.timeouts]\nidle = \"1s\"\n\
+              [[virtual_servers.web.rules]]\nname = \"ping\"\nmatch = { path = \"/ping\" }\n\
+              respond = { status = 200, body = \"pong\" }";
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    // One connection answered by the node, one by the rule.
+    let mut connections = Vec::new();
+    for path in ["/", "/ping"] {
+        connections.push((path, Connection::open(proxy.addr).await.unwrap()));
+    }
+    for (path, connection) in &mut connections {
+        let get = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+        connection.send(get.as_bytes()).await.unwrap();
+        assert_eq!(connection.response().await.unwrap().status, 200);
+    }
     tokio::time::sleep(Duration::from_millis(600)).await;
-    connection.send(get).await.unwrap();
-    assert_eq!(connection.response().await.unwrap().status, 200);
+    for (path, connection) in &mut connections {
+        let get = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+        connection.send(get.as_bytes()).await.unwrap();
+        assert_eq!(connection.response().await.unwrap().status, 200);
+    }
     let latest = std::time::Instant::now();
-    // 1.2 s after the first answer, 0.6 s after the latest.
+    // 1.2 s after the first answers, 0.6 s after the latest.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(
-        !connection.is_closed(Duration::from_millis(50)).await,
-        "closed an idle time after the first answer, not the latest"
-    );
-    assert!(connection.is_closed(Duration::from_secs(3)).await);
-    let idle = latest.elapsed();
-    assert!(idle >= Duration::from_millis(950), "closed after {idle:?}");
+    for (path, connection) in &mut connections {
+        assert!(
+            !connection.is_closed(Duration::from_millis(20)).await,
+            "{path}: closed an idle time after the first answer, not the latest"
+        );
+    }
+    for (path, connection) in &mut connections {
+        assert!(connection.is_closed(Duration::from_secs(3)).await, "{path}");
+        let idle = latest.elapsed();
+        assert!(
+            idle >= Duration::from_millis(950),
+            "{path}: closed after {idle:?}"
+        );
+    }
     proxy.stop().await;
     origin.stop().await;
 }
