@@ -158,6 +158,15 @@ impl ShutdownWatch<'_> {
 mod tests {
     use super::*;
 
+    /// Waits (5 s at most) for a task that waits on the shutdown to end, and
+    /// fails if it is still waiting or it panicked.
+    async fn woken(waiter: tokio::task::JoinHandle<()>) {
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .expect("no panic");
+    }
+
     #[tokio::test]
     async fn signal_observes_trigger() {
         let (owner, signal) = Shutdown::new();
@@ -174,10 +183,7 @@ mod tests {
         let waiter = tokio::spawn(async move { waiting.triggered().await });
         tokio::task::yield_now().await;
         owner.trigger();
-        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
-            .await
-            .expect("woken")
-            .expect("no panic");
+        woken(waiter).await;
         assert!(signal.is_triggered());
     }
 
@@ -205,10 +211,7 @@ mod tests {
         woke_rx.recv().await.unwrap();
         tokio::task::yield_now().await;
         owner.trigger();
-        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
-            .await
-            .expect("woken")
-            .expect("no panic");
+        woken(waiter).await;
     }
 
     #[tokio::test]
@@ -228,10 +231,7 @@ mod tests {
         let waiter = tokio::spawn(async move { waiting.triggered().await });
         tokio::task::yield_now().await;
         drop(owner);
-        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
-            .await
-            .expect("woken")
-            .expect("no panic");
+        woken(waiter).await;
         signal.triggered().await;
         assert!(!signal.is_triggered());
     }

@@ -112,10 +112,9 @@ pub(crate) struct Client {
     /// Scratch for what comes from the node.
     pub upstream_in: BytesMut,
     /// When the connection was accepted, until its first request is
-    /// answered; then when its latest answer was done, set where answers are
-    /// logged (`record` in `pipeline.rs`, `RequestTraffic::answer` in
-    /// `rules.rs`). The first request's `header_read` and the `idle` timeout
-    /// between requests count from it.
+    /// answered; then when its latest answer was done ([`Client::answered`]).
+    /// The first request's `header_read` and the `idle` timeout between
+    /// requests count from it.
     pub since: Instant,
     /// Requests read on this connection so far.
     pub requests: u32,
@@ -284,6 +283,15 @@ impl Client {
             Poll::Ready(result) => Some(result),
             Poll::Pending => None,
         }
+    }
+
+    /// Notes that a request's answer is done and returns when: the
+    /// connection's idle time counts from here. Called where answers are
+    /// logged (`record` in `pipeline.rs`, `RequestTraffic::answer` in
+    /// `rules.rs`), which need the same instant for the request's duration.
+    pub(crate) fn answered(&mut self) -> Instant {
+        self.since = Instant::now();
+        self.since
     }
 
     /// Gives the buffers back to this thread's pool and keeps the connection.

@@ -512,9 +512,7 @@ fn record(
         .bytes_received
         .inc_by(head.raw().len() as u64 + body_received);
     vs.metrics.bytes_sent.inc_by(sent.bytes);
-    // The answer is done: the connection's idle time counts from here (see `Client::since`).
-    let done = Instant::now();
-    client.since = done;
+    let done = client.answered();
     let duration = done.saturating_duration_since(started);
     vs.metrics.latency.record(duration);
     if let Some(log) = &vs.access_log {

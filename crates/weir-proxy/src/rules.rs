@@ -306,9 +306,7 @@ impl RequestTraffic {
         let bytes = client
             .answer_simple(&shape, &extra, &edits, body, timeout)
             .await?;
-        // The answer is done: the connection's idle time counts from here (see `Client::since`).
-        let done = Instant::now();
-        client.since = done;
+        let done = client.answered();
         vs.metrics.record_status(status);
         if let Some(log) = &vs.access_log {
             log.write(&AccessRecord {

@@ -88,15 +88,11 @@ impl ServerStream {
         }
     }
 
-    /// Completes when a read would not wait: bytes (or the end) on the socket,
-    /// or TLS plaintext (or a close_notify) already received. Holds no buffer
-    /// and no waiter of its own while it waits, so an idle connection stays small.
-    pub async fn readable(&self) -> io::Result<()> {
-        std::future::poll_fn(|cx| self.poll_readable(cx)).await
-    }
-
-    /// [`Stream::readable`] as a poll, for a task that waits on it beside
-    /// other things without a future of its own.
+    /// Ready when a read would not wait: bytes (or the end) on the socket, or
+    /// TLS plaintext (or a close_notify) already received. A poll rather than
+    /// a future, so that a task waiting on it beside other things (an idle
+    /// connection: its timer, the shutdown) holds no buffer and no waiter of
+    /// its own, and stays small.
     pub fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let tcp = match self {
             Stream::Plain(tcp) => tcp,

@@ -52,15 +52,8 @@ pub(super) async fn hit(
     let timeout = vs.config.timeouts.write;
     let body_bytes = match hit.body() {
         HitBody::Empty => 0,
-        HitBody::Whole(rope) => match copy_small(client, rope.chunks()) {
-            Some(sent) => sent,
-            // Boxed: the vectored writer's slices would otherwise sit in every hit's future.
-            None => Box::pin(send_chunks(client, rope.chunks(), timeout)).await?,
-        },
-        HitBody::Part(chunks) => match copy_small(client, &chunks) {
-            Some(sent) => sent,
-            None => Box::pin(send_chunks(client, &chunks, timeout)).await?,
-        },
+        HitBody::Whole(rope) => send_stored(client, rope.chunks(), timeout).await?,
+        HitBody::Part(chunks) => send_stored(client, &chunks, timeout).await?,
         HitBody::Growing(reader) => follow(client, reader, framing, timeout).await?,
     };
     if !client.write_buf.is_empty() {
@@ -164,28 +157,24 @@ fn broken_off() -> Failure {
 /// with vectored writes, head and chunks together, no copy.
 const COPY_BELOW: usize = 4096;
 
-/// Copies a body of at most [`COPY_BELOW`] bytes into `write_buf`, after the
-/// head (the caller flushes both); `None` for a larger one.
-fn copy_small(client: &mut Client, chunks: &[bytes::Bytes]) -> Option<u64> {
-    let size: usize = chunks.iter().map(bytes::Bytes::len).sum();
-    if size > COPY_BELOW {
-        return None;
-    }
-    for chunk in chunks {
-        client.write_buf.extend_from_slice(chunk);
-    }
-    Some(size as u64)
-}
-
-/// Writes the head in `write_buf` and a larger body from the store's chunks.
-async fn send_chunks(
+/// Sends a stored body after the head in `write_buf`: one of at most
+/// [`COPY_BELOW`] bytes is copied after the head (the caller flushes both), a
+/// larger one is written from the store's chunks.
+async fn send_stored(
     client: &mut Client,
     chunks: &[bytes::Bytes],
     timeout: Duration,
 ) -> Result<u64, Failure> {
-    let sent: usize = chunks.iter().map(bytes::Bytes::len).sum();
-    client.send_vectored(chunks, timeout).await?;
-    Ok(sent as u64)
+    let size: usize = chunks.iter().map(bytes::Bytes::len).sum();
+    if size <= COPY_BELOW {
+        for chunk in chunks {
+            client.write_buf.extend_from_slice(chunk);
+        }
+        return Ok(size as u64);
+    }
+    // Boxed: the vectored writer's slices would otherwise sit in every hit's future.
+    Box::pin(client.send_vectored(chunks, timeout)).await?;
+    Ok(size as u64)
 }
 
 /// Follows a body still arriving from the node, framed as the head said.
