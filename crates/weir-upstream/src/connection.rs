@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -577,6 +578,18 @@ impl Connection {
     /// A cheap check that the node has not closed an idle connection: any
     /// readable data or EOF on an idle HTTP connection means it is unusable.
     fn looks_open(&self) -> bool {
+        // First what tokio knows, without a system call: the read that ended
+        // the last response drained the socket (tokio clears a socket's read
+        // readiness when a read leaves its buffer part empty), and nothing
+        // the node sent or closed since has been reported by the event loop.
+        // The node's bytes that came with the response are in the reader's
+        // buffer, which a reusable release requires empty
+        // (`Relay::finish` in `crates/weir-proxy/src/response.rs`).
+        // What is reported, or a socket never drained, gets the peek.
+        let mut context = Context::from_waker(Waker::noop());
+        if self.stream.tcp().poll_read_ready(&mut context).is_pending() {
+            return true;
+        }
         // Peek, not read: on a TLS connection a consumed byte would corrupt
         // the record stream. Any byte (a close_notify, an alert, stray data)
         // or EOF makes an idle connection unusable.

@@ -351,3 +351,43 @@ async fn a_fresh_release_check_is_not_repeated() {
         "checked RECHECK_AFTER ago: peeked again, and the node's close seen"
     );
 }
+
+/// A connection whose last read drained the socket is taken as open without
+/// a peek (tokio's readiness is clear): bytes the node sends after that are
+/// still seen, once the event loop has reported them.
+#[tokio::test]
+async fn bytes_after_a_drained_read_still_make_a_connection_unusable() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (send_stray, stray_wanted) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let answer = b"HTTP/1.1 204 No Content\r\n\r\n";
+        tokio::io::AsyncWriteExt::write_all(&mut stream, answer)
+            .await
+            .unwrap();
+        let _ = stray_wanted.await;
+        let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, b"forged").await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let pool = pool(address, settings(1, 10, 5000));
+    let mut lease = pool.checkout().await.unwrap();
+    let mut answer = [0_u8; 64];
+    let read = tokio::io::AsyncReadExt::read(lease.stream(), &mut answer)
+        .await
+        .unwrap();
+    assert!(
+        read > 0 && read < answer.len(),
+        "a read that drains the socket"
+    );
+    let connection = lease.connection.as_ref().unwrap();
+    assert!(connection.looks_open(), "drained, nothing since: open");
+    send_stray.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !lease.connection.as_ref().unwrap().looks_open(),
+        "the node's later bytes are seen"
+    );
+    lease.release();
+    assert_eq!((pool.open(), pool.idle()), (0, 0), "closed, not kept");
+}
