@@ -16,11 +16,10 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use weir_core::{Error, ErrorKind, Side};
@@ -578,26 +577,24 @@ impl Connection {
     /// A cheap check that the node has not closed an idle connection: any
     /// readable data or EOF on an idle HTTP connection means it is unusable.
     fn looks_open(&self) -> bool {
-        // First what tokio knows, without a system call: the read that ended
-        // the last response drained the socket (tokio clears a socket's read
-        // readiness when a read leaves its buffer part empty), and nothing
-        // the node sent or closed since has been reported by the event loop.
-        // The node's bytes that came with the response are in the reader's
-        // buffer, which a reusable release requires empty
-        // (`Relay::finish` in `crates/weir-proxy/src/response.rs`).
-        // What is reported, or a socket never drained, gets the peek.
-        let mut context = Context::from_waker(Waker::noop());
-        if self.stream.tcp().poll_read_ready(&mut context).is_pending() {
-            return true;
-        }
         // Peek, not read: on a TLS connection a consumed byte would corrupt
         // the record stream. Any byte (a close_notify, an alert, stray data)
         // or EOF makes an idle connection unusable.
+        //
+        // The peek is made only when tokio has seen the socket readable since
+        // it was last drained (`try_io`; tokio clears a socket's readiness when
+        // a read leaves its buffer part empty, or when this peek finds nothing):
+        // otherwise nothing the node sent or closed since has been reported,
+        // and the connection is taken as open without a system call. The
+        // node's bytes that came with the response are in the reader's buffer,
+        // which a reusable release requires empty (`Upstream::finish` in
+        // `crates/weir-proxy/src/response.rs`).
+        let tcp = self.stream.tcp();
         let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-        matches!(
-            socket2::SockRef::from(self.stream.tcp()).peek(&mut probe),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
-        )
+        let peeked = tcp.try_io(Interest::READABLE, || {
+            socket2::SockRef::from(tcp).peek(&mut probe)
+        });
+        matches!(peeked, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 }
 
