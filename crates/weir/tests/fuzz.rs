@@ -31,7 +31,7 @@ mod mutate;
 use mutate::{Rng, mutate};
 
 fn corpus_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(&manifest_dir())
         .join("../../fuzz/corpus")
         .join(target)
 }
@@ -165,4 +165,12 @@ fn proxy_protocol() {
 #[test]
 fn client_hello() {
     fuzz("client_hello", client_hello::check_client_hello);
+}
+
+/// This crate's directory as cargo gives it to the running test, not as it
+/// was when the test was built: a build cache shared by two checkouts of the
+/// repository may run a test binary built in the other one, and the test must
+/// read this checkout's files.
+fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
 }
