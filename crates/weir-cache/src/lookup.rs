@@ -78,17 +78,35 @@ impl Cache {
         compression: Option<&CompressionPolicy>,
         request: &impl RequestView,
     ) -> Lookup {
+        let first = self.lookup(policy, compression, request, UnixTime::now());
+        self.coalesced_from(first, policy, compression, request)
+            .await
+    }
+
+    /// [`Cache::lookup_coalesced`] for a request whose first [`Cache::lookup`]
+    /// was made already (`first`, with the same policies): returns it unless
+    /// it is [`Lookup::Wait`], else waits and looks up again as
+    /// `lookup_coalesced` does. Never returns [`Lookup::Wait`].
+    pub async fn coalesced_from(
+        self: &Arc<Self>,
+        first: Lookup,
+        policy: &CachePolicy,
+        compression: Option<&CompressionPolicy>,
+        request: &impl RequestView,
+    ) -> Lookup {
         let mut coalesce = policy.coalesce;
+        let mut lookup = first;
         for round in 0..3 {
-            let lookup = self.lookup_with(policy, compression, request, UnixTime::now(), coalesce);
             let Lookup::Wait(waiter) = lookup else {
                 return lookup;
             };
-            if waiter.wait().await == WaitOutcome::GoToNode || round == 1 {
+            // After two waits, or when the leader could not store, no more coalescing.
+            if waiter.wait().await == WaitOutcome::GoToNode || round >= 1 {
                 coalesce = false;
             }
+            lookup = self.lookup_with(policy, compression, request, UnixTime::now(), coalesce);
         }
-        self.lookup_with(policy, compression, request, UnixTime::now(), false)
+        lookup
     }
 
     fn lookup_with(

@@ -512,6 +512,38 @@ impl Client {
         }
     }
 
+    /// Writes `write_buf` to the client without waiting: true when all of it
+    /// left (`write_buf` is then empty), false when the socket would not take
+    /// the rest now (or failed), which stays in `write_buf` for
+    /// [`Client::flush`]. On TLS "left" includes the session's records.
+    /// Not async, so the request's future keeps no state for it.
+    pub(crate) fn write_now(&mut self) -> bool {
+        use tokio::io::AsyncWrite;
+        let Downstream::Http1(stream) = &mut self.stream else {
+            return false;
+        };
+        // As in `read_now`: a waker that does nothing; should the write have
+        // to wait, the flush that follows registers the task's own.
+        let mut context = Context::from_waker(Waker::noop());
+        let mut stream = Pin::new(stream);
+        let mut written = 0;
+        while written < self.write_buf.len() {
+            match stream
+                .as_mut()
+                .poll_write(&mut context, &self.write_buf[written..])
+            {
+                Poll::Ready(Ok(n)) if n > 0 => written += n,
+                // Would wait, or failed: the flush waits, or reports the error.
+                _ => {
+                    bytes::Buf::advance(&mut self.write_buf, written);
+                    return false;
+                }
+            }
+        }
+        self.write_buf.clear();
+        matches!(stream.poll_flush(&mut context), Poll::Ready(Ok(())))
+    }
+
     /// Writes `write_buf` to the client and clears it.
     pub(crate) async fn flush(&mut self, timeout: Duration) -> Result<(), Failure> {
         let Downstream::Http1(stream) = &mut self.stream else {

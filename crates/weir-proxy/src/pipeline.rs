@@ -18,6 +18,7 @@ use bytes::Bytes;
 
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use weir_cache::Lookup;
 use weir_core::{ErrorKind, ShutdownSignal};
 use weir_http::{RequestHead, Unedited, Version};
 use weir_observe::AccessRecord;
@@ -28,7 +29,7 @@ use weir_upstream::node::NodeState;
 use crate::answer::Failure;
 use crate::answer::lossy;
 use crate::client::{Client, IdleConnection, IdleTimer};
-use crate::content::{self, Looked};
+use crate::content::{self, Early, Looked};
 use crate::drain::Admission;
 use crate::exchange::{self, Exchange};
 use crate::policy;
@@ -222,7 +223,24 @@ async fn serve_requests(
         let routed = traffic.route(vs, &head);
         let served = match &routed {
             Routed::Pool(pool) => {
-                serve_request(&mut client, vs, pool, request, &mut traffic, shutdown).await
+                match answer_now(&mut client, vs, pool, request, &traffic, shutdown) {
+                    Early::Answered(sent, written) => {
+                        answered_now(&mut client, vs, request, &sent, written, &traffic).await
+                    }
+                    // Boxed: a hit answered above never builds this future.
+                    Early::Later(prior) => {
+                        let stages = (&mut traffic, prior);
+                        Box::pin(serve_request(
+                            &mut client,
+                            vs,
+                            pool,
+                            request,
+                            stages,
+                            shutdown,
+                        ))
+                        .await
+                    }
+                }
             }
             _ => answer_unrouted(&mut client, vs, &routed, request, &mut traffic).await,
         };
@@ -278,7 +296,8 @@ async fn serve_stream(
     let routed = traffic.route(vs, &head);
     let served = match &routed {
         Routed::Pool(pool) => {
-            serve_request(&mut client, vs, pool, request, &mut traffic, shutdown).await
+            let stages = (&mut traffic, None);
+            serve_request(&mut client, vs, pool, request, stages, shutdown).await
         }
         _ => answer_unrouted(&mut client, vs, &routed, request, &mut traffic).await,
     };
@@ -357,12 +376,14 @@ struct Request<'a> {
 }
 
 /// One request from filter to log. Returns what becomes of the connection.
+/// `prior`: the cache's answer for the request, when [`answer_now`] looked
+/// it up already.
 async fn serve_request(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     pool: &Arc<Pool>,
     request: Request<'_>,
-    traffic: &mut RequestTraffic,
+    (traffic, prior): (&mut RequestTraffic, Option<Lookup>),
     shutdown: &ShutdownSignal,
 ) -> Result<Next, Failure> {
     let Request {
@@ -380,7 +401,8 @@ async fn serve_request(
     // The stages that run for few requests (a refresh, stale-if-error, a tunnel, a cache fill)
     // are boxed below: their futures are several KiB, and an unboxed one would make this
     // future (copied whole each time a request starts) as large as the largest of them.
-    let flow = match content::lookup(client, vs, route, head, answering, &edits).await? {
+    let looked = content::lookup(client, vs, route, head, answering, &edits, prior);
+    let flow = match looked.await? {
         Looked::Answered { sent, refresh } => {
             record(client, vs, request, body.received, &sent, None, traffic);
             if let Some(flow) = refresh {
@@ -468,6 +490,55 @@ async fn serve_request(
         false if body_cut => Next::Linger,
         // A CONNECT the node refused: whatever the client sent after it was meant for a tunnel.
         false if forwarding.connect && !tunnelled => Next::Linger,
+        false => Next::Close,
+    })
+}
+
+/// The stages up to `cache_lookup` for a request that may be answered from
+/// the cache without waiting (see [`content::hit_now`]): no body to read, the
+/// virtual server's filter passed, HTTP/1.1. [`Early::Later`] hands anything
+/// else to [`serve_request`] with what was found, which then also answers a
+/// refused request.
+fn answer_now(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    pool: &Pool,
+    request: Request<'_>,
+    traffic: &RequestTraffic,
+    shutdown: &ShutdownSignal,
+) -> Early {
+    let head = request.head;
+    if !matches!(head.framing(), weir_http::BodyFraming::None) {
+        return Early::Later(None);
+    }
+    let Ok(forwarding) = policy::filter(vs, head) else {
+        return Early::Later(None);
+    };
+    if policy::across_protocols(client, pool, head, forwarding).is_err() {
+        return Early::Later(None);
+    }
+    let keep_alive = request.keep_alive && !shutdown.is_triggered();
+    let edits = traffic.response_edits(vs);
+    content::hit_now(client, vs, vs.matched_route(head), head, keep_alive, &edits)
+}
+
+/// Finishes a request [`answer_now`] answered: the rest of the answer, if
+/// the socket did not take all of it at once (`written`), then the log.
+async fn answered_now(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    request: Request<'_>,
+    sent: &Sent,
+    written: bool,
+    traffic: &RequestTraffic,
+) -> Result<Next, Failure> {
+    if !written {
+        client.flush(vs.config.timeouts.write).await?;
+    }
+    record(client, vs, request, 0, sent, None, traffic);
+    // No body was read: nothing is left of the request on the connection.
+    Ok(match sent.keep_alive {
+        true => Next::KeepAlive,
         false => Next::Close,
     })
 }

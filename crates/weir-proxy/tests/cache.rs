@@ -88,6 +88,60 @@ async fn hits_conditionals_and_head_are_answered_from_the_store() {
     proxy.stop().await;
 }
 
+/// Small hits are written without waiting when the socket takes them; when it
+/// does not (a client that pipelines requests and reads nothing until its
+/// receive buffer and weir's send buffer are full), the rest of an answer
+/// waits for the client, and every answer still arrives whole and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_hits_to_a_client_that_stops_reading_all_arrive_whole() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const REQUESTS: usize = 30_000;
+    let node = CountingNode::start(fresh, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    assert_eq!(request(&proxy, "GET", "/small", &[]).await.status, 200);
+    let stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let requests = "GET /small HTTP/1.1\r\nHost: cache.test\r\n\r\n".repeat(REQUESTS);
+    let sending = tokio::spawn(async move {
+        writer.write_all(requests.as_bytes()).await.unwrap();
+        writer
+    });
+    // Nothing is read until weir's writes have had to wait for the client.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let one = request(&proxy, "GET", "/small", &[]).await;
+    assert_eq!(
+        one.header("x-cache"),
+        Some("HIT"),
+        "other clients are served"
+    );
+    // Each answer ends with its body: count them as they come.
+    let marker = b"body of /small";
+    let (mut received, mut from, mut bodies) = (Vec::new(), 0, 0);
+    let mut buffer = vec![0_u8; 64 * 1024];
+    while bodies < REQUESTS {
+        let read = tokio::time::timeout(Duration::from_secs(10), reader.read(&mut buffer))
+            .await
+            .expect("the answers keep coming")
+            .unwrap();
+        assert!(read > 0, "weir closed after {bodies} answers");
+        received.extend_from_slice(&buffer[..read]);
+        while let Some(at) = received[from..]
+            .windows(marker.len())
+            .position(|window| window == marker)
+        {
+            bodies += 1;
+            from += at + marker.len();
+        }
+    }
+    assert_eq!(from, received.len(), "nothing after the last answer");
+    let _writer = sending.await.unwrap();
+    let text = String::from_utf8(received).unwrap();
+    assert_eq!(text.matches("HTTP/1.1 200 OK\r\n").count(), REQUESTS);
+    assert_eq!(text.matches("\r\n\r\nbody of /small").count(), REQUESTS);
+    assert_eq!(node.requests(), 1, "every pipelined request was a hit");
+    proxy.stop().await;
+}
+
 /// A client's conditional on a miss is not passed to the node (weir needs the
 /// whole object); the client still gets its 304.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,25 +29,11 @@ pub(super) async fn hit(
     keep_alive: bool,
     edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
-    let http10 = version == Version::Http10;
-    // The stored head carries this hop's `Via` entry as the relay wrote it
-    // (`relay.rs`), in the version the node answered in.
-    let status = content
-        .status_header()
-        .map(|name| (name, hit.cache_status().as_str()));
-    let extra = status.as_slice();
     if client.is_h2() {
-        return hit_h2(client, vs, hit, (extra, edits)).await;
+        let status = status_field(content, hit);
+        return hit_h2(client, vs, hit, (status.as_slice(), edits)).await;
     }
-    client.write_buf.clear();
-    let framing = hit.write_http1_head(
-        &mut client.write_buf,
-        (http10, keep_alive),
-        extra,
-        &vs.config.response_headers,
-        edits.as_edit(),
-    );
-    let keep_alive = keep_alive && framing != Framing::Close;
+    let (framing, keep_alive) = write_head(client, (vs, content), hit, version, keep_alive, edits);
     let head_bytes = client.write_buf.len() as u64;
     let timeout = vs.config.timeouts.write;
     let body_bytes = match hit.body() {
@@ -59,13 +45,83 @@ pub(super) async fn hit(
     if !client.write_buf.is_empty() {
         client.flush(timeout).await?;
     }
-    Ok(Sent {
+    Ok(sent(hit, head_bytes + body_bytes, keep_alive))
+}
+
+/// Answers `hit` on an HTTP/1.1 connection without waiting, when its whole
+/// body is stored and small (at most [`COPY_BELOW`] bytes): head and body go
+/// into `write_buf` and out in one write that does not wait. `None` (nothing
+/// written) for any other hit, which [`hit`] sends. The answer's bytes that
+/// the socket did not take stay in `write_buf`: `Sent` with `false` says the
+/// caller must flush them.
+pub(super) fn hit_now(
+    client: &mut Client,
+    (vs, content): (&VirtualServerRuntime, &Content),
+    hit: &Hit,
+    version: Version,
+    keep_alive: bool,
+    edits: &Edits<'_>,
+) -> Option<(Sent, bool)> {
+    if client.is_h2() {
+        return None;
+    }
+    let body = hit.body();
+    let chunks: &[bytes::Bytes] = match &body {
+        HitBody::Empty => &[],
+        HitBody::Whole(rope) if rope.len() <= COPY_BELOW as u64 => rope.chunks(),
+        _ => return None,
+    };
+    let (_, keep_alive) = write_head(client, (vs, content), hit, version, keep_alive, edits);
+    let mut bytes = client.write_buf.len() as u64;
+    for chunk in chunks {
+        client.write_buf.extend_from_slice(chunk);
+        bytes += chunk.len() as u64;
+    }
+    let written = client.write_now();
+    Some((sent(hit, bytes, keep_alive), written))
+}
+
+/// Writes `hit`'s HTTP/1.1 head into `write_buf` (cleared first), with the
+/// request's response `edits`. Returns the body's framing, and whether the
+/// connection may still be kept after it.
+fn write_head(
+    client: &mut Client,
+    (vs, content): (&VirtualServerRuntime, &Content),
+    hit: &Hit,
+    version: Version,
+    keep_alive: bool,
+    edits: &Edits<'_>,
+) -> (Framing, bool) {
+    // The stored head carries this hop's `Via` entry as the relay wrote it
+    // (`relay.rs`), in the version the node answered in.
+    let status = status_field(content, hit);
+    client.write_buf.clear();
+    let framing = hit.write_http1_head(
+        &mut client.write_buf,
+        (version == Version::Http10, keep_alive),
+        status.as_slice(),
+        &vs.config.response_headers,
+        edits.as_edit(),
+    );
+    (framing, keep_alive && framing != Framing::Close)
+}
+
+/// The debug header with the hit's cache status, when configured.
+fn status_field<'a>(content: &'a Content, hit: &Hit) -> Option<(&'a str, &'static str)> {
+    content
+        .status_header()
+        .map(|name| (name, hit.cache_status().as_str()))
+}
+
+/// What was sent for `hit`: `bytes` of head and body.
+fn sent(hit: &Hit, bytes: u64, keep_alive: bool) -> Sent {
+    Sent {
         grpc_status: None,
         status: hit.status(),
-        bytes: head_bytes + body_bytes,
+        bytes,
         keep_alive,
         cache: Some(hit.cache_status().as_str()),
-    })
+    }
 }
 
 /// Sends `hit` on an HTTP/2 stream: the head the HTTP/1.1 writer makes, as
@@ -86,7 +142,7 @@ async fn hit_h2(
     let Some(stream) = client.h2() else {
         return Err(not_a_stream());
     };
-    let mut sent = 0;
+    let mut body_bytes = 0;
     let chunks = match body {
         HitBody::Empty => Vec::new(),
         HitBody::Whole(rope) => rope.chunks().to_vec(),
@@ -94,7 +150,7 @@ async fn hit_h2(
         HitBody::Growing(mut reader) => loop {
             match reader.next().await {
                 Ok(Some(chunk)) => {
-                    sent += chunk.len() as u64;
+                    body_bytes += chunk.len() as u64;
                     stream
                         .send_data(chunk, false, timeout)
                         .await
@@ -106,19 +162,14 @@ async fn hit_h2(
         },
     };
     for chunk in chunks {
-        sent += chunk.len() as u64;
+        body_bytes += chunk.len() as u64;
         stream
             .send_data(chunk, false, timeout)
             .await
             .map_err(Failure::silent)?;
     }
-    Ok(Sent {
-        grpc_status: None,
-        status: hit.status(),
-        bytes: head.len() as u64 + sent,
-        keep_alive: false,
-        cache: Some(hit.cache_status().as_str()),
-    })
+    // The stream ends with its answer; the connection is the HTTP/2 driver's.
+    Ok(sent(hit, head.len() as u64 + body_bytes, false))
 }
 
 /// Sends a head weir wrote in HTTP/1.1 form (a stored one, or one the relay

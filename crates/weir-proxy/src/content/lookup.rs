@@ -7,7 +7,7 @@ use weir_cache::compress::AcceptEncoding;
 use weir_cache::directives::RequestDirectives;
 use weir_cache::{
     Coding, Exchange as CacheExchange, Http1Request, Lookup, PurgeMethod, RequestView, Scheme,
-    purge_method,
+    UnixTime, purge_method,
 };
 use weir_http::{Parsed, RequestHead, Version};
 
@@ -48,8 +48,83 @@ pub(crate) struct Flow<'vs> {
     pub(crate) forward_head: Option<RequestHead>,
 }
 
+/// What [`hit_now`] made of a request.
+// Returned once per request and taken apart at once: boxing the lookup would
+// cost each miss an allocation to save a copy of a few hundred bytes.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Early {
+    /// Answered from the cache: what was sent, and whether all of it left
+    /// (if not, the rest is in the client's `write_buf`, to be flushed).
+    Answered(Sent, bool),
+    /// Not answered: the request goes on through the stages, and
+    /// [`lookup`] with the cache's answer for it, when it was looked up.
+    Later(Option<Lookup>),
+}
+
+/// The `cache_lookup` stage of a bodiless HTTP/1.1 request, made without
+/// waiting: a fresh hit whose whole body is stored and small is answered
+/// here, with one write that does not wait ([`deliver::hit_now`]). Anything
+/// else — a PURGE, a miss, a stale or large object, a request to wait for
+/// another's fill — is left to [`lookup`], with the lookup already made (it
+/// is not made twice: a miss may have made this request the one to fill).
+pub(crate) fn hit_now(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    route: Option<usize>,
+    head: &RequestHead,
+    keep_alive: bool,
+    edits: &Edits<'_>,
+) -> Early {
+    let Some(content) = vs.content.as_deref() else {
+        return Early::Later(None);
+    };
+    let policy = content.policy(route);
+    let (Some(cache), Some(cache_policy)) = (content.cache.as_ref(), policy.cache.as_ref()) else {
+        return Early::Later(None);
+    };
+    if client.is_h2() || purge(content, client, head) != PurgeMethod::NotPurge {
+        return Early::Later(None);
+    }
+    let view = Http1Request {
+        head,
+        scheme: scheme(client),
+    };
+    let compression = policy.compression.as_ref();
+    let looked = cache.lookup(cache_policy, compression, &view, UnixTime::now());
+    let Lookup::Hit(hit) = &looked else {
+        return Early::Later(Some(looked));
+    };
+    match deliver::hit_now(
+        client,
+        (vs, content),
+        hit,
+        head.version(),
+        keep_alive,
+        edits,
+    ) {
+        Some((sent, written)) => Early::Answered(sent, written),
+        None => Early::Later(Some(looked)),
+    }
+}
+
+/// What the request's method is to the purge settings of `content`'s store.
+fn purge(content: &Content, client: &Client, head: &RequestHead) -> PurgeMethod {
+    match &content.store {
+        Some(store) => purge_method(head.method_bytes(), client.peer.ip(), &store.purge_from),
+        None => PurgeMethod::NotPurge,
+    }
+}
+
+fn scheme(client: &Client) -> Scheme {
+    match client.stream.is_tls() {
+        true => Scheme::Https,
+        false => Scheme::Http,
+    }
+}
+
 /// The `cache_lookup` stage. `body_complete`: the whole request body is read
 /// (a GET with a body larger than the buffer is not answered from the cache).
+/// `prior`: the cache's answer when [`hit_now`] looked the request up already.
 pub(crate) async fn lookup<'vs>(
     client: &mut Client,
     vs: &'vs VirtualServerRuntime,
@@ -57,32 +132,28 @@ pub(crate) async fn lookup<'vs>(
     head: &RequestHead,
     (body_complete, keep_alive): (bool, bool),
     edits: &Edits<'_>,
+    prior: Option<Lookup>,
 ) -> Result<Looked<'vs>, Failure> {
     let Some(content) = vs.content.as_deref() else {
         return Ok(Looked::Forward(None));
     };
     let policy = content.policy(route);
-    let scheme = match client.stream.is_tls() {
-        true => Scheme::Https,
-        false => Scheme::Http,
-    };
+    let scheme = scheme(client);
     let view = Http1Request { head, scheme };
-    if let Some(store) = &content.store {
-        let status = match purge_method(head.method_bytes(), client.peer.ip(), &store.purge_from) {
-            PurgeMethod::NotPurge => None,
-            PurgeMethod::Forbidden => Some(403),
-            PurgeMethod::Purge => Some(match content.cache.as_ref() {
-                Some(cache) if cache.purge_request(&view) > 0 => 200,
-                _ => 404,
-            }),
-        };
-        if let Some(status) = status {
-            let sent = answer(client, vs, status, (head.version(), keep_alive), edits).await?;
-            return Ok(Looked::Answered {
-                sent,
-                refresh: None,
-            });
-        }
+    let status = match purge(content, client, head) {
+        PurgeMethod::NotPurge => None,
+        PurgeMethod::Forbidden => Some(403),
+        PurgeMethod::Purge => Some(match content.cache.as_ref() {
+            Some(cache) if cache.purge_request(&view) > 0 => 200,
+            _ => 404,
+        }),
+    };
+    if let Some(status) = status {
+        let sent = answer(client, vs, status, (head.version(), keep_alive), edits).await?;
+        return Ok(Looked::Answered {
+            sent,
+            refresh: None,
+        });
     }
     let flow = |cached: Option<CacheExchange>, coding: Coding| Flow {
         content,
@@ -112,10 +183,19 @@ pub(crate) async fn lookup<'vs>(
         )));
     };
     let compression = policy.compression.as_ref();
-    let (hit, refresh) = match cache
-        .lookup_coalesced(cache_policy, compression, &view)
-        .await
-    {
+    let looked = match prior {
+        Some(first) => {
+            cache
+                .coalesced_from(first, cache_policy, compression, &view)
+                .await
+        }
+        None => {
+            cache
+                .lookup_coalesced(cache_policy, compression, &view)
+                .await
+        }
+    };
+    let (hit, refresh) = match looked {
         Lookup::Hit(hit) => (hit, None),
         // Answered now from the stale object, refreshed after.
         Lookup::Stale { hit, refresh } => (hit, refresh),

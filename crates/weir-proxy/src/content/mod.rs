@@ -20,7 +20,7 @@ use weir_cache::{Cache, CachePolicy, CompressionPolicy, StoreSettings};
 use weir_config::{CacheStore, ContentPolicy, VirtualServer};
 use weir_observe::{CompressionMetrics, Metrics};
 
-pub(crate) use lookup::{Flow, Looked, lookup};
+pub(crate) use lookup::{Early, Flow, Looked, hit_now, lookup};
 pub(crate) use relay::{node_failed, refresh, respond};
 
 /// What a request may do with the cache and compression, by route.
