@@ -227,18 +227,9 @@ async fn serve_requests(
                     Early::Answered(sent, written) => {
                         answered_now(&mut client, vs, request, &sent, written, &traffic).await
                     }
-                    // Boxed: a hit answered above never builds this future.
                     Early::Later(prior) => {
                         let stages = (&mut traffic, prior);
-                        Box::pin(serve_request(
-                            &mut client,
-                            vs,
-                            pool,
-                            request,
-                            stages,
-                            shutdown,
-                        ))
-                        .await
+                        serve_request(&mut client, vs, pool, request, stages, shutdown).await
                     }
                 }
             }
@@ -508,7 +499,11 @@ fn answer_now(
     shutdown: &ShutdownSignal,
 ) -> Early {
     let head = request.head;
-    if !matches!(head.framing(), weir_http::BodyFraming::None) {
+    let caches = vs
+        .content
+        .as_ref()
+        .is_some_and(|content| content.cache().is_some());
+    if !caches || !matches!(head.framing(), weir_http::BodyFraming::None) {
         return Early::Later(None);
     }
     let Ok(forwarding) = policy::filter(vs, head) else {
