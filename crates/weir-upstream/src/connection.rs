@@ -94,7 +94,8 @@ struct Waiter {
 enum Taken {
     Idle(Connection),
     Slot,
-    Queued(u64, oneshot::Receiver<Grant>),
+    /// In the queue: the waiter's id, its receiver, and how long it may wait.
+    Queued(u64, oneshot::Receiver<Grant>, Duration),
     QueueFull,
 }
 
@@ -210,11 +211,12 @@ impl NodeConnections {
         match self.try_take(true) {
             Taken::Idle(connection) => Ok(self.reuse(connection)),
             Taken::Slot => Box::pin(self.connect(&[])).await,
-            Taken::Queued(id, receiver) => {
+            Taken::Queued(id, receiver, queue_timeout) => {
                 let queued = QueuedWait {
                     pool: self,
                     id,
                     receiver: Some(receiver),
+                    queue_timeout,
                     dedicated: false,
                 };
                 Box::pin(queued.wait(&[])).await
@@ -236,11 +238,12 @@ impl NodeConnections {
         let lease = match self.try_take(false) {
             Taken::Idle(_) => unreachable!("idle connections are not taken for a dedicated one"),
             Taken::Slot => self.connect(preamble).await,
-            Taken::Queued(id, receiver) => {
+            Taken::Queued(id, receiver, queue_timeout) => {
                 QueuedWait {
                     pool: self,
                     id,
                     receiver: Some(receiver),
+                    queue_timeout,
                     dedicated: true,
                 }
                 .wait(preamble)
@@ -263,11 +266,14 @@ impl NodeConnections {
     /// The synchronous part of checkout, under the lock.
     fn try_take(&self, idle: bool) -> Taken {
         let mut stale = Vec::new();
+        // Loaded once per checkout: each load is a few atomic operations.
+        let settings = self.settings.load();
         let mut state = self.lock();
-        if idle && let Some(connection) = self.take_idle(&mut state, &mut stale) {
+        if idle
+            && let Some(connection) = self.take_idle(&mut state, &mut stale, settings.idle_timeout)
+        {
             return Taken::Idle(connection);
         }
-        let settings = self.settings.load();
         if state.open < settings.max_connections {
             state.open += 1;
             self.metrics.connections_open.set(i64::from(state.open));
@@ -287,14 +293,18 @@ impl NodeConnections {
         self.pool_metrics.queue_length.inc();
         drop(state);
         // `stale` connections close here, outside the lock.
-        Taken::Queued(id, receiver)
+        Taken::Queued(id, receiver, settings.queue_timeout)
     }
 
     /// Pops the most recently used idle connection that is still usable.
     /// Expired or closed ones go to `stale` (closed after the lock is dropped).
-    fn take_idle(&self, state: &mut State, stale: &mut Vec<Connection>) -> Option<Connection> {
+    fn take_idle(
+        &self,
+        state: &mut State,
+        stale: &mut Vec<Connection>,
+        idle_timeout: Duration,
+    ) -> Option<Connection> {
         let now = Instant::now();
-        let idle_timeout = self.settings.load().idle_timeout;
         while let Some(connection) = state.idle.pop_back() {
             if now.duration_since(connection.idle_since) < idle_timeout
                 && connection.still_open(now)
@@ -455,6 +465,8 @@ struct QueuedWait<'a> {
     pool: &'a Arc<NodeConnections>,
     id: u64,
     receiver: Option<oneshot::Receiver<Grant>>,
+    /// The pool's `queue_timeout` when the request joined the queue.
+    queue_timeout: Duration,
     /// Waiting for a dedicated connection: a granted idle one is closed, its slot used.
     dedicated: bool,
 }
@@ -466,7 +478,7 @@ impl QueuedWait<'_> {
             .receiver
             .as_mut()
             .expect("set at construction, taken only here or in drop");
-        let queue_timeout = pool.settings.load().queue_timeout;
+        let queue_timeout = self.queue_timeout;
         let grant = tokio::time::timeout(queue_timeout, receiver).await;
         match grant {
             Ok(Ok(grant)) => {
