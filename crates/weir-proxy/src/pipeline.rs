@@ -381,8 +381,7 @@ async fn serve_request(
         head, keep_alive, ..
     } = request;
     // filter_request: CONNECT, TRACE, upgrades and header names, as the virtual server allows
-    let forwarding = policy::filter(vs, head)?;
-    policy::across_protocols(client, pool, head, forwarding)?;
+    let forwarding = policy::filter_for(client, vs, pool, head)?;
     // read body (up to request_buffer) before any upstream connection is taken
     let mut body = request_body::read(client, vs, head).await?;
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
@@ -506,10 +505,8 @@ fn answer_now(
     if !caches || !matches!(head.framing(), weir_http::BodyFraming::None) {
         return Early::Later(None);
     }
-    let Ok(forwarding) = policy::filter(vs, head) else {
-        return Early::Later(None);
-    };
-    if policy::across_protocols(client, pool, head, forwarding).is_err() {
+    // A refused request goes on to serve_request, which answers it.
+    if policy::filter_for(client, vs, pool, head).is_err() {
         return Early::Later(None);
     }
     let keep_alive = request.keep_alive && !shutdown.is_triggered();

@@ -35,7 +35,7 @@ impl Forwarding {
 }
 
 /// The filter_request stage.
-pub(crate) fn filter(vs: &VirtualServerRuntime, head: &RequestHead) -> Result<Forwarding, Failure> {
+fn filter(vs: &VirtualServerRuntime, head: &RequestHead) -> Result<Forwarding, Failure> {
     let policy = &vs.config.http;
     let refused = |what: &'static str| {
         Failure::from_error(Error::new(ErrorKind::MethodNotAllowed, Side::Downstream).context(what))
@@ -63,6 +63,19 @@ pub(crate) fn filter(vs: &VirtualServerRuntime, head: &RequestHead) -> Result<Fo
     })
 }
 
+/// The filter_request stage for a request routed to `pool`: [`filter`], then
+/// [`across_protocols`].
+pub(crate) fn filter_for(
+    client: &Client,
+    vs: &VirtualServerRuntime,
+    pool: &Pool,
+    head: &RequestHead,
+) -> Result<Forwarding, Failure> {
+    let forwarding = filter(vs, head)?;
+    across_protocols(client, pool, head, forwarding)?;
+    Ok(forwarding)
+}
+
 /// What the protocols on either side allow, once the pool is known:
 ///
 /// - gRPC needs HTTP/2 to the node (full duplex, trailers): a gRPC request
@@ -73,7 +86,7 @@ pub(crate) fn filter(vs: &VirtualServerRuntime, head: &RequestHead) -> Result<Fo
 ///   virtual server lets WebSocket upgrades through: otherwise 405, as for a
 ///   CONNECT that is not allowed, rather than a request the node would
 ///   answer as a GET.
-pub(crate) fn across_protocols(
+fn across_protocols(
     client: &Client,
     pool: &Pool,
     head: &RequestHead,

@@ -72,11 +72,7 @@ pub(super) fn hit_now(
         _ => return None,
     };
     let (_, keep_alive) = write_head(client, (vs, content), hit, version, keep_alive, edits);
-    let mut bytes = client.write_buf.len() as u64;
-    for chunk in chunks {
-        client.write_buf.extend_from_slice(chunk);
-        bytes += chunk.len() as u64;
-    }
+    let bytes = client.write_buf.len() as u64 + append_stored(client, chunks);
     let written = client.write_now();
     Some((sent(hit, bytes, keep_alive), written))
 }
@@ -218,14 +214,19 @@ async fn send_stored(
 ) -> Result<u64, Failure> {
     let size: usize = chunks.iter().map(bytes::Bytes::len).sum();
     if size <= COPY_BELOW {
-        for chunk in chunks {
-            client.write_buf.extend_from_slice(chunk);
-        }
-        return Ok(size as u64);
+        return Ok(append_stored(client, chunks));
     }
     // Boxed: the vectored writer's slices would otherwise sit in every hit's future.
     Box::pin(client.send_vectored(chunks, timeout)).await?;
     Ok(size as u64)
+}
+
+/// Copies a small stored body after the head in `write_buf`; returns its size.
+fn append_stored(client: &mut Client, chunks: &[bytes::Bytes]) -> u64 {
+    for chunk in chunks {
+        client.write_buf.extend_from_slice(chunk);
+    }
+    chunks.iter().map(|chunk| chunk.len() as u64).sum()
 }
 
 /// Follows a body still arriving from the node, framed as the head said.
