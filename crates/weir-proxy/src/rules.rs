@@ -12,7 +12,7 @@
 
 use std::cell::RefCell;
 use std::net::IpAddr;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -43,10 +43,18 @@ thread_local! {
 /// What every request of a virtual server without rules is decided into: nothing.
 static NO_DECISION: LazyLock<Decision> = LazyLock::new(Decision::default);
 
+/// A request's id as text, generated on the first call when the request brought none.
+fn id_text(id: &OnceLock<RequestId>) -> &str {
+    id.get_or_init(RequestId::generate).as_str()
+}
+
 /// What the rules stage decided for one request, kept until the request ends.
 #[derive(Debug)]
 pub(crate) struct RequestTraffic {
-    pub(crate) id: Option<RequestId>,
+    /// The request id (`None`: ids are off): the trusted incoming one, or one generated
+    /// when something first asks for it (forward, the access log, the rules, the client's
+    /// copy). A cache hit that nothing logs or echoes generates none.
+    id: Option<OnceLock<RequestId>>,
     /// The client address rules, limits and persistence see.
     pub(crate) client: IpAddr,
     https: bool,
@@ -93,7 +101,10 @@ impl RequestTraffic {
         head: &RequestHead,
     ) -> RequestTraffic {
         let settings = &vs.config.traffic;
-        let id = weir_rules::request_id(&settings.request_id, head);
+        let id = settings.request_id.enabled.then(|| {
+            weir_rules::incoming_request_id(&settings.request_id, head)
+                .map_or_else(OnceLock::new, OnceLock::from)
+        });
         let address = weir_rules::client_address(&settings.client_address, client.peer.ip(), head);
         let https = client.stream.is_tls();
         let mut scratch = None;
@@ -105,7 +116,7 @@ impl RequestTraffic {
                 sni: client.stream.server_name(),
                 tls_version: client.stream.tls_version(),
                 client_subject: client.client_subject.as_deref(),
-                request_id: id.as_ref().map_or("", RequestId::as_str),
+                request_id: id.as_ref().map_or("", id_text),
             };
             vs.traffic
                 .rules
@@ -206,7 +217,7 @@ impl RequestTraffic {
     }
 
     pub(crate) fn id(&self) -> Option<&str> {
-        self.id.as_ref().map(RequestId::as_str)
+        self.id.as_ref().map(id_text)
     }
 
     /// What select and forward apply: the client address, the rewritten path, the
@@ -239,8 +250,11 @@ impl RequestTraffic {
         vs: &'a VirtualServerRuntime,
         wanted: bool,
     ) -> Option<(&'a str, &'a str)> {
+        if !wanted {
+            return None;
+        }
         let header = vs.config.traffic.request_id.header.as_str();
-        self.id().filter(|_| wanted).map(|id| (header, id))
+        self.id().map(|id| (header, id))
     }
 
     /// At filter_response: what the pool's persistence learns from the response of

@@ -188,7 +188,8 @@ async fn request_ids_are_kept_or_generated_and_logged() {
     assert_eq!(r.header("x-request-id"), Some("abc-123"));
     assert_eq!(header(&echo(&r), "x-request-id"), vec!["abc-123"]);
 
-    // generated: no id, or one that is not valid
+    // generated: no id, or one that is not valid; the same one to the node, back and logged
+    let mut generated = Vec::new();
     for sent in ["", "X-Request-Id: bad id\r\n"] {
         let raw = format!("GET /echo HTTP/1.1\r\nHost: h\r\n{sent}\r\n");
         let r = send(&mut c, &raw).await;
@@ -196,10 +197,17 @@ async fn request_ids_are_kept_or_generated_and_logged() {
         assert_eq!(id.len(), 32, "{id}");
         assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_eq!(header(&echo(&r), "x-request-id"), vec![id.as_str()]);
+        generated.push(id);
     }
     proxy.live.flush_access_log();
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("\"request_id\":\"abc-123\""), "{logged}");
+    for id in &generated {
+        assert!(
+            logged.contains(&format!("\"request_id\":\"{id}\"")),
+            "{logged}"
+        );
+    }
     assert_eq!(logged.matches("\"request_id\":\"").count(), 3, "{logged}");
     proxy.stop().await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -55,7 +55,7 @@ pub use facts::{Facts, tls_version_text};
 pub use key::{Key, request_key, stable_hash};
 pub use limits::{Refusal, TrafficLimits};
 pub use request::{cookie, cookie_in, host, normalized_path, query, query_param, uri};
-pub use request_id::{RequestId, request_id, valid_incoming};
+pub use request_id::{RequestId, incoming_request_id, request_id, valid_incoming};
 pub use rules::{BuildError, RuleSet};
 
 #[cfg(test)]

@@ -57,13 +57,19 @@ pub fn request_id(settings: &RequestIdSettings, head: &RequestHead) -> Option<Re
     if !settings.enabled {
         return None;
     }
-    if settings.trust_incoming
-        && let Some(incoming) = head.header(&settings.header)
-        && valid_incoming(incoming)
-    {
-        return Some(RequestId::from_ascii(incoming, true));
+    Some(incoming_request_id(settings, head).unwrap_or_else(RequestId::generate))
+}
+
+/// The incoming header's value, when ids are on, the header is trusted and the value
+/// valid: what [`request_id`] keeps instead of generating one. The pipeline uses it to
+/// generate an id only when something asks for one.
+pub fn incoming_request_id(settings: &RequestIdSettings, head: &RequestHead) -> Option<RequestId> {
+    if !settings.enabled || !settings.trust_incoming {
+        return None;
     }
-    Some(RequestId::generate())
+    head.header(&settings.header)
+        .filter(|incoming| valid_incoming(incoming))
+        .map(|incoming| RequestId::from_ascii(incoming, true))
 }
 
 /// 1 to 128 bytes of letters, digits and `-_.:+=/@`: what request ids in the
@@ -125,5 +131,30 @@ mod tests {
             ..RequestIdSettings::default()
         };
         assert_eq!(request_id(&off, &request), None);
+    }
+
+    #[test]
+    fn only_a_trusted_valid_incoming_id_is_taken_without_generating() {
+        let settings = RequestIdSettings::default();
+        let with = head("GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: abc-123\r\n\r\n");
+        let id = incoming_request_id(&settings, &with).unwrap();
+        assert!(id.propagated);
+        assert_eq!(id.as_str(), "abc-123");
+        let without = head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(incoming_request_id(&settings, &without), None);
+        let invalid = head("GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: a b\r\n\r\n");
+        assert_eq!(incoming_request_id(&settings, &invalid), None);
+        for settings in [
+            RequestIdSettings {
+                trust_incoming: false,
+                ..RequestIdSettings::default()
+            },
+            RequestIdSettings {
+                enabled: false,
+                ..RequestIdSettings::default()
+            },
+        ] {
+            assert_eq!(incoming_request_id(&settings, &with), None);
+        }
     }
 }
