@@ -285,6 +285,18 @@ impl Client {
         }
     }
 
+    /// The next request head when the read buffer holds all of it, taken without
+    /// waiting; `None` for a partial head or one that does not parse, which
+    /// [`Client::read_head`] then reads on or refuses.
+    pub(crate) fn head_now(&mut self, vs: &VirtualServerRuntime) -> Option<RequestHead> {
+        if !matches!(self.stream, Downstream::Http1(_)) {
+            return None;
+        }
+        let head = RequestHead::split_from(&mut self.read_buf, &vs.head_limits).ok()??;
+        self.requests += 1;
+        Some(head)
+    }
+
     /// Notes that a request's answer is done and returns when: the
     /// connection's idle time counts from here. Called where answers are
     /// logged (`record` in `pipeline.rs`, `RequestTraffic::answer` in

@@ -136,7 +136,19 @@ async fn serve_kept_alive(
                     None
                 }),
                 Woken::Failed => return,
-                Woken::Request(client) => Box::pin(serve_requests(client, &mut vs, &shutdown)),
+                Woken::Request(mut client) => match answer_at_once(&mut client, &mut vs, &shutdown)
+                {
+                    AtOnce::Idle => match client.into_idle() {
+                        Some(back) => {
+                            idle = back;
+                            continue;
+                        }
+                        None => return,
+                    },
+                    AtOnce::Rest(first) => {
+                        Box::pin(serve_requests(client, first, &mut vs, &shutdown))
+                    }
+                },
             };
         match next.await {
             Some(back) => idle = back,
@@ -172,11 +184,123 @@ fn wake(idle: IdleConnection) -> Woken {
     }
 }
 
+/// What [`answer_at_once`] leaves to do.
+// Returned once and taken apart at once, its request moved into `serve_requests`:
+// boxing it would cost each request that is not answered at once an allocation.
+#[allow(clippy::large_enum_variant)]
+enum AtOnce {
+    /// Every request that was in the read buffer is answered: the connection idles.
+    Idle,
+    /// The rest goes to [`serve_requests`], starting with this request if one was
+    /// begun (else with the bytes in the read buffer).
+    Rest(Option<Started>),
+}
+
+/// Answers, with no future of their own, the requests at the head of the read buffer
+/// that the cache answers whole at once (small fresh hits on a kept-alive
+/// connection, [`answer_now`]): those then cost no `serve_requests` future, built and
+/// copied into its box for each burst of requests. Stops at the first request that
+/// needs more (a miss, a refusal, an answer the socket did not take at once, a close),
+/// which [`serve_requests`] goes on with as it was begun, or when no whole head is
+/// left (a partial or malformed one is `read_head`'s to finish or refuse).
+fn answer_at_once(
+    client: &mut Client,
+    latest: &mut Arc<VirtualServerRuntime>,
+    shutdown: &ShutdownSignal,
+) -> AtOnce {
+    loop {
+        let vs: &VirtualServerRuntime = latest;
+        // h2c with prior knowledge is told apart from HTTP/1.1 before any parse.
+        if !caches(vs) || (client.requests == 0 && vs.config.http2.cleartext) {
+            return AtOnce::Rest(None);
+        }
+        let Some(head) = client.head_now(vs) else {
+            return AtOnce::Rest(None);
+        };
+        let started = start(client, latest, head, shutdown);
+        let vs: &VirtualServerRuntime = latest;
+        let Early::Answered(sent, true) = &started.early else {
+            return AtOnce::Rest(Some(started));
+        };
+        if !sent.keep_alive {
+            // The connection ends with this answer: serve_requests closes it.
+            return AtOnce::Rest(Some(started));
+        }
+        finish_now(client, vs, started.request(), sent, &started.traffic);
+        if client.read_buf.is_empty() {
+            return AtOnce::Idle;
+        }
+    }
+}
+
+/// A request read from the buffer whose stages up to the cache lookup ran without
+/// waiting ([`start`]): already answered, or to be served with what was found.
+struct Started {
+    head: RequestHead,
+    keep_alive: bool,
+    started: Instant,
+    traffic: RequestTraffic,
+    routed: Routed,
+    early: Early,
+}
+
+impl Started {
+    fn request(&self) -> Request<'_> {
+        Request {
+            head: &self.head,
+            keep_alive: self.keep_alive,
+            started: self.started,
+        }
+    }
+}
+
+/// The stages of a request that never wait, up to the cache lookup: the current
+/// model's virtual server, the rules (request id, client address, limits), route,
+/// and an answer from the cache if one can be sent at once ([`answer_now`]).
+fn start(
+    client: &mut Client,
+    latest: &mut Arc<VirtualServerRuntime>,
+    head: RequestHead,
+    shutdown: &ShutdownSignal,
+) -> Started {
+    // The request takes the current model's virtual server and keeps it to its end.
+    if let Some(newer) = latest.newer() {
+        *latest = newer;
+    }
+    let vs: &VirtualServerRuntime = latest;
+    let keep_alive = wants_keep_alive(client, vs, &head, shutdown);
+    let started = Instant::now();
+    // rules (request id, client address, limits), then route
+    let mut traffic = RequestTraffic::begin(vs, client, &head);
+    let routed = traffic.route(vs, &head);
+    let early = match &routed {
+        Routed::Pool(pool) => {
+            let request = Request {
+                head: &head,
+                keep_alive,
+                started,
+            };
+            answer_now(client, vs, pool, request, &traffic, shutdown)
+        }
+        _ => Early::Later(None),
+    };
+    Started {
+        head,
+        keep_alive,
+        started,
+        traffic,
+        routed,
+        early,
+    }
+}
+
 /// Serves requests for as long as the client has bytes waiting: read_head →
-/// route → the rest of the stages. Returns the connection once it is idle
-/// again (its buffers back in the pool), or `None` once it closed.
+/// route → the rest of the stages, starting with `first` when
+/// [`answer_at_once`] began one. Returns the connection once it is idle again
+/// (its buffers back in the pool), or `None` once it closed.
 async fn serve_requests(
     mut client: Client,
+    first: Option<Started>,
     latest: &mut Arc<VirtualServerRuntime>,
     shutdown: &ShutdownSignal,
 ) -> Option<IdleConnection> {
@@ -196,44 +320,50 @@ async fn serve_requests(
             }
         }
     }
+    let mut first = first;
     let next = loop {
-        let vs: &VirtualServerRuntime = latest;
-        // read_head
-        let head = match client.read_head(vs, shutdown).await {
-            Ok(Some(head)) => head,
-            Ok(None) => break Next::Close,
-            Err(failure) => {
-                answer_failure(&mut client, vs, None, None, None, failure).await;
-                client.release();
-                return None;
+        let started = match first.take() {
+            Some(started) => started,
+            None => {
+                let vs: &VirtualServerRuntime = latest;
+                // read_head
+                let head = match client.read_head(vs, shutdown).await {
+                    Ok(Some(head)) => head,
+                    Ok(None) => break Next::Close,
+                    Err(failure) => {
+                        answer_failure(&mut client, vs, None, None, None, failure).await;
+                        client.release();
+                        return None;
+                    }
+                };
+                start(&mut client, latest, head, shutdown)
             }
         };
-        // The request takes the current model's virtual server and keeps it to its end.
-        if let Some(newer) = vs.newer() {
-            *latest = newer;
-        }
         let vs: &VirtualServerRuntime = latest;
+        let Started {
+            head,
+            keep_alive,
+            started,
+            mut traffic,
+            routed,
+            early,
+        } = started;
         let request = Request {
             head: &head,
-            keep_alive: wants_keep_alive(&client, vs, &head, shutdown),
-            started: Instant::now(),
+            keep_alive,
+            started,
         };
-        // rules (request id, client address, limits), then route
-        let mut traffic = RequestTraffic::begin(vs, &client, &head);
-        let routed = traffic.route(vs, &head);
-        let served = match &routed {
-            Routed::Pool(pool) => {
-                match answer_now(&mut client, vs, pool, request, &traffic, shutdown) {
-                    Early::Answered(sent, written) => {
-                        answered_now(&mut client, vs, request, &sent, written, &traffic).await
-                    }
-                    Early::Later(prior) => {
-                        let stages = (&mut traffic, prior);
-                        serve_request(&mut client, vs, pool, request, stages, shutdown).await
-                    }
-                }
+        let served = match (&routed, early) {
+            (_, Early::Answered(sent, written)) => {
+                answered_now(&mut client, vs, request, &sent, written, &traffic).await
             }
-            _ => answer_unrouted(&mut client, vs, &routed, request, &mut traffic).await,
+            (Routed::Pool(pool), Early::Later(prior)) => {
+                let stages = (&mut traffic, prior);
+                serve_request(&mut client, vs, pool, request, stages, shutdown).await
+            }
+            (_, Early::Later(_)) => {
+                answer_unrouted(&mut client, vs, &routed, request, &mut traffic).await
+            }
         };
         match served {
             // Pipelined bytes are served at once; otherwise the connection idles.
@@ -498,11 +628,7 @@ fn answer_now(
     shutdown: &ShutdownSignal,
 ) -> Early {
     let head = request.head;
-    let caches = vs
-        .content
-        .as_ref()
-        .is_some_and(|content| content.cache().is_some());
-    if !caches || !matches!(head.framing(), weir_http::BodyFraming::None) {
+    if !caches(vs) || !matches!(head.framing(), weir_http::BodyFraming::None) {
         return Early::Later(None);
     }
     // A refused request goes on to serve_request, which answers it.
@@ -527,12 +653,30 @@ async fn answered_now(
     if !written {
         client.flush(vs.config.timeouts.write).await?;
     }
+    Ok(finish_now(client, vs, request, sent, traffic))
+}
+
+/// The end of a request [`answer_now`] answered, once all of its answer left: the log.
+fn finish_now(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    request: Request<'_>,
+    sent: &Sent,
+    traffic: &RequestTraffic,
+) -> Next {
     record(client, vs, request, 0, sent, None, traffic);
     // No body was read: nothing is left of the request on the connection.
-    Ok(match sent.keep_alive {
+    match sent.keep_alive {
         true => Next::KeepAlive,
         false => Next::Close,
-    })
+    }
+}
+
+/// Whether the virtual server has a cache that can answer a request at once.
+fn caches(vs: &VirtualServerRuntime) -> bool {
+    vs.content
+        .as_ref()
+        .is_some_and(|content| content.cache().is_some())
 }
 
 /// Passive health and the EWMA from the node's response head: the node and

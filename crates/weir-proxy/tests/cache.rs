@@ -142,6 +142,65 @@ async fn pipelined_hits_to_a_client_that_stops_reading_all_arrive_whole() {
     proxy.stop().await;
 }
 
+/// Requests that arrive together are answered in order whether the cache answers them
+/// at once (small fresh hits, with no future of their own) or not: a burst of hits, a
+/// miss between them, a close asked for by the last one. The connection closes after
+/// the last answer, and only the miss reached the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_hits_and_a_miss_is_answered_in_order() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = CountingNode::start(fresh, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    assert_eq!(request(&proxy, "GET", "/small", &[]).await.status, 200);
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let get = |path: &str, last: bool| {
+        let close = if last { "Connection: close\r\n" } else { "" };
+        format!("GET {path} HTTP/1.1\r\nHost: cache.test\r\n{close}\r\n")
+    };
+    let burst = [
+        get("/small", false),
+        get("/small", false),
+        get("/other", false),
+        get("/small", false),
+        get("/small", true),
+    ]
+    .concat();
+    stream.write_all(burst.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received))
+        .await
+        .expect("weir closes after the last answer")
+        .unwrap();
+    let text = String::from_utf8(received).unwrap();
+    let answers: Vec<(&str, &str)> = text
+        .split("HTTP/1.1 ")
+        .skip(1)
+        .map(|answer| {
+            let cache = answer
+                .lines()
+                .find_map(|line| line.strip_prefix("X-Cache: "))
+                .unwrap_or("-");
+            let body = answer.rsplit("\r\n\r\n").next().unwrap_or("");
+            (cache, body)
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            ("HIT", "body of /small"),
+            ("HIT", "body of /small"),
+            ("MISS", "body of /other"),
+            ("HIT", "body of /small"),
+            ("HIT", "body of /small"),
+        ],
+        "{text}"
+    );
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert_eq!(text.matches("Connection: close\r\n").count(), 1, "{text}");
+    assert_eq!(node.requests(), 2, "the first fill and the miss");
+    proxy.stop().await;
+}
+
 /// A client's conditional on a miss is not passed to the node (weir needs the
 /// whole object); the client still gets its 304.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -639,6 +698,20 @@ async fn rule_edits_and_request_ids_reach_answers_from_the_cache() {
     check(&not_modified, "HIT", "id-3");
     let head = request(&proxy, "HEAD", "/e", &["X-Request-Id: id-4"]).await;
     check(&head, "HIT", "id-4");
+    // Without an incoming id, each hit gets one of its own.
+    let generated: Vec<String> = [
+        request(&proxy, "GET", "/e", &[]).await,
+        request(&proxy, "GET", "/e", &[]).await,
+    ]
+    .iter()
+    .map(|hit| {
+        let id = hit.header("x-request-id").expect("an id").to_owned();
+        check(hit, "HIT", &id);
+        assert_eq!(id.len(), 32, "{id}");
+        id
+    })
+    .collect();
+    assert_ne!(generated[0], generated[1]);
     assert_eq!(node.requests(), 1);
     proxy.stop().await;
 }
