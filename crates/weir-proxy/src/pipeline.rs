@@ -136,6 +136,10 @@ async fn serve_kept_alive(
                     None
                 }),
                 Woken::Failed => return,
+                // Only a virtual server with a cache can answer at once.
+                Woken::Request(client) if !caches(&vs) => {
+                    Box::pin(serve_requests(client, None, &mut vs, &shutdown))
+                }
                 Woken::Request(mut client) => match answer_at_once(&mut client, &mut vs, &shutdown)
                 {
                     AtOnce::Idle => match client.into_idle() {
@@ -185,15 +189,14 @@ fn wake(idle: IdleConnection) -> Woken {
 }
 
 /// What [`answer_at_once`] leaves to do.
-// Returned once and taken apart at once, its request moved into `serve_requests`:
-// boxing it would cost each request that is not answered at once an allocation.
-#[allow(clippy::large_enum_variant)]
 enum AtOnce {
     /// Every request that was in the read buffer is answered: the connection idles.
     Idle,
     /// The rest goes to [`serve_requests`], starting with this request if one was
-    /// begun (else with the bytes in the read buffer).
-    Rest(Option<Started>),
+    /// begun (else with the bytes in the read buffer). Boxed: the begun request is
+    /// rare (a miss on a caching virtual server), and inline it would make every
+    /// `serve_requests` future, and each copy of it, larger by its size.
+    Rest(Option<Box<Started>>),
 }
 
 /// Answers, with no future of their own, the requests at the head of the read buffer
@@ -220,11 +223,11 @@ fn answer_at_once(
         let started = start(client, latest, head, shutdown);
         let vs: &VirtualServerRuntime = latest;
         let Early::Answered(sent, true) = &started.early else {
-            return AtOnce::Rest(Some(started));
+            return AtOnce::Rest(Some(Box::new(started)));
         };
         if !sent.keep_alive {
             // The connection ends with this answer: serve_requests closes it.
-            return AtOnce::Rest(Some(started));
+            return AtOnce::Rest(Some(Box::new(started)));
         }
         finish_now(client, vs, started.request(), sent, &started.traffic);
         if client.read_buf.is_empty() {
@@ -257,6 +260,9 @@ impl Started {
 /// The stages of a request that never wait, up to the cache lookup: the current
 /// model's virtual server, the rules (request id, client address, limits), route,
 /// and an answer from the cache if one can be sent at once ([`answer_now`]).
+/// Inlined: its result is several hundred bytes, better built where the caller
+/// keeps it than copied there.
+#[inline(always)]
 fn start(
     client: &mut Client,
     latest: &mut Arc<VirtualServerRuntime>,
@@ -300,7 +306,7 @@ fn start(
 /// (its buffers back in the pool), or `None` once it closed.
 async fn serve_requests(
     mut client: Client,
-    first: Option<Started>,
+    mut first: Option<Box<Started>>,
     latest: &mut Arc<VirtualServerRuntime>,
     shutdown: &ShutdownSignal,
 ) -> Option<IdleConnection> {
@@ -320,10 +326,11 @@ async fn serve_requests(
             }
         }
     }
-    let mut first = first;
     let next = loop {
-        let started = match first.take() {
-            Some(started) => started,
+        // Used in place below, field by field: taking it apart would copy its
+        // several hundred bytes once more for every request.
+        let mut started = match first.take() {
+            Some(started) => *started,
             None => {
                 let vs: &VirtualServerRuntime = latest;
                 // read_head
@@ -340,29 +347,22 @@ async fn serve_requests(
             }
         };
         let vs: &VirtualServerRuntime = latest;
-        let Started {
-            head,
-            keep_alive,
-            started,
-            mut traffic,
-            routed,
-            early,
-        } = started;
         let request = Request {
-            head: &head,
-            keep_alive,
-            started,
+            head: &started.head,
+            keep_alive: started.keep_alive,
+            started: started.started,
         };
-        let served = match (&routed, early) {
+        let (routed, traffic) = (&started.routed, &mut started.traffic);
+        let served = match (routed, started.early) {
             (_, Early::Answered(sent, written)) => {
-                answered_now(&mut client, vs, request, &sent, written, &traffic).await
+                answered_now(&mut client, vs, request, &sent, written, traffic).await
             }
             (Routed::Pool(pool), Early::Later(prior)) => {
-                let stages = (&mut traffic, prior);
+                let stages = (&mut *traffic, prior);
                 serve_request(&mut client, vs, pool, request, stages, shutdown).await
             }
             (_, Early::Later(_)) => {
-                answer_unrouted(&mut client, vs, &routed, request, &mut traffic).await
+                answer_unrouted(&mut client, vs, routed, request, traffic).await
             }
         };
         match served {
@@ -372,7 +372,7 @@ async fn serve_requests(
             Ok(next) => break next,
             Err(failure) => {
                 let pool = routed.pool();
-                let traffic = Some(&traffic);
+                let traffic = Some(&*traffic);
                 answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await;
                 client.release();
                 return None;
