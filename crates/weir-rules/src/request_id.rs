@@ -1,6 +1,7 @@
 //! The request id: a valid one from the client kept, otherwise a fresh
-//! 128-bit random id in hex. A pure function the pipeline calls once per
-//! request, before the rules (so `${request_id}` is known to them).
+//! 128-bit random id in hex. Pure functions: [`request_id`] gives the id at once;
+//! the pipeline takes [`incoming_request_id`] before the rules and generates an id
+//! only when something uses one (the rules' `${request_id}` among them).
 
 use weir_config::RequestIdSettings;
 use weir_http::RequestHead;
