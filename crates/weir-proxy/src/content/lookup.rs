@@ -49,16 +49,16 @@ pub(crate) struct Flow<'vs> {
 }
 
 /// What [`hit_now`] made of a request.
-// Returned once per request and taken apart at once: boxing the lookup would
-// cost each miss an allocation to save a copy of a few hundred bytes.
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum Early {
     /// Answered from the cache: what was sent, and whether all of it left
     /// (if not, the rest is in the client's `write_buf`, to be flushed).
     Answered(Sent, bool),
     /// Not answered: the request goes on through the stages, and
     /// [`lookup`] with the cache's answer for it, when it was looked up.
-    Later(Option<Lookup>),
+    /// Boxed: every request carries this through several stages' futures,
+    /// and inline its few hundred bytes were copied at each, for requests
+    /// that made no lookup too; a box costs only the requests that did.
+    Later(Option<Box<Lookup>>),
 }
 
 /// The `cache_lookup` stage of a bodiless HTTP/1.1 request, made without
@@ -92,7 +92,7 @@ pub(crate) fn hit_now(
     let compression = policy.compression.as_ref();
     let looked = cache.lookup(cache_policy, compression, &view, UnixTime::now());
     let Lookup::Hit(hit) = &looked else {
-        return Early::Later(Some(looked));
+        return Early::Later(Some(Box::new(looked)));
     };
     match deliver::hit_now(
         client,
@@ -103,7 +103,7 @@ pub(crate) fn hit_now(
         edits,
     ) {
         Some((sent, written)) => Early::Answered(sent, written),
-        None => Early::Later(Some(looked)),
+        None => Early::Later(Some(Box::new(looked))),
     }
 }
 
@@ -132,7 +132,7 @@ pub(crate) async fn lookup<'vs>(
     head: &RequestHead,
     (body_complete, keep_alive): (bool, bool),
     edits: &Edits<'_>,
-    prior: Option<Lookup>,
+    prior: Option<Box<Lookup>>,
 ) -> Result<Looked<'vs>, Failure> {
     let Some(content) = vs.content.as_deref() else {
         return Ok(Looked::Forward(None));
@@ -186,7 +186,7 @@ pub(crate) async fn lookup<'vs>(
     let looked = match prior {
         Some(first) => {
             cache
-                .coalesced_from(first, cache_policy, compression, &view)
+                .coalesced_from(*first, cache_policy, compression, &view)
                 .await
         }
         None => {
