@@ -222,13 +222,12 @@ fn answer_at_once(
         };
         let started = start(client, latest, head, shutdown);
         let vs: &VirtualServerRuntime = latest;
-        let Early::Answered(sent, true) = &started.early else {
-            return AtOnce::Rest(Some(Box::new(started)));
+        let sent = match &started.early {
+            Early::Answered(sent, true) if sent.keep_alive => sent,
+            // Not answered, not all of it written yet, or the connection ends with
+            // it: serve_requests finishes it (and closes the connection).
+            _ => return AtOnce::Rest(Some(Box::new(started))),
         };
-        if !sent.keep_alive {
-            // The connection ends with this answer: serve_requests closes it.
-            return AtOnce::Rest(Some(Box::new(started)));
-        }
         finish_now(client, vs, started.request(), sent, &started.traffic);
         if client.read_buf.is_empty() {
             return AtOnce::Idle;
