@@ -22,7 +22,7 @@ use weir_cache::Lookup;
 use weir_core::{ErrorKind, ShutdownSignal};
 use weir_http::{RequestHead, Unedited, Version};
 use weir_observe::AccessRecord;
-use weir_tls::ServerStream;
+use weir_tls::{FirstSpeaker, ServerStream};
 use weir_upstream::Pool;
 use weir_upstream::node::NodeState;
 
@@ -96,7 +96,7 @@ pub(crate) async fn handshake(
     Some(match &vs.tls {
         None => (ServerStream::Plain(stream), None),
         Some(tls) => {
-            let (stream, info) = tls.handshake(stream, peer).await?;
+            let (stream, info) = tls.handshake(stream, peer, FirstSpeaker::Client).await?;
             (stream, info.client_subject.map(String::into_boxed_str))
         }
     })

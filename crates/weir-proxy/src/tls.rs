@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use tokio::net::TcpStream;
 use weir_config::{ClientAuth, ConfigError, ServerTls};
 use weir_observe::{Metrics, TlsMetrics};
-use weir_tls::{Acceptor, HandshakeInfo, ServerStream, StagedReload};
+use weir_tls::{Acceptor, FirstSpeaker, HandshakeInfo, ServerStream, StagedReload};
 
 /// TLS termination on one virtual server.
 #[derive(Debug)]
@@ -128,13 +128,15 @@ impl TlsTermination {
     }
 
     /// The handshake stage. `None`: the handshake failed (counted and
-    /// logged); the connection is closed.
+    /// logged); the connection is closed. `first`: who speaks first after it
+    /// (the client on HTTP; either side on a tcp virtual server).
     pub(crate) async fn handshake(
         &self,
         tcp: TcpStream,
         peer: SocketAddr,
+        first: FirstSpeaker,
     ) -> Option<(ServerStream, HandshakeInfo)> {
-        match self.acceptor.accept(tcp).await {
+        match self.acceptor.accept(tcp, first).await {
             Ok((stream, info)) => {
                 self.metrics
                     .record_handshake(info.version, info.suite, info.resumed);

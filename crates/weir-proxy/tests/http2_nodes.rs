@@ -39,7 +39,9 @@ async fn h2_node_over(tls: Option<Arc<weir_tls::Acceptor>>) -> H2Node {
                 match tls {
                     None => serve_h2(tcp).await,
                     Some(acceptor) => {
-                        if let Ok((stream, _)) = acceptor.accept(tcp).await {
+                        if let Ok((stream, _)) =
+                            acceptor.accept(tcp, weir_tls::FirstSpeaker::Client).await
+                        {
                             serve_h2(stream).await;
                         }
                     }

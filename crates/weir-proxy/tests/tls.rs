@@ -431,6 +431,57 @@ async fn handshake_timeout_overload_and_plain_http_close_the_connection() {
     origin.stop().await;
 }
 
+/// weir reads a client's Finished together with its request (the Finished alone does not
+/// wake it: `crates/weir-tls/src/hold.rs`). A client that finishes and stays silent past
+/// the handshake timeout still has a finished handshake, and a request smaller than the
+/// Finished, sent later on the same connection, is answered at once.
+#[tokio::test]
+async fn a_finished_held_back_for_the_request_never_stalls_a_connection() {
+    let pki = Pki::new();
+    let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&https_config(
+        &origin,
+        &format!("{}\nhandshake_timeout = \"300ms\"", certificates(&[&cert])),
+    ))
+    .await;
+    let client = tls::client_config(&ClientOptions {
+        tls13_only: true,
+        ..ClientOptions::default()
+    });
+    // Silent for twice the handshake timeout after the client's Finished.
+    let mut late = tls::connect(proxy.addr, "site.test", &client)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let started = std::time::Instant::now();
+    assert_eq!(tls::get(&mut late, "/").await.unwrap().status, 200);
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    // The smallest request there is, in a record below the held mark, on a kept-alive
+    // connection: answered well within the handshake timeout.
+    let mut kept = tls::connect(proxy.addr, "site.test", &client)
+        .await
+        .unwrap();
+    assert_eq!(tls::get(&mut kept, "/").await.unwrap().status, 200);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // `get` sends `GET / HTTP/1.1` and one header: 34 bytes, a 56-byte record.
+    assert!(34 + 22 < weir_tls::hold::HELD_BYTES as usize);
+    let started = std::time::Instant::now();
+    assert_eq!(tls::get(&mut kept, "/").await.unwrap().status, 200);
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(metric(&proxy, "weir_tls_handshake_failures_total"), 0.0);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// weir to nodes over TLS: a second weir terminates TLS in front of the
 /// origin and plays the TLS node.
 #[tokio::test]

@@ -18,6 +18,7 @@ use tokio_rustls::rustls::{self, HandshakeKind};
 use weir_config::{CertificateSource, ClientAuth, ConfigError, ServerTls};
 
 use crate::certs::{self, CertificateInfo, FileProblem, KeyType};
+use crate::hold::{self, FirstSpeaker, FlightProbe, Handshake};
 use crate::provider;
 use crate::session_cache::SessionCache;
 use crate::store::{CertStore, Entry, Resolver};
@@ -327,10 +328,12 @@ impl Acceptor {
     }
 
     /// Runs the handshake on an accepted connection, within the handshake
-    /// timeout and the limit on handshakes in progress.
+    /// timeout and the limit on handshakes in progress. `first` says who speaks
+    /// first afterwards (see [`crate::hold`]).
     pub async fn accept(
         &self,
         tcp: TcpStream,
+        first: FirstSpeaker,
     ) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, HandshakeInfo), HandshakeFailure> {
         let Ok(_permit) = Arc::clone(&self.handshakes).try_acquire_owned() else {
             return Err(HandshakeFailure {
@@ -342,26 +345,29 @@ impl Acceptor {
             });
         };
         let acceptor = TlsAcceptor::from(self.server_config());
-        let stream =
-            match tokio::time::timeout(self.settings.handshake_timeout, acceptor.accept(tcp)).await
-            {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    return Err(HandshakeFailure {
-                        reason: FailureReason::of(&error),
-                        detail: error.to_string(),
-                    });
-                }
-                Err(_) => {
-                    return Err(HandshakeFailure {
-                        reason: FailureReason::Timeout,
-                        detail: format!(
-                            "handshake not finished within {:?}",
-                            self.settings.handshake_timeout
-                        ),
-                    });
-                }
-            };
+        let mut handshake = Handshake::new(acceptor.accept(tcp), first);
+        let timeout = self.settings.handshake_timeout;
+        let outcome = match tokio::time::timeout(timeout, &mut handshake).await {
+            // A client that finished and stayed silent: let its queued Finished count.
+            Err(_) if handshake.is_held() => match handshake.release() {
+                Ok(()) => tokio::time::timeout(hold::GRACE, &mut handshake).await,
+                Err(error) => Ok(Err(error)),
+            },
+            outcome => outcome,
+        };
+        let failure = |reason: FailureReason, detail: String| HandshakeFailure { reason, detail };
+        let stream = match outcome {
+            Ok(Ok(stream)) => handshake
+                .finish(stream)
+                .map_err(|error| failure(FailureReason::Other, error.to_string()))?,
+            Ok(Err(error)) => return Err(failure(FailureReason::of(&error), error.to_string())),
+            Err(_) => {
+                return Err(failure(
+                    FailureReason::Timeout,
+                    format!("handshake not finished within {timeout:?}"),
+                ));
+            }
+        };
         let connection = stream.get_ref().1;
         let info = HandshakeInfo {
             version: connection
@@ -484,6 +490,8 @@ impl Parts<'_> {
         if self.ticketer.is_none() && self.cache.is_none() {
             config.send_tls13_tickets = 0;
         }
+        // Tells a handshake when weir's flight is complete (see `crate::hold`).
+        config.key_log = Arc::new(FlightProbe);
         Ok(Current {
             config: Arc::new(config),
             store,

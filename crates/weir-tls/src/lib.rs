@@ -9,12 +9,14 @@
 //! - [`Stream`]: plain or TLS, one type for the proxy's pipeline.
 //! - [`client_hello`]: the SNI and ALPN of a ClientHello read without terminating TLS
 //!   (passthrough routing).
+//! - [`hold`]: one wake-up fewer per TLS 1.3 handshake where the client speaks first.
 //! - [`certs`]: reading PEM files, and generating test certificates.
 
 pub mod acceptor;
 pub mod certs;
 pub mod client_hello;
 pub mod connector;
+pub mod hold;
 pub mod provider;
 pub mod session_cache;
 pub mod store;
@@ -24,5 +26,6 @@ mod ticketer;
 pub use acceptor::{Acceptor, FailureReason, HandshakeFailure, HandshakeInfo, StagedReload};
 pub use certs::{CertificateInfo, KeyType, TestCa};
 pub use connector::Connector;
+pub use hold::FirstSpeaker;
 pub use stream::{ClientStream, ServerStream, Stream};
 pub use tokio_rustls::rustls;

@@ -66,7 +66,9 @@ fn start(listener: TcpListener, tls: Option<Arc<weir_tls::Acceptor>>) {
                         .await;
                     }
                     Some(acceptor) => {
-                        if let Ok((stream, _)) = acceptor.accept(tcp).await {
+                        if let Ok((stream, _)) =
+                            acceptor.accept(tcp, weir_tls::FirstSpeaker::Client).await
+                        {
                             let via = Via::Alpn;
                             serve(
                                 stream,

@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 use weir_config::ProxyVersion;
 use weir_core::{Error, ErrorKind};
 use weir_observe::SessionRecord;
-use weir_tls::{ServerStream, Stream};
+use weir_tls::{FirstSpeaker, ServerStream, Stream};
 use weir_upstream::node::InFlight;
 use weir_upstream::{Lease, Pool, Tried};
 
@@ -49,7 +49,10 @@ pub(crate) async fn serve(stream: TcpStream, client: Client, vs: &VirtualServerR
     let pool = Arc::clone(&vs.default_pool);
     let stream = match &vs.tls {
         None => ServerStream::Plain(stream),
-        Some(tls) => match tls.handshake(stream, client.address).await {
+        Some(tls) => match tls
+            .handshake(stream, client.address, FirstSpeaker::Either)
+            .await
+        {
             Some((stream, _)) => stream,
             None => return,
         },

@@ -247,6 +247,41 @@ async fn a_tls_virtual_server_terminates_tls_and_relays_plain_bytes() {
     proxy.stop().await;
 }
 
+/// A server-first protocol over a tls virtual server (SMTP or IMAP over TLS): the client
+/// finishes its handshake and waits for the node's greeting, so weir must not hold its
+/// Finished back for more bytes (`crates/weir-tls/src/hold.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_speaks_first_greets_a_tls_client_at_once() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node_addr = listener.local_addr().unwrap();
+    let node = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        stream.write_all(b"* OK ready\r\n").await.unwrap();
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest).await;
+    });
+    let proxy = TestProxy::start(&format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n[pools.p]\nnodes = [{{ address = \"{node_addr}\" }}]\n\
+         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n\
+         versions = [\"1.3\"]\nhandshake_timeout = \"5s\"\n",
+    ))
+    .await;
+    let config = weir_testkit::tls::client_config(&weir_testkit::tls::ClientOptions::default());
+    let mut stream = weir_testkit::tls::connect(proxy.addr, "localhost", &config)
+        .await
+        .unwrap();
+    let mut greeting = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(2), stream.read_exact(&mut greeting))
+        .await
+        .expect("greeted before the handshake timeout")
+        .unwrap();
+    assert_eq!(&greeting, b"* OK ready\r\n");
+    stream.shutdown().await.unwrap();
+    proxy.stop().await;
+    node.await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_virtual_server_connection_limit_a_client_is_closed_at_once() {
     let node = Node::start("n", Duration::ZERO).await;
