@@ -433,8 +433,9 @@ async fn handshake_timeout_overload_and_plain_http_close_the_connection() {
 
 /// weir reads a client's Finished together with its request (the Finished alone does not
 /// wake it: `crates/weir-tls/src/hold.rs`). A client that finishes and stays silent past
-/// the handshake timeout still has a finished handshake, and a request smaller than the
-/// Finished, sent later on the same connection, is answered at once.
+/// the handshake timeout still has a finished handshake and keeps no other client out
+/// (`max_handshakes = 1`), and a request smaller than the Finished, sent later on the
+/// same connection, is answered at once.
 #[tokio::test]
 async fn a_finished_held_back_for_the_request_never_stalls_a_connection() {
     let pki = Pki::new();
@@ -442,18 +443,27 @@ async fn a_finished_held_back_for_the_request_never_stalls_a_connection() {
     let origin = TestOrigin::start("a").await;
     let proxy = TestProxy::start(&https_config(
         &origin,
-        &format!("{}\nhandshake_timeout = \"300ms\"", certificates(&[&cert])),
+        &format!(
+            "{}\nhandshake_timeout = \"300ms\"\nmax_handshakes = 1",
+            certificates(&[&cert])
+        ),
     ))
     .await;
     let client = tls::client_config(&ClientOptions {
         tls13_only: true,
         ..ClientOptions::default()
     });
-    // Silent for twice the handshake timeout after the client's Finished.
+    // Silent for twice the handshake timeout after the client's Finished...
     let mut late = tls::connect(proxy.addr, "site.test", &client)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // ...while another client takes the one handshake slot and is served.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut other = tls::connect(proxy.addr, "site.test", &client)
+        .await
+        .unwrap();
+    assert_eq!(tls::get(&mut other, "/").await.unwrap().status, 200);
+    tokio::time::sleep(Duration::from_millis(550)).await;
     let started = std::time::Instant::now();
     assert_eq!(tls::get(&mut late, "/").await.unwrap().status, 200);
     assert!(

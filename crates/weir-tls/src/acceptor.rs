@@ -335,7 +335,7 @@ impl Acceptor {
         tcp: TcpStream,
         first: FirstSpeaker,
     ) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, HandshakeInfo), HandshakeFailure> {
-        let Ok(_permit) = Arc::clone(&self.handshakes).try_acquire_owned() else {
+        let Ok(permit) = Arc::clone(&self.handshakes).try_acquire_owned() else {
             return Err(HandshakeFailure {
                 reason: FailureReason::Overload,
                 detail: format!(
@@ -345,7 +345,7 @@ impl Acceptor {
             });
         };
         let acceptor = TlsAcceptor::from(self.server_config());
-        let mut handshake = Handshake::new(acceptor.accept(tcp), first);
+        let mut handshake = Handshake::new(acceptor.accept(tcp), first, permit);
         let timeout = self.settings.handshake_timeout;
         let outcome = match tokio::time::timeout(timeout, &mut handshake).await {
             // A client that finished and stayed silent: let its queued Finished count.

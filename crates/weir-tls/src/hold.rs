@@ -39,6 +39,7 @@ use std::time::Duration;
 use nix::libc;
 use nix::{getsockopt_impl, setsockopt_impl, sockopt_impl};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_rustls::rustls::KeyLog;
 use tokio_rustls::server::{Accept, TlsStream};
 
@@ -102,15 +103,25 @@ pub struct Handshake {
     accept: Accept<TcpStream>,
     hold: bool,
     held: bool,
+    /// The handshake's place under `max_handshakes`, given back once it is held: the
+    /// expensive part is done, and a client that finished and waits (a preconnect) must
+    /// not keep new clients out, as it did not before the hold.
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Handshake {
-    /// Drives `accept`; holds the Finished when the client speaks first.
-    pub fn new(accept: Accept<TcpStream>, first: FirstSpeaker) -> Handshake {
+    /// Drives `accept`, holding `permit` until it ends or is held; holds the Finished
+    /// when the client speaks first.
+    pub fn new(
+        accept: Accept<TcpStream>,
+        first: FirstSpeaker,
+        permit: OwnedSemaphorePermit,
+    ) -> Handshake {
         Handshake {
             accept,
             hold: first == FirstSpeaker::Client,
             held: false,
+            permit: Some(permit),
         }
     }
 
@@ -156,6 +167,9 @@ impl Future for Handshake {
         {
             // Without the mark the handshake goes on as before: a failure costs a wake-up.
             this.held = set_low_water(tcp, HELD_BYTES).is_ok();
+            if this.held {
+                this.permit = None;
+            }
             // Once is enough: a handshake that was released is not held again.
             this.hold = false;
         }
