@@ -3,8 +3,9 @@
 //! (SIGUSR1, after logrotate moved it). The fields are listed in `docs/logging.md`.
 //!
 //! Lines are formatted on the request's own thread and appended to a shared buffer, written
-//! out when it fills and by [`AccessLog::flush`] (the binary calls it a few times a second
-//! and at exit), so a request costs no system call.
+//! out when it fills and by [`AccessLog::flush`], so a request costs no system call. The
+//! binary flushes 200 ms after [`appended`] reports a line in an empty buffer, and at exit:
+//! a process with nothing to log has no timer to wake for.
 //!
 //! ```
 //! use std::time::{Duration, UNIX_EPOCH};
@@ -53,6 +54,16 @@ use weir_config::AccessLogFormat;
 
 /// Buffered bytes past which a write goes out at once.
 const FLUSH_AT: usize = 64 * 1024;
+
+/// Told when a line lands in an empty buffer. One for the process: the access log is the
+/// process's output, and whichever log a reload made current is the one to flush.
+static APPENDED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Completes once a line has landed in an empty buffer since the last call completed (or
+/// lands now): there is something to write out.
+pub async fn appended() {
+    APPENDED.notified().await;
+}
 
 /// What happened to one request, as written to the access log.
 ///
@@ -165,9 +176,12 @@ impl AccessLog {
 
     fn append(&self, line: &[u8]) {
         let mut sink = self.lock();
+        let was_empty = sink.buffer.is_empty();
         sink.buffer.extend_from_slice(line);
         if sink.buffer.len() >= FLUSH_AT {
             sink.flush();
+        } else if was_empty {
+            APPENDED.notify_one();
         }
     }
 

@@ -283,22 +283,31 @@ async fn reload_on_sighup(
     }
 }
 
-/// Writes the access log out a few times a second, reopens its file on SIGUSR1 (after
-/// logrotate moved it), and writes out the rest when weir stops.
+/// Writes the access log out 200 ms after a line arrives in an empty buffer (so the lines
+/// of that moment go out together, and an idle weir has no timer to wake for), reopens its
+/// file on SIGUSR1 (after logrotate moved it), and writes out the rest when weir stops.
 async fn access_log_upkeep(
     live: Arc<weir_proxy::Live>,
     stop: weir_core::ShutdownSignal,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
+    const GATHER: std::time::Duration = std::time::Duration::from_millis(200);
     let mut reopen = signal(SignalKind::user_defined1()).context("cannot listen for SIGUSR1")?;
-    let mut flush = tokio::time::interval(std::time::Duration::from_millis(200));
     loop {
         tokio::select! {
             () = stop.triggered() => {
                 live.flush_access_log();
                 return Ok(());
             }
-            _ = flush.tick() => live.flush_access_log(),
+            () = weir_observe::access::appended() => {
+                tokio::select! {
+                    () = stop.triggered() => {
+                        live.flush_access_log();
+                        return Ok(());
+                    }
+                    () = tokio::time::sleep(GATHER) => live.flush_access_log(),
+                }
+            }
             received = reopen.recv() => {
                 if received.is_none() {
                     return Ok(());

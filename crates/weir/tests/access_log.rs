@@ -31,7 +31,24 @@ fn signal(weir: &Weir, signal: Signal) {
     kill(Pid::from_raw(weir.0.id() as i32), signal).unwrap();
 }
 
-/// The lines of `path` once it has `count` of them (the log is written out every 200 ms).
+/// How many times the process's threads have gone to sleep and been woken (voluntary
+/// context switches, all threads).
+fn wake_ups(weir: &Weir) -> u64 {
+    let tasks = format!("/proc/{}/task", weir.0.id());
+    std::fs::read_dir(tasks)
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|count| count.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// The lines of `path` once it has `count` of them (the log is written out 200 ms after a
+/// line arrives).
 async fn lines(path: &PathBuf, count: usize) -> Vec<serde_json::Value> {
     let start = Instant::now();
     loop {
@@ -94,6 +111,13 @@ async fn json_lines_in_a_file_reopened_on_sigusr1() {
     assert_eq!(last["method"], "GET");
     assert!(last["duration_us"].as_u64().is_some());
     assert!(last["time"].as_str().unwrap().ends_with('Z'));
+
+    // With the lines written and nothing to log, weir sleeps: no flush timer wakes it
+    // (it used to wake ten times a second for one).
+    let before = wake_ups(&weir);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let idle = wake_ups(&weir) - before;
+    assert!(idle <= 4, "{idle} wake-ups in 1.5 s of idling");
 
     // logrotate: move the file, then SIGUSR1.
     std::fs::rename(&log, dir.0.join("access.log.1")).unwrap();
