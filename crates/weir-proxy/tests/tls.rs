@@ -385,8 +385,9 @@ async fn a_session_never_resumes_into_a_stricter_client_certificate_policy() {
     origin.stop().await;
 }
 
-#[tokio::test]
-async fn handshake_timeout_overload_and_plain_http_close_the_connection() {
+/// An HTTPS virtual server for `site.test` that allows one handshake at a time, for 300 ms.
+/// The PKI is returned because its files must outlive the proxy.
+async fn strict_handshakes() -> (Pki, TestOrigin, TestProxy) {
     let pki = Pki::new();
     let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
     let origin = TestOrigin::start("a").await;
@@ -398,6 +399,12 @@ async fn handshake_timeout_overload_and_plain_http_close_the_connection() {
         ),
     ))
     .await;
+    (pki, origin, proxy)
+}
+
+#[tokio::test]
+async fn handshake_timeout_overload_and_plain_http_close_the_connection() {
+    let (_pki, origin, proxy) = strict_handshakes().await;
     // A connection that starts a hello and never finishes it holds the one handshake
     // slot (one that sends nothing is not even accepted: the listener defers)...
     let mut silent = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
@@ -438,17 +445,7 @@ async fn handshake_timeout_overload_and_plain_http_close_the_connection() {
 /// same connection, is answered at once.
 #[tokio::test]
 async fn a_finished_held_back_for_the_request_never_stalls_a_connection() {
-    let pki = Pki::new();
-    let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
-    let origin = TestOrigin::start("a").await;
-    let proxy = TestProxy::start(&https_config(
-        &origin,
-        &format!(
-            "{}\nhandshake_timeout = \"300ms\"\nmax_handshakes = 1",
-            certificates(&[&cert])
-        ),
-    ))
-    .await;
+    let (_pki, origin, proxy) = strict_handshakes().await;
     let client = tls::client_config(&ClientOptions {
         tls13_only: true,
         ..ClientOptions::default()
