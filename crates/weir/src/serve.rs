@@ -300,13 +300,10 @@ async fn access_log_upkeep(
                 return Ok(());
             }
             () = weir_observe::access::appended() => {
-                tokio::select! {
-                    () = stop.triggered() => {
-                        live.flush_access_log();
-                        return Ok(());
-                    }
-                    () = tokio::time::sleep(GATHER) => live.flush_access_log(),
-                }
+                // Gather the lines of this moment, cut short by a stop (which the next
+                // turn of the loop then sees at once).
+                let _ = tokio::time::timeout(GATHER, stop.triggered()).await;
+                live.flush_access_log();
             }
             received = reopen.recv() => {
                 if received.is_none() {
