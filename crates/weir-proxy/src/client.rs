@@ -151,11 +151,18 @@ impl<'a, 's> IdleTimer<'a, 's> {
         IdleTimer { sleep, watch }
     }
 
-    /// Makes the timer fire no later than `deadline`. It is left alone when
-    /// it is armed for earlier: firing early costs one more wait then, where
-    /// moving it costs a trip to the timer wheel for every request.
-    fn aim(&mut self, deadline: Instant) {
-        if self.sleep.is_elapsed() || self.sleep.deadline() > deadline {
+    /// Makes the timer fire no later than `deadline`, the end of a wait that
+    /// began at `since`, and not in the wait's first half. Between those it is
+    /// left where an earlier wait put it: moving it costs a trip to the timer
+    /// wheel, which every request would pay; firing early costs a wake-up of
+    /// the connection (and often of the whole thread) that ends in moving it.
+    /// So a connection whose requests come more often than every half timeout
+    /// moves its timer once per half timeout and is never woken by it, and
+    /// one with rarer requests is woken early at most once per wait.
+    fn aim(&mut self, since: Instant, deadline: Instant) {
+        let armed = self.sleep.deadline();
+        let halfway = since + deadline.saturating_duration_since(since) / 2;
+        if self.sleep.is_elapsed() || armed > deadline || armed < halfway {
             self.sleep.as_mut().reset(deadline);
         }
     }
@@ -225,7 +232,7 @@ impl IdleConnection {
         timer: &'w mut IdleTimer<'_, '_>,
     ) -> impl Future<Output = bool> + 'w {
         let deadline = self.deadline(vs);
-        timer.aim(deadline);
+        timer.aim(self.since, deadline);
         let mut draining = false;
         std::future::poll_fn(move |cx| timer.poll_wait(&self.stream, deadline, &mut draining, cx))
     }
@@ -872,9 +879,41 @@ fn written(
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
+    use std::time::Duration;
 
-    use super::VectoredCursor;
+    use bytes::Bytes;
+    use tokio::time::Instant;
+
+    use super::{IdleTimer, VectoredCursor};
+
+    /// The idle timer of a busy connection moves once per half timeout, not
+    /// for every request, and is never left to fire in a wait's first half or
+    /// after its end.
+    #[tokio::test]
+    async fn the_idle_timer_moves_once_per_half_timeout() {
+        let (_owner, shutdown) = weir_core::Shutdown::new();
+        let timeout = Duration::from_secs(60);
+        let accepted = Instant::now();
+        let sleep = std::pin::pin!(tokio::time::sleep_until(accepted + timeout));
+        let watch = std::pin::pin!(shutdown.watch());
+        let mut timer = IdleTimer::new(sleep, watch);
+        let second = Duration::from_secs(1);
+        // Requests every 5 s: the first timer stays until a wait begins past
+        // its halfway point (at 35 s: 30 s after the accept would be too early).
+        for at in (5..=30).step_by(5) {
+            let since = accepted + at * second;
+            timer.aim(since, since + timeout);
+            assert_eq!(timer.sleep.deadline(), accepted + timeout, "wait at {at} s");
+        }
+        let since = accepted + 35 * second;
+        timer.aim(since, since + timeout);
+        assert_eq!(timer.sleep.deadline(), since + timeout);
+        // A shorter deadline than the armed one (a lower timeout after a
+        // reload) moves the timer at once.
+        let since = accepted + 36 * second;
+        timer.aim(since, since + Duration::from_secs(10));
+        assert_eq!(timer.sleep.deadline(), since + Duration::from_secs(10));
+    }
 
     /// Writes that take any number of bytes (short writes included) add up
     /// to the head and the chunks in order, and then nothing is left.
