@@ -103,60 +103,70 @@ pub(crate) async fn handshake(
 }
 
 /// Waits for each request's first bytes with no buffer, then serves what came.
-async fn serve_kept_alive(
+///
+/// A block, not an `async fn`: an `async fn` moves each argument into a local
+/// of its own at its start and keeps the argument's slot as well, and the
+/// slots of `admission` and `shutdown` would add 24 bytes to every
+/// connection's task, which tokio rounds up to a multiple of 128 bytes
+/// (`crates/weir-proxy/tests/idle_memory.rs` counts what an idle connection holds).
+#[allow(clippy::manual_async_fn)]
+fn serve_kept_alive(
     start: Pin<Box<impl Future<Output = Option<IdleConnection>>>>,
     admission: Admission,
     shutdown: ShutdownSignal,
-) {
-    let Some(mut idle) = start.await else {
-        return;
-    };
-    // The virtual server of the latest model a request of this connection took.
-    let mut vs = Arc::clone(&admission.vs);
-    // One timer and one shutdown watch for all of the connection's idle waits.
-    let watch = std::pin::pin!(shutdown.watch());
-    let sleep = std::pin::pin!(tokio::time::sleep_until(idle.deadline(&vs)));
-    let mut timer = IdleTimer::new(sleep, watch);
-    loop {
-        if !idle.wait_for_request(&vs, &mut timer).await {
-            // Idle timeout or drain: weir ends the connection (close_notify on TLS).
-            Box::pin(idle.close()).await;
+) -> impl Future<Output = ()> {
+    async move {
+        let Some(mut idle) = start.await else {
             return;
-        }
-        // What woke the connection; the `Client` (with its buffers) never lives
-        // across an await of this task, only inside the boxed futures.
-        let next: Pin<Box<dyn Future<Output = Option<IdleConnection>> + Send + '_>> =
-            match wake(idle) {
-                Woken::Nothing(back) => {
-                    idle = back;
-                    continue;
-                }
-                Woken::Closed(back) => Box::pin(async move {
-                    back.close().await;
-                    None
-                }),
-                Woken::Failed => return,
-                // Only a virtual server with a cache can answer at once.
-                Woken::Request(client) if !caches(&vs) => {
-                    Box::pin(serve_requests(client, None, &mut vs, &shutdown))
-                }
-                Woken::Request(mut client) => match answer_at_once(&mut client, &mut vs, &shutdown)
-                {
-                    AtOnce::Idle => match client.into_idle() {
-                        Some(back) => {
-                            idle = back;
-                            continue;
-                        }
-                        None => return,
-                    },
-                    AtOnce::Rest(first) => {
-                        Box::pin(serve_requests(client, first, &mut vs, &shutdown))
+        };
+        // The virtual server of the latest model a request of this connection took.
+        let mut vs = Arc::clone(&admission.vs);
+        // One timer and one shutdown watch for all of the connection's idle waits.
+        let watch = std::pin::pin!(shutdown.watch());
+        let sleep = std::pin::pin!(tokio::time::sleep_until(idle.deadline(&vs)));
+        let mut timer = IdleTimer::new(sleep, watch);
+        loop {
+            if !idle.wait_for_request(&vs, &mut timer).await {
+                // Idle timeout or drain: weir ends the connection (close_notify on TLS).
+                Box::pin(idle.close()).await;
+                return;
+            }
+            // What woke the connection; the `Client` (with its buffers) never lives
+            // across an await of this task, only inside the boxed futures.
+            let next: Pin<Box<dyn Future<Output = Option<IdleConnection>> + Send + '_>> =
+                match wake(idle) {
+                    Woken::Nothing(back) => {
+                        idle = back;
+                        continue;
                     }
-                },
-            };
-        match next.await {
-            Some(back) => idle = back,
-            None => return,
+                    Woken::Closed(back) => Box::pin(async move {
+                        back.close().await;
+                        None
+                    }),
+                    Woken::Failed => return,
+                    // Only a virtual server with a cache can answer at once.
+                    Woken::Request(client) if !caches(&vs) => {
+                        Box::pin(serve_requests(client, None, &mut vs, &shutdown))
+                    }
+                    Woken::Request(mut client) => {
+                        match answer_at_once(&mut client, &mut vs, &shutdown) {
+                            AtOnce::Idle => match client.into_idle() {
+                                Some(back) => {
+                                    idle = back;
+                                    continue;
+                                }
+                                None => return,
+                            },
+                            AtOnce::Rest(first) => {
+                                Box::pin(serve_requests(client, first, &mut vs, &shutdown))
+                            }
+                        }
+                    }
+                };
+            match next.await {
+                Some(back) => idle = back,
+                None => return,
+            }
         }
     }
 }

@@ -164,8 +164,11 @@ async fn idle_plain_client_connections_hold_no_buffers() {
     let after = settled_live_bytes().await;
     let per_connection = (after - before) / CONNECTIONS as i64;
     eprintln!("idle plain client connection: {per_connection} bytes");
+    // The connection's task, 512 bytes (tokio rounds task cells up to a multiple
+    // of 128, and the future has 8 bytes to spare below that: a larger one costs
+    // 128 bytes more per connection), and the socket's registration, 256.
     assert!(
-        per_connection <= 1024,
+        per_connection <= 800,
         "{per_connection} bytes per idle client connection"
     );
     drop(held);
