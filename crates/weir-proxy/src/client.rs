@@ -154,8 +154,8 @@ impl<'a, 's> IdleTimer<'a, 's> {
     /// Makes the timer fire no later than `deadline`, the end of a wait that
     /// began at `since`, and not in the wait's first half. Between those it is
     /// left where an earlier wait put it: moving it costs a trip to the timer
-    /// wheel, which every request would pay; firing early costs a wake-up of
-    /// the connection (and often of the whole thread) that ends in moving it.
+    /// wheel, which every request would pay; firing early costs a poll of the
+    /// connection's task that ends in moving it.
     /// So a connection whose requests come more often than every half timeout
     /// moves its timer once per half timeout and is never woken by it, and
     /// one with rarer requests is woken early at most once per wait.
