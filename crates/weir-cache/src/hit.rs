@@ -96,6 +96,24 @@ impl Hit {
         status: CacheStatus,
     ) -> Hit {
         let head_only = request.method() == b"HEAD";
+        let answer = if request.may_be_conditional() {
+            Hit::answer_to(&object, request)
+        } else {
+            // No precondition and no range: the stored response as it is.
+            Answer::Full
+        };
+        let age = object.freshness.timing.current_age(now);
+        Hit {
+            object,
+            answer,
+            head_only,
+            age,
+            status,
+        }
+    }
+
+    /// What a request with preconditions or a range gets from `object`.
+    fn answer_to(object: &Object, request: &impl RequestView) -> Answer {
         let etag = object.etag();
         let precondition = conditional::evaluate(
             request,
@@ -103,7 +121,7 @@ impl Hit {
             object.last_modified(),
             object.freshness.timing.date,
         );
-        let answer = match precondition {
+        match precondition {
             Precondition::NotModified => Answer::NotModified,
             Precondition::Failed => Answer::PreconditionFailed,
             Precondition::Pass => match (object.body(), object.head.status()) {
@@ -120,14 +138,6 @@ impl Hit {
                 // A body still arriving is sent whole (ignoring Range is allowed).
                 _ => Answer::Full,
             },
-        };
-        let age = object.freshness.timing.current_age(now);
-        Hit {
-            object,
-            answer,
-            head_only,
-            age,
-            status,
         }
     }
 
@@ -326,6 +336,8 @@ impl CacheStatus {
     }
 }
 
+/// Inlined: most names are constants, whose copies then need no call.
+#[inline(always)]
 fn push_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");

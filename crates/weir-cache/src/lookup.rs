@@ -42,6 +42,21 @@ pub enum Lookup {
     OnlyIfCachedMiss,
 }
 
+/// What an exchange with the node would start from. It is made into one only
+/// on the paths that go to the node: a fresh hit never builds (and moves) one.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    now: UnixTime,
+    directives: RequestDirectives,
+    coding: Coding,
+}
+
+impl Asked {
+    fn exchange(self, kind: ExchangeKind) -> Exchange {
+        Exchange::new(kind, self.now, self.directives, self.coding)
+    }
+}
+
 /// Scratch space for keys, reused across lookups on one thread.
 #[derive(Debug, Default)]
 struct Keys {
@@ -131,14 +146,18 @@ impl Cache {
             ),
             _ => Coding::Identity,
         };
-        let exchange = Exchange::new(ExchangeKind::Pass, now, directives, coding);
+        let asked = Asked {
+            now,
+            directives,
+            coding,
+        };
         if method != b"GET" && method != b"HEAD" {
-            return Lookup::Forward(exchange);
+            return Lookup::Forward(asked.exchange(ExchangeKind::Pass));
         }
         KEYS.with_borrow_mut(|keys| {
             keys.primary.clear();
             if !primary_key(request, &mut keys.primary) {
-                return Lookup::Forward(exchange);
+                return Lookup::Forward(asked.exchange(ExchangeKind::Pass));
             }
             let hash = self.store.hash(&keys.primary);
             let found = self.store.find(
@@ -158,13 +177,13 @@ impl Cache {
             keys.hash = hash;
             match found {
                 Found::Object(object) => {
-                    self.lookup_found(policy, object, request, exchange, keys, coalesce)
+                    self.lookup_found(policy, object, request, asked, keys, coalesce)
                 }
                 Found::NoVariant | Found::Nothing => {
                     if matches!(found, Found::Nothing) {
                         keys.secondary.clear();
                     }
-                    self.lookup_missing(policy, method, exchange, keys, coalesce)
+                    self.lookup_missing(policy, method, asked, keys, coalesce)
                 }
             }
         })
@@ -176,16 +195,16 @@ impl Cache {
         policy: &CachePolicy,
         object: Arc<Object>,
         request: &impl RequestView,
-        mut exchange: Exchange,
+        asked: Asked,
         keys: &Keys,
         coalesce: bool,
     ) -> Lookup {
-        let now = exchange.request_time;
+        let now = asked.now;
         // A body still arriving is as fresh as it gets.
         let usability = if object.body().is_none() {
             Usability::Fresh
         } else {
-            object.freshness.usability(&exchange.directives, now)
+            object.freshness.usability(&asked.directives, now)
         };
         match usability {
             Usability::Fresh => {
@@ -205,12 +224,12 @@ impl Cache {
                     .join(&flight_key(keys), 0, policy.coalesce_timeout)
                 {
                     Join::Leader(guard) => {
-                        exchange.key = Some(keys.stored_key());
-                        exchange.kind = ExchangeKind::Revalidate {
+                        let mut exchange = asked.exchange(ExchangeKind::Revalidate {
                             stale: object,
                             guard: Some(guard),
                             background: true,
-                        };
+                        });
+                        exchange.key = Some(keys.stored_key());
                         Some(exchange)
                     }
                     Join::Follower(_) | Join::Alone => None,
@@ -218,7 +237,7 @@ impl Cache {
                 Lookup::Stale { hit, refresh }
             }
             Usability::Revalidate => {
-                if exchange.directives.only_if_cached {
+                if asked.directives.only_if_cached {
                     return Lookup::OnlyIfCachedMiss;
                 }
                 let guard = match self.join(policy, coalesce, keys) {
@@ -228,12 +247,12 @@ impl Cache {
                         return Lookup::Wait(waiter);
                     }
                 };
-                exchange.key = Some(keys.stored_key());
-                exchange.kind = ExchangeKind::Revalidate {
+                let mut exchange = asked.exchange(ExchangeKind::Revalidate {
                     stale: object,
                     guard,
                     background: false,
-                };
+                });
+                exchange.key = Some(keys.stored_key());
                 Lookup::Forward(exchange)
             }
         }
@@ -244,16 +263,16 @@ impl Cache {
         self: &Arc<Self>,
         policy: &CachePolicy,
         method: &[u8],
-        mut exchange: Exchange,
+        asked: Asked,
         keys: &Keys,
         coalesce: bool,
     ) -> Lookup {
-        if exchange.directives.only_if_cached {
+        if asked.directives.only_if_cached {
             return Lookup::OnlyIfCachedMiss;
         }
         if method != b"GET" {
             // HEAD is answered from a stored GET, but never fills one.
-            return Lookup::Forward(exchange);
+            return Lookup::Forward(asked.exchange(ExchangeKind::Pass));
         }
         let guard = match self.join(policy, coalesce, keys) {
             Ok(guard) => guard,
@@ -263,8 +282,8 @@ impl Cache {
             }
         };
         self.metrics.misses.inc();
+        let mut exchange = asked.exchange(ExchangeKind::Fill { guard });
         exchange.key = Some(keys.stored_key());
-        exchange.kind = ExchangeKind::Fill { guard };
         Lookup::Forward(exchange)
     }
 

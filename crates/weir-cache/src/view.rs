@@ -39,6 +39,14 @@ pub trait RequestView {
             .find(|(field, _)| field.eq_ignore_ascii_case(name.as_bytes()))
             .map(|(_, value)| value)
     }
+
+    /// Whether the request may carry a precondition or a range (`If-Match`,
+    /// `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`, `Range`,
+    /// `If-Range`): `false` only when it certainly carries none, so that a hit
+    /// for a plain request skips their evaluation.
+    fn may_be_conditional(&self) -> bool {
+        true
+    }
 }
 
 /// What the cache reads from a response head.
@@ -131,6 +139,9 @@ const WATCHED: [&str; 10] = [
     "authorization",
 ];
 
+/// The [`WATCHED`] fields that make a request conditional or ranged.
+const CONDITIONAL: u16 = 0b1_1111_1000;
+
 /// A request with one pass over its fields done up front: which of the
 /// [`WATCHED`] fields it has. Looking up one it lacks then costs nothing,
 /// which is most of them on a typical request.
@@ -196,6 +207,10 @@ impl<R: RequestView> RequestView for Scanned<'_, R> {
         } else {
             None
         }
+    }
+
+    fn may_be_conditional(&self) -> bool {
+        self.present & CONDITIONAL != 0
     }
 }
 
@@ -320,6 +335,42 @@ mod tests {
             );
             assert_eq!(scanned.header(name), view.header(name), "{name}");
         }
+        assert!(scanned.may_be_conditional());
+    }
+
+    #[test]
+    fn scanned_requests_know_whether_they_are_conditional() {
+        let conditional = [
+            "If-Match: \"a\"",
+            "if-none-match: *",
+            "If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT",
+            "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT",
+            "Range: bytes=0-1",
+            "If-Range: \"a\"",
+        ];
+        for field in conditional {
+            let raw = format!("GET / HTTP/1.1\r\nHost: h\r\n{field}\r\n\r\n");
+            let head = request(raw.as_bytes());
+            let view = Http1Request {
+                head: &head,
+                scheme: Scheme::Http,
+            };
+            assert!(Scanned::new(&view).may_be_conditional(), "{field}");
+        }
+        let head = request(
+            b"GET / HTTP/1.1\r\nHost: h\r\nCache-Control: no-cache\r\nAccept-Encoding: gzip\r\nAuthorization: x\r\nPragma: no-cache\r\n\r\n",
+        );
+        let view = Http1Request {
+            head: &head,
+            scheme: Scheme::Http,
+        };
+        assert!(!Scanned::new(&view).may_be_conditional());
+        let named = WATCHED
+            .iter()
+            .enumerate()
+            .filter(|(_, name)| name.starts_with("if-") || **name == "range")
+            .fold(0u16, |mask, (index, _)| mask | 1 << index);
+        assert_eq!(CONDITIONAL, named);
     }
 
     #[test]
