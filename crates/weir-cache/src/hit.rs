@@ -255,15 +255,19 @@ impl Hit {
         edit: Option<&E>,
     ) -> Framing {
         let status = self.status();
-        let reason = weir_http::reason_phrase(status);
         let lines = self.object.head.lines();
         out.reserve(lines.len() + 128);
         let mut number = itoa::Buffer::new();
-        out.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
-        out.extend_from_slice(number.format(status).as_bytes());
-        out.extend_from_slice(b" ");
-        out.extend_from_slice(reason.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        if (http10, status) == (false, 200) {
+            // Nearly every hit: the line in one copy.
+            out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        } else {
+            out.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
+            out.extend_from_slice(number.format(status).as_bytes());
+            out.extend_from_slice(b" ");
+            out.extend_from_slice(weir_http::reason_phrase(status).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
         let replaced = |name: &[u8]| {
             replace
                 .iter()

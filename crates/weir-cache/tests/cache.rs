@@ -159,6 +159,27 @@ fn miss_then_hit_with_age_head_and_conditionals() {
         assert!(text.contains(field), "{field} missing in {text}");
     }
     assert!(text.ends_with("\r\n\r\n"));
+    // The status line for an HTTP/1.0 client, and for a status other than 200.
+    let line = |hit: &Hit, http10: bool| {
+        let mut head = BytesMut::new();
+        hit.write_http1_head(
+            &mut head,
+            (http10, true),
+            &[],
+            &[],
+            None::<&weir_http::Unedited>,
+        );
+        let text = String::from_utf8(head.to_vec()).unwrap();
+        text[..text.find("\r\n").unwrap()].to_string()
+    };
+    assert_eq!(line(&second, true), "HTTP/1.0 200 OK");
+    let ranged = hit(cache.lookup(
+        &policy(),
+        None,
+        &Req::get("/a").header("Range", "bytes=0-4"),
+        at(10),
+    ));
+    assert_eq!(line(&ranged, false), "HTTP/1.1 206 Partial Content");
 
     // HEAD from the stored GET: same head, no body.
     let head_hit = hit(cache.lookup(&policy(), None, &Req::new("HEAD", "/a"), at(11)));
@@ -193,7 +214,7 @@ fn miss_then_hit_with_age_head_and_conditionals() {
         at(12),
     ));
     assert_eq!(failed.status(), 412);
-    assert_eq!((metrics.hits.get(), metrics.misses.get()), (4, 1));
+    assert_eq!((metrics.hits.get(), metrics.misses.get()), (5, 1));
 }
 
 #[test]
