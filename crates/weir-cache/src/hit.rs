@@ -258,16 +258,13 @@ impl Hit {
         let lines = self.object.head.lines();
         out.reserve(lines.len() + 128);
         let mut number = itoa::Buffer::new();
-        if (http10, status) == (false, 200) {
-            // Nearly every hit: the line in one copy.
-            out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        let version = if http10 {
+            weir_http::Version::Http10
         } else {
-            out.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
-            out.extend_from_slice(number.format(status).as_bytes());
-            out.extend_from_slice(b" ");
-            out.extend_from_slice(weir_http::reason_phrase(status).as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
+            weir_http::Version::Http11
+        };
+        let reason = weir_http::reason_phrase(status).as_bytes();
+        weir_http::write_status_line(version, status, reason, out);
         let replaced = |name: &[u8]| {
             replace
                 .iter()

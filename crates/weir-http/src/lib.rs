@@ -50,5 +50,5 @@ pub use trailers::{filter_trailers, is_forwardable_trailer};
 pub use write::{
     ForwardRequest, ForwardResponse, HeaderEdit, SimpleResponse, Unedited, reason_phrase,
     write_request_head, write_request_head_edited, write_response_head, write_response_head_edited,
-    write_simple_response, write_simple_response_edited,
+    write_simple_response, write_simple_response_edited, write_status_line,
 };

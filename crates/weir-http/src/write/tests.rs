@@ -508,3 +508,20 @@ fn edited_responses_and_answers() {
         "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n"
     );
 }
+
+#[test]
+fn status_lines() {
+    let line = |version, status, reason: &[u8]| {
+        let mut out = BytesMut::new();
+        write_status_line(version, status, reason, &mut out);
+        String::from_utf8(out.to_vec()).unwrap()
+    };
+    assert_eq!(line(Version::Http11, 200, b"OK"), "HTTP/1.1 200 OK\r\n");
+    assert_eq!(line(Version::Http10, 200, b"OK"), "HTTP/1.0 200 OK\r\n");
+    // A node's own reason phrase is kept, on 200 too.
+    assert_eq!(line(Version::Http11, 200, b"Fine"), "HTTP/1.1 200 Fine\r\n");
+    assert_eq!(
+        line(Version::Http11, 206, b"Partial Content"),
+        "HTTP/1.1 206 Partial Content\r\n"
+    );
+}
