@@ -79,7 +79,7 @@ pub(crate) fn filter_for(
 /// What the protocols on either side allow, once the pool is known:
 ///
 /// - gRPC needs HTTP/2 to the node (full duplex, trailers): a gRPC request
-///   routed to a pool of HTTP/1.1 nodes is refused with 502 (UNAVAILABLE for
+///   (a POST with a gRPC content type) routed to a pool of HTTP/1.1 nodes is refused with 502 (UNAVAILABLE for
 ///   the client) and a log line that names the pool, instead of a request the
 ///   node would answer with something the client cannot decode;
 /// - an HTTP/2 WebSocket (extended CONNECT, RFC 8441) goes on only where the
@@ -98,7 +98,9 @@ fn across_protocols(
                 .context("WebSocket is not among this virtual server's upgrades"),
         ));
     }
+    // gRPC calls are POSTs: other methods skip the field lookup.
     if pool.config.protocol == UpstreamProtocol::Http1
+        && head.method() == Method::Post
         && crate::request_body::is_grpc(head.header("content-type"))
     {
         return Err(Failure::from_error(
