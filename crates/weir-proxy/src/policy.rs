@@ -78,10 +78,11 @@ pub(crate) fn filter_for(
 
 /// What the protocols on either side allow, once the pool is known:
 ///
-/// - gRPC needs HTTP/2 to the node (full duplex, trailers): a gRPC request
-///   (a POST with a gRPC content type) routed to a pool of HTTP/1.1 nodes is refused with 502 (UNAVAILABLE for
-///   the client) and a log line that names the pool, instead of a request the
-///   node would answer with something the client cannot decode;
+/// - gRPC needs HTTP/2 to the node (full duplex, trailers): a gRPC request (a
+///   POST with a gRPC content type) routed to a pool of HTTP/1.1 nodes is
+///   refused with 502 (UNAVAILABLE for the client) and a log line that names
+///   the pool, instead of a request the node would answer with something the
+///   client cannot decode;
 /// - an HTTP/2 WebSocket (extended CONNECT, RFC 8441) goes on only where the
 ///   virtual server lets WebSocket upgrades through: otherwise 405, as for a
 ///   CONNECT that is not allowed, rather than a request the node would
