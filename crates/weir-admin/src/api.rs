@@ -45,6 +45,17 @@ impl Control {
         })
     }
 
+    /// Whether the running configuration names no token (the API then trusts whoever
+    /// reaches its loopback address).
+    pub(crate) fn tokenless(&self) -> bool {
+        self.live
+            .current()
+            .config
+            .admin
+            .as_ref()
+            .is_none_or(|admin| admin.token_file.is_none())
+    }
+
     pub(crate) fn authorize(&self, authorization: Option<&[u8]>) -> Verdict {
         let model = self.live.current();
         self.token

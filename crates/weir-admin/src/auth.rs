@@ -29,16 +29,10 @@ pub(crate) enum Verdict {
 impl TokenCache {
     /// The token `config` names, read now.
     pub(crate) fn read(config: &Config) -> Token {
-        let Some(file) = config.admin.as_ref().and_then(|a| a.token_file.as_ref()) else {
-            return Ok(None);
-        };
-        let text = std::fs::read(&file.path)
-            .map_err(|error| format!("cannot read {}: {error}", file.path.display()))?;
-        let token = text.trim_ascii().to_vec();
-        if token.is_empty() {
-            return Err(format!("{} is empty", file.path.display()));
-        }
-        Ok(Some(token))
+        config
+            .admin
+            .as_ref()
+            .map_or(Ok(None), weir_config::Admin::read_token)
     }
 
     /// Checks an `Authorization` header value against the token of `config`.

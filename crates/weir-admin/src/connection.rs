@@ -2,6 +2,7 @@
 //! answer, repeat while kept alive.
 
 use std::io;
+use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
@@ -33,6 +34,7 @@ pub(crate) async fn serve_connection(
     mut stream: TcpStream,
     state: &AdminState,
     mut shutdown: ShutdownSignal,
+    local: SocketAddr,
 ) {
     let mut buf = BytesMut::with_capacity(1024);
     loop {
@@ -45,7 +47,7 @@ pub(crate) async fn serve_connection(
         };
         let (request, response) = match outcome {
             ReadOutcome::Request(request) => {
-                let response = routes::respond(&request, state).await;
+                let response = routes::respond(&request, state, local).await;
                 (Some(request), response)
             }
             ReadOutcome::Closed => return,

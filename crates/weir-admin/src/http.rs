@@ -29,6 +29,11 @@ pub(crate) struct Request {
     pub http10: bool,
     /// `Authorization` header value, if any.
     pub authorization: Option<Vec<u8>>,
+    /// `Host`, `Origin` and `Sec-Fetch-Site` values, for the browser checks
+    /// (`crate::guard`).
+    pub host: Option<Vec<u8>>,
+    pub origin: Option<Vec<u8>>,
+    pub fetch_site: Option<Vec<u8>>,
     /// The whole body (empty when none was sent).
     pub body: Vec<u8>,
 }
@@ -60,6 +65,9 @@ impl Request {
             keep_alive: head.keep_alive(),
             http10: head.version() == Version::Http10,
             authorization: head.header("authorization").map(<[u8]>::to_vec),
+            host: head.header("host").map(<[u8]>::to_vec),
+            origin: head.header("origin").map(<[u8]>::to_vec),
+            fetch_site: head.header("sec-fetch-site").map(<[u8]>::to_vec),
             body,
         }
     }

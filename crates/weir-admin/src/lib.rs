@@ -43,6 +43,7 @@ mod auth;
 mod cache_api;
 mod connection;
 mod dashboard;
+mod guard;
 mod http;
 mod routes;
 mod views;
@@ -124,6 +125,7 @@ pub async fn serve(
     shutdown: ShutdownSignal,
 ) -> io::Result<()> {
     let state = Arc::new(state);
+    let local = listener.local_addr()?;
     let slots = Arc::new(Semaphore::new(state.limits.max_connections.max(1)));
     let mut connections = JoinSet::new();
     let result = loop {
@@ -159,7 +161,7 @@ pub async fn serve(
         let state = state.clone();
         let signal = shutdown.clone();
         connections.spawn(async move {
-            connection::serve_connection(stream, &state, signal).await;
+            connection::serve_connection(stream, &state, signal, local).await;
             drop(slot);
         });
     };

@@ -1,18 +1,21 @@
 //! Which response each request gets: `/metrics`, `/healthz`, the dashboard, and the API
 //! behind authentication.
 
+use std::net::SocketAddr;
+
 use weir_observe::CONTENT_TYPE;
 
 use crate::AdminState;
 use crate::api;
 use crate::auth::Verdict;
 use crate::dashboard;
+use crate::guard;
 use crate::http::{Method, Request, Response};
 
 const ALLOW: &str = "GET, HEAD";
 
-/// Answers `request`.
-pub(crate) async fn respond(request: &Request, state: &AdminState) -> Response {
+/// Answers `request`, which came to the listener bound to `local`.
+pub(crate) async fn respond(request: &Request, state: &AdminState, local: SocketAddr) -> Response {
     let path = request.path.as_str();
     let is_api = path.starts_with("/api/");
     let known = matches!(path, "/metrics" | "/healthz")
@@ -33,11 +36,30 @@ pub(crate) async fn respond(request: &Request, state: &AdminState) -> Response {
             Response::text(503, "draining\n")
         };
     }
+    let tokenless = state
+        .control
+        .as_ref()
+        .is_none_or(|control| control.tokenless());
+    if path != "/metrics"
+        && let Some(refusal) = guard::refuse(request, tokenless)
+    {
+        return refusal;
+    }
     if let Some(asset) = dashboard::asset(path) {
         // The page holds no data: it asks the API, with the token, for everything.
         return asset;
     }
     if let Some(control) = &state.control {
+        // Validation and reloads keep this from happening; should it anyway, fail closed.
+        if tokenless && !local.ip().is_loopback() {
+            return Response::error(
+                503,
+                format!(
+                    "the admin API listens on {local}, not a loopback address, and no \
+                     admin.token_file is configured: only /healthz is served"
+                ),
+            );
+        }
         match control.authorize(request.authorization.as_deref()) {
             Verdict::Allowed => {}
             Verdict::Denied => {

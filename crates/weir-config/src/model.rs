@@ -71,6 +71,23 @@ pub struct Admin {
     pub token_file: Option<FileRef>,
 }
 
+impl Admin {
+    /// The bearer token `token_file` holds (surrounding whitespace ignored): `Ok(None)` when
+    /// no file is named, `Err` with why when it cannot be read or holds nothing.
+    pub fn read_token(&self) -> Result<Option<Vec<u8>>, String> {
+        let Some(file) = &self.token_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read(&file.path)
+            .map_err(|error| format!("cannot read {}: {error}", file.path.display()))?;
+        let token = text.trim_ascii();
+        if token.is_empty() {
+            return Err(format!("{} is empty", file.path.display()));
+        }
+        Ok(Some(token.to_vec()))
+    }
+}
+
 /// The access log's format and destination.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AccessLog {

@@ -144,6 +144,24 @@ impl AccessLog {
         ))
     }
 
+    /// Checks that `path` can be opened for appending, as [`AccessLog::file`] would, without
+    /// leaving a new file behind: the check of a dry run (`weir check`, a validated but not
+    /// applied candidate).
+    pub fn probe(path: &Path) -> io::Result<()> {
+        match OpenOptions::new().append(true).open(path) {
+            Ok(_) => Ok(()),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                match OpenOptions::new().append(true).create_new(true).open(path) {
+                    Ok(_) => std::fs::remove_file(path),
+                    // Someone else made it meanwhile: it exists, which is what was asked.
+                    Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                    Err(error) => Err(error),
+                }
+            }
+            Err(error) => Err(error),
+        }
+    }
+
     fn with(format: AccessLogFormat, path: Option<PathBuf>, out: Output) -> AccessLog {
         AccessLog {
             format,

@@ -29,7 +29,7 @@ use crate::drain::Drain;
 use crate::listener::{AcceptContext, Bound, Listeners};
 use crate::model::{Model, ModelCell, ModelParts, VirtualServerShared, front_stages};
 use crate::names::Names;
-use crate::stage::{Staged, StagedTls, bind_added, check_files, stage};
+use crate::stage::{Purpose, Staged, StagedTls, bind_added, check_files, stage};
 
 /// The running proxy: its current model, and everything a reload changes.
 #[derive(Debug)]
@@ -56,6 +56,8 @@ struct Control {
     names: Names,
     /// Applies new sets of resolved addresses, once started.
     refresher: Option<JoinHandle<()>>,
+    /// The address the admin listener is bound to, once it is: a reload cannot move it.
+    admin_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug)]
@@ -109,6 +111,39 @@ pub enum ReloadError {
     NotRunning,
 }
 
+/// Refuses a candidate that would leave the admin API, still bound to `bound` (a reload does
+/// not move it), on an address other than loopback without a bearer token. Validation
+/// checks the same rule against the candidate's own `admin.listen`, which is not where the
+/// listener is until a restart.
+fn admin_kept_safe(bound: Option<SocketAddr>, candidate: &Config) -> Result<(), ConfigError> {
+    let Some(bound) = bound.filter(|address| !address.ip().is_loopback()) else {
+        return Ok(());
+    };
+    if candidate
+        .admin
+        .as_ref()
+        .is_some_and(|admin| admin.token_file.is_some())
+    {
+        return Ok(());
+    }
+    let key = weir_config::KeyPath::root().key("admin");
+    let line = candidate
+        .source
+        .as_ref()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| weir_config::line_of_key(&text, &key));
+    Err(ConfigError::single(
+        &candidate.file_name(),
+        line,
+        key.key("token_file").to_string(),
+        format!(
+            "the admin API stays on {bound}, not a loopback address, until weir restarts \
+             (a reload does not move admin.listen), so it keeps needing a bearer token: \
+             keep admin.token_file"
+        ),
+    ))
+}
+
 /// A virtual server whose protocol changes (`http` to `tcp`, say) is a new one under the same
 /// name: its connections close like a removed one's (an HTTP connection after its response),
 /// since they cannot move to a model that speaks another protocol.
@@ -125,9 +160,14 @@ fn replace_changed_protocols(control: &mut Control, current: &Model, config: &Co
 
 impl Live {
     /// The first model (generation 1), from a validated config: reads every file it names.
-    pub(crate) fn build(config: Config, metrics: &Arc<Metrics>) -> Result<Arc<Live>, ConfigError> {
+    /// A dry run creates no file (see [`Purpose`]).
+    pub(crate) fn build(
+        config: Config,
+        metrics: &Arc<Metrics>,
+        purpose: Purpose,
+    ) -> Result<Arc<Live>, ConfigError> {
         let empty = Model::empty(config.clone());
-        let mut staged = stage(&empty, &config, metrics, None)?;
+        let mut staged = stage(&empty, &config, metrics, None, purpose)?;
         let mut names = Names::default();
         // Before anything binds: a node name that does not resolve refuses the start.
         let resolved = names.resolve_new(&config)?;
@@ -183,11 +223,22 @@ impl Live {
     /// file it names and reports what would change. Binds nothing.
     pub fn check(&self, candidate: &Config) -> Result<ConfigDiff, ConfigError> {
         let current = self.current();
-        let access_log = self.lock().access_log.clone();
+        let (access_log, admin_listen) = {
+            let control = self.lock();
+            (control.access_log.clone(), control.admin_listen)
+        };
+        admin_kept_safe(admin_listen, candidate)?;
         check_files(&current, candidate, &self.metrics, access_log.as_ref())?;
         // New node names must resolve; what they resolve to is dropped.
         self.lock().names.resolve_new(candidate)?;
         Ok(weir_config::diff::diff(&current.config, candidate))
+    }
+
+    /// Records where the admin listener is bound. A reload does not move it (the address
+    /// takes effect in a new process), so each candidate is checked against this address:
+    /// one that would leave it off loopback without a token is refused.
+    pub fn set_admin_listen(&self, address: SocketAddr) {
+        self.lock().admin_listen = Some(address);
     }
 
     /// Re-reads the file the running config came from and applies it. The duration
@@ -236,11 +287,13 @@ impl Live {
         }
         let current = self.current();
         let diff = weir_config::diff::diff(&current.config, &candidate);
+        admin_kept_safe(control.admin_listen, &candidate).map_err(|e| Box::new(e.into()))?;
         let mut staged = stage(
             &current,
             &candidate,
             &self.metrics,
             control.access_log.as_ref(),
+            Purpose::Serve,
         )
         .map_err(|e| Box::new(e.into()))?;
         let resolved = control

@@ -16,6 +16,7 @@ use weir_upstream::Pool;
 use crate::drain::Drain;
 use crate::listener::{Bound, adopt, bind_tcp};
 use crate::live::Live;
+use crate::stage::{Purpose, listen_error};
 use crate::tls::TlsTermination;
 
 /// The proxy built from a config: the first model, no sockets yet.
@@ -48,8 +49,14 @@ impl Proxy {
     /// `weir check`).
     pub fn build(config: &Config, metrics: &Arc<Metrics>) -> Result<Proxy, ConfigError> {
         Ok(Proxy {
-            live: Live::build(config.clone(), metrics)?,
+            live: Live::build(config.clone(), metrics, Purpose::Serve)?,
         })
+    }
+
+    /// What [`Proxy::build`] checks, as a dry run (`weir check`): every file the config
+    /// names is read, node names are resolved, and nothing is created or bound.
+    pub fn check(config: &Config) -> Result<(), ConfigError> {
+        Live::build(config.clone(), &Metrics::new(), Purpose::DryRun).map(drop)
     }
 
     /// Builds the proxy and binds every listen address. Fails, naming the
@@ -91,7 +98,7 @@ impl Proxy {
             .map_err(|error| {
                 io::Error::new(
                     error.kind(),
-                    format!("virtual server {name}: cannot listen on {address}: {error}"),
+                    listen_error(&config, name, address, &error).to_string(),
                 )
             })?;
             listeners.push(Bound {

@@ -29,6 +29,15 @@ pub(crate) enum StagedTls {
     New(Arc<TlsTermination>),
 }
 
+/// What a candidate is staged for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// It will serve: files are opened (and an access log file created) for it.
+    Serve,
+    /// Only checked (`weir check`, a validated candidate): nothing is left behind.
+    DryRun,
+}
+
 /// Reads every file `candidate` names and builds its TLS configs, carrying over what the
 /// running model's virtual servers of the same names hold. Every problem is reported.
 pub(crate) fn stage(
@@ -36,9 +45,18 @@ pub(crate) fn stage(
     candidate: &Config,
     metrics: &Metrics,
     access_log: Option<&Arc<AccessLog>>,
+    purpose: Purpose,
 ) -> Result<Staged, ConfigError> {
     let file_name = candidate.file_name();
     let mut errors: Vec<Diagnostic> = Vec::new();
+    // The admin listener reads its token itself; a token it could not read would leave the
+    // API refusing every request, so the candidate is refused instead.
+    if let Some(admin) = &candidate.admin
+        && let Some(file) = &admin.token_file
+        && let Err(why) = admin.read_token()
+    {
+        errors.extend(candidate.file_error(file, why).errors);
+    }
     let mut connectors = HashMap::new();
     for pool in &candidate.pools {
         if let Some(tls) = &pool.tls {
@@ -85,7 +103,7 @@ pub(crate) fn stage(
             }
         }
     }
-    let access_log = match access_log_for(candidate, access_log) {
+    let access_log = match access_log_for(candidate, access_log, purpose) {
         Ok(log) => log,
         Err(error) => {
             errors.extend(error.errors);
@@ -109,9 +127,11 @@ pub(crate) fn stage(
 
 /// The access log `candidate` asks for: the running one when its format and file stay,
 /// else a new one (the file opened now, so a bad path refuses the candidate).
+/// A dry run only checks that the file can be opened, and creates none (`None` then).
 fn access_log_for(
     candidate: &Config,
     running: Option<&Arc<AccessLog>>,
+    purpose: Purpose,
 ) -> Result<Option<Arc<AccessLog>>, ConfigError> {
     if !candidate.log.access_log {
         return Ok(None);
@@ -121,27 +141,62 @@ fn access_log_for(
     if let Some(running) = running.filter(|log| log.is(settings.format, path)) {
         return Ok(Some(Arc::clone(running)));
     }
-    match &settings.file {
-        None => Ok(Some(Arc::new(AccessLog::stdout(settings.format)))),
-        Some(file) => AccessLog::file(settings.format, &file.path)
+    let cannot_open = |file: &weir_config::FileRef, error: std::io::Error| {
+        candidate.file_error(
+            file,
+            format!("cannot open {}: {error}", file.path.display()),
+        )
+    };
+    match (&settings.file, purpose) {
+        (None, _) => Ok(Some(Arc::new(AccessLog::stdout(settings.format)))),
+        (Some(file), Purpose::Serve) => AccessLog::file(settings.format, &file.path)
             .map(|log| Some(Arc::new(log)))
-            .map_err(|error| {
-                candidate.file_error(
-                    file,
-                    format!("cannot open {}: {error}", file.path.display()),
-                )
-            }),
+            .map_err(|error| cannot_open(file, error)),
+        (Some(file), Purpose::DryRun) => AccessLog::probe(&file.path)
+            .map(|()| None)
+            .map_err(|error| cannot_open(file, error)),
     }
 }
 
-/// The dry run's file checks: the same as [`stage`], results dropped.
+/// The dry run's file checks: the same as [`stage`], results dropped, no file created.
 pub(crate) fn check_files(
     current: &Model,
     candidate: &Config,
     metrics: &Metrics,
     access_log: Option<&Arc<AccessLog>>,
 ) -> Result<(), ConfigError> {
-    stage(current, candidate, metrics, access_log).map(drop)
+    stage(current, candidate, metrics, access_log, Purpose::DryRun).map(drop)
+}
+
+/// The error of a listen address of virtual server `name` that cannot be bound, placed at
+/// its key (and line, when the file can be read again).
+pub(crate) fn listen_error(
+    config: &Config,
+    name: &str,
+    address: std::net::SocketAddr,
+    error: &std::io::Error,
+) -> ConfigError {
+    let mut key = KeyPath::root()
+        .key("virtual_servers")
+        .key(name)
+        .key("listen");
+    if let Some(vs) = config.virtual_servers.iter().find(|vs| vs.name == name)
+        && vs.listen.len() > 1
+        && let Some(index) = vs.listen.iter().position(|&a| a == address)
+    {
+        key = key.index(index);
+    }
+    let line = config
+        .source
+        .as_ref()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| weir_config::line_of_key(&text, &key));
+    ConfigError::single(
+        &config.file_name(),
+        line,
+        key.to_string(),
+        format!("cannot listen on {address}: {error}"),
+    )
 }
 
 /// Binds the listen addresses `candidate` adds. On error, those bound are closed again.
@@ -151,30 +206,12 @@ pub(crate) fn bind_added(
 ) -> Result<Vec<Bound>, ConfigError> {
     let mut bound = Vec::new();
     for vs in &candidate.virtual_servers {
-        for (index, &address) in vs.listen.iter().enumerate() {
+        for &address in &vs.listen {
             if listeners.serves(address, &vs.name) {
                 continue;
             }
-            let socket = bind_tcp(address, vs.backlog).map_err(|error| {
-                let mut key = KeyPath::root()
-                    .key("virtual_servers")
-                    .key(&vs.name)
-                    .key("listen");
-                if vs.listen.len() > 1 {
-                    key = key.index(index);
-                }
-                let line = candidate
-                    .source
-                    .as_ref()
-                    .and_then(|path| std::fs::read_to_string(path).ok())
-                    .and_then(|text| weir_config::line_of_key(&text, &key));
-                ConfigError::single(
-                    &candidate.file_name(),
-                    line,
-                    key.to_string(),
-                    format!("cannot listen on {address}: {error}"),
-                )
-            })?;
+            let socket = bind_tcp(address, vs.backlog)
+                .map_err(|error| listen_error(candidate, &vs.name, address, &error))?;
             bound.push(Bound {
                 address,
                 virtual_server: vs.name.clone(),

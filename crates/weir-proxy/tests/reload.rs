@@ -294,6 +294,65 @@ async fn a_bad_config_is_refused_and_the_old_one_keeps_serving() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_cannot_leave_a_public_admin_api_without_its_token() {
+    let a = TestOrigin::start("a").await;
+    let dir = TempDir::new("admin");
+    let token = dir.0.join("admin.token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let port = weir_testkit::free_ports::<1>()[0];
+    let admin = |listen: &str, token: Option<&std::path::Path>| {
+        let token = token.map_or(String::new(), |t| {
+            format!("token_file = \"{}\"\n", t.display())
+        });
+        web(
+            &[&format!("127.0.0.1:{port}")],
+            &[a.addr],
+            &format!("[admin]\nlisten = \"{listen}\"\n{token}"),
+        )
+    };
+    let proxy = TestProxy::start(&admin("0.0.0.0:9", Some(&token))).await;
+    // Where `weir serve` bound the admin listener; a reload does not move it.
+    proxy.live.set_admin_listen("0.0.0.0:9".parse().unwrap());
+
+    // Moving admin.listen to loopback and dropping the token in the same reload: the
+    // listener would stay public without a token. Refused, dry run and reload alike.
+    for candidate in [
+        admin("127.0.0.1:9", None),
+        web(&[&format!("127.0.0.1:{port}")], &[a.addr], ""),
+    ] {
+        let expected = "admin.token_file: the admin API stays on 0.0.0.0:9";
+        let error = proxy
+            .live
+            .check(&parse(&candidate))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(expected), "{error}");
+        let error = proxy.live.apply(parse(&candidate)).unwrap_err().to_string();
+        assert!(error.contains(expected), "{error}");
+    }
+    // A token file that cannot be read is refused with its key, not left to fail later.
+    let missing = dir.0.join("missing.token");
+    let error = proxy
+        .live
+        .apply(parse(&admin("0.0.0.0:9", Some(&missing))))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(": admin.token_file: cannot read ") && error.contains("missing.token"),
+        "{error}"
+    );
+    assert_eq!(proxy.live.generation(), 1);
+    // Keeping the token is fine, whatever admin.listen says.
+    let applied = proxy
+        .live
+        .apply(parse(&admin("127.0.0.1:9", Some(&token))))
+        .unwrap();
+    assert_eq!(applied.diff.needs_restart, vec!["admin.listen"]);
+    proxy.stop().await;
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listener_already_in_use_refuses_the_whole_candidate() {
     let a = TestOrigin::start("a").await;
     let b = TestOrigin::start("b").await;

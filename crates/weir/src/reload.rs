@@ -25,11 +25,25 @@ pub fn run(args: &ReloadArgs) -> ExitCode {
     }
 }
 
-/// Whether the reload was applied, and the API's answer.
+/// Whether the reload was applied, and the API's answer (or why the file was refused
+/// here). An error is a failure to ask: no admin address, an unreachable listener.
 fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
-    let config = match &args.config {
-        Some(path) => Some(weir_config::load_file(path).map_err(|e| anyhow::anyhow!("{e}"))?),
+    let config = match args.config.as_deref().map(weir_config::load_file) {
         None => None,
+        Some(Ok(config)) => Some(config),
+        // The running weir re-reads its own file and refuses it the same way, counted in
+        // its metrics; it can only be asked when the address does not come from the file.
+        Some(Err(_)) if args.admin.is_some() => None,
+        Some(Err(error)) => {
+            return Ok((
+                false,
+                format!(
+                    "{error}\nweir reload: refused here; the running weir was not asked (its \
+                     admin address comes from this file; --admin asks it anyway) and keeps \
+                     its configuration\n"
+                ),
+            ));
+        }
     };
     let admin = config.as_ref().and_then(|c| c.admin.as_ref());
     let address: SocketAddr = args.admin.or(admin.map(|a| a.listen)).ok_or_else(|| {

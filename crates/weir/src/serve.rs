@@ -19,7 +19,7 @@ use crate::upgrade;
 pub fn check(args: &CheckArgs) -> ExitCode {
     // Validation, then the files the config names (certificates, keys, CAs).
     let loaded = weir_config::load_file(&args.file).and_then(|config| {
-        Proxy::build(&config, &Metrics::new())?;
+        Proxy::check(&config)?;
         Ok(config)
     });
     match loaded {
@@ -116,6 +116,7 @@ async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
             listener.as_fd().try_clone_to_owned()?,
         ));
         let listener = tokio::net::TcpListener::from_std(listener)?;
+        proxy.live().set_admin_listen(listener.local_addr()?);
         tracing::info!(listen = %listener.local_addr()?, "admin serving");
         let draining = Arc::clone(&draining);
         let state = weir_admin::AdminState {

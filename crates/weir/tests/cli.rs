@@ -103,10 +103,57 @@ fn serve_names_an_address_in_use() {
         "[log]\nlevel = \"error\"\n[virtual_servers.web]\nlisten = \"{address}\"\npool = \"web\"\n\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
     ));
     let stderr = serve_fails(&config);
+    // Placed like any configuration error: file, line and key.
     assert!(
-        stderr.contains(&format!("cannot listen on {address}")),
+        stderr.contains(&format!(
+            "{}:4: virtual_servers.web.listen: cannot listen on {address}",
+            config.path().display()
+        )),
         "{stderr}"
     );
+}
+
+#[test]
+fn check_reads_the_admin_token_and_creates_no_access_log() {
+    let dir = std::env::temp_dir().join(format!("weir-cli-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("access.log");
+    let text = |token: &str| {
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{token}\"\n\
+             [log]\naccess_log_file = \"{}\"\n\
+             [virtual_servers.web]\nlisten = \"127.0.0.1:0\"\npool = \"web\"\n\
+             [pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n",
+            log.display()
+        )
+    };
+    // A token file that is not there: refused with its place, by check and by serve.
+    let config = temp_config(&text(&dir.join("missing.token").display().to_string()));
+    let output = weir().arg("check").arg(config.path()).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let expected = format!(
+        "{}:3: admin.token_file: cannot read {}",
+        config.path().display(),
+        dir.join("missing.token").display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+    assert!(!log.exists(), "weir check created {}", log.display());
+    assert!(serve_fails(&config).contains(&expected));
+    // (serve opened its log before it found the token missing; only dry runs leave none.)
+    let _ = std::fs::remove_file(&log);
+    // With the token there, the config checks out, and the dry run left no log file.
+    std::fs::write(dir.join("admin.token"), "s3cret\n").unwrap();
+    let config = temp_config(&text(&dir.join("admin.token").display().to_string()));
+    let output = weir().arg("check").arg(config.path()).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!log.exists(), "weir check created {}", log.display());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -176,6 +223,104 @@ fn serve_answers_and_exits_cleanly_on_sigterm() {
     }
     let _ = child.kill();
     panic!("weir did not exit within 5 s of SIGTERM");
+}
+
+/// Kills the child process it holds when dropped (a failed assertion included).
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `weir reload --config FILE`: a file that does not load is refused with exit code 2
+/// (without the running weir when the admin address must come from that file, through it
+/// with `--admin`, where the refusal is counted); a good one is applied (exit code 0).
+#[test]
+fn reload_refuses_a_bad_file_with_exit_code_2() {
+    use std::io::{Read, Write};
+    let [proxy_port, admin_port] = weir_testkit::free_ports();
+    let good = format!(
+        "[runtime]\nthreads = 1\n[log]\nlevel = \"error\"\naccess_log = false\n\
+         [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\
+         [pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
+    );
+    let config = temp_config(&good);
+    let _serving = Running(
+        weir()
+            .arg("serve")
+            .arg("--config")
+            .arg(config.path())
+            .spawn()
+            .unwrap(),
+    );
+    let admin = format!("127.0.0.1:{admin_port}");
+    let metrics = || {
+        let mut stream = std::net::TcpStream::connect(&admin).ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        Some(text)
+    };
+    let mut up = false;
+    for _ in 0..100 {
+        if metrics().is_some() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(up, "the admin listener answers within 5 s");
+    let reload = |extra: &[&str]| {
+        weir()
+            .args(["reload", "--config"])
+            .arg(config.path())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+
+    std::fs::write(
+        config.path(),
+        good.replace("pool = \"web\"", "pool = \"ghost\""),
+    )
+    .unwrap();
+    let output = reload(&[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("virtual_servers.web.pool"), "{stderr}");
+    assert!(
+        stderr.contains("the running weir was not asked"),
+        "{stderr}"
+    );
+    let output = reload(&["--admin", &admin]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("virtual_servers.web.pool"), "{stderr}");
+    let text = metrics().expect("metrics");
+    assert!(
+        text.contains("weir_config_reloads_total{result=\"refused\"} 1"),
+        "{text}"
+    );
+
+    std::fs::write(
+        config.path(),
+        good.replace("threads = 1\n", "threads = 1\ndrain_timeout = \"3s\"\n"),
+    )
+    .unwrap();
+    let output = reload(&[]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("runtime.drain_timeout"));
 }
 
 /// This crate's directory as cargo gives it to the running test, not as it
