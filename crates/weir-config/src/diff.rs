@@ -26,7 +26,8 @@ use std::net::SocketAddr;
 
 use serde::Serialize;
 
-use crate::model::{Config, Node, Pool, PoolId, Route, VirtualServer};
+use crate::cache::ContentPolicy;
+use crate::model::{Config, Node, Pool, PoolId, Route, Traffic, VirtualServer};
 
 /// Everything that differs between a running configuration and a candidate.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -325,7 +326,9 @@ fn named_changes<T: Named>(old: &[T], new: &[T], keys: impl Fn(&T, &T) -> Vec<St
 }
 
 /// The keys of a virtual server that differ; pools are compared by name, since their
-/// ids are positions in each configuration.
+/// ids are positions in each configuration. Every field is named below (the struct is
+/// taken apart whole), so a field added to [`VirtualServer`] cannot be left out of the diff
+/// without the compiler saying so.
 fn virtual_server_keys(
     old_config: &Config,
     old: &VirtualServer,
@@ -333,88 +336,193 @@ fn virtual_server_keys(
     new: &VirtualServer,
 ) -> Vec<String> {
     let pool_name = |config: &Config, id: PoolId| config.pool(id).name.clone();
-    let routes =
-        |config: &Config, routes: &[Route]| -> Vec<(Option<String>, Option<String>, String)> {
-            routes
-                .iter()
-                .map(|r| {
-                    (
-                        r.host.clone(),
-                        r.path_prefix.clone(),
-                        pool_name(config, r.pool),
-                    )
-                })
-                .collect()
-        };
+    let VirtualServer {
+        name: _,
+        listen,
+        protocol,
+        default_pool,
+        routes: old_routes,
+        limits,
+        timeouts,
+        http,
+        forwarded_headers,
+        backlog,
+        defer_accept,
+        tls,
+        response_headers,
+        cache,
+        content,
+        http2,
+        traffic,
+        tcp,
+        accept_proxy,
+        passthrough: _,
+    } = old;
+    let ContentPolicy {
+        cache: cache_rules,
+        compression,
+    } = content;
     let mut keys = Vec::new();
     let mut key = |changed: bool, name: &str| {
         if changed {
             keys.push(name.to_owned());
         }
     };
-    key(old.listen != new.listen, "listen");
-    key(old.protocol != new.protocol, "protocol");
+    key(*listen != new.listen, "listen");
+    key(*protocol != new.protocol, "protocol");
     key(
-        pool_name(old_config, old.default_pool) != pool_name(new_config, new.default_pool),
+        pool_name(old_config, *default_pool) != pool_name(new_config, new.default_pool),
         "pool",
     );
     key(
-        routes(old_config, &old.routes) != routes(new_config, &new.routes),
+        route_list(old_config, old_routes) != route_list(new_config, &new.routes),
         "routes",
     );
-    key(old.limits != new.limits, "limits");
-    key(old.timeouts != new.timeouts, "timeouts");
+    key(*limits != new.limits, "limits");
+    key(*timeouts != new.timeouts, "timeouts");
+    key(*http != new.http, "http");
+    key(*http2 != new.http2, "http2");
     key(
-        old.forwarded_headers != new.forwarded_headers,
+        *forwarded_headers != new.forwarded_headers,
         "forwarded_headers",
     );
-    key(old.backlog != new.backlog, "backlog");
-    key(old.defer_accept != new.defer_accept, "defer_accept");
-    key(old.tls != new.tls, "tls");
+    key(*backlog != new.backlog, "backlog");
+    key(*defer_accept != new.defer_accept, "defer_accept");
+    key(*tls != new.tls, "tls");
     key(
-        old.response_headers != new.response_headers,
+        *response_headers != new.response_headers,
         "response_headers",
     );
-    key(old.tcp != new.tcp, "tcp");
-    key(old.accept_proxy != new.accept_proxy, "accept_proxy");
-    let passthrough =
-        |config: &Config, vs: &VirtualServer| -> Vec<(Vec<String>, Vec<String>, String)> {
-            vs.passthrough
-                .iter()
-                .map(|r| {
-                    (
-                        r.server_names.clone(),
-                        r.alpn.clone(),
-                        pool_name(config, r.pool),
-                    )
-                })
-                .collect()
-        };
     key(
-        passthrough(old_config, old) != passthrough(new_config, new),
+        *cache != new.cache || *cache_rules != new.content.cache,
+        "cache",
+    );
+    key(*compression != new.content.compression, "compression");
+    for name in traffic_keys(traffic, &new.traffic) {
+        key(true, name);
+    }
+    key(*tcp != new.tcp, "tcp");
+    key(*accept_proxy != new.accept_proxy, "accept_proxy");
+    key(
+        passthrough_list(old_config, old) != passthrough_list(new_config, new),
         "passthrough",
     );
     keys
 }
 
+/// A virtual server's routes as compared: pools by name, every field named.
+fn route_list(
+    config: &Config,
+    routes: &[Route],
+) -> Vec<(Option<String>, Option<String>, String, ContentPolicy)> {
+    routes
+        .iter()
+        .map(|route| {
+            let Route {
+                host,
+                path_prefix,
+                pool,
+                content,
+            } = route;
+            (
+                host.clone(),
+                path_prefix.clone(),
+                config.pool(*pool).name.clone(),
+                content.clone(),
+            )
+        })
+        .collect()
+}
+
+/// A virtual server's passthrough routes as compared: pools by name.
+fn passthrough_list(
+    config: &Config,
+    vs: &VirtualServer,
+) -> Vec<(Vec<String>, Vec<String>, String)> {
+    vs.passthrough
+        .iter()
+        .map(|r| {
+            (
+                r.server_names.clone(),
+                r.alpn.clone(),
+                config.pool(r.pool).name.clone(),
+            )
+        })
+        .collect()
+}
+
+/// The keys of a virtual server's traffic settings (rules, request id, client address,
+/// limits) that differ, every field named.
+fn traffic_keys(old: &Traffic, new: &Traffic) -> Vec<&'static str> {
+    let Traffic {
+        rules,
+        request_id,
+        client_address,
+        rate_limits,
+        concurrency_limits,
+        client_connections,
+    } = old;
+    [
+        (*rules != new.rules, "rules"),
+        (*request_id != new.request_id, "request_id"),
+        (*client_address != new.client_address, "client_address"),
+        (*rate_limits != new.rate_limits, "rate_limits"),
+        (
+            *concurrency_limits != new.concurrency_limits,
+            "concurrency_limits",
+        ),
+        (
+            *client_connections != new.client_connections,
+            "client_connections",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(changed, name)| changed.then_some(name))
+    .collect()
+}
+
+/// The keys of a pool that differ; like [`virtual_server_keys`], every field is named.
 fn pool_keys(old: &Pool, new: &Pool) -> Vec<String> {
+    let Pool {
+        name: _,
+        nodes,
+        algorithm,
+        connections,
+        timeouts,
+        retries,
+        health,
+        passive_health,
+        fail_open,
+        tls,
+        protocol,
+        http2,
+        hash,
+        persistence,
+        proxy_protocol,
+        names,
+        dns,
+    } = old;
     let mut keys = Vec::new();
     let mut key = |changed: bool, name: &str| {
         if changed {
             keys.push(name.to_owned());
         }
     };
-    key(old.nodes != new.nodes || old.names != new.names, "nodes");
-    key(old.dns != new.dns, "dns");
-    key(old.algorithm != new.algorithm, "algorithm");
-    key(old.connections != new.connections, "connections");
-    key(old.timeouts != new.timeouts, "timeouts");
-    key(old.retries != new.retries, "retries");
-    key(old.health != new.health, "health");
-    key(old.passive_health != new.passive_health, "passive_health");
-    key(old.fail_open != new.fail_open, "fail_open");
-    key(old.tls != new.tls, "tls");
-    key(old.proxy_protocol != new.proxy_protocol, "proxy_protocol");
+    key(*nodes != new.nodes || *names != new.names, "nodes");
+    key(*dns != new.dns, "dns");
+    key(*algorithm != new.algorithm, "algorithm");
+    key(*hash != new.hash, "hash");
+    key(*persistence != new.persistence, "persistence");
+    key(*connections != new.connections, "connections");
+    key(*timeouts != new.timeouts, "timeouts");
+    key(*retries != new.retries, "retries");
+    key(*health != new.health, "health");
+    key(*passive_health != new.passive_health, "passive_health");
+    key(*fail_open != new.fail_open, "fail_open");
+    key(*tls != new.tls, "tls");
+    key(*protocol != new.protocol, "protocol");
+    key(*http2 != new.http2, "http2");
+    key(*proxy_protocol != new.proxy_protocol, "proxy_protocol");
     keys
 }
 
@@ -525,6 +633,42 @@ mod tests {
         );
         assert_eq!(diff.pools.changed[0].keys, vec!["nodes"]);
         assert!(diff.virtual_servers.changed.is_empty());
+    }
+
+    #[test]
+    fn every_table_of_a_virtual_server_and_a_pool_is_compared() {
+        let pools = "[pools.a]\nnodes = [{ address = \"127.0.0.1:1\" }]\n";
+        let old = config(pools, WEB);
+        for (extra, key) in [
+            (
+                "[virtual_servers.web.http2]\nmax_concurrent_streams = 7\n",
+                "http2",
+            ),
+            ("[virtual_servers.web.http]\nupgrades = []\n", "http"),
+            ("[virtual_servers.web.cache]\nsize = \"64MiB\"\n", "cache"),
+            (
+                "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\n",
+                "compression",
+            ),
+            (
+                "[virtual_servers.web.request_id]\nheader = \"X-Trace\"\n",
+                "request_id",
+            ),
+        ] {
+            let new = config(pools, &format!("{WEB}{extra}"));
+            let diff = diff(&old, &new);
+            assert_eq!(diff.virtual_servers.changed.len(), 1, "{extra}: {diff:?}");
+            assert_eq!(diff.virtual_servers.changed[0].keys, vec![key], "{extra}");
+        }
+        for (extra, key) in [
+            ("protocol = \"h2c\"\n", "protocol"),
+            ("[pools.a.http2]\nmax_concurrent_streams = 3\n", "http2"),
+        ] {
+            let new = config(&format!("{pools}{extra}"), WEB);
+            let diff = diff(&old, &new);
+            assert_eq!(diff.pools.changed.len(), 1, "{extra}: {diff:?}");
+            assert_eq!(diff.pools.changed[0].keys, vec![key], "{extra}");
+        }
     }
 
     #[test]

@@ -392,11 +392,11 @@ pub const UPSTREAM_HTTP2_STREAMS_OPEN: MetricSpec = gauge(
     "Streams open on HTTP/2 connections to the node",
 );
 /// `weir_upstream_http2_goaways_total{pool, node}`, a counter: GOAWAY frames received from
-/// the node.
+/// the node (and connections it closed without one, which the h2 crate reports alike).
 pub const UPSTREAM_HTTP2_GOAWAYS: MetricSpec = counter(
     "upstream_http2_goaways",
     POOL_NODE,
-    "GOAWAY frames received from the node (the connection is drained and replaced)",
+    "GOAWAY frames received from the node, or connections it closed (drained and replaced)",
 );
 /// `weir_upstream_http2_ping_timeouts_total{pool, node}`, a counter: HTTP/2 connections to
 /// the node closed because a PING went unanswered.

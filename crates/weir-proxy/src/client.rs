@@ -440,7 +440,10 @@ impl Client {
                         return Ok(Some(head));
                     }
                     Ok(None) => {}
-                    Err(error) => return Err(Failure::parse(error)),
+                    Err(error) => {
+                        self.since = head_started(head_deadline, self.since, timeouts);
+                        return Err(Failure::parse(error));
+                    }
                 }
             }
             if !self.read_buf.is_empty() {
@@ -466,6 +469,7 @@ impl Client {
             match read {
                 Ok(Ok(0)) if idle => return Ok(None),
                 Ok(Ok(0)) => {
+                    self.since = head_started(head_deadline, self.since, timeouts);
                     return Err(Failure::silent(
                         Error::new(ErrorKind::ClientClosed, Side::Downstream)
                             .context("closed in the middle of a request head"),
@@ -482,6 +486,7 @@ impl Client {
                 // keep-alive client gone quiet): close without an answer.
                 Err(_) if idle => return Ok(None),
                 Err(_) => {
+                    self.since = head_started(head_deadline, self.since, timeouts);
                     return Err(Failure::from_error(
                         Error::new(ErrorKind::ClientTimeout, Side::Downstream)
                             .context("request head not received in time"),
@@ -783,6 +788,18 @@ impl Client {
         }
         Ok(size)
     }
+}
+
+/// When the head that failed began to arrive, for the failure's access record (the
+/// connection closes after it, so [`Client::since`] can take it): its `header_read`
+/// deadline less the timeout, or `since` when no deadline was set (bytes that were already
+/// there, pipelined behind the previous request).
+fn head_started(
+    deadline: Option<Instant>,
+    since: Instant,
+    timeouts: &weir_config::ClientTimeouts,
+) -> Instant {
+    deadline.map_or(since, |deadline| deadline - timeouts.header_read)
 }
 
 /// HTTP/1.1 bytes meant for the client of an HTTP/2 stream: a stage that

@@ -138,7 +138,7 @@ pub(crate) async fn exchange(
                 stale_retries += 1;
             }
             Retry::OtherNode if node_retries < pool.config.retries => {
-                node.record_failure(Instant::now().into_std());
+                pool.record_failure(node, Instant::now().into_std());
                 tracing::debug!(pool = %pool.name, node = %node.address, error = %failure.error, "retrying on another node");
                 pool.metrics.retries.inc();
                 node_retries += 1;
@@ -148,7 +148,7 @@ pub(crate) async fn exchange(
             _ => {
                 // Passive health: a node that fails or stalls an exchange counts a failure.
                 if failure.error.side() == Side::Upstream {
-                    node.record_failure(Instant::now().into_std());
+                    pool.record_failure(node, Instant::now().into_std());
                 }
                 return Err(failure);
             }

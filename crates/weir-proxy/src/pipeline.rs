@@ -701,7 +701,7 @@ fn note_response<'p>(pool: &'p Pool, exchange: &Exchange) -> (&'p NodeState, Dur
     node_state.record_response_time(response_time);
     if exchange.response.status() >= 500 {
         node_state.metrics.responses_5xx.inc();
-        node_state.record_failure(head_received.into_std());
+        pool.record_failure(node_state, head_received.into_std());
     } else {
         node_state.record_success(head_received.into_std());
     }
@@ -782,7 +782,8 @@ async fn answer_failure(
     failure: Failure,
 ) {
     let head = request.map(|r| r.head);
-    let started = request.map_or_else(Instant::now, |r| r.started);
+    // Without a request, the head failed: `read_head` left when it began in `since`.
+    let started = request.map_or(client.since, |r| r.started);
     let version = head.map_or(Version::Http11, |h| h.version());
     let kind = failure.error.kind();
     // A gRPC client gets weir's answer in gRPC's form (a status it can read).

@@ -466,10 +466,14 @@ impl H2Node {
     }
 
     /// Called by a connection's driver when it ended (closed by the node, an
-    /// error, a PING unanswered).
-    fn ended(&self, connection: u64) {
+    /// error, a PING unanswered). `by_node`: the node sent a GOAWAY (or closed), which
+    /// counts as one unless a refused stream already counted it.
+    fn ended(&self, connection: u64, by_node: bool) {
         let mut state = self.lock();
         if let Some(index) = state.connections.iter().position(|c| c.id == connection) {
+            if by_node && !state.connections[index].draining {
+                self.h2_metrics.goaways.inc();
+            }
             // Streams still leased fail on their own; their slots are not reused.
             state.connections[index].draining = true;
             self.remove(&mut state, index);

@@ -180,7 +180,11 @@ impl NodeState {
 
     /// Sets the active monitor's verdict.
     pub fn set_active_up(&self, up: bool) {
-        self.active_up.store(up, Ordering::Relaxed);
+        let was_up = self.active_up.swap(up, Ordering::Relaxed);
+        if was_up && !up {
+            // Marked down by the monitor: counted with the passive ejections.
+            self.metrics.ejections.inc();
+        }
         self.refresh_healthy_gauge(Instant::now());
     }
 

@@ -69,6 +69,20 @@ impl Tried {
 }
 
 impl Pool {
+    /// Passive health: a connect failure, a 5xx or a failed exchange at `node`, one of this
+    /// pool's nodes. Logs the ejection it may cause; returns whether it did.
+    pub fn record_failure(&self, node: &NodeState, now: std::time::Instant) -> bool {
+        let ejected = node.record_failure(now);
+        if ejected {
+            tracing::warn!(
+                pool = %self.name,
+                node = %node.address,
+                "node ejected by passive health checks (consecutive failures)"
+            );
+        }
+        ejected
+    }
+
     /// Builds the pool. `tls` must be given exactly when `config.tls` is set
     /// (it is built from it by [`weir_tls::Connector::new`], which reads files
     /// and so can fail before anything starts).

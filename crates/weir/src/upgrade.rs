@@ -152,11 +152,17 @@ pub async fn serve(
             tokio::task::spawn_blocking(move || hand_over(&stream, &handover)).await?
         };
         match outcome.await {
-            Ok(()) => {
+            Ok(true) => {
                 tracing::info!(
                     "binary upgrade: the new process accepts; no longer accepting, draining"
                 );
                 return true;
+            }
+            Ok(false) => {
+                tracing::debug!(
+                    "upgrade socket: a process connected and left without asking for the \
+                     sockets (another weir of this config finding this one running)"
+                );
             }
             Err(error) => {
                 tracing::error!(error = %format!("{error:#}"), "binary upgrade failed; still serving");
@@ -172,10 +178,15 @@ fn same_user(stream: &tokio::net::UnixStream) -> bool {
         .is_ok_and(|peer| peer.uid() == ours || peer.uid() == 0)
 }
 
-/// One handover: sockets out, then wait for the new process to be ready.
-fn hand_over(stream: &UnixStream, handover: &Handover) -> anyhow::Result<()> {
+/// One handover: sockets out, then wait for the new process to be ready. `Ok(false)`: the
+/// peer left without asking (a second `weir serve` of the same config finding this one).
+fn hand_over(stream: &UnixStream, handover: &Handover) -> anyhow::Result<bool> {
     stream.set_read_timeout(Some(READY_TIMEOUT))?;
-    handoff::expect_line(stream, handoff::HELLO).context("not an upgrade request")?;
+    match handoff::expect_line(stream, handoff::HELLO) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
+        Err(error) => return Err(error).context("not an upgrade request"),
+    }
     let mut sockets: Vec<(String, OwnedFd)> = handover
         .live
         .listener_duplicates()?
@@ -193,5 +204,5 @@ fn hand_over(stream: &UnixStream, handover: &Handover) -> anyhow::Result<()> {
     drop(sockets);
     handoff::expect_line(stream, handoff::READY).context("the new process did not become ready")?;
     (&mut &*stream).write_all(handoff::STOPPING)?;
-    Ok(())
+    Ok(true)
 }

@@ -159,7 +159,7 @@ async fn connect(pool: &Arc<Pool>, preamble: &[u8]) -> Result<Connected, Error> 
                     ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout
                 ) =>
             {
-                node.record_failure(Instant::now());
+                pool.record_failure(node, Instant::now());
                 if retries >= pool.config.retries {
                     return Err(error);
                 }

@@ -152,9 +152,16 @@ async fn drive<T>(
     let mut ticker = tokio::time::interval(interval.min(timeout));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_ping = Instant::now();
+    // Whether the node ended the connection: with a GOAWAY, or (which the h2 crate reports
+    // the same way as a GOAWAY without error) by closing it.
+    let mut by_node = false;
     loop {
         tokio::select! {
             ended = &mut connection => {
+                by_node = match &ended {
+                    Ok(()) => true,
+                    Err(error) => error.is_go_away() && error.is_remote(),
+                };
                 if let Err(error) = ended {
                     tracing::debug!(node = %address, %error, "HTTP/2 connection to node ended");
                 }
@@ -189,7 +196,7 @@ async fn drive<T>(
         }
     }
     if let Some(node) = node.upgrade() {
-        node.ended(id);
+        node.ended(id, by_node);
     }
 }
 

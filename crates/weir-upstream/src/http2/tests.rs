@@ -179,7 +179,7 @@ async fn the_connection_cap_holds_and_a_full_queue_refuses() {
 async fn a_connection_that_got_goaway_is_replaced() {
     let server = server(Some(1)).await;
     server.gate.add_permits(100);
-    let (node, _metrics) = node(server.address, settings(1, 10, 10));
+    let (node, metrics) = node(server.address, settings(1, 10, 10));
     for round in 0..3 {
         assert_eq!(
             &exchange(Arc::clone(&node)).await.expect("served")[..],
@@ -190,6 +190,18 @@ async fn a_connection_that_got_goaway_is_replaced() {
         wait_for("the old connection gone", || node.open() == 0).await;
     }
     assert_eq!(server.connections.load(Ordering::SeqCst), 3);
+    // Each GOAWAY is counted once, though none refused a stream.
+    let text = metrics.encode();
+    assert!(
+        text.contains("weir_upstream_http2_goaways_total{pool=\"p\",node=\""),
+        "{text}"
+    );
+    let goaways = text
+        .lines()
+        .find(|line| line.starts_with("weir_upstream_http2_goaways_total{"))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|count| count.parse::<u64>().ok());
+    assert_eq!(goaways, Some(3), "{text}");
 }
 
 #[tokio::test]
