@@ -112,7 +112,7 @@ async fn proxy_header(
     .await
     .map_err(|error| match error {
         PeekError::Closed => "closed",
-        PeekError::Timeout => "timeout",
+        PeekError::Timeout { .. } => "timeout",
         PeekError::TooLong => "too_long",
     })?;
     let (header, consumed) = parsed.map_err(ParseError::as_str)?;
@@ -156,7 +156,13 @@ async fn passthrough(stream: &TcpStream, vs: &VirtualServerRuntime, client: &mut
         }
         Ok(Err(error)) => return refuse(vs, client, error.as_str()),
         Err(PeekError::Closed) => return refuse(vs, client, "closed"),
-        Err(PeekError::Timeout) => return refuse(vs, client, "timeout"),
+        // A client that sent nothing waits for the server to speak first (SMTP, MySQL):
+        // not TLS, so a tcp virtual server's own pool serves it, as for other plain TCP.
+        Err(PeekError::Timeout { silent: true }) if vs.config.protocol == Protocol::Tcp => {
+            vs.layer4.client_hello("default_pool");
+            return Route::Own;
+        }
+        Err(PeekError::Timeout { .. }) => return refuse(vs, client, "timeout"),
         Err(PeekError::TooLong) => return refuse(vs, client, "too_large"),
     };
     match vs.passthrough_pool(&hello) {

@@ -1,8 +1,8 @@
 //! The buffered relay between two plain TCP sockets, driven by readiness (`try_read`,
 //! `try_write`) rather than `AsyncRead`: a read that returns less than the buffer holds
 //! means the socket was drained (TCP hands over everything queued, up to the length asked),
-//! so its readiness is cleared there and then instead of by one more `read` that would only
-//! say "would block". On a request/response session that is one system call fewer per
+//! so its readiness is cleared there and then (the readiness from before the read, not any
+//! newer one) instead of by one more `read` that would only say "would block". On a request/response session that is one system call fewer per
 //! message and direction. Same contract as [`relay`](super::relay).
 //!
 //! With `adaptive`, a direction whose read fills the whole buffer is a bulk flow: it moves to
@@ -76,9 +76,27 @@ async fn one_way(
             from.readable().await.map_err(|error| (from_end, error))?;
             buffer.clear();
             buffer.reserve_exact(size);
-            match from.try_read_buf(&mut buffer) {
+            // A short read drained the socket: its readiness is cleared so the next wait is
+            // for the next arrival, without asking the kernel again. It is cleared through
+            // this outer `try_io`, whose readiness was taken before the read: bytes that
+            // arrived during the read set a newer readiness, which stays. (Cleared after the
+            // read instead, it could swallow their only edge-triggered event, and the
+            // session would stall with bytes waiting.)
+            let mut short = None;
+            let attempt = from.try_io(Interest::READABLE, || {
+                let read = from.try_read_buf(&mut buffer)?;
+                if read > 0 && read < size {
+                    short = Some(read);
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(read)
+            });
+            match attempt {
                 Ok(read) => break read,
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => match short {
+                    Some(read) => break read,
+                    None => continue,
+                },
                 Err(error) => return Err((from_end, error)),
             }
         };
@@ -87,11 +105,6 @@ async fn one_way(
         }
         if read >= size {
             bulk = adaptive;
-        } else {
-            // Drained: wait for the next arrival without asking the kernel again.
-            let _ = from.try_io(Interest::READABLE, || {
-                Err::<(), _>(io::ErrorKind::WouldBlock.into())
-            });
         }
         activity.touch();
         let mut written = 0;

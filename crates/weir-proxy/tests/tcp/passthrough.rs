@@ -77,6 +77,57 @@ async fn client_hello_split_at_every_byte_boundary_routes_by_sni() {
     proxy.stop().await;
 }
 
+/// A ClientHello cut short by the client's FIN closes the connection at once (nothing more
+/// can come), and a client that sends nothing at all (a protocol where the server speaks
+/// first) goes to the virtual server's own pool once the hello timeout passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_hello_closes_and_a_silent_client_reaches_the_own_pool() {
+    let (a, b) = (
+        Node::start("A", Duration::ZERO).await,
+        Node::start("B", Duration::ZERO).await,
+    );
+    // B greets first, as an SMTP or MySQL server does.
+    let greeter = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let greeter_addr = greeter.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = greeter.accept().await {
+            tokio::spawn(async move {
+                let _ = stream.write_all(b"220 ready\r\n").await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    let config = passthrough_config(&a, &b).replace(&b.addr.to_string(), &greeter_addr.to_string());
+    let proxy = TestProxy::start(&config).await;
+    let hello = client_hello("db.a.internal");
+    for cut in [1, 5, 11, hello.len() - 1] {
+        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+        stream.write_all(&hello[..cut]).await.unwrap();
+        stream.shutdown().await.unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(2), read_all(&mut stream));
+        assert_eq!(read.await.expect("closed at once"), "", "cut at {cut}");
+    }
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_client_hellos_total{virtual_server=\"l4\",result=\"closed\"}"
+        ),
+        4
+    );
+    // Silent: after the hello timeout (10 s on a tcp virtual server), the own pool's node
+    // says its greeting.
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let mut greeting = [0u8; 11];
+    let read = tokio::io::AsyncReadExt::read_exact(&mut stream, &mut greeting);
+    tokio::time::timeout(Duration::from_secs(15), read)
+        .await
+        .expect("the greeting within 15 s")
+        .unwrap();
+    assert_eq!(&greeting, b"220 ready\r\n");
+    proxy.stop().await;
+}
+
 /// On one HTTPS port: a name passed through to a pool, every other name terminated by weir.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_port_passes_some_names_through_and_terminates_the_rest() {

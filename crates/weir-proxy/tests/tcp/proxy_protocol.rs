@@ -96,6 +96,23 @@ async fn a_missing_or_malformed_header_from_a_trusted_client_closes_and_counts()
         .await
         .unwrap();
     assert_eq!(crate::support::read_all(&mut stream).await, "");
+    // A truncated header, then the client's FIN: closed at once (the timeout is long here),
+    // not waited on in a loop.
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, b"PROXY TCP4 1.2.3.4 5.6.7.8 1111 2222\r")
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::shutdown(&mut stream)
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut rest);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(250), read)
+            .await
+            .is_ok(),
+        "a truncated header and a FIN were not closed at once"
+    );
     let text = proxy.metrics.encode();
     let count = |result: &str| {
         metric(
@@ -106,8 +123,13 @@ async fn a_missing_or_malformed_header_from_a_trusted_client_closes_and_counts()
         )
     };
     assert_eq!(
-        (count("missing"), count("malformed"), count("timeout")),
-        (1, 2, 1)
+        (
+            count("missing"),
+            count("malformed"),
+            count("timeout"),
+            count("closed")
+        ),
+        (1, 2, 1, 1)
     );
     assert!(
         node.received.lock().unwrap().is_empty(),

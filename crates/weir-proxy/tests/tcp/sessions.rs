@@ -315,3 +315,65 @@ async fn past_the_virtual_server_connection_limit_a_client_is_closed_at_once() {
     assert_eq!(exchange(proxy.addr, b"later").await, "n 5");
     proxy.stop().await;
 }
+
+/// Echo sessions that carry messages in mixed sizes, many at once, through each relay: every
+/// byte comes back. A relay that lost a readiness event would leave a session stalled with
+/// bytes waiting until its idle timeout (2 s here), and the echo would come back short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_sessions_in_mixed_sizes_never_stall() {
+    let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let echo_addr = echo.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = echo.accept().await {
+            tokio::spawn(async move {
+                let (mut reader, mut writer) = stream.into_split();
+                let _ = tokio::io::copy(&mut reader, &mut writer).await;
+                let _ = writer.shutdown().await;
+            });
+        }
+    });
+    for relay in ["copy", "auto", "splice"] {
+        let proxy = TestProxy::start(&tcp_config(
+            &[echo_addr],
+            "",
+            &format!("[virtual_servers.l4.tcp]\nrelay = \"{relay}\"\nidle_timeout = \"2s\""),
+        ))
+        .await;
+        let mut sessions = tokio::task::JoinSet::new();
+        for session in 0..24u32 {
+            let addr = proxy.addr;
+            sessions.spawn(async move {
+                let total = 1_000_000;
+                let stream = TcpStream::connect(addr).await.unwrap();
+                let (mut reader, mut writer) = stream.into_split();
+                let writing = tokio::spawn(async move {
+                    let sizes = [1, 100, 1_500, 9_000, 16_383, 16_384, 40_000, 3];
+                    let mut sent = 0;
+                    let mut turn = session as usize;
+                    while sent < total {
+                        let size = sizes[turn % sizes.len()].min(total - sent);
+                        let piece: Vec<u8> = (sent..sent + size).map(|i| i as u8).collect();
+                        writer.write_all(&piece).await.unwrap();
+                        sent += size;
+                        turn += 1;
+                    }
+                    writer.shutdown().await.unwrap();
+                });
+                let mut back = Vec::with_capacity(total);
+                reader.read_to_end(&mut back).await.unwrap();
+                writing.await.unwrap();
+                back.len() == total && back.iter().enumerate().all(|(i, &b)| b == i as u8)
+            });
+        }
+        let mut whole = 0;
+        let finished = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(result) = sessions.join_next().await {
+                whole += usize::from(result.unwrap());
+            }
+        })
+        .await;
+        assert!(finished.is_ok(), "{relay}: sessions still open after 60 s");
+        assert_eq!(whole, 24, "{relay}: sessions echoed whole");
+        proxy.stop().await;
+    }
+}
