@@ -191,6 +191,8 @@ impl Cache {
                     self.metrics.stale_served.inc();
                     return Reply::Hit(Hit::new(stale, request, now, CacheStatus::StaleIfError));
                 }
+                // The stored object could not be used: a miss, like one with nothing stored.
+                self.metrics.misses.inc();
                 let fill = Fill::start(self, guard, CacheStatus::Expired);
                 self.fill(
                     fill,

@@ -1,7 +1,7 @@
 //! Counts live client connections so shutdown can wait for them to finish.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tokio::sync::Notify;
 
@@ -12,6 +12,9 @@ use crate::route::VirtualServerRuntime;
 pub(crate) struct Drain {
     active: AtomicUsize,
     idle: Notify,
+    /// Set when the drain timeout passed: connections still open end now.
+    cut: AtomicBool,
+    cut_notify: Notify,
 }
 
 /// Held by each connection task; the last one dropped wakes the drainer.
@@ -32,6 +35,23 @@ impl Drain {
         self.active.load(Ordering::Acquire)
     }
 
+    /// The drain timeout passed: tells the connections still open to end (and log why).
+    pub(crate) fn cut(&self) {
+        self.cut.store(true, Ordering::Release);
+        self.cut_notify.notify_waiters();
+    }
+
+    /// Completes once [`Drain::cut`] was called.
+    pub(crate) async fn cut_off(&self) {
+        loop {
+            let notified = self.cut_notify.notified();
+            if self.cut.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Completes when no connection is left.
     pub(crate) async fn wait_idle(&self) {
         loop {
@@ -41,6 +61,13 @@ impl Drain {
             }
             notified.await;
         }
+    }
+}
+
+impl DrainGuard {
+    /// Completes when the drain timeout passed with this connection still open.
+    pub(crate) async fn cut_off(&self) {
+        self.drain.cut_off().await;
     }
 }
 
@@ -57,7 +84,7 @@ impl Drop for DrainGuard {
 #[derive(Debug)]
 pub(crate) struct Admission {
     pub vs: Arc<VirtualServerRuntime>,
-    pub(crate) _drain: DrainGuard,
+    pub(crate) drain: DrainGuard,
 }
 
 impl Drop for Admission {

@@ -117,7 +117,15 @@ pub(crate) async fn exchange(
         // select (again only when moving to another node)
         let index = match current {
             Some(index) => index,
-            None => select(pool, tried, last_error.take(), head, upstream.client)?,
+            None => {
+                let moving = last_error.is_some();
+                let index = select(pool, tried, last_error.take(), head, upstream.client)?;
+                // A retry is counted once another node was found for it.
+                if moving {
+                    pool.metrics.retries.inc();
+                }
+                index
+            }
         };
         tried.add(index);
         current = Some(index);
@@ -140,7 +148,6 @@ pub(crate) async fn exchange(
             Retry::OtherNode if node_retries < pool.config.retries => {
                 pool.record_failure(node, Instant::now().into_std());
                 tracing::debug!(pool = %pool.name, node = %node.address, error = %failure.error, "retrying on another node");
-                pool.metrics.retries.inc();
                 node_retries += 1;
                 current = None;
                 last_error = Some(failure.error);

@@ -77,7 +77,7 @@ pub(crate) async fn serve(
     if !vs.passthrough.is_empty() {
         match passthrough(&stream, &vs, &mut client).await {
             Route::Pool(pool) => {
-                return session::serve_plain(stream, client, &vs, &pool).await;
+                return session::serve_plain(stream, client, &vs, &pool, &admission.drain).await;
             }
             Route::Own => {}
             Route::Close => return,
@@ -88,7 +88,9 @@ pub(crate) async fn serve(
             // The client's connection limit counts the PROXY header's address.
             crate::refuse::serve_limited(stream, client.address, admission, shutdown).await;
         }
-        Protocol::Tcp | Protocol::Tls => session::serve(stream, client, &vs).await,
+        Protocol::Tcp | Protocol::Tls => {
+            session::serve(stream, client, &vs, &admission.drain).await
+        }
     }
 }
 

@@ -323,7 +323,7 @@ async fn accept_loop(
         vs.metrics.connections_open.inc();
         let admission = Admission {
             vs: Arc::clone(vs),
-            _drain: context.drain.enter(),
+            drain: context.drain.enter(),
         };
         if front::needed(vs) {
             // PROXY header, passthrough or a TCP session: the front stages first (an

@@ -886,7 +886,7 @@ mod tests {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let admission = Admission {
             vs: Arc::clone(&vs),
-            _drain: drain.enter(),
+            drain: drain.enter(),
         };
         let task = serve_connection(stream, addr, admission, signal);
         let size = std::mem::size_of_val(&task);

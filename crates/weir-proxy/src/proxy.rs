@@ -19,6 +19,9 @@ use crate::live::Live;
 use crate::stage::{Purpose, listen_error};
 use crate::tls::TlsTermination;
 
+/// After the drain timeout, how long the connections told to end get to log it.
+const CUT_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The proxy built from a config: the first model, no sockets yet.
 #[derive(Debug)]
 pub struct Proxy {
@@ -169,6 +172,9 @@ impl BoundProxy {
                 connections = drain.active(),
                 "drain timeout reached; closing remaining connections"
             );
+            // Those that can say so end now and log it; the rest close with the process.
+            drain.cut();
+            let _ = tokio::time::timeout(CUT_GRACE, drain.wait_idle()).await;
         }
         for task in pool_tasks {
             let _ = task.await;

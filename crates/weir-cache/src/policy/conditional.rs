@@ -168,21 +168,39 @@ impl Validators {
 }
 
 /// Whether a 304 from the node may update the stored response (§4.3.4): its
-/// strong validator, if it has one, must be the stored one.
+/// strong validator, if it has one, must be the stored one, or the one the stored tag was
+/// weakened from ([`weakened_from`]).
 pub fn may_update(stored: &StoredHead, not_modified: &impl ResponseView) -> bool {
     match (not_modified.header("etag"), stored.header("etag")) {
-        (Some(new), Some(old)) if !new.starts_with(b"W/") => etags_match(new, old, true),
+        (Some(new), Some(old)) if !new.starts_with(b"W/") => {
+            etags_match(new, old, true) || weakened_from(old, new)
+        }
         (Some(new), None) if !new.starts_with(b"W/") => false,
         _ => true,
     }
 }
 
+/// Whether the stored tag `old` is the node's strong tag `new` weakened: `W/"x"` for
+/// `"x"`. A compressed variant carries its identity's tag weakened (weir's compression
+/// does that, and so does a node that compresses, nginx's gzip for one), while the node's
+/// 304 to the `If-None-Match: W/"x"` it was asked names the strong tag `"x"`. The variant
+/// was made from that representation, so the 304 is about it; its own tag stays weak.
+fn weakened_from(old: &[u8], new: &[u8]) -> bool {
+    old.strip_prefix(b"W/") == Some(new)
+}
+
 /// The stored head with the 304's fields replacing those of the same names.
 pub fn merge_not_modified(stored: &StoredHead, not_modified: &impl ResponseView) -> StoredHead {
+    // A variant whose tag is the 304's weakened keeps its weak tag (see `weakened_from`).
+    let keep_weak_tag = matches!(
+        (stored.header("etag"), not_modified.header("etag")),
+        (Some(old), Some(new)) if weakened_from(old, new)
+    );
     let updated = |name: &[u8]| {
-        !NOT_UPDATED
-            .iter()
-            .any(|skip| name.eq_ignore_ascii_case(skip.as_bytes()))
+        !(keep_weak_tag && name.eq_ignore_ascii_case(b"etag"))
+            && !NOT_UPDATED
+                .iter()
+                .any(|skip| name.eq_ignore_ascii_case(skip.as_bytes()))
             && not_modified
                 .headers()
                 .any(|(new, _)| new.eq_ignore_ascii_case(name))
@@ -433,5 +451,31 @@ mod tests {
             &Resp::new(304).header("ETag", "W/\"v2\"")
         ));
         assert!(may_update(&stored, &Resp::new(304)));
+    }
+
+    /// A compressed variant stores its identity's tag weakened; the node's 304 names the
+    /// strong tag. The variant is updated and keeps its weak tag.
+    #[test]
+    fn a_304_updates_a_variant_whose_tag_was_weakened() {
+        let stored = StoredHead::from_response(
+            &Resp::new(200)
+                .header("ETag", "W/\"abc\"")
+                .header("Content-Encoding", "gzip")
+                .header("Cache-Control", "max-age=2"),
+            |_| false,
+        );
+        let not_modified = Resp::new(304)
+            .header("ETag", "\"abc\"")
+            .header("Cache-Control", "max-age=100000");
+        assert!(may_update(&stored, &not_modified));
+        let merged = merge_not_modified(&stored, &not_modified);
+        assert_eq!(merged.header("etag"), Some(&b"W/\"abc\""[..]));
+        assert_eq!(merged.header("cache-control"), Some(&b"max-age=100000"[..]));
+        assert_eq!(merged.header("content-encoding"), Some(&b"gzip"[..]));
+        // Another strong tag is another representation.
+        assert!(!may_update(
+            &stored,
+            &Resp::new(304).header("ETag", "\"abd\"")
+        ));
     }
 }

@@ -22,6 +22,7 @@ use weir_upstream::node::InFlight;
 use weir_upstream::{Lease, Pool, Tried};
 
 use super::{Ended, Relay, Relayed, relay, relay_tcp, splice};
+use crate::drain::DrainGuard;
 use crate::route::VirtualServerRuntime;
 
 /// The client side of a session, as the front stages found it.
@@ -45,7 +46,12 @@ struct Connected {
 }
 
 /// Serves a tcp or tls virtual server's session: TLS handshake first on a tls one.
-pub(crate) async fn serve(stream: TcpStream, client: Client, vs: &VirtualServerRuntime) {
+pub(crate) async fn serve(
+    stream: TcpStream,
+    client: Client,
+    vs: &VirtualServerRuntime,
+    drain: &DrainGuard,
+) {
     let pool = Arc::clone(&vs.default_pool);
     let stream = match &vs.tls {
         None => ServerStream::Plain(stream),
@@ -57,7 +63,7 @@ pub(crate) async fn serve(stream: TcpStream, client: Client, vs: &VirtualServerR
             None => return,
         },
     };
-    run(stream, client, vs, &pool).await;
+    run(stream, client, vs, &pool, drain).await;
 }
 
 /// Serves a session that relays the client's bytes as they are (TLS passthrough).
@@ -66,8 +72,9 @@ pub(crate) async fn serve_plain(
     client: Client,
     vs: &VirtualServerRuntime,
     pool: &Arc<Pool>,
+    drain: &DrainGuard,
 ) {
-    run(ServerStream::Plain(stream), client, vs, pool).await;
+    run(ServerStream::Plain(stream), client, vs, pool, drain).await;
 }
 
 async fn run(
@@ -75,6 +82,7 @@ async fn run(
     client: Client,
     vs: &VirtualServerRuntime,
     pool: &Arc<Pool>,
+    drain: &DrainGuard,
 ) {
     // select → connect, with the PROXY header first when the pool sends one
     let preamble = match pool.config.proxy_protocol {
@@ -100,17 +108,29 @@ async fn run(
     } = connected;
     // relay
     let (kind, settings) = vs.relay;
-    let relayed = match (&mut stream, lease.stream(), kind) {
-        (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Splice) => {
-            splice(client_tcp, node_tcp, settings).await
+    let relaying = async {
+        match (&mut stream, lease.stream(), kind) {
+            (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Splice) => {
+                splice(client_tcp, node_tcp, settings).await
+            }
+            (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Copy) => {
+                relay_tcp(client_tcp, node_tcp, settings, false).await
+            }
+            (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Adaptive) => {
+                relay_tcp(client_tcp, node_tcp, settings, true).await
+            }
+            (client_stream, node_stream, _) => relay(client_stream, node_stream, settings).await,
         }
-        (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Copy) => {
-            relay_tcp(client_tcp, node_tcp, settings, false).await
+    };
+    let relayed = tokio::select! {
+        relayed = relaying => relayed,
+        // The drain timeout passed with the session still open: it ends here, logged.
+        () = drain.cut_off() => {
+            drop(lease);
+            let address = pool.nodes[node].address;
+            log(vs, &client, pool, Some(address), None, "shutting_down");
+            return;
         }
-        (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Adaptive) => {
-            relay_tcp(client_tcp, node_tcp, settings, true).await
-        }
-        (client_stream, node_stream, _) => relay(client_stream, node_stream, settings).await,
     };
     drop(lease);
     // log
@@ -141,6 +161,10 @@ async fn connect(pool: &Arc<Pool>, preamble: &[u8]) -> Result<Connected, Error> 
                     .context(format!("every node of pool {} is down", pool.name))
             }));
         };
+        // A retry is counted once another node was found for it.
+        if last_error.is_some() {
+            pool.metrics.retries.inc();
+        }
         tried.add(index);
         let node = &pool.nodes[index];
         let in_flight = node.start_request();
@@ -164,7 +188,6 @@ async fn connect(pool: &Arc<Pool>, preamble: &[u8]) -> Result<Connected, Error> 
                     return Err(error);
                 }
                 tracing::debug!(pool = %pool.name, node = %node.address, %error, "connect failed; trying another node");
-                pool.metrics.retries.inc();
                 retries += 1;
                 last_error = Some(error);
             }

@@ -377,3 +377,30 @@ async fn echo_sessions_in_mixed_sizes_never_stall() {
         proxy.stop().await;
     }
 }
+
+/// A session still open when the drain timeout passes ends then, counted and logged as
+/// `shutting_down`; one that finishes within the drain is logged as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_open_past_the_drain_timeout_ends_as_shutting_down() {
+    let node = Node::start("n", Duration::ZERO).await;
+    let config = tcp_config(&[node.addr], "", "")
+        .replace("[log]\n", "[runtime]\ndrain_timeout = \"300ms\"\n[log]\n");
+    let proxy = TestProxy::start(&config).await;
+    let mut client = TcpStream::connect(proxy.addr).await.unwrap();
+    client.write_all(b"still talking").await.unwrap();
+    // The session is relaying (the node waits for the client's EOF, which never comes).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let metrics = std::sync::Arc::clone(&proxy.metrics);
+    let stopped = tokio::time::timeout(Duration::from_secs(5), proxy.stop()).await;
+    assert!(stopped.is_ok(), "the drain ends within its timeout");
+    let text = metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_tcp_sessions_total{virtual_server=\"l4\",result=\"shutting_down\"}"
+        ),
+        1,
+        "{text}"
+    );
+    assert_eq!(read_all(&mut client).await, "", "the session was closed");
+}
