@@ -196,11 +196,14 @@ pub fn merge_not_modified(stored: &StoredHead, not_modified: &impl ResponseView)
         (stored.header("etag"), not_modified.header("etag")),
         (Some(old), Some(new)) if weakened_from(old, new)
     );
-    let updated = |name: &[u8]| {
-        !(keep_weak_tag && name.eq_ignore_ascii_case(b"etag"))
-            && !NOT_UPDATED
+    let kept = |name: &[u8]| {
+        (keep_weak_tag && name.eq_ignore_ascii_case(b"etag"))
+            || NOT_UPDATED
                 .iter()
                 .any(|skip| name.eq_ignore_ascii_case(skip.as_bytes()))
+    };
+    let updated = |name: &[u8]| {
+        !kept(name)
             && not_modified
                 .headers()
                 .any(|(new, _)| new.eq_ignore_ascii_case(name))
