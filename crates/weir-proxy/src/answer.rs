@@ -10,6 +10,16 @@ pub(crate) struct Failure {
     /// response was already started (then the connection is just closed).
     pub status: Option<u16>,
     pub error: Error,
+    /// The answer the client had already been given part of when the request failed
+    /// (its head went out): what the access record reports.
+    pub answered: Option<Answered>,
+}
+
+/// A response that started: its status and the bytes sent of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Answered {
+    pub status: u16,
+    pub bytes: u64,
 }
 
 impl Failure {
@@ -18,6 +28,7 @@ impl Failure {
         Failure {
             status: status_for(error.kind()),
             error,
+            answered: None,
         }
     }
 
@@ -32,6 +43,7 @@ impl Failure {
         Failure {
             status: Some(error.status()),
             error: Error::new(kind, Side::Downstream).context(error.reason),
+            answered: None,
         }
     }
 
@@ -48,6 +60,7 @@ impl Failure {
             status: Some(501),
             error: Error::new(ErrorKind::MethodNotAllowed, Side::Downstream)
                 .context(format!("{what} is not implemented")),
+            answered: None,
         }
     }
 
@@ -56,6 +69,32 @@ impl Failure {
         Failure {
             status: None,
             error,
+            answered: None,
+        }
+    }
+
+    /// This failure, after the client was given `status` and `bytes` of the answer (kept
+    /// if an inner stage said so already): it can only end the connection now.
+    pub(crate) fn after(self, status: u16, bytes: u64) -> Failure {
+        Failure {
+            status: None,
+            answered: self.answered.or(Some(Answered { status, bytes })),
+            error: self.error,
+        }
+    }
+
+    /// The status the access record and the metrics report for a failed request: the
+    /// answer's, when one was given or started; else 499 for a client that went away or
+    /// went silent (the convention of nginx's logs); else 500 (a failure of weir's own,
+    /// nothing sent).
+    pub(crate) fn logged_status(&self) -> u16 {
+        match (self.status, self.answered) {
+            (Some(status), _) => status,
+            (None, Some(answered)) => answered.status,
+            (None, None) => match self.error.kind() {
+                ErrorKind::ClientClosed | ErrorKind::ClientTimeout => 499,
+                _ => 500,
+            },
         }
     }
 }

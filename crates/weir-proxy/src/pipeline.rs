@@ -818,7 +818,23 @@ async fn answer_failure(
             vs.metrics.bad_requests.inc();
         }
     }
-    let status = failure.status.unwrap_or(0);
+    // A request that got no answer of weir's (the client went away, or the answer was cut
+    // short) is still a request: counted and logged with the status its answer had, or 499.
+    let (status, logged_bytes) = match (failure.status, request) {
+        (Some(status), _) => (status, bytes),
+        (None, Some(_)) => {
+            let status = failure.logged_status();
+            vs.metrics.record_status(status);
+            if let Some(pool) = pool {
+                pool.metrics.record_status(status);
+            }
+            (
+                status,
+                failure.answered.map_or(0, |answered| answered.bytes),
+            )
+        }
+        (None, None) => (0, 0),
+    };
     // Client-caused closes are expected traffic; gateway failures are worth a warning.
     match kind {
         ErrorKind::ClientClosed | ErrorKind::ClientTimeout => {
@@ -842,7 +858,7 @@ async fn answer_failure(
             target: head.map_or("-", |h| lossy(h.target())),
             version: client.version_label(version),
             status,
-            bytes_sent: bytes,
+            bytes_sent: logged_bytes,
             pool: pool.map(|p| p.name.as_str()),
             node: None,
             duration: started.elapsed(),

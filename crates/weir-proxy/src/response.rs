@@ -16,7 +16,7 @@ use weir_http::{
 };
 use weir_upstream::node::InFlight;
 
-use crate::answer::Failure;
+use crate::answer::{Answered, Failure};
 use crate::client::Client;
 use crate::exchange::{Exchange, NodeLink};
 use crate::http2;
@@ -113,6 +113,9 @@ pub(crate) async fn respond(
         from_h2_node,
     };
     let head_bytes = write_head(client, vs, &head)?;
+    let status = response.status();
+    // From here the client has (part of) the answer: a failure says how much.
+    let cut = |failure: Failure| failure.after(status, head_bytes);
     let write_timeout = vs.config.timeouts.write;
     let Buffered {
         body: mut buffered_body,
@@ -130,23 +133,33 @@ pub(crate) async fn respond(
         } else {
             client.write_buf.extend_from_slice(&buffered_body);
         }
-        client.send_last(write_timeout).await?;
+        client.send_last(write_timeout).await.map_err(cut)?;
     } else {
-        send_piece(client, framing, &mut buffered_body, last, write_timeout).await?;
+        send_piece(client, framing, &mut buffered_body, last, write_timeout)
+            .await
+            .map_err(cut)?;
     }
     let mut grpc_status = grpc_status_of(response.header("grpc-status"));
     if !complete {
-        let (sent, found) = stream_rest(client, &mut upstream, framing, write_timeout).await?;
+        let answered = Answered {
+            status,
+            bytes: head_bytes + body_bytes,
+        };
+        let (sent, found) = stream_rest(client, &mut upstream, framing, write_timeout)
+            .await
+            .map_err(|(failure, sent)| failure.after(status, answered.bytes + sent))?;
         body_bytes += sent;
         grpc_status = grpc_status.or(found);
     } else {
         grpc_status = grpc_status.or_else(|| grpc_status_in(&trailers));
         if !last {
-            send_end(client, framing, &trailers, write_timeout).await?;
+            send_end(client, framing, &trailers, write_timeout)
+                .await
+                .map_err(|failure| failure.after(status, head_bytes + body_bytes))?;
         }
     }
     Ok(Sent {
-        status: response.status(),
+        status,
         bytes: head_bytes + body_bytes,
         keep_alive,
         cache: None,
@@ -505,36 +518,42 @@ async fn send_end(
 /// write it, repeat. Returns the body bytes sent and the trailers'
 /// `grpc-status`. Once the client has the head, a failure can only close
 /// the connection.
+/// A failure comes with the body bytes sent before it.
 async fn stream_rest(
     client: &mut Client,
     upstream: &mut Upstream,
     framing: BodyFraming,
     write_timeout: Duration,
-) -> Result<(u64, Option<u32>), Failure> {
-    let silent = |failure: Failure| Failure::silent(failure.error);
+) -> Result<(u64, Option<u32>), (Failure, u64)> {
     let mut body = BytesMut::new();
     let mut trailers = Bytes::new();
     let mut sent = 0;
     while let Some(source) = upstream.source.as_mut() {
         body.clear();
+        let silent = |failure: Failure| (Failure::silent(failure.error), sent);
         let done =
             fill(&mut client.upstream_in, source, &mut body, &mut trailers).map_err(silent)?;
         if !body.is_empty() {
-            sent += body.len() as u64;
-            send_piece(client, framing, &mut body, false, write_timeout).await?;
+            let piece = body.len() as u64;
+            send_piece(client, framing, &mut body, false, write_timeout)
+                .await
+                .map_err(|failure| (failure, sent))?;
+            sent += piece;
         }
         if done
             || upstream
                 .read(&mut client.upstream_in)
                 .await
-                .map_err(silent)?
+                .map_err(|failure| (Failure::silent(failure.error), sent))?
                 == 0
         {
             break;
         }
     }
     upstream.finish(&client.upstream_in);
-    send_end(client, framing, &trailers, write_timeout).await?;
+    send_end(client, framing, &trailers, write_timeout)
+        .await
+        .map_err(|failure| (failure, sent))?;
     Ok((sent, grpc_status_in(&trailers)))
 }
 

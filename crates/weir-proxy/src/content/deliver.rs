@@ -36,14 +36,20 @@ pub(super) async fn hit(
     let (framing, keep_alive) = write_head(client, (vs, content), hit, version, keep_alive, edits);
     let head_bytes = client.write_buf.len() as u64;
     let timeout = vs.config.timeouts.write;
+    // A failure from here on cut the answer short (the access record says so).
+    let cut = |failure: Failure| failure.after(hit.status(), head_bytes);
     let body_bytes = match hit.body() {
         HitBody::Empty => 0,
-        HitBody::Whole(rope) => send_stored(client, rope.chunks(), timeout).await?,
-        HitBody::Part(chunks) => send_stored(client, &chunks, timeout).await?,
-        HitBody::Growing(reader) => follow(client, reader, framing, timeout).await?,
+        HitBody::Whole(rope) => send_stored(client, rope.chunks(), timeout)
+            .await
+            .map_err(cut)?,
+        HitBody::Part(chunks) => send_stored(client, &chunks, timeout).await.map_err(cut)?,
+        HitBody::Growing(reader) => follow(client, reader, framing, timeout)
+            .await
+            .map_err(cut)?,
     };
     if !client.write_buf.is_empty() {
-        client.flush(timeout).await?;
+        client.flush(timeout).await.map_err(cut)?;
     }
     Ok(sent(hit, head_bytes + body_bytes, keep_alive))
 }
@@ -138,6 +144,7 @@ async fn hit_h2(
     let Some(stream) = client.h2() else {
         return Err(not_a_stream());
     };
+    let (status, head_bytes) = (hit.status(), head.len() as u64);
     let mut body_bytes = 0;
     let chunks = match body {
         HitBody::Empty => Vec::new(),
@@ -146,26 +153,28 @@ async fn hit_h2(
         HitBody::Growing(mut reader) => loop {
             match reader.next().await {
                 Ok(Some(chunk)) => {
-                    body_bytes += chunk.len() as u64;
+                    let size = chunk.len() as u64;
                     stream
                         .send_data(chunk, false, timeout)
                         .await
-                        .map_err(Failure::silent)?;
+                        .map_err(|e| Failure::silent(e).after(status, head_bytes + body_bytes))?;
+                    body_bytes += size;
                 }
                 Ok(None) => break Vec::new(),
-                Err(BodyAborted) => return Err(broken_off()),
+                Err(BodyAborted) => return Err(broken_off().after(status, head_bytes + body_bytes)),
             }
         },
     };
     for chunk in chunks {
-        body_bytes += chunk.len() as u64;
+        let size = chunk.len() as u64;
         stream
             .send_data(chunk, false, timeout)
             .await
-            .map_err(Failure::silent)?;
+            .map_err(|e| Failure::silent(e).after(status, head_bytes + body_bytes))?;
+        body_bytes += size;
     }
     // The stream ends with its answer; the connection is the HTTP/2 driver's.
-    Ok(sent(hit, head.len() as u64 + body_bytes, false))
+    Ok(sent(hit, head_bytes + body_bytes, false))
 }
 
 /// Sends a head weir wrote in HTTP/1.1 form (a stored one, or one the relay

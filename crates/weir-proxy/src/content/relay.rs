@@ -452,28 +452,37 @@ async fn relay(
     write_head(&mut head, vs, response, framing, keep_alive, &how);
     let head_bytes = sink.head(client, head)?;
     let timeout = vs.config.timeouts.write;
-    let silent = |failure: Failure| Failure::silent(failure.error);
+    let status = response.status();
+    // Past the head, a failure cuts the answer short: it says how far it got.
+    let cut = |failure: Failure, sent: u64| failure.after(status, head_bytes + sent);
     let mut body_bytes = 0;
     loop {
-        let piece = match upstream
-            .next_chunk(&mut client.upstream_in)
-            .await
-            .map_err(silent)?
-        {
-            Some(chunk) => transform.push(chunk),
-            None => break,
+        let piece = match upstream.next_chunk(&mut client.upstream_in).await {
+            Ok(Some(chunk)) => transform.push(chunk),
+            Ok(None) => break,
+            Err(failure) => return Err(cut(Failure::silent(failure.error), body_bytes)),
         };
-        let piece = piece.map_err(encoder_failed)?;
-        body_bytes += piece.len() as u64;
-        sink.piece(client, piece, timeout).await?;
+        let piece = piece.map_err(|e| cut(encoder_failed(e), body_bytes))?;
+        let size = piece.len() as u64;
+        sink.piece(client, piece, timeout)
+            .await
+            .map_err(|failure| cut(failure, body_bytes))?;
+        body_bytes += size;
     }
-    let tail = transform.finish().map_err(encoder_failed)?;
-    body_bytes += tail.len() as u64;
-    sink.piece(client, tail, timeout).await?;
-    sink.end(client, timeout).await?;
+    let tail = transform
+        .finish()
+        .map_err(|e| cut(encoder_failed(e), body_bytes))?;
+    let size = tail.len() as u64;
+    sink.piece(client, tail, timeout)
+        .await
+        .map_err(|failure| cut(failure, body_bytes))?;
+    body_bytes += size;
+    sink.end(client, timeout)
+        .await
+        .map_err(|failure| cut(failure, body_bytes))?;
     Ok(Sent {
         grpc_status: None,
-        status: response.status(),
+        status,
         bytes: head_bytes + body_bytes,
         keep_alive,
         cache: how.status.map(CacheStatus::as_str),
