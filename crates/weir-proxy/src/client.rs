@@ -775,7 +775,13 @@ impl Client {
                 let sent = stream.send_data(data, true, timeout).await;
                 sent.map_err(Failure::silent)?;
             }
-            return Ok(body.len() as u64);
+            // Its size as the access record counts an HTTP/2 answer: the head in its
+            // HTTP/1.1 form (as for a node's answer), then the body.
+            self.write_buf.clear();
+            weir_http::write_simple_response_edited(shape, extra, edits, body, &mut self.write_buf);
+            let size = self.write_buf.len() as u64;
+            self.write_buf.clear();
+            return Ok(size);
         }
         self.write_buf.clear();
         weir_http::write_simple_response_edited(shape, extra, edits, body, &mut self.write_buf);

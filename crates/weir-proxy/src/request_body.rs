@@ -384,7 +384,8 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                     Decoded::Data(data) => {
                         body.received += data.len() as u64;
                         if body.received > max_body {
-                            return Err(Failure::silent(Error::new(
+                            // Nothing went to the client yet: it gets its 413.
+                            return Err(Failure::from_error(Error::new(
                                 ErrorKind::BodyTooLarge,
                                 Side::Downstream,
                             )));

@@ -53,7 +53,8 @@ pub(crate) async fn stream_rest_h2(
                 Decoded::Data(data) => {
                     body.received += data.len() as u64;
                     if body.received > max_body {
-                        return Err(Failure::silent(Error::new(
+                        // Nothing went to the client yet: it gets its 413.
+                        return Err(Failure::from_error(Error::new(
                             ErrorKind::BodyTooLarge,
                             Side::Downstream,
                         )));

@@ -352,6 +352,34 @@ async fn expect_continue_with_too_large_a_body_gets_413() {
     origin.stop().await;
 }
 
+/// A chunked body that passes `max_body_bytes` while it streams to the node (past the
+/// buffered part) still gets a 413: nothing of the answer went out yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_chunked_body_past_the_limit_gets_413() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.limits]\nmax_body_bytes = \"4KiB\"\nrequest_buffer = \"1KiB\"",
+    ))
+    .await;
+    let mut request = b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..8 {
+        request.extend_from_slice(b"400\r\n");
+        request.extend_from_slice(&[b'x'; 1024]);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"0\r\n\r\n");
+    let reply = send_until_close(proxy.addr, &request).await;
+    assert!(
+        reply.bytes.starts_with(b"HTTP/1.1 413 "),
+        "{}",
+        reply.text()
+    );
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// Interim 103 responses pass to HTTP/1.1 clients before the final one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_hints_pass_through() {
