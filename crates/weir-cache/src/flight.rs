@@ -59,8 +59,11 @@ pub enum Join {
     Leader(FlightGuard),
     /// Another request is fetching it: wait.
     Follower(Waiter),
-    /// Go to the node without coalescing (a remembered pass, or too many waiters).
+    /// Go to the node without coalescing (too many waiters).
     Alone,
+    /// A remembered pass: this key's last answer could not be stored, so the request goes
+    /// to the node as the client sent it (its conditionals and `Range` with it).
+    Pass,
 }
 
 /// The leader's duty to report; dropping it unreported counts as not stored.
@@ -105,7 +108,7 @@ impl Flights {
         let now = Instant::now();
         let mut shard = self.shard(key);
         match shard.get(key) {
-            Some(Entry::Pass { until }) if *until > now => return Join::Alone,
+            Some(Entry::Pass { until }) if *until > now => return Join::Pass,
             Some(Entry::Flying(flight)) => {
                 let waiting = flight.waiters.fetch_add(1, Ordering::Relaxed);
                 if waiting >= max_waiters {
@@ -303,7 +306,7 @@ mod tests {
         guard.not_stored(Some(Duration::from_secs(30)));
         assert!(matches!(
             flights.join(b"k", 10, Duration::from_secs(1)),
-            Join::Alone
+            Join::Pass
         ));
         tokio::time::advance(Duration::from_secs(31)).await;
         let leader = flights.join(b"k", 10, Duration::from_secs(1));

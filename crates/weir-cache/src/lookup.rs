@@ -232,7 +232,7 @@ impl Cache {
                         exchange.key = Some(keys.stored_key());
                         Some(exchange)
                     }
-                    Join::Follower(_) | Join::Alone => None,
+                    Join::Follower(_) | Join::Alone | Join::Pass => None,
                 };
                 Lookup::Stale { hit, refresh }
             }
@@ -241,8 +241,9 @@ impl Cache {
                     return Lookup::OnlyIfCachedMiss;
                 }
                 let guard = match self.join(policy, coalesce, keys) {
-                    Ok(guard) => guard,
-                    Err(waiter) => {
+                    Joined::Lead(guard) => guard,
+                    Joined::Pass => None,
+                    Joined::Wait(waiter) => {
                         self.metrics.coalesced.inc();
                         return Lookup::Wait(waiter);
                     }
@@ -275,8 +276,11 @@ impl Cache {
             return Lookup::Forward(asked.exchange(ExchangeKind::Pass));
         }
         let guard = match self.join(policy, coalesce, keys) {
-            Ok(guard) => guard,
-            Err(waiter) => {
+            Joined::Lead(guard) => guard,
+            // Known not to be storable: no fill, and the node sees the client's
+            // conditionals and Range (RFC 9111 §4.3.2: they are the node's to answer).
+            Joined::Pass => return Lookup::Forward(asked.exchange(ExchangeKind::Pass)),
+            Joined::Wait(waiter) => {
                 self.metrics.coalesced.inc();
                 return Lookup::Wait(waiter);
             }
@@ -287,27 +291,37 @@ impl Cache {
         Lookup::Forward(exchange)
     }
 
-    /// Joins the flight for this request's key: `Ok(Some)` to lead, `Ok(None)`
-    /// to go alone, `Err` to wait.
+    /// Joins the flight for this request's key.
     fn join(
         self: &Arc<Self>,
         policy: &CachePolicy,
         coalesce: bool,
         keys: &Keys,
-    ) -> Result<Option<FlightGuard>, Waiter> {
+    ) -> Joined {
         if !coalesce {
-            return Ok(None);
+            return Joined::Lead(None);
         }
         let key = flight_key(keys);
         match self
             .flights
             .join(&key, policy.coalesce_max_waiters, policy.coalesce_timeout)
         {
-            Join::Leader(guard) => Ok(Some(guard)),
-            Join::Follower(waiter) => Err(waiter),
-            Join::Alone => Ok(None),
+            Join::Leader(guard) => Joined::Lead(Some(guard)),
+            Join::Follower(waiter) => Joined::Wait(waiter),
+            Join::Alone => Joined::Lead(None),
+            Join::Pass => Joined::Pass,
         }
     }
+}
+
+/// Where a request stands in its key's flight.
+enum Joined {
+    /// Go to the node (and lead the flight, with the guard).
+    Lead(Option<FlightGuard>),
+    /// Wait for the request that leads.
+    Wait(Waiter),
+    /// The key's last answer could not be stored: pass the request on as sent.
+    Pass,
 }
 
 impl Keys {

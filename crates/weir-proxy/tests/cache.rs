@@ -276,6 +276,27 @@ async fn no_store_private_and_authorization_are_not_cached() {
     proxy.stop().await;
 }
 
+/// Once a key proved not storable, its next requests pass to the node as the client sent
+/// them: the node answers the client's conditionals and Range (RFC 9111 §4.3.2), where a
+/// fill would have removed them to fetch a whole object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_known_not_storable_passes_conditionals_and_range_on() {
+    let node = CountingNode::start(private_or_not, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    let fields = ["If-None-Match: \"v1\"", "Range: bytes=0-0"];
+    // The first request learns that /private is not storable (it was a fill).
+    request(&proxy, "GET", "/private", &fields).await;
+    let first = node.heads()[0].to_ascii_lowercase();
+    assert!(!first.contains("if-none-match") && !first.contains("range:"), "{first}");
+    // The next one passes, fields and all.
+    let response = request(&proxy, "GET", "/private", &fields).await;
+    assert_eq!(response.header("x-cache"), Some("PASS"));
+    let second = node.heads()[1].to_ascii_lowercase();
+    assert!(second.contains("if-none-match: \"v1\""), "{second}");
+    assert!(second.contains("range: bytes=0-0"), "{second}");
+    proxy.stop().await;
+}
+
 /// PURGE from an allowed address removes the object; the next GET misses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_method_removes_the_object() {
