@@ -414,6 +414,18 @@ impl Cache {
         if !reusable {
             return Err(NotStorable::NotReusable);
         }
+        let own_cookies = rules.strip_set_cookie.then(|| {
+            let mut lines = Vec::new();
+            for (name, value) in response
+                .headers()
+                .filter(|(name, _)| name.eq_ignore_ascii_case(b"set-cookie"))
+            {
+                for piece in [name, b": ", value, b"\r\n"] {
+                    lines.extend_from_slice(piece);
+                }
+            }
+            lines.into_boxed_slice()
+        });
         Ok(Pending {
             hash,
             vary: Arc::new(vary),
@@ -423,6 +435,7 @@ impl Cache {
             head,
             freshness,
             stored_at: now,
+            own_cookies: own_cookies.filter(|lines| !lines.is_empty()),
         })
     }
 }

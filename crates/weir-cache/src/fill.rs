@@ -60,6 +60,9 @@ pub(crate) struct Pending {
     pub(crate) freshness: Freshness,
     pub(crate) tags: Box<[Box<[u8]>]>,
     pub(crate) stored_at: UnixTime,
+    /// `Set-Cookie` lines left out of the stored head (`set_cookie = "strip"`): the
+    /// client whose request filled the object still gets them.
+    pub(crate) own_cookies: Option<Box<[u8]>>,
 }
 
 impl Fill {
@@ -109,6 +112,7 @@ impl Fill {
             return;
         };
         self.limit = reserve;
+        let own_cookies = pending.own_cookies;
         let body = GrowingBody::new();
         let cache = Arc::clone(&self.cache);
         let new = NewObject {
@@ -133,7 +137,10 @@ impl Fill {
         if let Some(guard) = self.guard.take() {
             guard.stored();
         }
-        let hit = Hit::new(Arc::clone(&object), request, now, self.status);
+        let mut hit = Hit::new(Arc::clone(&object), request, now, self.status);
+        if let Some(lines) = own_cookies {
+            hit = hit.with_own_lines(lines);
+        }
         self.mode = FillMode::Growing {
             object,
             body,

@@ -61,6 +61,9 @@ pub struct Hit {
     head_only: bool,
     age: u64,
     status: CacheStatus,
+    /// Field lines for this answer only, after the stored ones (the `Set-Cookie` of the
+    /// response that filled the object, to the client that asked for it).
+    own_lines: Option<Box<[u8]>>,
 }
 
 /// The body to send with a hit.
@@ -109,7 +112,14 @@ impl Hit {
             head_only,
             age,
             status,
+            own_lines: None,
         }
+    }
+
+    /// This hit with `lines` (`Name: value\r\n` each) after the stored fields.
+    pub(crate) fn with_own_lines(mut self, lines: Box<[u8]>) -> Hit {
+        self.own_lines = Some(lines);
+        self
     }
 
     /// What a request with preconditions or a range gets from `object`.
@@ -280,6 +290,9 @@ impl Hit {
                     push_field(out, name, value);
                 }
             }
+        }
+        if let Some(lines) = &self.own_lines {
+            out.extend_from_slice(lines);
         }
         for (name, value) in replace {
             push_field(out, name.as_bytes(), value.as_bytes());

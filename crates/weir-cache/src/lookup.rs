@@ -292,12 +292,7 @@ impl Cache {
     }
 
     /// Joins the flight for this request's key.
-    fn join(
-        self: &Arc<Self>,
-        policy: &CachePolicy,
-        coalesce: bool,
-        keys: &Keys,
-    ) -> Joined {
+    fn join(self: &Arc<Self>, policy: &CachePolicy, coalesce: bool, keys: &Keys) -> Joined {
         if !coalesce {
             return Joined::Lead(None);
         }

@@ -287,13 +287,39 @@ async fn a_key_known_not_storable_passes_conditionals_and_range_on() {
     // The first request learns that /private is not storable (it was a fill).
     request(&proxy, "GET", "/private", &fields).await;
     let first = node.heads()[0].to_ascii_lowercase();
-    assert!(!first.contains("if-none-match") && !first.contains("range:"), "{first}");
+    assert!(
+        !first.contains("if-none-match") && !first.contains("range:"),
+        "{first}"
+    );
     // The next one passes, fields and all.
     let response = request(&proxy, "GET", "/private", &fields).await;
     assert_eq!(response.header("x-cache"), Some("PASS"));
     let second = node.heads()[1].to_ascii_lowercase();
     assert!(second.contains("if-none-match: \"v1\""), "{second}");
     assert!(second.contains("range: bytes=0-0"), "{second}");
+    proxy.stop().await;
+}
+
+fn with_cookie(_: &str, _: usize) -> Answer {
+    Answer::ok(b"page")
+        .field("Cache-Control", "max-age=60")
+        .field("Set-Cookie", "sid=1; Path=/")
+}
+
+/// With `set_cookie = "strip"` the object is stored without the node's Set-Cookie, which
+/// the client whose request filled it still gets; a hit gets none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stripped_cookie_still_reaches_the_client_that_filled() {
+    let node = CountingNode::start(with_cookie, Duration::ZERO).await;
+    let proxy = proxy_for(&node, &format!("{CACHE}set_cookie = \"strip\"\n")).await;
+    let filled = request(&proxy, "GET", "/page", &[]).await;
+    assert_eq!(filled.header("x-cache"), Some("MISS"));
+    assert_eq!(filled.header("set-cookie"), Some("sid=1; Path=/"));
+    assert_eq!(filled.text(), "page");
+    let hit = request(&proxy, "GET", "/page", &[]).await;
+    assert_eq!(hit.header("x-cache"), Some("HIT"));
+    assert_eq!(hit.header("set-cookie"), None);
+    assert_eq!(node.requests(), 1);
     proxy.stop().await;
 }
 

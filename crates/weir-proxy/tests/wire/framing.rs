@@ -363,7 +363,8 @@ async fn a_streamed_chunked_body_past_the_limit_gets_413() {
         "[virtual_servers.web.limits]\nmax_body_bytes = \"4KiB\"\nrequest_buffer = \"1KiB\"",
     ))
     .await;
-    let mut request = b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let mut request =
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..8 {
         request.extend_from_slice(b"400\r\n");
         request.extend_from_slice(&[b'x'; 1024]);
