@@ -11,8 +11,10 @@ pub(crate) struct Failure {
     pub status: Option<u16>,
     pub error: Error,
     /// The answer the client had already been given part of when the request failed
-    /// (its head went out): what the access record reports.
-    pub answered: Option<Answered>,
+    /// (its head went out): what the access record reports. Boxed: a failure is rare, and
+    /// every `Result` of the request path carries the size of this struct
+    /// (`bench/insns`: 50 instructions more per cache hit unboxed).
+    pub answered: Option<Box<Answered>>,
 }
 
 /// A response that started: its status and the bytes sent of it.
@@ -78,7 +80,9 @@ impl Failure {
     pub(crate) fn after(self, status: u16, bytes: u64) -> Failure {
         Failure {
             status: None,
-            answered: self.answered.or(Some(Answered { status, bytes })),
+            answered: self
+                .answered
+                .or_else(|| Some(Box::new(Answered { status, bytes }))),
             error: self.error,
         }
     }
@@ -88,7 +92,7 @@ impl Failure {
     /// went silent (the convention of nginx's logs); else 500 (a failure of weir's own,
     /// nothing sent).
     pub(crate) fn logged_status(&self) -> u16 {
-        match (self.status, self.answered) {
+        match (self.status, self.answered.as_deref()) {
             (Some(status), _) => status,
             (None, Some(answered)) => answered.status,
             (None, None) => match self.error.kind() {
