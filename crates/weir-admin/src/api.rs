@@ -98,7 +98,9 @@ pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metr
             Ok(Response::json(200, &views::stats(live, metrics)))
         }
         (Method::Post, ["", "api", "v1", "certificates", "reload"]) => certificates(live).await,
-        (Method::Post, ["", "api", "v1", "pools", pool, "nodes", node, operation]) => {
+        (Method::Post, ["", "api", "v1", "pools", pool, "nodes", node, operation])
+            if *operation != "weight" =>
+        {
             let edit = match *operation {
                 "drain" => Some(NodeEdit::State(NodeMode::Draining)),
                 "disable" => Some(NodeEdit::State(NodeMode::Disabled)),
@@ -127,17 +129,22 @@ pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metr
 }
 
 fn not_found_or_method(segments: &[&str]) -> Response {
-    let known = matches!(
-        segments,
-        ["", "api", "v1", "config" | "reload" | "status" | "stats"]
-            | ["", "api", "v1", "config", "toml" | "validate"]
-            | ["", "api", "v1", "certificates", "reload"]
-            | ["", "api", "v1", "pools", _, "nodes", _, _]
-    );
-    if known {
-        Response::error(405, "method not allowed on this resource")
-    } else {
-        Response::error(404, "no such resource (see docs/admin-api.md)")
+    let allow = match segments {
+        ["", "api", "v1", "config"] => Some("GET, HEAD, PUT"),
+        ["", "api", "v1", "reload"] => Some("GET, HEAD, POST"),
+        ["", "api", "v1", "status" | "stats"] | ["", "api", "v1", "config", "toml"] => {
+            Some("GET, HEAD")
+        }
+        ["", "api", "v1", "config", "validate"] | ["", "api", "v1", "certificates", "reload"] => {
+            Some("POST")
+        }
+        ["", "api", "v1", "pools", _, "nodes", _, "weight"] => Some("PUT"),
+        ["", "api", "v1", "pools", _, "nodes", _, _] => Some("POST"),
+        _ => None,
+    };
+    match allow {
+        Some(allow) => Response::method_not_allowed(allow),
+        None => Response::error(404, "no such resource (see docs/admin-api.md)"),
     }
 }
 

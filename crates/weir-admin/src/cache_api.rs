@@ -35,9 +35,14 @@ pub(crate) fn respond(
         (Method::Post, ["", "api", "v1", "cache", name, "bans"]) => {
             with_cache(live, name, |cache| ban(cache, body))
         }
-        (_, ["", "api", "v1", "cache", ..]) if segments.len() <= 6 => Err(Box::new(
-            Response::error(405, "method not allowed on this resource"),
-        )),
+        (_, ["", "api", "v1", "cache", rest @ ..]) if rest.len() <= 2 => {
+            let allow = match rest {
+                [_, "purge"] => "POST",
+                [_, "bans"] => "GET, HEAD, POST",
+                _ => "GET, HEAD",
+            };
+            Err(Box::new(Response::method_not_allowed(allow)))
+        }
         _ => return None,
     };
     Some(result.unwrap_or_else(|refusal| *refusal))

@@ -99,12 +99,9 @@ async fn read_request(
             Err(error) => {
                 tracing::debug!(%error, "admin request rejected");
                 let status = error.status();
-                return Ok(ReadOutcome::Reject(Response::text(
+                return Ok(ReadOutcome::Reject(Response::error(
                     status,
-                    &format!(
-                        "{}\n",
-                        weir_http::reason_phrase(status).to_ascii_lowercase()
-                    ),
+                    weir_http::reason_phrase(status).to_ascii_lowercase(),
                 )));
             }
         }
@@ -116,10 +113,7 @@ async fn read_request(
             Ok(result) => result?,
             Err(_elapsed) if head_started => {
                 tracing::debug!("admin request head timed out");
-                return Ok(ReadOutcome::Reject(Response::text(
-                    408,
-                    "request timeout\n",
-                )));
+                return Ok(ReadOutcome::Reject(Response::error(408, "request timeout")));
             }
             Err(_elapsed) => return Ok(ReadOutcome::Closed),
         };
@@ -144,10 +138,7 @@ async fn read_request(
         Ok(Ok(Ok(body))) => Ok(ReadOutcome::Request(Request::new(&head, body))),
         Ok(Ok(Err(response))) => Ok(ReadOutcome::Reject(response)),
         Ok(Err(error)) => Err(error),
-        Err(_elapsed) => Ok(ReadOutcome::Reject(Response::text(
-            408,
-            "request timeout\n",
-        ))),
+        Err(_elapsed) => Ok(ReadOutcome::Reject(Response::error(408, "request timeout"))),
     }
 }
 
@@ -159,7 +150,7 @@ async fn read_body(
     head: &weir_http::RequestHead,
     max: usize,
 ) -> io::Result<Result<Vec<u8>, Response>> {
-    let too_large = || Response::text(413, "request body too large\n");
+    let too_large = || Response::error(413, format!("request body too large: at most {max} bytes"));
     match head.framing() {
         weir_http::BodyFraming::None | weir_http::BodyFraming::CloseDelimited => Ok(Ok(Vec::new())),
         weir_http::BodyFraming::Length(length) => {
@@ -194,7 +185,7 @@ async fn read_body(
                         }
                     }
                     Err(error) => {
-                        return Ok(Err(Response::text(error.status(), "bad chunked body\n")));
+                        return Ok(Err(Response::error(error.status(), "bad chunked body")));
                     }
                 }
             }

@@ -167,6 +167,14 @@ impl Response {
         }
     }
 
+    /// 405 with the methods the resource takes, in `Allow` (RFC 9110 §15.5.6).
+    pub(crate) fn method_not_allowed(allow: &'static str) -> Response {
+        Response {
+            allow: Some(allow),
+            ..Response::error(405, "method not allowed on this resource")
+        }
+    }
+
     /// `{"error": message}` with `status`.
     pub(crate) fn error(status: u16, message: impl Into<String>) -> Response {
         Response::json(status, &serde_json::json!({ "error": message.into() }))

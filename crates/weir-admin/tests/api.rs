@@ -45,6 +45,7 @@ struct Setup {
 
 struct Reply {
     status: u16,
+    head: String,
     body: String,
 }
 
@@ -126,6 +127,7 @@ async fn call(
     let (head, body) = text.split_once("\r\n\r\n").expect("a head");
     Reply {
         status: head[9..12].parse().unwrap(),
+        head: head.to_owned(),
         body: body.to_owned(),
     }
 }
@@ -179,6 +181,59 @@ async fn a_wrong_token_gets_401_and_changes_nothing() {
     let status = api(setup.admin, "GET", "/api/v1/status", "").await;
     assert_eq!(status.status, 200);
     assert_eq!(status.json()["pools"][0]["nodes"][0]["state"], "active");
+    setup.stop().await;
+}
+
+/// A method a resource does not take gets 405 naming the ones it does, in JSON like every
+/// other error; so does a body past the admin listener's limit (413).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_methods_get_405_with_allow_and_errors_are_json() {
+    let setup = setup("methods").await;
+    let node = setup.origins[0].addr;
+    for (method, path, allow) in [
+        ("DELETE", "/api/v1/config".to_owned(), "GET, HEAD, PUT"),
+        ("PUT", "/api/v1/reload".to_owned(), "GET, HEAD, POST"),
+        ("POST", "/api/v1/status".to_owned(), "GET, HEAD"),
+        (
+            "GET",
+            format!("/api/v1/pools/web/nodes/{node}/drain"),
+            "POST",
+        ),
+        (
+            "POST",
+            format!("/api/v1/pools/web/nodes/{node}/weight"),
+            "PUT",
+        ),
+        ("DELETE", "/api/v1/cache/web/purge".to_owned(), "POST"),
+    ] {
+        let reply = api(setup.admin, method, &path, "").await;
+        assert_eq!(reply.status, 405, "{method} {path}: {}", reply.body);
+        assert!(
+            reply.head.contains(&format!("\r\nAllow: {allow}\r\n")),
+            "{method} {path}: {}",
+            reply.head
+        );
+        assert!(reply.body.contains("\"error\""), "{}", reply.body);
+    }
+    // A body announced past the limit is refused before it is sent.
+    let mut stream = TcpStream::connect(setup.admin).await.unwrap();
+    let head = format!(
+        "PUT /api/v1/config HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Length: {}\r\n\r\n",
+        8 * 1024 * 1024 + 1
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
+        .await
+        .expect("a reply in time")
+        .unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 413 "), "{text}");
+    assert!(
+        text.contains("application/json") && text.contains("\"error\""),
+        "{text}"
+    );
     setup.stop().await;
 }
 

@@ -493,7 +493,7 @@ fn partial<T>(buf: &[u8], limits: &Limits) -> Result<Option<T>, ParseError> {
     if !buf.is_empty() && buf.len() >= head_limit(limits) {
         return Err(ParseError {
             kind: ParseErrorKind::HeadTooLarge,
-            reason: "head larger than max_head_bytes",
+            reason: "head larger than max_header_bytes",
         });
     }
     Ok(None)
