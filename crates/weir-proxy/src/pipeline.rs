@@ -526,7 +526,11 @@ async fn serve_request(
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
     let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
     let (route, edits) = (vs.matched_route(head), traffic.response_edits(vs));
-    let answering = (body.is_complete(), answer_keep_alive);
+    let answering = (
+        body.is_complete(),
+        answer_keep_alive,
+        !traffic.reshapes_forwarding(),
+    );
     // The stages that run for few requests (a refresh, stale-if-error, a tunnel, a cache fill)
     // are boxed below: their futures are several KiB, and an unboxed one would make this
     // future (copied whole each time a request starts) as large as the largest of them.
@@ -641,7 +645,10 @@ fn answer_now(
     shutdown: &ShutdownSignal,
 ) -> Early {
     let head = request.head;
-    if !caches(vs) || !matches!(head.framing(), weir_http::BodyFraming::None) {
+    if !caches(vs)
+        || !matches!(head.framing(), weir_http::BodyFraming::None)
+        || traffic.reshapes_forwarding()
+    {
         return Early::Later(None);
     }
     // A refused request goes on to serve_request, which answers it.

@@ -220,6 +220,17 @@ impl RequestTraffic {
         self.id.as_ref().map(id_text)
     }
 
+    /// Whether a rule changed what goes to the node: chose the pool, rewrote the path or
+    /// edited the request head. The answer can then depend on what the rule looked at (a
+    /// header, a cookie, the client address), which the cache key does not hold, so such a
+    /// request is neither answered from the cache nor stored in it.
+    pub(crate) fn reshapes_forwarding(&self) -> bool {
+        let decision = self.decision();
+        matches!(decision.outcome, Outcome::Pool(_))
+            || decision.path.is_some()
+            || !decision.request_headers.is_empty()
+    }
+
     /// What select and forward apply: the client address, the rewritten path, the
     /// request's header edits and the request id.
     pub(crate) fn upstream<'a>(&'a self, vs: &'a VirtualServerRuntime) -> Upstream<'a> {

@@ -323,6 +323,50 @@ async fn a_stripped_cookie_still_reaches_the_client_that_filled() {
     proxy.stop().await;
 }
 
+fn staging_answer(_: &str, _: usize) -> Answer {
+    Answer::ok(b"staging").field("Cache-Control", "max-age=60")
+}
+
+/// A request a traffic rule sent to another pool, rewrote or edited for the node is neither
+/// answered from the cache nor stored: its answer depends on what the rule looked at (here
+/// a header), which the cache key does not hold. Users without the header never get the
+/// staging page, and the other way round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_a_rule_reshaped_do_not_share_the_cache() {
+    let production = CountingNode::start(fresh, Duration::ZERO).await;
+    let staging = CountingNode::start(staging_answer, Duration::ZERO).await;
+    let rules = format!(
+        "{CACHE}[[virtual_servers.web.rules]]\nname = \"staging\"\n\
+         match = {{ header = {{ name = \"X-Env\", equals = \"staging\" }} }}\npool = \"staging\"\n\
+         [[virtual_servers.web.rules]]\nname = \"tagged\"\n\
+         match = {{ header = {{ name = \"X-Tag\", equals = \"1\" }} }}\n\
+         request_headers = {{ set = {{ X-Tagged = \"yes\" }} }}\n\
+         [pools.staging]\nnodes = [{{ address = \"{}\" }}]\n",
+        staging.addr
+    );
+    let proxy = proxy_for(&production, &rules).await;
+    let staged = request(&proxy, "GET", "/p", &["X-Env: staging"]).await;
+    assert_eq!(staged.text(), "staging");
+    let plain = request(&proxy, "GET", "/p", &[]).await;
+    assert_eq!(plain.text(), "body of /p");
+    assert_eq!(plain.header("x-cache"), Some("MISS"));
+    let staged = request(&proxy, "GET", "/p", &["X-Env: staging"]).await;
+    assert_eq!(
+        staged.text(),
+        "staging",
+        "a staging user got production's page"
+    );
+    assert_eq!(staging.requests(), 2, "the staging answers were not stored");
+    // An edited request head: passed too, and the stored production page stays.
+    let tagged = request(&proxy, "GET", "/p", &["X-Tag: 1"]).await;
+    assert_eq!(tagged.header("x-cache"), None);
+    assert!(production.heads()[1].contains("X-Tagged: yes"));
+    let plain = request(&proxy, "GET", "/p", &[]).await;
+    assert_eq!(plain.header("x-cache"), Some("HIT"));
+    assert_eq!(production.requests(), 2);
+    proxy.stop().await;
+}
+
 /// PURGE from an allowed address removes the object; the next GET misses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_method_removes_the_object() {

@@ -124,13 +124,15 @@ fn scheme(client: &Client) -> Scheme {
 
 /// The `cache_lookup` stage. `body_complete`: the whole request body is read
 /// (a GET with a body larger than the buffer is not answered from the cache).
+/// `cache_allowed`: false when a traffic rule reshaped the request for the node
+/// (`RequestTraffic::reshapes_forwarding`): then only compression applies.
 /// `prior`: the cache's answer when [`hit_now`] looked the request up already.
 pub(crate) async fn lookup<'vs>(
     client: &mut Client,
     vs: &'vs VirtualServerRuntime,
     route: Option<usize>,
     head: &RequestHead,
-    (body_complete, keep_alive): (bool, bool),
+    (body_complete, keep_alive, cache_allowed): (bool, bool, bool),
     edits: &Edits<'_>,
     prior: Option<Box<Lookup>>,
 ) -> Result<Looked<'vs>, Failure> {
@@ -167,7 +169,7 @@ pub(crate) async fn lookup<'vs>(
     let (Some(cache), Some(cache_policy), true) = (
         content.cache.as_ref(),
         policy.cache.as_ref(),
-        cacheable_body,
+        cacheable_body && cache_allowed,
     ) else {
         // Compression only: the coding is chosen now, from the request.
         return Ok(Looked::Forward(policy.compression.as_ref().map(
