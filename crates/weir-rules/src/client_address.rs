@@ -28,13 +28,20 @@ pub fn client_address(source: &ClientAddressSource, peer: IpAddr, head: &Request
         .filter(|(name, _)| name.eq_ignore_ascii_case(header.as_bytes()))
         .map(|(_, value)| value)
         .collect();
+    // RFC 7239 `Forwarded`: each element names its client in `for=`.
+    let forwarded = header.eq_ignore_ascii_case("forwarded");
     let mut client = peer;
     for entry in fields
         .iter()
         .rev()
         .flat_map(|value| value.rsplit(|&b| b == b','))
     {
-        let Some(address) = parse_entry(entry.trim_ascii()) else {
+        let entry = entry.trim_ascii();
+        let entry = match forwarded {
+            true => forwarded_for(entry),
+            false => Some(entry),
+        };
+        let Some(address) = entry.and_then(parse_entry) else {
             return client;
         };
         client = canonical(address);
@@ -43,6 +50,25 @@ pub fn client_address(source: &ClientAddressSource, peer: IpAddr, head: &Request
         }
     }
     client
+}
+
+/// The `for=` value of one `Forwarded` element (`for=192.0.2.60;proto=http`), unquoted
+/// (`for="[2001:db8::1]:443"`). An obfuscated or `unknown` node does not parse as an
+/// address, which ends the walk like any other entry that does not.
+fn forwarded_for(element: &[u8]) -> Option<&[u8]> {
+    element.split(|&b| b == b';').find_map(|pair| {
+        let pair = pair.trim_ascii();
+        let (name, value) = pair.split_at_checked(4)?;
+        if !name.eq_ignore_ascii_case(b"for=") {
+            return None;
+        }
+        Some(
+            value
+                .strip_prefix(b"\"")
+                .and_then(|v| v.strip_suffix(b"\""))
+                .unwrap_or(value),
+        )
+    })
 }
 
 /// `192.0.2.1`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:443` or `192.0.2.1:443`.
@@ -78,6 +104,35 @@ mod tests {
     fn from(peer: &str, headers: &str) -> IpAddr {
         let request = head(&format!("GET / HTTP/1.1\r\nHost: a\r\n{headers}\r\n"));
         client_address(&source(), peer.parse().unwrap(), &request)
+    }
+
+    #[test]
+    fn forwarded_names_the_client_in_for() {
+        let source = ClientAddressSource {
+            header: Some("Forwarded".into()),
+            ..source()
+        };
+        let from = |headers: &str| {
+            let request = head(&format!("GET / HTTP/1.1\r\nHost: a\r\n{headers}\r\n"));
+            client_address(&source, "10.0.0.2".parse().unwrap(), &request)
+        };
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            from("Forwarded: for=192.0.2.60;proto=http;by=203.0.113.43\r\n"),
+            ip("192.0.2.60")
+        );
+        assert_eq!(
+            from(
+                "Forwarded: for=198.51.100.17, For=\"[2001:db8:cafe::17]:4711\", for=10.1.1.1\r\n"
+            ),
+            ip("2001:db8:cafe::17")
+        );
+        // An obfuscated hop ends the walk at the last address that parsed.
+        assert_eq!(
+            from("Forwarded: for=203.0.113.9, for=_hidden, for=10.1.1.1\r\n"),
+            ip("10.1.1.1")
+        );
+        assert_eq!(from("Forwarded: proto=https\r\n"), ip("10.0.0.2"));
     }
 
     #[test]

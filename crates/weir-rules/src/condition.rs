@@ -134,9 +134,7 @@ impl Cond {
                     .filter(|(name, _)| name.eq_ignore_ascii_case(field.name.as_bytes()))
                     .map(|(_, value)| value),
             ),
-            Cond::Query(field) => {
-                field.test_all(request::query_param(context.head, &field.name).into_iter())
-            }
+            Cond::Query(field) => field.test_all(request::query_values(context.head, &field.name)),
             Cond::Cookie(field) => {
                 field.test_all(request::cookie(context.head, &field.name).into_iter())
             }
@@ -249,12 +247,14 @@ impl Field {
     }
 
     /// The test over every value the field has (none when it is absent).
-    fn test_all<'v>(&self, mut values: impl Iterator<Item = &'v [u8]>) -> bool {
+    fn test_all<V: AsRef<[u8]>>(&self, mut values: impl Iterator<Item = V>) -> bool {
         match &self.test {
             Test::Present => values.next().is_some(),
             Test::Absent => values.next().is_none(),
-            Test::Equals(wanted) => values.any(|value| wanted.iter().any(|want| **want == *value)),
-            Test::Regex(regex) => values.any(|value| regex.is_match(value)),
+            Test::Equals(wanted) => {
+                values.any(|value| wanted.iter().any(|want| **want == *value.as_ref()))
+            }
+            Test::Regex(regex) => values.any(|value| regex.is_match(value.as_ref())),
         }
     }
 }

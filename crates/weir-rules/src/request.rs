@@ -56,6 +56,45 @@ pub fn query_param<'h>(head: &'h RequestHead, name: &str) -> Option<&'h [u8]> {
     })
 }
 
+/// Every value of query parameter `name`, as an application reads it: names and values
+/// percent-decoded, `+` as a space (`application/x-www-form-urlencoded`). A condition
+/// tests all of them, so neither `?debug=%31` nor `?debug=0&debug=1` slips past a rule
+/// about `debug=1`.
+pub fn query_values<'h>(
+    head: &'h RequestHead,
+    name: &'h str,
+) -> impl Iterator<Item = Cow<'h, [u8]>> + 'h {
+    query(head).split(|&b| b == b'&').filter_map(move |pair| {
+        let (key, value) = match memchr::memchr(b'=', pair) {
+            Some(eq) => (&pair[..eq], &pair[eq + 1..]),
+            None => (pair, &b""[..]),
+        };
+        (form_decoded(key).as_ref() == name.as_bytes()).then(|| form_decoded(value))
+    })
+}
+
+/// `value` with `%XX` decoded and `+` read as a space; borrowed when it has neither.
+fn form_decoded(value: &[u8]) -> Cow<'_, [u8]> {
+    if !value.iter().any(|&b| b == b'%' || b == b'+') {
+        return Cow::Borrowed(value);
+    }
+    let mut out = Vec::with_capacity(value.len());
+    let mut index = 0;
+    while index < value.len() {
+        match value[index] {
+            b'+' => out.push(b' '),
+            b'%' if let Some(decoded) = value.get(index + 1..index + 3).and_then(hex_pair) => {
+                out.push(decoded);
+                index += 3;
+                continue;
+            }
+            byte => out.push(byte),
+        }
+        index += 1;
+    }
+    Cow::Owned(out)
+}
+
 /// The value of cookie `name` in the request's `Cookie` headers.
 pub fn cookie<'h>(head: &'h RequestHead, name: &str) -> Option<&'h [u8]> {
     head.headers()
@@ -160,6 +199,23 @@ mod tests {
         let v6 = head("GET http://[::1]:80/p?q HTTP/1.1\r\nHost: [::1]:80\r\n\r\n");
         assert_eq!(host(&v6), b"[::1]");
         assert_eq!(uri(&v6), b"/p?q");
+    }
+
+    #[test]
+    fn query_values_are_every_value_decoded() {
+        let values = |target: &str, name: &'static str| -> Vec<String> {
+            let request = head(&format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n"));
+            query_values(&request, name)
+                .map(|value| String::from_utf8_lossy(&value).into_owned())
+                .collect()
+        };
+        assert_eq!(values("/e?debug=1", "debug"), ["1"]);
+        assert_eq!(values("/e?debug=%31", "debug"), ["1"]);
+        assert_eq!(values("/e?debug=0&debug=1", "debug"), ["0", "1"]);
+        assert_eq!(values("/e?%64ebug=1", "debug"), ["1"]);
+        assert_eq!(values("/e?q=a+b%20c&q", "q"), ["a b c", ""]);
+        assert_eq!(values("/e?q=%zz%4", "q"), ["%zz%4"]);
+        assert!(values("/e?debugx=1", "debug").is_empty());
     }
 
     #[test]
