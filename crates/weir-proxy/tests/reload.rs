@@ -435,6 +435,23 @@ async fn tls_sessions_resume_across_reloads() {
             .unwrap();
         assert!(tls::was_resumed(&third), "{options:?}: after a TLS change");
         assert_eq!(tls::get(&mut third, "/").await.unwrap().status, 200);
+        // New client certificate checks: no session made without them resumes.
+        let checks = format!(
+            "client_certificates = \"optional\"\nclient_ca = \"{}\"",
+            pki.ca_path().display()
+        );
+        proxy
+            .live
+            .apply(parse(&https(a.addr, &listen, &checks)))
+            .unwrap();
+        let mut fourth = tls::connect(proxy.addr, "site.test", &client)
+            .await
+            .unwrap();
+        assert!(
+            !tls::was_resumed(&fourth),
+            "{options:?}: a session resumed past new client certificate checks"
+        );
+        assert_eq!(tls::get(&mut fourth, "/").await.unwrap().status, 200);
         // Back to the first settings for the next client.
         proxy
             .live

@@ -260,7 +260,7 @@ impl Acceptor {
 
     /// The acceptor for new `settings` of the same virtual server (a reload changed its
     /// TLS table): the ticket keys and the session cache carry over when their settings
-    /// did not change, so clients keep resuming; so do self-signed certificates generated
+    /// and the client certificate checks did not change, so clients keep resuming; so do self-signed certificates generated
     /// for the same names, and the count of handshakes in progress.
     pub fn successor(
         &self,
@@ -269,12 +269,18 @@ impl Acceptor {
     ) -> Result<Acceptor, ConfigError> {
         let mut next = Acceptor::new(&self.virtual_server, settings, file_name)?;
         let old = &self.settings;
-        if settings.session_tickets == old.session_tickets
+        // A session remembers the client certificate checks of the handshake that made it
+        // (none, or another CA's): it resumes only under the same ones. New checks start
+        // new keys and a new cache, so every client goes through them.
+        let same_checks = settings.client_auth == old.client_auth;
+        if same_checks
+            && settings.session_tickets == old.session_tickets
             && settings.ticket_rotation == old.ticket_rotation
         {
             next.ticketer = self.ticketer.clone();
         }
-        if settings.session_cache_size == old.session_cache_size
+        if same_checks
+            && settings.session_cache_size == old.session_cache_size
             && settings.session_cache_lifetime == old.session_cache_lifetime
         {
             next.cache = self.cache.clone();
