@@ -207,7 +207,7 @@ impl CertificateInfo {
             names,
             addresses,
             key_type,
-            subject: cert.subject().to_string(),
+            subject: subject_text(cert.subject()),
             not_after,
         })
     }
@@ -221,10 +221,70 @@ impl CertificateInfo {
     }
 }
 
-/// The subject of a DER certificate as text (`CN=client,O=weir`).
+/// The subject of a DER certificate as text (`CN=client, O=weir`; see [`subject_text`]).
 pub fn subject_of(der: &CertificateDer<'_>) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    Some(cert.subject().to_string())
+    Some(subject_text(cert.subject()))
+}
+
+/// A distinguished name as text: its attributes in certificate order as `TYPE=value`, an
+/// RDN's parts joined by ` + `, RDNs by `, ` (`CN=client, O=weir`), with each value escaped
+/// as RFC 4514 §2.4 says (`,` `+` `"` `\` `<` `>` `;`, a leading `#` or space, a trailing
+/// space, NUL). Two different names never read the same: a common name `alice, O=Admins`
+/// is `CN=alice\, O=Admins`, not the name with an organisation. A value that is not text
+/// is `#` and its bytes in hex.
+fn subject_text(name: &x509_parser::x509::X509Name<'_>) -> String {
+    let registry = x509_parser::objects::oid_registry();
+    let mut out = String::new();
+    for (index, rdn) in name.iter_rdn().enumerate() {
+        if index > 0 {
+            out.push_str(", ");
+        }
+        for (part, attribute) in rdn.iter().enumerate() {
+            if part > 0 {
+                out.push_str(" + ");
+            }
+            match x509_parser::objects::oid2abbrev(attribute.attr_type(), registry) {
+                Ok(abbrev) => out.push_str(abbrev),
+                Err(_) => out.push_str(&attribute.attr_type().to_id_string()),
+            }
+            out.push('=');
+            let value = attribute
+                .as_str()
+                .ok()
+                .or_else(|| std::str::from_utf8(attribute.as_slice()).ok());
+            match value {
+                Some(text) => escape_dn_value(text, &mut out),
+                None => {
+                    out.push('#');
+                    for byte in attribute.as_slice() {
+                        out.push_str(&format!("{byte:02X}"));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Appends `value` escaped as an RFC 4514 attribute value.
+fn escape_dn_value(value: &str, out: &mut String) {
+    let last = value.chars().count().saturating_sub(1);
+    for (index, c) in value.chars().enumerate() {
+        match c {
+            ',' | '+' | '"' | '\\' | '<' | '>' | ';' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '#' | ' ' if index == 0 => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' ' if index == last => out.push_str("\\ "),
+            '\0' => out.push_str("\\00"),
+            _ => out.push(c),
+        }
+    }
 }
 
 /// Key types for generated certificates.
@@ -433,4 +493,36 @@ pub fn generated_key(
         generated.key_der(),
     )
     .map(Arc::new)
+}
+
+#[cfg(test)]
+mod subject_tests {
+    use super::*;
+
+    fn subject(name: DistinguishedName) -> String {
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name;
+        let cert = params.self_signed(&key).expect("a certificate");
+        subject_of(cert.der()).expect("a subject")
+    }
+
+    #[test]
+    fn subjects_that_differ_read_differently() {
+        let mut plain = DistinguishedName::new();
+        plain.push(DnType::CommonName, "client");
+        plain.push(DnType::OrganizationName, "weir");
+        assert_eq!(subject(plain), "CN=client, O=weir");
+        // One common name with a comma, against a common name and an organisation.
+        let mut comma = DistinguishedName::new();
+        comma.push(DnType::CommonName, "alice, O=Admins");
+        let mut two = DistinguishedName::new();
+        two.push(DnType::CommonName, "alice");
+        two.push(DnType::OrganizationName, "Admins");
+        assert_eq!(subject(comma), "CN=alice\\, O=Admins");
+        assert_eq!(subject(two), "CN=alice, O=Admins");
+        let mut odd = DistinguishedName::new();
+        odd.push(DnType::CommonName, "#1 \"x\" ");
+        assert_eq!(subject(odd), "CN=\\#1 \\\"x\\\"\\ ");
+    }
 }
