@@ -1,14 +1,19 @@
 //! Session tickets: AES-256-GCM under a random key, rotated on a schedule.
 //!
-//! rustls' [`TicketRotator`] keeps the current key and the one before it, so
-//! a ticket is accepted for up to two rotation periods and every key is
-//! erased after that. The key itself is made here because the aws-lc-rs
-//! ticketer rustls ships has a fixed six-hour rotation.
+//! rustls' [`TicketRotator`] keeps the current key and the one before it, and
+//! erases older ones. It rotates only when a ticket is made or read, one step
+//! at a time, so after an idle spell the key before it can be far older than
+//! two periods; each ticket therefore carries when it was made ([`Aged`]), and
+//! one older than two rotation periods is refused whatever key sealed it. The
+//! key itself is made here because the aws-lc-rs ticketer rustls ships has a
+//! fixed six-hour rotation.
 //!
-//! Ticket layout: key name (16 random bytes) ‖ nonce (12) ‖ ciphertext ‖ tag (16).
+//! Ticket layout: key name (16 random bytes) ‖ nonce (12) ‖ ciphertext ‖ tag (16);
+//! the plaintext is the issue time (8 bytes, seconds on this process's clock) ‖
+//! rustls' session state.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use rustls::crypto::GetRandomFailed;
 use rustls::server::ProducesTickets;
@@ -90,10 +95,63 @@ impl ProducesTickets for TicketKey {
     }
 }
 
-/// A ticketer whose key changes every `rotation`.
+/// A ticketer whose key changes every `rotation`; a ticket is accepted for two periods.
 pub fn ticketer(rotation: Duration) -> Result<Arc<dyn ProducesTickets>, rustls::Error> {
     let seconds = u32::try_from(rotation.as_secs().max(1)).unwrap_or(u32::MAX);
-    Ok(Arc::new(TicketRotator::new(seconds, TicketKey::generate)?))
+    Ok(Arc::new(Aged {
+        rotator: TicketRotator::new(seconds, TicketKey::generate)?,
+        max_age: 2 * u64::from(seconds),
+    }))
+}
+
+/// Tickets stamped with when they were made, refused once older than `max_age` seconds.
+struct Aged {
+    rotator: TicketRotator,
+    max_age: u64,
+}
+
+impl std::fmt::Debug for Aged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Aged")
+            .field("max_age", &self.max_age)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Seconds on a monotonic clock of this process (tickets never outlive the keys of the
+/// process that made them, and the wall clock may jump), from a large base so that any
+/// past second has a value.
+fn now_seconds() -> u64 {
+    const BASE: u64 = 1 << 40;
+    static START: OnceLock<Instant> = OnceLock::new();
+    BASE + START.get_or_init(Instant::now).elapsed().as_secs()
+}
+
+impl ProducesTickets for Aged {
+    fn enabled(&self) -> bool {
+        self.rotator.enabled()
+    }
+
+    fn lifetime(&self) -> u32 {
+        self.rotator.lifetime()
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        let mut stamped = Vec::with_capacity(8 + plain.len());
+        stamped.extend_from_slice(&now_seconds().to_be_bytes());
+        stamped.extend_from_slice(plain);
+        self.rotator.encrypt(&stamped)
+    }
+
+    fn decrypt(&self, ticket: &[u8]) -> Option<Vec<u8>> {
+        let mut plain = self.rotator.decrypt(ticket)?;
+        let stamp = u64::from_be_bytes(plain.get(..8)?.try_into().ok()?);
+        if now_seconds().saturating_sub(stamp) > self.max_age {
+            return None;
+        }
+        plain.drain(..8);
+        Some(plain)
+    }
 }
 
 #[cfg(test)]
@@ -116,6 +174,25 @@ mod tests {
         assert!(key.decrypt(&ticket[..20]).is_none());
         let other = TicketKey::generate().unwrap();
         assert!(other.decrypt(&ticket).is_none());
+    }
+
+    #[test]
+    fn a_ticket_older_than_two_periods_is_refused() {
+        let aged = Aged {
+            rotator: TicketRotator::new(3600, TicketKey::generate).unwrap(),
+            max_age: 7200,
+        };
+        let ticket = aged.encrypt(b"state").unwrap();
+        assert_eq!(aged.decrypt(&ticket).unwrap(), b"state");
+        // The same ticket, as if made 7201 s ago: the key still opens it, its age does not.
+        let mut old = b"state".to_vec();
+        let made = now_seconds() - 7201;
+        old.splice(0..0, made.to_be_bytes());
+        let sealed = aged.rotator.encrypt(&old).unwrap();
+        assert!(aged.decrypt(&sealed).is_none());
+        // Garbage shorter than a stamp is refused, not a panic.
+        let short = aged.rotator.encrypt(b"abc").unwrap();
+        assert!(aged.decrypt(&short).is_none());
     }
 
     #[test]
