@@ -141,3 +141,30 @@ async fn perceptive_moves_load_away_from_a_slow_node() {
     );
     proxy.stop().await;
 }
+
+/// Round robin over two nodes capped at one connection each, with no queue: while one
+/// node is busy with a long request, every other request goes to the node with room
+/// instead of the busy one's (full) queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_passes_over_a_node_at_its_cap() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let toml = config(&[(a.addr, 1), (b.addr, 1)], "round_robin").replace(
+        "[virtual_servers.web]",
+        "[pools.web.connections]\nmax_connections = 1\nqueue_length = 0\n[virtual_servers.web]",
+    );
+    let proxy = TestProxy::start(&toml).await;
+    let addr = proxy.addr;
+    let long = tokio::spawn(async move { client::get(addr, "/delay/1500").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let seen = spread(&proxy, 6, "/").await;
+    let busy = long.await.unwrap().unwrap();
+    assert_eq!(busy.status, 200);
+    let busy = busy.header("x-origin").unwrap().to_owned();
+    assert_eq!(
+        seen.get(&busy),
+        None,
+        "requests went to the busy node: {seen:?}"
+    );
+    assert_eq!(seen.values().sum::<usize>(), 6);
+    proxy.stop().await;
+}

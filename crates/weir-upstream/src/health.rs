@@ -138,13 +138,14 @@ pub fn spawn_monitors(
     pool_name: &str,
     nodes: &[Arc<NodeState>],
     monitor: &HealthMonitor,
-    tls: Option<weir_tls::Connector>,
+    (tls, cap): (Option<weir_tls::Connector>, Option<u32>),
     shutdown: ShutdownSignal,
 ) -> Vec<JoinHandle<()>> {
     let pool: Arc<str> = Arc::from(pool_name);
     let monitor = Arc::new(Monitor {
         settings: monitor.clone(),
         tls,
+        cap,
     });
     nodes
         .iter()
@@ -164,6 +165,9 @@ pub fn spawn_monitors(
 struct Monitor {
     settings: HealthMonitor,
     tls: Option<weir_tls::Connector>,
+    /// The pool's `max_connections` (HTTP/1.1 and TCP pools): while the node has that many
+    /// requests in flight, a check would be one connection past the cap.
+    cap: Option<u32>,
 }
 
 /// Probes `address` once, within `timeout`: a TCP connect, or for HTTP a
@@ -285,6 +289,7 @@ async fn run_monitor(
     shutdown: ShutdownSignal,
 ) {
     let tls = monitor.tls.as_ref();
+    let cap = monitor.cap;
     let monitor = &monitor.settings;
     let start = if node.is_active_up() {
         Health::Up
@@ -300,6 +305,13 @@ async fn run_monitor(
         tokio::select! {
             () = shutdown.triggered() => return,
             () = tokio::time::sleep(delay) => {}
+        }
+        if cap.is_some_and(|cap| node.in_flight() >= cap) {
+            // Every connection slot is taken by requests, which say how the node is
+            // (passive health): a check would be one connection past the cap, refused by a
+            // node that enforces its own, and would mark a working node down.
+            delay = jittered(monitor.interval);
+            continue;
         }
         let outcome = tokio::select! {
             () = shutdown.triggered() => return,

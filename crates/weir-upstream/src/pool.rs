@@ -226,9 +226,21 @@ impl Pool {
 
     /// Picks a node not yet tried for this request: an available one, or
     /// with fail-open any one when none is available. `None` → 503.
+    ///
+    /// A node at its connection cap would make the request wait in its queue (or get a
+    /// 503 past it) while another node may have room: with HTTP/1.1 (and TCP) nodes the
+    /// balancer first picks among the available nodes with fewer requests in flight than
+    /// `max_connections`, and among all available ones only when every one is full.
     pub fn select(&self, tried: Tried, now: Instant) -> Option<usize> {
         let available =
             |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
+        if self.config.protocol == weir_config::UpstreamProtocol::Http1 {
+            let cap = self.config.connections.max_connections.get();
+            let with_room = |index: usize| available(index) && self.nodes[index].in_flight() < cap;
+            if let Some(index) = self.balancer.pick(&self.nodes, &with_room) {
+                return Some(index);
+            }
+        }
         if let Some(index) = self.balancer.pick(&self.nodes, &available) {
             return Some(index);
         }
@@ -309,9 +321,13 @@ impl Pool {
                 &self.name,
                 &monitored,
                 monitor,
-                self.connections
-                    .first()
-                    .and_then(|node| node.tls().map(|tls| tls.connector.clone())),
+                (
+                    self.connections
+                        .first()
+                        .and_then(|node| node.tls().map(|tls| tls.connector.clone())),
+                    (self.config.protocol == weir_config::UpstreamProtocol::Http1)
+                        .then(|| self.config.connections.max_connections.get()),
+                ),
                 stop.either(&shutdown),
             ));
         }

@@ -211,7 +211,7 @@ async fn tcp_monitor_follows_the_listener_going_and_coming_back() {
         "web",
         &[Arc::clone(&node)],
         &monitor(HealthCheckKind::Tcp, Duration::from_millis(500)),
-        None,
+        (None, None),
         signal,
     );
     assert_eq!(tasks.len(), 1);
@@ -257,7 +257,7 @@ async fn http_monitor_goes_down_on_500_and_up_on_200() {
         "web",
         &[Arc::clone(&node)],
         &monitor(http_check(), Duration::from_millis(500)),
-        None,
+        (None, None),
         signal,
     );
 
@@ -303,7 +303,7 @@ async fn a_check_that_times_out_counts_as_failed() {
         "web",
         &[Arc::clone(&node)],
         &monitor(http_check(), timeout),
-        None,
+        (None, None),
         signal,
     );
     wait_for_active_up(&node, false).await;
@@ -443,4 +443,37 @@ fn failures_during_an_ejection_do_not_count_after_it() {
         "one failure after the ejection does not re-eject"
     );
     assert!(!node.is_ejected(after));
+}
+
+/// While every connection slot of the node is held by requests, the monitor does not
+/// check (the check would be one connection past the cap): a node that answers no extra
+/// connection stays up. Once a slot frees, checks resume and see it down.
+#[tokio::test]
+async fn no_check_while_the_node_is_at_its_cap() {
+    let listener = listen(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let address = listener.local_addr().unwrap();
+    // Nothing listens there any more: every check fails.
+    drop(listener);
+    let node = node_at(address, passive_off());
+    let busy = node.start_request();
+    let (owner, signal) = Shutdown::new();
+    let tasks = spawn_monitors(
+        "web",
+        &[Arc::clone(&node)],
+        &monitor(HealthCheckKind::Tcp, Duration::from_millis(100)),
+        (None, Some(1)),
+        signal,
+    );
+    // Many intervals (20 ms) pass: no check, no verdict.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(node.is_active_up(), "checked past the cap");
+    drop(busy);
+    wait_for_active_up(&node, false).await;
+    owner.trigger();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .expect("monitor stops")
+            .unwrap();
+    }
 }
