@@ -297,7 +297,8 @@ pub struct Pool {
     pub connections: UpstreamConnections,
     /// Timeouts towards the nodes.
     pub timeouts: UpstreamTimeouts,
-    /// Extra attempts for an idempotent request whose connection failed; never for others.
+    /// Extra attempts on another node after a failed connect (nothing was sent: any
+    /// request); a request whose bytes reached a node is not sent to another.
     pub retries: u32,
     /// The active health monitor; `None`: nodes are not probed.
     pub health: Option<HealthMonitor>,
@@ -504,9 +505,10 @@ pub struct UpstreamConnections {
 /// Timeouts towards the nodes of a pool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamTimeouts {
-    /// TCP connect; past it → try another node (idempotent) or 502.
+    /// TCP connect; past it → try another node (any request: nothing was sent) or 502.
     pub connect: Duration,
-    /// From the request sent to the response head received; past it → 504.
+    /// From the request sent to the response head received (past it → 504), and the
+    /// longest pause in the response body after it (past it the answer is cut short).
     pub response: Duration,
     /// Longest stall while writing a request (head or body) to a node.
     pub write: Duration,

@@ -10,11 +10,19 @@ pub(crate) struct Failure {
     /// response was already started (then the connection is just closed).
     pub status: Option<u16>,
     pub error: Error,
-    /// The answer the client had already been given part of when the request failed
-    /// (its head went out): what the access record reports. Boxed: a failure is rare, and
-    /// every `Result` of the request path carries the size of this struct
-    /// (`bench/insns`: 50 instructions more per cache hit unboxed).
-    pub answered: Option<Box<Answered>>,
+    /// What the access record says beyond the error. Boxed: a failure is rare, and every
+    /// `Result` of the request path carries the size of this struct (`bench/insns`: 50
+    /// instructions more per cache hit unboxed).
+    pub detail: Option<Box<Detail>>,
+}
+
+/// The access record's part of a failure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Detail {
+    /// The answer the client had already been given part of (its head went out).
+    pub answered: Option<Answered>,
+    /// The node the request reached, when it reached one.
+    pub node: Option<std::net::SocketAddr>,
 }
 
 /// A response that started: its status and the bytes sent of it.
@@ -30,7 +38,7 @@ impl Failure {
         Failure {
             status: status_for(error.kind()),
             error,
-            answered: None,
+            detail: None,
         }
     }
 
@@ -45,7 +53,7 @@ impl Failure {
         Failure {
             status: Some(error.status()),
             error: Error::new(kind, Side::Downstream).context(error.reason),
-            answered: None,
+            detail: None,
         }
     }
 
@@ -62,7 +70,7 @@ impl Failure {
             status: Some(501),
             error: Error::new(ErrorKind::MethodNotAllowed, Side::Downstream)
                 .context(format!("{what} is not implemented")),
-            answered: None,
+            detail: None,
         }
     }
 
@@ -71,20 +79,37 @@ impl Failure {
         Failure {
             status: None,
             error,
-            answered: None,
+            detail: None,
         }
     }
 
     /// This failure, after the client was given `status` and `bytes` of the answer (kept
     /// if an inner stage said so already): it can only end the connection now.
     pub(crate) fn after(self, status: u16, bytes: u64) -> Failure {
+        let mut detail = self.detail.unwrap_or_default();
+        detail.answered = detail.answered.or(Some(Answered { status, bytes }));
         Failure {
             status: None,
-            answered: self
-                .answered
-                .or_else(|| Some(Box::new(Answered { status, bytes }))),
             error: self.error,
+            detail: Some(detail),
         }
+    }
+
+    /// This failure, of a request that reached `node` (kept if already set).
+    pub(crate) fn at_node(mut self, node: std::net::SocketAddr) -> Failure {
+        let detail = self.detail.get_or_insert_with(Box::default);
+        detail.node = detail.node.or(Some(node));
+        self
+    }
+
+    /// The answer the client had been given part of, if any.
+    pub(crate) fn answered(&self) -> Option<Answered> {
+        self.detail.as_ref().and_then(|detail| detail.answered)
+    }
+
+    /// The node the request reached, if any.
+    pub(crate) fn node(&self) -> Option<std::net::SocketAddr> {
+        self.detail.as_ref().and_then(|detail| detail.node)
     }
 
     /// The status the access record and the metrics report for a failed request: the
@@ -92,7 +117,7 @@ impl Failure {
     /// went silent (the convention of nginx's logs); else 500 (a failure of weir's own,
     /// nothing sent).
     pub(crate) fn logged_status(&self) -> u16 {
-        match (self.status, self.answered.as_deref()) {
+        match (self.status, self.answered()) {
             (Some(status), _) => status,
             (None, Some(answered)) => answered.status,
             (None, None) => match self.error.kind() {

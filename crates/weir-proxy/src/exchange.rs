@@ -143,6 +143,8 @@ pub(crate) async fn exchange(
         match Retry::of(&failure.error) {
             Retry::SameNode if stale_retries < MAX_STALE_RETRIES => {
                 tracing::debug!(pool = %pool.name, node = %node.address, error = %failure.error, "reused connection was closed by the node; retrying");
+                // Sent again (on a fresh connection to the same node): a retry too.
+                pool.metrics.retries.inc();
                 stale_retries += 1;
             }
             Retry::OtherNode if node_retries < pool.config.retries => {
@@ -157,7 +159,7 @@ pub(crate) async fn exchange(
                 if failure.error.side() == Side::Upstream {
                     pool.record_failure(node, Instant::now().into_std());
                 }
-                return Err(failure);
+                return Err(failure.at_node(node.address));
             }
         }
     }

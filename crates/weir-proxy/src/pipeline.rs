@@ -526,11 +526,8 @@ async fn serve_request(
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
     let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
     let (route, edits) = (vs.matched_route(head), traffic.response_edits(vs));
-    let answering = (
-        body.is_complete(),
-        answer_keep_alive,
-        !traffic.reshapes_forwarding(),
-    );
+    let cache_allowed = !traffic.reshapes_forwarding();
+    let answering = (body.is_complete(), answer_keep_alive, cache_allowed);
     // The stages that run for few requests (a refresh, stale-if-error, a tunnel, a cache fill)
     // are boxed below: their futures are several KiB, and an unboxed one would make this
     // future (copied whole each time a request starts) as large as the largest of them.
@@ -599,19 +596,25 @@ async fn serve_request(
     let tunnelled = exchange.switched(forwarding.connect);
     upgrade::h2_websocket_answered(client, tunnelled, status)?;
     let edits = traffic.response_edits(vs);
+    // A failure from here on happened at this node: the access record names it.
+    let at_node = |failure: Failure| failure.at_node(node_state.address);
     let sent = match flow {
-        _ if tunnelled => Box::pin(upgrade::tunnel(client, vs, exchange, head, &edits)).await?,
+        _ if tunnelled => Box::pin(upgrade::tunnel(client, vs, exchange, head, &edits))
+            .await
+            .map_err(at_node)?,
         // filter_response → respond: stored, compressed, or answered from the cache
         Some(flow) => {
             let responding =
                 content::respond(client, vs, pool, head, (flow, &edits), exchange, keep_alive);
-            Box::pin(responding).await?
+            Box::pin(responding).await.map_err(at_node)?
         }
         None => {
             let timeout = pool.config.timeouts.response;
             let version = head.version();
             let decor = (&edits, None);
-            response::respond(client, vs, exchange, version, keep_alive, timeout, decor).await?
+            response::respond(client, vs, exchange, version, keep_alive, timeout, decor)
+                .await
+                .map_err(at_node)?
         }
     };
     // log
@@ -843,7 +846,7 @@ async fn answer_failure(
             }
             (
                 status,
-                failure.answered.map_or(0, |answered| answered.bytes),
+                failure.answered().map_or(0, |answered| answered.bytes),
             )
         }
         (None, None) => (0, 0),
@@ -879,7 +882,7 @@ async fn answer_failure(
             status,
             bytes_sent: logged_bytes,
             pool: pool.map(|p| p.name.as_str()),
-            node: None,
+            node: failure.node(),
             duration: started.elapsed(),
             upstream_duration: None,
             error: Some(kind.as_str()),

@@ -90,8 +90,11 @@ pub(crate) async fn respond(
     let from_h2_node = matches!(exchange.lease, NodeLink::Http2 { .. });
     let (mut upstream, response) = Upstream::of(exchange, response_timeout);
     // Buffer as much of the body as fits: all of it, for most responses.
-    // A gRPC response is a stream of messages: each goes on as it comes.
-    let limit = match crate::request_body::is_grpc(response.header("content-type")) {
+    // A gRPC response is a stream of messages, and server-sent events a stream of events:
+    // each goes on as it comes.
+    let content_type = response.header("content-type");
+    let streamed = crate::request_body::is_grpc(content_type) || is_event_stream(content_type);
+    let limit = match streamed {
         true => 0,
         false => vs.config.limits.response_buffer,
     };
@@ -164,6 +167,16 @@ pub(crate) async fn respond(
         keep_alive,
         cache: None,
         grpc_status,
+    })
+}
+
+/// Whether `content_type` is `text/event-stream` (server-sent events), parameters aside.
+fn is_event_stream(content_type: Option<&[u8]>) -> bool {
+    const EVENTS: &[u8] = b"text/event-stream";
+    content_type.is_some_and(|value| {
+        value.len() >= EVENTS.len()
+            && value[..EVENTS.len()].eq_ignore_ascii_case(EVENTS)
+            && matches!(value.get(EVENTS.len()), None | Some(b';' | b' '))
     })
 }
 

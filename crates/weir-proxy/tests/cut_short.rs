@@ -16,6 +16,10 @@ struct Setup {
 }
 
 async fn setup(name: &str) -> Setup {
+    setup_with(name, "").await
+}
+
+async fn setup_with(name: &str, pool_extra: &str) -> Setup {
     let origin = TestOrigin::start("o").await;
     let log = std::env::temp_dir().join(format!("weir-cut-{name}-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
@@ -23,7 +27,7 @@ async fn setup(name: &str) -> Setup {
     let toml = format!(
         "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
          level = \"warn\"\n\
-         [pools.p]\nnodes = [{{ address = \"{}\" }}]\n\
+         [pools.p]\nnodes = [{{ address = \"{}\" }}]\n{pool_extra}\n\
          [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
          [virtual_servers.web.limits]\nresponse_buffer = \"16KiB\"\n",
         log.display(),
@@ -110,5 +114,21 @@ async fn an_answer_cut_short_by_the_client_is_logged_with_its_status() {
         text.contains("weir_requests_total{virtual_server=\"web\",class=\"2xx\"} 1"),
         "{text}"
     );
+    setup.stop().await;
+}
+
+/// A request that reached a node and failed there (a 504: no head in time) names the node
+/// in its record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_at_a_node_names_it() {
+    let setup = setup_with("node", "[pools.p.timeouts]\nresponse = \"300ms\"").await;
+    let response = weir_testkit::client::get(setup.proxy.addr, "/delay/2000")
+        .await
+        .unwrap();
+    assert_eq!(response.status, 504);
+    let records = setup.records(1).await;
+    assert!(records[0].contains(r#""status":504"#), "{records:?}");
+    let node = format!(r#""node":"{}""#, setup.origin.addr);
+    assert!(records[0].contains(&node), "{records:?}");
     setup.stop().await;
 }

@@ -111,6 +111,6 @@ fn not_announced(pool: &Pool, node: &H2Node) -> Failure {
             node.address(),
             pool.name
         )),
-        answered: None,
+        detail: None,
     }
 }

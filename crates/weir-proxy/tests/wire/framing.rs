@@ -452,3 +452,47 @@ async fn malformed_node_answers_are_bad_gateway() {
         proxy.stop().await;
     }
 }
+
+/// Server-sent events reach the client as the node sends them, not once the response
+/// buffer fills or the stream ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_sent_events_are_not_held_in_the_response_buffer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node_addr = node.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut stream, _) = node.accept().await.unwrap();
+        let mut head = [0u8; 1024];
+        let _ = stream.read(&mut head).await;
+        let _ = stream
+            .write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                  Transfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n",
+            )
+            .await;
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let _ = stream.write_all(b"9\r\ndata: 2\n\n\r\n0\r\n\r\n").await;
+    });
+    let proxy = TestProxy::start(&config(&[node_addr], "", "")).await;
+    let mut client = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    client
+        .write_all(b"GET /events HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        let mut chunk = [0u8; 1024];
+        while !String::from_utf8_lossy(&seen).contains("data: 1") {
+            let n = client.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed early");
+            seen.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    assert!(
+        first.is_ok(),
+        "the first event did not arrive within 1 s: {:?}",
+        String::from_utf8_lossy(&seen)
+    );
+    proxy.stop().await;
+}
