@@ -173,8 +173,10 @@ pub(crate) async fn respond(
 /// Whether `content_type` is `text/event-stream` (server-sent events), parameters aside.
 fn is_event_stream(content_type: Option<&[u8]>) -> bool {
     const EVENTS: &[u8] = b"text/event-stream";
+    // `text/e`: one byte rules out nearly every other type before the whole comparison.
     content_type.is_some_and(|value| {
         value.len() >= EVENTS.len()
+            && value[5].eq_ignore_ascii_case(&b'e')
             && value[..EVENTS.len()].eq_ignore_ascii_case(EVENTS)
             && matches!(value.get(EVENTS.len()), None | Some(b';' | b' '))
     })
@@ -612,6 +614,23 @@ fn fill(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_streams_are_told_apart() {
+        for yes in ["text/event-stream", "Text/Event-Stream; charset=utf-8"] {
+            assert!(is_event_stream(Some(yes.as_bytes())), "{yes}");
+        }
+        for no in [
+            "text/html",
+            "text/event-streams",
+            "text/plain; charset=utf-8",
+            "",
+            "x",
+        ] {
+            assert!(!is_event_stream(Some(no.as_bytes())), "{no}");
+        }
+        assert!(!is_event_stream(None));
+    }
 
     #[test]
     fn grpc_status_is_read_from_trailer_lines_or_a_head_value() {
