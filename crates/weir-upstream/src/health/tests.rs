@@ -165,6 +165,17 @@ async fn wait_for_active_up(node: &NodeState, up: bool) {
 }
 
 /// A listener that may be re-bound on the same port after being dropped.
+/// Stops the monitors and waits (1 s at most each) for their tasks to end.
+async fn stop_monitors(owner: Shutdown, tasks: Vec<tokio::task::JoinHandle<()>>) {
+    owner.trigger();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .expect("monitor stops")
+            .unwrap();
+    }
+}
+
 fn listen(address: SocketAddr) -> TcpListener {
     let socket = TcpSocket::new_v4().expect("socket");
     socket.set_reuseaddr(true).expect("SO_REUSEADDR");
@@ -230,13 +241,7 @@ async fn tcp_monitor_follows_the_listener_going_and_coming_back() {
     assert!(node.is_available(Instant::now()));
     assert_eq!(node.metrics.healthy.get(), 1);
 
-    owner.trigger();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(1), task)
-            .await
-            .expect("monitor stops")
-            .unwrap();
-    }
+    stop_monitors(owner, tasks).await;
     server.abort();
 }
 
@@ -270,13 +275,7 @@ async fn http_monitor_goes_down_on_500_and_up_on_200() {
     status.store(200, Ordering::Relaxed);
     wait_for_active_up(&node, true).await;
 
-    owner.trigger();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(1), task)
-            .await
-            .expect("monitor stops")
-            .unwrap();
-    }
+    stop_monitors(owner, tasks).await;
     server.abort();
 }
 
@@ -307,13 +306,7 @@ async fn a_check_that_times_out_counts_as_failed() {
         signal,
     );
     wait_for_active_up(&node, false).await;
-    owner.trigger();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(1), task)
-            .await
-            .expect("monitor stops")
-            .unwrap();
-    }
+    stop_monitors(owner, tasks).await;
     server.abort();
 }
 
@@ -469,11 +462,5 @@ async fn no_check_while_the_node_is_at_its_cap() {
     assert!(node.is_active_up(), "checked past the cap");
     drop(busy);
     wait_for_active_up(&node, false).await;
-    owner.trigger();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(1), task)
-            .await
-            .expect("monitor stops")
-            .unwrap();
-    }
+    stop_monitors(owner, tasks).await;
 }
