@@ -240,6 +240,18 @@ impl Config {
             message.into(),
         )
     }
+
+    /// A configuration error found after validation (a port in use, a reload that the
+    /// running process refuses), at `key` and the line of `key` (or of its nearest
+    /// ancestor present) when the file can be read again.
+    pub fn key_error(&self, key: &KeyPath, message: impl Into<String>) -> ConfigError {
+        let line = self
+            .source
+            .as_ref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .and_then(|text| line_of_key(&text, key));
+        ConfigError::single(&self.file_name(), line, key.to_string(), message.into())
+    }
 }
 
 /// The built-in configuration ([`EMBEDDED_DEFAULT`]), parsed.

@@ -126,16 +126,9 @@ fn admin_kept_safe(bound: Option<SocketAddr>, candidate: &Config) -> Result<(), 
     {
         return Ok(());
     }
-    let key = weir_config::KeyPath::root().key("admin");
-    let line = candidate
-        .source
-        .as_ref()
-        .and_then(|path| std::fs::read_to_string(path).ok())
-        .and_then(|text| weir_config::line_of_key(&text, &key));
-    Err(ConfigError::single(
-        &candidate.file_name(),
-        line,
-        key.key("token_file").to_string(),
+    let key = weir_config::KeyPath::root().key("admin").key("token_file");
+    Err(candidate.key_error(
+        &key,
         format!(
             "the admin API stays on {bound}, not a loopback address, until weir restarts \
              (a reload does not move admin.listen), so it keeps needing a bearer token: \

@@ -186,17 +186,7 @@ pub(crate) fn listen_error(
     {
         key = key.index(index);
     }
-    let line = config
-        .source
-        .as_ref()
-        .and_then(|path| std::fs::read_to_string(path).ok())
-        .and_then(|text| weir_config::line_of_key(&text, &key));
-    ConfigError::single(
-        &config.file_name(),
-        line,
-        key.to_string(),
-        format!("cannot listen on {address}: {error}"),
-    )
+    config.key_error(&key, format!("cannot listen on {address}: {error}"))
 }
 
 /// Binds the listen addresses `candidate` adds. On error, those bound are closed again.
