@@ -161,11 +161,21 @@ pub(crate) async fn read(
 /// Asked of every request routed to an HTTP/1.1 pool and of every response,
 /// so it compares in place instead of lowering a copy.
 pub(crate) fn is_grpc(content_type: Option<&[u8]>) -> bool {
-    const GRPC: &[u8] = b"application/grpc";
+    media_type_is(content_type, b"application/grpc", b"+;")
+}
+
+/// Whether a `Content-Type` value starts with the media type `name` (ASCII case aside),
+/// followed by nothing or one of the bytes in `after` (`;` before parameters, `+` before a
+/// structured suffix). Compared in place; its last byte first, which rules out nearly
+/// every other type at once.
+pub(crate) fn media_type_is(content_type: Option<&[u8]>, name: &[u8], after: &[u8]) -> bool {
     content_type.is_some_and(|value| {
-        value.len() >= GRPC.len()
-            && value[..GRPC.len()].eq_ignore_ascii_case(GRPC)
-            && matches!(value.get(GRPC.len()), None | Some(b'+' | b';'))
+        value.len() >= name.len()
+            && value[name.len() - 1].eq_ignore_ascii_case(&name[name.len() - 1])
+            && value[..name.len()].eq_ignore_ascii_case(name)
+            && value
+                .get(name.len())
+                .is_none_or(|next| after.contains(next))
     })
 }
 

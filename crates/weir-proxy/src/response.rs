@@ -16,7 +16,7 @@ use weir_http::{
 };
 use weir_upstream::node::InFlight;
 
-use crate::answer::{Answered, Failure};
+use crate::answer::Failure;
 use crate::client::Client;
 use crate::exchange::{Exchange, NodeLink};
 use crate::http2;
@@ -144,13 +144,10 @@ pub(crate) async fn respond(
     }
     let mut grpc_status = grpc_status_of(response.header("grpc-status"));
     if !complete {
-        let answered = Answered {
-            status,
-            bytes: head_bytes + body_bytes,
-        };
+        let before = head_bytes + body_bytes;
         let (sent, found) = stream_rest(client, &mut upstream, framing, write_timeout)
             .await
-            .map_err(|(failure, sent)| failure.after(status, answered.bytes + sent))?;
+            .map_err(|(failure, sent)| failure.after(status, before + sent))?;
         body_bytes += sent;
         grpc_status = grpc_status.or(found);
     } else {
@@ -172,14 +169,7 @@ pub(crate) async fn respond(
 
 /// Whether `content_type` is `text/event-stream` (server-sent events), parameters aside.
 fn is_event_stream(content_type: Option<&[u8]>) -> bool {
-    const EVENTS: &[u8] = b"text/event-stream";
-    // `text/e`: one byte rules out nearly every other type before the whole comparison.
-    content_type.is_some_and(|value| {
-        value.len() >= EVENTS.len()
-            && value[5].eq_ignore_ascii_case(&b'e')
-            && value[..EVENTS.len()].eq_ignore_ascii_case(EVENTS)
-            && matches!(value.get(EVENTS.len()), None | Some(b';' | b' '))
-    })
+    crate::request_body::media_type_is(content_type, b"text/event-stream", b"; ")
 }
 
 /// A `grpc-status` value: a decimal number.
