@@ -87,6 +87,24 @@ pub struct ResponseHead {
     pub(crate) announces_absent_body: bool,
 }
 
+/// The method and target of the request line at the start of `buf`, when it is one
+/// (`METHOD SP target SP HTTP/x.y`: a token, then a target without spaces or controls),
+/// whatever the rest of the head: what the access record of a head refused whole (417, 501,
+/// a bad field) can still name. Looks at the first 8 KiB only.
+pub fn request_line(buf: &[u8]) -> Option<(&[u8], &[u8])> {
+    let end = buf.iter().take(8 * 1024).position(|&b| b == b'\n')?;
+    let line = buf[..end].strip_suffix(b"\r").unwrap_or(&buf[..end]);
+    let mut parts = line.split(|&b| b == b' ');
+    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
+    let sound = parts.next().is_none()
+        && !method.is_empty()
+        && method.iter().all(|&b| crate::syntax::is_token_char(b))
+        && !target.is_empty()
+        && target.iter().all(u8::is_ascii_graphic)
+        && version.starts_with(b"HTTP/");
+    sound.then_some((method, target))
+}
+
 /// Parses a request head at the start of `buf`. On `Complete(head, n)` the
 /// caller removes `n` bytes from its buffer (the head owns a copy of them, or
 /// a zero-copy split when called through [`RequestHead::split_from`]).

@@ -43,7 +43,9 @@ pub use chunked::{
 };
 pub use error::{ParseError, ParseErrorKind};
 pub use fields::Header;
-pub use head::{Limits, Parsed, RequestHead, ResponseHead, parse_request, parse_response};
+pub use head::{
+    Limits, Parsed, RequestHead, ResponseHead, parse_request, parse_response, request_line,
+};
 pub use message::{BodyFraming, ConnectionInfo, Method, Version};
 pub use scan::HeadScan;
 pub use trailers::{filter_trailers, is_forwardable_trailer};

@@ -795,7 +795,8 @@ async fn answer_failure(
     // A head refused whole (417, 501, a bad field) still names its method and target in
     // the record when its request line is sound; it is still in `read_buf`.
     let line = match head {
-        None => request_line(&client.read_buf),
+        None => weir_http::request_line(&client.read_buf)
+            .map(|(method, target)| (lossy(method).to_owned(), lossy(target).to_owned())),
         Some(_) => None,
     };
     // Without a request, the head failed: `read_head` left when it began in `since`.
@@ -897,48 +898,10 @@ async fn answer_failure(
     }
 }
 
-/// The method and target of the request line at the start of `buf`, when it is one
-/// (`METHOD SP target SP HTTP/x.y`, a token and no spaces or controls in the target); for
-/// the access record of a head refused whole.
-fn request_line(buf: &[u8]) -> Option<(String, String)> {
-    let end = buf.iter().take(8 * 1024).position(|&b| b == b'\n')?;
-    let line = buf[..end].strip_suffix(b"\r").unwrap_or(&buf[..end]);
-    let mut parts = line.split(|&b| b == b' ');
-    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
-    let token = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
-    let sound = parts.next().is_none()
-        && !method.is_empty()
-        && method.iter().all(token)
-        && !target.is_empty()
-        && target.iter().all(|b| b.is_ascii_graphic())
-        && version.starts_with(b"HTTP/");
-    sound.then(|| (lossy(method).to_owned(), lossy(target).to_owned()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::drain::Drain;
-
-    #[test]
-    fn request_lines_of_refused_heads() {
-        let line = |bytes: &[u8]| request_line(bytes);
-        assert_eq!(
-            line(b"PUT /a?b=1 HTTP/1.1\r\nExpect: x\r\n\r\n"),
-            Some(("PUT".to_owned(), "/a?b=1".to_owned()))
-        );
-        assert_eq!(line(b"GET / HTTP/1.0\n"), Some(("GET".into(), "/".into())));
-        for bad in [
-            &b"GET /a b HTTP/1.1\r\n"[..],
-            b"G(T / HTTP/1.1\r\n",
-            b"GET / FTP/1.0\r\n",
-            b"GET /\x01 HTTP/1.1\r\n",
-            b"GET / HTTP/1.1",
-            b" / HTTP/1.1\r\n",
-        ] {
-            assert_eq!(line(bad), None, "{:?}", String::from_utf8_lossy(bad));
-        }
-    }
 
     /// What a kept-alive connection's task holds while it waits for the next
     /// request: the state of `serve_connection` at its idle await point, the

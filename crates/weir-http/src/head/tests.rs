@@ -720,3 +720,30 @@ fn underscore_names_are_noticed() {
             .has_underscore_names()
     );
 }
+
+#[test]
+fn request_lines_of_refused_heads() {
+    assert_eq!(
+        request_line(b"PUT /a?b=1 HTTP/1.1\r\nExpect: x\r\n\r\n"),
+        Some((&b"PUT"[..], &b"/a?b=1"[..]))
+    );
+    assert_eq!(
+        request_line(b"GET / HTTP/1.0\n"),
+        Some((&b"GET"[..], &b"/"[..]))
+    );
+    for bad in [
+        &b"GET /a b HTTP/1.1\r\n"[..],
+        b"G(T / HTTP/1.1\r\n",
+        b"GET / FTP/1.0\r\n",
+        b"GET /\x01 HTTP/1.1\r\n",
+        b"GET / HTTP/1.1",
+        b" / HTTP/1.1\r\n",
+    ] {
+        assert_eq!(
+            request_line(bad),
+            None,
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
