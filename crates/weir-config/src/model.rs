@@ -492,6 +492,10 @@ pub struct UpstreamConnections {
     pub queue_length: u32,
     /// How long a request may wait in the queue; past it → 503 with `Retry-After`.
     pub queue_timeout: Duration,
+    /// A request (or TCP session) still waiting in the queue when its client
+    /// closes the connection leaves the queue and is never sent. Off for
+    /// clients that half-close after their request and still read the answer.
+    pub leave_queue_on_close: bool,
     /// Idle keep-alive connections are closed after this long.
     pub idle_timeout: Duration,
     /// Requests sent on one upstream connection before it is retired; `None` means no limit.

@@ -126,6 +126,8 @@ pub struct PoolMetrics {
     pub queue_length: Gauge,
     /// Requests that gave up waiting in the queue for a connection.
     pub queue_timeouts: Counter,
+    /// Requests whose client left while they waited in the queue.
+    pub queue_abandoned: Counter,
     /// Requests refused because the queue was full.
     pub queue_full: Counter,
     /// Requests sent again to a node after a retry-safe failure.
@@ -313,6 +315,7 @@ struct Families {
     pool_requests: Family<PoolClassLabels, Counter>,
     queue_length: Family<PoolLabels, Gauge>,
     queue_timeouts: Family<PoolLabels, Counter>,
+    queue_abandoned: Family<PoolLabels, Counter>,
     queue_full: Family<PoolLabels, Counter>,
     retries: Family<PoolLabels, Counter>,
     no_node_available: Family<PoolLabels, Counter>,
@@ -495,6 +498,7 @@ impl Metrics {
             requests,
             queue_length: f.queue_length.get_or_create_owned(&labels),
             queue_timeouts: f.queue_timeouts.get_or_create_owned(&labels),
+            queue_abandoned: f.queue_abandoned.get_or_create_owned(&labels),
             queue_full: f.queue_full.get_or_create_owned(&labels),
             retries: f.retries.get_or_create_owned(&labels),
             no_node_available: f.no_node_available.get_or_create_owned(&labels),
@@ -600,6 +604,7 @@ impl Metrics {
         };
         f.queue_length.remove(&labels);
         f.queue_timeouts.remove(&labels);
+        f.queue_abandoned.remove(&labels);
         f.queue_full.remove(&labels);
         f.retries.remove(&labels);
         f.no_node_available.remove(&labels);
@@ -811,6 +816,7 @@ impl Families {
         register(r, names::POOL_REQUESTS, self.pool_requests.clone());
         register(r, names::QUEUE_LENGTH, self.queue_length.clone());
         register(r, names::QUEUE_TIMEOUTS, self.queue_timeouts.clone());
+        register(r, names::QUEUE_ABANDONED, self.queue_abandoned.clone());
         register(r, names::QUEUE_FULL, self.queue_full.clone());
         register(r, names::RETRIES, self.retries.clone());
         register(r, names::NO_NODE_AVAILABLE, self.no_node_available.clone());

@@ -155,6 +155,13 @@ pub const QUEUE_TIMEOUTS: MetricSpec = counter(
     POOL,
     "Requests that gave up waiting in the queue for an upstream connection",
 );
+/// `weir_queue_abandoned_total`, a counter: requests whose client left while they waited in
+/// the queue; they left it and were never sent.
+pub const QUEUE_ABANDONED: MetricSpec = counter(
+    "queue_abandoned",
+    POOL,
+    "Requests whose client left while they waited in the queue (never sent)",
+);
 /// `weir_queue_full_total`, a counter: requests refused because the queue was full.
 pub const QUEUE_FULL: MetricSpec = counter(
     "queue_full",
@@ -287,6 +294,7 @@ pub const ALL: &[MetricSpec] = &[
     POOL_REQUESTS,
     QUEUE_LENGTH,
     QUEUE_TIMEOUTS,
+    QUEUE_ABANDONED,
     QUEUE_FULL,
     RETRIES,
     NO_NODE_AVAILABLE,

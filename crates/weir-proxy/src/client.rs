@@ -95,6 +95,58 @@ impl Downstream {
             Downstream::Http2 { tls, .. } => tls.as_ref().and_then(|t| t.version),
         }
     }
+
+    /// Ends, with the error to log, when the client has gone while its request waits in a
+    /// node's queue: an HTTP/2 stream reset by the client, or, when `fin` (the pool's
+    /// `leave_queue_on_close`), the end of an HTTP/1.1 client's sending side. Never ends
+    /// otherwise. See [`client_closed`].
+    pub(crate) async fn left(&mut self, fin: bool) -> Error {
+        match self {
+            Downstream::Http2 { stream, .. } => stream.reset().await,
+            Downstream::Http1(stream) if fin => client_closed(stream.tcp(), true).await,
+            Downstream::Http1(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// How often a queued request whose client has sent more (a pipelined request, a TLS
+/// record) looks again for the client's FIN behind those bytes.
+const LEFT_RECHECK: Duration = Duration::from_millis(250);
+
+/// Ends when the client's FIN has arrived: the end of the stream at the socket (nothing
+/// unread before it), or, when `behind_bytes`, the kernel's read-closed readiness behind
+/// bytes weir has not read yet (a close_notify, a pipelined request; an HTTP client that
+/// sent more and closed). A TCP session's client passes `false`: bytes it sent before its
+/// FIN are for the node, so it is still waited for. Reads nothing: the socket is only
+/// peeked. A peek that finds nothing clears tokio's readiness, which is then only stale;
+/// bytes that are waiting leave it set, so that the next read finds them, and are looked
+/// past every [`LEFT_RECHECK`] (or, without `behind_bytes`, never again).
+pub(crate) async fn client_closed(tcp: &tokio::net::TcpStream, behind_bytes: bool) -> Error {
+    let closed = |why: &str| {
+        Error::new(ErrorKind::ClientClosed, Side::Downstream).context(format!(
+            "the client {why} while its request waited in the queue"
+        ))
+    };
+    loop {
+        match tcp.ready(tokio::io::Interest::READABLE).await {
+            Ok(ready) if behind_bytes && ready.is_read_closed() => {
+                return closed("closed its connection");
+            }
+            Ok(_) => {}
+            Err(error) => return closed(&format!("connection failed ({error})")),
+        }
+        let peeked = tcp.try_io(tokio::io::Interest::READABLE, || {
+            let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+            socket2::SockRef::from(tcp).peek(&mut byte)
+        });
+        match peeked {
+            Ok(0) => return closed("closed its connection"),
+            Ok(_) if behind_bytes => tokio::time::sleep(LEFT_RECHECK).await,
+            Ok(_) => std::future::pending().await,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) => return closed(&format!("connection failed ({error})")),
+        }
+    }
 }
 
 /// A client connection (or HTTP/2 stream) with requests in progress, and the

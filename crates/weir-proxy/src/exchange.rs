@@ -225,7 +225,10 @@ async fn attempt(
         false => None,
     };
     let in_flight = pool.nodes[index].start_request();
-    let mut lease = connections.checkout().await?;
+    let leave = pool.config.connections.leave_queue_on_close;
+    let mut lease = connections
+        .checkout_watching(|| client.stream.left(leave))
+        .await?;
     // A reused connection may have been closed by the node meanwhile; the
     // request can be sent again only if the node cannot have acted on it twice.
     let replayable = lease.is_reused() && head.method().is_idempotent() && body.is_complete();

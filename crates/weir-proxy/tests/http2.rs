@@ -342,3 +342,49 @@ async fn http2_connections_serve_max_requests_then_go_away() {
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// An HTTP/2 client that resets a stream while its request waits for the node's only
+/// connection takes the request out of the queue: the node never sees it, the
+/// connection's other streams go on, and the pool counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reset_while_queued_is_never_sent() {
+    let origin = TestOrigin::start("a").await;
+    let pool =
+        "[pools.web.connections]\nmax_connections = 1\nqueue_length = 10\nqueue_timeout = \"10s\"";
+    let vs = "[virtual_servers.web.http2]\ncleartext = true";
+    let proxy = TestProxy::start(&weir_testkit::config(&[origin.addr], pool, vs)).await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let (mut sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    let get = |path: &str| {
+        http::Request::get(format!("http://127.0.0.1:{}{path}", proxy.addr.port()))
+            .body(())
+            .expect("request")
+    };
+    sender = sender.ready().await.expect("ready");
+    let (slow, _) = sender.send_request(get("/delay/600"), true).expect("sent");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    sender = sender.ready().await.expect("ready");
+    let (queued, mut stream) = sender.send_request(get("/"), true).expect("sent");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    stream.send_reset(h2::Reason::CANCEL);
+    drop(queued);
+    let wait = std::time::Duration::from_secs(10);
+    let slow = tokio::time::timeout(wait, slow).await.expect("in time");
+    assert_eq!(slow.expect("a response").status(), 200);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(
+        origin.stats.requests(),
+        1,
+        "the reset stream was never sent"
+    );
+    let metrics = proxy.metrics.encode();
+    assert!(
+        metrics.contains("weir_queue_abandoned_total{pool=\"web\"} 1\n"),
+        "{metrics}"
+    );
+    proxy.stop().await;
+    origin.stop().await;
+}

@@ -225,3 +225,81 @@ async fn a_silent_connection_waits_in_the_kernel_until_it_sends() {
     }
     origin.stop().await;
 }
+
+/// The pool of the queue tests: one connection per node, a long queue.
+const ONE_SLOT: &str =
+    "[pools.web.connections]\nmax_connections = 1\nqueue_length = 10\nqueue_timeout = \"10s\"";
+
+/// Holds the node's only connection with a slow request, queues a second one
+/// from a client that closes its connection while it waits, and returns how
+/// many requests the node saw once the slow one was answered.
+async fn requests_behind_a_client_that_left(pool_extra: &str) -> (u64, String) {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        &format!("{ONE_SLOT}\n{pool_extra}"),
+        "",
+    ))
+    .await;
+    let slow = tokio::spawn(client::get(proxy.addr, "/delay/600"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut leaving = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut leaving, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(leaving);
+    assert_eq!(slow.await.unwrap().unwrap().status, 200);
+    // A request still queued would reach the node now.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let seen = origin.stats.requests();
+    let metrics = proxy.metrics.encode();
+    proxy.stop().await;
+    origin.stop().await;
+    (seen, metrics)
+}
+
+/// A client that closes its connection while its request waits for a node's
+/// connection takes the request out of the queue: it is never sent, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_client_left_the_queue_is_never_sent() {
+    let (seen, metrics) = requests_behind_a_client_that_left("").await;
+    assert_eq!(seen, 1, "only the slow request reached the node");
+    assert!(
+        metrics.contains("weir_queue_abandoned_total{pool=\"web\"} 1\n"),
+        "{metrics}"
+    );
+}
+
+/// With `leave_queue_on_close = false` (clients that half-close after their
+/// request) the queued request is still sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_closing_client_can_keep_its_place_in_the_queue() {
+    let (seen, metrics) = requests_behind_a_client_that_left("leave_queue_on_close = false").await;
+    assert_eq!(seen, 2, "the queued request was sent");
+    assert!(
+        metrics.contains("weir_queue_abandoned_total{pool=\"web\"} 0\n"),
+        "{metrics}"
+    );
+}
+
+/// A client that waits in the queue with its request and a second, pipelined one
+/// keeps its place: bytes unread are no sign that it left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelining_client_keeps_its_place_in_the_queue() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], ONE_SLOT, "")).await;
+    let slow = tokio::spawn(client::get(proxy.addr, "/delay/400"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    connection
+        .send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(connection.response().await.unwrap().status, 200);
+    assert_eq!(connection.response().await.unwrap().status, 200);
+    assert_eq!(slow.await.unwrap().unwrap().status, 200);
+    assert_eq!(origin.stats.requests(), 3);
+    proxy.stop().await;
+    origin.stop().await;
+}

@@ -208,6 +208,19 @@ impl NodeConnections {
     /// is the common case, and their futures (each over 1.5 KiB) would
     /// otherwise sit in every request's future, copied whole as it starts.
     pub async fn checkout(self: &Arc<Self>) -> Result<Lease, Error> {
+        self.checkout_watching(std::future::pending).await
+    }
+
+    /// [`NodeConnections::checkout`] for a request whose client may leave while it waits.
+    /// `left` is made only when the request must wait in the queue: a future that ends
+    /// (with the error to answer) when the request's client has gone. The wait ends with
+    /// it, the request leaves the queue unsent and `weir_queue_abandoned_total` counts it.
+    /// Once a connection is granted the request goes on, whatever `left` says.
+    pub async fn checkout_watching<F, L>(self: &Arc<Self>, left: F) -> Result<Lease, Error>
+    where
+        F: FnOnce() -> L,
+        L: Future<Output = Error>,
+    {
         match self.try_take(true) {
             Taken::Idle(connection) => Ok(self.reuse(connection)),
             Taken::Slot => Box::pin(self.connect(&[])).await,
@@ -219,7 +232,7 @@ impl NodeConnections {
                     queue_timeout,
                     dedicated: false,
                 };
-                Box::pin(queued.wait(&[])).await
+                Box::pin(queued.wait(&[], left())).await
             }
             Taken::QueueFull => Err(self.queue_full()),
         }
@@ -234,7 +247,23 @@ impl NodeConnections {
     ///
     /// `preamble` (a PROXY protocol header, or nothing) is written on the new TCP connection
     /// before anything else, TLS handshake included.
+    ///
     pub async fn checkout_dedicated(self: &Arc<Self>, preamble: &[u8]) -> Result<Lease, Error> {
+        self.checkout_dedicated_watching(preamble, std::future::pending)
+            .await
+    }
+
+    /// [`NodeConnections::checkout_dedicated`] for a client that may leave while it waits;
+    /// `left` as for [`NodeConnections::checkout_watching`].
+    pub async fn checkout_dedicated_watching<F, L>(
+        self: &Arc<Self>,
+        preamble: &[u8],
+        left: F,
+    ) -> Result<Lease, Error>
+    where
+        F: FnOnce() -> L,
+        L: Future<Output = Error>,
+    {
         let lease = match self.try_take(false) {
             Taken::Idle(_) => unreachable!("idle connections are not taken for a dedicated one"),
             Taken::Slot => self.connect(preamble).await,
@@ -246,7 +275,7 @@ impl NodeConnections {
                     queue_timeout,
                     dedicated: true,
                 }
-                .wait(preamble)
+                .wait(preamble, left())
                 .await
             }
             Taken::QueueFull => Err(self.queue_full()),
@@ -472,16 +501,36 @@ struct QueuedWait<'a> {
 }
 
 impl QueuedWait<'_> {
-    async fn wait(mut self, preamble: &[u8]) -> Result<Lease, Error> {
+    /// Waits for a grant, at most the queue timeout, and no longer than `left` (the
+    /// client's leaving). Only the wait races `left`: once granted, a connect runs to its
+    /// end, so that its slot is always given back.
+    async fn wait(
+        mut self,
+        preamble: &[u8],
+        left: impl Future<Output = Error>,
+    ) -> Result<Lease, Error> {
         let pool = self.pool;
         let receiver = self
             .receiver
             .as_mut()
             .expect("set at construction, taken only here or in drop");
         let queue_timeout = self.queue_timeout;
-        let grant = tokio::time::timeout(queue_timeout, receiver).await;
+        let grant = tokio::time::timeout(queue_timeout, async {
+            tokio::select! {
+                biased;
+                grant = receiver => Ok(grant),
+                error = left => Err(error),
+            }
+        })
+        .await;
         match grant {
-            Ok(Ok(grant)) => {
+            // The client has gone: dropping `self` takes the request out of the
+            // queue, or passes on what was granted meanwhile.
+            Ok(Err(error)) => {
+                pool.pool_metrics.queue_abandoned.inc();
+                Err(error)
+            }
+            Ok(Ok(Ok(grant))) => {
                 self.receiver = None;
                 match grant {
                     // The granted connection closes here; its slot stays ours.
@@ -500,7 +549,7 @@ impl QueuedWait<'_> {
                 }
             }
             // The sender is only dropped after a failed send, never while we wait.
-            Ok(Err(_)) | Err(_) => {
+            Ok(Ok(Err(_))) | Err(_) => {
                 pool.pool_metrics.queue_timeouts.inc();
                 Err(
                     Error::new(ErrorKind::QueueTimeout, Side::Internal).context(format!(

@@ -322,6 +322,9 @@ impl Checker {
                 defaults::QUEUE_TIMEOUT,
                 Zero::Rejected,
             ),
+            leave_queue_on_close: table
+                .leave_queue_on_close
+                .unwrap_or(defaults::LEAVE_QUEUE_ON_CLOSE),
             idle_timeout: self.duration(
                 &path.key("idle_timeout"),
                 table.idle_timeout.as_ref(),

@@ -11,7 +11,7 @@ use super::{Metrics, register};
 use crate::names;
 
 /// The `result` values of `weir_tcp_sessions_total`.
-pub const SESSION_RESULTS: [&str; 9] = [
+pub const SESSION_RESULTS: [&str; 10] = [
     "closed",
     "idle_timeout",
     "client_error",
@@ -20,6 +20,7 @@ pub const SESSION_RESULTS: [&str; 9] = [
     "no_node",
     "queue_full",
     "queue_timeout",
+    "client_left",
     "shutting_down",
 ];
 /// The `result` values of `weir_proxy_protocol_headers_total`.

@@ -152,6 +152,17 @@ impl H2Stream {
     /// The request body's stream, for a pump that moves it to an HTTP/2
     /// node on its own (full duplex); `None` once taken or read to its end.
     /// Afterwards [`H2Stream::read_framed`] reports the end at once.
+    /// Ends when the client resets the stream (or its connection fails): it no longer
+    /// wants the answer.
+    pub(crate) async fn reset(&mut self) -> Error {
+        let respond = &mut self.respond;
+        let context = match std::future::poll_fn(|cx| respond.poll_reset(cx)).await {
+            Ok(reason) => format!("the client reset the stream ({reason:?})"),
+            Err(error) => format!("the client's connection failed: {error}"),
+        };
+        Error::new(ErrorKind::ClientClosed, Side::Downstream).context(context)
+    }
+
     pub(crate) fn take_body(&mut self) -> Option<RecvStream> {
         if self.body_done {
             return None;

@@ -89,16 +89,32 @@ async fn run(
         None => Vec::new(),
         Some(version) => proxy_header(version, &client, stream.tcp()),
     };
-    let connected = match connect(pool, &preamble).await {
+    let leave = pool.config.connections.leave_queue_on_close;
+    let tcp = stream.tcp();
+    let left = || async move {
+        match leave {
+            true => crate::client::client_closed(tcp, false).await,
+            false => std::future::pending().await,
+        }
+    };
+    let connected = match connect(pool, &preamble, left).await {
         Ok(connected) => connected,
         Err(error) => {
             let result = match error.kind() {
                 ErrorKind::NoNodeAvailable => "no_node",
                 ErrorKind::QueueFull => "queue_full",
                 ErrorKind::QueueTimeout => "queue_timeout",
+                ErrorKind::ClientClosed => "client_left",
                 _ => "connect_failed",
             };
-            tracing::warn!(virtual_server = %vs.config.name, client = %client.address, %error, "TCP session failed before it reached a node");
+            match error.kind() {
+                ErrorKind::ClientClosed => {
+                    tracing::debug!(virtual_server = %vs.config.name, client = %client.address, %error, "TCP session ended before it reached a node");
+                }
+                _ => {
+                    tracing::warn!(virtual_server = %vs.config.name, client = %client.address, %error, "TCP session failed before it reached a node");
+                }
+            }
             log(vs, &client, pool, None, None, result);
             return;
         }
@@ -149,7 +165,12 @@ async fn run(
 }
 
 /// select → connect, moving to another node after a connect failure, at most `retries` times.
-async fn connect(pool: &Arc<Pool>, preamble: &[u8]) -> Result<Connected, Error> {
+/// `left` ends a wait in a node's queue when the client has gone.
+async fn connect<F, L>(pool: &Arc<Pool>, preamble: &[u8], left: F) -> Result<Connected, Error>
+where
+    F: Fn() -> L,
+    L: Future<Output = Error>,
+{
     let mut tried = Tried::default();
     let mut retries = 0;
     let mut last_error = None;
@@ -168,7 +189,10 @@ async fn connect(pool: &Arc<Pool>, preamble: &[u8]) -> Result<Connected, Error> 
         tried.add(index);
         let node = &pool.nodes[index];
         let in_flight = node.start_request();
-        match pool.connections[index].checkout_dedicated(preamble).await {
+        match pool.connections[index]
+            .checkout_dedicated_watching(preamble, &left)
+            .await
+        {
             Ok(lease) => {
                 node.record_success(Instant::now());
                 return Ok(Connected {

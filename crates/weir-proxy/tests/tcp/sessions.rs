@@ -404,3 +404,36 @@ async fn a_session_open_past_the_drain_timeout_ends_as_shutting_down() {
     );
     assert_eq!(read_all(&mut client).await, "", "the session was closed");
 }
+
+/// A client that closes its connection, having sent nothing, while its session waits for
+/// the node's only connection leaves the queue: the node never sees it. A client that sent
+/// bytes before its FIN still waits (see `sessions_wait_in_the_queue_at_the_node_cap`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_the_queue_never_reaches_the_node() {
+    let node = Node::start("n", Duration::from_millis(400)).await;
+    let proxy = TestProxy::start(&tcp_config(
+        &[node.addr],
+        "[pools.p.connections]\nmax_connections = 1\nqueue_length = 10\nqueue_timeout = \"10s\"",
+        "",
+    ))
+    .await;
+    let addr = proxy.addr;
+    let first = tokio::spawn(async move { exchange(addr, b"abc").await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let leaving = TcpStream::connect(proxy.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(leaving);
+    assert_eq!(first.await.unwrap(), "n 3");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(node.received.lock().unwrap().len(), 1);
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_tcp_sessions_total{virtual_server=\"l4\",result=\"client_left\"}"
+        ),
+        1
+    );
+    assert_eq!(metric(&text, "weir_queue_abandoned_total{pool=\"p\"}"), 1);
+    proxy.stop().await;
+}
