@@ -1,7 +1,9 @@
 //! The respond stage: the response goes to the client. A body that fits in
 //! `response_buffer` is read whole first, so the upstream connection returns
 //! to the pool as soon as the node is done — not when a slow client is.
-//! Larger bodies stream with backpressure. Trailers lose the fields that may
+//! Larger bodies stream with backpressure, and so does the rest of a body the
+//! node pauses in for [`NODE_PAUSE`] (a progressive answer: flushed HTML, a long
+//! poll's events): what came so far goes on at once. Trailers lose the fields that may
 //! not travel in them (`weir_http::filter_trailers`).
 
 use std::time::Duration;
@@ -23,6 +25,12 @@ use crate::http2;
 use crate::route::VirtualServerRuntime;
 use crate::traffic::Edits;
 use crate::{MAX_TRAILER_BYTES, VIA};
+
+/// How long the node may pause in a body that is being read ahead of the client
+/// before what it has sent goes on: a node that pauses is sending progressively
+/// (it is not done, so the read-ahead frees nothing), and its client should see
+/// each part as it comes. Pauses between a fast node's segments are far shorter.
+const NODE_PAUSE: Duration = Duration::from_millis(50);
 
 /// What was sent to the client.
 #[derive(Debug)]
@@ -274,16 +282,36 @@ impl Upstream {
 
     /// Reads more of the response. `Ok(0)` is the end of a close-delimited body.
     async fn read(&mut self, buf: &mut BytesMut) -> Result<usize, Failure> {
+        let read = self.read_within(buf, None).await?;
+        Ok(read.expect("no pause to end the read"))
+    }
+
+    /// [`Upstream::read`], or `Ok(None)` when `pause` (shorter than the stall
+    /// timeout) passes with nothing read. Both reads below are cancel-safe: what
+    /// arrived is in `buf`.
+    async fn read_within(
+        &mut self,
+        buf: &mut BytesMut,
+        pause: Option<Duration>,
+    ) -> Result<Option<usize>, Failure> {
+        let pause = pause.filter(|pause| *pause < self.stall);
         let lease = match self.lease.as_mut() {
-            None => return Ok(0),
+            None => return Ok(Some(0)),
             Some(NodeLink::Http1(lease)) => lease,
             Some(NodeLink::Http2 { body, .. }) => {
                 let chunked = matches!(self.source, Some(Source::Chunked(_)));
-                return read_h2(body, chunked, buf, self.stall).await;
+                let read = read_h2(body, chunked, buf, self.stall);
+                return match pause {
+                    None => read.await.map(Some),
+                    Some(pause) => match tokio::time::timeout(pause, read).await {
+                        Ok(read) => read.map(Some),
+                        Err(_) => Ok(None),
+                    },
+                };
             }
         };
         buf.reserve(16 * 1024);
-        let deadline = Instant::now() + self.stall;
+        let deadline = Instant::now() + pause.unwrap_or(self.stall);
         let read = match tokio::time::timeout_at(deadline, lease.stream().read_buf(buf)).await {
             Ok(Ok(n)) => n,
             Ok(Err(error)) => {
@@ -292,6 +320,7 @@ impl Upstream {
                         .context("reading the response body"),
                 ));
             }
+            Err(_) if pause.is_some() => return Ok(None),
             Err(_) => {
                 return Err(Failure::from_error(
                     Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
@@ -305,7 +334,7 @@ impl Upstream {
                     .context("node closed the connection in the middle of a body"),
             ));
         }
-        Ok(read)
+        Ok(Some(read))
     }
 }
 
@@ -367,9 +396,15 @@ async fn buffer(
         if buffered.body.len() >= limit {
             break;
         }
-        if upstream.read(&mut client.upstream_in).await? == 0 {
-            buffered.complete = true;
-            break;
+        // With part of the body at hand, a pause of the node ends the read-ahead.
+        let pause = (!buffered.body.is_empty()).then_some(NODE_PAUSE);
+        match upstream.read_within(&mut client.upstream_in, pause).await? {
+            Some(0) => {
+                buffered.complete = true;
+                break;
+            }
+            Some(_) => {}
+            None => break,
         }
     }
     Ok(buffered)

@@ -453,10 +453,13 @@ async fn malformed_node_answers_are_bad_gateway() {
     }
 }
 
-/// Server-sent events reach the client as the node sends them, not once the response
-/// buffer fills or the stream ends.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_sent_events_are_not_held_in_the_response_buffer() {
+/// Sends `first` as the node's answer to one request, waits 2 s, sends `rest`; returns
+/// whether the client saw `marker` (in `first`) within 1 s.
+async fn seen_before_the_node_goes_on(
+    first: &'static [u8],
+    rest: &'static [u8],
+    marker: &str,
+) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let node_addr = node.local_addr().unwrap();
@@ -464,35 +467,64 @@ async fn server_sent_events_are_not_held_in_the_response_buffer() {
         let (mut stream, _) = node.accept().await.unwrap();
         let mut head = [0u8; 1024];
         let _ = stream.read(&mut head).await;
-        let _ = stream
-            .write_all(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
-                  Transfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n",
-            )
-            .await;
+        let _ = stream.write_all(first).await;
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        let _ = stream.write_all(b"9\r\ndata: 2\n\n\r\n0\r\n\r\n").await;
+        let _ = stream.write_all(rest).await;
     });
     let proxy = TestProxy::start(&config(&[node_addr], "", "")).await;
     let mut client = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     client
-        .write_all(b"GET /events HTTP/1.1\r\nHost: t\r\n\r\n")
+        .write_all(b"GET /progress HTTP/1.1\r\nHost: t\r\n\r\n")
         .await
         .unwrap();
     let mut seen = Vec::new();
     let first = tokio::time::timeout(std::time::Duration::from_secs(1), async {
         let mut chunk = [0u8; 1024];
-        while !String::from_utf8_lossy(&seen).contains("data: 1") {
+        while !String::from_utf8_lossy(&seen).contains(marker) {
             let n = client.read(&mut chunk).await.unwrap();
             assert!(n > 0, "closed early");
             seen.extend_from_slice(&chunk[..n]);
         }
     })
     .await;
-    assert!(
-        first.is_ok(),
-        "the first event did not arrive within 1 s: {:?}",
-        String::from_utf8_lossy(&seen)
-    );
     proxy.stop().await;
+    first.is_ok()
+}
+
+/// Server-sent events reach the client as the node sends them, not once the response
+/// buffer fills or the stream ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_sent_events_are_not_held_in_the_response_buffer() {
+    let first = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                  Transfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n";
+    let rest = b"9\r\ndata: 2\n\n\r\n0\r\n\r\n";
+    assert!(
+        seen_before_the_node_goes_on(first, rest, "data: 1").await,
+        "the first event did not arrive within 1 s"
+    );
+}
+
+/// Any answer the node sends in parts with pauses between (flushed HTML, chunked or with
+/// a length) reaches the client part by part: a pause ends the read-ahead of the
+/// response buffer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progressive_answers_are_not_held_in_the_response_buffer() {
+    let cases: [(&[u8], &[u8]); 2] = [
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\
+              Transfer-Encoding: chunked\r\n\r\n8\r\n<p>1</p>\r\n",
+            b"8\r\n<p>2</p>\r\n0\r\n\r\n",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 16\r\n\r\n<p>1</p>",
+            b"<p>2</p>",
+        ),
+    ];
+    for (first, rest) in cases {
+        assert!(
+            seen_before_the_node_goes_on(first, rest, "<p>1</p>").await,
+            "{:?} was held",
+            String::from_utf8_lossy(first)
+        );
+    }
 }
