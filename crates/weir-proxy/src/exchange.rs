@@ -304,16 +304,14 @@ async fn attempt_h2(
     // Once the rest of the body has streamed, the request cannot be sent again.
     let streams = !body.is_complete();
     let sent_at = Instant::now();
-    let mut request = http2::upstream::send_request(
-        node,
-        (head, upstream.path, &upstream.edits),
-        &forward,
-        scheme,
-        buffered,
-        ends,
-        write_stall,
-    )
-    .await?;
+    let converted =
+        http2::upstream::convert_request((head, upstream.path, &upstream.edits), &forward, scheme)?;
+    let leave = pool.config.connections.leave_queue_on_close;
+    let mut request =
+        http2::upstream::send_request(node, converted, buffered, ends, write_stall, || {
+            client.stream.left(leave)
+        })
+        .await?;
     if let Some(mut stream) = request.body.take() {
         // From an HTTP/2 client the rest of the body moves on its own, full
         // duplex; from an HTTP/1.1 one it is sent before the response is awaited.

@@ -19,6 +19,8 @@ use weir_testkit::TestProxy;
 struct H2Node {
     addr: SocketAddr,
     connections: Arc<AtomicUsize>,
+    /// Streams (requests) the node accepted.
+    streams: Arc<AtomicUsize>,
 }
 
 async fn h2_node() -> H2Node {
@@ -31,28 +33,35 @@ async fn h2_node_over(tls: Option<Arc<weir_tls::Acceptor>>) -> H2Node {
     let addr = listener.local_addr().expect("address");
     let connections = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&connections);
+    let streams = Arc::new(AtomicUsize::new(0));
+    let accepted = Arc::clone(&streams);
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             counted.fetch_add(1, Ordering::Relaxed);
             let tls = tls.clone();
+            let accepted = Arc::clone(&accepted);
             tokio::spawn(async move {
                 match tls {
-                    None => serve_h2(tcp).await,
+                    None => serve_h2(tcp, accepted).await,
                     Some(acceptor) => {
                         if let Ok((stream, _)) =
                             acceptor.accept(tcp, weir_tls::FirstSpeaker::Client).await
                         {
-                            serve_h2(stream).await;
+                            serve_h2(stream, accepted).await;
                         }
                     }
                 }
             });
         }
     });
-    H2Node { addr, connections }
+    H2Node {
+        addr,
+        connections,
+        streams,
+    }
 }
 
-async fn serve_h2<S>(io: S)
+async fn serve_h2<S>(io: S, accepted: Arc<AtomicUsize>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -60,6 +69,7 @@ where
         return;
     };
     while let Some(Ok((request, respond))) = connection.accept().await {
+        accepted.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(answer(request, respond));
     }
 }
@@ -85,6 +95,9 @@ async fn answer(
 ) {
     if request.uri().path() == "/stream" {
         return echo_stream(request, respond).await;
+    }
+    if request.uri().path() == "/slow" {
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     }
     let (parts, mut body) = request.into_parts();
     let mut received = Vec::new();
@@ -443,4 +456,40 @@ async fn the_access_log_records_http2_and_the_grpc_status() {
     assert!(line.contains("\"grpc_status\":0"), "{line}");
     proxy.stop().await;
     let _ = std::fs::remove_file(&log);
+}
+
+/// A client that closes its connection while its request waits for a stream to an
+/// HTTP/2 node (one connection, one stream, both taken) takes the request out of the
+/// queue: the node never sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_client_left_the_queue_never_reaches_the_h2_node() {
+    use tokio::io::AsyncWriteExt;
+    let node = h2_node().await;
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node.addr],
+        "protocol = \"h2c\"\n\
+         [pools.web.connections]\nmax_connections = 1\nqueue_length = 10\nqueue_timeout = \"10s\"\n\
+         [pools.web.http2]\nmax_concurrent_streams = 1",
+        "",
+    ))
+    .await;
+    let addr = proxy.addr;
+    let slow = tokio::spawn(async move { weir_testkit::client::get(addr, "/slow").await });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let mut leaving = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    leaving
+        .write_all(b"GET /left HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    drop(leaving);
+    assert_eq!(slow.await.unwrap().unwrap().status, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(node.streams.load(Ordering::Relaxed), 1);
+    let metrics = proxy.metrics.encode();
+    assert!(
+        metrics.contains("weir_queue_abandoned_total{pool=\"web\"} 1\n"),
+        "{metrics}"
+    );
+    proxy.stop().await;
 }

@@ -197,7 +197,27 @@ impl H2Node {
         request: http::Request<()>,
         end_of_stream: bool,
     ) -> Result<Sent, Error> {
-        match self.send_checked(request, end_of_stream, None).await? {
+        self.send_watching(request, end_of_stream, std::future::pending)
+            .await
+    }
+
+    /// [`H2Node::send`] for a request whose client may leave while it waits in the
+    /// queue: `left` as for `NodeConnections::checkout_watching`. It watches the first
+    /// wait only: a request sent again after a GOAWAY waits without it.
+    pub async fn send_watching<F, L>(
+        self: &Arc<Self>,
+        request: http::Request<()>,
+        end_of_stream: bool,
+        left: F,
+    ) -> Result<Sent, Error>
+    where
+        F: FnOnce() -> L,
+        L: Future<Output = Error>,
+    {
+        match self
+            .send_checked(request, end_of_stream, None, left)
+            .await?
+        {
             Some(sent) => Ok(sent),
             // Only an extended CONNECT is checked against the node's settings.
             None => Err(Error::new(ErrorKind::Io, Side::Internal)
@@ -215,18 +235,33 @@ impl H2Node {
         request: http::Request<()>,
         settle: Duration,
     ) -> Result<Option<Sent>, Error> {
-        self.send_checked(request, false, Some(settle)).await
+        self.send_checked(request, false, Some(settle), std::future::pending)
+            .await
     }
 
-    async fn send_checked(
+    async fn send_checked<F, L>(
         self: &Arc<Self>,
         mut request: http::Request<()>,
         end_of_stream: bool,
         extended_connect: Option<Duration>,
-    ) -> Result<Option<Sent>, Error> {
+        left: F,
+    ) -> Result<Option<Sent>, Error>
+    where
+        F: FnOnce() -> L,
+        L: Future<Output = Error>,
+    {
         let mut attempt = 0;
+        let mut left = Some(left);
         loop {
-            let lease = self.checkout().await?;
+            let watch = left.take();
+            let lease = self
+                .checkout_watching(move || async move {
+                    match watch {
+                        Some(left) => left().await,
+                        None => std::future::pending().await,
+                    }
+                })
+                .await?;
             if let Some(settle) = extended_connect
                 && !lease.extended_connect_enabled(settle).await
             {
@@ -257,16 +292,29 @@ impl H2Node {
 
     /// Takes a stream slot.
     pub async fn checkout(self: &Arc<Self>) -> Result<StreamLease, Error> {
+        self.checkout_watching(std::future::pending).await
+    }
+
+    /// [`H2Node::checkout`]; a wait in the queue also ends when `left` (made only
+    /// then) ends: the client has gone, the request leaves the queue unsent and is
+    /// counted in `weir_queue_abandoned_total`.
+    async fn checkout_watching<F, L>(self: &Arc<Self>, left: F) -> Result<StreamLease, Error>
+    where
+        F: FnOnce() -> L,
+        L: Future<Output = Error>,
+    {
         match self.try_take() {
             Taken::Stream(connection, send, reused) => Ok(self.lease(connection, send, reused)),
             Taken::Slot => self.connect_in_slot().await,
             Taken::Queued(id, receiver) => {
-                QueuedWait {
-                    node: self,
-                    id,
-                    receiver: Some(receiver),
-                }
-                .wait()
+                Box::pin(
+                    QueuedWait {
+                        node: self,
+                        id,
+                        receiver: Some(receiver),
+                    }
+                    .wait(left()),
+                )
                 .await
             }
             Taken::QueueFull => {
@@ -609,22 +657,37 @@ struct QueuedWait<'a> {
 }
 
 impl QueuedWait<'_> {
-    async fn wait(mut self) -> Result<StreamLease, Error> {
+    /// Waits for a grant, at most the queue timeout, and no longer than `left`; once
+    /// granted, a connect runs to its end (its slot is always given back).
+    async fn wait(mut self, left: impl Future<Output = Error>) -> Result<StreamLease, Error> {
         let node = self.node;
         let receiver = self
             .receiver
             .as_mut()
             .expect("set at construction, taken only here or in drop");
-        let grant = tokio::time::timeout(node.settings.queue_timeout, receiver).await;
+        let grant = tokio::time::timeout(node.settings.queue_timeout, async {
+            tokio::select! {
+                biased;
+                grant = receiver => Ok(grant),
+                error = left => Err(error),
+            }
+        })
+        .await;
         match grant {
-            Ok(Ok(grant)) => {
+            // The client has gone: dropping `self` takes the request out of the
+            // queue, or passes on what was granted meanwhile.
+            Ok(Err(error)) => {
+                node.pool_metrics.queue_abandoned.inc();
+                Err(error)
+            }
+            Ok(Ok(Ok(grant))) => {
                 self.receiver = None;
                 match grant {
                     Grant::Stream(connection, send) => Ok(node.lease(connection, send, true)),
                     Grant::Slot => node.connect_in_slot().await,
                 }
             }
-            Ok(Err(_)) | Err(_) => {
+            Ok(Ok(Err(_))) | Err(_) => {
                 node.pool_metrics.queue_timeouts.inc();
                 Err(
                     Error::new(ErrorKind::QueueTimeout, Side::Internal).context(format!(

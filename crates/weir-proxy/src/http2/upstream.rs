@@ -36,26 +36,26 @@ pub(crate) struct H2Response {
     pub body: RecvStream,
 }
 
-/// Sends `head` (rewritten as `forward` says) and the `buffered` start of its
-/// body on a stream of `node`; `complete`: the buffered part is the whole body.
+/// Sends a request (its head from [`convert_request`]) and the `buffered` start
+/// of its body on a stream of `node`; `complete`: the buffered part is the whole body.
 /// A stream the node refused unprocessed is retried inside (`H2Node::send`);
 /// other failures keep their retry-safety for the pipeline's retry rule.
-pub(crate) async fn send_request(
+/// `left` ends a wait in the node's queue when the client has gone.
+pub(crate) async fn send_request<F, L>(
     node: &Arc<H2Node>,
-    (head, path, edits): (&RequestHead, Option<&[u8]>, &(dyn HeaderEdit + Sync)),
-    forward: &ForwardRequest<'_>,
-    scheme: &str,
+    request: ConvertedRequest,
     buffered: Bytes,
     complete: bool,
     timeout: Duration,
-) -> Result<H2Request, Error> {
-    let converted = weir_http::http2::request_to_h2_edited(head, forward, path, edits, scheme);
-    let request = converted.map_err(|error| {
-        Error::new(ErrorKind::BadRequest, Side::Downstream)
-            .context(format!("not representable in HTTP/2: {error}"))
-    })?;
-    let no_body = complete && buffered.is_empty() && forward.framing == BodyFraming::None;
-    let sent = node.send(request, no_body).await?;
+    left: F,
+) -> Result<H2Request, Error>
+where
+    F: FnOnce() -> L,
+    L: Future<Output = Error>,
+{
+    let ConvertedRequest { request, framing } = request;
+    let no_body = complete && buffered.is_empty() && framing == BodyFraming::None;
+    let sent = node.send_watching(request, no_body, left).await?;
     let mut body = (!no_body).then_some(sent.body);
     if let Some(stream) = body.as_mut() {
         send_with_capacity(stream, buffered, complete, timeout)
@@ -69,6 +69,29 @@ pub(crate) async fn send_request(
         lease: sent.lease,
         response: sent.response,
         body,
+    })
+}
+
+/// A request head in HTTP/2 form, and how its body is framed.
+pub(crate) struct ConvertedRequest {
+    request: http::Request<()>,
+    framing: BodyFraming,
+}
+
+/// The head rewritten for the node as for HTTP/1.1, then put in HTTP/2 form.
+pub(crate) fn convert_request(
+    (head, path, edits): (&RequestHead, Option<&[u8]>, &(dyn HeaderEdit + Sync)),
+    forward: &ForwardRequest<'_>,
+    scheme: &str,
+) -> Result<ConvertedRequest, Error> {
+    let converted = weir_http::http2::request_to_h2_edited(head, forward, path, edits, scheme);
+    let request = converted.map_err(|error| {
+        Error::new(ErrorKind::BadRequest, Side::Downstream)
+            .context(format!("not representable in HTTP/2: {error}"))
+    })?;
+    Ok(ConvertedRequest {
+        request,
+        framing: forward.framing,
     })
 }
 

@@ -122,12 +122,16 @@ async fn a_streamed_body_and_trailers_reach_the_node_and_come_back() {
     );
     let mut sent = send_request(
         &node,
-        (&head, None, &weir_http::Unedited),
-        &forward(BodyFraming::Chunked),
-        "http",
+        convert_request(
+            (&head, None, &weir_http::Unedited),
+            &forward(BodyFraming::Chunked),
+            "http",
+        )
+        .expect("converted"),
         Bytes::from_static(b"first part, "),
         false,
         WAIT,
+        std::future::pending,
     )
     .await
     .expect("sent");
@@ -179,12 +183,16 @@ async fn a_bodiless_request_ends_its_stream_with_the_head() {
     let head = head("GET /a HTTP/1.1\r\nHost: n\r\n\r\n");
     let sent = send_request(
         &node,
-        (&head, None, &weir_http::Unedited),
-        &forward(BodyFraming::None),
-        "http",
+        convert_request(
+            (&head, None, &weir_http::Unedited),
+            &forward(BodyFraming::None),
+            "http",
+        )
+        .expect("converted"),
         Bytes::new(),
         true,
         WAIT,
+        std::future::pending,
     )
     .await
     .expect("sent");
