@@ -184,6 +184,22 @@ impl Fill {
         Ok(out)
     }
 
+    /// Whether the body is compressed on its way (the encoder may hold input back).
+    pub fn compresses(&self) -> bool {
+        self.compressor.is_some()
+    }
+
+    /// Stores and returns what the encoder holds (a sync flush, for a body the node
+    /// sends with pauses); nothing without an encoder.
+    pub fn flush(&mut self) -> io::Result<Bytes> {
+        let out = match &mut self.compressor {
+            Some(compressor) => compressor.flush()?,
+            None => return Ok(Bytes::new()),
+        };
+        self.store_chunk(&out);
+        Ok(out)
+    }
+
     /// The body is complete: stores it; returns the last bytes for the client.
     pub fn finish(mut self) -> io::Result<Bytes> {
         let tail = match self.compressor.take() {

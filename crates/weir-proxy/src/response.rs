@@ -30,7 +30,7 @@ use crate::{MAX_TRAILER_BYTES, VIA};
 /// before what it has sent goes on: a node that pauses is sending progressively
 /// (it is not done, so the read-ahead frees nothing), and its client should see
 /// each part as it comes. Pauses between a fast node's segments are far shorter.
-const NODE_PAUSE: Duration = Duration::from_millis(50);
+pub(crate) const NODE_PAUSE: Duration = Duration::from_millis(50);
 
 /// What was sent to the client.
 #[derive(Debug)]
@@ -70,7 +70,7 @@ pub(crate) struct Upstream {
     quarantine: bool,
     /// Longest wait for the node's next bytes.
     stall: Duration,
-    /// The whole body was read ([`Upstream::next_chunk`]).
+    /// The whole body was read ([`Upstream::next_chunk_within`]).
     ended: bool,
 }
 
@@ -235,13 +235,15 @@ impl Upstream {
         self.source.is_none()
     }
 
-    /// The next piece of the decoded body, read from `input` (and the node);
-    /// `None` at its end, when the connection has gone back to the pool (or
-    /// been closed). Trailers are dropped.
-    pub(crate) async fn next_chunk(
+    /// The next piece of the decoded body, read from `input` (and the node):
+    /// `Some(None)` at its end, when the connection has gone back to the pool
+    /// (or been closed); `None` when `pause` passes with nothing from the node
+    /// (see [`Upstream::read_within`]). Trailers are dropped.
+    pub(crate) async fn next_chunk_within(
         &mut self,
         input: &mut BytesMut,
-    ) -> Result<Option<Bytes>, Failure> {
+        pause: Option<Duration>,
+    ) -> Result<Option<Option<Bytes>>, Failure> {
         let mut body = BytesMut::new();
         let mut trailers = Bytes::new();
         while !self.ended {
@@ -250,18 +252,22 @@ impl Upstream {
                 break;
             };
             self.ended = fill(input, source, &mut body, &mut trailers)?;
-            if !self.ended && body.is_empty() && self.read(input).await? == 0 {
-                self.ended = true;
+            if !self.ended && body.is_empty() {
+                match self.read_within(input, pause).await? {
+                    Some(0) => self.ended = true,
+                    Some(_) => {}
+                    None => return Ok(None),
+                }
             }
             if self.ended {
                 self.finish(input);
             }
             if !body.is_empty() {
-                return Ok(Some(body.freeze()));
+                return Ok(Some(Some(body.freeze())));
             }
         }
         self.finish(input);
-        Ok(None)
+        Ok(Some(None))
     }
 
     /// The node's part is over: release the connection when it is clean

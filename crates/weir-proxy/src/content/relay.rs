@@ -300,6 +300,24 @@ impl Transform {
         }
     }
 
+    /// Whether input pushed may be held back (an encoder's window) until more comes.
+    fn holds_back(&self) -> bool {
+        match self {
+            Transform::Pass => false,
+            Transform::Compress(_) => true,
+            Transform::Fill(fill) => fill.compresses(),
+        }
+    }
+
+    /// Puts out everything pushed so far (an encoder's sync flush).
+    fn flush(&mut self) -> io::Result<Bytes> {
+        match self {
+            Transform::Pass => Ok(Bytes::new()),
+            Transform::Compress(compressor) => compressor.flush(),
+            Transform::Fill(fill) => fill.flush(),
+        }
+    }
+
     fn finish(self) -> io::Result<Bytes> {
         match self {
             Transform::Pass => Ok(Bytes::new()),
@@ -316,8 +334,21 @@ async fn pump(
     input: &mut BytesMut,
     mut transform: Transform,
 ) -> Result<(), Failure> {
-    while let Some(chunk) = upstream.next_chunk(input).await? {
-        transform.push(chunk).map_err(encoder_failed)?;
+    // As in `relay`: a pause of the node flushes what an encoder holds, for the store's readers.
+    let mut held = false;
+    loop {
+        let pause = held.then_some(response::NODE_PAUSE);
+        match upstream.next_chunk_within(input, pause).await? {
+            Some(Some(chunk)) => {
+                held = transform.holds_back();
+                transform.push(chunk).map_err(encoder_failed)?;
+            }
+            Some(None) => break,
+            None => {
+                held = false;
+                transform.flush().map_err(encoder_failed)?;
+            }
+        }
     }
     transform.finish().map_err(encoder_failed)?;
     Ok(())
@@ -456,10 +487,22 @@ async fn relay(
     // Past the head, a failure cuts the answer short: it says how far it got.
     let cut = |failure: Failure, sent: u64| failure.after(status, head_bytes + sent);
     let mut body_bytes = 0;
+    // An encoder holds what it was given until its window fills: when the node pauses
+    // (a progressive answer, an event stream), what it holds is flushed to the client.
+    let mut held = false;
     loop {
-        let piece = match upstream.next_chunk(&mut client.upstream_in).await {
-            Ok(Some(chunk)) => transform.push(chunk),
-            Ok(None) => break,
+        let pause = held.then_some(response::NODE_PAUSE);
+        let next = upstream.next_chunk_within(&mut client.upstream_in, pause);
+        let piece = match next.await {
+            Ok(Some(Some(chunk))) => {
+                held = transform.holds_back();
+                transform.push(chunk)
+            }
+            Ok(Some(None)) => break,
+            Ok(None) => {
+                held = false;
+                transform.flush()
+            }
             Err(failure) => return Err(cut(Failure::silent(failure.error), body_bytes)),
         };
         let piece = piece.map_err(|e| cut(encoder_failed(e), body_bytes))?;

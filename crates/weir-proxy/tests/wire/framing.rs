@@ -453,13 +453,15 @@ async fn malformed_node_answers_are_bad_gateway() {
     }
 }
 
-/// Sends `first` as the node's answer to one request, waits 2 s, sends `rest`; returns
-/// whether the client saw `marker` (in `first`) within 1 s.
-async fn seen_before_the_node_goes_on(
+/// Sends `first` as the node's answer to `request`, waits 2 s, sends `rest`; returns
+/// what the client received in its first second (`vs_extra`: the virtual server's
+/// further settings).
+async fn first_second(
     first: &'static [u8],
     rest: &'static [u8],
-    marker: &str,
-) -> bool {
+    vs_extra: &str,
+    request: &[u8],
+) -> Vec<u8> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let node_addr = node.local_addr().unwrap();
@@ -471,16 +473,13 @@ async fn seen_before_the_node_goes_on(
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         let _ = stream.write_all(rest).await;
     });
-    let proxy = TestProxy::start(&config(&[node_addr], "", "")).await;
+    let proxy = TestProxy::start(&config(&[node_addr], "", vs_extra)).await;
     let mut client = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
-    client
-        .write_all(b"GET /progress HTTP/1.1\r\nHost: t\r\n\r\n")
-        .await
-        .unwrap();
+    client.write_all(request).await.unwrap();
     let mut seen = Vec::new();
-    let first = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
         let mut chunk = [0u8; 1024];
-        while !String::from_utf8_lossy(&seen).contains(marker) {
+        loop {
             let n = client.read(&mut chunk).await.unwrap();
             assert!(n > 0, "closed early");
             seen.extend_from_slice(&chunk[..n]);
@@ -488,7 +487,18 @@ async fn seen_before_the_node_goes_on(
     })
     .await;
     proxy.stop().await;
-    first.is_ok()
+    seen
+}
+
+/// Whether the client saw `marker` (in `first`) within 1 s, the node pausing 2 s after `first`.
+async fn seen_before_the_node_goes_on(
+    first: &'static [u8],
+    rest: &'static [u8],
+    marker: &str,
+) -> bool {
+    let request = b"GET /progress HTTP/1.1\r\nHost: t\r\n\r\n";
+    let seen = first_second(first, rest, "", request).await;
+    String::from_utf8_lossy(&seen).contains(marker)
 }
 
 /// Server-sent events reach the client as the node sends them, not once the response
@@ -527,4 +537,42 @@ async fn progressive_answers_are_not_held_in_the_response_buffer() {
             String::from_utf8_lossy(first)
         );
     }
+}
+
+/// With compression on, an event stream's events still reach the client as the node sends
+/// them: when the node pauses, the encoder's held input is flushed (decodable at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_events_are_flushed_when_the_node_pauses() {
+    use std::io::Write;
+    let first = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                  Transfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n";
+    let rest = b"9\r\ndata: 2\n\n\r\n0\r\n\r\n";
+    let compression = "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\nmin_size = 1";
+    let request = b"GET /events HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n";
+    let seen = first_second(first, rest, compression, request).await;
+    let text = String::from_utf8_lossy(&seen).to_ascii_lowercase();
+    assert!(text.contains("content-encoding: gzip"), "{text}");
+    // The chunked body so far, unframed, then inflated as far as it goes.
+    let start = seen
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    let mut body = &seen[start..];
+    let mut gzip = Vec::new();
+    while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&body[..line_end]).unwrap(), 16).unwrap();
+        let data = &body[line_end + 2..];
+        if size == 0 || data.len() < size + 2 {
+            break;
+        }
+        gzip.extend_from_slice(&data[..size]);
+        body = &data[size + 2..];
+    }
+    let mut inflated = flate2::write::GzDecoder::new(Vec::new());
+    inflated.write_all(&gzip).unwrap();
+    inflated.flush().unwrap();
+    let events = String::from_utf8_lossy(inflated.get_ref()).into_owned();
+    assert!(events.contains("data: 1"), "inflated so far: {events:?}");
 }
