@@ -462,3 +462,91 @@ async fn tls_sessions_resume_across_reloads() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A reload that re-reads a client CA file whose content changed (same path, same settings)
+/// must not let a session verified under the old CAs resume: the client would skip the
+/// certificate check the new CAs would refuse. Both the tickets and the session cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_client_ca_file_ends_resumption_of_sessions_it_verified() {
+    use weir_testkit::tls::{self, ClientOptions, Pki};
+    let pki = Pki::new();
+    let other = Pki::new();
+    let (cert, key) = pki.server("site", &["site.test"], weir_tls::KeyType::EcdsaP256);
+    let bob = pki.client("bob", "bob");
+    // The file the config names; its content is what changes.
+    let trusted = pki.path("trusted.pem");
+    let origin = TestOrigin::start("a").await;
+    let https = |listen: &str, extra: &str| {
+        format!(
+            "[log]\naccess_log = false\n[pools.web]\nnodes = [{{ address = \"{}\" }}]\n\
+             [virtual_servers.web]\nlisten = \"{listen}\"\npool = \"web\"\nprotocol = \"https\"\n\
+             [virtual_servers.web.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+             client_certificates = \"required\"\nclient_ca = \"{}\"\n{extra}\n",
+            origin.addr,
+            cert.display(),
+            key.display(),
+            trusted.display()
+        )
+    };
+    std::fs::copy(pki.ca_path(), &trusted).unwrap();
+    let proxy = TestProxy::start(&https("127.0.0.1:0", "")).await;
+    let listen = proxy.addr.to_string();
+    for (label, extra) in [
+        ("tickets", "session_cache_size = 0"),
+        ("session cache", "session_tickets = false"),
+    ] {
+        for tls12 in [false, true] {
+            std::fs::copy(pki.ca_path(), &trusted).unwrap();
+            proxy.live.apply(parse(&https(&listen, extra))).unwrap();
+            let client = tls::client_config(&ClientOptions {
+                tls12_only: tls12,
+                tls13_only: !tls12,
+                client_cert: Some(bob.clone()),
+                ..ClientOptions::default()
+            });
+            let mut first = tls::connect(proxy.addr, "site.test", &client)
+                .await
+                .unwrap();
+            assert_eq!(tls::get(&mut first, "/").await.unwrap().status, 200);
+            let mut again = tls::connect(proxy.addr, "site.test", &client)
+                .await
+                .unwrap();
+            assert!(
+                tls::was_resumed(&again),
+                "{label}, TLS 1.2: {tls12}: the session resumes while the CA is the same"
+            );
+            assert_eq!(tls::get(&mut again, "/").await.unwrap().status, 200);
+            // A reload that reads the same CAs again keeps the sessions.
+            proxy.live.apply(parse(&https(&listen, extra))).unwrap();
+            let mut kept = tls::connect(proxy.addr, "site.test", &client)
+                .await
+                .unwrap();
+            assert!(
+                tls::was_resumed(&kept),
+                "{label}, TLS 1.2: {tls12}: an unchanged CA file ended resumption"
+            );
+            assert_eq!(tls::get(&mut kept, "/").await.unwrap().status, 200);
+
+            // Same path, same settings, another CA in the file: bob's certificate is no
+            // longer trusted, and his session must not stand in for it.
+            std::fs::copy(other.ca_path(), &trusted).unwrap();
+            proxy.live.apply(parse(&https(&listen, extra))).unwrap();
+            let served = match tls::connect(proxy.addr, "site.test", &client).await {
+                Ok(mut stream) => {
+                    assert!(
+                        !tls::was_resumed(&stream),
+                        "{label}, TLS 1.2: {tls12}: resumed past a changed client CA"
+                    );
+                    tls::get(&mut stream, "/").await.is_ok()
+                }
+                Err(_) => false,
+            };
+            assert!(
+                !served,
+                "{label}, TLS 1.2: {tls12}: served a certificate the CA file no longer trusts"
+            );
+        }
+    }
+    proxy.stop().await;
+    origin.stop().await;
+}

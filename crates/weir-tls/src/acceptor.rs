@@ -6,6 +6,7 @@ use std::io;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use aws_lc_rs::digest;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
@@ -14,13 +15,13 @@ use tokio_rustls::rustls::server::{
     NoServerSessionStorage, ProducesTickets, ServerConfig, WebPkiClientVerifier,
 };
 use tokio_rustls::rustls::sign::CertifiedKey;
-use tokio_rustls::rustls::{self, HandshakeKind};
+use tokio_rustls::rustls::{self, HandshakeKind, RootCertStore};
 use weir_config::{CertificateSource, ClientAuth, ConfigError, ServerTls};
 
 use crate::certs::{self, CertificateInfo, FileProblem, KeyType};
 use crate::hold::{self, FirstSpeaker, FlightProbe, Handshake};
 use crate::provider;
-use crate::session_cache::SessionCache;
+use crate::session_cache::{InContext, SessionCache};
 use crate::store::{CertStore, Entry, Resolver};
 
 /// Days a generated self-signed certificate is valid.
@@ -460,10 +461,12 @@ impl Parts<'_> {
                 file: first_file(settings),
                 message: format!("no usable TLS version with these suites: {error}"),
             })?;
+        let mut context = session_context(&settings.client_auth, None);
         let builder = match &settings.client_auth {
             ClientAuth::None => builder.with_no_client_auth(),
             ClientAuth::Optional { ca } | ClientAuth::Required { ca } => {
                 let roots = Arc::new(certs::load_roots(ca)?);
+                context = session_context(&settings.client_auth, Some(&roots));
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(self.provider));
                 let verifier = if matches!(settings.client_auth, ClientAuth::Optional { .. }) {
@@ -486,12 +489,14 @@ impl Parts<'_> {
             .collect();
         // The configured suite order decides, not the client's (AES-GCM first).
         config.ignore_client_order = true;
+        // The cache and the ticket keys outlive this config; what it verifies clients
+        // against is sealed into each session, so only sessions made under it resume here.
         config.session_storage = match self.cache {
-            Some(cache) => Arc::clone(cache) as _,
+            Some(cache) => Arc::new(InContext::new(cache, context)),
             None => Arc::new(NoServerSessionStorage {}),
         };
         if let Some(ticketer) = self.ticketer {
-            config.ticketer = Arc::clone(ticketer);
+            config.ticketer = crate::ticketer::in_context(ticketer, context);
         }
         if self.ticketer.is_none() && self.cache.is_none() {
             config.send_tls13_tickets = 0;
@@ -503,6 +508,58 @@ impl Parts<'_> {
             store,
         })
     }
+}
+
+/// The digest of what a handshake checks client certificates against: the mode (none,
+/// optional, required) and the trust anchors loaded from the CA file — its content, not its
+/// path, and as a set, so a reload that re-reads a changed file changes it while one that
+/// re-reads the same CAs does not. A session resumes only under the context it was made in
+/// (a resumed handshake skips the client certificate check).
+fn session_context(client_auth: &ClientAuth, roots: Option<&RootCertStore>) -> [u8; 32] {
+    let mode: u8 = match client_auth {
+        ClientAuth::None => 0,
+        ClientAuth::Optional { .. } => 1,
+        ClientAuth::Required { .. } => 2,
+    };
+    let mut anchors: Vec<[u8; 32]> = roots
+        .map(|roots| {
+            roots
+                .roots
+                .iter()
+                .map(|anchor| {
+                    let mut one = digest::Context::new(&digest::SHA256);
+                    for part in [
+                        Some(anchor.subject.as_ref()),
+                        Some(anchor.subject_public_key_info.as_ref()),
+                        anchor.name_constraints.as_ref().map(|der| der.as_ref()),
+                    ] {
+                        // Length-prefixed, so no two anchors encode alike; absent is not empty.
+                        match part {
+                            Some(bytes) => {
+                                one.update(&[1]);
+                                one.update(&(bytes.len() as u64).to_be_bytes());
+                                one.update(bytes);
+                            }
+                            None => one.update(&[0]),
+                        }
+                    }
+                    let mut out = [0u8; 32];
+                    out.copy_from_slice(one.finish().as_ref());
+                    out
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    anchors.sort_unstable();
+    anchors.dedup();
+    let mut all = digest::Context::new(&digest::SHA256);
+    all.update(&[mode]);
+    for anchor in &anchors {
+        all.update(anchor);
+    }
+    let mut context = [0u8; 32];
+    context.copy_from_slice(all.finish().as_ref());
+    context
 }
 
 fn first_file(settings: &ServerTls) -> weir_config::FileRef {

@@ -7,7 +7,7 @@
 //! a lock; each shard evicts its oldest entries first.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_rustls::rustls::server::StoresServerSessions;
@@ -117,6 +117,50 @@ impl StoresServerSessions for SessionCache {
     }
 }
 
+/// One server config's view of a shared [`SessionCache`]: sessions filed under their ID and a
+/// session context (see `crate::acceptor`), so one stored under other client certificate
+/// checks is not found. The context follows the ID, which keeps the shard its first byte.
+#[derive(Debug)]
+pub struct InContext {
+    cache: Arc<SessionCache>,
+    context: [u8; 32],
+}
+
+impl InContext {
+    /// `cache` as seen by sessions of `context`.
+    pub fn new(cache: &Arc<SessionCache>, context: [u8; 32]) -> InContext {
+        InContext {
+            cache: Arc::clone(cache),
+            context,
+        }
+    }
+
+    fn key(&self, id: &[u8]) -> Vec<u8> {
+        let mut key = Vec::with_capacity(id.len() + self.context.len());
+        key.extend_from_slice(id);
+        key.extend_from_slice(&self.context);
+        key
+    }
+}
+
+impl StoresServerSessions for InContext {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        self.cache.put(self.key(&key), value)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.cache.get(&self.key(key))
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.cache.take(&self.key(key))
+    }
+
+    fn can_cache(&self) -> bool {
+        self.cache.can_cache()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +196,19 @@ mod tests {
         assert!(cache.take(b"a").is_none());
         cache.put(b"b".to_vec(), b"2".to_vec());
         assert!(cache.get(b"a").is_none());
+    }
+
+    #[test]
+    fn a_session_is_found_only_in_its_own_context() {
+        let cache = Arc::new(SessionCache::new(100, Duration::from_secs(60)));
+        let here = InContext::new(&cache, [1; 32]);
+        let there = InContext::new(&cache, [2; 32]);
+        assert!(here.put(b"id".to_vec(), b"state".to_vec()));
+        assert!(there.get(b"id").is_none());
+        assert!(there.take(b"id").is_none());
+        assert!(cache.get(b"id").is_none());
+        assert_eq!(here.get(b"id").unwrap(), b"state");
+        assert_eq!(here.take(b"id").unwrap(), b"state");
     }
 
     #[test]

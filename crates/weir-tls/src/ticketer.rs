@@ -10,7 +10,7 @@
 //!
 //! Ticket layout: key name (16 random bytes) ‖ nonce (12) ‖ ciphertext ‖ tag (16);
 //! the plaintext is the issue time (8 bytes, seconds on this process's clock) ‖
-//! rustls' session state.
+//! the session context (32 bytes, [`in_context`]) ‖ rustls' session state.
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -154,6 +154,56 @@ impl ProducesTickets for Aged {
     }
 }
 
+/// Tickets of one session context: the context sealed in with the state, a ticket of another
+/// context refused. The keys are shared by every server config of a virtual server; the
+/// context says which client certificate checks the session went through (see
+/// `crate::acceptor`), so a reload that changes them leaves earlier tickets unusable.
+pub fn in_context(inner: &Arc<dyn ProducesTickets>, context: [u8; 32]) -> Arc<dyn ProducesTickets> {
+    Arc::new(InContext {
+        inner: Arc::clone(inner),
+        context,
+    })
+}
+
+struct InContext {
+    inner: Arc<dyn ProducesTickets>,
+    context: [u8; 32],
+}
+
+impl std::fmt::Debug for InContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InContext")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProducesTickets for InContext {
+    fn enabled(&self) -> bool {
+        self.inner.enabled()
+    }
+
+    fn lifetime(&self) -> u32 {
+        self.inner.lifetime()
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        let mut bound = Vec::with_capacity(self.context.len() + plain.len());
+        bound.extend_from_slice(&self.context);
+        bound.extend_from_slice(plain);
+        self.inner.encrypt(&bound)
+    }
+
+    fn decrypt(&self, ticket: &[u8]) -> Option<Vec<u8>> {
+        let mut plain = self.inner.decrypt(ticket)?;
+        if plain.get(..self.context.len())? != self.context {
+            return None;
+        }
+        plain.drain(..self.context.len());
+        Some(plain)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,6 +243,20 @@ mod tests {
         // Garbage shorter than a stamp is refused, not a panic.
         let short = aged.rotator.encrypt(b"abc").unwrap();
         assert!(aged.decrypt(&short).is_none());
+    }
+
+    #[test]
+    fn a_ticket_opens_only_in_the_context_that_made_it() {
+        let keys = ticketer(Duration::from_secs(3600)).unwrap();
+        let here = in_context(&keys, [1; 32]);
+        let there = in_context(&keys, [2; 32]);
+        let ticket = here.encrypt(b"state").unwrap();
+        assert_eq!(here.decrypt(&ticket).unwrap(), b"state");
+        assert!(there.decrypt(&ticket).is_none());
+        // Same keys, no context: not a way around it either.
+        assert!(keys.decrypt(&ticket).unwrap().starts_with(&[1; 32]));
+        let short = keys.encrypt(b"abc").unwrap();
+        assert!(here.decrypt(&short).is_none());
     }
 
     #[test]
