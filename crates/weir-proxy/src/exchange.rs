@@ -17,7 +17,7 @@ use crate::answer::Failure;
 use crate::client::Client;
 use crate::http2;
 use crate::policy::Forwarding;
-use crate::request_body::{self, RequestBody, Streamed};
+use crate::request_body::{self, PumpWatch, RequestBody, Streamed};
 use crate::route::VirtualServerRuntime;
 use crate::traffic::Upstream;
 
@@ -41,6 +41,9 @@ pub(crate) enum NodeLink {
         /// An extended CONNECT's (RFC 8441) side towards the node: the stream
         /// stays open, to carry the tunnel once the node answers 2xx.
         upload: Option<h2::SendStream<bytes::Bytes>>,
+        /// The rest of an HTTP/2 client's body, still moving on its own: should it fail
+        /// (past `max_body_bytes`, say), the node's stream is reset for the client's fault.
+        pump: Option<PumpWatch>,
     },
 }
 
@@ -312,27 +315,41 @@ async fn attempt_h2(
             client.stream.left(leave)
         })
         .await?;
-    if let Some(mut stream) = request.body.take() {
+    let mut pump = None;
+    if let Some(stream) = request.body.take() {
         // From an HTTP/2 client the rest of the body moves on its own, full
         // duplex; from an HTTP/1.1 one it is sent before the response is awaited.
-        if let Err(returned) = request_body::spawn_h2_pump(client, vs, body, stream, write_stall) {
-            stream = returned;
-            request_body::stream_rest_h2(client, vs, body, &mut stream, write_stall).await?;
+        match request_body::spawn_h2_pump(client, vs, body, stream, write_stall) {
+            Ok(watch) => pump = Some(watch),
+            Err(mut stream) => {
+                request_body::stream_rest_h2(client, vs, body, &mut stream, write_stall).await?;
+            }
         }
     }
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
     let timeout = pool.config.timeouts.response;
-    let response = http2::upstream::response_head(request.response, head.method(), timeout)
-        .await
-        .map_err(|error| match streams {
-            true => error.retry_safe(false),
-            false => error,
-        })?;
+    let waiting = http2::upstream::response_head(request.response, head.method(), timeout);
+    let response = match pump.as_mut() {
+        // A body that fails before the node answers is the client's fault, answered as
+        // such (413 past `max_body_bytes`, as on the way to an HTTP/1.1 node), not as the
+        // node's stream that weir reset for it.
+        Some(watch) => tokio::select! {
+            biased;
+            error = watch.failed() => Err(error),
+            response = waiting => response.map_err(|error| watch.failure().unwrap_or(error)),
+        },
+        None => waiting.await,
+    }
+    .map_err(|error| match streams {
+        true => error.retry_safe(false),
+        false => error,
+    })?;
     Ok(Exchange {
         lease: NodeLink::Http2 {
             _lease: request.lease,
             body: response.body,
             upload: None,
+            pump,
         },
         in_flight,
         node: index,

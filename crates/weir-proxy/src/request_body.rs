@@ -26,7 +26,7 @@ use crate::client::Client;
 
 mod h2;
 use crate::route::VirtualServerRuntime;
-pub(crate) use h2::{spawn_h2_pump, stream_rest_h2};
+pub(crate) use h2::{PumpWatch, spawn_h2_pump, stream_rest_h2};
 
 /// The request body as far as it has been read.
 #[derive(Debug)]

@@ -22,6 +22,7 @@ use crate::answer::Failure;
 use crate::client::Client;
 use crate::exchange::{Exchange, NodeLink};
 use crate::http2;
+use crate::request_body::PumpWatch;
 use crate::route::VirtualServerRuntime;
 use crate::traffic::Edits;
 use crate::{MAX_TRAILER_BYTES, VIA};
@@ -304,9 +305,19 @@ impl Upstream {
         let lease = match self.lease.as_mut() {
             None => return Ok(Some(0)),
             Some(NodeLink::Http1(lease)) => lease,
-            Some(NodeLink::Http2 { body, .. }) => {
+            Some(NodeLink::Http2 { body, pump, .. }) => {
                 let chunked = matches!(self.source, Some(Source::Chunked(_)));
-                let read = read_h2(body, chunked, buf, self.stall);
+                let stall = self.stall;
+                let read = async {
+                    read_h2(body, chunked, buf, stall).await.map_err(|failure| {
+                        match pump.as_mut().and_then(PumpWatch::failure) {
+                            // The node's stream was reset because the client's body failed
+                            // (past `max_body_bytes`, say): the client's fault, not the node's.
+                            Some(error) => Failure::from_error(error),
+                            None => failure,
+                        }
+                    })
+                };
                 return match pause {
                     None => read.await.map(Some),
                     Some(pause) => match tokio::time::timeout(pause, read).await {

@@ -77,6 +77,7 @@ pub(crate) async fn tunnel(
             _lease: stream_lease,
             body,
             upload: Some(mut upload),
+            ..
         } => {
             let node = TunnelEnd::Stream {
                 recv: body,

@@ -493,3 +493,141 @@ async fn a_request_whose_client_left_the_queue_never_reaches_the_h2_node() {
     );
     proxy.stop().await;
 }
+
+/// A body an HTTP/2 client streams past `max_body_bytes` towards an HTTP/2 node (its rest
+/// moves on its own, full duplex) is answered 413 before the node has answered, as it is on
+/// the way to an HTTP/1.1 node, and counted as the client's 4xx rather than a node's 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_past_the_limit_to_an_h2_node_gets_413() {
+    let node = h2_node().await;
+    let proxy = proxy(
+        node.addr,
+        "[virtual_servers.web.http2]\ncleartext = true\n\
+         [virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"\nmax_body_bytes = \"4KiB\"",
+    )
+    .await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    let mut sender = sender.ready().await.expect("ready");
+    // No length: weir learns the size as the DATA frames come.
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://127.0.0.1:{}/upload", proxy.addr.port()))
+        .body(())
+        .expect("request");
+    let (response, mut upload) = sender.send_request(request, false).expect("sent");
+    // Past the request buffer, so the node's stream is opened and the rest streams...
+    upload
+        .send_data(Bytes::from(vec![b'a'; 2048]), false)
+        .expect("sent");
+    // ...then past the limit, while the node still waits for the end of the body.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let _ = upload.send_data(Bytes::from(vec![b'b'; 4096]), false);
+    let wait = std::time::Duration::from_secs(5);
+    let response = tokio::time::timeout(wait, response)
+        .await
+        .expect("the response head in time")
+        .expect("a response");
+    assert_eq!(response.status(), 413);
+    // The request is counted once its stream is done with, just after the answer left.
+    let counted = "weir_requests_total{virtual_server=\"web\",class=\"4xx\"} 1";
+    let mut metrics = proxy.metrics.encode();
+    for _ in 0..50 {
+        if metrics.contains(counted) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        metrics = proxy.metrics.encode();
+    }
+    assert!(metrics.contains(counted), "{metrics}");
+    assert!(
+        metrics.contains("weir_requests_total{virtual_server=\"web\",class=\"5xx\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("weir_bad_requests_total{virtual_server=\"web\"} 1"),
+        "{metrics}"
+    );
+    proxy.stop().await;
+}
+
+/// The same past the node's answer (a gRPC stream answers at once): the answer already
+/// began, so the client's stream is reset, and the record blames the client's body, not the
+/// node whose stream weir reset for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_past_the_limit_after_the_node_answered_is_the_clients_fault() {
+    let node = h2_node().await;
+    let log = std::env::temp_dir().join(format!("weir-h2-limit-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
+         level = \"warn\"\n\n[pools.web]\nnodes = [{{ address = \"{}\" }}]\nprotocol = \"h2c\"\n\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
+         [virtual_servers.web.http2]\ncleartext = true\n\
+         [virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"\nmax_body_bytes = \"4KiB\"\n",
+        log.display(),
+        node.addr
+    );
+    let proxy = TestProxy::start(&toml).await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    let mut sender = sender.ready().await.expect("ready");
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://127.0.0.1:{}/stream", proxy.addr.port()))
+        .header("content-type", "application/grpc")
+        .body(())
+        .expect("request");
+    let (response, mut upload) = sender.send_request(request, false).expect("sent");
+    upload
+        .send_data(Bytes::from(vec![b'a'; 2048]), false)
+        .expect("sent");
+    let wait = std::time::Duration::from_secs(5);
+    let response = tokio::time::timeout(wait, response)
+        .await
+        .expect("the response head in time")
+        .expect("a response");
+    assert_eq!(response.status(), 200);
+    let mut download = response.into_body();
+    let _ = upload.send_data(Bytes::from(vec![b'b'; 4096]), false);
+    // The echo of the first piece, then the reset, never the end of a whole answer.
+    let ended_well = loop {
+        match tokio::time::timeout(wait, download.data())
+            .await
+            .expect("the stream ends in time")
+        {
+            Some(Ok(data)) => {
+                let _ = download.flow_control().release_capacity(data.len());
+            }
+            Some(Err(_)) => break false,
+            None => break download.trailers().await.is_ok(),
+        }
+    };
+    assert!(
+        !ended_well,
+        "the answer ended as if the body had been whole"
+    );
+    let mut line = String::new();
+    for _ in 0..50 {
+        proxy.live.flush_access_log();
+        line = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_owned();
+        if !line.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(line.contains("\"error\":\"body_too_large\""), "{line}");
+    proxy.stop().await;
+    let _ = std::fs::remove_file(&log);
+}

@@ -86,6 +86,7 @@ pub(super) async fn attempt(
             _lease: sent.lease,
             body: response.body,
             upload: Some(sent.body),
+            pump: None,
         },
         in_flight,
         node: index,

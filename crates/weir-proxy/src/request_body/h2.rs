@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{Decoded, filter_trailers};
@@ -80,7 +81,9 @@ pub(crate) async fn stream_rest_h2(
 /// flows to the client while the client is still sending. Takes the
 /// client's request stream and what was read of it; the body's limits and
 /// clocks still apply, and a client that fails them, resets or goes away
-/// has the node's stream reset (CANCEL). `false`: the client is not an
+/// has the node's stream reset (CANCEL) and the returned [`PumpWatch`] told
+/// why, so the request ends with the client's error (413 past
+/// `max_body_bytes`), not with the reset node's. `Err`: the client is not an
 /// HTTP/2 stream, or its body was already taken.
 pub(crate) fn spawn_h2_pump(
     client: &mut Client,
@@ -88,10 +91,11 @@ pub(crate) fn spawn_h2_pump(
     body: &mut RequestBody,
     node: h2::SendStream<Bytes>,
     write_stall: Duration,
-) -> Result<(), h2::SendStream<Bytes>> {
+) -> Result<PumpWatch, h2::SendStream<Bytes>> {
     let Some(source) = client.h2().and_then(H2Stream::take_body) else {
         return Err(node);
     };
+    let (failed, watch) = oneshot::channel();
     let pump = Pump {
         read: client.read_buf.split(),
         remaining: std::mem::replace(&mut body.remaining, Remaining::Nothing),
@@ -100,8 +104,28 @@ pub(crate) fn spawn_h2_pump(
         max_body: vs.config.limits.max_body_bytes,
         write_stall,
     };
-    tokio::spawn(pump.run(source, node));
-    Ok(())
+    tokio::spawn(pump.run(source, node, failed));
+    Ok(PumpWatch(watch))
+}
+
+/// How a body handed to [`spawn_h2_pump`] ended, for the request's own task: the error
+/// that stopped it early, if one did (the node's stream was reset for it).
+#[derive(Debug)]
+pub(crate) struct PumpWatch(oneshot::Receiver<Error>);
+
+impl PumpWatch {
+    /// Waits for the body to fail; never ready when it ends well.
+    pub(crate) async fn failed(&mut self) -> Error {
+        match (&mut self.0).await {
+            Ok(error) => error,
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// The error that stopped the body, if it has (taken: asked once).
+    pub(crate) fn failure(&mut self) -> Option<Error> {
+        self.0.try_recv().ok()
+    }
 }
 
 /// The state of a body handed to [`spawn_h2_pump`].
@@ -116,9 +140,17 @@ struct Pump {
 }
 
 impl Pump {
-    async fn run(mut self, mut source: h2::RecvStream, mut node: h2::SendStream<Bytes>) {
+    async fn run(
+        mut self,
+        mut source: h2::RecvStream,
+        mut node: h2::SendStream<Bytes>,
+        failed: oneshot::Sender<Error>,
+    ) {
         if let Err(error) = self.pump(&mut source, &mut node).await {
             tracing::debug!(%error, "request body to the HTTP/2 node ended early");
+            // Told before the reset, so the request's task never takes the node's
+            // reset for the cause.
+            let _ = failed.send(error);
             node.send_reset(h2::Reason::CANCEL);
         }
     }
