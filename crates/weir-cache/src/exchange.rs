@@ -274,26 +274,26 @@ impl Cache {
         directives: &ResponseDirectives,
         status: CacheStatus,
     ) -> Forward {
-        let eligible = compression.is_some_and(|policy| policy.eligible(response, directives));
-        if !eligible {
-            return Forward {
-                edits: None,
-                compressor: None,
-                status,
-            };
-        }
         let coding = if exchange.directives.no_transform {
             Coding::Identity
         } else {
             exchange.coding
         };
-        let compressor = if request.method() == b"HEAD" {
-            None
-        } else {
-            self.compressor(coding, compression, content_length(response))
+        let passed =
+            compression.and_then(|policy| policy.passed_on(request, response, directives, coding));
+        let Some(passed) = passed else {
+            return Forward {
+                edits: None,
+                compressor: None,
+                status,
+            };
         };
+        let compressor = passed
+            .body
+            .then(|| self.compressor(coding, compression, content_length(response)))
+            .flatten();
         Forward {
-            edits: Some(HeadEdits { coding }),
+            edits: Some(passed.edits),
             compressor,
             status,
         }

@@ -64,7 +64,7 @@ pub mod testing;
 mod view;
 
 pub use cache::{Cache, StoreSettings};
-pub use compress::{Coding, CompressionPolicy, Compressor, HeadEdits, Levels};
+pub use compress::{Coding, CompressionPolicy, Compressor, HeadEdits, Levels, Passed};
 pub use date::UnixTime;
 pub use exchange::{Exchange, Forward, Reply};
 pub use fill::Fill;

@@ -950,6 +950,72 @@ async fn compression_alone_negotiates_per_request() {
     proxy.stop().await;
 }
 
+/// `text`, or a 304 to a request whose `If-None-Match` names its tag (weakly, as a node
+/// compares them for GET).
+fn text_validated(head: &str, count: usize) -> Answer {
+    let named = head.lines().any(|line| {
+        line.to_ascii_lowercase().starts_with("if-none-match:") && line.contains("\"t\"")
+    });
+    match named {
+        true => Answer::ok(b"")
+            .status(304)
+            .field("Cache-Control", "max-age=60")
+            .field("ETag", "\"t\""),
+        false => text(head, count),
+    }
+}
+
+/// Compression without a cache answers HEAD and a relayed 304 with the head a GET's 200
+/// gets: HEAD with the coding, `Vary` and the weakened tag (no identity length); a 304
+/// with the weakened tag and `Vary` when the client would get the compressed copy, the
+/// node's tag as it is when it would not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compression_alone_gives_head_and_304_the_head_of_the_compressed_200() {
+    let node = CountingNode::start(text_validated, Duration::ZERO).await;
+    let proxy = proxy_for(
+        &node,
+        "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\n",
+    )
+    .await;
+    let gzip = "Accept-Encoding: gzip";
+    let get = request(&proxy, "GET", "/t", &[gzip]).await;
+    assert_eq!(get.status, 200);
+    assert_eq!(get.header("content-encoding"), Some("gzip"));
+    assert_eq!(get.header("vary"), Some("Accept-Encoding"));
+    assert_eq!(get.header("etag"), Some("W/\"t\""));
+
+    let head = request(&proxy, "HEAD", "/t", &[gzip]).await;
+    assert_eq!((head.status, head.body.len()), (200, 0));
+    assert_eq!(head.header("content-encoding"), Some("gzip"));
+    assert_eq!(head.header("vary"), Some("Accept-Encoding"));
+    assert_eq!(head.header("etag"), Some("W/\"t\""));
+    let identity_length = text("", 0).body.len().to_string();
+    assert_ne!(
+        head.header("content-length"),
+        Some(identity_length.as_str()),
+        "a HEAD names the length of the uncompressed body"
+    );
+
+    // The client revalidates the compressed copy it holds.
+    let not_modified = request(&proxy, "GET", "/t", &[gzip, "If-None-Match: W/\"t\""]).await;
+    assert_eq!(not_modified.status, 304);
+    assert_eq!(not_modified.header("etag"), Some("W/\"t\""));
+    assert_eq!(not_modified.header("vary"), Some("Accept-Encoding"));
+
+    // A client that gets the identity copy keeps the node's tag.
+    let identity = request(
+        &proxy,
+        "GET",
+        "/t",
+        &["Accept-Encoding: identity", "If-None-Match: \"t\""],
+    )
+    .await;
+    assert_eq!(identity.status, 304);
+    assert_eq!(identity.header("etag"), Some("\"t\""));
+    assert_eq!(node.requests(), 4);
+    proxy.stop().await;
+}
+
 struct CurlOutput {
     head: String,
     body: Vec<u8>,

@@ -7,7 +7,9 @@
 //! no `Content-Encoding`, no `Content-Range`, no `no-transform`, and a body of
 //! at least `min_size` bytes when its length is declared. An eligible
 //! response gets `Vary: Accept-Encoding` whether or not this client's copy is
-//! compressed, so that caches downstream key it right.
+//! compressed, so that caches downstream key it right. A HEAD and a relayed
+//! 304 get the head of the 200 the same client's GET would get
+//! ([`CompressionPolicy::passed_on`]).
 
 pub mod encoder;
 pub mod negotiate;
@@ -19,7 +21,7 @@ pub use negotiate::{AcceptEncoding, Coding};
 
 use crate::directives::ResponseDirectives;
 use crate::policy::storable::content_length;
-use crate::view::{ResponseView, list_elements, trim};
+use crate::view::{RequestView, ResponseView, list_elements, trim};
 
 /// The compression settings of one route (from `[compression]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +60,16 @@ const COMPRESSED_TYPES: &[&str] = &[
 pub struct HeadEdits {
     /// The coding applied; `Identity` when only `Vary` is added.
     pub coding: Coding,
+}
+
+/// What compression does to a response weir passes on rather than answers from a store
+/// ([`CompressionPolicy::passed_on`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Passed {
+    /// The head's edits: those of the 200 a GET gets, for a HEAD and a 304 too.
+    pub edits: HeadEdits,
+    /// Whether a body follows to go through the coding (not for HEAD or 304).
+    pub body: bool,
 }
 
 impl Default for CompressionPolicy {
@@ -142,18 +154,82 @@ impl CompressionPolicy {
     pub fn choose(&self, accept: &AcceptEncoding) -> Coding {
         accept.choose(&self.codings)
     }
+
+    /// How a response passed on to the client changes, for a client given `coding` (the
+    /// request's choice, `Identity` where it says `no-transform`); `None`: not at all.
+    ///
+    /// An eligible response gets the edits whatever the method, so a HEAD carries the
+    /// head its GET would (the coding, `Vary`, the weakened tag, no identity length), with
+    /// no body to compress. A 304 has no body or type to judge: it describes the copy the
+    /// client holds, so it gets the compressed 200's tag and `Vary` when this client
+    /// would get that copy — unless the 304 says it is of another kind (encoded already,
+    /// an uncompressed type, `no-transform`) or the client's `If-None-Match` names the
+    /// node's strong tag as it is (it holds an identity copy). It gets no
+    /// `Content-Encoding`, as a 304 answered from a store does not ([`HeadEdits::apply`]).
+    pub fn passed_on(
+        &self,
+        request: &impl RequestView,
+        response: &impl ResponseView,
+        directives: &ResponseDirectives,
+        coding: Coding,
+    ) -> Option<Passed> {
+        if response.status() == 304 {
+            return self
+                .describes_compressed(request, response, directives, coding)
+                .then_some(Passed {
+                    edits: HeadEdits { coding },
+                    body: false,
+                });
+        }
+        self.eligible(response, directives).then(|| Passed {
+            edits: HeadEdits { coding },
+            body: request.method() != b"HEAD",
+        })
+    }
+
+    /// Whether a 304 to this request is about the copy compressed with `coding`.
+    fn describes_compressed(
+        &self,
+        request: &impl RequestView,
+        not_modified: &impl ResponseView,
+        directives: &ResponseDirectives,
+        coding: Coding,
+    ) -> bool {
+        if coding == Coding::Identity || self.codings.is_empty() || directives.no_transform {
+            return false;
+        }
+        let encoded = list_elements(not_modified.header_values("content-encoding"))
+            .any(|coding| !coding.eq_ignore_ascii_case(b"identity"));
+        let other_type = not_modified
+            .header("content-type")
+            .is_some_and(|value| !self.compresses_type(value));
+        if encoded || other_type {
+            return false;
+        }
+        let held_as_is = not_modified
+            .header("etag")
+            .map(trim)
+            .filter(|tag| !tag.starts_with(b"W/"))
+            .is_some_and(|tag| {
+                list_elements(request.header_values("if-none-match")).any(|named| named == tag)
+            });
+        !held_as_is
+    }
 }
 
 impl HeadEdits {
     /// `response`'s fields as sent after the edits: no `Content-Length` when
     /// compressed (the length is no longer known), a strong `ETag` weakened
     /// (the bytes differ from the node's), `Accept-Encoding` added to `Vary`,
-    /// and `Content-Encoding` set.
+    /// and `Content-Encoding` set — except on a 304, which carries only the
+    /// fields RFC 9110 §15.4.5 names of the representation (as one answered
+    /// from a store does).
     pub fn apply<'a>(
         self,
         response: &'a impl ResponseView,
     ) -> impl Iterator<Item = (&'a [u8], Cow<'a, [u8]>)> + 'a {
         let compressed = self.coding != Coding::Identity;
+        let not_modified = response.status() == 304;
         let has_vary = response.header("vary").is_some();
         let varies = list_elements(response.header_values("vary"))
             .any(|name| name.eq_ignore_ascii_case(b"accept-encoding") || name == b"*");
@@ -182,7 +258,7 @@ impl HeadEdits {
             Some((name, Cow::Borrowed(value)))
         });
         let vary = (!has_vary).then_some((&b"Vary"[..], Cow::Borrowed(&b"Accept-Encoding"[..])));
-        let encoding = compressed.then(|| {
+        let encoding = (compressed && !not_modified).then(|| {
             (
                 &b"Content-Encoding"[..],
                 Cow::Borrowed(self.coding.token().as_bytes()),
@@ -280,6 +356,95 @@ mod tests {
         };
         assert!(!everything.compresses_type(b"image/jpeg"));
         assert!(everything.compresses_type(b"image/bmp"));
+    }
+
+    #[test]
+    fn head_and_304_are_passed_on_with_the_edits_of_the_compressed_200() {
+        use crate::testing::Req;
+        let policy = CompressionPolicy::default();
+        let passed = |request: &Req, response: &Resp, coding: Coding| {
+            policy.passed_on(
+                request,
+                response,
+                &ResponseDirectives::parse(response),
+                coding,
+            )
+        };
+        let html = Resp::new(200)
+            .header("Content-Type", "text/html")
+            .header("ETag", "\"x\"");
+        let gzip = Some(Passed {
+            edits: HeadEdits {
+                coding: Coding::Gzip,
+            },
+            body: true,
+        });
+        assert_eq!(passed(&Req::get("/"), &html, Coding::Gzip), gzip);
+        assert_eq!(
+            passed(&Req::new("HEAD", "/"), &html, Coding::Gzip),
+            gzip.map(|p| Passed { body: false, ..p })
+        );
+        let png = Resp::new(200).header("Content-Type", "image/png");
+        assert_eq!(passed(&Req::new("HEAD", "/"), &png, Coding::Gzip), None);
+
+        let revalidated = Some(Passed {
+            edits: HeadEdits {
+                coding: Coding::Gzip,
+            },
+            body: false,
+        });
+        let not_modified = Resp::new(304).header("ETag", "\"x\"");
+        let holds_compressed = Req::get("/").header("If-None-Match", "W/\"x\"");
+        let cases = [
+            (
+                "compressed copy",
+                &holds_compressed,
+                not_modified.clone(),
+                Coding::Gzip,
+                revalidated,
+            ),
+            (
+                "identity client",
+                &holds_compressed,
+                not_modified.clone(),
+                Coding::Identity,
+                None,
+            ),
+            (
+                "another type",
+                &holds_compressed,
+                not_modified.clone().header("Content-Type", "image/png"),
+                Coding::Gzip,
+                None,
+            ),
+            (
+                "encoded already",
+                &holds_compressed,
+                not_modified.clone().header("Content-Encoding", "br"),
+                Coding::Gzip,
+                None,
+            ),
+            (
+                "no-transform",
+                &holds_compressed,
+                not_modified.clone().header("Cache-Control", "no-transform"),
+                Coding::Gzip,
+                None,
+            ),
+        ];
+        for (name, request, response, coding, expected) in cases {
+            assert_eq!(passed(request, &response, coding), expected, "{name}");
+        }
+        let holds_identity = Req::get("/").header("If-None-Match", "\"y\", \"x\"");
+        assert_eq!(passed(&holds_identity, &not_modified, Coding::Gzip), None);
+        // A 304 edited keeps its fields: the tag weakened and `Vary`, no coding.
+        assert_eq!(
+            edited(&not_modified, Coding::Gzip),
+            vec![
+                ("ETag".to_owned(), "W/\"x\"".to_owned()),
+                ("Vary".to_owned(), "Accept-Encoding".to_owned()),
+            ]
+        );
     }
 
     fn edited(response: &Resp, coding: Coding) -> Vec<(String, String)> {

@@ -19,7 +19,7 @@ use weir_cache::{
     ResponseView, UnixTime,
 };
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{BodyFraming, HeaderEdit, Method, RequestHead, ResponseHead, Version};
+use weir_http::{BodyFraming, HeaderEdit, RequestHead, ResponseHead, Version};
 use weir_upstream::Pool;
 
 use super::{Content, Flow, deliver};
@@ -266,20 +266,27 @@ fn compress_only(
     let Some(compression) = compression else {
         return Plan::Plain(None);
     };
-    if !compression.eligible(response, &ResponseDirectives::parse(response)) {
+    // The cache's own rule for responses it passes on (`Cache::forward`), so HEAD and 304
+    // get the head the compressed 200 gets, here as there.
+    let directives = ResponseDirectives::parse(response);
+    let Some(passed) = compression.passed_on(view, response, &directives, coding) else {
         return Plan::Plain(None);
-    }
-    let compressor = match view.head.method() {
-        Method::Head => None,
-        _ => Compressor::new(
-            coding,
-            compression.levels,
-            content_length(response),
-            content.compression_metrics.of(coding.label()),
-        )
-        .ok()
-        .flatten(),
     };
+    if !passed.body {
+        return Plan::Relay {
+            edits: Some(passed.edits),
+            transform: Transform::Pass,
+            status: None,
+        };
+    }
+    let compressor = Compressor::new(
+        coding,
+        compression.levels,
+        content_length(response),
+        content.compression_metrics.of(coding.label()),
+    )
+    .ok()
+    .flatten();
     // Without an encoder (identity, or zstd without memory) only `Vary` is added.
     let coding = compressor
         .as_ref()
