@@ -37,8 +37,12 @@ pub struct Exchange {
 pub(crate) enum ExchangeKind {
     /// Not for the cache: forward (an unsafe method still invalidates).
     Pass,
-    /// A miss: fetch the whole object and store it if allowed.
-    Fill { guard: Option<FlightGuard> },
+    /// A miss: fetch the whole object and store it if allowed. `status`: `Miss`, or
+    /// `Expired` for a stored object that could not be revalidated.
+    Fill {
+        guard: Option<FlightGuard>,
+        status: CacheStatus,
+    },
     /// Validate a stored object; serve it on 304, or on failure within `stale-if-error`.
     Revalidate {
         stale: Arc<Object>,
@@ -63,6 +67,12 @@ pub enum Reply {
     /// Send the node's response on; apply `edits` to its head and pass the
     /// body through `compressor` when given.
     Forward(Forward),
+    /// The node's 304 is about another representation than the stored one (its strong
+    /// validator is not the stored object's, RFC 9111 §4.3.4), so neither may answer:
+    /// drop the 304, send the request again as this exchange says (without validators:
+    /// [`Exchange::add_fields`] adds none), and hand its response back with it. Asked
+    /// at most once per request: the new exchange fetches, it does not validate.
+    Refetch(Exchange),
 }
 
 /// A response passed through, perhaps compressed.
@@ -162,8 +172,8 @@ impl Cache {
                 &directives,
                 CacheStatus::Pass,
             )),
-            ExchangeKind::Fill { guard } => {
-                let fill = Fill::start(self, guard, CacheStatus::Miss);
+            ExchangeKind::Fill { guard, status } => {
+                let fill = Fill::start(self, guard, status);
                 self.fill(
                     fill,
                     &exchange,
@@ -177,6 +187,16 @@ impl Cache {
             }
             ExchangeKind::Revalidate { stale, guard, .. } => {
                 let status = response.status();
+                if status == 304 && !may_update(&stale.head, response) {
+                    // Not about the stored object: fetched whole, like one never stored.
+                    self.metrics.misses.inc();
+                    exchange.kind = ExchangeKind::Fill {
+                        guard,
+                        status: CacheStatus::Expired,
+                    };
+                    exchange.validators = None;
+                    return Reply::Refetch(exchange);
+                }
                 if status == 304 {
                     if let Some(guard) = guard {
                         guard.stored();
@@ -227,7 +247,8 @@ impl Cache {
         Some(Hit::new(stale, request, now, CacheStatus::StaleIfError))
     }
 
-    /// A 304: the stored object's head merged and its age reset (§4.3.4).
+    /// A 304 about the stored object ([`may_update`]): its head merged and its age reset
+    /// (§4.3.4).
     fn revalidated(
         self: &Arc<Self>,
         stale: &Arc<Object>,
@@ -238,7 +259,8 @@ impl Cache {
         now: UnixTime,
     ) -> Hit {
         self.metrics.revalidated.inc();
-        let (Some(body), true) = (stale.body(), may_update(&stale.head, not_modified)) else {
+        // A body still arriving is served as it is, refreshed by the next revalidation.
+        let Some(body) = stale.body() else {
             return Hit::new(Arc::clone(stale), request, now, CacheStatus::Revalidated);
         };
         let head = merge_not_modified(&stale.head, not_modified);

@@ -10,7 +10,9 @@
 //!   gives a [`Lookup`]: answer a [`Hit`], or forward an [`Exchange`] to the node.
 //! - `filter_response` (after the response head): [`Cache::response`] gives a
 //!   [`Reply`]: answer a [`Hit`] (304 merged, stale-if-error), stream the body
-//!   into a [`Fill`], or [`Forward`] it (compressed when eligible).
+//!   into a [`Fill`], [`Forward`] it (compressed when eligible), or, for a 304
+//!   about another representation, send the request again
+//!   ([`Reply::Refetch`]).
 //!
 //! `docs/design/cache.md` describes the wiring, who owns what, and how
 //! bodies flow.

@@ -286,7 +286,10 @@ impl Cache {
             }
         };
         self.metrics.misses.inc();
-        let mut exchange = asked.exchange(ExchangeKind::Fill { guard });
+        let mut exchange = asked.exchange(ExchangeKind::Fill {
+            guard,
+            status: CacheStatus::Miss,
+        });
         exchange.key = Some(keys.stored_key());
         Lookup::Forward(exchange)
     }

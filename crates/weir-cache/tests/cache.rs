@@ -105,6 +105,7 @@ fn respond(
             };
             (None, passed)
         }
+        Reply::Refetch(_) => panic!("a refetch is asked only after a 304"),
     }
 }
 
@@ -447,6 +448,57 @@ fn revalidation_with_304_refreshes_the_object() {
     assert_eq!(version, Some(b"2".to_vec()));
     assert_eq!(metrics.revalidated.get(), 1);
     assert_eq!(cache.stats().objects, 1);
+}
+
+/// A 304 whose strong validator is not the stored object's is about another representation
+/// (RFC 9111 §4.3.4): the stored object is not served for it; the request goes again,
+/// without validators, and what it brings is stored.
+#[test]
+fn a_304_for_another_representation_is_refetched_not_served() {
+    let (cache, metrics, _) = new_cache();
+    let request = Req::get("/r");
+    let answer = node(
+        200,
+        &[("Cache-Control", "max-age=10"), ("ETag", "\"v1\"")],
+        b"old",
+    );
+    fill(&cache, &request, answer, T0);
+    let mut exchange = forward(cache.lookup(&policy(), None, &request, at(20)));
+    assert_eq!(exchange.add_fields().count(), 1);
+    let other = Resp::new(304)
+        .header("Cache-Control", "max-age=100")
+        .header("ETag", "\"v2\"");
+    let mut again = match cache.response(exchange, &policy(), None, &request, &other, at(20)) {
+        Reply::Refetch(again) => again,
+        Reply::Hit(hit) => panic!("served {:?} for a 304 about another", hit.cache_status()),
+        _ => panic!("neither refetched nor served"),
+    };
+    assert_eq!(
+        again.add_fields().count(),
+        0,
+        "sent again without validators"
+    );
+    assert!(again.remove_fields().contains(&"if-none-match"));
+    let (client, _) = respond(
+        &cache,
+        again,
+        None,
+        &request,
+        node(
+            200,
+            &[("Cache-Control", "max-age=10"), ("ETag", "\"v2\"")],
+            b"new",
+        ),
+        at(20),
+    );
+    let client = client.expect("stored and answered from the store");
+    assert_eq!(client.cache_status(), CacheStatus::Expired);
+    assert_eq!(body(&client), b"new");
+    assert_eq!(
+        body(&hit(cache.lookup(&policy(), None, &request, at(21)))),
+        b"new"
+    );
+    assert_eq!(metrics.revalidated.get(), 0);
 }
 
 #[test]

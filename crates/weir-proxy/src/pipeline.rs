@@ -592,9 +592,8 @@ async fn serve_request(
     // respond (the upstream connection is released inside, as soon as the node is done);
     // a drain that began meanwhile closes the connection after this response.
     let keep_alive = keep_alive && !shutdown.is_triggered() && !forwarding.connect;
-    let status = exchange.response.status();
     let tunnelled = exchange.switched(forwarding.connect);
-    upgrade::h2_websocket_answered(client, tunnelled, status)?;
+    upgrade::h2_websocket_answered(client, tunnelled, exchange.response.status())?;
     let edits = traffic.response_edits(vs);
     // A failure from here on happened at this node: the access record names it.
     let at_node = |failure: Failure| failure.at_node(node_state.address);
@@ -604,8 +603,9 @@ async fn serve_request(
             .map_err(at_node)?,
         // filter_response → respond: stored, compressed, or answered from the cache
         Some(flow) => {
-            let responding =
-                content::respond(client, vs, pool, head, (flow, &edits), exchange, keep_alive);
+            let resend = (forwarding, traffic.upstream(vs), &mut body);
+            let answered = (exchange, keep_alive, resend);
+            let responding = content::respond(client, vs, pool, head, (flow, &edits), answered);
             Box::pin(responding).await.map_err(at_node)?
         }
         None => {

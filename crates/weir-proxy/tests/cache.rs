@@ -917,6 +917,62 @@ async fn compressed_variants_are_stored_once_each() {
     proxy.stop().await;
 }
 
+/// `"v1"` first, stale at once; then `"v2"`, and to a request that validates, a 304 that
+/// names `"v2"` (a node whose object changed under a validator it no longer knows).
+fn changed_under_validator(head: &str, count: usize) -> Answer {
+    let validates = head
+        .lines()
+        .any(|line| line.to_ascii_lowercase().starts_with("if-none-match:"));
+    match (count, validates) {
+        (0, _) => Answer::ok(b"first")
+            .field("Cache-Control", "max-age=0")
+            .field("ETag", "\"v1\""),
+        (_, true) => Answer::ok(b"")
+            .status(304)
+            .field("Cache-Control", "max-age=60")
+            .field("ETag", "\"v2\""),
+        (_, false) => Answer::ok(b"second")
+            .field("Cache-Control", "max-age=60")
+            .field("ETag", "\"v2\""),
+    }
+}
+
+/// A 304 that cannot update the stored object (its strong validator is another) is not
+/// taken as one that can: the stored body is not served for it (RFC 9111 §4.3.4); the
+/// request goes to the node again without validators, and its answer is served and stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_304_about_another_representation_refetches_instead_of_serving_the_stored_one() {
+    let node = CountingNode::start(changed_under_validator, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    let first = request(&proxy, "GET", "/c", &[]).await;
+    assert_eq!((first.status, first.text()), (200, "first".to_owned()));
+    let second = request(&proxy, "GET", "/c", &[]).await;
+    assert_eq!(second.status, 200);
+    assert_eq!(second.text(), "second", "{:?}", second.headers);
+    assert_eq!(second.header("etag"), Some("\"v2\""));
+    assert_ne!(second.header("x-cache"), Some("REVALIDATED"));
+    let heads = node.heads();
+    assert_eq!(heads.len(), 3, "{heads:?}");
+    assert!(
+        heads[1]
+            .to_ascii_lowercase()
+            .contains("if-none-match: \"v1\""),
+        "{heads:?}"
+    );
+    assert!(
+        !heads[2].to_ascii_lowercase().contains("if-none-match"),
+        "{heads:?}"
+    );
+    // What the refetch brought is what the cache holds now.
+    let third = request(&proxy, "GET", "/c", &[]).await;
+    assert_eq!(
+        (third.text(), third.header("x-cache")),
+        ("second".to_owned(), Some("HIT"))
+    );
+    assert_eq!(node.requests(), 3);
+    proxy.stop().await;
+}
+
 /// Compression without a cache: per request, streaming, never for ranges
 /// or for a client that refuses every coding.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

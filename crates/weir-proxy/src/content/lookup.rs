@@ -224,7 +224,7 @@ pub(crate) async fn lookup<'vs>(
 
 /// The flow of a cache exchange, with the request rewritten for the node
 /// when the exchange says so.
-fn with_head<'vs>(
+pub(super) fn with_head<'vs>(
     mut flow: Flow<'vs>,
     mut exchange: CacheExchange,
     head: &RequestHead,

@@ -22,7 +22,7 @@ use weir_core::{Error, ErrorKind, Side};
 use weir_http::{BodyFraming, HeaderEdit, RequestHead, ResponseHead, Version};
 use weir_upstream::Pool;
 
-use super::{Content, Flow, deliver};
+use super::{Content, Flow, deliver, lookup};
 use crate::answer::Failure;
 use crate::client::Client;
 use crate::exchange::{self, Exchange, NodeLink};
@@ -46,7 +46,13 @@ enum Plan {
         transform: Transform,
         status: Option<CacheStatus>,
     },
+    /// A 304 the stored object cannot take: send the request again, as this exchange says.
+    Refetch(weir_cache::Exchange),
 }
+
+/// What sending the request to the node again takes ([`planned`]): the forward stage's
+/// arguments, as the pipeline gave them to the first exchange.
+pub(crate) type Resend<'a, 'b> = (Forwarding, TrafficUpstream<'a>, &'b mut RequestBody);
 
 /// What the body goes through on its way.
 enum Transform {
@@ -55,26 +61,24 @@ enum Transform {
     Fill(Fill),
 }
 
-/// `filter_response` and `respond` for a request with a [`Flow`].
+/// `filter_response` and `respond` for a request with a [`Flow`]: the node's `exchange`,
+/// whether the client's connection may be kept, and what sending the request again takes
+/// (`resend`, for a 304 the cache cannot use).
 pub(crate) async fn respond(
     client: &mut Client,
     vs: &VirtualServerRuntime,
-    pool: &Pool,
+    pool: &Arc<Pool>,
     head: &RequestHead,
     (flow, decor): (Flow<'_>, &Edits<'_>),
-    exchange: Exchange,
-    keep_alive: bool,
+    (exchange, keep_alive, resend): (Exchange, bool, Resend<'_, '_>),
 ) -> Result<Sent, Failure> {
     let stall = pool.config.timeouts.response;
     let version = head.version();
     let content = flow.content;
-    let view = Http1Request {
-        head,
-        scheme: flow.scheme,
-    };
+    let (exchange, planned) = planned(client, vs, pool, head, flow, exchange, resend).await?;
     let keep_alive = keep_alive && !exchange.body_cut;
     let via = via_entry(&exchange);
-    match plan(flow, &view, &exchange.response, via) {
+    match planned {
         Plan::Plain(status) => {
             let extra = content.status_header().zip(status.map(CacheStatus::as_str));
             let decor = (decor, extra);
@@ -123,7 +127,54 @@ pub(crate) async fn respond(
             };
             relay(client, vs, upstream, &response, transform, how).await
         }
+        Plan::Refetch(_) => Err(refetch_twice()),
     }
+}
+
+/// The plan for the node's response; for a 304 the stored object cannot take
+/// ([`Plan::Refetch`]), the 304 is dropped, the request sent again as the cache says
+/// (without validators), and the plan for that response.
+async fn planned(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    pool: &Arc<Pool>,
+    head: &RequestHead,
+    flow: Flow<'_>,
+    exchange: Exchange,
+    (forwarding, upstream, body): Resend<'_, '_>,
+) -> Result<(Exchange, Plan), Failure> {
+    let view = Http1Request {
+        head,
+        scheme: flow.scheme,
+    };
+    let again = Flow {
+        cached: None,
+        forward_head: None,
+        ..flow
+    };
+    let via = via_entry(&exchange);
+    let cached = match plan(flow, &view, &exchange.response, via) {
+        Plan::Refetch(cached) => cached,
+        planned => return Ok((exchange, planned)),
+    };
+    let (mut dropped, _) = Upstream::of(exchange, pool.config.timeouts.response);
+    if dropped.is_bodyless() {
+        dropped.finish(&client.upstream_in);
+    }
+    drop(dropped);
+    let again = lookup::with_head(again, cached, head, vs);
+    let sent = again.forward_head.as_ref().unwrap_or(head);
+    let exchange = exchange::exchange(client, vs, pool, sent, forwarding, body, upstream).await?;
+    let via = via_entry(&exchange);
+    let planned = plan(again, &view, &exchange.response, via);
+    Ok((exchange, planned))
+}
+
+/// The cache asked for a second refetch, which it never does (its refetch fetches).
+fn refetch_twice() -> Failure {
+    Failure::from_error(
+        Error::new(ErrorKind::Io, Side::Internal).context("the cache asked to refetch twice"),
+    )
 }
 
 /// The node could not be reached or did not answer: a stale object within
@@ -165,26 +216,26 @@ pub(crate) async fn refresh(
     body: &mut RequestBody,
     flow: Flow<'_>,
 ) {
-    let sent = flow.forward_head.as_ref().unwrap_or(head);
     let forwarding = Forwarding {
         background: true,
         ..forwarding
     };
-    let exchanging = exchange::exchange(client, vs, pool, sent, forwarding, body, upstream);
-    let exchange = match exchanging.await {
-        Ok(exchange) => exchange,
+    let planning = async {
+        let sent = flow.forward_head.as_ref().unwrap_or(head);
+        let exchange =
+            exchange::exchange(client, vs, pool, sent, forwarding, body, upstream).await?;
+        let resend = (forwarding, upstream, &mut *body);
+        planned(client, vs, pool, head, flow, exchange, resend).await
+    };
+    let (exchange, planned) = match planning.await {
+        Ok(planned) => planned,
         Err(failure) => {
             tracing::debug!(virtual_server = %vs.config.name, error = %failure.error, "background refresh failed");
             return;
         }
     };
-    let view = Http1Request {
-        head,
-        scheme: flow.scheme,
-    };
-    let via = via_entry(&exchange);
-    let (mut upstream, response) = Upstream::of(exchange, pool.config.timeouts.response);
-    let transform = match plan(flow, &view, &response, via) {
+    let (mut upstream, _) = Upstream::of(exchange, pool.config.timeouts.response);
+    let transform = match planned {
         Plan::Store(transform, _) => transform,
         Plan::Relay {
             transform: transform @ Transform::Fill(_),
@@ -244,6 +295,7 @@ fn plan(
             transform: compressor.map_or(Transform::Pass, Transform::Compress),
             status: Some(status),
         },
+        Reply::Refetch(exchange) => Plan::Refetch(exchange),
         Reply::Fill(mut fill) => match fill.take_hit() {
             Some(hit) => Plan::Store(Transform::Fill(fill), hit),
             None => Plan::Relay {
