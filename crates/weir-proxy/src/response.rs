@@ -177,7 +177,7 @@ pub(crate) async fn respond(
 }
 
 /// Whether `content_type` is `text/event-stream` (server-sent events), parameters aside.
-fn is_event_stream(content_type: Option<&[u8]>) -> bool {
+pub(crate) fn is_event_stream(content_type: Option<&[u8]>) -> bool {
     crate::request_body::media_type_is(content_type, b"text/event-stream", b"; ")
 }
 

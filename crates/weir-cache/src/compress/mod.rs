@@ -162,9 +162,10 @@ impl CompressionPolicy {
     /// head its GET would (the coding, `Vary`, the weakened tag, no identity length), with
     /// no body to compress. A 304 has no body or type to judge: it describes the copy the
     /// client holds, so it gets the compressed 200's tag and `Vary` when this client
-    /// would get that copy — unless the 304 says it is of another kind (encoded already,
-    /// an uncompressed type, `no-transform`) or the client's `If-None-Match` names the
-    /// node's strong tag as it is (it holds an identity copy). It gets no
+    /// would get that copy, and the `Vary` alone (as every 200 of the kind carries it) when
+    /// the client is given the identity copy or its `If-None-Match` names the node's strong
+    /// tag as it is (it holds an identity copy); nothing when the 304 says it is of another
+    /// kind (encoded already, an uncompressed type, `no-transform`). It gets no
     /// `Content-Encoding`, as a 304 answered from a store does not ([`HeadEdits::apply`]).
     pub fn passed_on(
         &self,
@@ -175,8 +176,8 @@ impl CompressionPolicy {
     ) -> Option<Passed> {
         if response.status() == 304 {
             return self
-                .describes_compressed(request, response, directives, coding)
-                .then_some(Passed {
+                .describes(request, response, directives, coding)
+                .map(|coding| Passed {
                     edits: HeadEdits { coding },
                     body: false,
                 });
@@ -187,16 +188,17 @@ impl CompressionPolicy {
         })
     }
 
-    /// Whether a 304 to this request is about the copy compressed with `coding`.
-    fn describes_compressed(
+    /// Which copy a 304 to this request is about: the one compressed with `coding`, the
+    /// identity one (`Identity`), or `None` when it is of a kind weir does not compress.
+    fn describes(
         &self,
         request: &impl RequestView,
         not_modified: &impl ResponseView,
         directives: &ResponseDirectives,
         coding: Coding,
-    ) -> bool {
-        if coding == Coding::Identity || self.codings.is_empty() || directives.no_transform {
-            return false;
+    ) -> Option<Coding> {
+        if self.codings.is_empty() || directives.no_transform {
+            return None;
         }
         let encoded = list_elements(not_modified.header_values("content-encoding"))
             .any(|coding| !coding.eq_ignore_ascii_case(b"identity"));
@@ -204,7 +206,7 @@ impl CompressionPolicy {
             .header("content-type")
             .is_some_and(|value| !self.compresses_type(value));
         if encoded || other_type {
-            return false;
+            return None;
         }
         let held_as_is = not_modified
             .header("etag")
@@ -213,7 +215,10 @@ impl CompressionPolicy {
             .is_some_and(|tag| {
                 list_elements(request.header_values("if-none-match")).any(|named| named == tag)
             });
-        !held_as_is
+        Some(match held_as_is {
+            true => Coding::Identity,
+            false => coding,
+        })
     }
 }
 
@@ -393,6 +398,13 @@ mod tests {
             },
             body: false,
         });
+        // An identity copy's 304 keeps the tag and gets the `Vary` every 200 carries.
+        let vary_only = Some(Passed {
+            edits: HeadEdits {
+                coding: Coding::Identity,
+            },
+            body: false,
+        });
         let not_modified = Resp::new(304).header("ETag", "\"x\"");
         let holds_compressed = Req::get("/").header("If-None-Match", "W/\"x\"");
         let cases = [
@@ -408,7 +420,7 @@ mod tests {
                 &holds_compressed,
                 not_modified.clone(),
                 Coding::Identity,
-                None,
+                vary_only,
             ),
             (
                 "another type",
@@ -436,7 +448,17 @@ mod tests {
             assert_eq!(passed(request, &response, coding), expected, "{name}");
         }
         let holds_identity = Req::get("/").header("If-None-Match", "\"y\", \"x\"");
-        assert_eq!(passed(&holds_identity, &not_modified, Coding::Gzip), None);
+        assert_eq!(
+            passed(&holds_identity, &not_modified, Coding::Gzip),
+            vary_only
+        );
+        assert_eq!(
+            edited(&not_modified, Coding::Identity),
+            vec![
+                ("ETag".to_owned(), "\"x\"".to_owned()),
+                ("Vary".to_owned(), "Accept-Encoding".to_owned()),
+            ]
+        );
         // A 304 edited keeps its fields: the tag weakened and `Vary`, no coding.
         assert_eq!(
             edited(&not_modified, Coding::Gzip),

@@ -368,6 +368,17 @@ impl Transform {
         }
     }
 
+    /// [`Transform::push`], then [`Transform::flush`]: all of `chunk` put out.
+    fn push_flushed(&mut self, chunk: Bytes) -> io::Result<Bytes> {
+        let out = self.push(chunk)?;
+        let tail = self.flush()?;
+        Ok(match (out.is_empty(), tail.is_empty()) {
+            (_, true) => out,
+            (true, false) => tail,
+            (false, false) => [out, tail].concat().into(),
+        })
+    }
+
     /// Puts out everything pushed so far (an encoder's sync flush).
     fn flush(&mut self) -> io::Result<Bytes> {
         match self {
@@ -547,12 +558,15 @@ async fn relay(
     let cut = |failure: Failure, sent: u64| failure.after(status, head_bytes + sent);
     let mut body_bytes = 0;
     // An encoder holds what it was given until its window fills: when the node pauses
-    // (a progressive answer, an event stream), what it holds is flushed to the client.
+    // (a progressive answer), what it holds is flushed to the client. An event stream's
+    // events each go on as they come, flushed one by one.
+    let eager = response::is_event_stream(response.header("content-type"));
     let mut held = false;
     loop {
         let pause = held.then_some(response::NODE_PAUSE);
         let next = upstream.next_chunk_within(&mut client.upstream_in, pause);
         let piece = match next.await {
+            Ok(Some(Some(chunk))) if eager => transform.push_flushed(chunk),
             Ok(Some(Some(chunk))) => {
                 held = transform.holds_back();
                 transform.push(chunk)

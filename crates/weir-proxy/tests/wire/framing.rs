@@ -543,7 +543,6 @@ async fn progressive_answers_are_not_held_in_the_response_buffer() {
 /// them: when the node pauses, the encoder's held input is flushed (decodable at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compressed_events_are_flushed_when_the_node_pauses() {
-    use std::io::Write;
     let first = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
                   Transfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n";
     let rest = b"9\r\ndata: 2\n\n\r\n0\r\n\r\n";
@@ -552,7 +551,68 @@ async fn compressed_events_are_flushed_when_the_node_pauses() {
     let seen = first_second(first, rest, compression, request).await;
     let text = String::from_utf8_lossy(&seen).to_ascii_lowercase();
     assert!(text.contains("content-encoding: gzip"), "{text}");
-    // The chunked body so far, unframed, then inflated as far as it goes.
+    let events = inflated_so_far(&seen);
+    assert!(events.contains("data: 1"), "inflated so far: {events:?}");
+}
+
+/// A compressed event stream whose node never pauses for long (an event every 20 ms) still
+/// reaches the client event by event: each event is flushed through the encoder as it comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_events_go_on_one_by_one() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node_addr = node.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut stream, _) = node.accept().await.unwrap();
+        let mut head = [0u8; 1024];
+        let _ = stream.read(&mut head).await;
+        let _ = stream
+            .write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                  Transfer-Encoding: chunked\r\n\r\n",
+            )
+            .await;
+        for n in 0..100 {
+            let event = format!("data: {n:02}\n\n");
+            let chunk = format!("{:x}\r\n{event}\r\n", event.len());
+            if stream.write_all(chunk.as_bytes()).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let _ = stream.write_all(b"0\r\n\r\n").await;
+    });
+    let compression = "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]";
+    let proxy = TestProxy::start(&config(&[node_addr], "", compression)).await;
+    let mut client = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    client
+        .write_all(b"GET /events HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = client.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed early");
+            seen.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    proxy.stop().await;
+    let text = String::from_utf8_lossy(&seen).to_ascii_lowercase();
+    assert!(text.contains("content-encoding: gzip"), "{text}");
+    let events = inflated_so_far(&seen);
+    assert!(
+        events.contains("data: 05"),
+        "inflated in the first second: {events:?}"
+    );
+}
+
+/// A chunked, gzip-coded HTTP/1.1 answer as far as it came (head and whole chunks):
+/// its body inflated as far as it goes.
+fn inflated_so_far(seen: &[u8]) -> String {
+    use std::io::Write;
     let start = seen
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -561,8 +621,8 @@ async fn compressed_events_are_flushed_when_the_node_pauses() {
     let mut body = &seen[start..];
     let mut gzip = Vec::new();
     while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
-        let size =
-            usize::from_str_radix(std::str::from_utf8(&body[..line_end]).unwrap(), 16).unwrap();
+        let size = std::str::from_utf8(&body[..line_end]).unwrap();
+        let size = usize::from_str_radix(size, 16).unwrap();
         let data = &body[line_end + 2..];
         if size == 0 || data.len() < size + 2 {
             break;
@@ -573,6 +633,5 @@ async fn compressed_events_are_flushed_when_the_node_pauses() {
     let mut inflated = flate2::write::GzDecoder::new(Vec::new());
     inflated.write_all(&gzip).unwrap();
     inflated.flush().unwrap();
-    let events = String::from_utf8_lossy(inflated.get_ref()).into_owned();
-    assert!(events.contains("data: 1"), "inflated so far: {events:?}");
+    String::from_utf8_lossy(inflated.get_ref()).into_owned()
 }
