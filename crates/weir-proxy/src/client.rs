@@ -124,7 +124,7 @@ const LEFT_RECHECK: Duration = Duration::from_millis(250);
 pub(crate) async fn client_closed(tcp: &tokio::net::TcpStream, behind_bytes: bool) -> Error {
     let closed = |why: &str| {
         Error::new(ErrorKind::ClientClosed, Side::Downstream).context(format!(
-            "the client {why} while its request waited in the queue"
+            "the client {why} while it waited in a node's queue"
         ))
     };
     loop {
