@@ -247,7 +247,6 @@ impl NodeConnections {
     ///
     /// `preamble` (a PROXY protocol header, or nothing) is written on the new TCP connection
     /// before anything else, TLS handshake included.
-    ///
     pub async fn checkout_dedicated(self: &Arc<Self>, preamble: &[u8]) -> Result<Lease, Error> {
         self.checkout_dedicated_watching(preamble, std::future::pending)
             .await
@@ -515,22 +514,11 @@ impl QueuedWait<'_> {
             .as_mut()
             .expect("set at construction, taken only here or in drop");
         let queue_timeout = self.queue_timeout;
-        let grant = tokio::time::timeout(queue_timeout, async {
-            tokio::select! {
-                biased;
-                grant = receiver => Ok(grant),
-                error = left => Err(error),
-            }
-        })
-        .await;
-        match grant {
+        match wait_for_grant(receiver, queue_timeout, left, &pool.pool_metrics).await {
             // The client has gone: dropping `self` takes the request out of the
             // queue, or passes on what was granted meanwhile.
-            Ok(Err(error)) => {
-                pool.pool_metrics.queue_abandoned.inc();
-                Err(error)
-            }
-            Ok(Ok(Ok(grant))) => {
+            Waited::Left(error) => Err(error),
+            Waited::Granted(grant) => {
                 self.receiver = None;
                 match grant {
                     // The granted connection closes here; its slot stays ours.
@@ -548,18 +536,56 @@ impl QueuedWait<'_> {
                     Grant::Slot => pool.connect(preamble).await,
                 }
             }
-            // The sender is only dropped after a failed send, never while we wait.
-            Ok(Ok(Err(_))) | Err(_) => {
-                pool.pool_metrics.queue_timeouts.inc();
-                Err(
-                    Error::new(ErrorKind::QueueTimeout, Side::Internal).context(format!(
-                        "waited {:?} for a connection to node {}",
-                        queue_timeout, pool.address
-                    )),
-                )
-            }
+            Waited::TimedOut => Err(Error::new(ErrorKind::QueueTimeout, Side::Internal).context(
+                format!(
+                    "waited {:?} for a connection to node {}",
+                    queue_timeout, pool.address
+                ),
+            )),
         }
     }
+}
+
+/// How a wait in a node's queue ended.
+pub(crate) enum Waited<G> {
+    /// A connection, stream or slot was granted.
+    Granted(G),
+    /// The client went away first (the error `left` made).
+    Left(Error),
+    /// The queue timeout passed. (The sender is only dropped after a failed send, never
+    /// while the request waits.)
+    TimedOut,
+}
+
+/// The wait of a request in a node's queue, for HTTP/1.1 connections and HTTP/2 streams
+/// alike: `receiver`'s grant, at most `timeout`, and no longer than `left` (the client's
+/// leaving). A wait the client left counts in `weir_queue_abandoned_total`, one that timed
+/// out in `weir_queue_timeouts_total`.
+pub(crate) async fn wait_for_grant<G>(
+    receiver: &mut oneshot::Receiver<G>,
+    timeout: Duration,
+    left: impl Future<Output = Error>,
+    metrics: &PoolMetrics,
+) -> Waited<G> {
+    let waited = tokio::time::timeout(timeout, async {
+        tokio::select! {
+            biased;
+            grant = receiver => grant.map_or(Waited::TimedOut, Waited::Granted),
+            error = left => Waited::Left(error),
+        }
+    })
+    .await
+    .unwrap_or(Waited::TimedOut);
+    match &waited {
+        Waited::Granted(_) => {}
+        Waited::Left(_) => {
+            metrics.queue_abandoned.inc();
+        }
+        Waited::TimedOut => {
+            metrics.queue_timeouts.inc();
+        }
+    }
+    waited
 }
 
 impl Drop for QueuedWait<'_> {

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use weir_core::{Error, ErrorKind, Side};
 use weir_observe::{NodeMetrics, PoolMetrics, UpstreamHttp2Metrics};
 
-use crate::connection::UpstreamTls;
+use crate::connection::{UpstreamTls, Waited, wait_for_grant};
 
 /// Requests sent again after a GOAWAY refused them before any was processed.
 const GOAWAY_RETRIES: u32 = 3;
@@ -665,37 +665,24 @@ impl QueuedWait<'_> {
             .receiver
             .as_mut()
             .expect("set at construction, taken only here or in drop");
-        let grant = tokio::time::timeout(node.settings.queue_timeout, async {
-            tokio::select! {
-                biased;
-                grant = receiver => Ok(grant),
-                error = left => Err(error),
-            }
-        })
-        .await;
-        match grant {
+        let queue_timeout = node.settings.queue_timeout;
+        match wait_for_grant(receiver, queue_timeout, left, &node.pool_metrics).await {
             // The client has gone: dropping `self` takes the request out of the
             // queue, or passes on what was granted meanwhile.
-            Ok(Err(error)) => {
-                node.pool_metrics.queue_abandoned.inc();
-                Err(error)
-            }
-            Ok(Ok(Ok(grant))) => {
+            Waited::Left(error) => Err(error),
+            Waited::Granted(grant) => {
                 self.receiver = None;
                 match grant {
                     Grant::Stream(connection, send) => Ok(node.lease(connection, send, true)),
                     Grant::Slot => node.connect_in_slot().await,
                 }
             }
-            Ok(Ok(Err(_))) | Err(_) => {
-                node.pool_metrics.queue_timeouts.inc();
-                Err(
-                    Error::new(ErrorKind::QueueTimeout, Side::Internal).context(format!(
-                        "waited {:?} for a stream to HTTP/2 node {}",
-                        node.settings.queue_timeout, node.address
-                    )),
-                )
-            }
+            Waited::TimedOut => Err(Error::new(ErrorKind::QueueTimeout, Side::Internal).context(
+                format!(
+                    "waited {:?} for a stream to HTTP/2 node {}",
+                    queue_timeout, node.address
+                ),
+            )),
         }
     }
 }
