@@ -397,30 +397,66 @@ impl Transform {
     }
 }
 
+/// The node's body through a [`Transform`], piece by piece, for [`relay`] and [`pump`].
+/// An encoder holds what it was given until its window fills: when the node pauses (a
+/// progressive answer) what it holds is flushed; with `eager` (an event stream) every
+/// chunk is flushed as it comes.
+struct Pieces {
+    transform: Transform,
+    eager: bool,
+    /// The transform holds input it has not put out.
+    held: bool,
+}
+
+impl Pieces {
+    fn new(transform: Transform, eager: bool) -> Pieces {
+        Pieces {
+            transform,
+            eager,
+            held: false,
+        }
+    }
+
+    /// The next piece (possibly empty: an encoder that holds all it was given); `None`
+    /// at the end of the body. The node's failures come as they are, the encoder's as
+    /// [`encoder_failed`].
+    async fn next(
+        &mut self,
+        upstream: &mut Upstream,
+        input: &mut BytesMut,
+    ) -> Result<Option<Bytes>, Failure> {
+        let pause = self.held.then_some(response::NODE_PAUSE);
+        let piece = match upstream.next_chunk_within(input, pause).await? {
+            Some(Some(chunk)) if self.eager => self.transform.push_flushed(chunk),
+            Some(Some(chunk)) => {
+                self.held = self.transform.holds_back();
+                self.transform.push(chunk)
+            }
+            Some(None) => return Ok(None),
+            None => {
+                self.held = false;
+                self.transform.flush()
+            }
+        };
+        piece.map(Some).map_err(encoder_failed)
+    }
+
+    /// The last bytes, once the body has ended.
+    fn finish(self) -> Result<Bytes, Failure> {
+        self.transform.finish().map_err(encoder_failed)
+    }
+}
+
 /// Reads the node's body into the store (a failure drops the fill, which
 /// aborts it: readers close, waiters go to the node).
 async fn pump(
     upstream: &mut Upstream,
     input: &mut BytesMut,
-    mut transform: Transform,
+    transform: Transform,
 ) -> Result<(), Failure> {
-    // As in `relay`: a pause of the node flushes what an encoder holds, for the store's readers.
-    let mut held = false;
-    loop {
-        let pause = held.then_some(response::NODE_PAUSE);
-        match upstream.next_chunk_within(input, pause).await? {
-            Some(Some(chunk)) => {
-                held = transform.holds_back();
-                transform.push(chunk).map_err(encoder_failed)?;
-            }
-            Some(None) => break,
-            None => {
-                held = false;
-                transform.flush().map_err(encoder_failed)?;
-            }
-        }
-    }
-    transform.finish().map_err(encoder_failed)?;
+    let mut pieces = Pieces::new(transform, false);
+    while pieces.next(upstream, input).await?.is_some() {}
+    pieces.finish()?;
     Ok(())
 }
 
@@ -527,7 +563,7 @@ async fn relay(
     vs: &VirtualServerRuntime,
     mut upstream: Upstream,
     response: &ResponseHead,
-    mut transform: Transform,
+    transform: Transform,
     how: Relay<'_>,
 ) -> Result<Sent, Failure> {
     let compressed = how
@@ -557,37 +593,25 @@ async fn relay(
     // Past the head, a failure cuts the answer short: it says how far it got.
     let cut = |failure: Failure, sent: u64| failure.after(status, head_bytes + sent);
     let mut body_bytes = 0;
-    // An encoder holds what it was given until its window fills: when the node pauses
-    // (a progressive answer), what it holds is flushed to the client. An event stream's
-    // events each go on as they come, flushed one by one.
+    // An event stream's events each go on as they come.
     let eager = response::is_event_stream(response.header("content-type"));
-    let mut held = false;
+    let mut pieces = Pieces::new(transform, eager);
     loop {
-        let pause = held.then_some(response::NODE_PAUSE);
-        let next = upstream.next_chunk_within(&mut client.upstream_in, pause);
-        let piece = match next.await {
-            Ok(Some(Some(chunk))) if eager => transform.push_flushed(chunk),
-            Ok(Some(Some(chunk))) => {
-                held = transform.holds_back();
-                transform.push(chunk)
-            }
-            Ok(Some(None)) => break,
-            Ok(None) => {
-                held = false;
-                transform.flush()
-            }
-            Err(failure) => return Err(cut(Failure::silent(failure.error), body_bytes)),
+        let next = pieces.next(&mut upstream, &mut client.upstream_in).await;
+        let piece = match next.map_err(|failure| Failure::silent(failure.error)) {
+            Ok(Some(piece)) => piece,
+            Ok(None) => break,
+            Err(failure) => return Err(cut(failure, body_bytes)),
         };
-        let piece = piece.map_err(|e| cut(encoder_failed(e), body_bytes))?;
         let size = piece.len() as u64;
         sink.piece(client, piece, timeout)
             .await
             .map_err(|failure| cut(failure, body_bytes))?;
         body_bytes += size;
     }
-    let tail = transform
+    let tail = pieces
         .finish()
-        .map_err(|e| cut(encoder_failed(e), body_bytes))?;
+        .map_err(|failure| cut(failure, body_bytes))?;
     let size = tail.len() as u64;
     sink.piece(client, tail, timeout)
         .await
