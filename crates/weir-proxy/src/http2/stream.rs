@@ -149,9 +149,6 @@ impl H2Stream {
         Ok(buf.len() - before)
     }
 
-    /// The request body's stream, for a pump that moves it to an HTTP/2
-    /// node on its own (full duplex); `None` once taken or read to its end.
-    /// Afterwards [`H2Stream::read_framed`] reports the end at once.
     /// Ends when the client resets the stream (or its connection fails): it no longer
     /// wants the answer.
     pub(crate) async fn reset(&mut self) -> Error {
@@ -163,6 +160,9 @@ impl H2Stream {
         Error::new(ErrorKind::ClientClosed, Side::Downstream).context(context)
     }
 
+    /// The request body's stream, for a pump that moves it to an HTTP/2
+    /// node on its own (full duplex); `None` once taken or read to its end.
+    /// Afterwards [`H2Stream::read_framed`] reports the end at once.
     pub(crate) fn take_body(&mut self) -> Option<RecvStream> {
         if self.body_done {
             return None;
