@@ -179,6 +179,25 @@ fn header(headers: &http::HeaderMap, name: &str) -> String {
         .to_owned()
 }
 
+/// An h2c virtual server over an h2c pool of `node` that writes JSON access records to a
+/// file of its own (`name` tells the tests' files apart): the proxy and the file.
+async fn logged_proxy(
+    node: SocketAddr,
+    name: &str,
+    vs_extra: &str,
+) -> (TestProxy, std::path::PathBuf) {
+    let log = std::env::temp_dir().join(format!("weir-h2-{name}-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
+         level = \"warn\"\n\n[pools.web]\nnodes = [{{ address = \"{node}\" }}]\nprotocol = \"h2c\"\n\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
+         [virtual_servers.web.http2]\ncleartext = true\n{vs_extra}",
+        log.display(),
+    );
+    (TestProxy::start(&toml).await, log)
+}
+
 async fn proxy(node: SocketAddr, vs_extra: &str) -> TestProxy {
     TestProxy::start(&weir_testkit::config(
         &[node],
@@ -431,17 +450,7 @@ async fn a_bidirectional_stream_flows_both_ways_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_access_log_records_http2_and_the_grpc_status() {
     let node = h2_node().await;
-    let log = std::env::temp_dir().join(format!("weir-h2-access-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
-    let toml = format!(
-        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
-         level = \"warn\"\n\n[pools.web]\nnodes = [{{ address = \"{}\" }}]\nprotocol = \"h2c\"\n\n\
-         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
-         [virtual_servers.web.http2]\ncleartext = true\n",
-        log.display(),
-        node.addr
-    );
-    let proxy = TestProxy::start(&toml).await;
+    let (proxy, log) = logged_proxy(node.addr, "access", "").await;
     let url = format!("http://127.0.0.1:{}/trailers", proxy.addr.port());
     curl(
         args(&["--http2-prior-knowledge", "-H", "TE: trailers", &url]),
@@ -560,18 +569,9 @@ async fn a_streamed_body_past_the_limit_to_an_h2_node_gets_413() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_body_past_the_limit_after_the_node_answered_is_the_clients_fault() {
     let node = h2_node().await;
-    let log = std::env::temp_dir().join(format!("weir-h2-limit-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
-    let toml = format!(
-        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
-         level = \"warn\"\n\n[pools.web]\nnodes = [{{ address = \"{}\" }}]\nprotocol = \"h2c\"\n\n\
-         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
-         [virtual_servers.web.http2]\ncleartext = true\n\
-         [virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"\nmax_body_bytes = \"4KiB\"\n",
-        log.display(),
-        node.addr
-    );
-    let proxy = TestProxy::start(&toml).await;
+    let limits =
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"\nmax_body_bytes = \"4KiB\"\n";
+    let (proxy, log) = logged_proxy(node.addr, "limit", limits).await;
     let tcp = tokio::net::TcpStream::connect(proxy.addr)
         .await
         .expect("connect");

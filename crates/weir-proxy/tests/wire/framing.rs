@@ -453,15 +453,14 @@ async fn malformed_node_answers_are_bad_gateway() {
     }
 }
 
-/// Sends `first` as the node's answer to `request`, waits 2 s, sends `rest`; returns
-/// what the client received in its first second (`vs_extra`: the virtual server's
-/// further settings).
-async fn first_second(
-    first: &'static [u8],
-    rest: &'static [u8],
-    vs_extra: &str,
-    request: &[u8],
-) -> Vec<u8> {
+/// What a client sending `request` received in its first second from a node that answers
+/// as `answer` writes (after reading the request head), through a virtual server with
+/// `vs_extra`.
+async fn first_second<F, A>(answer: F, vs_extra: &str, request: &[u8]) -> Vec<u8>
+where
+    F: FnOnce(tokio::net::TcpStream) -> A + Send + 'static,
+    A: std::future::Future<Output = ()> + Send,
+{
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let node_addr = node.local_addr().unwrap();
@@ -469,16 +468,14 @@ async fn first_second(
         let (mut stream, _) = node.accept().await.unwrap();
         let mut head = [0u8; 1024];
         let _ = stream.read(&mut head).await;
-        let _ = stream.write_all(first).await;
-        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        let _ = stream.write_all(rest).await;
+        answer(stream).await;
     });
     let proxy = TestProxy::start(&config(&[node_addr], "", vs_extra)).await;
     let mut client = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     client.write_all(request).await.unwrap();
     let mut seen = Vec::new();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
-        let mut chunk = [0u8; 1024];
+        let mut chunk = [0u8; 4096];
         loop {
             let n = client.read(&mut chunk).await.unwrap();
             assert!(n > 0, "closed early");
@@ -490,6 +487,14 @@ async fn first_second(
     seen
 }
 
+/// The node's answer on `stream`: `first`, then 2 s later `rest`.
+async fn in_two_parts(mut stream: tokio::net::TcpStream, first: &[u8], rest: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    let _ = stream.write_all(first).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let _ = stream.write_all(rest).await;
+}
+
 /// Whether the client saw `marker` (in `first`) within 1 s, the node pausing 2 s after `first`.
 async fn seen_before_the_node_goes_on(
     first: &'static [u8],
@@ -497,7 +502,7 @@ async fn seen_before_the_node_goes_on(
     marker: &str,
 ) -> bool {
     let request = b"GET /progress HTTP/1.1\r\nHost: t\r\n\r\n";
-    let seen = first_second(first, rest, "", request).await;
+    let seen = first_second(move |stream| in_two_parts(stream, first, rest), "", request).await;
     String::from_utf8_lossy(&seen).contains(marker)
 }
 
@@ -548,7 +553,12 @@ async fn compressed_events_are_flushed_when_the_node_pauses() {
     let rest = b"9\r\ndata: 2\n\n\r\n0\r\n\r\n";
     let compression = "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\nmin_size = 1";
     let request = b"GET /events HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n";
-    let seen = first_second(first, rest, compression, request).await;
+    let seen = first_second(
+        move |stream| in_two_parts(stream, first, rest),
+        compression,
+        request,
+    )
+    .await;
     let text = String::from_utf8_lossy(&seen).to_ascii_lowercase();
     assert!(text.contains("content-encoding: gzip"), "{text}");
     let events = inflated_so_far(&seen);
@@ -559,13 +569,8 @@ async fn compressed_events_are_flushed_when_the_node_pauses() {
 /// reaches the client event by event: each event is flushed through the encoder as it comes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compressed_events_go_on_one_by_one() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let node_addr = node.local_addr().unwrap();
-    tokio::spawn(async move {
-        let (mut stream, _) = node.accept().await.unwrap();
-        let mut head = [0u8; 1024];
-        let _ = stream.read(&mut head).await;
+    let events = |mut stream: tokio::net::TcpStream| async move {
+        use tokio::io::AsyncWriteExt;
         let _ = stream
             .write_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
@@ -581,25 +586,10 @@ async fn compressed_events_go_on_one_by_one() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         let _ = stream.write_all(b"0\r\n\r\n").await;
-    });
+    };
     let compression = "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]";
-    let proxy = TestProxy::start(&config(&[node_addr], "", compression)).await;
-    let mut client = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
-    client
-        .write_all(b"GET /events HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
-        let mut chunk = [0u8; 4096];
-        loop {
-            let n = client.read(&mut chunk).await.unwrap();
-            assert!(n > 0, "closed early");
-            seen.extend_from_slice(&chunk[..n]);
-        }
-    })
-    .await;
-    proxy.stop().await;
+    let request = b"GET /events HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n";
+    let seen = first_second(events, compression, request).await;
     let text = String::from_utf8_lossy(&seen).to_ascii_lowercase();
     assert!(text.contains("content-encoding: gzip"), "{text}");
     let events = inflated_so_far(&seen);
