@@ -10,6 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{ForwardRequest, Parsed, RequestHead, ResponseHead, parse_response};
+use weir_upstream::node::NodeState;
 use weir_upstream::{Lease, Pool, StreamLease, Tried, TunnelPermit};
 
 use crate::VIA;
@@ -97,6 +98,32 @@ impl Retry {
             ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout => Retry::OtherNode,
             _ => Retry::SameNode,
         }
+    }
+}
+
+/// The node whose response head the client is answered from, and how long that head took.
+#[derive(Clone, Copy)]
+pub(crate) struct AnsweredBy<'p> {
+    pub node: &'p NodeState,
+    pub response_time: Duration,
+}
+
+/// Passive health and the EWMA from the node's response head: the node and
+/// how long its head took.
+pub(crate) fn note_response<'p>(pool: &'p Pool, exchange: &Exchange) -> AnsweredBy<'p> {
+    let node = &pool.nodes[exchange.node];
+    let head_received = Instant::now();
+    let response_time = head_received.saturating_duration_since(exchange.sent_at);
+    node.record_response_time(response_time);
+    if exchange.response.status() >= 500 {
+        node.metrics.responses_5xx.inc();
+        pool.record_failure(node, head_received.into_std());
+    } else {
+        node.record_success(head_received.into_std());
+    }
+    AnsweredBy {
+        node,
+        response_time,
     }
 }
 

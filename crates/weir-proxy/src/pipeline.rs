@@ -12,7 +12,6 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -24,14 +23,13 @@ use weir_http::{RequestHead, Unedited, Version};
 use weir_observe::AccessRecord;
 use weir_tls::{FirstSpeaker, ServerStream};
 use weir_upstream::Pool;
-use weir_upstream::node::NodeState;
 
 use crate::answer::Failure;
 use crate::answer::lossy;
 use crate::client::{Client, IdleConnection, IdleTimer};
 use crate::content::{self, Early, Looked};
 use crate::drain::Admission;
-use crate::exchange::{self, Exchange};
+use crate::exchange;
 use crate::policy;
 use crate::request_body;
 use crate::response::{self, Sent};
@@ -588,41 +586,39 @@ async fn serve_request(
     let node = exchange.node;
     // filter_response: what persistence learns from the node's answer
     traffic.learn(pool, head, &exchange.response, node);
-    let (node_state, response_time) = note_response(pool, &exchange);
+    let mut answered_by = exchange::note_response(pool, &exchange);
     // respond (the upstream connection is released inside, as soon as the node is done);
     // a drain that began meanwhile closes the connection after this response.
     let keep_alive = keep_alive && !shutdown.is_triggered() && !forwarding.connect;
     let tunnelled = exchange.switched(forwarding.connect);
     upgrade::h2_websocket_answered(client, tunnelled, exchange.response.status())?;
     let edits = traffic.response_edits(vs);
-    // A failure from here on happened at this node: the access record names it.
-    let at_node = |failure: Failure| failure.at_node(node_state.address);
     let sent = match flow {
-        _ if tunnelled => Box::pin(upgrade::tunnel(client, vs, exchange, head, &edits))
-            .await
-            .map_err(at_node)?,
+        _ if tunnelled => Box::pin(upgrade::tunnel(client, vs, exchange, head, &edits)).await,
         // filter_response → respond: stored, compressed, or answered from the cache
         Some(flow) => {
+            // A 304 the cache cannot use sends the request again: `answered_by` then
+            // names the node of that second answer.
             let resend = (forwarding, traffic.upstream(vs), &mut body);
-            let answered = (exchange, keep_alive, resend);
+            let answered = (exchange, keep_alive, resend, &mut answered_by);
             let responding = content::respond(client, vs, pool, head, (flow, &edits), answered);
-            Box::pin(responding).await.map_err(at_node)?
+            Box::pin(responding).await
         }
         None => {
             let timeout = pool.config.timeouts.response;
             let version = head.version();
             let decor = (&edits, None);
-            response::respond(client, vs, exchange, version, keep_alive, timeout, decor)
-                .await
-                .map_err(at_node)?
+            response::respond(client, vs, exchange, version, keep_alive, timeout, decor).await
         }
     };
+    // A failure from here on happened at the node: the access record names it.
+    let sent = sent.map_err(|failure| failure.at_node(answered_by.node.address))?;
     // log
     pool.metrics.record_status(sent.status);
     let upstream = Some(Upstream {
         pool,
-        node: node_state.address,
-        response_time,
+        node: answered_by.node.address,
+        response_time: answered_by.response_time,
     });
     record(client, vs, request, body.received, &sent, upstream, traffic);
     Ok(match sent.keep_alive {
@@ -700,22 +696,6 @@ fn caches(vs: &VirtualServerRuntime) -> bool {
     vs.content
         .as_ref()
         .is_some_and(|content| content.cache().is_some())
-}
-
-/// Passive health and the EWMA from the node's response head: the node and
-/// how long its head took.
-fn note_response<'p>(pool: &'p Pool, exchange: &Exchange) -> (&'p NodeState, Duration) {
-    let node_state = &pool.nodes[exchange.node];
-    let head_received = Instant::now();
-    let response_time = head_received.saturating_duration_since(exchange.sent_at);
-    node_state.record_response_time(response_time);
-    if exchange.response.status() >= 500 {
-        node_state.metrics.responses_5xx.inc();
-        pool.record_failure(node_state, head_received.into_std());
-    } else {
-        node_state.record_success(head_received.into_std());
-    }
-    (node_state, response_time)
 }
 
 /// The node that answered a request.

@@ -973,6 +973,75 @@ async fn a_304_about_another_representation_refetches_instead_of_serving_the_sto
     proxy.stop().await;
 }
 
+/// One of two nodes that answer a validating request with a 304 about `"v2"` and any
+/// other with a stale `"v1"` that names them.
+fn validates_as_another(head: &str, name: &str) -> Answer {
+    if head.to_ascii_lowercase().contains("if-none-match:") {
+        return Answer::ok(b"")
+            .status(304)
+            .field("Cache-Control", "max-age=60")
+            .field("ETag", "\"v2\"");
+    }
+    Answer::ok(format!("from {name}").as_bytes())
+        .field("Cache-Control", "max-age=0")
+        .field("ETag", "\"v1\"")
+}
+
+fn node_a(head: &str, _: usize) -> Answer {
+    validates_as_another(head, "a")
+}
+
+fn node_b(head: &str, _: usize) -> Answer {
+    validates_as_another(head, "b")
+}
+
+/// When the request a 304 could not serve goes again and another node answers it, the
+/// access record names the node whose answer the client got, not the one that sent the 304.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refetch_answered_by_another_node_is_logged_with_that_node() {
+    let (a, b) = (
+        CountingNode::start(node_a, Duration::ZERO).await,
+        CountingNode::start(node_b, Duration::ZERO).await,
+    );
+    let log = std::env::temp_dir().join(format!("weir-refetch-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let logging = format!(
+        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n",
+        log.display()
+    );
+    let toml = config(&[a.addr, b.addr], "algorithm = \"round_robin\"\n", CACHE)
+        .replace("[log]\naccess_log = false\n", &logging);
+    let proxy = TestProxy::start(&toml).await;
+    let first = request(&proxy, "GET", "/r", &[]).await;
+    assert_eq!(first.status, 200);
+    let second = request(&proxy, "GET", "/r", &[]).await;
+    assert_eq!(second.status, 200);
+    // Round robin: the revalidation went to the other node, the refetch back to the first.
+    let (filled, validated) = if a.heads().len() == 2 {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    assert_eq!((filled.requests(), validated.requests()), (2, 1));
+    assert!(
+        validated.heads()[0]
+            .to_ascii_lowercase()
+            .contains("if-none-match"),
+        "{:?}",
+        validated.heads()
+    );
+    let name = if std::ptr::eq(filled, &a) { "a" } else { "b" };
+    assert_eq!(second.text(), format!("from {name}"));
+    proxy.live.flush_access_log();
+    let text = std::fs::read_to_string(&log).expect("the access log was written");
+    let records: Vec<&str> = text.lines().collect();
+    assert_eq!(records.len(), 2, "{text}");
+    let node = format!("\"node\":\"{}\"", filled.addr);
+    assert!(records[1].contains(&node), "{} in {}", node, records[1]);
+    proxy.stop().await;
+    let _ = std::fs::remove_file(&log);
+}
+
 /// Compression without a cache: per request, streaming, never for ranges
 /// or for a client that refuses every coding.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,7 +25,7 @@ use weir_upstream::Pool;
 use super::{Content, Flow, deliver, lookup};
 use crate::answer::Failure;
 use crate::client::Client;
-use crate::exchange::{self, Exchange, NodeLink};
+use crate::exchange::{self, AnsweredBy, Exchange, NodeLink};
 use crate::policy::Forwarding;
 use crate::request_body::RequestBody;
 use crate::response::{self, Sent, Upstream};
@@ -54,6 +54,10 @@ enum Plan {
 /// arguments, as the pipeline gave them to the first exchange.
 pub(crate) type Resend<'a, 'b> = (Forwarding, TrafficUpstream<'a>, &'b mut RequestBody);
 
+/// The node's answer as [`respond`] takes it: the exchange, whether the client's connection
+/// may be kept, what sending the request again takes, and the node noted as answering.
+pub(crate) type Answered<'p, 'a, 'b> = (Exchange, bool, Resend<'a, 'b>, &'b mut AnsweredBy<'p>);
+
 /// What the body goes through on its way.
 enum Transform {
     Pass,
@@ -62,19 +66,22 @@ enum Transform {
 }
 
 /// `filter_response` and `respond` for a request with a [`Flow`]: the node's `exchange`,
-/// whether the client's connection may be kept, and what sending the request again takes
-/// (`resend`, for a 304 the cache cannot use).
-pub(crate) async fn respond(
+/// whether the client's connection may be kept, what sending the request again takes
+/// (`resend`, for a 304 the cache cannot use), and the node that answered, which a
+/// second exchange replaces (`answered_by`).
+pub(crate) async fn respond<'p>(
     client: &mut Client,
     vs: &VirtualServerRuntime,
-    pool: &Arc<Pool>,
+    pool: &'p Arc<Pool>,
     head: &RequestHead,
     (flow, decor): (Flow<'_>, &Edits<'_>),
-    (exchange, keep_alive, resend): (Exchange, bool, Resend<'_, '_>),
+    answered: Answered<'p, '_, '_>,
 ) -> Result<Sent, Failure> {
+    let (exchange, keep_alive, resend, answered_by) = answered;
     let stall = pool.config.timeouts.response;
     let version = head.version();
     let content = flow.content;
+    let resend = (resend, Some(answered_by));
     let (exchange, planned) = planned(client, vs, pool, head, flow, exchange, resend).await?;
     let keep_alive = keep_alive && !exchange.body_cut;
     let via = via_entry(&exchange);
@@ -133,15 +140,16 @@ pub(crate) async fn respond(
 
 /// The plan for the node's response; for a 304 the stored object cannot take
 /// ([`Plan::Refetch`]), the 304 is dropped, the request sent again as the cache says
-/// (without validators), and the plan for that response.
-async fn planned(
+/// (without validators), and the plan for that response. The second answer's node is
+/// noted (passive health, response time) and, when asked, named in `answered_by`.
+async fn planned<'p>(
     client: &mut Client,
     vs: &VirtualServerRuntime,
-    pool: &Arc<Pool>,
+    pool: &'p Arc<Pool>,
     head: &RequestHead,
     flow: Flow<'_>,
     exchange: Exchange,
-    (forwarding, upstream, body): Resend<'_, '_>,
+    ((forwarding, upstream, body), answered_by): (Resend<'_, '_>, Option<&mut AnsweredBy<'p>>),
 ) -> Result<(Exchange, Plan), Failure> {
     let view = Http1Request {
         head,
@@ -165,6 +173,10 @@ async fn planned(
     let again = lookup::with_head(again, cached, head, vs);
     let sent = again.forward_head.as_ref().unwrap_or(head);
     let exchange = exchange::exchange(client, vs, pool, sent, forwarding, body, upstream).await?;
+    let noted = exchange::note_response(pool, &exchange);
+    if let Some(answered_by) = answered_by {
+        *answered_by = noted;
+    }
     let via = via_entry(&exchange);
     let planned = plan(again, &view, &exchange.response, via);
     Ok((exchange, planned))
@@ -224,7 +236,9 @@ pub(crate) async fn refresh(
         let sent = flow.forward_head.as_ref().unwrap_or(head);
         let exchange =
             exchange::exchange(client, vs, pool, sent, forwarding, body, upstream).await?;
-        let resend = (forwarding, upstream, &mut *body);
+        // A background answer says as much about the node as any other.
+        exchange::note_response(pool, &exchange);
+        let resend = ((forwarding, upstream, &mut *body), None);
         planned(client, vs, pool, head, flow, exchange, resend).await
     };
     let (exchange, planned) = match planning.await {
