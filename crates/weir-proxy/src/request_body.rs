@@ -92,7 +92,8 @@ pub(crate) enum Streamed {
     /// The whole body went to the node.
     Complete,
     /// The node answered (a final response head is in the buffer) before the
-    /// body was done; the rest of the body was not sent.
+    /// body was done, and the rest of the body was not sent: the answer said it
+    /// was not wanted, or the node stopped reading it.
     NodeAnswered,
 }
 
@@ -279,6 +280,14 @@ async fn continue_if_expected(
 /// Streams the rest of the body from the client to the node, while watching
 /// the node for an early answer. `answer` receives whatever the node sends
 /// meanwhile; on [`Streamed::NodeAnswered`] it holds a final response head.
+///
+/// An early answer that still wants the body (a 2xx or 3xx that keeps the
+/// connection, RFC 9112 §9.5: only a server that is closing is spared the
+/// rest) waits in `answer` while the rest of the body goes on; the node's
+/// bytes are read meanwhile up to `limits.response_buffer`, then left in the
+/// socket until the body is done. Any other early answer (an error, or one
+/// that closes) ends the body there. If the node stops reading the body, an
+/// answer it sent first (say a 413 before its close) is still relayed.
 pub(crate) async fn stream_rest(
     client: &mut Client,
     vs: &VirtualServerRuntime,
@@ -295,16 +304,27 @@ pub(crate) async fn stream_rest(
         node_write_step(node_write.flush(), write_stall).await
     };
     tokio::pin!(pump);
+    let limits = &vs.head_limits;
+    let hold = vs.config.limits.response_buffer.max(4096);
+    // Set once the node answered early and still wants the body.
+    let mut holding = false;
     loop {
         answer.reserve(4096);
+        let reading = !holding || answer.len() < hold;
         tokio::select! {
             biased;
-            read = node_read.read_buf(answer) => match read {
+            read = node_read.read_buf(answer), if reading => match read {
                 Ok(n) if n > 0 => {
-                    if holds_final_head(answer, &vs.head_limits, head.method()) {
-                        return Ok(Streamed::NodeAnswered);
+                    if !holding {
+                        match early_answer(answer, limits, head.method()) {
+                            None => {}
+                            Some(true) => holding = true,
+                            Some(false) => return Ok(Streamed::NodeAnswered),
+                        }
                     }
                 }
+                // What the node sent, and its end or failure, are for the response stage.
+                _ if holding => return Ok(Streamed::NodeAnswered),
                 Ok(_) => return Err(node_failed("node closed the connection during the request body")),
                 Err(error) => {
                     return Err(Failure::from_error(
@@ -313,15 +333,54 @@ pub(crate) async fn stream_rest(
                     ));
                 }
             },
-            pumped = &mut pump => return pumped.map(|()| Streamed::Complete),
+            pumped = &mut pump => {
+                return match pumped {
+                    Ok(()) => Ok(Streamed::Complete),
+                    Err(failure) if failure.error.side() == Side::Upstream => {
+                        if holding || answered_before(&mut node_read, answer, limits, head.method()).await {
+                            Ok(Streamed::NodeAnswered)
+                        } else {
+                            Err(failure)
+                        }
+                    }
+                    Err(failure) => Err(failure),
+                };
+            }
         }
     }
 }
 
-/// Whether `buf` starts with interim responses (if any) and then a complete
-/// final head, or with something that is not a response at all (which the
-/// response stage will answer 502 for).
-fn holds_final_head(buf: &[u8], limits: &Limits, method: Method) -> bool {
+/// How long a node that stopped reading the body is given for the answer it
+/// may have sent before (usually already in the socket).
+const ANSWER_AFTER_CUT: Duration = Duration::from_millis(200);
+
+/// Whether a node that stopped reading the body had sent a final response
+/// head first: what is left to read of it, within [`ANSWER_AFTER_CUT`].
+async fn answered_before<R: AsyncReadExt + Unpin>(
+    node: &mut R,
+    answer: &mut BytesMut,
+    limits: &Limits,
+    method: Method,
+) -> bool {
+    let deadline = Instant::now() + ANSWER_AFTER_CUT;
+    loop {
+        if early_answer(answer, limits, method).is_some() {
+            return true;
+        }
+        answer.reserve(4096);
+        match tokio::time::timeout_at(deadline, node.read_buf(answer)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return false,
+        }
+    }
+}
+
+/// What an answer that came before the end of the request body says: `None`
+/// while `buf` holds no final head yet (interim responses are passed over);
+/// `Some(true)` for a final head that still wants the body (below 400, the
+/// connection kept); `Some(false)` for any other (or for bytes that are no
+/// response at all, which the response stage answers 502 for).
+fn early_answer(buf: &[u8], limits: &Limits, method: Method) -> Option<bool> {
     let mut rest = buf;
     loop {
         match parse_response(rest, limits, method) {
@@ -330,8 +389,11 @@ fn holds_final_head(buf: &[u8], limits: &Limits, method: Method) -> bool {
             {
                 rest = &rest[used..];
             }
-            Ok(Parsed::Complete(..)) | Err(_) => return true,
-            Ok(Parsed::Partial) => return false,
+            Ok(Parsed::Complete(response, _)) => {
+                return Some(response.status() < 400 && response.keep_alive());
+            }
+            Err(_) => return Some(false),
+            Ok(Parsed::Partial) => return None,
         }
     }
 }
@@ -492,15 +554,35 @@ mod tests {
     fn interim_responses_are_not_an_early_answer() {
         let limits = Limits::default();
         let continued = b"HTTP/1.1 100 Continue\r\n\r\n";
-        assert!(!holds_final_head(continued, &limits, Method::Post));
+        assert_eq!(early_answer(continued, &limits, Method::Post), None);
         let answered =
             b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n";
-        assert!(holds_final_head(answered, &limits, Method::Post));
-        assert!(!holds_final_head(
-            b"HTTP/1.1 413 Too",
-            &limits,
-            Method::Post
-        ));
-        assert!(holds_final_head(b"garbage\r\n\r\n", &limits, Method::Post));
+        assert_eq!(early_answer(answered, &limits, Method::Post), Some(false));
+        let partial = b"HTTP/1.1 413 Too";
+        assert_eq!(early_answer(partial, &limits, Method::Post), None);
+        let garbage = b"garbage\r\n\r\n";
+        assert_eq!(early_answer(garbage, &limits, Method::Post), Some(false));
+    }
+
+    /// RFC 9112 §9.5: only an answer from a server that is closing (or an error) spares
+    /// the rest of the body; a 2xx that keeps the connection still gets all of it.
+    #[test]
+    fn an_early_success_that_keeps_the_connection_still_wants_the_body() {
+        let limits = Limits::default();
+        let early = |head: &[u8]| early_answer(head, &limits, Method::Post);
+        assert_eq!(
+            early(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Some(true)
+        );
+        assert_eq!(
+            early(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly"),
+            Some(true)
+        );
+        let closing = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\n";
+        assert_eq!(early(closing), Some(false));
+        // Its end is the connection's: the node is closing.
+        assert_eq!(early(b"HTTP/1.1 200 OK\r\n\r\n"), Some(false));
+        let error = b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(early(error), Some(false));
     }
 }

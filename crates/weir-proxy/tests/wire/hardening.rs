@@ -324,6 +324,161 @@ async fn an_early_answer_during_an_upload_is_relayed() {
     proxy.stop().await;
 }
 
+/// Reads from `stream` into `buf` until it holds a whole head; where the head ends.
+async fn head_in<R: AsyncReadExt + Unpin>(stream: &mut R, buf: &mut Vec<u8>) -> Option<usize> {
+    let mut chunk = [0_u8; 16 * 1024];
+    loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(at + 4);
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// The `Content-Length` of a head, 0 without one.
+fn length_of(head: &[u8]) -> usize {
+    String::from_utf8_lossy(head)
+        .to_ascii_lowercase()
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("content-length:")
+                .map(str::trim)
+                .map(str::to_owned)
+        })
+        .map_or(0, |value| value.parse().unwrap())
+}
+
+/// A node that, for each request, answers `answer` as soon as it has the head, then reads
+/// the `Content-Length` body to its end (or, with `close`, closes the connection without
+/// reading it) and reports how many body bytes it got.
+async fn answering_node(
+    answer: &'static [u8],
+    close: bool,
+) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<usize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (got, received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let got = got.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some(end) = head_in(&mut stream, &mut buf).await {
+                    let length = length_of(&buf[..end]);
+                    buf.drain(..end);
+                    if stream.write_all(answer).await.is_err() {
+                        return;
+                    }
+                    if close {
+                        // Unread bytes make the close a reset.
+                        drop(stream);
+                        return;
+                    }
+                    let mut chunk = vec![0_u8; 64 * 1024];
+                    while buf.len() < length {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let have = buf.len().min(length);
+                    buf.drain(..have);
+                    let _ = got.send(have);
+                    if have < length {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, received)
+}
+
+/// Sends a `size`-byte POST on `stream` in 64 KiB writes while reading its answer, which
+/// is returned as status and body (read up to its `Content-Length`).
+async fn upload(stream: &mut TcpStream, size: usize) -> (u16, String) {
+    let head = format!("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n");
+    let (mut reader, mut writer) = stream.split();
+    let sending = async {
+        writer.write_all(head.as_bytes()).await.unwrap();
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            if writer.write_all(&chunk[..n]).await.is_err() {
+                return;
+            }
+            left -= n;
+        }
+    };
+    let reading = async {
+        let mut buf = Vec::new();
+        let end = head_in(&mut reader, &mut buf).await.expect("an answer");
+        let length = length_of(&buf[..end]);
+        let mut chunk = [0_u8; 4096];
+        while buf.len() < end + length {
+            match reader.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let status = parse_response(&buf[..end]).status;
+        (status, String::from_utf8_lossy(&buf[end..]).into_owned())
+    };
+    let both = async { tokio::join!(sending, reading).1 };
+    tokio::time::timeout(PATIENCE, both)
+        .await
+        .expect("the upload and its answer within the test's patience")
+}
+
+/// RFC 9112 §9.5: only a node that answers and closes (or answers an error) is spared the
+/// rest of the body. One that answers 200 at once and goes on reading gets all of it, the
+/// client gets the 200, and both connections are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_success_still_gets_the_whole_body() {
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly";
+    let (node, mut got) = answering_node(answer, false).await;
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "",
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"",
+    ))
+    .await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let size = 2_000_000;
+    assert_eq!(upload(&mut stream, size).await, (200, "early".to_owned()));
+    assert_eq!(got.recv().await, Some(size), "the node got the whole body");
+    // The client's connection carries the next request, and the node's is reused.
+    assert_eq!(upload(&mut stream, 10).await, (200, "early".to_owned()));
+    assert_eq!(got.recv().await, Some(10));
+    let node_metrics = proxy.metrics.node("web", &node.to_string());
+    assert_eq!(node_metrics.connections_created.get(), 1);
+    proxy.stop().await;
+}
+
+/// A node that answers 413 and closes without reading the upload: its answer reaches the
+/// client even when weir's next write of the body meets the closed connection first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_before_the_node_closes_on_the_upload_is_relayed() {
+    let answer = b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large";
+    let (node, _got) = answering_node(answer, true).await;
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "",
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"",
+    ))
+    .await;
+    for _ in 0..10 {
+        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+        let answered = upload(&mut stream, 2_000_000).await;
+        assert_eq!(answered, (413, "too large".to_owned()));
+    }
+    proxy.stop().await;
+}
+
 /// Finding 2 end to end: a node that sends a body after a HEAD response
 /// (in the same write) never gets those bytes to the next client, even one
 /// waiting for the node's only connection.
