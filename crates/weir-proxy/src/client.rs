@@ -746,6 +746,18 @@ impl Client {
         }
     }
 
+    /// Makes the connection's end a reset: for an answer cut short, which a FIN
+    /// would make look complete to a client whose answer ends with the
+    /// connection (HTTP/1.0, or a body without a length). Takes effect when
+    /// the connection is dropped; an HTTP/2 stream is reset on its own.
+    pub(crate) fn reset(&self) {
+        if let Downstream::Http1(stream) = &self.stream
+            && let Err(error) = stream.tcp().set_zero_linger()
+        {
+            tracing::debug!(%error, "cannot set SO_LINGER 0 on a client connection");
+        }
+    }
+
     /// Closes a connection weir chose to end (after `Connection: close`, an
     /// HTTP/1.0 response, an idle timeout, a drain): on TLS a close_notify
     /// goes out first, so clients can tell the end from a truncation

@@ -783,6 +783,8 @@ async fn answer_failure(
     let started = request.map_or(client.since, |r| r.started);
     let version = head.map_or(Version::Http11, |h| h.version());
     let kind = failure.error.kind();
+    // An answer that started and was cut short: the connection ends with a reset.
+    let cut = failure.status.is_none() && failure.answered().is_some();
     // A gRPC client gets weir's answer in gRPC's form (a status it can read).
     let grpc = head.is_some_and(|h| request_body::is_grpc(h.header("content-type")));
     let mut bytes = 0;
@@ -875,6 +877,8 @@ async fn answer_failure(
     }
     if bytes > 0 {
         client.linger_close().await;
+    } else if cut {
+        client.reset();
     }
 }
 

@@ -352,11 +352,11 @@ fn length_of(head: &[u8]) -> usize {
 }
 
 /// A node that, for each request, answers `answer` as soon as it has the head, then reads
-/// the `Content-Length` body to its end (or, with `close`, closes the connection without
-/// reading it) and reports how many body bytes it got.
+/// the `Content-Length` body to its end (or, with `close`, closes the connection that long
+/// after the answer without reading the body) and reports how many body bytes it got.
 async fn answering_node(
     answer: &'static [u8],
-    close: bool,
+    close: Option<Duration>,
 ) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<usize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -372,7 +372,8 @@ async fn answering_node(
                     if stream.write_all(answer).await.is_err() {
                         return;
                     }
-                    if close {
+                    if let Some(after) = close {
+                        tokio::time::sleep(after).await;
                         // Unread bytes make the close a reset.
                         drop(stream);
                         return;
@@ -440,7 +441,7 @@ async fn upload(stream: &mut TcpStream, size: usize) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_early_success_still_gets_the_whole_body() {
     let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly";
-    let (node, mut got) = answering_node(answer, false).await;
+    let (node, mut got) = answering_node(answer, None).await;
     let proxy = TestProxy::start(&config(
         &[node],
         "",
@@ -464,7 +465,7 @@ async fn an_early_success_still_gets_the_whole_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_before_the_node_closes_on_the_upload_is_relayed() {
     let answer = b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large";
-    let (node, _got) = answering_node(answer, true).await;
+    let (node, _got) = answering_node(answer, Some(Duration::ZERO)).await;
     let proxy = TestProxy::start(&config(
         &[node],
         "",
@@ -476,6 +477,40 @@ async fn an_answer_before_the_node_closes_on_the_upload_is_relayed() {
         let answered = upload(&mut stream, 2_000_000).await;
         assert_eq!(answered, (413, "too large".to_owned()));
     }
+    proxy.stop().await;
+}
+
+/// An answer whose end is the connection's (an HTTP/1.0 client, a chunked answer it cannot
+/// be given chunked) and which the node cuts short ends with a reset, not a FIN: a FIN
+/// would make the cut body look complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_answer_to_an_http10_client_ends_with_a_reset() {
+    let answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+    // The pause sends the head and the first chunk on before the cut.
+    let (node, _got) = answering_node(answer, Some(Duration::from_millis(300))).await;
+    let proxy = TestProxy::start(&config(&[node], "", "")).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET /cut HTTP/1.0\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    let mut chunk = [0_u8; 4096];
+    let end = loop {
+        match tokio::time::timeout(PATIENCE, stream.read(&mut chunk)).await {
+            Ok(Ok(0)) => break Ok(()),
+            Ok(Ok(n)) => received.extend_from_slice(&chunk[..n]),
+            Ok(Err(error)) => break Err(error.kind()),
+            Err(_) => panic!("no end within the test's patience"),
+        }
+    };
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.0 200"), "{text}");
+    assert!(
+        !text.to_ascii_lowercase().contains("content-length"),
+        "{text}"
+    );
+    assert_eq!(end, Err(std::io::ErrorKind::ConnectionReset), "{text}");
     proxy.stop().await;
 }
 
