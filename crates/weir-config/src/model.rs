@@ -493,8 +493,9 @@ pub struct UpstreamConnections {
     /// How long a request may wait in the queue; past it → 503 with `Retry-After`.
     pub queue_timeout: Duration,
     /// A request (or TCP session) still waiting in the queue when its client
-    /// closes the connection leaves the queue and is never sent. Off for
-    /// clients that half-close after their request and still read the answer.
+    /// closes the connection leaves the queue and is never sent; a request
+    /// whose node takes longer than 100 ms to answer ends the same way. Off
+    /// for clients that half-close after their request and still read the answer.
     pub leave_queue_on_close: bool,
     /// Idle keep-alive connections are closed after this long.
     pub idle_timeout: Duration,

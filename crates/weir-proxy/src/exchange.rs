@@ -15,7 +15,7 @@ use weir_upstream::{Lease, Pool, StreamLease, Tried, TunnelPermit};
 
 use crate::VIA;
 use crate::answer::Failure;
-use crate::client::Client;
+use crate::client::{Client, Downstream};
 use crate::http2;
 use crate::policy::Forwarding;
 use crate::request_body::{self, PumpWatch, RequestBody, Streamed};
@@ -28,6 +28,11 @@ mod h2_websocket;
 const MAX_STALE_RETRIES: u32 = 3;
 /// Interim (1xx) responses relayed before the final one; past it → 502.
 const MAX_INTERIM_RESPONSES: u32 = 10;
+/// How long a request waits for its node's answer before weir also watches its client:
+/// a client that then goes (FIN, HTTP/2 reset) ends the request, and the node's
+/// connection is closed instead of carrying an answer nobody reads. Answers that come
+/// sooner (nearly all) cost no watch at all.
+const WATCH_CLIENT_AFTER: Duration = Duration::from_millis(100);
 
 /// What carries a request to its node and its response back.
 #[derive(Debug)]
@@ -356,21 +361,27 @@ async fn attempt_h2(
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
     let timeout = pool.config.timeouts.response;
     let waiting = http2::upstream::response_head(request.response, head.method(), timeout);
-    let response = match pump.as_mut() {
-        // A body that fails before the node answers is the client's fault, answered as
-        // such (413 past `max_body_bytes`, as on the way to an HTTP/1.1 node), not as the
-        // node's stream that weir reset for it.
-        Some(watch) => tokio::select! {
-            biased;
-            error = watch.failed() => Err(error),
-            response = waiting => response.map_err(|error| watch.failure().unwrap_or(error)),
-        },
-        None => waiting.await,
-    }
-    .map_err(|error| match streams {
-        true => error.retry_safe(false),
-        false => error,
-    })?;
+    let answered = async {
+        match pump.as_mut() {
+            // A body that fails before the node answers is the client's fault, answered as
+            // such (413 past `max_body_bytes`, as on the way to an HTTP/1.1 node), not as the
+            // node's stream that weir reset for it.
+            Some(watch) => tokio::select! {
+                biased;
+                error = watch.failed() => Err(error),
+                response = waiting => response.map_err(|error| watch.failure().unwrap_or(error)),
+            },
+            None => waiting.await,
+        }
+    };
+    // A client that goes meanwhile takes its stream at the node with it (reset).
+    let watch = (!forwarding.background, leave);
+    let response = unless_client_leaves(&mut client.stream, watch, answered)
+        .await?
+        .map_err(|error| match streams {
+            true => error.retry_safe(false),
+            false => error,
+        })?;
     Ok(Exchange {
         lease: NodeLink::Http2 {
             _lease: request.lease,
@@ -476,7 +487,11 @@ async fn read_response_head(
     forwarding: Forwarding,
     replayable: bool,
 ) -> Result<ResponseHead, Failure> {
-    let deadline = Instant::now() + pool.config.timeouts.response;
+    let now = Instant::now();
+    let deadline = now + pool.config.timeouts.response;
+    // A background refresh has no client; the others watch theirs from `watch_from`.
+    let watch_from = (!forwarding.background).then_some(now + WATCH_CLIENT_AFTER);
+    let mut watching = false;
     let mut got_any = !client.upstream_in.is_empty();
     let mut interim = 0;
     loop {
@@ -506,10 +521,27 @@ async fn read_response_head(
             }
         }
         client.upstream_in.reserve(8 * 1024);
-        let read =
-            tokio::time::timeout_at(deadline, lease.stream().read_buf(&mut client.upstream_in))
-                .await;
+        let until = match watch_from {
+            Some(from) if !watching && from < deadline => from,
+            _ => deadline,
+        };
+        let reading = lease.stream().read_buf(&mut client.upstream_in);
+        let read = match watching {
+            false => tokio::time::timeout_at(until, reading).await,
+            true => {
+                let fin = pool.config.connections.leave_queue_on_close;
+                tokio::select! {
+                    biased;
+                    read = tokio::time::timeout_at(until, reading) => read,
+                    _ = client.stream.left(fin) => return Err(left_at_node()),
+                }
+            }
+        };
         let error = match read {
+            Err(_) if until < deadline => {
+                watching = true;
+                continue;
+            }
             Ok(Ok(0)) => Error::new(ErrorKind::BadResponse, Side::Upstream)
                 .context("node closed the connection before a complete response head"),
             Ok(Ok(_)) => {
@@ -533,6 +565,36 @@ async fn read_response_head(
             error.retry_safe(replayable && !got_any),
         ));
     }
+}
+
+/// `waiting` (for the node's answer) to its end, unless the client goes first: watched
+/// from [`WATCH_CLIENT_AFTER`] on, when `watch.0` (a request with a client), a FIN
+/// counting when `watch.1` (`leave_queue_on_close`), an HTTP/2 reset always.
+async fn unless_client_leaves<O>(
+    stream: &mut Downstream,
+    (watch, fin): (bool, bool),
+    waiting: impl std::future::Future<Output = O>,
+) -> Result<O, Failure> {
+    let mut waiting = std::pin::pin!(waiting);
+    if !watch {
+        return Ok(waiting.await);
+    }
+    if let Ok(done) = tokio::time::timeout(WATCH_CLIENT_AFTER, waiting.as_mut()).await {
+        return Ok(done);
+    }
+    tokio::select! {
+        biased;
+        done = waiting => Ok(done),
+        _ = stream.left(fin) => Err(left_at_node()),
+    }
+}
+
+/// The client went while its request was at the node ([`WATCH_CLIENT_AFTER`]).
+fn left_at_node() -> Failure {
+    Failure::from_error(
+        Error::new(ErrorKind::ClientClosed, Side::Downstream)
+            .context("the client went while the node worked on its request"),
+    )
 }
 
 /// 100 Continue was answered by weir itself; others (103 Early Hints) go on

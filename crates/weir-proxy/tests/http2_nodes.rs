@@ -503,6 +503,40 @@ async fn a_request_whose_client_left_the_queue_never_reaches_the_h2_node() {
     proxy.stop().await;
 }
 
+/// A client that closes its connection while an HTTP/2 node works on its request takes its
+/// stream at the node with it (reset), and the request counts as the client's 499.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_while_the_h2_node_works_takes_its_stream_with_it() {
+    use tokio::io::AsyncWriteExt;
+    let node = h2_node().await;
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node.addr],
+        "protocol = \"h2c\"",
+        "",
+    ))
+    .await;
+    let mut leaving = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    leaving
+        .write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    drop(leaving);
+    // The node's answer would come 600 ms after the request.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let metrics = proxy.metrics.encode();
+    let open = format!(
+        "weir_upstream_http2_streams_open{{pool=\"web\",node=\"{}\"}} 0\n",
+        node.addr
+    );
+    assert!(metrics.contains(&open), "{metrics}");
+    assert!(
+        metrics.contains("weir_requests_total{virtual_server=\"web\",class=\"4xx\"} 1\n"),
+        "{metrics}"
+    );
+    proxy.stop().await;
+}
+
 /// A body an HTTP/2 client streams past `max_body_bytes` towards an HTTP/2 node (its rest
 /// moves on its own, full duplex) is answered 413 before the node has answered, as it is on
 /// the way to an HTTP/1.1 node, and counted as the client's 4xx rather than a node's 502.

@@ -283,6 +283,38 @@ async fn a_half_closing_client_can_keep_its_place_in_the_queue() {
     );
 }
 
+/// A client that closes its connection while the node works on its request (past the first
+/// moments, when weir starts watching it) ends the request: the node's connection is closed
+/// instead of carrying an answer nobody reads, and the request counts as the client's 499.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_while_the_node_works_frees_the_node_connection() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let mut leaving = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut leaving,
+        b"GET /delay/1500 HTTP/1.1\r\nHost: t\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(leaving);
+    // Well before the node would answer.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let metrics = proxy.metrics.encode();
+    let open = format!(
+        "weir_upstream_connections_open{{pool=\"web\",node=\"{}\"}} 0\n",
+        origin.addr
+    );
+    assert!(metrics.contains(&open), "{metrics}");
+    assert!(
+        metrics.contains("weir_requests_total{virtual_server=\"web\",class=\"4xx\"} 1\n"),
+        "{metrics}"
+    );
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// A client that waits in the queue with its request and a second, pipelined one
 /// keeps its place: bytes unread are no sign that it left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
