@@ -188,8 +188,8 @@ impl Cache {
             ExchangeKind::Revalidate { stale, guard, .. } => {
                 let status = response.status();
                 if status == 304 && !may_update(&stale.head, response) {
-                    // Not about the stored object: fetched whole, like one never stored.
-                    self.metrics.misses.inc();
+                    // Not about the stored object: fetched whole, like one never stored
+                    // (its answer counts as a miss when it is stored, as any fill's).
                     exchange.kind = ExchangeKind::Fill {
                         guard,
                         status: CacheStatus::Expired,
@@ -212,7 +212,6 @@ impl Cache {
                     return Reply::Hit(Hit::new(stale, request, now, CacheStatus::StaleIfError));
                 }
                 // The stored object could not be used: a miss, like one with nothing stored.
-                self.metrics.misses.inc();
                 let fill = Fill::start(self, guard, CacheStatus::Expired);
                 self.fill(
                     fill,
@@ -357,6 +356,9 @@ impl Cache {
             now,
         ) {
             Ok(pending) => {
+                // A miss is counted when its answer is stored: one that cannot be is a
+                // pass (logged PASS), and one whose node failed is no answer at all.
+                self.metrics.misses.inc();
                 let eligible = compression.is_some_and(|c| c.eligible(response, directives));
                 let coding = if eligible {
                     exchange.coding

@@ -285,7 +285,6 @@ impl Cache {
                 return Lookup::Wait(waiter);
             }
         };
-        self.metrics.misses.inc();
         let mut exchange = asked.exchange(ExchangeKind::Fill {
             guard,
             status: CacheStatus::Miss,

@@ -265,6 +265,8 @@ async fn no_store_private_and_authorization_are_not_cached() {
         }
     }
     assert_eq!(node.requests(), 4);
+    // Passes, as logged: no miss counted for an answer that could not be stored.
+    assert_eq!(proxy.metrics.cache("web").misses.get(), 0);
     for _ in 0..2 {
         request(&proxy, "GET", "/auth", &["Authorization: Bearer x"]).await;
     }
@@ -273,6 +275,8 @@ async fn no_store_private_and_authorization_are_not_cached() {
     request(&proxy, "GET", "/public", &[]).await;
     request(&proxy, "GET", "/public", &["Cache-Control: no-cache"]).await;
     assert_eq!(node.requests(), 8);
+    // The two answers for /public were stored: the misses of this test.
+    assert_eq!(proxy.metrics.cache("web").misses.get(), 2);
     proxy.stop().await;
 }
 
