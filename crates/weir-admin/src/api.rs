@@ -167,7 +167,7 @@ fn config_text(live: &Live) -> Result<Response, Refusal> {
 
 /// The dry run: the candidate validated like a reload would (files read too), and the diff.
 fn validate(live: &Live, body: &[u8]) -> Result<Response, Refusal> {
-    let candidate = parse_candidate(live, body)?;
+    let candidate = parse_candidate(live, body, false)?;
     match live.check(&candidate) {
         Ok(diff) => Ok(Response::json(
             200,
@@ -177,8 +177,9 @@ fn validate(live: &Live, body: &[u8]) -> Result<Response, Refusal> {
     }
 }
 
-/// The candidate in `body`, validated as the content of the running config's file.
-fn parse_candidate(live: &Live, body: &[u8]) -> Result<Config, Refusal> {
+/// The candidate in `body`, validated as the content of the running config's file; one
+/// that does not parse is recorded as a refused change when `record` (not a dry run).
+fn parse_candidate(live: &Live, body: &[u8], record: bool) -> Result<Config, Refusal> {
     let text = std::str::from_utf8(body).map_err(|_| {
         Box::new(Response::error(
             400,
@@ -190,7 +191,17 @@ fn parse_candidate(live: &Live, body: &[u8]) -> Result<Config, Refusal> {
         Some(path) => weir_config::parse_file_text(text, path),
         None => weir_config::parse_str(text, "<candidate>"),
     };
-    parsed.map_err(|error| Box::new(Response::json(422, &views::config_errors(&error))))
+    parsed.map_err(|error| refuse(live, error, record))
+}
+
+/// A candidate that failed validation: 422 with its errors, recorded as a refused change
+/// when `record`.
+fn refuse(live: &Live, error: weir_config::ConfigError, record: bool) -> Refusal {
+    let refusal = Box::new(Response::json(422, &views::config_errors(&error)));
+    if record {
+        live.refused(error);
+    }
+    refusal
 }
 
 /// `PUT /api/v1/config`: the candidate replaces the file, then is applied.
@@ -198,9 +209,9 @@ async fn replace(control: &Control, body: &[u8]) -> Result<Response, Refusal> {
     let _write = control.writes.lock().await;
     let live = &control.live;
     let path = file_of(live)?;
-    let candidate = parse_candidate(live, body)?;
+    let candidate = parse_candidate(live, body, true)?;
     live.check(&candidate)
-        .map_err(|error| Box::new(Response::json(422, &views::config_errors(&error))))?;
+        .map_err(|error| refuse(live, error, true))?;
     let text = String::from_utf8_lossy(body).into_owned();
     write_and_apply(live, &path, &text).await
 }
@@ -278,10 +289,10 @@ async fn node_operation(
         };
         Box::new(Response::error(status, error.to_string()))
     })?;
-    let candidate = weir_config::parse_file_text(&edited, &path)
-        .map_err(|error| Box::new(Response::json(422, &views::config_errors(&error))))?;
+    let candidate =
+        weir_config::parse_file_text(&edited, &path).map_err(|error| refuse(live, error, true))?;
     live.check(&candidate)
-        .map_err(|error| Box::new(Response::json(422, &views::config_errors(&error))))?;
+        .map_err(|error| refuse(live, error, true))?;
     write_and_apply(live, &path, &edited).await
 }
 

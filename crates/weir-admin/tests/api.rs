@@ -405,6 +405,8 @@ async fn a_candidate_is_validated_with_its_diff_then_applied() {
     let invalid = candidate.replace("pool = \"web\"", "pool = \"wbe\"");
     let refused = api(setup.admin, "POST", "/api/v1/config/validate", &invalid).await;
     assert_eq!(refused.status, 422);
+    // A dry run is no reload: nothing recorded.
+    assert!(setup.proxy.live.last_reload().is_none());
     let error = &refused.json()["errors"][0];
     assert_eq!(error["key"], "virtual_servers.web.pool");
     assert_eq!(error["line"], 18);
@@ -417,6 +419,21 @@ async fn a_candidate_is_validated_with_its_diff_then_applied() {
     assert!(
         !read(&setup.file).contains("wbe"),
         "an invalid candidate is never written"
+    );
+    // A refused change, logged and counted as one (what an alert on reload success reads).
+    let last = setup
+        .proxy
+        .live
+        .last_reload()
+        .expect("the refusal is recorded");
+    assert!(
+        last.error.as_deref().is_some_and(|e| e.contains("wbe")),
+        "{last:?}"
+    );
+    let metrics = setup.proxy.metrics.encode();
+    assert!(
+        metrics.contains("weir_config_last_reload_success 0\n"),
+        "{metrics}"
     );
     // Applied: written to the file, then reloaded.
     let applied = api(setup.admin, "PUT", "/api/v1/config", &candidate).await;

@@ -254,6 +254,13 @@ impl Live {
         }
     }
 
+    /// Records a change refused before it could be applied (a candidate the admin API
+    /// was given that does not parse or validate): logged, counted and kept for
+    /// [`Live::last_reload`] as any refused reload. The running model keeps serving.
+    pub fn refused(&self, error: ConfigError) {
+        self.record(&mut self.lock(), Err(&ReloadError::Config(error)));
+    }
+
     /// Applies a validated candidate: stage (may refuse it), then commit.
     pub fn apply(&self, candidate: Config) -> Result<Applied, ReloadError> {
         self.apply_started(candidate, Instant::now())
