@@ -359,29 +359,45 @@ async fn attempt_h2(
         }
     }
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
-    let timeout = pool.config.timeouts.response;
-    let waiting = http2::upstream::response_head(request.response, head.method(), timeout);
-    let answered = async {
-        match pump.as_mut() {
-            // A body that fails before the node answers is the client's fault, answered as
-            // such (413 past `max_body_bytes`, as on the way to an HTTP/1.1 node), not as the
-            // node's stream that weir reset for it.
-            Some(watch) => tokio::select! {
-                biased;
-                error = watch.failed() => Err(error),
-                response = waiting => response.map_err(|error| watch.failure().unwrap_or(error)),
-            },
-            None => waiting.await,
-        }
-    };
+    let deadline = Instant::now() + pool.config.timeouts.response;
+    let mut waiting = request.response;
     // A client that goes meanwhile takes its stream at the node with it (reset).
     let watch = (!forwarding.background, leave);
-    let response = unless_client_leaves(&mut client.stream, watch, answered)
-        .await?
-        .map_err(|error| match streams {
-            true => error.retry_safe(false),
-            false => error,
-        })?;
+    let mut interims = 0;
+    let response = loop {
+        let next = http2::upstream::next_answer(&mut waiting, head.method(), deadline);
+        let answered = async {
+            match pump.as_mut() {
+                // A body that fails before the node answers is the client's fault, answered
+                // as such (413 past `max_body_bytes`, as on the way to an HTTP/1.1 node), not
+                // as the node's stream that weir reset for it.
+                Some(watch) => tokio::select! {
+                    biased;
+                    error = watch.failed() => Err(error),
+                    next = next => next.map_err(|error| watch.failure().unwrap_or(error)),
+                },
+                None => next.await,
+            }
+        };
+        let next = unless_client_leaves(&mut client.stream, watch, answered)
+            .await?
+            .map_err(|error| match streams {
+                true => error.retry_safe(false),
+                false => error,
+            })?;
+        let interim = match next {
+            http2::upstream::Answer::Final(response) => break response,
+            http2::upstream::Answer::Interim(interim) => interim,
+        };
+        interims += 1;
+        if interims > MAX_INTERIM_RESPONSES {
+            return Err(bad_response("too many interim (1xx) responses"));
+        }
+        // 103 Early Hints and the like go on as they come (as from HTTP/1.1 nodes).
+        if !forwarding.background {
+            relay_interim(client, vs, head, &interim).await?;
+        }
+    };
     Ok(Exchange {
         lease: NodeLink::Http2 {
             _lease: request.lease,

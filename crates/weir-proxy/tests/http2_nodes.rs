@@ -99,6 +99,14 @@ async fn answer(
     if request.uri().path() == "/slow" {
         tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     }
+    if request.uri().path() == "/hints" {
+        let hints = http::Response::builder()
+            .status(103)
+            .header("link", "</style.css>; rel=preload")
+            .body(())
+            .expect("hints");
+        let _ = respond.send_informational(hints);
+    }
     let (parts, mut body) = request.into_parts();
     let mut received = Vec::new();
     while let Some(Ok(data)) = body.data().await {
@@ -534,6 +542,39 @@ async fn a_client_that_leaves_while_the_h2_node_works_takes_its_stream_with_it()
         metrics.contains("weir_requests_total{virtual_server=\"web\",class=\"4xx\"} 1\n"),
         "{metrics}"
     );
+    proxy.stop().await;
+}
+
+/// A 103 Early Hints from an HTTP/2 node reaches an HTTP/1.1 client before the final
+/// answer, as one from an HTTP/1.1 node does (RFC 9110 §15.2: a proxy forwards 1xx).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_hints_from_an_h2_node_reach_the_client() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "").await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET /hints HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        stream.read_to_end(&mut received),
+    )
+    .await
+    .expect("the answer within 5 s")
+    .expect("read");
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.1 103 "), "{text}");
+    let hints_end = text.find("\r\n\r\n").expect("the 103's end");
+    assert!(
+        text[..hints_end]
+            .to_ascii_lowercase()
+            .contains("link: </style.css>; rel=preload"),
+        "{text}"
+    );
+    assert!(text[hints_end + 4..].starts_with("HTTP/1.1 200 "), "{text}");
     proxy.stop().await;
 }
 

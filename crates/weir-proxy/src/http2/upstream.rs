@@ -134,14 +134,65 @@ pub(crate) async fn response_head(
                 .context("no response head from the HTTP/2 node in time"));
         }
     };
+    final_head(response, method)
+}
+
+/// What an HTTP/2 node answered next ([`next_answer`]).
+pub(crate) enum Answer {
+    /// An interim response (1xx, say 103 Early Hints); the final one follows.
+    Interim(ResponseHead),
+    Final(H2Response),
+}
+
+/// The node's next answer to the request: an interim response, or the final one (which
+/// consumes nothing: the caller stops asking then). By `deadline`.
+pub(crate) async fn next_answer(
+    response: &mut ResponseFuture,
+    method: Method,
+    deadline: tokio::time::Instant,
+) -> Result<Answer, Error> {
+    let next = std::future::poll_fn(|cx| {
+        use std::task::Poll;
+        match response.poll_informational(cx) {
+            Poll::Ready(Some(interim)) => return Poll::Ready(interim.map(Err)),
+            Poll::Ready(None) | Poll::Pending => {}
+        }
+        std::pin::Pin::new(&mut *response)
+            .poll(cx)
+            .map(|r| r.map(Ok))
+    });
+    let next = match tokio::time::timeout_at(deadline, next).await {
+        Ok(Ok(next)) => next,
+        Ok(Err(error)) => {
+            let refused = weir_upstream::http2::refused(&error);
+            return Err(upstream(format!("HTTP/2 response: {error}")).retry_safe(refused));
+        }
+        Err(_) => {
+            return Err(Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
+                .context("no response head from the HTTP/2 node in time"));
+        }
+    };
+    match next {
+        Ok(response) => final_head(response, method).map(Answer::Final),
+        Err(interim) => {
+            let (parts, ()) = interim.into_parts();
+            weir_http::http2::response_from_h2(&parts, false, method)
+                .map(Answer::Interim)
+                .map_err(|error| bad_head(error.reason))
+        }
+    }
+}
+
+/// The final response's head in HTTP/1.1 form, and its body.
+fn final_head(response: http::Response<RecvStream>, method: Method) -> Result<H2Response, Error> {
     let (parts, body) = response.into_parts();
-    let head = weir_http::http2::response_from_h2(&parts, body.is_end_stream(), method).map_err(
-        |error| {
-            Error::new(ErrorKind::BadResponse, Side::Upstream)
-                .context(format!("HTTP/2 response: {}", error.reason))
-        },
-    )?;
+    let head = weir_http::http2::response_from_h2(&parts, body.is_end_stream(), method)
+        .map_err(|error| bad_head(error.reason))?;
     Ok(H2Response { head, body })
+}
+
+fn bad_head(reason: &str) -> Error {
+    Error::new(ErrorKind::BadResponse, Side::Upstream).context(format!("HTTP/2 response: {reason}"))
 }
 
 /// The next piece of the response body (`None` at its end); its bytes go
