@@ -106,15 +106,15 @@ impl Retry {
     }
 }
 
-/// The node whose response head the client is answered from, and how long that head took.
+/// The node whose response the client is answered from, and when it was sent the request.
 #[derive(Clone, Copy)]
 pub(crate) struct AnsweredBy<'p> {
     pub node: &'p NodeState,
-    pub response_time: Duration,
+    /// When the request was handed to the node.
+    pub sent_at: Instant,
 }
 
-/// Passive health and the EWMA from the node's response head: the node and
-/// how long its head took.
+/// Passive health and the EWMA from the node's response head (the time to it).
 pub(crate) fn note_response<'p>(pool: &'p Pool, exchange: &Exchange) -> AnsweredBy<'p> {
     let node = &pool.nodes[exchange.node];
     let head_received = Instant::now();
@@ -128,7 +128,7 @@ pub(crate) fn note_response<'p>(pool: &'p Pool, exchange: &Exchange) -> Answered
     }
     AnsweredBy {
         node,
-        response_time,
+        sent_at: exchange.sent_at,
     }
 }
 

@@ -618,7 +618,7 @@ async fn serve_request(
     let upstream = Some(Upstream {
         pool,
         node: answered_by.node.address,
-        response_time: answered_by.response_time,
+        sent_at: answered_by.sent_at,
     });
     record(client, vs, request, body.received, &sent, upstream, traffic);
     Ok(match sent.keep_alive {
@@ -702,7 +702,9 @@ fn caches(vs: &VirtualServerRuntime) -> bool {
 struct Upstream<'a> {
     pool: &'a Pool,
     node: std::net::SocketAddr,
-    response_time: std::time::Duration,
+    /// When the request was handed to the node: the record's upstream duration runs from
+    /// there to the end of the answer.
+    sent_at: Instant,
 }
 
 /// The log stage: metrics and the access record of an answered request
@@ -737,7 +739,9 @@ fn record(
             pool: upstream.as_ref().map(|u| u.pool.name.as_str()),
             node: upstream.as_ref().map(|u| u.node),
             duration,
-            upstream_duration: upstream.as_ref().map(|u| u.response_time),
+            upstream_duration: upstream
+                .as_ref()
+                .map(|u| done.saturating_duration_since(u.sent_at)),
             error: None,
             request_id: traffic.id(),
             rule: traffic.rule_name(vs),

@@ -1,6 +1,6 @@
 //! Requests that end early are still requests: a client that leaves in the middle of its
 //! body, or in the middle of the answer, gets an access record and is counted, with the
-//! status its answer had (499 when it had none).
+//! status its answer had (499 when it had none). And the timings such a record gives.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -131,4 +131,60 @@ async fn a_failure_at_a_node_names_it() {
     let node = format!(r#""node":"{}""#, setup.origin.addr);
     assert!(records[0].contains(&node), "{records:?}");
     setup.stop().await;
+}
+
+/// `upstream_duration_us` runs to the end of the node's answer, not to its head: a node
+/// that sends its head at once and its body 300 ms later is logged with at least 300 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upstream_duration_runs_to_the_end_of_the_answer() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0_u8; 4096];
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+                    .await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let _ = stream.write_all(b"hello").await;
+                let _ = stream.read(&mut buf).await;
+            });
+        }
+    });
+    let log = std::env::temp_dir().join(format!("weir-cut-slow-body-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
+         level = \"warn\"\n\
+         [pools.p]\nnodes = [{{ address = \"{node}\" }}]\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n",
+        log.display(),
+    );
+    let proxy = TestProxy::start(&toml).await;
+    let response = weir_testkit::client::get(proxy.addr, "/").await.unwrap();
+    assert_eq!((response.status, response.text().as_str()), (200, "hello"));
+    proxy.live.flush_access_log();
+    let text = std::fs::read_to_string(&log).expect("the access log was written");
+    let record = text.lines().next().expect("a record");
+    let number = |key: &str| -> u64 {
+        let at = record.find(&format!("\"{key}\":")).expect(key) + key.len() + 3;
+        let digits: String = record[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().expect(key)
+    };
+    let upstream = number("upstream_duration_us");
+    assert!(upstream >= 300_000, "{record}");
+    assert!(upstream <= number("duration_us"), "{record}");
+    proxy.stop().await;
+    let _ = std::fs::remove_file(&log);
 }
