@@ -707,6 +707,26 @@ struct Upstream<'a> {
     sent_at: Instant,
 }
 
+/// The log line of a failed request: client-caused closes are expected traffic (debug),
+/// refused requests are news (info), gateway failures are worth a warning.
+fn log_failure(client: &Client, vs: &VirtualServerRuntime, status: u16, failure: &Failure) {
+    let (name, peer, error) = (&vs.config.name, client.peer, &failure.error);
+    match error.kind() {
+        ErrorKind::ClientClosed | ErrorKind::ClientTimeout => {
+            tracing::debug!(virtual_server = %name, client = %peer, status, error = %error, "request ended early");
+        }
+        ErrorKind::BadRequest
+        | ErrorKind::HeadTooLarge
+        | ErrorKind::BodyTooLarge
+        | ErrorKind::MethodNotAllowed => {
+            tracing::info!(virtual_server = %name, client = %peer, status, error = %error, "rejected request");
+        }
+        _ => {
+            tracing::warn!(virtual_server = %name, client = %peer, status, error = %error, "request failed");
+        }
+    }
+}
+
 /// The log stage: metrics and the access record of an answered request
 /// (`upstream` is `None` when weir answered it from the cache).
 fn record(
@@ -838,21 +858,7 @@ async fn answer_failure(
         }
         (None, None) => (0, 0),
     };
-    // Client-caused closes are expected traffic; gateway failures are worth a warning.
-    match kind {
-        ErrorKind::ClientClosed | ErrorKind::ClientTimeout => {
-            tracing::debug!(virtual_server = %vs.config.name, client = %client.peer, status, error = %failure.error, "request ended early");
-        }
-        ErrorKind::BadRequest
-        | ErrorKind::HeadTooLarge
-        | ErrorKind::BodyTooLarge
-        | ErrorKind::MethodNotAllowed => {
-            tracing::info!(virtual_server = %vs.config.name, client = %client.peer, status, error = %failure.error, "rejected request");
-        }
-        _ => {
-            tracing::warn!(virtual_server = %vs.config.name, client = %client.peer, status, error = %failure.error, "request failed");
-        }
-    }
+    log_failure(client, vs, status, &failure);
     if let Some(log) = vs.access_log.as_ref().filter(|_| status != 0) {
         log.write(&AccessRecord {
             virtual_server: &vs.config.name,
