@@ -377,7 +377,7 @@ async fn answered_before<R: AsyncReadExt + Unpin>(
 
 /// What an answer that came before the end of the request body says: `None`
 /// while `buf` holds no final head yet (interim responses are passed over);
-/// `Some(true)` for a final head that still wants the body (below 400, the
+/// `Some(true)` for a final head that still wants the body (2xx or 3xx, the
 /// connection kept); `Some(false)` for any other (or for bytes that are no
 /// response at all, which the response stage answers 502 for).
 fn early_answer(buf: &[u8], limits: &Limits, method: Method) -> Option<bool> {
@@ -390,7 +390,9 @@ fn early_answer(buf: &[u8], limits: &Limits, method: Method) -> Option<bool> {
                 rest = &rest[used..];
             }
             Ok(Parsed::Complete(response, _)) => {
-                return Some(response.status() < 400 && response.keep_alive());
+                // (A 101 switches protocols: what follows is not the body.)
+                let success = (200..400).contains(&response.status());
+                return Some(success && response.keep_alive());
             }
             Err(_) => return Some(false),
             Ok(Parsed::Partial) => return None,
