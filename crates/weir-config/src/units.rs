@@ -13,6 +13,8 @@ const SIZE_UNITS: &[(&str, u64)] = &[
     ("MiB", 1 << 20),
     ("GB", 1_000_000_000),
     ("GiB", 1 << 30),
+    ("TB", 1_000_000_000_000),
+    ("TiB", 1 << 40),
 ];
 
 /// Parses a humantime duration such as `"250ms"`, `"5s"`, `"2m"` or `"1h 30m"`.
@@ -30,7 +32,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// Parses a byte size written as digits with an optional unit: `"512"`, `"16KiB"`,
-/// `"10 MB"`. `KB`, `MB`, `GB` are powers of 1000; `KiB`, `MiB`, `GiB` of 1024.
+/// `"10 MB"`. `KB`, `MB`, `GB`, `TB` are powers of 1000; `KiB`, `MiB`, `GiB`, `TiB` of 1024.
 /// Units are matched without regard to case.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
@@ -173,6 +175,8 @@ mod tests {
         assert_eq!(parse_size("10MB"), Ok(10_000_000));
         assert_eq!(parse_size("10mb"), Ok(10_000_000));
         assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("1TiB"), Ok(1 << 40));
+        assert_eq!(parse_size("2 TB"), Ok(2_000_000_000_000));
         assert_eq!(parse_size("1_000B"), Ok(1000));
         assert!(parse_size("16K").is_err());
         assert!(parse_size("KiB").is_err());
