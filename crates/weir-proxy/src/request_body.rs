@@ -283,10 +283,11 @@ async fn continue_if_expected(
 ///
 /// An early answer that still wants the body (a 2xx or 3xx that keeps the
 /// connection, RFC 9112 §9.5: only a server that is closing is spared the
-/// rest) waits in `answer` while the rest of the body goes on; the node's
-/// bytes are read meanwhile up to `limits.response_buffer`, then left in the
-/// socket until the body is done. Any other early answer (an error, or one
-/// that closes) ends the body there. If the node stops reading the body, an
+/// rest) waits in `answer` while the rest of the body goes on, as long as
+/// what the node sends meanwhile fits `limits.response_buffer`; past it (a
+/// node that answers as it reads, such as an echo) the body ends there and
+/// the answer is relayed, as it does for any other early answer (an error,
+/// or one that closes). If the node stops reading the body, an
 /// answer it sent first (say a 413 before its close) is still relayed.
 pub(crate) async fn stream_rest(
     client: &mut Client,
@@ -310,10 +311,9 @@ pub(crate) async fn stream_rest(
     let mut holding = false;
     loop {
         answer.reserve(4096);
-        let reading = !holding || answer.len() < hold;
         tokio::select! {
             biased;
-            read = node_read.read_buf(answer), if reading => match read {
+            read = node_read.read_buf(answer) => match read {
                 Ok(n) if n > 0 => {
                     if !holding {
                         match early_answer(answer, limits, head.method()) {
@@ -321,6 +321,13 @@ pub(crate) async fn stream_rest(
                             Some(true) => holding = true,
                             Some(false) => return Ok(Streamed::NodeAnswered),
                         }
+                    }
+                    if holding && answer.len() >= hold {
+                        // A node that answers as it reads (an echo) and has sent more than
+                        // weir holds: the answer must move now, and weir relays one way at
+                        // a time, so the rest of the body stays with the client (as for an
+                        // answer that does not want it). Waiting would stall both ways.
+                        return Ok(Streamed::NodeAnswered);
                     }
                 }
                 // What the node sent, and its end or failure, are for the response stage.

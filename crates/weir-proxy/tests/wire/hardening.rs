@@ -460,6 +460,87 @@ async fn an_early_success_still_gets_the_whole_body() {
     proxy.stop().await;
 }
 
+/// A node that echoes an upload as it reads it, and soon has sent more than weir holds:
+/// the answer goes to the client at once (the rest of the body stays with the client), where
+/// holding it for the body's end stalled both ways until the pool's write timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echo_past_the_response_buffer_is_relayed_at_once() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let Some(end) = head_in(&mut stream, &mut buf).await else {
+                    return;
+                };
+                buf.drain(..end);
+                let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+                if stream.write_all(head).await.is_err() {
+                    return;
+                }
+                let mut chunk = vec![0_u8; 64 * 1024];
+                loop {
+                    let n = if buf.is_empty() {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        }
+                    } else {
+                        let n = buf.len().min(chunk.len());
+                        chunk[..n].copy_from_slice(&buf[..n]);
+                        buf.drain(..n);
+                        n
+                    };
+                    let mut framed = format!("{n:x}\r\n").into_bytes();
+                    framed.extend_from_slice(&chunk[..n]);
+                    framed.extend_from_slice(b"\r\n");
+                    if stream.write_all(&framed).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "[pools.web.timeouts]\nwrite = \"20s\"",
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"\nresponse_buffer = \"64KiB\"\n\
+         [runtime]\ndrain_timeout = \"500ms\"",
+    ))
+    .await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let size = 8 * 1024 * 1024;
+    let head = format!("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n");
+    let (mut reader, mut writer) = stream.split();
+    let started = tokio::time::Instant::now();
+    let sending = async {
+        writer.write_all(head.as_bytes()).await.unwrap();
+        let chunk = vec![b'e'; 64 * 1024];
+        for _ in 0..size / chunk.len() {
+            if writer.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    };
+    let answered = async {
+        let mut buf = Vec::new();
+        head_in(&mut reader, &mut buf).await.expect("an answer");
+        started.elapsed()
+    };
+    let waited = tokio::select! {
+        waited = answered => waited,
+        () = async { sending.await; std::future::pending::<()>().await } => unreachable!(),
+        () = tokio::time::sleep(PATIENCE) => panic!("no answer within the test's patience"),
+    };
+    assert!(
+        waited < Duration::from_secs(3),
+        "the answer waited {waited:?}"
+    );
+    drop(stream);
+    proxy.stop().await;
+}
+
 /// A node that answers 413 and closes without reading the upload: its answer reaches the
 /// client even when weir's next write of the body meets the closed connection first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
