@@ -748,8 +748,9 @@ impl Client {
 
     /// Makes the connection's end a reset: for an answer cut short, which a FIN
     /// would make look complete to a client whose answer ends with the
-    /// connection (HTTP/1.0, or a body without a length). Takes effect when
-    /// the connection is dropped; an HTTP/2 stream is reset on its own.
+    /// connection (HTTP/1.0 without a length). Takes effect when the connection
+    /// is dropped, and discards what the socket still holds to send; an HTTP/2
+    /// stream is reset on its own.
     pub(crate) fn reset(&self) {
         if let Downstream::Http1(stream) = &self.stream
             && let Err(error) = stream.tcp().set_zero_linger()

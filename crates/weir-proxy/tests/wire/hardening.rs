@@ -595,6 +595,77 @@ async fn a_cut_answer_to_an_http10_client_ends_with_a_reset() {
     proxy.stop().await;
 }
 
+/// An HTTP/1.1 client that pipelined a large request and one whose answer the node cuts
+/// short still gets the whole first answer: the cut one's connection ends without a reset,
+/// which would have thrown away what was still queued to send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_answer_keeps_what_was_queued_of_the_one_before() {
+    const BIG: usize = 2_000_000;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some(end) = head_in(&mut stream, &mut buf).await {
+                    let big = buf.starts_with(b"GET /big ");
+                    buf.drain(..end);
+                    if big {
+                        let mut answer =
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {BIG}\r\n\r\n")
+                                .into_bytes();
+                        answer.resize(answer.len() + BIG, b'b');
+                        if stream.write_all(&answer).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    let cut =
+                        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+                    let _ = stream.write_all(cut).await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    return;
+                }
+            });
+        }
+    });
+    let proxy = TestProxy::start(&config(&[node], "", "")).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\nGET /cut HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    // Nothing is read until both answers are well under way.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let mut received = Vec::new();
+    let mut chunk = vec![0_u8; 64 * 1024];
+    let end = loop {
+        match tokio::time::timeout(PATIENCE, stream.read(&mut chunk)).await {
+            Ok(Ok(0)) => break Ok(()),
+            Ok(Ok(n)) => received.extend_from_slice(&chunk[..n]),
+            Ok(Err(error)) => break Err(error.kind()),
+            Err(_) => panic!("no end within the test's patience"),
+        }
+    };
+    let head_end = received
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    assert!(received.starts_with(b"HTTP/1.1 200"));
+    assert!(
+        received.len() >= head_end + BIG,
+        "{} of the first answer's {BIG} body bytes arrived ({end:?})",
+        received.len() - head_end
+    );
+    assert!(
+        received[head_end..head_end + BIG]
+            .iter()
+            .all(|&b| b == b'b')
+    );
+    proxy.stop().await;
+}
+
 /// Finding 2 end to end: a node that sends a body after a HEAD response
 /// (in the same write) never gets those bytes to the next client, even one
 /// waiting for the node's only connection.
