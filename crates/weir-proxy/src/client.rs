@@ -170,6 +170,9 @@ pub(crate) struct Client {
     pub since: Instant,
     /// Requests read on this connection so far.
     pub requests: u32,
+    /// The answer being written ends with the connection (an HTTP/1.0 client, no
+    /// length): cut short, it must end with a reset ([`Client::reset`]).
+    pub open_ended: bool,
     /// Subject of the verified client certificate (HTTPS with client certificates).
     pub client_subject: Option<Box<str>>,
 }
@@ -319,6 +322,7 @@ impl IdleConnection {
             upstream_in: buffers.upstream_in,
             since: self.since,
             requests: self.requests,
+            open_ended: false,
             client_subject: self.client_subject,
         }
     }
@@ -426,6 +430,7 @@ impl Client {
             upstream_in: buffers.upstream_in,
             since: accepted_at,
             requests: 1,
+            open_ended: false,
             client_subject: client_subject.map(Box::from),
         }
     }
@@ -748,7 +753,7 @@ impl Client {
 
     /// Makes the connection's end a reset: for an answer cut short, which a FIN
     /// would make look complete to a client whose answer ends with the
-    /// connection (HTTP/1.0 without a length). Takes effect when the connection
+    /// connection ([`Client::open_ended`]). Takes effect when the connection
     /// is dropped, and discards what the socket still holds to send; an HTTP/2
     /// stream is reset on its own.
     pub(crate) fn reset(&self) {

@@ -807,13 +807,11 @@ async fn answer_failure(
     let started = request.map_or(client.since, |r| r.started);
     let version = head.map_or(Version::Http11, |h| h.version());
     let kind = failure.error.kind();
-    // An answer to an HTTP/1.0 client that started and was cut short: the connection ends
-    // with a reset, since its end may be the answer's (no length). An HTTP/1.1 client's
-    // answer always has a length or chunks, whose lack tells it the cut; a reset would
-    // also throw away what is still queued of earlier pipelined answers.
-    let cut = failure.status.is_none()
-        && failure.answered().is_some()
-        && head.is_some_and(|h| h.version() == Version::Http10);
+    // An answer whose end is the connection's (an HTTP/1.0 client, no length) that started
+    // and was cut short: the connection ends with a reset. Any other answer has a length
+    // or chunks, whose lack tells the client the cut; a reset would also throw away what
+    // is still queued of earlier pipelined answers.
+    let cut = failure.status.is_none() && failure.answered().is_some() && client.open_ended;
     // A gRPC client gets weir's answer in gRPC's form (a status it can read).
     let grpc = head.is_some_and(|h| request_body::is_grpc(h.header("content-type")));
     let mut bytes = 0;

@@ -285,9 +285,9 @@ async fn continue_if_expected(
 /// connection, RFC 9112 §9.5: only a server that is closing is spared the
 /// rest) waits in `answer` while the rest of the body goes on, as long as
 /// what the node sends meanwhile fits `limits.response_buffer`; past it (a
-/// node that answers as it reads, such as an echo) the body ends there and
-/// the answer is relayed, as it does for any other early answer (an error,
-/// or one that closes). If the node stops reading the body, an
+/// node that answers as it reads, such as an echo) the body ends there, the
+/// node's side is shut so that its answer ends too, and the answer is
+/// relayed, as for any other early answer (an error, or one that closes). If the node stops reading the body, an
 /// answer it sent first (say a 413 before its close) is still relayed.
 pub(crate) async fn stream_rest(
     client: &mut Client,
@@ -299,62 +299,66 @@ pub(crate) async fn stream_rest(
     answer: &mut BytesMut,
 ) -> Result<Streamed, Failure> {
     let (mut node_read, mut node_write) = tokio::io::split(node);
-    let pump = async {
-        pump(client, vs, body, &mut node_write, write_stall).await?;
-        // A no-op on plain TCP; on TLS it pushes the last records out.
-        node_write_step(node_write.flush(), write_stall).await
-    };
-    tokio::pin!(pump);
     let limits = &vs.head_limits;
     let hold = vs.config.limits.response_buffer.max(4096);
-    // Set once the node answered early and still wants the body.
-    let mut holding = false;
-    loop {
-        answer.reserve(4096);
-        tokio::select! {
-            biased;
-            read = node_read.read_buf(answer) => match read {
-                Ok(n) if n > 0 => {
-                    if !holding {
-                        match early_answer(answer, limits, head.method()) {
-                            None => {}
-                            Some(true) => holding = true,
-                            Some(false) => return Ok(Streamed::NodeAnswered),
+    {
+        let pump = async {
+            pump(client, vs, body, &mut node_write, write_stall).await?;
+            // A no-op on plain TCP; on TLS it pushes the last records out.
+            node_write_step(node_write.flush(), write_stall).await
+        };
+        tokio::pin!(pump);
+        // Set once the node answered early and still wants the body.
+        let mut holding = false;
+        loop {
+            answer.reserve(4096);
+            tokio::select! {
+                biased;
+                read = node_read.read_buf(answer) => match read {
+                    Ok(n) if n > 0 => {
+                        if !holding {
+                            match early_answer(answer, limits, head.method()) {
+                                None => {}
+                                Some(true) => holding = true,
+                                Some(false) => return Ok(Streamed::NodeAnswered),
+                            }
+                        }
+                        if holding && answer.len() >= hold {
+                            break;
                         }
                     }
-                    if holding && answer.len() >= hold {
-                        // A node that answers as it reads (an echo) and has sent more than
-                        // weir holds: the answer must move now, and weir relays one way at
-                        // a time, so the rest of the body stays with the client (as for an
-                        // answer that does not want it). Waiting would stall both ways.
-                        return Ok(Streamed::NodeAnswered);
+                    // What the node sent, and its end or failure, are for the response stage.
+                    _ if holding => return Ok(Streamed::NodeAnswered),
+                    Ok(_) => return Err(node_failed("node closed the connection during the request body")),
+                    Err(error) => {
+                        return Err(Failure::from_error(
+                            Error::upstream(ErrorKind::BadResponse, error)
+                                .context("node failed during the request body"),
+                        ));
                     }
-                }
-                // What the node sent, and its end or failure, are for the response stage.
-                _ if holding => return Ok(Streamed::NodeAnswered),
-                Ok(_) => return Err(node_failed("node closed the connection during the request body")),
-                Err(error) => {
-                    return Err(Failure::from_error(
-                        Error::upstream(ErrorKind::BadResponse, error)
-                            .context("node failed during the request body"),
-                    ));
-                }
-            },
-            pumped = &mut pump => {
-                return match pumped {
-                    Ok(()) => Ok(Streamed::Complete),
-                    Err(failure) if failure.error.side() == Side::Upstream => {
-                        if holding || answered_before(&mut node_read, answer, limits, head.method()).await {
-                            Ok(Streamed::NodeAnswered)
-                        } else {
-                            Err(failure)
+                },
+                pumped = &mut pump => {
+                    return match pumped {
+                        Ok(()) => Ok(Streamed::Complete),
+                        Err(failure) if failure.error.side() == Side::Upstream => {
+                            if holding || answered_before(&mut node_read, answer, limits, head.method()).await {
+                                Ok(Streamed::NodeAnswered)
+                            } else {
+                                Err(failure)
+                            }
                         }
-                    }
-                    Err(failure) => Err(failure),
-                };
+                        Err(failure) => Err(failure),
+                    };
+                }
             }
         }
     }
+    // A node that answers as it reads (an echo) and has sent more than weir holds: the
+    // answer must move now, and weir relays one way at a time, so the rest of the body
+    // stays with the client (as for an answer that does not want it). The node is told
+    // that no more is coming, so that its answer ends rather than waits for the rest.
+    let _ = weir_core::timeout::timeout(write_stall, node_write.shutdown()).await;
+    Ok(Streamed::NodeAnswered)
 }
 
 /// How long a node that stopped reading the body is given for the answer it

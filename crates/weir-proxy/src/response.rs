@@ -113,6 +113,7 @@ pub(crate) async fn respond(
         upstream.finish(&client.upstream_in);
     }
     let framing = client_framing(&response, &buffered, client_version);
+    client.open_ended = framing == BodyFraming::CloseDelimited;
     // After a cut request body the client is still sending: close after this answer.
     let keep_alive = keep_alive && framing != BodyFraming::CloseDelimited && !body_cut;
     let head = Head {

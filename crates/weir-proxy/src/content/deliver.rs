@@ -105,6 +105,7 @@ fn write_head(
         &vs.config.response_headers,
         edits.as_edit(),
     );
+    client.open_ended = framing == Framing::Close;
     (framing, keep_alive && framing != Framing::Close)
 }
 

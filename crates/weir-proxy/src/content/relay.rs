@@ -591,6 +591,7 @@ async fn relay(
         _ if how.version == Version::Http11 && !h2 => BodyFraming::Chunked,
         _ => BodyFraming::CloseDelimited,
     };
+    client.open_ended = framing == BodyFraming::CloseDelimited && !h2;
     let keep_alive = how.keep_alive && framing != BodyFraming::CloseDelimited && !h2;
     let sink = match h2 {
         true => Sink::Http2 {
