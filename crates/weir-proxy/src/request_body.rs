@@ -287,8 +287,9 @@ async fn continue_if_expected(
 /// what the node sends meanwhile fits `limits.response_buffer`; past it (a
 /// node that answers as it reads, such as an echo) the body ends there, the
 /// node's side is shut so that its answer ends too, and the answer is
-/// relayed, as for any other early answer (an error, or one that closes). If the node stops reading the body, an
-/// answer it sent first (say a 413 before its close) is still relayed.
+/// relayed, as for any other early answer (an error, or one that closes).
+/// If the node stops reading the body, an answer it sent first (say a 413
+/// before its close) is still relayed.
 pub(crate) async fn stream_rest(
     client: &mut Client,
     vs: &VirtualServerRuntime,
