@@ -28,7 +28,9 @@ const READ_RESERVE: usize = 4096;
 const LINGER_TIME: Duration = Duration::from_secs(2);
 /// ... and stop as soon as the client pauses this long.
 const LINGER_PAUSE: Duration = Duration::from_millis(500);
-const LINGER_BYTES: usize = 1024 * 1024;
+/// (An upload of a few MiB in flight when the answer ends is read away whole; past the
+/// bound the close resets, and the client may lose the unread end of its answer.)
+const LINGER_BYTES: usize = 16 * 1024 * 1024;
 /// Once a drain begins (shutdown, a binary upgrade, or a reload that removed the virtual
 /// server), an idle kept-alive connection gets this long to send its next request, which
 /// is answered with `Connection: close`: closing at once would race a client that is
@@ -738,6 +740,31 @@ impl Client {
         if stream.shutdown().await.is_err() {
             return;
         }
+        self.discard_lingering().await;
+    }
+
+    /// Closes after an answer the node cut short, as [`Client::linger_close`] does but
+    /// without a TLS close_notify (whose absence tells a TLS client of the cut): the TCP
+    /// side is shut, and what the client still sends (the rest of an upload) is read
+    /// away for a bounded time, so that closing with it unread does not reset the
+    /// connection and take the part of the answer the client has not read yet.
+    pub(crate) async fn linger_cut(&mut self) {
+        let Downstream::Http1(stream) = &mut self.stream else {
+            return;
+        };
+        let shut = socket2::SockRef::from(stream.tcp()).shutdown(std::net::Shutdown::Write);
+        if shut.is_err() {
+            return;
+        }
+        self.discard_lingering().await;
+    }
+
+    /// What the client still sends after weir's side was shut, read and dropped: at
+    /// most [`LINGER_TIME`] and [`LINGER_BYTES`], until it pauses [`LINGER_PAUSE`].
+    async fn discard_lingering(&mut self) {
+        let Downstream::Http1(stream) = &mut self.stream else {
+            return;
+        };
         let end = Instant::now() + LINGER_TIME;
         let mut discarded = 0;
         while discarded < LINGER_BYTES {

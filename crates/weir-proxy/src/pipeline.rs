@@ -807,11 +807,12 @@ async fn answer_failure(
     let started = request.map_or(client.since, |r| r.started);
     let version = head.map_or(Version::Http11, |h| h.version());
     let kind = failure.error.kind();
-    // An answer whose end is the connection's (an HTTP/1.0 client, no length) that started
-    // and was cut short: the connection ends with a reset. Any other answer has a length
-    // or chunks, whose lack tells the client the cut; a reset would also throw away what
-    // is still queued of earlier pipelined answers.
-    let cut = failure.status.is_none() && failure.answered().is_some() && client.open_ended;
+    // An answer that started and was cut short. One whose end is the connection's (an
+    // HTTP/1.0 client, no length) ends with a reset; any other has a length or chunks,
+    // whose lack tells the client the cut, and ends with a close that lingers (a reset
+    // would throw away what is still queued of it and of earlier pipelined answers).
+    let cut_short = failure.status.is_none() && failure.answered().is_some();
+    let cut = cut_short && client.open_ended;
     // A gRPC client gets weir's answer in gRPC's form (a status it can read).
     let grpc = head.is_some_and(|h| request_body::is_grpc(h.header("content-type")));
     let mut bytes = 0;
@@ -892,6 +893,8 @@ async fn answer_failure(
         client.linger_close().await;
     } else if cut {
         client.reset();
+    } else if cut_short {
+        client.linger_cut().await;
     }
 }
 

@@ -556,6 +556,60 @@ async fn an_echo_past_the_response_buffer_is_relayed_at_once() {
     proxy.stop().await;
 }
 
+/// A node that answers early with a large body while the client is still sending a larger
+/// upload: weir relays the answer, then reads away the rest of the upload before it closes,
+/// so the client, reading only once it has sent everything, gets the whole answer rather than
+/// a reset that takes its unread end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_answer_survives_the_rest_of_a_large_upload() {
+    const ANSWER: usize = 1_000_000;
+    let mut answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {ANSWER}\r\n\r\n").into_bytes();
+    answer.resize(answer.len() + ANSWER, b'a');
+    let (node, _got) = answering_node(Box::leak(answer.into_boxed_slice()), None).await;
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "",
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"",
+    ))
+    .await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let size = 3_000_000;
+    let head = format!("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b'u'; 64 * 1024];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        let sent = tokio::time::timeout(PATIENCE, stream.write_all(&chunk[..n])).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            break;
+        }
+        left -= n;
+    }
+    let mut received = Vec::new();
+    let mut buf = vec![0_u8; 64 * 1024];
+    let end = loop {
+        match tokio::time::timeout(PATIENCE, stream.read(&mut buf)).await {
+            Ok(Ok(0)) => break Ok(()),
+            Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
+            Ok(Err(error)) => break Err(error.kind()),
+            Err(_) => panic!("no end within the test's patience"),
+        }
+    };
+    let head_end = received
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    assert!(received.starts_with(b"HTTP/1.1 200"));
+    assert_eq!(
+        received.len() - head_end,
+        ANSWER,
+        "the whole answer ({end:?})"
+    );
+    proxy.stop().await;
+}
+
 /// A node that answers 413 and closes without reading the upload: its answer reaches the
 /// client even when weir's next write of the body meets the closed connection first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
