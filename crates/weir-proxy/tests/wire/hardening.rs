@@ -214,10 +214,12 @@ async fn a_trickled_body_is_cut_off_by_the_minimum_rate() {
             tokio::time::timeout(Duration::from_millis(1), slow.read(&mut probe)).await
         {
             let mut bytes = probe[..n].to_vec();
-            bytes.extend(read_until_close(&mut slow).await.bytes);
+            let rest = read_until_close(&mut slow).await;
+            bytes.extend(rest.bytes);
             break crate::support::Reply {
                 bytes,
                 closed: true,
+                reset: rest.reset,
             };
         }
     };
@@ -586,16 +588,9 @@ async fn an_early_answer_survives_the_rest_of_a_large_upload() {
         }
         left -= n;
     }
-    let mut received = Vec::new();
-    let mut buf = vec![0_u8; 64 * 1024];
-    let end = loop {
-        match tokio::time::timeout(PATIENCE, stream.read(&mut buf)).await {
-            Ok(Ok(0)) => break Ok(()),
-            Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
-            Ok(Err(error)) => break Err(error.kind()),
-            Err(_) => panic!("no end within the test's patience"),
-        }
-    };
+    let reply = read_until_close(&mut stream).await;
+    assert!(reply.closed, "no end within the test's patience");
+    let (received, reset) = (reply.bytes, reply.reset);
     let head_end = received
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -605,7 +600,7 @@ async fn an_early_answer_survives_the_rest_of_a_large_upload() {
     assert_eq!(
         received.len() - head_end,
         ANSWER,
-        "the whole answer ({end:?})"
+        "the whole answer (reset: {reset})"
     );
     proxy.stop().await;
 }
@@ -644,32 +639,23 @@ async fn a_cut_answer_to_an_http10_client_ends_with_a_reset() {
         .write_all(b"GET /cut HTTP/1.0\r\nHost: t\r\n\r\n")
         .await
         .unwrap();
-    let mut received = Vec::new();
-    let mut chunk = [0_u8; 4096];
-    let end = loop {
-        match tokio::time::timeout(PATIENCE, stream.read(&mut chunk)).await {
-            Ok(Ok(0)) => break Ok(()),
-            Ok(Ok(n)) => received.extend_from_slice(&chunk[..n]),
-            Ok(Err(error)) => break Err(error.kind()),
-            Err(_) => panic!("no end within the test's patience"),
-        }
-    };
-    let text = String::from_utf8_lossy(&received);
+    let reply = read_until_close(&mut stream).await;
+    assert!(reply.closed, "no end within the test's patience");
+    let text = reply.text();
     assert!(text.starts_with("HTTP/1.0 200"), "{text}");
     assert!(
         !text.to_ascii_lowercase().contains("content-length"),
         "{text}"
     );
-    assert_eq!(end, Err(std::io::ErrorKind::ConnectionReset), "{text}");
+    assert!(reply.reset, "{text}");
     proxy.stop().await;
 }
 
 /// What a client that pipelined a large request and one whose answer the node cuts short
 /// receives of the first answer, reading only once both are well under way; `requests` are
-/// the two heads, the second for `/cut` (a chunked answer) or `/cutlen` (one with a length).
-async fn first_answer_before_a_cut(
-    requests: &'static [u8],
-) -> (usize, Result<(), std::io::ErrorKind>) {
+/// the two heads, the second for `/cut` (a chunked answer) or `/cutlen` (one with a length);
+/// and whether the connection then ended with a reset.
+async fn first_answer_before_a_cut(requests: &'static [u8]) -> (usize, bool) {
     const BIG: usize = 2_000_000;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let node = listener.local_addr().unwrap();
@@ -711,16 +697,9 @@ async fn first_answer_before_a_cut(
     stream.write_all(requests).await.unwrap();
     // Nothing is read until both answers are well under way.
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let mut received = Vec::new();
-    let mut chunk = vec![0_u8; 64 * 1024];
-    let end = loop {
-        match tokio::time::timeout(PATIENCE, stream.read(&mut chunk)).await {
-            Ok(Ok(0)) => break Ok(()),
-            Ok(Ok(n)) => received.extend_from_slice(&chunk[..n]),
-            Ok(Err(error)) => break Err(error.kind()),
-            Err(_) => panic!("no end within the test's patience"),
-        }
-    };
+    let reply = read_until_close(&mut stream).await;
+    assert!(reply.closed, "no end within the test's patience");
+    let (received, reset) = (reply.bytes, reply.reset);
     proxy.stop().await;
     let head_end = received
         .windows(4)
@@ -737,7 +716,7 @@ async fn first_answer_before_a_cut(
         .take(BIG)
         .take_while(|&&b| b == b'b')
         .count();
-    (body, end)
+    (body, reset)
 }
 
 /// The cut answer's connection ends without a reset, which would have thrown away what was
@@ -745,13 +724,19 @@ async fn first_answer_before_a_cut(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_answer_keeps_what_was_queued_of_the_one_before() {
     let http11 = b"GET /big HTTP/1.1\r\nHost: t\r\n\r\nGET /cut HTTP/1.1\r\nHost: t\r\n\r\n";
-    let (body, end) = first_answer_before_a_cut(http11).await;
-    assert_eq!(body, 2_000_000, "the first answer arrived whole ({end:?})");
+    let (body, reset) = first_answer_before_a_cut(http11).await;
+    assert_eq!(
+        body, 2_000_000,
+        "the first answer arrived whole (reset: {reset})"
+    );
     // An HTTP/1.0 client whose cut answer has a length: no reset either.
     let http10 = b"GET /big HTTP/1.0\r\nHost: t\r\nConnection: keep-alive\r\n\r\n\
                    GET /cutlen HTTP/1.0\r\nHost: t\r\n\r\n";
-    let (body, end) = first_answer_before_a_cut(http10).await;
-    assert_eq!(body, 2_000_000, "the first answer arrived whole ({end:?})");
+    let (body, reset) = first_answer_before_a_cut(http10).await;
+    assert_eq!(
+        body, 2_000_000,
+        "the first answer arrived whole (reset: {reset})"
+    );
 }
 
 /// Finding 2 end to end: a node that sends a body after a HEAD response

@@ -16,6 +16,8 @@ pub struct Reply {
     pub bytes: Vec<u8>,
     /// The proxy closed the connection (EOF or reset) within [`PATIENCE`].
     pub closed: bool,
+    /// The close was a reset (`ECONNRESET`), not an end of stream.
+    pub reset: bool,
 }
 
 impl Reply {
@@ -38,17 +40,26 @@ pub async fn read_until_close<R: tokio::io::AsyncRead + Unpin>(stream: &mut R) -
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         match tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => {
+            Ok(Ok(0)) => {
                 return Reply {
                     bytes,
                     closed: true,
+                    reset: false,
                 };
             }
             Ok(Ok(n)) => bytes.extend_from_slice(&chunk[..n]),
+            Ok(Err(error)) => {
+                return Reply {
+                    bytes,
+                    closed: true,
+                    reset: error.kind() == std::io::ErrorKind::ConnectionReset,
+                };
+            }
             Err(_) => {
                 return Reply {
                     bytes,
                     closed: false,
+                    reset: false,
                 };
             }
         }
