@@ -123,18 +123,24 @@ pub(crate) async fn response_head(
     method: Method,
     timeout: Duration,
 ) -> Result<H2Response, Error> {
-    let response = match tokio::time::timeout(timeout, response).await {
-        Ok(Ok(response)) => response,
+    let response = awaited(tokio::time::timeout(timeout, response).await)?;
+    final_head(response, method)
+}
+
+/// What waiting for a response head gave, as weir's error when it gave none: a stream
+/// the node refused is safe to send again; past the wait it is a response timeout.
+fn awaited<T>(
+    waited: Result<Result<T, h2::Error>, tokio::time::error::Elapsed>,
+) -> Result<T, Error> {
+    match waited {
+        Ok(Ok(got)) => Ok(got),
         Ok(Err(error)) => {
             let refused = weir_upstream::http2::refused(&error);
-            return Err(upstream(format!("HTTP/2 response: {error}")).retry_safe(refused));
+            Err(upstream(format!("HTTP/2 response: {error}")).retry_safe(refused))
         }
-        Err(_) => {
-            return Err(Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
-                .context("no response head from the HTTP/2 node in time"));
-        }
-    };
-    final_head(response, method)
+        Err(_) => Err(Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
+            .context("no response head from the HTTP/2 node in time")),
+    }
 }
 
 /// What an HTTP/2 node answered next ([`next_answer`]).
@@ -161,18 +167,7 @@ pub(crate) async fn next_answer(
             .poll(cx)
             .map(|r| r.map(Ok))
     });
-    let next = match tokio::time::timeout_at(deadline, next).await {
-        Ok(Ok(next)) => next,
-        Ok(Err(error)) => {
-            let refused = weir_upstream::http2::refused(&error);
-            return Err(upstream(format!("HTTP/2 response: {error}")).retry_safe(refused));
-        }
-        Err(_) => {
-            return Err(Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
-                .context("no response head from the HTTP/2 node in time"));
-        }
-    };
-    match next {
+    match awaited(tokio::time::timeout_at(deadline, next).await)? {
         Ok(response) => final_head(response, method).map(Answer::Final),
         Err(interim) => {
             let (parts, ()) = interim.into_parts();
