@@ -6,8 +6,10 @@
 //! `body_read`, the whole body within `body_total`, and an average of
 //! `min_body_rate` bytes per second once `body_read` has passed. Writes to the
 //! node may stall at most the pool's `timeouts.write`, and a node that answers
-//! before the body is done (a 413, say) has its answer relayed.
+//! before the body is done (a 413, say) has its answer relayed (an early
+//! success once the node stops reading, see [`stream_rest`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -288,6 +290,9 @@ async fn continue_if_expected(
 /// node that answers as it reads, such as an echo) the body ends there, the
 /// node's side is shut so that its answer ends too, and the answer is
 /// relayed, as for any other early answer (an error, or one that closes).
+/// A node that answered so and then stops reading for
+/// [`HELD_ANSWER_PATIENCE`] is taken at its word: its side is shut and the
+/// answer relayed, rather than the client waiting for the pool's write timeout.
 /// If the node stops reading the body, an answer it sent first (say a 413
 /// before its close) is still relayed.
 pub(crate) async fn stream_rest(
@@ -302,15 +307,22 @@ pub(crate) async fn stream_rest(
     let (mut node_read, mut node_write) = tokio::io::split(node);
     let limits = &vs.head_limits;
     let hold = vs.config.limits.response_buffer.max(4096);
+    let blocked = Blocked::new();
     {
         let pump = async {
-            pump(client, vs, body, &mut node_write, write_stall).await?;
+            let writes = NodeWrites {
+                stall: write_stall,
+                blocked: &blocked,
+            };
+            pump(client, vs, body, &mut node_write, writes).await?;
             // A no-op on plain TCP; on TLS it pushes the last records out.
-            node_write_step(node_write.flush(), write_stall).await
+            writes.step(node_write.flush()).await
         };
         tokio::pin!(pump);
         // Set once the node answered early and still wants the body.
         let mut holding = false;
+        let check = tokio::time::sleep(HELD_ANSWER_PATIENCE);
+        tokio::pin!(check);
         loop {
             answer.reserve(4096);
             tokio::select! {
@@ -320,7 +332,10 @@ pub(crate) async fn stream_rest(
                         if !holding {
                             match early_answer(answer, limits, head.method()) {
                                 None => {}
-                                Some(true) => holding = true,
+                                Some(true) => {
+                                    holding = true;
+                                    check.as_mut().reset(Instant::now() + HELD_ANSWER_CHECK);
+                                }
                                 Some(false) => return Ok(Streamed::NodeAnswered),
                             }
                         }
@@ -351,16 +366,35 @@ pub(crate) async fn stream_rest(
                         Err(failure) => Err(failure),
                     };
                 }
+                () = &mut check, if holding => {
+                    let now = Instant::now();
+                    if blocked.longer_than(now, HELD_ANSWER_PATIENCE) {
+                        break;
+                    }
+                    check.as_mut().reset(now + HELD_ANSWER_CHECK);
+                }
             }
         }
     }
-    // A node that answers as it reads (an echo) and has sent more than weir holds: the
-    // answer must move now, and weir relays one way at a time, so the rest of the body
-    // stays with the client (as for an answer that does not want it). The node is told
-    // that no more is coming, so that its answer ends rather than waits for the rest.
-    let _ = weir_core::timeout::timeout(write_stall, node_write.shutdown()).await;
+    // A node that answers as it reads (an echo) and has sent more than weir holds, or
+    // that answered and stopped reading: the answer must move now, and weir relays one
+    // way at a time, so the rest of the body stays with the client (as for an answer that
+    // does not want it). The node is told that no more is coming, so that its answer ends
+    // rather than waits for the rest (on TLS the alert may find no room: bounded).
+    let _ =
+        weir_core::timeout::timeout(write_stall.min(ANSWER_AFTER_CUT), node_write.shutdown()).await;
     Ok(Streamed::NodeAnswered)
 }
+
+/// How long a node that answered early (a 2xx or 3xx that keeps the
+/// connection) may leave a write of the body waiting before weir relays its
+/// answer and stops the body there. A node reading at its own pace keeps it
+/// going; one that never reads again would hold the client until the pool's
+/// write timeout for an answer already given.
+const HELD_ANSWER_PATIENCE: Duration = Duration::from_secs(2);
+
+/// How often a held answer's body writes are looked at.
+const HELD_ANSWER_CHECK: Duration = Duration::from_millis(250);
 
 /// How long a node that stopped reading the body is given for the answer it
 /// may have sent before (usually already in the socket).
@@ -416,21 +450,73 @@ fn node_failed(context: &'static str) -> Failure {
     Failure::from_error(Error::new(ErrorKind::BadResponse, Side::Upstream).context(context))
 }
 
-/// One write to the node, which may stall at most `write_stall`.
-async fn node_write_step(
-    write: impl std::future::Future<Output = std::io::Result<()>>,
-    write_stall: Duration,
-) -> Result<(), Failure> {
-    match weir_core::timeout::timeout(write_stall, write).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(Failure::from_error(
-            Error::upstream(ErrorKind::BadResponse, error)
-                .context("node stopped reading the request body"),
-        )),
-        Err(_) => Err(Failure::from_error(
-            Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
-                .context("node stopped reading the request body (timeouts.write)"),
-        )),
+/// How writes of the body to the node are bounded and watched.
+#[derive(Clone, Copy)]
+struct NodeWrites<'a> {
+    /// How long one write may stall (the pool's `timeouts.write`).
+    stall: Duration,
+    /// Whether a write waits, and since when.
+    blocked: &'a Blocked,
+}
+
+/// Since when a write to the node has waited, if one does (an atomic only
+/// because the request's future must be `Send`; one task uses it).
+struct Blocked {
+    base: Instant,
+    /// Microseconds from `base` to the start of the waiting write, plus one;
+    /// 0 while no write waits.
+    since: AtomicU64,
+}
+
+impl Blocked {
+    fn new() -> Self {
+        Self {
+            base: Instant::now(),
+            since: AtomicU64::new(0),
+        }
+    }
+
+    fn start(&self) {
+        let micros = self.base.elapsed().as_micros() as u64;
+        self.since.store(micros + 1, Ordering::Relaxed);
+    }
+
+    fn end(&self) {
+        self.since.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether a write has waited longer than `patience` at `now`.
+    fn longer_than(&self, now: Instant, patience: Duration) -> bool {
+        match self.since.load(Ordering::Relaxed) {
+            0 => false,
+            since => {
+                let started = self.base + Duration::from_micros(since - 1);
+                now.saturating_duration_since(started) >= patience
+            }
+        }
+    }
+}
+
+impl NodeWrites<'_> {
+    /// One write to the node, which may stall at most `stall`.
+    async fn step(
+        self,
+        write: impl std::future::Future<Output = std::io::Result<()>>,
+    ) -> Result<(), Failure> {
+        self.blocked.start();
+        let written = weir_core::timeout::timeout(self.stall, write).await;
+        self.blocked.end();
+        match written {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(Failure::from_error(
+                Error::upstream(ErrorKind::BadResponse, error)
+                    .context("node stopped reading the request body"),
+            )),
+            Err(_) => Err(Failure::from_error(
+                Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
+                    .context("node stopped reading the request body (timeouts.write)"),
+            )),
+        }
     }
 }
 
@@ -440,7 +526,7 @@ async fn pump<W: AsyncWriteExt + Unpin>(
     vs: &VirtualServerRuntime,
     body: &mut RequestBody,
     node: &mut W,
-    write_stall: Duration,
+    writes: NodeWrites<'_>,
 ) -> Result<(), Failure> {
     let max_body = vs.config.limits.max_body_bytes;
     let clock = body.clock;
@@ -454,7 +540,7 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                 }
                 let take = (client.read_buf.len() as u64).min(left) as usize;
                 let piece = client.read_buf.split_to(take);
-                node_write_step(node.write_all(&piece), write_stall).await?;
+                writes.step(node.write_all(&piece)).await?;
                 left -= take as u64;
                 body.received += take as u64;
             }
@@ -478,7 +564,7 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                         }
                         frame.clear();
                         encode_chunk(&data, &mut frame);
-                        node_write_step(node.write_all(&frame), write_stall).await?;
+                        writes.step(node.write_all(&frame)).await?;
                     }
                     Decoded::NeedMore => {
                         let (deadline, late) = clock.deadline(body.received, Instant::now());
@@ -489,7 +575,7 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                         filter_trailers(&trailers, &mut kept);
                         frame.clear();
                         encode_last_chunk(&kept, &mut frame);
-                        return node_write_step(node.write_all(&frame), write_stall).await;
+                        return writes.step(node.write_all(&frame)).await;
                     }
                 }
             }

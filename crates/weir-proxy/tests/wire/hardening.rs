@@ -462,6 +462,36 @@ async fn an_early_success_still_gets_the_whole_body() {
     proxy.stop().await;
 }
 
+/// A node that answers 200 at once and then reads nothing more: its answer reaches the
+/// client once the body's writes have waited a couple of seconds, not after the pool's
+/// write timeout (30 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_success_from_a_node_that_stops_reading_is_relayed() {
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly";
+    let (node, _got) = answering_node(answer, Some(Duration::from_secs(60))).await;
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "[pools.web.timeouts]\nwrite = \"30s\"",
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"\nmax_body_bytes = \"256MiB\"\n\
+         [runtime]\ndrain_timeout = \"500ms\"",
+    ))
+    .await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    // More than loopback's socket buffers on both hops can take in.
+    let started = tokio::time::Instant::now();
+    assert_eq!(
+        upload(&mut stream, 64 * 1024 * 1024).await,
+        (200, "early".to_owned())
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(5),
+        "the answer waited {waited:?}"
+    );
+    drop(stream);
+    proxy.stop().await;
+}
+
 /// A node that echoes an upload as it reads it, and soon has sent more than weir holds:
 /// the answer goes to the client at once and ends soon after (the rest of the body stays
 /// with the client, and the node is told so), where holding it for the body's end stalled
