@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use weir_config::edit::{EditError, NodeEdit, edit_node};
-use weir_config::{Config, NodeMode};
+use weir_config::{Config, ConfigError, NodeMode};
 use weir_observe::Metrics;
 use weir_proxy::{Live, ReloadError};
 
@@ -180,13 +180,24 @@ fn validate(live: &Live, body: &[u8]) -> Result<Response, Refusal> {
 /// The candidate in `body`, validated as the content of the running config's file; one
 /// that does not parse is recorded as a refused change when `record` (not a dry run).
 fn parse_candidate(live: &Live, body: &[u8], record: bool) -> Result<Config, Refusal> {
-    let text = std::str::from_utf8(body).map_err(|_| {
-        Box::new(Response::error(
-            400,
-            "the body must be the config file's TOML text, in UTF-8",
-        ))
-    })?;
     let model = live.current();
+    let text = std::str::from_utf8(body).map_err(|error| {
+        const NOT_TEXT: &str = "the body must be the config file's TOML text, in UTF-8";
+        if record {
+            let file = match &model.config.source {
+                Some(path) => path.display().to_string(),
+                None => "<candidate>".to_owned(),
+            };
+            let line = body[..error.valid_up_to()]
+                .iter()
+                .filter(|&&byte| byte == b'\n')
+                .count();
+            let problem =
+                ConfigError::single(&file, Some(line + 1), String::new(), NOT_TEXT.into());
+            live.refused(problem);
+        }
+        Box::new(Response::error(400, NOT_TEXT))
+    })?;
     let parsed = match &model.config.source {
         Some(path) => weir_config::parse_file_text(text, path),
         None => weir_config::parse_str(text, "<candidate>"),
@@ -196,7 +207,7 @@ fn parse_candidate(live: &Live, body: &[u8], record: bool) -> Result<Config, Ref
 
 /// A candidate that failed validation: 422 with its errors, recorded as a refused change
 /// when `record`.
-fn refuse(live: &Live, error: weir_config::ConfigError, record: bool) -> Refusal {
+fn refuse(live: &Live, error: ConfigError, record: bool) -> Refusal {
     let refusal = Box::new(Response::json(422, &views::config_errors(&error)));
     if record {
         live.refused(error);

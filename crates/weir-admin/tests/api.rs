@@ -107,17 +107,21 @@ async fn call(
     method: &str,
     path: &str,
     token: Option<&str>,
-    body: &str,
+    body: impl AsRef<[u8]>,
 ) -> Reply {
+    let body = body.as_ref();
     let mut stream = TcpStream::connect(admin).await.unwrap();
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(request.as_bytes()).await.unwrap();
+    stream
+        .write_all(&[head.as_bytes(), body].concat())
+        .await
+        .unwrap();
     let mut raw = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
         .await
@@ -132,7 +136,7 @@ async fn call(
     }
 }
 
-async fn api(admin: SocketAddr, method: &str, path: &str, body: &str) -> Reply {
+async fn api(admin: SocketAddr, method: &str, path: &str, body: impl AsRef<[u8]>) -> Reply {
     call(admin, method, path, Some(TOKEN), body).await
 }
 
@@ -435,6 +439,17 @@ async fn a_candidate_is_validated_with_its_diff_then_applied() {
         metrics.contains("weir_config_last_reload_success 0\n"),
         "{metrics}"
     );
+    // A body that is no UTF-8 text: 400, and a refused change too.
+    let before = read(&setup.file);
+    let not_text = [candidate.as_bytes(), b"\n# \xff\xfe\n"].concat();
+    let refused = api(setup.admin, "PUT", "/api/v1/config", &not_text).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    let last = setup.proxy.live.last_reload().expect("recorded");
+    assert!(
+        last.error.as_deref().is_some_and(|e| e.contains("UTF-8")),
+        "{last:?}"
+    );
+    assert_eq!(read(&setup.file), before, "nothing written");
     // Applied: written to the file, then reloaded.
     let applied = api(setup.admin, "PUT", "/api/v1/config", &candidate).await;
     assert_eq!(applied.status, 200, "{}", applied.body);
