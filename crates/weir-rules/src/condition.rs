@@ -162,9 +162,13 @@ impl Cond {
 /// is anchored with `^` and begins with plain characters (`^/api/v[0-9]+`
 /// gives `/api/v`); `None` otherwise. Conservative: stops at the first
 /// character with a meaning in regex syntax, and drops a character that a
-/// quantifier follows.
+/// quantifier follows. A pattern with a top-level `|` (`^/a/|^/b/`) has
+/// branches that need not share a start: its prefix is empty.
 pub(crate) fn literal_prefix(pattern: &str) -> Option<String> {
     let rest = pattern.strip_prefix('^')?;
+    if has_top_level_alternation(pattern) {
+        return Some(String::new());
+    }
     let mut prefix = String::new();
     let mut chars = rest.chars().peekable();
     while let Some(c) = chars.next() {
@@ -180,6 +184,31 @@ pub(crate) fn literal_prefix(pattern: &str) -> Option<String> {
         prefix.push(c);
     }
     Some(prefix)
+}
+
+/// Whether `pattern` has a `|` outside every group, class and escape.
+fn has_top_level_alternation(pattern: &str) -> bool {
+    let mut depth = 0_usize;
+    let mut class = 0_usize;
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            // An escaped character is literal, inside a class too.
+            '\\' => {
+                chars.next();
+            }
+            // Classes nest (`[a-z&&[^x]]`); `[` inside one opens another only as `[[`-style
+            // set syntax, which counts the same way and closes with its own `]`.
+            '[' => class += 1,
+            ']' if class > 0 => class -= 1,
+            _ if class > 0 => {}
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            '|' if depth == 0 => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 impl Context<'_> {

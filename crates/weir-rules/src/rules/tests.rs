@@ -394,6 +394,14 @@ fn literal_prefixes_of_path_regexes() {
     assert_eq!(literal_prefix("^/a.b").as_deref(), Some("/a"));
     assert_eq!(literal_prefix("^(?i)/admin").as_deref(), Some(""));
     assert_eq!(literal_prefix("/admin"), None, "unanchored");
+    // A top-level alternation's branches need not share a start.
+    assert_eq!(literal_prefix("^/secret/|^/private/").as_deref(), Some(""));
+    assert_eq!(literal_prefix("^/a/|/b").as_deref(), Some(""));
+    // Bars in a group, a class or escaped leave the prefix as it is.
+    assert_eq!(literal_prefix("^/api/(v1|v2)/").as_deref(), Some("/api/"));
+    assert_eq!(literal_prefix("^/a/[|]x").as_deref(), Some("/a/"));
+    assert_eq!(literal_prefix("^/a/\\|x").as_deref(), Some("/a/"));
+    assert_eq!(literal_prefix("^/a/[\\]|]x").as_deref(), Some("/a/"));
     // Both kinds of path regex agree with each other.
     let rules = rule_set(
         "[[virtual_servers.web.rules]]\nmatch.path_regex = \"^/a/[0-9]+$\"\npool = \"api\"\n\
@@ -402,6 +410,15 @@ fn literal_prefixes_of_path_regexes() {
     assert_eq!(pool_of(&rules, &get("/a/12", "")), API);
     assert_eq!(pool_of(&rules, &get("/a/x", "")), Outcome::Default);
     assert_eq!(pool_of(&rules, &get("/x/b/3", "")), STATIC);
+    // Every branch of a top-level alternation matches, not only the first one's prefix.
+    let rules = rule_set(
+        "[[virtual_servers.web.rules]]\nmatch.path_regex = \"^/secret/|^/private/\"\ndeny = true\n\
+         [[virtual_servers.web.rules]]\nmatch.path_regex = \"^/a/|/b\"\npool = \"api\"\n",
+    );
+    assert_eq!(evaluate(&rules, &get("/secret/x", "")).rule, Some(0));
+    assert_eq!(evaluate(&rules, &get("/private/x", "")).rule, Some(0));
+    assert_eq!(evaluate(&rules, &get("/x/b", "")).rule, Some(1));
+    assert_eq!(evaluate(&rules, &get("/c", "")).rule, None);
 }
 
 #[test]
