@@ -470,5 +470,32 @@ mod tests {
         assert!(!is_valid_host(b"a b"));
         assert!(!is_valid_host(b"user@host"));
         assert!(!is_valid_host(b"host/path"));
+        // Only a host and a port: what weir routes on is what the node reads.
+        assert!(is_valid_host(b"[::1]"));
+        assert!(is_valid_host(b"[2001:db8::7]:8443"));
+        assert!(is_valid_host(b"[v1.fe80::a+en1]"));
+        assert!(is_valid_host(b"192.0.2.1:80"));
+        assert!(is_valid_host(b"example.com:"));
+        assert!(is_valid_host(b"ex%41mple.com"));
+        assert!(is_valid_host(b"example.com:65535"));
+        for bad in [
+            &b"secure.example.com:1:2"[..],
+            b"secure.example.com:abc",
+            b"example.com:65536",
+            b"example.com:000080",
+            b"[::1]evil.example",
+            b"[::1",
+            b"::1",
+            b"]]::[[",
+            b"[::1]:99999",
+            b"[::1]:80:80",
+            b"[not-an-address]",
+            b"[v1.]",
+            b"ex%4mple.com",
+            b"example.com%",
+            b"a]b",
+        ] {
+            assert!(!is_valid_host(bad), "{}", String::from_utf8_lossy(bad));
+        }
     }
 }
