@@ -178,7 +178,8 @@ fn check_limits(
             let Some(limiter) = traffic.limits.rates.get(index) else {
                 continue;
             };
-            let key = request_key(&limiter.config().key, head, client);
+            let mut scratch = Vec::new();
+            let key = request_key(&limiter.config().key, head, client, &mut scratch);
             if let Err(refusal) = limiter.check(key, now) {
                 if let Some(counter) = traffic.metrics.rate_limit_refusals.get(index) {
                     counter.inc();

@@ -2,6 +2,7 @@
 //! client address, the URI or path, a header, a cookie or a query parameter.
 //! A request without the named field is keyed by its client address.
 
+use std::borrow::Cow;
 use std::hash::Hasher;
 use std::net::IpAddr;
 
@@ -21,13 +22,30 @@ pub enum Key<'a> {
     Constant,
 }
 
-/// The key `source` names in this request from `client`.
-pub fn request_key<'h>(source: &KeySource, head: &'h RequestHead, client: IpAddr) -> Key<'h> {
+/// The key `source` names in this request from `client`. The path and the URI
+/// are the normalised ones rules match (`/%6cogin` and `//login` are `/login`,
+/// so one bucket holds them all); when normalising changed them, they are
+/// written to `scratch`, which the key then borrows.
+pub fn request_key<'h>(
+    source: &KeySource,
+    head: &'h RequestHead,
+    client: IpAddr,
+    scratch: &'h mut Vec<u8>,
+) -> Key<'h> {
+    let normal = |form: Cow<'h, [u8]>, scratch: &'h mut Vec<u8>| -> &'h [u8] {
+        match form {
+            Cow::Borrowed(bytes) => bytes,
+            Cow::Owned(bytes) => {
+                *scratch = bytes;
+                scratch
+            }
+        }
+    };
     let field = match source {
         KeySource::ClientAddress => None,
         KeySource::Route => return Key::Constant,
-        KeySource::Uri => Some(request::uri(head)),
-        KeySource::Path => Some(head.path()),
+        KeySource::Uri => Some(normal(request::normalized_uri(head), scratch)),
+        KeySource::Path => Some(normal(request::normalized_path(head.path()), scratch)),
         KeySource::Header(name) => head.header(name),
         KeySource::Cookie(name) => request::cookie(head, name),
         KeySource::QueryParam(name) => request::query_param(head, name),
@@ -111,21 +129,53 @@ mod tests {
         let request =
             head("GET /p?id=7 HTTP/1.1\r\nHost: a\r\nX-Api-Key: k1\r\nCookie: sid=s1\r\n\r\n");
         let client: IpAddr = "192.0.2.1".parse().unwrap();
-        let key = |source: KeySource| request_key(&source, &request, client);
-        assert_eq!(key(KeySource::ClientAddress), Key::Address(client));
-        assert_eq!(key(KeySource::Uri), Key::Bytes(b"/p?id=7"));
-        assert_eq!(key(KeySource::Path), Key::Bytes(b"/p"));
+        let key = |source: KeySource| {
+            let mut scratch = Vec::new();
+            let key = request_key(&source, &request, client, &mut scratch);
+            format!("{key:?}")
+        };
+        let expect = |key: Key<'_>| format!("{key:?}");
+        assert_eq!(key(KeySource::ClientAddress), expect(Key::Address(client)));
+        assert_eq!(key(KeySource::Uri), expect(Key::Bytes(b"/p?id=7")));
+        assert_eq!(key(KeySource::Path), expect(Key::Bytes(b"/p")));
         assert_eq!(
             key(KeySource::Header("x-api-key".into())),
-            Key::Bytes(b"k1")
+            expect(Key::Bytes(b"k1"))
         );
-        assert_eq!(key(KeySource::Cookie("sid".into())), Key::Bytes(b"s1"));
-        assert_eq!(key(KeySource::QueryParam("id".into())), Key::Bytes(b"7"));
-        assert_eq!(key(KeySource::Route), Key::Constant);
+        assert_eq!(
+            key(KeySource::Cookie("sid".into())),
+            expect(Key::Bytes(b"s1"))
+        );
+        assert_eq!(
+            key(KeySource::QueryParam("id".into())),
+            expect(Key::Bytes(b"7"))
+        );
+        assert_eq!(key(KeySource::Route), expect(Key::Constant));
         assert_eq!(
             key(KeySource::Header("x-missing".into())),
-            Key::Address(client)
+            expect(Key::Address(client))
         );
+    }
+
+    #[test]
+    fn paths_and_uris_are_keyed_as_rules_see_them() {
+        let client: IpAddr = "192.0.2.1".parse().unwrap();
+        for target in [
+            "/login",
+            "/%6cogin",
+            "/%6Cogin",
+            "//login",
+            "/./login",
+            "/x/../login",
+        ] {
+            let request = head(&format!("GET {target}?a=1 HTTP/1.1\r\nHost: a\r\n\r\n"));
+            let mut scratch = Vec::new();
+            let path = request_key(&KeySource::Path, &request, client, &mut scratch);
+            assert_eq!(path, Key::Bytes(b"/login"), "{target}");
+            let mut scratch = Vec::new();
+            let uri = request_key(&KeySource::Uri, &request, client, &mut scratch);
+            assert_eq!(uri, Key::Bytes(b"/login?a=1"), "{target}");
+        }
     }
 
     #[test]

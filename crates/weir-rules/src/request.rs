@@ -45,6 +45,22 @@ pub fn uri(head: &RequestHead) -> &[u8] {
     }
 }
 
+/// The path and query as rules see them: [`normalized_path`], then the query
+/// as sent. Borrowed when the path is already normal.
+pub fn normalized_uri(head: &RequestHead) -> Cow<'_, [u8]> {
+    match normalized_path(head.path()) {
+        Cow::Borrowed(_) => Cow::Borrowed(uri(head)),
+        Cow::Owned(mut path) => {
+            let query = query(head);
+            if !query.is_empty() || head.target().ends_with(b"?") {
+                path.push(b'?');
+                path.extend_from_slice(query);
+            }
+            Cow::Owned(path)
+        }
+    }
+}
+
 /// The first value of query parameter `name` (not percent-decoded).
 pub fn query_param<'h>(head: &'h RequestHead, name: &str) -> Option<&'h [u8]> {
     query(head).split(|&b| b == b'&').find_map(|pair| {

@@ -339,7 +339,7 @@ impl Rewrite {
             Rewrite::Strip(prefix) => out.extend_from_slice(path.strip_prefix(&prefix[..])?),
             Rewrite::Replace { prefix, with } => {
                 let rest = path.strip_prefix(&prefix[..])?;
-                with.render_into(sources, &mut out);
+                with.render_path_into(sources, &mut out);
                 out.extend_from_slice(rest);
             }
             Rewrite::Regex { regex, with } => {
@@ -348,7 +348,7 @@ impl Rewrite {
                     captures: Some(&captures),
                     ..*sources
                 };
-                with.render_into(&own, &mut out);
+                with.render_path_into(&own, &mut out);
             }
         }
         if out.first() != Some(&b'/') {

@@ -81,14 +81,92 @@ impl Compiled {
     }
 }
 
+impl Compiled {
+    /// Renders a path (a `rewrite_path`'s `with`): what variables bring is
+    /// percent-encoded so that the result is one valid request-target path
+    /// (RFC 9112 §3.2). The path, the URI and the path regex's captures keep
+    /// their `/` (they are path already); any other value (a header, cookie,
+    /// parameter, the host...) is one segment: its `/`, `\`, `%`, `?`, `#`,
+    /// spaces and other bytes outside a segment's characters are encoded, and
+    /// a value that is only `.` or `..` is left out, so a client cannot climb
+    /// out of the place the operator put it.
+    pub(crate) fn render_path_into(&self, sources: &Sources<'_>, out: &mut Vec<u8>) {
+        let mut value = Vec::new();
+        for part in self.parts.iter() {
+            match part {
+                Part::Literal(text) => out.extend_from_slice(text),
+                Part::Variable(variable) => {
+                    value.clear();
+                    write_variable(variable, sources, &mut value);
+                    let path_already = matches!(
+                        variable,
+                        Variable::Path | Variable::Uri | Variable::Capture(_)
+                    );
+                    if !path_already && matches!(&value[..], b"." | b"..") {
+                        continue;
+                    }
+                    encode_for_path(&value, path_already, out);
+                }
+            }
+        }
+    }
+}
+
+/// Appends `value` with every byte that may not stand in a path segment
+/// (RFC 3986 pchar) percent-encoded; `/` and existing `%XX` escapes are kept
+/// when `keep_slashes` (a value that is a path already).
+fn encode_for_path(value: &[u8], keep_slashes: bool, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &byte in value {
+        let plain = byte.is_ascii_alphanumeric()
+            || matches!(
+                byte,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'@'
+            )
+            || (keep_slashes && matches!(byte, b'/' | b'%'));
+        if plain {
+            out.push(byte);
+        } else {
+            out.extend_from_slice(&[
+                b'%',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 15)],
+            ]);
+        }
+    }
+}
+
 fn write_variable(variable: &Variable, sources: &Sources<'_>, out: &mut Vec<u8>) {
     let head = sources.head;
     let facts = sources.facts;
     let text: &[u8] = match variable {
         Variable::Host => request::host(head),
-        Variable::Path => head.path(),
+        // The path rules matched, not the one sent: `//evil.example/../dir`
+        // must not become a Location that leaves the site.
+        Variable::Path => {
+            out.extend_from_slice(&request::normalized_path(head.path()));
+            return;
+        }
         Variable::Query => request::query(head),
-        Variable::Uri => request::uri(head),
+        Variable::Uri => {
+            out.extend_from_slice(&request::normalized_uri(head));
+            return;
+        }
         Variable::Method => head.method_bytes(),
         Variable::Scheme if facts.https => b"https",
         Variable::Scheme => b"http",

@@ -293,7 +293,9 @@ impl Pool {
         }
         match &self.config.hash {
             Some(hash) => {
-                let key = weir_rules::request_key(&hash.key, head, client).stable_hash();
+                let mut scratch = Vec::new();
+                let key =
+                    weir_rules::request_key(&hash.key, head, client, &mut scratch).stable_hash();
                 self.select_by_key(tried, now, key)
             }
             None => self.select(tried, now),

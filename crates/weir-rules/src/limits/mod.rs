@@ -119,7 +119,11 @@ impl TrafficLimits {
             let Some(limiter) = self.rates.get(index) else {
                 continue;
             };
-            limiter.check(request_key(&limiter.config().key, head, client), now)?;
+            let mut scratch = Vec::new();
+            limiter.check(
+                request_key(&limiter.config().key, head, client, &mut scratch),
+                now,
+            )?;
         }
         Ok(())
     }

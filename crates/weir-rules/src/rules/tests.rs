@@ -300,6 +300,53 @@ fn path_rewrites_compose() {
     assert_eq!(path("/api/").as_deref(), Some(&b"/"[..]));
 }
 
+/// What a rewrite takes from the request is encoded into one valid path: a header's
+/// spaces, `?` or `/` cannot change the request line or climb out of its place.
+#[test]
+fn values_in_a_rewritten_path_are_encoded() {
+    let rules = rule_set(
+        "[[virtual_servers.web.rules]]\nmatch.path_prefix = \"/t/\"\n\
+         rewrite_path = { replace_prefix = \"/t/\", with = \"/api/${header.X-Tenant}/\" }\n",
+    );
+    let path = |tenant: &str| {
+        let decision = evaluate(&rules, &get("/t/x", &format!("X-Tenant: {tenant}\r\n")));
+        String::from_utf8(decision.path.unwrap().to_vec()).unwrap()
+    };
+    assert_eq!(path("acme"), "/api/acme/x");
+    assert_eq!(path("a b HTTP/1.1"), "/api/a%20b%20HTTP%2F1.1/x");
+    assert_eq!(path("../../admin?"), "/api/..%2F..%2Fadmin%3F/x");
+    assert_eq!(path("a#b%2F\\c"), "/api/a%23b%252F%5Cc/x");
+    assert_eq!(path(".."), "/api//x");
+    assert_eq!(path("é"), "/api/%C3%A9/x");
+    // A capture of the path keeps its slashes.
+    let rules = rule_set(
+        "[[virtual_servers.web.rules]]\nmatch.path_regex = \"^/old/(.*)$\"\n\
+         rewrite_path = { regex = \"^/old/(.*)$\", with = \"/new/${1}\" }\n",
+    );
+    let decision = evaluate(&rules, &get("/old/a/b%2Fc", ""));
+    assert_eq!(decision.path.as_deref(), Some(&b"/new/a/b%2Fc"[..]));
+}
+
+/// `${path}` and `${uri}` are the path rules matched: a `//host/..` path sent to a
+/// trailing-slash redirect stays on the site.
+#[test]
+fn redirects_use_the_normalised_path() {
+    let rules = rule_set(
+        "[[virtual_servers.web.rules]]\nmatch.path_regex = \"^/dir/[a-z]+$\"\n\
+         redirect = { location = \"${path}/\" }\n\
+         [[virtual_servers.web.rules]]\nmatch.path_prefix = \"/go/\"\n\
+         redirect = { location = \"${uri}\" }\n",
+    );
+    let location = |target: &str| {
+        let decision = evaluate(&rules, &get(target, ""));
+        String::from_utf8(decision.answer().unwrap().headers[0].1.to_vec()).unwrap()
+    };
+    assert_eq!(location("//evil.com/../dir/abc"), "/dir/abc/");
+    assert_eq!(location("/dir/abc"), "/dir/abc/");
+    assert_eq!(location("//evil.com/../go/x?a=1"), "/go/x?a=1");
+    assert_eq!(location("/go/x?a=1"), "/go/x?a=1");
+}
+
 #[test]
 fn direct_responses_render_templates() {
     let rules = rule_set(
