@@ -127,16 +127,22 @@ impl Cond {
                 let method = context.head.method_bytes();
                 methods.iter().any(|want| **want == *method)
             }
+            // Each line, and each element of a line that is a list: `X-Role: user, admin`
+            // is `X-Role: user` and `X-Role: admin` (RFC 9110 §5.3), whichever form came.
             Cond::Header(field) => field.test_all(
                 context
                     .head
                     .headers()
                     .filter(|(name, _)| name.eq_ignore_ascii_case(field.name.as_bytes()))
-                    .map(|(_, value)| value),
+                    .flat_map(|(_, value)| {
+                        let elements = memchr::memchr(b',', value)
+                            .map(|_| value.split(|&b| b == b',').map(<[u8]>::trim_ascii));
+                        std::iter::once(value).chain(elements.into_iter().flatten())
+                    }),
             ),
             Cond::Query(field) => field.test_all(request::query_values(context.head, &field.name)),
             Cond::Cookie(field) => {
-                field.test_all(request::cookie(context.head, &field.name).into_iter())
+                field.test_all(request::cookie_values(context.head, &field.name))
             }
             Cond::ClientAddress(networks) => {
                 let address: IpAddr = context.facts.client_address;

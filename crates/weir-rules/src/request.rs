@@ -118,6 +118,49 @@ pub fn cookie<'h>(head: &'h RequestHead, name: &str) -> Option<&'h [u8]> {
         .find_map(|(_, value)| cookie_in(value, name))
 }
 
+/// Every value of cookie `name`, over every `Cookie` line, `%XX` decoded (as
+/// applications read them): `role=user; role=admin` holds two, and a rule on
+/// either sees it.
+pub fn cookie_values<'h>(
+    head: &'h RequestHead,
+    name: &'h str,
+) -> impl Iterator<Item = Cow<'h, [u8]>> + 'h {
+    head.headers()
+        .filter(|(field, _)| field.eq_ignore_ascii_case(b"cookie"))
+        .flat_map(|(_, value)| value.split(|&b| b == b';'))
+        .filter_map(move |pair| {
+            let pair = pair.trim_ascii();
+            let eq = memchr::memchr(b'=', pair)?;
+            let value = &pair[eq + 1..];
+            let value = value
+                .strip_prefix(b"\"")
+                .and_then(|v| v.strip_suffix(b"\""))
+                .unwrap_or(value);
+            (pair[..eq].trim_ascii() == name.as_bytes()).then(|| percent_decoded(value))
+        })
+}
+
+/// `value` with `%XX` decoded (a `+` stays); borrowed when it has no escape.
+fn percent_decoded(value: &[u8]) -> Cow<'_, [u8]> {
+    if memchr::memchr(b'%', value).is_none() {
+        return Cow::Borrowed(value);
+    }
+    let mut out = Vec::with_capacity(value.len());
+    let mut index = 0;
+    while index < value.len() {
+        if value[index] == b'%'
+            && let Some(decoded) = value.get(index + 1..index + 3).and_then(hex_pair)
+        {
+            out.push(decoded);
+            index += 3;
+            continue;
+        }
+        out.push(value[index]);
+        index += 1;
+    }
+    Cow::Owned(out)
+}
+
 /// The value of cookie `name` in one `Cookie` header value (`a=1; b=2`).
 pub fn cookie_in<'v>(value: &'v [u8], name: &str) -> Option<&'v [u8]> {
     value.split(|&b| b == b';').find_map(|pair| {

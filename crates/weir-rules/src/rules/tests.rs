@@ -117,6 +117,29 @@ fn methods_headers_queries_cookies() {
     assert_eq!(pool_of(&rules, &get("/", "")), STATIC, "no Accept header");
 }
 
+/// A cookie or header condition tests every value the request carries, in any form:
+/// a deny on `role=admin` is not dodged by sending `role=user` first, two lines, a list
+/// or an escape.
+#[test]
+fn every_cookie_and_header_value_is_tested() {
+    let rules = rule_set(
+        "[[virtual_servers.web.rules]]\nmatch.cookie = { name = \"role\", equals = \"admin\" }\ndeny = true\n\
+         [[virtual_servers.web.rules]]\nmatch.header = { name = \"X-Role\", equals = \"admin\" }\ndeny = true\n",
+    );
+    let denied = |headers: &str| evaluate(&rules, &get("/", headers)).rule.is_some();
+    assert!(denied("Cookie: role=admin\r\n"));
+    assert!(denied("Cookie: role=user; role=admin\r\n"));
+    assert!(denied("Cookie: role=user\r\nCookie: role=admin\r\n"));
+    assert!(denied("Cookie: role=%61dmin\r\n"));
+    assert!(denied("Cookie: role=\"admin\"\r\n"));
+    assert!(!denied("Cookie: role=user; xrole=admin\r\n"));
+    assert!(denied("X-Role: admin\r\n"));
+    assert!(denied("X-Role: user\r\nX-Role: admin\r\n"));
+    assert!(denied("X-Role: user, admin\r\n"));
+    assert!(denied("X-Role: user,admin\r\n"));
+    assert!(!denied("X-Role: user, administrator\r\n"));
+}
+
 #[test]
 fn client_address_sni_and_client_subject() {
     let rules = rule_set(
