@@ -411,6 +411,20 @@ impl Checker {
                 return None;
             }
         };
+        if let std::net::IpAddr::V6(v6) = address.ip()
+            && let Some(v4) = v6.to_ipv4_mapped()
+        {
+            // IPv6 listeners are bound IPv6-only, where a mapped address cannot be bound.
+            self.report(
+                path,
+                format!(
+                    "{address} is an IPv4-mapped address, which weir cannot listen on \
+                     (IPv6 listeners are IPv6-only); write {}",
+                    SocketAddr::new(v4.into(), address.port())
+                ),
+            );
+            return None;
+        }
         let clash = self
             .listeners
             .get(&address.port())
@@ -664,9 +678,7 @@ impl Checker {
                             rule.actions.terminal == Some(crate::model::Terminal::Pool(*pool))
                         })
                         || server.passthrough.iter().any(|r| r.pool == *pool);
-                    uses_pool
-                        && (listen == address
-                            || (listen.ip().is_unspecified() && address.ip().is_loopback()))
+                    uses_pool && reaches(*listen, *address)
                 })
                 .map(|(_, server)| server);
             if let Some(server) = looping {
@@ -682,6 +694,22 @@ impl Checker {
         }
         self.problems.extend(loops);
     }
+}
+
+/// Whether a connection to node `address` would arrive at `listen`: the same
+/// port and address (an IPv4-mapped address is its IPv4 one), or loopback of
+/// the family of a wildcard listener (`[::]` is bound IPv6-only, so it takes
+/// `::1` and never `127.0.0.1`).
+fn reaches(listen: std::net::SocketAddr, address: std::net::SocketAddr) -> bool {
+    let (listen_ip, node_ip) = (
+        crate::canonical(listen.ip()),
+        crate::canonical(address.ip()),
+    );
+    listen.port() == address.port()
+        && (listen_ip == node_ip
+            || (listen_ip.is_unspecified()
+                && node_ip.is_loopback()
+                && listen_ip.is_ipv4() == node_ip.is_ipv4()))
 }
 
 #[cfg(test)]

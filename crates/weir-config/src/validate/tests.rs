@@ -400,6 +400,27 @@ fn a_node_must_not_be_the_virtual_server_that_uses_it() {
     );
     let text = file("", "", "").replace("listen = \"127.0.0.1:8080\"", "listen = \"0.0.0.0:8081\"");
     assert_one_error(&text, "pools.web.nodes[0].address", "requests would loop");
+    // An IPv4-mapped node address is its IPv4 one.
+    let text = file("", "", "").replace("127.0.0.1:8081", "[::ffff:127.0.0.1]:8080");
+    assert_one_error(&text, "pools.web.nodes[0].address", "requests would loop");
+    let text = file("", "", "")
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"[::]:8081\"")
+        .replace("127.0.0.1:8081", "[::1]:8081");
+    assert_one_error(&text, "pools.web.nodes[0].address", "requests would loop");
+    // [::] is bound IPv6-only: an IPv4 node on its port is another socket, and
+    // 0.0.0.0 does not take [::1].
+    let text = file("", "", "").replace("listen = \"127.0.0.1:8080\"", "listen = \"[::]:8081\"");
+    valid(&text);
+    let text = file("", "", "")
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"0.0.0.0:8081\"")
+        .replace("127.0.0.1:8081", "[::1]:8081");
+    valid(&text);
+    // A listener on an IPv4-mapped address could never be bound.
+    let text = file("", "", "").replace(
+        "listen = \"127.0.0.1:8080\"",
+        "listen = \"[::ffff:127.0.0.1]:8080\"",
+    );
+    assert_one_error(&text, "virtual_servers.web.listen", "write 127.0.0.1:8080");
 }
 
 #[test]
