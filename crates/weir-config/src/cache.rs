@@ -145,7 +145,6 @@ impl FromStr for Cidr {
         let address: IpAddr = address.parse().map_err(|_| {
             format!("invalid network \"{text}\": write it like \"10.0.0.0/8\" or \"::1/128\"")
         })?;
-        let address = address.to_canonical();
         let bits = if address.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => bits,
@@ -157,7 +156,15 @@ impl FromStr for Cidr {
                     format!("invalid network \"{text}\": the prefix length must be 0 to {bits}")
                 })?,
         };
-        Ok(Cidr { address, prefix })
+        // An IPv4-mapped network (`::ffff:127.0.0.0/104`) is the IPv4 one it maps,
+        // which is what clients are matched as; a shorter prefix stays IPv6.
+        match address {
+            IpAddr::V6(v6) if prefix >= 96 && v6.to_ipv4_mapped().is_some() => Ok(Cidr {
+                address: address.to_canonical(),
+                prefix: prefix - 96,
+            }),
+            _ => Ok(Cidr { address, prefix }),
+        }
     }
 }
 
@@ -180,6 +187,14 @@ mod tests {
         let any: Cidr = "0.0.0.0/0".parse().unwrap();
         assert!(any.contains("192.0.2.1".parse().unwrap()));
         assert!(!any.contains("::1".parse().unwrap()));
+        // IPv4-mapped networks are the IPv4 networks they map.
+        let mapped: Cidr = "::ffff:127.0.0.0/104".parse().unwrap();
+        assert_eq!(mapped.to_string(), "127.0.0.0/8");
+        assert!(mapped.contains("127.1.2.3".parse().unwrap()));
+        let mapped: Cidr = "::ffff:0:0/96".parse().unwrap();
+        assert_eq!(mapped.to_string(), "0.0.0.0/0");
+        let mapped: Cidr = "::ffff:127.0.0.1".parse().unwrap();
+        assert_eq!(mapped.to_string(), "127.0.0.1/32");
         let one: Cidr = "::1".parse().unwrap();
         assert_eq!(one.to_string(), "::1/128");
         assert!(one.contains("::1".parse().unwrap()));
