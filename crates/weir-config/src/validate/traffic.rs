@@ -57,7 +57,10 @@ impl Checker {
         let mut ends_all: Option<usize> = None;
         for (index, table) in tables.iter().enumerate() {
             let at = path.index(index);
+            let problems_before = self.problems.len();
             let rule = self.rule(&at, index, table, scope);
+            // A rule with errors of its own stands in as "always" and hides nothing.
+            let sound = self.problems.len() == problems_before;
             if let Some(earlier) = rules.iter().position(|other| other.name == rule.name) {
                 self.report(
                     &at.key("name"),
@@ -75,7 +78,10 @@ impl Checker {
                          and ends evaluation"
                     ),
                 );
-            } else if rule.condition == Condition::Always && rule.actions.terminal.is_some() {
+            } else if sound
+                && rule.condition == Condition::Always
+                && rule.actions.terminal.is_some()
+            {
                 ends_all = Some(index);
             }
             rules.push(rule);

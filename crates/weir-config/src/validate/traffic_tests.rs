@@ -387,6 +387,22 @@ fn unreachable_and_duplicate_rules() {
     );
 }
 
+/// A rule with an error of its own does not make every later rule look unreachable.
+#[test]
+fn a_broken_rule_hides_no_later_rule() {
+    let text = file(
+        "\n[[virtual_servers.web.rules]]\nmatch.path_regex = \"^/(a\"\npool = \"api\"\n\
+         [[virtual_servers.web.rules]]\nmatch.path = \"/y\"\npool = \"web\"\n",
+        "",
+    );
+    assert_error(
+        &text,
+        6,
+        "virtual_servers.web.rules[0].match.path_regex",
+        "regex",
+    );
+}
+
 #[test]
 fn limits_request_id_and_client_address() {
     let text = file(
