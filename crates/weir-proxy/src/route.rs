@@ -30,13 +30,15 @@ impl VirtualServerRuntime {
         if self.routes.is_empty() {
             return None;
         }
-        let host = head.host().map(host_without_port);
+        let host = head
+            .host()
+            .map(|host| weir_rules::canonical_host(host_without_port(host)));
         let path = head.path();
         self.routes.iter().position(|(rule, _)| {
             let host_ok = rule
                 .host
                 .as_deref()
-                .is_none_or(|want| host.is_some_and(|h| host_matches(want, h)));
+                .is_none_or(|want| host.as_deref().is_some_and(|h| host_matches(want, h)));
             let path_ok = rule
                 .path_prefix
                 .as_deref()

@@ -54,7 +54,9 @@ pub use decision::{Answer, Decision, HeaderEdits, Outcome};
 pub use facts::{Facts, tls_version_text};
 pub use key::{Key, request_key, stable_hash};
 pub use limits::{Refusal, TrafficLimits};
-pub use request::{cookie, cookie_in, host, normalized_path, query, query_param, uri};
+pub use request::{
+    canonical_host, cookie, cookie_in, host, match_host, normalized_path, query, query_param, uri,
+};
 pub use request_id::{RequestId, incoming_request_id, request_id, valid_incoming};
 pub use rules::{BuildError, RuleSet};
 

@@ -22,6 +22,31 @@ pub fn host(head: &RequestHead) -> &[u8] {
     host.strip_suffix(b".").unwrap_or(host)
 }
 
+/// The host as rules and routes match it: [`host`], with an IPv6 literal in its
+/// canonical form (RFC 5952: `[0:0::1]` is `[::1]`), as the config's are.
+/// Borrowed unless the request spelled a literal otherwise.
+pub fn match_host(head: &RequestHead) -> Cow<'_, [u8]> {
+    canonical_host(host(head))
+}
+
+/// `host` with a bracketed IPv6 literal in canonical form; anything else as is.
+pub fn canonical_host(host: &[u8]) -> Cow<'_, [u8]> {
+    let Some(inner) = host.strip_prefix(b"[").and_then(|h| h.strip_suffix(b"]")) else {
+        return Cow::Borrowed(host);
+    };
+    let Some(address) = std::str::from_utf8(inner)
+        .ok()
+        .and_then(|text| text.parse::<std::net::Ipv6Addr>().ok())
+    else {
+        return Cow::Borrowed(host);
+    };
+    let canonical = format!("[{address}]");
+    match canonical.as_bytes() == host {
+        true => Cow::Borrowed(host),
+        false => Cow::Owned(canonical.into_bytes()),
+    }
+}
+
 /// The query string without `?` (empty when there is none).
 pub fn query(head: &RequestHead) -> &[u8] {
     let target = head.target();

@@ -139,10 +139,11 @@ impl RuleSet {
             return;
         }
         let mut hits = std::mem::take(&mut decision.scratch.regex_hits);
+        let host = request::match_host(head);
         let mut context = Context {
             head,
             facts,
-            host: request::host(head),
+            host: &host,
             path: request::normalized_path(head.path()),
             regexes: self.regexes.as_ref(),
             regex_hits: &mut hits,

@@ -512,6 +512,11 @@ fn routes() {
         "leave out the port",
     );
     assert_one_error(
+        &route("host = \"::1\""),
+        "virtual_servers.web.routes[0].host",
+        "write an IPv6 address in brackets, like \"[::1]\"",
+    );
+    assert_one_error(
         &route(""),
         "virtual_servers.web.routes[0]",
         "a route needs host, path_prefix or both",

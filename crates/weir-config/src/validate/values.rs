@@ -103,10 +103,16 @@ pub(crate) fn name(name: &str) -> Result<(), String> {
 pub(crate) fn route_host(text: &str) -> Result<String, String> {
     let host = text.trim().trim_end_matches('.').to_ascii_lowercase();
     if host.starts_with('[') && host.ends_with(']') {
+        // Canonical (RFC 5952), as requests' literals are made before they are matched.
         return match host[1..host.len() - 1].parse::<Ipv6Addr>() {
-            Ok(_) => Ok(host),
+            Ok(address) => Ok(format!("[{address}]")),
             Err(_) => Err(format!("invalid host \"{text}\": not an IPv6 address")),
         };
+    }
+    if host.parse::<Ipv6Addr>().is_ok() {
+        return Err(format!(
+            "invalid host \"{text}\": write an IPv6 address in brackets, like \"[{host}]\""
+        ));
     }
     if host.contains(':') {
         return Err(format!(

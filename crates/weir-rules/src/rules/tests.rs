@@ -140,6 +140,21 @@ fn every_cookie_and_header_value_is_tested() {
     assert!(!denied("X-Role: user, administrator\r\n"));
 }
 
+/// An IPv6 literal matches however either side spells it (RFC 5952 canonical form).
+#[test]
+fn ipv6_host_literals_match_in_any_spelling() {
+    let rules =
+        rule_set("[[virtual_servers.web.rules]]\nmatch.host = \"[2001:DB8:0::1]\"\ndeny = true\n");
+    let denied = |host: &str| {
+        let request = head(&format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n"));
+        evaluate(&rules, &request).rule.is_some()
+    };
+    assert!(denied("[2001:db8::1]"));
+    assert!(denied("[2001:db8:0:0::1]:8443"));
+    assert!(denied("[2001:DB8::1]"));
+    assert!(!denied("[2001:db8::2]"));
+}
+
 #[test]
 fn client_address_sni_and_client_subject() {
     let rules = rule_set(
