@@ -191,7 +191,7 @@ impl Checker {
             let hosts = self.each(&path.key("host"), hosts, values::route_host);
             all.push(Condition::Host(hosts));
         }
-        let as_path = |text: &str| values::request_path(text).map(|()| text.to_owned());
+        let as_path = |text: &str| values::rule_path(text).map(|()| text.to_owned());
         if let Some(paths) = &table.path {
             all.push(Condition::Path(self.each(
                 &path.key("path"),

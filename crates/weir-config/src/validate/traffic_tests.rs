@@ -387,6 +387,37 @@ fn unreachable_and_duplicate_rules() {
     );
 }
 
+/// Rules see the normalised path, so a path in another form is a mistake to report.
+#[test]
+fn a_rule_path_that_could_never_match_is_refused() {
+    for (key, bad) in [
+        ("path", "/a/../b"),
+        ("path", "/a/./b"),
+        ("path_prefix", "//admin"),
+        ("path", "/%61dmin"),
+        ("path_prefix", "/a/.."),
+    ] {
+        let text = file(
+            &format!("\n[[virtual_servers.web.rules]]\nmatch.{key} = \"{bad}\"\ndeny = true\n"),
+            "",
+        );
+        assert_error(
+            &text,
+            6,
+            &format!("virtual_servers.web.rules[0].match.{key}"),
+            "can never match",
+        );
+    }
+    for good in ["/", "/a/", "/a/b", "/a%2Fb", "/a.b/..c", "/%20x"] {
+        valid(&file(
+            &format!(
+                "\n[[virtual_servers.web.rules]]\nmatch.path_prefix = \"{good}\"\ndeny = true\n"
+            ),
+            "",
+        ));
+    }
+}
+
 /// A rule with an error of its own does not make every later rule look unreachable.
 #[test]
 fn a_broken_rule_hides_no_later_rule() {

@@ -158,6 +158,35 @@ pub(crate) fn request_path(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A rule's `path` or `path_prefix`: a request path already in the normalised
+/// form rules match against (no empty, `.` or `..` segment, no escaped
+/// unreserved character), since one in any other form could never match.
+pub(crate) fn rule_path(text: &str) -> Result<(), String> {
+    request_path(text)?;
+    let segments: Vec<&str> = text[1..].split('/').collect();
+    let last = segments.len() - 1;
+    let odd = segments.iter().enumerate().any(|(index, segment)| {
+        matches!(*segment, "." | "..") || (segment.is_empty() && index < last)
+    });
+    let bytes = text.as_bytes();
+    let escaped_unreserved = bytes.windows(3).any(|w| {
+        w[0] == b'%'
+            && std::str::from_utf8(&w[1..])
+                .ok()
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                .is_some_and(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+                })
+    });
+    if odd || escaped_unreserved {
+        return Err(format!(
+            "path \"{text}\" can never match: rules match the normalised path (no \"//\", \
+             \".\" or \"..\" segment, unreserved characters not percent-encoded)"
+        ));
+    }
+    Ok(())
+}
+
 /// An HTTP method for a health check: an upper-case token.
 pub(crate) fn method(text: &str) -> Result<(), String> {
     if !text.is_empty() && text.len() <= 20 && text.chars().all(|c| c.is_ascii_uppercase()) {
