@@ -30,10 +30,7 @@ fn without_a_token_only_addresses_and_localhost_are_served() {
         "attacker.example",
         "127.0.0.1.nip.io:9090",
         "localhost.attacker.example",
-        "[::1",
-        "::1",
         "127.0.0.1:",
-        "127.0.0.1:90a",
     ] {
         let get = request(&format!(
             "GET /api/v1/status HTTP/1.1\r\nHost: {host}\r\n\r\n"
@@ -42,6 +39,14 @@ fn without_a_token_only_addresses_and_localhost_are_served() {
         assert_eq!(refusal.status, 403);
         // With a token the name is the operator's business.
         assert!(refuse(&get, false).is_none(), "{host}");
+    }
+    // Hosts that are no host and port never reach the guard: the head is refused (400).
+    for host in ["[::1", "::1", "127.0.0.1:90a", "[::1]evil.example"] {
+        let mut buf = BytesMut::from(
+            format!("GET /api/v1/status HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes(),
+        );
+        let parsed = weir_http::RequestHead::split_from(&mut buf, &weir_http::Limits::default());
+        assert!(parsed.is_err(), "{host}");
     }
     // Clients that send no Host (HTTP/1.0 tools) are not browsers.
     assert!(refuse(&request("GET /metrics HTTP/1.0\r\n\r\n"), true).is_none());
