@@ -224,6 +224,36 @@ async fn a_close_at_either_end_reaches_the_other_cleanly() {
     server.stop().await;
 }
 
+/// IMAP, SMTP, SSH: the server speaks first. The far side connects as soon as the flow
+/// opens, and the greeting reaches a client that has sent nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_speaks_first_is_heard_before_the_client_speaks() {
+    let certs = Certificates::new();
+    let (origin, mut accepted) = scripted_server().await;
+    let (server, client, listen) = start_pair(&certs, &[("imap", origin)], LINK).await;
+    let mut near = TcpStream::connect(listen[0]).await.unwrap();
+    let mut far = tokio::time::timeout(Duration::from_secs(5), accepted.recv())
+        .await
+        .expect("the far side connects before the client speaks")
+        .unwrap();
+    far.write_all(b"* OK IMAP ready\r\n").await.unwrap();
+    let mut greeting = [0u8; 17];
+    tokio::time::timeout(Duration::from_secs(5), near.read_exact(&mut greeting))
+        .await
+        .expect("the greeting within 5 s")
+        .unwrap();
+    assert_eq!(&greeting, b"* OK IMAP ready\r\n");
+    // And the conversation goes on both ways.
+    near.write_all(b"a1 LOGOUT\r\n").await.unwrap();
+    let mut command = [0u8; 11];
+    far.read_exact(&mut command).await.unwrap();
+    assert_eq!(&command, b"a1 LOGOUT\r\n");
+    drop(near);
+    drop(far);
+    client.stop().await;
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_at_the_far_end_resets_the_near_client() {
     let certs = Certificates::new();

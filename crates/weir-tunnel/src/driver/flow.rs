@@ -109,6 +109,14 @@ async fn encode(
     let mut encoder = FlowEncoder::new(session.settings).with_block_limit(session.block_limit);
     let mut input = vec![0u8; READ_SIZE];
     let mut wire = prefix.unwrap_or_default();
+    // The open header goes at once, so that the far side connects before the client has
+    // said anything: in IMAP, SMTP, SSH or MySQL the server speaks first.
+    if !wire.is_empty() {
+        if send.write_all(&wire).await.is_err() {
+            return End::Broken;
+        }
+        wire.clear();
+    }
     let stopped = send.stopped();
     tokio::pin!(stopped);
     loop {
