@@ -221,6 +221,16 @@ pub fn reset_key(side: &ServerSide) -> Result<EndpointConfig, std::io::Error> {
     let hmac = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &derived);
     let mut endpoint = EndpointConfig::new(Arc::new(hmac));
     endpoint.grease_quic_bit(false);
+    // quinn drops a short-header packet whose connection ID its generator did not sign
+    // before it would answer with a reset, and its default generator signs with a key
+    // made at random per process: a restarted far side ignored the forgotten connection's
+    // packets and the near side waited for its idle timeout. The signing key is derived
+    // from the private key too, so the restarted side knows the IDs and resets them.
+    let cid_key = blake3::derive_key("weir-tunnel 2026 connection id key", &key);
+    let cid_key = u64::from_le_bytes(cid_key[..8].try_into().unwrap_or_default());
+    endpoint.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
     Ok(endpoint)
 }
 
