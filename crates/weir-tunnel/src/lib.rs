@@ -71,8 +71,9 @@ pub enum TunnelError {
     /// The config lacks the section this side needs (`[client]` or `[server]`).
     #[error("this side needs {0} in the config")]
     Role(&'static str),
-    /// A listening socket could not be bound.
-    #[error("cannot listen on {address}: {source}")]
+    /// A listening socket could not be bound (the system's error is the source, which
+    /// error reports print after this line: not repeated in it).
+    #[error("cannot listen on {address}")]
     Bind {
         /// The address that could not be bound.
         address: SocketAddr,

@@ -29,6 +29,21 @@ pub fn run(args: TunnelArgs) -> anyhow::Result<()> {
 /// runs until SIGINT or SIGTERM, and prints the counters.
 fn run_side(args: &SideArgs, role: Role) -> anyhow::Result<()> {
     let config = load_file(&args.config, role).map_err(|error| anyhow::anyhow!("{error}"))?;
+    if args.check {
+        // Certificates and keys as binding checks them, and no port taken: a new file can
+        // be checked beside the side that runs the old one.
+        let checked = match role {
+            Role::Client => Client::check(&config),
+            Role::Server => Server::check(&config),
+        };
+        checked?;
+        let name = match role {
+            Role::Client => "client",
+            Role::Server => "server",
+        };
+        println!("weir tunnel {name}: {} is valid", args.config.display());
+        return Ok(());
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
         builder.worker_threads(threads.max(1));
@@ -48,10 +63,6 @@ fn run_side(args: &SideArgs, role: Role) -> anyhow::Result<()> {
             Role::Client => Side::Client(Client::bind(config, Arc::clone(&metrics)).await?),
             Role::Server => Side::Server(Server::bind(config, Arc::clone(&metrics))?),
         };
-        if args.check {
-            println!("weir tunnel {name}: {} is valid", args.config.display());
-            return Ok(());
-        }
         // The admin listener, as `weir serve` runs it: `/metrics`, and `/healthz` answering
         // 503 once the side is stopping.
         let stopping = Arc::new(AtomicBool::new(false));

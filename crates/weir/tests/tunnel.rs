@@ -319,6 +319,58 @@ fn a_tunnel_side_serves_metrics_and_health_on_the_admin_listener() {
     );
 }
 
+/// `--check` reads the certificates and keys and binds nothing, so a new file can be
+/// checked beside the running side that holds its ports; a bad key still fails it.
+#[test]
+fn check_binds_nothing_and_still_reads_the_keys() {
+    let dir = TempDir::new("check");
+    write_certificates(&dir.0);
+    // The ports the configs name, taken as a running tunnel would hold them.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let tcp_port = tcp.local_addr().unwrap().port();
+    let server = dir.0.join("server.toml");
+    std::fs::write(
+        &server,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{udp_port}\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
+             ca = \"ca.pem\"\n[services.files]\nconnect = \"127.0.0.1:9\"\n"
+        ),
+    )
+    .unwrap();
+    let client = dir.0.join("client.toml");
+    std::fs::write(
+        &client,
+        format!(
+            "[client]\nserver = \"127.0.0.1:{udp_port}\"\nca = \"ca.pem\"\ncert = \"client.pem\"\n\
+             key = \"client.key\"\n[services.files]\nlisten = \"127.0.0.1:{tcp_port}\"\n"
+        ),
+    )
+    .unwrap();
+    for (role, config) in [("server", &server), ("client", &client)] {
+        let output = Command::new(WEIR)
+            .args(["tunnel", role, "--config", path(config), "--check"])
+            .output()
+            .expect("run weir tunnel --check");
+        assert!(
+            output.status.success(),
+            "{role}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(stdout.contains("is valid"), "{role}: {stdout}");
+    }
+    // A key that is not one: refused by the check.
+    std::fs::write(dir.0.join("server.key"), "not a key\n").unwrap();
+    let output = Command::new(WEIR)
+        .args(["tunnel", "server", "--config", path(&server), "--check"])
+        .output()
+        .expect("run weir tunnel --check");
+    assert!(!output.status.success());
+    drop((udp, tcp));
+}
+
 /// A port on 127.0.0.1 that was free a moment ago.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -32,6 +32,17 @@ pub struct Client {
 }
 
 impl Client {
+    /// Checks the config's certificates and keys as [`Client::bind`] does, binding
+    /// nothing (`weir tunnel client --check` beside a running near side).
+    pub fn check(config: &TunnelConfig) -> Result<(), TunnelError> {
+        let side = config
+            .client
+            .as_ref()
+            .ok_or(TunnelError::Role("a [client] table"))?;
+        quic::client_config(config, side)?;
+        Ok(())
+    }
+
     /// Checks the certificates and binds every listener, so that a bad config or a port in
     /// use fails before anything runs.
     pub async fn bind(config: TunnelConfig, metrics: Arc<Metrics>) -> Result<Client, TunnelError> {

@@ -46,7 +46,7 @@ pub enum TransportError {
     Config(#[from] ConfigError),
     #[error("TLS set-up: {0}")]
     Tls(String),
-    #[error("cannot open the socket on {address}: {source}")]
+    #[error("cannot open the socket on {address}")]
     Socket {
         address: SocketAddr,
         source: std::io::Error,

@@ -31,6 +31,21 @@ pub struct Server {
 }
 
 impl Server {
+    /// Checks the config's certificates and keys as [`Server::bind`] does, binding
+    /// nothing (`weir tunnel server --check` beside a running far side).
+    pub fn check(config: &TunnelConfig) -> Result<(), TunnelError> {
+        let side = config
+            .server
+            .as_ref()
+            .ok_or(TunnelError::Role("a [server] table"))?;
+        quic::server_config(config, side)?;
+        quic::reset_key(side).map_err(|source| TunnelError::Bind {
+            address: side.listen,
+            source,
+        })?;
+        Ok(())
+    }
+
     /// Checks the certificates and binds the UDP socket.
     pub fn bind(config: TunnelConfig, metrics: Arc<Metrics>) -> Result<Server, TunnelError> {
         let side = config
