@@ -357,6 +357,12 @@ async fn a_near_side_without_a_trusted_certificate_is_refused() {
     // certificate, so only the far side's count shows the refusal.
     assert_eq!(server.metrics.handles().connections.get(), 0);
     assert_eq!(client.metrics.handles().flows_failed.get(), 1);
+    // Each refused connection counts as a failure for the backoff (100 ms doubling): a few
+    // tries in two seconds, where the near side had retried at once, 160 times a second.
+    let before = client.metrics.handles().connections.get();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let tries = client.metrics.handles().connections.get() - before;
+    assert!(tries <= 6, "{tries} connections in 2 s");
     client.stop().await;
     server.stop().await;
 }

@@ -21,6 +21,8 @@ use crate::sans_io::wire::encode_open;
 /// The first wait before connecting again; doubled per failure up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A connection that lasted less than this counts as a failure for the backoff.
+const STABLE_CONNECTION: Duration = Duration::from_secs(1);
 
 /// The near side, bound and ready to run.
 pub struct Client {
@@ -137,14 +139,24 @@ async fn keep_connected(
     loop {
         match connect(&endpoint, &side, &config, &metrics).await {
             Ok(session) => {
-                backoff = FIRST_BACKOFF;
                 tracing::info!(server = %side.server, "tunnel connected");
+                let up_since = tokio::time::Instant::now();
                 let connection = session.connection.clone();
                 current.send_replace(Some(session));
                 let reason = connection.closed().await;
                 current.send_replace(None);
                 metrics.connection_closed(&connection);
-                tracing::warn!(server = %side.server, %reason, "tunnel connection ended; reconnecting");
+                if up_since.elapsed() >= STABLE_CONNECTION {
+                    backoff = FIRST_BACKOFF;
+                    tracing::warn!(server = %side.server, %reason, "tunnel connection ended; reconnecting");
+                } else {
+                    // Ended as it began: under TLS 1.3 the near side finishes its handshake
+                    // before the far side has checked its certificate, so a refused
+                    // certificate looks like a connection. Back off as for a failure.
+                    tracing::warn!(server = %side.server, %reason, retry_in = ?backoff, "tunnel connection ended at once");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
             }
             Err(error) => {
                 tracing::warn!(server = %side.server, %error, retry_in = ?backoff, "cannot connect the tunnel");

@@ -125,6 +125,21 @@ pub fn client_toml(
 }
 
 /// Starts a far side; returns it and its UDP address.
+/// Whether `error` or one of its causes is "address in use".
+fn in_use(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
 pub async fn start_server(toml: &str) -> (Side, SocketAddr) {
     let config =
         parse_str(toml, "server.toml", Role::Server).unwrap_or_else(|error| panic!("{error}"));
@@ -135,7 +150,7 @@ pub async fn start_server(toml: &str) -> (Side, SocketAddr) {
     let server = loop {
         match Server::bind(config.clone(), Arc::clone(&metrics)) {
             Ok(server) => break server,
-            Err(error) if error.to_string().contains("in use") && attempts < 100 => {
+            Err(error) if in_use(&error) && attempts < 100 => {
                 attempts += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
