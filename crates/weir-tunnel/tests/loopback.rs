@@ -430,3 +430,65 @@ async fn far_side_restart(transport: &'static str) {
     client.stop().await;
     server.stop().await;
 }
+
+/// A stranger on the TCP transport's port that sends QUIC packets of an unknown version
+/// (each answered with a version negotiation) and never reads the answers: its queue fills,
+/// and after a short grace what is sent to it is dropped, so the near side's flows go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_reads_does_not_stall_the_tcp_transport() {
+    let certs = Certificates::new();
+    let echo = echo_server().await;
+    let (server, far) = start_server(&server_toml(
+        &certs,
+        "127.0.0.1:0".parse().unwrap(),
+        &[("echo", echo)],
+        LINK_TCP,
+    ))
+    .await;
+    let (client, listen) =
+        start_client(&client_toml(&certs, far, "client", &["echo"], LINK_TCP)).await;
+    assert_eq!(echo_once(listen[0], b"before").await, b"before");
+
+    let attacker =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    attacker.set_recv_buffer_size(4096).unwrap();
+    attacker.connect(&far.into()).unwrap();
+    attacker.set_nonblocking(true).unwrap();
+    let mut attacker = TcpStream::from_std(attacker.into()).unwrap();
+    // A long-header packet of a version no one speaks, padded to 1,200 bytes, framed.
+    let mut packet = vec![0xc0, 0x0a, 0x1a, 0x2a, 0x3a, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0];
+    packet.resize(1200, 0);
+    let mut frame = (packet.len() as u16).to_be_bytes().to_vec();
+    frame.extend_from_slice(&packet);
+    let frames = frame.repeat(32);
+    let flood = tokio::spawn(async move {
+        let until = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::time::Instant::now() < until {
+            if attacker.write_all(&frames).await.is_err() {
+                break;
+            }
+        }
+        attacker
+    });
+    // Long enough for the stranger's queue to fill and stall.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for round in 0..3 {
+        let answer = tokio::time::timeout(Duration::from_secs(5), echo_once(listen[0], b"during"))
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: no echo within 5 s during the flood"));
+        assert_eq!(answer, b"during");
+    }
+    flood.abort();
+    client.stop().await;
+    server.stop().await;
+}
+
+/// One flow: `message` sent, the write side closed, everything read back.
+async fn echo_once(address: SocketAddr, message: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    stream.write_all(message).await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut back = Vec::new();
+    stream.read_to_end(&mut back).await.unwrap();
+    back
+}

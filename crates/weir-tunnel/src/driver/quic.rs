@@ -288,6 +288,7 @@ pub fn endpoint(
 fn tcp_settings(link: &LinkParams) -> TcpSettings {
     TcpSettings {
         buffer: (link.bdp() as usize).clamp(1 << 20, 256 << 20),
+        idle: link.idle_timeout,
     }
 }
 

@@ -10,6 +10,13 @@
 //! connects lazily, on the first datagram QUIC sends to the far side, and again after the
 //! connection breaks; the far side accepts any number of near sides and answers each on its
 //! own connection.
+//!
+//! One connection's full queue makes QUIC wait (backpressure, as a full UDP socket buffer
+//! would), but not forever and not for everyone: a connection whose queue is full and that
+//! has taken no byte for [`STALL_GRACE`] is stalled (a peer that does not read, such as an
+//! unauthenticated client sending packets it never reads the answers to). What QUIC sends
+//! it is dropped, as UDP drops, and it no longer holds up the others; one whose write has
+//! waited, or that has sent nothing, for the link's idle timeout is closed.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -19,7 +26,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use quinn::udp::{RecvMeta, Transmit};
@@ -36,12 +43,18 @@ use crate::sans_io::frame::{put_frame, take_frame};
 const MAX_RECEIVED: usize = 4096;
 /// How long connecting to the far side may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection with a full queue may take no byte before it is stalled: longer
+/// than a slow link's round trips, where a live peer's kernel takes bytes as acks return.
+const STALL_GRACE: Duration = Duration::from_secs(2);
 
 /// How much QUIC may queue per connection before it is told to wait (about a
-/// bandwidth-delay product); the socket's send buffer is twice that.
+/// bandwidth-delay product); the socket's send buffer is twice that. `idle`: the link's
+/// idle timeout, after which a connection that sent nothing, or whose write has waited
+/// that long, is closed.
 #[derive(Debug, Clone, Copy)]
 pub struct TcpSettings {
     pub buffer: usize,
+    pub idle: Duration,
 }
 
 /// A quinn socket over TCP connections.
@@ -77,6 +90,15 @@ struct Peer {
     id: u64,
     outgoing: BytesMut,
     wake_writer: Arc<Notify>,
+    /// When the kernel last took bytes for this connection (or it was made).
+    progress: Instant,
+}
+
+impl Peer {
+    /// A full queue and no byte taken for [`STALL_GRACE`]: not reading.
+    fn stalled(&self, limit: usize, now: Instant) -> bool {
+        self.outgoing.len() >= limit && now.saturating_duration_since(self.progress) >= STALL_GRACE
+    }
 }
 
 impl TcpDatagrams {
@@ -174,12 +196,31 @@ impl Shared {
         }
     }
 
-    fn room(&self) -> bool {
+    /// `Ok` with room in every queue, a stalled connection's aside (its datagrams are
+    /// dropped); otherwise when the first full queue would count as stalled.
+    fn room(&self) -> Result<(), Instant> {
         let limit = self.settings.buffer;
-        self.state()
+        let now = Instant::now();
+        let full = self
+            .state()
             .peers
             .values()
-            .all(|peer| peer.outgoing.len() < limit)
+            .filter(|peer| peer.outgoing.len() >= limit && !peer.stalled(limit, now))
+            .map(|peer| peer.progress + STALL_GRACE)
+            .min();
+        match full {
+            None => Ok(()),
+            Some(stalls_at) => Err(stalls_at),
+        }
+    }
+
+    /// The kernel took bytes for connection `id` to `address`.
+    fn progressed(&self, address: SocketAddr, id: u64) {
+        if let Some(peer) = self.state().peers.get_mut(&address)
+            && peer.id == id
+        {
+            peer.progress = Instant::now();
+        }
     }
 }
 
@@ -193,6 +234,7 @@ impl State {
                 id: self.next_id,
                 outgoing: BytesMut::new(),
                 wake_writer: Arc::clone(&wake),
+                progress: Instant::now(),
             },
         );
         (self.next_id, wake)
@@ -254,9 +296,14 @@ async fn read_frames(shared: Arc<Shared>, peer: SocketAddr, id: u64, mut read: O
             }
         }
         tokio::select! {
-            read = read.read_buf(&mut buffer) => match read {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+            read = tokio::time::timeout(shared.settings.idle, read.read_buf(&mut buffer)) => match read {
+                Ok(Ok(0) | Err(_)) => break,
+                Ok(Ok(_)) => {}
+                // Nothing for the link's idle timeout: QUIC's keep-alives would have come.
+                Err(_) => {
+                    tracing::debug!(%peer, "TCP transport: connection idle; closing");
+                    break;
+                }
             },
             () = until_closed(&mut closed) => break,
         }
@@ -317,8 +364,26 @@ async fn write_frames(
             continue;
         }
         shared.writable.notify_waiters();
+        let writing = async {
+            let mut rest = &pending[..];
+            while !rest.is_empty() {
+                match tokio::time::timeout(shared.settings.idle, write.write(rest)).await {
+                    Ok(Ok(0) | Err(_)) => return false,
+                    Ok(Ok(written)) => {
+                        rest = &rest[written..];
+                        shared.progressed(peer, id);
+                    }
+                    // The peer has read nothing for the link's idle timeout.
+                    Err(_) => {
+                        tracing::debug!(%peer, "TCP transport: peer not reading; closing");
+                        return false;
+                    }
+                }
+            }
+            true
+        };
         tokio::select! {
-            written = write.write_all(&pending) => if written.is_err() {
+            written = writing => if !written {
                 break;
             },
             _ = closed.changed() => break,
@@ -332,6 +397,7 @@ impl AsyncUdpSocket for TcpDatagrams {
         Box::pin(Writable {
             shared: Arc::clone(&self.shared),
             waiting: None,
+            stall: None,
         })
     }
 
@@ -357,6 +423,11 @@ impl AsyncUdpSocket for TcpDatagrams {
             return Ok(());
         };
         if peer.outgoing.len() >= shared.settings.buffer {
+            // A peer that reads nothing loses what is sent to it, as UDP would lose it,
+            // rather than make every other connection wait.
+            if peer.stalled(shared.settings.buffer, Instant::now()) {
+                return Ok(());
+            }
             return Err(io::ErrorKind::WouldBlock.into());
         }
         let segment = transmit
@@ -412,10 +483,12 @@ impl AsyncUdpSocket for TcpDatagrams {
     }
 }
 
-/// Ready when every peer's outgoing buffer has room again.
+/// Ready when every peer's outgoing buffer has room again, or its peer stalled.
 struct Writable {
     shared: Arc<Shared>,
     waiting: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
+    /// Until the first full queue would count as stalled (nothing else wakes us then).
+    stall: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl fmt::Debug for Writable {
@@ -432,9 +505,25 @@ impl UdpPoller for Writable {
             .get_or_insert_with(|| Box::pin(async move { shared.writable.notified().await }));
         // Polled (and so registered) before the check: a drain after it wakes us.
         let woken = waiting.as_mut().poll(cx).is_ready();
-        if woken || self.shared.room() {
+        let room = self.shared.room();
+        if woken || room.is_ok() {
             self.waiting = None;
+            self.stall = None;
             return Poll::Ready(Ok(()));
+        }
+        if let Err(stalls_at) = room {
+            let deadline = tokio::time::Instant::from_std(stalls_at);
+            let sleep = self
+                .stall
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if sleep.deadline() != deadline {
+                sleep.as_mut().reset(deadline);
+            }
+            if sleep.as_mut().poll(cx).is_ready() {
+                self.waiting = None;
+                self.stall = None;
+                return Poll::Ready(Ok(()));
+            }
         }
         Poll::Pending
     }
