@@ -26,35 +26,53 @@ pub(crate) fn trim_ows(mut value: &[u8]) -> &[u8] {
 /// whitespace, stray brackets or colons and anything that could end or split
 /// the authority, so that what weir routes on is what the node reads.
 pub(crate) fn is_valid_host(value: &[u8]) -> bool {
-    let (host_ok, port) = match value {
-        [b'[', rest @ ..] => {
-            let Some(close) = memchr::memchr(b']', rest) else {
-                return false;
-            };
-            let after = &rest[close + 1..];
-            let port = match after {
-                [] => None,
-                [b':', port @ ..] => Some(port),
+    // Every request's Host passes here: one pass over the name, no call for the colon.
+    if let [b'[', rest @ ..] = value {
+        return is_ip_literal_host(rest);
+    }
+    let mut rest = value;
+    while let [byte, tail @ ..] = rest {
+        match HOST_CLASS[*byte as usize] {
+            PLAIN => rest = tail,
+            PERCENT => match tail {
+                [high, low, after @ ..] if high.is_ascii_hexdigit() && low.is_ascii_hexdigit() => {
+                    rest = after
+                }
                 _ => return false,
-            };
-            (is_ip_literal(&rest[..close]), port)
+            },
+            COLON => return is_port(tail),
+            _ => return false,
         }
-        _ => match memchr::memchr(b':', value) {
-            Some(colon) => (is_reg_name(&value[..colon]), Some(&value[colon + 1..])),
-            None => (is_reg_name(value), None),
-        },
+    }
+    true
+}
+
+/// After `[`: the literal, `]`, then nothing or `:` and a port.
+fn is_ip_literal_host(rest: &[u8]) -> bool {
+    let Some(close) = memchr::memchr(b']', rest) else {
+        return false;
     };
-    host_ok && port.is_none_or(is_port)
+    let port_ok = match &rest[close + 1..] {
+        [] => true,
+        [b':', port @ ..] => is_port(port),
+        _ => false,
+    };
+    port_ok && is_ip_literal(&rest[..close])
 }
 
 /// A port: up to five digits (none at all is allowed, RFC 3986 §3.2.3), at most 65535.
 fn is_port(port: &[u8]) -> bool {
-    port.len() <= 5
-        && port.iter().all(u8::is_ascii_digit)
-        && port
-            .iter()
-            .fold(0_u32, |n, &d| n * 10 + u32::from(d - b'0'))
-            <= 65535
+    if port.len() > 5 {
+        return false;
+    }
+    let mut number = 0_u32;
+    for &digit in port {
+        if !digit.is_ascii_digit() {
+            return false;
+        }
+        number = number * 10 + u32::from(digit - b'0');
+    }
+    number <= 65535
 }
 
 /// The inside of `[...]`: an IPv6 address, or `v` HEXDIG+ `.` then unreserved,
@@ -71,7 +89,7 @@ fn is_ip_literal(inner: &[u8]) -> bool {
                 && !tail.is_empty()
                 && tail
                     .iter()
-                    .all(|&b| b == b':' || (REG_NAME_CHARS[b as usize] && b != b'%'))
+                    .all(|&b| matches!(HOST_CLASS[b as usize], PLAIN | COLON))
         }
         _ => {
             std::str::from_utf8(inner).is_ok_and(|text| text.parse::<std::net::Ipv6Addr>().is_ok())
@@ -79,35 +97,20 @@ fn is_ip_literal(inner: &[u8]) -> bool {
     }
 }
 
-/// reg-name (RFC 3986 §3.2.2): unreserved, sub-delims and `%` with two hex digits.
-fn is_reg_name(name: &[u8]) -> bool {
-    let mut i = 0;
-    while i < name.len() {
-        let b = name[i];
-        if !REG_NAME_CHARS[b as usize] {
-            return false;
-        }
-        if b == b'%' {
-            if !name
-                .get(i + 1..i + 3)
-                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
-            {
-                return false;
-            }
-            i += 3;
-        } else {
-            i += 1;
-        }
-    }
-    true
-}
+/// What a byte of a `Host` value is outside brackets: a reg-name character
+/// (unreserved or sub-delims, RFC 3986 §3.2.2), the `%` of an escape, the colon
+/// before the port, or nothing a host may hold.
+const INVALID: u8 = 0;
+const PLAIN: u8 = 1;
+const PERCENT: u8 = 2;
+const COLON: u8 = 3;
 
-static REG_NAME_CHARS: [bool; 256] = {
-    let mut table = [false; 256];
+static HOST_CLASS: [u8; 256] = {
+    let mut table = [INVALID; 256];
     let mut byte = 0;
     while byte < 256 {
         let b = byte as u8;
-        table[byte] = b.is_ascii_alphanumeric()
+        table[byte] = if b.is_ascii_alphanumeric()
             || matches!(
                 b,
                 b'-' | b'.'
@@ -124,8 +127,15 @@ static REG_NAME_CHARS: [bool; 256] = {
                     | b','
                     | b';'
                     | b'='
-                    | b'%'
-            );
+            ) {
+            PLAIN
+        } else if b == b'%' {
+            PERCENT
+        } else if b == b':' {
+            COLON
+        } else {
+            INVALID
+        };
         byte += 1;
     }
     table

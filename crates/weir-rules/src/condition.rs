@@ -51,7 +51,37 @@ pub(crate) enum HostMatch {
 pub(crate) struct Field {
     name: Box<str>,
     test: Test,
+    /// A header that may be a comma-separated list (not one of [`SINGLE_VALUE_FIELDS`]).
+    list: bool,
 }
+
+/// Header fields defined as one value, in which a comma is part of that value (dates, a
+/// user agent's comment, a URL); any other field may be a list (RFC 9110 §5.3).
+const SINGLE_VALUE_FIELDS: &[&str] = &[
+    "authorization",
+    "content-disposition",
+    "content-length",
+    "content-location",
+    "content-type",
+    "cookie",
+    "date",
+    "expires",
+    "from",
+    "host",
+    "if-modified-since",
+    "if-range",
+    "if-unmodified-since",
+    "last-modified",
+    "location",
+    "origin",
+    "proxy-authorization",
+    "range",
+    "referer",
+    "retry-after",
+    "server",
+    "set-cookie",
+    "user-agent",
+];
 
 #[derive(Debug)]
 enum Test {
@@ -127,16 +157,19 @@ impl Cond {
                 let method = context.head.method_bytes();
                 methods.iter().any(|want| **want == *method)
             }
-            // Each line, and each element of a line that is a list: `X-Role: user, admin`
+            // Each line, and each element of a line of a list field: `X-Role: user, admin`
             // is `X-Role: user` and `X-Role: admin` (RFC 9110 §5.3), whichever form came.
+            // Fields of one value (User-Agent, Origin, Referer...) are never split: a
+            // comma there is part of the value, and an allow-list written with `not`
+            // must see the whole of it.
             Cond::Header(field) => field.test_all(
                 context
                     .head
                     .headers()
                     .filter(|(name, _)| name.eq_ignore_ascii_case(field.name.as_bytes()))
                     .flat_map(|(_, value)| {
-                        let elements = memchr::memchr(b',', value)
-                            .map(|_| value.split(|&b| b == b',').map(<[u8]>::trim_ascii));
+                        let elements = (field.list && memchr::memchr(b',', value).is_some())
+                            .then(|| value.split(|&b| b == b',').map(<[u8]>::trim_ascii));
                         std::iter::once(value).chain(elements.into_iter().flatten())
                     }),
             ),
@@ -275,9 +308,13 @@ impl Field {
             }
             ValueTest::Regex(pattern) => Test::Regex(pattern.0.clone()),
         };
+        let list = !SINGLE_VALUE_FIELDS
+            .iter()
+            .any(|single| single.eq_ignore_ascii_case(&field.name));
         Field {
             name: field.name.as_str().into(),
             test,
+            list,
         }
     }
 

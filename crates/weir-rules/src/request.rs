@@ -166,7 +166,7 @@ pub fn cookie_values<'h>(
 }
 
 /// `value` with `%XX` decoded (a `+` stays); borrowed when it has no escape.
-fn percent_decoded(value: &[u8]) -> Cow<'_, [u8]> {
+pub(crate) fn percent_decoded(value: &[u8]) -> Cow<'_, [u8]> {
     if memchr::memchr(b'%', value).is_none() {
         return Cow::Borrowed(value);
     }
@@ -236,7 +236,8 @@ pub fn normalized_path(path: &[u8]) -> Cow<'_, [u8]> {
 }
 
 /// Decodes `%XX` only where it stands for an unreserved character (RFC 3986
-/// §2.3), which means the same decoded or not; `%2F` and the like stay.
+/// §2.3), which means the same decoded or not; `%2F` and the like stay, with
+/// their hex digits in upper case (§6.2.2.1: `%c3%a9` is `%C3%A9`).
 fn decode_unreserved(path: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(path.len());
     let mut index = 0;
@@ -244,9 +245,14 @@ fn decode_unreserved(path: &[u8]) -> Vec<u8> {
         let byte = path[index];
         if byte == b'%'
             && let Some(decoded) = path.get(index + 1..index + 3).and_then(hex_pair)
-            && (decoded.is_ascii_alphanumeric() || b"-._~".contains(&decoded))
         {
-            out.push(decoded);
+            if decoded.is_ascii_alphanumeric() || b"-._~".contains(&decoded) {
+                out.push(decoded);
+            } else {
+                out.push(b'%');
+                out.push(path[index + 1].to_ascii_uppercase());
+                out.push(path[index + 2].to_ascii_uppercase());
+            }
             index += 3;
             continue;
         }
@@ -265,6 +271,13 @@ fn hex_pair(pair: &[u8]) -> Option<u8> {
 mod tests {
     use super::*;
     use crate::test_support::head;
+
+    #[test]
+    fn escapes_that_stay_are_upper_case() {
+        assert_eq!(&normalized_path(b"/caf%c3%a9")[..], b"/caf%C3%A9");
+        assert_eq!(&normalized_path(b"/caf%C3%a9/%61")[..], b"/caf%C3%A9/a");
+        assert_eq!(&normalized_path(b"/a%2fb")[..], b"/a%2Fb");
+    }
 
     #[test]
     fn host_query_cookie() {

@@ -102,10 +102,17 @@ impl Compiled {
                         variable,
                         Variable::Path | Variable::Uri | Variable::Capture(_)
                     );
-                    if !path_already && matches!(&value[..], b"." | b"..") {
+                    if path_already {
+                        encode_for_path(&value, true, out);
                         continue;
                     }
-                    encode_for_path(&value, path_already, out);
+                    // A value as sent may hold escapes (`?q=a%20b`): decoded first, so
+                    // that it is encoded once, as one segment.
+                    let value = request::percent_decoded(&value);
+                    if matches!(&value[..], b"." | b"..") {
+                        continue;
+                    }
+                    encode_for_path(&value, false, out);
                 }
             }
         }
@@ -158,13 +165,15 @@ fn write_variable(variable: &Variable, sources: &Sources<'_>, out: &mut Vec<u8>)
         Variable::Host => request::host(head),
         // The path rules matched, not the one sent: `//evil.example/../dir`
         // must not become a Location that leaves the site.
+        // A `\\` goes out as `%5C`: browsers read `/\\evil.example` in a Location as
+        // `//evil.example`.
         Variable::Path => {
-            out.extend_from_slice(&request::normalized_path(head.path()));
+            extend_escaping_backslashes(out, &request::normalized_path(head.path()));
             return;
         }
         Variable::Query => request::query(head),
         Variable::Uri => {
-            out.extend_from_slice(&request::normalized_uri(head));
+            extend_escaping_backslashes(out, &request::normalized_uri(head));
             return;
         }
         Variable::Method => head.method_bytes(),
@@ -188,6 +197,18 @@ fn write_variable(variable: &Variable, sources: &Sources<'_>, out: &mut Vec<u8>)
             .map_or(&b""[..], |group| group.as_bytes()),
     };
     out.extend_from_slice(text);
+}
+
+fn extend_escaping_backslashes(out: &mut Vec<u8>, bytes: &[u8]) {
+    for piece in bytes.split_inclusive(|&b| b == b'\\') {
+        match piece.split_last() {
+            Some((b'\\', before)) => {
+                out.extend_from_slice(before);
+                out.extend_from_slice(b"%5C");
+            }
+            _ => out.extend_from_slice(piece),
+        }
+    }
 }
 
 /// Control characters (which could split a header line) become `?`. Values

@@ -191,7 +191,8 @@ impl Checker {
             let hosts = self.each(&path.key("host"), hosts, values::route_host);
             all.push(Condition::Host(hosts));
         }
-        let as_path = |text: &str| values::rule_path(text).map(|()| text.to_owned());
+        let as_path = |text: &str| values::rule_path(text, false).map(|()| text.to_owned());
+        let as_prefix = |text: &str| values::rule_path(text, true).map(|()| text.to_owned());
         if let Some(paths) = &table.path {
             all.push(Condition::Path(self.each(
                 &path.key("path"),
@@ -200,7 +201,7 @@ impl Checker {
             )));
         }
         if let Some(prefixes) = &table.path_prefix {
-            let prefixes = self.each(&path.key("path_prefix"), prefixes, as_path);
+            let prefixes = self.each(&path.key("path_prefix"), prefixes, as_prefix);
             all.push(Condition::PathPrefix(prefixes));
         }
         if let Some(source) = &table.path_regex

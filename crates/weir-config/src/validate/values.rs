@@ -158,30 +158,41 @@ pub(crate) fn request_path(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A rule's `path` or `path_prefix`: a request path already in the normalised
-/// form rules match against (no empty, `.` or `..` segment, no escaped
-/// unreserved character), since one in any other form could never match.
-pub(crate) fn rule_path(text: &str) -> Result<(), String> {
+/// A rule's `path` (or, with `prefix`, `path_prefix`): a request path already in
+/// the normalised form rules match against, since one in any other form could
+/// never match: no empty, `.` or `..` segment (a prefix's last segment may be
+/// the start of a longer one: `/.` covers `/.env`), no escaped unreserved
+/// character, escapes in upper case and well formed, no `?` (the query is not
+/// the path) and nothing but ASCII (a request carries other bytes escaped).
+pub(crate) fn rule_path(text: &str, prefix: bool) -> Result<(), String> {
     request_path(text)?;
     let segments: Vec<&str> = text[1..].split('/').collect();
     let last = segments.len() - 1;
-    let odd = segments.iter().enumerate().any(|(index, segment)| {
-        matches!(*segment, "." | "..") || (segment.is_empty() && index < last)
+    let odd_segment = segments.iter().enumerate().any(|(index, segment)| {
+        let partial = prefix && index == last;
+        !partial && (matches!(*segment, "." | "..") || (segment.is_empty() && index < last))
     });
     let bytes = text.as_bytes();
-    let escaped_unreserved = bytes.windows(3).any(|w| {
-        w[0] == b'%'
-            && std::str::from_utf8(&w[1..])
-                .ok()
-                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
-                .is_some_and(|b| {
-                    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
-                })
-    });
-    if odd || escaped_unreserved {
+    let mut bad_escape = false;
+    for (index, _) in bytes.iter().enumerate().filter(|(_, b)| **b == b'%') {
+        match bytes.get(index + 1..index + 3) {
+            Some(hex) if hex.iter().all(u8::is_ascii_hexdigit) => {
+                let value =
+                    u8::from_str_radix(std::str::from_utf8(hex).unwrap_or("0"), 16).unwrap_or(0);
+                let unreserved = value.is_ascii_alphanumeric() || b"-._~".contains(&value);
+                bad_escape |= unreserved || hex.iter().any(u8::is_ascii_lowercase);
+            }
+            // A prefix may end inside an escape; anything else is malformed.
+            Some(_) => bad_escape = true,
+            None => bad_escape |= !prefix,
+        }
+    }
+    let outside = text.contains('?') || !text.is_ascii();
+    if odd_segment || bad_escape || outside {
         return Err(format!(
             "path \"{text}\" can never match: rules match the normalised path (no \"//\", \
-             \".\" or \"..\" segment, unreserved characters not percent-encoded)"
+             \".\" or \"..\" segment, unreserved characters not percent-encoded, escapes \
+             such as %C3%A9 in upper case, no \"?\", only ASCII)"
         ));
     }
     Ok(())

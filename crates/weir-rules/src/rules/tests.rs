@@ -138,6 +138,21 @@ fn every_cookie_and_header_value_is_tested() {
     assert!(denied("X-Role: user, admin\r\n"));
     assert!(denied("X-Role: user,admin\r\n"));
     assert!(!denied("X-Role: user, administrator\r\n"));
+    // A field of one value is never split: an allow-list written with `not` sees all of it.
+    let rules = rule_set(
+        "[[virtual_servers.web.rules]]\nmatch.not = { header = { name = \"User-Agent\", regex = \"^Mozilla/\" } }\ndeny = true\n\
+         [[virtual_servers.web.rules]]\nmatch.not = { header = { name = \"Origin\", equals = \"https://app.example\" } }\ndeny = true\n",
+    );
+    let denied = |headers: &str| evaluate(&rules, &get("/", headers)).rule.is_some();
+    assert!(denied(
+        "User-Agent: sqlmap/1.7, Mozilla/5.0\r\nOrigin: https://app.example\r\n"
+    ));
+    assert!(!denied(
+        "User-Agent: Mozilla/5.0 (X11, Linux)\r\nOrigin: https://app.example\r\n"
+    ));
+    assert!(denied(
+        "User-Agent: Mozilla/5.0\r\nOrigin: https://evil.example, https://app.example\r\n"
+    ));
 }
 
 /// An IPv6 literal matches however either side spells it (RFC 5952 canonical form).
@@ -353,9 +368,13 @@ fn values_in_a_rewritten_path_are_encoded() {
     assert_eq!(path("acme"), "/api/acme/x");
     assert_eq!(path("a b HTTP/1.1"), "/api/a%20b%20HTTP%2F1.1/x");
     assert_eq!(path("../../admin?"), "/api/..%2F..%2Fadmin%3F/x");
-    assert_eq!(path("a#b%2F\\c"), "/api/a%23b%252F%5Cc/x");
+    assert_eq!(path("a#b%2F\\c"), "/api/a%23b%2F%5Cc/x");
     assert_eq!(path(".."), "/api//x");
     assert_eq!(path("é"), "/api/%C3%A9/x");
+    // A value as sent is decoded before it is encoded: encoded once.
+    assert_eq!(path("acme%20inc"), "/api/acme%20inc/x");
+    assert_eq!(path("a%2Fb"), "/api/a%2Fb/x");
+    assert_eq!(path("%2e%2e"), "/api//x");
     // A capture of the path keeps its slashes.
     let rules = rule_set(
         "[[virtual_servers.web.rules]]\nmatch.path_regex = \"^/old/(.*)$\"\n\
@@ -383,6 +402,8 @@ fn redirects_use_the_normalised_path() {
     assert_eq!(location("/dir/abc"), "/dir/abc/");
     assert_eq!(location("//evil.com/../go/x?a=1"), "/go/x?a=1");
     assert_eq!(location("/go/x?a=1"), "/go/x?a=1");
+    // Browsers read a backslash as a slash: it goes out encoded.
+    assert_eq!(location("/go/\\evil.com"), "/go/%5Cevil.com");
 }
 
 #[test]
