@@ -31,9 +31,15 @@ pub(crate) fn is_valid_host(value: &[u8]) -> bool {
         return is_ip_literal_host(rest);
     }
     let mut rest = value;
-    while let [byte, tail @ ..] = rest {
-        match HOST_CLASS[*byte as usize] {
-            PLAIN => rest = tail,
+    loop {
+        let Some(stop) = rest
+            .iter()
+            .position(|&byte| HOST_CLASS[byte as usize] != PLAIN)
+        else {
+            return true;
+        };
+        let (special, tail) = (rest[stop], &rest[stop + 1..]);
+        match HOST_CLASS[special as usize] {
             PERCENT => match tail {
                 [high, low, after @ ..] if high.is_ascii_hexdigit() && low.is_ascii_hexdigit() => {
                     rest = after
@@ -44,7 +50,6 @@ pub(crate) fn is_valid_host(value: &[u8]) -> bool {
             _ => return false,
         }
     }
-    true
 }
 
 /// After `[`: the literal, `]`, then nothing or `:` and a port.

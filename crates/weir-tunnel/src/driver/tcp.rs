@@ -373,9 +373,12 @@ async fn write_frames(
                         rest = &rest[written..];
                         shared.progressed(peer, id);
                     }
-                    // The peer has read nothing for the link's idle timeout.
+                    // The peer has read nothing for the link's idle timeout: a reset, so
+                    // that what it never read is not left queued in the kernel after us.
                     Err(_) => {
-                        tracing::debug!(%peer, "TCP transport: peer not reading; closing");
+                        tracing::debug!(%peer, "TCP transport: peer not reading; resetting");
+                        let _ =
+                            socket2::SockRef::from(write.as_ref()).set_linger(Some(Duration::ZERO));
                         return false;
                     }
                 }
