@@ -79,9 +79,7 @@ impl Compiled {
             }
         }
     }
-}
 
-impl Compiled {
     /// Renders a path (a `rewrite_path`'s `with`): what variables bring is
     /// percent-encoded so that the result is one valid request-target path
     /// (RFC 9112 §3.2). The path, the URI and the path regex's captures keep
