@@ -234,10 +234,14 @@ impl Checker {
                     &path.key("with"),
                     "the replacement path must start with \"/\"",
                 );
-            } else if text.contains(['?', '#']) {
+            } else if text.contains(['?', '#'])
+                || text.contains("${uri}")
+                || text.contains("${query}")
+            {
                 checker.report(
                     &path.key("with"),
-                    "a rewrite changes the path only; the query is kept as received",
+                    "a rewrite changes the path only; the query is kept as received \
+                     (use ${path}, not ${uri} or ${query})",
                 );
             }
             Some(checker.template(&path.key("with"), text, regex))

@@ -240,6 +240,21 @@ rewrite_path = { regex = "^/u/([0-9]+)$", with = "/users/${1}" }
             if with.pieces[1] == Piece::Variable(Variable::Capture(1))
     ));
     assert_eq!(rules(&config)[1].condition, Condition::Always);
+    // The query is not the path's: a rewrite that would copy it into the path is refused.
+    for with in ["/v2${uri}", "/s/${query}", "/a?b"] {
+        let text = file(
+            &format!(
+                "\n[[virtual_servers.web.rules]]\nrewrite_path = {{ replace_prefix = \"/a/\", with = \"{with}\" }}\n"
+            ),
+            "",
+        );
+        assert_error(
+            &text,
+            6,
+            "virtual_servers.web.rules[0].rewrite_path.with",
+            "the query is kept as received",
+        );
+    }
 }
 
 #[test]

@@ -17,7 +17,9 @@ pub(crate) fn socket_addr(text: &str) -> Result<SocketAddr, String> {
         return Ok(address);
     }
     let mut message = format!("invalid socket address \"{text}\"");
+    let bracketed = text.trim().starts_with('[') && text.trim().ends_with(']');
     let hint = match text.rsplit_once(':') {
+        _ if bracketed => Some("the port is missing; write it like \"[::1]:8080\""),
         None => Some("the port is missing; write it like \"10.0.0.1:8080\""),
         Some((host, _)) if host.contains(':') && !host.starts_with('[') => {
             Some("put IPv6 addresses in brackets, like \"[::1]:8080\"")
@@ -382,6 +384,11 @@ mod tests {
             socket_addr("10.0.0.1")
                 .unwrap_err()
                 .contains("port is missing")
+        );
+        assert!(
+            socket_addr("[::1]")
+                .unwrap_err()
+                .contains("port is missing; write it like \"[::1]:8080\"")
         );
         assert!(
             socket_addr("backend:80")
