@@ -492,3 +492,68 @@ async fn echo_once(address: SocketAddr, message: &[u8]) -> Vec<u8> {
     stream.read_to_end(&mut back).await.unwrap();
     back
 }
+
+/// Several flows bring the same content at once to a near side whose store is small:
+/// references miss and are fetched. A flow waiting for its chunk goes on reading its
+/// stream, so the flows' unread data cannot take the whole connection window from the
+/// control stream that carries the chunk (the connection froze for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetched_chunks_arrive_while_many_flows_wait_for_them() {
+    let certs = Certificates::new();
+    let content = Arc::new(random(10 << 20, 7));
+    let origin = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let content = Arc::clone(&content);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let content = Arc::clone(&content);
+                tokio::spawn(async move {
+                    let _ = stream.write_all(&content).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        address
+    };
+    let (server, far) = start_server(&server_toml(
+        &certs,
+        "127.0.0.1:0".parse().unwrap(),
+        &[("files", origin)],
+        LINK,
+    ))
+    .await;
+    let small_store = format!("{LINK}[dedup]\nstore = \"1MiB\"\n");
+    let (client, listen) = start_client(&client_toml(
+        &certs,
+        far,
+        "client",
+        &["files"],
+        &small_store,
+    ))
+    .await;
+    let mut gets = Vec::new();
+    for _ in 0..8 {
+        let content = Arc::clone(&content);
+        let address = listen[0];
+        gets.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(address).await.unwrap();
+            stream.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            stream.read_to_end(&mut got).await.unwrap();
+            assert!(got == *content, "{} bytes of {}", got.len(), content.len());
+        }));
+    }
+    let all = async {
+        for get in gets {
+            get.await.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("every transfer within 60 s");
+    // The small store did miss: the fetch path was taken.
+    assert!(client.metrics.handles().dedup_misses.get() > 0);
+    client.stop().await;
+    server.stop().await;
+}

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{ReadHalf, WriteHalf};
@@ -212,7 +212,11 @@ async fn decode(
             let had_refs = pieces
                 .iter()
                 .any(|piece| matches!(piece, Piece::Ref { .. }));
-            match deliver(session, stream, pieces, &mut write).await {
+            let stream_in = Incoming {
+                recv: &mut *recv,
+                spill: &mut buffer,
+            };
+            match deliver(session, stream, pieces, &mut write, stream_in).await {
                 Ok(()) => {}
                 Err(Failure::Tcp) => return End::Broken,
                 Err(Failure::Protocol(message)) => return protocol_error(recv, stream, &message),
@@ -246,6 +250,51 @@ enum Failure {
     Protocol(String),
 }
 
+/// The flow's stream, and where what is read from it while a chunk is fetched goes.
+struct Incoming<'a> {
+    recv: &'a mut quinn::RecvStream,
+    spill: &'a mut BytesMut,
+}
+
+/// How much a flow may read ahead of its decoder while it waits for a fetched chunk.
+const MAX_SPILL: usize = 64 << 20;
+
+impl Incoming<'_> {
+    /// Fetches the chunk of reference `index`, reading the stream meanwhile. A flow that
+    /// stopped reading while it waited would leave its data unread in QUIC, and enough
+    /// such flows take the whole connection window: the control stream that carries the
+    /// chunk could then send nothing, and the connection froze for good. What is read is
+    /// bounded by what the peer can send during one fetch (and by [`MAX_SPILL`]).
+    async fn fetch(
+        &mut self,
+        session: &Session,
+        stream: u64,
+        index: u64,
+    ) -> Result<Bytes, Failure> {
+        let fetch = session.fetch(stream, index);
+        tokio::pin!(fetch);
+        let mut ended = false;
+        loop {
+            tokio::select! {
+                biased;
+                answer = &mut fetch => {
+                    return answer.ok_or_else(|| {
+                        Failure::Protocol(format!("reference {index} missing at both ends"))
+                    });
+                }
+                chunk = self.recv.read_chunk(READ_SIZE, true), if !ended && self.spill.len() < MAX_SPILL => {
+                    match chunk {
+                        Ok(Some(chunk)) => self.spill.extend_from_slice(&chunk.bytes),
+                        // The rest is read again by the decoder, which sees the end itself.
+                        Ok(None) => ended = true,
+                        Err(_) => ended = true,
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Stores new chunks and resolves references (one pass under the store lock, so this end's
 /// insertions are reported in the order they happened), then writes the bytes in order,
 /// fetching any chunk a reference missed.
@@ -254,15 +303,14 @@ async fn deliver(
     stream: u64,
     pieces: Vec<Piece>,
     write: &mut WriteHalf<'_>,
+    mut incoming: Incoming<'_>,
 ) -> Result<(), Failure> {
     let resolved = session.resolve(pieces);
     for piece in resolved {
         let bytes = match piece {
             Resolved::Bytes(bytes) => bytes,
             Resolved::Missing { index, id, len } => {
-                let bytes = session.fetch(stream, index).await.ok_or_else(|| {
-                    Failure::Protocol(format!("reference {index} missing at both ends"))
-                })?;
+                let bytes = incoming.fetch(session, stream, index).await?;
                 if bytes.len() != len as usize || ChunkId::of(&bytes) != id {
                     return Err(Failure::Protocol(format!(
                         "the chunk sent for reference {index} does not match it"

@@ -280,6 +280,8 @@ async fn write_control(
     mut send: quinn::SendStream,
     mut receiver: mpsc::UnboundedReceiver<Control>,
 ) {
+    // Control messages (a chunk a flow waits for, pins released) go before flow data.
+    let _ = send.set_priority(1);
     let mut buffer = BytesMut::new();
     while let Some(message) = receiver.recv().await {
         message.encode(&mut buffer);
