@@ -218,7 +218,7 @@ async fn decode(
             };
             match deliver(session, stream, pieces, &mut write, stream_in).await {
                 Ok(()) => {}
-                Err(Failure::Tcp) => return End::Broken,
+                Err(Failure::Tcp | Failure::Stream) => return End::Broken,
                 Err(Failure::Protocol(message)) => return protocol_error(recv, stream, &message),
             }
             if had_refs {
@@ -247,6 +247,8 @@ async fn decode(
 
 enum Failure {
     Tcp,
+    /// The stream was reset or the connection lost.
+    Stream,
     Protocol(String),
 }
 
@@ -285,9 +287,14 @@ impl Incoming<'_> {
                 chunk = self.recv.read_chunk(READ_SIZE, true), if !ended && self.spill.len() < MAX_SPILL => {
                     match chunk {
                         Ok(Some(chunk)) => self.spill.extend_from_slice(&chunk.bytes),
-                        // The rest is read again by the decoder, which sees the end itself.
+                        // The decoder reads the end again and checks it itself.
                         Ok(None) => ended = true,
-                        Err(_) => ended = true,
+                        // Now, not later: after a reset quinn reads as a finished stream,
+                        // and the decoder would take a cut flow for a clean end.
+                        Err(error) => {
+                            tracing::debug!(stream, %error, "tunnel flow: stream reset or lost");
+                            return Err(Failure::Stream);
+                        }
                     }
                 }
             }
