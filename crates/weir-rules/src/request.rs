@@ -116,14 +116,28 @@ pub fn query_values<'h>(
 
 /// `value` with `%XX` decoded and `+` read as a space; borrowed when it has neither.
 fn form_decoded(value: &[u8]) -> Cow<'_, [u8]> {
-    if !value.iter().any(|&b| b == b'%' || b == b'+') {
+    decoded(value, true)
+}
+
+/// `value` with `%XX` decoded (a `+` stays); borrowed when it has no escape.
+pub(crate) fn percent_decoded(value: &[u8]) -> Cow<'_, [u8]> {
+    decoded(value, false)
+}
+
+/// `value` with `%XX` decoded, and `+` read as a space when `plus_is_space`;
+/// borrowed when there is nothing to decode.
+fn decoded(value: &[u8], plus_is_space: bool) -> Cow<'_, [u8]> {
+    if !value
+        .iter()
+        .any(|&b| b == b'%' || (plus_is_space && b == b'+'))
+    {
         return Cow::Borrowed(value);
     }
     let mut out = Vec::with_capacity(value.len());
     let mut index = 0;
     while index < value.len() {
         match value[index] {
-            b'+' => out.push(b' '),
+            b'+' if plus_is_space => out.push(b' '),
             b'%' if let Some(decoded) = value.get(index + 1..index + 3).and_then(hex_pair) => {
                 out.push(decoded);
                 index += 3;
@@ -153,51 +167,27 @@ pub fn cookie_values<'h>(
     head.headers()
         .filter(|(field, _)| field.eq_ignore_ascii_case(b"cookie"))
         .flat_map(|(_, value)| value.split(|&b| b == b';'))
-        .filter_map(move |pair| {
-            let pair = pair.trim_ascii();
-            let eq = memchr::memchr(b'=', pair)?;
-            let value = &pair[eq + 1..];
-            let value = value
-                .strip_prefix(b"\"")
-                .and_then(|v| v.strip_suffix(b"\""))
-                .unwrap_or(value);
-            (pair[..eq].trim_ascii() == name.as_bytes()).then(|| percent_decoded(value))
-        })
-}
-
-/// `value` with `%XX` decoded (a `+` stays); borrowed when it has no escape.
-pub(crate) fn percent_decoded(value: &[u8]) -> Cow<'_, [u8]> {
-    if memchr::memchr(b'%', value).is_none() {
-        return Cow::Borrowed(value);
-    }
-    let mut out = Vec::with_capacity(value.len());
-    let mut index = 0;
-    while index < value.len() {
-        if value[index] == b'%'
-            && let Some(decoded) = value.get(index + 1..index + 3).and_then(hex_pair)
-        {
-            out.push(decoded);
-            index += 3;
-            continue;
-        }
-        out.push(value[index]);
-        index += 1;
-    }
-    Cow::Owned(out)
+        .filter_map(move |pair| cookie_named(pair, name).map(percent_decoded))
 }
 
 /// The value of cookie `name` in one `Cookie` header value (`a=1; b=2`).
 pub fn cookie_in<'v>(value: &'v [u8], name: &str) -> Option<&'v [u8]> {
-    value.split(|&b| b == b';').find_map(|pair| {
-        let pair = pair.trim_ascii();
-        let eq = memchr::memchr(b'=', pair)?;
-        let value = &pair[eq + 1..];
-        let value = value
-            .strip_prefix(b"\"")
-            .and_then(|v| v.strip_suffix(b"\""))
-            .unwrap_or(value);
-        (pair[..eq].trim_ascii() == name.as_bytes()).then_some(value)
-    })
+    value
+        .split(|&b| b == b';')
+        .find_map(|pair| cookie_named(pair, name))
+}
+
+/// The value of one `name=value` pair of a `Cookie` line (quotes taken off) when
+/// its name is `name`.
+fn cookie_named<'v>(pair: &'v [u8], name: &str) -> Option<&'v [u8]> {
+    let pair = pair.trim_ascii();
+    let eq = memchr::memchr(b'=', pair)?;
+    let value = &pair[eq + 1..];
+    let value = value
+        .strip_prefix(b"\"")
+        .and_then(|v| v.strip_suffix(b"\""))
+        .unwrap_or(value);
+    (pair[..eq].trim_ascii() == name.as_bytes()).then_some(value)
 }
 
 /// The path as rules match it: percent-encoded unreserved characters decoded,
