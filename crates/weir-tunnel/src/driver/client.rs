@@ -37,22 +37,24 @@ impl Client {
     /// Checks the config's certificates and keys as [`Client::bind`] does, binding
     /// nothing (`weir tunnel client --check` beside a running near side).
     pub fn check(config: &TunnelConfig) -> Result<(), TunnelError> {
+        Self::prepare(config).map(drop)
+    }
+
+    /// This side's table and its QUIC client config: everything [`Client::bind`] reads
+    /// from files before it binds.
+    fn prepare(config: &TunnelConfig) -> Result<(ClientSide, quinn::ClientConfig), TunnelError> {
         let side = config
             .client
-            .as_ref()
+            .clone()
             .ok_or(TunnelError::Role("a [client] table"))?;
-        quic::client_config(config, side)?;
-        Ok(())
+        let client_config = quic::client_config(config, &side)?;
+        Ok((side, client_config))
     }
 
     /// Checks the certificates and binds every listener, so that a bad config or a port in
     /// use fails before anything runs.
     pub async fn bind(config: TunnelConfig, metrics: Arc<Metrics>) -> Result<Client, TunnelError> {
-        let side = config
-            .client
-            .clone()
-            .ok_or(TunnelError::Role("a [client] table"))?;
-        let client_config = quic::client_config(&config, &side)?;
+        let (side, client_config) = Self::prepare(&config)?;
         let mut listeners = Vec::with_capacity(config.services.len());
         for service in &config.services {
             let Some(address) = service.listen else {

@@ -34,29 +34,29 @@ impl Server {
     /// Checks the config's certificates and keys as [`Server::bind`] does, binding
     /// nothing (`weir tunnel server --check` beside a running far side).
     pub fn check(config: &TunnelConfig) -> Result<(), TunnelError> {
-        let side = config
-            .server
-            .as_ref()
-            .ok_or(TunnelError::Role("a [server] table"))?;
-        quic::server_config(config, side)?;
-        quic::reset_key(side).map_err(|source| TunnelError::Bind {
-            address: side.listen,
-            source,
-        })?;
-        Ok(())
+        Self::prepare(config).map(drop)
     }
 
-    /// Checks the certificates and binds the UDP socket.
-    pub fn bind(config: TunnelConfig, metrics: Arc<Metrics>) -> Result<Server, TunnelError> {
+    /// This side's table, its QUIC server config and its endpoint config: everything
+    /// [`Server::bind`] reads from files before it binds.
+    fn prepare(
+        config: &TunnelConfig,
+    ) -> Result<(ServerSide, quinn::ServerConfig, quinn::EndpointConfig), TunnelError> {
         let side = config
             .server
             .clone()
             .ok_or(TunnelError::Role("a [server] table"))?;
-        let server_config = quic::server_config(&config, &side)?;
+        let server_config = quic::server_config(config, &side)?;
         let endpoint_config = quic::reset_key(&side).map_err(|source| TunnelError::Bind {
             address: side.listen,
             source,
         })?;
+        Ok((side, server_config, endpoint_config))
+    }
+
+    /// Checks the certificates and binds the UDP socket.
+    pub fn bind(config: TunnelConfig, metrics: Arc<Metrics>) -> Result<Server, TunnelError> {
+        let (side, server_config, endpoint_config) = Self::prepare(&config)?;
         let endpoint = quic::endpoint(
             quic::Bind::Far(side.listen),
             endpoint_config,
