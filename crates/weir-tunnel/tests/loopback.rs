@@ -398,15 +398,7 @@ async fn far_side_restart(transport: &'static str) {
     let (client, listen) =
         start_client(&client_toml(&certs, udp, "client", &["echo"], &link)).await;
 
-    let round_trip = |address: SocketAddr, message: &'static [u8]| async move {
-        let mut stream = TcpStream::connect(address).await?;
-        stream.write_all(message).await?;
-        stream.shutdown().await?;
-        let mut back = Vec::new();
-        stream.read_to_end(&mut back).await?;
-        Ok::<_, std::io::Error>(back)
-    };
-    assert_eq!(round_trip(listen[0], b"before").await.unwrap(), b"before");
+    assert_eq!(echo_once(listen[0], b"before").await, b"before");
 
     // An idle flow open across the restart must end (with an error), not hang.
     let mut idle = TcpStream::connect(listen[0]).await.unwrap();
@@ -419,7 +411,7 @@ async fn far_side_restart(transport: &'static str) {
         start_server(&server_toml(&certs, udp, &[("echo", echo)], &server_link)).await;
     // The near side learns of the restart from the first packet it sends (a keep-alive
     // within 2 s), reconnects, and new flows work again.
-    assert_eq!(round_trip(listen[0], b"after").await.unwrap(), b"after");
+    assert_eq!(echo_once(listen[0], b"after").await, b"after");
     let mut rest = Vec::new();
     let idle_end = tokio::time::timeout(Duration::from_secs(10), idle.read_to_end(&mut rest)).await;
     assert!(
