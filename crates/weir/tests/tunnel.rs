@@ -545,6 +545,70 @@ fn in_side(name: &str, side: &str, args: &[&str]) -> Command {
     command
 }
 
+/// A near side whose certificate the far side refuses never says it connected: under TLS
+/// 1.3 its own handshake ends before the far side checks the certificate, and only the
+/// far side's hello tells it that it was accepted.
+#[test]
+fn a_refused_near_side_does_not_say_it_connected() {
+    let dir = TempDir::new("refused");
+    write_certificates(&dir.0);
+    // A client certificate of another CA, which the far side does not trust.
+    let stranger = TempDir::new("stranger");
+    write_certificates(&stranger.0);
+    let udp_port = {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        udp.local_addr().unwrap().port()
+    };
+    let server = dir.0.join("server.toml");
+    std::fs::write(
+        &server,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{udp_port}\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
+             ca = \"ca.pem\"\n[services.files]\nconnect = \"127.0.0.1:9\"\n"
+        ),
+    )
+    .unwrap();
+    let client = dir.0.join("client.toml");
+    std::fs::write(
+        &client,
+        format!(
+            "[client]\nserver = \"127.0.0.1:{udp_port}\"\nserver_name = \"10.200.0.2\"\nca = \"ca.pem\"\ncert = \"{}\"\n\
+             key = \"{}\"\n[services.files]\nlisten = \"127.0.0.1:{}\"\n",
+            path(&stranger.0.join("client.pem")),
+            path(&stranger.0.join("client.key")),
+            free_port(),
+        ),
+    )
+    .unwrap();
+    let mut far =
+        Running::start(Command::new(WEIR).args(["tunnel", "server", "--config", path(&server)]));
+    far.wait_for("weir tunnel server: listening");
+    let log = dir.0.join("client.log");
+    let near = Command::new(WEIR)
+        .args(["tunnel", "client", "--config", path(&client)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start the near side");
+    // Two refusals (the second after the backoff) are enough to see what it says.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let printed = loop {
+        let printed = std::fs::read_to_string(&log).unwrap_or_default();
+        if printed.matches("before its hello").count() >= 2 || Instant::now() > deadline {
+            break printed;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    terminate(near);
+    far.stop();
+    assert!(
+        printed.matches("before its hello").count() >= 2,
+        "no refusal reported: {printed}"
+    );
+    assert!(!printed.contains("tunnel connected"), "{printed}");
+}
+
 fn path(path: &Path) -> &str {
     path.to_str().expect("a UTF-8 temporary path")
 }

@@ -141,24 +141,36 @@ async fn keep_connected(
     loop {
         match connect(&endpoint, &side, &config, &metrics).await {
             Ok(session) => {
-                tracing::info!(server = %side.server, "tunnel connected");
                 let up_since = tokio::time::Instant::now();
                 let connection = session.connection.clone();
-                current.send_replace(Some(session));
+                current.send_replace(Some(Arc::clone(&session)));
+                // Connected once the far side's hello says it accepted this end: under
+                // TLS 1.3 the near side finishes its handshake before the far side has
+                // checked its certificate, so a refused certificate ends the connection
+                // before the hello.
+                let greeted = tokio::select! {
+                    () = session.greeted() => true,
+                    _ = connection.closed() => false,
+                };
+                drop(session);
+                if greeted {
+                    tracing::info!(server = %side.server, "tunnel connected");
+                }
                 let reason = connection.closed().await;
                 current.send_replace(None);
                 metrics.connection_closed(&connection);
-                if up_since.elapsed() >= STABLE_CONNECTION {
+                if !greeted {
+                    tracing::warn!(server = %side.server, %reason, retry_in = ?backoff, "the tunnel's far side closed the connection before its hello (certificate refused?)");
+                } else if up_since.elapsed() >= STABLE_CONNECTION {
                     backoff = FIRST_BACKOFF;
                     tracing::warn!(server = %side.server, %reason, "tunnel connection ended; reconnecting");
+                    continue;
                 } else {
-                    // Ended as it began: under TLS 1.3 the near side finishes its handshake
-                    // before the far side has checked its certificate, so a refused
-                    // certificate looks like a connection. Back off as for a failure.
+                    // Ended as it began: back off as for a failure.
                     tracing::warn!(server = %side.server, %reason, retry_in = ?backoff, "tunnel connection ended at once");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
             Err(error) => {
                 tracing::warn!(server = %side.server, %error, retry_in = ?backoff, "cannot connect the tunnel");

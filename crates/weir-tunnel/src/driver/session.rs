@@ -50,6 +50,8 @@ pub struct Session {
     pins_released: Notify,
     waiting: Mutex<HashMap<(u64, u64), Answer>>,
     control: mpsc::UnboundedSender<Control>,
+    /// The peer's hello arrived: it accepted this end (see [`Session::greeted`]).
+    greeted: tokio::sync::watch::Sender<bool>,
 }
 
 /// Where the answer to a `Need` goes: the chunk, or `None` when the peer has none.
@@ -97,12 +99,23 @@ impl Session {
             pins_released: Notify::new(),
             waiting: Mutex::new(HashMap::new()),
             control: sender,
+            greeted: tokio::sync::watch::Sender::new(false),
         });
         session.send(Control::Hello { store_budget });
         let (send, recv) = control;
         tokio::spawn(write_control(send, receiver));
         tokio::spawn(read_control(Arc::clone(&session), recv));
         session
+    }
+
+    /// Completes when the peer's hello has arrived, that is when the peer accepted this
+    /// end; never if the connection ends first. Under TLS 1.3 a client's handshake is over
+    /// before the server has checked the client's certificate, so only the hello tells the
+    /// near side that its certificate was accepted.
+    pub async fn greeted(&self) {
+        let mut greeted = self.greeted.subscribe();
+        // The sender lives as long as `self`: `wait_for` cannot fail while borrowed.
+        let _ = greeted.wait_for(|greeted| *greeted).await;
     }
 
     pub fn send(&self, message: Control) {
@@ -210,7 +223,10 @@ impl Session {
 
     fn handle(&self, message: Control) -> Result<(), String> {
         match message {
-            Control::Hello { store_budget } => lock(&self.mirror).set_budget(store_budget),
+            Control::Hello { store_budget } => {
+                lock(&self.mirror).set_budget(store_budget);
+                self.greeted.send_replace(true);
+            }
             Control::Inserted { chunks } => {
                 let mut mirror = lock(&self.mirror);
                 for (id, len) in chunks {
