@@ -18,7 +18,19 @@ pub(crate) fn socket_addr(text: &str) -> Result<SocketAddr, String> {
     }
     let mut message = format!("invalid socket address \"{text}\"");
     let bracketed = text.trim().starts_with('[') && text.trim().ends_with(']');
+    // An IPv6 zone after `%`: only the interface's index reads as one.
+    let zone = text
+        .split_once('%')
+        .map(|(_, rest)| rest.split(']').next().unwrap_or(rest));
     let hint = match text.rsplit_once(':') {
+        _ if zone
+            .is_some_and(|zone| zone.is_empty() || !zone.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            Some(
+                "write an IPv6 zone as the interface's index, like \"[fe80::1%2]:8080\" \
+             (`ip link` lists the indexes)",
+            )
+        }
         _ if bracketed => Some("the port is missing; write it like \"[::1]:8080\""),
         None => Some("the port is missing; write it like \"10.0.0.1:8080\""),
         Some((host, _)) if host.contains(':') && !host.starts_with('[') => {
@@ -396,6 +408,16 @@ mod tests {
                 .contains("host names")
         );
         assert!(socket_addr("::1:80").unwrap_err().contains("brackets"));
+        // A link-local address with its zone: the index reads, an interface name does not.
+        assert!(socket_addr("[fe80::1%2]:8080").is_ok());
+        for named in ["[fe80::1%eth0]:8080", "[fe80::1%eth0]", "[fe80::1%]:8080"] {
+            assert!(
+                socket_addr(named)
+                    .unwrap_err()
+                    .contains("interface's index"),
+                "{named}"
+            );
+        }
     }
 
     #[test]
