@@ -168,3 +168,81 @@ async fn round_robin_passes_over_a_node_at_its_cap() {
     assert_eq!(seen.values().sum::<usize>(), 6);
     proxy.stop().await;
 }
+
+/// A node that serves one connection at a time (keep-alive) and closes any other at once
+/// while one is open, as a server enforcing its own connection cap does. Returns its
+/// address, the connections it refused and the health checks it answered.
+async fn one_connection_node() -> (
+    SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (reset, checks) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let busy = Arc::new(AtomicBool::new(false));
+    let (reset_count, check_count) = (Arc::clone(&reset), Arc::clone(&checks));
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            if busy.swap(true, Ordering::AcqRel) {
+                reset_count.fetch_add(1, Ordering::SeqCst);
+                drop(stream);
+                continue;
+            }
+            let (busy, checks) = (Arc::clone(&busy), Arc::clone(&check_count));
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                'serve: loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        if buf[..end].windows(11).any(|w| w == b"weir-health") {
+                            checks.fetch_add(1, Ordering::SeqCst);
+                        }
+                        buf.drain(..end + 4);
+                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        if stream.write_all(answer).await.is_err() {
+                            break 'serve;
+                        }
+                    }
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                busy.store(false, Ordering::Release);
+            });
+        }
+    });
+    (address, reset, checks)
+}
+
+/// Health checks count against `max_connections`: at the cap, with the pool's connection
+/// idle, a check goes on that connection rather than one past the cap, which a node
+/// enforcing its own cap would reset (and the node would be marked down while it served).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_stay_within_the_connection_cap() {
+    use std::sync::atomic::Ordering;
+    let (node, reset, checks) = one_connection_node().await;
+    let toml = config(&[(node, 1)], "round_robin").replace(
+        "[virtual_servers.web]",
+        "[pools.web.connections]\nmax_connections = 1\n\
+         [pools.web.health]\ntype = \"http\"\ninterval = \"100ms\"\ntimeout = \"80ms\"\nfall = 2\n\
+         [virtual_servers.web]",
+    );
+    let proxy = TestProxy::start(&toml).await;
+    for _ in 0..5 {
+        // Each request leaves its connection idle in the pool, at the cap.
+        let response = client::get(proxy.addr, "/").await.unwrap();
+        assert_eq!(response.status, 200);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(checks.load(Ordering::SeqCst) >= 3, "the monitor checked");
+    assert_eq!(
+        reset.load(Ordering::SeqCst),
+        0,
+        "a connection went past the cap"
+    );
+    proxy.stop().await;
+}

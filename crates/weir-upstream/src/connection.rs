@@ -126,6 +126,29 @@ pub struct Connection {
     checked_at: Instant,
 }
 
+/// A connection slot held by a health check ([`NodeConnections::check_slot`]), given back
+/// when dropped.
+#[derive(Debug)]
+pub struct CheckSlot {
+    pool: Arc<NodeConnections>,
+    /// The idle connection lent with the slot, when the node was at its cap.
+    lent: Option<Connection>,
+}
+
+impl CheckSlot {
+    /// The stream of the idle connection lent with the slot, if one was: the check uses
+    /// it instead of a connection of its own. It is not given back to the pool.
+    pub fn take_stream(&mut self) -> Option<ClientStream> {
+        self.lent.take().map(|connection| connection.stream)
+    }
+}
+
+impl Drop for CheckSlot {
+    fn drop(&mut self) {
+        self.pool.free_slot();
+    }
+}
+
 /// A connection checked out of a node's pool. Release it when the exchange
 /// ended cleanly and the connection may carry another request; drop it to
 /// close it.
@@ -435,6 +458,41 @@ impl NodeConnections {
 
     /// Frees a slot (a connection closed or a connect failed): hands it to the
     /// first live waiter, else lowers the open count.
+    /// A slot for a health check, so that a check never takes the node past its cap: a free
+    /// slot for a connection of its own, else, at the cap, the most recently used idle
+    /// connection that is still open, lent to the check with its slot (an HTTP check is
+    /// sent on it; a node that enforces its own cap would refuse one more connection).
+    /// `None` when every slot is held by a request (whose outcome tells how the node is).
+    /// The slot goes back (to the first waiter, if any) when the returned guard drops.
+    pub fn check_slot(self: &Arc<Self>) -> Option<CheckSlot> {
+        let settings = self.settings.load();
+        let mut stale = Vec::new();
+        let mut state = self.lock();
+        let lent = if state.open < settings.max_connections {
+            state.open += 1;
+            self.metrics.connections_open.set(i64::from(state.open));
+            None
+        } else {
+            let lent = self.take_idle(&mut state, &mut stale, settings.idle_timeout);
+            if lent.is_none() && state.open >= settings.max_connections {
+                return None;
+            }
+            if lent.is_none() {
+                // Stale idle connections went: their slots are free now.
+                state.open += 1;
+                self.metrics.connections_open.set(i64::from(state.open));
+            }
+            lent
+        };
+        drop(state);
+        // `stale` connections close here, outside the lock.
+        drop(stale);
+        Some(CheckSlot {
+            pool: Arc::clone(self),
+            lent,
+        })
+    }
+
     fn free_slot(&self) {
         let mut state = self.lock();
         while let Some(waiter) = state.waiters.pop_front() {

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use weir_config::{HealthCheckKind, HealthMonitor};
 use weir_core::ShutdownSignal;
 
+use crate::connection::{CheckSlot, NodeConnections};
 use crate::node::NodeState;
 
 /// Longest answer head accepted from an HTTP check (its status line and headers).
@@ -134,25 +135,29 @@ impl RiseFall {
 
 /// Starts one monitor task per node of a pool; each ends when `shutdown`
 /// triggers. Must be called inside a tokio runtime.
+///
+/// `capped`: for a pool with a connection cap (HTTP/1.1 and TCP pools), each node's
+/// connection pool, in the order of `nodes`; a check then takes one of its slots
+/// ([`NodeConnections::check_slot`]). Empty for a pool without one (HTTP/2 nodes).
 pub fn spawn_monitors(
     pool_name: &str,
     nodes: &[Arc<NodeState>],
     monitor: &HealthMonitor,
-    (tls, cap): (Option<weir_tls::Connector>, Option<u32>),
+    (tls, capped): (Option<weir_tls::Connector>, &[Arc<NodeConnections>]),
     shutdown: ShutdownSignal,
 ) -> Vec<JoinHandle<()>> {
     let pool: Arc<str> = Arc::from(pool_name);
     let monitor = Arc::new(Monitor {
         settings: monitor.clone(),
         tls,
-        cap,
     });
     nodes
         .iter()
-        .map(|node| {
+        .enumerate()
+        .map(|(index, node)| {
             tokio::spawn(run_monitor(
                 Arc::clone(&pool),
-                Arc::clone(node),
+                (Arc::clone(node), capped.get(index).cloned()),
                 Arc::clone(&monitor),
                 shutdown.clone(),
             ))
@@ -165,9 +170,6 @@ pub fn spawn_monitors(
 struct Monitor {
     settings: HealthMonitor,
     tls: Option<weir_tls::Connector>,
-    /// The pool's `max_connections` (HTTP/1.1 and TCP pools): while the node has that many
-    /// requests in flight, a check would be one connection past the cap.
-    cap: Option<u32>,
 }
 
 /// Probes `address` once, within `timeout`: a TCP connect, or for HTTP a
@@ -179,7 +181,19 @@ pub async fn check(
     tls: Option<&weir_tls::Connector>,
     timeout: Duration,
 ) -> Result<(), CheckFailure> {
-    tokio::time::timeout(timeout, check_without_timeout(address, kind, tls))
+    check_on(address, kind, tls, timeout, None).await
+}
+
+/// [`check`], for an HTTP check on `lent` (a kept-alive connection of the pool's, at the
+/// node's cap) when given, instead of a connection of its own. A TCP check always connects.
+async fn check_on(
+    address: SocketAddr,
+    kind: &HealthCheckKind,
+    tls: Option<&weir_tls::Connector>,
+    timeout: Duration,
+    lent: Option<weir_tls::ClientStream>,
+) -> Result<(), CheckFailure> {
+    tokio::time::timeout(timeout, check_without_timeout(address, kind, tls, lent))
         .await
         .unwrap_or(Err(CheckFailure::Timeout))
 }
@@ -227,13 +241,16 @@ async fn check_without_timeout(
     address: SocketAddr,
     kind: &HealthCheckKind,
     tls: Option<&weir_tls::Connector>,
+    lent: Option<weir_tls::ClientStream>,
 ) -> Result<(), CheckFailure> {
-    let stream = TcpStream::connect(address)
-        .await
-        .map_err(|error| match error.kind() {
-            io::ErrorKind::ConnectionRefused => CheckFailure::ConnectRefused,
-            kind => CheckFailure::Connect(kind),
-        })?;
+    let connect = || async {
+        TcpStream::connect(address)
+            .await
+            .map_err(|error| match error.kind() {
+                io::ErrorKind::ConnectionRefused => CheckFailure::ConnectRefused,
+                kind => CheckFailure::Connect(kind),
+            })
+    };
     let HealthCheckKind::Http {
         method,
         path,
@@ -241,18 +258,26 @@ async fn check_without_timeout(
         expect_status,
     } = kind
     else {
-        return Ok(());
+        // A lent connection closes here: its slot is the new connection's.
+        drop(lent);
+        return connect().await.map(drop);
     };
-    // A failure here only costs latency on a one-request connection.
-    let _ = stream.set_nodelay(true);
-    let mut stream = match tls {
-        None => weir_tls::ClientStream::Plain(stream),
-        Some(connector) => weir_tls::ClientStream::Tls(Box::new(
-            connector
-                .connect(stream, address)
-                .await
-                .map_err(|error| CheckFailure::Tls(error.to_string()))?,
-        )),
+    let mut stream = match lent {
+        Some(stream) => stream,
+        None => {
+            let stream = connect().await?;
+            // A failure here only costs latency on a one-request connection.
+            let _ = stream.set_nodelay(true);
+            match tls {
+                None => weir_tls::ClientStream::Plain(stream),
+                Some(connector) => weir_tls::ClientStream::Tls(Box::new(
+                    connector
+                        .connect(stream, address)
+                        .await
+                        .map_err(|error| CheckFailure::Tls(error.to_string()))?,
+                )),
+            }
+        }
     };
     let host = match host {
         Some(host) => host.clone(),
@@ -284,12 +309,11 @@ async fn check_without_timeout(
 /// transition, sleep, until shutdown.
 async fn run_monitor(
     pool: Arc<str>,
-    node: Arc<NodeState>,
+    (node, capped): (Arc<NodeState>, Option<Arc<NodeConnections>>),
     monitor: Arc<Monitor>,
     shutdown: ShutdownSignal,
 ) {
     let tls = monitor.tls.as_ref();
-    let cap = monitor.cap;
     let monitor = &monitor.settings;
     let start = if node.is_active_up() {
         Health::Up
@@ -306,17 +330,26 @@ async fn run_monitor(
             () = shutdown.triggered() => return,
             () = tokio::time::sleep(delay) => {}
         }
-        if cap.is_some_and(|cap| node.in_flight() >= cap) {
-            // Every connection slot is taken by requests, which say how the node is
-            // (passive health): a check would be one connection past the cap, refused by a
-            // node that enforces its own, and would mark a working node down.
-            delay = jittered(monitor.interval);
-            continue;
-        }
+        // The check's connection counts against the cap like any other: one past it would
+        // be refused by a node that enforces its own, and mark a working node down. An
+        // idle connection gives up its slot; while every slot is held by requests, which
+        // say how the node is (passive health), there is no check.
+        let mut slot = match &capped {
+            None => None,
+            Some(connections) => match connections.check_slot() {
+                Some(slot) => Some(slot),
+                None => {
+                    delay = jittered(monitor.interval);
+                    continue;
+                }
+            },
+        };
+        let lent = slot.as_mut().and_then(CheckSlot::take_stream);
         let outcome = tokio::select! {
             () = shutdown.triggered() => return,
-            outcome = check(node.address, &monitor.check, tls, monitor.timeout) => outcome,
+            outcome = check_on(node.address, &monitor.check, tls, monitor.timeout, lent) => outcome,
         };
+        drop(slot);
         match (&outcome, verdict.observe(outcome.is_ok())) {
             (Err(reason), Some(Transition::WentDown)) => {
                 node.set_active_up(false);

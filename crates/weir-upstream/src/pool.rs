@@ -313,12 +313,15 @@ impl Pool {
     ) -> Vec<JoinHandle<()>> {
         let mut tasks = Vec::new();
         if let Some(monitor) = &self.config.health {
-            let monitored: Vec<Arc<NodeState>> = self
+            // HTTP/1.1 and TCP pools cap each node's connections; a check takes a slot.
+            let capped = self.config.protocol == weir_config::UpstreamProtocol::Http1;
+            let (monitored, slots): (Vec<Arc<NodeState>>, Vec<Arc<NodeConnections>>) = self
                 .nodes
                 .iter()
-                .filter(|node| node.mode() != NodeMode::Disabled)
-                .cloned()
-                .collect();
+                .zip(&self.connections)
+                .filter(|(node, _)| node.mode() != NodeMode::Disabled)
+                .map(|(node, connections)| (Arc::clone(node), Arc::clone(connections)))
+                .unzip();
             tasks.extend(health::spawn_monitors(
                 &self.name,
                 &monitored,
@@ -327,8 +330,7 @@ impl Pool {
                     self.connections
                         .first()
                         .and_then(|node| node.tls().map(|tls| tls.connector.clone())),
-                    (self.config.protocol == weir_config::UpstreamProtocol::Http1)
-                        .then(|| self.config.connections.max_connections.get()),
+                    if capped { &slots } else { &[] },
                 ),
                 stop.either(&shutdown),
             ));

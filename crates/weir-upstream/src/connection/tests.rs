@@ -391,3 +391,44 @@ async fn bytes_after_a_drained_read_still_make_a_connection_unusable() {
     lease.release();
     assert_eq!((pool.open(), pool.idle()), (0, 0), "closed, not kept");
 }
+
+/// A health check's connection takes a slot like any other: a free one, else the slot of
+/// an idle connection (closed for it), never one past the cap; none while requests hold
+/// every slot. Its slot goes back to the first waiter.
+#[tokio::test]
+async fn a_check_takes_a_slot_and_never_goes_past_the_cap() {
+    let (address, _) = holding_listener().await;
+    let pool = pool(address, settings(2, 4, 5000));
+    // A free slot: the idle connection stays.
+    pool.checkout().await.unwrap().release();
+    let slot = pool.check_slot().expect("a free slot");
+    assert_eq!((pool.open(), pool.idle()), (2, 1));
+    drop(slot);
+    assert_eq!((pool.open(), pool.idle()), (1, 1));
+    // At the cap with an idle connection: it gives up its slot.
+    let busy = pool.checkout().await.unwrap();
+    let other = pool.checkout().await.unwrap();
+    other.release();
+    assert_eq!((pool.open(), pool.idle()), (2, 1));
+    let slot = pool.check_slot().expect("an idle connection's slot");
+    assert_eq!((pool.open(), pool.idle()), (2, 0));
+    // Every slot held (a request and the check): no other check, and a request waits.
+    assert!(pool.check_slot().is_none());
+    let waiter = {
+        let pool = Arc::clone(&pool);
+        tokio::spawn(async move { pool.checkout().await.map(|lease| lease.is_reused()) })
+    };
+    while pool.queued() < 1 {
+        tokio::task::yield_now().await;
+    }
+    drop(slot);
+    assert_eq!(
+        waiter.await.unwrap().ok(),
+        Some(false),
+        "the slot went to the waiter"
+    );
+    // The waiter's lease closed with its task: the request's slot is the one left.
+    assert_eq!(pool.open(), 1);
+    drop(busy);
+    assert_eq!(pool.open(), 0);
+}

@@ -222,7 +222,7 @@ async fn tcp_monitor_follows_the_listener_going_and_coming_back() {
         "web",
         &[Arc::clone(&node)],
         &monitor(HealthCheckKind::Tcp, Duration::from_millis(500)),
-        (None, None),
+        (None, &[]),
         signal,
     );
     assert_eq!(tasks.len(), 1);
@@ -262,7 +262,7 @@ async fn http_monitor_goes_down_on_500_and_up_on_200() {
         "web",
         &[Arc::clone(&node)],
         &monitor(http_check(), Duration::from_millis(500)),
-        (None, None),
+        (None, &[]),
         signal,
     );
 
@@ -302,7 +302,7 @@ async fn a_check_that_times_out_counts_as_failed() {
         "web",
         &[Arc::clone(&node)],
         &monitor(http_check(), timeout),
-        (None, None),
+        (None, &[]),
         signal,
     );
     wait_for_active_up(&node, false).await;
@@ -443,18 +443,35 @@ fn failures_during_an_ejection_do_not_count_after_it() {
 /// connection stays up. Once a slot frees, checks resume and see it down.
 #[tokio::test]
 async fn no_check_while_the_node_is_at_its_cap() {
-    let listener = listen(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    // Nothing listens there any more: every check fails.
-    drop(listener);
     let node = node_at(address, passive_off());
-    let busy = node.start_request();
+    let metrics = Metrics::new();
+    let settings = crate::connection::ConnectionSettings {
+        max_connections: 1,
+        queue_length: 0,
+        queue_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(1),
+        max_requests: None,
+        max_tunnels: 0,
+        tls: None,
+    };
+    let connections = NodeConnections::new(
+        address,
+        settings,
+        metrics.node("web", "n"),
+        metrics.pool("web"),
+    );
+    // The one slot is a request's; then nothing listens there any more: every check fails.
+    let busy = connections.checkout().await.unwrap();
+    drop(listener);
     let (owner, signal) = Shutdown::new();
     let tasks = spawn_monitors(
         "web",
         &[Arc::clone(&node)],
         &monitor(HealthCheckKind::Tcp, Duration::from_millis(100)),
-        (None, Some(1)),
+        (None, &[Arc::clone(&connections)]),
         signal,
     );
     // Many intervals (20 ms) pass: no check, no verdict.
