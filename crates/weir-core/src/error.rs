@@ -46,6 +46,9 @@ pub enum ErrorKind {
     NoNodeAvailable,
     /// weir is shutting down (→ 503).
     ShuttingDown,
+    /// weir itself ran out of something to open a connection with: file descriptors,
+    /// memory, local ports (→ 503). Not the node's failure: it counts against no node.
+    OutOfResources,
     /// An I/O error not covered above.
     Io,
 }
@@ -77,6 +80,21 @@ impl Error {
         Error {
             source: Some(source),
             ..Error::new(kind, Side::Upstream)
+        }
+    }
+
+    /// An error from a failed connect to a node: [`ErrorKind::OutOfResources`] (weir's
+    /// side, not retry-safe: another node would fail alike) when weir itself ran out of
+    /// descriptors, memory or local ports, else `kind` on the node's side, retry-safe
+    /// (nothing was sent).
+    pub fn connect(kind: ErrorKind, source: std::io::Error) -> Self {
+        if is_out_of_resources(&source) {
+            Error {
+                source: Some(source),
+                ..Error::new(ErrorKind::OutOfResources, Side::Internal)
+            }
+        } else {
+            Error::upstream(kind, source).retry_safe(true)
         }
     }
 
@@ -121,6 +139,22 @@ impl Error {
     }
 }
 
+/// Whether `error` says weir itself ran out of something (descriptors of the process or
+/// the system, socket buffers, memory, local ports), not that the other end failed.
+pub fn is_out_of_resources(error: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    Errno::from_io_error(error).is_some_and(|errno| {
+        [
+            Errno::MFILE,
+            Errno::NFILE,
+            Errno::NOBUFS,
+            Errno::NOMEM,
+            Errno::ADDRNOTAVAIL,
+        ]
+        .contains(&errno)
+    })
+}
+
 impl ErrorKind {
     /// A stable, lower-case name for logs and metric labels.
     pub fn as_str(self) -> &'static str {
@@ -139,6 +173,7 @@ impl ErrorKind {
             ErrorKind::QueueTimeout => "queue_timeout",
             ErrorKind::NoNodeAvailable => "no_node_available",
             ErrorKind::ShuttingDown => "shutting_down",
+            ErrorKind::OutOfResources => "out_of_resources",
             ErrorKind::Io => "io",
         }
     }

@@ -162,7 +162,8 @@ pub(crate) fn status_for(kind: ErrorKind) -> Option<u16> {
         ErrorKind::QueueFull
         | ErrorKind::QueueTimeout
         | ErrorKind::NoNodeAvailable
-        | ErrorKind::ShuttingDown => 503,
+        | ErrorKind::ShuttingDown
+        | ErrorKind::OutOfResources => 503,
         ErrorKind::Io => 502,
     })
 }

@@ -394,10 +394,12 @@ impl NodeConnections {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) => {
                 self.free_slot();
-                self.metrics.connect_failures.inc();
-                return Err(Error::upstream(ErrorKind::ConnectFailed, error)
-                    .context(format!("node {}", self.address))
-                    .retry_safe(true));
+                let error = Error::connect(ErrorKind::ConnectFailed, error);
+                // weir's own limits (descriptors, local ports) are no failure of the node.
+                if error.kind() == ErrorKind::ConnectFailed {
+                    self.metrics.connect_failures.inc();
+                }
+                return Err(error.context(format!("node {}", self.address)));
             }
             Err(_) => {
                 self.free_slot();

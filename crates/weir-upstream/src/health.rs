@@ -90,6 +90,10 @@ pub enum CheckFailure {
     /// The TLS handshake with the node failed.
     #[error("TLS handshake failed: {0}")]
     Tls(String),
+    /// weir could not open the check's connection (out of descriptors, memory or local
+    /// ports): says nothing of the node, so the check does not count.
+    #[error("weir is out of resources: {}", io::Error::from_raw_os_error(*.0))]
+    OutOfResources(i32),
 }
 
 impl RiseFall {
@@ -247,6 +251,9 @@ async fn check_without_timeout(
         TcpStream::connect(address)
             .await
             .map_err(|error| match error.kind() {
+                _ if weir_core::error::is_out_of_resources(&error) => {
+                    CheckFailure::OutOfResources(error.raw_os_error().unwrap_or_default())
+                }
                 io::ErrorKind::ConnectionRefused => CheckFailure::ConnectRefused,
                 kind => CheckFailure::Connect(kind),
             })
@@ -350,6 +357,11 @@ async fn run_monitor(
             outcome = check_on(node.address, &monitor.check, tls, monitor.timeout, lent) => outcome,
         };
         drop(slot);
+        if let Err(failure @ CheckFailure::OutOfResources(_)) = &outcome {
+            tracing::debug!(pool = %pool, node = %node.address, reason = %failure, "health check not made");
+            delay = jittered(monitor.interval);
+            continue;
+        }
         match (&outcome, verdict.observe(outcome.is_ok())) {
             (Err(reason), Some(Transition::WentDown)) => {
                 node.set_active_up(false);

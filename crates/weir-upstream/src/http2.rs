@@ -406,7 +406,10 @@ impl H2Node {
                 Ok(self.lease(id, send, false))
             }
             Err(error) => {
-                self.metrics.connect_failures.inc();
+                // weir's own limits (descriptors, local ports) are no failure of the node.
+                if error.kind() != ErrorKind::OutOfResources {
+                    self.metrics.connect_failures.inc();
+                }
                 self.free_slot();
                 Err(error)
             }

@@ -225,6 +225,89 @@ fn serve_answers_and_exits_cleanly_on_sigterm() {
     panic!("weir did not exit within 5 s of SIGTERM");
 }
 
+/// When weir itself runs out of file descriptors, a request that needs a new node
+/// connection gets 503 (`out_of_resources`) and the node is not blamed: it is not ejected,
+/// and once descriptors are free again it serves at once.
+#[test]
+fn running_out_of_descriptors_does_not_eject_the_node() {
+    use std::io::{Read, Write};
+    // A node that answers each request and closes: every request needs a new connection.
+    let node = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let node_address = node.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut stream in node.incoming().map_while(Result::ok) {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+    });
+    let [proxy_port] = weir_testkit::free_ports();
+    let config = temp_config(&format!(
+        "[runtime]\nthreads = 1\n[log]\nlevel = \"error\"\naccess_log = false\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\n\
+         [pools.web]\nretries = 0\nnodes = [{{ address = \"{node_address}\" }}]\n\
+         [pools.web.passive_health]\nconsecutive_failures = 1\nbase_ejection = \"60s\"\n"
+    ));
+    let child = Command::new("prlimit")
+        .args([
+            "--nofile=48:48",
+            "--",
+            env!("CARGO_BIN_EXE_weir"),
+            "serve",
+            "--config",
+        ])
+        .arg(config.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run weir under prlimit (util-linux)");
+    let _weir = Running(child);
+    let get = |stream: &mut std::net::TcpStream, rest: &[u8]| {
+        stream.write_all(rest).unwrap();
+        let mut response = Vec::new();
+        let _ = stream.read_to_end(&mut response);
+        String::from_utf8_lossy(&response).into_owned()
+    };
+    let request = b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let mut up = false;
+    for _ in 0..100 {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", proxy_port)) {
+            let response = get(&mut stream, request);
+            assert!(response.starts_with("HTTP/1.1 200 "), "{response}");
+            up = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(up, "weir listens within 5 s");
+    // Clients holding a started request each, until weir has no descriptor left (the rest
+    // wait in the listen backlog).
+    let mut held: Vec<std::net::TcpStream> = (0..60)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
+            stream.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n").unwrap();
+            stream
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The first one's request ends: its node connection cannot be opened.
+    let mut first = held.remove(0);
+    first
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let response = get(&mut first, b"Connection: close\r\n\r\n");
+    assert!(response.starts_with("HTTP/1.1 503 "), "{response}");
+    drop(held);
+    // Descriptors free again: the node serves at once, not ejected.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
+    let response = get(&mut stream, request);
+    assert!(response.starts_with("HTTP/1.1 200 "), "{response}");
+}
+
 /// Kills the child process it holds when dropped (a failed assertion included).
 struct Running(std::process::Child);
 

@@ -48,9 +48,7 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
     let tcp = match tokio::time::timeout(timeout, TcpStream::connect(node.address)).await {
         Ok(Ok(tcp)) => tcp,
         Ok(Err(error)) => {
-            return Err(Error::upstream(ErrorKind::ConnectFailed, error)
-                .context(context())
-                .retry_safe(true));
+            return Err(Error::connect(ErrorKind::ConnectFailed, error).context(context()));
         }
         Err(_) => return Err(timed_out(context())),
     };
