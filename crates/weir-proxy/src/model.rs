@@ -70,6 +70,9 @@ pub(crate) struct VirtualServerShared {
     /// Triggered when a reload removes the virtual server: its idle kept-alive
     /// connections close, busy ones close after their response.
     removed: Shutdown,
+    /// The log lines of failed requests and sessions, a few per second (each is in the
+    /// access log): a node down under load must not write a line per request.
+    pub(crate) failure_log: weir_observe::LogBudget,
 }
 
 /// A virtual server of one model (one generation of the configuration), with its pools
@@ -264,6 +267,7 @@ impl VirtualServerShared {
         Arc::new(VirtualServerShared {
             open: AtomicU32::new(0),
             removed,
+            failure_log: weir_observe::LogBudget::new(),
         })
     }
 

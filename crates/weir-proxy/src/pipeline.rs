@@ -708,7 +708,8 @@ struct Upstream<'a> {
 }
 
 /// The log line of a failed request: client-caused closes are expected traffic (debug),
-/// refused requests are news (info), gateway failures are worth a warning.
+/// refused requests are news (info), gateway failures are worth a warning, a few a second
+/// (`left_out` says how many more failed since the last line; each is in the access log).
 fn log_failure(client: &Client, vs: &VirtualServerRuntime, status: u16, failure: &Failure) {
     let (name, peer, error) = (&vs.config.name, client.peer, &failure.error);
     match error.kind() {
@@ -722,7 +723,10 @@ fn log_failure(client: &Client, vs: &VirtualServerRuntime, status: u16, failure:
             tracing::info!(virtual_server = %name, client = %peer, status, error = %error, "rejected request");
         }
         _ => {
-            tracing::warn!(virtual_server = %name, client = %peer, status, error = %error, "request failed");
+            // A few lines a second: under load a node that is down fails every request.
+            if let Some(left_out) = vs.shared.failure_log.take() {
+                tracing::warn!(virtual_server = %name, client = %peer, status, error = %error, left_out, "request failed");
+            }
         }
     }
 }

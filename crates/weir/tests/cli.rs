@@ -308,6 +308,57 @@ fn running_out_of_descriptors_does_not_eject_the_node() {
     assert!(response.starts_with("HTTP/1.1 200 "), "{response}");
 }
 
+/// A node that is down under load fails every request: each is in the access log, and
+/// weir's own log gets a few lines a second, not one per request.
+#[test]
+fn failed_requests_write_a_few_log_lines_a_second() {
+    use std::io::{Read, Write};
+    // Nothing listens at the node's address: every connect is refused.
+    let node = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let node_address = node.local_addr().unwrap();
+    drop(node);
+    let [proxy_port] = weir_testkit::free_ports();
+    let config = temp_config(&format!(
+        "[runtime]\nthreads = 1\ndrain_timeout = \"1s\"\n[log]\nlevel = \"warn\"\naccess_log = false\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\n\
+         [pools.web]\nretries = 0\nnodes = [{{ address = \"{node_address}\" }}]\n\
+         [pools.web.passive_health]\nconsecutive_failures = 0\n"
+    ));
+    let stderr = temp_config("");
+    let child = weir()
+        .args(["serve", "--config"])
+        .arg(config.path())
+        .stderr(std::fs::File::create(stderr.path()).unwrap())
+        .spawn()
+        .unwrap();
+    let weir = Running(child);
+    let started = std::time::Instant::now();
+    let mut failed = 0;
+    for _ in 0..100 {
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", proxy_port)) else {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        };
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        assert!(response.starts_with("HTTP/1.1 502 "), "{response}");
+        failed += 1;
+    }
+    let seconds = started.elapsed().as_secs();
+    drop(weir);
+    let log = std::fs::read_to_string(stderr.path()).unwrap();
+    let lines = log.matches("request failed").count() as u64;
+    assert!(failed >= 60, "only {failed} requests reached weir");
+    assert!(lines >= 1, "{log}");
+    assert!(
+        lines <= 10 * (seconds + 1),
+        "{lines} lines for {failed} failed requests in {seconds} s"
+    );
+}
+
 /// Kills the child process it holds when dropped (a failed assertion included).
 struct Running(std::process::Child);
 

@@ -112,7 +112,9 @@ async fn run(
                     tracing::debug!(virtual_server = %vs.config.name, client = %client.address, %error, "TCP session ended before it reached a node");
                 }
                 _ => {
-                    tracing::warn!(virtual_server = %vs.config.name, client = %client.address, %error, "TCP session failed before it reached a node");
+                    if let Some(left_out) = vs.shared.failure_log.take() {
+                        tracing::warn!(virtual_server = %vs.config.name, client = %client.address, %error, left_out, "TCP session failed before it reached a node");
+                    }
                 }
             }
             log(vs, &client, pool, None, None, result);
