@@ -9,6 +9,9 @@ pub enum ParseErrorKind {
     Invalid,
     /// The head is larger than `max_head_bytes` (→ 431).
     HeadTooLarge,
+    /// The request line alone is larger than `max_head_bytes`: its target is (→ 414,
+    /// RFC 9112 §3).
+    TargetTooLong,
     /// More header fields than `max_headers` (→ 431).
     TooManyHeaders,
     /// A transfer coding other than chunked (→ 501).
@@ -41,6 +44,7 @@ impl ParseError {
         match self.kind {
             ParseErrorKind::Invalid => 400,
             ParseErrorKind::HeadTooLarge | ParseErrorKind::TooManyHeaders => 431,
+            ParseErrorKind::TargetTooLong => 414,
             ParseErrorKind::UnsupportedTransferEncoding => 501,
             ParseErrorKind::UnsupportedVersion => 505,
             ParseErrorKind::UnsupportedExpectation => 417,

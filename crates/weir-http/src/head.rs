@@ -12,7 +12,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::error::{ParseError, ParseErrorKind};
 use crate::fields::{self, Declared, Fields, Header, StartLine};
 use crate::message::{BodyFraming, ConnectionInfo, Method, Version};
-use crate::target::{TargetForm, parse_target};
+use crate::target::{TargetForm, parse_target, same_authority};
 
 /// Header slots kept on the stack; larger `max_headers` limits use the heap.
 const STACK_HEADERS: usize = 128;
@@ -226,9 +226,12 @@ impl RequestHead {
     }
 
     /// Whether the client asked for a protocol switch: `Connection: upgrade`
-    /// and an `Upgrade` field.
+    /// and an `Upgrade` field, in HTTP/1.1 (RFC 9110 §7.8: a server ignores `Upgrade` in
+    /// an HTTP/1.0 request, and could not answer it with a 101).
     pub fn asks_to_upgrade(&self) -> bool {
-        self.connection.upgrade && self.header("upgrade").is_some()
+        self.version == Version::Http11
+            && self.connection.upgrade
+            && self.header("upgrade").is_some()
     }
 
     /// Whether the client asked to keep the connection open after this request
@@ -342,7 +345,7 @@ fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestH
     let mut request = httparse::Request::new(&mut []);
     let end = match request.parse_with_uninit_headers(window, slots) {
         Ok(httparse::Status::Complete(end)) => end,
-        Ok(httparse::Status::Partial) => return partial(buf, limits),
+        Ok(httparse::Status::Partial) => return partial(buf, limits, StartLine::Request),
         Err(error) => return Err(fields::rejection(window, error, StartLine::Request)),
     };
     let (Some(method_token), Some(target), Some(minor)) =
@@ -379,7 +382,13 @@ fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestH
             .headers
             .get(index)
             .map(|field| slice(head, field.value));
-        if !host.is_some_and(|host| host.eq_ignore_ascii_case(slice(head, authority))) {
+        // `http://` or `https://` before the authority: its default port.
+        let default_port = match authority.0 - target_span.0 {
+            8 => 443,
+            _ => 80,
+        };
+        let same = |host: &[u8]| same_authority(host, slice(head, authority), default_port);
+        if !host.is_some_and(same) {
             return Err(ParseError::invalid(
                 "Host differs from the absolute-form authority",
             ));
@@ -438,7 +447,7 @@ fn parse_response_in(
     }
     let end = match parsed {
         Ok(httparse::Status::Complete(end)) => end,
-        Ok(httparse::Status::Partial) => return partial(buf, limits),
+        Ok(httparse::Status::Partial) => return partial(buf, limits, StartLine::Status),
         Err(error) => return Err(fields::rejection(window, error, StartLine::Status)),
     };
     let (Some(minor), Some(status)) = (response.version, response.code) else {
@@ -507,8 +516,16 @@ fn window<'b>(buf: &'b [u8], limits: &Limits) -> &'b [u8] {
 
 /// An incomplete head: wait for more, unless the buffer already holds the
 /// limit's worth of bytes without a complete head in them.
-fn partial<T>(buf: &[u8], limits: &Limits) -> Result<Option<T>, ParseError> {
-    if !buf.is_empty() && buf.len() >= head_limit(limits) {
+fn partial<T>(buf: &[u8], limits: &Limits, line: StartLine) -> Result<Option<T>, ParseError> {
+    let limit = head_limit(limits);
+    if !buf.is_empty() && buf.len() >= limit {
+        // Not even the request line ended within the limit: its target is too long.
+        if line == StartLine::Request && memchr::memchr(b'\n', &buf[..limit]).is_none() {
+            return Err(ParseError {
+                kind: ParseErrorKind::TargetTooLong,
+                reason: "request line larger than max_header_bytes",
+            });
+        }
         return Err(ParseError {
             kind: ParseErrorKind::HeadTooLarge,
             reason: "head larger than max_header_bytes",

@@ -94,9 +94,13 @@ pub fn request_from_h2(
     }
     out.put_slice(b" HTTP/1.1\r\n");
     let mut has_host = false;
+    let default_port = match parts.uri.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    };
     for value in parts.headers.get_all(http::header::HOST) {
         if let Some(authority) = authority
-            && !value.as_bytes().eq_ignore_ascii_case(authority)
+            && !crate::target::same_authority(value.as_bytes(), authority, default_port)
         {
             return Err(ParseError::invalid("Host differs from :authority"));
         }

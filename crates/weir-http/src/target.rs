@@ -103,6 +103,32 @@ pub(crate) fn parse_target(
     }
 }
 
+/// Whether two authorities (`host[:port]`, both valid) name the same host and port: the
+/// host compared without case, a missing or empty port read as `default_port` (RFC 9110
+/// §4.2.3: `example.com:80` and `example.com` are one `http` origin).
+pub(crate) fn same_authority(a: &[u8], b: &[u8], default_port: u16) -> bool {
+    let split = |authority: &[u8]| -> (usize, Option<u32>) {
+        match memchr::memrchr(b':', authority) {
+            // A colon inside an IPv6 literal's brackets is no port's.
+            Some(colon) if !authority[colon..].contains(&b']') => {
+                let digits = &authority[colon + 1..];
+                let port = digits
+                    .iter()
+                    .try_fold(0u32, |port, &d| {
+                        d.is_ascii_digit()
+                            .then(|| port.saturating_mul(10).saturating_add(u32::from(d - b'0')))
+                    })
+                    .filter(|_| !digits.is_empty());
+                (colon, port)
+            }
+            _ => (authority.len(), None),
+        }
+    };
+    let ((a_end, a_port), (b_end, b_port)) = (split(a), split(b));
+    let default = Some(u32::from(default_port));
+    a[..a_end].eq_ignore_ascii_case(&b[..b_end]) && a_port.or(default) == b_port.or(default)
+}
+
 /// Length of `http://` or `https://` (any case) at the start, if present.
 fn scheme_length(target: &[u8]) -> Option<usize> {
     let starts = |prefix: &[u8]| {

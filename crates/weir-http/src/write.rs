@@ -12,7 +12,7 @@ use bytes::BytesMut;
 
 use crate::fields::{FieldKind, Header};
 use crate::head::{RequestHead, ResponseHead, slice};
-use crate::message::{BodyFraming, Version};
+use crate::message::{BodyFraming, Method, Version};
 use crate::syntax::{list_elements, same_field_name};
 use crate::target::TargetForm;
 
@@ -129,6 +129,12 @@ fn write_origin_form(head: &RequestHead, path: Option<&[u8]>, out: &mut BytesMut
             let (path_start, _) = head.path_span;
             let (_, target_end) = head.target_span;
             let rest = &head.raw[path_start as usize..target_end as usize];
+            if rest.is_empty() && head.method == Method::Options {
+                // RFC 9112 §3.2.4: `OPTIONS http://host` asks about the server as a
+                // whole, which its last hop writes as `OPTIONS *`.
+                out.extend_from_slice(b"*");
+                return;
+            }
             if rest.first() != Some(&b'/') {
                 out.extend_from_slice(b"/");
             }

@@ -195,7 +195,7 @@ async fn garbage_never_brings_the_proxy_down() {
     assert!(
         statuses.keys().all(|status| matches!(
             status,
-            100 | 200 | 204 | 400 | 404 | 405 | 408 | 413 | 417 | 431 | 501 | 505
+            100 | 200 | 204 | 400 | 404 | 405 | 408 | 413 | 414 | 417 | 431 | 501 | 505
         )),
         "unexpected statuses: {statuses:?}"
     );

@@ -107,6 +107,43 @@ fn absolute_form() {
         error.reason,
         "Host differs from the absolute-form authority"
     );
+    // The same origin, written with and without the scheme's default port (RFC 9110
+    // §4.2.3), is no difference; another port, or the other scheme's default, is.
+    for raw in [
+        &b"GET http://a.example:80/p HTTP/1.1\r\nHost: a.example\r\n\r\n"[..],
+        b"GET http://a.example/p HTTP/1.1\r\nHost: A.example:80\r\n\r\n",
+        b"GET http://a.example:/p HTTP/1.1\r\nHost: a.example\r\n\r\n",
+        b"GET https://a.example/p HTTP/1.1\r\nHost: a.example:443\r\n\r\n",
+        b"GET http://[::1]:80/p HTTP/1.1\r\nHost: [::1]\r\n\r\n",
+    ] {
+        assert!(request(raw).is_ok(), "{}", String::from_utf8_lossy(raw));
+    }
+    for raw in [
+        &b"GET http://a.example:8080/p HTTP/1.1\r\nHost: a.example\r\n\r\n"[..],
+        b"GET https://a.example/p HTTP/1.1\r\nHost: a.example:80\r\n\r\n",
+        b"GET http://a.example/p HTTP/1.1\r\nHost: a.example.evil:80\r\n\r\n",
+        b"GET http://[::1]/p HTTP/1.1\r\nHost: [::2]\r\n\r\n",
+    ] {
+        assert_eq!(
+            rejected(raw).reason,
+            "Host differs from the absolute-form authority",
+            "{}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+}
+
+/// `Upgrade` in an HTTP/1.0 request is ignored (RFC 9110 §7.8): no 101 can answer it.
+#[test]
+fn upgrade_is_an_http_1_1_request() {
+    let upgrade = b"Upgrade: websocket\r\nConnection: Upgrade\r\nHost: a\r\n\r\n";
+    let ask = |version: &str| {
+        let mut raw = format!("GET /ws {version}\r\n").into_bytes();
+        raw.extend_from_slice(upgrade);
+        request(&raw).unwrap().asks_to_upgrade()
+    };
+    assert!(ask("HTTP/1.1"));
+    assert!(!ask("HTTP/1.0"));
 }
 
 #[test]
@@ -442,6 +479,21 @@ fn limits() {
         ParseErrorKind::HeadTooLarge
     );
     assert!(matches!(parse_request(b"", &at_limit), Ok(Parsed::Partial)));
+
+    // A request line that does not end within the limit: its target is too long (414).
+    let mut long = b"GET /".to_vec();
+    long.extend(std::iter::repeat_n(b'a', 64));
+    let error = parse_request(&long, &at_limit).unwrap_err();
+    assert_eq!(error.kind, ParseErrorKind::TargetTooLong);
+    assert_eq!(error.status(), 414);
+    // A status line that long is the node's fault, as any head too large.
+    let long_status = b"HTTP/1.1 200 OKOKOKOKOKOKOKOKOKOKOKOKOKOKOKOKOK";
+    assert_eq!(
+        parse_response(long_status, &at_limit, Method::Get)
+            .unwrap_err()
+            .kind,
+        ParseErrorKind::HeadTooLarge
+    );
 }
 
 #[test]

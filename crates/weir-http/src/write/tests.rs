@@ -353,6 +353,22 @@ fn absolute_form_targets_are_forwarded_in_origin_form() {
     );
     let out = forwarded(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", &PLAIN);
     assert!(out.starts_with("OPTIONS * HTTP/1.1\r\n"), "{out}");
+    // RFC 9112 §3.2.4: an OPTIONS with no path asks about the server: `*` at the last hop.
+    let out = forwarded(
+        b"OPTIONS http://a.example HTTP/1.1\r\nHost: a.example\r\n\r\n",
+        &PLAIN,
+    );
+    assert!(out.starts_with("OPTIONS * HTTP/1.1\r\n"), "{out}");
+    let out = forwarded(
+        b"OPTIONS http://a.example?q HTTP/1.1\r\nHost: a.example\r\n\r\n",
+        &PLAIN,
+    );
+    assert!(out.starts_with("OPTIONS /?q HTTP/1.1\r\n"), "{out}");
+    let out = forwarded(
+        b"OPTIONS http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
+        &PLAIN,
+    );
+    assert!(out.starts_with("OPTIONS / HTTP/1.1\r\n"), "{out}");
 }
 
 #[test]
