@@ -116,6 +116,18 @@ pub fn request_from_h2(
     let mut cookies: Option<BytesMut> = None;
     for (name, value) in &parts.headers {
         let name_bytes = name.as_str().as_bytes();
+        // RFC 9113 §8.2.1: a value that starts or ends with whitespace is malformed (in
+        // HTTP/1.1 the space would be read as part of the field's syntax).
+        let value_bytes = value.as_bytes();
+        if [value_bytes.first(), value_bytes.last()]
+            .into_iter()
+            .flatten()
+            .any(|&b| b == b' ' || b == b'\t')
+        {
+            return Err(ParseError::invalid(
+                "field value with leading or trailing whitespace in HTTP/2",
+            ));
+        }
         match FieldKind::of(name_bytes) {
             FieldKind::Host => continue,
             kind if is_connection_specific(kind) => {

@@ -377,6 +377,8 @@ pub fn write_simple_response_edited<E: HeaderEdit + ?Sized>(
     }
     if !interim {
         write_connection(version, keep_alive, false, out);
+        // weir is the origin of this answer, and has a clock (RFC 9110 §6.6.1).
+        write_date(out);
     }
     for (name, value) in extra_headers {
         let breaks_line = |text: &str| text.bytes().any(|b| b == b'\r' || b == b'\n');
@@ -393,6 +395,36 @@ pub fn write_simple_response_edited<E: HeaderEdit + ?Sized>(
     if !bodiless && !head_request {
         out.extend_from_slice(body);
     }
+}
+
+/// `Date: <now, an IMF-fixdate>`, formatted at most once a second on each thread.
+fn write_date(out: &mut BytesMut) {
+    use std::cell::Cell;
+    use std::time::{SystemTime, UNIX_EPOCH};
+    /// An IMF-fixdate's length: `Sun, 06 Nov 1994 08:49:37 GMT`.
+    const LEN: usize = 29;
+    thread_local! {
+        static LAST: Cell<(u64, [u8; LEN])> = const { Cell::new((u64::MAX, [0; LEN])) };
+    }
+    let now = SystemTime::now();
+    let second = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let date = LAST.with(|last| {
+        let (at, date) = last.get();
+        if at == second {
+            return date;
+        }
+        let mut date = [b' '; LEN];
+        let text = httpdate::fmt_http_date(now);
+        let len = text.len().min(LEN);
+        date[..len].copy_from_slice(&text.as_bytes()[..len]);
+        last.set((second, date));
+        date
+    });
+    out.extend_from_slice(b"Date: ");
+    out.extend_from_slice(&date);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// The standard reason phrase for `status`, or `""` for codes weir does not name.

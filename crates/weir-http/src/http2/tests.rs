@@ -133,6 +133,24 @@ fn malformed_requests_are_rejected() {
         (
             "GET",
             "https://a.example/",
+            &[("x-a", " lead")],
+            "field value with leading or trailing whitespace in HTTP/2",
+        ),
+        (
+            "GET",
+            "https://a.example/",
+            &[("x-a", "trail\t")],
+            "field value with leading or trailing whitespace in HTTP/2",
+        ),
+        (
+            "GET",
+            "https://a.example:443/",
+            &[("host", "a.example:8443")],
+            "Host differs from :authority",
+        ),
+        (
+            "GET",
+            "https://a.example/",
             &[("keep-alive", "5")],
             connection_specific,
         ),
@@ -424,4 +442,20 @@ fn trailers_travel_both_ways() {
     trailers_from_h2(&h2, &mut lines);
     assert_eq!(&lines[..], b"grpc-status: 13\r\n");
     assert!(trailers_to_h2(b"no colon\r\n").is_err());
+}
+
+/// `Host` and `:authority` name one origin when they differ only by the scheme's default
+/// port (RFC 9110 §4.2.3).
+#[test]
+fn host_may_spell_out_the_default_port() {
+    for (uri, host) in [
+        ("https://a.example/", "a.example:443"),
+        ("http://a.example:80/", "A.example"),
+    ] {
+        let parts = request("GET", uri, &[("host", host)]);
+        assert!(
+            request_from_h2(&parts, true, &Limits::default()).is_ok(),
+            "{uri} {host}"
+        );
+    }
 }

@@ -280,6 +280,21 @@ fn response_upgrade() {
     );
 }
 
+/// `out` without its one `Date` line, whose value must be an IMF-fixdate: weir's own
+/// answers carry one (RFC 9110 §6.6.1).
+fn dated(out: &[u8]) -> Vec<u8> {
+    let text = std::str::from_utf8(out).unwrap();
+    let start = text.find("Date: ").expect("a Date field");
+    let end = start + text[start..].find("\r\n").unwrap() + 2;
+    let value = &text[start + 6..end - 2];
+    assert!(
+        value.len() == 29 && value.ends_with(" GMT") && value.as_bytes()[3] == b',',
+        "{value}"
+    );
+    assert!(!text[end..].contains("Date: "), "one Date field");
+    [&out[..start], &out[end..]].concat()
+}
+
 #[test]
 fn simple_responses() {
     let mut out = BytesMut::new();
@@ -292,14 +307,14 @@ fn simple_responses() {
         &mut out,
     );
     assert_eq!(
-        &out[..],
+        dated(&out),
         b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\nContent-Type: text/plain; charset=utf-8\r\n\
           Connection: close\r\nRetry-After: 5\r\n\r\nbusy\n"
     );
     out.clear();
     write_simple_response(404, Version::Http10, true, &[], b"", &mut out);
     assert_eq!(
-        &out[..],
+        dated(&out),
         b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
     );
     out.clear();
@@ -312,15 +327,19 @@ fn simple_responses() {
         &mut out,
     );
     assert_eq!(
-        &out[..],
+        dated(&out),
         b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
     );
     out.clear();
     write_simple_response(100, Version::Http11, true, &[], b"", &mut out);
-    assert_eq!(&out[..], b"HTTP/1.1 100 Continue\r\n\r\n");
+    assert_eq!(
+        &out[..],
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        "no Date on an interim answer"
+    );
     out.clear();
     write_simple_response(204, Version::Http11, true, &[], b"ignored", &mut out);
-    assert_eq!(&out[..], b"HTTP/1.1 204 No Content\r\n\r\n");
+    assert_eq!(dated(&out), b"HTTP/1.1 204 No Content\r\n\r\n");
 }
 
 #[test]
@@ -520,7 +539,7 @@ fn edited_responses_and_answers() {
     let mut out = BytesMut::new();
     write_simple_response_edited(&answer, &[], &edits, b"{}", &mut out);
     assert_eq!(
-        String::from_utf8(out.to_vec()).unwrap(),
+        String::from_utf8(dated(&out)).unwrap(),
         "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n"
     );
 }
