@@ -120,7 +120,8 @@ impl Fill {
             secondary: pending.secondary,
             head: pending.head,
             freshness: pending.freshness,
-            body: ObjectBody::Growing(Arc::clone(&body), reserve),
+            // Compressed on its way, the body's length is known only at its end.
+            body: ObjectBody::Growing(Arc::clone(&body), reserve, declared.filter(|_| !compressed)),
             tags: pending.tags,
             stored_at: pending.stored_at,
         };

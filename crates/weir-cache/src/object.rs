@@ -332,8 +332,12 @@ pub struct Object {
     complete: OnceLock<Rope>,
     /// While filling: the body being received.
     growing: Option<Arc<GrowingBody>>,
-    /// The body's length when known in advance (`Content-Length`).
+    /// The body's length when known in advance (`Content-Length` of a body stored as
+    /// received; not of one compressed on its way, whose length is known at its end).
     pub(crate) declared_length: Option<u64>,
+    /// The body bytes charged to the store: the declared length, or for a body compressed
+    /// on its way the most it may take; the actual length once complete.
+    reserved: u64,
     /// `Surrogate-Key` and `Cache-Tag` values.
     pub(crate) tags: Box<[Box<[u8]>]>,
     /// Bytes charged to the store's bound (settled when a compressed fill ends).
@@ -377,8 +381,9 @@ pub struct NewObject {
 pub enum ObjectBody {
     /// The whole body.
     Complete(Rope),
-    /// Still arriving, with its declared length.
-    Growing(Arc<GrowingBody>, u64),
+    /// Still arriving: the body, the bytes reserved for it in the store, and its length
+    /// when known in advance (`None` for a body compressed on its way).
+    Growing(Arc<GrowingBody>, u64, Option<u64>),
 }
 
 impl Object {
@@ -389,8 +394,8 @@ impl Object {
                 let len = rope.len();
                 (OnceLock::from(rope), None, Some(len), len)
             }
-            ObjectBody::Growing(body, length) => {
-                (OnceLock::new(), Some(body), Some(length), length)
+            ObjectBody::Growing(body, reserve, length) => {
+                (OnceLock::new(), Some(body), length, reserve)
             }
         };
         let charge = OBJECT_OVERHEAD
@@ -409,6 +414,7 @@ impl Object {
             complete,
             growing,
             declared_length,
+            reserved: body_len,
             tags: new.tags,
             charge: AtomicUsize::new(charge),
             frequency: AtomicU8::new(0),
@@ -470,11 +476,11 @@ impl Object {
     }
 
     /// The charge with the body counted at `body_length` bytes instead of
-    /// its declared length.
+    /// the bytes reserved for it.
     pub(crate) fn charge_for(&self, body_length: u64) -> usize {
-        let declared = usize::try_from(self.declared_length.unwrap_or(0)).unwrap_or(usize::MAX);
+        let reserved = usize::try_from(self.reserved).unwrap_or(usize::MAX);
         let body = usize::try_from(body_length).unwrap_or(usize::MAX);
-        self.charge() - declared.min(self.charge()) + body
+        self.charge() - reserved.min(self.charge()) + body
     }
 
     /// The object's purge tags.

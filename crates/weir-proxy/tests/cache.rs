@@ -878,6 +878,86 @@ fn text(_: &str, _: usize) -> Answer {
     .field("ETag", "\"t\"")
 }
 
+fn text_after_a_pause(head: &str, count: usize) -> Answer {
+    text(head, count).body_after(Duration::from_millis(200))
+}
+
+/// A compressed miss whose body comes after its head: the length of what weir sends is
+/// not known when the head goes (the node's `Content-Length` is the identity body's), so
+/// the answer is chunked, and it decodes to the node's bytes; the same for a client that
+/// joins the fill, and the stored variant has its actual length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_miss_is_framed_by_what_is_sent() {
+    let node = CountingNode::start(text_after_a_pause, Duration::ZERO).await;
+    let compression = "[virtual_servers.web.compression]\n";
+    let proxy = proxy_for(&node, &format!("{CACHE}{compression}")).await;
+    let expected = text("", 0).body;
+    let url = format!("http://{}/slow", proxy.addr);
+    let fetch = |url: String| {
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new("curl")
+                .args([
+                    "-s",
+                    "--compressed",
+                    "-H",
+                    "Accept-Encoding: gzip",
+                    "-D",
+                    "-",
+                ])
+                .arg(&url)
+                .output()
+                .expect("run curl")
+        })
+    };
+    let (first, joiner) = (fetch(url.clone()), {
+        let url = url.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            fetch(url).await
+        }
+    });
+    let (first, joiner) = tokio::join!(first, joiner);
+    for output in [first.unwrap(), joiner.unwrap()] {
+        assert!(output.status.success(), "curl: {:?}", output.status);
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").expect("a head");
+        assert!(head.contains("Content-Encoding: gzip"), "{head}");
+        if let Some(length) = head
+            .lines()
+            .find_map(|line| line.strip_prefix("Content-Length: "))
+        {
+            panic!("Content-Length {length} before the compressed length is known: {head}");
+        }
+        assert_eq!(body.as_bytes(), &expected[..]);
+    }
+    // Complete now: a hit carries the stored variant's actual length (the raw gzip bytes).
+    let hit = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(["-s", "-H", "Accept-Encoding: gzip", "-D", "-"])
+            .arg(&url)
+            .output()
+            .expect("run curl")
+    })
+    .await
+    .unwrap();
+    let (head, body) = hit
+        .stdout
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| {
+            (
+                String::from_utf8_lossy(&hit.stdout[..at]).into_owned(),
+                &hit.stdout[at + 4..],
+            )
+        })
+        .expect("a head");
+    assert!(head.contains("X-Cache: HIT"), "{head}");
+    let length = format!("Content-Length: {}", body.len());
+    assert!(head.lines().any(|line| line == length), "{head}");
+    assert_eq!(node.requests(), 1);
+    proxy.stop().await;
+}
+
 /// curl --compressed (an outside client) gets each coding it asks for,
 /// decodes it to the node's bytes, and each variant is fetched once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

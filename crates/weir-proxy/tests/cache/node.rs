@@ -23,6 +23,8 @@ pub struct Answer {
     pub chunked: bool,
     /// A `103 Early Hints` goes first.
     pub early_hints: bool,
+    /// The body follows its head after this pause.
+    pub body_after: Option<Duration>,
 }
 
 impl Answer {
@@ -33,7 +35,14 @@ impl Answer {
             body: body.to_vec(),
             chunked: false,
             early_hints: false,
+            body_after: None,
         }
+    }
+
+    /// The body follows the head after `pause` (the head alone reaches weir first).
+    pub fn body_after(mut self, pause: Duration) -> Answer {
+        self.body_after = Some(pause);
+        self
     }
 
     /// A `103 Early Hints` (with a `Link`) goes before the answer.
@@ -160,6 +169,13 @@ async fn serve(
             out.push_str(&format!("Content-Length: {}\r\n\r\n", answer.body.len()));
         }
         let mut bytes = out.into_bytes();
+        if let Some(pause) = answer.body_after.filter(|_| !bodyless) {
+            if stream.write_all(&bytes).await.is_err() {
+                return;
+            }
+            bytes.clear();
+            tokio::time::sleep(pause).await;
+        }
         if answer.chunked && !bodyless {
             let (first, second) = answer.body.split_at(answer.body.len() / 2);
             for chunk in [first, second] {
