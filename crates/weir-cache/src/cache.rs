@@ -5,6 +5,7 @@
 //! purge API.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use weir_observe::{CacheMetrics, CompressionMetrics};
 
@@ -31,6 +32,9 @@ pub struct Cache {
     pub(crate) store: Store,
     pub(crate) flights: Arc<Flights>,
     pub(crate) bans: Bans,
+    /// Purges made so far (of any kind): a fill held out of the store while it received
+    /// its body is not stored if one came meanwhile ([`crate::fill::Fill::finish`]).
+    purges: AtomicU64,
     pub(crate) metrics: CacheMetrics,
     pub(crate) compression: CompressionMetrics,
     settings: StoreSettings,
@@ -47,10 +51,16 @@ impl Cache {
             store: Store::new(settings.size, settings.max_object_size),
             flights: Flights::new(),
             bans: Bans::default(),
+            purges: AtomicU64::new(0),
             metrics,
             compression,
             settings,
         })
+    }
+
+    /// Purges made so far.
+    pub(crate) fn purges(&self) -> u64 {
+        self.purges.load(Ordering::Acquire)
     }
 
     /// Whether this cache can serve a configuration with `settings`
@@ -71,6 +81,7 @@ impl Cache {
 
     /// Purges every variant stored for an absolute URL; returns how many.
     pub fn purge_url(&self, url: &str) -> Result<usize, PurgeError> {
+        self.purges.fetch_add(1, Ordering::AcqRel);
         let key = primary_key_of_url(url).ok_or_else(|| PurgeError::Url(url.to_owned()))?;
         let removed = self.store.remove_primary(&key);
         self.record_store();
@@ -79,6 +90,7 @@ impl Cache {
 
     /// Purges the variants stored for `request`'s URL (the `PURGE` method).
     pub fn purge_request(&self, request: &impl RequestView) -> usize {
+        self.purges.fetch_add(1, Ordering::AcqRel);
         let mut key = Vec::new();
         if !primary_key(request, &mut key) {
             return 0;
@@ -91,6 +103,7 @@ impl Cache {
     /// Purges every object whose URL starts with `prefix` (an absolute URL
     /// prefix such as `https://example.com/static/`); returns how many.
     pub fn purge_prefix(&self, prefix: &str) -> Result<usize, PurgeError> {
+        self.purges.fetch_add(1, Ordering::AcqRel);
         let key = primary_key_of_url(prefix).ok_or_else(|| PurgeError::Url(prefix.to_owned()))?;
         // "http://h" normalises to "http://h/"; a prefix without a path matches the whole origin.
         let key = if !prefix
@@ -111,6 +124,7 @@ impl Cache {
 
     /// Purges every object tagged `tag` (`Surrogate-Key` or `Cache-Tag`); returns how many.
     pub fn purge_tag(&self, tag: &str) -> usize {
+        self.purges.fetch_add(1, Ordering::AcqRel);
         let removed = self.store.remove_tagged(tag.as_bytes());
         self.record_store();
         removed
@@ -118,6 +132,7 @@ impl Cache {
 
     /// Purges everything; returns how many objects.
     pub fn purge_all(&self) -> usize {
+        self.purges.fetch_add(1, Ordering::AcqRel);
         let removed = self.store.remove_where(|_| true);
         self.record_store();
         removed

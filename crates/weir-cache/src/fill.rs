@@ -44,6 +44,10 @@ enum FillMode {
     Tee {
         pending: Box<Pending>,
         chunks: Vec<Bytes>,
+        /// The cache's ban sequence and purge count when the head came: bans added
+        /// since are tested on the stored object, and a purge since keeps it out.
+        bans: u64,
+        purges: u64,
     },
     /// Storing was given up; bytes still pass for the client.
     Abandoned,
@@ -108,6 +112,8 @@ impl Fill {
             self.mode = FillMode::Tee {
                 pending: Box::new(pending),
                 chunks: Vec::new(),
+                bans: self.cache.bans.latest(),
+                purges: self.cache.purges(),
             };
             return;
         };
@@ -214,7 +220,21 @@ impl Fill {
                 let rope = body.complete();
                 cache.store.complete(&object, rope);
             }
-            FillMode::Tee { pending, chunks } => {
+            FillMode::Tee {
+                pending,
+                chunks,
+                bans,
+                purges,
+            } => {
+                // Out of the store while it filled, the object was out of a purge's reach:
+                // one made meanwhile may have been meant for it.
+                if cache.purges() != purges {
+                    if let Some(guard) = self.guard.take() {
+                        guard.not_stored(None);
+                    }
+                    cache.record_store();
+                    return Ok(tail);
+                }
                 let new = NewObject {
                     primary: pending.primary,
                     secondary: pending.secondary,
@@ -224,10 +244,7 @@ impl Fill {
                     tags: pending.tags,
                     stored_at: pending.stored_at,
                 };
-                let inserted =
-                    cache
-                        .store
-                        .insert(pending.hash, pending.vary, new, cache.bans.latest());
+                let inserted = cache.store.insert(pending.hash, pending.vary, new, bans);
                 cache.metrics.evictions.inc_by(inserted.evicted);
                 if let (Some(guard), Some(_)) = (self.guard.take(), inserted.object) {
                     guard.stored();

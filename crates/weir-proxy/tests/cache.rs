@@ -387,6 +387,41 @@ async fn purge_method_removes_the_object() {
     proxy.stop().await;
 }
 
+fn numbered_slow_chunks(_: &str, count: usize) -> Answer {
+    Answer::ok(format!("version {count}").as_bytes())
+        .field("Cache-Control", "max-age=60")
+        .chunked()
+        .body_after(Duration::from_millis(300))
+}
+
+/// A purge made while a body of unknown length is still arriving (held out of the store
+/// until it is complete) reaches it: the object is not stored, and the next request gets
+/// the node's new answer, not the one from before the purge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_during_a_fill_keeps_the_old_answer_out() {
+    let node = CountingNode::start(numbered_slow_chunks, Duration::ZERO).await;
+    let proxy = Arc::new(proxy_for(&node, CACHE).await);
+    let filling = {
+        let proxy = Arc::clone(&proxy);
+        tokio::spawn(async move { request(&proxy, "GET", "/p", &[]).await })
+    };
+    until("the fill started", Duration::from_secs(5), || {
+        node.requests() == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    request(&proxy, "PURGE", "/p", &[]).await;
+    assert_eq!(filling.await.unwrap().body, b"version 0");
+    let after = request(&proxy, "GET", "/p", &[]).await;
+    assert_eq!(after.header("x-cache"), Some("MISS"));
+    assert_eq!(after.body, b"version 1");
+    // Without a purge, the same fill is stored.
+    let again = request(&proxy, "GET", "/p", &[]).await;
+    assert_eq!(again.header("x-cache"), Some("HIT"));
+    assert_eq!(again.body, b"version 1");
+    Arc::try_unwrap(proxy).ok().unwrap().stop().await;
+}
+
 /// 1,000 concurrent misses for one cold object make exactly one request to
 /// the node. The node holds its answer until every other request is waiting
 /// for the leader's fill, so the count does not depend on timing.
