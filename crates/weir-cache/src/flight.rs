@@ -80,6 +80,8 @@ pub struct FlightGuard {
 pub struct Waiter {
     outcome: watch::Receiver<Outcome>,
     timeout: Duration,
+    /// Requests waiting now (`weir_cache_waiting`), while this one waits.
+    waiting: Option<weir_observe::Gauge>,
 }
 
 /// What a waiter should do next.
@@ -118,6 +120,7 @@ impl Flights {
                 return Join::Follower(Waiter {
                     outcome: flight.outcome.subscribe(),
                     timeout,
+                    waiting: None,
                 });
             }
             _ => {}
@@ -219,6 +222,13 @@ impl Drop for FlightGuard {
 }
 
 impl Waiter {
+    /// This waiter counted in `waiting` until it is done (waited, or dropped).
+    pub(crate) fn counted(mut self, waiting: &weir_observe::Gauge) -> Waiter {
+        waiting.inc();
+        self.waiting = Some(waiting.clone());
+        self
+    }
+
     /// Waits for the leader, at most the coalescing timeout.
     pub async fn wait(mut self) -> WaitOutcome {
         let waited = tokio::time::timeout(
@@ -230,6 +240,14 @@ impl Waiter {
         match waited {
             Ok(Ok(outcome)) if *outcome == Outcome::Stored => WaitOutcome::LookUpAgain,
             _ => WaitOutcome::GoToNode,
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if let Some(waiting) = &self.waiting {
+            waiting.dec();
         }
     }
 }

@@ -113,6 +113,10 @@ impl Cache {
         let mut lookup = first;
         for round in 0..3 {
             let Lookup::Wait(waiter) = lookup else {
+                // Counted once, and only when the wait spared the node a request.
+                if round > 0 && matches!(lookup, Lookup::Hit(_) | Lookup::Stale { .. }) {
+                    self.metrics.coalesced.inc();
+                }
                 return lookup;
             };
             // After two waits, or when the leader could not store, no more coalescing.
@@ -243,10 +247,7 @@ impl Cache {
                 let guard = match self.join(policy, coalesce, keys) {
                     Joined::Lead(guard) => guard,
                     Joined::Pass => None,
-                    Joined::Wait(waiter) => {
-                        self.metrics.coalesced.inc();
-                        return Lookup::Wait(waiter);
-                    }
+                    Joined::Wait(waiter) => return Lookup::Wait(waiter),
                 };
                 let mut exchange = asked.exchange(ExchangeKind::Revalidate {
                     stale: object,
@@ -280,10 +281,7 @@ impl Cache {
             // Known not to be storable: no fill, and the node sees the client's
             // conditionals and Range (RFC 9111 §4.3.2: they are the node's to answer).
             Joined::Pass => return Lookup::Forward(asked.exchange(ExchangeKind::Pass)),
-            Joined::Wait(waiter) => {
-                self.metrics.coalesced.inc();
-                return Lookup::Wait(waiter);
-            }
+            Joined::Wait(waiter) => return Lookup::Wait(waiter),
         };
         let mut exchange = asked.exchange(ExchangeKind::Fill {
             guard,
@@ -304,7 +302,7 @@ impl Cache {
             .join(&key, policy.coalesce_max_waiters, policy.coalesce_timeout)
         {
             Join::Leader(guard) => Joined::Lead(Some(guard)),
-            Join::Follower(waiter) => Joined::Wait(waiter),
+            Join::Follower(waiter) => Joined::Wait(waiter.counted(&self.metrics.waiting)),
             Join::Alone => Joined::Lead(None),
             Join::Pass => Joined::Pass,
         }

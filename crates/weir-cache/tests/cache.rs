@@ -1116,3 +1116,43 @@ async fn an_uncacheable_key_is_not_coalesced_for_a_while() {
         Lookup::Forward(_)
     ));
 }
+
+/// `weir_cache_coalesced_total` counts a waiter once, and only when the fill it waited for
+/// answered it; one the fill could not answer goes to the node and is not counted. The
+/// `waiting` gauge follows the waiters.
+#[tokio::test]
+async fn coalesced_counts_the_waiters_a_fill_answered() {
+    let (cache, metrics, _) = new_cache();
+    // The waiter looks up again at the time of the day: the object is stored then too.
+    let now = UnixTime::now();
+    for (path, cache_control, spared) in [("/private", "private", 0), ("/shared", "max-age=60", 1)]
+    {
+        let request = Req::get(path);
+        let exchange = forward(cache.lookup(&policy(), None, &request, now));
+        let first = cache.lookup(&policy(), None, &request, now);
+        assert!(matches!(first, Lookup::Wait(_)));
+        assert_eq!(metrics.waiting.get(), 1);
+        let waiter = {
+            let cache = Arc::clone(&cache);
+            let request = Req::get(path);
+            tokio::spawn(async move {
+                let after = cache.coalesced_from(first, &policy(), None, &request).await;
+                matches!(after, Lookup::Forward(_))
+            })
+        };
+        let (response, body) = node(200, &[("Cache-Control", cache_control)], b"answer");
+        match cache.response(exchange, &policy(), None, &request, &response, now) {
+            Reply::Fill(mut fill) => {
+                drop(fill.take_hit());
+                fill.push(body).unwrap();
+                fill.finish().unwrap();
+            }
+            Reply::Forward(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+        let went_to_node = waiter.await.unwrap();
+        assert_eq!(went_to_node, spared == 0, "{path}");
+        assert_eq!(metrics.waiting.get(), 0, "{path}");
+        assert_eq!(metrics.coalesced.get(), spared, "{path}");
+    }
+}

@@ -316,6 +316,7 @@ pub const ALL: &[MetricSpec] = &[
     CACHE_MISSES,
     CACHE_STALE_SERVED,
     CACHE_COALESCED,
+    CACHE_WAITING,
     CACHE_REVALIDATED,
     CACHE_BYTES_STORED,
     CACHE_OBJECTS,
@@ -484,12 +485,19 @@ pub const CACHE_STALE_SERVED: MetricSpec = counter(
     VIRTUAL_SERVER,
     "Requests answered with a stale object (stale-while-revalidate, max-stale, or stale-if-error while nodes failed)",
 );
-/// `weir_cache_coalesced_total`, a counter: requests that waited for another request's fill of the
-/// same object instead of going to a node.
+/// `weir_cache_coalesced_total`, a counter: requests answered from another request's fill of the
+/// same object, which they waited for, instead of going to a node.
 pub const CACHE_COALESCED: MetricSpec = counter(
     "cache_coalesced",
     VIRTUAL_SERVER,
-    "Requests that waited for another request's fill of the same object instead of going to a node",
+    "Requests answered from another request's fill of the same object, which they waited for, instead of going to a node",
+);
+/// `weir_cache_waiting`, a gauge: requests waiting now for another request's fill of the same
+/// object.
+pub const CACHE_WAITING: MetricSpec = gauge(
+    "cache_waiting",
+    VIRTUAL_SERVER,
+    "Requests waiting now for another request's fill of the same object",
 );
 /// `weir_cache_revalidated_total`, a counter: stored objects confirmed by a node with 304 Not
 /// Modified.

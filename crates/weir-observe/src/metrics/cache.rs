@@ -21,8 +21,11 @@ pub struct CacheMetrics {
     pub misses: Counter,
     /// Requests answered with a stale object.
     pub stale_served: Counter,
-    /// Requests that waited for another request's fill instead of going to a node.
+    /// Requests answered from another request's fill they waited for, instead of going to
+    /// a node.
     pub coalesced: Counter,
+    /// Requests waiting now for another request's fill.
+    pub waiting: Gauge,
     /// Stored objects confirmed by a node with 304 Not Modified.
     pub revalidated: Counter,
     /// Bytes held by the store now.
@@ -73,6 +76,7 @@ pub(crate) struct CacheFamilies {
     misses: Family<Labels, Counter>,
     stale_served: Family<Labels, Counter>,
     coalesced: Family<Labels, Counter>,
+    waiting: Family<Labels, Gauge>,
     revalidated: Family<Labels, Counter>,
     bytes_stored: Family<Labels, Gauge>,
     objects: Family<Labels, Gauge>,
@@ -87,6 +91,7 @@ impl CacheFamilies {
         register(r, names::CACHE_MISSES, self.misses.clone());
         register(r, names::CACHE_STALE_SERVED, self.stale_served.clone());
         register(r, names::CACHE_COALESCED, self.coalesced.clone());
+        register(r, names::CACHE_WAITING, self.waiting.clone());
         register(r, names::CACHE_REVALIDATED, self.revalidated.clone());
         register(r, names::CACHE_BYTES_STORED, self.bytes_stored.clone());
         register(r, names::CACHE_OBJECTS, self.objects.clone());
@@ -112,6 +117,7 @@ impl Metrics {
             misses: f.misses.get_or_create_owned(&labels),
             stale_served: f.stale_served.get_or_create_owned(&labels),
             coalesced: f.coalesced.get_or_create_owned(&labels),
+            waiting: f.waiting.get_or_create_owned(&labels),
             revalidated: f.revalidated.get_or_create_owned(&labels),
             bytes_stored: f.bytes_stored.get_or_create_owned(&labels),
             objects: f.objects.get_or_create_owned(&labels),
@@ -152,6 +158,7 @@ impl Metrics {
         }
         f.bytes_stored.remove(&labels);
         f.objects.remove(&labels);
+        f.waiting.remove(&labels);
         for algorithm in CompressionMetrics::ALGORITHMS {
             let labels = AlgorithmLabels {
                 virtual_server: virtual_server.to_owned(),

@@ -221,7 +221,7 @@ async fn misses_over_both_protocols_make_one_node_request() {
         let metrics = proxy.metrics.cache("web");
         let waiters = (STREAMS + REQUESTS - 1) as u64;
         until("every other request waits on the fill", WAIT, || {
-            metrics.coalesced.get() >= waiters
+            metrics.waiting.get() >= waiters as i64
         })
         .await;
         assert_eq!(node.requests(), 1);
@@ -267,7 +267,7 @@ async fn a_slow_http2_filler_never_blocks_http1_waiters() {
     until(
         "the HTTP/1.1 requests wait on the stream's fill",
         WAIT,
-        || metrics.coalesced.get() >= WAITERS as u64,
+        || metrics.waiting.get() >= WAITERS as i64,
     )
     .await;
     node.release();
