@@ -23,6 +23,8 @@ pub(crate) struct Detail {
     pub answered: Option<Answered>,
     /// The node the request reached, when it reached one.
     pub node: Option<std::net::SocketAddr>,
+    /// What the cache did, when the answer cut short came through it (`X-Cache`'s value).
+    pub cache: Option<&'static str>,
 }
 
 /// A response that started: its status and the bytes sent of it.
@@ -100,6 +102,20 @@ impl Failure {
         let detail = self.detail.get_or_insert_with(Box::default);
         detail.node = detail.node.or(Some(node));
         self
+    }
+
+    /// This failure, of an answer the cache gave as `cache` (kept if already set).
+    pub(crate) fn in_cache(mut self, cache: Option<&'static str>) -> Failure {
+        if cache.is_some() {
+            let detail = self.detail.get_or_insert_with(Box::default);
+            detail.cache = detail.cache.or(cache);
+        }
+        self
+    }
+
+    /// What the cache did, for the access record.
+    pub(crate) fn cache(&self) -> Option<&'static str> {
+        self.detail.as_ref().and_then(|detail| detail.cache)
     }
 
     /// The answer the client had been given part of, if any.

@@ -890,7 +890,7 @@ async fn answer_failure(
             request_id: traffic.and_then(RequestTraffic::id),
             rule: traffic.and_then(|t| t.rule_name(vs)),
             grpc_status: grpc.then(|| crate::answer::grpc_status_for(status)),
-            cache: None,
+            cache: failure.cache(),
         });
     }
     if bytes > 0 {

@@ -188,3 +188,81 @@ async fn the_upstream_duration_runs_to_the_end_of_the_answer() {
     proxy.stop().await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// A node that answers 200 with a `Content-Length` of 100,000 (cacheable) and closes after
+/// 50,000 body bytes.
+async fn truncating_node() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let mut answer = b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\
+                    Content-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n"
+                    .to_vec();
+                answer.extend(std::iter::repeat_n(b'x', 50_000));
+                let _ = stream.write_all(&answer).await;
+            });
+        }
+    });
+    addr
+}
+
+/// An answer the node broke off while the cache filled it: the record keeps what the cache
+/// did (`MISS`, as the client's `X-Cache` said) and counts the body bytes that left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_the_node_broke_off_keeps_its_cache_status_and_bytes() {
+    let node = truncating_node().await;
+    let log = std::env::temp_dir().join(format!("weir-cut-cache-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
+         level = \"error\"\n\
+         [pools.p]\nretries = 0\nnodes = [{{ address = \"{node}\" }}]\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
+         [virtual_servers.web.cache]\nstatus_header = \"X-Cache\"\n",
+        log.display()
+    );
+    let proxy = TestProxy::start(&toml).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received)).await;
+    let head_end = received
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    assert!(
+        String::from_utf8_lossy(&received[..head_end]).contains("X-Cache: MISS"),
+        "{}",
+        String::from_utf8_lossy(&received[..head_end])
+    );
+    assert_eq!(received.len() - head_end, 50_000);
+    let mut record = String::new();
+    for _ in 0..250 {
+        proxy.live.flush_access_log();
+        record = std::fs::read_to_string(&log).unwrap_or_default();
+        if !record.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(record.contains(r#""status":200"#), "{record}");
+    assert!(record.contains(r#""cache":"MISS""#), "{record}");
+    let sent = format!(r#""bytes_sent":{},"#, received.len());
+    assert!(record.contains(&sent), "{sent} in {record}");
+    proxy.stop().await;
+    let _ = std::fs::remove_file(&log);
+}

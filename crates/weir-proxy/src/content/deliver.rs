@@ -37,7 +37,13 @@ pub(super) async fn hit(
     let head_bytes = client.write_buf.len() as u64;
     let timeout = vs.config.timeouts.write;
     // A failure from here on cut the answer short (the access record says so).
-    let cut = |failure: Failure| failure.after(hit.status(), head_bytes);
+    let cache = Some(hit.cache_status().as_str());
+    let cut_at = |failure: Failure, sent: u64| {
+        failure
+            .after(hit.status(), head_bytes + sent)
+            .in_cache(cache)
+    };
+    let cut = |failure: Failure| cut_at(failure, 0);
     let body_bytes = match hit.body() {
         HitBody::Empty => 0,
         HitBody::Whole(rope) => send_stored(client, rope.chunks(), timeout)
@@ -46,7 +52,7 @@ pub(super) async fn hit(
         HitBody::Part(chunks) => send_stored(client, &chunks, timeout).await.map_err(cut)?,
         HitBody::Growing(reader) => follow(client, reader, framing, timeout)
             .await
-            .map_err(cut)?,
+            .map_err(|(failure, sent)| cut_at(failure, sent))?,
     };
     if !client.write_buf.is_empty() {
         client.flush(timeout).await.map_err(cut)?;
@@ -146,6 +152,7 @@ async fn hit_h2(
         return Err(not_a_stream());
     };
     let (status, head_bytes) = (hit.status(), head.len() as u64);
+    let cache = Some(hit.cache_status().as_str());
     let mut body_bytes = 0;
     let chunks = match body {
         HitBody::Empty => Vec::new(),
@@ -155,23 +162,29 @@ async fn hit_h2(
             match reader.next().await {
                 Ok(Some(chunk)) => {
                     let size = chunk.len() as u64;
-                    stream
-                        .send_data(chunk, false, timeout)
-                        .await
-                        .map_err(|e| Failure::silent(e).after(status, head_bytes + body_bytes))?;
+                    stream.send_data(chunk, false, timeout).await.map_err(|e| {
+                        Failure::silent(e)
+                            .after(status, head_bytes + body_bytes)
+                            .in_cache(cache)
+                    })?;
                     body_bytes += size;
                 }
                 Ok(None) => break Vec::new(),
-                Err(BodyAborted) => return Err(broken_off().after(status, head_bytes + body_bytes)),
+                Err(BodyAborted) => {
+                    return Err(broken_off()
+                        .after(status, head_bytes + body_bytes)
+                        .in_cache(cache));
+                }
             }
         },
     };
     for chunk in chunks {
         let size = chunk.len() as u64;
-        stream
-            .send_data(chunk, false, timeout)
-            .await
-            .map_err(|e| Failure::silent(e).after(status, head_bytes + body_bytes))?;
+        stream.send_data(chunk, false, timeout).await.map_err(|e| {
+            Failure::silent(e)
+                .after(status, head_bytes + body_bytes)
+                .in_cache(cache)
+        })?;
         body_bytes += size;
     }
     // The stream ends with its answer; the connection is the HTTP/2 driver's.
@@ -240,28 +253,31 @@ fn append_stored(client: &mut Client, chunks: &[bytes::Bytes]) -> u64 {
 }
 
 /// Follows a body still arriving from the node, framed as the head said.
+/// On failure, the body bytes that went out before it.
 async fn follow(
     client: &mut Client,
     mut reader: BodyReader,
     framing: Framing,
     timeout: Duration,
-) -> Result<u64, Failure> {
+) -> Result<u64, (Failure, u64)> {
     let mut sent = 0;
     // The head waits in `write_buf` for the first chunk: one write for both.
     loop {
         let chunk = match reader.next().await {
             Ok(Some(chunk)) => chunk,
             Ok(None) => break,
-            Err(BodyAborted) => return Err(broken_off()),
+            Err(BodyAborted) => return Err((broken_off(), sent)),
         };
-        sent += chunk.len() as u64;
-        match framing {
+        let size = chunk.len() as u64;
+        let written = match framing {
             Framing::Chunked => {
                 encode_chunk(&chunk, &mut client.write_buf);
-                client.flush(timeout).await?;
+                client.flush(timeout).await
             }
-            Framing::Length(_) | Framing::Close => client.send(&chunk, timeout).await?,
-        }
+            Framing::Length(_) | Framing::Close => client.send(&chunk, timeout).await,
+        };
+        written.map_err(|failure| (failure, sent))?;
+        sent += size;
     }
     if framing == Framing::Chunked {
         encode_last_chunk(&[], &mut client.write_buf);

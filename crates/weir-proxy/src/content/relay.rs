@@ -606,7 +606,9 @@ async fn relay(
     let timeout = vs.config.timeouts.write;
     let status = response.status();
     // Past the head, a failure cuts the answer short: it says how far it got.
-    let cut = |failure: Failure, sent: u64| failure.after(status, head_bytes + sent);
+    let cache = how.status.map(CacheStatus::as_str);
+    let cut =
+        |failure: Failure, sent: u64| failure.after(status, head_bytes + sent).in_cache(cache);
     let mut body_bytes = 0;
     // An event stream's events each go on as they come.
     let eager = response::is_event_stream(response.header("content-type"));
