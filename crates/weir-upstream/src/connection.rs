@@ -458,8 +458,6 @@ impl NodeConnections {
         state.idle.push_back(connection);
     }
 
-    /// Frees a slot (a connection closed or a connect failed): hands it to the
-    /// first live waiter, else lowers the open count.
     /// A slot for a health check, so that a check never takes the node past its cap: a free
     /// slot for a connection of its own, else, at the cap, the most recently used idle
     /// connection that is still open, lent to the check with its slot (an HTTP check is
@@ -495,6 +493,8 @@ impl NodeConnections {
         })
     }
 
+    /// Frees a slot (a connection closed or a connect failed): hands it to the
+    /// first live waiter, else lowers the open count.
     fn free_slot(&self) {
         let mut state = self.lock();
         while let Some(waiter) = state.waiters.pop_front() {

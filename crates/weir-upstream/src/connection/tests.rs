@@ -392,9 +392,9 @@ async fn bytes_after_a_drained_read_still_make_a_connection_unusable() {
     assert_eq!((pool.open(), pool.idle()), (0, 0), "closed, not kept");
 }
 
-/// A health check's connection takes a slot like any other: a free one, else the slot of
-/// an idle connection (closed for it), never one past the cap; none while requests hold
-/// every slot. Its slot goes back to the first waiter.
+/// A health check's connection takes a slot like any other: a free one, else an idle
+/// connection lent with its slot, never one past the cap; none while requests hold every
+/// slot. Its slot goes back to the first waiter.
 #[tokio::test]
 async fn a_check_takes_a_slot_and_never_goes_past_the_cap() {
     let (address, _) = holding_listener().await;
@@ -405,7 +405,7 @@ async fn a_check_takes_a_slot_and_never_goes_past_the_cap() {
     assert_eq!((pool.open(), pool.idle()), (2, 1));
     drop(slot);
     assert_eq!((pool.open(), pool.idle()), (1, 1));
-    // At the cap with an idle connection: it gives up its slot.
+    // At the cap with an idle connection: it is lent to the check, with its slot.
     let busy = pool.checkout().await.unwrap();
     let other = pool.checkout().await.unwrap();
     other.release();
