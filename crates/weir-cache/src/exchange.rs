@@ -208,6 +208,10 @@ impl Cache {
                 if matches!(status, 500 | 502 | 503 | 504)
                     && stale.freshness.usable_on_error(&exchange.directives, now)
                 {
+                    // Waiters serve the stale object too, rather than ask the node again.
+                    if let Some(guard) = guard {
+                        guard.node_failed();
+                    }
                     self.metrics.stale_served.inc();
                     return Reply::Hit(Hit::new(stale, request, now, CacheStatus::StaleIfError));
                 }
@@ -229,18 +233,23 @@ impl Cache {
 
     /// The node could not be reached or did not answer: a stale object
     /// within `stale-if-error`, if there is one (else answer the error).
-    /// Waiters on this exchange go to the node themselves.
+    /// Waiters on this exchange serve that stale object too where they may; without one
+    /// they go to the node themselves.
     pub fn node_failed(
         &self,
         exchange: Exchange,
         request: &impl RequestView,
         now: UnixTime,
     ) -> Option<Hit> {
-        let ExchangeKind::Revalidate { stale, .. } = exchange.kind else {
+        let ExchangeKind::Revalidate { stale, guard, .. } = exchange.kind else {
             return None;
         };
         if !stale.freshness.usable_on_error(&exchange.directives, now) {
             return None;
+        }
+        // Waiters serve the stale object too, rather than each wait for the failing node.
+        if let Some(guard) = guard {
+            guard.node_failed();
         }
         self.metrics.stale_served.inc();
         Some(Hit::new(stale, request, now, CacheStatus::StaleIfError))

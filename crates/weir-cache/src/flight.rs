@@ -50,6 +50,9 @@ pub enum Outcome {
     Stored,
     /// The leader could not store it: go to the node.
     NotStored,
+    /// The node failed the leader's revalidation, and a stale object was served in its
+    /// place (`stale-if-error`): so may the waiters be.
+    NodeFailed,
 }
 
 /// What joining a flight gave.
@@ -91,6 +94,9 @@ pub enum WaitOutcome {
     LookUpAgain,
     /// Not stored, the leader gave up, or the wait timed out: go to the node.
     GoToNode,
+    /// The node failed the leader, which served the stale object (`stale-if-error`): look
+    /// up again, and serve it too where it is usable on error, without asking the node.
+    NodeFailed,
 }
 
 /// Past this many entries a shard drops its expired pass markers.
@@ -183,6 +189,12 @@ impl FlightGuard {
         self.finish(Outcome::NotStored, remember);
     }
 
+    /// The node failed this revalidation and the stale object was served in its place:
+    /// waiters may serve it too (`stale-if-error`) instead of each asking the failing node.
+    pub fn node_failed(mut self) {
+        self.finish(Outcome::NodeFailed, None);
+    }
+
     /// How many requests are waiting on this one.
     pub fn waiters(&self) -> u32 {
         self.flight.waiters.load(Ordering::Relaxed)
@@ -239,6 +251,7 @@ impl Waiter {
         .await;
         match waited {
             Ok(Ok(outcome)) if *outcome == Outcome::Stored => WaitOutcome::LookUpAgain,
+            Ok(Ok(outcome)) if *outcome == Outcome::NodeFailed => WaitOutcome::NodeFailed,
             _ => WaitOutcome::GoToNode,
         }
     }

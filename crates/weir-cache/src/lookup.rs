@@ -80,7 +80,11 @@ impl Cache {
         request: &impl RequestView,
         now: UnixTime,
     ) -> Lookup {
-        self.lookup_with(policy, compression, request, now, policy.coalesce)
+        let joining = match policy.coalesce {
+            true => Joining::Coalesce,
+            false => Joining::Alone,
+        };
+        self.lookup_with(policy, compression, request, now, joining)
     }
 
     /// [`Cache::lookup`], then waits (bounded) when another request is
@@ -109,7 +113,10 @@ impl Cache {
         compression: Option<&CompressionPolicy>,
         request: &impl RequestView,
     ) -> Lookup {
-        let mut coalesce = policy.coalesce;
+        let mut joining = match policy.coalesce {
+            true => Joining::Coalesce,
+            false => Joining::Alone,
+        };
         let mut lookup = first;
         for round in 0..3 {
             let Lookup::Wait(waiter) = lookup else {
@@ -120,10 +127,13 @@ impl Cache {
                 return lookup;
             };
             // After two waits, or when the leader could not store, no more coalescing.
-            if waiter.wait().await == WaitOutcome::GoToNode || round >= 1 {
-                coalesce = false;
-            }
-            lookup = self.lookup_with(policy, compression, request, UnixTime::now(), coalesce);
+            joining = match waiter.wait().await {
+                WaitOutcome::NodeFailed => Joining::AfterNodeFailure,
+                WaitOutcome::GoToNode => Joining::Alone,
+                WaitOutcome::LookUpAgain if round >= 1 => Joining::Alone,
+                WaitOutcome::LookUpAgain => joining,
+            };
+            lookup = self.lookup_with(policy, compression, request, UnixTime::now(), joining);
         }
         lookup
     }
@@ -134,7 +144,7 @@ impl Cache {
         compression: Option<&CompressionPolicy>,
         request: &impl RequestView,
         now: UnixTime,
-        coalesce: bool,
+        joining: Joining,
     ) -> Lookup {
         let request = &Scanned::new(request);
         let directives = if policy.request_directives {
@@ -181,12 +191,13 @@ impl Cache {
             keys.hash = hash;
             match found {
                 Found::Object(object) => {
-                    self.lookup_found(policy, object, request, asked, keys, coalesce)
+                    self.lookup_found(policy, object, request, asked, keys, joining)
                 }
                 Found::NoVariant | Found::Nothing => {
                     if matches!(found, Found::Nothing) {
                         keys.secondary.clear();
                     }
+                    let coalesce = joining == Joining::Coalesce;
                     self.lookup_missing(policy, method, asked, keys, coalesce)
                 }
             }
@@ -201,7 +212,7 @@ impl Cache {
         request: &impl RequestView,
         asked: Asked,
         keys: &Keys,
-        coalesce: bool,
+        joining: Joining,
     ) -> Lookup {
         let now = asked.now;
         // A body still arriving is as fresh as it gets.
@@ -244,7 +255,15 @@ impl Cache {
                 if asked.directives.only_if_cached {
                     return Lookup::OnlyIfCachedMiss;
                 }
-                let guard = match self.join(policy, coalesce, keys) {
+                if joining == Joining::AfterNodeFailure
+                    && object.freshness.usable_on_error(&asked.directives, now)
+                {
+                    // The node just failed this revalidation for the request waited on.
+                    self.metrics.stale_served.inc();
+                    let hit = Hit::new(object, request, now, CacheStatus::StaleIfError);
+                    return Lookup::Stale { hit, refresh: None };
+                }
+                let guard = match self.join(policy, joining == Joining::Coalesce, keys) {
                     Joined::Lead(guard) => guard,
                     Joined::Pass => None,
                     Joined::Wait(waiter) => return Lookup::Wait(waiter),
@@ -307,6 +326,18 @@ impl Cache {
             Join::Pass => Joined::Pass,
         }
     }
+}
+
+/// How a lookup joins its key's flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Joining {
+    /// Wait for a request already fetching the object, or lead one.
+    Coalesce,
+    /// Go to the node alone (after waiting twice, or when the leader could not store).
+    Alone,
+    /// Alone, after the node failed the leader's revalidation: a stale object usable on
+    /// error is served at once rather than each waiter asking the failing node again.
+    AfterNodeFailure,
 }
 
 /// Where a request stands in its key's flight.

@@ -1156,3 +1156,42 @@ async fn coalesced_counts_the_waiters_a_fill_answered() {
         assert_eq!(metrics.coalesced.get(), spared, "{path}");
     }
 }
+
+/// When the node fails a revalidation that others wait on, and the stale object may be
+/// served on error, the waiters serve it at once: none asks the failing node again (and
+/// none waits for its timeout a second time).
+#[tokio::test]
+async fn waiters_on_a_failed_revalidation_serve_the_stale_object() {
+    let (cache, metrics, _) = new_cache();
+    let request = Req::get("/w");
+    let now = UnixTime::now();
+    let response = node(
+        200,
+        &[("Cache-Control", "max-age=10, stale-if-error=100")],
+        b"kept",
+    );
+    fill(&cache, &request, response, UnixTime(now.0 - 20));
+    let leader = forward(cache.lookup(&policy(), None, &request, now));
+    let first = cache.lookup(&policy(), None, &request, now);
+    assert!(matches!(first, Lookup::Wait(_)), "{first:?}");
+    let waiter = {
+        let cache = Arc::clone(&cache);
+        tokio::spawn(async move {
+            let request = Req::get("/w");
+            cache.coalesced_from(first, &policy(), None, &request).await
+        })
+    };
+    let served = cache
+        .node_failed(leader, &request, now)
+        .expect("stale within stale-if-error");
+    assert_eq!(served.cache_status(), CacheStatus::StaleIfError);
+    let Lookup::Stale { hit, refresh } = waiter.await.unwrap() else {
+        panic!("the waiter serves the stale object");
+    };
+    assert!(refresh.is_none(), "no request to the failing node");
+    assert_eq!(
+        (hit.cache_status(), body(&hit)),
+        (CacheStatus::StaleIfError, b"kept".to_vec())
+    );
+    assert_eq!(metrics.stale_served.get(), 2);
+}
