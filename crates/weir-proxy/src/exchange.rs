@@ -148,6 +148,8 @@ pub(crate) async fn exchange(
     let mut node_retries = 0;
     let mut current: Option<usize> = None;
     let mut last_error: Option<Error> = None;
+    // After a reused connection the node had closed: the next try opens a new one.
+    let mut fresh = false;
     loop {
         // select (again only when moving to another node)
         let index = match current {
@@ -170,6 +172,7 @@ pub(crate) async fn exchange(
             head,
             forwarding,
             upstream,
+            fresh,
         };
         let failure = match attempt(client, vs, pool, on, body).await {
             Ok(exchange) => return Ok(exchange),
@@ -178,9 +181,10 @@ pub(crate) async fn exchange(
         match Retry::of(&failure.error) {
             Retry::SameNode if stale_retries < MAX_STALE_RETRIES => {
                 tracing::debug!(pool = %pool.name, node = %node.address, error = %failure.error, "reused connection was closed by the node; retrying");
-                // Sent again (on a fresh connection to the same node): a retry too.
+                // Sent again (on a new connection to the same node): a retry too.
                 pool.metrics.retries.inc();
                 stale_retries += 1;
+                fresh = true;
             }
             Retry::OtherNode if node_retries < pool.config.retries => {
                 pool.record_failure(node, Instant::now().into_std());
@@ -188,6 +192,7 @@ pub(crate) async fn exchange(
                 node_retries += 1;
                 current = None;
                 last_error = Some(failure.error);
+                fresh = false;
             }
             _ => {
                 // Passive health: a node that fails or stalls an exchange counts a failure.
@@ -231,6 +236,9 @@ struct Attempt<'a> {
     head: &'a RequestHead,
     forwarding: Forwarding,
     upstream: Upstream<'a>,
+    /// On a new connection, not an idle one: the request is sent again after the node
+    /// closed the reused connection it went on, and the other idle ones may be as dead.
+    fresh: bool,
 }
 
 /// One try on one node: checkout, write the request, read the response head.
@@ -246,6 +254,7 @@ async fn attempt(
         head,
         forwarding,
         upstream,
+        fresh,
     } = on;
     if let Some(node) = pool.http2.get(index) {
         // Boxed: the HTTP/2 attempt's future is larger than the rest of this one,
@@ -261,9 +270,17 @@ async fn attempt(
     };
     let in_flight = pool.nodes[index].start_request();
     let leave = pool.config.connections.leave_queue_on_close;
-    let mut lease = connections
-        .checkout_watching(|| client.stream.left(leave))
-        .await?;
+    let mut lease = match fresh {
+        // Boxed: only a request sent again takes this path.
+        true => {
+            Box::pin(connections.checkout_new_watching(&[], || client.stream.left(leave))).await?
+        }
+        false => {
+            connections
+                .checkout_watching(|| client.stream.left(leave))
+                .await?
+        }
+    };
     // A reused connection may have been closed by the node meanwhile; the
     // request can be sent again only if the node cannot have acted on it twice.
     let replayable = lease.is_reused() && head.method().is_idempotent() && body.is_complete();

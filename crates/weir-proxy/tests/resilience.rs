@@ -308,6 +308,13 @@ async fn connection_closed_by_the_node_while_idle_is_replaced() {
 /// catch). Returns its address and the number of requests it has received.
 async fn one_answer_per_connection_node()
 -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    one_answer_per_connection_node_after(Duration::ZERO).await
+}
+
+/// [`one_answer_per_connection_node`], with each answer sent `delay` after its request.
+async fn one_answer_per_connection_node_after(
+    delay: Duration,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::Ordering;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -336,6 +343,7 @@ async fn one_answer_per_connection_node()
                         return; // close without an answer
                     }
                     answered = true;
+                    tokio::time::sleep(delay).await;
                     let _ = stream
                         .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                         .await;
@@ -377,6 +385,40 @@ async fn stale_connection_retries_get_but_never_post() {
         received.load(Ordering::SeqCst),
         4,
         "the POST reached the node exactly once"
+    );
+    proxy.stop().await;
+}
+
+/// A GET whose reused connection the node had closed is sent again on a new connection,
+/// not on another idle one, which may be as dead: the node sees it twice, not once per
+/// idle connection the pool held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_sent_again_goes_on_a_new_connection() {
+    use std::sync::atomic::Ordering;
+    let (node, received) = one_answer_per_connection_node_after(Duration::from_millis(100)).await;
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "retries = 0\n[pools.web.passive_health]\nconsecutive_failures = 0",
+        "",
+    ))
+    .await;
+    // Three at once: three connections, each answered once and then idle in the pool.
+    let addr = proxy.addr;
+    let (a, b, c) = tokio::join!(
+        client::get(addr, "/"),
+        client::get(addr, "/"),
+        client::get(addr, "/")
+    );
+    for response in [a, b, c] {
+        assert_eq!(response.unwrap().status, 200);
+    }
+    assert_eq!(received.load(Ordering::SeqCst), 3);
+    // Reuses one idle connection, which the node drops; sent again on a new one.
+    assert_eq!(client::get(addr, "/").await.unwrap().status, 200);
+    assert_eq!(
+        received.load(Ordering::SeqCst),
+        5,
+        "sent twice, not four times"
     );
     proxy.stop().await;
 }

@@ -286,8 +286,30 @@ impl NodeConnections {
         F: FnOnce() -> L,
         L: Future<Output = Error>,
     {
-        let lease = match self.try_take(false) {
-            Taken::Idle(_) => unreachable!("idle connections are not taken for a dedicated one"),
+        let lease = self.checkout_new_watching(preamble, left).await;
+        lease.map(|mut lease| {
+            lease.dedicated = true;
+            lease
+        })
+    }
+
+    /// A new connection, never an idle one, under the cap or in the first slot freed while
+    /// the request waits in the FIFO queue (at the cap an idle connection gives up its slot,
+    /// and an idle one granted is closed and its slot used), with `preamble` written first;
+    /// `left` as for [`NodeConnections::checkout_watching`]. For a request sent again after
+    /// the node closed the reused connection it went on: the other idle ones may be as dead.
+    /// Released, the lease goes back idle as any other.
+    pub async fn checkout_new_watching<F, L>(
+        self: &Arc<Self>,
+        preamble: &[u8],
+        left: F,
+    ) -> Result<Lease, Error>
+    where
+        F: FnOnce() -> L,
+        L: Future<Output = Error>,
+    {
+        match self.try_take(false) {
+            Taken::Idle(_) => unreachable!("idle connections are not taken for a new one"),
             Taken::Slot => self.connect(preamble).await,
             Taken::Queued(id, receiver, queue_timeout) => {
                 QueuedWait {
@@ -301,11 +323,7 @@ impl NodeConnections {
                 .await
             }
             Taken::QueueFull => Err(self.queue_full()),
-        };
-        lease.map(|mut lease| {
-            lease.dedicated = true;
-            lease
-        })
+        }
     }
 
     fn queue_full(&self) -> Error {
@@ -555,7 +573,8 @@ struct QueuedWait<'a> {
     receiver: Option<oneshot::Receiver<Grant>>,
     /// The pool's `queue_timeout` when the request joined the queue.
     queue_timeout: Duration,
-    /// Waiting for a dedicated connection: a granted idle one is closed, its slot used.
+    /// Waiting for a new connection (dedicated, or a request sent again): a granted idle
+    /// one is closed, its slot used.
     dedicated: bool,
 }
 
