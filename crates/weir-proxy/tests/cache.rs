@@ -1154,8 +1154,7 @@ async fn a_refetch_answered_by_another_node_is_logged_with_that_node() {
     );
     let name = if std::ptr::eq(filled, &a) { "a" } else { "b" };
     assert_eq!(second.text(), format!("from {name}"));
-    proxy.live.flush_access_log();
-    let text = std::fs::read_to_string(&log).expect("the access log was written");
+    let text = proxy.access_log(&log, 2).await;
     let records: Vec<&str> = text.lines().collect();
     assert_eq!(records.len(), 2, "{text}");
     let node = format!("\"node\":\"{}\"", filled.addr);

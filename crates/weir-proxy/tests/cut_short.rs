@@ -171,8 +171,7 @@ async fn the_upstream_duration_runs_to_the_end_of_the_answer() {
     let proxy = TestProxy::start(&toml).await;
     let response = weir_testkit::client::get(proxy.addr, "/").await.unwrap();
     assert_eq!((response.status, response.text().as_str()), (200, "hello"));
-    proxy.live.flush_access_log();
-    let text = std::fs::read_to_string(&log).expect("the access log was written");
+    let text = proxy.access_log(&log, 1).await;
     let record = text.lines().next().expect("a record");
     let number = |key: &str| -> u64 {
         let at = record.find(&format!("\"{key}\":")).expect(key) + key.len() + 3;
@@ -250,15 +249,7 @@ async fn an_answer_the_node_broke_off_keeps_its_cache_status_and_bytes() {
         String::from_utf8_lossy(&received[..head_end])
     );
     assert_eq!(received.len() - head_end, 50_000);
-    let mut record = String::new();
-    for _ in 0..250 {
-        proxy.live.flush_access_log();
-        record = std::fs::read_to_string(&log).unwrap_or_default();
-        if !record.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let record = proxy.access_log(&log, 1).await;
     assert!(record.contains(r#""status":200"#), "{record}");
     assert!(record.contains(r#""cache":"MISS""#), "{record}");
     let sent = format!(r#""bytes_sent":{},"#, received.len());

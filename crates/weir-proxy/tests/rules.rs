@@ -199,8 +199,7 @@ async fn request_ids_are_kept_or_generated_and_logged() {
         assert_eq!(header(&echo(&r), "x-request-id"), vec![id.as_str()]);
         generated.push(id);
     }
-    proxy.live.flush_access_log();
-    let logged = std::fs::read_to_string(&log).unwrap();
+    let logged = proxy.access_log(&log, 3).await;
     assert!(logged.contains("\"request_id\":\"abc-123\""), "{logged}");
     for id in &generated {
         assert!(

@@ -158,6 +158,21 @@ impl TestProxy {
         let _ = self.task.await;
     }
 
+    /// The access log file at `path` once it holds at least `records` lines (written out
+    /// and read again for up to 5 s: a record follows its answer, and the client may
+    /// read the answer first), else what it holds then.
+    pub async fn access_log(&self, path: &std::path::Path, records: usize) -> String {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            self.live.flush_access_log();
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            if text.lines().count() >= records || tokio::time::Instant::now() > deadline {
+                return text;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits for the drain after [`TestProxy::trigger_shutdown`].
     pub async fn join(self) {
         let _ = self.task.await;
