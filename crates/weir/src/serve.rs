@@ -25,7 +25,7 @@ pub fn check(args: &CheckArgs) -> ExitCode {
     match loaded {
         Ok(config) => {
             println!(
-                "{}: ok ({} virtual servers, {} pools)",
+                "{}: ok (virtual servers: {}, pools: {})",
                 args.file.display(),
                 config.virtual_servers.len(),
                 config.pools.len()
