@@ -400,11 +400,13 @@ pub fn trailers_to_h2(lines: &[u8]) -> Result<HeaderMap, ParseError> {
 }
 
 /// An HTTP/2 trailer section as chunked trailer lines (each ending in CRLF,
-/// for [`crate::encode_last_chunk`]), without fields that may not be trailers.
+/// for [`crate::encode_last_chunk`]), without fields that may not be trailers. A value's
+/// edge whitespace (malformed in HTTP/2, RFC 9113 §8.2.1, and by then too late to refuse:
+/// the head went on) is left out, as an HTTP/1.1 reader would leave it out.
 pub fn trailers_from_h2(map: &HeaderMap, out: &mut BytesMut) {
     for (name, value) in map {
         if may_be_trailer(name.as_str().as_bytes()) {
-            put_field(out, name.as_str().as_bytes(), value.as_bytes());
+            put_field(out, name.as_str().as_bytes(), trim_ows(value.as_bytes()));
         }
     }
 }

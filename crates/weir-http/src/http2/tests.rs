@@ -439,8 +439,9 @@ fn trailers_travel_both_ways() {
     let mut h2 = HeaderMap::new();
     h2.insert("grpc-status", "13".parse().unwrap());
     h2.insert("authorization", "secret".parse().unwrap());
+    h2.insert("x-edge", " v\t".parse().unwrap());
     trailers_from_h2(&h2, &mut lines);
-    assert_eq!(&lines[..], b"grpc-status: 13\r\n");
+    assert_eq!(&lines[..], b"grpc-status: 13\r\nx-edge: v\r\n");
     assert!(trailers_to_h2(b"no colon\r\n").is_err());
 }
 

@@ -134,7 +134,7 @@ impl Streams {
 
 /// Whether a connection of a virtual server with h2c enabled is to be served
 /// as HTTP/2: it starts with the HTTP/2 preface, or with something that is
-/// neither the preface nor an HTTP/1.x request line (the HTTP/2 driver then
+/// neither the preface nor shaped like an HTTP/1 request line (the HTTP/2 driver then
 /// closes it as an invalid preface, RFC 9113 §3.4, instead of an HTTP/1.1
 /// 400 that an HTTP/2 client could not read). Reads more while the first
 /// bytes cannot tell, within `header_read` of the accept.
@@ -153,10 +153,7 @@ pub(super) async fn prior_knowledge(
             Some(false) => match bytes.iter().position(|&b| b == b'\n') {
                 Some(end) => {
                     let line = bytes[..end].strip_suffix(b"\r").unwrap_or(&bytes[..end]);
-                    let http1 = line.is_empty()
-                        || line.ends_with(b" HTTP/1.1")
-                        || line.ends_with(b" HTTP/1.0");
-                    return Ok(!http1);
+                    return Ok(!(line.is_empty() || is_request_line(line)));
                 }
                 // A request line this long is HTTP/1.1's to refuse (431).
                 None if bytes.len() >= vs.head_limits.max_head_bytes => return Ok(false),
@@ -167,6 +164,24 @@ pub(super) async fn prior_knowledge(
             .read_more(deadline, "request head not received in time")
             .await?;
     }
+}
+
+/// Whether `line` is shaped like an HTTP/1 request line: a method, a target and a version
+/// `HTTP/` digit(s) with dots, such as `HTTP/1.1`, or `HTTP/1.7` and `HTTP/2.0`, which the
+/// HTTP/1 parser then answers with 505 (something else is an invalid HTTP/2 preface).
+fn is_request_line(line: &[u8]) -> bool {
+    let mut parts = line.splitn(3, |&b| b == b' ');
+    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let version_ok = match version.strip_prefix(b"HTTP/") {
+        Some([first, rest @ ..]) => {
+            first.is_ascii_digit() && rest.iter().all(|&b| b.is_ascii_digit() || b == b'.')
+        }
+        _ => false,
+    };
+    !method.is_empty() && !target.is_empty() && version_ok
 }
 
 /// Serves an h2c connection whose first bytes are in the client's buffer.
