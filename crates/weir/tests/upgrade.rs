@@ -70,12 +70,14 @@ fn config(listen: SocketAddr, admin: SocketAddr, node: SocketAddr, extra: &str) 
     )
 }
 
-async fn wait_serving(addr: SocketAddr) {
+/// Waits until weir answers on `addr`; fails with what it logged (`log`) after 10 s.
+async fn wait_serving(addr: SocketAddr, log: &Path) {
     let start = Instant::now();
     while client::get(addr, "/").await.is_err() {
         assert!(
             start.elapsed() < Duration::from_secs(10),
-            "weir did not start"
+            "weir did not start: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -177,7 +179,7 @@ async fn upgrades_under_load_drop_no_request() {
     let log = dir.0.join("weir.log");
     std::fs::write(&file, config(listen, admin, origin.addr, "")).unwrap();
     let mut old = serve(&file, false, &log);
-    wait_serving(listen).await;
+    wait_serving(listen, &log).await;
     let load = Load::start(listen);
     for round in 0..2 {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -218,7 +220,7 @@ async fn a_new_process_that_cannot_start_leaves_the_old_one_serving() {
     let good = config(listen, admin, origin.addr, "");
     std::fs::write(&file, &good).unwrap();
     let mut old = serve(&file, false, &log);
-    wait_serving(listen).await;
+    wait_serving(listen, &log).await;
 
     // An invalid config: refused before it takes anything.
     std::fs::write(&file, good.replace("pool = \"web\"", "pool = \"nope\"")).unwrap();
@@ -316,7 +318,7 @@ async fn tcp_listeners_and_sessions_survive_an_upgrade() {
     );
     std::fs::write(&file, text).unwrap();
     let mut old = serve(&file, false, &log);
-    wait_serving(listen).await;
+    wait_serving(listen, &log).await;
     assert_eq!(tcp_exchange(tcp, b"abc").await.unwrap(), "n 3");
     // A session open across the upgrade, on the old process.
     let mut session = tokio::net::TcpStream::connect(tcp).await.unwrap();
