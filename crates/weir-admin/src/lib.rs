@@ -128,6 +128,7 @@ pub async fn serve(
     let local = listener.local_addr()?;
     let slots = Arc::new(Semaphore::new(state.limits.max_connections.max(1)));
     let mut connections = JoinSet::new();
+    let mut failures = weir_observe::AcceptFailures::new("admin");
     let result = loop {
         while connections.try_join_next().is_some() {}
         let slot = tokio::select! {
@@ -142,13 +143,14 @@ pub async fn serve(
         };
         let stream = match accepted {
             Ok((stream, peer)) => {
+                failures.accepted();
                 tracing::debug!(%peer, "admin connection accepted");
                 stream
             }
             Err(error) => match accept_error_action(&error) {
                 AcceptErrorAction::Retry => continue,
                 AcceptErrorAction::Pause => {
-                    tracing::warn!(%error, "admin listener cannot accept; pausing");
+                    failures.failed(&error);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }

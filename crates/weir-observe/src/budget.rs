@@ -1,10 +1,10 @@
-//! A budget of log lines per second, for events that can come once per request (a node
-//! down under load, weir out of descriptors): the first lines of each second are written,
-//! the rest only counted, and the next line written says how many were left out. Each
-//! request's own record is in the access log; weir's log is for news, not a copy of it.
+//! Log lines for events that can come many times a second, so that weir's log stays news
+//! rather than a copy of the access log: a budget of lines per second for failures that
+//! come once per request (a node down under load), and a listener's accept failures (out of
+//! descriptors), said when they begin, once a second while they last, and when they end.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Lines written per second before the rest are only counted.
 pub const LINES_PER_SECOND: u64 = 10;
@@ -68,6 +68,57 @@ impl LogBudget {
     }
 }
 
+/// One listener's accept failures, for its accept loop (which pauses after each): logged
+/// when they begin, once a second while they last (with their count), and when they end.
+#[derive(Debug)]
+pub struct AcceptFailures {
+    /// The listener, as its lines name it.
+    listener: String,
+    /// Since when accepts fail, and when the last line was written.
+    failing: Option<(Instant, Instant)>,
+    /// Failures since the last line.
+    unlogged: u64,
+}
+
+impl AcceptFailures {
+    /// No failure yet, for the listener `listener` names.
+    pub fn new(listener: impl Into<String>) -> AcceptFailures {
+        AcceptFailures {
+            listener: listener.into(),
+            failing: None,
+            unlogged: 0,
+        }
+    }
+
+    /// An accept failed.
+    pub fn failed(&mut self, error: &std::io::Error) {
+        let now = Instant::now();
+        let listener = &self.listener;
+        match &mut self.failing {
+            None => {
+                tracing::warn!(listener, %error, "accept failed; pausing and trying again");
+                self.failing = Some((now, now));
+            }
+            Some((_, logged)) if now.duration_since(*logged) >= Duration::from_secs(1) => {
+                self.unlogged += 1;
+                tracing::warn!(listener, %error, failures = self.unlogged, "accept still failing");
+                *logged = now;
+                self.unlogged = 0;
+            }
+            Some(_) => self.unlogged += 1,
+        }
+    }
+
+    /// An accept succeeded.
+    pub fn accepted(&mut self) {
+        if let Some((since, _)) = self.failing.take() {
+            let listener = &self.listener;
+            tracing::info!(listener, after = ?since.elapsed(), "accepting again");
+            self.unlogged = 0;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -92,5 +143,21 @@ mod tests {
         let later = t0 + Duration::from_millis(1500);
         assert_eq!(budget.take_at(later), Some(25 - LINES_PER_SECOND));
         assert_eq!(budget.take_at(later), Some(0));
+    }
+
+    #[test]
+    fn accept_failures_are_counted_between_lines_and_end_with_an_accept() {
+        let mut failures = AcceptFailures::new("test");
+        let error = std::io::Error::from_raw_os_error(24);
+        failures.failed(&error);
+        assert!(failures.failing.is_some());
+        // Within the second: counted, not written.
+        for _ in 0..5 {
+            failures.failed(&error);
+        }
+        assert_eq!(failures.unlogged, 5);
+        failures.accepted();
+        assert!(failures.failing.is_none());
+        assert_eq!(failures.unlogged, 0);
     }
 }

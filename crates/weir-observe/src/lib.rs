@@ -29,7 +29,7 @@ pub mod names;
 pub mod stats;
 
 pub use access::{AccessLog, AccessRecord, SessionRecord};
-pub use budget::LogBudget;
+pub use budget::{AcceptFailures, LogBudget};
 pub use metrics::{
     CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Flood, Http2Metrics, Layer4Metrics,
     Metrics, NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass, TlsMetrics, TunnelMetrics,

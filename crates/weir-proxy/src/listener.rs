@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::libc;
 use nix::{getsockopt_impl, setsockopt_impl, sockopt_impl};
@@ -284,7 +284,7 @@ async fn accept_loop(
     // the virtual server's removal).
     let mut current: Option<(Arc<VirtualServerRuntime>, ShutdownSignal)> = None;
     // Accept failures come every pause while they last: one line a second says so.
-    let mut failures = AcceptFailures::default();
+    let mut failures = weir_observe::AcceptFailures::new("virtual server");
     loop {
         let accepted = tokio::select! {
             biased;
@@ -334,42 +334,6 @@ async fn accept_loop(
             tokio::spawn(front::serve(stream, peer, admission, signal.clone()));
         } else {
             spawn_connection(stream, peer, admission, signal.clone());
-        }
-    }
-}
-
-/// A listener's accept failures (out of descriptors, most often), logged when they begin,
-/// once a second while they last, and when they end.
-#[derive(Default)]
-struct AcceptFailures {
-    /// Since when accepts fail, and when the last line was written.
-    failing: Option<(Instant, Instant)>,
-    /// Failures since the last line.
-    unlogged: u64,
-}
-
-impl AcceptFailures {
-    fn failed(&mut self, error: &io::Error) {
-        let now = Instant::now();
-        match &mut self.failing {
-            None => {
-                tracing::warn!(%error, "accept failed; retrying every 20 ms");
-                self.failing = Some((now, now));
-            }
-            Some((_, logged)) if now.duration_since(*logged) >= Duration::from_secs(1) => {
-                self.unlogged += 1;
-                tracing::warn!(%error, failures = self.unlogged, "accept still failing");
-                *logged = now;
-                self.unlogged = 0;
-            }
-            Some(_) => self.unlogged += 1,
-        }
-    }
-
-    fn accepted(&mut self) {
-        if let Some((since, _)) = self.failing.take() {
-            tracing::info!(after = ?since.elapsed(), "accepting again");
-            self.unlogged = 0;
         }
     }
 }

@@ -128,6 +128,7 @@ pub async fn serve(
     stop: weir_core::ShutdownSignal,
 ) -> bool {
     let handover = Arc::new(handover);
+    let mut failures = weir_observe::AcceptFailures::new("upgrade socket");
     loop {
         let accepted = tokio::select! {
             () = stop.triggered() => return false,
@@ -136,11 +137,12 @@ pub async fn serve(
         let stream = match accepted {
             Ok((stream, _)) => stream,
             Err(error) => {
-                tracing::warn!(%error, "upgrade socket: accept failed");
+                failures.failed(&error);
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
+        failures.accepted();
         if !same_user(&stream) {
             tracing::warn!("upgrade socket: a process of another user was refused");
             continue;

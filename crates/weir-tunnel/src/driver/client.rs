@@ -221,16 +221,18 @@ async fn accept_flows(
     wait: Duration,
     metrics: Arc<Metrics>,
 ) {
+    let mut failures = weir_observe::AcceptFailures::new(format!("service {}", service.name));
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(error) => {
                 // Out of descriptors and the like: pause rather than spin.
-                tracing::warn!(service = %service.name, %error, "accept failed");
+                failures.failed(&error);
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
+        failures.accepted();
         tracing::debug!(service = %service.name, %peer, "flow accepted");
         tokio::spawn(open_flow(
             service.name.clone(),
