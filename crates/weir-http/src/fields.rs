@@ -361,9 +361,9 @@ fn request_line_spaces(region: &[u8]) -> usize {
     memchr::memchr_iter(b' ', &region[..line_end]).count()
 }
 
-/// `HTTP/` then a digit, then digits and dots: a well-formed but unsupported
-/// version (`HTTP/2.0`, `HTTP/1.2`, `HTTP/3`).
-fn looks_like_version(token: &[u8]) -> bool {
+/// `HTTP/` then a digit, then digits and dots: a version token, supported or not
+/// (`HTTP/1.1`, `HTTP/2.0`, `HTTP/1.2`, `HTTP/3`).
+pub fn looks_like_version(token: &[u8]) -> bool {
     match token.strip_prefix(b"HTTP/") {
         Some([first, rest @ ..]) => {
             first.is_ascii_digit() && rest.iter().all(|&b| b.is_ascii_digit() || b == b'.')

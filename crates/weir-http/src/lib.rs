@@ -42,7 +42,7 @@ pub use chunked::{
     CHUNKED_END, ChunkedDecoder, Decoded, encode_chunk, encode_chunk_header, encode_last_chunk,
 };
 pub use error::{ParseError, ParseErrorKind};
-pub use fields::Header;
+pub use fields::{Header, looks_like_version};
 pub use head::{
     Limits, Parsed, RequestHead, ResponseHead, parse_request, parse_response, request_line,
 };

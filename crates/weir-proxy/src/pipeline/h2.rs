@@ -175,13 +175,7 @@ fn is_request_line(line: &[u8]) -> bool {
     else {
         return false;
     };
-    let version_ok = match version.strip_prefix(b"HTTP/") {
-        Some([first, rest @ ..]) => {
-            first.is_ascii_digit() && rest.iter().all(|&b| b.is_ascii_digit() || b == b'.')
-        }
-        _ => false,
-    };
-    !method.is_empty() && !target.is_empty() && version_ok
+    !method.is_empty() && !target.is_empty() && weir_http::looks_like_version(version)
 }
 
 /// Serves an h2c connection whose first bytes are in the client's buffer.
