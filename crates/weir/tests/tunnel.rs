@@ -331,14 +331,7 @@ fn check_binds_nothing_and_still_reads_the_keys() {
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let tcp_port = tcp.local_addr().unwrap().port();
     let server = dir.0.join("server.toml");
-    std::fs::write(
-        &server,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{udp_port}\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
-             ca = \"ca.pem\"\n[services.files]\nconnect = \"127.0.0.1:9\"\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&server, far_side_toml(udp_port)).unwrap();
     let client = dir.0.join("client.toml");
     std::fs::write(
         &client,
@@ -560,14 +553,7 @@ fn a_refused_near_side_does_not_say_it_connected() {
         udp.local_addr().unwrap().port()
     };
     let server = dir.0.join("server.toml");
-    std::fs::write(
-        &server,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{udp_port}\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
-             ca = \"ca.pem\"\n[services.files]\nconnect = \"127.0.0.1:9\"\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&server, far_side_toml(udp_port)).unwrap();
     let client = dir.0.join("client.toml");
     std::fs::write(
         &client,
@@ -607,6 +593,15 @@ fn a_refused_near_side_does_not_say_it_connected() {
         "no refusal reported: {printed}"
     );
     assert!(!printed.contains("tunnel connected"), "{printed}");
+}
+
+/// A far side on `127.0.0.1:udp_port` with the certificates of [`write_certificates`] and
+/// one service, `files` (nothing listens there).
+fn far_side_toml(udp_port: u16) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:{udp_port}\"\ncert = \"server.pem\"\nkey = \"server.key\"\n\
+         ca = \"ca.pem\"\n[services.files]\nconnect = \"127.0.0.1:9\"\n"
+    )
 }
 
 fn path(path: &Path) -> &str {
