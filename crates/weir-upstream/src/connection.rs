@@ -486,22 +486,18 @@ impl NodeConnections {
         let settings = self.settings.load();
         let mut stale = Vec::new();
         let mut state = self.lock();
-        let lent = if state.open < settings.max_connections {
-            state.open += 1;
-            self.metrics.connections_open.set(i64::from(state.open));
-            None
-        } else {
-            let lent = self.take_idle(&mut state, &mut stale, settings.idle_timeout);
-            if lent.is_none() && state.open >= settings.max_connections {
+        let lent = match state.open < settings.max_connections {
+            true => None,
+            // At the cap; stale idle connections the search finds free their slots.
+            false => self.take_idle(&mut state, &mut stale, settings.idle_timeout),
+        };
+        if lent.is_none() {
+            if state.open >= settings.max_connections {
                 return None;
             }
-            if lent.is_none() {
-                // Stale idle connections went: their slots are free now.
-                state.open += 1;
-                self.metrics.connections_open.set(i64::from(state.open));
-            }
-            lent
-        };
+            state.open += 1;
+            self.metrics.connections_open.set(i64::from(state.open));
+        }
         drop(state);
         // `stale` connections close here, outside the lock.
         drop(stale);
