@@ -2,10 +2,9 @@
 //! endpoints see it (head parsed by `weir_http::RequestHead`, body read whole), and the
 //! encoding of one response.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use weir_http::{RequestHead, Version};
-use weir_observe::access::civil_from_days;
 
 /// The request methods the admin endpoints distinguish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +89,7 @@ pub(crate) fn encode_response(
         "HTTP/1.1 {} {}\r\nDate: {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n",
         response.status,
         weir_http::reason_phrase(response.status),
-        http_date(now),
+        weir_http::date::http_date_string(now),
         response.content_type,
         response.body.len(),
     );
@@ -113,31 +112,6 @@ pub(crate) fn encode_response(
         bytes.extend_from_slice(&response.body);
     }
     bytes
-}
-
-/// Formats `time` as an HTTP date (IMF-fixdate), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
-pub(crate) fn http_date(time: SystemTime) -> String {
-    const WEEKDAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    // A clock before 1970 is reported as the epoch.
-    let seconds = time
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    let days = seconds / 86_400;
-    let second_of_day = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
-        WEEKDAYS[((days + 4) % 7) as usize], // 1970-01-01 was a Thursday.
-        day,
-        MONTHS[(month - 1) as usize],
-        year,
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60,
-    )
 }
 
 impl Response {

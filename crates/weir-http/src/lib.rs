@@ -27,6 +27,7 @@
 //! ```
 
 mod chunked;
+pub mod date;
 mod error;
 mod fields;
 mod head;

@@ -399,12 +399,12 @@ pub fn write_simple_response_edited<E: HeaderEdit + ?Sized>(
 
 /// `Date: <now, an IMF-fixdate>`, formatted at most once a second on each thread.
 fn write_date(out: &mut BytesMut) {
+    use crate::date::{HTTP_DATE_LEN, http_date};
     use std::cell::Cell;
     use std::time::{SystemTime, UNIX_EPOCH};
-    /// An IMF-fixdate's length: `Sun, 06 Nov 1994 08:49:37 GMT`.
-    const LEN: usize = 29;
     thread_local! {
-        static LAST: Cell<(u64, [u8; LEN])> = const { Cell::new((u64::MAX, [0; LEN])) };
+        static LAST: Cell<(u64, [u8; HTTP_DATE_LEN])> =
+            const { Cell::new((u64::MAX, [0; HTTP_DATE_LEN])) };
     }
     let now = SystemTime::now();
     let second = now
@@ -415,10 +415,7 @@ fn write_date(out: &mut BytesMut) {
         if at == second {
             return date;
         }
-        let mut date = [b' '; LEN];
-        let text = httpdate::fmt_http_date(now);
-        let len = text.len().min(LEN);
-        date[..len].copy_from_slice(&text.as_bytes()[..len]);
+        let date = http_date(now);
         last.set((second, date));
         date
     });

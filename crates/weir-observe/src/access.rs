@@ -435,41 +435,13 @@ fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// `time` as RFC 3339 in UTC with milliseconds: `2026-11-25T13:40:41.841Z`.
+/// `time` as RFC 3339 in UTC with milliseconds: `2026-11-25T13:40:41.841Z` (by
+/// `humantime`, which panics outside 1970–9999: the time is clamped into that range).
 pub fn rfc3339(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let seconds = since.as_secs();
-    let (year, month, day) = civil_from_days(seconds / 86_400);
-    let second_of_day = seconds % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60,
-        since.subsec_millis()
-    )
-}
-
-/// Converts days since 1970-01-01 to (year, month 1–12, day 1–31) in the proleptic
-/// Gregorian calendar, counting in 400-year eras that start on 1 March.
-pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    const DAYS_PER_ERA: u64 = 146_097;
-    // Days from 0000-03-01 to 1970-01-01.
-    let days = days + 719_468;
-    let era = days / DAYS_PER_ERA;
-    let day_of_era = days % DAYS_PER_ERA;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = era * 400 + year_of_era + u64::from(month <= 2);
-    (year, month, day)
+    /// 9999-12-31T23:59:59.999Z, the last time the format can carry.
+    const LAST: Duration = Duration::from_millis(253_402_300_799_999);
+    let time = time.clamp(UNIX_EPOCH, UNIX_EPOCH + LAST);
+    humantime::format_rfc3339_millis(time).to_string()
 }
 
 #[cfg(test)]
@@ -535,6 +507,14 @@ mod tests {
             text.ends_with(" request_id=abc-1 rule=\"old \\\"blog\\\"\"\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn times_outside_the_format_are_clamped() {
+        let before = UNIX_EPOCH - Duration::from_secs(1);
+        assert_eq!(rfc3339(before), "1970-01-01T00:00:00.000Z");
+        let after = UNIX_EPOCH + Duration::from_secs(300_000_000_000);
+        assert_eq!(rfc3339(after), "9999-12-31T23:59:59.999Z");
     }
 
     #[test]

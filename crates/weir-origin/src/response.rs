@@ -219,53 +219,16 @@ fn unix_seconds() -> u64 {
         .map_or(0, |since| since.as_secs())
 }
 
-/// IMF-fixdate (RFC 9110 §5.6.7) of a Unix time in seconds.
+/// IMF-fixdate (RFC 9110 §5.6.7) of a Unix time in seconds, by the `httpdate` crate
+/// (not weir-http's: this crate shares no HTTP code with the proxy, see ARCHITECTURE.md).
 fn http_date(unix_seconds: u64) -> [u8; 29] {
-    const DAYS: [&[u8; 3]; 7] = [b"Thu", b"Fri", b"Sat", b"Sun", b"Mon", b"Tue", b"Wed"];
-    const MONTHS: [&[u8; 3]; 12] = [
-        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
-        b"Dec",
-    ];
-    let days = unix_seconds / 86_400;
-    let second_of_day = unix_seconds % 86_400;
-    let (year, month, day) = civil_date(days);
-    let mut text = *b"Thu, 01 Jan 1970 00:00:00 GMT";
-    text[..3].copy_from_slice(DAYS[(days % 7) as usize]);
-    put_two_digits(&mut text[5..7], day);
-    text[8..11].copy_from_slice(MONTHS[(month - 1) as usize]);
-    put_two_digits(&mut text[12..14], year / 100 % 100);
-    put_two_digits(&mut text[14..16], year % 100);
-    put_two_digits(&mut text[17..19], second_of_day / 3600);
-    put_two_digits(&mut text[20..22], second_of_day / 60 % 60);
-    put_two_digits(&mut text[23..25], second_of_day % 60);
-    text
-}
-
-fn put_two_digits(out: &mut [u8], value: u64) {
-    out[0] = b'0' + (value / 10 % 10) as u8;
-    out[1] = b'0' + (value % 10) as u8;
-}
-
-/// Proleptic Gregorian (year, month 1..=12, day 1..=31) of a count of days since 1970-01-01,
-/// counting in 400-year eras that start on 1 March so leap days fall at an era's year end.
-fn civil_date(days_since_epoch: u64) -> (u64, u64, u64) {
-    const DAYS_PER_ERA: u64 = 146_097;
-    // Days from 0000-03-01 to 1970-01-01.
-    let days = days_since_epoch + 719_468;
-    let era = days / DAYS_PER_ERA;
-    let day_of_era = days % DAYS_PER_ERA;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let march_month = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * march_month + 2) / 5 + 1;
-    let month = if march_month < 10 {
-        march_month + 3
-    } else {
-        march_month - 9
-    };
-    let year = era * 400 + year_of_era + u64::from(month <= 2);
-    (year, month, day)
+    // The crate panics past 9999-12-31T23:59:59Z.
+    let seconds = unix_seconds.min(253_402_300_799);
+    let text = httpdate::fmt_http_date(UNIX_EPOCH + std::time::Duration::from_secs(seconds));
+    let mut date = [b' '; 29];
+    let len = text.len().min(date.len());
+    date[..len].copy_from_slice(&text.as_bytes()[..len]);
+    date
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use bytes::BytesMut;
 
@@ -51,14 +51,4 @@ fn encodes_responses() {
 
     let json = Response::error(401, "no");
     assert_eq!(json.body, b"{\n  \"error\": \"no\"\n}\n");
-}
-
-#[test]
-fn formats_http_dates() {
-    let at = |seconds| http_date(UNIX_EPOCH + Duration::from_secs(seconds));
-    assert_eq!(at(0), "Thu, 01 Jan 1970 00:00:00 GMT");
-    assert_eq!(at(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
-    assert_eq!(at(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT");
-    assert_eq!(at(1_709_251_199), "Thu, 29 Feb 2024 23:59:59 GMT");
-    assert_eq!(at(4_102_444_800), "Fri, 01 Jan 2100 00:00:00 GMT");
 }
