@@ -355,6 +355,25 @@ fn version_token(region: &[u8], start_line: StartLine) -> &[u8] {
     }
 }
 
+/// Where the minor digit of an `HTTP/1.2` to `HTTP/1.9` version sits in `buf`'s start
+/// line (after leading empty lines): a later minor version of HTTP/1, which a recipient
+/// should process as the highest one it implements (RFC 9112 §2.3), here HTTP/1.1.
+/// `None` for any other version.
+pub(crate) fn later_minor_version(buf: &[u8], start_line: StartLine) -> Option<usize> {
+    let start = buf
+        .iter()
+        .take_while(|&&b| b == b'\r' || b == b'\n')
+        .count();
+    let region = &buf[start..];
+    let token = version_token(region, start_line);
+    let at = start + (token.as_ptr() as usize - region.as_ptr() as usize) + 7;
+    matches!(
+        token,
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', b'2'..=b'9']
+    )
+    .then_some(at)
+}
+
 /// Spaces on the request line (a valid one has exactly two).
 fn request_line_spaces(region: &[u8]) -> usize {
     let line_end = memchr::memchr2(b'\r', b'\n', region).unwrap_or(region.len());

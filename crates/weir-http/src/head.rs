@@ -109,7 +109,15 @@ pub fn request_line(buf: &[u8]) -> Option<(&[u8], &[u8])> {
 /// caller removes `n` bytes from its buffer (the head owns a copy of them, or
 /// a zero-copy split when called through [`RequestHead::split_from`]).
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parsed<RequestHead>, ParseError> {
-    Ok(match parse_request_in(buf, limits)? {
+    let found = match parse_request_in(buf, limits) {
+        Err(error) => match later_minor_copy(buf, &error, StartLine::Request) {
+            // The head's own copy carries the version as read: HTTP/1.1.
+            Some(copy) => return parse_request(&copy, limits),
+            None => return Err(error),
+        },
+        Ok(found) => found,
+    };
+    Ok(match found {
         Some(found) => {
             let mut head = found.head;
             head.raw = Bytes::copy_from_slice(&buf[found.start..found.end]);
@@ -126,7 +134,15 @@ pub fn parse_response(
     limits: &Limits,
     request_method: Method,
 ) -> Result<Parsed<ResponseHead>, ParseError> {
-    Ok(match parse_response_in(buf, limits, request_method)? {
+    let found = match parse_response_in(buf, limits, request_method) {
+        Err(error) => match later_minor_copy(buf, &error, StartLine::Status) {
+            // The head's own copy carries the version as read: HTTP/1.1.
+            Some(copy) => return parse_response(&copy, limits, request_method),
+            None => return Err(error),
+        },
+        Ok(found) => found,
+    };
+    Ok(match found {
         Some(found) => {
             let mut head = found.head;
             head.raw = Bytes::copy_from_slice(&buf[found.start..found.end]);
@@ -143,7 +159,14 @@ impl RequestHead {
         buf: &mut BytesMut,
         limits: &Limits,
     ) -> Result<Option<RequestHead>, ParseError> {
-        let Some(found) = parse_request_in(buf, limits)? else {
+        let parsed = match parse_request_in(buf, limits) {
+            Err(error) => match later_minor(buf, &error, StartLine::Request) {
+                true => parse_request_in(buf, limits),
+                false => Err(error),
+            },
+            parsed => parsed,
+        };
+        let Some(found) = parsed? else {
             return Ok(None);
         };
         let mut head = found.head;
@@ -254,7 +277,14 @@ impl ResponseHead {
         limits: &Limits,
         request_method: Method,
     ) -> Result<Option<ResponseHead>, ParseError> {
-        let Some(found) = parse_response_in(buf, limits, request_method)? else {
+        let parsed = match parse_response_in(buf, limits, request_method) {
+            Err(error) => match later_minor(buf, &error, StartLine::Status) {
+                true => parse_response_in(buf, limits, request_method),
+                false => Err(error),
+            },
+            parsed => parsed,
+        };
+        let Some(found) = parsed? else {
             return Ok(None);
         };
         let mut head = found.head;
@@ -329,6 +359,34 @@ struct Found<T> {
     start: usize,
     /// One past the final CRLF: the bytes the parse used.
     end: usize,
+}
+
+/// A copy of `buf` with its later HTTP/1 minor version read as HTTP/1.1 (see
+/// [`later_minor`]), for the parsers that take a slice; `None` for any other error.
+fn later_minor_copy(buf: &[u8], error: &ParseError, start_line: StartLine) -> Option<BytesMut> {
+    if error.kind != ParseErrorKind::UnsupportedVersion {
+        return None;
+    }
+    let at = fields::later_minor_version(buf, start_line)?;
+    let mut copy = BytesMut::from(buf);
+    copy[at] = b'1';
+    Some(copy)
+}
+
+/// A head refused for its version `HTTP/1.2` to `HTTP/1.9`: the version is rewritten in
+/// `buf` as `HTTP/1.1`, as which RFC 9112 §2.3 says to process it, and `true` says to
+/// parse again. Only on the error path: the usual head pays nothing for it.
+fn later_minor(buf: &mut BytesMut, error: &ParseError, start_line: StartLine) -> bool {
+    if error.kind != ParseErrorKind::UnsupportedVersion {
+        return false;
+    }
+    match fields::later_minor_version(buf, start_line) {
+        Some(at) => {
+            buf[at] = b'1';
+            true
+        }
+        None => false,
+    }
 }
 
 fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestHead>>, ParseError> {

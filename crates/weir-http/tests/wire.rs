@@ -49,7 +49,7 @@ fn smuggling_vectors_are_rejected() {
         (b"GET / HTTP/1.1\r\n\r\n", Invalid),
         // Versions and forms
         (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", UnsupportedVersion),
-        (b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", UnsupportedVersion),
+        (b"GET / HTTP/2.1\r\nHost: a\r\n\r\n", UnsupportedVersion),
         (b"GET * HTTP/1.1\r\nHost: a\r\n\r\n", Invalid),
         (b"CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n", Invalid),
     ];

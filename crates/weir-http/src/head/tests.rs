@@ -402,7 +402,7 @@ fn value_ctl_rejected_wherever_it_sits() {
 fn version_rejections() {
     for raw in [
         &b"GET / HTTP/2.0\r\nHost: a\r\n\r\n"[..],
-        b"GET / HTTP/1.2\r\nHost: a\r\n\r\n",
+        b"GET / HTTP/1.20\r\nHost: a\r\n\r\n",
         b"GET / HTTP/3\r\nHost: a\r\n\r\n",
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
         b"PRI * HTTP/2",
@@ -735,6 +735,63 @@ fn response_split_from() {
     assert_eq!(head.header("SERVER"), Some(&b"s"[..]));
     assert_eq!(head.headers().count(), 1);
     assert_eq!(&buf[..], b"HTTP/1.1");
+}
+
+#[test]
+fn a_later_http1_minor_version_is_read_as_http11() {
+    // RFC 9112 §2.3: processed as the highest minor version weir implements.
+    for version in ["1.2", "1.9"] {
+        let raw = format!("\r\nGET /a HTTP/{version}\r\nHost: a\r\n\r\nGET");
+        let Parsed::Complete(head, used) =
+            parse_request(raw.as_bytes(), &Limits::default()).unwrap()
+        else {
+            panic!("partial");
+        };
+        assert_eq!((head.version(), used), (Version::Http11, raw.len() - 3));
+        assert!(head.raw().ends_with(b"GET /a HTTP/1.1\r\nHost: a\r\n\r\n"));
+        let mut buf = BytesMut::from(raw.as_bytes());
+        let head = RequestHead::split_from(&mut buf, &Limits::default())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (head.version(), head.target()),
+            (Version::Http11, &b"/a"[..])
+        );
+        assert_eq!(&buf[..], b"GET");
+
+        let raw = format!("HTTP/{version} 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        let Parsed::Complete(head, used) =
+            parse_response(raw.as_bytes(), &Limits::default(), Method::Get).unwrap()
+        else {
+            panic!("partial");
+        };
+        assert_eq!(
+            (head.status(), head.version(), used),
+            (200, Version::Http11, raw.len() - 2)
+        );
+        let mut buf = BytesMut::from(raw.as_bytes());
+        let head = ResponseHead::split_from(&mut buf, &Limits::default(), Method::Get)
+            .unwrap()
+            .unwrap();
+        assert_eq!((head.status(), head.version()), (200, Version::Http11));
+        assert_eq!(&buf[..], b"ok");
+    }
+    // Only a single-digit minor version of HTTP/1, and only in the version's place.
+    for raw in [
+        &b"GET / HTTP/1.10\r\nHost: a\r\n\r\n"[..],
+        b"GET / HTTP/2.2\r\nHost: a\r\n\r\n",
+    ] {
+        let mut buf = BytesMut::from(raw);
+        assert!(RequestHead::split_from(&mut buf, &Limits::default()).is_err());
+        assert_eq!(&buf[..], raw, "left as it was");
+    }
+    let partial = b"GET / HTTP/1.2\r\nHost: a\r\n";
+    let mut buf = BytesMut::from(&partial[..]);
+    assert!(matches!(
+        RequestHead::split_from(&mut buf, &Limits::default()),
+        Ok(None)
+    ));
+    assert_eq!(&buf[..], b"GET / HTTP/1.1\r\nHost: a\r\n");
 }
 
 #[test]

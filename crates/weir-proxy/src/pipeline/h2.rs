@@ -167,8 +167,9 @@ pub(super) async fn prior_knowledge(
 }
 
 /// Whether `line` is shaped like an HTTP/1 request line: a method, a target and a version
-/// `HTTP/` digit(s) with dots, such as `HTTP/1.1`, or `HTTP/1.7` and `HTTP/2.0`, which the
-/// HTTP/1 parser then answers with 505 (something else is an invalid HTTP/2 preface).
+/// `HTTP/` digit(s) with dots, such as `HTTP/1.1`, `HTTP/1.7` (read as HTTP/1.1) or
+/// `HTTP/2.0`, which the HTTP/1 parser then answers with 505 (something else is an
+/// invalid HTTP/2 preface).
 fn is_request_line(line: &[u8]) -> bool {
     let mut parts = line.splitn(3, |&b| b == b' ');
     let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
