@@ -867,6 +867,13 @@ async fn answer_failure(
         (None, None) => (0, 0),
     };
     log_failure(client, vs, status, &failure);
+    let duration = started.elapsed();
+    if status != 0 {
+        // As for an answered request (`record`): the access record's bytes and duration
+        // are the metrics' too.
+        vs.metrics.bytes_sent.inc_by(logged_bytes);
+        vs.metrics.latency.record(duration);
+    }
     if let Some(log) = vs.access_log.as_ref().filter(|_| status != 0) {
         log.write(&AccessRecord {
             virtual_server: &vs.config.name,
@@ -884,7 +891,7 @@ async fn answer_failure(
             bytes_sent: logged_bytes,
             pool: pool.map(|p| p.name.as_str()),
             node: failure.node(),
-            duration: started.elapsed(),
+            duration,
             upstream_duration: None,
             error: Some(kind.as_str()),
             request_id: traffic.and_then(RequestTraffic::id),

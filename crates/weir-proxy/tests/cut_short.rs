@@ -58,6 +58,28 @@ impl Setup {
     }
 }
 
+/// `key`'s number in a JSON access record.
+fn field(record: &str, key: &str) -> u64 {
+    record
+        .split(&format!("\"{key}\":"))
+        .nth(1)
+        .and_then(|rest| rest.split([',', '}']).next())
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("{key} in {record}"))
+}
+
+/// The bytes-sent counter and the latency histogram's count of the `web` virtual server.
+fn sent_and_timed(proxy: &TestProxy) -> (u64, u64) {
+    let text = proxy.metrics.encode();
+    let sent = text
+        .lines()
+        .find_map(|line| line.strip_prefix("weir_client_bytes_sent_total{virtual_server=\"web\"} "))
+        .and_then(|number| number.parse().ok())
+        .unwrap_or(0);
+    let timed = proxy.metrics.latency().snapshot().iter().sum();
+    (sent, timed)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_gone_mid_body_is_logged_as_499() {
     let setup = setup("body").await;
@@ -99,16 +121,13 @@ async fn an_answer_cut_short_by_the_client_is_logged_with_its_status() {
     let records = setup.records(1).await;
     assert_eq!(records.len(), 1, "{records:?}");
     assert!(records[0].contains(r#""status":200"#), "{records:?}");
-    let sent: u64 = records[0]
-        .split(r#""bytes_sent":"#)
-        .nth(1)
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|number| number.parse().ok())
-        .expect("bytes_sent");
+    let sent = field(&records[0], "bytes_sent");
     assert!(
         sent > 0 && sent < 50_000_000,
         "bytes_sent {sent} should be what left before the cut"
     );
+    // The metrics count what the record says (they left such answers out).
+    assert_eq!(sent_and_timed(&setup.proxy), (sent, 1));
     let text = setup.proxy.metrics.encode();
     assert!(
         text.contains("weir_requests_total{virtual_server=\"web\",class=\"2xx\"} 1"),
@@ -130,6 +149,10 @@ async fn a_failure_at_a_node_names_it() {
     assert!(records[0].contains(r#""status":504"#), "{records:?}");
     let node = format!(r#""node":"{}""#, setup.origin.addr);
     assert!(records[0].contains(&node), "{records:?}");
+    // weir's own answer is counted in the bytes sent and timed, as the record says.
+    let sent = field(&records[0], "bytes_sent");
+    assert!(sent > 0, "{records:?}");
+    assert_eq!(sent_and_timed(&setup.proxy), (sent, 1));
     setup.stop().await;
 }
 
