@@ -73,6 +73,10 @@ pub(crate) struct VirtualServerShared {
     /// The log lines of failed requests and sessions, a few per second (each is in the
     /// access log): a node down under load must not write a line per request.
     pub(crate) failure_log: weir_observe::LogBudget,
+    /// The log lines of refused requests (a bad head, a body too large), on a budget of
+    /// their own: any client can send them by the thousand, and they must neither fill
+    /// the log nor crowd out the lines of failed requests.
+    pub(crate) rejection_log: weir_observe::LogBudget,
 }
 
 /// A virtual server of one model (one generation of the configuration), with its pools
@@ -268,6 +272,7 @@ impl VirtualServerShared {
             open: AtomicU32::new(0),
             removed,
             failure_log: weir_observe::LogBudget::new(),
+            rejection_log: weir_observe::LogBudget::new(),
         })
     }
 

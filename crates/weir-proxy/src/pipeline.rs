@@ -708,9 +708,15 @@ struct Upstream<'a> {
 }
 
 /// The log line of a failed request: client-caused closes are expected traffic (debug),
-/// refused requests are news (info), gateway failures are worth a warning, a few a second
-/// (`left_out` says how many more failed since the last line; each is in the access log).
-fn log_failure(client: &Client, vs: &VirtualServerRuntime, status: u16, failure: &Failure) {
+/// refused requests are news (info), gateway failures are worth a warning; the last two a
+/// few a second each (`left_out` says how many more since the line before; each is in the
+/// access log). A failure at a node names the pool and the node.
+fn log_failure(
+    client: &Client,
+    vs: &VirtualServerRuntime,
+    (status, pool): (u16, Option<&Arc<Pool>>),
+    failure: &Failure,
+) {
     let (name, peer, error) = (&vs.config.name, client.peer, &failure.error);
     match error.kind() {
         ErrorKind::ClientClosed | ErrorKind::ClientTimeout => {
@@ -720,12 +726,22 @@ fn log_failure(client: &Client, vs: &VirtualServerRuntime, status: u16, failure:
         | ErrorKind::HeadTooLarge
         | ErrorKind::BodyTooLarge
         | ErrorKind::MethodNotAllowed => {
-            tracing::info!(virtual_server = %name, client = %peer, status, error = %error, "rejected request");
+            if let Some(left_out) = vs.shared.rejection_log.take() {
+                tracing::info!(virtual_server = %name, client = %peer, status, error = %error, left_out, "rejected request");
+            }
         }
         _ => {
-            // A few lines a second: under load a node that is down fails every request.
+            // Under load a node that is down fails every request.
             if let Some(left_out) = vs.shared.failure_log.take() {
-                tracing::warn!(virtual_server = %name, client = %peer, status, error = %error, left_out, "request failed");
+                let pool = pool.map(|pool| pool.name.as_str());
+                match failure.node() {
+                    Some(node) => {
+                        tracing::warn!(virtual_server = %name, client = %peer, status, pool, %node, error = %error, left_out, "request failed");
+                    }
+                    None => {
+                        tracing::warn!(virtual_server = %name, client = %peer, status, pool, error = %error, left_out, "request failed");
+                    }
+                }
             }
         }
     }
@@ -866,7 +882,7 @@ async fn answer_failure(
         }
         (None, None) => (0, 0),
     };
-    log_failure(client, vs, status, &failure);
+    log_failure(client, vs, (status, pool), &failure);
     let duration = started.elapsed();
     if status != 0 {
         // As for an answered request (`record`): the access record's bytes and duration

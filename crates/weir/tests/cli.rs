@@ -309,7 +309,9 @@ fn running_out_of_descriptors_does_not_eject_the_node() {
 }
 
 /// A node that is down under load fails every request: each is in the access log, and
-/// weir's own log gets a few lines a second, not one per request.
+/// weir's own log gets a few lines a second, not one per request, each naming the pool and
+/// the node; so do requests weir refuses (which any client can send by the thousand). The
+/// log, a file here, has no terminal colour codes.
 #[test]
 fn failed_requests_write_a_few_log_lines_a_second() {
     use std::io::{Read, Write};
@@ -319,7 +321,7 @@ fn failed_requests_write_a_few_log_lines_a_second() {
     drop(node);
     let [proxy_port] = weir_testkit::free_ports();
     let config = temp_config(&format!(
-        "[runtime]\nthreads = 1\ndrain_timeout = \"1s\"\n[log]\nlevel = \"warn\"\naccess_log = false\n\
+        "[runtime]\nthreads = 1\ndrain_timeout = \"1s\"\n[log]\nlevel = \"info\"\naccess_log = false\n\
          [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\n\
          [pools.web]\nretries = 0\nnodes = [{{ address = \"{node_address}\" }}]\n\
          [pools.web.passive_health]\nconsecutive_failures = 0\n"
@@ -347,16 +349,35 @@ fn failed_requests_write_a_few_log_lines_a_second() {
         assert!(response.starts_with("HTTP/1.1 502 "), "{response}");
         failed += 1;
     }
+    let mut refused = 0;
+    for _ in 0..200 {
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", proxy_port)) else {
+            continue;
+        };
+        stream
+            .write_all(b"GET /a\rb HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        assert!(response.starts_with("HTTP/1.1 400 "), "{response}");
+        refused += 1;
+    }
     let seconds = started.elapsed().as_secs();
     drop(weir);
     let log = std::fs::read_to_string(stderr.path()).unwrap();
-    let lines = log.matches("request failed").count() as u64;
     assert!(failed >= 60, "only {failed} requests reached weir");
-    assert!(lines >= 1, "{log}");
-    assert!(
-        lines <= 10 * (seconds + 1),
-        "{lines} lines for {failed} failed requests in {seconds} s"
-    );
+    assert!(refused >= 150, "only {refused} bad requests reached weir");
+    for (message, count) in [("request failed", failed), ("rejected request", refused)] {
+        let lines = log.matches(message).count() as u64;
+        assert!(lines >= 1, "{log}");
+        assert!(
+            lines <= 10 * (seconds + 1),
+            "{lines} {message:?} lines for {count} requests in {seconds} s"
+        );
+    }
+    let named = format!("pool=\"web\" node={node_address}");
+    assert!(log.contains(&named), "{named}: {log}");
+    assert!(!log.contains('\x1b'), "{log}");
 }
 
 /// Kills the child process it holds when dropped (a failed assertion included).
