@@ -112,12 +112,28 @@ impl fmt::Display for ConfigError {
             }
             f.write_str(": ")?;
             if !diagnostic.path.is_empty() {
-                write!(f, "{}: ", diagnostic.path)?;
+                write_escaped(f, &diagnostic.path)?;
+                f.write_str(": ")?;
             }
-            f.write_str(&diagnostic.message)?;
+            write_escaped(f, &diagnostic.message)?;
         }
         Ok(())
     }
+}
+
+/// `text` with its control characters escaped (`\n`, `\u{1b}`): a message quotes names
+/// from the file, and a name holding a line break must not start a forged line in a log.
+fn write_escaped(f: &mut fmt::Formatter<'_>, text: &str) -> fmt::Result {
+    if !text.chars().any(char::is_control) {
+        return f.write_str(text);
+    }
+    for c in text.chars() {
+        match c.is_control() {
+            true => write!(f, "{}", c.escape_default())?,
+            false => write!(f, "{c}")?,
+        }
+    }
+    Ok(())
 }
 
 impl std::error::Error for ConfigError {}

@@ -45,6 +45,18 @@ nodes = [
 ]
 ";
 
+/// A name from the file that holds a line break (a quoted TOML key) is shown escaped: the
+/// error, written to weir's log on a refused reload, stays one line per problem.
+#[test]
+fn names_with_line_breaks_cannot_forge_log_lines() {
+    let text = format!(
+        "{GOOD}\n[pools.\"x\\nFAKE INFO forged line\"]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
+    );
+    let error = parse_str(&text, "weir.toml").unwrap_err().to_string();
+    assert_eq!(error.lines().count(), 1, "{error}");
+    assert!(error.contains("x\\nFAKE"), "{error}");
+}
+
 #[test]
 fn invalid_node_address_names_file_line_and_path() {
     let text = GOOD.replace("127.0.0.1:8083", "10.0.0.1:99999");
