@@ -457,6 +457,12 @@ fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestH
         Declared::Length(length) => BodyFraming::Length(length),
         Declared::Nothing => BodyFraming::None,
     };
+    // RFC 9110 §9.3.6: a CONNECT request has no content; in HTTP/1.1 what follows its
+    // head is the tunnel's. Framed as a body, those bytes would reach a node that reads
+    // them as a request of their own (smuggled past every rule).
+    if method == Method::Connect && !matches!(framing, BodyFraming::None | BodyFraming::Length(0)) {
+        return Err(ParseError::invalid("CONNECT request with content"));
+    }
     if fields.expect_other {
         return Err(ParseError {
             kind: ParseErrorKind::UnsupportedExpectation,

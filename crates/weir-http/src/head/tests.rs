@@ -174,6 +174,24 @@ fn asterisk_and_authority_forms() {
     }
 }
 
+/// A CONNECT has no content (RFC 9110 §9.3.6): bytes framed as its body would reach a node
+/// that reads them as a request of their own.
+#[test]
+fn a_connect_with_content_is_refused() {
+    let head = request(b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(head.unwrap().framing(), BodyFraming::Length(0));
+    for raw in [
+        &b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\nContent-Length: 48\r\n\r\n"[..],
+        b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ] {
+        let error = rejected(raw);
+        assert_eq!(
+            (error.status(), error.reason),
+            (400, "CONNECT request with content")
+        );
+    }
+}
+
 #[test]
 fn framing_and_connection() {
     let head = request(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\n\r\n").unwrap();
