@@ -391,8 +391,9 @@ async fn a_stream_reset_while_queued_is_never_sent() {
 
 /// With h2c on, a first line shaped like an HTTP/1 request with a version weir does not
 /// speak (`HTTP/3.0`, `HTTP/2.0`) gets HTTP/1.1's 505, not the silent close of an invalid
-/// HTTP/2 preface, and a later HTTP/1 minor version (`HTTP/1.7`) is served as HTTP/1.1;
-/// bytes of neither kind are still an invalid preface (no HTTP/1 answer).
+/// HTTP/2 preface, a later HTTP/1 minor version (`HTTP/1.7`) is served as HTTP/1.1, and a
+/// malformed request line gets a 400; bytes of neither kind are still an invalid preface
+/// (no HTTP/1 answer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2c_answers_an_unsupported_http1_version_with_505() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -423,6 +424,15 @@ async fn h2c_answers_an_unsupported_http1_version_with_505() {
     assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
     let answer = exchange(b"GET / HTTP/1.7\r\nHost: a\r\nConnection: close\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    // A malformed request line is still HTTP/1's to answer (400), not a silent close.
+    for malformed in [
+        &b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+        b"GET  / HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"GET / http/1.1\r\nHost: a\r\n\r\n",
+    ] {
+        let answer = exchange(malformed).await;
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    }
     let answer = exchange(b"NOT A PREFACE\r\n\r\n").await;
     assert!(!answer.starts_with("HTTP/1.1"), "{answer}");
     proxy.stop().await;

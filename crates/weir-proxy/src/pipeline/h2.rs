@@ -166,17 +166,19 @@ pub(super) async fn prior_knowledge(
     }
 }
 
-/// Whether `line` is shaped like an HTTP/1 request line: a method, a target and a version
-/// `HTTP/` digit(s) with dots, such as `HTTP/1.1`, `HTTP/1.7` (read as HTTP/1.1) or
-/// `HTTP/2.0`, which the HTTP/1 parser then answers with 505 (something else is an
-/// invalid HTTP/2 preface).
+/// Whether `line` is shaped like an HTTP/1 request line, well formed or not: at least three
+/// words (split at spaces and tabs), the last a version `HTTP/` digit(s) with dots in any
+/// case, such as `HTTP/1.1`, `HTTP/1.7` (read as HTTP/1.1) or `HTTP/2.0` (505). The HTTP/1
+/// parser answers it, with a 400 when it is malformed (`GET /a b HTTP/1.1`, two spaces,
+/// `http/1.1`). Anything else, such as `INVALID CONNECTION PREFACE`, is an invalid HTTP/2
+/// preface (closed without an HTTP/1 answer, which an HTTP/2 client could not read).
 fn is_request_line(line: &[u8]) -> bool {
-    let mut parts = line.splitn(3, |&b| b == b' ');
-    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return false;
-    };
-    !method.is_empty() && !target.is_empty() && weir_http::looks_like_version(version)
+    let mut words = line
+        .split(|&b| b == b' ' || b == b'\t')
+        .filter(|word| !word.is_empty());
+    let count = words.clone().count();
+    let version = words.next_back().map(<[u8]>::to_ascii_uppercase);
+    count >= 3 && version.is_some_and(|version| weir_http::looks_like_version(&version))
 }
 
 /// Serves an h2c connection whose first bytes are in the client's buffer.
@@ -188,5 +190,35 @@ pub(super) async fn serve_cleartext(
     let peer = client.peer;
     if let Some((stream, rewind, subject)) = client.into_stream() {
         serve_connection(stream, rewind, peer, subject, vs, shutdown).await;
+    }
+}
+
+#[cfg(test)]
+mod request_line_tests {
+    use super::is_request_line;
+
+    #[test]
+    fn request_lines_well_formed_or_not_are_http1() {
+        for line in [
+            &b"GET / HTTP/1.1"[..],
+            b"GET / HTTP/1.7",
+            b"GET / HTTP/2.0",
+            b"GET /a b HTTP/1.1",
+            b"GET  / HTTP/1.1",
+            b"GET\t/\tHTTP/1.1",
+            b"get / http/1.1",
+        ] {
+            assert!(is_request_line(line), "{}", String::from_utf8_lossy(line));
+        }
+        for line in [
+            &b"INVALID CONNECTION PREFACE"[..],
+            b"PRI * HTTP",
+            b"GET /",
+            b"HELLO",
+            b"",
+            b"\x16\x03\x01\x02\x00\x01",
+        ] {
+            assert!(!is_request_line(line), "{}", String::from_utf8_lossy(line));
+        }
     }
 }
