@@ -268,7 +268,7 @@ impl AccessRecord<'_> {
         fields.text("virtual_server", self.virtual_server);
         fields.text("client", &self.client.to_string());
         fields.text("method", self.method);
-        fields.text("uri", self.target);
+        fields.text("uri", &logged_uri(self.target));
         fields.text("version", self.version);
         fields.number("status", u64::from(self.status));
         fields.number("bytes_sent", self.bytes_sent);
@@ -435,6 +435,22 @@ fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// The most of a request target an access record holds: a record stays within the line
+/// limits of log shippers (8 KiB for syslog, 16 KiB for Docker) whatever the head limit.
+pub const MAX_LOGGED_URI: usize = 4096;
+
+/// `target`, cut to [`MAX_LOGGED_URI`] bytes (at a character boundary) with `...` after.
+fn logged_uri(target: &str) -> std::borrow::Cow<'_, str> {
+    if target.len() <= MAX_LOGGED_URI {
+        return std::borrow::Cow::Borrowed(target);
+    }
+    let mut end = MAX_LOGGED_URI;
+    while !target.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}...", &target[..end]))
+}
+
 /// `time` as RFC 3339 in UTC with milliseconds: `2026-11-25T13:40:41.841Z` (by
 /// `humantime`, which panics outside 1970–9999: the time is clamped into that range).
 pub fn rfc3339(time: SystemTime) -> String {
@@ -507,6 +523,30 @@ mod tests {
             text.ends_with(" request_id=abc-1 rule=\"old \\\"blog\\\"\"\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn long_targets_are_cut() {
+        let long = format!("/{}", "é".repeat(MAX_LOGGED_URI));
+        let cut = AccessRecord {
+            target: &long,
+            ..record()
+        };
+        let text = line(&cut, AccessLogFormat::Json);
+        let uri = text
+            .split("\"uri\":\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert!(uri.ends_with("é..."), "{uri}");
+        assert_eq!(uri.len(), MAX_LOGGED_URI - 1 + 3, "{uri}");
+        let short = AccessRecord {
+            target: "/short",
+            ..record()
+        };
+        assert!(line(&short, AccessLogFormat::Json).contains("\"uri\":\"/short\""));
     }
 
     #[test]
