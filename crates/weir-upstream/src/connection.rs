@@ -79,6 +79,9 @@ pub struct NodeConnections {
 struct State {
     /// Slots taken: connections open, being opened, or granted to a waiter.
     open: u32,
+    /// `max_connections` as last set: a reload that lowers it leaves `open` above it until
+    /// connections come back, and each one that does is closed, not reused or passed on.
+    cap: u32,
     /// Idle connections, oldest at the front, most recently used at the back.
     idle: VecDeque<Connection>,
     waiters: VecDeque<Waiter>,
@@ -170,11 +173,15 @@ impl NodeConnections {
         metrics: NodeMetrics,
         pool_metrics: PoolMetrics,
     ) -> Arc<NodeConnections> {
+        let state = State {
+            cap: settings.max_connections,
+            ..State::default()
+        };
         Arc::new(NodeConnections {
             address,
             settings: ArcSwap::from_pointee(settings),
             retired: AtomicBool::new(false),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             tunnels: AtomicU32::new(0),
             next_waiter: AtomicU64::new(0),
             metrics,
@@ -192,11 +199,36 @@ impl NodeConnections {
         self.settings.load().tls.clone()
     }
 
-    /// New settings from a reload that keeps this node: the cap, queue and timeouts apply
-    /// from the next checkout; connections open now stay (past a lowered cap, until they
-    /// close).
+    /// New settings from a reload that keeps this node: the queue and timeouts apply from
+    /// the next checkout, and the cap at once. Lowered: idle connections past it close now,
+    /// busy ones as they come back, and no waiter is served until the node is under it.
+    /// Raised: waiting requests take the new slots.
     pub fn update(&self, settings: ConnectionSettings) {
+        let cap = settings.max_connections;
         self.settings.store(Arc::new(settings));
+        let mut past_cap = Vec::new();
+        {
+            let mut state = self.lock();
+            state.cap = cap;
+            while state.open > cap
+                && let Some(oldest) = state.idle.pop_front()
+            {
+                past_cap.push(oldest);
+                state.open -= 1;
+            }
+            // A raised cap serves waiting requests now, not as connections come back.
+            while state.open < cap
+                && let Some(waiter) = state.waiters.pop_front()
+            {
+                self.pool_metrics.queue_length.dec();
+                if waiter.sender.send(Grant::Slot).is_ok() {
+                    state.open += 1;
+                }
+            }
+            self.metrics.connections_open.set(i64::from(state.open));
+        }
+        // Closed outside the lock.
+        drop(past_cap);
     }
 
     /// Whether connections given back are kept for reuse. `false` (a removed, draining or
@@ -343,7 +375,7 @@ impl NodeConnections {
         {
             return Taken::Idle(connection);
         }
-        if state.open < settings.max_connections {
+        if state.open < state.cap {
             state.open += 1;
             self.metrics.connections_open.set(i64::from(state.open));
             return Taken::Slot;
@@ -458,6 +490,14 @@ impl NodeConnections {
     fn give_back(&self, mut connection: Connection) {
         connection.idle_since = Instant::now();
         let mut state = self.lock();
+        if state.open > state.cap {
+            // Past a cap a reload lowered: this connection's slot is gone.
+            state.open -= 1;
+            self.metrics.connections_open.set(i64::from(state.open));
+            drop(state);
+            drop(connection);
+            return;
+        }
         while let Some(waiter) = state.waiters.pop_front() {
             self.pool_metrics.queue_length.dec();
             match waiter.sender.send(Grant::Connection(connection)) {
@@ -486,13 +526,13 @@ impl NodeConnections {
         let settings = self.settings.load();
         let mut stale = Vec::new();
         let mut state = self.lock();
-        let lent = match state.open < settings.max_connections {
+        let lent = match state.open < state.cap {
             true => None,
             // At the cap; stale idle connections the search finds free their slots.
             false => self.take_idle(&mut state, &mut stale, settings.idle_timeout),
         };
         if lent.is_none() {
-            if state.open >= settings.max_connections {
+            if state.open >= state.cap {
                 return None;
             }
             state.open += 1;
@@ -511,7 +551,10 @@ impl NodeConnections {
     /// first live waiter, else lowers the open count.
     fn free_slot(&self) {
         let mut state = self.lock();
-        while let Some(waiter) = state.waiters.pop_front() {
+        // Past a cap a reload lowered, the slot is gone rather than passed on.
+        while state.open <= state.cap
+            && let Some(waiter) = state.waiters.pop_front()
+        {
             self.pool_metrics.queue_length.dec();
             if waiter.sender.send(Grant::Slot).is_ok() {
                 return;

@@ -432,3 +432,58 @@ async fn a_check_takes_a_slot_and_never_goes_past_the_cap() {
     drop(busy);
     assert_eq!(pool.open(), 0);
 }
+
+/// A reload that lowers the cap applies it at once: idle connections past it close now,
+/// busy ones as they come back, and a waiter is served only under the new cap. One that
+/// raises it serves the waiting requests at once.
+#[tokio::test]
+async fn a_cap_lowered_or_raised_by_a_reload_holds_at_once() {
+    let (address, _) = holding_listener().await;
+    let pool = pool(address, settings(4, 10, 5000));
+    let mut leases = Vec::new();
+    for _ in 0..4 {
+        leases.push(pool.checkout().await.unwrap());
+    }
+    leases.pop().unwrap().release();
+    assert_eq!((pool.open(), pool.idle()), (4, 1));
+    pool.update(settings(2, 10, 5000));
+    // The idle one closed: three busy, past the cap of two.
+    assert_eq!((pool.open(), pool.idle()), (3, 0));
+    let waiter = {
+        let pool = Arc::clone(&pool);
+        tokio::spawn(async move { pool.checkout().await.map(Lease::release) })
+    };
+    while pool.queued() < 1 {
+        tokio::task::yield_now().await;
+    }
+    // Given back past the cap: closed, not passed to the waiter.
+    leases.pop().unwrap().release();
+    assert_eq!((pool.open(), pool.idle(), pool.queued()), (2, 0, 1));
+    // At the cap: the next one goes to the waiter.
+    leases.pop().unwrap().release();
+    waiter.await.unwrap().unwrap();
+    assert_eq!((pool.open(), pool.idle(), pool.queued()), (2, 1, 0));
+
+    // Raised while requests wait: they take the new slots without waiting for a release.
+    let held = pool.checkout().await.unwrap();
+    assert_eq!(pool.open(), 2);
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move { pool.checkout().await.map(|lease| lease.is_reused()) })
+        })
+        .collect();
+    while pool.queued() < 2 {
+        tokio::task::yield_now().await;
+    }
+    pool.update(settings(4, 10, 5000));
+    for waiter in waiters {
+        let reused = tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .expect("served without a release")
+            .unwrap()
+            .unwrap();
+        assert!(!reused, "a new connection in a new slot");
+    }
+    drop((held, leases));
+}
