@@ -169,6 +169,42 @@ async fn round_robin_passes_over_a_node_at_its_cap() {
     proxy.stop().await;
 }
 
+/// With every node at its cap, a request waits in a queue that has room rather than being
+/// refused by a node whose queue is full: here a node of weight 3 would take three of every
+/// four requests past its queue of 2 while the other node's queue stood empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_node_at_its_cap_a_queue_with_room_takes_the_request() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let toml = config(&[(a.addr, 3), (b.addr, 1)], "round_robin").replace(
+        "[virtual_servers.web]",
+        "[pools.web.connections]\nmax_connections = 1\nqueue_length = 2\n\
+         queue_timeout = \"10s\"\n[virtual_servers.web]",
+    );
+    let proxy = TestProxy::start(&toml).await;
+    let addr = proxy.addr;
+    // Six places in all (a connection and two in the queue at each node): six requests.
+    let mut requests = Vec::new();
+    for _ in 0..6 {
+        requests.push(tokio::spawn(async move {
+            client::get(addr, "/delay/1000").await
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut seen = HashMap::new();
+    for request in requests {
+        let response = request.await.unwrap().unwrap();
+        assert_eq!(response.status, 200, "{}", response.text());
+        let origin = response.header("x-origin").unwrap_or("?").to_string();
+        *seen.entry(origin).or_insert(0) += 1;
+    }
+    assert_eq!(
+        seen.values().copied().collect::<Vec<_>>(),
+        [3, 3],
+        "{seen:?}"
+    );
+    proxy.stop().await;
+}
+
 /// A node that serves one connection at a time (keep-alive) and closes any other at once
 /// while one is open, as a server enforcing its own connection cap does. Returns its
 /// address, the connections it refused and the health checks it answered.

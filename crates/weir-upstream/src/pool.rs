@@ -230,15 +230,21 @@ impl Pool {
     /// A node at its connection cap would make the request wait in its queue (or get a
     /// 503 past it) while another node may have room: with HTTP/1.1 (and TCP) nodes the
     /// balancer first picks among the available nodes with fewer requests in flight than
-    /// `max_connections`, and among all available ones only when every one is full.
+    /// `max_connections`; when every one is at its cap, among those whose queue has room
+    /// (requests in flight count those waiting); and among all available ones only when
+    /// every queue is full (the pick then answers 503).
     pub fn select(&self, tried: Tried, now: Instant) -> Option<usize> {
         let available =
             |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
         if self.config.protocol == weir_config::UpstreamProtocol::Http1 {
-            let cap = self.config.connections.max_connections.get();
-            let with_room = |index: usize| available(index) && self.nodes[index].in_flight() < cap;
-            if let Some(index) = self.balancer.pick(&self.nodes, &with_room) {
-                return Some(index);
+            let connections = &self.config.connections;
+            let cap = connections.max_connections.get();
+            for room in [cap, cap.saturating_add(connections.queue_length)] {
+                let with_room =
+                    |index: usize| available(index) && self.nodes[index].in_flight() < room;
+                if let Some(index) = self.balancer.pick(&self.nodes, &with_room) {
+                    return Some(index);
+                }
             }
         }
         if let Some(index) = self.balancer.pick(&self.nodes, &available) {
