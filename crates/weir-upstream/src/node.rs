@@ -181,11 +181,13 @@ impl NodeState {
     /// Sets the active monitor's verdict.
     pub fn set_active_up(&self, up: bool) {
         let was_up = self.active_up.swap(up, Ordering::Relaxed);
-        if was_up && !up {
-            // Marked down by the monitor: counted with the passive ejections.
+        let now = Instant::now();
+        // Marked down by the monitor: counted with the passive ejections, once an outage
+        // (a node that passive health ejected already was counted then).
+        if was_up && !up && !self.is_ejected(now) {
             self.metrics.ejections.inc();
         }
-        self.refresh_healthy_gauge(Instant::now());
+        self.refresh_healthy_gauge(now);
     }
 
     /// The active health monitor's verdict (up when there is no monitor).

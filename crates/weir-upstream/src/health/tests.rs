@@ -365,6 +365,20 @@ fn passive_health_ejects_after_consecutive_failures() {
     assert_eq!(node.metrics.ejections.get(), 1);
 }
 
+/// One outage is one ejection in the metric: the monitor marking down a node that passive
+/// health ejected already does not count it again; marking down a serving node does.
+#[test]
+fn an_outage_seen_by_both_checks_is_one_ejection() {
+    let node = node_at(SocketAddr::from(([127, 0, 0, 1], 9)), passive(1));
+    assert!(node.record_failure(Instant::now()));
+    node.set_active_up(false);
+    assert_eq!(node.metrics.ejections.get(), 1);
+    node.set_active_up(true);
+    let other = node_at(SocketAddr::from(([127, 0, 0, 1], 10)), passive(1));
+    other.set_active_up(false);
+    assert_eq!(other.metrics.ejections.get(), 1);
+}
+
 #[test]
 fn passive_health_success_resets_the_failure_count() {
     let node = node_at(SocketAddr::from(([127, 0, 0, 1], 9)), passive(3));
