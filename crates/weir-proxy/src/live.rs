@@ -107,7 +107,7 @@ pub enum ReloadError {
     #[error("no config file to re-read: weir was started without --config")]
     NoFile,
     /// The proxy is not serving (not started yet, or shutting down).
-    #[error("the proxy is not running")]
+    #[error("weir is not serving (shutting down, or not started)")]
     NotRunning,
 }
 
@@ -608,7 +608,15 @@ impl Live {
             Err(error) => {
                 reloads.refused.inc();
                 reloads.last_reload_success.set(0);
-                tracing::error!(generation, error = %error, "configuration reload refused; still serving the running configuration");
+                match error {
+                    // Shutting down (or not started): nothing is refused, nothing runs on.
+                    ReloadError::NotRunning => {
+                        tracing::warn!(generation, "configuration reload not taken: weir is not serving (shutting down)");
+                    }
+                    _ => {
+                        tracing::error!(generation, error = %error, "configuration reload refused; still serving the running configuration");
+                    }
+                }
                 ReloadRecord {
                     at: now,
                     generation,
