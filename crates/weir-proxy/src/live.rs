@@ -611,7 +611,10 @@ impl Live {
                 match error {
                     // Shutting down (or not started): nothing is refused, nothing runs on.
                     ReloadError::NotRunning => {
-                        tracing::warn!(generation, "configuration reload not taken: weir is not serving (shutting down)");
+                        tracing::warn!(
+                            generation,
+                            "configuration reload not taken: weir is not serving (shutting down)"
+                        );
                     }
                     _ => {
                         tracing::error!(generation, error = %error, "configuration reload refused; still serving the running configuration");

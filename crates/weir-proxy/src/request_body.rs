@@ -206,6 +206,13 @@ async fn read_length(
     body.received = take as u64;
     if (take as u64) < length {
         body.remaining = Remaining::Length(length - take as u64);
+    } else if let Some(stream) = client.h2() {
+        // The whole body: an HTTP/2 stream must end here, or the request is malformed.
+        let (deadline, late) = body.clock.deadline(length, Instant::now());
+        stream
+            .length_ended(deadline, late)
+            .await
+            .map_err(Failure::from_error)?;
     }
     Ok(())
 }

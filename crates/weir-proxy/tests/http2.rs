@@ -438,3 +438,63 @@ async fn h2c_answers_an_unsupported_http1_version_with_505() {
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// An HTTP/2 request whose DATA goes past its `content-length` is malformed (RFC 9113
+/// §8.1.1) and is not forwarded: the length-framed body is forwarded only once the stream
+/// has ended. Raw frames: HEADERS for a POST with `content-length: 0` and no END_STREAM,
+/// then DATA holding a whole request; and a well-formed POST on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_past_its_content_length_never_reaches_the_node() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let length = payload.len();
+        let mut out = vec![(length >> 16) as u8, (length >> 8) as u8, length as u8];
+        out.extend_from_slice(&[kind, flags]);
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+    // POST http://a/ (static table), then `content-length` (static name 28) as a literal.
+    let block = |length: &[u8]| {
+        let mut block = vec![0x83, 0x86, 0x84, 0x01, 0x01, b'a', 0x0f, 0x0d];
+        block.push(length.len() as u8);
+        block.extend_from_slice(length);
+        block
+    };
+    let origin = TestOrigin::start("a").await;
+    let proxy = proxy(&origin, false).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    // END_HEADERS only: the body is to follow, though its length is 0.
+    out.extend(frame(0x1, 0x4, 1, &block(b"0")));
+    out.extend(frame(
+        0x0,
+        0x1,
+        1,
+        b"GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n",
+    ));
+    // A well-formed one: 5 bytes and END_STREAM on the last DATA.
+    out.extend(frame(0x1, 0x4, 3, &block(b"5")));
+    out.extend(frame(0x0, 0x1, 3, b"hello"));
+    stream.write_all(&out).await.unwrap();
+    let mut received = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            received.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    assert_eq!(
+        origin.stats.snapshot().requests,
+        1,
+        "only the well-formed POST"
+    );
+    drop(stream);
+    proxy.stop().await;
+    origin.stop().await;
+}

@@ -149,6 +149,38 @@ impl H2Stream {
         Ok(buf.len() - before)
     }
 
+    /// For a body framed by its `content-length` and read whole: waits (until `deadline`)
+    /// for the stream's end, so that a request whose DATA goes on past its length, or whose
+    /// stream never ends, is refused before it reaches a node (RFC 9113 §8.1.1: a malformed
+    /// request is not forwarded). With most clients END_STREAM came with the last DATA.
+    pub(crate) async fn length_ended(
+        &mut self,
+        deadline: Instant,
+        late: &'static str,
+    ) -> Result<(), Error> {
+        let Some(body) = self.body.as_mut().filter(|_| !self.body_done) else {
+            return Ok(());
+        };
+        while !body.is_end_stream() {
+            let data = tokio::time::timeout_at(deadline, body.data())
+                .await
+                .map_err(|_| {
+                    Error::new(ErrorKind::ClientTimeout, Side::Downstream).context(late)
+                })?;
+            match data {
+                None => break,
+                Some(Ok(data)) if data.is_empty() => {}
+                Some(Ok(_)) => {
+                    return Err(Error::new(ErrorKind::BadRequest, Side::Downstream)
+                        .context("DATA past the request's content-length"));
+                }
+                Some(Err(error)) => return Err(client_gone(&error)),
+            }
+        }
+        self.body_done = true;
+        Ok(())
+    }
+
     /// Ends when the client resets the stream (or its connection fails): it no longer
     /// wants the answer.
     pub(crate) async fn reset(&mut self) -> Error {
