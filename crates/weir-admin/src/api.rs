@@ -335,7 +335,7 @@ fn applied(result: Result<weir_proxy::Applied, ReloadError>) -> Result<Response,
             &json!({
                 "generation": applied.generation,
                 "duration_ms": applied.duration.as_secs_f64() * 1000.0,
-                "summary": applied.diff.summary(),
+                "summary": applied.summary(),
                 "diff": views::diff(&applied.diff),
             }),
         )),

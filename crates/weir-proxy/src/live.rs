@@ -82,6 +82,23 @@ pub struct Applied {
     /// From the start of the reload (before the file was read, for a reload of the file)
     /// to the new model serving.
     pub duration: Duration,
+    /// Virtual servers and pools whose TLS files were re-read with their settings unchanged
+    /// (every reload re-reads them: a renewed certificate needs no change in the file).
+    pub certificates_reread: usize,
+}
+
+impl Applied {
+    /// The diff's summary, and the TLS files re-read: a reload that only picked up renewed
+    /// certificates says so rather than "no changes".
+    pub fn summary(&self) -> String {
+        let summary = self.diff.summary();
+        match self.certificates_reread {
+            0 => summary,
+            n => format!(
+                "{summary}; TLS certificates and keys re-read for {n} virtual servers and pools"
+            ),
+        }
+    }
 }
 
 /// The outcome of the last reload tried, for the admin API.
@@ -304,6 +321,12 @@ impl Live {
             .map_err(|e| Box::new(ReloadError::Config(e)))?;
         // Commit: nothing below fails.
         control.names.commit(&candidate, resolved);
+        let certificates_reread = staged.connectors.len()
+            + staged
+                .tls
+                .iter()
+                .filter(|(_, tls)| matches!(tls, StagedTls::Reload(..)))
+                .count();
         let model = Arc::new(self.next_model(control, &candidate, &mut staged));
         let old = self.cell.swap(Arc::clone(&model));
         control.listeners.retain_and_rebind(&candidate);
@@ -323,6 +346,7 @@ impl Live {
             generation: model.generation,
             diff,
             duration: started.elapsed(),
+            certificates_reread,
         })
     }
 
@@ -593,7 +617,7 @@ impl Live {
                 reloads.applied.inc();
                 reloads.last_reload_success.set(1);
                 reloads.generation.set(applied.generation as i64);
-                let summary = applied.diff.summary();
+                let summary = applied.summary();
                 tracing::info!(generation = applied.generation, duration_us = applied.duration.as_micros() as u64, changes = %summary, "configuration reloaded");
                 if !applied.diff.needs_restart.is_empty() {
                     tracing::warn!(keys = %applied.diff.needs_restart.join(", "), "these changes take effect only in a new process (weir serve --upgrade)");

@@ -212,6 +212,16 @@ async fn reload_swaps_certificates_and_keeps_open_connections_and_a_broken_one_i
     assert_eq!(tls::peer_leaf(&fresh), tls::leaf(&second.0));
     // The connection opened before the reload still works.
     assert_eq!(tls::get(&mut open, "/").await.unwrap().status, 200);
+    // A reload of the unchanged file re-reads them too, and says so.
+    let same = https_config(&origin, &certificates(&[&live]));
+    let applied = proxy
+        .live
+        .apply(weir_config::parse_str(&same, "test.toml").unwrap())
+        .unwrap();
+    assert_eq!(
+        applied.summary(),
+        "no changes; TLS certificates and keys re-read for 1 virtual servers and pools"
+    );
 
     // A key that does not belong to the certificate: refused, old one kept.
     std::fs::copy(&first.1, &key_path).unwrap();
