@@ -705,3 +705,38 @@ async fn a_streamed_body_past_the_limit_after_the_node_answered_is_the_clients_f
     proxy.stop().await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// A reload that drains an h2c node closes its idle multiplexed connection (as the HTTP/1.1
+/// side closes its idle ones): a draining node keeps no connection nobody uses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_h2c_node_keeps_no_idle_connection() {
+    let node = h2_node().await;
+    let text = |state: &str| {
+        format!(
+            "[log]\naccess_log = false\nlevel = \"warn\"\n\
+             [pools.web]\nprotocol = \"h2c\"\n\
+             nodes = [{{ address = \"{}\", state = \"{state}\" }}]\n\
+             [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n",
+            node.addr
+        )
+    };
+    let proxy = TestProxy::start(&text("active")).await;
+    let response = weir_testkit::client::get(proxy.addr, "/").await.unwrap();
+    assert_eq!(response.status, 200);
+    let gauge = format!(
+        "weir_upstream_connections_open{{pool=\"web\",node=\"{}\"}} ",
+        node.addr
+    );
+    let open = |proxy: &TestProxy| -> Option<i64> {
+        let text = proxy.metrics.encode();
+        let line = text.lines().find(|line| line.starts_with(&gauge))?;
+        line.rsplit(' ').next()?.parse().ok()
+    };
+    assert_eq!(open(&proxy), Some(1));
+    proxy
+        .live
+        .apply(weir_config::parse_str(&text("draining"), "test.toml").unwrap())
+        .unwrap();
+    assert_eq!(open(&proxy), Some(0));
+    proxy.stop().await;
+}

@@ -209,6 +209,7 @@ impl NodeConnections {
         let mut past_cap = Vec::new();
         {
             let mut state = self.lock();
+            let open_before = state.open;
             state.cap = cap;
             while state.open > cap
                 && let Some(oldest) = state.idle.pop_front()
@@ -225,7 +226,9 @@ impl NodeConnections {
                     state.open += 1;
                 }
             }
-            self.metrics.connections_open.set(i64::from(state.open));
+            if !past_cap.is_empty() || state.open != open_before {
+                self.metrics.connections_open.set(i64::from(state.open));
+            }
         }
         // Closed outside the lock.
         drop(past_cap);
@@ -590,7 +593,11 @@ impl NodeConnections {
             let mut state = self.lock();
             let idle: Vec<Connection> = state.idle.drain(..).collect();
             state.open -= idle.len() as u32;
-            self.metrics.connections_open.set(i64::from(state.open));
+            // The gauge is the node's, shared with its HTTP/2 side in an h2 pool: set only
+            // when this side changed it.
+            if !idle.is_empty() {
+                self.metrics.connections_open.set(i64::from(state.open));
+            }
             idle
         };
         drop(idle);

@@ -425,7 +425,7 @@ fn http2_nodes(
                     .find(|h2| h2.address() == node.address)
                     .cloned()
             });
-            kept.unwrap_or_else(|| {
+            let h2 = kept.unwrap_or_else(|| {
                 H2Node::new(
                     node.address,
                     h2_settings.clone(),
@@ -433,7 +433,14 @@ fn http2_nodes(
                     metrics.upstream_http2(&config.name, &node.address.to_string()),
                     pool_metrics.clone(),
                 )
-            })
+            });
+            // A draining or disabled node keeps no idle connection (as the HTTP/1.1
+            // side's `set_reusable(false)`): those without streams close now, the others
+            // once their streams are done.
+            if !node.is_active() {
+                h2.close_idle();
+            }
+            h2
         })
         .collect()
 }
