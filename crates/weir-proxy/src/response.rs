@@ -148,9 +148,17 @@ pub(crate) async fn respond(
         }
         client.send_last(write_timeout).await.map_err(cut)?;
     } else {
-        send_piece(client, framing, &mut buffered_body, last, write_timeout)
-            .await
-            .map_err(cut)?;
+        // On an HTTP/2 stream a piece goes out as the client's window allows: cut short,
+        // the part that went out is in the record.
+        let h2_before = client.h2().map_or(0, |stream| stream.bytes_sent);
+        if let Err(failure) =
+            send_piece(client, framing, &mut buffered_body, last, write_timeout).await
+        {
+            let h2_sent = client
+                .h2()
+                .map_or(0, |stream| stream.bytes_sent - h2_before);
+            return Err(failure.after(status, head_bytes + h2_sent));
+        }
     }
     let mut grpc_status = grpc_status_of(response.header("grpc-status"));
     if !complete {

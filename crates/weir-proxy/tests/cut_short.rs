@@ -280,3 +280,83 @@ async fn an_answer_the_node_broke_off_keeps_its_cache_status_and_bytes() {
     proxy.stop().await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// An HTTP/2 answer cut short while the client's flow-control window is closed: the record
+/// counts the DATA that went out (the first window), not the head alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_answer_cut_at_a_closed_window_counts_what_went_out() {
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let length = payload.len();
+        let mut out = vec![(length >> 16) as u8, (length >> 8) as u8, length as u8];
+        out.extend_from_slice(&[kind, flags]);
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+    let origin = TestOrigin::start("o").await;
+    let log = std::env::temp_dir().join(format!("weir-cut-h2-window-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
+         level = \"warn\"\n\
+         [pools.p]\nnodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
+         [virtual_servers.web.http2]\ncleartext = true\n",
+        log.display(),
+        origin.addr
+    );
+    let proxy = TestProxy::start(&toml).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    // GET http://a/bytes/200000: static method and scheme, literal path and authority.
+    let path = b"/bytes/200000";
+    let mut block = vec![0x82, 0x86, 0x04, path.len() as u8];
+    block.extend_from_slice(path);
+    block.extend_from_slice(&[0x01, 0x01, b'a']);
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(0x1, 0x5, 1, &block));
+    stream.write_all(&out).await.unwrap();
+    // Read until the first window (65,535 bytes of DATA) is in, acknowledging nothing.
+    let mut buffer = Vec::new();
+    let mut data = 0usize;
+    let read = async {
+        let mut chunk = [0u8; 16 * 1024];
+        while data < 65_535 {
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed early");
+            buffer.extend_from_slice(&chunk[..n]);
+            while buffer.len() >= 9 {
+                let length = usize::from(buffer[0]) << 16
+                    | usize::from(buffer[1]) << 8
+                    | usize::from(buffer[2]);
+                if buffer.len() < 9 + length {
+                    break;
+                }
+                if buffer[3] == 0x0 {
+                    data += length;
+                }
+                buffer.drain(..9 + length);
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .expect("the first window of DATA");
+    // The client gives up on the answer.
+    stream
+        .write_all(&frame(0x3, 0, 1, &8u32.to_be_bytes()))
+        .await
+        .unwrap();
+    let text = proxy.access_log(&log, 1).await;
+    let record = text.lines().next().expect("a record");
+    assert!(record.contains(r#""status":200"#), "{record}");
+    let sent = field(record, "bytes_sent");
+    assert!(
+        sent >= 65_535,
+        "{sent} bytes logged, {data} of DATA went out: {record}"
+    );
+    drop(stream);
+    proxy.stop().await;
+    origin.stop().await;
+    let _ = std::fs::remove_file(&log);
+}

@@ -29,7 +29,8 @@ pub(crate) struct H2Stream {
     body: Option<RecvStream>,
     respond: SendResponse<Bytes>,
     send: Option<SendStream<Bytes>>,
-    /// Body bytes sent to the client so far.
+    /// Body bytes handed to the codec for the client so far (a response cut short
+    /// reports them).
     pub bytes_sent: u64,
     /// The request head says chunked: [`H2Stream::read_framed`] frames DATA as chunks.
     chunked: bool,
@@ -286,8 +287,11 @@ impl H2Stream {
         timeout: Duration,
     ) -> Result<(), Error> {
         let send = self.send.as_mut().ok_or_else(head_not_sent)?;
-        self.bytes_sent += data.len() as u64;
-        send_with_capacity(send, data, end_of_stream, timeout).await?;
+        let mut sent = 0;
+        let result = send_with_capacity(send, data, end_of_stream, timeout, &mut sent).await;
+        // What the codec took, when the stream ends before the whole piece went out too.
+        self.bytes_sent += sent;
+        result?;
         if end_of_stream {
             self.send = None;
         }
@@ -328,11 +332,13 @@ fn client_gone(error: &h2::Error) -> Error {
 /// pieces of at most [`MAX_CHUNK`], waiting at most `timeout` for each window
 /// update; `end_of_stream` ends the stream with the last piece. Errors are
 /// the peer's side: it stopped reading, reset the stream, or went away.
+/// `sent` grows by the bytes handed to the codec, whether or not all of them were.
 pub(crate) async fn send_with_capacity(
     send: &mut SendStream<Bytes>,
     mut data: Bytes,
     end_of_stream: bool,
     timeout: Duration,
+    sent: &mut u64,
 ) -> Result<(), Error> {
     if data.is_empty() {
         if end_of_stream {
@@ -362,8 +368,10 @@ pub(crate) async fn send_with_capacity(
         }
         let piece = data.split_to(capacity.min(data.len()));
         let last = end_of_stream && data.is_empty();
+        let len = piece.len() as u64;
         send.send_data(piece, last)
             .map_err(|error| client_gone(&error))?;
+        *sent += len;
     }
     Ok(())
 }

@@ -294,7 +294,7 @@ where
             let length = data.len() as u64;
             clock.touch();
             match &mut to {
-                Sink::Send(send) => send_with_capacity(send, data, false, idle)
+                Sink::Send(send) => send_with_capacity(send, data, false, idle, &mut 0)
                     .await
                     .map_err(|_| End::Broken)?,
                 Sink::Write(write) => {

@@ -58,7 +58,7 @@ where
     let sent = node.send_watching(request, no_body, left).await?;
     let mut body = (!no_body).then_some(sent.body);
     if let Some(stream) = body.as_mut() {
-        send_with_capacity(stream, buffered, complete, timeout)
+        send_with_capacity(stream, buffered, complete, timeout, &mut 0)
             .await
             .map_err(|error| node_error(error, "sending the request body"))?;
         if complete {
@@ -102,7 +102,7 @@ pub(crate) async fn send_body(
     end_of_stream: bool,
     timeout: Duration,
 ) -> Result<(), Error> {
-    send_with_capacity(stream, data, end_of_stream, timeout)
+    send_with_capacity(stream, data, end_of_stream, timeout, &mut 0)
         .await
         .map_err(|error| node_error(error, "sending the request body"))
 }
