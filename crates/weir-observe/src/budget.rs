@@ -41,6 +41,12 @@ impl LogBudget {
         self.take_at(Instant::now())
     }
 
+    /// The lines left out since the last one written, which no later line will report
+    /// (at shutdown); zero afterwards.
+    pub fn left_out(&self) -> u64 {
+        self.left_out.swap(0, Ordering::Relaxed)
+    }
+
     fn take_at(&self, now: Instant) -> Option<u64> {
         let second = now.saturating_duration_since(self.start).as_secs();
         let mut window = self.window.load(Ordering::Relaxed);

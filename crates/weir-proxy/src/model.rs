@@ -225,6 +225,21 @@ impl Model {
         }
     }
 
+    /// At shutdown: says how many failed and refused requests each virtual server's log
+    /// budget left out since its last line (each is in the access log), which no later
+    /// line will say.
+    pub(crate) fn report_left_out(&self) {
+        for vs in &self.virtual_servers {
+            let (failed, refused) = (
+                vs.shared.failure_log.left_out(),
+                vs.shared.rejection_log.left_out(),
+            );
+            if failed + refused > 0 {
+                tracing::warn!(virtual_server = %vs.config.name, failed, refused, "failures and refusals not logged since the last line");
+            }
+        }
+    }
+
     /// TLS termination of every HTTPS and TLS virtual server.
     pub fn tls_terminations(&self) -> Vec<Arc<TlsTermination>> {
         self.virtual_servers

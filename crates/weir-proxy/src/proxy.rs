@@ -179,6 +179,7 @@ impl BoundProxy {
         for task in pool_tasks {
             let _ = task.await;
         }
+        self.live.current().report_left_out();
         Ok(())
     }
 }
