@@ -185,6 +185,11 @@ impl<S: AsyncRead + Unpin> Exchange<'_, S> {
                 }
             }
         }
+        // One request at a time: bytes past the response's end are the server's framing
+        // error (a body longer than its Content-Length), not the next answer.
+        if !self.buffer.is_empty() {
+            return Err(ErrorKind::Parse);
+        }
         Ok((status, keep_alive))
     }
 

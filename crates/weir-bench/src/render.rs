@@ -80,14 +80,23 @@ pub fn text(report: &Report) -> String {
         "\n  latency ms     {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "p50", "p90", "p99", "p99.9", "max", "mean"
     );
-    percentile_row(&mut out, "corrected", &report.latency_corrected);
     if settings.rate.is_some() {
+        percentile_row(&mut out, "corrected", &report.latency_corrected);
         percentile_row(&mut out, "uncorrected", &report.latency_service);
+    } else {
+        // Closed loop: each request is sent when the one before it is answered, so there is
+        // no intended send time to correct from; the row is the service time (what wrk
+        // without its own correction, h2load and ab report).
+        percentile_row(&mut out, "service", &report.latency_service);
+        let _ = writeln!(
+            out,
+            "  (closed loop: no correction for coordinated omission; --rate gives it)"
+        );
     }
     let errors = &report.errors;
     let _ = writeln!(
         out,
-        "\n  errors: connect {}, timeout {}, read {}, write {}, parse {}, tls {}; non-2xx {}; unsent {}",
+        "\n  errors: connect {}, timeout {}, read {}, write {}, parse {}, tls {}; status >= 400 {}; unsent {}",
         errors.connect,
         errors.timeout,
         errors.read,

@@ -325,7 +325,8 @@ pub struct RowResult {
     pub bytes_per_s: f64,
     /// p99 (corrected) of the slices' latency histograms merged.
     pub p99_ms: f64,
-    /// Failed requests over the row's slices.
+    /// Failed requests over the row's slices: socket, timeout, parse and TLS errors, and
+    /// answers with status >= 400.
     pub errors: u64,
     /// Load generator threads used.
     pub threads: usize,
@@ -637,7 +638,9 @@ impl Sum {
             self.handshakes.merge(&record.handshakes);
             merge_into(&mut self.handshake_time, &record.handshake_time);
         }
-        self.errors += report.errors.total;
+        // An answer with status >= 400 is no measurement of the row either (a 404 page
+        // measured as the 2 KB row): counted with the socket errors.
+        self.errors += report.errors.total + report.requests.non_2xx;
         self.wall_s += wall;
         self.threads = threads;
         match cpu {

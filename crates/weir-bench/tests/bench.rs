@@ -101,6 +101,38 @@ fn framings_head_chunked_and_errors_by_kind() {
     origin.stop();
 }
 
+/// A server that sends more body than its Content-Length says (here 100 bytes after a
+/// `Content-Length: 50`): a framing error, counted, not a success (wrk counts a read error).
+#[test]
+fn a_body_longer_than_its_content_length_is_an_error() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut answer = b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n".to_vec();
+                    answer.extend_from_slice(&[b'x'; 100]);
+                    if stream.write_all(&answer).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let mut run = settings(vec![format!("http://{address}/")], Stop::Count(10));
+    run.connections = 1;
+    run.threads = Some(1);
+    let report = weir_bench::run(&plan(run)).expect("run");
+    assert_eq!(report.errors.parse, 10, "{:?}", report.errors);
+    assert_eq!(report.requests.successful, 0);
+}
+
 #[test]
 fn siege_block_is_consistent() {
     let origin = TestOrigin::start();

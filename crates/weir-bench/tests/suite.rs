@@ -331,3 +331,30 @@ fn the_h2c_row_goes_to_a_separate_h2c_base() {
         4
     );
 }
+
+/// A target that answers 404 for every row's path: the rows count those answers as errors
+/// instead of reporting a clean measurement of 404 pages.
+#[test]
+fn answers_with_an_error_status_are_errors_of_the_row() {
+    let http = TestOrigin::start();
+    let mut run = settings(vec![target(&http, None)], 1);
+    run.targets[0].base = http.url("/no-such-prefix");
+    run.row_duration = Duration::from_millis(100);
+    let report = suite::run(&run).expect("suite");
+    http.stop();
+    let measured: Vec<_> = report
+        .rows
+        .iter()
+        .filter(|row| !row.results.is_empty())
+        .collect();
+    assert!(!measured.is_empty());
+    for row in measured {
+        let result = &row.results[0];
+        assert!(result.requests > 0, "{}", row.name);
+        assert_eq!(
+            result.errors, result.requests,
+            "{}: every answer was a 404",
+            row.name
+        );
+    }
+}

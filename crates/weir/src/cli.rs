@@ -30,7 +30,8 @@ pub enum Command {
     Reload(ReloadArgs),
     /// Run the built-in origin server (for tests, benchmarks and labs).
     Origin(OriginArgs),
-    /// Load generator: closed or open loop, latency corrected for coordinated omission.
+    /// Load generator: closed loop (service time) or open loop at a rate (latency corrected
+    /// for coordinated omission).
     Bench(BenchArgs),
     /// User-space link emulator between two network namespaces: rate, delay, jitter, loss
     /// (needs root).
