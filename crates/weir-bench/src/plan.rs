@@ -234,6 +234,16 @@ pub enum PlanError {
     /// A count that must be positive is zero; names the option.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    /// A duration that must be positive is zero; names the option.
+    #[error("{0} must be longer than zero")]
+    ZeroDuration(&'static str),
+    /// An L4 option given for a run without `tcp://` URLs; names the option.
+    #[error("{0} applies to tcp:// URLs only")]
+    TcpOnly(&'static str),
+    /// A `--header` that weir bench writes itself (the body's framing, or `Connection`
+    /// with `--close`); names it and what writes it.
+    #[error("header {0:?} is written by weir bench ({1}); it cannot be set with -H")]
+    HeaderConflict(String, &'static str),
     /// `--rate` is zero, negative or not finite.
     #[error("--rate must be a positive number of requests per second")]
     Rate,
@@ -318,6 +328,12 @@ impl Plan {
         if settings.stop == Stop::Count(0) {
             return Err(PlanError::Zero("--requests"));
         }
+        if settings.stop == Stop::Duration(Duration::ZERO) {
+            return Err(PlanError::ZeroDuration("--duration"));
+        }
+        if settings.timeout.is_zero() {
+            return Err(PlanError::ZeroDuration("--timeout"));
+        }
         let pacing = match settings.rate {
             None => Pacing::Closed,
             Some(rate) if rate.is_finite() && rate > 0.0 => Pacing::Open { rate },
@@ -345,6 +361,9 @@ impl Plan {
             refuse_tls_settings(&settings.tls)?;
             return tcp_plan(settings, mode, size, pacing);
         }
+        if settings.l4_size.is_some() {
+            return Err(PlanError::TcpOnly("--l4-size"));
+        }
         let protocol = http_protocol(&settings)?;
         let alpn: &[u8] = match protocol {
             Protocol::Http2 { .. } => b"h2",
@@ -368,6 +387,7 @@ impl Plan {
             _ => return Err(PlanError::MixedSchemes),
         };
         let headers = parse_headers(&settings.headers)?;
+        refuse_written_headers(&headers, settings.mode)?;
         let mut targets = Vec::with_capacity(settings.urls.len());
         for url in &settings.urls {
             let parsed = parse_url(url).map_err(|reason| PlanError::Url {
@@ -628,6 +648,27 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr, PlanError> {
     })
 }
 
+/// Refuses a `--header` that weir bench writes itself: the body's framing, and
+/// `Connection` with `--close`.
+fn refuse_written_headers(
+    headers: &[(String, String)],
+    mode: ConnectionMode,
+) -> Result<(), PlanError> {
+    for (name, _) in headers {
+        let writer = if name.eq_ignore_ascii_case("content-length")
+            || name.eq_ignore_ascii_case("transfer-encoding")
+        {
+            "the body's framing, from --body"
+        } else if name.eq_ignore_ascii_case("connection") && mode == ConnectionMode::Close {
+            "Connection: close, from --close"
+        } else {
+            continue;
+        };
+        return Err(PlanError::HeaderConflict(name.clone(), writer));
+    }
+    Ok(())
+}
+
 fn parse_headers(lines: &[String]) -> Result<Vec<(String, String)>, PlanError> {
     lines
         .iter()
@@ -747,6 +788,39 @@ mod tests {
             tls: TlsSettings::default(),
             http2_streams: None,
         }
+    }
+
+    /// Settings that cannot mean anything, or that would break the request weir bench
+    /// writes, are refused with the option's name rather than run.
+    #[test]
+    fn meaningless_or_conflicting_settings_are_refused() {
+        let http = || {
+            let mut settings = tcp_settings(&["http://127.0.0.1:9/"]);
+            settings.l4_size = None;
+            settings
+        };
+        let refused = |settings: Settings| Plan::new(settings).expect_err("refused").to_string();
+        let mut zero = http();
+        zero.stop = Stop::Duration(Duration::ZERO);
+        assert_eq!(refused(zero), "--duration must be longer than zero");
+        let mut zero = http();
+        zero.timeout = Duration::ZERO;
+        assert_eq!(refused(zero), "--timeout must be longer than zero");
+        let mut sized = http();
+        sized.l4_size = Some(10);
+        assert_eq!(refused(sized), "--l4-size applies to tcp:// URLs only");
+        let mut framed = http();
+        framed.headers = vec!["Content-Length: 99".into()];
+        framed.body = b"hello".to_vec();
+        assert!(refused(framed).contains("\"Content-Length\" is written by weir bench"));
+        let mut closing = http();
+        closing.mode = ConnectionMode::Close;
+        closing.headers = vec!["connection: keep-alive".into()];
+        assert!(refused(closing).contains("from --close"));
+        // Connection without --close is the user's to set.
+        let mut kept = http();
+        kept.headers = vec!["Connection: keep-alive".into()];
+        assert!(Plan::new(kept).is_ok());
     }
 
     #[test]

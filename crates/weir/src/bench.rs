@@ -95,6 +95,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     // After the report, so what was measured is still shown; the exit status says it failed.
     report.check_tls()?;
+    if report.requests.successful == 0 {
+        bail!(
+            "no request succeeded ({} answered with status >= 400, {} failed): nothing was measured",
+            report.requests.non_2xx,
+            report.errors.total
+        );
+    }
     Ok(())
 }
 

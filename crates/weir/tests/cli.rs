@@ -514,3 +514,39 @@ fn reload_refuses_a_bad_file_with_exit_code_2() {
 fn manifest_dir() -> String {
     std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
 }
+
+/// `weir bench` exits non-zero when nothing succeeded (every connect refused here), after
+/// its report, and refuses meaningless options before it runs.
+#[test]
+fn bench_fails_when_nothing_succeeded() {
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/", closed.local_addr().unwrap());
+    drop(closed);
+    let output = weir()
+        .args([
+            "bench",
+            "-c",
+            "1",
+            "-t",
+            "1",
+            "-n",
+            "5",
+            "--no-progress",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("no request succeeded"), "{stderr}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("errors: connect 5"));
+    let output = weir()
+        .args(["bench", "-d", "0s", "--no-progress", &url])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--duration must be longer than zero")
+    );
+}
