@@ -19,12 +19,12 @@ use rand::{Rng, SeedableRng};
 use tokio::task::LocalSet;
 
 use crate::http1::{BUFFER_CAPACITY, Connection, Failure, Response};
-use crate::http2;
+use crate::http2::{self, Opened};
 use crate::plan::{ConnectionMode, Plan, Protocol, Target, UrlOrder};
 use crate::progress::{self, Live};
 use crate::record::{ErrorKind, Record, micros};
 use crate::schedule::{Budget, Cadence, share};
-use crate::tls::{Handshake, TlsClient};
+use crate::tls::TlsClient;
 
 /// The timer wakes on whole milliseconds and late, by about a millisecond on average; aiming
 /// this much early centres the actual send times on the intended ones. A request sent early
@@ -241,15 +241,6 @@ async fn drive_slot(
     }
 }
 
-/// What opening a connection for one request did.
-#[derive(Debug, Default)]
-struct Opened {
-    /// A TCP connection was opened.
-    connection: bool,
-    /// And a TLS handshake completed on it.
-    handshake: Option<Handshake>,
-}
-
 /// Sends one request on the slot's connection, opening one first if there is none (or it goes
 /// elsewhere); in close mode the connection is used once. The protocol is consulted here and
 /// nowhere else in the driver: an HTTP/1.1 exchange (over TCP or TLS), or an L4 echo
@@ -268,15 +259,9 @@ async fn issue(
                 bytes: 0,
             })?;
             let tls = tls_for(plan.tls.as_ref(), target);
-            let mut h2_opened = http2::Opened::default();
-            let result = shared
-                .exchange(target.address, tls, request, &mut h2_opened)
-                .await;
-            *opened = Opened {
-                connection: h2_opened.connection,
-                handshake: h2_opened.handshake,
-            };
-            return result;
+            // `opened` is the caller's: a request that times out still counts the
+            // connection and handshake it made.
+            return shared.exchange(target.address, tls, request, opened).await;
         }
     };
     let (protocol, mode) = (plan.protocol, plan.mode);

@@ -57,7 +57,8 @@ enum State {
     },
 }
 
-/// What getting the connection did: it was opened (and handshaken) for this request.
+/// What opening a connection for one request did (HTTP/1.1, L4 and HTTP/2 alike): a TCP
+/// connection was opened, and a TLS handshake completed on it.
 #[derive(Debug, Default)]
 pub struct Opened {
     pub connection: bool,

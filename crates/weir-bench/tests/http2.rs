@@ -92,3 +92,35 @@ fn h2_plans_refuse_what_does_not_apply() {
     run.http2_streams = Some(4);
     assert!(matches!(Plan::new(run), Err(PlanError::HttpOnly("--h2"))));
 }
+
+/// A server that accepts and never speaks: each request times out, and the connections
+/// opened for them are still counted (they were lost with the timed-out request).
+#[test]
+fn requests_that_time_out_still_count_their_connections() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let server = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+        while std::time::Instant::now() < until {
+            match listener.accept() {
+                Ok((stream, _)) => held.push(stream),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        }
+    });
+    let mut run = settings(vec![format!("http://{address}/")], Stop::Count(2));
+    run.connections = 1;
+    run.threads = Some(1);
+    run.http2_streams = Some(1);
+    run.timeout = std::time::Duration::from_millis(300);
+    let report = weir_bench::run(&plan(run)).expect("run");
+    assert_eq!(report.errors.timeout, 2, "{:?}", report.errors);
+    assert!(
+        report.connections_opened >= 1,
+        "{}",
+        report.connections_opened
+    );
+    server.join().expect("server");
+}
