@@ -175,6 +175,10 @@ impl TlsClient {
             ServerName::try_from(sni.clone()).map_err(|_| TlsSetupError::Sni(sni.clone()))?;
         }
         let provider = Arc::new(aws_lc_rs::default_provider());
+        // aws-lc seeds its random generator on first use, from CPU jitter: tens of
+        // milliseconds once per process, which the first handshake of the run would be
+        // charged with. Drawn here, before the clock starts.
+        let _ = provider.secure_random.fill(&mut [0u8; 32]);
         let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_protocol_versions(settings.versions.rustls())?;
         let mut config = match &settings.cacert {
