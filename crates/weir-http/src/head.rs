@@ -160,10 +160,9 @@ impl RequestHead {
         limits: &Limits,
     ) -> Result<Option<RequestHead>, ParseError> {
         let parsed = match parse_request_in(buf, limits) {
-            Err(error) => match later_minor(buf, &error, StartLine::Request) {
-                true => parse_request_in(buf, limits),
-                false => Err(error),
-            },
+            Err(error) => with_later_minor(buf, error, StartLine::Request, |buf| {
+                parse_request_in(buf, limits)
+            }),
             parsed => parsed,
         };
         let Some(found) = parsed? else {
@@ -278,10 +277,9 @@ impl ResponseHead {
         request_method: Method,
     ) -> Result<Option<ResponseHead>, ParseError> {
         let parsed = match parse_response_in(buf, limits, request_method) {
-            Err(error) => match later_minor(buf, &error, StartLine::Status) {
-                true => parse_response_in(buf, limits, request_method),
-                false => Err(error),
-            },
+            Err(error) => with_later_minor(buf, error, StartLine::Status, |buf| {
+                parse_response_in(buf, limits, request_method)
+            }),
             parsed => parsed,
         };
         let Some(found) = parsed? else {
@@ -362,7 +360,7 @@ struct Found<T> {
 }
 
 /// A copy of `buf` with its later HTTP/1 minor version read as HTTP/1.1 (see
-/// [`later_minor`]), for the parsers that take a slice; `None` for any other error.
+/// [`with_later_minor`]), for the parsers that take a slice; `None` for any other error.
 fn later_minor_copy(buf: &[u8], error: &ParseError, start_line: StartLine) -> Option<BytesMut> {
     if error.kind != ParseErrorKind::UnsupportedVersion {
         return None;
@@ -373,20 +371,29 @@ fn later_minor_copy(buf: &[u8], error: &ParseError, start_line: StartLine) -> Op
     Some(copy)
 }
 
-/// A head refused for its version `HTTP/1.2` to `HTTP/1.9`: the version is rewritten in
-/// `buf` as `HTTP/1.1`, as which RFC 9112 §2.3 says to process it, and `true` says to
-/// parse again. Only on the error path: the usual head pays nothing for it.
-fn later_minor(buf: &mut BytesMut, error: &ParseError, start_line: StartLine) -> bool {
+/// For a head refused for its version `HTTP/1.2` to `HTTP/1.9`: `parse` again with the
+/// version read as `HTTP/1.1`, as RFC 9112 §2.3 says to process it. The rewrite stays in
+/// `buf` only when the head is whole (it is split off next); a partial or refused head
+/// leaves `buf` as it was. Only on the error path: the usual head pays nothing for it.
+fn with_later_minor<T>(
+    buf: &mut BytesMut,
+    error: ParseError,
+    start_line: StartLine,
+    parse: impl Fn(&[u8]) -> Result<Option<T>, ParseError>,
+) -> Result<Option<T>, ParseError> {
     if error.kind != ParseErrorKind::UnsupportedVersion {
-        return false;
+        return Err(error);
     }
-    match fields::later_minor_version(buf, start_line) {
-        Some(at) => {
-            buf[at] = b'1';
-            true
-        }
-        None => false,
+    let Some(at) = fields::later_minor_version(buf, start_line) else {
+        return Err(error);
+    };
+    let digit = buf[at];
+    buf[at] = b'1';
+    let parsed = parse(buf);
+    if !matches!(parsed, Ok(Some(_))) {
+        buf[at] = digit;
     }
+    parsed
 }
 
 fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestHead>>, ParseError> {

@@ -809,7 +809,10 @@ fn a_later_http1_minor_version_is_read_as_http11() {
         RequestHead::split_from(&mut buf, &Limits::default()),
         Ok(None)
     ));
-    assert_eq!(&buf[..], b"GET / HTTP/1.1\r\nHost: a\r\n");
+    assert_eq!(&buf[..], partial, "a partial head is left as it was");
+    buf.extend_from_slice(b"\r\n");
+    let head = RequestHead::split_from(&mut buf, &Limits::default());
+    assert_eq!(head.unwrap().unwrap().version(), Version::Http11);
 }
 
 #[test]
