@@ -219,8 +219,11 @@ async fn drive_slot(
             Ok(Ok(response)) => {
                 // From the intended time, or from the actual send if the timer woke early.
                 let corrected = end - (start + intended).min(sent);
+                // From when the request went out: a wait for a stream is not the server's.
+                let service = (end - sent).saturating_sub(response.queued);
                 record.bytes += response.bytes;
-                record.response(response.status, corrected, end - sent, at);
+                record.allow_streams(response.streams_allowed);
+                record.response(response.status, corrected, service, at);
                 context.live.response(context.index, micros(corrected));
                 if !response.keep_alive {
                     connection.drop_own();

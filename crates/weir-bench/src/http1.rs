@@ -55,6 +55,11 @@ pub struct Response {
     pub keep_alive: bool,
     /// Bytes read for it, head and body.
     pub bytes: u64,
+    /// How long the request waited in the client for a stream (HTTP/2, past the server's
+    /// limit on concurrent streams): not part of its service time. Zero otherwise.
+    pub queued: std::time::Duration,
+    /// HTTP/2: the concurrent streams the server allows on the connection.
+    pub streams_allowed: Option<u64>,
 }
 
 /// A failed exchange: its kind, and the bytes read before it failed.
@@ -127,6 +132,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             status,
             keep_alive,
             bytes: exchange.bytes,
+            queued: std::time::Duration::ZERO,
+            streams_allowed: None,
         }),
         Err(kind) => Err(Failure {
             kind,

@@ -5,7 +5,7 @@
 //! whole and dropped. A connection that fails (I/O, GOAWAY) is opened again by
 //! the next stream that needs it; the others wait for it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -43,6 +43,24 @@ impl H2Request {
 pub struct Shared {
     state: RefCell<State>,
     ready: Notify,
+    /// Places among the connection's open streams, in order: a stream loop past the
+    /// server's limit waits here, first come first served, where the wait is measured, not
+    /// in the codec's queue, where it would be taken for the server's time (h2load
+    /// measures from the stream's opening). Tickets handed out, and streams ended.
+    tickets: Cell<u64>,
+    ended: Cell<u64>,
+    stream_ended: Notify,
+}
+
+/// A stream's place among its connection's open streams, given back when dropped (a
+/// timed-out request included).
+struct StreamPlace<'a>(&'a Shared);
+
+impl Drop for StreamPlace<'_> {
+    fn drop(&mut self) {
+        self.0.ended.set(self.0.ended.get() + 1);
+        self.0.stream_ended.notify_waiters();
+    }
 }
 
 #[derive(Debug, Default)]
@@ -76,7 +94,30 @@ impl Shared {
         opened: &mut Opened,
     ) -> Result<Response, Failure> {
         let (send, generation) = self.connection(address, tls, opened).await?;
-        let result = exchange(send, request).await;
+        let waiting = Instant::now();
+        let ticket = self.tickets.get();
+        self.tickets.set(ticket + 1);
+        let _place = StreamPlace(self);
+        loop {
+            let ended = self.stream_ended.notified();
+            // The server's limit, from its SETTINGS (one stream before they come).
+            let allowed = send.current_max_send_streams().max(1);
+            if ticket < self.ended.get().saturating_add(allowed as u64) {
+                break;
+            }
+            ended.await;
+        }
+        let queued = waiting.elapsed();
+        let limit = send.clone();
+        let result = exchange(send, request).await.map(|mut response| {
+            response.queued = queued;
+            // By the end of a response the server's SETTINGS are in; none: no limit.
+            let allowed = limit.current_max_send_streams();
+            response.streams_allowed = (allowed < usize::MAX)
+                .then(|| u64::try_from(allowed).ok())
+                .flatten();
+            response
+        });
         if let Err((failure, connection_failed)) = &result
             && *connection_failed
         {
@@ -153,6 +194,9 @@ async fn open(
     opened.connection = true;
     let mut builder = h2::client::Builder::new();
     builder
+        // One stream until the server's SETTINGS say how many it takes: streams sent past
+        // a limit not yet known would be refused (REFUSED_STREAM) and counted as errors.
+        .initial_max_send_streams(1)
         .enable_push(false)
         .initial_window_size(1 << 20)
         .initial_connection_window_size(1 << 24);
@@ -235,6 +279,8 @@ async fn exchange(
         status,
         keep_alive: true,
         bytes,
+        queued: std::time::Duration::ZERO,
+        streams_allowed: None,
     })
 }
 

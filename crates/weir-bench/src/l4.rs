@@ -58,6 +58,8 @@ impl Connection {
             status: 0,
             keep_alive: mode == L4Mode::RequestResponse,
             bytes,
+            queued: std::time::Duration::ZERO,
+            streams_allowed: None,
         })
     }
 }

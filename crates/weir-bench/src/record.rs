@@ -77,6 +77,8 @@ pub struct Record {
     /// Open loop: requests due before the end that were never sent because the run ended.
     pub unsent: u64,
     pub connections_opened: u64,
+    /// HTTP/2: the fewest concurrent streams a server allowed on one connection.
+    pub streams_allowed: Option<u64>,
     /// TLS handshakes completed, by kind and version.
     pub handshakes: HandshakeCounts,
     /// TLS: from the start of the TCP connect to the end of the handshake, µs.
@@ -98,6 +100,7 @@ impl Record {
             errors: [0; ErrorKind::ALL.len()],
             unsent: 0,
             connections_opened: 0,
+            streams_allowed: None,
             handshakes: HandshakeCounts::default(),
             handshake_time: histogram(),
             timeline: Vec::new(),
@@ -129,6 +132,16 @@ impl Record {
         second.latency.saturating_record(corrected_us);
     }
 
+    /// Keeps the fewest concurrent streams a server allowed.
+    pub fn allow_streams(&mut self, allowed: Option<u64>) {
+        if let Some(allowed) = allowed {
+            self.streams_allowed = Some(
+                self.streams_allowed
+                    .map_or(allowed, |seen| seen.min(allowed)),
+            );
+        }
+    }
+
     pub fn error(&mut self, kind: ErrorKind, at: Duration) {
         self.errors[kind as usize] += 1;
         self.second(at).errors += 1;
@@ -154,6 +167,7 @@ impl Record {
         }
         self.unsent += other.unsent;
         self.connections_opened += other.connections_opened;
+        self.allow_streams(other.streams_allowed);
         self.handshakes.merge(&other.handshakes);
         let _ = self.handshake_time.add(&other.handshake_time);
         for (index, theirs) in other.timeline.iter().enumerate() {

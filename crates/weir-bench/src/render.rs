@@ -30,10 +30,20 @@ pub fn text(report: &Report) -> String {
         ),
         _ => match settings.streams {
             Some(streams) => (
-                format!(
-                    "{} {urls} (HTTP/2, {streams} streams per connection)",
-                    settings.method
-                ),
+                match report
+                    .http2_streams_allowed
+                    .filter(|&allowed| (allowed as usize) < streams)
+                {
+                    Some(allowed) => format!(
+                        "{} {urls} (HTTP/2, {streams} streams per connection asked, \
+                         the server allowed {allowed}: the others waited in the client)",
+                        settings.method
+                    ),
+                    None => format!(
+                        "{} {urls} (HTTP/2, {streams} streams per connection)",
+                        settings.method
+                    ),
+                },
                 "req/s",
                 "responses",
             ),

@@ -28,6 +28,9 @@ pub struct Report {
     pub requests: Requests,
     /// TCP connections opened, reconnects included.
     pub connections_opened: u64,
+    /// HTTP/2: the fewest concurrent streams the server allowed on a connection (fewer than
+    /// `settings.streams` means the other stream loops waited in the client); null otherwise.
+    pub http2_streams_allowed: Option<u64>,
     /// Responses received per second of `elapsed_s`.
     pub requests_per_s: f64,
     /// Bytes received, heads and bodies (L4: the echoed bytes).
@@ -254,6 +257,7 @@ impl Report {
                 unsent: record.unsent,
             },
             connections_opened: record.connections_opened,
+            http2_streams_allowed: record.streams_allowed,
             requests_per_s: per_second(record.responses as f64, elapsed_s),
             bytes_received: record.bytes,
             bytes_per_s: per_second(record.bytes as f64, elapsed_s),

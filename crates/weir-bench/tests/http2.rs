@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::atomic::Ordering;
 
-use common::h2::start_server;
+use common::h2::{start_server, start_server_with};
 use common::{TestCertificate, plan, settings};
 use weir_bench::{ConnectionMode, Plan, PlanError, Stop};
 
@@ -123,4 +123,30 @@ fn requests_that_time_out_still_count_their_connections() {
         report.connections_opened
     );
     server.join().expect("server");
+}
+
+/// A server that allows fewer concurrent streams than `--streams`: the report says so, no
+/// more streams than it allows are open at once, and the service time is the server's
+/// (as h2load measures it), the wait for a stream counted only from the intended send time.
+#[test]
+fn a_server_allowing_fewer_streams_is_reported_and_its_time_measured() {
+    let pause = std::time::Duration::from_millis(40);
+    let (address, counts) = start_server_with(None, Some(4), pause);
+    let mut run = settings(vec![format!("http://{address}/")], Stop::Count(64));
+    run.connections = 1;
+    run.threads = Some(1);
+    run.http2_streams = Some(16);
+    let report = weir_bench::run(&plan(run)).expect("run");
+    assert_eq!(report.requests.completed, 64, "{:?}", report.errors);
+    assert_eq!(report.http2_streams_allowed, Some(4));
+    assert!(counts.most_in_flight.load(Ordering::SeqCst) <= 4);
+    // Four at a time, 40 ms each: the service time is about one pause, the time from the
+    // intended send about four.
+    let (service, corrected) = (
+        report.latency_service.p50_ms,
+        report.latency_corrected.p50_ms,
+    );
+    assert!(service < 80.0, "service p50 {service} ms");
+    assert!(corrected > 120.0, "corrected p50 {corrected} ms");
+    assert!(weir_bench::render::text(&report).contains("the server allowed 4"));
 }

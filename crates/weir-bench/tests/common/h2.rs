@@ -20,6 +20,16 @@ pub struct Counts {
 
 /// Serves 100-byte bodies after a short pause (so streams overlap); `tls`: ALPN h2 only.
 pub fn start_server(tls: Option<&TestCertificate>) -> (SocketAddr, Arc<Counts>) {
+    start_server_with(tls, None, Duration::from_millis(2))
+}
+
+/// [`start_server`] allowing at most `max_streams` concurrent streams per connection (its
+/// SETTINGS), answering each after `pause`.
+pub fn start_server_with(
+    tls: Option<&TestCertificate>,
+    max_streams: Option<u32>,
+    pause: Duration,
+) -> (SocketAddr, Arc<Counts>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("nonblocking");
     let address = listener.local_addr().expect("address");
@@ -46,10 +56,10 @@ pub fn start_server(tls: Option<&TestCertificate>) -> (SocketAddr, Arc<Counts>) 
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
                     match acceptor {
-                        None => serve(tcp, counts).await,
+                        None => serve(tcp, counts, max_streams, pause).await,
                         Some(acceptor) => {
                             if let Ok(tls) = acceptor.accept(tcp).await {
-                                serve(tls, counts).await;
+                                serve(tls, counts, max_streams, pause).await;
                             }
                         }
                     }
@@ -60,8 +70,17 @@ pub fn start_server(tls: Option<&TestCertificate>) -> (SocketAddr, Arc<Counts>) 
     (address, counts)
 }
 
-async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: S, counts: Arc<Counts>) {
-    let Ok(mut connection) = h2::server::handshake(io).await else {
+async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    io: S,
+    counts: Arc<Counts>,
+    max_streams: Option<u32>,
+    pause: Duration,
+) {
+    let mut builder = h2::server::Builder::new();
+    if let Some(max) = max_streams {
+        builder.max_concurrent_streams(max);
+    }
+    let Ok(mut connection) = builder.handshake(io).await else {
         return;
     };
     counts.connections.fetch_add(1, Ordering::SeqCst);
@@ -73,7 +92,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: S, counts
         counts.in_flight.fetch_add(1, Ordering::SeqCst);
         let (counts, on_connection) = (Arc::clone(&counts), Arc::clone(&on_connection));
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(pause).await;
             // The stream stops counting before its answer goes out: once the client has the
             // answer it may open the next stream, which this connection's accept loop can see
             // before a decrement placed after the send would run.
