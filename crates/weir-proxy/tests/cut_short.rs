@@ -285,14 +285,7 @@ async fn an_answer_the_node_broke_off_keeps_its_cache_status_and_bytes() {
 /// counts the DATA that went out (the first window), not the head alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_answer_cut_at_a_closed_window_counts_what_went_out() {
-    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let length = payload.len();
-        let mut out = vec![(length >> 16) as u8, (length >> 8) as u8, length as u8];
-        out.extend_from_slice(&[kind, flags]);
-        out.extend_from_slice(&stream.to_be_bytes());
-        out.extend_from_slice(payload);
-        out
-    }
+    use weir_testkit::h2flood::{PREFACE, frame};
     let origin = TestOrigin::start("o").await;
     let log = std::env::temp_dir().join(format!("weir-cut-h2-window-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
@@ -312,7 +305,7 @@ async fn an_http2_answer_cut_at_a_closed_window_counts_what_went_out() {
     let mut block = vec![0x82, 0x86, 0x04, path.len() as u8];
     block.extend_from_slice(path);
     block.extend_from_slice(&[0x01, 0x01, b'a']);
-    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    let mut out = PREFACE.to_vec();
     out.extend(frame(0x4, 0, 0, &[]));
     out.extend(frame(0x1, 0x5, 1, &block));
     stream.write_all(&out).await.unwrap();

@@ -446,14 +446,7 @@ async fn h2c_answers_an_unsupported_http1_version_with_505() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_past_its_content_length_never_reaches_the_node() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let length = payload.len();
-        let mut out = vec![(length >> 16) as u8, (length >> 8) as u8, length as u8];
-        out.extend_from_slice(&[kind, flags]);
-        out.extend_from_slice(&stream.to_be_bytes());
-        out.extend_from_slice(payload);
-        out
-    }
+    use weir_testkit::h2flood::{PREFACE, frame};
     // POST http://a/ (static table), then `content-length` (static name 28) as a literal.
     let block = |length: &[u8]| {
         let mut block = vec![0x83, 0x86, 0x84, 0x01, 0x01, b'a', 0x0f, 0x0d];
@@ -464,7 +457,7 @@ async fn a_body_past_its_content_length_never_reaches_the_node() {
     let origin = TestOrigin::start("a").await;
     let proxy = proxy(&origin, false).await;
     let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
-    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    let mut out = PREFACE.to_vec();
     out.extend(frame(0x4, 0, 0, &[]));
     // END_HEADERS only: the body is to follow, though its length is 0.
     out.extend(frame(0x1, 0x4, 1, &block(b"0")));

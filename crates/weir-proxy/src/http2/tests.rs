@@ -10,6 +10,7 @@ use h2::server::SendResponse;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use weir_config::Http2;
 use weir_observe::{Flood, Http2Metrics};
+use weir_testkit::h2flood::{GET_BLOCK, POST_BLOCK, frame};
 
 use super::flood::PREFACE;
 use super::{ConnectionLimits, StreamHandler, Via, serve};
@@ -79,25 +80,6 @@ fn start_with(
     });
     (client, shutdown)
 }
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let length = payload.len();
-    let mut out = vec![
-        (length >> 16) as u8,
-        (length >> 8) as u8,
-        length as u8,
-        kind,
-        flags,
-    ];
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.extend_from_slice(payload);
-    out
-}
-
-/// `GET https://a/` in HPACK: static-table method, scheme and path, literal authority.
-const GET_BLOCK: &[u8] = &[0x82, 0x87, 0x84, 0x01, 0x01, b'a'];
-/// The same as a POST (a body follows).
-const POST_BLOCK: &[u8] = &[0x83, 0x87, 0x84, 0x01, 0x01, b'a'];
 
 /// Reads frames until a GOAWAY; returns its error code (`None`: closed without one).
 async fn goaway_code(client: &mut DuplexStream) -> Option<u32> {

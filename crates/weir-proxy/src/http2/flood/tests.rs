@@ -3,21 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::*;
+use weir_testkit::h2flood::frame;
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let length = payload.len();
-    let mut out = vec![
-        (length >> 16) as u8,
-        (length >> 8) as u8,
-        length as u8,
-        kind,
-        flags,
-    ];
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.extend_from_slice(payload);
-    out
-}
+use super::*;
 
 fn watcher() -> FrameWatch {
     let mut watch = FrameWatch::new(FloodLimits::new(64 * 1024, 16 * 1024));
