@@ -333,38 +333,33 @@ fn failed_requests_write_a_few_log_lines_a_second() {
         .stderr(std::fs::File::create(stderr.path()).unwrap())
         .spawn()
         .unwrap();
-    let weir = Running(child);
+    let mut weir = Running(child);
     let started = std::time::Instant::now();
-    let mut failed = 0;
-    for _ in 0..100 {
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", proxy_port)) else {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            continue;
-        };
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response);
-        assert!(response.starts_with("HTTP/1.1 502 "), "{response}");
-        failed += 1;
-    }
-    let mut refused = 0;
-    for _ in 0..200 {
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", proxy_port)) else {
-            continue;
-        };
-        stream
-            .write_all(b"GET /a\rb HTTP/1.1\r\nHost: t\r\n\r\n")
-            .unwrap();
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response);
-        assert!(response.starts_with("HTTP/1.1 400 "), "{response}");
-        refused += 1;
-    }
+    // `tries` requests on a connection each, every answer `status`; how many were answered.
+    let send = |tries: usize, request: &[u8], status: &str| -> u64 {
+        let mut answered = 0;
+        for _ in 0..tries {
+            let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", proxy_port)) else {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            };
+            stream.write_all(request).unwrap();
+            let mut response = String::new();
+            let _ = stream.read_to_string(&mut response);
+            assert!(response.starts_with(status), "{response}");
+            answered += 1;
+        }
+        answered
+    };
+    let request = b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let failed = send(100, request, "HTTP/1.1 502 ");
+    let refused = send(
+        200,
+        b"GET /a\rb HTTP/1.1\r\nHost: t\r\n\r\n",
+        "HTTP/1.1 400 ",
+    );
     let seconds = started.elapsed().as_secs();
     // Stopped (SIGTERM): the last line says what the budgets left out since their last line.
-    let mut weir = weir;
     let stopped = std::process::Command::new("kill")
         .args(["-TERM", &weir.0.id().to_string()])
         .status()
