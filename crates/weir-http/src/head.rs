@@ -362,10 +362,7 @@ struct Found<T> {
 /// A copy of `buf` with its later HTTP/1 minor version read as HTTP/1.1 (see
 /// [`with_later_minor`]), for the parsers that take a slice; `None` for any other error.
 fn later_minor_copy(buf: &[u8], error: &ParseError, start_line: StartLine) -> Option<BytesMut> {
-    if error.kind != ParseErrorKind::UnsupportedVersion {
-        return None;
-    }
-    let at = fields::later_minor_version(buf, start_line)?;
+    let at = later_minor_at(buf, error, start_line)?;
     let mut copy = BytesMut::from(buf);
     copy[at] = b'1';
     Some(copy)
@@ -381,10 +378,7 @@ fn with_later_minor<T>(
     start_line: StartLine,
     parse: impl Fn(&[u8]) -> Result<Option<T>, ParseError>,
 ) -> Result<Option<T>, ParseError> {
-    if error.kind != ParseErrorKind::UnsupportedVersion {
-        return Err(error);
-    }
-    let Some(at) = fields::later_minor_version(buf, start_line) else {
+    let Some(at) = later_minor_at(buf, &error, start_line) else {
         return Err(error);
     };
     let digit = buf[at];
@@ -394,6 +388,13 @@ fn with_later_minor<T>(
         buf[at] = digit;
     }
     parsed
+}
+
+/// Where the minor digit of a later HTTP/1 version sits, for a head refused for its version.
+fn later_minor_at(buf: &[u8], error: &ParseError, start_line: StartLine) -> Option<usize> {
+    (error.kind == ParseErrorKind::UnsupportedVersion)
+        .then(|| fields::later_minor_version(buf, start_line))
+        .flatten()
 }
 
 fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestHead>>, ParseError> {

@@ -734,14 +734,8 @@ fn log_failure(
             // Under load a node that is down fails every request.
             if let Some(left_out) = vs.shared.failure_log.take() {
                 let pool = pool.map(|pool| pool.name.as_str());
-                match failure.node() {
-                    Some(node) => {
-                        tracing::warn!(virtual_server = %name, client = %peer, status, pool, %node, error = %error, left_out, "request failed");
-                    }
-                    None => {
-                        tracing::warn!(virtual_server = %name, client = %peer, status, pool, error = %error, left_out, "request failed");
-                    }
-                }
+                let node = failure.node().map(tracing::field::display);
+                tracing::warn!(virtual_server = %name, client = %peer, status, pool, node, error = %error, left_out, "request failed");
             }
         }
     }

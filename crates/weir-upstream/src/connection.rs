@@ -493,15 +493,9 @@ impl NodeConnections {
     fn give_back(&self, mut connection: Connection) {
         connection.idle_since = Instant::now();
         let mut state = self.lock();
-        if state.open > state.cap {
-            // Past a cap a reload lowered: this connection's slot is gone.
-            state.open -= 1;
-            self.metrics.connections_open.set(i64::from(state.open));
-            drop(state);
-            drop(connection);
-            return;
-        }
-        while let Some(waiter) = state.waiters.pop_front() {
+        // Past a cap a reload lowered, this connection's slot is gone: no waiter gets it.
+        let past_cap = state.open > state.cap;
+        while !past_cap && let Some(waiter) = state.waiters.pop_front() {
             self.pool_metrics.queue_length.dec();
             match waiter.sender.send(Grant::Connection(connection)) {
                 Ok(()) => return,
@@ -509,7 +503,7 @@ impl NodeConnections {
                 Err(Grant::Slot) => unreachable!("we sent a connection"),
             }
         }
-        if self.retired.load(Ordering::Acquire) {
+        if past_cap || self.retired.load(Ordering::Acquire) {
             state.open -= 1;
             self.metrics.connections_open.set(i64::from(state.open));
             drop(state);
