@@ -108,11 +108,14 @@ impl Shared {
             ended.await;
         }
         let queued = waiting.elapsed();
-        let limit = send.clone();
         let result = exchange(send, request).await.map(|mut response| {
             response.queued = queued;
-            // By the end of a response the server's SETTINGS are in; none: no limit.
-            let allowed = limit.current_max_send_streams();
+            // By the end of a response the server's SETTINGS are in (read from the slot's
+            // handle, not another clone of it); none: no limit.
+            let allowed = match &*self.state.borrow() {
+                State::Open { send, .. } => send.current_max_send_streams(),
+                _ => usize::MAX,
+            };
             response.streams_allowed = (allowed < usize::MAX)
                 .then(|| u64::try_from(allowed).ok())
                 .flatten();
