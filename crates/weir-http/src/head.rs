@@ -87,11 +87,13 @@ pub struct ResponseHead {
     pub(crate) announces_absent_body: bool,
 }
 
-/// The method and target of the request line at the start of `buf`, when it is one
-/// (`METHOD SP target SP HTTP/x.y`: a token, then a target without spaces or controls),
+/// The method, target and version of the request line at the start of `buf`, when it is
+/// one (`METHOD SP target SP HTTP/...`: a token, then a target without spaces or controls),
 /// whatever the rest of the head: what the access record of a head refused whole (417, 501,
-/// a bad field) can still name. Looks at the first 8 KiB only.
-pub fn request_line(buf: &[u8]) -> Option<(&[u8], &[u8])> {
+/// 505, a bad field) can still name. The version is `Some` only when it reads `HTTP/x.y`
+/// with one digit each side (a version weir does not speak is still one to report). Looks
+/// at the first 8 KiB only.
+pub fn request_line(buf: &[u8]) -> Option<(&[u8], &[u8], Option<&[u8]>)> {
     let end = buf.iter().take(8 * 1024).position(|&b| b == b'\n')?;
     let line = buf[..end].strip_suffix(b"\r").unwrap_or(&buf[..end]);
     let mut parts = line.split(|&b| b == b' ');
@@ -102,7 +104,9 @@ pub fn request_line(buf: &[u8]) -> Option<(&[u8], &[u8])> {
         && !target.is_empty()
         && target.iter().all(u8::is_ascii_graphic)
         && version.starts_with(b"HTTP/");
-    sound.then_some((method, target))
+    let digits = matches!(version, [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+        if major.is_ascii_digit() && minor.is_ascii_digit());
+    sound.then_some((method, target, digits.then_some(version)))
 }
 
 /// Parses a request head at the start of `buf`. On `Complete(head, n)` the

@@ -813,8 +813,10 @@ async fn answer_failure(
     // A head refused whole (417, 501, a bad field) still names its method and target in
     // the record when its request line is sound; it is still in `read_buf`.
     let line = match head {
-        None => weir_http::request_line(&client.read_buf)
-            .map(|(method, target)| (lossy(method).to_owned(), lossy(target).to_owned())),
+        None => weir_http::request_line(&client.read_buf).map(|(method, target, version)| {
+            let version = version.map(|v| lossy(v).to_owned());
+            (lossy(method).to_owned(), lossy(target).to_owned(), version)
+        }),
         Some(_) => None,
     };
     // Without a request, the head failed: `read_head` left when it began in `since`.
@@ -889,14 +891,20 @@ async fn answer_failure(
             virtual_server: &vs.config.name,
             client: client.peer,
             method: head.map_or_else(
-                || line.as_ref().map_or("-", |(method, _)| method.as_str()),
+                || line.as_ref().map_or("-", |(method, _, _)| method.as_str()),
                 |h| lossy(h.method_bytes()),
             ),
             target: head.map_or_else(
-                || line.as_ref().map_or("-", |(_, target)| target.as_str()),
+                || line.as_ref().map_or("-", |(_, target, _)| target.as_str()),
                 |h| lossy(h.target()),
             ),
-            version: client.version_label(version),
+            // A head refused whole: the version its request line named (a 505's
+            // `HTTP/2.0`), else none to report.
+            version: match (head, &line) {
+                (None, Some((_, _, Some(version)))) if !client.is_h2() => version,
+                (None, _) if !client.is_h2() => "-",
+                _ => client.version_label(version),
+            },
             status,
             bytes_sent: logged_bytes,
             pool: pool.map(|p| p.name.as_str()),

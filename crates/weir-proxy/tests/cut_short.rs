@@ -1,6 +1,7 @@
 //! Requests that end early are still requests: a client that leaves in the middle of its
 //! body, or in the middle of the answer, gets an access record and is counted, with the
-//! status its answer had (499 when it had none). And the timings such a record gives.
+//! status its answer had (499 when it had none); so does a head refused whole, with what
+//! its request line named. And the timings such a record gives.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -104,6 +105,40 @@ async fn a_client_gone_mid_body_is_logged_as_499() {
         text.contains("weir_requests_total{virtual_server=\"web\",class=\"4xx\"} 1"),
         "{text}"
     );
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_refused_whole_is_logged_with_what_its_request_line_named() {
+    let setup = setup("refused").await;
+    for head in [
+        &b"GET /two HTTP/2.0\r\nHost: t\r\n\r\n"[..],
+        b"\x01\x02 junk\r\n\r\n",
+    ] {
+        let mut stream = TcpStream::connect(setup.proxy.addr).await.unwrap();
+        stream.write_all(head).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+    }
+    let records = setup.records(2).await;
+    assert_eq!(records.len(), 2, "{records:?}");
+    // A version weir does not speak: 505, and the record says which version it was.
+    for field in [
+        r#""status":505"#,
+        r#""method":"GET""#,
+        r#""uri":"/two""#,
+        r#""version":"HTTP/2.0""#,
+    ] {
+        assert!(records[0].contains(field), "{field}: {records:?}");
+    }
+    // No request line at all: nothing of one is reported, not even a version.
+    for field in [
+        r#""status":400"#,
+        r#""method":"-""#,
+        r#""version":"-""#,
+    ] {
+        assert!(records[1].contains(field), "{field}: {records:?}");
+    }
     setup.stop().await;
 }
 
