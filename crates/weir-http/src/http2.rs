@@ -225,8 +225,15 @@ pub fn request_to_h2_edited<E: HeaderEdit + ?Sized>(
         .ok_or(ParseError::invalid("forwarded head incomplete"))?;
     let authority = forwarded.host().unwrap_or_default();
     let mut uri = http::uri::Builder::new();
+    // An HTTP/1.0 request without `Host` has no authority to convey, and an intermediary
+    // must not make one up (RFC 9113 §8.3.1): its URI is the path alone, and the request
+    // is marked as forwarded from HTTP/1.x, for which the `h2` crate sends `:scheme`
+    // (`http`) and `:path` without `:authority`.
+    let no_authority = authority.is_empty() && head.method() != Method::Connect;
     if head.method() == Method::Connect {
         uri = uri.authority(authority);
+    } else if no_authority {
+        uri = uri.path_and_query(forwarded.target());
     } else {
         uri = uri
             .scheme(scheme)
@@ -241,7 +248,10 @@ pub fn request_to_h2_edited<E: HeaderEdit + ?Sized>(
     let mut request = http::Request::new(());
     *request.method_mut() = method;
     *request.uri_mut() = uri;
-    *request.version_mut() = http::Version::HTTP_2;
+    *request.version_mut() = match no_authority {
+        true => http::Version::HTTP_10,
+        false => http::Version::HTTP_2,
+    };
     *request.headers_mut() = h2_fields(forwarded.headers(), |kind, value| match kind {
         FieldKind::Host => false,
         FieldKind::Te => is_te_trailers(value),

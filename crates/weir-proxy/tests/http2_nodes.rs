@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use weir_testkit::TestProxy;
 
@@ -308,6 +309,26 @@ async fn http1_clients_reach_an_h2c_node() {
     proxy.stop().await;
 }
 
+/// An HTTP/1.0 request may come without `Host`: it has no authority to convey, so it
+/// reaches an HTTP/2 node without `:authority` (RFC 9113 §8.3.1), not refused by weir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http10_request_without_host_reaches_an_h2c_node() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "").await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.expect("connect");
+    stream
+        .write_all(b"GET /old HTTP/1.0\r\n\r\n")
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+    assert!(answer.ends_with("h2 node: GET /old authority=- body=\n"), "{answer}");
+    assert_eq!(node.streams.load(Ordering::Relaxed), 1);
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_clients_reach_an_h2c_node_with_trailers() {
     let node = h2_node().await;
@@ -479,7 +500,6 @@ async fn the_access_log_records_http2_and_the_grpc_status() {
 /// queue: the node never sees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_whose_client_left_the_queue_never_reaches_the_h2_node() {
-    use tokio::io::AsyncWriteExt;
     let node = h2_node().await;
     let proxy = TestProxy::start(&weir_testkit::config(
         &[node.addr],
@@ -514,7 +534,6 @@ async fn a_request_whose_client_left_the_queue_never_reaches_the_h2_node() {
 /// stream at the node with it (reset), and the request counts as the client's 499.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_leaves_while_the_h2_node_works_takes_its_stream_with_it() {
-    use tokio::io::AsyncWriteExt;
     let node = h2_node().await;
     let proxy = TestProxy::start(&weir_testkit::config(
         &[node.addr],
@@ -548,7 +567,6 @@ async fn a_client_that_leaves_while_the_h2_node_works_takes_its_stream_with_it()
 /// answer, as one from an HTTP/1.1 node does (RFC 9110 §15.2: a proxy forwards 1xx).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_hints_from_an_h2_node_reach_the_client() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let node = h2_node().await;
     let proxy = proxy(node.addr, "").await;
     let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
