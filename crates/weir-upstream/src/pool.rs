@@ -236,19 +236,21 @@ impl Pool {
     pub fn select(&self, tried: Tried, now: Instant) -> Option<usize> {
         let available =
             |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
-        if self.config.protocol == weir_config::UpstreamProtocol::Http1 {
+        let picked = if self.config.protocol == weir_config::UpstreamProtocol::Http1 {
+            // Nodes with room under their cap, then in their queue, then any: one
+            // choice (see `Balancer::pick_tiered`).
             let connections = &self.config.connections;
             let cap = connections.max_connections.get();
-            for room in [cap, cap.saturating_add(connections.queue_length)] {
-                let with_room =
-                    |index: usize| available(index) && self.nodes[index].in_flight() < room;
-                if let Some(index) = self.balancer.pick(&self.nodes, &with_room) {
-                    return Some(index);
-                }
-            }
-        }
-        if let Some(index) = self.balancer.pick(&self.nodes, &available) {
-            return Some(index);
+            let queued = cap.saturating_add(connections.queue_length);
+            let under_cap = |index: usize| available(index) && self.nodes[index].in_flight() < cap;
+            let in_queue = |index: usize| available(index) && self.nodes[index].in_flight() < queued;
+            self.balancer
+                .pick_tiered(&self.nodes, &[&under_cap, &in_queue, &available])
+        } else {
+            self.balancer.pick(&self.nodes, &available)
+        };
+        if picked.is_some() {
+            return picked;
         }
         if self.config.fail_open {
             // Fail-open ignores health, never the operator: draining and disabled

@@ -27,16 +27,32 @@ impl RoundRobin {
 
 impl Balancer for RoundRobin {
     fn pick(&self, nodes: &[Arc<NodeState>], eligible: &dyn Fn(usize) -> bool) -> Option<usize> {
+        self.pick_tiered(nodes, &[eligible])
+    }
+
+    fn pick_tiered(
+        &self,
+        nodes: &[Arc<NodeState>],
+        tiers: &[&dyn Fn(usize) -> bool],
+    ) -> Option<usize> {
         let len = nodes.len();
         if len == 0 {
             return None;
         }
         let turn = self.next.fetch_add(1, Ordering::Relaxed);
         let index = (turn % len as u64) as usize;
-        if eligible(index) {
-            return Some(index);
+        for eligible in tiers {
+            if eligible(index) {
+                return Some(index);
+            }
+            // Handed on within the first tier that has a node; a tier without one
+            // takes no turn of the second counter either.
+            let rank = self.handed_on.load(Ordering::Relaxed);
+            if let Some(handed) = nth_eligible(len, eligible, rank) {
+                self.handed_on.fetch_add(1, Ordering::Relaxed);
+                return Some(handed);
+            }
         }
-        let rank = self.handed_on.fetch_add(1, Ordering::Relaxed);
-        nth_eligible(len, eligible, rank)
+        None
     }
 }

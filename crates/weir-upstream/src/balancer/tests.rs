@@ -390,3 +390,27 @@ fn perceptive_probes_a_new_node_without_flooding_it() {
     assert!(early[2] > 0, "the new node is probed at once: {early:?}");
     assert!(share(&early, 2) < 0.7, "but not flooded: {early:?}");
 }
+
+/// When no node is in the first tier (every node at its cap), the balancers that take
+/// turns still spread the choice over all nodes of the next tier: one turn per choice,
+/// not one per tier tried (which sent every queued request of an even count of nodes to
+/// the same half of them).
+#[test]
+fn a_choice_over_tiers_takes_one_turn() {
+    let nodes = nodes(&[1, 1, 1, 1]);
+    let none = |_: usize| false;
+    for algorithm in [Algorithm::RoundRobin, Algorithm::WeightedRoundRobin] {
+        let balancer = for_algorithm(algorithm, &nodes);
+        let mut counts = vec![0; nodes.len()];
+        for _ in 0..400 {
+            let index = balancer
+                .pick_tiered(&nodes, &[&none, &all])
+                .expect("a node of the second tier");
+            counts[index] += 1;
+        }
+        assert_eq!(counts, [100; 4], "{algorithm:?}");
+        // The first tier still wins when it has a node.
+        let only_two = |index: usize| index == 2;
+        assert_eq!(balancer.pick_tiered(&nodes, &[&only_two, &all]), Some(2));
+    }
+}

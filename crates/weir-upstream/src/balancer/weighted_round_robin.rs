@@ -81,17 +81,32 @@ impl WeightedRoundRobin {
 
 impl Balancer for WeightedRoundRobin {
     fn pick(&self, nodes: &[Arc<NodeState>], eligible: &dyn Fn(usize) -> bool) -> Option<usize> {
+        self.pick_tiered(nodes, &[eligible])
+    }
+
+    fn pick_tiered(
+        &self,
+        nodes: &[Arc<NodeState>],
+        tiers: &[&dyn Fn(usize) -> bool],
+    ) -> Option<usize> {
         if nodes.is_empty() {
             return None;
         }
-        if !self.schedule.is_empty() {
+        // One turn of the schedule for the whole choice (see `Balancer::pick_tiered`).
+        let scheduled = (!self.schedule.is_empty()).then(|| {
             let turn = self.next.fetch_add(1, Ordering::Relaxed);
-            let index = self.schedule[(turn % self.schedule.len() as u64) as usize] as usize;
-            if index < nodes.len() && eligible(index) {
+            self.schedule[(turn % self.schedule.len() as u64) as usize] as usize
+        });
+        for eligible in tiers {
+            if let Some(index) = scheduled.filter(|&index| index < nodes.len() && eligible(index)) {
+                return Some(index);
+            }
+            // `hand_on` takes a turn of its own only when the tier has a node.
+            if let Some(index) = self.hand_on(nodes, eligible) {
                 return Some(index);
             }
         }
-        self.hand_on(nodes, eligible)
+        None
     }
 }
 
