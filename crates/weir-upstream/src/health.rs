@@ -104,12 +104,23 @@ impl RiseFall {
 
     /// A verdict that starts at `state`, with no result counted yet.
     pub fn starting(rise: NonZeroU32, fall: NonZeroU32, state: Health) -> RiseFall {
+        RiseFall::resuming(rise, fall, state, 0)
+    }
+
+    /// A verdict at `state` with `count` results against it already seen (a monitor
+    /// restarted by a reload goes on from its predecessor's count).
+    pub fn resuming(rise: NonZeroU32, fall: NonZeroU32, state: Health, count: u32) -> RiseFall {
         RiseFall {
             rise: rise.get(),
             fall: fall.get(),
             state,
-            count: 0,
+            count,
         }
+    }
+
+    /// Consecutive results against the verdict seen so far.
+    pub fn count(&self) -> u32 {
+        self.count
     }
 
     /// The verdict now.
@@ -327,7 +338,10 @@ async fn run_monitor(
     } else {
         Health::Down
     };
-    let mut verdict = RiseFall::starting(monitor.rise, monitor.fall, start);
+    // A reload that rebuilt the pool restarts its monitors: the count of checks in a row
+    // against the verdict goes on from where the last monitor left it, so a pool changed
+    // more often than `fall` intervals still marks a failing node down.
+    let mut verdict = RiseFall::resuming(monitor.rise, monitor.fall, start, node.check_streak());
     // The first check comes at once, give or take the jitter.
     let mut delay = monitor
         .interval
@@ -362,7 +376,9 @@ async fn run_monitor(
             delay = jittered(monitor.interval);
             continue;
         }
-        match (&outcome, verdict.observe(outcome.is_ok())) {
+        let transition = verdict.observe(outcome.is_ok());
+        node.set_check_streak(verdict.count());
+        match (&outcome, transition) {
             (Err(reason), Some(Transition::WentDown)) => {
                 node.set_active_up(false);
                 tracing::warn!(

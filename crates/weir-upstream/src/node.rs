@@ -33,6 +33,9 @@ pub struct NodeState {
     ewma_nanos: AtomicU64,
     /// The active monitor's verdict (true when there is no monitor).
     active_up: AtomicBool,
+    /// The active monitor's consecutive results against its verdict, kept here so
+    /// that a monitor restarted by a reload of the pool counts on from them.
+    check_streak: AtomicU32,
     /// Nanoseconds after `epoch` until which the node is ejected; 0 when not ejected.
     ejected_until: AtomicU64,
     epoch: Instant,
@@ -75,6 +78,7 @@ impl NodeState {
             in_flight: AtomicU32::new(0),
             ewma_nanos: AtomicU64::new(0),
             active_up: AtomicBool::new(true),
+            check_streak: AtomicU32::new(0),
             ejected_until: AtomicU64::new(0),
             epoch: Instant::now(),
             failure_threshold: AtomicU32::new(passive_config.consecutive_failures),
@@ -193,6 +197,16 @@ impl NodeState {
     /// The active health monitor's verdict (up when there is no monitor).
     pub fn is_active_up(&self) -> bool {
         self.active_up.load(Ordering::Relaxed)
+    }
+
+    /// The active monitor's consecutive check results against its verdict.
+    pub fn check_streak(&self) -> u32 {
+        self.check_streak.load(Ordering::Relaxed)
+    }
+
+    /// Keeps the active monitor's count of consecutive results against its verdict.
+    pub fn set_check_streak(&self, streak: u32) {
+        self.check_streak.store(streak, Ordering::Relaxed);
     }
 
     /// A request to this node succeeded: resets the passive failure count.

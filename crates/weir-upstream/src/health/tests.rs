@@ -495,3 +495,61 @@ async fn no_check_while_the_node_is_at_its_cap() {
     wait_for_active_up(&node, false).await;
     stop_monitors(owner, tasks).await;
 }
+
+/// A monitor restarted (as a reload of its pool restarts it) counts on from the checks
+/// its predecessor made: three monitors that each saw one failed check of a `fall = 3`
+/// monitor mark the node down, where each starting from nothing never would.
+#[tokio::test]
+async fn a_restarted_monitor_counts_on_from_the_last_ones_checks() {
+    let listener = listen(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let address = listener.local_addr().unwrap();
+    let (server, checks) = counted_500s(listener);
+    let node = node_at(address, passive_off());
+    let settings = HealthMonitor {
+        // Long enough that each monitor makes only its first check (within a tenth of it).
+        interval: Duration::from_secs(30),
+        fall: count(3),
+        ..monitor(http_check(), Duration::from_millis(500))
+    };
+    for seen in 1..=3 {
+        assert!(node.is_active_up(), "down after {} checks", seen - 1);
+        let (owner, signal) = Shutdown::new();
+        let tasks = spawn_monitors("web", &[Arc::clone(&node)], &settings, (None, &[]), signal);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while checks.load(Ordering::Relaxed) < seen {
+            assert!(Instant::now() < deadline, "check {seen} never came");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The answer is read and counted within a moment; the next check is 27 s away.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stop_monitors(owner, tasks).await;
+    }
+    assert!(!node.is_active_up(), "three failed checks in a row, over three monitors");
+    server.abort();
+}
+
+/// Answers every request 500 and counts them.
+fn counted_500s(
+    listener: TcpListener,
+) -> (tokio::task::JoinHandle<()>, Arc<std::sync::atomic::AtomicUsize>) {
+    let checks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&checks);
+    let server = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                while !request.ends_with(b"\r\n\r\n") {
+                    if stream.read_buf(&mut request).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                }
+                counted.fetch_add(1, Ordering::Relaxed);
+                let _ = stream
+                    .write_all(b"HTTP/1.1 500 Broken\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    (server, checks)
+}
