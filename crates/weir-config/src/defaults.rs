@@ -75,6 +75,7 @@ pub(crate) const HEALTH_FALL: NonZeroU32 = nonzero(3);
 pub(crate) const CONSECUTIVE_FAILURES: u32 = 5;
 pub(crate) const BASE_EJECTION: Duration = Duration::from_secs(10);
 pub(crate) const MAX_EJECTION: Duration = Duration::from_secs(5 * 60);
+pub(crate) const MAX_EJECTED_PERCENT: u32 = 50;
 
 pub(crate) const ORIGIN_KEEP_ALIVE: bool = true;
 
@@ -225,6 +226,7 @@ impl Default for PassiveHealth {
             consecutive_failures: CONSECUTIVE_FAILURES,
             base_ejection: BASE_EJECTION,
             max_ejection: MAX_EJECTION,
+            max_ejected_percent: MAX_EJECTED_PERCENT,
         }
     }
 }

@@ -561,6 +561,10 @@ pub struct PassiveHealth {
     pub base_ejection: Duration,
     /// Upper bound on an ejection.
     pub max_ejection: Duration,
+    /// At most this share of the pool's nodes, in percent, is ejected at once (at least
+    /// one node): failures that a client can cause everywhere (one URL that answers 500)
+    /// must not take the whole pool out while its nodes are up.
+    pub max_ejected_percent: u32,
 }
 
 /// A built-in origin server started by `weir serve` (see `weir origin`).

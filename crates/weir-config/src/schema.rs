@@ -276,6 +276,7 @@ pub struct PassiveHealthTable {
     pub consecutive_failures: Option<i64>,
     pub base_ejection: Option<DurationText>,
     pub max_ejection: Option<DurationText>,
+    pub max_ejected_percent: Option<i64>,
 }
 
 /// `[[origins]]`

@@ -276,6 +276,39 @@ async fn shutdown_drains_in_flight_requests() {
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
 
+/// One URL that answers 500 on every node (a client can ask for it as often as it likes)
+/// ejects at most `max_ejected_percent` of the pool (half by default, at least one node):
+/// the other nodes keep serving, instead of the whole pool answering 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_that_fails_on_every_node_does_not_eject_the_whole_pool() {
+    let origins = [
+        TestOrigin::start("a").await,
+        TestOrigin::start("b").await,
+        TestOrigin::start("c").await,
+    ];
+    let addrs: Vec<SocketAddr> = origins.iter().map(|origin| origin.addr).collect();
+    let proxy = TestProxy::start(&config(&addrs, "algorithm = \"round_robin\"", "")).await;
+    for _ in 0..30 {
+        let response = client::get(proxy.addr, "/status/500").await.unwrap();
+        assert_eq!(response.status, 500);
+    }
+    for _ in 0..6 {
+        let response = client::get(proxy.addr, "/").await.unwrap();
+        assert_eq!(response.status, 200);
+    }
+    let now = std::time::Instant::now();
+    let ejected = proxy.pools[0]
+        .nodes
+        .iter()
+        .filter(|node| node.is_ejected(now))
+        .count();
+    assert_eq!(ejected, 1, "one node of three (50 %, rounded down)");
+    proxy.stop().await;
+    for origin in origins {
+        origin.stop().await;
+    }
+}
+
 /// A pooled connection that the node closed while idle is not used: the
 /// next request goes out on a fresh connection and succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

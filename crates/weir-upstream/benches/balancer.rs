@@ -29,6 +29,7 @@ fn nodes() -> Vec<Arc<NodeState>> {
                 consecutive_failures: 5,
                 base_ejection: Duration::from_secs(10),
                 max_ejection: Duration::from_secs(300),
+                max_ejected_percent: 100,
             };
             let node = NodeState::new(
                 address,

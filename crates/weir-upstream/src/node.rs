@@ -53,6 +53,22 @@ struct PassiveState {
     consecutive_failures: u32,
     /// Ejections in a row without a success in between; doubles the next ejection.
     ejections: u32,
+    /// An ejection is being held back (the pool has its share out): said once.
+    held: bool,
+}
+
+/// What a failure did to a node's passive health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passive {
+    /// Counted (or not counted: passive health off, or the node ejected already).
+    Counted,
+    /// It reached the threshold and ejected the node.
+    Ejected,
+    /// It reached the threshold, and the ejection was held back.
+    Held {
+        /// The first time since the node's last success or ejection.
+        first: bool,
+    },
 }
 
 /// Counts one request in flight on a node until dropped.
@@ -221,25 +237,40 @@ impl NodeState {
         let mut state = self.passive.lock().unwrap_or_else(|e| e.into_inner());
         state.consecutive_failures = 0;
         state.ejections = 0;
+        state.held = false;
         self.passive_dirty.store(false, Ordering::Relaxed);
     }
 
     /// A connect failure or 5xx from this node. Returns true if it ejected the node.
     pub fn record_failure(&self, now: Instant) -> bool {
+        self.record_failure_unless(now, || false) == Passive::Ejected
+    }
+
+    /// [`NodeState::record_failure`], where the ejection it would cause is held back
+    /// while `held()` says so (the pool has its share of nodes out already); the count
+    /// stays at the threshold, so the next failure asks again.
+    pub fn record_failure_unless(&self, now: Instant, held: impl FnOnce() -> bool) -> Passive {
         if self.failure_threshold.load(Ordering::Relaxed) == 0 {
-            return false;
+            return Passive::Counted;
         }
         // Failures of requests already in flight when the node was ejected are
         // not counted: after the ejection it starts from a clean count.
         if self.is_ejected(now) {
-            return false;
+            return Passive::Counted;
         }
         let mut state = self.passive.lock().unwrap_or_else(|e| e.into_inner());
         self.passive_dirty.store(true, Ordering::Relaxed);
-        state.consecutive_failures += 1;
-        if state.consecutive_failures < state.config.consecutive_failures.max(1) {
-            return false;
+        let threshold = state.config.consecutive_failures.max(1);
+        state.consecutive_failures = (state.consecutive_failures + 1).min(threshold);
+        if state.consecutive_failures < threshold {
+            return Passive::Counted;
         }
+        if held() {
+            let first = !state.held;
+            state.held = true;
+            return Passive::Held { first };
+        }
+        state.held = false;
         let doubling = state.ejections.min(20);
         let ejection = state
             .config
@@ -252,7 +283,7 @@ impl NodeState {
         self.ejected_until.store(until.max(1), Ordering::Relaxed);
         self.metrics.ejections.inc();
         self.metrics.healthy.set(0);
-        true
+        Passive::Ejected
     }
 
     /// Updates the `healthy` gauge from the current state (called by monitors and the reaper):

@@ -71,16 +71,40 @@ impl Tried {
 impl Pool {
     /// Passive health: a connect failure, a 5xx or a failed exchange at `node`, one of this
     /// pool's nodes. Logs the ejection it may cause; returns whether it did.
+    ///
+    /// At most `max_ejected_percent` of the pool's nodes (at least one) are ejected at
+    /// once: past it a node that reaches its count of failures stays in (logged once per
+    /// held outage), so failures a client can cause on every node, such as one URL that
+    /// answers 500, cannot eject the whole pool while its nodes are up.
     pub fn record_failure(&self, node: &NodeState, now: std::time::Instant) -> bool {
-        let ejected = node.record_failure(now);
-        if ejected {
-            tracing::warn!(
-                pool = %self.name,
-                node = %node.address,
-                "node ejected by passive health checks (consecutive failures)"
-            );
+        let percent = self.config.passive_health.max_ejected_percent as usize;
+        let allowed = (self.nodes.len() * percent / 100).max(1);
+        let full = || {
+            let ejected = self.nodes.iter().filter(|n| n.is_ejected(now)).count();
+            ejected >= allowed
+        };
+        match node.record_failure_unless(now, full) {
+            crate::node::Passive::Ejected => {
+                tracing::warn!(
+                    pool = %self.name,
+                    node = %node.address,
+                    "node ejected by passive health checks (consecutive failures)"
+                );
+                true
+            }
+            crate::node::Passive::Held { first } => {
+                if first {
+                    tracing::warn!(
+                        pool = %self.name,
+                        node = %node.address,
+                        ejected = allowed,
+                        "node not ejected by passive health: the pool has max_ejected_percent of its nodes out already"
+                    );
+                }
+                false
+            }
+            crate::node::Passive::Counted => false,
         }
-        ejected
     }
 
     /// Builds the pool. `tls` must be given exactly when `config.tls` is set

@@ -537,6 +537,12 @@ impl Checker {
             ),
             base_ejection,
             max_ejection,
+            max_ejected_percent: self.count(
+                &path.key("max_ejected_percent"),
+                table.max_ejected_percent,
+                defaults::MAX_EJECTED_PERCENT,
+                1..=100,
+            ),
         }
     }
 }

@@ -26,6 +26,7 @@ fn nodes(weights: &[u32]) -> Vec<Arc<NodeState>> {
                 consecutive_failures: 0,
                 base_ejection: Duration::from_secs(1),
                 max_ejection: Duration::from_secs(10),
+                max_ejected_percent: 100,
             };
             let node_metrics = metrics.node("test", &address.to_string());
             Arc::new(NodeState::new(address, weight, passive, node_metrics))

@@ -129,6 +129,7 @@ fn passive_off() -> PassiveHealth {
         consecutive_failures: 0,
         base_ejection: Duration::from_secs(1),
         max_ejection: Duration::from_secs(1),
+        max_ejected_percent: 100,
     }
 }
 
@@ -340,6 +341,7 @@ fn passive(consecutive_failures: u32) -> PassiveHealth {
         consecutive_failures,
         base_ejection: Duration::from_secs(1),
         max_ejection: Duration::from_secs(5),
+        max_ejected_percent: 100,
     }
 }
 
@@ -427,6 +429,7 @@ fn failures_during_an_ejection_do_not_count_after_it() {
         consecutive_failures: 3,
         base_ejection: std::time::Duration::from_secs(1),
         max_ejection: std::time::Duration::from_secs(10),
+        max_ejected_percent: 100,
     };
     let node = NodeState::new(
         "127.0.0.1:1".parse().unwrap(),

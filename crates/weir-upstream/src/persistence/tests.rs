@@ -18,6 +18,7 @@ fn nodes(count: usize) -> Vec<Arc<NodeState>> {
                 consecutive_failures: 0,
                 base_ejection: Duration::from_secs(1),
                 max_ejection: Duration::from_secs(10),
+                max_ejected_percent: 100,
             };
             let metrics = Metrics::new().node("p", &address.to_string());
             Arc::new(NodeState::new(address, 1, passive, metrics))

@@ -16,6 +16,7 @@ fn node(_position: usize, address: SocketAddr, weight: u32) -> Arc<NodeState> {
         consecutive_failures: 0,
         base_ejection: Duration::from_secs(1),
         max_ejection: Duration::from_secs(10),
+        max_ejected_percent: 100,
     };
     let metrics = Metrics::new().node("hash", &address.to_string());
     Arc::new(NodeState::new(address, weight, passive, metrics))
