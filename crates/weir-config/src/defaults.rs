@@ -327,7 +327,22 @@ pub(crate) const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) const UPSTREAM_H2_MAX_CONCURRENT_STREAMS: u32 = 100;
 pub(crate) const UPSTREAM_H2_INITIAL_STREAM_WINDOW: u64 = 1024 * 1024;
-pub(crate) const UPSTREAM_H2_INITIAL_CONNECTION_WINDOW: u64 = 4 * 1024 * 1024;
+
+/// The connection window towards a node when the file sets none: room for every stream's
+/// own window at once (at most HTTP/2's largest window). The stream windows already bound
+/// what weir holds; a smaller connection window bounds nothing more, and lets a few streams
+/// whose clients stopped reading stall every other stream of the connection.
+pub(crate) const fn upstream_h2_connection_window(streams: u32, stream_window: u32) -> u64 {
+    let room = streams as u64 * stream_window as u64;
+    let most = (1 << 31) - 1;
+    if room < 64 * KIB {
+        64 * KIB
+    } else if room > most {
+        most
+    } else {
+        room
+    }
+}
 pub(crate) const UPSTREAM_H2_PING_INTERVAL: Duration = Duration::from_secs(10);
 pub(crate) const UPSTREAM_H2_PING_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -354,7 +369,10 @@ impl Default for crate::model::UpstreamHttp2 {
         crate::model::UpstreamHttp2 {
             max_concurrent_streams: UPSTREAM_H2_MAX_CONCURRENT_STREAMS,
             initial_stream_window: UPSTREAM_H2_INITIAL_STREAM_WINDOW as u32,
-            initial_connection_window: UPSTREAM_H2_INITIAL_CONNECTION_WINDOW as u32,
+            initial_connection_window: upstream_h2_connection_window(
+                UPSTREAM_H2_MAX_CONCURRENT_STREAMS,
+                UPSTREAM_H2_INITIAL_STREAM_WINDOW as u32,
+            ) as u32,
             ping_interval: UPSTREAM_H2_PING_INTERVAL,
             ping_timeout: UPSTREAM_H2_PING_TIMEOUT,
         }

@@ -100,6 +100,20 @@ async fn answer(
     if request.uri().path() == "/slow" {
         tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     }
+    if request.uri().path() == "/big" {
+        // 8 MiB, sent as the windows allow.
+        let head = http::Response::builder()
+            .status(200)
+            .header("content-length", 8 << 20)
+            .body(())
+            .expect("response");
+        if let Ok(mut send) = respond.send_response(head, false) {
+            let _ = send.send_data(Bytes::from(vec![b'x'; 8 << 20]), true);
+            // The codec sends what it holds while the connection lives.
+            std::future::pending::<()>().await;
+        }
+        return;
+    }
     if request.uri().path() == "/hints" {
         let hints = http::Response::builder()
             .status(103)
@@ -306,6 +320,36 @@ async fn http1_clients_reach_an_h2c_node() {
         curl(args(&["--http1.1", &format!("{url}/")]), b"").await;
     }
     assert_eq!(node.connections.load(Ordering::Relaxed), 1);
+    proxy.stop().await;
+}
+
+/// Clients that stop reading long answers hold only their own streams' windows: the
+/// node's connection keeps room for its other streams (its window covers every stream's),
+/// so other clients of the node are still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_reading_do_not_stall_the_other_streams_of_a_node() {
+    let node = h2_node().await;
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node.addr],
+        "protocol = \"h2c\"\n[pools.web.timeouts]\nresponse = \"3s\"",
+        "",
+    ))
+    .await;
+    let mut stalled = Vec::new();
+    for _ in 0..8 {
+        let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.expect("connect");
+        stream
+            .write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
+            .await
+            .expect("write");
+        stalled.push(stream);
+    }
+    // Long enough for the stalled streams to fill what weir lets the node send them.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let url = format!("http://127.0.0.1:{}/after", proxy.addr.port());
+    let answer = curl(args(&["--http1.1", "-i", &url]), b"").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(stalled);
     proxy.stop().await;
 }
 

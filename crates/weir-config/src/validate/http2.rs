@@ -121,23 +121,28 @@ impl Checker {
     ) -> UpstreamHttp2 {
         let empty = UpstreamHttp2Table::default();
         let table = table.unwrap_or(&empty);
+        let max_concurrent_streams = self.count(
+            &path.key("max_concurrent_streams"),
+            table.max_concurrent_streams,
+            defaults::UPSTREAM_H2_MAX_CONCURRENT_STREAMS,
+            1..=10_000,
+        );
+        let initial_stream_window = self.size_u32(
+            &path.key("initial_stream_window"),
+            table.initial_stream_window.as_ref(),
+            defaults::UPSTREAM_H2_INITIAL_STREAM_WINDOW,
+            KIB..=MAX_WINDOW,
+        );
         UpstreamHttp2 {
-            max_concurrent_streams: self.count(
-                &path.key("max_concurrent_streams"),
-                table.max_concurrent_streams,
-                defaults::UPSTREAM_H2_MAX_CONCURRENT_STREAMS,
-                1..=10_000,
-            ),
-            initial_stream_window: self.size_u32(
-                &path.key("initial_stream_window"),
-                table.initial_stream_window.as_ref(),
-                defaults::UPSTREAM_H2_INITIAL_STREAM_WINDOW,
-                KIB..=MAX_WINDOW,
-            ),
+            max_concurrent_streams,
+            initial_stream_window,
             initial_connection_window: self.size_u32(
                 &path.key("initial_connection_window"),
                 table.initial_connection_window.as_ref(),
-                defaults::UPSTREAM_H2_INITIAL_CONNECTION_WINDOW,
+                defaults::upstream_h2_connection_window(
+                    max_concurrent_streams,
+                    initial_stream_window,
+                ),
                 64 * KIB..=MAX_WINDOW,
             ),
             ping_interval: self.duration(
