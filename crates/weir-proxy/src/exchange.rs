@@ -365,13 +365,34 @@ async fn attempt_h2(
         })
         .await?;
     let mut pump = None;
+    // The node's answer, when it came before the body was all sent (see below).
+    let mut early = request.early.take();
+    let mut upload = None;
+    if early.is_some() {
+        upload = request.body.take();
+    }
     if let Some(stream) = request.body.take() {
         // From an HTTP/2 client the rest of the body moves on its own, full
         // duplex; from an HTTP/1.1 one it is sent before the response is awaited.
         match request_body::spawn_h2_pump(client, vs, body, stream, write_stall) {
             Ok(watch) => pump = Some(watch),
             Err(mut stream) => {
-                request_body::stream_rest_h2(client, vs, body, &mut stream, write_stall).await?;
+                // ... unless the node answers first: it may send a whole answer (a 413
+                // of its own) and stop reading (RFC 9113 §8.1). Its final answer ends
+                // the upload: the rest of the body stays with the client, whose
+                // connection then closes after the answer (as after an HTTP/1.1 node's
+                // early answer). Interim answers wait for the body to be sent.
+                let sending =
+                    request_body::stream_rest_h2(client, vs, body, &mut stream, write_stall);
+                tokio::select! {
+                    biased;
+                    answered = &mut request.response => early = Some(answered),
+                    sent = sending => sent?,
+                }
+                if early.is_some() {
+                    // Kept open (not reset) until the answer's body is read.
+                    upload = Some(stream);
+                }
             }
         }
     }
@@ -382,16 +403,21 @@ async fn attempt_h2(
     let watch = (!forwarding.background, leave);
     let mut interims = 0;
     let response = loop {
+        if let Some(answered) = early.take() {
+            break http2::upstream::early_answer(answered, head.method())?;
+        }
         let next = http2::upstream::next_answer(&mut waiting, head.method(), deadline);
         let answered = async {
             match pump.as_mut() {
                 // A body that fails before the node answers is the client's fault, answered
                 // as such (413 past `max_body_bytes`, as on the way to an HTTP/1.1 node), not
-                // as the node's stream that weir reset for it.
+                // as the node's stream that weir reset for it. An answer the node gave
+                // first wins: it may answer before the body and then reset the stream
+                // with NO_ERROR to stop it (RFC 9113 §8.1), which ends the pump.
                 Some(watch) => tokio::select! {
                     biased;
-                    error = watch.failed() => Err(error),
                     next = next => next.map_err(|error| watch.failure().unwrap_or(error)),
+                    error = watch.failed() => Err(error),
                 },
                 None => next.await,
             }
@@ -416,10 +442,13 @@ async fn attempt_h2(
         }
     };
     Ok(Exchange {
+        // The rest of a body cut by an early answer is still at the client: its
+        // connection closes after the answer.
+        body_cut: upload.is_some(),
         lease: NodeLink::Http2 {
             _lease: request.lease,
             body: response.body,
-            upload: None,
+            upload,
             pump,
         },
         in_flight,
@@ -427,7 +456,6 @@ async fn attempt_h2(
         response: response.head,
         sent_at,
         tunnel: None,
-        body_cut: false,
     })
 }
 

@@ -100,6 +100,32 @@ async fn answer(
     if request.uri().path() == "/slow" {
         tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     }
+    if let Some(reset) = match request.uri().path() {
+        "/early413" => Some(false),
+        "/early413rst" => Some(true),
+        _ => None,
+    } {
+        // A whole answer before the request body, which the node never reads (RFC 9113
+        // §8.1), then, with `reset`, RST_STREAM NO_ERROR to stop the upload.
+        let head = http::Response::builder()
+            .status(413)
+            .header("content-length", 6)
+            .body(())
+            .expect("response");
+        if let Ok(mut send) = respond.send_response(head, false) {
+            let _ = send.send_data(Bytes::from_static(b"early\n"), true);
+            if reset {
+                // After the answer has gone out: the `h2` crate drops frames still
+                // queued on a stream it resets.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                send.send_reset(h2::Reason::NO_ERROR);
+            }
+        }
+        // The request body stays unread as long as the test lasts.
+        tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        drop(request);
+        return;
+    }
     if request.uri().path() == "/big" {
         // 8 MiB, sent as the windows allow.
         let head = http::Response::builder()
@@ -350,6 +376,64 @@ async fn clients_that_stop_reading_do_not_stall_the_other_streams_of_a_node() {
     let answer = curl(args(&["--http1.1", "-i", &url]), b"").await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     drop(stalled);
+    proxy.stop().await;
+}
+
+/// A node may answer before it has read the request body, and then stop reading it (a
+/// 413 of its own; RFC 9113 §8.1, with or without RST_STREAM NO_ERROR): its answer reaches
+/// clients of both versions, not a 502 or a 504 of weir's once the upload stalls. (An
+/// HTTP/2 client then gets RST_STREAM NO_ERROR after the whole answer, to stop its upload:
+/// the `h2` crate's client reads the answer, where curl 7.88 reports the reset as an error.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_answer_before_the_body_reaches_the_client() {
+    let node = h2_node().await;
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node.addr],
+        "protocol = \"h2c\"\n[pools.web.timeouts]\nwrite = \"2s\"\nresponse = \"5s\"",
+        "[virtual_servers.web.http2]\ncleartext = true",
+    ))
+    .await;
+    let body = std::env::temp_dir().join(format!("weir-early-{}.bin", std::process::id()));
+    std::fs::write(&body, vec![b'u'; 4 << 20]).expect("body file");
+    let upload = format!("@{}", body.display());
+    for path in ["/early413", "/early413rst"] {
+        let url = format!("http://127.0.0.1:{}{path}", proxy.addr.port());
+        let started = std::time::Instant::now();
+        let answer = curl(
+            args(&["--http1.1", "-i", "-H", "Expect:", "--data-binary", &upload, &url]),
+            b"",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer}");
+        assert!(answer.ends_with("early\n"), "{path}: {answer}");
+        let quick = std::time::Duration::from_millis(1500);
+        assert!(started.elapsed() < quick, "{path}: after {:?}", started.elapsed());
+        // An HTTP/2 client, still sending when the answer comes.
+        let started = std::time::Instant::now();
+        let tcp = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
+        let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+        tokio::spawn(connection);
+        let mut sender = sender.ready().await.expect("ready");
+        let request = http::Request::post(url).body(()).expect("request");
+        let (response, mut sending) = sender.send_request(request, false).expect("sent");
+        sending.reserve_capacity(4 << 20);
+        let _ = sending.send_data(Bytes::from(vec![b'u'; 4 << 20]), true);
+        let response = tokio::time::timeout(quick, response)
+            .await
+            .expect("the answer in time")
+            .expect("an answer");
+        assert_eq!(response.status(), 413, "{path}");
+        let mut answer = response.into_body();
+        let mut text = Vec::new();
+        while let Some(Ok(data)) = answer.data().await {
+            text.extend_from_slice(&data);
+        }
+        assert_eq!(text, b"early\n", "{path}");
+        assert!(started.elapsed() < quick, "{path}: after {:?}", started.elapsed());
+    }
+    let _ = std::fs::remove_file(&body);
     proxy.stop().await;
 }
 

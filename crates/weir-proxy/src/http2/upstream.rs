@@ -24,8 +24,13 @@ pub(crate) struct H2Request {
     /// The stream slot; hold it until the response body is read.
     pub lease: StreamLease,
     pub response: ResponseFuture,
-    /// The request body's sender, while more of the body is to come.
+    /// The request body's sender, while more of the body is to come (or, after an
+    /// `early` answer, the stream's sending side, kept open until the answer is read).
     pub body: Option<SendStream<Bytes>>,
+    /// The node's final answer when it came before the body was all sent: it may answer
+    /// (a 413 of its own, say) and stop reading (RFC 9113 §8.1). What is left of the body
+    /// is not sent then.
+    pub early: Option<Result<http::Response<RecvStream>, h2::Error>>,
 }
 
 /// A node's HTTP/2 response: its head (as an HTTP/1.1 head: framed by its
@@ -56,19 +61,26 @@ where
     let ConvertedRequest { request, framing } = request;
     let no_body = complete && buffered.is_empty() && framing == BodyFraming::None;
     let sent = node.send_watching(request, no_body, left).await?;
+    let mut response = sent.response;
+    let mut early = None;
     let mut body = (!no_body).then_some(sent.body);
     if let Some(stream) = body.as_mut() {
-        send_with_capacity(stream, buffered, complete, timeout, &mut 0)
-            .await
-            .map_err(|error| node_error(error, "sending the request body"))?;
-        if complete {
+        let mut counted = 0;
+        let sending = send_with_capacity(stream, buffered, complete, timeout, &mut counted);
+        tokio::select! {
+            biased;
+            answered = &mut response => early = Some(answered),
+            sent = sending => sent.map_err(|error| node_error(error, "sending the request body"))?,
+        }
+        if complete && early.is_none() {
             body = None;
         }
     }
     Ok(H2Request {
         lease: sent.lease,
-        response: sent.response,
+        response,
         body,
+        early,
     })
 }
 
@@ -176,6 +188,15 @@ pub(crate) async fn next_answer(
                 .map_err(|error| bad_head(error.reason))
         }
     }
+}
+
+/// A final answer the node sent before the request body was all sent, as
+/// [`next_answer`] gives one.
+pub(crate) fn early_answer(
+    answered: Result<http::Response<RecvStream>, h2::Error>,
+    method: Method,
+) -> Result<H2Response, Error> {
+    final_head(awaited(Ok(answered))?, method)
 }
 
 /// The final response's head in HTTP/1.1 form, and its body.
