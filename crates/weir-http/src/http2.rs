@@ -168,6 +168,17 @@ pub fn response_from_h2(
     end_of_stream: bool,
     request_method: Method,
 ) -> Result<ResponseHead, ParseError> {
+    response_from_h2_within(parts, end_of_stream, request_method, &NODE_LIMITS)
+}
+
+/// [`response_from_h2`] within `limits` (a virtual server's `max_header_bytes` and
+/// `max_headers`, which bound its nodes' response heads whatever their protocol).
+pub fn response_from_h2_within(
+    parts: &http::response::Parts,
+    end_of_stream: bool,
+    request_method: Method,
+    limits: &Limits,
+) -> Result<ResponseHead, ParseError> {
     let mut out = BytesMut::with_capacity(256);
     out.put_slice(b"HTTP/1.1 ");
     out.put_slice(parts.status.as_str().as_bytes());
@@ -191,7 +202,7 @@ pub fn response_from_h2(
         }
     }
     out.put_slice(b"\r\n");
-    match ResponseHead::split_from(&mut out, &NODE_LIMITS, request_method)? {
+    match ResponseHead::split_from(&mut out, limits, request_method)? {
         Some(head) if out.is_empty() => Ok(head),
         _ => Err(ParseError::invalid("HTTP/2 response does not form a head")),
     }

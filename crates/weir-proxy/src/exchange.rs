@@ -404,9 +404,10 @@ async fn attempt_h2(
     let mut interims = 0;
     let response = loop {
         if let Some(answered) = early.take() {
-            break http2::upstream::early_answer(answered, head.method())?;
+            break http2::upstream::early_answer(answered, (head.method(), &vs.head_limits))?;
         }
-        let next = http2::upstream::next_answer(&mut waiting, head.method(), deadline);
+        let limits = (head.method(), &vs.head_limits);
+        let next = http2::upstream::next_answer(&mut waiting, limits, deadline);
         let answered = async {
             match pump.as_mut() {
                 // A body that fails before the node answers is the client's fault, answered

@@ -179,6 +179,15 @@ async fn answer(
     if parts.uri.path() == "/cached" {
         response = response.header("cache-control", "max-age=60");
     }
+    // Heads past a virtual server's default limits (100 fields, 16 KiB).
+    if parts.uri.path() == "/many-fields" {
+        for field in 0..150 {
+            response = response.header(format!("x-field-{field}"), "v");
+        }
+    }
+    if parts.uri.path() == "/wide-field" {
+        response = response.header("x-wide", "w".repeat(20 * 1024));
+    }
     let with_trailers = parts.uri.path() == "/trailers";
     if !with_trailers {
         response = response.header("content-length", text.len());
@@ -434,6 +443,24 @@ async fn a_node_answer_before_the_body_reaches_the_client() {
         assert!(started.elapsed() < quick, "{path}: after {:?}", started.elapsed());
     }
     let _ = std::fs::remove_file(&body);
+    proxy.stop().await;
+}
+
+/// A virtual server's `max_headers` and `max_header_bytes` bound its nodes' answers
+/// whatever their protocol: past them an HTTP/2 node's answer is a 502, as an HTTP/1.1
+/// node's is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_nodes_answer_past_the_head_limits_is_a_bad_gateway() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "").await;
+    for path in ["/many-fields", "/wide-field"] {
+        let url = format!("http://127.0.0.1:{}{path}", proxy.addr.port());
+        let answer = curl(args(&["--http1.1", "-i", &url]), b"").await;
+        assert!(answer.starts_with("HTTP/1.1 502"), "{path}: {answer}");
+    }
+    let url = format!("http://127.0.0.1:{}/within", proxy.addr.port());
+    let answer = curl(args(&["--http1.1", "-i", &url]), b"").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     proxy.stop().await;
 }
 

@@ -80,7 +80,8 @@ pub(super) async fn attempt(
     };
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
     let timeout = pool.config.timeouts.response;
-    let response = http2::upstream::response_head(sent.response, head.method(), timeout).await?;
+    let limits = (head.method(), &vs.head_limits);
+    let response = http2::upstream::response_head(sent.response, limits, timeout).await?;
     Ok(Exchange {
         lease: NodeLink::Http2 {
             _lease: sent.lease,

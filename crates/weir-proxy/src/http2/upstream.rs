@@ -13,7 +13,9 @@ use h2::client::ResponseFuture;
 use h2::{RecvStream, SendStream};
 use http::HeaderMap;
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{BodyFraming, ForwardRequest, HeaderEdit, Method, RequestHead, ResponseHead};
+use weir_http::{
+    BodyFraming, ForwardRequest, HeaderEdit, Limits, Method, RequestHead, ResponseHead,
+};
 use weir_upstream::{H2Node, StreamLease};
 
 use super::stream::send_with_capacity;
@@ -132,11 +134,11 @@ pub(crate) fn send_trailers(
 /// Waits for the response head (at most `timeout`) and converts it.
 pub(crate) async fn response_head(
     response: ResponseFuture,
-    method: Method,
+    head: (Method, &Limits),
     timeout: Duration,
 ) -> Result<H2Response, Error> {
     let response = awaited(tokio::time::timeout(timeout, response).await)?;
-    final_head(response, method)
+    final_head(response, head)
 }
 
 /// What waiting for a response head gave, as weir's error when it gave none: a stream
@@ -166,7 +168,7 @@ pub(crate) enum Answer {
 /// consumes nothing: the caller stops asking then). By `deadline`.
 pub(crate) async fn next_answer(
     response: &mut ResponseFuture,
-    method: Method,
+    (method, limits): (Method, &Limits),
     deadline: tokio::time::Instant,
 ) -> Result<Answer, Error> {
     let next = std::future::poll_fn(|cx| {
@@ -180,10 +182,10 @@ pub(crate) async fn next_answer(
             .map(|r| r.map(Ok))
     });
     match awaited(tokio::time::timeout_at(deadline, next).await)? {
-        Ok(response) => final_head(response, method).map(Answer::Final),
+        Ok(response) => final_head(response, (method, limits)).map(Answer::Final),
         Err(interim) => {
             let (parts, ()) = interim.into_parts();
-            weir_http::http2::response_from_h2(&parts, false, method)
+            weir_http::http2::response_from_h2_within(&parts, false, method, limits)
                 .map(Answer::Interim)
                 .map_err(|error| bad_head(error.reason))
         }
@@ -194,15 +196,21 @@ pub(crate) async fn next_answer(
 /// [`next_answer`] gives one.
 pub(crate) fn early_answer(
     answered: Result<http::Response<RecvStream>, h2::Error>,
-    method: Method,
+    head: (Method, &Limits),
 ) -> Result<H2Response, Error> {
-    final_head(awaited(Ok(answered))?, method)
+    final_head(awaited(Ok(answered))?, head)
 }
 
 /// The final response's head in HTTP/1.1 form, and its body.
-fn final_head(response: http::Response<RecvStream>, method: Method) -> Result<H2Response, Error> {
+/// A head past `limits` (the virtual server's `max_header_bytes` and `max_headers`, as for
+/// an HTTP/1.1 node's) is a bad response (502).
+fn final_head(
+    response: http::Response<RecvStream>,
+    (method, limits): (Method, &Limits),
+) -> Result<H2Response, Error> {
     let (parts, body) = response.into_parts();
-    let head = weir_http::http2::response_from_h2(&parts, body.is_end_stream(), method)
+    let ended = body.is_end_stream();
+    let head = weir_http::http2::response_from_h2_within(&parts, ended, method, limits)
         .map_err(|error| bad_head(error.reason))?;
     Ok(H2Response { head, body })
 }

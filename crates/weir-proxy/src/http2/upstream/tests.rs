@@ -142,7 +142,7 @@ async fn a_streamed_body_and_trailers_reach_the_node_and_come_back() {
     let mut trailers = http::HeaderMap::new();
     trailers.insert("x-checksum", "abc".parse().expect("value"));
     send_trailers(body, trailers).expect("trailers");
-    let mut response = response_head(sent.response, Method::Post, WAIT)
+    let mut response = response_head(sent.response, (Method::Post, &Limits::default()), WAIT)
         .await
         .expect("a response");
     assert_eq!(response.head.status(), 200);
@@ -197,7 +197,7 @@ async fn a_bodiless_request_ends_its_stream_with_the_head() {
     .await
     .expect("sent");
     assert!(sent.body.is_none());
-    let mut response = response_head(sent.response, Method::Get, WAIT)
+    let mut response = response_head(sent.response, (Method::Get, &Limits::default()), WAIT)
         .await
         .expect("a response");
     assert_eq!(response.head.status(), 200);
