@@ -398,16 +398,22 @@ async fn attempt_h2(
     }
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
     let deadline = Instant::now() + pool.config.timeouts.response;
+    // As on a reused HTTP/1.1 connection (`attempt`): a lost connection sends the request
+    // again only when the node cannot have acted on it twice.
+    let reading = http2::upstream::Reading {
+        method: head.method(),
+        limits: &vs.head_limits,
+        replay: request.lease.is_reused() && head.method().is_idempotent() && !streams,
+    };
     let mut waiting = request.response;
     // A client that goes meanwhile takes its stream at the node with it (reset).
     let watch = (!forwarding.background, leave);
     let mut interims = 0;
     let response = loop {
         if let Some(answered) = early.take() {
-            break http2::upstream::early_answer(answered, (head.method(), &vs.head_limits))?;
+            break http2::upstream::early_answer(answered, reading)?;
         }
-        let limits = (head.method(), &vs.head_limits);
-        let next = http2::upstream::next_answer(&mut waiting, limits, deadline);
+        let next = http2::upstream::next_answer(&mut waiting, reading, deadline);
         let answered = async {
             match pump.as_mut() {
                 // A body that fails before the node answers is the client's fault, answered

@@ -132,11 +132,7 @@ async fn a_head_refused_whole_is_logged_with_what_its_request_line_named() {
         assert!(records[0].contains(field), "{field}: {records:?}");
     }
     // No request line at all: nothing of one is reported, not even a version.
-    for field in [
-        r#""status":400"#,
-        r#""method":"-""#,
-        r#""version":"-""#,
-    ] {
+    for field in [r#""status":400"#, r#""method":"-""#, r#""version":"-""#] {
         assert!(records[1].contains(field), "{field}: {records:?}");
     }
     setup.stop().await;

@@ -36,19 +36,20 @@ async fn h2_node_over(tls: Option<Arc<weir_tls::Acceptor>>) -> H2Node {
     let counted = Arc::clone(&connections);
     let streams = Arc::new(AtomicUsize::new(0));
     let accepted = Arc::clone(&streams);
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             counted.fetch_add(1, Ordering::Relaxed);
             let tls = tls.clone();
-            let accepted = Arc::clone(&accepted);
+            let seen = (Arc::clone(&accepted), Arc::clone(&dropped));
             tokio::spawn(async move {
                 match tls {
-                    None => serve_h2(tcp, accepted).await,
+                    None => serve_h2(tcp, seen).await,
                     Some(acceptor) => {
                         if let Ok((stream, _)) =
                             acceptor.accept(tcp, weir_tls::FirstSpeaker::Client).await
                         {
-                            serve_h2(stream, accepted).await;
+                            serve_h2(stream, seen).await;
                         }
                     }
                 }
@@ -62,8 +63,13 @@ async fn h2_node_over(tls: Option<Arc<weir_tls::Acceptor>>) -> H2Node {
     }
 }
 
-async fn serve_h2<S>(io: S, accepted: Arc<AtomicUsize>)
-where
+/// Serves one connection; `accepted` counts its streams. The node's first request for
+/// `/drop-once` (`dropped` says whether it came) ends the connection there, no answer and
+/// no GOAWAY, as a node that restarts does.
+async fn serve_h2<S>(
+    io: S,
+    (accepted, dropped): (Arc<AtomicUsize>, Arc<std::sync::atomic::AtomicBool>),
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let Ok(mut connection) = h2::server::handshake(io).await else {
@@ -71,6 +77,9 @@ where
     };
     while let Some(Ok((request, respond))) = connection.accept().await {
         accepted.fetch_add(1, Ordering::Relaxed);
+        if request.uri().path() == "/drop-once" && !dropped.swap(true, Ordering::Relaxed) {
+            return;
+        }
         tokio::spawn(answer(request, respond));
     }
 }
@@ -372,7 +381,9 @@ async fn clients_that_stop_reading_do_not_stall_the_other_streams_of_a_node() {
     .await;
     let mut stalled = Vec::new();
     for _ in 0..8 {
-        let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.expect("connect");
+        let mut stream = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
         stream
             .write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
             .await
@@ -409,14 +420,26 @@ async fn a_node_answer_before_the_body_reaches_the_client() {
         let url = format!("http://127.0.0.1:{}{path}", proxy.addr.port());
         let started = std::time::Instant::now();
         let answer = curl(
-            args(&["--http1.1", "-i", "-H", "Expect:", "--data-binary", &upload, &url]),
+            args(&[
+                "--http1.1",
+                "-i",
+                "-H",
+                "Expect:",
+                "--data-binary",
+                &upload,
+                &url,
+            ]),
             b"",
         )
         .await;
         assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer}");
         assert!(answer.ends_with("early\n"), "{path}: {answer}");
         let quick = std::time::Duration::from_millis(1500);
-        assert!(started.elapsed() < quick, "{path}: after {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < quick,
+            "{path}: after {:?}",
+            started.elapsed()
+        );
         // An HTTP/2 client, still sending when the answer comes.
         let started = std::time::Instant::now();
         let tcp = tokio::net::TcpStream::connect(proxy.addr)
@@ -440,7 +463,11 @@ async fn a_node_answer_before_the_body_reaches_the_client() {
             text.extend_from_slice(&data);
         }
         assert_eq!(text, b"early\n", "{path}");
-        assert!(started.elapsed() < quick, "{path}: after {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < quick,
+            "{path}: after {:?}",
+            started.elapsed()
+        );
     }
     let _ = std::fs::remove_file(&body);
     proxy.stop().await;
@@ -464,13 +491,38 @@ async fn an_h2_nodes_answer_past_the_head_limits_is_a_bad_gateway() {
     proxy.stop().await;
 }
 
+/// A reused connection to an HTTP/2 node that ends under an idempotent request, without a
+/// GOAWAY (the node restarted), sends the request again on a new connection, as a reused
+/// HTTP/1.1 connection does; the client gets the answer, not a 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_on_a_lost_reused_h2_connection_is_sent_again() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "").await;
+    let base = format!("http://127.0.0.1:{}", proxy.addr.port());
+    let first = curl(args(&["--http1.1", "-i", &format!("{base}/first")]), b"").await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    let again = curl(
+        args(&["--http1.1", "-i", &format!("{base}/drop-once")]),
+        b"",
+    )
+    .await;
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+    assert!(again.contains("h2 node: GET /drop-once "), "{again}");
+    // The first connection, then the one the request was sent again on.
+    assert_eq!(node.connections.load(Ordering::Relaxed), 2);
+    assert_eq!(node.streams.load(Ordering::Relaxed), 3);
+    proxy.stop().await;
+}
+
 /// An HTTP/1.0 request may come without `Host`: it has no authority to convey, so it
 /// reaches an HTTP/2 node without `:authority` (RFC 9113 §8.3.1), not refused by weir.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http10_request_without_host_reaches_an_h2c_node() {
     let node = h2_node().await;
     let proxy = proxy(node.addr, "").await;
-    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.expect("connect");
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
     stream
         .write_all(b"GET /old HTTP/1.0\r\n\r\n")
         .await
@@ -479,7 +531,10 @@ async fn an_http10_request_without_host_reaches_an_h2c_node() {
     stream.read_to_end(&mut answer).await.expect("read");
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
-    assert!(answer.ends_with("h2 node: GET /old authority=- body=\n"), "{answer}");
+    assert!(
+        answer.ends_with("h2 node: GET /old authority=- body=\n"),
+        "{answer}"
+    );
     assert_eq!(node.streams.load(Ordering::Relaxed), 1);
     proxy.stop().await;
 }

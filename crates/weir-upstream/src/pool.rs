@@ -267,7 +267,8 @@ impl Pool {
             let cap = connections.max_connections.get();
             let queued = cap.saturating_add(connections.queue_length);
             let under_cap = |index: usize| available(index) && self.nodes[index].in_flight() < cap;
-            let in_queue = |index: usize| available(index) && self.nodes[index].in_flight() < queued;
+            let in_queue =
+                |index: usize| available(index) && self.nodes[index].in_flight() < queued;
             self.balancer
                 .pick_tiered(&self.nodes, &[&under_cap, &in_queue, &available])
         } else {

@@ -80,8 +80,13 @@ pub(super) async fn attempt(
     };
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
     let timeout = pool.config.timeouts.response;
-    let limits = (head.method(), &vs.head_limits);
-    let response = http2::upstream::response_head(sent.response, limits, timeout).await?;
+    let reading = http2::upstream::Reading {
+        method: head.method(),
+        limits: &vs.head_limits,
+        // A tunnel's opening is not sent twice.
+        replay: false,
+    };
+    let response = http2::upstream::response_head(sent.response, reading, timeout).await?;
     Ok(Exchange {
         lease: NodeLink::Http2 {
             _lease: sent.lease,

@@ -134,23 +134,29 @@ pub(crate) fn send_trailers(
 /// Waits for the response head (at most `timeout`) and converts it.
 pub(crate) async fn response_head(
     response: ResponseFuture,
-    head: (Method, &Limits),
+    reading: Reading<'_>,
     timeout: Duration,
 ) -> Result<H2Response, Error> {
-    let response = awaited(tokio::time::timeout(timeout, response).await)?;
-    final_head(response, head)
+    let response = awaited(
+        tokio::time::timeout(timeout, response).await,
+        reading.replay,
+    )?;
+    final_head(response, reading)
 }
 
 /// What waiting for a response head gave, as weir's error when it gave none: a stream
 /// the node refused is safe to send again; past the wait it is a response timeout.
 fn awaited<T>(
     waited: Result<Result<T, h2::Error>, tokio::time::error::Elapsed>,
+    replay: bool,
 ) -> Result<T, Error> {
     match waited {
         Ok(Ok(got)) => Ok(got),
         Ok(Err(error)) => {
-            let refused = weir_upstream::http2::refused(&error);
-            Err(upstream(format!("HTTP/2 response: {error}")).retry_safe(refused))
+            // Refused unprocessed; or the connection lost (closed or broken without a
+            // GOAWAY) under a request that may be sent again.
+            let again = weir_upstream::http2::refused(&error) || (replay && error.is_io());
+            Err(upstream(format!("HTTP/2 response: {error}")).retry_safe(again))
         }
         Err(_) => Err(Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
             .context("no response head from the HTTP/2 node in time")),
@@ -168,9 +174,10 @@ pub(crate) enum Answer {
 /// consumes nothing: the caller stops asking then). By `deadline`.
 pub(crate) async fn next_answer(
     response: &mut ResponseFuture,
-    (method, limits): (Method, &Limits),
+    reading: Reading<'_>,
     deadline: tokio::time::Instant,
 ) -> Result<Answer, Error> {
+    let Reading { method, limits, .. } = reading;
     let next = std::future::poll_fn(|cx| {
         use std::task::Poll;
         match response.poll_informational(cx) {
@@ -181,8 +188,11 @@ pub(crate) async fn next_answer(
             .poll(cx)
             .map(|r| r.map(Ok))
     });
-    match awaited(tokio::time::timeout_at(deadline, next).await)? {
-        Ok(response) => final_head(response, (method, limits)).map(Answer::Final),
+    match awaited(
+        tokio::time::timeout_at(deadline, next).await,
+        reading.replay,
+    )? {
+        Ok(response) => final_head(response, reading).map(Answer::Final),
         Err(interim) => {
             let (parts, ()) = interim.into_parts();
             weir_http::http2::response_from_h2_within(&parts, false, method, limits)
@@ -192,13 +202,25 @@ pub(crate) async fn next_answer(
     }
 }
 
+/// How the answer to a request is read: its method (a HEAD's answer has no body), the
+/// virtual server's head limits (`max_headers`, `max_header_bytes`: a head past them is a
+/// bad response, 502), and whether the request may be sent again should the node's
+/// connection be lost before it answers (a reused connection, an idempotent request
+/// whose body was sent whole: the node cannot have acted on it twice).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reading<'a> {
+    pub method: Method,
+    pub limits: &'a Limits,
+    pub replay: bool,
+}
+
 /// A final answer the node sent before the request body was all sent, as
 /// [`next_answer`] gives one.
 pub(crate) fn early_answer(
     answered: Result<http::Response<RecvStream>, h2::Error>,
-    head: (Method, &Limits),
+    reading: Reading<'_>,
 ) -> Result<H2Response, Error> {
-    final_head(awaited(Ok(answered))?, head)
+    final_head(awaited(Ok(answered), reading.replay)?, reading)
 }
 
 /// The final response's head in HTTP/1.1 form, and its body.
@@ -206,7 +228,7 @@ pub(crate) fn early_answer(
 /// an HTTP/1.1 node's) is a bad response (502).
 fn final_head(
     response: http::Response<RecvStream>,
-    (method, limits): (Method, &Limits),
+    Reading { method, limits, .. }: Reading<'_>,
 ) -> Result<H2Response, Error> {
     let (parts, body) = response.into_parts();
     let ended = body.is_end_stream();

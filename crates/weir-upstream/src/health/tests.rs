@@ -527,14 +527,20 @@ async fn a_restarted_monitor_counts_on_from_the_last_ones_checks() {
         tokio::time::sleep(Duration::from_millis(200)).await;
         stop_monitors(owner, tasks).await;
     }
-    assert!(!node.is_active_up(), "three failed checks in a row, over three monitors");
+    assert!(
+        !node.is_active_up(),
+        "three failed checks in a row, over three monitors"
+    );
     server.abort();
 }
 
 /// Answers every request 500 and counts them.
 fn counted_500s(
     listener: TcpListener,
-) -> (tokio::task::JoinHandle<()>, Arc<std::sync::atomic::AtomicUsize>) {
+) -> (
+    tokio::task::JoinHandle<()>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
     let checks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = Arc::clone(&checks);
     let server = tokio::spawn(async move {
