@@ -93,7 +93,7 @@ pub struct ResponseHead {
 /// 505, a bad field) can still name. The version is `Some` only when it reads `HTTP/x.y`
 /// with one digit each side (a version weir does not speak is still one to report). Looks
 /// at the first 8 KiB only.
-pub fn request_line(buf: &[u8]) -> Option<(&[u8], &[u8], Option<&[u8]>)> {
+pub fn request_line(buf: &[u8]) -> Option<RequestLine<'_>> {
     let end = buf.iter().take(8 * 1024).position(|&b| b == b'\n')?;
     let line = buf[..end].strip_suffix(b"\r").unwrap_or(&buf[..end]);
     let mut parts = line.split(|&b| b == b' ');
@@ -106,7 +106,22 @@ pub fn request_line(buf: &[u8]) -> Option<(&[u8], &[u8], Option<&[u8]>)> {
         && version.starts_with(b"HTTP/");
     let digits = matches!(version, [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
         if major.is_ascii_digit() && minor.is_ascii_digit());
-    sound.then_some((method, target, digits.then_some(version)))
+    sound.then_some(RequestLine {
+        method,
+        target,
+        version: digits.then_some(version),
+    })
+}
+
+/// What [`request_line`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLine<'a> {
+    /// The method token.
+    pub method: &'a [u8],
+    /// The target, as sent.
+    pub target: &'a [u8],
+    /// The version, when it reads `HTTP/x.y`.
+    pub version: Option<&'a [u8]>,
 }
 
 /// Parses a request head at the start of `buf`. On `Complete(head, n)` the

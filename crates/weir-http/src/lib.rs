@@ -45,7 +45,8 @@ pub use chunked::{
 pub use error::{ParseError, ParseErrorKind};
 pub use fields::{Header, looks_like_version};
 pub use head::{
-    Limits, Parsed, RequestHead, ResponseHead, parse_request, parse_response, request_line,
+    Limits, Parsed, RequestHead, RequestLine, ResponseHead, parse_request, parse_response,
+    request_line,
 };
 pub use message::{BodyFraming, ConnectionInfo, Method, Version};
 pub use scan::HeadScan;

@@ -364,38 +364,8 @@ async fn attempt_h2(
             client.stream.left(leave)
         })
         .await?;
-    let mut pump = None;
-    // The node's answer, when it came before the body was all sent (see below).
+    let (mut pump, upload) = send_rest_h2(client, vs, body, &mut request, write_stall).await?;
     let mut early = request.early.take();
-    let mut upload = None;
-    if early.is_some() {
-        upload = request.body.take();
-    }
-    if let Some(stream) = request.body.take() {
-        // From an HTTP/2 client the rest of the body moves on its own, full
-        // duplex; from an HTTP/1.1 one it is sent before the response is awaited.
-        match request_body::spawn_h2_pump(client, vs, body, stream, write_stall) {
-            Ok(watch) => pump = Some(watch),
-            Err(mut stream) => {
-                // ... unless the node answers first: it may send a whole answer (a 413
-                // of its own) and stop reading (RFC 9113 §8.1). Its final answer ends
-                // the upload: the rest of the body stays with the client, whose
-                // connection then closes after the answer (as after an HTTP/1.1 node's
-                // early answer). Interim answers wait for the body to be sent.
-                let sending =
-                    request_body::stream_rest_h2(client, vs, body, &mut stream, write_stall);
-                tokio::select! {
-                    biased;
-                    answered = &mut request.response => early = Some(answered),
-                    sent = sending => sent?,
-                }
-                if early.is_some() {
-                    // Kept open (not reset) until the answer's body is read.
-                    upload = Some(stream);
-                }
-            }
-        }
-    }
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
     let deadline = Instant::now() + pool.config.timeouts.response;
     // As on a reused HTTP/1.1 connection (`attempt`): a lost connection sends the request
@@ -464,6 +434,41 @@ async fn attempt_h2(
         sent_at,
         tunnel: None,
     })
+}
+
+/// The rest of a request body to an HTTP/2 node, after what `send_request` sent. From an
+/// HTTP/2 client it moves on its own, full duplex (the pump, watched); from an HTTP/1.1 one
+/// it is sent before the response is awaited, unless the node answers first: it may send a
+/// whole answer (a 413 of its own) and stop reading (RFC 9113 §8.1). That final answer
+/// (`request.early`, which `send_request` may have set already) ends the upload: the rest
+/// of the body stays with the client, whose connection then closes after the answer (as
+/// after an HTTP/1.1 node's early answer), and the stream's sending side is returned, to
+/// be kept open (not reset) until the answer's body is read. Interim answers wait for the
+/// body to be sent.
+async fn send_rest_h2(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    body: &mut RequestBody,
+    request: &mut http2::upstream::H2Request,
+    write_stall: std::time::Duration,
+) -> Result<(Option<PumpWatch>, Option<h2::SendStream<bytes::Bytes>>), Failure> {
+    let Some(stream) = request.body.take() else {
+        return Ok((None, None));
+    };
+    if request.early.is_some() {
+        return Ok((None, Some(stream)));
+    }
+    let mut stream = match request_body::spawn_h2_pump(client, vs, body, stream, write_stall) {
+        Ok(watch) => return Ok((Some(watch), None)),
+        Err(stream) => stream,
+    };
+    let sending = request_body::stream_rest_h2(client, vs, body, &mut stream, write_stall);
+    tokio::select! {
+        biased;
+        answered = &mut request.response => request.early = Some(answered),
+        sent = sending => sent?,
+    }
+    Ok((None, request.early.is_some().then_some(stream)))
 }
 
 /// How the head is rewritten for the node, whatever its protocol.

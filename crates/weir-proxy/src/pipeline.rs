@@ -800,6 +800,49 @@ fn wants_keep_alive(
     head.keep_alive() && under_limit && !shutdown.is_triggered()
 }
 
+/// The request line of a head refused whole, copied (the buffer it is in is the client's).
+struct RefusedLine {
+    method: String,
+    target: String,
+    version: Option<String>,
+}
+
+impl RefusedLine {
+    fn of(line: weir_http::RequestLine<'_>) -> RefusedLine {
+        RefusedLine {
+            method: lossy(line.method).to_owned(),
+            target: lossy(line.target).to_owned(),
+            version: line.version.map(|v| lossy(v).to_owned()),
+        }
+    }
+}
+
+/// The method, target and version a failed request's access record names: its head's;
+/// for a head refused whole, what its sound request line named (a 505's `HTTP/2.0`), else
+/// `-` for each.
+fn named<'a>(
+    client: &Client,
+    head: Option<&'a RequestHead>,
+    line: Option<&'a RefusedLine>,
+    version: Version,
+) -> [&'a str; 3] {
+    match (head, line) {
+        (Some(head), _) => [
+            lossy(head.method_bytes()),
+            lossy(head.target()),
+            client.version_label(version),
+        ],
+        // An HTTP/2 stream's request that formed no head: its version is the stream's.
+        (None, _) if client.is_h2() => ["-", "-", client.version_label(version)],
+        (None, Some(line)) => [
+            &line.method,
+            &line.target,
+            line.version.as_deref().unwrap_or("-"),
+        ],
+        (None, None) => ["-", "-", "-"],
+    }
+}
+
 /// Answers a failed request (when there is still someone to answer), counts it and logs it.
 async fn answer_failure(
     client: &mut Client,
@@ -810,13 +853,10 @@ async fn answer_failure(
     failure: Failure,
 ) {
     let head = request.map(|r| r.head);
-    // A head refused whole (417, 501, a bad field) still names its method and target in
-    // the record when its request line is sound; it is still in `read_buf`.
+    // A head refused whole (417, 501, 505, a bad field) still names its request line in
+    // the record when it is sound; it is still in `read_buf`.
     let line = match head {
-        None => weir_http::request_line(&client.read_buf).map(|(method, target, version)| {
-            let version = version.map(|v| lossy(v).to_owned());
-            (lossy(method).to_owned(), lossy(target).to_owned(), version)
-        }),
+        None => weir_http::request_line(&client.read_buf).map(RefusedLine::of),
         Some(_) => None,
     };
     // Without a request, the head failed: `read_head` left when it began in `since`.
@@ -887,24 +927,13 @@ async fn answer_failure(
         vs.metrics.latency.record(duration);
     }
     if let Some(log) = vs.access_log.as_ref().filter(|_| status != 0) {
+        let [method, target, version] = named(client, head, line.as_ref(), version);
         log.write(&AccessRecord {
             virtual_server: &vs.config.name,
             client: client.peer,
-            method: head.map_or_else(
-                || line.as_ref().map_or("-", |(method, _, _)| method.as_str()),
-                |h| lossy(h.method_bytes()),
-            ),
-            target: head.map_or_else(
-                || line.as_ref().map_or("-", |(_, target, _)| target.as_str()),
-                |h| lossy(h.target()),
-            ),
-            // A head refused whole: the version its request line named (a 505's
-            // `HTTP/2.0`), else none to report.
-            version: match (head, &line) {
-                (None, Some((_, _, Some(version)))) if !client.is_h2() => version,
-                (None, _) if !client.is_h2() => "-",
-                _ => client.version_label(version),
-            },
+            method,
+            target,
+            version,
             status,
             bytes_sent: logged_bytes,
             pool: pool.map(|p| p.name.as_str()),

@@ -855,20 +855,36 @@ fn underscore_names_are_noticed() {
 fn request_lines_of_refused_heads() {
     assert_eq!(
         request_line(b"PUT /a?b=1 HTTP/1.1\r\nExpect: x\r\n\r\n"),
-        Some((&b"PUT"[..], &b"/a?b=1"[..], Some(&b"HTTP/1.1"[..])))
+        Some(RequestLine {
+            method: b"PUT",
+            target: b"/a?b=1",
+            version: Some(b"HTTP/1.1"),
+        })
     );
     assert_eq!(
         request_line(b"GET / HTTP/1.0\n"),
-        Some((&b"GET"[..], &b"/"[..], Some(&b"HTTP/1.0"[..])))
+        Some(RequestLine {
+            method: b"GET",
+            target: b"/",
+            version: Some(b"HTTP/1.0"),
+        })
     );
     // A version weir does not speak is reported as sent; one that is no version is not.
     assert_eq!(
         request_line(b"GET / HTTP/2.0\r\n"),
-        Some((&b"GET"[..], &b"/"[..], Some(&b"HTTP/2.0"[..])))
+        Some(RequestLine {
+            method: b"GET",
+            target: b"/",
+            version: Some(b"HTTP/2.0"),
+        })
     );
     assert_eq!(
         request_line(b"GET / HTTP/1.10\r\n"),
-        Some((&b"GET"[..], &b"/"[..], None))
+        Some(RequestLine {
+            method: b"GET",
+            target: b"/",
+            version: None,
+        })
     );
     for bad in [
         &b"GET /a b HTTP/1.1\r\n"[..],
