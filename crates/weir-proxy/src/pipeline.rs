@@ -943,7 +943,7 @@ async fn answer_failure(
             error: Some(kind.as_str()),
             request_id: traffic.and_then(RequestTraffic::id),
             rule: traffic.and_then(|t| t.rule_name(vs)),
-            grpc_status: grpc.then(|| crate::answer::grpc_status_for(status)),
+            grpc_status: grpc.then(|| failure.grpc_status(status)),
             cache: failure.cache(),
         });
     }
