@@ -138,6 +138,8 @@ impl Failure {
             (None, Some(answered)) => answered.status,
             (None, None) => match self.error.kind() {
                 ErrorKind::ClientClosed | ErrorKind::ClientTimeout => 499,
+                // Cut at the drain timeout after interim answers only.
+                ErrorKind::ShuttingDown => 503,
                 _ => 500,
             },
         }

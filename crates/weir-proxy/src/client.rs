@@ -177,6 +177,13 @@ pub(crate) struct Client {
     pub open_ended: bool,
     /// Subject of the verified client certificate (HTTPS with client certificates).
     pub client_subject: Option<Box<str>>,
+    /// Bytes of answers handed to writes on an HTTP/1.x connection (an HTTP/2 stream
+    /// counts its own; a write cut from outside may have sent less): whether, and about
+    /// how much of, an answer went out when a request is cut ([`Client::bytes_out`]).
+    pub written: u64,
+    /// The status of the final answer whose head went out for the request being served
+    /// (0: none yet), for the access record of a request cut from outside.
+    pub answering: u16,
 }
 
 /// A client connection between requests: the stream and what the pipeline
@@ -194,7 +201,10 @@ pub(crate) struct IdleConnection {
 
 /// What a kept-alive connection's task keeps for its idle waits: one timer
 /// and one shutdown watch for all of them (see
-/// [`IdleConnection::wait_for_request`]).
+/// [`IdleConnection::wait_for_request`]). The watch joins the shutdown's
+/// waiters on the connection's first wait and stays there through its
+/// requests, so the shutdown wakes the task even in the middle of one (a
+/// request in flight then starts waiting for the drain's cut: `pipeline.rs`).
 pub(crate) struct IdleTimer<'a, 's> {
     sleep: Pin<&'a mut tokio::time::Sleep>,
     watch: Pin<&'a mut weir_core::shutdown::ShutdownWatch<'s>>,
@@ -234,10 +244,13 @@ impl<'a, 's> IdleTimer<'a, 's> {
         draining: &mut bool,
         cx: &mut Context<'_>,
     ) -> Poll<bool> {
+        // The watch first, even with bytes waiting: its first poll joins the shutdown's
+        // waiters, which a request in flight relies on (see `IdleTimer`).
+        let drain_began = !*draining && self.watch.as_mut().poll_triggered(cx).is_ready();
         if let Poll::Ready(ready) = stream.poll_readable(cx) {
             return Poll::Ready(ready.is_ok());
         }
-        if !*draining && self.watch.as_mut().poll_triggered(cx).is_ready() {
+        if drain_began {
             // A drain began: the next request may already be on its way; it gets
             // DRAIN_GRACE and is answered with `Connection: close`.
             *draining = true;
@@ -326,6 +339,8 @@ impl IdleConnection {
             requests: self.requests,
             open_ended: false,
             client_subject: self.client_subject,
+            written: 0,
+            answering: 0,
         }
     }
 }
@@ -434,6 +449,8 @@ impl Client {
             requests: 1,
             open_ended: false,
             client_subject: client_subject.map(Box::from),
+            written: 0,
+            answering: 0,
         }
     }
 
@@ -458,6 +475,15 @@ impl Client {
 
     pub(crate) fn is_h2(&self) -> bool {
         matches!(self.stream, Downstream::Http2 { .. })
+    }
+
+    /// Bytes of answers sent so far on this connection (HTTP/1.x: handed to writes) or
+    /// stream (HTTP/2: DATA the stream sent).
+    pub(crate) fn bytes_out(&self) -> u64 {
+        match &self.stream {
+            Downstream::Http1(_) => self.written,
+            Downstream::Http2 { stream, .. } => stream.bytes_sent,
+        }
     }
 
     /// Whether this request is an HTTP/2 WebSocket extended CONNECT (RFC
@@ -619,10 +645,12 @@ impl Client {
                 // Would wait, or failed: the flush waits, or reports the error.
                 _ => {
                     bytes::Buf::advance(&mut self.write_buf, written);
+                    self.written += written as u64;
                     return false;
                 }
             }
         }
+        self.written += written as u64;
         self.write_buf.clear();
         matches!(stream.poll_flush(&mut context), Poll::Ready(Ok(())))
     }
@@ -633,6 +661,7 @@ impl Client {
             self.write_buf.clear();
             return Err(not_for_h2());
         };
+        self.written += self.write_buf.len() as u64;
         let result = weir_core::timeout::timeout(timeout, async {
             stream.write_all(&self.write_buf).await?;
             stream.flush().await
@@ -654,6 +683,7 @@ impl Client {
         let Downstream::Http1(stream) = &mut self.stream else {
             return Err(not_for_h2());
         };
+        self.written += bytes.len() as u64;
         let write = async {
             stream.write_all(bytes).await?;
             stream.flush().await
@@ -682,6 +712,7 @@ impl Client {
                 )));
             }
         };
+        self.written += queued as u64;
         if queued == self.write_buf.len() {
             self.write_buf.clear();
             return Ok(());
@@ -722,6 +753,8 @@ impl Client {
             }
             stream.flush().await
         };
+        let body: usize = chunks.iter().map(Bytes::len).sum();
+        self.written += (head.len() + body) as u64;
         let result = weir_core::timeout::timeout(timeout, write).await;
         self.write_buf.clear();
         written(result)
@@ -857,6 +890,7 @@ impl Client {
                 stream.finish(false);
                 return Ok(0);
             }
+            self.answering = shape.status;
             let head = weir_http::http2::simple_response_to_h2(shape, extra, edits, body).map_err(
                 |error| {
                     Failure::silent(
@@ -880,6 +914,7 @@ impl Client {
             self.write_buf.clear();
             return Ok(size);
         }
+        self.answering = shape.status;
         self.write_buf.clear();
         weir_http::write_simple_response_edited(shape, extra, edits, body, &mut self.write_buf);
         let size = self.write_buf.len() as u64;

@@ -69,6 +69,12 @@ impl DrainGuard {
     pub(crate) async fn cut_off(&self) {
         self.drain.cut_off().await;
     }
+
+    /// The drain this connection is counted in, for what runs in tasks of its own (the
+    /// streams of an HTTP/2 connection) and must end at its cut too.
+    pub(crate) fn shared(&self) -> Arc<Drain> {
+        Arc::clone(&self.drain)
+    }
 }
 
 impl Drop for DrainGuard {

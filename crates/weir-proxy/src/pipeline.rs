@@ -10,7 +10,7 @@
 //! Any stage may answer early (4xx/5xx) and close. Each stage lives in its
 //! own module; this file only calls them in order.
 
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,7 +18,7 @@ use bytes::Bytes;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use weir_cache::Lookup;
-use weir_core::{ErrorKind, ShutdownSignal};
+use weir_core::{Error, ErrorKind, ShutdownSignal, Side};
 use weir_http::{RequestHead, Unedited, Version};
 use weir_observe::AccessRecord;
 use weir_tls::{FirstSpeaker, ServerStream};
@@ -28,7 +28,7 @@ use crate::answer::Failure;
 use crate::answer::lossy;
 use crate::client::{Client, IdleConnection, IdleTimer};
 use crate::content::{self, Early, Looked};
-use crate::drain::Admission;
+use crate::drain::{Admission, Drain, DrainGuard};
 use crate::exchange;
 use crate::policy;
 use crate::request_body;
@@ -57,6 +57,7 @@ pub(crate) fn serve_connection(
         peer,
         Arc::clone(&admission.vs),
         shutdown.clone(),
+        admission.drain.shared(),
     ));
     serve_kept_alive(start, admission, shutdown)
 }
@@ -69,10 +70,12 @@ async fn start_connection(
     peer: std::net::SocketAddr,
     vs: Arc<VirtualServerRuntime>,
     shutdown: ShutdownSignal,
+    drain: Arc<Drain>,
 ) -> Option<IdleConnection> {
     let (stream, client_subject) = handshake(stream, peer, &vs).await?;
     if stream.alpn_is_h2() {
-        h2::serve_connection(stream, Bytes::new(), peer, client_subject, vs, shutdown).await;
+        let client = (peer, client_subject);
+        h2::serve_connection(stream, Bytes::new(), client, vs, shutdown, drain).await;
         return None;
     }
     let accepted_at = Instant::now();
@@ -144,7 +147,8 @@ fn serve_kept_alive(
                     Woken::Failed => return,
                     // Only a virtual server with a cache can answer at once.
                     Woken::Request(client) if !caches(&vs) => {
-                        Box::pin(serve_requests(client, None, &mut vs, &shutdown))
+                        let drain = &admission.drain;
+                        Box::pin(serve_requests(client, None, &mut vs, &shutdown, drain))
                     }
                     Woken::Request(mut client) => {
                         match answer_at_once(&mut client, &mut vs, &shutdown) {
@@ -156,7 +160,8 @@ fn serve_kept_alive(
                                 None => return,
                             },
                             AtOnce::Rest(first) => {
-                                Box::pin(serve_requests(client, first, &mut vs, &shutdown))
+                                let drain = &admission.drain;
+                                Box::pin(serve_requests(client, first, &mut vs, &shutdown, drain))
                             }
                         }
                     }
@@ -316,14 +321,15 @@ async fn serve_requests(
     mut first: Option<Box<Started>>,
     latest: &mut Arc<VirtualServerRuntime>,
     shutdown: &ShutdownSignal,
+    drain: &DrainGuard,
 ) -> Option<IdleConnection> {
     if client.requests == 0 && latest.config.http2.cleartext {
         // h2c with prior knowledge: the connection is HTTP/2 from its first byte.
         match h2::prior_knowledge(&mut client, latest).await {
             Ok(false) => {}
             Ok(true) => {
-                let vs = Arc::clone(latest);
-                Box::pin(h2::serve_cleartext(client, vs, shutdown.clone())).await;
+                let (vs, drain) = (Arc::clone(latest), drain.shared());
+                Box::pin(h2::serve_cleartext(client, vs, shutdown.clone(), drain)).await;
                 return None;
             }
             Err(failure) => {
@@ -360,18 +366,44 @@ async fn serve_requests(
             started: started.started,
         };
         let (routed, traffic) = (&started.routed, &mut started.traffic);
+        let before = client.bytes_out();
+        client.answering = 0;
+        // Each stage's future is pinned where it is built and raced against the drain's
+        // cut by reference (`or_cut`): a wrapper future holding it would copy its several
+        // KiB once more for every request.
+        let cut = || cut_after_trigger(shutdown, drain);
         let served = match (routed, started.early) {
             (_, Early::Answered(sent, written)) => {
-                answered_now(&mut client, vs, request, &sent, written, traffic).await
+                let serving = pin!(answered_now(
+                    &mut client,
+                    vs,
+                    request,
+                    &sent,
+                    written,
+                    traffic
+                ));
+                or_cut(serving, cut()).await
             }
             (Routed::Pool(pool), Early::Later(prior)) => {
                 let stages = (&mut *traffic, prior);
-                serve_request(&mut client, vs, pool, request, stages, shutdown).await
+                let serving = pin!(serve_request(
+                    &mut client,
+                    vs,
+                    pool,
+                    request,
+                    stages,
+                    shutdown
+                ));
+                or_cut(serving, cut()).await
             }
             (_, Early::Later(_)) => {
-                answer_unrouted(&mut client, vs, routed, request, traffic).await
+                let serving = pin!(answer_unrouted(&mut client, vs, routed, request, traffic));
+                or_cut(serving, cut()).await
             }
         };
+        // The drain timeout passed with the request in flight: it ends here, answered (503)
+        // if nothing of its answer went out, and logged either way.
+        let served = served.unwrap_or_else(|| Err(cut_at_drain(&mut client, before)));
         match served {
             // Pipelined bytes are served at once; otherwise the connection idles.
             Ok(Next::KeepAlive) if client.read_buf.is_empty() => return client.into_idle(),
@@ -402,7 +434,7 @@ async fn serve_stream(
     mut client: Client,
     vs: &VirtualServerRuntime,
     head: Result<RequestHead, Failure>,
-    shutdown: &ShutdownSignal,
+    (shutdown, drain): (&ShutdownSignal, &Drain),
     started: Instant,
 ) {
     let head = match head {
@@ -422,13 +454,32 @@ async fn serve_stream(
     // rules (request id, client address, limits), then route
     let mut traffic = RequestTraffic::begin(vs, &client, &head);
     let routed = traffic.route(vs, &head);
+    // As for an HTTP/1.1 request (`serve_requests`).
     let served = match &routed {
         Routed::Pool(pool) => {
             let stages = (&mut traffic, None);
-            serve_request(&mut client, vs, pool, request, stages, shutdown).await
+            let serving = pin!(serve_request(
+                &mut client,
+                vs,
+                pool,
+                request,
+                stages,
+                shutdown
+            ));
+            or_cut(serving, drain.cut_off()).await
         }
-        _ => answer_unrouted(&mut client, vs, &routed, request, &mut traffic).await,
+        _ => {
+            let serving = pin!(answer_unrouted(
+                &mut client,
+                vs,
+                &routed,
+                request,
+                &mut traffic
+            ));
+            or_cut(serving, drain.cut_off()).await
+        }
     };
+    let served = served.unwrap_or_else(|| Err(cut_at_drain(&mut client, 0)));
     match served {
         Ok(_) => {
             if let Some(stream) = client.h2() {
@@ -840,6 +891,56 @@ fn named<'a>(
             line.version.as_deref().unwrap_or("-"),
         ],
         (None, None) => ["-", "-", "-"],
+    }
+}
+
+/// `serving`'s output, or `None` if `cut` completes first. Takes the (large) future pinned
+/// where it was built, so it is not moved.
+async fn or_cut<F: Future>(
+    mut serving: Pin<&mut F>,
+    cut: impl Future<Output = ()>,
+) -> Option<F::Output> {
+    let mut cut = pin!(cut);
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(output) = serving.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Some(output));
+        }
+        cut.as_mut().poll(cx).map(|()| None)
+    })
+    .await
+}
+
+/// Completes at the drain's cut ([`DrainGuard::cut_off`]), and joins no waiter list
+/// before the shutdown begins: a request costs one atomic load per poll for it. The
+/// connection's task is woken when the shutdown begins all the same, by the shutdown
+/// watch its idle waits joined before its first request ([`IdleTimer`]), and then waits
+/// for the cut.
+async fn cut_after_trigger(shutdown: &ShutdownSignal, drain: &DrainGuard) {
+    std::future::poll_fn(|_| match shutdown.is_triggered() {
+        true => std::task::Poll::Ready(()),
+        false => std::task::Poll::Pending,
+    })
+    .await;
+    drain.cut_off().await;
+}
+
+/// The failure of a request cut at the drain timeout: answered 503 when nothing of its
+/// answer went out (`before`: [`Client::bytes_out`] when it began), else ended with the
+/// status and about the bytes its answer had (those handed to writes; a write under way
+/// may have sent less).
+fn cut_at_drain(client: &mut Client, before: u64) -> Failure {
+    let error = Error::new(ErrorKind::ShuttingDown, Side::Internal)
+        .context("request cut at the drain timeout");
+    let sent = client.bytes_out() - before;
+    let started = match client.h2() {
+        Some(stream) => stream.responded(),
+        None => sent > 0,
+    };
+    match (started, client.answering) {
+        (false, _) => Failure::from_error(error),
+        // Interim answers only: no final one is written after them, to be safe.
+        (true, 0) => Failure::silent(error),
+        (true, status) => Failure::silent(error).after(status, sent),
     }
 }
 

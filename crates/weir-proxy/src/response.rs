@@ -127,6 +127,7 @@ pub(crate) async fn respond(
     };
     let head_bytes = write_head(client, vs, &head)?;
     let status = response.status();
+    client.answering = status;
     // From here the client has (part of) the answer: a failure says how much.
     let cut = |failure: Failure| failure.after(status, head_bytes);
     let write_timeout = vs.config.timeouts.write;

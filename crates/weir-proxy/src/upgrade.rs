@@ -112,6 +112,8 @@ async fn to_http1_node(
         let early = client.upstream_in.split().freeze();
         let idle = vs.config.timeouts.tunnel_idle;
         let upstream = tunnel.stream();
+        // The stream's answer to an extended CONNECT is a 200 (RFC 8441 §5).
+        client.answering = 200;
         let to_client = http2::relay_websocket(stream, response, early, upstream, idle).await?;
         return Ok(h2_tunnel_ended(to_client));
     }
@@ -130,6 +132,7 @@ async fn to_http1_node(
         &Switching(edits),
         &mut client.write_buf,
     );
+    client.answering = status;
     // Whatever the node sent after its head belongs to the tunnel.
     let early = client.upstream_in.split();
     client.write_buf.extend_from_slice(&early);
@@ -226,6 +229,7 @@ async fn to_h2_node(
         &mut client.write_buf,
     );
     let head_bytes = client.write_buf.len() as u64;
+    client.answering = 101;
     client.flush(vs.config.timeouts.write).await?;
     // What the client sent after its head belongs to the tunnel.
     let early = client.read_buf.split().freeze();

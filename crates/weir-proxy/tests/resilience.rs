@@ -309,6 +309,140 @@ async fn a_url_that_fails_on_every_node_does_not_eject_the_whole_pool() {
     }
 }
 
+/// A proxy whose drain ends 300 ms after the shutdown begins, with a JSON access log.
+async fn short_drain_proxy(origin: SocketAddr, name: &str) -> (TestProxy, std::path::PathBuf) {
+    let log =
+        std::env::temp_dir().join(format!("weir-cut-drain-{name}-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[runtime]\ndrain_timeout = \"300ms\"\n\
+         [log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
+         level = \"warn\"\n\
+         [pools.web]\nnodes = [{{ address = \"{origin}\" }}]\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
+         [virtual_servers.web.http2]\ncleartext = true\n",
+        log.display(),
+    );
+    (TestProxy::start(&toml).await, log)
+}
+
+/// Waits for `proxy`'s drain to end, then returns its access log's text.
+async fn logged_after_drain(proxy: TestProxy, log: &std::path::Path) -> String {
+    let live = std::sync::Arc::clone(&proxy.live);
+    proxy.join().await;
+    live.flush_access_log();
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let _ = std::fs::remove_file(log);
+    text
+}
+
+/// A request still waiting for its node when the drain timeout passes is answered 503 (its
+/// client can tell it was not served) and logged, instead of ending unrecorded with the
+/// process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_at_the_drain_timeout_gets_503_and_a_record() {
+    let origin = TestOrigin::start("a").await;
+    let (proxy, log) = short_drain_proxy(origin.addr, "waiting").await;
+    let mut busy = Connection::open(proxy.addr).await.unwrap();
+    busy.send(b"GET /delay/5000 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.trigger_shutdown();
+    let response = busy.response().await.unwrap();
+    assert_eq!(response.status, 503);
+    assert_eq!(response.header("connection"), Some("close"));
+    let text = logged_after_drain(proxy, &log).await;
+    let records: Vec<&str> = text.lines().collect();
+    assert_eq!(records.len(), 1, "{text}");
+    for field in [
+        r#""status":503"#,
+        r#""uri":"/delay/5000""#,
+        r#""error":"shutting_down""#,
+    ] {
+        assert!(records[0].contains(field), "{field}: {text}");
+    }
+    origin.stop().await;
+}
+
+/// An answer still going out when the drain timeout passes (a client that does not read)
+/// is cut, and logged with its status and what had gone out of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_under_way_at_the_drain_timeout_is_cut_and_logged() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = TestOrigin::start("a").await;
+    let (proxy, log) = short_drain_proxy(origin.addr, "answering").await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET /bytes/200000000 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    // Read nothing until weir is stuck on the full socket.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.trigger_shutdown();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut received = 0u64;
+    let mut buf = vec![0u8; 1 << 16];
+    let read_all = async {
+        while let Ok(n) = stream.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            received += n as u64;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read_all)
+        .await
+        .expect("the connection ends");
+    assert!(received < 200_000_000, "the whole answer arrived");
+    let text = logged_after_drain(proxy, &log).await;
+    let records: Vec<&str> = text.lines().collect();
+    assert_eq!(records.len(), 1, "{text}");
+    for field in [r#""status":200"#, r#""error":"shutting_down""#] {
+        assert!(records[0].contains(field), "{field}: {text}");
+    }
+    let sent: u64 = records[0]
+        .split("\"bytes_sent\":")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|number| number.parse().ok())
+        .expect("bytes_sent");
+    assert!(sent > 0 && sent < 200_000_000, "{text}");
+    origin.stop().await;
+}
+
+/// The same for a request on an HTTP/2 connection (h2c): its stream gets the 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_stream_waiting_at_the_drain_timeout_gets_503_and_a_record() {
+    let origin = TestOrigin::start("a").await;
+    let (proxy, log) = short_drain_proxy(origin.addr, "h2").await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut sender, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get(format!("http://{}/delay/5000", proxy.addr))
+        .body(())
+        .unwrap();
+    let (response, _) = sender.send_request(request, true).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.trigger_shutdown();
+    let response = tokio::time::timeout(Duration::from_secs(5), response)
+        .await
+        .expect("answered in time")
+        .expect("an answer, not a reset");
+    assert_eq!(response.status(), 503);
+    let text = logged_after_drain(proxy, &log).await;
+    let records: Vec<&str> = text.lines().collect();
+    assert_eq!(records.len(), 1, "{text}");
+    for field in [
+        r#""status":503"#,
+        r#""version":"HTTP/2.0""#,
+        r#""error":"shutting_down""#,
+    ] {
+        assert!(records[0].contains(field), "{field}: {text}");
+    }
+    origin.stop().await;
+}
+
 /// A pooled connection that the node closed while idle is not used: the
 /// next request goes out on a fresh connection and succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -103,6 +103,7 @@ fn write_head(
     // The stored head carries this hop's `Via` entry as the relay wrote it
     // (`relay.rs`), in the version the node answered in.
     let status = status_field(content, hit);
+    client.answering = hit.status();
     client.write_buf.clear();
     let framing = hit.write_http1_head(
         &mut client.write_buf,
@@ -148,6 +149,7 @@ async fn hit_h2(
     let timeout = vs.config.timeouts.write;
     let body = hit.body();
     send_h2_head(client, &head, matches!(body, HitBody::Empty))?;
+    client.answering = hit.status();
     let Some(stream) = client.h2() else {
         return Err(not_a_stream());
     };

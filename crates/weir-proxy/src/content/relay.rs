@@ -603,6 +603,7 @@ async fn relay(
     head.clear();
     write_head(&mut head, vs, response, framing, keep_alive, &how);
     let head_bytes = sink.head(client, head)?;
+    client.answering = response.status();
     let timeout = vs.config.timeouts.write;
     let status = response.status();
     // Past the head, a failure cuts the answer short: it says how far it got.

@@ -19,6 +19,7 @@ use weir_tls::ServerStream;
 
 use crate::answer::Failure;
 use crate::client::{Client, TlsFacts};
+use crate::drain::Drain;
 use crate::http2::{self, ConnectionLimits, H2Stream, StreamHandler, Via, websocket};
 use crate::route::VirtualServerRuntime;
 
@@ -33,17 +34,20 @@ struct Streams {
     tls: Option<Arc<TlsFacts>>,
     client_subject: Option<Arc<str>>,
     shutdown: ShutdownSignal,
+    /// The drain the connection is counted in: its streams end at its cut.
+    drain: Arc<Drain>,
 }
 
 /// Serves one client connection as HTTP/2 until it closes. `rewind`: bytes
-/// already read from it (the start of the preface, with h2c).
+/// already read from it (the start of the preface, with h2c); `client`: its
+/// address and verified client-certificate subject.
 pub(super) async fn serve_connection(
     stream: ServerStream,
     rewind: Bytes,
-    peer: SocketAddr,
-    client_subject: Option<Box<str>>,
+    (peer, client_subject): (SocketAddr, Option<Box<str>>),
     vs: Arc<VirtualServerRuntime>,
     shutdown: ShutdownSignal,
+    drain: Arc<Drain>,
 ) {
     let tls = TlsFacts::of(&stream);
     let via = if tls.is_some() { Via::Alpn } else { Via::H2c };
@@ -65,6 +69,7 @@ pub(super) async fn serve_connection(
         tls,
         client_subject: client_subject.map(Arc::from),
         shutdown: shutdown.clone(),
+        drain,
     };
     http2::serve(
         stream, rewind, via, &settings, timing, &metrics, streams, shutdown,
@@ -84,7 +89,7 @@ impl StreamHandler for Streams {
             client,
             &vs,
             head,
-            &self.shutdown,
+            (&self.shutdown, &self.drain),
             started,
         ))
         .await;
@@ -186,10 +191,11 @@ pub(super) async fn serve_cleartext(
     client: Client,
     vs: Arc<VirtualServerRuntime>,
     shutdown: ShutdownSignal,
+    drain: Arc<Drain>,
 ) {
     let peer = client.peer;
     if let Some((stream, rewind, subject)) = client.into_stream() {
-        serve_connection(stream, rewind, peer, subject, vs, shutdown).await;
+        serve_connection(stream, rewind, (peer, subject), vs, shutdown, drain).await;
     }
 }
 
