@@ -114,26 +114,7 @@ async fn answer(
         "/early413rst" => Some(true),
         _ => None,
     } {
-        // A whole answer before the request body, which the node never reads (RFC 9113
-        // §8.1), then, with `reset`, RST_STREAM NO_ERROR to stop the upload.
-        let head = http::Response::builder()
-            .status(413)
-            .header("content-length", 6)
-            .body(())
-            .expect("response");
-        if let Ok(mut send) = respond.send_response(head, false) {
-            let _ = send.send_data(Bytes::from_static(b"early\n"), true);
-            if reset {
-                // After the answer has gone out: the `h2` crate drops frames still
-                // queued on a stream it resets.
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                send.send_reset(h2::Reason::NO_ERROR);
-            }
-        }
-        // The request body stays unread as long as the test lasts.
-        tokio::time::sleep(std::time::Duration::from_secs(10)).await;
-        drop(request);
-        return;
+        return answer_early(request, respond, reset).await;
     }
     if request.uri().path() == "/big" {
         // 8 MiB, sent as the windows allow.
@@ -210,6 +191,32 @@ async fn answer(
         trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
         let _ = send.send_trailers(trailers);
     }
+}
+
+/// A whole answer (413) before the request body, which the node never reads (RFC 9113
+/// §8.1), then, with `reset`, RST_STREAM NO_ERROR to stop the upload.
+async fn answer_early(
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    reset: bool,
+) {
+    let head = http::Response::builder()
+        .status(413)
+        .header("content-length", 6)
+        .body(())
+        .expect("response");
+    if let Ok(mut send) = respond.send_response(head, false) {
+        let _ = send.send_data(Bytes::from_static(b"early\n"), true);
+        if reset {
+            // After the answer has gone out: the `h2` crate drops frames still queued on a
+            // stream it resets.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            send.send_reset(h2::Reason::NO_ERROR);
+        }
+    }
+    // The request body stays unread as long as the test lasts.
+    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    drop(request);
 }
 
 /// A gRPC-like bidirectional stream: the head at once, each DATA frame sent
