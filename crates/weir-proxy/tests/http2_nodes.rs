@@ -281,6 +281,16 @@ async fn proxy(node: SocketAddr, vs_extra: &str) -> TestProxy {
     .await
 }
 
+/// An HTTP/2 client connection to weir over h2c (prior knowledge), ready to send.
+async fn h2c_client(proxy: &TestProxy) -> h2::client::SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    sender.ready().await.expect("ready")
+}
+
 /// curl with `args` (plus `-sS` and a 10 s limit), `input` on its standard
 /// input; what it printed, after checking it succeeded.
 async fn curl(args: Vec<String>, input: &'static [u8]) -> String {
@@ -449,12 +459,7 @@ async fn a_node_answer_before_the_body_reaches_the_client() {
         );
         // An HTTP/2 client, still sending when the answer comes.
         let started = std::time::Instant::now();
-        let tcp = tokio::net::TcpStream::connect(proxy.addr)
-            .await
-            .expect("connect");
-        let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
-        tokio::spawn(connection);
-        let mut sender = sender.ready().await.expect("ready");
+        let mut sender = h2c_client(&proxy).await;
         let request = http::Request::post(url).body(()).expect("request");
         let (response, mut sending) = sender.send_request(request, false).expect("sent");
         sending.reserve_capacity(4 << 20);
@@ -644,12 +649,7 @@ async fn clients_of_both_versions_reach_an_h2_node_over_tls() {
 async fn a_bidirectional_stream_flows_both_ways_at_once() {
     let node = h2_node().await;
     let proxy = proxy(node.addr, "[virtual_servers.web.http2]\ncleartext = true").await;
-    let tcp = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
-    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
-    tokio::spawn(connection);
-    let mut sender = sender.ready().await.expect("ready");
+    let mut sender = h2c_client(&proxy).await;
     let request = http::Request::builder()
         .method("POST")
         .uri(format!("http://127.0.0.1:{}/stream", proxy.addr.port()))
@@ -824,12 +824,7 @@ async fn a_streamed_body_past_the_limit_to_an_h2_node_gets_413() {
          [virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"\nmax_body_bytes = \"4KiB\"",
     )
     .await;
-    let tcp = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
-    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
-    tokio::spawn(connection);
-    let mut sender = sender.ready().await.expect("ready");
+    let mut sender = h2c_client(&proxy).await;
     // No length: weir learns the size as the DATA frames come.
     let request = http::Request::builder()
         .method("POST")
@@ -881,12 +876,7 @@ async fn a_streamed_body_past_the_limit_after_the_node_answered_is_the_clients_f
     let limits =
         "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"\nmax_body_bytes = \"4KiB\"\n";
     let (proxy, log) = logged_proxy(node.addr, "limit", limits).await;
-    let tcp = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
-    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
-    tokio::spawn(connection);
-    let mut sender = sender.ready().await.expect("ready");
+    let mut sender = h2c_client(&proxy).await;
     let request = http::Request::builder()
         .method("POST")
         .uri(format!("http://127.0.0.1:{}/stream", proxy.addr.port()))
