@@ -134,18 +134,18 @@ impl Hit {
         match precondition {
             Precondition::NotModified => Answer::NotModified,
             Precondition::Failed => Answer::PreconditionFailed,
-            Precondition::Pass => match (object.body(), object.head.status()) {
-                (Some(body), 200) => match range::answer(
-                    request,
-                    body.len(),
-                    etag,
-                    object.head.header("last-modified"),
-                ) {
-                    RangeAnswer::Full => Answer::Full,
-                    RangeAnswer::Partial { start, end } => Answer::Partial { start, end },
-                    RangeAnswer::NotSatisfiable => Answer::RangeNotSatisfiable,
-                },
-                // A body still arriving is sent whole (ignoring Range is allowed).
+            // A range is answered from a whole body, or from one still arriving whose
+            // length the node declared; a body of unknown length (chunked, or compressed
+            // on its way) is sent whole (ignoring Range is allowed).
+            Precondition::Pass => match (object.body_length(), object.head.status()) {
+                (Some(length), 200) => {
+                    match range::answer(request, length, etag, object.head.header("last-modified"))
+                    {
+                        RangeAnswer::Full => Answer::Full,
+                        RangeAnswer::Partial { start, end } => Answer::Partial { start, end },
+                        RangeAnswer::NotSatisfiable => Answer::RangeNotSatisfiable,
+                    }
+                }
                 _ => Answer::Full,
             },
         }
@@ -200,7 +200,7 @@ impl Hit {
 
     /// The `Content-Range` value for 206 and 416.
     pub fn content_range(&self) -> Option<String> {
-        let total = self.object.body().map(Rope::len)?;
+        let total = self.object.body_length()?;
         match self.answer {
             Answer::Partial { start, end } => Some(format!("bytes {start}-{}/{total}", end - 1)),
             Answer::RangeNotSatisfiable => Some(format!("bytes */{total}")),
@@ -237,10 +237,17 @@ impl Hit {
         match (self.answer, self.object.body()) {
             (Answer::Partial { start, end }, Some(body)) => HitBody::Part(body.slice(start, end)),
             (_, Some(body)) => HitBody::Whole(body.clone()),
-            (_, None) => match self.object.growing() {
-                Some(growing) => HitBody::Growing(growing.reader()),
+            (answer, None) => match (answer, self.object.growing()) {
+                (Answer::Partial { start, end }, Some(growing)) => {
+                    HitBody::Growing(growing.range(start, end))
+                }
+                (_, Some(growing)) => HitBody::Growing(growing.reader()),
                 // Completed between the two checks.
-                None => self
+                (Answer::Partial { start, end }, None) => self
+                    .object
+                    .body()
+                    .map_or(HitBody::Empty, |body| HitBody::Part(body.slice(start, end))),
+                (_, None) => self
                     .object
                     .body()
                     .map_or(HitBody::Empty, |body| HitBody::Whole(body.clone())),

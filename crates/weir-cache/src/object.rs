@@ -232,6 +232,11 @@ pub struct BodyReader {
     body: Arc<GrowingBody>,
     progress: watch::Receiver<(usize, FillState)>,
     next: usize,
+    /// The bytes this reader gives, `start..end` of the body (a range asked of an object
+    /// still filling); the whole body when `None`.
+    window: Option<(u64, u64)>,
+    /// The body's bytes before the next chunk.
+    position: u64,
 }
 
 impl GrowingBody {
@@ -279,6 +284,17 @@ impl GrowingBody {
             body: Arc::clone(self),
             progress: self.progress.subscribe(),
             next: 0,
+            window: None,
+            position: 0,
+        }
+    }
+
+    /// A reader of the body's bytes `start..end` only: it ends once it has given them,
+    /// whether or not the fill has finished.
+    pub(crate) fn range(self: &Arc<Self>, start: u64, end: u64) -> BodyReader {
+        BodyReader {
+            window: Some((start, end)),
+            ..self.reader()
         }
     }
 
@@ -289,8 +305,33 @@ impl GrowingBody {
 }
 
 impl BodyReader {
-    /// The next chunk, waiting for the writer if needed; `None` at the end.
+    /// The next chunk, waiting for the writer if needed; `None` at the end (of the body,
+    /// or of this reader's range).
     pub async fn next(&mut self) -> Result<Option<Bytes>, BodyAborted> {
+        let Some((start, end)) = self.window else {
+            return self.next_chunk().await;
+        };
+        loop {
+            if self.position >= end {
+                return Ok(None);
+            }
+            let Some(chunk) = self.next_chunk().await? else {
+                return Ok(None);
+            };
+            let at = self.position;
+            self.position += chunk.len() as u64;
+            if self.position <= start {
+                continue;
+            }
+            // Both bounds fall within this chunk's length, so the casts cannot truncate.
+            let from = start.saturating_sub(at) as usize;
+            let to = (end - at).min(chunk.len() as u64) as usize;
+            return Ok(Some(chunk.slice(from..to)));
+        }
+    }
+
+    /// The body's next chunk as it was pushed.
+    async fn next_chunk(&mut self) -> Result<Option<Bytes>, BodyAborted> {
         loop {
             let state = {
                 let (count, state) = *self.progress.borrow_and_update();

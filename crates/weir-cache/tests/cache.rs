@@ -1015,6 +1015,55 @@ async fn a_slow_reader_never_blocks_other_hits() {
     assert_eq!(slow_reader.next().await.unwrap().unwrap()[0], b'b');
 }
 
+/// A range asked of an object still filling, whose length the node declared, is answered
+/// 206 as its bytes arrive: the leader's own range (which the fill did not send to the node)
+/// and a later client's, each reading only its window of the growing body.
+#[tokio::test]
+async fn ranges_from_an_object_still_filling() {
+    let (cache, _, _) = new_cache();
+    let leader_request = Req::get("/growing").header("Range", "bytes=3-5");
+    let exchange = forward(cache.lookup(&policy(), None, &leader_request, T0));
+    assert!(exchange.remove_fields().contains(&"range"));
+    let response = Resp::new(200)
+        .header("Cache-Control", "max-age=60")
+        .header("Content-Length", "10");
+    let Reply::Fill(mut fill) =
+        cache.response(exchange, &policy(), None, &leader_request, &response, T0)
+    else {
+        panic!("expected a fill");
+    };
+    let leader = fill.take_hit().unwrap();
+    assert_eq!((leader.status(), leader.content_length()), (206, Some(3)));
+    assert_eq!(leader.content_range().as_deref(), Some("bytes 3-5/10"));
+    let leader_body = tokio::spawn(collect(leader));
+    fill.push(Bytes::from_static(b"0123")).unwrap();
+    // A second client asks for the tail while the object is still growing.
+    let tail = hit(cache.lookup(
+        &policy(),
+        None,
+        &Req::get("/growing").header("Range", "bytes=-2"),
+        T0,
+    ));
+    assert_eq!(tail.content_range().as_deref(), Some("bytes 8-9/10"));
+    let tail_body = tokio::spawn(collect(tail));
+    let beyond = hit(cache.lookup(
+        &policy(),
+        None,
+        &Req::get("/growing").header("Range", "bytes=10-"),
+        T0,
+    ));
+    assert_eq!(
+        (beyond.status(), beyond.content_range().as_deref()),
+        (416, Some("bytes */10"))
+    );
+    fill.push(Bytes::from_static(b"456")).unwrap();
+    // The leader's window is complete before the fill is: its body ends there.
+    assert_eq!(leader_body.await.unwrap(), b"345");
+    fill.push(Bytes::from_static(b"789")).unwrap();
+    fill.finish().unwrap();
+    assert_eq!(tail_body.await.unwrap(), b"89");
+}
+
 #[tokio::test]
 async fn an_unknown_length_is_stored_once_complete() {
     let (cache, _, _) = new_cache();

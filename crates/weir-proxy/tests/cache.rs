@@ -422,6 +422,40 @@ async fn a_purge_during_a_fill_keeps_the_old_answer_out() {
     Arc::try_unwrap(proxy).ok().unwrap().stop().await;
 }
 
+fn digits_after_a_pause(_: &str, _: usize) -> Answer {
+    Answer::ok(b"0123456789")
+        .field("Cache-Control", "max-age=60")
+        .body_after(Duration::from_millis(300))
+}
+
+/// Ranges asked while the object is still filling (its length declared by the node) get
+/// 206 with their bytes, not the whole object: the request that started the fill (whose
+/// `Range` the node never saw) and one that found the object growing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranges_are_answered_while_the_object_fills() {
+    let node = CountingNode::start(digits_after_a_pause, Duration::ZERO).await;
+    let proxy = Arc::new(proxy_for(&node, CACHE).await);
+    let leader = {
+        let proxy = Arc::clone(&proxy);
+        tokio::spawn(async move { request(&proxy, "GET", "/g", &["Range: bytes=2-4"]).await })
+    };
+    until("the fill started", Duration::from_secs(5), || {
+        node.requests() == 1
+    })
+    .await;
+    assert!(!node.heads()[0].to_ascii_lowercase().contains("range:"));
+    let tail = request(&proxy, "GET", "/g", &["Range: bytes=-3"]).await;
+    assert_eq!((tail.status, tail.text()), (206, "789".to_owned()));
+    assert_eq!(tail.header("content-range"), Some("bytes 7-9/10"));
+    let leader = leader.await.unwrap();
+    assert_eq!((leader.status, leader.text()), (206, "234".to_owned()));
+    assert_eq!(leader.header("content-range"), Some("bytes 2-4/10"));
+    let stored = request(&proxy, "GET", "/g", &["Range: bytes=0-0"]).await;
+    assert_eq!((stored.status, stored.text()), (206, "0".to_owned()));
+    assert_eq!(node.requests(), 1);
+    Arc::try_unwrap(proxy).ok().unwrap().stop().await;
+}
+
 /// 1,000 concurrent misses for one cold object make exactly one request to
 /// the node. The node holds its answer until every other request is waiting
 /// for the leader's fill, so the count does not depend on timing.
