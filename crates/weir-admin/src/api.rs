@@ -224,7 +224,7 @@ async fn replace(control: &Control, body: &[u8]) -> Result<Response, Refusal> {
     live.check(&candidate)
         .map_err(|error| refuse(live, error, true))?;
     let text = String::from_utf8_lossy(body).into_owned();
-    write_and_apply(live, &path, &text).await
+    write_and_apply(live, &path, &text, None).await
 }
 
 /// `POST /api/v1/reload`: re-read the file and apply it (what `weir reload` calls).
@@ -304,16 +304,27 @@ async fn node_operation(
         weir_config::parse_file_text(&edited, &path).map_err(|error| refuse(live, error, true))?;
     live.check(&candidate)
         .map_err(|error| refuse(live, error, true))?;
-    write_and_apply(live, &path, &edited).await
+    write_and_apply(live, &path, &edited, Some(&text)).await
 }
 
 /// Writes `text` over the config file (atomically: a sibling file renamed over it), then
-/// reloads it. A refused reload puts the previous content back.
-async fn write_and_apply(live: &Arc<Live>, path: &Path, text: &str) -> Result<Response, Refusal> {
+/// reloads it. A refused reload puts the previous content back. With `read`, the file must
+/// still hold what the change was made from: an edit made meanwhile (by an operator's
+/// editor, say) is refused with 409 rather than overwritten.
+async fn write_and_apply(
+    live: &Arc<Live>,
+    path: &Path,
+    text: &str,
+    read: Option<&str>,
+) -> Result<Response, Refusal> {
     let previous = std::fs::read(path).ok();
-    write_file(path, text.as_bytes()).map_err(|error| {
+    write_file(path, text.as_bytes(), read.map(str::as_bytes)).map_err(|error| {
+        let status = match error {
+            WriteError::Changed => 409,
+            WriteError::Io(_) => 500,
+        };
         Box::new(Response::error(
-            500,
+            status,
             format!("cannot write {}: {error}", path.display()),
         ))
     })?;
@@ -321,7 +332,7 @@ async fn write_and_apply(live: &Arc<Live>, path: &Path, text: &str) -> Result<Re
     let result = blocking(move || reloading.reload_file()).await;
     if result.is_err()
         && let Some(previous) = previous
-        && let Err(error) = write_file(path, &previous)
+        && let Err(error) = write_file(path, &previous, Some(text.as_bytes()))
     {
         tracing::error!(file = %path.display(), %error, "cannot restore the config file after a refused change");
     }
@@ -361,17 +372,93 @@ fn file_of(live: &Live) -> Result<PathBuf, Refusal> {
     Ok(model.config.source.clone().unwrap_or_default())
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path
+/// Why the config file was not written.
+#[derive(Debug)]
+enum WriteError {
+    Io(std::io::Error),
+    /// The file no longer holds what the change was made from.
+    Changed,
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::Io(error) => error.fmt(f),
+            WriteError::Changed => f.write_str(
+                "the file changed on disk while the change was being made; nothing was \
+                 written (reload it, then try again)",
+            ),
+        }
+    }
+}
+
+impl From<std::io::Error> for WriteError {
+    fn from(error: std::io::Error) -> WriteError {
+        WriteError::Io(error)
+    }
+}
+
+/// Replaces the config file at `path` with `bytes`, as one rename:
+///
+/// - through a symbolic link, the file it points to is replaced (the link stays, so a
+///   config kept in a checkout and linked from elsewhere keeps being the one edited);
+/// - the new file is created with the old one's permissions (never readable by more
+///   users, even for a moment), exclusively (a name planted beforehand is not followed),
+///   and flushed to disk before the rename;
+/// - with `expected`, the file must still hold those bytes just before the rename.
+fn write_file(path: &Path, bytes: &[u8], expected: Option<&[u8]>) -> Result<(), WriteError> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+
+    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let temporary = path.with_file_name(format!(".{name}.weir-{}", std::process::id()));
-    std::fs::write(&temporary, bytes)?;
-    if let Ok(metadata) = std::fs::metadata(path) {
-        let _ = std::fs::set_permissions(&temporary, metadata.permissions());
+    let temporary = target.with_file_name(format!(".{name}.weir-{}", std::process::id()));
+    let mode = std::fs::metadata(&target).map_or(0o600, |m| m.permissions().mode() & 0o7777);
+    let create = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&temporary)
+    };
+    let mut file = match create() {
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Left by a write this process did not finish (a crash with the same PID), or
+            // planted: removed (a link is removed, not followed), then made anew.
+            std::fs::remove_file(&temporary)?;
+            create()?
+        }
+        other => other?,
+    };
+    // The umask may have narrowed the mode; the old file's is what the new one gets.
+    let written = file
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .and_then(|()| file.write_all(bytes))
+        .and_then(|()| file.sync_all());
+    drop(file);
+    let unchanged = match expected {
+        Some(expected) => std::fs::read(&target).is_ok_and(|now| now == expected),
+        None => true,
+    };
+    match (written, unchanged) {
+        (Ok(()), true) => {}
+        (written, _) => {
+            let _ = std::fs::remove_file(&temporary);
+            written?;
+            return Err(WriteError::Changed);
+        }
     }
-    std::fs::rename(&temporary, path)
+    std::fs::rename(&temporary, &target)?;
+    // The rename itself, on disk: best effort (some file systems refuse a directory sync).
+    if let Some(directory) = target.parent()
+        && let Ok(directory) = std::fs::File::open(directory)
+    {
+        let _ = directory.sync_all();
+    }
+    Ok(())
 }
 
 /// Runs blocking work (file reads, model builds) off the serving threads.
@@ -454,6 +541,71 @@ fn field_near(body: &[u8], line: usize, column: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory of its own under the system's temporary one, removed at the end.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let path =
+                std::env::temp_dir().join(format!("weir-api-write-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).unwrap();
+            Scratch(path)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_file_changed_since_it_was_read_is_not_overwritten() {
+        let scratch = Scratch::new("changed");
+        let file = scratch.0.join("weir.toml");
+        std::fs::write(&file, "edited by the operator\n").unwrap();
+        let written = write_file(&file, b"the API's change\n", Some(b"as read\n"));
+        assert!(matches!(written, Err(WriteError::Changed)), "{written:?}");
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "edited by the operator\n"
+        );
+        // Nothing is left beside it.
+        assert_eq!(std::fs::read_dir(&scratch.0).unwrap().count(), 1);
+        write_file(
+            &file,
+            b"the API's change\n",
+            Some(b"edited by the operator\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "the API's change\n"
+        );
+    }
+
+    #[test]
+    fn the_new_file_keeps_the_old_mode_and_a_planted_name_is_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let scratch = Scratch::new("planted");
+        let file = scratch.0.join("weir.toml");
+        std::fs::write(&file, "old\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let victim = scratch.0.join("victim");
+        std::fs::write(&victim, "not weir's\n").unwrap();
+        let temporary = scratch
+            .0
+            .join(format!(".weir.toml.weir-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &temporary).unwrap();
+        write_file(&file, b"new\n", None).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "new\n");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "not weir's\n");
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(!temporary.exists());
+    }
 
     #[test]
     fn path_segments_are_percent_decoded() {

@@ -391,6 +391,41 @@ async fn node_operations_edit_the_file_and_apply_it() {
     setup.stop().await;
 }
 
+/// A config file reached through a symbolic link (kept in a checkout, say) stays a link: a
+/// node operation edits the file it points to, and keeps that file's permissions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linked_config_file_is_edited_where_it_lives() {
+    use std::os::unix::fs::PermissionsExt;
+    let setup = setup("linked").await;
+    let a = setup.origins[0].addr;
+    let checkout = setup._dir.0.join("checkout");
+    std::fs::create_dir(&checkout).unwrap();
+    let target = checkout.join("weir.toml");
+    std::fs::rename(&setup.file, &target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::os::unix::fs::symlink(&target, &setup.file).unwrap();
+    let drained = api(
+        setup.admin,
+        "POST",
+        &format!("/api/v1/pools/web/nodes/{a}/drain"),
+        "",
+    )
+    .await;
+    assert_eq!(drained.status, 200, "{}", drained.body);
+    let link = std::fs::symlink_metadata(&setup.file).unwrap();
+    assert!(link.file_type().is_symlink(), "the link was replaced");
+    let text = read(&target);
+    assert!(text.contains("state = \"draining\""), "{text}");
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640);
+    assert_eq!(
+        std::fs::read_dir(&checkout).unwrap().count(),
+        1,
+        "a temporary file left"
+    );
+    setup.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_is_validated_with_its_diff_then_applied() {
     let setup = setup("candidate").await;

@@ -258,7 +258,16 @@ pub(crate) fn log_level(text: &str) -> Result<(), String> {
     for directive in directives.into_iter().filter(|d| !d.is_empty()) {
         let valid = match directive.rsplit_once('=') {
             Some((target, level)) => is_target(target) && is_level(level),
-            None => is_level(directive) || is_target(directive),
+            // A bare target would be a filter of its own (that target at every level,
+            // everything else off): a misspelt level ("warning") would silence the log.
+            None if is_target(directive) && !is_level(directive) => {
+                return Err(format!(
+                    "invalid log level \"{text}\": \"{directive}\" is not a level ({}); \
+                     a target's level is written target=level, as in \"info,weir_proxy=debug\"",
+                    LEVELS.join(", ")
+                ));
+            }
+            None => is_level(directive),
         };
         if !valid {
             return Err(format!(
@@ -464,6 +473,11 @@ mod tests {
         assert!(log_level("").is_err());
         assert!(log_level("weir=loud").is_err());
         assert!(log_level("info debug").is_err());
+        // A misspelt level is not taken for a target (which would turn the log off).
+        for wrong in ["warning", "zzz", "-1s", "weir_proxy", "info,weir_proxy"] {
+            let error = log_level(wrong).unwrap_err();
+            assert!(error.contains("is not a level"), "{wrong}: {error}");
+        }
     }
 
     #[test]
