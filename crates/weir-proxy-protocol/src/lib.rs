@@ -34,7 +34,7 @@ use std::net::SocketAddr;
 mod v1;
 mod v2;
 
-pub use v1::{MAX_V1_LENGTH, write_v1};
+pub use v1::{MAX_V1_LENGTH, write_v1, write_v1_unknown};
 pub use v2::{MAX_V2_LENGTH, write_v2, write_v2_local};
 
 /// The protocol version a header was written in.

@@ -118,6 +118,12 @@ pub fn write_v1(source: SocketAddr, destination: SocketAddr, out: &mut Vec<u8>) 
     };
 }
 
+/// Appends the v1 line for a connection the sender makes on its own behalf (a health
+/// check): `PROXY UNKNOWN`, which the receiver serves with the connection's own addresses.
+pub fn write_v1_unknown(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"PROXY UNKNOWN\r\n");
+}
+
 pub(crate) fn as_v6(ip: IpAddr) -> Ipv6Addr {
     match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped(),

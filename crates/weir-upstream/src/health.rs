@@ -20,7 +20,7 @@ use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
-use weir_config::{HealthCheckKind, HealthMonitor};
+use weir_config::{HealthCheckKind, HealthMonitor, ProxyVersion};
 use weir_core::ShutdownSignal;
 
 use crate::connection::{CheckSlot, NodeConnections};
@@ -154,17 +154,33 @@ impl RiseFall {
 /// `capped`: for a pool with a connection cap (HTTP/1.1 and TCP pools), each node's
 /// connection pool, in the order of `nodes`; a check then takes one of its slots
 /// ([`NodeConnections::check_slot`]). Empty for a pool without one (HTTP/2 nodes).
+///
+/// `proxy`: the PROXY protocol version the pool's connections start with. A node that
+/// expects the header refuses a connection without one, so each check's connection starts
+/// with the header a connection made on the proxy's own behalf gets (v1 `UNKNOWN`, v2
+/// `LOCAL`): the node serves it with the connection's own addresses.
 pub fn spawn_monitors(
     pool_name: &str,
     nodes: &[Arc<NodeState>],
     monitor: &HealthMonitor,
-    (tls, capped): (Option<weir_tls::Connector>, &[Arc<NodeConnections>]),
+    (tls, capped, proxy): (
+        Option<weir_tls::Connector>,
+        &[Arc<NodeConnections>],
+        Option<ProxyVersion>,
+    ),
     shutdown: ShutdownSignal,
 ) -> Vec<JoinHandle<()>> {
     let pool: Arc<str> = Arc::from(pool_name);
+    let mut preamble = Vec::new();
+    match proxy {
+        None => {}
+        Some(ProxyVersion::V1) => weir_proxy_protocol::write_v1_unknown(&mut preamble),
+        Some(ProxyVersion::V2) => weir_proxy_protocol::write_v2_local(&mut preamble),
+    }
     let monitor = Arc::new(Monitor {
         settings: monitor.clone(),
         tls,
+        preamble,
     });
     nodes
         .iter()
@@ -185,6 +201,8 @@ pub fn spawn_monitors(
 struct Monitor {
     settings: HealthMonitor,
     tls: Option<weir_tls::Connector>,
+    /// What each check's new connection sends first (a PROXY header), if anything.
+    preamble: Vec<u8>,
 }
 
 /// Probes `address` once, within `timeout`: a TCP connect, or for HTTP a
@@ -196,19 +214,20 @@ pub async fn check(
     tls: Option<&weir_tls::Connector>,
     timeout: Duration,
 ) -> Result<(), CheckFailure> {
-    check_on(address, kind, tls, timeout, None).await
+    check_on(address, kind, (tls, &[]), timeout, None).await
 }
 
 /// [`check`], for an HTTP check on `lent` (a kept-alive connection of the pool's, at the
 /// node's cap) when given, instead of a connection of its own. A TCP check always connects.
+/// A new connection sends `preamble` first.
 async fn check_on(
     address: SocketAddr,
     kind: &HealthCheckKind,
-    tls: Option<&weir_tls::Connector>,
+    connect: (Option<&weir_tls::Connector>, &[u8]),
     timeout: Duration,
     lent: Option<weir_tls::ClientStream>,
 ) -> Result<(), CheckFailure> {
-    tokio::time::timeout(timeout, check_without_timeout(address, kind, tls, lent))
+    tokio::time::timeout(timeout, check_without_timeout(address, kind, connect, lent))
         .await
         .unwrap_or(Err(CheckFailure::Timeout))
 }
@@ -255,11 +274,11 @@ pub fn status_expected(status: u16, expected: &[(u16, u16)]) -> bool {
 async fn check_without_timeout(
     address: SocketAddr,
     kind: &HealthCheckKind,
-    tls: Option<&weir_tls::Connector>,
+    (tls, preamble): (Option<&weir_tls::Connector>, &[u8]),
     lent: Option<weir_tls::ClientStream>,
 ) -> Result<(), CheckFailure> {
     let connect = || async {
-        TcpStream::connect(address)
+        let mut stream = TcpStream::connect(address)
             .await
             .map_err(|error| match error.kind() {
                 _ if weir_core::error::is_out_of_resources(&error) => {
@@ -267,7 +286,14 @@ async fn check_without_timeout(
                 }
                 io::ErrorKind::ConnectionRefused => CheckFailure::ConnectRefused,
                 kind => CheckFailure::Connect(kind),
-            })
+            })?;
+        if !preamble.is_empty() {
+            stream
+                .write_all(preamble)
+                .await
+                .map_err(|error| CheckFailure::Io(error.kind()))?;
+        }
+        Ok(stream)
     };
     let HealthCheckKind::Http {
         method,
@@ -331,7 +357,7 @@ async fn run_monitor(
     monitor: Arc<Monitor>,
     shutdown: ShutdownSignal,
 ) {
-    let tls = monitor.tls.as_ref();
+    let connect = (monitor.tls.as_ref(), monitor.preamble.as_slice());
     let monitor = &monitor.settings;
     let start = if node.is_active_up() {
         Health::Up
@@ -368,7 +394,7 @@ async fn run_monitor(
         let lent = slot.as_mut().and_then(CheckSlot::take_stream);
         let outcome = tokio::select! {
             () = shutdown.triggered() => return,
-            outcome = check_on(node.address, &monitor.check, tls, monitor.timeout, lent) => outcome,
+            outcome = check_on(node.address, &monitor.check, connect, monitor.timeout, lent) => outcome,
         };
         drop(slot);
         if let Err(failure @ CheckFailure::OutOfResources(_)) = &outcome {

@@ -364,6 +364,7 @@ impl Pool {
                         .first()
                         .and_then(|node| node.tls().map(|tls| tls.connector.clone())),
                     if capped { &slots } else { &[] },
+                    self.config.proxy_protocol,
                 ),
                 stop.either(&shutdown),
             ));

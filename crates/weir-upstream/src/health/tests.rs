@@ -223,7 +223,7 @@ async fn tcp_monitor_follows_the_listener_going_and_coming_back() {
         "web",
         &[Arc::clone(&node)],
         &monitor(HealthCheckKind::Tcp, Duration::from_millis(500)),
-        (None, &[]),
+        (None, &[], None),
         signal,
     );
     assert_eq!(tasks.len(), 1);
@@ -263,7 +263,7 @@ async fn http_monitor_goes_down_on_500_and_up_on_200() {
         "web",
         &[Arc::clone(&node)],
         &monitor(http_check(), Duration::from_millis(500)),
-        (None, &[]),
+        (None, &[], None),
         signal,
     );
 
@@ -278,6 +278,106 @@ async fn http_monitor_goes_down_on_500_and_up_on_200() {
 
     stop_monitors(owner, tasks).await;
     server.abort();
+}
+
+/// A node that expects a PROXY header (as HAProxy's `accept-proxy` does): a connection that
+/// starts without one is closed; one that starts with a header made on the proxy's own
+/// behalf (no client addresses) gets its answer. Each connection's first bytes are counted
+/// as headed or not.
+fn answer_behind_proxy_protocol(
+    listener: TcpListener,
+    headed: Arc<AtomicU16>,
+    bare: Arc<AtomicU16>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let (headed, bare) = (Arc::clone(&headed), Arc::clone(&bare));
+            tokio::spawn(async move {
+                let mut received = Vec::new();
+                let used = loop {
+                    if stream.read_buf(&mut received).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    match weir_proxy_protocol::parse(&received) {
+                        Ok(weir_proxy_protocol::Parsed::Complete { header, consumed }) => {
+                            assert_eq!(header.source(), None, "a check names no client");
+                            break consumed;
+                        }
+                        Ok(weir_proxy_protocol::Parsed::Partial) => {}
+                        Err(_) => {
+                            bare.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                    }
+                };
+                headed.fetch_add(1, Ordering::Relaxed);
+                let mut request = received.split_off(used);
+                while !request.ends_with(b"\r\n\r\n") {
+                    if stream.read_buf(&mut request).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            });
+        }
+    })
+}
+
+#[tokio::test]
+async fn checks_of_a_proxy_protocol_pool_start_with_a_local_header() {
+    for version in [ProxyVersion::V1, ProxyVersion::V2] {
+        let listener = listen(SocketAddr::from(([127, 0, 0, 1], 0)));
+        let address = listener.local_addr().unwrap();
+        let (headed, bare) = (Arc::new(AtomicU16::new(0)), Arc::new(AtomicU16::new(0)));
+        let server = answer_behind_proxy_protocol(listener, Arc::clone(&headed), Arc::clone(&bare));
+        // Without the header, the node closes the check's connection.
+        let bare_check = check(address, &http_check(), None, Duration::from_secs(1)).await;
+        assert!(
+            matches!(bare_check, Err(CheckFailure::Closed | CheckFailure::Io(_))),
+            "{bare_check:?}"
+        );
+        let node = node_at(address, passive_off());
+        node.set_active_up(false);
+        let (owner, signal) = Shutdown::new();
+        let settings = monitor(http_check(), Duration::from_millis(500));
+        let tasks = spawn_monitors(
+            "db",
+            &[Arc::clone(&node)],
+            &settings,
+            (None, &[], Some(version)),
+            signal,
+        );
+        wait_for_active_up(&node, true).await;
+        stop_monitors(owner, tasks).await;
+        // A TCP check's connection starts with the header too.
+        let (owner, signal) = Shutdown::new();
+        let before = headed.load(Ordering::Relaxed);
+        let tcp = monitor(HealthCheckKind::Tcp, Duration::from_millis(500));
+        let tasks = spawn_monitors(
+            "db",
+            &[Arc::clone(&node)],
+            &tcp,
+            (None, &[], Some(version)),
+            signal,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while headed.load(Ordering::Relaxed) == before {
+            assert!(
+                Instant::now() < deadline,
+                "{version:?}: no TCP check came with a header"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        stop_monitors(owner, tasks).await;
+        assert_eq!(
+            bare.load(Ordering::Relaxed),
+            1,
+            "{version:?}: only the bare check"
+        );
+        server.abort();
+    }
 }
 
 #[tokio::test]
@@ -303,7 +403,7 @@ async fn a_check_that_times_out_counts_as_failed() {
         "web",
         &[Arc::clone(&node)],
         &monitor(http_check(), timeout),
-        (None, &[]),
+        (None, &[], None),
         signal,
     );
     wait_for_active_up(&node, false).await;
@@ -488,7 +588,7 @@ async fn no_check_while_the_node_is_at_its_cap() {
         "web",
         &[Arc::clone(&node)],
         &monitor(HealthCheckKind::Tcp, Duration::from_millis(100)),
-        (None, &[Arc::clone(&connections)]),
+        (None, &[Arc::clone(&connections)], None),
         signal,
     );
     // Many intervals (20 ms) pass: no check, no verdict.
@@ -517,7 +617,13 @@ async fn a_restarted_monitor_counts_on_from_the_last_ones_checks() {
     for seen in 1..=3 {
         assert!(node.is_active_up(), "down after {} checks", seen - 1);
         let (owner, signal) = Shutdown::new();
-        let tasks = spawn_monitors("web", &[Arc::clone(&node)], &settings, (None, &[]), signal);
+        let tasks = spawn_monitors(
+            "web",
+            &[Arc::clone(&node)],
+            &settings,
+            (None, &[], None),
+            signal,
+        );
         let deadline = Instant::now() + Duration::from_secs(10);
         while checks.load(Ordering::Relaxed) < seen {
             assert!(Instant::now() < deadline, "check {seen} never came");
