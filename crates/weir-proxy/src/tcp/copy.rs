@@ -140,6 +140,14 @@ impl Direction {
                     let mut buffer = ReadBuf::new(&mut self.buffer);
                     match Pin::new(&mut *reader).poll_read(cx, &mut buffer) {
                         Poll::Ready(Ok(())) => {}
+                        // A TLS peer's FIN without its close_notify: rustls reports the
+                        // possible truncation, but the other side cannot be told of it (a
+                        // plain node sees a FIN either way), so it is the end of this
+                        // direction, as HAProxy and nginx take it; the other goes on.
+                        Poll::Ready(Err(error)) if error.kind() == io::ErrorKind::UnexpectedEof => {
+                            self.state = State::ShuttingDown;
+                            continue;
+                        }
                         Poll::Ready(Err(error)) => return Poll::Ready(Err((self.from, error))),
                         Poll::Pending => {
                             if self.unflushed {

@@ -247,6 +247,43 @@ async fn a_tls_virtual_server_terminates_tls_and_relays_plain_bytes() {
     proxy.stop().await;
 }
 
+/// A TLS client that ends its side with a bare FIN, without close_notify (as many do), has
+/// half-closed, not failed: the node sees the end of the request and its answer reaches the
+/// client, as over plain TCP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_fin_without_close_notify_is_a_half_close() {
+    let node = Node::start("plain", Duration::ZERO).await;
+    let proxy = TestProxy::start(&format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n[pools.p]\nnodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n",
+        node.addr
+    ))
+    .await;
+    let config = weir_testkit::tls::client_config(&weir_testkit::tls::ClientOptions::default());
+    let mut stream = weir_testkit::tls::connect(proxy.addr, "localhost", &config)
+        .await
+        .unwrap();
+    stream.write_all(b"no notify").await.unwrap();
+    stream.flush().await.unwrap();
+    // The TCP connection's write side only: no close_notify record goes before the FIN.
+    stream.get_mut().0.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    assert_eq!(answer, b"plain 9");
+    assert_eq!(node.last_received(), b"no notify");
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_tcp_sessions_total{virtual_server=\"s\",result=\"closed\"}"
+        ),
+        1,
+        "{text}"
+    );
+    proxy.stop().await;
+}
+
 /// A server-first protocol over a tls virtual server (SMTP or IMAP over TLS): the client
 /// finishes its handshake and waits for the node's greeting, so weir must not hold its
 /// Finished back for more bytes (`crates/weir-tls/src/hold.rs`).
