@@ -4,12 +4,13 @@
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use super::{End, Ended, RelaySettings, Relayed};
+use super::{End, Ended, RelaySettings, Relayed, Tally};
 
 /// One direction: read from one end into `buffer`, write it to the other, pass EOF on as a
 /// shutdown of the writing side.
@@ -37,7 +38,12 @@ enum State {
 /// Relays bytes between `client` and `node` until both directions have ended (each FIN
 /// passed on as a shutdown of the other side's write half), nothing moved for the idle
 /// timeout, or an I/O error.
-pub async fn relay<C, N>(client: &mut C, node: &mut N, settings: RelaySettings) -> Relayed
+pub async fn relay<C, N>(
+    client: &mut C,
+    node: &mut N,
+    settings: RelaySettings,
+    tally: &Tally,
+) -> Relayed
 where
     C: AsyncRead + AsyncWrite + Unpin + ?Sized,
     N: AsyncRead + AsyncWrite + Unpin + ?Sized,
@@ -62,6 +68,8 @@ where
             return Poll::Ready(Ended::Closed);
         }
         if moved {
+            tally.client_to_node.store(up.bytes, Ordering::Relaxed);
+            tally.node_to_client.store(down.bytes, Ordering::Relaxed);
             // Cheap: the timer is only re-armed when it fires (below).
             last_activity = Instant::now();
         }
@@ -75,11 +83,9 @@ where
         Poll::Pending
     })
     .await;
-    Relayed {
-        client_to_node: up.bytes,
-        node_to_client: down.bytes,
-        ended,
-    }
+    tally.client_to_node.store(up.bytes, Ordering::Relaxed);
+    tally.node_to_client.store(down.bytes, Ordering::Relaxed);
+    tally.relayed(ended)
 }
 
 type Failure = (End, io::Error);

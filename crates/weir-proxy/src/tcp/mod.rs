@@ -8,6 +8,7 @@
 //! [`Relay`] picks between them.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 mod copy;
@@ -41,6 +42,43 @@ pub struct Relayed {
     pub node_to_client: u64,
     /// Why it ended.
     pub ended: Ended,
+}
+
+/// The bytes a relay has moved each way so far: the relay counts into it, so what a session
+/// carried can be read after its relay was dropped (a session cut at the drain timeout is
+/// logged with its bytes). Atomics only so the relay's future is `Send`; one task updates it.
+#[derive(Debug, Default)]
+pub struct Tally {
+    client_to_node: AtomicU64,
+    node_to_client: AtomicU64,
+}
+
+impl Tally {
+    /// Bytes read from the client and written to the node, and the other way.
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.client_to_node.load(Ordering::Relaxed),
+            self.node_to_client.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The counter of one direction: the one whose reading end is `from`.
+    fn from(&self, from: End) -> &AtomicU64 {
+        match from {
+            End::Client => &self.client_to_node,
+            End::Node => &self.node_to_client,
+        }
+    }
+
+    /// The relay's outcome, with what it moved.
+    fn relayed(&self, ended: Ended) -> Relayed {
+        let (client_to_node, node_to_client) = self.bytes();
+        Relayed {
+            client_to_node,
+            node_to_client,
+            ended,
+        }
+    }
 }
 
 /// Why a relay ended.

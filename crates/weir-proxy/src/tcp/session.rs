@@ -21,7 +21,7 @@ use weir_tls::{FirstSpeaker, ServerStream, Stream};
 use weir_upstream::node::InFlight;
 use weir_upstream::{Lease, Pool, Tried};
 
-use super::{Ended, Relay, Relayed, relay, relay_tcp, splice};
+use super::{Ended, Relay, Tally, relay, relay_tcp, splice};
 use crate::drain::DrainGuard;
 use crate::route::VirtualServerRuntime;
 
@@ -117,7 +117,7 @@ async fn run(
                     }
                 }
             }
-            log(vs, &client, pool, None, None, result);
+            log(vs, &client, pool, None, (0, 0), result);
             return;
         }
     };
@@ -126,27 +126,31 @@ async fn run(
     } = connected;
     // relay
     let (kind, settings) = vs.relay;
+    let tally = Tally::default();
     let relaying = async {
         match (&mut stream, lease.stream(), kind) {
             (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Splice) => {
-                splice(client_tcp, node_tcp, settings).await
+                splice(client_tcp, node_tcp, settings, &tally).await
             }
             (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Copy) => {
-                relay_tcp(client_tcp, node_tcp, settings, false).await
+                relay_tcp(client_tcp, node_tcp, settings, false, &tally).await
             }
             (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Adaptive) => {
-                relay_tcp(client_tcp, node_tcp, settings, true).await
+                relay_tcp(client_tcp, node_tcp, settings, true, &tally).await
             }
-            (client_stream, node_stream, _) => relay(client_stream, node_stream, settings).await,
+            (client_stream, node_stream, _) => {
+                relay(client_stream, node_stream, settings, &tally).await
+            }
         }
     };
     let relayed = tokio::select! {
         relayed = relaying => relayed,
-        // The drain timeout passed with the session still open: it ends here, logged.
+        // The drain timeout passed with the session still open: it ends here, logged with
+        // what it carried until then.
         () = drain.cut_off() => {
             drop(lease);
             let address = pool.nodes[node].address;
-            log(vs, &client, pool, Some(address), None, "shutting_down");
+            log(vs, &client, pool, Some(address), tally.bytes(), "shutting_down");
             return;
         }
     };
@@ -161,7 +165,7 @@ async fn run(
         &client,
         pool,
         Some(address),
-        Some(&relayed),
+        (relayed.client_to_node, relayed.node_to_client),
         relayed.ended.as_str(),
     );
 }
@@ -242,11 +246,10 @@ fn log(
     client: &Client,
     pool: &Pool,
     node: Option<SocketAddr>,
-    relayed: Option<&Relayed>,
+    (received, sent): (u64, u64),
     result: &'static str,
 ) {
     vs.layer4.session(result);
-    let (received, sent) = relayed.map_or((0, 0), |r| (r.client_to_node, r.node_to_client));
     vs.metrics.bytes_received.inc_by(received);
     vs.metrics.bytes_sent.inc_by(sent);
     if let Some(log) = &vs.access_log {

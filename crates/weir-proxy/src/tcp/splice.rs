@@ -14,7 +14,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::{End, Ended, RelaySettings, Relayed};
+use super::{End, Ended, RelaySettings, Relayed, Tally};
 
 /// Pipes kept per thread between sessions.
 const POOLED_PIPES: usize = 64;
@@ -92,10 +92,14 @@ impl Activity {
 
 /// Relays bytes between two plain TCP sockets with `splice(2)`; the same contract as
 /// [`relay`](super::relay): half-close passed on, idle timeout across both directions.
-pub async fn splice(client: &TcpStream, node: &TcpStream, settings: RelaySettings) -> Relayed {
-    // Atomics only so the future is `Send`; both directions run in this one task.
-    let up_bytes = AtomicU64::new(0);
-    let down_bytes = AtomicU64::new(0);
+pub async fn splice(
+    client: &TcpStream,
+    node: &TcpStream,
+    settings: RelaySettings,
+    tally: &Tally,
+) -> Relayed {
+    let up_bytes = tally.from(End::Client);
+    let down_bytes = tally.from(End::Node);
     let activity = Activity::new();
     let both = async {
         let up = one_way(
@@ -104,7 +108,7 @@ pub async fn splice(client: &TcpStream, node: &TcpStream, settings: RelaySetting
             End::Client,
             End::Node,
             settings.buffer,
-            &up_bytes,
+            up_bytes,
             &activity,
         );
         let down = one_way(
@@ -113,17 +117,13 @@ pub async fn splice(client: &TcpStream, node: &TcpStream, settings: RelaySetting
             End::Node,
             End::Client,
             settings.buffer,
-            &down_bytes,
+            down_bytes,
             &activity,
         );
         tokio::try_join!(up, down)
     };
     let ended = race_idle(both, &activity, settings.idle_timeout).await;
-    Relayed {
-        client_to_node: up_bytes.into_inner(),
-        node_to_client: down_bytes.into_inner(),
-        ended,
-    }
+    tally.relayed(ended)
 }
 
 /// How a relay ended: both directions done (`both`), one failed, or nothing

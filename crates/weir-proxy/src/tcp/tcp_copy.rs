@@ -19,7 +19,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use super::splice::{Activity, race_idle};
-use super::{End, RelaySettings, Relayed};
+use super::{End, RelaySettings, Relayed, Tally};
 
 /// Relays bytes between two plain TCP sockets through a buffer per direction; `adaptive`
 /// moves a direction to `splice(2)` once it carries bulk.
@@ -28,9 +28,10 @@ pub async fn relay_tcp(
     node: &TcpStream,
     settings: RelaySettings,
     adaptive: bool,
+    tally: &Tally,
 ) -> Relayed {
-    let up_bytes = AtomicU64::new(0);
-    let down_bytes = AtomicU64::new(0);
+    let up_bytes = tally.from(End::Client);
+    let down_bytes = tally.from(End::Node);
     let activity = Activity::new();
     let both = async {
         let up = one_way(
@@ -38,7 +39,7 @@ pub async fn relay_tcp(
             node,
             (End::Client, End::Node),
             (settings.buffer, adaptive),
-            &up_bytes,
+            up_bytes,
             &activity,
         );
         let down = one_way(
@@ -46,17 +47,13 @@ pub async fn relay_tcp(
             client,
             (End::Node, End::Client),
             (settings.buffer, adaptive),
-            &down_bytes,
+            down_bytes,
             &activity,
         );
         tokio::try_join!(up, down)
     };
     let ended = race_idle(both, &activity, settings.idle_timeout).await;
-    Relayed {
-        client_to_node: up_bytes.into_inner(),
-        node_to_client: down_bytes.into_inner(),
-        ended,
-    }
+    tally.relayed(ended)
 }
 
 /// One direction until EOF (then the writer's write side is shut down) or an error.

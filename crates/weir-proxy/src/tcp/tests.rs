@@ -36,11 +36,12 @@ async fn session(kind: Kind, idle: Duration) -> (TcpStream, TcpStream, JoinHandl
         buffer: 4096,
     };
     let task = tokio::spawn(async move {
+        let tally = Tally::default();
         match kind {
-            Kind::Generic => relay(&mut client_side, &mut node_side, settings).await,
-            Kind::Tcp => relay_tcp(&client_side, &node_side, settings, false).await,
-            Kind::Adaptive => relay_tcp(&client_side, &node_side, settings, true).await,
-            Kind::Splice => splice(&client_side, &node_side, settings).await,
+            Kind::Generic => relay(&mut client_side, &mut node_side, settings, &tally).await,
+            Kind::Tcp => relay_tcp(&client_side, &node_side, settings, false, &tally).await,
+            Kind::Adaptive => relay_tcp(&client_side, &node_side, settings, true, &tally).await,
+            Kind::Splice => splice(&client_side, &node_side, settings, &tally).await,
         }
     });
     (client, node, task)

@@ -416,7 +416,8 @@ async fn echo_sessions_in_mixed_sizes_never_stall() {
 }
 
 /// A session still open when the drain timeout passes ends then, counted and logged as
-/// `shutting_down`; one that finishes within the drain is logged as usual.
+/// `shutting_down` with the bytes it carried; one that finishes within the drain is logged
+/// as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_open_past_the_drain_timeout_ends_as_shutting_down() {
     let node = Node::start("n", Duration::ZERO).await;
@@ -437,6 +438,14 @@ async fn a_session_open_past_the_drain_timeout_ends_as_shutting_down() {
             "weir_tcp_sessions_total{virtual_server=\"l4\",result=\"shutting_down\"}"
         ),
         1,
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "weir_client_bytes_received_total{virtual_server=\"l4\"}"
+        ),
+        b"still talking".len() as u64,
         "{text}"
     );
     assert_eq!(read_all(&mut client).await, "", "the session was closed");
