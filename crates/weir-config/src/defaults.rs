@@ -393,6 +393,9 @@ const fn nonzero(value: u32) -> NonZeroU32 {
 pub(crate) const TCP_RELAY: RelayMode = RelayMode::Auto;
 pub(crate) const TCP_BUFFER: u64 = 16 * KIB;
 pub(crate) const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// Long enough for a ClientHello over a slow, lossy path (a few retransmissions of its first
+/// segment); a port that also serves server-first protocols wants less.
+pub(crate) const TCP_HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const PROXY_PROTOCOL_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Default for PoolDns {

@@ -26,9 +26,6 @@ use crate::route::VirtualServerRuntime;
 use crate::tcp::peek::{PeekError, peek_until};
 use crate::tcp::session::{self, Client};
 
-/// How long a tcp virtual server with passthrough rules waits for a ClientHello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Whether a virtual server's connections need the front stages (plain HTTP and HTTPS
 /// without a PROXY header or passthrough rules go straight to the pipeline).
 pub(crate) fn needed(vs: &VirtualServerRuntime) -> bool {
@@ -135,11 +132,13 @@ enum Route {
 
 /// Peeks at the ClientHello and picks a passthrough rule.
 async fn passthrough(stream: &TcpStream, vs: &VirtualServerRuntime, client: &mut Client) -> Route {
-    let timeout = vs
-        .config
-        .tls
-        .as_ref()
-        .map_or(HELLO_TIMEOUT, |tls| tls.handshake_timeout);
+    // A tls or https virtual server waits as long as for its own handshakes; a tcp one as
+    // its `tcp.hello_timeout` says.
+    let timeout = match (&vs.config.tls, &vs.config.tcp) {
+        (Some(tls), _) => tls.handshake_timeout,
+        (None, Some(tcp)) => tcp.hello_timeout,
+        (None, None) => weir_config::TcpSettings::default().hello_timeout,
+    };
     let max = DEFAULT_MAX_CLIENT_HELLO + MAX_RECORDS * 5 + MAX_RECORD_PAYLOAD + 5;
     let read = peek_until(stream, max, timeout, |bytes| {
         match read_client_hello(bytes, DEFAULT_MAX_CLIENT_HELLO) {

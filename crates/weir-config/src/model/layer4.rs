@@ -27,6 +27,10 @@ pub struct TcpSettings {
     pub buffer: usize,
     /// A session ends when no byte moved either way for this long.
     pub idle_timeout: Duration,
+    /// With passthrough rules: how long a client has to send its ClientHello. A client that
+    /// sent nothing by then waits for the server to speak first (SMTP, MySQL) and goes to
+    /// the virtual server's pool; one that sent part of a ClientHello is closed.
+    pub hello_timeout: Duration,
 }
 
 /// PROXY protocol accepted from clients in `trusted` networks: their header's source
@@ -69,6 +73,7 @@ impl Default for TcpSettings {
             relay: crate::defaults::TCP_RELAY,
             buffer: crate::defaults::TCP_BUFFER as usize,
             idle_timeout: crate::defaults::TCP_IDLE_TIMEOUT,
+            hello_timeout: crate::defaults::TCP_HELLO_TIMEOUT,
         }
     }
 }

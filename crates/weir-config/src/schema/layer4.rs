@@ -12,6 +12,7 @@ pub struct TcpTable {
     pub relay: Option<String>,
     pub buffer: Option<SizeValue>,
     pub idle_timeout: Option<DurationText>,
+    pub hello_timeout: Option<DurationText>,
 }
 
 /// `[virtual_servers.NAME.proxy_protocol]`: accept a PROXY header from these clients.

@@ -146,6 +146,12 @@ impl Checker {
                 defaults::TCP_IDLE_TIMEOUT,
                 Zero::Rejected,
             ),
+            hello_timeout: self.duration(
+                &path.key("hello_timeout"),
+                tcp.and_then(|t| t.hello_timeout.as_ref()),
+                defaults::TCP_HELLO_TIMEOUT,
+                Zero::Rejected,
+            ),
         })
     }
 

@@ -79,7 +79,7 @@ async fn client_hello_split_at_every_byte_boundary_routes_by_sni() {
 
 /// A ClientHello cut short by the client's FIN closes the connection at once (nothing more
 /// can come), and a client that sends nothing at all (a protocol where the server speaks
-/// first) goes to the virtual server's own pool once the hello timeout passes.
+/// first) goes to the virtual server's own pool once its `tcp.hello_timeout` passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_hello_closes_and_a_silent_client_reaches_the_own_pool() {
     let (a, b) = (
@@ -97,7 +97,8 @@ async fn a_cut_hello_closes_and_a_silent_client_reaches_the_own_pool() {
             });
         }
     });
-    let config = passthrough_config(&a, &b).replace(&b.addr.to_string(), &greeter_addr.to_string());
+    let config = passthrough_config(&a, &b).replace(&b.addr.to_string(), &greeter_addr.to_string())
+        + "[virtual_servers.l4.tcp]\nhello_timeout = \"600ms\"\n";
     let proxy = TestProxy::start(&config).await;
     let hello = client_hello("db.a.internal");
     for cut in [1, 5, 11, hello.len() - 1] {
@@ -115,16 +116,23 @@ async fn a_cut_hello_closes_and_a_silent_client_reaches_the_own_pool() {
         ),
         4
     );
-    // Silent: after the hello timeout (10 s on a tcp virtual server), the own pool's node
+    // Silent: after the hello timeout (600 ms here; 10 s by default), the own pool's node
     // says its greeting.
     let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let started = std::time::Instant::now();
     let mut greeting = [0u8; 11];
     let read = tokio::io::AsyncReadExt::read_exact(&mut stream, &mut greeting);
-    tokio::time::timeout(Duration::from_secs(15), read)
+    tokio::time::timeout(Duration::from_secs(5), read)
         .await
-        .expect("the greeting within 15 s")
+        .expect("the greeting within 5 s")
         .unwrap();
     assert_eq!(&greeting, b"220 ready\r\n");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "greeted after {:?}, before the hello timeout",
+        started.elapsed()
+    );
+    drop(stream);
     proxy.stop().await;
 }
 
