@@ -439,6 +439,46 @@ async fn h2c_answers_an_unsupported_http1_version_with_505() {
     origin.stop().await;
 }
 
+/// An idle HTTP/2 connection is sent a GOAWAY (with the PING that makes it graceful). A
+/// client that never answers the PING, or anything else, is closed `ping_timeout` later:
+/// it does not keep its place under `max_connections` for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_client_that_ignores_the_goaway_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use weir_testkit::h2flood::{PREFACE, frame};
+    let origin = TestOrigin::start("a").await;
+    let vs = "[virtual_servers.web.http2]\ncleartext = true\nping_timeout = \"1s\"\n\
+              [virtual_servers.web.timeouts]\nidle = \"1s\"";
+    let proxy = TestProxy::start(&weir_testkit::config(&[origin.addr], "", vs)).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    stream.write_all(&out).await.unwrap();
+    let started = std::time::Instant::now();
+    // Reads (and never answers) until weir closes the connection.
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(8), async {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "still open {:?} after connecting",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(1500),
+        "closed after {:?}, before idle + ping_timeout",
+        started.elapsed()
+    );
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// An HTTP/2 request whose DATA goes past its `content-length` is malformed (RFC 9113
 /// §8.1.1) and is not forwarded: the length-framed body is forwarded only once the stream
 /// has ended. Raw frames: HEADERS for a POST with `content-length: 0` and no END_STREAM,

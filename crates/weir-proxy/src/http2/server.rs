@@ -128,7 +128,7 @@ pub(crate) async fn serve<S, H>(
         ping_sent: None,
         last_ping: Instant::now(),
         last_busy: Instant::now(),
-        draining: false,
+        draining: None,
         served: 0,
     };
     let period = settings
@@ -148,8 +148,8 @@ pub(crate) async fn serve<S, H>(
                 let _ = tokio::time::timeout(GOAWAY_FLUSH, poll_fn(|cx| connection.poll_closed(cx))).await;
                 return;
             }
-            _ = shutdown.triggered(), if !driver.draining => {
-                driver.draining = true;
+            _ = shutdown.triggered(), if driver.draining.is_none() => {
+                driver.draining = Some(Instant::now());
                 connection.graceful_shutdown();
             }
             accepted = connection.accept() => match accepted {
@@ -164,10 +164,10 @@ pub(crate) async fn serve<S, H>(
                         continue;
                     }
                     driver.spawn_stream(&handler, request, respond);
-                    if timing.max_streams.is_some_and(|max| driver.served >= max) && !driver.draining {
+                    if timing.max_streams.is_some_and(|max| driver.served >= max) && driver.draining.is_none() {
                         // The last stream this connection may serve: GOAWAY,
                         // and the open streams finish.
-                        driver.draining = true;
+                        driver.draining = Some(Instant::now());
                         connection.graceful_shutdown();
                     }
                 }
@@ -188,9 +188,22 @@ pub(crate) async fn serve<S, H>(
                     tracing::debug!("HTTP/2 client did not answer a PING in time; closing");
                     return;
                 }
-                if !driver.draining && driver.idle_for() >= timing.idle {
-                    driver.draining = true;
+                if driver.draining.is_none() && driver.idle_for() >= timing.idle {
+                    driver.draining = Some(Instant::now());
                     connection.graceful_shutdown();
+                }
+                // A graceful GOAWAY ends once the client answers its PING (the codec
+                // then sends the final GOAWAY and closes when no stream is left). A
+                // client that never answers would hold the connection, and its place
+                // under max_connections, for ever: ping_timeout after the GOAWAY, with
+                // no stream left, the connection closes anyway.
+                if driver.draining.is_some_and(|since| since.elapsed() >= settings.ping_timeout)
+                    && driver.active.load(Ordering::Acquire) == 0
+                {
+                    tracing::debug!("HTTP/2 client did not answer its GOAWAY's PING in time; closing");
+                    connection.abrupt_shutdown(Reason::NO_ERROR);
+                    let _ = tokio::time::timeout(GOAWAY_FLUSH, poll_fn(|cx| connection.poll_closed(cx))).await;
+                    return;
                 }
             }
         }
@@ -206,7 +219,9 @@ struct Driver {
     last_ping: Instant,
     /// Last time streams were open.
     last_busy: Instant,
-    draining: bool,
+    /// Since when the connection is going away (a GOAWAY sent: idle, shut down, or its
+    /// last stream served).
+    draining: Option<Instant>,
     /// Streams handed to the handler so far.
     served: u32,
 }
