@@ -144,8 +144,7 @@ pub(crate) async fn serve<S, H>(
             flood = tripwire.tripped() => {
                 metrics.flood(flood).inc();
                 tracing::info!(kind = flood.as_str(), "HTTP/2 flood; closing the connection");
-                connection.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
-                let _ = tokio::time::timeout(GOAWAY_FLUSH, poll_fn(|cx| connection.poll_closed(cx))).await;
+                close_now(&mut connection, Reason::ENHANCE_YOUR_CALM).await;
                 return;
             }
             _ = shutdown.triggered(), if driver.draining.is_none() => {
@@ -192,17 +191,9 @@ pub(crate) async fn serve<S, H>(
                     driver.draining = Some(Instant::now());
                     connection.graceful_shutdown();
                 }
-                // A graceful GOAWAY ends once the client answers its PING (the codec
-                // then sends the final GOAWAY and closes when no stream is left). A
-                // client that never answers would hold the connection, and its place
-                // under max_connections, for ever: ping_timeout after the GOAWAY, with
-                // no stream left, the connection closes anyway.
-                if driver.draining.is_some_and(|since| since.elapsed() >= settings.ping_timeout)
-                    && driver.active.load(Ordering::Acquire) == 0
-                {
+                if driver.goaway_ignored(settings) {
                     tracing::debug!("HTTP/2 client did not answer its GOAWAY's PING in time; closing");
-                    connection.abrupt_shutdown(Reason::NO_ERROR);
-                    let _ = tokio::time::timeout(GOAWAY_FLUSH, poll_fn(|cx| connection.poll_closed(cx))).await;
+                    close_now(&mut connection, Reason::NO_ERROR).await;
                     return;
                 }
             }
@@ -248,6 +239,16 @@ impl Driver {
         });
     }
 
+    /// A graceful GOAWAY ends once the client answers its PING (the codec then sends the
+    /// final GOAWAY and closes when no stream is left). A client that never answers would
+    /// hold the connection, and its place under max_connections, for ever: true once
+    /// `ping_timeout` has passed since the GOAWAY with no stream left.
+    fn goaway_ignored(&self, settings: &Http2) -> bool {
+        self.draining
+            .is_some_and(|since| since.elapsed() >= settings.ping_timeout)
+            && self.active.load(Ordering::Acquire) == 0
+    }
+
     fn idle_for(&self) -> Duration {
         if self.active.load(Ordering::Acquire) > 0 {
             Duration::ZERO
@@ -286,6 +287,17 @@ impl Drop for ActiveGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Sends GOAWAY with `reason` at once and waits (at most [`GOAWAY_FLUSH`]) for the codec
+/// to write it.
+async fn close_now<T, B>(connection: &mut h2::server::Connection<T, B>, reason: Reason)
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+    B: bytes::Buf,
+{
+    connection.abrupt_shutdown(reason);
+    let _ = tokio::time::timeout(GOAWAY_FLUSH, poll_fn(|cx| connection.poll_closed(cx))).await;
 }
 
 fn poll_pong(
