@@ -405,7 +405,11 @@ impl From<std::io::Error> for WriteError {
 /// - the new file is created with the old one's permissions (never readable by more
 ///   users, even for a moment), exclusively (a name planted beforehand is not followed),
 ///   and flushed to disk before the rename;
-/// - with `expected`, the file must still hold those bytes just before the rename.
+/// - with `expected`, the file replaced must be the one that holds those bytes: the two
+///   files are exchanged in one step (`renameat2(RENAME_EXCHANGE)`), and exchanged back
+///   if what came out is not what the change was made from (an edit saved meanwhile is
+///   then in place again, untouched). Where the file system cannot exchange, the file is
+///   read again just before a plain rename.
 fn write_file(path: &Path, bytes: &[u8], expected: Option<&[u8]>) -> Result<(), WriteError> {
     use std::io::Write;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -439,19 +443,14 @@ fn write_file(path: &Path, bytes: &[u8], expected: Option<&[u8]>) -> Result<(), 
         .and_then(|()| file.write_all(bytes))
         .and_then(|()| file.sync_all());
     drop(file);
-    let unchanged = match expected {
-        Some(expected) => std::fs::read(&target).is_ok_and(|now| now == expected),
-        None => true,
-    };
-    match (written, unchanged) {
-        (Ok(()), true) => {}
-        (written, _) => {
-            let _ = std::fs::remove_file(&temporary);
-            written?;
-            return Err(WriteError::Changed);
-        }
+    if let Err(error) = written {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(error.into());
     }
-    std::fs::rename(&temporary, &target)?;
+    match expected {
+        None => std::fs::rename(&temporary, &target)?,
+        Some(expected) => replace_if_unchanged(&temporary, &target, expected)?,
+    }
     // The rename itself, on disk: best effort (some file systems refuse a directory sync).
     if let Some(directory) = target.parent()
         && let Ok(directory) = std::fs::File::open(directory)
@@ -459,6 +458,53 @@ fn write_file(path: &Path, bytes: &[u8], expected: Option<&[u8]>) -> Result<(), 
         let _ = directory.sync_all();
     }
     Ok(())
+}
+
+/// Puts `temporary` in the place of `target` if `target` holds `expected`; else leaves
+/// `target` as it is. Either way `temporary` is gone afterwards.
+fn replace_if_unchanged(
+    temporary: &Path,
+    target: &Path,
+    expected: &[u8],
+) -> Result<(), WriteError> {
+    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+    let exchange = || {
+        renameat2(
+            AT_FDCWD,
+            temporary,
+            AT_FDCWD,
+            target,
+            RenameFlags::RENAME_EXCHANGE,
+        )
+    };
+    match exchange() {
+        Ok(()) => {
+            // `temporary` now names what `target` held.
+            let replaced = std::fs::read(temporary);
+            if replaced.as_deref().ok() == Some(expected) {
+                std::fs::remove_file(temporary)?;
+                return Ok(());
+            }
+            let back = exchange();
+            let _ = std::fs::remove_file(temporary);
+            back.map_err(std::io::Error::from)?;
+            Err(WriteError::Changed)
+        }
+        // A file system without the exchange (or an old kernel): check, then rename.
+        Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS) => {
+            if std::fs::read(target).is_ok_and(|now| now == expected) {
+                std::fs::rename(temporary, target)?;
+                Ok(())
+            } else {
+                let _ = std::fs::remove_file(temporary);
+                Err(WriteError::Changed)
+            }
+        }
+        Err(errno) => {
+            let _ = std::fs::remove_file(temporary);
+            Err(std::io::Error::from(errno).into())
+        }
+    }
 }
 
 /// Runs blocking work (file reads, model builds) off the serving threads.
