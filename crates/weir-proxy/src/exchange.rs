@@ -148,6 +148,9 @@ pub(crate) async fn exchange(
     let mut node_retries = 0;
     let mut current: Option<usize> = None;
     let mut last_error: Option<Error> = None;
+    // The node the last failed attempt went to: a request no other node can take is
+    // logged with it (the access record's `node`, docs/logging.md).
+    let mut last_node: Option<std::net::SocketAddr> = None;
     // After a reused connection the node had closed: the next try opens a new one.
     let mut fresh = false;
     loop {
@@ -156,7 +159,12 @@ pub(crate) async fn exchange(
             Some(index) => index,
             None => {
                 let moving = last_error.is_some();
-                let index = select(pool, tried, last_error.take(), head, upstream.client)?;
+                let index = select(pool, tried, last_error.take(), head, upstream.client).map_err(
+                    |failure| match last_node {
+                        Some(node) => failure.at_node(node),
+                        None => failure,
+                    },
+                )?;
                 // A retry is counted once another node was found for it.
                 if moving {
                     pool.metrics.retries.inc();
@@ -192,6 +200,7 @@ pub(crate) async fn exchange(
                 node_retries += 1;
                 current = None;
                 last_error = Some(failure.error);
+                last_node = Some(node.address);
                 fresh = false;
             }
             _ => {

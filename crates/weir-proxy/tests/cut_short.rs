@@ -22,6 +22,16 @@ async fn setup(name: &str) -> Setup {
 
 async fn setup_with(name: &str, pool_extra: &str) -> Setup {
     let origin = TestOrigin::start("o").await;
+    let node = origin.addr;
+    setup_on(name, pool_extra, (origin, node)).await
+}
+
+/// A proxy whose pool's one node is `node` (`origin` is stopped with it).
+async fn setup_on(
+    name: &str,
+    pool_extra: &str,
+    (origin, node): (TestOrigin, std::net::SocketAddr),
+) -> Setup {
     let log = std::env::temp_dir().join(format!("weir-cut-{name}-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
     // A small response buffer, so a large answer streams while the client reads it.
@@ -32,7 +42,7 @@ async fn setup_with(name: &str, pool_extra: &str) -> Setup {
          [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
          [virtual_servers.web.limits]\nresponse_buffer = \"16KiB\"\n",
         log.display(),
-        origin.addr
+        node
     );
     let proxy = TestProxy::start(&toml).await;
     Setup { proxy, origin, log }
@@ -184,6 +194,30 @@ async fn a_failure_at_a_node_names_it() {
     let sent = field(&records[0], "bytes_sent");
     assert!(sent > 0, "{records:?}");
     assert_eq!(sent_and_timed(&setup.proxy), (sent, 1));
+    setup.stop().await;
+}
+
+/// A request whose only node refused the connection (retries left, but no other node to
+/// take them) names that node in its record and in its log line, as a failure at a node does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_failure_names_the_node() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let origin = TestOrigin::start("o").await;
+    let setup = setup_on("refused", "retries = 2", (origin, closed)).await;
+    let response = weir_testkit::client::get(setup.proxy.addr, "/")
+        .await
+        .unwrap();
+    assert_eq!(response.status, 502);
+    let records = setup.records(1).await;
+    assert!(
+        records[0].contains(r#""error":"connect_failed""#),
+        "{records:?}"
+    );
+    let node = format!(r#""node":"{closed}""#);
+    assert!(records[0].contains(&node), "{records:?}");
     setup.stop().await;
 }
 
