@@ -4,7 +4,6 @@
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -23,6 +22,8 @@ struct Direction {
     /// Written since the last flush (TLS keeps records until flushed).
     unflushed: bool,
     bytes: u64,
+    /// Of `bytes`, those already added to the tally.
+    reported: u64,
     from: End,
     to: End,
 }
@@ -68,8 +69,8 @@ where
             return Poll::Ready(Ended::Closed);
         }
         if moved {
-            tally.client_to_node.store(up.bytes, Ordering::Relaxed);
-            tally.node_to_client.store(down.bytes, Ordering::Relaxed);
+            up.report(tally);
+            down.report(tally);
             // Cheap: the timer is only re-armed when it fires (below).
             last_activity = Instant::now();
         }
@@ -83,8 +84,8 @@ where
         Poll::Pending
     })
     .await;
-    tally.client_to_node.store(up.bytes, Ordering::Relaxed);
-    tally.node_to_client.store(down.bytes, Ordering::Relaxed);
+    up.report(tally);
+    down.report(tally);
     tally.relayed(ended)
 }
 
@@ -99,9 +100,16 @@ impl Direction {
             state: State::Relaying,
             unflushed: false,
             bytes: 0,
+            reported: 0,
             from,
             to,
         }
+    }
+
+    /// Adds what moved since the last report to `tally`.
+    fn report(&mut self, tally: &Tally) {
+        tally.from(self.from).add(self.bytes - self.reported);
+        self.reported = self.bytes;
     }
 
     /// Moves what it can; `Ready(Ok)` once this direction is finished.

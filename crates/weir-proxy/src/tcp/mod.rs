@@ -46,24 +46,58 @@ pub struct Relayed {
 
 /// The bytes a relay has moved each way so far: the relay counts into it, so what a session
 /// carried can be read after its relay was dropped (a session cut at the drain timeout is
-/// logged with its bytes). Atomics only so the relay's future is `Send`; one task updates it.
+/// logged with its bytes), and the virtual server's byte counters follow a long session as it
+/// goes rather than at its end.
 #[derive(Debug, Default)]
 pub struct Tally {
-    client_to_node: AtomicU64,
-    node_to_client: AtomicU64,
+    client_to_node: Moved,
+    node_to_client: Moved,
+}
+
+/// One direction's bytes, and the metric they also count in. An atomic only so the relay's
+/// future is `Send`: one task updates it.
+#[derive(Debug, Default)]
+pub(crate) struct Moved {
+    total: AtomicU64,
+    metric: Option<weir_observe::Counter>,
+}
+
+impl Moved {
+    /// `n` more bytes moved.
+    pub(crate) fn add(&self, n: u64) {
+        self.total.fetch_add(n, Ordering::Relaxed);
+        if let Some(metric) = &self.metric {
+            metric.inc_by(n);
+        }
+    }
+
+    fn get(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
 }
 
 impl Tally {
+    /// A tally whose bytes also count in `received` (from the client) and `sent` (to it).
+    pub fn counting(received: weir_observe::Counter, sent: weir_observe::Counter) -> Tally {
+        Tally {
+            client_to_node: Moved {
+                total: AtomicU64::new(0),
+                metric: Some(received),
+            },
+            node_to_client: Moved {
+                total: AtomicU64::new(0),
+                metric: Some(sent),
+            },
+        }
+    }
+
     /// Bytes read from the client and written to the node, and the other way.
     pub fn bytes(&self) -> (u64, u64) {
-        (
-            self.client_to_node.load(Ordering::Relaxed),
-            self.node_to_client.load(Ordering::Relaxed),
-        )
+        (self.client_to_node.get(), self.node_to_client.get())
     }
 
     /// The counter of one direction: the one whose reading end is `from`.
-    fn from(&self, from: End) -> &AtomicU64 {
+    fn from(&self, from: End) -> &Moved {
         match from {
             End::Client => &self.client_to_node,
             End::Node => &self.node_to_client,

@@ -126,7 +126,10 @@ async fn run(
     } = connected;
     // relay
     let (kind, settings) = vs.relay;
-    let tally = Tally::default();
+    let tally = Tally::counting(
+        vs.metrics.bytes_received.clone(),
+        vs.metrics.bytes_sent.clone(),
+    );
     let relaying = async {
         match (&mut stream, lease.stream(), kind) {
             (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Splice) => {
@@ -249,9 +252,8 @@ fn log(
     (received, sent): (u64, u64),
     result: &'static str,
 ) {
+    // The bytes counted in the virtual server's metrics as they moved (`Tally`).
     vs.layer4.session(result);
-    vs.metrics.bytes_received.inc_by(received);
-    vs.metrics.bytes_sent.inc_by(sent);
     if let Some(log) = &vs.access_log {
         log.write_session(&SessionRecord {
             virtual_server: &vs.config.name,

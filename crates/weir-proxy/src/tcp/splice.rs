@@ -14,7 +14,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::{End, Ended, RelaySettings, Relayed, Tally};
+use super::{End, Ended, Moved, RelaySettings, Relayed, Tally};
 
 /// Pipes kept per thread between sessions.
 const POOLED_PIPES: usize = 64;
@@ -160,7 +160,7 @@ pub(super) async fn one_way(
     from_end: End,
     to_end: End,
     chunk: usize,
-    bytes: &AtomicU64,
+    bytes: &Moved,
     activity: &Activity,
 ) -> Result<(), (End, io::Error)> {
     let pipe = Pipe::take().map_err(|error| (from_end, error))?;
@@ -201,7 +201,7 @@ pub(super) async fn one_way(
             match attempt {
                 Ok(moved) => {
                     pending -= moved;
-                    bytes.fetch_add(moved as u64, Ordering::Relaxed);
+                    bytes.add(moved as u64);
                     activity.touch();
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,

@@ -13,13 +13,12 @@
 //! that sits idle, holds no buffer.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use super::splice::{Activity, race_idle};
-use super::{End, RelaySettings, Relayed, Tally};
+use super::{End, Moved, RelaySettings, Relayed, Tally};
 
 /// Relays bytes between two plain TCP sockets through a buffer per direction; `adaptive`
 /// moves a direction to `splice(2)` once it carries bulk.
@@ -62,7 +61,7 @@ async fn one_way(
     to: &TcpStream,
     (from_end, to_end): (End, End),
     (size, adaptive): (usize, bool),
-    bytes: &AtomicU64,
+    bytes: &Moved,
     activity: &Activity,
 ) -> Result<(), (End, io::Error)> {
     let size = size.max(1);
@@ -111,7 +110,7 @@ async fn one_way(
                 Ok(0) => return Err((to_end, io::ErrorKind::WriteZero.into())),
                 Ok(n) => {
                     written += n;
-                    bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    bytes.add(n as u64);
                     activity.touch();
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,

@@ -451,6 +451,40 @@ async fn a_session_open_past_the_drain_timeout_ends_as_shutting_down() {
     assert_eq!(read_all(&mut client).await, "", "the session was closed");
 }
 
+/// The virtual server's byte counters follow a session while it is open, in each relay,
+/// rather than jumping when it ends: a long-lived session shows in a rate graph.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_counted_while_it_is_open() {
+    let node = Node::start("n", Duration::ZERO).await;
+    for relay in ["copy", "splice", "auto"] {
+        let vs_extra = format!("[virtual_servers.l4.tcp]\nrelay = \"{relay}\"\n");
+        let proxy = TestProxy::start(&tcp_config(&[node.addr], "", &vs_extra)).await;
+        let mut client = TcpStream::connect(proxy.addr).await.unwrap();
+        client.write_all(b"still talking").await.unwrap();
+        // The node waits for the client's FIN, which has not come: the session is open.
+        let sample = "weir_client_bytes_received_total{virtual_server=\"l4\"}";
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while metric(&proxy.metrics.encode(), sample) < 13 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{relay}: not counted while open"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        client.shutdown().await.unwrap();
+        assert_eq!(read_all(&mut client).await, "n 13");
+        let text = proxy.metrics.encode();
+        // Counted once: as the bytes moved, not again at the end.
+        assert_eq!(metric(&text, sample), 13, "{relay}");
+        assert_eq!(
+            metric(&text, "weir_client_bytes_sent_total{virtual_server=\"l4\"}"),
+            4,
+            "{relay}"
+        );
+        proxy.stop().await;
+    }
+}
+
 /// A client that closes its connection, having sent nothing, while its session waits for
 /// the node's only connection leaves the queue: the node never sees it. A client that sent
 /// bytes before its FIN still waits (see `sessions_wait_in_the_queue_at_the_node_cap`).
