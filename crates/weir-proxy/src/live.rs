@@ -589,17 +589,35 @@ impl Live {
     }
 
     /// Re-reads the certificates of every HTTPS virtual server: all of them or, when one
-    /// fails, none.
+    /// fails, none. Counted and logged as a reload (`weir_config_reloads_total`,
+    /// `weir_config_last_reload_success`), so a certificate rotation that failed is seen
+    /// where a failed reload is.
     pub fn reload_certificates(&self) -> Result<usize, ConfigError> {
         let _control = self.lock();
         let terminations = self.current().tls_terminations();
-        let mut staged = Vec::with_capacity(terminations.len());
-        for termination in &terminations {
-            staged.push(termination.stage()?);
-        }
+        let staged: Result<Vec<_>, ConfigError> = terminations
+            .iter()
+            .map(|termination| termination.stage())
+            .collect();
+        let reloads = self.metrics.reloads();
+        let staged = match staged {
+            Ok(staged) => staged,
+            Err(error) => {
+                reloads.refused.inc();
+                reloads.last_reload_success.set(0);
+                tracing::error!(error = %error, "certificate reload refused; still serving the certificates loaded before");
+                return Err(error);
+            }
+        };
         for (termination, staged) in terminations.iter().zip(staged) {
             termination.commit(staged);
         }
+        reloads.applied.inc();
+        reloads.last_reload_success.set(1);
+        tracing::info!(
+            virtual_servers = terminations.len(),
+            "certificates reloaded"
+        );
         Ok(terminations.len())
     }
 

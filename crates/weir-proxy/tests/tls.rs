@@ -239,6 +239,28 @@ async fn reload_swaps_certificates_and_keeps_open_connections_and_a_broken_one_i
         .await
         .unwrap();
     assert_eq!(tls::peer_leaf(&after), tls::leaf(&second.0));
+    // The admin API's certificate reload (`Live::reload_certificates`) counts as a reload:
+    // a refused one is seen in the metrics an operator alerts on, and a good one clears it.
+    let reloads = |proxy: &TestProxy| {
+        let text = proxy.metrics.encode();
+        let value = |sample: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(sample)?.trim().parse::<f64>().ok())
+                .unwrap_or(-1.0)
+        };
+        (
+            value("weir_config_reloads_total{result=\"refused\"}"),
+            value("weir_config_last_reload_success"),
+        )
+    };
+    let (refused, _) = reloads(&proxy);
+    assert!(proxy.live.reload_certificates().is_err());
+    assert_eq!(reloads(&proxy), (refused + 1.0, 0.0));
+    std::fs::copy(&second.0, &cert_path).unwrap();
+    std::fs::copy(&second.1, &key_path).unwrap();
+    assert_eq!(proxy.live.reload_certificates().unwrap(), 1);
+    assert_eq!(reloads(&proxy), (refused + 1.0, 1.0));
+    drop((open, fresh, after));
     proxy.stop().await;
     origin.stop().await;
 }
