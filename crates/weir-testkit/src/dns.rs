@@ -18,6 +18,8 @@ pub enum Reply {
     Services(Vec<(u16, u16, u16, String)>, u32),
     /// SERVFAIL.
     ServerFailure,
+    /// `Records` for A queries, SERVFAIL for AAAA ones (a resolver failing one family).
+    AddressesButNoIpv6(Vec<IpAddr>, u32),
     /// NXDOMAIN (also the answer for a name not in the table).
     NameError,
 }
@@ -128,6 +130,14 @@ fn respond(query: &[u8], table: &HashMap<String, Reply>) -> Option<Vec<u8>> {
             (0, *ttl, data.collect())
         }
         Some(Reply::Services(_, ttl)) => (0, *ttl, Vec::new()),
+        Some(Reply::AddressesButNoIpv6(_, _)) if kind == 28 => (2, 0, Vec::new()),
+        Some(Reply::AddressesButNoIpv6(ips, ttl)) => {
+            let data = ips.iter().filter_map(|ip| match (ip, kind) {
+                (IpAddr::V4(v4), 1) => Some(v4.octets().to_vec()),
+                _ => None,
+            });
+            (0, *ttl, data.collect())
+        }
         Some(Reply::ServerFailure) => (2, 0, Vec::new()),
         Some(Reply::NameError) | None => (3, 0, Vec::new()),
     };

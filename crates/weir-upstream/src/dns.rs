@@ -19,8 +19,8 @@ use std::time::Duration;
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
-use hickory_resolver::proto::rr::RData;
 use hickory_resolver::proto::rr::rdata::SRV;
+use hickory_resolver::proto::rr::{Name, RData};
 use tokio::sync::watch as channel;
 use tokio::task::JoinHandle;
 use weir_core::ShutdownSignal;
@@ -132,6 +132,12 @@ impl std::error::Error for ResolveError {}
 /// The resolver shared by every name of a process.
 #[derive(Clone)]
 pub struct Resolver {
+    /// Address lookups of one family, or of both as separate queries (`Families::Both`):
+    /// an answer counts only when every query asked was answered, so a lost AAAA reply or
+    /// a SERVFAIL for one family fails the resolution (the last good set stays) instead of
+    /// shrinking the pool to the other family's nodes.
+    families: Vec<TokioResolver>,
+    /// SRV lookups.
     inner: TokioResolver,
 }
 
@@ -145,6 +151,26 @@ impl Resolver {
     /// A resolver for `settings`: the named servers, or the system's configuration. Must be
     /// called inside a tokio runtime.
     pub fn new(settings: &DnsSettings) -> Result<Resolver, ResolveError> {
+        let build = |strategy| Resolver::build(settings, strategy);
+        let families = match settings.families {
+            Families::Ipv4 => vec![build(LookupIpStrategy::Ipv4Only)?],
+            Families::Ipv6 => vec![build(LookupIpStrategy::Ipv6Only)?],
+            Families::Both => vec![
+                build(LookupIpStrategy::Ipv4Only)?,
+                build(LookupIpStrategy::Ipv6Only)?,
+            ],
+        };
+        Ok(Resolver {
+            inner: families[0].clone(),
+            families,
+        })
+    }
+
+    /// One hickory resolver for `settings`, looking up addresses as `strategy` says.
+    fn build(
+        settings: &DnsSettings,
+        strategy: LookupIpStrategy,
+    ) -> Result<TokioResolver, ResolveError> {
         let provider = TokioRuntimeProvider::default();
         let mut builder = if settings.servers.is_empty() {
             TokioResolver::builder(provider)
@@ -168,15 +194,10 @@ impl Resolver {
         // The resolver's cache may answer a re-resolution, but never past our bounds.
         options.positive_max_ttl = Some(settings.max_ttl);
         options.negative_max_ttl = Some(settings.min_ttl);
-        options.ip_strategy = match settings.families {
-            Families::Ipv4 => LookupIpStrategy::Ipv4Only,
-            Families::Ipv6 => LookupIpStrategy::Ipv6Only,
-            Families::Both => LookupIpStrategy::Ipv4AndIpv6,
-        };
-        let inner = builder
+        options.ip_strategy = strategy;
+        builder
             .build()
-            .map_err(|e| ResolveError::Failed(format!("DNS resolver: {e}")))?;
-        Ok(Resolver { inner })
+            .map_err(|e| ResolveError::Failed(format!("DNS resolver: {e}")))
     }
 
     /// Resolves `name` once: its addresses on its port, or for a service
@@ -201,13 +222,62 @@ impl Resolver {
         Ok(Answer { addresses, ttl })
     }
 
-    /// A and AAAA records of `host` (as `families` says), and when they expire.
+    /// A and AAAA records of `host` (as `families` says), and when they expire. With both
+    /// families, one family without records is an answer (the other's), but one that failed
+    /// fails the whole lookup.
     async fn resolve_ips(
         &self,
         host: &str,
     ) -> Result<(Vec<IpAddr>, std::time::Instant), ResolveError> {
-        let lookup = self.inner.lookup_ip(host).await.map_err(resolve_error)?;
-        Ok((lookup.iter().collect(), lookup.valid_until()))
+        let lookup = |resolver: &TokioResolver| {
+            let resolver = resolver.clone();
+            async move {
+                // An IP literal is its own answer; a name is read as DNS reads it, so labels
+                // with `_` (`proj_web_1`, as container tools name hosts) are asked as written.
+                let lookup = match host.parse::<IpAddr>() {
+                    Ok(_) => resolver.lookup_ip(host).await,
+                    Err(_) => {
+                        let name = Name::from_str_relaxed(host)
+                            .map_err(|e| ResolveError::Failed(format!("{host}: {e}")))?;
+                        resolver.lookup_ip(name).await
+                    }
+                };
+                match lookup.map_err(resolve_error) {
+                    Ok(lookup) => Ok(Some((
+                        lookup.iter().collect::<Vec<_>>(),
+                        lookup.valid_until(),
+                    ))),
+                    Err(ResolveError::NoRecords) => Ok(None),
+                    Err(error) => Err(error),
+                }
+            }
+        };
+        // Both families are asked at once.
+        let answers = match self.families.as_slice() {
+            [v4, v6] => {
+                let (v4, v6) = tokio::join!(lookup(v4), lookup(v6));
+                vec![v4, v6]
+            }
+            families => {
+                let mut answers = Vec::with_capacity(families.len());
+                for resolver in families {
+                    answers.push(lookup(resolver).await);
+                }
+                answers
+            }
+        };
+        let mut addresses = Vec::new();
+        let mut valid_until: Option<std::time::Instant> = None;
+        for answer in answers {
+            if let Some((ips, until)) = answer? {
+                addresses.extend(ips);
+                valid_until = Some(valid_until.map_or(until, |earliest| earliest.min(until)));
+            }
+        }
+        match valid_until {
+            Some(valid_until) => Ok((addresses, valid_until)),
+            None => Err(ResolveError::NoRecords),
+        }
     }
 
     /// A service's nodes: the targets of its SRV records of the best (lowest)
@@ -241,9 +311,13 @@ impl Resolver {
         let mut valid_until = lookup.valid_until();
         let mut addresses = Vec::new();
         for srv in records.iter().filter(|srv| srv.priority == best) {
-            // A target that does not resolve leaves the others serving.
-            let Ok((ips, expires)) = self.resolve_ips(&srv.target.to_string()).await else {
-                continue;
+            // A target without address records leaves the others serving; one whose lookup
+            // failed fails the answer, as a failure of the SRV lookup would: the last good
+            // set stays rather than losing that target's nodes.
+            let (ips, expires) = match self.resolve_ips(&srv.target.to_string()).await {
+                Ok(answer) => answer,
+                Err(ResolveError::NoRecords) => continue,
+                Err(error) => return Err(error),
             };
             valid_until = valid_until.min(expires);
             addresses.extend(ips.into_iter().map(|ip| SocketAddr::new(ip, srv.port)));

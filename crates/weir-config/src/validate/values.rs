@@ -68,7 +68,7 @@ pub(crate) fn host_port(text: &str) -> Option<Result<(String, u16), String>> {
     if host.is_empty() || host.len() > MAX_HOST_LEN || !labels.iter().all(|l| host_label(l)) {
         return Some(Err(format!(
             "invalid host name in \"{text}\": write an IP address like \"10.0.0.1:8080\" or a \
-             DNS name like \"api.internal:8080\" (letters, digits and '-' in dot-separated labels)"
+             DNS name like \"api.internal:8080\" (letters, digits, '-' and '_' in dot-separated labels)"
         )));
     }
     match port.parse::<u16>() {

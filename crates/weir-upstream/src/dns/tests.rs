@@ -125,6 +125,50 @@ async fn resolves_a_and_aaaa_with_their_ttl() {
     ));
 }
 
+/// With both families asked, one that fails (SERVFAIL for AAAA, the A records answered)
+/// fails the resolution, so the last good set stays whole; one without records is still an
+/// answer. The same for an SRV target whose lookup failed. Names with `_` in their labels
+/// are asked as written.
+#[tokio::test]
+async fn a_failed_family_or_target_fails_the_whole_answer() {
+    let dns = TestDns::start();
+    dns.set("dual.test", Reply::AddressesButNoIpv6(vec![v4(1)], 30));
+    let resolver = Resolver::new(&settings(&dns, 1_000, 60_000)).unwrap();
+    assert!(matches!(
+        resolver.resolve(&name("dual.test.")).await,
+        Err(ResolveError::Failed(_))
+    ));
+    let only_v4 = DnsSettings {
+        families: Families::Ipv4,
+        ..settings(&dns, 1_000, 60_000)
+    };
+    let answer = Resolver::new(&only_v4)
+        .unwrap()
+        .resolve(&name("dual.test."))
+        .await
+        .unwrap();
+    assert_eq!(answer.addresses, vec![SocketAddr::new(v4(1), 5432)]);
+    dns.set(
+        "_db._tcp.test",
+        Reply::Services(
+            vec![
+                (10, 5, 5433, "a.test".to_owned()),
+                (10, 5, 5434, "broken.test".to_owned()),
+            ],
+            60,
+        ),
+    );
+    dns.set("a.test", Reply::Records(vec![v4(1)], 30));
+    dns.set("broken.test", Reply::ServerFailure);
+    assert!(matches!(
+        resolver.resolve(&service("_db._tcp.test.")).await,
+        Err(ResolveError::Failed(_))
+    ));
+    dns.set("proj_web_1.test", Reply::Records(vec![v4(7)], 30));
+    let answer = resolver.resolve(&name("proj_web_1.test.")).await.unwrap();
+    assert_eq!(answer.addresses, vec![SocketAddr::new(v4(7), 5432)]);
+}
+
 /// A service name: the targets of its best-priority SRV records, each on its
 /// record's port, expiring with the first of its records; a target that does
 /// not resolve is left out, and a service with no usable record has none.
