@@ -170,6 +170,62 @@ async fn openssl_s_client_sees_a_clean_close() {
     origin.stop().await;
 }
 
+/// A TLS 1.2 client that asks to renegotiate (OpenSSL's `R`) is answered at once with the
+/// no_renegotiation alert (RFC 5246 §7.2.2), not when weir next writes, which on a
+/// connection waiting for its client is never: the client would hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renegotiation_is_refused_at_once() {
+    use std::io::BufRead as _;
+    let origin = TestOrigin::start("a").await;
+    let proxy = https_proxy(&origin, "").await;
+    let address = proxy.addr.to_string();
+    let waited = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new("stdbuf")
+            .args(["-oL", "openssl", "s_client", "-connect", &address])
+            .args(["-servername", "localhost", "-tls1_2", "-msg"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl (installed by scripts/test)");
+        let mut stdin = child.stdin.take().expect("piped");
+        let (lines, seen) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if lines.send((std::time::Instant::now(), line)).is_err() {
+                    return;
+                }
+            }
+        });
+        let next = |what: &dyn Fn(&str) -> bool| loop {
+            match seen.recv_timeout(Duration::from_secs(5)) {
+                Ok((at, line)) if what(&line) => return Some(at),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        };
+        // The session's summary ends the handshake's output.
+        next(&|line| line.contains("Verify return code")).expect("the handshake");
+        stdin.write_all(b"R\n").expect("asked to renegotiate");
+        let asked = next(&|line| line.starts_with(">>>") && line.ends_with("ClientHello"))
+            .expect("a second ClientHello");
+        let answered = next(&|line| line.starts_with("<<<"));
+        let _ = child.kill();
+        let _ = child.wait();
+        answered.map(|at| at.saturating_duration_since(asked))
+    })
+    .await
+    .unwrap();
+    let waited = waited.expect("an answer to the renegotiation within 5 s");
+    assert!(waited < Duration::from_secs(2), "answered after {waited:?}");
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_speaks_http10_and_http11_over_tls() {
     let origin = TestOrigin::start("a").await;

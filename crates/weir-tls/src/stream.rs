@@ -118,7 +118,25 @@ impl ClientStream {
     }
 }
 
-impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<T> {
+/// A TLS stream whose session can say it has records to send.
+pub trait Session {
+    /// Whether the session holds TLS records not yet written (an alert, say).
+    fn wants_write(&self) -> bool;
+}
+
+impl<IO> Session for tokio_rustls::server::TlsStream<IO> {
+    fn wants_write(&self) -> bool {
+        self.get_ref().1.wants_write()
+    }
+}
+
+impl<IO> Session for tokio_rustls::client::TlsStream<IO> {
+    fn wants_write(&self) -> bool {
+        self.get_ref().1.wants_write()
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Session> AsyncRead for Stream<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -126,7 +144,18 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<T> {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
-            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+            Stream::Tls(tls) => {
+                let read = Pin::new(tls.as_mut()).poll_read(cx, buf);
+                // What the peer sent may call for an answer of the session's own with no
+                // plaintext for weir: the no_renegotiation alert to a TLS 1.2 client that
+                // asks to renegotiate. Sent now; otherwise it would wait for weir's next
+                // write, which a connection waiting for the client never makes. A write
+                // that cannot go at once, or fails, is left to the next write or flush.
+                if tls.wants_write() {
+                    let _ = Pin::new(tls.as_mut()).poll_flush(cx);
+                }
+                read
+            }
         }
     }
 }
