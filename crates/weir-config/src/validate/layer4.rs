@@ -31,7 +31,7 @@ impl Checker {
         let tls_path = path.key("tls");
         let tls = match (protocol.terminates_tls(), &table.tls) {
             (true, Some(tls_table)) => {
-                let mut tls = self.server_tls(&tls_path, tls_table);
+                let mut tls = self.server_tls(&tls_path, tls_table, protocol == Protocol::Tls);
                 if protocol == Protocol::Tls && tls_table.alpn.is_none() {
                     // TLS-terminated TCP speaks no protocol weir knows of: offer none.
                     tls.alpn.clear();

@@ -115,6 +115,17 @@ fn tls_needs_certificates_and_offers_no_alpn_unless_told() {
         "virtual_servers.s.tls",
         "needs a [tls] table",
     );
+    // A tls virtual server relays bytes: its ALPN may name what its nodes speak.
+    let postgres = valid(&format!("{text}alpn = [\"postgresql\"]\n{POOLS}"));
+    assert_eq!(
+        postgres.virtual_servers[0].tls.as_ref().unwrap().alpn,
+        vec!["postgresql".to_owned()]
+    );
+    assert_one_error(
+        &format!("{text}alpn = [\"\"]\n{POOLS}"),
+        "virtual_servers.s.tls.alpn[0]",
+        "not an ALPN protocol name",
+    );
 }
 
 #[test]

@@ -16,7 +16,14 @@ use crate::model::{
 use crate::schema::{CertificateTable, OneOrMany, ServerTlsTable, UpstreamTlsTable};
 
 impl Checker {
-    pub(super) fn server_tls(&mut self, path: &KeyPath, table: &ServerTlsTable) -> ServerTls {
+    /// A `[tls]` table; `relayed`: the virtual server relays the plaintext as bytes
+    /// (`protocol = "tls"`), so its ALPN may name any protocol its nodes speak.
+    pub(super) fn server_tls(
+        &mut self,
+        path: &KeyPath,
+        table: &ServerTlsTable,
+        relayed: bool,
+    ) -> ServerTls {
         let certificates_path = path.key("certificates");
         let certificates: Vec<CertificateSource> = match &table.certificates {
             None => {
@@ -45,7 +52,7 @@ impl Checker {
             .as_ref()
             .map(|names| self.cipher_suites(&path.key("cipher_suites"), names, &versions));
         let groups = self.groups(&path.key("groups"), table.groups.as_deref());
-        let alpn = self.alpn(&path.key("alpn"), table.alpn.as_deref());
+        let alpn = self.alpn(&path.key("alpn"), table.alpn.as_deref(), relayed);
         let client_auth = self.client_auth(path, table);
         let client_subject_header = table.client_subject_header.as_ref().and_then(|name| {
             let header_path = path.key("client_subject_header");
@@ -281,7 +288,7 @@ impl Checker {
         groups
     }
 
-    fn alpn(&mut self, path: &KeyPath, names: Option<&[String]>) -> Vec<String> {
+    fn alpn(&mut self, path: &KeyPath, names: Option<&[String]>, relayed: bool) -> Vec<String> {
         let Some(names) = names else {
             return defaults::TLS_ALPN
                 .iter()
@@ -289,10 +296,16 @@ impl Checker {
                 .collect();
         };
         for (index, name) in names.iter().enumerate() {
-            if name != "h2" && name != "http/1.1" && name != "http/1.0" {
+            // An ALPN protocol id is 1 to 255 bytes (RFC 7301 §3.1).
+            if relayed && (name.is_empty() || name.len() > 255) {
                 self.report(
                     &path.index(index),
-                    format!("\"{name}\" is not served; weir speaks \"h2\", \"http/1.1\" and \"http/1.0\" to clients"),
+                    format!("\"{name}\" is not an ALPN protocol name: 1 to 255 bytes, like \"postgresql\""),
+                );
+            } else if !relayed && name != "h2" && name != "http/1.1" && name != "http/1.0" {
+                self.report(
+                    &path.index(index),
+                    format!("\"{name}\" is not served; weir speaks \"h2\", \"http/1.1\" and \"http/1.0\" to clients (a protocol = \"tls\" virtual server may offer any)"),
                 );
             }
         }

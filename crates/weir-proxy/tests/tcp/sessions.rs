@@ -247,6 +247,35 @@ async fn a_tls_virtual_server_terminates_tls_and_relays_plain_bytes() {
     proxy.stop().await;
 }
 
+/// A tls virtual server offers the ALPN names its config lists, whatever protocol they name
+/// (weir relays the bytes): a PostgreSQL 17 client with direct TLS needs `postgresql`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_virtual_server_negotiates_the_alpn_its_nodes_speak() {
+    let node = Node::start("pg", Duration::ZERO).await;
+    let proxy = TestProxy::start(&format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n[pools.p]\nnodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n\
+         alpn = [\"postgresql\"]\n",
+        node.addr
+    ))
+    .await;
+    let mut config =
+        (*weir_testkit::tls::client_config(&weir_testkit::tls::ClientOptions::default())).clone();
+    config.alpn_protocols = vec![b"postgresql".to_vec()];
+    let mut stream =
+        weir_testkit::tls::connect(proxy.addr, "localhost", &std::sync::Arc::new(config))
+            .await
+            .unwrap();
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"postgresql"[..]));
+    stream.write_all(b"startup").await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    assert_eq!(answer, b"pg 7");
+    proxy.stop().await;
+}
+
 /// A TLS client that ends its side with a bare FIN, without close_notify (as many do), has
 /// half-closed, not failed: the node sees the end of the request and its answer reaches the
 /// client, as over plain TCP.
