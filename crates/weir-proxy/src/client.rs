@@ -597,7 +597,14 @@ impl Client {
                             .context("stream ended in the middle of a request body"),
                     )),
                     Ok(n) => Ok(n),
-                    Err(error) if error.kind() == ErrorKind::ClientTimeout => {
+                    // Too slow, or malformed (the codec reset the stream): answered and
+                    // logged as 408 or 400; a client that left, silently.
+                    Err(error)
+                        if matches!(
+                            error.kind(),
+                            ErrorKind::ClientTimeout | ErrorKind::BadRequest
+                        ) =>
+                    {
                         Err(Failure::from_error(error))
                     }
                     Err(error) => Err(Failure::silent(error)),

@@ -7,7 +7,7 @@
 mod flood;
 mod io;
 mod server;
-mod stream;
+pub(crate) mod stream;
 mod tunnel;
 pub(crate) mod upstream;
 pub(crate) mod websocket;

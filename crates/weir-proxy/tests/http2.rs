@@ -479,6 +479,63 @@ async fn an_idle_client_that_ignores_the_goaway_is_closed() {
     origin.stop().await;
 }
 
+/// A request whose DATA ends short of its `content-length` is malformed (RFC 9113 §8.1.1):
+/// the codec resets the stream, and weir counts and logs it as the client's bad request
+/// (4xx, a bad request), not as a client that left (499).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_short_of_its_content_length_is_a_bad_request() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use weir_testkit::h2flood::{PREFACE, frame};
+    let origin = TestOrigin::start("a").await;
+    let log = std::env::temp_dir().join(format!("weir-h2-short-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let config = weir_testkit::config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.http2]\ncleartext = true",
+    )
+    .replace(
+        "access_log = false",
+        &format!(
+            "access_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"",
+            log.display()
+        ),
+    );
+    let proxy = TestProxy::start(&config).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    // POST http://a/ with `content-length: 10`, then 5 bytes and END_STREAM.
+    out.extend(frame(
+        0x1,
+        0x4,
+        1,
+        &[
+            0x83, 0x86, 0x84, 0x01, 0x01, b'a', 0x0f, 0x0d, 0x02, b'1', b'0',
+        ],
+    ));
+    out.extend(frame(0x0, 0x1, 1, b"hello"));
+    stream.write_all(&out).await.unwrap();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    proxy.live.flush_access_log();
+    let record = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(record.contains(r#""status":400"#), "{record}");
+    assert!(record.contains(r#""error":"bad_request""#), "{record}");
+    assert_eq!(origin.stats.snapshot().requests, 0);
+    drop(stream);
+    proxy.stop().await;
+    origin.stop().await;
+    let _ = std::fs::remove_file(&log);
+}
+
 /// An HTTP/2 request whose DATA goes past its `content-length` is malformed (RFC 9113
 /// §8.1.1) and is not forwarded: the length-framed body is forwarded only once the stream
 /// has ended. Raw frames: HEADERS for a POST with `content-length: 0` and no END_STREAM,

@@ -323,8 +323,15 @@ fn head_not_sent() -> Error {
     Error::new(ErrorKind::Io, Side::Internal).context("response body before its head")
 }
 
-/// A codec error on a stream: the client reset it or the connection ended.
-fn client_gone(error: &h2::Error) -> Error {
+/// A codec error on a stream: the client reset it or the connection ended; or the codec
+/// itself reset it with PROTOCOL_ERROR because the request was malformed (DATA that
+/// disagrees with its `content-length`, RFC 9113 §8.1.1), which is the client's bad
+/// request, not its leaving.
+pub(crate) fn client_gone(error: &h2::Error) -> Error {
+    if error.is_library() && error.reason() == Some(Reason::PROTOCOL_ERROR) {
+        return Error::new(ErrorKind::BadRequest, Side::Downstream)
+            .context(format!("malformed HTTP/2 request: {error}"));
+    }
     Error::new(ErrorKind::ClientClosed, Side::Downstream).context(format!("HTTP/2 stream: {error}"))
 }
 

@@ -199,10 +199,7 @@ impl Pump {
                     let _ = source.flow_control().release_capacity(data.len());
                     self.forward(node, data).await?;
                 }
-                Some(Err(error)) => {
-                    return Err(Error::new(ErrorKind::ClientClosed, Side::Downstream)
-                        .context(format!("HTTP/2 request body: {error}")));
-                }
+                Some(Err(error)) => return Err(http2::stream::client_gone(&error)),
                 None => break,
             }
         }
