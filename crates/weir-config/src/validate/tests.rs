@@ -786,6 +786,17 @@ fn versions_suites_and_groups() {
     valid(&https(&format!(
         "{CERT}\nversions = [\"1.3\"]\ncipher_suites = [\"TLS13_AES_128_GCM_SHA256\"]"
     )));
+    // TLS 1.3's suites by their IANA names too.
+    let iana = valid(&https(&format!(
+        "{CERT}\nversions = [\"1.3\"]\ncipher_suites = [\"TLS_AES_256_GCM_SHA384\", \"tls_chacha20_poly1305_sha256\"]"
+    )));
+    assert_eq!(
+        iana.virtual_servers[0].tls.as_ref().unwrap().cipher_suites,
+        Some(vec![
+            "TLS13_AES_256_GCM_SHA384".to_owned(),
+            "TLS13_CHACHA20_POLY1305_SHA256".to_owned()
+        ])
+    );
     assert_one_error(
         &https(&format!("{CERT}\ngroups = [\"ffdhe2048\"]")),
         "virtual_servers.web.tls.groups[0]",

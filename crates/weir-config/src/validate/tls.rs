@@ -225,7 +225,14 @@ impl Checker {
         }
         let mut suites = Vec::new();
         for (index, name) in names.iter().enumerate() {
-            let name = name.trim().to_ascii_uppercase();
+            let mut name = name.trim().to_ascii_uppercase();
+            // TLS 1.3's suites by their IANA names (TLS_AES_128_GCM_SHA256, as OpenSSL and
+            // the RFC write them) are the TLS13_ ones (as rustls writes them).
+            if let Some(rest) = name.strip_prefix("TLS_")
+                && !rest.starts_with("ECDHE_")
+            {
+                name = format!("TLS13_{rest}");
+            }
             if CIPHER_SUITES.contains(&name.as_str()) {
                 suites.push(name);
             } else {
