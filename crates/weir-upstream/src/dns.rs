@@ -107,6 +107,10 @@ pub struct Answer {
     pub addresses: Vec<SocketAddr>,
     /// The shortest time to live of the records, as the resolver reported it.
     pub ttl: Duration,
+    /// Some of the queries failed (one family, an SRV target): why. `addresses` are those
+    /// of the queries answered. Taken only for a name not resolved yet; afterwards the last
+    /// good set stays, as after a failure ([`NameState::on_answer`]).
+    pub partial: Option<String>,
 }
 
 /// Why a name did not resolve.
@@ -204,13 +208,13 @@ impl Resolver {
     /// name the addresses of its SRV targets on their ports. An IP literal
     /// resolves to itself, with the longest TTL.
     pub async fn resolve(&self, name: &NodeName) -> Result<Answer, ResolveError> {
-        let (mut addresses, valid_until) = match name.srv {
+        let (mut addresses, valid_until, partial) = match name.srv {
             true => self.resolve_srv(&name.host).await?,
             false => {
-                let (ips, valid_until) = self.resolve_ips(&name.host).await?;
+                let (ips, valid_until, partial) = self.resolve_ips(&name.host).await?;
                 let port = name.port;
                 let addresses = ips.into_iter().map(|ip| SocketAddr::new(ip, port));
-                (addresses.collect(), valid_until)
+                (addresses.collect(), valid_until, partial)
             }
         };
         addresses.sort_unstable();
@@ -219,16 +223,21 @@ impl Resolver {
             return Err(ResolveError::NoRecords);
         }
         let ttl = valid_until.saturating_duration_since(std::time::Instant::now());
-        Ok(Answer { addresses, ttl })
+        Ok(Answer {
+            addresses,
+            ttl,
+            partial,
+        })
     }
 
-    /// A and AAAA records of `host` (as `families` says), and when they expire. With both
-    /// families, one family without records is an answer (the other's), but one that failed
-    /// fails the whole lookup.
+    /// A and AAAA records of `host` (as `families` says), when they expire, and why the
+    /// answer is partial if it is. With both families, one without records is an answer
+    /// (the other's); one whose query failed makes the answer partial, or the whole lookup
+    /// fail when the other family has no addresses either.
     async fn resolve_ips(
         &self,
         host: &str,
-    ) -> Result<(Vec<IpAddr>, std::time::Instant), ResolveError> {
+    ) -> Result<(Vec<IpAddr>, std::time::Instant, Option<String>), ResolveError> {
         let lookup = |resolver: &TokioResolver| {
             let resolver = resolver.clone();
             async move {
@@ -268,15 +277,24 @@ impl Resolver {
         };
         let mut addresses = Vec::new();
         let mut valid_until: Option<std::time::Instant> = None;
+        let mut failed = None;
         for answer in answers {
-            if let Some((ips, until)) = answer? {
-                addresses.extend(ips);
-                valid_until = Some(valid_until.map_or(until, |earliest| earliest.min(until)));
+            match answer {
+                Ok(Some((ips, until))) => {
+                    addresses.extend(ips);
+                    valid_until = Some(valid_until.map_or(until, |earliest| earliest.min(until)));
+                }
+                Ok(None) => {}
+                Err(error) => failed = Some(error),
             }
         }
-        match valid_until {
-            Some(valid_until) => Ok((addresses, valid_until)),
-            None => Err(ResolveError::NoRecords),
+        match (valid_until, failed) {
+            (Some(valid_until), None) => Ok((addresses, valid_until, None)),
+            (Some(valid_until), Some(error)) => {
+                Ok((addresses, valid_until, Some(format!("{host}: {error}"))))
+            }
+            (None, Some(error)) => Err(error),
+            (None, None) => Err(ResolveError::NoRecords),
         }
     }
 
@@ -288,7 +306,7 @@ impl Resolver {
     async fn resolve_srv(
         &self,
         service: &str,
-    ) -> Result<(Vec<SocketAddr>, std::time::Instant), ResolveError> {
+    ) -> Result<(Vec<SocketAddr>, std::time::Instant, Option<String>), ResolveError> {
         let lookup = self
             .inner
             .srv_lookup(service)
@@ -310,19 +328,31 @@ impl Resolver {
         };
         let mut valid_until = lookup.valid_until();
         let mut addresses = Vec::new();
+        let mut partial = None;
         for srv in records.iter().filter(|srv| srv.priority == best) {
             // A target without address records leaves the others serving; one whose lookup
-            // failed fails the answer, as a failure of the SRV lookup would: the last good
-            // set stays rather than losing that target's nodes.
+            // failed makes the answer partial: the last good set stays rather than losing
+            // that target's nodes.
             let (ips, expires) = match self.resolve_ips(&srv.target.to_string()).await {
-                Ok(answer) => answer,
+                Ok((ips, expires, failed)) => {
+                    partial = partial.or(failed);
+                    (ips, expires)
+                }
                 Err(ResolveError::NoRecords) => continue,
-                Err(error) => return Err(error),
+                Err(error) => {
+                    partial = Some(format!("{}: {error}", srv.target));
+                    continue;
+                }
             };
             valid_until = valid_until.min(expires);
             addresses.extend(ips.into_iter().map(|ip| SocketAddr::new(ip, srv.port)));
         }
-        Ok((addresses, valid_until))
+        if addresses.is_empty()
+            && let Some(why) = partial
+        {
+            return Err(ResolveError::Failed(why));
+        }
+        Ok((addresses, valid_until, partial))
     }
 }
 
@@ -345,6 +375,8 @@ pub struct NameState {
     max_ttl: Duration,
     current: Option<Arc<[SocketAddr]>>,
     failures: u32,
+    /// Why the set taken last is partial (the first answer of a name, only), for the log.
+    partial: Option<String>,
 }
 
 impl NameState {
@@ -356,6 +388,7 @@ impl NameState {
             max_ttl: settings.max_ttl.max(settings.min_ttl),
             current: None,
             failures: 0,
+            partial: None,
         }
     }
 
@@ -370,10 +403,21 @@ impl NameState {
     }
 
     /// Takes one resolution's outcome: what changed, and how long until the next one.
+    ///
+    /// A partial answer is taken for a name not resolved yet (some nodes are better than
+    /// none, and a resolver that always fails one family would otherwise never give any);
+    /// for a name with a last good set it counts as a failure, and the set stays whole.
     pub fn on_answer(&mut self, outcome: Result<Answer, ResolveError>) -> (Update, Duration) {
+        let outcome = match outcome {
+            Ok(Answer {
+                partial: Some(why), ..
+            }) if self.current.is_some() => Err(ResolveError::Failed(why)),
+            outcome => outcome,
+        };
         match outcome {
             Ok(answer) => {
                 self.failures = 0;
+                self.partial = answer.partial;
                 let next = answer.ttl.clamp(self.min_ttl, self.max_ttl);
                 let set: Arc<[SocketAddr]> = answer.addresses.into();
                 if self.current.as_deref() == Some(&set[..]) {
@@ -466,9 +510,14 @@ pub async fn resolve_first(
 fn log(state: &NameState, update: &Update) {
     let name = state.name();
     match update {
-        Update::Changed(set) => {
-            tracing::info!(node = %name, addresses = ?set, "DNS name resolved to a new set of addresses");
-        }
+        Update::Changed(set) => match &state.partial {
+            None => {
+                tracing::info!(node = %name, addresses = ?set, "DNS name resolved to a new set of addresses");
+            }
+            Some(why) => {
+                tracing::warn!(node = %name, addresses = ?set, failed = %why, "DNS name resolved in part (a query failed); serving the addresses answered");
+            }
+        },
         Update::Unchanged => {}
         Update::Failed(error) => {
             let kept = state.current().map_or(0, |set| set.len());

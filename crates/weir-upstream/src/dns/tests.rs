@@ -38,6 +38,7 @@ fn answer(ips: &[&str], ttl_s: u64) -> Result<Answer, ResolveError> {
             .map(|ip| SocketAddr::new(ip.parse().unwrap(), 5432))
             .collect(),
         ttl: Duration::from_secs(ttl_s),
+        partial: None,
     })
 }
 
@@ -126,28 +127,45 @@ async fn resolves_a_and_aaaa_with_their_ttl() {
 }
 
 /// With both families asked, one that fails (SERVFAIL for AAAA, the A records answered)
-/// fails the resolution, so the last good set stays whole; one without records is still an
-/// answer. The same for an SRV target whose lookup failed. Names with `_` in their labels
-/// are asked as written.
+/// makes a partial answer: taken for a name not resolved yet, but for one with a last good
+/// set a failure, so the set stays whole instead of losing a family's nodes. One without
+/// records is a whole answer. The same for an SRV target whose lookup failed. Names with
+/// `_` in their labels are asked as written.
 #[tokio::test]
-async fn a_failed_family_or_target_fails_the_whole_answer() {
+async fn a_failed_family_or_target_makes_a_partial_answer() {
     let dns = TestDns::start();
-    dns.set("dual.test", Reply::AddressesButNoIpv6(vec![v4(1)], 30));
     let resolver = Resolver::new(&settings(&dns, 1_000, 60_000)).unwrap();
+    let v6 = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
+    dns.set("dual.test", Reply::Records(vec![v4(1), v6], 30));
+    let mut state = NameState::new(name("dual.test."), &settings(&dns, 1_000, 60_000));
+    let whole = resolver.resolve(&name("dual.test.")).await;
+    assert_eq!(whole.as_ref().unwrap().partial, None);
+    assert!(matches!(state.on_answer(whole).0, Update::Changed(set) if set.len() == 2));
+    // (Another name: the resolver's cache still holds the first one's AAAA records.)
+    dns.set("half.test", Reply::AddressesButNoIpv6(vec![v4(1)], 30));
+    let partial = resolver.resolve(&name("half.test.")).await.unwrap();
+    assert_eq!(partial.addresses, vec![SocketAddr::new(v4(1), 5432)]);
+    assert!(partial.partial.is_some());
+    // With a last good set: a failure, the set kept whole.
     assert!(matches!(
-        resolver.resolve(&name("dual.test.")).await,
-        Err(ResolveError::Failed(_))
+        state.on_answer(Ok(partial.clone())).0,
+        Update::Failed(_)
     ));
+    assert_eq!(state.current().unwrap().len(), 2);
+    // Without one: taken, so a resolver that always fails AAAA still gives the A nodes.
+    let mut first = NameState::new(name("dual.test."), &settings(&dns, 1_000, 60_000));
+    assert!(matches!(first.on_answer(Ok(partial)).0, Update::Changed(set) if set.len() == 1));
     let only_v4 = DnsSettings {
         families: Families::Ipv4,
         ..settings(&dns, 1_000, 60_000)
     };
     let answer = Resolver::new(&only_v4)
         .unwrap()
-        .resolve(&name("dual.test."))
+        .resolve(&name("half.test."))
         .await
         .unwrap();
     assert_eq!(answer.addresses, vec![SocketAddr::new(v4(1), 5432)]);
+    assert_eq!(answer.partial, None);
     dns.set(
         "_db._tcp.test",
         Reply::Services(
@@ -160,10 +178,9 @@ async fn a_failed_family_or_target_fails_the_whole_answer() {
     );
     dns.set("a.test", Reply::Records(vec![v4(1)], 30));
     dns.set("broken.test", Reply::ServerFailure);
-    assert!(matches!(
-        resolver.resolve(&service("_db._tcp.test.")).await,
-        Err(ResolveError::Failed(_))
-    ));
+    let partial = resolver.resolve(&service("_db._tcp.test.")).await.unwrap();
+    assert_eq!(partial.addresses, vec![SocketAddr::new(v4(1), 5433)]);
+    assert!(partial.partial.is_some());
     dns.set("proj_web_1.test", Reply::Records(vec![v4(7)], 30));
     let answer = resolver.resolve(&name("proj_web_1.test.")).await.unwrap();
     assert_eq!(answer.addresses, vec![SocketAddr::new(v4(7), 5432)]);
