@@ -6,7 +6,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use weir_testkit::TestProxy;
 
-use crate::support::{Node, exchange, metric, read_all, tcp_config};
+use crate::support::{Node, exchange, metric, read_all, tcp_config, tls_config};
 
 const RELAYS: [&str; 2] = ["copy", "splice"];
 
@@ -227,13 +227,7 @@ async fn past_a_full_queue_sessions_are_closed_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_virtual_server_terminates_tls_and_relays_plain_bytes() {
     let node = Node::start("plain", Duration::ZERO).await;
-    let proxy = TestProxy::start(&format!(
-        "[log]\naccess_log = false\nlevel = \"warn\"\n[pools.p]\nnodes = [{{ address = \"{}\" }}]\n\
-         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
-         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n",
-        node.addr
-    ))
-    .await;
+    let proxy = TestProxy::start(&tls_config(node.addr, "")).await;
     let config = weir_testkit::tls::client_config(&weir_testkit::tls::ClientOptions::default());
     let mut stream = weir_testkit::tls::connect(proxy.addr, "localhost", &config)
         .await
@@ -252,14 +246,7 @@ async fn a_tls_virtual_server_terminates_tls_and_relays_plain_bytes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_virtual_server_negotiates_the_alpn_its_nodes_speak() {
     let node = Node::start("pg", Duration::ZERO).await;
-    let proxy = TestProxy::start(&format!(
-        "[log]\naccess_log = false\nlevel = \"warn\"\n[pools.p]\nnodes = [{{ address = \"{}\" }}]\n\
-         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
-         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n\
-         alpn = [\"postgresql\"]\n",
-        node.addr
-    ))
-    .await;
+    let proxy = TestProxy::start(&tls_config(node.addr, "alpn = [\"postgresql\"]\n")).await;
     let mut config =
         (*weir_testkit::tls::client_config(&weir_testkit::tls::ClientOptions::default())).clone();
     config.alpn_protocols = vec![b"postgresql".to_vec()];
@@ -282,13 +269,7 @@ async fn a_tls_virtual_server_negotiates_the_alpn_its_nodes_speak() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_client_fin_without_close_notify_is_a_half_close() {
     let node = Node::start("plain", Duration::ZERO).await;
-    let proxy = TestProxy::start(&format!(
-        "[log]\naccess_log = false\nlevel = \"warn\"\n[pools.p]\nnodes = [{{ address = \"{}\" }}]\n\
-         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
-         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n",
-        node.addr
-    ))
-    .await;
+    let proxy = TestProxy::start(&tls_config(node.addr, "")).await;
     let config = weir_testkit::tls::client_config(&weir_testkit::tls::ClientOptions::default());
     let mut stream = weir_testkit::tls::connect(proxy.addr, "localhost", &config)
         .await
@@ -326,11 +307,9 @@ async fn a_node_that_speaks_first_greets_a_tls_client_at_once() {
         let mut rest = Vec::new();
         let _ = stream.read_to_end(&mut rest).await;
     });
-    let proxy = TestProxy::start(&format!(
-        "[log]\naccess_log = false\nlevel = \"warn\"\n[pools.p]\nnodes = [{{ address = \"{node_addr}\" }}]\n\
-         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
-         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n\
-         versions = [\"1.3\"]\nhandshake_timeout = \"5s\"\n",
+    let proxy = TestProxy::start(&tls_config(
+        node_addr,
+        "versions = [\"1.3\"]\nhandshake_timeout = \"5s\"\n",
     ))
     .await;
     let config = weir_testkit::tls::client_config(&weir_testkit::tls::ClientOptions::default());

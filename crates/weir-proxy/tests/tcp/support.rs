@@ -88,6 +88,16 @@ pub fn tcp_config(nodes: &[SocketAddr], pool_extra: &str, vs_extra: &str) -> Str
     )
 }
 
+/// A config of one tls virtual server `s` (listen on port 0, a self-signed certificate for
+/// `localhost`, then `tls_extra` keys of its `[tls]` table) over pool `p` with one node.
+pub fn tls_config(node: SocketAddr, tls_extra: &str) -> String {
+    format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n[pools.p]\nnodes = [{{ address = \"{node}\" }}]\n\
+         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n{tls_extra}"
+    )
+}
+
 /// The value of one sample line of the metrics text (0 when absent).
 pub fn metric(text: &str, sample: &str) -> u64 {
     text.lines()
