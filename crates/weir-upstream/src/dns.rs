@@ -139,10 +139,9 @@ pub struct Resolver {
     /// Address lookups of one family, or of both as separate queries (`Families::Both`):
     /// an answer counts only when every query asked was answered, so a lost AAAA reply or
     /// a SERVFAIL for one family fails the resolution (the last good set stays) instead of
-    /// shrinking the pool to the other family's nodes.
+    /// shrinking the pool to the other family's nodes. Never empty; the first also asks
+    /// for SRV records.
     families: Vec<TokioResolver>,
-    /// SRV lookups.
-    inner: TokioResolver,
 }
 
 impl fmt::Debug for Resolver {
@@ -164,10 +163,7 @@ impl Resolver {
                 build(LookupIpStrategy::Ipv6Only)?,
             ],
         };
-        Ok(Resolver {
-            inner: families[0].clone(),
-            families,
-        })
+        Ok(Resolver { families })
     }
 
     /// One hickory resolver for `settings`, looking up addresses as `strategy` says.
@@ -307,8 +303,7 @@ impl Resolver {
         &self,
         service: &str,
     ) -> Result<(Vec<SocketAddr>, std::time::Instant, Option<String>), ResolveError> {
-        let lookup = self
-            .inner
+        let lookup = self.families[0]
             .srv_lookup(service)
             .await
             .map_err(resolve_error)?;
