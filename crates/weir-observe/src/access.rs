@@ -29,6 +29,7 @@
 //!     cache: None,
 //!     request_id: Some("4bf92f3577b34da6"),
 //!     rule: None,
+//!     tls: None,
 //! };
 //! let mut line = Vec::new();
 //! record.format(AccessLogFormat::Json, UNIX_EPOCH, &mut line);
@@ -105,6 +106,35 @@ pub struct AccessRecord<'a> {
     /// A gRPC call's status (`grpc-status` from the response's trailers, or its
     /// head for a trailers-only response), if the response carried one.
     pub grpc_status: Option<u32>,
+    /// What the client's TLS handshake settled, on a TLS connection.
+    pub tls: Option<TlsRecord<'a>>,
+}
+
+/// What a client's TLS handshake settled, as logged (`tls_version`, `tls_cipher`,
+/// `server_name`, `client_subject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlsRecord<'a> {
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub version: &'static str,
+    /// The cipher suite's IANA name (`TLS_AES_128_GCM_SHA256`).
+    pub cipher: &'static str,
+    /// The server name (SNI) the client sent, if it sent one.
+    pub server_name: Option<&'a str>,
+    /// The subject of the client certificate weir verified, if the client sent one.
+    pub client_subject: Option<&'a str>,
+}
+
+impl TlsRecord<'_> {
+    fn add_to(&self, fields: &mut Fields<'_>) {
+        fields.text("tls_version", self.version);
+        fields.text("tls_cipher", self.cipher);
+        if let Some(name) = self.server_name {
+            fields.text("server_name", name);
+        }
+        if let Some(subject) = self.client_subject {
+            fields.text("client_subject", subject);
+        }
+    }
 }
 
 /// Where access records go: one per configuration of `log.access_log_format` and
@@ -297,6 +327,9 @@ impl AccessRecord<'_> {
         if let Some(status) = self.grpc_status {
             fields.number("grpc_status", u64::from(status));
         }
+        if let Some(tls) = &self.tls {
+            tls.add_to(&mut fields);
+        }
         if json {
             line.push('}');
         }
@@ -382,6 +415,9 @@ pub struct SessionRecord<'a> {
     pub client: SocketAddr,
     /// The server name a passed-through ClientHello asked for, if one was read.
     pub server_name: Option<&'a str>,
+    /// What the client's TLS handshake settled, on a `tls` virtual server (which
+    /// terminates TLS, so nothing is passed through and `server_name` above is absent).
+    pub tls: Option<TlsRecord<'a>>,
     /// The pool the session was sent to, if one was chosen.
     pub pool: Option<&'a str>,
     /// The node the bytes were relayed to, if one was reached.
@@ -423,6 +459,9 @@ impl SessionRecord<'_> {
         fields.number("bytes_sent", self.bytes_sent);
         fields.number("duration_us", micros(self.duration));
         fields.text("result", self.result);
+        if let Some(tls) = &self.tls {
+            tls.add_to(&mut fields);
+        }
         if json {
             line.push('}');
         }
@@ -482,6 +521,7 @@ mod tests {
             cache: None,
             request_id: None,
             rule: None,
+            tls: None,
         }
     }
 
@@ -526,6 +566,44 @@ mod tests {
     }
 
     #[test]
+    fn tls_fields_come_last() {
+        let tls = TlsRecord {
+            version: "TLSv1.3",
+            cipher: "TLS_AES_128_GCM_SHA256",
+            server_name: Some("a.example"),
+            client_subject: Some("CN=client, O=weir"),
+        };
+        let secured = AccessRecord {
+            tls: Some(tls),
+            ..record()
+        };
+        assert!(
+            line(&secured, AccessLogFormat::Text).ends_with(
+                " error=\"connect refused\" tls_version=TLSv1.3 \
+                 tls_cipher=TLS_AES_128_GCM_SHA256 server_name=a.example \
+                 client_subject=\"CN=client, O=weir\"\n"
+            ),
+            "{}",
+            line(&secured, AccessLogFormat::Text)
+        );
+        let nameless = AccessRecord {
+            tls: Some(TlsRecord {
+                server_name: None,
+                client_subject: None,
+                ..tls
+            }),
+            ..record()
+        };
+        let text = line(&nameless, AccessLogFormat::Json);
+        assert!(
+            text.ends_with(
+                "\"tls_version\":\"TLSv1.3\",\"tls_cipher\":\"TLS_AES_128_GCM_SHA256\"}\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn long_targets_are_cut() {
         let long = format!("/{}", "é".repeat(MAX_LOGGED_URI));
         let cut = AccessRecord {
@@ -563,6 +641,7 @@ mod tests {
             virtual_server: "db",
             client: "192.0.2.7:50123".parse().unwrap(),
             server_name: Some("a.example"),
+            tls: None,
             pool: Some("pg"),
             node: Some("10.0.0.1:5432".parse().unwrap()),
             bytes_received: 10,

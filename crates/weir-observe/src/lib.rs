@@ -28,7 +28,7 @@ pub mod metrics;
 pub mod names;
 pub mod stats;
 
-pub use access::{AccessLog, AccessRecord, SessionRecord};
+pub use access::{AccessLog, AccessRecord, SessionRecord, TlsRecord};
 pub use budget::{AcceptFailures, LogBudget};
 pub use metrics::{
     CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Flood, Http2Metrics, Layer4Metrics,

@@ -60,6 +60,8 @@ pub(crate) enum Downstream {
 pub(crate) struct TlsFacts {
     pub(crate) sni: Option<Box<str>>,
     pub(crate) version: Option<TlsVersion>,
+    /// The cipher suite's IANA name (the access log's `tls_cipher`).
+    pub(crate) cipher: Option<&'static str>,
 }
 
 impl TlsFacts {
@@ -69,6 +71,7 @@ impl TlsFacts {
             Arc::new(TlsFacts {
                 sni: stream.server_name().map(Box::from),
                 version: stream.tls_version(),
+                cipher: stream.cipher_suite(),
             })
         })
     }
@@ -95,6 +98,14 @@ impl Downstream {
         match self {
             Downstream::Http1(stream) => stream.tls_version(),
             Downstream::Http2 { tls, .. } => tls.as_ref().and_then(|t| t.version),
+        }
+    }
+
+    /// The negotiated cipher suite's IANA name, on TLS.
+    pub(crate) fn tls_cipher(&self) -> Option<&'static str> {
+        match self {
+            Downstream::Http1(stream) => stream.cipher_suite(),
+            Downstream::Http2 { tls, .. } => tls.as_ref().and_then(|t| t.cipher),
         }
     }
 
@@ -842,6 +853,18 @@ impl Client {
     }
 
     /// The protocol this client spoke, as access records write it.
+    /// What the connection's TLS handshake settled, for its access records; `None` on
+    /// plain TCP.
+    pub(crate) fn tls_record(&self) -> Option<weir_observe::TlsRecord<'_>> {
+        let version = self.stream.tls_version()?;
+        Some(weir_observe::TlsRecord {
+            version: weir_tls::provider::version_name(version),
+            cipher: self.stream.tls_cipher().unwrap_or("unknown"),
+            server_name: self.stream.server_name(),
+            client_subject: self.client_subject.as_deref(),
+        })
+    }
+
     pub(crate) fn version_label(&self, version: Version) -> &'static str {
         match self.is_h2() {
             true => "HTTP/2.0",

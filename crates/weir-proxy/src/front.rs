@@ -48,6 +48,7 @@ pub(crate) async fn serve(
         destination: None,
         server_name: None,
         accepted,
+        tls: None,
     };
     if let Some(accept) = &vs.config.accept_proxy
         && accept

@@ -832,6 +832,7 @@ fn record(
             rule: traffic.rule_name(vs),
             grpc_status: sent.grpc_status,
             cache: sent.cache,
+            tls: client.tls_record(),
         });
     }
 }
@@ -1046,6 +1047,7 @@ async fn answer_failure(
             rule: traffic.and_then(|t| t.rule_name(vs)),
             grpc_status: grpc.then(|| failure.grpc_status(status)),
             cache: failure.cache(),
+            tls: client.tls_record(),
         });
     }
     if bytes > 0 {

@@ -102,6 +102,7 @@ pub(crate) async fn refuse_connection(
                     rule: None,
                     grpc_status: None,
                     cache: None,
+                    tls: client.tls_record(),
                 });
             }
         }

@@ -352,6 +352,7 @@ impl RequestTraffic {
                 grpc_status,
                 cache: None,
                 rule: self.rule_name(vs),
+                tls: client.tls_record(),
             });
         }
         Ok(Sent {

@@ -665,3 +665,77 @@ async fn mtls_to_nodes_presents_the_client_certificate() {
     }
     origin.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_records_name_the_tls_version_suite_server_name_and_client_subject() {
+    let pki = Pki::new();
+    let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
+    let alice = pki.client("alice", "alice");
+    let origin = TestOrigin::start("a").await;
+    let log = std::env::temp_dir().join(format!("weir-tls-log-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let tls_table = format!(
+        "{}\nalpn = [\"h2\", \"http/1.1\"]\nclient_certificates = \"optional\"\nclient_ca = \"{}\"",
+        certificates(&[&cert]),
+        toml_path(&pki.ca_path())
+    );
+    let config = https_config(&origin, &tls_table).replace(
+        "access_log = false",
+        &format!(
+            "access_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"",
+            toml_path(&log)
+        ),
+    );
+    let proxy = TestProxy::start(&config).await;
+
+    // HTTP/1.1, TLS 1.2, a client certificate.
+    let alice_tls12 = tls::client_config(&ClientOptions {
+        client_cert: Some(alice.clone()),
+        tls12_only: true,
+        ..ClientOptions::default()
+    });
+    let mut stream = tls::connect(proxy.addr, "site.test", &alice_tls12)
+        .await
+        .unwrap();
+    assert_eq!(tls::get(&mut stream, "/?one").await.unwrap().status, 200);
+    drop(stream);
+    // HTTP/2 (ALPN h2), TLS 1.3, no client certificate.
+    let mut h2_config = (*tls::client_config(&ClientOptions::default())).clone();
+    h2_config.alpn_protocols = vec![b"h2".to_vec()];
+    let stream = tls::connect(proxy.addr, "site.test", &std::sync::Arc::new(h2_config))
+        .await
+        .unwrap();
+    let (mut h2, connection) = h2::client::handshake(stream).await.unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get("https://site.test/?two")
+        .body(())
+        .unwrap();
+    let (response, _) = h2.send_request(request, true).unwrap();
+    assert_eq!(response.await.unwrap().status(), 200);
+
+    let text = proxy.access_log(&log, 2).await;
+    let records: Vec<&str> = text.lines().collect();
+    assert_eq!(records.len(), 2, "{text}");
+    let one = records.iter().find(|r| r.contains("\"/?one\"")).unwrap();
+    assert!(
+        one.ends_with(
+            "\"tls_version\":\"TLSv1.2\",\
+             \"tls_cipher\":\"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\",\
+             \"server_name\":\"site.test\",\"client_subject\":\"CN=alice\"}"
+        ),
+        "{one}"
+    );
+    let two = records.iter().find(|r| r.contains("\"/?two\"")).unwrap();
+    assert!(two.contains("\"version\":\"HTTP/2.0\""), "{two}");
+    assert!(
+        two.ends_with(
+            "\"tls_version\":\"TLSv1.3\",\"tls_cipher\":\"TLS_AES_128_GCM_SHA256\",\
+             \"server_name\":\"site.test\"}"
+        ),
+        "{two}"
+    );
+    drop(h2);
+    proxy.stop().await;
+    origin.stop().await;
+    let _ = std::fs::remove_file(&log);
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio_rustls::rustls::crypto::aws_lc_rs::{self, cipher_suite, kx_group};
 use tokio_rustls::rustls::crypto::{CryptoProvider, SupportedKxGroup};
-use tokio_rustls::rustls::{SupportedCipherSuite, SupportedProtocolVersion, version};
+use tokio_rustls::rustls::{CipherSuite, SupportedCipherSuite, SupportedProtocolVersion, version};
 use weir_config::{KeyExchangeGroup, TlsVersion};
 
 /// Every suite weir may offer, in default preference order: AEAD only.
@@ -24,6 +24,17 @@ pub const SUITES: &[SupportedCipherSuite] = &[
 /// The IANA name of a suite.
 pub fn suite_name(suite: SupportedCipherSuite) -> &'static str {
     suite.suite().as_str().unwrap_or("unknown")
+}
+
+/// The IANA registry's name of a suite, as logged: rustls spells the TLS 1.3 suites
+/// `TLS13_...`, the registry (and OpenSSL) `TLS_...`.
+pub fn iana_name(suite: SupportedCipherSuite) -> &'static str {
+    match suite.suite() {
+        CipherSuite::TLS13_AES_128_GCM_SHA256 => "TLS_AES_128_GCM_SHA256",
+        CipherSuite::TLS13_AES_256_GCM_SHA384 => "TLS_AES_256_GCM_SHA384",
+        CipherSuite::TLS13_CHACHA20_POLY1305_SHA256 => "TLS_CHACHA20_POLY1305_SHA256",
+        _ => suite_name(suite),
+    }
 }
 
 fn group(group: KeyExchangeGroup) -> &'static dyn SupportedKxGroup {
@@ -52,6 +63,14 @@ pub fn provider(suites: Option<&[String]>, groups: &[KeyExchangeGroup]) -> Arc<C
     })
 }
 
+/// A TLS version as logged: `TLSv1.2`, `TLSv1.3` (OpenSSL's and nginx's spelling).
+pub fn version_name(version: TlsVersion) -> &'static str {
+    match version {
+        TlsVersion::Tls12 => "TLSv1.2",
+        TlsVersion::Tls13 => "TLSv1.3",
+    }
+}
+
 /// rustls protocol versions for the configured ones.
 pub fn versions(versions: &[TlsVersion]) -> Vec<&'static SupportedProtocolVersion> {
     versions
@@ -66,6 +85,20 @@ pub fn versions(versions: &[TlsVersion]) -> Vec<&'static SupportedProtocolVersio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn suites_are_logged_by_their_iana_names() {
+        let names: Vec<&str> = SUITES.iter().map(|suite| iana_name(*suite)).collect();
+        assert_eq!(
+            &names[..4],
+            [
+                "TLS_AES_128_GCM_SHA256",
+                "TLS_AES_256_GCM_SHA384",
+                "TLS_CHACHA20_POLY1305_SHA256",
+                "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            ]
+        );
+    }
 
     #[test]
     fn every_configurable_suite_exists_in_the_provider() {

@@ -58,6 +58,20 @@ impl ServerStream {
         }
     }
 
+    /// The negotiated TLS version as logged (`TLSv1.3`), on TLS.
+    pub fn tls_version_name(&self) -> Option<&'static str> {
+        self.tls_version().map(crate::provider::version_name)
+    }
+
+    /// The negotiated cipher suite's IANA name, on TLS.
+    pub fn cipher_suite(&self) -> Option<&'static str> {
+        let Stream::Tls(tls) = self else {
+            return None;
+        };
+        let suite = tls.get_ref().1.negotiated_cipher_suite()?;
+        Some(crate::provider::iana_name(suite))
+    }
+
     /// Weir is about to write the last bytes of this connection, all of them
     /// at hand, and then end it: hold partial segments (`TCP_CORK`) so that
     /// those bytes, the close_notify and the FIN leave in one segment when

@@ -227,7 +227,13 @@ async fn past_a_full_queue_sessions_are_closed_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_virtual_server_terminates_tls_and_relays_plain_bytes() {
     let node = Node::start("plain", Duration::ZERO).await;
-    let proxy = TestProxy::start(&tls_config(node.addr, "")).await;
+    let log = std::env::temp_dir().join(format!("weir-tls-vs-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let config = tls_config(node.addr, "").replace(
+        "access_log = false",
+        &format!("access_log = true\naccess_log_file = \"{}\"", log.display()),
+    );
+    let proxy = TestProxy::start(&config).await;
     let config = weir_testkit::tls::client_config(&weir_testkit::tls::ClientOptions::default());
     let mut stream = weir_testkit::tls::connect(proxy.addr, "localhost", &config)
         .await
@@ -238,7 +244,14 @@ async fn a_tls_virtual_server_terminates_tls_and_relays_plain_bytes() {
     let _ = stream.read_to_end(&mut answer).await;
     assert_eq!(answer, b"plain 8");
     assert_eq!(node.last_received(), b"over tls");
+    // The session's record says what the handshake settled.
+    let record = proxy.access_log(&log, 1).await;
+    assert!(
+        record.contains(" result=closed tls_version=TLSv1.3 tls_cipher=TLS_AES_128_GCM_SHA256 server_name=localhost\n"),
+        "{record}"
+    );
     proxy.stop().await;
+    let _ = std::fs::remove_file(&log);
 }
 
 /// A tls virtual server offers the ALPN names its config lists, whatever protocol they name
