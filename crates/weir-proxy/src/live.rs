@@ -192,6 +192,9 @@ impl Live {
         });
         let mut control = live.lock();
         let model = live.next_model(&mut control, &config, &mut staged);
+        for termination in model.tls_terminations() {
+            termination.warn_about_certificates();
+        }
         live.cell.swap(Arc::new(model));
         drop(control);
         Ok(live)
@@ -341,6 +344,7 @@ impl Live {
         self.start_pool_tasks(control, &model, &context.shutdown);
         for termination in model.tls_terminations() {
             termination.refresh_expiry();
+            termination.warn_about_certificates();
         }
         Ok(Applied {
             generation: model.generation,
@@ -611,6 +615,7 @@ impl Live {
         };
         for (termination, staged) in terminations.iter().zip(staged) {
             termination.commit(staged);
+            termination.warn_about_certificates();
         }
         reloads.applied.inc();
         reloads.last_reload_success.set(1);

@@ -97,6 +97,15 @@ impl TlsTermination {
         self.acceptor.settings()
     }
 
+    /// Logs a warning for each problem with the certificates served now that clients
+    /// will refuse or that makes one of them useless (expired, not yet valid, a CA
+    /// certificate, a duplicate): at start, after a reload, after a certificate reload.
+    pub fn warn_about_certificates(&self) {
+        for warning in self.acceptor.certificate_warnings() {
+            tracing::warn!(virtual_server = %self.virtual_server(), "{warning}");
+        }
+    }
+
     /// Sets the days-until-expiry gauges from the certificates served now.
     pub fn refresh_expiry(&self) {
         let now = SystemTime::now();

@@ -324,6 +324,15 @@ impl Acceptor {
             .collect()
     }
 
+    /// What an operator should hear about the certificates served now (see
+    /// [`CertStore::warnings`]).
+    pub fn certificate_warnings(&self) -> Vec<String> {
+        self.current
+            .load()
+            .store
+            .warnings(std::time::SystemTime::now())
+    }
+
     /// The virtual server whose handshakes this acceptor makes.
     pub fn virtual_server(&self) -> &str {
         &self.virtual_server

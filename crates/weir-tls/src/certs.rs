@@ -155,8 +155,13 @@ pub struct CertificateInfo {
     pub key_type: &'static str,
     /// The certificate's subject, as text.
     pub subject: String,
+    /// When the certificate becomes valid.
+    pub not_before: SystemTime,
     /// When the certificate expires.
     pub not_after: SystemTime,
+    /// Whether it says it is a CA (basic constraints `CA:TRUE`): clients refuse one as a
+    /// server's certificate.
+    pub is_ca: bool,
 }
 
 impl CertificateInfo {
@@ -195,8 +200,12 @@ impl CertificateInfo {
                     .map(str::to_ascii_lowercase),
             );
         }
-        let seconds = cert.validity().not_after.timestamp();
-        let not_after = UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+        let time =
+            |seconds: i64| UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+        let not_before = time(cert.validity().not_before.timestamp());
+        let not_after = time(cert.validity().not_after.timestamp());
+        let is_ca =
+            matches!(cert.basic_constraints(), Ok(Some(constraints)) if constraints.value.ca);
         let key_type = match algorithm {
             SignatureAlgorithm::ECDSA => "ecdsa",
             SignatureAlgorithm::RSA => "rsa",
@@ -208,7 +217,9 @@ impl CertificateInfo {
             addresses,
             key_type,
             subject: subject_text(cert.subject()),
+            not_before,
             not_after,
+            is_ca,
         })
     }
 

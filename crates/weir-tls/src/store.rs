@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use tokio_rustls::rustls::SignatureAlgorithm;
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
@@ -87,6 +88,48 @@ impl CertStore {
         &self.entries
     }
 
+    /// What an operator should hear when these certificates are loaded, one line per
+    /// problem, each naming the certificate by its place in the config and its subject:
+    /// expired or not yet valid at `now`, a CA certificate served as a server's (clients
+    /// refuse both), and a certificate never chosen because an earlier one has the same
+    /// names and key type.
+    pub fn warnings(&self, now: SystemTime) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for (index, entry) in self.entries.iter().enumerate() {
+            let info = &entry.info;
+            let name = format!("certificate {} ({})", index + 1, info.subject);
+            if info.not_after < now {
+                warnings.push(format!(
+                    "{name} expired on {}: clients will refuse it",
+                    humantime::format_rfc3339_seconds(info.not_after)
+                ));
+            } else if info.not_before > now {
+                warnings.push(format!(
+                    "{name} is not valid before {}: clients will refuse it until then",
+                    humantime::format_rfc3339_seconds(info.not_before)
+                ));
+            }
+            if info.is_ca {
+                warnings.push(format!(
+                    "{name} is a CA certificate (basic constraints CA:TRUE), not a server's: \
+                     clients will refuse it"
+                ));
+            }
+            let algorithm = entry.key.key.algorithm();
+            if let Some(earlier) = self.entries[..index].iter().position(|other| {
+                other.info.names == info.names
+                    && other.info.addresses == info.addresses
+                    && other.key.key.algorithm() == algorithm
+            }) {
+                warnings.push(format!(
+                    "{name} is never served: certificate {} has the same names and key type",
+                    earlier + 1
+                ));
+            }
+        }
+        warnings
+    }
+
     fn candidates(&self, server_name: Option<&str>) -> &[usize] {
         let Some(name) = server_name else {
             return &self.default;
@@ -128,5 +171,77 @@ impl ResolvesServerCert for Resolver {
     fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         self.0
             .choose(client_hello.server_name(), client_hello.signature_schemes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    use tokio_rustls::rustls::crypto::aws_lc_rs;
+    use tokio_rustls::rustls::pki_types::PrivateKeyDer;
+
+    use super::*;
+
+    /// A self-signed ECDSA certificate for `names`, valid from `from` to `to` days from
+    /// now, a CA when `ca`.
+    fn entry(names: &[&str], from: i64, to: i64, ca: bool) -> Entry {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = CertificateParams::new(names).unwrap();
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now + time::Duration::days(from);
+        params.not_after = now + time::Duration::days(to);
+        if ca {
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        }
+        let cert = params.self_signed(&key).unwrap();
+        let provider = aws_lc_rs::default_provider();
+        let signing = provider
+            .key_provider
+            .load_private_key(PrivateKeyDer::Pkcs8(key.serialize_der().into()))
+            .unwrap();
+        let key = CertifiedKey::new(vec![cert.der().clone()], signing);
+        let info = CertificateInfo::of(cert.der(), key.key.algorithm()).unwrap();
+        Entry {
+            key: Arc::new(key),
+            info,
+        }
+    }
+
+    #[test]
+    fn certificates_clients_would_refuse_are_warned_about() {
+        let store = CertStore::new(vec![
+            entry(&["good.example"], -1, 90, false),
+            entry(&["old.example"], -90, -1, false),
+            entry(&["early.example"], 2, 90, false),
+            entry(&["ca.example"], -1, 90, true),
+            entry(&["good.example"], -1, 30, false),
+        ]);
+        let warnings = store.warnings(SystemTime::now());
+        assert_eq!(warnings.len(), 4, "{warnings:#?}");
+        assert!(
+            warnings[0].starts_with("certificate 2 (CN=") && warnings[0].contains(" expired on "),
+            "{warnings:#?}"
+        );
+        assert!(
+            warnings[1].starts_with("certificate 3 ") && warnings[1].contains("not valid before"),
+            "{warnings:#?}"
+        );
+        assert!(
+            warnings[2].starts_with("certificate 4 ") && warnings[2].contains("CA certificate"),
+            "{warnings:#?}"
+        );
+        assert!(
+            warnings[3].starts_with("certificate 5 ")
+                && warnings[3].ends_with("certificate 1 has the same names and key type"),
+            "{warnings:#?}"
+        );
+        // Three days on, the early one is valid.
+        let later = SystemTime::now() + Duration::from_secs(3 * 86_400);
+        assert_eq!(store.warnings(later).len(), 3);
+        let clean = CertStore::new(vec![entry(&["good.example"], -1, 90, false)]);
+        assert!(clean.warnings(SystemTime::now()).is_empty());
     }
 }

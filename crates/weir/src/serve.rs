@@ -19,6 +19,12 @@ use crate::upgrade;
 pub fn check(args: &CheckArgs) -> ExitCode {
     // Validation, then the files the config names (certificates, keys, CAs).
     let loaded = weir_config::load_file(&args.file).and_then(|config| {
+        // Warnings (an expired certificate, say) go to standard error; the rest of the
+        // log is weir serving, not checking.
+        crate::logging::init(&weir_config::Log {
+            level: "warn".to_owned(),
+            ..config.log.clone()
+        });
         Proxy::check(&config)?;
         Ok(config)
     });
