@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use weir_config::diff::ConfigDiff;
 use weir_config::edit::{EditError, NodeEdit, edit_node};
 use weir_config::{Config, ConfigError, NodeMode};
 use weir_observe::Metrics;
@@ -84,7 +85,9 @@ pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metr
             &views::model(&live.current(), live.last_reload().as_ref()),
         )),
         (Method::Get | Method::Head, ["", "api", "v1", "config", "toml"]) => config_text(live),
-        (Method::Post, ["", "api", "v1", "config", "validate"]) => validate(live, &request.body),
+        (Method::Post, ["", "api", "v1", "config", "validate"]) => {
+            validate(live, &request.body).await
+        }
         (Method::Put, ["", "api", "v1", "config"]) => replace(control, &request.body).await,
         (Method::Post, ["", "api", "v1", "reload"]) => reload(control).await,
         (Method::Get | Method::Head, ["", "api", "v1", "reload"]) => Ok(Response::json(
@@ -166,9 +169,9 @@ fn config_text(live: &Live) -> Result<Response, Refusal> {
 }
 
 /// The dry run: the candidate validated like a reload would (files read too), and the diff.
-fn validate(live: &Live, body: &[u8]) -> Result<Response, Refusal> {
+async fn validate(live: &Arc<Live>, body: &[u8]) -> Result<Response, Refusal> {
     let candidate = parse_candidate(live, body, false)?;
-    match live.check(&candidate) {
+    match check(live, candidate).await {
         Ok(diff) => Ok(Response::json(
             200,
             &json!({ "valid": true, "summary": diff.summary(), "diff": views::diff(&diff) }),
@@ -221,7 +224,8 @@ async fn replace(control: &Control, body: &[u8]) -> Result<Response, Refusal> {
     let live = &control.live;
     let path = file_of(live)?;
     let candidate = parse_candidate(live, body, true)?;
-    live.check(&candidate)
+    check(live, candidate)
+        .await
         .map_err(|error| refuse(live, error, true))?;
     let text = String::from_utf8_lossy(body).into_owned();
     write_and_apply(live, &path, &text, None).await
@@ -302,7 +306,8 @@ async fn node_operation(
     })?;
     let candidate =
         weir_config::parse_file_text(&edited, &path).map_err(|error| refuse(live, error, true))?;
-    live.check(&candidate)
+    check(live, candidate)
+        .await
         .map_err(|error| refuse(live, error, true))?;
     write_and_apply(live, &path, &edited, Some(&text)).await
 }
@@ -505,6 +510,13 @@ fn replace_if_unchanged(
             Err(std::io::Error::from(errno).into())
         }
     }
+}
+
+/// Validates `candidate` as a reload would (files read, names resolved), off the serving
+/// threads: it waits for a reload in progress, and may wait on the files and the resolver.
+async fn check(live: &Arc<Live>, candidate: Config) -> Result<ConfigDiff, ConfigError> {
+    let live = Arc::clone(live);
+    blocking(move || live.check(&candidate)).await
 }
 
 /// Runs blocking work (file reads, model builds) off the serving threads.

@@ -18,6 +18,7 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use arc_swap::ArcSwapOption;
 use tokio::task::JoinHandle;
 use weir_config::diff::ConfigDiff;
 use weir_config::{Config, ConfigError};
@@ -36,7 +37,15 @@ use crate::stage::{Purpose, Staged, StagedTls, bind_added, check_files, stage};
 pub struct Live {
     cell: Arc<ModelCell>,
     metrics: Arc<Metrics>,
+    /// Held for the whole of a reload, which may wait on files and name lookups: only
+    /// reloads and blocking threads take it, never what serves or answers the admin API.
     control: Mutex<Control>,
+    /// The outcome of the last reload tried (its own lock, held for a copy).
+    last: Mutex<Option<ReloadRecord>>,
+    /// The current model's access log, for the flusher and SIGUSR1's reopen.
+    access_log: ArcSwapOption<AccessLog>,
+    /// The bound listening addresses, by virtual server, as of the last start or reload.
+    addrs: Mutex<Vec<(String, SocketAddr)>>,
 }
 
 /// What reloads change besides the model; one reload at a time holds it.
@@ -47,7 +56,6 @@ struct Control {
     pool_tasks: HashMap<String, PoolTasks>,
     shared: HashMap<String, Arc<VirtualServerShared>>,
     running: Option<Running>,
-    last: Option<ReloadRecord>,
     /// The access log of the current model (`None` when off).
     access_log: Option<Arc<AccessLog>>,
     /// The caches' background upkeep (bans, gauges), once started.
@@ -185,6 +193,9 @@ impl Live {
         let live = Arc::new(Live {
             cell: Arc::new(ModelCell::new(empty)),
             metrics: Arc::clone(metrics),
+            last: Mutex::new(None),
+            access_log: ArcSwapOption::empty(),
+            addrs: Mutex::new(Vec::new()),
             control: Mutex::new(Control {
                 names,
                 ..Control::default()
@@ -218,12 +229,18 @@ impl Live {
 
     /// The outcome of the last reload tried, if any.
     pub fn last_reload(&self) -> Option<ReloadRecord> {
-        self.lock().last.clone()
+        self.last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The bound listening addresses, by virtual server (port 0 resolved).
     pub fn local_addrs(&self) -> Vec<(String, SocketAddr)> {
-        self.lock().listeners.local_addrs()
+        self.addrs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// A duplicate of each listening socket, by configured address, for a new process
@@ -261,14 +278,14 @@ impl Live {
         let path = self.current().config.source.clone();
         let Some(path) = path else {
             let error = ReloadError::NoFile;
-            self.record(&mut self.lock(), Err(&error));
+            self.record(Err(&error));
             return Err(error);
         };
         match weir_config::load_file(&path) {
             Ok(config) => self.apply_started(config, started),
             Err(error) => {
                 let error = ReloadError::Config(error);
-                self.record(&mut self.lock(), Err(&error));
+                self.record(Err(&error));
                 Err(error)
             }
         }
@@ -278,7 +295,7 @@ impl Live {
     /// was given that does not parse or validate): logged, counted and kept for
     /// [`Live::last_reload`] as any refused reload. The running model keeps serving.
     pub fn refused(&self, error: ConfigError) {
-        self.record(&mut self.lock(), Err(&ReloadError::Config(error)));
+        self.record(Err(&ReloadError::Config(error)));
     }
 
     /// Applies a validated candidate: stage (may refuse it), then commit.
@@ -289,7 +306,7 @@ impl Live {
     fn apply_started(&self, candidate: Config, started: Instant) -> Result<Applied, ReloadError> {
         let mut control = self.lock();
         let result = self.apply_locked(&mut control, candidate, started);
-        self.record(&mut control, result.as_ref().map_err(|e| &**e));
+        self.record(result.as_ref().map_err(|e| &**e));
         result.map_err(|error| *error)
     }
 
@@ -340,6 +357,7 @@ impl Live {
             // Only a socket tokio cannot register; the rest of the reload stands.
             tracing::error!(%error, "a listener added by the reload cannot serve");
         }
+        self.publish_addrs(control);
         self.retire(control, &old, &model);
         self.start_pool_tasks(control, &model, &context.shutdown);
         for termination in model.tls_terminations() {
@@ -395,6 +413,7 @@ impl Live {
             })
             .collect();
         control.access_log = staged.access_log.take();
+        self.access_log.store(control.access_log.clone());
         replace_changed_protocols(control, &current, config);
         ModelParts {
             access_log: control.access_log.clone(),
@@ -542,6 +561,7 @@ impl Live {
             shutdown: shutdown.clone(),
         };
         control.listeners.start(bound, &context)?;
+        self.publish_addrs(&control);
         control.running = Some(Running { accept: context });
         let model = self.current();
         self.start_pool_tasks(&mut control, &model, &shutdown);
@@ -577,16 +597,14 @@ impl Live {
 
     /// Writes out the access log's buffered records.
     pub fn flush_access_log(&self) {
-        let log = self.lock().access_log.clone();
-        if let Some(log) = log {
+        if let Some(log) = &*self.access_log.load() {
             log.flush();
         }
     }
 
     /// Reopens the access log file (SIGUSR1, after logrotate moved it).
     pub fn reopen_access_log(&self) -> io::Result<()> {
-        let log = self.lock().access_log.clone();
-        match log {
+        match &*self.access_log.load() {
             Some(log) => log.reopen(),
             None => Ok(()),
         }
@@ -626,7 +644,7 @@ impl Live {
         Ok(terminations.len())
     }
 
-    fn record(&self, control: &mut Control, result: Result<&Applied, &ReloadError>) {
+    fn record(&self, result: Result<&Applied, &ReloadError>) {
         let reloads = self.metrics.reloads();
         let now = SystemTime::now();
         reloads.last_reload_timestamp_seconds.set(
@@ -635,7 +653,7 @@ impl Live {
                 .as_secs_f64(),
         );
         let generation = self.generation();
-        control.last = Some(match result {
+        let record = match result {
             Ok(applied) => {
                 reloads.applied.inc();
                 reloads.last_reload_success.set(1);
@@ -674,7 +692,19 @@ impl Live {
                     summary: "refused".to_owned(),
                 }
             }
-        });
+        };
+        *self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(record);
+    }
+
+    /// Copies the bound addresses out of `control` for [`Live::local_addrs`].
+    fn publish_addrs(&self, control: &Control) {
+        *self
+            .addrs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = control.listeners.local_addrs();
     }
 
     fn lock(&self) -> MutexGuard<'_, Control> {

@@ -503,3 +503,55 @@ async fn a_service_name_gives_nodes_on_the_ports_its_srv_records_say() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A reload waits on a name server that does not answer; meanwhile what the admin API and
+/// the access log's flusher ask of the running weir (on the threads that serve traffic)
+/// answers at once: they never wait for the reload's lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_waiting_on_a_name_server_holds_up_nothing_that_serves() {
+    let (a, b, port) = two_origins().await;
+    let dns = TestDns::start();
+    dns.set("web.test", Reply::Records(vec![loopback(2)], 60));
+    let text = config(&dns, port, "");
+    let proxy = TestProxy::start(&text).await;
+    // A name server that never answers.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let with_slow = format!(
+        "{text}\n[pools.slow]\nnodes = [{{ address = \"slow.test:{port}\" }}]\n\
+         [pools.slow.dns]\nservers = [\"{}\"]\ntimeout = \"1s\"\n",
+        silent.local_addr().unwrap()
+    );
+    let candidate = weir_config::parse_str(&with_slow, "test.toml").unwrap();
+    let live = Arc::clone(&proxy.live);
+    let reload = std::thread::spawn(move || live.apply(candidate));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !reload.is_finished(),
+        "the name server was expected to hold the reload"
+    );
+    for (what, call) in [
+        (
+            "last_reload",
+            Box::new(|| drop(proxy.live.last_reload())) as Box<dyn Fn()>,
+        ),
+        ("local_addrs", Box::new(|| drop(proxy.live.local_addrs()))),
+        (
+            "flush_access_log",
+            Box::new(|| proxy.live.flush_access_log()),
+        ),
+    ] {
+        let started = Instant::now();
+        call();
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "{what} waited {:?} for the reload",
+            started.elapsed()
+        );
+    }
+    assert_eq!(answered_by(&proxy).await.as_deref(), Some("a"));
+    let refused = reload.join().unwrap().unwrap_err().to_string();
+    assert!(refused.contains("slow.test"), "{refused}");
+    proxy.stop().await;
+    a.stop().await;
+    b.stop().await;
+}
