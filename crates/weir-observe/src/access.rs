@@ -178,10 +178,10 @@ impl AccessLog {
     /// leaving a new file behind: the check of a dry run (`weir check`, a validated but not
     /// applied candidate).
     pub fn probe(path: &Path) -> io::Result<()> {
-        match OpenOptions::new().append(true).open(path) {
+        match open_with(OpenOptions::new().append(true), path) {
             Ok(_) => Ok(()),
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                match OpenOptions::new().append(true).create_new(true).open(path) {
+                match open_with(OpenOptions::new().append(true).create_new(true), path) {
                     Ok(_) => std::fs::remove_file(path),
                     // Someone else made it meanwhile: it exists, which is what was asked.
                     Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
@@ -281,7 +281,27 @@ impl Drop for AccessLog {
 }
 
 fn open(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    open_with(OpenOptions::new().create(true).append(true), path)
+}
+
+/// Opens `path` as `options` say without waiting: a FIFO no process reads from would
+/// block the open for ever (a reload, `weir check`); it fails instead. Writes to the file
+/// then block as usual.
+fn open_with(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = options
+        .custom_flags(OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(|error| match error.raw_os_error() {
+            Some(code) if code == nix::errno::Errno::ENXIO as i32 => {
+                io::Error::other("it is a FIFO that no process reads from")
+            }
+            _ => error,
+        })?;
+    let flags = OFlag::from_bits_truncate(fcntl(&file, FcntlArg::F_GETFL)?);
+    fcntl(&file, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))?;
+    Ok(file)
 }
 
 impl AccessRecord<'_> {
@@ -673,6 +693,29 @@ mod tests {
             !text.contains("server_name") && !text.contains("\"node\""),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_fifo_nobody_reads_is_refused_without_waiting() {
+        let path = std::env::temp_dir().join(format!("weir-access-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let opened = path.clone();
+        // On a thread: an open that blocks fails the test instead of hanging it.
+        std::thread::spawn(move || {
+            let file = AccessLog::file(AccessLogFormat::Text, &opened).map(drop);
+            let probe = AccessLog::probe(&opened);
+            let _ = tx.send((file, probe));
+        });
+        let (file, probe) = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("opening a FIFO with no reader blocked");
+        let _ = std::fs::remove_file(&path);
+        for result in [file, probe] {
+            let error = result.unwrap_err();
+            assert!(error.to_string().contains("FIFO"), "{error}");
+        }
     }
 
     #[test]
