@@ -270,9 +270,9 @@ pub struct ServeArgs {
     /// The config file (TOML). Without it, the embedded default is used.
     #[arg(short, long)]
     pub config: Option<PathBuf>,
-    /// Worker threads (overrides `runtime.threads`).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    /// Worker threads, 1 to 1024 (overrides `runtime.threads`).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
     /// Print the embedded default config and exit.
     #[arg(long)]
     pub print_default: bool,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use weir_config::Config;
 use weir_core::Shutdown;
 use weir_observe::Metrics;
@@ -57,9 +58,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
     let threads = args
         .threads
+        .map(usize::from)
         .or(config.runtime.threads.map(|n| n.get() as usize));
     let runtime = runtime(threads)?;
-    runtime.block_on(serve(config, args.upgrade))
+    let result = runtime.block_on(serve(config, args.upgrade));
+    // Work still running on a blocking thread (a reload waiting on a slow file or name
+    // server) does not hold the exit: a second signal means now.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 /// The tokio runtime: `threads` workers (default: one per core); a single
@@ -89,8 +95,10 @@ struct Bound {
 }
 
 async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
-    // Before anything binds or is announced (see `wait_for_signal`).
+    // Before anything binds or is announced (see `wait_for_signal`), and before the start's
+    // slow parts (files, name lookups): from here on no signal weir handles kills it.
     let mut first_signal = std::pin::pin!(wait_for_signal());
+    let signals = Signals::register()?;
     let metrics = Metrics::new();
     // Two stages: the proxy drains first; the admin listener (which reports
     // "draining" meanwhile) and the built-in origins stop once it is done.
@@ -141,9 +149,8 @@ async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
     for (name, address) in proxy.local_addrs() {
         tracing::info!(virtual_server = %name, listen = %address, "virtual server serving");
     }
-    // Always handled: SIGHUP's default action would end the process.
-    tasks.spawn(reload_on_sighup(proxy.live(), after_drain_signal.clone()));
-    tasks.spawn(access_log_upkeep(proxy.live(), after_drain_signal.clone()));
+    // Reload, reopen, ignore: none of these may end the process (their default action does).
+    signals.spawn(&mut tasks, &proxy.live(), &after_drain_signal);
     let handover = upgrade::Handover {
         live: proxy.live(),
         admin: admin_dup,
@@ -261,10 +268,9 @@ async fn bind(config: &Config, metrics: &Arc<Metrics>, take_over: bool) -> anyho
 /// Also refreshes the days-until-expiry gauges twice an hour.
 async fn reload_on_sighup(
     live: Arc<weir_proxy::Live>,
+    mut hangup: Signal,
     stop: weir_core::ShutdownSignal,
 ) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hangup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
     let mut refresh = tokio::time::interval(std::time::Duration::from_secs(30 * 60));
     refresh.tick().await;
     loop {
@@ -283,8 +289,12 @@ async fn reload_on_sighup(
                 let live = Arc::clone(&live);
                 // Reading files and building the model is blocking work: keep it off
                 // the workers that serve traffic. The outcome is logged and counted
-                // by the reload itself.
-                let _ = tokio::task::spawn_blocking(move || live.reload_file()).await;
+                // by the reload itself. A stop does not wait for it.
+                let reload = tokio::task::spawn_blocking(move || live.reload_file());
+                tokio::select! {
+                    _ = reload => {}
+                    () = stop.triggered() => return Ok(()),
+                }
             }
         }
     }
@@ -295,11 +305,10 @@ async fn reload_on_sighup(
 /// file on SIGUSR1 (after logrotate moved it), and writes out the rest when weir stops.
 async fn access_log_upkeep(
     live: Arc<weir_proxy::Live>,
+    mut reopen: Signal,
     stop: weir_core::ShutdownSignal,
 ) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
     const GATHER: std::time::Duration = std::time::Duration::from_millis(200);
-    let mut reopen = signal(SignalKind::user_defined1()).context("cannot listen for SIGUSR1")?;
     loop {
         tokio::select! {
             () = stop.triggered() => {
@@ -325,23 +334,80 @@ async fn access_log_upkeep(
     }
 }
 
-/// Completes on SIGTERM or SIGINT. The handlers are registered when this is called, not
-/// when the future is first polled: call it before announcing anything, so a signal sent
-/// right after start-up drains instead of killing the process.
+/// The signals weir acts on besides the stop (SIGHUP: reload; SIGUSR1: reopen the access
+/// log; SIGUSR2: logged and ignored), registered together at the start so that none of
+/// them kills a process that is still starting (their default action ends it).
+struct Signals {
+    hangup: Signal,
+    reopen: Signal,
+    user2: Signal,
+}
+
+impl Signals {
+    /// Their tasks, until `stop`.
+    fn spawn(
+        self,
+        tasks: &mut tokio::task::JoinSet<anyhow::Result<()>>,
+        live: &Arc<weir_proxy::Live>,
+        stop: &weir_core::ShutdownSignal,
+    ) {
+        tasks.spawn(reload_on_sighup(
+            Arc::clone(live),
+            self.hangup,
+            stop.clone(),
+        ));
+        tasks.spawn(access_log_upkeep(
+            Arc::clone(live),
+            self.reopen,
+            stop.clone(),
+        ));
+        tasks.spawn(ignore_sigusr2(self.user2, stop.clone()));
+    }
+
+    fn register() -> anyhow::Result<Signals> {
+        Ok(Signals {
+            hangup: signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?,
+            reopen: signal(SignalKind::user_defined1()).context("cannot listen for SIGUSR1")?,
+            user2: signal(SignalKind::user_defined2()).context("cannot listen for SIGUSR2")?,
+        })
+    }
+}
+
+/// SIGUSR2 is nginx's binary upgrade; weir's is `weir serve --upgrade`. It is logged and
+/// otherwise ignored rather than left to end the process.
+async fn ignore_sigusr2(mut user2: Signal, stop: weir_core::ShutdownSignal) -> anyhow::Result<()> {
+    loop {
+        tokio::select! {
+            () = stop.triggered() => return Ok(()),
+            received = user2.recv() => {
+                if received.is_none() {
+                    return Ok(());
+                }
+                tracing::warn!("SIGUSR2 ignored: a binary upgrade is `weir serve --config FILE --upgrade`");
+            }
+        }
+    }
+}
+
+/// Completes on SIGTERM, SIGINT or SIGQUIT (nginx's graceful stop; all three drain). The
+/// handlers are registered when this is called, not when the future is first polled: call
+/// it before announcing anything, so a signal sent right after start-up drains instead of
+/// killing the process.
 pub fn wait_for_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
-    use tokio::signal::unix::{SignalKind, signal};
     let terminate = signal(SignalKind::terminate());
     let interrupt = signal(SignalKind::interrupt());
+    let quit = signal(SignalKind::quit());
     async move {
-        match (terminate, interrupt) {
-            (Ok(mut terminate), Ok(mut interrupt)) => {
+        match (terminate, interrupt, quit) {
+            (Ok(mut terminate), Ok(mut interrupt), Ok(mut quit)) => {
                 tokio::select! {
                     _ = terminate.recv() => {}
                     _ = interrupt.recv() => {}
+                    _ = quit.recv() => {}
                 }
             }
-            (Err(error), _) | (_, Err(error)) => {
-                tracing::error!(%error, "cannot listen for SIGTERM and SIGINT");
+            (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
+                tracing::error!(%error, "cannot listen for SIGTERM, SIGINT and SIGQUIT");
                 std::future::pending::<()>().await;
             }
         }

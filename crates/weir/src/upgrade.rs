@@ -71,6 +71,17 @@ pub fn bind(config: &Config) -> anyhow::Result<UnixListener> {
                 );
             }
             let path = address.as_pathname().context("upgrade socket in use")?;
+            // Only a socket left by a weir that is gone is replaced: a path that names
+            // anything else (a config file, by a slip in `runtime.upgrade_socket`) is kept.
+            let stale = std::fs::symlink_metadata(path)
+                .is_ok_and(|meta| std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()));
+            if !stale {
+                anyhow::bail!(
+                    "runtime.upgrade_socket: {} exists and is not a socket; weir will not \
+                     replace it (name another path)",
+                    path.display()
+                );
+            }
             std::fs::remove_file(path)?;
             Ok(UnixListener::bind_addr(&address)?)
         }

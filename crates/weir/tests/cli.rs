@@ -166,9 +166,9 @@ fn print_default_is_the_embedded_config() {
 }
 
 /// `weir serve` with a built-in origin answers through the proxy, survives
-/// SIGHUP, and exits cleanly (status 0) on SIGTERM.
+/// SIGHUP and SIGUSR2, and exits cleanly (status 0) on SIGQUIT, as on SIGTERM.
 #[test]
-fn serve_answers_and_exits_cleanly_on_sigterm() {
+fn serve_answers_and_exits_cleanly_on_sigquit() {
     use std::io::{Read, Write};
     let [proxy_port, origin_port] = weir_testkit::free_ports();
     let config = temp_config(&format!(
@@ -208,9 +208,18 @@ fn serve_answers_and_exits_cleanly_on_sigterm() {
     assert!(status.success());
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(child.try_wait().unwrap().is_none(), "SIGHUP ended weir");
-
+    // SIGUSR2 (nginx's binary upgrade) is logged and ignored.
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-USR2", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(child.try_wait().unwrap().is_none(), "SIGUSR2 ended weir");
+
+    // SIGQUIT (nginx's graceful stop) drains like SIGTERM.
+    let status = Command::new("kill")
+        .args(["-QUIT", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
@@ -222,7 +231,84 @@ fn serve_answers_and_exits_cleanly_on_sigterm() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let _ = child.kill();
-    panic!("weir did not exit within 5 s of SIGTERM");
+    panic!("weir did not exit within 5 s of SIGQUIT");
+}
+
+/// SIGHUP, SIGUSR1 and SIGUSR2 while weir is still starting (here: waiting on a name server
+/// that never answers) do not end it: the start goes on and fails on its own, with its
+/// message and exit code 1, not killed by the signal.
+#[test]
+fn signals_during_the_start_do_not_kill_it() {
+    use std::os::unix::process::ExitStatusExt;
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let [proxy_port] = weir_testkit::free_ports();
+    let config = temp_config(&format!(
+        "[log]\nlevel = \"warn\"\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\n\
+         [pools.web]\nnodes = [{{ address = \"slow.test:80\" }}]\n\
+         [pools.web.dns]\nservers = [\"{}\"]\ntimeout = \"1s\"\n",
+        silent.local_addr().unwrap()
+    ));
+    let child = weir()
+        .arg("serve")
+        .arg("--config")
+        .arg(config.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for signal in ["-HUP", "-USR1", "-USR2"] {
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.signal(), None, "killed by a signal: {stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("\"slow.test\" does not resolve"),
+        "{stderr}"
+    );
+}
+
+/// `runtime.upgrade_socket` naming a file that is not a socket (a slip of the path) is
+/// refused, and the file is left as it was; weir replaces only a stale socket.
+#[test]
+fn an_upgrade_socket_path_that_is_not_a_socket_is_kept() {
+    let [proxy_port] = weir_testkit::free_ports();
+    let precious = temp_config("keep me\n");
+    let config = temp_config(&format!(
+        "[runtime]\nupgrade_socket = \"{}\"\n[log]\nlevel = \"warn\"\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\n\
+         [pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n",
+        precious.path().display()
+    ));
+    let mut child = weir()
+        .arg("serve")
+        .arg("--config")
+        .arg(config.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A weir that took the path over would serve on: stop it rather than wait for ever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("runtime.upgrade_socket") && stderr.contains("is not a socket"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(precious.path()).unwrap(),
+        "keep me\n"
+    );
 }
 
 /// When weir itself runs out of file descriptors, a request that needs a new node
