@@ -35,6 +35,9 @@ use crate::schema::{
     OriginTable, RouteTable, RuntimeTable, VirtualServerTable,
 };
 
+/// The longest path a Unix socket can be bound at on Linux (`sun_path` less its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 const GIB: u64 = 1024 * MIB;
@@ -159,7 +162,15 @@ impl Checker {
         });
         let upgrade_socket = table.upgrade_socket.as_deref().and_then(|text| {
             let path_buf = std::path::PathBuf::from(text.trim());
-            if path_buf.is_absolute() {
+            if path_buf.is_absolute() && path_buf.as_os_str().len() > MAX_SOCKET_PATH {
+                self.report(
+                    &path.key("upgrade_socket"),
+                    format!(
+                        "\"{text}\" is longer than a Unix socket path may be ({MAX_SOCKET_PATH} bytes)"
+                    ),
+                );
+                None
+            } else if path_buf.is_absolute() {
                 Some(path_buf)
             } else {
                 self.report(

@@ -59,6 +59,12 @@ impl Checker {
             Ok(duration) if duration.is_zero() && zero == Zero::Rejected => {
                 self.report(path, "must be longer than zero")
             }
+            // Timers tick in milliseconds: a shorter wait would act as none at all.
+            Ok(duration) if !duration.is_zero() && duration < Duration::from_millis(1) => self
+                .report(
+                    path,
+                    format!("\"{text}\" is shorter than a millisecond, the timers' resolution"),
+                ),
             Ok(duration) if duration > MAX_DURATION => self.report(
                 path,
                 format!("\"{text}\" is longer than a day; write it like \"30s\", \"5m\" or \"1h\""),

@@ -555,6 +555,15 @@ fn durations_parse_and_are_non_zero_where_needed() {
         "pools.web.timeouts.connect",
         "is longer than a day",
     );
+    assert_one_error(
+        &file(
+            "[virtual_servers.web.timeouts]\nheader_read = \"1ns\"",
+            "",
+            "",
+        ),
+        "virtual_servers.web.timeouts.header_read",
+        "is shorter than a millisecond",
+    );
     let config = valid(&file("", "", "[runtime]\ndrain_timeout = \"0s\""));
     assert_eq!(config.runtime.drain_timeout, Duration::ZERO);
 }
@@ -1132,5 +1141,11 @@ fn node_states_and_access_log_keys() {
         &file("", "", "[runtime]\nupgrade_socket = \"weir.sock\"\n"),
         "runtime.upgrade_socket",
         "must be an absolute path",
+    );
+    let long = format!("/run/{}/upgrade.sock", "w".repeat(100));
+    assert_one_error(
+        &file("", "", &format!("[runtime]\nupgrade_socket = \"{long}\"\n")),
+        "runtime.upgrade_socket",
+        "is longer than a Unix socket path may be (107 bytes)",
     );
 }
