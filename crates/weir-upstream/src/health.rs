@@ -20,7 +20,7 @@ use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
-use weir_config::{HealthCheckKind, HealthMonitor, ProxyVersion};
+use weir_config::{HealthCheckKind, HealthMonitor, ProxyVersion, UpstreamProtocol};
 use weir_core::ShutdownSignal;
 
 use crate::connection::{CheckSlot, NodeConnections};
@@ -159,14 +159,19 @@ impl RiseFall {
 /// expects the header refuses a connection without one, so each check's connection starts
 /// with the header a connection made on the proxy's own behalf gets (v1 `UNKNOWN`, v2
 /// `LOCAL`): the node serves it with the connection's own addresses.
+///
+/// `protocol`: what the pool's nodes speak. An HTTP check of an `h2` or `h2c` pool is an
+/// HTTP/2 request (over TLS with ALPN `h2`, or in cleartext with prior knowledge): such a
+/// node may speak nothing else.
 pub fn spawn_monitors(
     pool_name: &str,
     nodes: &[Arc<NodeState>],
     monitor: &HealthMonitor,
-    (tls, capped, proxy): (
+    (tls, capped, proxy, protocol): (
         Option<weir_tls::Connector>,
         &[Arc<NodeConnections>],
         Option<ProxyVersion>,
+        UpstreamProtocol,
     ),
     shutdown: ShutdownSignal,
 ) -> Vec<JoinHandle<()>> {
@@ -177,10 +182,15 @@ pub fn spawn_monitors(
         Some(ProxyVersion::V1) => weir_proxy_protocol::write_v1_unknown(&mut preamble),
         Some(ProxyVersion::V2) => weir_proxy_protocol::write_v2_local(&mut preamble),
     }
+    let tls = match protocol {
+        UpstreamProtocol::H2 => tls.map(|connector| connector.with_alpn(&[b"h2"])),
+        UpstreamProtocol::Http1 | UpstreamProtocol::H2c => tls,
+    };
     let monitor = Arc::new(Monitor {
         settings: monitor.clone(),
         tls,
         preamble,
+        http2: protocol != UpstreamProtocol::Http1,
     });
     nodes
         .iter()
@@ -203,6 +213,8 @@ struct Monitor {
     tls: Option<weir_tls::Connector>,
     /// What each check's new connection sends first (a PROXY header), if anything.
     preamble: Vec<u8>,
+    /// HTTP checks speak HTTP/2 (an `h2` or `h2c` pool).
+    http2: bool,
 }
 
 /// Probes `address` once, within `timeout`: a TCP connect, or for HTTP a
@@ -214,16 +226,17 @@ pub async fn check(
     tls: Option<&weir_tls::Connector>,
     timeout: Duration,
 ) -> Result<(), CheckFailure> {
-    check_on(address, kind, (tls, &[]), timeout, None).await
+    check_on(address, kind, (tls, &[], false), timeout, None).await
 }
 
 /// [`check`], for an HTTP check on `lent` (a kept-alive connection of the pool's, at the
 /// node's cap) when given, instead of a connection of its own. A TCP check always connects.
-/// A new connection sends `preamble` first.
+/// A new connection sends `preamble` first; with `http2`, an HTTP check is an HTTP/2
+/// request on it.
 async fn check_on(
     address: SocketAddr,
     kind: &HealthCheckKind,
-    connect: (Option<&weir_tls::Connector>, &[u8]),
+    connect: (Option<&weir_tls::Connector>, &[u8], bool),
     timeout: Duration,
     lent: Option<weir_tls::ClientStream>,
 ) -> Result<(), CheckFailure> {
@@ -274,7 +287,7 @@ pub fn status_expected(status: u16, expected: &[(u16, u16)]) -> bool {
 async fn check_without_timeout(
     address: SocketAddr,
     kind: &HealthCheckKind,
-    (tls, preamble): (Option<&weir_tls::Connector>, &[u8]),
+    (tls, preamble, http2): (Option<&weir_tls::Connector>, &[u8], bool),
     lent: Option<weir_tls::ClientStream>,
 ) -> Result<(), CheckFailure> {
     let connect = || async {
@@ -327,6 +340,14 @@ async fn check_without_timeout(
         Some(host) => host.clone(),
         None => address.to_string(),
     };
+    if http2 {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let status = http2_status(stream, &format!("{scheme}://{host}{path}"), method).await?;
+        return match status_expected(status, expect_status) {
+            true => Ok(()),
+            false => Err(CheckFailure::Status(status)),
+        };
+    }
     let io_failure = |error: io::Error| CheckFailure::Io(error.kind());
     stream
         .write_all(&http_request(method, path, &host))
@@ -349,6 +370,44 @@ async fn check_without_timeout(
     }
 }
 
+/// The status of the answer to `method` `uri` sent as the first stream of a new HTTP/2
+/// connection on `stream`; the connection ends with the check.
+async fn http2_status(
+    stream: weir_tls::ClientStream,
+    uri: &str,
+    method: &str,
+) -> Result<u16, CheckFailure> {
+    let (client, connection) = h2::client::handshake(stream).await.map_err(http2_failure)?;
+    let request = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("user-agent", "weir-health")
+        .body(())
+        .map_err(|_| CheckFailure::Malformed)?;
+    let exchange = async {
+        let mut client = client.ready().await.map_err(http2_failure)?;
+        let (response, _) = client.send_request(request, true).map_err(http2_failure)?;
+        let response = response.await.map_err(http2_failure)?;
+        Ok(response.status().as_u16())
+    };
+    // The connection's frames move only while it is polled beside the exchange.
+    tokio::pin!(connection);
+    tokio::select! {
+        status = exchange => status,
+        ended = &mut connection => Err(ended.map_or_else(http2_failure, |()| CheckFailure::Closed)),
+    }
+}
+
+/// An HTTP/2 check's failure: the connection's I/O error, the node closing, or its
+/// protocol error.
+fn http2_failure(error: h2::Error) -> CheckFailure {
+    match error.get_io() {
+        Some(io) => CheckFailure::Io(io.kind()),
+        None if error.is_go_away() || error.is_reset() => CheckFailure::Closed,
+        None => CheckFailure::Malformed,
+    }
+}
+
 /// One node's monitor: check, fold the result in, apply and log a
 /// transition, sleep, until shutdown.
 async fn run_monitor(
@@ -357,7 +416,11 @@ async fn run_monitor(
     monitor: Arc<Monitor>,
     shutdown: ShutdownSignal,
 ) {
-    let connect = (monitor.tls.as_ref(), monitor.preamble.as_slice());
+    let connect = (
+        monitor.tls.as_ref(),
+        monitor.preamble.as_slice(),
+        monitor.http2,
+    );
     let monitor = &monitor.settings;
     let start = if node.is_active_up() {
         Health::Up
@@ -368,10 +431,16 @@ async fn run_monitor(
     // against the verdict goes on from where the last monitor left it, so a pool changed
     // more often than `fall` intervals still marks a failing node down.
     let mut verdict = RiseFall::resuming(monitor.rise, monitor.fall, start, node.check_streak());
-    // The first check comes at once, give or take the jitter.
-    let mut delay = monitor
+    // The first check of a node comes at once, give or take the jitter; a monitor
+    // restarted by a reload waits out the interval since the node's last check, so a pool
+    // changed often (node operations, names that move) does not check its nodes more often.
+    let first = monitor
         .interval
         .mul_f64(rand::rng().random_range(0.0..JITTER));
+    let mut delay = match node.since_checked(std::time::Instant::now()) {
+        Some(since) => monitor.interval.saturating_sub(since).max(first),
+        None => first,
+    };
     loop {
         tokio::select! {
             () = shutdown.triggered() => return,
@@ -397,6 +466,7 @@ async fn run_monitor(
             outcome = check_on(node.address, &monitor.check, connect, monitor.timeout, lent) => outcome,
         };
         drop(slot);
+        node.set_checked(std::time::Instant::now());
         if let Err(failure @ CheckFailure::OutOfResources(_)) = &outcome {
             tracing::debug!(pool = %pool, node = %node.address, reason = %failure, "health check not made");
             delay = jittered(monitor.interval);

@@ -36,6 +36,9 @@ pub struct NodeState {
     /// The active monitor's consecutive results against its verdict, kept here so
     /// that a monitor restarted by a reload of the pool counts on from them.
     check_streak: AtomicU32,
+    /// Nanoseconds after `epoch` of the active monitor's last check; 0 before the first.
+    /// A monitor restarted by a reload waits out the interval from it.
+    last_checked: AtomicU64,
     /// Nanoseconds after `epoch` until which the node is ejected; 0 when not ejected.
     ejected_until: AtomicU64,
     epoch: Instant,
@@ -95,6 +98,7 @@ impl NodeState {
             ewma_nanos: AtomicU64::new(0),
             active_up: AtomicBool::new(true),
             check_streak: AtomicU32::new(0),
+            last_checked: AtomicU64::new(0),
             ejected_until: AtomicU64::new(0),
             epoch: Instant::now(),
             failure_threshold: AtomicU32::new(passive_config.consecutive_failures),
@@ -223,6 +227,27 @@ impl NodeState {
     /// Keeps the active monitor's count of consecutive results against its verdict.
     pub fn set_check_streak(&self, streak: u32) {
         self.check_streak.store(streak, Ordering::Relaxed);
+    }
+
+    /// The active monitor checked the node at `now`.
+    pub fn set_checked(&self, now: Instant) {
+        let nanos = now.saturating_duration_since(self.epoch).as_nanos();
+        self.last_checked.store(
+            u64::try_from(nanos).unwrap_or(u64::MAX).max(1),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// How long ago at `now` the active monitor last checked the node; `None` before
+    /// its first check.
+    pub fn since_checked(&self, now: Instant) -> Option<Duration> {
+        match self.last_checked.load(Ordering::Relaxed) {
+            0 => None,
+            nanos => Some(
+                now.saturating_duration_since(self.epoch)
+                    .saturating_sub(Duration::from_nanos(nanos)),
+            ),
+        }
     }
 
     /// A request to this node succeeded: resets the passive failure count.

@@ -365,6 +365,7 @@ impl Pool {
                         .and_then(|node| node.tls().map(|tls| tls.connector.clone())),
                     if capped { &slots } else { &[] },
                     self.config.proxy_protocol,
+                    self.config.protocol,
                 ),
                 stop.either(&shutdown),
             ));

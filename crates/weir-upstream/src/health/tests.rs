@@ -223,7 +223,7 @@ async fn tcp_monitor_follows_the_listener_going_and_coming_back() {
         "web",
         &[Arc::clone(&node)],
         &monitor(HealthCheckKind::Tcp, Duration::from_millis(500)),
-        (None, &[], None),
+        (None, &[], None, UpstreamProtocol::Http1),
         signal,
     );
     assert_eq!(tasks.len(), 1);
@@ -263,7 +263,7 @@ async fn http_monitor_goes_down_on_500_and_up_on_200() {
         "web",
         &[Arc::clone(&node)],
         &monitor(http_check(), Duration::from_millis(500)),
-        (None, &[], None),
+        (None, &[], None, UpstreamProtocol::Http1),
         signal,
     );
 
@@ -346,7 +346,7 @@ async fn checks_of_a_proxy_protocol_pool_start_with_a_local_header() {
             "db",
             &[Arc::clone(&node)],
             &settings,
-            (None, &[], Some(version)),
+            (None, &[], Some(version), UpstreamProtocol::Http1),
             signal,
         );
         wait_for_active_up(&node, true).await;
@@ -359,7 +359,7 @@ async fn checks_of_a_proxy_protocol_pool_start_with_a_local_header() {
             "db",
             &[Arc::clone(&node)],
             &tcp,
-            (None, &[], Some(version)),
+            (None, &[], Some(version), UpstreamProtocol::Http1),
             signal,
         );
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -403,7 +403,7 @@ async fn a_check_that_times_out_counts_as_failed() {
         "web",
         &[Arc::clone(&node)],
         &monitor(http_check(), timeout),
-        (None, &[], None),
+        (None, &[], None, UpstreamProtocol::Http1),
         signal,
     );
     wait_for_active_up(&node, false).await;
@@ -588,7 +588,12 @@ async fn no_check_while_the_node_is_at_its_cap() {
         "web",
         &[Arc::clone(&node)],
         &monitor(HealthCheckKind::Tcp, Duration::from_millis(100)),
-        (None, &[Arc::clone(&connections)], None),
+        (
+            None,
+            &[Arc::clone(&connections)],
+            None,
+            UpstreamProtocol::Http1,
+        ),
         signal,
     );
     // Many intervals (20 ms) pass: no check, no verdict.
@@ -609,8 +614,9 @@ async fn a_restarted_monitor_counts_on_from_the_last_ones_checks() {
     let (server, checks) = counted_500s(listener);
     let node = node_at(address, passive_off());
     let settings = HealthMonitor {
-        // Long enough that each monitor makes only its first check (within a tenth of it).
-        interval: Duration::from_secs(30),
+        // Long enough that each monitor makes only one check: its predecessor's check
+        // was an interval ago when it makes it, the next is an interval after.
+        interval: Duration::from_secs(1),
         fall: count(3),
         ..monitor(http_check(), Duration::from_millis(500))
     };
@@ -621,7 +627,7 @@ async fn a_restarted_monitor_counts_on_from_the_last_ones_checks() {
             "web",
             &[Arc::clone(&node)],
             &settings,
-            (None, &[], None),
+            (None, &[], None, UpstreamProtocol::Http1),
             signal,
         );
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -629,7 +635,7 @@ async fn a_restarted_monitor_counts_on_from_the_last_ones_checks() {
             assert!(Instant::now() < deadline, "check {seen} never came");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        // The answer is read and counted within a moment; the next check is 27 s away.
+        // The answer is read and counted within a moment; the next check is 0.8 s away.
         tokio::time::sleep(Duration::from_millis(200)).await;
         stop_monitors(owner, tasks).await;
     }
@@ -667,4 +673,114 @@ fn counted_500s(
         }
     });
     (server, checks)
+}
+
+/// An h2c node (HTTP/2 with prior knowledge, nothing else) that answers each request's
+/// path with `status` and counts the requests; an HTTP/1.1 request is a protocol error.
+async fn h2c_node(status: u16) -> (SocketAddr, Arc<AtomicU16>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let seen = Arc::new(AtomicU16::new(0));
+    let counted = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    assert_eq!(request.uri().path(), "/health");
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    let response = http::Response::builder().status(status).body(()).unwrap();
+                    let _ = respond.send_response(response, true);
+                }
+            });
+        }
+    });
+    (address, seen)
+}
+
+#[tokio::test]
+async fn checks_of_an_h2c_pool_speak_http2() {
+    let (up, seen) = h2c_node(200).await;
+    let (failing, _) = h2c_node(503).await;
+    let timeout = Duration::from_secs(2);
+    let kind = http_check();
+    let http2 = |address| check_on(address, &kind, (None, &[], true), timeout, None);
+    assert_eq!(http2(up).await, Ok(()));
+    assert_eq!(seen.load(Ordering::Relaxed), 1);
+    assert_eq!(http2(failing).await, Err(CheckFailure::Status(503)));
+    // Spoken to in HTTP/1.1, as every check was, the node looks broken.
+    assert!(check(up, &http_check(), None, timeout).await.is_err());
+
+    // A monitor of an h2c pool keeps the working node up and marks the failing one down.
+    let nodes = [node_at(up, passive_off()), node_at(failing, passive_off())];
+    let (owner, signal) = Shutdown::new();
+    let tasks = spawn_monitors(
+        "grpc",
+        &nodes,
+        &monitor(http_check(), Duration::from_millis(100)),
+        (None, &[], None, UpstreamProtocol::H2c),
+        signal,
+    );
+    wait_for_active_up(&nodes[1], false).await;
+    assert!(nodes[0].is_active_up());
+    assert!(seen.load(Ordering::Relaxed) >= 3);
+    owner.trigger();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// A monitor restarted by a reload of the pool (a node operation, a name that moved) waits
+/// out the interval since the node's last check instead of checking again at once.
+#[tokio::test]
+async fn a_restarted_monitor_waits_out_the_interval_since_the_last_check() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicU16::new(0));
+    let counted = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::Relaxed);
+            drop(stream);
+        }
+    });
+    let node = node_at(address, passive_off());
+    let settings = HealthMonitor {
+        interval: Duration::from_secs(2),
+        ..monitor(HealthCheckKind::Tcp, Duration::from_millis(500))
+    };
+    let restart = || {
+        let (owner, signal) = Shutdown::new();
+        let tasks = spawn_monitors(
+            "web",
+            &[Arc::clone(&node)],
+            &settings,
+            (None, &[], None, UpstreamProtocol::Http1),
+            signal,
+        );
+        (owner, tasks)
+    };
+    let (owner, tasks) = restart();
+    // The first check comes at once.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(accepted.load(Ordering::Relaxed), 1);
+    stop_monitors(owner, tasks).await;
+    for _ in 0..5 {
+        let (owner, tasks) = restart();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop_monitors(owner, tasks).await;
+    }
+    assert_eq!(
+        accepted.load(Ordering::Relaxed),
+        1,
+        "restarts checked again"
+    );
+    // The interval over, the next monitor checks.
+    let (owner, tasks) = restart();
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    assert_eq!(accepted.load(Ordering::Relaxed), 2);
+    stop_monitors(owner, tasks).await;
 }
