@@ -491,6 +491,93 @@ fn failed_requests_write_a_few_log_lines_a_second() {
 }
 
 /// Kills the child process it holds when dropped (a failed assertion included).
+/// A tcp virtual server's sessions moving bulk data when weir has no descriptor left for
+/// the pipes `splice(2)` needs (the default `relay = "auto"` switches to it on bulk) are
+/// copied instead, whole: none is cut.
+#[test]
+fn sessions_are_copied_when_no_descriptor_is_left_for_a_pipe() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    // An echo node.
+    let node = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let node_address = node.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in node.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut reader = stream.try_clone().unwrap();
+                let mut writer = stream;
+                let _ = std::io::copy(&mut reader, &mut writer);
+            });
+        }
+    });
+    let [proxy_port] = weir_testkit::free_ports();
+    let config = temp_config(&format!(
+        "[runtime]\nthreads = 1\n[log]\nlevel = \"error\"\naccess_log = false\n\
+         [virtual_servers.db]\nprotocol = \"tcp\"\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"db\"\n\n\
+         [pools.db]\nnodes = [{{ address = \"{node_address}\" }}]\n"
+    ));
+    let child = Command::new("prlimit")
+        .args([
+            "--nofile=48:48",
+            "--",
+            env!("CARGO_BIN_EXE_weir"),
+            "serve",
+            "--config",
+        ])
+        .arg(config.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run weir under prlimit (util-linux)");
+    let _weir = Running(child);
+    let echoes = |stream: &mut std::net::TcpStream| {
+        stream
+            .set_read_timeout(Some(Duration::from_millis(1_000)))
+            .unwrap();
+        let mut answer = [0u8; 4];
+        stream.write_all(b"ping").is_ok()
+            && stream.read_exact(&mut answer).is_ok()
+            && &answer == b"ping"
+    };
+    let mut up = false;
+    for _ in 0..100 {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", proxy_port)) {
+            up = echoes(&mut stream);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(up, "weir relays within 5 s");
+    // Sessions until weir has no descriptor left (the next one waits in the backlog).
+    let mut sessions = Vec::new();
+    loop {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
+        if !echoes(&mut stream) {
+            break;
+        }
+        sessions.push(stream);
+        assert!(
+            sessions.len() < 40,
+            "the descriptor limit was expected to bite"
+        );
+    }
+    assert!(sessions.len() >= 4, "{} sessions", sessions.len());
+    // Each session moves 1 MiB each way, which switches it to splice(2) when it can.
+    let block: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
+    for (index, stream) in sessions.iter_mut().enumerate() {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let sent = block.clone();
+        let writing = std::thread::spawn(move || writer.write_all(&sent));
+        let mut echoed = vec![0u8; block.len()];
+        let read = stream.read_exact(&mut echoed);
+        assert!(read.is_ok(), "session {index} was cut: {read:?}");
+        assert!(writing.join().unwrap().is_ok());
+        assert!(echoed == block, "session {index} echoed other bytes");
+    }
+}
+
 struct Running(std::process::Child);
 
 impl Drop for Running {

@@ -24,13 +24,15 @@ thread_local! {
 }
 
 /// A kernel pipe, both ends non-blocking.
-struct Pipe {
+pub(super) struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
 }
 
 impl Pipe {
-    fn take() -> io::Result<Pipe> {
+    /// One from the thread's pool, else a new one: fails when weir is out of descriptors
+    /// (a pipe needs two), and the caller then copies instead.
+    pub(super) fn take() -> io::Result<Pipe> {
         if let Some(pipe) = PIPES.with(|pipes| pipes.borrow_mut().pop()) {
             return Ok(pipe);
         }
@@ -92,30 +94,37 @@ impl Activity {
 
 /// Relays bytes between two plain TCP sockets with `splice(2)`; the same contract as
 /// [`relay`](super::relay): half-close passed on, idle timeout across both directions.
+/// Without descriptors for its two pipes the session is copied instead
+/// ([`relay_tcp`](super::tcp_copy::relay_tcp)): it is served, only not zero-copy.
 pub async fn splice(
     client: &TcpStream,
     node: &TcpStream,
     settings: RelaySettings,
     tally: &Tally,
 ) -> Relayed {
+    let pipes = Pipe::take().and_then(|up| Ok((up, Pipe::take()?)));
+    let Ok((up_pipe, down_pipe)) = pipes else {
+        tracing::debug!("no descriptors for splice pipes: copying this session");
+        return super::tcp_copy::relay_tcp(client, node, settings, false, tally).await;
+    };
     let up_bytes = tally.from(End::Client);
     let down_bytes = tally.from(End::Node);
     let activity = Activity::new();
     let both = async {
         let up = one_way(
+            up_pipe,
             client,
             node,
-            End::Client,
-            End::Node,
+            (End::Client, End::Node),
             settings.buffer,
             up_bytes,
             &activity,
         );
         let down = one_way(
+            down_pipe,
             node,
             client,
-            End::Node,
-            End::Client,
+            (End::Node, End::Client),
             settings.buffer,
             down_bytes,
             &activity,
@@ -155,15 +164,14 @@ async fn until_idle(activity: &Activity, idle: std::time::Duration) {
 
 /// One direction until EOF (then the writer's write side is shut down) or an error.
 pub(super) async fn one_way(
+    pipe: Pipe,
     from: &TcpStream,
     to: &TcpStream,
-    from_end: End,
-    to_end: End,
+    (from_end, to_end): (End, End),
     chunk: usize,
     bytes: &Moved,
     activity: &Activity,
 ) -> Result<(), (End, io::Error)> {
-    let pipe = Pipe::take().map_err(|error| (from_end, error))?;
     let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
     loop {
         // The pipe is empty here, so "would block" can only mean the socket has nothing.

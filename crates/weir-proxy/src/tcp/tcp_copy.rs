@@ -60,7 +60,7 @@ async fn one_way(
     from: &TcpStream,
     to: &TcpStream,
     (from_end, to_end): (End, End),
-    (size, adaptive): (usize, bool),
+    (size, mut adaptive): (usize, bool),
     bytes: &Moved,
     activity: &Activity,
 ) -> Result<(), (End, io::Error)> {
@@ -118,8 +118,22 @@ async fn one_way(
             }
         }
         if bulk {
-            let (from_end, to_end) = (from_end, to_end);
-            return super::splice::one_way(from, to, from_end, to_end, size, bytes, activity).await;
+            match super::splice::Pipe::take() {
+                Ok(pipe) => {
+                    return super::splice::one_way(
+                        pipe,
+                        from,
+                        to,
+                        (from_end, to_end),
+                        size,
+                        bytes,
+                        activity,
+                    )
+                    .await;
+                }
+                // Out of descriptors for a pipe: the copy goes on, and stops trying.
+                Err(_) => (bulk, adaptive) = (false, false),
+            }
         }
     }
 }
