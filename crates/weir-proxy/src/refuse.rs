@@ -1,6 +1,9 @@
 //! A connection past its client's `client_connections` limit: its first request head is
 //! read (so the client gets an answer, not a reset), answered with the limit's status
-//! and `Retry-After`, and the connection closes.
+//! and `Retry-After`, and the connection closes. The handshake and the head get
+//! [`REFUSAL_WAIT`] at most, not the virtual server's timeouts: a refused connection
+//! holds a place of the virtual server's `max_connections` and a descriptor, and one
+//! client must not fill those with connections it was refused.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +19,9 @@ use crate::answer::{body_for, lossy};
 use crate::client::IdleConnection;
 use crate::drain::Admission;
 use crate::pipeline::handshake;
+
+/// How long a refused connection is given for its TLS handshake and first head.
+const REFUSAL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The HTTP pipeline for a connection whose client address came from a PROXY header
 /// (`crate::front`): within its client's connection limit, the pipeline, holding its
@@ -52,7 +58,10 @@ pub(crate) async fn refuse_connection(
     shutdown: ShutdownSignal,
 ) {
     let vs = Arc::clone(&admission.vs);
-    let Some((stream, client_subject)) = Box::pin(handshake(stream, peer, &vs)).await else {
+    let started = Instant::now();
+    let deadline = started + REFUSAL_WAIT;
+    let handshake = tokio::time::timeout_at(deadline, Box::pin(handshake(stream, peer, &vs)));
+    let Ok(Some((stream, client_subject))) = handshake.await else {
         return;
     };
     if stream.alpn_is_h2() {
@@ -60,10 +69,10 @@ pub(crate) async fn refuse_connection(
         tracing::debug!(virtual_server = %vs.config.name, client = %peer, "too many connections from this client; closing an HTTP/2 connection");
         return;
     }
-    let idle = IdleConnection::new(stream, peer, Instant::now(), client_subject);
+    let idle = IdleConnection::new(stream, peer, started, client_subject);
     let mut client = idle.into_client();
-    let started = Instant::now();
-    if let Ok(Some(head)) = client.read_head(&vs, &shutdown).await {
+    let head = tokio::time::timeout_at(deadline, client.read_head(&vs, &shutdown)).await;
+    if let Ok(Ok(Some(head))) = head {
         let retry_after = refusal.retry_after_seconds().to_string();
         let shape = SimpleResponse {
             status: refusal.status,

@@ -174,6 +174,36 @@ async fn connections_per_client_past_the_limit_get_503_and_close() {
     proxy.stop().await;
 }
 
+/// A connection refused for its client's limit that sends nothing (or trickles its head)
+/// is closed within a second, not held for the virtual server's `idle` or `header_read`:
+/// it holds a place of `max_connections`, and one client must not fill them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_past_the_client_limit_is_closed_within_a_second() {
+    let origin = TestOrigin::start("a").await;
+    let vs = "[virtual_servers.web.limits]\nmax_connections = 4\n\
+              [virtual_servers.web.client_connections]\nmax = 1\n\
+              [virtual_servers.web.timeouts]\nidle = \"60s\"\nheader_read = \"30s\"\n";
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    let mut kept = Connection::open(proxy.addr).await.unwrap();
+    kept.send(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(kept.response().await.unwrap().status, 200);
+    let started = std::time::Instant::now();
+    let mut silent = Connection::open(proxy.addr).await.unwrap();
+    let mut trickling = Connection::open(proxy.addr).await.unwrap();
+    trickling.send(b"GET / HT").await.unwrap();
+    assert!(silent.is_closed(Duration::from_secs(3)).await);
+    assert!(trickling.is_closed(Duration::from_secs(3)).await);
+    assert!(
+        started.elapsed() < Duration::from_millis(2_500),
+        "held for {:?}",
+        started.elapsed()
+    );
+    assert_eq!(limit_refusals(&proxy, "client_connections"), 2);
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_keeps_the_buckets_of_an_unchanged_limit() {
     let origin = TestOrigin::start("a").await;
