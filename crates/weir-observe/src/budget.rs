@@ -76,15 +76,28 @@ impl LogBudget {
 
 /// One listener's accept failures, for its accept loop (which pauses after each): logged
 /// when they begin, once a second while they last (with their count), and when they end.
+/// They end after a second with none: a listener at its descriptor limit while clients come
+/// and go accepts one connection between failures, and each such accept is no end.
 #[derive(Debug)]
 pub struct AcceptFailures {
     /// The listener, as its lines name it.
     listener: String,
-    /// Since when accepts fail, and when the last line was written.
-    failing: Option<(Instant, Instant)>,
+    /// The failures going on, if any.
+    failing: Option<Failing>,
     /// Failures since the last line.
     unlogged: u64,
 }
+
+/// Since when accepts fail, when the last line was written, when the last one failed.
+#[derive(Debug, Clone, Copy)]
+struct Failing {
+    since: Instant,
+    logged: Instant,
+    last: Instant,
+}
+
+/// A second without a failure ends them.
+const QUIET: Duration = Duration::from_secs(1);
 
 impl AcceptFailures {
     /// No failure yet, for the listener `listener` names.
@@ -98,28 +111,48 @@ impl AcceptFailures {
 
     /// An accept failed.
     pub fn failed(&mut self, error: &std::io::Error) {
-        let now = Instant::now();
+        self.failed_at(error, Instant::now());
+    }
+
+    fn failed_at(&mut self, error: &std::io::Error, now: Instant) {
         let listener = &self.listener;
         match &mut self.failing {
             None => {
                 tracing::warn!(listener, %error, "accept failed; pausing and trying again");
-                self.failing = Some((now, now));
+                self.failing = Some(Failing {
+                    since: now,
+                    logged: now,
+                    last: now,
+                });
             }
-            Some((_, logged)) if now.duration_since(*logged) >= Duration::from_secs(1) => {
+            Some(failing) if now.duration_since(failing.logged) >= Duration::from_secs(1) => {
                 self.unlogged += 1;
                 tracing::warn!(listener, %error, failures = self.unlogged, "accept still failing");
-                *logged = now;
+                failing.logged = now;
+                failing.last = now;
                 self.unlogged = 0;
             }
-            Some(_) => self.unlogged += 1,
+            Some(failing) => {
+                failing.last = now;
+                self.unlogged += 1;
+            }
         }
     }
 
     /// An accept succeeded.
     pub fn accepted(&mut self) {
-        if let Some((since, _)) = self.failing.take() {
+        self.accepted_at(Instant::now());
+    }
+
+    fn accepted_at(&mut self, now: Instant) {
+        let Some(failing) = self.failing else {
+            return;
+        };
+        if now.duration_since(failing.last) >= QUIET {
             let listener = &self.listener;
-            tracing::info!(listener, after = ?since.elapsed(), "accepting again");
+            let after = failing.last.duration_since(failing.since);
+            tracing::info!(listener, after = ?after, "accepting again");
+            self.failing = None;
             self.unlogged = 0;
         }
     }
@@ -162,7 +195,15 @@ mod tests {
             failures.failed(&error);
         }
         assert_eq!(failures.unlogged, 5);
-        failures.accepted();
+        // An accept within a second of the last failure does not end them (a listener at
+        // its limit while clients come and go): no line per accept and failure.
+        let last = failures.failing.unwrap().last;
+        failures.accepted_at(last + Duration::from_millis(20));
+        assert!(failures.failing.is_some());
+        failures.failed_at(&error, last + Duration::from_millis(40));
+        assert_eq!(failures.unlogged, 6);
+        // A second without one does.
+        failures.accepted_at(last + Duration::from_millis(1_100));
         assert!(failures.failing.is_none());
         assert_eq!(failures.unlogged, 0);
     }
