@@ -145,6 +145,8 @@ impl CompressionPolicy {
         self.content_types
             .iter()
             .any(|listed| match listed.strip_suffix("/*") {
+                // `*/*`: every type (but those compressed already, above).
+                Some("*") => true,
                 Some(top) => top.as_bytes() == &essence[..slash],
                 None => listed.as_bytes() == essence,
             })
@@ -222,13 +224,28 @@ impl CompressionPolicy {
     }
 }
 
+/// Fields of a node's response that describe its bytes as they were, dropped when they are
+/// compressed.
+const NOT_OF_THE_CODED_BYTES: [&[u8]; 7] = [
+    b"content-length",
+    b"content-encoding",
+    b"accept-ranges",
+    b"content-md5",
+    b"digest",
+    b"content-digest",
+    b"repr-digest",
+];
+
 impl HeadEdits {
     /// `response`'s fields as sent after the edits: no `Content-Length` when
     /// compressed (the length is no longer known), a strong `ETag` weakened
     /// (the bytes differ from the node's), `Accept-Encoding` added to `Vary`,
     /// and `Content-Encoding` set — except on a 304, which carries only the
     /// fields RFC 9110 §15.4.5 names of the representation (as one answered
-    /// from a store does).
+    /// from a store does). A compressed answer also loses what described the
+    /// node's bytes: `Accept-Ranges` (the node's ranges are offsets in those, not in
+    /// the compressed ones a client would resume) and the digests of that content
+    /// (`Content-MD5`, `Digest`, `Content-Digest`, `Repr-Digest`: RFC 9530).
     pub fn apply<'a>(
         self,
         response: &'a impl ResponseView,
@@ -241,8 +258,9 @@ impl HeadEdits {
         let mut vary_done = varies;
         let edited = response.headers().filter_map(move |(name, value)| {
             if compressed
-                && (name.eq_ignore_ascii_case(b"content-length")
-                    || name.eq_ignore_ascii_case(b"content-encoding"))
+                && NOT_OF_THE_CODED_BYTES
+                    .iter()
+                    .any(|field| name.eq_ignore_ascii_case(field))
             {
                 return None;
             }
@@ -469,6 +487,19 @@ mod tests {
         );
     }
 
+    #[test]
+    fn every_type_is_star_slash_star() {
+        let policy = CompressionPolicy {
+            content_types: vec!["*/*".to_owned()],
+            ..CompressionPolicy::default()
+        };
+        assert!(policy.compresses_type(b"text/html"));
+        assert!(policy.compresses_type(b"application/x-anything; charset=utf-8"));
+        // Compressed already: never again.
+        assert!(!policy.compresses_type(b"image/png"));
+        assert!(!policy.compresses_type(b"no-slash"));
+    }
+
     fn edited(response: &Resp, coding: Coding) -> Vec<(String, String)> {
         HeadEdits { coding }
             .apply(response)
@@ -486,6 +517,9 @@ mod tests {
         let response = Resp::new(200)
             .header("Content-Type", "text/plain")
             .header("Content-Length", "5000")
+            .header("Accept-Ranges", "bytes")
+            .header("Content-Digest", "sha-256=:AAAA:")
+            .header("Content-MD5", "Q2hlY2sgSW50ZWdyaXR5IQ==")
             .header("ETag", "\"abc\"");
         let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
             list.iter()
@@ -506,6 +540,9 @@ mod tests {
             pairs(&[
                 ("Content-Type", "text/plain"),
                 ("Content-Length", "5000"),
+                ("Accept-Ranges", "bytes"),
+                ("Content-Digest", "sha-256=:AAAA:"),
+                ("Content-MD5", "Q2hlY2sgSW50ZWdyaXR5IQ=="),
                 ("ETag", "\"abc\""),
                 ("Vary", "Accept-Encoding"),
             ])

@@ -155,7 +155,9 @@ fn split_q(element: &[u8]) -> (&[u8], u16) {
     for parameter in parts {
         let parameter = trim(parameter);
         if parameter.len() > 2 && parameter[..2].eq_ignore_ascii_case(b"q=") {
-            q = parse_q(trim(&parameter[2..])).unwrap_or(1000);
+            // A q-value that is not one (`q=2`, `q=bad`, `q=0.0005`) excludes the coding:
+            // the client meant something other than "fine", and identity is always safe.
+            q = parse_q(trim(&parameter[2..])).unwrap_or(0);
         }
     }
     (token, q)
@@ -172,7 +174,7 @@ fn parse_q(text: &[u8]) -> Option<u16> {
     }
     let mut value = match whole[0] {
         b'0' => 0u16,
-        b'1' => 1000,
+        b'1' if fraction.iter().all(|digit| *digit == b'0') => 1000,
         _ => return None,
     };
     for (index, digit) in fraction.iter().enumerate() {
@@ -210,9 +212,15 @@ mod tests {
             (Some("identity;q=0, gzip;q=0.1"), Coding::Gzip),
             (Some("compress, deflate"), Coding::Identity),
             (Some("unknown, foo;q=1"), Coding::Identity),
-            (Some("gzip;q=bad"), Coding::Gzip),
+            // A q-value that is not one excludes its coding (RFC 9110 §12.4.2's grammar).
+            (Some("gzip;q=bad"), Coding::Identity),
+            (Some("gzip;q=2"), Coding::Identity),
+            (Some("gzip;q=1.5"), Coding::Identity),
+            (Some("gzip;q=1.000"), Coding::Gzip),
+            (Some("br;q=-1, gzip;q=0.2"), Coding::Gzip),
             (Some("br;q=0.001, gzip;q=0"), Coding::Brotli),
-            (Some("gzip;q=0.0005"), Coding::Gzip),
+            (Some("gzip;q=0.0005"), Coding::Identity),
+            (Some("*;q=bad"), Coding::Identity),
             (Some("gzip ; q=0.7 , br;Q=0.8"), Coding::Brotli),
         ];
         for (header, expected) in cases {

@@ -301,8 +301,9 @@ impl Checker {
         let mut kept = Vec::new();
         for (index, text) in types.iter().enumerate() {
             let lower = text.trim().to_ascii_lowercase();
+            // `type/subtype`, `type/*`, or `*/*` for every type.
             let valid = lower.split_once('/').is_some_and(|(top, sub)| {
-                values::is_token(top) && (sub == "*" || values::is_token(sub))
+                values::is_token(top) && (sub == "*" || (top != "*" && values::is_token(sub)))
             });
             if valid {
                 kept.push(lower);
@@ -310,7 +311,7 @@ impl Checker {
                 self.report(
                     &path.index(index),
                     format!(
-                        "invalid media type \"{text}\"; write it like \"text/html\" or \"text/*\""
+                        "invalid media type \"{text}\"; write it like \"text/html\", \"text/*\" or \"*/*\""
                     ),
                 );
             }
