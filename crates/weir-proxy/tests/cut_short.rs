@@ -418,3 +418,56 @@ async fn an_http2_answer_cut_at_a_closed_window_counts_what_went_out() {
     origin.stop().await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// A node that breaks off its answer before a brotli encoder gave anything (it holds its
+/// input back): nothing of the answer went out, so the client gets a 502 and the record
+/// says so, as for a node that failed before its head, not a close with no answer logged
+/// as a 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_broken_off_before_any_compressed_byte_is_a_502() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let mut answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\
+                    Content-Length: 200000\r\n\r\n"
+                    .to_vec();
+                answer.extend(std::iter::repeat_n(b'x', 4_000));
+                let _ = stream.write_all(&answer).await;
+            });
+        }
+    });
+    let log = std::env::temp_dir().join(format!("weir-cut-br-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
+         level = \"error\"\n\
+         [pools.p]\nretries = 0\nnodes = [{{ address = \"{node}\" }}]\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
+         [virtual_servers.web.compression]\nalgorithms = [\"br\"]\n",
+        log.display()
+    );
+    let proxy = TestProxy::start(&toml).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET /text HTTP/1.1\r\nHost: t\r\nAccept-Encoding: br\r\n\r\n")
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received)).await;
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.1 502 "), "{text}");
+    let record = proxy.access_log(&log, 1).await;
+    assert!(record.contains(r#""status":502"#), "{record}");
+    proxy.stop().await;
+    let _ = std::fs::remove_file(&log);
+}

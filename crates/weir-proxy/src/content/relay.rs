@@ -614,13 +614,25 @@ async fn relay(
     // An event stream's events each go on as they come.
     let eager = response::is_event_stream(response.header("content-type"));
     let mut pieces = Pieces::new(transform, eager);
+    // On HTTP/1.1 the head waits in `write_buf` for the first piece of body: an encoder
+    // that holds its input back (brotli, zstd) may have given none when the node fails.
+    let mut head_waiting = matches!(sink, Sink::Http1(_));
     loop {
         let next = pieces.next(&mut upstream, &mut client.upstream_in).await;
-        let piece = match next.map_err(|failure| Failure::silent(failure.error)) {
+        let piece = match next {
             Ok(Some(piece)) => piece,
             Ok(None) => break,
-            Err(failure) => return Err(cut(failure, body_bytes)),
+            Err(failure) if head_waiting => {
+                // Nothing went out: the request fails as it would have before the head (a
+                // 502 for a node that broke off), rather than a close with no answer.
+                client.write_buf.clear();
+                client.answering = 0;
+                client.open_ended = false;
+                return Err(Failure::from_error(failure.error).in_cache(cache));
+            }
+            Err(failure) => return Err(cut(Failure::silent(failure.error), body_bytes)),
         };
+        head_waiting &= piece.is_empty();
         let size = piece.len() as u64;
         sink.piece(client, piece, timeout)
             .await
