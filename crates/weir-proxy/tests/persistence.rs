@@ -80,6 +80,34 @@ async fn a_cookie_sticks_to_its_node_and_moves_when_the_node_goes_down() {
     proxy.stop().await;
 }
 
+/// A draining node takes no new sessions but keeps those that stick to it; disabled, it
+/// keeps none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_node_keeps_its_sessions_and_takes_no_new_ones() {
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let proxy = TestProxy::start(&pool_config(
+        &[a.addr, b.addr],
+        "algorithm = \"round_robin\"\n[pools.web.persistence]\ntype = \"cookie\"\n",
+    ))
+    .await;
+    let first = get(&proxy, "/", "").await;
+    let cookie = cookie_pair(&first).unwrap();
+    let home = origin(&first);
+    let index = usize::from(home != "a");
+    proxy.pools[0].nodes[index].set_mode(weir_config::NodeMode::Draining);
+    for _ in 0..6 {
+        let r = get(&proxy, "/", &format!("Cookie: {cookie}\r\n")).await;
+        assert_eq!(origin(&r), home, "a session stuck to a draining node moved");
+        // A new client never goes there.
+        assert_ne!(origin(&get(&proxy, "/", "").await), home);
+    }
+    proxy.pools[0].nodes[index].set_mode(weir_config::NodeMode::Disabled);
+    let r = get(&proxy, "/", &format!("Cookie: {cookie}\r\n")).await;
+    assert_ne!(origin(&r), home);
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tampered_cookie_is_ignored() {
     let a = TestOrigin::start("a").await;

@@ -155,6 +155,29 @@ async fn all_nodes_down_is_503_unless_fail_open() {
     wait_until(|| !open.pools[0].nodes[0].is_active_up()).await;
     assert_eq!(client::get(open.addr, "/").await.unwrap().status, 200);
     open.stop().await;
+
+    // Fail-open spreads the requests over every node as the balancer would, not over
+    // every other one (a failed pick used to take a turn before fail-open's).
+    let b = TestOrigin::start("b").await;
+    let c = TestOrigin::start("c").await;
+    let d = TestOrigin::start("d").await;
+    let open = TestProxy::start(&config(
+        &[origin.addr, b.addr, c.addr, d.addr],
+        &format!("fail_open = true\nalgorithm = \"round_robin\"\n{pool_settings}"),
+        "",
+    ))
+    .await;
+    wait_until(|| open.pools[0].nodes.iter().all(|n| !n.is_active_up())).await;
+    let mut seen = std::collections::HashMap::new();
+    for _ in 0..40 {
+        let response = client::get(open.addr, "/").await.unwrap();
+        assert_eq!(response.status, 200);
+        let name = response.header("x-origin").unwrap_or("?").to_owned();
+        *seen.entry(name).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert!(seen.values().all(|&n| n == 10), "{seen:?}");
+    open.stop().await;
 }
 
 /// A node that does not answer within the response timeout → 504; one that refuses → 502.

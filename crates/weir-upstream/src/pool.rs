@@ -260,7 +260,13 @@ impl Pool {
     pub fn select(&self, tried: Tried, now: Instant) -> Option<usize> {
         let available =
             |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
-        let picked = if self.config.protocol == weir_config::UpstreamProtocol::Http1 {
+        if !(0..self.nodes.len()).any(available) {
+            // Nothing available: fail-open's pick is the balancer's only turn for this
+            // request (a failed pick first would take a turn too, and fail-open would then
+            // go to every other node only).
+            return self.fail_open(tried);
+        }
+        if self.config.protocol == weir_config::UpstreamProtocol::Http1 {
             // Nodes with room under their cap, then in their queue, then any: one
             // choice (see `Balancer::pick_tiered`).
             let connections = &self.config.connections;
@@ -273,17 +279,17 @@ impl Pool {
                 .pick_tiered(&self.nodes, &[&under_cap, &in_queue, &available])
         } else {
             self.balancer.pick(&self.nodes, &available)
-        };
-        if picked.is_some() {
-            return picked;
         }
-        if self.config.fail_open {
-            // Fail-open ignores health, never the operator: draining and disabled
-            // nodes stay out.
-            let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
-            return self.balancer.pick(&self.nodes, &untried);
+    }
+
+    /// With `fail_open`, the balancer's pick among the untried nodes whatever their health
+    /// (never the operator's: draining and disabled nodes stay out); else none.
+    fn fail_open(&self, tried: Tried) -> Option<usize> {
+        if !self.config.fail_open {
+            return None;
         }
-        None
+        let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
+        self.balancer.pick(&self.nodes, &untried)
     }
 
     /// [`Pool::select`] for a request with a key (`weir_rules::request_key`
@@ -318,9 +324,14 @@ impl Pool {
         client: IpAddr,
     ) -> Option<usize> {
         if let Some(persistence) = &self.persistence {
-            let available =
-                |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
-            if let Some(index) = persistence.preferred(head, client, &available, now) {
+            // A draining node takes no new sessions but keeps those that stick to it (as
+            // HAProxy's drain and F5's disabled do): only a disabled or unhealthy node
+            // breaks persistence.
+            let sticky = |index: usize| {
+                let node = &self.nodes[index];
+                !tried.contains(index) && node.mode() != NodeMode::Disabled && node.is_healthy(now)
+            };
+            if let Some(index) = persistence.preferred(head, client, &sticky, now) {
                 return Some(index);
             }
         }
