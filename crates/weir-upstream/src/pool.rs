@@ -44,27 +44,23 @@ pub struct Pool {
     connector: Option<weir_tls::Connector>,
 }
 
-/// Nodes already tried for one request (a pool has at most 64 nodes in play
-/// for retries; nodes past 64 are never excluded, which only costs a retry).
+/// Nodes already tried for one request, as a set of their indexes modulo 64: a node tried
+/// is never picked again for the request. In a pool of more than 64 nodes a node whose
+/// index shares a bit with a tried one's is passed over too, which only narrows the
+/// retry's choice (it once left nodes past 64 out of the set, and a retry could go back to
+/// the node that had just failed).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Tried(u64);
 
 impl Tried {
     /// Marks the node at `index` as tried.
     pub fn add(&mut self, index: usize) {
-        if index < 64 {
-            self.0 |= 1 << index;
-        }
+        self.0 |= 1 << (index % 64);
     }
 
-    /// Whether the node at `index` was tried.
+    /// Whether the node at `index` was tried (or shares its bit with one that was).
     pub fn contains(&self, index: usize) -> bool {
-        index < 64 && self.0 & (1 << index) != 0
-    }
-
-    /// How many nodes were tried (of the first 64).
-    pub fn count(&self) -> u32 {
-        self.0.count_ones()
+        self.0 & (1 << (index % 64)) != 0
     }
 }
 
@@ -483,4 +479,20 @@ fn http2_nodes(
             h2
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tried;
+
+    #[test]
+    fn a_tried_node_past_the_64th_is_never_picked_again() {
+        let mut tried = Tried::default();
+        tried.add(70);
+        tried.add(3);
+        assert!(tried.contains(70) && tried.contains(3));
+        assert!(!tried.contains(71) && !tried.contains(4));
+        // Its bit's other node is passed over too: the choice narrows, no node repeats.
+        assert!(tried.contains(6));
+    }
 }
