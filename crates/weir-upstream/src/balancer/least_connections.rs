@@ -10,11 +10,14 @@ use crate::node::NodeState;
 ///
 /// Ties go to the node with the lower load for its weight
 /// (`in_flight / weight`, so the heavier node when both are busy), then to
-/// the first in a scan whose starting node rotates with every pick, so idle
-/// nodes share requests in turn instead of node 0 taking them all.
+/// the first in a scan that starts after the last node picked, so idle nodes
+/// share requests in turn instead of node 0 taking them all — and an
+/// ineligible node's turn is not handed to the node after it (a scan starting
+/// from a rotating index would give that node two turns).
 #[derive(Debug, Default)]
 pub struct LeastConnections {
-    start: AtomicU64,
+    /// The index of the last node picked, plus one (0: none yet).
+    after: AtomicU64,
 }
 
 /// A candidate's load, compared without division.
@@ -49,7 +52,7 @@ impl Balancer for LeastConnections {
         if len == 0 {
             return None;
         }
-        let start = (self.start.fetch_add(1, Ordering::Relaxed) % len as u64) as usize;
+        let start = (self.after.load(Ordering::Relaxed) % len as u64) as usize;
         let mut best: Option<Load> = None;
         for index in (start..len).chain(0..start) {
             if !eligible(index) {
@@ -63,12 +66,15 @@ impl Balancer for LeastConnections {
             };
             if load.in_flight == 0 {
                 // Nothing can be lighter, and an idle tie goes to the first in the scan.
+                self.after.store(index as u64 + 1, Ordering::Relaxed);
                 return Some(index);
             }
             if best.is_none_or(|best| load.is_lighter_than(best)) {
                 best = Some(load);
             }
         }
-        best.map(|load| load.index)
+        let picked = best?.index;
+        self.after.store(picked as u64 + 1, Ordering::Relaxed);
+        Some(picked)
     }
 }

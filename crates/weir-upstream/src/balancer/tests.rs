@@ -248,6 +248,17 @@ fn least_connections_breaks_ties_by_load_per_weight_then_in_turn() {
     assert_eq!(counts(&balancer, &nodes, &all, 300), [100, 100, 100]);
 }
 
+/// An ineligible node's share is spread over the others, not handed to the node after it.
+#[test]
+fn least_connections_spreads_an_ineligible_nodes_share_evenly() {
+    let nodes = nodes(&[1, 1, 1, 1]);
+    let balancer = LeastConnections::new();
+    assert_eq!(
+        counts(&balancer, &nodes, &|index| index != 1, 600),
+        [200, 0, 200, 200]
+    );
+}
+
 #[test]
 fn least_connections_skips_an_ineligible_idle_node() {
     let nodes = nodes(&[1, 1, 1]);
