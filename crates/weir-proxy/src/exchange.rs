@@ -124,7 +124,7 @@ pub(crate) fn note_response<'p>(pool: &'p Pool, exchange: &Exchange) -> Answered
         node.metrics.responses_5xx.inc();
         pool.record_failure(node, head_received.into_std());
     } else {
-        node.record_success(head_received.into_std());
+        pool.record_success(node, head_received.into_std());
     }
     AnsweredBy {
         node,

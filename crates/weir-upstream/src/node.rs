@@ -251,19 +251,24 @@ impl NodeState {
     }
 
     /// A request to this node succeeded: resets the passive failure count.
-    pub fn record_success(&self, now: Instant) {
+    ///
+    /// Returns whether the success ends the node's ejections: it is the first since an
+    /// ejection ran out (the caller logs the node's return).
+    pub fn record_success(&self, now: Instant) -> bool {
         if !self.passive_dirty.load(Ordering::Relaxed) {
-            return;
+            return false;
         }
         // A success from a request sent before the ejection says nothing about now.
         if self.is_ejected(now) {
-            return;
+            return false;
         }
         let mut state = self.passive.lock().unwrap_or_else(|e| e.into_inner());
+        let returned = state.ejections > 0;
         state.consecutive_failures = 0;
         state.ejections = 0;
         state.held = false;
         self.passive_dirty.store(false, Ordering::Relaxed);
+        returned
     }
 
     /// A connect failure or 5xx from this node. Returns true if it ejected the node.

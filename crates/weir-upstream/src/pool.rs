@@ -65,6 +65,18 @@ impl Tried {
 }
 
 impl Pool {
+    /// Passive health: a request to `node`, one of this pool's nodes, succeeded. Logs the
+    /// node's return when it ends an ejection (the ejection's own line said it went out).
+    pub fn record_success(&self, node: &NodeState, now: std::time::Instant) {
+        if node.record_success(now) {
+            tracing::info!(
+                pool = %self.name,
+                node = %node.address,
+                "node back from passive ejection: a request succeeded"
+            );
+        }
+    }
+
     /// Passive health: a connect failure, a 5xx or a failed exchange at `node`, one of this
     /// pool's nodes. Logs the ejection it may cause; returns whether it did.
     ///

@@ -237,7 +237,7 @@ where
             .await
         {
             Ok(lease) => {
-                node.record_success(Instant::now());
+                pool.record_success(node, Instant::now());
                 return Ok(Connected {
                     node: index,
                     lease,

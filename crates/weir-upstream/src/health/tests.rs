@@ -486,7 +486,8 @@ fn passive_health_success_resets_the_failure_count() {
     let node = node_at(SocketAddr::from(([127, 0, 0, 1], 9)), passive(3));
     let now = Instant::now();
     assert!(!fail(&node, 2, now));
-    node.record_success(Instant::now());
+    // Not the end of an ejection: nothing to log.
+    assert!(!node.record_success(Instant::now()));
     assert!(!fail(&node, 2, now));
     assert!(node.is_available(now));
     assert!(node.record_failure(now));
@@ -506,7 +507,10 @@ fn passive_health_doubles_ejections_up_to_the_maximum_until_a_success() {
         assert!(!node.is_ejected(now + ejection), "{expected} s");
         now += ejection;
     }
-    node.record_success(now);
+    // The first success after the ejections ends them (the caller logs the return); the
+    // next is an ordinary success.
+    assert!(node.record_success(now));
+    assert!(!node.record_success(now));
     assert!(fail(&node, 2, now));
     assert!(
         !node.is_ejected(now + Duration::from_secs(1)),
