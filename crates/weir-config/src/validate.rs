@@ -115,6 +115,7 @@ impl Checker {
                 self.pool(&pools_path.key(name), PoolId(index), name, pool)
             })
             .collect();
+        self.persistence_cookies_apart(&pools_path, &pools);
 
         let servers_path = root.key("virtual_servers");
         if file.virtual_servers.0.is_empty() {

@@ -10,7 +10,7 @@ use crate::defaults;
 use crate::error::KeyPath;
 use crate::model::{
     Algorithm, ClientAddressSource, ClientConnectionLimit, ConcurrencyLimit, HashSettings,
-    InsertedCookie, KeySource, Persistence, PersistenceMode, RateLimit, RequestIdSettings,
+    InsertedCookie, KeySource, Persistence, PersistenceMode, Pool, RateLimit, RequestIdSettings,
 };
 use crate::schema::{
     ClientAddressTable, ClientConnectionsTable, ConcurrencyLimitTable, HashTable, Named,
@@ -285,6 +285,42 @@ impl Checker {
             }
         };
         Some(HashSettings { key, max_load })
+    }
+
+    /// Two pools inserting persistence cookies of one name that a browser sends to both
+    /// (same domain, one path within the other) overwrite each other's on every answer:
+    /// a site routing to both would stick to neither. Refused at the later pool's `cookie`
+    /// key, so one is given its own name.
+    pub(super) fn persistence_cookies_apart(&mut self, pools_path: &KeyPath, pools: &[Pool]) {
+        let mut seen: Vec<(&str, &InsertedCookie)> = Vec::new();
+        for pool in pools {
+            let Some(Persistence {
+                mode: PersistenceMode::Cookie(cookie),
+                ..
+            }) = &pool.persistence
+            else {
+                continue;
+            };
+            let overlaps = |other: &InsertedCookie| {
+                other.name == cookie.name
+                    && other.domain == cookie.domain
+                    && (other.path.starts_with(&cookie.path)
+                        || cookie.path.starts_with(&other.path))
+            };
+            if let Some((first, _)) = seen.iter().find(|(_, other)| overlaps(other)) {
+                self.report(
+                    &pools_path.key(&pool.name).key("persistence").key("cookie"),
+                    format!(
+                        "pool \"{first}\" inserts the persistence cookie \"{}\" for the same \
+                         paths: each pool's answers would overwrite the other's, and clients of \
+                         a site that reaches both stick to neither; give this pool its own \
+                         `cookie` name",
+                        cookie.name
+                    ),
+                );
+            }
+            seen.push((&pool.name, cookie));
+        }
     }
 
     pub(super) fn persistence(

@@ -666,3 +666,27 @@ fn a_rule_pool_that_loops_is_refused() {
         "requests would loop",
     );
 }
+
+/// Two pools inserting one cookie name for overlapping paths would overwrite each other's
+/// cookies: refused at the later pool's `cookie`; apart by name or path, both are fine.
+#[test]
+fn persistence_cookies_of_two_pools_must_be_told_apart() {
+    let both = |web: &str, api: &str| {
+        file(
+            "",
+            &format!(
+                "[pools.api.persistence]\ntype = \"cookie\"\n{api}\n\
+                 [pools.web.persistence]\ntype = \"cookie\"\n{web}\n"
+            ),
+        )
+    };
+    let text = both("", "");
+    let error = parse_str(&text, "t.toml").unwrap_err().to_string();
+    assert!(
+        error.contains("pools.api.persistence.cookie: pool \"web\" inserts the persistence cookie \"WEIR_NODE\""),
+        "{error}"
+    );
+    valid(&both("", "cookie = \"API_NODE\""));
+    valid(&both("path = \"/app\"", "path = \"/api\""));
+    assert!(parse_str(&both("path = \"/\"", "path = \"/api\""), "t.toml").is_err());
+}
