@@ -63,6 +63,9 @@ struct Entry {
     expires: u64,
 }
 
+/// See [`PersistenceKey::process_secret`].
+static PROCESS_SECRET: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+
 impl PersistenceKey {
     /// A fresh random key (256 bits from the system's CSPRNG).
     pub fn generate() -> PersistenceKey {
@@ -72,11 +75,29 @@ impl PersistenceKey {
         PersistenceKey::from_secret(&secret)
     }
 
-    /// The key generated once for this process: every generation of every pool signs
-    /// with it (unless configured otherwise), so cookies stay valid across reloads.
+    /// The key of this process: every generation of every pool signs with it (unless
+    /// configured otherwise), so cookies stay valid across reloads, and across a binary
+    /// upgrade, whose new process adopts the old one's ([`PersistenceKey::adopt_process_secret`]).
     pub fn process() -> &'static PersistenceKey {
         static KEY: std::sync::OnceLock<PersistenceKey> = std::sync::OnceLock::new();
-        KEY.get_or_init(PersistenceKey::generate)
+        KEY.get_or_init(|| PersistenceKey::from_secret(PersistenceKey::process_secret()))
+    }
+
+    /// The secret of [`PersistenceKey::process`]: 256 random bits made on first use, unless
+    /// adopted before.
+    pub fn process_secret() -> &'static [u8; 32] {
+        PROCESS_SECRET.get_or_init(|| {
+            let mut secret = [0u8; 32];
+            rand::Rng::fill(&mut rand::rng(), &mut secret);
+            secret
+        })
+    }
+
+    /// Takes `secret` as this process's (a running weir handed it over in a binary
+    /// upgrade), before any pool signed with a key of its own; false when it has one
+    /// already.
+    pub fn adopt_process_secret(secret: [u8; 32]) -> bool {
+        PROCESS_SECRET.set(secret).is_ok()
     }
 
     /// A key from configured secret bytes (`persistence.key`).

@@ -199,25 +199,28 @@ async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
 /// Binds everything first (any address in use fails before anything serves), or takes the
 /// sockets over from the running weir with `take_over`.
 async fn bind(config: &Config, metrics: &Arc<Metrics>, take_over: bool) -> anyhow::Result<Bound> {
-    // Read every file the config names before any port is bound.
-    let proxy = Proxy::build(config, metrics).map_err(|error| anyhow::anyhow!("{error}"))?;
     if take_over && !config.origins.is_empty() {
         anyhow::bail!(
             "origins: built-in origins cannot be handed over in a binary upgrade; run them \
              as separate `weir origin` processes"
         );
     }
-    // A fresh start claims the upgrade socket first: a second weir of the same config
-    // stops here, with the reason, before it tries any port.
-    let fresh_upgrade = match take_over {
-        true => None,
-        false => Some(upgrade::bind(config)?),
-    };
+    // An upgrade takes the sockets and the persistence key over before the pools are
+    // built (they sign cookies with that key); the old process serves on until this one
+    // says it is ready, so a failure below leaves it serving.
     let mut inherited = if take_over {
         let config = config.clone();
         Some(tokio::task::spawn_blocking(move || upgrade::take_over(&config)).await??)
     } else {
         None
+    };
+    // Read every file the config names before any port is bound.
+    let proxy = Proxy::build(config, metrics).map_err(|error| anyhow::anyhow!("{error}"))?;
+    // A fresh start claims the upgrade socket first: a second weir of the same config
+    // stops here, with the reason, before it tries any port.
+    let fresh_upgrade = match take_over {
+        true => None,
+        false => Some(upgrade::bind(config)?),
     };
     let mut origins = Vec::new();
     for origin in &config.origins {

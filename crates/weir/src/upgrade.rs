@@ -89,7 +89,34 @@ pub fn bind(config: &Config) -> anyhow::Result<UnixListener> {
     }
 }
 
-/// Connects to the running weir of this config and takes its sockets.
+/// The name the persistence key is handed over by: a pipe holding its 32 bytes.
+const PERSISTENCE_KEY: &str = "persistence-key";
+
+/// A pipe holding this process's persistence key (what signs the cookies of pools with
+/// no `persistence.key`): the new process signs with it too, so the clients' cookies
+/// stay valid across the upgrade.
+fn persistence_key() -> anyhow::Result<OwnedFd> {
+    let (reader, mut writer) = std::io::pipe()?;
+    writer.write_all(weir_upstream::PersistenceKey::process_secret())?;
+    Ok(OwnedFd::from(reader))
+}
+
+/// Reads the persistence key the running weir handed over and makes it this process's,
+/// before any pool is built.
+fn adopt_persistence_key(fd: OwnedFd) -> anyhow::Result<()> {
+    let mut secret = [0u8; 32];
+    std::io::Read::read_exact(&mut std::fs::File::from(fd), &mut secret)
+        .context("reading the handed-over persistence key")?;
+    if !weir_upstream::PersistenceKey::adopt_process_secret(secret) {
+        tracing::warn!(
+            "binary upgrade: a persistence key was in use already; cookies signed by the old process will be re-issued"
+        );
+    }
+    Ok(())
+}
+
+/// Connects to the running weir of this config and takes its sockets (and its
+/// persistence key: call it before any pool is built).
 pub fn take_over(config: &Config) -> anyhow::Result<Inherited> {
     let address = address(config)?;
     let stream = UnixStream::connect_addr(&address)
@@ -109,6 +136,7 @@ pub fn take_over(config: &Config) -> anyhow::Result<Inherited> {
             }
             Some(("admin", address)) => inherited.admin = Some((address.parse()?, fd)),
             _ if name == "upgrade" => inherited.upgrade = Some(fd),
+            _ if name == PERSISTENCE_KEY => adopt_persistence_key(fd)?,
             _ => tracing::warn!(name, "unknown socket handed over; closed"),
         }
     }
@@ -213,6 +241,7 @@ fn hand_over(stream: &UnixStream, handover: &Handover) -> anyhow::Result<bool> {
         "upgrade".to_owned(),
         handover.upgrade.as_fd().try_clone_to_owned()?,
     ));
+    sockets.push((PERSISTENCE_KEY.to_owned(), persistence_key()?));
     handoff::send_sockets(stream, &sockets)?;
     drop(sockets);
     handoff::expect_line(stream, handoff::READY).context("the new process did not become ready")?;

@@ -359,3 +359,60 @@ async fn tcp_listeners_and_sessions_survive_an_upgrade() {
     assert_eq!(tcp_exchange(tcp, b"abc").await.unwrap(), "n 3");
     origin.stop().await;
 }
+
+/// The cookies a pool with no `persistence.key` signed stay valid across an upgrade: the
+/// new process signs with the key the old one handed over, so every client keeps its node
+/// and is not sent a new cookie.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sticky_cookies_stay_valid_across_an_upgrade() {
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let dir = TempDir::new("sticky");
+    let [port, admin_port] = free_ports::<2>();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let file = dir.0.join("weir.toml");
+    let log = dir.0.join("weir.log");
+    std::fs::write(
+        &file,
+        format!(
+            "[runtime]\ndrain_timeout = \"2s\"\n[log]\naccess_log = false\n\
+             [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
+             [pools.web]\nnodes = [{{ address = \"{}\" }}, {{ address = \"{}\" }}]\n\
+             [pools.web.persistence]\ntype = \"cookie\"\n\
+             [virtual_servers.web]\nlisten = [\"{listen}\"]\npool = \"web\"\n",
+            a.addr, b.addr
+        ),
+    )
+    .unwrap();
+    let mut old = serve(&file, false, &log);
+    wait_serving(listen, &log).await;
+    let mut stuck = Vec::new();
+    for _ in 0..4 {
+        let response = client::get(listen, "/").await.unwrap();
+        let cookie = response.header("set-cookie").expect("a cookie").to_owned();
+        let pair = cookie.split(';').next().unwrap().to_owned();
+        stuck.push((pair, response.header("x-origin").unwrap().to_owned()));
+    }
+    let _new = serve(&file, true, &log);
+    let status = exited(&mut old, Duration::from_secs(15)).await;
+    assert_eq!(
+        status,
+        Some(true),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    for (pair, origin) in &stuck {
+        let mut connection = Connection::open(listen).await.unwrap();
+        let request = format!("GET / HTTP/1.1\r\nHost: weir\r\nCookie: {pair}\r\n\r\n");
+        connection.send(request.as_bytes()).await.unwrap();
+        let response = connection.response().await.unwrap();
+        assert_eq!(response.header("x-origin"), Some(origin.as_str()));
+        assert_eq!(
+            response.header("set-cookie"),
+            None,
+            "the cookie was re-issued"
+        );
+    }
+    a.stop().await;
+    b.stop().await;
+}
