@@ -18,6 +18,10 @@ use weir_observe::NodeMetrics;
 /// Weight of a new sample in the response-time EWMA.
 const EWMA_ALPHA: f64 = 0.2;
 
+/// The time constant of the response-time EWMA's decay while a node gets no samples
+/// ([`NodeState::scored_response_time`]).
+pub const EWMA_DECAY: Duration = Duration::from_secs(5);
+
 /// One node of a pool, shared by every thread.
 #[derive(Debug)]
 pub struct NodeState {
@@ -31,6 +35,8 @@ pub struct NodeState {
     in_flight: AtomicU32,
     /// EWMA of response time in nanoseconds, as f64 bits; 0 until the first sample.
     ewma_nanos: AtomicU64,
+    /// Nanoseconds after `epoch` of the last sample folded into `ewma_nanos`.
+    ewma_at: AtomicU64,
     /// The active monitor's verdict (true when there is no monitor).
     active_up: AtomicBool,
     /// The active monitor's consecutive results against its verdict, kept here so
@@ -96,6 +102,7 @@ impl NodeState {
             metrics,
             in_flight: AtomicU32::new(0),
             ewma_nanos: AtomicU64::new(0),
+            ewma_at: AtomicU64::new(0),
             active_up: AtomicBool::new(true),
             check_streak: AtomicU32::new(0),
             last_checked: AtomicU64::new(0),
@@ -187,18 +194,36 @@ impl NodeState {
         }
     }
 
+    /// The response-time EWMA as the perceptive balancer scores it at `now`: decayed by
+    /// `e^(-t/τ)` ([`EWMA_DECAY`]) for the time `t` since its last sample. A node that
+    /// answered slowly once is picked rarely, so its average moves rarely: without the
+    /// decay one slow answer kept it out for as long as traffic was light.
+    pub fn scored_response_time(&self, now: Instant) -> Option<f64> {
+        let bits = self.ewma_nanos.load(Ordering::Relaxed);
+        if bits == 0 {
+            return None;
+        }
+        let since = self
+            .nanos_since_epoch(now)
+            .saturating_sub(self.ewma_at.load(Ordering::Relaxed));
+        let decay = (-(since as f64) / EWMA_DECAY.as_nanos() as f64).exp();
+        Some((f64::from_bits(bits) * decay).max(1.0))
+    }
+
     /// Folds one response time into the EWMA.
     pub fn record_response_time(&self, elapsed: Duration) {
         let sample = elapsed.as_nanos() as f64;
+        let now = Instant::now();
         // A lost update under contention only drops one sample: acceptable for a load signal.
-        let old = self.ewma_nanos.load(Ordering::Relaxed);
-        let new = if old == 0 {
-            sample.max(1.0)
-        } else {
-            let previous = f64::from_bits(old);
-            (previous + EWMA_ALPHA * (sample - previous)).max(1.0)
+        // The sample is folded into the average as decayed (what the balancer scored), so a
+        // node back after a slow answer long ago is judged by its answers now.
+        let new = match self.scored_response_time(now) {
+            None => sample.max(1.0),
+            Some(previous) => (previous + EWMA_ALPHA * (sample - previous)).max(1.0),
         };
         self.ewma_nanos.store(new.to_bits(), Ordering::Relaxed);
+        self.ewma_at
+            .store(self.nanos_since_epoch(now), Ordering::Relaxed);
         self.metrics.response_time_ewma_seconds.set(new / 1e9);
     }
 

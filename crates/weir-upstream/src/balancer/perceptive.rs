@@ -1,6 +1,7 @@
 //! Perceptive: the power of two choices, scored by response time and load.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::{Balancer, nth_eligible, random, weight_of};
 use crate::node::NodeState;
@@ -48,14 +49,17 @@ impl Balancer for Perceptive {
         if random::next_u64().is_multiple_of(EXPLORE_ONE_IN) {
             return Some(first);
         }
-        let (first_ewma, second_ewma) =
-            match (ewma_nanos(&nodes[first]), ewma_nanos(&nodes[second])) {
-                (Some(a), Some(b)) => (a, b),
-                (a, b) => {
-                    let prior = optimistic_prior(nodes, eligible);
-                    (a.unwrap_or(prior), b.unwrap_or(prior))
-                }
-            };
+        let now = Instant::now();
+        let (first_ewma, second_ewma) = match (
+            ewma_nanos(&nodes[first], now),
+            ewma_nanos(&nodes[second], now),
+        ) {
+            (Some(a), Some(b)) => (a, b),
+            (a, b) => {
+                let prior = optimistic_prior(nodes, eligible, now);
+                (a.unwrap_or(prior), b.unwrap_or(prior))
+            }
+        };
         let first_cost = Cost::of(&nodes[first], first_ewma);
         let second_cost = Cost::of(&nodes[second], second_ewma);
         if second_cost.is_lower_than(first_cost) {
@@ -98,18 +102,19 @@ fn random_other_eligible(
     )
 }
 
-fn ewma_nanos(node: &NodeState) -> Option<f64> {
-    // Through u64 rather than `as_secs_f64`, which divides: a response time
-    // fits u64 nanoseconds (584 years).
-    node.response_time()
-        .map(|ewma| ewma.as_nanos() as u64 as f64)
+fn ewma_nanos(node: &NodeState, now: Instant) -> Option<f64> {
+    node.scored_response_time(now)
 }
 
 /// The fastest EWMA among eligible nodes with samples, or a default when none has any.
-fn optimistic_prior(nodes: &[Arc<NodeState>], eligible: &dyn Fn(usize) -> bool) -> f64 {
+fn optimistic_prior(
+    nodes: &[Arc<NodeState>],
+    eligible: &dyn Fn(usize) -> bool,
+    now: Instant,
+) -> f64 {
     (0..nodes.len())
         .filter(|&index| eligible(index))
-        .filter_map(|index| ewma_nanos(&nodes[index]))
+        .filter_map(|index| ewma_nanos(&nodes[index], now))
         .reduce(f64::min)
         .unwrap_or(DEFAULT_PRIOR_NANOS)
 }

@@ -426,3 +426,26 @@ fn a_choice_over_tiers_takes_one_turn() {
         assert_eq!(balancer.pick_tiered(&nodes, &[&only_two, &all]), Some(2));
     }
 }
+
+/// A response time long past weighs less and less: a node that answered slowly once, and
+/// so is rarely picked, is not kept out for as long as traffic stays light.
+#[test]
+fn perceptive_scores_decay_while_a_node_gets_no_samples() {
+    let nodes = nodes(&[1, 1]);
+    nodes[0].record_response_time(Duration::from_millis(200));
+    nodes[1].record_response_time(Duration::from_millis(1));
+    let now = std::time::Instant::now();
+    let slow = nodes[0].scored_response_time(now).unwrap();
+    assert!(slow > 190e6, "{slow}");
+    let later = now + crate::node::EWMA_DECAY * 6;
+    let decayed = nodes[0].scored_response_time(later).unwrap();
+    assert!(decayed < slow / 300.0, "{decayed}");
+    // A sample just folded in is not decayed.
+    nodes[1].record_response_time(Duration::from_millis(1));
+    assert!(
+        nodes[1]
+            .scored_response_time(std::time::Instant::now())
+            .unwrap()
+            > 0.9e6
+    );
+}
