@@ -852,7 +852,6 @@ impl Client {
         }
     }
 
-    /// The protocol this client spoke, as access records write it.
     /// What the connection's TLS handshake settled, for its access records; `None` on
     /// plain TCP.
     pub(crate) fn tls_record(&self) -> Option<weir_observe::TlsRecord<'_>> {
@@ -865,6 +864,7 @@ impl Client {
         })
     }
 
+    /// The protocol this client spoke, as access records write it.
     pub(crate) fn version_label(&self, version: Version) -> &'static str {
         match self.is_h2() {
             true => "HTTP/2.0",
