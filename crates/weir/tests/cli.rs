@@ -492,10 +492,16 @@ fn failed_requests_write_a_few_log_lines_a_second() {
 
 /// Kills the child process it holds when dropped (a failed assertion included).
 /// A tcp virtual server's sessions moving bulk data when weir has no descriptor left for
-/// the pipes `splice(2)` needs (the default `relay = "auto"` switches to it on bulk) are
-/// copied instead, whole: none is cut.
+/// the pipes `splice(2)` needs (the default `relay = "auto"` switches to it on bulk;
+/// `relay = "splice"` starts with it) are copied instead, whole: none is cut.
 #[test]
 fn sessions_are_copied_when_no_descriptor_is_left_for_a_pipe() {
+    for relay in ["auto", "splice"] {
+        copied_without_pipes(relay);
+    }
+}
+
+fn copied_without_pipes(relay: &str) {
     use std::io::{Read, Write};
     use std::time::Duration;
     // An echo node.
@@ -513,7 +519,8 @@ fn sessions_are_copied_when_no_descriptor_is_left_for_a_pipe() {
     let [proxy_port] = weir_testkit::free_ports();
     let config = temp_config(&format!(
         "[runtime]\nthreads = 1\n[log]\nlevel = \"error\"\naccess_log = false\n\
-         [virtual_servers.db]\nprotocol = \"tcp\"\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"db\"\n\n\
+         [virtual_servers.db]\nprotocol = \"tcp\"\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"db\"\n\
+         [virtual_servers.db.tcp]\nrelay = \"{relay}\"\n\n\
          [pools.db]\nnodes = [{{ address = \"{node_address}\" }}]\n"
     ));
     let child = Command::new("prlimit")
@@ -572,7 +579,7 @@ fn sessions_are_copied_when_no_descriptor_is_left_for_a_pipe() {
         let writing = std::thread::spawn(move || writer.write_all(&sent));
         let mut echoed = vec![0u8; block.len()];
         let read = stream.read_exact(&mut echoed);
-        assert!(read.is_ok(), "session {index} was cut: {read:?}");
+        assert!(read.is_ok(), "{relay}: session {index} was cut: {read:?}");
         assert!(writing.join().unwrap().is_ok());
         assert!(echoed == block, "session {index} echoed other bytes");
     }

@@ -167,7 +167,11 @@ async fn run(
     let relaying = async {
         match (&mut stream, lease.stream(), kind) {
             (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Splice) => {
-                splice(client_tcp, node_tcp, settings, &tally).await
+                match splice(client_tcp, node_tcp, settings, &tally).await {
+                    Some(relayed) => relayed,
+                    // No descriptors for its pipes: the session is copied instead.
+                    None => relay_tcp(client_tcp, node_tcp, settings, false, &tally).await,
+                }
             }
             (Stream::Plain(client_tcp), Stream::Plain(node_tcp), Relay::Copy) => {
                 relay_tcp(client_tcp, node_tcp, settings, false, &tally).await

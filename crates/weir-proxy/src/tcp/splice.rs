@@ -94,18 +94,18 @@ impl Activity {
 
 /// Relays bytes between two plain TCP sockets with `splice(2)`; the same contract as
 /// [`relay`](super::relay): half-close passed on, idle timeout across both directions.
-/// Without descriptors for its two pipes the session is copied instead
-/// ([`relay_tcp`](super::tcp_copy::relay_tcp)): it is served, only not zero-copy.
+/// `None`, having moved nothing, when there are no descriptors for its two pipes: the
+/// caller then copies the session instead, so it is served, only not zero-copy.
 pub async fn splice(
     client: &TcpStream,
     node: &TcpStream,
     settings: RelaySettings,
     tally: &Tally,
-) -> Relayed {
+) -> Option<Relayed> {
     let pipes = Pipe::take().and_then(|up| Ok((up, Pipe::take()?)));
     let Ok((up_pipe, down_pipe)) = pipes else {
         tracing::debug!("no descriptors for splice pipes: copying this session");
-        return super::tcp_copy::relay_tcp(client, node, settings, false, tally).await;
+        return None;
     };
     let up_bytes = tally.from(End::Client);
     let down_bytes = tally.from(End::Node);
@@ -132,7 +132,7 @@ pub async fn splice(
         tokio::try_join!(up, down)
     };
     let ended = race_idle(both, &activity, settings.idle_timeout).await;
-    tally.relayed(ended)
+    Some(tally.relayed(ended))
 }
 
 /// How a relay ended: both directions done (`both`), one failed, or nothing

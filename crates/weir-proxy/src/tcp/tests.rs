@@ -41,7 +41,9 @@ async fn session(kind: Kind, idle: Duration) -> (TcpStream, TcpStream, JoinHandl
             Kind::Generic => relay(&mut client_side, &mut node_side, settings, &tally).await,
             Kind::Tcp => relay_tcp(&client_side, &node_side, settings, false, &tally).await,
             Kind::Adaptive => relay_tcp(&client_side, &node_side, settings, true, &tally).await,
-            Kind::Splice => splice(&client_side, &node_side, settings, &tally).await,
+            Kind::Splice => splice(&client_side, &node_side, settings, &tally)
+                .await
+                .expect("descriptors for the pipes"),
         }
     });
     (client, node, task)
