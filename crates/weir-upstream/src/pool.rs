@@ -268,7 +268,7 @@ impl Pool {
     pub fn select(&self, tried: Tried, now: Instant) -> Option<usize> {
         let available =
             |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
-        if !(0..self.nodes.len()).any(available) {
+        if self.config.fail_open && !(0..self.nodes.len()).any(available) {
             // Nothing available: fail-open's pick is the balancer's only turn for this
             // request (a failed pick first would take a turn too, and fail-open would then
             // go to every other node only).
@@ -290,12 +290,9 @@ impl Pool {
         }
     }
 
-    /// With `fail_open`, the balancer's pick among the untried nodes whatever their health
-    /// (never the operator's: draining and disabled nodes stay out); else none.
+    /// Fail-open's pick: the balancer's among the untried nodes whatever their health
+    /// (never the operator's: draining and disabled nodes stay out).
     fn fail_open(&self, tried: Tried) -> Option<usize> {
-        if !self.config.fail_open {
-            return None;
-        }
         let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
         self.balancer.pick(&self.nodes, &untried)
     }
