@@ -90,9 +90,9 @@ impl CertStore {
 
     /// What an operator should hear when these certificates are loaded, one line per
     /// problem, each naming the certificate by its place in the config and its subject:
-    /// expired or not yet valid at `now`, a CA certificate served as a server's (clients
-    /// refuse both), and a certificate never chosen because an earlier one has the same
-    /// names and key type.
+    /// expired or not yet valid at `now` (clients refuse it), a CA certificate served as a
+    /// server's (strict clients refuse it: `openssl req -x509` makes one by default), and a
+    /// certificate never chosen because an earlier one has the same names and key type.
     pub fn warnings(&self, now: SystemTime) -> Vec<String> {
         let mut warnings = Vec::new();
         for (index, entry) in self.entries.iter().enumerate() {
@@ -112,7 +112,7 @@ impl CertStore {
             if info.is_ca {
                 warnings.push(format!(
                     "{name} is a CA certificate (basic constraints CA:TRUE), not a server's: \
-                     clients will refuse it"
+                     strict clients (rustls and other webpki-based ones) refuse it"
                 ));
             }
             let algorithm = entry.key.key.algorithm();
