@@ -345,6 +345,10 @@ fn set_cookie(cookie: &InsertedCookie, token: &str, https: bool) -> Bytes {
     if cookie.http_only {
         value.push_str("; HttpOnly");
     }
+    if let Some(same_site) = cookie.same_site {
+        value.push_str("; SameSite=");
+        value.push_str(same_site);
+    }
     Bytes::from(value)
 }
 

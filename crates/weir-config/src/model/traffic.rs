@@ -386,6 +386,8 @@ pub struct InsertedCookie {
     pub secure: Option<bool>,
     /// Whether the cookie carries `HttpOnly`.
     pub http_only: bool,
+    /// The cookie's `SameSite` attribute (`Lax`, `Strict` or `None`); `None`: absent.
+    pub same_site: Option<&'static str>,
     /// The cookie's `Path` attribute.
     pub path: String,
     /// The cookie's `Domain` attribute; `None`: host-only.

@@ -166,6 +166,7 @@ pub struct PersistenceTable {
     pub header: Option<String>,
     pub secure: Option<bool>,
     pub http_only: Option<bool>,
+    pub same_site: Option<String>,
     pub path: Option<String>,
     pub domain: Option<String>,
     pub max_age: Option<DurationText>,

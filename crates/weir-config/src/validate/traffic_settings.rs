@@ -430,10 +430,37 @@ impl Checker {
                 None
             }
         });
+        let same_site = table.same_site.as_deref().and_then(|text| {
+            let value = match text.to_ascii_lowercase().as_str() {
+                "lax" => "Lax",
+                "strict" => "Strict",
+                "none" => "None",
+                _ => {
+                    self.report(
+                        &path.key("same_site"),
+                        format!(
+                            "invalid value \"{text}\"; expected \"lax\", \"strict\" or \"none\""
+                        ),
+                    );
+                    return None;
+                }
+            };
+            // Browsers drop a `SameSite=None` cookie that is not `Secure`.
+            if value == "None" && table.secure == Some(false) {
+                self.report(
+                    &path.key("same_site"),
+                    "\"none\" needs the cookie to be secure (browsers drop it otherwise); \
+                     remove secure = false",
+                );
+                return None;
+            }
+            Some(value)
+        });
         InsertedCookie {
             name,
             secure: table.secure,
             http_only: table.http_only.unwrap_or(defaults::PERSISTENCE_HTTP_ONLY),
+            same_site,
             path: cookie_path,
             domain,
             max_age: table.max_age.as_ref().map(|max_age| {
@@ -457,6 +484,7 @@ impl Checker {
         let cookie_only = [
             ("secure", table.secure.is_some()),
             ("http_only", table.http_only.is_some()),
+            ("same_site", table.same_site.is_some()),
             ("path", table.path.is_some()),
             ("domain", table.domain.is_some()),
             ("max_age", table.max_age.is_some()),

@@ -690,3 +690,28 @@ fn persistence_cookies_of_two_pools_must_be_told_apart() {
     valid(&both("path = \"/app\"", "path = \"/api\""));
     assert!(parse_str(&both("path = \"/\"", "path = \"/api\""), "t.toml").is_err());
 }
+
+#[test]
+fn persistence_same_site() {
+    let with = |lines: &str| {
+        file(
+            "",
+            &format!("[pools.api.persistence]\ntype = \"cookie\"\n{lines}"),
+        )
+    };
+    let config = valid(&with("same_site = \"Strict\""));
+    let Some(Persistence {
+        mode: PersistenceMode::Cookie(cookie),
+        ..
+    }) = &config.pools[1].persistence
+    else {
+        panic!("expected an inserted cookie")
+    };
+    assert_eq!(cookie.same_site, Some("Strict"));
+    assert!(parse_str(&with("same_site = \"sometimes\""), "t.toml").is_err());
+    let error = parse_str(&with("same_site = \"none\"\nsecure = false"), "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("pools.api.persistence.same_site"), "{error}");
+    valid(&with("same_site = \"none\""));
+}

@@ -40,6 +40,7 @@ fn cookie_mode() -> PersistenceMode {
         name: "WEIR_NODE".into(),
         secure: None,
         http_only: true,
+        same_site: None,
         path: "/".into(),
         domain: None,
         max_age: None,
@@ -85,6 +86,26 @@ fn an_inserted_cookie_sticks_and_a_tampered_one_is_ignored() {
     );
     let value = &set["WEIR_NODE=".len()..set.find(';').unwrap()];
     assert_eq!(value.len(), 32);
+    // `same_site` adds its attribute.
+    let PersistenceMode::Cookie(mut lax) = cookie_mode() else {
+        unreachable!()
+    };
+    lax.same_site = Some("Lax");
+    let with_lax = Persistence::new(
+        &config(PersistenceMode::Cookie(lax)),
+        "web",
+        &nodes,
+        &key,
+        None,
+        now,
+    );
+    let set_lax = with_lax
+        .on_response(&request(""), &response(""), 2, CLIENT, false, now)
+        .unwrap();
+    assert!(
+        set_lax.ends_with(b"; HttpOnly; SameSite=Lax"),
+        "{set_lax:?}"
+    );
     assert!(
         !value.contains("10.0.0"),
         "the token must not reveal the node"
