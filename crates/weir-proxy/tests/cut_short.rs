@@ -276,26 +276,24 @@ async fn the_upstream_duration_runs_to_the_end_of_the_answer() {
     let _ = std::fs::remove_file(&log);
 }
 
-/// A node that answers 200 with a `Content-Length` of 100,000 (cacheable) and closes after
-/// 50,000 body bytes.
-async fn truncating_node() -> std::net::SocketAddr {
+/// A node that answers each request with `head`, then `body` bytes of `x`, and closes:
+/// a head that promises more body than it sends.
+async fn truncating_node(head: &'static [u8], body: usize) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             tokio::spawn(async move {
-                let mut head = Vec::new();
+                let mut request = Vec::new();
                 let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
+                while !request.ends_with(b"\r\n\r\n") {
                     if stream.read(&mut byte).await.unwrap_or(0) == 0 {
                         return;
                     }
-                    head.push(byte[0]);
+                    request.push(byte[0]);
                 }
-                let mut answer = b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\
-                    Content-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n"
-                    .to_vec();
-                answer.extend(std::iter::repeat_n(b'x', 50_000));
+                let mut answer = head.to_vec();
+                answer.extend(std::iter::repeat_n(b'x', body));
                 let _ = stream.write_all(&answer).await;
             });
         }
@@ -303,29 +301,52 @@ async fn truncating_node() -> std::net::SocketAddr {
     addr
 }
 
-/// An answer the node broke off while the cache filled it: the record keeps what the cache
-/// did (`MISS`, as the client's `X-Cache` said) and counts the body bytes that left.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_the_node_broke_off_keeps_its_cache_status_and_bytes() {
-    let node = truncating_node().await;
-    let log = std::env::temp_dir().join(format!("weir-cut-cache-{}.log", std::process::id()));
+/// A proxy in front of `node` alone (no retry), writing JSON records to its own log file,
+/// with `vs_tables` under its virtual server; and the log's path.
+async fn logged_proxy(
+    name: &str,
+    node: std::net::SocketAddr,
+    vs_tables: &str,
+) -> (TestProxy, PathBuf) {
+    let log = std::env::temp_dir().join(format!("weir-cut-{name}-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
     let toml = format!(
         "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
          level = \"error\"\n\
          [pools.p]\nretries = 0\nnodes = [{{ address = \"{node}\" }}]\n\
-         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
-         [virtual_servers.web.cache]\nstatus_header = \"X-Cache\"\n",
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n{vs_tables}",
         log.display()
     );
-    let proxy = TestProxy::start(&toml).await;
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream
-        .write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
-        .await
-        .unwrap();
+    (TestProxy::start(&toml).await, log)
+}
+
+/// What `request` on a new connection to `addr` gets until the close (10 s at most).
+async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
     let mut received = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received)).await;
+    received
+}
+
+/// An answer the node broke off while the cache filled it: the record keeps what the cache
+/// did (`MISS`, as the client's `X-Cache` said) and counts the body bytes that left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_the_node_broke_off_keeps_its_cache_status_and_bytes() {
+    // A Content-Length of 100,000 (cacheable), closed after 50,000 body bytes.
+    let node = truncating_node(
+        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\
+          Content-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n",
+        50_000,
+    )
+    .await;
+    let (proxy, log) = logged_proxy(
+        "cache",
+        node,
+        "[virtual_servers.web.cache]\nstatus_header = \"X-Cache\"\n",
+    )
+    .await;
+    let received = exchange(proxy.addr, b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n").await;
     let head_end = received
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -425,45 +446,22 @@ async fn an_http2_answer_cut_at_a_closed_window_counts_what_went_out() {
 /// as a 200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_broken_off_before_any_compressed_byte_is_a_502() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let node = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    head.push(byte[0]);
-                }
-                let mut answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\
-                    Content-Length: 200000\r\n\r\n"
-                    .to_vec();
-                answer.extend(std::iter::repeat_n(b'x', 4_000));
-                let _ = stream.write_all(&answer).await;
-            });
-        }
-    });
-    let log = std::env::temp_dir().join(format!("weir-cut-br-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
-    let toml = format!(
-        "[log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
-         level = \"error\"\n\
-         [pools.p]\nretries = 0\nnodes = [{{ address = \"{node}\" }}]\n\
-         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
-         [virtual_servers.web.compression]\nalgorithms = [\"br\"]\n",
-        log.display()
-    );
-    let proxy = TestProxy::start(&toml).await;
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream
-        .write_all(b"GET /text HTTP/1.1\r\nHost: t\r\nAccept-Encoding: br\r\n\r\n")
-        .await
-        .unwrap();
-    let mut received = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received)).await;
+    let node = truncating_node(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 200000\r\n\r\n",
+        4_000,
+    )
+    .await;
+    let (proxy, log) = logged_proxy(
+        "br",
+        node,
+        "[virtual_servers.web.compression]\nalgorithms = [\"br\"]\n",
+    )
+    .await;
+    let received = exchange(
+        proxy.addr,
+        b"GET /text HTTP/1.1\r\nHost: t\r\nAccept-Encoding: br\r\n\r\n",
+    )
+    .await;
     let text = String::from_utf8_lossy(&received);
     assert!(text.starts_with("HTTP/1.1 502 "), "{text}");
     let record = proxy.access_log(&log, 1).await;
