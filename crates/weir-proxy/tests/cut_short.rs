@@ -206,7 +206,7 @@ async fn a_connect_failure_names_the_node() {
         .local_addr()
         .unwrap();
     let origin = TestOrigin::start("o").await;
-    let setup = setup_on("refused", "retries = 2", (origin, closed)).await;
+    let setup = setup_on("connect", "retries = 2", (origin, closed)).await;
     let response = weir_testkit::client::get(setup.proxy.addr, "/")
         .await
         .unwrap();
