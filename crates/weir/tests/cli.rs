@@ -338,19 +338,7 @@ fn running_out_of_descriptors_does_not_eject_the_node() {
          [pools.web]\nretries = 0\nnodes = [{{ address = \"{node_address}\" }}]\n\
          [pools.web.passive_health]\nconsecutive_failures = 1\nbase_ejection = \"60s\"\n"
     ));
-    let child = Command::new("prlimit")
-        .args([
-            "--nofile=48:48",
-            "--",
-            env!("CARGO_BIN_EXE_weir"),
-            "serve",
-            "--config",
-        ])
-        .arg(config.path())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("run weir under prlimit (util-linux)");
-    let _weir = Running(child);
+    let _weir = serve_with_48_descriptors(&config);
     let get = |stream: &mut std::net::TcpStream, rest: &[u8]| {
         stream.write_all(rest).unwrap();
         let mut response = Vec::new();
@@ -523,19 +511,7 @@ fn copied_without_pipes(relay: &str) {
          [virtual_servers.db.tcp]\nrelay = \"{relay}\"\n\n\
          [pools.db]\nnodes = [{{ address = \"{node_address}\" }}]\n"
     ));
-    let child = Command::new("prlimit")
-        .args([
-            "--nofile=48:48",
-            "--",
-            env!("CARGO_BIN_EXE_weir"),
-            "serve",
-            "--config",
-        ])
-        .arg(config.path())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("run weir under prlimit (util-linux)");
-    let _weir = Running(child);
+    let _weir = serve_with_48_descriptors(&config);
     let echoes = |stream: &mut std::net::TcpStream| {
         stream
             .set_read_timeout(Some(Duration::from_millis(1_000)))
@@ -583,6 +559,24 @@ fn copied_without_pipes(relay: &str) {
         assert!(writing.join().unwrap().is_ok());
         assert!(echoed == block, "session {index} echoed other bytes");
     }
+}
+
+/// `weir serve` of `config` with at most 48 open files (`prlimit`, util-linux), so a test
+/// reaches the limit with a few dozen connections; killed when dropped.
+fn serve_with_48_descriptors(config: &tempfile_path::TempPath) -> Running {
+    let child = Command::new("prlimit")
+        .args([
+            "--nofile=48:48",
+            "--",
+            env!("CARGO_BIN_EXE_weir"),
+            "serve",
+            "--config",
+        ])
+        .arg(config.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run weir under prlimit (util-linux)");
+    Running(child)
 }
 
 struct Running(std::process::Child);
