@@ -152,6 +152,21 @@ fn http_check() -> HealthCheckKind {
     }
 }
 
+/// The monitor of `node` alone, in a plain HTTP/1.1 pool named `web`, until `signal`.
+fn monitor_one(
+    node: &Arc<NodeState>,
+    settings: &HealthMonitor,
+    signal: weir_core::ShutdownSignal,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    spawn_monitors(
+        "web",
+        &[Arc::clone(node)],
+        settings,
+        (None, &[], None, UpstreamProtocol::Http1),
+        signal,
+    )
+}
+
 /// Polls until the node's active verdict is `up`; panics after 5 s.
 async fn wait_for_active_up(node: &NodeState, up: bool) {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -219,11 +234,9 @@ async fn tcp_monitor_follows_the_listener_going_and_coming_back() {
     let server = accept_and_close(listener);
     let node = node_at(address, passive_off());
     let (owner, signal) = Shutdown::new();
-    let tasks = spawn_monitors(
-        "web",
-        &[Arc::clone(&node)],
+    let tasks = monitor_one(
+        &node,
         &monitor(HealthCheckKind::Tcp, Duration::from_millis(500)),
-        (None, &[], None, UpstreamProtocol::Http1),
         signal,
     );
     assert_eq!(tasks.len(), 1);
@@ -259,11 +272,9 @@ async fn http_monitor_goes_down_on_500_and_up_on_200() {
 
     let node = node_at(address, passive_off());
     let (owner, signal) = Shutdown::new();
-    let tasks = spawn_monitors(
-        "web",
-        &[Arc::clone(&node)],
+    let tasks = monitor_one(
+        &node,
         &monitor(http_check(), Duration::from_millis(500)),
-        (None, &[], None, UpstreamProtocol::Http1),
         signal,
     );
 
@@ -399,13 +410,7 @@ async fn a_check_that_times_out_counts_as_failed() {
 
     let node = node_at(address, passive_off());
     let (owner, signal) = Shutdown::new();
-    let tasks = spawn_monitors(
-        "web",
-        &[Arc::clone(&node)],
-        &monitor(http_check(), timeout),
-        (None, &[], None, UpstreamProtocol::Http1),
-        signal,
-    );
+    let tasks = monitor_one(&node, &monitor(http_check(), timeout), signal);
     wait_for_active_up(&node, false).await;
     stop_monitors(owner, tasks).await;
     server.abort();
@@ -627,13 +632,7 @@ async fn a_restarted_monitor_counts_on_from_the_last_ones_checks() {
     for seen in 1..=3 {
         assert!(node.is_active_up(), "down after {} checks", seen - 1);
         let (owner, signal) = Shutdown::new();
-        let tasks = spawn_monitors(
-            "web",
-            &[Arc::clone(&node)],
-            &settings,
-            (None, &[], None, UpstreamProtocol::Http1),
-            signal,
-        );
+        let tasks = monitor_one(&node, &settings, signal);
         let deadline = Instant::now() + Duration::from_secs(10);
         while checks.load(Ordering::Relaxed) < seen {
             assert!(Instant::now() < deadline, "check {seen} never came");
@@ -764,13 +763,7 @@ async fn a_restarted_monitor_waits_out_the_interval_since_the_last_check() {
     };
     let restart = || {
         let (owner, signal) = Shutdown::new();
-        let tasks = spawn_monitors(
-            "web",
-            &[Arc::clone(&node)],
-            &settings,
-            (None, &[], None, UpstreamProtocol::Http1),
-            signal,
-        );
+        let tasks = monitor_one(&node, &settings, signal);
         (owner, tasks)
     };
     let (owner, tasks) = restart();
