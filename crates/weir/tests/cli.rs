@@ -10,6 +10,15 @@ fn temp_config(text: &str) -> tempfile_path::TempPath {
     tempfile_path::TempPath::with_contents(text)
 }
 
+/// Sends the signal `name` (`HUP`, `TERM`, ...) to `child`.
+fn signal(child: &std::process::Child, name: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
 /// A tiny self-deleting temporary file (no extra dependency).
 mod tempfile_path {
     use std::path::{Path, PathBuf};
@@ -201,28 +210,16 @@ fn serve_answers_and_exits_cleanly_on_sigquit() {
     assert!(response.contains("X-Origin: o"), "{response}");
 
     // SIGHUP reloads (nothing, here) and must not end the process.
-    let status = Command::new("kill")
-        .args(["-HUP", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    signal(&child, "HUP");
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(child.try_wait().unwrap().is_none(), "SIGHUP ended weir");
     // SIGUSR2 (nginx's binary upgrade) is logged and ignored.
-    let status = Command::new("kill")
-        .args(["-USR2", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    signal(&child, "USR2");
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(child.try_wait().unwrap().is_none(), "SIGUSR2 ended weir");
 
     // SIGQUIT (nginx's graceful stop) drains like SIGTERM.
-    let status = Command::new("kill")
-        .args(["-QUIT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    signal(&child, "QUIT");
     for _ in 0..100 {
         if let Some(exit) = child.try_wait().unwrap() {
             assert!(exit.success(), "{exit:?}");
@@ -257,12 +254,8 @@ fn signals_during_the_start_do_not_kill_it() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
-    for signal in ["-HUP", "-USR1", "-USR2"] {
-        let status = Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+    for name in ["HUP", "USR1", "USR2"] {
+        signal(&child, name);
     }
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -434,11 +427,7 @@ fn failed_requests_write_a_few_log_lines_a_second() {
     );
     let seconds = started.elapsed().as_secs();
     // Stopped (SIGTERM): the last line says what the budgets left out since their last line.
-    let stopped = std::process::Command::new("kill")
-        .args(["-TERM", &weir.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
+    signal(&weir.0, "TERM");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while weir.0.try_wait().unwrap().is_none() {
         assert!(std::time::Instant::now() < deadline, "weir stops");
