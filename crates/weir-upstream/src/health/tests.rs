@@ -201,11 +201,20 @@ fn listen(address: SocketAddr) -> TcpListener {
 
 /// Accepts and closes connections until aborted.
 fn accept_and_close(listener: TcpListener) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+    counted_accepts(listener).0
+}
+
+/// [`accept_and_close`], counting the connections.
+fn counted_accepts(listener: TcpListener) -> (tokio::task::JoinHandle<()>, Arc<AtomicU16>) {
+    let accepted = Arc::new(AtomicU16::new(0));
+    let counted = Arc::clone(&accepted);
+    let server = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::Relaxed);
             drop(stream);
         }
-    })
+    });
+    (server, accepted)
 }
 
 /// Answers every request with the status currently in `status`.
@@ -736,10 +745,7 @@ async fn checks_of_an_h2c_pool_speak_http2() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(nodes[0].is_active_up());
-    owner.trigger();
-    for task in tasks {
-        task.await.unwrap();
-    }
+    stop_monitors(owner, tasks).await;
 }
 
 /// A monitor restarted by a reload of the pool (a node operation, a name that moved) waits
@@ -748,14 +754,7 @@ async fn checks_of_an_h2c_pool_speak_http2() {
 async fn a_restarted_monitor_waits_out_the_interval_since_the_last_check() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicU16::new(0));
-    let counted = Arc::clone(&accepted);
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            counted.fetch_add(1, Ordering::Relaxed);
-            drop(stream);
-        }
-    });
+    let (_server, accepted) = counted_accepts(listener);
     let node = node_at(address, passive_off());
     let settings = HealthMonitor {
         interval: Duration::from_secs(2),
