@@ -51,8 +51,8 @@ impl Balancer for Perceptive {
         }
         let now = Instant::now();
         let (first_ewma, second_ewma) = match (
-            ewma_nanos(&nodes[first], now),
-            ewma_nanos(&nodes[second], now),
+            nodes[first].scored_response_time(now),
+            nodes[second].scored_response_time(now),
         ) {
             (Some(a), Some(b)) => (a, b),
             (a, b) => {
@@ -102,10 +102,6 @@ fn random_other_eligible(
     )
 }
 
-fn ewma_nanos(node: &NodeState, now: Instant) -> Option<f64> {
-    node.scored_response_time(now)
-}
-
 /// The fastest EWMA among eligible nodes with samples, or a default when none has any.
 fn optimistic_prior(
     nodes: &[Arc<NodeState>],
@@ -114,7 +110,7 @@ fn optimistic_prior(
 ) -> f64 {
     (0..nodes.len())
         .filter(|&index| eligible(index))
-        .filter_map(|index| ewma_nanos(&nodes[index], now))
+        .filter_map(|index| nodes[index].scored_response_time(now))
         .reduce(f64::min)
         .unwrap_or(DEFAULT_PRIOR_NANOS)
 }
