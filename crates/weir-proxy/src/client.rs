@@ -54,8 +54,10 @@ pub(crate) enum Downstream {
     },
 }
 
-/// What the TLS handshake of an HTTP/2 connection settled, shared by its
-/// streams (the rules' `${sni}` and `${tls_version}`).
+/// What the TLS handshake of a connection settled, kept where the stream itself is not at
+/// hand: shared by an HTTP/2 connection's streams (the rules' `${sni}` and
+/// `${tls_version}`, the access log), and held by a tls virtual server's session for its
+/// record.
 #[derive(Debug)]
 pub(crate) struct TlsFacts {
     pub(crate) sni: Option<Box<str>>,
@@ -73,6 +75,20 @@ impl TlsFacts {
                 version: stream.tls_version(),
                 cipher: stream.cipher_suite(),
             })
+        })
+    }
+
+    /// The access log's TLS fields, with the subject of the client certificate weir
+    /// verified, if any.
+    pub(crate) fn record<'a>(
+        &'a self,
+        client_subject: Option<&'a str>,
+    ) -> Option<weir_observe::TlsRecord<'a>> {
+        Some(weir_observe::TlsRecord {
+            version: weir_tls::provider::version_name(self.version?),
+            cipher: self.cipher.unwrap_or("unknown"),
+            server_name: self.sni.as_deref(),
+            client_subject,
         })
     }
 }

@@ -58,11 +58,6 @@ impl ServerStream {
         }
     }
 
-    /// The negotiated TLS version as logged (`TLSv1.3`), on TLS.
-    pub fn tls_version_name(&self) -> Option<&'static str> {
-        self.tls_version().map(crate::provider::version_name)
-    }
-
     /// The negotiated cipher suite's IANA name, on TLS.
     pub fn cipher_suite(&self) -> Option<&'static str> {
         let Stream::Tls(tls) = self else {

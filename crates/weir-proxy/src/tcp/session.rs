@@ -16,12 +16,13 @@ use std::time::Instant;
 use tokio::net::TcpStream;
 use weir_config::ProxyVersion;
 use weir_core::{Error, ErrorKind};
-use weir_observe::{SessionRecord, TlsRecord};
+use weir_observe::SessionRecord;
 use weir_tls::{FirstSpeaker, ServerStream, Stream};
 use weir_upstream::node::InFlight;
 use weir_upstream::{Lease, Pool, Tried};
 
 use super::{Ended, Relay, Tally, relay, relay_tcp, splice};
+use crate::client::TlsFacts;
 use crate::drain::DrainGuard;
 use crate::route::VirtualServerRuntime;
 
@@ -35,37 +36,9 @@ pub(crate) struct Client {
     /// The server name of a passed-through ClientHello.
     pub server_name: Option<String>,
     pub accepted: Instant,
-    /// What a tls virtual server's handshake settled, for the session's record.
-    pub tls: Option<Handshake>,
-}
-
-/// A terminated TLS session's version, suite, server name and client certificate subject.
-#[derive(Debug)]
-pub(crate) struct Handshake {
-    version: &'static str,
-    cipher: &'static str,
-    server_name: Option<Box<str>>,
-    client_subject: Option<Box<str>>,
-}
-
-impl Handshake {
-    fn of(stream: &ServerStream, client_subject: Option<String>) -> Option<Handshake> {
-        Some(Handshake {
-            version: stream.tls_version_name()?,
-            cipher: stream.cipher_suite().unwrap_or("unknown"),
-            server_name: stream.server_name().map(Box::from),
-            client_subject: client_subject.map(String::into_boxed_str),
-        })
-    }
-
-    fn record(&self) -> TlsRecord<'_> {
-        TlsRecord {
-            version: self.version,
-            cipher: self.cipher,
-            server_name: self.server_name.as_deref(),
-            client_subject: self.client_subject.as_deref(),
-        }
-    }
+    /// What a tls virtual server's handshake settled, and the subject of the client
+    /// certificate it verified, for the session's record.
+    pub tls: Option<(Arc<TlsFacts>, Option<Box<str>>)>,
 }
 
 /// A node connection for one session.
@@ -91,7 +64,8 @@ pub(crate) async fn serve(
             .await
         {
             Some((stream, info)) => {
-                client.tls = Handshake::of(&stream, info.client_subject);
+                client.tls = TlsFacts::of(&stream)
+                    .map(|facts| (facts, info.client_subject.map(String::into_boxed_str)));
                 stream
             }
             None => return,
@@ -297,7 +271,10 @@ fn log(
             virtual_server: &vs.config.name,
             client: client.address,
             server_name: client.server_name.as_deref(),
-            tls: client.tls.as_ref().map(Handshake::record),
+            tls: client
+                .tls
+                .as_ref()
+                .and_then(|(facts, subject)| facts.record(subject.as_deref())),
             pool: Some(&pool.name),
             node,
             bytes_received: received,
