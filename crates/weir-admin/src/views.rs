@@ -17,7 +17,11 @@ pub(crate) fn model(model: &Model, last: Option<&ReloadRecord>) -> Value {
     json!({
         "generation": model.generation,
         "loaded_at": unix(model.loaded_at),
-        "source": config.source.as_ref().map(|path| path.display().to_string()),
+        // Absolute (against weir's working directory), so that `weir reload --config FILE`
+        // run from elsewhere can tell whether FILE is the one this weir reads.
+        "source": config.source.as_ref().map(|path| {
+            std::path::absolute(path).unwrap_or_else(|_| path.clone()).display().to_string()
+        }),
         "virtual_servers": config.virtual_servers.iter().map(|vs| json!({
             "name": vs.name,
             "listen": vs.listen.iter().map(ToString::to_string).collect::<Vec<_>>(),

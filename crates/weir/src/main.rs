@@ -43,7 +43,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("weir: {error:#}");
-            ExitCode::FAILURE
+            // A refused configuration exits as `weir check` does; anything else with 1.
+            match error.downcast_ref::<weir_config::ConfigError>() {
+                Some(_) => ExitCode::from(2),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

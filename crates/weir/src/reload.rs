@@ -3,6 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -63,21 +64,80 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
         ),
         None => None,
     };
-    let (status, body) = post(address, "/api/v1/reload", token.as_deref())?;
+    // The API re-reads the file the running weir was started with: asked with another
+    // file, it would apply its own and report success for a file it never read.
+    if let Some(path) = &args.config
+        && let Some(refusal) = other_file(address, token.as_deref(), path)?
+    {
+        return Ok((false, refusal));
+    }
+    let (status, body) = request(address, "POST", "/api/v1/reload", token.as_deref())?;
     Ok((status == 200, body))
 }
 
-/// One `POST` to the admin listener; returns the status and the body.
-pub fn post(address: SocketAddr, path: &str, token: Option<&str>) -> anyhow::Result<(u16, String)> {
+/// Why the weir at `address` would not read `path` on a reload (it runs another file, or
+/// the embedded default); `None` when it reads that very file.
+fn other_file(
+    address: SocketAddr,
+    token: Option<&str>,
+    path: &Path,
+) -> anyhow::Result<Option<String>> {
+    let (status, body) = request(address, "GET", "/api/v1/config", token)?;
+    if status != 200 {
+        anyhow::bail!(
+            "the admin listener at {address} answered {status}: {}",
+            body.trim()
+        );
+    }
+    let model: serde_json::Value = serde_json::from_str(&body)
+        .map_err(|e| anyhow::anyhow!("the admin listener sent no configuration: {e}"))?;
+    let running = model.get("source").and_then(serde_json::Value::as_str);
+    let asked = path.display();
+    let message = match running {
+        Some(running) if same_file(Path::new(running), path) => return Ok(None),
+        Some(running) => format!(
+            "weir reload: the weir at {address} runs {running}, not {asked}; it was not asked \
+             (a reload re-reads the file it was started with) and keeps its configuration. \
+             Put {asked} in that file's place, or send it with PUT /api/v1/config\n"
+        ),
+        None => format!(
+            "weir reload: the weir at {address} runs the embedded default configuration, not \
+             {asked}; it was not asked and keeps its configuration. Start it with --config \
+             {asked} to reload that file\n"
+        ),
+    };
+    Ok(Some(message))
+}
+
+/// Whether two paths name one file: the same file once links are followed, or, when
+/// either cannot be resolved, the same absolute path.
+fn same_file(running: &Path, asked: &Path) -> bool {
+    match (running.canonicalize(), asked.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => std::path::absolute(asked).is_ok_and(|asked| asked == running),
+    }
+}
+
+/// One request without a body to the admin listener; returns the status and the body.
+pub fn request(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(5))
         .map_err(|e| anyhow::anyhow!("cannot reach the admin listener at {address}: {e}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
+    let length = match method {
+        "POST" | "PUT" => "Content-Length: 0\r\n",
+        _ => "",
+    };
     write!(
         stream,
-        "POST {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{auth}{length}Connection: close\r\n\r\n"
     )?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;

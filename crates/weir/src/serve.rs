@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use weir_config::Config;
+use weir_config::{Config, KeyPath};
 use weir_core::Shutdown;
 use weir_observe::Metrics;
 use weir_origin::{Origin, OriginOptions};
@@ -52,7 +52,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let config = match &args.config {
-        Some(path) => weir_config::load_file(path).map_err(|error| anyhow::anyhow!("{error}"))?,
+        // A refused configuration stays a ConfigError, which `main` exits with 2 for, as
+        // `weir check` does.
+        Some(path) => weir_config::load_file(path)?,
         None => weir_config::embedded_default(),
     };
     crate::logging::init(&config.log);
@@ -196,6 +198,18 @@ async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An address weir cannot listen on, placed like a configuration error (file, line, key)
+/// though the file is valid: exit code 1, not `weir check`'s 2.
+fn listen_error(
+    config: &Config,
+    key: &KeyPath,
+    address: std::net::SocketAddr,
+    error: &dyn std::fmt::Display,
+) -> anyhow::Error {
+    let error = config.key_error(key, format!("cannot listen on {address}: {error}"));
+    anyhow::anyhow!("{error}")
+}
+
 /// Binds everything first (any address in use fails before anything serves), or takes the
 /// sockets over from the running weir with `take_over`.
 async fn bind(config: &Config, metrics: &Arc<Metrics>, take_over: bool) -> anyhow::Result<Bound> {
@@ -215,7 +229,7 @@ async fn bind(config: &Config, metrics: &Arc<Metrics>, take_over: bool) -> anyho
         None
     };
     // Read every file the config names before any port is bound.
-    let proxy = Proxy::build(config, metrics).map_err(|error| anyhow::anyhow!("{error}"))?;
+    let proxy = Proxy::build(config, metrics)?;
     // A fresh start claims the upgrade socket first: a second weir of the same config
     // stops here, with the reason, before it tries any port.
     let fresh_upgrade = match take_over {
@@ -223,15 +237,16 @@ async fn bind(config: &Config, metrics: &Arc<Metrics>, take_over: bool) -> anyho
         false => Some(upgrade::bind(config)?),
     };
     let mut origins = Vec::new();
-    for origin in &config.origins {
+    for (index, origin) in config.origins.iter().enumerate() {
         let options = OriginOptions {
             max_connections: origin.max_connections.map(|n| n.get()),
             keep_alive: origin.keep_alive,
             ..OriginOptions::new(origin.name.clone(), origin.listen)
         };
-        let bound = Origin::bind(options).await.with_context(|| {
-            format!("origin {}: cannot listen on {}", origin.name, origin.listen)
-        })?;
+        let key = KeyPath::root().key("origins").index(index).key("listen");
+        let bound = Origin::bind(options)
+            .await
+            .map_err(|error| listen_error(config, &key, origin.listen, &error))?;
         origins.push(bound);
     }
     let mut inherited_listeners = inherited
@@ -243,8 +258,10 @@ async fn bind(config: &Config, metrics: &Arc<Metrics>, take_over: bool) -> anyho
     let admin = match &config.admin {
         Some(admin) => Some(match inherited_admin {
             Some((address, fd)) if address == admin.listen => weir_proxy::adopt(fd, 128)?,
-            _ => weir_proxy::bind_tcp(admin.listen, 128)
-                .with_context(|| format!("admin: cannot listen on {}", admin.listen))?,
+            _ => weir_proxy::bind_tcp(admin.listen, 128).map_err(|error| {
+                let key = KeyPath::root().key("admin").key("listen");
+                listen_error(config, &key, admin.listen, &error)
+            })?,
         }),
         None => None,
     };

@@ -77,16 +77,18 @@ fn check_reports_file_line_and_key_path() {
     assert!(stderr.contains(&expected), "{stderr}");
 }
 
-/// Runs `weir serve --config FILE`, expects it to fail, and returns its stderr.
-fn serve_fails(config: &tempfile_path::TempPath) -> String {
+/// Runs `weir serve --config FILE`, expects it to fail with exit code `code` (2: the
+/// configuration was refused, as by `weir check`; 1: anything else), and returns its stderr.
+fn serve_fails(config: &tempfile_path::TempPath, code: i32) -> String {
     let output = weir()
         .arg("serve")
         .arg("--config")
         .arg(config.path())
         .output()
         .unwrap();
-    assert!(!output.status.success());
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(code), "{stderr}");
+    stderr
 }
 
 #[test]
@@ -98,7 +100,7 @@ fn serve_rejects_a_bad_config_before_binding() {
     let config = temp_config(&format!(
         "[virtual_servers.web]\nlisten = \"127.0.0.1:{port}\"\npool = \"missing\"\n\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
     ));
-    let stderr = serve_fails(&config);
+    let stderr = serve_fails(&config, 2);
     assert!(stderr.contains("virtual_servers.web.pool"), "{stderr}");
     // Nothing was bound: the port is still free.
     assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
@@ -111,11 +113,42 @@ fn serve_names_an_address_in_use() {
     let config = temp_config(&format!(
         "[log]\nlevel = \"error\"\n[virtual_servers.web]\nlisten = \"{address}\"\npool = \"web\"\n\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
     ));
-    let stderr = serve_fails(&config);
+    let stderr = serve_fails(&config, 1);
     // Placed like any configuration error: file, line and key.
     assert!(
         stderr.contains(&format!(
             "{}:4: virtual_servers.web.listen: cannot listen on {address}",
+            config.path().display()
+        )),
+        "{stderr}"
+    );
+
+    // The admin listener and a built-in origin the same way.
+    let [free] = weir_testkit::free_ports();
+    let config = temp_config(&format!(
+        "[log]\nlevel = \"error\"\n[admin]\nlisten = \"{address}\"\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{free}\"\npool = \"web\"\n\n\
+         [pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
+    ));
+    let stderr = serve_fails(&config, 1);
+    assert!(
+        stderr.contains(&format!(
+            "{}:4: admin.listen: cannot listen on {address}",
+            config.path().display()
+        )),
+        "{stderr}"
+    );
+    let config = temp_config(&format!(
+        "[log]\nlevel = \"error\"\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{free}\"\npool = \"web\"\n\n\
+         [pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n\
+         [[origins]]\nname = \"a\"\nlisten = \"127.0.0.1:0\"\n\
+         [[origins]]\nname = \"b\"\nlisten = \"{address}\"\n"
+    ));
+    let stderr = serve_fails(&config, 1);
+    assert!(
+        stderr.contains(&format!(
+            "{}:14: origins[1].listen: cannot listen on {address}",
             config.path().display()
         )),
         "{stderr}"
@@ -149,7 +182,7 @@ fn check_reads_the_admin_token_and_creates_no_access_log() {
     );
     assert!(stderr.contains(&expected), "{stderr}");
     assert!(!log.exists(), "weir check created {}", log.display());
-    assert!(serve_fails(&config).contains(&expected));
+    assert!(serve_fails(&config, 2).contains(&expected));
     // (serve opened its log before it found the token missing; only dry runs leave none.)
     let _ = std::fs::remove_file(&log);
     // With the token there, the config checks out, and the dry run left no log file.
@@ -233,7 +266,7 @@ fn serve_answers_and_exits_cleanly_on_sigquit() {
 
 /// SIGHUP, SIGUSR1 and SIGUSR2 while weir is still starting (here: waiting on a name server
 /// that never answers) do not end it: the start goes on and fails on its own, with its
-/// message and exit code 1, not killed by the signal.
+/// message and exit code 2, not killed by the signal.
 #[test]
 fn signals_during_the_start_do_not_kill_it() {
     use std::os::unix::process::ExitStatusExt;
@@ -260,7 +293,8 @@ fn signals_during_the_start_do_not_kill_it() {
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.signal(), None, "killed by a signal: {stderr}");
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    // A node name that does not resolve refuses the configuration, as `weir check` does.
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("\"slow.test\" does not resolve"),
         "{stderr}"
@@ -582,7 +616,6 @@ impl Drop for Running {
 /// with `--admin`, where the refusal is counted); a good one is applied (exit code 0).
 #[test]
 fn reload_refuses_a_bad_file_with_exit_code_2() {
-    use std::io::{Read, Write};
     let [proxy_port, admin_port] = weir_testkit::free_ports();
     let good = format!(
         "[runtime]\nthreads = 1\n[log]\nlevel = \"error\"\naccess_log = false\n\
@@ -591,33 +624,9 @@ fn reload_refuses_a_bad_file_with_exit_code_2() {
          [pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
     );
     let config = temp_config(&good);
-    let _serving = Running(
-        weir()
-            .arg("serve")
-            .arg("--config")
-            .arg(config.path())
-            .spawn()
-            .unwrap(),
-    );
     let admin = format!("127.0.0.1:{admin_port}");
-    let metrics = || {
-        let mut stream = std::net::TcpStream::connect(&admin).ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            .ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).ok()?;
-        Some(text)
-    };
-    let mut up = false;
-    for _ in 0..100 {
-        if metrics().is_some() {
-            up = true;
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(up, "the admin listener answers within 5 s");
+    let _serving = serve_with_admin(&config, &admin);
+    let metrics = || admin_get(&admin, "/metrics");
     let reload = |extra: &[&str]| {
         weir()
             .args(["reload", "--config"])
@@ -663,6 +672,95 @@ fn reload_refuses_a_bad_file_with_exit_code_2() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(String::from_utf8_lossy(&output.stdout).contains("runtime.drain_timeout"));
+}
+
+/// `weir reload --config FILE` for a weir that runs another file: the running weir would
+/// re-read its own, so it is not asked (exit code 2, nothing reloaded); the file it runs,
+/// named through a symbolic link, is reloaded.
+#[test]
+fn reload_refuses_a_file_the_running_weir_does_not_read() {
+    let [proxy_port, admin_port] = weir_testkit::free_ports();
+    let text = format!(
+        "[runtime]\nthreads = 1\n[log]\nlevel = \"error\"\naccess_log = false\n\
+         [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\
+         [pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
+    );
+    let running = temp_config(&text);
+    let admin = format!("127.0.0.1:{admin_port}");
+    let _serving = serve_with_admin(&running, &admin);
+    let other = temp_config(&text.replace("127.0.0.1:1\"", "127.0.0.1:2\""));
+    let reload = |path: &std::path::Path| {
+        weir()
+            .args(["reload", "--config"])
+            .arg(path)
+            .output()
+            .unwrap()
+    };
+
+    let output = reload(other.path());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "runs {}, not {}",
+            running.path().display(),
+            other.path().display()
+        )),
+        "{stderr}"
+    );
+    let generation = || {
+        let answer = admin_get(&admin, "/api/v1/reload").expect("GET /api/v1/reload");
+        let (_, body) = answer.split_once("\r\n\r\n").expect("a complete response");
+        let body: serde_json::Value = serde_json::from_str(body).expect("JSON");
+        body["generation"].as_u64().expect("a generation")
+    };
+    assert_eq!(generation(), 1, "nothing was reloaded");
+
+    let link = running.path().with_extension("link.toml");
+    std::os::unix::fs::symlink(running.path(), &link).unwrap();
+    let output = reload(&link);
+    let _ = std::fs::remove_file(&link);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(generation(), 2, "the file weir runs was reloaded");
+}
+
+/// Starts `weir serve --config FILE` and waits (up to 5 s) for its admin listener.
+fn serve_with_admin(config: &tempfile_path::TempPath, admin: &str) -> Running {
+    let serving = Running(
+        weir()
+            .arg("serve")
+            .arg("--config")
+            .arg(config.path())
+            .spawn()
+            .unwrap(),
+    );
+    for _ in 0..100 {
+        if admin_get(admin, "/metrics").is_some() {
+            return serving;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("the admin listener at {admin} does not answer within 5 s");
+}
+
+/// One `GET` to the admin listener (no token): the whole response, head and body.
+fn admin_get(admin: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(admin).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 /// This crate's directory as cargo gives it to the running test, not as it
