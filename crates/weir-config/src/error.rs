@@ -94,6 +94,11 @@ impl KeyPath {
         &self.0
     }
 
+    /// Whether `ancestor` is this path or one of its enclosing paths.
+    pub fn starts_with(&self, ancestor: &KeyPath) -> bool {
+        self.0.starts_with(&ancestor.0)
+    }
+
     /// Whether this is the document root (no steps).
     pub fn is_root(&self) -> bool {
         self.0.is_empty()

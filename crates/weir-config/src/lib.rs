@@ -150,9 +150,78 @@ where
             .map(|document| Locator::new(text, &document))
             .ok()
     };
-    let file: F = toml_edit::de::from_document(document).map_err(|error| {
+    let schema = deserialize::<F>(text, document);
+    let mut errors = schema.errors;
+    if let Some(file) = schema.file {
+        match validate(&file) {
+            Ok(model) if errors.is_empty() => return Ok(model),
+            Ok(_) => {}
+            // With lines set aside, what they held is not the file's problem again.
+            Err(problems) => {
+                let locator = locator();
+                errors.extend(
+                    problems
+                        .into_iter()
+                        .filter(|problem| {
+                            !schema.blanked.iter().any(|b| problem.path.starts_with(b))
+                        })
+                        .map(|problem| match &locator {
+                            Some(locator) => locator.diagnostic(problem),
+                            None => Diagnostic {
+                                line: None,
+                                path: problem.path.to_string(),
+                                message: problem.message,
+                            },
+                        }),
+                );
+            }
+        }
+    }
+    // File order reads best; problems without a line (whole-file ones) go last.
+    errors.sort_by_key(|diagnostic| diagnostic.line.unwrap_or(usize::MAX));
+    Err(ConfigError {
+        file: file_name.to_owned(),
+        errors,
+    })
+}
+
+/// What the schema made of a file: the file, unless a problem stopped it; the unknown keys
+/// and wrong values found; the `key = value` lines set aside to find them.
+struct Schema<F> {
+    file: Option<F>,
+    errors: Vec<Diagnostic>,
+    blanked: Vec<KeyPath>,
+}
+
+/// At most this many unknown keys and wrong values are reported from one file.
+const MAX_SCHEMA_ERRORS: usize = 20;
+
+/// Deserializes the parsed `text` into the schema `F`. serde stops at the first unknown
+/// key or wrong value; to report every one, the offending `key = value` line is blanked
+/// (spaces, so every line keeps its number) and the text deserialized again, up to
+/// [`MAX_SCHEMA_ERRORS`]. It stops early where no line can be blanked (a bad table header),
+/// and at a "missing required key" that a blanked line caused: that one is not the file's.
+fn deserialize<F>(text: &str, document: toml_edit::Document<String>) -> Schema<F>
+where
+    F: serde::de::DeserializeOwned,
+{
+    let mut schema = Schema {
+        file: None,
+        errors: Vec::new(),
+        blanked: Vec::new(),
+    };
+    let mut error = match toml_edit::de::from_document(document) {
+        Ok(file) => {
+            schema.file = Some(file);
+            return schema;
+        }
+        Err(error) => error,
+    };
+    let mut text = text.to_owned();
+    loop {
+        let document = parse_document(&text).ok();
+        let locator = document.as_ref().map(|d| Locator::new(&text, d));
         let offset = error.span().map_or(0, |span| span.start);
-        let locator = locator();
         let mut path = error
             .span()
             .and_then(|_| locator.as_ref().map(|l| l.path_at(offset)))
@@ -160,33 +229,47 @@ where
         let (missing_key, message) = error::explain_serde_message(error.message());
         let line = error
             .span()
-            .map(|_| locate::line_at(text, offset))
+            .map(|_| locate::line_at(&text, offset))
             .or_else(|| locator.as_ref().and_then(|l| l.line_of(&path)));
         if let Some(key) = missing_key {
             path = path.key(&key);
+            if schema.blanked.iter().any(|gone| path.starts_with(gone)) {
+                return schema;
+            }
         }
-        ConfigError::single(file_name, line, path.to_string(), message)
-    })?;
-    validate(&file).map_err(|problems| {
-        let locator = locator();
-        let mut errors: Vec<Diagnostic> = problems
-            .into_iter()
-            .map(|problem| match &locator {
-                Some(locator) => locator.diagnostic(problem),
-                None => Diagnostic {
-                    line: None,
-                    path: problem.path.to_string(),
-                    message: problem.message,
-                },
-            })
-            .collect();
-        // File order reads best; problems without a line (whole-file ones) go last.
-        errors.sort_by_key(|diagnostic| diagnostic.line.unwrap_or(usize::MAX));
-        ConfigError {
-            file: file_name.to_owned(),
-            errors,
+        schema.errors.push(Diagnostic {
+            line,
+            path: path.to_string(),
+            message,
+        });
+        let statement = locator.as_ref().and_then(|l| l.statement(&path));
+        let Some((statement_path, range)) =
+            statement.filter(|_| schema.errors.len() < MAX_SCHEMA_ERRORS)
+        else {
+            return schema;
+        };
+        blank(&mut text, range);
+        schema.blanked.push(statement_path);
+        let Ok(document) = parse_document(&text) else {
+            return schema;
+        };
+        match toml_edit::de::from_document::<F>(document) {
+            Ok(file) => {
+                schema.file = Some(file);
+                return schema;
+            }
+            Err(next) => error = next,
         }
-    })
+    }
+}
+
+/// Replaces every character of `text[range]` but line breaks with a space.
+fn blank(text: &mut String, range: std::ops::Range<usize>) {
+    let spaced: String = text[range.clone()]
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { c } else { ' ' })
+        .collect();
+    text.replace_range(range, &spaced);
 }
 
 /// The line of `path` in the TOML `text` (or of its nearest ancestor present), if it parses.

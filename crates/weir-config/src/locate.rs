@@ -15,6 +15,9 @@ pub(crate) struct Locator<'a> {
     starts: HashMap<KeyPath, usize>,
     /// Spans that belong to each path, to find the path of a byte offset.
     spans: Vec<(KeyPath, Range<usize>)>,
+    /// Each `key = value` of a table written with a header (or of the root): from its key
+    /// to the end of its value.
+    statements: HashMap<KeyPath, Range<usize>>,
 }
 
 impl<'a> Locator<'a> {
@@ -23,6 +26,7 @@ impl<'a> Locator<'a> {
             text,
             starts: HashMap::new(),
             spans: Vec::new(),
+            statements: HashMap::new(),
         };
         if let Some(root) = document.as_item().as_table() {
             locator.visit_table(&KeyPath::root(), root);
@@ -52,6 +56,19 @@ impl<'a> Locator<'a> {
             .unwrap_or_default()
     }
 
+    /// The `key = value` that holds `path` (it, or the nearest ancestor written as one),
+    /// with its path and byte range; `None` for a path under a table header.
+    pub(crate) fn statement(&self, path: &KeyPath) -> Option<(KeyPath, Range<usize>)> {
+        let mut current = Some(path.clone());
+        while let Some(path) = current {
+            if let Some(range) = self.statements.get(&path) {
+                return Some((path, range.clone()));
+            }
+            current = path.parent();
+        }
+        None
+    }
+
     pub(crate) fn diagnostic(&self, problem: Problem) -> Diagnostic {
         Diagnostic {
             line: self.line_of(&problem.path),
@@ -74,6 +91,9 @@ impl<'a> Locator<'a> {
             let child = path.key(name);
             let key_span = table.key(name).and_then(|key| key.span());
             let start = key_span.as_ref().or(item.span().as_ref()).map(|s| s.start);
+            if let (Some(key), Some(value), Item::Value(_)) = (&key_span, item.span(), item) {
+                self.statements.insert(child.clone(), key.start..value.end);
+            }
             self.record(&child, start, [key_span, item.span()]);
             self.visit_item(&child, item);
         }

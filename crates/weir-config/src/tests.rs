@@ -118,6 +118,53 @@ fn wrong_type_names_file_line_and_path() {
     );
 }
 
+/// Every unknown key and wrong value is reported, in file order, not only the first (each
+/// one's line is set aside and the file read again), with the validation problems of the
+/// rest of the file.
+#[test]
+fn every_unknown_key_and_wrong_value_is_reported() {
+    let text = GOOD
+        .replace("pool = \"web\"\n", "pool = \"web\"\nbogus = 1\n")
+        .replace("round_robin", "nope")
+        .replace(
+            "{ address = \"127.0.0.1:8082\" }",
+            "{ adress = \"127.0.0.1:8082\" }",
+        )
+        + "retries = \"two\"\n[pools.web.timeouts]\nconnect = 3\n";
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    let found: Vec<(Option<usize>, &str)> = error
+        .errors
+        .iter()
+        .map(|d| (d.line, d.path.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (Some(4), "virtual_servers.web.bogus"),
+            (Some(7), "pools.web.algorithm"),
+            (Some(10), "pools.web.nodes[1].adress"),
+            (Some(13), "pools.web.retries"),
+            (Some(15), "pools.web.timeouts.connect"),
+        ],
+        "{error}"
+    );
+
+    // A blanked line whose key is required is not reported again as missing.
+    let text = GOOD.replace("pool = \"web\"", "pool = 5");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(error.errors.len(), 1, "{error}");
+    assert_eq!(error.errors[0].path, "virtual_servers.web.pool");
+    // A missing key that is the file's own is (at its table's header, line 1).
+    let text = GOOD.replace("pool = \"web\"", "pol = \"web\"");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    let found: Vec<&str> = error.errors.iter().map(|d| d.path.as_str()).collect();
+    assert_eq!(
+        found,
+        ["virtual_servers.web.pool", "virtual_servers.web.pol"],
+        "{error}"
+    );
+}
+
 #[test]
 fn syntax_error_names_file_line_and_path() {
     let text = format!("{GOOD}[pools.web.health]\ntype = tcp\n");
