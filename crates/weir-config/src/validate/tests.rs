@@ -842,6 +842,22 @@ fn client_certificate_rules() {
         "virtual_servers.web.tls.client_subject_header",
         "needs client_certificates",
     );
+    // A field that frames the request, or that weir writes itself, would be sent twice.
+    for name in [
+        "Content-Length",
+        "transfer-encoding",
+        "Host",
+        "X-Forwarded-For",
+        "Via",
+    ] {
+        assert_one_error(
+            &https(&format!(
+                "{CERT}\nclient_certificates = \"optional\"\nclient_ca = \"ca.pem\"\nclient_subject_header = \"{name}\""
+            )),
+            "virtual_servers.web.tls.client_subject_header",
+            "writes itself",
+        );
+    }
     let config = valid(&https(&format!(
         "{CERT}\nclient_certificates = \"optional\"\nclient_ca = \"ca.pem\"\nclient_subject_header = \"X-Subject\""
     )));

@@ -56,11 +56,8 @@ impl Checker {
         let client_auth = self.client_auth(path, table);
         let client_subject_header = table.client_subject_header.as_ref().and_then(|name| {
             let header_path = path.key("client_subject_header");
-            if !values::is_token(name) {
-                self.report(
-                    &header_path,
-                    format!("\"{name}\" is not a valid header name"),
-                );
+            if let Err(message) = values::added_request_header(name) {
+                self.report(&header_path, message);
                 return None;
             }
             if matches!(client_auth, ClientAuth::None) {

@@ -5,6 +5,7 @@
 use regex::bytes::Regex;
 
 use super::traffic::Scope;
+use super::values::MANAGED_REQUEST_HEADERS;
 use super::{Checker, template, values};
 use crate::defaults;
 use crate::error::KeyPath;
@@ -12,18 +13,6 @@ use crate::model::{Actions, HeaderEdits, PathRewrite, Template, Terminal};
 use crate::schema::{
     HeaderEditsTable, OneOrMany, RedirectTable, RespondTable, RewritePathTable, RuleTable,
 };
-
-/// Fields weir manages itself on requests: they frame the message or the connection.
-const MANAGED_REQUEST_HEADERS: &[&str] = &[
-    "connection",
-    "content-length",
-    "transfer-encoding",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "upgrade",
-];
 
 /// Fields weir manages itself on responses.
 const MANAGED_RESPONSE_HEADERS: &[&str] = &[

@@ -153,14 +153,13 @@ impl Checker {
             return RequestIdSettings::default();
         };
         let header = match &table.header {
-            Some(name) if values::is_token(name) => name.clone(),
-            Some(name) => {
-                self.report(
-                    &path.key("header"),
-                    format!("\"{name}\" is not a valid header name"),
-                );
-                defaults::REQUEST_ID_HEADER.to_owned()
-            }
+            Some(name) => match values::added_request_header(name) {
+                Ok(()) => name.clone(),
+                Err(message) => {
+                    self.report(&path.key("header"), message);
+                    defaults::REQUEST_ID_HEADER.to_owned()
+                }
+            },
             None => defaults::REQUEST_ID_HEADER.to_owned(),
         };
         RequestIdSettings {

@@ -550,6 +550,15 @@ per = "1m"
         "virtual_servers.web.request_id.header",
         "not a valid header name",
     );
+    assert_error(
+        &file(
+            "[virtual_servers.web.request_id]\nheader = \"Content-Length\"",
+            "",
+        ),
+        5,
+        "virtual_servers.web.request_id.header",
+        "writes itself",
+    );
 }
 
 #[test]

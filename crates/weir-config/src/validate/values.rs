@@ -305,6 +305,47 @@ pub(crate) fn show_size(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
+/// Fields weir manages itself on requests: they frame the message or the connection.
+pub(crate) const MANAGED_REQUEST_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "transfer-encoding",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Besides those, the request fields weir writes itself (Host, the forwarded fields).
+const WRITTEN_REQUEST_HEADERS: &[&str] = &[
+    "host",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "forwarded",
+    "via",
+];
+
+/// A header name a setting makes weir write on every request to a node (the request id,
+/// the client certificate's subject): a token, and none of the fields that frame the
+/// message or that weir writes itself, which a second value would make ambiguous (two
+/// `Content-Length`s, a `Transfer-Encoding` beside one: a smuggled request).
+pub(crate) fn added_request_header(name: &str) -> Result<(), String> {
+    if !is_token(name) {
+        return Err(format!("\"{name}\" is not a valid header name"));
+    }
+    let lower = name.to_ascii_lowercase();
+    if MANAGED_REQUEST_HEADERS.contains(&lower.as_str())
+        || WRITTEN_REQUEST_HEADERS.contains(&lower.as_str())
+    {
+        return Err(format!(
+            "{name} is a field weir frames the request with or writes itself; choose \
+             another name"
+        ));
+    }
+    Ok(())
+}
+
 /// An HTTP token (a header name).
 pub(crate) fn is_token(text: &str) -> bool {
     !text.is_empty()
