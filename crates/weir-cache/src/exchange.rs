@@ -10,7 +10,7 @@ use crate::fill::{Fill, Pending};
 use crate::flight::FlightGuard;
 use crate::hit::{CacheStatus, Hit};
 use crate::key::VarySpec;
-use crate::object::{NewObject, Object, ObjectBody, StoredHead, response_tags};
+use crate::object::{HeadBuilder, NewObject, Object, ObjectBody, StoredHead, response_tags};
 use crate::policy::CachePolicy;
 use crate::policy::conditional::{
     CLIENT_CONDITIONAL_FIELDS, Validators, may_update, merge_not_modified,
@@ -19,6 +19,17 @@ use crate::policy::freshness::{Freshness, Timing};
 use crate::policy::invalidate::{invalidated_keys, is_safe};
 use crate::policy::storable::{NotStorable, content_length, storable};
 use crate::view::{RequestView, ResponseView};
+
+/// `head` without its `Set-Cookie` lines.
+fn without_set_cookie(head: &StoredHead) -> StoredHead {
+    let mut builder = HeadBuilder::default();
+    for (name, value) in head.headers() {
+        if !name.eq_ignore_ascii_case(b"set-cookie") {
+            builder.push(name, value);
+        }
+    }
+    builder.finish(head.status())
+}
 
 /// A request the cache sends on to the node; hand it back with the response.
 #[derive(Debug)]
@@ -256,7 +267,11 @@ impl Cache {
     }
 
     /// A 304 about the stored object ([`may_update`]): its head merged and its age reset
-    /// (§4.3.4).
+    /// (§4.3.4). The merged response is checked as a new one would be before it is stored
+    /// again: a 304 that makes it `private` or `no-store`, sets a cookie under
+    /// `set_cookie = "pass"` or changes its `Vary` takes the object out of the cache (this
+    /// client is answered from it, once). A cookie the 304 sets goes to this client only,
+    /// never into the store.
     fn revalidated(
         self: &Arc<Self>,
         stale: &Arc<Object>,
@@ -271,10 +286,10 @@ impl Cache {
         let Some(body) = stale.body() else {
             return Hit::new(Arc::clone(stale), request, now, CacheStatus::Revalidated);
         };
-        let head = merge_not_modified(&stale.head, not_modified);
-        let directives = ResponseDirectives::parse(&head);
+        let merged = merge_not_modified(&stale.head, not_modified);
+        let directives = ResponseDirectives::parse(&merged);
         let timing = Timing::new(not_modified, exchange.request_time, now);
-        let new = NewObject {
+        let object = |head: StoredHead| NewObject {
             primary: Arc::clone(&stale.primary),
             secondary: stale.secondary.clone(),
             freshness: Freshness::new(policy, &head, &directives, timing),
@@ -283,15 +298,42 @@ impl Cache {
             head,
             stored_at: now,
         };
+        let same_vary = merged
+            .header_values("vary")
+            .eq(stale.head.header_values("vary"));
+        // What the response now says, not how this request was made: a HEAD, or a
+        // request's own no-store, leaves the stored object as it is.
+        let keep = same_vary
+            && match storable(policy, request, &exchange.directives, &merged, &directives) {
+                Ok(_) | Err(NotStorable::Method | NotStorable::RequestNoStore) => true,
+                Err(_) => false,
+            };
+        let sets_cookie = not_modified.header("set-cookie").is_some();
+        if !keep {
+            self.store.remove(stale);
+            self.record_store();
+            let answer = self.store.detached(stale.hash, object(merged));
+            return Hit::new(answer, request, now, CacheStatus::Revalidated);
+        }
+        let stored_head = match sets_cookie {
+            true => without_set_cookie(&merged),
+            false => merged.clone(),
+        };
         let vary = self
             .store
             .vary_spec(stale.hash, &stale.primary)
             .unwrap_or_else(VarySpec::none);
-        let inserted = self.store.insert(stale.hash, vary, new, self.bans.latest());
+        let inserted = self
+            .store
+            .insert(stale.hash, vary, object(stored_head), self.bans.latest());
         self.metrics.evictions.inc_by(inserted.evicted);
         self.record_store();
-        let object = inserted.object.unwrap_or_else(|| Arc::clone(stale));
-        Hit::new(object, request, now, CacheStatus::Revalidated)
+        let answer = match (sets_cookie, inserted.object) {
+            (false, Some(stored)) => stored,
+            (false, None) => Arc::clone(stale),
+            (true, _) => self.store.detached(stale.hash, object(merged)),
+        };
+        Hit::new(answer, request, now, CacheStatus::Revalidated)
     }
 
     /// A response passed on, compressed when eligible.

@@ -224,6 +224,13 @@ impl Store {
         }
     }
 
+    /// An object made like a stored one but kept out of the store: an answer for one
+    /// client that the cache may not keep.
+    pub fn detached(&self, hash: u64, new: NewObject) -> Arc<Object> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        Arc::new(Object::new(id, hash, 0, new))
+    }
+
     /// Records a growing object's body as whole, charging its actual length.
     pub fn complete(&self, object: &Object, rope: Rope) {
         let charge = object.charge_for(rope.len());

@@ -450,6 +450,90 @@ fn revalidation_with_304_refreshes_the_object() {
     assert_eq!(cache.stats().objects, 1);
 }
 
+/// A 304 is checked like a new response before the merged object is stored again (RFC 9111
+/// §4.3.4 with §3): a cookie it sets reaches the client that asked, never the store; a 304
+/// that makes the response `private` or `no-store`, sets a cookie under `set_cookie =
+/// "pass"` or changes its `Vary` takes the object out of the cache.
+#[test]
+fn a_304_is_checked_again_before_it_is_stored() {
+    let cookies = |hit: &Hit| {
+        hit.headers()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"set-cookie"))
+            .count()
+    };
+    let revalidate =
+        |cache: &Arc<Cache>, policy: &CachePolicy, request: &Req, fields: &[(&str, &str)]| {
+            let exchange = forward(cache.lookup(policy, None, request, at(20)));
+            let mut not_modified = Resp::new(304).header("ETag", "\"v1\"");
+            for (name, value) in fields {
+                not_modified = not_modified.header(name, value);
+            }
+            match cache.response(exchange, policy, None, request, &not_modified, at(20)) {
+                Reply::Hit(hit) => hit,
+                _ => panic!("a 304 is answered from the cache"),
+            }
+        };
+    let stored = || {
+        let (cache, _, _) = new_cache();
+        let answer = node(
+            200,
+            &[("Cache-Control", "max-age=10"), ("ETag", "\"v1\"")],
+            b"old",
+        );
+        fill(&cache, &Req::get("/c"), answer, T0);
+        cache
+    };
+    let request = Req::get("/c");
+
+    // set_cookie = "strip": stored again without the cookie, which this client gets.
+    let strip = CachePolicy {
+        set_cookie: SetCookie::Strip,
+        ..policy()
+    };
+    let cache = stored();
+    let first = revalidate(
+        &cache,
+        &strip,
+        &request,
+        &[
+            ("Cache-Control", "max-age=100"),
+            ("Set-Cookie", "session=ALICE"),
+        ],
+    );
+    assert_eq!(
+        (first.cache_status(), cookies(&first)),
+        (CacheStatus::Revalidated, 1)
+    );
+    assert_eq!(body(&first), b"old");
+    let next = hit(cache.lookup(&strip, None, &request, at(30)));
+    assert_eq!((next.cache_status(), cookies(&next)), (CacheStatus::Hit, 0));
+
+    // Taken out: the client that asked is answered, the next one goes to the node.
+    for fields in [
+        &[
+            ("Cache-Control", "max-age=100"),
+            ("Set-Cookie", "session=ALICE"),
+        ][..],
+        &[("Cache-Control", "private, max-age=100")],
+        &[("Cache-Control", "no-store, max-age=100")],
+        &[("Cache-Control", "max-age=100"), ("Vary", "Cookie")],
+        &[("Cache-Control", "max-age=100"), ("Vary", "*")],
+    ] {
+        let cache = stored();
+        let first = revalidate(&cache, &policy(), &request, fields);
+        assert_eq!(first.cache_status(), CacheStatus::Revalidated, "{fields:?}");
+        assert_eq!(body(&first), b"old");
+        assert!(
+            matches!(
+                cache.lookup(&policy(), None, &request, at(30)),
+                Lookup::Forward(_)
+            ),
+            "{fields:?}: the object stays in the cache"
+        );
+        assert_eq!(cache.stats().objects, 0, "{fields:?}");
+    }
+}
+
 /// A 304 whose strong validator is not the stored object's is about another representation
 /// (RFC 9111 §4.3.4): the stored object is not served for it; the request goes again,
 /// without validators, and what it brings is stored.
