@@ -62,8 +62,11 @@ impl Timing {
             .header("date")
             .and_then(parse_http_date)
             .unwrap_or(response_time);
+        // A list (`Age: 7200, 0`, or two fields): its first member (RFC 9111 §5.1).
         let age_value = response
             .header("age")
+            .and_then(|value| value.split(|&byte| byte == b',').next())
+            .map(<[u8]>::trim_ascii)
             .and_then(crate::directives::delta_seconds)
             .unwrap_or(0);
         Timing {
@@ -158,8 +161,12 @@ impl Freshness {
 
     /// Whether it may be served because the node failed (RFC 5861 §4): within
     /// its own window, or within the client's `stale-if-error` where stale
-    /// responses are allowed at all.
+    /// responses are allowed at all. Never a `no-cache` response: it is used only after
+    /// a validation that succeeded (RFC 9111 §5.2.2.4), fresh or not.
     pub fn usable_on_error(&self, request: &RequestDirectives, now: UnixTime) -> bool {
+        if self.no_cache {
+            return false;
+        }
         let age = self.timing.current_age(now);
         if age < self.lifetime {
             return true;

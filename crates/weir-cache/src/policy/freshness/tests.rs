@@ -140,6 +140,9 @@ fn age_calculation() {
     // A malformed Age is ignored.
     let bad = Resp::new(200).header("Age", "-4");
     assert_eq!(Timing::new(&bad, T0, T0).current_age(T0), 0);
+    // A list counts by its first member (§5.1).
+    let list = Resp::new(200).header("Age", "7200, 0");
+    assert_eq!(Timing::new(&list, T0, T0).current_age(T0), 7200);
 }
 
 /// Usability at `elapsed` seconds after storing, for a response and request.
@@ -454,6 +457,22 @@ fn stale_if_error_table() {
             ask("stale-if-error=20"),
             80,
             &policy,
+            false,
+        ),
+        (
+            "no-cache, even fresh",
+            cc("max-age=60, no-cache"),
+            get.clone(),
+            10,
+            &policy,
+            false,
+        ),
+        (
+            "no-cache within a default window",
+            cc("max-age=60, no-cache"),
+            get.clone(),
+            70,
+            &defaults,
             false,
         ),
     ];
