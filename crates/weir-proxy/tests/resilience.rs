@@ -332,6 +332,22 @@ async fn a_url_that_fails_on_every_node_does_not_eject_the_whole_pool() {
     }
 }
 
+/// Nor the only node of a pool: below 100 % the last node is never ejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_that_fails_does_not_eject_a_pools_only_node() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    for _ in 0..10 {
+        let response = client::get(proxy.addr, "/status/500").await.unwrap();
+        assert_eq!(response.status, 500);
+    }
+    let response = client::get(proxy.addr, "/").await.unwrap();
+    assert_eq!(response.status, 200);
+    assert!(!proxy.pools[0].nodes[0].is_ejected(std::time::Instant::now()));
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// A proxy whose drain ends 300 ms after the shutdown begins, with a JSON access log.
 async fn short_drain_proxy(origin: SocketAddr, name: &str) -> (TestProxy, std::path::PathBuf) {
     let log =

@@ -80,13 +80,18 @@ impl Pool {
     /// Passive health: a connect failure, a 5xx or a failed exchange at `node`, one of this
     /// pool's nodes. Logs the ejection it may cause; returns whether it did.
     ///
-    /// At most `max_ejected_percent` of the pool's nodes (at least one) are ejected at
-    /// once: past it a node that reaches its count of failures stays in (logged once per
-    /// held outage), so failures a client can cause on every node, such as one URL that
-    /// answers 500, cannot eject the whole pool while its nodes are up.
+    /// At most `max_ejected_percent` of the pool's nodes (at least one, but below 100 %
+    /// never the last) are ejected at once: past it a node that reaches its count of
+    /// failures stays in (logged once per held outage), so failures a client can cause on
+    /// every node, such as one URL that answers 500, cannot eject the whole pool while its
+    /// nodes are up — a pool of one node included.
     pub fn record_failure(&self, node: &NodeState, now: std::time::Instant) -> bool {
         let percent = self.config.passive_health.max_ejected_percent as usize;
-        let allowed = (self.nodes.len() * percent / 100).max(1);
+        let nodes = self.nodes.len();
+        let allowed = match percent {
+            100 => nodes,
+            _ => (nodes * percent / 100).max(1).min(nodes.saturating_sub(1)),
+        };
         let full = || {
             let ejected = self.nodes.iter().filter(|n| n.is_ejected(now)).count();
             ejected >= allowed
