@@ -575,7 +575,10 @@ async fn serve_request(
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
     let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
     let (route, edits) = (vs.matched_route(head), traffic.response_edits(vs));
-    let cache_allowed = !traffic.reshapes_forwarding();
+    // An upgrade (a WebSocket, over HTTP/1.1 or HTTP/2) or a CONNECT is never answered from
+    // the cache nor coalesced: its answer starts a tunnel that would hold the others asking
+    // for its URL as long as it lasts, and the switch is the node's to make.
+    let cache_allowed = !traffic.reshapes_forwarding() && !forwarding.may_tunnel();
     let answering = (body.is_complete(), answer_keep_alive, cache_allowed);
     // The stages that run for few requests (a refresh, stale-if-error, a tunnel, a cache fill)
     // are boxed below: their futures are several KiB, and an unboxed one would make this
@@ -701,9 +704,11 @@ fn answer_now(
     {
         return Early::Later(None);
     }
-    // A refused request goes on to serve_request, which answers it.
-    if policy::filter_for(client, vs, pool, head).is_err() {
-        return Early::Later(None);
+    // A refused request goes on to serve_request, which answers it; one that may switch
+    // protocols is not the cache's (see serve_request).
+    match policy::filter_for(client, vs, pool, head) {
+        Ok(forwarding) if !forwarding.may_tunnel() => {}
+        _ => return Early::Later(None),
     }
     let keep_alive = request.keep_alive && !shutdown.is_triggered();
     let edits = traffic.response_edits(vs);

@@ -244,6 +244,75 @@ async fn upgrading_node_with(
     (addr, task)
 }
 
+/// With a cache on the virtual server, a WebSocket upgrade still goes to the node every
+/// time: never answered with a stored object of its URL, and never held as a waiter behind
+/// another upgrade of the URL whose tunnel is open (which waited `coalesce_timeout`, 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_pass_a_cache() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    // Plain requests get a cacheable answer; upgrades switch and echo.
+    let serving = tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                loop {
+                    let head = read_head(&mut stream).await;
+                    if head.to_ascii_lowercase().contains("upgrade: websocket") {
+                        stream
+                            .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+                            .await
+                            .unwrap();
+                        let (mut reader, mut writer) = stream.split();
+                        let _ = tokio::io::copy(&mut reader, &mut writer).await;
+                        return;
+                    }
+                    let answer = b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 6\r\n\r\ncached";
+                    if stream.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let proxy = TestProxy::start(&config(
+        &[node],
+        "",
+        "[virtual_servers.web.cache]\nstatus_header = \"X-Cache\"",
+    ))
+    .await;
+    // Two tunnels of the URL open before anything is stored for it (the second one waited
+    // on the first as on a fill), then a third once a plain GET stored an answer.
+    let mut open = Vec::new();
+    for round in 0..3 {
+        if round == 2 {
+            let mut plain = Connection::open(proxy.addr).await.unwrap();
+            plain
+                .send(b"GET /live HTTP/1.1\r\nHost: t\r\n\r\n")
+                .await
+                .unwrap();
+            assert_eq!(plain.response().await.unwrap().status, 200);
+        }
+        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+        stream
+            .write_all(b"GET /live HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+            .await
+            .unwrap();
+        let head = tokio::time::timeout(Duration::from_secs(3), read_head(&mut stream))
+            .await
+            .expect("the switch within 3 s, with another tunnel of the URL open");
+        assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+        stream.write_all(b"ping").await.unwrap();
+        let mut back = [0u8; 4];
+        stream.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"ping");
+        open.push(stream);
+    }
+    drop(open);
+    proxy.stop().await;
+    serving.abort();
+}
+
 /// After a 101, bytes flow both ways through the proxy until a side closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade_tunnels_bytes_both_ways() {
