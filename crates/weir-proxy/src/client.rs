@@ -899,13 +899,14 @@ impl Client {
         version: Version,
         timeout: Duration,
         edits: &impl weir_http::HeaderEdit,
-        grpc: bool,
+        (grpc, head_request): (bool, bool),
     ) -> Result<u64, Failure> {
+        // An answer to HEAD has its head only (RFC 9110 §9.3.2), as every other.
         let shape = weir_http::SimpleResponse {
             status,
             version,
             keep_alive: false,
-            head_request: false,
+            head_request,
         };
         if grpc {
             let mut extra = grpc_fields(status).to_vec();

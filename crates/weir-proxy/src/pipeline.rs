@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use weir_cache::Lookup;
 use weir_core::{Error, ErrorKind, ShutdownSignal, Side};
-use weir_http::{RequestHead, Unedited, Version};
+use weir_http::{Method, RequestHead, Unedited, Version};
 use weir_observe::AccessRecord;
 use weir_tls::{FirstSpeaker, ServerStream};
 use weir_upstream::Pool;
@@ -978,6 +978,7 @@ async fn answer_failure(
     let cut = cut_short && client.open_ended;
     // A gRPC client gets weir's answer in gRPC's form (a status it can read).
     let grpc = head.is_some_and(|h| request_body::is_grpc(h.header("content-type")));
+    let answering = (grpc, head.is_some_and(|h| h.method() == Method::Head));
     let mut bytes = 0;
     if let Some(status) = failure.status {
         // After an error the rest of the request may still be in flight: close.
@@ -987,12 +988,12 @@ async fn answer_failure(
         bytes = match &edits {
             Some(edits) => {
                 client
-                    .answer_error(status, version, timeout, edits, grpc)
+                    .answer_error(status, version, timeout, edits, answering)
                     .await
             }
             None => {
                 client
-                    .answer_error(status, version, timeout, &Unedited, grpc)
+                    .answer_error(status, version, timeout, &Unedited, answering)
                     .await
             }
         }

@@ -130,6 +130,11 @@ async fn answer(
         }
         return;
     }
+    if request.uri().path() == "/switch" {
+        // A 101 HTTP/2 does not have (RFC 9113 §8.6), then an answer.
+        let switch = http::Response::builder().status(101).body(()).expect("101");
+        let _ = respond.send_informational(switch);
+    }
     if request.uri().path() == "/hints" {
         let hints = http::Response::builder()
             .status(103)
@@ -487,12 +492,14 @@ async fn a_node_answer_before_the_body_reaches_the_client() {
 
 /// A virtual server's `max_headers` and `max_header_bytes` bound its nodes' answers
 /// whatever their protocol: past them an HTTP/2 node's answer is a 502, as an HTTP/1.1
-/// node's is.
+/// node's is; so is one that begins with a 101.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_nodes_answer_past_the_head_limits_is_a_bad_gateway() {
     let node = h2_node().await;
     let proxy = proxy(node.addr, "").await;
-    for path in ["/many-fields", "/wide-field"] {
+    // And a 101, which HTTP/2 does not have: passed on, it told an HTTP/1.1 client its
+    // connection had switched protocols.
+    for path in ["/many-fields", "/wide-field", "/switch"] {
         let url = format!("http://127.0.0.1:{}{path}", proxy.addr.port());
         let answer = curl(args(&["--http1.1", "-i", &url]), b"").await;
         assert!(answer.starts_with("HTTP/1.1 502"), "{path}: {answer}");

@@ -151,7 +151,8 @@ pub(crate) async fn lookup<'vs>(
         }),
     };
     if let Some(status) = status {
-        let sent = answer(client, vs, status, (head.version(), keep_alive), edits).await?;
+        let answering = (head.version(), keep_alive, is_head(head));
+        let sent = answer(client, vs, status, answering, edits).await?;
         return Ok(Looked::Answered {
             sent,
             refresh: None,
@@ -202,7 +203,8 @@ pub(crate) async fn lookup<'vs>(
         // Answered now from the stale object, refreshed after.
         Lookup::Stale { hit, refresh } => (hit, refresh),
         Lookup::OnlyIfCachedMiss => {
-            let sent = answer(client, vs, 504, (head.version(), keep_alive), edits).await?;
+            let answering = (head.version(), keep_alive, is_head(head));
+            let sent = answer(client, vs, 504, answering, edits).await?;
             return Ok(Looked::Answered {
                 sent,
                 refresh: None,
@@ -278,11 +280,15 @@ fn memchr_newline(raw: &[u8]) -> Option<usize> {
 }
 
 /// One of weir's own short answers (`PURGE`, `only-if-cached`).
+fn is_head(head: &RequestHead) -> bool {
+    head.method() == weir_http::Method::Head
+}
+
 async fn answer(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     status: u16,
-    (version, keep_alive): (Version, bool),
+    (version, keep_alive, head_method): (Version, bool, bool),
     edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
     let body: &[u8] = match status {
@@ -295,7 +301,9 @@ async fn answer(
         status,
         version,
         keep_alive,
-        head_request: false,
+        // only-if-cached's 504 to a HEAD: its head only, or the next answer on the
+        // connection would be read as this one's body.
+        head_request: head_method,
     };
     let timeout = vs.config.timeouts.write;
     // Either protocol: an HTTP/2 stream gets it as HEADERS and DATA.

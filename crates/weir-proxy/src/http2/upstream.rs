@@ -193,6 +193,11 @@ pub(crate) async fn next_answer(
         reading.replay,
     )? {
         Ok(response) => final_head(response, reading).map(Answer::Final),
+        // HTTP/2 has no 101 (RFC 9113 §8.6): a node that sends one answered badly, and an
+        // HTTP/1.1 client given it would take its connection for switched.
+        Err(interim) if interim.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
+            Err(bad_head("101 Switching Protocols from an HTTP/2 node"))
+        }
         Err(interim) => {
             let (parts, ()) = interim.into_parts();
             weir_http::http2::response_from_h2_within(&parts, false, method, limits)

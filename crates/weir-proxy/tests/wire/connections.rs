@@ -313,6 +313,47 @@ async fn upgrades_pass_a_cache() {
     serving.abort();
 }
 
+/// weir's own answers to HEAD have no body (RFC 9110 §9.3.2): a 502 for a node that
+/// cannot be reached, and the cache's 504 for `only-if-cached`, which keeps the connection:
+/// a body there was read as the start of the next answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weirs_own_answers_to_head_have_no_body() {
+    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = dead.local_addr().unwrap();
+    drop(dead);
+    let proxy = TestProxy::start(&config(&[address], "", "")).await;
+    let reply = send_until_close(proxy.addr, b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let response = parse_response(&reply.bytes);
+    assert_eq!(response.status, 502);
+    assert!(
+        response.rest.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&response.rest)
+    );
+    proxy.stop().await;
+
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.cache]\nstatus_header = \"X-Cache\"",
+    ))
+    .await;
+    let reply = send_until_close(
+        proxy.addr,
+        b"HEAD /bytes/5 HTTP/1.1\r\nHost: t\r\nCache-Control: only-if-cached\r\n\r\n\
+          GET /bytes/3 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let first = parse_response(&reply.bytes);
+    assert_eq!(first.status, 504);
+    let second = parse_response(&first.rest);
+    assert_eq!(second.status, 200);
+    assert_eq!(second.rest, b"012");
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// After a 101, bytes flow both ways through the proxy until a side closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade_tunnels_bytes_both_ways() {
