@@ -630,6 +630,22 @@ async fn read_response_head(
                 got_any = true;
                 continue;
             }
+            // A fresh TLS connection whose first record is a certificate alert: the node
+            // refused weir's client certificate after the handshake ended on weir's side
+            // (TLS 1.3 sends it after weir's Finished, with the request already written).
+            // The node never took the request, so it goes to another node, as a handshake
+            // that failed outright does.
+            Ok(Err(io)) if !got_any && !lease.is_reused() && refused_handshake(&io) => {
+                let address = lease.node();
+                if let Some(node) = pool.nodes.iter().find(|n| n.address == address) {
+                    node.metrics.connect_failures.inc();
+                }
+                return Err(Failure::from_error(
+                    Error::upstream(ErrorKind::ConnectFailed, io)
+                        .context("the node refused the TLS session after the handshake")
+                        .retry_safe(true),
+                ));
+            }
             Ok(Err(io)) => {
                 Error::upstream(ErrorKind::BadResponse, io).context("reading the response head")
             }
@@ -647,6 +663,32 @@ async fn read_response_head(
             error.retry_safe(replayable && !got_any),
         ));
     }
+}
+
+/// Whether `error` is a fatal alert from the node about the handshake (its certificate
+/// checks of weir's client certificate, or the handshake as a whole; rustls as a node
+/// answers a client certificate it cannot verify with `decrypt_error`): what a node sends
+/// before it reads any request, never after.
+fn refused_handshake(error: &std::io::Error) -> bool {
+    use weir_tls::rustls::{AlertDescription as A, Error as TlsError};
+    let alert = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<TlsError>());
+    matches!(
+        alert,
+        Some(TlsError::AlertReceived(
+            A::HandshakeFailure
+                | A::DecryptError
+                | A::BadCertificate
+                | A::UnsupportedCertificate
+                | A::CertificateRevoked
+                | A::CertificateExpired
+                | A::CertificateUnknown
+                | A::UnknownCA
+                | A::AccessDenied
+                | A::CertificateRequired
+        ))
+    )
 }
 
 /// `waiting` (for the node's answer) to its end, unless the client goes first: watched

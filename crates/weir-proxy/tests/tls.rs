@@ -666,6 +666,54 @@ async fn mtls_to_nodes_presents_the_client_certificate() {
     origin.stop().await;
 }
 
+/// A TLS 1.3 node that refuses weir's client certificate says so after weir's handshake
+/// has ended (its alert follows weir's Finished, the request already written): the request
+/// goes to another node, as for a handshake that failed outright, and the refusal counts
+/// as a connect failure of the node, instead of a 502 for every request sent to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_refuses_the_client_certificate_after_the_handshake_is_passed_over() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let node_cert = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
+    let weir_client = pki.client("weir", "weir-front");
+    let origin = TestOrigin::start("a").await;
+    let node = |ca: &Path| {
+        https_config(
+            &origin,
+            &format!(
+                "{}\nclient_certificates = \"required\"\nclient_ca = \"{}\"",
+                certificates(&[&node_cert]),
+                toml_path(ca)
+            ),
+        )
+    };
+    let refusing = TestProxy::start(&node(&other.ca_path())).await;
+    let accepting = TestProxy::start(&node(&pki.ca_path())).await;
+    let front = TestProxy::start(&weir_testkit::config(
+        &[refusing.addr, accepting.addr],
+        &format!(
+            "algorithm = \"round_robin\"\nretries = 1\n\
+             [pools.web.passive_health]\nconsecutive_failures = 0\n\
+             [pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
+             certificate = \"{}\"\nkey = \"{}\"",
+            toml_path(&pki.ca_path()),
+            toml_path(&weir_client.0),
+            toml_path(&weir_client.1)
+        ),
+        "",
+    ))
+    .await;
+    for _ in 0..6 {
+        let response = weir_testkit::client::get(front.addr, "/").await.unwrap();
+        assert_eq!(response.status, 200);
+    }
+    assert!(metric(&front, "weir_node_connect_failures_total") >= 1.0);
+    for proxy in [front, refusing, accepting] {
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_records_name_the_tls_version_suite_server_name_and_client_subject() {
     let pki = Pki::new();
