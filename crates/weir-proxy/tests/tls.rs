@@ -714,6 +714,41 @@ async fn a_node_that_refuses_the_client_certificate_after_the_handshake_is_passe
     origin.stop().await;
 }
 
+/// A reload that re-reads a pool's CA file changed in place (same path, new contents)
+/// retires the node connections made under the old trust: the next request makes a new
+/// connection, verified against the new CA, instead of reusing one the new CA would refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_replaced_in_place_retires_the_node_connections_made_under_the_old_one() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let node_cert = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let node = TestProxy::start(&https_config(&origin, &certificates(&[&node_cert]))).await;
+    let ca = pki.path("pool-ca.pem");
+    std::fs::copy(pki.ca_path(), &ca).unwrap();
+    let text = weir_testkit::config(
+        &[node.addr],
+        &format!(
+            "retries = 0\n[pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"",
+            toml_path(&ca)
+        ),
+        "",
+    );
+    let front = TestProxy::start(&text).await;
+    let response = weir_testkit::client::get(front.addr, "/").await.unwrap();
+    assert_eq!(response.status, 200);
+
+    std::fs::copy(other.ca_path(), &ca).unwrap();
+    let candidate = weir_config::parse_str(&text, "test.toml").unwrap();
+    front.live.apply(candidate).unwrap();
+    let response = weir_testkit::client::get(front.addr, "/").await.unwrap();
+    assert_eq!(response.status, 502, "the node is no longer trusted");
+    for proxy in [front, node] {
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_records_name_the_tls_version_suite_server_name_and_client_subject() {
     let pki = Pki::new();

@@ -37,6 +37,23 @@ pub struct Connector {
     server_name: Option<ServerName<'static>>,
     verify: bool,
     resumption: bool,
+    /// A hash of the bytes of the files it was built from (CA, client certificate and
+    /// key): a reload that re-read the same paths with new contents makes another one.
+    files: u64,
+}
+
+/// [`Connector::files`] of `settings`: the files as they read now (one that cannot be
+/// read hashes as empty; building the connector has read them all already).
+fn files_hash(settings: &UpstreamTls) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let client = settings.client_certificate.iter().flat_map(|(c, k)| [c, k]);
+    for file in settings.ca.iter().chain(client) {
+        std::fs::read(&file.path)
+            .unwrap_or_default()
+            .hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 impl std::fmt::Debug for Connector {
@@ -121,7 +138,15 @@ impl Connector {
             server_name,
             verify: settings.verify,
             resumption: settings.session_resumption,
+            files: files_hash(settings),
         })
+    }
+
+    /// Whether `other` was built from the same file contents as this one (the settings
+    /// themselves are compared by the caller): connections made with one may serve the
+    /// other.
+    pub fn same_files(&self, other: &Connector) -> bool {
+        self.files == other.files
     }
 
     /// The same connector offering other ALPN protocols (`h2` for a pool
@@ -137,6 +162,7 @@ impl Connector {
             server_name: self.server_name.clone(),
             verify: self.verify,
             resumption: self.resumption,
+            files: self.files,
         }
     }
 

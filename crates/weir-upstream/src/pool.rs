@@ -163,7 +163,16 @@ impl Pool {
             tls: tls.clone(),
         };
         let learned = previous.and_then(|pool| pool.persistence.as_ref());
-        let previous = previous.filter(|pool| pool.config.tls == config.tls);
+        // The same TLS settings, and files of the same contents: a CA or client certificate
+        // replaced in place (same path, re-read by a reload) retires the connections made
+        // with the old one, as a changed path does.
+        let previous = previous.filter(|pool| {
+            pool.config.tls == config.tls
+                && match (&pool.connector, &connector) {
+                    (Some(old), Some(new)) => old.same_files(new),
+                    (old, new) => old.is_none() && new.is_none(),
+                }
+        });
         let mut nodes = Vec::with_capacity(config.nodes.len());
         let mut connections = Vec::with_capacity(config.nodes.len());
         for node in &config.nodes {
