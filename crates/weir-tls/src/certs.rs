@@ -292,7 +292,14 @@ fn escape_dn_value(value: &str, out: &mut String) {
                 out.push(c);
             }
             ' ' if index == last => out.push_str("\\ "),
-            '\0' => out.push_str("\\00"),
+            // Control characters as hex pairs (RFC 4514 §2.4): a header that carries the
+            // subject cannot hold them, and two subjects must never read the same.
+            c if c.is_control() => {
+                let mut bytes = [0u8; 4];
+                for byte in c.encode_utf8(&mut bytes).bytes() {
+                    out.push_str(&format!("\\{byte:02x}"));
+                }
+            }
             _ => out.push(c),
         }
     }
@@ -535,5 +542,12 @@ mod subject_tests {
         let mut odd = DistinguishedName::new();
         odd.push(DnType::CommonName, "#1 \"x\" ");
         assert_eq!(subject(odd), "CN=\\#1 \\\"x\\\"\\ ");
+        // Control characters as hex pairs: a tab is not a space, a line break not a blank.
+        let mut tab = DistinguishedName::new();
+        tab.push(DnType::CommonName, "a\tb");
+        assert_eq!(subject(tab), "CN=a\\09b");
+        let mut broken = DistinguishedName::new();
+        broken.push(DnType::CommonName, "eve\r\nX: 1");
+        assert_eq!(subject(broken), "CN=eve\\0d\\0aX: 1");
     }
 }
