@@ -301,10 +301,7 @@ async fn check_without_timeout(
                 kind => CheckFailure::Connect(kind),
             })?;
         if !preamble.is_empty() {
-            stream
-                .write_all(preamble)
-                .await
-                .map_err(|error| CheckFailure::Io(error.kind()))?;
+            stream.write_all(preamble).await.map_err(io_failure)?;
         }
         Ok(stream)
     };
@@ -348,7 +345,6 @@ async fn check_without_timeout(
             false => Err(CheckFailure::Status(status)),
         };
     }
-    let io_failure = |error: io::Error| CheckFailure::Io(error.kind());
     stream
         .write_all(&http_request(method, path, &host))
         .await
@@ -398,11 +394,27 @@ async fn http2_status(
     }
 }
 
+/// A read or write that failed: the TLS alert or error it carries (what the node said,
+/// `received fatal alert: UnknownCA` for one), or else its kind.
+fn io_failure(error: io::Error) -> CheckFailure {
+    tls_or_io(error.kind(), error.get_ref())
+}
+
+fn tls_or_io(
+    kind: io::ErrorKind,
+    inner: Option<&(dyn std::error::Error + Send + Sync + 'static)>,
+) -> CheckFailure {
+    match inner.and_then(|inner| inner.downcast_ref::<weir_tls::rustls::Error>()) {
+        Some(tls) => CheckFailure::Tls(tls.to_string()),
+        None => CheckFailure::Io(kind),
+    }
+}
+
 /// An HTTP/2 check's failure: the connection's I/O error, the node closing, or its
 /// protocol error.
 fn http2_failure(error: h2::Error) -> CheckFailure {
     match error.get_io() {
-        Some(io) => CheckFailure::Io(io.kind()),
+        Some(io) => tls_or_io(io.kind(), io.get_ref()),
         None if error.is_go_away() || error.is_reset() => CheckFailure::Closed,
         None => CheckFailure::Malformed,
     }
