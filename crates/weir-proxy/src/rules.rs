@@ -306,7 +306,8 @@ impl RequestTraffic {
         let grpc = status >= 400 && !own_body && is_grpc(head.header("content-type"));
         let body: &[u8] = match answer {
             _ if grpc => b"",
-            Some(answer) if own_body => &answer.body,
+            // A direct response's body as the rule wrote it (empty when it gave none).
+            Some(answer) if answer.written => &answer.body,
             _ => short_body(status),
         };
         let retry_after = refusal.map(|r| r.retry_after_seconds().to_string());

@@ -36,6 +36,11 @@ match = { path = "/ping", method = "GET" }
 respond = { status = 200, headers = { Content-Type = "application/json" }, body = "{\"pong\":\"${request_id}\"}" }
 
 [[virtual_servers.web.rules]]
+name = "alive"
+match = { path = "/alive" }
+respond = { status = 200 }
+
+[[virtual_servers.web.rules]]
 name = "private"
 match = { path_prefix = "/private/", not = { header = { name = "X-Key", equals = "letmein" } } }
 deny = true
@@ -107,6 +112,9 @@ async fn each_action_kind_on_one_kept_alive_connection() {
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert_eq!(r.text(), "{\"pong\":\"ping-1\"}");
+    // a direct response without a body has none (not weir's short "error" text)
+    let r = send(&mut c, "GET /alive HTTP/1.1\r\nHost: h\r\n\r\n").await;
+    assert_eq!((r.status, r.text()), (200, ""));
     // the method is part of the match: POST /ping goes to the pool
     // (the origin knows no /ping: its 404 shows the request reached it)
     let r = send(

@@ -52,6 +52,8 @@ pub struct Answer {
     pub headers: Vec<(Bytes, Bytes)>,
     /// Empty for redirects and denials: the pipeline writes its usual short body.
     pub body: Bytes,
+    /// A direct response's: its body is the rule's as written, empty included.
+    pub written: bool,
 }
 
 /// Header edits in their final form: drop every received field named in

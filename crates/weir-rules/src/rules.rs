@@ -295,6 +295,7 @@ impl Action {
                 status: *status,
                 headers: vec![(Bytes::from_static(b"Location"), location.render(sources))],
                 body: Bytes::new(),
+                written: false,
             }),
             Action::Respond {
                 status,
@@ -307,11 +308,13 @@ impl Action {
                     .map(|(name, value)| (name.clone(), value.render(sources)))
                     .collect(),
                 body: body.render(sources),
+                written: true,
             }),
             Action::Deny { status } => Outcome::Answer(Answer {
                 status: *status,
                 headers: Vec::new(),
                 body: Bytes::new(),
+                written: false,
             }),
         }
     }
