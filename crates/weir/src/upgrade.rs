@@ -7,7 +7,8 @@
 //! The upgrade socket is `runtime.upgrade_socket`, or by default an abstract Unix socket
 //! named after the config file's absolute path, so each config file's weir has its own and
 //! a second `weir serve` of the same file fails to start instead of serving beside it.
-//! Only a process of the same user (or root) may take the sockets.
+//! Only a process of the same user (or root) may take the sockets, and a new process takes
+//! them only from a process of its own user (or root).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -64,7 +65,16 @@ pub fn bind(config: &Config) -> anyhow::Result<UnixListener> {
     match UnixListener::bind_addr(&address) {
         Ok(listener) => Ok(listener),
         Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => {
-            if UnixStream::connect_addr(&address).is_ok() {
+            if let Ok(answering) = UnixStream::connect_addr(&address) {
+                // An abstract name has no permissions: another user's process may hold it.
+                if let Some(uid) = stranger(&answering) {
+                    anyhow::bail!(
+                        "the upgrade socket of this configuration is held by a process of \
+                         another user (uid {uid}), not by a weir of this one; set \
+                         runtime.upgrade_socket to a path in a directory only weir's user \
+                         can write"
+                    );
+                }
                 anyhow::bail!(
                     "another weir already serves this configuration (its upgrade socket answers); \
                      to replace it, run weir serve --upgrade"
@@ -121,6 +131,15 @@ pub fn take_over(config: &Config) -> anyhow::Result<Inherited> {
     let address = address(config)?;
     let stream = UnixStream::connect_addr(&address)
         .context("no running weir answers on this configuration's upgrade socket")?;
+    // The sockets, the admin listener and the persistence key are taken only from a
+    // process of this user (or root): a default upgrade socket is an abstract name, which
+    // any local user can bind first.
+    if let Some(uid) = stranger(&stream) {
+        anyhow::bail!(
+            "the process on this configuration's upgrade socket belongs to another user \
+             (uid {uid}); nothing was taken over from it"
+        );
+    }
     stream.set_read_timeout(Some(READY_TIMEOUT))?;
     (&stream).write_all(handoff::HELLO)?;
     let mut inherited = Inherited {
@@ -209,6 +228,18 @@ pub async fn serve(
                 tracing::error!(error = %format!("{error:#}"), "binary upgrade failed; still serving");
             }
         }
+    }
+}
+
+/// The uid of the process at the other end of `stream` when it is neither this process's
+/// user nor root (`None` for those; an unknown peer counts as a stranger, uid `u32::MAX`).
+fn stranger(stream: &UnixStream) -> Option<u32> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let ours = nix::unistd::geteuid().as_raw();
+    match getsockopt(stream, PeerCredentials) {
+        Ok(peer) if peer.uid() == ours || peer.uid() == 0 => None,
+        Ok(peer) => Some(peer.uid()),
+        Err(_) => Some(u32::MAX),
     }
 }
 

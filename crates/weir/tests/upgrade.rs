@@ -268,6 +268,82 @@ async fn a_new_process_that_cannot_start_leaves_the_old_one_serving() {
     origin.stop().await;
 }
 
+/// A process of another user on the configuration's upgrade socket (any local user can bind
+/// a default, abstract one first) is neither mistaken for a running weir at a fresh start,
+/// nor taken over from by `--upgrade`: weir names the other user and takes nothing.
+/// Needs root, to run that process as `nobody` (as the netem tests need root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_of_another_user_on_the_upgrade_socket_is_not_trusted() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test runs a process as another user: run the suite as root (scripts/test does)"
+    );
+    let origin = TestOrigin::start("a").await;
+    let dir = TempDir::new("stranger");
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let socket = dir.0.join("upgrade.sock");
+    let mut squatter = Weir(
+        Command::new("/usr/bin/python3")
+            .arg("-c")
+            .arg(
+                "import socket, sys, time\n\
+                 s = socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen(8)\n\
+                 while True:\n    c, _ = s.accept()\n    time.sleep(30)\n",
+            )
+            .arg(&socket)
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .expect("python3 runs as nobody"),
+    );
+    let start = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the squatter listens"
+        );
+        assert!(
+            squatter.0.try_wait().unwrap().is_none(),
+            "the squatter runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let [port, admin_port] = free_ports::<2>();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    let file = dir.0.join("weir.toml");
+    let log = dir.0.join("weir.log");
+    let text = config(listen, admin, origin.addr, "").replace(
+        "[runtime]\n",
+        &format!("[runtime]\nupgrade_socket = \"{}\"\n", socket.display()),
+    );
+    std::fs::write(&file, text).unwrap();
+    for upgrade in [false, true] {
+        let mut weir = serve(&file, upgrade, &log);
+        assert_eq!(
+            exited(&mut weir, Duration::from_secs(10)).await,
+            Some(false)
+        );
+    }
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("held by a process of another user (uid 65534)"),
+        "{logged}"
+    );
+    assert!(
+        logged.contains("belongs to another user (uid 65534)"),
+        "{logged}"
+    );
+    assert!(
+        tokio::net::TcpStream::connect(listen).await.is_err(),
+        "nothing serves"
+    );
+    drop(squatter);
+    origin.stop().await;
+}
+
 /// A TCP node: reads each connection to its end, answers `n <bytes read>` and closes.
 async fn tcp_node() -> SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
