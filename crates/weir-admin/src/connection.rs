@@ -37,14 +37,18 @@ pub(crate) async fn serve_connection(
     local: SocketAddr,
 ) {
     let mut buf = BytesMut::with_capacity(1024);
+    let mut served = false;
     loop {
-        let outcome = match read_request(&mut stream, &mut buf, state, &mut shutdown).await {
+        let first = !served;
+        let reading = read_request(&mut stream, &mut buf, (state, local, first), &mut shutdown);
+        let outcome = match reading.await {
             Ok(outcome) => outcome,
             Err(error) => {
                 tracing::debug!(%error, "admin connection read failed");
                 return;
             }
         };
+        served = true;
         let (request, response) = match outcome {
             ReadOutcome::Request(request) => {
                 let response = routes::respond(&request, state, local).await;
@@ -78,7 +82,7 @@ pub(crate) async fn serve_connection(
 async fn read_request(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
-    state: &AdminState,
+    (state, local, first): (&AdminState, SocketAddr, bool),
     shutdown: &mut ShutdownSignal,
 ) -> io::Result<ReadOutcome> {
     let limits = &state.limits;
@@ -86,8 +90,14 @@ async fn read_request(
         max_head_bytes: limits.max_head_bytes,
         max_headers: 64,
     };
-    // Until the first byte, the keep-alive timeout applies; from then, the head timeout.
-    let mut deadline = Instant::now() + limits.keep_alive_timeout;
+    // Until the first byte, the keep-alive timeout applies (the head timeout on a new
+    // connection: one that sends nothing holds a slot no longer); from then, the head
+    // timeout.
+    let wait = match first {
+        true => limits.header_read_timeout,
+        false => limits.keep_alive_timeout,
+    };
+    let mut deadline = Instant::now() + wait;
     let mut head_started = !buf.is_empty();
     if head_started {
         deadline = Instant::now() + limits.header_read_timeout;
@@ -128,6 +138,12 @@ async fn read_request(
             deadline = Instant::now() + limits.header_read_timeout;
         }
     };
+    // Refused from its head (no token, say): answered without reading the body.
+    if !matches!(head.framing(), weir_http::BodyFraming::None)
+        && let Some(refusal) = routes::refusal(&Request::new(&head, Vec::new()), state, local)
+    {
+        return Ok(ReadOutcome::Reject(refusal));
+    }
     let body_deadline = Instant::now() + limits.header_read_timeout;
     match timeout_at(
         body_deadline,

@@ -85,7 +85,8 @@ pub struct Limits {
     /// Largest request body accepted (a whole config file for `PUT /api/v1/config`);
     /// larger ones get 413.
     pub max_body_bytes: usize,
-    /// Time allowed to receive a whole request head once its first byte has arrived.
+    /// Time allowed to receive a whole request head once its first byte has arrived, and
+    /// for a new connection's first byte.
     pub header_read_timeout: Duration,
     /// Time an idle kept-alive connection waits for its next request.
     pub keep_alive_timeout: Duration,
@@ -177,10 +178,10 @@ impl Default for Limits {
         Limits {
             max_head_bytes: 8 * 1024,
             max_body_bytes: 8 * 1024 * 1024,
-            header_read_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(5),
             keep_alive_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(10),
-            max_connections: 64,
+            max_connections: 512,
             drain_timeout: Duration::from_secs(5),
         }
     }

@@ -16,19 +16,10 @@ const ALLOW: &str = "GET, HEAD";
 
 /// Answers `request`, which came to the listener bound to `local`.
 pub(crate) async fn respond(request: &Request, state: &AdminState, local: SocketAddr) -> Response {
+    if let Some(refusal) = refusal(request, state, local) {
+        return refusal;
+    }
     let path = request.path.as_str();
-    let is_api = path.starts_with("/api/");
-    let known = matches!(path, "/metrics" | "/healthz")
-        || (state.control.is_some() && (is_api || dashboard::asset(path).is_some()));
-    if !known {
-        return Response::text(404, "not found\n");
-    }
-    if !is_api && !matches!(request.method, Method::Get | Method::Head) {
-        return Response {
-            allow: Some(ALLOW),
-            ..Response::text(405, "method not allowed\n")
-        };
-    }
     if path == "/healthz" {
         return if (state.health)() {
             Response::text(200, "ok\n")
@@ -36,42 +27,9 @@ pub(crate) async fn respond(request: &Request, state: &AdminState, local: Socket
             Response::text(503, "draining\n")
         };
     }
-    let tokenless = state
-        .control
-        .as_ref()
-        .is_none_or(|control| control.tokenless());
-    if path != "/metrics"
-        && let Some(refusal) = guard::refuse(request, tokenless)
-    {
-        return refusal;
-    }
     if let Some(asset) = dashboard::asset(path) {
         // The page holds no data: it asks the API, with the token, for everything.
         return asset;
-    }
-    if let Some(control) = &state.control {
-        // Validation and reloads keep this from happening; should it anyway, fail closed.
-        if tokenless && !local.ip().is_loopback() {
-            return Response::error(
-                503,
-                format!(
-                    "the admin API listens on {local}, not a loopback address, and no \
-                     admin.token_file is configured: only /healthz is served"
-                ),
-            );
-        }
-        match control.authorize(request.authorization.as_deref()) {
-            Verdict::Allowed => {}
-            Verdict::Denied => {
-                return Response {
-                    headers: vec![("WWW-Authenticate", "Bearer realm=\"weir\"".to_owned())],
-                    ..Response::error(401, "a valid bearer token is required")
-                };
-            }
-            Verdict::Unavailable(why) => {
-                return Response::error(503, format!("admin token unavailable: {why}"));
-            }
-        }
     }
     if path == "/metrics" {
         return Response {
@@ -85,5 +43,66 @@ pub(crate) async fn respond(request: &Request, state: &AdminState, local: Socket
     match &state.control {
         Some(control) => api::respond(request, control, &state.metrics).await,
         None => Response::text(404, "not found\n"),
+    }
+}
+
+/// The answer `request` gets before anything it asks is done: an unknown path, a method
+/// the path does not take, a cross-site or rebound request, a missing or wrong token.
+/// Made from the head alone, so a request with a body is refused before its body is read
+/// (an unauthenticated client cannot make weir hold megabytes). `None`: it goes on.
+pub(crate) fn refusal(
+    request: &Request,
+    state: &AdminState,
+    local: SocketAddr,
+) -> Option<Response> {
+    let path = request.path.as_str();
+    let is_api = path.starts_with("/api/");
+    let known = matches!(path, "/metrics" | "/healthz")
+        || (state.control.is_some() && (is_api || dashboard::asset(path).is_some()));
+    if !known {
+        return Some(Response::text(404, "not found\n"));
+    }
+    if !is_api && !matches!(request.method, Method::Get | Method::Head) {
+        return Some(Response {
+            allow: Some(ALLOW),
+            ..Response::text(405, "method not allowed\n")
+        });
+    }
+    if path == "/healthz" {
+        return None;
+    }
+    let tokenless = state
+        .control
+        .as_ref()
+        .is_none_or(|control| control.tokenless());
+    if path != "/metrics"
+        && let Some(refusal) = guard::refuse(request, tokenless)
+    {
+        return Some(refusal);
+    }
+    if dashboard::asset(path).is_some() {
+        return None;
+    }
+    let control = state.control.as_ref()?;
+    // Validation and reloads keep this from happening; should it anyway, fail closed.
+    if tokenless && !local.ip().is_loopback() {
+        return Some(Response::error(
+            503,
+            format!(
+                "the admin API listens on {local}, not a loopback address, and no \
+                 admin.token_file is configured: only /healthz is served"
+            ),
+        ));
+    }
+    match control.authorize(request.authorization.as_deref()) {
+        Verdict::Allowed => None,
+        Verdict::Denied => Some(Response {
+            headers: vec![("WWW-Authenticate", "Bearer realm=\"weir\"".to_owned())],
+            ..Response::error(401, "a valid bearer token is required")
+        }),
+        Verdict::Unavailable(why) => Some(Response::error(
+            503,
+            format!("admin token unavailable: {why}"),
+        )),
     }
 }

@@ -185,6 +185,23 @@ async fn a_wrong_token_gets_401_and_changes_nothing() {
     let status = api(setup.admin, "GET", "/api/v1/status", "").await;
     assert_eq!(status.status, 200);
     assert_eq!(status.json()["pools"][0]["nodes"][0]["state"], "active");
+
+    // Refused from its head: the 401 comes without weir waiting for (or holding) the
+    // body it announces.
+    let mut stream = TcpStream::connect(setup.admin).await.unwrap();
+    stream
+        .write_all(
+            b"PUT /api/v1/config HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer wrong\r\n\
+              Content-Length: 8000000\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut answer = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(2), stream.read_exact(&mut answer))
+        .await
+        .expect("answered before the body")
+        .unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 401");
     setup.stop().await;
 }
 
