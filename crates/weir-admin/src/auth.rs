@@ -43,10 +43,20 @@ impl TokenCache {
         authorization: Option<&[u8]>,
     ) -> Verdict {
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
-        if cached.as_ref().is_none_or(|(at, _)| *at != generation) {
+        // Read once per generation, and again for each request while it cannot be read (a
+        // token file rewritten in place, empty for a moment): the API comes back by itself.
+        let stale = |(at, token): &(u64, Token)| *at != generation || token.is_err();
+        if cached.as_ref().is_none_or(stale) {
+            let failing = cached
+                .as_ref()
+                .is_some_and(|(at, token)| *at == generation && token.is_err());
             let token = TokenCache::read(config);
-            if let Err(error) = &token {
-                tracing::error!(%error, "admin token unavailable; API requests are refused");
+            match &token {
+                Err(error) if !failing => {
+                    tracing::error!(%error, "admin token unavailable; API requests are refused");
+                }
+                Ok(_) if failing => tracing::info!("admin token readable again"),
+                _ => {}
             }
             *cached = Some((generation, token));
         }
@@ -128,6 +138,12 @@ mod tests {
             cache.check(2, &config, Some(b"Bearer s3cret")),
             Verdict::Unavailable(_)
         ));
+        // Readable again: the API comes back without a reload.
+        std::fs::write(&file, "s3cret\n").unwrap();
+        assert_eq!(
+            cache.check(2, &config, Some(b"Bearer s3cret")),
+            Verdict::Allowed
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
