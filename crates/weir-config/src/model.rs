@@ -78,7 +78,8 @@ impl Admin {
         let Some(file) = &self.token_file else {
             return Ok(None);
         };
-        let text = std::fs::read(&file.path)
+        let text = file
+            .read()
             .map_err(|error| format!("cannot read {}: {error}", file.path.display()))?;
         let token = text.trim_ascii();
         if token.is_empty() {
@@ -596,6 +597,22 @@ pub struct FileRef {
     pub key: KeyPath,
     /// Its line in the config file, when known.
     pub line: Option<usize>,
+}
+
+impl FileRef {
+    /// The file's bytes. Anything but a regular file (a FIFO, a socket, a device) is
+    /// refused without being opened: reading a FIFO that no process writes to would hold
+    /// a start, a reload or `weir check` for ever.
+    pub fn read(&self) -> std::io::Result<Vec<u8>> {
+        let meta = std::fs::metadata(&self.path)?;
+        if !meta.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file (a FIFO, socket or device is not read)",
+            ));
+        }
+        std::fs::read(&self.path)
+    }
 }
 
 /// TLS termination on a virtual server.

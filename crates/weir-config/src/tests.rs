@@ -287,3 +287,28 @@ fn a_file_that_broke_the_toml_parser_is_a_syntax_error() {
         .is_err()
     );
 }
+
+/// A file the configuration names that is a FIFO (nobody writes to it) is refused at once,
+/// not read: reading it would hold a start, a reload or `weir check` for ever.
+#[test]
+fn a_named_fifo_is_refused_without_waiting() {
+    let dir = std::env::temp_dir().join(format!("weir-config-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("token");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let file = FileRef {
+        path: fifo.clone(),
+        key: KeyPath::root().key("admin").key("token_file"),
+        line: None,
+    };
+    let started = std::time::Instant::now();
+    let error = file.read().unwrap_err();
+    assert!(error.to_string().contains("not a regular file"), "{error}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -38,7 +38,7 @@ impl FileProblem {
 
 /// Reads a PEM certificate chain, leaf first.
 pub fn read_chain(file: &FileRef) -> Result<Vec<CertificateDer<'static>>, FileProblem> {
-    let bytes = std::fs::read(&file.path).map_err(|error| {
+    let bytes = file.read().map_err(|error| {
         FileProblem::new(
             file,
             format!("cannot read {}: {error}", file.path.display()),
@@ -81,7 +81,7 @@ pub fn read_chain(file: &FileRef) -> Result<Vec<CertificateDer<'static>>, FilePr
 
 /// Reads a PEM private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
 pub fn read_key(file: &FileRef) -> Result<PrivateKeyDer<'static>, FileProblem> {
-    let bytes = std::fs::read(&file.path).map_err(|error| {
+    let bytes = file.read().map_err(|error| {
         FileProblem::new(
             file,
             format!("cannot read {}: {error}", file.path.display()),

@@ -49,9 +49,7 @@ fn files_hash(settings: &UpstreamTls) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     let client = settings.client_certificate.iter().flat_map(|(c, k)| [c, k]);
     for file in settings.ca.iter().chain(client) {
-        std::fs::read(&file.path)
-            .unwrap_or_default()
-            .hash(&mut hasher);
+        file.read().unwrap_or_default().hash(&mut hasher);
     }
     hasher.finish()
 }
