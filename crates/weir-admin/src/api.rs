@@ -408,7 +408,7 @@ impl From<std::io::Error> for WriteError {
 /// - through a symbolic link, the file it points to is replaced (the link stays, so a
 ///   config kept in a checkout and linked from elsewhere keeps being the one edited);
 /// - the new file is created with the old one's permissions (never readable by more
-///   users, even for a moment), exclusively (a name planted beforehand is not followed),
+///   users, even for a moment) and, where weir may, its owner and group, exclusively (a name planted beforehand is not followed),
 ///   and flushed to disk before the rename;
 /// - with `expected`, the file replaced must be the one that holds those bytes: the two
 ///   files are exchanged in one step (`renameat2(RENAME_EXCHANGE)`), and exchanged back
@@ -425,7 +425,10 @@ fn write_file(path: &Path, bytes: &[u8], expected: Option<&[u8]>) -> Result<(), 
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let temporary = target.with_file_name(format!(".{name}.weir-{}", std::process::id()));
-    let mode = std::fs::metadata(&target).map_or(0o600, |m| m.permissions().mode() & 0o7777);
+    let old = std::fs::metadata(&target).ok();
+    let mode = old
+        .as_ref()
+        .map_or(0o600, |m| m.permissions().mode() & 0o7777);
     let create = || {
         std::fs::OpenOptions::new()
             .write(true)
@@ -442,6 +445,13 @@ fn write_file(path: &Path, bytes: &[u8], expected: Option<&[u8]>) -> Result<(), 
         }
         other => other?,
     };
+    // The old file's owner and group where weir may give them (as root; a group it is in),
+    // so a deploy user or group keeps its access; best effort, before the mode (a chown
+    // clears set-id bits).
+    if let Some(old) = &old {
+        use std::os::unix::fs::MetadataExt;
+        let _ = std::os::unix::fs::fchown(&file, Some(old.uid()), Some(old.gid()));
+    }
     // The umask may have narrowed the mode; the old file's is what the new one gets.
     let written = file
         .set_permissions(std::fs::Permissions::from_mode(mode))

@@ -409,7 +409,8 @@ async fn node_operations_edit_the_file_and_apply_it() {
 }
 
 /// A config file reached through a symbolic link (kept in a checkout, say) stays a link: a
-/// node operation edits the file it points to, and keeps that file's permissions.
+/// node operation edits the file it points to, and keeps that file's permissions, owner
+/// and group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_linked_config_file_is_edited_where_it_lives() {
     use std::os::unix::fs::PermissionsExt;
@@ -420,6 +421,16 @@ async fn a_linked_config_file_is_edited_where_it_lives() {
     let target = checkout.join("weir.toml");
     std::fs::rename(&setup.file, &target).unwrap();
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+    // Another owner and group (a deploy user's), where the test may give them.
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(&target, Some(65534), Some(65534)).unwrap();
+    }
+    let owner = |path: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).unwrap();
+        (meta.uid(), meta.gid())
+    };
+    let before = owner(&target);
     std::os::unix::fs::symlink(&target, &setup.file).unwrap();
     let drained = api(
         setup.admin,
@@ -435,6 +446,7 @@ async fn a_linked_config_file_is_edited_where_it_lives() {
     assert!(text.contains("state = \"draining\""), "{text}");
     let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o640);
+    assert_eq!(owner(&target), before, "owner and group kept");
     assert_eq!(
         std::fs::read_dir(&checkout).unwrap().count(),
         1,
