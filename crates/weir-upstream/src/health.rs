@@ -264,18 +264,28 @@ pub fn parse_answer(received: &[u8], method: &str) -> Result<Option<u16>, CheckF
         ..weir_http::Limits::default()
     };
     let method = weir_http::Method::from_bytes(method.as_bytes());
+    // The whole answer head, interim answers included, within one head's bound and a few
+    // interim answers (as the proxy bounds a node's): a node that sends 1xx answers
+    // without end fails its check instead of filling weir's memory.
     let mut rest = received;
-    loop {
+    for _ in 0..=MAX_INTERIM_ANSWERS {
         match weir_http::parse_response(rest, &limits, method) {
             Ok(weir_http::Parsed::Complete(head, used)) if head.is_interim() => {
                 rest = &rest[used..];
             }
             Ok(weir_http::Parsed::Complete(head, _)) => return Ok(Some(head.status())),
+            Ok(weir_http::Parsed::Partial) if received.len() > MAX_ANSWER_HEAD => {
+                return Err(CheckFailure::Malformed);
+            }
             Ok(weir_http::Parsed::Partial) => return Ok(None),
             Err(_) => return Err(CheckFailure::Malformed),
         }
     }
+    Err(CheckFailure::Malformed)
 }
+
+/// Interim (1xx) answers a check's answer may begin with.
+const MAX_INTERIM_ANSWERS: usize = 8;
 
 /// Whether `status` falls in one of the inclusive ranges.
 pub fn status_expected(status: u16, expected: &[(u16, u16)]) -> bool {

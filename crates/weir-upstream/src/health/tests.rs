@@ -99,6 +99,23 @@ fn answer_parsing() {
     }
     let endless = vec![b'a'; MAX_ANSWER_HEAD + 1];
     assert_eq!(parse_answer(&endless, "GET"), Err(CheckFailure::Malformed));
+    // Interim answers without end: a few are skipped, more fail the check at once, and a
+    // stream of them past one head's bound fails it before a final answer could be whole.
+    let interim = |count: usize| b"HTTP/1.1 100 Continue\r\n\r\n".repeat(count);
+    let final_after = |count: usize| [interim(count), b"HTTP/1.1 200 OK\r\n\r\n".to_vec()].concat();
+    assert_eq!(parse_answer(&final_after(8), "GET"), Ok(Some(200)));
+    assert_eq!(
+        parse_answer(&final_after(9), "GET"),
+        Err(CheckFailure::Malformed)
+    );
+    let mut flood = interim(8);
+    flood.extend_from_slice(b"HTTP/1.1 200 OK\r\nX: ");
+    flood.resize(MAX_ANSWER_HEAD + 1, b'x');
+    assert_eq!(parse_answer(&flood, "GET"), Err(CheckFailure::Malformed));
+    // A whole answer whose body came in the same read is not too long, however long.
+    let mut large = b"HTTP/1.1 200 OK\r\nContent-Length: 70000\r\n\r\n".to_vec();
+    large.resize(70_000, b'b');
+    assert_eq!(parse_answer(&large, "GET"), Ok(Some(200)));
 }
 
 #[test]
