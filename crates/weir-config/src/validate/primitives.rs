@@ -125,7 +125,8 @@ impl Checker {
         };
         match u32::try_from(value) {
             Ok(count) if range.contains(&count) => return count,
-            _ if *range.end() == u32::MAX => {
+            // Too small: name the bound it missed (a value past u32 is too large).
+            _ if *range.end() == u32::MAX && value < i64::from(*range.start()) => {
                 self.report(path, format!("must be at least {}", range.start()))
             }
             _ => self.report(

@@ -631,6 +631,16 @@ fn counts_respect_bounds() {
         "pools.web.connections.max_connections",
         "between 1 and 1000000",
     );
+    // A count past what weir holds names that bound, not the lower one it does not miss.
+    assert_one_error(
+        &file(
+            "[virtual_servers.web.limits]\nmax_connections = 4294967296",
+            "",
+            "",
+        ),
+        "virtual_servers.web.limits.max_connections",
+        "between 1 and 4294967295",
+    );
     assert_one_error(
         &file(
             "[virtual_servers.web.limits]\nmax_requests_per_connection = -1",
