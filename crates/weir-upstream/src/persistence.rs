@@ -339,7 +339,9 @@ fn set_cookie(cookie: &InsertedCookie, token: &str, https: bool) -> Bytes {
     if let Some(max_age) = cookie.max_age {
         value.push_str(&format!("; Max-Age={}", max_age.as_secs()));
     }
-    if cookie.secure.unwrap_or(https) {
+    // `SameSite=None` is `Secure` always (browsers drop it otherwise), behind an http
+    // virtual server too, where `secure` left unset would otherwise leave it out.
+    if cookie.secure.unwrap_or(https) || cookie.same_site == Some("None") {
         value.push_str("; Secure");
     }
     if cookie.http_only {

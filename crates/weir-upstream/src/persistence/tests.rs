@@ -106,6 +106,26 @@ fn an_inserted_cookie_sticks_and_a_tampered_one_is_ignored() {
         set_lax.ends_with(b"; HttpOnly; SameSite=Lax"),
         "{set_lax:?}"
     );
+    // `SameSite=None` is always `Secure`, behind an http virtual server too.
+    let PersistenceMode::Cookie(mut none) = cookie_mode() else {
+        unreachable!()
+    };
+    none.same_site = Some("None");
+    let with_none = Persistence::new(
+        &config(PersistenceMode::Cookie(none)),
+        "web",
+        &nodes,
+        &key,
+        None,
+        now,
+    );
+    let set_none = with_none
+        .on_response(&request(""), &response(""), 2, CLIENT, false, now)
+        .unwrap();
+    assert!(
+        set_none.ends_with(b"; Secure; HttpOnly; SameSite=None"),
+        "{set_none:?}"
+    );
     assert!(
         !value.contains("10.0.0"),
         "the token must not reveal the node"
