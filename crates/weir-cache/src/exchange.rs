@@ -20,6 +20,20 @@ use crate::policy::invalidate::{invalidated_keys, is_safe};
 use crate::policy::storable::{NotStorable, content_length, storable};
 use crate::view::{RequestView, ResponseView};
 
+/// `head`, with a `Date` of when it was received if the node sent none (RFC 9110 §6.6.1:
+/// a cache with a clock that stores such an answer appends one), so hits carry it.
+fn with_date(head: StoredHead, received: UnixTime) -> StoredHead {
+    if head.header("date").is_some() {
+        return head;
+    }
+    let mut builder = HeadBuilder::default();
+    for (name, value) in head.headers() {
+        builder.push(name, value);
+    }
+    builder.push(b"Date", crate::date::format_http_date(received).as_bytes());
+    builder.finish(head.status())
+}
+
 /// `head` without its `Set-Cookie` lines.
 fn without_set_cookie(head: &StoredHead) -> StoredHead {
     let mut builder = HeadBuilder::default();
@@ -479,6 +493,7 @@ impl Cache {
         } else {
             StoredHead::from_response(response, drop_cookie)
         };
+        let head = with_date(head, now);
         let timing = Timing::new(response, exchange.request_time, now);
         let freshness = Freshness::new(policy, response, directives, timing);
         let reusable = freshness.lifetime > 0
