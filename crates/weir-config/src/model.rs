@@ -646,6 +646,9 @@ pub struct ServerTls {
     pub session_cache_lifetime: Duration,
     /// Whether client certificates are asked for, and against which CA.
     pub client_auth: ClientAuth,
+    /// Certificate revocation lists (PEM) client certificates are checked against: a
+    /// certificate they list is refused, and so is one whose issuer has no list in the file.
+    pub client_crl: Option<FileRef>,
     /// Request header that carries the verified client certificate's subject
     /// to the node (removed from what the client sent either way).
     pub client_subject_header: Option<String>,
@@ -761,7 +764,8 @@ impl Config {
                     ClientAuth::None => None,
                     ClientAuth::Optional { ca } | ClientAuth::Required { ca } => Some(ca),
                 };
-                certificates.chain(ca).collect::<Vec<_>>()
+                let crl = tls.client_crl.as_mut();
+                certificates.chain(ca).chain(crl).collect::<Vec<_>>()
             });
         let pools = self
             .pools

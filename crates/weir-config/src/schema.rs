@@ -195,6 +195,7 @@ pub struct ServerTlsTable {
     pub session_cache_lifetime: Option<DurationText>,
     pub client_certificates: Option<String>,
     pub client_ca: Option<String>,
+    pub client_crl: Option<String>,
     pub client_subject_header: Option<String>,
 }
 

@@ -314,6 +314,57 @@ async fn required_client_certificates_refuse_clients_without_one_and_forward_the
     origin.stop().await;
 }
 
+/// `client_crl`: a client certificate the CA's revocation list names is refused, one it
+/// does not name is served; a reload that re-reads a list revoking a certificate refuses it
+/// from then on, a resumed session included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_client_certificates_are_refused() {
+    let pki = Pki::new();
+    let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
+    let alice = pki.client("alice", "alice");
+    let mallory = pki.client("mallory", "mallory");
+    let crl = pki.crl("revoked", &[&mallory.0]);
+    let origin = TestOrigin::start("a").await;
+    let tls_table = format!(
+        "{}\nclient_certificates = \"required\"\nclient_ca = \"{}\"\nclient_crl = \"{}\"",
+        certificates(&[&cert]),
+        toml_path(&pki.ca_path()),
+        toml_path(&crl)
+    );
+    let proxy = TestProxy::start(&https_config(&origin, &tls_table)).await;
+    let served = |client: &std::sync::Arc<weir_tls::rustls::ClientConfig>| {
+        let client = std::sync::Arc::clone(client);
+        let addr = proxy.addr;
+        async move {
+            match tls::connect(addr, "site.test", &client).await {
+                Ok(mut stream) => tls::get(&mut stream, "/")
+                    .await
+                    .is_ok_and(|r| r.status == 200),
+                Err(_) => false,
+            }
+        }
+    };
+    let as_alice = tls::client_config(&ClientOptions {
+        client_cert: Some(alice.clone()),
+        ..ClientOptions::default()
+    });
+    let as_mallory = tls::client_config(&ClientOptions {
+        client_cert: Some(mallory.clone()),
+        ..ClientOptions::default()
+    });
+    assert!(served(&as_alice).await, "alice is not revoked");
+    assert!(!served(&as_mallory).await, "mallory is revoked");
+
+    // Alice revoked too, and the list re-read: her next handshake (a resumption, by
+    // this client's session store) is refused.
+    let both = pki.crl("both", &[&mallory.0, &alice.0]);
+    std::fs::copy(&both, &crl).unwrap();
+    proxy.tls[0].reload().unwrap();
+    assert!(!served(&as_alice).await, "alice is revoked now");
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 #[tokio::test]
 async fn optional_client_certificates_serve_both_and_forward_only_a_verified_subject() {
     let pki = Pki::new();

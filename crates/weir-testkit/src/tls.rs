@@ -81,6 +81,20 @@ impl Pki {
         self.write(stem, &issued.cert_pem, &issued.key_pem)
     }
 
+    /// A revocation list of the CA revoking the certificate files `revoked`, written as
+    /// `STEM.crl`; returns its path.
+    pub fn crl(&self, stem: &str, revoked: &[&std::path::Path]) -> PathBuf {
+        let pems: Vec<String> = revoked
+            .iter()
+            .map(|path| std::fs::read_to_string(path).expect("read cert"))
+            .collect();
+        let pems: Vec<&str> = pems.iter().map(String::as_str).collect();
+        let crl = self.ca.crl(&pems).expect("sign CRL");
+        let path = self.path(&format!("{stem}.crl"));
+        std::fs::write(&path, crl).expect("write CRL");
+        path
+    }
+
     fn write(&self, stem: &str, cert: &str, key: &str) -> (PathBuf, PathBuf) {
         let cert_path = self.path(&format!("{stem}.pem"));
         let key_path = self.path(&format!("{stem}.key"));

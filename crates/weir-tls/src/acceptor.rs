@@ -273,7 +273,8 @@ impl Acceptor {
         // A session remembers the client certificate checks of the handshake that made it
         // (none, or another CA's): it resumes only under the same ones. New checks start
         // new keys and a new cache, so every client goes through them.
-        let same_checks = settings.client_auth == old.client_auth;
+        let same_checks =
+            settings.client_auth == old.client_auth && settings.client_crl == old.client_crl;
         if same_checks
             && settings.session_tickets == old.session_tickets
             && settings.ticket_rotation == old.ticket_rotation
@@ -470,14 +471,23 @@ impl Parts<'_> {
                 file: first_file(settings),
                 message: format!("no usable TLS version with these suites: {error}"),
             })?;
-        let mut context = session_context(&settings.client_auth, None);
+        let mut context = session_context(&settings.client_auth, None, &[]);
         let builder = match &settings.client_auth {
             ClientAuth::None => builder.with_no_client_auth(),
             ClientAuth::Optional { ca } | ClientAuth::Required { ca } => {
                 let roots = Arc::new(certs::load_roots(ca)?);
-                context = session_context(&settings.client_auth, Some(&roots));
-                let verifier =
+                let crls = match &settings.client_crl {
+                    Some(file) => certs::load_crls(file)?,
+                    None => Vec::new(),
+                };
+                context = session_context(&settings.client_auth, Some(&roots), &crls);
+                let mut verifier =
                     WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(self.provider));
+                if !crls.is_empty() {
+                    // The client's own certificate is checked (as nginx's ssl_crl does), and
+                    // a certificate whose issuer has no list in the file is refused.
+                    verifier = verifier.with_crls(crls).only_check_end_entity_revocation();
+                }
                 let verifier = if matches!(settings.client_auth, ClientAuth::Optional { .. }) {
                     verifier.allow_unauthenticated()
                 } else {
@@ -520,11 +530,15 @@ impl Parts<'_> {
 }
 
 /// The digest of what a handshake checks client certificates against: the mode (none,
-/// optional, required) and the trust anchors loaded from the CA file — its content, not its
-/// path, and as a set, so a reload that re-reads a changed file changes it while one that
-/// re-reads the same CAs does not. A session resumes only under the context it was made in
-/// (a resumed handshake skips the client certificate check).
-fn session_context(client_auth: &ClientAuth, roots: Option<&RootCertStore>) -> [u8; 32] {
+/// optional, required), the trust anchors loaded from the CA file and the revocation lists —
+/// their content, not their paths, the anchors as a set, so a reload that re-reads a changed
+/// file changes it while one that re-reads the same CAs does not. A session resumes only
+/// under the context it was made in (a resumed handshake skips the client certificate check).
+fn session_context(
+    client_auth: &ClientAuth,
+    roots: Option<&RootCertStore>,
+    crls: &[rustls::pki_types::CertificateRevocationListDer<'_>],
+) -> [u8; 32] {
     let mode: u8 = match client_auth {
         ClientAuth::None => 0,
         ClientAuth::Optional { .. } => 1,
@@ -565,6 +579,12 @@ fn session_context(client_auth: &ClientAuth, roots: Option<&RootCertStore>) -> [
     all.update(&[mode]);
     for anchor in &anchors {
         all.update(anchor);
+    }
+    // The revocation lists too: a session made before a certificate was revoked must not
+    // resume past the list that revokes it (a resumed handshake checks no certificate).
+    for crl in crls {
+        all.update(&(crl.len() as u64).to_be_bytes());
+        all.update(crl);
     }
     let mut context = [0u8; 32];
     context.copy_from_slice(all.finish().as_ref());

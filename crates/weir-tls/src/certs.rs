@@ -143,6 +143,40 @@ pub fn load_roots(file: &FileRef) -> Result<RootCertStore, FileProblem> {
     Ok(roots)
 }
 
+/// Reads a PEM file of certificate revocation lists (one or more `X509 CRL` blocks).
+pub fn load_crls(
+    file: &FileRef,
+) -> Result<Vec<rustls::pki_types::CertificateRevocationListDer<'static>>, FileProblem> {
+    use rustls::pki_types::CertificateRevocationListDer;
+    let bytes = file.read().map_err(|error| {
+        FileProblem::new(
+            file,
+            format!("cannot read {}: {error}", file.path.display()),
+        )
+    })?;
+    let crls = CertificateRevocationListDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| {
+            FileProblem::new(
+                file,
+                format!(
+                    "{} is not a valid PEM CRL file: {error}",
+                    file.path.display()
+                ),
+            )
+        })?;
+    if crls.is_empty() {
+        return Err(FileProblem::new(
+            file,
+            format!(
+                "{} holds no certificate revocation list",
+                file.path.display()
+            ),
+        ));
+    }
+    Ok(crls)
+}
+
 /// What a certificate says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertificateInfo {
@@ -432,6 +466,34 @@ impl TestCa {
     /// The CA certificate (what clients trust).
     pub fn certificate(&self) -> &Generated {
         &self.cert
+    }
+
+    /// A certificate revocation list (PEM) of this CA revoking `revoked` (certificates it
+    /// issued, PEM), valid from a day ago for 30 days.
+    pub fn crl(&self, revoked: &[&str]) -> Result<String, rcgen::Error> {
+        let now = time::OffsetDateTime::now_utc();
+        let mut revoked_certs = Vec::new();
+        for pem in revoked {
+            let der = CertificateDer::from_pem_slice(pem.as_bytes())
+                .map_err(|_| rcgen::Error::CouldNotParseCertificate)?;
+            let (_, cert) = x509_parser::parse_x509_certificate(&der)
+                .map_err(|_| rcgen::Error::CouldNotParseCertificate)?;
+            revoked_certs.push(rcgen::RevokedCertParams {
+                serial_number: rcgen::SerialNumber::from_slice(cert.raw_serial()),
+                revocation_time: now - time::Duration::hours(1),
+                reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                invalidity_date: None,
+            });
+        }
+        let params = rcgen::CertificateRevocationListParams {
+            this_update: now - time::Duration::days(1),
+            next_update: now + time::Duration::days(30),
+            crl_number: rcgen::SerialNumber::from(1u64),
+            issuing_distribution_point: None,
+            revoked_certs,
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        };
+        Ok(params.signed_by(&self.issuer)?.pem()?)
     }
 
     /// A server certificate for `names` (DNS names or IP addresses), valid for `days`.

@@ -852,6 +852,11 @@ fn client_certificate_rules() {
         "virtual_servers.web.tls.client_subject_header",
         "needs client_certificates",
     );
+    assert_one_error(
+        &https(&format!("{CERT}\nclient_crl = \"clients.crl\"")),
+        "virtual_servers.web.tls.client_crl",
+        "has no effect",
+    );
     // A field that frames the request, or that weir writes itself, would be sent twice.
     for name in [
         "Content-Length",

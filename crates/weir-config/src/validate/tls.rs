@@ -54,6 +54,17 @@ impl Checker {
         let groups = self.groups(&path.key("groups"), table.groups.as_deref());
         let alpn = self.alpn(&path.key("alpn"), table.alpn.as_deref(), relayed);
         let client_auth = self.client_auth(path, table);
+        let client_crl = table.client_crl.as_ref().and_then(|crl| {
+            let crl_path = path.key("client_crl");
+            if matches!(client_auth, ClientAuth::None) {
+                self.report(
+                    &crl_path,
+                    "has no effect unless client_certificates = \"optional\" or \"required\"",
+                );
+                return None;
+            }
+            self.file_ref(&crl_path, crl)
+        });
         let client_subject_header = table.client_subject_header.as_ref().and_then(|name| {
             let header_path = path.key("client_subject_header");
             if let Err(message) = values::added_request_header(name) {
@@ -106,6 +117,7 @@ impl Checker {
                 Zero::Rejected,
             ),
             client_auth,
+            client_crl,
             client_subject_header,
         }
     }
