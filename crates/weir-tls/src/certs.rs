@@ -493,7 +493,7 @@ impl TestCa {
             revoked_certs,
             key_identifier_method: rcgen::KeyIdMethod::Sha256,
         };
-        Ok(params.signed_by(&self.issuer)?.pem()?)
+        params.signed_by(&self.issuer)?.pem()
     }
 
     /// A server certificate for `names` (DNS names or IP addresses), valid for `days`.
