@@ -114,7 +114,7 @@ async fn each_action_kind_on_one_kept_alive_connection() {
     assert_eq!(r.text(), "{\"pong\":\"ping-1\"}");
     // a direct response without a body has none (not weir's short "error" text)
     let r = send(&mut c, "GET /alive HTTP/1.1\r\nHost: h\r\n\r\n").await;
-    assert_eq!((r.status, r.text()), (200, ""));
+    assert_eq!((r.status, r.text().as_str()), (200, ""));
     // the method is part of the match: POST /ping goes to the pool
     // (the origin knows no /ping: its 404 shows the request reached it)
     let r = send(
