@@ -459,22 +459,6 @@ fn stale_if_error_table() {
             &policy,
             false,
         ),
-        (
-            "no-cache, even fresh",
-            cc("max-age=60, no-cache"),
-            get.clone(),
-            10,
-            &policy,
-            false,
-        ),
-        (
-            "no-cache within a default window",
-            cc("max-age=60, no-cache"),
-            get.clone(),
-            70,
-            &defaults,
-            false,
-        ),
     ];
     for (name, response, request, elapsed, policy, expected) in cases {
         let fresh = freshness(policy, &response);
@@ -485,6 +469,25 @@ fn stale_if_error_table() {
             ),
             expected,
             "{name}"
+        );
+    }
+}
+
+/// A `no-cache` response is used only after a validation that succeeded (§5.2.2.4): never
+/// because the node failed, fresh or within a stale-if-error window.
+#[test]
+fn no_cache_is_never_served_on_error() {
+    let defaults = CachePolicy {
+        stale_if_error: 300,
+        ..CachePolicy::default()
+    };
+    let response = Resp::new(200).header("Cache-Control", "max-age=60, no-cache");
+    let request = RequestDirectives::parse(&Req::get("/"));
+    for (policy, elapsed) in [(&CachePolicy::default(), 10), (&defaults, 70)] {
+        let fresh = freshness(policy, &response);
+        assert!(
+            !fresh.usable_on_error(&request, UnixTime(T0.0 + elapsed)),
+            "{elapsed}"
         );
     }
 }
