@@ -346,18 +346,7 @@ impl Checker {
         path: &KeyPath,
         table: Option<&crate::schema::Named<String>>,
     ) -> Vec<(String, String)> {
-        /// Fields weir manages itself: setting them would break framing or the connection.
-        const MANAGED: &[&str] = &[
-            "connection",
-            "content-length",
-            "transfer-encoding",
-            "keep-alive",
-            "proxy-connection",
-            "te",
-            "trailer",
-            "upgrade",
-            "via",
-        ];
+        const MANAGED: &[&str] = values::MANAGED_RESPONSE_HEADERS;
         let Some(table) = table else {
             return Vec::new();
         };

@@ -36,34 +36,42 @@ impl FileProblem {
     }
 }
 
-/// Reads a PEM certificate chain, leaf first.
-pub fn read_chain(file: &FileRef) -> Result<Vec<CertificateDer<'static>>, FileProblem> {
+/// Reads every PEM block of one kind from `file` (`what` names the kind in errors, `empty`
+/// what is missing when there is none).
+fn read_pems<T: PemObject>(file: &FileRef, what: &str, empty: &str) -> Result<Vec<T>, FileProblem> {
     let bytes = file.read().map_err(|error| {
         FileProblem::new(
             file,
             format!("cannot read {}: {error}", file.path.display()),
         )
     })?;
-    let chain = CertificateDer::pem_slice_iter(&bytes)
+    let items = T::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| {
             FileProblem::new(
                 file,
                 format!(
-                    "{} is not a valid PEM certificate file: {error}",
+                    "{} is not a valid PEM {what} file: {error}",
                     file.path.display()
                 ),
             )
         })?;
-    if chain.is_empty() {
+    if items.is_empty() {
         return Err(FileProblem::new(
             file,
-            format!(
-                "{} holds no PEM certificate (\"-----BEGIN CERTIFICATE-----\")",
-                file.path.display()
-            ),
+            format!("{} holds no {empty}", file.path.display()),
         ));
     }
+    Ok(items)
+}
+
+/// Reads a PEM certificate chain, leaf first.
+pub fn read_chain(file: &FileRef) -> Result<Vec<CertificateDer<'static>>, FileProblem> {
+    let chain: Vec<CertificateDer<'static>> = read_pems(
+        file,
+        "certificate",
+        "PEM certificate (\"-----BEGIN CERTIFICATE-----\")",
+    )?;
     for (index, der) in chain.iter().enumerate() {
         if let Err(error) = x509_parser::parse_x509_certificate(der) {
             return Err(FileProblem::new(
@@ -147,34 +155,7 @@ pub fn load_roots(file: &FileRef) -> Result<RootCertStore, FileProblem> {
 pub fn load_crls(
     file: &FileRef,
 ) -> Result<Vec<rustls::pki_types::CertificateRevocationListDer<'static>>, FileProblem> {
-    use rustls::pki_types::CertificateRevocationListDer;
-    let bytes = file.read().map_err(|error| {
-        FileProblem::new(
-            file,
-            format!("cannot read {}: {error}", file.path.display()),
-        )
-    })?;
-    let crls = CertificateRevocationListDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| {
-            FileProblem::new(
-                file,
-                format!(
-                    "{} is not a valid PEM CRL file: {error}",
-                    file.path.display()
-                ),
-            )
-        })?;
-    if crls.is_empty() {
-        return Err(FileProblem::new(
-            file,
-            format!(
-                "{} holds no certificate revocation list",
-                file.path.display()
-            ),
-        ));
-    }
-    Ok(crls)
+    read_pems(file, "CRL", "certificate revocation list")
 }
 
 /// What a certificate says about itself.

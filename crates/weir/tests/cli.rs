@@ -616,15 +616,8 @@ impl Drop for Running {
 /// with `--admin`, where the refusal is counted); a good one is applied (exit code 0).
 #[test]
 fn reload_refuses_a_bad_file_with_exit_code_2() {
-    let [proxy_port, admin_port] = weir_testkit::free_ports();
-    let good = format!(
-        "[runtime]\nthreads = 1\n[log]\nlevel = \"error\"\naccess_log = false\n\
-         [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
-         [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\
-         [pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
-    );
+    let (good, admin) = admin_config();
     let config = temp_config(&good);
-    let admin = format!("127.0.0.1:{admin_port}");
     let _serving = serve_with_admin(&config, &admin);
     let metrics = || admin_get(&admin, "/metrics");
     let reload = |extra: &[&str]| {
@@ -679,15 +672,8 @@ fn reload_refuses_a_bad_file_with_exit_code_2() {
 /// named through a symbolic link, is reloaded.
 #[test]
 fn reload_refuses_a_file_the_running_weir_does_not_read() {
-    let [proxy_port, admin_port] = weir_testkit::free_ports();
-    let text = format!(
-        "[runtime]\nthreads = 1\n[log]\nlevel = \"error\"\naccess_log = false\n\
-         [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
-         [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\
-         [pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
-    );
+    let (text, admin) = admin_config();
     let running = temp_config(&text);
-    let admin = format!("127.0.0.1:{admin_port}");
     let _serving = serve_with_admin(&running, &admin);
     let other = temp_config(&text.replace("127.0.0.1:1\"", "127.0.0.1:2\""));
     let reload = |path: &std::path::Path| {
@@ -728,6 +714,18 @@ fn reload_refuses_a_file_the_running_weir_does_not_read() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(generation(), 2, "the file weir runs was reloaded");
+}
+
+/// A config with an admin listener (no token) on free ports, and that listener's address.
+fn admin_config() -> (String, String) {
+    let [proxy_port, admin_port] = weir_testkit::free_ports();
+    let text = format!(
+        "[runtime]\nthreads = 1\n[log]\nlevel = \"error\"\naccess_log = false\n\
+         [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\
+         [pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
+    );
+    (text, format!("127.0.0.1:{admin_port}"))
 }
 
 /// Starts `weir serve --config FILE` and waits (up to 5 s) for its admin listener.

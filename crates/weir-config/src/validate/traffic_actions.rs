@@ -5,7 +5,7 @@
 use regex::bytes::Regex;
 
 use super::traffic::Scope;
-use super::values::MANAGED_REQUEST_HEADERS;
+use super::values::{MANAGED_REQUEST_HEADERS, MANAGED_RESPONSE_HEADERS};
 use super::{Checker, template, values};
 use crate::defaults;
 use crate::error::KeyPath;
@@ -13,19 +13,6 @@ use crate::model::{Actions, HeaderEdits, PathRewrite, Template, Terminal};
 use crate::schema::{
     HeaderEditsTable, OneOrMany, RedirectTable, RespondTable, RewritePathTable, RuleTable,
 };
-
-/// Fields weir manages itself on responses.
-const MANAGED_RESPONSE_HEADERS: &[&str] = &[
-    "connection",
-    "content-length",
-    "transfer-encoding",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "upgrade",
-    "via",
-];
 
 /// Which side of the exchange a set of header edits applies to.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -317,6 +317,20 @@ pub(crate) const MANAGED_REQUEST_HEADERS: &[&str] = &[
     "upgrade",
 ];
 
+/// Fields weir manages itself on responses: setting them would break framing or the
+/// connection (`Via` is weir's to write).
+pub(crate) const MANAGED_RESPONSE_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "transfer-encoding",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "via",
+];
+
 /// Besides those, the request fields weir writes itself (Host, the forwarded fields).
 const WRITTEN_REQUEST_HEADERS: &[&str] = &[
     "host",

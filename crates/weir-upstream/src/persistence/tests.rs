@@ -86,42 +86,31 @@ fn an_inserted_cookie_sticks_and_a_tampered_one_is_ignored() {
     );
     let value = &set["WEIR_NODE=".len()..set.find(';').unwrap()];
     assert_eq!(value.len(), 32);
-    // `same_site` adds its attribute.
-    let PersistenceMode::Cookie(mut lax) = cookie_mode() else {
-        unreachable!()
+    // `same_site` adds its attribute; `SameSite=None` is always `Secure`, behind an http
+    // virtual server too.
+    let set_with = |same_site: &'static str| {
+        let PersistenceMode::Cookie(mut cookie) = cookie_mode() else {
+            unreachable!()
+        };
+        cookie.same_site = Some(same_site);
+        let persistence = Persistence::new(
+            &config(PersistenceMode::Cookie(cookie)),
+            "web",
+            &nodes,
+            &key,
+            None,
+            now,
+        );
+        persistence
+            .on_response(&request(""), &response(""), 2, CLIENT, false, now)
+            .unwrap()
     };
-    lax.same_site = Some("Lax");
-    let with_lax = Persistence::new(
-        &config(PersistenceMode::Cookie(lax)),
-        "web",
-        &nodes,
-        &key,
-        None,
-        now,
-    );
-    let set_lax = with_lax
-        .on_response(&request(""), &response(""), 2, CLIENT, false, now)
-        .unwrap();
+    let set_lax = set_with("Lax");
     assert!(
         set_lax.ends_with(b"; HttpOnly; SameSite=Lax"),
         "{set_lax:?}"
     );
-    // `SameSite=None` is always `Secure`, behind an http virtual server too.
-    let PersistenceMode::Cookie(mut none) = cookie_mode() else {
-        unreachable!()
-    };
-    none.same_site = Some("None");
-    let with_none = Persistence::new(
-        &config(PersistenceMode::Cookie(none)),
-        "web",
-        &nodes,
-        &key,
-        None,
-        now,
-    );
-    let set_none = with_none
-        .on_response(&request(""), &response(""), 2, CLIENT, false, now)
-        .unwrap();
+    let set_none = set_with("None");
     assert!(
         set_none.ends_with(b"; Secure; HttpOnly; SameSite=None"),
         "{set_none:?}"
