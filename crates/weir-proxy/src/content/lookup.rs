@@ -279,11 +279,11 @@ fn memchr_newline(raw: &[u8]) -> Option<usize> {
     raw.iter().position(|&byte| byte == b'\n')
 }
 
-/// One of weir's own short answers (`PURGE`, `only-if-cached`).
 fn is_head(head: &RequestHead) -> bool {
     head.method() == weir_http::Method::Head
 }
 
+/// One of weir's own short answers (`PURGE`, `only-if-cached`).
 async fn answer(
     client: &mut Client,
     vs: &VirtualServerRuntime,
