@@ -335,6 +335,17 @@ impl Config {
             .and_then(|text| line_of_key(&text, key));
         ConfigError::single(&self.file_name(), line, key.to_string(), message.into())
     }
+
+    /// An address at `key` that cannot be listened on, placed like any configuration error
+    /// (file, line, key) though the file is valid.
+    pub fn listen_error(
+        &self,
+        key: &KeyPath,
+        address: std::net::SocketAddr,
+        error: &dyn std::fmt::Display,
+    ) -> ConfigError {
+        self.key_error(key, format!("cannot listen on {address}: {error}"))
+    }
 }
 
 /// The built-in configuration ([`EMBEDDED_DEFAULT`]), parsed.

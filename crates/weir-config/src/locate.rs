@@ -36,14 +36,7 @@ impl<'a> Locator<'a> {
 
     /// The line of `path`, or of its nearest ancestor present in the file.
     pub(crate) fn line_of(&self, path: &KeyPath) -> Option<usize> {
-        let mut current = Some(path.clone());
-        while let Some(path) = current {
-            if let Some(&offset) = self.starts.get(&path) {
-                return Some(line_at(self.text, offset));
-            }
-            current = path.parent();
-        }
-        None
+        nearest(&self.starts, path).map(|(_, &offset)| line_at(self.text, offset))
     }
 
     /// The innermost path whose key or value covers `offset`.
@@ -59,14 +52,7 @@ impl<'a> Locator<'a> {
     /// The `key = value` that holds `path` (it, or the nearest ancestor written as one),
     /// with its path and byte range; `None` for a path under a table header.
     pub(crate) fn statement(&self, path: &KeyPath) -> Option<(KeyPath, Range<usize>)> {
-        let mut current = Some(path.clone());
-        while let Some(path) = current {
-            if let Some(range) = self.statements.get(&path) {
-                return Some((path, range.clone()));
-            }
-            current = path.parent();
-        }
-        None
+        nearest(&self.statements, path).map(|(path, range)| (path, range.clone()))
     }
 
     pub(crate) fn diagnostic(&self, problem: Problem) -> Diagnostic {
@@ -137,6 +123,19 @@ impl<'a> Locator<'a> {
             _ => {}
         }
     }
+}
+
+/// The entry of `map` for `path` or, failing that, for its nearest ancestor, with the path
+/// it was found at.
+fn nearest<'m, V>(map: &'m HashMap<KeyPath, V>, path: &KeyPath) -> Option<(KeyPath, &'m V)> {
+    let mut current = Some(path.clone());
+    while let Some(path) = current {
+        if let Some(value) = map.get(&path) {
+            return Some((path, value));
+        }
+        current = path.parent();
+    }
+    None
 }
 
 /// The 1-based line holding byte `offset`.

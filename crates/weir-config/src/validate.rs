@@ -346,7 +346,6 @@ impl Checker {
         path: &KeyPath,
         table: Option<&crate::schema::Named<String>>,
     ) -> Vec<(String, String)> {
-        const MANAGED: &[&str] = values::MANAGED_RESPONSE_HEADERS;
         let Some(table) = table else {
             return Vec::new();
         };
@@ -355,7 +354,8 @@ impl Checker {
             let at = path.key(name);
             if !values::is_token(name) {
                 self.report(&at, format!("\"{name}\" is not a valid header name"));
-            } else if MANAGED.contains(&name.to_ascii_lowercase().as_str()) {
+            } else if values::MANAGED_RESPONSE_HEADERS.contains(&name.to_ascii_lowercase().as_str())
+            {
                 self.report(&at, format!("{name} is managed by weir and cannot be set"));
             } else if value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
                 self.report(&at, "the value must not contain control characters");

@@ -671,11 +671,8 @@ async fn read_response_head(
 /// before it reads any request, never after.
 fn refused_handshake(error: &std::io::Error) -> bool {
     use weir_tls::rustls::{AlertDescription as A, Error as TlsError};
-    let alert = error
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<TlsError>());
     matches!(
-        alert,
+        weir_tls::tls_error(error),
         Some(TlsError::AlertReceived(
             A::HandshakeFailure
                 | A::DecryptError

@@ -186,7 +186,7 @@ pub(crate) fn listen_error(
     {
         key = key.index(index);
     }
-    config.key_error(&key, format!("cannot listen on {address}: {error}"))
+    config.listen_error(&key, address, error)
 }
 
 /// Binds the listen addresses `candidate` adds. On error, those bound are closed again.

@@ -93,10 +93,7 @@ impl FailureReason {
     /// Classifies an error from a handshake.
     pub fn of(error: &io::Error) -> FailureReason {
         use io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
-        if let Some(tls) = error
-            .get_ref()
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
+        if let Some(tls) = crate::tls_error(error) {
             return match tls {
                 rustls::Error::PeerIncompatible(_) => FailureReason::Incompatible,
                 rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertificate(_) => {

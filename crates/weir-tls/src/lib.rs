@@ -29,3 +29,9 @@ pub use connector::Connector;
 pub use hold::FirstSpeaker;
 pub use stream::{ClientStream, ServerStream, Stream};
 pub use tokio_rustls::rustls;
+
+/// The TLS error an I/O error carries (how tokio-rustls reports a peer's alert, a failed
+/// verification...), if it is one.
+pub fn tls_error(error: &std::io::Error) -> Option<&rustls::Error> {
+    error.get_ref()?.downcast_ref::<rustls::Error>()
+}

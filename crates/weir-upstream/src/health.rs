@@ -311,7 +311,10 @@ async fn check_without_timeout(
                 kind => CheckFailure::Connect(kind),
             })?;
         if !preamble.is_empty() {
-            stream.write_all(preamble).await.map_err(io_failure)?;
+            stream
+                .write_all(preamble)
+                .await
+                .map_err(|error| io_failure(&error))?;
         }
         Ok(stream)
     };
@@ -358,14 +361,19 @@ async fn check_without_timeout(
     stream
         .write_all(&http_request(method, path, &host))
         .await
-        .map_err(io_failure)?;
-    stream.flush().await.map_err(io_failure)?;
+        .map_err(|error| io_failure(&error))?;
+    stream.flush().await.map_err(|error| io_failure(&error))?;
     let mut received = Vec::with_capacity(256);
     let status = loop {
         if let Some(status) = parse_answer(&received, method)? {
             break status;
         }
-        if stream.read_buf(&mut received).await.map_err(io_failure)? == 0 {
+        if stream
+            .read_buf(&mut received)
+            .await
+            .map_err(|error| io_failure(&error))?
+            == 0
+        {
             return Err(CheckFailure::Closed);
         }
     };
@@ -406,17 +414,10 @@ async fn http2_status(
 
 /// A read or write that failed: the TLS alert or error it carries (what the node said,
 /// `received fatal alert: UnknownCA` for one), or else its kind.
-fn io_failure(error: io::Error) -> CheckFailure {
-    tls_or_io(error.kind(), error.get_ref())
-}
-
-fn tls_or_io(
-    kind: io::ErrorKind,
-    inner: Option<&(dyn std::error::Error + Send + Sync + 'static)>,
-) -> CheckFailure {
-    match inner.and_then(|inner| inner.downcast_ref::<weir_tls::rustls::Error>()) {
+fn io_failure(error: &io::Error) -> CheckFailure {
+    match weir_tls::tls_error(error) {
         Some(tls) => CheckFailure::Tls(tls.to_string()),
-        None => CheckFailure::Io(kind),
+        None => CheckFailure::Io(error.kind()),
     }
 }
 
@@ -424,7 +425,7 @@ fn tls_or_io(
 /// protocol error.
 fn http2_failure(error: h2::Error) -> CheckFailure {
     match error.get_io() {
-        Some(io) => tls_or_io(io.kind(), io.get_ref()),
+        Some(io) => io_failure(io),
         None if error.is_go_away() || error.is_reset() => CheckFailure::Closed,
         None => CheckFailure::Malformed,
     }

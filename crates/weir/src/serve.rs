@@ -198,15 +198,9 @@ async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An address weir cannot listen on, placed like a configuration error (file, line, key)
-/// though the file is valid: exit code 1, not `weir check`'s 2.
-fn listen_error(
-    config: &Config,
-    key: &KeyPath,
-    address: std::net::SocketAddr,
-    error: &dyn std::fmt::Display,
-) -> anyhow::Error {
-    let error = config.key_error(key, format!("cannot listen on {address}: {error}"));
+/// An address weir cannot listen on: placed like a configuration error, but the file is
+/// valid, so not a `ConfigError` (exit code 1, not `weir check`'s 2).
+fn listen_error(error: weir_config::ConfigError) -> anyhow::Error {
     anyhow::anyhow!("{error}")
 }
 
@@ -246,7 +240,7 @@ async fn bind(config: &Config, metrics: &Arc<Metrics>, take_over: bool) -> anyho
         let key = KeyPath::root().key("origins").index(index).key("listen");
         let bound = Origin::bind(options)
             .await
-            .map_err(|error| listen_error(config, &key, origin.listen, &error))?;
+            .map_err(|error| listen_error(config.listen_error(&key, origin.listen, &error)))?;
         origins.push(bound);
     }
     let mut inherited_listeners = inherited
@@ -260,7 +254,7 @@ async fn bind(config: &Config, metrics: &Arc<Metrics>, take_over: bool) -> anyho
             Some((address, fd)) if address == admin.listen => weir_proxy::adopt(fd, 128)?,
             _ => weir_proxy::bind_tcp(admin.listen, 128).map_err(|error| {
                 let key = KeyPath::root().key("admin").key("listen");
-                listen_error(config, &key, admin.listen, &error)
+                listen_error(config.listen_error(&key, admin.listen, &error))
             })?,
         }),
         None => None,

@@ -201,7 +201,7 @@ pub async fn serve(
             }
         };
         failures.accepted();
-        if !same_user(&stream) {
+        if stranger(&stream).is_some() {
             tracing::warn!("upgrade socket: a process of another user was refused");
             continue;
         }
@@ -233,7 +233,7 @@ pub async fn serve(
 
 /// The uid of the process at the other end of `stream` when it is neither this process's
 /// user nor root (`None` for those; an unknown peer counts as a stranger, uid `u32::MAX`).
-fn stranger(stream: &UnixStream) -> Option<u32> {
+fn stranger(stream: &impl AsFd) -> Option<u32> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
     let ours = nix::unistd::geteuid().as_raw();
     match getsockopt(stream, PeerCredentials) {
@@ -241,13 +241,6 @@ fn stranger(stream: &UnixStream) -> Option<u32> {
         Ok(peer) => Some(peer.uid()),
         Err(_) => Some(u32::MAX),
     }
-}
-
-fn same_user(stream: &tokio::net::UnixStream) -> bool {
-    let ours = nix::unistd::geteuid().as_raw();
-    stream
-        .peer_cred()
-        .is_ok_and(|peer| peer.uid() == ours || peer.uid() == 0)
 }
 
 /// One handover: sockets out, then wait for the new process to be ready. `Ok(false)`: the

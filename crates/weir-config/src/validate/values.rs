@@ -305,20 +305,8 @@ pub(crate) fn show_size(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
-/// Fields weir manages itself on requests: they frame the message or the connection.
-pub(crate) const MANAGED_REQUEST_HEADERS: &[&str] = &[
-    "connection",
-    "content-length",
-    "transfer-encoding",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "upgrade",
-];
-
 /// Fields weir manages itself on responses: setting them would break framing or the
-/// connection (`Via` is weir's to write).
+/// connection (`Via`, last, is weir's to write).
 pub(crate) const MANAGED_RESPONSE_HEADERS: &[&str] = &[
     "connection",
     "content-length",
@@ -330,6 +318,12 @@ pub(crate) const MANAGED_RESPONSE_HEADERS: &[&str] = &[
     "upgrade",
     "via",
 ];
+
+/// Fields weir manages itself on requests: those that frame the message or the
+/// connection: the response's list without `Via`.
+pub(crate) const MANAGED_REQUEST_HEADERS: &[&str] = MANAGED_RESPONSE_HEADERS
+    .split_at(MANAGED_RESPONSE_HEADERS.len() - 1)
+    .0;
 
 /// Besides those, the request fields weir writes itself (Host, the forwarded fields).
 const WRITTEN_REQUEST_HEADERS: &[&str] = &[
@@ -421,6 +415,18 @@ pub(crate) fn cidr(text: &str) -> Result<crate::model::Cidr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The request's list is the response's without `Via`, and `Via` is its last entry.
+    #[test]
+    fn managed_fields() {
+        assert_eq!(MANAGED_RESPONSE_HEADERS.last(), Some(&"via"));
+        assert_eq!(
+            MANAGED_REQUEST_HEADERS.len(),
+            MANAGED_RESPONSE_HEADERS.len() - 1
+        );
+        assert!(!MANAGED_REQUEST_HEADERS.contains(&"via"));
+        assert!(MANAGED_REQUEST_HEADERS.contains(&"content-length"));
+    }
 
     #[test]
     fn networks() {
