@@ -275,13 +275,8 @@ impl Hit {
         let lines = self.object.head.lines();
         out.reserve(lines.len() + 128);
         let mut number = itoa::Buffer::new();
-        let version = if http10 {
-            weir_http::Version::Http10
-        } else {
-            weir_http::Version::Http11
-        };
         let reason = weir_http::reason_phrase(status).as_bytes();
-        weir_http::write_status_line(version, status, reason, out);
+        weir_http::write_status_line(status, reason, out);
         let replaced = |name: &[u8]| {
             replace
                 .iter()
@@ -332,10 +327,12 @@ impl Hit {
                 Framing::Chunked
             }
         };
+        // The status line says HTTP/1.1 to an HTTP/1.0 client too: `Connection` says
+        // which way the connection goes, whatever the client assumes.
         match (http10, keep_alive) {
-            (false, false) => push_field(out, b"Connection", b"close"),
+            (_, false) => push_field(out, b"Connection", b"close"),
             (true, true) => push_field(out, b"Connection", b"keep-alive"),
-            _ => {}
+            (false, true) => {}
         }
         out.extend_from_slice(b"\r\n");
         framing

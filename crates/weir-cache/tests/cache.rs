@@ -175,7 +175,7 @@ fn miss_then_hit_with_age_head_and_conditionals() {
         let text = String::from_utf8(head.to_vec()).unwrap();
         text[..text.find("\r\n").unwrap()].to_string()
     };
-    assert_eq!(line(&second, true), "HTTP/1.0 200 OK");
+    assert_eq!(line(&second, true), "HTTP/1.1 200 OK");
     let ranged = hit(cache.lookup(
         &policy(),
         None,

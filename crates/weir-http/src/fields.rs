@@ -185,11 +185,14 @@ impl Fields {
         if codings.codings == 0 {
             return Err(ParseError::invalid("empty Transfer-Encoding"));
         }
-        if codings.chunked > 1 {
-            return Err(unsupported_coding("chunked applied more than once"));
-        }
+        // RFC 9112 §6.3: without chunked last, the length cannot be known (400 and
+        // close, not 501); chunked twice is never sent (§7.1). Only a coding weir
+        // does not implement before a final chunked is "not implemented" (§6.1).
         if !codings.last_is_chunked {
-            return Err(unsupported_coding("final transfer coding is not chunked"));
+            return Err(ParseError::invalid("final transfer coding is not chunked"));
+        }
+        if codings.chunked > 1 {
+            return Err(ParseError::invalid("chunked applied more than once"));
         }
         if codings.other {
             return Err(unsupported_coding("transfer coding other than chunked"));

@@ -267,13 +267,14 @@ pub fn write_response_head_edited<E: HeaderEdit + ?Sized>(
         [] => reason_phrase(head.status).as_bytes(),
         reason => reason,
     };
-    write_status_line(forward.version, head.status, reason, out);
+    write_status_line(head.status, reason, out);
 
     let keep_length =
         forward.framing == BodyFraming::None && (head.head_request || head.status == 304);
     let listed = |field: &Header| {
         head.connection_names_fields && named_by_connection(raw, &head.headers, field)
     };
+    let dated = std::cell::Cell::new(false);
     copy_kept_lines(raw, &head.headers, out, |field| match field.kind {
         FieldKind::Connection
         | FieldKind::KeepAlive
@@ -285,6 +286,11 @@ pub fn write_response_head_edited<E: HeaderEdit + ?Sized>(
         FieldKind::Via => forward.via.is_none() && !listed(field),
         _ => {
             let name = slice(raw, field.name);
+            // A `Date` the node's `Connection` names is dropped as hop-by-hop:
+            // weir's own then takes its place.
+            if name.eq_ignore_ascii_case(b"date") && !listed(field) {
+                dated.set(true);
+            }
             !listed(field)
                 && !forward
                     .set_headers
@@ -296,6 +302,20 @@ pub fn write_response_head_edited<E: HeaderEdit + ?Sized>(
 
     write_framing(forward.framing, out);
     write_connection(forward.version, forward.keep_alive, forward.upgrade, out);
+    // RFC 9110 §6.6.1: a recipient with a clock that forwards a final response
+    // without `Date` adds one, the time it was received (written now, within the
+    // second). A `Date` a rule removes stays removed; one a rule or `set_headers`
+    // writes is not doubled.
+    if !dated.get()
+        && head.status >= 200
+        && !edits.drops(b"date")
+        && !forward
+            .set_headers
+            .iter()
+            .any(|(set, _)| set.eq_ignore_ascii_case("date"))
+    {
+        write_date(out);
+    }
     if let Some(via) = forward.via {
         let received = forward.via_version.unwrap_or(version_number(head.version));
         write_via(raw, &head.headers, received, via, listed, out);
@@ -366,7 +386,7 @@ pub fn write_simple_response_edited<E: HeaderEdit + ?Sized>(
     let interim = (100..200).contains(&status);
     let bodiless = interim || status == 204 || status == 304;
     out.reserve(96 + body.len());
-    write_status_line(version, status, reason_phrase(status).as_bytes(), out);
+    write_status_line(status, reason_phrase(status).as_bytes(), out);
     if !bodiless {
         out.extend_from_slice(b"Content-Length: ");
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
@@ -397,8 +417,9 @@ pub fn write_simple_response_edited<E: HeaderEdit + ?Sized>(
     }
 }
 
-/// `Date: <now, an IMF-fixdate>`, formatted at most once a second on each thread.
-fn write_date(out: &mut BytesMut) {
+/// `Date: <now, an IMF-fixdate>\r\n`, formatted at most once a second on each thread:
+/// the field weir adds to what it originates or forwards without one (RFC 9110 §6.6.1).
+pub fn write_date(out: &mut BytesMut) {
     use crate::date::{HTTP_DATE_LEN, http_date};
     use std::cell::Cell;
     use std::time::{SystemTime, UNIX_EPOCH};
@@ -570,17 +591,17 @@ fn write_connection(version: Version, keep_alive: bool, upgrade: bool, out: &mut
     }
 }
 
-/// Writes an HTTP/1.x status line. `HTTP/1.1 200 OK`, nearly every answer's,
-/// is one copy of a constant rather than five pieces.
-pub fn write_status_line(version: Version, status: u16, reason: &[u8], out: &mut BytesMut) {
-    if (version, status, reason) == (Version::Http11, 200, &b"OK"[..]) {
+/// Writes a status line, always `HTTP/1.1`: to an HTTP/1.0 client too, as RFC 9112
+/// §2.3 asks (the highest version weir conforms to within the client's major
+/// version); what the client can read is kept by the framing and `Connection` fields,
+/// not the line. `HTTP/1.1 200 OK`, nearly every answer's, is one copy of a constant
+/// rather than five pieces.
+pub fn write_status_line(status: u16, reason: &[u8], out: &mut BytesMut) {
+    if (status, reason) == (200, &b"OK"[..]) {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
         return;
     }
-    out.extend_from_slice(match version {
-        Version::Http10 => b"HTTP/1.0 ",
-        Version::Http11 => b"HTTP/1.1 ",
-    });
+    out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
     out.extend_from_slice(b" ");
     out.extend_from_slice(reason);

@@ -718,15 +718,17 @@ fn left_at_node() -> Failure {
     )
 }
 
-/// 100 Continue was answered by weir itself; others (103 Early Hints) go on
-/// to HTTP/1.1 clients.
+/// A 1xx from the node goes on to HTTP/1.1 and HTTP/2 clients (RFC 9110 §15.2: a
+/// proxy forwards every 1xx it did not ask for itself). weir answers `Expect` itself
+/// and never sends it on, so a node's 100 is one nobody asked for: it goes on too, at
+/// worst a second 100, which a client must read past.
 async fn relay_interim(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     head: &RequestHead,
     response: &ResponseHead,
 ) -> Result<(), Failure> {
-    if response.status() == 100 || head.version() != weir_http::Version::Http11 {
+    if head.version() != weir_http::Version::Http11 {
         return Ok(());
     }
     if let Some(stream) = client.h2() {

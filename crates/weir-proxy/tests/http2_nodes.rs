@@ -549,7 +549,7 @@ async fn an_http10_request_without_host_reaches_an_h2c_node() {
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await.expect("read");
     let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(
         answer.ends_with("h2 node: GET /old authority=- body=\n"),
         "{answer}"

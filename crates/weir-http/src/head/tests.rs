@@ -268,14 +268,29 @@ fn framing_rejections() {
         assert_eq!(error.status(), 400);
     }
 
-    let unsupported: &[&[u8]] = &[
+    // RFC 9112 §6.3: no chunked last, or chunked twice: the length is unknown, 400.
+    let unframed: &[&[u8]] = &[
         b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n",
         b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
         b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
         b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
         b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n",
         b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;q=1\r\n\r\n",
+    ];
+    for raw in unframed {
+        let error = rejected(raw);
+        assert_eq!(
+            error.kind,
+            ParseErrorKind::Invalid,
+            "{:?}",
+            String::from_utf8_lossy(raw)
+        );
+        assert_eq!(error.status(), 400);
+    }
+    // §6.1: a coding weir does not implement, before a final chunked: 501.
+    let unsupported: &[&[u8]] = &[
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n\r\n",
     ];
     for raw in unsupported {
         let error = rejected(raw);
@@ -717,6 +732,10 @@ fn response_rejections() {
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            ParseErrorKind::Invalid,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
             ParseErrorKind::UnsupportedTransferEncoding,
         ),
         (

@@ -36,10 +36,85 @@ fn forwarded(raw: &[u8], forward: &ForwardRequest<'_>) -> String {
     String::from_utf8(out.to_vec()).unwrap()
 }
 
+/// The forwarded head; when the node's had no `Date`, the one weir added is checked
+/// and left out, so the cases below compare what they are about.
 fn written(raw: &[u8], method: Method, forward: &ForwardResponse<'_>) -> String {
+    let head = response(raw, method);
     let mut out = BytesMut::new();
-    write_response_head(&response(raw, method), forward, &mut out);
-    String::from_utf8(out.to_vec()).unwrap()
+    write_response_head(&head, forward, &mut out);
+    let undated = head.status >= 200 && head.header("date").is_none();
+    let out = if undated { dated(&out) } else { out.to_vec() };
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn a_final_response_without_date_gets_one_and_never_two() {
+    let forward = ForwardResponse::plain(BodyFraming::Length(0));
+    let count = |out: &[u8]| String::from_utf8_lossy(out).matches("Date: ").count();
+    let write = |raw: &[u8], forward: &ForwardResponse<'_>, edits: &dyn HeaderEdit| {
+        let mut out = BytesMut::new();
+        write_response_head_edited(&response(raw, Method::Get), forward, edits, &mut out);
+        out.to_vec()
+    };
+    // none from the node: weir's, the time it forwards it (RFC 9110 §6.6.1)
+    let out = write(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        &forward,
+        &Unedited,
+    );
+    assert_eq!(dated(&out), b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    // the node's own, in any spelling, kept as it is
+    let out = write(
+        b"HTTP/1.1 200 OK\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 0\r\n\r\n",
+        &forward,
+        &Unedited,
+    );
+    assert_eq!(count(&out), 0);
+    assert!(String::from_utf8_lossy(&out).contains("date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"));
+    // an interim answer gets none
+    let interim = ForwardResponse::plain(BodyFraming::None);
+    let out = write(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
+        &interim,
+        &Unedited,
+    );
+    assert_eq!(count(&out), 0);
+    // one that set_headers or a rule writes is not doubled; one a rule removes stays away
+    let set = [(
+        "date".to_owned(),
+        "Sun, 06 Nov 1994 08:49:37 GMT".to_owned(),
+    )];
+    let setting = ForwardResponse {
+        set_headers: &set,
+        ..forward
+    };
+    let out = write(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        &setting,
+        &Unedited,
+    );
+    assert_eq!(count(&out), 0);
+    assert!(String::from_utf8_lossy(&out).contains("date: Sun, 06 Nov 1994"));
+    // a Date the node's Connection names is hop-by-hop: weir's takes its place
+    let out = write(
+        b"HTTP/1.1 200 OK\r\nConnection: date\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n",
+        &forward,
+        &Unedited,
+    );
+    assert_eq!(count(&out), 1);
+    assert!(!String::from_utf8_lossy(&out).contains("1994"));
+    let removing = TestEdits(&["date"], &[]);
+    for raw in [
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 0\r\n\r\n",
+    ] {
+        let out = write(raw, &forward, &removing);
+        assert!(
+            !String::from_utf8_lossy(&out)
+                .to_ascii_lowercase()
+                .contains("date:")
+        );
+    }
 }
 
 #[test]
@@ -224,7 +299,7 @@ fn response_head() {
     };
     assert_eq!(
         written(raw, Method::Get, &to_old_client),
-        "HTTP/1.0 200 Fine\r\nServer: origin\r\nCache-Control: no-cache\r\nContent-Length: 5\r\n\
+        "HTTP/1.1 200 Fine\r\nServer: origin\r\nCache-Control: no-cache\r\nContent-Length: 5\r\n\
          Connection: keep-alive\r\nVia: 1.1 weir\r\n\r\n"
     );
     let closing = ForwardResponse {
@@ -315,7 +390,7 @@ fn simple_responses() {
     write_simple_response(404, Version::Http10, true, &[], b"", &mut out);
     assert_eq!(
         dated(&out),
-        b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
+        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
     );
     out.clear();
     write_simple_response(
@@ -526,7 +601,7 @@ fn edited_responses_and_answers() {
     let mut out = BytesMut::new();
     write_response_head_edited(&head, &forward, &edits, &mut out);
     assert_eq!(
-        String::from_utf8(out.to_vec()).unwrap(),
+        String::from_utf8(dated(&out)).unwrap(),
         "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 0\r\nSet-Cookie: S=1; Path=/\r\n\r\n"
     );
     // weir's own answer to a HEAD: the length of the body, not the body; an answer
@@ -548,17 +623,16 @@ fn edited_responses_and_answers() {
 
 #[test]
 fn status_lines() {
-    let line = |version, status, reason: &[u8]| {
+    let line = |status, reason: &[u8]| {
         let mut out = BytesMut::new();
-        write_status_line(version, status, reason, &mut out);
+        write_status_line(status, reason, &mut out);
         String::from_utf8(out.to_vec()).unwrap()
     };
-    assert_eq!(line(Version::Http11, 200, b"OK"), "HTTP/1.1 200 OK\r\n");
-    assert_eq!(line(Version::Http10, 200, b"OK"), "HTTP/1.0 200 OK\r\n");
+    assert_eq!(line(200, b"OK"), "HTTP/1.1 200 OK\r\n");
     // A node's own reason phrase is kept, on 200 too.
-    assert_eq!(line(Version::Http11, 200, b"Fine"), "HTTP/1.1 200 Fine\r\n");
+    assert_eq!(line(200, b"Fine"), "HTTP/1.1 200 Fine\r\n");
     assert_eq!(
-        line(Version::Http11, 206, b"Partial Content"),
+        line(206, b"Partial Content"),
         "HTTP/1.1 206 Partial Content\r\n"
     );
 }

@@ -683,7 +683,8 @@ fn write_head(
     let http10 = how.version == Version::Http10;
     let status = response.status();
     let mut number = itoa::Buffer::new();
-    out.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
+    // HTTP/1.1 to an HTTP/1.0 client too (RFC 9112 §2.3), as weir_http writes it.
+    out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(number.format(status).as_bytes());
     out.extend_from_slice(b" ");
     out.extend_from_slice(match response.reason() {
@@ -692,6 +693,14 @@ fn write_head(
     });
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(head.lines());
+    // RFC 9110 §6.6.1, as `weir_http::write_response_head_edited` does it: a final
+    // answer forwarded without `Date` (or with one its `Connection` named) gets weir's.
+    let dated = head
+        .headers()
+        .any(|(name, _)| name.eq_ignore_ascii_case(b"date"));
+    if status >= 200 && !dated && !replaced(b"date") {
+        weir_http::write_date(out);
+    }
     let length;
     let framing_field = match framing {
         BodyFraming::Length(n) => {
@@ -707,9 +716,9 @@ fn write_head(
         _ => None,
     };
     let connection = match (http10, keep_alive) {
-        (false, false) => Some(("Connection", "close")),
+        (_, false) => Some(("Connection", "close")),
         (true, true) => Some(("Connection", "keep-alive")),
-        _ => None,
+        (false, true) => None,
     };
     let set = set
         .iter()

@@ -45,7 +45,7 @@ async fn http10_keep_alive_stays_open() {
             .await
             .unwrap();
         let head = read_head(&mut connection.stream).await;
-        assert!(head.starts_with("HTTP/1.0 200 OK\r\n"), "{head}");
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
         assert!(head.contains("\r\nConnection: keep-alive\r\n"), "{head}");
         assert!(head.contains("\r\nContent-Length: 5\r\n"), "{head}");
         let mut body = [0u8; 5];

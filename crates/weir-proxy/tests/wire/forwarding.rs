@@ -165,7 +165,8 @@ async fn header_name_case_is_kept_both_ways() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_heads_byte_for_byte() {
     let mut node = RecordingNode::start(
-        b"HTTP/1.1 200 OK\r\nx-lower: 1\r\nX-UPPER: 2\r\nContent-Length: 2\r\nKeep-Alive: timeout=9\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nx-lower: 1\r\nX-UPPER: 2\r\nContent-Length: 2\r\nKeep-Alive: timeout=9\r\n\
+          date: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\nok",
     )
     .await;
     let proxy = TestProxy::start(&config(&[node.addr], "", "")).await;
@@ -177,7 +178,8 @@ async fn forwarded_heads_byte_for_byte() {
     let head = crate::support::read_head(&mut connection.stream).await;
     assert_eq!(
         head,
-        "HTTP/1.1 200 OK\r\nx-lower: 1\r\nX-UPPER: 2\r\nContent-Length: 2\r\nVia: 1.1 weir\r\n\r\n"
+        "HTTP/1.1 200 OK\r\nx-lower: 1\r\nX-UPPER: 2\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
+         Content-Length: 2\r\nVia: 1.1 weir\r\n\r\n"
     );
     let request = node.next().await;
     // The request id (on by default) is a fresh 32-digit hex value, written last.

@@ -194,10 +194,12 @@ async fn http10_client_gets_a_close_delimited_body() {
     ] {
         let reply = send_until_close(proxy.addr, request).await;
         assert!(reply.closed);
-        assert!(reply.bytes.starts_with(b"HTTP/1.0 200 OK\r\n"));
+        // HTTP/1.1 is the version weir speaks (RFC 9112 §2.3); Connection says it closes
+        assert!(reply.bytes.starts_with(b"HTTP/1.1 200 OK\r\n"));
         let response = parse_response(&reply.bytes);
         assert_eq!(response.header("transfer-encoding"), None);
         assert_eq!(response.header("content-length"), None);
+        assert_eq!(response.header("connection"), Some("close"));
         assert_eq!(response.header("connection"), Some("close"));
         assert!(response.rest == pattern(100_000), "body differs");
     }
@@ -218,7 +220,7 @@ async fn http10_client_gets_a_length_and_a_close() {
     .await;
     assert!(reply.closed);
     let response = parse_response(&reply.bytes);
-    assert!(reply.bytes.starts_with(b"HTTP/1.0 200 OK\r\n"));
+    assert!(reply.bytes.starts_with(b"HTTP/1.1 200 OK\r\n"));
     assert_eq!(response.header("content-length"), Some("10"));
     assert_eq!(response.header("transfer-encoding"), None);
     assert_eq!(response.header("connection"), Some("close"));

@@ -672,7 +672,7 @@ async fn a_cut_answer_to_an_http10_client_ends_with_a_reset() {
     let reply = read_until_close(&mut stream).await;
     assert!(reply.closed, "no end within the test's patience");
     let text = reply.text();
-    assert!(text.starts_with("HTTP/1.0 200"), "{text}");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(
         !text.to_ascii_lowercase().contains("content-length"),
         "{text}"
