@@ -39,6 +39,9 @@ pub struct ResponseDirectives {
     pub stale_while_revalidate: Option<u64>,
     /// RFC 5861 §4.
     pub stale_if_error: Option<u64>,
+    /// Read from a targeted field (RFC 9213, `CDN-Cache-Control`) rather than
+    /// `Cache-Control`: `Expires` is then set aside too.
+    pub targeted: bool,
 }
 
 /// How much staleness a request accepts (`max-stale`, §5.2.1.2).
@@ -96,6 +99,22 @@ impl ResponseDirectives {
         found
     }
 
+    /// The directives a cache whose targeted fields are `targets` (RFC 9213, most
+    /// specific first) acts on: those of the first of them the response carries as a
+    /// valid Structured Fields dictionary, with `Cache-Control` and `Expires` set
+    /// aside (§2.1); else those of `Cache-Control`. `no-transform` binds every
+    /// intermediary, so `Cache-Control`'s still counts either way.
+    pub fn for_cache(response: &impl ResponseView, targets: &[String]) -> ResponseDirectives {
+        let general = ResponseDirectives::parse(response);
+        for target in targets {
+            if let Some(mut found) = targeted(response, target) {
+                found.no_transform |= general.no_transform;
+                return found;
+            }
+        }
+        general
+    }
+
     /// Whether a stale copy must never be served without validation
     /// (`must-revalidate`, and for a shared cache `proxy-revalidate` and
     /// `s-maxage`, §5.2.2.2, §5.2.2.8, §5.2.2.10).
@@ -135,6 +154,66 @@ impl RequestDirectives {
         }
         found
     }
+}
+
+/// The directives of the targeted field `name` (RFC 9213 §2): its field lines
+/// joined as one Structured Fields dictionary (RFC 9651 §3.2); `None` when the
+/// response has none or it does not parse, so that the next target, or
+/// `Cache-Control`, decides. Keys are lower case by the grammar, so `MaX-aGe`
+/// makes the field invalid. A directive whose value has the wrong type (a string
+/// for `max-age`, `?0` for `no-store`) is ignored, not the field; a field-name
+/// list given to `no-cache` or `private` counts as the unqualified directive, as in
+/// `Cache-Control`.
+fn targeted(response: &impl ResponseView, name: &str) -> Option<ResponseDirectives> {
+    let mut joined = Vec::new();
+    for value in response.header_values(name) {
+        if !joined.is_empty() {
+            joined.extend_from_slice(b", ");
+        }
+        joined.extend_from_slice(value);
+    }
+    if joined.is_empty() && response.header(name).is_none() {
+        return None;
+    }
+    let dictionary: sfv::Dictionary = sfv::Parser::new(&joined).parse().ok()?;
+    let mut found = ResponseDirectives {
+        targeted: true,
+        ..ResponseDirectives::default()
+    };
+    for (key, entry) in &dictionary {
+        let value = match entry {
+            sfv::ListEntry::Item(item) => Some(&item.bare_item),
+            sfv::ListEntry::InnerList(_) => None,
+        };
+        let flag = match value {
+            Some(sfv::BareItem::Boolean(set)) => *set,
+            None => matches!(key.as_str(), "no-cache" | "private"),
+            Some(_) => false,
+        };
+        let seconds = match value {
+            Some(sfv::BareItem::Integer(integer)) => u64::try_from(i64::from(*integer))
+                .ok()
+                .map(|seconds| seconds.min(DELTA_SECONDS_MAX)),
+            _ => None,
+        };
+        match key.as_str() {
+            "max-age" => found.max_age = seconds,
+            "s-maxage" => found.s_maxage = seconds,
+            "stale-while-revalidate" => found.stale_while_revalidate = seconds,
+            "stale-if-error" => found.stale_if_error = seconds,
+            "no-store" => found.no_store = flag,
+            "no-cache" => found.no_cache = flag,
+            "private" => found.private = flag,
+            "public" => found.public = flag,
+            "must-revalidate" => found.must_revalidate = flag,
+            "proxy-revalidate" => found.proxy_revalidate = flag,
+            "must-understand" => found.must_understand = flag,
+            "no-transform" => found.no_transform = flag,
+            "immutable" => found.immutable = flag,
+            _ => {}
+        }
+    }
+    Some(found)
 }
 
 /// Keeps the first occurrence of a directive (§4.2.1 allows this for
@@ -346,5 +425,169 @@ mod tests {
         assert!(parse("proxy-revalidate").forbids_stale());
         assert!(parse("s-maxage=5").forbids_stale());
         assert!(!parse("max-age=5").forbids_stale());
+    }
+
+    /// RFC 9213 through the cases of the http-tests/cache-tests suite's
+    /// `cdn-cache-control` file and a few more: which field decides, and what it says.
+    #[test]
+    #[allow(clippy::too_many_lines, reason = "a table of cases, one per line")]
+    fn targeted_fields_take_the_place_of_cache_control() {
+        let cdn = ["cdn-cache-control".to_owned()];
+        let read = |fields: &[(&str, &str)], targets: &[String]| {
+            let mut response = Resp::new(200);
+            for (name, value) in fields {
+                response = response.header(name, value);
+            }
+            ResponseDirectives::for_cache(&response, targets)
+        };
+        let targeted = |max_age: Option<u64>| ResponseDirectives {
+            max_age,
+            targeted: true,
+            ..Default::default()
+        };
+        let from_cc =
+            |value: &str| ResponseDirectives::parse(&Resp::new(200).header("Cache-Control", value));
+        let cases: &[(&[(&str, &str)], ResponseDirectives)] = &[
+            (
+                &[("CDN-Cache-Control", "max-age=3600")],
+                targeted(Some(3600)),
+            ),
+            // capped as delta-seconds are; an extension directive is ignored
+            (
+                &[("CDN-Cache-Control", "max-age=99999999999")],
+                targeted(Some(DELTA_SECONDS_MAX)),
+            ),
+            (
+                &[("CDN-Cache-Control", "foobar, max-age=3600")],
+                targeted(Some(3600)),
+            ),
+            // it beats Cache-Control both ways
+            (
+                &[
+                    ("Cache-Control", "max-age=1"),
+                    ("CDN-Cache-Control", "max-age=3600"),
+                ],
+                targeted(Some(3600)),
+            ),
+            (
+                &[
+                    ("Cache-Control", "no-store"),
+                    ("CDN-Cache-Control", "max-age=10000"),
+                ],
+                targeted(Some(10000)),
+            ),
+            (
+                &[
+                    ("CDN-Cache-Control", "private"),
+                    ("Cache-Control", "max-age=10000"),
+                ],
+                ResponseDirectives {
+                    private: true,
+                    targeted: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                &[("CDN-Cache-Control", "no-cache=(\"set-cookie\")")],
+                ResponseDirectives {
+                    no_cache: true,
+                    targeted: true,
+                    ..Default::default()
+                },
+            ),
+            // a wrong type: the directive is ignored, the field still decides
+            (
+                &[
+                    ("CDN-Cache-Control", "max-age=\"10000\""),
+                    ("Cache-Control", "no-store"),
+                ],
+                targeted(None),
+            ),
+            (
+                &[("CDN-Cache-Control", "no-store=?0, max-age=5")],
+                targeted(Some(5)),
+            ),
+            (&[("CDN-Cache-Control", "max-age=-1")], targeted(None)),
+            // not a dictionary: Cache-Control decides
+            (
+                &[
+                    ("CDN-Cache-Control", "max-age=10000, &&&&&"),
+                    ("Cache-Control", "no-store"),
+                ],
+                from_cc("no-store"),
+            ),
+            (
+                &[
+                    ("CDN-Cache-Control", "MaX-aGe=3600"),
+                    ("Cache-Control", "max-age=1"),
+                ],
+                from_cc("max-age=1"),
+            ),
+            (
+                &[
+                    ("CDN-Cache-Control", "max-age =100"),
+                    ("Cache-Control", "max-age=1"),
+                ],
+                from_cc("max-age=1"),
+            ),
+            (
+                &[
+                    ("CDN-Cache-Control", "max-age= 100"),
+                    ("Cache-Control", "max-age=1"),
+                ],
+                from_cc("max-age=1"),
+            ),
+            // several field lines make one dictionary
+            (
+                &[
+                    ("CDN-Cache-Control", "max-age=60"),
+                    ("CDN-Cache-Control", "must-revalidate"),
+                ],
+                ResponseDirectives {
+                    max_age: Some(60),
+                    must_revalidate: true,
+                    targeted: true,
+                    ..Default::default()
+                },
+            ),
+            // no-transform binds every intermediary: Cache-Control's still counts
+            (
+                &[
+                    ("CDN-Cache-Control", "max-age=60"),
+                    ("Cache-Control", "no-transform"),
+                ],
+                ResponseDirectives {
+                    max_age: Some(60),
+                    no_transform: true,
+                    targeted: true,
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (fields, expected) in cases {
+            assert_eq!(read(fields, &cdn), *expected, "{fields:?}");
+        }
+        // with no targets, or other ones, the field is only a header
+        let fields: &[(&str, &str)] = &[
+            ("CDN-Cache-Control", "max-age=3600"),
+            ("Cache-Control", "max-age=1"),
+        ];
+        assert_eq!(read(fields, &[]), from_cc("max-age=1"));
+        // the first target present and valid wins
+        let own = [
+            "weir-cache-control".to_owned(),
+            "cdn-cache-control".to_owned(),
+        ];
+        assert_eq!(read(fields, &own), targeted(Some(3600)));
+        let both: &[(&str, &str)] = &[
+            ("CDN-Cache-Control", "max-age=3600"),
+            ("Weir-Cache-Control", "max-age=7"),
+        ];
+        assert_eq!(read(both, &own), targeted(Some(7)));
+        let broken: &[(&str, &str)] = &[
+            ("CDN-Cache-Control", "max-age=3600"),
+            ("Weir-Cache-Control", "&"),
+        ];
+        assert_eq!(read(broken, &own), targeted(Some(3600)));
     }
 }

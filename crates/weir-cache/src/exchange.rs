@@ -185,7 +185,7 @@ impl Cache {
             }
             self.record_store();
         }
-        let directives = ResponseDirectives::parse(response);
+        let directives = ResponseDirectives::for_cache(response, &policy.targeted);
         let mut exchange = exchange;
         let kind = std::mem::replace(&mut exchange.kind, ExchangeKind::Pass);
         match kind {
@@ -301,7 +301,7 @@ impl Cache {
             return Hit::new(Arc::clone(stale), request, now, CacheStatus::Revalidated);
         };
         let merged = merge_not_modified(&stale.head, not_modified);
-        let directives = ResponseDirectives::parse(&merged);
+        let directives = ResponseDirectives::for_cache(&merged, &policy.targeted);
         let timing = Timing::new(not_modified, exchange.request_time, now);
         let object = |head: StoredHead| NewObject {
             primary: Arc::clone(&stale.primary),

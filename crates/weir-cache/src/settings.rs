@@ -34,6 +34,7 @@ impl CachePolicy {
             coalesce: rules.coalesce,
             coalesce_timeout: rules.coalesce_timeout,
             coalesce_max_waiters: rules.coalesce_max_waiters,
+            targeted: rules.targeted_cache_control.clone(),
             ..CachePolicy::default()
         }
     }

@@ -54,6 +54,9 @@ pub struct CacheRules {
     pub coalesce_timeout: Duration,
     /// Most requests waiting for one fill; past it they go to the node themselves.
     pub coalesce_max_waiters: u32,
+    /// Targeted cache-control fields obeyed in place of `Cache-Control` (RFC 9213),
+    /// most specific first, lower case; empty: none.
+    pub targeted_cache_control: Vec<String>,
 }
 
 /// What happens to responses that set cookies.

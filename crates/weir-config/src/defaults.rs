@@ -247,6 +247,8 @@ pub(crate) const CACHE_REQUEST_CACHE_CONTROL: bool = true;
 pub(crate) const CACHE_COALESCE: bool = true;
 pub(crate) const CACHE_COALESCE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const CACHE_COALESCE_MAX_WAITERS: u32 = 4096;
+/// RFC 9213's field for every CDN-like cache; an operator may name its own first.
+pub(crate) const CACHE_TARGETED_CACHE_CONTROL: &[&str] = &["cdn-cache-control"];
 
 pub(crate) const COMPRESSION_MIN_SIZE: u64 = 1024;
 pub(crate) const COMPRESSION_GZIP_LEVEL: u32 = 6;
@@ -282,6 +284,10 @@ impl Default for crate::cache::CacheRules {
             coalesce: CACHE_COALESCE,
             coalesce_timeout: CACHE_COALESCE_TIMEOUT,
             coalesce_max_waiters: CACHE_COALESCE_MAX_WAITERS,
+            targeted_cache_control: CACHE_TARGETED_CACHE_CONTROL
+                .iter()
+                .map(|&name| name.to_owned())
+                .collect(),
         }
     }
 }

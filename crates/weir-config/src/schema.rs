@@ -497,6 +497,7 @@ pub struct CacheTable {
     pub coalesce: Option<bool>,
     pub coalesce_timeout: Option<DurationText>,
     pub coalesce_max_waiters: Option<i64>,
+    pub targeted_cache_control: Option<Vec<String>>,
 }
 
 /// `[virtual_servers.NAME.compression]`, or a route's `compression`.

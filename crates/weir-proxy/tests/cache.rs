@@ -280,6 +280,39 @@ async fn no_store_private_and_authorization_are_not_cached() {
     proxy.stop().await;
 }
 
+fn for_cdns(_: &str, _: usize) -> Answer {
+    Answer::ok(b"x")
+        .field("Cache-Control", "no-store")
+        .field("CDN-Cache-Control", "max-age=60")
+}
+
+/// RFC 9213: `CDN-Cache-Control` decides in place of `Cache-Control` by default, and is
+/// passed on with it; `targeted_cache_control = []` turns it into a plain header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdn_cache_control_overrides_cache_control_unless_turned_off() {
+    let node = CountingNode::start(for_cdns, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    let first = request(&proxy, "GET", "/", &[]).await;
+    let second = request(&proxy, "GET", "/", &[]).await;
+    assert_eq!(first.header("x-cache"), Some("MISS"));
+    assert_eq!(second.header("x-cache"), Some("HIT"));
+    assert_eq!(node.requests(), 1);
+    assert_eq!(second.header("cdn-cache-control"), Some("max-age=60"));
+    assert_eq!(second.header("cache-control"), Some("no-store"));
+    proxy.stop().await;
+
+    let node = CountingNode::start(for_cdns, Duration::ZERO).await;
+    let off = format!("{CACHE}targeted_cache_control = []\n");
+    let proxy = proxy_for(&node, &off).await;
+    for _ in 0..2 {
+        let response = request(&proxy, "GET", "/", &[]).await;
+        assert_eq!(response.header("x-cache"), Some("PASS"));
+        assert_eq!(response.header("cdn-cache-control"), Some("max-age=60"));
+    }
+    assert_eq!(node.requests(), 2);
+    proxy.stop().await;
+}
+
 /// Once a key proved not storable, its next requests pass to the node as the client sent
 /// them: the node answers the client's conditionals and Range (RFC 9111 §4.3.2), where a
 /// fill would have removed them to fetch a whole object.

@@ -181,8 +181,9 @@ impl Freshness {
     }
 }
 
-/// §4.2.1: `s-maxage`, else `max-age`, else `Expires` − `Date`, else a
-/// heuristic where configured and allowed (§4.2.2).
+/// §4.2.1: `s-maxage`, else `max-age`, else `Expires` − `Date` (unless the
+/// directives came from a targeted field, RFC 9213 §2.1), else a heuristic where
+/// configured and allowed (§4.2.2).
 fn lifetime(
     policy: &CachePolicy,
     response: &impl ResponseView,
@@ -193,7 +194,7 @@ fn lifetime(
         return seconds;
     }
     let mut expires = response.header_values("expires");
-    if let Some(value) = expires.next() {
+    if let Some(value) = expires.next().filter(|_| !directives.targeted) {
         // An invalid Expires (such as "0"), or several, means already expired.
         return match (parse_http_date(value), expires.next()) {
             (Some(expires), None) => expires.since(date),

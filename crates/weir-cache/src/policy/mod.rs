@@ -47,6 +47,10 @@ pub struct CachePolicy {
     pub coalesce_timeout: Duration,
     /// Requests that may wait on one miss; past it they go to the node.
     pub coalesce_max_waiters: u32,
+    /// Targeted cache-control fields this cache obeys (RFC 9213), most specific
+    /// first, such as `CDN-Cache-Control`: the first a response carries, when valid,
+    /// decides in place of `Cache-Control` and `Expires`. Empty: only `Cache-Control`.
+    pub targeted: Vec<String>,
     /// How long a key whose response could not be stored is looked up
     /// without coalescing (so misses for it do not queue behind one another).
     pub pass_memory: Duration,
@@ -65,6 +69,7 @@ impl Default for CachePolicy {
             coalesce: true,
             coalesce_timeout: Duration::from_secs(10),
             coalesce_max_waiters: 4096,
+            targeted: vec!["cdn-cache-control".to_owned()],
             pass_memory: Duration::from_secs(60),
         }
     }

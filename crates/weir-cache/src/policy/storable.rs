@@ -77,7 +77,7 @@ pub fn storable(
     }
     let explicit = directives.max_age.is_some()
         || directives.s_maxage.is_some()
-        || response.header("expires").is_some();
+        || (!directives.targeted && response.header("expires").is_some());
     if !(explicit || directives.public || heuristically_cacheable(status)) {
         return Err(NotStorable::Status);
     }

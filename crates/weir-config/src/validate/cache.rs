@@ -216,7 +216,39 @@ impl Checker {
                 base.coalesce_max_waiters,
                 1..=1_000_000,
             ),
+            targeted_cache_control: match &table.targeted_cache_control {
+                None => base.targeted_cache_control.clone(),
+                Some(names) => self.targeted_fields(&path.key("targeted_cache_control"), names),
+            },
         }
+    }
+
+    /// Field names for RFC 9213's targeted cache control, lower-cased: tokens, not
+    /// one of the fields they stand in for, each once, at most 8.
+    fn targeted_fields(&mut self, path: &KeyPath, names: &[String]) -> Vec<String> {
+        if names.len() > 8 {
+            self.report(path, format!("{} names; at most 8", names.len()));
+        }
+        let mut kept: Vec<String> = Vec::new();
+        for (index, name) in names.iter().enumerate().take(8) {
+            let lower = name.trim().to_ascii_lowercase();
+            let problem = if !values::is_token(&lower) {
+                Some(format!("\"{name}\" is not a valid header name"))
+            } else if matches!(lower.as_str(), "cache-control" | "expires" | "pragma") {
+                Some(format!(
+                    "\"{name}\" is what a targeted field overrides; name a field such as \"CDN-Cache-Control\""
+                ))
+            } else if kept.contains(&lower) {
+                Some(format!("\"{name}\" is listed twice"))
+            } else {
+                None
+            };
+            match problem {
+                Some(message) => self.report(&path.index(index), message),
+                None => kept.push(lower),
+            }
+        }
+        kept
     }
 
     /// `None` when the table says `enabled = false`.
@@ -379,6 +411,7 @@ mod tests {
              heuristic_percent = 10\nheuristic_max = \"1h\"\nstale_while_revalidate = \"30s\"\n\
              stale_if_error = \"10m\"\nset_cookie = \"strip\"\nrequest_cache_control = false\n\
              coalesce = false\ncoalesce_timeout = \"2s\"\ncoalesce_max_waiters = 10\n\
+             targeted_cache_control = [\"Weir-Cache-Control\", \"CDN-Cache-Control\"]\n\
              [virtual_servers.web.compression]\nalgorithms = [\"gzip\", \"brotli\"]\n\
              min_size = 0\ncontent_types = [\"Text/HTML\", \"application/*\"]\n\
              gzip_level = 9\nbrotli_level = 11\nzstd_level = 19\n",
@@ -403,6 +436,10 @@ mod tests {
                 coalesce: false,
                 coalesce_timeout: Duration::from_secs(2),
                 coalesce_max_waiters: 10,
+                targeted_cache_control: vec![
+                    "weir-cache-control".into(),
+                    "cdn-cache-control".into()
+                ],
             })
         );
         assert_eq!(
@@ -491,6 +528,18 @@ mod tests {
             (
                 "[virtual_servers.web.cache]\ncoalesce_max_waiters = 0\n",
                 "virtual_servers.web.cache.coalesce_max_waiters: must be between 1 and 1000000",
+            ),
+            (
+                "[virtual_servers.web.cache]\ntargeted_cache_control = [\"CDN Cache\"]\n",
+                "virtual_servers.web.cache.targeted_cache_control[0]: \"CDN Cache\" is not a valid header name",
+            ),
+            (
+                "[virtual_servers.web.cache]\ntargeted_cache_control = [\"Cache-Control\"]\n",
+                "virtual_servers.web.cache.targeted_cache_control[0]: \"Cache-Control\" is what a targeted field overrides",
+            ),
+            (
+                "[virtual_servers.web.cache]\ntargeted_cache_control = [\"a\", \"A\"]\n",
+                "virtual_servers.web.cache.targeted_cache_control[1]: \"A\" is listed twice",
             ),
             (
                 "[virtual_servers.web.cache]\nttl = \"5s\"\n",

@@ -491,3 +491,35 @@ fn no_cache_is_never_served_on_error() {
         );
     }
 }
+
+/// RFC 9213 §2.1: with a targeted field, `Expires` is set aside with `Cache-Control`.
+#[test]
+fn a_targeted_field_sets_expires_aside() {
+    let policy = CachePolicy::default();
+    let lifetime = |response: &Resp| {
+        let directives = ResponseDirectives::for_cache(response, &policy.targeted);
+        Freshness::new(
+            &policy,
+            response,
+            &directives,
+            Timing::new(response, T0, T0),
+        )
+        .lifetime
+    };
+    let expires_later = |cdn: &str| {
+        Resp::new(200)
+            .header("Date", &date(0))
+            .header("Expires", &date(10_000))
+            .header("CDN-Cache-Control", cdn)
+    };
+    assert_eq!(lifetime(&expires_later("max-age=0")), 0);
+    assert_eq!(lifetime(&expires_later("public")), 0);
+    assert_eq!(lifetime(&expires_later("max-age=60")), 60);
+    let expired = Resp::new(200)
+        .header("Date", &date(0))
+        .header("Expires", "0")
+        .header("CDN-Cache-Control", "max-age=3600");
+    assert_eq!(lifetime(&expired), 3600);
+    // an invalid targeted field: Expires counts again
+    assert_eq!(lifetime(&expires_later("max-age=\u{1}")), 10_000);
+}
