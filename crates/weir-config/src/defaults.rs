@@ -349,7 +349,10 @@ pub(crate) const fn upstream_h2_connection_window(streams: u32, stream_window: u
         room
     }
 }
-pub(crate) const UPSTREAM_H2_PING_INTERVAL: Duration = Duration::from_secs(10);
+/// Zero: no PING to a node after the first (which tells its SETTINGS are applied). A
+/// periodic PING is what gRPC servers in Go punish (see `examples/weir.toml`), and
+/// neither HAProxy, nginx nor Envoy pings its nodes by default.
+pub(crate) const UPSTREAM_H2_PING_INTERVAL: Duration = Duration::ZERO;
 pub(crate) const UPSTREAM_H2_PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 // End of HTTP/2.

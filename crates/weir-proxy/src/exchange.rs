@@ -373,7 +373,7 @@ async fn attempt_h2(
             client.stream.left(leave)
         })
         .await?;
-    let (mut pump, upload) = send_rest_h2(client, vs, body, &mut request, write_stall).await?;
+    let (mut pump, upload) = send_rest_h2(client, body, &mut request, write_stall).await?;
     let mut early = request.early.take();
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
     let deadline = Instant::now() + pool.config.timeouts.response;
@@ -456,7 +456,6 @@ async fn attempt_h2(
 /// body to be sent.
 async fn send_rest_h2(
     client: &mut Client,
-    vs: &VirtualServerRuntime,
     body: &mut RequestBody,
     request: &mut http2::upstream::H2Request,
     write_stall: std::time::Duration,
@@ -467,11 +466,11 @@ async fn send_rest_h2(
     if request.early.is_some() {
         return Ok((None, Some(stream)));
     }
-    let mut stream = match request_body::spawn_h2_pump(client, vs, body, stream, write_stall) {
+    let mut stream = match request_body::spawn_h2_pump(client, body, stream, write_stall) {
         Ok(watch) => return Ok((Some(watch), None)),
         Err(stream) => stream,
     };
-    let sending = request_body::stream_rest_h2(client, vs, body, &mut stream, write_stall);
+    let sending = request_body::stream_rest_h2(client, body, &mut stream, write_stall);
     tokio::select! {
         biased;
         answered = &mut request.response => request.early = Some(answered),

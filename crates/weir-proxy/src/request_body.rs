@@ -46,26 +46,37 @@ pub(crate) struct RequestBody {
     pub clock: BodyClock,
 }
 
-/// The deadlines of one request body, from when its head was read.
+/// The deadlines and the size bound of one request body, from when its head was read.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BodyClock {
     started: Instant,
     /// Longest pause between reads; also the grace before the rate counts.
     stall: Duration,
-    /// The whole body must be in by then.
-    total: Instant,
+    /// The whole body must be in by then; `None`: no such bound.
+    total: Option<Instant>,
     /// Average bytes per second after the grace; 0 = no rate check.
     min_rate: u64,
+    /// The most body bytes taken (`max_body_bytes`).
+    pub(crate) max_body: u64,
 }
 
 impl BodyClock {
-    pub(crate) fn new(vs: &VirtualServerRuntime, started: Instant) -> BodyClock {
+    /// The clock of a body: the virtual server's limits, except for a gRPC call
+    /// (`call`), whose body is a stream of messages as long as the call lasts (a
+    /// client-streaming or bidirectional call can send for hours, a message now and
+    /// then): its time is bounded by the pause between reads (`body_read`) only, not
+    /// by `body_total` nor `min_body_rate`, which are there for uploads that should
+    /// end. `max_body_bytes` still bounds its bytes, as `client_max_body_size` does in
+    /// nginx: a virtual server that carries long gRPC streams sets it higher.
+    pub(crate) fn new(vs: &VirtualServerRuntime, started: Instant, call: bool) -> BodyClock {
         let timeouts = &vs.config.timeouts;
+        let limits = &vs.config.limits;
         BodyClock {
             started,
             stall: timeouts.body_read,
-            total: started + timeouts.body_total,
-            min_rate: vs.config.limits.min_body_rate,
+            total: (!call).then(|| started + timeouts.body_total),
+            min_rate: if call { 0 } else { limits.min_body_rate },
+            max_body: limits.max_body_bytes,
         }
     }
 
@@ -73,8 +84,10 @@ impl BodyClock {
     /// and which limit that is.
     pub(crate) fn deadline(&self, received: u64, now: Instant) -> (Instant, &'static str) {
         let mut deadline = (now + self.stall, "request body stalled past body_read");
-        if self.total < deadline.0 {
-            deadline = (self.total, "request body not received within body_total");
+        if let Some(total) = self.total
+            && total < deadline.0
+        {
+            deadline = (total, "request body not received within body_total");
         }
         if self.min_rate > 0 {
             // At the average rate, `received + 1` bytes are due this long after the grace.
@@ -145,7 +158,7 @@ pub(crate) async fn read(
         trailers: Bytes::new(),
         remaining: Remaining::Nothing,
         received: 0,
-        clock: BodyClock::new(vs, Instant::now()),
+        clock: BodyClock::new(vs, Instant::now(), is_grpc(head.header("content-type"))),
     };
     match head.framing() {
         BodyFraming::None | BodyFraming::CloseDelimited => body.framing = BodyFraming::None,
@@ -190,7 +203,7 @@ async fn read_length(
     length: u64,
 ) -> Result<(), Failure> {
     let limits = &vs.config.limits;
-    if length > limits.max_body_bytes {
+    if length > body.clock.max_body {
         return Err(too_large());
     }
     continue_if_expected(client, vs, head).await?;
@@ -233,7 +246,7 @@ async fn read_chunked(
         {
             Decoded::Data(data) => {
                 body.received += data.len() as u64;
-                if body.received > limits.max_body_bytes {
+                if body.received > body.clock.max_body {
                     return Err(too_large());
                 }
                 body.buffered.extend_from_slice(&data);
@@ -321,7 +334,7 @@ pub(crate) async fn stream_rest(
                 stall: write_stall,
                 blocked: &blocked,
             };
-            pump(client, vs, body, &mut node_write, writes).await?;
+            pump(client, body, &mut node_write, writes).await?;
             // A no-op on plain TCP; on TLS it pushes the last records out.
             writes.step(node_write.flush()).await
         };
@@ -530,13 +543,12 @@ impl NodeWrites<'_> {
 /// Moves the rest of the body from the client to the node, piece by piece.
 async fn pump<W: AsyncWriteExt + Unpin>(
     client: &mut Client,
-    vs: &VirtualServerRuntime,
     body: &mut RequestBody,
     node: &mut W,
     writes: NodeWrites<'_>,
 ) -> Result<(), Failure> {
-    let max_body = vs.config.limits.max_body_bytes;
     let clock = body.clock;
+    let max_body = clock.max_body;
     match std::mem::replace(&mut body.remaining, Remaining::Nothing) {
         Remaining::Nothing => Ok(()),
         Remaining::Length(mut left) => {
@@ -599,8 +611,9 @@ mod tests {
         BodyClock {
             started,
             stall: Duration::from_secs(10),
-            total: started + Duration::from_secs(60),
+            total: Some(started + Duration::from_secs(60)),
             min_rate,
+            max_body: 1 << 20,
         }
     }
 
@@ -640,7 +653,7 @@ mod tests {
         let clock = clock(0);
         let now = clock.started + Duration::from_secs(55);
         let (deadline, why) = clock.deadline(1 << 30, now);
-        assert_eq!(deadline, clock.total);
+        assert_eq!(Some(deadline), clock.total);
         assert!(why.contains("body_total"));
     }
 

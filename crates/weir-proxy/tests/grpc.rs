@@ -485,3 +485,64 @@ async fn weirs_own_refusal_of_a_grpc_call_is_a_grpc_status() {
     assert_eq!(setup.logged_statuses(2).await, strings(&["0", "7"]));
     setup.stop().await;
 }
+
+/// Sends `messages` on a bidirectional call, `pause` apart, each answered before the
+/// next; the call's end status.
+async fn chat_slowly(
+    grpc: &mut tonic::client::Grpc<Channel>,
+    messages: usize,
+    pause: Duration,
+) -> Result<(), Status> {
+    grpc.ready().await.expect("ready");
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
+    let outgoing = tokio_stream::wrappers::ReceiverStream::new(receiver);
+    let call = grpc.streaming(
+        Request::new(outgoing),
+        PathAndQuery::from_static(CHAT),
+        RawCodec,
+    );
+    let message = Bytes::from(vec![b'm'; 400]);
+    sender.send(message.clone()).await.expect("queued");
+    let mut answers = tokio::time::timeout(CALL, call)
+        .await
+        .expect("in time")?
+        .into_inner();
+    for i in 0..messages {
+        if i > 0 {
+            tokio::time::sleep(pause).await;
+            if sender.send(message.clone()).await.is_err() {
+                break;
+            }
+        }
+        match tokio::time::timeout(CALL, answers.message()).await {
+            Ok(Ok(Some(_))) => {}
+            Ok(Ok(None)) => return Err(Status::unknown("the call ended early")),
+            Ok(Err(status)) => return Err(status),
+            Err(_) => return Err(Status::deadline_exceeded("no answer in time")),
+        }
+    }
+    drop(sender);
+    drain(answers).await.1
+}
+
+/// A gRPC call's body is a stream of messages as long as the call: a slow chat that
+/// outlives `body_total` and sends less than `min_body_rate` is served whole; only a
+/// pause past `body_read` ends it (and `max_body_bytes`, the bytes of the whole call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_slow_grpc_stream_is_bounded_only_by_its_pauses() {
+    let node = grpc_node().await;
+    let limits = "[virtual_servers.plain.limits]\nmin_body_rate = \"100KiB\"\n\
+                  [virtual_servers.plain.timeouts]\nbody_read = \"1s\"\nbody_total = \"2s\"\n";
+    let setup = setup_with(node, "h2c", "slow-chat", limits).await;
+    let mut grpc = setup.client(false).await;
+    // 8 messages of 400 bytes, 400 ms apart: 3.2 KB over 2.8 s.
+    chat_slowly(&mut grpc, 8, Duration::from_millis(400))
+        .await
+        .expect("the whole chat");
+    // A pause past body_read still ends it.
+    let stalled = chat_slowly(&mut grpc, 3, Duration::from_millis(1800))
+        .await
+        .expect_err("stalled past body_read");
+    assert_ne!(stalled.code(), Code::Ok, "{stalled:?}");
+    setup.stop().await;
+}

@@ -149,7 +149,7 @@ impl Checker {
                 &path.key("ping_interval"),
                 table.ping_interval.as_ref(),
                 defaults::UPSTREAM_H2_PING_INTERVAL,
-                Zero::Rejected,
+                Zero::Allowed,
             ),
             ping_timeout: self.duration(
                 &path.key("ping_timeout"),

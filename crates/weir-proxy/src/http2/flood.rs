@@ -50,7 +50,8 @@ pub(crate) struct FloodLimits {
     /// DATA frames with no payload that do not end the stream, and HEADERS
     /// or CONTINUATION frames with no payload that do not end the block.
     pub empty_frames: Budget,
-    /// WINDOW_UPDATE frames; each KiB weir writes to the client earns one more.
+    /// WINDOW_UPDATE frames; each KiB weir writes to the client, and each DATA frame
+    /// (for its stream and the connection), earns more.
     pub window_updates: Budget,
     /// CONTINUATION frames in one header block.
     pub continuations_per_block: u32,
@@ -147,6 +148,14 @@ pub(crate) struct FrameWatch {
     pings: Bucket,
     empty: Bucket,
     window_updates: Bucket,
+    /// Where the sniffer is in the bytes weir writes (frames from the start: the
+    /// server's preface is a SETTINGS frame).
+    outgoing: Position,
+    outgoing_header: [u8; FRAME_HEADER],
+    /// weir wrote a DATA or HEADERS frame since the client's last PING: that PING
+    /// is the kind a client sends to measure the path as data arrives (gRPC's BDP
+    /// estimate), not a flood. The rule gRPC's own servers enforce.
+    answered_since_ping: bool,
     verdict: Option<Flood>,
 }
 
@@ -163,6 +172,9 @@ impl FrameWatch {
             pings: Bucket::new(),
             empty: Bucket::new(),
             window_updates: Bucket::new(),
+            outgoing: Position::Header(0),
+            outgoing_header: [0; FRAME_HEADER],
+            answered_since_ping: false,
             verdict: None,
         }
     }
@@ -239,10 +251,52 @@ impl FrameWatch {
         self.verdict
     }
 
-    /// Credits bytes weir wrote to the client: a client may acknowledge data
-    /// with WINDOW_UPDATEs, one per KiB at most before it counts as a flood.
-    pub(crate) fn sent(&mut self, bytes: usize) {
-        let credit = bytes as f64 / 1024.0;
+    /// Looks at bytes weir wrote to the client, in order. A client may acknowledge
+    /// data with WINDOW_UPDATEs: one per KiB written, and two per DATA frame (its
+    /// stream's and the connection's, as gRPC's C core sends for each small message),
+    /// before they count as a flood. A DATA or HEADERS frame excuses the client's
+    /// next PING (see `answered_since_ping`).
+    pub(crate) fn sent(&mut self, mut bytes: &[u8]) {
+        let mut credit = bytes.len() as f64 / 1024.0;
+        while !bytes.is_empty() {
+            match self.outgoing {
+                Position::Header(have) => {
+                    let take = (FRAME_HEADER - have).min(bytes.len());
+                    self.outgoing_header[have..have + take].copy_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    if have + take < FRAME_HEADER {
+                        self.outgoing = Position::Header(have + take);
+                        continue;
+                    }
+                    let header = self.outgoing_header;
+                    let length = usize::from(header[0]) << 16
+                        | usize::from(header[1]) << 8
+                        | usize::from(header[2]);
+                    match header[3] {
+                        DATA => {
+                            credit += 2.0;
+                            self.answered_since_ping = true;
+                        }
+                        HEADERS => self.answered_since_ping = true,
+                        _ => {}
+                    }
+                    self.outgoing = match length {
+                        0 => Position::Header(0),
+                        length => Position::Payload(length),
+                    };
+                }
+                Position::Payload(left) => {
+                    let take = left.min(bytes.len());
+                    bytes = &bytes[take..];
+                    self.outgoing = match left - take {
+                        0 => Position::Header(0),
+                        left => Position::Payload(left),
+                    };
+                }
+                // weir writes no preface of its own.
+                Position::Preface(_) => self.outgoing = Position::Header(0),
+            }
+        }
         self.window_updates.level = (self.window_updates.level - credit).max(0.0);
     }
 
@@ -266,7 +320,11 @@ impl FrameWatch {
             CONTINUATION => self.continuation(length, flags, now),
             RST_STREAM => self.resets.add(limits.resets, 1.0, now),
             SETTINGS => flags & ACK == 0 && self.settings.add(limits.settings, 1.0, now),
-            PING => flags & ACK == 0 && self.pings.add(limits.pings, 1.0, now),
+            PING => {
+                flags & ACK == 0
+                    && !std::mem::take(&mut self.answered_since_ping)
+                    && self.pings.add(limits.pings, 1.0, now)
+            }
             WINDOW_UPDATE => self.window_updates.add(limits.window_updates, 1.0, now),
             _ => false,
         };

@@ -150,7 +150,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         let this = self.get_mut();
         let written = Pin::new(&mut this.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = written {
-            this.watch.sent(n);
+            this.watch.sent(&buf[..n.min(buf.len())]);
         }
         written
     }
@@ -163,7 +163,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         let this = self.get_mut();
         let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = written {
-            this.watch.sent(n);
+            let mut left = n;
+            for slice in bufs {
+                let take = left.min(slice.len());
+                this.watch.sent(&slice[..take]);
+                left -= take;
+                if left == 0 {
+                    break;
+                }
+            }
         }
         written
     }

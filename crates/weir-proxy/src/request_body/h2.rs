@@ -16,20 +16,18 @@ use super::{BodyClock, Remaining, RequestBody};
 use crate::answer::Failure;
 use crate::client::Client;
 use crate::http2::{self, H2Stream};
-use crate::route::VirtualServerRuntime;
 
 /// Streams the rest of the body to an HTTP/2 node: DATA frames within the
 /// node's flow-control window (a slow node slows the client down, as with
 /// HTTP/1.1), then the trailers or an empty frame that ends the stream.
 pub(crate) async fn stream_rest_h2(
     client: &mut Client,
-    vs: &VirtualServerRuntime,
     body: &mut RequestBody,
     node: &mut h2::SendStream<Bytes>,
     write_stall: Duration,
 ) -> Result<(), Failure> {
-    let max_body = vs.config.limits.max_body_bytes;
     let clock = body.clock;
+    let max_body = clock.max_body;
     match std::mem::replace(&mut body.remaining, Remaining::Nothing) {
         Remaining::Nothing => end_h2(node, &body.trailers, write_stall).await,
         Remaining::Length(mut left) => {
@@ -87,7 +85,6 @@ pub(crate) async fn stream_rest_h2(
 /// HTTP/2 stream, or its body was already taken.
 pub(crate) fn spawn_h2_pump(
     client: &mut Client,
-    vs: &VirtualServerRuntime,
     body: &mut RequestBody,
     node: h2::SendStream<Bytes>,
     write_stall: Duration,
@@ -101,7 +98,7 @@ pub(crate) fn spawn_h2_pump(
         remaining: std::mem::replace(&mut body.remaining, Remaining::Nothing),
         received: body.received,
         clock: body.clock,
-        max_body: vs.config.limits.max_body_bytes,
+        max_body: body.clock.max_body,
         write_stall,
     };
     tokio::spawn(pump.run(source, node, failed));

@@ -1,7 +1,7 @@
 //! Opening one HTTP/2 connection to a node (TCP, TLS with ALPN `h2` or
 //! cleartext prior knowledge, the HTTP/2 handshake, all within the connect
 //! timeout) and its driver task: it runs the codec, PINGs the node at once
-//! and then every `ping_interval`, and ends the connection when the node
+//! and then every `ping_interval` where one is set, and ends the connection when the node
 //! closes it, when a PING goes unanswered past `ping_timeout`, or when the
 //! pool stops it. The first PONG tells that the node's SETTINGS have been
 //! applied (`Settled`).
@@ -147,7 +147,15 @@ async fn drive<T>(
     if ping_sent.is_none() {
         settled.send_replace(true);
     }
-    let mut ticker = tokio::time::interval(interval.min(timeout));
+    // `ping_interval` zero: no PING after the first. gRPC servers in Go strike a client
+    // that pings a connection more often than every 5 minutes while they send nothing
+    // (a long call), or at all while no call is open, and close it after the third.
+    let periodic = !interval.is_zero();
+    let mut ticker = tokio::time::interval(if periodic {
+        interval.min(timeout)
+    } else {
+        timeout
+    });
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_ping = Instant::now();
     // Whether the node ended the connection: with a GOAWAY, or (which the h2 crate reports
@@ -183,7 +191,8 @@ async fn drive<T>(
                         tracing::warn!(node = %address, "HTTP/2 node did not answer a PING; closing the connection");
                         break;
                     }
-                } else if now.saturating_duration_since(last_ping) >= interval
+                } else if periodic
+                    && now.saturating_duration_since(last_ping) >= interval
                     && let Some(ping) = ping.as_mut()
                     && ping.send_ping(Ping::opaque()).is_ok()
                 {

@@ -327,3 +327,83 @@ async fn an_extended_connect_waits_for_a_new_connections_settings() {
     assert_eq!(plain.streams(), 0);
     assert_eq!(plain.open(), 1, "the connection stays for other requests");
 }
+
+/// A relay in front of `target` that counts the PING frames (not ACKs) the pool sends.
+async fn ping_counter(target: SocketAddr) -> (SocketAddr, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let pings = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&pings);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                return;
+            };
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+                });
+                // The preface, then frames: read whole, counted, passed on.
+                let mut preface = [0u8; 24];
+                if client_read.read_exact(&mut preface).await.is_err()
+                    || server_write.write_all(&preface).await.is_err()
+                {
+                    return;
+                }
+                loop {
+                    let mut header = [0u8; 9];
+                    if client_read.read_exact(&mut header).await.is_err() {
+                        return;
+                    }
+                    let length = usize::from(header[0]) << 16
+                        | usize::from(header[1]) << 8
+                        | usize::from(header[2]);
+                    let mut payload = vec![0u8; length];
+                    if client_read.read_exact(&mut payload).await.is_err() {
+                        return;
+                    }
+                    if header[3] == 0x6 && header[4] & 0x1 == 0 {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if server_write.write_all(&header).await.is_err()
+                        || server_write.write_all(&payload).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (address, pings)
+}
+
+/// By default a node gets one PING, when its connection opens (the answer tells its
+/// SETTINGS are applied), and no more however long a call lasts: gRPC servers in Go
+/// close a connection pinged more often than every 5 minutes while they send nothing.
+/// With `ping_interval` set, the PINGs follow it.
+#[tokio::test]
+async fn a_node_is_pinged_once_unless_an_interval_is_set() {
+    let server = server(None).await;
+    for (interval, at_least, at_most) in
+        [(Duration::ZERO, 1, 1), (Duration::from_millis(100), 5, 20)]
+    {
+        let (relay, pings) = ping_counter(server.address).await;
+        let mut settings = settings(1, 10, 10);
+        settings.ping_interval = interval;
+        let (node, _metrics) = node(relay, settings);
+        // A long call: the node answers it only after a second of silence.
+        let call = tokio::spawn(exchange(Arc::clone(&node)));
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        server.gate.add_permits(1);
+        call.await.unwrap().expect("served");
+        let sent = pings.load(Ordering::SeqCst);
+        assert!(
+            (at_least..=at_most).contains(&sent),
+            "{sent} PINGs with ping_interval {interval:?}"
+        );
+    }
+}

@@ -84,9 +84,10 @@ fn window_updates_are_credited_by_data_sent() {
     let now = Instant::now();
     let mut watch = watcher();
     let update = frame(WINDOW_UPDATE, 0, 1, &[0, 0, 64, 0]);
+    let data = frame(DATA, 0, 1, &[0; 16 * 1024]);
     for _ in 0..20 {
-        // A client acknowledging each 16 KiB DATA frame it got.
-        watch.sent(16 * 1024);
+        // A client acknowledging each 16 KiB DATA frame it got, a KiB at a time.
+        watch.sent(&data);
         for _ in 0..16 {
             assert_eq!(watch.received(&update, now), None);
         }
@@ -133,5 +134,70 @@ fn byte_boundaries_do_not_matter() {
             verdict = verdict.or(watch.received(piece, now));
         }
         assert_eq!(verdict, Some(Flood::Settings), "split {split}");
+    }
+}
+
+/// gRPC clients (grpc-go's BDP estimate) send a PING as data arrives, one per burst of
+/// messages: a PING after weir wrote DATA or HEADERS is not counted, one after only
+/// weir's own PING ACK is.
+#[test]
+fn a_ping_after_data_weir_wrote_is_not_a_flood() {
+    let now = Instant::now();
+    let ping = frame(PING, 0, 0, &[0; 8]);
+    let ack = frame(PING, ACK, 0, &[0; 8]);
+    let message = frame(DATA, 0, 1, &[0; 20]);
+    let head = frame(HEADERS, END_HEADERS, 3, &[0x88]);
+    let mut watch = watcher();
+    for round in 0..5000 {
+        watch.sent(if round % 2 == 0 { &message } else { &head });
+        assert_eq!(watch.received(&ping, now), None, "round {round}");
+        watch.sent(&ack);
+    }
+    // Answering the PING alone excuses nothing.
+    let mut watch = watcher();
+    let found = (1..=200).find_map(|n| {
+        let verdict = watch.received(&ping, now);
+        watch.sent(&ack);
+        verdict.map(|flood| (flood, n))
+    });
+    assert_eq!(found, Some((Flood::Ping, 101)));
+}
+
+/// gRPC's C core acknowledges each small DATA frame with two WINDOW_UPDATEs (the
+/// stream's and the connection's): a stream of small messages is not a flood.
+#[test]
+fn two_window_updates_per_data_frame_are_not_a_flood() {
+    let now = Instant::now();
+    let message = frame(DATA, 0, 1, &[0; 30]);
+    let stream_update = frame(WINDOW_UPDATE, 0, 1, &[0, 0, 0, 30]);
+    let connection_update = frame(WINDOW_UPDATE, 0, 0, &[0, 0, 0, 30]);
+    let mut watch = watcher();
+    for round in 0..10_000 {
+        watch.sent(&message);
+        assert_eq!(watch.received(&stream_update, now), None, "round {round}");
+        assert_eq!(
+            watch.received(&connection_update, now),
+            None,
+            "round {round}"
+        );
+    }
+}
+
+/// What weir writes is read frame by frame whatever the write boundaries.
+#[test]
+fn written_frames_are_found_across_write_boundaries() {
+    let now = Instant::now();
+    let ping = frame(PING, 0, 0, &[0; 8]);
+    let mut written = frame(SETTINGS, 0, 0, &[0; 6]);
+    written.extend_from_slice(&frame(HEADERS, END_HEADERS, 1, &[0x88; 40]));
+    written.extend_from_slice(&frame(DATA, 0, 1, &[7; 300]));
+    for split in 1..written.len() {
+        let mut watch = watcher();
+        // 150 PINGs, each after one HEADERS and DATA pair written in two pieces.
+        for _ in 0..150 {
+            watch.sent(&written[..split]);
+            watch.sent(&written[split..]);
+            assert_eq!(watch.received(&ping, now), None, "split {split}");
+        }
     }
 }
