@@ -33,6 +33,13 @@ use crate::sans_io::wire::ALPN;
 /// Most flows open at once on one tunnel.
 pub const MAX_FLOWS: u32 = 4096;
 
+/// Flows a near side may open before it is authenticated: the control stream and a few.
+/// quinn sets up the state of every stream a peer may open when a connection is created,
+/// before its handshake, so a far side that allowed [`MAX_FLOWS`] from the start would
+/// commit about 390 KB to each Initial packet anyone sends; the full count is granted
+/// once the handshake (client certificate included) is done (`server.rs`).
+pub const HANDSHAKE_FLOWS: u32 = 4;
+
 /// QUIC's packet size over the TCP transport (no path MTU applies to a byte stream).
 const TCP_PACKET: u16 = 8192;
 
@@ -207,7 +214,9 @@ pub fn server_config(
     let crypto =
         QuicServerConfig::try_from(tls).map_err(|error| TransportError::Tls(error.to_string()))?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    server.transport_config(Arc::new(transport_config(&config.link, &config.fec)));
+    let mut transport = transport_config(&config.link, &config.fec);
+    transport.max_concurrent_bidi_streams(VarInt::from_u32(HANDSHAKE_FLOWS));
+    server.transport_config(Arc::new(transport));
     server.migration(true);
     Ok(server)
 }

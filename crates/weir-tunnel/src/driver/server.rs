@@ -22,6 +22,14 @@ use crate::sans_io::wire::{decode_open, take_record};
 /// open header.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Handshakes in progress at once; past it new ones are refused. A tunnel has a few near
+/// sides, each with one connection: this bounds what strangers' Initial packets can hold.
+const MAX_HANDSHAKES: usize = 256;
+
+/// Past this many handshakes in progress, a peer whose address is not validated yet is
+/// asked to prove it first (a Retry, one round trip), so spoofed Initials commit nothing.
+const RETRY_PAST: usize = 16;
+
 /// The far side, bound and ready to run.
 pub struct Server {
     config: TunnelConfig,
@@ -90,10 +98,21 @@ impl Server {
         let endpoint = self.endpoint.clone();
         let connect_timeout = self.side.connect_timeout;
         let metrics = Arc::clone(&self.metrics);
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         let accepting = async move {
             while let Some(incoming) = endpoint.accept().await {
+                let Ok(handshake) = Arc::clone(&handshakes).try_acquire_owned() else {
+                    tracing::debug!(remote = %incoming.remote_address(), "tunnel handshake refused: too many in progress");
+                    incoming.refuse();
+                    continue;
+                };
+                let busy = MAX_HANDSHAKES - handshakes.available_permits() > RETRY_PAST;
+                if busy && !incoming.remote_address_validated() && incoming.may_retry() {
+                    let _ = incoming.retry();
+                    continue;
+                }
                 tokio::spawn(serve_connection(
-                    incoming,
+                    (incoming, handshake),
                     Arc::clone(&config),
                     Arc::clone(&services),
                     connect_timeout,
@@ -114,7 +133,7 @@ impl Server {
 }
 
 async fn serve_connection(
-    incoming: quinn::Incoming,
+    (incoming, handshake): (quinn::Incoming, tokio::sync::OwnedSemaphorePermit),
     config: Arc<TunnelConfig>,
     services: Arc<HashMap<String, String>>,
     connect_timeout: Duration,
@@ -128,6 +147,9 @@ async fn serve_connection(
             return;
         }
     };
+    drop(handshake);
+    // Authenticated (its certificate verified in the handshake): now it may open every flow.
+    connection.set_max_concurrent_bi_streams(quinn::VarInt::from_u32(quic::MAX_FLOWS));
     let control = match tokio::time::timeout(OPEN_TIMEOUT, connection.accept_bi()).await {
         Ok(Ok(control)) => control,
         _ => {

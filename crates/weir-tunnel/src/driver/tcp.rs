@@ -43,6 +43,9 @@ use crate::sans_io::frame::{put_frame, take_frame};
 const MAX_RECEIVED: usize = 4096;
 /// How long connecting to the far side may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections the far side holds at once; past it new ones are closed at accept. A
+/// tunnel has a few near sides, each with one connection.
+const MAX_PEERS: usize = 256;
 /// How long a connection with a full queue may take no byte before it is stalled: longer
 /// than a slow link's round trips, where a live peer's kernel takes bytes as acks return.
 const STALL_GRACE: Duration = Duration::from_secs(2);
@@ -108,6 +111,7 @@ impl TcpDatagrams {
         let shared = Arc::new(Shared::new(settings, local, false));
         let weak = Arc::downgrade(&shared);
         let mut closed = shared.closed.subscribe();
+        let peers = Arc::new(tokio::sync::Semaphore::new(MAX_PEERS));
         tokio::spawn(async move {
             loop {
                 let (stream, peer) = tokio::select! {
@@ -124,10 +128,20 @@ impl TcpDatagrams {
                 let Some(shared) = weak.upgrade() else {
                     return;
                 };
+                // Before QUIC authenticates anyone, each connection is a stranger's: a
+                // bounded number of them (the rest are closed at once).
+                let Ok(slot) = Arc::clone(&peers).try_acquire_owned() else {
+                    tracing::debug!(%peer, "TCP transport: too many connections; closing");
+                    continue;
+                };
                 shared.configure(&stream);
                 let (read, write) = stream.into_split();
                 let (id, wake) = shared.add_peer(peer);
-                tokio::spawn(read_frames(Arc::clone(&shared), peer, id, read));
+                let reading = read_frames(Arc::clone(&shared), peer, id, read);
+                tokio::spawn(async move {
+                    reading.await;
+                    drop(slot);
+                });
                 tokio::spawn(write_frames(shared, peer, id, Ok(write), wake));
             }
         });
@@ -263,14 +277,20 @@ async fn until_closed(closed: &mut watch::Receiver<bool>) {
     let _ = closed.wait_for(|closed| *closed).await;
 }
 
-/// Reads frames from one peer into the shared queue until the connection ends.
+/// Reads frames from one peer into the shared queue until the connection ends: one whose
+/// next whole frame does not arrive within the link's idle timeout of the last (QUIC's
+/// keep-alives come far more often) is closed, however it trickles bytes meanwhile.
 async fn read_frames(shared: Arc<Shared>, peer: SocketAddr, id: u64, mut read: OwnedReadHalf) {
     let mut closed = shared.closed.subscribe();
     let mut buffer = BytesMut::with_capacity(256 << 10);
+    let mut last_frame = tokio::time::Instant::now();
     'reading: loop {
         loop {
             let frame = match take_frame(&mut buffer) {
-                Ok(Some(frame)) => frame,
+                Ok(Some(frame)) => {
+                    last_frame = tokio::time::Instant::now();
+                    frame
+                }
                 Ok(None) => break,
                 Err(error) => {
                     tracing::warn!(%peer, %error, "TCP transport: bad framing; closing");
@@ -296,12 +316,12 @@ async fn read_frames(shared: Arc<Shared>, peer: SocketAddr, id: u64, mut read: O
             }
         }
         tokio::select! {
-            read = tokio::time::timeout(shared.settings.idle, read.read_buf(&mut buffer)) => match read {
+            read = tokio::time::timeout_at(last_frame + shared.settings.idle, read.read_buf(&mut buffer)) => match read {
                 Ok(Ok(0) | Err(_)) => break,
                 Ok(Ok(_)) => {}
-                // Nothing for the link's idle timeout: QUIC's keep-alives would have come.
+                // No whole frame for the link's idle timeout: QUIC's keep-alives would have come.
                 Err(_) => {
-                    tracing::debug!(%peer, "TCP transport: connection idle; closing");
+                    tracing::debug!(%peer, "TCP transport: no frame within the idle timeout; closing");
                     break;
                 }
             },

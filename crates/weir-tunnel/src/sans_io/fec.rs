@@ -20,7 +20,7 @@ pub mod wire;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use policy::{FecSettings, Mode, Timing};
 
@@ -31,6 +31,10 @@ use wire::Frame;
 
 /// Peers tracked at once; past it the one heard from longest ago is forgotten.
 const MAX_PEERS: usize = 64;
+/// A peer heard nothing from for this long is forgotten: far longer than any tunnel's
+/// keep-alive (a live QUIC connection is never that quiet), so only what strangers sent,
+/// or a connection that is gone, is dropped.
+const PEER_IDLE: Duration = Duration::from_secs(120);
 /// Repairs and reports waiting for the socket; past it new ones are dropped.
 const MAX_OUTBOX: usize = 4096;
 
@@ -139,6 +143,12 @@ impl FecCore {
     ) {
         let frame = match wire::parse(datagram) {
             Ok(Frame::Bare(bare)) => return deliver(bare),
+            // Larger than the link carries: not a frame the peer sent (QUIC's packets are
+            // sized for the link, `quic.rs`), and never kept.
+            Ok(_) if datagram.len() > usize::from(self.timing.mtu) => {
+                self.counters.malformed += 1;
+                return;
+            }
             Ok(frame) => frame,
             Err(_) => {
                 self.counters.malformed += 1;
@@ -164,11 +174,14 @@ impl FecCore {
                 index,
                 shard,
             } => peer.receiver.repair(block, index, shard, &mut recovered),
-            Frame::Report { received, lost } => {
+            // A report about frames this side never sent to that address is not the
+            // peer's (anyone can send one): it changes neither repairs nor the gauge.
+            Frame::Report { received, lost } if peer.sender.has_sent() => {
                 repairs = peer.sender.report(received, lost, &settings);
                 let estimate = peer.sender.estimator.estimate();
                 self.counters.loss_ppm = estimate.map(|loss| (loss * 1e6) as u64);
             }
+            Frame::Report { .. } => {}
             Frame::Bare(_) => {}
         }
         let report = self
@@ -188,6 +201,8 @@ impl FecCore {
     /// Closes blocks that are old or quiet, sends reports that are due, and lets out the
     /// repairs that now fit the link's spare capacity.
     pub fn poll(&mut self, now: Instant) {
+        self.peers
+            .retain(|_, peer| now.saturating_duration_since(peer.last_seen) < PEER_IDLE);
         let (settings, timing) = (self.settings, self.timing);
         let mut reports = Vec::new();
         let mut closed = Vec::new();
@@ -216,6 +231,7 @@ impl FecCore {
                 [
                     peer.sender.deadline(&self.timing),
                     peer.receiver.report_deadline(),
+                    Some(peer.last_seen + PEER_IDLE),
                 ]
             })
             .chain([self.spare.deadline()])

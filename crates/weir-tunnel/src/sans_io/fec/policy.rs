@@ -59,6 +59,9 @@ pub struct Timing {
     /// A block also closes when no datagram joined it for this long (the sender went quiet:
     /// the tail of a transfer, or an interactive exchange).
     pub idle: Duration,
+    /// The link's MTU: no frame this layer sends is larger, so a larger one received is not
+    /// one of the peer's (and is not kept).
+    pub mtu: u16,
 }
 
 /// The loss rate of one direction, from the peer's cumulative reports, decayed per
@@ -93,6 +96,7 @@ impl Timing {
             rtt,
             max_delay,
             idle,
+            mtu,
         }
     }
 }

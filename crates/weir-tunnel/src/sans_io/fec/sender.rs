@@ -41,6 +41,11 @@ pub struct Repairs {
 }
 
 impl Sender {
+    /// Whether any data frame went to this peer yet.
+    pub fn has_sent(&self) -> bool {
+        self.next_seq != 0
+    }
+
     /// Writes the data frames for the datagrams of `contents` (`segment` bytes each, the
     /// last possibly shorter) into `out`; returns the framed segment size.
     pub fn frame(&self, contents: &[u8], segment: usize, out: &mut Vec<u8>) -> usize {

@@ -20,6 +20,7 @@ fn timing() -> Timing {
         rtt: Duration::from_millis(50),
         max_delay: Duration::from_millis(20),
         idle: Duration::from_millis(2),
+        mtu: 1500,
     }
 }
 
@@ -332,4 +333,42 @@ fn auto_repairs_wait_for_spare_capacity_and_cover_the_tail() {
         rebuilt.contains(&last_lost),
         "the last loss was not rebuilt"
     );
+}
+
+/// What strangers can make a side keep is bounded: a frame larger than the link's MTU is
+/// dropped (never kept, never passed up), a peer silent for `PEER_IDLE` is forgotten, and a
+/// report about frames never sent to its address changes nothing.
+#[test]
+fn strangers_frames_are_bounded_forgotten_and_not_believed() {
+    let now = Instant::now();
+    let mut core = FecCore::new(settings(Mode::Auto), timing());
+    let mut up = 0;
+    let mut frame = Vec::new();
+    wire::write_data(&mut frame, 7, true, &[0x41; 1400]);
+    core.receive(now, A, &frame, &mut |_| up += 1);
+    assert_eq!((up, core.take_counters().malformed), (1, 0));
+    let mut oversized = Vec::new();
+    wire::write_data(&mut oversized, 8, true, &[0x41; 4000]);
+    core.receive(now, A, &oversized, &mut |_| up += 1);
+    let shard = wire::repair(
+        BlockId {
+            first: 0,
+            sources: 4,
+            repairs: 2,
+        },
+        0,
+        &[0; 3000],
+    );
+    core.receive(now, A, &shard, &mut |_| up += 1);
+    assert_eq!((up, core.take_counters().malformed), (1, 2));
+    // A report from B, to which nothing was sent: no loss figure.
+    core.receive(now, B, &wire::report(10, 5), &mut |_| up += 1);
+    assert_eq!(core.take_counters().loss_ppm, None);
+    assert_eq!(core.peers.len(), 2);
+    // Silent peers go, and the timer wakes for it.
+    assert!(core.deadline().is_some_and(|at| at <= now + PEER_IDLE));
+    core.poll(now + PEER_IDLE / 2);
+    assert_eq!(core.peers.len(), 2);
+    core.poll(now + PEER_IDLE);
+    assert_eq!(core.peers.len(), 0);
 }
