@@ -21,6 +21,7 @@ use crate::stats::{LatencyHistogram, Totals};
 mod cache;
 mod http2;
 mod layer4;
+mod process;
 mod traffic;
 mod tunnel;
 
@@ -57,6 +58,8 @@ pub struct Metrics {
     pub(crate) http2: http2::Http2Families,
     /// Layer 4 families (issue 13), in `metrics/layer4.rs`.
     pub(crate) layer4: layer4::Layer4Families,
+    /// Descriptors, memory and start time, in `metrics/process.rs`.
+    process: process::ProcessGauges,
     refreshers: Refreshers,
 }
 
@@ -386,6 +389,8 @@ impl Metrics {
 
         let r = &mut registry;
         register(r, names::BUILD_INFO, build_info);
+        let process = process::ProcessGauges::default();
+        process.register(r);
         register(r, names::REUSE_RATIO, reuse_ratio.clone());
         register(r, names::OFFLOAD_RATIO, offload_ratio.clone());
         register(r, names::CONFIG_RELOADS, reload_results);
@@ -425,6 +430,7 @@ impl Metrics {
             traffic,
             http2,
             layer4,
+            process,
             refreshers: Refreshers::default(),
         })
     }
@@ -699,6 +705,7 @@ impl Metrics {
         for refresh in self.refreshers.lock().iter() {
             refresh();
         }
+        self.process.refresh();
         self.reuse_ratio.set(self.reuse_ratio());
         self.offload_ratio.set(self.offload_ratio());
         let mut out = String::with_capacity(8 * 1024);

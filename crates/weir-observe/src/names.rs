@@ -70,6 +70,30 @@ pub const BUILD_INFO: MetricSpec = gauge(
     &["version"],
     "Always 1; the version label names the running weir build",
 );
+/// `weir_process_open_fds`, a gauge: file descriptors the process holds open.
+pub const PROCESS_OPEN_FDS: MetricSpec = gauge(
+    "process_open_fds",
+    &[],
+    "File descriptors the process holds open (each client, node and listening socket is one)",
+);
+/// `weir_process_max_fds`, a gauge: the process's open-file limit (soft).
+pub const PROCESS_MAX_FDS: MetricSpec = gauge(
+    "process_max_fds",
+    &[],
+    "The open-file limit (soft): past it accepts and connects fail",
+);
+/// `weir_process_resident_memory_bytes`, a gauge: resident memory.
+pub const PROCESS_RESIDENT_MEMORY_BYTES: MetricSpec = gauge(
+    "process_resident_memory_bytes",
+    &[],
+    "Resident memory of the process, bytes",
+);
+/// `weir_process_start_time_seconds`, a gauge: when the process started, Unix time.
+pub const PROCESS_START_TIME_SECONDS: MetricSpec = gauge(
+    "process_start_time_seconds",
+    &[],
+    "When the process started, Unix time in seconds",
+);
 /// `weir_reuse_ratio`, a gauge: requests forwarded per upstream connection created, over all nodes
 /// (0 when none created).
 pub const REUSE_RATIO: MetricSpec = gauge(
@@ -278,6 +302,10 @@ pub const CONFIG_LAST_RELOAD_SUCCESS: MetricSpec = gauge(
 /// Every metric, in exposition order.
 pub const ALL: &[MetricSpec] = &[
     BUILD_INFO,
+    PROCESS_OPEN_FDS,
+    PROCESS_MAX_FDS,
+    PROCESS_RESIDENT_MEMORY_BYTES,
+    PROCESS_START_TIME_SECONDS,
     REUSE_RATIO,
     OFFLOAD_RATIO,
     CONFIG_RELOADS,

@@ -627,7 +627,7 @@ impl Live {
             Err(error) => {
                 reloads.refused.inc();
                 reloads.last_reload_success.set(0);
-                tracing::error!(error = %error, "certificate reload refused; still serving the certificates loaded before");
+                tracing::error!(error = %one_line(&error), "certificate reload refused; still serving the certificates loaded before");
                 return Err(error);
             }
         };
@@ -682,7 +682,7 @@ impl Live {
                         );
                     }
                     _ => {
-                        tracing::error!(generation, error = %error, "configuration reload refused; still serving the running configuration");
+                        tracing::error!(generation, error = %one_line(&error), "configuration reload refused; still serving the running configuration");
                     }
                 }
                 ReloadRecord {
@@ -763,4 +763,10 @@ fn cache_upkeep(
             }
         }
     })
+}
+
+/// A refusal's problems (one per line in `weir check`'s output) on one line, `; `
+/// between them: a log line is one line, whatever reads it (journald, a shipper).
+fn one_line(error: &impl std::fmt::Display) -> String {
+    error.to_string().replace('\n', "; ")
 }

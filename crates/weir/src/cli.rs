@@ -281,6 +281,11 @@ pub struct ServeArgs {
     /// exit. If this process fails to start, the old one keeps serving.
     #[arg(long)]
     pub upgrade: bool,
+    /// Write this process's id to FILE once every listener is bound, for a supervisor or
+    /// logrotate to signal it; removed at exit unless a binary upgrade's process wrote
+    /// its own id there since (give the new process the same --pid-file).
+    #[arg(long, value_name = "FILE")]
+    pub pid_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

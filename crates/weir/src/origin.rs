@@ -39,10 +39,13 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
         let origin = Origin::bind(options)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
+        // The signals are handled before the origin says it serves.
+        let stop = wait_for_signal();
+        crate::serve::ignore_operator_signals("weir origin")?;
         tracing::info!(listen = %origin.local_addr(), echo = args.echo, https, "origin serving");
         let (shutdown, signal) = Shutdown::new();
         let server = tokio::spawn(origin.run(signal));
-        wait_for_signal().await;
+        stop.await;
         shutdown.trigger();
         server.await.context("origin task")??;
         Ok(())

@@ -2,11 +2,13 @@
 //! port is bound), bind everything, run until a signal, drain.
 
 use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal as NixSignal, pthread_sigmask};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use weir_config::{Config, KeyPath};
 use weir_core::Shutdown;
@@ -51,6 +53,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         print!("{}", weir_config::EMBEDDED_DEFAULT);
         return Ok(());
     }
+    // SIGHUP, SIGUSR1 and SIGUSR2 wait (blocked, not lost) until their handlers are in
+    // place (`serve`): one sent while the configuration is read would otherwise end the
+    // process, their default action.
+    hold_operator_signals(SigmaskHow::SIG_BLOCK);
     let config = match &args.config {
         // A refused configuration stays a ConfigError, which `main` exits with 2 for, as
         // `weir check` does.
@@ -58,12 +64,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => weir_config::embedded_default(),
     };
     crate::logging::init(&config.log);
+    raise_descriptor_limit(&config);
     let threads = args
         .threads
         .map(usize::from)
         .or(config.runtime.threads.map(|n| n.get() as usize));
     let runtime = runtime(threads)?;
-    let result = runtime.block_on(serve(config, args.upgrade));
+    let result = runtime.block_on(serve(config, args.upgrade, args.pid_file));
     // Work still running on a blocking thread (a reload waiting on a slow file or name
     // server) does not hold the exit: a second signal means now.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
@@ -96,11 +103,14 @@ struct Bound {
     inherited: Option<upgrade::Inherited>,
 }
 
-async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
+async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> anyhow::Result<()> {
     // Before anything binds or is announced (see `wait_for_signal`), and before the start's
     // slow parts (files, name lookups): from here on no signal weir handles kills it.
     let mut first_signal = std::pin::pin!(wait_for_signal());
     let signals = Signals::register()?;
+    // `block_on` runs this on the thread `run` blocked the signals on: one that came
+    // meanwhile is delivered now, to its handler.
+    hold_operator_signals(SigmaskHow::SIG_UNBLOCK);
     let metrics = Metrics::new();
     // Two stages: the proxy drains first; the admin listener (which reports
     // "draining" meanwhile) and the built-in origins stop once it is done.
@@ -109,6 +119,9 @@ async fn serve(config: Config, take_over: bool) -> anyhow::Result<()> {
     let (admin_stop, admin_signal) = Shutdown::new();
 
     let bound = bind(&config, &metrics, take_over).await?;
+    // Everything is bound: the file says weir serves. Written before an upgrade tells the
+    // old process to drain, so a file that cannot be written leaves that one serving.
+    let _pid_file = pid_file.map(|path| PidFile::write(&path)).transpose()?;
     let proxy = bound.proxy;
     // The API's token is read before anything serves: weir refuses to start without it.
     let control = match &config.admin {
@@ -351,6 +364,115 @@ async fn access_log_upkeep(
 /// The signals weir acts on besides the stop (SIGHUP: reload; SIGUSR1: reopen the access
 /// log; SIGUSR2: logged and ignored), registered together at the start so that none of
 /// them kills a process that is still starting (their default action ends it).
+/// Blocks or unblocks SIGHUP, SIGUSR1 and SIGUSR2 on the calling thread (threads started
+/// while they are blocked keep them blocked; the process's signals then go to the one
+/// that unblocked them).
+fn hold_operator_signals(how: SigmaskHow) {
+    let mut set = SigSet::empty();
+    for held in [NixSignal::SIGHUP, NixSignal::SIGUSR1, NixSignal::SIGUSR2] {
+        set.add(held);
+    }
+    if let Err(error) = pthread_sigmask(how, Some(&set), None) {
+        tracing::warn!(%error, "cannot change the signal mask");
+    }
+}
+
+/// Raises the soft open-file limit to the hard one (every client and node connection is
+/// a descriptor; a supervisor's default soft limit, often 1024, would stop accepts far
+/// below `max_connections`), and warns when even that is below what the configuration
+/// may hold open: each virtual server's `max_connections` and each node's.
+fn raise_descriptor_limit(config: &Config) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let limit = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        tracing::debug!(from = soft, to = hard, "open-file limit raised");
+        hard
+    } else {
+        soft
+    };
+    let clients: u64 = config
+        .virtual_servers
+        .iter()
+        .map(|vs| u64::from(vs.limits.max_connections))
+        .sum();
+    let nodes: u64 = config
+        .pools
+        .iter()
+        .map(|pool| pool.nodes.len() as u64 * u64::from(pool.connections.max_connections.get()))
+        .sum();
+    // Listeners, log files, the admin API, name lookups.
+    let wanted = clients + nodes + 64;
+    if limit < wanted {
+        tracing::warn!(
+            limit,
+            wanted,
+            "the open-file limit is below what the configuration may hold open (every \
+             virtual server's and every node's max_connections): past it accepts fail; raise \
+             it (LimitNOFILE= in a systemd unit, ulimit -n) or lower max_connections"
+        );
+    }
+}
+
+/// `--pid-file`: this process's id, written (whole, by a rename) once every listener is
+/// bound, and removed at exit unless another process, a binary upgrade's, wrote its own
+/// id there since.
+struct PidFile {
+    path: PathBuf,
+    pid: String,
+}
+
+impl PidFile {
+    fn write(path: &Path) -> anyhow::Result<PidFile> {
+        let pid = std::process::id().to_string();
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(format!(".{pid}.tmp"));
+        let partial = PathBuf::from(partial);
+        std::fs::write(&partial, format!("{pid}\n"))
+            .and_then(|()| std::fs::rename(&partial, path))
+            .map_err(|error| {
+                let _ = std::fs::remove_file(&partial);
+                anyhow::anyhow!("--pid-file {}: {error}", path.display())
+            })?;
+        Ok(PidFile {
+            path: path.to_owned(),
+            pid,
+        })
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let ours = std::fs::read_to_string(&self.path).is_ok_and(|text| text.trim() == self.pid);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// For the commands that have nothing to reload or reopen (`weir tunnel`, `weir origin`):
+/// SIGHUP, SIGUSR1 and SIGUSR2, which a log rotation or a reload of `weir serve` on the
+/// same host may send every weir, are logged and ignored instead of ending the process.
+/// Call within the runtime.
+pub fn ignore_operator_signals(command: &'static str) -> anyhow::Result<()> {
+    let mut hangup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
+    let mut user1 = signal(SignalKind::user_defined1()).context("cannot listen for SIGUSR1")?;
+    let mut user2 = signal(SignalKind::user_defined2()).context("cannot listen for SIGUSR2")?;
+    tokio::spawn(async move {
+        loop {
+            let name = tokio::select! {
+                Some(()) = hangup.recv() => "SIGHUP",
+                Some(()) = user1.recv() => "SIGUSR1",
+                Some(()) = user2.recv() => "SIGUSR2",
+                else => return,
+            };
+            tracing::info!("{name} ignored: {command} has nothing to reload or reopen");
+        }
+    });
+    Ok(())
+}
+
 struct Signals {
     hangup: Signal,
     reopen: Signal,

@@ -82,6 +82,7 @@ fn run_side(args: &SideArgs, role: Role) -> anyhow::Result<()> {
         // "listening" line must stop the side cleanly, not kill it.
         let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
         let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+        crate::serve::ignore_operator_signals("weir tunnel")?;
         announce(&side, &metrics)?;
         let stop = async {
             tokio::select! {

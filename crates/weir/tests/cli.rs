@@ -301,6 +301,97 @@ fn signals_during_the_start_do_not_kill_it() {
     );
 }
 
+/// SIGHUP, SIGUSR1 and SIGUSR2 while weir still reads its configuration (a FIFO here, so
+/// the moment is certain) wait until their handlers are in place: weir starts and serves.
+#[test]
+fn signals_while_the_configuration_is_read_wait_for_their_handlers() {
+    use std::io::Write;
+    let [proxy_port, origin_port] = weir_testkit::free_ports();
+    let fifo = std::env::temp_dir().join(format!("weir-cli-fifo-{}.toml", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let child = weir()
+        .arg("serve")
+        .arg("--config")
+        .arg(&fifo)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = Running(child);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for name in ["HUP", "USR1", "USR2"] {
+        signal(&child.0, name);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(child.0.try_wait().unwrap().is_none(), "a signal ended weir");
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    write!(
+        writer,
+        "[log]\nlevel = \"warn\"\n[virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\n\
+         pool = \"web\"\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:{origin_port}\" }}]\n"
+    )
+    .unwrap();
+    drop(writer);
+    let serving = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_ok()
+    });
+    let _ = std::fs::remove_file(&fifo);
+    assert!(serving, "weir listens within 5 s");
+    // The held SIGHUP reloaded the file (a FIFO now empty: refused, still serving).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "a held signal ended weir"
+    );
+}
+
+/// `--pid-file`: the process id once it serves; removed at a clean exit.
+#[test]
+fn the_pid_file_names_the_serving_process_and_goes_with_it() {
+    let [proxy_port, origin_port] = weir_testkit::free_ports();
+    let config = temp_config(&format!(
+        "[log]\nlevel = \"warn\"\n[virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\n\
+         pool = \"web\"\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:{origin_port}\" }}]\n"
+    ));
+    let pid_file = std::env::temp_dir().join(format!("weir-cli-{}.pid", std::process::id()));
+    let _ = std::fs::remove_file(&pid_file);
+    let mut child = weir()
+        .arg("serve")
+        .arg("--config")
+        .arg(config.path())
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .spawn()
+        .unwrap();
+    let written = (0..100).find_map(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::read_to_string(&pid_file).ok()
+    });
+    assert_eq!(written, Some(format!("{}\n", child.id())));
+    assert!(std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
+    signal(&child, "TERM");
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    assert!(!pid_file.exists(), "the PID file outlived weir");
+    // A directory that does not exist: refused before serving, with the path.
+    let output = weir()
+        .arg("serve")
+        .arg("--config")
+        .arg(config.path())
+        .arg("--pid-file")
+        .arg("/nonexistent-weir-dir/weir.pid")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--pid-file /nonexistent-weir-dir/weir.pid"),
+        "{stderr}"
+    );
+}
+
 /// `runtime.upgrade_socket` naming a file that is not a socket (a slip of the path) is
 /// refused, and the file is left as it was; weir replaces only a stale socket.
 #[test]

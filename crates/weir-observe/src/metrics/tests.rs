@@ -181,3 +181,33 @@ fn metrics_are_shareable_across_threads() {
     assert_send_sync::<PoolMetrics>();
     assert_send_sync::<NodeMetrics>();
 }
+
+/// The process rows are read at each scrape: descriptors opened since show, and the
+/// limit and memory are the process's own.
+#[test]
+fn process_rows_follow_the_process() {
+    let metrics = Metrics::new();
+    let value = |text: &str, name: &str| -> i64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+    };
+    let before = metrics.encode();
+    let files: Vec<std::fs::File> = (0..40)
+        .map(|_| std::fs::File::open("/proc/self/statm").unwrap())
+        .collect();
+    let after = metrics.encode();
+    let opened = value(&after, "weir_process_open_fds") - value(&before, "weir_process_open_fds");
+    // Other tests of this binary open and close files meanwhile: a margin either way.
+    assert!((30..=50).contains(&opened), "{opened} more open");
+    drop(files);
+    let (soft, _) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    assert_eq!(value(&after, "weir_process_max_fds"), soft as i64);
+    assert!(value(&after, "weir_process_resident_memory_bytes") > 1 << 20);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!((now - 60..=now).contains(&value(&after, "weir_process_start_time_seconds")));
+}

@@ -1,0 +1,64 @@
+//! The process rows read from the kernel at each scrape: open descriptors against the
+//! limit (an alert before accepts start failing), resident memory, and when the process
+//! started. Linux `/proc`; elsewhere the rows stay at 0.
+
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::register;
+use crate::names;
+
+#[derive(Debug, Default)]
+pub(crate) struct ProcessGauges {
+    open_fds: Gauge,
+    max_fds: Gauge,
+    resident_memory_bytes: Gauge,
+    start_time_seconds: Gauge,
+}
+
+impl ProcessGauges {
+    pub(crate) fn register(&self, r: &mut Registry) {
+        register(r, names::PROCESS_OPEN_FDS, self.open_fds.clone());
+        register(r, names::PROCESS_MAX_FDS, self.max_fds.clone());
+        register(
+            r,
+            names::PROCESS_RESIDENT_MEMORY_BYTES,
+            self.resident_memory_bytes.clone(),
+        );
+        register(
+            r,
+            names::PROCESS_START_TIME_SECONDS,
+            self.start_time_seconds.clone(),
+        );
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        self.start_time_seconds
+            .set(i64::try_from(started).unwrap_or(i64::MAX));
+    }
+
+    /// Reads the values now (a few small reads of `/proc/self`, once per scrape).
+    pub(crate) fn refresh(&self) {
+        if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
+            // The listing's own descriptor is among the entries.
+            let open = entries.count().saturating_sub(1);
+            self.open_fds.set(i64::try_from(open).unwrap_or(i64::MAX));
+        }
+        if let Ok((soft, _)) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        {
+            self.max_fds.set(i64::try_from(soft).unwrap_or(i64::MAX));
+        }
+        let pages = std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<i64>().ok());
+        let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096);
+        if let Some(pages) = pages {
+            self.resident_memory_bytes
+                .set(pages.saturating_mul(page_size as i64));
+        }
+    }
+}
