@@ -260,16 +260,16 @@ impl TlsMetrics {
     }
 
     /// Replaces the expiry series of this virtual server with `certificates`
-    /// (name, key type, days left).
+    /// (name, key type, notAfter as Unix seconds).
     pub fn set_certificates(&self, certificates: &[(String, &'static str, f64)]) {
-        for (certificate, key_type, days) in certificates {
+        for (certificate, key_type, not_after) in certificates {
             self.expiry
                 .get_or_create(&CertificateLabels {
                     virtual_server: self.virtual_server.clone(),
                     certificate: certificate.clone(),
                     key_type,
                 })
-                .set(*days);
+                .set(*not_after);
         }
     }
 
@@ -335,7 +335,7 @@ struct Families {
 
     tls_handshakes: Family<TlsHandshakeLabels, Counter>,
     tls_handshake_failures: Family<TlsFailureLabels, Counter>,
-    tls_certificate_expiry_days: Family<CertificateLabels, FloatGauge>,
+    tls_certificate_expiry_timestamp: Family<CertificateLabels, FloatGauge>,
     upstream_tls_handshakes: Family<PoolKindLabels, Counter>,
     /// Not exported: the sums of `tls_handshakes` by kind.
     tls_full: Counter,
@@ -550,7 +550,7 @@ impl Metrics {
             resumed: f.tls_resumed.clone(),
             handshakes: f.tls_handshakes.clone(),
             failures: f.tls_handshake_failures.clone(),
-            expiry: f.tls_certificate_expiry_days.clone(),
+            expiry: f.tls_certificate_expiry_timestamp.clone(),
         }
     }
 
@@ -874,8 +874,8 @@ impl Families {
         );
         register(
             r,
-            names::TLS_CERTIFICATE_EXPIRY_DAYS,
-            self.tls_certificate_expiry_days.clone(),
+            names::TLS_CERTIFICATE_EXPIRY_TIMESTAMP,
+            self.tls_certificate_expiry_timestamp.clone(),
         );
         register(
             r,

@@ -337,7 +337,7 @@ pub const ALL: &[MetricSpec] = &[
     NODE_RESPONSE_TIME_EWMA,
     TLS_HANDSHAKES,
     TLS_HANDSHAKE_FAILURES,
-    TLS_CERTIFICATE_EXPIRY_DAYS,
+    TLS_CERTIFICATE_EXPIRY_TIMESTAMP,
     UPSTREAM_TLS_HANDSHAKES,
     // Cache and compression (issue 12).
     CACHE_HITS,
@@ -459,12 +459,13 @@ pub const TLS_HANDSHAKE_FAILURES: MetricSpec = counter(
     &["virtual_server", "reason"],
     "TLS handshakes with clients that did not complete, by reason",
 );
-/// `weir_tls_certificate_expiry_days`, a gauge: days until each served certificate expires
-/// (negative once expired).
-pub const TLS_CERTIFICATE_EXPIRY_DAYS: MetricSpec = gauge(
-    "tls_certificate_expiry_days",
+/// `weir_tls_certificate_expiry_timestamp_seconds`, a gauge: when each served certificate
+/// expires (its notAfter), Unix time: true however long ago it was set, where a count of days
+/// left would only be as fresh as the last reload.
+pub const TLS_CERTIFICATE_EXPIRY_TIMESTAMP: MetricSpec = gauge(
+    "tls_certificate_expiry_timestamp_seconds",
     &["virtual_server", "certificate", "key_type"],
-    "Days until each served certificate expires (negative once expired)",
+    "When each served certificate expires (its notAfter), Unix time in seconds",
 );
 /// `weir_upstream_tls_handshakes_total`, a counter: TLS handshakes with nodes, by kind (full,
 /// resumed or failed).

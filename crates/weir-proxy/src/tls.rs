@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::SystemTime;
+use std::time::UNIX_EPOCH;
 
 use tokio::net::TcpStream;
 use weir_config::{ClientAuth, ConfigError, ServerTls};
@@ -106,9 +106,8 @@ impl TlsTermination {
         }
     }
 
-    /// Sets the days-until-expiry gauges from the certificates served now.
+    /// Sets the expiry gauges (each certificate's notAfter) from the certificates served now.
     pub fn refresh_expiry(&self) {
-        let now = SystemTime::now();
         let current: Vec<(String, &'static str, f64)> = self
             .acceptor
             .certificates()
@@ -120,7 +119,11 @@ impl TlsTermination {
                     .cloned()
                     .or_else(|| info.addresses.first().map(ToString::to_string))
                     .unwrap_or_else(|| info.subject.clone());
-                (name, info.key_type, info.days_left(now))
+                let not_after = match info.not_after.duration_since(UNIX_EPOCH) {
+                    Ok(since) => since.as_secs_f64(),
+                    Err(before) => -before.duration().as_secs_f64(),
+                };
+                (name, info.key_type, not_after)
             })
             .collect();
         let mut exported = self

@@ -83,6 +83,26 @@ async fn ecdsa_and_rsa_certificates_are_chosen_by_what_the_client_supports() {
     }
     assert_eq!(metric(&proxy, "weir_tls_handshakes_total{"), 4.0);
     assert_eq!(metric(&proxy, "version=\"TLSv1_2\""), 2.0);
+    // Each certificate's notAfter as Unix time (a date in the future), not a count of days
+    // that goes stale between reloads.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let expiries: Vec<f64> = proxy
+        .metrics
+        .encode()
+        .lines()
+        .filter(|line| line.starts_with("weir_tls_certificate_expiry_timestamp_seconds{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(expiries.len(), 2, "one series per certificate");
+    for expiry in expiries {
+        assert!(
+            now < expiry && expiry < now + 20.0 * 365.0 * 86_400.0,
+            "{expiry}"
+        );
+    }
     proxy.stop().await;
     origin.stop().await;
 }
