@@ -232,6 +232,24 @@ impl RequestHead {
         find_field(&self.raw, &self.headers, name)
     }
 
+    /// `Max-Forwards` of an OPTIONS or TRACE request (RFC 9110 §7.6.2: the only methods
+    /// it speaks for), when it holds a number; `None` otherwise (a field that is not
+    /// one is passed on as it is). Saturates far above any hop count.
+    pub fn max_forwards(&self) -> Option<u64> {
+        if !matches!(self.method, Method::Options | Method::Trace) {
+            return None;
+        }
+        let value = self.header("max-forwards")?.trim_ascii();
+        if value.is_empty() || value.len() > 18 || !value.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        Some(
+            value
+                .iter()
+                .fold(0, |total, digit| total * 10 + u64::from(digit - b'0')),
+        )
+    }
+
     /// The `Host` header value (or the authority of an absolute-form target).
     /// When both are present they are equal: a mismatch is rejected.
     pub fn host(&self) -> Option<&[u8]> {

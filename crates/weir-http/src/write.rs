@@ -186,6 +186,9 @@ pub fn write_request_head_edited<E: HeaderEdit + ?Sized>(
     let listed = |field: &Header| {
         head.connection_names_fields && named_by_connection(raw, &head.headers, field)
     };
+    // RFC 9110 §7.6.2: an OPTIONS or TRACE goes on with one hop fewer in Max-Forwards
+    // (one at 0 is answered by weir itself and never gets here).
+    let forwards = head.max_forwards().filter(|&hops| hops > 0);
     copy_kept_lines(raw, &head.headers, out, |field| match field.kind {
         FieldKind::Connection
         | FieldKind::KeepAlive
@@ -203,13 +206,19 @@ pub fn write_request_head_edited<E: HeaderEdit + ?Sized>(
         FieldKind::Other => {
             let name = slice(raw, field.name);
             let underscored = forward.drop_underscore_names && name.contains(&b'_');
-            !(listed(field) || underscored)
+            let counted = forwards.is_some() && name.eq_ignore_ascii_case(b"max-forwards");
+            !(listed(field) || underscored || counted)
                 && forward
                     .owned_header
                     .is_none_or(|(owned, _)| !same_field_name(name, owned.as_bytes()))
                 && !edits.drops(name)
         }
     });
+    if let Some(hops) = forwards {
+        out.extend_from_slice(b"Max-Forwards: ");
+        out.extend_from_slice(itoa::Buffer::new().format(hops - 1).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
 
     write_framing(forward.framing, out);
     if forward.upgrade {

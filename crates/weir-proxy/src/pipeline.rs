@@ -530,7 +530,7 @@ async fn answer_unrouted(
         started,
     } = request;
     let sent = traffic
-        .answer(client, vs, head, refusal, keep_alive, started)
+        .answer(client, vs, head, (refusal, None), keep_alive, started)
         .await?;
     Ok(answered(&sent, head))
 }
@@ -543,6 +543,23 @@ fn answered(sent: &Sent, head: &RequestHead) -> Next {
         // The request's body was not read: read what still comes before closing.
         false => Next::Linger,
     }
+}
+
+/// weir's own answer to a request it is the final recipient of
+/// ([`policy::final_recipient`]), logged as its other answers are.
+async fn answer_as_final_recipient(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    request: Request<'_>,
+    traffic: &RequestTraffic,
+    own: &weir_rules::Answer,
+) -> Result<Next, Failure> {
+    let (head, keep_alive) = (request.head, request.keep_alive);
+    let own = (None, Some(own));
+    let sent = traffic
+        .answer(client, vs, head, own, keep_alive, request.started)
+        .await?;
+    Ok(answered(&sent, head))
 }
 
 /// The request being served, as read.
@@ -570,6 +587,10 @@ async fn serve_request(
     } = request;
     // filter_request: CONNECT, TRACE, upgrades and header names, as the virtual server allows
     let forwarding = policy::filter_for(client, vs, pool, head)?;
+    // An OPTIONS or TRACE with no hop left is weir's to answer (RFC 9110 §7.6.2).
+    if let Some(own) = policy::final_recipient(vs, head) {
+        return answer_as_final_recipient(client, vs, request, traffic, &own).await;
+    }
     // read body (up to request_buffer) before any upstream connection is taken
     let mut body = request_body::read(client, vs, head).await?;
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
@@ -625,15 +646,11 @@ async fn serve_request(
                 return Err(failure);
             };
             // A stale object may stand in for a failed node (stale-if-error).
-            let answered = (answer_keep_alive, &edits);
-            let failed = content::node_failed(client, vs, head, flow, failure, answered);
+            let answering = (answer_keep_alive, &edits);
+            let failed = content::node_failed(client, vs, head, flow, failure, answering);
             let sent = Box::pin(failed).await?;
             record(client, vs, request, body.received, &sent, None, traffic);
-            return Ok(if sent.keep_alive {
-                Next::KeepAlive
-            } else {
-                Next::Close
-            });
+            return Ok(answered(&sent, head));
         }
     };
     let body_cut = exchange.body_cut;

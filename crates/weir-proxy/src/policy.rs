@@ -4,9 +4,11 @@
 //! protocol (else the request goes on without its `Upgrade`); header names
 //! with `_` are dropped, refused or kept.
 
+use bytes::Bytes;
 use weir_config::{UnderscoreHeaders, UpstreamProtocol};
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{Method, RequestHead};
+use weir_rules::Answer;
 use weir_upstream::Pool;
 
 use crate::answer::Failure;
@@ -60,6 +62,72 @@ fn filter(vs: &VirtualServerRuntime, head: &RequestHead) -> Result<Forwarding, F
         connect: head.method() == Method::Connect,
         drop_underscore_names: underscores && policy.underscore_headers == UnderscoreHeaders::Drop,
         background: false,
+    })
+}
+
+/// RFC 9110 §7.6.2: weir is the final recipient of an OPTIONS or TRACE whose
+/// `Max-Forwards` is 0, and answers it itself instead of forwarding it: OPTIONS with
+/// 200 and, in `Allow`, the methods this virtual server lets through; TRACE (where
+/// allowed: [`filter`] refused it otherwise) with 200 and the request as weir received it
+/// (`message/http`, §9.3.8), less the fields that carry credentials.
+pub(crate) fn final_recipient(vs: &VirtualServerRuntime, head: &RequestHead) -> Option<Answer> {
+    if head.max_forwards() != Some(0) {
+        return None;
+    }
+    let policy = &vs.config.http;
+    let (headers, body) = match head.method() {
+        Method::Trace => {
+            let mut echo = Vec::with_capacity(head.raw().len());
+            let version = match head.version() {
+                weir_http::Version::Http10 => "HTTP/1.0",
+                weir_http::Version::Http11 => "HTTP/1.1",
+            };
+            for part in [
+                head.method_bytes(),
+                b" ",
+                head.target(),
+                b" ",
+                version.as_bytes(),
+            ] {
+                echo.extend_from_slice(part);
+            }
+            echo.extend_from_slice(b"\r\n");
+            let secret = |name: &[u8]| {
+                ["authorization", "proxy-authorization", "cookie"]
+                    .iter()
+                    .any(|secret| name.eq_ignore_ascii_case(secret.as_bytes()))
+            };
+            for (name, value) in head.headers().filter(|(name, _)| !secret(name)) {
+                for part in [name, b": ", value, b"\r\n"] {
+                    echo.extend_from_slice(part);
+                }
+            }
+            echo.extend_from_slice(b"\r\n");
+            let kind = (
+                Bytes::from_static(b"Content-Type"),
+                Bytes::from_static(b"message/http"),
+            );
+            (vec![kind], Bytes::from(echo))
+        }
+        _ => {
+            let mut allow = String::from("GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH");
+            if policy.trace {
+                allow.push_str(", TRACE");
+            }
+            if policy.connect {
+                allow.push_str(", CONNECT");
+            }
+            (
+                vec![(Bytes::from_static(b"Allow"), Bytes::from(allow))],
+                Bytes::new(),
+            )
+        }
+    };
+    Some(Answer {
+        status: 200,
+        headers,
+        body,
+        written: true,
     })
 }
 

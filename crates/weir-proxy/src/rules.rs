@@ -20,7 +20,7 @@ use weir_config::PoolId;
 use weir_http::{BodyFraming, Method, RequestHead, ResponseHead, SimpleResponse};
 use weir_observe::AccessRecord;
 use weir_rules::limits::ConcurrencyPermit;
-use weir_rules::{Decision, Facts, Outcome, Refusal, RequestId, request_key};
+use weir_rules::{Answer, Decision, Facts, Outcome, Refusal, RequestId, request_key};
 use weir_upstream::Pool;
 
 use crate::answer::{Failure, body_for, grpc_fields, grpc_status_for, lossy};
@@ -285,20 +285,23 @@ impl RequestTraffic {
         }
     }
 
-    /// Writes weir's own answer (a rule's, or a limit's refusal) and logs it. The
-    /// connection stays open only when the request has no body weir left unread.
+    /// Writes weir's own answer (a rule's, a limit's refusal, or `own`: one weir gives as
+    /// the request's final recipient) and logs it. The connection stays open only when the
+    /// request has no body weir left unread.
     pub(crate) async fn answer(
         &self,
         client: &mut Client,
         vs: &VirtualServerRuntime,
         head: &RequestHead,
-        refusal: Option<Refusal>,
+        (refusal, own): (Option<Refusal>, Option<&Answer>),
         keep_alive: bool,
         started: Instant,
     ) -> Result<Sent, Failure> {
         let no_body = matches!(head.framing(), BodyFraming::None | BodyFraming::Length(0));
         let keep_alive = keep_alive && no_body;
-        let answer = self.decision().answer().filter(|_| refusal.is_none());
+        let answer = own
+            .or_else(|| self.decision().answer())
+            .filter(|_| refusal.is_none());
         let status = refusal.map_or_else(|| answer.map_or(500, |a| a.status), |r| r.status);
         let own_body = answer.is_some_and(|answer| !answer.body.is_empty());
         // A refusal or a denial of a gRPC call is a trailers-only gRPC answer

@@ -197,3 +197,56 @@ async fn forwarded_heads_byte_for_byte() {
     );
     proxy.stop().await;
 }
+
+/// RFC 9110 §7.6.2: an OPTIONS or TRACE whose Max-Forwards is 0 is answered by weir (its
+/// final recipient: the node never sees it); a higher one goes on with one hop fewer;
+/// other methods' Max-Forwards is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_forwards_is_counted_down_and_zero_answered_here() {
+    let mut node =
+        RecordingNode::start(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nDate: x\r\n\r\nok").await;
+    let proxy = TestProxy::start(&config(
+        &[node.addr],
+        "",
+        "[virtual_servers.web.http]\ntrace = true",
+    ))
+    .await;
+    let options = exchange(
+        &proxy,
+        b"OPTIONS /a HTTP/1.1\r\nHost: t\r\nMax-Forwards: 0\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(options.status, 200);
+    assert_eq!(
+        options.header("allow"),
+        Some("GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE")
+    );
+    let trace = exchange(
+        &proxy,
+        b"TRACE /b?c HTTP/1.1\r\nHost: t\r\nMax-Forwards: 0\r\nCookie: secret=1\r\nX-A: v\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(trace.status, 200);
+    assert_eq!(trace.header("content-type"), Some("message/http"));
+    assert_eq!(
+        trace.text(),
+        "TRACE /b?c HTTP/1.1\r\nHost: t\r\nMax-Forwards: 0\r\nX-A: v\r\nConnection: close\r\n\r\n"
+    );
+    // Forwarded: one hop fewer for OPTIONS, untouched for GET.
+    exchange(
+        &proxy,
+        b"OPTIONS * HTTP/1.1\r\nHost: t\r\nmax-forwards: 3\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let forwarded = node.next().await.head();
+    assert!(forwarded.contains("\r\nMax-Forwards: 2\r\n"), "{forwarded}");
+    assert!(!forwarded.contains("max-forwards: 3"), "{forwarded}");
+    exchange(
+        &proxy,
+        b"GET / HTTP/1.1\r\nHost: t\r\nMax-Forwards: 0\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let forwarded = node.next().await.head();
+    assert!(forwarded.contains("\r\nMax-Forwards: 0\r\n"), "{forwarded}");
+    proxy.stop().await;
+}
