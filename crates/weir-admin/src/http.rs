@@ -33,6 +33,8 @@ pub(crate) struct Request {
     pub host: Option<Vec<u8>>,
     pub origin: Option<Vec<u8>>,
     pub fetch_site: Option<Vec<u8>>,
+    /// Whether `Accept` names OpenMetrics (what `/metrics` sends then; else Prometheus text).
+    pub accepts_openmetrics: bool,
     /// The whole body (empty when none was sent).
     pub body: Vec<u8>,
 }
@@ -67,6 +69,11 @@ impl Request {
             host: head.header("host").map(<[u8]>::to_vec),
             origin: head.header("origin").map(<[u8]>::to_vec),
             fetch_site: head.header("sec-fetch-site").map(<[u8]>::to_vec),
+            accepts_openmetrics: head.header("accept").is_some_and(|accept| {
+                accept
+                    .windows(b"application/openmetrics-text".len())
+                    .any(|window| window.eq_ignore_ascii_case(b"application/openmetrics-text"))
+            }),
             body,
         }
     }

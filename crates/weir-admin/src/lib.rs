@@ -3,7 +3,7 @@
 //!
 //! Endpoints:
 //!
-//! - `/metrics`: every metric of [`weir_observe::Metrics`], OpenMetrics text.
+//! - `/metrics`: every metric of [`weir_observe::Metrics`], OpenMetrics text to a scraper that asks for it, the classic Prometheus text format to others.
 //! - `/healthz`: `200 ok` while the health check returns true, `503 draining` otherwise.
 //! - `/api/v1/...`: the REST API over the running model (JSON), when the state has a
 //!   [`Control`]; documented in `docs/admin-api.md`.

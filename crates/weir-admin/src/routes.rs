@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use weir_observe::CONTENT_TYPE;
+use weir_observe::{CONTENT_TYPE, TEXT_CONTENT_TYPE};
 
 use crate::AdminState;
 use crate::api;
@@ -32,10 +32,21 @@ pub(crate) async fn respond(request: &Request, state: &AdminState, local: Socket
         return asset;
     }
     if path == "/metrics" {
+        // OpenMetrics to a scraper that asks for it (Prometheus does); the classic text
+        // format to anything else (promtool, curl, older scrapers), as Prometheus's own
+        // clients negotiate.
+        let metrics = state.metrics.encode();
+        let (content_type, body) = match request.accepts_openmetrics {
+            true => (CONTENT_TYPE, metrics),
+            false => (
+                TEXT_CONTENT_TYPE,
+                weir_observe::openmetrics_to_text(&metrics),
+            ),
+        };
         return Response {
             status: 200,
-            content_type: CONTENT_TYPE,
-            body: state.metrics.encode().into_bytes(),
+            content_type,
+            body: body.into_bytes(),
             allow: None,
             headers: Vec::new(),
         };

@@ -114,24 +114,33 @@ async fn scrapes_metrics() {
         .connections_created
         .inc();
 
-    let reply = exchange(
-        admin.address,
-        b"GET /metrics HTTP/1.1\r\nHost: admin\r\n\r\n",
-    )
-    .await;
-    assert_eq!(reply.status, 200);
-    assert_eq!(
-        header(&reply.head, "content-type"),
-        Some(weir_observe::CONTENT_TYPE)
-    );
-    assert!(header(&reply.head, "date").is_some());
-    let body = String::from_utf8(reply.body).unwrap();
-    assert!(body.contains("weir_requests_total{virtual_server=\"web\",class=\"2xx\"} 1\n"));
-    assert!(body.contains(
-        "weir_upstream_connections_created_total{pool=\"app\",node=\"10.0.0.1:80\"} 1\n"
-    ));
-    assert!(body.contains("weir_build_info{version="));
-    assert!(body.ends_with("# EOF\n"));
+    // Prometheus asks for OpenMetrics; promtool, curl and older scrapers get the classic
+    // text format. The samples are the same.
+    let asks = b"GET /metrics HTTP/1.1\r\nHost: admin\r\n\
+        Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n\r\n";
+    let plain = b"GET /metrics HTTP/1.1\r\nHost: admin\r\nAccept: */*\r\n\r\n";
+    for (request, content_type) in [
+        (&asks[..], weir_observe::CONTENT_TYPE),
+        (&plain[..], weir_observe::TEXT_CONTENT_TYPE),
+    ] {
+        let reply = exchange(admin.address, request).await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(header(&reply.head, "content-type"), Some(content_type));
+        assert!(header(&reply.head, "date").is_some());
+        let body = String::from_utf8(reply.body).unwrap();
+        assert!(body.contains("weir_requests_total{virtual_server=\"web\",class=\"2xx\"} 1\n"));
+        assert!(body.contains(
+            "weir_upstream_connections_created_total{pool=\"app\",node=\"10.0.0.1:80\"} 1\n"
+        ));
+        assert!(body.contains("weir_build_info{version="));
+        let openmetrics = content_type == weir_observe::CONTENT_TYPE;
+        assert_eq!(body.ends_with("# EOF\n"), openmetrics);
+        assert_eq!(
+            body.contains("# TYPE weir_requests_total counter"),
+            !openmetrics,
+            "{body}"
+        );
+    }
 }
 
 #[tokio::test]

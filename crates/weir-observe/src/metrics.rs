@@ -34,6 +34,54 @@ pub use tunnel::TunnelMetrics;
 /// The HTTP `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// The content type of [`openmetrics_to_text`]'s output, Prometheus's classic text format.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// [`Metrics::encode`]'s OpenMetrics text in Prometheus's classic text format (0.0.4), for
+/// scrapers that do not ask for OpenMetrics: a counter family is named with its `_total`
+/// suffix in `# HELP` and `# TYPE` (OpenMetrics names the family without it), and the
+/// `# UNIT` and `# EOF` lines go. Samples are the same lines in both.
+pub fn openmetrics_to_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    // A family's `# HELP` waits for its `# TYPE`, which says whether it is a counter.
+    let mut help: Option<&str> = None;
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            if let Some(waiting) = help.replace(rest) {
+                out.push_str("# HELP ");
+                out.push_str(waiting);
+                out.push('\n');
+            }
+            continue;
+        }
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let suffix = if kind == "counter" && !name.ends_with("_total") {
+                "_total"
+            } else {
+                ""
+            };
+            if let Some(text) = help.take() {
+                let text = text.strip_prefix(name).unwrap_or(text);
+                out.push_str(&format!("# HELP {name}{suffix}{text}\n"));
+            }
+            out.push_str(&format!("# TYPE {name}{suffix} {kind}\n"));
+            continue;
+        }
+        if let Some(waiting) = help.take() {
+            out.push_str("# HELP ");
+            out.push_str(waiting);
+            out.push('\n');
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
 /// A gauge holding a floating-point value.
 pub type FloatGauge = Gauge<f64, AtomicU64>;
 

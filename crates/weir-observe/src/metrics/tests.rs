@@ -211,3 +211,36 @@ fn process_rows_follow_the_process() {
         .as_secs() as i64;
     assert!((now - 60..=now).contains(&value(&after, "weir_process_start_time_seconds")));
 }
+
+/// The classic text format: counters named with `_total` in HELP and TYPE, no UNIT or
+/// EOF, the samples unchanged; every family of the real exposition converts.
+#[test]
+fn openmetrics_converts_to_the_classic_text_format() {
+    let openmetrics = "# HELP weir_requests Requests received.\n# TYPE weir_requests counter\n\
+        weir_requests_total{virtual_server=\"web\"} 3\n\
+        # HELP weir_uptime Seconds up.\n# TYPE weir_uptime gauge\n# UNIT weir_uptime seconds\n\
+        weir_uptime 7.5\n# EOF\n";
+    assert_eq!(
+        openmetrics_to_text(openmetrics),
+        "# HELP weir_requests_total Requests received.\n# TYPE weir_requests_total counter\n\
+         weir_requests_total{virtual_server=\"web\"} 3\n\
+         # HELP weir_uptime Seconds up.\n# TYPE weir_uptime gauge\nweir_uptime 7.5\n"
+    );
+    let metrics = Metrics::new();
+    metrics.virtual_server("web").record_status(200);
+    let text = openmetrics_to_text(&metrics.encode());
+    assert!(!text.contains("# EOF") && !text.contains("# UNIT"));
+    for line in text.lines().filter(|line| line.starts_with("# TYPE ")) {
+        let mut parts = line.split(' ').skip(2);
+        let (name, kind) = (parts.next().unwrap(), parts.next().unwrap());
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "no help for {name}"
+        );
+        assert_eq!(kind == "counter", name.ends_with("_total"), "{line}");
+    }
+    assert!(
+        text.contains("# TYPE weir_requests_total counter"),
+        "{text}"
+    );
+}
