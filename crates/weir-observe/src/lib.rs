@@ -31,10 +31,10 @@ pub mod stats;
 pub use access::{AccessLog, AccessRecord, SessionRecord, TlsRecord};
 pub use budget::{AcceptFailures, LogBudget};
 pub use metrics::{
-    CONTENT_TYPE, CacheMetrics, CompressionMetrics, FloatGauge, Flood, Http2Metrics, Layer4Metrics,
-    Metrics, NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass, TEXT_CONTENT_TYPE, TlsMetrics,
-    TunnelMetrics, UpstreamHttp2Metrics, UpstreamTlsMetrics, VirtualServerMetrics,
-    openmetrics_to_text,
+    CONTENT_TYPE, CacheMetrics, CompressionMetrics, DnsMetrics, FloatGauge, Flood, Http2Metrics,
+    Layer4Metrics, Metrics, NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass,
+    TEXT_CONTENT_TYPE, TlsMetrics, TunnelMetrics, UpstreamHttp2Metrics, UpstreamTlsMetrics,
+    VirtualServerMetrics, openmetrics_to_text,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;

@@ -19,6 +19,7 @@ use crate::names::{self, MetricSpec};
 use crate::stats::{LatencyHistogram, Totals};
 
 mod cache;
+mod dns;
 mod http2;
 mod layer4;
 mod process;
@@ -26,6 +27,7 @@ mod traffic;
 mod tunnel;
 
 pub use cache::{CacheMetrics, CompressionMetrics};
+pub use dns::{DnsMetrics, RESOLUTION_RESULTS};
 pub use http2::{Flood, Http2Metrics, UpstreamHttp2Metrics};
 pub use layer4::Layer4Metrics;
 pub use traffic::{CLIENT_CONNECTIONS_LIMIT, TrafficMetrics};
@@ -106,6 +108,8 @@ pub struct Metrics {
     pub(crate) http2: http2::Http2Families,
     /// Layer 4 families (issue 13), in `metrics/layer4.rs`.
     pub(crate) layer4: layer4::Layer4Families,
+    /// Node-name resolution families, in `metrics/dns.rs`.
+    pub(crate) dns: dns::DnsFamilies,
     /// Descriptors, memory and start time, in `metrics/process.rs`.
     process: process::ProcessGauges,
     refreshers: Refreshers,
@@ -462,6 +466,8 @@ impl Metrics {
         http2.register(r);
         let layer4 = layer4::Layer4Families::default();
         layer4.register(r);
+        let dns = dns::DnsFamilies::default();
+        dns.register(r);
         if let Some(tunnel) = tunnel {
             tunnel.register(r);
         }
@@ -478,6 +484,7 @@ impl Metrics {
             traffic,
             http2,
             layer4,
+            dns,
             process,
             refreshers: Refreshers::default(),
         })

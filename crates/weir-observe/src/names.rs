@@ -368,6 +368,8 @@ pub const ALL: &[MetricSpec] = &[
     TCP_SESSIONS,
     PROXY_PROTOCOL_HEADERS,
     CLIENT_HELLOS,
+    DNS_RESOLUTIONS,
+    DNS_ADDRESSES,
 ];
 
 // Layer 4 (issue 13).
@@ -389,6 +391,18 @@ pub const CLIENT_HELLOS: MetricSpec = counter(
     "client_hellos",
     &["virtual_server", "result"],
     "ClientHellos read for TLS passthrough routing, by outcome",
+);
+/// `weir_dns_resolutions_total`: re-resolutions of node names, by how they went.
+pub const DNS_RESOLUTIONS: MetricSpec = counter(
+    "dns_resolutions",
+    &["pool", "name", "result"],
+    "Re-resolutions of a node name, by result: changed, unchanged, partial (a query failed) or failed (the last good set kept)",
+);
+/// `weir_dns_addresses`: the addresses a node name has now.
+pub const DNS_ADDRESSES: MetricSpec = gauge(
+    "dns_addresses",
+    &["pool", "name"],
+    "Addresses a node name resolves to now (the last good set after a failure)",
 );
 
 // HTTP/2 (issue 11).

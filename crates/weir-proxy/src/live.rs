@@ -566,7 +566,7 @@ impl Live {
         let model = self.current();
         self.start_pool_tasks(&mut control, &model, &shutdown);
         control.upkeep = Some(cache_upkeep(Arc::downgrade(&self.cell), shutdown.clone()));
-        let changed = control.names.start(&shutdown);
+        let changed = control.names.start(&shutdown, &self.metrics);
         control.refresher = Some(refresher(Arc::downgrade(self), changed, shutdown.clone()));
         self.metrics
             .reloads()

@@ -19,6 +19,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use weir_config::{Config, ConfigError, Diagnostic, NamedNode, PoolDns};
 use weir_core::{Shutdown, ShutdownSignal};
+use weir_observe::Metrics;
 use weir_upstream::dns::{self, DnsSettings, NameState, NodeName, Resolver};
 
 /// What identifies a watched name: its pool, host, port and resolver settings.
@@ -39,6 +40,16 @@ impl NameKey {
             port: named.port,
             srv: named.srv,
             dns: pool.dns.clone(),
+        }
+    }
+}
+
+impl NameKey {
+    /// The name as logs and metrics show it: `host:port`, or `srv:host`.
+    fn label(&self) -> String {
+        match self.srv {
+            true => format!("srv:{}", self.host),
+            false => format!("{}:{}", self.host, self.port),
         }
     }
 }
@@ -72,6 +83,8 @@ pub(crate) struct Names {
     changed: Arc<Notify>,
     /// Set once the proxy runs: watch tasks start at once from then on.
     shutdown: Option<ShutdownSignal>,
+    /// Where each watched name's resolutions are counted (`weir_dns_*`), once the proxy runs.
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl Names {
@@ -188,8 +201,11 @@ impl Names {
                 self.watched.insert(key, watched);
             }
         }
-        for (_, removed) in previous {
+        for (key, removed) in previous {
             removed.stop.trigger();
+            if let Some(metrics) = &self.metrics {
+                metrics.remove_dns(&key.pool, &key.label());
+            }
         }
         if let Some(shutdown) = self.shutdown.clone() {
             self.start_pending(&shutdown);
@@ -198,8 +214,13 @@ impl Names {
 
     /// Starts the watch task of every name not started yet, and from now on those of the
     /// names reloads add. Returns what wakes on a new set.
-    pub(crate) fn start(&mut self, shutdown: &ShutdownSignal) -> Arc<Notify> {
+    pub(crate) fn start(
+        &mut self,
+        shutdown: &ShutdownSignal,
+        metrics: &Arc<Metrics>,
+    ) -> Arc<Notify> {
         self.shutdown = Some(shutdown.clone());
+        self.metrics = Some(Arc::clone(metrics));
         self.start_pending(shutdown);
         Arc::clone(&self.changed)
     }
@@ -224,7 +245,13 @@ impl Names {
                 },
             };
             let signal = watched.stop.signal().either(shutdown);
-            let (mut set, task) = dns::spawn_watch(resolver, state, next, signal);
+            let handles = self
+                .metrics
+                .as_ref()
+                .map_or_else(Default::default, |metrics| {
+                    metrics.dns(&key.pool, &key.label())
+                });
+            let (mut set, task) = dns::spawn_watch(resolver, state, next, (signal, handles));
             watched.set = set.clone();
             let changed = Arc::clone(&self.changed);
             let forward = tokio::spawn(async move {

@@ -195,6 +195,25 @@ async fn keeps_the_last_good_set_through_failures(
     assert_eq!(node_addresses(proxy), nodes);
     assert_eq!(proxy.live.generation(), generation, "nothing was rebuilt");
     assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+    // Counted: the failures, the changes before them, and the set kept.
+    let labels = format!("pool=\"web\",name=\"web.test:{}\"", nodes[0].port());
+    let value = |series: String| -> f64 {
+        let text = proxy.metrics.encode();
+        text.lines()
+            .find_map(|line| line.strip_prefix(&series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series} in {text}"))
+    };
+    let resolutions = |result: &str| {
+        value(format!(
+            "weir_dns_resolutions_total{{{labels},result=\"{result}\"}}"
+        ))
+    };
+    assert!(resolutions("failed") >= 2.0, "failures counted");
+    assert!(resolutions("changed") >= 2.0, "changes counted");
+    assert_eq!(
+        value(format!("weir_dns_addresses{{{labels}}}")),
+        nodes.len() as f64
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

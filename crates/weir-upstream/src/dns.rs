@@ -447,7 +447,8 @@ pub async fn watch(
     let first = resolver.resolve(&state.name).await;
     let (update, delay) = state.on_answer(first);
     log(&state, &update);
-    spawn_watch(resolver, state, delay, shutdown)
+    let metrics = weir_observe::DnsMetrics::default();
+    spawn_watch(resolver, state, delay, (shutdown, metrics))
 }
 
 /// Keeps re-resolving the name of `state` (already resolved once, or not) in a task until
@@ -457,7 +458,7 @@ pub fn spawn_watch(
     resolver: Resolver,
     mut state: NameState,
     mut delay: Duration,
-    shutdown: ShutdownSignal,
+    (shutdown, metrics): (ShutdownSignal, weir_observe::DnsMetrics),
 ) -> (channel::Receiver<Arc<[SocketAddr]>>, JoinHandle<()>) {
     let initial = state
         .current
@@ -474,6 +475,13 @@ pub fn spawn_watch(
             let update;
             (update, delay) = state.on_answer(outcome);
             log(&state, &update);
+            let result = match (&update, &state.partial) {
+                (Update::Changed(_), None) => "changed",
+                (Update::Changed(_), Some(_)) => "partial",
+                (Update::Unchanged, _) => "unchanged",
+                (Update::Failed(_), _) => "failed",
+            };
+            metrics.resolved(result, state.current().map_or(0, |set| set.len()));
             if let Update::Changed(set) = update {
                 sender.send_replace(set);
             }

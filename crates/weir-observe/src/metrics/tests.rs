@@ -109,6 +109,7 @@ fn encode_contains_every_metric() {
     metrics.http2("web");
     metrics.upstream_http2("app", "10.0.0.1:80");
     metrics.layer4("web");
+    metrics.dns("app", "app.test:80").resolved("changed", 2);
     let text = metrics.encode();
     for spec in names::ALL {
         let name = spec.exposed_name();
