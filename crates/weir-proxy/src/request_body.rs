@@ -67,7 +67,9 @@ impl BodyClock {
     /// then): its time is bounded by the pause between reads (`body_read`) only, not
     /// by `body_total` nor `min_body_rate`, which are there for uploads that should
     /// end. `max_body_bytes` still bounds its bytes, as `client_max_body_size` does in
-    /// nginx: a virtual server that carries long gRPC streams sets it higher.
+    /// nginx: a virtual server that carries long gRPC streams sets it higher. Such a call
+    /// holds a stream to its node as long as it lasts, as the client chooses: a
+    /// `concurrency_limits` rule bounds how many one client holds.
     pub(crate) fn new(vs: &VirtualServerRuntime, started: Instant, call: bool) -> BodyClock {
         let timeouts = &vs.config.timeouts;
         let limits = &vs.config.limits;
@@ -152,20 +154,23 @@ pub(crate) async fn read(
     vs: &VirtualServerRuntime,
     head: &RequestHead,
 ) -> Result<RequestBody, Failure> {
+    // A gRPC call only over HTTP/2, which every gRPC stack speaks: over HTTP/1.1 the content
+    // type is only a label a client chose, and must not lift the upload clocks nor buffering.
+    let call = client.h2().is_some() && is_grpc(head.header("content-type"));
     let mut body = RequestBody {
         framing: head.framing(),
         buffered: BytesMut::new(),
         trailers: Bytes::new(),
         remaining: Remaining::Nothing,
         received: 0,
-        clock: BodyClock::new(vs, Instant::now(), is_grpc(head.header("content-type"))),
+        clock: BodyClock::new(vs, Instant::now(), call),
     };
     match head.framing() {
         BodyFraming::None | BodyFraming::CloseDelimited => body.framing = BodyFraming::None,
         BodyFraming::Length(length) => read_length(client, vs, head, &mut body, length).await?,
         // A gRPC call's body is a stream of messages (client and bidirectional
         // streaming): it goes on as it comes, nothing waited for before the node.
-        BodyFraming::Chunked if is_grpc(head.header("content-type")) => {
+        BodyFraming::Chunked if call => {
             body.remaining = Remaining::Chunked(ChunkedDecoder::new(MAX_TRAILER_BYTES));
         }
         BodyFraming::Chunked => read_chunked(client, vs, head, &mut body).await?,

@@ -972,3 +972,51 @@ async fn a_drained_h2c_node_keeps_no_idle_connection() {
     assert_eq!(open(&proxy), Some(0));
     proxy.stop().await;
 }
+
+/// Only an HTTP/2 client's request is a gRPC call whose body the upload clocks leave alone:
+/// over HTTP/1.1 (which no gRPC stack speaks) a gRPC content type is a label anyone may
+/// send, and a body trickled below `min_body_rate` is cut off (408) as any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_label_over_http1_does_not_lift_the_upload_clocks() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = h2_node().await;
+    let proxy = proxy(
+        node.addr,
+        "[virtual_servers.web.limits]\nmin_body_rate = \"1KiB\"\n\
+         [virtual_servers.web.timeouts]\nbody_read = \"300ms\"",
+    )
+    .await;
+    let mut slow = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    slow.write_all(
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Type: application/grpc\r\n\
+          Transfer-Encoding: chunked\r\n\r\n",
+    )
+    .await
+    .expect("write");
+    let started = tokio::time::Instant::now();
+    // A one-byte chunk every 100 ms: never a pause past body_read, far below 1 KiB/s.
+    let mut answer = Vec::new();
+    while started.elapsed() < std::time::Duration::from_secs(5) {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if slow.write_all(b"1\r\nx\r\n").await.is_err() {
+            break;
+        }
+        let mut buf = [0u8; 1024];
+        let read = tokio::time::timeout(std::time::Duration::from_millis(1), slow.read(&mut buf));
+        if let Ok(Ok(n)) = read.await {
+            answer.extend_from_slice(&buf[..n]);
+            if n == 0 || answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "still open: {answer}"
+    );
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    proxy.stop().await;
+}

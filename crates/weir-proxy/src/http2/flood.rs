@@ -17,6 +17,19 @@ pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 const FRAME_HEADER: usize = 9;
 
+/// What a PING that follows a DATA or HEADERS frame weir wrote still weighs in the PING
+/// bucket: a gRPC client measuring the path sends one per burst of data it gets, and a
+/// fast chat sustains 2,560 of them a second (10 per second × 256); a client that makes weir
+/// write one-byte DATA frames (a window kept at a byte) to excuse PINGs fills the bucket
+/// within a second at the rates that flood.
+const EXCUSED_PING: f64 = 1.0 / 256.0;
+
+/// WINDOW_UPDATEs each DATA frame weir writes pays for: the stream's and the connection's,
+/// less a fiftieth, so that a client answering every frame with two (gRPC's C core does)
+/// sustains 5,000 frames a second (100 per second ÷ 0.02), and one that dribbles a byte per
+/// frame to earn updates does not go on for ever.
+const DATA_FRAME_CREDIT: f64 = 1.98;
+
 // Frame types (RFC 9113 §6).
 const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
@@ -154,7 +167,7 @@ pub(crate) struct FrameWatch {
     outgoing_header: [u8; FRAME_HEADER],
     /// weir wrote a DATA or HEADERS frame since the client's last PING: that PING
     /// is the kind a client sends to measure the path as data arrives (gRPC's BDP
-    /// estimate), not a flood. The rule gRPC's own servers enforce.
+    /// estimate), and weighs [`EXCUSED_PING`] of one.
     answered_since_ping: bool,
     verdict: Option<Flood>,
 }
@@ -252,10 +265,10 @@ impl FrameWatch {
     }
 
     /// Looks at bytes weir wrote to the client, in order. A client may acknowledge
-    /// data with WINDOW_UPDATEs: one per KiB written, and two per DATA frame (its
-    /// stream's and the connection's, as gRPC's C core sends for each small message),
-    /// before they count as a flood. A DATA or HEADERS frame excuses the client's
-    /// next PING (see `answered_since_ping`).
+    /// data with WINDOW_UPDATEs: one per KiB written, and nearly two per DATA frame
+    /// ([`DATA_FRAME_CREDIT`]: its stream's and the connection's, as gRPC's C core sends for
+    /// each small message), before they count as a flood. A DATA or HEADERS frame makes the
+    /// client's next PING weigh little (`answered_since_ping`, [`EXCUSED_PING`]).
     pub(crate) fn sent(&mut self, mut bytes: &[u8]) {
         let mut credit = bytes.len() as f64 / 1024.0;
         while !bytes.is_empty() {
@@ -274,7 +287,7 @@ impl FrameWatch {
                         | usize::from(header[2]);
                     match header[3] {
                         DATA => {
-                            credit += 2.0;
+                            credit += DATA_FRAME_CREDIT;
                             self.answered_since_ping = true;
                         }
                         HEADERS => self.answered_since_ping = true,
@@ -321,9 +334,11 @@ impl FrameWatch {
             RST_STREAM => self.resets.add(limits.resets, 1.0, now),
             SETTINGS => flags & ACK == 0 && self.settings.add(limits.settings, 1.0, now),
             PING => {
-                flags & ACK == 0
-                    && !std::mem::take(&mut self.answered_since_ping)
-                    && self.pings.add(limits.pings, 1.0, now)
+                let weight = match std::mem::take(&mut self.answered_since_ping) {
+                    true => EXCUSED_PING,
+                    false => 1.0,
+                };
+                flags & ACK == 0 && self.pings.add(limits.pings, weight, now)
             }
             WINDOW_UPDATE => self.window_updates.add(limits.window_updates, 1.0, now),
             _ => false,

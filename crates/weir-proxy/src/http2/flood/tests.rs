@@ -201,3 +201,28 @@ fn written_frames_are_found_across_write_boundaries() {
         }
     }
 }
+
+/// The "data dribble" (CVE-2019-9511): a client that keeps its window at a byte, so that
+/// weir writes one-byte DATA frames, and answers each with two WINDOW_UPDATEs and a PING to
+/// earn credit, is still a flood, within a second at the rate it needs (tens of thousands
+/// of frames a second).
+#[test]
+fn dribbled_data_does_not_buy_unlimited_pings_or_updates() {
+    let start = Instant::now();
+    let dribble = frame(DATA, 0, 1, b"x");
+    let stream_update = frame(WINDOW_UPDATE, 0, 1, &[0, 0, 0, 1]);
+    let connection_update = frame(WINDOW_UPDATE, 0, 0, &[0, 0, 0, 1]);
+    let ping = frame(PING, 0, 0, &[0; 8]);
+    let mut watch = watcher();
+    let found = (0..40_000u32).find_map(|round| {
+        // 40,000 rounds a second, the rate one such client reached on loopback.
+        let now = start + Duration::from_micros(u64::from(round) * 25);
+        watch.sent(&dribble);
+        [&stream_update, &connection_update, &ping]
+            .into_iter()
+            .find_map(|frame| watch.received(frame, now))
+            .map(|flood| (flood, now - start))
+    });
+    let (_, after) = found.expect("the dribble is a flood");
+    assert!(after < Duration::from_secs(1), "found after {after:?}");
+}
