@@ -30,6 +30,15 @@ const MAX_HANDSHAKES: usize = 256;
 /// asked to prove it first (a Retry, one round trip), so spoofed Initials commit nothing.
 const RETRY_PAST: usize = 16;
 
+/// Handshakes one source address may have in progress: a near side makes one connection at
+/// a time, so one address cannot take the slots every near side needs.
+const HANDSHAKES_PER_ADDRESS: usize = 4;
+
+/// How long a handshake may take before it is given up (its slot freed): a few round trips
+/// of the longest WAN, where the connection's idle timeout would hold a stranger's stalled
+/// handshake for as long as an established connection may stay quiet.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The far side, bound and ready to run.
 pub struct Server {
     config: TunnelConfig,
@@ -98,16 +107,18 @@ impl Server {
         let endpoint = self.endpoint.clone();
         let connect_timeout = self.side.connect_timeout;
         let metrics = Arc::clone(&self.metrics);
-        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        let handshakes = Handshakes::default();
         let accepting = async move {
             while let Some(incoming) = endpoint.accept().await {
-                let Ok(handshake) = Arc::clone(&handshakes).try_acquire_owned() else {
+                let from = incoming.remote_address().ip();
+                let Some(handshake) = handshakes.begin(from) else {
                     tracing::debug!(remote = %incoming.remote_address(), "tunnel handshake refused: too many in progress");
                     incoming.refuse();
                     continue;
                 };
-                let busy = MAX_HANDSHAKES - handshakes.available_permits() > RETRY_PAST;
-                if busy && !incoming.remote_address_validated() && incoming.may_retry() {
+                if handshakes.busy() && !incoming.remote_address_validated() && incoming.may_retry()
+                {
+                    drop(handshake);
                     let _ = incoming.retry();
                     continue;
                 }
@@ -132,18 +143,75 @@ impl Server {
     }
 }
 
+/// The handshakes in progress, in all and per source address.
+#[derive(Debug, Clone, Default)]
+struct Handshakes(Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>>);
+
+/// One handshake's place, given back when dropped.
+#[derive(Debug)]
+struct Handshake {
+    all: Handshakes,
+    from: std::net::IpAddr,
+}
+
+impl Handshakes {
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<std::net::IpAddr, usize>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A place for a handshake from `from`, unless [`MAX_HANDSHAKES`] are in progress, or
+    /// [`HANDSHAKES_PER_ADDRESS`] from that address.
+    fn begin(&self, from: std::net::IpAddr) -> Option<Handshake> {
+        let mut counts = self.counts();
+        let total: usize = counts.values().sum();
+        let mine = counts.get(&from).copied().unwrap_or(0);
+        if total >= MAX_HANDSHAKES || mine >= HANDSHAKES_PER_ADDRESS {
+            return None;
+        }
+        *counts.entry(from).or_default() += 1;
+        Some(Handshake {
+            all: self.clone(),
+            from,
+        })
+    }
+
+    /// Whether enough are in progress that unvalidated addresses must prove themselves.
+    fn busy(&self) -> bool {
+        self.counts().values().sum::<usize>() > RETRY_PAST
+    }
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        let mut counts = self.all.counts();
+        if let Some(count) = counts.get_mut(&self.from) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.from);
+            }
+        }
+    }
+}
+
 async fn serve_connection(
-    (incoming, handshake): (quinn::Incoming, tokio::sync::OwnedSemaphorePermit),
+    (incoming, handshake): (quinn::Incoming, Handshake),
     config: Arc<TunnelConfig>,
     services: Arc<HashMap<String, String>>,
     connect_timeout: Duration,
     metrics: Arc<Metrics>,
 ) {
     let remote = incoming.remote_address();
-    let connection = match incoming.await {
-        Ok(connection) => connection,
-        Err(error) => {
+    // Dropping the connecting future (at the timeout) closes the connection.
+    let connection = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
+        Ok(Ok(connection)) => connection,
+        Ok(Err(error)) => {
             tracing::warn!(%remote, %error, "tunnel handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%remote, "tunnel handshake not done within 10 s; given up");
             return;
         }
     };
@@ -239,5 +307,32 @@ async fn read_open(recv: &mut quinn::RecvStream) -> Result<Option<(String, Bytes
             Ok(Some(chunk)) => buffer.extend_from_slice(&chunk.bytes),
             Ok(None) | Err(_) => return Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use super::*;
+
+    /// One address gets a few handshakes at once, all addresses together a bounded number;
+    /// a place comes back when its handshake ends.
+    #[test]
+    fn handshakes_are_bounded_per_address_and_in_all() {
+        let handshakes = Handshakes::default();
+        let address = |n: u32| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n));
+        let mine: Vec<Handshake> = (0..HANDSHAKES_PER_ADDRESS)
+            .map(|_| handshakes.begin(address(1)).expect("a place"))
+            .collect();
+        assert!(handshakes.begin(address(1)).is_none(), "one address, full");
+        assert!(!handshakes.busy());
+        let others: Vec<Handshake> = (2..).map_while(|n| handshakes.begin(address(n))).collect();
+        assert_eq!(mine.len() + others.len(), MAX_HANDSHAKES);
+        assert!(handshakes.busy());
+        drop(mine);
+        assert!(handshakes.begin(address(1)).is_some(), "given back");
+        drop(others);
+        assert!(handshakes.counts().is_empty());
     }
 }

@@ -46,6 +46,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections the far side holds at once; past it new ones are closed at accept. A
 /// tunnel has a few near sides, each with one connection.
 const MAX_PEERS: usize = 256;
+/// Connections one source address may hold: a near side has one at a time (a few while it
+/// reconnects), so one address cannot take the places every near side needs.
+const PEERS_PER_ADDRESS: usize = 8;
 /// How long a connection with a full queue may take no byte before it is stalled: longer
 /// than a slow link's round trips, where a live peer's kernel takes bytes as acks return.
 const STALL_GRACE: Duration = Duration::from_secs(2);
@@ -111,7 +114,7 @@ impl TcpDatagrams {
         let shared = Arc::new(Shared::new(settings, local, false));
         let weak = Arc::downgrade(&shared);
         let mut closed = shared.closed.subscribe();
-        let peers = Arc::new(tokio::sync::Semaphore::new(MAX_PEERS));
+        let peers: Arc<Mutex<HashMap<std::net::IpAddr, usize>>> = Arc::default();
         tokio::spawn(async move {
             loop {
                 let (stream, peer) = tokio::select! {
@@ -129,8 +132,8 @@ impl TcpDatagrams {
                     return;
                 };
                 // Before QUIC authenticates anyone, each connection is a stranger's: a
-                // bounded number of them (the rest are closed at once).
-                let Ok(slot) = Arc::clone(&peers).try_acquire_owned() else {
+                // bounded number of them, in all and per address (the rest are closed at once).
+                let Some(slot) = Slot::take(&peers, peer.ip()) else {
                     tracing::debug!(%peer, "TCP transport: too many connections; closing");
                     continue;
                 };
@@ -268,6 +271,45 @@ impl fmt::Debug for TcpDatagrams {
             .field("local", &self.shared.local)
             .field("connects", &self.shared.connects)
             .finish_non_exhaustive()
+    }
+}
+
+/// A connection's place among those the far side holds, given back when dropped.
+struct Slot {
+    counts: Arc<Mutex<HashMap<std::net::IpAddr, usize>>>,
+    from: std::net::IpAddr,
+}
+
+impl Slot {
+    /// A place for a connection from `from`, unless [`MAX_PEERS`] are held, or
+    /// [`PEERS_PER_ADDRESS`] from that address.
+    fn take(
+        counts: &Arc<Mutex<HashMap<std::net::IpAddr, usize>>>,
+        from: std::net::IpAddr,
+    ) -> Option<Slot> {
+        let mut held = counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let total: usize = held.values().sum();
+        let mine = held.get(&from).copied().unwrap_or(0);
+        if total >= MAX_PEERS || mine >= PEERS_PER_ADDRESS {
+            return None;
+        }
+        *held.entry(from).or_default() += 1;
+        Some(Slot {
+            counts: Arc::clone(counts),
+            from,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.from) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.from);
+            }
+        }
     }
 }
 
@@ -549,5 +591,35 @@ impl UdpPoller for Writable {
             }
         }
         Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use super::*;
+
+    /// One address holds a few connections, all addresses together a bounded number; a
+    /// place comes back when its connection ends.
+    #[test]
+    fn connections_are_bounded_per_address_and_in_all() {
+        let counts: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
+        let address = |n: u32| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n));
+        let mine: Vec<Slot> = (0..PEERS_PER_ADDRESS)
+            .map(|_| Slot::take(&counts, address(1)).expect("a place"))
+            .collect();
+        assert!(
+            Slot::take(&counts, address(1)).is_none(),
+            "one address, full"
+        );
+        let others: Vec<Slot> = (2..)
+            .map_while(|n| Slot::take(&counts, address(n)))
+            .collect();
+        assert_eq!(mine.len() + others.len(), MAX_PEERS);
+        drop(mine);
+        assert!(Slot::take(&counts, address(1)).is_some(), "given back");
+        drop(others);
+        assert!(counts.lock().unwrap().is_empty());
     }
 }
