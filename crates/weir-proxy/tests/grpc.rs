@@ -390,14 +390,7 @@ async fn every_kind_of_call(grpc: &mut tonic::client::Grpc<Channel>) {
 
     // Bidirectional: each answer arrives before the next message is sent, so
     // neither direction may be held back by weir.
-    grpc.ready().await.expect("ready");
-    let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
-    let outgoing = tokio_stream::wrappers::ReceiverStream::new(receiver);
-    let call = grpc.streaming(
-        Request::new(outgoing),
-        PathAndQuery::from_static(CHAT),
-        RawCodec,
-    );
+    let (sender, call) = open_chat(grpc).await;
     sender
         .send(Bytes::from_static(b"first"))
         .await
@@ -486,13 +479,14 @@ async fn weirs_own_refusal_of_a_grpc_call_is_a_grpc_status() {
     setup.stop().await;
 }
 
-/// Sends `messages` on a bidirectional call, `pause` apart, each answered before the
-/// next; the call's end status.
-async fn chat_slowly(
+/// A bidirectional call to the node's chat: the sender of its messages, and the call
+/// (ready once the first message is sent and the answer's head is back).
+async fn open_chat(
     grpc: &mut tonic::client::Grpc<Channel>,
-    messages: usize,
-    pause: Duration,
-) -> Result<(), Status> {
+) -> (
+    tokio::sync::mpsc::Sender<Bytes>,
+    impl std::future::Future<Output = Result<Response<Streaming<Bytes>>, Status>> + '_,
+) {
     grpc.ready().await.expect("ready");
     let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
     let outgoing = tokio_stream::wrappers::ReceiverStream::new(receiver);
@@ -501,6 +495,17 @@ async fn chat_slowly(
         PathAndQuery::from_static(CHAT),
         RawCodec,
     );
+    (sender, call)
+}
+
+/// Sends `messages` on a bidirectional call, `pause` apart, each answered before the
+/// next; the call's end status.
+async fn chat_slowly(
+    grpc: &mut tonic::client::Grpc<Channel>,
+    messages: usize,
+    pause: Duration,
+) -> Result<(), Status> {
+    let (sender, call) = open_chat(grpc).await;
     let message = Bytes::from(vec![b'm'; 400]);
     sender.send(message.clone()).await.expect("queued");
     let mut answers = tokio::time::timeout(CALL, call)

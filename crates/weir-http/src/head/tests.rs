@@ -268,39 +268,32 @@ fn framing_rejections() {
         assert_eq!(error.status(), 400);
     }
 
-    // RFC 9112 §6.3: no chunked last, or chunked twice: the length is unknown, 400.
-    let unframed: &[&[u8]] = &[
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n",
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n",
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;q=1\r\n\r\n",
+    // RFC 9112 §6.3: no chunked last, or chunked twice: the length is unknown, 400. §6.1:
+    // a coding weir does not implement, before a final chunked: 501.
+    use ParseErrorKind::{Invalid, UnsupportedTransferEncoding as Unsupported};
+    let codings: &[(&[u8], ParseErrorKind, u16)] = &[
+        (b"Transfer-Encoding: gzip", Invalid, 400),
+        (b"Transfer-Encoding: chunked, gzip", Invalid, 400),
+        (b"Transfer-Encoding: chunked, chunked", Invalid, 400),
+        (
+            b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked",
+            Invalid,
+            400,
+        ),
+        (b"Transfer-Encoding: xchunked", Invalid, 400),
+        (b"Transfer-Encoding: chunked;q=1", Invalid, 400),
+        (b"Transfer-Encoding: gzip, chunked", Unsupported, 501),
+        (
+            b"Transfer-Encoding: identity\r\nTransfer-Encoding: chunked",
+            Unsupported,
+            501,
+        ),
     ];
-    for raw in unframed {
-        let error = rejected(raw);
-        assert_eq!(
-            error.kind,
-            ParseErrorKind::Invalid,
-            "{:?}",
-            String::from_utf8_lossy(raw)
-        );
-        assert_eq!(error.status(), 400);
-    }
-    // §6.1: a coding weir does not implement, before a final chunked: 501.
-    let unsupported: &[&[u8]] = &[
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n\r\n",
-    ];
-    for raw in unsupported {
-        let error = rejected(raw);
-        assert_eq!(
-            error.kind,
-            ParseErrorKind::UnsupportedTransferEncoding,
-            "{:?}",
-            String::from_utf8_lossy(raw)
-        );
-        assert_eq!(error.status(), 501);
+    for (fields, kind, status) in codings {
+        let raw = [&b"POST / HTTP/1.1\r\nHost: a\r\n"[..], fields, b"\r\n\r\n"].concat();
+        let error = rejected(&raw);
+        let shown = String::from_utf8_lossy(fields);
+        assert_eq!((error.kind, error.status()), (*kind, *status), "{shown}");
     }
 }
 
