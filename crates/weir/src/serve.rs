@@ -361,9 +361,6 @@ async fn access_log_upkeep(
     }
 }
 
-/// The signals weir acts on besides the stop (SIGHUP: reload; SIGUSR1: reopen the access
-/// log; SIGUSR2: logged and ignored), registered together at the start so that none of
-/// them kills a process that is still starting (their default action ends it).
 /// Blocks or unblocks SIGHUP, SIGUSR1 and SIGUSR2 on the calling thread (threads started
 /// while they are blocked keep them blocked; the process's signals then go to the one
 /// that unblocked them).
@@ -473,6 +470,9 @@ pub fn ignore_operator_signals(command: &'static str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The signals weir acts on besides the stop (SIGHUP: reload; SIGUSR1: reopen the access
+/// log; SIGUSR2: logged and ignored), registered together at the start so that none of
+/// them kills a process that is still starting (their default action ends it).
 struct Signals {
     hangup: Signal,
     reopen: Signal,
