@@ -327,13 +327,11 @@ impl Hit {
                 Framing::Chunked
             }
         };
-        // The status line says HTTP/1.1 to an HTTP/1.0 client too: `Connection` says
-        // which way the connection goes, whatever the client assumes.
-        match (http10, keep_alive) {
-            (_, false) => push_field(out, b"Connection", b"close"),
-            (true, true) => push_field(out, b"Connection", b"keep-alive"),
-            (false, true) => {}
-        }
+        let version = match http10 {
+            true => weir_http::Version::Http10,
+            false => weir_http::Version::Http11,
+        };
+        weir_http::write_connection(version, keep_alive, false, out);
         out.extend_from_slice(b"\r\n");
         framing
     }

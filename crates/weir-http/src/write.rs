@@ -590,7 +590,11 @@ fn write_framing(framing: BodyFraming, out: &mut BytesMut) {
     }
 }
 
-fn write_connection(version: Version, keep_alive: bool, upgrade: bool, out: &mut BytesMut) {
+/// The `Connection` field of a response to a client of `version`: `upgrade` for a switch,
+/// `close` whenever the connection closes (the status line says HTTP/1.1 to every client),
+/// `keep-alive` for an HTTP/1.0 client whose connection stays, nothing otherwise. Every
+/// writer of a response head weir sends uses it (the cache's hits and the relay too).
+pub fn write_connection(version: Version, keep_alive: bool, upgrade: bool, out: &mut BytesMut) {
     if upgrade {
         out.extend_from_slice(b"Connection: upgrade\r\n");
     } else if !keep_alive {

@@ -45,12 +45,18 @@ impl NameKey {
 }
 
 impl NameKey {
-    /// The name as logs and metrics show it: `host:port`, or `srv:host`.
-    fn label(&self) -> String {
-        match self.srv {
-            true => format!("srv:{}", self.host),
-            false => format!("{}:{}", self.host, self.port),
+    /// The name the resolver asks for.
+    fn node_name(&self) -> NodeName {
+        NodeName {
+            host: self.host.clone(),
+            port: self.port,
+            srv: self.srv,
         }
+    }
+
+    /// The name as logs and metrics show it (`NodeName`'s form: `host:port`, or `srv:host`).
+    fn label(&self) -> String {
+        self.node_name().to_string()
     }
 }
 
@@ -297,11 +303,7 @@ fn resolve_all(keys: Vec<NameKey>) -> Result<Vec<Outcome>, String> {
                 }
             };
             let settings = DnsSettings::from(&key.dns);
-            let name = NodeName {
-                host: key.host,
-                port: key.port,
-                srv: key.srv,
-            };
+            let name = key.node_name();
             tasks.push(tokio::spawn(async move {
                 dns::resolve_first(&resolver, name, &settings).await
             }));

@@ -11,6 +11,7 @@
 pub mod client;
 pub mod fec_socket;
 pub mod flow;
+mod places;
 pub mod quic;
 pub mod server;
 pub mod session;

@@ -680,18 +680,13 @@ fn write_head(
         Some(edits) => StoredHead::from_fields(response, edits.apply(response), replaced),
         None => StoredHead::from_response(response, replaced),
     };
-    let http10 = how.version == Version::Http10;
     let status = response.status();
     let mut number = itoa::Buffer::new();
-    // HTTP/1.1 to an HTTP/1.0 client too (RFC 9112 §2.3), as weir_http writes it.
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(number.format(status).as_bytes());
-    out.extend_from_slice(b" ");
-    out.extend_from_slice(match response.reason() {
+    let reason = match response.reason() {
         [] => weir_http::reason_phrase(status).as_bytes(),
         reason => reason,
-    });
-    out.extend_from_slice(b"\r\n");
+    };
+    weir_http::write_status_line(status, reason, out);
     out.extend_from_slice(head.lines());
     // RFC 9110 §6.6.1, as `weir_http::write_response_head_edited` does it: a final
     // answer forwarded without `Date` (or with one its `Connection` named) gets weir's.
@@ -715,11 +710,6 @@ fn write_head(
             .map(|value| ("Content-Length", value)),
         _ => None,
     };
-    let connection = match (http10, keep_alive) {
-        (_, false) => Some(("Connection", "close")),
-        (true, true) => Some(("Connection", "keep-alive")),
-        (false, true) => None,
-    };
     let set = set
         .iter()
         .map(|(name, value)| (name.as_str(), value.as_str()));
@@ -737,11 +727,11 @@ fn write_head(
     let fields = [("Via", how.via)]
         .into_iter()
         .chain(how.extra)
-        .chain(framing_field)
-        .chain(connection);
+        .chain(framing_field);
     for field in fields {
         push(out, field);
     }
+    weir_http::write_connection(how.version, keep_alive, false, out);
     out.extend_from_slice(b"\r\n");
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::net::TcpStream;
 
+use super::places::{Place, Places};
 use super::{flow, quic};
 use crate::TunnelError;
 use crate::config::{ServerSide, TunnelConfig};
@@ -107,17 +108,17 @@ impl Server {
         let endpoint = self.endpoint.clone();
         let connect_timeout = self.side.connect_timeout;
         let metrics = Arc::clone(&self.metrics);
-        let handshakes = Handshakes::default();
+        let handshakes = Places::new(MAX_HANDSHAKES, HANDSHAKES_PER_ADDRESS);
         let accepting = async move {
             while let Some(incoming) = endpoint.accept().await {
                 let from = incoming.remote_address().ip();
-                let Some(handshake) = handshakes.begin(from) else {
+                let Some(handshake) = handshakes.take(from) else {
                     tracing::debug!(remote = %incoming.remote_address(), "tunnel handshake refused: too many in progress");
                     incoming.refuse();
                     continue;
                 };
-                if handshakes.busy() && !incoming.remote_address_validated() && incoming.may_retry()
-                {
+                let busy = handshakes.held() > RETRY_PAST;
+                if busy && !incoming.remote_address_validated() && incoming.may_retry() {
                     drop(handshake);
                     let _ = incoming.retry();
                     continue;
@@ -143,60 +144,8 @@ impl Server {
     }
 }
 
-/// The handshakes in progress, in all and per source address.
-#[derive(Debug, Clone, Default)]
-struct Handshakes(Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>>);
-
-/// One handshake's place, given back when dropped.
-#[derive(Debug)]
-struct Handshake {
-    all: Handshakes,
-    from: std::net::IpAddr,
-}
-
-impl Handshakes {
-    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<std::net::IpAddr, usize>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// A place for a handshake from `from`, unless [`MAX_HANDSHAKES`] are in progress, or
-    /// [`HANDSHAKES_PER_ADDRESS`] from that address.
-    fn begin(&self, from: std::net::IpAddr) -> Option<Handshake> {
-        let mut counts = self.counts();
-        let total: usize = counts.values().sum();
-        let mine = counts.get(&from).copied().unwrap_or(0);
-        if total >= MAX_HANDSHAKES || mine >= HANDSHAKES_PER_ADDRESS {
-            return None;
-        }
-        *counts.entry(from).or_default() += 1;
-        Some(Handshake {
-            all: self.clone(),
-            from,
-        })
-    }
-
-    /// Whether enough are in progress that unvalidated addresses must prove themselves.
-    fn busy(&self) -> bool {
-        self.counts().values().sum::<usize>() > RETRY_PAST
-    }
-}
-
-impl Drop for Handshake {
-    fn drop(&mut self) {
-        let mut counts = self.all.counts();
-        if let Some(count) = counts.get_mut(&self.from) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.from);
-            }
-        }
-    }
-}
-
 async fn serve_connection(
-    (incoming, handshake): (quinn::Incoming, Handshake),
+    (incoming, handshake): (quinn::Incoming, Place),
     config: Arc<TunnelConfig>,
     services: Arc<HashMap<String, String>>,
     connect_timeout: Duration,
@@ -320,19 +269,19 @@ mod tests {
     /// a place comes back when its handshake ends.
     #[test]
     fn handshakes_are_bounded_per_address_and_in_all() {
-        let handshakes = Handshakes::default();
+        let handshakes = Places::new(MAX_HANDSHAKES, HANDSHAKES_PER_ADDRESS);
         let address = |n: u32| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n));
-        let mine: Vec<Handshake> = (0..HANDSHAKES_PER_ADDRESS)
-            .map(|_| handshakes.begin(address(1)).expect("a place"))
+        let mine: Vec<Place> = (0..HANDSHAKES_PER_ADDRESS)
+            .map(|_| handshakes.take(address(1)).expect("a place"))
             .collect();
-        assert!(handshakes.begin(address(1)).is_none(), "one address, full");
-        assert!(!handshakes.busy());
-        let others: Vec<Handshake> = (2..).map_while(|n| handshakes.begin(address(n))).collect();
+        assert!(handshakes.take(address(1)).is_none(), "one address, full");
+        assert!(handshakes.held() <= RETRY_PAST, "not busy yet");
+        let others: Vec<Place> = (2..).map_while(|n| handshakes.take(address(n))).collect();
         assert_eq!(mine.len() + others.len(), MAX_HANDSHAKES);
-        assert!(handshakes.busy());
+        assert!(handshakes.held() > RETRY_PAST, "busy");
         drop(mine);
-        assert!(handshakes.begin(address(1)).is_some(), "given back");
+        assert!(handshakes.take(address(1)).is_some(), "given back");
         drop(others);
-        assert!(handshakes.counts().is_empty());
+        assert_eq!(handshakes.held(), 0);
     }
 }

@@ -36,6 +36,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 
+use super::places::Places;
 use crate::sans_io::frame::{put_frame, take_frame};
 
 /// Datagrams received and not yet taken by quinn; past it the readers wait (TCP's flow
@@ -114,7 +115,7 @@ impl TcpDatagrams {
         let shared = Arc::new(Shared::new(settings, local, false));
         let weak = Arc::downgrade(&shared);
         let mut closed = shared.closed.subscribe();
-        let peers: Arc<Mutex<HashMap<std::net::IpAddr, usize>>> = Arc::default();
+        let peers = Places::new(MAX_PEERS, PEERS_PER_ADDRESS);
         tokio::spawn(async move {
             loop {
                 let (stream, peer) = tokio::select! {
@@ -133,7 +134,7 @@ impl TcpDatagrams {
                 };
                 // Before QUIC authenticates anyone, each connection is a stranger's: a
                 // bounded number of them, in all and per address (the rest are closed at once).
-                let Some(slot) = Slot::take(&peers, peer.ip()) else {
+                let Some(slot) = peers.take(peer.ip()) else {
                     tracing::debug!(%peer, "TCP transport: too many connections; closing");
                     continue;
                 };
@@ -271,45 +272,6 @@ impl fmt::Debug for TcpDatagrams {
             .field("local", &self.shared.local)
             .field("connects", &self.shared.connects)
             .finish_non_exhaustive()
-    }
-}
-
-/// A connection's place among those the far side holds, given back when dropped.
-struct Slot {
-    counts: Arc<Mutex<HashMap<std::net::IpAddr, usize>>>,
-    from: std::net::IpAddr,
-}
-
-impl Slot {
-    /// A place for a connection from `from`, unless [`MAX_PEERS`] are held, or
-    /// [`PEERS_PER_ADDRESS`] from that address.
-    fn take(
-        counts: &Arc<Mutex<HashMap<std::net::IpAddr, usize>>>,
-        from: std::net::IpAddr,
-    ) -> Option<Slot> {
-        let mut held = counts.lock().unwrap_or_else(PoisonError::into_inner);
-        let total: usize = held.values().sum();
-        let mine = held.get(&from).copied().unwrap_or(0);
-        if total >= MAX_PEERS || mine >= PEERS_PER_ADDRESS {
-            return None;
-        }
-        *held.entry(from).or_default() += 1;
-        Some(Slot {
-            counts: Arc::clone(counts),
-            from,
-        })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut held = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = held.get_mut(&self.from) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&self.from);
-            }
-        }
     }
 }
 
@@ -604,22 +566,17 @@ mod tests {
     /// place comes back when its connection ends.
     #[test]
     fn connections_are_bounded_per_address_and_in_all() {
-        let counts: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
+        let peers = Places::new(MAX_PEERS, PEERS_PER_ADDRESS);
         let address = |n: u32| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n));
-        let mine: Vec<Slot> = (0..PEERS_PER_ADDRESS)
-            .map(|_| Slot::take(&counts, address(1)).expect("a place"))
+        let mine: Vec<_> = (0..PEERS_PER_ADDRESS)
+            .map(|_| peers.take(address(1)).expect("a place"))
             .collect();
-        assert!(
-            Slot::take(&counts, address(1)).is_none(),
-            "one address, full"
-        );
-        let others: Vec<Slot> = (2..)
-            .map_while(|n| Slot::take(&counts, address(n)))
-            .collect();
+        assert!(peers.take(address(1)).is_none(), "one address, full");
+        let others: Vec<_> = (2..).map_while(|n| peers.take(address(n))).collect();
         assert_eq!(mine.len() + others.len(), MAX_PEERS);
         drop(mine);
-        assert!(Slot::take(&counts, address(1)).is_some(), "given back");
+        assert!(peers.take(address(1)).is_some(), "given back");
         drop(others);
-        assert!(counts.lock().unwrap().is_empty());
+        assert_eq!(peers.held(), 0);
     }
 }
