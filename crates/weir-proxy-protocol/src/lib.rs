@@ -8,7 +8,7 @@
 //! [`write_v1`] and [`write_v2`] emit a header for a connection weir opens.
 //!
 //! Limits are strict and fixed: a v1 line is at most 107 bytes, a v2 header at most
-//! [`MAX_V2_LENGTH`] bytes; v2 TLVs are checked for structure and skipped. Nothing here
+//! [`MAX_V2_LENGTH`] bytes; v2 TLVs are checked for structure, a CRC32C TLV is verified, the rest are skipped. Nothing here
 //! allocates on the parse path or panics on any input.
 //!
 //! ```

@@ -147,6 +147,66 @@ fn v2_inet_with_tlvs_skipped() {
     assert_eq!(header.addresses, tcp("192.0.2.7:51000", "198.51.100.1:443"));
 }
 
+/// CRC32C bit by bit (reflected polynomial 0x82F63B78), independent of the crate weir uses.
+fn crc32c_bitwise(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// An INET PROXY header with a NOOP TLV, a CRC32C TLV and an authority TLV, its checksum
+/// filled in unless `corrupt`.
+fn v2_with_crc(corrupt: bool) -> Vec<u8> {
+    let mut block = inet_block();
+    block.extend_from_slice(&[0x04, 0, 1, 0]);
+    block.extend_from_slice(&[0x03, 0, 4, 0, 0, 0, 0]);
+    block.extend_from_slice(&[0x02, 0, 3, b'a', b'.', b'b']);
+    let mut input = v2(1, 0x11, &block);
+    let field = 16 + 12 + 4 + 3;
+    let crc = crc32c_bitwise(&input) ^ u32::from(corrupt);
+    input[field..field + 4].copy_from_slice(&crc.to_be_bytes());
+    input
+}
+
+#[test]
+fn v2_crc32c_is_checked_when_present() {
+    assert_eq!(crc32c_bitwise(b"123456789"), 0xE306_9283, "the check value");
+    let good = v2_with_crc(false);
+    let (header, consumed) = complete(&good);
+    assert_eq!(consumed, good.len());
+    assert_eq!(header.addresses, tcp("192.0.2.7:51000", "198.51.100.1:443"));
+    assert_eq!(
+        parse(&v2_with_crc(true)),
+        Err(ParseError::InvalidV2("CRC32C does not match the header"))
+    );
+    // One bit flipped anywhere else in the header breaks the checksum too.
+    let mut flipped = v2_with_crc(false);
+    flipped[17] ^= 0x01;
+    assert_eq!(
+        parse(&flipped),
+        Err(ParseError::InvalidV2("CRC32C does not match the header"))
+    );
+    let mut block = inet_block();
+    block.extend_from_slice(&[0x03, 0, 2, 0, 0]);
+    assert_eq!(
+        parse(&v2(1, 0x11, &block)),
+        Err(ParseError::InvalidV2("CRC32C TLV not 4 bytes long"))
+    );
+    // A LOCAL header's block is ignored, checksum and all.
+    let mut local = v2_with_crc(true);
+    local[12] = 0x20;
+    assert_eq!(complete(&local).0.addresses, None);
+}
+
 #[test]
 fn v2_local_unspec_unix_and_dgram_have_no_addresses() {
     let unix = vec![0u8; 216];

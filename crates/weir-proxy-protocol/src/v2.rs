@@ -24,6 +24,10 @@ const TRANSPORT_DGRAM: u8 = 0x2;
 const INET_BLOCK: usize = 12;
 const INET6_BLOCK: usize = 36;
 const UNIX_BLOCK: usize = 216;
+/// `PP2_TYPE_CRC32C`: a CRC32C of the whole header, computed with this TLV's 4 value bytes
+/// as zeros.
+const TLV_CRC32C: u8 = 0x03;
+const CASTAGNOLI: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
 
 pub(crate) fn parse(input: &[u8]) -> Result<Parsed, ParseError> {
     if !agrees_with(input, &V2_SIGNATURE) {
@@ -60,7 +64,9 @@ pub(crate) fn parse(input: &[u8]) -> Result<Parsed, ParseError> {
         // the receiver must ignore whatever the block holds.
         None
     } else {
-        addresses(input[13], block)?
+        let addresses = addresses(input[13], block)?;
+        check_crc(&input[..total])?;
+        addresses
     };
     Ok(Parsed::Complete {
         header: Header {
@@ -122,6 +128,49 @@ fn addresses(family_transport: u8, block: &[u8]) -> Result<Option<Addresses>, Pa
         _ => return Ok(None),
     };
     Ok(Some(addresses))
+}
+
+/// When the header carries a `PP2_TYPE_CRC32C` TLV, the specification says the receiver that
+/// supports it must treat a connection whose checksum does not match as invalid. Only PROXY
+/// headers of a known family are checked (their TLVs' structure was checked by [`addresses`]);
+/// the block of a LOCAL header or of an unspecified family is ignored, as the format says.
+fn check_crc(header: &[u8]) -> Result<(), ParseError> {
+    let skip = match header[13] >> 4 {
+        FAMILY_INET => INET_BLOCK,
+        FAMILY_INET6 => INET6_BLOCK,
+        FAMILY_UNIX => UNIX_BLOCK,
+        _ => return Ok(()),
+    };
+    let Some(mut rest) = header.get(PREAMBLE + skip..) else {
+        return Ok(());
+    };
+    let mut at = PREAMBLE + skip;
+    while let [kind, high, low, tail @ ..] = rest {
+        let length = usize::from(u16::from_be_bytes([*high, *low]));
+        let Some(value) = tail.get(..length) else {
+            return Err(ParseError::InvalidV2("TLV longer than the header"));
+        };
+        if *kind == TLV_CRC32C {
+            let Ok(expected) = <[u8; 4]>::try_from(value) else {
+                return Err(ParseError::InvalidV2("CRC32C TLV not 4 bytes long"));
+            };
+            let field = at + 3;
+            let mut digest = CASTAGNOLI.digest();
+            digest.update(&header[..field]);
+            digest.update(&[0; 4]);
+            digest.update(&header[field + 4..]);
+            if digest.finalize() != u32::from_be_bytes(expected) {
+                return Err(ParseError::InvalidV2("CRC32C does not match the header"));
+            }
+        }
+        rest = &tail[length..];
+        at += 3 + length;
+    }
+    if rest.is_empty() {
+        Ok(())
+    } else {
+        Err(ParseError::InvalidV2("truncated TLV"))
+    }
 }
 
 /// Each TLV is a type byte, a 16-bit length and that many bytes; together they must fill the
