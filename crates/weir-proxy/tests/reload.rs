@@ -193,6 +193,37 @@ async fn a_node_that_stays_keeps_its_connections_and_health() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_carries_on_across_reloads() {
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let proxy = TestProxy::start(&config(&[a.addr, b.addr], "", "")).await;
+    let listen = proxy.addr.to_string();
+    // One request between reloads: had each reload started the turns over, node a would
+    // take every one.
+    let mut seen = Vec::new();
+    for round in 1..=6 {
+        seen.push(origin_of(proxy.addr).await);
+        // A pool setting changed each time, so that each reload builds the pool anew.
+        let candidate = format!(
+            "[log]\naccess_log = false\n[pools.web]\nnodes = [{{ address = \"{}\" }}, \
+             {{ address = \"{}\" }}]\n[pools.web.timeouts]\nconnect = \"{round}s\"\n\
+             [virtual_servers.web]\nlisten = \"{listen}\"\npool = \"web\"\n",
+            a.addr, b.addr
+        );
+        let before = proxy.live.current().pools[0].clone();
+        proxy.live.apply(parse(&candidate)).unwrap();
+        assert!(!std::sync::Arc::ptr_eq(
+            &before,
+            &proxy.live.current().pools[0]
+        ));
+    }
+    assert_eq!(seen, ["a", "b", "a", "b", "a", "b"]);
+    proxy.stop().await;
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_in_flight_survives_a_reload_that_removes_its_node() {
     let a = TestOrigin::start("a").await;
     let b = TestOrigin::start("b").await;

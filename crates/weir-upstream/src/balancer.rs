@@ -44,6 +44,19 @@ pub trait Balancer: Send + Sync + std::fmt::Debug {
     ) -> Option<usize> {
         tiers.iter().find_map(|eligible| self.pick(nodes, eligible))
     }
+
+    /// How far the balancer's turns have gone, for the balancer of the same pool rebuilt by a
+    /// reload to carry on from ([`Balancer::carry_on`]). `None` for those that take no turns.
+    fn turns(&self) -> Option<u64> {
+        None
+    }
+
+    /// Carries on from `turns` of the balancer this one replaces, so that a reload (or a
+    /// changed DNS answer) does not send the next request to the first node again: with
+    /// frequent rebuilds, starting over would give the first nodes more than their share.
+    fn carry_on(&self, turns: u64) {
+        let _ = turns;
+    }
 }
 
 /// The balancer for a configured algorithm over these nodes.

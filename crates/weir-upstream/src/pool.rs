@@ -163,6 +163,9 @@ impl Pool {
             tls: tls.clone(),
         };
         let learned = previous.and_then(|pool| pool.persistence.as_ref());
+        let turns = previous
+            .filter(|pool| pool.config.algorithm == config.algorithm)
+            .and_then(|pool| pool.balancer.turns());
         // The same TLS settings, and files of the same contents: a CA or client certificate
         // replaced in place (same path, re-read by a reload) retires the connections made
         // with the old one, as a changed path does.
@@ -212,6 +215,9 @@ impl Pool {
         }
         let http2 = http2_nodes(config, &nodes, &settings, metrics, &pool_metrics, previous);
         let balancer = balancer::for_algorithm(config.algorithm, &nodes);
+        if let Some(turns) = turns {
+            balancer.carry_on(turns);
+        }
         let hashing = config
             .hash
             .as_ref()

@@ -55,4 +55,12 @@ impl Balancer for RoundRobin {
         }
         None
     }
+
+    fn turns(&self) -> Option<u64> {
+        Some(self.next.load(Ordering::Relaxed))
+    }
+
+    fn carry_on(&self, turns: u64) {
+        self.next.store(turns, Ordering::Relaxed);
+    }
 }

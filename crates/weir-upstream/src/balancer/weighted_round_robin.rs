@@ -108,6 +108,14 @@ impl Balancer for WeightedRoundRobin {
         }
         None
     }
+
+    fn turns(&self) -> Option<u64> {
+        Some(self.next.load(Ordering::Relaxed))
+    }
+
+    fn carry_on(&self, turns: u64) {
+        self.next.store(turns, Ordering::Relaxed);
+    }
 }
 
 /// Weights divided by their greatest common divisor, after scaling them down
