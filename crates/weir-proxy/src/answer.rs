@@ -25,6 +25,8 @@ pub(crate) struct Detail {
     pub node: Option<std::net::SocketAddr>,
     /// What the cache did, when the answer cut short came through it (`X-Cache`'s value).
     pub cache: Option<&'static str>,
+    /// Body bytes read from the client before the request failed (its head aside).
+    pub body_received: u64,
 }
 
 /// A response that started: its status and the bytes sent of it.
@@ -102,6 +104,23 @@ impl Failure {
         let detail = self.detail.get_or_insert_with(Box::default);
         detail.node = detail.node.or(Some(node));
         self
+    }
+
+    /// This failure, of a request whose body had `received` bytes read when it failed (kept
+    /// if an inner stage said more already): `weir_client_bytes_received_total` counts them.
+    pub(crate) fn with_body(mut self, received: u64) -> Failure {
+        if received > 0 {
+            let detail = self.detail.get_or_insert_with(Box::default);
+            detail.body_received = detail.body_received.max(received);
+        }
+        self
+    }
+
+    /// Body bytes read from the client before the request failed.
+    pub(crate) fn body_received(&self) -> u64 {
+        self.detail
+            .as_ref()
+            .map_or(0, |detail| detail.body_received)
     }
 
     /// This failure, of an answer the cache gave as `cache` (kept if already set).

@@ -211,6 +211,9 @@ pub(crate) struct Client {
     /// The status of the final answer whose head went out for the request being served
     /// (0: none yet), for the access record of a request cut from outside.
     pub answering: u16,
+    /// The node the request being served was last sent or queued to, for the access record
+    /// of a request cut from outside (the drain's timeout), which loses the exchange's own.
+    pub node: Option<SocketAddr>,
 }
 
 /// A client connection between requests: the stream and what the pipeline
@@ -368,6 +371,7 @@ impl IdleConnection {
             client_subject: self.client_subject,
             written: 0,
             answering: 0,
+            node: None,
         }
     }
 }
@@ -478,6 +482,7 @@ impl Client {
             client_subject: client_subject.map(Box::from),
             written: 0,
             answering: 0,
+            node: None,
         }
     }
 

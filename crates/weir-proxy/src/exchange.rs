@@ -175,6 +175,7 @@ pub(crate) async fn exchange(
         tried.add(index);
         current = Some(index);
         let node = &pool.nodes[index];
+        client.node = Some(node.address);
         let on = Attempt {
             index,
             head,
@@ -299,6 +300,9 @@ async fn attempt(
     let sent_at = Instant::now();
     let write_stall = pool.config.timeouts.write;
     send(&mut lease, &client.upstream_out, write_stall, replayable).await?;
+    // Counted once the head is the node's: a body that fails after it (the client gone, a
+    // chunked body past `max_body_bytes`) does not unsend it.
+    pool.nodes[index].metrics.requests_forwarded.inc();
     let mut answer = std::mem::take(&mut client.upstream_in);
     answer.clear();
     let streamed = match body.is_complete() {
@@ -310,7 +314,6 @@ async fn attempt(
     };
     client.upstream_in = answer;
     let body_cut = streamed? == Streamed::NodeAnswered;
-    pool.nodes[index].metrics.requests_forwarded.inc();
 
     // wait for the response head
     let response =

@@ -368,6 +368,7 @@ async fn serve_requests(
         let (routed, traffic) = (&started.routed, &mut started.traffic);
         let before = client.bytes_out();
         client.answering = 0;
+        client.node = None;
         // Each stage's future is pinned where it is built and raced against the drain's
         // cut by reference (`or_cut`): a wrapper future holding it would copy its several
         // KiB once more for every request.
@@ -605,7 +606,7 @@ async fn serve_request(
     // are boxed below: their futures are several KiB, and an unboxed one would make this
     // future (copied whole each time a request starts) as large as the largest of them.
     let looked = content::lookup(client, vs, route, head, answering, &edits, prior);
-    let flow = match looked.await? {
+    let flow = match looked.await.map_err(|f| f.with_body(body.received))? {
         Looked::Answered { sent, refresh } => {
             record(client, vs, request, body.received, &sent, None, traffic);
             if let Some(flow) = refresh {
@@ -643,12 +644,14 @@ async fn serve_request(
         Ok(exchange) => exchange,
         Err(failure) => {
             let Some(flow) = flow else {
-                return Err(failure);
+                return Err(failure.with_body(body.received));
             };
             // A stale object may stand in for a failed node (stale-if-error).
             let answering = (answer_keep_alive, &edits);
             let failed = content::node_failed(client, vs, head, flow, failure, answering);
-            let sent = Box::pin(failed).await?;
+            let sent = Box::pin(failed)
+                .await
+                .map_err(|f| f.with_body(body.received))?;
             record(client, vs, request, body.received, &sent, None, traffic);
             return Ok(answered(&sent, head));
         }
@@ -662,7 +665,8 @@ async fn serve_request(
     // a drain that began meanwhile closes the connection after this response.
     let keep_alive = keep_alive && !shutdown.is_triggered() && !forwarding.connect;
     let tunnelled = exchange.switched(forwarding.connect);
-    upgrade::h2_websocket_answered(client, tunnelled, exchange.response.status())?;
+    upgrade::h2_websocket_answered(client, tunnelled, exchange.response.status())
+        .map_err(|f| f.with_body(body.received))?;
     let edits = traffic.response_edits(vs);
     let sent = match flow {
         _ if tunnelled => Box::pin(upgrade::tunnel(client, vs, exchange, head, &edits)).await,
@@ -683,7 +687,11 @@ async fn serve_request(
         }
     };
     // A failure from here on happened at the node: the access record names it.
-    let sent = sent.map_err(|failure| failure.at_node(answered_by.node.address))?;
+    let sent = sent.map_err(|failure| {
+        failure
+            .at_node(answered_by.node.address)
+            .with_body(body.received)
+    })?;
     // log
     pool.metrics.record_status(sent.status);
     let upstream = Some(Upstream {
@@ -959,11 +967,15 @@ fn cut_at_drain(client: &mut Client, before: u64) -> Failure {
         Some(stream) => stream.responded(),
         None => sent > 0,
     };
-    match (started, client.answering) {
+    let failure = match (started, client.answering) {
         (false, _) => Failure::from_error(error),
         // Interim answers only: no final one is written after them, to be safe.
         (true, 0) => Failure::silent(error),
         (true, status) => Failure::silent(error).after(status, sent),
+    };
+    match client.node {
+        Some(node) => failure.at_node(node),
+        None => failure,
     }
 }
 
@@ -1047,7 +1059,12 @@ async fn answer_failure(
     let duration = started.elapsed();
     if status != 0 {
         // As for an answered request (`record`): the access record's bytes and duration
-        // are the metrics' too.
+        // are the metrics' too. What was read of the request counts as received: its head
+        // (or, refused, the bytes of it read), and its body as far as it went.
+        let head_bytes = head.map_or(client.read_buf.len(), |h| h.raw().len());
+        vs.metrics
+            .bytes_received
+            .inc_by(head_bytes as u64 + failure.body_received());
         vs.metrics.bytes_sent.inc_by(logged_bytes);
         vs.metrics.latency.record(duration);
     }

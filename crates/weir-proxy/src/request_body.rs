@@ -165,17 +165,24 @@ pub(crate) async fn read(
         received: 0,
         clock: BodyClock::new(vs, Instant::now(), call),
     };
-    match head.framing() {
-        BodyFraming::None | BodyFraming::CloseDelimited => body.framing = BodyFraming::None,
-        BodyFraming::Length(length) => read_length(client, vs, head, &mut body, length).await?,
+    let read = match head.framing() {
+        BodyFraming::None | BodyFraming::CloseDelimited => {
+            body.framing = BodyFraming::None;
+            Ok(())
+        }
+        BodyFraming::Length(length) => read_length(client, vs, head, &mut body, length).await,
         // A gRPC call's body is a stream of messages (client and bidirectional
         // streaming): it goes on as it comes, nothing waited for before the node.
         BodyFraming::Chunked if call => {
             body.remaining = Remaining::Chunked(ChunkedDecoder::new(MAX_TRAILER_BYTES));
+            Ok(())
         }
-        BodyFraming::Chunked => read_chunked(client, vs, head, &mut body).await?,
+        BodyFraming::Chunked => read_chunked(client, vs, head, &mut body).await,
+    };
+    match read {
+        Ok(()) => Ok(body),
+        Err(failure) => Err(failure.with_body(body.received)),
     }
-    Ok(body)
 }
 
 /// Whether a `content-type` is gRPC's (`application/grpc`, `application/grpc+proto`, ...).

@@ -118,6 +118,47 @@ async fn a_client_gone_mid_body_is_logged_as_499() {
     setup.stop().await;
 }
 
+/// The received-bytes counter of the `web` virtual server, and the forwarded-requests counter
+/// of its one node.
+fn received_and_forwarded(proxy: &TestProxy) -> (u64, u64) {
+    let text = proxy.metrics.encode();
+    let value = |prefix: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(prefix)?.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        value("weir_client_bytes_received_total{virtual_server=\"web\"}"),
+        value("weir_node_requests_forwarded_total{"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_request_counts_what_was_read_and_forwarded_of_it() {
+    // More body than the request buffer (64 KiB by default): the head goes to the node
+    // before the body is all in.
+    let setup = setup("counted").await;
+    let head = b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n";
+    let mut stream = TcpStream::connect(setup.proxy.addr).await.unwrap();
+    stream.write_all(head).await.unwrap();
+    stream.write_all(&[b'x'; 80_000]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(stream);
+    let records = setup.records(1).await;
+    assert!(records[0].contains(r#""status":499"#), "{records:?}");
+    let (received, forwarded) = received_and_forwarded(&setup.proxy);
+    assert_eq!(received, head.len() as u64 + 80_000, "head and body read");
+    assert_eq!(forwarded, 1, "the node had the request");
+    // A head refused whole counts the bytes read of it.
+    let bad = b"GET /b HTTP/1.1\r\nHost: t\r\nBad Header Line\r\n\r\n";
+    let answer = exchange(setup.proxy.addr, bad).await;
+    assert!(answer.starts_with(b"HTTP/1.1 400"), "{answer:?}");
+    setup.records(2).await;
+    let (after, _) = received_and_forwarded(&setup.proxy);
+    assert_eq!(after - received, bad.len() as u64);
+    setup.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_refused_whole_is_logged_with_what_its_request_line_named() {
     let setup = setup("refused").await;

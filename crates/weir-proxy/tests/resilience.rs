@@ -394,10 +394,13 @@ async fn a_request_waiting_at_the_drain_timeout_gets_503_and_a_record() {
     let text = logged_after_drain(proxy, &log).await;
     let records: Vec<&str> = text.lines().collect();
     assert_eq!(records.len(), 1, "{text}");
+    // The node had the request: the record names it (docs/logging.md).
+    let node = format!(r#""node":"{}""#, origin.addr);
     for field in [
         r#""status":503"#,
         r#""uri":"/delay/5000""#,
         r#""error":"shutting_down""#,
+        &node,
     ] {
         assert!(records[0].contains(field), "{field}: {text}");
     }
