@@ -16,23 +16,23 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// Flights in progress, sharded by key.
+/// Flights in progress and remembered passes, sharded by key.
 #[derive(Debug)]
 pub struct Flights {
     shards: Box<[Mutex<Shard>]>,
     hasher: ahash::RandomState,
+    /// Names a pass by a 64-bit digest of its key (keyed at random per process, so no client
+    /// can aim two keys at one digest): a pass marker holds no key, and the table of them
+    /// has a fixed bound ([`MAX_PASSES_PER_SHARD`]) whatever URLs clients ask for.
+    digest: ahash::RandomState,
 }
 
-/// Entries by key.
-type Shard = HashMap<Box<[u8]>, Entry>;
-
-#[derive(Debug)]
-enum Entry {
-    Flying(Arc<Flight>),
-    /// Not storable lately: no coalescing until then.
-    Pass {
-        until: Instant,
-    },
+#[derive(Debug, Default)]
+struct Shard {
+    /// Flights in progress by key: at most one per request in flight.
+    flying: HashMap<Box<[u8]>, Arc<Flight>>,
+    /// Keys not storable lately, by digest: no coalescing until then.
+    passes: HashMap<u64, Instant>,
 }
 
 #[derive(Debug)]
@@ -99,42 +99,43 @@ pub enum WaitOutcome {
     NodeFailed,
 }
 
-/// Past this many entries a shard drops its expired pass markers.
-const SHARD_TIDY_AT: usize = 16 * 1024;
+/// The most pass markers a shard holds (16 shards: 65,536 in all, about 2 MiB). A key not
+/// remembered for lack of room is only coalesced again, one node round trip at a time, as
+/// any miss is; no answer changes.
+const MAX_PASSES_PER_SHARD: usize = 4096;
 
 impl Flights {
     /// An empty table of flights.
     pub fn new() -> Arc<Flights> {
         Arc::new(Flights {
-            shards: (0..16).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..16).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: ahash::RandomState::new(),
+            digest: ahash::RandomState::new(),
         })
     }
 
     /// Joins the flight for `key`, or starts one.
     pub fn join(self: &Arc<Self>, key: &[u8], max_waiters: u32, timeout: Duration) -> Join {
         let now = Instant::now();
+        let digest = self.digest.hash_one(key);
         let mut shard = self.shard(key);
-        match shard.get(key) {
-            Some(Entry::Pass { until }) if *until > now => return Join::Pass,
-            Some(Entry::Flying(flight)) => {
-                let waiting = flight.waiters.fetch_add(1, Ordering::Relaxed);
-                if waiting >= max_waiters {
-                    flight.waiters.fetch_sub(1, Ordering::Relaxed);
-                    return Join::Alone;
-                }
-                return Join::Follower(Waiter {
-                    outcome: flight.outcome.subscribe(),
-                    timeout,
-                    waiting: None,
-                });
+        match shard.passes.get(&digest) {
+            Some(until) if *until > now => return Join::Pass,
+            Some(_) => {
+                shard.passes.remove(&digest);
             }
-            _ => {}
+            None => {}
         }
-        if shard.len() >= SHARD_TIDY_AT {
-            shard.retain(|_, entry| match entry {
-                Entry::Pass { until } => *until > now,
-                Entry::Flying(_) => true,
+        if let Some(flight) = shard.flying.get(key) {
+            let waiting = flight.waiters.fetch_add(1, Ordering::Relaxed);
+            if waiting >= max_waiters {
+                flight.waiters.fetch_sub(1, Ordering::Relaxed);
+                return Join::Alone;
+            }
+            return Join::Follower(Waiter {
+                outcome: flight.outcome.subscribe(),
+                timeout,
+                waiting: None,
             });
         }
         let (outcome, _) = watch::channel(Outcome::Pending);
@@ -142,7 +143,7 @@ impl Flights {
             outcome,
             waiters: AtomicU32::new(0),
         });
-        shard.insert(key.into(), Entry::Flying(Arc::clone(&flight)));
+        shard.flying.insert(key.into(), Arc::clone(&flight));
         Join::Leader(FlightGuard {
             flights: Arc::clone(self),
             key: key.into(),
@@ -157,15 +158,24 @@ impl Flights {
         let mut flying = 0;
         for shard in self.shards.iter() {
             let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            shard.retain(|_, entry| match entry {
-                Entry::Pass { until } => *until > now,
-                Entry::Flying(_) => {
-                    flying += 1;
-                    true
-                }
-            });
+            shard.passes.retain(|_, until| *until > now);
+            flying += shard.flying.len();
         }
         flying
+    }
+
+    /// Pass markers held now, expired ones not yet dropped included.
+    pub fn passes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| {
+                shard
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .passes
+                    .len()
+            })
+            .sum()
     }
 
     fn shard(&self, key: &[u8]) -> MutexGuard<'_, Shard> {
@@ -203,20 +213,22 @@ impl FlightGuard {
     fn finish(&mut self, outcome: Outcome, remember: Option<Duration>) {
         self.reported = true;
         {
-            let mut shard = self.flights.shard(&self.key);
-            let ours = matches!(shard.get(&self.key), Some(Entry::Flying(flight)) if Arc::ptr_eq(flight, &self.flight));
+            let flights = &self.flights;
+            let mut shard = flights.shard(&self.key);
+            let ours = shard
+                .flying
+                .get(&self.key)
+                .is_some_and(|flight| Arc::ptr_eq(flight, &self.flight));
             if ours {
-                match remember.filter(|duration| !duration.is_zero()) {
-                    Some(duration) => {
-                        shard.insert(
-                            self.key.clone(),
-                            Entry::Pass {
-                                until: Instant::now() + duration,
-                            },
-                        );
+                shard.flying.remove(&self.key);
+                if let Some(duration) = remember.filter(|duration| !duration.is_zero()) {
+                    let now = Instant::now();
+                    if shard.passes.len() >= MAX_PASSES_PER_SHARD {
+                        shard.passes.retain(|_, until| *until > now);
                     }
-                    None => {
-                        shard.remove(&self.key);
+                    if shard.passes.len() < MAX_PASSES_PER_SHARD {
+                        let digest = flights.digest.hash_one(&self.key[..]);
+                        shard.passes.insert(digest, now + duration);
                     }
                 }
             }
@@ -343,5 +355,31 @@ mod tests {
         let leader = flights.join(b"k", 10, Duration::from_secs(1));
         assert!(matches!(leader, Join::Leader(_)));
         assert_eq!(flights.tidy(), 1);
+    }
+
+    /// Pass markers hold no key and have a fixed bound: however many different keys are
+    /// not storable, and however long, the table stays under it.
+    #[tokio::test(start_paused = true)]
+    async fn pass_markers_are_bounded_whatever_the_keys() {
+        let flights = Flights::new();
+        let long = vec![b'x'; 12 * 1024];
+        for n in 0..100_000u32 {
+            let mut key = long.clone();
+            key.extend_from_slice(&n.to_be_bytes());
+            let Join::Leader(guard) = flights.join(&key, 10, Duration::from_secs(1)) else {
+                panic!("a new key leads");
+            };
+            guard.not_stored(Some(Duration::from_secs(60)));
+        }
+        let held = flights.passes();
+        assert!(
+            held <= 16 * MAX_PASSES_PER_SHARD && held >= 8 * MAX_PASSES_PER_SHARD,
+            "{held}"
+        );
+        assert_eq!(flights.tidy(), 0, "no flight left in progress");
+        // Past their time the markers make room for new ones again.
+        tokio::time::advance(Duration::from_secs(61)).await;
+        flights.tidy();
+        assert_eq!(flights.passes(), 0);
     }
 }
