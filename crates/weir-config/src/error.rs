@@ -47,6 +47,10 @@ pub struct Problem {
     pub path: KeyPath,
     /// What is wrong, in a sentence.
     pub message: String,
+    /// Another key this conclusion rests on, when it is about more than `path` (a rule
+    /// hidden by an earlier one): when that key's value was refused and set aside, the
+    /// conclusion is the refusal's consequence, not a problem of the file, and is dropped.
+    pub because: Option<KeyPath>,
 }
 
 impl ConfigError {

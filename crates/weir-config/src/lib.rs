@@ -163,7 +163,12 @@ where
                     problems
                         .into_iter()
                         .filter(|problem| {
-                            !schema.blanked.iter().any(|b| problem.path.starts_with(b))
+                            !schema.blanked.iter().any(|b| {
+                                problem.path.starts_with(b)
+                                    || problem.because.as_ref().is_some_and(|because| {
+                                        b.starts_with(because) || because.starts_with(b)
+                                    })
+                            })
                         })
                         .map(|problem| match &locator {
                             Some(locator) => locator.diagnostic(problem),

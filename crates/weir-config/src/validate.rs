@@ -85,6 +85,17 @@ impl Checker {
         self.problems.push(Problem {
             path: path.clone(),
             message: message.into(),
+            because: None,
+        });
+    }
+
+    /// Reports a problem of `path` that follows from the value at `because` (see
+    /// [`Problem::because`]).
+    fn report_because(&mut self, path: &KeyPath, because: &KeyPath, message: impl Into<String>) {
+        self.problems.push(Problem {
+            path: path.clone(),
+            message: message.into(),
+            because: Some(because.clone()),
         });
     }
 
@@ -690,6 +701,7 @@ impl Checker {
                          pool: requests would loop",
                         server.name
                     ),
+                    because: None,
                 });
             }
         }

@@ -248,6 +248,7 @@ impl Checker {
         self.problems.push(Problem {
             path: path.clone(),
             message: message.into(),
+            because: None,
         });
     }
 

@@ -263,6 +263,7 @@ impl Checker {
                          on TCP sessions (HTTP carries the client in X-Forwarded-For)",
                         server.name
                     ),
+                    because: None,
                 });
             }
         }

@@ -71,8 +71,9 @@ impl Checker {
                 );
             }
             if let Some(earlier) = ends_all {
-                self.report(
+                self.report_because(
                     &at,
+                    &path.index(earlier),
                     format!(
                         "this rule can never be reached: rules[{earlier}] matches every request \
                          and ends evaluation"
@@ -232,6 +233,11 @@ impl Checker {
         for (key, tests, make) in kinds {
             let Some(tests) = tests else { continue };
             let at = path.key(key);
+            if tests.values.is_empty() {
+                // No test would be no condition: the rule would match every request.
+                self.report(&at, "must list at least one test");
+                continue;
+            }
             for (index, test) in tests.values.iter().enumerate() {
                 let element = if tests.array {
                     at.index(index)

@@ -338,6 +338,14 @@ fn rule_shapes_that_are_refused() {
         &format!("{prefix}.match.header"),
         "exactly one of present, equals or regex",
     );
+    for key in ["header", "query", "cookie"] {
+        assert_error(
+            &rule(&format!("match.{key} = []\ndeny = true")),
+            6,
+            &format!("{prefix}.match.{key}"),
+            "must list at least one test",
+        );
+    }
     assert_error(
         &rule("match.client_address = \"10.1.0.0/8\"\npool = \"api\""),
         6,
@@ -452,6 +460,24 @@ fn a_rule_path_that_could_never_match_is_refused() {
 }
 
 /// A rule with an error of its own does not make every later rule look unreachable.
+/// A `match` of the wrong type is set aside to find the file's other errors; the rule it
+/// leaves, matching every request, must not make every later rule "unreachable".
+#[test]
+fn a_mistyped_match_hides_no_later_rule() {
+    let text = file(
+        "\n[[virtual_servers.web.rules]]\nmatch = \"/admin\"\ndeny = true\n\
+         [[virtual_servers.web.rules]]\nmatch.path = \"/y\"\npool = \"web\"\n\
+         [[virtual_servers.web.rules]]\nmatch.path = \"/z\"\npool = \"web\"\n",
+        "",
+    );
+    assert_error(
+        &text,
+        6,
+        "virtual_servers.web.rules[0].match",
+        "invalid type",
+    );
+}
+
 #[test]
 fn a_broken_rule_hides_no_later_rule() {
     let text = file(
