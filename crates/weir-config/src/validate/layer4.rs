@@ -70,6 +70,18 @@ impl Checker {
             ("cache", table.cache.is_some()),
             ("compression", table.compression.is_some()),
             ("timeouts", table.timeouts.is_some()),
+            ("http", table.http.is_some()),
+            ("http2", table.http2.is_some()),
+            ("rules", !table.rules.is_empty()),
+            ("request_id", table.request_id.is_some()),
+            ("client_address", table.client_address.is_some()),
+            ("rate_limits", table.rate_limits.is_some()),
+            ("concurrency_limits", table.concurrency_limits.is_some()),
+            ("client_connections", table.client_connections.is_some()),
+            (
+                "limits.min_body_rate",
+                limits.is_some_and(|l| l.min_body_rate.is_some()),
+            ),
             (
                 "limits.max_header_bytes",
                 limits.is_some_and(|l| l.max_header_bytes.is_some()),

@@ -92,6 +92,40 @@ fn http_settings_on_a_tcp_virtual_server_are_errors() {
         "virtual_servers.db.limits.max_body_bytes",
         "an HTTP setting",
     );
+    // The traffic rules and limits act on HTTP requests: a deny rule that a TCP virtual
+    // server ignored would let every connection through.
+    for (table, key) in [
+        (
+            "[[virtual_servers.db.rules]]\nmatch.client_address = \"10.0.0.0/8\"\ndeny = true",
+            "rules",
+        ),
+        (
+            "[virtual_servers.db.client_connections]\nmax = 10",
+            "client_connections",
+        ),
+        (
+            "[virtual_servers.db.rate_limits.slow]\nrate = 10\nburst = 10",
+            "rate_limits",
+        ),
+        (
+            "[virtual_servers.db.request_id]\nenabled = true",
+            "request_id",
+        ),
+        (
+            "[virtual_servers.db.http2]\nmax_concurrent_streams = 10",
+            "http2",
+        ),
+        (
+            "[virtual_servers.db.limits]\nmin_body_rate = 100",
+            "limits.min_body_rate",
+        ),
+    ] {
+        assert_one_error(
+            &tcp(table),
+            &format!("virtual_servers.db.{key}"),
+            "an HTTP setting",
+        );
+    }
     assert_one_error(
         &tcp("[virtual_servers.db.tls]\ncertificates = [{ self_signed = [\"a\"] }]"),
         "virtual_servers.db.tls",
