@@ -53,7 +53,7 @@ pub use scan::HeadScan;
 pub use trailers::{filter_trailers, is_forwardable_trailer};
 pub use write::{
     ForwardRequest, ForwardResponse, HeaderEdit, SimpleResponse, Unedited, reason_phrase,
-    write_connection, write_date, write_request_head, write_request_head_edited,
-    write_response_head, write_response_head_edited, write_simple_response,
-    write_simple_response_edited, write_status_line,
+    status_has_content, write_connection, write_date, write_request_head,
+    write_request_head_edited, write_response_head, write_response_head_edited,
+    write_simple_response, write_simple_response_edited, write_status_line,
 };

@@ -345,7 +345,8 @@ pub fn write_response_head_edited<E: HeaderEdit + ?Sized>(
 /// `Connection: close` unless `keep_alive`, then `extra_headers`.
 ///
 /// A 1xx gets only its status line and `extra_headers`; 204 and 304 get no
-/// `Content-Length` and no body. Extra headers holding CR or LF are skipped.
+/// `Content-Length` and no body, 205 a `Content-Length: 0` and no body (see
+/// [`status_has_content`]). Extra headers holding CR or LF are skipped.
 pub fn write_simple_response(
     status: u16,
     version: Version,
@@ -394,6 +395,11 @@ pub fn write_simple_response_edited<E: HeaderEdit + ?Sized>(
     } = *answer;
     let interim = (100..200).contains(&status);
     let bodiless = interim || status == 204 || status == 304;
+    let body = if status_has_content(status) {
+        body
+    } else {
+        &[]
+    };
     out.reserve(96 + body.len());
     write_status_line(status, reason_phrase(status).as_bytes(), out);
     if !bodiless {
@@ -424,6 +430,13 @@ pub fn write_simple_response_edited<E: HeaderEdit + ?Sized>(
     if !bodiless && !head_request {
         out.extend_from_slice(body);
     }
+}
+
+/// Whether an answer with `status` may carry content: not a 1xx, a 204 or a 304, which
+/// end at their head (RFC 9112 §6.3), nor a 205, which a server must send without any
+/// (RFC 9110 §15.3.6).
+pub fn status_has_content(status: u16) -> bool {
+    !(100..200).contains(&status) && !matches!(status, 204 | 205 | 304)
 }
 
 /// `Date: <now, an IMF-fixdate>\r\n`, formatted at most once a second on each thread:
@@ -462,8 +475,11 @@ pub fn reason_phrase(status: u16) -> &'static str {
         200 => "OK",
         201 => "Created",
         202 => "Accepted",
+        203 => "Non-Authoritative Information",
         204 => "No Content",
+        205 => "Reset Content",
         206 => "Partial Content",
+        300 => "Multiple Choices",
         301 => "Moved Permanently",
         302 => "Found",
         303 => "See Other",
@@ -473,22 +489,36 @@ pub fn reason_phrase(status: u16) -> &'static str {
         308 => "Permanent Redirect",
         400 => "Bad Request",
         401 => "Unauthorized",
+        402 => "Payment Required",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        407 => "Proxy Authentication Required",
         408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
         411 => "Length Required",
+        412 => "Precondition Failed",
         413 => "Content Too Large",
         414 => "URI Too Long",
+        415 => "Unsupported Media Type",
+        416 => "Range Not Satisfiable",
         417 => "Expectation Failed",
+        421 => "Misdirected Request",
+        422 => "Unprocessable Content",
+        426 => "Upgrade Required",
+        428 => "Precondition Required",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
+        451 => "Unavailable For Legal Reasons",
         500 => "Internal Server Error",
         501 => "Not Implemented",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
         505 => "HTTP Version Not Supported",
+        511 => "Network Authentication Required",
         _ => "",
     }
 }

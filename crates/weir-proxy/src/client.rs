@@ -951,7 +951,9 @@ impl Client {
                     )
                 },
             )?;
-            let bodiless = body.is_empty() || shape.head_request;
+            let bodiless = body.is_empty()
+                || shape.head_request
+                || !weir_http::status_has_content(shape.status);
             stream.send_head(head, bodiless).map_err(Failure::silent)?;
             if !bodiless {
                 let data = Bytes::copy_from_slice(body);

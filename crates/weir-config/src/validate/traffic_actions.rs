@@ -163,6 +163,13 @@ impl Checker {
             }
         }
         let body = match &table.body {
+            Some(body) if !body.is_empty() && matches!(status, 204 | 205 | 304) => {
+                self.report(
+                    &path.key("body"),
+                    format!("a {status} answer carries no content (RFC 9110 §15); leave out body"),
+                );
+                Template::default()
+            }
             Some(body) => template::parse(body, captures).unwrap_or_else(|message| {
                 self.report(&path.key("body"), message);
                 Template::default()

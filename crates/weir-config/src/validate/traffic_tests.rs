@@ -338,6 +338,14 @@ fn rule_shapes_that_are_refused() {
         &format!("{prefix}.match.header"),
         "exactly one of present, equals or regex",
     );
+    for status in [204, 205, 304] {
+        assert_error(
+            &rule(&format!("respond = {{ status = {status}, body = \"x\" }}")),
+            6,
+            &format!("{prefix}.respond.body"),
+            "carries no content",
+        );
+    }
     for key in ["header", "query", "cookie"] {
         assert_error(
             &rule(&format!("match.{key} = []\ndeny = true")),

@@ -415,6 +415,13 @@ fn simple_responses() {
     out.clear();
     write_simple_response(204, Version::Http11, true, &[], b"ignored", &mut out);
     assert_eq!(dated(&out), b"HTTP/1.1 204 No Content\r\n\r\n");
+    // A 205 says it has no content, and has none (RFC 9110 §15.3.6).
+    out.clear();
+    write_simple_response(205, Version::Http11, true, &[], b"ignored", &mut out);
+    assert_eq!(
+        dated(&out),
+        b"HTTP/1.1 205 Reset Content\r\nContent-Length: 0\r\n\r\n"
+    );
 }
 
 #[test]
