@@ -463,12 +463,18 @@ impl Checker {
             path: cookie_path,
             domain,
             max_age: table.max_age.as_ref().map(|max_age| {
-                self.duration(
-                    &path.key("max_age"),
+                let at = path.key("max_age");
+                let duration = self.duration(
+                    &at,
                     Some(max_age),
                     defaults::PERSISTENCE_TIMEOUT,
                     Zero::Rejected,
-                )
+                );
+                if duration < Duration::from_secs(1) {
+                    // Max-Age=0 would tell the browser to drop the cookie at once.
+                    self.report(&at, "Max-Age counts whole seconds: use at least \"1s\"");
+                }
+                duration
             }),
         }
     }

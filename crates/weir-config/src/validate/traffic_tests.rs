@@ -694,6 +694,12 @@ fn persistence_types() {
         "pools.api.persistence.header",
         "app_header needs header",
     );
+    assert_error(
+        &persist("type = \"cookie\"\nmax_age = \"500ms\""),
+        12,
+        "pools.api.persistence.max_age",
+        "whole seconds",
+    );
 }
 
 #[test]
