@@ -57,6 +57,16 @@ pub(crate) fn stage(
     {
         errors.extend(candidate.file_error(file, why).errors);
     }
+    // The upgrade socket is bound at start: a directory that is not there would stop the
+    // start after the file was declared sound, with no line to look at.
+    if let Some(socket) = &candidate.runtime.upgrade_socket
+        && let Some(directory) = socket.parent()
+        && !directory.is_dir()
+    {
+        let key = KeyPath::root().key("runtime").key("upgrade_socket");
+        let why = format!("{} is not a directory", directory.display());
+        errors.extend(candidate.key_error(&key, why).errors);
+    }
     let mut connectors = HashMap::new();
     for pool in &candidate.pools {
         if let Some(tls) = &pool.tls {

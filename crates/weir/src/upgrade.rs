@@ -95,7 +95,7 @@ pub fn bind(config: &Config) -> anyhow::Result<UnixListener> {
             std::fs::remove_file(path)?;
             Ok(UnixListener::bind_addr(&address)?)
         }
-        Err(error) => Err(error).context("cannot bind the upgrade socket"),
+        Err(error) => Err(error).context("runtime.upgrade_socket: cannot bind the upgrade socket"),
     }
 }
 

@@ -392,6 +392,25 @@ fn the_pid_file_names_the_serving_process_and_goes_with_it() {
     );
 }
 
+/// An upgrade socket in a directory that is not there is found by `weir check`, with the
+/// file, the line and the key (it used to pass and stop `weir serve` with no line).
+#[test]
+fn an_upgrade_socket_in_a_missing_directory_fails_the_check() {
+    let config = temp_config(
+        "[log]\nlevel = \"warn\"\n[runtime]\nupgrade_socket = \"/nonexistent-weir-dir/up.sock\"\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:1\"\npool = \"web\"\n\n\
+         [pools.web]\nnodes = [{ address = \"127.0.0.1:2\" }]\n",
+    );
+    let output = weir().arg("check").arg(config.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let expected = format!(
+        "{}:4: runtime.upgrade_socket: /nonexistent-weir-dir is not a directory",
+        config.path().display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+}
+
 /// `runtime.upgrade_socket` naming a file that is not a socket (a slip of the path) is
 /// refused, and the file is left as it was; weir replaces only a stale socket.
 #[test]
