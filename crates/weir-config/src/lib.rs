@@ -299,7 +299,18 @@ fn parse_document(text: &str) -> Result<toml_edit::Document<String>, SyntaxError
         Ok(Ok(document)) => Ok(document),
         Ok(Err(error)) => Err(SyntaxError {
             message: error.message().to_owned(),
-            offset: error.span().map_or(0, |span| span.start),
+            // The parser gives no place for a key nested past its limit: the line with
+            // the deepest dotted key is where it is.
+            offset: error
+                .span()
+                .map(|span| span.start)
+                .or_else(|| {
+                    error
+                        .message()
+                        .contains("recursion limit")
+                        .then(|| locate::deepest_key_offset(text))
+                })
+                .unwrap_or(0),
         }),
         Err(_) => Err(SyntaxError {
             message: "the TOML parser failed on this file (its own error); check its syntax"

@@ -189,6 +189,20 @@ fn syntax_error_names_file_line_and_path() {
     assert!(error.to_string().starts_with("weir.toml:1: "), "{error}");
 }
 
+/// A table header nested past the parser's limit, which gives no place for it, is
+/// reported on its own line, not on line 1.
+#[test]
+fn a_key_nested_too_deep_is_reported_on_its_line() {
+    let deep = format!(
+        "[virtual_servers.web.rules.match{}]\nx = 1\n",
+        ".not".repeat(200)
+    );
+    let text = format!("{GOOD}{deep}");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(error.errors[0].line, Some(12), "{error}");
+    assert!(error.errors[0].message.contains("recursion"), "{error}");
+}
+
 #[test]
 fn duplicate_tables_are_syntax_errors() {
     let text = format!("{GOOD}[pools.web]\nretries = 1\n");
