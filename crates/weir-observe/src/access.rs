@@ -317,8 +317,8 @@ impl AccessRecord<'_> {
         fields.text("time", &rfc3339(now));
         fields.text("virtual_server", self.virtual_server);
         fields.text("client", &self.client.to_string());
-        fields.text("method", self.method);
-        fields.text("uri", &logged_uri(self.target));
+        fields.text("method", &cut(self.method, MAX_LOGGED_METHOD));
+        fields.text("uri", &cut(self.target, MAX_LOGGED_URI));
         fields.text("version", self.version);
         fields.number("status", u64::from(self.status));
         fields.number("bytes_sent", self.bytes_sent);
@@ -498,16 +498,20 @@ fn micros(duration: Duration) -> u64 {
 /// limits of log shippers (8 KiB for syslog, 16 KiB for Docker) whatever the head limit.
 pub const MAX_LOGGED_URI: usize = 4096;
 
-/// `target`, cut to [`MAX_LOGGED_URI`] bytes (at a character boundary) with `...` after.
-fn logged_uri(target: &str) -> std::borrow::Cow<'_, str> {
-    if target.len() <= MAX_LOGGED_URI {
-        return std::borrow::Cow::Borrowed(target);
+/// The most of a method an access record holds. A method is any token, as long as the
+/// head limit allows; the registered ones are at most 17 bytes.
+pub const MAX_LOGGED_METHOD: usize = 64;
+
+/// `text`, cut to `max` bytes (at a character boundary) with `...` after.
+fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
     }
-    let mut end = MAX_LOGGED_URI;
-    while !target.is_char_boundary(end) {
+    let mut end = max;
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    std::borrow::Cow::Owned(format!("{}...", &target[..end]))
+    std::borrow::Cow::Owned(format!("{}...", &text[..end]))
 }
 
 /// `time` as RFC 3339 in UTC with milliseconds: `2026-11-25T13:40:41.841Z` (by
@@ -645,6 +649,15 @@ mod tests {
             ..record()
         };
         assert!(line(&short, AccessLogFormat::Json).contains("\"uri\":\"/short\""));
+        let method = "M".repeat(16 * 1024);
+        let long_method = AccessRecord {
+            method: &method,
+            ..record()
+        };
+        let text = line(&long_method, AccessLogFormat::Json);
+        let logged = format!("\"method\":\"{}...\"", "M".repeat(MAX_LOGGED_METHOD));
+        assert!(text.contains(&logged), "{text}");
+        assert!(text.len() < 1024, "{}", text.len());
     }
 
     #[test]
