@@ -66,7 +66,11 @@ pub(crate) async fn serve(
             }
             Err(result) => {
                 vs.layer4.proxy_header(result);
-                tracing::info!(virtual_server = %vs.config.name, peer = %peer, result, "PROXY header from a trusted client refused; closing");
+                // One per connection, and a load balancer's plain TCP health checks make
+                // them too: on the budget of refusals.
+                if let Some(left_out) = vs.shared.rejection_log.take() {
+                    tracing::info!(virtual_server = %vs.config.name, peer = %peer, result, left_out, "PROXY header from a trusted client refused; closing");
+                }
                 return;
             }
         }

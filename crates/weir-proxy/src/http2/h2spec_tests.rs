@@ -59,7 +59,7 @@ fn start(listener: TcpListener, tls: Option<Arc<weir_tls::Acceptor>>) {
                             Via::H2c,
                             &settings,
                             TIMING,
-                            &metrics,
+                            (&metrics, &weir_observe::LogBudget::new()),
                             Answer,
                             signal,
                         )
@@ -76,7 +76,7 @@ fn start(listener: TcpListener, tls: Option<Arc<weir_tls::Acceptor>>) {
                                 via,
                                 &settings,
                                 TIMING,
-                                &metrics,
+                                (&metrics, &weir_observe::LogBudget::new()),
                                 Answer,
                                 signal,
                             )

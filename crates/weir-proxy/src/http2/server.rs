@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 use weir_config::Http2;
 use weir_core::ShutdownSignal;
-use weir_observe::{Flood, Http2Metrics};
+use weir_observe::{Flood, Http2Metrics, LogBudget};
 
 use super::flood::{FloodLimits, FrameWatch};
 use super::io::{Tripwire, Watched, read_preface};
@@ -90,7 +90,7 @@ pub(crate) async fn serve<S, H>(
     via: Via,
     settings: &Http2,
     timing: ConnectionLimits,
-    metrics: &Http2Metrics,
+    (metrics, log): (&Http2Metrics, &LogBudget),
     handler: H,
     shutdown: ShutdownSignal,
 ) where
@@ -114,7 +114,7 @@ pub(crate) async fn serve<S, H>(
     let mut connection = match handshake.await {
         Ok(Ok(connection)) => connection,
         Ok(Err(error)) => {
-            record_end(&error, &tripwire, metrics);
+            record_end(&error, &tripwire, metrics, log);
             return;
         }
         Err(_) => {
@@ -143,7 +143,9 @@ pub(crate) async fn serve<S, H>(
             biased;
             flood = tripwire.tripped() => {
                 metrics.flood(flood).inc();
-                tracing::info!(kind = flood.as_str(), "HTTP/2 flood; closing the connection");
+                if let Some(left_out) = log.take() {
+                    tracing::info!(kind = flood.as_str(), left_out, "HTTP/2 flood; closing the connection");
+                }
                 close_now(&mut connection, Reason::ENHANCE_YOUR_CALM).await;
                 return;
             }
@@ -171,7 +173,7 @@ pub(crate) async fn serve<S, H>(
                     }
                 }
                 Some(Err(error)) => {
-                    record_end(&error, &tripwire, metrics);
+                    record_end(&error, &tripwire, metrics, log);
                     return;
                 }
                 None => return,
@@ -312,15 +314,25 @@ fn poll_pong(
 
 /// Counts how a connection ended in error: a flood the watcher or the codec
 /// found, or another protocol error of the client.
-fn record_end(error: &h2::Error, tripwire: &Tripwire, metrics: &Http2Metrics) {
+/// Its lines are the client's to cause, one per connection: on the virtual server's budget
+/// of refusals (`log`), as refused requests are.
+fn record_end(error: &h2::Error, tripwire: &Tripwire, metrics: &Http2Metrics, log: &LogBudget) {
     if let Some(flood) = tripwire.flood() {
         metrics.flood(flood).inc();
-        tracing::info!(kind = flood.as_str(), "HTTP/2 flood; connection closed");
+        if let Some(left_out) = log.take() {
+            tracing::info!(
+                kind = flood.as_str(),
+                left_out,
+                "HTTP/2 flood; connection closed"
+            );
+        }
     } else if error.is_go_away() && error.is_library() {
         if error.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
             let flood = tripwire.suspect().unwrap_or(Flood::Codec);
             metrics.flood(flood).inc();
-            tracing::info!(%error, "HTTP/2 abuse caught by the codec; connection closed");
+            if let Some(left_out) = log.take() {
+                tracing::info!(%error, left_out, "HTTP/2 abuse caught by the codec; connection closed");
+            }
         } else {
             metrics.protocol_errors.inc();
             tracing::debug!(%error, "HTTP/2 protocol error; connection closed");

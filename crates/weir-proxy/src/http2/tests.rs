@@ -72,7 +72,7 @@ fn start_with(
             Via::H2c,
             &settings(),
             timing,
-            &metrics,
+            (&metrics, &weir_observe::LogBudget::new()),
             Echo,
             signal,
         )
@@ -362,7 +362,7 @@ async fn a_stream_relays_body_and_trailers_within_the_clients_window() {
             Via::H2c,
             &settings(),
             TIMING,
-            &metrics,
+            (&metrics, &weir_observe::LogBudget::new()),
             Relay,
             signal,
         )
@@ -430,7 +430,7 @@ async fn streams_still_at_work_count_against_the_concurrency_limit() {
             Via::H2c,
             &limited,
             TIMING,
-            &metrics,
+            (&metrics, &weir_observe::LogBudget::new()),
             Stall,
             signal,
         )

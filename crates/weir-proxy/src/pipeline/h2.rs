@@ -62,6 +62,7 @@ pub(super) async fn serve_connection(
             .map(std::num::NonZeroU32::get),
     };
     let metrics = vs.metrics.http2.clone();
+    let shared = Arc::clone(&vs.shared);
     let streams = Streams {
         vs,
         peer,
@@ -71,8 +72,9 @@ pub(super) async fn serve_connection(
         shutdown: shutdown.clone(),
         drain,
     };
+    let watch = (&metrics, &shared.rejection_log);
     http2::serve(
-        stream, rewind, via, &settings, timing, &metrics, streams, shutdown,
+        stream, rewind, via, &settings, timing, watch, streams, shutdown,
     )
     .await;
 }
