@@ -73,6 +73,9 @@ pub(crate) struct Upstream {
     stall: Duration,
     /// The whole body was read ([`Upstream::next_chunk_within`]).
     ended: bool,
+    /// The trailer lines that may be forwarded, once a chunked body has ended
+    /// ([`Upstream::take_trailers`]).
+    trailers: Bytes,
 }
 
 /// The body read ahead of the client.
@@ -237,6 +240,7 @@ impl Upstream {
             quarantine: response.announces_absent_body(),
             stall,
             ended: false,
+            trailers: Bytes::new(),
         };
         (upstream, response)
     }
@@ -249,7 +253,7 @@ impl Upstream {
     /// The next piece of the decoded body, read from `input` (and the node):
     /// `Some(None)` at its end, when the connection has gone back to the pool
     /// (or been closed); `None` when `pause` passes with nothing from the node
-    /// (see [`Upstream::read_within`]). Trailers are dropped.
+    /// (see [`Upstream::read_within`]). Trailers are kept for [`Upstream::take_trailers`].
     pub(crate) async fn next_chunk_within(
         &mut self,
         input: &mut BytesMut,
@@ -263,6 +267,9 @@ impl Upstream {
                 break;
             };
             self.ended = fill(input, source, &mut body, &mut trailers)?;
+            if !trailers.is_empty() {
+                self.trailers = std::mem::take(&mut trailers);
+            }
             if !self.ended && body.is_empty() {
                 match self.read_within(input, pause).await? {
                     Some(0) => self.ended = true,
@@ -279,6 +286,12 @@ impl Upstream {
         }
         self.finish(input);
         Ok(Some(None))
+    }
+
+    /// The trailer lines of a chunked body that has ended (hop-by-hop and framing
+    /// fields left out, `weir_http::filter_trailers`); empty when it had none.
+    pub(crate) fn take_trailers(&mut self) -> Bytes {
+        std::mem::take(&mut self.trailers)
     }
 
     /// The node's part is over: release the connection when it is clean
@@ -556,7 +569,7 @@ async fn send_piece(
 
 /// Ends the body: the last chunk with the trailers (HTTP/1.1 chunked), or
 /// the trailers (a HEADERS frame) or an empty DATA frame ending the stream (HTTP/2).
-async fn send_end(
+pub(crate) async fn send_end(
     client: &mut Client,
     framing: BodyFraming,
     trailers: &[u8],

@@ -131,6 +131,7 @@ pub(crate) async fn respond<'p>(
                 version,
                 keep_alive,
                 via,
+                trailers: matches!(transform, Transform::Pass),
             };
             relay(client, vs, upstream, &response, transform, how).await
         }
@@ -491,6 +492,9 @@ struct Relay<'a> {
     keep_alive: bool,
     /// This hop's `Via` entry ([`via_entry`]).
     via: &'static str,
+    /// The body passes as the node sent it: its `Trailer` field and trailers go with it
+    /// (a compressed or stored body drops them, docs/design/cache.md).
+    trailers: bool,
 }
 
 /// Where a relayed body goes: the one relay loop ([`relay`]: node →
@@ -554,18 +558,30 @@ impl Sink {
         }
     }
 
-    /// Ends the body: the last chunk, and whatever `write_buf` still holds.
-    async fn end(self, client: &mut Client, timeout: Duration) -> Result<(), Failure> {
-        let Sink::Http1(framing) = self else {
-            return Ok(());
-        };
-        if framing == BodyFraming::Chunked {
-            weir_http::encode_last_chunk(&[], &mut client.write_buf);
+    /// Ends the body: the last chunk with `trailers` (lines), and whatever `write_buf`
+    /// still holds; on HTTP/2 the trailers as the HEADERS frame that ends the stream
+    /// (without them the pipeline ends it).
+    async fn end(
+        self,
+        client: &mut Client,
+        trailers: &[u8],
+        timeout: Duration,
+    ) -> Result<(), Failure> {
+        match self {
+            Sink::Http2 { bodiless: false } if !trailers.is_empty() => {
+                response::send_end(client, BodyFraming::None, trailers, timeout).await
+            }
+            Sink::Http2 { .. } => Ok(()),
+            Sink::Http1(framing) => {
+                if framing == BodyFraming::Chunked {
+                    weir_http::encode_last_chunk(trailers, &mut client.write_buf);
+                }
+                if !client.write_buf.is_empty() {
+                    client.flush(timeout).await?;
+                }
+                Ok(())
+            }
         }
-        if !client.write_buf.is_empty() {
-            client.flush(timeout).await?;
-        }
-        Ok(())
     }
 }
 
@@ -592,6 +608,12 @@ async fn relay(
         _ => BodyFraming::CloseDelimited,
     };
     client.open_ended = framing == BodyFraming::CloseDelimited && !h2;
+    // Trailers follow chunks or HTTP/2 frames; an HTTP/1.0 client's body ends with the
+    // connection, and has no place for them.
+    let how = Relay {
+        trailers: how.trailers && (h2 || framing == BodyFraming::Chunked),
+        ..how
+    };
     let keep_alive = how.keep_alive && framing != BodyFraming::CloseDelimited && !h2;
     let sink = match h2 {
         true => Sink::Http2 {
@@ -647,7 +669,11 @@ async fn relay(
         .await
         .map_err(|failure| cut(failure, body_bytes))?;
     body_bytes += size;
-    sink.end(client, timeout)
+    let trailers = match how.trailers {
+        true => upstream.take_trailers(),
+        false => Bytes::new(),
+    };
+    sink.end(client, &trailers, timeout)
         .await
         .map_err(|failure| cut(failure, body_bytes))?;
     Ok(Sent {
@@ -730,6 +756,14 @@ fn write_head(
         .chain(framing_field);
     for field in fields {
         push(out, field);
+    }
+    // Where the trailers can follow (chunks, or HTTP/2), the field that announces them.
+    if how.trailers {
+        for value in response.header_values("trailer") {
+            out.extend_from_slice(b"Trailer: ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
     }
     weir_http::write_connection(how.version, keep_alive, false, out);
     out.extend_from_slice(b"\r\n");

@@ -426,6 +426,40 @@ async fn response_trailers_pass_through() {
     proxy.stop().await;
 }
 
+/// With compression on, a response that could be compressed but goes out as the node sent
+/// it (the client accepts no coding, or the cache passes it) keeps its `Trailer` field and
+/// its trailers: only a compressed or stored body drops them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_trailers_pass_an_uncompressed_answer_with_compression_on() {
+    // A text body long enough to be worth compressing.
+    let mut answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nCache-Control: no-store\r\n\
+          Trailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n7d0\r\n"
+        .to_vec();
+    answer.extend_from_slice(&b"hello world "[..].repeat(200)[..2000]);
+    answer.extend_from_slice(b"\r\n0\r\nX-Sum: 9\r\n\r\n");
+    let node = RecordingNode::start(Box::leak(answer.into_boxed_slice())).await;
+    for tables in [
+        "[virtual_servers.web.compression]\n",
+        "[virtual_servers.web.compression]\n[virtual_servers.web.cache]\n",
+    ] {
+        let proxy = TestProxy::start(&config(&[node.addr], "", tables)).await;
+        let reply = send_until_close(
+            proxy.addr,
+            b"GET / HTTP/1.1\r\nHost: t\r\nTE: trailers\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        let response = parse_response(&reply.bytes);
+        assert_eq!(response.status, 200, "{tables}");
+        assert_eq!(response.header("trailer"), Some("X-Sum"), "{tables}");
+        assert!(
+            response.rest.ends_with(b"\r\n0\r\nX-Sum: 9\r\n\r\n"),
+            "{tables}: {:?}",
+            String::from_utf8_lossy(&response.rest)
+        );
+        proxy.stop().await;
+    }
+}
+
 /// A node answer that breaks the framing rules is a 502, never passed on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_node_answers_are_bad_gateway() {
