@@ -45,6 +45,21 @@ fn without_set_cookie(head: &StoredHead) -> StoredHead {
     builder.finish(head.status())
 }
 
+/// The `Set-Cookie` fields of `response` as lines (`Name: value\r\n` each): what one
+/// client is given after the stored fields ([`Hit::with_own_lines`]), never stored.
+fn set_cookie_lines(response: &impl ResponseView) -> Box<[u8]> {
+    let mut lines = Vec::new();
+    for (name, value) in response
+        .headers()
+        .filter(|(name, _)| name.eq_ignore_ascii_case(b"set-cookie"))
+    {
+        for piece in [name, b": ", value, b"\r\n"] {
+            lines.extend_from_slice(piece);
+        }
+    }
+    lines.into_boxed_slice()
+}
+
 /// A request the cache sends on to the node; hand it back with the response.
 #[derive(Debug)]
 pub struct Exchange {
@@ -322,17 +337,26 @@ impl Cache {
                 Ok(_) | Err(NotStorable::Method | NotStorable::RequestNoStore) => true,
                 Err(_) => false,
             };
+        // A cookie goes to this client after the stored fields, whatever its answer (a
+        // 200, or a 304 to its own conditional request, which carries only the fields
+        // RFC 9110 §15.4.5 lists of the stored ones).
         let sets_cookie = not_modified.header("set-cookie").is_some();
+        let answered = |answer: Arc<Object>| {
+            let hit = Hit::new(answer, request, now, CacheStatus::Revalidated);
+            match sets_cookie {
+                true => hit.with_own_lines(set_cookie_lines(not_modified)),
+                false => hit,
+            }
+        };
+        let stored_head = match sets_cookie {
+            true => without_set_cookie(&merged),
+            false => merged,
+        };
         if !keep {
             self.store.remove(stale);
             self.record_store();
-            let answer = self.store.detached(stale.hash, object(merged));
-            return Hit::new(answer, request, now, CacheStatus::Revalidated);
+            return answered(self.store.detached(stale.hash, object(stored_head)));
         }
-        let stored_head = match sets_cookie {
-            true => without_set_cookie(&merged),
-            false => merged.clone(),
-        };
         let vary = self
             .store
             .vary_spec(stale.hash, &stale.primary)
@@ -342,12 +366,7 @@ impl Cache {
             .insert(stale.hash, vary, object(stored_head), self.bans.latest());
         self.metrics.evictions.inc_by(inserted.evicted);
         self.record_store();
-        let answer = match (sets_cookie, inserted.object) {
-            (false, Some(stored)) => stored,
-            (false, None) => Arc::clone(stale),
-            (true, _) => self.store.detached(stale.hash, object(merged)),
-        };
-        Hit::new(answer, request, now, CacheStatus::Revalidated)
+        answered(inserted.object.unwrap_or_else(|| Arc::clone(stale)))
     }
 
     /// A response passed on, compressed when eligible.
@@ -504,18 +523,7 @@ impl Cache {
         if !reusable {
             return Err(NotStorable::NotReusable);
         }
-        let own_cookies = rules.strip_set_cookie.then(|| {
-            let mut lines = Vec::new();
-            for (name, value) in response
-                .headers()
-                .filter(|(name, _)| name.eq_ignore_ascii_case(b"set-cookie"))
-            {
-                for piece in [name, b": ", value, b"\r\n"] {
-                    lines.extend_from_slice(piece);
-                }
-            }
-            lines.into_boxed_slice()
-        });
+        let own_cookies = rules.strip_set_cookie.then(|| set_cookie_lines(response));
         Ok(Pending {
             hash,
             vary: Arc::new(vary),

@@ -458,9 +458,19 @@ fn revalidation_with_304_refreshes_the_object() {
 /// "pass"` or changes its `Vary` takes the object out of the cache.
 #[test]
 fn a_304_is_checked_again_before_it_is_stored() {
+    // The cookies in the head this client is written (a hit's own lines included).
     let cookies = |hit: &Hit| {
-        hit.headers()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(b"set-cookie"))
+        let mut head = BytesMut::new();
+        hit.write_http1_head(
+            &mut head,
+            (false, true),
+            &[],
+            &[],
+            None::<&weir_http::Unedited>,
+        );
+        String::from_utf8_lossy(&head)
+            .to_ascii_lowercase()
+            .matches("set-cookie: session=alice\r\n")
             .count()
     };
     let revalidate =
@@ -509,6 +519,23 @@ fn a_304_is_checked_again_before_it_is_stored() {
     assert_eq!(body(&first), b"old");
     let next = hit(cache.lookup(&strip, None, &request, at(30)));
     assert_eq!((next.cache_status(), cookies(&next)), (CacheStatus::Hit, 0));
+
+    // The same for a client whose own request was conditional: its 304 carries the cookie
+    // (the stored fields a 304 repeats are only those RFC 9110 §15.4.5 lists).
+    for cache_policy in [strip, policy()] {
+        let cache = stored();
+        let conditional = Req::get("/c").header("If-None-Match", "\"v1\"");
+        let fields = [
+            ("Cache-Control", "max-age=100"),
+            ("Set-Cookie", "session=ALICE"),
+        ];
+        let answered = revalidate(&cache, &cache_policy, &conditional, &fields);
+        assert_eq!(answered.status(), 304);
+        assert_eq!(
+            (answered.cache_status(), cookies(&answered)),
+            (CacheStatus::Revalidated, 1)
+        );
+    }
 
     // Taken out: the client that asked is answered, the next one goes to the node.
     for fields in [
