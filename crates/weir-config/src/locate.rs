@@ -217,6 +217,32 @@ fn compact_key(key: &str) -> String {
     key.split('.').map(str::trim).collect::<Vec<_>>().join(".")
 }
 
+/// The byte offset of the line whose key has the most dotted parts (a table header or a
+/// `key = value` line), for an error the parser gives no place for: a key nested past its
+/// recursion limit. Dots inside quotes and after the `=` do not count.
+pub(crate) fn deepest_key_offset(text: &str) -> usize {
+    let mut deepest = (0, 0);
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let mut dots = 0;
+        let mut quote = None;
+        for byte in line.bytes() {
+            match (quote, byte) {
+                (None, b'"' | b'\'') => quote = Some(byte),
+                (Some(open), _) if byte == open => quote = None,
+                (None, b'.') => dots += 1,
+                (None, b'=' | b'#') => break,
+                _ => {}
+            }
+        }
+        if dots > deepest.0 {
+            deepest = (dots, offset);
+        }
+        offset += line.len();
+    }
+    deepest.1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,30 +316,4 @@ pool = \"api\"
         assert_eq!(guess_path(text, 5), "origins[1].name");
         assert_eq!(guess_path("x = \n", 1), "x");
     }
-}
-
-/// The byte offset of the line whose key has the most dotted parts (a table header or a
-/// `key = value` line), for an error the parser gives no place for: a key nested past its
-/// recursion limit. Dots inside quotes and after the `=` do not count.
-pub(crate) fn deepest_key_offset(text: &str) -> usize {
-    let mut deepest = (0, 0);
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        let mut dots = 0;
-        let mut quote = None;
-        for byte in line.bytes() {
-            match (quote, byte) {
-                (None, b'"' | b'\'') => quote = Some(byte),
-                (Some(open), _) if byte == open => quote = None,
-                (None, b'.') => dots += 1,
-                (None, b'=' | b'#') => break,
-                _ => {}
-            }
-        }
-        if dots > deepest.0 {
-            deepest = (dots, offset);
-        }
-        offset += line.len();
-    }
-    deepest.1
 }

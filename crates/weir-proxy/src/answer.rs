@@ -116,6 +116,12 @@ impl Failure {
         self
     }
 
+    /// This failure, at `node` ([`Failure::at_node`]) after `received` body bytes
+    /// ([`Failure::with_body`]).
+    pub(crate) fn at_node_after(self, node: std::net::SocketAddr, received: u64) -> Failure {
+        self.at_node(node).with_body(received)
+    }
+
     /// Body bytes read from the client before the request failed.
     pub(crate) fn body_received(&self) -> u64 {
         self.detail

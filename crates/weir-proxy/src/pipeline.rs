@@ -643,15 +643,14 @@ async fn serve_request(
     let exchange = match exchanged.await {
         Ok(exchange) => exchange,
         Err(failure) => {
+            let failure = failure.with_body(body.received);
             let Some(flow) = flow else {
-                return Err(failure.with_body(body.received));
+                return Err(failure);
             };
             // A stale object may stand in for a failed node (stale-if-error).
             let answering = (answer_keep_alive, &edits);
             let failed = content::node_failed(client, vs, head, flow, failure, answering);
-            let sent = Box::pin(failed)
-                .await
-                .map_err(|f| f.with_body(body.received))?;
+            let sent = Box::pin(failed).await?;
             record(client, vs, request, body.received, &sent, None, traffic);
             return Ok(answered(&sent, head));
         }
@@ -687,11 +686,7 @@ async fn serve_request(
         }
     };
     // A failure from here on happened at the node: the access record names it.
-    let sent = sent.map_err(|failure| {
-        failure
-            .at_node(answered_by.node.address)
-            .with_body(body.received)
-    })?;
+    let sent = sent.map_err(|f| f.at_node_after(answered_by.node.address, body.received))?;
     // log
     pool.metrics.record_status(sent.status);
     let upstream = Some(Upstream {

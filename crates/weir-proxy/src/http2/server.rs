@@ -142,10 +142,7 @@ pub(crate) async fn serve<S, H>(
         tokio::select! {
             biased;
             flood = tripwire.tripped() => {
-                metrics.flood(flood).inc();
-                if let Some(left_out) = log.take() {
-                    tracing::info!(kind = flood.as_str(), left_out, "HTTP/2 flood; closing the connection");
-                }
+                note_flood(flood, metrics, log);
                 close_now(&mut connection, Reason::ENHANCE_YOUR_CALM).await;
                 return;
             }
@@ -312,20 +309,25 @@ fn poll_pong(
     }
 }
 
+/// Counts a flood the watcher found, and says so within the log budget.
+fn note_flood(flood: Flood, metrics: &Http2Metrics, log: &LogBudget) {
+    metrics.flood(flood).inc();
+    if let Some(left_out) = log.take() {
+        tracing::info!(
+            kind = flood.as_str(),
+            left_out,
+            "HTTP/2 flood; connection closed"
+        );
+    }
+}
+
 /// Counts how a connection ended in error: a flood the watcher or the codec
 /// found, or another protocol error of the client.
 /// Its lines are the client's to cause, one per connection: on the virtual server's budget
 /// of refusals (`log`), as refused requests are.
 fn record_end(error: &h2::Error, tripwire: &Tripwire, metrics: &Http2Metrics, log: &LogBudget) {
     if let Some(flood) = tripwire.flood() {
-        metrics.flood(flood).inc();
-        if let Some(left_out) = log.take() {
-            tracing::info!(
-                kind = flood.as_str(),
-                left_out,
-                "HTTP/2 flood; connection closed"
-            );
-        }
+        note_flood(flood, metrics, log);
     } else if error.is_go_away() && error.is_library() {
         if error.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
             let flood = tripwire.suspect().unwrap_or(Flood::Codec);
