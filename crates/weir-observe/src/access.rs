@@ -2,10 +2,11 @@
 //! line, logfmt text or a JSON object, to standard output or to a file reopened on request
 //! (SIGUSR1, after logrotate moved it). The fields are listed in `docs/logging.md`.
 //!
-//! Lines are formatted on the request's own thread and appended to a shared buffer, written
-//! out when it fills and by [`AccessLog::flush`], so a request costs no system call. The
-//! binary flushes 200 ms after [`appended`] reports a line in an empty buffer, and at exit:
-//! a process with nothing to log has no timer to wake for.
+//! Lines are formatted on the request's own thread and appended to a shared buffer, handed
+//! to the log's own writer thread when it fills and by [`AccessLog::hand_over`], so a
+//! request costs no system call and never waits on the disk or on a reader. The binary
+//! hands over 200 ms after [`appended`] reports a line in an empty buffer, and flushes at
+//! exit: a process with nothing to log has no timer to wake for.
 //!
 //! ```
 //! use std::time::{Duration, UNIX_EPOCH};
@@ -45,13 +46,18 @@
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use weir_config::AccessLogFormat;
+
+mod writer;
+
+pub use writer::records_lost;
+use writer::{Batch, Output, Writer};
 
 /// Buffered bytes past which a write goes out at once.
 const FLUSH_AT: usize = 64 * 1024;
@@ -138,40 +144,26 @@ impl TlsRecord<'_> {
 }
 
 /// Where access records go: one per configuration of `log.access_log_format` and
-/// `log.access_log_file`, kept across reloads that do not change them.
+/// `log.access_log_file`, kept across reloads that do not change them. Its own thread
+/// writes them ([`writer`]).
 #[derive(Debug)]
 pub struct AccessLog {
     format: AccessLogFormat,
     path: Option<PathBuf>,
-    state: Mutex<Sink>,
-}
-
-#[derive(Debug)]
-struct Sink {
-    buffer: Vec<u8>,
-    out: Output,
-}
-
-#[derive(Debug)]
-enum Output {
-    Stdout,
-    File(File),
+    pending: Mutex<Batch>,
+    writer: Writer,
 }
 
 impl AccessLog {
     /// Writes to standard output.
-    pub fn stdout(format: AccessLogFormat) -> AccessLog {
+    pub fn stdout(format: AccessLogFormat) -> io::Result<AccessLog> {
         AccessLog::with(format, None, Output::Stdout)
     }
 
     /// Appends to `path` (created if missing).
     pub fn file(format: AccessLogFormat, path: &Path) -> io::Result<AccessLog> {
         let file = open(path)?;
-        Ok(AccessLog::with(
-            format,
-            Some(path.to_path_buf()),
-            Output::File(file),
-        ))
+        AccessLog::with(format, Some(path.to_path_buf()), Output::File(file))
     }
 
     /// Checks that `path` can be opened for appending, as [`AccessLog::file`] would, without
@@ -192,15 +184,16 @@ impl AccessLog {
         }
     }
 
-    fn with(format: AccessLogFormat, path: Option<PathBuf>, out: Output) -> AccessLog {
-        AccessLog {
+    fn with(format: AccessLogFormat, path: Option<PathBuf>, out: Output) -> io::Result<AccessLog> {
+        Ok(AccessLog {
             format,
             path,
-            state: Mutex::new(Sink {
-                buffer: Vec::with_capacity(FLUSH_AT),
-                out,
+            pending: Mutex::new(Batch {
+                bytes: Vec::with_capacity(FLUSH_AT),
+                records: 0,
             }),
-        }
+            writer: Writer::start(out)?,
+        })
     }
 
     /// Whether this log writes `format` to `path` (`None`: standard output).
@@ -223,60 +216,68 @@ impl AccessLog {
     }
 
     fn append(&self, line: &[u8]) {
-        let mut sink = self.lock();
-        let was_empty = sink.buffer.is_empty();
-        sink.buffer.extend_from_slice(line);
-        if sink.buffer.len() >= FLUSH_AT {
-            sink.flush();
+        let mut pending = self.lock();
+        let was_empty = pending.bytes.is_empty();
+        pending.bytes.extend_from_slice(line);
+        pending.records += 1;
+        if pending.bytes.len() >= FLUSH_AT {
+            let full = take(&mut pending);
+            drop(pending);
+            self.writer.submit(full);
         } else if was_empty {
             APPENDED.notify_one();
         }
     }
 
-    /// Writes out what is buffered.
+    /// Hands what is buffered to the writer, without waiting for it to be written: what
+    /// the 200 ms timer does, on a tokio worker that must not wait on a reader.
+    pub fn hand_over(&self) {
+        let batch = take(&mut self.lock());
+        self.writer.submit(batch);
+    }
+
+    /// Writes out what is buffered, waiting (2 s at most: a reader may have stopped
+    /// reading) until it is written: at exit, and where a test reads the file next.
     pub fn flush(&self) {
-        self.lock().flush();
+        self.hand_over();
+        self.writer.wait();
     }
 
     /// Closes the file and opens it again at the same path (logrotate's convention:
     /// it renamed the file, then sends SIGUSR1). Standard output is left alone. On error
-    /// the old file is kept.
+    /// the old file is kept. What was logged before goes to the old file.
     pub fn reopen(&self) -> io::Result<()> {
         let Some(path) = &self.path else {
             return Ok(());
         };
         let file = open(path)?;
-        let mut sink = self.lock();
-        sink.flush();
-        sink.out = Output::File(file);
+        self.hand_over();
+        self.writer.reopen(file);
         Ok(())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Sink> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Batch> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-impl Sink {
-    fn flush(&mut self) {
-        if self.buffer.is_empty() {
-            return;
-        }
-        let result = match &mut self.out {
-            Output::Stdout => io::stdout().write_all(&self.buffer),
-            Output::File(file) => file.write_all(&self.buffer),
-        };
-        if let Err(error) = result {
-            // Not logged per record: one line per failed batch.
-            tracing::warn!(%error, lost = self.buffer.len(), "cannot write the access log");
-        }
-        self.buffer.clear();
-    }
+/// The buffered lines, leaving an empty buffer of the same capacity in their place.
+fn take(pending: &mut Batch) -> Batch {
+    std::mem::replace(
+        pending,
+        Batch {
+            bytes: Vec::with_capacity(FLUSH_AT),
+            records: 0,
+        },
+    )
 }
 
 impl Drop for AccessLog {
     fn drop(&mut self) {
-        self.lock().flush();
+        // What is left goes out; the writer thread ends once it has written it. Not waited
+        // for: the last holder may be a request's task on a tokio worker (the process's
+        // exit flushes and waits, `AccessLog::flush`).
+        self.hand_over();
     }
 }
 
@@ -744,6 +745,7 @@ mod tests {
         log.write(&record());
         log.reopen().unwrap();
         log.write(&record());
+        log.flush();
         drop(log);
         let rotated = std::fs::read_to_string(dir.join("access.log.1")).unwrap();
         let current = std::fs::read_to_string(&path).unwrap();

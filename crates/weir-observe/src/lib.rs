@@ -34,7 +34,7 @@ pub use metrics::{
     CONTENT_TYPE, CacheMetrics, CompressionMetrics, DnsMetrics, FloatGauge, Flood, Http2Metrics,
     Layer4Metrics, Metrics, NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass,
     TEXT_CONTENT_TYPE, TlsMetrics, TunnelMetrics, UpstreamHttp2Metrics, UpstreamTlsMetrics,
-    VirtualServerMetrics, openmetrics_to_text,
+    VirtualServerMetrics, count_log_lines_dropped, openmetrics_to_text,
 };
 pub use prometheus_client::metrics::counter::Counter;
 pub use prometheus_client::metrics::gauge::Gauge;

@@ -23,6 +23,7 @@ mod dns;
 mod http2;
 mod layer4;
 mod process;
+pub use process::count_log_lines_dropped;
 mod traffic;
 mod tunnel;
 

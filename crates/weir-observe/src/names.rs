@@ -94,6 +94,18 @@ pub const PROCESS_START_TIME_SECONDS: MetricSpec = gauge(
     &[],
     "When the process started, Unix time in seconds",
 );
+/// `weir_access_log_records_lost_total`, a counter: access records written nowhere.
+pub const ACCESS_LOG_RECORDS_LOST: MetricSpec = counter(
+    "access_log_records_lost",
+    &[],
+    "Access log records written nowhere: dropped while its writer was behind (a reader that stopped reading) or failed to write (a full disk)",
+);
+/// `weir_log_lines_dropped_total`, a counter: lines of weir's own log dropped.
+pub const LOG_LINES_DROPPED: MetricSpec = counter(
+    "log_lines_dropped",
+    &[],
+    "Lines of weir's own log (standard error) dropped because its reader was behind",
+);
 /// `weir_reuse_ratio`, a gauge: requests forwarded per upstream connection created, over all nodes
 /// (0 when none created).
 pub const REUSE_RATIO: MetricSpec = gauge(
@@ -306,6 +318,8 @@ pub const ALL: &[MetricSpec] = &[
     PROCESS_MAX_FDS,
     PROCESS_RESIDENT_MEMORY_BYTES,
     PROCESS_START_TIME_SECONDS,
+    ACCESS_LOG_RECORDS_LOST,
+    LOG_LINES_DROPPED,
     REUSE_RATIO,
     OFFLOAD_RATIO,
     CONFIG_RELOADS,

@@ -595,10 +595,19 @@ impl Live {
         (accept, pools)
     }
 
-    /// Writes out the access log's buffered records.
+    /// Writes out the access log's buffered records, and waits (2 s at most) until they
+    /// are written: at exit, and before a test reads the file.
     pub fn flush_access_log(&self) {
         if let Some(log) = &*self.access_log.load() {
             log.flush();
+        }
+    }
+
+    /// Hands the access log's buffered records to its writer without waiting: the
+    /// periodic write-out, on a worker that must not wait on the log's reader.
+    pub fn hand_over_access_log(&self) {
+        if let Some(log) = &*self.access_log.load() {
+            log.hand_over();
         }
     }
 

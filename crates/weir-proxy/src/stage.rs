@@ -158,7 +158,13 @@ fn access_log_for(
         )
     };
     match (&settings.file, purpose) {
-        (None, _) => Ok(Some(Arc::new(AccessLog::stdout(settings.format)))),
+        (None, Purpose::Serve) => AccessLog::stdout(settings.format)
+            .map(|log| Some(Arc::new(log)))
+            .map_err(|error| {
+                let key = KeyPath::root().key("log").key("access_log");
+                candidate.key_error(&key, format!("cannot start its writer: {error}"))
+            }),
+        (None, Purpose::DryRun) => Ok(None),
         (Some(file), Purpose::Serve) => AccessLog::file(settings.format, &file.path)
             .map(|log| Some(Arc::new(log)))
             .map_err(|error| cannot_open(file, error)),

@@ -30,7 +30,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
-        Command::Check(args) => return serve::check(&args),
+        Command::Check(args) => {
+            let code = serve::check(&args);
+            logging::flush();
+            return code;
+        }
         Command::Reload(args) => return reload::run(&args),
         Command::Origin(args) => origin::run(args),
         Command::Bench(args) => bench::run(args),
@@ -39,6 +43,8 @@ fn main() -> ExitCode {
         Command::Lab(args) => lab::run(args),
         Command::Tunnel(args) => tunnel::run(args),
     };
+    // weir's own log is written by a thread of its own: what it still holds goes out first.
+    logging::flush();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

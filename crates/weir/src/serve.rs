@@ -346,7 +346,7 @@ async fn access_log_upkeep(
                 // Gather the lines of this moment, cut short by a stop (which the next
                 // turn of the loop then sees at once).
                 let _ = tokio::time::timeout(GATHER, stop.triggered()).await;
-                live.flush_access_log();
+                live.hand_over_access_log();
             }
             received = reopen.recv() => {
                 if received.is_none() {

@@ -2,6 +2,9 @@
 //! limit (an alert before accepts start failing), resident memory, and when the process
 //! started. Linux `/proc`; elsewhere the rows stay at 0.
 
+use std::sync::OnceLock;
+
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
@@ -14,6 +17,26 @@ pub(crate) struct ProcessGauges {
     max_fds: Gauge,
     resident_memory_bytes: Gauge,
     start_time_seconds: Gauge,
+    access_log_records_lost: Counter,
+    log_lines_dropped: Counter,
+}
+
+/// Where the count of weir's own log lines dropped comes from: the binary owns that log's
+/// writer and names it once ([`count_log_lines_dropped`]).
+static LOG_LINES_DROPPED: OnceLock<Box<dyn Fn() -> u64 + Send + Sync>> = OnceLock::new();
+
+/// Names where `weir_log_lines_dropped_total` is read from at each scrape (the first
+/// call wins).
+pub fn count_log_lines_dropped(source: impl Fn() -> u64 + Send + Sync + 'static) {
+    let _ = LOG_LINES_DROPPED.set(Box::new(source));
+}
+
+/// Brings `counter` up to `total` (counters only go up).
+fn catch_up(counter: &Counter, total: u64) {
+    let have = counter.get();
+    if total > have {
+        counter.inc_by(total - have);
+    }
 }
 
 impl ProcessGauges {
@@ -30,6 +53,12 @@ impl ProcessGauges {
             names::PROCESS_START_TIME_SECONDS,
             self.start_time_seconds.clone(),
         );
+        register(
+            r,
+            names::ACCESS_LOG_RECORDS_LOST,
+            self.access_log_records_lost.clone(),
+        );
+        register(r, names::LOG_LINES_DROPPED, self.log_lines_dropped.clone());
         let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| since.as_secs());
@@ -39,6 +68,10 @@ impl ProcessGauges {
 
     /// Reads the values now (a few small reads of `/proc/self`, once per scrape).
     pub(crate) fn refresh(&self) {
+        catch_up(&self.access_log_records_lost, crate::access::records_lost());
+        if let Some(source) = LOG_LINES_DROPPED.get() {
+            catch_up(&self.log_lines_dropped, source());
+        }
         if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
             // The listing's own descriptor is among the entries.
             let open = entries.count().saturating_sub(1);
