@@ -139,6 +139,12 @@ impl CompressionPolicy {
         {
             return false;
         }
+        // gRPC compresses its messages itself (`grpc-encoding`), and its answer ends in
+        // trailers (`grpc-status`) that a compressed body could not carry: never, whatever
+        // `content_types` says (`*/*`, `application/*`).
+        if essence == b"application/grpc" || essence.starts_with(b"application/grpc+") {
+            return false;
+        }
         let Some(slash) = memchr::memchr(b'/', &essence) else {
             return false;
         };
@@ -498,6 +504,15 @@ mod tests {
         // Compressed already: never again.
         assert!(!policy.compresses_type(b"image/png"));
         assert!(!policy.compresses_type(b"no-slash"));
+        // gRPC: its own message compression, and trailers a compressed body would lose.
+        for grpc in [
+            "application/grpc",
+            "Application/gRPC+proto",
+            "application/grpc; x=1",
+        ] {
+            assert!(!policy.compresses_type(grpc.as_bytes()), "{grpc}");
+        }
+        assert!(policy.compresses_type(b"application/grpc-web-text"));
     }
 
     fn edited(response: &Resp, coding: Coding) -> Vec<(String, String)> {

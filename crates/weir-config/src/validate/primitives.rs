@@ -51,6 +51,18 @@ impl Checker {
         default: Duration,
         zero: Zero,
     ) -> Duration {
+        self.duration_within(path, value, (default, zero), (MAX_DURATION, "a day"))
+    }
+
+    /// [`Checker::duration`] for a key whose values may run past a day (a cookie's
+    /// lifetime, not a timeout): at most `max`, named `max_text` in the error.
+    pub(super) fn duration_within(
+        &mut self,
+        path: &KeyPath,
+        value: Option<&DurationText>,
+        (default, zero): (Duration, Zero),
+        (max, max_text): (Duration, &str),
+    ) -> Duration {
         let Some(DurationText(text)) = value else {
             return default;
         };
@@ -65,9 +77,11 @@ impl Checker {
                     path,
                     format!("\"{text}\" is shorter than a millisecond, the timers' resolution"),
                 ),
-            Ok(duration) if duration > MAX_DURATION => self.report(
+            Ok(duration) if duration > max => self.report(
                 path,
-                format!("\"{text}\" is longer than a day; write it like \"30s\", \"5m\" or \"1h\""),
+                format!(
+                    "\"{text}\" is longer than {max_text}; write it like \"30s\", \"5m\" or \"1h\""
+                ),
             ),
             Ok(duration) => return duration,
         }

@@ -464,11 +464,13 @@ impl Checker {
             domain,
             max_age: table.max_age.as_ref().map(|max_age| {
                 let at = path.key("max_age");
-                let duration = self.duration(
+                // A lifetime, not a timeout: up to the 400 days browsers keep a cookie
+                // (RFC 6265bis, Max-Age), as HAProxy's `maxlife` takes days.
+                let duration = self.duration_within(
                     &at,
                     Some(max_age),
-                    defaults::PERSISTENCE_TIMEOUT,
-                    Zero::Rejected,
+                    (defaults::PERSISTENCE_TIMEOUT, Zero::Rejected),
+                    (Duration::from_secs(400 * 24 * 60 * 60), "400 days"),
                 );
                 if duration < Duration::from_secs(1) {
                     // Max-Age=0 would tell the browser to drop the cookie at once.

@@ -694,6 +694,18 @@ fn persistence_types() {
         "pools.api.persistence.header",
         "app_header needs header",
     );
+    // A lifetime, not a timeout: days are fine, up to the 400 browsers keep.
+    let week = valid(&persist("type = \"cookie\"\nmax_age = \"7d\""));
+    let PersistenceMode::Cookie(cookie) = &week.pools[1].persistence.as_ref().unwrap().mode else {
+        panic!("expected an inserted cookie")
+    };
+    assert_eq!(cookie.max_age, Some(Duration::from_secs(7 * 86_400)));
+    assert_error(
+        &persist("type = \"cookie\"\nmax_age = \"401d\""),
+        12,
+        "pools.api.persistence.max_age",
+        "longer than 400 days",
+    );
     assert_error(
         &persist("type = \"cookie\"\nmax_age = \"500ms\""),
         12,

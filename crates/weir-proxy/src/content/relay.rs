@@ -609,9 +609,13 @@ async fn relay(
     };
     client.open_ended = framing == BodyFraming::CloseDelimited && !h2;
     // Trailers follow chunks or HTTP/2 frames; an HTTP/1.0 client's body ends with the
-    // connection, and has no place for them.
+    // connection, and has no place for them. A HEAD's answer (no body) announces them as
+    // its GET's does.
     let how = Relay {
-        trailers: how.trailers && (h2 || framing == BodyFraming::Chunked),
+        trailers: how.trailers
+            && (h2
+                || framing == BodyFraming::Chunked
+                || (framing == BodyFraming::None && how.version == Version::Http11)),
         ..how
     };
     let keep_alive = how.keep_alive && framing != BodyFraming::CloseDelimited && !h2;

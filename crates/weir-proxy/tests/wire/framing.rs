@@ -456,6 +456,14 @@ async fn response_trailers_pass_an_uncompressed_answer_with_compression_on() {
             "{tables}: {:?}",
             String::from_utf8_lossy(&response.rest)
         );
+        // A HEAD's answer announces them as its GET's does.
+        let reply = send_until_close(
+            proxy.addr,
+            b"HEAD / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        let response = parse_response(&reply.bytes);
+        assert_eq!(response.header("trailer"), Some("X-Sum"), "{tables}: HEAD");
         proxy.stop().await;
     }
 }
