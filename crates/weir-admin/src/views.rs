@@ -112,6 +112,7 @@ fn pool_status(pool: &Pool) -> Value {
                 "monitor_up": node.is_active_up(),
                 "ejected": node.is_ejected(now),
                 "in_flight": node.in_flight(),
+                "tunnels": node.tunnels(),
                 "queue_length": connections.queued(),
                 "response_time_ewma_ms": node.response_time().map(|d| d.as_secs_f64() * 1000.0),
                 "connections_open": connections.open(),

@@ -58,8 +58,9 @@ pub(crate) async fn tunnel(
         tunnel,
         ..
     } = exchange;
-    // A tunnel is not request load on the node.
-    drop(in_flight);
+    // A tunnel is not request load on the node, but it is load: counted as a tunnel for
+    // as long as it lasts.
+    let _tunnel_load = in_flight.into_tunnel();
     let Some(permit) = tunnel else {
         // The exchange takes a place for every request that may switch.
         return Err(Failure::from_error(

@@ -70,6 +70,9 @@ pub struct NodeConnections {
     state: Mutex<State>,
     /// Tunnels open or reserved (see [`NodeConnections::reserve_tunnel`]).
     tunnels: AtomicU32,
+    /// Connections that became tunnels and are still open: out of the slots, still
+    /// connections (`weir_upstream_connections_open` counts them).
+    tunnel_connections: AtomicU32,
     next_waiter: AtomicU64,
     metrics: NodeMetrics,
     pool_metrics: PoolMetrics,
@@ -183,6 +186,7 @@ impl NodeConnections {
             retired: AtomicBool::new(false),
             state: Mutex::new(state),
             tunnels: AtomicU32::new(0),
+            tunnel_connections: AtomicU32::new(0),
             next_waiter: AtomicU64::new(0),
             metrics,
             pool_metrics,
@@ -227,7 +231,7 @@ impl NodeConnections {
                 }
             }
             if !past_cap.is_empty() || state.open != open_before {
-                self.metrics.connections_open.set(i64::from(state.open));
+                self.publish_open(state.open);
             }
         }
         // Closed outside the lock.
@@ -244,9 +248,9 @@ impl NodeConnections {
         }
     }
 
-    /// Connections open (or being opened) to the node.
+    /// Connections open (or being opened) to the node, those that became tunnels included.
     pub fn open(&self) -> u32 {
-        self.lock().open
+        self.lock().open + self.tunnel_connections.load(Ordering::Relaxed)
     }
 
     /// Idle connections kept for reuse now.
@@ -380,7 +384,7 @@ impl NodeConnections {
         }
         if state.open < state.cap {
             state.open += 1;
-            self.metrics.connections_open.set(i64::from(state.open));
+            self.publish_open(state.open);
             return Taken::Slot;
         }
         if !idle && let Some(oldest) = state.idle.pop_front() {
@@ -416,7 +420,7 @@ impl NodeConnections {
                 return Some(connection);
             }
             state.open -= 1;
-            self.metrics.connections_open.set(i64::from(state.open));
+            self.publish_open(state.open);
             stale.push(connection);
         }
         None
@@ -505,7 +509,7 @@ impl NodeConnections {
         }
         if past_cap || self.retired.load(Ordering::Acquire) {
             state.open -= 1;
-            self.metrics.connections_open.set(i64::from(state.open));
+            self.publish_open(state.open);
             drop(state);
             drop(connection);
             return;
@@ -533,7 +537,7 @@ impl NodeConnections {
                 return None;
             }
             state.open += 1;
-            self.metrics.connections_open.set(i64::from(state.open));
+            self.publish_open(state.open);
         }
         drop(state);
         // `stale` connections close here, outside the lock.
@@ -546,6 +550,15 @@ impl NodeConnections {
 
     /// Frees a slot (a connection closed or a connect failed): hands it to the
     /// first live waiter, else lowers the open count.
+    /// Sets `weir_upstream_connections_open`: the slots taken, and the connections that
+    /// became tunnels.
+    fn publish_open(&self, open: u32) {
+        let tunnels = self.tunnel_connections.load(Ordering::Relaxed);
+        self.metrics
+            .connections_open
+            .set(i64::from(open) + i64::from(tunnels));
+    }
+
     fn free_slot(&self) {
         let mut state = self.lock();
         // Past a cap a reload lowered, the slot is gone rather than passed on.
@@ -558,7 +571,7 @@ impl NodeConnections {
             }
         }
         state.open -= 1;
-        self.metrics.connections_open.set(i64::from(state.open));
+        self.publish_open(state.open);
     }
 
     /// Closes idle connections past the idle timeout. Returns how many.
@@ -575,7 +588,7 @@ impl NodeConnections {
                 state.open -= 1;
             }
             if !expired.is_empty() {
-                self.metrics.connections_open.set(i64::from(state.open));
+                self.publish_open(state.open);
             }
         }
         expired.len()
@@ -590,7 +603,7 @@ impl NodeConnections {
             // The gauge is the node's, shared with its HTTP/2 side in an h2 pool: set only
             // when this side changed it.
             if !idle.is_empty() {
-                self.metrics.connections_open.set(i64::from(state.open));
+                self.publish_open(state.open);
             }
             idle
         };

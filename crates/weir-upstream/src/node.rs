@@ -33,6 +33,8 @@ pub struct NodeState {
     /// The operator's [`NodeMode`], as its `u8` code.
     mode: AtomicU8,
     in_flight: AtomicU32,
+    /// Tunnels open to the node (WebSockets, CONNECT): not requests, but load.
+    tunnels: AtomicU32,
     /// EWMA of response time in nanoseconds, as f64 bits; 0 until the first sample.
     ewma_nanos: AtomicU64,
     /// Nanoseconds after `epoch` of the last sample folded into `ewma_nanos`.
@@ -86,6 +88,31 @@ pub struct InFlight {
     node: Arc<NodeState>,
 }
 
+/// Counts one tunnel open on a node until dropped ([`InFlight::into_tunnel`]).
+#[derive(Debug)]
+pub struct TunnelLoad {
+    node: Arc<NodeState>,
+}
+
+impl InFlight {
+    /// The request became a tunnel (a WebSocket after `101`, a CONNECT after `2xx`): it
+    /// no longer counts as a request in flight (the node's request slots and the pool's
+    /// queue tiers are about requests), but as a tunnel, which `least_connections` and
+    /// the admin API's `tunnels` see for as long as it lasts.
+    pub fn into_tunnel(self) -> TunnelLoad {
+        let node = Arc::clone(&self.node);
+        node.tunnels.fetch_add(1, Ordering::Relaxed);
+        drop(self);
+        TunnelLoad { node }
+    }
+}
+
+impl Drop for TunnelLoad {
+    fn drop(&mut self) {
+        self.node.tunnels.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl NodeState {
     /// A node that is active, up and idle, with `weight` and the pool's passive health settings.
     pub fn new(
@@ -101,6 +128,7 @@ impl NodeState {
             mode: AtomicU8::new(mode_code(NodeMode::Active)),
             metrics,
             in_flight: AtomicU32::new(0),
+            tunnels: AtomicU32::new(0),
             ewma_nanos: AtomicU64::new(0),
             ewma_at: AtomicU64::new(0),
             active_up: AtomicBool::new(true),
@@ -173,6 +201,11 @@ impl NodeState {
     /// Requests sent to the node and not finished.
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Tunnels open to the node now.
+    pub fn tunnels(&self) -> u32 {
+        self.tunnels.load(Ordering::Relaxed)
     }
 
     /// Counts a request as in flight until the guard drops (the balancers'

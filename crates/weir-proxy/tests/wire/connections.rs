@@ -244,6 +244,58 @@ async fn upgrading_node_with(
     (addr, task)
 }
 
+/// An open tunnel is seen on its node for as long as it lasts: a tunnel (what
+/// `least_connections` and the admin API count), and an open connection
+/// (`weir_upstream_connections_open`), though it holds no request slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_tunnel_counts_on_its_node() {
+    let (node, _echo) = upgrading_node().await;
+    let proxy = TestProxy::start(&config(&[node], "", "")).await;
+    let counts = |proxy: &TestProxy| {
+        let model = proxy.live.current();
+        let (pool, state) = (&model.pools[0], &model.pools[0].nodes[0]);
+        (
+            state.tunnels(),
+            state.in_flight(),
+            pool.connections[0].open(),
+        )
+    };
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(
+            b"GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let head = read_head(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    let mut greeting = [0u8; 5];
+    stream.read_exact(&mut greeting).await.unwrap();
+    assert_eq!(
+        counts(&proxy),
+        (1, 0, 1),
+        "(tunnels, in flight, connections open)"
+    );
+    let metrics = proxy.metrics.encode();
+    assert!(
+        metrics.contains(&format!(
+            "weir_upstream_connections_open{{pool=\"web\",node=\"{node}\"}} 1"
+        )),
+        "{metrics}"
+    );
+    drop(stream);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while counts(&proxy) != (0, 0, 0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            counts(&proxy)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.stop().await;
+}
+
 /// With a cache on the virtual server, a WebSocket upgrade still goes to the node every
 /// time: never answered with a stored object of its URL, and never held as a waiter behind
 /// another upgrade of the URL whose tunnel is open (which waited `coalesce_timeout`, 10 s).

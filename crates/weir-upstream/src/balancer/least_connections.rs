@@ -1,4 +1,4 @@
-//! Least connections: the node with the fewest requests in flight.
+//! Least connections: the node with the fewest requests in flight and tunnels open.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::{Balancer, weight_of};
 use crate::node::NodeState;
 
-/// Scans the eligible nodes for the fewest requests in flight.
+/// Scans the eligible nodes for the fewest requests in flight plus tunnels open (a node
+/// holding long WebSockets is as busy as its connections say, as HAProxy's leastconn
+/// counts them).
 ///
 /// Ties go to the node with the lower load for its weight
 /// (`in_flight / weight`, so the heavier node when both are busy), then to
@@ -61,7 +63,7 @@ impl Balancer for LeastConnections {
             let node = &nodes[index];
             let load = Load {
                 index,
-                in_flight: node.in_flight(),
+                in_flight: node.in_flight() + node.tunnels(),
                 weight: weight_of(node),
             };
             if load.in_flight == 0 {

@@ -235,6 +235,23 @@ fn least_connections_prefers_the_least_loaded_node() {
     assert_eq!(balancer.pick(&nodes, &all), Some(1));
 }
 
+/// Open tunnels (WebSockets) are load: a node holding them is passed over for one
+/// holding none, though neither has a request in flight.
+#[test]
+fn least_connections_counts_open_tunnels() {
+    let nodes = nodes(&[1, 1]);
+    let balancer = LeastConnections::new();
+    let tunnels: Vec<_> = (0..3)
+        .map(|_| nodes[0].start_request().into_tunnel())
+        .collect();
+    assert_eq!((nodes[0].in_flight(), nodes[0].tunnels()), (0, 3));
+    for _ in 0..3 {
+        assert_eq!(balancer.pick(&nodes, &all), Some(1));
+    }
+    drop(tunnels);
+    assert_eq!(nodes[0].tunnels(), 0);
+}
+
 #[test]
 fn least_connections_breaks_ties_by_load_per_weight_then_in_turn() {
     let nodes = nodes(&[1, 3, 1]);

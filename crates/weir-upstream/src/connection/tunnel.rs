@@ -80,10 +80,21 @@ impl Lease {
             .connection
             .take()
             .expect("present until release or drop");
+        // Still a connection, out of the slots: counted as one until the tunnel closes.
+        self.pool.tunnel_connections.fetch_add(1, Ordering::Relaxed);
         self.pool.free_slot();
         Tunnel {
             stream: connection.stream,
             _permit: permit,
         }
+    }
+}
+
+impl Drop for Tunnel {
+    fn drop(&mut self) {
+        let pool = &self._permit.pool;
+        pool.tunnel_connections.fetch_sub(1, Ordering::Relaxed);
+        let open = pool.lock().open;
+        pool.publish_open(open);
     }
 }
