@@ -5,6 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -214,6 +215,10 @@ pub(crate) struct Client {
     /// The node the request being served was last sent or queued to, for the access record
     /// of a request cut from outside (the drain's timeout), which loses the exchange's own.
     pub node: Option<SocketAddr>,
+    /// Bytes the tunnel of the request being served (a WebSocket, a CONNECT) has sent the
+    /// client so far, counted as they go ([`Client::tunnel_tally`]): a tunnel cut from
+    /// outside is logged with them.
+    pub tunnelled: Option<Arc<AtomicU64>>,
 }
 
 /// A client connection between requests: the stream and what the pipeline
@@ -372,6 +377,7 @@ impl IdleConnection {
             written: 0,
             answering: 0,
             node: None,
+            tunnelled: None,
         }
     }
 }
@@ -483,6 +489,7 @@ impl Client {
             written: 0,
             answering: 0,
             node: None,
+            tunnelled: None,
         }
     }
 
@@ -512,10 +519,21 @@ impl Client {
     /// Bytes of answers sent so far on this connection (HTTP/1.x: handed to writes) or
     /// stream (HTTP/2: DATA the stream sent).
     pub(crate) fn bytes_out(&self) -> u64 {
-        match &self.stream {
-            Downstream::Http1(_) => self.written,
-            Downstream::Http2 { stream, .. } => stream.bytes_sent,
-        }
+        let tunnelled = self
+            .tunnelled
+            .as_ref()
+            .map_or(0, |tally| tally.load(Ordering::Relaxed));
+        tunnelled
+            + match &self.stream {
+                Downstream::Http1(_) => self.written,
+                Downstream::Http2 { stream, .. } => stream.bytes_sent,
+            }
+    }
+
+    /// A count of what the request's tunnel sends the client, kept here as well as by
+    /// the relay (which a cut drops).
+    pub(crate) fn tunnel_tally(&mut self) -> Arc<AtomicU64> {
+        Arc::clone(self.tunnelled.get_or_insert_with(Arc::default))
     }
 
     /// Whether this request is an HTTP/2 WebSocket extended CONNECT (RFC

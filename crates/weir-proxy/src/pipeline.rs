@@ -366,6 +366,7 @@ async fn serve_requests(
             started: started.started,
         };
         let (routed, traffic) = (&started.routed, &mut started.traffic);
+        client.tunnelled = None;
         let before = client.bytes_out();
         client.answering = 0;
         client.node = None;

@@ -107,6 +107,7 @@ async fn to_http1_node(
     mut tunnel: Tunnel,
     edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
+    let tally = client.tunnel_tally();
     let status = response.status();
     if let Downstream::Http2 { stream, .. } = &mut client.stream {
         // A WebSocket extended CONNECT (RFC 8441): the stream carries the tunnel.
@@ -115,7 +116,8 @@ async fn to_http1_node(
         let upstream = tunnel.stream();
         // The stream's answer to an extended CONNECT is a 200 (RFC 8441 §5).
         client.answering = 200;
-        let to_client = http2::relay_websocket(stream, response, early, upstream, idle).await?;
+        let counted = (idle, &*tally);
+        let to_client = http2::relay_websocket(stream, response, early, upstream, counted).await?;
         return Ok(h2_tunnel_ended(to_client));
     }
     client.write_buf.clear();
@@ -162,7 +164,7 @@ async fn to_http1_node(
             Error::new(ErrorKind::Io, Side::Internal).context("tunnel on an HTTP/2 stream"),
         ));
     };
-    let to_client = relay(stream, upstream, vs.config.timeouts.tunnel_idle).await;
+    let to_client = relay(stream, upstream, vs.config.timeouts.tunnel_idle, &tally).await;
     Ok(Sent {
         status,
         bytes: head_bytes + to_client,
@@ -184,6 +186,7 @@ async fn to_h2_node(
     node: TunnelEnd<'_, ClientStream>,
     edits: &Edits<'_>,
 ) -> Result<Sent, Failure> {
+    let tally = client.tunnel_tally();
     let idle = vs.config.timeouts.tunnel_idle;
     if let Downstream::Http2 { stream, .. } = &mut client.stream {
         let opened = websocket::stream_opened(response).ok_or_else(|| {
@@ -198,7 +201,7 @@ async fn to_h2_node(
             recv,
             send: &mut send,
         };
-        let to_client = http2::relay(client, node, idle).await;
+        let to_client = http2::relay(client, node, idle, &tally).await;
         return Ok(h2_tunnel_ended(to_client));
     }
     // Checked before the request was sent (`exchange/h2_websocket.rs`).
@@ -240,7 +243,7 @@ async fn to_h2_node(
         ));
     };
     let client = TunnelEnd::Bytes { io: stream, early };
-    let to_client = http2::relay(client, node, idle).await;
+    let to_client = http2::relay(client, node, idle, &tally).await;
     Ok(Sent {
         status: 101,
         bytes: head_bytes + to_client,
@@ -290,7 +293,7 @@ impl HeaderEdit for Switching<'_> {
 /// Copies both ways until both directions have ended (each end is passed on
 /// as a shutdown of the other side's write half), an error, or `idle` with no
 /// byte either way. Returns the bytes sent to the client.
-async fn relay<C, N>(client: &mut C, node: &mut N, idle: Duration) -> u64
+async fn relay<C, N>(client: &mut C, node: &mut N, idle: Duration, to_client: &AtomicU64) -> u64
 where
     C: AsyncRead + AsyncWrite + Unpin,
     N: AsyncRead + AsyncWrite + Unpin,
@@ -299,7 +302,6 @@ where
     let last_activity = AtomicU64::new(0);
     let (mut client_read, mut client_write) = tokio::io::split(client);
     let (mut node_read, mut node_write) = tokio::io::split(node);
-    let to_client = AtomicU64::new(0);
     let both = async {
         tokio::join!(
             copy(
@@ -314,7 +316,7 @@ where
                 &mut client_write,
                 started,
                 &last_activity,
-                Some(&to_client)
+                Some(to_client)
             ),
         )
     };

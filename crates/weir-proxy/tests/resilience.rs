@@ -453,6 +453,64 @@ async fn an_answer_under_way_at_the_drain_timeout_is_cut_and_logged() {
     origin.stop().await;
 }
 
+/// A WebSocket cut at the drain timeout is logged with what its tunnel carried to the
+/// client, not only the 101's head (the relay, dropped by the cut, kept the count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_cut_at_the_drain_timeout_is_logged_with_its_bytes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A node that switches, then echoes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    let echo = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            stream.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        stream
+            .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+            .await
+            .unwrap();
+        let (mut reader, mut writer) = stream.split();
+        let _ = tokio::io::copy(&mut reader, &mut writer).await;
+    });
+    let (proxy, log) = short_drain_proxy(node, "tunnel").await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(
+            b"GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    stream.write_all(&[b'x'; 1000]).await.unwrap();
+    let mut echoed = vec![0u8; 1000];
+    stream.read_exact(&mut echoed).await.unwrap();
+    proxy.trigger_shutdown();
+    let text = logged_after_drain(proxy, &log).await;
+    let records: Vec<&str> = text.lines().collect();
+    assert_eq!(records.len(), 1, "{text}");
+    for field in [r#""status":101"#, r#""error":"shutting_down""#] {
+        assert!(records[0].contains(field), "{field}: {text}");
+    }
+    let sent: u64 = records[0]
+        .split("\"bytes_sent\":")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|number| number.parse().ok())
+        .expect("bytes_sent");
+    assert_eq!(sent, head.len() as u64 + 1000, "{text}");
+    drop(stream);
+    echo.abort();
+}
+
 /// The same for a request on an HTTP/2 connection (h2c): its stream gets the 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_stream_waiting_at_the_drain_timeout_gets_503_and_a_record() {

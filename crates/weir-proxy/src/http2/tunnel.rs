@@ -48,7 +48,7 @@ pub(crate) async fn relay_websocket<N>(
     node_head: &ResponseHead,
     early: Bytes,
     node: &mut N,
-    idle: Duration,
+    (idle, to_client): (Duration, &AtomicU64),
 ) -> Result<u64, Failure>
 where
     N: AsyncRead + AsyncWrite + Unpin,
@@ -69,7 +69,7 @@ where
         send: &mut send,
     };
     let node = TunnelEnd::Bytes { io: node, early };
-    Ok(relay(client, node, idle).await)
+    Ok(relay(client, node, idle, to_client).await)
 }
 
 /// The client's stream halves for a tunnel, once its head is sent.
@@ -88,11 +88,13 @@ pub(crate) fn take_tunnel(
 /// (each end passed on: END_STREAM or a FIN), a side fails or resets (the
 /// HTTP/2 ends are reset with `CONNECT_ERROR`, RFC 9113 §8.5, the byte
 /// streams closed), or nothing moves for `idle` (reset with `CANCEL`).
-/// Returns the bytes sent to the client.
+/// Returns the bytes sent to the client, which `to_client` counts as they go (for a
+/// tunnel cut from outside, whose relay is dropped before it returns).
 pub(crate) async fn relay<C, N>(
     client: TunnelEnd<'_, C>,
     node: TunnelEnd<'_, N>,
     idle: Duration,
+    to_client: &AtomicU64,
 ) -> u64
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -116,7 +118,7 @@ where
                 client_to.as_sink(),
                 node_early,
                 &clock,
-                Some(&clock.to_client),
+                Some(to_client),
                 idle
             ),
         )
@@ -138,7 +140,7 @@ where
         client_to.reset(reason);
         node_to.reset(reason);
     }
-    clock.to_client.load(Ordering::Relaxed)
+    to_client.load(Ordering::Relaxed)
 }
 
 /// How a relay ended, other than both directions closing in order.
@@ -150,12 +152,11 @@ enum End {
     Idle,
 }
 
-/// When bytes last moved, and how many went to the client.
+/// When bytes last moved.
 struct Clock {
     started: Instant,
     /// Milliseconds from `started` to the last transfer.
     last_activity: AtomicU64,
-    to_client: AtomicU64,
 }
 
 impl Clock {
@@ -163,7 +164,6 @@ impl Clock {
         Clock {
             started: Instant::now(),
             last_activity: AtomicU64::new(0),
-            to_client: AtomicU64::new(0),
         }
     }
 
