@@ -196,6 +196,8 @@ async fn to_h2_node(
             )
         })?;
         stream.send_head(opened, false)?;
+        // The stream's answer to an extended CONNECT is a 200 (RFC 8441 §5).
+        client.answering = 200;
         let (recv, mut send) = http2::take_tunnel(stream)?;
         let client: TunnelEnd<'_, ServerStream> = TunnelEnd::Stream {
             recv,

@@ -6,7 +6,8 @@
 //! flow both ways until each side ends. A node that does not announce the
 //! setting gets the client a 501; a node's reset, or its connection going
 //! away, ends the client's tunnel;
-//! a plain CONNECT is not carried to an HTTP/2 node (501).
+//! a plain CONNECT is not carried to an HTTP/2 node (501); one cut at the drain timeout is
+//! logged with its 200 and its bytes.
 
 #[path = "../websocket/client.rs"]
 mod client;
@@ -268,4 +269,53 @@ async fn a_plain_connect_is_not_carried_to_an_h2_node() {
     let (response, _upload) = support::open_h2(&mut sender, connect).await;
     assert_eq!(response.status(), 501);
     proxy.stop().await;
+}
+
+/// An HTTP/2 client's WebSocket to an h2c node, cut at the drain timeout, is logged with
+/// the 200 it was given and what its tunnel carried (it was logged as a 503 with none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_websocket_cut_at_the_drain_timeout_keeps_its_status_and_bytes() {
+    let node = support::node(Node::Echo).await;
+    let log = std::env::temp_dir().join(format!("weir-ws-h2-drain-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[runtime]\ndrain_timeout = \"300ms\"\n\
+         [log]\naccess_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"\n\
+         level = \"warn\"\n\
+         [pools.web]\nprotocol = \"h2c\"\nnodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
+         [virtual_servers.web.http2]\ncleartext = true\n",
+        log.display(),
+        node.addr
+    );
+    let proxy = weir_testkit::TestProxy::start(&toml).await;
+    let mut sender = support::h2_client(&proxy).await;
+    let request = support::extended_connect(&proxy, "/live");
+    let (response, mut upload) = support::open_h2(&mut sender, request).await;
+    assert_eq!(response.status(), 200, "{response:?}");
+    let mut download = response.into_body();
+    let frame = support::text_frame("hello before the drain");
+    upload
+        .send_data(Bytes::from(frame.clone()), false)
+        .expect("sent");
+    assert_eq!(support::read_h2(&mut download, frame.len()).await, frame);
+    proxy.trigger_shutdown();
+    let live = std::sync::Arc::clone(&proxy.live);
+    proxy.join().await;
+    live.flush_access_log();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    let records: Vec<&str> = text.lines().collect();
+    assert_eq!(records.len(), 1, "{text}");
+    for field in [r#""status":200"#, r#""error":"shutting_down""#] {
+        assert!(records[0].contains(field), "{field}: {text}");
+    }
+    let sent: usize = records[0]
+        .split("\"bytes_sent\":")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|number| number.parse().ok())
+        .expect("bytes_sent");
+    assert!(sent >= frame.len(), "{text}");
+    drop((upload, download, sender));
 }
