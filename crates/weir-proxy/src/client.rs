@@ -212,9 +212,11 @@ pub(crate) struct Client {
     /// The status of the final answer whose head went out for the request being served
     /// (0: none yet), for the access record of a request cut from outside.
     pub answering: u16,
-    /// The node the request being served was last sent or queued to, for the access record
-    /// of a request cut from outside (the drain's timeout), which loses the exchange's own.
-    pub node: Option<SocketAddr>,
+    /// The index (in its pool) of the node the request being served was last sent or
+    /// queued to, for the access record of a request cut from outside (the drain's
+    /// timeout), which loses the exchange's own. An index, not an address: every request
+    /// moves this struct, and an address is four times the size.
+    pub node: Option<u32>,
     /// Bytes the tunnel of the request being served (a WebSocket, a CONNECT) has sent the
     /// client so far, counted as they go ([`Client::tunnel_tally`]): a tunnel cut from
     /// outside is logged with them.

@@ -175,7 +175,7 @@ pub(crate) async fn exchange(
         tried.add(index);
         current = Some(index);
         let node = &pool.nodes[index];
-        client.node = Some(node.address);
+        client.node = u32::try_from(index).ok();
         let on = Attempt {
             index,
             head,

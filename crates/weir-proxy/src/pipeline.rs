@@ -963,15 +963,11 @@ fn cut_at_drain(client: &mut Client, before: u64) -> Failure {
         Some(stream) => stream.responded(),
         None => sent > 0,
     };
-    let failure = match (started, client.answering) {
+    match (started, client.answering) {
         (false, _) => Failure::from_error(error),
         // Interim answers only: no final one is written after them, to be safe.
         (true, 0) => Failure::silent(error),
         (true, status) => Failure::silent(error).after(status, sent),
-    };
-    match client.node {
-        Some(node) => failure.at_node(node),
-        None => failure,
     }
 }
 
@@ -985,6 +981,15 @@ async fn answer_failure(
     failure: Failure,
 ) {
     let head = request.map(|r| r.head);
+    // A request cut from outside (the drain's timeout) lost the exchange that knew its
+    // node: the client kept which one it was.
+    let failure = match (failure.node(), client.node, pool) {
+        (None, Some(index), Some(pool)) => match pool.nodes.get(index as usize) {
+            Some(node) => failure.at_node(node.address),
+            None => failure,
+        },
+        _ => failure,
+    };
     // A head refused whole (417, 501, 505, a bad field) still names its request line in
     // the record when it is sound; it is still in `read_buf`.
     let line = match head {
