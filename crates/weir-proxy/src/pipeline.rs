@@ -971,6 +971,16 @@ fn cut_at_drain(client: &mut Client, before: u64) -> Failure {
     }
 }
 
+/// `failure` naming the node the client kept for its request when it names none: a request
+/// cut from outside (the drain's timeout) lost the exchange that knew its node.
+fn with_kept_node(failure: Failure, client: &Client, pool: Option<&Arc<Pool>>) -> Failure {
+    let kept = client.node.zip(pool).filter(|_| failure.node().is_none());
+    match kept.and_then(|(index, pool)| pool.nodes.get(index as usize)) {
+        Some(node) => failure.at_node(node.address),
+        None => failure,
+    }
+}
+
 /// Answers a failed request (when there is still someone to answer), counts it and logs it.
 async fn answer_failure(
     client: &mut Client,
@@ -981,15 +991,7 @@ async fn answer_failure(
     failure: Failure,
 ) {
     let head = request.map(|r| r.head);
-    // A request cut from outside (the drain's timeout) lost the exchange that knew its
-    // node: the client kept which one it was.
-    let failure = match (failure.node(), client.node, pool) {
-        (None, Some(index), Some(pool)) => match pool.nodes.get(index as usize) {
-            Some(node) => failure.at_node(node.address),
-            None => failure,
-        },
-        _ => failure,
-    };
+    let failure = with_kept_node(failure, client, pool);
     // A head refused whole (417, 501, 505, a bad field) still names its request line in
     // the record when it is sound; it is still in `read_buf`.
     let line = match head {
