@@ -115,7 +115,7 @@ fn pool_status(pool: &Pool) -> Value {
                 "tunnels": node.tunnels(),
                 "queue_length": connections.queued(),
                 "response_time_ewma_ms": node.response_time().map(|d| d.as_secs_f64() * 1000.0),
-                "connections_open": connections.open(),
+                "connections_open": connections.open() + connections.tunnelled(),
                 "connections_idle": connections.idle(),
                 "connections_created": metrics.connections_created.get(),
                 "connections_reused": metrics.connections_reused.get(),

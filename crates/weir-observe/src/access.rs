@@ -221,9 +221,9 @@ impl AccessLog {
         pending.bytes.extend_from_slice(line);
         pending.records += 1;
         if pending.bytes.len() >= FLUSH_AT {
-            let full = take(&mut pending);
-            drop(pending);
-            self.writer.submit(full);
+            // Handed over under the lock (a send on a channel, no wait), so that batches
+            // reach the writer in the order their records were appended.
+            self.writer.submit(take(&mut pending));
         } else if was_empty {
             APPENDED.notify_one();
         }
@@ -232,8 +232,8 @@ impl AccessLog {
     /// Hands what is buffered to the writer, without waiting for it to be written: what
     /// the 200 ms timer does, on a tokio worker that must not wait on a reader.
     pub fn hand_over(&self) {
-        let batch = take(&mut self.lock());
-        self.writer.submit(batch);
+        let mut pending = self.lock();
+        self.writer.submit(take(&mut pending));
     }
 
     /// Writes out what is buffered, waiting (2 s at most: a reader may have stopped
@@ -251,7 +251,10 @@ impl AccessLog {
             return Ok(());
         };
         let file = open(path)?;
-        self.hand_over();
+        // Under the lock: every record appended before goes to the old file, every one
+        // after to the new.
+        let mut pending = self.lock();
+        self.writer.submit(take(&mut pending));
         self.writer.reopen(file);
         Ok(())
     }

@@ -365,6 +365,28 @@ async fn short_drain_proxy(origin: SocketAddr, name: &str) -> (TestProxy, std::p
     (TestProxy::start(&toml).await, log)
 }
 
+/// The `bytes_sent` of a JSON access record.
+fn bytes_sent(record: &str) -> u64 {
+    record
+        .split("\"bytes_sent\":")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|number| number.parse().ok())
+        .expect("bytes_sent")
+}
+
+/// Reads `stream` up to and through the blank line that ends a head.
+async fn read_head_bytes(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    head
+}
+
 /// Waits for `proxy`'s drain to end, then returns its access log's text.
 async fn logged_after_drain(proxy: TestProxy, log: &std::path::Path) -> String {
     let live = std::sync::Arc::clone(&proxy.live);
@@ -443,12 +465,7 @@ async fn an_answer_under_way_at_the_drain_timeout_is_cut_and_logged() {
     for field in [r#""status":200"#, r#""error":"shutting_down""#] {
         assert!(records[0].contains(field), "{field}: {text}");
     }
-    let sent: u64 = records[0]
-        .split("\"bytes_sent\":")
-        .nth(1)
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|number| number.parse().ok())
-        .expect("bytes_sent");
+    let sent = bytes_sent(records[0]);
     assert!(sent > 0 && sent < 200_000_000, "{text}");
     origin.stop().await;
 }
@@ -463,12 +480,7 @@ async fn a_tunnel_cut_at_the_drain_timeout_is_logged_with_its_bytes() {
     let node = listener.local_addr().unwrap();
     let echo = tokio::spawn(async move {
         let (mut stream, _) = listener.accept().await.unwrap();
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            let mut byte = [0u8; 1];
-            stream.read_exact(&mut byte).await.unwrap();
-            head.push(byte[0]);
-        }
+        read_head_bytes(&mut stream).await;
         stream
             .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
             .await
@@ -484,12 +496,7 @@ async fn a_tunnel_cut_at_the_drain_timeout_is_logged_with_its_bytes() {
         )
         .await
         .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        stream.read_exact(&mut byte).await.unwrap();
-        head.push(byte[0]);
-    }
+    let head = read_head_bytes(&mut stream).await;
     stream.write_all(&[b'x'; 1000]).await.unwrap();
     let mut echoed = vec![0u8; 1000];
     stream.read_exact(&mut echoed).await.unwrap();
@@ -500,12 +507,7 @@ async fn a_tunnel_cut_at_the_drain_timeout_is_logged_with_its_bytes() {
     for field in [r#""status":101"#, r#""error":"shutting_down""#] {
         assert!(records[0].contains(field), "{field}: {text}");
     }
-    let sent: u64 = records[0]
-        .split("\"bytes_sent\":")
-        .nth(1)
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|number| number.parse().ok())
-        .expect("bytes_sent");
+    let sent = bytes_sent(records[0]);
     assert_eq!(sent, head.len() as u64 + 1000, "{text}");
     drop(stream);
     echo.abort();

@@ -248,9 +248,15 @@ impl NodeConnections {
         }
     }
 
-    /// Connections open (or being opened) to the node, those that became tunnels included.
+    /// Request slots taken: connections open (or being opened) to the node, or granted to
+    /// a waiter. Connections that became tunnels are not among them ([`Self::tunnelled`]).
     pub fn open(&self) -> u32 {
-        self.lock().open + self.tunnel_connections.load(Ordering::Relaxed)
+        self.lock().open
+    }
+
+    /// Connections to the node that became tunnels and are still open.
+    pub fn tunnelled(&self) -> u32 {
+        self.tunnel_connections.load(Ordering::Relaxed)
     }
 
     /// Idle connections kept for reuse now.

@@ -227,6 +227,20 @@ async fn upgrading_node() -> (std::net::SocketAddr, tokio::task::JoinHandle<Stri
     .await
 }
 
+/// A WebSocket upgrade of `/chat` sent through `proxy`: the connection and the head of
+/// its answer.
+async fn upgrade_through(proxy: std::net::SocketAddr) -> (TcpStream, String) {
+    let mut stream = TcpStream::connect(proxy).await.unwrap();
+    stream
+        .write_all(
+            b"GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let head = read_head(&mut stream).await;
+    (stream, head)
+}
+
 /// [`upgrading_node`] answering with `switch` (head and greeting).
 async fn upgrading_node_with(
     switch: &'static [u8],
@@ -257,17 +271,10 @@ async fn an_open_tunnel_counts_on_its_node() {
         (
             state.tunnels(),
             state.in_flight(),
-            pool.connections[0].open(),
+            pool.connections[0].open() + pool.connections[0].tunnelled(),
         )
     };
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream
-        .write_all(
-            b"GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
-        )
-        .await
-        .unwrap();
-    let head = read_head(&mut stream).await;
+    let (mut stream, head) = upgrade_through(proxy.addr).await;
     assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
     let mut greeting = [0u8; 5];
     stream.read_exact(&mut greeting).await.unwrap();
@@ -411,14 +418,7 @@ async fn weirs_own_answers_to_head_have_no_body() {
 async fn upgrade_tunnels_bytes_both_ways() {
     let (node, received) = upgrading_node().await;
     let proxy = TestProxy::start(&config(&[node], "", "")).await;
-    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-    stream
-        .write_all(
-            b"GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
-        )
-        .await
-        .unwrap();
-    let head = read_head(&mut stream).await;
+    let (mut stream, head) = upgrade_through(proxy.addr).await;
     assert!(
         head.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
         "{head}"
