@@ -31,6 +31,8 @@ pub fn check(args: &CheckArgs) -> ExitCode {
         Proxy::check(&config)?;
         Ok(config)
     });
+    // The warnings (written by the log's own thread) come before the verdict.
+    crate::logging::flush();
     match loaded {
         Ok(config) => {
             println!(
