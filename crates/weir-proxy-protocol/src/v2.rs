@@ -56,7 +56,7 @@ pub(crate) fn parse(input: &[u8]) -> Result<Parsed, ParseError> {
     if total > MAX_V2_LENGTH {
         return Err(ParseError::TooLong);
     }
-    let Some(block) = input.get(PREAMBLE..total) else {
+    let Some(header) = input.get(..total) else {
         return Ok(Parsed::Partial);
     };
     let addresses = if input[12] & 0x0f == COMMAND_LOCAL {
@@ -64,9 +64,7 @@ pub(crate) fn parse(input: &[u8]) -> Result<Parsed, ParseError> {
         // the receiver must ignore whatever the block holds.
         None
     } else {
-        let addresses = addresses(input[13], block)?;
-        check_crc(&input[..total])?;
-        addresses
+        addresses(header)?
     };
     Ok(Parsed::Complete {
         header: Header {
@@ -77,9 +75,10 @@ pub(crate) fn parse(input: &[u8]) -> Result<Parsed, ParseError> {
     })
 }
 
-/// The endpoints of a PROXY command's block, after checking its TLVs' structure.
-fn addresses(family_transport: u8, block: &[u8]) -> Result<Option<Addresses>, ParseError> {
-    let (family, transport) = (family_transport >> 4, family_transport & 0x0f);
+/// The endpoints of a PROXY command's `header`, after checking its TLVs ([`check_tlvs`]).
+fn addresses(header: &[u8]) -> Result<Option<Addresses>, ParseError> {
+    let (family, transport) = (header[13] >> 4, header[13] & 0x0f);
+    let block = &header[PREAMBLE..];
     let needed = match family {
         FAMILY_INET => INET_BLOCK,
         FAMILY_INET6 => INET6_BLOCK,
@@ -92,7 +91,7 @@ fn addresses(family_transport: u8, block: &[u8]) -> Result<Option<Addresses>, Pa
             "address block shorter than its family",
         ));
     }
-    check_tlvs(&block[needed..])?;
+    check_tlvs(header, PREAMBLE + needed)?;
     if transport != TRANSPORT_STREAM {
         // A datagram or unspecified transport over a TCP connection: nothing weir can use.
         return Ok(None);
@@ -130,62 +129,49 @@ fn addresses(family_transport: u8, block: &[u8]) -> Result<Option<Addresses>, Pa
     Ok(Some(addresses))
 }
 
-/// When the header carries a `PP2_TYPE_CRC32C` TLV, the specification says the receiver that
-/// supports it must treat a connection whose checksum does not match as invalid. Only PROXY
-/// headers of a known family are checked (their TLVs' structure was checked by [`addresses`]);
-/// the block of a LOCAL header or of an unspecified family is ignored, as the format says.
-fn check_crc(header: &[u8]) -> Result<(), ParseError> {
-    let skip = match header[13] >> 4 {
-        FAMILY_INET => INET_BLOCK,
-        FAMILY_INET6 => INET6_BLOCK,
-        FAMILY_UNIX => UNIX_BLOCK,
-        _ => return Ok(()),
-    };
-    let Some(mut rest) = header.get(PREAMBLE + skip..) else {
-        return Ok(());
-    };
-    let mut at = PREAMBLE + skip;
+/// The TLVs of `header` from `start`: each a type byte, a 16-bit length and that many
+/// bytes, together filling the rest of the block exactly. A `PP2_TYPE_CRC32C` TLV is
+/// verified, as the specification asks of a receiver that supports it (a header whose
+/// checksum does not match makes the connection invalid); the others are skipped. Only
+/// PROXY headers of a known family get here: the block of a LOCAL header or of an
+/// unspecified family is ignored, as the format says. A fault in the structure is reported
+/// before a checksum's.
+fn check_tlvs(header: &[u8], start: usize) -> Result<(), ParseError> {
+    let mut rest = &header[start..];
+    let mut at = start;
+    let mut checksum = Ok(());
     while let [kind, high, low, tail @ ..] = rest {
         let length = usize::from(u16::from_be_bytes([*high, *low]));
         let Some(value) = tail.get(..length) else {
             return Err(ParseError::InvalidV2("TLV longer than the header"));
         };
-        if *kind == TLV_CRC32C {
-            let Ok(expected) = <[u8; 4]>::try_from(value) else {
-                return Err(ParseError::InvalidV2("CRC32C TLV not 4 bytes long"));
-            };
-            let field = at + 3;
-            let mut digest = CASTAGNOLI.digest();
-            digest.update(&header[..field]);
-            digest.update(&[0; 4]);
-            digest.update(&header[field + 4..]);
-            if digest.finalize() != u32::from_be_bytes(expected) {
-                return Err(ParseError::InvalidV2("CRC32C does not match the header"));
-            }
+        if *kind == TLV_CRC32C && checksum.is_ok() {
+            checksum = check_crc(header, at + 3, value);
         }
         rest = &tail[length..];
         at += 3 + length;
     }
-    if rest.is_empty() {
-        Ok(())
-    } else {
-        Err(ParseError::InvalidV2("truncated TLV"))
+    if !rest.is_empty() {
+        return Err(ParseError::InvalidV2("truncated TLV"));
     }
+    checksum
 }
 
-/// Each TLV is a type byte, a 16-bit length and that many bytes; together they must fill the
-/// rest of the block exactly. Their contents are skipped.
-fn check_tlvs(mut rest: &[u8]) -> Result<(), ParseError> {
-    while !rest.is_empty() {
-        let Some(length) = rest.get(1..3) else {
-            return Err(ParseError::InvalidV2("truncated TLV"));
-        };
-        let end = 3 + usize::from(u16::from_be_bytes([length[0], length[1]]));
-        rest = rest
-            .get(end..)
-            .ok_or(ParseError::InvalidV2("TLV longer than the header"))?;
+/// Whether `value`, the CRC32C TLV's value at `field` in `header`, is the CRC32C of the whole
+/// header with those 4 bytes as zeros.
+fn check_crc(header: &[u8], field: usize, value: &[u8]) -> Result<(), ParseError> {
+    let Ok(expected) = <[u8; 4]>::try_from(value) else {
+        return Err(ParseError::InvalidV2("CRC32C TLV not 4 bytes long"));
+    };
+    let mut digest = CASTAGNOLI.digest();
+    digest.update(&header[..field]);
+    digest.update(&[0; 4]);
+    digest.update(&header[field + 4..]);
+    if digest.finalize() == u32::from_be_bytes(expected) {
+        Ok(())
+    } else {
+        Err(ParseError::InvalidV2("CRC32C does not match the header"))
     }
-    Ok(())
 }
 
 /// Appends a v2 PROXY header (TCP) for a connection from `source` to `destination`. Two IPv4
