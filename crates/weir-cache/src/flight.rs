@@ -20,11 +20,11 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub struct Flights {
     shards: Box<[Mutex<Shard>]>,
+    /// A key's 64-bit digest (keyed at random per process, so no client can aim two keys at
+    /// one digest) picks its shard and names its pass: a pass marker holds no key, and the
+    /// table of them has a fixed bound ([`MAX_PASSES_PER_SHARD`]) whatever URLs clients ask
+    /// for.
     hasher: ahash::RandomState,
-    /// Names a pass by a 64-bit digest of its key (keyed at random per process, so no client
-    /// can aim two keys at one digest): a pass marker holds no key, and the table of them
-    /// has a fixed bound ([`MAX_PASSES_PER_SHARD`]) whatever URLs clients ask for.
-    digest: ahash::RandomState,
 }
 
 #[derive(Debug, Default)]
@@ -110,15 +110,13 @@ impl Flights {
         Arc::new(Flights {
             shards: (0..16).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: ahash::RandomState::new(),
-            digest: ahash::RandomState::new(),
         })
     }
 
     /// Joins the flight for `key`, or starts one.
     pub fn join(self: &Arc<Self>, key: &[u8], max_waiters: u32, timeout: Duration) -> Join {
         let now = Instant::now();
-        let digest = self.digest.hash_one(key);
-        let mut shard = self.shard(key);
+        let (mut shard, digest) = self.shard(key);
         match shard.passes.get(&digest) {
             Some(until) if *until > now => return Join::Pass,
             Some(_) => {
@@ -178,12 +176,15 @@ impl Flights {
             .sum()
     }
 
-    fn shard(&self, key: &[u8]) -> MutexGuard<'_, Shard> {
-        let index = self.hasher.hash_one(key) as usize % self.shards.len();
+    /// The shard of `key`, locked, and the key's digest.
+    fn shard(&self, key: &[u8]) -> (MutexGuard<'_, Shard>, u64) {
+        let digest = self.hasher.hash_one(key);
+        let index = digest as usize % self.shards.len();
         // Entries are replaced whole: a poisoned shard is still consistent.
-        self.shards[index]
+        let shard = self.shards[index]
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner);
+        (shard, digest)
     }
 }
 
@@ -214,7 +215,7 @@ impl FlightGuard {
         self.reported = true;
         {
             let flights = &self.flights;
-            let mut shard = flights.shard(&self.key);
+            let (mut shard, digest) = flights.shard(&self.key);
             let ours = shard
                 .flying
                 .get(&self.key)
@@ -227,7 +228,6 @@ impl FlightGuard {
                         shard.passes.retain(|_, until| *until > now);
                     }
                     if shard.passes.len() < MAX_PASSES_PER_SHARD {
-                        let digest = flights.digest.hash_one(&self.key[..]);
                         shard.passes.insert(digest, now + duration);
                     }
                 }
