@@ -676,6 +676,8 @@ pub enum CertificateSource {
         cert: FileRef,
         /// The private key file.
         key: FileRef,
+        /// A DER OCSP response about the leaf, stapled to it (`ocsp`).
+        ocsp: Option<FileRef>,
     },
     /// Generated at start-up, self-signed, for these names (demos and tests).
     SelfSigned {
@@ -757,7 +759,12 @@ impl Config {
             .filter_map(|vs| vs.tls.as_mut())
             .flat_map(|tls| {
                 let certificates = tls.certificates.iter_mut().flat_map(|source| match source {
-                    CertificateSource::Files { cert, key } => vec![cert, key],
+                    CertificateSource::Files { cert, key, ocsp } => {
+                        [Some(cert), Some(key), ocsp.as_mut()]
+                            .into_iter()
+                            .flatten()
+                            .collect()
+                    }
                     CertificateSource::SelfSigned { .. } => Vec::new(),
                 });
                 let ca = match &mut tls.client_auth {

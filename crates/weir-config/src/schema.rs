@@ -205,6 +205,7 @@ pub struct ServerTlsTable {
 pub struct CertificateTable {
     pub cert: Option<String>,
     pub key: Option<String>,
+    pub ocsp: Option<String>,
     pub self_signed: Option<Vec<String>>,
 }
 

@@ -282,6 +282,7 @@ pub struct TlsMetrics {
     handshakes: Family<TlsHandshakeLabels, Counter>,
     failures: Family<TlsFailureLabels, Counter>,
     expiry: Family<CertificateLabels, FloatGauge>,
+    ocsp_next_update: Family<CertificateLabels, FloatGauge>,
 }
 
 impl TlsMetrics {
@@ -312,27 +313,36 @@ impl TlsMetrics {
             .inc();
     }
 
-    /// Replaces the expiry series of this virtual server with `certificates`
-    /// (name, key type, notAfter as Unix seconds).
-    pub fn set_certificates(&self, certificates: &[(String, &'static str, f64)]) {
-        for (certificate, key_type, not_after) in certificates {
-            self.expiry
-                .get_or_create(&CertificateLabels {
-                    virtual_server: self.virtual_server.clone(),
-                    certificate: certificate.clone(),
-                    key_type,
-                })
-                .set(*not_after);
+    /// Replaces the expiry series of this virtual server with `certificates` (name, key
+    /// type, notAfter and the stapled OCSP response's nextUpdate as Unix seconds).
+    pub fn set_certificates(&self, certificates: &[(String, &'static str, f64, Option<f64>)]) {
+        for (certificate, key_type, not_after, next_update) in certificates {
+            let labels = CertificateLabels {
+                virtual_server: self.virtual_server.clone(),
+                certificate: certificate.clone(),
+                key_type,
+            };
+            self.expiry.get_or_create(&labels).set(*not_after);
+            match next_update {
+                Some(next_update) => {
+                    self.ocsp_next_update.get_or_create(&labels).set(*next_update);
+                }
+                None => {
+                    self.ocsp_next_update.remove(&labels);
+                }
+            }
         }
     }
 
     /// Removes one certificate's expiry series (it is no longer served).
     pub fn remove_certificate(&self, certificate: &str, key_type: &'static str) {
-        self.expiry.remove(&CertificateLabels {
+        let labels = CertificateLabels {
             virtual_server: self.virtual_server.clone(),
             certificate: certificate.to_owned(),
             key_type,
-        });
+        };
+        self.ocsp_next_update.remove(&labels);
+        self.expiry.remove(&labels);
     }
 }
 
@@ -389,6 +399,7 @@ struct Families {
     tls_handshakes: Family<TlsHandshakeLabels, Counter>,
     tls_handshake_failures: Family<TlsFailureLabels, Counter>,
     tls_certificate_expiry_timestamp: Family<CertificateLabels, FloatGauge>,
+    tls_ocsp_next_update_timestamp: Family<CertificateLabels, FloatGauge>,
     upstream_tls_handshakes: Family<PoolKindLabels, Counter>,
     /// Not exported: the sums of `tls_handshakes` by kind.
     tls_full: Counter,
@@ -607,6 +618,7 @@ impl Metrics {
             handshakes: f.tls_handshakes.clone(),
             failures: f.tls_handshake_failures.clone(),
             expiry: f.tls_certificate_expiry_timestamp.clone(),
+            ocsp_next_update: f.tls_ocsp_next_update_timestamp.clone(),
         }
     }
 
@@ -932,6 +944,11 @@ impl Families {
             r,
             names::TLS_CERTIFICATE_EXPIRY_TIMESTAMP,
             self.tls_certificate_expiry_timestamp.clone(),
+        );
+        register(
+            r,
+            names::TLS_OCSP_NEXT_UPDATE_TIMESTAMP,
+            self.tls_ocsp_next_update_timestamp.clone(),
         );
         register(
             r,

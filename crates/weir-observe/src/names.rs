@@ -352,6 +352,7 @@ pub const ALL: &[MetricSpec] = &[
     TLS_HANDSHAKES,
     TLS_HANDSHAKE_FAILURES,
     TLS_CERTIFICATE_EXPIRY_TIMESTAMP,
+    TLS_OCSP_NEXT_UPDATE_TIMESTAMP,
     UPSTREAM_TLS_HANDSHAKES,
     // Cache and compression (issue 12).
     CACHE_HITS,
@@ -494,6 +495,14 @@ pub const TLS_CERTIFICATE_EXPIRY_TIMESTAMP: MetricSpec = gauge(
     "tls_certificate_expiry_timestamp_seconds",
     &["virtual_server", "certificate", "key_type"],
     "When each served certificate expires (its notAfter), Unix time in seconds",
+);
+/// `weir_tls_ocsp_next_update_timestamp_seconds`, a gauge: the nextUpdate of the OCSP
+/// response stapled to each served certificate, Unix time; past it the response is no longer
+/// sent. Only certificates with a stapled response that has a nextUpdate have a series.
+pub const TLS_OCSP_NEXT_UPDATE_TIMESTAMP: MetricSpec = gauge(
+    "tls_ocsp_next_update_timestamp_seconds",
+    &["virtual_server", "certificate", "key_type"],
+    "When the OCSP response stapled to each served certificate stops being sent (its nextUpdate), Unix time in seconds",
 );
 /// `weir_upstream_tls_handshakes_total`, a counter: TLS handshakes with nodes, by kind (full,
 /// resumed or failed).

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::UNIX_EPOCH;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpStream;
 use weir_config::{ClientAuth, ConfigError, ServerTls};
@@ -106,24 +106,30 @@ impl TlsTermination {
         }
     }
 
-    /// Sets the expiry gauges (each certificate's notAfter) from the certificates served now.
+    /// Sets the expiry gauges (each certificate's notAfter, and the nextUpdate of the OCSP
+    /// response stapled to it) from the certificates served now.
     pub fn refresh_expiry(&self) {
-        let current: Vec<(String, &'static str, f64)> = self
+        let unix = |time: SystemTime| match time.duration_since(UNIX_EPOCH) {
+            Ok(since) => since.as_secs_f64(),
+            Err(before) => -before.duration().as_secs_f64(),
+        };
+        let current: Vec<(String, &'static str, f64, Option<f64>)> = self
             .acceptor
             .certificates()
             .iter()
-            .map(|info| {
+            .map(|(info, ocsp_next_update)| {
                 let name = info
                     .names
                     .first()
                     .cloned()
                     .or_else(|| info.addresses.first().map(ToString::to_string))
                     .unwrap_or_else(|| info.subject.clone());
-                let not_after = match info.not_after.duration_since(UNIX_EPOCH) {
-                    Ok(since) => since.as_secs_f64(),
-                    Err(before) => -before.duration().as_secs_f64(),
-                };
-                (name, info.key_type, not_after)
+                (
+                    name,
+                    info.key_type,
+                    unix(info.not_after),
+                    ocsp_next_update.map(unix),
+                )
             })
             .collect();
         let mut exported = self
@@ -131,12 +137,12 @@ impl TlsTermination {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (name, key_type) in exported.iter() {
-            if !current.iter().any(|(n, k, _)| n == name && k == key_type) {
+            if !current.iter().any(|(n, k, ..)| n == name && k == key_type) {
                 self.metrics.remove_certificate(name, key_type);
             }
         }
         self.metrics.set_certificates(&current);
-        *exported = current.into_iter().map(|(n, k, _)| (n, k)).collect();
+        *exported = current.into_iter().map(|(n, k, ..)| (n, k)).collect();
     }
 
     /// The handshake stage. `None`: the handshake failed (counted and

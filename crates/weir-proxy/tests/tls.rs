@@ -893,3 +893,126 @@ async fn access_records_name_the_tls_version_suite_server_name_and_client_subjec
     origin.stop().await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// Accepts any server certificate and keeps the OCSP response stapled to it.
+#[derive(Debug)]
+struct KeepsStaple {
+    staples: std::sync::Mutex<Vec<Vec<u8>>>,
+    provider: std::sync::Arc<weir_tls::rustls::crypto::CryptoProvider>,
+}
+
+impl weir_tls::rustls::client::danger::ServerCertVerifier for KeepsStaple {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &weir_tls::rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[weir_tls::rustls::pki_types::CertificateDer<'_>],
+        _server_name: &weir_tls::rustls::pki_types::ServerName<'_>,
+        ocsp: &[u8],
+        _now: weir_tls::rustls::pki_types::UnixTime,
+    ) -> Result<weir_tls::rustls::client::danger::ServerCertVerified, weir_tls::rustls::Error>
+    {
+        self.staples.lock().unwrap().push(ocsp.to_vec());
+        Ok(weir_tls::rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &weir_tls::rustls::pki_types::CertificateDer<'_>,
+        dss: &weir_tls::rustls::DigitallySignedStruct,
+    ) -> Result<weir_tls::rustls::client::danger::HandshakeSignatureValid, weir_tls::rustls::Error>
+    {
+        weir_tls::rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &weir_tls::rustls::pki_types::CertificateDer<'_>,
+        dss: &weir_tls::rustls::DigitallySignedStruct,
+    ) -> Result<weir_tls::rustls::client::danger::HandshakeSignatureValid, weir_tls::rustls::Error>
+    {
+        weir_tls::rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<weir_tls::rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+#[tokio::test]
+async fn an_ocsp_response_is_stapled_and_a_wrong_one_is_refused_at_reload() {
+    use weir_tls::rustls;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../weir-tls/testdata/ocsp");
+    let dir = Pki::new();
+    for name in ["good.test.pem", "good.test.key", "good.ocsp"] {
+        std::fs::copy(fixtures.join(name), dir.path(name)).unwrap();
+    }
+    let staple_path = dir.path("good.ocsp");
+    let good = std::fs::read(&staple_path).unwrap();
+    let origin = TestOrigin::start("a").await;
+    let tls_table = format!(
+        "certificates = [{{ cert = \"{}\", key = \"{}\", ocsp = \"{}\" }}]",
+        toml_path(&dir.path("good.test.pem")),
+        toml_path(&dir.path("good.test.key")),
+        toml_path(&staple_path),
+    );
+    let proxy = TestProxy::start(&https_config(&origin, &tls_table)).await;
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier = std::sync::Arc::new(KeepsStaple {
+        staples: std::sync::Mutex::new(Vec::new()),
+        provider: std::sync::Arc::clone(&provider),
+    });
+    let handshake = |version: &'static rustls::SupportedProtocolVersion| {
+        let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::clone(&provider))
+            .with_protocol_versions(&[version])
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(verifier.clone())
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let config = std::sync::Arc::new(config);
+        let addr = proxy.addr;
+        async move {
+            let mut stream = tls::connect(addr, "good.test", &config).await.unwrap();
+            assert_eq!(tls::get(&mut stream, "/").await.unwrap().status, 200);
+        }
+    };
+    handshake(&rustls::version::TLS13).await;
+    handshake(&rustls::version::TLS12).await;
+    assert_eq!(*verifier.staples.lock().unwrap(), vec![good.clone(), good.clone()]);
+    // Its nextUpdate is exported (the fixture's is a century away).
+    let next_update = metric(&proxy, "weir_tls_ocsp_next_update_timestamp_seconds{");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(next_update > now + 50.0 * 365.0 * 86_400.0, "{next_update}");
+
+    // A response about another certificate, then a revoked one's: each reload is refused,
+    // naming the key, and the good response keeps being stapled.
+    for wrong in ["revoked.ocsp", "trylater.ocsp"] {
+        std::fs::copy(fixtures.join(wrong), &staple_path).unwrap();
+        let error = proxy.live.reload_certificates().unwrap_err().to_string();
+        assert!(
+            error.contains("virtual_servers.web.tls.certificates[0].ocsp"),
+            "{error}"
+        );
+        handshake(&rustls::version::TLS13).await;
+        assert_eq!(verifier.staples.lock().unwrap().last(), Some(&good));
+    }
+    proxy.stop().await;
+    origin.stop().await;
+}

@@ -311,14 +311,21 @@ impl Acceptor {
         &self.settings
     }
 
-    /// The certificates served now.
-    pub fn certificates(&self) -> Vec<CertificateInfo> {
+    /// The certificates served now, each with the nextUpdate of the OCSP response stapled
+    /// to it (`None` when none is, or it has no nextUpdate).
+    pub fn certificates(&self) -> Vec<(CertificateInfo, Option<std::time::SystemTime>)> {
         self.current
             .load()
             .store
             .entries()
             .iter()
-            .map(|entry| entry.info.clone())
+            .map(|entry| {
+                let next_update = entry
+                    .stapled
+                    .as_ref()
+                    .and_then(|(_, staple)| staple.next_update);
+                (entry.info.clone(), next_update)
+            })
             .collect()
     }
 
@@ -434,7 +441,7 @@ impl Parts<'_> {
                         line: None,
                     },
                 ),
-                (CertificateSource::Files { cert, key }, _) => (
+                (CertificateSource::Files { cert, key, .. }, _) => (
                     Arc::new(certs::load_certified_key(self.provider, cert, key)?),
                     cert.clone(),
                 ),
@@ -458,7 +465,13 @@ impl Parts<'_> {
                     file: named_by.clone(),
                     message,
                 })?;
-            entries.push(Entry { key, info });
+            let entry = Entry::new(Arc::clone(&key), info);
+            entries.push(match source {
+                CertificateSource::Files {
+                    ocsp: Some(file), ..
+                } => entry.with_staple(certs::load_staple(file, &key.cert)?),
+                _ => entry,
+            });
         }
         let store = Arc::new(CertStore::new(entries));
 

@@ -134,6 +134,26 @@ pub fn certified_key(
     Ok(certified)
 }
 
+/// Reads the DER OCSP response in `file` and checks it is about the leaf of `chain` and
+/// says it is good (see [`crate::ocsp`]).
+pub fn load_staple(
+    file: &FileRef,
+    chain: &[CertificateDer<'_>],
+) -> Result<crate::ocsp::Staple, FileProblem> {
+    let bytes = file.read().map_err(|error| {
+        FileProblem::new(
+            file,
+            format!("cannot read {}: {error}", file.path.display()),
+        )
+    })?;
+    crate::ocsp::check(&bytes, chain).map_err(|message| {
+        FileProblem::new(
+            file,
+            format!("{}: {message}", file.path.display()),
+        )
+    })
+}
+
 /// Reads a PEM file of trusted CA certificates.
 pub fn load_roots(file: &FileRef) -> Result<RootCertStore, FileProblem> {
     let chain = read_chain(file)?;

@@ -11,12 +11,14 @@
 //!   (passthrough routing).
 //! - [`hold`]: one wake-up fewer per TLS 1.3 handshake where the client speaks first.
 //! - [`certs`]: reading PEM files, and generating test certificates.
+//! - [`ocsp`]: OCSP responses stapled to certificates, checked against them.
 
 pub mod acceptor;
 pub mod certs;
 pub mod client_hello;
 pub mod connector;
 pub mod hold;
+pub mod ocsp;
 pub mod provider;
 pub mod session_cache;
 pub mod store;

@@ -11,6 +11,7 @@ use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
 
 use crate::certs::CertificateInfo;
+use crate::ocsp::Staple;
 
 /// One certificate with what it says about itself.
 #[derive(Debug)]
@@ -19,6 +20,36 @@ pub struct Entry {
     pub key: Arc<CertifiedKey>,
     /// What the certificate says about itself (names, key type, expiry).
     pub info: CertificateInfo,
+    /// The same chain and key with an OCSP response stapled, served while the response is
+    /// current (`key` after it).
+    pub stapled: Option<(Arc<CertifiedKey>, Staple)>,
+}
+
+impl Entry {
+    /// A certificate with nothing stapled.
+    pub fn new(key: Arc<CertifiedKey>, info: CertificateInfo) -> Entry {
+        Entry {
+            key,
+            info,
+            stapled: None,
+        }
+    }
+
+    /// The same certificate with `staple` sent to clients that ask for it.
+    pub fn with_staple(mut self, staple: Staple) -> Entry {
+        let mut key = CertifiedKey::clone(&self.key);
+        key.ocsp = Some(staple.der.clone());
+        self.stapled = Some((Arc::new(key), staple));
+        self
+    }
+
+    /// What a handshake at `now` is given: the stapled key while its response is current.
+    fn served(&self, now: impl FnOnce() -> SystemTime) -> &Arc<CertifiedKey> {
+        match &self.stapled {
+            Some((stapled, staple)) if staple.is_current(now()) => stapled,
+            _ => &self.key,
+        }
+    }
 }
 
 /// An immutable set of certificates; a reload builds a new one.
@@ -109,6 +140,16 @@ impl CertStore {
                     humantime::format_rfc3339_seconds(info.not_before)
                 ));
             }
+            if let Some((_, staple)) = &entry.stapled
+                && !staple.is_current(now)
+                && let Some(next) = staple.next_update
+            {
+                warnings.push(format!(
+                    "{name}: its OCSP response expired on {} (its nextUpdate) and is no longer \
+                     stapled; fetch a new one and reload",
+                    humantime::format_rfc3339_seconds(next)
+                ));
+            }
             if info.is_ca {
                 warnings.push(format!(
                     "{name} is a CA certificate (basic constraints CA:TRUE), not a server's: \
@@ -147,19 +188,21 @@ impl CertStore {
     }
 
     /// The certificate for a client: by name, then the first whose key can
-    /// sign with a scheme the client offered.
+    /// sign with a scheme the client offered; with its OCSP response while that is
+    /// current at `now` (asked only when one is stapled).
     pub fn choose(
         &self,
         server_name: Option<&str>,
         schemes: &[tokio_rustls::rustls::SignatureScheme],
+        now: impl FnOnce() -> SystemTime,
     ) -> Option<Arc<CertifiedKey>> {
         let candidates = self.candidates(server_name);
         candidates
             .iter()
-            .map(|&index| &self.entries[index].key)
-            .find(|key| key.key.choose_scheme(schemes).is_some())
-            .or_else(|| candidates.first().map(|&index| &self.entries[index].key))
-            .cloned()
+            .map(|&index| &self.entries[index])
+            .find(|entry| entry.key.key.choose_scheme(schemes).is_some())
+            .or_else(|| candidates.first().map(|&index| &self.entries[index]))
+            .map(|entry| Arc::clone(entry.served(now)))
     }
 }
 
@@ -169,8 +212,11 @@ pub struct Resolver(pub Arc<CertStore>);
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.0
-            .choose(client_hello.server_name(), client_hello.signature_schemes())
+        self.0.choose(
+            client_hello.server_name(),
+            client_hello.signature_schemes(),
+            SystemTime::now,
+        )
     }
 }
 
@@ -204,10 +250,45 @@ mod tests {
             .unwrap();
         let key = CertifiedKey::new(vec![cert.der().clone()], signing);
         let info = CertificateInfo::of(cert.der(), key.key.algorithm()).unwrap();
-        Entry {
-            key: Arc::new(key),
-            info,
-        }
+        Entry::new(Arc::new(key), info)
+    }
+
+    #[test]
+    fn a_staple_is_sent_until_its_next_update_then_warned_about() {
+        let next = SystemTime::now() + Duration::from_secs(3_600);
+        let staple = Staple {
+            der: vec![0x30, 0x00],
+            this_update: SystemTime::now(),
+            next_update: Some(next),
+        };
+        let store = CertStore::new(vec![
+            entry(&["good.example"], -1, 90, false).with_staple(staple),
+            entry(&["plain.example"], -1, 90, false),
+        ]);
+        let schemes = [tokio_rustls::rustls::SignatureScheme::ECDSA_NISTP256_SHA256];
+        let at = |name: &str, now: SystemTime| {
+            store
+                .choose(Some(name), &schemes, || now)
+                .unwrap()
+                .ocsp
+                .clone()
+        };
+        let before = next - Duration::from_secs(1);
+        assert_eq!(at("good.example", before), Some(vec![0x30, 0x00]));
+        assert_eq!(at("good.example", next), None);
+        assert_eq!(at("plain.example", before), None);
+        // The clock is read only for a certificate with a staple.
+        let plain = store.choose(Some("plain.example"), &schemes, || {
+            panic!("read the clock for a certificate with nothing stapled")
+        });
+        assert!(plain.is_some());
+        assert!(store.warnings(before).is_empty());
+        let warnings = store.warnings(next);
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
+        assert!(
+            warnings[0].starts_with("certificate 1 ") && warnings[0].contains("OCSP response expired"),
+            "{warnings:#?}"
+        );
     }
 
     #[test]

@@ -706,7 +706,7 @@ fn https_takes_defaults_and_records_where_files_were_named() {
     assert!(tls.session_tickets);
     assert_eq!(tls.session_cache_size, 20_000);
     assert_eq!(tls.client_auth, ClientAuth::None);
-    let CertificateSource::Files { cert, key } = &tls.certificates[0] else {
+    let CertificateSource::Files { cert, key, .. } = &tls.certificates[0] else {
         panic!("{:?}", tls.certificates[0]);
     };
     assert_eq!(cert.path, std::path::PathBuf::from("site.pem"));
@@ -718,6 +718,36 @@ fn https_takes_defaults_and_records_where_files_were_named() {
     assert_eq!(
         key.key.to_string(),
         "virtual_servers.web.tls.certificates[0].key"
+    );
+}
+
+#[test]
+fn an_ocsp_response_is_named_with_its_certificate() {
+    let config = valid(&https(
+        "certificates = [\n  { cert = \"site.pem\", key = \"site.key\", ocsp = \"site.ocsp\" },\n]",
+    ));
+    let tls = config.virtual_servers[0].tls.as_ref().unwrap();
+    let CertificateSource::Files {
+        ocsp: Some(ocsp), ..
+    } = &tls.certificates[0]
+    else {
+        panic!("{:?}", tls.certificates[0]);
+    };
+    assert_eq!(ocsp.path, std::path::PathBuf::from("site.ocsp"));
+    assert_eq!(
+        ocsp.key.to_string(),
+        "virtual_servers.web.tls.certificates[0].ocsp"
+    );
+    assert_eq!(ocsp.line, Some(7));
+    assert_one_error(
+        &https("certificates = [{ self_signed = [\"localhost\"], ocsp = \"site.ocsp\" }]"),
+        "virtual_servers.web.tls.certificates[0].ocsp",
+        "not a self-signed one",
+    );
+    assert_one_error(
+        &https("certificates = [{ cert = \"site.pem\", key = \"site.key\", ocsp = \" \" }]"),
+        "virtual_servers.web.tls.certificates[0].ocsp",
+        "must name a file",
     );
 }
 

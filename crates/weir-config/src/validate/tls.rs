@@ -131,9 +131,20 @@ impl Checker {
             (Some(cert), Some(key), None) => Some(CertificateSource::Files {
                 cert: self.file_ref(&path.key("cert"), cert)?,
                 key: self.file_ref(&path.key("key"), key)?,
+                ocsp: match &entry.ocsp {
+                    Some(ocsp) => Some(self.file_ref(&path.key("ocsp"), ocsp)?),
+                    None => None,
+                },
             }),
             (None, None, Some(names)) => {
                 let names_path = path.key("self_signed");
+                if entry.ocsp.is_some() {
+                    self.report(
+                        &path.key("ocsp"),
+                        "an OCSP response is about a certificate a CA issued (cert and key), \
+                         not a self-signed one",
+                    );
+                }
                 if names.is_empty() {
                     self.report(&names_path, "must name at least one host name or address");
                 }

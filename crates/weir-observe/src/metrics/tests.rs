@@ -101,7 +101,7 @@ fn encode_contains_every_metric() {
     let tls = metrics.tls("web");
     tls.record_handshake("TLSv1_3", "TLS13_AES_128_GCM_SHA256", false);
     tls.record_failure("timeout");
-    tls.set_certificates(&[("example.test".to_owned(), "ecdsa", 30.0)]);
+    tls.set_certificates(&[("example.test".to_owned(), "ecdsa", 30.0, Some(20.0))]);
     metrics.upstream_tls("app");
     metrics.cache("web");
     metrics.compression("web");
