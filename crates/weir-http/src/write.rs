@@ -296,9 +296,10 @@ pub fn write_response_head_edited<E: HeaderEdit + ?Sized>(
         _ => {
             let name = slice(raw, field.name);
             // A `Date` the node's `Connection` names is dropped as hop-by-hop:
-            // weir's own then takes its place.
-            if name.eq_ignore_ascii_case(b"date") && !listed(field) {
-                dated.set(true);
+            // weir's own then takes its place. `Date` is a single value (RFC 9110
+            // §6.6.1, §5.3): a second one from the node is dropped, the first kept.
+            if name.eq_ignore_ascii_case(b"date") && !listed(field) && dated.replace(true) {
+                return false;
             }
             !listed(field)
                 && !forward

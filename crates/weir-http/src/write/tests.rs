@@ -71,6 +71,16 @@ fn a_final_response_without_date_gets_one_and_never_two() {
     );
     assert_eq!(count(&out), 0);
     assert!(String::from_utf8_lossy(&out).contains("date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"));
+    // two from the node: the first is kept, the second dropped
+    let out = write(
+        b"HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nX-A: 1\r\n\
+          DATE: Mon, 07 Nov 1994 08:49:37 GMT\r\nContent-Length: 0\r\n\r\n",
+        &forward,
+        &Unedited,
+    );
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.contains("Date: Sun, 06 Nov 1994") && !text.contains("07 Nov"), "{text}");
+    assert_eq!(text.to_ascii_lowercase().matches("date:").count(), 1, "{text}");
     // an interim answer gets none
     let interim = ForwardResponse::plain(BodyFraming::None);
     let out = write(
