@@ -213,6 +213,8 @@ pub struct NodeMetrics {
     pub ejections: Counter,
     /// Moving average of the node's response time, seconds.
     pub response_time_ewma_seconds: FloatGauge,
+    /// Tunnels (WebSocket, CONNECT) open to the node now.
+    pub tunnels_open: Gauge,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -395,6 +397,7 @@ struct Families {
     node_healthy: Family<NodeLabels, Gauge>,
     node_ejections: Family<NodeLabels, Counter>,
     node_response_time_ewma: Family<NodeLabels, FloatGauge>,
+    node_tunnels_open: Family<NodeLabels, Gauge>,
 
     tls_handshakes: Family<TlsHandshakeLabels, Counter>,
     tls_handshake_failures: Family<TlsFailureLabels, Counter>,
@@ -603,6 +606,7 @@ impl Metrics {
             healthy: f.node_healthy.get_or_create_owned(&labels),
             ejections: f.node_ejections.get_or_create_owned(&labels),
             response_time_ewma_seconds: f.node_response_time_ewma.get_or_create_owned(&labels),
+            tunnels_open: f.node_tunnels_open.get_or_create_owned(&labels),
         };
         handles.nodes.insert(key, created.clone());
         created
@@ -711,6 +715,7 @@ impl Metrics {
         f.node_healthy.remove(&labels);
         f.node_ejections.remove(&labels);
         f.node_response_time_ewma.remove(&labels);
+        f.node_tunnels_open.remove(&labels);
         self.remove_upstream_http2(&labels.pool, &labels.node);
     }
 
@@ -933,6 +938,7 @@ impl Families {
             names::NODE_RESPONSE_TIME_EWMA,
             self.node_response_time_ewma.clone(),
         );
+        register(r, names::NODE_TUNNELS_OPEN, self.node_tunnels_open.clone());
 
         register(r, names::TLS_HANDSHAKES, self.tls_handshakes.clone());
         register(

@@ -279,6 +279,13 @@ pub const NODE_RESPONSE_TIME_EWMA: MetricSpec = gauge(
     POOL_NODE,
     "Exponentially weighted moving average of the node's response time, in seconds",
 );
+/// `weir_node_tunnels_open`, a gauge: tunnels (WebSocket after its `101`, CONNECT after its
+/// `2xx`) open to the node now. Their connections are also in `weir_upstream_connections_open`.
+pub const NODE_TUNNELS_OPEN: MetricSpec = gauge(
+    "node_tunnels_open",
+    POOL_NODE,
+    "Tunnels (WebSocket, CONNECT) open to the node now",
+);
 
 // Configuration reloads.
 
@@ -349,6 +356,7 @@ pub const ALL: &[MetricSpec] = &[
     NODE_HEALTHY,
     NODE_EJECTIONS,
     NODE_RESPONSE_TIME_EWMA,
+    NODE_TUNNELS_OPEN,
     TLS_HANDSHAKES,
     TLS_HANDSHAKE_FAILURES,
     TLS_CERTIFICATE_EXPIRY_TIMESTAMP,

@@ -102,6 +102,7 @@ impl InFlight {
     pub fn into_tunnel(self) -> TunnelLoad {
         let node = Arc::clone(&self.node);
         node.tunnels.fetch_add(1, Ordering::Relaxed);
+        node.metrics.tunnels_open.inc();
         drop(self);
         TunnelLoad { node }
     }
@@ -110,6 +111,7 @@ impl InFlight {
 impl Drop for TunnelLoad {
     fn drop(&mut self) {
         self.node.tunnels.fetch_sub(1, Ordering::Relaxed);
+        self.node.metrics.tunnels_open.dec();
     }
 }
 

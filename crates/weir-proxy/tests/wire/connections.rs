@@ -284,12 +284,12 @@ async fn an_open_tunnel_counts_on_its_node() {
         "(tunnels, in flight, connections open)"
     );
     let metrics = proxy.metrics.encode();
-    assert!(
-        metrics.contains(&format!(
-            "weir_upstream_connections_open{{pool=\"web\",node=\"{node}\"}} 1"
-        )),
-        "{metrics}"
-    );
+    for gauge in ["weir_upstream_connections_open", "weir_node_tunnels_open"] {
+        assert!(
+            metrics.contains(&format!("{gauge}{{pool=\"web\",node=\"{node}\"}} 1")),
+            "{metrics}"
+        );
+    }
     drop(stream);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while counts(&proxy) != (0, 0, 0) {
@@ -300,6 +300,12 @@ async fn an_open_tunnel_counts_on_its_node() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert!(
+        proxy.metrics.encode().contains(&format!(
+            "weir_node_tunnels_open{{pool=\"web\",node=\"{node}\"}} 0"
+        )),
+        "the gauge goes back down when the tunnel closes"
+    );
     proxy.stop().await;
 }
 
