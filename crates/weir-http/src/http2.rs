@@ -289,16 +289,17 @@ pub fn response_to_h2(
     head: &ResponseHead,
     forward: &ForwardResponse<'_>,
 ) -> Result<http::Response<()>, ParseError> {
-    response_to_h2_edited(head, forward, &Unedited)
+    response_to_h2_edited(head, forward, &Unedited).map(|(response, _)| response)
 }
 
 /// [`response_to_h2`] with `edits` applied (a traffic rule's response header
-/// edits), exactly as `write_response_head_edited` applies them for HTTP/1.1.
+/// edits), exactly as `write_response_head_edited` applies them for HTTP/1.1;
+/// with the size of the head in that HTTP/1.1 form (what the access log counts).
 pub fn response_to_h2_edited<E: HeaderEdit + ?Sized>(
     head: &ResponseHead,
     forward: &ForwardResponse<'_>,
     edits: &E,
-) -> Result<http::Response<()>, ParseError> {
+) -> Result<(http::Response<()>, usize), ParseError> {
     let mut out = BytesMut::with_capacity(head.raw().len() + 96);
     let forward = ForwardResponse {
         version: crate::Version::Http11,
@@ -307,7 +308,7 @@ pub fn response_to_h2_edited<E: HeaderEdit + ?Sized>(
         ..*forward
     };
     write_response_head_edited(head, &forward, edits, &mut out);
-    written_fields_to_h2(head.status(), &out)
+    written_fields_to_h2(head.status(), &out).map(|response| (response, out.len()))
 }
 
 /// One of weir's own answers (`write_simple_response_edited`'s fields: the

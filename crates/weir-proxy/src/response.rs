@@ -500,11 +500,13 @@ fn write_head(
         extra: head.extra,
     };
     if let Some(stream) = client.h2() {
-        let converted = weir_http::http2::response_to_h2_edited(head.response, &forward, &edits)
-            .map_err(Failure::bad_response)?;
+        // Counted as the head weir sends, in its HTTP/1.1 form (docs/logging.md).
+        let (converted, size) =
+            weir_http::http2::response_to_h2_edited(head.response, &forward, &edits)
+                .map_err(Failure::bad_response)?;
         let bodiless = matches!(head.framing, BodyFraming::None | BodyFraming::Length(0));
         stream.send_head(converted, bodiless)?;
-        return Ok(head.response.raw().len() as u64);
+        return Ok(size as u64);
     }
     client.write_buf.clear();
     weir_http::write_response_head_edited(head.response, &forward, &edits, &mut client.write_buf);

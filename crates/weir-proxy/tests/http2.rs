@@ -588,3 +588,55 @@ async fn a_body_past_its_content_length_never_reaches_the_node() {
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// The access log's `bytes_sent` counts a node's answer the same for an HTTP/2 client as
+/// for an HTTP/1.1 one (docs/logging.md: the head weir sends, in its HTTP/1.1 form, and
+/// the body): with weir's `Via` and `set_headers` fields, not the head the node sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_sent_counts_the_head_weir_sends_for_both_protocols() {
+    let origin = TestOrigin::start("a").await;
+    let log = std::env::temp_dir().join(format!("weir-h2-bytes-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let config = weir_testkit::config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.http2]\ncleartext = true\n\
+         [virtual_servers.web.response_headers]\nX-Served-By = \"a fairly long value from weir\"",
+    )
+    .replace(
+        "access_log = false",
+        &format!(
+            "access_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"",
+            log.display()
+        ),
+    );
+    let proxy = TestProxy::start(&config).await;
+    let url = format!("http://127.0.0.1:{}/bytes/100", proxy.addr.port());
+    let versions = blocking({
+        let proxy_addr = proxy.addr;
+        move || {
+            let proxy = ProxyRef(proxy_addr);
+            ["--http1.1", "--http2-prior-knowledge"].map(|flag| {
+                proxy.curl(&[flag, "-o", "/dev/null", "-w", "%{http_version}", &url])
+            })
+        }
+    })
+    .await;
+    assert_eq!(versions, ["1.1".to_owned(), "2".to_owned()]);
+    proxy.live.flush_access_log();
+    let records = std::fs::read_to_string(&log).unwrap_or_default();
+    let sent: Vec<u64> = records
+        .lines()
+        .filter_map(|line| {
+            let after = line.split("\"bytes_sent\":").nth(1)?;
+            after.split([',', '}']).next()?.parse().ok()
+        })
+        .collect();
+    assert_eq!(sent.len(), 2, "{records}");
+    assert_eq!(sent[0], sent[1], "{records}");
+    // The head weir wrote is longer than the node's by at least its own fields.
+    assert!(sent[0] > 100 + 40, "{records}");
+    proxy.stop().await;
+    origin.stop().await;
+    let _ = std::fs::remove_file(&log);
+}
