@@ -327,7 +327,9 @@ impl TlsMetrics {
             self.expiry.get_or_create(&labels).set(*not_after);
             match next_update {
                 Some(next_update) => {
-                    self.ocsp_next_update.get_or_create(&labels).set(*next_update);
+                    self.ocsp_next_update
+                        .get_or_create(&labels)
+                        .set(*next_update);
                 }
                 None => {
                     self.ocsp_next_update.remove(&labels);

@@ -107,31 +107,41 @@ impl TlsTermination {
     }
 
     /// Sets the expiry gauges (each certificate's notAfter, and the nextUpdate of the OCSP
-    /// response stapled to it) from the certificates served now.
+    /// response stapled to it) from the certificates served now. A certificate no client
+    /// gets (an earlier one of its key type has all its names: the old one during a
+    /// rotation, listed after the new one) has no series, so the gauge shows the one
+    /// served; one whose first name and key type an earlier one's series has already is
+    /// told apart by its place in the list (`api.test #2`).
     pub fn refresh_expiry(&self) {
         let unix = |time: SystemTime| match time.duration_since(UNIX_EPOCH) {
             Ok(since) => since.as_secs_f64(),
             Err(before) => -before.duration().as_secs_f64(),
         };
-        let current: Vec<(String, &'static str, f64, Option<f64>)> = self
-            .acceptor
-            .certificates()
-            .iter()
-            .map(|(info, ocsp_next_update)| {
-                let name = info
-                    .names
-                    .first()
-                    .cloned()
-                    .or_else(|| info.addresses.first().map(ToString::to_string))
-                    .unwrap_or_else(|| info.subject.clone());
-                (
-                    name,
-                    info.key_type,
-                    unix(info.not_after),
-                    ocsp_next_update.map(unix),
-                )
-            })
-            .collect();
+        let mut current: Vec<(String, &'static str, f64, Option<f64>)> = Vec::new();
+        for (index, served) in self.acceptor.certificates().iter().enumerate() {
+            if served.never_served {
+                continue;
+            }
+            let info = &served.info;
+            let mut name = info
+                .names
+                .first()
+                .cloned()
+                .or_else(|| info.addresses.first().map(ToString::to_string))
+                .unwrap_or_else(|| info.subject.clone());
+            if current
+                .iter()
+                .any(|(n, k, ..)| *n == name && *k == info.key_type)
+            {
+                name = format!("{name} #{}", index + 1);
+            }
+            current.push((
+                name,
+                info.key_type,
+                unix(info.not_after),
+                served.ocsp_next_update.map(unix),
+            ));
+        }
         let mut exported = self
             .exported
             .lock()

@@ -616,9 +616,8 @@ async fn bytes_sent_counts_the_head_weir_sends_for_both_protocols() {
         let proxy_addr = proxy.addr;
         move || {
             let proxy = ProxyRef(proxy_addr);
-            ["--http1.1", "--http2-prior-knowledge"].map(|flag| {
-                proxy.curl(&[flag, "-o", "/dev/null", "-w", "%{http_version}", &url])
-            })
+            ["--http1.1", "--http2-prior-knowledge"]
+                .map(|flag| proxy.curl(&[flag, "-o", "/dev/null", "-w", "%{http_version}", &url]))
         }
     })
     .await;

@@ -909,8 +909,7 @@ impl weir_tls::rustls::client::danger::ServerCertVerifier for KeepsStaple {
         _server_name: &weir_tls::rustls::pki_types::ServerName<'_>,
         ocsp: &[u8],
         _now: weir_tls::rustls::pki_types::UnixTime,
-    ) -> Result<weir_tls::rustls::client::danger::ServerCertVerified, weir_tls::rustls::Error>
-    {
+    ) -> Result<weir_tls::rustls::client::danger::ServerCertVerified, weir_tls::rustls::Error> {
         self.staples.lock().unwrap().push(ocsp.to_vec());
         Ok(weir_tls::rustls::client::danger::ServerCertVerified::assertion())
     }
@@ -976,12 +975,13 @@ async fn an_ocsp_response_is_stapled_and_a_wrong_one_is_refused_at_reload() {
         provider: std::sync::Arc::clone(&provider),
     });
     let handshake = |version: &'static rustls::SupportedProtocolVersion| {
-        let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::clone(&provider))
-            .with_protocol_versions(&[version])
-            .unwrap()
-            .dangerous()
-            .with_custom_certificate_verifier(verifier.clone())
-            .with_no_client_auth();
+        let mut config =
+            rustls::ClientConfig::builder_with_provider(std::sync::Arc::clone(&provider))
+                .with_protocol_versions(&[version])
+                .unwrap()
+                .dangerous()
+                .with_custom_certificate_verifier(verifier.clone())
+                .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let config = std::sync::Arc::new(config);
         let addr = proxy.addr;
@@ -992,7 +992,10 @@ async fn an_ocsp_response_is_stapled_and_a_wrong_one_is_refused_at_reload() {
     };
     handshake(&rustls::version::TLS13).await;
     handshake(&rustls::version::TLS12).await;
-    assert_eq!(*verifier.staples.lock().unwrap(), vec![good.clone(), good.clone()]);
+    assert_eq!(
+        *verifier.staples.lock().unwrap(),
+        vec![good.clone(), good.clone()]
+    );
     // Its nextUpdate is exported (the fixture's is a century away).
     let next_update = metric(&proxy, "weir_tls_ocsp_next_update_timestamp_seconds{");
     let now = std::time::SystemTime::now()
@@ -1013,6 +1016,137 @@ async fn an_ocsp_response_is_stapled_and_a_wrong_one_is_refused_at_reload() {
         handshake(&rustls::version::TLS13).await;
         assert_eq!(verifier.staples.lock().unwrap().last(), Some(&good));
     }
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// The expiry gauge shows the certificate clients get: during a rotation the one listed
+/// second, with the same names, is never served and has no series (it set the gauge, last
+/// written, to its own later date); one that shares only its first name gets a series of
+/// its own.
+#[tokio::test]
+async fn the_expiry_gauge_follows_the_certificate_served() {
+    let pki = Pki::new();
+    let write = |stem: &str, names: &[&str], days: u32| {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let generated = weir_tls::certs::self_signed(&names, KeyType::EcdsaP256, days).unwrap();
+        let (cert, key) = (
+            pki.path(&format!("{stem}.pem")),
+            pki.path(&format!("{stem}.key")),
+        );
+        std::fs::write(&cert, &generated.cert_pem).unwrap();
+        std::fs::write(&key, &generated.key_pem).unwrap();
+        (cert, key)
+    };
+    let served = write("served", &["site.test", "www.site.test"], 2);
+    let next = write("next", &["www.site.test", "site.test"], 60);
+    let more = write("more", &["site.test", "api.site.test"], 90);
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&https_config(
+        &origin,
+        &certificates(&[&served, &next, &more]),
+    ))
+    .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let mut series: Vec<(String, f64)> = proxy
+        .metrics
+        .encode()
+        .lines()
+        .filter(|line| line.starts_with("weir_tls_certificate_expiry_timestamp_seconds{"))
+        .filter_map(|line| {
+            let name = line.split("certificate=\"").nth(1)?.split('"').next()?;
+            let value = line.rsplit(' ').next()?.parse::<f64>().ok()?;
+            Some((name.to_owned(), ((value - now) / 86_400.0).round()))
+        })
+        .collect();
+    series.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        series,
+        [
+            ("site.test".to_owned(), 2.0),
+            ("site.test #3".to_owned(), 90.0)
+        ],
+        "{series:?}"
+    );
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+/// A client that can verify none of the server's key types is counted as `incompatible`,
+/// over TLS 1.3 and over TLS 1.2, where rustls reports it as a general error ("incompatible
+/// signing key"). OpenSSL (installed by scripts/test) makes an Ed25519 certificate and is
+/// the client, offering ECDSA suites and signature algorithms but not Ed25519.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_cannot_verify_the_key_type_is_incompatible() {
+    use std::process::Command;
+    let pki = Pki::new();
+    let (cert, key) = (pki.path("ed.pem"), pki.path("ed.key"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "ed25519", "-nodes", "-days", "30",
+        ])
+        .args([
+            "-subj",
+            "/CN=ed.test",
+            "-addext",
+            "subjectAltName=DNS:ed.test",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl (installed by scripts/test)");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&https_config(&origin, &certificates(&[&(cert, key)]))).await;
+    let address = proxy.addr.to_string();
+    for version in ["-tls1_2", "-tls1_3"] {
+        let address = address.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new("openssl")
+                .args([
+                    "s_client",
+                    "-connect",
+                    &address,
+                    "-servername",
+                    "ed.test",
+                    version,
+                ])
+                .args(["-sigalgs", "ECDSA+SHA256:ECDSA+SHA384"])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("openssl s_client")
+        })
+        .await
+        .unwrap();
+        assert!(
+            !out.status.success(),
+            "{version}: the handshake cannot succeed"
+        );
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while metric(&proxy, "weir_tls_handshake_failures_total{") < 2.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            proxy.metrics.encode()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        metric(&proxy, "reason=\"incompatible\""),
+        2.0,
+        "{}",
+        proxy.metrics.encode()
+    );
     proxy.stop().await;
     origin.stop().await;
 }

@@ -96,6 +96,11 @@ impl FailureReason {
         if let Some(tls) = crate::tls_error(error) {
             return match tls {
                 rustls::Error::PeerIncompatible(_) => FailureReason::Incompatible,
+                // TLS 1.2 when no certificate's key can sign with a scheme the client
+                // offered: rustls says so only as a general error (and sends no alert).
+                rustls::Error::General(message) if message == "incompatible signing key" => {
+                    FailureReason::Incompatible
+                }
                 rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertificate(_) => {
                     FailureReason::ClientCertificate
                 }
@@ -125,6 +130,19 @@ pub struct HandshakeFailure {
     pub reason: FailureReason,
     /// What happened, for the log line.
     pub detail: String,
+}
+
+/// One certificate of a virtual server, as metrics and tools see it.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// What the certificate says about itself.
+    pub info: CertificateInfo,
+    /// The nextUpdate of the OCSP response stapled to it (`None` when none is, or the
+    /// response has none).
+    pub ocsp_next_update: Option<std::time::SystemTime>,
+    /// An earlier certificate with the same key type has all its names, so no client gets
+    /// it (see [`CertStore::shadowed`]).
+    pub never_served: bool,
 }
 
 /// Certificates read and a server config built by [`Acceptor::stage_reload`], not yet in use.
@@ -311,20 +329,21 @@ impl Acceptor {
         &self.settings
     }
 
-    /// The certificates served now, each with the nextUpdate of the OCSP response stapled
-    /// to it (`None` when none is, or it has no nextUpdate).
-    pub fn certificates(&self) -> Vec<(CertificateInfo, Option<std::time::SystemTime>)> {
-        self.current
-            .load()
-            .store
+    /// The certificates loaded now, in config order.
+    pub fn certificates(&self) -> Vec<Served> {
+        let current = self.current.load();
+        let store = &current.store;
+        store
             .entries()
             .iter()
-            .map(|entry| {
-                let next_update = entry
+            .enumerate()
+            .map(|(index, entry)| Served {
+                info: entry.info.clone(),
+                ocsp_next_update: entry
                     .stapled
                     .as_ref()
-                    .and_then(|(_, staple)| staple.next_update);
-                (entry.info.clone(), next_update)
+                    .and_then(|(_, staple)| staple.next_update),
+                never_served: store.shadowed(index).is_some(),
             })
             .collect()
     }

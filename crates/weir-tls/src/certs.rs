@@ -95,6 +95,24 @@ pub fn read_key(file: &FileRef) -> Result<PrivateKeyDer<'static>, FileProblem> {
             format!("cannot read {}: {error}", file.path.display()),
         )
     })?;
+    let encrypted = |text: &[u8]| {
+        text.windows(29)
+            .any(|window| window == b"BEGIN ENCRYPTED PRIVATE KEY--")
+            || text
+                .windows(19)
+                .any(|window| window == b"Proc-Type: 4,ENCRYP")
+    };
+    if encrypted(&bytes) {
+        return Err(FileProblem::new(
+            file,
+            format!(
+                "{} is encrypted (a passphrase protects it), and weir reads unencrypted keys: \
+                 write one with `openssl pkey -in KEY -out PLAIN.key` and keep it readable \
+                 by weir only",
+                file.path.display()
+            ),
+        ));
+    }
     PrivateKeyDer::from_pem_slice(&bytes).map_err(|error| {
         FileProblem::new(
             file,
@@ -126,7 +144,12 @@ pub fn certified_key(
     let signing_key = provider
         .key_provider
         .load_private_key(key)
-        .map_err(|error| format!("unsupported private key: {error}"))?;
+        .map_err(|error| {
+            format!(
+                "unsupported private key ({error}): weir takes RSA keys of 2048 bits or more, \
+                 ECDSA keys on P-256, P-384 or P-521, and Ed25519 keys"
+            )
+        })?;
     let certified = CertifiedKey::new(chain, signing_key);
     certified
         .keys_match()
@@ -146,12 +169,8 @@ pub fn load_staple(
             format!("cannot read {}: {error}", file.path.display()),
         )
     })?;
-    crate::ocsp::check(&bytes, chain).map_err(|message| {
-        FileProblem::new(
-            file,
-            format!("{}: {message}", file.path.display()),
-        )
-    })
+    crate::ocsp::check(&bytes, chain)
+        .map_err(|message| FileProblem::new(file, format!("{}: {message}", file.path.display())))
 }
 
 /// Reads a PEM file of trusted CA certificates.
@@ -256,6 +275,21 @@ impl CertificateInfo {
             not_after,
             is_ca,
         })
+    }
+
+    /// Whether it is valid for exactly the names and addresses `other` is, in any order.
+    pub fn same_names(&self, other: &CertificateInfo) -> bool {
+        self.covers(other) && other.covers(self)
+    }
+
+    /// Whether it is valid for every name and address `other` is (a `*.` name counts as
+    /// that same wildcard, as the store looks names up).
+    pub fn covers(&self, other: &CertificateInfo) -> bool {
+        other.names.iter().all(|name| self.names.contains(name))
+            && other
+                .addresses
+                .iter()
+                .all(|address| self.addresses.contains(address))
     }
 
     /// Days until it expires (negative once it has).
@@ -612,5 +646,50 @@ mod subject_tests {
         let mut broken = DistinguishedName::new();
         broken.push(DnType::CommonName, "eve\r\nX: 1");
         assert_eq!(subject(broken), "CN=eve\\0d\\0aX: 1");
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    fn file_with(name: &str, bytes: &[u8]) -> FileRef {
+        let path = std::env::temp_dir().join(format!("weir-key-{}-{name}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        FileRef {
+            path,
+            key: weir_config::KeyPath::root().key("key"),
+            line: None,
+        }
+    }
+
+    /// What an operator reads for a key weir cannot use says why, not "no items found".
+    #[test]
+    fn unusable_keys_are_refused_with_the_reason() {
+        let encrypted = file_with(
+            "encrypted",
+            b"-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n",
+        );
+        let legacy = file_with(
+            "legacy",
+            b"-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,00\n\nMIIB\n-----END RSA PRIVATE KEY-----\n",
+        );
+        for file in [&encrypted, &legacy] {
+            let problem = read_key(file).unwrap_err();
+            assert!(
+                problem.message.contains("is encrypted"),
+                "{}",
+                problem.message
+            );
+            let _ = std::fs::remove_file(&file.path);
+        }
+        // A key the provider refuses (a 1024-bit RSA key, say) names what it takes.
+        let provider = tokio_rustls::rustls::crypto::aws_lc_rs::default_provider();
+        let garbage = PrivateKeyDer::Pkcs8(vec![0x30, 0x03, 0x02, 0x01, 0x00].into());
+        let message = certified_key(&provider, Vec::new(), garbage).unwrap_err();
+        assert!(
+            message.contains("RSA keys of 2048 bits or more"),
+            "{message}"
+        );
     }
 }

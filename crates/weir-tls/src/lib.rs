@@ -25,7 +25,9 @@ pub mod store;
 mod stream;
 mod ticketer;
 
-pub use acceptor::{Acceptor, FailureReason, HandshakeFailure, HandshakeInfo, StagedReload};
+pub use acceptor::{
+    Acceptor, FailureReason, HandshakeFailure, HandshakeInfo, Served, StagedReload,
+};
 pub use certs::{CertificateInfo, KeyType, TestCa};
 pub use connector::Connector;
 pub use hold::FirstSpeaker;

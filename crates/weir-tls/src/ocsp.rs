@@ -155,7 +155,44 @@ pub fn check(der: &[u8], chain: &[CertificateDer<'_>]) -> Result<Staple, String>
             .as_ref()
             .map(|issuer| issuer.public_key().subject_public_key.data.as_ref()),
     };
+    let responses = single_responses(der)?;
+    for single in &responses {
+        let single = expect_sequence(single, "a single response")?;
+        let [cert_id, status, this_update, more @ ..] = single.as_slice() else {
+            return Err("a single response does not have its fields".to_owned());
+        };
+        if !names_leaf(cert_id, &wanted)? {
+            continue;
+        }
+        let this_update = time(this_update, "thisUpdate")?;
+        let next_update = match more.first().filter(|any| is_context(any, 0)) {
+            Some(next) => {
+                let inner = children(next)?;
+                Some(time(
+                    inner.first().ok_or("an empty nextUpdate")?,
+                    "nextUpdate",
+                )?)
+            }
+            None => None,
+        };
+        good(status)?;
+        return Ok(Staple {
+            der: der.to_vec(),
+            this_update,
+            next_update,
+        });
+    }
+    Err(format!(
+        "the OCSP response is about another certificate (none of its {} names serial {} \
+         of issuer {})",
+        responses.len(),
+        leaf.raw_serial_as_string(),
+        leaf.issuer()
+    ))
+}
 
+/// The `SingleResponse`s of a successful basic OCSP response.
+fn single_responses(der: &[u8]) -> Result<Vec<Any<'_>>, String> {
     if der.trim_ascii_start().starts_with(b"-----BEGIN") {
         return Err(
             "the file is PEM; weir reads the DER response (what `openssl ocsp -respout` writes)"
@@ -212,58 +249,31 @@ pub fn check(der: &[u8], chain: &[CertificateDer<'_>]) -> Result<Staple, String>
     )?;
     // version [0] (optional), responderID [1] or [2], producedAt, responses, extensions [1].
     let mut data = data.iter().skip_while(|any| is_context(any, 0)).skip(2);
-    let responses = expect_sequence(
+    expect_sequence(
         data.next().ok_or("the response data hold no responses")?,
         "the responses",
-    )?;
-    for single in &responses {
-        let single = expect_sequence(single, "a single response")?;
-        let [cert_id, status, this_update, more @ ..] = single.as_slice() else {
-            return Err("a single response does not have its fields".to_owned());
-        };
-        if !names_leaf(cert_id, &wanted)? {
-            continue;
+    )
+}
+
+/// Whether a `CertStatus` says good; what it says otherwise.
+fn good(status: &Any<'_>) -> Result<(), String> {
+    match status.tag().0 {
+        0 if status.class() == Class::ContextSpecific => Ok(()),
+        1 if status.class() == Class::ContextSpecific => {
+            let revoked_at = children(status)?
+                .first()
+                .and_then(|any| time(any, "revocationTime").ok())
+                .map_or_else(
+                    || "at an unreadable time".to_owned(),
+                    |at| format!("on {}", humantime::format_rfc3339_seconds(at)),
+                );
+            Err(format!(
+                "the OCSP response says the certificate was revoked {revoked_at}: \
+                 clients that check would refuse it"
+            ))
         }
-        let this_update = time(this_update, "thisUpdate")?;
-        let next_update = match more.first().filter(|any| is_context(any, 0)) {
-            Some(next) => {
-                let inner = children(next)?;
-                Some(time(
-                    inner.first().ok_or("an empty nextUpdate")?,
-                    "nextUpdate",
-                )?)
-            }
-            None => None,
-        };
-        return match status.tag().0 {
-            0 if status.class() == Class::ContextSpecific => Ok(Staple {
-                der: der.to_vec(),
-                this_update,
-                next_update,
-            }),
-            1 if status.class() == Class::ContextSpecific => {
-                let revoked_at = children(status)?
-                    .first()
-                    .and_then(|any| time(any, "revocationTime").ok())
-                    .map_or_else(
-                        || "at an unreadable time".to_owned(),
-                        |at| format!("on {}", humantime::format_rfc3339_seconds(at)),
-                    );
-                Err(format!(
-                    "the OCSP response says the certificate was revoked {revoked_at}: \
-                     clients that check would refuse it"
-                ))
-            }
-            _ => Err("the OCSP responder does not know the certificate (status unknown)".into()),
-        };
+        _ => Err("the OCSP responder does not know the certificate (status unknown)".into()),
     }
-    Err(format!(
-        "the OCSP response is about another certificate (none of its {} names serial {} \
-         of issuer {})",
-        responses.len(),
-        leaf.raw_serial_as_string(),
-        leaf.issuer()
-    ))
 }
 
 #[cfg(test)]
@@ -322,7 +332,10 @@ mod tests {
         // Cut anywhere, it never panics and never passes.
         let der = fixture("good.ocsp");
         for end in 0..der.len() {
-            assert!(check(&der[..end], &chain("good.test.pem")).is_err(), "{end}");
+            assert!(
+                check(&der[..end], &chain("good.test.pem")).is_err(),
+                "{end}"
+            );
         }
     }
 
@@ -331,12 +344,10 @@ mod tests {
         // The revoked.test chain's CA is the same CA: replace the issuer by a certificate
         // with the same subject name but another key, and the key hash no longer matches.
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(
-                rcgen::DnType::CommonName,
-                rcgen::DnValue::Utf8String("weir test OCSP CA".to_owned()),
-            );
+        params.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            rcgen::DnValue::Utf8String("weir test OCSP CA".to_owned()),
+        );
         let key = rcgen::KeyPair::generate().unwrap();
         let impostor = params.self_signed(&key).unwrap();
         let mut chain = chain("good.test.pem");

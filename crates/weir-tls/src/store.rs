@@ -94,7 +94,7 @@ impl CertStore {
             Some(first) => entries
                 .iter()
                 .enumerate()
-                .filter(|(_, entry)| entry.info.names == first.info.names)
+                .filter(|(_, entry)| entry.info.same_names(&first.info))
                 .map(|(index, _)| index)
                 .collect(),
             None => Vec::new(),
@@ -156,19 +156,49 @@ impl CertStore {
                      strict clients (rustls and other webpki-based ones) refuse it"
                 ));
             }
-            let algorithm = entry.key.key.algorithm();
-            if let Some(earlier) = self.entries[..index].iter().position(|other| {
-                other.info.names == info.names
-                    && other.info.addresses == info.addresses
-                    && other.key.key.algorithm() == algorithm
-            }) {
-                warnings.push(format!(
-                    "{name} is never served: certificate {} has the same names and key type",
-                    earlier + 1
-                ));
+            if let Some(shadowed) = self.shadowed(index) {
+                warnings.push(format!("{name} is never served: {shadowed}"));
             }
         }
         warnings
+    }
+
+    /// Why the certificate at `index` is never chosen, if it is not: every name and address
+    /// it has is also an earlier certificate's with the same key type, which a client that
+    /// can use that key type gets first (for no SNI too: a twin of the default is the
+    /// default's names again).
+    pub fn shadowed(&self, index: usize) -> Option<String> {
+        let entry = &self.entries[index];
+        let info = &entry.info;
+        let algorithm = entry.key.key.algorithm();
+        let earlier: Vec<(usize, &Entry)> = self.entries[..index]
+            .iter()
+            .enumerate()
+            .filter(|(_, other)| other.key.key.algorithm() == algorithm)
+            .collect();
+        if (info.names.is_empty() && info.addresses.is_empty()) || earlier.is_empty() {
+            return None;
+        }
+        if let Some((at, other)) = earlier.iter().find(|(_, other)| other.info.covers(info)) {
+            let how = if other.info.same_names(info) {
+                "has the same names and key type"
+            } else {
+                "has all its names, with the same key type"
+            };
+            return Some(format!("certificate {} {how}", at + 1));
+        }
+        let each_named = info
+            .names
+            .iter()
+            .all(|name| earlier.iter().any(|(_, o)| o.info.names.contains(name)))
+            && info.addresses.iter().all(|address| {
+                earlier
+                    .iter()
+                    .any(|(_, o)| o.info.addresses.contains(address))
+            });
+        each_named.then(|| {
+            "each of its names is an earlier certificate's, with the same key type".to_owned()
+        })
     }
 
     fn candidates(&self, server_name: Option<&str>) -> &[usize] {
@@ -253,6 +283,47 @@ mod tests {
         Entry::new(Arc::new(key), info)
     }
 
+    /// A generated certificate of `key_type` for `names`.
+    fn typed(names: &[&str], key_type: crate::KeyType) -> Entry {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let generated = crate::certs::self_signed(&names, key_type, 30).unwrap();
+        let key = crate::certs::generated_key(&aws_lc_rs::default_provider(), &generated).unwrap();
+        let info = CertificateInfo::of(&key.cert[0], key.key.algorithm()).unwrap();
+        Entry::new(key, info)
+    }
+
+    #[test]
+    fn names_in_another_order_are_the_same_names() {
+        use crate::KeyType::{EcdsaP256, Rsa2048};
+        use tokio_rustls::rustls::SignatureScheme;
+        // The default's RSA twin lists the names in another order: an RSA-only client
+        // without SNI still gets it.
+        let store = CertStore::new(vec![
+            typed(&["x.test", "y.test"], EcdsaP256),
+            typed(&["y.test", "x.test"], Rsa2048),
+            typed(&["y.test", "x.test"], EcdsaP256),
+            typed(&["x.test"], EcdsaP256),
+            typed(&["z.test"], EcdsaP256),
+            typed(&["x.test", "z.test"], EcdsaP256),
+            typed(&["w.test", "z.test"], EcdsaP256),
+        ]);
+        let rsa_only = [
+            SignatureScheme::RSA_PSS_SHA256,
+            SignatureScheme::RSA_PKCS1_SHA256,
+        ];
+        for name in [None, Some("unknown.test"), Some("y.test")] {
+            let chosen = store.choose(name, &rsa_only, SystemTime::now).unwrap();
+            assert_eq!(chosen.key.algorithm(), SignatureAlgorithm::RSA, "{name:?}");
+        }
+        let warnings = store.warnings(SystemTime::now());
+        let expected = [
+            "certificate 3 (CN=y.test) is never served: certificate 1 has the same names and key type",
+            "certificate 4 (CN=x.test) is never served: certificate 1 has all its names, with the same key type",
+            "certificate 6 (CN=x.test) is never served: each of its names is an earlier certificate's, with the same key type",
+        ];
+        assert_eq!(warnings, expected, "{warnings:#?}");
+    }
+
     #[test]
     fn a_staple_is_sent_until_its_next_update_then_warned_about() {
         let next = SystemTime::now() + Duration::from_secs(3_600);
@@ -286,7 +357,8 @@ mod tests {
         let warnings = store.warnings(next);
         assert_eq!(warnings.len(), 1, "{warnings:#?}");
         assert!(
-            warnings[0].starts_with("certificate 1 ") && warnings[0].contains("OCSP response expired"),
+            warnings[0].starts_with("certificate 1 ")
+                && warnings[0].contains("OCSP response expired"),
             "{warnings:#?}"
         );
     }

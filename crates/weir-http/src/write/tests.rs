@@ -79,8 +79,15 @@ fn a_final_response_without_date_gets_one_and_never_two() {
         &Unedited,
     );
     let text = String::from_utf8_lossy(&out);
-    assert!(text.contains("Date: Sun, 06 Nov 1994") && !text.contains("07 Nov"), "{text}");
-    assert_eq!(text.to_ascii_lowercase().matches("date:").count(), 1, "{text}");
+    assert!(
+        text.contains("Date: Sun, 06 Nov 1994") && !text.contains("07 Nov"),
+        "{text}"
+    );
+    assert_eq!(
+        text.to_ascii_lowercase().matches("date:").count(),
+        1,
+        "{text}"
+    );
     // an interim answer gets none
     let interim = ForwardResponse::plain(BodyFraming::None);
     let out = write(
