@@ -90,7 +90,14 @@ pub struct ServerSide {
     /// On SIGINT or SIGTERM, how long open flows may take to finish before the
     /// connection closes under them.
     pub drain_timeout: Duration,
+    /// Authenticated tunnel connections served at once; past it a new one is closed (each
+    /// may hold `[dedup] store` bytes of what it received).
+    pub max_connections: u32,
 }
+
+/// `max_connections` when the file does not say: a far side serves a few near sides, one
+/// connection each (and a reconnecting one's old connection until its idle timeout).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 16;
 
 /// `[link]`: what the operator knows of the WAN path, which sizes windows and pacing.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -357,6 +364,14 @@ impl Checker {
             file.connect_timeout.as_deref(),
             file.drain_timeout.as_deref(),
         );
+        let max_connections = match file.max_connections {
+            None => DEFAULT_MAX_CONNECTIONS,
+            Some(count @ 1..=10_000) => count as u32,
+            Some(_) => {
+                self.report(&path.key("max_connections"), "must be between 1 and 10000");
+                DEFAULT_MAX_CONNECTIONS
+            }
+        };
         Some(ServerSide {
             listen: listen?,
             cert: cert?,
@@ -364,6 +379,7 @@ impl Checker {
             ca: ca?,
             connect_timeout,
             drain_timeout,
+            max_connections,
         })
     }
 

@@ -555,3 +555,47 @@ async fn fetched_chunks_arrive_while_many_flows_wait_for_them() {
     client.stop().await;
     server.stop().await;
 }
+
+/// The far side serves at most `max_connections` authenticated connections (each may hold
+/// a dedup store): a second near side is turned away while the first is served, and gets
+/// in once the first has gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_far_side_serves_at_most_max_connections() {
+    let certs = Certificates::new();
+    let echo = echo_server().await;
+    let (server, udp) = start_server(&server_toml(
+        &certs,
+        "127.0.0.1:0".parse().unwrap(),
+        &[("echo", echo)],
+        "max_connections = 1",
+    ))
+    .await;
+    let (first, first_listen) =
+        start_client(&client_toml(&certs, udp, "client", &["echo"], "")).await;
+    assert_eq!(echo_once(first_listen[0], b"one").await, b"one");
+    let (second, second_listen) =
+        start_client(&client_toml(&certs, udp, "client", &["echo"], "")).await;
+    // Its flow waits for a connection it cannot have, and is closed at its connect timeout.
+    let refused = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut near = TcpStream::connect(second_listen[0]).await?;
+        let _ = near.write_all(b"two").await;
+        let mut got = Vec::new();
+        near.read_to_end(&mut got).await.map(|_| got)
+    })
+    .await
+    .expect("closed within the connect timeout");
+    assert!(refused.as_ref().map_or(true, Vec::is_empty), "{refused:?}");
+    assert_eq!(server.metrics.handles().connections.get(), 1);
+    assert_eq!(echo_once(first_listen[0], b"still").await, b"still");
+    first.stop().await;
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            server.metrics.handles().connections.get() == 2
+        })
+        .await,
+        "the second near side gets in once the first has gone"
+    );
+    assert_eq!(echo_once(second_listen[0], b"two").await, b"two");
+    second.stop().await;
+    server.stop().await;
+}

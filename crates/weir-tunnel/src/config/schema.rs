@@ -42,6 +42,7 @@ pub(super) struct FileServer {
     pub(super) ca: Option<PathBuf>,
     pub(super) connect_timeout: Option<String>,
     pub(super) drain_timeout: Option<String>,
+    pub(super) max_connections: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -159,7 +159,14 @@ async fn keep_connected(
                 let reason = connection.closed().await;
                 current.send_replace(None);
                 metrics.connection_closed(&connection);
-                if !greeted {
+                let busy = matches!(
+                    &reason,
+                    quinn::ConnectionError::ApplicationClosed(close)
+                        if close.error_code == quinn::VarInt::from_u32(code::BUSY)
+                );
+                if busy {
+                    tracing::warn!(server = %side.server, retry_in = ?backoff, "the tunnel's far side serves its max_connections already");
+                } else if !greeted {
                     tracing::warn!(server = %side.server, %reason, retry_in = ?backoff, "the tunnel's far side closed the connection before its hello (certificate refused?)");
                 } else if up_since.elapsed() >= STABLE_CONNECTION {
                     backoff = FIRST_BACKOFF;

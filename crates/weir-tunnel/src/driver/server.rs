@@ -109,6 +109,9 @@ impl Server {
         let connect_timeout = self.side.connect_timeout;
         let metrics = Arc::clone(&self.metrics);
         let handshakes = Places::new(MAX_HANDSHAKES, HANDSHAKES_PER_ADDRESS);
+        let connections = Arc::new(tokio::sync::Semaphore::new(
+            self.side.max_connections as usize,
+        ));
         let accepting = async move {
             while let Some(incoming) = endpoint.accept().await {
                 let from = incoming.remote_address().ip();
@@ -125,6 +128,7 @@ impl Server {
                 }
                 tokio::spawn(serve_connection(
                     (incoming, handshake),
+                    Arc::clone(&connections),
                     Arc::clone(&config),
                     Arc::clone(&services),
                     connect_timeout,
@@ -146,6 +150,7 @@ impl Server {
 
 async fn serve_connection(
     (incoming, handshake): (quinn::Incoming, Place),
+    connections: Arc<tokio::sync::Semaphore>,
     config: Arc<TunnelConfig>,
     services: Arc<HashMap<String, String>>,
     connect_timeout: Duration,
@@ -165,6 +170,16 @@ async fn serve_connection(
         }
     };
     drop(handshake);
+    // Authenticated, but each connection may hold a dedup store: at most max_connections.
+    let Ok(_serving) = connections.try_acquire_owned() else {
+        tracing::warn!(
+            %remote,
+            max_connections = config.server.as_ref().map_or(0, |side| side.max_connections),
+            "tunnel connection refused: the far side serves its max_connections already"
+        );
+        connection.close(code::BUSY.into(), b"too many tunnel connections");
+        return;
+    };
     // Authenticated (its certificate verified in the handshake): now it may open every flow.
     connection.set_max_concurrent_bi_streams(quinn::VarInt::from_u32(quic::MAX_FLOWS));
     let control = match tokio::time::timeout(OPEN_TIMEOUT, connection.accept_bi()).await {

@@ -31,6 +31,8 @@ pub mod code {
     pub const PROTOCOL: u32 = 4;
     /// The process is stopping.
     pub const SHUTDOWN: u32 = 5;
+    /// The far side serves its `max_connections` already.
+    pub const BUSY: u32 = 6;
 }
 
 /// Per-connection state shared by its flows and its control stream.
