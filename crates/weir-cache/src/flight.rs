@@ -2,7 +2,10 @@
 //! node. The first becomes the leader and holds a [`FlightGuard`]; the others
 //! get a [`Waiter`] and wait, bounded in number and in time, for the leader to
 //! say whether it stored the response; then they look up again (and find the
-//! object, perhaps still filling), or go to the node themselves.
+//! object, perhaps still filling), or go to the node themselves. A leader that gives up
+//! without an answer (its client left, its exchange failed) sends them to look up again
+//! too: the first becomes the next leader and the others wait on it, so one client's
+//! cancelled miss does not release every waiter to the node at once.
 //!
 //! A key whose response could not be stored is remembered for a while as a
 //! *pass*: misses for it then go straight to the node instead of queueing
@@ -53,6 +56,9 @@ pub enum Outcome {
     /// The node failed the leader's revalidation, and a stale object was served in its
     /// place (`stale-if-error`): so may the waiters be.
     NodeFailed,
+    /// The leader gave up before it knew (its guard dropped unreported): look up again,
+    /// one of the waiters leading the next flight.
+    Abandoned,
 }
 
 /// What joining a flight gave.
@@ -69,7 +75,8 @@ pub enum Join {
     Pass,
 }
 
-/// The leader's duty to report; dropping it unreported counts as not stored.
+/// The leader's duty to report; dropping it unreported abandons the flight
+/// ([`Outcome::Abandoned`]).
 #[derive(Debug)]
 pub struct FlightGuard {
     flights: Arc<Flights>,
@@ -97,6 +104,9 @@ pub enum WaitOutcome {
     /// The node failed the leader, which served the stale object (`stale-if-error`): look
     /// up again, and serve it too where it is usable on error, without asking the node.
     NodeFailed,
+    /// The leader gave up without an answer: look up again and coalesce again (the first
+    /// to do so leads).
+    Abandoned,
 }
 
 /// The most pass markers a shard holds (16 shards: 65,536 in all, about 2 MiB). A key not
@@ -240,7 +250,7 @@ impl FlightGuard {
 impl Drop for FlightGuard {
     fn drop(&mut self) {
         if !self.reported {
-            self.finish(Outcome::NotStored, None);
+            self.finish(Outcome::Abandoned, None);
         }
     }
 }
@@ -264,6 +274,7 @@ impl Waiter {
         match waited {
             Ok(Ok(outcome)) if *outcome == Outcome::Stored => WaitOutcome::LookUpAgain,
             Ok(Ok(outcome)) if *outcome == Outcome::NodeFailed => WaitOutcome::NodeFailed,
+            Ok(Ok(outcome)) if *outcome == Outcome::Abandoned => WaitOutcome::Abandoned,
             _ => WaitOutcome::GoToNode,
         }
     }
@@ -327,7 +338,12 @@ mod tests {
             panic!("expected a follower");
         };
         drop(guard);
-        assert_eq!(waiter.wait().await, WaitOutcome::GoToNode);
+        assert_eq!(waiter.wait().await, WaitOutcome::Abandoned);
+        // The flight is gone: the next to join leads a new one.
+        assert!(matches!(
+            flights.join(b"k", 10, Duration::from_secs(5)),
+            Join::Leader(_)
+        ));
     }
 
     #[tokio::test(start_paused = true)]

@@ -126,12 +126,15 @@ impl Cache {
                 }
                 return lookup;
             };
-            // After two waits, or when the leader could not store, no more coalescing.
+            // After two waits, or when the leader could not store, no more coalescing. A
+            // leader that gave up is followed by a new flight (one waiter leads it), but the
+            // third lookup never waits.
             joining = match waiter.wait().await {
                 WaitOutcome::NodeFailed => Joining::AfterNodeFailure,
                 WaitOutcome::GoToNode => Joining::Alone,
                 WaitOutcome::LookUpAgain if round >= 1 => Joining::Alone,
-                WaitOutcome::LookUpAgain => joining,
+                WaitOutcome::Abandoned if round >= 2 => Joining::Alone,
+                WaitOutcome::LookUpAgain | WaitOutcome::Abandoned => joining,
             };
             lookup = self.lookup_with(policy, compression, request, UnixTime::now(), joining);
         }

@@ -1282,6 +1282,60 @@ async fn an_uncacheable_key_is_not_coalesced_for_a_while() {
 /// `weir_cache_coalesced_total` counts a waiter once, and only when the fill it waited for
 /// answered it; one the fill could not answer goes to the node and is not counted. The
 /// `waiting` gauge follows the waiters.
+/// A leader that gives up without an answer (its client left before the node answered)
+/// hands the flight on: one waiter goes to the node and the others wait on it, where all of
+/// them went to the node at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_gives_up_hands_the_flight_to_one_waiter() {
+    let (cache, metrics, _) = new_cache();
+    let request = Req::get("/abandoned");
+    let now = UnixTime::now();
+    let leader = forward(cache.lookup(&policy(), None, &request, now));
+    let node_requests = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = (0..8)
+        .map(|_| {
+            let first = cache.lookup(&policy(), None, &request, now);
+            assert!(matches!(first, Lookup::Wait(_)), "{first:?}");
+            let (cache, node_requests) = (Arc::clone(&cache), Arc::clone(&node_requests));
+            tokio::spawn(async move {
+                let request = Req::get("/abandoned");
+                match cache.coalesced_from(first, &policy(), None, &request).await {
+                    Lookup::Hit(hit) => collect(hit).await,
+                    Lookup::Forward(exchange) => {
+                        node_requests.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        let (response, body) =
+                            node(200, &[("Cache-Control", "max-age=60")], b"second try");
+                        let Reply::Fill(mut fill) = cache.response(
+                            exchange,
+                            &policy(),
+                            None,
+                            &request,
+                            &response,
+                            UnixTime::now(),
+                        ) else {
+                            panic!("expected a fill");
+                        };
+                        let client = fill.take_hit().unwrap();
+                        fill.push(body).unwrap();
+                        fill.finish().unwrap();
+                        collect(client).await
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            })
+        })
+        .collect();
+    assert_eq!(metrics.waiting.get(), 8);
+    // The leader's client leaves: its exchange is dropped unanswered.
+    drop(leader);
+    for waiter in waiters {
+        assert_eq!(waiter.await.unwrap(), b"second try");
+    }
+    assert_eq!(node_requests.load(Ordering::SeqCst), 1, "one waiter led");
+    assert_eq!(metrics.waiting.get(), 0);
+}
+
 #[tokio::test]
 async fn coalesced_counts_the_waiters_a_fill_answered() {
     let (cache, metrics, _) = new_cache();
