@@ -18,6 +18,9 @@ pub(crate) struct Locator<'a> {
     /// Each `key = value` of a table written with a header (or of the root): from its key
     /// to the end of its value.
     statements: HashMap<KeyPath, Range<usize>>,
+    /// The byte offset of each line break, in order: a line is a binary search away, where
+    /// counting from the top for each of 10,000 problems took seconds.
+    breaks: Vec<usize>,
 }
 
 impl<'a> Locator<'a> {
@@ -27,6 +30,7 @@ impl<'a> Locator<'a> {
             starts: HashMap::new(),
             spans: Vec::new(),
             statements: HashMap::new(),
+            breaks: text.match_indices('\n').map(|(offset, _)| offset).collect(),
         };
         if let Some(root) = document.as_item().as_table() {
             locator.visit_table(&KeyPath::root(), root);
@@ -36,7 +40,12 @@ impl<'a> Locator<'a> {
 
     /// The line of `path`, or of its nearest ancestor present in the file.
     pub(crate) fn line_of(&self, path: &KeyPath) -> Option<usize> {
-        nearest(&self.starts, path).map(|(_, &offset)| line_at(self.text, offset))
+        nearest(&self.starts, path).map(|(_, &offset)| {
+            // As `line_at`: 1 + the line breaks before `offset`.
+            1 + self
+                .breaks
+                .partition_point(|&at| at < offset.min(self.text.len()))
+        })
     }
 
     /// The innermost path whose key or value covers `offset`.

@@ -148,6 +148,25 @@ fn every_unknown_key_and_wrong_value_is_reported() {
         ],
         "{error}"
     );
+    // A line set aside that holds characters of several bytes moves nothing after it.
+    let text = GOOD.replace(
+        "pool = \"web\"\n",
+        "pool = \"web\"\nnote = \"éèà — ✓\"\nbogus = 1\n",
+    );
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    let found: Vec<(Option<usize>, &str)> = error
+        .errors
+        .iter()
+        .map(|d| (d.line, d.path.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (Some(4), "virtual_servers.web.note"),
+            (Some(5), "virtual_servers.web.bogus"),
+        ],
+        "{error}"
+    );
 
     // A blanked line whose key is required is not reported again as missing.
     let text = GOOD.replace("pool = \"web\"", "pool = 5");
