@@ -118,12 +118,7 @@ pub fn request_from_h2(
         let name_bytes = name.as_str().as_bytes();
         // RFC 9113 §8.2.1: a value that starts or ends with whitespace is malformed (in
         // HTTP/1.1 the space would be read as part of the field's syntax).
-        let value_bytes = value.as_bytes();
-        if [value_bytes.first(), value_bytes.last()]
-            .into_iter()
-            .flatten()
-            .any(|&b| b == b' ' || b == b'\t')
-        {
+        if padded(value.as_bytes()) {
             return Err(ParseError::invalid(
                 "field value with leading or trailing whitespace in HTTP/2",
             ));
@@ -187,6 +182,12 @@ pub fn response_from_h2_within(
         let kind = FieldKind::of(name.as_str().as_bytes());
         if is_connection_specific(kind) || kind == FieldKind::Te {
             return Err(ParseError::invalid("connection-specific field in HTTP/2"));
+        }
+        // Malformed (RFC 9113 §8.2.1), so not forwarded (§8.1.1), as for a client's request.
+        if padded(value.as_bytes()) {
+            return Err(ParseError::invalid(
+                "field value with leading or trailing whitespace in HTTP/2",
+            ));
         }
         put_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
     }
@@ -472,6 +473,15 @@ fn header_name(name: &[u8]) -> Result<HeaderName, ParseError> {
 
 fn header_value(value: &[u8]) -> Result<HeaderValue, ParseError> {
     HeaderValue::from_bytes(value).map_err(|_| ParseError::invalid("field value not representable"))
+}
+
+/// Whether a field value starts or ends with whitespace, which HTTP/2 forbids (RFC 9113
+/// §8.2.1): over HTTP/1.1 the space would read as part of the field's syntax.
+fn padded(value: &[u8]) -> bool {
+    [value.first(), value.last()]
+        .into_iter()
+        .flatten()
+        .any(|&b| b == b' ' || b == b'\t')
 }
 
 fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {

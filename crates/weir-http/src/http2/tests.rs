@@ -259,6 +259,13 @@ fn node_responses_become_heads() {
     assert!(response_from_h2(&bad, true, Method::Get).is_err());
     let bad = response(200, &[("transfer-encoding", "chunked")]);
     assert!(response_from_h2(&bad, false, Method::Get).is_err());
+    // A value with whitespace at either end is malformed (RFC 9113 §8.2.1): not forwarded.
+    for value in [" v", "v ", "\tv", " v "] {
+        let bad = response(200, &[("x-padded", value)]);
+        let error = response_from_h2(&bad, true, Method::Get).unwrap_err();
+        assert!(error.to_string().contains("whitespace"), "{value:?}: {error}");
+    }
+    assert!(response_from_h2(&response(200, &[("x-inner", "a b")]), true, Method::Get).is_ok());
 }
 
 fn forward_request(framing: BodyFraming) -> ForwardRequest<'static> {
