@@ -431,6 +431,12 @@ fn http2_failure(error: h2::Error) -> CheckFailure {
     }
 }
 
+/// Whether the node sent a response head within the last `interval`.
+fn answering(node: &NodeState, interval: Duration) -> bool {
+    node.since_last_answer(std::time::Instant::now())
+        .is_some_and(|since| since < interval)
+}
+
 /// One node's monitor: check, fold the result in, apply and log a
 /// transition, sleep, until shutdown.
 async fn run_monitor(
@@ -471,16 +477,20 @@ async fn run_monitor(
         }
         // The check's connection counts against the cap like any other: one past it would
         // be refused by a node that enforces its own, and mark a working node down. An
-        // idle connection gives up its slot; while every slot is held by requests, which
-        // say how the node is (passive health), there is no check.
+        // idle connection gives up its slot; while every slot is held by requests that the
+        // node answers (a response head within the last interval), they say how it is
+        // and there is no check. A node that answered nothing for an interval while its
+        // requests hold every slot may be frozen, holding them until the response timeout:
+        // it is checked on a connection of its own, one past the cap.
         let mut slot = match &capped {
             None => None,
             Some(connections) => match connections.check_slot() {
                 Some(slot) => Some(slot),
-                None => {
+                None if answering(&node, monitor.interval) => {
                     delay = jittered(monitor.interval);
                     continue;
                 }
+                None => None,
             },
         };
         let lent = slot.as_mut().and_then(CheckSlot::take_stream);

@@ -245,6 +245,15 @@ impl NodeState {
         Some((f64::from_bits(bits) * decay).max(1.0))
     }
 
+    /// How long since the node's last response head arrived (for any request), at `now`;
+    /// `None` before the first.
+    pub fn since_last_answer(&self, now: Instant) -> Option<Duration> {
+        let at = self.ewma_at.load(Ordering::Relaxed);
+        (self.ewma_nanos.load(Ordering::Relaxed) != 0).then(|| {
+            Duration::from_nanos(self.nanos_since_epoch(now).saturating_sub(at))
+        })
+    }
+
     /// Folds one response time into the EWMA.
     pub fn record_response_time(&self, elapsed: Duration) {
         let sample = elapsed.as_nanos() as f64;

@@ -590,11 +590,12 @@ fn failures_during_an_ejection_do_not_count_after_it() {
     assert!(!node.is_ejected(after));
 }
 
-/// While every connection slot of the node is held by requests, the monitor does not
-/// check (the check would be one connection past the cap): a node that answers no extra
-/// connection stays up. Once a slot frees, checks resume and see it down.
+/// While every connection slot of the node is held by requests it answers, the monitor does
+/// not check (the check would be one connection past the cap): a node that answers no extra
+/// connection stays up. Once it has answered nothing for an interval (frozen, its requests
+/// held until their response timeout), it is checked past the cap and seen down.
 #[tokio::test]
-async fn no_check_while_the_node_is_at_its_cap() {
+async fn no_check_while_the_node_at_its_cap_answers() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let node = node_at(address, passive_off());
@@ -631,11 +632,18 @@ async fn no_check_while_the_node_is_at_its_cap() {
         ),
         signal,
     );
-    // Many intervals (20 ms) pass: no check, no verdict.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Many intervals (20 ms) pass while the node answers its requests: no check.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(300) {
+        node.record_response_time(Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert!(node.is_active_up(), "checked past the cap");
-    drop(busy);
+    // It stops answering: checked on a connection of its own, and seen down, though the
+    // request still holds the one slot.
     wait_for_active_up(&node, false).await;
+    assert_eq!(connections.open(), 1, "the check took no slot");
+    drop(busy);
     stop_monitors(owner, tasks).await;
 }
 
