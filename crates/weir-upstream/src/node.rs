@@ -249,9 +249,8 @@ impl NodeState {
     /// `None` before the first.
     pub fn since_last_answer(&self, now: Instant) -> Option<Duration> {
         let at = self.ewma_at.load(Ordering::Relaxed);
-        (self.ewma_nanos.load(Ordering::Relaxed) != 0).then(|| {
-            Duration::from_nanos(self.nanos_since_epoch(now).saturating_sub(at))
-        })
+        (self.ewma_nanos.load(Ordering::Relaxed) != 0)
+            .then(|| Duration::from_nanos(self.nanos_since_epoch(now).saturating_sub(at)))
     }
 
     /// Folds one response time into the EWMA.

@@ -263,7 +263,10 @@ fn node_responses_become_heads() {
     for value in [" v", "v ", "\tv", " v "] {
         let bad = response(200, &[("x-padded", value)]);
         let error = response_from_h2(&bad, true, Method::Get).unwrap_err();
-        assert!(error.to_string().contains("whitespace"), "{value:?}: {error}");
+        assert!(
+            error.to_string().contains("whitespace"),
+            "{value:?}: {error}"
+        );
     }
     assert!(response_from_h2(&response(200, &[("x-inner", "a b")]), true, Method::Get).is_ok());
 }
