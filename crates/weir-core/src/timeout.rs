@@ -67,6 +67,37 @@ impl<F: Future> Future for Timeout<F> {
     }
 }
 
+/// Runs `future` until `deadline`, as `tokio::time::timeout_at` does, except that a deadline
+/// that passes is final only once the runtime has polled its I/O driver again: a process
+/// stopped past the deadline (SIGSTOP, a paused VM, a frozen cgroup) sees its timers fire
+/// before it reads the readiness of sockets that became readable while it was stopped (its
+/// `epoll_wait` is interrupted and returns nothing), and an answer that came in time would
+/// be taken for a timeout. The extra poll costs only when the deadline passes.
+pub async fn timeout_at_settled<F: Future>(
+    deadline: tokio::time::Instant,
+    future: F,
+) -> Result<F::Output, Elapsed> {
+    let mut future = std::pin::pin!(future);
+    if let Ok(output) = tokio::time::timeout_at(deadline, future.as_mut()).await {
+        return Ok(output);
+    }
+    // Woken only after the runtime has run out of ready tasks and polled its driver.
+    tokio::task::yield_now().await;
+    std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
+        Poll::Ready(output) => Poll::Ready(Ok(output)),
+        Poll::Pending => Poll::Ready(Err(Elapsed)),
+    })
+    .await
+}
+
+/// [`timeout_at_settled`] with a deadline `duration` from now.
+pub async fn timeout_settled<F: Future>(
+    duration: Duration,
+    future: F,
+) -> Result<F::Output, Elapsed> {
+    timeout_at_settled(tokio::time::Instant::now() + duration, future).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -611,12 +611,12 @@ async fn read_response_head(
         };
         let reading = lease.stream().read_buf(&mut client.upstream_in);
         let read = match watching {
-            false => tokio::time::timeout_at(until, reading).await,
+            false => weir_core::timeout::timeout_at_settled(until, reading).await,
             true => {
                 let fin = pool.config.connections.leave_queue_on_close;
                 tokio::select! {
                     biased;
-                    read = tokio::time::timeout_at(until, reading) => read,
+                    read = weir_core::timeout::timeout_at_settled(until, reading) => read,
                     _ = client.stream.left(fin) => return Err(left_at_node()),
                 }
             }

@@ -240,9 +240,12 @@ async fn check_on(
     timeout: Duration,
     lent: Option<weir_tls::ClientStream>,
 ) -> Result<(), CheckFailure> {
-    tokio::time::timeout(timeout, check_without_timeout(address, kind, connect, lent))
-        .await
-        .unwrap_or(Err(CheckFailure::Timeout))
+    weir_core::timeout::timeout_settled(
+        timeout,
+        check_without_timeout(address, kind, connect, lent),
+    )
+    .await
+    .unwrap_or(Err(CheckFailure::Timeout))
 }
 
 /// The bytes of an HTTP check's request. `Connection: close` keeps the

@@ -136,18 +136,34 @@ pub async fn splice(
 }
 
 /// How a relay ended: both directions done (`both`), one failed, or nothing
-/// moved for `idle`.
+/// moved for `idle`. The idle timeout is final only once the runtime has polled its I/O
+/// driver after it fired and the directions found nothing more to move (see
+/// `weir_core::timeout::timeout_at_settled`: a process stopped past it reads its timers
+/// before its sockets).
 pub(super) async fn race_idle<T>(
     both: impl Future<Output = Result<T, (End, io::Error)>>,
     activity: &Activity,
     idle: std::time::Duration,
 ) -> Ended {
-    tokio::select! {
-        done = both => match done {
-            Ok(_) => Ended::Closed,
-            Err((end, error)) => end.ended(error),
-        },
-        () = until_idle(activity, idle) => Ended::IdleTimeout,
+    let ended = |done: Result<T, (End, io::Error)>| match done {
+        Ok(_) => Ended::Closed,
+        Err((end, error)) => end.ended(error),
+    };
+    let mut both = std::pin::pin!(both);
+    loop {
+        tokio::select! {
+            done = both.as_mut() => return ended(done),
+            () = until_idle(activity, idle) => {}
+        }
+        let before = activity.last();
+        tokio::task::yield_now().await;
+        let again = std::future::poll_fn(|cx| std::task::Poll::Ready(both.as_mut().poll(cx))).await;
+        if let std::task::Poll::Ready(done) = again {
+            return ended(done);
+        }
+        if activity.last() == before {
+            return Ended::IdleTimeout;
+        }
     }
 }
 
