@@ -99,6 +99,18 @@ fn h2_acceptor(pki: &weir_testkit::tls::Pki) -> Arc<weir_tls::Acceptor> {
     Arc::new(weir_tls::Acceptor::new("s", tls, "node.toml").expect("certificates load"))
 }
 
+/// Answers `ok` after an empty DATA frame, as a server that flushes its head does.
+fn flush_first(mut respond: h2::server::SendResponse<Bytes>) {
+    let head = http::Response::builder()
+        .status(200)
+        .body(())
+        .expect("response");
+    if let Ok(mut send) = respond.send_response(head, false) {
+        let _ = send.send_data(Bytes::new(), false);
+        let _ = send.send_data(Bytes::from_static(b"ok"), true);
+    }
+}
+
 async fn answer(
     request: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
@@ -108,6 +120,9 @@ async fn answer(
     }
     if request.uri().path() == "/slow" {
         tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    }
+    if request.uri().path() == "/flush-first" {
+        return flush_first(respond);
     }
     if let Some(reset) = match request.uri().path() {
         "/early413" => Some(false),
@@ -1018,5 +1033,80 @@ async fn a_grpc_label_over_http1_does_not_lift_the_upload_clocks() {
         "still open: {answer}"
     );
     assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    proxy.stop().await;
+}
+
+/// A node that sends an empty DATA frame before each body (legal: a flush) is served on and
+/// on: its connections are retired before the codec's lifetime bound of 100 such frames
+/// closes one under its streams (every 101st request failed with a 502).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_data_frames_from_a_node_never_fail_a_request() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "").await;
+    for round in 0..260 {
+        let response = weir_testkit::client::get(proxy.addr, "/flush-first")
+            .await
+            .unwrap_or_else(|error| panic!("request {round}: {error}"));
+        assert_eq!(response.status, 200, "request {round}");
+        assert_eq!(&response.body[..], b"ok", "request {round}");
+    }
+    let connections = node.connections.load(Ordering::Relaxed);
+    assert!(
+        (5..=7).contains(&connections),
+        "{connections} connections for 260 answers, retired every 50"
+    );
+    proxy.stop().await;
+}
+
+/// A client that sends an empty DATA frame before each request body (legal, if odd) is
+/// asked to move to a new connection (a graceful GOAWAY) before the codec's lifetime bound
+/// of 100 such frames closes its connection under its streams: every request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_data_frames_from_a_client_end_its_connection_gracefully() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "[virtual_servers.web.http2]\ncleartext = true").await;
+    let mut sender = h2c_client(&proxy).await;
+    let mut connections = 1;
+    for round in 0..160 {
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://a/echo-{round}"))
+            .body(())
+            .expect("request");
+        let (response, mut body) = match sender.send_request(request.clone(), false) {
+            Ok(sent) => sent,
+            Err(_) => {
+                // The connection said GOAWAY: the next one takes the request.
+                sender = h2c_client(&proxy).await;
+                connections += 1;
+                sender
+                    .send_request(request, false)
+                    .expect("a new connection takes it")
+            }
+        };
+        body.send_data(Bytes::new(), false).expect("empty frame");
+        body.send_data(Bytes::from_static(b"x"), true)
+            .expect("body");
+        let response = response
+            .await
+            .unwrap_or_else(|error| panic!("request {round}: {error}"));
+        assert_eq!(response.status(), 200, "request {round}");
+        // Wait for the GOAWAY (if any) to be read before the next request.
+        let mut answer = response.into_body();
+        while let Some(chunk) = answer.data().await {
+            chunk.expect("answer body");
+        }
+        sender = match sender.ready().await {
+            Ok(ready) => ready,
+            Err(_) => {
+                connections += 1;
+                h2c_client(&proxy).await
+            }
+        };
+    }
+    assert!(
+        (3..=5).contains(&connections),
+        "{connections} connections for 160 requests, retired every 50"
+    );
     proxy.stop().await;
 }

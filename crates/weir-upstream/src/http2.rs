@@ -10,6 +10,7 @@
 //! Every state of a connection: `LIFECYCLE.md` in this crate ("HTTP/2").
 
 mod connection;
+mod empty_data;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

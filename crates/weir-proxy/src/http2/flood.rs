@@ -169,8 +169,17 @@ pub(crate) struct FrameWatch {
     /// is the kind a client sends to measure the path as data arrives (gRPC's BDP
     /// estimate), and weighs [`EXCUSED_PING`] of one.
     answered_since_ping: bool,
+    /// Empty DATA frames that did not end their stream, over the connection's life: the
+    /// codec closes a connection past 100 of them whatever their rate (see
+    /// [`FrameWatch::worn_out`]).
+    empty_data: u32,
     verdict: Option<Flood>,
 }
+
+/// Empty DATA frames not ending their stream after which a client's connection is asked to
+/// end (a graceful GOAWAY): half the `h2` codec's lifetime bound, which closes the connection
+/// under its streams with `ENHANCE_YOUR_CALM` however slowly the frames came.
+pub(crate) const EMPTY_DATA_RETIRE_AT: u32 = 50;
 
 impl FrameWatch {
     /// A watcher that expects the preface first.
@@ -188,8 +197,15 @@ impl FrameWatch {
             outgoing: Position::Header(0),
             outgoing_header: [0; FRAME_HEADER],
             answered_since_ping: false,
+            empty_data: 0,
             verdict: None,
         }
+    }
+
+    /// Whether the client sent so many empty DATA frames over the connection's life that
+    /// it should move to a new one before the codec closes this one under its streams.
+    pub(crate) fn worn_out(&self) -> bool {
+        self.empty_data >= EMPTY_DATA_RETIRE_AT
     }
 
     /// The flood found, once one was.
@@ -322,8 +338,11 @@ impl FrameWatch {
         let limits = self.limits;
         let flood = match kind {
             DATA => {
-                (length == 0 && flags & END_STREAM == 0)
-                    && self.empty.add(limits.empty_frames, 1.0, now)
+                let empty = length == 0 && flags & END_STREAM == 0;
+                if empty {
+                    self.empty_data = self.empty_data.saturating_add(1);
+                }
+                empty && self.empty.add(limits.empty_frames, 1.0, now)
             }
             HEADERS => {
                 self.block = (flags & END_HEADERS == 0).then_some(0);

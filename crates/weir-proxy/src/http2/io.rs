@@ -30,6 +30,8 @@ pub(crate) struct Tripwire {
     flood: Mutex<Option<Flood>>,
     /// What the watcher suspected when the stream last read (see [`FrameWatch::suspect`]).
     suspect: Mutex<Option<Flood>>,
+    /// The connection should end gracefully (see [`FrameWatch::worn_out`]).
+    worn_out: std::sync::atomic::AtomicBool,
     notify: Notify,
 }
 
@@ -50,6 +52,25 @@ impl Tripwire {
                 return flood;
             }
             notified.await;
+        }
+    }
+
+    /// Resolves once the connection is worn out (see [`FrameWatch::worn_out`]).
+    pub(crate) async fn worn_out(&self) {
+        use std::sync::atomic::Ordering;
+        loop {
+            let notified = self.notify.notified();
+            if self.worn_out.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn wear_out(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.worn_out.swap(true, Ordering::AcqRel) {
+            self.notify.notify_waiters();
         }
     }
 
@@ -95,6 +116,10 @@ impl<S> Watched<S> {
                     .unwrap_or_else(|p| p.into_inner());
                 if *slot != suspect {
                     *slot = suspect;
+                }
+                drop(slot);
+                if self.watch.worn_out() {
+                    self.tripwire.wear_out();
                 }
                 true
             }

@@ -147,8 +147,14 @@ pub(crate) async fn serve<S, H>(
                 return;
             }
             _ = shutdown.triggered(), if driver.draining.is_none() => {
-                driver.draining = Some(Instant::now());
-                connection.graceful_shutdown();
+                driver.go_away(&mut connection);
+            }
+            () = tripwire.worn_out(), if driver.draining.is_none() => {
+                // Before the codec's lifetime bound on empty DATA frames closes the
+                // connection under its streams: GOAWAY, the open streams finish, and
+                // the client opens a new connection.
+                tracing::debug!("HTTP/2 client sent many empty DATA frames; connection retired");
+                driver.go_away(&mut connection);
             }
             accepted = connection.accept() => match accepted {
                 Some(Ok((request, mut respond))) => {
@@ -165,8 +171,7 @@ pub(crate) async fn serve<S, H>(
                     if timing.max_streams.is_some_and(|max| driver.served >= max) && driver.draining.is_none() {
                         // The last stream this connection may serve: GOAWAY,
                         // and the open streams finish.
-                        driver.draining = Some(Instant::now());
-                        connection.graceful_shutdown();
+                        driver.go_away(&mut connection);
                     }
                 }
                 Some(Err(error)) => {
@@ -187,8 +192,7 @@ pub(crate) async fn serve<S, H>(
                     return;
                 }
                 if driver.draining.is_none() && driver.idle_for() >= timing.idle {
-                    driver.draining = Some(Instant::now());
-                    connection.graceful_shutdown();
+                    driver.go_away(&mut connection);
                 }
                 if driver.goaway_ignored(settings) {
                     tracing::debug!("HTTP/2 client did not answer its GOAWAY's PING in time; closing");
@@ -217,6 +221,16 @@ struct Driver {
 }
 
 impl Driver {
+    /// Starts the connection's graceful end: GOAWAY, and the open streams finish.
+    fn go_away<T, B>(&mut self, connection: &mut h2::server::Connection<T, B>)
+    where
+        T: AsyncRead + AsyncWrite + Unpin,
+        B: bytes::Buf,
+    {
+        self.draining = Some(Instant::now());
+        connection.graceful_shutdown();
+    }
+
     fn spawn_stream<H: StreamHandler>(
         &mut self,
         handler: &H,

@@ -94,6 +94,8 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
         .max_header_list_size(MAX_HEADER_LIST)
         .initial_max_send_streams(settings.max_streams as usize);
     let left = timeout.saturating_sub(started.elapsed());
+    // Retired before the codec's lifetime bound on empty DATA frames kills it.
+    let stream = super::empty_data::Watched::new(stream, Arc::downgrade(node), id);
     let (send, connection) = match tokio::time::timeout(left, builder.handshake(stream)).await {
         Ok(Ok(pair)) => pair,
         Ok(Err(error)) => {
