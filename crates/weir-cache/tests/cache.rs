@@ -1025,6 +1025,32 @@ fn no_double_compression_and_no_transform() {
     assert!(reply.compressor.is_none());
 }
 
+/// The node's answer to a miss, after 50 ms (the node takes a while): stored for a minute,
+/// and what the missing client gets of it.
+async fn slow_fill(
+    cache: &Arc<Cache>,
+    exchange: Exchange,
+    request: &Req,
+    answer: &'static [u8],
+) -> Vec<u8> {
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let (response, body) = node(200, &[("Cache-Control", "max-age=60")], answer);
+    let Reply::Fill(mut fill) = cache.response(
+        exchange,
+        &policy(),
+        None,
+        request,
+        &response,
+        UnixTime::now(),
+    ) else {
+        panic!("expected a fill");
+    };
+    let client = fill.take_hit().unwrap();
+    fill.push(body).unwrap();
+    fill.finish().unwrap();
+    collect(client).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_concurrent_misses_make_one_node_request() {
     let (cache, metrics, _) = new_cache();
@@ -1044,24 +1070,7 @@ async fn a_thousand_concurrent_misses_make_one_node_request() {
                     Lookup::Hit(hit) => collect(hit).await,
                     Lookup::Forward(exchange) => {
                         node_requests.fetch_add(1, Ordering::SeqCst);
-                        // The node takes a while.
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        let (response, body) =
-                            node(200, &[("Cache-Control", "max-age=60")], b"the one answer");
-                        let Reply::Fill(mut fill) = cache.response(
-                            exchange,
-                            &policy(),
-                            None,
-                            &request,
-                            &response,
-                            UnixTime::now(),
-                        ) else {
-                            panic!("expected a fill");
-                        };
-                        let client = fill.take_hit().unwrap();
-                        fill.push(body).unwrap();
-                        fill.finish().unwrap();
-                        collect(client).await
+                        slow_fill(&cache, exchange, &request, b"the one answer").await
                     }
                     other => panic!("unexpected {other:?}"),
                 }
@@ -1303,23 +1312,7 @@ async fn a_leader_that_gives_up_hands_the_flight_to_one_waiter() {
                     Lookup::Hit(hit) => collect(hit).await,
                     Lookup::Forward(exchange) => {
                         node_requests.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        let (response, body) =
-                            node(200, &[("Cache-Control", "max-age=60")], b"second try");
-                        let Reply::Fill(mut fill) = cache.response(
-                            exchange,
-                            &policy(),
-                            None,
-                            &request,
-                            &response,
-                            UnixTime::now(),
-                        ) else {
-                            panic!("expected a fill");
-                        };
-                        let client = fill.take_hit().unwrap();
-                        fill.push(body).unwrap();
-                        fill.finish().unwrap();
-                        collect(client).await
+                        slow_fill(&cache, exchange, &request, b"second try").await
                     }
                     other => panic!("unexpected {other:?}"),
                 }
