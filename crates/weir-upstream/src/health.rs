@@ -484,7 +484,12 @@ async fn run_monitor(
         // node answers (a response head within the last interval), they say how it is
         // and there is no check. A node that answered nothing for an interval while its
         // requests hold every slot may be frozen, holding them until the response timeout:
-        // it is checked on a connection of its own, one past the cap.
+        // it is checked on a connection of its own, one past the cap. Such a check only
+        // tells a node that holds connections and answers nothing (a timeout, what a
+        // stopped process gives) from one that answers: a node slower than the interval
+        // that refuses the extra connection (its own cap) or answers it 5xx is at work,
+        // and that check counts for nothing.
+        let mut past_cap = false;
         let mut slot = match &capped {
             None => None,
             Some(connections) => match connections.check_slot() {
@@ -493,7 +498,10 @@ async fn run_monitor(
                     delay = jittered(monitor.interval);
                     continue;
                 }
-                None => None,
+                None => {
+                    past_cap = true;
+                    None
+                }
             },
         };
         let lent = slot.as_mut().and_then(CheckSlot::take_stream);
@@ -505,6 +513,11 @@ async fn run_monitor(
         node.set_checked(std::time::Instant::now());
         if let Err(failure @ CheckFailure::OutOfResources(_)) = &outcome {
             tracing::debug!(pool = %pool, node = %node.address, reason = %failure, "health check not made");
+            delay = jittered(monitor.interval);
+            continue;
+        }
+        if past_cap && matches!(&outcome, Err(failure) if *failure != CheckFailure::Timeout) {
+            tracing::debug!(pool = %pool, node = %node.address, "health check past the cap answered: the node is at work");
             delay = jittered(monitor.interval);
             continue;
         }

@@ -93,6 +93,21 @@ struct Shared {
     stop: Option<oneshot::Sender<()>>,
     /// When the node's SETTINGS are known (an extended CONNECT waits for them).
     settled: connection::Settled,
+    /// Empty DATA frames the node sent on it (see `empty_data`): with its open streams,
+    /// at most [`empty_data::RETIRE_AT`].
+    empty_data: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Shared {
+    /// Whether it may carry one more stream: not draining, under `max` and the node's
+    /// limit, and with room under the codec's bound on empty DATA frames should each open
+    /// stream send one more.
+    fn has_room(&self, max: u32) -> bool {
+        let empty = self.empty_data.load(Ordering::Relaxed);
+        !self.draining
+            && self.streams < max.min(self.send.current_max_send_streams() as u32)
+            && self.streams.saturating_add(empty) + 1 < empty_data::RETIRE_AT
+    }
 }
 
 #[derive(Debug)]
@@ -350,9 +365,7 @@ impl H2Node {
     /// on few connections keeps the others idle, so they can close).
     fn take_stream(&self, state: &mut State) -> Option<Taken> {
         let max = self.settings.max_streams;
-        let connection = state.connections.iter_mut().find(|c| {
-            !c.draining && c.streams < max.min(c.send.current_max_send_streams() as u32)
-        })?;
+        let connection = state.connections.iter_mut().find(|c| c.has_room(max))?;
         connection.streams += 1;
         let reused = connection.carried > 0;
         connection.carried += 1;
@@ -398,6 +411,7 @@ impl H2Node {
                     idle_since: Instant::now(),
                     stop: Some(opened.stop),
                     settled: opened.settled,
+                    empty_data: opened.empty_data,
                 });
                 self.h2_metrics.streams_open.inc();
                 // The new connection may carry waiters' streams at once.
@@ -473,7 +487,7 @@ impl H2Node {
             return;
         }
         let send = shared.send.clone();
-        if !state.waiters.is_empty() {
+        if !state.waiters.is_empty() && shared.has_room(self.settings.max_streams) {
             state.connections[index].streams += 1;
             self.h2_metrics.streams_open.inc();
             if !self.grant(state, Grant::Stream(connection, send)) {

@@ -592,8 +592,10 @@ fn failures_during_an_ejection_do_not_count_after_it() {
 
 /// While every connection slot of the node is held by requests it answers, the monitor does
 /// not check (the check would be one connection past the cap): a node that answers no extra
-/// connection stays up. Once it has answered nothing for an interval (frozen, its requests
-/// held until their response timeout), it is checked past the cap and seen down.
+/// connection stays up. Once it has answered nothing for an interval, it is checked past the
+/// cap: a check that times out (a stopped process: the kernel still takes the connection,
+/// nobody answers) counts, and the node goes down; one the node refuses (its own cap, a
+/// node at work) counts for nothing.
 #[tokio::test]
 async fn no_check_while_the_node_at_its_cap_answers() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -616,14 +618,15 @@ async fn no_check_while_the_node_at_its_cap_answers() {
         metrics.node("web", "n"),
         metrics.pool("web"),
     );
-    // The one slot is a request's; then nothing listens there any more: every check fails.
+    // The one slot is a request's; the node refuses every connection past it (nothing
+    // listens there any more).
     let busy = connections.checkout().await.unwrap();
     drop(listener);
     let (owner, signal) = Shutdown::new();
     let tasks = spawn_monitors(
         "web",
         &[Arc::clone(&node)],
-        &monitor(HealthCheckKind::Tcp, Duration::from_millis(100)),
+        &monitor(http_check(), Duration::from_millis(100)),
         (
             None,
             &[Arc::clone(&connections)],
@@ -639,12 +642,57 @@ async fn no_check_while_the_node_at_its_cap_answers() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(node.is_active_up(), "checked past the cap");
-    // It stops answering: checked on a connection of its own, and seen down, though the
-    // request still holds the one slot.
+    // No answer for a while, and the checks past the cap are refused: at work, still up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(node.is_active_up(), "a refused check past the cap counted");
+    drop(busy);
+    stop_monitors(owner, tasks).await;
+}
+
+/// A stopped node (its listener takes connections, nobody answers) whose requests hold its
+/// every slot is checked past the cap and seen down: the checks time out.
+#[tokio::test]
+async fn a_stopped_node_at_its_cap_is_checked_past_it() {
+    // Bound and never accepting: the kernel completes the handshakes, nothing answers.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let node = node_at(address, passive_off());
+    let metrics = Metrics::new();
+    let settings = crate::connection::ConnectionSettings {
+        max_connections: 1,
+        queue_length: 0,
+        queue_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(1),
+        max_requests: None,
+        max_tunnels: 0,
+        tls: None,
+    };
+    let connections = NodeConnections::new(
+        address,
+        settings,
+        metrics.node("web", "n"),
+        metrics.pool("web"),
+    );
+    let busy = connections.checkout().await.unwrap();
+    let (owner, signal) = Shutdown::new();
+    let tasks = spawn_monitors(
+        "web",
+        &[Arc::clone(&node)],
+        &monitor(http_check(), Duration::from_millis(100)),
+        (
+            None,
+            &[Arc::clone(&connections)],
+            None,
+            UpstreamProtocol::Http1,
+        ),
+        signal,
+    );
     wait_for_active_up(&node, false).await;
     assert_eq!(connections.open(), 1, "the check took no slot");
     drop(busy);
     stop_monitors(owner, tasks).await;
+    drop(listener);
 }
 
 /// A monitor restarted (as a reload of its pool restarts it) counts on from the checks

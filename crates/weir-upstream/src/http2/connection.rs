@@ -37,6 +37,8 @@ pub(super) struct Opened {
     pub send: SendRequest<Bytes>,
     pub stop: oneshot::Sender<()>,
     pub settled: Settled,
+    /// Empty DATA frames the node sent on it so far.
+    pub empty_data: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Opens connection `id` to `node`.
@@ -95,7 +97,12 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
         .initial_max_send_streams(settings.max_streams as usize);
     let left = timeout.saturating_sub(started.elapsed());
     // Retired before the codec's lifetime bound on empty DATA frames kills it.
-    let stream = super::empty_data::Watched::new(stream, Arc::downgrade(node), id);
+    let empty_data = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let stream = super::empty_data::Watched::new(
+        stream,
+        (Arc::downgrade(node), id),
+        Arc::clone(&empty_data),
+    );
     let (send, connection) = match tokio::time::timeout(left, builder.handshake(stream)).await {
         Ok(Ok(pair)) => pair,
         Ok(Err(error)) => {
@@ -112,6 +119,7 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
         send,
         stop,
         settled,
+        empty_data,
     })
 }
 

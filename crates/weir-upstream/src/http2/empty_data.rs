@@ -7,21 +7,26 @@
 //! stream in flight on it. An empty DATA frame is legal (a server's flush before its body),
 //! and a node that sends one per response would have its shared, long-lived connection
 //! killed every hundred responses. [`Watched`] reads the frame headers of what the node
-//! sends (a few compares per frame; payloads are skipped) and, at [`RETIRE_AT`], takes the
-//! connection out of service: no new streams, those in flight finish, the next request
+//! sends (a few compares per frame; payloads are skipped) and keeps the count where the
+//! node's pool sees it: a connection takes a new stream only while the empty frames seen
+//! plus its open streams (each may send one more) stay under [`RETIRE_AT`], and at
+//! [`RETIRE_AT`] it is taken out of service: those in flight finish, the next request
 //! opens a fresh connection.
 
 use std::pin::Pin;
-use std::sync::Weak;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::H2Node;
 
-/// Empty DATA frames after which the connection takes no new streams: half the codec's
-/// bound, leaving the other half for the streams in flight.
-pub(super) const RETIRE_AT: u32 = 50;
+/// Empty DATA frames seen plus streams open on a connection past which it takes no new
+/// stream: under the codec's bound of 100, with room for each open stream to send one more
+/// (a node that sends one per response; one that sends several per stream can still pass
+/// the bound with many streams open).
+pub(super) const RETIRE_AT: u32 = 90;
 
 const FRAME_HEADER: usize = 9;
 const DATA: u8 = 0x0;
@@ -116,16 +121,24 @@ pub(super) struct Watched<S> {
     scanner: Scanner,
     node: Weak<H2Node>,
     id: u64,
+    /// The count, where the node's pool reads it.
+    shared: Arc<AtomicU32>,
     retired: bool,
 }
 
 impl<S> Watched<S> {
-    pub(super) fn new(inner: S, node: Weak<H2Node>, id: u64) -> Watched<S> {
+    /// Connection `id` of `node`, counting into `shared`.
+    pub(super) fn new(
+        inner: S,
+        (node, id): (Weak<H2Node>, u64),
+        shared: Arc<AtomicU32>,
+    ) -> Watched<S> {
         Watched {
             inner,
             scanner: Scanner::new(),
             node,
             id,
+            shared,
             retired: false,
         }
     }
@@ -141,17 +154,21 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if polled.is_ready() && !self.retired {
             let this = &mut *self;
+            let seen = this.scanner.empty;
             this.scanner.scan(&buf.filled()[before..]);
-            if this.scanner.empty >= RETIRE_AT {
+            if this.scanner.empty > seen {
+                this.shared.store(this.scanner.empty, Ordering::Relaxed);
+            }
+            if this.scanner.empty >= RETIRE_AT
+                && let Some(node) = this.node.upgrade()
+            {
                 this.retired = true;
-                if let Some(node) = this.node.upgrade() {
-                    tracing::debug!(
-                        node = %node.address,
-                        empty_data_frames = this.scanner.empty,
-                        "HTTP/2 connection to the node retired before the codec's bound on empty DATA frames"
-                    );
-                    node.drain(this.id, false);
-                }
+                tracing::debug!(
+                    node = %node.address,
+                    empty_data_frames = this.scanner.empty,
+                    "HTTP/2 connection to the node retired before the codec's bound on empty DATA frames"
+                );
+                node.drain(this.id, false);
             }
         }
         polled
