@@ -271,6 +271,20 @@ impl Cache {
         }
     }
 
+    /// The client of `exchange` left before the node's answer came: a flight it led goes
+    /// on with one of its waiters leading (see [`crate::flight`]).
+    pub fn abandoned(&self, exchange: Exchange) {
+        match exchange.kind {
+            ExchangeKind::Fill {
+                guard: Some(guard), ..
+            }
+            | ExchangeKind::Revalidate {
+                guard: Some(guard), ..
+            } => guard.abandoned(),
+            _ => {}
+        }
+    }
+
     /// The node could not be reached or did not answer: a stale object
     /// within `stale-if-error`, if there is one (else answer the error).
     /// Waiters on this exchange serve that stale object too where they may; without one

@@ -2,10 +2,13 @@
 //! node. The first becomes the leader and holds a [`FlightGuard`]; the others
 //! get a [`Waiter`] and wait, bounded in number and in time, for the leader to
 //! say whether it stored the response; then they look up again (and find the
-//! object, perhaps still filling), or go to the node themselves. A leader that gives up
-//! without an answer (its client left, its exchange failed) sends them to look up again
-//! too: the first becomes the next leader and the others wait on it, so one client's
-//! cancelled miss does not release every waiter to the node at once.
+//! object, perhaps still filling), or go to the node themselves. A leader whose client left
+//! before the answer came ([`FlightGuard::abandoned`]) sends them to look up again too: the
+//! first becomes the next leader and the others wait on it, so one client's cancelled miss
+//! does not release every waiter to the node at once. A leader whose exchange failed (a node
+//! that timed out or broke off) releases them to the node, as one that could not store: each
+//! then has its own answer within its own timeout, where a chain of leaders would each wait
+//! the node's timeout in turn.
 //!
 //! A key whose response could not be stored is remembered for a while as a
 //! *pass*: misses for it then go straight to the node instead of queueing
@@ -56,8 +59,8 @@ pub enum Outcome {
     /// The node failed the leader's revalidation, and a stale object was served in its
     /// place (`stale-if-error`): so may the waiters be.
     NodeFailed,
-    /// The leader gave up before it knew (its guard dropped unreported): look up again,
-    /// one of the waiters leading the next flight.
+    /// The leader's client left before the answer came: look up again, one of the waiters
+    /// leading the next flight.
     Abandoned,
 }
 
@@ -75,8 +78,7 @@ pub enum Join {
     Pass,
 }
 
-/// The leader's duty to report; dropping it unreported abandons the flight
-/// ([`Outcome::Abandoned`]).
+/// The leader's duty to report; dropping it unreported counts as not stored.
 #[derive(Debug)]
 pub struct FlightGuard {
     flights: Arc<Flights>,
@@ -104,8 +106,8 @@ pub enum WaitOutcome {
     /// The node failed the leader, which served the stale object (`stale-if-error`): look
     /// up again, and serve it too where it is usable on error, without asking the node.
     NodeFailed,
-    /// The leader gave up without an answer: look up again and coalesce again (the first
-    /// to do so leads).
+    /// The leader's client left before the answer: look up again and coalesce again (the
+    /// first to do so leads).
     Abandoned,
 }
 
@@ -216,6 +218,12 @@ impl FlightGuard {
         self.finish(Outcome::NodeFailed, None);
     }
 
+    /// The leader's client left before the node's answer came: waiters look up again, one
+    /// of them leading the next flight.
+    pub fn abandoned(mut self) {
+        self.finish(Outcome::Abandoned, None);
+    }
+
     /// How many requests are waiting on this one.
     pub fn waiters(&self) -> u32 {
         self.flight.waiters.load(Ordering::Relaxed)
@@ -250,7 +258,7 @@ impl FlightGuard {
 impl Drop for FlightGuard {
     fn drop(&mut self) {
         if !self.reported {
-            self.finish(Outcome::Abandoned, None);
+            self.finish(Outcome::NotStored, None);
         }
     }
 }
@@ -338,6 +346,14 @@ mod tests {
             panic!("expected a follower");
         };
         drop(guard);
+        assert_eq!(waiter.wait().await, WaitOutcome::GoToNode);
+        let Join::Leader(guard) = flights.join(b"k", 10, Duration::from_secs(5)) else {
+            panic!("the next to join leads");
+        };
+        let Join::Follower(waiter) = flights.join(b"k", 10, Duration::from_secs(5)) else {
+            panic!("expected a follower");
+        };
+        guard.abandoned();
         assert_eq!(waiter.wait().await, WaitOutcome::Abandoned);
         // The flight is gone: the next to join leads a new one.
         assert!(matches!(

@@ -1291,11 +1291,10 @@ async fn an_uncacheable_key_is_not_coalesced_for_a_while() {
 /// `weir_cache_coalesced_total` counts a waiter once, and only when the fill it waited for
 /// answered it; one the fill could not answer goes to the node and is not counted. The
 /// `waiting` gauge follows the waiters.
-/// A leader that gives up without an answer (its client left before the node answered)
-/// hands the flight on: one waiter goes to the node and the others wait on it, where all of
-/// them went to the node at once.
+/// A leader whose client left before the node answered hands the flight on: one waiter goes
+/// to the node and the others wait on it, where all of them went to the node at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_that_gives_up_hands_the_flight_to_one_waiter() {
+async fn a_leader_whose_client_left_hands_the_flight_to_one_waiter() {
     let (cache, metrics, _) = new_cache();
     let request = Req::get("/abandoned");
     let now = UnixTime::now();
@@ -1320,8 +1319,8 @@ async fn a_leader_that_gives_up_hands_the_flight_to_one_waiter() {
         })
         .collect();
     assert_eq!(metrics.waiting.get(), 8);
-    // The leader's client leaves: its exchange is dropped unanswered.
-    drop(leader);
+    // The leader's client leaves before the node's answer.
+    cache.abandoned(leader);
     for waiter in waiters {
         assert_eq!(waiter.await.unwrap(), b"second try");
     }

@@ -205,6 +205,11 @@ pub(crate) async fn node_failed(
         scheme: flow.scheme,
     };
     let stale = match (flow.cached, flow.content.cache.as_ref()) {
+        // The client left: its waiters, if any, go on behind one of them.
+        (Some(exchange), Some(cache)) if failure.error.kind() == ErrorKind::ClientClosed => {
+            cache.abandoned(exchange);
+            None
+        }
         (Some(exchange), Some(cache)) => cache.node_failed(exchange, &view, UnixTime::now()),
         _ => None,
     };
