@@ -90,6 +90,50 @@ pub async fn timeout_at_settled<F: Future>(
     .await
 }
 
+/// Runs `work` until it completes (`Some` of its output) or the relay is idle (`None`):
+/// `idle()` makes the caller's idle timer (made again each time it is waited on), and
+/// `activity()` reads what moves when `work` transfers anything. As with
+/// [`timeout_at_settled`], an idle timer that fires is final only once the runtime has
+/// polled its I/O driver and `work`, polled again, moved nothing: bytes that came while the
+/// process was stopped past the timer are relayed, not cut.
+pub async fn until_idle_settled<F, I, T, A>(
+    work: F,
+    mut idle: I,
+    activity: impl Fn() -> A,
+) -> Option<F::Output>
+where
+    F: Future,
+    I: FnMut() -> T,
+    T: Future<Output = ()>,
+    A: PartialEq,
+{
+    let mut work = std::pin::pin!(work);
+    loop {
+        let finished = {
+            let mut timer = std::pin::pin!(idle());
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(output) = work.as_mut().poll(cx) {
+                    return Poll::Ready(Some(output));
+                }
+                timer.as_mut().poll(cx).map(|()| None)
+            })
+            .await
+        };
+        if finished.is_some() {
+            return finished;
+        }
+        let before = activity();
+        tokio::task::yield_now().await;
+        let again = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await;
+        if let Poll::Ready(output) = again {
+            return Some(output);
+        }
+        if activity() == before {
+            return None;
+        }
+    }
+}
+
 /// [`timeout_at_settled`] with a deadline `duration` from now.
 pub async fn timeout_settled<F: Future>(
     duration: Duration,
@@ -100,7 +144,67 @@ pub async fn timeout_settled<F: Future>(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
+
+    /// Pending on its first `pending` polls (without asking to be woken: as a socket whose
+    /// readiness the runtime has not read yet), then ready.
+    fn ready_after(pending: u32) -> impl Future<Output = &'static str> {
+        let mut left = pending;
+        std::future::poll_fn(move |_| {
+            if left == 0 {
+                return Poll::Ready("answer");
+            }
+            left -= 1;
+            Poll::Pending
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_passed_deadline_gives_the_future_one_more_poll() {
+        let now = tokio::time::Instant::now();
+        // Pending when the deadline is seen, ready once the runtime has run its driver.
+        assert_eq!(timeout_at_settled(now, ready_after(1)).await, Ok("answer"));
+        assert_eq!(timeout_at_settled(now, ready_after(2)).await, Err(Elapsed));
+        assert_eq!(
+            timeout_settled(Duration::from_secs(1), std::future::pending::<()>()).await,
+            Err(Elapsed)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_relay_gets_one_more_poll_and_goes_on_if_it_moved() {
+        let idle = || tokio::time::sleep(Duration::from_secs(2));
+        // Nothing moves: idle, after the timer.
+        let started = tokio::time::Instant::now();
+        let never = std::future::pending::<()>();
+        assert_eq!(until_idle_settled(never, idle, || 0).await, None);
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+        // It finishes on the poll after the timer fired: its output.
+        let now = std::sync::atomic::AtomicU32::new(0);
+        let late = until_idle_settled(ready_after(2), idle, || now.load(Ordering::Relaxed));
+        assert_eq!(late.await, Some("answer"));
+        // It moved on that poll (bytes read; its first two polls are the first and the one
+        // when the timer fired): the relay goes on, and ends when it is idle again.
+        let moved = std::sync::atomic::AtomicU32::new(0);
+        let mut polls = 0;
+        let moving = std::future::poll_fn(|_| {
+            polls += 1;
+            if polls == 3 {
+                moved.fetch_add(1, Ordering::Relaxed);
+            }
+            Poll::<()>::Pending
+        });
+        let started = tokio::time::Instant::now();
+        let ended = until_idle_settled(moving, idle, || moved.load(Ordering::Relaxed)).await;
+        assert_eq!(ended, None);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(4),
+            "a second idle period"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_future_ready_at_once_is_never_timed() {

@@ -322,7 +322,7 @@ where
             ),
         )
     };
-    let watchdog = async {
+    let watchdog = || async {
         loop {
             let last = started + Duration::from_millis(last_activity.load(Ordering::Relaxed));
             let deadline = last + idle;
@@ -332,9 +332,13 @@ where
             tokio::time::sleep_until(deadline).await;
         }
     };
-    tokio::select! {
-        _ = both => {}
-        () = watchdog => tracing::debug!(?idle, "tunnel idle; closing"),
+    // Settled: bytes that came while the process was stopped past the idle timer go on.
+    let activity = || last_activity.load(Ordering::Relaxed);
+    if weir_core::timeout::until_idle_settled(both, watchdog, activity)
+        .await
+        .is_none()
+    {
+        tracing::debug!(?idle, "tunnel idle; closing");
     }
     to_client.load(Ordering::Relaxed)
 }

@@ -123,10 +123,11 @@ where
             ),
         )
     };
-    let ended = tokio::select! {
-        both = both => both.map(drop),
-        () = clock.idle_for(idle) => Err(End::Idle),
-    };
+    // Settled: bytes that came while the process was stopped past the idle timer go on.
+    let activity = || clock.last_activity.load(Ordering::Relaxed);
+    let ended = weir_core::timeout::until_idle_settled(both, || clock.idle_for(idle), activity)
+        .await
+        .map_or(Err(End::Idle), |both| both.map(drop));
     let reason = match ended {
         Ok(()) => None,
         // The other side learns that the tunnel broke, as from a TCP reset (RFC 9113 §8.5).

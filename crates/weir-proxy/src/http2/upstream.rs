@@ -138,7 +138,7 @@ pub(crate) async fn response_head(
     timeout: Duration,
 ) -> Result<H2Response, Error> {
     let response = awaited(
-        tokio::time::timeout(timeout, response).await,
+        weir_core::timeout::timeout_settled(timeout, response).await,
         reading.replay,
     )?;
     final_head(response, reading)
@@ -147,7 +147,7 @@ pub(crate) async fn response_head(
 /// What waiting for a response head gave, as weir's error when it gave none: a stream
 /// the node refused is safe to send again; past the wait it is a response timeout.
 fn awaited<T>(
-    waited: Result<Result<T, h2::Error>, tokio::time::error::Elapsed>,
+    waited: Result<Result<T, h2::Error>, weir_core::timeout::Elapsed>,
     replay: bool,
 ) -> Result<T, Error> {
     match waited {
@@ -189,7 +189,7 @@ pub(crate) async fn next_answer(
             .map(|r| r.map(Ok))
     });
     match awaited(
-        tokio::time::timeout_at(deadline, next).await,
+        weir_core::timeout::timeout_at_settled(deadline, next).await,
         reading.replay,
     )? {
         Ok(response) => final_head(response, reading).map(Answer::Final),

@@ -145,25 +145,16 @@ pub(super) async fn race_idle<T>(
     activity: &Activity,
     idle: std::time::Duration,
 ) -> Ended {
-    let ended = |done: Result<T, (End, io::Error)>| match done {
-        Ok(_) => Ended::Closed,
-        Err((end, error)) => end.ended(error),
-    };
-    let mut both = std::pin::pin!(both);
-    loop {
-        tokio::select! {
-            done = both.as_mut() => return ended(done),
-            () = until_idle(activity, idle) => {}
-        }
-        let before = activity.last();
-        tokio::task::yield_now().await;
-        let again = std::future::poll_fn(|cx| std::task::Poll::Ready(both.as_mut().poll(cx))).await;
-        if let std::task::Poll::Ready(done) = again {
-            return ended(done);
-        }
-        if activity.last() == before {
-            return Ended::IdleTimeout;
-        }
+    let done = weir_core::timeout::until_idle_settled(
+        both,
+        || until_idle(activity, idle),
+        || activity.last(),
+    )
+    .await;
+    match done {
+        Some(Ok(_)) => Ended::Closed,
+        Some(Err((end, error))) => end.ended(error),
+        None => Ended::IdleTimeout,
     }
 }
 
