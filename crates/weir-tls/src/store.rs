@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use tokio_rustls::rustls::SignatureAlgorithm;
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
+use tokio_rustls::rustls::{SignatureAlgorithm, SignatureScheme};
 
 use crate::certs::CertificateInfo;
 use crate::ocsp::Staple;
@@ -63,6 +63,34 @@ pub struct CertStore {
     /// Entries for when nothing matches: the first certificate and any other
     /// with the same names (its RSA or ECDSA twin).
     default: Vec<usize>,
+    /// By entry, the signature schemes its key can sign with ([`SCHEMES`], a bit each).
+    schemes: Vec<u16>,
+}
+
+/// The signature schemes a client may offer, for telling which keys serve which clients.
+const SCHEMES: [SignatureScheme; 13] = [
+    SignatureScheme::ECDSA_NISTP256_SHA256,
+    SignatureScheme::ECDSA_NISTP384_SHA384,
+    SignatureScheme::ECDSA_NISTP521_SHA512,
+    SignatureScheme::ECDSA_SHA1_Legacy,
+    SignatureScheme::ED25519,
+    SignatureScheme::ED448,
+    SignatureScheme::RSA_PSS_SHA256,
+    SignatureScheme::RSA_PSS_SHA384,
+    SignatureScheme::RSA_PSS_SHA512,
+    SignatureScheme::RSA_PKCS1_SHA256,
+    SignatureScheme::RSA_PKCS1_SHA384,
+    SignatureScheme::RSA_PKCS1_SHA512,
+    SignatureScheme::RSA_PKCS1_SHA1,
+];
+
+/// The schemes of [`SCHEMES`] `key` can sign with, a bit each.
+fn signs(key: &CertifiedKey) -> u16 {
+    SCHEMES
+        .iter()
+        .enumerate()
+        .filter(|(_, scheme)| key.key.choose_scheme(&[**scheme]).is_some())
+        .fold(0, |bits, (bit, _)| bits | 1 << bit)
 }
 
 fn preference(algorithm: SignatureAlgorithm) -> u8 {
@@ -106,11 +134,13 @@ impl CertStore {
         exact.values_mut().for_each(order);
         wildcard.values_mut().for_each(order);
         order(&mut default);
+        let schemes = entries.iter().map(|entry| signs(&entry.key)).collect();
         CertStore {
             entries,
             exact,
             wildcard,
             default,
+            schemes,
         }
     }
 
@@ -164,17 +194,27 @@ impl CertStore {
     }
 
     /// Why the certificate at `index` is never chosen, if it is not: every name and address
-    /// it has is also an earlier certificate's with the same key type, which a client that
-    /// can use that key type gets first (for no SNI too: a twin of the default is the
-    /// default's names again).
+    /// it has is also an earlier certificate's whose key signs with every scheme its key
+    /// does (a client that can use it gets that one first), and, when it is a default (a
+    /// twin of the first certificate: what clients without SNI or with an unknown name
+    /// get), an earlier default's key does so too.
     pub fn shadowed(&self, index: usize) -> Option<String> {
         let entry = &self.entries[index];
         let info = &entry.info;
-        let algorithm = entry.key.key.algorithm();
+        let mine = self.schemes[index];
+        let serves_as_well = |other: usize| self.schemes[other] & mine == mine;
+        if self.default.contains(&index)
+            && !self
+                .default
+                .iter()
+                .any(|&other| other < index && serves_as_well(other))
+        {
+            return None;
+        }
         let earlier: Vec<(usize, &Entry)> = self.entries[..index]
             .iter()
             .enumerate()
-            .filter(|(_, other)| other.key.key.algorithm() == algorithm)
+            .filter(|&(other, _)| serves_as_well(other))
             .collect();
         if (info.names.is_empty() && info.addresses.is_empty()) || earlier.is_empty() {
             return None;
@@ -322,6 +362,61 @@ mod tests {
             "certificate 6 (CN=x.test) is never served: each of its names is an earlier certificate's, with the same key type",
         ];
         assert_eq!(warnings, expected, "{warnings:#?}");
+    }
+
+    /// A self-signed certificate for `names` with a key made by `algorithm`.
+    fn with_key(names: &[&str], algorithm: &'static rcgen::SignatureAlgorithm) -> Entry {
+        let key = KeyPair::generate_for(algorithm).unwrap();
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let cert = CertificateParams::new(names)
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let signing = aws_lc_rs::default_provider()
+            .key_provider
+            .load_private_key(PrivateKeyDer::Pkcs8(key.serialize_der().into()))
+            .unwrap();
+        let key = CertifiedKey::new(vec![cert.der().clone()], signing);
+        let info = CertificateInfo::of(cert.der(), key.key.algorithm()).unwrap();
+        Entry::new(Arc::new(key), info)
+    }
+
+    /// Served certificates are not called never served: the default's twin of the other
+    /// key type (what RSA-only clients without SNI get) behind a certificate with more
+    /// names, and a P-384 key behind a P-256 one with the same names (a client that offers
+    /// only P-384 gets it).
+    #[test]
+    fn a_certificate_some_clients_get_is_served() {
+        use crate::KeyType::{EcdsaP256, Rsa2048};
+        let store = CertStore::new(vec![
+            typed(&["x.test"], EcdsaP256),
+            typed(&["x.test", "y.test"], Rsa2048),
+            typed(&["x.test"], Rsa2048),
+            with_key(&["p.test"], &rcgen::PKCS_ECDSA_P256_SHA256),
+            with_key(&["p.test"], &rcgen::PKCS_ECDSA_P384_SHA384),
+            with_key(&["p.test"], &rcgen::PKCS_ECDSA_P384_SHA384),
+        ]);
+        let rsa_only = [SignatureScheme::RSA_PSS_SHA256];
+        let chosen = store.choose(None, &rsa_only, SystemTime::now).unwrap();
+        assert!(
+            Arc::ptr_eq(&chosen, &store.entries()[2].key),
+            "the default's twin"
+        );
+        let p384 = [SignatureScheme::ECDSA_NISTP384_SHA384];
+        let chosen = store
+            .choose(Some("p.test"), &p384, SystemTime::now)
+            .unwrap();
+        assert!(
+            Arc::ptr_eq(&chosen, &store.entries()[4].key),
+            "the P-384 key"
+        );
+        let warnings = store.warnings(SystemTime::now());
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
+        assert!(
+            warnings[0].starts_with("certificate 6 ")
+                && warnings[0].ends_with("certificate 5 has the same names and key type"),
+            "{warnings:#?}"
+        );
     }
 
     #[test]
