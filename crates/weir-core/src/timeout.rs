@@ -81,13 +81,26 @@ pub async fn timeout_at_settled<F: Future>(
     if let Ok(output) = tokio::time::timeout_at(deadline, future.as_mut()).await {
         return Ok(output);
     }
-    // Woken only after the runtime has run out of ready tasks and polled its driver.
-    tokio::task::yield_now().await;
-    std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
-        Poll::Ready(output) => Poll::Ready(Ok(output)),
-        Poll::Pending => Poll::Ready(Err(Elapsed)),
-    })
-    .await
+    settle(future).await.ok_or(Elapsed)
+}
+
+/// How many times a future whose time ran out is polled again, each after the runtime has
+/// polled its driver and run the tasks that woke: what it waits for may come through
+/// another task (an HTTP/2 connection's, which reads the frames its streams wait for).
+const SETTLE_ROUNDS: u32 = 3;
+
+/// Polls `future` again after the runtime has run its driver and its ready tasks, up to
+/// [`SETTLE_ROUNDS`] times; its output if it completed.
+async fn settle<F: Future>(mut future: Pin<&mut F>) -> Option<F::Output> {
+    for _ in 0..SETTLE_ROUNDS {
+        // Woken only after the runtime has run out of ready tasks and polled its driver.
+        tokio::task::yield_now().await;
+        let polled = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
+        if let Poll::Ready(output) = polled {
+            return Some(output);
+        }
+    }
+    None
 }
 
 /// Runs `work` until it completes (`Some` of its output) or the relay is idle (`None`):
@@ -123,9 +136,7 @@ where
             return finished;
         }
         let before = activity();
-        tokio::task::yield_now().await;
-        let again = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await;
-        if let Poll::Ready(output) = again {
+        if let Some(output) = settle(work.as_mut()).await {
             return Some(output);
         }
         if activity() == before {
@@ -162,11 +173,20 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_passed_deadline_gives_the_future_one_more_poll() {
+    async fn a_passed_deadline_gives_the_future_a_few_more_polls() {
         let now = tokio::time::Instant::now();
-        // Pending when the deadline is seen, ready once the runtime has run its driver.
+        // Pending when the deadline is seen, ready once the runtime has run its driver and
+        // its tasks once or a few times.
         assert_eq!(timeout_at_settled(now, ready_after(1)).await, Ok("answer"));
-        assert_eq!(timeout_at_settled(now, ready_after(2)).await, Err(Elapsed));
+        let rounds = SETTLE_ROUNDS as usize;
+        assert_eq!(
+            timeout_at_settled(now, ready_after(rounds as u32)).await,
+            Ok("answer")
+        );
+        assert_eq!(
+            timeout_at_settled(now, ready_after(rounds as u32 + 1)).await,
+            Err(Elapsed)
+        );
         assert_eq!(
             timeout_settled(Duration::from_secs(1), std::future::pending::<()>()).await,
             Err(Elapsed)
@@ -174,7 +194,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_idle_relay_gets_one_more_poll_and_goes_on_if_it_moved() {
+    async fn an_idle_relay_gets_more_polls_and_goes_on_if_it_moved() {
         let idle = || tokio::time::sleep(Duration::from_secs(2));
         // Nothing moves: idle, after the timer.
         let started = tokio::time::Instant::now();
