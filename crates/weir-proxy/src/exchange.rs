@@ -73,14 +73,16 @@ pub(crate) struct Exchange {
 impl Exchange {
     /// Whether the node's answer opened a tunnel: a `101` (HTTP/1.1 node), a
     /// 2xx to a CONNECT (`connect`), or a 2xx to an extended CONNECT (a
-    /// WebSocket to an HTTP/2 node).
+    /// WebSocket to an HTTP/2 node, which holds a tunnel place). An HTTP/2 stream whose
+    /// sending side is kept after an early answer (the node answered before the request
+    /// body was all sent) is no tunnel: that answer is relayed.
     pub(crate) fn switched(&self, connect: bool) -> bool {
         let status = self.response.status();
         let success = (200..300).contains(&status);
         match &self.lease {
             NodeLink::Http2 {
                 upload: Some(_), ..
-            } => success,
+            } => success && self.tunnel.is_some(),
             _ => status == 101 || (connect && success),
         }
     }

@@ -124,12 +124,13 @@ async fn answer(
     if request.uri().path() == "/flush-first" {
         return flush_first(respond);
     }
-    if let Some(reset) = match request.uri().path() {
-        "/early413" => Some(false),
-        "/early413rst" => Some(true),
+    if let Some((status, reset)) = match request.uri().path() {
+        "/early413" => Some((413, false)),
+        "/early413rst" => Some((413, true)),
+        "/early200" => Some((200, false)),
         _ => None,
     } {
-        return answer_early(request, respond, reset).await;
+        return answer_early(request, respond, (status, reset)).await;
     }
     if request.uri().path() == "/big" {
         // 8 MiB, sent as the windows allow.
@@ -218,10 +219,10 @@ async fn answer(
 async fn answer_early(
     request: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
-    reset: bool,
+    (status, reset): (u16, bool),
 ) {
     let head = http::Response::builder()
-        .status(413)
+        .status(status)
         .header("content-length", 6)
         .body(())
         .expect("response");
@@ -453,7 +454,12 @@ async fn a_node_answer_before_the_body_reaches_the_client() {
     let body = std::env::temp_dir().join(format!("weir-early-{}.bin", std::process::id()));
     std::fs::write(&body, vec![b'u'; 4 << 20]).expect("body file");
     let upload = format!("@{}", body.display());
-    for path in ["/early413", "/early413rst"] {
+    // A 2xx answered early is an answer too, not a protocol switch (it was a 502).
+    for (path, status) in [
+        ("/early413", 413),
+        ("/early413rst", 413),
+        ("/early200", 200),
+    ] {
         let url = format!("http://127.0.0.1:{}{path}", proxy.addr.port());
         let started = std::time::Instant::now();
         let answer = curl(
@@ -469,7 +475,10 @@ async fn a_node_answer_before_the_body_reaches_the_client() {
             b"",
         )
         .await;
-        assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer}");
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{path}: {answer}"
+        );
         assert!(answer.ends_with("early\n"), "{path}: {answer}");
         let quick = std::time::Duration::from_millis(1500);
         assert!(
@@ -488,7 +497,7 @@ async fn a_node_answer_before_the_body_reaches_the_client() {
             .await
             .expect("the answer in time")
             .expect("an answer");
-        assert_eq!(response.status(), 413, "{path}");
+        assert_eq!(response.status(), status, "{path}");
         let mut answer = response.into_body();
         let mut text = Vec::new();
         while let Some(Ok(data)) = answer.data().await {
