@@ -469,6 +469,8 @@ async fn run_monitor(
     let first = monitor
         .interval
         .mul_f64(rand::rng().random_range(0.0..JITTER));
+    // Since when every slot is held and the node has sent no response head (see below).
+    let mut stalled_since: Option<std::time::Instant> = None;
     let mut delay = match node.since_checked(std::time::Instant::now()) {
         Some(since) => monitor.interval.saturating_sub(since).max(first),
         None => first,
@@ -489,16 +491,28 @@ async fn run_monitor(
         // stopped process gives) from one that answers: a node slower than the interval
         // that refuses the extra connection (its own cap) or answers it 5xx is at work,
         // and that check counts for nothing.
+        // It must have been so at two checks an interval apart: a request sent a moment
+        // ago to a node that last answered long ago (sparse traffic) says nothing yet.
         let mut past_cap = false;
         let mut slot = match &capped {
             None => None,
             Some(connections) => match connections.check_slot() {
-                Some(slot) => Some(slot),
+                Some(slot) => {
+                    stalled_since = None;
+                    Some(slot)
+                }
                 None if answering(&node, monitor.interval) => {
+                    stalled_since = None;
                     delay = jittered(monitor.interval);
                     continue;
                 }
                 None => {
+                    let now = std::time::Instant::now();
+                    let since = *stalled_since.get_or_insert(now);
+                    if now.duration_since(since) < monitor.interval {
+                        delay = jittered(monitor.interval);
+                        continue;
+                    }
                     past_cap = true;
                     None
                 }

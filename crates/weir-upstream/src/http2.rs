@@ -93,20 +93,21 @@ struct Shared {
     stop: Option<oneshot::Sender<()>>,
     /// When the node's SETTINGS are known (an extended CONNECT waits for them).
     settled: connection::Settled,
-    /// Empty DATA frames the node sent on it (see `empty_data`): with its open streams,
-    /// at most [`empty_data::RETIRE_AT`].
+    /// Padded empty DATA frames the node sent on it, which the codec counts (see
+    /// `empty_data`): with its open streams, at most [`empty_data::RETIRE_AT`].
     empty_data: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Shared {
     /// Whether it may carry one more stream: not draining, under `max` and the node's
     /// limit, and with room under the codec's bound on empty DATA frames should each open
-    /// stream send one more.
+    /// stream, this one too, send one more (a connection at the bound is drained, so one
+    /// without room here always has streams that will end).
     fn has_room(&self, max: u32) -> bool {
         let empty = self.empty_data.load(Ordering::Relaxed);
         !self.draining
             && self.streams < max.min(self.send.current_max_send_streams() as u32)
-            && self.streams.saturating_add(empty) + 1 < empty_data::RETIRE_AT
+            && self.streams.saturating_add(empty) < empty_data::RETIRE_AT
     }
 }
 
