@@ -91,7 +91,7 @@ impl Scanner {
                         read += FRAME_HEADER;
                         continue;
                     }
-                    bytes.copy_within(read..read + FRAME_HEADER, kept);
+                    keep(bytes, read..read + FRAME_HEADER, kept);
                     read += FRAME_HEADER;
                     kept += FRAME_HEADER;
                     self.at = match (counted && padded, length) {
@@ -115,7 +115,7 @@ impl Scanner {
                 }
                 At::Payload { left } => {
                     let take = left.min(bytes.len() - read);
-                    bytes.copy_within(read..read + take, kept);
+                    keep(bytes, read..read + take, kept);
                     read += take;
                     kept += take;
                     self.at = match left - take {
@@ -126,6 +126,14 @@ impl Scanner {
             }
         }
         (kept, read)
+    }
+}
+
+/// Moves `bytes[range]` to `to` (no earlier than it): nothing to do until a frame was taken
+/// out, and most reads take none out.
+fn keep(bytes: &mut [u8], range: std::ops::Range<usize>, to: usize) {
+    if range.start != to {
+        bytes.copy_within(range, to);
     }
 }
 
