@@ -7,9 +7,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Instant;
 
-use super::{End, Ended, RelaySettings, Relayed, Tally};
+use super::splice::{Activity, race_idle};
+use super::{End, RelaySettings, Relayed, Tally};
 
 /// One direction: read from one end into `buffer`, write it to the other, pass EOF on as a
 /// shutdown of the writing side.
@@ -51,50 +51,30 @@ where
 {
     let mut up = Direction::new(settings.buffer, End::Client, End::Node);
     let mut down = Direction::new(settings.buffer, End::Node, End::Client);
-    let idle = settings.idle_timeout;
-    let mut last_activity = Instant::now();
-    let sleep = tokio::time::sleep(idle);
-    tokio::pin!(sleep);
-    // The idle timeout is final only once the runtime has polled its I/O driver after it
-    // fired (see `weir_core::timeout::timeout_at_settled`): bytes that came while the
-    // process was stopped past it are relayed, not cut by a reset.
-    let mut graced: Option<Instant> = None;
-    let ended = loop {
-        let ended = poll_fn(|cx| {
-            let mut moved = false;
-            let up_done = match up.poll(cx, &mut *client, &mut *node, &mut moved) {
-                Poll::Ready(Err((end, error))) => return Poll::Ready(end.ended(error)),
-                other => other.is_ready(),
-            };
-            let down_done = match down.poll(cx, &mut *node, &mut *client, &mut moved) {
-                Poll::Ready(Err((end, error))) => return Poll::Ready(end.ended(error)),
-                other => other.is_ready(),
-            };
-            if up_done && down_done {
-                return Poll::Ready(Ended::Closed);
-            }
-            if moved {
-                up.report(tally);
-                down.report(tally);
-                // Cheap: the timer is only re-armed when it fires (below).
-                last_activity = Instant::now();
-            }
-            while sleep.as_mut().poll(cx).is_ready() {
-                let deadline = last_activity + idle;
-                if deadline <= Instant::now() {
-                    return Poll::Ready(Ended::IdleTimeout);
-                }
-                sleep.as_mut().reset(deadline);
-            }
-            Poll::Pending
-        })
-        .await;
-        if !matches!(ended, Ended::IdleTimeout) || graced == Some(last_activity) {
-            break ended;
+    let activity = Activity::new();
+    let both = poll_fn(|cx| {
+        let mut moved = false;
+        let up_done = match up.poll(cx, &mut *client, &mut *node, &mut moved) {
+            Poll::Ready(Err(failure)) => return Poll::Ready(Err(failure)),
+            other => other.is_ready(),
+        };
+        let down_done = match down.poll(cx, &mut *node, &mut *client, &mut moved) {
+            Poll::Ready(Err(failure)) => return Poll::Ready(Err(failure)),
+            other => other.is_ready(),
+        };
+        if up_done && down_done {
+            return Poll::Ready(Ok(()));
         }
-        graced = Some(last_activity);
-        tokio::task::yield_now().await;
-    };
+        if moved {
+            up.report(tally);
+            down.report(tally);
+            activity.touch();
+        }
+        Poll::Pending
+    });
+    // The idle timeout as the other TCP relays keep it (settled: bytes that came while the
+    // process was stopped past it are relayed, not cut by a reset).
+    let ended = race_idle(both, &activity, settings.idle_timeout).await;
     up.report(tally);
     down.report(tally);
     tally.relayed(ended)
