@@ -36,15 +36,20 @@ impl FileProblem {
     }
 }
 
-/// Reads every PEM block of one kind from `file` (`what` names the kind in errors, `empty`
-/// what is missing when there is none).
-fn read_pems<T: PemObject>(file: &FileRef, what: &str, empty: &str) -> Result<Vec<T>, FileProblem> {
-    let bytes = file.read().map_err(|error| {
+/// The bytes of `file`, or why they cannot be read.
+fn read_bytes(file: &FileRef) -> Result<Vec<u8>, FileProblem> {
+    file.read().map_err(|error| {
         FileProblem::new(
             file,
             format!("cannot read {}: {error}", file.path.display()),
         )
-    })?;
+    })
+}
+
+/// Reads every PEM block of one kind from `file` (`what` names the kind in errors, `empty`
+/// what is missing when there is none).
+fn read_pems<T: PemObject>(file: &FileRef, what: &str, empty: &str) -> Result<Vec<T>, FileProblem> {
+    let bytes = read_bytes(file)?;
     let items = T::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| {
@@ -89,12 +94,7 @@ pub fn read_chain(file: &FileRef) -> Result<Vec<CertificateDer<'static>>, FilePr
 
 /// Reads a PEM private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
 pub fn read_key(file: &FileRef) -> Result<PrivateKeyDer<'static>, FileProblem> {
-    let bytes = file.read().map_err(|error| {
-        FileProblem::new(
-            file,
-            format!("cannot read {}: {error}", file.path.display()),
-        )
-    })?;
+    let bytes = read_bytes(file)?;
     let encrypted = |text: &[u8]| {
         text.windows(29)
             .any(|window| window == b"BEGIN ENCRYPTED PRIVATE KEY--")
@@ -163,12 +163,7 @@ pub fn load_staple(
     file: &FileRef,
     chain: &[CertificateDer<'_>],
 ) -> Result<crate::ocsp::Staple, FileProblem> {
-    let bytes = file.read().map_err(|error| {
-        FileProblem::new(
-            file,
-            format!("cannot read {}: {error}", file.path.display()),
-        )
-    })?;
+    let bytes = read_bytes(file)?;
     crate::ocsp::check(&bytes, chain)
         .map_err(|message| FileProblem::new(file, format!("{}: {message}", file.path.display())))
 }
