@@ -37,7 +37,7 @@ pub(super) struct Opened {
     pub send: SendRequest<Bytes>,
     pub stop: oneshot::Sender<()>,
     pub settled: Settled,
-    /// Empty DATA frames the node sent on it so far.
+    /// Padded empty DATA frames the node sent on it so far (the ones the codec sees).
     pub empty_data: Arc<std::sync::atomic::AtomicU32>,
 }
 
@@ -96,7 +96,7 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
         .max_header_list_size(MAX_HEADER_LIST)
         .initial_max_send_streams(settings.max_streams as usize);
     let left = timeout.saturating_sub(started.elapsed());
-    // Retired before the codec's lifetime bound on empty DATA frames kills it.
+    // Empty DATA frames kept from the codec's lifetime bound on them (`empty_data`).
     let empty_data = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let stream = super::empty_data::Watched::new(
         stream,
