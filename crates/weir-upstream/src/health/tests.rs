@@ -184,6 +184,47 @@ fn monitor_one(
     )
 }
 
+/// The connections of a node at `address` capped at one.
+fn one_slot(address: SocketAddr) -> Arc<NodeConnections> {
+    let metrics = Metrics::new();
+    let settings = crate::connection::ConnectionSettings {
+        max_connections: 1,
+        queue_length: 0,
+        queue_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(1),
+        max_requests: None,
+        max_tunnels: 0,
+        tls: None,
+    };
+    NodeConnections::new(
+        address,
+        settings,
+        metrics.node("web", "n"),
+        metrics.pool("web"),
+    )
+}
+
+/// An HTTP check of `node` every 20 ms (100 ms timeout), its checks within `connections`.
+fn monitor_capped(
+    node: &Arc<NodeState>,
+    connections: &Arc<NodeConnections>,
+    signal: weir_core::ShutdownSignal,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    spawn_monitors(
+        "web",
+        &[Arc::clone(node)],
+        &monitor(http_check(), Duration::from_millis(100)),
+        (
+            None,
+            &[Arc::clone(connections)],
+            None,
+            UpstreamProtocol::Http1,
+        ),
+        signal,
+    )
+}
+
 /// Polls until the node's active verdict is `up`; panics after 5 s.
 async fn wait_for_active_up(node: &NodeState, up: bool) {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -601,40 +642,13 @@ async fn no_check_while_the_node_at_its_cap_answers() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let node = node_at(address, passive_off());
-    let metrics = Metrics::new();
-    let settings = crate::connection::ConnectionSettings {
-        max_connections: 1,
-        queue_length: 0,
-        queue_timeout: Duration::from_secs(1),
-        idle_timeout: Duration::from_secs(30),
-        connect_timeout: Duration::from_secs(1),
-        max_requests: None,
-        max_tunnels: 0,
-        tls: None,
-    };
-    let connections = NodeConnections::new(
-        address,
-        settings,
-        metrics.node("web", "n"),
-        metrics.pool("web"),
-    );
+    let connections = one_slot(address);
     // The one slot is a request's; the node refuses every connection past it (nothing
     // listens there any more).
     let busy = connections.checkout().await.unwrap();
     drop(listener);
     let (owner, signal) = Shutdown::new();
-    let tasks = spawn_monitors(
-        "web",
-        &[Arc::clone(&node)],
-        &monitor(http_check(), Duration::from_millis(100)),
-        (
-            None,
-            &[Arc::clone(&connections)],
-            None,
-            UpstreamProtocol::Http1,
-        ),
-        signal,
-    );
+    let tasks = monitor_capped(&node, &connections, signal);
     // Many intervals (20 ms) pass while the node answers its requests: no check.
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(300) {
@@ -657,37 +671,10 @@ async fn a_stopped_node_at_its_cap_is_checked_past_it() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let node = node_at(address, passive_off());
-    let metrics = Metrics::new();
-    let settings = crate::connection::ConnectionSettings {
-        max_connections: 1,
-        queue_length: 0,
-        queue_timeout: Duration::from_secs(1),
-        idle_timeout: Duration::from_secs(30),
-        connect_timeout: Duration::from_secs(1),
-        max_requests: None,
-        max_tunnels: 0,
-        tls: None,
-    };
-    let connections = NodeConnections::new(
-        address,
-        settings,
-        metrics.node("web", "n"),
-        metrics.pool("web"),
-    );
+    let connections = one_slot(address);
     let busy = connections.checkout().await.unwrap();
     let (owner, signal) = Shutdown::new();
-    let tasks = spawn_monitors(
-        "web",
-        &[Arc::clone(&node)],
-        &monitor(http_check(), Duration::from_millis(100)),
-        (
-            None,
-            &[Arc::clone(&connections)],
-            None,
-            UpstreamProtocol::Http1,
-        ),
-        signal,
-    );
+    let tasks = monitor_capped(&node, &connections, signal);
     wait_for_active_up(&node, false).await;
     assert_eq!(connections.open(), 1, "the check took no slot");
     drop(busy);
