@@ -303,18 +303,29 @@ mod tests {
     /// A self-signed ECDSA certificate for `names`, valid from `from` to `to` days from
     /// now, a CA when `ca`.
     fn entry(names: &[&str], from: i64, to: i64, ca: bool) -> Entry {
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        signed(names, &rcgen::PKCS_ECDSA_P256_SHA256, |params| {
+            let now = time::OffsetDateTime::now_utc();
+            params.not_before = now + time::Duration::days(from);
+            params.not_after = now + time::Duration::days(to);
+            if ca {
+                params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            }
+        })
+    }
+
+    /// A self-signed certificate for `names` with a key made by `algorithm`, its
+    /// parameters as `edit` leaves them.
+    fn signed(
+        names: &[&str],
+        algorithm: &'static rcgen::SignatureAlgorithm,
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> Entry {
+        let key = KeyPair::generate_for(algorithm).unwrap();
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names).unwrap();
-        let now = time::OffsetDateTime::now_utc();
-        params.not_before = now + time::Duration::days(from);
-        params.not_after = now + time::Duration::days(to);
-        if ca {
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        }
+        edit(&mut params);
         let cert = params.self_signed(&key).unwrap();
-        let provider = aws_lc_rs::default_provider();
-        let signing = provider
+        let signing = aws_lc_rs::default_provider()
             .key_provider
             .load_private_key(PrivateKeyDer::Pkcs8(key.serialize_der().into()))
             .unwrap();
@@ -366,19 +377,7 @@ mod tests {
 
     /// A self-signed certificate for `names` with a key made by `algorithm`.
     fn with_key(names: &[&str], algorithm: &'static rcgen::SignatureAlgorithm) -> Entry {
-        let key = KeyPair::generate_for(algorithm).unwrap();
-        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let cert = CertificateParams::new(names)
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        let signing = aws_lc_rs::default_provider()
-            .key_provider
-            .load_private_key(PrivateKeyDer::Pkcs8(key.serialize_der().into()))
-            .unwrap();
-        let key = CertifiedKey::new(vec![cert.der().clone()], signing);
-        let info = CertificateInfo::of(cert.der(), key.key.algorithm()).unwrap();
-        Entry::new(Arc::new(key), info)
+        signed(names, algorithm, |_| {})
     }
 
     /// Served certificates are not called never served: the default's twin of the other
