@@ -23,49 +23,43 @@ impl Drop for Weir {
     }
 }
 
-/// A node that answers each request 300 ms after its head arrived.
-fn slow_node() -> SocketAddr {
+/// A node on a loopback port of its own that serves each connection with `serve`, on a
+/// thread of its own.
+fn node(serve: fn(TcpStream)) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if stream.read(&mut byte).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    head.push(byte[0]);
-                }
-                std::thread::sleep(Duration::from_millis(300));
-                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
-                let _ = stream.read(&mut byte);
-            });
+            let Ok(stream) = stream else { return };
+            std::thread::spawn(move || serve(stream));
         }
     });
     address
 }
 
-/// A node that echoes what it reads.
-fn echo_node() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut buffer = [0u8; 1024];
-                while let Ok(n @ 1..) = stream.read(&mut buffer) {
-                    if stream.write_all(&buffer[..n]).is_err() {
-                        return;
-                    }
-                }
-            });
+/// Answers each request 300 ms after its head arrived.
+fn slowly(mut stream: TcpStream) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).unwrap_or(0) == 0 {
+            return;
         }
-    });
-    address
+        head.push(byte[0]);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    let _ = stream.read(&mut byte);
+}
+
+/// Echoes what it reads.
+fn echo(mut stream: TcpStream) {
+    let mut buffer = [0u8; 1024];
+    while let Ok(n @ 1..) = stream.read(&mut buffer) {
+        if stream.write_all(&buffer[..n]).is_err() {
+            return;
+        }
+    }
 }
 
 fn connect(address: SocketAddr) -> TcpStream {
@@ -102,8 +96,8 @@ fn an_answer_and_bytes_that_came_while_weir_was_stopped_are_not_timeouts() {
              [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\
              [pools.web.timeouts]\nresponse = \"1s\"\n\
              [pools.db]\nnodes = [{{ address = \"{}\" }}]\n",
-            slow_node(),
-            echo_node()
+            node(slowly),
+            node(echo)
         ),
     )
     .unwrap();
