@@ -479,20 +479,15 @@ async fn an_idle_client_that_ignores_the_goaway_is_closed() {
     origin.stop().await;
 }
 
-/// A request whose DATA ends short of its `content-length` is malformed (RFC 9113 §8.1.1):
-/// the codec resets the stream, and weir counts and logs it as the client's bad request
-/// (4xx, a bad request), not as a client that left (499).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_body_short_of_its_content_length_is_a_bad_request() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use weir_testkit::h2flood::{PREFACE, frame};
-    let origin = TestOrigin::start("a").await;
-    let log = std::env::temp_dir().join(format!("weir-h2-short-{}.log", std::process::id()));
+/// A virtual server over `origin` with h2c on, `extra` tables after its own, and its access
+/// log in JSON in a fresh temporary file (named for `name`); the config and the log's path.
+fn h2c_logged(origin: &TestOrigin, name: &str, extra: &str) -> (String, std::path::PathBuf) {
+    let log = std::env::temp_dir().join(format!("weir-h2-{name}-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
     let config = weir_testkit::config(
         &[origin.addr],
         "",
-        "[virtual_servers.web.http2]\ncleartext = true",
+        &format!("[virtual_servers.web.http2]\ncleartext = true\n{extra}"),
     )
     .replace(
         "access_log = false",
@@ -501,6 +496,18 @@ async fn a_body_short_of_its_content_length_is_a_bad_request() {
             log.display()
         ),
     );
+    (config, log)
+}
+
+/// A request whose DATA ends short of its `content-length` is malformed (RFC 9113 §8.1.1):
+/// the codec resets the stream, and weir counts and logs it as the client's bad request
+/// (4xx, a bad request), not as a client that left (499).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_short_of_its_content_length_is_a_bad_request() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use weir_testkit::h2flood::{PREFACE, frame};
+    let origin = TestOrigin::start("a").await;
+    let (config, log) = h2c_logged(&origin, "short", "");
     let proxy = TestProxy::start(&config).await;
     let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     let mut out = PREFACE.to_vec();
@@ -595,20 +602,10 @@ async fn a_body_past_its_content_length_never_reaches_the_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_sent_counts_the_head_weir_sends_for_both_protocols() {
     let origin = TestOrigin::start("a").await;
-    let log = std::env::temp_dir().join(format!("weir-h2-bytes-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
-    let config = weir_testkit::config(
-        &[origin.addr],
-        "",
-        "[virtual_servers.web.http2]\ncleartext = true\n\
-         [virtual_servers.web.response_headers]\nX-Served-By = \"a fairly long value from weir\"",
-    )
-    .replace(
-        "access_log = false",
-        &format!(
-            "access_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"",
-            log.display()
-        ),
+    let (config, log) = h2c_logged(
+        &origin,
+        "bytes",
+        "[virtual_servers.web.response_headers]\nX-Served-By = \"a fairly long value from weir\"",
     );
     let proxy = TestProxy::start(&config).await;
     let url = format!("http://127.0.0.1:{}/bytes/100", proxy.addr.port());
