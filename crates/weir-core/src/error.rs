@@ -46,6 +46,10 @@ pub enum ErrorKind {
     NoNodeAvailable,
     /// weir is shutting down (→ 503).
     ShuttingDown,
+    /// The connection cannot serve this request although another one could: its TLS
+    /// handshake passed client certificate checks a reload has changed since (→ 421,
+    /// which a client may retry on a new connection, RFC 9110 §15.5.20).
+    Misdirected,
     /// weir itself ran out of something to open a connection with: file descriptors,
     /// memory, local ports (→ 503). Not the node's failure: it counts against no node.
     OutOfResources,
@@ -173,6 +177,7 @@ impl ErrorKind {
             ErrorKind::QueueTimeout => "queue_timeout",
             ErrorKind::NoNodeAvailable => "no_node_available",
             ErrorKind::ShuttingDown => "shutting_down",
+            ErrorKind::Misdirected => "misdirected",
             ErrorKind::OutOfResources => "out_of_resources",
             ErrorKind::Io => "io",
         }

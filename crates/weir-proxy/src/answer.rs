@@ -202,6 +202,7 @@ pub(crate) fn status_for(kind: ErrorKind) -> Option<u16> {
         ErrorKind::ClientClosed => return None,
         ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout | ErrorKind::BadResponse => 502,
         ErrorKind::ResponseTimeout => 504,
+        ErrorKind::Misdirected => 421,
         ErrorKind::QueueFull
         | ErrorKind::QueueTimeout
         | ErrorKind::NoNodeAvailable

@@ -200,6 +200,9 @@ pub(crate) struct Client {
     pub since: Instant,
     /// Requests read on this connection so far.
     pub requests: u32,
+    /// The epoch of the client certificate checks its TLS handshake passed
+    /// (`weir_tls::Acceptor::checks_epoch`; 0 without TLS).
+    pub checks_epoch: u32,
     /// The answer being written ends with the connection (an HTTP/1.0 client, no
     /// length): cut short, it must end with a reset ([`Client::reset`]).
     pub open_ended: bool,
@@ -233,8 +236,14 @@ pub(crate) struct IdleConnection {
     /// See [`Client::since`].
     since: Instant,
     requests: u32,
+    /// See [`Client::checks_epoch`] (beside `requests`, where it costs no space).
+    checks_epoch: u32,
     client_subject: Option<Box<str>>,
 }
+
+/// What a TLS handshake verified of the client: its certificate's subject, when it
+/// sent one, and the epoch of the client certificate checks it passed.
+pub(crate) type Verified = (Option<Box<str>>, u32);
 
 /// What a kept-alive connection's task keeps for its idle waits: one timer
 /// and one shutdown watch for all of them (see
@@ -313,13 +322,14 @@ impl IdleConnection {
         stream: ServerStream,
         peer: SocketAddr,
         accepted_at: Instant,
-        client_subject: Option<Box<str>>,
+        (client_subject, checks_epoch): Verified,
     ) -> IdleConnection {
         IdleConnection {
             stream,
             peer,
             since: accepted_at,
             requests: 0,
+            checks_epoch,
             client_subject,
         }
     }
@@ -374,6 +384,7 @@ impl IdleConnection {
             upstream_in: buffers.upstream_in,
             since: self.since,
             requests: self.requests,
+            checks_epoch: self.checks_epoch,
             open_ended: false,
             client_subject: self.client_subject,
             written: 0,
@@ -458,6 +469,7 @@ impl Client {
                 peer: self.peer,
                 since: self.since,
                 requests: self.requests,
+                checks_epoch: self.checks_epoch,
                 client_subject: self.client_subject,
             }),
             Downstream::Http2 { .. } => None,
@@ -486,6 +498,8 @@ impl Client {
             upstream_in: buffers.upstream_in,
             since: accepted_at,
             requests: 1,
+            // The connection's driver checks it, before each stream.
+            checks_epoch: 0,
             open_ended: false,
             client_subject: client_subject.map(Box::from),
             written: 0,
@@ -496,14 +510,17 @@ impl Client {
     }
 
     /// The HTTP/1.1 connection itself, the bytes read from it and not used,
-    /// and the client-certificate subject, for another protocol (h2c); the
+    /// and what its TLS handshake verified, for another protocol (h2c); the
     /// buffers go back to the pool.
-    pub(crate) fn into_stream(mut self) -> Option<(ServerStream, Bytes, Option<Box<str>>)> {
+    pub(crate) fn into_stream(mut self) -> Option<(ServerStream, Bytes, Verified)> {
         let unread = Bytes::copy_from_slice(&self.read_buf);
         self.read_buf.clear();
         let (connection, buffers) = self.split();
         buffers.give_back();
-        connection.map(|idle| (idle.stream, unread, idle.client_subject))
+        connection.map(|idle| {
+            let verified = (idle.client_subject, idle.checks_epoch);
+            (idle.stream, unread, verified)
+        })
     }
 
     /// The HTTP/2 stream this request came on, if it did.

@@ -26,7 +26,7 @@ use weir_upstream::Pool;
 
 use crate::answer::Failure;
 use crate::answer::lossy;
-use crate::client::{Client, IdleConnection, IdleTimer};
+use crate::client::{Client, IdleConnection, IdleTimer, Verified};
 use crate::content::{self, Early, Looked};
 use crate::drain::{Admission, Drain, DrainGuard};
 use crate::exchange;
@@ -72,35 +72,67 @@ async fn start_connection(
     shutdown: ShutdownSignal,
     drain: Arc<Drain>,
 ) -> Option<IdleConnection> {
-    let (stream, client_subject) = handshake(stream, peer, &vs).await?;
+    let (stream, verified) = handshake(stream, peer, &vs).await?;
     if stream.alpn_is_h2() {
-        let client = (peer, client_subject);
+        let client = (peer, verified);
         h2::serve_connection(stream, Bytes::new(), client, vs, shutdown, drain).await;
         return None;
     }
     let accepted_at = Instant::now();
-    Some(IdleConnection::new(
-        stream,
-        peer,
-        accepted_at,
-        client_subject,
-    ))
+    Some(IdleConnection::new(stream, peer, accepted_at, verified))
 }
 
 /// The TLS handshake of an HTTPS virtual server (plain: nothing to do), with
-/// the verified client certificate's subject; `None` if it failed.
+/// what it verified of the client; `None` if it failed.
 pub(crate) async fn handshake(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     vs: &VirtualServerRuntime,
-) -> Option<(ServerStream, Option<Box<str>>)> {
+) -> Option<(ServerStream, Verified)> {
     Some(match &vs.tls {
-        None => (ServerStream::Plain(stream), None),
+        None => (ServerStream::Plain(stream), (None, 0)),
         Some(tls) => {
             let (stream, info) = tls.handshake(stream, peer, FirstSpeaker::Client).await?;
-            (stream, info.client_subject.map(String::into_boxed_str))
+            let subject = info.client_subject.map(String::into_boxed_str);
+            (stream, (subject, info.checks_epoch))
         }
     })
+}
+
+/// Whether the connection's TLS handshake passed client certificate checks that a
+/// reload or a certificate reload has changed since (other CAs, revocation lists or
+/// mode): such a connection serves no more requests, so that every client comes back
+/// through the checks configured now. Takes the newest model's virtual server first.
+fn handshake_outdated(client: &Client, latest: &mut Arc<VirtualServerRuntime>) -> bool {
+    if let Some(newer) = latest.newer() {
+        *latest = newer;
+    }
+    latest
+        .tls
+        .as_ref()
+        .is_some_and(|tls| tls.checks_epoch() != client.checks_epoch)
+}
+
+/// Refuses a request on a connection whose handshake is outdated
+/// ([`handshake_outdated`]): 421 and a close, which a client may retry on a new
+/// connection whatever the method (RFC 9110, section 15.5.20).
+async fn refuse_outdated(client: &mut Client, vs: &VirtualServerRuntime, head: &RequestHead) {
+    let error = Error::new(ErrorKind::Misdirected, Side::Downstream)
+        .context("the client certificate checks changed since this connection's handshake");
+    let request = Request {
+        head,
+        keep_alive: false,
+        started: Instant::now(),
+    };
+    answer_failure(
+        client,
+        vs,
+        Some(request),
+        None,
+        None,
+        Failure::from_error(error),
+    )
+    .await;
 }
 
 /// Waits for each request's first bytes with no buffer, then serves what came.
@@ -230,6 +262,11 @@ fn answer_at_once(
         if !caches(vs) || (client.requests == 0 && vs.config.http2.cleartext) {
             return AtOnce::Rest(None);
         }
+        // Refused by serve_requests, which reads the head again.
+        if vs.tls.is_some() && handshake_outdated(client, latest) {
+            return AtOnce::Rest(None);
+        }
+        let vs: &VirtualServerRuntime = latest;
         let Some(head) = client.head_now(vs) else {
             return AtOnce::Rest(None);
         };
@@ -356,6 +393,11 @@ async fn serve_requests(
                         return None;
                     }
                 };
+                if handshake_outdated(&client, latest) {
+                    refuse_outdated(&mut client, latest, &head).await;
+                    client.release();
+                    return None;
+                }
                 start(&mut client, latest, head, shutdown)
             }
         };

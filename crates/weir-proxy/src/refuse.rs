@@ -61,7 +61,7 @@ pub(crate) async fn refuse_connection(
     let started = Instant::now();
     let deadline = started + REFUSAL_WAIT;
     let handshake = tokio::time::timeout_at(deadline, Box::pin(handshake(stream, peer, &vs)));
-    let Ok(Some((stream, client_subject))) = handshake.await else {
+    let Ok(Some((stream, verified))) = handshake.await else {
         return;
     };
     if stream.alpn_is_h2() {
@@ -69,7 +69,7 @@ pub(crate) async fn refuse_connection(
         tracing::debug!(virtual_server = %vs.config.name, client = %peer, "too many connections from this client; closing an HTTP/2 connection");
         return;
     }
-    let idle = IdleConnection::new(stream, peer, started, client_subject);
+    let idle = IdleConnection::new(stream, peer, started, verified);
     let mut client = idle.into_client();
     let head = tokio::time::timeout_at(deadline, client.read_head(&vs, &shutdown)).await;
     if let Ok(Ok(Some(head))) = head {

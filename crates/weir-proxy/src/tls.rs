@@ -92,6 +92,12 @@ impl TlsTermination {
         })
     }
 
+    /// The epoch of the client certificate checks new handshakes pass
+    /// ([`weir_tls::Acceptor::checks_epoch`]).
+    pub(crate) fn checks_epoch(&self) -> u32 {
+        self.acceptor.checks_epoch()
+    }
+
     /// The TLS settings this termination was built from.
     pub fn settings(&self) -> &ServerTls {
         self.acceptor.settings()

@@ -581,3 +581,123 @@ async fn a_changed_client_ca_file_ends_resumption_of_sessions_it_verified() {
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// A connection verified under client certificate checks that a reload or a certificate
+/// reload changed (another CA in the same file) serves no more requests: HTTP/1.1
+/// answers its next request 421 and closes, HTTP/2 refuses its next stream
+/// (REFUSED_STREAM) and goes away, so that each client comes back through the checks
+/// configured now. Reloads that re-read the same CAs leave connections alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_verified_under_replaced_client_cas_serve_no_more_requests() {
+    use weir_testkit::tls::{self, ClientOptions, Pki};
+    let pki = Pki::new();
+    let other = Pki::new();
+    let (cert, key) = pki.server("site", &["site.test"], weir_tls::KeyType::EcdsaP256);
+    let bob = pki.client("bob", "bob");
+    let trusted = pki.path("trusted.pem");
+    std::fs::copy(pki.ca_path(), &trusted).unwrap();
+    let origin = TestOrigin::start("a").await;
+    let https = |listen: &str| {
+        format!(
+            "[log]\naccess_log = false\n[pools.web]\nnodes = [{{ address = \"{}\" }}]\n\
+             [virtual_servers.web]\nlisten = \"{listen}\"\npool = \"web\"\nprotocol = \"https\"\n\
+             [virtual_servers.web.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+             alpn = [\"h2\", \"http/1.1\"]\n\
+             client_certificates = \"required\"\nclient_ca = \"{}\"\n",
+            origin.addr,
+            cert.display(),
+            key.display(),
+            trusted.display()
+        )
+    };
+    let proxy = TestProxy::start(&https("127.0.0.1:0")).await;
+    let listen = proxy.addr.to_string();
+    let options = ClientOptions {
+        client_cert: Some(bob),
+        resumption: false,
+        ..ClientOptions::default()
+    };
+    let http1 = tls::client_config(&options);
+    let mut h2_config = (*tls::client_config(&options)).clone();
+    h2_config.alpn_protocols = vec![b"h2".to_vec()];
+    let h2_config = std::sync::Arc::new(h2_config);
+
+    // How each way of changing the checks is made, with the CA file given as content.
+    type Change<'a> = Box<dyn Fn(&std::path::Path) + 'a>;
+    let by_reload: Change = Box::new(|ca| {
+        std::fs::copy(ca, &trusted).unwrap();
+        proxy.live.apply(parse(&https(&listen))).unwrap();
+    });
+    let by_certificate_reload: Change = Box::new(|ca| {
+        std::fs::copy(ca, &trusted).unwrap();
+        proxy.live.reload_certificates().unwrap();
+    });
+    for (label, change) in [
+        ("reload", &by_reload),
+        ("certificate reload", &by_certificate_reload),
+    ] {
+        change(&pki.ca_path());
+        let mut kept = tls::connect(proxy.addr, "site.test", &http1).await.unwrap();
+        assert_eq!(
+            tls::get(&mut kept, "/").await.unwrap().status,
+            200,
+            "{label}"
+        );
+        let tcp = tls::connect(proxy.addr, "site.test", &h2_config)
+            .await
+            .unwrap();
+        let (mut sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+        let connection = tokio::spawn(connection);
+        let request = || http::Request::get("https://site.test/").body(()).unwrap();
+        sender = sender.ready().await.expect("ready");
+        let (response, _) = sender.send_request(request(), true).expect("sent");
+        assert_eq!(response.await.expect("a response").status(), 200, "{label}");
+
+        // The same CAs read again: both connections go on.
+        change(&pki.ca_path());
+        assert_eq!(
+            tls::get(&mut kept, "/").await.unwrap().status,
+            200,
+            "{label}"
+        );
+        sender = sender.ready().await.expect("ready");
+        let (response, _) = sender.send_request(request(), true).expect("sent");
+        assert_eq!(response.await.expect("a response").status(), 200, "{label}");
+
+        // Another CA in the file: bob's handshake no longer stands for anything.
+        change(&other.ca_path());
+        let refused = tls::get(&mut kept, "/").await.unwrap();
+        assert_eq!(refused.status, 421, "{label}");
+        assert_eq!(refused.header("connection"), Some("close"), "{label}");
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read_to_end(&mut kept, &mut rest),
+        )
+        .await
+        .expect("closed in time");
+        assert!(read.is_ok_and(|n| n == 0) || rest.is_empty(), "{label}");
+
+        let refused = match sender.ready().await {
+            Ok(mut ready) => match ready.send_request(request(), true) {
+                Ok((response, _)) => response.await,
+                Err(error) => Err(error),
+            },
+            Err(error) => Err(error),
+        };
+        let error = refused.expect_err("the stream is refused");
+        assert!(
+            error.reason() == Some(h2::Reason::REFUSED_STREAM) || error.is_go_away(),
+            "{label}: {error:?}"
+        );
+        // ... and the connection goes away.
+        tokio::time::timeout(Duration::from_secs(10), connection)
+            .await
+            .expect("closed in time")
+            .expect("task")
+            .ok();
+    }
+    drop((by_reload, by_certificate_reload));
+    proxy.stop().await;
+    origin.stop().await;
+}

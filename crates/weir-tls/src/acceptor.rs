@@ -4,6 +4,7 @@
 
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use arc_swap::ArcSwap;
 use aws_lc_rs::digest;
@@ -40,6 +41,9 @@ pub struct HandshakeInfo {
     pub server_name: Option<String>,
     /// Subject of the client certificate, when one was verified.
     pub client_subject: Option<String>,
+    /// The client certificate checks the handshake was made under (see
+    /// [`Acceptor::checks_epoch`]).
+    pub checks_epoch: u32,
 }
 
 /// Why a handshake did not finish.
@@ -154,6 +158,11 @@ pub struct StagedReload(Current);
 struct Current {
     config: Arc<ServerConfig>,
     store: Arc<CertStore>,
+    /// The digest of the client certificate checks this config makes ([`session_context`]).
+    checks: [u8; 32],
+    /// Names those checks among the configs this acceptor and its predecessors have had:
+    /// the same number while they stay the same, a new one when they change.
+    checks_epoch: u32,
 }
 
 /// TLS termination for one virtual server.
@@ -170,6 +179,8 @@ pub struct Acceptor {
     generated: Vec<Option<Arc<CertifiedKey>>>,
     current: ArcSwap<Current>,
     handshakes: Arc<Semaphore>,
+    /// The last epoch of client certificate checks given out, shared with successors.
+    epochs: Arc<AtomicU32>,
 }
 
 impl std::fmt::Debug for Acceptor {
@@ -241,6 +252,7 @@ impl Acceptor {
             generated,
             current: ArcSwap::from_pointee(current),
             handshakes: Arc::new(Semaphore::new(settings.max_handshakes.get() as usize)),
+            epochs: Arc::new(AtomicU32::new(0)),
         })
     }
 
@@ -263,10 +275,31 @@ impl Acceptor {
             cache: self.cache.as_ref(),
             generated: &self.generated,
         };
-        let current = parts
+        let mut current = parts
             .build()
             .map_err(|problem| to_config_error(&self.file_name, problem))?;
+        current.checks_epoch = self.epoch_for(&current.checks);
         Ok(StagedReload(current))
+    }
+
+    /// The epoch a config with client certificate `checks` takes after the one serving
+    /// now: the same while the checks are the same (the same CAs, revocation lists and
+    /// mode, re-read), a new one when they differ.
+    fn epoch_for(&self, checks: &[u8; 32]) -> u32 {
+        let now = self.current.load();
+        if now.checks == *checks {
+            now.checks_epoch
+        } else {
+            self.epochs.fetch_add(1, Ordering::Relaxed).wrapping_add(1)
+        }
+    }
+
+    /// The epoch of the client certificate checks new handshakes are made under. A
+    /// connection whose handshake ([`HandshakeInfo::checks_epoch`]) had another one was
+    /// let in by CAs, revocation lists or a mode no longer configured: a reload or a
+    /// certificate reload changed them since.
+    pub fn checks_epoch(&self) -> u32 {
+        self.current.load().checks_epoch
     }
 
     /// New handshakes use the staged certificates from now on.
@@ -318,8 +351,11 @@ impl Acceptor {
                 next.generated[index] = Some(Arc::clone(key));
             }
         }
-        // Rebuild with what was carried over, so the server config uses it.
-        let staged = next.stage_reload()?;
+        // Rebuild with what was carried over, so the server config uses it. The epochs
+        // of client certificate checks go on from this acceptor's.
+        next.epochs = Arc::clone(&self.epochs);
+        let mut staged = next.stage_reload()?;
+        staged.0.checks_epoch = self.epoch_for(&staged.0.checks);
         next.commit(staged);
         Ok(next)
     }
@@ -384,7 +420,13 @@ impl Acceptor {
                 ),
             });
         };
-        let acceptor = TlsAcceptor::from(self.server_config());
+        // The config and its checks' epoch from one load: the epoch is the one of the
+        // checks this handshake makes.
+        let (config, checks_epoch) = {
+            let current = self.current.load();
+            (Arc::clone(&current.config), current.checks_epoch)
+        };
+        let acceptor = TlsAcceptor::from(config);
         let mut handshake = Handshake::new(acceptor.accept(tcp), first, permit);
         let timeout = self.settings.handshake_timeout;
         let outcome = match tokio::time::timeout(timeout, &mut handshake).await {
@@ -423,6 +465,7 @@ impl Acceptor {
                 .peer_certificates()
                 .and_then(|chain| chain.first())
                 .and_then(certs::subject_of),
+            checks_epoch,
         };
         Ok((stream, info))
     }
@@ -554,6 +597,8 @@ impl Parts<'_> {
         Ok(Current {
             config: Arc::new(config),
             store,
+            checks: context,
+            checks_epoch: 0,
         })
     }
 }

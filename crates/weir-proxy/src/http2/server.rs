@@ -48,6 +48,14 @@ pub(crate) trait StreamHandler: Clone + Send + Sync + 'static {
         request: http::Request<RecvStream>,
         respond: SendResponse<Bytes>,
     ) -> impl Future<Output = ()> + Send;
+
+    /// True once the connection may serve no more streams although a new one could:
+    /// its TLS handshake passed client certificate checks a reload has changed since.
+    /// New streams are then refused (`REFUSED_STREAM`: the client retries them on a
+    /// new connection) and the connection goes away.
+    fn outdated(&self) -> bool {
+        false
+    }
 }
 
 /// What one connection is allowed, besides the `[http2]` table.
@@ -159,6 +167,14 @@ pub(crate) async fn serve<S, H>(
             accepted = connection.accept() => match accepted {
                 Some(Ok((request, mut respond))) => {
                     metrics.streams.inc();
+                    if handler.outdated() {
+                        respond.send_reset(Reason::REFUSED_STREAM);
+                        if driver.draining.is_none() {
+                            tracing::debug!("HTTP/2 client's TLS handshake passed client certificate checks changed since; connection retired");
+                            driver.go_away(&mut connection);
+                        }
+                        continue;
+                    }
                     let used_up = timing.max_streams.is_some_and(|max| driver.served >= max);
                     if used_up || driver.active.load(Ordering::Acquire) >= settings.max_concurrent_streams as usize {
                         // Streams the client reset are closed for the codec but may

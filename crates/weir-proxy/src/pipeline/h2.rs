@@ -18,7 +18,7 @@ use weir_http::{BodyFraming, RequestHead};
 use weir_tls::ServerStream;
 
 use crate::answer::Failure;
-use crate::client::{Client, TlsFacts};
+use crate::client::{Client, TlsFacts, Verified};
 use crate::drain::Drain;
 use crate::http2::{self, ConnectionLimits, H2Stream, StreamHandler, Via, websocket};
 use crate::route::VirtualServerRuntime;
@@ -33,6 +33,8 @@ struct Streams {
     accepted_at: Instant,
     tls: Option<Arc<TlsFacts>>,
     client_subject: Option<Arc<str>>,
+    /// The epoch of the client certificate checks the TLS handshake passed.
+    checks_epoch: u32,
     shutdown: ShutdownSignal,
     /// The drain the connection is counted in: its streams end at its cut.
     drain: Arc<Drain>,
@@ -44,7 +46,7 @@ struct Streams {
 pub(super) async fn serve_connection(
     stream: ServerStream,
     rewind: Bytes,
-    (peer, client_subject): (SocketAddr, Option<Box<str>>),
+    (peer, (client_subject, checks_epoch)): (SocketAddr, Verified),
     vs: Arc<VirtualServerRuntime>,
     shutdown: ShutdownSignal,
     drain: Arc<Drain>,
@@ -69,6 +71,7 @@ pub(super) async fn serve_connection(
         accepted_at: Instant::now(),
         tls,
         client_subject: client_subject.map(Arc::from),
+        checks_epoch,
         shutdown: shutdown.clone(),
         drain,
     };
@@ -95,6 +98,14 @@ impl StreamHandler for Streams {
             started,
         ))
         .await;
+    }
+
+    fn outdated(&self) -> bool {
+        let vs = self.vs.newer();
+        let vs = vs.as_ref().unwrap_or(&self.vs);
+        vs.tls
+            .as_ref()
+            .is_some_and(|tls| tls.checks_epoch() != self.checks_epoch)
     }
 }
 
@@ -196,8 +207,8 @@ pub(super) async fn serve_cleartext(
     drain: Arc<Drain>,
 ) {
     let peer = client.peer;
-    if let Some((stream, rewind, subject)) = client.into_stream() {
-        serve_connection(stream, rewind, (peer, subject), vs, shutdown, drain).await;
+    if let Some((stream, rewind, verified)) = client.into_stream() {
+        serve_connection(stream, rewind, (peer, verified), vs, shutdown, drain).await;
     }
 }
 
