@@ -678,14 +678,7 @@ async fn connections_verified_under_replaced_client_cas_serve_no_more_requests()
         .expect("closed in time");
         assert!(read.is_ok_and(|n| n == 0) || rest.is_empty(), "{label}");
 
-        let refused = match sender.ready().await {
-            Ok(mut ready) => match ready.send_request(request(), true) {
-                Ok((response, _)) => response.await,
-                Err(error) => Err(error),
-            },
-            Err(error) => Err(error),
-        };
-        let error = refused.expect_err("the stream is refused");
+        let error = h2_refusal(sender, request()).await;
         assert!(
             error.reason() == Some(h2::Reason::REFUSED_STREAM) || error.is_go_away(),
             "{label}: {error:?}"
@@ -700,4 +693,19 @@ async fn connections_verified_under_replaced_client_cas_serve_no_more_requests()
     drop((by_reload, by_certificate_reload));
     proxy.stop().await;
     origin.stop().await;
+}
+
+/// The error a request on an HTTP/2 connection ends with (it must not be answered).
+async fn h2_refusal(
+    sender: h2::client::SendRequest<bytes::Bytes>,
+    request: http::Request<()>,
+) -> h2::Error {
+    let refused = match sender.ready().await {
+        Ok(mut ready) => match ready.send_request(request, true) {
+            Ok((response, _)) => response.await,
+            Err(error) => Err(error),
+        },
+        Err(error) => Err(error),
+    };
+    refused.expect_err("the stream is refused")
 }

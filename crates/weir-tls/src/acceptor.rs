@@ -573,11 +573,7 @@ impl Parts<'_> {
             }
         };
         let mut config = builder.with_cert_resolver(Arc::new(Resolver(Arc::clone(&store))));
-        config.alpn_protocols = settings
-            .alpn
-            .iter()
-            .map(|p| p.as_bytes().to_vec())
-            .collect();
+        config.alpn_protocols = alpn_ids(&settings.alpn);
         // The configured suite order decides, not the client's (AES-GCM first).
         config.ignore_client_order = true;
         // The cache and the ticket keys outlive this config; what it verifies clients
@@ -601,6 +597,11 @@ impl Parts<'_> {
             checks_epoch: 0,
         })
     }
+}
+
+/// The protocol ids of ALPN names, as the server config takes them.
+fn alpn_ids(names: &[String]) -> Vec<Vec<u8>> {
+    names.iter().map(|name| name.as_bytes().to_vec()).collect()
 }
 
 /// The digest of what a handshake checks client certificates against: the mode (none,

@@ -165,30 +165,9 @@ pub(crate) async fn serve<S, H>(
                 driver.go_away(&mut connection);
             }
             accepted = connection.accept() => match accepted {
-                Some(Ok((request, mut respond))) => {
+                Some(Ok((request, respond))) => {
                     metrics.streams.inc();
-                    if handler.outdated() {
-                        respond.send_reset(Reason::REFUSED_STREAM);
-                        if driver.draining.is_none() {
-                            tracing::debug!("HTTP/2 client's TLS handshake passed client certificate checks changed since; connection retired");
-                            driver.go_away(&mut connection);
-                        }
-                        continue;
-                    }
-                    let used_up = timing.max_streams.is_some_and(|max| driver.served >= max);
-                    if used_up || driver.active.load(Ordering::Acquire) >= settings.max_concurrent_streams as usize {
-                        // Streams the client reset are closed for the codec but may
-                        // still be at work here: the work per connection stays
-                        // within max_concurrent_streams whatever the client resets.
-                        respond.send_reset(Reason::REFUSED_STREAM);
-                        continue;
-                    }
-                    driver.spawn_stream(&handler, request, respond);
-                    if timing.max_streams.is_some_and(|max| driver.served >= max) && driver.draining.is_none() {
-                        // The last stream this connection may serve: GOAWAY,
-                        // and the open streams finish.
-                        driver.go_away(&mut connection);
-                    }
+                    driver.admit(&handler, (request, respond), &mut connection, (settings, timing));
                 }
                 Some(Err(error)) => {
                     record_end(&error, &tripwire, metrics, log);
@@ -237,6 +216,48 @@ struct Driver {
 }
 
 impl Driver {
+    /// Serves a stream the client opened, or refuses it (`REFUSED_STREAM`, which the client
+    /// retries on another connection): past the connection's stream limits, or on a
+    /// connection whose TLS handshake is outdated ([`StreamHandler::outdated`]), which
+    /// then goes away.
+    fn admit<T, H>(
+        &mut self,
+        handler: &H,
+        (request, mut respond): (http::Request<RecvStream>, SendResponse<Bytes>),
+        connection: &mut h2::server::Connection<T, Bytes>,
+        (settings, timing): (&Http2, ConnectionLimits),
+    ) where
+        T: AsyncRead + AsyncWrite + Unpin,
+        H: StreamHandler,
+    {
+        if handler.outdated() {
+            respond.send_reset(Reason::REFUSED_STREAM);
+            if self.draining.is_none() {
+                tracing::debug!(
+                    "HTTP/2 client's TLS handshake passed client certificate checks changed since; connection retired"
+                );
+                self.go_away(connection);
+            }
+            return;
+        }
+        let used_up = timing.max_streams.is_some_and(|max| self.served >= max);
+        if used_up
+            || self.active.load(Ordering::Acquire) >= settings.max_concurrent_streams as usize
+        {
+            // Streams the client reset are closed for the codec but may
+            // still be at work here: the work per connection stays
+            // within max_concurrent_streams whatever the client resets.
+            respond.send_reset(Reason::REFUSED_STREAM);
+            return;
+        }
+        self.spawn_stream(handler, request, respond);
+        if timing.max_streams.is_some_and(|max| self.served >= max) && self.draining.is_none() {
+            // The last stream this connection may serve: GOAWAY,
+            // and the open streams finish.
+            self.go_away(connection);
+        }
+    }
+
     /// Starts the connection's graceful end: GOAWAY, and the open streams finish.
     fn go_away<T, B>(&mut self, connection: &mut h2::server::Connection<T, B>)
     where
