@@ -2,7 +2,7 @@
 //! (or its PROXY-protocol address, which the pipeline passes as the peer);
 //! behind trusted proxies, the address they report in a forwarding header.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use weir_config::{ClientAddressSource, canonical};
 use weir_http::RequestHead;
@@ -71,18 +71,38 @@ fn forwarded_for(element: &[u8]) -> Option<&[u8]> {
     })
 }
 
-/// `192.0.2.1`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:443` or `192.0.2.1:443`.
+/// `192.0.2.1`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:443` or `192.0.2.1:443`;
+/// the port may be obfuscated (`192.0.2.1:_a1`, RFC 7239 section 6.3), for either family.
 fn parse_entry(entry: &[u8]) -> Option<IpAddr> {
     let text = std::str::from_utf8(entry).ok()?;
     if let Ok(address) = text.parse() {
         return Some(address);
     }
-    if let Some(rest) = text.strip_prefix('[') {
-        return rest.split_once(']')?.0.parse().ok();
+    // Brackets hold an IPv6 address only.
+    let (address, port) = match text.strip_prefix('[') {
+        Some(rest) => {
+            let (address, after) = rest.split_once(']')?;
+            let address = IpAddr::V6(address.parse::<Ipv6Addr>().ok()?);
+            if after.is_empty() {
+                return Some(address);
+            }
+            (Ok(address), after.strip_prefix(':')?)
+        }
+        None => {
+            let (address, port) = text.rsplit_once(':')?;
+            (address.parse::<IpAddr>(), port)
+        }
+    };
+    let obfuscated = port.strip_prefix('_').is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    });
+    if !obfuscated {
+        port.parse::<u16>().ok()?;
     }
-    let (address, port) = text.rsplit_once(':')?;
-    port.parse::<u16>().ok()?;
-    address.parse().ok()
+    address.ok()
 }
 
 #[cfg(test)]
@@ -133,6 +153,29 @@ mod tests {
             ip("10.1.1.1")
         );
         assert_eq!(from("Forwarded: proto=https\r\n"), ip("10.0.0.2"));
+        // An obfuscated port hides the port, not the address, for either family.
+        assert_eq!(
+            from("Forwarded: for=\"198.51.100.7:_abc\"\r\n"),
+            ip("198.51.100.7")
+        );
+        assert_eq!(
+            from("Forwarded: for=\"[2001:db8::1]:_x.y-z\"\r\n"),
+            ip("2001:db8::1")
+        );
+        // What follows the brackets is a port or nothing.
+        for broken in [
+            "for=\"[2001:db8::1]x\"",
+            "for=\"[2001:db8::1]:\"",
+            "for=\"[2001:db8::1]:_\"",
+            "for=\"198.51.100.7:_a/b\"",
+            "for=\"[198.51.100.7]\"",
+        ] {
+            assert_eq!(
+                from(&format!("Forwarded: {broken}\r\n")),
+                ip("10.0.0.2"),
+                "{broken}"
+            );
+        }
     }
 
     #[test]
