@@ -116,6 +116,13 @@ pub struct AccessRecord<'a> {
     pub tls: Option<TlsRecord<'a>>,
 }
 
+/// `addr` with an IPv4-mapped IPv6 address (`[::ffff:192.0.2.9]`, from a PROXY header of the
+/// IPv6 family) written as the IPv4 address it maps, as `X-Forwarded-For`, rules and limits
+/// take it: the record names the client as everything else does.
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    SocketAddr::new(addr.ip().to_canonical(), addr.port())
+}
+
 /// What a client's TLS handshake settled, as logged (`tls_version`, `tls_cipher`,
 /// `server_name`, `client_subject`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,7 +327,7 @@ impl AccessRecord<'_> {
         };
         fields.text("time", &rfc3339(now));
         fields.text("virtual_server", self.virtual_server);
-        fields.text("client", &self.client.to_string());
+        fields.text("client", &canonical(self.client).to_string());
         fields.text("method", &cut(self.method, MAX_LOGGED_METHOD));
         fields.text("uri", &cut(self.target, MAX_LOGGED_URI));
         fields.text("version", self.version);
@@ -469,7 +476,7 @@ impl SessionRecord<'_> {
         fields.text("time", &rfc3339(now));
         fields.text("protocol", "tcp");
         fields.text("virtual_server", self.virtual_server);
-        fields.text("client", &self.client.to_string());
+        fields.text("client", &canonical(self.client).to_string());
         if let Some(name) = self.server_name {
             fields.text("server_name", name);
         }
@@ -558,6 +565,21 @@ mod tests {
         let at = UNIX_EPOCH + Duration::from_millis(1_764_078_041_841);
         record.format(format, at, &mut out);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn an_ipv4_mapped_client_is_logged_as_ipv4() {
+        let mapped = AccessRecord {
+            client: "[::ffff:192.0.2.9]:4711".parse().unwrap(),
+            ..record()
+        };
+        assert!(line(&mapped, AccessLogFormat::Text).contains(" client=192.0.2.9:4711 "));
+        assert!(line(&mapped, AccessLogFormat::Json).contains("\"client\":\"192.0.2.9:4711\""));
+        let v6 = AccessRecord {
+            client: "[2001:db8::9]:4711".parse().unwrap(),
+            ..record()
+        };
+        assert!(line(&v6, AccessLogFormat::Text).contains(" client=[2001:db8::9]:4711 "));
     }
 
     #[test]
