@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::values::{self, show_size};
 use super::{Checker, Zero};
 use crate::cache::{
-    CacheRules, CacheStore, Cidr, Compression, CompressionAlgorithm, ContentPolicy, SetCookieRule,
+    CacheRules, CacheStore, Compression, CompressionAlgorithm, ContentPolicy, SetCookieRule,
 };
 use crate::defaults;
 use crate::error::KeyPath;
@@ -131,7 +131,7 @@ impl Checker {
                 .iter()
                 .enumerate()
                 .filter_map(|(index, text)| {
-                    text.parse::<Cidr>()
+                    values::cidr(text)
                         .map_err(|message| {
                             self.report(&path.key("purge_from").index(index), message)
                         })
@@ -378,6 +378,25 @@ mod tests {
         match parse_str(&file(tables), "t.toml") {
             Ok(_) => panic!("expected errors for:\n{tables}"),
             Err(error) => error.to_string().lines().map(str::to_owned).collect(),
+        }
+    }
+
+    /// As in every other list of networks: a mistyped prefix would let a whole network
+    /// purge.
+    #[test]
+    fn purge_from_refuses_networks_with_host_bits() {
+        for (network, meant) in [
+            ("10.0.0.1/8", "10.0.0.0/8"),
+            ("2001:db8::1/64", "2001:db8::/64"),
+        ] {
+            let lines = errors(&format!(
+                "[virtual_servers.web.cache]\npurge_from = [\"127.0.0.1\", \"{network}\"]\n"
+            ));
+            assert!(
+                lines.iter().any(|line| line.contains("cache.purge_from[1]")
+                    && line.contains(&format!("did you mean \"{meant}\"?"))),
+                "{lines:?}"
+            );
         }
     }
 

@@ -181,8 +181,8 @@ impl Checker {
             .flatten()
             .enumerate()
             .filter_map(|(index, text)| {
-                text.parse()
-                    .map_err(|message: String| self.report(&trusted_path.index(index), message))
+                values::cidr(text)
+                    .map_err(|message| self.report(&trusted_path.index(index), message))
                     .ok()
             })
             .collect();

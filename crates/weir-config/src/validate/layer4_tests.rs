@@ -80,6 +80,17 @@ fn tcp_keys_proxy_protocol_and_passthrough() {
     assert_eq!(server.limits.max_connections, 100);
 }
 
+/// As in every other list of networks: a mistyped prefix would trust a whole network to
+/// name its clients.
+#[test]
+fn proxy_protocol_trusted_refuses_networks_with_host_bits() {
+    assert_one_error(
+        &tcp("[virtual_servers.db.proxy_protocol]\ntrusted = [\"2001:db8::1/64\"]"),
+        "virtual_servers.db.proxy_protocol.trusted[0]",
+        "did you mean \"2001:db8::/64\"?",
+    );
+}
+
 #[test]
 fn http_settings_on_a_tcp_virtual_server_are_errors() {
     assert_one_error(
