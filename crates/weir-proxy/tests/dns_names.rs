@@ -225,6 +225,14 @@ async fn a_running_weir_follows_the_name_with_no_request_failing() {
     let node_a = SocketAddr::new(loopback(2), port);
     let node_b = SocketAddr::new(loopback(3), port);
     assert_eq!(node_addresses(&proxy), [node_a]);
+    // Counted from the start, before any re-resolution.
+    let gauge = format!("weir_dns_addresses{{pool=\"web\",name=\"web.test:{port}\"}} ");
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        text.lines().find_map(|line| line.strip_prefix(&gauge)),
+        Some("1"),
+        "{text}"
+    );
     let model = proxy.live.current();
     let pool = model.pool("web").unwrap();
     assert_eq!(

@@ -464,6 +464,8 @@ pub fn spawn_watch(
         .current
         .clone()
         .unwrap_or_else(|| Arc::from(Vec::new()));
+    // The gauge holds the set served from the start, not from the first re-resolution.
+    metrics.set_addresses(initial.len());
     let (sender, receiver) = channel::channel(initial);
     let task = tokio::spawn(async move {
         loop {

@@ -31,6 +31,11 @@ impl DnsMetrics {
             }
             None => debug_assert!(false, "unknown label value {result}"),
         }
+        self.set_addresses(addresses);
+    }
+
+    /// Sets how many addresses the name has now (the set its watch starts from).
+    pub fn set_addresses(&self, addresses: usize) {
         self.addresses
             .set(i64::try_from(addresses).unwrap_or(i64::MAX));
     }
