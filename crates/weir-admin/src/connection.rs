@@ -144,6 +144,23 @@ async fn read_request(
     {
         return Ok(ReadOutcome::Reject(refusal));
     }
+    // The head passed: a client that waits for leave to send its body (curl does for
+    // bodies over 1 MiB) gets it now, unless the body is refused for its length or is
+    // already here (RFC 9110, section 10.1.1).
+    let framing = head.framing();
+    let refused_length = matches!(framing, weir_http::BodyFraming::Length(length)
+        if usize::try_from(length).map_or(true, |length| length > limits.max_body_bytes));
+    if head.expects_continue()
+        && head.version() == weir_http::Version::Http11
+        && matches!(
+            framing,
+            weir_http::BodyFraming::Length(1..) | weir_http::BodyFraming::Chunked
+        )
+        && !refused_length
+        && buf.is_empty()
+    {
+        stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+    }
     let body_deadline = Instant::now() + limits.header_read_timeout;
     match timeout_at(
         body_deadline,

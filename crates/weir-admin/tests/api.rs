@@ -558,3 +558,42 @@ async fn a_file_edited_but_not_reloaded_is_not_overwritten() {
     assert_eq!(stats["last_reload"]["applied"], true);
     setup.stop().await;
 }
+
+/// A client that sends `Expect: 100-continue` and waits (curl does for bodies over 1 MiB)
+/// gets `100 Continue` once its head passed, then its answer; one refused from its head
+/// gets the refusal and no 100.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_100_continue_is_answered_before_the_body() {
+    let setup = setup("continue").await;
+    let candidate = config_text(setup.proxy.addr.port(), &[setup.origins[0].addr]);
+    for (token, first) in [(TOKEN, "HTTP/1.1 100 Continue"), ("wrong", "HTTP/1.1 401")] {
+        let mut stream = TcpStream::connect(setup.admin).await.unwrap();
+        let head = format!(
+            "POST /api/v1/config/validate HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {token}\r\n\
+             Content-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+            candidate.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        // Nothing of the body is sent before an answer comes.
+        let mut got = vec![0u8; 512];
+        let read = tokio::time::timeout(Duration::from_secs(3), stream.read(&mut got))
+            .await
+            .expect("an answer to the head alone")
+            .unwrap();
+        let text = String::from_utf8_lossy(&got[..read]).into_owned();
+        assert!(text.starts_with(first), "{token}: {text}");
+        if token != TOKEN {
+            continue;
+        }
+        stream.write_all(candidate.as_bytes()).await.unwrap();
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest))
+            .await
+            .expect("the answer in time")
+            .unwrap();
+        let all = format!("{text}{}", String::from_utf8_lossy(&rest));
+        let last = all.rsplit("HTTP/1.1 ").next().unwrap();
+        assert!(last.starts_with("200 "), "{all}");
+    }
+    setup.stop().await;
+}
