@@ -95,6 +95,22 @@ pub fn parse_file_text(text: &str, path: &Path) -> Result<Config, ConfigError> {
     Ok(config)
 }
 
+/// The `admin.token_file` the file at `path` names, resolved against its directory as
+/// [`load_file`] resolves it, read even when the file does not validate as a whole:
+/// `weir reload --admin` asks the running weir about a file it refuses, and must not be
+/// turned away for want of the token. `None` when the file cannot be read, is not TOML
+/// or names none.
+pub fn token_file_of(path: &Path) -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let document = parse_document(&text).ok()?;
+    let file = document.get("admin")?.get("token_file")?.as_str()?;
+    let file = Path::new(file);
+    Some(match path.parent() {
+        Some(dir) if file.is_relative() => dir.join(file),
+        _ => file.to_path_buf(),
+    })
+}
+
 /// Parses and validates configuration text; `file_name` is only used in errors.
 /// The result's `source` is `None`.
 pub fn parse_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {

@@ -50,10 +50,12 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
     let address: SocketAddr = args.admin.or(admin.map(|a| a.listen)).ok_or_else(|| {
         anyhow::anyhow!("no admin listener: give --config (with an [admin] table) or --admin")
     })?;
-    let token_file = args.token_file.clone().or_else(|| {
-        admin
+    let token_file = args.token_file.clone().or_else(|| match &config {
+        Some(_) => admin
             .and_then(|a| a.token_file.as_ref())
-            .map(|f| f.path.clone())
+            .map(|f| f.path.clone()),
+        // A file refused here still names the token the running weir wants.
+        None => args.config.as_deref().and_then(weir_config::token_file_of),
     });
     let token = match token_file {
         Some(path) => Some(

@@ -777,6 +777,42 @@ fn reload_refuses_a_bad_file_with_exit_code_2() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("runtime.drain_timeout"));
 }
 
+/// `weir reload --config FILE --admin ADDR` with a file that does not load: the running
+/// weir is still asked with the token the file names (relative to the file), so its
+/// refusal, with file, line and key, comes back (exit code 2), not a 401.
+#[test]
+fn reload_with_admin_sends_the_token_a_refused_file_names() {
+    let (text, admin) = admin_config();
+    let config = temp_config("");
+    let token_name = format!(
+        "{}.token",
+        config.path().file_name().unwrap().to_string_lossy()
+    );
+    let token = config.path().with_file_name(&token_name);
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let good = text.replace(
+        &format!("listen = \"{admin}\"\n"),
+        &format!("listen = \"{admin}\"\ntoken_file = \"{token_name}\"\n"),
+    );
+    std::fs::write(config.path(), &good).unwrap();
+    let _serving = serve_with_admin(&config, &admin);
+    std::fs::write(
+        config.path(),
+        good.replace("pool = \"web\"", "pool = \"ghost\""),
+    )
+    .unwrap();
+    let output = weir()
+        .args(["reload", "--config"])
+        .arg(config.path())
+        .args(["--admin", &admin])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&token);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("virtual_servers.web.pool"), "{stderr}");
+}
+
 /// `weir reload --config FILE` for a weir that runs another file: the running weir would
 /// re-read its own, so it is not asked (exit code 2, nothing reloaded); the file it runs,
 /// named through a symbolic link, is reloaded.
