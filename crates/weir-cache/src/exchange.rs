@@ -371,10 +371,7 @@ impl Cache {
             self.record_store();
             return answered(self.store.detached(stale.hash, object(stored_head)));
         }
-        let vary = self
-            .store
-            .vary_spec(stale.hash, &stale.primary)
-            .unwrap_or_else(VarySpec::none);
+        let vary = Arc::clone(&stale.vary);
         let inserted = self
             .store
             .insert(stale.hash, vary, object(stored_head), self.bans.latest());

@@ -11,6 +11,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::watch;
 
 use crate::date::{UnixTime, parse_http_date};
+use crate::key::VarySpec;
 use crate::policy::freshness::Freshness;
 use crate::view::{ResponseView, list_elements};
 
@@ -365,6 +366,9 @@ pub struct Object {
     pub(crate) hash: u64,
     pub(crate) primary: Arc<[u8]>,
     pub(crate) secondary: Box<[u8]>,
+    /// What the response varies on: how `secondary` was made from its request, and how a
+    /// request's key is made to find it.
+    pub(crate) vary: Arc<VarySpec>,
     /// The stored response head.
     pub head: StoredHead,
     /// When it was stored and how long it stays fresh.
@@ -428,7 +432,12 @@ pub enum ObjectBody {
 }
 
 impl Object {
-    pub(crate) fn new(id: u64, hash: u64, ban_sequence: u64, new: NewObject) -> Object {
+    pub(crate) fn new(
+        id: u64,
+        hash: u64,
+        (ban_sequence, vary): (u64, Arc<VarySpec>),
+        new: NewObject,
+    ) -> Object {
         let last_modified = new.head.header("last-modified").and_then(parse_http_date);
         let (complete, growing, declared_length, body_len) = match new.body {
             ObjectBody::Complete(rope) => {
@@ -450,6 +459,7 @@ impl Object {
             hash,
             primary: new.primary,
             secondary: new.secondary,
+            vary,
             head: new.head,
             freshness: new.freshness,
             complete,

@@ -73,7 +73,9 @@ pub struct StoreStats {
 struct Resource {
     hash: u64,
     primary: Arc<[u8]>,
-    vary: Arc<VarySpec>,
+    /// Oldest first. Each variant keeps its own [`VarySpec`]: a node that compresses for
+    /// some clients and not others, behind weir's compression, stores variants keyed by
+    /// the node's choice beside variants keyed by weir's, under the same `Vary`.
     variants: Vec<Arc<Object>>,
 }
 
@@ -122,14 +124,14 @@ impl Store {
         self.hasher.hash_one(primary)
     }
 
-    /// Finds the variant of `primary` that `secondary` selects: called under
-    /// the shard's read lock with the stored [`VarySpec`], it writes the
-    /// request's secondary key into the buffer.
+    /// Finds the variant of `primary` that `secondary` selects, the newest when several
+    /// do: called under the shard's read lock with each stored variant's [`VarySpec`] (once
+    /// per distinct one), it writes the request's secondary key for it into the buffer.
     pub fn find(
         &self,
         hash: u64,
         primary: &[u8],
-        secondary: impl FnOnce(&VarySpec, &mut Vec<u8>),
+        mut secondary: impl FnMut(&VarySpec, &mut Vec<u8>),
         scratch: &mut Vec<u8>,
     ) -> Found {
         let shard = self.read(hash);
@@ -139,32 +141,24 @@ impl Store {
         else {
             return Found::Nothing;
         };
-        scratch.clear();
-        secondary(&resource.vary, scratch);
-        match resource
-            .variants
-            .iter()
-            .find(|object| same_key(&object.secondary, scratch))
-        {
-            Some(object) => {
-                object.touch();
-                Found::Object(Arc::clone(object))
+        let mut keyed: Option<&VarySpec> = None;
+        for object in resource.variants.iter().rev() {
+            if keyed.is_none_or(|spec| *spec != *object.vary) {
+                scratch.clear();
+                secondary(&object.vary, scratch);
+                keyed = Some(&object.vary);
             }
-            None => Found::NoVariant,
+            if same_key(&object.secondary, scratch) {
+                object.touch();
+                return Found::Object(Arc::clone(object));
+            }
         }
+        Found::NoVariant
     }
 
-    /// The vary spec stored for `primary`, if any variant is stored.
-    pub fn vary_spec(&self, hash: u64, primary: &[u8]) -> Option<Arc<VarySpec>> {
-        self.read(hash)
-            .resources
-            .find(hash, |resource| *resource.primary == *primary)
-            .map(|resource| Arc::clone(&resource.vary))
-    }
-
-    /// Stores an object, replacing the variant with the same secondary key
-    /// (and every variant when the vary spec changed), then evicts to stay
-    /// within the bound.
+    /// Stores an object, replacing the variant with the same vary spec and secondary key
+    /// (and every variant when the `Vary` field names changed: the node varies on
+    /// something else now), then evicts to stay within the bound.
     pub fn insert(
         &self,
         hash: u64,
@@ -173,7 +167,7 @@ impl Store {
         ban_sequence: u64,
     ) -> Inserted {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let object = Arc::new(Object::new(id, hash, ban_sequence, new));
+        let object = Arc::new(Object::new(id, hash, (ban_sequence, vary), new));
         if object.charge() > self.shard_capacity {
             return Inserted {
                 object: None,
@@ -193,23 +187,20 @@ impl Store {
                     Resource {
                         hash,
                         primary: Arc::clone(&object.primary),
-                        vary: Arc::clone(&vary),
                         variants: Vec::new(),
                     },
                     |resource| resource.hash,
                 )
                 .into_mut(),
         };
-        let replaced: Vec<Arc<Object>> = if resource.vary != vary {
-            resource.vary = vary;
-            std::mem::take(&mut resource.variants)
-        } else {
-            let (same, other): (Vec<_>, Vec<_>) = std::mem::take(&mut resource.variants)
-                .into_iter()
-                .partition(|stored| same_key(&stored.secondary, &object.secondary));
-            resource.variants = other;
-            same
-        };
+        let vary = &object.vary;
+        let (replaced, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut resource.variants)
+            .into_iter()
+            .partition(|stored| {
+                stored.vary.names != vary.names
+                    || (stored.vary == *vary && same_key(&stored.secondary, &object.secondary))
+            });
+        resource.variants = kept;
         resource.variants.push(Arc::clone(&object));
         for old in &replaced {
             shard.forget(old);
@@ -228,7 +219,7 @@ impl Store {
     /// client that the cache may not keep.
     pub fn detached(&self, hash: u64, new: NewObject) -> Arc<Object> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        Arc::new(Object::new(id, hash, 0, new))
+        Arc::new(Object::new(id, hash, (0, VarySpec::none()), new))
     }
 
     /// Records a growing object's body as whole, charging its actual length.

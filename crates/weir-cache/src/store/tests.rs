@@ -193,6 +193,58 @@ fn variants_replace_and_vary_changes_drop_them() {
     );
 }
 
+/// A node that compresses for some clients and sends identity to others, with
+/// `Vary: Accept-Encoding` on both, behind weir's compression: its own encodings are keyed
+/// by the set of codings a client accepts, weir's by the coding weir picks. Both kinds
+/// stay side by side instead of each insert dropping the other's.
+#[test]
+fn variants_keyed_by_the_node_and_by_weir_stay_side_by_side() {
+    use crate::key::EncodingKey;
+    let store = Store::new(1 << 20, 64 << 10);
+    let key = "http://h/mixed";
+    let hash = store.hash(key.as_bytes());
+    let by_node =
+        Arc::new(VarySpec::from_values([&b"Accept-Encoding"[..]].into_iter(), false).unwrap());
+    let by_weir =
+        Arc::new(VarySpec::from_values([&b"Accept-Encoding"[..]].into_iter(), true).unwrap());
+    assert_ne!(by_node, by_weir);
+    store.insert(hash, Arc::clone(&by_node), object(key, "7", 10, &[]), 0);
+    store.insert(
+        hash,
+        Arc::clone(&by_weir),
+        object(key, "identity", 20, &[]),
+        0,
+    );
+    store.insert(hash, Arc::clone(&by_node), object(key, "7", 30, &[]), 0);
+    assert_eq!(store.stats().objects, 2);
+    // Each variant is found with the key its own spec makes for the request.
+    let find = |accepted: &'static str, chosen: &'static str| {
+        let mut scratch = Vec::new();
+        match store.find(
+            hash,
+            key.as_bytes(),
+            |spec, out| match spec.encoding {
+                EncodingKey::Chosen => out.extend_from_slice(chosen.as_bytes()),
+                _ => out.extend_from_slice(accepted.as_bytes()),
+            },
+            &mut scratch,
+        ) {
+            Found::Object(object) => Some(object.body().unwrap().len()),
+            _ => None,
+        }
+    };
+    assert_eq!(find("7", "gzip"), Some(30));
+    assert_eq!(find("0", "identity"), Some(20));
+    assert_eq!(find("0", "gzip"), None);
+    // A request both select gets the newest.
+    assert_eq!(find("7", "identity"), Some(30));
+    // The node varies on something else now: every old variant goes.
+    let other =
+        Arc::new(VarySpec::from_values([&b"Accept-Language"[..]].into_iter(), false).unwrap());
+    store.insert(hash, other, object(key, "en", 40, &[]), 0);
+    assert_eq!(store.stats().objects, 1);
+}
+
 #[test]
 fn tags_and_predicates_remove_objects() {
     let store = Store::new(1 << 20, 64 << 10);
