@@ -146,18 +146,23 @@ impl AcceptEncoding {
     }
 }
 
-/// `gzip;q=0.5` → (`gzip`, 500). A missing or malformed q counts as 1, a
-/// q over 1 as 1.
+/// `gzip;q=0.5` → (`gzip`, 500). No q parameter counts as 1; a q parameter whose
+/// value is not a q-value counts as 0.
 fn split_q(element: &[u8]) -> (&[u8], u16) {
     let mut parts = element.split(|b| *b == b';');
     let token = trim(parts.next().unwrap_or_default());
     let mut q = 1000;
     for parameter in parts {
         let parameter = trim(parameter);
-        if parameter.len() > 2 && parameter[..2].eq_ignore_ascii_case(b"q=") {
-            // A q-value that is not one (`q=2`, `q=bad`, `q=0.0005`) excludes the coding:
-            // the client meant something other than "fine", and identity is always safe.
-            q = parse_q(trim(&parameter[2..])).unwrap_or(0);
+        let (name, value) = match memchr::memchr(b'=', parameter) {
+            Some(at) => (trim(&parameter[..at]), Some(trim(&parameter[at + 1..]))),
+            None => (parameter, None),
+        };
+        if name.eq_ignore_ascii_case(b"q") {
+            // A q parameter that is not a q-value (`q=2`, `q=bad`, `q=0.0005`, `q=`, a
+            // bare `q`) excludes the coding: the client meant something other than
+            // "fine", and identity is always safe.
+            q = value.and_then(parse_q).unwrap_or(0);
         }
     }
     (token, q)
@@ -214,6 +219,12 @@ mod tests {
             (Some("unknown, foo;q=1"), Coding::Identity),
             // A q-value that is not one excludes its coding (RFC 9110 §12.4.2's grammar).
             (Some("gzip;q=bad"), Coding::Identity),
+            (Some("gzip;q="), Coding::Identity),
+            (Some("gzip;q =0"), Coding::Identity),
+            (Some("gzip; Q = 0"), Coding::Identity),
+            (Some("gzip;q"), Coding::Identity),
+            (Some("gzip;level=1"), Coding::Gzip),
+            (Some("gzip ; q = 0.5"), Coding::Gzip),
             (Some("gzip;q=2"), Coding::Identity),
             (Some("gzip;q=1.5"), Coding::Identity),
             (Some("gzip;q=1.000"), Coding::Gzip),
