@@ -164,6 +164,35 @@ impl Fill {
         }
     }
 
+    /// A body stored once complete (its length unknown in advance): the client's answer
+    /// when its preconditions settle it from the head alone, 304 for an `If-None-Match` or
+    /// `If-Modified-Since` that matches, 412 for an `If-Match` or `If-Unmodified-Since`
+    /// that fails. The cache took them off the request to fetch the whole response, so it
+    /// answers them, as it does from a stored object; the body still goes into the fill.
+    /// `None` when the client is to get the response itself.
+    pub fn conditional_hit(&self, request: &impl RequestView, now: UnixTime) -> Option<Hit> {
+        let FillMode::Tee { pending, .. } = &self.mode else {
+            return None;
+        };
+        if !request.may_be_conditional() {
+            return None;
+        }
+        let head_only = self.cache.store.detached(
+            pending.hash,
+            NewObject {
+                primary: Arc::clone(&pending.primary),
+                secondary: Box::new([]),
+                head: pending.head.clone(),
+                freshness: pending.freshness,
+                body: ObjectBody::Complete(Rope::default()),
+                tags: Box::new([]),
+                stored_at: pending.stored_at,
+            },
+        );
+        let hit = Hit::new(head_only, request, now, self.status);
+        matches!(hit.status(), 304 | 412).then_some(hit)
+    }
+
     /// When the client gets the node's response as it passes: the edits to
     /// its head (compression), if any.
     pub fn tee_edits(&self) -> Option<HeadEdits> {

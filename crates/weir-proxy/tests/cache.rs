@@ -219,6 +219,31 @@ async fn a_conditional_miss_fetches_the_whole_object() {
     proxy.stop().await;
 }
 
+fn fresh_chunked(head: &str, count: usize) -> Answer {
+    fresh(head, count).chunked()
+}
+
+/// The same for a node that sends its body chunked (the object is stored once the body
+/// is whole): the conditional is still answered by weir, 304 for a matching
+/// `If-None-Match` and 412 for a failed `If-Match`, the body still fills the store, and
+/// a client without conditions gets the whole response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conditional_miss_of_unknown_length_is_answered_and_still_stored() {
+    let node = CountingNode::start(fresh_chunked, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    let conditional = request(&proxy, "GET", "/u", &["If-None-Match: \"v1\""]).await;
+    assert_eq!(conditional.status, 304);
+    let stored = || request(&proxy, "GET", "/u", &[]);
+    assert_eq!(stored().await.header("x-cache"), Some("HIT"));
+    assert_eq!(node.requests(), 1);
+    let failed = request(&proxy, "GET", "/v", &["If-Match: \"other\""]).await;
+    assert_eq!(failed.status, 412);
+    let passed = request(&proxy, "GET", "/w", &["If-None-Match: \"v0\""]).await;
+    assert_eq!((passed.status, passed.text().as_str()), (200, "body of /w"));
+    assert_eq!(node.requests(), 3);
+    proxy.stop().await;
+}
+
 fn by_language(head: &str, _: usize) -> Answer {
     let language = head
         .lines()

@@ -316,14 +316,16 @@ fn plan(
             status: Some(status),
         },
         Reply::Refetch(exchange) => Plan::Refetch(exchange),
-        Reply::Fill(mut fill) => match fill.take_hit() {
-            Some(hit) => Plan::Store(Transform::Fill(fill), hit),
-            None => Plan::Relay {
-                edits: fill.tee_edits(),
-                status: Some(fill.cache_status()),
-                transform: Transform::Fill(fill),
-            },
-        },
+        Reply::Fill(mut fill) => {
+            match fill.take_hit().or_else(|| fill.conditional_hit(view, now)) {
+                Some(hit) => Plan::Store(Transform::Fill(fill), hit),
+                None => Plan::Relay {
+                    edits: fill.tee_edits(),
+                    status: Some(fill.cache_status()),
+                    transform: Transform::Fill(fill),
+                },
+            }
+        }
     }
 }
 
