@@ -29,6 +29,13 @@ fn embedded_default_parses() {
         .map(|o| o.listen.to_string())
         .collect();
     assert_eq!(origins, nodes);
+    // The HTTPS listener offers h2 and keeps serving clients that offer only
+    // http/1.0 (docs/design/hardening.md, "TLS closes").
+    let https = &config.virtual_servers[1];
+    assert_eq!(
+        https.tls.as_ref().map(|tls| tls.alpn.clone()),
+        Some(vec!["h2".into(), "http/1.1".into(), "http/1.0".into()])
+    );
 }
 
 const GOOD: &str = "\
