@@ -290,10 +290,36 @@ async fn issue(
         bytes: 0,
     })?;
     let response = match protocol {
-        Protocol::Http1 => {
-            open.exchange(buffer, &target.request, target.method)
-                .await?
-        }
+        Protocol::Http1 => match open.exchange(buffer, &target.request, target.method).await {
+            // A kept-alive connection the server closed while it idled (its keep-alive
+            // timeout) fails before a byte of answer: an idempotent request goes again
+            // on a new connection, as browsers, curl and Go's client do (RFC 9112 section
+            // 9.3.1); the server never saw it.
+            Err(failure)
+                if reusable
+                    && mode != ConnectionMode::Close
+                    && failure.bytes == 0
+                    && matches!(failure.kind, ErrorKind::Read | ErrorKind::Write)
+                    && target.method.is_idempotent() =>
+            {
+                let tls = tls_for(plan.tls.as_ref(), target);
+                let (open, handshake) =
+                    Connection::open(target.address, tls)
+                        .await
+                        .map_err(|kind| {
+                            opened.connection = kind == ErrorKind::Tls;
+                            Failure { kind, bytes: 0 }
+                        })?;
+                *opened = Opened {
+                    connection: true,
+                    handshake,
+                };
+                let open = connection.insert(open);
+                open.exchange(buffer, &target.request, target.method)
+                    .await?
+            }
+            answered => answered?,
+        },
         Protocol::Tcp { mode, .. } => open.echo(buffer, &target.request, mode).await?,
         // Served by the shared connection above.
         Protocol::Http2 { .. } => {

@@ -133,6 +133,59 @@ fn a_body_longer_than_its_content_length_is_an_error() {
     assert_eq!(report.requests.successful, 0);
 }
 
+/// A server that closes a kept-alive connection after 100 ms idle (a keep-alive timeout),
+/// paced requests 250 ms apart on one connection: each finds its connection closed by the
+/// server and goes again on a new one, so every request is answered and none counted as
+/// an error (the server saw each once).
+#[test]
+fn a_connection_the_server_closed_while_idle_is_replaced_not_counted_as_an_error() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let served = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&served);
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            let counter = std::sync::Arc::clone(&counter);
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+                let mut buf = [0u8; 4096];
+                // A timeout (idle past 100 ms) or the client's close ends the connection.
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                    if stream.write_all(answer).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let mut run = settings(
+        vec![format!("http://{address}/")],
+        Stop::Duration(Duration::from_secs(2)),
+    );
+    run.connections = 1;
+    run.threads = Some(1);
+    run.rate = Some(4.0);
+    let report = weir_bench::run(&plan(run)).expect("run");
+    assert_eq!(report.errors.total, 0, "{:?}", report.errors);
+    assert!(report.requests.successful >= 6, "{:?}", report.requests);
+    assert_eq!(
+        served.load(Ordering::SeqCst) as u64,
+        report.requests.successful
+    );
+    assert!(
+        report.connections_opened >= 6,
+        "{}",
+        report.connections_opened
+    );
+}
+
 #[test]
 fn siege_block_is_consistent() {
     let origin = TestOrigin::start();
