@@ -6,12 +6,17 @@
 //! the next stream that needs it; the others wait for it.
 
 use std::cell::{Cell, RefCell};
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
 use h2::client::SendRequest;
 use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
@@ -72,8 +77,14 @@ enum State {
         address: SocketAddr,
         send: SendRequest<Bytes>,
         generation: u64,
+        /// Bytes read from the connection (its frames) not yet given to a response.
+        received: Rc<Cell<u64>>,
     },
 }
+
+/// How many times a request the server did not process (refused, or past a GOAWAY) is
+/// sent: RFC 9113 sections 8.7 and 6.8 let a client send it again on a new connection.
+const ATTEMPTS: usize = 3;
 
 /// What opening a connection for one request did (HTTP/1.1, L4 and HTTP/2 alike): a TCP
 /// connection was opened, and a TLS handshake completed on it.
@@ -85,7 +96,11 @@ pub struct Opened {
 
 impl Shared {
     /// Sends one request and reads its whole response, opening the
-    /// connection first if it is closed (or another stream is opening it).
+    /// connection first if it is closed (or another stream is opening it). A request
+    /// the server did not process is sent again (at most [`ATTEMPTS`] times in all).
+    /// The bytes a response counts are those read from the connection since the last
+    /// response ended (its frames: heads, bodies and the rest), so a run's total is what
+    /// its connections received, as with HTTP/1.1.
     pub async fn exchange(
         &self,
         address: SocketAddr,
@@ -93,41 +108,52 @@ impl Shared {
         request: &H2Request,
         opened: &mut Opened,
     ) -> Result<Response, Failure> {
-        let (send, generation) = self.connection(address, tls, opened).await?;
-        let waiting = Instant::now();
-        let ticket = self.tickets.get();
-        self.tickets.set(ticket + 1);
-        let _place = StreamPlace(self);
+        let mut attempt = 1;
         loop {
-            let ended = self.stream_ended.notified();
-            // The server's limit, from its SETTINGS (one stream before they come).
-            let allowed = send.current_max_send_streams().max(1);
-            if ticket < self.ended.get().saturating_add(allowed as u64) {
-                break;
+            let (send, generation, received) = self.connection(address, tls, opened).await?;
+            let waiting = Instant::now();
+            let ticket = self.tickets.get();
+            self.tickets.set(ticket + 1);
+            let place = StreamPlace(self);
+            loop {
+                let ended = self.stream_ended.notified();
+                // The server's limit, from its SETTINGS (one stream before they come).
+                let allowed = send.current_max_send_streams().max(1);
+                if ticket < self.ended.get().saturating_add(allowed as u64) {
+                    break;
+                }
+                ended.await;
             }
-            ended.await;
+            let queued = waiting.elapsed();
+            let result = exchange(send, request).await;
+            drop(place);
+            match result {
+                Ok(mut response) => {
+                    response.queued = queued;
+                    response.bytes = received.take();
+                    // By the end of a response the server's SETTINGS are in (read from the
+                    // slot's handle, not another clone of it); none: no limit.
+                    let allowed = match &*self.state.borrow() {
+                        State::Open { send, .. } => send.current_max_send_streams(),
+                        _ => usize::MAX,
+                    };
+                    response.streams_allowed = (allowed < usize::MAX)
+                        .then(|| u64::try_from(allowed).ok())
+                        .flatten();
+                    return Ok(response);
+                }
+                Err(failed) => {
+                    if failed.connection_failed {
+                        self.close(generation);
+                    }
+                    if failed.unprocessed && attempt < ATTEMPTS {
+                        attempt += 1;
+                        continue;
+                    }
+                    return Err(failed.failure);
+                }
+            }
         }
-        let queued = waiting.elapsed();
-        let result = exchange(send, request).await.map(|mut response| {
-            response.queued = queued;
-            // By the end of a response the server's SETTINGS are in (read from the slot's
-            // handle, not another clone of it); none: no limit.
-            let allowed = match &*self.state.borrow() {
-                State::Open { send, .. } => send.current_max_send_streams(),
-                _ => usize::MAX,
-            };
-            response.streams_allowed = (allowed < usize::MAX)
-                .then(|| u64::try_from(allowed).ok())
-                .flatten();
-            response
-        });
-        if let Err((failure, connection_failed)) = &result
-            && *connection_failed
-        {
-            self.close(generation);
-            return Err(*failure);
-        }
-        result.map_err(|(failure, _)| failure)
     }
 
     async fn connection(
@@ -135,7 +161,7 @@ impl Shared {
         address: SocketAddr,
         tls: Option<(&TlsClient, &ServerName<'static>)>,
         opened: &mut Opened,
-    ) -> Result<(SendRequest<Bytes>, u64), Failure> {
+    ) -> Result<(SendRequest<Bytes>, u64, Rc<Cell<u64>>), Failure> {
         loop {
             let notified = self.ready.notified();
             let generation = match &*self.state.borrow() {
@@ -143,7 +169,10 @@ impl Shared {
                     address: open,
                     send,
                     generation,
-                } if *open == address => return Ok((send.clone(), *generation)),
+                    received,
+                } if *open == address => {
+                    return Ok((send.clone(), *generation, Rc::clone(received)));
+                }
                 State::Opening => None,
                 State::Open { generation, .. } => Some(*generation + 1),
                 State::Closed => Some(0),
@@ -153,15 +182,17 @@ impl Shared {
                 continue;
             };
             *self.state.borrow_mut() = State::Opening;
-            let result = open(address, tls, opened).await;
+            let received = Rc::new(Cell::new(0));
+            let result = open(address, tls, opened, &received).await;
             let outcome = match result {
                 Ok(send) => {
                     *self.state.borrow_mut() = State::Open {
                         address,
                         send: send.clone(),
                         generation,
+                        received: Rc::clone(&received),
                     };
-                    Ok((send, generation))
+                    Ok((send, generation, received))
                 }
                 Err(kind) => {
                     *self.state.borrow_mut() = State::Closed;
@@ -188,6 +219,7 @@ async fn open(
     address: SocketAddr,
     tls: Option<(&TlsClient, &ServerName<'static>)>,
     opened: &mut Opened,
+    received: &Rc<Cell<u64>>,
 ) -> Result<SendRequest<Bytes>, ErrorKind> {
     let started = Instant::now();
     let tcp = TcpStream::connect(address)
@@ -206,7 +238,7 @@ async fn open(
     let send = match tls {
         None => {
             let (send, connection) = builder
-                .handshake(tcp)
+                .handshake(Counted::new(tcp, received))
                 .await
                 .map_err(|_| ErrorKind::Connect)?;
             tokio::task::spawn_local(connection);
@@ -222,7 +254,7 @@ async fn open(
                 return Err(ErrorKind::Tls);
             }
             let (send, connection) = builder
-                .handshake(stream)
+                .handshake(Counted::new(stream, received))
                 .await
                 .map_err(|_| ErrorKind::Connect)?;
             tokio::task::spawn_local(connection);
@@ -232,41 +264,43 @@ async fn open(
     Ok(send)
 }
 
-/// One stream: request (and body), then the whole response. The failure's
-/// flag says whether the connection itself failed (then it is reopened).
-async fn exchange(
-    send: SendRequest<Bytes>,
-    request: &H2Request,
-) -> Result<Response, (Failure, bool)> {
-    let write = |connection_failed| {
-        (
-            Failure {
-                kind: ErrorKind::Write,
-                bytes: 0,
-            },
-            connection_failed,
-        )
+/// Why a stream failed: the failure to count, whether the connection itself failed
+/// (then it is opened again), and whether the server did not process the request (a
+/// refused stream, one past a GOAWAY, or one never sent), which may go again.
+struct StreamFailed {
+    failure: Failure,
+    connection_failed: bool,
+    unprocessed: bool,
+}
+
+/// One stream: request (and body), then the whole response (the bytes it counts are
+/// set by the caller).
+async fn exchange(send: SendRequest<Bytes>, request: &H2Request) -> Result<Response, StreamFailed> {
+    // Nothing of the request went out: it may go again.
+    let write = |error: &h2::Error| StreamFailed {
+        failure: Failure {
+            kind: ErrorKind::Write,
+            bytes: 0,
+        },
+        connection_failed: connection_level(error),
+        unprocessed: true,
     };
-    let mut send = send
-        .ready()
-        .await
-        .map_err(|error| write(connection_level(&error)))?;
+    let mut send = send.ready().await.map_err(|error| write(&error))?;
     let end = request.body.is_empty();
     let (response, mut body) = send
         .send_request(request.to_request(), end)
-        .map_err(|error| write(connection_level(&error)))?;
+        .map_err(|error| write(&error))?;
     if !end {
         body.send_data(request.body.clone(), true)
-            .map_err(|error| write(connection_level(&error)))?;
+            .map_err(|error| write(&error))?;
     }
-    let read = |bytes, error: &h2::Error| {
-        (
-            Failure {
-                kind: ErrorKind::Read,
-                bytes,
-            },
-            connection_level(error),
-        )
+    let read = |bytes, error: &h2::Error| StreamFailed {
+        failure: Failure {
+            kind: ErrorKind::Read,
+            bytes,
+        },
+        connection_failed: connection_level(error),
+        unprocessed: bytes == 0 && unprocessed(error),
     };
     let response = response.await.map_err(|error| read(0, &error))?;
     let status = response.status().as_u16();
@@ -285,6 +319,14 @@ async fn exchange(
         queued: std::time::Duration::ZERO,
         streams_allowed: None,
     })
+}
+
+/// Whether a stream's error says the server did not process its request: a
+/// `REFUSED_STREAM` reset (RFC 9113 section 8.7), or a graceful GOAWAY from the server
+/// whose last stream came before it (section 6.8).
+fn unprocessed(error: &h2::Error) -> bool {
+    error.reason() == Some(h2::Reason::REFUSED_STREAM)
+        || (error.is_go_away() && error.is_remote() && error.reason() == Some(h2::Reason::NO_ERROR))
 }
 
 /// Whether an error ends the connection (not just the stream).
@@ -345,5 +387,64 @@ impl H2Request {
             headers: map,
             body: Bytes::copy_from_slice(body),
         })
+    }
+}
+
+/// A connection's transport that counts the bytes read from it (frames, after TLS).
+struct Counted<S> {
+    inner: S,
+    received: Rc<Cell<u64>>,
+}
+
+impl<S> Counted<S> {
+    fn new(inner: S, received: &Rc<Cell<u64>>) -> Counted<S> {
+        Counted {
+            inner,
+            received: Rc::clone(received),
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = (buf.filled().len() - before) as u64;
+        self.received.set(self.received.get() + read);
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

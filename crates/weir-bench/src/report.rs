@@ -33,7 +33,8 @@ pub struct Report {
     pub http2_streams_allowed: Option<u64>,
     /// Responses received per second of `elapsed_s`.
     pub requests_per_s: f64,
-    /// Bytes received, heads and bodies (L4: the echoed bytes).
+    /// Bytes received, heads and bodies (HTTP/2: the frames read, control frames
+    /// included, after TLS; L4: the echoed bytes).
     pub bytes_received: u64,
     /// `bytes_received` per second of `elapsed_s`.
     pub bytes_per_s: f64,

@@ -30,6 +30,21 @@ pub fn start_server_with(
     max_streams: Option<u32>,
     pause: Duration,
 ) -> (SocketAddr, Arc<Counts>) {
+    start(tls, (max_streams, None), pause)
+}
+
+/// An h2c [`start_server`] whose connections go away (a graceful GOAWAY) after `streams`
+/// streams, as a server with a limit on requests per connection does: streams the client
+/// opened meanwhile are not processed.
+pub fn start_server_going_away(streams: usize) -> (SocketAddr, Arc<Counts>) {
+    start(None, (None, Some(streams)), Duration::from_millis(2))
+}
+
+fn start(
+    tls: Option<&TestCertificate>,
+    (max_streams, goaway_after): (Option<u32>, Option<usize>),
+    pause: Duration,
+) -> (SocketAddr, Arc<Counts>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("nonblocking");
     let address = listener.local_addr().expect("address");
@@ -56,10 +71,10 @@ pub fn start_server_with(
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
                     match acceptor {
-                        None => serve(tcp, counts, max_streams, pause).await,
+                        None => serve(tcp, counts, (max_streams, goaway_after), pause).await,
                         Some(acceptor) => {
                             if let Ok(tls) = acceptor.accept(tcp).await {
-                                serve(tls, counts, max_streams, pause).await;
+                                serve(tls, counts, (max_streams, goaway_after), pause).await;
                             }
                         }
                     }
@@ -73,7 +88,7 @@ pub fn start_server_with(
 async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     io: S,
     counts: Arc<Counts>,
-    max_streams: Option<u32>,
+    (max_streams, goaway_after): (Option<u32>, Option<usize>),
     pause: Duration,
 ) {
     let mut builder = h2::server::Builder::new();
@@ -85,8 +100,13 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     };
     counts.connections.fetch_add(1, Ordering::SeqCst);
     let on_connection = Arc::new(AtomicUsize::new(0));
+    let mut accepted = 0;
     while let Some(Ok((_request, mut respond))) = connection.accept().await {
         counts.streams.fetch_add(1, Ordering::SeqCst);
+        accepted += 1;
+        if goaway_after == Some(accepted) {
+            connection.graceful_shutdown();
+        }
         let now = on_connection.fetch_add(1, Ordering::SeqCst) + 1;
         counts.most_in_flight.fetch_max(now, Ordering::SeqCst);
         counts.in_flight.fetch_add(1, Ordering::SeqCst);
