@@ -696,6 +696,13 @@ pub const TUNNEL_DEDUP_STORE_BYTES: MetricSpec = gauge(
     &[],
     "Bytes of chunks held in this end's store (current connection)",
 );
+/// `weir_tunnel_dedup_pinned_bytes`, a gauge: bytes of chunks this end sent and keeps until the
+/// peer resolves its references to them (current connection).
+pub const TUNNEL_DEDUP_PINNED_BYTES: MetricSpec = gauge(
+    "tunnel_dedup_pinned_bytes",
+    &[],
+    "Bytes of sent chunks kept until the peer resolves the references to them (current connection)",
+);
 /// `weir_tunnel_link_sent_bytes_total`, a counter: UDP payload bytes sent on the WAN link (QUIC
 /// packets, retransmissions included).
 pub const TUNNEL_LINK_SENT_BYTES: MetricSpec = counter(

@@ -96,6 +96,15 @@ async fn concurrent_flows(link: &'static str) {
         server.metrics.handles().stream_read_bytes.get(),
         client.metrics.handles().stream_written_bytes.get()
     );
+    // The encoded bytes one end sends are those the other receives, counted alike.
+    assert_eq!(
+        client.metrics.handles().encoded_sent_bytes.get(),
+        server.metrics.handles().encoded_received_bytes.get()
+    );
+    assert_eq!(
+        server.metrics.handles().encoded_sent_bytes.get(),
+        client.metrics.handles().encoded_received_bytes.get()
+    );
     assert!(client.metrics.handles().compression_saved_bytes.get() > 0);
     assert!(client.metrics.handles().dedup_saved_bytes.get() > 0);
     client.stop().await;
@@ -597,5 +606,118 @@ async fn the_far_side_serves_at_most_max_connections() {
     );
     assert_eq!(echo_once(second_listen[0], b"two").await, b"two");
     second.stop().await;
+    server.stop().await;
+}
+
+/// A server that accepts connections and never reads from them.
+async fn sink_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    address
+}
+
+/// A server that writes `data` to each connection, again and again, reading nothing.
+async fn source_server(data: Vec<u8>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let data = Arc::new(data);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let data = Arc::clone(&data);
+            tokio::spawn(async move { while stream.write_all(&data).await.is_ok() {} });
+        }
+    });
+    address
+}
+
+/// A link whose windows were small against a few stuck flows (100 Mbit/s, 20 ms: a
+/// stream window of 2 MB).
+const LINK_100M: &str = "[link]\nbandwidth = \"100mbit\"\nrtt = \"20ms\"\n";
+
+/// Flows whose local end never reads (a server that takes no upload, clients that take no
+/// download) fill their own windows and stop there: the other flows of the tunnel go on.
+/// With a connection window of two stream windows, three such flows stopped them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flows_whose_end_never_reads_do_not_stop_the_others() {
+    let certs = Certificates::new();
+    let (sink, source, echo) = (
+        sink_server().await,
+        source_server(random(1 << 20, 7)).await,
+        echo_server().await,
+    );
+    let services = [("sink", sink), ("source", source), ("echo", echo)];
+    let (server, client, listen) = start_pair(&certs, &services, LINK_100M).await;
+    let mut stuck = Vec::new();
+    for n in 0..4u64 {
+        // Uploads nobody reads.
+        let data = random(25 << 20, n);
+        let address = listen[0];
+        stuck.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(address).await.unwrap();
+            let _ = stream.write_all(&data).await;
+            stream
+        }));
+        // Downloads nobody reads.
+        let address = listen[1];
+        stuck.push(tokio::spawn(async move {
+            let stream = TcpStream::connect(address).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            stream
+        }));
+    }
+    // Long enough for every stuck flow to fill its windows.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for round in 0..3 {
+        let answer = tokio::time::timeout(Duration::from_secs(5), echo_once(listen[2], b"beside"))
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: no echo within 5 s beside stuck flows"));
+        assert_eq!(answer, b"beside");
+    }
+    for task in stuck {
+        task.abort();
+    }
+    client.stop().await;
+    server.stop().await;
+}
+
+/// Flows of data that deduplicates, to a server that never reads: each keeps the chunks
+/// of the references it sent (its pins) until it ends, and all of them together at most
+/// 128 MiB (past it, chunks go as literals), where 16 such flows held 32 MiB each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pins_of_flows_that_never_drain_stay_within_the_connection_budget() {
+    let certs = Certificates::new();
+    let sink = sink_server().await;
+    let (server, client, listen) = start_pair(&certs, &[("sink", sink)], LINK_100M).await;
+    let block = random(64 << 10, 3);
+    let mut stuck = Vec::new();
+    for _ in 0..16 {
+        let data = block.repeat(512);
+        let address = listen[0];
+        stuck.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(address).await.unwrap();
+            let _ = stream.write_all(&data).await;
+            stream
+        }));
+    }
+    let pinned = || client.metrics.handles().dedup_pinned_bytes.get() as f64;
+    let mut most = 0.0f64;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        most = most.max(pinned());
+    }
+    // The budget, and a block of references past it for each flow that checked in time.
+    let bound = (128u64 << 20) + 16 * (4 << 20);
+    assert!(most > 0.0, "references were sent and pinned");
+    assert!(most <= bound as f64, "{most} bytes pinned");
+    for task in stuck {
+        task.abort();
+    }
+    client.stop().await;
     server.stop().await;
 }

@@ -52,6 +52,7 @@ tunnel_metrics! {
     dedup_saved_bytes: Counter = TUNNEL_DEDUP_SAVED_BYTES,
     dedup_misses: Counter = TUNNEL_DEDUP_MISSES,
     dedup_store_bytes: Gauge = TUNNEL_DEDUP_STORE_BYTES,
+    dedup_pinned_bytes: Gauge = TUNNEL_DEDUP_PINNED_BYTES,
     link_sent_bytes: Counter = TUNNEL_LINK_SENT_BYTES,
     link_received_bytes: Counter = TUNNEL_LINK_RECEIVED_BYTES,
     lost_packets: Counter = TUNNEL_LOST_PACKETS,

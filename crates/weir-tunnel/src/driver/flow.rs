@@ -136,7 +136,9 @@ async fn encode(
         let flush = count < input.len();
         session.metrics.stream_read_bytes.inc_by(count as u64);
         let chunked = encoder.chunk(&input[..count], flush);
-        let known = if session.settings.dedup.is_some() {
+        // Past the connection's budget of pins, chunks go as literals (see
+        // `SESSION_PIN_LIMIT`): more bytes on the link, no more memory.
+        let known = if session.settings.dedup.is_some() && !session.pins_full() {
             session.known(chunked.ids().copied())
         } else {
             Vec::new()
@@ -196,15 +198,17 @@ async fn decode(
     };
     loop {
         loop {
+            let held = buffer.len();
             let record = match take_record(&mut buffer) {
                 Ok(Some(record)) => record,
                 Ok(None) => break,
                 Err(error) => return protocol_error(recv, stream, &error.to_string()),
             };
+            // The record with its length, as the sending end counts it.
             session
                 .metrics
                 .encoded_received_bytes
-                .inc_by(record.len() as u64);
+                .inc_by((held - buffer.len()) as u64);
             let pieces = match decoder.decode(record) {
                 Ok(pieces) => pieces,
                 Err(error) => return protocol_error(recv, stream, &error.to_string()),

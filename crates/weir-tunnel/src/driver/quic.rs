@@ -33,6 +33,9 @@ use crate::sans_io::wire::ALPN;
 /// Most flows open at once on one tunnel.
 pub const MAX_FLOWS: u32 = 4096;
 
+/// Stream windows the connection's receive window holds (see [`transport_config`]).
+const FLOW_WINDOWS: u64 = 64;
+
 /// Flows a near side may open before it is authenticated: the control stream and a few.
 /// quinn sets up the state of every stream a peer may open when a connection is created,
 /// before its handshake, so a far side that allowed [`MAX_FLOWS`] from the start would
@@ -67,14 +70,22 @@ pub enum TransportError {
 pub fn transport_config(link: &LinkParams, fec: &FecSettings) -> TransportConfig {
     let bdp = link.bdp().max(64 << 10);
     let stream_window = (8 * bdp).clamp(1 << 20, 512 << 20);
-    let connection_window = (16 * bdp).clamp(4 << 20, 1 << 30);
+    // Flow control is per flow. A flow whose local end does not read (a server that takes
+    // no upload, a client that takes no download) stops reading its stream, and its
+    // stream's window of unread bytes counts against the connection's: a connection window
+    // of a few stream windows let a few such flows stop every other flow, the control
+    // stream too. The connection's receive window holds FLOW_WINDOWS whole stream windows,
+    // so what stops a flow is its own window (what it holds is bounded by it, as a TCP
+    // connection's by its socket buffer), up to that many stuck flows.
+    let connection_window = stream_window.saturating_mul(FLOW_WINDOWS).min(1 << 34);
+    let send_window = (16 * bdp).clamp(4 << 20, 1 << 30);
     let mut transport = TransportConfig::default();
     transport
         .max_concurrent_bidi_streams(VarInt::from_u32(MAX_FLOWS))
         .max_concurrent_uni_streams(VarInt::from_u32(0))
         .stream_receive_window(VarInt::from_u32(stream_window as u32))
-        .receive_window(VarInt::from_u32(connection_window as u32))
-        .send_window(connection_window)
+        .receive_window(VarInt::from_u64(connection_window).unwrap_or(VarInt::MAX))
+        .send_window(send_window)
         .initial_rtt(link.rtt)
         .keep_alive_interval(Some(link.keep_alive))
         .datagram_receive_buffer_size(None);

@@ -4,6 +4,7 @@
 //! a session's states, and the code that moves it between them: `LIFECYCLE.md`.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::{Bytes, BytesMut};
@@ -18,6 +19,13 @@ use crate::sans_io::wire::{MAX_BLOCK_PAYLOAD, take_record};
 
 /// Pinned bytes a flow may hold before its encoder waits for the peer to resolve them.
 pub const PIN_LIMIT: u64 = 32 << 20;
+
+/// Pinned bytes all the flows of a connection may hold: past it, encoders send chunks as
+/// literals (which pin nothing) instead of references. A flow whose far end does not read
+/// holds its pins until it ends; without this bound every such flow would keep
+/// [`PIN_LIMIT`] of memory, and with it the others would wait, so past it they send more
+/// bytes instead.
+pub const SESSION_PIN_LIMIT: u64 = 4 * PIN_LIMIT;
 
 /// Application error codes on streams and the connection.
 pub mod code {
@@ -49,6 +57,8 @@ pub struct Session {
     /// What this end holds of what it received.
     store: Mutex<ChunkStore<Bytes>>,
     pins: Mutex<HashMap<u64, Pins>>,
+    /// The bytes every flow's pins hold, kept with them under the lock of `pins`.
+    pinned: AtomicU64,
     pins_released: Notify,
     waiting: Mutex<HashMap<(u64, u64), Answer>>,
     control: mpsc::UnboundedSender<Control>,
@@ -98,6 +108,7 @@ impl Session {
             mirror: Mutex::new(ChunkStore::new(0)),
             store: Mutex::new(ChunkStore::new(store_budget)),
             pins: Mutex::new(HashMap::new()),
+            pinned: AtomicU64::new(0),
             pins_released: Notify::new(),
             waiting: Mutex::new(HashMap::new()),
             control: sender,
@@ -153,6 +164,7 @@ impl Session {
                 if entry.bytes < PIN_LIMIT {
                     for (index, bytes) in refs {
                         entry.bytes += bytes.len() as u64;
+                        self.add_pinned(bytes.len() as u64);
                         entry.chunks.push_back((index, bytes));
                     }
                     return;
@@ -165,15 +177,42 @@ impl Session {
         }
     }
 
+    /// Whether the connection's flows hold [`SESSION_PIN_LIMIT`] of pins: encoders then
+    /// send literals rather than references.
+    pub fn pins_full(&self) -> bool {
+        self.pinned.load(Ordering::Relaxed) >= SESSION_PIN_LIMIT
+    }
+
     /// The flow's encoder finished: drop its pins once the peer's decoder is done too.
     pub fn encoder_done(&self, stream: u64) {
         let mut pins = lock(&self.pins);
         if let Some(entry) = pins.get_mut(&stream) {
             entry.encoder_done = true;
             if entry.decoder_done {
-                pins.remove(&stream);
+                self.unpin_flow(&mut pins, stream);
             }
         }
+    }
+
+    /// Forgets a flow's pins (both its ends are done), and their bytes.
+    fn unpin_flow(&self, pins: &mut HashMap<u64, Pins>, stream: u64) {
+        if let Some(entry) = pins.remove(&stream) {
+            self.remove_pinned(entry.bytes);
+        }
+    }
+
+    fn add_pinned(&self, bytes: u64) {
+        let total = self.pinned.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.metrics
+            .dedup_pinned_bytes
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
+    }
+
+    fn remove_pinned(&self, bytes: u64) {
+        let total = self.pinned.fetch_sub(bytes, Ordering::Relaxed) - bytes;
+        self.metrics
+            .dedup_pinned_bytes
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
     }
 
     /// Stores the block's new chunks and looks its references up, in item order, under one
@@ -240,6 +279,7 @@ impl Session {
                     while entry.chunks.front().is_some_and(|(index, _)| *index < refs) {
                         if let Some((_, bytes)) = entry.chunks.pop_front() {
                             entry.bytes -= bytes.len() as u64;
+                            self.remove_pinned(bytes.len() as u64);
                         }
                     }
                 }
@@ -281,9 +321,10 @@ impl Session {
                 let entry = pins.entry(stream).or_default();
                 entry.decoder_done = true;
                 entry.chunks.clear();
+                self.remove_pinned(entry.bytes);
                 entry.bytes = 0;
                 if entry.encoder_done {
-                    pins.remove(&stream);
+                    self.unpin_flow(&mut pins, stream);
                 }
                 drop(pins);
                 self.pins_released.notify_waiters();
