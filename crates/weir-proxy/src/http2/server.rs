@@ -220,6 +220,7 @@ impl Driver {
     /// retries on another connection): past the connection's stream limits, or on a
     /// connection whose TLS handshake is outdated ([`StreamHandler::outdated`]), which
     /// then goes away.
+    #[inline]
     fn admit<T, H>(
         &mut self,
         handler: &H,

@@ -101,6 +101,10 @@ impl StreamHandler for Streams {
     }
 
     fn outdated(&self) -> bool {
+        // Only a TLS handshake passes client certificate checks.
+        if self.tls.is_none() {
+            return false;
+        }
         let vs = self.vs.newer();
         let vs = vs.as_ref().unwrap_or(&self.vs);
         vs.tls
