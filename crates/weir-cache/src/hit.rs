@@ -124,6 +124,11 @@ impl Hit {
 
     /// What a request with preconditions or a range gets from `object`.
     fn answer_to(object: &Object, request: &impl RequestView) -> Answer {
+        // Preconditions apply only where the answer without them would be a 2xx (RFC 9110
+        // section 13.2.1): a stored 404 or 301 is answered as it is, whatever they say.
+        if !(200..300).contains(&object.head.status()) {
+            return Answer::Full;
+        }
         let etag = object.etag();
         let precondition = conditional::evaluate(
             request,

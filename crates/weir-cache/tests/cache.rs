@@ -220,6 +220,38 @@ fn miss_then_hit_with_age_head_and_conditionals() {
     assert_eq!((metrics.hits.get(), metrics.misses.get()), (5, 1));
 }
 
+/// A stored 404 (or any answer that is not a 2xx) is answered as it is: the client's
+/// preconditions apply only where the answer without them would be a 2xx (RFC 9110
+/// section 13.2.1), so neither a matching If-None-Match (304) nor a failing If-Match (412).
+#[test]
+fn preconditions_do_not_apply_to_a_stored_404() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/gone");
+    fill(
+        &cache,
+        &request,
+        node(
+            404,
+            &[("Cache-Control", "max-age=60"), ("ETag", "\"v1\"")],
+            b"not here",
+        ),
+        at(0),
+    );
+    for (name, value) in [("If-None-Match", "\"v1\""), ("If-Match", "\"v0\"")] {
+        let answered = hit(cache.lookup(
+            &policy(),
+            None,
+            &Req::get("/gone").header(name, value),
+            at(1),
+        ));
+        assert_eq!(
+            (answered.status(), answered.answer()),
+            (404, Answer::Full),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn ranges_from_a_whole_object() {
     let (cache, _, _) = new_cache();
