@@ -2,7 +2,7 @@
 //! (or its PROXY-protocol address, which the pipeline passes as the peer);
 //! behind trusted proxies, the address they report in a forwarding header.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use weir_config::{ClientAddressSource, canonical};
 use weir_http::RequestHead;
@@ -88,9 +88,10 @@ fn parse_entry(entry: &[u8]) -> Option<IpAddr> {
             }
             (Ok(address), after.strip_prefix(':')?)
         }
+        // Without brackets only an IPv4 address takes a port.
         None => {
             let (address, port) = text.rsplit_once(':')?;
-            (address.parse::<IpAddr>(), port)
+            (address.parse::<Ipv4Addr>().map(IpAddr::V4), port)
         }
     };
     let obfuscated = port.strip_prefix('_').is_some_and(|rest| {
@@ -99,8 +100,12 @@ fn parse_entry(entry: &[u8]) -> Option<IpAddr> {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
     });
-    if !obfuscated {
-        port.parse::<u16>().ok()?;
+    // `node-port = port / obfport`, a port being 1 to 5 digits (RFC 7239 section 6).
+    let numeric = (1..=5).contains(&port.len())
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u16>().is_ok();
+    if !(obfuscated || numeric) {
+        return None;
     }
     address.ok()
 }
@@ -162,6 +167,11 @@ mod tests {
             from("Forwarded: for=\"[2001:db8::1]:_x.y-z\"\r\n"),
             ip("2001:db8::1")
         );
+        // Up to five digits of port, leading zeros allowed.
+        assert_eq!(
+            from("Forwarded: for=\"192.0.2.1:00080\"\r\n"),
+            ip("192.0.2.1")
+        );
         // What follows the brackets is a port or nothing.
         for broken in [
             "for=\"[2001:db8::1]x\"",
@@ -169,6 +179,10 @@ mod tests {
             "for=\"[2001:db8::1]:_\"",
             "for=\"198.51.100.7:_a/b\"",
             "for=\"[198.51.100.7]\"",
+            "for=\"192.0.2.1:+80\"",
+            "for=\"192.0.2.1:0000000080\"",
+            "for=\"192.0.2.1:65536\"",
+            "for=\"2001:db8::1:_a\"",
         ] {
             assert_eq!(
                 from(&format!("Forwarded: {broken}\r\n")),
