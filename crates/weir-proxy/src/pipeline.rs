@@ -841,6 +841,11 @@ fn log_failure(
         ErrorKind::ClientClosed | ErrorKind::ClientTimeout => {
             tracing::debug!(virtual_server = %name, client = %peer, status, error = %error, "request ended early");
         }
+        // Neither the client's fault nor a node's: the connection was retired by a
+        // reload (its client certificate checks changed); the access log has each.
+        ErrorKind::Misdirected => {
+            tracing::debug!(virtual_server = %name, client = %peer, status, error = %error, "request on a retired connection");
+        }
         ErrorKind::BadRequest
         | ErrorKind::HeadTooLarge
         | ErrorKind::BodyTooLarge
