@@ -709,3 +709,59 @@ async fn h2_refusal(
     };
     refused.expect_err("the stream is refused")
 }
+
+/// A revocation list re-issued on schedule (new times, the same revoked certificates)
+/// changes nothing a connection was let in by: a client it does not revoke keeps its
+/// connection. A list that revokes that client retires it (421).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reissued_revocation_list_keeps_connections_one_that_revokes_retires_them() {
+    use weir_testkit::tls::{self, ClientOptions, Pki};
+    let pki = Pki::new();
+    let (cert, key) = pki.server("site", &["site.test"], weir_tls::KeyType::EcdsaP256);
+    let (bob, carol) = (pki.client("bob", "bob"), pki.client("carol", "carol"));
+    let list = pki.path("clients.crl");
+    let issue = |revoked: &[&std::path::Path]| {
+        let fresh = pki.crl("fresh", revoked);
+        std::fs::rename(fresh, &list).unwrap();
+    };
+    issue(&[&bob.0]);
+    let origin = TestOrigin::start("a").await;
+    let text = format!(
+        "[log]\naccess_log = false\n[pools.web]\nnodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:0\"\npool = \"web\"\nprotocol = \"https\"\n\
+         [virtual_servers.web.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+         client_certificates = \"required\"\nclient_ca = \"{}\"\nclient_crl = \"{}\"\n",
+        origin.addr,
+        cert.display(),
+        key.display(),
+        pki.ca_path().display(),
+        list.display()
+    );
+    let proxy = TestProxy::start(&text).await;
+    let client = tls::client_config(&ClientOptions {
+        client_cert: Some(carol.clone()),
+        resumption: false,
+        ..ClientOptions::default()
+    });
+    let mut kept = tls::connect(proxy.addr, "site.test", &client)
+        .await
+        .unwrap();
+    assert_eq!(tls::get(&mut kept, "/").await.unwrap().status, 200);
+    // The same list issued again a moment later: other bytes, the same decisions.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let before = std::fs::read(&list).unwrap();
+    issue(&[&bob.0]);
+    assert_ne!(
+        std::fs::read(&list).unwrap(),
+        before,
+        "a new issue of the list"
+    );
+    proxy.live.reload_certificates().unwrap();
+    assert_eq!(tls::get(&mut kept, "/").await.unwrap().status, 200);
+    // Carol revoked: her connection goes.
+    issue(&[&bob.0, &carol.0]);
+    proxy.live.reload_certificates().unwrap();
+    assert_eq!(tls::get(&mut kept, "/").await.unwrap().status, 421);
+    proxy.stop().await;
+    origin.stop().await;
+}

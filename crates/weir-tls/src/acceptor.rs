@@ -599,6 +599,40 @@ impl Parts<'_> {
     }
 }
 
+/// What a revocation list decides: its issuer and the serial numbers it revokes, as a set.
+/// A list re-issued on schedule (a new number and update times, the same certificates)
+/// decides the same, so it changes neither what resumes nor which connections stay
+/// (`Acceptor::checks_epoch`). A list that does not parse (rustls read it) counts as its
+/// bytes.
+fn revocation_digest(crl: &[u8]) -> [u8; 32] {
+    let mut one = digest::Context::new(&digest::SHA256);
+    match x509_parser::parse_x509_crl(crl) {
+        Ok((_, list)) => {
+            let issuer = list.issuer().as_raw();
+            one.update(&[1]);
+            one.update(&(issuer.len() as u64).to_be_bytes());
+            one.update(issuer);
+            let mut serials: Vec<&[u8]> = list
+                .iter_revoked_certificates()
+                .map(|revoked| revoked.raw_serial())
+                .collect();
+            serials.sort_unstable();
+            serials.dedup();
+            for serial in serials {
+                one.update(&(serial.len() as u64).to_be_bytes());
+                one.update(serial);
+            }
+        }
+        Err(_) => {
+            one.update(&[0]);
+            one.update(crl);
+        }
+    }
+    let mut out = [0u8; 32];
+    out.copy_from_slice(one.finish().as_ref());
+    out
+}
+
 /// The protocol ids of ALPN names, as the server config takes them.
 fn alpn_ids(names: &[String]) -> Vec<Vec<u8>> {
     names.iter().map(|name| name.as_bytes().to_vec()).collect()
@@ -657,9 +691,12 @@ fn session_context(
     }
     // The revocation lists too: a session made before a certificate was revoked must not
     // resume past the list that revokes it (a resumed handshake checks no certificate).
-    for crl in crls {
-        all.update(&(crl.len() as u64).to_be_bytes());
-        all.update(crl);
+    // What each list decides, as a set: one re-issued on schedule is the same.
+    let mut lists: Vec<[u8; 32]> = crls.iter().map(|crl| revocation_digest(crl)).collect();
+    lists.sort_unstable();
+    lists.dedup();
+    for list in &lists {
+        all.update(list);
     }
     let mut context = [0u8; 32];
     context.copy_from_slice(all.finish().as_ref());
