@@ -29,12 +29,16 @@ pub fn run(args: &ReloadArgs) -> ExitCode {
 /// Whether the reload was applied, and the API's answer (or why the file was refused
 /// here). An error is a failure to ask: no admin address, an unreachable listener.
 fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
+    let mut refused_here = None;
     let config = match args.config.as_deref().map(weir_config::load_file) {
         None => None,
         Some(Ok(config)) => Some(config),
         // The running weir re-reads its own file and refuses it the same way, counted in
         // its metrics; it can only be asked when the address does not come from the file.
-        Some(Err(_)) if args.admin.is_some() => None,
+        Some(Err(error)) if args.admin.is_some() => {
+            refused_here = Some(error);
+            None
+        }
         Some(Err(error)) => {
             return Ok((
                 false,
@@ -66,6 +70,21 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
         ),
         None => None,
     };
+    // A file that does not load and names no token that could be read (it does not parse):
+    // a weir that wants one would answer 401, hiding why the file is refused.
+    if let (Some(error), None) = (&refused_here, &token) {
+        let (status, _) = request(address, "GET", "/api/v1/config", None)?;
+        if status == 401 {
+            return Ok((
+                false,
+                format!(
+                    "{error}\nweir reload: refused here; the running weir at {address} wants a \
+                     bearer token, and this file names none that could be read (give \
+                     --token-file); it was not asked and keeps its configuration\n"
+                ),
+            ));
+        }
+    }
     // The API re-reads the file the running weir was started with: asked with another
     // file, it would apply its own and report success for a file it never read.
     if let Some(path) = &args.config

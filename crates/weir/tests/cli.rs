@@ -807,10 +807,22 @@ fn reload_with_admin_sends_the_token_a_refused_file_names() {
         .args(["--admin", &admin])
         .output()
         .unwrap();
-    let _ = std::fs::remove_file(&token);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("virtual_servers.web.pool"), "{stderr}");
+    // A file that does not even parse names no token: its own error, not a 401.
+    std::fs::write(config.path(), format!("{good}\n[[[broken")).unwrap();
+    let output = weir()
+        .args(["reload", "--config"])
+        .arg(config.path())
+        .args(["--admin", &admin])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&token);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("wants a bearer token"), "{stderr}");
+    assert!(!stderr.contains("401"), "{stderr}");
 }
 
 /// `weir reload --config FILE` for a weir that runs another file: the running weir would
