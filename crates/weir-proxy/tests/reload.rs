@@ -692,40 +692,52 @@ async fn connections_verified_under_replaced_client_cas_serve_no_more_requests()
             "{label}: {error:?}"
         );
 
-        // A request busy at the change is answered; one pipelined behind it, which reaches
-        // weir after the change, is not served (421, or the connection closes first).
         change(&pki.ca_path());
-        let mut busy = tls::connect(proxy.addr, "site.test", &http1).await.unwrap();
-        tokio::io::AsyncWriteExt::write_all(
-            &mut busy,
-            b"GET /delay/600 HTTP/1.1\r\nHost: test\r\n\r\nGET / HTTP/1.1\r\nHost: test\r\n\r\n",
-        )
-        .await
-        .unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        change(&other.ca_path());
-        let mut answers = Vec::new();
-        let _ = tokio::time::timeout(
-            Duration::from_secs(5),
-            tokio::io::AsyncReadExt::read_to_end(&mut busy, &mut answers),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("{label}: the busy connection stayed open"));
-        let answers = String::from_utf8_lossy(&answers);
-        let statuses: Vec<&str> = answers
-            .match_indices("HTTP/1.1 ")
-            .map(|(at, _)| &answers[at + 9..at + 12])
-            .collect();
-        assert_eq!(statuses.first(), Some(&"200"), "{label}: {answers}");
-        assert!(
-            statuses.len() == 1 || statuses[1] == "421",
-            "{label}: {answers}"
-        );
+        pipelined_across_a_change(proxy.addr, &http1, || change(&other.ca_path()), label).await;
         change(&pki.ca_path());
     }
     drop((by_reload, by_certificate_reload));
     proxy.stop().await;
     origin.stop().await;
+}
+
+/// A request busy at a change of client certificate checks is answered; one pipelined
+/// behind it, which reaches weir after the change, is not served (421, or the connection
+/// closes first).
+async fn pipelined_across_a_change(
+    address: SocketAddr,
+    http1: &std::sync::Arc<weir_tls::rustls::ClientConfig>,
+    change: impl Fn(),
+    label: &str,
+) {
+    let mut busy = weir_testkit::tls::connect(address, "site.test", http1)
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut busy,
+        b"GET /delay/600 HTTP/1.1\r\nHost: test\r\n\r\nGET / HTTP/1.1\r\nHost: test\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    change();
+    let mut answers = Vec::new();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_to_end(&mut busy, &mut answers),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{label}: the busy connection stayed open"));
+    let answers = String::from_utf8_lossy(&answers);
+    let statuses: Vec<&str> = answers
+        .match_indices("HTTP/1.1 ")
+        .map(|(at, _)| &answers[at + 9..at + 12])
+        .collect();
+    assert_eq!(statuses.first(), Some(&"200"), "{label}: {answers}");
+    assert!(
+        statuses.len() == 1 || statuses[1] == "421",
+        "{label}: {answers}"
+    );
 }
 
 /// The error a request on an HTTP/2 connection ends with (it must not be answered).
