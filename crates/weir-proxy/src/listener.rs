@@ -282,7 +282,7 @@ async fn accept_loop(
     let shutdown = context.shutdown.clone();
     // The virtual server served, and the signal its connections close on (shutdown, or
     // the virtual server's removal).
-    let mut current: Option<Resolved> = None;
+    let mut current: Option<(Arc<VirtualServerRuntime>, ShutdownSignal)> = None;
     // Accept failures come every pause while they last: one line a second says so.
     let mut failures = weir_observe::AcceptFailures::new("virtual server");
     loop {
@@ -302,16 +302,13 @@ async fn accept_loop(
             }
         };
         failures.accepted();
-        // A new model, or the connections of this one retired (their client certificate
-        // checks changed): the virtual server and the signal its connections close on.
-        let stale = current.as_ref().is_none_or(|resolved| {
-            resolved.vs.generation != context.cell.generation()
-                || resolved.retired != resolved.vs.shared.retired_generation()
-        });
+        let stale = current
+            .as_ref()
+            .is_none_or(|(vs, _)| vs.generation != context.cell.generation());
         if stale {
             current = resolve(&target, &context, current.take());
         }
-        let Some(Resolved { vs, signal, .. }) = &current else {
+        let Some((vs, signal)) = &current else {
             // The listener is being removed by the reload that just ran.
             drop(stream);
             continue;
@@ -373,45 +370,21 @@ fn spawn_connection(
     }
 }
 
-/// A listener's virtual server and the signal its connections close on.
-struct Resolved {
-    vs: Arc<VirtualServerRuntime>,
-    signal: ShutdownSignal,
-    /// The part of `signal` that lasts as long as the virtual server's shared part:
-    /// shutdown, or the virtual server removed.
-    removed: ShutdownSignal,
-    /// The generation of retired connections `signal` watches.
-    retired: u64,
-}
-
 /// The current model's virtual server for a listener, and the signal its connections
-/// close on (shutdown, the virtual server removed, or its connections retired); the signal
-/// is reused while the virtual server's shared part and its retired generation are the
-/// same.
+/// close on; the signal is reused while the virtual server's shared part is the same.
 fn resolve(
     target: &Mutex<String>,
     context: &AcceptContext,
-    previous: Option<Resolved>,
-) -> Option<Resolved> {
+    previous: Option<(Arc<VirtualServerRuntime>, ShutdownSignal)>,
+) -> Option<(Arc<VirtualServerRuntime>, ShutdownSignal)> {
     let name = target.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let model = context.cell.current();
     let vs = Arc::clone(model.virtual_server(&name)?);
-    let (retired, generation) = vs.shared.retired_signal();
-    let previous = previous.filter(|old| Arc::ptr_eq(&old.vs.shared, &vs.shared));
-    let (signal, removed) = match previous {
-        Some(old) if old.retired == generation => (old.signal, old.removed),
-        Some(old) => (old.removed.either(&retired), old.removed),
-        None => {
-            let removed = context.shutdown.either(&vs.shared.removed_signal());
-            (removed.either(&retired), removed)
-        }
+    let signal = match previous {
+        Some((old, signal)) if Arc::ptr_eq(&old.shared, &vs.shared) => signal,
+        _ => context.shutdown.either(&vs.shared.removed_signal()),
     };
-    Some(Resolved {
-        vs,
-        signal,
-        removed,
-        retired: generation,
-    })
+    Some((vs, signal))
 }
 
 #[cfg(test)]

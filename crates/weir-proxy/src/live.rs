@@ -162,31 +162,6 @@ fn admin_kept_safe(bound: Option<SocketAddr>, candidate: &Config) -> Result<(), 
     ))
 }
 
-/// The epoch of the client certificate checks of each TLS virtual server of `model`, by name.
-fn checks_epochs(model: &Model) -> HashMap<String, u32> {
-    model
-        .virtual_servers
-        .iter()
-        .filter_map(|vs| Some((vs.config.name.clone(), vs.tls.as_ref()?.checks_epoch())))
-        .collect()
-}
-
-/// Retires the connections of each virtual server whose client certificate checks changed
-/// since `before` (`VirtualServerShared::retire_connections`): they were let in by CAs,
-/// lists or a mode no longer configured. A request that reaches one anyway is answered 421
-/// (`pipeline.rs`).
-fn retire_changed_checks(before: &HashMap<String, u32>, model: &Model) {
-    for vs in &model.virtual_servers {
-        let (Some(tls), Some(epoch)) = (&vs.tls, before.get(&vs.config.name)) else {
-            continue;
-        };
-        if tls.checks_epoch() != *epoch {
-            tracing::info!(virtual_server = %vs.config.name, "client certificate checks changed: the connections verified under the old ones close");
-            vs.shared.retire_connections();
-        }
-    }
-}
-
 /// A virtual server whose protocol changes (`http` to `tcp`, say) is a new one under the same
 /// name: its connections close like a removed one's (an HTTP connection after its response),
 /// since they cannot move to a model that speaks another protocol.
@@ -372,10 +347,8 @@ impl Live {
                 .iter()
                 .filter(|(_, tls)| matches!(tls, StagedTls::Reload(..)))
                 .count();
-        let epochs = checks_epochs(&current);
         let model = Arc::new(self.next_model(control, &candidate, &mut staged));
         let old = self.cell.swap(Arc::clone(&model));
-        retire_changed_checks(&epochs, &model);
         control.listeners.retain_and_rebind(&candidate);
         if let Err(error) = control
             .listeners
@@ -658,7 +631,6 @@ impl Live {
             .map(|termination| termination.stage())
             .collect();
         let reloads = self.metrics.reloads();
-        let epochs = checks_epochs(&self.current());
         let staged = match staged {
             Ok(staged) => staged,
             Err(error) => {
@@ -672,7 +644,6 @@ impl Live {
             termination.commit(staged);
             termination.warn_about_certificates();
         }
-        retire_changed_checks(&epochs, &self.current());
         reloads.applied.inc();
         reloads.last_reload_success.set(1);
         tracing::info!(

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
@@ -70,14 +70,6 @@ pub(crate) struct VirtualServerShared {
     /// Triggered when a reload removes the virtual server: its idle kept-alive
     /// connections close, busy ones close after their response.
     removed: Shutdown,
-    /// Triggered when a reload or a certificate reload changes the virtual server's client
-    /// certificate checks: the connections accepted before, verified under the old checks,
-    /// close as a removed virtual server's do (HTTP/2 ones with GOAWAY), so that their
-    /// clients come back through the new checks on fresh connections; a fresh trigger
-    /// then takes its place for the connections accepted after. Its generation (how many
-    /// were triggered) tells a listener to take the fresh one.
-    retired: Mutex<Shutdown>,
-    retired_generation: AtomicU64,
     /// The log lines of failed requests and sessions, a few per second (each is in the
     /// access log): a node down under load must not write a line per request.
     pub(crate) failure_log: weir_observe::LogBudget,
@@ -291,12 +283,9 @@ impl ModelCell {
 impl VirtualServerShared {
     fn new() -> Arc<VirtualServerShared> {
         let (removed, _) = Shutdown::new();
-        let (retired, _) = Shutdown::new();
         Arc::new(VirtualServerShared {
             open: AtomicU32::new(0),
             removed,
-            retired: Mutex::new(retired),
-            retired_generation: AtomicU64::new(0),
             failure_log: weir_observe::LogBudget::new(),
             rejection_log: weir_observe::LogBudget::new(),
         })
@@ -309,32 +298,6 @@ impl VirtualServerShared {
 
     pub(crate) fn remove(&self) {
         self.removed.trigger();
-    }
-
-    /// The signal connections accepted now close on when their client certificate checks
-    /// change, and its generation.
-    pub(crate) fn retired_signal(&self) -> (ShutdownSignal, u64) {
-        let retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
-        (
-            retired.signal(),
-            self.retired_generation.load(Ordering::Acquire),
-        )
-    }
-
-    /// The generation of [`retired_signal`](Self::retired_signal): one atomic load.
-    pub(crate) fn retired_generation(&self) -> u64 {
-        self.retired_generation.load(Ordering::Acquire)
-    }
-
-    /// Retires the connections accepted so far (their client certificate checks changed),
-    /// and arms a fresh trigger for those accepted from now on.
-    pub(crate) fn retire_connections(&self) {
-        let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
-        let (fresh, _) = Shutdown::new();
-        let old = std::mem::replace(&mut *retired, fresh);
-        self.retired_generation.fetch_add(1, Ordering::AcqRel);
-        drop(retired);
-        old.trigger();
     }
 }
 

@@ -99,18 +99,32 @@ pub(crate) async fn handshake(
     })
 }
 
-/// Whether the connection's TLS handshake passed client certificate checks that a
-/// reload or a certificate reload has changed since (other CAs, revocation lists or
-/// mode): such a connection serves no more requests, so that every client comes back
-/// through the checks configured now. Takes the newest model's virtual server first.
-fn handshake_outdated(client: &Client, latest: &mut Arc<VirtualServerRuntime>) -> bool {
+/// Whether the connection's client may no longer be served: its TLS handshake passed
+/// client certificate checks that a reload or a certificate reload has changed since (other
+/// CAs, revocation lists or mode), and the certificate it presented does not pass the
+/// checks configured now. One that passes them goes on under them (one verification per
+/// connection and change). Takes the newest model's virtual server first.
+fn handshake_outdated(client: &mut Client, latest: &mut Arc<VirtualServerRuntime>) -> bool {
     if let Some(newer) = latest.newer() {
         *latest = newer;
     }
-    latest
-        .tls
-        .as_ref()
-        .is_some_and(|tls| tls.checks_epoch() != client.checks_epoch)
+    let Some(tls) = latest.tls.as_ref() else {
+        return false;
+    };
+    if tls.checks_epoch() == client.checks_epoch {
+        return false;
+    }
+    let chain = match &client.stream {
+        crate::client::Downstream::Http1(stream) => stream.peer_certificates(),
+        crate::client::Downstream::Http2 { .. } => None,
+    };
+    match tls.recheck(chain) {
+        Some(epoch) => {
+            client.checks_epoch = epoch;
+            false
+        }
+        None => true,
+    }
 }
 
 /// Refuses a request on a connection whose handshake is outdated
@@ -393,7 +407,7 @@ async fn serve_requests(
                         return None;
                     }
                 };
-                if handshake_outdated(&client, latest) {
+                if handshake_outdated(&mut client, latest) {
                     refuse_outdated(&mut client, latest, &head).await;
                     client.release();
                     return None;

@@ -98,6 +98,15 @@ impl TlsTermination {
         self.acceptor.checks_epoch()
     }
 
+    /// Checks a client's certificate chain (from an earlier handshake) against the client
+    /// certificate checks configured now ([`weir_tls::Acceptor::recheck`]).
+    pub(crate) fn recheck(
+        &self,
+        chain: Option<&[weir_tls::rustls::pki_types::CertificateDer<'static>]>,
+    ) -> Option<u32> {
+        self.acceptor.recheck(chain)
+    }
+
     /// The TLS settings this termination was built from.
     pub fn settings(&self) -> &ServerTls {
         self.acceptor.settings()

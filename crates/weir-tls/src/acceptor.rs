@@ -12,6 +12,8 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::crypto::CryptoProvider;
+use tokio_rustls::rustls::pki_types::{CertificateDer, UnixTime};
+use tokio_rustls::rustls::server::danger::ClientCertVerifier;
 use tokio_rustls::rustls::server::{
     NoServerSessionStorage, ProducesTickets, ServerConfig, WebPkiClientVerifier,
 };
@@ -163,6 +165,9 @@ struct Current {
     /// Names those checks among the configs this acceptor and its predecessors have had:
     /// the same number while they stay the same, a new one when they change.
     checks_epoch: u32,
+    /// What verifies client certificates under those checks; `None` when none are asked
+    /// for.
+    verifier: Option<Arc<dyn ClientCertVerifier>>,
 }
 
 /// TLS termination for one virtual server.
@@ -297,9 +302,27 @@ impl Acceptor {
     /// The epoch of the client certificate checks new handshakes are made under. A
     /// connection whose handshake ([`HandshakeInfo::checks_epoch`]) had another one was
     /// let in by CAs, revocation lists or a mode no longer configured: a reload or a
-    /// certificate reload changed them since.
+    /// certificate reload changed them since ([`Acceptor::recheck`]).
     pub fn checks_epoch(&self) -> u32 {
         self.current.load().checks_epoch
+    }
+
+    /// Checks the certificate chain a client presented in an earlier handshake (`None`:
+    /// it presented none) against the client certificate checks configured now: the
+    /// epoch of those checks when it passes them, for the connection to keep serving
+    /// under them, `None` when it does not (a CA removed, the certificate revoked, or
+    /// certificates required of a client that sent none).
+    pub fn recheck(&self, chain: Option<&[CertificateDer<'static>]>) -> Option<u32> {
+        let current = self.current.load();
+        let passes = match (&current.verifier, chain) {
+            (None, _) => true,
+            (Some(verifier), None) => !verifier.client_auth_mandatory(),
+            (Some(verifier), Some([leaf, intermediates @ ..])) => verifier
+                .verify_client_cert(leaf, intermediates, UnixTime::now())
+                .is_ok(),
+            (Some(verifier), Some([])) => !verifier.client_auth_mandatory(),
+        };
+        passes.then_some(current.checks_epoch)
     }
 
     /// New handshakes use the staged certificates from now on.
@@ -544,6 +567,7 @@ impl Parts<'_> {
                 message: format!("no usable TLS version with these suites: {error}"),
             })?;
         let mut context = session_context(&settings.client_auth, None, &[]);
+        let mut client_verifier = None;
         let builder = match &settings.client_auth {
             ClientAuth::None => builder.with_no_client_auth(),
             ClientAuth::Optional { ca } | ClientAuth::Required { ca } => {
@@ -565,10 +589,12 @@ impl Parts<'_> {
                 } else {
                     verifier
                 };
-                let verifier = verifier.build().map_err(|error| FileProblem {
-                    file: ca.clone(),
-                    message: format!("cannot verify client certificates with this CA: {error}"),
-                })?;
+                let verifier: Arc<dyn ClientCertVerifier> =
+                    verifier.build().map_err(|error| FileProblem {
+                        file: ca.clone(),
+                        message: format!("cannot verify client certificates with this CA: {error}"),
+                    })?;
+                client_verifier = Some(Arc::clone(&verifier));
                 builder.with_client_cert_verifier(verifier)
             }
         };
@@ -595,6 +621,7 @@ impl Parts<'_> {
             store,
             checks: context,
             checks_epoch: 0,
+            verifier: client_verifier,
         })
     }
 }

@@ -89,6 +89,16 @@ impl ServerStream {
         }
     }
 
+    /// The certificate chain the client presented in the handshake, on TLS.
+    pub fn peer_certificates(
+        &self,
+    ) -> Option<&[tokio_rustls::rustls::pki_types::CertificateDer<'static>]> {
+        match self {
+            Stream::Plain(_) => None,
+            Stream::Tls(tls) => tls.get_ref().1.peer_certificates(),
+        }
+    }
+
     /// Whether the client chose HTTP/2 by ALPN (`h2`) in the TLS handshake.
     pub fn alpn_is_h2(&self) -> bool {
         match self {

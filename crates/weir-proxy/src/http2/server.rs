@@ -50,7 +50,8 @@ pub(crate) trait StreamHandler: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = ()> + Send;
 
     /// True once the connection may serve no more streams although a new one could:
-    /// its TLS handshake passed client certificate checks a reload has changed since.
+    /// its TLS handshake passed client certificate checks a reload has changed since,
+    /// and its certificate does not pass the new ones.
     /// New streams are then refused (`REFUSED_STREAM`: the client retries them on a
     /// new connection) and the connection goes away.
     fn outdated(&self) -> bool {

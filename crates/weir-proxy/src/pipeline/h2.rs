@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytes::Bytes;
 use h2::RecvStream;
@@ -16,6 +17,7 @@ use tokio::time::Instant;
 use weir_core::ShutdownSignal;
 use weir_http::{BodyFraming, RequestHead};
 use weir_tls::ServerStream;
+use weir_tls::rustls::pki_types::CertificateDer;
 
 use crate::answer::Failure;
 use crate::client::{Client, TlsFacts, Verified};
@@ -33,8 +35,11 @@ struct Streams {
     accepted_at: Instant,
     tls: Option<Arc<TlsFacts>>,
     client_subject: Option<Arc<str>>,
-    /// The epoch of the client certificate checks the TLS handshake passed.
-    checks_epoch: u32,
+    /// The epoch of the client certificate checks the client's certificate passed last
+    /// (at the handshake, or checked again after a change: [`Streams::outdated`]).
+    checks_epoch: Arc<AtomicU32>,
+    /// The certificate chain the client presented, to check again after a change.
+    peer_chain: Option<Arc<[CertificateDer<'static>]>>,
     shutdown: ShutdownSignal,
     /// The drain the connection is counted in: its streams end at its cut.
     drain: Arc<Drain>,
@@ -52,6 +57,7 @@ pub(super) async fn serve_connection(
     drain: Arc<Drain>,
 ) {
     let tls = TlsFacts::of(&stream);
+    let peer_chain = stream.peer_certificates().map(Arc::from);
     let via = if tls.is_some() { Via::Alpn } else { Via::H2c };
     let settings = vs.config.http2.clone();
     let timing = ConnectionLimits {
@@ -71,7 +77,8 @@ pub(super) async fn serve_connection(
         accepted_at: Instant::now(),
         tls,
         client_subject: client_subject.map(Arc::from),
-        checks_epoch,
+        checks_epoch: Arc::new(AtomicU32::new(checks_epoch)),
+        peer_chain,
         shutdown: shutdown.clone(),
         drain,
     };
@@ -107,9 +114,21 @@ impl StreamHandler for Streams {
         }
         let vs = self.vs.newer();
         let vs = vs.as_ref().unwrap_or(&self.vs);
-        vs.tls
-            .as_ref()
-            .is_some_and(|tls| tls.checks_epoch() != self.checks_epoch)
+        let Some(tls) = vs.tls.as_ref() else {
+            return false;
+        };
+        if tls.checks_epoch() == self.checks_epoch.load(Ordering::Acquire) {
+            return false;
+        }
+        // Checked again under the checks configured now: a client they still let in
+        // keeps its connection.
+        match tls.recheck(self.peer_chain.as_deref()) {
+            Some(epoch) => {
+                self.checks_epoch.store(epoch, Ordering::Release);
+                false
+            }
+            None => true,
+        }
     }
 }
 
