@@ -649,43 +649,22 @@ async fn connections_verified_under_replaced_client_cas_serve_no_more_requests()
     ] {
         change(&pki.ca_path());
         let mut kept = tls::connect(proxy.addr, "site.test", &http1).await.unwrap();
-        assert_eq!(
-            tls::get(&mut kept, "/").await.unwrap().status,
-            200,
-            "{label}"
-        );
         let tcp = tls::connect(proxy.addr, "site.test", &h2_config)
             .await
             .unwrap();
         let (mut sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
         let connection = tokio::spawn(connection);
         let request = || http::Request::get("https://site.test/").body(()).unwrap();
-        sender = sender.ready().await.expect("ready");
-        let (response, _) = sender.send_request(request(), true).expect("sent");
-        assert_eq!(response.await.expect("a response").status(), 200, "{label}");
+        both_answer(&mut kept, &mut sender, label).await;
 
         // The same CAs read again: both connections go on.
         change(&pki.ca_path());
-        assert_eq!(
-            tls::get(&mut kept, "/").await.unwrap().status,
-            200,
-            "{label}"
-        );
-        sender = sender.ready().await.expect("ready");
-        let (response, _) = sender.send_request(request(), true).expect("sent");
-        assert_eq!(response.await.expect("a response").status(), 200, "{label}");
+        both_answer(&mut kept, &mut sender, label).await;
 
         // Both CAs in the file: bob's certificate still passes, checked again once per
         // connection: both go on.
         change(&both);
-        assert_eq!(
-            tls::get(&mut kept, "/").await.unwrap().status,
-            200,
-            "{label}"
-        );
-        sender = sender.ready().await.expect("ready");
-        let (response, _) = sender.send_request(request(), true).expect("sent");
-        assert_eq!(response.await.expect("a response").status(), 200, "{label}");
+        both_answer(&mut kept, &mut sender, label).await;
 
         // Another CA only: bob's certificate no longer passes. The HTTP/1.1 connection
         // answers 421 and closes; the HTTP/2 one refuses the stream and goes away.
@@ -719,6 +698,21 @@ async fn connections_verified_under_replaced_client_cas_serve_no_more_requests()
     drop((by_reload, by_certificate_reload));
     proxy.stop().await;
     origin.stop().await;
+}
+
+/// A request on each of a kept HTTP/1.1 and HTTP/2 connection is answered 200.
+async fn both_answer(
+    kept: &mut weir_testkit::tls::TlsStream<tokio::net::TcpStream>,
+    sender: &mut h2::client::SendRequest<bytes::Bytes>,
+    label: &str,
+) {
+    use weir_testkit::tls;
+    assert_eq!(tls::get(kept, "/").await.unwrap().status, 200, "{label}");
+    let ready = sender.clone().ready().await.expect("ready");
+    *sender = ready;
+    let request = http::Request::get("https://site.test/").body(()).unwrap();
+    let (response, _) = sender.send_request(request, true).expect("sent");
+    assert_eq!(response.await.expect("a response").status(), 200, "{label}");
 }
 
 /// A request busy at a change of client certificate checks is answered; one pipelined

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-use tokio_rustls::client::TlsStream;
+pub use tokio_rustls::client::TlsStream;
 use weir_tls::rustls::client::Resumption;
 use weir_tls::rustls::client::danger::{
     HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,

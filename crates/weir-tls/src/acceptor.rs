@@ -167,7 +167,7 @@ struct Current {
     checks_epoch: u32,
     /// What verifies client certificates under those checks; `None` when none are asked
     /// for.
-    verifier: Option<Arc<dyn ClientCertVerifier>>,
+    verifier: Option<Verifier>,
 }
 
 /// TLS termination for one virtual server.
@@ -566,37 +566,10 @@ impl Parts<'_> {
                 file: first_file(settings),
                 message: format!("no usable TLS version with these suites: {error}"),
             })?;
-        let mut context = session_context(&settings.client_auth, None, &[]);
-        let mut client_verifier = None;
-        let builder = match &settings.client_auth {
-            ClientAuth::None => builder.with_no_client_auth(),
-            ClientAuth::Optional { ca } | ClientAuth::Required { ca } => {
-                let roots = Arc::new(certs::load_roots(ca)?);
-                let crls = match &settings.client_crl {
-                    Some(file) => certs::load_crls(file)?,
-                    None => Vec::new(),
-                };
-                context = session_context(&settings.client_auth, Some(&roots), &crls);
-                let mut verifier =
-                    WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(self.provider));
-                if !crls.is_empty() {
-                    // The client's own certificate is checked (as nginx's ssl_crl does), and
-                    // a certificate whose issuer has no list in the file is refused.
-                    verifier = verifier.with_crls(crls).only_check_end_entity_revocation();
-                }
-                let verifier = if matches!(settings.client_auth, ClientAuth::Optional { .. }) {
-                    verifier.allow_unauthenticated()
-                } else {
-                    verifier
-                };
-                let verifier: Arc<dyn ClientCertVerifier> =
-                    verifier.build().map_err(|error| FileProblem {
-                        file: ca.clone(),
-                        message: format!("cannot verify client certificates with this CA: {error}"),
-                    })?;
-                client_verifier = Some(Arc::clone(&verifier));
-                builder.with_client_cert_verifier(verifier)
-            }
+        let (client_verifier, context) = client_checks(settings, self.provider)?;
+        let builder = match &client_verifier {
+            None => builder.with_no_client_auth(),
+            Some(verifier) => builder.with_client_cert_verifier(Arc::clone(verifier)),
         };
         let mut config = builder.with_cert_resolver(Arc::new(Resolver(Arc::clone(&store))));
         config.alpn_protocols = alpn_ids(&settings.alpn);
@@ -624,6 +597,42 @@ impl Parts<'_> {
             verifier: client_verifier,
         })
     }
+}
+
+/// What verifies client certificates.
+type Verifier = Arc<dyn ClientCertVerifier>;
+
+/// The client certificate checks of `settings`: what verifies client certificates (`None`
+/// when none are asked for), and the digest of those checks ([`session_context`]).
+fn client_checks(
+    settings: &ServerTls,
+    provider: &Arc<CryptoProvider>,
+) -> Result<(Option<Verifier>, [u8; 32]), FileProblem> {
+    let (ClientAuth::Optional { ca } | ClientAuth::Required { ca }) = &settings.client_auth else {
+        return Ok((None, session_context(&settings.client_auth, None, &[])));
+    };
+    let roots = Arc::new(certs::load_roots(ca)?);
+    let crls = match &settings.client_crl {
+        Some(file) => certs::load_crls(file)?,
+        None => Vec::new(),
+    };
+    let context = session_context(&settings.client_auth, Some(&roots), &crls);
+    let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(provider));
+    if !crls.is_empty() {
+        // The client's own certificate is checked (as nginx's ssl_crl does), and a
+        // certificate whose issuer has no list in the file is refused.
+        verifier = verifier.with_crls(crls).only_check_end_entity_revocation();
+    }
+    let verifier = if matches!(settings.client_auth, ClientAuth::Optional { .. }) {
+        verifier.allow_unauthenticated()
+    } else {
+        verifier
+    };
+    let verifier: Verifier = verifier.build().map_err(|error| FileProblem {
+        file: ca.clone(),
+        message: format!("cannot verify client certificates with this CA: {error}"),
+    })?;
+    Ok((Some(verifier), context))
 }
 
 /// What a revocation list decides: its issuer and the serial numbers it revokes, as a set.
