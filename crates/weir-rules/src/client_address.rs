@@ -34,7 +34,7 @@ pub fn client_address(source: &ClientAddressSource, peer: IpAddr, head: &Request
     for entry in fields
         .iter()
         .rev()
-        .flat_map(|value| value.rsplit(|&b| b == b','))
+        .flat_map(|value| elements(value, forwarded).into_iter().rev())
     {
         let entry = entry.trim_ascii();
         let entry = match forwarded {
@@ -50,6 +50,27 @@ pub fn client_address(source: &ClientAddressSource, peer: IpAddr, head: &Request
         }
     }
     client
+}
+
+/// The comma-separated elements of one field value; in `Forwarded`, a comma inside a quoted
+/// string (`host="a,b"`) is part of its value, not a separator (RFC 7239 section 4).
+fn elements(value: &[u8], quoted: bool) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let (mut start, mut in_quotes, mut escaped) = (0, false, false);
+    for (at, &byte) in value.iter().enumerate() {
+        match byte {
+            _ if escaped => escaped = false,
+            b'\\' if in_quotes => escaped = true,
+            b'"' if quoted => in_quotes = !in_quotes,
+            b',' if !in_quotes => {
+                out.push(&value[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&value[start..]);
+    out
 }
 
 /// The `for=` value of one `Forwarded` element (`for=192.0.2.60;proto=http`), unquoted
@@ -158,6 +179,15 @@ mod tests {
             ip("10.1.1.1")
         );
         assert_eq!(from("Forwarded: proto=https\r\n"), ip("10.0.0.2"));
+        // A comma inside a quoted value separates nothing.
+        assert_eq!(
+            from("Forwarded: for=192.0.2.9;host=\"a,b\"\r\n"),
+            ip("192.0.2.9")
+        );
+        assert_eq!(
+            from("Forwarded: for=203.0.113.9;ext=\"x, \\\"y, z\", for=10.1.1.1\r\n"),
+            ip("203.0.113.9")
+        );
         // An obfuscated port hides the port, not the address, for either family.
         assert_eq!(
             from("Forwarded: for=\"198.51.100.7:_abc\"\r\n"),
