@@ -76,8 +76,10 @@ pub fn transport_config(link: &LinkParams, fec: &FecSettings) -> TransportConfig
     // of a few stream windows let a few such flows stop every other flow, the control
     // stream too. The connection's receive window holds FLOW_WINDOWS whole stream windows,
     // so what stops a flow is its own window (what it holds is bounded by it, as a TCP
-    // connection's by its socket buffer), up to that many stuck flows.
-    let connection_window = stream_window.saturating_mul(FLOW_WINDOWS).min(1 << 34);
+    // connection's by its socket buffer), up to that many stuck flows, and at most 1 GiB
+    // in all (the bound the connection window always had): on a long fat link, where a
+    // stream window is tens of MB, fewer stuck flows fill it, and memory stays bounded.
+    let connection_window = stream_window.saturating_mul(FLOW_WINDOWS).min(1 << 30);
     let send_window = (16 * bdp).clamp(4 << 20, 1 << 30);
     let mut transport = TransportConfig::default();
     transport
