@@ -271,19 +271,7 @@ async fn issue(
     let reusable = matches!(connection, Some(open) if open.address == target.address);
     if !reusable || mode == ConnectionMode::Close {
         *connection = None;
-        let tls = tls_for(plan.tls.as_ref(), target);
-        let (open, handshake) = Connection::open(target.address, tls)
-            .await
-            .map_err(|kind| {
-                // The TCP connection was opened when only the handshake failed.
-                opened.connection = kind == ErrorKind::Tls;
-                Failure { kind, bytes: 0 }
-            })?;
-        *opened = Opened {
-            connection: true,
-            handshake,
-        };
-        *connection = Some(open);
+        *connection = Some(open_for(target, plan, opened).await?);
     }
     let open = connection.as_mut().ok_or(Failure {
         kind: ErrorKind::Connect,
@@ -302,19 +290,7 @@ async fn issue(
                     && matches!(failure.kind, ErrorKind::Read | ErrorKind::Write)
                     && target.method.is_idempotent() =>
             {
-                let tls = tls_for(plan.tls.as_ref(), target);
-                let (open, handshake) =
-                    Connection::open(target.address, tls)
-                        .await
-                        .map_err(|kind| {
-                            opened.connection = kind == ErrorKind::Tls;
-                            Failure { kind, bytes: 0 }
-                        })?;
-                *opened = Opened {
-                    connection: true,
-                    handshake,
-                };
-                let open = connection.insert(open);
+                let open = connection.insert(open_for(target, plan, opened).await?);
                 open.exchange(buffer, &target.request, target.method)
                     .await?
             }
@@ -333,6 +309,27 @@ async fn issue(
         *connection = None;
     }
     Ok(response)
+}
+
+/// A new connection to `target` (and its TLS handshake), noted in `opened`.
+async fn open_for(
+    target: &Target,
+    plan: &Plan,
+    opened: &mut Opened,
+) -> Result<Connection, Failure> {
+    let tls = tls_for(plan.tls.as_ref(), target);
+    let (open, handshake) = Connection::open(target.address, tls)
+        .await
+        .map_err(|kind| {
+            // The TCP connection was opened when only the handshake failed.
+            opened.connection = kind == ErrorKind::Tls;
+            Failure { kind, bytes: 0 }
+        })?;
+    *opened = Opened {
+        connection: true,
+        handshake,
+    };
+    Ok(open)
 }
 
 /// The TLS client and server name for `target`, when the run is over TLS.

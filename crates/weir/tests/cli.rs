@@ -801,23 +801,21 @@ fn reload_with_admin_sends_the_token_a_refused_file_names() {
         good.replace("pool = \"web\"", "pool = \"ghost\""),
     )
     .unwrap();
-    let output = weir()
-        .args(["reload", "--config"])
-        .arg(config.path())
-        .args(["--admin", &admin])
-        .output()
-        .unwrap();
+    let reload = || {
+        weir()
+            .args(["reload", "--config"])
+            .arg(config.path())
+            .args(["--admin", &admin])
+            .output()
+            .unwrap()
+    };
+    let output = reload();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("virtual_servers.web.pool"), "{stderr}");
     // A file that does not even parse names no token: its own error, not a 401.
     std::fs::write(config.path(), format!("{good}\n[[[broken")).unwrap();
-    let output = weir()
-        .args(["reload", "--config"])
-        .arg(config.path())
-        .args(["--admin", &admin])
-        .output()
-        .unwrap();
+    let output = reload();
     let _ = std::fs::remove_file(&token);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
