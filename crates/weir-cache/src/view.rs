@@ -220,32 +220,8 @@ pub(crate) fn list_elements<'a>(
     values: impl Iterator<Item = &'a [u8]>,
 ) -> impl Iterator<Item = &'a [u8]> {
     values
-        .flat_map(split_list)
+        .flat_map(weir_http::split_list)
         .filter(|element| !element.is_empty())
-}
-
-/// Splits one field value at commas outside quoted strings, trimming each part.
-pub(crate) fn split_list(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut rest = Some(value);
-    std::iter::from_fn(move || {
-        let text = rest?;
-        let mut quoted = false;
-        let mut escaped = false;
-        for (at, &byte) in text.iter().enumerate() {
-            if escaped {
-                escaped = false;
-            } else if quoted && byte == b'\\' {
-                escaped = true;
-            } else if byte == b'"' {
-                quoted = !quoted;
-            } else if byte == b',' && !quoted {
-                rest = Some(&text[at + 1..]);
-                return Some(trim(&text[..at]));
-            }
-        }
-        rest = None;
-        Some(trim(text))
-    })
 }
 
 /// Removes optional whitespace (spaces and tabs) at both ends.

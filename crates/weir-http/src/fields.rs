@@ -459,6 +459,21 @@ mod tests {
     }
 
     #[test]
+    fn split_list_keeps_quoted_commas_and_empty_parts() {
+        let parts: Vec<&[u8]> =
+            crate::split_list(br#"for=1.2.3.4;host="a,b", private="x, \"y, z", ,last"#).collect();
+        assert_eq!(
+            parts,
+            vec![
+                &br#"for=1.2.3.4;host="a,b""#[..],
+                br#"private="x, \"y, z""#,
+                b"",
+                b"last"
+            ]
+        );
+    }
+
+    #[test]
     fn line_endings() {
         assert!(check_line_endings(b"a\r\nb\r\n\r\n").is_ok());
         assert_eq!(

@@ -9,6 +9,32 @@ pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|element| !element.is_empty())
 }
 
+/// Splits one field value at commas outside quoted strings (a `\"` inside one escapes the
+/// quote), trimming each part; empty parts are kept. For lists whose elements may hold
+/// quoted strings: `Cache-Control`, `Forwarded` (RFC 9110 section 5.6.1).
+pub fn split_list(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(value);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        let mut quoted = false;
+        let mut escaped = false;
+        for (at, &byte) in text.iter().enumerate() {
+            if escaped {
+                escaped = false;
+            } else if quoted && byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                quoted = !quoted;
+            } else if byte == b',' && !quoted {
+                rest = Some(&text[at + 1..]);
+                return Some(trim_ows(&text[..at]));
+            }
+        }
+        rest = None;
+        Some(trim_ows(text))
+    })
+}
+
 pub(crate) fn trim_ows(mut value: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = value {
         value = rest;

@@ -55,22 +55,10 @@ pub fn client_address(source: &ClientAddressSource, peer: IpAddr, head: &Request
 /// The comma-separated elements of one field value; in `Forwarded`, a comma inside a quoted
 /// string (`host="a,b"`) is part of its value, not a separator (RFC 7239 section 4).
 fn elements(value: &[u8], quoted: bool) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    let (mut start, mut in_quotes, mut escaped) = (0, false, false);
-    for (at, &byte) in value.iter().enumerate() {
-        match byte {
-            _ if escaped => escaped = false,
-            b'\\' if in_quotes => escaped = true,
-            b'"' if quoted => in_quotes = !in_quotes,
-            b',' if !in_quotes => {
-                out.push(&value[start..at]);
-                start = at + 1;
-            }
-            _ => {}
-        }
+    match quoted {
+        true => weir_http::split_list(value).collect(),
+        false => value.split(|&b| b == b',').collect(),
     }
-    out.push(&value[start..]);
-    out
 }
 
 /// The `for=` value of one `Forwarded` element (`for=192.0.2.60;proto=http`), unquoted
