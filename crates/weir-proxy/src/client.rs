@@ -201,7 +201,8 @@ pub(crate) struct Client {
     /// Requests read on this connection so far.
     pub requests: u32,
     /// The epoch of the client certificate checks its TLS handshake passed
-    /// (`weir_tls::Acceptor::checks_epoch`; 0 without TLS).
+    /// (`weir_tls::HandshakeInfo::checks_epoch`, moved on by `weir_tls::Acceptor::recheck`;
+    /// 0 without TLS).
     pub checks_epoch: u32,
     /// The answer being written ends with the connection (an HTTP/1.0 client, no
     /// length): cut short, it must end with a reset ([`Client::reset`]).

@@ -111,14 +111,11 @@ fn handshake_outdated(client: &mut Client, latest: &mut Arc<VirtualServerRuntime
     let Some(tls) = latest.tls.as_ref() else {
         return false;
     };
-    if tls.checks_epoch() == client.checks_epoch {
-        return false;
-    }
     let chain = match &client.stream {
         crate::client::Downstream::Http1(stream) => stream.peer_certificates(),
         crate::client::Downstream::Http2 { .. } => None,
     };
-    match tls.recheck(chain) {
+    match tls.recheck(client.checks_epoch, chain) {
         Some(epoch) => {
             client.checks_epoch = epoch;
             false

@@ -92,19 +92,14 @@ impl TlsTermination {
         })
     }
 
-    /// The epoch of the client certificate checks new handshakes pass
-    /// ([`weir_tls::Acceptor::checks_epoch`]).
-    pub(crate) fn checks_epoch(&self) -> u32 {
-        self.acceptor.checks_epoch()
-    }
-
-    /// Checks a client's certificate chain (from an earlier handshake) against the client
-    /// certificate checks configured now ([`weir_tls::Acceptor::recheck`]).
+    /// Whether a client whose certificate last passed the checks of epoch `passed` may
+    /// still be served, and under which epoch ([`weir_tls::Acceptor::recheck`]).
     pub(crate) fn recheck(
         &self,
+        passed: u32,
         chain: Option<&[weir_tls::rustls::pki_types::CertificateDer<'static>]>,
     ) -> Option<u32> {
-        self.acceptor.recheck(chain)
+        self.acceptor.recheck(passed, chain)
     }
 
     /// The TLS settings this termination was built from.

@@ -43,8 +43,9 @@ pub struct HandshakeInfo {
     pub server_name: Option<String>,
     /// Subject of the client certificate, when one was verified.
     pub client_subject: Option<String>,
-    /// The client certificate checks the handshake was made under (see
-    /// [`Acceptor::checks_epoch`]).
+    /// The epoch of the client certificate checks the handshake was made under: the same
+    /// number while a reload re-reads the same CAs, lists and mode, a new one when they
+    /// change (see [`Acceptor::recheck`]).
     pub checks_epoch: u32,
 }
 
@@ -299,28 +300,23 @@ impl Acceptor {
         }
     }
 
-    /// The epoch of the client certificate checks new handshakes are made under. A
-    /// connection whose handshake ([`HandshakeInfo::checks_epoch`]) had another one was
-    /// let in by CAs, revocation lists or a mode no longer configured: a reload or a
-    /// certificate reload changed them since ([`Acceptor::recheck`]).
-    pub fn checks_epoch(&self) -> u32 {
-        self.current.load().checks_epoch
-    }
-
-    /// Checks the certificate chain a client presented in an earlier handshake (`None`:
-    /// it presented none) against the client certificate checks configured now: the
-    /// epoch of those checks when it passes them, for the connection to keep serving
-    /// under them, `None` when it does not (a CA removed, the certificate revoked, or
-    /// certificates required of a client that sent none).
-    pub fn recheck(&self, chain: Option<&[CertificateDer<'static>]>) -> Option<u32> {
+    /// Whether a connection whose client's certificate last passed the checks of epoch
+    /// `passed` may still be served: at once when those are the checks configured now
+    /// (one load); else its certificate chain (`None`: it presented none) is checked
+    /// against the current checks. The epoch it passes now, or `None` when it does not
+    /// (a CA removed, the certificate revoked, or certificates required of a client that
+    /// sent none).
+    pub fn recheck(&self, passed: u32, chain: Option<&[CertificateDer<'static>]>) -> Option<u32> {
         let current = self.current.load();
+        if current.checks_epoch == passed {
+            return Some(passed);
+        }
         let passes = match (&current.verifier, chain) {
             (None, _) => true,
-            (Some(verifier), None) => !verifier.client_auth_mandatory(),
             (Some(verifier), Some([leaf, intermediates @ ..])) => verifier
                 .verify_client_cert(leaf, intermediates, UnixTime::now())
                 .is_ok(),
-            (Some(verifier), Some([])) => !verifier.client_auth_mandatory(),
+            (Some(verifier), _) => !verifier.client_auth_mandatory(),
         };
         passes.then_some(current.checks_epoch)
     }
@@ -638,7 +634,7 @@ fn client_checks(
 /// What a revocation list decides: its issuer and the serial numbers it revokes, as a set.
 /// A list re-issued on schedule (a new number and update times, the same certificates)
 /// decides the same, so it changes neither what resumes nor which connections stay
-/// (`Acceptor::checks_epoch`). A list that does not parse (rustls read it) counts as its
+/// (`Acceptor::recheck`). A list that does not parse (rustls read it) counts as its
 /// bytes.
 fn revocation_digest(crl: &[u8]) -> [u8; 32] {
     let mut one = digest::Context::new(&digest::SHA256);

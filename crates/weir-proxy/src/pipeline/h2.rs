@@ -117,14 +117,14 @@ impl StreamHandler for Streams {
         let Some(tls) = vs.tls.as_ref() else {
             return false;
         };
-        if tls.checks_epoch() == self.checks_epoch.load(Ordering::Acquire) {
-            return false;
-        }
-        // Checked again under the checks configured now: a client they still let in
-        // keeps its connection.
-        match tls.recheck(self.peer_chain.as_deref()) {
+        // Checked again when the checks changed: a client they still let in keeps its
+        // connection.
+        let passed = self.checks_epoch.load(Ordering::Acquire);
+        match tls.recheck(passed, self.peer_chain.as_deref()) {
             Some(epoch) => {
-                self.checks_epoch.store(epoch, Ordering::Release);
+                if epoch != passed {
+                    self.checks_epoch.store(epoch, Ordering::Release);
+                }
                 false
             }
             None => true,
