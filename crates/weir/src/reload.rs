@@ -70,25 +70,10 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
         ),
         None => None,
     };
-    // A file that does not load and names no token that could be read (it does not parse):
-    // a weir that wants one would answer 401, hiding why the file is refused.
-    if let (Some(error), None) = (&refused_here, &token) {
-        let (status, _) = request(address, "GET", "/api/v1/config", None)?;
-        if status == 401 {
-            return Ok((
-                false,
-                format!(
-                    "{error}\nweir reload: refused here; the running weir at {address} wants a \
-                     bearer token, and this file names none that could be read (give \
-                     --token-file); it was not asked and keeps its configuration\n"
-                ),
-            ));
-        }
-    }
     // The API re-reads the file the running weir was started with: asked with another
     // file, it would apply its own and report success for a file it never read.
     if let Some(path) = &args.config
-        && let Some(refusal) = other_file(address, token.as_deref(), path)?
+        && let Some(refusal) = other_file(address, token.as_deref(), path, refused_here.as_ref())?
     {
         return Ok((false, refusal));
     }
@@ -97,13 +82,24 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
 }
 
 /// Why the weir at `address` would not read `path` on a reload (it runs another file, or
-/// the embedded default); `None` when it reads that very file.
+/// the embedded default, or wants a token that `path`, `refused_here`, could not give);
+/// `None` when it reads that very file.
 fn other_file(
     address: SocketAddr,
     token: Option<&str>,
     path: &Path,
+    refused_here: Option<&weir_config::ConfigError>,
 ) -> anyhow::Result<Option<String>> {
     let (status, body) = request(address, "GET", "/api/v1/config", token)?;
+    // A file that does not load and names no token that could be read (it does not
+    // parse): the 401 would hide why the file is refused.
+    if let (401, None, Some(error)) = (status, token, refused_here) {
+        return Ok(Some(format!(
+            "{error}\nweir reload: refused here; the running weir at {address} wants a bearer \
+             token, and this file names none that could be read (give --token-file); it was \
+             not asked and keeps its configuration\n"
+        )));
+    }
     if status != 200 {
         anyhow::bail!(
             "the admin listener at {address} answered {status}: {}",
