@@ -144,23 +144,6 @@ async fn read_request(
     {
         return Ok(ReadOutcome::Reject(refusal));
     }
-    // The head passed: a client that waits for leave to send its body (curl does for
-    // bodies over 1 MiB) gets it now, unless the body is refused for its length or is
-    // already here (RFC 9110, section 10.1.1).
-    let framing = head.framing();
-    let refused_length = matches!(framing, weir_http::BodyFraming::Length(length)
-        if usize::try_from(length).map_or(true, |length| length > limits.max_body_bytes));
-    if head.expects_continue()
-        && head.version() == weir_http::Version::Http11
-        && matches!(
-            framing,
-            weir_http::BodyFraming::Length(1..) | weir_http::BodyFraming::Chunked
-        )
-        && !refused_length
-        && buf.is_empty()
-    {
-        stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-    }
     let body_deadline = Instant::now() + limits.header_read_timeout;
     match timeout_at(
         body_deadline,
@@ -184,6 +167,18 @@ async fn read_body(
     max: usize,
 ) -> io::Result<Result<Vec<u8>, Response>> {
     let too_large = || Response::error(413, format!("request body too large: at most {max} bytes"));
+    // The head passed: a client that waits for leave to send its body (curl does for
+    // bodies over 1 MiB) gets it before the first read for it, unless some of the body is
+    // already here (RFC 9110, section 10.1.1). A body refused for its length is refused
+    // before any read.
+    let mut waits =
+        head.expects_continue() && head.version() == weir_http::Version::Http11 && buf.is_empty();
+    let mut read = async |stream: &mut TcpStream, buf: &mut BytesMut| {
+        if std::mem::take(&mut waits) {
+            stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        read_more(stream, buf).await
+    };
     match head.framing() {
         weir_http::BodyFraming::None | weir_http::BodyFraming::CloseDelimited => Ok(Ok(Vec::new())),
         weir_http::BodyFraming::Length(length) => {
@@ -194,7 +189,7 @@ async fn read_body(
                 return Ok(Err(too_large()));
             }
             while buf.len() < length {
-                if read_more(stream, buf).await? == 0 {
+                if read(stream, buf).await? == 0 {
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
             }
@@ -213,7 +208,7 @@ async fn read_body(
                     }
                     Ok(weir_http::Decoded::Done { .. }) => return Ok(Ok(body)),
                     Ok(weir_http::Decoded::NeedMore) => {
-                        if read_more(stream, buf).await? == 0 {
+                        if read(stream, buf).await? == 0 {
                             return Err(io::ErrorKind::UnexpectedEof.into());
                         }
                     }
