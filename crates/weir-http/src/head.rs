@@ -207,6 +207,19 @@ impl RequestHead {
         slice(&self.raw, self.target_span)
     }
 
+    /// The path and query as sent: the whole target in origin form, what follows the
+    /// authority in absolute form (empty, or starting with `?`, when the target has no
+    /// path), `*` for an asterisk-form target, empty for a CONNECT authority.
+    pub fn path_and_query(&self) -> &[u8] {
+        match self.target_form {
+            TargetForm::Absolute { .. } => {
+                &self.raw[self.path_span.0 as usize..self.target_span.1 as usize]
+            }
+            TargetForm::Authority => b"",
+            _ => self.target(),
+        }
+    }
+
     /// The path part of the target (absolute-form targets reduced to their path), without the query.
     /// `*` for an asterisk-form target, empty for a CONNECT authority.
     pub fn path(&self) -> &[u8] {

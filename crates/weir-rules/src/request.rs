@@ -56,17 +56,20 @@ pub fn query(head: &RequestHead) -> &[u8] {
     }
 }
 
-/// The path and query as a node would get them (origin form).
-pub fn uri(head: &RequestHead) -> &[u8] {
-    let target = head.target();
-    if target.first() == Some(&b'/') {
-        return target;
-    }
-    // Absolute form: the path is a suffix of the target; keep what follows it.
-    let path = head.path();
-    match memchr::memmem::find(target, path) {
-        Some(start) if !path.is_empty() && path != b"/" => &target[start..],
-        _ => path,
+/// The path and query as a node would get them (origin form): an absolute-form target
+/// without its scheme and authority, `/` before a query that follows the authority.
+pub fn uri(head: &RequestHead) -> Cow<'_, [u8]> {
+    let rest = head.path_and_query();
+    match rest.first() {
+        Some(b'?') => {
+            let mut uri = Vec::with_capacity(rest.len() + 1);
+            uri.push(b'/');
+            uri.extend_from_slice(rest);
+            Cow::Owned(uri)
+        }
+        // `http://host`: its path is `/`.
+        None => Cow::Borrowed(head.path()),
+        _ => Cow::Borrowed(rest),
     }
 }
 
@@ -74,7 +77,7 @@ pub fn uri(head: &RequestHead) -> &[u8] {
 /// as sent. Borrowed when the path is already normal.
 pub fn normalized_uri(head: &RequestHead) -> Cow<'_, [u8]> {
     match normalized_path(head.path()) {
-        Cow::Borrowed(_) => Cow::Borrowed(uri(head)),
+        Cow::Borrowed(_) => uri(head),
         Cow::Owned(mut path) => {
             let query = query(head);
             if !query.is_empty() || head.target().ends_with(b"?") {
@@ -276,7 +279,7 @@ mod tests {
         );
         assert_eq!(host(&request), b"Example.com");
         assert_eq!(query(&request), b"x=1&lang=fr&e");
-        assert_eq!(uri(&request), b"/a/b?x=1&lang=fr&e");
+        assert_eq!(&uri(&request)[..], b"/a/b?x=1&lang=fr&e");
         assert_eq!(query_param(&request, "lang"), Some(&b"fr"[..]));
         assert_eq!(query_param(&request, "e"), Some(&b""[..]));
         assert_eq!(query_param(&request, "l"), None);
@@ -285,7 +288,26 @@ mod tests {
         assert_eq!(cookie(&request, "s"), None);
         let v6 = head("GET http://[::1]:80/p?q HTTP/1.1\r\nHost: [::1]:80\r\n\r\n");
         assert_eq!(host(&v6), b"[::1]");
-        assert_eq!(uri(&v6), b"/p?q");
+        assert_eq!(&uri(&v6)[..], b"/p?q");
+    }
+
+    /// The path is found after the authority, not wherever its bytes first appear in the
+    /// target (`/r2/` is also in `http://r2/r2/`).
+    #[test]
+    fn uri_of_absolute_form_targets() {
+        let uri_of = |target: &str, host: &str| -> Vec<u8> {
+            let request = head(&format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n"));
+            uri(&request).into_owned()
+        };
+        assert_eq!(uri_of("http://r2/r2/?q=1", "r2"), b"/r2/?q=1");
+        assert_eq!(uri_of("http://example.com/e", "example.com"), b"/e");
+        assert_eq!(uri_of("http://a/", "a"), b"/");
+        assert_eq!(uri_of("http://a", "a"), b"/");
+        assert_eq!(uri_of("http://a?x=/a", "a"), b"/?x=/a");
+        assert_eq!(uri_of("http://a/?x", "a"), b"/?x");
+        assert_eq!(uri_of("/o?p", "a"), b"/o?p");
+        let star = head("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(&uri(&star)[..], b"*");
     }
 
     #[test]

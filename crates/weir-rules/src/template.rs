@@ -189,10 +189,15 @@ fn write_variable(variable: &Variable, sources: &Sources<'_>, out: &mut Vec<u8>)
         Variable::Header(name) => head.header(name).unwrap_or_default(),
         Variable::Cookie(name) => request::cookie(head, name).unwrap_or_default(),
         Variable::QueryParam(name) => request::query_param(head, name).unwrap_or_default(),
-        Variable::Capture(index) => sources
-            .captures
-            .and_then(|captures| captures.get(*index))
-            .map_or(&b""[..], |group| group.as_bytes()),
+        // A part of the same normalised path: its `\` goes out as `%5C` too.
+        Variable::Capture(index) => {
+            let group = sources
+                .captures
+                .and_then(|captures| captures.get(*index))
+                .map_or(&b""[..], |group| group.as_bytes());
+            extend_escaping_backslashes(out, group);
+            return;
+        }
     };
     out.extend_from_slice(text);
 }

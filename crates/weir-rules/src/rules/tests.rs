@@ -406,6 +406,19 @@ fn redirects_use_the_normalised_path() {
     assert_eq!(location("/go/\\evil.com"), "/go/%5Cevil.com");
 }
 
+/// A capture is part of the same path: `/\evil.example` from a capture must not become
+/// a `Location` a browser reads as `//evil.example`.
+#[test]
+fn redirects_escape_backslashes_in_captures() {
+    let rules = rule_set(
+        "[[virtual_servers.web.rules]]\nmatch.path_regex = \"^/cap/(?<rest>.*)$\"\n\
+         redirect = { location = \"/${1}?r=${rest}\" }\n",
+    );
+    let decision = evaluate(&rules, &get("/cap/\\evil.example", ""));
+    let location = &decision.answer().unwrap().headers[0].1;
+    assert_eq!(&location[..], b"/%5Cevil.example?r=%5Cevil.example");
+}
+
 #[test]
 fn direct_responses_render_templates() {
     let rules = rule_set(
