@@ -126,9 +126,7 @@ fn write_origin_form(head: &RequestHead, path: Option<&[u8]>, out: &mut BytesMut
     }
     match head.target_form {
         TargetForm::Absolute { .. } => {
-            let (path_start, _) = head.path_span;
-            let (_, target_end) = head.target_span;
-            let rest = &head.raw[path_start as usize..target_end as usize];
+            let rest = head.path_and_query();
             if rest.is_empty() && head.method == Method::Options {
                 // RFC 9112 §3.2.4: `OPTIONS http://host` asks about the server as a
                 // whole, which its last hop writes as `OPTIONS *`.
@@ -200,9 +198,11 @@ pub fn write_request_head_edited<E: HeaderEdit + ?Sized>(
         FieldKind::Upgrade => forward.upgrade,
         FieldKind::Expect => !forward.strip_expect && !listed(field),
         FieldKind::XForwardedFor | FieldKind::XForwardedProto => {
-            !rewrite_forwarded && !listed(field)
+            !rewrite_forwarded && !listed(field) && !edits.drops(slice(raw, field.name))
         }
-        FieldKind::Via => forward.via.is_none() && !listed(field),
+        FieldKind::Via => {
+            forward.via.is_none() && !listed(field) && !edits.drops(slice(raw, field.name))
+        }
         FieldKind::Other => {
             let name = slice(raw, field.name);
             let underscored = forward.drop_underscore_names && name.contains(&b'_');
@@ -224,20 +224,30 @@ pub fn write_request_head_edited<E: HeaderEdit + ?Sized>(
     if forward.upgrade {
         out.extend_from_slice(b"Connection: upgrade\r\n");
     }
+    // A field weir writes itself that the edits drop (a rule's `set` or `remove` of it)
+    // goes out as the edits say, not beside weir's own: one X-Forwarded-Proto, one Via.
     if let Some(client) = forward.client_addr {
-        out.extend_from_slice(b"X-Forwarded-For: ");
-        write_existing_values(raw, &head.headers, FieldKind::XForwardedFor, listed, out);
-        // Writing into a BytesMut cannot fail.
-        let _ = write!(out, "{}", client.to_canonical());
-        out.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
-        out.extend_from_slice(forward.proto.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        if !edits.drops(b"x-forwarded-for") {
+            out.extend_from_slice(b"X-Forwarded-For: ");
+            write_existing_values(raw, &head.headers, FieldKind::XForwardedFor, listed, out);
+            // Writing into a BytesMut cannot fail.
+            let _ = write!(out, "{}", client.to_canonical());
+            out.extend_from_slice(b"\r\n");
+        }
+        if !edits.drops(b"x-forwarded-proto") {
+            out.extend_from_slice(b"X-Forwarded-Proto: ");
+            out.extend_from_slice(forward.proto.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
     }
-    if let Some(via) = forward.via {
+    if let Some(via) = forward.via.filter(|_| !edits.drops(b"via")) {
         let received = forward.via_version.unwrap_or(version_number(head.version));
         write_via(raw, &head.headers, received, via, listed, out);
     }
-    if let Some((name, Some(value))) = forward.owned_header {
+    if let Some((name, Some(value))) = forward
+        .owned_header
+        .filter(|(name, _)| !edits.drops(name.as_bytes()))
+    {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         // A subject can hold any character; keep the field on one line.

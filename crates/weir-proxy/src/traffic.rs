@@ -139,7 +139,8 @@ impl Edits<'_> {
         for (name, value) in self.edits.appended() {
             field(name, value);
         }
-        if let Some((header, id)) = self.id {
+        // A rule that sets or removes the request id's field has the last word on it.
+        if let Some((header, id)) = self.id.filter(|(h, _)| !self.edits.removes(h.as_bytes())) {
             field(header.as_bytes(), id.as_bytes());
         }
         if let Some(cookie) = self.set_cookie {

@@ -220,6 +220,42 @@ async fn request_ids_are_kept_or_generated_and_logged() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A rule that sets a field weir writes itself (the forwarding fields, the request id)
+/// replaces weir's own: the node gets one of each, the rule's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_that_set_weirs_own_fields_replace_them() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let rules = r#"
+[[virtual_servers.web.rules]]
+match = { path_prefix = "/echo/set" }
+request_headers = { set = { X-Forwarded-Proto = "https", X-Forwarded-For = "${client_address}", Via = "1.1 edge", X-Request-Id = "edge-1" } }
+
+[[virtual_servers.web.rules]]
+match = { path_prefix = "/echo/remove" }
+request_headers = { remove = ["Via", "X-Request-Id"] }
+"#;
+    let proxy = TestProxy::start(&two_pools(a.addr, b.addr, rules)).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+    let sent = "Host: h\r\nX-Forwarded-Proto: ftp\r\nVia: 1.0 c\r\nX-Request-Id: client-1\r\n\r\n";
+    let r = send(&mut c, &format!("GET /echo/set HTTP/1.1\r\n{sent}")).await;
+    let report = echo(&r);
+    assert_eq!(header(&report, "x-forwarded-proto"), vec!["https"]);
+    assert_eq!(header(&report, "x-forwarded-for"), vec!["127.0.0.1"]);
+    assert_eq!(header(&report, "via"), vec!["1.1 edge"]);
+    assert_eq!(header(&report, "x-request-id"), vec!["edge-1"]);
+
+    let r = send(&mut c, &format!("GET /echo/remove HTTP/1.1\r\n{sent}")).await;
+    let report = echo(&r);
+    assert!(header(&report, "via").is_empty(), "{:?}", report.headers);
+    assert!(
+        header(&report, "x-request-id").is_empty(),
+        "{:?}",
+        report.headers
+    );
+    assert_eq!(header(&report, "x-forwarded-proto"), vec!["http"]);
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_see_the_client_behind_a_trusted_proxy() {
     let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);

@@ -614,6 +614,63 @@ fn edited_request_heads_take_a_new_path_and_header_edits() {
     );
 }
 
+/// A rule that sets (or removes) a field weir writes itself replaces weir's: the node
+/// gets one X-Forwarded-For, X-Forwarded-Proto, Via and request id, never two.
+#[test]
+fn edits_replace_the_fields_weir_writes_itself() {
+    let head = request(
+        b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: ftp\r\n\
+          Via: 1.0 c\r\nX-Request-Id: client\r\n\r\n",
+    );
+    let forward = ForwardRequest {
+        client_addr: Some("192.0.2.7".parse().unwrap()),
+        via: Some("weir"),
+        owned_header: Some(("X-Request-Id", Some("weir-1"))),
+        ..PLAIN
+    };
+    let edited = |edits: &TestEdits| {
+        let mut out = BytesMut::new();
+        write_request_head_edited(&head, &forward, None, edits, &mut out);
+        String::from_utf8(out.to_vec()).unwrap()
+    };
+    assert_eq!(
+        edited(&TestEdits(&[], &[])),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 10.0.0.1, 192.0.2.7\r\n\
+         X-Forwarded-Proto: http\r\nVia: 1.0 c, 1.1 weir\r\nX-Request-Id: weir-1\r\n\r\n"
+    );
+    let set = TestEdits(
+        &[
+            "x-forwarded-proto",
+            "x-forwarded-for",
+            "via",
+            "x-request-id",
+        ],
+        &[
+            ("X-Forwarded-Proto", "https"),
+            ("X-Forwarded-For", "192.0.2.7"),
+            ("Via", "1.1 edge"),
+            ("X-Request-Id", "edge-1"),
+        ],
+    );
+    assert_eq!(
+        edited(&set),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Proto: https\r\n\
+         X-Forwarded-For: 192.0.2.7\r\nVia: 1.1 edge\r\nX-Request-Id: edge-1\r\n\r\n"
+    );
+    assert_eq!(
+        edited(&TestEdits(&["via", "x-forwarded-for"], &[])),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Proto: http\r\nX-Request-Id: weir-1\r\n\r\n"
+    );
+    // With weir's forwarding fields off, the client's are the ones a rule replaces.
+    let mut out = BytesMut::new();
+    write_request_head_edited(&head, &PLAIN, None, &set, &mut out);
+    assert_eq!(
+        String::from_utf8(out.to_vec()).unwrap(),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Proto: https\r\n\
+         X-Forwarded-For: 192.0.2.7\r\nVia: 1.1 edge\r\nX-Request-Id: edge-1\r\n\r\n"
+    );
+}
+
 #[test]
 fn edited_responses_and_answers() {
     let head = response(
