@@ -378,6 +378,9 @@ async fn attempt_h2(
             client.stream.left(leave)
         })
         .await?;
+    // Answered (refused, say) before any of the rest of the body left the client: the
+    // request can still be sent again whole.
+    let answered_before_body = request.early.is_some();
     let (mut pump, upload) = send_rest_h2(client, body, &mut request, write_stall).await?;
     let mut early = request.early.take();
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
@@ -395,7 +398,14 @@ async fn attempt_h2(
     let mut interims = 0;
     let response = loop {
         if let Some(answered) = early.take() {
-            break http2::upstream::early_answer(answered, reading)?;
+            // A refusal that came while the rest of the body streamed cannot be answered
+            // by sending the request again: the bytes that went are gone.
+            break http2::upstream::early_answer(answered, reading).map_err(|error| {
+                match streams && !answered_before_body {
+                    true => error.retry_safe(false),
+                    false => error,
+                }
+            })?;
         }
         let next = http2::upstream::next_answer(&mut waiting, reading, deadline);
         let answered = async {

@@ -118,6 +118,9 @@ async fn answer(
     if request.uri().path() == "/stream" {
         return echo_stream(request, respond).await;
     }
+    if request.uri().path() == "/refuse-mid-body" {
+        return refuse_mid_body(request, respond).await;
+    }
     if request.uri().path() == "/slow" {
         tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     }
@@ -238,6 +241,24 @@ async fn answer_early(
     // The request body stays unread as long as the test lasts.
     tokio::time::sleep(std::time::Duration::from_secs(10)).await;
     drop(request);
+}
+
+/// Reads 256 KiB of the request body, then refuses the stream (REFUSED_STREAM), as a node
+/// that sheds load in the middle of an upload does.
+async fn refuse_mid_body(
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    let mut body = request.into_body();
+    let mut received = 0;
+    while received < 256 * 1024 {
+        let Some(Ok(data)) = body.data().await else {
+            return;
+        };
+        let _ = body.flow_control().release_capacity(data.len());
+        received += data.len();
+    }
+    respond.send_reset(h2::Reason::REFUSED_STREAM);
 }
 
 /// A gRPC-like bidirectional stream: the head at once, each DATA frame sent
@@ -511,6 +532,74 @@ async fn a_node_answer_before_the_body_reaches_the_client() {
         );
     }
     let _ = std::fs::remove_file(&body);
+    proxy.stop().await;
+}
+
+/// A stream the node refuses once part of a streamed body has gone to it is not sent
+/// again: what went is gone, so another stream would carry a shorter body than the
+/// client's. The client gets a 502 and its connection closes (the rest of its body is not
+/// read as requests). A refusal that comes before any of the rest of the body left would
+/// be sent again whole; the buffered start alone is never a whole body here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_refused_in_the_middle_of_an_upload_is_not_sent_again() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "").await;
+    for chunked in [false, true] {
+        let before = node.streams.load(Ordering::Relaxed);
+        let tcp = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
+        let (mut reading, mut writing) = tcp.into_split();
+        let body = vec![b'b'; 1 << 20];
+        let framing = match chunked {
+            true => "Transfer-Encoding: chunked".to_owned(),
+            false => format!("Content-Length: {}", body.len()),
+        };
+        let upload = tokio::spawn(async move {
+            let head = format!("POST /refuse-mid-body HTTP/1.1\r\nHost: h\r\n{framing}\r\n\r\n");
+            writing.write_all(head.as_bytes()).await?;
+            for piece in body.chunks(16 * 1024) {
+                if chunked {
+                    writing
+                        .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                        .await?;
+                }
+                writing.write_all(piece).await?;
+                if chunked {
+                    writing.write_all(b"\r\n").await?;
+                }
+            }
+            if chunked {
+                writing.write_all(b"0\r\n\r\n").await?;
+            }
+            Ok::<_, std::io::Error>(writing)
+        });
+        let mut answer = Vec::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            reading.read_to_end(&mut answer),
+        )
+        .await
+        .expect("weir answers and closes in time")
+        .expect("read");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 502"),
+            "chunked {chunked}: {answer}"
+        );
+        assert_eq!(
+            answer.matches("HTTP/1.1 ").count(),
+            1,
+            "chunked {chunked}: the rest of the body read as requests: {answer}"
+        );
+        assert_eq!(
+            node.streams.load(Ordering::Relaxed) - before,
+            1,
+            "chunked {chunked}: the request was sent again"
+        );
+        drop(upload.await);
+    }
     proxy.stop().await;
 }
 
