@@ -73,7 +73,12 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
     // The API re-reads the file the running weir was started with: asked with another
     // file, it would apply its own and report success for a file it never read.
     if let Some(path) = &args.config
-        && let Some(refusal) = other_file(address, token.as_deref(), path, refused_here.as_ref())?
+        && let Some(refusal) = other_file(
+            address,
+            (token.as_deref(), args.token_file.is_none()),
+            (path, args.admin.is_none()),
+            refused_here.as_ref(),
+        )?
     {
         return Ok((false, refusal));
     }
@@ -83,14 +88,32 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
 
 /// Why the weir at `address` would not read `path` on a reload (it runs another file, or
 /// the embedded default, or wants a token that `path`, `refused_here`, could not give);
-/// `None` when it reads that very file.
+/// `None` when it reads that very file. `token_from_file` and `address_from_file`: whether
+/// the token and the address were read from `path` (neither `--token-file` nor `--admin`),
+/// which may name an `[admin]` table edited since the running weir read it.
 fn other_file(
     address: SocketAddr,
-    token: Option<&str>,
-    path: &Path,
+    (token, token_from_file): (Option<&str>, bool),
+    (path, address_from_file): (&Path, bool),
     refused_here: Option<&weir_config::ConfigError>,
 ) -> anyhow::Result<Option<String>> {
-    let (status, body) = request(address, "GET", "/api/v1/config", token)?;
+    let file = path.display();
+    // `admin.listen` moves only with a restart; a new `admin.token_file` counts once a
+    // reload has applied it. A file edited in either way names what the running weir does
+    // not use yet, and only SIGHUP (or the old address and token) can apply it.
+    let (status, body) =
+        request(address, "GET", "/api/v1/config", token).map_err(|error| match address_from_file {
+            true => error.context(format!(
+                "the admin address comes from admin.listen in {file}; if that changed since                  the running weir started, it still listens on its old one (admin.listen                  moves with a restart): give that address with --admin, or send the process                  SIGHUP"
+            )),
+            false => error,
+        })?;
+    if status == 401 && token_from_file && token.is_some() {
+        anyhow::bail!(
+            "the admin listener at {address} answered 401 ({}): if admin.token_file in {file}              changed since the running weir last read its file, it still wants the old token              until a reload applies the new one: give the old file with --token-file, or send              the process SIGHUP",
+            body.trim()
+        );
+    }
     // A file that does not load and names no token that could be read (it does not
     // parse): the 401 would hide why the file is refused.
     if let (401, None, Some(error)) = (status, token, refused_here) {

@@ -872,6 +872,90 @@ fn reload_refuses_a_file_the_running_weir_does_not_read() {
     assert_eq!(generation(), 2, "the file weir runs was reloaded");
 }
 
+/// `weir reload --config FILE` after FILE's `[admin]` table was edited: the running weir
+/// still listens on its old address (admin.listen moves with a restart) and wants its old
+/// token until a reload applies the new file. What the file names cannot reach it, and the
+/// error says how to (the old address or token file, or SIGHUP); with them it reloads.
+#[test]
+fn reload_after_the_admin_table_changed_says_how_to_reach_the_running_weir() {
+    let (text, admin) = admin_config();
+    let config = temp_config("");
+    let token_name = |n: u32| {
+        format!(
+            "{}.{n}.token",
+            config.path().file_name().unwrap().to_string_lossy()
+        )
+    };
+    let old_token = config.path().with_file_name(token_name(1));
+    let new_token = config.path().with_file_name(token_name(2));
+    std::fs::write(&old_token, "old-token\n").unwrap();
+    std::fs::write(&new_token, "new-token\n").unwrap();
+    let with_token = |name: String| {
+        text.replace(
+            &format!("listen = \"{admin}\"\n"),
+            &format!("listen = \"{admin}\"\ntoken_file = \"{name}\"\n"),
+        )
+    };
+    std::fs::write(config.path(), with_token(token_name(1))).unwrap();
+    let _serving = serve_with_admin(&config, &admin);
+    let reload = |extra: &[&str]| {
+        weir()
+            .args(["reload", "--config"])
+            .arg(config.path())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+
+    // A new token file.
+    std::fs::write(config.path(), with_token(token_name(2))).unwrap();
+    let output = reload(&[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("401") && stderr.contains("--token-file"),
+        "{stderr}"
+    );
+    let old = old_token.to_string_lossy().into_owned();
+    let output = reload(&["--token-file", &old]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // A new admin address (the running weir took the new token with that reload).
+    let [moved] = weir_testkit::free_ports();
+    let moved = format!("127.0.0.1:{moved}");
+    std::fs::write(
+        config.path(),
+        with_token(token_name(2)).replace(&admin, &moved),
+    )
+    .unwrap();
+    let output = reload(&[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--admin") && stderr.contains("SIGHUP"),
+        "{stderr}"
+    );
+    let output = reload(&["--admin", &admin]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("admin.listen"),
+        "needs_restart names it: {stdout}"
+    );
+    let _ = std::fs::remove_file(&old_token);
+    let _ = std::fs::remove_file(&new_token);
+}
+
 /// A config with an admin listener (no token) on free ports, and that listener's address.
 fn admin_config() -> (String, String) {
     let [proxy_port, admin_port] = weir_testkit::free_ports();
