@@ -312,7 +312,7 @@ impl Checker {
                 route_table.compression.as_ref(),
             );
         }
-        VirtualServer {
+        let virtual_server = VirtualServer {
             name: name.to_owned(),
             listen,
             protocol,
@@ -349,6 +349,33 @@ impl Checker {
             tcp: self.tcp_settings(path, protocol, table),
             accept_proxy: self.accept_proxy(&path.key("proxy_protocol"), table),
             passthrough: self.passthrough(path, protocol, table, pool_ids),
+        };
+        self.subject_apart_from_request_id(path, &virtual_server);
+        virtual_server
+    }
+
+    /// The verified client certificate's subject and the request id go to nodes in fields of
+    /// their own: under one name, a client's `X-Request-Id: CN=admin` (taken as its id)
+    /// would stand in for the subject weir verified.
+    fn subject_apart_from_request_id(&mut self, path: &KeyPath, virtual_server: &VirtualServer) {
+        let request_id = &virtual_server.traffic.request_id;
+        let Some(subject) = virtual_server
+            .tls
+            .as_ref()
+            .and_then(|tls| tls.client_subject_header.as_deref())
+        else {
+            return;
+        };
+        let spelled = |name: &str| name.to_ascii_lowercase().replace('_', "-");
+        if request_id.enabled && spelled(subject) == spelled(&request_id.header) {
+            self.report(
+                &path.key("tls").key("client_subject_header"),
+                format!(
+                    "{subject} is also this virtual server's request id header \
+                     (request_id.header): a client's id would stand in for the verified \
+                     subject; choose another name, or another request_id.header"
+                ),
+            );
         }
     }
 

@@ -903,9 +903,30 @@ fn client_certificate_rules() {
             "writes itself",
         );
     }
-    let config = valid(&https(&format!(
-        "{CERT}\nclient_certificates = \"optional\"\nclient_ca = \"ca.pem\"\nclient_subject_header = \"X-Subject\""
+    // The request id's field: a client's id would stand in for the verified subject.
+    let subject = |name: &str| {
+        format!(
+            "{CERT}\nclient_certificates = \"optional\"\nclient_ca = \"ca.pem\"\nclient_subject_header = \"{name}\""
+        )
+    };
+    assert_one_error(
+        &https(&subject("x-request_id")),
+        "virtual_servers.web.tls.client_subject_header",
+        "request id header",
+    );
+    assert_one_error(
+        &https(&format!(
+            "{}\n[virtual_servers.web.request_id]\nheader = \"X-Trace\"",
+            subject("X-Trace")
+        )),
+        "virtual_servers.web.tls.client_subject_header",
+        "request id header",
+    );
+    valid(&https(&format!(
+        "{}\n[virtual_servers.web.request_id]\nenabled = false",
+        subject("X-Request-Id")
     )));
+    let config = valid(&https(&subject("X-Subject")));
     let tls = config.virtual_servers[0].tls.as_ref().unwrap();
     assert!(matches!(tls.client_auth, ClientAuth::Optional { .. }));
     assert_eq!(tls.client_subject_header.as_deref(), Some("X-Subject"));
