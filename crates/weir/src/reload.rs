@@ -102,16 +102,34 @@ fn other_file(
     // reload has applied it. A file edited in either way names what the running weir does
     // not use yet, and only SIGHUP (or the old address and token) can apply it.
     let (status, body) =
-        request(address, "GET", "/api/v1/config", token).map_err(|error| match address_from_file {
-            true => error.context(format!(
-                "the admin address comes from admin.listen in {file}; if that changed since                  the running weir started, it still listens on its old one (admin.listen                  moves with a restart): give that address with --admin, or send the process                  SIGHUP"
-            )),
-            false => error,
-        })?;
-    if status == 401 && token_from_file && token.is_some() {
+        request(address, "GET", "/api/v1/config", token).map_err(
+            |error| match address_from_file {
+                true => error.context(format!(
+                    "the admin address comes from admin.listen in {file}; if that changed since \
+                 the running weir started, it still listens on its old one (admin.listen \
+                 moves with a restart): give that address with --admin, or send the process \
+                 SIGHUP"
+                )),
+                false => error,
+            },
+        )?;
+    // (A file refused here that names no token is answered below.)
+    if status == 401 && token_from_file && (token.is_some() || refused_here.is_none()) {
+        let named = match token {
+            Some(_) => format!(
+                "if admin.token_file in {file} changed since the running weir last read its \
+                 file, it still wants the old token until a reload applies the new one"
+            ),
+            None => format!(
+                "{file} names no admin.token_file; if one was removed since the running weir \
+                 last read its file, it still wants that token until a reload applies the \
+                 change"
+            ),
+        };
         anyhow::bail!(
-            "the admin listener at {address} answered 401 ({}): if admin.token_file in {file}              changed since the running weir last read its file, it still wants the old token              until a reload applies the new one: give the old file with --token-file, or send              the process SIGHUP",
-            body.trim()
+            "the admin listener at {address} answered 401 ({}): {named}: give the old token \
+             file with --token-file, or send the process SIGHUP",
+            api_error(&body)
         );
     }
     // A file that does not load and names no token that could be read (it does not
@@ -147,6 +165,14 @@ fn other_file(
         ),
     };
     Ok(Some(message))
+}
+
+/// The `error` of an admin API answer (`{"error": "..."}`), or the body as it came.
+fn api_error(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|answer| answer.get("error")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| body.trim().to_owned())
 }
 
 /// Whether two paths name one file: the same file once links are followed, or, when

@@ -916,6 +916,17 @@ fn reload_after_the_admin_table_changed_says_how_to_reach_the_running_weir() {
         stderr.contains("401") && stderr.contains("--token-file"),
         "{stderr}"
     );
+    assert!(!stderr.contains("  "), "one space between words: {stderr}");
+    // No token file at all.
+    std::fs::write(config.path(), &text).unwrap();
+    let output = reload(&[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("names no admin.token_file") && stderr.contains("--token-file"),
+        "{stderr}"
+    );
+    std::fs::write(config.path(), with_token(token_name(2))).unwrap();
     let old = old_token.to_string_lossy().into_owned();
     let output = reload(&["--token-file", &old]);
     assert_eq!(
@@ -940,6 +951,7 @@ fn reload_after_the_admin_table_changed_says_how_to_reach_the_running_weir() {
         stderr.contains("--admin") && stderr.contains("SIGHUP"),
         "{stderr}"
     );
+    assert!(!stderr.contains("  "), "one space between words: {stderr}");
     let output = reload(&["--admin", &admin]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(
