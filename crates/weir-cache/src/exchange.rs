@@ -463,6 +463,7 @@ impl Cache {
                 fill.edits = eligible.then_some(HeadEdits { coding });
                 fill.compressor = self.compressor(coding, compression, content_length(response));
                 fill.limit = policy.max_object_size;
+                fill.pass_memory = Some(policy.pass_memory);
                 let declared = content_length(response);
                 fill.begin(pending, declared, request, now);
                 Reply::Fill(fill)

@@ -27,6 +27,9 @@ pub struct Fill {
     pub(crate) received: u64,
     /// Past this the body is not stored.
     pub(crate) limit: u64,
+    /// How long a key whose body went past `limit` is remembered as a pass, as one whose
+    /// declared length did (`CachePolicy::pass_memory`).
+    pub(crate) pass_memory: Option<std::time::Duration>,
     pub(crate) guard: Option<FlightGuard>,
     pub(crate) edits: Option<HeadEdits>,
     pub(crate) status: CacheStatus,
@@ -81,6 +84,7 @@ impl Fill {
             compressor: None,
             received: 0,
             limit: 0,
+            pass_memory: None,
             guard,
             edits: None,
             status,
@@ -288,7 +292,7 @@ impl Fill {
     /// The node failed mid-body: nothing is stored; readers of the growing
     /// body get an error, waiters go to the node. (Dropping a fill unfinished does the same.)
     pub fn abort(mut self) {
-        self.give_up();
+        self.give_up(None);
     }
 
     /// Whether pushed bytes still go to the store.
@@ -302,7 +306,11 @@ impl Fill {
         }
         self.received += out.len() as u64;
         if self.received > self.limit {
-            self.give_up();
+            // Too large, as a length declared past the limit is: the next requests for
+            // the key pass (their ranges and conditionals go to the node) instead of each
+            // fetching the whole body again to find that out.
+            let remember = self.pass_memory;
+            self.give_up(remember);
             return;
         }
         match &mut self.mode {
@@ -312,7 +320,7 @@ impl Fill {
         }
     }
 
-    fn give_up(&mut self) {
+    fn give_up(&mut self, remember: Option<std::time::Duration>) {
         match std::mem::replace(&mut self.mode, FillMode::Abandoned) {
             FillMode::Growing { object, body, .. } => {
                 body.abort();
@@ -322,13 +330,13 @@ impl Fill {
             FillMode::Tee { .. } | FillMode::Abandoned => {}
         }
         if let Some(guard) = self.guard.take() {
-            guard.not_stored(None);
+            guard.not_stored(remember);
         }
     }
 }
 
 impl Drop for Fill {
     fn drop(&mut self) {
-        self.give_up();
+        self.give_up(None);
     }
 }

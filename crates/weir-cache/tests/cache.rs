@@ -1261,6 +1261,41 @@ async fn an_unknown_length_is_stored_once_complete() {
     );
 }
 
+/// A body of unknown length that grows past `max_object_size` is remembered as a pass, as
+/// one whose declared length is past it: the next requests go to the node as they are
+/// (their ranges and conditionals with them), not each fetching the whole body again.
+#[tokio::test]
+async fn an_unknown_length_past_the_limit_is_remembered_as_a_pass() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/big-chunked").header("Range", "bytes=0-9");
+    let Lookup::Forward(exchange) = cache.lookup(&policy(), None, &request, T0) else {
+        panic!()
+    };
+    let Lookup::Wait(waiter) = cache.lookup(&policy(), None, &request, T0) else {
+        panic!("a second request waits");
+    };
+    let response = Resp::new(200)
+        .header("Cache-Control", "max-age=60")
+        .header("Transfer-Encoding", "chunked");
+    let Reply::Fill(mut fill) = cache.response(exchange, &policy(), None, &request, &response, T0)
+    else {
+        panic!()
+    };
+    for _ in 0..5 {
+        fill.push(Bytes::from(vec![b'x'; 64 << 10])).unwrap();
+    }
+    assert_eq!(waiter.wait().await, weir_cache::WaitOutcome::GoToNode);
+    fill.finish().unwrap();
+    assert_eq!(cache.stats().objects, 0);
+    for _ in 0..2 {
+        let exchange = forward(cache.lookup(&policy(), None, &request, T0));
+        assert!(
+            exchange.remove_fields().is_empty(),
+            "a pass: the request's Range goes to the node"
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_aborted_fill_stores_nothing_and_releases_waiters() {
     let (cache, _, _) = new_cache();
