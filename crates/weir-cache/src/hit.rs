@@ -144,8 +144,8 @@ impl Hit {
             // on its way) is sent whole (ignoring Range is allowed).
             Precondition::Pass => match (object.body_length(), object.head.status()) {
                 (Some(length), 200) => {
-                    match range::answer(request, length, etag, object.head.header("last-modified"))
-                    {
+                    let validators = (etag, object.head.header("last-modified"));
+                    match range::answer(request, length, validators, object.freshness.timing.date) {
                         RangeAnswer::Full => Answer::Full,
                         RangeAnswer::Partial { start, end } => Answer::Partial { start, end },
                         RangeAnswer::NotSatisfiable => Answer::RangeNotSatisfiable,

@@ -80,13 +80,13 @@ impl VarySpec {
     /// Appends the secondary key of `request` for this spec to `out`:
     /// each named field's values joined with `, `, one per line, then the
     /// encoding key. `chosen` is the coding weir would pick for this client.
+    /// A field the request has starts its line with `=`: one sent empty is not one
+    /// missing (RFC 9111 §4.1: a missing field matches only a missing one).
     pub fn secondary_key(&self, request: &impl RequestView, chosen: Coding, out: &mut Vec<u8>) {
         for name in &self.names {
             let mut first = true;
             for value in request.header_values(name) {
-                if !first {
-                    out.extend_from_slice(b", ");
-                }
+                out.extend_from_slice(if first { b"=" } else { b", " });
                 out.extend_from_slice(trim(value));
                 first = false;
             }
@@ -255,6 +255,14 @@ mod tests {
         assert_ne!(
             secondary(&node, &a, Coding::Identity),
             secondary(&node, &c, Coding::Identity)
+        );
+
+        // A field sent empty and one not sent are two variants.
+        let flag = VarySpec::from_values([&b"X-Flag"[..]].into_iter(), false).unwrap();
+        let empty = Req::get("/").header("X-Flag", "");
+        assert_ne!(
+            secondary(&flag, &empty, Coding::Identity),
+            secondary(&flag, &Req::get("/"), Coding::Identity)
         );
 
         let weir = VarySpec::from_values(std::iter::empty(), true).unwrap();

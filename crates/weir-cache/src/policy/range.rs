@@ -3,7 +3,7 @@
 //! with 200, which §14.2 allows (a server may ignore `Range`), and which avoids
 //! building multipart bodies on the hit path.
 
-use crate::date::parse_http_date;
+use crate::date::{UnixTime, parse_http_date};
 use crate::policy::conditional::etags_match;
 use crate::view::{RequestView, trim};
 
@@ -24,18 +24,23 @@ pub enum RangeAnswer {
 }
 
 /// Decides the answer to `request`'s `Range` for a stored 200 of `length`
-/// bytes with `etag` and `last_modified` (raw field values, for `If-Range`).
+/// bytes with `etag` and `last_modified` (raw field values, for `If-Range`), made at
+/// `date`. Only a GET's `Range` counts (§14.2: range handling is defined for GET alone; a
+/// HEAD gets the whole object's head).
 pub fn answer(
     request: &impl RequestView,
     length: u64,
-    etag: Option<&[u8]>,
-    last_modified: Option<&[u8]>,
+    (etag, last_modified): (Option<&[u8]>, Option<&[u8]>),
+    date: UnixTime,
 ) -> RangeAnswer {
     let Some(range) = request.header("range") else {
         return RangeAnswer::Full;
     };
+    if request.method() != b"GET" {
+        return RangeAnswer::Full;
+    }
     if let Some(condition) = request.header("if-range")
-        && !if_range_holds(trim(condition), etag, last_modified)
+        && !if_range_holds(trim(condition), etag, last_modified, date)
     {
         return RangeAnswer::Full;
     }
@@ -43,8 +48,15 @@ pub fn answer(
 }
 
 /// `If-Range` (§13.1.5): a strong entity-tag match, or exactly the stored
-/// `Last-Modified` date.
-fn if_range_holds(condition: &[u8], etag: Option<&[u8]>, last_modified: Option<&[u8]>) -> bool {
+/// `Last-Modified` date when that is a strong validator: at least a second before the
+/// response's `date` (§8.8.2.2), so that it cannot stand for two versions made within
+/// one second.
+fn if_range_holds(
+    condition: &[u8],
+    etag: Option<&[u8]>,
+    last_modified: Option<&[u8]>,
+    date: UnixTime,
+) -> bool {
     if condition.starts_with(b"\"") || condition.starts_with(b"W/") {
         return etag.is_some_and(|etag| etags_match(condition, etag, true));
     }
@@ -52,7 +64,7 @@ fn if_range_holds(condition: &[u8], etag: Option<&[u8]>, last_modified: Option<&
         parse_http_date(condition),
         last_modified.and_then(parse_http_date),
     ) {
-        (Some(date), Some(modified)) => date == modified,
+        (Some(asked), Some(modified)) => asked == modified && modified.0 < date.0,
         _ => false,
     }
 }
@@ -74,10 +86,13 @@ fn parse_single(range: &[u8], length: u64) -> RangeAnswer {
     };
     let (first, last) = (trim(&spec[..dash]), trim(&spec[dash + 1..]));
     match (number(first), number(last)) {
-        // bytes=-N: the last N bytes.
+        // bytes=-N: the last N bytes. Of an empty object, the one satisfiable form
+        // (§14.1.1), with no bytes to send: the whole (empty) object, 200.
         (None, Some(suffix)) if first.is_empty() => {
-            if suffix == 0 || length == 0 {
+            if suffix == 0 {
                 RangeAnswer::NotSatisfiable
+            } else if length == 0 {
+                RangeAnswer::Full
             } else {
                 RangeAnswer::Partial {
                     start: length.saturating_sub(suffix),
@@ -125,7 +140,40 @@ mod tests {
         for (name, value) in headers {
             request = request.header(name, value);
         }
-        answer(&request, 100, Some(b"\"e\""), Some(MODIFIED.as_bytes()))
+        // Stored a day after it was last modified.
+        answer(
+            &request,
+            100,
+            (Some(b"\"e\""), Some(MODIFIED.as_bytes())),
+            UnixTime(784_198_177),
+        )
+    }
+
+    /// RFC 9110 §14: a zero-length object has no bytes to range over, `bytes=-N` of it is
+    /// satisfiable (whole, empty, 200); only a GET's Range counts; an `If-Range` date
+    /// holds only when `Last-Modified` is strong (a second or more before `Date`).
+    #[test]
+    fn empty_objects_heads_and_weak_dates() {
+        let ranged = Req::get("/").header("Range", "bytes=-5");
+        let empty = (Some(&b"\"e\""[..]), Some(MODIFIED.as_bytes()));
+        let modified = UnixTime(784_111_777);
+        assert_eq!(answer(&ranged, 0, empty, modified), RangeAnswer::Full);
+        let from_zero = Req::get("/").header("Range", "bytes=0-");
+        assert_eq!(
+            answer(&from_zero, 0, empty, modified),
+            RangeAnswer::NotSatisfiable
+        );
+        let head = Req::new("HEAD", "/").header("Range", "bytes=0-9");
+        assert_eq!(answer(&head, 100, empty, modified), RangeAnswer::Full);
+        let dated = Req::get("/")
+            .header("Range", "bytes=0-9")
+            .header("If-Range", MODIFIED);
+        // Date equal to Last-Modified: a weak validator, the whole object.
+        assert_eq!(answer(&dated, 100, empty, modified), RangeAnswer::Full);
+        assert_eq!(
+            answer(&dated, 100, empty, UnixTime(modified.0 + 1)),
+            RangeAnswer::Partial { start: 0, end: 10 }
+        );
     }
 
     #[test]
