@@ -847,7 +847,12 @@ impl Client {
         let Downstream::Http1(stream) = &mut self.stream else {
             return;
         };
-        if stream.shutdown().await.is_err() {
+        // A client that reads nothing more leaves no room for a TLS close_notify: bounded,
+        // as in `close`.
+        if !matches!(
+            tokio::time::timeout(CLOSE_TIME, stream.shutdown()).await,
+            Ok(Ok(()))
+        ) {
             return;
         }
         self.discard_lingering().await;

@@ -463,6 +463,12 @@ async fn serve_requests(
             // Pipelined bytes are served at once; otherwise the connection idles.
             Ok(Next::KeepAlive) if client.read_buf.is_empty() => return client.into_idle(),
             Ok(Next::KeepAlive) => continue,
+            // weir ends a connection its client asked to keep (a request limit, a drain, an
+            // answer only a close can end): the client may have sent its next request
+            // already, and closing with it unread would reset the connection and drop what
+            // it has not read of this answer. Close in stages, reading what still comes
+            // (RFC 9112 §9.6). A client that asked for the close sends nothing more.
+            Ok(Next::Close) if started.head.keep_alive() => break Next::Linger,
             Ok(next) => break next,
             Err(failure) => {
                 let pool = routed.pool();

@@ -95,6 +95,60 @@ async fn max_requests_per_connection_closes_after_the_last() {
     origin.stop().await;
 }
 
+/// weir ends a kept-alive connection itself (here at `max_requests_per_connection`) while the
+/// client, which could not know, has already pipelined its next request: the last answer
+/// still arrives whole, then a FIN. Closing with that request unread would make the kernel
+/// reset the connection and drop what the client had not read yet (RFC 9112 §9.6: close in
+/// stages, reading what still comes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_pipelined_behind_the_last_one_does_not_reset_its_answer() {
+    const SIZE: usize = 16 << 20;
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.limits]\nmax_requests_per_connection = 1",
+    ))
+    .await;
+    // A small receive window keeps weir writing the answer when the next request comes.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    let mut stream = socket.connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(format!("GET /bytes/{SIZE} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut received = Vec::with_capacity(SIZE + 1024);
+    let read = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut received))
+        .await
+        .expect("the answer and the close in time");
+    let head_end = received
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    let head = String::from_utf8_lossy(&received[..head_end]).into_owned();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    assert!(
+        read.is_ok(),
+        "{read:?} after {} of {SIZE} body bytes",
+        received.len() - head_end
+    );
+    assert_eq!(received.len() - head_end, SIZE);
+    assert_eq!(origin.stats.requests(), 1);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// Pipelined requests in one write are answered in order; a third after a
 /// `Connection: close` one is never read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
