@@ -463,13 +463,7 @@ async fn serve_requests(
             // Pipelined bytes are served at once; otherwise the connection idles.
             Ok(Next::KeepAlive) if client.read_buf.is_empty() => return client.into_idle(),
             Ok(Next::KeepAlive) => continue,
-            // weir ends a connection its client asked to keep (a request limit, a drain, an
-            // answer only a close can end): the client may have sent its next request
-            // already, and closing with it unread would reset the connection and drop what
-            // it has not read of this answer. Close in stages, reading what still comes
-            // (RFC 9112 §9.6). A client that asked for the close sends nothing more.
-            Ok(Next::Close) if started.head.keep_alive() => break Next::Linger,
-            Ok(next) => break next,
+            Ok(next) => break ending(next, &started.head),
             Err(failure) => {
                 let pool = routed.pool();
                 let traffic = Some(&*traffic);
@@ -928,6 +922,18 @@ fn record(
 }
 
 /// Whether this request's connection may be kept after the response.
+/// How a connection ends after the last answer, to `head`. When weir ends one its client
+/// asked to keep (a request limit, a drain, an answer only a close can end), the client
+/// may have sent its next request already, and closing with it unread would reset the
+/// connection and drop what it has not read of the answer: close in stages, reading what
+/// still comes (RFC 9112 §9.6). A client that asked for the close sends nothing more.
+fn ending(next: Next, head: &RequestHead) -> Next {
+    match next {
+        Next::Close if head.keep_alive() => Next::Linger,
+        next => next,
+    }
+}
+
 fn wants_keep_alive(
     client: &Client,
     vs: &VirtualServerRuntime,
