@@ -921,7 +921,6 @@ fn record(
     }
 }
 
-/// Whether this request's connection may be kept after the response.
 /// How a connection ends after the last answer, to `head`. When weir ends one its client
 /// asked to keep (a request limit, a drain, an answer only a close can end), the client
 /// may have sent its next request already, and closing with it unread would reset the
@@ -934,6 +933,7 @@ fn ending(next: Next, head: &RequestHead) -> Next {
     }
 }
 
+/// Whether this request's connection may be kept after the response.
 fn wants_keep_alive(
     client: &Client,
     vs: &VirtualServerRuntime,
