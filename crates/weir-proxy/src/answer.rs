@@ -27,6 +27,9 @@ pub(crate) struct Detail {
     pub cache: Option<&'static str>,
     /// Body bytes read from the client before the request failed (its head aside).
     pub body_received: u64,
+    /// Of an HTTP/2 request refused before it formed a head: (a gRPC call, a HEAD), so
+    /// that weir's answer still takes the form the request asks (trailers-only, no body).
+    pub refused: Option<(bool, bool)>,
 }
 
 /// A response that started: its status and the bytes sent of it.
@@ -120,6 +123,15 @@ impl Failure {
     /// ([`Failure::with_body`]).
     pub(crate) fn at_node_after(self, node: std::net::SocketAddr, received: u64) -> Failure {
         self.at_node(node).with_body(received)
+    }
+
+    /// This failure, of an HTTP/2 request refused before it formed a head, that was a
+    /// gRPC call (`grpc`) or a HEAD (`head`) ([`Detail::refused`]).
+    pub(crate) fn of_refused(mut self, grpc: bool, head: bool) -> Failure {
+        if grpc || head {
+            self.detail.get_or_insert_with(Box::default).refused = Some((grpc, head));
+        }
+        self
     }
 
     /// Body bytes read from the client before the request failed.

@@ -1051,6 +1051,24 @@ fn with_kept_node(failure: Failure, client: &Client, pool: Option<&Arc<Pool>>) -
     }
 }
 
+/// The form of weir's answer to a failed request: (a gRPC call, a HEAD). A gRPC client
+/// gets it in gRPC's form (a status it can read), and a HEAD no body, also when its head
+/// was refused whole (an HTTP/1.1 one is still in `read_buf`; an HTTP/2 one says so in the
+/// failure).
+fn answer_form(client: &Client, head: Option<&RequestHead>, failure: &Failure) -> (bool, bool) {
+    match head {
+        Some(head) => (
+            request_body::is_grpc(head.header("content-type")),
+            head.method() == Method::Head,
+        ),
+        None => failure
+            .detail
+            .as_ref()
+            .and_then(|detail| detail.refused)
+            .unwrap_or((false, client.read_buf.starts_with(b"HEAD "))),
+    }
+}
+
 /// Answers a failed request (when there is still someone to answer), counts it and logs it.
 async fn answer_failure(
     client: &mut Client,
@@ -1078,9 +1096,7 @@ async fn answer_failure(
     // would throw away what is still queued of it and of earlier pipelined answers).
     let cut_short = failure.status.is_none() && failure.answered().is_some();
     let cut = cut_short && client.open_ended;
-    // A gRPC client gets weir's answer in gRPC's form (a status it can read).
-    let grpc = head.is_some_and(|h| request_body::is_grpc(h.header("content-type")));
-    let answering = (grpc, head.is_some_and(|h| h.method() == Method::Head));
+    let answering = answer_form(client, head, &failure);
     let mut bytes = 0;
     if let Some(status) = failure.status {
         // After an error the rest of the request may still be in flight: close.
@@ -1158,7 +1174,7 @@ async fn answer_failure(
             error: Some(kind.as_str()),
             request_id: traffic.and_then(RequestTraffic::id),
             rule: traffic.and_then(|t| t.rule_name(vs)),
-            grpc_status: grpc.then(|| failure.grpc_status(status)),
+            grpc_status: answering.0.then(|| failure.grpc_status(status)),
             cache: failure.cache(),
             tls: client.tls_record(),
         });

@@ -499,6 +499,52 @@ fn h2c_logged(origin: &TestOrigin, name: &str, extra: &str) -> (String, std::pat
     (config, log)
 }
 
+/// A HEAD, or a gRPC call, whose head weir refuses whole (here its `Host` names another
+/// authority than its `:authority`: 400) still gets its answer in the form it asks: no
+/// body for the HEAD (RFC 9110 §9.3.2; DATA there is a protocol error to the client), and
+/// a trailers-only answer with `grpc-status` for the gRPC call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_heads_of_head_requests_and_grpc_calls_keep_their_form() {
+    let origin = TestOrigin::start("a").await;
+    let (config, log) = h2c_logged(&origin, "refused-forms", "");
+    let proxy = TestProxy::start(&config).await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    let mut sender = sender.ready().await.expect("ready");
+    let mismatched = |method: http::Method| {
+        http::Request::builder()
+            .method(method)
+            .uri("http://a/")
+            .header("host", "b")
+    };
+    let (response, _) = sender
+        .send_request(mismatched(http::Method::HEAD).body(()).unwrap(), true)
+        .expect("sent");
+    let response = response.await.expect("an answer, not a reset");
+    assert_eq!(response.status(), 400);
+    assert!(response.body().is_end_stream(), "a body to a HEAD");
+    let mut sender = sender.ready().await.expect("ready");
+    let call = mismatched(http::Method::POST)
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let (response, _) = sender.send_request(call, true).expect("sent");
+    let response = response.await.expect("an answer");
+    assert!(
+        response.headers().contains_key("grpc-status"),
+        "{response:?}"
+    );
+    assert!(
+        response.body().is_end_stream(),
+        "trailers-only: {response:?}"
+    );
+    assert_eq!(origin.stats.snapshot().requests, 0);
+    proxy.stop().await;
+    origin.stop().await;
+    let _ = std::fs::remove_file(&log);
+}
+
 /// A request whose DATA ends short of its `content-length` is malformed (RFC 9113 §8.1.1):
 /// the codec resets the stream, and weir counts and logs it as the client's bad request
 /// (4xx, a bad request), not as a client that left (499).

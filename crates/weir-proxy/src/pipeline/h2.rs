@@ -157,7 +157,16 @@ impl Streams {
             ))
         } else {
             weir_http::http2::request_from_h2(&parts, stream.request_ended(), &vs.head_limits)
-                .map_err(Failure::parse)
+                .map_err(|error| {
+                    // Refused, it is still a HEAD or a gRPC call, answered in their form.
+                    let grpc = crate::request_body::is_grpc(
+                        parts
+                            .headers
+                            .get(http::header::CONTENT_TYPE)
+                            .map(|v| v.as_bytes()),
+                    );
+                    Failure::parse(error).of_refused(grpc, parts.method == http::Method::HEAD)
+                })
         };
         if let Ok(head) = &head {
             stream.set_chunked(head.framing() == BodyFraming::Chunked);

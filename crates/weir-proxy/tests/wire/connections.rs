@@ -149,6 +149,28 @@ async fn a_request_pipelined_behind_the_last_one_does_not_reset_its_answer() {
     origin.stop().await;
 }
 
+/// weir's answer to a HEAD whose head it refuses whole (431: more fields than
+/// `max_headers`) has no body (RFC 9110 §9.3.2), only its head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_head_request_gets_no_body() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", "")).await;
+    let mut request = String::from("HEAD / HTTP/1.1\r\nHost: t\r\n");
+    for field in 0..150 {
+        request.push_str(&format!("X-Field-{field}: v\r\n"));
+    }
+    request.push_str("\r\n");
+    let reply = send_until_close(proxy.addr, request.as_bytes()).await;
+    let text = String::from_utf8_lossy(&reply.bytes).into_owned();
+    assert!(text.starts_with("HTTP/1.1 431"), "{text}");
+    assert!(
+        text.ends_with("\r\n\r\n"),
+        "a body after the head: {text:?}"
+    );
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// Pipelined requests in one write are answered in order; a third after a
 /// `Connection: close` one is never read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
