@@ -58,11 +58,14 @@ fn ping_rtt_is_twice_the_one_way_delay() {
          max {:.3} ms",
         rtts[rtts.len() - 1]
     );
-    // Never early, and (median, robust to a descheduled thread on a busy machine) within 1 ms.
+    // Never early, and (median, robust to a descheduled thread on a busy machine) within
+    // 1 ms below and 2 ms above: each round trip waits on four of the emulator's thread
+    // wake-ups, and on a VM whose host is busy each can run 0.3 ms late (medians of 41.1–41.5
+    // ms seen then). A delay applied once, or three times, is 20 ms away.
     assert!(min >= 39.99, "a reply came back early: {min} ms");
     assert!(
-        (median - 40.0).abs() <= 1.0,
-        "median RTT {median} ms, expected 40 ± 1 ms"
+        (39.0..=42.0).contains(&median),
+        "median RTT {median} ms, expected 40 ms (−1, +2)"
     );
     link.stop();
 }
