@@ -1218,23 +1218,30 @@ async fn ranges_from_an_object_still_filling() {
     assert_eq!(tail_body.await.unwrap(), b"89");
 }
 
-#[tokio::test]
-async fn an_unknown_length_is_stored_once_complete() {
-    let (cache, _, _) = new_cache();
-    let request = Req::get("/chunked");
-    let Lookup::Forward(exchange) = cache.lookup(&policy(), None, &request, T0) else {
+/// A miss for `request` answered by a cacheable 200 of unknown length (chunked), and a
+/// second request for it waiting on that fill.
+fn chunked_fill(cache: &Arc<Cache>, request: &Req) -> (weir_cache::Fill, weir_cache::Waiter) {
+    let Lookup::Forward(exchange) = cache.lookup(&policy(), None, request, T0) else {
         panic!()
     };
-    let Lookup::Wait(waiter) = cache.lookup(&policy(), None, &request, T0) else {
+    let Lookup::Wait(waiter) = cache.lookup(&policy(), None, request, T0) else {
         panic!("a second request waits");
     };
     let response = Resp::new(200)
         .header("Cache-Control", "max-age=60")
         .header("Transfer-Encoding", "chunked");
-    let Reply::Fill(mut fill) = cache.response(exchange, &policy(), None, &request, &response, T0)
+    let Reply::Fill(fill) = cache.response(exchange, &policy(), None, request, &response, T0)
     else {
         panic!()
     };
+    (fill, waiter)
+}
+
+#[tokio::test]
+async fn an_unknown_length_is_stored_once_complete() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/chunked");
+    let (mut fill, waiter) = chunked_fill(&cache, &request);
     assert!(
         fill.take_hit().is_none(),
         "the client gets the node's bytes as they pass"
@@ -1268,19 +1275,7 @@ async fn an_unknown_length_is_stored_once_complete() {
 async fn an_unknown_length_past_the_limit_is_remembered_as_a_pass() {
     let (cache, _, _) = new_cache();
     let request = Req::get("/big-chunked").header("Range", "bytes=0-9");
-    let Lookup::Forward(exchange) = cache.lookup(&policy(), None, &request, T0) else {
-        panic!()
-    };
-    let Lookup::Wait(waiter) = cache.lookup(&policy(), None, &request, T0) else {
-        panic!("a second request waits");
-    };
-    let response = Resp::new(200)
-        .header("Cache-Control", "max-age=60")
-        .header("Transfer-Encoding", "chunked");
-    let Reply::Fill(mut fill) = cache.response(exchange, &policy(), None, &request, &response, T0)
-    else {
-        panic!()
-    };
+    let (mut fill, waiter) = chunked_fill(&cache, &request);
     for _ in 0..5 {
         fill.push(Bytes::from(vec![b'x'; 64 << 10])).unwrap();
     }
