@@ -384,7 +384,11 @@ async fn attempt_h2(
     let (mut pump, upload) = send_rest_h2(client, body, &mut request, write_stall).await?;
     let mut early = request.early.take();
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
-    let deadline = Instant::now() + pool.config.timeouts.response;
+    // The node's time to answer counts from when the whole request has gone, as to an
+    // HTTP/1.1 node (`attempt`): a body streamed in a task of its own (a client-streaming
+    // gRPC call) lasts as long as the client keeps it going, bounded by its own clocks.
+    let response_time = pool.config.timeouts.response;
+    let mut deadline = None;
     // As on a reused HTTP/1.1 connection (`attempt`): a lost connection sends the request
     // again only when the node cannot have acted on it twice.
     let reading = http2::upstream::Reading {
@@ -407,22 +411,13 @@ async fn attempt_h2(
                 }
             })?;
         }
-        let next = http2::upstream::next_answer(&mut waiting, reading, deadline);
-        let answered = async {
-            match pump.as_mut() {
-                // A body that fails before the node answers is the client's fault, answered
-                // as such (413 past `max_body_bytes`, as on the way to an HTTP/1.1 node), not
-                // as the node's stream that weir reset for it. An answer the node gave
-                // first wins: it may answer before the body and then reset the stream
-                // with NO_ERROR to stop it (RFC 9113 §8.1), which ends the pump.
-                Some(watch) => tokio::select! {
-                    biased;
-                    next = next => next.map_err(|error| watch.failure().unwrap_or(error)),
-                    error = watch.failed() => Err(error),
-                },
-                None => next.await,
-            }
-        };
+        let answered = next_h2_answer(
+            &mut waiting,
+            reading,
+            pump.as_mut(),
+            &mut deadline,
+            response_time,
+        );
         let next = unless_client_leaves(&mut client.stream, watch, answered)
             .await?
             .map_err(|error| match streams {
@@ -492,6 +487,38 @@ async fn send_rest_h2(
         sent = sending => sent?,
     }
     Ok((None, request.early.is_some().then_some(stream)))
+}
+
+/// The HTTP/2 node's next answer to a request whose body may still be streaming (`body`).
+/// The node's time to answer (`response_time`) starts once the body has all gone (its
+/// `deadline`, set then and kept across interim answers).
+async fn next_h2_answer(
+    waiting: &mut h2::client::ResponseFuture,
+    reading: http2::upstream::Reading<'_>,
+    mut body: Option<&mut PumpWatch>,
+    deadline: &mut Option<Instant>,
+    response_time: std::time::Duration,
+) -> Result<http2::upstream::Answer, Error> {
+    loop {
+        let Some(flowing) = body.as_deref_mut().filter(|body| body.flowing()) else {
+            let by = *deadline.get_or_insert_with(|| Instant::now() + response_time);
+            let next = http2::upstream::next_answer(waiting, reading, Some(by)).await;
+            return next.map_err(|error| body.and_then(PumpWatch::failure).unwrap_or(error));
+        };
+        // A body that fails before the node answers is the client's fault, answered as such
+        // (413 past `max_body_bytes`, as on the way to an HTTP/1.1 node), not as the node's
+        // stream that weir reset for it. An answer the node gave first wins: it may answer
+        // before the body and then reset the stream with NO_ERROR to stop it (RFC 9113
+        // §8.1), which ends the pump.
+        tokio::select! {
+            biased;
+            next = http2::upstream::next_answer(waiting, reading, None) => {
+                return next.map_err(|error| flowing.failure().unwrap_or(error));
+            }
+            // All of it went (`Ok`): the node's time to answer starts.
+            ended = flowing.ended() => ended?,
+        }
+    }
 }
 
 /// How the head is rewritten for the node, whatever its protocol.

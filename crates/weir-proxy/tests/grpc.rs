@@ -167,10 +167,17 @@ impl tonic::server::ClientStreamingService<Bytes> for Collect {
             while let Some(message) = messages.message().await? {
                 all.push(String::from_utf8_lossy(&message).into_owned());
             }
+            // Asked to, the node takes its time to answer.
+            if all.iter().any(|message| message == "linger") {
+                tokio::time::sleep(LINGER).await;
+            }
             Ok(Response::new(Bytes::from(all.join("+"))))
         })
     }
 }
+
+/// How long the node's `Collect` takes to answer a call that ends with `linger`.
+const LINGER: Duration = Duration::from_secs(3);
 
 /// Bidirectional: each message answered as it arrives.
 struct Chat;
@@ -549,5 +556,51 @@ async fn a_long_slow_grpc_stream_is_bounded_only_by_its_pauses() {
         .await
         .expect_err("stalled past body_read");
     assert_ne!(stalled.code(), Code::Ok, "{stalled:?}");
+    setup.stop().await;
+}
+
+/// Sends `messages` on a client-streaming call, 400 ms apart; the node's answer.
+async fn collect_slowly(
+    grpc: &mut tonic::client::Grpc<Channel>,
+    messages: &'static [&'static str],
+) -> Result<Bytes, Status> {
+    grpc.ready().await.expect("ready");
+    let outgoing =
+        tokio_stream::iter(messages.iter().enumerate()).then(|(i, message)| async move {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+            Bytes::from_static(message.as_bytes())
+        });
+    let call = grpc.client_streaming(
+        Request::new(outgoing),
+        PathAndQuery::from_static(COLLECT),
+        RawCodec,
+    );
+    let answer = tokio::time::timeout(CALL, call).await.expect("in time")?;
+    Ok(answer.into_inner())
+}
+
+/// The pool's `response` timeout is the node's time to answer once the whole request
+/// has gone, as for an HTTP/1.1 node: a client-streaming call that sends for longer
+/// than it, and is answered only at its end, is served whole; a node that then takes
+/// longer than it to answer is still timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_stream_longer_than_the_response_timeout_is_answered() {
+    let node = grpc_node().await;
+    let timeouts = "[pools.grpc.timeouts]\nresponse = \"1s\"\n";
+    let setup = setup_with(node, "h2c", "long-upload", timeouts).await;
+    let mut grpc = setup.client(false).await;
+    // Six messages 400 ms apart: the upload lasts 2 s, twice the response timeout.
+    let collected = collect_slowly(&mut grpc, &["m0", "m1", "m2", "m3", "m4", "m5"])
+        .await
+        .expect("the whole call answered");
+    assert_eq!(collected, "m0+m1+m2+m3+m4+m5");
+    // The same upload to a node that answers 3 s after it: weir's 504 (UNAVAILABLE),
+    // not the node's late answer.
+    let late = collect_slowly(&mut grpc, &["m0", "m1", "m2", "m3", "m4", "linger"])
+        .await
+        .expect_err("timed out");
+    assert_eq!(late.code(), Code::Unavailable, "{late:?}");
     setup.stop().await;
 }

@@ -171,11 +171,11 @@ pub(crate) enum Answer {
 }
 
 /// The node's next answer to the request: an interim response, or the final one (which
-/// consumes nothing: the caller stops asking then). By `deadline`.
+/// consumes nothing: the caller stops asking then). By `deadline`, if one is set.
 pub(crate) async fn next_answer(
     response: &mut ResponseFuture,
     reading: Reading<'_>,
-    deadline: tokio::time::Instant,
+    deadline: Option<tokio::time::Instant>,
 ) -> Result<Answer, Error> {
     let Reading { method, limits, .. } = reading;
     let next = std::future::poll_fn(|cx| {
@@ -188,10 +188,11 @@ pub(crate) async fn next_answer(
             .poll(cx)
             .map(|r| r.map(Ok))
     });
-    match awaited(
-        weir_core::timeout::timeout_at_settled(deadline, next).await,
-        reading.replay,
-    )? {
+    let waited = match deadline {
+        Some(deadline) => weir_core::timeout::timeout_at_settled(deadline, next).await,
+        None => Ok(next.await),
+    };
+    match awaited(waited, reading.replay)? {
         Ok(response) => final_head(response, reading).map(Answer::Final),
         // HTTP/2 has no 101 (RFC 9113 §8.6): a node that sends one answered badly, and an
         // HTTP/1.1 client given it would take its connection for switched.

@@ -92,7 +92,7 @@ pub(crate) fn spawn_h2_pump(
     let Some(source) = client.h2().and_then(H2Stream::take_body) else {
         return Err(node);
     };
-    let (failed, watch) = oneshot::channel();
+    let (ended, watch) = oneshot::channel();
     let pump = Pump {
         read: client.read_buf.split(),
         remaining: std::mem::replace(&mut body.remaining, Remaining::Nothing),
@@ -101,27 +101,47 @@ pub(crate) fn spawn_h2_pump(
         max_body: body.clock.max_body,
         write_stall,
     };
-    tokio::spawn(pump.run(source, node, failed));
-    Ok(PumpWatch(watch))
+    tokio::spawn(pump.run(source, node, ended));
+    Ok(PumpWatch(Some(watch)))
 }
 
-/// How a body handed to [`spawn_h2_pump`] ended, for the request's own task: the error
-/// that stopped it early, if one did (the node's stream was reset for it).
+/// How a body handed to [`spawn_h2_pump`] ends, for the request's own task: whether it is
+/// still on its way to the node, and the error that stopped it early if one did (the node's
+/// stream was reset for it).
 #[derive(Debug)]
-pub(crate) struct PumpWatch(oneshot::Receiver<Error>);
+pub(crate) struct PumpWatch(Option<oneshot::Receiver<Result<(), Error>>>);
 
 impl PumpWatch {
-    /// Waits for the body to fail; never ready when it ends well.
-    pub(crate) async fn failed(&mut self) -> Error {
-        match (&mut self.0).await {
-            Ok(error) => error,
-            Err(_) => std::future::pending().await,
-        }
+    /// Whether the body may still be on its way (the pump has not been heard to end).
+    pub(crate) fn flowing(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Waits for the body to end: `Ok` once all of it went to the node (or the pump is
+    /// gone), the error that stopped it otherwise. Never ready once it has been told.
+    pub(crate) async fn ended(&mut self) -> Result<(), Error> {
+        let Some(ending) = self.0.as_mut() else {
+            return std::future::pending().await;
+        };
+        let ended = ending.await;
+        self.0 = None;
+        ended.unwrap_or(Ok(()))
     }
 
     /// The error that stopped the body, if it has (taken: asked once).
     pub(crate) fn failure(&mut self) -> Option<Error> {
-        self.0.try_recv().ok()
+        let ended = self.0.as_mut()?.try_recv();
+        match ended {
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => {
+                self.0 = None;
+                None
+            }
+            Ok(ended) => {
+                self.0 = None;
+                ended.err()
+            }
+        }
     }
 }
 
@@ -141,14 +161,20 @@ impl Pump {
         mut self,
         mut source: h2::RecvStream,
         mut node: h2::SendStream<Bytes>,
-        failed: oneshot::Sender<Error>,
+        ended: oneshot::Sender<Result<(), Error>>,
     ) {
-        if let Err(error) = self.pump(&mut source, &mut node).await {
-            tracing::debug!(%error, "request body to the HTTP/2 node ended early");
-            // Told before the reset, so the request's task never takes the node's
-            // reset for the cause.
-            let _ = failed.send(error);
-            node.send_reset(h2::Reason::CANCEL);
+        match self.pump(&mut source, &mut node).await {
+            // All of it went: the node's answer is awaited from now (`attempt_h2`).
+            Ok(()) => {
+                let _ = ended.send(Ok(()));
+            }
+            Err(error) => {
+                tracing::debug!(%error, "request body to the HTTP/2 node ended early");
+                // Told before the reset, so the request's task never takes the node's
+                // reset for the cause.
+                let _ = ended.send(Err(error));
+                node.send_reset(h2::Reason::CANCEL);
+            }
         }
     }
 
