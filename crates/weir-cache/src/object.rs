@@ -95,16 +95,13 @@ impl StoredHead {
         fields: impl Iterator<Item = (&'a [u8], Cow<'a, [u8]>)>,
         drop: impl Fn(&[u8]) -> bool,
     ) -> StoredHead {
-        let connection_names: Vec<&[u8]> =
-            list_elements(response.header_values("connection")).collect();
+        let connection_names = weir_http::FieldNames::listed(response.header_values("connection"));
         let mut builder = HeadBuilder::default();
         for (name, value) in fields {
             let hop = NOT_STORED
                 .iter()
                 .any(|skip| name.eq_ignore_ascii_case(skip.as_bytes()))
-                || connection_names
-                    .iter()
-                    .any(|listed| listed.eq_ignore_ascii_case(name));
+                || connection_names.contains(name);
             if !hop && !drop(name) {
                 builder.push(name, &value);
             }

@@ -9,6 +9,36 @@ pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|element| !element.is_empty())
 }
 
+/// A set of field names, compared ASCII case-insensitively: those a `Connection` field
+/// lists, asked once for each field of the message. A lookup costs the name's length
+/// however many names there are, so a head whose many fields are all listed costs its
+/// size, not its square.
+#[derive(Debug, Default)]
+pub struct FieldNames(std::collections::HashSet<Box<[u8]>>);
+
+impl FieldNames {
+    /// The names of the lists in `values` (each a comma-separated list).
+    pub fn listed<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> FieldNames {
+        let names = values
+            .into_iter()
+            .flat_map(list_elements)
+            .map(|name| name.to_ascii_lowercase().into_boxed_slice())
+            .collect();
+        FieldNames(names)
+    }
+
+    /// Whether `name` is one of them.
+    pub fn contains(&self, name: &[u8]) -> bool {
+        if self.0.is_empty() {
+            return false;
+        }
+        match name.iter().any(u8::is_ascii_uppercase) {
+            true => self.0.contains(name.to_ascii_lowercase().as_slice()),
+            false => self.0.contains(name),
+        }
+    }
+}
+
 /// Splits one field value at commas outside quoted strings (a `\"` inside one escapes the
 /// quote), trimming each part; empty parts are kept. For lists whose elements may hold
 /// quoted strings: `Cache-Control`, `Forwarded` (RFC 9110 section 5.6.1).

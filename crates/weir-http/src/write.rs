@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use crate::fields::{FieldKind, Header};
 use crate::head::{RequestHead, ResponseHead, slice};
 use crate::message::{BodyFraming, Method, Version};
-use crate::syntax::{list_elements, same_field_name};
+use crate::syntax::{FieldNames, same_field_name};
 use crate::target::TargetForm;
 
 /// How to rewrite a request head for the node.
@@ -181,8 +181,11 @@ pub fn write_request_head_edited<E: HeaderEdit + ?Sized>(
     }
 
     let rewrite_forwarded = forward.client_addr.is_some();
+    let named = connection_names(raw, &head.headers, head.connection_names_fields);
     let listed = |field: &Header| {
-        head.connection_names_fields && named_by_connection(raw, &head.headers, field)
+        named
+            .as_ref()
+            .is_some_and(|named| named.contains(slice(raw, field.name)))
     };
     // RFC 9110 §7.6.2: an OPTIONS or TRACE goes on with one hop fewer in Max-Forwards
     // (one at 0 is answered by weir itself and never gets here).
@@ -290,8 +293,11 @@ pub fn write_response_head_edited<E: HeaderEdit + ?Sized>(
 
     let keep_length =
         forward.framing == BodyFraming::None && (head.head_request || head.status == 304);
+    let named = connection_names(raw, &head.headers, head.connection_names_fields);
     let listed = |field: &Header| {
-        head.connection_names_fields && named_by_connection(raw, &head.headers, field)
+        named
+            .as_ref()
+            .is_some_and(|named| named.contains(slice(raw, field.name)))
     };
     let dated = std::cell::Cell::new(false);
     copy_kept_lines(raw, &head.headers, out, |field| match field.kind {
@@ -560,16 +566,17 @@ fn copy_kept_lines(
     }
 }
 
-/// Whether a `Connection` field lists this field's name (it is then
-/// hop-by-hop). Only asked when `Connection` lists names beyond the usual tokens.
-fn named_by_connection(raw: &[u8], headers: &[Header], field: &Header) -> bool {
-    let name = slice(raw, field.name);
-    headers
-        .iter()
-        .filter(|other| other.kind == FieldKind::Connection)
-        .any(|other| {
-            list_elements(slice(raw, other.value)).any(|token| token.eq_ignore_ascii_case(name))
-        })
+/// The names the `Connection` fields list when they name fields beyond the usual tokens
+/// (each such field is then hop-by-hop): built once per head, asked once per field.
+fn connection_names(raw: &[u8], headers: &[Header], names_fields: bool) -> Option<FieldNames> {
+    names_fields.then(|| {
+        FieldNames::listed(
+            headers
+                .iter()
+                .filter(|field| field.kind == FieldKind::Connection)
+                .map(|field| slice(raw, field.value)),
+        )
+    })
 }
 
 /// Writes each non-empty value of the `kind` fields not `listed` by

@@ -175,6 +175,28 @@ fn request_drops_hop_by_hop() {
     );
 }
 
+/// Every field any of the `Connection` fields lists goes, whatever the case of either
+/// spelling; the others stay in order.
+#[test]
+fn connection_lists_across_fields_and_cases() {
+    let mut raw = String::from("GET / HTTP/1.1\r\nHost: a\r\n");
+    let names: Vec<String> = (0..40).map(|i| format!("X-Hop-{i}")).collect();
+    raw.push_str(&format!("Connection: {}\r\n", names[..20].join(", ")));
+    raw.push_str(&format!("connection: {}\r\n", names[20..].join(",")).to_uppercase());
+    for (i, name) in names.iter().enumerate() {
+        let spelled = match i % 2 {
+            0 => name.to_lowercase(),
+            _ => name.clone(),
+        };
+        raw.push_str(&format!("{spelled}: {i}\r\nX-Kept-{i}: {i}\r\n"));
+    }
+    raw.push_str("\r\n");
+    let out = forwarded(raw.as_bytes(), &PLAIN);
+    assert!(!out.to_ascii_lowercase().contains("x-hop-"), "{out}");
+    let kept: Vec<String> = (0..40).map(|i| format!("X-Kept-{i}: {i}\r\n")).collect();
+    assert_eq!(out, format!("GET / HTTP/1.1\r\nHost: a\r\n{}\r\n", kept.concat()));
+}
+
 #[test]
 fn connection_cannot_strip_host() {
     let raw = b"GET / HTTP/1.1\r\nConnection: Host, Cookie\r\nHost: a\r\nCookie: c=1\r\n\r\n";
