@@ -456,7 +456,7 @@ pub const HTTP2_PROTOCOL_ERRORS: MetricSpec = counter(
 pub const HTTP2_FLOODS: MetricSpec = counter(
     "http2_floods",
     &["virtual_server", "kind"],
-    "HTTP/2 client connections closed with GOAWAY for a flood, by kind (rapid_reset, continuation, settings, ping, empty_frames, window_update, codec)",
+    "HTTP/2 client connections closed with GOAWAY for a flood, by kind (rapid_reset, continuation, settings, ping, empty_frames, window_update, ignored_frames, codec)",
 );
 /// `weir_upstream_http2_streams_open{pool, node}`, a gauge: streams open on HTTP/2
 /// connections to the node.

@@ -5,7 +5,8 @@
 //!     --target 127.0.0.1:18443 --tls --kind rapid_reset --connections 4 --seconds 10
 //! ```
 //!
-//! Kinds: rapid_reset, continuation, settings, ping, empty_frames, window_update
+//! Kinds: rapid_reset, continuation, settings, ping, empty_frames, window_update,
+//! ignored_frames
 //! (`weir_testkit::h2flood`). Each connection floods until the server closes it, then
 //! reconnects, until --duration. The summary (one JSON line) counts connections, frames
 //! sent, and the GOAWAYs received (ENHANCE_YOUR_CALM or other) or closes without one.
@@ -26,7 +27,8 @@ struct Args {
     /// TLS with ALPN h2 (certificate not verified); without it, h2c prior knowledge.
     #[arg(long)]
     tls: bool,
-    /// rapid_reset, continuation, settings, ping, empty_frames or window_update.
+    /// rapid_reset, continuation, settings, ping, empty_frames, window_update
+    /// or ignored_frames.
     #[arg(long)]
     kind: String,
     #[arg(long, default_value_t = 4)]

@@ -42,17 +42,20 @@ pub enum FloodKind {
     EmptyFrames,
     /// WINDOW_UPDATE frames, back to back.
     WindowUpdate,
+    /// PRIORITY frames, back to back (frames the server acts on not at all).
+    IgnoredFrames,
 }
 
 impl FloodKind {
     /// Every kind.
-    pub const ALL: [FloodKind; 6] = [
+    pub const ALL: [FloodKind; 7] = [
         FloodKind::RapidReset,
         FloodKind::Continuation,
         FloodKind::Settings,
         FloodKind::Ping,
         FloodKind::EmptyFrames,
         FloodKind::WindowUpdate,
+        FloodKind::IgnoredFrames,
     ];
 
     /// The name, as weir's `weir_http2_floods_total{kind}` label has it.
@@ -64,6 +67,7 @@ impl FloodKind {
             FloodKind::Ping => "ping",
             FloodKind::EmptyFrames => "empty_frames",
             FloodKind::WindowUpdate => "window_update",
+            FloodKind::IgnoredFrames => "ignored_frames",
         }
     }
 
@@ -95,6 +99,10 @@ impl FloodKind {
             FloodKind::Ping => frame(0x6, 0, 0, &u64::from(n).to_be_bytes()),
             FloodKind::EmptyFrames => frame(0x0, 0, 1, &[]),
             FloodKind::WindowUpdate => frame(0x8, 0, 0, &1u32.to_be_bytes()),
+            FloodKind::IgnoredFrames => {
+                let stream = (2 * n + 1) & 0x7fff_ffff;
+                frame(0x2, 0, stream, &[0, 0, 0, 0, 16])
+            }
         }
     }
 }

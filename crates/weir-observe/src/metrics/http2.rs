@@ -27,6 +27,9 @@ pub enum Flood {
     EmptyFrames,
     /// WINDOW_UPDATE frames far beyond the data weir sent.
     WindowUpdate,
+    /// Frames the server acts on not at all (PRIORITY, PRIORITY_UPDATE, unknown
+    /// types) far beyond what the client's requests explain.
+    IgnoredFrames,
     /// Other abuse the `h2` codec caught itself and answered with
     /// `ENHANCE_YOUR_CALM` (too many streams reset for the client's errors,
     /// too many small DATA frames, resets of streams not yet accepted).
@@ -35,13 +38,14 @@ pub enum Flood {
 
 impl Flood {
     /// Every kind, in the order of the `floods` handles.
-    pub const ALL: [Flood; 7] = [
+    pub const ALL: [Flood; 8] = [
         Flood::RapidReset,
         Flood::Continuation,
         Flood::Settings,
         Flood::Ping,
         Flood::EmptyFrames,
         Flood::WindowUpdate,
+        Flood::IgnoredFrames,
         Flood::Codec,
     ];
 
@@ -54,6 +58,7 @@ impl Flood {
             Flood::Ping => "ping",
             Flood::EmptyFrames => "empty_frames",
             Flood::WindowUpdate => "window_update",
+            Flood::IgnoredFrames => "ignored_frames",
             Flood::Codec => "codec",
         }
     }
@@ -76,7 +81,7 @@ pub struct Http2Metrics {
     /// Connections closed for a protocol error by the client.
     pub protocol_errors: Counter,
     /// Indexed like [`Flood::ALL`].
-    floods: [Counter; 7],
+    floods: [Counter; 8],
 }
 
 impl Http2Metrics {

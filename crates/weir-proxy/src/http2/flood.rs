@@ -30,12 +30,18 @@ const EXCUSED_PING: f64 = 1.0 / 256.0;
 /// frame to earn updates does not go on for ever.
 const DATA_FRAME_CREDIT: f64 = 1.98;
 
+/// Frames weir acts on not at all that each request (HEADERS frame) from the client
+/// explains: a PRIORITY and a PRIORITY_UPDATE (RFC 9218) for it.
+const HEADERS_IGNORED_CREDIT: f64 = 2.0;
+
 // Frame types (RFC 9113 §6).
 const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
+const PUSH_PROMISE: u8 = 0x5;
 const PING: u8 = 0x6;
+const GOAWAY: u8 = 0x7;
 const WINDOW_UPDATE: u8 = 0x8;
 const CONTINUATION: u8 = 0x9;
 
@@ -66,6 +72,10 @@ pub(crate) struct FloodLimits {
     /// WINDOW_UPDATE frames; each KiB weir writes to the client, and each DATA frame
     /// (for its stream and the connection), earns more.
     pub window_updates: Budget,
+    /// Frames weir acts on not at all: PRIORITY (the `h2` codec reads and drops it),
+    /// PRIORITY_UPDATE and other types it does not know (skipped unread); each HEADERS
+    /// frame from the client earns two more.
+    pub ignored_frames: Budget,
     /// CONTINUATION frames in one header block.
     pub continuations_per_block: u32,
 }
@@ -95,6 +105,10 @@ impl FloodLimits {
                 per_second: 10.0,
             },
             window_updates: Budget {
+                burst: 1000.0,
+                per_second: 100.0,
+            },
+            ignored_frames: Budget {
                 burst: 1000.0,
                 per_second: 100.0,
             },
@@ -161,6 +175,7 @@ pub(crate) struct FrameWatch {
     pings: Bucket,
     empty: Bucket,
     window_updates: Bucket,
+    ignored: Bucket,
     /// Where the sniffer is in the bytes weir writes (frames from the start: the
     /// server's preface is a SETTINGS frame).
     outgoing: Position,
@@ -194,6 +209,7 @@ impl FrameWatch {
             pings: Bucket::new(),
             empty: Bucket::new(),
             window_updates: Bucket::new(),
+            ignored: Bucket::new(),
             outgoing: Position::Header(0),
             outgoing_header: [0; FRAME_HEADER],
             answered_since_ping: false,
@@ -229,6 +245,7 @@ impl FrameWatch {
                 &self.window_updates,
                 limits.window_updates,
             ),
+            (Flood::IgnoredFrames, &self.ignored, limits.ignored_frames),
         ]
         .into_iter()
         .map(|(kind, bucket, budget)| (kind, bucket.level_at(budget, now) / budget.burst))
@@ -345,6 +362,7 @@ impl FrameWatch {
                 empty && self.empty.add(limits.empty_frames, 1.0, now)
             }
             HEADERS => {
+                self.ignored.level = (self.ignored.level - HEADERS_IGNORED_CREDIT).max(0.0);
                 self.block = (flags & END_HEADERS == 0).then_some(0);
                 (length == 0 && flags & END_HEADERS == 0)
                     && self.empty.add(limits.empty_frames, 1.0, now)
@@ -360,7 +378,10 @@ impl FrameWatch {
                 flags & ACK == 0 && self.pings.add(limits.pings, weight, now)
             }
             WINDOW_UPDATE => self.window_updates.add(limits.window_updates, 1.0, now),
-            _ => false,
+            // PUSH_PROMISE and GOAWAY: the codec's to refuse or act on.
+            PUSH_PROMISE | GOAWAY => false,
+            // PRIORITY, and every type this sniffer does not know (RFC 9113 §5.5: ignored).
+            _ => self.ignored.add(limits.ignored_frames, 1.0, now),
         };
         if flood {
             self.verdict = Some(match kind {
@@ -369,7 +390,8 @@ impl FrameWatch {
                 RST_STREAM => Flood::RapidReset,
                 SETTINGS => Flood::Settings,
                 PING => Flood::Ping,
-                _ => Flood::WindowUpdate,
+                WINDOW_UPDATE => Flood::WindowUpdate,
+                _ => Flood::IgnoredFrames,
             });
         }
         length

@@ -174,6 +174,10 @@ async fn floods_get_goaway_and_are_counted() {
     assert_flood(Vec::new(), settings, Flood::Settings).await;
     let window_update = |_| frame(0x8, 0, 0, &[0, 0, 0, 1]);
     assert_flood(Vec::new(), window_update, Flood::WindowUpdate).await;
+    let priority = |n: u32| frame(0x2, 0, 2 * n + 1, &[0, 0, 0, 0, 16]);
+    assert_flood(Vec::new(), priority, Flood::IgnoredFrames).await;
+    let unknown = |_| frame(0xfa, 0, 0, b"extension");
+    assert_flood(Vec::new(), unknown, Flood::IgnoredFrames).await;
     // Empty DATA frames on an open stream.
     let open = frame(0x1, 0x4, 1, POST_BLOCK);
     let empty = |_| frame(0x0, 0, 1, &[]);

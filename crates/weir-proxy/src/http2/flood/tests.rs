@@ -40,6 +40,13 @@ fn each_flood_is_named() {
             Flood::WindowUpdate,
             1001,
         ),
+        // PRIORITY, and a type no one defined.
+        (
+            frame(0x2, 0, 1, &[0, 0, 0, 0, 16]),
+            Flood::IgnoredFrames,
+            1001,
+        ),
+        (frame(0xfa, 0, 0, b"xyz"), Flood::IgnoredFrames, 1001),
     ];
     for (bytes, expected, after) in cases {
         let mut watch = watcher();
@@ -225,4 +232,19 @@ fn dribbled_data_does_not_buy_unlimited_pings_or_updates() {
     });
     let (_, after) = found.expect("the dribble is a flood");
     assert!(after < Duration::from_secs(1), "found after {after:?}");
+}
+
+/// Each request explains a PRIORITY and a PRIORITY_UPDATE of its own (RFC 9218), however
+/// many requests a connection carries at once.
+#[test]
+fn priority_frames_with_requests_are_not_a_flood() {
+    let mut watch = watcher();
+    let now = Instant::now();
+    for stream in 0..5000u32 {
+        let id = 2 * stream + 1;
+        let mut bytes = frame(HEADERS, END_HEADERS | END_STREAM, id, &[0x82]);
+        bytes.extend(frame(0x2, 0, id, &[0, 0, 0, 0, 16]));
+        bytes.extend(frame(0x10, 0, 0, &[0, 0, 0, 1, b'u', b'=', b'1']));
+        assert_eq!(watch.received(&bytes, now), None, "request {stream}");
+    }
 }
