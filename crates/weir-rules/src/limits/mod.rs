@@ -56,6 +56,11 @@ pub struct TrafficLimits {
     pub concurrency: Vec<Arc<ConcurrencyLimiter>>,
     /// The per-client connection limit, if configured.
     pub connections: Option<Arc<ConnectionLimiter>>,
+    /// Peers the connection limit does not count: the trusted proxies whose forwarding
+    /// header names the client (`client_address`). One of their connections carries the
+    /// requests of many clients, whose address is known only per request, so the limits
+    /// counted per request (rates, concurrency) key on it instead.
+    forwarders: Vec<weir_config::Cidr>,
 }
 
 impl TrafficLimits {
@@ -99,10 +104,15 @@ impl TrafficLimits {
                 .cloned()
                 .unwrap_or_else(|| Arc::new(ConnectionLimiter::new(config)))
         });
+        let forwarders = match traffic.client_address.header {
+            Some(_) => traffic.client_address.trusted_proxies.clone(),
+            None => Vec::new(),
+        };
         TrafficLimits {
             rates,
             concurrency,
             connections,
+            forwarders,
         }
     }
 
@@ -142,12 +152,19 @@ impl TrafficLimits {
     }
 
     /// Admits a connection from `client` (held until the permit drops);
-    /// `Ok(None)` when connections per client are not limited.
+    /// `Ok(None)` when connections per client are not limited, or not for this one (a
+    /// trusted proxy that reports its clients in a header).
     pub fn admit_connection(&self, client: IpAddr) -> Result<Option<ConnectionPermit>, Refusal> {
         match &self.connections {
+            Some(_) if self.forwards(client) => Ok(None),
             Some(limiter) => limiter.admit(client).map(Some),
             None => Ok(None),
         }
+    }
+
+    fn forwards(&self, peer: IpAddr) -> bool {
+        let peer = weir_config::canonical(peer);
+        self.forwarders.iter().any(|network| network.contains(peer))
     }
 }
 

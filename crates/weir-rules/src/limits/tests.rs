@@ -181,6 +181,30 @@ fn connections_per_client_answer_503_and_recover() {
     assert_eq!(connections.clients(), 0, "closed clients leave no entry");
 }
 
+/// Behind trusted proxies that report the client in a header, a proxy's connection carries
+/// many clients: the connection limit counts only peers that are not such proxies.
+#[test]
+fn trusted_forwarders_are_not_held_to_the_connection_limit() {
+    let traffic = traffic(&format!(
+        "{RULES}[virtual_servers.web.client_address]\nheader = \"X-Forwarded-For\"\n\
+         trusted_proxies = [\"10.0.0.0/8\"]\n"
+    ));
+    let limits = TrafficLimits::new(&traffic, None, Instant::now());
+    let proxy: IpAddr = "10.0.0.1".parse().unwrap();
+    let mapped: IpAddr = "::ffff:10.0.0.2".parse().unwrap();
+    let held: Vec<_> = (0..10)
+        .map(|_| limits.admit_connection(proxy).expect("a forwarder"))
+        .chain((0..10).map(|_| limits.admit_connection(mapped).expect("a forwarder")))
+        .collect();
+    assert!(held.iter().all(Option::is_none), "not counted");
+    // A peer outside the trusted networks is still limited (2 in RULES).
+    let client: IpAddr = "192.0.2.1".parse().unwrap();
+    let a = limits.admit_connection(client).unwrap();
+    let b = limits.admit_connection(client).unwrap();
+    assert!(limits.admit_connection(client).is_err());
+    drop((a, b));
+}
+
 #[test]
 fn unchanged_limiters_survive_a_reload() {
     let old_traffic = traffic(RULES);
