@@ -499,16 +499,22 @@ pub fn suite_text(report: &SuiteLabReport) -> String {
     }
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut table = Table::new(&header);
-    // Rows not measured anywhere: "n/a" in the table, the reason once below it.
+    // Rows not measured for some target: "n/a" in the table, the reason once below it.
     let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
     for row in &report.rows {
         let mut cells = vec![row.name.clone(), row.unit.clone()];
-        if row.values.iter().all(Option::is_none) {
-            let reason = row.note.clone().unwrap_or_else(|| "n/a".to_owned());
+        let nowhere = row.values.iter().all(Option::is_none);
+        let reason = match &row.note {
+            Some(note) if row.values.iter().any(Option::is_none) => Some(note.clone()),
+            _ => nowhere.then(|| "n/a".to_owned()),
+        };
+        if let Some(reason) = reason {
             match reasons.iter_mut().find(|(known, _)| *known == reason) {
                 Some((_, rows)) => rows.push(&row.name),
                 None => reasons.push((reason, vec![&row.name])),
             }
+        }
+        if nowhere {
             cells.extend(report.targets.iter().map(|_| "n/a".to_owned()));
             table.row(cells);
             continue;

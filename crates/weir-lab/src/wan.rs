@@ -137,6 +137,15 @@ impl Transfer {
         self.bytes as f64 * 8.0 / self.data_seconds() / rate.bits_per_second() as f64
     }
 
+    /// Payload kilobytes (1000 bytes) per second from the connect to the last byte (or the
+    /// time limit): what the reader waited for. The report's tables use it, since the time
+    /// to the first byte differs between the paths (the tunnel's first byte can wait behind
+    /// its own start while the link already carries it), which can put a first-to-last rate
+    /// above the link's.
+    pub fn kilobytes_per_second_from_connect(&self) -> f64 {
+        self.bytes as f64 / 1000.0 / self.seconds.max(1e-9)
+    }
+
     /// Goodput over the whole transfer, from the connect, as a share of the link rate.
     pub fn utilisation_from_connect(&self, rate: LinkRate) -> f64 {
         self.bytes as f64 * 8.0 / self.seconds.max(1e-9) / rate.bits_per_second() as f64
@@ -309,5 +318,6 @@ mod tests {
         assert!((transfer.utilisation(LinkRate::T1) - 1.0).abs() < 0.001);
         assert!((transfer.kilobytes_per_second() - 193.0).abs() < 1e-9);
         assert!((transfer.utilisation_from_connect(LinkRate::T1) - 2.0 / 3.0).abs() < 0.001);
+        assert!((transfer.kilobytes_per_second_from_connect() - 193.0 * 2.0 / 3.0).abs() < 1e-9);
     }
 }

@@ -51,7 +51,8 @@ pub enum Command {
 pub struct LabArgs {
     #[command(subcommand)]
     pub command: Option<LabCommand>,
-    /// Write the results as `lab.json` and a self-contained `report.html` with charts here.
+    /// Write the results here: `lab.json` and a self-contained `report.html` with charts
+    /// (offload, tls, suite and the quick run); `l4.json` (l4); `wan.json` (wan).
     #[arg(long, global = true)]
     pub out: Option<PathBuf>,
     /// No progress lines on stderr (the tables still go to stdout).

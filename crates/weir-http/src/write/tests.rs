@@ -194,7 +194,10 @@ fn connection_lists_across_fields_and_cases() {
     let out = forwarded(raw.as_bytes(), &PLAIN);
     assert!(!out.to_ascii_lowercase().contains("x-hop-"), "{out}");
     let kept: Vec<String> = (0..40).map(|i| format!("X-Kept-{i}: {i}\r\n")).collect();
-    assert_eq!(out, format!("GET / HTTP/1.1\r\nHost: a\r\n{}\r\n", kept.concat()));
+    assert_eq!(
+        out,
+        format!("GET / HTTP/1.1\r\nHost: a\r\n{}\r\n", kept.concat())
+    );
 }
 
 #[test]

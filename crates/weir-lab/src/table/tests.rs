@@ -99,7 +99,7 @@ pub(crate) fn suite_report() -> SuiteLabReport {
                 p99_ms: vec![Some(1.0), Some(2.0), None],
                 errors: vec![0, 0, 0],
                 client_bound: vec![false, false, false],
-                note: None,
+                note: Some("n/a for haproxy: not measured here".into()),
             },
         ],
     }
@@ -284,6 +284,11 @@ fn suite_table_has_a_column_per_target_and_weirs_ratios() {
         ["L4", "conn/s", "conn/s", "n/a", "n/a", "n/a"]
     );
     assert!(text.contains("\nL4 conn/s: n/a (no L4 here)\n"), "{text}");
+    // A row measured for some targets only still says why the others are n/a.
+    assert!(
+        text.contains("\n1 MB throughput: n/a for haproxy: not measured here\n"),
+        "{text}"
+    );
     assert!(text.contains("* client-bound"));
     assert!(text.contains("proxy CPU over the whole suite: weir 3.0 s, haproxy 4.0 s"));
 }

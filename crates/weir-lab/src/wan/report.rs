@@ -18,8 +18,8 @@ pub fn table(results: &[CellResult]) -> String {
         }
         let _ = writeln!(
             out,
-            "\n{}: random file (KB/s from the first byte to the last; % = share of the link \
-             rate), then the edited copy\n",
+            "\n{}: random file (KB/s from the connect to the last byte; % = share of the \
+             link rate), then the edited copy\n",
             rate.label()
         );
         let _ = writeln!(
@@ -72,8 +72,8 @@ fn rate_cell(transfer: Option<&Transfer>, rate: LinkRate) -> String {
     match transfer {
         Some(transfer) => format!(
             "{:.1} ({:.1}%){}",
-            transfer.kilobytes_per_second(),
-            transfer.utilisation(rate) * 100.0,
+            transfer.kilobytes_per_second_from_connect(),
+            transfer.utilisation_from_connect(rate) * 100.0,
             if transfer.complete { "" } else { "*" }
         ),
         None => "—".to_owned(),
@@ -82,10 +82,15 @@ fn rate_cell(transfer: Option<&Transfer>, rate: LinkRate) -> String {
 
 fn benefit(baseline: Option<&Transfer>, tunnel: Option<&Transfer>) -> String {
     match (baseline, tunnel) {
-        (Some(baseline), Some(tunnel)) if baseline.kilobytes_per_second() > 0.0 => format!(
-            "{:+.1}%",
-            (tunnel.kilobytes_per_second() / baseline.kilobytes_per_second() - 1.0) * 100.0
-        ),
+        (Some(baseline), Some(tunnel)) if baseline.kilobytes_per_second_from_connect() > 0.0 => {
+            format!(
+                "{:+.1}%",
+                (tunnel.kilobytes_per_second_from_connect()
+                    / baseline.kilobytes_per_second_from_connect()
+                    - 1.0)
+                    * 100.0
+            )
+        }
         _ => "—".to_owned(),
     }
 }
