@@ -337,7 +337,14 @@ impl RequestTraffic {
             .answer_simple(&shape, &extra, &edits, body, timeout)
             .await?;
         let done = client.answered();
+        let duration = done.saturating_duration_since(started);
+        // As for a proxied request (`pipeline::record`): the access record's bytes and
+        // duration are the metrics' too. Only the head was read (a body left unread
+        // closes the connection).
         vs.metrics.record_status(status);
+        vs.metrics.bytes_received.inc_by(head.raw().len() as u64);
+        vs.metrics.bytes_sent.inc_by(bytes);
+        vs.metrics.latency.record(duration);
         if let Some(log) = &vs.access_log {
             log.write(&AccessRecord {
                 virtual_server: &vs.config.name,
@@ -349,7 +356,7 @@ impl RequestTraffic {
                 bytes_sent: bytes,
                 pool: None,
                 node: None,
-                duration: done.saturating_duration_since(started),
+                duration,
                 upstream_duration: None,
                 error: refusal.map(|_| "limit"),
                 request_id: self.id(),

@@ -261,3 +261,73 @@ async fn behind_a_proxy_header_connections_count_per_original_client() {
     assert_eq!(limit_refusals(&proxy, "client_connections"), 1);
     proxy.stop().await;
 }
+
+/// A virtual server's byte counters, (received, sent).
+fn bytes_counted(proxy: &TestProxy) -> (u64, u64) {
+    let text = proxy.metrics.encode();
+    let value = |name: &str| {
+        let prefix = format!("{name}{{virtual_server=\"web\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+    };
+    (
+        value("weir_client_bytes_received_total"),
+        value("weir_client_bytes_sent_total"),
+    )
+}
+
+/// One request on a connection of its own: the bytes the client read back.
+async fn exchange(proxy: &TestProxy, request: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer))
+        .await
+        .expect("answered and closed in time")
+        .unwrap();
+    answer
+}
+
+/// weir's own answers (a rule's `respond`, a limit's refusal) count in the byte counters as
+/// proxied answers do: what was read of the request, and every byte of the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weirs_own_answers_are_counted_in_bytes() {
+    let origin = TestOrigin::start("a").await;
+    let vs = r#"
+[[virtual_servers.web.rules]]
+match = { path = "/ping" }
+respond = { status = 200, body = "pong\n" }
+
+[[virtual_servers.web.rules]]
+match = { path_prefix = "/echo/" }
+rate_limit = "once"
+
+[virtual_servers.web.rate_limits.once]
+key = "route"
+rate = 1
+per = "1m"
+"#;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    let ping = b"GET /ping HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let limited = b"GET /echo/x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let answered = exchange(&proxy, ping).await;
+    assert!(answered.starts_with(b"HTTP/1.1 200"), "{answered:?}");
+    assert!(answered.ends_with(b"pong\n"));
+    assert!(exchange(&proxy, limited).await.starts_with(b"HTTP/1.1 200"));
+    let before = bytes_counted(&proxy);
+    let refused = exchange(&proxy, limited).await;
+    assert!(refused.starts_with(b"HTTP/1.1 429"), "{refused:?}");
+    let answered_again = exchange(&proxy, ping).await;
+    let after = bytes_counted(&proxy);
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (
+            (limited.len() + ping.len()) as u64,
+            (refused.len() + answered_again.len()) as u64
+        )
+    );
+    proxy.stop().await;
+    origin.stop().await;
+}
