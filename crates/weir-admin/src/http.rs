@@ -69,14 +69,56 @@ impl Request {
             host: head.header("host").map(<[u8]>::to_vec),
             origin: head.header("origin").map(<[u8]>::to_vec),
             fetch_site: head.header("sec-fetch-site").map(<[u8]>::to_vec),
-            accepts_openmetrics: head.header("accept").is_some_and(|accept| {
-                accept
-                    .windows(b"application/openmetrics-text".len())
-                    .any(|window| window.eq_ignore_ascii_case(b"application/openmetrics-text"))
-            }),
+            accepts_openmetrics: prefers_openmetrics(
+                head.headers()
+                    .filter(|(name, _)| name.eq_ignore_ascii_case(b"accept"))
+                    .map(|(_, value)| value),
+            ),
             body,
         }
     }
+}
+
+/// Whether the `Accept` fields (`values`) prefer OpenMetrics 1.0.0 to Prometheus's classic
+/// text format: OpenMetrics named (without a version, or version 1.0.0) with a quality above
+/// 0 and at least that of the text format (`text/plain` without a version or version 0.0.4,
+/// `text/*`, `*/*`). Quality values as RFC 9110 §12.4.2 reads them (`q=0`: not acceptable).
+pub(crate) fn prefers_openmetrics<'a>(values: impl Iterator<Item = &'a [u8]>) -> bool {
+    let (mut openmetrics, mut text) = (0.0_f32, 0.0_f32);
+    for range in values.flat_map(weir_http::split_list) {
+        let mut parts = range.split(|&b| b == b';').map(<[u8]>::trim_ascii);
+        let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+        let (mut quality, mut version) = (1.0_f32, None);
+        for parameter in parts {
+            let Some((name, value)) = parameter.iter().position(|&b| b == b'=').map(|at| {
+                (
+                    parameter[..at].trim_ascii(),
+                    parameter[at + 1..].trim_ascii(),
+                )
+            }) else {
+                continue;
+            };
+            if name.eq_ignore_ascii_case(b"q") {
+                quality = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .filter(|q| (0.0..=1.0).contains(q))
+                    .unwrap_or(0.0);
+            } else if name.eq_ignore_ascii_case(b"version") {
+                version = Some(value);
+            }
+        }
+        let slot = match media.as_slice() {
+            b"application/openmetrics-text" if version.is_none_or(|v| v == b"1.0.0") => {
+                &mut openmetrics
+            }
+            b"text/plain" if version.is_none_or(|v| v == b"0.0.4") => &mut text,
+            b"text/*" | b"*/*" => &mut text,
+            _ => continue,
+        };
+        *slot = slot.max(quality);
+    }
+    openmetrics > 0.0 && openmetrics >= text
 }
 
 /// Encodes `response` for `request` (or for an unparsed request when `None`), with a body

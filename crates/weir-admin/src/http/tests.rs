@@ -52,3 +52,32 @@ fn encodes_responses() {
     let json = Response::error(401, "no");
     assert_eq!(json.body, b"{\n  \"error\": \"no\"\n}\n");
 }
+
+#[test]
+fn metrics_format_follows_the_accept_qualities() {
+    let prefers = |accept: &[&str]| prefers_openmetrics(accept.iter().map(|v| v.as_bytes()));
+    // Prometheus 2 and 3 as they ask.
+    assert!(prefers(&[
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    ]));
+    assert!(prefers(&[
+        "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1"
+    ]));
+    assert!(prefers(&["Application/OpenMetrics-Text"]));
+    assert!(prefers(&[
+        "text/plain;q=0.5",
+        "application/openmetrics-text"
+    ]));
+    // Refused, ranked below the text format, or a version weir does not write.
+    for accept in [
+        "application/openmetrics-text;q=0, text/plain;version=0.0.4",
+        "text/plain;version=0.0.4;q=1, application/openmetrics-text;q=0.1",
+        "application/openmetrics-text;version=2.0.0",
+        "application/openmetrics-text;q=bad",
+        "*/*",
+        "text/html, application/json",
+    ] {
+        assert!(!prefers(&[accept]), "{accept}");
+    }
+    assert!(!prefers(&[]));
+}
