@@ -79,7 +79,7 @@ impl HeadBuilder {
 impl StoredHead {
     /// The fields of `response` worth storing: hop-by-hop fields, those its
     /// `Connection` names, framing and `Age` left out, and any field for which
-    /// `drop` says so.
+    /// `drop` says so; then the relaying hop's own (`ResponseView::hop_fields`).
     pub fn from_response(response: &impl ResponseView, drop: impl Fn(&[u8]) -> bool) -> StoredHead {
         let fields = response
             .headers()
@@ -104,6 +104,11 @@ impl StoredHead {
                 || connection_names.contains(name);
             if !hop && !drop(name) {
                 builder.push(name, &value);
+            }
+        }
+        for (name, value) in response.hop_fields() {
+            if !drop(name) {
+                builder.push(name, value);
             }
         }
         builder.finish(response.status())

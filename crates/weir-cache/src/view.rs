@@ -56,6 +56,12 @@ pub trait ResponseView {
     /// Every header field in order, names in any case.
     fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])>;
 
+    /// Fields the hop that relays the response adds after the sender's (its `Via` entry):
+    /// stored after them, and never taken for one the sender's `Connection` names.
+    fn hop_fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        std::iter::empty()
+    }
+
     /// Every value of the fields called `name` (ASCII case-insensitive), in order.
     fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
         self.headers()

@@ -385,6 +385,37 @@ async fn a_stripped_cookie_still_reaches_the_client_that_filled() {
     proxy.stop().await;
 }
 
+fn via_named_by_connection(_: &str, _: usize) -> Answer {
+    Answer::ok(b"relayed")
+        .field("Cache-Control", "max-age=60")
+        .field("Via", "1.1 inner")
+        .field("Connection", "Via, X-Hop")
+        .field("X-Hop", "h")
+}
+
+/// A node's `Connection` naming `Via` makes its own `Via` hop-by-hop, not weir's entry
+/// (RFC 9110 §7.6.3: each hop that forwards a message adds one): the stored object keeps
+/// weir's, so the miss and the hits carry it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_connection_naming_via_keeps_weirs_entry_in_the_store() {
+    let node = CountingNode::start(via_named_by_connection, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    for expected in ["MISS", "HIT"] {
+        let answer = request(&proxy, "GET", "/v", &[]).await;
+        assert_eq!(answer.header("x-cache"), Some(expected));
+        assert_eq!(
+            answer.header("via"),
+            Some("1.1 weir"),
+            "{:?}",
+            answer.headers
+        );
+        assert_eq!(answer.header("x-hop"), None);
+        assert_eq!(answer.text(), "relayed");
+    }
+    assert_eq!(node.requests(), 1);
+    proxy.stop().await;
+}
+
 fn staging_answer(_: &str, _: usize) -> Answer {
     Answer::ok(b"staging").field("Cache-Control", "max-age=60")
 }

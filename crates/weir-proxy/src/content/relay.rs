@@ -793,7 +793,8 @@ fn via_entry(exchange: &Exchange) -> &'static str {
 
 /// The node's response as the cache sees it: its fields, then this hop's
 /// `Via` entry, so a stored object carries the entry the relay writes and
-/// its hits name the version the node answered in.
+/// its hits name the version the node answered in (kept when the node's
+/// `Connection` names `Via`: that drops only the node's own entries).
 struct Relayed<'a> {
     head: &'a ResponseHead,
     via: &'static str,
@@ -805,7 +806,11 @@ impl ResponseView for Relayed<'_> {
     }
 
     fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.head.headers()
+    }
+
+    fn hop_fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         let via: (&[u8], &[u8]) = (b"Via", self.via.as_bytes());
-        self.head.headers().chain(std::iter::once(via))
+        std::iter::once(via)
     }
 }
