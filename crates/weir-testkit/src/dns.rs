@@ -22,6 +22,9 @@ pub enum Reply {
     AddressesButNoIpv6(Vec<IpAddr>, u32),
     /// NXDOMAIN (also the answer for a name not in the table).
     NameError,
+    /// `Records`, and with them one more address record of the asked type owned by another
+    /// name (a record the answer should not have carried).
+    RecordsAndStranger(Vec<IpAddr>, u32, String, IpAddr),
 }
 
 /// The server; it stops when dropped.
@@ -104,15 +107,19 @@ fn respond(query: &[u8], table: &HashMap<String, Reply>) -> Option<Vec<u8>> {
     let kind = u16::from_be_bytes([*query.get(at)?, *query.get(at + 1)?]);
     let host = labels.join(".");
     let mut out = query.get(..2)?.to_vec();
+    let address = |ip: &IpAddr| match (ip, kind) {
+        (IpAddr::V4(v4), 1) => Some(v4.octets().to_vec()),
+        (IpAddr::V6(v6), 28) => Some(v6.octets().to_vec()),
+        _ => None,
+    };
+    // A record owned by another name than the one asked, if the reply has one.
+    let mut stranger = None;
     // (rcode, TTL, each answer's record data), for the asked type only.
     let (rcode, ttl, answers): (u8, u32, Vec<Vec<u8>>) = match table.get(&host) {
-        Some(Reply::Records(ips, ttl)) => {
-            let data = ips.iter().filter_map(|ip| match (ip, kind) {
-                (IpAddr::V4(v4), 1) => Some(v4.octets().to_vec()),
-                (IpAddr::V6(v6), 28) => Some(v6.octets().to_vec()),
-                _ => None,
-            });
-            (0, *ttl, data.collect())
+        Some(Reply::Records(ips, ttl)) => (0, *ttl, ips.iter().filter_map(address).collect()),
+        Some(Reply::RecordsAndStranger(ips, ttl, owner, ip)) => {
+            stranger = address(ip).map(|data| (owner.clone(), data));
+            (0, *ttl, ips.iter().filter_map(address).collect())
         }
         Some(Reply::Services(records, ttl)) if kind == 33 => {
             let data = records.iter().map(|(priority, weight, port, target)| {
@@ -142,11 +149,24 @@ fn respond(query: &[u8], table: &HashMap<String, Reply>) -> Option<Vec<u8>> {
         Some(Reply::NameError) | None => (3, 0, Vec::new()),
     };
     out.extend_from_slice(&[0x81, 0x80 | rcode, 0, 1]);
-    out.extend_from_slice(&u16::try_from(answers.len()).ok()?.to_be_bytes());
+    let count = answers.len() + usize::from(stranger.is_some());
+    out.extend_from_slice(&u16::try_from(count).ok()?.to_be_bytes());
     out.extend_from_slice(&[0, 0, 0, 0]);
     out.extend_from_slice(query.get(12..question_end)?);
     for data in answers {
         out.extend_from_slice(&[0xc0, 12]);
+        out.extend_from_slice(&kind.to_be_bytes());
+        out.extend_from_slice(&[0, 1]);
+        out.extend_from_slice(&ttl.to_be_bytes());
+        out.extend_from_slice(&u16::try_from(data.len()).ok()?.to_be_bytes());
+        out.extend_from_slice(&data);
+    }
+    if let Some((owner, data)) = stranger {
+        for label in owner.split('.').filter(|label| !label.is_empty()) {
+            out.push(label.len() as u8);
+            out.extend_from_slice(label.as_bytes());
+        }
+        out.push(0);
         out.extend_from_slice(&kind.to_be_bytes());
         out.extend_from_slice(&[0, 1]);
         out.extend_from_slice(&ttl.to_be_bytes());

@@ -108,9 +108,12 @@ pub struct Answer {
     /// The shortest time to live of the records, as the resolver reported it.
     pub ttl: Duration,
     /// Some of the queries failed (one family, an SRV target): why. `addresses` are those
-    /// of the queries answered. Taken only for a name not resolved yet; afterwards the last
-    /// good set stays, as after a failure ([`NameState::on_answer`]).
+    /// of the queries answered. For a name with a last good set, the failed family's
+    /// addresses are kept from it, or the whole set for a failed SRV target
+    /// ([`NameState::on_answer`]).
     pub partial: Option<String>,
+    /// The family whose query failed, when that made the answer partial.
+    pub failed_family: Option<Families>,
 }
 
 /// Why a name did not resolve.
@@ -191,6 +194,11 @@ impl Resolver {
         };
         let options = builder.options_mut();
         options.timeout = settings.timeout;
+        // Servers named in the configuration are the only source: the hosts file is the
+        // system resolver's, read only when the system's configuration is used.
+        if !settings.servers.is_empty() {
+            options.use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
+        }
         // The resolver's cache may answer a re-resolution, but never past our bounds.
         options.positive_max_ttl = Some(settings.max_ttl);
         options.negative_max_ttl = Some(settings.min_ttl);
@@ -204,13 +212,21 @@ impl Resolver {
     /// name the addresses of its SRV targets on their ports. An IP literal
     /// resolves to itself, with the longest TTL.
     pub async fn resolve(&self, name: &NodeName) -> Result<Answer, ResolveError> {
-        let (mut addresses, valid_until, partial) = match name.srv {
-            true => self.resolve_srv(&name.host).await?,
+        let (mut addresses, valid_until, partial, failed_family) = match name.srv {
+            true => {
+                let (addresses, valid_until, partial) = self.resolve_srv(&name.host).await?;
+                (addresses, valid_until, partial, None)
+            }
             false => {
-                let (ips, valid_until, partial) = self.resolve_ips(&name.host).await?;
+                let Ips {
+                    ips,
+                    valid_until,
+                    partial,
+                    failed_family,
+                } = self.resolve_ips(&name.host).await?;
                 let port = name.port;
                 let addresses = ips.into_iter().map(|ip| SocketAddr::new(ip, port));
-                (addresses.collect(), valid_until, partial)
+                (addresses.collect(), valid_until, partial, failed_family)
             }
         };
         addresses.sort_unstable();
@@ -223,6 +239,7 @@ impl Resolver {
             addresses,
             ttl,
             partial,
+            failed_family,
         })
     }
 
@@ -230,10 +247,7 @@ impl Resolver {
     /// answer is partial if it is. With both families, one without records is an answer
     /// (the other's); one whose query failed makes the answer partial, or the whole lookup
     /// fail when the other family has no addresses either.
-    async fn resolve_ips(
-        &self,
-        host: &str,
-    ) -> Result<(Vec<IpAddr>, std::time::Instant, Option<String>), ResolveError> {
+    async fn resolve_ips(&self, host: &str) -> Result<Ips, ResolveError> {
         let lookup = |resolver: &TokioResolver| {
             let resolver = resolver.clone();
             async move {
@@ -249,7 +263,7 @@ impl Resolver {
                 };
                 match lookup.map_err(resolve_error) {
                     Ok(lookup) => Ok(Some((
-                        lookup.iter().collect::<Vec<_>>(),
+                        owned_addresses(lookup.as_lookup()),
                         lookup.valid_until(),
                     ))),
                     Err(ResolveError::NoRecords) => Ok(None),
@@ -274,22 +288,35 @@ impl Resolver {
         let mut addresses = Vec::new();
         let mut valid_until: Option<std::time::Instant> = None;
         let mut failed = None;
-        for answer in answers {
+        // With both families the answers are A's then AAAA's (`Resolver::new`).
+        let families: &[Families] = match self.families.len() {
+            2 => &[Families::Ipv4, Families::Ipv6],
+            _ => &[],
+        };
+        for (index, answer) in answers.into_iter().enumerate() {
             match answer {
                 Ok(Some((ips, until))) => {
                     addresses.extend(ips);
                     valid_until = Some(valid_until.map_or(until, |earliest| earliest.min(until)));
                 }
                 Ok(None) => {}
-                Err(error) => failed = Some(error),
+                Err(error) => failed = Some((error, families.get(index).copied())),
             }
         }
         match (valid_until, failed) {
-            (Some(valid_until), None) => Ok((addresses, valid_until, None)),
-            (Some(valid_until), Some(error)) => {
-                Ok((addresses, valid_until, Some(format!("{host}: {error}"))))
-            }
-            (None, Some(error)) => Err(error),
+            (Some(valid_until), None) => Ok(Ips {
+                ips: addresses,
+                valid_until,
+                partial: None,
+                failed_family: None,
+            }),
+            (Some(valid_until), Some((error, family))) => Ok(Ips {
+                ips: addresses,
+                valid_until,
+                partial: Some(format!("{host}: {error}")),
+                failed_family: family,
+            }),
+            (None, Some((error, _))) => Err(error),
             (None, None) => Err(ResolveError::NoRecords),
         }
     }
@@ -329,9 +356,14 @@ impl Resolver {
             // failed makes the answer partial: the last good set stays rather than losing
             // that target's nodes.
             let (ips, expires) = match self.resolve_ips(&srv.target.to_string()).await {
-                Ok((ips, expires, failed)) => {
+                Ok(Ips {
+                    ips,
+                    valid_until,
+                    partial: failed,
+                    ..
+                }) => {
                     partial = partial.or(failed);
-                    (ips, expires)
+                    (ips, valid_until)
                 }
                 Err(ResolveError::NoRecords) => continue,
                 Err(error) => {
@@ -349,6 +381,60 @@ impl Resolver {
         }
         Ok((addresses, valid_until, partial))
     }
+}
+
+/// A host's addresses ([`Resolver::resolve_ips`]): when they expire, and why the answer is
+/// partial (and of which family) if a query failed.
+struct Ips {
+    ips: Vec<IpAddr>,
+    valid_until: std::time::Instant,
+    partial: Option<String>,
+    failed_family: Option<Families>,
+}
+
+/// The addresses of `lookup` that may be nodes.
+///
+/// Only records owned by the name asked, or by a name its CNAME chain in the answer leads
+/// to, count (RFC 2181 §5.4.1: other data in an answer is not to be trusted); an
+/// unspecified address (`0.0.0.0`, `::`, what a DNS sinkhole answers) is no node, as in
+/// the configuration.
+fn owned_addresses(lookup: &hickory_resolver::lookup::Lookup) -> Vec<IpAddr> {
+    let key = |name: &Name| name.to_ascii().trim_end_matches('.').to_ascii_lowercase();
+    let records = lookup.answers();
+    let mut owners = vec![key(lookup.query().name())];
+    // Each pass adds at least one target, so at most one pass per record.
+    loop {
+        let known = owners.len();
+        for record in records {
+            if let RData::CNAME(target) = &record.data
+                && owners.contains(&key(&record.name))
+            {
+                let target = key(&target.0);
+                if !owners.contains(&target) {
+                    owners.push(target);
+                }
+            }
+        }
+        if owners.len() == known {
+            break;
+        }
+    }
+    let mut ips = Vec::new();
+    for record in records {
+        let Some(ip) = record.data.ip_addr() else {
+            continue;
+        };
+        if !owners.contains(&key(&record.name)) {
+            tracing::debug!(owner = %record.name, %ip, "DNS answer: an address record of another name, left out");
+            continue;
+        }
+        if ip.is_unspecified() {
+            tracing::warn!(owner = %record.name, %ip, "DNS answer: an unspecified address is no node, left out");
+            continue;
+        }
+        ips.push(ip);
+    }
+    ips
 }
 
 /// What one answer changed.
@@ -400,14 +486,33 @@ impl NameState {
     /// Takes one resolution's outcome: what changed, and how long until the next one.
     ///
     /// A partial answer is taken for a name not resolved yet (some nodes are better than
-    /// none, and a resolver that always fails one family would otherwise never give any);
-    /// for a name with a last good set it counts as a failure, and the set stays whole.
+    /// none, and a resolver that always fails one family would otherwise never give any).
+    /// For a name with a last good set, a family whose query failed keeps its addresses
+    /// from that set while the other family's follow their answer (a resolver that always
+    /// fails AAAA still moves the A nodes); an SRV target whose lookup failed makes it a
+    /// failure, and the set stays whole.
     pub fn on_answer(&mut self, outcome: Result<Answer, ResolveError>) -> (Update, Duration) {
-        let outcome = match outcome {
-            Ok(Answer {
-                partial: Some(why), ..
-            }) if self.current.is_some() => Err(ResolveError::Failed(why)),
-            outcome => outcome,
+        let outcome = match (outcome, self.current.as_deref()) {
+            (
+                Ok(Answer {
+                    partial: Some(why),
+                    failed_family: None,
+                    ..
+                }),
+                Some(_),
+            ) => Err(ResolveError::Failed(why)),
+            (Ok(mut answer), Some(current)) if answer.partial.is_some() => {
+                let kept = current.iter().filter(|address| match answer.failed_family {
+                    Some(Families::Ipv4) => address.is_ipv4(),
+                    Some(Families::Ipv6) => address.is_ipv6(),
+                    _ => false,
+                });
+                answer.addresses.extend(kept);
+                answer.addresses.sort_unstable();
+                answer.addresses.dedup();
+                Ok(answer)
+            }
+            (outcome, _) => outcome,
         };
         match outcome {
             Ok(answer) => {
@@ -478,10 +583,10 @@ pub fn spawn_watch(
             (update, delay) = state.on_answer(outcome);
             log(&state, &update);
             let result = match (&update, &state.partial) {
-                (Update::Changed(_), None) => "changed",
-                (Update::Changed(_), Some(_)) => "partial",
-                (Update::Unchanged, _) => "unchanged",
                 (Update::Failed(_), _) => "failed",
+                (_, Some(_)) => "partial",
+                (Update::Changed(_), None) => "changed",
+                (Update::Unchanged, None) => "unchanged",
             };
             metrics.resolved(result, state.current().map_or(0, |set| set.len()));
             if let Update::Changed(set) = update {
@@ -523,7 +628,11 @@ fn log(state: &NameState, update: &Update) {
                 tracing::warn!(node = %name, addresses = ?set, failed = %why, "DNS name resolved in part (a query failed); serving the addresses answered");
             }
         },
-        Update::Unchanged => {}
+        Update::Unchanged => {
+            if let Some(why) = &state.partial {
+                tracing::warn!(node = %name, failed = %why, "DNS name resolved in part (a query failed); the failed family keeps its last good addresses");
+            }
+        }
         Update::Failed(error) => {
             let kept = state.current().map_or(0, |set| set.len());
             tracing::warn!(node = %name, %error, kept, "DNS resolution failed; keeping the last good addresses");

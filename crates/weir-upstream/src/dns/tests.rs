@@ -39,6 +39,7 @@ fn answer(ips: &[&str], ttl_s: u64) -> Result<Answer, ResolveError> {
             .collect(),
         ttl: Duration::from_secs(ttl_s),
         partial: None,
+        failed_family: None,
     })
 }
 
@@ -127,10 +128,11 @@ async fn resolves_a_and_aaaa_with_their_ttl() {
 }
 
 /// With both families asked, one that fails (SERVFAIL for AAAA, the A records answered)
-/// makes a partial answer: taken for a name not resolved yet, but for one with a last good
-/// set a failure, so the set stays whole instead of losing a family's nodes. One without
-/// records is a whole answer. The same for an SRV target whose lookup failed. Names with
-/// `_` in their labels are asked as written.
+/// makes a partial answer: taken for a name not resolved yet; for one with a last good set,
+/// the failed family keeps its addresses from that set while the other's follow the answer
+/// (so a resolver that always fails AAAA still moves the A nodes). One without records is a
+/// whole answer. An SRV target whose lookup failed makes a partial answer that keeps the
+/// last good set whole. Names with `_` in their labels are asked as written.
 #[tokio::test]
 async fn a_failed_family_or_target_makes_a_partial_answer() {
     let dns = TestDns::start();
@@ -146,12 +148,17 @@ async fn a_failed_family_or_target_makes_a_partial_answer() {
     let partial = resolver.resolve(&name("half.test.")).await.unwrap();
     assert_eq!(partial.addresses, vec![SocketAddr::new(v4(1), 5432)]);
     assert!(partial.partial.is_some());
-    // With a last good set: a failure, the set kept whole.
-    assert!(matches!(
-        state.on_answer(Ok(partial.clone())).0,
-        Update::Failed(_)
-    ));
+    assert_eq!(partial.failed_family, Some(Families::Ipv6));
+    // With a last good set: the IPv6 address kept, the A records as answered.
+    assert_eq!(state.on_answer(Ok(partial.clone())).0, Update::Unchanged);
     assert_eq!(state.current().unwrap().len(), 2);
+    dns.set("moved.test", Reply::AddressesButNoIpv6(vec![v4(3)], 30));
+    let moved = resolver.resolve(&name("moved.test.")).await.unwrap();
+    let expected: Arc<[SocketAddr]> = Arc::from(vec![
+        SocketAddr::new(v4(3), 5432),
+        SocketAddr::new(v6, 5432),
+    ]);
+    assert_eq!(state.on_answer(Ok(moved)).0, Update::Changed(expected));
     // Without one: taken, so a resolver that always fails AAAA still gives the A nodes.
     let mut first = NameState::new(name("dual.test."), &settings(&dns, 1_000, 60_000));
     assert!(matches!(first.on_answer(Ok(partial)).0, Update::Changed(set) if set.len() == 1));
@@ -181,6 +188,18 @@ async fn a_failed_family_or_target_makes_a_partial_answer() {
     let partial = resolver.resolve(&service("_db._tcp.test.")).await.unwrap();
     assert_eq!(partial.addresses, vec![SocketAddr::new(v4(1), 5433)]);
     assert!(partial.partial.is_some());
+    // With a last good set: a failure, the set kept whole.
+    let mut services = NameState::new(service("_db._tcp.test."), &settings(&dns, 1_000, 60_000));
+    let two = Answer {
+        addresses: vec![SocketAddr::new(v4(1), 5433), SocketAddr::new(v4(2), 5434)],
+        ..partial.clone()
+    };
+    assert!(matches!(services.on_answer(Ok(two)).0, Update::Changed(_)));
+    assert!(matches!(
+        services.on_answer(Ok(partial)).0,
+        Update::Failed(_)
+    ));
+    assert_eq!(services.current().unwrap().len(), 2);
     dns.set("proj_web_1.test", Reply::Records(vec![v4(7)], 30));
     let answer = resolver.resolve(&name("proj_web_1.test.")).await.unwrap();
     assert_eq!(answer.addresses, vec![SocketAddr::new(v4(7), 5432)]);
@@ -280,4 +299,33 @@ async fn a_running_watch_follows_changes_and_survives_failures() {
         .unwrap()
         .unwrap();
     assert_eq!(&receiver.borrow_and_update()[..], &set(&[4])[..]);
+}
+
+/// Only what the answer says of the name asked becomes a node: an address record of another
+/// name is left out (RFC 2181 §5.4.1), and so is an unspecified address (what a DNS sinkhole
+/// answers).
+#[tokio::test]
+async fn strangers_and_unspecified_addresses_are_not_taken() {
+    let dns = TestDns::start();
+    let resolver = Resolver::new(&settings(&dns, 1_000, 60_000)).unwrap();
+    dns.set(
+        "app.test",
+        Reply::RecordsAndStranger(vec![v4(1)], 30, "evil.test".to_owned(), v4(9)),
+    );
+    let answer = resolver.resolve(&name("app.test.")).await.unwrap();
+    assert_eq!(answer.addresses, vec![SocketAddr::new(v4(1), 5432)]);
+    dns.set(
+        "sink.test",
+        Reply::Records(vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED), v4(2)], 30),
+    );
+    let answer = resolver.resolve(&name("sink.test.")).await.unwrap();
+    assert_eq!(answer.addresses, vec![SocketAddr::new(v4(2), 5432)]);
+    dns.set(
+        "blocked.test",
+        Reply::Records(vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)], 30),
+    );
+    assert_eq!(
+        resolver.resolve(&name("blocked.test.")).await,
+        Err(ResolveError::NoRecords)
+    );
 }
