@@ -428,6 +428,13 @@ impl std::fmt::Debug for TestCa {
     }
 }
 
+/// Whether `name` can be a server certificate's subject alternative name: an IP address,
+/// a DNS name (RFC 5280 §4.2.1.6 forbids an empty one), or a wildcard `*.` before one.
+pub fn is_certificate_name(name: &str) -> bool {
+    let name = name.strip_prefix("*.").unwrap_or(name);
+    tokio_rustls::rustls::pki_types::ServerName::try_from(name).is_ok()
+}
+
 /// Validity from a day ago (clock skew) for `days`, a positive random serial
 /// (RFC 5280 §4.1.2.2), and the authority key identifier strict validators
 /// require of issued certificates.

@@ -11,6 +11,14 @@ use weir_tls::{KeyType, TestCa};
 use crate::cli::{CertArgs, CertKeyType};
 
 pub fn run(args: &CertArgs) -> anyhow::Result<()> {
+    // Checked before anything is written.
+    if let Some(name) = args
+        .names
+        .iter()
+        .find(|name| !weir_tls::certs::is_certificate_name(name))
+    {
+        bail!("--name {name:?} is not a DNS name or an IP address");
+    }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let (ca_cert, ca_key) = (args.out.join("ca.pem"), args.out.join("ca.key"));

@@ -247,8 +247,8 @@ pub struct CertArgs {
     /// Also issue a client certificate with this common name (for client certificate tests).
     #[arg(long)]
     pub client: Option<String>,
-    /// Days the server and client certificates are valid.
-    #[arg(long, default_value_t = 90)]
+    /// Days the server and client certificates are valid (1 to 36500).
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=36_500))]
     pub days: u32,
     /// Reuse `ca.pem`/`ca.key` in the directory instead of making a new CA.
     #[arg(long)]

@@ -65,6 +65,45 @@ fn check_and_serve_report_an_unusable_certificate_with_line_and_key_before_bindi
     std::net::TcpListener::bind(("127.0.0.1", port)).expect("port still free");
 }
 
+/// Names and lifetimes a certificate cannot have are refused before anything is written.
+#[test]
+fn weir_cert_refuses_bad_names_and_lifetimes_and_writes_nothing() {
+    let pki = Pki::new();
+    for bad in [
+        &["--name", ""][..],
+        &["--name", "bad name!"],
+        &["--days", "0"],
+        &["--days", "99999999"],
+    ] {
+        let out = pki.path("refused");
+        let output = weir()
+            .arg("cert")
+            .args(bad)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{bad:?}");
+        assert!(
+            stderr.contains(bad[0]) && !stderr.contains("panicked"),
+            "{stderr}"
+        );
+        assert!(!out.exists(), "{bad:?}: {out:?} was written");
+    }
+    let out = pki.path("wildcard");
+    let output = weir()
+        .args(["cert", "--name", "*.example.test", "--name", "::1", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[test]
 fn weir_cert_writes_a_ca_and_certificates_that_a_config_accepts() {
     let pki = Pki::new();
