@@ -83,7 +83,21 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
         return Ok((false, refusal));
     }
     let (status, body) = request(address, "POST", "/api/v1/reload", token.as_deref())?;
-    Ok((status == 200, body))
+    match status {
+        200 => Ok((true, body)),
+        // The candidate was refused (it does not validate, or conflicts): the running
+        // configuration keeps serving.
+        409 | 422 => Ok((false, body)),
+        // Anything else is a failure to ask, not a refused candidate.
+        401 => anyhow::bail!(
+            "the admin listener at {address} answered 401 ({}): give the token file it wants              with --token-file",
+            api_error(&body)
+        ),
+        _ => anyhow::bail!(
+            "the admin listener at {address} answered {status} ({}); is that weir's admin              listener (admin.listen)?",
+            api_error(&body)
+        ),
+    }
 }
 
 /// Why the weir at `address` would not read `path` on a reload (it runs another file, or

@@ -823,6 +823,60 @@ fn reload_with_admin_sends_the_token_a_refused_file_names() {
     assert!(!stderr.contains("401"), "{stderr}");
 }
 
+/// `weir reload --admin ADDR` alone: an answer that is not a verdict on the candidate (401
+/// for a missing token, a listener that is not weir's admin one) is a failure to ask (exit
+/// code 1, with the address and the status), not a refused reload (2).
+#[test]
+fn reload_with_admin_tells_a_failure_to_ask_from_a_refusal() {
+    let (text, admin) = admin_config();
+    let config = temp_config("");
+    let token_name = format!(
+        "{}.token",
+        config.path().file_name().unwrap().to_string_lossy()
+    );
+    let token = config.path().with_file_name(&token_name);
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let good = text.replace(
+        &format!("listen = \"{admin}\"\n"),
+        &format!("listen = \"{admin}\"\ntoken_file = \"{token_name}\"\n"),
+    );
+    std::fs::write(config.path(), &good).unwrap();
+    let _serving = serve_with_admin(&config, &admin);
+    let proxy = good
+        .split("[virtual_servers.web]\nlisten = \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the proxy's address")
+        .to_owned();
+    for (address, says) in [
+        (admin.as_str(), "answered 401"),
+        (proxy.as_str(), "answered 502"),
+    ] {
+        let output = weir()
+            .args(["reload", "--admin", address])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{address}: {stderr}");
+        assert!(
+            stderr.contains(says) && stderr.contains(address),
+            "{stderr}"
+        );
+    }
+    let output = weir()
+        .args(["reload", "--admin", &admin, "--token-file"])
+        .arg(&token)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&token);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// `weir reload --config FILE` for a weir that runs another file: the running weir would
 /// re-read its own, so it is not asked (exit code 2, nothing reloaded); the file it runs,
 /// named through a symbolic link, is reloaded.
