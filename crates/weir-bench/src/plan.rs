@@ -237,6 +237,9 @@ pub enum PlanError {
     /// A duration that must be positive is zero; names the option.
     #[error("{0} must be longer than zero")]
     ZeroDuration(&'static str),
+    /// A count past what one run can use; names the option and the bound.
+    #[error("{0} must be at most {1}")]
+    TooLarge(&'static str, usize),
     /// An L4 option given for a run without `tcp://` URLs; names the option.
     #[error("{0} applies to tcp:// URLs only")]
     TcpOnly(&'static str),
@@ -294,6 +297,13 @@ pub struct Url {
     pub tls: bool,
 }
 
+/// The most connections one run opens: each takes a file descriptor and a few KiB, and a
+/// process holds about a million descriptors at most on Linux (`fs.nr_open`).
+pub const MAX_CONNECTIONS: usize = 1_000_000;
+
+/// The largest L4 exchange (`--l4-size`): each connection holds one in memory.
+pub const MAX_L4_SIZE: usize = 64 * 1024 * 1024;
+
 /// HTTP/1.1, or HTTP/2 with `--h2` (`--streams` per connection; not with `--close`).
 fn http_protocol(settings: &Settings) -> Result<Protocol, PlanError> {
     match settings.http2_streams {
@@ -324,6 +334,12 @@ impl Plan {
         }
         if settings.connections == 0 {
             return Err(PlanError::Zero("--connections"));
+        }
+        if settings.connections > MAX_CONNECTIONS {
+            return Err(PlanError::TooLarge("--connections", MAX_CONNECTIONS));
+        }
+        if settings.l4_size.is_some_and(|size| size > MAX_L4_SIZE) {
+            return Err(PlanError::TooLarge("--l4-size", MAX_L4_SIZE));
         }
         if settings.stop == Stop::Count(0) {
             return Err(PlanError::Zero("--requests"));
@@ -848,6 +864,18 @@ mod tests {
         let mut zero = tcp_settings(&["tcp://127.0.0.1:9"]);
         zero.l4_size = Some(0);
         assert!(matches!(Plan::new(zero), Err(PlanError::RrSize)));
+        let mut huge = tcp_settings(&["tcp://127.0.0.1:9"]);
+        huge.l4_size = Some(MAX_L4_SIZE + 1);
+        assert!(matches!(
+            Plan::new(huge),
+            Err(PlanError::TooLarge("--l4-size", MAX_L4_SIZE))
+        ));
+        let mut many = tcp_settings(&["tcp://127.0.0.1:9"]);
+        many.connections = MAX_CONNECTIONS + 1;
+        assert!(matches!(
+            Plan::new(many),
+            Err(PlanError::TooLarge("--connections", MAX_CONNECTIONS))
+        ));
         let mut close = tcp_settings(&["tcp://127.0.0.1:9"]);
         close.mode = ConnectionMode::Close;
         assert!(matches!(Plan::new(close), Err(PlanError::CloseWithRr)));
