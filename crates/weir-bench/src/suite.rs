@@ -282,11 +282,16 @@ pub enum SuiteError {
     /// `--slices` is zero.
     #[error("--slices must be at least 1")]
     Slices,
-    /// A row's run could not be planned.
-    #[error("row {row:?}: {source}")]
+    /// The time per row is zero.
+    #[error("--row-duration must be longer than zero")]
+    RowDuration,
+    /// A row's run could not be planned (checked for every row before the first runs).
+    #[error("row {row:?}, {option}: {source}")]
     Plan {
         /// The row's name.
         row: &'static str,
+        /// The option whose address the row's run was planned against.
+        option: &'static str,
         /// Why the plan was refused.
         source: PlanError,
     },
@@ -399,9 +404,21 @@ pub fn run(settings: &SuiteSettings) -> Result<SuiteReport, SuiteError> {
     if settings.slices == 0 {
         return Err(SuiteError::Slices);
     }
+    if settings.row_duration.is_zero() {
+        return Err(SuiteError::RowDuration);
+    }
+    // Every row is planned before the first runs: a bad address or option is refused at
+    // once, not after the rows before it have run.
+    let planned = ROWS
+        .iter()
+        .map(|spec| plans_for(settings, spec))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut rows = Vec::with_capacity(ROWS.len());
-    for spec in ROWS {
-        rows.push(run_row(settings, spec)?);
+    for (spec, plans) in ROWS.iter().zip(planned) {
+        rows.push(match plans {
+            Err(note) => not_available(spec, note),
+            Ok(plans) => run_row(settings, spec, &plans)?,
+        });
     }
     Ok(SuiteReport {
         schema: SUITE_SCHEMA,
@@ -424,38 +441,72 @@ fn not_available(spec: &RowSpec, note: &'static str) -> SuiteRow {
     }
 }
 
-fn run_row(settings: &SuiteSettings, spec: &RowSpec) -> Result<SuiteRow, SuiteError> {
+/// The plans of a row's run against each target, or why the row is n/a.
+fn plans_for(
+    settings: &SuiteSettings,
+    spec: &RowSpec,
+) -> Result<Result<Vec<Plan>, &'static str>, SuiteError> {
     if let RowKind::NotAvailable(note) = spec.kind {
-        return Ok(not_available(spec, note));
+        return Ok(Err(note));
     }
     let is_l4 = matches!(spec.kind, RowKind::L4Connect | RowKind::L4Rr { .. });
     if is_l4 && settings.targets.iter().any(|target| target.l4.is_none()) {
-        return Ok(not_available(spec, NO_L4));
+        return Ok(Err(NO_L4));
     }
     let is_tls = matches!(
         spec.kind,
         RowKind::Https { .. } | RowKind::Http2 { tls: true, .. }
     );
     if is_tls && settings.targets.iter().any(|target| target.tls.is_none()) {
-        return Ok(not_available(spec, NO_TLS));
+        return Ok(Err(NO_TLS));
     }
     let is_cache = matches!(spec.kind, RowKind::Cache { .. });
     if is_cache && settings.targets.iter().any(|target| target.cache.is_none()) {
-        return Ok(not_available(spec, NO_CACHE));
+        return Ok(Err(NO_CACHE));
     }
     let is_h2 = matches!(spec.kind, RowKind::Http2 { .. });
     if is_h2 && settings.targets.iter().any(|target| !target.http2) {
-        return Ok(not_available(spec, NO_H2));
+        return Ok(Err(NO_H2));
     }
     let plans = settings
         .targets
         .iter()
-        .map(|target| plan_for(settings, spec, target))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| SuiteError::Plan {
-            row: spec.name,
-            source,
-        })?;
+        .enumerate()
+        .map(|(index, target)| {
+            plan_for(settings, spec, target).map_err(|source| SuiteError::Plan {
+                row: spec.name,
+                option: option_of(spec, target, index),
+                source,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Ok(plans))
+}
+
+/// The command-line option that gave the address `spec`'s run uses for the `index`th
+/// target (the second is `--compare`'s).
+fn option_of(spec: &RowSpec, target: &SuiteTarget, index: usize) -> &'static str {
+    let compare = index > 0;
+    match spec.kind {
+        RowKind::L4Connect | RowKind::L4Rr { .. } if compare => "--compare-l4",
+        RowKind::L4Connect | RowKind::L4Rr { .. } => "--l4",
+        RowKind::Https { .. } | RowKind::Http2 { tls: true, .. } if compare => "--compare-tls",
+        RowKind::Https { .. } | RowKind::Http2 { tls: true, .. } => "--tls",
+        RowKind::Http2 { .. } if target.h2c.is_some() && compare => "--compare-h2c",
+        RowKind::Http2 { .. } if target.h2c.is_some() => "--h2c",
+        RowKind::Cache { .. } if compare => "--compare-cache",
+        RowKind::Cache { .. } => "--cache",
+        _ if compare => "--compare",
+        _ => "the target",
+    }
+}
+
+/// Runs one row: its slices against each target in turn, added up.
+fn run_row(
+    settings: &SuiteSettings,
+    spec: &RowSpec,
+    plans: &[Plan],
+) -> Result<SuiteRow, SuiteError> {
     let mut sums: Vec<Sum> = plans.iter().map(|_| Sum::default()).collect();
     for _ in 0..settings.slices {
         for (plan, sum) in plans.iter().zip(&mut sums) {

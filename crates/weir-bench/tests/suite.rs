@@ -174,6 +174,29 @@ fn without_l4_the_l4_rows_are_na() {
     assert_eq!(report.rows[2].status, "measured");
 }
 
+/// A bad address for a late row is refused before the first row runs, naming its option;
+/// so is a zero time per row.
+#[test]
+fn every_row_is_checked_before_the_first_runs() {
+    let http = TestOrigin::start();
+    let mut run = settings(
+        vec![SuiteTarget {
+            cache: Some("bogus".to_owned()),
+            ..target(&http, None)
+        }],
+        1,
+    );
+    run.row_duration = Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    let error = suite::run(&run).expect_err("a bad --cache").to_string();
+    assert!(started.elapsed() < Duration::from_secs(5), "{error}");
+    assert!(error.contains("--cache"), "{error}");
+    run.row_duration = Duration::ZERO;
+    let error = suite::run(&run).expect_err("no time per row").to_string();
+    assert_eq!(error, "--row-duration must be longer than zero");
+    http.stop();
+}
+
 #[test]
 fn compare_runs_both_targets_and_prints_ratios() {
     let (http_a, echo_a) = (TestOrigin::start(), echo_origin());
