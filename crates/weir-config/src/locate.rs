@@ -72,6 +72,18 @@ impl<'a> Locator<'a> {
         }
     }
 
+    /// Where the statement whose key has a part at `offset` begins: the first non-blank
+    /// byte of its line. A dotted key's last part (`client` in `timeouts.client = "1s"`) is
+    /// not where its statement begins, and blanking from there would leave `timeouts.`.
+    fn line_start(&self, offset: usize) -> usize {
+        let line = self.text[..offset].rfind('\n').map_or(0, |at| at + 1);
+        let blank = self.text[line..offset]
+            .bytes()
+            .take_while(|byte| matches!(byte, b' ' | b'\t'))
+            .count();
+        line + blank
+    }
+
     fn record(&mut self, path: &KeyPath, start: Option<usize>, spans: [Option<Range<usize>>; 2]) {
         if let Some(start) = start {
             self.starts.entry(path.clone()).or_insert(start);
@@ -87,7 +99,8 @@ impl<'a> Locator<'a> {
             let key_span = table.key(name).and_then(|key| key.span());
             let start = key_span.as_ref().or(item.span().as_ref()).map(|s| s.start);
             if let (Some(key), Some(value), Item::Value(_)) = (&key_span, item.span(), item) {
-                self.statements.insert(child.clone(), key.start..value.end);
+                self.statements
+                    .insert(child.clone(), self.line_start(key.start)..value.end);
             }
             self.record(&child, start, [key_span, item.span()]);
             self.visit_item(&child, item);

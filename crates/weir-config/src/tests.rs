@@ -155,6 +155,26 @@ fn every_unknown_key_and_wrong_value_is_reported() {
         ],
         "{error}"
     );
+    // An unknown key written as a dotted key (`timeouts.client = ...`) is set aside whole,
+    // so the errors after it are reported too.
+    let text = GOOD.replace(
+        "pool = \"web\"\n",
+        "pool = \"web\"\n  timeouts . client = \"1s\"\nbogus = 1\n",
+    );
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    let found: Vec<(Option<usize>, &str)> = error
+        .errors
+        .iter()
+        .map(|d| (d.line, d.path.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (Some(4), "virtual_servers.web.timeouts.client"),
+            (Some(5), "virtual_servers.web.bogus"),
+        ],
+        "{error}"
+    );
     // A line set aside that holds characters of several bytes moves nothing after it.
     let text = GOOD.replace(
         "pool = \"web\"\n",
