@@ -35,7 +35,11 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
 }
 
 fn run_lab(args: LabArgs, supervisor: &Arc<Supervisor>) -> anyhow::Result<()> {
-    // Settings are checked before anything starts.
+    // Settings are checked before anything starts: the directory the results go to too,
+    // so a long run does not end without them.
+    if let Some(dir) = &args.out {
+        writable_dir(dir)?;
+    }
     let weir = std::env::current_exe().context("cannot find the weir binary")?;
     let mut lab = Lab::new(Arc::clone(supervisor), weir, !args.quiet, args.install);
     // As typed, with the binary's path shortened to its name.
@@ -87,6 +91,16 @@ fn quick(lab: &mut Lab, command: &str) -> anyhow::Result<model::LabReport> {
     }
     let suite = weir_lab::suite::run(lab, &suite)?;
     Ok(lab.report(command, Some(offload), Some(tls), Some(suite)))
+}
+
+/// Makes `dir` (and its parents) if missing and checks that a file can be written in it.
+fn writable_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("--out {}", dir.display()))?;
+    let probe = dir.join(format!(".weir-lab-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .with_context(|| format!("--out {}: cannot write in it", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 fn finish(report: &model::LabReport, args: &LabArgs) -> anyhow::Result<()> {

@@ -1110,3 +1110,23 @@ fn bench_fails_when_nothing_succeeded() {
         String::from_utf8_lossy(&output.stderr).contains("--duration must be longer than zero")
     );
 }
+
+/// `weir lab --out DIR`: a directory that cannot be made is refused before the experiment
+/// starts (not once it has run), naming the option.
+#[test]
+fn lab_out_is_checked_before_the_run() {
+    let file = temp_config("not a directory");
+    let started = std::time::Instant::now();
+    let output = weir()
+        .args(["lab", "offload", "--out"])
+        .arg(file.path().join("sub"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--out"), "{stderr}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{stderr}"
+    );
+}
