@@ -218,12 +218,12 @@ pub enum PlanError {
         reason: &'static str,
     },
     /// A URL's host does not resolve.
-    #[error("cannot resolve {host:?}: {source}")]
+    #[error("cannot resolve {host:?}: {error}")]
     Resolve {
         /// The host as written in the URL.
         host: String,
-        /// The resolver's error.
-        source: io::Error,
+        /// The resolver's error (shown in the message, so not a `source`).
+        error: io::Error,
     },
     /// A `--header` is not `Name: value`.
     #[error("header {0:?} is not `Name: value`")]
@@ -275,12 +275,12 @@ pub enum PlanError {
     #[error("header {0:?} is connection-specific and not allowed in HTTP/2")]
     H2Header(String),
     /// A file named on the command line cannot be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     File {
         /// The path as given.
         path: String,
-        /// The error from the system.
-        source: io::Error,
+        /// The error from the system (shown in the message, so not a `source`).
+        error: io::Error,
     },
 }
 
@@ -568,7 +568,7 @@ pub fn parse_tcp_url(url: &str) -> Result<(String, u16), &'static str> {
 pub fn read_url_file(path: &Path) -> Result<Vec<String>, PlanError> {
     let text = std::fs::read_to_string(path).map_err(|source| PlanError::File {
         path: path.display().to_string(),
-        source,
+        error: source,
     })?;
     Ok(text
         .lines()
@@ -656,11 +656,11 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr, PlanError> {
         .to_socket_addrs()
         .map_err(|source| PlanError::Resolve {
             host: host.to_owned(),
-            source,
+            error: source,
         })?;
     addresses.next().ok_or_else(|| PlanError::Resolve {
         host: host.to_owned(),
-        source: io::Error::new(io::ErrorKind::NotFound, "no address"),
+        error: io::Error::new(io::ErrorKind::NotFound, "no address"),
     })
 }
 

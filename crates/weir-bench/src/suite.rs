@@ -286,30 +286,30 @@ pub enum SuiteError {
     #[error("--row-duration must be longer than zero")]
     RowDuration,
     /// A row's run could not be planned (checked for every row before the first runs).
-    #[error("row {row:?}, {option}: {source}")]
+    #[error("row {row:?}, {option}: {error}")]
     Plan {
         /// The row's name.
         row: &'static str,
         /// The option whose address the row's run was planned against.
         option: &'static str,
-        /// Why the plan was refused.
-        source: PlanError,
+        /// Why the plan was refused (shown in the message, so not a `source`).
+        error: PlanError,
     },
     /// A row's run failed to start or run.
-    #[error("row {row:?}: {source}")]
+    #[error("row {row:?}: {error}")]
     Run {
         /// The row's name.
         row: &'static str,
-        /// The error from the run.
-        source: std::io::Error,
+        /// The error from the run (shown in the message, so not a `source`).
+        error: std::io::Error,
     },
     /// A TLS row without resumption saw a resumed handshake (the target broke the row's premise).
-    #[error("row {row:?}: {source}")]
+    #[error("row {row:?}: {error}")]
     Tls {
         /// The row's name.
         row: &'static str,
-        /// The handshakes that contradict the row.
-        source: ResumptionViolation,
+        /// The handshakes that contradict the row (shown in the message, so not a `source`).
+        error: ResumptionViolation,
     },
 }
 
@@ -476,7 +476,7 @@ fn plans_for(
             plan_for(settings, spec, target).map_err(|source| SuiteError::Plan {
                 row: spec.name,
                 option: option_of(spec, target, index),
-                source,
+                error: source,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -512,12 +512,12 @@ fn run_row(
         for (plan, sum) in plans.iter().zip(&mut sums) {
             let outcome = crate::driver::execute(plan).map_err(|source| SuiteError::Run {
                 row: spec.name,
-                source,
+                error: source,
             })?;
             let report = Report::new(plan, &outcome);
             report.check_tls().map_err(|source| SuiteError::Tls {
                 row: spec.name,
-                source,
+                error: source,
             })?;
             sum.add(
                 &report,

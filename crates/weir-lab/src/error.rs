@@ -15,12 +15,12 @@ pub enum LabError {
     #[error("{0}")]
     Preflight(String),
     /// A child process could not be started.
-    #[error("cannot start {what}: {source}")]
+    #[error("cannot start {what}: {error}")]
     Spawn {
         /// The child, as named in messages.
         what: String,
-        /// The error from `spawn`.
-        source: io::Error,
+        /// The error from `spawn` (shown in the message, so not a `source`).
+        error: io::Error,
     },
     /// A child exited before it answered.
     #[error("{what} exited before it was ready ({status}); its last output:\n{output}")]
@@ -45,12 +45,12 @@ pub enum LabError {
         output: String,
     },
     /// A file or system operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Io {
         /// What was being done.
         context: String,
-        /// The error from the system.
-        source: io::Error,
+        /// The error from the system (shown in the message, so not a `source`).
+        error: io::Error,
     },
     /// The load generator (`weir bench`) failed or its output could not be read.
     #[error("weir bench: {0}")]
@@ -68,7 +68,7 @@ impl LabError {
     pub fn io(context: impl Into<String>, source: io::Error) -> LabError {
         LabError::Io {
             context: context.into(),
-            source,
+            error: source,
         }
     }
 }

@@ -309,7 +309,7 @@ impl Child {
             .spawn(&mut command)
             .map_err(|source| LabError::Spawn {
                 what: format!("{name} ({})", command.get_program().to_string_lossy()),
-                source,
+                error: source,
             })?;
         let lines = child.stdout.take().map(|stdout| {
             let (sender, lines) = mpsc::channel();

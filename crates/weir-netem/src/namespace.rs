@@ -70,20 +70,20 @@ pub enum SetupError {
         stderr: String,
     },
     /// A TUN device could not be created.
-    #[error("cannot create TUN device {name}: {source}")]
+    #[error("cannot create TUN device {name}: {error}")]
     Tun {
         /// The device's name.
         name: String,
-        /// The error from the device driver.
-        source: io::Error,
+        /// The error from the device driver (shown in the message, so not a `source`).
+        error: io::Error,
     },
     /// Another system call failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Io {
         /// What was being done.
         context: &'static str,
-        /// The error from the system.
-        source: io::Error,
+        /// The error from the system (shown in the message, so not a `source`).
+        error: io::Error,
     },
 }
 
@@ -162,13 +162,13 @@ impl Namespaces {
                 .build_sync()
                 .map_err(|source| SetupError::Tun {
                     name: name.clone(),
-                    source,
+                    error: source,
                 })?;
             device
                 .set_nonblocking(true)
                 .map_err(|source| SetupError::Io {
                     context: "cannot make the TUN device non-blocking",
-                    source,
+                    error: source,
                 })?;
             ip(["link", "set", "dev", &name, "netns", &name])?;
             configure(topology, side)?;
@@ -260,7 +260,7 @@ pub fn command_in(
 pub fn require_root() -> Result<(), SetupError> {
     let status = std::fs::read_to_string("/proc/self/status").map_err(|source| SetupError::Io {
         context: "cannot read /proc/self/status",
-        source,
+        error: source,
     })?;
     let effective_uid = status
         .lines()
@@ -334,7 +334,7 @@ fn ip<const N: usize>(args: [&str; N]) -> Result<(), SetupError> {
         } else {
             SetupError::Io {
                 context: "cannot run ip",
-                source,
+                error: source,
             }
         }
     })?;

@@ -644,8 +644,8 @@ pub struct NetemUpArgs {
     /// Address of side b.
     #[arg(long, default_value = "10.200.0.2")]
     pub b_address: std::net::Ipv4Addr,
-    /// MTU of both devices.
-    #[arg(long, default_value_t = 1500)]
+    /// MTU of both devices (576, the least every IPv4 host takes, to 65535).
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..))]
     pub mtu: u16,
     /// Seed of the loss and jitter choices, to repeat a run (default: from the clock, printed).
     #[arg(long)]
