@@ -304,6 +304,29 @@ pub const MAX_CONNECTIONS: usize = 1_000_000;
 /// The largest L4 exchange (`--l4-size`): each connection holds one in memory.
 pub const MAX_L4_SIZE: usize = 64 * 1024 * 1024;
 
+/// The counts and durations of `settings` that must be positive, and those with a bound.
+fn check_bounds(settings: &Settings) -> Result<(), PlanError> {
+    if settings.connections == 0 {
+        return Err(PlanError::Zero("--connections"));
+    }
+    if settings.connections > MAX_CONNECTIONS {
+        return Err(PlanError::TooLarge("--connections", MAX_CONNECTIONS));
+    }
+    if settings.l4_size.is_some_and(|size| size > MAX_L4_SIZE) {
+        return Err(PlanError::TooLarge("--l4-size", MAX_L4_SIZE));
+    }
+    if settings.stop == Stop::Count(0) {
+        return Err(PlanError::Zero("--requests"));
+    }
+    if settings.stop == Stop::Duration(Duration::ZERO) {
+        return Err(PlanError::ZeroDuration("--duration"));
+    }
+    if settings.timeout.is_zero() {
+        return Err(PlanError::ZeroDuration("--timeout"));
+    }
+    Ok(())
+}
+
 /// HTTP/1.1, or HTTP/2 with `--h2` (`--streams` per connection; not with `--close`).
 fn http_protocol(settings: &Settings) -> Result<Protocol, PlanError> {
     match settings.http2_streams {
@@ -332,24 +355,7 @@ impl Plan {
         if settings.urls.is_empty() {
             return Err(PlanError::NoUrls);
         }
-        if settings.connections == 0 {
-            return Err(PlanError::Zero("--connections"));
-        }
-        if settings.connections > MAX_CONNECTIONS {
-            return Err(PlanError::TooLarge("--connections", MAX_CONNECTIONS));
-        }
-        if settings.l4_size.is_some_and(|size| size > MAX_L4_SIZE) {
-            return Err(PlanError::TooLarge("--l4-size", MAX_L4_SIZE));
-        }
-        if settings.stop == Stop::Count(0) {
-            return Err(PlanError::Zero("--requests"));
-        }
-        if settings.stop == Stop::Duration(Duration::ZERO) {
-            return Err(PlanError::ZeroDuration("--duration"));
-        }
-        if settings.timeout.is_zero() {
-            return Err(PlanError::ZeroDuration("--timeout"));
-        }
+        check_bounds(&settings)?;
         let pacing = match settings.rate {
             None => Pacing::Closed,
             Some(rate) if rate.is_finite() && rate > 0.0 => Pacing::Open { rate },
