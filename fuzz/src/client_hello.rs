@@ -1,5 +1,5 @@
 //! The properties the `client_hello` fuzz target checks. The same file is compiled into
-//! `crates/weir-tls/tests/fuzz_corpus.rs` (through `#[path]`), so `cargo test` replays the
+//! `crates/weir/tests/fuzz.rs` (through `#[path]`), so `cargo test` replays the
 //! corpus through exactly these checks. Each function panics when a property fails.
 
 use weir_tls::client_hello::{Peek, read_client_hello};

@@ -1,5 +1,5 @@
 //! The properties the `proxy_protocol` fuzz target checks. The same file is compiled into
-//! `crates/weir-proxy-protocol/tests/fuzz_corpus.rs` (through `#[path]`), so `cargo test`
+//! `crates/weir/tests/fuzz.rs` (through `#[path]`), so `cargo test`
 //! replays the corpus through exactly these checks. Each function panics when a property fails.
 
 use weir_proxy_protocol::{

@@ -2,7 +2,7 @@
 //! must not take the slots requests need, slow uploads, nodes that stop
 //! reading or answer early, and late bodies after bodiless responses.
 //! (Single-exchange cases — TRACE, h2c, underscores, trailers, 417, 1xx
-//! floods — are rows of the attack corpus in `tests/corpus.rs`.)
+//! floods — are rows of the attack corpus in `tests/corpus/main.rs`.)
 
 use std::net::SocketAddr;
 use std::time::Duration;
