@@ -416,6 +416,67 @@ async fn a_node_connection_naming_via_keeps_weirs_entry_in_the_store() {
     proxy.stop().await;
 }
 
+/// Stale at once with a `Via` of its own; to a request that validates, a 304 with another
+/// `Via` and a hop-by-hop field its `Connection` names.
+fn revalidated_with_via(head: &str, _: usize) -> Answer {
+    if head.to_ascii_lowercase().contains("if-none-match:") {
+        return Answer::ok(b"")
+            .status(304)
+            .field("Cache-Control", "max-age=60")
+            .field("ETag", "\"v1\"")
+            .field("Via", "1.0 inner304")
+            .field("Connection", "X-Hop")
+            .field("X-Hop", "h");
+    }
+    Answer::ok(b"relayed")
+        .field("Cache-Control", "max-age=0")
+        .field("ETag", "\"v1\"")
+        .field("Via", "1.0 inner")
+}
+
+/// A 304 that refreshes a stored object updates its fields, weir's own `Via` entry still
+/// last (RFC 9110 §7.6.3), and stores none of the fields the 304's `Connection` names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refreshed_object_keeps_weirs_via_and_no_hop_by_hop_fields() {
+    let node = CountingNode::start(revalidated_with_via, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    let first = request(&proxy, "GET", "/r", &[]).await;
+    assert_eq!(first.header("x-cache"), Some("MISS"));
+    let vias = |answer: &Response| -> Vec<String> {
+        answer
+            .headers
+            .iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case("via"))
+            .map(|(_, value)| value.clone())
+            .collect()
+    };
+    assert_eq!(
+        vias(&first),
+        ["1.0 inner", "1.1 weir"],
+        "{:?}",
+        first.headers
+    );
+    for expected in ["REVALIDATED", "HIT"] {
+        let answer = request(&proxy, "GET", "/r", &[]).await;
+        assert_eq!(
+            answer.header("x-cache"),
+            Some(expected),
+            "{:?}",
+            answer.headers
+        );
+        assert_eq!(
+            vias(&answer),
+            ["1.0 inner304", "1.1 weir"],
+            "{:?}",
+            answer.headers
+        );
+        assert_eq!(answer.header("x-hop"), None);
+        assert_eq!(answer.text(), "relayed");
+    }
+    assert_eq!(node.requests(), 2);
+    proxy.stop().await;
+}
+
 fn staging_answer(_: &str, _: usize) -> Answer {
     Answer::ok(b"staging").field("Cache-Control", "max-age=60")
 }

@@ -196,25 +196,30 @@ pub fn merge_not_modified(stored: &StoredHead, not_modified: &impl ResponseView)
         (stored.header("etag"), not_modified.header("etag")),
         (Some(old), Some(new)) if weakened_from(old, new)
     );
+    // The 304's fields as the response is relayed: the node's, less those its
+    // `Connection` names (hop-by-hop, never stored), then the relaying hop's own (its `Via`).
+    let hop_by_hop = weir_http::FieldNames::listed(not_modified.header_values("connection"));
+    let fields = || {
+        not_modified
+            .headers()
+            .filter(|(name, _)| !hop_by_hop.contains(name))
+            .chain(not_modified.hop_fields())
+    };
     let kept = |name: &[u8]| {
         (keep_weak_tag && name.eq_ignore_ascii_case(b"etag"))
             || NOT_UPDATED
                 .iter()
                 .any(|skip| name.eq_ignore_ascii_case(skip.as_bytes()))
     };
-    let updated = |name: &[u8]| {
-        !kept(name)
-            && not_modified
-                .headers()
-                .any(|(new, _)| new.eq_ignore_ascii_case(name))
-    };
+    let updated =
+        |name: &[u8]| !kept(name) && fields().any(|(new, _)| new.eq_ignore_ascii_case(name));
     let mut builder = HeadBuilder::default();
     for (name, value) in stored.headers() {
         if !updated(name) {
             builder.push(name, value);
         }
     }
-    for (name, value) in not_modified.headers() {
+    for (name, value) in fields() {
         if updated(name) {
             builder.push(name, value);
         }
