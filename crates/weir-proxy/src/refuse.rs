@@ -91,7 +91,13 @@ pub(crate) async fn refuse_connection(
         let bytes = client.write_buf.len() as u64;
         // The connection's last answer: it leaves with the FIN (and close_notify).
         if client.send_last(vs.config.timeouts.write).await.is_ok() {
+            let duration = started.elapsed();
+            // As for any answer (`pipeline::record`): the record's bytes and duration are
+            // the metrics' too.
             vs.metrics.record_status(refusal.status);
+            vs.metrics.bytes_received.inc_by(head.raw().len() as u64);
+            vs.metrics.bytes_sent.inc_by(bytes);
+            vs.metrics.latency.record(duration);
             tracing::debug!(virtual_server = %vs.config.name, client = %peer, "too many connections from this client; answered and closing");
             if let Some(log) = &vs.access_log {
                 log.write(&AccessRecord {
@@ -104,7 +110,7 @@ pub(crate) async fn refuse_connection(
                     bytes_sent: bytes,
                     pool: None,
                     node: None,
-                    duration: started.elapsed(),
+                    duration,
                     upstream_duration: None,
                     error: Some("client_connections"),
                     request_id: None,

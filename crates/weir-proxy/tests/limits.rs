@@ -331,3 +331,36 @@ per = "1m"
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// The answer to a connection past its client's limit counts in the byte counters too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connections_answer_is_counted_in_bytes() {
+    let origin = TestOrigin::start("a").await;
+    let vs = "[virtual_servers.web.client_connections]\nmax = 1\n";
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    let mut held = Connection::open(proxy.addr).await.unwrap();
+    held.send(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(held.response().await.unwrap().status, 200);
+    let before = bytes_counted(&proxy);
+    let request = b"GET /refused HTTP/1.1\r\nHost: h\r\n\r\n";
+    let refused = exchange(&proxy, request).await;
+    assert!(refused.starts_with(b"HTTP/1.1 503"), "{refused:?}");
+    // The record (and the counters with it) is written once the answer has gone.
+    let mut after = bytes_counted(&proxy);
+    for _ in 0..50 {
+        if after != before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        after = bytes_counted(&proxy);
+    }
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (request.len() as u64, refused.len() as u64)
+    );
+    drop(held);
+    proxy.stop().await;
+    origin.stop().await;
+}
