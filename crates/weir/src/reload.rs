@@ -83,19 +83,29 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
         return Ok((false, refusal));
     }
     let (status, body) = request(address, "POST", "/api/v1/reload", token.as_deref())?;
+    // Only weir's own answers are believed: a JSON object with what the admin API puts in
+    // it for that status (anything could answer 200 on another port).
+    let answer = serde_json::from_str::<serde_json::Value>(&body).ok();
+    let says = |key: &str| {
+        answer
+            .as_ref()
+            .is_some_and(|answer| answer.get(key).is_some())
+    };
     match status {
-        200 => Ok((true, body)),
+        200 if says("generation") => Ok((true, body)),
         // The candidate was refused (it does not validate, or conflicts): the running
         // configuration keeps serving.
-        409 | 422 => Ok((false, body)),
+        409 | 422 if says("error") => Ok((false, body)),
         // Anything else is a failure to ask, not a refused candidate.
         401 => anyhow::bail!(
-            "the admin listener at {address} answered 401 ({}): give the token file it wants              with --token-file",
+            "the admin listener at {address} answered 401 ({}): give the token file it wants \
+             with --token-file",
             api_error(&body)
         ),
         _ => anyhow::bail!(
-            "the admin listener at {address} answered {status} ({}); is that weir's admin              listener (admin.listen)?",
-            api_error(&body)
+            "{address} answered {status} ({}), not as weir's admin API answers a reload; is \
+             it weir's admin listener (admin.listen)?",
+            api_error(&body).chars().take(200).collect::<String>()
         ),
     }
 }

@@ -848,9 +848,29 @@ fn reload_with_admin_tells_a_failure_to_ask_from_a_refusal() {
         .and_then(|rest| rest.split('"').next())
         .expect("the proxy's address")
         .to_owned();
+    // And a web server that answers 200 to anything.
+    let web = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let web_address = web.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in web.incoming().take(1) {
+            let mut stream = stream.unwrap();
+            // The whole request head first: answering earlier would cut the client's write.
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+        }
+    });
     for (address, says) in [
         (admin.as_str(), "answered 401"),
         (proxy.as_str(), "answered 502"),
+        (web_address.as_str(), "answered 200"),
     ] {
         let output = weir()
             .args(["reload", "--admin", address])
