@@ -80,24 +80,30 @@ impl Request {
 }
 
 /// Whether the `Accept` fields (`values`) prefer OpenMetrics 1.0.0 to Prometheus's classic
-/// text format: OpenMetrics named (without a version, or version 1.0.0) with a quality above
-/// 0 and at least that of the text format (`text/plain` without a version or version 0.0.4,
-/// `text/*`, `*/*`). Quality values as RFC 9110 §12.4.2 reads them (`q=0`: not acceptable).
+/// text format 0.0.4. Each format's quality is that of the most specific range that matches
+/// it (RFC 9110 §12.5.1: the type with its `version`, the type, `type/*`, `*/*`; a range
+/// naming another version does not match), `q=0` meaning not acceptable (§12.4.2).
+/// OpenMetrics is sent when the client named it, with a quality above 0 and at least the
+/// text format's, or when only it is acceptable.
 pub(crate) fn prefers_openmetrics<'a>(values: impl Iterator<Item = &'a [u8]>) -> bool {
-    let (mut openmetrics, mut text) = (0.0_f32, 0.0_f32);
+    // (specificity, quality) of the best match so far, for each format.
+    let (mut openmetrics, mut text) = (None::<(u8, f32)>, None::<(u8, f32)>);
     for range in values.flat_map(weir_http::split_list) {
         let mut parts = range.split(|&b| b == b';').map(<[u8]>::trim_ascii);
         let media = parts.next().unwrap_or_default().to_ascii_lowercase();
         let (mut quality, mut version) = (1.0_f32, None);
         for parameter in parts {
-            let Some((name, value)) = parameter.iter().position(|&b| b == b'=').map(|at| {
-                (
-                    parameter[..at].trim_ascii(),
-                    parameter[at + 1..].trim_ascii(),
-                )
-            }) else {
+            let Some(at) = parameter.iter().position(|&b| b == b'=') else {
                 continue;
             };
+            let (name, value) = (
+                parameter[..at].trim_ascii(),
+                parameter[at + 1..].trim_ascii(),
+            );
+            let value = value
+                .strip_prefix(b"\"")
+                .and_then(|v| v.strip_suffix(b"\""))
+                .unwrap_or(value);
             if name.eq_ignore_ascii_case(b"q") {
                 quality = std::str::from_utf8(value)
                     .ok()
@@ -105,20 +111,37 @@ pub(crate) fn prefers_openmetrics<'a>(values: impl Iterator<Item = &'a [u8]>) ->
                     .filter(|q| (0.0..=1.0).contains(q))
                     .unwrap_or(0.0);
             } else if name.eq_ignore_ascii_case(b"version") {
-                version = Some(value);
+                version = Some(value.to_vec());
             }
         }
-        let slot = match media.as_slice() {
-            b"application/openmetrics-text" if version.is_none_or(|v| v == b"1.0.0") => {
-                &mut openmetrics
-            }
-            b"text/plain" if version.is_none_or(|v| v == b"0.0.4") => &mut text,
-            b"text/*" | b"*/*" => &mut text,
-            _ => continue,
+        let exact = |wanted: &[u8]| match &version {
+            None => Some(2),
+            Some(v) if v == wanted => Some(3),
+            Some(_) => None,
         };
-        *slot = slot.max(quality);
+        let (om, txt) = match media.as_slice() {
+            b"application/openmetrics-text" => (exact(b"1.0.0"), None),
+            b"text/plain" => (None, exact(b"0.0.4")),
+            b"application/*" => (Some(1), None),
+            b"text/*" => (None, Some(1)),
+            b"*/*" => (Some(0), Some(0)),
+            _ => (None, None),
+        };
+        for (slot, specificity) in [(&mut openmetrics, om), (&mut text, txt)] {
+            let Some(specificity) = specificity else {
+                continue;
+            };
+            *slot = match *slot {
+                Some((known, q)) if known > specificity => Some((known, q)),
+                Some((known, q)) if known == specificity => Some((known, q.max(quality))),
+                _ => Some((specificity, quality)),
+            };
+        }
     }
-    openmetrics > 0.0 && openmetrics >= text
+    let quality = |format: Option<(u8, f32)>| format.map_or(0.0, |(_, q)| q);
+    let named = openmetrics.is_some_and(|(specificity, _)| specificity >= 2);
+    let (om, txt) = (quality(openmetrics), quality(text));
+    om > 0.0 && ((named && om >= txt) || txt == 0.0)
 }
 
 /// Encodes `response` for `request` (or for an unparsed request when `None`), with a body

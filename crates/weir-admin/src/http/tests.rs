@@ -80,4 +80,13 @@ fn metrics_format_follows_the_accept_qualities() {
         assert!(!prefers(&[accept]), "{accept}");
     }
     assert!(!prefers(&[]));
+    // The most specific range decides (RFC 9110 §12.5.1); a quoted version is the same.
+    assert!(prefers(&["*/*;q=1, text/plain;q=0"]));
+    assert!(!prefers(&[
+        "application/openmetrics-text;q=0.5, application/openmetrics-text;version=1.0.0;q=0"
+    ]));
+    assert!(prefers(&["application/openmetrics-text;version=\"1.0.0\""]));
+    assert!(!prefers(&[
+        "text/*;q=0.9, application/openmetrics-text;q=0.5"
+    ]));
 }
