@@ -25,6 +25,8 @@ pub enum Reply {
     /// `Records`, and with them one more address record of the asked type owned by another
     /// name (a record the answer should not have carried).
     RecordsAndStranger(Vec<IpAddr>, u32, String, IpAddr),
+    /// SERVFAIL for A queries, no records for AAAA ones.
+    Ipv4FailsIpv6Empty,
 }
 
 /// The server; it stops when dropped.
@@ -146,6 +148,8 @@ fn respond(query: &[u8], table: &HashMap<String, Reply>) -> Option<Vec<u8>> {
             (0, *ttl, data.collect())
         }
         Some(Reply::ServerFailure) => (2, 0, Vec::new()),
+        Some(Reply::Ipv4FailsIpv6Empty) if kind == 1 => (2, 0, Vec::new()),
+        Some(Reply::Ipv4FailsIpv6Empty) => (0, 30, Vec::new()),
         Some(Reply::NameError) | None => (3, 0, Vec::new()),
     };
     out.extend_from_slice(&[0x81, 0x80 | rcode, 0, 1]);

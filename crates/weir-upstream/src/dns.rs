@@ -103,7 +103,8 @@ impl fmt::Display for NodeName {
 /// The addresses a name resolved to, and for how long they hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
-    /// The nodes' addresses: sorted, without duplicates, never empty.
+    /// The nodes' addresses: sorted, without duplicates; empty only in a partial answer
+    /// whose failed family may keep its last ones ([`NameState::on_answer`]).
     pub addresses: Vec<SocketAddr>,
     /// The shortest time to live of the records, as the resolver reported it.
     pub ttl: Duration,
@@ -231,8 +232,12 @@ impl Resolver {
         };
         addresses.sort_unstable();
         addresses.dedup();
-        if addresses.is_empty() {
-            return Err(ResolveError::NoRecords);
+        // None at all is no answer, unless a family failed: its last addresses may stay.
+        if addresses.is_empty() && failed_family.is_none() {
+            return Err(match partial {
+                Some(why) => ResolveError::Failed(why),
+                None => ResolveError::NoRecords,
+            });
         }
         let ttl = valid_until.saturating_duration_since(std::time::Instant::now());
         Ok(Answer {
@@ -293,15 +298,21 @@ impl Resolver {
             2 => &[Families::Ipv4, Families::Ipv6],
             _ => &[],
         };
+        let mut answered = false;
         for (index, answer) in answers.into_iter().enumerate() {
             match answer {
                 Ok(Some((ips, until))) => {
                     addresses.extend(ips);
                     valid_until = Some(valid_until.map_or(until, |earliest| earliest.min(until)));
                 }
-                Ok(None) => {}
+                Ok(None) => answered = true,
                 Err(error) => failed = Some((error, families.get(index).copied())),
             }
+        }
+        // One family failed and the other has no records: an answer still (that family has
+        // no nodes), partial, asked again soon.
+        if valid_until.is_none() && answered && failed.as_ref().is_some_and(|(_, f)| f.is_some()) {
+            valid_until = Some(std::time::Instant::now());
         }
         match (valid_until, failed) {
             (Some(valid_until), None) => Ok(Ips {
@@ -513,6 +524,16 @@ impl NameState {
                 Ok(answer)
             }
             (outcome, _) => outcome,
+        };
+        // A partial answer that leaves no address (the family that answered has none, the
+        // one that failed had none either) is a failure: a set is never empty.
+        let outcome = match outcome {
+            Ok(Answer {
+                addresses,
+                partial: Some(why),
+                ..
+            }) if addresses.is_empty() => Err(ResolveError::Failed(why)),
+            outcome => outcome,
         };
         match outcome {
             Ok(answer) => {

@@ -159,6 +159,19 @@ async fn a_failed_family_or_target_makes_a_partial_answer() {
         SocketAddr::new(v6, 5432),
     ]);
     assert_eq!(state.on_answer(Ok(moved)).0, Update::Changed(expected));
+    // The A query fails and AAAA has no records: the IPv6 node goes, the IPv4 one stays.
+    dns.set("v6gone.test", Reply::Ipv4FailsIpv6Empty);
+    let gone = resolver.resolve(&name("v6gone.test.")).await.unwrap();
+    assert_eq!(gone.failed_family, Some(Families::Ipv4));
+    assert!(gone.addresses.is_empty());
+    let expected: Arc<[SocketAddr]> = Arc::from(vec![SocketAddr::new(v4(3), 5432)]);
+    assert_eq!(
+        state.on_answer(Ok(gone.clone())).0,
+        Update::Changed(expected)
+    );
+    // For a name never resolved, nothing to keep: a failure.
+    let mut fresh = NameState::new(name("v6gone.test."), &settings(&dns, 1_000, 60_000));
+    assert!(matches!(fresh.on_answer(Ok(gone)).0, Update::Failed(_)));
     // Without one: taken, so a resolver that always fails AAAA still gives the A nodes.
     let mut first = NameState::new(name("dual.test."), &settings(&dns, 1_000, 60_000));
     assert!(matches!(first.on_answer(Ok(partial)).0, Update::Changed(set) if set.len() == 1));
