@@ -220,7 +220,8 @@ const MAX_SCHEMA_ERRORS: usize = 20;
 /// Deserializes the parsed `text` into the schema `F`. serde stops at the first unknown
 /// key or wrong value; to report every one, the offending `key = value` line is blanked
 /// (spaces, so every line keeps its number) and the text deserialized again, up to
-/// [`MAX_SCHEMA_ERRORS`]. It stops early where no line can be blanked (a bad table header),
+/// [`MAX_SCHEMA_ERRORS`]; an unknown table (a header, or a dotted key's first part) is
+/// blanked with everything under it. It stops early where nothing can be blanked,
 /// and at a "missing required key" that a blanked line caused: that one is not the file's.
 fn deserialize<F>(text: &str, document: toml_edit::Document<String>) -> Schema<F>
 where
@@ -267,13 +268,28 @@ where
             path: path.to_string(),
             message,
         });
-        let statement = locator.as_ref().and_then(|l| l.statement(&path));
-        let Some((statement_path, range)) =
+        // The `key = value` that holds the path, or, for a table (a dotted key's first part,
+        // a header), everything written at and under it.
+        let statement = locator.as_ref().and_then(|l| {
+            l.statement(&path)
+                .map(|(at, range)| (at, vec![range]))
+                .or_else(|| {
+                    // (Never the whole file: a problem without a place stops the report.)
+                    let ranges = match path.segments().is_empty() {
+                        true => Vec::new(),
+                        false => l.section(&path),
+                    };
+                    Some((path.clone(), ranges)).filter(|(_, ranges)| !ranges.is_empty())
+                })
+        });
+        let Some((statement_path, ranges)) =
             statement.filter(|_| schema.errors.len() < MAX_SCHEMA_ERRORS)
         else {
             return schema;
         };
-        blank(&mut text, range);
+        for range in ranges {
+            blank(&mut text, range);
+        }
         schema.blanked.push(statement_path);
         let Ok(document) = parse_document(&text) else {
             return schema;

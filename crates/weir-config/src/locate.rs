@@ -18,6 +18,8 @@ pub(crate) struct Locator<'a> {
     /// Each `key = value` of a table written with a header (or of the root): from its key
     /// to the end of its value.
     statements: HashMap<KeyPath, Range<usize>>,
+    /// The header (`[a.b]`, `[[a.b]]`) of each table written with one.
+    headers: Vec<(KeyPath, Range<usize>)>,
     /// The byte offset of each line break, in order: a line is a binary search away, where
     /// counting from the top for each of 10,000 problems took seconds.
     breaks: Vec<usize>,
@@ -30,6 +32,7 @@ impl<'a> Locator<'a> {
             starts: HashMap::new(),
             spans: Vec::new(),
             statements: HashMap::new(),
+            headers: Vec::new(),
             breaks: text.match_indices('\n').map(|(offset, _)| offset).collect(),
         };
         if let Some(root) = document.as_item().as_table() {
@@ -62,6 +65,24 @@ impl<'a> Locator<'a> {
     /// with its path and byte range; `None` for a path under a table header.
     pub(crate) fn statement(&self, path: &KeyPath) -> Option<(KeyPath, Range<usize>)> {
         nearest(&self.statements, path).map(|(path, range)| (path, range.clone()))
+    }
+
+    /// Everything the file writes at `path` and under it when that is a table, not a
+    /// `key = value`: the first part of a dotted key (`zz` of `zz.a = 1`), a table header
+    /// (`[pools.p.helth]`) or an array of tables, with every statement and header under it.
+    /// Empty when the file writes nothing there.
+    pub(crate) fn section(&self, path: &KeyPath) -> Vec<Range<usize>> {
+        let statements = self
+            .statements
+            .iter()
+            .filter(|(at, _)| at.starts_with(path))
+            .map(|(_, range)| range.clone());
+        let headers = self
+            .headers
+            .iter()
+            .filter(|(at, _)| at.starts_with(path))
+            .map(|(_, range)| range.clone());
+        statements.chain(headers).collect()
     }
 
     pub(crate) fn diagnostic(&self, problem: Problem) -> Diagnostic {
@@ -109,11 +130,19 @@ impl<'a> Locator<'a> {
 
     fn visit_item(&mut self, path: &KeyPath, item: &Item) {
         match item {
-            Item::Table(table) => self.visit_table(path, table),
+            Item::Table(table) => {
+                if let Some(span) = table.span().filter(|_| !table.is_dotted()) {
+                    self.headers.push((path.clone(), span));
+                }
+                self.visit_table(path, table);
+            }
             Item::ArrayOfTables(array) => {
                 for (index, table) in array.iter().enumerate() {
                     let element = path.index(index);
                     let span = table.span();
+                    if let Some(span) = &span {
+                        self.headers.push((element.clone(), span.clone()));
+                    }
                     self.record(&element, span.as_ref().map(|s| s.start), [span, None]);
                     self.visit_table(&element, table);
                 }

@@ -175,6 +175,27 @@ fn every_unknown_key_and_wrong_value_is_reported() {
         ],
         "{error}"
     );
+    // An unknown table, as a dotted key's first part, a header or an array of tables, is set
+    // aside with everything under it, and the report goes on.
+    let text = GOOD.replace(
+        "pool = \"web\"\n",
+        "pool = \"web\"\nzz.a = 3\nhelth.type.deep = 1\nqq = 1\n",
+    ) + "[pools.web.helth]\ntype = \"tcp\"\n[[pools.web.nodez]]\naddress = \"x\"\n\
+         [pools.web.timeouts]\nconnect = 3\n";
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    let found: Vec<&str> = error.errors.iter().map(|d| d.path.as_str()).collect();
+    assert_eq!(
+        found,
+        [
+            "virtual_servers.web.zz",
+            "virtual_servers.web.helth",
+            "virtual_servers.web.qq",
+            "pools.web.helth",
+            "pools.web.nodez",
+            "pools.web.timeouts.connect",
+        ],
+        "{error}"
+    );
     // A line set aside that holds characters of several bytes moves nothing after it.
     let text = GOOD.replace(
         "pool = \"web\"\n",
