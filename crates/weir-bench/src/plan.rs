@@ -301,6 +301,11 @@ pub struct Url {
 /// process holds about a million descriptors at most on Linux (`fs.nr_open`).
 pub const MAX_CONNECTIONS: usize = 1_000_000;
 
+/// The most HTTP/2 streams in flight on one connection (`--streams`): past a server's
+/// `SETTINGS_MAX_CONCURRENT_STREAMS` (100 to 1,000 in practice) they only wait, and each
+/// holds its request and state in memory.
+pub const MAX_STREAMS: usize = 10_000;
+
 /// The largest L4 exchange (`--l4-size`): each connection holds one in memory.
 pub const MAX_L4_SIZE: usize = 64 * 1024 * 1024;
 
@@ -332,6 +337,9 @@ fn http_protocol(settings: &Settings) -> Result<Protocol, PlanError> {
     match settings.http2_streams {
         None => Ok(Protocol::Http1),
         Some(0) => Err(PlanError::Zero("--streams")),
+        Some(streams) if streams > MAX_STREAMS => {
+            Err(PlanError::TooLarge("--streams", MAX_STREAMS))
+        }
         Some(_) if settings.mode == ConnectionMode::Close => Err(PlanError::CloseWithH2),
         Some(streams) => Ok(Protocol::Http2 { streams }),
     }

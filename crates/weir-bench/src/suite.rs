@@ -285,6 +285,9 @@ pub enum SuiteError {
     /// The time per row is zero.
     #[error("--row-duration must be longer than zero")]
     RowDuration,
+    /// A TLS target's URL is not `https://`; names the option.
+    #[error("{0} must be an https:// URL")]
+    NotHttps(&'static str),
     /// A row's run could not be planned (checked for every row before the first runs).
     #[error("row {row:?}, {option}: {error}")]
     Plan {
@@ -406,6 +409,16 @@ pub fn run(settings: &SuiteSettings) -> Result<SuiteReport, SuiteError> {
     }
     if settings.row_duration.is_zero() {
         return Err(SuiteError::RowDuration);
+    }
+    for (index, target) in settings.targets.iter().enumerate() {
+        if target
+            .tls
+            .as_deref()
+            .is_some_and(|url| !url.starts_with("https://"))
+        {
+            let option = if index > 0 { "--compare-tls" } else { "--tls" };
+            return Err(SuiteError::NotHttps(option));
+        }
     }
     // Every row is planned before the first runs: a bad address or option is refused at
     // once, not after the rows before it have run.

@@ -138,9 +138,15 @@ pub enum TlsSetupError {
     /// The `--sni` value is not a DNS name or IP address.
     #[error("--sni {0:?} is not a valid server name")]
     Sni(String),
-    /// rustls refused the configuration.
+    /// rustls refused the configuration (shown in the message, so not a `source`).
     #[error("TLS settings: {0}")]
-    Rustls(#[from] rustls::Error),
+    Rustls(rustls::Error),
+}
+
+impl From<rustls::Error> for TlsSetupError {
+    fn from(error: rustls::Error) -> Self {
+        TlsSetupError::Rustls(error)
+    }
 }
 
 /// A run told to do full handshakes only (resumption off) saw a resumed one: its figures are

@@ -85,6 +85,11 @@ fn h2_plans_refuse_what_does_not_apply() {
         Plan::new(run.clone()),
         Err(PlanError::Zero("--streams"))
     ));
+    run.http2_streams = Some(10_001);
+    assert!(matches!(
+        Plan::new(run.clone()),
+        Err(PlanError::TooLarge("--streams", _))
+    ));
     run.http2_streams = Some(4);
     run.mode = ConnectionMode::Close;
     assert!(matches!(

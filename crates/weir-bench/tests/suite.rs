@@ -194,6 +194,11 @@ fn every_row_is_checked_before_the_first_runs() {
     run.row_duration = Duration::ZERO;
     let error = suite::run(&run).expect_err("no time per row").to_string();
     assert_eq!(error, "--row-duration must be longer than zero");
+    run.row_duration = Duration::from_secs(30);
+    run.targets[0].cache = None;
+    run.targets[0].tls = Some(http.url(""));
+    let error = suite::run(&run).expect_err("--tls over http").to_string();
+    assert_eq!(error, "--tls must be an https:// URL");
     http.stop();
 }
 

@@ -57,10 +57,16 @@ pub enum LabError {
     Bench(String),
     /// A child's config could not be rendered from its template.
     #[error("config template: {0}")]
-    Template(#[from] TemplateError),
+    Template(TemplateError),
     /// The WAN lab's emulated link could not be set up (root, TUN, `ip`).
     #[error(transparent)]
     Netem(#[from] weir_netem::SetupError),
+}
+
+impl From<TemplateError> for LabError {
+    fn from(error: TemplateError) -> Self {
+        LabError::Template(error)
+    }
 }
 
 impl LabError {

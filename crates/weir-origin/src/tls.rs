@@ -40,9 +40,16 @@ pub enum TlsError {
         /// The file as named.
         path: String,
     },
-    /// rustls refused the certificate, the key or the settings.
+    /// rustls refused the certificate, the key or the settings (shown in the message, so
+    /// not a `source`).
     #[error("invalid certificate or key: {0}")]
-    Rustls(#[from] rustls::Error),
+    Rustls(rustls::Error),
+}
+
+impl From<rustls::Error> for TlsError {
+    fn from(error: rustls::Error) -> Self {
+        TlsError::Rustls(error)
+    }
 }
 
 impl OriginTls {

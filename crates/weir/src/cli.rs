@@ -247,8 +247,9 @@ pub struct CertArgs {
     /// Also issue a client certificate with this common name (for client certificate tests).
     #[arg(long)]
     pub client: Option<String>,
-    /// Days the server and client certificates are valid (1 to 36500).
-    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=36_500))]
+    /// Days the server and client certificates are valid (1 to 3650, the life of the CA
+    /// `weir cert` makes: a certificate past its CA's life would not verify).
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=3650))]
     pub days: u32,
     /// Reuse `ca.pem`/`ca.key` in the directory instead of making a new CA.
     #[arg(long)]
