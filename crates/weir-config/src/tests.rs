@@ -125,6 +125,15 @@ fn wrong_type_names_file_line_and_path() {
     );
 }
 
+/// The line and key of each problem `error` reports, in order.
+fn lines_and_keys(error: &ConfigError) -> Vec<(Option<usize>, &str)> {
+    error
+        .errors
+        .iter()
+        .map(|d| (d.line, d.path.as_str()))
+        .collect()
+}
+
 /// Every unknown key and wrong value is reported, in file order, not only the first (each
 /// one's line is set aside and the file read again), with the validation problems of the
 /// rest of the file.
@@ -139,13 +148,8 @@ fn every_unknown_key_and_wrong_value_is_reported() {
         )
         + "retries = \"two\"\n[pools.web.timeouts]\nconnect = 3\n";
     let error = parse_str(&text, "weir.toml").unwrap_err();
-    let found: Vec<(Option<usize>, &str)> = error
-        .errors
-        .iter()
-        .map(|d| (d.line, d.path.as_str()))
-        .collect();
     assert_eq!(
-        found,
+        lines_and_keys(&error),
         [
             (Some(4), "virtual_servers.web.bogus"),
             (Some(7), "pools.web.algorithm"),
@@ -162,13 +166,8 @@ fn every_unknown_key_and_wrong_value_is_reported() {
         "pool = \"web\"\n  timeouts . client = \"1s\"\nbogus = 1\n",
     );
     let error = parse_str(&text, "weir.toml").unwrap_err();
-    let found: Vec<(Option<usize>, &str)> = error
-        .errors
-        .iter()
-        .map(|d| (d.line, d.path.as_str()))
-        .collect();
     assert_eq!(
-        found,
+        lines_and_keys(&error),
         [
             (Some(4), "virtual_servers.web.timeouts.client"),
             (Some(5), "virtual_servers.web.bogus"),
@@ -202,13 +201,8 @@ fn every_unknown_key_and_wrong_value_is_reported() {
         "pool = \"web\"\nnote = \"éèà — ✓\"\nbogus = 1\n",
     );
     let error = parse_str(&text, "weir.toml").unwrap_err();
-    let found: Vec<(Option<usize>, &str)> = error
-        .errors
-        .iter()
-        .map(|d| (d.line, d.path.as_str()))
-        .collect();
     assert_eq!(
-        found,
+        lines_and_keys(&error),
         [
             (Some(4), "virtual_servers.web.note"),
             (Some(5), "virtual_servers.web.bogus"),

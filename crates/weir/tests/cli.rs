@@ -777,11 +777,15 @@ fn reload_refuses_a_bad_file_with_exit_code_2() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("runtime.drain_timeout"));
 }
 
-/// `weir reload --config FILE --admin ADDR` with a file that does not load: the running
-/// weir is still asked with the token the file names (relative to the file), so its
-/// refusal, with file, line and key, comes back (exit code 2), not a 401.
-#[test]
-fn reload_with_admin_sends_the_token_a_refused_file_names() {
+/// A weir whose admin listener wants a token, from a file beside its config file: the
+/// config, the token file, the config's text, the admin address and the running weir.
+fn serve_with_a_token() -> (
+    tempfile_path::TempPath,
+    std::path::PathBuf,
+    String,
+    String,
+    Running,
+) {
     let (text, admin) = admin_config();
     let config = temp_config("");
     let token_name = format!(
@@ -795,7 +799,16 @@ fn reload_with_admin_sends_the_token_a_refused_file_names() {
         &format!("listen = \"{admin}\"\ntoken_file = \"{token_name}\"\n"),
     );
     std::fs::write(config.path(), &good).unwrap();
-    let _serving = serve_with_admin(&config, &admin);
+    let serving = serve_with_admin(&config, &admin);
+    (config, token, good, admin, serving)
+}
+
+/// `weir reload --config FILE --admin ADDR` with a file that does not load: the running
+/// weir is still asked with the token the file names (relative to the file), so its
+/// refusal, with file, line and key, comes back (exit code 2), not a 401.
+#[test]
+fn reload_with_admin_sends_the_token_a_refused_file_names() {
+    let (config, token, good, admin, _serving) = serve_with_a_token();
     std::fs::write(
         config.path(),
         good.replace("pool = \"web\"", "pool = \"ghost\""),
@@ -828,20 +841,7 @@ fn reload_with_admin_sends_the_token_a_refused_file_names() {
 /// code 1, with the address and the status), not a refused reload (2).
 #[test]
 fn reload_with_admin_tells_a_failure_to_ask_from_a_refusal() {
-    let (text, admin) = admin_config();
-    let config = temp_config("");
-    let token_name = format!(
-        "{}.token",
-        config.path().file_name().unwrap().to_string_lossy()
-    );
-    let token = config.path().with_file_name(&token_name);
-    std::fs::write(&token, "s3cret-token\n").unwrap();
-    let good = text.replace(
-        &format!("listen = \"{admin}\"\n"),
-        &format!("listen = \"{admin}\"\ntoken_file = \"{token_name}\"\n"),
-    );
-    std::fs::write(config.path(), &good).unwrap();
-    let _serving = serve_with_admin(&config, &admin);
+    let (_config, token, good, admin, _serving) = serve_with_a_token();
     let proxy = good
         .split("[virtual_servers.web]\nlisten = \"")
         .nth(1)
