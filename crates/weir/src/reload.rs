@@ -102,6 +102,11 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<(bool, String)> {
              with --token-file",
             api_error(&body)
         ),
+        // weir's own answer that it cannot reload now (503 while it drains, say).
+        _ if says("error") => anyhow::bail!(
+            "the admin listener at {address} answered {status}: {}",
+            api_error(&body)
+        ),
         _ => anyhow::bail!(
             "{address} answered {status} ({}), not as weir's admin API answers a reload; is \
              it weir's admin listener (admin.listen)?",
