@@ -82,16 +82,17 @@ impl Request {
 /// Whether the `Accept` fields (`values`) prefer OpenMetrics 1.0.0 to Prometheus's classic
 /// text format 0.0.4. Each format's quality is that of the most specific range that matches
 /// it (RFC 9110 §12.5.1: the type with its `version`, the type, `type/*`, `*/*`; a range
-/// naming another version does not match), `q=0` meaning not acceptable (§12.4.2).
+/// naming another version does not match), `q=0` or a value that is not a q-value meaning
+/// not acceptable (§12.4.2, read by `weir_http::qvalue`).
 /// OpenMetrics is sent when the client named it, with a quality above 0 and at least the
 /// text format's, or when only it is acceptable.
 pub(crate) fn prefers_openmetrics<'a>(values: impl Iterator<Item = &'a [u8]>) -> bool {
     // (specificity, quality) of the best match so far, for each format.
-    let (mut openmetrics, mut text) = (None::<(u8, f32)>, None::<(u8, f32)>);
+    let (mut openmetrics, mut text) = (None::<(u8, u16)>, None::<(u8, u16)>);
     for range in values.flat_map(weir_http::split_list) {
         let mut parts = range.split(|&b| b == b';').map(<[u8]>::trim_ascii);
         let media = parts.next().unwrap_or_default().to_ascii_lowercase();
-        let (mut quality, mut version) = (1.0_f32, None);
+        let (mut quality, mut version) = (1000, None);
         for parameter in parts {
             let Some(at) = parameter.iter().position(|&b| b == b'=') else {
                 continue;
@@ -105,11 +106,8 @@ pub(crate) fn prefers_openmetrics<'a>(values: impl Iterator<Item = &'a [u8]>) ->
                 .and_then(|v| v.strip_suffix(b"\""))
                 .unwrap_or(value);
             if name.eq_ignore_ascii_case(b"q") {
-                quality = std::str::from_utf8(value)
-                    .ok()
-                    .and_then(|q| q.parse::<f32>().ok())
-                    .filter(|q| (0.0..=1.0).contains(q))
-                    .unwrap_or(0.0);
+                // Not a q-value: not acceptable, as for content codings.
+                quality = weir_http::qvalue(value).unwrap_or(0);
             } else if name.eq_ignore_ascii_case(b"version") {
                 version = Some(value.to_vec());
             }
@@ -138,10 +136,10 @@ pub(crate) fn prefers_openmetrics<'a>(values: impl Iterator<Item = &'a [u8]>) ->
             };
         }
     }
-    let quality = |format: Option<(u8, f32)>| format.map_or(0.0, |(_, q)| q);
+    let quality = |format: Option<(u8, u16)>| format.map_or(0, |(_, q)| q);
     let named = openmetrics.is_some_and(|(specificity, _)| specificity >= 2);
     let (om, txt) = (quality(openmetrics), quality(text));
-    om > 0.0 && ((named && om >= txt) || txt == 0.0)
+    om > 0 && ((named && om >= txt) || txt == 0)
 }
 
 /// Encodes `response` for `request` (or for an unparsed request when `None`), with a body

@@ -39,6 +39,27 @@ impl FieldNames {
     }
 }
 
+/// A quality value (RFC 9110 §12.4.2), in thousandths:
+/// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`, ×1000.
+pub fn qvalue(text: &[u8]) -> Option<u16> {
+    let (whole, fraction) = match text.iter().position(|&b| b == b'.') {
+        Some(at) => (&text[..at], &text[at + 1..]),
+        None => (text, &b""[..]),
+    };
+    if whole.len() != 1 || fraction.len() > 3 || !fraction.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut value = match whole[0] {
+        b'0' => 0u16,
+        b'1' if fraction.iter().all(|digit| *digit == b'0') => 1000,
+        _ => return None,
+    };
+    for (index, digit) in fraction.iter().enumerate() {
+        value += u16::from(digit - b'0') * [100, 10, 1][index];
+    }
+    Some(value.min(1000))
+}
+
 /// Splits one field value at commas outside quoted strings (a `\"` inside one escapes the
 /// quote), trimming each part; empty parts are kept. For lists whose elements may hold
 /// quoted strings: `Cache-Control`, `Forwarded` (RFC 9110 section 5.6.1).

@@ -162,30 +162,10 @@ fn split_q(element: &[u8]) -> (&[u8], u16) {
             // A q parameter that is not a q-value (`q=2`, `q=bad`, `q=0.0005`, `q=`, a
             // bare `q`) excludes the coding: the client meant something other than
             // "fine", and identity is always safe.
-            q = value.and_then(parse_q).unwrap_or(0);
+            q = value.and_then(weir_http::qvalue).unwrap_or(0);
         }
     }
     (token, q)
-}
-
-/// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`, ×1000.
-fn parse_q(text: &[u8]) -> Option<u16> {
-    let (whole, fraction) = match memchr::memchr(b'.', text) {
-        Some(at) => (&text[..at], &text[at + 1..]),
-        None => (text, &b""[..]),
-    };
-    if whole.len() != 1 || fraction.len() > 3 || !fraction.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut value = match whole[0] {
-        b'0' => 0u16,
-        b'1' if fraction.iter().all(|digit| *digit == b'0') => 1000,
-        _ => return None,
-    };
-    for (index, digit) in fraction.iter().enumerate() {
-        value += u16::from(digit - b'0') * [100, 10, 1][index];
-    }
-    Some(value.min(1000))
 }
 
 #[cfg(test)]
