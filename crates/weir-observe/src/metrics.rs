@@ -857,6 +857,16 @@ impl VirtualServerMetrics {
             self.requests[class.index()].inc();
         }
     }
+
+    /// Counts one answered request as its access record has it: its status, the bytes read
+    /// of it (head and body), the bytes of its answer, and how long it took.
+    #[inline]
+    pub fn record_answer(&self, status: u16, received: u64, sent: u64, took: std::time::Duration) {
+        self.record_status(status);
+        self.bytes_received.inc_by(received);
+        self.bytes_sent.inc_by(sent);
+        self.latency.record(took);
+    }
 }
 
 impl PoolMetrics {

@@ -888,14 +888,11 @@ fn record(
     traffic: &RequestTraffic,
 ) {
     let Request { head, started, .. } = request;
-    vs.metrics.record_status(sent.status);
-    vs.metrics
-        .bytes_received
-        .inc_by(head.raw().len() as u64 + body_received);
-    vs.metrics.bytes_sent.inc_by(sent.bytes);
     let done = client.answered();
     let duration = done.saturating_duration_since(started);
-    vs.metrics.latency.record(duration);
+    let received = head.raw().len() as u64 + body_received;
+    vs.metrics
+        .record_answer(sent.status, received, sent.bytes, duration);
     if let Some(log) = &vs.access_log {
         log.write(&AccessRecord {
             virtual_server: &vs.config.name,

@@ -94,10 +94,9 @@ pub(crate) async fn refuse_connection(
             let duration = started.elapsed();
             // As for any answer (`pipeline::record`): the record's bytes and duration are
             // the metrics' too.
-            vs.metrics.record_status(refusal.status);
-            vs.metrics.bytes_received.inc_by(head.raw().len() as u64);
-            vs.metrics.bytes_sent.inc_by(bytes);
-            vs.metrics.latency.record(duration);
+            let received = head.raw().len() as u64;
+            vs.metrics
+                .record_answer(refusal.status, received, bytes, duration);
             tracing::debug!(virtual_server = %vs.config.name, client = %peer, "too many connections from this client; answered and closing");
             if let Some(log) = &vs.access_log {
                 log.write(&AccessRecord {

@@ -341,10 +341,8 @@ impl RequestTraffic {
         // As for a proxied request (`pipeline::record`): the access record's bytes and
         // duration are the metrics' too. Only the head was read (a body left unread
         // closes the connection).
-        vs.metrics.record_status(status);
-        vs.metrics.bytes_received.inc_by(head.raw().len() as u64);
-        vs.metrics.bytes_sent.inc_by(bytes);
-        vs.metrics.latency.record(duration);
+        vs.metrics
+            .record_answer(status, head.raw().len() as u64, bytes, duration);
         if let Some(log) = &vs.access_log {
             log.write(&AccessRecord {
                 virtual_server: &vs.config.name,
