@@ -1113,10 +1113,6 @@ async fn answer_failure(
             }
         }
         .unwrap_or(0);
-        vs.metrics.record_status(status);
-        if let Some(pool) = pool {
-            pool.metrics.record_status(status);
-        }
         if matches!(
             kind,
             ErrorKind::BadRequest | ErrorKind::HeadTooLarge | ErrorKind::BodyTooLarge
@@ -1128,17 +1124,10 @@ async fn answer_failure(
     // short) is still a request: counted and logged with the status its answer had, or 499.
     let (status, logged_bytes) = match (failure.status, request) {
         (Some(status), _) => (status, bytes),
-        (None, Some(_)) => {
-            let status = failure.logged_status();
-            vs.metrics.record_status(status);
-            if let Some(pool) = pool {
-                pool.metrics.record_status(status);
-            }
-            (
-                status,
-                failure.answered().map_or(0, |answered| answered.bytes),
-            )
-        }
+        (None, Some(_)) => (
+            failure.logged_status(),
+            failure.answered().map_or(0, |answered| answered.bytes),
+        ),
         (None, None) => (0, 0),
     };
     log_failure(client, vs, (status, pool), &failure);
@@ -1148,11 +1137,12 @@ async fn answer_failure(
         // are the metrics' too. What was read of the request counts as received: its head
         // (or, refused, the bytes of it read), and its body as far as it went.
         let head_bytes = head.map_or(client.read_buf.len(), |h| h.raw().len());
+        let received = head_bytes as u64 + failure.body_received();
         vs.metrics
-            .bytes_received
-            .inc_by(head_bytes as u64 + failure.body_received());
-        vs.metrics.bytes_sent.inc_by(logged_bytes);
-        vs.metrics.latency.record(duration);
+            .record_answer(status, received, logged_bytes, duration);
+        if let Some(pool) = pool {
+            pool.metrics.record_status(status);
+        }
     }
     if let Some(log) = vs.access_log.as_ref().filter(|_| status != 0) {
         let [method, target, version] = named(client, head, line.as_ref(), version);
