@@ -500,8 +500,10 @@ impl Checker {
                 .map_err(|message| self.report(&path.key("host"), message))
                 .ok()
         });
+        // Routes match the normalised path, as rules do: a prefix in any other form could
+        // never match.
         if let Some(prefix) = &table.path_prefix
-            && let Err(message) = values::request_path(prefix)
+            && let Err(message) = values::rule_path(prefix, true)
         {
             self.report(&path.key("path_prefix"), message);
         }

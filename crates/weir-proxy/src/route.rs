@@ -30,35 +30,22 @@ impl VirtualServerRuntime {
         if self.routes.is_empty() {
             return None;
         }
-        let host = head
-            .host()
-            .map(|host| weir_rules::canonical_host(host_without_port(host)));
-        let path = head.path();
+        // The host and path as rules match them (port and trailing dot gone, dot segments
+        // resolved, unreserved escapes decoded): a route and a rule written alike take the
+        // same requests, and `/public/../admin` is not `/public/`'s to serve.
+        let host = weir_rules::match_host(head);
+        let path = weir_rules::normalized_path(head.path());
         self.routes.iter().position(|(rule, _)| {
             let host_ok = rule
                 .host
                 .as_deref()
-                .is_none_or(|want| host.as_deref().is_some_and(|h| host_matches(want, h)));
+                .is_none_or(|want| host_matches(want, &host));
             let path_ok = rule
                 .path_prefix
                 .as_deref()
                 .is_none_or(|prefix| path.starts_with(prefix.as_bytes()));
             host_ok && path_ok
         })
-    }
-}
-
-fn host_without_port(host: &[u8]) -> &[u8] {
-    if host.first() == Some(&b'[') {
-        // [v6]:port
-        return match host.iter().position(|&b| b == b']') {
-            Some(end) => &host[..=end],
-            None => host,
-        };
-    }
-    match host.iter().rposition(|&b| b == b':') {
-        Some(colon) => &host[..colon],
-        None => host,
     }
 }
 
@@ -86,8 +73,7 @@ mod tests {
         assert!(host_matches("*.example.com", b"a.b.example.com"));
         assert!(!host_matches("*.example.com", b"example.com"));
         assert!(!host_matches("*.example.com", b"aexample.com"));
-        assert_eq!(host_without_port(b"a.com:8080"), b"a.com");
-        assert_eq!(host_without_port(b"[::1]:8080"), b"[::1]");
-        assert_eq!(host_without_port(b"a.com"), b"a.com");
+        assert!(!host_matches("a.com", b""));
+        assert!(!host_matches("*.a.com", b""));
     }
 }

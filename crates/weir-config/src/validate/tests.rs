@@ -506,6 +506,15 @@ fn routes() {
         "virtual_servers.web.routes[0].path_prefix",
         "must start with \"/\"",
     );
+    // Routes match the normalised path: a prefix that is not normal could never match.
+    for prefix in ["/a/../b/", "//x", "/%61dmin", "/caf%c3%a9", "/a?b"] {
+        assert_one_error(
+            &route(&format!("path_prefix = \"{prefix}\"")),
+            "virtual_servers.web.routes[0].path_prefix",
+            "can never match",
+        );
+    }
+    valid(&route("path_prefix = \"/.\""));
     assert_one_error(
         &route("host = \"example.com:8080\""),
         "virtual_servers.web.routes[0].host",

@@ -172,8 +172,8 @@ pub(crate) fn request_path(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A rule's `path` (or, with `prefix`, `path_prefix`): a request path already in
-/// the normalised form rules match against, since one in any other form could
+/// A rule's `path` (or, with `prefix`, a rule's or a route's `path_prefix`): a request
+/// path already in the normalised form rules and routes match against, since one in any other form could
 /// never match: no empty, `.` or `..` segment (a prefix's last segment may be
 /// the start of a longer one: `/.` covers `/.env`), no escaped unreserved
 /// character, escapes in upper case and well formed, no `?` (the query is not
@@ -204,7 +204,7 @@ pub(crate) fn rule_path(text: &str, prefix: bool) -> Result<(), String> {
     let outside = text.contains('?') || !text.is_ascii();
     if odd_segment || bad_escape || outside {
         return Err(format!(
-            "path \"{text}\" can never match: rules match the normalised path (no \"//\", \
+            "path \"{text}\" can never match: requests are matched on their normalised path (no \"//\", \
              \".\" or \"..\" segment, unreserved characters not percent-encoded, escapes \
              such as %C3%A9 in upper case, no \"?\", only ASCII)"
         ));

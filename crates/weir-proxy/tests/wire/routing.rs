@@ -1,5 +1,6 @@
 //! The route stage: host and path-prefix rules pick the pool, in order;
-//! the default pool takes the rest.
+//! the default pool takes the rest. Hosts and paths are matched as traffic rules match
+//! them (docs/design/rules.md).
 
 use weir_testkit::client::Connection;
 use weir_testkit::{TestOrigin, TestProxy, config};
@@ -20,9 +21,20 @@ async fn routes_by_host_and_path_prefix() {
          [[virtual_servers.web.routes]]\npath_prefix = \"/api/\"\npool = \"paths\"",
     ))
     .await;
-    let cases: [(&str, &str, &str); 10] = [
+    let cases: [(&str, &str, &str); 18] = [
         ("GET / HTTP/1.1", "a.example.com", "hosts"),
         ("GET / HTTP/1.1", "A.B.EXAMPLE.COM:8080", "hosts"),
+        // A trailing dot names the same host, as it does for rules.
+        ("GET / HTTP/1.1", "a.example.com.", "hosts"),
+        ("GET / HTTP/1.1", "a.example.com.:80", "hosts"),
+        // The path as rules match it: escapes of unreserved characters decoded, dot
+        // segments resolved, `//` merged. `/x/../api/` is `/api/`'s, and `/api/../x` is not.
+        ("GET /%61pi/x HTTP/1.1", "other", "paths"),
+        ("GET //api/x HTTP/1.1", "other", "paths"),
+        ("GET /./api/x HTTP/1.1", "other", "paths"),
+        ("GET /x/../api/x HTTP/1.1", "other", "paths"),
+        ("GET /api/../x HTTP/1.1", "other", "default"),
+        ("GET /api/%2e%2e/x HTTP/1.1", "other", "default"),
         ("GET /api/x HTTP/1.1", "w.example.com", "hosts"),
         ("GET / HTTP/1.1", "example.com", "default"),
         ("GET / HTTP/1.1", "aexample.com", "default"),
@@ -54,9 +66,9 @@ async fn routes_by_host_and_path_prefix() {
             "{line} with Host {host:?}"
         );
     }
-    assert_eq!(default.stats.requests(), 4);
-    assert_eq!(hosts.stats.requests(), 4);
-    assert_eq!(paths.stats.requests(), 2);
+    assert_eq!(default.stats.requests(), 6);
+    assert_eq!(hosts.stats.requests(), 6);
+    assert_eq!(paths.stats.requests(), 6);
     proxy.stop().await;
     for origin in [default, hosts, paths] {
         origin.stop().await;
