@@ -12,7 +12,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::error::{ParseError, ParseErrorKind};
 use crate::fields::{self, Declared, Fields, Header, StartLine};
 use crate::message::{BodyFraming, ConnectionInfo, Method, Version};
-use crate::target::{TargetForm, parse_target, same_authority};
+use crate::target::{TargetForm, authority_port, parse_target, same_authority};
 
 /// Header slots kept on the stack; larger `max_headers` limits use the heap.
 const STACK_HEADERS: usize = 128;
@@ -215,7 +215,7 @@ impl RequestHead {
             TargetForm::Absolute { .. } => {
                 &self.raw[self.path_span.0 as usize..self.target_span.1 as usize]
             }
-            TargetForm::Authority => b"",
+            TargetForm::Authority { .. } => b"",
             _ => self.target(),
         }
     }
@@ -263,15 +263,18 @@ impl RequestHead {
         )
     }
 
-    /// The `Host` header value (or the authority of an absolute-form target).
-    /// When both are present they are equal: a mismatch is rejected.
+    /// The `Host` header value (or the authority of an absolute-form target, or a
+    /// CONNECT's `host:port`). When both are present they are equal: a mismatch is
+    /// rejected.
     pub fn host(&self) -> Option<&[u8]> {
         match (self.host, self.target_form) {
             (Some(index), _) => self
                 .headers
                 .get(index)
                 .map(|field| slice(&self.raw, field.value)),
-            (None, TargetForm::Absolute { authority }) => Some(slice(&self.raw, authority)),
+            (None, TargetForm::Absolute { authority } | TargetForm::Authority { authority }) => {
+                Some(slice(&self.raw, authority))
+            }
             (None, _) => None,
         }
     }
@@ -493,21 +496,37 @@ fn parse_request_in(buf: &[u8], limits: &Limits) -> Result<Option<Found<RequestH
         (Version::Http11, 0) => return Err(ParseError::invalid("HTTP/1.1 request without Host")),
         _ => {}
     }
-    if let (TargetForm::Absolute { authority }, Some(index)) = (target.form, fields.host) {
+    // RFC 9112 §3.2: Host is the target's authority where the target has one, and rules,
+    // routes and the node must all read the same host.
+    if let Some(index) = fields.host {
         let host = fields
             .headers
             .get(index)
             .map(|field| slice(head, field.value));
-        // `http://` or `https://` before the authority: its default port.
-        let default_port = match authority.0 - target_span.0 {
-            8 => 443,
-            _ => 80,
-        };
-        let same = |host: &[u8]| same_authority(host, slice(head, authority), default_port);
-        if !host.is_some_and(same) {
-            return Err(ParseError::invalid(
+        let authority_and_port = match target.form {
+            // `http://` or `https://` before the authority: its default port.
+            TargetForm::Absolute { authority } => Some((
+                authority,
+                match authority.0 - target_span.0 {
+                    8 => 443,
+                    _ => 80,
+                },
                 "Host differs from the absolute-form authority",
-            ));
+            )),
+            // A CONNECT's target always names its port; a Host without one names the
+            // same host.
+            TargetForm::Authority { authority } => Some((
+                authority,
+                authority_port(slice(head, authority)),
+                "Host differs from the CONNECT target",
+            )),
+            TargetForm::Origin | TargetForm::Asterisk => None,
+        };
+        if let Some((authority, default_port, message)) = authority_and_port {
+            let same = |host: &[u8]| same_authority(host, slice(head, authority), default_port);
+            if !host.is_some_and(same) {
+                return Err(ParseError::invalid(message));
+            }
         }
     }
     let framing = match fields.declared_body(version)? {

@@ -15,8 +15,8 @@ pub(crate) enum TargetForm {
     Absolute { authority: (u32, u32) },
     /// `*`
     Asterisk,
-    /// `host:port`
-    Authority,
+    /// `host:port` (CONNECT); the span is the whole target, relative to the head.
+    Authority { authority: (u32, u32) },
 }
 
 /// A validated target: its form and the span of its path (without query).
@@ -67,7 +67,9 @@ pub(crate) fn parse_target(
                 return Err(ParseError::invalid("malformed CONNECT authority"));
             }
             Ok(Target {
-                form: TargetForm::Authority,
+                form: TargetForm::Authority {
+                    authority: (offset, at(target.len())),
+                },
                 path: (offset, offset),
             })
         }
@@ -144,6 +146,16 @@ fn scheme_length(target: &[u8]) -> Option<usize> {
 }
 
 /// `host:port` with a non-empty host and a 1–5 digit port.
+/// The port of a CONNECT target (`host:port`, checked by [`is_authority_with_port`]); 0
+/// for one past 65535, which no Host without a port can then match.
+pub(crate) fn authority_port(authority: &[u8]) -> u16 {
+    let digits = memchr::memrchr(b':', authority).map_or(&[][..], |colon| &authority[colon + 1..]);
+    std::str::from_utf8(digits)
+        .ok()
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(0)
+}
+
 fn is_authority_with_port(target: &[u8]) -> bool {
     let Some(colon) = memchr::memrchr(b':', target) else {
         return false;

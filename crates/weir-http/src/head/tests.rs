@@ -155,6 +155,7 @@ fn asterisk_and_authority_forms() {
     assert_eq!(head.method(), Method::Connect);
     assert_eq!(head.target(), b"example.com:443");
     assert_eq!(head.path(), b"");
+    assert_eq!(head.host(), Some(&b"example.com:443"[..]));
 
     for raw in [
         &b"GET * HTTP/1.1\r\nHost: a\r\n\r\n"[..],
@@ -172,6 +173,34 @@ fn asterisk_and_authority_forms() {
             String::from_utf8_lossy(raw)
         );
     }
+}
+
+/// A CONNECT's Host is its target (RFC 9112 §3.2): rules and routes match the host the
+/// node will tunnel to, not another one written in Host.
+#[test]
+fn connect_host_is_its_target() {
+    for raw in [
+        &b"CONNECT a.example:443 HTTP/1.1\r\nHost: A.example:443\r\n\r\n"[..],
+        b"CONNECT a.example:443 HTTP/1.1\r\nHost: a.example\r\n\r\n",
+        b"CONNECT [::1]:8443 HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n",
+    ] {
+        assert!(request(raw).is_ok(), "{}", String::from_utf8_lossy(raw));
+    }
+    for raw in [
+        &b"CONNECT internal.example:443 HTTP/1.1\r\nHost: allowed.example\r\n\r\n"[..],
+        b"CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:8443\r\n\r\n",
+        b"CONNECT a.example:99999 HTTP/1.1\r\nHost: a.example\r\n\r\n",
+    ] {
+        assert_eq!(
+            rejected(raw).reason,
+            "Host differs from the CONNECT target",
+            "{}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+    // HTTP/1.0 needs no Host: the target is the host rules match and the node is sent.
+    let head = request(b"CONNECT internal.example:443 HTTP/1.0\r\n\r\n").unwrap();
+    assert_eq!(head.host(), Some(&b"internal.example:443"[..]));
 }
 
 /// A CONNECT has no content (RFC 9110 §9.3.6): bytes framed as its body would reach a node
