@@ -100,19 +100,10 @@ impl RequestView for Http1Request<'_> {
         self.head.host()
     }
 
+    /// In absolute form, what follows the authority: `http://h?q` gives `?q`, which the
+    /// key reads as `/?q` (RFC 9112 §3.2.2: an empty path is `/`, and the query stays).
     fn path_and_query(&self) -> &[u8] {
-        let target = self.head.target();
-        if target.starts_with(b"/") || target == b"*" {
-            return target;
-        }
-        // Absolute form: the path starts at the first '/' after "scheme://authority";
-        // with no path at all, the query (if any) follows an implied "/".
-        let after_scheme = memchr::memmem::find(target, b"://").map_or(0, |at| at + 3);
-        let rest = &target[after_scheme..];
-        match memchr::memchr2(b'/', b'?', rest) {
-            Some(at) if rest[at] == b'/' => &rest[at..],
-            Some(_) | None => self.head.path(),
-        }
+        self.head.path_and_query()
     }
 
     fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
@@ -271,20 +262,37 @@ mod tests {
         assert_eq!(values, [&b"x"[..], b"y"]);
     }
 
+    /// The key of an absolute-form request is its origin-form twin's, query and all: an
+    /// empty path is `/`, and `http://h?q` is `/?q`, never `/` (whose entry it would
+    /// fill for every client asking for `/`).
     #[test]
-    fn absolute_form_targets_reduce_to_path_and_query() {
-        let head = request(b"GET http://h.example/p?q HTTP/1.1\r\nHost: h.example\r\n\r\n");
-        let view = Http1Request {
-            head: &head,
-            scheme: Scheme::Http,
+    fn absolute_form_targets_key_like_their_origin_form() {
+        let key = |raw: &[u8]| {
+            let head = request(raw);
+            let view = Http1Request {
+                head: &head,
+                scheme: Scheme::Http,
+            };
+            let mut key = Vec::new();
+            assert!(crate::key::primary_key(&view, &mut key));
+            String::from_utf8(key).unwrap()
         };
-        assert_eq!(view.path_and_query(), b"/p?q");
-        let head = request(b"GET http://h.example HTTP/1.1\r\nHost: h.example\r\n\r\n");
-        let view = Http1Request {
-            head: &head,
-            scheme: Scheme::Http,
-        };
-        assert_eq!(view.path_and_query(), b"/");
+        for (absolute, origin) in [
+            ("http://h.example/p?q", "/p?q"),
+            ("http://h.example", "/"),
+            ("http://h.example?evil=1", "/?evil=1"),
+            ("http://h.example:80?evil=1", "/?evil=1"),
+        ] {
+            assert_eq!(
+                key(format!("GET {absolute} HTTP/1.1\r\nHost: h.example\r\n\r\n").as_bytes()),
+                key(format!("GET {origin} HTTP/1.1\r\nHost: h.example\r\n\r\n").as_bytes()),
+                "{absolute}"
+            );
+        }
+        assert_eq!(
+            key(b"GET http://h.example?evil=1 HTTP/1.0\r\n\r\n"),
+            "http://h.example/?evil=1"
+        );
     }
 
     #[test]
