@@ -141,6 +141,45 @@ impl Cache {
         lookup
     }
 
+    /// A request the cache must neither answer nor store, though its method is one the
+    /// cache serves (a GET with a body): forwarded as a pass, compressed as any other.
+    pub fn pass(
+        &self,
+        policy: &CachePolicy,
+        compression: Option<&CompressionPolicy>,
+        request: &impl RequestView,
+    ) -> Lookup {
+        let asked = Self::asked(policy, compression, &Scanned::new(request), UnixTime::now());
+        Lookup::Forward(asked.exchange(ExchangeKind::Pass))
+    }
+
+    /// What an exchange for `request` starts from: its directives (as `policy` reads
+    /// them) and the coding `compression` chooses for it.
+    fn asked(
+        policy: &CachePolicy,
+        compression: Option<&CompressionPolicy>,
+        request: &Scanned<'_, impl RequestView>,
+        now: UnixTime,
+    ) -> Asked {
+        let directives = if policy.request_directives {
+            RequestDirectives::parse(request)
+        } else {
+            RequestDirectives::default()
+        };
+        // A client's no-transform forbids weir to compress its response.
+        let coding = match compression {
+            Some(compression) if !directives.no_transform => compression.choose(
+                &AcceptEncoding::parse(request.header_values("accept-encoding")),
+            ),
+            _ => Coding::Identity,
+        };
+        Asked {
+            now,
+            directives,
+            coding,
+        }
+    }
+
     fn lookup_with(
         self: &Arc<Self>,
         policy: &CachePolicy,
@@ -150,24 +189,8 @@ impl Cache {
         joining: Joining,
     ) -> Lookup {
         let request = &Scanned::new(request);
-        let directives = if policy.request_directives {
-            RequestDirectives::parse(request)
-        } else {
-            RequestDirectives::default()
-        };
+        let asked = Self::asked(policy, compression, request, now);
         let method = request.method();
-        // A client's no-transform forbids weir to compress its response.
-        let coding = match compression {
-            Some(compression) if !directives.no_transform => compression.choose(
-                &AcceptEncoding::parse(request.header_values("accept-encoding")),
-            ),
-            _ => Coding::Identity,
-        };
-        let asked = Asked {
-            now,
-            directives,
-            coding,
-        };
         if method != b"GET" && method != b"HEAD" {
             return Lookup::Forward(asked.exchange(ExchangeKind::Pass));
         }
@@ -180,7 +203,7 @@ impl Cache {
             let found = self.store.find(
                 hash,
                 &keys.primary,
-                |spec, out| spec.secondary_key(request, coding, out),
+                |spec, out| spec.secondary_key(request, asked.coding, out),
                 &mut keys.secondary,
             );
             let found = match found {

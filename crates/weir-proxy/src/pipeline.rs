@@ -655,7 +655,8 @@ async fn serve_request(
     // the cache nor coalesced: its answer starts a tunnel that would hold the others asking
     // for its URL as long as it lasts, and the switch is the node's to make.
     let cache_allowed = !traffic.reshapes_forwarding() && !forwarding.may_tunnel();
-    let answering = (body.is_complete(), answer_keep_alive, cache_allowed);
+    let bodiless = body.is_complete() && body.received == 0;
+    let answering = (bodiless, answer_keep_alive, cache_allowed);
     // The stages that run for few requests (a refresh, stale-if-error, a tunnel, a cache fill)
     // are boxed below: their futures are several KiB, and an unboxed one would make this
     // future (copied whole each time a request starts) as large as the largest of them.

@@ -305,6 +305,48 @@ async fn no_store_private_and_authorization_are_not_cached() {
     proxy.stop().await;
 }
 
+/// A GET with a body is neither answered from the store nor stored: a node that reads the
+/// body would otherwise have its answer to that body served to everyone asking for the URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_with_a_body_neither_hits_nor_fills() {
+    let node = CountingNode::start(fresh, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    const WITH_BODY: &[&str] = &["Content-Length: 11", "Content-Type: text/plain"];
+    let send = |fields: &'static [&'static str], body: &'static [u8]| {
+        let addr = proxy.addr;
+        async move {
+            let mut connection = Connection::open(addr).await.unwrap();
+            let mut head = String::from("GET /search HTTP/1.1\r\nHost: cache.test\r\n");
+            for field in fields {
+                head.push_str(field);
+                head.push_str("\r\n");
+            }
+            head.push_str("\r\n");
+            let mut bytes = head.into_bytes();
+            bytes.extend_from_slice(body);
+            connection.send(&bytes).await.unwrap();
+            connection.response().await.unwrap()
+        }
+    };
+    let poisoning = send(WITH_BODY, b"q=POISONED!").await;
+    assert_eq!(poisoning.status, 200);
+    assert_eq!(poisoning.header("x-cache"), Some("PASS"));
+    // Nothing stored: the next plain GET is a miss, then a hit.
+    let plain = request(&proxy, "GET", "/search", &[]).await;
+    assert_eq!(plain.header("x-cache"), Some("MISS"));
+    let plain = request(&proxy, "GET", "/search", &[]).await;
+    assert_eq!(plain.header("x-cache"), Some("HIT"));
+    // Nor is a GET with a body answered from what is stored.
+    let again = send(WITH_BODY, b"q=POISONED!").await;
+    assert_eq!(again.header("x-cache"), Some("PASS"));
+    assert_eq!(node.requests(), 3);
+    // An empty body is no body.
+    let empty = send(&["Content-Length: 0"], b"").await;
+    assert_eq!(empty.header("x-cache"), Some("HIT"));
+    assert_eq!(node.requests(), 3);
+    proxy.stop().await;
+}
+
 fn for_cdns(_: &str, _: usize) -> Answer {
     Answer::ok(b"x")
         .field("Cache-Control", "no-store")

@@ -122,8 +122,10 @@ fn scheme(client: &Client) -> Scheme {
     }
 }
 
-/// The `cache_lookup` stage. `body_complete`: the whole request body is read
-/// (a GET with a body larger than the buffer is not answered from the cache).
+/// The `cache_lookup` stage. `bodiless`: the request carried no body. A GET or HEAD
+/// with one, however small, is neither answered from the cache nor stored: its body
+/// cannot change what it asks for (RFC 9110 §9.3.1), but a node that reads it anyway
+/// would have its answer to that body stored for everyone asking for the URL.
 /// `cache_allowed`: false when a traffic rule reshaped the request for the node
 /// (`RequestTraffic::reshapes_forwarding`): then only compression applies.
 /// `prior`: the cache's answer when [`hit_now`] looked the request up already.
@@ -132,7 +134,7 @@ pub(crate) async fn lookup<'vs>(
     vs: &'vs VirtualServerRuntime,
     route: Option<usize>,
     head: &RequestHead,
-    (body_complete, keep_alive, cache_allowed): (bool, bool, bool),
+    (bodiless, keep_alive, cache_allowed): (bool, bool, bool),
     edits: &Edits<'_>,
     prior: Option<Box<Lookup>>,
 ) -> Result<Looked<'vs>, Failure> {
@@ -166,11 +168,11 @@ pub(crate) async fn lookup<'vs>(
         scheme,
         forward_head: None,
     };
-    let cacheable_body = body_complete || !matches!(head.method_bytes(), b"GET" | b"HEAD");
+    let cacheable_body = bodiless || !matches!(head.method_bytes(), b"GET" | b"HEAD");
     let (Some(cache), Some(cache_policy), true) = (
         content.cache.as_ref(),
         policy.cache.as_ref(),
-        cacheable_body && cache_allowed,
+        cache_allowed,
     ) else {
         // Compression only: the coding is chosen now, from the request.
         return Ok(Looked::Forward(policy.compression.as_ref().map(
@@ -187,6 +189,7 @@ pub(crate) async fn lookup<'vs>(
     };
     let compression = policy.compression.as_ref();
     let looked = match prior {
+        _ if !cacheable_body => cache.pass(cache_policy, compression, &view),
         Some(first) => {
             cache
                 .coalesced_from(*first, cache_policy, compression, &view)

@@ -145,6 +145,21 @@ async fn serve(
         };
         let head = String::from_utf8_lossy(&buf[..end]).into_owned();
         buf.drain(..end);
+        // A request body (Content-Length only) is read and dropped.
+        let length = head
+            .lines()
+            .filter_map(|line| line.split_once(':'))
+            .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, value)| value.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        while buf.len() < length {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        buf.drain(..length);
         let before = count.fetch_add(1, Ordering::SeqCst);
         heads.lock().unwrap().push(head.clone());
         if opened.wait_for(|open| *open).await.is_err() {
