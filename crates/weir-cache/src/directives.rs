@@ -93,10 +93,29 @@ impl ResponseDirectives {
                 b"immutable" => found.immutable = true,
                 b"stale-while-revalidate" => set_first(&mut found.stale_while_revalidate, value),
                 b"stale-if-error" => set_first(&mut found.stale_if_error, value),
-                _ => {}
+                name => found.forbid_from_malformed(name),
             }
         }
         found
+    }
+
+    /// An element whose name is not a token (`no-cache; no-store`, `private;`) names no
+    /// directive, but one that spells `no-store`, `no-cache` or `private` among its words
+    /// shows what the origin meant: a shared cache takes the stricter reading (as nginx and
+    /// Varnish's built-in rules do), not the looser one of ignoring it.
+    fn forbid_from_malformed(&mut self, name: &[u8]) {
+        let is_tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+        if name.iter().all(is_tchar) {
+            return;
+        }
+        for word in name.split(|b| !is_tchar(b)) {
+            match word {
+                b"no-store" => self.no_store = true,
+                b"no-cache" => self.no_cache = true,
+                b"private" => self.private = true,
+                _ => {}
+            }
+        }
     }
 
     /// The directives a cache whose targeted fields are `targets` (RFC 9213, most
@@ -332,6 +351,32 @@ mod tests {
             (
                 "unknown-extension=1, community=\"UCI\"",
                 ResponseDirectives::default(),
+            ),
+            // Malformed elements that still say what the origin meant: the stricter reading.
+            (
+                "public, max-age=60, no-cache; no-store",
+                ResponseDirectives {
+                    public: true,
+                    max_age: Some(60),
+                    no_cache: true,
+                    no_store: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "max-age=60, Private;",
+                ResponseDirectives {
+                    max_age: Some(60),
+                    private: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "max-age=60, x-private-thing, not;private-ish",
+                ResponseDirectives {
+                    max_age: Some(60),
+                    ..Default::default()
+                },
             ),
         ];
         for (value, expected) in cases {
