@@ -678,8 +678,11 @@ async fn read_response_head(
             // that failed outright does.
             Ok(Err(io)) if !got_any && !lease.is_reused() && refused_handshake(&io) => {
                 let address = lease.node();
-                if let Some(node) = pool.nodes.iter().find(|n| n.address == address) {
-                    node.metrics.connect_failures.inc();
+                if let Some(index) = pool.nodes.iter().position(|n| n.address == address) {
+                    pool.nodes[index].metrics.connect_failures.inc();
+                    if let Some(connections) = pool.connections.get(index) {
+                        connections.record_refused_handshake();
+                    }
                 }
                 return Err(Failure::from_error(
                     Error::upstream(ErrorKind::ConnectFailed, io)

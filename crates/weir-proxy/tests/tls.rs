@@ -779,7 +779,46 @@ async fn a_node_that_refuses_the_client_certificate_after_the_handshake_is_passe
         assert_eq!(response.status, 200);
     }
     assert!(metric(&front, "weir_node_connect_failures_total") >= 1.0);
+    // Each refusal is a failed handshake too, though weir's side of it had ended.
+    assert_eq!(
+        metric(&front, "kind=\"failed\""),
+        metric(&front, "weir_node_connect_failures_total")
+    );
     for proxy in [front, refusing, accepting] {
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}
+
+/// Sessions are remembered per node: two nodes with one `server_name` (the usual set-up)
+/// each resume their own sessions. With one memory for the pool, each was offered the
+/// other's ticket, which it cannot resume, and every connection was a full handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_sharing_a_server_name_each_resume_their_own_sessions() {
+    let pki = Pki::new();
+    let node_cert = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let first = TestProxy::start(&https_config(&origin, &certificates(&[&node_cert]))).await;
+    let second = TestProxy::start(&https_config(&origin, &certificates(&[&node_cert]))).await;
+    let front = TestProxy::start(&weir_testkit::config(
+        &[first.addr, second.addr],
+        &format!(
+            "algorithm = \"round_robin\"\nretries = 0\n\
+             [pools.web.connections]\nmax_requests_per_connection = 1\n\
+             [pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"",
+            toml_path(&pki.ca_path())
+        ),
+        "",
+    ))
+    .await;
+    for _ in 0..8 {
+        let response = weir_testkit::client::get(front.addr, "/").await.unwrap();
+        assert_eq!(response.status, 200);
+    }
+    // One full handshake per node, then resumptions.
+    assert_eq!(metric(&front, "kind=\"full\"}"), 2.0);
+    assert_eq!(metric(&front, "kind=\"resumed\"}"), 6.0);
+    for proxy in [front, first, second] {
         proxy.stop().await;
     }
     origin.stop().await;

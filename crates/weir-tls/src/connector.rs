@@ -5,9 +5,10 @@
 //! One connector per pool, and connections are pooled per pool and node, so
 //! connections made with different TLS settings are never shared.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -27,13 +28,26 @@ use weir_config::{ConfigError, FileRef, UpstreamTls};
 use crate::certs::{self, FileProblem};
 use crate::provider;
 
-/// Sessions remembered per pool for resumption with its nodes.
-const SESSIONS_PER_POOL: usize = 1024;
+/// Server names remembered per node for resumption (rustls keeps a few tickets for each);
+/// a node is one server, but its connections may be made under another name after a
+/// reload.
+const NAMES_PER_NODE: usize = 4;
+
+/// Nodes whose sessions are remembered at once; past it the memory starts afresh (a pool
+/// whose DNS names keep moving must not grow it without end).
+const NODES_REMEMBERED: usize = 1024;
 
 /// Makes TLS connections to the nodes of one pool.
 #[derive(Clone)]
 pub struct Connector {
+    /// The pool's settings; each node's connections use a copy with the node's own
+    /// session memory ([`Connector::config_for`]).
     config: Arc<ClientConfig>,
+    /// Per node, `config` with its own session memory. rustls files sessions by server
+    /// name, and the nodes of a pool usually share one (`server_name`, or one IP on
+    /// several ports): one memory for the pool offered each node the others' tickets,
+    /// which no node can resume, so nothing ever resumed.
+    per_node: Arc<Mutex<HashMap<SocketAddr, Arc<ClientConfig>>>>,
     server_name: Option<ServerName<'static>>,
     verify: bool,
     resumption: bool,
@@ -115,11 +129,7 @@ impl Connector {
             None => builder.with_no_client_auth(),
         };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        config.resumption = if settings.session_resumption {
-            Resumption::in_memory_sessions(SESSIONS_PER_POOL)
-        } else {
-            Resumption::disabled()
-        };
+        config.resumption = Resumption::disabled();
         let server_name = match &settings.server_name {
             Some(name) => {
                 Some(
@@ -133,6 +143,7 @@ impl Connector {
         };
         Ok(Connector {
             config: Arc::new(config),
+            per_node: Arc::default(),
             server_name,
             verify: settings.verify,
             resumption: settings.session_resumption,
@@ -152,11 +163,9 @@ impl Connector {
     pub fn with_alpn(&self, protocols: &[&[u8]]) -> Connector {
         let mut config = (*self.config).clone();
         config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
-        if self.resumption {
-            config.resumption = Resumption::in_memory_sessions(SESSIONS_PER_POOL);
-        }
         Connector {
             config: Arc::new(config),
+            per_node: Arc::default(),
             server_name: self.server_name.clone(),
             verify: self.verify,
             resumption: self.resumption,
@@ -174,9 +183,32 @@ impl Connector {
             .server_name
             .clone()
             .unwrap_or_else(|| ServerName::IpAddress(node.ip().into()));
-        TlsConnector::from(Arc::clone(&self.config))
+        TlsConnector::from(self.config_for(node))
             .connect(name, tcp)
             .await
+    }
+
+    /// The client settings for connections to `node`: the pool's, with the node's own
+    /// session memory when resumption is on.
+    fn config_for(&self, node: SocketAddr) -> Arc<ClientConfig> {
+        if !self.resumption {
+            return Arc::clone(&self.config);
+        }
+        let mut per_node = self
+            .per_node
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(config) = per_node.get(&node) {
+            return Arc::clone(config);
+        }
+        if per_node.len() >= NODES_REMEMBERED {
+            per_node.clear();
+        }
+        let mut config = (*self.config).clone();
+        config.resumption = Resumption::in_memory_sessions(NAMES_PER_NODE);
+        let config = Arc::new(config);
+        per_node.insert(node, Arc::clone(&config));
+        config
     }
 }
 

@@ -751,6 +751,16 @@ impl Drop for QueuedWait<'_> {
 }
 
 impl NodeConnections {
+    /// The node refused the TLS session after weir's side of the handshake had ended
+    /// (TLS 1.3: its alert about weir's client certificate follows weir's Finished, and
+    /// [`Self::handshake`] counted the handshake as made): counted as the failed handshake
+    /// it was.
+    pub fn record_refused_handshake(&self) {
+        if let Some(tls) = &self.settings.load().tls {
+            tls.metrics.failed.inc();
+        }
+    }
+
     /// The TLS handshake with the node, within the connect timeout. A
     /// failure (verification included) is retry-safe: nothing was sent.
     async fn handshake(
