@@ -637,7 +637,19 @@ impl Checker {
         let Some(text) = text else {
             return default;
         };
+        // As for `weir serve`'s timeouts: past a day is a mistake, and far past it the
+        // timers' arithmetic (an instant plus the duration) overflows.
+        const MAX: Duration = Duration::from_secs(24 * 60 * 60);
         match weir_config::units::parse_duration(text) {
+            Ok(duration) if duration > MAX => {
+                self.report(
+                    path,
+                    format!(
+                        "\"{text}\" is longer than a day; write it like \"30s\", \"5m\" or \"1h\""
+                    ),
+                );
+                default
+            }
             Ok(duration) if !duration.is_zero() => duration,
             Ok(_) => {
                 self.report(path, "must be more than zero");

@@ -98,6 +98,35 @@ connect = "127.0.0.1:8080"
     }
 }
 
+/// A duration past a day is refused, as `weir serve`'s timeouts are: far past it the
+/// timers' arithmetic overflowed (a panic on SIGTERM, an abort in the QUIC timers).
+#[test]
+fn durations_longer_than_a_day_are_refused() {
+    for (table, key) in [
+        ("client", "drain_timeout"),
+        ("server", "connect_timeout"),
+        ("link", "idle_timeout"),
+        ("link", "keep_alive"),
+        ("link", "rtt"),
+    ] {
+        let text = BOTH.replace("rtt = \"500ms\"\n", "").replace(
+            &format!("[{table}]\n"),
+            &format!("[{table}]\n{key} = \"500000000000y\"\n"),
+        );
+        let error = parse_str(&text, "t.toml", Role::Client)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!(
+                "{table}.{key}: \"500000000000y\" is longer than a day"
+            )),
+            "{table}.{key}: {error}"
+        );
+    }
+    let text = BOTH.replace("[link]\n", "[link]\nidle_timeout = \"24h\"\n");
+    assert!(parse_str(&text, "t.toml", Role::Client).is_ok());
+}
+
 #[test]
 fn unknown_keys_and_syntax_errors_name_the_place() {
     let error = parse_str("[link]\nbandwith = \"1mbit\"\n", "t.toml", Role::Server)
