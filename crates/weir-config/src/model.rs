@@ -415,9 +415,11 @@ impl Pool {
         mut resolved: impl FnMut(&NamedNode) -> &'a [SocketAddr],
     ) -> Pool {
         let mut pool = self.clone();
+        let mut taken: std::collections::HashSet<SocketAddr> =
+            pool.nodes.iter().map(|node| node.address).collect();
         for named in &self.names {
             for &address in resolved(named) {
-                if pool.nodes.iter().any(|node| node.address == address) {
+                if !taken.insert(address) {
                     continue;
                 }
                 pool.nodes.push(Node {

@@ -115,6 +115,28 @@ pub struct Answer {
     pub partial: Option<String>,
     /// The family whose query failed, when that made the answer partial.
     pub failed_family: Option<Families>,
+    /// Addresses answered past [`MAX_ADDRESSES_PER_NAME`], left out of `addresses`.
+    pub surplus: usize,
+}
+
+/// The most nodes one name becomes (for a service, all its targets' addresses together):
+/// the lowest addresses, so that the same answer keeps the same nodes. A DNS server that
+/// answers with hundreds of thousands of addresses (hostile, or a wildcard gone wrong)
+/// would otherwise hold weir's start or its reload in building a pool of them all.
+pub const MAX_ADDRESSES_PER_NAME: usize = 1024;
+
+/// The most SRV targets of a service resolved, of its best priority.
+const MAX_SRV_TARGETS: usize = 256;
+
+/// Sorts `addresses`, drops duplicates and keeps the lowest
+/// [`MAX_ADDRESSES_PER_NAME`]; returns how many were left out (of a service, of the
+/// targets asked: past the bound the others are not).
+fn bounded(addresses: &mut Vec<SocketAddr>) -> usize {
+    addresses.sort_unstable();
+    addresses.dedup();
+    let surplus = addresses.len().saturating_sub(MAX_ADDRESSES_PER_NAME);
+    addresses.truncate(MAX_ADDRESSES_PER_NAME);
+    surplus
 }
 
 /// Why a name did not resolve.
@@ -230,8 +252,7 @@ impl Resolver {
                 (addresses.collect(), valid_until, partial, failed_family)
             }
         };
-        addresses.sort_unstable();
-        addresses.dedup();
+        let surplus = bounded(&mut addresses);
         // None at all is no answer, unless a family failed: its last addresses may stay.
         if addresses.is_empty() && failed_family.is_none() {
             return Err(match partial {
@@ -245,6 +266,7 @@ impl Resolver {
             ttl,
             partial,
             failed_family,
+            surplus,
         })
     }
 
@@ -362,7 +384,22 @@ impl Resolver {
         let mut valid_until = lookup.valid_until();
         let mut addresses = Vec::new();
         let mut partial = None;
-        for srv in records.iter().filter(|srv| srv.priority == best) {
+        // In the order of their names, so that a server that rotates its records does not
+        // change which targets are asked when there are more than can be taken.
+        let mut best: Vec<&SRV> = records
+            .into_iter()
+            .filter(|srv| srv.priority == best)
+            .collect();
+        best.sort_by(|a, b| (&a.target, a.port).cmp(&(&b.target, b.port)));
+        for srv in best.into_iter().take(MAX_SRV_TARGETS) {
+            // Enough nodes already: the rest of the targets are not asked.
+            if addresses.len() >= MAX_ADDRESSES_PER_NAME {
+                addresses.sort_unstable();
+                addresses.dedup();
+                if addresses.len() >= MAX_ADDRESSES_PER_NAME {
+                    break;
+                }
+            }
             // A target without address records leaves the others serving; one whose lookup
             // failed makes the answer partial: the last good set stays rather than losing
             // that target's nodes.
@@ -469,6 +506,9 @@ pub struct NameState {
     failures: u32,
     /// Why the set taken last is partial (the first answer of a name, only), for the log.
     partial: Option<String>,
+    /// How many addresses the set taken last left out ([`MAX_ADDRESSES_PER_NAME`]), for
+    /// the log.
+    surplus: usize,
 }
 
 impl NameState {
@@ -481,6 +521,7 @@ impl NameState {
             current: None,
             failures: 0,
             partial: None,
+            surplus: 0,
         }
     }
 
@@ -539,6 +580,7 @@ impl NameState {
             Ok(answer) => {
                 self.failures = 0;
                 self.partial = answer.partial;
+                self.surplus = answer.surplus;
                 let next = answer.ttl.clamp(self.min_ttl, self.max_ttl);
                 let set: Arc<[SocketAddr]> = answer.addresses.into();
                 if self.current.as_deref() == Some(&set[..]) {
@@ -640,6 +682,9 @@ pub async fn resolve_first(
 
 fn log(state: &NameState, update: &Update) {
     let name = state.name();
+    if let (Update::Changed(set), surplus @ 1..) = (update, state.surplus) {
+        tracing::warn!(node = %name, taken = set.len(), left_out = surplus, "DNS name has more addresses than weir makes nodes of one name; the lowest are taken");
+    }
     match update {
         Update::Changed(set) => match &state.partial {
             None => {

@@ -40,6 +40,7 @@ fn answer(ips: &[&str], ttl_s: u64) -> Result<Answer, ResolveError> {
         ttl: Duration::from_secs(ttl_s),
         partial: None,
         failed_family: None,
+        surplus: 0,
     })
 }
 
@@ -341,4 +342,26 @@ async fn strangers_and_unspecified_addresses_are_not_taken() {
         resolver.resolve(&name("blocked.test.")).await,
         Err(ResolveError::NoRecords)
     );
+}
+
+/// One name makes at most MAX_ADDRESSES_PER_NAME nodes: the lowest addresses, the same
+/// ones from one answer to the next whatever their order.
+#[test]
+fn a_name_makes_a_bounded_number_of_nodes() {
+    let many = |order: &mut dyn Iterator<Item = u32>| -> Vec<SocketAddr> {
+        order
+            .map(|n| SocketAddr::new(std::net::Ipv4Addr::from(0x0a00_0000 + n).into(), 80))
+            .collect()
+    };
+    let total = MAX_ADDRESSES_PER_NAME as u32 + 500;
+    let mut forward = many(&mut (0..total));
+    let mut backward = many(&mut (0..total).rev().chain(0..10));
+    assert_eq!(bounded(&mut forward), 500);
+    assert_eq!(bounded(&mut backward), 500);
+    assert_eq!(forward.len(), MAX_ADDRESSES_PER_NAME);
+    assert_eq!(forward, backward);
+    assert_eq!(forward[0], SocketAddr::new([10, 0, 0, 0].into(), 80));
+    let mut few = many(&mut [3, 1, 3].into_iter());
+    assert_eq!(bounded(&mut few), 0);
+    assert_eq!(few.len(), 2);
 }
