@@ -352,7 +352,17 @@ mod tests {
                 "unknown-extension=1, community=\"UCI\"",
                 ResponseDirectives::default(),
             ),
-            // Malformed elements that still say what the origin meant: the stricter reading.
+        ];
+        for (value, expected) in cases {
+            let response = Resp::new(200).header("Cache-Control", value);
+            assert_eq!(ResponseDirectives::parse(&response), *expected, "{value}");
+        }
+    }
+
+    /// Malformed elements that still say what the origin meant: the stricter reading.
+    #[test]
+    fn malformed_elements_that_forbid_are_read_strictly() {
+        let cases: &[(&str, ResponseDirectives)] = &[
             (
                 "public, max-age=60, no-cache; no-store",
                 ResponseDirectives {

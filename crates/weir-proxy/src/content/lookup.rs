@@ -169,11 +169,9 @@ pub(crate) async fn lookup<'vs>(
         forward_head: None,
     };
     let cacheable_body = bodiless || !matches!(head.method_bytes(), b"GET" | b"HEAD");
-    let (Some(cache), Some(cache_policy), true) = (
-        content.cache.as_ref(),
-        policy.cache.as_ref(),
-        cache_allowed,
-    ) else {
+    let (Some(cache), Some(cache_policy), true) =
+        (content.cache.as_ref(), policy.cache.as_ref(), cache_allowed)
+    else {
         // Compression only: the coding is chosen now, from the request.
         return Ok(Looked::Forward(policy.compression.as_ref().map(
             |compression| {
