@@ -77,6 +77,9 @@ pub enum SetupError {
         /// The error from the device driver (shown in the message, so not a `source`).
         error: io::Error,
     },
+    /// The two sides' addresses cannot make a link between them.
+    #[error("{0}")]
+    Addresses(String),
     /// Another system call failed.
     #[error("{context}: {error}")]
     Io {
@@ -86,6 +89,11 @@ pub enum SetupError {
         error: io::Error,
     },
 }
+
+/// Packets each TUN device holds for weir to read (the kernel's default is 500): a burst
+/// that outruns weir's reading thread past it is dropped before the link's model sees it,
+/// and counted only in the device's statistics ([`Namespaces::device_drops`]).
+pub const DEVICE_QUEUE: u32 = 10_000;
 
 /// The link's namespaces, removed on drop (so a failed set-up or a panic leaves nothing).
 #[derive(Debug)]
@@ -132,6 +140,34 @@ impl Topology {
             Side::B => self.b_address,
         }
     }
+
+    /// Two different unicast addresses, neither loopback nor unspecified: with one address
+    /// on both sides (or one each namespace already has) packets to the other side never
+    /// leave the namespace, and the link applies to nothing.
+    pub fn check_addresses(&self) -> Result<(), SetupError> {
+        for side in [Side::A, Side::B] {
+            let address = self.address(side);
+            if address.is_loopback()
+                || address.is_unspecified()
+                || address.is_broadcast()
+                || address.is_multicast()
+            {
+                return Err(SetupError::Addresses(format!(
+                    "side {}'s address {address} is not a unicast address a link can carry \
+                     (loopback, unspecified, broadcast and multicast are not)",
+                    side.letter()
+                )));
+            }
+        }
+        if self.a_address == self.b_address {
+            return Err(SetupError::Addresses(format!(
+                "both sides have the address {}: each side's packets to the other would stay \
+                 in its own namespace, never crossing the link",
+                self.a_address
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Namespaces {
@@ -139,6 +175,7 @@ impl Namespaces {
     /// side's address with the other side as peer, and returns the devices, non-blocking, for
     /// [`crate::Link::start`].
     pub fn create(topology: &Topology) -> Result<(Namespaces, SyncDevice, SyncDevice), SetupError> {
+        topology.check_addresses()?;
         require_root()?;
         if !Path::new("/dev/net/tun").exists() {
             return Err(SetupError::NoTun);
@@ -181,6 +218,19 @@ impl Namespaces {
             // Both were pushed in the loop above.
             _ => unreachable!("two devices were created"),
         }
+    }
+
+    /// Packets `side`'s kernel dropped at its TUN device because weir had not read the ones
+    /// before them yet (the device's queue of [`DEVICE_QUEUE`] was full): lost before the
+    /// link's model saw them. `None` when the count cannot be read.
+    pub fn device_drops(&self, topology: &Topology, side: Side) -> Option<u64> {
+        let name = topology.namespace(side);
+        let path = format!("/sys/class/net/{name}/statistics/tx_dropped");
+        let output = Command::new("ip")
+            .args(["netns", "exec", &name, "cat", &path])
+            .output()
+            .ok()?;
+        String::from_utf8(output.stdout).ok()?.trim().parse().ok()
     }
 
     /// Removes the namespaces now, reporting the first failure.
@@ -302,6 +352,19 @@ fn configure(topology: &Topology, side: Side) -> Result<(), SetupError> {
     ip([
         "-n", &name, "addr", "add", &local, "peer", &peer, "dev", &name,
     ])?;
+    // The device's own queue of packets weir has not read yet: a burst that outruns the
+    // reading thread waits there, or is dropped there unseen by the link's model.
+    let queue = DEVICE_QUEUE.to_string();
+    ip([
+        "-n",
+        &name,
+        "link",
+        "set",
+        "dev",
+        &name,
+        "txqueuelen",
+        &queue,
+    ])?;
     ip(["-n", &name, "link", "set", "dev", &name, "up"])
 }
 
@@ -365,5 +428,28 @@ mod tests {
         let topology = Topology::new("weir").unwrap();
         assert_eq!(topology.namespace(Side::A), "weir-a");
         assert_eq!(topology.namespace(Side::B), "weir-b");
+    }
+
+    #[test]
+    fn the_sides_need_two_unicast_addresses() {
+        let with = |a: [u8; 4], b: [u8; 4]| {
+            let mut topology = Topology::new("weir").unwrap();
+            topology.a_address = a.into();
+            topology.b_address = b.into();
+            topology.check_addresses()
+        };
+        assert!(with([10, 200, 0, 1], [10, 200, 0, 2]).is_ok());
+        for (a, b) in [
+            ([10, 201, 0, 1], [10, 201, 0, 1]),
+            ([127, 0, 0, 1], [10, 200, 0, 2]),
+            ([10, 200, 0, 1], [0, 0, 0, 0]),
+            ([255, 255, 255, 255], [10, 200, 0, 2]),
+            ([10, 200, 0, 1], [224, 0, 0, 1]),
+        ] {
+            assert!(
+                matches!(with(a, b), Err(SetupError::Addresses(_))),
+                "{a:?} {b:?}"
+            );
+        }
     }
 }

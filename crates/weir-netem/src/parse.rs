@@ -98,8 +98,11 @@ pub fn parse_bytes(input: &str) -> Result<u64, ParseError> {
         _ => return Err(ParseError::new(WHAT, input, "unknown unit (use b, kb, mb)")),
     };
     let bytes = (number * multiplier).round();
-    if !(1.0..=1e15).contains(&bytes) {
+    if bytes < 1.0 {
         return Err(ParseError::new(WHAT, input, "must be at least 1 byte"));
+    }
+    if bytes > 1e15 {
+        return Err(ParseError::new(WHAT, input, "must be at most 1e15 bytes"));
     }
     // In range: a positive integer that fits a u64.
     Ok(bytes as u64)

@@ -51,6 +51,10 @@ pub struct DirectionStats {
     pub queue_drops: u64,
     /// Packets the receiving device refused (it was down or gone).
     pub send_errors: u64,
+    /// Packets the sending side's kernel dropped before weir read them (its TUN device's
+    /// queue was full: a burst faster than the reading thread). Not part of `received`;
+    /// read from the device by whoever owns it, so 0 until set.
+    pub device_drops: u64,
 }
 
 /// Counters of both directions.
@@ -218,6 +222,7 @@ impl Counters {
             lost_packets: self.lost_packets.load(Ordering::Relaxed),
             queue_drops: self.queue_drops.load(Ordering::Relaxed),
             send_errors: self.send_errors.load(Ordering::Relaxed),
+            device_drops: 0,
         }
     }
 }
@@ -319,14 +324,15 @@ impl fmt::Display for DirectionStats {
         write!(
             f,
             "received={} received_bytes={} delivered={} delivered_bytes={} lost={} \
-             queue_drops={} send_errors={}",
+             queue_drops={} send_errors={} device_drops={}",
             self.received_packets,
             self.received_bytes,
             self.delivered_packets,
             self.delivered_bytes,
             self.lost_packets,
             self.queue_drops,
-            self.send_errors
+            self.send_errors,
+            self.device_drops
         )
     }
 }

@@ -84,8 +84,11 @@ fn up_link(args: NetemUpArgs) -> anyhow::Result<()> {
         }
     });
     let stopped = link.stop();
+    let device_drops = [Side::A, Side::B].map(|side| namespaces.device_drops(&topology, side));
     let removed = namespaces.remove();
-    let stats = stopped.context("the link failed")?;
+    let mut stats = stopped.context("the link failed")?;
+    stats.a_to_b.device_drops = device_drops[0].unwrap_or(0);
+    stats.b_to_a.device_drops = device_drops[1].unwrap_or(0);
     print_stats(&stats)?;
     removed?;
     Ok(())

@@ -152,6 +152,8 @@ fn measured_loss_is_the_configured_rate() {
             "{direction} loss {measured}: {stats}"
         );
         assert_eq!(counter(&stats, direction, "queue_drops"), 0, "{stats}");
+        // Pings never fill the devices' queues: the kernel dropped nothing unseen.
+        assert_eq!(counter(&stats, direction, "device_drops"), 0, "{stats}");
     }
 }
 
@@ -223,6 +225,29 @@ fn bad_link_parameters_are_refused_before_anything_is_created() {
         assert_eq!(output.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains("invalid"), "{args:?}: {stderr}");
+    }
+    // Addresses that make no link: refused before any namespace exists (and whatever the
+    // user: the check comes before the one for root).
+    for (a, b, why) in [
+        ("10.201.0.1", "10.201.0.1", "both sides have the address"),
+        ("127.0.0.1", "10.201.0.2", "not a unicast address"),
+    ] {
+        let output = Command::new(WEIR)
+            .args([
+                "netem",
+                "up",
+                "--name",
+                "never",
+                "--a-address",
+                a,
+                "--b-address",
+                b,
+            ])
+            .output()
+            .expect("run weir");
+        assert!(!output.status.success(), "{a} {b}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(why), "{a} {b}: {stderr}");
     }
 }
 
