@@ -95,14 +95,19 @@ impl ResponseDirectives {
                 b"stale-if-error" => set_first(&mut found.stale_if_error, value),
                 name => found.forbid_from_malformed(name),
             }
+            // `max-age=0; private`: the element's value, unless quoted, is read the same way.
+            if let Some(value) = value.filter(|value| !value.starts_with(b"\"")) {
+                found.forbid_from_malformed(&value.to_ascii_lowercase());
+            }
         }
         found
     }
 
-    /// An element whose name is not a token (`no-cache; no-store`, `private;`) names no
-    /// directive, but one that spells `no-store`, `no-cache` or `private` among its words
-    /// shows what the origin meant: a shared cache takes the stricter reading (as nginx and
-    /// Varnish's built-in rules do), not the looser one of ignoring it.
+    /// An element whose name (or unquoted value) is not a token (`no-cache; no-store`,
+    /// `private;`, `max-age=0; private`) is malformed, but one that spells `no-store`,
+    /// `no-cache` or `private` among its words shows what the origin meant: a shared cache
+    /// takes the stricter reading (as nginx and Varnish's built-in rules do), not the looser
+    /// one of ignoring it. `name` is lower case.
     fn forbid_from_malformed(&mut self, name: &[u8]) {
         let is_tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
         if name.iter().all(is_tchar) {
@@ -378,6 +383,32 @@ mod tests {
                 ResponseDirectives {
                     max_age: Some(60),
                     private: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "s-maxage=60, max-age=0; Private",
+                ResponseDirectives {
+                    s_maxage: Some(60),
+                    max_age: Some(0),
+                    private: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "max-age=60, x=1;no-cache, stale-if-error=60; no-store",
+                ResponseDirectives {
+                    max_age: Some(60),
+                    stale_if_error: Some(0),
+                    no_cache: true,
+                    no_store: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "max-age=60, community=\"no-cache; private\", ext=private",
+                ResponseDirectives {
+                    max_age: Some(60),
                     ..Default::default()
                 },
             ),
