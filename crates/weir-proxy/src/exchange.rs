@@ -676,7 +676,9 @@ async fn read_response_head(
             // (TLS 1.3 sends it after weir's Finished, with the request already written).
             // The node never took the request, so it goes to another node, as a handshake
             // that failed outright does.
-            Ok(Err(io)) if !got_any && !lease.is_reused() && refused_handshake(&io) => {
+            Ok(Err(io))
+                if !got_any && !lease.is_reused() && weir_tls::is_handshake_refusal(&io) =>
+            {
                 let address = lease.node();
                 if let Some(index) = pool.nodes.iter().position(|n| n.address == address) {
                     pool.nodes[index].metrics.connect_failures.inc();
@@ -707,29 +709,6 @@ async fn read_response_head(
             error.retry_safe(replayable && !got_any),
         ));
     }
-}
-
-/// Whether `error` is a fatal alert from the node about the handshake (its certificate
-/// checks of weir's client certificate, or the handshake as a whole; rustls as a node
-/// answers a client certificate it cannot verify with `decrypt_error`): what a node sends
-/// before it reads any request, never after.
-fn refused_handshake(error: &std::io::Error) -> bool {
-    use weir_tls::rustls::{AlertDescription as A, Error as TlsError};
-    matches!(
-        weir_tls::tls_error(error),
-        Some(TlsError::AlertReceived(
-            A::HandshakeFailure
-                | A::DecryptError
-                | A::BadCertificate
-                | A::UnsupportedCertificate
-                | A::CertificateRevoked
-                | A::CertificateExpired
-                | A::CertificateUnknown
-                | A::UnknownCA
-                | A::AccessDenied
-                | A::CertificateRequired
-        ))
-    )
 }
 
 /// `waiting` (for the node's answer) to its end, unless the client goes first: watched

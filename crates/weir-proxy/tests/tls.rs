@@ -790,6 +790,82 @@ async fn a_node_that_refuses_the_client_certificate_after_the_handshake_is_passe
     origin.stop().await;
 }
 
+/// The same late refusal to an HTTP/2 pool: the connection ends with the alert, and that
+/// counts as a failed handshake and a connect failure of the node. OpenSSL (installed by
+/// scripts/test) is the node: it checks weir's certificate only once weir has sent its
+/// Finished, so weir meets the alert after its side of the handshake, as with real nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_pool_counts_a_late_client_certificate_refusal_as_a_failed_handshake() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let (node_cert, node_key) = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
+    let weir_client = pki.client("weir", "weir-front");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut node = std::process::Command::new("openssl")
+        .args(["s_server", "-accept", &format!("127.0.0.1:{port}")])
+        .arg("-cert")
+        .arg(&node_cert)
+        .arg("-key")
+        .arg(&node_key)
+        .arg("-CAfile")
+        .arg(other.ca_path())
+        .args([
+            "-Verify",
+            "1",
+            "-verify_return_error",
+            "-alpn",
+            "h2",
+            "-tls1_3",
+            "-quiet",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl (installed by scripts/test)");
+    let address: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(address).await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "openssl s_server never listened"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let front = TestProxy::start(&weir_testkit::config(
+        &[address],
+        &format!(
+            "protocol = \"h2\"\nretries = 0\n\
+             [pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
+             certificate = \"{}\"\nkey = \"{}\"",
+            toml_path(&pki.ca_path()),
+            toml_path(&weir_client.0),
+            toml_path(&weir_client.1)
+        ),
+        "",
+    ))
+    .await;
+    for _ in 0..3 {
+        let response = weir_testkit::client::get(front.addr, "/").await.unwrap();
+        assert_eq!(response.status, 502);
+    }
+    // Counted when the connection's task sees it end, which may be just after the 502.
+    let refusals = || metric(&front, "kind=\"failed\"");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while refusals() < 3.0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(refusals(), 3.0);
+    assert_eq!(metric(&front, "weir_node_connect_failures_total"), 3.0);
+    front.stop().await;
+    let _ = node.kill();
+    let _ = node.wait();
+}
+
 /// Sessions are remembered per node: two nodes with one `server_name` (the usual set-up)
 /// each resume their own sessions. With one memory for the pool, each was offered the
 /// other's ticket, which it cannot resume, and every connection was a full handshake.

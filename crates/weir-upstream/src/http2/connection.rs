@@ -180,6 +180,17 @@ async fn drive<T>(
                 };
                 if let Err(error) = ended {
                     tracing::debug!(node = %address, %error, "HTTP/2 connection to node ended");
+                    // A TLS 1.3 node refusing weir's client certificate says so only now,
+                    // after weir's side of the handshake: a failed handshake and a connect
+                    // failure of the node after all, as for an HTTP/1.1 pool.
+                    if let (Some(io), Some(node)) = (error.get_io(), node.upgrade())
+                        && weir_tls::is_handshake_refusal(io)
+                    {
+                        node.metrics.connect_failures.inc();
+                        if let Some(tls) = &node.settings.tls {
+                            tls.metrics.failed.inc();
+                        }
+                    }
                 }
                 break;
             }
