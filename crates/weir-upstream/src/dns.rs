@@ -117,6 +117,9 @@ pub struct Answer {
     pub failed_family: Option<Families>,
     /// Addresses answered past [`MAX_ADDRESSES_PER_NAME`], left out of `addresses`.
     pub surplus: usize,
+    /// SRV targets of the best priority not asked for their addresses: past
+    /// [`MAX_SRV_TARGETS`], or once the targets asked gave enough addresses.
+    pub targets_left_out: usize,
 }
 
 /// The most nodes one name becomes (for a service, all its targets' addresses together):
@@ -125,8 +128,9 @@ pub struct Answer {
 /// would otherwise hold weir's start or its reload in building a pool of them all.
 pub const MAX_ADDRESSES_PER_NAME: usize = 1024;
 
-/// The most SRV targets of a service resolved, of its best priority.
-const MAX_SRV_TARGETS: usize = 256;
+/// The most SRV targets of a service resolved, of its best priority (3 in unit tests,
+/// whose DNS server answers over UDP only, too small for 257 records).
+const MAX_SRV_TARGETS: usize = if cfg!(test) { 3 } else { 256 };
 
 /// Sorts `addresses`, drops duplicates and keeps the lowest
 /// [`MAX_ADDRESSES_PER_NAME`]; returns how many were left out (of a service, of the
@@ -235,10 +239,12 @@ impl Resolver {
     /// name the addresses of its SRV targets on their ports. An IP literal
     /// resolves to itself, with the longest TTL.
     pub async fn resolve(&self, name: &NodeName) -> Result<Answer, ResolveError> {
+        let mut targets_left_out = 0;
         let (mut addresses, valid_until, partial, failed_family) = match name.srv {
             true => {
-                let (addresses, valid_until, partial) = self.resolve_srv(&name.host).await?;
-                (addresses, valid_until, partial, None)
+                let srv = self.resolve_srv(&name.host).await?;
+                targets_left_out = srv.targets_left_out;
+                (srv.addresses, srv.valid_until, srv.partial, None)
             }
             false => {
                 let Ips {
@@ -267,6 +273,7 @@ impl Resolver {
             partial,
             failed_family,
             surplus,
+            targets_left_out,
         })
     }
 
@@ -359,10 +366,7 @@ impl Resolver {
     /// other priorities are backups weir does not use; SRV weights are not
     /// used either (every node takes the pool entry's weight). Expires with
     /// the first of the SRV and address records.
-    async fn resolve_srv(
-        &self,
-        service: &str,
-    ) -> Result<(Vec<SocketAddr>, std::time::Instant, Option<String>), ResolveError> {
+    async fn resolve_srv(&self, service: &str) -> Result<Services, ResolveError> {
         let lookup = self.families[0]
             .srv_lookup(service)
             .await
@@ -391,12 +395,15 @@ impl Resolver {
             .filter(|srv| srv.priority == best)
             .collect();
         best.sort_by(|a, b| (&a.target, a.port).cmp(&(&b.target, b.port)));
-        for srv in best.into_iter().take(MAX_SRV_TARGETS) {
+        let mut targets_left_out = best.len().saturating_sub(MAX_SRV_TARGETS);
+        best.truncate(MAX_SRV_TARGETS);
+        for (asked, srv) in best.iter().enumerate() {
             // Enough nodes already: the rest of the targets are not asked.
             if addresses.len() >= MAX_ADDRESSES_PER_NAME {
                 addresses.sort_unstable();
                 addresses.dedup();
                 if addresses.len() >= MAX_ADDRESSES_PER_NAME {
+                    targets_left_out += best.len() - asked;
                     break;
                 }
             }
@@ -427,8 +434,22 @@ impl Resolver {
         {
             return Err(ResolveError::Failed(why));
         }
-        Ok((addresses, valid_until, partial))
+        Ok(Services {
+            addresses,
+            valid_until,
+            partial,
+            targets_left_out,
+        })
     }
+}
+
+/// A service's addresses ([`Resolver::resolve_srv`]), when they expire, why the answer is
+/// partial if it is, and how many targets were not asked.
+struct Services {
+    addresses: Vec<SocketAddr>,
+    valid_until: std::time::Instant,
+    partial: Option<String>,
+    targets_left_out: usize,
 }
 
 /// A host's addresses ([`Resolver::resolve_ips`]): when they expire, and why the answer is
@@ -506,9 +527,10 @@ pub struct NameState {
     failures: u32,
     /// Why the set taken last is partial (the first answer of a name, only), for the log.
     partial: Option<String>,
-    /// How many addresses the set taken last left out ([`MAX_ADDRESSES_PER_NAME`]), for
-    /// the log.
+    /// How many addresses the set taken last left out ([`MAX_ADDRESSES_PER_NAME`]), and
+    /// how many SRV targets were not asked, for the log.
     surplus: usize,
+    targets_left_out: usize,
 }
 
 impl NameState {
@@ -522,6 +544,7 @@ impl NameState {
             failures: 0,
             partial: None,
             surplus: 0,
+            targets_left_out: 0,
         }
     }
 
@@ -581,6 +604,7 @@ impl NameState {
                 self.failures = 0;
                 self.partial = answer.partial;
                 self.surplus = answer.surplus;
+                self.targets_left_out = answer.targets_left_out;
                 let next = answer.ttl.clamp(self.min_ttl, self.max_ttl);
                 let set: Arc<[SocketAddr]> = answer.addresses.into();
                 if self.current.as_deref() == Some(&set[..]) {
@@ -682,8 +706,10 @@ pub async fn resolve_first(
 
 fn log(state: &NameState, update: &Update) {
     let name = state.name();
-    if let (Update::Changed(set), surplus @ 1..) = (update, state.surplus) {
-        tracing::warn!(node = %name, taken = set.len(), left_out = surplus, "DNS name has more addresses than weir makes nodes of one name; the lowest are taken");
+    if let Update::Changed(set) = update
+        && (state.surplus > 0 || state.targets_left_out > 0)
+    {
+        tracing::warn!(node = %name, taken = set.len(), left_out = state.surplus, targets_not_asked = state.targets_left_out, "DNS name has more addresses (or SRV targets) than weir makes nodes of one name; the lowest addresses of the first targets by name are taken");
     }
     match update {
         Update::Changed(set) => match &state.partial {

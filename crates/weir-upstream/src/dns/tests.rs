@@ -41,6 +41,7 @@ fn answer(ips: &[&str], ttl_s: u64) -> Result<Answer, ResolveError> {
         partial: None,
         failed_family: None,
         surplus: 0,
+        targets_left_out: 0,
     })
 }
 
@@ -364,4 +365,38 @@ fn a_name_makes_a_bounded_number_of_nodes() {
     let mut few = many(&mut [3, 1, 3].into_iter());
     assert_eq!(bounded(&mut few), 0);
     assert_eq!(few.len(), 2);
+}
+
+/// A service asks at most MAX_SRV_TARGETS of its targets, the first by name whatever the
+/// order of the records, and says how many it left out.
+#[tokio::test]
+async fn a_service_asks_a_bounded_number_of_targets() {
+    let dns = TestDns::start();
+    let targets = ["e.test", "c.test", "a.test", "d.test", "b.test"];
+    dns.set(
+        "_many._tcp.test",
+        Reply::Services(
+            targets
+                .iter()
+                .map(|target| (10, 1, 5433, (*target).to_owned()))
+                .collect(),
+            60,
+        ),
+    );
+    for (n, target) in ["a.test", "b.test", "c.test", "d.test", "e.test"]
+        .iter()
+        .enumerate()
+    {
+        dns.set(target, Reply::Records(vec![v4(n as u8 + 1)], 30));
+    }
+    let resolver = Resolver::new(&settings(&dns, 1_000, 60_000)).unwrap();
+    let answer = resolver
+        .resolve(&service("_many._tcp.test."))
+        .await
+        .unwrap();
+    assert_eq!(MAX_SRV_TARGETS, 3);
+    let expected: Vec<SocketAddr> = (1..=3).map(|n| SocketAddr::new(v4(n), 5433)).collect();
+    assert_eq!(answer.addresses, expected);
+    assert_eq!(answer.targets_left_out, 2);
+    assert_eq!(answer.surplus, 0);
 }
