@@ -600,6 +600,28 @@ async fn send(
     }
 }
 
+/// Whether a 101 names in `Upgrade` what it switches to, and only protocols `request`
+/// offered (RFC 9110 §7.8: a server must not switch to one the client did not offer;
+/// §15.2.2: a 101 must say which). Otherwise the node would take the connection out of
+/// HTTP to something weir never allowed (`upgrades`), h2c included, and weir would see no
+/// more requests on it.
+/// Protocols are compared by name (`websocket/13` offered, `websocket` answered).
+fn switches_to_offered(response: &ResponseHead, request: &RequestHead) -> bool {
+    fn names<'a>(
+        fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> impl Iterator<Item = &'a [u8]> {
+        fields
+            .filter(|(name, _)| name.eq_ignore_ascii_case(b"upgrade"))
+            .flat_map(|(_, value)| weir_http::split_list(value))
+            .filter(|protocol| !protocol.is_empty())
+            .map(|protocol| protocol.split(|&b| b == b'/').next().unwrap_or(protocol))
+    }
+    let offered: Vec<&[u8]> = names(request.headers()).collect();
+    let mut named = names(response.headers()).peekable();
+    named.peek().is_some()
+        && named.all(|protocol| offered.iter().any(|o| o.eq_ignore_ascii_case(protocol)))
+}
+
 /// Reads the final response head, passing interim (1xx) responses on to the client.
 async fn read_response_head(
     client: &mut Client,
@@ -625,6 +647,12 @@ async fn read_response_head(
                     if response.status() == 101 && !forwarding.upgrade {
                         return Err(bad_response(
                             "101 Switching Protocols to a request without an allowed Upgrade",
+                        ));
+                    }
+                    if response.status() == 101 && !switches_to_offered(&response, head) {
+                        return Err(bad_response(
+                            "101 Switching Protocols to a protocol the request did not offer \
+                             (or naming none in Upgrade)",
                         ));
                     }
                     if !response.is_interim() || response.status() == 101 {
