@@ -267,6 +267,7 @@ impl Upstream {
                 break;
             };
             self.ended = fill(input, source, &mut body, &mut trailers)?;
+            // (An HTTP/2 node's trailers after a length are put there by `read_h2`.)
             if !trailers.is_empty() {
                 self.trailers = std::mem::take(&mut trailers);
             }
@@ -329,17 +330,27 @@ impl Upstream {
             None => return Ok(Some(0)),
             Some(NodeLink::Http1(lease)) => lease,
             Some(NodeLink::Http2 { body, pump, .. }) => {
-                let chunked = matches!(self.source, Some(Source::Chunked(_)));
+                let framing = match self.source {
+                    Some(Source::Chunked(_)) => H2Framing::Chunked,
+                    // What the length still wants beyond what `buf` holds already.
+                    Some(Source::Length(left)) => {
+                        H2Framing::Length(left.saturating_sub(buf.len() as u64))
+                    }
+                    _ => H2Framing::Length(u64::MAX),
+                };
                 let stall = self.stall;
+                let trailers = &mut self.trailers;
                 let read = async {
-                    read_h2(body, chunked, buf, stall).await.map_err(|failure| {
-                        match pump.as_mut().and_then(PumpWatch::failure) {
-                            // The node's stream was reset because the client's body failed
-                            // (past `max_body_bytes`, say): the client's fault, not the node's.
-                            Some(error) => Failure::from_error(error),
-                            None => failure,
-                        }
-                    })
+                    read_h2(body, framing, buf, trailers, stall)
+                        .await
+                        .map_err(|failure| {
+                            match pump.as_mut().and_then(PumpWatch::failure) {
+                                // The node's stream was reset because the client's body failed
+                                // (past `max_body_bytes`, say): the client's fault, not the node's.
+                                Some(error) => Failure::from_error(error),
+                                None => failure,
+                            }
+                        })
                 };
                 return match pause {
                     None => read.await.map(Some),
@@ -378,22 +389,47 @@ impl Upstream {
     }
 }
 
+/// How the body of an HTTP/2 node's response is framed for weir's HTTP/1.1 reading of it.
+#[derive(Clone, Copy)]
+enum H2Framing {
+    /// As chunks, the end of the stream as the last chunk with the trailers.
+    Chunked,
+    /// As is, this many bytes still to come (`content-length`).
+    Length(u64),
+}
+
 /// Reads more of an HTTP/2 node's response as the HTTP/1.1 body its head
 /// stands for (`weir_http::http2::response_from_h2`): DATA as is for a
 /// length, or as chunks, the end of the stream as the last chunk with the
-/// trailers. Returns the bytes appended to `buf`.
+/// trailers. Returns the bytes appended to `buf`. A body with a length may be followed
+/// by trailers too (RFC 9113 §8.1): read once the length is whole, kept in `trailers`
+/// (as [`Upstream::take_trailers`] gives them) for an HTTP/2 client, which can carry them.
 async fn read_h2(
     body: &mut h2::RecvStream,
-    chunked: bool,
+    framing: H2Framing,
     buf: &mut BytesMut,
+    trailers: &mut Bytes,
     stall: Duration,
 ) -> Result<usize, Failure> {
     let before = buf.len();
+    let chunked = matches!(framing, H2Framing::Chunked);
     loop {
         match http2::upstream::read_body(body, stall).await? {
             Some(data) if data.is_empty() => continue,
             Some(data) if chunked => encode_chunk(&data, buf),
-            Some(data) => buf.extend_from_slice(&data),
+            Some(data) => {
+                buf.extend_from_slice(&data);
+                let whole = matches!(framing, H2Framing::Length(left) if data.len() as u64 >= left);
+                if whole && !body.is_end_stream() {
+                    if let Some(map) = http2::upstream::read_trailers(body, stall).await? {
+                        let mut lines = BytesMut::new();
+                        weir_http::http2::trailers_from_h2(&map, &mut lines);
+                        let mut kept = BytesMut::new();
+                        filter_trailers(&lines, &mut kept);
+                        *trailers = kept.freeze();
+                    }
+                }
+            }
             None if chunked => {
                 let mut lines = BytesMut::new();
                 if let Some(trailers) = http2::upstream::read_trailers(body, stall).await? {
@@ -446,6 +482,10 @@ async fn buffer(
             Some(_) => {}
             None => break,
         }
+    }
+    // An HTTP/2 node's trailers after a body with a length ([`read_h2`]).
+    if buffered.complete && buffered.trailers.is_empty() {
+        buffered.trailers = upstream.take_trailers();
     }
     Ok(buffered)
 }
@@ -633,6 +673,10 @@ async fn stream_rest(
         }
     }
     upstream.finish(&client.upstream_in);
+    // An HTTP/2 node's trailers after a body with a length ([`read_h2`]).
+    if trailers.is_empty() {
+        trailers = upstream.take_trailers();
+    }
     send_end(client, framing, &trailers, write_timeout)
         .await
         .map_err(|failure| (failure, sent))?;

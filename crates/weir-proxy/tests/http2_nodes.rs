@@ -202,8 +202,10 @@ async fn answer(
     if parts.uri.path() == "/wide-field" {
         response = response.header("x-wide", "w".repeat(20 * 1024));
     }
-    let with_trailers = parts.uri.path() == "/trailers";
-    if !with_trailers {
+    // `/length-and-trailers`: a `content-length`, and trailers after the body all the same.
+    let with_length = parts.uri.path() != "/trailers";
+    let with_trailers = matches!(parts.uri.path(), "/trailers" | "/length-and-trailers");
+    if with_length {
         response = response.header("content-length", text.len());
     }
     let Ok(mut send) = respond.send_response(response.body(()).expect("response"), false) else {
@@ -693,6 +695,46 @@ async fn http2_clients_reach_an_h2c_node_with_trailers() {
     .await;
     assert!(trailers.contains("grpc-status: 0"), "{trailers}");
     assert!(trailers.contains("x-te-seen: trailers"), "{trailers}");
+    // Trailers after a body with a length reach an HTTP/2 client too (RFC 9113 §8.1), with
+    // the length; an HTTP/1.1 client gets the body by its length, without them.
+    let mut sender = h2c_client(&proxy).await;
+    let request = http::Request::get(format!("{url}/length-and-trailers"))
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+    let (response, _) = sender.send_request(request, true).expect("sent");
+    let wait = std::time::Duration::from_secs(5);
+    let response = tokio::time::timeout(wait, response)
+        .await
+        .expect("the head in time")
+        .expect("a head");
+    assert!(response.headers().contains_key("content-length"));
+    let mut answer = response.into_body();
+    let mut text = Vec::new();
+    while let Some(Ok(data)) = answer.data().await {
+        text.extend_from_slice(&data);
+    }
+    assert!(text.starts_with(b"h2 node: GET /length-and-trailers"));
+    let trailers = tokio::time::timeout(wait, answer.trailers())
+        .await
+        .expect("the trailers in time")
+        .expect("no error")
+        .expect("trailers");
+    assert_eq!(
+        trailers.get("grpc-status").map(|v| v.as_bytes()),
+        Some(&b"0"[..])
+    );
+    let h1 = curl(
+        args(&["--http1.1", "-i", &format!("{url}/length-and-trailers")]),
+        b"",
+    )
+    .await;
+    assert!(h1.starts_with("HTTP/1.1 200"), "{h1}");
+    assert!(h1.contains("h2 node: GET /length-and-trailers"), "{h1}");
+    assert!(!h1.contains("grpc-status"), "{h1}");
+    // The kept-alive connections still answer.
+    let again = curl(args(&[h2, "-i", &format!("{url}/x")]), b"").await;
+    assert!(again.starts_with("HTTP/2 200"), "{again}");
     proxy.stop().await;
 }
 
