@@ -234,10 +234,17 @@ async fn read_length(
     } else if let Some(stream) = client.h2() {
         // The whole body: an HTTP/2 stream must end here, or the request is malformed.
         let (deadline, late) = body.clock.deadline(length, Instant::now());
-        stream
+        let trailers = stream
             .length_ended(deadline, late)
             .await
             .map_err(Failure::from_error)?;
+        // Only an HTTP/2 node can be given them: a length is how an HTTP/1.1 node is.
+        if let Some(trailers) = trailers {
+            let (mut lines, mut kept) = (BytesMut::new(), BytesMut::new());
+            weir_http::http2::trailers_from_h2(&trailers, &mut lines);
+            filter_trailers(&lines, &mut kept);
+            body.trailers = kept.freeze();
+        }
     }
     Ok(())
 }

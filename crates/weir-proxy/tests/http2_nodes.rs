@@ -732,6 +732,30 @@ async fn http2_clients_reach_an_h2c_node_with_trailers() {
     assert!(h1.starts_with("HTTP/1.1 200"), "{h1}");
     assert!(h1.contains("h2 node: GET /length-and-trailers"), "{h1}");
     assert!(!h1.contains("grpc-status"), "{h1}");
+    // And the other way: an HTTP/2 client's trailers after a body with a length reach the
+    // HTTP/2 node.
+    let request = http::Request::post(format!("{url}/up"))
+        .header("content-length", "5")
+        .body(())
+        .expect("request");
+    let (response, mut upload) = sender.send_request(request, false).expect("sent");
+    upload
+        .send_data(Bytes::from_static(b"hello"), false)
+        .expect("data");
+    let mut sent = http::HeaderMap::new();
+    sent.insert("x-checksum", http::HeaderValue::from_static("abc"));
+    upload.send_trailers(sent).expect("trailers");
+    let response = tokio::time::timeout(wait, response)
+        .await
+        .expect("the head in time")
+        .expect("a head");
+    assert_eq!(
+        response
+            .headers()
+            .get("x-trailer-seen")
+            .map(|v| v.as_bytes()),
+        Some(&b"abc"[..])
+    );
     // The kept-alive connections still answer.
     let again = curl(args(&[h2, "-i", &format!("{url}/x")]), b"").await;
     assert!(again.starts_with("HTTP/2 200"), "{again}");

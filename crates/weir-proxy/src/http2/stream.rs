@@ -154,13 +154,15 @@ impl H2Stream {
     /// for the stream's end, so that a request whose DATA goes on past its length, or whose
     /// stream never ends, is refused before it reaches a node (RFC 9113 §8.1.1: a malformed
     /// request is not forwarded). With most clients END_STREAM came with the last DATA.
+    /// Returns the trailers that ended the stream, if it was they (RFC 9113 §8.1: a body
+    /// with a length may have them too), for a node that can take them.
     pub(crate) async fn length_ended(
         &mut self,
         deadline: Instant,
         late: &'static str,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<HeaderMap>, Error> {
         let Some(body) = self.body.as_mut().filter(|_| !self.body_done) else {
-            return Ok(());
+            return Ok(None);
         };
         while !body.is_end_stream() {
             let data = tokio::time::timeout_at(deadline, body.data())
@@ -179,7 +181,12 @@ impl H2Stream {
             }
         }
         self.body_done = true;
-        Ok(())
+        // Queued with the end of the stream when there are any: no wait.
+        let trailers = tokio::time::timeout_at(deadline, body.trailers())
+            .await
+            .map_err(|_| Error::new(ErrorKind::ClientTimeout, Side::Downstream).context(late))?
+            .map_err(|error| client_gone(&error))?;
+        Ok(trailers)
     }
 
     /// Ends when the client resets the stream (or its connection fails): it no longer
