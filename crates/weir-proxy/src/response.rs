@@ -420,14 +420,15 @@ async fn read_h2(
             Some(data) => {
                 buf.extend_from_slice(&data);
                 let whole = matches!(framing, H2Framing::Length(left) if data.len() as u64 >= left);
-                if whole && !body.is_end_stream() {
-                    if let Some(map) = http2::upstream::read_trailers(body, stall).await? {
-                        let mut lines = BytesMut::new();
-                        weir_http::http2::trailers_from_h2(&map, &mut lines);
-                        let mut kept = BytesMut::new();
-                        filter_trailers(&lines, &mut kept);
-                        *trailers = kept.freeze();
-                    }
+                if whole
+                    && !body.is_end_stream()
+                    && let Some(map) = http2::upstream::read_trailers(body, stall).await?
+                {
+                    let mut lines = BytesMut::new();
+                    weir_http::http2::trailers_from_h2(&map, &mut lines);
+                    let mut kept = BytesMut::new();
+                    filter_trailers(&lines, &mut kept);
+                    *trailers = kept.freeze();
                 }
             }
             None if chunked => {
