@@ -192,7 +192,9 @@ fn check_limits(
         let Some(limiter) = traffic.limits.concurrency.get(index) else {
             continue;
         };
-        match limiter.acquire() {
+        let mut key_scratch = Vec::new();
+        let key = request_key(&limiter.config().key, head, client, &mut key_scratch);
+        match limiter.acquire(key) {
             Ok(permit) => scratch.permits.push(permit),
             Err(refusal) => {
                 scratch.permits.clear();

@@ -301,7 +301,10 @@ pub struct RateLimit {
 pub struct ConcurrencyLimit {
     /// The name rules refer to it by.
     pub name: String,
-    /// Requests in progress at once; past it requests are answered `status`.
+    /// What requests are counted per: each key has its own count of `max`
+    /// (`route`, the default: one count for every request the rules send here).
+    pub key: KeySource,
+    /// Requests in progress at once per key; past it requests are answered `status`.
     pub max: NonZeroU32,
     /// Status of the answer past the limit (503 by default).
     pub status: u16,

@@ -135,6 +135,7 @@ pub struct RateLimitTable {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConcurrencyLimitTable {
+    pub key: Option<String>,
     pub max: Option<i64>,
     pub status: Option<i64>,
     pub retry_after: Option<DurationText>,

@@ -98,8 +98,13 @@ impl Checker {
                 );
                 continue;
             };
+            let key = match &table.key {
+                None => KeySource::Route,
+                Some(text) => self.key_source(&at.key("key"), text, true),
+            };
             limits.push(ConcurrencyLimit {
                 name: name.clone(),
+                key,
                 max: self.nonzero(&at.key("max"), Some(max), NonZeroU32::MIN, 1..=u32::MAX),
                 status: table
                     .status

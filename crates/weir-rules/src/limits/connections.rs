@@ -17,6 +17,14 @@ const SHARDS: usize = 16;
 #[derive(Debug)]
 pub struct ConnectionLimiter {
     config: ClientConnectionLimit,
+    counts: Arc<Counts>,
+}
+
+/// The open connections of each address, apart from the limit's settings: a reload that
+/// changes `max` or `retry_after` keeps them, so the connections already open still count
+/// against the new `max` (and their permits give their places back here).
+#[derive(Debug)]
+struct Counts {
     shards: [Mutex<HashMap<IpAddr, u32>>; SHARDS],
     hasher: RandomState,
 }
@@ -24,7 +32,7 @@ pub struct ConnectionLimiter {
 /// One connection's place in its address's count; given back on drop.
 #[derive(Debug)]
 pub struct ConnectionPermit {
-    limiter: Arc<ConnectionLimiter>,
+    counts: Arc<Counts>,
     client: IpAddr,
 }
 
@@ -33,8 +41,21 @@ impl ConnectionLimiter {
     pub fn new(config: &ClientConnectionLimit) -> ConnectionLimiter {
         ConnectionLimiter {
             config: config.clone(),
-            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
-            hasher: RandomState::new(),
+            counts: Arc::new(Counts {
+                shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+                hasher: RandomState::new(),
+            }),
+        }
+    }
+
+    /// The limiter for `config` after a reload, with `previous`'s counts.
+    pub fn carried(
+        config: &ClientConnectionLimit,
+        previous: &ConnectionLimiter,
+    ) -> ConnectionLimiter {
+        ConnectionLimiter {
+            config: config.clone(),
+            counts: Arc::clone(&previous.counts),
         }
     }
 
@@ -46,16 +67,14 @@ impl ConnectionLimiter {
     /// Connections `client` holds now.
     pub fn open(&self, client: IpAddr) -> u32 {
         let client = weir_config::canonical(client);
-        let shard = self
-            .shard(client)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let shard = self.counts.shard(client);
         shard.get(&client).copied().unwrap_or(0)
     }
 
     /// Addresses with at least one connection open.
     pub fn clients(&self) -> usize {
-        self.shards
+        self.counts
+            .shards
             .iter()
             .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).len())
             .sum()
@@ -65,10 +84,7 @@ impl ConnectionLimiter {
     /// address already holds `max`.
     pub fn admit(self: &Arc<Self>, client: IpAddr) -> Result<ConnectionPermit, Refusal> {
         let client = weir_config::canonical(client);
-        let mut shard = self
-            .shard(client)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut shard = self.counts.shard(client);
         let count = shard.entry(client).or_insert(0);
         if *count >= self.config.max.get() {
             return Err(Refusal {
@@ -78,20 +94,21 @@ impl ConnectionLimiter {
         }
         *count += 1;
         Ok(ConnectionPermit {
-            limiter: Arc::clone(self),
+            counts: Arc::clone(&self.counts),
             client,
         })
     }
+}
 
-    fn shard(&self, client: IpAddr) -> &Mutex<HashMap<IpAddr, u32>> {
-        &self.shards[self.hasher.hash_one(client) as usize % SHARDS]
+impl Counts {
+    fn shard(&self, client: IpAddr) -> std::sync::MutexGuard<'_, HashMap<IpAddr, u32>> {
+        self.shards[self.hasher.hash_one(client) as usize % SHARDS]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn release(&self, client: IpAddr) {
-        let mut shard = self
-            .shard(client)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut shard = self.shard(client);
         if let Some(count) = shard.get_mut(&client) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -103,6 +120,6 @@ impl ConnectionLimiter {
 
 impl Drop for ConnectionPermit {
     fn drop(&mut self) {
-        self.limiter.release(self.client);
+        self.counts.release(self.client);
     }
 }

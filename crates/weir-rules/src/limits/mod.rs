@@ -83,26 +83,30 @@ impl TrafficLimits {
                     .unwrap_or_else(|| Arc::new(RateLimiter::new(config, epoch)))
             })
             .collect();
+        // A limit of the same name whose numbers changed keeps its counts: the requests and
+        // connections in progress count against the new numbers.
         let concurrency = traffic
             .concurrency_limits
             .iter()
             .map(|config| {
-                previous
-                    .and_then(|old| {
-                        old.concurrency
-                            .iter()
-                            .find(|limiter| limiter.config() == config)
-                    })
-                    .cloned()
-                    .unwrap_or_else(|| Arc::new(ConcurrencyLimiter::new(config)))
+                let old = previous.and_then(|old| {
+                    old.concurrency
+                        .iter()
+                        .find(|limiter| limiter.config().name == config.name)
+                });
+                match old {
+                    Some(old) if old.config() == config => Arc::clone(old),
+                    Some(old) => Arc::new(ConcurrencyLimiter::carried(config, old)),
+                    None => Arc::new(ConcurrencyLimiter::new(config)),
+                }
             })
             .collect();
         let connections = traffic.client_connections.as_ref().map(|config| {
-            previous
-                .and_then(|old| old.connections.as_ref())
-                .filter(|limiter| limiter.config() == config)
-                .cloned()
-                .unwrap_or_else(|| Arc::new(ConnectionLimiter::new(config)))
+            match previous.and_then(|old| old.connections.as_ref()) {
+                Some(old) if old.config() == config => Arc::clone(old),
+                Some(old) => Arc::new(ConnectionLimiter::carried(config, old)),
+                None => Arc::new(ConnectionLimiter::new(config)),
+            }
         });
         let forwarders = match traffic.client_address.header {
             Some(_) => traffic.client_address.trusted_proxies.clone(),
@@ -138,14 +142,21 @@ impl TrafficLimits {
         Ok(())
     }
 
-    /// Takes a slot in every concurrency limit the decision names; the
-    /// permits free them when dropped (at the end of the request). All or
-    /// nothing: on a refusal the slots already taken are freed.
-    pub fn acquire_concurrency(&self, decision: &Decision) -> Result<ConcurrencyPermits, Refusal> {
+    /// Takes a slot in every concurrency limit the decision names, under the key each
+    /// limit counts by; the permits free them when dropped (at the end of the request).
+    /// All or nothing: on a refusal the slots already taken are freed.
+    pub fn acquire_concurrency(
+        &self,
+        decision: &Decision,
+        head: &RequestHead,
+        client: IpAddr,
+    ) -> Result<ConcurrencyPermits, Refusal> {
         let mut permits = ConcurrencyPermits::default();
         for &index in &decision.concurrency_limits {
             if let Some(limiter) = self.concurrency.get(index) {
-                permits.push(limiter.acquire()?);
+                let mut scratch = Vec::new();
+                let key = request_key(&limiter.config().key, head, client, &mut scratch);
+                permits.push(limiter.acquire(key)?);
             }
         }
         Ok(permits)

@@ -143,17 +143,117 @@ fn concurrency_answers_503_and_frees_slots() {
     let rules = RuleSet::new(&traffic).unwrap();
     let limits = TrafficLimits::new(&traffic, None, Instant::now());
     let request = head("GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n");
-    let decision = rules.evaluate(&request, &Facts::plain("192.0.2.1".parse().unwrap()));
-    let first = limits.acquire_concurrency(&decision).unwrap();
-    let second = limits.acquire_concurrency(&decision).unwrap();
+    let client: IpAddr = "192.0.2.1".parse().unwrap();
+    let decision = rules.evaluate(&request, &Facts::plain(client));
+    let acquire = || limits.acquire_concurrency(&decision, &request, client);
+    let first = acquire().unwrap();
+    let second = acquire().unwrap();
     assert_eq!(first.len(), 1);
-    let refusal = limits.acquire_concurrency(&decision).unwrap_err();
+    let refusal = acquire().unwrap_err();
     assert_eq!((refusal.status, refusal.retry_after_seconds()), (503, 3));
     drop(first);
-    let third = limits.acquire_concurrency(&decision).unwrap();
+    let third = acquire().unwrap();
     assert_eq!(limits.concurrency[0].in_progress(), 2);
+    // Keyed by `route` (the default): another client shares the count.
+    let other: IpAddr = "192.0.2.2".parse().unwrap();
+    assert!(
+        limits
+            .acquire_concurrency(&decision, &request, other)
+            .is_err()
+    );
     drop((second, third));
     assert_eq!(limits.concurrency[0].in_progress(), 0);
+}
+
+/// `key = "client_address"`: each client has its own `max`, and a key's entry goes
+/// with its last request.
+#[test]
+fn a_keyed_concurrency_limit_counts_each_key_apart() {
+    let traffic = traffic(
+        "[[virtual_servers.web.rules]]\nmatch.path_prefix = \"/\"\nconcurrency_limit = \"each\"\n\
+         [virtual_servers.web.concurrency_limits.each]\nkey = \"client_address\"\nmax = 1",
+    );
+    let rules = RuleSet::new(&traffic).unwrap();
+    let limits = TrafficLimits::new(&traffic, None, Instant::now());
+    let request = head("GET /x HTTP/1.1\r\nHost: a\r\n\r\n");
+    let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+    let decision = rules.evaluate(&request, &Facts::plain(a));
+    let of_a = limits.acquire_concurrency(&decision, &request, a).unwrap();
+    assert!(limits.acquire_concurrency(&decision, &request, a).is_err());
+    // The same address written as IPv4-mapped IPv6 is the same client.
+    let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+    assert!(
+        limits
+            .acquire_concurrency(&decision, &request, mapped)
+            .is_err()
+    );
+    let of_b = limits.acquire_concurrency(&decision, &request, b).unwrap();
+    assert_eq!(limits.concurrency[0].in_progress(), 2);
+    assert_eq!(limits.concurrency[0].keys(), 2);
+    drop(of_a);
+    assert_eq!(limits.concurrency[0].keys(), 1);
+    assert!(limits.acquire_concurrency(&decision, &request, a).is_ok());
+    drop(of_b);
+    assert_eq!(limits.concurrency[0].keys(), 0);
+}
+
+/// A reload that changes a limit's numbers keeps what is in progress: the requests and
+/// connections already counted count against the new `max`.
+#[test]
+fn a_reload_that_changes_a_limit_keeps_its_counts() {
+    let before = traffic(RULES);
+    let rules = RuleSet::new(&before).unwrap();
+    let limits = TrafficLimits::new(&before, None, Instant::now());
+    let request = head("GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n");
+    let client: IpAddr = "192.0.2.1".parse().unwrap();
+    let decision = rules.evaluate(&request, &Facts::plain(client));
+    let held = [
+        limits
+            .acquire_concurrency(&decision, &request, client)
+            .unwrap(),
+        limits
+            .acquire_concurrency(&decision, &request, client)
+            .unwrap(),
+    ];
+    let connections = [
+        limits.admit_connection(client).unwrap(),
+        limits.admit_connection(client).unwrap(),
+    ];
+    // Raised to 3: one more each, not three.
+    let after = traffic(
+        &RULES
+            .replace(
+                "max = 2\nretry_after = \"3s\"",
+                "max = 3\nretry_after = \"4s\"",
+            )
+            .replace(
+                "max = 2\nretry_after = \"5s\"",
+                "max = 3\nretry_after = \"5s\"",
+            ),
+    );
+    let reloaded = TrafficLimits::new(&after, Some(&limits), Instant::now());
+    assert_eq!(reloaded.concurrency[0].config().max.get(), 3);
+    assert_eq!(reloaded.concurrency[0].in_progress(), 2);
+    let third = reloaded
+        .acquire_concurrency(&decision, &request, client)
+        .unwrap();
+    let refusal = reloaded
+        .acquire_concurrency(&decision, &request, client)
+        .unwrap_err();
+    assert_eq!(refusal.retry_after_seconds(), 4);
+    let connection = reloaded.admit_connection(client).unwrap();
+    assert!(reloaded.admit_connection(client).is_err());
+    // The old generation's permits give their places back to the new counts.
+    drop(held);
+    drop(connections);
+    assert_eq!(reloaded.concurrency[0].in_progress(), 1);
+    assert!(
+        reloaded
+            .acquire_concurrency(&decision, &request, client)
+            .is_ok()
+    );
+    assert!(reloaded.admit_connection(client).is_ok());
+    drop((third, connection));
 }
 
 #[test]
