@@ -1,23 +1,24 @@
 //! Session tickets: AES-256-GCM under a random key, rotated on a schedule.
 //!
-//! rustls' [`TicketRotator`] keeps the current key and the one before it, and
-//! erases older ones. It rotates only when a ticket is made or read, one step
-//! at a time, so after an idle spell the key before it can be far older than
-//! two periods; each ticket therefore carries when it was made ([`Aged`]), and
-//! one older than two rotation periods is refused whatever key sealed it. The
-//! key itself is made here because the aws-lc-rs ticketer rustls ships has a
-//! fixed six-hour rotation.
+//! A ticket is accepted for two rotation periods from when it was made, as its
+//! lifetime hint tells clients. A key seals tickets for one period, so the last
+//! ones it sealed must open until two periods after it stopped sealing:
+//! [`Rotating`] keeps each retired key that long, then erases it (rustls'
+//! `TicketRotator` keeps only the key before the current one, so a ticket made
+//! late in a key's period was refused soon after one period). Each ticket carries
+//! when it was made ([`Aged`]), and one older than two periods is refused whatever
+//! key sealed it. The key itself is made here because the aws-lc-rs ticketer
+//! rustls ships has a fixed six-hour rotation.
 //!
 //! Ticket layout: key name (16 random bytes) ‖ nonce (12) ‖ ciphertext ‖ tag (16);
 //! the plaintext is the issue time (8 bytes, seconds on this process's clock) ‖
 //! the session context (32 bytes, [`in_context`]) ‖ rustls' session state.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use rustls::crypto::GetRandomFailed;
 use rustls::server::ProducesTickets;
-use rustls::ticketer::TicketRotator;
 use tokio_rustls::rustls;
 
 use aws_lc_rs::aead::{AES_256_GCM, Aad, NONCE_LEN, Nonce, RandomizedNonceKey};
@@ -99,14 +100,110 @@ impl ProducesTickets for TicketKey {
 pub fn ticketer(rotation: Duration) -> Result<Arc<dyn ProducesTickets>, rustls::Error> {
     let seconds = u32::try_from(rotation.as_secs().max(1)).unwrap_or(u32::MAX);
     Ok(Arc::new(Aged {
-        rotator: TicketRotator::new(seconds, TicketKey::generate)?,
+        rotator: Rotating::new(Duration::from_secs(u64::from(seconds)), Instant::now())
+            .map_err(|_| rustls::Error::FailedToGetRandomBytes)?,
         max_age: 2 * u64::from(seconds),
     }))
 }
 
+/// Ticket keys: the current one seals, it and the retired ones still within two periods
+/// of their retirement open. A new key is made at the first use one period after the
+/// current one was (so after an idle spell, at once).
+struct Rotating {
+    period: Duration,
+    keys: RwLock<Keys>,
+}
+
+struct Keys {
+    current: Box<dyn ProducesTickets>,
+    made: Instant,
+    /// Retired keys, oldest first, with when they stopped sealing.
+    retired: Vec<(Instant, Box<dyn ProducesTickets>)>,
+}
+
+impl Rotating {
+    fn new(period: Duration, now: Instant) -> Result<Rotating, GetRandomFailed> {
+        Ok(Rotating {
+            period,
+            keys: RwLock::new(Keys {
+                current: TicketKey::generate()?,
+                made: now,
+                retired: Vec::new(),
+            }),
+        })
+    }
+
+    /// Makes a new key when the current one has sealed for a period, and erases the
+    /// retired ones past two periods since they stopped sealing.
+    fn rotate(&self, now: Instant) {
+        let due = |keys: &Keys| {
+            now.saturating_duration_since(keys.made) >= self.period
+                || keys.retired.first().is_some_and(|(retired, _)| {
+                    now.saturating_duration_since(*retired) >= 2 * self.period
+                })
+        };
+        if !due(&self.keys.read().unwrap_or_else(PoisonError::into_inner)) {
+            return;
+        }
+        let mut keys = self.keys.write().unwrap_or_else(PoisonError::into_inner);
+        if now.saturating_duration_since(keys.made) >= self.period {
+            // A key that cannot be made leaves the current one sealing a while longer.
+            if let Ok(fresh) = TicketKey::generate() {
+                let old = std::mem::replace(&mut keys.current, fresh);
+                keys.retired.push((now, old));
+                keys.made = now;
+            }
+        }
+        let period = self.period;
+        keys.retired
+            .retain(|(retired, _)| now.saturating_duration_since(*retired) < 2 * period);
+    }
+
+    fn encrypt_at(&self, plain: &[u8], now: Instant) -> Option<Vec<u8>> {
+        self.rotate(now);
+        let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
+        keys.current.encrypt(plain)
+    }
+
+    fn decrypt_at(&self, ticket: &[u8], now: Instant) -> Option<Vec<u8>> {
+        self.rotate(now);
+        let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
+        // Each key checks the ticket's key name first: a ticket costs one decryption.
+        std::iter::once(&keys.current)
+            .chain(keys.retired.iter().rev().map(|(_, key)| key))
+            .find_map(|key| key.decrypt(ticket))
+    }
+}
+
+impl std::fmt::Debug for Rotating {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rotating")
+            .field("period", &self.period)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProducesTickets for Rotating {
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    fn lifetime(&self) -> u32 {
+        u32::try_from(2 * self.period.as_secs()).unwrap_or(u32::MAX)
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        self.encrypt_at(plain, Instant::now())
+    }
+
+    fn decrypt(&self, ticket: &[u8]) -> Option<Vec<u8>> {
+        self.decrypt_at(ticket, Instant::now())
+    }
+}
+
 /// Tickets stamped with when they were made, refused once older than `max_age` seconds.
 struct Aged {
-    rotator: TicketRotator,
+    rotator: Rotating,
     max_age: u64,
 }
 
@@ -229,7 +326,7 @@ mod tests {
     #[test]
     fn a_ticket_older_than_two_periods_is_refused() {
         let aged = Aged {
-            rotator: TicketRotator::new(3600, TicketKey::generate).unwrap(),
+            rotator: Rotating::new(Duration::from_secs(3600), Instant::now()).unwrap(),
             max_age: 7200,
         };
         let ticket = aged.encrypt(b"state").unwrap();
@@ -257,6 +354,32 @@ mod tests {
         assert!(keys.decrypt(&ticket).unwrap().starts_with(&[1; 32]));
         let short = keys.encrypt(b"abc").unwrap();
         assert!(here.decrypt(&short).is_none());
+    }
+
+    /// A ticket made at the very end of its key's period still opens two periods later:
+    /// its key is kept two periods past its retirement, then erased.
+    #[test]
+    fn a_key_opens_its_tickets_for_two_periods_after_it_stops_sealing() {
+        let start = Instant::now();
+        let at = |seconds: f64| start + Duration::from_secs_f64(seconds);
+        let keys = Rotating::new(Duration::from_secs(10), start).unwrap();
+        let late = keys.encrypt_at(b"late", at(9.9)).unwrap();
+        // A new key seals from 10 s, and another from 20 s.
+        let next = keys.encrypt_at(b"next", at(10.5)).unwrap();
+        let third = keys.encrypt_at(b"third", at(20.6)).unwrap();
+        assert_ne!(late[..KEY_NAME_LEN], next[..KEY_NAME_LEN]);
+        assert_ne!(next[..KEY_NAME_LEN], third[..KEY_NAME_LEN]);
+        // 9.9 + 20 = 29.9: the first key still opens its last ticket (rustls' rotator
+        // had erased it at 20.6).
+        assert_eq!(keys.decrypt_at(&late, at(29.8)).unwrap(), b"late");
+        assert_eq!(keys.decrypt_at(&next, at(29.8)).unwrap(), b"next");
+        // Two periods after it stopped sealing (10.5 + 20), it is gone.
+        assert!(keys.decrypt_at(&late, at(30.6)).is_none());
+        assert_eq!(keys.decrypt_at(&third, at(30.6)).unwrap(), b"third");
+        // After a long idle spell, the next use makes a new key, and nothing old opens.
+        let fresh = keys.encrypt_at(b"fresh", at(500.0)).unwrap();
+        assert!(keys.decrypt_at(&third, at(500.0)).is_none());
+        assert_eq!(keys.decrypt_at(&fresh, at(500.0)).unwrap(), b"fresh");
     }
 
     #[test]
