@@ -211,6 +211,16 @@ impl CertStore {
         {
             return None;
         }
+        // Clients send no IP address as a server name (RFC 6066 §3; rustls drops one
+        // sent anyway): a certificate that names only addresses is chosen by none, unless
+        // it is a default (first or of the first one's names).
+        if info.names.is_empty() && !info.addresses.is_empty() {
+            return Some(
+                "it names only IP addresses, which clients never send as a server name; \
+                 only the first certificate serves clients that connect by address"
+                    .to_owned(),
+            );
+        }
         let earlier: Vec<(usize, &Entry)> = self.entries[..index]
             .iter()
             .enumerate()
@@ -416,6 +426,30 @@ mod tests {
                 && warnings[0].ends_with("certificate 5 has the same names and key type"),
             "{warnings:#?}"
         );
+    }
+
+    /// A certificate that names only IP addresses is never chosen past the default: clients
+    /// send no address as a server name. As the default, it is served.
+    #[test]
+    fn a_certificate_of_addresses_only_is_served_only_as_the_default() {
+        use crate::KeyType::EcdsaP256;
+        let store = CertStore::new(vec![
+            typed(&["default.test"], EcdsaP256),
+            typed(&["127.0.0.1"], EcdsaP256),
+            typed(&["both.test", "127.0.0.2"], EcdsaP256),
+        ]);
+        let warnings = store.warnings(SystemTime::now());
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
+        assert!(
+            warnings[0].starts_with("certificate 2 ")
+                && warnings[0].contains("names only IP addresses"),
+            "{warnings:#?}"
+        );
+        let first = CertStore::new(vec![
+            typed(&["127.0.0.1"], EcdsaP256),
+            typed(&["other.test"], EcdsaP256),
+        ]);
+        assert!(first.warnings(SystemTime::now()).is_empty());
     }
 
     #[test]
