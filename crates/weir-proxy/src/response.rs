@@ -111,7 +111,11 @@ pub(crate) async fn respond(
         false => vs.config.limits.response_buffer,
     };
     let buffered = buffer(client, &mut upstream, limit).await?;
-    if buffered.complete {
+    // An HTTP/2 node's stream may go on past a body with a length, to trailers (RFC 9113
+    // §8.1): an HTTP/2 client gets them after its body, once they come. Anyone else gets
+    // the body by its length, at once.
+    let trailers_to_come = buffered.complete && client.is_h2() && upstream.h2_continues();
+    if buffered.complete && !trailers_to_come {
         // The node is done: give the connection back before the client is served.
         upstream.finish(&client.upstream_in);
     }
@@ -140,7 +144,7 @@ pub(crate) async fn respond(
         complete,
     } = buffered;
     let mut body_bytes = buffered_body.len() as u64;
-    let last = complete && trailers.is_empty();
+    let last = complete && trailers.is_empty() && !trailers_to_come;
     if last && !keep_alive && !client.is_h2() && buffered_body.len() <= LAST_WRITE_MAX {
         // The whole answer is here and the connection ends after it: its
         // bytes, the close_notify and the FIN leave together.
@@ -173,6 +177,17 @@ pub(crate) async fn respond(
         body_bytes += sent;
         grpc_status = grpc_status.or(found);
     } else {
+        let trailers = match trailers_to_come {
+            true => {
+                let found = upstream
+                    .h2_trailers()
+                    .await
+                    .map_err(|failure| failure.after(status, head_bytes + body_bytes))?;
+                upstream.finish(&client.upstream_in);
+                found
+            }
+            false => trailers,
+        };
         grpc_status = grpc_status.or_else(|| grpc_status_in(&trailers));
         if !last {
             send_end(client, framing, &trailers, write_timeout)
@@ -267,7 +282,6 @@ impl Upstream {
                 break;
             };
             self.ended = fill(input, source, &mut body, &mut trailers)?;
-            // (An HTTP/2 node's trailers after a length are put there by `read_h2`.)
             if !trailers.is_empty() {
                 self.trailers = std::mem::take(&mut trailers);
             }
@@ -293,6 +307,39 @@ impl Upstream {
     /// fields left out, `weir_http::filter_trailers`); empty when it had none.
     pub(crate) fn take_trailers(&mut self) -> Bytes {
         std::mem::take(&mut self.trailers)
+    }
+
+    /// Whether an HTTP/2 node's stream has not ended with the body its head announced: what
+    /// follows is the stream's end, with trailers or an empty DATA frame
+    /// ([`Upstream::h2_trailers`]).
+    pub(crate) fn h2_continues(&self) -> bool {
+        matches!(&self.lease, Some(NodeLink::Http2 { body, .. }) if !body.is_end_stream())
+    }
+
+    /// The rest of an HTTP/2 node's stream after a body with a length: empty DATA frames,
+    /// then its trailers (the fields that may be forwarded) or none. Waits up to the stall
+    /// timeout for each; DATA past the length is a bad response.
+    pub(crate) async fn h2_trailers(&mut self) -> Result<Bytes, Failure> {
+        let Some(NodeLink::Http2 { body, .. }) = self.lease.as_mut() else {
+            return Ok(Bytes::new());
+        };
+        // The trailers come after the last DATA frame is read: the h2 crate gives them only
+        // once `data` has said the body ended.
+        while let Some(data) = http2::upstream::read_body(body, self.stall).await? {
+            if !data.is_empty() {
+                return Err(Failure::from_error(
+                    Error::new(ErrorKind::BadResponse, Side::Upstream)
+                        .context("HTTP/2 node sent DATA past its content-length"),
+                ));
+            }
+        }
+        let mut kept = BytesMut::new();
+        if let Some(map) = http2::upstream::read_trailers(body, self.stall).await? {
+            let mut lines = BytesMut::new();
+            weir_http::http2::trailers_from_h2(&map, &mut lines);
+            filter_trailers(&lines, &mut kept);
+        }
+        Ok(kept.freeze())
     }
 
     /// The node's part is over: release the connection when it is clean
@@ -330,27 +377,17 @@ impl Upstream {
             None => return Ok(Some(0)),
             Some(NodeLink::Http1(lease)) => lease,
             Some(NodeLink::Http2 { body, pump, .. }) => {
-                let framing = match self.source {
-                    Some(Source::Chunked(_)) => H2Framing::Chunked,
-                    // What the length still wants beyond what `buf` holds already.
-                    Some(Source::Length(left)) => {
-                        H2Framing::Length(left.saturating_sub(buf.len() as u64))
-                    }
-                    _ => H2Framing::Length(u64::MAX),
-                };
+                let chunked = matches!(self.source, Some(Source::Chunked(_)));
                 let stall = self.stall;
-                let trailers = &mut self.trailers;
                 let read = async {
-                    read_h2(body, framing, buf, trailers, stall)
-                        .await
-                        .map_err(|failure| {
-                            match pump.as_mut().and_then(PumpWatch::failure) {
-                                // The node's stream was reset because the client's body failed
-                                // (past `max_body_bytes`, say): the client's fault, not the node's.
-                                Some(error) => Failure::from_error(error),
-                                None => failure,
-                            }
-                        })
+                    read_h2(body, chunked, buf, stall).await.map_err(|failure| {
+                        match pump.as_mut().and_then(PumpWatch::failure) {
+                            // The node's stream was reset because the client's body failed
+                            // (past `max_body_bytes`, say): the client's fault, not the node's.
+                            Some(error) => Failure::from_error(error),
+                            None => failure,
+                        }
+                    })
                 };
                 return match pause {
                     None => read.await.map(Some),
@@ -389,48 +426,22 @@ impl Upstream {
     }
 }
 
-/// How the body of an HTTP/2 node's response is framed for weir's HTTP/1.1 reading of it.
-#[derive(Clone, Copy)]
-enum H2Framing {
-    /// As chunks, the end of the stream as the last chunk with the trailers.
-    Chunked,
-    /// As is, this many bytes still to come (`content-length`).
-    Length(u64),
-}
-
 /// Reads more of an HTTP/2 node's response as the HTTP/1.1 body its head
 /// stands for (`weir_http::http2::response_from_h2`): DATA as is for a
 /// length, or as chunks, the end of the stream as the last chunk with the
-/// trailers. Returns the bytes appended to `buf`. A body with a length may be followed
-/// by trailers too (RFC 9113 §8.1): read once the length is whole, kept in `trailers`
-/// (as [`Upstream::take_trailers`] gives them) for an HTTP/2 client, which can carry them.
+/// trailers. Returns the bytes appended to `buf`.
 async fn read_h2(
     body: &mut h2::RecvStream,
-    framing: H2Framing,
+    chunked: bool,
     buf: &mut BytesMut,
-    trailers: &mut Bytes,
     stall: Duration,
 ) -> Result<usize, Failure> {
     let before = buf.len();
-    let chunked = matches!(framing, H2Framing::Chunked);
     loop {
         match http2::upstream::read_body(body, stall).await? {
             Some(data) if data.is_empty() => continue,
             Some(data) if chunked => encode_chunk(&data, buf),
-            Some(data) => {
-                buf.extend_from_slice(&data);
-                let whole = matches!(framing, H2Framing::Length(left) if data.len() as u64 >= left);
-                if whole
-                    && !body.is_end_stream()
-                    && let Some(map) = http2::upstream::read_trailers(body, stall).await?
-                {
-                    let mut lines = BytesMut::new();
-                    weir_http::http2::trailers_from_h2(&map, &mut lines);
-                    let mut kept = BytesMut::new();
-                    filter_trailers(&lines, &mut kept);
-                    *trailers = kept.freeze();
-                }
-            }
+            Some(data) => buf.extend_from_slice(&data),
             None if chunked => {
                 let mut lines = BytesMut::new();
                 if let Some(trailers) = http2::upstream::read_trailers(body, stall).await? {
@@ -483,10 +494,6 @@ async fn buffer(
             Some(_) => {}
             None => break,
         }
-    }
-    // An HTTP/2 node's trailers after a body with a length ([`read_h2`]).
-    if buffered.complete && buffered.trailers.is_empty() {
-        buffered.trailers = upstream.take_trailers();
     }
     Ok(buffered)
 }
@@ -673,11 +680,14 @@ async fn stream_rest(
             break;
         }
     }
-    upstream.finish(&client.upstream_in);
-    // An HTTP/2 node's trailers after a body with a length ([`read_h2`]).
-    if trailers.is_empty() {
-        trailers = upstream.take_trailers();
+    // An HTTP/2 node's trailers after a body with a length, for an HTTP/2 client.
+    if trailers.is_empty() && client.is_h2() && upstream.h2_continues() {
+        trailers = upstream
+            .h2_trailers()
+            .await
+            .map_err(|failure| (Failure::silent(failure.error), sent))?;
     }
+    upstream.finish(&client.upstream_in);
     send_end(client, framing, &trailers, write_timeout)
         .await
         .map_err(|failure| (failure, sent))?;

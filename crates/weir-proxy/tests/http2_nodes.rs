@@ -202,16 +202,35 @@ async fn answer(
     if parts.uri.path() == "/wide-field" {
         response = response.header("x-wide", "w".repeat(20 * 1024));
     }
-    // `/length-and-trailers`: a `content-length`, and trailers after the body all the same.
-    let with_length = parts.uri.path() != "/trailers";
-    let with_trailers = matches!(parts.uri.path(), "/trailers" | "/length-and-trailers");
+    // `/length-and-trailers`: a `content-length`, and trailers after the body all the same;
+    // `/late-trailers`: so, with a 20,000-byte body and the trailers 1 s after it;
+    // `/empty-end`: a `content-length`, the body, then an empty DATA frame ends the stream
+    // (as Go's net/http does after a Flush).
+    let path = parts.uri.path();
+    let text = match path {
+        "/late-trailers" => "t".repeat(20_000),
+        _ => text,
+    };
+    let with_length = path != "/trailers";
+    let with_trailers = matches!(
+        path,
+        "/trailers" | "/length-and-trailers" | "/late-trailers"
+    );
+    let empty_end = path == "/empty-end";
     if with_length {
         response = response.header("content-length", text.len());
     }
     let Ok(mut send) = respond.send_response(response.body(()).expect("response"), false) else {
         return;
     };
-    let _ = send.send_data(Bytes::from(text), !with_trailers);
+    send.reserve_capacity(text.len());
+    let _ = send.send_data(Bytes::from(text), !with_trailers && !empty_end);
+    if empty_end {
+        let _ = send.send_data(Bytes::new(), true);
+    }
+    if path == "/late-trailers" {
+        tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    }
     if with_trailers {
         let mut trailers = http::HeaderMap::new();
         trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
@@ -695,43 +714,8 @@ async fn http2_clients_reach_an_h2c_node_with_trailers() {
     .await;
     assert!(trailers.contains("grpc-status: 0"), "{trailers}");
     assert!(trailers.contains("x-te-seen: trailers"), "{trailers}");
-    // Trailers after a body with a length reach an HTTP/2 client too (RFC 9113 §8.1), with
-    // the length; an HTTP/1.1 client gets the body by its length, without them.
     let mut sender = h2c_client(&proxy).await;
-    let request = http::Request::get(format!("{url}/length-and-trailers"))
-        .header("te", "trailers")
-        .body(())
-        .expect("request");
-    let (response, _) = sender.send_request(request, true).expect("sent");
     let wait = std::time::Duration::from_secs(5);
-    let response = tokio::time::timeout(wait, response)
-        .await
-        .expect("the head in time")
-        .expect("a head");
-    assert!(response.headers().contains_key("content-length"));
-    let mut answer = response.into_body();
-    let mut text = Vec::new();
-    while let Some(Ok(data)) = answer.data().await {
-        text.extend_from_slice(&data);
-    }
-    assert!(text.starts_with(b"h2 node: GET /length-and-trailers"));
-    let trailers = tokio::time::timeout(wait, answer.trailers())
-        .await
-        .expect("the trailers in time")
-        .expect("no error")
-        .expect("trailers");
-    assert_eq!(
-        trailers.get("grpc-status").map(|v| v.as_bytes()),
-        Some(&b"0"[..])
-    );
-    let h1 = curl(
-        args(&["--http1.1", "-i", &format!("{url}/length-and-trailers")]),
-        b"",
-    )
-    .await;
-    assert!(h1.starts_with("HTTP/1.1 200"), "{h1}");
-    assert!(h1.contains("h2 node: GET /length-and-trailers"), "{h1}");
-    assert!(!h1.contains("grpc-status"), "{h1}");
     // And the other way: an HTTP/2 client's trailers after a body with a length reach the
     // HTTP/2 node.
     let request = http::Request::post(format!("{url}/up"))
@@ -759,6 +743,85 @@ async fn http2_clients_reach_an_h2c_node_with_trailers() {
     // The kept-alive connections still answer.
     let again = curl(args(&[h2, "-i", &format!("{url}/x")]), b"").await;
     assert!(again.starts_with("HTTP/2 200"), "{again}");
+    proxy.stop().await;
+}
+
+/// GET `path` over `sender`: the head's fields, the body and the trailers, each in time.
+async fn h2_get(
+    sender: &mut h2::client::SendRequest<Bytes>,
+    url: &str,
+) -> (http::HeaderMap, Vec<u8>, Option<http::HeaderMap>) {
+    let request = http::Request::get(url)
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+    let (response, _) = sender.send_request(request, true).expect("sent");
+    let wait = std::time::Duration::from_secs(5);
+    let response = tokio::time::timeout(wait, response)
+        .await
+        .expect("the head in time")
+        .expect("a head");
+    let (parts, mut answer) = response.into_parts();
+    let mut text = Vec::new();
+    while let Some(Ok(data)) = tokio::time::timeout(wait, answer.data())
+        .await
+        .expect("the body in time")
+    {
+        text.extend_from_slice(&data);
+    }
+    let trailers = tokio::time::timeout(wait, answer.trailers())
+        .await
+        .expect("the trailers in time")
+        .expect("no error");
+    (parts.headers, text, trailers)
+}
+
+/// An HTTP/2 node's stream may go on past a body with a `content-length`, to trailers (RFC
+/// 9113 §8.1): an HTTP/2 client gets them, after its body, when they come; an HTTP/1.1
+/// client gets the body by its length at once, without them. A stream that ends with an
+/// empty DATA frame after its length (Go's net/http after a Flush) ends the answer too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailers_after_a_length_reach_http2_clients_and_hold_no_one() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "[virtual_servers.web.http2]\ncleartext = true").await;
+    let url = format!("http://127.0.0.1:{}", proxy.addr.port());
+    let mut sender = h2c_client(&proxy).await;
+    for (path, size) in [("/length-and-trailers", 0), ("/late-trailers", 20_000)] {
+        let (head, text, trailers) = h2_get(&mut sender, &format!("{url}{path}")).await;
+        assert!(head.contains_key("content-length"), "{path}");
+        if size > 0 {
+            assert_eq!(text.len(), size, "{path}");
+        } else {
+            assert!(text.starts_with(b"h2 node: GET /length-and-trailers"));
+        }
+        let trailers = trailers.unwrap_or_else(|| panic!("{path}: no trailers"));
+        assert_eq!(
+            trailers.get("grpc-status").map(|v| v.as_bytes()),
+            Some(&b"0"[..]),
+            "{path}"
+        );
+    }
+    let (_, text, trailers) = h2_get(&mut sender, &format!("{url}/empty-end")).await;
+    assert!(text.starts_with(b"h2 node: GET /empty-end"));
+    assert!(trailers.is_none());
+    // HTTP/1.1: the body by its length, no trailers; the late ones (1 s after the body)
+    // hold nothing: curl is done well before the node's stream is.
+    for path in ["/length-and-trailers", "/late-trailers", "/empty-end"] {
+        let started = std::time::Instant::now();
+        let h1 = curl(args(&["--http1.1", "-i", &format!("{url}{path}")]), b"").await;
+        assert!(h1.starts_with("HTTP/1.1 200"), "{path}: {h1}");
+        assert!(!h1.contains("grpc-status"), "{path}: {h1}");
+        if path == "/late-trailers" {
+            assert!(
+                started.elapsed() < std::time::Duration::from_millis(900),
+                "{path}: the body waited for the trailers ({:?})",
+                started.elapsed()
+            );
+        }
+    }
+    // The node connection still serves.
+    let (_, text, _) = h2_get(&mut sender, &format!("{url}/x")).await;
+    assert!(text.starts_with(b"h2 node: GET /x"));
     proxy.stop().await;
 }
 
