@@ -55,10 +55,14 @@ fn filter(vs: &VirtualServerRuntime, head: &RequestHead) -> Result<Forwarding, F
         ));
     }
     Ok(Forwarding {
+        // Every `Upgrade` line, not the first alone: each protocol offered on any of them
+        // must be allowed, or none is forwarded (a second line offering h2c would let the
+        // node switch to it).
         upgrade: head.asks_to_upgrade()
             && head
-                .header("upgrade")
-                .is_some_and(|offered| allowed_upgrade(offered, &policy.upgrades)),
+                .headers()
+                .filter(|(name, _)| name.eq_ignore_ascii_case(b"upgrade"))
+                .all(|(_, offered)| allowed_upgrade(offered, &policy.upgrades)),
         connect: head.method() == Method::Connect,
         drop_underscore_names: underscores && policy.underscore_headers == UnderscoreHeaders::Drop,
         background: false,
