@@ -95,9 +95,19 @@ impl ResponseDirectives {
                 b"stale-if-error" => set_first(&mut found.stale_if_error, value),
                 name => found.forbid_from_malformed(name),
             }
-            // `max-age=0; private`: the element's value, unless quoted, is read the same way.
-            if let Some(value) = value.filter(|value| !value.starts_with(b"\"")) {
-                found.forbid_from_malformed(&value.to_ascii_lowercase());
+            // `max-age=0; private`: the element's value is read the same way (of a quoted
+            // one, what follows its closing quote: `foo="x"; private`); `=private` names no
+            // directive at all, so its value is all there is to read.
+            if let Some(value) = value {
+                let rest = match value.first() {
+                    Some(b'"') => after_quoted(value),
+                    _ => value,
+                };
+                let rest = rest.to_ascii_lowercase();
+                match name.is_empty() {
+                    true => found.forbid_words(&rest),
+                    false => found.forbid_from_malformed(&rest),
+                }
             }
         }
         found
@@ -109,11 +119,16 @@ impl ResponseDirectives {
     /// takes the stricter reading (as nginx and Varnish's built-in rules do), not the looser
     /// one of ignoring it. `name` is lower case.
     fn forbid_from_malformed(&mut self, name: &[u8]) {
-        let is_tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
         if name.iter().all(is_tchar) {
             return;
         }
-        for word in name.split(|b| !is_tchar(b)) {
+        self.forbid_words(name);
+    }
+
+    /// Sets `no-store`, `no-cache` and `private` for each of them `text` (lower case) has
+    /// as a word.
+    fn forbid_words(&mut self, text: &[u8]) {
+        for word in text.split(|b| !is_tchar(b)) {
             match word {
                 b"no-store" => self.no_store = true,
                 b"no-cache" => self.no_cache = true,
@@ -263,6 +278,26 @@ pub fn delta_seconds(value: &[u8]) -> Option<u64> {
     }))
 }
 
+/// A `tchar` of RFC 9110 §5.6.2.
+fn is_tchar(b: &u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b)
+}
+
+/// What follows the closing quote of the quoted string `value` starts with (a backslash
+/// escapes the next byte); empty when it ends there, or never closes.
+fn after_quoted(value: &[u8]) -> &[u8] {
+    let mut escaped = false;
+    for (at, &byte) in value.iter().enumerate().skip(1) {
+        match byte {
+            _ if escaped => escaped = false,
+            b'\\' => escaped = true,
+            b'"' => return &value[at + 1..],
+            _ => {}
+        }
+    }
+    &[]
+}
+
 /// `(name, value)` of every directive in these field values.
 fn directives<'a>(
     values: impl Iterator<Item = &'a [u8]>,
@@ -407,6 +442,31 @@ mod tests {
             ),
             (
                 "max-age=60, community=\"no-cache; private\", ext=private",
+                ResponseDirectives {
+                    max_age: Some(60),
+                    ..Default::default()
+                },
+            ),
+            (
+                "s-maxage=60, foo=\"x\"; private, max-age=\"0\"; no-store",
+                ResponseDirectives {
+                    s_maxage: Some(60),
+                    max_age: Some(0),
+                    private: true,
+                    no_store: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "max-age=60, =private",
+                ResponseDirectives {
+                    max_age: Some(60),
+                    private: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "max-age=60, a=\"b\\\"; private\", c=\"d\"",
                 ResponseDirectives {
                     max_age: Some(60),
                     ..Default::default()
