@@ -202,11 +202,21 @@ async fn answer(
     if parts.uri.path() == "/wide-field" {
         response = response.header("x-wide", "w".repeat(20 * 1024));
     }
-    // `/length-and-trailers`: a `content-length`, and trailers after the body all the same;
-    // `/late-trailers`: so, with a 20,000-byte body and the trailers 1 s after it;
-    // `/empty-end`: a `content-length`, the body, then an empty DATA frame ends the stream
-    // (as Go's net/http does after a Flush).
-    let path = parts.uri.path();
+    send_answer(respond, response, parts.uri.path(), text).await;
+}
+
+/// Sends `response` with `text` as its body, framed as `path` asks:
+/// `/trailers`: no `content-length`, trailers after the body;
+/// `/length-and-trailers`: a `content-length`, and trailers after the body all the same;
+/// `/late-trailers`: so, with a 20,000-byte body and the trailers 1 s after it;
+/// `/empty-end`: a `content-length`, the body, then an empty DATA frame ends the stream
+/// (as Go's net/http does after a Flush); anything else: a `content-length` and the body.
+async fn send_answer(
+    mut respond: h2::server::SendResponse<Bytes>,
+    mut response: http::response::Builder,
+    path: &str,
+    text: String,
+) {
     let text = match path {
         "/late-trailers" => "t".repeat(20_000),
         _ => text,
