@@ -234,8 +234,9 @@ async fn read_length(
     } else if let Some(stream) = client.h2() {
         // The whole body: an HTTP/2 stream must end here, or the request is malformed.
         let (deadline, late) = body.clock.deadline(length, Instant::now());
-        let trailers = stream
-            .length_ended(deadline, late)
+        // Boxed: only HTTP/2 requests wait here, and inline its timers would make every
+        // request's future larger.
+        let trailers = Box::pin(stream.length_ended(deadline, late))
             .await
             .map_err(Failure::from_error)?;
         // Only an HTTP/2 node can be given them: a length is how an HTTP/1.1 node is.

@@ -179,8 +179,9 @@ pub(crate) async fn respond(
     } else {
         let trailers = match trailers_to_come {
             true => {
-                let found = upstream
-                    .h2_trailers()
+                // Boxed: few answers wait here, and inline its timers would make every
+                // answer's future larger.
+                let found = Box::pin(upstream.h2_trailers())
                     .await
                     .map_err(|failure| failure.after(status, head_bytes + body_bytes))?;
                 upstream.finish(&client.upstream_in);
@@ -682,8 +683,7 @@ async fn stream_rest(
     }
     // An HTTP/2 node's trailers after a body with a length, for an HTTP/2 client.
     if trailers.is_empty() && client.is_h2() && upstream.h2_continues() {
-        trailers = upstream
-            .h2_trailers()
+        trailers = Box::pin(upstream.h2_trailers())
             .await
             .map_err(|failure| (Failure::silent(failure.error), sent))?;
     }
