@@ -1,19 +1,17 @@
 //! Requests in progress at once through the rules that name a limit, per key: one atomic
-//! counter for `route` (every request the rules send here), else a count per key in
-//! sharded maps, the entry gone when its key's last request ends, so memory follows the
+//! counter for `route` (every request the rules send here), else a count per key's hash
+//! ([`KeyCounts`]), the entry gone when its key's last request ends, so memory follows the
 //! requests in progress. A permit per request gives its slot back on drop.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use weir_config::{ConcurrencyLimit, KeySource};
 
 use super::Refusal;
+use super::counts::KeyCounts;
 use crate::key::Key;
-
-const SHARDS: usize = 16;
 
 /// One concurrency limit: counts the requests in progress through the rules that name it.
 #[derive(Debug)]
@@ -30,7 +28,8 @@ struct Counts {
     /// Every request holding a slot, whatever its key.
     all: AtomicU32,
     /// Per key (the hash of a [`Key`]), for a limit not keyed by `route`.
-    keyed: [Mutex<HashMap<u64, u32>>; SHARDS],
+    keyed: KeyCounts<u64>,
+    /// Hashes the keys for `keyed`.
     hasher: RandomState,
 }
 
@@ -53,7 +52,7 @@ impl ConcurrencyLimiter {
             config: config.clone(),
             counts: Arc::new(Counts {
                 all: AtomicU32::new(0),
-                keyed: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+                keyed: KeyCounts::new(),
                 hasher: RandomState::new(),
             }),
         }
@@ -83,11 +82,7 @@ impl ConcurrencyLimiter {
 
     /// Keys with at least one request in progress (0 for a limit keyed by `route`).
     pub fn keys(&self) -> usize {
-        self.counts
-            .keyed
-            .iter()
-            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).len())
-            .sum()
+        self.counts.keyed.keys()
     }
 
     /// A slot for a request of `key`, or a refusal when `max` requests of that key (of
@@ -114,14 +109,11 @@ impl ConcurrencyLimiter {
         let hash = {
             let mut hasher = counts.hasher.build_hasher();
             key.hash_into(&mut hasher);
-            std::hash::Hasher::finish(&hasher)
+            hasher.finish()
         };
-        let mut shard = counts.shard(hash);
-        let count = shard.entry(hash).or_insert(0);
-        if *count >= max {
+        if !counts.keyed.take(hash, max) {
             return Err(refusal);
         }
-        *count += 1;
         counts.all.fetch_add(1, Ordering::AcqRel);
         Ok(ConcurrencyPermit {
             counts: Arc::clone(counts),
@@ -130,25 +122,11 @@ impl ConcurrencyLimiter {
     }
 }
 
-impl Counts {
-    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, HashMap<u64, u32>> {
-        self.keyed[hash as usize % SHARDS]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 impl Drop for ConcurrencyPermit {
     fn drop(&mut self) {
         self.counts.all.fetch_sub(1, Ordering::AcqRel);
         if let Some(hash) = self.key {
-            let mut shard = self.counts.shard(hash);
-            if let Some(count) = shard.get_mut(&hash) {
-                *count = count.saturating_sub(1);
-                if *count == 0 {
-                    shard.remove(&hash);
-                }
-            }
+            self.counts.keyed.give_back(hash);
         }
     }
 }

@@ -1,38 +1,29 @@
-//! Connections one client address holds open at once: a count per address in
-//! sharded maps, the entry gone when its last connection closes, so memory
+//! Connections one client address holds open at once: a count per address
+//! ([`KeyCounts`]), the entry gone when its last connection closes, so memory
 //! follows the connections open now.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use weir_config::ClientConnectionLimit;
 
 use super::Refusal;
+use super::counts::KeyCounts;
 
-const SHARDS: usize = 16;
-
-/// Counts the open connections of each client address against `max`; sharded by address.
+/// Counts the open connections of each client address against `max`.
 #[derive(Debug)]
 pub struct ConnectionLimiter {
     config: ClientConnectionLimit,
-    counts: Arc<Counts>,
-}
-
-/// The open connections of each address, apart from the limit's settings: a reload that
-/// changes `max` or `retry_after` keeps them, so the connections already open still count
-/// against the new `max` (and their permits give their places back here).
-#[derive(Debug)]
-struct Counts {
-    shards: [Mutex<HashMap<IpAddr, u32>>; SHARDS],
-    hasher: RandomState,
+    /// The open connections of each address, apart from the limit's settings: a reload
+    /// that changes `max` or `retry_after` keeps them, so the connections already open
+    /// still count against the new `max` (and their permits give their places back here).
+    counts: Arc<KeyCounts<IpAddr>>,
 }
 
 /// One connection's place in its address's count; given back on drop.
 #[derive(Debug)]
 pub struct ConnectionPermit {
-    counts: Arc<Counts>,
+    counts: Arc<KeyCounts<IpAddr>>,
     client: IpAddr,
 }
 
@@ -41,10 +32,7 @@ impl ConnectionLimiter {
     pub fn new(config: &ClientConnectionLimit) -> ConnectionLimiter {
         ConnectionLimiter {
             config: config.clone(),
-            counts: Arc::new(Counts {
-                shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
-                hasher: RandomState::new(),
-            }),
+            counts: Arc::new(KeyCounts::new()),
         }
     }
 
@@ -66,33 +54,24 @@ impl ConnectionLimiter {
 
     /// Connections `client` holds now.
     pub fn open(&self, client: IpAddr) -> u32 {
-        let client = weir_config::canonical(client);
-        let shard = self.counts.shard(client);
-        shard.get(&client).copied().unwrap_or(0)
+        self.counts.count(weir_config::canonical(client))
     }
 
     /// Addresses with at least one connection open.
     pub fn clients(&self) -> usize {
-        self.counts
-            .shards
-            .iter()
-            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).len())
-            .sum()
+        self.counts.keys()
     }
 
     /// Counts a new connection from `client`, or refuses it (503) when the
     /// address already holds `max`.
     pub fn admit(self: &Arc<Self>, client: IpAddr) -> Result<ConnectionPermit, Refusal> {
         let client = weir_config::canonical(client);
-        let mut shard = self.counts.shard(client);
-        let count = shard.entry(client).or_insert(0);
-        if *count >= self.config.max.get() {
+        if !self.counts.take(client, self.config.max.get()) {
             return Err(Refusal {
                 status: 503,
                 retry_after: self.config.retry_after,
             });
         }
-        *count += 1;
         Ok(ConnectionPermit {
             counts: Arc::clone(&self.counts),
             client,
@@ -100,26 +79,8 @@ impl ConnectionLimiter {
     }
 }
 
-impl Counts {
-    fn shard(&self, client: IpAddr) -> std::sync::MutexGuard<'_, HashMap<IpAddr, u32>> {
-        self.shards[self.hasher.hash_one(client) as usize % SHARDS]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn release(&self, client: IpAddr) {
-        let mut shard = self.shard(client);
-        if let Some(count) = shard.get_mut(&client) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                shard.remove(&client);
-            }
-        }
-    }
-}
-
 impl Drop for ConnectionPermit {
     fn drop(&mut self) {
-        self.counts.release(self.client);
+        self.counts.give_back(self.client);
     }
 }

@@ -18,6 +18,7 @@ use crate::key::request_key;
 
 mod concurrency;
 mod connections;
+mod counts;
 mod rate;
 
 pub use concurrency::{ConcurrencyLimiter, ConcurrencyPermit, ConcurrencyPermits};
