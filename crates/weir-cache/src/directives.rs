@@ -119,7 +119,7 @@ impl ResponseDirectives {
     /// takes the stricter reading (as nginx and Varnish's built-in rules do), not the looser
     /// one of ignoring it. `name` is lower case.
     fn forbid_from_malformed(&mut self, name: &[u8]) {
-        if name.iter().all(is_tchar) {
+        if name.iter().all(|&b| weir_http::is_token_char(b)) {
             return;
         }
         self.forbid_words(name);
@@ -128,7 +128,7 @@ impl ResponseDirectives {
     /// Sets `no-store`, `no-cache` and `private` for each of them `text` (lower case) has
     /// as a word.
     fn forbid_words(&mut self, text: &[u8]) {
-        for word in text.split(|b| !is_tchar(b)) {
+        for word in text.split(|&b| !weir_http::is_token_char(b)) {
             match word {
                 b"no-store" => self.no_store = true,
                 b"no-cache" => self.no_cache = true,
@@ -276,11 +276,6 @@ pub fn delta_seconds(value: &[u8]) -> Option<u64> {
     Some(value.iter().fold(0u64, |total, digit| {
         (total * 10 + u64::from(digit - b'0')).min(DELTA_SECONDS_MAX)
     }))
-}
-
-/// A `tchar` of RFC 9110 §5.6.2.
-fn is_tchar(b: &u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b)
 }
 
 /// What follows the closing quote of the quoted string `value` starts with (a backslash

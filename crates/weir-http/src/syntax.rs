@@ -224,7 +224,7 @@ static HOST_CLASS: [u8; 256] = {
 };
 
 /// tchar (RFC 9110 §5.6.2).
-pub(crate) fn is_token_char(b: u8) -> bool {
+pub fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric()
         || matches!(
             b,

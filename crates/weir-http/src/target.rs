@@ -145,7 +145,6 @@ fn scheme_length(target: &[u8]) -> Option<usize> {
     }
 }
 
-/// `host:port` with a non-empty host and a 1–5 digit port.
 /// The port of a CONNECT target (`host:port`, checked by [`is_authority_with_port`]); 0
 /// for one past 65535, which no Host without a port can then match.
 pub(crate) fn authority_port(authority: &[u8]) -> u16 {
@@ -156,6 +155,7 @@ pub(crate) fn authority_port(authority: &[u8]) -> u16 {
         .unwrap_or(0)
 }
 
+/// `host:port` with a non-empty host and a 1–5 digit port.
 fn is_authority_with_port(target: &[u8]) -> bool {
     let Some(colon) = memchr::memrchr(b':', target) else {
         return false;
