@@ -4,6 +4,10 @@
 
 use std::time::Duration;
 
+/// No timeout in weir (nor in `weir tunnel`) needs to be longer than a day; a longer one is
+/// a typo (`"5M"` is five months), and far longer ones overflow the timers' arithmetic.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Units a size string may end with, and how many bytes each is.
 const SIZE_UNITS: &[(&str, u64)] = &[
     ("B", 1),

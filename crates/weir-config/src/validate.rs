@@ -41,9 +41,6 @@ const MAX_SOCKET_PATH: usize = 107;
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 const GIB: u64 = 1024 * MIB;
-/// No timeout in weir needs to be longer than a day; a longer one is a typo (`"5M"` is
-/// five months).
-const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 /// Stands in for a pool reference that did not resolve (the config is rejected).
 const UNRESOLVED: PoolId = PoolId(usize::MAX);
 

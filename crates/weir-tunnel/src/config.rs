@@ -639,9 +639,8 @@ impl Checker {
         };
         // As for `weir serve`'s timeouts: past a day is a mistake, and far past it the
         // timers' arithmetic (an instant plus the duration) overflows.
-        const MAX: Duration = Duration::from_secs(24 * 60 * 60);
         match weir_config::units::parse_duration(text) {
-            Ok(duration) if duration > MAX => {
+            Ok(duration) if duration > weir_config::units::MAX_DURATION => {
                 self.report(
                     path,
                     format!(

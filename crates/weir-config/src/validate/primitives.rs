@@ -6,9 +6,10 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use super::values::{self, show_size};
-use super::{Checker, MAX_DURATION, Zero};
+use super::{Checker, Zero};
 use crate::error::KeyPath;
 use crate::schema::{DurationText, SizeValue};
+use crate::units::MAX_DURATION;
 
 impl Checker {
     pub(super) fn name(&mut self, path: &KeyPath, name: &str) {
