@@ -60,6 +60,17 @@ pub fn qvalue(text: &[u8]) -> Option<u16> {
     Some(value.min(1000))
 }
 
+/// The protocols an `Upgrade` field value lists (RFC 9110 §7.8), each with its name, the
+/// part before any `/version`: `websocket/13` gives (`websocket/13`, `websocket`).
+pub fn upgrade_protocols(value: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    split_list(value)
+        .filter(|protocol| !protocol.is_empty())
+        .map(|protocol| {
+            let name = protocol.split(|&b| b == b'/').next().unwrap_or(protocol);
+            (protocol, name)
+        })
+}
+
 /// Splits one field value at commas outside quoted strings (a `\"` inside one escapes the
 /// quote), trimming each part; empty parts are kept. For lists whose elements may hold
 /// quoted strings: `Cache-Control`, `Forwarded` (RFC 9110 section 5.6.1).
@@ -259,4 +270,23 @@ pub(crate) fn same_field_name(a: &[u8], b: &[u8]) -> bool {
         other => other.to_ascii_lowercase(),
     };
     a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| fold(x) == fold(y))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::upgrade_protocols;
+
+    #[test]
+    fn upgrade_lists_protocols_with_their_names() {
+        let listed: Vec<_> = upgrade_protocols(b"websocket/13, , h2c,Foo/2 ").collect();
+        assert_eq!(
+            listed,
+            [
+                (&b"websocket/13"[..], &b"websocket"[..]),
+                (b"h2c", b"h2c"),
+                (b"Foo/2", b"Foo"),
+            ]
+        );
+        assert_eq!(upgrade_protocols(b" ,").count(), 0);
+    }
 }

@@ -612,9 +612,8 @@ fn switches_to_offered(response: &ResponseHead, request: &RequestHead) -> bool {
     ) -> impl Iterator<Item = &'a [u8]> {
         fields
             .filter(|(name, _)| name.eq_ignore_ascii_case(b"upgrade"))
-            .flat_map(|(_, value)| weir_http::split_list(value))
-            .filter(|protocol| !protocol.is_empty())
-            .map(|protocol| protocol.split(|&b| b == b'/').next().unwrap_or(protocol))
+            .flat_map(|(_, value)| weir_http::upgrade_protocols(value))
+            .map(|(_, name)| name)
     }
     let offered: Vec<&[u8]> = names(request.headers()).collect();
     let mut named = names(response.headers()).peekable();

@@ -189,14 +189,9 @@ fn across_protocols(
 /// Every protocol the client offers must be allowed (compared without case;
 /// `websocket` allows `websocket/13` too), so the node can only pick one of them.
 fn allowed_upgrade(offered: &[u8], allowed: &[String]) -> bool {
-    let mut protocols = offered
-        .split(|&b| b == b',')
-        .map(|p| p.trim_ascii())
-        .filter(|p| !p.is_empty())
-        .peekable();
+    let mut protocols = weir_http::upgrade_protocols(offered).peekable();
     protocols.peek().is_some()
-        && protocols.all(|protocol| {
-            let name = protocol.split(|&b| b == b'/').next().unwrap_or(protocol);
+        && protocols.all(|(protocol, name)| {
             allowed.iter().any(|allowed| {
                 protocol.eq_ignore_ascii_case(allowed.as_bytes())
                     || name.eq_ignore_ascii_case(allowed.as_bytes())

@@ -99,12 +99,12 @@ pub(crate) fn stream_accepted(node: &ResponseHead, key: &str) -> Option<http::Re
     stream_opened(node)
 }
 
-/// Whether a request's `Upgrade` asks for WebSocket (`websocket`, or
-/// `websocket/13`), the one protocol switch carried to an HTTP/2 node.
+/// Whether a request's `Upgrade` offers WebSocket (`websocket`, or
+/// `websocket/13`, among others), the one protocol switch carried to an HTTP/2 node.
 pub(crate) fn asks_for_websocket(head: &RequestHead) -> bool {
     head.header("upgrade").is_some_and(|offered| {
-        let name = offered.split(|&b| b == b'/').next().unwrap_or_default();
-        name.trim_ascii().eq_ignore_ascii_case(b"websocket")
+        weir_http::upgrade_protocols(offered)
+            .any(|(_, name)| name.eq_ignore_ascii_case(b"websocket"))
     })
 }
 
