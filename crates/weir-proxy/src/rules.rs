@@ -20,7 +20,7 @@ use weir_config::PoolId;
 use weir_http::{BodyFraming, Method, RequestHead, ResponseHead, SimpleResponse};
 use weir_observe::AccessRecord;
 use weir_rules::limits::ConcurrencyPermit;
-use weir_rules::{Answer, Decision, Facts, Outcome, Refusal, RequestId, request_key};
+use weir_rules::{Answer, Decision, Facts, Outcome, Refusal, RequestId};
 use weir_upstream::Pool;
 
 use crate::answer::{Failure, body_for, grpc_fields, grpc_status_for, lossy};
@@ -175,12 +175,7 @@ fn check_limits(
     if !decision.rate_limits.is_empty() {
         let now = Instant::now().into_std();
         for &index in &decision.rate_limits {
-            let Some(limiter) = traffic.limits.rates.get(index) else {
-                continue;
-            };
-            let mut scratch = Vec::new();
-            let key = request_key(&limiter.config().key, head, client, &mut scratch);
-            if let Err(refusal) = limiter.check(key, now) {
+            if let Err(refusal) = traffic.limits.check_rate(index, head, client, now) {
                 if let Some(counter) = traffic.metrics.rate_limit_refusals.get(index) {
                     counter.inc();
                 }
@@ -189,14 +184,10 @@ fn check_limits(
         }
     }
     for &index in &decision.concurrency_limits {
-        let Some(limiter) = traffic.limits.concurrency.get(index) else {
-            continue;
-        };
-        let mut key_scratch = Vec::new();
-        let key = request_key(&limiter.config().key, head, client, &mut key_scratch);
-        match limiter.acquire(key) {
-            Ok(permit) => scratch.permits.push(permit),
-            Err(refusal) => {
+        match traffic.limits.acquire_one(index, head, client) {
+            None => {}
+            Some(Ok(permit)) => scratch.permits.push(permit),
+            Some(Err(refusal)) => {
                 scratch.permits.clear();
                 if let Some(counter) = traffic.metrics.concurrency_limit_refusals.get(index) {
                     counter.inc();

@@ -74,14 +74,22 @@ impl TrafficLimits {
         previous: Option<&TrafficLimits>,
         epoch: Instant,
     ) -> TrafficLimits {
+        // A rate limit of the same name whose settings changed keeps what each key spent.
+        let now = Instant::now();
         let rates = traffic
             .rate_limits
             .iter()
             .map(|config| {
-                previous
-                    .and_then(|old| old.rates.iter().find(|limiter| limiter.config() == config))
-                    .cloned()
-                    .unwrap_or_else(|| Arc::new(RateLimiter::new(config, epoch)))
+                let old = previous.and_then(|old| {
+                    old.rates
+                        .iter()
+                        .find(|limiter| limiter.config().name == config.name)
+                });
+                match old {
+                    Some(old) if old.config() == config => Arc::clone(old),
+                    Some(old) => Arc::new(RateLimiter::carried(config, old, now)),
+                    None => Arc::new(RateLimiter::new(config, epoch)),
+                }
             })
             .collect();
         // A limit of the same name whose numbers changed keeps its counts: the requests and
@@ -131,16 +139,28 @@ impl TrafficLimits {
         now: Instant,
     ) -> Result<(), Refusal> {
         for &index in &decision.rate_limits {
-            let Some(limiter) = self.rates.get(index) else {
-                continue;
-            };
-            let mut scratch = Vec::new();
-            limiter.check(
-                request_key(&limiter.config().key, head, client, &mut scratch),
-                now,
-            )?;
+            self.check_rate(index, head, client, now)?;
         }
         Ok(())
+    }
+
+    /// Counts the request against the rate limit at `index` (of the rule set's
+    /// `rate_limits`), under the key it counts by; no such limit refuses nothing.
+    pub fn check_rate(
+        &self,
+        index: usize,
+        head: &RequestHead,
+        client: IpAddr,
+        now: Instant,
+    ) -> Result<(), Refusal> {
+        let Some(limiter) = self.rates.get(index) else {
+            return Ok(());
+        };
+        let mut scratch = Vec::new();
+        limiter.check(
+            request_key(&limiter.config().key, head, client, &mut scratch),
+            now,
+        )
     }
 
     /// Takes a slot in every concurrency limit the decision names, under the key each
@@ -154,13 +174,29 @@ impl TrafficLimits {
     ) -> Result<ConcurrencyPermits, Refusal> {
         let mut permits = ConcurrencyPermits::default();
         for &index in &decision.concurrency_limits {
-            if let Some(limiter) = self.concurrency.get(index) {
-                let mut scratch = Vec::new();
-                let key = request_key(&limiter.config().key, head, client, &mut scratch);
-                permits.push(limiter.acquire(key)?);
+            if let Some(permit) = self.acquire_one(index, head, client) {
+                permits.push(permit?);
             }
         }
         Ok(permits)
+    }
+
+    /// A slot in the concurrency limit at `index` (of the rule set's
+    /// `concurrency_limits`), under the key it counts by; `None` when there is no such limit.
+    pub fn acquire_one(
+        &self,
+        index: usize,
+        head: &RequestHead,
+        client: IpAddr,
+    ) -> Option<Result<ConcurrencyPermit, Refusal>> {
+        let limiter = self.concurrency.get(index)?;
+        let mut scratch = Vec::new();
+        Some(limiter.acquire(request_key(
+            &limiter.config().key,
+            head,
+            client,
+            &mut scratch,
+        )))
     }
 
     /// Admits a connection from `client` (held until the permit drops);

@@ -74,6 +74,37 @@ impl RateLimiter {
         }
     }
 
+    /// The limiter for `config` after a reload changed the settings of `previous` (a limit
+    /// of the same name): each key keeps the requests its bucket has spent, now counted at
+    /// the new rate, so lowering a limit under load does not hand every client a full
+    /// bucket. A bucket spent past the new `burst` is empty. When the key changed, the old
+    /// counts mean nothing for the new keys and every bucket starts full.
+    pub fn carried(config: &RateLimit, previous: &RateLimiter, now: Instant) -> RateLimiter {
+        let mut limiter = RateLimiter::new(config, previous.epoch);
+        if config.key != previous.config.key {
+            return limiter;
+        }
+        limiter.hasher = previous.hasher.clone();
+        let now = limiter.nanos(now);
+        // An empty bucket: `burst` requests spent.
+        let empty = u128::from(limiter.tolerance.saturating_add(limiter.interval));
+        for shard in previous.shards.iter() {
+            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            for (&hash, &arrival) in shard.arrivals.iter().filter(|&(_, &at)| at > now) {
+                // (arrival - now) / old interval requests spent, at the new interval each.
+                let spent = u128::from(arrival - now) * u128::from(limiter.interval)
+                    / u128::from(previous.interval);
+                let mut target = limiter.shards[limiter.shard_of(hash)]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if target.arrivals.len() < limiter.per_shard {
+                    target.arrivals.insert(hash, now + spent.min(empty) as u64);
+                }
+            }
+        }
+        limiter
+    }
+
     /// The limit's settings.
     pub fn config(&self) -> &RateLimit {
         &self.config
@@ -84,9 +115,7 @@ impl RateLimiter {
     pub fn check(&self, key: Key<'_>, now: Instant) -> Result<(), Refusal> {
         let now = self.nanos(now);
         let hash = self.hash(key);
-        // Middle bits: the table itself uses the top 7 (tags) and the low ones (buckets).
-        let shard_index = (hash >> 40) as usize & (self.shards.len() - 1);
-        let mut shard = self.shards[shard_index]
+        let mut shard = self.shards[self.shard_of(hash)]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(&arrival) = shard.arrivals.get(&hash) {
@@ -155,6 +184,12 @@ impl RateLimiter {
                 None => break,
             };
         }
+    }
+
+    /// The shard of a key's hash: middle bits, since the table itself uses the top 7
+    /// (tags) and the low ones (buckets).
+    fn shard_of(&self, hash: u64) -> usize {
+        (hash >> 40) as usize & (self.shards.len() - 1)
     }
 
     fn hash(&self, key: Key<'_>) -> u64 {

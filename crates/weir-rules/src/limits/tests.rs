@@ -329,3 +329,34 @@ fn unchanged_limiters_survive_a_reload() {
             .is_none()
     );
 }
+
+/// A reload that raises a rate limit keeps what each key spent: the key that used its three
+/// requests a minute gets the one more the new four allow, not four.
+#[test]
+fn a_reload_that_changes_a_rate_keeps_what_keys_spent() {
+    let before = traffic(RULES);
+    let rules = RuleSet::new(&before).unwrap();
+    let start = Instant::now();
+    let limits = TrafficLimits::new(&before, None, start);
+    let request = head("GET /api/x HTTP/1.1\r\nHost: a\r\nX-Api-Key: k\r\n\r\n");
+    let client: IpAddr = "192.0.2.1".parse().unwrap();
+    // The rules name "per-key" second: index 1 of the virtual server's rate limits.
+    assert_eq!(
+        rules.evaluate(&request, &Facts::plain(client)).rate_limits,
+        [0, 1]
+    );
+    let per_key = |limits: &TrafficLimits, millis: u64| {
+        limits.check_rate(1, &request, client, start + Duration::from_millis(millis))
+    };
+    for _ in 0..3 {
+        assert!(per_key(&limits, 0).is_ok());
+    }
+    assert!(per_key(&limits, 0).is_err());
+    let after = traffic(&RULES.replace("rate = 3\nper = \"1m\"", "rate = 4\nper = \"1m\""));
+    let reloaded = TrafficLimits::new(&after, Some(&limits), start);
+    assert_eq!(reloaded.rates[1].config().burst.get(), 4);
+    assert!(per_key(&reloaded, 10).is_ok());
+    assert!(per_key(&reloaded, 10).is_err());
+    // The limit that did not change is the same one, buckets and all.
+    assert!(Arc::ptr_eq(&limits.rates[0], &reloaded.rates[0]));
+}

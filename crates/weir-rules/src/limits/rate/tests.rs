@@ -123,3 +123,52 @@ fn keys_are_swept_as_time_passes() {
     // Keys from rounds long past were dropped by the sweeps new keys trigger.
     assert!(limiter.len() <= 3000, "{} keys kept", limiter.len());
 }
+
+/// A reload that changes a rate limit's numbers keeps what each key spent: a client that
+/// emptied its bucket is not handed a new one, and one that spent part keeps the rest.
+#[test]
+fn changed_settings_keep_what_each_key_spent() {
+    let start = Instant::now();
+    let old = RateLimiter::new(&limit(10, Duration::from_secs(1), 10, 1000), start);
+    let (flooder, light, rested) = (key(1), key(2), key(3));
+    while old.check(Key::Bytes(&flooder), start).is_ok() {}
+    for _ in 0..2 {
+        assert!(old.check(Key::Bytes(&light), start).is_ok());
+    }
+    assert!(old.check(Key::Bytes(&rested), start).is_ok());
+    // Lowered at once to 2 per second, burst 4; and, a second later, to burst 4 alone.
+    let slower = RateLimiter::carried(&limit(2, Duration::from_secs(1), 4, 1000), &old, start);
+    let reload = start + Duration::from_secs(1);
+    let lower = RateLimiter::carried(&limit(10, Duration::from_secs(1), 4, 1000), &old, reload);
+    // The flooder spent ten, more than the new burst: its bucket is empty.
+    assert!(slower.check(Key::Bytes(&flooder), start).is_err());
+    // Two of ten spent at the old rate are two of four at the new: two more fit.
+    assert!(slower.check(Key::Bytes(&light), start).is_ok());
+    assert!(slower.check(Key::Bytes(&light), start).is_ok());
+    assert!(slower.check(Key::Bytes(&light), start).is_err());
+    // A full second later every bucket had refilled: nothing is carried, all start full.
+    assert_eq!(lower.len(), 0);
+    for _ in 0..4 {
+        assert!(lower.check(Key::Bytes(&flooder), reload).is_ok());
+    }
+    assert!(lower.check(Key::Bytes(&flooder), reload).is_err());
+    // The flooder's ten spent, counted at 2 per second: empty now, one more after 500 ms.
+    let half = start + Duration::from_millis(500);
+    assert!(slower.check(Key::Bytes(&flooder), half).is_ok());
+    assert!(slower.check(Key::Bytes(&flooder), half).is_err());
+}
+
+/// A limit whose key changed counts different things: every bucket starts full.
+#[test]
+fn a_changed_key_starts_every_bucket_full() {
+    let start = Instant::now();
+    let old = RateLimiter::new(&limit(1, Duration::from_secs(1), 1, 1000), start);
+    let k = key(7);
+    assert!(old.check(Key::Bytes(&k), start).is_ok());
+    assert!(old.check(Key::Bytes(&k), start).is_err());
+    let mut by_route = limit(1, Duration::from_secs(1), 2, 1000);
+    by_route.key = KeySource::Route;
+    let new = RateLimiter::carried(&by_route, &old, start);
+    assert!(new.is_empty());
+    assert!(new.check(Key::Bytes(&k), start).is_ok());
+}
