@@ -315,7 +315,7 @@ pub(crate) fn rejection(
             if start_line == StartLine::Request && request_line_spaces(region) != 2 {
                 // `GET /a b HTTP/1.1`: whitespace inside the target, not a version problem.
                 ParseError::invalid("whitespace in request target")
-            } else if looks_like_version(version_token(region, start_line)) {
+            } else if is_unsupported_version(version_token(region, start_line)) {
                 ParseError {
                     kind: ParseErrorKind::UnsupportedVersion,
                     reason: "unsupported HTTP version",
@@ -390,6 +390,19 @@ pub fn looks_like_version(token: &[u8]) -> bool {
         Some([first, rest @ ..]) => {
             first.is_ascii_digit() && rest.iter().all(|&b| b.is_ascii_digit() || b == b'.')
         }
+        _ => false,
+    }
+}
+
+/// A well-formed version the HTTP/1.1 parser does not take: `HTTP/` DIGIT `.` DIGIT (RFC
+/// 9112 §2.3) other than 1.0 and 1.1, or `HTTP/` and one digit other than 1, as in
+/// `HTTP/2`. Another major version is answered 505 (RFC 9110 §15.6.6); a later minor
+/// version of HTTP/1 is read as HTTP/1.1 (`later_minor_version`). A malformed version
+/// (`HTTP/01.1`, `HTTP/1.`, `HTTP/1.10`) is a client's syntax error: 400.
+fn is_unsupported_version(token: &[u8]) -> bool {
+    match token.strip_prefix(b"HTTP/") {
+        Some([major, b'.', minor]) => major.is_ascii_digit() && minor.is_ascii_digit(),
+        Some([major]) => major.is_ascii_digit() && *major != b'1',
         _ => false,
     }
 }
@@ -497,6 +510,18 @@ mod tests {
         assert!(!looks_like_version(b"HTTP/"));
         assert!(!looks_like_version(b"http/1.1"));
         assert!(!looks_like_version(b"HTTP/x"));
+        for unsupported in [&b"HTTP/2.0"[..], b"HTTP/0.9", b"HTTP/1.2", b"HTTP/3"] {
+            assert!(is_unsupported_version(unsupported));
+        }
+        for malformed in [
+            &b"HTTP/01.1"[..],
+            b"HTTP/1.",
+            b"HTTP/1",
+            b"HTTP/1.10",
+            b"HTTP/22.0",
+        ] {
+            assert!(!is_unsupported_version(malformed));
+        }
     }
 
     #[test]

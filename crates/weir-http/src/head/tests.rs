@@ -457,7 +457,6 @@ fn value_ctl_rejected_wherever_it_sits() {
 fn version_rejections() {
     for raw in [
         &b"GET / HTTP/2.0\r\nHost: a\r\n\r\n"[..],
-        b"GET / HTTP/1.20\r\nHost: a\r\n\r\n",
         b"GET / HTTP/3\r\nHost: a\r\n\r\n",
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
         b"PRI * HTTP/2",
@@ -475,6 +474,21 @@ fn version_rejections() {
         rejected(b"GET / HTTP/1.1x\r\nHost: a\r\n\r\n").kind,
         ParseErrorKind::Invalid
     );
+    // A malformed HTTP/1 version is the client's syntax error, not a version weir lacks.
+    for raw in [
+        &b"GET / HTTP/01.1\r\nHost: a\r\n\r\n"[..],
+        b"GET / HTTP/1.\r\nHost: a\r\n\r\n",
+        b"GET / HTTP/1.20\r\nHost: a\r\n\r\n",
+    ] {
+        let error = rejected(raw);
+        assert_eq!(
+            error.kind,
+            ParseErrorKind::Invalid,
+            "{:?}",
+            String::from_utf8_lossy(raw)
+        );
+        assert_eq!(error.status(), 400);
+    }
     assert_eq!(
         rejected(b"GET /\r\n\r\n").kind,
         ParseErrorKind::Invalid,
