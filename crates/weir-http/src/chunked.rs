@@ -70,6 +70,16 @@ impl ChunkedDecoder {
         }
     }
 
+    /// The bytes the current chunk still announces (its chunk-size line read, its data
+    /// not yet all decoded): a reader with a bound on the body can refuse a chunk that
+    /// declares more than the bound allows before it arrives.
+    pub fn announced(&self) -> u64 {
+        match self.state {
+            State::Data { remaining } => remaining,
+            _ => 0,
+        }
+    }
+
     /// Decodes from the front of `buf`, removing what it used.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, ParseError> {
         loop {

@@ -276,6 +276,9 @@ async fn read_chunked(
                 }
             }
             Decoded::NeedMore => {
+                if announced_too_much(body.received, &decoder, body.clock.max_body) {
+                    return Err(too_large());
+                }
                 let (deadline, late) = body.clock.deadline(body.received, Instant::now());
                 client.read_more(deadline, late).await?;
             }
@@ -292,6 +295,13 @@ async fn read_chunked(
             }
         }
     }
+}
+
+/// Whether the chunk being read declares more than `max_body_bytes` leaves: the 413 is
+/// answered at its chunk-size line, as for a `Content-Length` past the bound, not after
+/// the bound's worth of it was read (and sent on).
+fn announced_too_much(received: u64, decoder: &ChunkedDecoder, max_body: u64) -> bool {
+    received.saturating_add(decoder.announced()) > max_body
 }
 
 /// Answers `Expect: 100-continue` ourselves: the body is read by weir, not the node.
@@ -606,6 +616,9 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                         writes.step(node.write_all(&frame)).await?;
                     }
                     Decoded::NeedMore => {
+                        if announced_too_much(body.received, &decoder, max_body) {
+                            return Err(too_large());
+                        }
                         let (deadline, late) = clock.deadline(body.received, Instant::now());
                         client.read_more(deadline, late).await?;
                     }

@@ -383,6 +383,44 @@ async fn a_streamed_chunked_body_past_the_limit_gets_413() {
     origin.stop().await;
 }
 
+/// A chunk whose size line alone declares more than `max_body_bytes` leaves gets its 413
+/// at that line, without waiting for the chunk (the client here never sends it): as the
+/// first chunk, nothing reaches the node; after a buffered first part, while streaming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_declared_past_the_limit_gets_413_at_once() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.limits]\nmax_body_bytes = \"4KiB\"\nrequest_buffer = \"1KiB\"",
+    ))
+    .await;
+    let head = &b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"[..];
+    let mut streamed = head.to_vec();
+    streamed.extend_from_slice(b"400\r\n");
+    streamed.extend_from_slice(&[b'x'; 1024]);
+    streamed.extend_from_slice(b"\r\nC01\r\nxx");
+    for (name, request) in [
+        ("first chunk", [head, b"1001\r\nxx"].concat()),
+        ("streamed", streamed),
+    ] {
+        let mut connection = Connection::open(proxy.addr).await.unwrap();
+        connection.send(&request).await.unwrap();
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            read_head(&mut connection.stream),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name}: no answer before the chunk arrived"));
+        assert!(answer.starts_with("HTTP/1.1 413 "), "{name}: {answer}");
+        if name == "first chunk" {
+            assert_eq!(origin.stats.requests(), 0);
+        }
+    }
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// Interim 103 responses pass to HTTP/1.1 clients before the final one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_hints_pass_through() {
