@@ -181,6 +181,24 @@ pub struct VirtualServer {
     pub passthrough: Vec<PassthroughRoute>,
 }
 
+impl VirtualServer {
+    /// Every pool its requests or sessions may be sent to: the default, the routes' and the
+    /// rules' (TLS passed through by name aside, `passthrough`).
+    pub fn pools(&self) -> impl Iterator<Item = PoolId> + '_ {
+        let rules = self
+            .traffic
+            .rules
+            .iter()
+            .filter_map(|rule| match rule.actions.terminal {
+                Some(Terminal::Pool(pool)) => Some(pool),
+                _ => None,
+            });
+        std::iter::once(self.default_pool)
+            .chain(self.routes.iter().map(|route| route.pool))
+            .chain(rules)
+    }
+}
+
 /// The protocol a virtual server speaks to clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {

@@ -710,11 +710,7 @@ impl Checker {
                 .into_iter()
                 .flatten()
                 .find(|(listen, server)| {
-                    let uses_pool = server.default_pool == *pool
-                        || server.routes.iter().any(|r| r.pool == *pool)
-                        || server.traffic.rules.iter().any(|rule| {
-                            rule.actions.terminal == Some(crate::model::Terminal::Pool(*pool))
-                        })
+                    let uses_pool = server.pools().any(|used| used == *pool)
                         || server.passthrough.iter().any(|r| r.pool == *pool);
                     uses_pool && reaches(*listen, *address)
                 })

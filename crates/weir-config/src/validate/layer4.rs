@@ -263,9 +263,10 @@ impl Checker {
                 continue;
             }
             let id = PoolId(index);
+            // The default pool, a route's or a rule's: each carries HTTP requests on
+            // pooled connections, which no PROXY header could describe.
             let http_user = servers.iter().find(|server| {
-                !server.protocol.is_layer4()
-                    && (server.default_pool == id || server.routes.iter().any(|r| r.pool == id))
+                !server.protocol.is_layer4() && server.pools().any(|used| used == id)
             });
             if let Some(server) = http_user {
                 problems.push(Problem {

@@ -222,6 +222,16 @@ fn a_pool_sending_the_proxy_protocol_serves_tcp_only() {
         "pools.db.proxy_protocol",
         "HTTP virtual server \"web\" uses this pool",
     );
+    // A rule's pool carries HTTP requests as the default pool does.
+    assert_one_error(
+        &format!(
+            "[virtual_servers.web]\nlisten = \"127.0.0.1:8080\"\npool = \"tls\"\n\
+             [[virtual_servers.web.rules]]\nmatch.path_prefix = \"/db/\"\npool = \"db\"\n\
+             [virtual_servers.db]\nprotocol = \"tcp\"\nlisten = \"127.0.0.1:6432\"\npool = \"db\"\n{pools}"
+        ),
+        "pools.db.proxy_protocol",
+        "HTTP virtual server \"web\" uses this pool",
+    );
     assert_one_error(
         &POOLS.replace("[pools.db]\n", "[pools.db]\nproxy_protocol = \"v3\"\n").replace(
             "[pools.tls]",
