@@ -93,6 +93,13 @@ pub fn request_from_h2(
         out.put_slice(path.as_bytes());
     }
     out.put_slice(b" HTTP/1.1\r\n");
+    // RFC 9113 §8.3.1: a valid :scheme (RFC 3986 §3.1: a letter, then letters, digits,
+    // `+`, `-` and `.`); the h2 crate passes some invalid ones on (empty, a digit first).
+    if let Some(scheme) = parts.uri.scheme_str()
+        && !is_uri_scheme(scheme.as_bytes())
+    {
+        return Err(ParseError::invalid("invalid :scheme"));
+    }
     let mut has_host = false;
     let default_port = match parts.uri.scheme_str() {
         Some("https") => 443,
@@ -110,6 +117,10 @@ pub fn request_from_h2(
         put_field(&mut out, b"host", authority);
     } else if has_host {
         for value in parts.headers.get_all(http::header::HOST) {
+            // RFC 9113 §8.3.1: present, the authority (here in Host) must not be empty.
+            if value.is_empty() {
+                return Err(ParseError::invalid("empty Host in HTTP/2"));
+            }
             put_field(&mut out, b"host", value.as_bytes());
         }
     }
@@ -154,6 +165,14 @@ pub fn request_from_h2(
         Some(head) if out.is_empty() => Ok(head),
         _ => Err(ParseError::invalid("HTTP/2 request does not form a head")),
     }
+}
+
+/// RFC 3986 §3.1: `scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`.
+fn is_uri_scheme(scheme: &[u8]) -> bool {
+    scheme.first().is_some_and(u8::is_ascii_alphabetic)
+        && scheme
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
 }
 
 /// The response head a node's HTTP/2 response stands for, as an HTTP/1.1

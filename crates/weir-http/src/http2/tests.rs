@@ -196,6 +196,36 @@ fn malformed_requests_are_rejected() {
     let parts = request("GET", "/", &[]);
     let error = request_from_h2(&parts, true, &Limits::default()).unwrap_err();
     assert_eq!(error.status(), 400);
+    // RFC 9113 §8.3.1: an authority given only in Host must not be empty.
+    let parts = request("GET", "/", &[("host", "")]);
+    let error = request_from_h2(&parts, true, &Limits::default()).unwrap_err();
+    assert_eq!(
+        (error.reason, error.status()),
+        ("empty Host in HTTP/2", 400)
+    );
+    // A :scheme must be a URI scheme (RFC 3986 §3.1), which the h2 crate does not check.
+    let mut checked: Vec<&str> = Vec::new();
+    for scheme in ["1http", "h_ttp", ""] {
+        let mut parts = request("GET", "https://a.example/", &[]);
+        let mut uri = http::uri::Parts::default();
+        uri.scheme = Some(match http::uri::Scheme::try_from(scheme) {
+            Ok(scheme) => scheme,
+            // One the http crate itself refuses never reaches weir.
+            Err(_) => continue,
+        });
+        uri.authority = Some(http::uri::Authority::from_static("a.example"));
+        uri.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+        parts.uri = http::Uri::from_parts(uri).unwrap();
+        let error = request_from_h2(&parts, true, &Limits::default()).unwrap_err();
+        assert_eq!(
+            (error.reason, error.status()),
+            ("invalid :scheme", 400),
+            "{scheme:?}"
+        );
+        checked.push(scheme);
+    }
+    assert!(checked.contains(&"1http"), "{checked:?}");
+    assert!(is_uri_scheme(b"coap+tcp") && is_uri_scheme(b"h.2-x"));
     // The same limits as HTTP/1.1 heads: too many fields is a 431.
     let many: Vec<(String, String)> = (0..20).map(|i| (format!("x-{i}"), "v".into())).collect();
     let many: Vec<(&str, &str)> = many.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
