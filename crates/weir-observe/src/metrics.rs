@@ -30,7 +30,7 @@ mod tunnel;
 pub use cache::{CacheMetrics, CompressionMetrics};
 pub use dns::{DnsMetrics, RESOLUTION_RESULTS};
 pub use http2::{Flood, Http2Metrics, UpstreamHttp2Metrics};
-pub use layer4::Layer4Metrics;
+pub use layer4::{Layer4Metrics, SESSION_RESULTS};
 pub use traffic::{CLIENT_CONNECTIONS_LIMIT, TrafficMetrics};
 pub use tunnel::TunnelMetrics;
 

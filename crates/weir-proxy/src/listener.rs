@@ -283,8 +283,12 @@ async fn accept_loop(
     // The virtual server served, and the signal its connections close on (shutdown, or
     // the virtual server's removal).
     let mut current: Option<(Arc<VirtualServerRuntime>, ShutdownSignal)> = None;
-    // Accept failures come every pause while they last: one line a second says so.
-    let mut failures = weir_observe::AcceptFailures::new("virtual server");
+    // Accept failures come every pause while they last: one line a second says so, naming
+    // the listen address (it stays; the virtual server behind it may change on reload).
+    let mut failures = weir_observe::AcceptFailures::new(match listener.local_addr() {
+        Ok(address) => format!("virtual server at {address}"),
+        Err(_) => "virtual server".to_owned(),
+    });
     loop {
         let accepted = tokio::select! {
             biased;

@@ -148,7 +148,19 @@ pub fn take_over(config: &Config) -> anyhow::Result<Inherited> {
         upgrade: None,
         stream,
     };
-    for (name, fd) in handoff::receive_sockets(&inherited.stream)? {
+    let handed = handoff::receive_sockets(&inherited.stream).map_err(|error| {
+        let why = match error.kind() {
+            std::io::ErrorKind::UnexpectedEof => "it closed the handover without its sockets",
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                "it did not hand its sockets over in time"
+            }
+            _ => "its sockets could not be received",
+        };
+        anyhow::anyhow!(
+            "the running weir refused or failed the binary upgrade: {why} ({error}); it              keeps serving, and its own log says why (out of file descriptors, for one)"
+        )
+    })?;
+    for (name, fd) in handed {
         match name.split_once(' ') {
             Some(("listen", address)) => {
                 inherited.listeners.insert(address.parse()?, fd);

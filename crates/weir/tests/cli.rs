@@ -470,12 +470,14 @@ fn running_out_of_descriptors_does_not_eject_the_node() {
     });
     let [proxy_port] = weir_testkit::free_ports();
     let config = temp_config(&format!(
-        "[runtime]\nthreads = 1\n[log]\nlevel = \"error\"\naccess_log = false\n\
+        "[runtime]\nthreads = 1\n[log]\nlevel = \"warn\"\naccess_log = false\n\
          [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\n\
          [pools.web]\nretries = 0\nnodes = [{{ address = \"{node_address}\" }}]\n\
          [pools.web.passive_health]\nconsecutive_failures = 1\nbase_ejection = \"60s\"\n"
     ));
-    let _weir = serve_with_48_descriptors(&config);
+    let log = temp_config("");
+    let _weir =
+        serve_with_48_descriptors_logging_to(&config, std::fs::File::create(log.path()).unwrap());
     let get = |stream: &mut std::net::TcpStream, rest: &[u8]| {
         stream.write_all(rest).unwrap();
         let mut response = Vec::new();
@@ -517,6 +519,14 @@ fn running_out_of_descriptors_does_not_eject_the_node() {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
     let response = get(&mut stream, request);
     assert!(response.starts_with("HTTP/1.1 200 "), "{response}");
+    // The listener that could not accept is named by its address.
+    let logged = std::fs::read_to_string(log.path()).unwrap();
+    assert!(
+        logged.contains(&format!(
+            "accept failed; pausing and trying again listener=\"virtual server at 127.0.0.1:{proxy_port}\""
+        )),
+        "{logged}"
+    );
 }
 
 /// A node that is down under load fails every request: each is in the access log, and
@@ -697,6 +707,14 @@ fn copied_without_pipes(relay: &str) {
 /// `weir serve` of `config` with at most 48 open files (`prlimit`, util-linux), so a test
 /// reaches the limit with a few dozen connections; killed when dropped.
 fn serve_with_48_descriptors(config: &tempfile_path::TempPath) -> Running {
+    serve_with_48_descriptors_logging_to(config, std::process::Stdio::null())
+}
+
+/// The same, with weir's own log (standard error) going to `stderr`.
+fn serve_with_48_descriptors_logging_to(
+    config: &tempfile_path::TempPath,
+    stderr: impl Into<std::process::Stdio>,
+) -> Running {
     let child = Command::new("prlimit")
         .args([
             "--nofile=48:48",
@@ -706,7 +724,7 @@ fn serve_with_48_descriptors(config: &tempfile_path::TempPath) -> Running {
             "--config",
         ])
         .arg(config.path())
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("run weir under prlimit (util-linux)");
     Running(child)

@@ -344,6 +344,45 @@ async fn a_process_of_another_user_on_the_upgrade_socket_is_not_trusted() {
     origin.stop().await;
 }
 
+/// A running weir that fails the handover (out of descriptors, say: it logs why and keeps
+/// serving) closes the upgrade connection without sockets; the new process says the old
+/// one refused or failed the upgrade, not just that a read came up short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_the_old_process_fails_says_so() {
+    use std::io::Read;
+    let dir = TempDir::new("failed-handover");
+    let socket = dir.0.join("upgrade.sock");
+    // Stands in for the old weir: takes the hello, then closes with nothing handed over.
+    let old = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = old.accept() {
+            let mut hello = [0u8; 8];
+            let _ = stream.read(&mut hello);
+        }
+    });
+    let [port, admin_port] = free_ports::<2>();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    let file = dir.0.join("weir.toml");
+    let log = dir.0.join("weir.log");
+    let node: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let text = config(listen, admin, node, "").replace(
+        "[runtime]\n",
+        &format!("[runtime]\nupgrade_socket = \"{}\"\n", socket.display()),
+    );
+    std::fs::write(&file, text).unwrap();
+    let mut weir = serve(&file, true, &log);
+    assert_eq!(
+        exited(&mut weir, Duration::from_secs(10)).await,
+        Some(false)
+    );
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("the running weir refused or failed the binary upgrade"),
+        "{logged}"
+    );
+}
+
 /// A TCP node: reads each connection to its end, answers `n <bytes read>` and closes.
 async fn tcp_node() -> SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -11,12 +11,13 @@ use super::{Metrics, register};
 use crate::names;
 
 /// The `result` values of `weir_tcp_sessions_total`.
-pub const SESSION_RESULTS: [&str; 10] = [
+pub const SESSION_RESULTS: [&str; 11] = [
     "closed",
     "idle_timeout",
     "client_error",
     "node_error",
     "connect_failed",
+    "out_of_resources",
     "no_node",
     "queue_full",
     "queue_timeout",

@@ -108,13 +108,7 @@ async fn run(
     let connected = match connect(pool, &preamble, left).await {
         Ok(connected) => connected,
         Err(error) => {
-            let result = match error.kind() {
-                ErrorKind::NoNodeAvailable => "no_node",
-                ErrorKind::QueueFull => "queue_full",
-                ErrorKind::QueueTimeout => "queue_timeout",
-                ErrorKind::ClientClosed => "client_left",
-                _ => "connect_failed",
-            };
+            let result = unconnected_result(error.kind());
             match error.kind() {
                 ErrorKind::ClientClosed => {
                     tracing::debug!(virtual_server = %vs.config.name, client = %client.address, %error, "TCP session ended before it reached a node");
@@ -282,5 +276,45 @@ fn log(
             duration: client.accepted.elapsed(),
             result,
         });
+    }
+}
+
+/// The `result` of a session that reached no node, by why (`weir_tcp_sessions_total`).
+fn unconnected_result(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::NoNodeAvailable => "no_node",
+        ErrorKind::QueueFull => "queue_full",
+        ErrorKind::QueueTimeout => "queue_timeout",
+        ErrorKind::ClientClosed => "client_left",
+        // weir's own descriptors or ports ran out: no node failed.
+        ErrorKind::OutOfResources => "out_of_resources",
+        _ => "connect_failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use weir_core::ErrorKind;
+    use weir_observe::metrics::SESSION_RESULTS;
+
+    use super::unconnected_result;
+
+    /// weir's own lack of descriptors is not a node's failure; every result is a label the
+    /// counter has.
+    #[test]
+    fn sessions_that_reached_no_node_say_why() {
+        let cases = [
+            (ErrorKind::OutOfResources, "out_of_resources"),
+            (ErrorKind::ConnectFailed, "connect_failed"),
+            (ErrorKind::ConnectTimeout, "connect_failed"),
+            (ErrorKind::NoNodeAvailable, "no_node"),
+            (ErrorKind::QueueFull, "queue_full"),
+            (ErrorKind::QueueTimeout, "queue_timeout"),
+            (ErrorKind::ClientClosed, "client_left"),
+        ];
+        for (kind, result) in cases {
+            assert_eq!(unconnected_result(kind), result, "{kind:?}");
+            assert!(SESSION_RESULTS.contains(&result), "{result}");
+        }
     }
 }
