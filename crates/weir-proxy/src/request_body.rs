@@ -266,7 +266,9 @@ async fn read_chunked(
         {
             Decoded::Data(data) => {
                 body.received += data.len() as u64;
-                if body.received > body.clock.max_body {
+                // What came, and what the chunk still announces: past the bound, the 413
+                // comes before any of it is buffered (and so before the node is asked).
+                if announced_too_much(body.received, &decoder, body.clock.max_body) {
                     return Err(too_large());
                 }
                 body.buffered.extend_from_slice(&data);
@@ -604,7 +606,8 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                 {
                     Decoded::Data(data) => {
                         body.received += data.len() as u64;
-                        if body.received > max_body {
+                        // What came and what the chunk still announces, before any is sent.
+                        if announced_too_much(body.received, &decoder, max_body) {
                             // Nothing went to the client yet: it gets its 413.
                             return Err(Failure::from_error(Error::new(
                                 ErrorKind::BodyTooLarge,

@@ -157,7 +157,8 @@ pub fn take_over(config: &Config) -> anyhow::Result<Inherited> {
             _ => "its sockets could not be received",
         };
         anyhow::anyhow!(
-            "the running weir refused or failed the binary upgrade: {why} ({error}); it              keeps serving, and its own log says why (out of file descriptors, for one)"
+            "the running weir refused or failed the binary upgrade: {why} ({error}); it \
+             keeps serving, and its own log says why (out of file descriptors, for one)"
         )
     })?;
     for (name, fd) in handed {
