@@ -86,20 +86,31 @@ impl RateLimiter {
         }
         limiter.hasher = previous.hasher.clone();
         let now = limiter.nanos(now);
-        // An empty bucket: `burst` requests spent.
-        let empty = u128::from(limiter.tolerance.saturating_add(limiter.interval));
+        // The keys whose buckets have not refilled, the most spent first: when a lower
+        // `max_keys` cannot hold them all, the ones left out are those closest to full.
+        let mut spending: Vec<(u64, u64)> = Vec::new();
         for shard in previous.shards.iter() {
             let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            for (&hash, &arrival) in shard.arrivals.iter().filter(|&(_, &at)| at > now) {
-                // (arrival - now) / old interval requests spent, at the new interval each.
-                let spent = u128::from(arrival - now) * u128::from(limiter.interval)
-                    / u128::from(previous.interval);
-                let mut target = limiter.shards[limiter.shard_of(hash)]
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if target.arrivals.len() < limiter.per_shard {
-                    target.arrivals.insert(hash, now + spent.min(empty) as u64);
-                }
+            spending.extend(
+                shard
+                    .arrivals
+                    .iter()
+                    .filter(|&(_, &arrival)| arrival > now)
+                    .map(|(&hash, &arrival)| (hash, arrival)),
+            );
+        }
+        spending.sort_unstable_by_key(|&(_, arrival)| std::cmp::Reverse(arrival));
+        // An empty bucket: `burst` requests spent.
+        let empty = u128::from(limiter.tolerance.saturating_add(limiter.interval));
+        for (hash, arrival) in spending {
+            // (arrival - now) / old interval requests spent, at the new interval each.
+            let spent = u128::from(arrival - now) * u128::from(limiter.interval)
+                / u128::from(previous.interval);
+            let mut target = limiter.shards[limiter.shard_of(hash)]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if target.arrivals.len() < limiter.per_shard {
+                target.arrivals.insert(hash, now + spent.min(empty) as u64);
             }
         }
         limiter

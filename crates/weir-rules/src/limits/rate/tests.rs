@@ -172,3 +172,25 @@ fn a_changed_key_starts_every_bucket_full() {
     assert!(new.is_empty());
     assert!(new.check(Key::Bytes(&k), start).is_ok());
 }
+
+/// A reload that lowers `max_keys` below the keys in the table keeps the most spent ones:
+/// the flooders stay empty, the light clients (closest to full) are the ones left out.
+#[test]
+fn a_lower_max_keys_keeps_the_most_spent_keys() {
+    let start = Instant::now();
+    let old = RateLimiter::new(&limit(5, Duration::from_secs(1), 5, 100), start);
+    for index in 0..50 {
+        while old.check(Key::Bytes(&key(index)), start).is_ok() {}
+    }
+    for index in 50..100 {
+        assert!(old.check(Key::Bytes(&key(index)), start).is_ok());
+    }
+    let new = RateLimiter::carried(&limit(5, Duration::from_secs(1), 5, 50), &old, start);
+    assert_eq!(new.len(), 50);
+    for index in 0..50 {
+        assert!(
+            new.check(Key::Bytes(&key(index)), start).is_err(),
+            "flooder {index} was handed a full bucket"
+        );
+    }
+}
