@@ -50,6 +50,9 @@ pub(crate) enum NodeLink {
         /// The rest of an HTTP/2 client's body, still moving on its own: should it fail
         /// (past `max_body_bytes`, say), the node's stream is reset for the client's fault.
         pump: Option<PumpWatch>,
+        /// The start of `body`, read ahead while the request body still went
+        /// (`http2::upstream::send_reading_ahead`): relayed first.
+        ahead: Vec<bytes::Bytes>,
     },
 }
 
@@ -446,6 +449,7 @@ async fn attempt_h2(
             body: response.body,
             upload,
             pump,
+            ahead: std::mem::take(&mut request.ahead),
         },
         in_flight,
         node: index,
@@ -473,20 +477,58 @@ async fn send_rest_h2(
     let Some(stream) = request.body.take() else {
         return Ok((None, None));
     };
-    if request.early.is_some() {
+    if request
+        .early
+        .as_ref()
+        .is_some_and(http2::upstream::ends_the_upload)
+    {
         return Ok((None, Some(stream)));
     }
+    // No answer yet, or only its head: the body goes on.
     let mut stream = match request_body::spawn_h2_pump(client, body, stream, write_stall) {
         Ok(watch) => return Ok((Some(watch), None)),
         Err(stream) => stream,
     };
-    let sending = request_body::stream_rest_h2(client, body, &mut stream, write_stall);
-    tokio::select! {
-        biased;
-        answered = &mut request.response => request.early = Some(answered),
-        sent = sending => sent?,
-    }
-    Ok((None, request.early.is_some().then_some(stream)))
+    // An HTTP/1.1 client's body goes before the answer is relayed, the answer's body read
+    // ahead meanwhile once its head has come.
+    let cut = {
+        let sending = request_body::stream_rest_h2(client, body, &mut stream, write_stall);
+        tokio::pin!(sending);
+        let sent = match http2::upstream::early_body(&mut request.early) {
+            Some(answer) => {
+                http2::upstream::send_reading_ahead(sending, answer, &mut request.ahead).await
+            }
+            None => tokio::select! {
+                biased;
+                answered = &mut request.response => {
+                    let ends = http2::upstream::ends_the_upload(&answered);
+                    request.early = Some(answered);
+                    match http2::upstream::early_body(&mut request.early) {
+                        Some(answer) if !ends => {
+                            http2::upstream::send_reading_ahead(sending, answer, &mut request.ahead)
+                                .await
+                        }
+                        _ => http2::upstream::Upload::Answered,
+                    }
+                }
+                sent = &mut sending => http2::upstream::Upload::Sent(sent),
+            },
+        };
+        match sent {
+            http2::upstream::Upload::Sent(Ok(())) => false,
+            // After the node's head, a stream it stopped (reset once its answer was whole)
+            // ends the upload: the answer stands. A failure of the client's own is still the
+            // client's.
+            http2::upstream::Upload::Sent(Err(failure))
+                if request.early.is_some() && failure.error.side() == Side::Upstream =>
+            {
+                true
+            }
+            http2::upstream::Upload::Sent(Err(failure)) => return Err(failure),
+            http2::upstream::Upload::Answered => true,
+        }
+    };
+    Ok((None, cut.then_some(stream)))
 }
 
 /// The HTTP/2 node's next answer to a request whose body may still be streaming (`body`).

@@ -377,8 +377,22 @@ impl Upstream {
         let lease = match self.lease.as_mut() {
             None => return Ok(Some(0)),
             Some(NodeLink::Http1(lease)) => lease,
-            Some(NodeLink::Http2 { body, pump, .. }) => {
+            Some(NodeLink::Http2 {
+                body, pump, ahead, ..
+            }) => {
                 let chunked = matches!(self.source, Some(Source::Chunked(_)));
+                // What was read ahead while the request body still went comes first.
+                if !ahead.is_empty() {
+                    let before = buf.len();
+                    for data in ahead.drain(..) {
+                        match chunked {
+                            true if !data.is_empty() => encode_chunk(&data, buf),
+                            true => {}
+                            false => buf.extend_from_slice(&data),
+                        }
+                    }
+                    return Ok(Some(buf.len() - before));
+                }
                 let stall = self.stall;
                 let read = async {
                     read_h2(body, chunked, buf, stall).await.map_err(|failure| {

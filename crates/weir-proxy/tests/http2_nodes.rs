@@ -127,6 +127,9 @@ async fn answer(
     if request.uri().path() == "/flush-first" {
         return flush_first(respond);
     }
+    if request.uri().path() == "/head-first" {
+        return head_first(request, respond).await;
+    }
     if let Some((status, reset)) = match request.uri().path() {
         "/early413" => Some((413, false)),
         "/early413rst" => Some((413, true)),
@@ -272,6 +275,28 @@ async fn answer_early(
     // The request body stays unread as long as the test lasts.
     tokio::time::sleep(std::time::Duration::from_secs(10)).await;
     drop(request);
+}
+
+/// Sends its response head at once, then reads the whole request body, then answers
+/// `read N`: a handler that flushes its head before it reads (a head is not a refusal).
+async fn head_first(
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    let head = http::Response::builder()
+        .status(200)
+        .body(())
+        .expect("response");
+    let Ok(mut send) = respond.send_response(head, false) else {
+        return;
+    };
+    let mut body = request.into_body();
+    let mut read = 0;
+    while let Some(Ok(data)) = body.data().await {
+        let _ = body.flow_control().release_capacity(data.len());
+        read += data.len();
+    }
+    let _ = send.send_data(Bytes::from(format!("read {read}\n")), true);
 }
 
 /// Reads 256 KiB of the request body, then refuses the stream (REFUSED_STREAM), as a node
@@ -486,6 +511,81 @@ async fn clients_that_stop_reading_do_not_stall_the_other_streams_of_a_node() {
     let answer = curl(args(&["--http1.1", "-i", &url]), b"").await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     drop(stalled);
+    proxy.stop().await;
+}
+
+/// A node that sends its head before it reads the body (a handler that flushes first, or
+/// one that echoes as it reads) has not refused the body: weir goes on sending it, to
+/// clients of both versions, and relays the answer that follows (it waited for the body
+/// and the client for the answer, until the node's response timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_before_the_body_does_not_stop_the_upload() {
+    let node = h2_node().await;
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node.addr],
+        "protocol = \"h2c\"\n[pools.web.timeouts]\nwrite = \"3s\"\nresponse = \"5s\"",
+        "[virtual_servers.web.http2]\ncleartext = true",
+    ))
+    .await;
+    let size = 300_000;
+    let body = std::env::temp_dir().join(format!("weir-head-first-{}.bin", std::process::id()));
+    std::fs::write(&body, vec![b'u'; size]).expect("body file");
+    let upload = format!("@{}", body.display());
+    let url = |path: &str| format!("http://127.0.0.1:{}{path}", proxy.addr.port());
+    let quick = std::time::Duration::from_secs(2);
+    // HTTP/1.1 clients, with a length and chunked.
+    for chunked in [false, true] {
+        let started = std::time::Instant::now();
+        let mut list = vec!["--http1.1", "-H", "Expect:", "--data-binary", &upload];
+        if chunked {
+            list.extend(["-H", "Transfer-Encoding: chunked"]);
+        }
+        let head_first = url("/head-first");
+        list.push(&head_first);
+        let answer = curl(args(&list), b"").await;
+        assert_eq!(answer, format!("read {size}\n"), "chunked: {chunked}");
+        assert!(started.elapsed() < quick, "after {:?}", started.elapsed());
+    }
+    // An echo, as it reads: more than the node's window, less than what weir reads ahead.
+    let echo = url("/stream");
+    let echoed = curl(
+        args(&[
+            "--http1.1",
+            "-H",
+            "Expect:",
+            "--data-binary",
+            &upload,
+            &echo,
+        ]),
+        b"",
+    )
+    .await;
+    assert_eq!(echoed.len(), size);
+    // An HTTP/2 client.
+    let started = std::time::Instant::now();
+    let mut sender = h2c_client(&proxy).await;
+    let request = http::Request::post(url("/head-first"))
+        .body(())
+        .expect("request");
+    let (response, mut sending) = sender.send_request(request, false).expect("sent");
+    sending.reserve_capacity(size);
+    let _ = sending.send_data(Bytes::from(vec![b'u'; size]), true);
+    let response = tokio::time::timeout(quick, response)
+        .await
+        .expect("the head in time")
+        .expect("an answer");
+    let mut answer = response.into_body();
+    let mut text = Vec::new();
+    while let Some(Ok(data)) = tokio::time::timeout(quick, answer.data())
+        .await
+        .expect("the body in time")
+    {
+        let _ = answer.flow_control().release_capacity(data.len());
+        text.extend_from_slice(&data);
+    }
+    assert_eq!(text, format!("read {size}\n").as_bytes());
+    assert!(started.elapsed() < quick, "after {:?}", started.elapsed());
+    let _ = std::fs::remove_file(&body);
     proxy.stop().await;
 }
 

@@ -93,6 +93,7 @@ pub(super) async fn attempt(
             body: response.body,
             upload: Some(sent.body),
             pump: None,
+            ahead: Vec::new(),
         },
         in_flight,
         node: index,

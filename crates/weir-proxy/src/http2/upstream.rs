@@ -5,6 +5,8 @@
 //! HTTP/1.1 node (`weir_http::http2::request_to_h2`), so forwarding headers,
 //! `Via` and the client-subject header do not depend on the node's protocol.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,10 +31,82 @@ pub(crate) struct H2Request {
     /// The request body's sender, while more of the body is to come (or, after an
     /// `early` answer, the stream's sending side, kept open until the answer is read).
     pub body: Option<SendStream<Bytes>>,
-    /// The node's final answer when it came before the body was all sent: it may answer
-    /// (a 413 of its own, say) and stop reading (RFC 9113 §8.1). What is left of the body
-    /// is not sent then.
+    /// The node's final answer when it came before the body was all sent. A whole answer
+    /// (its stream ended with the head, or a failure) means the node may stop reading (a
+    /// 413 of its own, say: RFC 9113 §8.1), and what is left of the body is not sent; a
+    /// head alone (a handler that flushes its head first, or echoes as it reads) is not
+    /// a refusal, and the body goes on ([`ends_the_upload`]).
     pub early: Option<Result<http::Response<RecvStream>, h2::Error>>,
+    /// The start of an `early` head's body, read while the request body still went
+    /// ([`send_reading_ahead`]); relayed before the rest of it.
+    pub ahead: Vec<Bytes>,
+}
+
+/// Bytes of an early answer's body read ahead while the request body still goes: room for
+/// a node to finish a whole answer (whose end then ends the upload), or to echo that much
+/// of the body as it reads it, without weir reading the answer yet.
+const READ_AHEAD: usize = 64 * 1024;
+
+/// How a request body sent after the node's head ended.
+pub(crate) enum Upload<E> {
+    /// The body's sending ended (all of it, or with its error).
+    Sent(Result<(), E>),
+    /// The answer ended (or failed) first: the node has answered whole, and what is left
+    /// of the body stays with the client.
+    Answered,
+}
+
+/// Drives `sending` (the request body) once the node's head has come, reading the answer's
+/// body (`answer`) ahead into `ahead` meanwhile, up to [`READ_AHEAD`] bytes: a node that
+/// flushes its head first and then reads the body, or one that echoes as it reads, gets the
+/// body; one whose whole answer came (RFC 9113 §8.1: it need not read the rest) ends the
+/// upload, without waiting for a window that will not open.
+pub(crate) async fn send_reading_ahead<E>(
+    mut sending: Pin<&mut impl Future<Output = Result<(), E>>>,
+    answer: &mut RecvStream,
+    ahead: &mut Vec<Bytes>,
+) -> Upload<E> {
+    let mut read: usize = ahead.iter().map(Bytes::len).sum();
+    loop {
+        if answer.is_end_stream() {
+            return Upload::Answered;
+        }
+        tokio::select! {
+            biased;
+            sent = sending.as_mut() => return Upload::Sent(sent),
+            data = answer.data(), if read < READ_AHEAD => match data {
+                Some(Ok(data)) => {
+                    let _ = answer.flow_control().release_capacity(data.len());
+                    read += data.len();
+                    if !data.is_empty() {
+                        ahead.push(data);
+                    }
+                }
+                // Ended, or failed: what the relay will read (or fail on) next.
+                None | Some(Err(_)) => return Upload::Answered,
+            },
+        }
+    }
+}
+
+/// The body of an early answer that did not end the upload, to read ahead from.
+pub(crate) fn early_body(
+    early: &mut Option<Result<http::Response<RecvStream>, h2::Error>>,
+) -> Option<&mut RecvStream> {
+    match early {
+        Some(Ok(response)) => Some(response.body_mut()),
+        _ => None,
+    }
+}
+
+/// Whether an answer that came while the request body was going ends the upload: a
+/// failure, or a response whose stream ended with its head. A head with more to come
+/// does not: the node may still be reading the body, and waits for it.
+pub(crate) fn ends_the_upload(answered: &Result<http::Response<RecvStream>, h2::Error>) -> bool {
+    match answered {
+        Ok(response) => response.body().is_end_stream(),
+        Err(_) => true,
+    }
 }
 
 /// A node's HTTP/2 response: its head (as an HTTP/1.1 head: framed by its
@@ -66,23 +140,48 @@ where
     let mut response = sent.response;
     let mut early = None;
     let mut body = (!no_body).then_some(sent.body);
-    if let Some(stream) = body.as_mut() {
-        let mut counted = 0;
-        let sending = send_with_capacity(stream, buffered, complete, timeout, &mut counted);
-        tokio::select! {
-            biased;
-            answered = &mut response => early = Some(answered),
-            sent = sending => sent.map_err(|error| node_error(error, "sending the request body"))?,
+    let mut ahead = Vec::new();
+    let all_sent = match body.as_mut() {
+        None => false,
+        Some(stream) => {
+            let mut counted = 0;
+            let sending = send_with_capacity(stream, buffered, complete, timeout, &mut counted);
+            tokio::pin!(sending);
+            let sent = tokio::select! {
+                biased;
+                answered = &mut response => {
+                    let ends = ends_the_upload(&answered);
+                    early = Some(answered);
+                    match early_body(&mut early) {
+                        Some(answer) if !ends => {
+                            send_reading_ahead(sending, answer, &mut ahead).await
+                        }
+                        _ => Upload::Answered,
+                    }
+                }
+                sent = &mut sending => Upload::Sent(sent),
+            };
+            match sent {
+                Upload::Sent(Ok(())) => true,
+                // After the node's head, a stream it stopped (reset once its answer was
+                // whole) ends the upload; the answer stands.
+                Upload::Sent(Err(_)) if early.is_some() => false,
+                Upload::Sent(Err(error)) => {
+                    return Err(node_error(error, "sending the request body"));
+                }
+                Upload::Answered => false,
+            }
         }
-        if complete && early.is_none() {
-            body = None;
-        }
+    };
+    if complete && all_sent {
+        body = None;
     }
     Ok(H2Request {
         lease: sent.lease,
         response,
         body,
         early,
+        ahead,
     })
 }
 

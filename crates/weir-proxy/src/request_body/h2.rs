@@ -51,7 +51,8 @@ pub(crate) async fn stream_rest_h2(
             {
                 Decoded::Data(data) => {
                     body.received += data.len() as u64;
-                    if body.received > max_body {
+                    // What came and what the chunk still announces, before any is sent.
+                    if super::announced_too_much(body.received, &decoder, max_body) {
                         // Nothing went to the client yet: it gets its 413.
                         return Err(Failure::from_error(Error::new(
                             ErrorKind::BodyTooLarge,
@@ -61,6 +62,12 @@ pub(crate) async fn stream_rest_h2(
                     http2::upstream::send_body(node, data, false, write_stall).await?;
                 }
                 Decoded::NeedMore => {
+                    if super::announced_too_much(body.received, &decoder, max_body) {
+                        return Err(Failure::from_error(Error::new(
+                            ErrorKind::BodyTooLarge,
+                            Side::Downstream,
+                        )));
+                    }
                     let (deadline, late) = clock.deadline(body.received, Instant::now());
                     client.read_more(deadline, late).await?;
                 }
