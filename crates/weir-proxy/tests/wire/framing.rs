@@ -354,17 +354,22 @@ async fn expect_continue_with_too_large_a_body_gets_413() {
     origin.stop().await;
 }
 
+/// A proxy to `origin` taking bodies up to 4 KiB, buffering the first 1 KiB.
+async fn proxy_with_4kib_bodies(origin: &TestOrigin) -> TestProxy {
+    TestProxy::start(&config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.limits]\nmax_body_bytes = \"4KiB\"\nrequest_buffer = \"1KiB\"",
+    ))
+    .await
+}
+
 /// A chunked body that passes `max_body_bytes` while it streams to the node (past the
 /// buffered part) still gets a 413: nothing of the answer went out yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_chunked_body_past_the_limit_gets_413() {
     let origin = TestOrigin::start("a").await;
-    let proxy = TestProxy::start(&config(
-        &[origin.addr],
-        "",
-        "[virtual_servers.web.limits]\nmax_body_bytes = \"4KiB\"\nrequest_buffer = \"1KiB\"",
-    ))
-    .await;
+    let proxy = proxy_with_4kib_bodies(&origin).await;
     let mut request =
         b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..8 {
@@ -390,12 +395,7 @@ async fn a_streamed_chunked_body_past_the_limit_gets_413() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_declared_past_the_limit_gets_413_at_once() {
     let origin = TestOrigin::start("a").await;
-    let proxy = TestProxy::start(&config(
-        &[origin.addr],
-        "",
-        "[virtual_servers.web.limits]\nmax_body_bytes = \"4KiB\"\nrequest_buffer = \"1KiB\"",
-    ))
-    .await;
+    let proxy = proxy_with_4kib_bodies(&origin).await;
     let head = &b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"[..];
     let mut streamed = head.to_vec();
     streamed.extend_from_slice(b"400\r\n");
