@@ -407,12 +407,13 @@ async fn attempt_h2(
         if let Some(answered) = early.take() {
             // A refusal that came while the rest of the body streamed cannot be answered
             // by sending the request again: the bytes that went are gone.
-            break http2::upstream::early_answer(answered, reading).map_err(|error| {
-                match streams && !answered_before_body {
+            let read_ahead = !request.ahead.is_empty();
+            break http2::upstream::early_answer(answered, reading, read_ahead).map_err(
+                |error| match streams && !answered_before_body {
                     true => error.retry_safe(false),
                     false => error,
-                }
-            })?;
+                },
+            )?;
         }
         let answered = next_h2_answer(
             &mut waiting,
@@ -518,9 +519,12 @@ async fn send_rest_h2(
             http2::upstream::Upload::Sent(Ok(())) => false,
             // After the node's head, a stream it stopped (reset once its answer was whole)
             // ends the upload: the answer stands. A failure of the client's own is still the
-            // client's.
+            // client's, and a node that took no more within `timeouts.write` a stall (504;
+            // dropping the stream resets it at the node).
             http2::upstream::Upload::Sent(Err(failure))
-                if request.early.is_some() && failure.error.side() == Side::Upstream =>
+                if request.early.is_some()
+                    && failure.error.side() == Side::Upstream
+                    && failure.error.kind() != ErrorKind::ResponseTimeout =>
             {
                 true
             }

@@ -130,13 +130,17 @@ async fn answer(
     if request.uri().path() == "/head-first" {
         return head_first(request, respond).await;
     }
-    if let Some((status, reset)) = match request.uri().path() {
-        "/early413" => Some((413, false)),
-        "/early413rst" => Some((413, true)),
-        "/early200" => Some((200, false)),
+    if let Some((status, reset, length)) = match request.uri().path() {
+        "/early413" => Some((413, false, true)),
+        "/early413rst" => Some((413, true, true)),
+        "/early200" => Some((200, false, true)),
+        "/early413bare" => Some((413, false, false)),
         _ => None,
     } {
-        return answer_early(request, respond, (status, reset)).await;
+        return answer_early(request, respond, (status, reset, length)).await;
+    }
+    if request.uri().path() == "/echo-within-window" {
+        return echo_within_window(request, respond).await;
     }
     if request.uri().path() == "/big" {
         // 8 MiB, sent as the windows allow.
@@ -256,13 +260,13 @@ async fn send_answer(
 async fn answer_early(
     request: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
-    (status, reset): (u16, bool),
+    (status, reset, length): (u16, bool, bool),
 ) {
-    let head = http::Response::builder()
-        .status(status)
-        .header("content-length", 6)
-        .body(())
-        .expect("response");
+    let mut head = http::Response::builder().status(status);
+    if length {
+        head = head.header("content-length", 6);
+    }
+    let head = head.body(()).expect("response");
     if let Ok(mut send) = respond.send_response(head, false) {
         let _ = send.send_data(Bytes::from_static(b"early\n"), true);
         if reset {
@@ -275,6 +279,36 @@ async fn answer_early(
     // The request body stays unread as long as the test lasts.
     tokio::time::sleep(std::time::Duration::from_secs(10)).await;
     drop(request);
+}
+
+/// Echoes the request body as it reads it, each piece only once the client's window has
+/// room for it (a node that writes as fast as it is read, and no faster).
+async fn echo_within_window(
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    let head = http::Response::builder()
+        .status(200)
+        .body(())
+        .expect("response");
+    let Ok(mut send) = respond.send_response(head, false) else {
+        return;
+    };
+    let mut body = request.into_body();
+    while let Some(Ok(mut data)) = body.data().await {
+        let _ = body.flow_control().release_capacity(data.len());
+        while !data.is_empty() {
+            send.reserve_capacity(data.len());
+            let Some(Ok(room)) = std::future::poll_fn(|cx| send.poll_capacity(cx)).await else {
+                return;
+            };
+            let piece = data.split_to(room.min(data.len()));
+            if send.send_data(piece, false).is_err() {
+                return;
+            }
+        }
+    }
+    let _ = send.send_data(Bytes::new(), true);
 }
 
 /// Sends its response head at once, then reads the whole request body, then answers
@@ -589,6 +623,51 @@ async fn a_head_before_the_body_does_not_stop_the_upload() {
     proxy.stop().await;
 }
 
+/// An HTTP/1.1 client's body goes before the node's answer is relayed: a node that echoes
+/// as it reads, past what weir reads ahead and its window, stops reading, and weir's send
+/// stalls. That is a stall at `timeouts.write` (504, the node's stream reset), not an
+/// answer to relay that never ends (a 200 cut at the response timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_echo_past_the_read_ahead_fails_at_the_write_timeout() {
+    let node = h2_node().await;
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node.addr],
+        "protocol = \"h2c\"\n[pools.web.timeouts]\nwrite = \"1s\"\nresponse = \"8s\"",
+        "",
+    ))
+    .await;
+    let body = std::env::temp_dir().join(format!("weir-echo-stall-{}.bin", std::process::id()));
+    std::fs::write(&body, vec![b'e'; 8 << 20]).expect("body file");
+    let upload = format!("@{}", body.display());
+    let url = format!("http://127.0.0.1:{}/echo-within-window", proxy.addr.port());
+    let started = std::time::Instant::now();
+    let answer = curl(
+        args(&[
+            "--http1.1",
+            "-i",
+            "-H",
+            "Expect:",
+            "--data-binary",
+            &upload,
+            &url,
+        ]),
+        b"",
+    )
+    .await;
+    let _ = std::fs::remove_file(&body);
+    assert!(
+        answer.starts_with("HTTP/1.1 504"),
+        "{}",
+        &answer[..answer.len().min(300)]
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "after {:?}",
+        started.elapsed()
+    );
+    proxy.stop().await;
+}
+
 /// A node may answer before it has read the request body, and then stop reading it (a
 /// 413 of its own; RFC 9113 §8.1, with or without RST_STREAM NO_ERROR): its answer reaches
 /// clients of both versions, not a 502 or a 504 of weir's once the upload stalls. (An
@@ -611,6 +690,8 @@ async fn a_node_answer_before_the_body_reaches_the_client() {
         ("/early413", 413),
         ("/early413rst", 413),
         ("/early200", 200),
+        // No length: its body is read ahead to see it end, and must still be relayed.
+        ("/early413bare", 413),
     ] {
         let url = format!("http://127.0.0.1:{}{path}", proxy.addr.port());
         let started = std::time::Instant::now();

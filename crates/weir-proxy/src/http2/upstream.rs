@@ -164,8 +164,13 @@ where
             match sent {
                 Upload::Sent(Ok(())) => true,
                 // After the node's head, a stream it stopped (reset once its answer was
-                // whole) ends the upload; the answer stands.
-                Upload::Sent(Err(_)) if early.is_some() => false,
+                // whole) ends the upload; the answer stands. A window that stayed shut past
+                // `timeouts.write` is a stall, not an answer: it fails (504) below.
+                Upload::Sent(Err(error))
+                    if early.is_some() && error.kind() != ErrorKind::ClientTimeout =>
+                {
+                    false
+                }
                 Upload::Sent(Err(error)) => {
                     return Err(node_error(error, "sending the request body"));
                 }
@@ -320,12 +325,17 @@ pub(crate) struct Reading<'a> {
 }
 
 /// A final answer the node sent before the request body was all sent, as
-/// [`next_answer`] gives one.
+/// [`next_answer`] gives one. `read_ahead`: some of its body was read already
+/// ([`send_reading_ahead`]), so it has one even if its stream has ended since.
 pub(crate) fn early_answer(
     answered: Result<http::Response<RecvStream>, h2::Error>,
     reading: Reading<'_>,
+    read_ahead: bool,
 ) -> Result<H2Response, Error> {
-    final_head(awaited(Ok(answered), reading.replay)?, reading)
+    let response = awaited(Ok(answered), reading.replay)?;
+    let (parts, body) = response.into_parts();
+    let ended = body.is_end_stream() && !read_ahead;
+    head_within(parts, body, ended, reading)
 }
 
 /// The final response's head in HTTP/1.1 form, and its body.
@@ -333,10 +343,20 @@ pub(crate) fn early_answer(
 /// an HTTP/1.1 node's) is a bad response (502).
 fn final_head(
     response: http::Response<RecvStream>,
-    Reading { method, limits, .. }: Reading<'_>,
+    reading: Reading<'_>,
 ) -> Result<H2Response, Error> {
     let (parts, body) = response.into_parts();
     let ended = body.is_end_stream();
+    head_within(parts, body, ended, reading)
+}
+
+/// The head of a response whose body `ended` (none follows) or not.
+fn head_within(
+    parts: http::response::Parts,
+    body: RecvStream,
+    ended: bool,
+    Reading { method, limits, .. }: Reading<'_>,
+) -> Result<H2Response, Error> {
     let head = weir_http::http2::response_from_h2_within(&parts, ended, method, limits)
         .map_err(|error| bad_head(error.reason))?;
     Ok(H2Response { head, body })
