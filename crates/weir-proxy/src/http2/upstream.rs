@@ -403,12 +403,13 @@ fn upstream(context: String) -> Error {
 
 /// An error from sending on the node's stream, said to be on the upstream side.
 fn node_error(error: Error, doing: &str) -> Error {
-    let context = error.to_string();
-    let kind = match error.kind() {
-        ErrorKind::ClientTimeout => ErrorKind::ResponseTimeout,
-        _ => ErrorKind::Io,
-    };
-    Error::new(kind, Side::Upstream).context(format!("{doing}: {context}"))
+    match error.kind() {
+        // The stream's sender says "client" for whichever peer it sends to.
+        ErrorKind::ClientTimeout => Error::new(ErrorKind::ResponseTimeout, Side::Upstream).context(
+            format!("{doing}: the node did not open its flow-control window within timeouts.write"),
+        ),
+        _ => Error::new(ErrorKind::Io, Side::Upstream).context(format!("{doing}: {error}")),
+    }
 }
 
 #[cfg(test)]
