@@ -478,11 +478,16 @@ async fn send_rest_h2(
     let Some(stream) = request.body.take() else {
         return Ok((None, None));
     };
-    if request
-        .early
-        .as_ref()
-        .is_some_and(http2::upstream::ends_the_upload)
-    {
+    // A whole answer, or one whose read-ahead filled while the first part of the body went
+    // (`send_request`), is relayed now; the rest of the body stays with the client.
+    let over = match &request.early {
+        Some(answered) => {
+            http2::upstream::ends_the_upload(answered)
+                || http2::upstream::read_ahead_full(&request.ahead)
+        }
+        None => false,
+    };
+    if over {
         return Ok((None, Some(stream)));
     }
     // No answer yet, or only its head: the body goes on.

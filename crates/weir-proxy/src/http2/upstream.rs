@@ -47,12 +47,24 @@ pub(crate) struct H2Request {
 /// of the body as it reads it, without weir reading the answer yet.
 const READ_AHEAD: usize = 64 * 1024;
 
+/// Once [`READ_AHEAD`] bytes of the answer are in, how long the request body may still take
+/// before the answer is relayed: a node writing a large answer without reading the body (it
+/// has all it needs) would otherwise wait for weir to read, and weir for its window.
+const FULL_READ_AHEAD_GRACE: Duration = Duration::from_millis(250);
+
+/// Whether an early answer's read-ahead is full: the upload has had its chance, and the
+/// answer goes first.
+pub(crate) fn read_ahead_full(ahead: &[Bytes]) -> bool {
+    ahead.iter().map(Bytes::len).sum::<usize>() >= READ_AHEAD
+}
+
 /// How a request body sent after the node's head ended.
 pub(crate) enum Upload<E> {
     /// The body's sending ended (all of it, or with its error).
     Sent(Result<(), E>),
-    /// The answer ended (or failed) first: the node has answered whole, and what is left
-    /// of the body stays with the client.
+    /// The answer ended (or failed) first, or outgrew the read-ahead while the body did
+    /// not finish: the answer is relayed, and what is left of the body stays with the
+    /// client.
     Answered,
 }
 
@@ -60,7 +72,8 @@ pub(crate) enum Upload<E> {
 /// body (`answer`) ahead into `ahead` meanwhile, up to [`READ_AHEAD`] bytes: a node that
 /// flushes its head first and then reads the body, or one that echoes as it reads, gets the
 /// body; one whose whole answer came (RFC 9113 §8.1: it need not read the rest) ends the
-/// upload, without waiting for a window that will not open.
+/// upload, without waiting for a window that will not open; and so does one whose answer
+/// outgrew the read-ahead while the body did not finish within [`FULL_READ_AHEAD_GRACE`].
 pub(crate) async fn send_reading_ahead<E>(
     mut sending: Pin<&mut impl Future<Output = Result<(), E>>>,
     answer: &mut RecvStream,
@@ -71,10 +84,16 @@ pub(crate) async fn send_reading_ahead<E>(
         if answer.is_end_stream() {
             return Upload::Answered;
         }
+        if read >= READ_AHEAD {
+            return match tokio::time::timeout(FULL_READ_AHEAD_GRACE, sending.as_mut()).await {
+                Ok(sent) => Upload::Sent(sent),
+                Err(_) => Upload::Answered,
+            };
+        }
         tokio::select! {
             biased;
             sent = sending.as_mut() => return Upload::Sent(sent),
-            data = answer.data(), if read < READ_AHEAD => match data {
+            data = answer.data() => match data {
                 Some(Ok(data)) => {
                     let _ = answer.flow_control().release_capacity(data.len());
                     read += data.len();
