@@ -409,6 +409,58 @@ async fn h2c_client(proxy: &TestProxy) -> h2::client::SendRequest<Bytes> {
     sender.ready().await.expect("ready")
 }
 
+/// A proxy to an h2c `node`, with HTTP/2 clients in cleartext and the pool's `write` and
+/// `response` timeouts in seconds.
+async fn h2c_proxy_for_uploads(node: SocketAddr, write: u64, response: u64) -> TestProxy {
+    TestProxy::start(&weir_testkit::config(
+        &[node],
+        &format!(
+            "protocol = \"h2c\"\n[pools.web.timeouts]\nwrite = \"{write}s\"\nresponse = \"{response}s\""
+        ),
+        "[virtual_servers.web.http2]\ncleartext = true",
+    ))
+    .await
+}
+
+/// A file of `size` bytes to upload (named after `name` and this process), and curl's
+/// `@FILE` argument for it.
+fn upload_file(name: &str, size: usize) -> (std::path::PathBuf, String) {
+    let body = std::env::temp_dir().join(format!("{name}-{}.bin", std::process::id()));
+    std::fs::write(&body, vec![b'u'; size]).expect("body file");
+    let upload = format!("@{}", body.display());
+    (body, upload)
+}
+
+/// An HTTP/2 client's POST of `size` bytes to `url`, its body sent at once: the answer's
+/// status and body, each awaited at most `within`.
+async fn h2_post(
+    proxy: &TestProxy,
+    url: String,
+    size: usize,
+    within: std::time::Duration,
+) -> (http::StatusCode, Vec<u8>) {
+    let mut sender = h2c_client(proxy).await;
+    let request = http::Request::post(url).body(()).expect("request");
+    let (response, mut sending) = sender.send_request(request, false).expect("sent");
+    sending.reserve_capacity(size);
+    let _ = sending.send_data(Bytes::from(vec![b'u'; size]), true);
+    let response = tokio::time::timeout(within, response)
+        .await
+        .expect("the head in time")
+        .expect("an answer");
+    let status = response.status();
+    let mut answer = response.into_body();
+    let mut received = Vec::new();
+    while let Some(Ok(data)) = tokio::time::timeout(within, answer.data())
+        .await
+        .expect("the body in time")
+    {
+        let _ = answer.flow_control().release_capacity(data.len());
+        received.extend_from_slice(&data);
+    }
+    (status, received)
+}
+
 /// curl with `args` (plus `-sS` and a 10 s limit), `input` on its standard
 /// input; what it printed, after checking it succeeded.
 async fn curl(args: Vec<String>, input: &'static [u8]) -> String {
@@ -541,16 +593,9 @@ async fn clients_that_stop_reading_do_not_stall_the_other_streams_of_a_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_before_the_body_does_not_stop_the_upload() {
     let node = h2_node().await;
-    let proxy = TestProxy::start(&weir_testkit::config(
-        &[node.addr],
-        "protocol = \"h2c\"\n[pools.web.timeouts]\nwrite = \"3s\"\nresponse = \"5s\"",
-        "[virtual_servers.web.http2]\ncleartext = true",
-    ))
-    .await;
+    let proxy = h2c_proxy_for_uploads(node.addr, 3, 5).await;
     let size = 300_000;
-    let body = std::env::temp_dir().join(format!("weir-head-first-{}.bin", std::process::id()));
-    std::fs::write(&body, vec![b'u'; size]).expect("body file");
-    let upload = format!("@{}", body.display());
+    let (body, upload) = upload_file("weir-head-first", size);
     let url = |path: &str| format!("http://127.0.0.1:{}{path}", proxy.addr.port());
     let quick = std::time::Duration::from_secs(2);
     // HTTP/1.1 clients, with a length and chunked.
@@ -583,26 +628,7 @@ async fn a_head_before_the_body_does_not_stop_the_upload() {
     assert_eq!(echoed.len(), size);
     // An HTTP/2 client.
     let started = std::time::Instant::now();
-    let mut sender = h2c_client(&proxy).await;
-    let request = http::Request::post(url("/head-first"))
-        .body(())
-        .expect("request");
-    let (response, mut sending) = sender.send_request(request, false).expect("sent");
-    sending.reserve_capacity(size);
-    let _ = sending.send_data(Bytes::from(vec![b'u'; size]), true);
-    let response = tokio::time::timeout(quick, response)
-        .await
-        .expect("the head in time")
-        .expect("an answer");
-    let mut answer = response.into_body();
-    let mut text = Vec::new();
-    while let Some(Ok(data)) = tokio::time::timeout(quick, answer.data())
-        .await
-        .expect("the body in time")
-    {
-        let _ = answer.flow_control().release_capacity(data.len());
-        text.extend_from_slice(&data);
-    }
+    let (_, text) = h2_post(&proxy, url("/head-first"), size, quick).await;
     assert_eq!(text, format!("read {size}\n").as_bytes());
     assert!(started.elapsed() < quick, "after {:?}", started.elapsed());
     let _ = std::fs::remove_file(&body);
@@ -615,15 +641,8 @@ async fn a_head_before_the_body_does_not_stop_the_upload() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_whole_answer_before_the_body_is_relayed() {
     let node = h2_node().await;
-    let proxy = TestProxy::start(&weir_testkit::config(
-        &[node.addr],
-        "protocol = \"h2c\"\n[pools.web.timeouts]\nwrite = \"4s\"\nresponse = \"8s\"",
-        "[virtual_servers.web.http2]\ncleartext = true",
-    ))
-    .await;
-    let body = std::env::temp_dir().join(format!("weir-early-big-{}.bin", std::process::id()));
-    std::fs::write(&body, vec![b'u'; 4 << 20]).expect("body file");
-    let upload = format!("@{}", body.display());
+    let proxy = h2c_proxy_for_uploads(node.addr, 4, 8).await;
+    let (body, upload) = upload_file("weir-early-big", 4 << 20);
     let url = format!("http://127.0.0.1:{}/early-big", proxy.addr.port());
     let quick = std::time::Duration::from_secs(3);
     let started = std::time::Instant::now();
@@ -637,26 +656,9 @@ async fn a_large_whole_answer_before_the_body_is_relayed() {
     let _ = std::fs::remove_file(&body);
     // An HTTP/2 client, still sending.
     let started = std::time::Instant::now();
-    let mut sender = h2c_client(&proxy).await;
-    let request = http::Request::post(url).body(()).expect("request");
-    let (response, mut sending) = sender.send_request(request, false).expect("sent");
-    sending.reserve_capacity(4 << 20);
-    let _ = sending.send_data(Bytes::from(vec![b'u'; 4 << 20]), true);
-    let response = tokio::time::timeout(quick, response)
-        .await
-        .expect("the head in time")
-        .expect("an answer");
-    assert_eq!(response.status(), 200);
-    let mut answer = response.into_body();
-    let mut received = 0;
-    while let Some(Ok(data)) = tokio::time::timeout(quick, answer.data())
-        .await
-        .expect("the body in time")
-    {
-        let _ = answer.flow_control().release_capacity(data.len());
-        received += data.len();
-    }
-    assert_eq!(received, 2 << 20);
+    let (status, received) = h2_post(&proxy, url, 4 << 20, quick).await;
+    assert_eq!(status, 200);
+    assert_eq!(received.len(), 2 << 20);
     assert!(started.elapsed() < quick, "after {:?}", started.elapsed());
     proxy.stop().await;
 }
@@ -669,15 +671,8 @@ async fn a_large_whole_answer_before_the_body_is_relayed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_answer_before_the_body_reaches_the_client() {
     let node = h2_node().await;
-    let proxy = TestProxy::start(&weir_testkit::config(
-        &[node.addr],
-        "protocol = \"h2c\"\n[pools.web.timeouts]\nwrite = \"2s\"\nresponse = \"5s\"",
-        "[virtual_servers.web.http2]\ncleartext = true",
-    ))
-    .await;
-    let body = std::env::temp_dir().join(format!("weir-early-{}.bin", std::process::id()));
-    std::fs::write(&body, vec![b'u'; 4 << 20]).expect("body file");
-    let upload = format!("@{}", body.display());
+    let proxy = h2c_proxy_for_uploads(node.addr, 2, 5).await;
+    let (body, upload) = upload_file("weir-early", 4 << 20);
     // A 2xx answered early is an answer too, not a protocol switch (it was a 502).
     for (path, status) in [
         ("/early413", 413),
@@ -714,21 +709,8 @@ async fn a_node_answer_before_the_body_reaches_the_client() {
         );
         // An HTTP/2 client, still sending when the answer comes.
         let started = std::time::Instant::now();
-        let mut sender = h2c_client(&proxy).await;
-        let request = http::Request::post(url).body(()).expect("request");
-        let (response, mut sending) = sender.send_request(request, false).expect("sent");
-        sending.reserve_capacity(4 << 20);
-        let _ = sending.send_data(Bytes::from(vec![b'u'; 4 << 20]), true);
-        let response = tokio::time::timeout(quick, response)
-            .await
-            .expect("the answer in time")
-            .expect("an answer");
-        assert_eq!(response.status(), status, "{path}");
-        let mut answer = response.into_body();
-        let mut text = Vec::new();
-        while let Some(Ok(data)) = answer.data().await {
-            text.extend_from_slice(&data);
-        }
+        let (answered, text) = h2_post(&proxy, url, 4 << 20, quick).await;
+        assert_eq!(answered, status, "{path}");
         assert_eq!(text, b"early\n", "{path}");
         assert!(
             started.elapsed() < quick,
