@@ -110,7 +110,9 @@ impl RateLimiter {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             if target.arrivals.len() < limiter.per_shard {
-                target.arrivals.insert(hash, now + spent.min(empty) as u64);
+                target
+                    .arrivals
+                    .insert(hash, now.saturating_add(spent.min(empty) as u64));
             }
         }
         limiter
