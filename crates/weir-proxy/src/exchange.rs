@@ -500,26 +500,13 @@ async fn send_rest_h2(
     let cut = {
         let sending = request_body::stream_rest_h2(client, body, &mut stream, write_stall);
         tokio::pin!(sending);
-        let sent = match http2::upstream::early_body(&mut request.early) {
-            Some(answer) => {
-                http2::upstream::send_reading_ahead(sending, answer, &mut request.ahead).await
-            }
-            None => tokio::select! {
-                biased;
-                answered = &mut request.response => {
-                    let ends = http2::upstream::ends_the_upload(&answered);
-                    request.early = Some(answered);
-                    match http2::upstream::early_body(&mut request.early) {
-                        Some(answer) if !ends => {
-                            http2::upstream::send_reading_ahead(sending, answer, &mut request.ahead)
-                                .await
-                        }
-                        _ => http2::upstream::Upload::Answered,
-                    }
-                }
-                sent = &mut sending => http2::upstream::Upload::Sent(sent),
-            },
-        };
+        let sent = http2::upstream::send_until_answered(
+            sending,
+            &mut request.response,
+            &mut request.early,
+            &mut request.ahead,
+        )
+        .await;
         match sent {
             http2::upstream::Upload::Sent(Ok(())) => false,
             // After the node's head, a stream it stopped (reset once its answer was whole)

@@ -108,8 +108,33 @@ pub(crate) async fn send_reading_ahead<E>(
     }
 }
 
+/// Drives `sending` (the request body) until it ends or the node's answer stops it: before
+/// an answer, waiting for one on `response` (kept in `early`); after a head that does not
+/// end the upload ([`ends_the_upload`]), reading its body ahead ([`send_reading_ahead`]).
+pub(crate) async fn send_until_answered<E>(
+    mut sending: Pin<&mut impl Future<Output = Result<(), E>>>,
+    response: &mut ResponseFuture,
+    early: &mut Option<Result<http::Response<RecvStream>, h2::Error>>,
+    ahead: &mut Vec<Bytes>,
+) -> Upload<E> {
+    if early.is_none() {
+        tokio::select! {
+            biased;
+            answered = &mut *response => *early = Some(answered),
+            sent = sending.as_mut() => return Upload::Sent(sent),
+        }
+        if early.as_ref().is_some_and(ends_the_upload) {
+            return Upload::Answered;
+        }
+    }
+    match early_body(early) {
+        Some(answer) => send_reading_ahead(sending, answer, ahead).await,
+        None => Upload::Answered,
+    }
+}
+
 /// The body of an early answer that did not end the upload, to read ahead from.
-pub(crate) fn early_body(
+fn early_body(
     early: &mut Option<Result<http::Response<RecvStream>, h2::Error>>,
 ) -> Option<&mut RecvStream> {
     match early {
@@ -166,20 +191,7 @@ where
             let mut counted = 0;
             let sending = send_with_capacity(stream, buffered, complete, timeout, &mut counted);
             tokio::pin!(sending);
-            let sent = tokio::select! {
-                biased;
-                answered = &mut response => {
-                    let ends = ends_the_upload(&answered);
-                    early = Some(answered);
-                    match early_body(&mut early) {
-                        Some(answer) if !ends => {
-                            send_reading_ahead(sending, answer, &mut ahead).await
-                        }
-                        _ => Upload::Answered,
-                    }
-                }
-                sent = &mut sending => Upload::Sent(sent),
-            };
+            let sent = send_until_answered(sending, &mut response, &mut early, &mut ahead).await;
             match sent {
                 Upload::Sent(Ok(())) => true,
                 // After the node's head, a stream it stopped (reset once its answer was
