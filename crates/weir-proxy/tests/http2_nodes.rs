@@ -101,10 +101,7 @@ fn h2_acceptor(pki: &weir_testkit::tls::Pki) -> Arc<weir_tls::Acceptor> {
 
 /// Answers `ok` after an empty DATA frame, as a server that flushes its head does.
 fn flush_first(mut respond: h2::server::SendResponse<Bytes>) {
-    let head = http::Response::builder()
-        .status(200)
-        .body(())
-        .expect("response");
+    let head = ok_head();
     if let Ok(mut send) = respond.send_response(head, false) {
         let _ = send.send_data(Bytes::new(), false);
         let _ = send.send_data(Bytes::from_static(b"ok"), true);
@@ -281,15 +278,20 @@ async fn answer_early(
     drop(request);
 }
 
+/// A `200` head, its body to follow.
+fn ok_head() -> http::Response<()> {
+    http::Response::builder()
+        .status(200)
+        .body(())
+        .expect("response")
+}
+
 /// A whole answer of 2 MiB, the request body never read.
 async fn early_big(
     request: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
 ) {
-    let head = http::Response::builder()
-        .status(200)
-        .body(())
-        .expect("response");
+    let head = ok_head();
     if let Ok(mut send) = respond.send_response(head, false) {
         let _ = send.send_data(Bytes::from(vec![b'b'; 2 << 20]), true);
         tokio::time::sleep(std::time::Duration::from_secs(10)).await;
@@ -303,10 +305,7 @@ async fn head_first(
     request: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
 ) {
-    let head = http::Response::builder()
-        .status(200)
-        .body(())
-        .expect("response");
+    let head = ok_head();
     let Ok(mut send) = respond.send_response(head, false) else {
         return;
     };
