@@ -536,6 +536,15 @@ impl Client {
         matches!(self.stream, Downstream::Http2 { .. })
     }
 
+    /// An HTTP/2 stream whose connection weir closed because the client did not answer a
+    /// PING in time.
+    pub(crate) fn went_silent(&self) -> bool {
+        match &self.stream {
+            Downstream::Http2 { stream, .. } => stream.went_silent(),
+            Downstream::Http1(_) => false,
+        }
+    }
+
     /// Bytes of answers sent so far on this connection (HTTP/1.x: handed to writes) or
     /// stream (HTTP/2: DATA the stream sent).
     pub(crate) fn bytes_out(&self) -> u64 {

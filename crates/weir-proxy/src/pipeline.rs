@@ -1077,7 +1077,13 @@ async fn answer_failure(
     failure: Failure,
 ) {
     let head = request.map(|r| r.head);
-    let failure = with_kept_node(failure, client, pool);
+    let mut failure = with_kept_node(failure, client, pool);
+    if failure.error.kind() == ErrorKind::ClientClosed && client.went_silent() {
+        // The stream failed because weir closed its connection: the client stopped
+        // answering, it did not leave.
+        failure.error = Error::new(ErrorKind::ClientTimeout, Side::Downstream)
+            .context("the client did not answer a PING within http2.ping_timeout");
+    }
     // A head refused whole (417, 501, 505, a bad field) still names its request line in
     // the record when it is sound; it is still in `read_buf`.
     let line = match head {

@@ -479,6 +479,66 @@ async fn an_idle_client_that_ignores_the_goaway_is_closed() {
     origin.stop().await;
 }
 
+/// A client that stops answering PINGs while a stream is open has its connection closed
+/// `ping_timeout` after the unanswered PING, and the stream's record says it went silent
+/// (499, `client_timeout`), not that it left (`client_closed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_for_an_unanswered_ping_is_logged_as_a_client_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use weir_testkit::h2flood::{PREFACE, frame};
+    let origin = TestOrigin::start("a").await;
+    let (config, log) = h2c_logged(
+        &origin,
+        "silent",
+        "ping_interval = \"1s\"\nping_timeout = \"1s\"",
+    );
+    let proxy = TestProxy::start(&config).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    // POST http://a/ with `content-length: 10`, END_HEADERS only: the body never comes,
+    // so the stream stays open while weir PINGs.
+    out.extend(frame(
+        0x1,
+        0x4,
+        1,
+        &[
+            0x83, 0x86, 0x84, 0x01, 0x01, b'a', 0x0f, 0x0d, 0x02, b'1', b'0',
+        ],
+    ));
+    stream.write_all(&out).await.unwrap();
+    let started = std::time::Instant::now();
+    // Reads (and never answers a PING) until weir closes the connection.
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(8), async {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "still open {:?} after the request",
+        started.elapsed()
+    );
+    let mut record = String::new();
+    for _ in 0..50 {
+        proxy.live.flush_access_log();
+        record = std::fs::read_to_string(&log).unwrap_or_default();
+        if !record.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(record.contains(r#""status":499"#), "{record}");
+    assert!(record.contains(r#""error":"client_timeout""#), "{record}");
+    proxy.stop().await;
+    origin.stop().await;
+    let _ = std::fs::remove_file(&log);
+}
+
 /// A virtual server over `origin` with h2c on, `extra` tables after its own, and its access
 /// log in JSON in a fresh temporary file (named for `name`); the config and the log's path.
 fn h2c_logged(origin: &TestOrigin, name: &str, extra: &str) -> (String, std::path::PathBuf) {

@@ -57,6 +57,11 @@ pub(crate) trait StreamHandler: Clone + Send + Sync + 'static {
     fn outdated(&self) -> bool {
         false
     }
+
+    /// Called when the connection is closed because the client did not answer a PING
+    /// within `ping_timeout`, before its streams see the close: their records then say
+    /// the client went silent (`client_timeout`), not that it left.
+    fn went_silent(&self) {}
 }
 
 /// What one connection is allowed, besides the `[http2]` table.
@@ -185,6 +190,7 @@ pub(crate) async fn serve<S, H>(
             _ = ticker.tick() => {
                 if !driver.tick(settings) {
                     tracing::debug!("HTTP/2 client did not answer a PING in time; closing");
+                    handler.went_silent();
                     return;
                 }
                 if driver.draining.is_none() && driver.idle_for() >= timing.idle {

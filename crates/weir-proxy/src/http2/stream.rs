@@ -9,6 +9,8 @@
 //! (`docs/design/http2.md`, "One pipeline, two codecs").
 
 use std::future::poll_fn;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -41,6 +43,9 @@ pub(crate) struct H2Stream {
     /// A WebSocket extended CONNECT (RFC 8441): the `Sec-WebSocket-Key`
     /// weir sent the node in the HTTP/1.1 upgrade it made of the stream.
     websocket_key: Option<String>,
+    /// Set when weir closed the stream's connection because the client did not answer a
+    /// PING in time ([`H2Stream::set_silence`]).
+    silent: Option<Arc<AtomicBool>>,
 }
 
 impl H2Stream {
@@ -59,8 +64,23 @@ impl H2Stream {
             body_done: false,
             responded: false,
             websocket_key: None,
+            silent: None,
         };
         (parts, stream)
+    }
+
+    /// The connection's flag that says weir closed it for an unanswered PING.
+    pub(crate) fn set_silence(&mut self, silent: Arc<AtomicBool>) {
+        self.silent = Some(silent);
+    }
+
+    /// Whether weir closed the stream's connection because the client did not answer a
+    /// PING within `ping_timeout`: a stream that then failed for the close went silent
+    /// rather than being left by its client.
+    pub(crate) fn went_silent(&self) -> bool {
+        self.silent
+            .as_ref()
+            .is_some_and(|silent| silent.load(Ordering::Acquire))
     }
 
     /// How the pipeline reads this request's body: `chunked` when its head

@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use bytes::Bytes;
 use h2::RecvStream;
@@ -43,6 +43,8 @@ struct Streams {
     shutdown: ShutdownSignal,
     /// The drain the connection is counted in: its streams end at its cut.
     drain: Arc<Drain>,
+    /// Set when the driver closes the connection for an unanswered PING.
+    silent: Arc<AtomicBool>,
 }
 
 /// Serves one client connection as HTTP/2 until it closes. `rewind`: bytes
@@ -81,6 +83,7 @@ pub(super) async fn serve_connection(
         peer_chain,
         shutdown: shutdown.clone(),
         drain,
+        silent: Arc::new(AtomicBool::new(false)),
     };
     let watch = (&metrics, &shared.rejection_log);
     http2::serve(
@@ -130,6 +133,10 @@ impl StreamHandler for Streams {
             None => true,
         }
     }
+
+    fn went_silent(&self) {
+        self.silent.store(true, Ordering::Release);
+    }
 }
 
 impl Streams {
@@ -142,6 +149,7 @@ impl Streams {
         vs: &VirtualServerRuntime,
     ) -> (Client, Result<RequestHead, Failure>) {
         let (parts, mut stream) = H2Stream::new(request, respond);
+        stream.set_silence(Arc::clone(&self.silent));
         let head = if websocket::is_extended_connect(&parts) {
             // WebSocket over HTTP/2 (RFC 8441): the HTTP/1.1 upgrade it
             // stands for, with a key of weir's for the node to answer.
