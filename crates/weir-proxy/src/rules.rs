@@ -184,10 +184,12 @@ fn check_limits(
         }
     }
     for &index in &decision.concurrency_limits {
-        match traffic.limits.acquire_one(index, head, client) {
-            None => {}
-            Some(Ok(permit)) => scratch.permits.push(permit),
-            Some(Err(refusal)) => {
+        match traffic
+            .limits
+            .acquire_one(index, head, client, &mut scratch.permits)
+        {
+            Ok(()) => {}
+            Err(refusal) => {
                 scratch.permits.clear();
                 if let Some(counter) = traffic.metrics.concurrency_limit_refusals.get(index) {
                     counter.inc();

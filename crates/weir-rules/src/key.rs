@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::hash::Hasher;
 use std::net::IpAddr;
+use std::ops::ControlFlow;
 
 use weir_config::KeySource;
 use weir_http::RequestHead;
@@ -24,8 +25,13 @@ pub enum Key<'a> {
 
 /// The key `source` names in this request from `client`. The path and the URI
 /// are the normalised ones rules match (`/%6cogin` and `//login` are `/login`,
-/// so one bucket holds them all); when normalising changed them, they are
-/// written to `scratch`, which the key then borrows.
+/// so one bucket holds them all); a cookie's or a query parameter's value is
+/// percent-decoded as applications read it (`?user=%61lice` is `alice`), its first
+/// value when the request repeats it. When normalising or decoding changed the
+/// bytes, they are written to `scratch`, which the key then borrows.
+///
+/// A limit counts under [`each_request_key`] instead, which gives every value of a
+/// repeated cookie or parameter.
 pub fn request_key<'h>(
     source: &KeySource,
     head: &'h RequestHead,
@@ -47,13 +53,50 @@ pub fn request_key<'h>(
         KeySource::Uri => Some(normal(request::normalized_uri(head), scratch)),
         KeySource::Path => Some(normal(request::normalized_path(head.path()), scratch)),
         KeySource::Header(name) => head.header(name),
-        KeySource::Cookie(name) => request::cookie(head, name),
-        KeySource::QueryParam(name) => request::query_param(head, name),
+        KeySource::Cookie(name) => request::cookie_values(head, name)
+            .next()
+            .map(|value| normal(value, scratch)),
+        KeySource::QueryParam(name) => request::query_values(head, name)
+            .next()
+            .map(|value| normal(value, scratch)),
     };
     match field {
         Some(bytes) => Key::Bytes(bytes),
         None => Key::Address(weir_config::canonical(client)),
     }
+}
+
+/// Every key `source` names in this request from `client`, given to `each` until it
+/// breaks. That is [`request_key`]'s one key, except for a cookie or a query parameter
+/// the request gives more than once with different values: an application reads one of
+/// them (most the first, PHP the last), so each distinct value is a key, and a limit
+/// counting under all of them lets no value escape it (`?user=x&user=alice` counts
+/// against `alice` too).
+pub fn each_request_key<B>(
+    source: &KeySource,
+    head: &RequestHead,
+    client: IpAddr,
+    mut each: impl FnMut(Key<'_>) -> ControlFlow<B>,
+) -> ControlFlow<B> {
+    let mut values: Vec<Cow<'_, [u8]>> = match source {
+        KeySource::Cookie(name) => request::cookie_values(head, name).collect(),
+        KeySource::QueryParam(name) => request::query_values(head, name).collect(),
+        _ => {
+            let mut scratch = Vec::new();
+            return each(request_key(source, head, client, &mut scratch));
+        }
+    };
+    if values.is_empty() {
+        return each(Key::Address(weir_config::canonical(client)));
+    }
+    if values.len() > 1 {
+        values.sort_unstable();
+        values.dedup();
+    }
+    for value in &values {
+        each(Key::Bytes(value))?;
+    }
+    ControlFlow::Continue(())
 }
 
 impl Key<'_> {

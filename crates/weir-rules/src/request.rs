@@ -104,10 +104,10 @@ pub fn query_param<'h>(head: &'h RequestHead, name: &str) -> Option<&'h [u8]> {
 /// percent-decoded, `+` as a space (`application/x-www-form-urlencoded`). A condition
 /// tests all of them, so neither `?debug=%31` nor `?debug=0&debug=1` slips past a rule
 /// about `debug=1`.
-pub fn query_values<'h>(
+pub fn query_values<'h, 'n>(
     head: &'h RequestHead,
-    name: &'h str,
-) -> impl Iterator<Item = Cow<'h, [u8]>> + 'h {
+    name: &'n str,
+) -> impl Iterator<Item = Cow<'h, [u8]>> + use<'h, 'n> {
     query(head).split(|&b| b == b'&').filter_map(move |pair| {
         let (key, value) = match memchr::memchr(b'=', pair) {
             Some(eq) => (&pair[..eq], &pair[eq + 1..]),
@@ -163,10 +163,10 @@ pub fn cookie<'h>(head: &'h RequestHead, name: &str) -> Option<&'h [u8]> {
 /// Every value of cookie `name`, over every `Cookie` line, `%XX` decoded (as
 /// applications read them): `role=user; role=admin` holds two, and a rule on
 /// either sees it.
-pub fn cookie_values<'h>(
+pub fn cookie_values<'h, 'n>(
     head: &'h RequestHead,
-    name: &'h str,
-) -> impl Iterator<Item = Cow<'h, [u8]>> + 'h {
+    name: &'n str,
+) -> impl Iterator<Item = Cow<'h, [u8]>> + use<'h, 'n> {
     head.headers()
         .filter(|(field, _)| field.eq_ignore_ascii_case(b"cookie"))
         .flat_map(|(_, value)| value.split(|&b| b == b';'))

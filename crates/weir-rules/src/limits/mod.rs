@@ -7,6 +7,7 @@
 //! configuration did not change.
 
 use std::net::IpAddr;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use weir_config::Traffic;
 use weir_http::RequestHead;
 
 use crate::decision::Decision;
-use crate::key::request_key;
+use crate::key::each_request_key;
 
 mod concurrency;
 mod connections;
@@ -145,7 +146,9 @@ impl TrafficLimits {
     }
 
     /// Counts the request against the rate limit at `index` (of the rule set's
-    /// `rate_limits`), under the key it counts by; no such limit refuses nothing.
+    /// `rate_limits`), under each key it counts by ([`each_request_key`]: one, or each
+    /// value of a repeated cookie or parameter; the first refusal answers); no such
+    /// limit refuses nothing.
     pub fn check_rate(
         &self,
         index: usize,
@@ -156,11 +159,16 @@ impl TrafficLimits {
         let Some(limiter) = self.rates.get(index) else {
             return Ok(());
         };
-        let mut scratch = Vec::new();
-        limiter.check(
-            request_key(&limiter.config().key, head, client, &mut scratch),
-            now,
-        )
+        let counted = each_request_key(&limiter.config().key, head, client, |key| {
+            match limiter.check(key, now) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(refusal) => ControlFlow::Break(refusal),
+            }
+        });
+        match counted {
+            ControlFlow::Continue(()) => Ok(()),
+            ControlFlow::Break(refusal) => Err(refusal),
+        }
     }
 
     /// Takes a slot in every concurrency limit the decision names, under the key each
@@ -172,31 +180,48 @@ impl TrafficLimits {
         head: &RequestHead,
         client: IpAddr,
     ) -> Result<ConcurrencyPermits, Refusal> {
-        let mut permits = ConcurrencyPermits::default();
+        let mut permits = Vec::new();
         for &index in &decision.concurrency_limits {
-            if let Some(permit) = self.acquire_one(index, head, client) {
-                permits.push(permit?);
-            }
+            self.acquire_one(index, head, client, &mut permits)?;
         }
-        Ok(permits)
+        let mut held = ConcurrencyPermits::default();
+        for permit in permits {
+            held.push(permit);
+        }
+        Ok(held)
     }
 
-    /// A slot in the concurrency limit at `index` (of the rule set's
-    /// `concurrency_limits`), under the key it counts by; `None` when there is no such limit.
+    /// Takes a slot in the concurrency limit at `index` (of the rule set's
+    /// `concurrency_limits`) under each key it counts by ([`each_request_key`]: one, or
+    /// each value of a repeated cookie or parameter), into `permits`; no such limit takes
+    /// nothing. On a refusal the slots this call took are freed.
     pub fn acquire_one(
         &self,
         index: usize,
         head: &RequestHead,
         client: IpAddr,
-    ) -> Option<Result<ConcurrencyPermit, Refusal>> {
-        let limiter = self.concurrency.get(index)?;
-        let mut scratch = Vec::new();
-        Some(limiter.acquire(request_key(
-            &limiter.config().key,
-            head,
-            client,
-            &mut scratch,
-        )))
+        permits: &mut Vec<ConcurrencyPermit>,
+    ) -> Result<(), Refusal> {
+        let Some(limiter) = self.concurrency.get(index) else {
+            return Ok(());
+        };
+        let before = permits.len();
+        let taken = each_request_key(&limiter.config().key, head, client, |key| {
+            match limiter.acquire(key) {
+                Ok(permit) => {
+                    permits.push(permit);
+                    ControlFlow::Continue(())
+                }
+                Err(refusal) => ControlFlow::Break(refusal),
+            }
+        });
+        match taken {
+            ControlFlow::Continue(()) => Ok(()),
+            ControlFlow::Break(refusal) => {
+                permits.truncate(before);
+                Err(refusal)
+            }
+        }
     }
 
     /// Admits a connection from `client` (held until the permit drops);

@@ -360,3 +360,89 @@ fn a_reload_that_changes_a_rate_keeps_what_keys_spent() {
     // The limit that did not change is the same one, buckets and all.
     assert!(Arc::ptr_eq(&limits.rates[0], &reloaded.rates[0]));
 }
+
+/// A limit keyed on a query parameter or a cookie counts its value as applications read
+/// it (percent-decoded: `%61lice` is `alice`), and a request that repeats it counts under
+/// every value, so `?user=x&user=alice` cannot dodge `alice`'s limit (PHP reads the last).
+#[test]
+fn query_and_cookie_keys_are_decoded_and_every_repeated_value_counts() {
+    const KEYED: &str = "\
+[[virtual_servers.web.rules]]
+match.path_prefix = \"/login\"
+rate_limit = \"per-user\"
+[[virtual_servers.web.rules]]
+match.path_prefix = \"/c\"
+rate_limit = \"per-session\"
+[[virtual_servers.web.rules]]
+match.path_prefix = \"/\"
+concurrency_limit = \"per-user\"
+[virtual_servers.web.rate_limits.per-user]
+key = \"query:user\"
+rate = 1
+per = \"1m\"
+[virtual_servers.web.rate_limits.per-session]
+key = \"cookie:sid\"
+rate = 1
+per = \"1m\"
+[virtual_servers.web.concurrency_limits.per-user]
+key = \"query:user\"
+max = 1
+";
+    let traffic = traffic(KEYED);
+    let rules = RuleSet::new(&traffic).unwrap();
+    let start = Instant::now();
+    let limits = TrafficLimits::new(&traffic, None, start);
+    let client: IpAddr = "192.0.2.1".parse().unwrap();
+    let check = |line: &str| {
+        let request = head(&format!("GET {line} HTTP/1.1\r\nHost: a\r\n\r\n"));
+        let decision = rules.evaluate(&request, &Facts::plain(client));
+        limits.check_rates(&decision, &request, client, start)
+    };
+    assert!(check("/login?user=alice").is_ok());
+    for dodge in [
+        "/login?user=%61lice",
+        "/login?user=al%69ce",
+        "/login?%75ser=alice",
+        "/login?user=other&user=alice",
+        "/login?user=alice&user=other2",
+    ] {
+        assert!(check(dodge).is_err(), "{dodge} escaped alice's limit");
+    }
+    // Another user still has its own allowance; one value twice is one key.
+    assert!(check("/login?user=bob&user=bob").is_ok());
+    let cookie = |value: &str| {
+        let request = head(&format!(
+            "GET /c HTTP/1.1\r\nHost: a\r\nCookie: sid={value}\r\n\r\n"
+        ));
+        let decision = rules.evaluate(&request, &Facts::plain(client));
+        limits.check_rates(&decision, &request, client, start)
+    };
+    assert!(cookie("abc").is_ok());
+    assert!(
+        cookie("%61bc").is_err(),
+        "an encoded cookie escaped the limit"
+    );
+    // Concurrency: a request holding alice's slot keeps out one that repeats her name,
+    // and a refused request frees the slots it took.
+    let request = head("GET /?user=alice HTTP/1.1\r\nHost: a\r\n\r\n");
+    let decision = rules.evaluate(&request, &Facts::plain(client));
+    let held = limits
+        .acquire_concurrency(&decision, &request, client)
+        .unwrap();
+    let repeated = head("GET /?user=carol&user=alice HTTP/1.1\r\nHost: a\r\n\r\n");
+    let decision = rules.evaluate(&repeated, &Facts::plain(client));
+    assert!(
+        limits
+            .acquire_concurrency(&decision, &repeated, client)
+            .is_err()
+    );
+    let carol = head("GET /?user=carol HTTP/1.1\r\nHost: a\r\n\r\n");
+    let decision = rules.evaluate(&carol, &Facts::plain(client));
+    assert!(
+        limits
+            .acquire_concurrency(&decision, &carol, client)
+            .is_ok(),
+        "the refused request kept carol's slot"
+    );
+    drop(held);
+}
