@@ -42,6 +42,8 @@ enum FillMode {
         object: Arc<Object>,
         body: Arc<GrowingBody>,
         hit: Option<Hit>,
+        /// The stored objects this one took the place of: put back if it fails.
+        replaced: Vec<Arc<Object>>,
     },
     /// Stored once complete; the client gets the bytes as they pass.
     Tee {
@@ -156,6 +158,7 @@ impl Fill {
             object,
             body,
             hit: Some(hit),
+            replaced: inserted.replaced,
         };
     }
 
@@ -260,8 +263,14 @@ impl Fill {
                 purges,
             } => {
                 // Out of the store while it filled, the object was out of a purge's reach:
-                // one made meanwhile may have been meant for it.
-                if cache.purges() != purges {
+                // one made meanwhile may have been meant for it. Bans added meanwhile are
+                // tested on it here, as the background check may have dropped them before
+                // its first lookup would; when it has, the object is not stored.
+                let latest = cache.bans.latest();
+                let banned = cache
+                    .bans
+                    .banned_between(&pending.primary[..], bans, latest);
+                if cache.purges() != purges || banned != Some(false) {
                     if let Some(guard) = self.guard.take() {
                         guard.not_stored(None);
                     }
@@ -277,7 +286,7 @@ impl Fill {
                     tags: pending.tags,
                     stored_at: pending.stored_at,
                 };
-                let inserted = cache.store.insert(pending.hash, pending.vary, new, bans);
+                let inserted = cache.store.insert(pending.hash, pending.vary, new, latest);
                 cache.metrics.evictions.inc_by(inserted.evicted);
                 if let (Some(guard), Some(_)) = (self.guard.take(), inserted.object) {
                     guard.stored();
@@ -296,6 +305,10 @@ impl Fill {
     }
 
     /// Whether pushed bytes still go to the store.
+    pub fn is_storing(&self) -> bool {
+        self.storing()
+    }
+
     fn storing(&self) -> bool {
         !matches!(self.mode, FillMode::Abandoned)
     }
@@ -322,9 +335,18 @@ impl Fill {
 
     fn give_up(&mut self, remember: Option<std::time::Duration>) {
         match std::mem::replace(&mut self.mode, FillMode::Abandoned) {
-            FillMode::Growing { object, body, .. } => {
+            FillMode::Growing {
+                object,
+                body,
+                replaced,
+                ..
+            } => {
                 body.abort();
-                self.cache.store.remove(&object);
+                if self.cache.store.remove(&object) {
+                    // A refresh that broke off leaves the copy it was to replace.
+                    let evicted = self.cache.store.reinstate(replaced);
+                    self.cache.metrics.evictions.inc_by(evicted);
+                }
                 self.cache.record_store();
             }
             FillMode::Tee { .. } | FillMode::Abandoned => {}

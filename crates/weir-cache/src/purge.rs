@@ -47,6 +47,8 @@ pub struct Bans {
     list: RwLock<Vec<Ban>>,
     /// Sequence of the newest ban (0: none ever).
     latest: AtomicU64,
+    /// Bans up to this sequence have been dropped ([`Bans::expire_through`]).
+    expired: AtomicU64,
 }
 
 /// One ban.
@@ -118,12 +120,32 @@ impl Bans {
         banned
     }
 
+    /// Whether a ban added after sequence `since` and up to `through` matches
+    /// `primary` (a primary key), for an object that was out of the store since then
+    /// (a body stored once complete). `None` when some of those bans were dropped
+    /// meanwhile, so that no answer can be given.
+    pub fn banned_between(&self, primary: &[u8], since: u64, through: u64) -> Option<bool> {
+        if through <= since {
+            return Some(false);
+        }
+        let list = self.list.read().unwrap_or_else(PoisonError::into_inner);
+        if self.expired.load(Ordering::Acquire) > since {
+            return None;
+        }
+        Some(
+            list.iter()
+                .filter(|ban| ban.sequence > since && ban.sequence <= through)
+                .any(|ban| ban.pattern.is_match(primary)),
+        )
+    }
+
     /// Drops bans with a sequence up to `tested`: every stored object has
     /// been tested against them or is newer.
     pub fn expire_through(&self, tested: u64) -> usize {
         let mut list = self.list.write().unwrap_or_else(PoisonError::into_inner);
         let before = list.len();
         list.retain(|ban| ban.sequence > tested);
+        self.expired.fetch_max(tested, Ordering::AcqRel);
         before - list.len()
     }
 

@@ -26,7 +26,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Wea
 use hashbrown::HashTable;
 
 use crate::key::VarySpec;
-use crate::object::{NewObject, Object, Rope};
+use crate::object::{NewObject, Object, ObjectBody, Rope};
 
 /// The store shared by every thread of a virtual server.
 #[derive(Debug)]
@@ -56,6 +56,9 @@ pub struct Inserted {
     pub object: Option<Arc<Object>>,
     /// Objects evicted to make room.
     pub evicted: u64,
+    /// The stored variants the new object took the place of (its own key's, or every
+    /// variant when the resource's `Vary` changed).
+    pub replaced: Vec<Arc<Object>>,
 }
 
 /// A sample of the store's state.
@@ -172,6 +175,7 @@ impl Store {
             return Inserted {
                 object: None,
                 evicted: 0,
+                replaced: Vec::new(),
             };
         }
         let mut shard = self.write(hash);
@@ -206,13 +210,54 @@ impl Store {
             shard.forget(old);
         }
         shard.admit(&object, hash);
-        let evicted = shard.evict_to(self.shard_capacity);
+        // Not the new object itself: the requests waiting on its fill look it up next.
+        let evicted = shard.evict_to(self.shard_capacity, Some(object.id));
         drop(shard);
         self.evictions.fetch_add(evicted, Ordering::Relaxed);
         Inserted {
             object: Some(object),
             evicted,
+            replaced,
         }
+    }
+
+    /// Puts back complete objects that a fill took the place of and then failed to
+    /// finish (a refresh whose body broke off), so a stale copy is still there for
+    /// `stale-if-error` and revalidation. Each goes back as a new object with the same
+    /// head, body and age, unless its resource has gained a variant meanwhile. Returns
+    /// how many objects were evicted to make room.
+    pub fn reinstate(&self, replaced: Vec<Arc<Object>>) -> u64 {
+        // They are all variants of one resource.
+        let taken = replaced.first().is_some_and(|old| {
+            let shard = self.read(old.hash);
+            shard
+                .resources
+                .find(old.hash, |resource| resource.primary == old.primary)
+                .is_some_and(|resource| !resource.variants.is_empty())
+        });
+        if taken {
+            return 0;
+        }
+        let mut evicted = 0;
+        for old in replaced {
+            let Some(body) = old.body() else {
+                continue;
+            };
+            let new = NewObject {
+                primary: Arc::clone(&old.primary),
+                secondary: old.secondary.clone(),
+                head: old.head.clone(),
+                freshness: old.freshness,
+                body: ObjectBody::Complete(body.clone()),
+                tags: old.tags.clone(),
+                stored_at: old.stored_at,
+            };
+            let checked = old.ban_checked.load(Ordering::Acquire);
+            evicted += self
+                .insert(old.hash, Arc::clone(&old.vary), new, checked)
+                .evicted;
+        }
+        evicted
     }
 
     /// An object made like a stored one but kept out of the store: an answer for one
@@ -235,7 +280,7 @@ impl Store {
         if !object.in_main.load(Ordering::Relaxed) {
             shard.small_bytes = shard.small_bytes - old + charge;
         }
-        let evicted = shard.evict_to(self.shard_capacity);
+        let evicted = shard.evict_to(self.shard_capacity, Some(object.id));
         drop(shard);
         self.evictions.fetch_add(evicted, Ordering::Relaxed);
     }
@@ -370,31 +415,42 @@ impl Shard {
         self.compact_queues();
     }
 
-    /// Evicts until the shard holds at most `capacity` bytes; returns how many objects went.
-    fn evict_to(&mut self, capacity: usize) -> u64 {
+    /// Evicts until the shard holds at most `capacity` bytes; returns how many objects
+    /// went. `keep`: the id of an object just stored, which is not evicted for its own
+    /// room. An object larger than the small FIFO's tenth of the shard would otherwise
+    /// be the first to go, before anyone read it.
+    fn evict_to(&mut self, capacity: usize, keep: Option<u64>) -> u64 {
         let mut evicted = 0;
         while self.bytes > capacity {
             let from_small = self.small_bytes > capacity / 10 || self.main.is_empty();
             let progressed = if from_small {
-                self.evict_small(&mut evicted)
+                self.evict_small(&mut evicted, keep)
             } else {
                 self.evict_main(&mut evicted)
             };
-            if !(progressed || self.evict_small(&mut evicted) || self.evict_main(&mut evicted)) {
+            if !(progressed
+                || self.evict_small(&mut evicted, keep)
+                || self.evict_main(&mut evicted))
+            {
                 break;
             }
         }
         evicted
     }
 
-    /// One step at the small FIFO's head; `false` when it is empty.
-    fn evict_small(&mut self, evicted: &mut u64) -> bool {
+    /// One step at the small FIFO's head; `false` when it is empty, or when its head is
+    /// `keep` (put back at its tail).
+    fn evict_small(&mut self, evicted: &mut u64, keep: Option<u64>) -> bool {
         let Some(weak) = self.small.pop_front() else {
             return false;
         };
         let Some(object) = weak.upgrade().filter(|object| !object.is_removed()) else {
             return true;
         };
+        if keep == Some(object.id) {
+            self.small.push_back(weak);
+            return false;
+        }
         if object.frequency.load(Ordering::Relaxed) > 0 {
             object.frequency.store(0, Ordering::Relaxed);
             object.in_main.store(true, Ordering::Relaxed);

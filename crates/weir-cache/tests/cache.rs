@@ -1465,3 +1465,124 @@ async fn waiters_on_a_failed_revalidation_serve_the_stale_object() {
     );
     assert_eq!(metrics.stale_served.get(), 2);
 }
+
+/// A ban added while a body of unknown length fills (out of the store until complete)
+/// applies to it even when the background check has dropped the ban before the fill
+/// ends: the fill is tested at its end, and not stored when the ban matches or can no
+/// longer be known. A ban that does not match it leaves it stored.
+#[tokio::test]
+async fn a_ban_during_a_fill_of_unknown_length_reaches_it() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/banned-while-filling");
+    let (mut fill, waiter) = chunked_fill(&cache, &request);
+    fill.push(Bytes::from_static(b"before the ban")).unwrap();
+    cache.ban("banned-while", at(1)).unwrap();
+    // The background check runs before the body ends, and drops the ban.
+    cache.maintain();
+    assert!(cache.bans().is_empty());
+    fill.finish().unwrap();
+    assert_eq!(waiter.wait().await, weir_cache::WaitOutcome::GoToNode);
+    assert_eq!(cache.stats().objects, 0);
+    assert!(matches!(
+        cache.lookup(&policy(), None, &request, at(2)),
+        Lookup::Forward(_)
+    ));
+    // A ban for something else, still listed at the end: the fill is stored.
+    let other = Req::get("/kept-while-filling");
+    let (mut fill, _) = chunked_fill(&cache, &other);
+    fill.push(Bytes::from_static(b"kept")).unwrap();
+    cache.ban("^nothing-here$", at(3)).unwrap();
+    fill.finish().unwrap();
+    assert_eq!(
+        body(&hit(cache.lookup(&policy(), None, &other, at(4)))),
+        b"kept"
+    );
+}
+
+/// A refresh whose body breaks off after its head (the object it fills took the stale
+/// one's place) leaves the stale object stored, so `stale-if-error` still serves it.
+#[tokio::test]
+async fn a_refresh_that_breaks_off_keeps_the_stale_object() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/refreshed");
+    fill(
+        &cache,
+        &request,
+        node(
+            200,
+            &[("Cache-Control", "max-age=10, stale-if-error=100")],
+            b"kept",
+        ),
+        T0,
+    );
+    let exchange = forward(cache.lookup(&policy(), None, &request, at(20)));
+    let response = Resp::new(200)
+        .header("Cache-Control", "max-age=10, stale-if-error=100")
+        .header("Content-Length", "100");
+    let Reply::Fill(mut refresh) =
+        cache.response(exchange, &policy(), None, &request, &response, at(20))
+    else {
+        panic!("a fill for the new answer");
+    };
+    refresh
+        .push(Bytes::from_static(b"part of the new"))
+        .unwrap();
+    refresh.abort();
+    assert_eq!(cache.stats().objects, 1, "the stale object is back");
+    // The node now fails: the stale object is served.
+    let exchange = forward(cache.lookup(&policy(), None, &request, at(21)));
+    let Reply::Hit(served) =
+        cache.response(exchange, &policy(), None, &request, &Resp::new(503), at(21))
+    else {
+        panic!("expected the stale object");
+    };
+    assert_eq!(
+        (served.cache_status(), body(&served)),
+        (CacheStatus::StaleIfError, b"kept".to_vec())
+    );
+}
+
+/// In a full store, a new object larger than the small queue's share is not evicted by
+/// its own insertion: the requests waiting on its fill find it.
+#[tokio::test]
+async fn a_large_new_object_survives_its_own_insertion() {
+    let metrics = CacheMetrics::default();
+    let cache = Cache::new(
+        StoreSettings {
+            size: 4 << 20,
+            max_object_size: 1 << 20,
+        },
+        metrics,
+        CompressionMetrics::default(),
+    );
+    let policy = CachePolicy {
+        max_object_size: 1 << 20,
+        ..CachePolicy::default()
+    };
+    let store = |path: &str, size: usize| {
+        let request = Req::get(path);
+        let exchange = forward(cache.lookup(&policy, None, &request, T0));
+        let answer = node(200, &[("Cache-Control", "max-age=600")], &vec![b'x'; size]);
+        match cache.response(exchange, &policy, None, &request, &answer.0, T0) {
+            Reply::Fill(mut fill) => {
+                fill.push(answer.1).unwrap();
+                fill.finish().unwrap();
+            }
+            _ => panic!("expected a fill"),
+        }
+    };
+    // Fill the store with objects that are hit (so they go to the main queue).
+    for index in 0..60 {
+        let path = format!("/hot/{index}");
+        store(&path, 64 << 10);
+        let _ = cache.lookup(&policy, None, &Req::get(&path), T0);
+    }
+    store("/large", 600 << 10);
+    assert!(
+        matches!(
+            cache.lookup(&policy, None, &Req::get("/large"), T0),
+            Lookup::Hit(_)
+        ),
+        "the new object was evicted by its own insertion"
+    );
+}

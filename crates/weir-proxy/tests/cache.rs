@@ -614,6 +614,58 @@ async fn a_purge_during_a_fill_keeps_the_old_answer_out() {
     Arc::try_unwrap(proxy).ok().unwrap().stop().await;
 }
 
+fn numbered_paused_chunks(_: &str, count: usize) -> Answer {
+    Answer::ok(format!("version {count}").as_bytes())
+        .field("Cache-Control", "max-age=60")
+        .chunked_with_pause(Duration::from_millis(500))
+}
+
+/// The client whose request fills a body of unknown length (stored once complete) leaves
+/// in the middle of it: the rest is still read into the store, and a request waiting on
+/// the fill is answered from it, not by a second request to the node (as for a body of
+/// known length, read from the store as it grows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_of_unknown_length_goes_on_when_its_client_leaves() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = CountingNode::start(numbered_paused_chunks, Duration::ZERO).await;
+    let proxy = Arc::new(proxy_for(&node, CACHE).await);
+    let mut leader = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    leader
+        .write_all(b"GET /left HTTP/1.1\r\nHost: cache.test\r\n\r\n")
+        .await
+        .unwrap();
+    until("the fill started", Duration::from_secs(5), || {
+        node.requests() == 1
+    })
+    .await;
+    let waiter = {
+        let proxy = Arc::clone(&proxy);
+        tokio::spawn(async move { request(&proxy, "GET", "/left", &[]).await })
+    };
+    // The head and the first chunk reach the client; it then resets its connection.
+    let mut received = Vec::new();
+    while !String::from_utf8_lossy(&received).contains("vers") {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), leader.read(&mut chunk))
+            .await
+            .expect("the first chunk in time")
+            .unwrap();
+        assert!(n > 0, "closed before the first chunk");
+        received.extend_from_slice(&chunk[..n]);
+    }
+    socket2::SockRef::from(&leader)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(leader);
+    let waited = waiter.await.unwrap();
+    assert_eq!(waited.body, b"version 0");
+    assert_eq!(node.requests(), 1, "the waiter went to the node again");
+    let stored = request(&proxy, "GET", "/left", &[]).await;
+    assert_eq!(stored.header("x-cache"), Some("HIT"));
+    assert_eq!(stored.body, b"version 0");
+    Arc::try_unwrap(proxy).ok().unwrap().stop().await;
+}
+
 fn digits_after_a_pause(_: &str, _: usize) -> Answer {
     Answer::ok(b"0123456789")
         .field("Cache-Control", "max-age=60")

@@ -410,6 +410,11 @@ impl Transform {
         }
     }
 
+    /// Whether the body still goes into the store.
+    fn stores(&self) -> bool {
+        matches!(self, Transform::Fill(fill) if fill.is_storing())
+    }
+
     fn finish(self) -> io::Result<Bytes> {
         match self {
             Transform::Pass => Ok(Bytes::new()),
@@ -667,9 +672,26 @@ async fn relay(
         };
         head_waiting &= piece.is_empty();
         let size = piece.len() as u64;
-        sink.piece(client, piece, timeout)
-            .await
-            .map_err(|failure| cut(failure, body_bytes))?;
+        if let Err(failure) = sink.piece(client, piece, timeout).await {
+            if pieces.transform.stores() {
+                // The client left (or stopped reading) in the middle of a body stored as it
+                // passes: the rest is read into the store all the same, as a body read from
+                // the store is (`pump`), so the requests waiting on this fill get it rather
+                // than each going to the node again.
+                let rest = async {
+                    while pieces
+                        .next(&mut upstream, &mut client.upstream_in)
+                        .await?
+                        .is_some()
+                    {}
+                    pieces.finish()
+                };
+                if let Err(ended) = rest.await {
+                    tracing::debug!(virtual_server = %vs.config.name, error = %ended.error, "cache fill ended early");
+                }
+            }
+            return Err(cut(failure, body_bytes));
+        }
         body_bytes += size;
     }
     let tail = pieces

@@ -25,6 +25,8 @@ pub struct Answer {
     pub early_hints: bool,
     /// The body follows its head after this pause.
     pub body_after: Option<Duration>,
+    /// Chunked: the second chunk (and the end) follows the first after this pause.
+    pub chunk_pause: Option<Duration>,
 }
 
 impl Answer {
@@ -36,7 +38,15 @@ impl Answer {
             chunked: false,
             early_hints: false,
             body_after: None,
+            chunk_pause: None,
         }
+    }
+
+    /// The body goes chunked, its second chunk `pause` after its first.
+    pub fn chunked_with_pause(mut self, pause: Duration) -> Answer {
+        self.chunked = true;
+        self.chunk_pause = Some(pause);
+        self
     }
 
     /// The body follows the head after `pause` (the head alone reaches weir first).
@@ -193,7 +203,14 @@ async fn serve(
         }
         if answer.chunked && !bodyless {
             let (first, second) = answer.body.split_at(answer.body.len() / 2);
-            for chunk in [first, second] {
+            for (index, chunk) in [first, second].into_iter().enumerate() {
+                if let (1, Some(pause)) = (index, answer.chunk_pause) {
+                    if stream.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                    bytes.clear();
+                    tokio::time::sleep(pause).await;
+                }
                 bytes.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
                 bytes.extend_from_slice(chunk);
                 bytes.extend_from_slice(b"\r\n");
