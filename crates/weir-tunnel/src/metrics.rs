@@ -67,17 +67,32 @@ impl Metrics {
         self.tunnel.summary()
     }
 
-    /// The connection whose counters are read live (one at a time on the near side; the far
-    /// side shows the latest).
+    /// A connection the far side accepted: its counters are read live (one at a time on the
+    /// near side; the far side shows the latest), and it is counted as established.
     pub(crate) fn connection_opened(&self, connection: &quinn::Connection) {
-        self.tunnel.connections.inc();
-        self.tunnel.connected.inc();
+        self.link_opened(connection);
+        self.connection_established();
+    }
+
+    /// A connection whose link counters are followed from now on (the near side's, before
+    /// the far side has accepted it: its packets count whether or not it is accepted).
+    pub(crate) fn link_opened(&self, connection: &quinn::Connection) {
         self.link().live = Some(connection.clone());
     }
 
-    /// Folds a closed connection's counters into the totals.
-    pub(crate) fn connection_closed(&self, connection: &quinn::Connection) {
-        self.tunnel.connected.dec();
+    /// A connection both ends accepted: counted, and open until
+    /// [`Metrics::connection_closed`] says `established`.
+    pub(crate) fn connection_established(&self) {
+        self.tunnel.connections.inc();
+        self.tunnel.connected.inc();
+    }
+
+    /// Folds a closed connection's counters into the totals; `established`: it was
+    /// counted as open ([`Metrics::connection_established`]).
+    pub(crate) fn connection_closed(&self, connection: &quinn::Connection, established: bool) {
+        if established {
+            self.tunnel.connected.dec();
+        }
         let counters = link_counters(connection);
         let mut link = self.link();
         link.closed.sent += counters.sent;

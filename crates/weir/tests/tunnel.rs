@@ -570,10 +570,11 @@ fn a_refused_near_side_does_not_say_it_connected() {
         Running::start(Command::new(WEIR).args(["tunnel", "server", "--config", path(&server)]));
     far.wait_for("weir tunnel server: listening");
     let log = dir.0.join("client.log");
+    let out = dir.0.join("client.out");
     let near = Command::new(WEIR)
         .args(["tunnel", "client", "--config", path(&client)])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("start the near side");
@@ -593,6 +594,13 @@ fn a_refused_near_side_does_not_say_it_connected() {
         "no refusal reported: {printed}"
     );
     assert!(!printed.contains("tunnel connected"), "{printed}");
+    // Nor on standard output, which scripts (and `weir lab`) wait on: the connection
+    // counts as established only once the far side's hello accepted it.
+    let stdout = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(
+        !stdout.contains("weir tunnel client: connected"),
+        "{stdout}"
+    );
 }
 
 /// A far side on `127.0.0.1:udp_port` with the certificates of [`write_certificates`] and

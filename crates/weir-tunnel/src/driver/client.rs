@@ -154,11 +154,13 @@ async fn keep_connected(
                 };
                 drop(session);
                 if greeted {
+                    // Counted (and announced) only now: a refused near side is not connected.
+                    metrics.connection_established();
                     tracing::info!(server = %side.server, "tunnel connected");
                 }
                 let reason = connection.closed().await;
                 current.send_replace(None);
-                metrics.connection_closed(&connection);
+                metrics.connection_closed(&connection, greeted);
                 let busy = matches!(
                     &reason,
                     quinn::ConnectionError::ApplicationClosed(close)
@@ -208,7 +210,7 @@ async fn connect(
         .open_bi()
         .await
         .map_err(|error| error.to_string())?;
-    metrics.connection_opened(&connection);
+    metrics.link_opened(&connection);
     Ok(Session::start(
         connection,
         control,

@@ -214,7 +214,7 @@ async fn serve_connection(
             }
         }
     }
-    metrics.connection_closed(&connection);
+    metrics.connection_closed(&connection, true);
 }
 
 /// Reads the open header, connects to the service and runs the flow.
