@@ -224,25 +224,32 @@ impl Store {
     /// Puts back complete objects that a fill took the place of and then failed to
     /// finish (a refresh whose body broke off), so a stale copy is still there for
     /// `stale-if-error` and revalidation. Each goes back as a new object with the same
-    /// head, body and age, unless its resource has gained a variant meanwhile. Returns
-    /// how many objects were evicted to make room.
+    /// head, body and age, unless it would displace a variant stored meanwhile: one of
+    /// its own key, or one that varies on other fields (the resource's `Vary` changed).
+    /// The resource's other variants stay as they are. Returns how many objects were
+    /// evicted to make room.
     pub fn reinstate(&self, replaced: Vec<Arc<Object>>) -> u64 {
-        // They are all variants of one resource.
-        let taken = replaced.first().is_some_and(|old| {
-            let shard = self.read(old.hash);
-            shard
-                .resources
-                .find(old.hash, |resource| resource.primary == old.primary)
-                .is_some_and(|resource| !resource.variants.is_empty())
-        });
-        if taken {
-            return 0;
-        }
         let mut evicted = 0;
         for old in replaced {
             let Some(body) = old.body() else {
                 continue;
             };
+            let displaces = {
+                let shard = self.read(old.hash);
+                shard
+                    .resources
+                    .find(old.hash, |resource| resource.primary == old.primary)
+                    .is_some_and(|resource| {
+                        resource.variants.iter().any(|stored| {
+                            stored.vary.names != old.vary.names
+                                || (stored.vary == old.vary
+                                    && same_key(&stored.secondary, &old.secondary))
+                        })
+                    })
+            };
+            if displaces {
+                continue;
+            }
             let new = NewObject {
                 primary: Arc::clone(&old.primary),
                 secondary: old.secondary.clone(),

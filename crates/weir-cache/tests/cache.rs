@@ -732,6 +732,21 @@ fn stale_while_revalidate_serves_and_refreshes_once() {
     ));
 }
 
+/// A lookup for `request` at `now` goes to the node, which answers 503, and the cache
+/// answers with its stale object (`stale-if-error`), whose body is `expected`.
+fn assert_serves_stale_on_503(cache: &Arc<Cache>, request: &Req, now: UnixTime, expected: &[u8]) {
+    let exchange = forward(cache.lookup(&policy(), None, request, now));
+    let Reply::Hit(served) =
+        cache.response(exchange, &policy(), None, request, &Resp::new(503), now)
+    else {
+        panic!("expected the stale object");
+    };
+    assert_eq!(
+        (served.cache_status(), body(&served)),
+        (CacheStatus::StaleIfError, expected.to_vec())
+    );
+}
+
 #[test]
 fn stale_if_error_with_a_failing_node() {
     let (cache, _, _) = new_cache();
@@ -747,16 +762,7 @@ fn stale_if_error_with_a_failing_node() {
         T0,
     );
     // The node answers 503: the stale object is served.
-    let exchange = forward(cache.lookup(&policy(), None, &request, at(20)));
-    let Reply::Hit(served) =
-        cache.response(exchange, &policy(), None, &request, &Resp::new(503), at(20))
-    else {
-        panic!("expected the stale object");
-    };
-    assert_eq!(
-        (served.cache_status(), body(&served)),
-        (CacheStatus::StaleIfError, b"kept".to_vec())
-    );
+    assert_serves_stale_on_503(&cache, &request, at(20), b"kept");
     // The node is down (connect refused): the same.
     let exchange = forward(cache.lookup(&policy(), None, &request, at(30)));
     let served = cache
@@ -1530,16 +1536,7 @@ async fn a_refresh_that_breaks_off_keeps_the_stale_object() {
     refresh.abort();
     assert_eq!(cache.stats().objects, 1, "the stale object is back");
     // The node now fails: the stale object is served.
-    let exchange = forward(cache.lookup(&policy(), None, &request, at(21)));
-    let Reply::Hit(served) =
-        cache.response(exchange, &policy(), None, &request, &Resp::new(503), at(21))
-    else {
-        panic!("expected the stale object");
-    };
-    assert_eq!(
-        (served.cache_status(), body(&served)),
-        (CacheStatus::StaleIfError, b"kept".to_vec())
-    );
+    assert_serves_stale_on_503(&cache, &request, at(21), b"kept");
 }
 
 /// In a full store, a new object larger than the small queue's share is not evicted by
@@ -1585,4 +1582,32 @@ async fn a_large_new_object_survives_its_own_insertion() {
         ),
         "the new object was evicted by its own insertion"
     );
+}
+
+/// The same with other variants of the resource stored: the refresh of one variant that
+/// breaks off puts that variant back beside the others.
+#[tokio::test]
+async fn a_refresh_of_one_variant_that_breaks_off_keeps_it() {
+    let (cache, _, _) = new_cache();
+    let fields = [
+        ("Cache-Control", "max-age=10, stale-if-error=100"),
+        ("Vary", "X-V"),
+    ];
+    let variant = |value: &str| Req::get("/varied").header("X-V", value);
+    fill(&cache, &variant("a"), node(200, &fields, b"variant a"), T0);
+    fill(&cache, &variant("b"), node(200, &fields, b"variant b"), T0);
+    let exchange = forward(cache.lookup(&policy(), None, &variant("a"), at(20)));
+    let response = Resp::new(200)
+        .header("Cache-Control", "max-age=10, stale-if-error=100")
+        .header("Vary", "X-V")
+        .header("Content-Length", "100");
+    let Reply::Fill(refresh) =
+        cache.response(exchange, &policy(), None, &variant("a"), &response, at(20))
+    else {
+        panic!("a fill for the new answer");
+    };
+    refresh.abort();
+    assert_eq!(cache.stats().objects, 2, "variant a is back beside b");
+    assert_serves_stale_on_503(&cache, &variant("a"), at(21), b"variant a");
+    assert_serves_stale_on_503(&cache, &variant("b"), at(21), b"variant b");
 }
