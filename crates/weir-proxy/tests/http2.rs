@@ -444,7 +444,7 @@ async fn h2c_answers_an_unsupported_http1_version_with_505() {
 /// it does not keep its place under `max_connections` for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_client_that_ignores_the_goaway_is_closed() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     use weir_testkit::h2flood::{PREFACE, frame};
     let origin = TestOrigin::start("a").await;
     let vs = "[virtual_servers.web.http2]\ncleartext = true\nping_timeout = \"1s\"\n\
@@ -456,17 +456,9 @@ async fn an_idle_client_that_ignores_the_goaway_is_closed() {
     stream.write_all(&out).await.unwrap();
     let started = std::time::Instant::now();
     // Reads (and never answers) until weir closes the connection.
-    let closed = tokio::time::timeout(std::time::Duration::from_secs(8), async {
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = stream.read(&mut chunk).await {
-            if n == 0 {
-                break;
-            }
-        }
-    })
-    .await;
+    let closed = read_until_closed(&mut stream, std::time::Duration::from_secs(8)).await;
     assert!(
-        closed.is_ok(),
+        closed,
         "still open {:?} after connecting",
         started.elapsed()
     );
@@ -484,7 +476,7 @@ async fn an_idle_client_that_ignores_the_goaway_is_closed() {
 /// (499, `client_timeout`), not that it left (`client_closed`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_cut_for_an_unanswered_ping_is_logged_as_a_client_timeout() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     use weir_testkit::h2flood::{PREFACE, frame};
     let origin = TestOrigin::start("a").await;
     let (config, log) = h2c_logged(
@@ -509,17 +501,9 @@ async fn a_stream_cut_for_an_unanswered_ping_is_logged_as_a_client_timeout() {
     stream.write_all(&out).await.unwrap();
     let started = std::time::Instant::now();
     // Reads (and never answers a PING) until weir closes the connection.
-    let closed = tokio::time::timeout(std::time::Duration::from_secs(8), async {
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = stream.read(&mut chunk).await {
-            if n == 0 {
-                break;
-            }
-        }
-    })
-    .await;
+    let closed = read_until_closed(&mut stream, std::time::Duration::from_secs(8)).await;
     assert!(
-        closed.is_ok(),
+        closed,
         "still open {:?} after the request",
         started.elapsed()
     );
@@ -537,6 +521,22 @@ async fn a_stream_cut_for_an_unanswered_ping_is_logged_as_a_client_timeout() {
     proxy.stop().await;
     origin.stop().await;
     let _ = std::fs::remove_file(&log);
+}
+
+/// Reads what weir sends, answering nothing, until it closes `stream`; false when it is
+/// still open after `limit`.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream, limit: std::time::Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    tokio::time::timeout(limit, async {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await
+    .is_ok()
 }
 
 /// A virtual server over `origin` with h2c on, `extra` tables after its own, and its access
