@@ -48,7 +48,7 @@ mod http;
 mod routes;
 mod views;
 
-pub use api::Control;
+pub use api::{Control, check_token_file};
 
 use std::fmt;
 use std::io;

@@ -120,6 +120,12 @@ async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> an
     let (after_drain, after_drain_signal) = Shutdown::new();
     let (admin_stop, admin_signal) = Shutdown::new();
 
+    // Every file is read before a socket is bound or taken over (docs/design/live.md): the
+    // admin token's too, so a bad one fails a binary upgrade while the old process serves.
+    if config.admin.is_some() {
+        weir_admin::check_token_file(&config)
+            .map_err(|error| anyhow::anyhow!("admin.token_file: {error}"))?;
+    }
     let bound = bind(&config, &metrics, take_over).await?;
     // Everything is bound: the file says weir serves. Written before an upgrade tells the
     // old process to drain, so a file that cannot be written leaves that one serving.
@@ -178,6 +184,26 @@ async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> an
     let mut handed_over = tokio::spawn(upgrade::serve(upgrade_listener, handover, signal.clone()));
     let proxy_task = tokio::spawn(async move { proxy.run(signal).await });
     if let Some(inherited) = bound.inherited {
+        // A stop signal that came while this process started cancels the upgrade: the old
+        // process, never told READY, keeps serving (it sees this one go), and what this one
+        // accepted meanwhile drains. After READY a signal is a plain stop.
+        hold_before_ready().await;
+        let stopped = tokio::select! {
+            biased;
+            () = &mut first_signal => true,
+            () = std::future::ready(()) => false,
+        };
+        if stopped {
+            tracing::warn!(
+                "binary upgrade cancelled: a stop signal came before the takeover completed; the previous process keeps serving"
+            );
+            drop(inherited);
+            shutdown.trigger();
+            proxy_task.await.context("proxy task")?.context("proxy")?;
+            anyhow::bail!(
+                "binary upgrade cancelled by a stop signal; the previous process keeps serving"
+            );
+        }
         tokio::task::spawn_blocking(move || inherited.ready())
             .await?
             .context("binary upgrade")?;
@@ -524,6 +550,19 @@ async fn ignore_sigusr2(mut user2: Signal, stop: weir_core::ShutdownSignal) -> a
                 tracing::warn!("SIGUSR2 ignored: a binary upgrade is `weir serve --config FILE --upgrade`");
             }
         }
+    }
+}
+
+/// A test's hold between taking the sockets over and telling the old process READY, so a
+/// test can send a signal in that window (`crates/weir/tests/upgrade.rs`): the
+/// milliseconds in `WEIR_TEST_HOLD_BEFORE_READY_MS`, in debug builds only.
+async fn hold_before_ready() {
+    #[cfg(debug_assertions)]
+    if let Some(millis) = std::env::var("WEIR_TEST_HOLD_BEFORE_READY_MS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
     }
 }
 

@@ -268,6 +268,68 @@ async fn a_new_process_that_cannot_start_leaves_the_old_one_serving() {
     origin.stop().await;
 }
 
+/// A stop signal that reaches the new process before it has told the old one READY cancels
+/// the upgrade: the new process drains what it accepted and exits with an error, and the
+/// old one, never told to stop, keeps serving (docs/design/live.md). The new process holds
+/// in that window for the test (`WEIR_TEST_HOLD_BEFORE_READY_MS`, debug builds only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_signal_before_ready_cancels_the_upgrade() {
+    let origin = TestOrigin::start("a").await;
+    let dir = TempDir::new("cancel");
+    let [port, admin_port] = free_ports::<2>();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    let file = dir.0.join("weir.toml");
+    let (log, new_log) = (dir.0.join("old.log"), dir.0.join("new.log"));
+    std::fs::write(&file, config(listen, admin, origin.addr, "")).unwrap();
+    let mut old = serve(&file, false, &log);
+    wait_serving(listen, &log).await;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command
+        .args(["serve", "--upgrade", "--config"])
+        .arg(&file)
+        .env("WEIR_TEST_HOLD_BEFORE_READY_MS", "3000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&new_log).unwrap());
+    let mut new = Weir(command.spawn().expect("weir runs"));
+    // It has taken the sockets over once it names its virtual server; READY is 3 s away.
+    let start = Instant::now();
+    while !std::fs::read_to_string(&new_log)
+        .unwrap_or_default()
+        .contains("virtual server serving")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the new process did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(new.0.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(
+        exited(&mut new, Duration::from_secs(10)).await,
+        Some(false),
+        "the cancelled upgrade says it failed"
+    );
+    let said = std::fs::read_to_string(&new_log).unwrap_or_default();
+    assert!(said.contains("binary upgrade cancelled"), "{said}");
+    assert!(
+        old.0.try_wait().unwrap().is_none(),
+        "the old process still runs: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_eq!(client::get(listen, "/").await.unwrap().status, 200);
+    // It was never told to stop: it serves on, and a later upgrade still works.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(client::get(listen, "/").await.unwrap().status, 200);
+    let next = serve(&file, true, &log);
+    assert_eq!(exited(&mut old, Duration::from_secs(15)).await, Some(true));
+    assert_eq!(client::get(listen, "/").await.unwrap().status, 200);
+    drop(next);
+    origin.stop().await;
+}
+
 /// A process of another user on the configuration's upgrade socket (any local user can bind
 /// a default, abstract one first) is neither mistaken for a running weir at a fresh start,
 /// nor taken over from by `--upgrade`: weir names the other user and takes nothing.
