@@ -300,11 +300,17 @@ async fn attempt(
     // request can be sent again only if the node cannot have acted on it twice.
     let replayable = lease.is_reused() && head.method().is_idempotent() && body.is_complete();
 
-    // forward: head and buffered body in one write
-    write_head(client, vs, head, forwarding, body, upstream);
+    // forward: head and buffered body in one write (a large body from its own buffer)
+    let after = write_head(client, vs, head, forwarding, body, upstream);
     let sent_at = Instant::now();
     let write_stall = pool.config.timeouts.write;
     send(&mut lease, &client.upstream_out, write_stall, replayable).await?;
+    if let Some(after) = after {
+        send(&mut lease, &body.buffered, write_stall, replayable).await?;
+        if !after.is_empty() {
+            send(&mut lease, &after, write_stall, replayable).await?;
+        }
+    }
     // Counted once the head is the node's: a body that fails after it (the client gone, a
     // chunked body past `max_body_bytes`) does not unsend it.
     pool.nodes[index].metrics.requests_forwarded.inc();
@@ -588,7 +594,13 @@ fn forward_request<'a>(
     }
 }
 
-/// Rewrites the head for the node into `client.upstream_out`, followed by the buffered body.
+/// A buffered body up to this size is copied behind the head, to go out in one write; a
+/// larger one is written from its own buffer after it.
+const COPIED_BODY: usize = 64 * 1024;
+
+/// Rewrites the head for the node into `client.upstream_out`, followed by the buffered body
+/// when it is at most [`COPIED_BODY`]; else by the framing before it, and returns the
+/// framing after it ([`RequestBody::write_buffered_up_to`]).
 /// `edits`: the rules' path and header edits, and the request id.
 fn write_head(
     client: &mut Client,
@@ -597,7 +609,7 @@ fn write_head(
     forwarding: Forwarding,
     body: &RequestBody,
     upstream: Upstream<'_>,
-) {
+) -> Option<BytesMut> {
     let mut out = std::mem::take(&mut client.upstream_out);
     out.clear();
     weir_http::write_request_head_edited(
@@ -607,8 +619,9 @@ fn write_head(
         &upstream.edits,
         &mut out,
     );
-    body.write_buffered(&mut out);
+    let after = body.write_buffered_up_to(&mut out, COPIED_BODY);
     client.upstream_out = out;
+    after
 }
 
 /// Writes `bytes` to the node, stalling at most `write_stall`.

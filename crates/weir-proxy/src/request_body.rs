@@ -131,6 +131,30 @@ impl RequestBody {
         matches!(self.remaining, Remaining::Nothing)
     }
 
+    /// Appends the buffered part, framed for the node, to `out`; of one larger than `copied`
+    /// only the framing before its data, returning the framing after it (a chunk's end, the
+    /// last chunk and trailers): the data is then written from `buffered` itself, between
+    /// the two, and not copied (`request_buffer` may hold a GiB).
+    pub(crate) fn write_buffered_up_to(
+        &self,
+        out: &mut BytesMut,
+        copied: usize,
+    ) -> Option<BytesMut> {
+        if self.buffered.len() <= copied {
+            self.write_buffered(out);
+            return None;
+        }
+        let mut after = BytesMut::new();
+        if self.framing == BodyFraming::Chunked {
+            weir_http::encode_chunk_header(self.buffered.len(), out);
+            after.extend_from_slice(b"\r\n");
+            if self.is_complete() {
+                encode_last_chunk(&self.trailers, &mut after);
+            }
+        }
+        Some(after)
+    }
+
     /// Appends the buffered part (framed for the node) to `out`.
     pub(crate) fn write_buffered(&self, out: &mut BytesMut) {
         if self.framing == BodyFraming::Chunked {

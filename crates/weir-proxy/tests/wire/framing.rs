@@ -714,3 +714,53 @@ fn inflated_so_far(seen: &[u8]) -> String {
     inflated.flush().unwrap();
     String::from_utf8_lossy(inflated.get_ref()).into_owned()
 }
+
+/// A buffered body larger than what is copied behind the head (64 KiB) is written to the
+/// node from its own buffer, after the head and its framing: with a length, chunked with
+/// trailers, and buffered in part with the rest streamed after it, each arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_buffered_bodies_reach_the_node_whole() {
+    let mut node = RecordingNode::start(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let proxy = TestProxy::start(&config(
+        &[node.addr],
+        "",
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1MiB\"\nmax_body_bytes = \"4MiB\"",
+    ))
+    .await;
+    // With a length, all of it buffered; then more than request_buffer, buffered in part.
+    for size in [300_000, 1_500_000] {
+        let body = pattern(size);
+        let mut raw =
+            format!("PUT /l HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n").into_bytes();
+        raw.extend_from_slice(&body);
+        let response = exchange(&proxy, &raw).await;
+        assert_eq!(response.status, 200);
+        let request = node.next().await;
+        assert_eq!(request.body.len(), size);
+        assert!(
+            request.body == body,
+            "the body of {size} bytes changed on the way"
+        );
+        assert!(
+            request
+                .head()
+                .contains(&format!("Content-Length: {size}\r\n")),
+            "{}",
+            request.head()
+        );
+    }
+    // Chunked, all of it buffered, with trailers: it keeps its chunks and trailers.
+    let body = pattern(300_000);
+    let mut raw = b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let framed = chunked(&body, 7000);
+    // `chunked` ends with the last chunk and an empty trailer section: trailers go there.
+    raw.extend_from_slice(&framed[..framed.len() - 2]);
+    raw.extend_from_slice(b"X-Checksum: 42\r\n\r\n");
+    let response = exchange(&proxy, &raw).await;
+    assert_eq!(response.status, 200);
+    let request = node.next().await;
+    assert!(request.body == body, "the chunked body changed on the way");
+    assert_eq!(request.trailers, b"X-Checksum: 42\r\n");
+    assert!(request.head().contains("Transfer-Encoding: chunked\r\n"));
+    proxy.stop().await;
+}
