@@ -184,25 +184,8 @@ async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> an
     let mut handed_over = tokio::spawn(upgrade::serve(upgrade_listener, handover, signal.clone()));
     let proxy_task = tokio::spawn(async move { proxy.run(signal).await });
     if let Some(inherited) = bound.inherited {
-        // A stop signal that came while this process started cancels the upgrade: the old
-        // process, never told READY, keeps serving (it sees this one go), and what this one
-        // accepted meanwhile drains. After READY a signal is a plain stop.
-        hold_before_ready().await;
-        let stopped = tokio::select! {
-            biased;
-            () = &mut first_signal => true,
-            () = std::future::ready(()) => false,
-        };
-        if stopped {
-            tracing::warn!(
-                "binary upgrade cancelled: a stop signal came before the takeover completed; the previous process keeps serving"
-            );
-            drop(inherited);
-            shutdown.trigger();
-            proxy_task.await.context("proxy task")?.context("proxy")?;
-            anyhow::bail!(
-                "binary upgrade cancelled by a stop signal; the previous process keeps serving"
-            );
+        if stop_came(first_signal.as_mut()).await {
+            return cancel_upgrade(inherited, &shutdown, proxy_task).await;
         }
         tokio::task::spawn_blocking(move || inherited.ready())
             .await?
@@ -551,6 +534,34 @@ async fn ignore_sigusr2(mut user2: Signal, stop: weir_core::ShutdownSignal) -> a
             }
         }
     }
+}
+
+/// Whether a stop signal came while this process started, before it told the old one READY
+/// (polled once, after the test's hold: [`hold_before_ready`]).
+async fn stop_came(first_signal: std::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
+    hold_before_ready().await;
+    tokio::select! {
+        biased;
+        () = first_signal => true,
+        () = std::future::ready(()) => false,
+    }
+}
+
+/// A stop signal that came while this process started cancels the upgrade: the old process,
+/// never told READY, keeps serving (it sees this one go), and what this one accepted
+/// meanwhile drains. After READY a signal is a plain stop.
+async fn cancel_upgrade(
+    inherited: upgrade::Inherited,
+    shutdown: &Shutdown,
+    proxy_task: tokio::task::JoinHandle<std::io::Result<()>>,
+) -> anyhow::Result<()> {
+    tracing::warn!(
+        "binary upgrade cancelled: a stop signal came before the takeover completed; the previous process keeps serving"
+    );
+    drop(inherited);
+    shutdown.trigger();
+    proxy_task.await.context("proxy task")?.context("proxy")?;
+    anyhow::bail!("binary upgrade cancelled by a stop signal; the previous process keeps serving")
 }
 
 /// A test's hold between taking the sockets over and telling the old process READY, so a
