@@ -46,11 +46,15 @@ pub struct Persistence {
     tags: Vec<u64>,
 }
 
-/// A bounded map from a session key to a node, with idle expiry.
+/// A bounded map from a session key to a node, with idle expiry. `max_entries` is split
+/// over at most [`SHARDS`] shards (fewer for a smaller table), so that the shards' bounds
+/// add up to it exactly: the first `max_entries % shards` hold one more.
 #[derive(Debug)]
 pub struct StickTable {
-    shards: [Mutex<HashMap<u64, Entry>>; SHARDS],
+    shards: Box<[Mutex<HashMap<u64, Entry>>]>,
+    /// Entries each shard holds at most: this, or one more for the first `larger`.
     per_shard: usize,
+    larger: usize,
     timeout: Duration,
     hasher: RandomState,
     epoch: Instant,
@@ -246,9 +250,12 @@ impl Persistence {
 
 impl StickTable {
     fn new(config: &weir_config::Persistence, epoch: Instant) -> StickTable {
+        let max = config.max_entries.get() as usize;
+        let count = max.clamp(1, SHARDS);
         StickTable {
-            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
-            per_shard: (config.max_entries.get() as usize).div_ceil(SHARDS),
+            shards: (0..count).map(|_| Mutex::new(HashMap::new())).collect(),
+            per_shard: max / count,
+            larger: max % count,
             timeout: config.timeout,
             hasher: RandomState::new(),
             epoch,
@@ -277,13 +284,16 @@ impl StickTable {
     }
 
     fn insert(&self, session: &[u8], node: u64, now: Instant) {
-        let (hash, shard) = self.locate(session);
+        let (hash, index) = self.locate_index(session);
+        let bound = self.per_shard + usize::from(index < self.larger);
         let now = self.nanos(now);
         let expires = now + self.timeout.as_nanos() as u64;
-        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        if !shard.contains_key(&hash) && shard.len() >= self.per_shard {
+        let mut shard = self.shards[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !shard.contains_key(&hash) && shard.len() >= bound {
             shard.retain(|_, entry| entry.expires > now);
-            while shard.len() >= self.per_shard {
+            while shard.len() >= bound {
                 let stalest = shard
                     .iter()
                     .take(EVICTION_SAMPLE)
@@ -299,8 +309,14 @@ impl StickTable {
     }
 
     fn locate(&self, session: &[u8]) -> (u64, &Mutex<HashMap<u64, Entry>>) {
+        let (hash, index) = self.locate_index(session);
+        (hash, &self.shards[index])
+    }
+
+    /// The session's hash and the index of its shard.
+    fn locate_index(&self, session: &[u8]) -> (u64, usize) {
         let hash = self.hasher.hash_one(session);
-        (hash, &self.shards[(hash >> 40) as usize % SHARDS])
+        (hash, (hash >> 40) as usize % self.shards.len())
     }
 
     fn nanos(&self, now: Instant) -> u64 {
