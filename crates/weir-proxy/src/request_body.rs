@@ -168,6 +168,10 @@ impl RequestBody {
     }
 }
 
+/// A buffered body larger than this leaves the read buffer's tail an allocation of its
+/// own ([`read_length`]); the size the buffer pool keeps (`buffers.rs`).
+const SHARED_TAIL_LIMIT: usize = 64 * 1024;
+
 fn too_large() -> Failure {
     Failure::from_error(Error::new(ErrorKind::BodyTooLarge, Side::Downstream))
 }
@@ -252,6 +256,13 @@ async fn read_length(
     }
     let take = (client.read_buf.len() as u64).min(length) as usize;
     body.buffered = client.read_buf.split_to(take);
+    if body.buffered.len() > SHARED_TAIL_LIMIT {
+        // The body takes the read buffer's allocation with it, and what follows it in the
+        // buffer (little, often nothing) would share that allocation: kept by the connection
+        // or a buffer pool as a small buffer, it would pin the whole body's memory after the
+        // body is gone. It moves to an allocation of its own.
+        client.read_buf = BytesMut::from(&client.read_buf[..]);
+    }
     body.received = take as u64;
     if (take as u64) < length {
         body.remaining = Remaining::Length(length - take as u64);
