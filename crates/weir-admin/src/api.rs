@@ -34,13 +34,6 @@ pub struct Control {
 /// Why a change was not made: the response to send.
 type Refusal = Box<Response>;
 
-/// Reads the token file `config` names (if any), as [`Control::new`] does: `weir serve`
-/// calls it before it binds or takes over a socket, so a missing or empty token file fails
-/// the start (or a binary upgrade) while the running process still serves.
-pub fn check_token_file(config: &weir_config::Config) -> Result<(), String> {
-    TokenCache::read(config).map(drop)
-}
-
 impl Control {
     /// Control over `live`. Fails when the configured token file cannot be read (weir
     /// refuses to start then).

@@ -48,7 +48,7 @@ mod http;
 mod routes;
 mod views;
 
-pub use api::{Control, check_token_file};
+pub use api::Control;
 
 use std::fmt;
 use std::io;

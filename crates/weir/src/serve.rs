@@ -108,6 +108,9 @@ struct Bound {
 async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> anyhow::Result<()> {
     // Before anything binds or is announced (see `wait_for_signal`), and before the start's
     // slow parts (files, name lookups): from here on no signal weir handles kills it.
+    // An upgrade's READY is not sent after a stop signal: this flag sees one at once. Set up
+    // before the listeners below, so that every signal they see, it sees.
+    let stop_flag = take_over.then(upgrade::stop_flag).transpose()?;
     let mut first_signal = std::pin::pin!(wait_for_signal());
     let signals = Signals::register()?;
     // `block_on` runs this on the thread `run` blocked the signals on: one that came
@@ -120,12 +123,6 @@ async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> an
     let (after_drain, after_drain_signal) = Shutdown::new();
     let (admin_stop, admin_signal) = Shutdown::new();
 
-    // Every file is read before a socket is bound or taken over (docs/design/live.md): the
-    // admin token's too, so a bad one fails a binary upgrade while the old process serves.
-    if config.admin.is_some() {
-        weir_admin::check_token_file(&config)
-            .map_err(|error| anyhow::anyhow!("admin.token_file: {error}"))?;
-    }
     let bound = bind(&config, &metrics, take_over).await?;
     // Everything is bound: the file says weir serves. Written before an upgrade tells the
     // old process to drain, so a file that cannot be written leaves that one serving.
@@ -183,13 +180,14 @@ async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> an
     let upgrade_listener = tokio::net::UnixListener::from_std(bound.upgrade)?;
     let mut handed_over = tokio::spawn(upgrade::serve(upgrade_listener, handover, signal.clone()));
     let proxy_task = tokio::spawn(async move { proxy.run(signal).await });
-    if let Some(inherited) = bound.inherited {
-        if stop_came(first_signal.as_mut()).await {
-            return cancel_upgrade(inherited, &shutdown, proxy_task).await;
-        }
-        tokio::task::spawn_blocking(move || inherited.ready())
+    if let (Some(inherited), Some(stop)) = (bound.inherited, stop_flag) {
+        hold_before_ready().await;
+        let ready = tokio::task::spawn_blocking(move || inherited.ready(&stop))
             .await?
             .context("binary upgrade")?;
+        if !ready {
+            return cancel_upgrade(&shutdown, proxy_task).await;
+        }
         tracing::info!("binary upgrade: took over from the previous process");
     }
 
@@ -536,29 +534,16 @@ async fn ignore_sigusr2(mut user2: Signal, stop: weir_core::ShutdownSignal) -> a
     }
 }
 
-/// Whether a stop signal came while this process started, before it told the old one READY
-/// (after the test's hold: [`hold_before_ready`]). tokio hands a signal to its listeners
-/// when the runtime next polls its event driver, which a process busy starting may not
-/// have done since the signal came: a short wait lets it.
-async fn stop_came(first_signal: std::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
-    hold_before_ready().await;
-    tokio::time::timeout(std::time::Duration::from_millis(5), first_signal)
-        .await
-        .is_ok()
-}
-
 /// A stop signal that came while this process started cancels the upgrade: the old process,
 /// never told READY, keeps serving (it sees this one go), and what this one accepted
 /// meanwhile drains. After READY a signal is a plain stop.
 async fn cancel_upgrade(
-    inherited: upgrade::Inherited,
     shutdown: &Shutdown,
     proxy_task: tokio::task::JoinHandle<std::io::Result<()>>,
 ) -> anyhow::Result<()> {
     tracing::warn!(
         "binary upgrade cancelled: a stop signal came before the takeover completed; the previous process keeps serving"
     );
-    drop(inherited);
     shutdown.trigger();
     proxy_task.await.context("proxy task")?.context("proxy")?;
     anyhow::bail!("binary upgrade cancelled by a stop signal; the previous process keeps serving")

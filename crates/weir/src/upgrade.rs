@@ -17,6 +17,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -176,12 +177,35 @@ pub fn take_over(config: &Config) -> anyhow::Result<Inherited> {
 }
 
 impl Inherited {
-    /// Tells the old process that this one accepts: it stops and drains.
-    pub fn ready(self) -> anyhow::Result<()> {
+    /// Tells the old process that this one accepts: it stops and drains. Unless `stop` is
+    /// set (a stop signal came while this process started; set by the signal handler
+    /// itself, so it is seen here at once): then nothing is sent, the old process, never
+    /// told READY, keeps serving, and the answer is `false`.
+    pub fn ready(self, stop: &AtomicBool) -> anyhow::Result<bool> {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
         (&self.stream).write_all(handoff::READY)?;
         handoff::expect_line(&self.stream, handoff::STOPPING)
-            .context("the old process did not confirm it stops")
+            .context("the old process did not confirm it stops")?;
+        Ok(true)
     }
+}
+
+/// A flag the stop signals (SIGTERM, SIGINT, SIGQUIT) set in their handler, for
+/// [`Inherited::ready`]: tokio hands a signal to its listeners only when the runtime next
+/// polls its event driver, which a process busy starting may not have done since.
+pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGQUIT,
+    ] {
+        signal_hook::flag::register(signal, Arc::clone(&flag))
+            .context("cannot listen for the stop signals")?;
+    }
+    Ok(flag)
 }
 
 /// What the running process hands over.
