@@ -732,6 +732,12 @@ fn stale_while_revalidate_serves_and_refreshes_once() {
     ));
 }
 
+/// Stores `body` for `request` at T0, fresh for 10 s and then servable on error for 100.
+fn store_stale_if_error(cache: &Arc<Cache>, request: &Req, body: &[u8]) {
+    let fields = [("Cache-Control", "max-age=10, stale-if-error=100")];
+    fill(cache, request, node(200, &fields, body), T0);
+}
+
 /// A lookup for `request` at `now` goes to the node, which answers 503, and the cache
 /// answers with its stale object (`stale-if-error`), whose body is `expected`.
 fn assert_serves_stale_on_503(cache: &Arc<Cache>, request: &Req, now: UnixTime, expected: &[u8]) {
@@ -751,16 +757,7 @@ fn assert_serves_stale_on_503(cache: &Arc<Cache>, request: &Req, now: UnixTime, 
 fn stale_if_error_with_a_failing_node() {
     let (cache, _, _) = new_cache();
     let request = Req::get("/f");
-    fill(
-        &cache,
-        &request,
-        node(
-            200,
-            &[("Cache-Control", "max-age=10, stale-if-error=100")],
-            b"kept",
-        ),
-        T0,
-    );
+    store_stale_if_error(&cache, &request, b"kept");
     // The node answers 503: the stale object is served.
     assert_serves_stale_on_503(&cache, &request, at(20), b"kept");
     // The node is down (connect refused): the same.
@@ -1511,16 +1508,7 @@ async fn a_ban_during_a_fill_of_unknown_length_reaches_it() {
 async fn a_refresh_that_breaks_off_keeps_the_stale_object() {
     let (cache, _, _) = new_cache();
     let request = Req::get("/refreshed");
-    fill(
-        &cache,
-        &request,
-        node(
-            200,
-            &[("Cache-Control", "max-age=10, stale-if-error=100")],
-            b"kept",
-        ),
-        T0,
-    );
+    store_stale_if_error(&cache, &request, b"kept");
     let exchange = forward(cache.lookup(&policy(), None, &request, at(20)));
     let response = Resp::new(200)
         .header("Cache-Control", "max-age=10, stale-if-error=100")

@@ -490,14 +490,7 @@ async fn a_stream_cut_for_an_unanswered_ping_is_logged_as_a_client_timeout() {
     out.extend(frame(0x4, 0, 0, &[]));
     // POST http://a/ with `content-length: 10`, END_HEADERS only: the body never comes,
     // so the stream stays open while weir PINGs.
-    out.extend(frame(
-        0x1,
-        0x4,
-        1,
-        &[
-            0x83, 0x86, 0x84, 0x01, 0x01, b'a', 0x0f, 0x0d, 0x02, b'1', b'0',
-        ],
-    ));
+    out.extend(post_with_length_10());
     stream.write_all(&out).await.unwrap();
     let started = std::time::Instant::now();
     // Reads (and never answers a PING) until weir closes the connection.
@@ -521,6 +514,19 @@ async fn a_stream_cut_for_an_unanswered_ping_is_logged_as_a_client_timeout() {
     proxy.stop().await;
     origin.stop().await;
     let _ = std::fs::remove_file(&log);
+}
+
+/// HEADERS (END_HEADERS, no END_STREAM) on stream 1 for `POST http://a/` with
+/// `content-length: 10` (static-table entries and one literal), its body to follow.
+fn post_with_length_10() -> Vec<u8> {
+    weir_testkit::h2flood::frame(
+        0x1,
+        0x4,
+        1,
+        &[
+            0x83, 0x86, 0x84, 0x01, 0x01, b'a', 0x0f, 0x0d, 0x02, b'1', b'0',
+        ],
+    )
 }
 
 /// Reads what weir sends, answering nothing, until it closes `stream`; false when it is
@@ -619,14 +625,7 @@ async fn a_body_short_of_its_content_length_is_a_bad_request() {
     let mut out = PREFACE.to_vec();
     out.extend(frame(0x4, 0, 0, &[]));
     // POST http://a/ with `content-length: 10`, then 5 bytes and END_STREAM.
-    out.extend(frame(
-        0x1,
-        0x4,
-        1,
-        &[
-            0x83, 0x86, 0x84, 0x01, 0x01, b'a', 0x0f, 0x0d, 0x02, b'1', b'0',
-        ],
-    ));
+    out.extend(post_with_length_10());
     out.extend(frame(0x0, 0x1, 1, b"hello"));
     stream.write_all(&out).await.unwrap();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
