@@ -215,7 +215,7 @@ impl Fill {
     /// client when it is not reading from the store (compressed if the
     /// response is). Never waits for any client.
     pub fn push(&mut self, chunk: Bytes) -> io::Result<Bytes> {
-        let storing = self.storing();
+        let storing = self.is_storing();
         let out = match &mut self.compressor {
             Some(compressor) => compressor.push(&chunk)?,
             // A chunk cut from a network read buffer would pin the whole buffer in the
@@ -306,10 +306,6 @@ impl Fill {
 
     /// Whether pushed bytes still go to the store.
     pub fn is_storing(&self) -> bool {
-        self.storing()
-    }
-
-    fn storing(&self) -> bool {
         !matches!(self.mode, FillMode::Abandoned)
     }
 

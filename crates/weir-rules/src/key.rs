@@ -5,7 +5,6 @@
 use std::borrow::Cow;
 use std::hash::Hasher;
 use std::net::IpAddr;
-use std::ops::ControlFlow;
 
 use weir_config::KeySource;
 use weir_http::RequestHead;
@@ -67,17 +66,17 @@ pub fn request_key<'h>(
 }
 
 /// Every key `source` names in this request from `client`, given to `each` until it
-/// breaks. That is [`request_key`]'s one key, except for a cookie or a query parameter
+/// fails (its error is the answer). That is [`request_key`]'s one key, except for a cookie or a query parameter
 /// the request gives more than once with different values: an application reads one of
 /// them (most the first, PHP the last), so each distinct value is a key, and a limit
 /// counting under all of them lets no value escape it (`?user=x&user=alice` counts
 /// against `alice` too).
-pub fn each_request_key<B>(
+pub fn each_request_key<E>(
     source: &KeySource,
     head: &RequestHead,
     client: IpAddr,
-    mut each: impl FnMut(Key<'_>) -> ControlFlow<B>,
-) -> ControlFlow<B> {
+    mut each: impl FnMut(Key<'_>) -> Result<(), E>,
+) -> Result<(), E> {
     let mut values: Vec<Cow<'_, [u8]>> = match source {
         KeySource::Cookie(name) => request::cookie_values(head, name).collect(),
         KeySource::QueryParam(name) => request::query_values(head, name).collect(),
@@ -93,10 +92,7 @@ pub fn each_request_key<B>(
         values.sort_unstable();
         values.dedup();
     }
-    for value in &values {
-        each(Key::Bytes(value))?;
-    }
-    ControlFlow::Continue(())
+    values.iter().try_for_each(|value| each(Key::Bytes(value)))
 }
 
 impl Key<'_> {

@@ -131,11 +131,13 @@ impl Drop for ConcurrencyPermit {
     }
 }
 
-impl ConcurrencyPermits {
-    pub(crate) fn push(&mut self, permit: ConcurrencyPermit) {
-        self.0.push(permit);
+impl From<Vec<ConcurrencyPermit>> for ConcurrencyPermits {
+    fn from(permits: Vec<ConcurrencyPermit>) -> ConcurrencyPermits {
+        ConcurrencyPermits(permits)
     }
+}
 
+impl ConcurrencyPermits {
     /// How many slots the request holds.
     pub fn len(&self) -> usize {
         self.0.len()

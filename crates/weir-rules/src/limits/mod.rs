@@ -7,7 +7,6 @@
 //! configuration did not change.
 
 use std::net::IpAddr;
-use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -159,16 +158,9 @@ impl TrafficLimits {
         let Some(limiter) = self.rates.get(index) else {
             return Ok(());
         };
-        let counted = each_request_key(&limiter.config().key, head, client, |key| {
-            match limiter.check(key, now) {
-                Ok(()) => ControlFlow::Continue(()),
-                Err(refusal) => ControlFlow::Break(refusal),
-            }
-        });
-        match counted {
-            ControlFlow::Continue(()) => Ok(()),
-            ControlFlow::Break(refusal) => Err(refusal),
-        }
+        each_request_key(&limiter.config().key, head, client, |key| {
+            limiter.check(key, now)
+        })
     }
 
     /// Takes a slot in every concurrency limit the decision names, under the key each
@@ -184,11 +176,7 @@ impl TrafficLimits {
         for &index in &decision.concurrency_limits {
             self.acquire_one(index, head, client, &mut permits)?;
         }
-        let mut held = ConcurrencyPermits::default();
-        for permit in permits {
-            held.push(permit);
-        }
-        Ok(held)
+        Ok(ConcurrencyPermits::from(permits))
     }
 
     /// Takes a slot in the concurrency limit at `index` (of the rule set's
@@ -206,22 +194,11 @@ impl TrafficLimits {
             return Ok(());
         };
         let before = permits.len();
-        let taken = each_request_key(&limiter.config().key, head, client, |key| {
-            match limiter.acquire(key) {
-                Ok(permit) => {
-                    permits.push(permit);
-                    ControlFlow::Continue(())
-                }
-                Err(refusal) => ControlFlow::Break(refusal),
-            }
-        });
-        match taken {
-            ControlFlow::Continue(()) => Ok(()),
-            ControlFlow::Break(refusal) => {
-                permits.truncate(before);
-                Err(refusal)
-            }
-        }
+        each_request_key(&limiter.config().key, head, client, |key| {
+            permits.push(limiter.acquire(key)?);
+            Ok(())
+        })
+        .inspect_err(|_| permits.truncate(before))
     }
 
     /// Admits a connection from `client` (held until the permit drops);
