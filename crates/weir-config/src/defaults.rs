@@ -52,6 +52,7 @@ pub(crate) const NODE_WEIGHT: NonZeroU32 = nonzero(1);
 pub(crate) const NODE_MAX_CONNECTIONS: NonZeroU32 = nonzero(64);
 pub(crate) const QUEUE_LENGTH: u32 = 1024;
 pub(crate) const QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const FAIR_QUEUE: bool = true;
 pub(crate) const LEAVE_QUEUE_ON_CLOSE: bool = true;
 pub(crate) const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) const MAX_TUNNELS: u32 = 64;
@@ -202,6 +203,7 @@ impl Default for UpstreamConnections {
             max_connections: NODE_MAX_CONNECTIONS,
             queue_length: QUEUE_LENGTH,
             queue_timeout: QUEUE_TIMEOUT,
+            fair_queue: FAIR_QUEUE,
             leave_queue_on_close: LEAVE_QUEUE_ON_CLOSE,
             idle_timeout: UPSTREAM_IDLE_TIMEOUT,
             max_requests_per_connection: None,

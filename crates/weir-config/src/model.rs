@@ -513,6 +513,10 @@ pub struct UpstreamConnections {
     pub queue_length: u32,
     /// How long a request may wait in the queue; past it → 503 with `Retry-After`.
     pub queue_timeout: Duration,
+    /// The queue takes clients (by address) in turn, and a full queue refuses the newest
+    /// request of the client with the most waiting rather than a newcomer with fewer;
+    /// `false`: first come, first served.
+    pub fair_queue: bool,
     /// A request (or TCP session) still waiting in the queue when its client
     /// closes the connection leaves the queue and is never sent; a request
     /// whose node takes longer than 100 ms to answer ends the same way. Off

@@ -239,6 +239,7 @@ pub struct ConnectionsTable {
     pub max_connections: Option<i64>,
     pub queue_length: Option<i64>,
     pub queue_timeout: Option<DurationText>,
+    pub fair_queue: Option<bool>,
     pub leave_queue_on_close: Option<bool>,
     pub idle_timeout: Option<DurationText>,
     pub max_requests_per_connection: Option<i64>,

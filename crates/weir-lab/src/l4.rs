@@ -1,7 +1,7 @@
 //! `weir lab l4`: connection offload at layer 4. Many clients open TCP sessions at once
 //! against a service that refuses connections past a cap (`weir origin --echo` with
 //! `max_connections`): first directly, then through a weir TCP virtual server whose pool is
-//! capped at the service's cap, with a FIFO queue in front. Each client connects, sends a
+//! capped at the service's cap, with its queue in front. Each client connects, sends a
 //! few bytes, reads them back and closes (`weir bench`, L4 connect mode).
 //!
 //! The service runs in the lab's process so its counters are exact: how many connections it

@@ -198,11 +198,12 @@ pub const QUEUE_ABANDONED: MetricSpec = counter(
     POOL,
     "Requests whose client left while they waited in the queue (never sent)",
 );
-/// `weir_queue_full_total`, a counter: requests refused because the queue was full.
+/// `weir_queue_full_total`, a counter: requests refused because the queue was full, or
+/// pushed out of it by a client with fewer requests waiting (`fair_queue`).
 pub const QUEUE_FULL: MetricSpec = counter(
     "queue_full",
     POOL,
-    "Requests refused because the queue was full",
+    "Requests refused because the queue was full, or pushed out of it by a client with fewer waiting",
 );
 /// `weir_retries_total`, a counter: requests sent again to a node after a retry-safe failure.
 pub const RETRIES: MetricSpec = counter(

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{ForwardRequest, Parsed, RequestHead, ResponseHead, parse_response};
 use weir_upstream::node::NodeState;
-use weir_upstream::{Lease, Pool, StreamLease, Tried, TunnelPermit};
+use weir_upstream::{Flow, Lease, Pool, StreamLease, Tried, TunnelPermit};
 
 use crate::VIA;
 use crate::answer::Failure;
@@ -285,14 +285,18 @@ async fn attempt(
     };
     let in_flight = pool.nodes[index].start_request();
     let leave = pool.config.connections.leave_queue_on_close;
+    // The client as the rules see it: a trusted proxy's client, not the proxy.
+    let flow = Flow::client(upstream.client);
     let mut lease = match fresh {
         // Boxed: only a request sent again takes this path.
         true => {
-            Box::pin(connections.checkout_new_watching(&[], || client.stream.left(leave))).await?
+            let checkout =
+                connections.checkout_new_watching(&[], flow, || client.stream.left(leave));
+            Box::pin(checkout).await?
         }
         false => {
             connections
-                .checkout_watching(|| client.stream.left(leave))
+                .checkout_watching(flow, || client.stream.left(leave))
                 .await?
         }
     };
@@ -382,8 +386,10 @@ async fn attempt_h2(
     let converted =
         http2::upstream::convert_request((head, upstream.path, &upstream.edits), &forward, scheme)?;
     let leave = pool.config.connections.leave_queue_on_close;
+    // The client as the rules see it: a trusted proxy's client, not the proxy.
+    let flow = Flow::client(upstream.client);
     let mut request =
-        http2::upstream::send_request(node, converted, buffered, ends, write_stall, || {
+        http2::upstream::send_request(node, converted, buffered, ends, write_stall, flow, || {
             client.stream.left(leave)
         })
         .await?;

@@ -335,3 +335,103 @@ async fn a_pipelining_client_keeps_its_place_in_the_queue() {
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// A GET of `path` from a socket bound to `source`, on a connection of its own, with
+/// `extra` header lines; its status line's code once the whole answer is read.
+async fn get_from(source: [u8; 4], proxy: std::net::SocketAddr, path: &str, extra: &str) -> u16 {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((source, 0).into()).unwrap();
+    let mut stream = socket.connect(proxy).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{extra}Connection: close\r\n\r\n");
+    tokio::io::AsyncWriteExt::write_all(&mut stream, request.as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    text.get(9..12)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the proxy's metrics hold `line`.
+async fn wait_for_metric(proxy: &TestProxy, line: &str) {
+    for _ in 0..300 {
+        if proxy.metrics.encode().contains(line) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never saw {line}: {}", proxy.metrics.encode());
+}
+
+/// The node's queue takes clients in turn: a client with one request waiting is served
+/// after one of a busier client's, not after all of them. With `fair_queue = false` it
+/// waits for all of them. Behind a trusted proxy the clients are those its header names.
+/// The node has one connection, so answers end in the order the queue served them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_light_client_is_not_held_behind_a_heavy_clients_queue() {
+    /// Two clients by their connection's source address, or (`behind_proxy`) both from
+    /// 127.0.0.1 and told apart by `X-Forwarded-For`.
+    async fn served_before_the_light_one(pool_extra: &str, behind_proxy: bool) -> usize {
+        let origin = TestOrigin::start("a").await;
+        let vs_extra = match behind_proxy {
+            true => {
+                "[virtual_servers.web.client_address]\nheader = \"X-Forwarded-For\"\n\
+                 trusted_proxies = [\"127.0.0.1/32\"]"
+            }
+            false => "",
+        };
+        let proxy = TestProxy::start(&config(
+            &[origin.addr],
+            &format!("{ONE_SLOT}\n{pool_extra}"),
+            vs_extra,
+        ))
+        .await;
+        let finished = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut requests = Vec::new();
+        // The heavy client's first request holds the node's only connection; five more queue.
+        for n in 0..7 {
+            let (source, who) = match n {
+                6 => ([127, 0, 0, 3], "light"),
+                _ => ([127, 0, 0, 2], "heavy"),
+            };
+            let (source, extra) = match behind_proxy {
+                true => {
+                    let forwarded = format!("X-Forwarded-For: 10.{}.0.1\r\n", source[3]);
+                    ([127, 0, 0, 1], forwarded)
+                }
+                false => (source, String::new()),
+            };
+            let (finished, address) = (Arc::clone(&finished), proxy.addr);
+            let path = if n == 0 { "/delay/300" } else { "/delay/40" };
+            requests.push(tokio::spawn(async move {
+                let status = get_from(source, address, path, &extra).await;
+                finished.lock().unwrap().push(who);
+                status
+            }));
+            if n > 0 {
+                wait_for_metric(&proxy, &format!("weir_queue_length{{pool=\"web\"}} {n}\n")).await;
+            } else {
+                while origin.stats.requests() == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+        for request in requests {
+            assert_eq!(request.await.unwrap(), 200);
+        }
+        assert_eq!(origin.stats.requests(), 7);
+        proxy.stop().await;
+        origin.stop().await;
+        let order = finished.lock().unwrap().clone();
+        order.iter().position(|who| *who == "light").unwrap()
+    }
+    // The request on the node, then one heavy one from the queue, then the light one.
+    assert_eq!(served_before_the_light_one("", false).await, 2);
+    assert_eq!(served_before_the_light_one("", true).await, 2);
+    assert_eq!(
+        served_before_the_light_one("fair_queue = false", false).await,
+        6
+    );
+}

@@ -2,8 +2,8 @@
 //!
 //! `max_connections` is a hard cap on connections open (or being opened) to
 //! the node. A request that finds no idle connection and no free slot waits
-//! in a bounded FIFO queue; a released connection (or a freed slot) goes to
-//! the first waiter directly, so the queue is served in order and a waiter
+//! in the node's bounded queue, fair between clients (`crate::queue`); a released
+//! connection (or a freed slot) goes to the next waiter directly, so a waiter
 //! never races a newcomer. Idle connections are kept most-recently-used first
 //! and closed after the idle timeout.
 //!
@@ -26,6 +26,8 @@ use weir_core::{Error, ErrorKind, Side};
 use weir_observe::{NodeMetrics, PoolMetrics};
 use weir_tls::ClientStream;
 
+use crate::queue::{FairQueue, Flow};
+
 /// Settings of one node's connection pool, taken from the pool's config.
 #[derive(Debug, Clone)]
 pub struct ConnectionSettings {
@@ -35,6 +37,8 @@ pub struct ConnectionSettings {
     pub queue_length: u32,
     /// How long a request may wait in the queue.
     pub queue_timeout: Duration,
+    /// The queue takes clients in turn (`crate::queue`); `false`: first come, first served.
+    pub fair_queue: bool,
     /// Idle connections are closed after this long.
     pub idle_timeout: Duration,
     /// Longest TCP connect (and TLS handshake) to the node.
@@ -87,21 +91,16 @@ struct State {
     cap: u32,
     /// Idle connections, oldest at the front, most recently used at the back.
     idle: VecDeque<Connection>,
-    waiters: VecDeque<Waiter>,
-}
-
-#[derive(Debug)]
-struct Waiter {
-    id: u64,
-    sender: oneshot::Sender<Grant>,
+    /// Requests waiting, each by its id and the sender of its grant.
+    waiters: FairQueue<oneshot::Sender<Grant>>,
 }
 
 /// The outcome of the synchronous part of a checkout.
 enum Taken {
     Idle(Connection),
     Slot,
-    /// In the queue: the waiter's id, its receiver, and how long it may wait.
-    Queued(u64, oneshot::Receiver<Grant>, Duration),
+    /// In the queue: the flow it waits in, its id, its receiver, and how long it may wait.
+    Queued(Flow, u64, oneshot::Receiver<Grant>, Duration),
     QueueFull,
 }
 
@@ -223,10 +222,10 @@ impl NodeConnections {
             }
             // A raised cap serves waiting requests now, not as connections come back.
             while state.open < cap
-                && let Some(waiter) = state.waiters.pop_front()
+                && let Some(waiter) = state.waiters.pop()
             {
                 self.pool_metrics.queue_length.dec();
-                if waiter.sender.send(Grant::Slot).is_ok() {
+                if waiter.send(Grant::Slot).is_ok() {
                     state.open += 1;
                 }
             }
@@ -269,32 +268,38 @@ impl NodeConnections {
         self.lock().waiters.len()
     }
 
-    /// Takes a connection: an idle one, a new one under the cap, or the first
-    /// one freed while this request waits in the queue.
+    /// Takes a connection: an idle one, a new one under the cap, or one freed while
+    /// this request waits in the queue, in the flow of requests without a client.
     ///
     /// The connect and the queue's wait are boxed: a kept-alive node connection
     /// is the common case, and their futures (each over 1.5 KiB) would
     /// otherwise sit in every request's future, copied whole as it starts.
     pub async fn checkout(self: &Arc<Self>) -> Result<Lease, Error> {
-        self.checkout_watching(std::future::pending).await
+        self.checkout_watching(Flow::Shared, std::future::pending)
+            .await
     }
 
-    /// [`NodeConnections::checkout`] for a request whose client may leave while it waits.
-    /// `left` is made only when the request must wait in the queue: a future that ends
+    /// [`NodeConnections::checkout`] for a request of `flow` (its client's) whose client may
+    /// leave while it waits. `left` is made only when the request must wait in the queue: a future that ends
     /// (with the error to answer) when the request's client has gone. The wait ends with
     /// it, the request leaves the queue unsent and `weir_queue_abandoned_total` counts it.
     /// Once a connection is granted the request goes on, whatever `left` says.
-    pub async fn checkout_watching<F, L>(self: &Arc<Self>, left: F) -> Result<Lease, Error>
+    pub async fn checkout_watching<F, L>(
+        self: &Arc<Self>,
+        flow: Flow,
+        left: F,
+    ) -> Result<Lease, Error>
     where
         F: FnOnce() -> L,
         L: Future<Output = Error>,
     {
-        match self.try_take(true) {
+        match self.try_take(true, flow) {
             Taken::Idle(connection) => Ok(self.reuse(connection)),
             Taken::Slot => Box::pin(self.connect(&[])).await,
-            Taken::Queued(id, receiver, queue_timeout) => {
+            Taken::Queued(flow, id, receiver, queue_timeout) => {
                 let queued = QueuedWait {
                     pool: self,
+                    flow,
                     id,
                     receiver: Some(receiver),
                     queue_timeout,
@@ -307,8 +312,8 @@ impl NodeConnections {
     }
 
     /// Opens a connection for one client alone (a TCP virtual server's session): a new one
-    /// under the cap, or one opened in the first slot freed while the client waits in the
-    /// FIFO queue. Never an idle connection, and the lease never goes back idle: it closes
+    /// under the cap, or one opened in a slot freed while the client waits in the queue
+    /// (in the flow of requests without a client). Never an idle connection, and the lease never goes back idle: it closes
     /// when dropped (or released), which frees its slot for the next waiter. At the cap, an
     /// idle connection (left by HTTP exchanges to the same node) is closed to make room, and
     /// an idle connection granted to a waiting dedicated checkout is closed and its slot used.
@@ -316,30 +321,31 @@ impl NodeConnections {
     /// `preamble` (a PROXY protocol header, or nothing) is written on the new TCP connection
     /// before anything else, TLS handshake included.
     pub async fn checkout_dedicated(self: &Arc<Self>, preamble: &[u8]) -> Result<Lease, Error> {
-        self.checkout_dedicated_watching(preamble, std::future::pending)
+        self.checkout_dedicated_watching(preamble, Flow::Shared, std::future::pending)
             .await
     }
 
-    /// [`NodeConnections::checkout_dedicated`] for a client that may leave while it waits;
-    /// `left` as for [`NodeConnections::checkout_watching`].
+    /// [`NodeConnections::checkout_dedicated`] for a client of `flow` that may leave while
+    /// it waits; `left` as for [`NodeConnections::checkout_watching`].
     pub async fn checkout_dedicated_watching<F, L>(
         self: &Arc<Self>,
         preamble: &[u8],
+        flow: Flow,
         left: F,
     ) -> Result<Lease, Error>
     where
         F: FnOnce() -> L,
         L: Future<Output = Error>,
     {
-        let lease = self.checkout_new_watching(preamble, left).await;
+        let lease = self.checkout_new_watching(preamble, flow, left).await;
         lease.map(|mut lease| {
             lease.dedicated = true;
             lease
         })
     }
 
-    /// A new connection, never an idle one, under the cap or in the first slot freed while
-    /// the request waits in the FIFO queue (at the cap an idle connection gives up its slot,
+    /// A new connection, never an idle one, under the cap or in a slot freed while the
+    /// request of `flow` waits in the queue (at the cap an idle connection gives up its slot,
     /// and an idle one granted is closed and its slot used), with `preamble` written first;
     /// `left` as for [`NodeConnections::checkout_watching`]. For a request sent again after
     /// the node closed the reused connection it went on: the other idle ones may be as dead.
@@ -347,18 +353,20 @@ impl NodeConnections {
     pub async fn checkout_new_watching<F, L>(
         self: &Arc<Self>,
         preamble: &[u8],
+        flow: Flow,
         left: F,
     ) -> Result<Lease, Error>
     where
         F: FnOnce() -> L,
         L: Future<Output = Error>,
     {
-        match self.try_take(false) {
+        match self.try_take(false, flow) {
             Taken::Idle(_) => unreachable!("idle connections are not taken for a new one"),
             Taken::Slot => self.connect(preamble).await,
-            Taken::Queued(id, receiver, queue_timeout) => {
+            Taken::Queued(flow, id, receiver, queue_timeout) => {
                 QueuedWait {
                     pool: self,
+                    flow,
                     id,
                     receiver: Some(receiver),
                     queue_timeout,
@@ -377,8 +385,10 @@ impl NodeConnections {
             .context(format!("node {} has no free connection", self.address))
     }
 
-    /// The synchronous part of checkout, under the lock.
-    fn try_take(&self, idle: bool) -> Taken {
+    /// The synchronous part of checkout, under the lock. A request of `flow` that finds
+    /// the queue full takes the place of the newest of a longer flow's
+    /// ([`FairQueue::push_out_for`]), which is refused.
+    fn try_take(&self, idle: bool, flow: Flow) -> Taken {
         let mut stale = Vec::new();
         // Loaded once per checkout: each load is a few atomic operations.
         let settings = self.settings.load();
@@ -398,16 +408,27 @@ impl NodeConnections {
             stale.push(oldest);
             return Taken::Slot;
         }
+        let flow = match settings.fair_queue {
+            true => flow,
+            false => Flow::Shared,
+        };
+        let mut pushed_out = None;
         if state.waiters.len() >= settings.queue_length as usize {
-            return Taken::QueueFull;
+            pushed_out = state.waiters.push_out_for(flow);
+            if pushed_out.is_none() {
+                return Taken::QueueFull;
+            }
+            self.pool_metrics.queue_length.dec();
         }
         let (sender, receiver) = oneshot::channel();
         let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-        state.waiters.push_back(Waiter { id, sender });
+        state.waiters.push(flow, id, sender);
         self.pool_metrics.queue_length.inc();
         drop(state);
-        // `stale` connections close here, outside the lock.
-        Taken::Queued(id, receiver, settings.queue_timeout)
+        // `stale` connections close here, outside the lock; the request pushed out learns
+        // it when its sender drops.
+        drop(pushed_out);
+        Taken::Queued(flow, id, receiver, settings.queue_timeout)
     }
 
     /// Pops the most recently used idle connection that is still usable.
@@ -505,9 +526,9 @@ impl NodeConnections {
         let mut state = self.lock();
         // Past a cap a reload lowered, this connection's slot is gone: no waiter gets it.
         let past_cap = state.open > state.cap;
-        while !past_cap && let Some(waiter) = state.waiters.pop_front() {
+        while !past_cap && let Some(waiter) = state.waiters.pop() {
             self.pool_metrics.queue_length.dec();
-            match waiter.sender.send(Grant::Connection(connection)) {
+            match waiter.send(Grant::Connection(connection)) {
                 Ok(()) => return,
                 Err(Grant::Connection(back)) => connection = back,
                 Err(Grant::Slot) => unreachable!("we sent a connection"),
@@ -569,10 +590,10 @@ impl NodeConnections {
         let mut state = self.lock();
         // Past a cap a reload lowered, the slot is gone rather than passed on.
         while state.open <= state.cap
-            && let Some(waiter) = state.waiters.pop_front()
+            && let Some(waiter) = state.waiters.pop()
         {
             self.pool_metrics.queue_length.dec();
-            if waiter.sender.send(Grant::Slot).is_ok() {
+            if waiter.send(Grant::Slot).is_ok() {
                 return;
             }
         }
@@ -628,6 +649,7 @@ impl NodeConnections {
 /// removes it from the queue, and returns anything granted meanwhile.
 struct QueuedWait<'a> {
     pool: &'a Arc<NodeConnections>,
+    flow: Flow,
     id: u64,
     receiver: Option<oneshot::Receiver<Grant>>,
     /// The pool's `queue_timeout` when the request joined the queue.
@@ -680,6 +702,12 @@ impl QueuedWait<'_> {
                     queue_timeout, pool.address
                 ),
             )),
+            Waited::PushedOut => Err(Error::new(ErrorKind::QueueFull, Side::Internal).context(
+                format!(
+                    "pushed out of node {}'s full queue by a client with fewer requests waiting",
+                    pool.address
+                ),
+            )),
         }
     }
 }
@@ -690,15 +718,19 @@ pub(crate) enum Waited<G> {
     Granted(G),
     /// The client went away first (the error `left` made).
     Left(Error),
-    /// The queue timeout passed. (The sender is only dropped after a failed send, never
-    /// while the request waits.)
+    /// The queue timeout passed.
     TimedOut,
+    /// The queue was full and a client with fewer requests waiting took this one's place
+    /// (its sender was dropped: a sender is otherwise only dropped after a failed send,
+    /// never while its request waits).
+    PushedOut,
 }
 
 /// The wait of a request in a node's queue, for HTTP/1.1 connections and HTTP/2 streams
 /// alike: `receiver`'s grant, at most `timeout`, and no longer than `left` (the client's
 /// leaving). A wait the client left counts in `weir_queue_abandoned_total`, one that timed
-/// out in `weir_queue_timeouts_total`.
+/// out in `weir_queue_timeouts_total`, one pushed out of a full queue in
+/// `weir_queue_full_total`.
 pub(crate) async fn wait_for_grant<G>(
     receiver: &mut oneshot::Receiver<G>,
     timeout: Duration,
@@ -708,7 +740,7 @@ pub(crate) async fn wait_for_grant<G>(
     let waited = tokio::time::timeout(timeout, async {
         tokio::select! {
             biased;
-            grant = receiver => grant.map_or(Waited::TimedOut, Waited::Granted),
+            grant = receiver => grant.map_or(Waited::PushedOut, Waited::Granted),
             error = left => Waited::Left(error),
         }
     })
@@ -722,6 +754,9 @@ pub(crate) async fn wait_for_grant<G>(
         Waited::TimedOut => {
             metrics.queue_timeouts.inc();
         }
+        Waited::PushedOut => {
+            metrics.queue_full.inc();
+        }
     }
     waited
 }
@@ -734,8 +769,7 @@ impl Drop for QueuedWait<'_> {
         let pool = self.pool;
         {
             let mut state = pool.lock();
-            if let Some(position) = state.waiters.iter().position(|w| w.id == self.id) {
-                state.waiters.remove(position);
+            if state.waiters.remove(self.flow, self.id).is_some() {
                 pool.pool_metrics.queue_length.dec();
                 return;
             }

@@ -2,8 +2,9 @@
 //! cap on connections (`max_connections`) and on streams per connection (the
 //! pool's `http2.max_concurrent_streams`, lowered to the node's own limit).
 //! A request that finds no free stream and no free connection slot waits in
-//! the node's bounded FIFO queue, which counts streams; a finished stream or
-//! a freed slot goes to the first waiter, as in `connection.rs`. GOAWAY from
+//! the node's bounded queue, fair between clients (`crate::queue`), which counts
+//! streams; a finished stream or a freed slot goes to the next waiter, as in
+//! `connection.rs`. GOAWAY from
 //! the node: the connection takes no new stream, finishes those in flight,
 //! and is replaced; a request refused by it (nothing processed) is sent again
 //! on another connection. PING for liveness; idle connections are closed.
@@ -12,7 +13,6 @@
 mod connection;
 mod empty_data;
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,6 +26,7 @@ use weir_core::{Error, ErrorKind, Side};
 use weir_observe::{NodeMetrics, PoolMetrics, UpstreamHttp2Metrics};
 
 use crate::connection::{UpstreamTls, Waited, wait_for_grant};
+use crate::queue::{FairQueue, Flow};
 
 /// Requests sent again after a GOAWAY refused them before any was processed.
 const GOAWAY_RETRIES: u32 = 3;
@@ -41,6 +42,8 @@ pub struct H2Settings {
     pub queue_length: u32,
     /// How long a request may wait for a stream.
     pub queue_timeout: Duration,
+    /// The queue takes clients in turn (`connections.fair_queue`).
+    pub fair_queue: bool,
     /// A connection without streams for this long is closed.
     pub idle_timeout: Duration,
     /// TCP connect (and TLS handshake) time allowed.
@@ -75,7 +78,8 @@ struct State {
     connections: Vec<Shared>,
     /// Connections being opened (they hold a slot of `max_connections`).
     connecting: u32,
-    waiters: VecDeque<Waiter>,
+    /// Requests waiting, each by its id and the sender of its grant.
+    waiters: FairQueue<oneshot::Sender<Grant>>,
 }
 
 /// One open connection as the pool sees it.
@@ -111,12 +115,6 @@ impl Shared {
     }
 }
 
-#[derive(Debug)]
-struct Waiter {
-    id: u64,
-    sender: oneshot::Sender<Grant>,
-}
-
 /// What a waiter receives: a stream on an open connection, or a slot to connect with.
 #[derive(Debug)]
 enum Grant {
@@ -127,7 +125,7 @@ enum Grant {
 enum Taken {
     Stream(u64, SendRequest<Bytes>, bool),
     Slot,
-    Queued(u64, oneshot::Receiver<Grant>),
+    Queued(Flow, u64, oneshot::Receiver<Grant>),
     QueueFull,
 }
 
@@ -206,25 +204,27 @@ impl H2Node {
     }
 
     /// Sends `request` on a stream: a free one on an open connection, one
-    /// on a new connection under the cap, or the first one freed while this
-    /// request waits in the queue. A connection that refuses it with GOAWAY
+    /// on a new connection under the cap, or one freed while this request
+    /// waits in the queue (in the flow of requests without a client). A connection that refuses it with GOAWAY
     /// (nothing was processed) is drained and the request sent again.
     pub async fn send(
         self: &Arc<Self>,
         request: http::Request<()>,
         end_of_stream: bool,
     ) -> Result<Sent, Error> {
-        self.send_watching(request, end_of_stream, std::future::pending)
+        self.send_watching(request, end_of_stream, Flow::Shared, std::future::pending)
             .await
     }
 
-    /// [`H2Node::send`] for a request whose client may leave while it waits in the
-    /// queue: `left` as for `NodeConnections::checkout_watching`. It watches the first
-    /// wait only: a request sent again after a GOAWAY waits without it.
+    /// [`H2Node::send`] for a request of `flow` (its client's) whose client may leave
+    /// while it waits in the queue: `left` as for `NodeConnections::checkout_watching`.
+    /// It watches the first wait only: a request sent again after a GOAWAY waits
+    /// without it.
     pub async fn send_watching<F, L>(
         self: &Arc<Self>,
         request: http::Request<()>,
         end_of_stream: bool,
+        flow: Flow,
         left: F,
     ) -> Result<Sent, Error>
     where
@@ -232,7 +232,7 @@ impl H2Node {
         L: Future<Output = Error>,
     {
         match self
-            .send_checked(request, end_of_stream, None, left)
+            .send_checked(request, end_of_stream, None, flow, left)
             .await?
         {
             Some(sent) => Ok(sent),
@@ -247,12 +247,14 @@ impl H2Node {
     /// whose node announced `SETTINGS_ENABLE_CONNECT_PROTOCOL`; the stream
     /// stays open for DATA both ways. `Ok(None)`: the node did not announce
     /// it (its settings are awaited at most `settle` on a new connection).
+    /// `flow`: the client's, as for [`H2Node::send_watching`].
     pub async fn send_extended_connect(
         self: &Arc<Self>,
         request: http::Request<()>,
         settle: Duration,
+        flow: Flow,
     ) -> Result<Option<Sent>, Error> {
-        self.send_checked(request, false, Some(settle), std::future::pending)
+        self.send_checked(request, false, Some(settle), flow, std::future::pending)
             .await
     }
 
@@ -261,6 +263,7 @@ impl H2Node {
         mut request: http::Request<()>,
         end_of_stream: bool,
         extended_connect: Option<Duration>,
+        flow: Flow,
         left: F,
     ) -> Result<Option<Sent>, Error>
     where
@@ -272,7 +275,7 @@ impl H2Node {
         loop {
             let watch = left.take();
             let lease = self
-                .checkout_watching(move || async move {
+                .checkout_watching(flow, move || async move {
                     match watch {
                         Some(left) => left().await,
                         None => std::future::pending().await,
@@ -309,24 +312,30 @@ impl H2Node {
 
     /// Takes a stream slot.
     pub async fn checkout(self: &Arc<Self>) -> Result<StreamLease, Error> {
-        self.checkout_watching(std::future::pending).await
+        self.checkout_watching(Flow::Shared, std::future::pending)
+            .await
     }
 
-    /// [`H2Node::checkout`]; a wait in the queue also ends when `left` (made only
-    /// then) ends: the client has gone, the request leaves the queue unsent and is
-    /// counted in `weir_queue_abandoned_total`.
-    async fn checkout_watching<F, L>(self: &Arc<Self>, left: F) -> Result<StreamLease, Error>
+    /// [`H2Node::checkout`] for a request of `flow`; a wait in the queue also ends when
+    /// `left` (made only then) ends: the client has gone, the request leaves the queue
+    /// unsent and is counted in `weir_queue_abandoned_total`.
+    async fn checkout_watching<F, L>(
+        self: &Arc<Self>,
+        flow: Flow,
+        left: F,
+    ) -> Result<StreamLease, Error>
     where
         F: FnOnce() -> L,
         L: Future<Output = Error>,
     {
-        match self.try_take() {
+        match self.try_take(flow) {
             Taken::Stream(connection, send, reused) => Ok(self.lease(connection, send, reused)),
             Taken::Slot => self.connect_in_slot().await,
-            Taken::Queued(id, receiver) => {
+            Taken::Queued(flow, id, receiver) => {
                 Box::pin(
                     QueuedWait {
                         node: self,
+                        flow,
                         id,
                         receiver: Some(receiver),
                     }
@@ -342,7 +351,8 @@ impl H2Node {
         }
     }
 
-    fn try_take(&self) -> Taken {
+    /// The synchronous part of a checkout; a full queue as in `NodeConnections::try_take`.
+    fn try_take(&self, flow: Flow) -> Taken {
         let mut state = self.lock();
         if let Some(taken) = self.take_stream(&mut state) {
             return taken;
@@ -352,14 +362,26 @@ impl H2Node {
             self.set_open_gauge(&state);
             return Taken::Slot;
         }
+        let flow = match self.settings.fair_queue {
+            true => flow,
+            false => Flow::Shared,
+        };
+        let mut pushed_out = None;
         if state.waiters.len() >= self.settings.queue_length as usize {
-            return Taken::QueueFull;
+            pushed_out = state.waiters.push_out_for(flow);
+            if pushed_out.is_none() {
+                return Taken::QueueFull;
+            }
+            self.pool_metrics.queue_length.dec();
         }
         let (sender, receiver) = oneshot::channel();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        state.waiters.push_back(Waiter { id, sender });
+        state.waiters.push(flow, id, sender);
         self.pool_metrics.queue_length.inc();
-        Taken::Queued(id, receiver)
+        drop(state);
+        // The request pushed out learns it when its sender drops.
+        drop(pushed_out);
+        Taken::Queued(flow, id, receiver)
     }
 
     /// A free stream on the oldest connection that has one (packing streams
@@ -432,7 +454,7 @@ impl H2Node {
         }
     }
 
-    /// Hands free streams to waiters, first come first served.
+    /// Hands free streams to waiters, in the queue's order.
     fn grant_streams(&self, state: &mut State) {
         while !state.waiters.is_empty() {
             let Some(Taken::Stream(connection, send, _)) = self.take_stream(state) else {
@@ -446,11 +468,11 @@ impl H2Node {
         }
     }
 
-    /// Sends a grant to the first live waiter; false when none took it.
+    /// Sends a grant to the next live waiter; false when none took it.
     fn grant(&self, state: &mut State, mut grant: Grant) -> bool {
-        while let Some(waiter) = state.waiters.pop_front() {
+        while let Some(waiter) = state.waiters.pop() {
             self.pool_metrics.queue_length.dec();
-            match waiter.sender.send(grant) {
+            match waiter.send(grant) {
                 Ok(()) => return true,
                 Err(back) => grant = back,
             }
@@ -671,6 +693,7 @@ pub fn refused(error: &h2::Error) -> bool {
 /// anything granted meanwhile.
 struct QueuedWait<'a> {
     node: &'a Arc<H2Node>,
+    flow: Flow,
     id: u64,
     receiver: Option<oneshot::Receiver<Grant>>,
 }
@@ -702,6 +725,12 @@ impl QueuedWait<'_> {
                     queue_timeout, node.address
                 ),
             )),
+            Waited::PushedOut => Err(Error::new(ErrorKind::QueueFull, Side::Internal).context(
+                format!(
+                    "pushed out of HTTP/2 node {}'s full queue by a client with fewer requests waiting",
+                    node.address
+                ),
+            )),
         }
     }
 }
@@ -713,8 +742,7 @@ impl Drop for QueuedWait<'_> {
         };
         let node = self.node;
         let mut state = node.lock();
-        if let Some(position) = state.waiters.iter().position(|w| w.id == self.id) {
-            state.waiters.remove(position);
+        if state.waiters.remove(self.flow, self.id).is_some() {
             node.pool_metrics.queue_length.dec();
             return;
         }

@@ -13,6 +13,7 @@ pub mod http2;
 pub mod node;
 pub mod persistence;
 pub mod pool;
+pub mod queue;
 
 pub use balancer::Balancer;
 pub use connection::{
@@ -22,3 +23,4 @@ pub use http2::{H2Node, H2Settings, StreamLease};
 pub use node::NodeState;
 pub use persistence::{Persistence, PersistenceKey};
 pub use pool::{Pool, Tried};
+pub use queue::Flow;

@@ -153,6 +153,7 @@ impl Pool {
             max_connections: config.connections.max_connections.get(),
             queue_length: config.connections.queue_length,
             queue_timeout: config.connections.queue_timeout,
+            fair_queue: config.connections.fair_queue,
             idle_timeout: config.connections.idle_timeout,
             connect_timeout: config.timeouts.connect,
             max_requests: config
@@ -473,6 +474,7 @@ fn http2_nodes(
         max_streams: http2.max_concurrent_streams,
         queue_length: settings.queue_length,
         queue_timeout: settings.queue_timeout,
+        fair_queue: settings.fair_queue,
         idle_timeout: settings.idle_timeout,
         connect_timeout: settings.connect_timeout,
         initial_stream_window: http2.initial_stream_window,

@@ -322,6 +322,7 @@ impl Checker {
                 defaults::QUEUE_TIMEOUT,
                 Zero::Rejected,
             ),
+            fair_queue: table.fair_queue.unwrap_or(defaults::FAIR_QUEUE),
             leave_queue_on_close: table
                 .leave_queue_on_close
                 .unwrap_or(defaults::LEAVE_QUEUE_ON_CLOSE),

@@ -18,7 +18,7 @@ use weir_core::{Error, ErrorKind, Side};
 use weir_http::{
     BodyFraming, ForwardRequest, HeaderEdit, Limits, Method, RequestHead, ResponseHead,
 };
-use weir_upstream::{H2Node, StreamLease};
+use weir_upstream::{Flow, H2Node, StreamLease};
 
 use super::stream::send_with_capacity;
 
@@ -165,13 +165,15 @@ pub(crate) struct H2Response {
 /// of its body on a stream of `node`; `complete`: the buffered part is the whole body.
 /// A stream the node refused unprocessed is retried inside (`H2Node::send`);
 /// other failures keep their retry-safety for the pipeline's retry rule.
-/// `left` ends a wait in the node's queue when the client has gone.
+/// It waits in the node's queue in `flow` (its client's); `left` ends that wait when the
+/// client has gone.
 pub(crate) async fn send_request<F, L>(
     node: &Arc<H2Node>,
     request: ConvertedRequest,
     buffered: Bytes,
     complete: bool,
     timeout: Duration,
+    flow: Flow,
     left: F,
 ) -> Result<H2Request, Error>
 where
@@ -180,7 +182,7 @@ where
 {
     let ConvertedRequest { request, framing } = request;
     let no_body = complete && buffered.is_empty() && framing == BodyFraming::None;
-    let sent = node.send_watching(request, no_body, left).await?;
+    let sent = node.send_watching(request, no_body, flow, left).await?;
     let mut response = sent.response;
     let mut early = None;
     let mut body = (!no_body).then_some(sent.body);

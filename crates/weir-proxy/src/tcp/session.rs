@@ -6,8 +6,8 @@
 //! ```
 //!
 //! The node connection is a dedicated checkout of the node's connection pool: it counts
-//! against the node's `max_connections`, and at the cap the session waits in the node's FIFO
-//! queue (connection offload at layer 4). It is closed when the session ends.
+//! against the node's `max_connections`, and at the cap the session waits in the node's queue,
+//! in its client's turn (connection offload at layer 4). It is closed when the session ends.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use weir_core::{Error, ErrorKind};
 use weir_observe::SessionRecord;
 use weir_tls::{FirstSpeaker, ServerStream, Stream};
 use weir_upstream::node::InFlight;
-use weir_upstream::{Lease, Pool, Tried};
+use weir_upstream::{Flow, Lease, Pool, Tried};
 
 use super::{Ended, Relay, Tally, relay, relay_tcp, splice};
 use crate::client::TlsFacts;
@@ -105,7 +105,8 @@ async fn run(
             false => std::future::pending().await,
         }
     };
-    let connected = match connect(pool, &preamble, left).await {
+    let flow = Flow::client(client.address.ip());
+    let connected = match connect(pool, &preamble, flow, left).await {
         Ok(connected) => connected,
         Err(error) => {
             let result = unconnected_result(error.kind());
@@ -181,7 +182,12 @@ async fn run(
 
 /// select → connect, moving to another node after a connect failure, at most `retries` times.
 /// `left` ends a wait in a node's queue when the client has gone.
-async fn connect<F, L>(pool: &Arc<Pool>, preamble: &[u8], left: F) -> Result<Connected, Error>
+async fn connect<F, L>(
+    pool: &Arc<Pool>,
+    preamble: &[u8],
+    flow: Flow,
+    left: F,
+) -> Result<Connected, Error>
 where
     F: Fn() -> L,
     L: Future<Output = Error>,
@@ -205,7 +211,7 @@ where
         let node = &pool.nodes[index];
         let in_flight = node.start_request();
         match pool.connections[index]
-            .checkout_dedicated_watching(preamble, &left)
+            .checkout_dedicated_watching(preamble, flow, &left)
             .await
         {
             Ok(lease) => {

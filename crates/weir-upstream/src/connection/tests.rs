@@ -12,6 +12,7 @@ fn settings(max: u32, queue: u32, queue_timeout_ms: u64) -> ConnectionSettings {
         max_connections: max,
         queue_length: queue,
         queue_timeout: Duration::from_millis(queue_timeout_ms),
+        fair_queue: true,
         idle_timeout: Duration::from_secs(30),
         connect_timeout: Duration::from_secs(2),
         max_requests: None,
@@ -486,4 +487,151 @@ async fn a_cap_lowered_or_raised_by_a_reload_holds_at_once() {
         assert!(!reused, "a new connection in a new slot");
     }
     drop((held, leases));
+}
+
+fn flow(last: u8) -> Flow {
+    Flow::client(std::net::IpAddr::from([192, 0, 2, last]))
+}
+
+/// Queues one request of `flow` on `pool` (waiting until it is in the queue, or refused); the task
+/// records `name` when granted, then gives the connection back.
+async fn queue_one(
+    pool: &Arc<NodeConnections>,
+    flow: Flow,
+    name: &'static str,
+    order: &Arc<std::sync::Mutex<Vec<&'static str>>>,
+) -> tokio::task::JoinHandle<Result<(), ErrorKind>> {
+    // Each request that joins the queue takes the next waiter id.
+    let before = pool.next_waiter.load(Ordering::SeqCst);
+    let (pool_, order) = (Arc::clone(pool), Arc::clone(order));
+    let task = tokio::spawn(async move {
+        let lease = pool_
+            .checkout_watching(flow, std::future::pending)
+            .await
+            .map_err(|error| error.kind())?;
+        order.lock().unwrap().push(name);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        lease.release();
+        Ok(())
+    });
+    while pool.next_waiter.load(Ordering::SeqCst) == before && !task.is_finished() {
+        tokio::task::yield_now().await;
+    }
+    task
+}
+
+#[tokio::test]
+async fn clients_take_turns_in_the_queue() {
+    let (address, _) = holding_listener().await;
+    let pool = pool(address, settings(1, 10, 5000));
+    let held = pool.checkout().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiting = Vec::new();
+    for (who, name) in [
+        (1, "a1"),
+        (1, "a2"),
+        (1, "a3"),
+        (2, "b1"),
+        (3, "c1"),
+        (2, "b2"),
+    ] {
+        waiting.push(queue_one(&pool, flow(who), name, &order).await);
+    }
+    assert_eq!(pool.queued(), 6);
+    held.release();
+    for task in waiting {
+        task.await.unwrap().expect("served");
+    }
+    assert_eq!(*order.lock().unwrap(), ["a1", "b1", "c1", "a2", "b2", "a3"]);
+    assert_eq!(
+        pool.open(),
+        1,
+        "one connection carried every request in turn"
+    );
+}
+
+#[tokio::test]
+async fn a_full_queue_refuses_the_newest_request_of_the_client_with_most_waiting() {
+    let (address, _) = holding_listener().await;
+    let metrics = Metrics::new();
+    let pool = NodeConnections::new(
+        address,
+        settings(1, 3, 5000),
+        metrics.node("p", "n"),
+        metrics.pool("p"),
+    );
+    let held = pool.checkout().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let a1 = queue_one(&pool, flow(1), "a1", &order).await;
+    let a2 = queue_one(&pool, flow(1), "a2", &order).await;
+    let a3 = queue_one(&pool, flow(1), "a3", &order).await;
+    // Full: b's first request takes the place of a's newest.
+    let b1 = queue_one(&pool, flow(2), "b1", &order).await;
+    assert_eq!(a3.await.unwrap(), Err(ErrorKind::QueueFull));
+    assert_eq!(pool.queued(), 3);
+    // a (two waiting) is not longer than b would be with a second: the newcomer is refused.
+    let b2 = queue_one(&pool, flow(2), "b2", &order).await;
+    assert_eq!(b2.await.unwrap(), Err(ErrorKind::QueueFull));
+    let a4 = queue_one(&pool, flow(1), "a4", &order).await;
+    assert_eq!(a4.await.unwrap(), Err(ErrorKind::QueueFull));
+    held.release();
+    for task in [a1, a2, b1] {
+        task.await.unwrap().expect("served");
+    }
+    assert_eq!(*order.lock().unwrap(), ["a1", "b1", "a2"]);
+    let text = metrics.encode();
+    assert!(
+        text.contains("weir_queue_full_total{pool=\"p\"} 3"),
+        "{text}"
+    );
+    assert!(text.contains("weir_queue_length{pool=\"p\"} 0"), "{text}");
+    assert!(
+        text.contains("weir_queue_timeouts_total{pool=\"p\"} 0"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn without_fair_queue_the_queue_is_first_come_first_served() {
+    let (address, _) = holding_listener().await;
+    let fifo = ConnectionSettings {
+        fair_queue: false,
+        ..settings(1, 3, 5000)
+    };
+    let pool = pool(address, fifo);
+    let held = pool.checkout().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiting = Vec::new();
+    for (who, name) in [(1, "a1"), (1, "a2"), (2, "b1")] {
+        waiting.push(queue_one(&pool, flow(who), name, &order).await);
+    }
+    // Full, and no client is favoured: the newcomer is refused.
+    let c1 = queue_one(&pool, flow(3), "c1", &order).await;
+    assert_eq!(c1.await.unwrap(), Err(ErrorKind::QueueFull));
+    held.release();
+    for task in waiting {
+        task.await.unwrap().expect("served");
+    }
+    assert_eq!(*order.lock().unwrap(), ["a1", "a2", "b1"]);
+}
+
+#[tokio::test]
+async fn a_request_that_leaves_the_queue_loses_its_clients_turn_to_no_one() {
+    let (address, _) = holding_listener().await;
+    let pool = pool(address, settings(1, 10, 5000));
+    let held = pool.checkout().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let a1 = queue_one(&pool, flow(1), "a1", &order).await;
+    let b1 = queue_one(&pool, flow(2), "b1", &order).await;
+    let a2 = queue_one(&pool, flow(1), "a2", &order).await;
+    // b's only request gives up: b's flow leaves the round.
+    b1.abort();
+    let _ = b1.await;
+    assert_eq!(pool.queued(), 2);
+    let c1 = queue_one(&pool, flow(3), "c1", &order).await;
+    held.release();
+    for task in [a1, a2, c1] {
+        task.await.unwrap().expect("served");
+    }
+    assert_eq!(*order.lock().unwrap(), ["a1", "c1", "a2"]);
 }

@@ -191,6 +191,7 @@ fn one_slot(address: SocketAddr) -> Arc<NodeConnections> {
         max_connections: 1,
         queue_length: 0,
         queue_timeout: Duration::from_secs(1),
+        fair_queue: true,
         idle_timeout: Duration::from_secs(30),
         connect_timeout: Duration::from_secs(1),
         max_requests: None,

@@ -1,5 +1,5 @@
 //! The HTTP/2 node pool against an in-process h2c server: streams multiplexed
-//! on one connection up to the stream cap, the FIFO queue counting streams,
+//! on one connection up to the stream cap, the queue counting streams (clients in turn),
 //! the connection cap, replacement after GOAWAY, idle close.
 
 use std::sync::Arc;
@@ -20,6 +20,7 @@ fn settings(max_connections: u32, max_streams: u32, queue: u32) -> H2Settings {
         max_streams,
         queue_length: queue,
         queue_timeout: Duration::from_secs(5),
+        fair_queue: true,
         idle_timeout: Duration::from_secs(30),
         connect_timeout: Duration::from_secs(2),
         initial_stream_window: 1 << 20,
@@ -296,7 +297,7 @@ async fn an_extended_connect_waits_for_a_new_connections_settings() {
     let (address, streams) = connect_server(true).await;
     let (extended, _metrics) = node(address, settings(1, 10, 10));
     let sent = extended
-        .send_extended_connect(websocket_connect(), settle)
+        .send_extended_connect(websocket_connect(), settle, Flow::Shared)
         .await
         .unwrap()
         .expect("the node announced extended CONNECT");
@@ -315,7 +316,7 @@ async fn an_extended_connect_waits_for_a_new_connections_settings() {
     let (address, streams) = connect_server(false).await;
     let (plain, _metrics) = node(address, settings(1, 10, 10));
     let refused = plain
-        .send_extended_connect(websocket_connect(), settle)
+        .send_extended_connect(websocket_connect(), settle, Flow::Shared)
         .await
         .unwrap();
     assert!(refused.is_none(), "no extended CONNECT to this node");
@@ -406,4 +407,68 @@ async fn a_node_is_pinged_once_unless_an_interval_is_set() {
             "{sent} PINGs with ping_interval {interval:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn clients_take_turns_for_a_stream_and_a_full_queue_pushes_out_the_longest() {
+    let server = server(None).await;
+    let (node, metrics) = node(server.address, settings(1, 1, 4));
+    let held = node.checkout().await.expect("a stream");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (who, name) in [
+        (1, "a1"),
+        (1, "a2"),
+        (1, "a3"),
+        (1, "a4"),
+        (2, "b1"),
+        (3, "c1"),
+    ] {
+        let flow = Flow::client(std::net::IpAddr::from([192, 0, 2, who]));
+        let before = node.next_id.load(Ordering::SeqCst);
+        let (node_, order) = (Arc::clone(&node), Arc::clone(&order));
+        let task = tokio::spawn(async move {
+            let lease = node_
+                .checkout_watching(flow, std::future::pending)
+                .await
+                .map_err(|error| error.kind())?;
+            order.lock().unwrap().push(name);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            drop(lease);
+            Ok::<_, ErrorKind>(())
+        });
+        wait_for("queued", || node.next_id.load(Ordering::SeqCst) > before).await;
+        tasks.push(task);
+    }
+    // b and c each took the place of a's newest.
+    assert_eq!(node.queued(), 4);
+    drop(held);
+    let outcomes: Vec<_> = futures_outcomes(tasks).await;
+    assert_eq!(
+        outcomes,
+        [
+            Ok(()),
+            Ok(()),
+            Err(ErrorKind::QueueFull),
+            Err(ErrorKind::QueueFull),
+            Ok(()),
+            Ok(())
+        ]
+    );
+    assert_eq!(*order.lock().unwrap(), ["a1", "b1", "c1", "a2"]);
+    let text = metrics.encode();
+    assert!(
+        text.contains("weir_queue_full_total{pool=\"p\"} 2"),
+        "{text}"
+    );
+}
+
+async fn futures_outcomes(
+    tasks: Vec<tokio::task::JoinHandle<Result<(), ErrorKind>>>,
+) -> Vec<Result<(), ErrorKind>> {
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+    outcomes
 }

@@ -75,6 +75,7 @@ fn node(address: SocketAddr) -> Arc<H2Node> {
         max_streams: 10,
         queue_length: 10,
         queue_timeout: WAIT,
+        fair_queue: true,
         idle_timeout: Duration::from_secs(30),
         connect_timeout: WAIT,
         initial_stream_window: 1 << 20,
@@ -131,6 +132,7 @@ async fn a_streamed_body_and_trailers_reach_the_node_and_come_back() {
         Bytes::from_static(b"first part, "),
         false,
         WAIT,
+        weir_upstream::Flow::Shared,
         std::future::pending,
     )
     .await
@@ -193,6 +195,7 @@ async fn a_bodiless_request_ends_its_stream_with_the_head() {
         Bytes::new(),
         true,
         WAIT,
+        weir_upstream::Flow::Shared,
         std::future::pending,
     )
     .await
