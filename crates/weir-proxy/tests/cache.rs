@@ -666,6 +666,47 @@ async fn a_fill_of_unknown_length_goes_on_when_its_client_leaves() {
     Arc::try_unwrap(proxy).ok().unwrap().stop().await;
 }
 
+fn four_mib_chunked(_: &str, _: usize) -> Answer {
+    Answer::ok(&vec![b'x'; 4 << 20])
+        .field("Cache-Control", "max-age=60")
+        .chunked()
+}
+
+/// The client whose request fills a body of unknown length stops reading: the fill goes on
+/// at the node's pace, so a request waiting on it gets the whole object at once, from the
+/// one request to the node, not after the coalescing timeout from a second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_of_unknown_length_does_not_wait_for_a_client_that_stopped_reading() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = CountingNode::start(four_mib_chunked, Duration::ZERO).await;
+    let vs_extra = format!("{CACHE}coalesce_timeout = \"60s\"\n");
+    let proxy = Arc::new(proxy_for(&node, &vs_extra).await);
+    let mut stalled = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    stalled
+        .write_all(b"GET /big HTTP/1.1\r\nHost: cache.test\r\n\r\n")
+        .await
+        .unwrap();
+    // The head and some body come; then the client reads nothing more.
+    let mut first = [0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), stalled.read(&mut first))
+        .await
+        .expect("the head in time")
+        .unwrap();
+    assert!(n > 0);
+    let waiter = {
+        let proxy = Arc::clone(&proxy);
+        tokio::spawn(async move { request(&proxy, "GET", "/big", &[]).await })
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter was answered while the first client stalled")
+        .unwrap();
+    assert_eq!(waited.body.len(), 4 << 20);
+    assert_eq!(node.requests(), 1, "the waiter went to the node again");
+    drop(stalled);
+    Arc::try_unwrap(proxy).ok().unwrap().stop().await;
+}
+
 fn digits_after_a_pause(_: &str, _: usize) -> Answer {
     Answer::ok(b"0123456789")
         .field("Cache-Control", "max-age=60")

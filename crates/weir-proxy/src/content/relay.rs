@@ -2,7 +2,8 @@
 //! compression. Answered from the cache (a 304 merged, stale-if-error); stored
 //! while the client reads it from the store (bounded size: the node's side and
 //! the client's run together, neither waits for the other); stored as it
-//! passes (unknown length); or passed on, compressed when eligible. The
+//! passes (unknown length; read ahead of a slow client, [`read_ahead`]); or
+//! passed on, compressed when eligible. The
 //! client is an HTTP/1.1 connection or an HTTP/2 stream: one relay loop,
 //! two sinks ([`Sink`]).
 
@@ -474,6 +475,182 @@ impl Pieces {
     }
 }
 
+/// The node's body to the client one piece at a time, each sent before the next is read.
+/// A client that fails in the middle of a body the fill stores leaves the rest to be read
+/// into the store all the same, as a body read from the store is (`pump`), so the requests
+/// waiting on this fill get it rather than each going to the node again.
+async fn relay_in_step(
+    client: &mut Client,
+    upstream: &mut Upstream,
+    pieces: &mut Pieces,
+    sink: Sink,
+    timeout: Duration,
+) -> ReadAhead {
+    let mut sent = 0;
+    let mut body_out = false;
+    loop {
+        let piece = match pieces.next(upstream, &mut client.upstream_in).await {
+            Ok(Some(piece)) => piece,
+            Ok(None) => break ReadAhead::ended(sent, body_out, Ok(()), Ok(())),
+            Err(failure) => break ReadAhead::ended(sent, body_out, Ok(()), Err(failure)),
+        };
+        body_out |= !piece.is_empty();
+        let size = piece.len() as u64;
+        if let Err(failure) = sink.piece(client, piece, timeout).await {
+            let mut node = Ok(());
+            if pieces.transform.stores() {
+                node = async {
+                    while pieces
+                        .next(upstream, &mut client.upstream_in)
+                        .await?
+                        .is_some()
+                    {}
+                    Ok(())
+                }
+                .await;
+            }
+            break ReadAhead::ended(sent, body_out, Err(failure), node);
+        }
+        sent += size;
+    }
+}
+
+/// How [`read_ahead`] (or [`relay_in_step`]) ended: the body's bytes that went out, whether any did, how the
+/// client's side ended (gone, or stalled past the write timeout) and how the node's did
+/// (broken off, or the encoder failed).
+struct ReadAhead {
+    sent: u64,
+    body_out: bool,
+    client: Result<(), Failure>,
+    node: Result<(), Failure>,
+}
+
+impl ReadAhead {
+    fn ended(
+        sent: u64,
+        body_out: bool,
+        client: Result<(), Failure>,
+        node: Result<(), Failure>,
+    ) -> ReadAhead {
+        ReadAhead {
+            sent,
+            body_out,
+            client,
+            node,
+        }
+    }
+}
+
+/// The body of a fill stored as it passes (its length unknown, so no growing object its
+/// waiters could read), relayed to the client while it is read from the node. The node is
+/// read at its own pace, not the client's: the pieces a slow client has not taken yet wait
+/// in a queue, so the fill (and every request waiting on it, and the node connection) never
+/// waits for one client. The queue holds the same bytes the fill keeps for the store, and
+/// the fill is bounded by `max_object_size`: past it the fill is dropped and reading waits
+/// for the client again, as a plain relay does. The fill is finished (stored) as soon as
+/// the node's body ends, its last bytes queued after the rest, and `pieces` left an empty
+/// pass-through. A client that fails leaves the rest to be read into the store. Both sides
+/// run in this one task.
+async fn read_ahead(
+    client: &mut Client,
+    upstream: &mut Upstream,
+    pieces: &mut Pieces,
+    sink: Sink,
+    timeout: Duration,
+) -> ReadAhead {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::sync::Notify;
+
+    let queue = Mutex::new(std::collections::VecDeque::<Bytes>::new());
+    // Set by the reader with the node's outcome, once it has put its last piece.
+    let node_end: Mutex<Option<Result<(), Failure>>> = Mutex::new(None);
+    let client_gone = AtomicBool::new(false);
+    // Reader → writer: a piece, or the end. Writer → reader: the queue is empty, or the
+    // client has gone.
+    let (more, drained) = (Notify::new(), Notify::new());
+    let mut input = std::mem::take(&mut client.upstream_in);
+    let read = async {
+        let ended = loop {
+            // Read ahead only while the pieces are the fill's too.
+            while !pieces.transform.stores()
+                && !client_gone.load(Ordering::Acquire)
+                && !queue.lock().expect("queue").is_empty()
+            {
+                drained.notified().await;
+            }
+            let gone = client_gone.load(Ordering::Acquire);
+            if gone && !pieces.transform.stores() {
+                break Ok(());
+            }
+            match pieces.next(upstream, &mut input).await {
+                Ok(Some(piece)) if !gone => {
+                    queue.lock().expect("queue").push_back(piece);
+                    more.notify_one();
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    // The node's body is whole: the fill goes into the store now, not once
+                    // the client has taken it all. Its last bytes (an encoder's) go last.
+                    let whole =
+                        std::mem::replace(&mut *pieces, Pieces::new(Transform::Pass, false));
+                    match whole.finish() {
+                        Ok(tail) if !client_gone.load(Ordering::Acquire) => {
+                            queue.lock().expect("queue").push_back(tail);
+                            break Ok(());
+                        }
+                        Ok(_) => break Ok(()),
+                        Err(failure) => break Err(failure),
+                    }
+                }
+                Err(failure) => break Err(failure),
+            }
+        };
+        *node_end.lock().expect("end") = Some(ended);
+        more.notify_one();
+    };
+    let mut sent = 0;
+    let mut body_out = false;
+    let write = async {
+        let written = loop {
+            let next = queue.lock().expect("queue").pop_front();
+            match next {
+                Some(piece) => {
+                    if queue.lock().expect("queue").is_empty() {
+                        drained.notify_one();
+                    }
+                    let size = piece.len() as u64;
+                    body_out |= size > 0;
+                    if let Err(failure) = sink.piece(client, piece, timeout).await {
+                        break Err(failure);
+                    }
+                    sent += size;
+                }
+                None if node_end.lock().expect("end").is_some() => break Ok(()),
+                None => more.notified().await,
+            }
+        };
+        if written.is_err() {
+            client_gone.store(true, Ordering::Release);
+            queue.lock().expect("queue").clear();
+            drained.notify_one();
+        }
+        written
+    };
+    let ((), written) = tokio::join!(read, write);
+    client.upstream_in = input;
+    let node = node_end
+        .into_inner()
+        .expect("end")
+        .expect("set when reading ended");
+    ReadAhead {
+        sent,
+        body_out,
+        client: written,
+        node,
+    }
+}
+
 /// Reads the node's body into the store (a failure drops the fill, which
 /// aborts it: readers close, waiters go to the node).
 async fn pump(
@@ -648,51 +825,46 @@ async fn relay(
     let cache = how.status.map(CacheStatus::as_str);
     let cut =
         |failure: Failure, sent: u64| failure.after(status, head_bytes + sent).in_cache(cache);
-    let mut body_bytes = 0;
     // An event stream's events each go on as they come.
     let eager = response::is_event_stream(response.header("content-type"));
     let mut pieces = Pieces::new(transform, eager);
     // On HTTP/1.1 the head waits in `write_buf` for the first piece of body: an encoder
     // that holds its input back (brotli, zstd) may have given none when the node fails.
     let mut head_waiting = matches!(sink, Sink::Http1(_));
-    loop {
-        let next = pieces.next(&mut upstream, &mut client.upstream_in).await;
-        let piece = match next {
-            Ok(Some(piece)) => piece,
-            Ok(None) => break,
-            Err(failure) if head_waiting => {
-                // Nothing went out: the request fails as it would have before the head (a
-                // 502 for a node that broke off), rather than a close with no answer.
-                client.write_buf.clear();
-                client.answering = 0;
-                client.open_ended = false;
-                return Err(Failure::from_error(failure.error).in_cache(cache));
-            }
-            Err(failure) => return Err(cut(Failure::silent(failure.error), body_bytes)),
-        };
-        head_waiting &= piece.is_empty();
-        let size = piece.len() as u64;
-        if let Err(failure) = sink.piece(client, piece, timeout).await {
-            if pieces.transform.stores() {
-                // The client left (or stopped reading) in the middle of a body stored as it
-                // passes: the rest is read into the store all the same, as a body read from
-                // the store is (`pump`), so the requests waiting on this fill get it rather
-                // than each going to the node again.
-                let rest = async {
-                    while pieces
-                        .next(&mut upstream, &mut client.upstream_in)
-                        .await?
-                        .is_some()
-                    {}
-                    pieces.finish()
-                };
-                if let Err(ended) = rest.await {
-                    tracing::debug!(virtual_server = %vs.config.name, error = %ended.error, "cache fill ended early");
-                }
+    // A fill stored as it passes is read at the node's pace, not the client's; otherwise
+    // each piece goes out before the next is read.
+    let body = match pieces.transform.stores() {
+        true => read_ahead(client, &mut upstream, &mut pieces, sink, timeout).await,
+        false => relay_in_step(client, &mut upstream, &mut pieces, sink, timeout).await,
+    };
+    let mut body_bytes = body.sent;
+    head_waiting &= !body.body_out;
+    match (body.client, body.node) {
+        (Ok(()), Ok(())) => {}
+        (Err(failure), node) => {
+            // The client failed; the rest of the body was read into the store if the
+            // fill still takes it.
+            let stored = match node {
+                Ok(()) if pieces.transform.stores() => pieces.finish().map(drop),
+                Ok(()) => Ok(()),
+                Err(ended) => Err(ended),
+            };
+            if let Err(ended) = stored {
+                tracing::debug!(virtual_server = %vs.config.name, error = %ended.error, "cache fill ended early");
             }
             return Err(cut(failure, body_bytes));
         }
-        body_bytes += size;
+        (Ok(()), Err(failure)) if head_waiting => {
+            // Nothing went out: the request fails as it would have before the head (a
+            // 502 for a node that broke off), rather than a close with no answer.
+            client.write_buf.clear();
+            client.answering = 0;
+            client.open_ended = false;
+            return Err(Failure::from_error(failure.error).in_cache(cache));
+        }
+        (Ok(()), Err(failure)) => {
+            return Err(cut(Failure::silent(failure.error), body_bytes));
+        }
     }
     let tail = pieces
         .finish()
