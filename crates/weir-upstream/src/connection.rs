@@ -280,10 +280,10 @@ impl NodeConnections {
     }
 
     /// [`NodeConnections::checkout`] for a request of `flow` (its client's) whose client may
-    /// leave while it waits. `left` is made only when the request must wait in the queue: a future that ends
-    /// (with the error to answer) when the request's client has gone. The wait ends with
-    /// it, the request leaves the queue unsent and `weir_queue_abandoned_total` counts it.
-    /// Once a connection is granted the request goes on, whatever `left` says.
+    /// leave while it waits. `left` is made only when the request must wait in the queue: a
+    /// future that ends (with the error to answer) when the request's client has gone. The
+    /// wait ends with it, the request leaves the queue unsent and `weir_queue_abandoned_total`
+    /// counts it. Once a connection is granted the request goes on, whatever `left` says.
     pub async fn checkout_watching<F, L>(
         self: &Arc<Self>,
         flow: Flow,
@@ -313,10 +313,11 @@ impl NodeConnections {
 
     /// Opens a connection for one client alone (a TCP virtual server's session): a new one
     /// under the cap, or one opened in a slot freed while the client waits in the queue
-    /// (in the flow of requests without a client). Never an idle connection, and the lease never goes back idle: it closes
-    /// when dropped (or released), which frees its slot for the next waiter. At the cap, an
-    /// idle connection (left by HTTP exchanges to the same node) is closed to make room, and
-    /// an idle connection granted to a waiting dedicated checkout is closed and its slot used.
+    /// (in the flow of requests without a client). Never an idle connection, and the lease
+    /// never goes back idle: it closes when dropped (or released), which frees its slot for
+    /// the next waiter. At the cap, an idle connection (left by HTTP exchanges to the same
+    /// node) is closed to make room, and an idle connection granted to a waiting dedicated
+    /// checkout is closed and its slot used.
     ///
     /// `preamble` (a PROXY protocol header, or nothing) is written on the new TCP connection
     /// before anything else, TLS handshake included.

@@ -205,8 +205,9 @@ impl H2Node {
 
     /// Sends `request` on a stream: a free one on an open connection, one
     /// on a new connection under the cap, or one freed while this request
-    /// waits in the queue (in the flow of requests without a client). A connection that refuses it with GOAWAY
-    /// (nothing was processed) is drained and the request sent again.
+    /// waits in the queue (in the flow of requests without a client). A connection that
+    /// refuses it with GOAWAY (nothing was processed) is drained and the request sent
+    /// again.
     pub async fn send(
         self: &Arc<Self>,
         request: http::Request<()>,

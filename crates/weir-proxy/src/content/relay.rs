@@ -515,9 +515,9 @@ async fn relay_in_step(
     }
 }
 
-/// How [`read_ahead`] (or [`relay_in_step`]) ended: the body's bytes that went out, whether any did, how the
-/// client's side ended (gone, or stalled past the write timeout) and how the node's did
-/// (broken off, or the encoder failed).
+/// How [`read_ahead`] (or [`relay_in_step`]) ended: the body's bytes that went out,
+/// whether any did, how the client's side ended (gone, or stalled past the write timeout)
+/// and how the node's did (broken off, or the encoder failed).
 struct ReadAhead {
     sent: u64,
     body_out: bool,
@@ -584,7 +584,8 @@ async fn read_ahead(
                 break Ok(());
             }
             match pieces.next(upstream, &mut input).await {
-                Ok(Some(piece)) if !gone => {
+                // (The client may have gone while the node was read.)
+                Ok(Some(piece)) if !client_gone.load(Ordering::Acquire) => {
                     queue.lock().expect("queue").push_back(piece);
                     more.notify_one();
                 }
