@@ -88,7 +88,10 @@ impl Cache {
         Ok(removed)
     }
 
-    /// Purges the variants stored for `request`'s URL (the `PURGE` method).
+    /// Purges the variants stored for `request`'s URL (the `PURGE` method); returns how
+    /// many, with the fills in progress for the URL that the purge keeps out of the store
+    /// (a body of unknown length is stored only once complete, and a purge made meanwhile
+    /// keeps it out, docs/design/cache.md).
     pub fn purge_request(&self, request: &impl RequestView) -> usize {
         self.purges.fetch_add(1, Ordering::AcqRel);
         let mut key = Vec::new();
@@ -97,7 +100,7 @@ impl Cache {
         }
         let removed = self.store.remove_primary(&key);
         self.record_store();
-        removed
+        removed + self.flights.flying_for(&key)
     }
 
     /// Purges every object whose URL starts with `prefix` (an absolute URL

@@ -587,8 +587,9 @@ fn numbered_slow_chunks(_: &str, count: usize) -> Answer {
 }
 
 /// A purge made while a body of unknown length is still arriving (held out of the store
-/// until it is complete) reaches it: the object is not stored, and the next request gets
-/// the node's new answer, not the one from before the purge.
+/// until it is complete) reaches it: the `PURGE` says so (200, not 404), the object is not
+/// stored, and the next request gets the node's new answer, not the one from before the
+/// purge.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purge_during_a_fill_keeps_the_old_answer_out() {
     let node = CountingNode::start(numbered_slow_chunks, Duration::ZERO).await;
@@ -602,7 +603,7 @@ async fn a_purge_during_a_fill_keeps_the_old_answer_out() {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    request(&proxy, "PURGE", "/p", &[]).await;
+    assert_eq!(request(&proxy, "PURGE", "/p", &[]).await.status, 200);
     assert_eq!(filling.await.unwrap().body, b"version 0");
     let after = request(&proxy, "GET", "/p", &[]).await;
     assert_eq!(after.header("x-cache"), Some("MISS"));

@@ -119,7 +119,8 @@ impl std::fmt::Debug for PersistenceKey {
 impl Persistence {
     /// Builds a pool's persistence. `generated` signs cookies unless the
     /// config names its own key; `previous` (the last generation of the same
-    /// pool) hands over its learned table when the settings are unchanged.
+    /// pool) hands over its learned table when the settings are unchanged, and its
+    /// entries when only the table's bounds (`max_entries`, `timeout`) changed.
     pub fn new(
         config: &weir_config::Persistence,
         pool: &str,
@@ -139,10 +140,15 @@ impl Persistence {
                 (tokens, None)
             }
             _ => {
-                let table = previous
-                    .filter(|old| old.config == *config)
-                    .and_then(|old| old.table.clone())
-                    .unwrap_or_else(|| Arc::new(StickTable::new(config, epoch)));
+                let old = previous.and_then(|old| Some((old, old.table.as_ref()?)));
+                let table = match old {
+                    Some((old, table)) if old.config == *config => Arc::clone(table),
+                    // The same sessions, keyed the same way: only the bounds changed.
+                    Some((old, table)) if old.config.mode == config.mode => {
+                        Arc::new(StickTable::carried(table, config, epoch))
+                    }
+                    _ => Arc::new(StickTable::new(config, epoch)),
+                };
                 (Vec::new(), Some(table))
             }
         };
@@ -262,6 +268,43 @@ impl StickTable {
         }
     }
 
+    /// A table with `config`'s bounds holding `old`'s live entries: the most recently used
+    /// first when they do not all fit, none living longer than the new `timeout` from `now`.
+    fn carried(old: &StickTable, config: &weir_config::Persistence, now: Instant) -> StickTable {
+        let mut table = StickTable::new(config, old.epoch);
+        // The same hasher: an entry is keyed by its session's hash.
+        table.hasher = old.hasher.clone();
+        let now = old.nanos(now);
+        let mut live: Vec<(u64, Entry)> = old
+            .shards
+            .iter()
+            .flat_map(|shard| {
+                let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                shard
+                    .iter()
+                    .filter(|(_, entry)| entry.expires > now)
+                    .map(|(&hash, &entry)| (hash, entry))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        // An entry's expiry is its last use plus the old timeout: latest first is most
+        // recently used first.
+        live.sort_unstable_by_key(|(_, entry)| std::cmp::Reverse(entry.expires));
+        let latest = now.saturating_add(table.timeout.as_nanos() as u64);
+        for (hash, mut entry) in live {
+            let index = (hash >> 40) as usize % table.shards.len();
+            let bound = table.per_shard + usize::from(index < table.larger);
+            let shard = table.shards[index]
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner);
+            if shard.len() < bound {
+                entry.expires = entry.expires.min(latest);
+                shard.insert(hash, entry);
+            }
+        }
+        table
+    }
+
     fn len(&self) -> usize {
         self.shards
             .iter()
@@ -313,7 +356,8 @@ impl StickTable {
         (hash, &self.shards[index])
     }
 
-    /// The session's hash and the index of its shard.
+    /// The session's hash and the index of its shard (the hash's bits 40 and up, as
+    /// [`StickTable::carried`] also places them).
     fn locate_index(&self, session: &[u8]) -> (u64, usize) {
         let hash = self.hasher.hash_one(session);
         (hash, (hash >> 40) as usize % self.shards.len())

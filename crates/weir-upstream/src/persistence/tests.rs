@@ -328,3 +328,65 @@ fn the_table_is_bounded_and_survives_a_reload() {
         "same node, new index"
     );
 }
+
+#[test]
+fn a_reload_that_changes_only_the_bounds_keeps_the_learned_sessions() {
+    let nodes = nodes(2);
+    let now = Instant::now();
+    let key = PersistenceKey::generate();
+    let settings = config(PersistenceMode::ClientAddress);
+    let persistence = Persistence::new(&settings, "web", &nodes, &key, None, now);
+    let client = |index: u32| IpAddr::from((0xc000_0000 + index).to_be_bytes());
+    for index in 0..100u32 {
+        let node = (index % 2) as usize;
+        let when = now + Duration::from_millis(u64::from(index));
+        persistence.on_response(
+            &request(""),
+            &response(""),
+            node,
+            client(index),
+            false,
+            when,
+        );
+    }
+    let later = now + Duration::from_millis(200);
+    // Raised: every session carried, on its node.
+    let raised = weir_config::Persistence {
+        max_entries: NonZeroU32::new(5000).unwrap(),
+        ..settings.clone()
+    };
+    let reloaded = Persistence::new(&raised, "web", &nodes, &key, Some(&persistence), later);
+    assert_eq!(reloaded.remembered(), 100);
+    for index in 0..100u32 {
+        let expected = Some((index % 2) as usize);
+        assert_eq!(
+            reloaded.preferred(&request(""), client(index), &up, later),
+            expected
+        );
+    }
+    // Lowered: the most recently used sessions are kept, within the new bound.
+    let lowered = weir_config::Persistence {
+        max_entries: NonZeroU32::new(16).unwrap(),
+        ..settings.clone()
+    };
+    let small = Persistence::new(&lowered, "web", &nodes, &key, Some(&persistence), later);
+    assert!(small.remembered() <= 16 && small.remembered() > 0);
+    let oldest = small.preferred(&request(""), client(0), &up, later);
+    assert_eq!(oldest, None, "the least recently used went first");
+    // A shorter timeout bounds what is carried: past it from the reload, all are forgotten.
+    let brief = weir_config::Persistence {
+        timeout: Duration::from_secs(1),
+        ..settings.clone()
+    };
+    let short = Persistence::new(&brief, "web", &nodes, &key, Some(&persistence), later);
+    assert_eq!(
+        short.preferred(&request(""), client(99), &up, later),
+        Some(1)
+    );
+    let past = Instant::now() + Duration::from_secs(2);
+    assert_eq!(short.preferred(&request(""), client(98), &up, past), None);
+    // Another way of keying sessions starts afresh.
+    let other = config(PersistenceMode::AppHeader("x-session".into()));
+    let fresh = Persistence::new(&other, "web", &nodes, &key, Some(&persistence), later);
+    assert_eq!(fresh.remembered(), 0);
+}
