@@ -234,7 +234,10 @@ pub(crate) fn span_of(base: usize, head_len: usize, part: &[u8]) -> Result<(u32,
     }
 }
 
-/// `1*DIGIT` without sign, spaces or commas, fitting in a u64.
+/// `1*DIGIT` without sign, spaces or commas, at most 2^63 − 1: the most a signed 64-bit
+/// length holds, which is what other HTTP stacks keep it in (curl and nginx refuse larger
+/// values), so a larger one is refused here rather than passed on to a peer that cannot
+/// read it.
 pub(crate) fn parse_content_length(value: &[u8]) -> Option<u64> {
     if value.is_empty() {
         return None;
@@ -248,7 +251,7 @@ pub(crate) fn parse_content_length(value: &[u8]) -> Option<u64> {
             .checked_mul(10)?
             .checked_add(u64::from(byte - b'0'))?;
     }
-    Some(length)
+    (length <= i64::MAX as u64).then_some(length)
 }
 
 /// Every LF must follow a CR and every CR must precede an LF. `httparse`
@@ -443,11 +446,13 @@ mod tests {
         assert_eq!(parse_content_length(b"0"), Some(0));
         assert_eq!(parse_content_length(b"0012"), Some(12));
         assert_eq!(
-            parse_content_length(b"18446744073709551615"),
-            Some(u64::MAX)
+            parse_content_length(b"9223372036854775807"),
+            Some(i64::MAX as u64)
         );
         for bad in [
             &b""[..],
+            b"9223372036854775808",
+            b"18446744073709551615",
             b"18446744073709551616",
             b"+5",
             b"-5",

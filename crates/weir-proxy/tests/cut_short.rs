@@ -510,3 +510,38 @@ async fn a_node_broken_off_before_any_compressed_byte_is_a_502() {
     proxy.stop().await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// A node's `Content-Length` past 2^63 − 1 (more than curl, nginx or a signed 64-bit length
+/// can hold) is refused as the malformed answer it is, a 502, rather than passed on to a
+/// client that could not read it; 2^63 − 1 itself is a length like any other (a HEAD's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_length_past_what_a_signed_64_bit_length_holds_is_a_502() {
+    // Answers to a HEAD, so that no missing body makes the 502.
+    let node = truncating_node(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\n",
+        0,
+    )
+    .await;
+    let (proxy, log) = logged_proxy("huge-length", node, "").await;
+    let head = b"HEAD / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let received = exchange(proxy.addr, head).await;
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.1 502 "), "{text}");
+    proxy.stop().await;
+    let _ = std::fs::remove_file(&log);
+
+    let node = truncating_node(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775807\r\n\r\n",
+        0,
+    )
+    .await;
+    let (proxy, log) = logged_proxy("largest-length", node, "").await;
+    let received = exchange(proxy.addr, head).await;
+    let text = String::from_utf8_lossy(&received);
+    assert!(
+        text.starts_with("HTTP/1.1 200 ") && text.contains("9223372036854775807"),
+        "{text}"
+    );
+    proxy.stop().await;
+    let _ = std::fs::remove_file(&log);
+}
