@@ -263,7 +263,10 @@ fn parse_message(body: &[u8]) -> Result<ClientHello, HelloError> {
 }
 
 /// The `host_name` of a `server_name` extension (RFC 6066 §3): letters, digits, `-`, `_` and
-/// dots, lower-cased. Other name types are skipped.
+/// dots, lower-cased, without the one trailing dot RFC 6066 says is not sent but that
+/// rustls (which terminates the connection when no passthrough name matches) removes too,
+/// so that a connection is one name for passthrough, rules and logs alike. Other name
+/// types are skipped.
 fn server_name(data: &mut Reader<'_>) -> Result<Option<String>, HelloError> {
     let mut list = data.vec16("truncated server name list")?;
     if list.is_empty() || !data.is_empty() {
@@ -276,8 +279,14 @@ fn server_name(data: &mut Reader<'_>) -> Result<Option<String>, HelloError> {
         if name_type != NAME_TYPE_HOST {
             continue;
         }
+        let name = name.strip_suffix(b".").unwrap_or(name);
+        // Labels are not empty: no dot first or last (the one trailing dot is gone), none
+        // after another.
         let valid = !name.is_empty()
             && name.len() <= 253
+            && !name.starts_with(b".")
+            && !name.ends_with(b".")
+            && !name.windows(2).any(|pair| pair == b"..")
             && name
                 .iter()
                 .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));

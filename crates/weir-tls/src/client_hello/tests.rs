@@ -175,6 +175,27 @@ fn no_server_name_and_other_name_types() {
     );
 }
 
+/// A trailing dot is not part of the name (rustls, terminating, drops it too); upper case
+/// is lower-cased.
+#[test]
+fn a_trailing_dot_and_case_do_not_change_the_name() {
+    for sent in [&b"b.test."[..], b"B.Test.", b"b.test"] {
+        let hello = expect_complete(&records_of(&hello_message(&[sni(sent)]), 512));
+        assert_eq!(hello.server_name.as_deref(), Some("b.test"));
+    }
+    for malformed in [&b"."[..], b"b.test..", b".b.test", b"b..test"] {
+        let records = records_of(&hello_message(&[sni(malformed)]), 512);
+        assert!(
+            matches!(
+                read_client_hello(&records, MAX),
+                Err(HelloError::Malformed(_))
+            ),
+            "{:?}",
+            String::from_utf8_lossy(malformed)
+        );
+    }
+}
+
 #[test]
 fn rejections() {
     let records = |extensions: &[(u16, Vec<u8>)]| records_of(&hello_message(extensions), 512);
