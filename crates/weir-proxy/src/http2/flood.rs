@@ -8,7 +8,8 @@
 //! per frame (payloads are skipped, not read). What each bucket counts and
 //! why its bounds are what they are: `docs/design/http2.md` ("Defences").
 
-use std::time::Instant;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use weir_observe::Flood;
 
@@ -29,6 +30,18 @@ const EXCUSED_PING: f64 = 1.0 / 256.0;
 /// sustains 5,000 frames a second (100 per second ÷ 0.02), and one that dribbles a byte per
 /// frame to earn updates does not go on for ever.
 const DATA_FRAME_CREDIT: f64 = 1.98;
+
+/// A stream the client resets younger than this counts towards `rapid_reset`; an older one
+/// is an ordinary cancel (a gRPC deadline, a page left), not the attack, which resets each
+/// stream as soon as it is opened so that the concurrency bound never holds it back. With
+/// every stream living at least this long, `max_concurrent_streams` bounds the streams a
+/// client can start per second. The same age Envoy calls a reset premature.
+const PREMATURE_RESET: Duration = Duration::from_secs(1);
+
+/// Streams remembered as young, at most: a client cannot have more open at once than its
+/// concurrency bound (at most a few hundred), and the rapid-reset pattern resets the stream
+/// it just opened, always among the newest.
+const YOUNG_STREAMS: usize = 1024;
 
 /// Frames weir acts on not at all that each request (HEADERS frame) from the client
 /// explains: a PRIORITY and a PRIORITY_UPDATE (RFC 9218) for it.
@@ -60,7 +73,8 @@ pub(crate) struct Budget {
 /// The bounds the watcher enforces.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct FloodLimits {
-    /// RST_STREAM frames from the client.
+    /// RST_STREAM frames from the client for streams it opened less than
+    /// [`PREMATURE_RESET`] before.
     pub resets: Budget,
     /// SETTINGS frames that are not acknowledgements.
     pub settings: Budget,
@@ -170,6 +184,11 @@ pub(crate) struct FrameWatch {
     header: [u8; FRAME_HEADER],
     /// CONTINUATION frames seen in the open header block, if one is open.
     block: Option<u32>,
+    /// Streams the client opened less than [`PREMATURE_RESET`] ago (or not yet pruned),
+    /// by id, oldest first (a client's stream ids only grow), with when.
+    young: VecDeque<(u32, Instant)>,
+    /// The highest stream id the client opened.
+    last_opened: u32,
     resets: Bucket,
     settings: Bucket,
     pings: Bucket,
@@ -204,6 +223,8 @@ impl FrameWatch {
             position: Position::Preface(0),
             header: [0; FRAME_HEADER],
             block: None,
+            young: VecDeque::new(),
+            last_opened: 0,
             resets: Bucket::new(),
             settings: Bucket::new(),
             pings: Bucket::new(),
@@ -352,6 +373,12 @@ impl FrameWatch {
             | usize::from(self.header[1]) << 8
             | usize::from(self.header[2]);
         let (kind, flags) = (self.header[3], self.header[4]);
+        let stream = u32::from_be_bytes([
+            self.header[5] & 0x7f,
+            self.header[6],
+            self.header[7],
+            self.header[8],
+        ]);
         let limits = self.limits;
         let flood = match kind {
             DATA => {
@@ -362,13 +389,14 @@ impl FrameWatch {
                 empty && self.empty.add(limits.empty_frames, 1.0, now)
             }
             HEADERS => {
+                self.opened(stream, now);
                 self.ignored.level = (self.ignored.level - HEADERS_IGNORED_CREDIT).max(0.0);
                 self.block = (flags & END_HEADERS == 0).then_some(0);
                 (length == 0 && flags & END_HEADERS == 0)
                     && self.empty.add(limits.empty_frames, 1.0, now)
             }
             CONTINUATION => self.continuation(length, flags, now),
-            RST_STREAM => self.resets.add(limits.resets, 1.0, now),
+            RST_STREAM => self.premature(stream, now) && self.resets.add(limits.resets, 1.0, now),
             SETTINGS => flags & ACK == 0 && self.settings.add(limits.settings, 1.0, now),
             PING => {
                 let weight = match std::mem::take(&mut self.answered_since_ping) {
@@ -395,6 +423,38 @@ impl FrameWatch {
             });
         }
         length
+    }
+
+    /// A HEADERS frame on `stream`: a new stream when its id is higher than any before (a
+    /// later HEADERS frame on a stream is its trailers).
+    fn opened(&mut self, stream: u32, now: Instant) {
+        if stream <= self.last_opened {
+            return;
+        }
+        self.last_opened = stream;
+        self.prune(now);
+        if self.young.len() == YOUNG_STREAMS {
+            self.young.pop_front();
+        }
+        self.young.push_back((stream, now));
+    }
+
+    /// Whether a reset of `stream` is premature: the client opened it less than
+    /// [`PREMATURE_RESET`] ago. A reset of a stream it never opened is the codec's to refuse.
+    fn premature(&mut self, stream: u32, now: Instant) -> bool {
+        self.prune(now);
+        self.young
+            .binary_search_by_key(&stream, |&(id, _)| id)
+            .is_ok()
+    }
+
+    fn prune(&mut self, now: Instant) {
+        while let Some(&(_, opened)) = self.young.front() {
+            if now.saturating_duration_since(opened) < PREMATURE_RESET {
+                break;
+            }
+            self.young.pop_front();
+        }
     }
 
     fn continuation(&mut self, length: usize, flags: u8, now: Instant) -> bool {

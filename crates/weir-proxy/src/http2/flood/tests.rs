@@ -28,7 +28,11 @@ fn each_flood_is_named() {
     let now = Instant::now();
     let cases = [
         (
-            frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]),
+            [
+                frame(HEADERS, END_HEADERS, 1, b"x"),
+                frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]),
+            ]
+            .concat(),
             Flood::RapidReset,
             201,
         ),
@@ -247,4 +251,61 @@ fn priority_frames_with_requests_are_not_a_flood() {
         bytes.extend(frame(0x10, 0, 0, &[0, 0, 0, 1, b'u', b'=', b'1']));
         assert_eq!(watch.received(&bytes, now), None, "request {stream}");
     }
+}
+
+/// Streams reset as soon as the client opened them (CVE-2023-44487) count; cancels of
+/// streams that lived a second or more (gRPC calls reaching their deadline at a slow node,
+/// 100 at a time) do not, however many; resets of streams never opened do not either.
+#[test]
+fn only_premature_resets_count_as_a_rapid_reset() {
+    let headers = |id: u32| frame(HEADERS, END_HEADERS, id, b"x");
+    let reset = |id: u32| frame(RST_STREAM, 0, id, &[0, 0, 0, 8]);
+    // Each stream opened, then reset `lifetime` later, one opened every 10 ms (100 open at
+    // once for a 1 s lifetime); the first verdict and after how many resets.
+    let run = |lifetime: Duration| {
+        let mut watch = watcher();
+        let start = Instant::now();
+        let step = Duration::from_millis(10);
+        let lag = (lifetime.as_millis() / step.as_millis()) as u32;
+        for n in 0..3000u32 {
+            let now = start + step * n;
+            if let Some(flood) = watch.received(&headers(2 * n + 1), now) {
+                return Some((flood, n));
+            }
+            if n >= lag {
+                let old = 2 * (n - lag) + 1;
+                if let Some(flood) = watch.received(&reset(old), now) {
+                    return Some((flood, n - lag + 1));
+                }
+            }
+        }
+        None
+    };
+    assert_eq!(
+        run(Duration::from_millis(1100)),
+        None,
+        "deadlines past a second"
+    );
+    assert_eq!(run(Duration::from_secs(5)), None);
+    // Half a second: 100 premature resets a second, past the budget's 50.
+    assert!(matches!(
+        run(Duration::from_millis(500)),
+        Some((Flood::RapidReset, _))
+    ));
+    // Each stream reset at once, 100 a second: past the burst of 200 as the bucket drains
+    // at 50 a second.
+    assert_eq!(run(Duration::ZERO), Some((Flood::RapidReset, 400)));
+    // The attack at full speed: at the burst.
+    let mut watch = watcher();
+    let now = Instant::now();
+    let tripped = (0..1000u32).find_map(|n| {
+        watch.received(&headers(2 * n + 1), now);
+        watch
+            .received(&reset(2 * n + 1), now)
+            .map(|flood| (flood, n + 1))
+    });
+    assert_eq!(tripped, Some((Flood::RapidReset, 201)));
+    // Resets of streams the client never opened are the codec's protocol errors.
+    let mut watch = watcher();
+    assert_eq!(flood(&mut watch, &reset(99), 5000, Instant::now()), None);
 }
