@@ -97,6 +97,10 @@ struct Shared {
     stop: Option<oneshot::Sender<()>>,
     /// When the node's SETTINGS are known (an extended CONNECT waits for them).
     settled: connection::Settled,
+    /// The node's SETTINGS are applied: until then the connection carries the stream of
+    /// the request that opened it and no other, since the codec assumes `max_streams` and
+    /// a node that allows fewer would refuse the rest.
+    known: bool,
     /// Padded empty DATA frames the node sent on it, which the codec counts (see
     /// `empty_data`): with its open streams, at most [`empty_data::RETIRE_AT`].
     empty_data: Arc<std::sync::atomic::AtomicU32>,
@@ -109,8 +113,12 @@ impl Shared {
     /// without room here always has streams that will end).
     fn has_room(&self, max: u32) -> bool {
         let empty = self.empty_data.load(Ordering::Relaxed);
+        let max = match self.known {
+            true => max.min(self.send.current_max_send_streams() as u32),
+            false => 1,
+        };
         !self.draining
-            && self.streams < max.min(self.send.current_max_send_streams() as u32)
+            && self.streams < max
             && self.streams.saturating_add(empty) < empty_data::RETIRE_AT
     }
 }
@@ -358,7 +366,14 @@ impl H2Node {
         if let Some(taken) = self.take_stream(&mut state) {
             return taken;
         }
-        if (state.connections.len() as u32) + state.connecting < self.settings.max_connections {
+        // A connection being opened will carry streams for others too: a burst of requests
+        // waits for it rather than each opening a connection of its own.
+        let coming = self.coming_streams(&state);
+        let queue_length = self.settings.queue_length as usize;
+        let waits_for_one = state.waiters.len() < coming.min(queue_length);
+        if !waits_for_one
+            && (state.connections.len() as u32) + state.connecting < self.settings.max_connections
+        {
             state.connecting += 1;
             self.set_open_gauge(&state);
             return Taken::Slot;
@@ -383,6 +398,49 @@ impl H2Node {
         // The request pushed out learns it when its sender drops.
         drop(pushed_out);
         Taken::Queued(flow, id, receiver)
+    }
+
+    /// Streams the connections being opened, or open but whose node has not said yet how
+    /// many it allows, are expected to have for waiters: `max_streams` each, less those
+    /// taken (a connection being opened has one, for the request that opens it).
+    fn coming_streams(&self, state: &State) -> usize {
+        let max = self.settings.max_streams as usize;
+        let connecting = (state.connecting as usize).saturating_mul(max.saturating_sub(1));
+        let unsettled: usize = state
+            .connections
+            .iter()
+            .filter(|c| !c.known && !c.draining)
+            .map(|c| max.saturating_sub(c.streams as usize))
+            .sum();
+        connecting + unsettled
+    }
+
+    /// The node's SETTINGS on connection `id` are applied: its streams go to waiters, and
+    /// waiters it has no room for open connections of their own.
+    fn settled(&self, id: u64) {
+        let mut state = self.lock();
+        let Some(shared) = state.connections.iter_mut().find(|c| c.id == id) else {
+            // Not in the pool yet: it reads the settled flag as it goes in.
+            return;
+        };
+        shared.known = true;
+        self.grant_streams(&mut state);
+        self.open_for_waiters(&mut state);
+    }
+
+    /// Waiters that no connection, open or coming, has a stream for (a node that allows
+    /// fewer streams than `max_streams`, a connect that failed) get slots to open
+    /// connections of their own, under the cap.
+    fn open_for_waiters(&self, state: &mut State) {
+        while state.waiters.len() > self.coming_streams(state)
+            && (state.connections.len() as u32) + state.connecting < self.settings.max_connections
+        {
+            if !self.grant(state, Grant::Slot) {
+                break;
+            }
+            state.connecting += 1;
+        }
+        self.set_open_gauge(state);
     }
 
     /// A free stream on the oldest connection that has one (packing streams
@@ -424,6 +482,7 @@ impl H2Node {
         match connection::open(self, id).await {
             Ok(opened) => {
                 let send = opened.send;
+                let known = *opened.settled.borrow();
                 let mut state = self.lock();
                 state.connecting -= 1;
                 state.connections.push(Shared {
@@ -434,12 +493,15 @@ impl H2Node {
                     draining: false,
                     idle_since: Instant::now(),
                     stop: Some(opened.stop),
+                    known,
                     settled: opened.settled,
                     empty_data: opened.empty_data,
                 });
                 self.h2_metrics.streams_open.inc();
-                // The new connection may carry waiters' streams at once.
+                // The new connection may carry waiters' streams at once; those it has no
+                // room for open connections of their own.
                 self.grant_streams(&mut state);
+                self.open_for_waiters(&mut state);
                 drop(state);
                 self.metrics.connections_created.inc();
                 Ok(self.lease(id, send, false))

@@ -156,6 +156,9 @@ async fn drive<T>(
         .map(|()| Instant::now());
     if ping_sent.is_none() {
         settled.send_replace(true);
+        if let Some(node) = node.upgrade() {
+            node.settled(id);
+        }
     }
     // `ping_interval` zero: no PING after the first. gRPC servers in Go strike a client
     // that pings a connection more often than every 5 minutes while they send nothing
@@ -201,6 +204,9 @@ async fn drive<T>(
                     break;
                 }
                 settled.send_replace(true);
+                if let Some(node) = node.upgrade() {
+                    node.settled(id);
+                }
             }
             _ = ticker.tick() => {
                 let now = Instant::now();

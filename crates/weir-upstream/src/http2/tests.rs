@@ -472,3 +472,70 @@ async fn futures_outcomes(
     }
     outcomes
 }
+
+/// A burst of requests with no connection open yet waits for the connections being opened
+/// (each carries `max_streams`) instead of opening one each: 30 requests at 10 streams a
+/// connection take 3 connections, not the cap's 8.
+#[tokio::test]
+async fn a_burst_waits_for_the_connections_being_opened() {
+    let server = server(None).await;
+    let (node, _metrics) = node(server.address, settings(8, 10, 100));
+    let tasks: Vec<_> = (0..30)
+        .map(|_| tokio::spawn(exchange(Arc::clone(&node))))
+        .collect();
+    wait_for("30 streams", || node.streams() == 30).await;
+    assert_eq!(node.open(), 3);
+    assert_eq!(server.connections.load(Ordering::SeqCst), 3);
+    server.gate.add_permits(30);
+    for task in tasks {
+        assert_eq!(&task.await.unwrap().expect("served")[..], b"ok");
+    }
+}
+
+/// A node that allows fewer streams than `max_streams`: the requests a new connection has
+/// no room for open connections of their own (under the cap) rather than wait.
+#[tokio::test]
+async fn waiters_a_new_connection_cannot_carry_open_their_own() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Semaphore::new(0));
+    let (count, permits) = (Arc::clone(&connections), Arc::clone(&gate));
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let permits = Arc::clone(&permits);
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::Builder::new()
+                    .max_concurrent_streams(2)
+                    .handshake::<_, Bytes>(tcp)
+                    .await
+                else {
+                    return;
+                };
+                while let Some(Ok((_, mut respond))) = connection.accept().await {
+                    let permits = Arc::clone(&permits);
+                    tokio::spawn(async move {
+                        let _permit = permits.acquire().await;
+                        let response = http::Response::new(());
+                        if let Ok(mut body) = respond.send_response(response, false) {
+                            let _ = body.send_data(Bytes::from_static(b"ok"), true);
+                        }
+                    });
+                }
+            });
+        }
+    });
+    let (node, _metrics) = node(address, settings(8, 10, 100));
+    let tasks: Vec<_> = (0..6)
+        .map(|_| tokio::spawn(exchange(Arc::clone(&node))))
+        .collect();
+    wait_for("three connections", || {
+        connections.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    gate.add_permits(6);
+    for task in tasks {
+        assert_eq!(&task.await.unwrap().expect("served")[..], b"ok");
+    }
+}
