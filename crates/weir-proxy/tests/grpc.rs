@@ -145,6 +145,14 @@ impl tonic::server::ServerStreamingService<Bytes> for Expand {
                     parts.push(Err(Status::aborted("boom after the parts before it")));
                     break;
                 }
+                if part == "details" {
+                    // Rich error details: trailers larger than a head.
+                    let details = Bytes::from(vec![b'd'; 12_000]);
+                    let status =
+                        Status::with_details(Code::FailedPrecondition, "with details", details);
+                    parts.push(Err(status));
+                    break;
+                }
                 parts.push(Ok(Bytes::from(part.to_owned())));
             }
             let stream: BoxStream<Bytes> = Box::pin(tokio_stream::iter(parts));
@@ -380,6 +388,23 @@ async fn every_kind_of_call(grpc: &mut tonic::client::Grpc<Channel>) {
     let aborted = end.expect_err("ended by the status in the trailers");
     assert_eq!(aborted.code(), Code::Aborted, "{aborted:?}");
     assert_eq!(aborted.message(), "boom after the parts before it");
+    // A status with 12 KB of details (base64 in `grpc-status-details-bin`, 16 KB of
+    // trailers) after a message reaches the client whole.
+    grpc.ready().await.expect("ready");
+    let call = grpc.server_streaming(
+        Request::new(Bytes::from_static(b"x,details")),
+        PathAndQuery::from_static(EXPAND),
+        RawCodec,
+    );
+    let stream = tokio::time::timeout(CALL, call)
+        .await
+        .expect("in time")
+        .expect("head OK");
+    let (messages, end) = drain(stream.into_inner()).await;
+    assert_eq!(messages, strings(&["x"]));
+    let detailed = end.expect_err("ended by the status in the trailers");
+    assert_eq!(detailed.code(), Code::FailedPrecondition, "{detailed:?}");
+    assert_eq!(detailed.details().len(), 12_000);
 
     // Client streaming.
     grpc.ready().await.expect("ready");
@@ -437,8 +462,8 @@ async fn tonic_calls_of_every_kind_cross_weir_over_h2c_and_tls() {
         every_kind_of_call(&mut grpc).await;
     }
     // The access log: one record per call, with its gRPC status (0 OK,
-    // 7 PERMISSION_DENIED, 10 ABORTED), over both virtual servers.
-    let once = strings(&["0", "7", "0", "10", "0", "0"]);
+    // 7 PERMISSION_DENIED, 10 ABORTED, 9 FAILED_PRECONDITION), over both virtual servers.
+    let once = strings(&["0", "7", "0", "10", "9", "0", "0"]);
     let mut both: Vec<String> = once.iter().chain(once.iter()).cloned().collect();
     both.sort();
     assert_eq!(setup.logged_statuses(both.len()).await, both);
