@@ -77,6 +77,16 @@ pub(crate) struct ConnectionLimits {
     pub max_streams: Option<u32>,
 }
 
+/// Streams at work on one connection at most: `max_concurrent_streams`, which the codec
+/// holds the client to, and a quarter more for streams the client has reset that are
+/// still finishing here. A gRPC client whose calls reach their deadline resets one and
+/// opens the next at once, and before weir's stream has seen its reset the new one would
+/// otherwise be refused (an audit: 88 of 1,375 such calls refused, at 99 open of 100).
+fn work_bound(settings: &Http2) -> usize {
+    let max = settings.max_concurrent_streams as usize;
+    max + max / 4
+}
+
 /// The codec's settings for a virtual server.
 fn builder(settings: &Http2) -> h2::server::Builder {
     let mut builder = h2::server::Builder::new();
@@ -249,12 +259,9 @@ impl Driver {
             return;
         }
         let used_up = timing.max_streams.is_some_and(|max| self.served >= max);
-        if used_up
-            || self.active.load(Ordering::Acquire) >= settings.max_concurrent_streams as usize
-        {
-            // Streams the client reset are closed for the codec but may
-            // still be at work here: the work per connection stays
-            // within max_concurrent_streams whatever the client resets.
+        if used_up || self.active.load(Ordering::Acquire) >= work_bound(settings) {
+            // Streams the client reset are closed for the codec but may still be at work
+            // here: the work per connection stays bounded whatever the client resets.
             respond.send_reset(Reason::REFUSED_STREAM);
             return;
         }

@@ -416,14 +416,15 @@ impl StreamHandler for Stall {
 }
 
 /// Streams the client reset are closed for the codec but still at work in
-/// weir: past `max_concurrent_streams` of them, new streams are refused, so a
-/// client cannot pile up work by resetting (rapid reset below its flood bound).
+/// weir: past `max_concurrent_streams` and a quarter more of them, new streams are
+/// refused, so a client cannot pile up work by resetting (rapid reset below its
+/// flood bound).
 #[tokio::test]
 async fn streams_still_at_work_count_against_the_concurrency_limit() {
     let (client, server) = tokio::io::duplex(1 << 20);
     let (_shutdown, signal) = weir_core::Shutdown::new();
     let limited = Http2 {
-        max_concurrent_streams: 2,
+        max_concurrent_streams: 8,
         ..settings()
     };
     tokio::spawn(async move {
@@ -448,9 +449,14 @@ async fn streams_still_at_work_count_against_the_concurrency_limit() {
             .body(())
             .expect("valid request")
     };
-    for _ in 0..2 {
+    for n in 0..10 {
         sender = sender.ready().await.expect("ready");
-        let (response, _) = sender.send_request(request(), true).expect("sent");
+        let (mut response, _) = sender.send_request(request(), true).expect("sent");
+        if n >= 8 {
+            // Admitted (the handler stalls): no refusal comes.
+            let answered = tokio::time::timeout(Duration::from_millis(200), &mut response).await;
+            assert!(answered.is_err(), "stream {n}: {answered:?}");
+        }
         // Dropping the response resets the stream (CANCEL).
         drop(response);
     }
