@@ -87,6 +87,10 @@ fn work_bound(settings: &Http2) -> usize {
     max + max / 4
 }
 
+/// Turns of the scheduler a new stream waits for streams the client reset to finish
+/// before the work bound refuses it.
+const YIELDS_BEFORE_REFUSING: usize = 4;
+
 /// The codec's settings for a virtual server.
 fn builder(settings: &Http2) -> h2::server::Builder {
     let mut builder = h2::server::Builder::new();
@@ -183,6 +187,15 @@ pub(crate) async fn serve<S, H>(
             accepted = connection.accept() => match accepted {
                 Some(Ok((request, respond))) => {
                     metrics.streams.inc();
+                    // Streams the client reset just before (their RST_STREAM came with
+                    // this HEADERS) are woken but may not have finished yet: a few turns of
+                    // the scheduler let them, before the work bound refuses this one.
+                    for _ in 0..YIELDS_BEFORE_REFUSING {
+                        if driver.active.load(Ordering::Acquire) < work_bound(settings) {
+                            break;
+                        }
+                        tokio::task::yield_now().await;
+                    }
                     driver.admit(&handler, (request, respond), &mut connection, (settings, timing));
                 }
                 Some(Err(error)) => {
