@@ -35,6 +35,9 @@ pub struct Cache {
     /// Purges made so far (of any kind): a fill held out of the store while it received
     /// its body is not stored if one came meanwhile ([`crate::fill::Fill::finish`]).
     purges: AtomicU64,
+    /// Fills held out of the store while they receive their body (bodies of unknown
+    /// length), by primary key: what a `PURGE` of their URL keeps out of the store.
+    tee_fills: std::sync::Mutex<std::collections::HashMap<Arc<[u8]>, u32>>,
     pub(crate) metrics: CacheMetrics,
     pub(crate) compression: CompressionMetrics,
     settings: StoreSettings,
@@ -52,6 +55,7 @@ impl Cache {
             flights: Flights::new(),
             bans: Bans::default(),
             purges: AtomicU64::new(0),
+            tee_fills: std::sync::Mutex::default(),
             metrics,
             compression,
             settings,
@@ -89,9 +93,10 @@ impl Cache {
     }
 
     /// Purges the variants stored for `request`'s URL (the `PURGE` method); returns how
-    /// many, with the fills in progress for the URL that the purge keeps out of the store
-    /// (a body of unknown length is stored only once complete, and a purge made meanwhile
-    /// keeps it out, docs/design/cache.md).
+    /// many, with the fills of the URL receiving their body out of the store, which the
+    /// purge keeps out (a body of unknown length is stored only once complete, and a purge
+    /// made meanwhile keeps it out, docs/design/cache.md). A request still waiting for the
+    /// node's head is not among them: what it gets is newer than the purge.
     pub fn purge_request(&self, request: &impl RequestView) -> usize {
         self.purges.fetch_add(1, Ordering::AcqRel);
         let mut key = Vec::new();
@@ -100,7 +105,30 @@ impl Cache {
         }
         let removed = self.store.remove_primary(&key);
         self.record_store();
-        removed + self.flights.flying_for(&key)
+        let filling = self.lock_tee_fills().get(&key[..]).copied().unwrap_or(0);
+        removed + filling as usize
+    }
+
+    fn lock_tee_fills(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<Arc<[u8]>, u32>> {
+        // Counts change whole: a poisoned map is still consistent.
+        self.tee_fills
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A fill of `primary` is held out of the store until its body is complete; counted
+    /// until the returned guard drops.
+    pub(crate) fn tee_fill(self: &Arc<Self>, primary: &Arc<[u8]>) -> TeeFill {
+        *self
+            .lock_tee_fills()
+            .entry(Arc::clone(primary))
+            .or_insert(0) += 1;
+        TeeFill {
+            cache: Arc::clone(self),
+            primary: Arc::clone(primary),
+        }
     }
 
     /// Purges every object whose URL starts with `prefix` (an absolute URL
@@ -175,5 +203,24 @@ impl Cache {
         let stats = self.store.stats();
         self.metrics.bytes_stored.set(stats.bytes as i64);
         self.metrics.objects.set(stats.objects as i64);
+    }
+}
+
+/// A fill held out of the store while it receives its body ([`Cache::tee_fill`]).
+#[derive(Debug)]
+pub(crate) struct TeeFill {
+    cache: Arc<Cache>,
+    primary: Arc<[u8]>,
+}
+
+impl Drop for TeeFill {
+    fn drop(&mut self) {
+        let mut fills = self.cache.lock_tee_fills();
+        if let Some(count) = fills.get_mut(&self.primary) {
+            *count -= 1;
+            if *count == 0 {
+                fills.remove(&self.primary);
+            }
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::cache::Cache;
+use crate::cache::{Cache, TeeFill};
 use crate::compress::{Compressor, HeadEdits};
 use crate::date::UnixTime;
 use crate::flight::FlightGuard;
@@ -53,6 +53,9 @@ enum FillMode {
         /// since are tested on the stored object, and a purge since keeps it out.
         bans: u64,
         purges: u64,
+        /// Counted among the cache's fills of the URL while this one lasts (a `PURGE` of
+        /// it says it reached one).
+        _counted: TeeFill,
     },
     /// Storing was given up; bytes still pass for the client.
     Abandoned,
@@ -115,11 +118,13 @@ impl Fill {
         let Some(reserve) =
             reserve.filter(|reserve| *reserve <= self.limit + self.limit / 64 + 1024)
         else {
+            let counted = self.cache.tee_fill(&pending.primary);
             self.mode = FillMode::Tee {
                 pending: Box::new(pending),
                 chunks: Vec::new(),
                 bans: self.cache.bans.latest(),
                 purges: self.cache.purges(),
+                _counted: counted,
             };
             return;
         };
@@ -261,6 +266,7 @@ impl Fill {
                 chunks,
                 bans,
                 purges,
+                ..
             } => {
                 // Out of the store while it filled, the object was out of a purge's reach:
                 // one made meanwhile may have been meant for it. Bans added meanwhile are

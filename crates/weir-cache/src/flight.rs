@@ -174,26 +174,6 @@ impl Flights {
         flying
     }
 
-    /// Flights in progress for a primary key, whatever their secondary key (the coalescing
-    /// key is the primary key, a 0 byte, and the secondary key).
-    pub fn flying_for(&self, primary: &[u8]) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| {
-                let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-                shard
-                    .flying
-                    .keys()
-                    .filter(|key| {
-                        key.len() > primary.len()
-                            && key.starts_with(primary)
-                            && key[primary.len()] == 0
-                    })
-                    .count()
-            })
-            .sum()
-    }
-
     /// Pass markers held now, expired ones not yet dropped included.
     pub fn passes(&self) -> usize {
         self.shards

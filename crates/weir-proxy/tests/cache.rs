@@ -667,6 +667,48 @@ async fn a_fill_of_unknown_length_goes_on_when_its_client_leaves() {
     Arc::try_unwrap(proxy).ok().unwrap().stop().await;
 }
 
+/// A `PURGE` says 200 when it reached a fill receiving its body out of the store, with
+/// coalescing off as well as on; one sent while the node has not answered yet reaches no
+/// fill (the answer to come is newer than the purge): 404, and that answer is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_says_whether_it_reached_a_fill() {
+    let node = CountingNode::start(numbered_slow_chunks, Duration::ZERO).await;
+    let uncoalesced = format!("{CACHE}coalesce = false\n");
+    let proxy = Arc::new(proxy_for(&node, &uncoalesced).await);
+    let filling = {
+        let proxy = Arc::clone(&proxy);
+        tokio::spawn(async move { request(&proxy, "GET", "/u", &[]).await })
+    };
+    until("the fill started", Duration::from_secs(5), || {
+        node.requests() == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(request(&proxy, "PURGE", "/u", &[]).await.status, 200);
+    assert_eq!(filling.await.unwrap().body, b"version 0");
+    let after = request(&proxy, "GET", "/u", &[]).await;
+    assert_eq!(after.header("x-cache"), Some("MISS"));
+    Arc::try_unwrap(proxy).ok().unwrap().stop().await;
+
+    let slow = CountingNode::start(fresh, Duration::from_millis(600)).await;
+    let proxy = Arc::new(proxy_for(&slow, CACHE).await);
+    let waiting = {
+        let proxy = Arc::clone(&proxy);
+        tokio::spawn(async move { request(&proxy, "GET", "/w", &[]).await })
+    };
+    until(
+        "the request reached the node",
+        Duration::from_secs(5),
+        || slow.requests() == 1,
+    )
+    .await;
+    assert_eq!(request(&proxy, "PURGE", "/w", &[]).await.status, 404);
+    assert_eq!(waiting.await.unwrap().status, 200);
+    let stored = request(&proxy, "GET", "/w", &[]).await;
+    assert_eq!(stored.header("x-cache"), Some("HIT"));
+    Arc::try_unwrap(proxy).ok().unwrap().stop().await;
+}
+
 fn four_mib_chunked(_: &str, _: usize) -> Answer {
     Answer::ok(&vec![b'x'; 4 << 20])
         .field("Cache-Control", "max-age=60")
