@@ -160,6 +160,12 @@ async fn passthrough(stream: &TcpStream, vs: &VirtualServerRuntime, client: &mut
             vs.layer4.client_hello("default_pool");
             return Route::Own;
         }
+        // A tls or https virtual server's own TLS refuses it with the alert TLS asks for
+        // (RFC 8446 §6), where a close with the hello unread would be a reset.
+        Ok(Err(error @ HelloError::Malformed(_))) if vs.config.protocol != Protocol::Tcp => {
+            vs.layer4.client_hello(error.as_str());
+            return Route::Own;
+        }
         Ok(Err(error)) => return refuse(vs, client, error.as_str()),
         Err(PeekError::Closed) => return refuse(vs, client, "closed"),
         // A client that sent nothing waits for the server to speak first (SMTP, MySQL):

@@ -162,11 +162,38 @@ async fn one_port_passes_some_names_through_and_terminates_the_rest() {
         .unwrap();
     let response = weir_testkit::tls::get(&mut stream, "/").await.unwrap();
     assert_eq!(response.status, 200);
+    // A name with an empty label is refused by weir's TLS with an alert, not a reset.
+    let mut malformed = client_hello("aa.example");
+    let at = malformed
+        .windows(10)
+        .position(|window| window == b"aa.example")
+        .expect("the name in the hello");
+    malformed[at..at + 10].copy_from_slice(b"a..example");
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, &malformed)
+        .await
+        .unwrap();
+    let mut answer = [0u8; 1];
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(&mut stream, &mut answer),
+    )
+    .await
+    .expect("answered in time");
+    assert!(matches!(read, Ok(1)), "{read:?}");
+    assert_eq!(answer[0], 0x15, "a TLS alert record");
     let text = proxy.metrics.encode();
     assert_eq!(
         metric(
             &text,
             "weir_client_hellos_total{virtual_server=\"s\",result=\"terminated\"}"
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "weir_client_hellos_total{virtual_server=\"s\",result=\"malformed\"}"
         ),
         1
     );
