@@ -97,9 +97,10 @@ struct Shared {
     stop: Option<oneshot::Sender<()>>,
     /// When the node's SETTINGS are known (an extended CONNECT waits for them).
     settled: connection::Settled,
-    /// The node's SETTINGS are applied: until then the connection carries the stream of
-    /// the request that opened it and no other, since the codec assumes `max_streams` and
-    /// a node that allows fewer would refuse the rest.
+    /// The node's SETTINGS are applied (the codec has processed the node's first frame,
+    /// or answered its first PING): until then the connection carries the stream of the
+    /// request that opened it and no other, since the codec assumes `max_streams` and a
+    /// node that allows fewer would refuse the rest.
     known: bool,
     /// Padded empty DATA frames the node sent on it, which the codec counts (see
     /// `empty_data`): with its open streams, at most [`empty_data::RETIRE_AT`].
@@ -415,8 +416,10 @@ impl H2Node {
         connecting + unsettled
     }
 
-    /// The node's SETTINGS on connection `id` are applied: its streams go to waiters, and
-    /// waiters it has no room for open connections of their own.
+    /// The node's SETTINGS on connection `id` are applied (told by the connection's stream
+    /// once the codec has processed the node's first frame, and by its driver when the
+    /// first PING is answered): its streams go to waiters, and waiters it has no room for
+    /// open connections of their own.
     fn settled(&self, id: u64) {
         let mut state = self.lock();
         let Some(shared) = state.connections.iter_mut().find(|c| c.id == id) else {
@@ -482,8 +485,11 @@ impl H2Node {
         match connection::open(self, id).await {
             Ok(opened) => {
                 let send = opened.send;
-                let known = *opened.settled.borrow();
                 let mut state = self.lock();
+                // Read under the lock: `settled` takes it too, so a connection whose
+                // settings come meanwhile is either known here or found by it.
+                let known = *opened.settled.borrow()
+                    || opened.applied.load(std::sync::atomic::Ordering::Acquire);
                 state.connecting -= 1;
                 state.connections.push(Shared {
                     id,

@@ -37,6 +37,9 @@ pub(super) struct Opened {
     pub send: SendRequest<Bytes>,
     pub stop: oneshot::Sender<()>,
     pub settled: Settled,
+    /// Set once the codec has processed the node's first frame, its SETTINGS (sooner than
+    /// `settled`, which waits for a PING's answer; `empty_data::Watched` sets it).
+    pub applied: Arc<std::sync::atomic::AtomicBool>,
     /// Padded empty DATA frames the node sent on it so far (the ones the codec sees).
     pub empty_data: Arc<std::sync::atomic::AtomicU32>,
 }
@@ -98,10 +101,11 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
     let left = timeout.saturating_sub(started.elapsed());
     // Empty DATA frames kept from the codec's lifetime bound on them (`empty_data`).
     let empty_data = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let applied = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stream = super::empty_data::Watched::new(
         stream,
         (Arc::downgrade(node), id),
-        Arc::clone(&empty_data),
+        (Arc::clone(&empty_data), Arc::clone(&applied)),
     );
     let (send, connection) = match tokio::time::timeout(left, builder.handshake(stream)).await {
         Ok(Ok(pair)) => pair,
@@ -119,6 +123,7 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
         send,
         stop,
         settled,
+        applied,
         empty_data,
     })
 }

@@ -17,7 +17,7 @@
 //! once its streams are done.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
@@ -56,6 +56,8 @@ pub(super) struct Scanner {
     pub(super) empty: u32,
     /// Zero-length ones taken out.
     pub(super) stripped: u64,
+    /// Frames read whole (payload and all).
+    pub(super) frames: u64,
 }
 
 impl Scanner {
@@ -64,6 +66,7 @@ impl Scanner {
             at: At::Header,
             empty: 0,
             stripped: 0,
+            frames: 0,
         }
     }
 
@@ -88,6 +91,7 @@ impl Scanner {
                     let padded = flags & PADDED != 0;
                     if counted && !padded && length == 0 {
                         self.stripped += 1;
+                        self.frames += 1;
                         read += FRAME_HEADER;
                         continue;
                     }
@@ -95,7 +99,10 @@ impl Scanner {
                     read += FRAME_HEADER;
                     kept += FRAME_HEADER;
                     self.at = match (counted && padded, length) {
-                        (_, 0) => At::Header,
+                        (_, 0) => {
+                            self.frames += 1;
+                            At::Header
+                        }
                         (true, length) => At::PadLength { length },
                         (false, left) => At::Payload { left },
                     };
@@ -109,7 +116,10 @@ impl Scanner {
                     read += 1;
                     kept += 1;
                     self.at = match length - 1 {
-                        0 => At::Header,
+                        0 => {
+                            self.frames += 1;
+                            At::Header
+                        }
                         left => At::Payload { left },
                     };
                 }
@@ -119,7 +129,10 @@ impl Scanner {
                     read += take;
                     kept += take;
                     self.at = match left - take {
-                        0 => At::Header,
+                        0 => {
+                            self.frames += 1;
+                            At::Header
+                        }
                         left => At::Payload { left },
                     };
                 }
@@ -152,6 +165,9 @@ pub(super) struct Watched<S> {
     /// The padded empty frames' count, where the node's pool reads it.
     shared: Arc<AtomicU32>,
     retired: bool,
+    /// Set, and the node's pool told, once the codec has processed the node's first frame:
+    /// its SETTINGS (RFC 9113 §3.4), so the codec knows how many streams the node allows.
+    applied: Arc<AtomicBool>,
 }
 
 impl<S> Watched<S> {
@@ -159,7 +175,7 @@ impl<S> Watched<S> {
     pub(super) fn new(
         inner: S,
         (node, id): (Weak<H2Node>, u64),
-        shared: Arc<AtomicU32>,
+        (shared, applied): (Arc<AtomicU32>, Arc<AtomicBool>),
     ) -> Watched<S> {
         Watched {
             inner,
@@ -171,6 +187,21 @@ impl<S> Watched<S> {
             id,
             shared,
             retired: false,
+            applied,
+        }
+    }
+
+    /// Once the node's first frame has been read whole and the codec asks for more bytes
+    /// (so it has processed that frame: it reads on only when the frames it holds are
+    /// done), the node's SETTINGS are applied: the pool may give the connection as many
+    /// streams as the node allows.
+    fn note_settings(&mut self) {
+        if self.scanner.frames == 0 || self.applied.load(Ordering::Relaxed) {
+            return;
+        }
+        self.applied.store(true, Ordering::Release);
+        if let Some(node) = self.node.upgrade() {
+            node.settled(self.id);
         }
     }
 
@@ -238,6 +269,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
+        this.note_settings();
         if !this.pending.is_empty() {
             let take = this.pending.len().min(buf.remaining());
             buf.put_slice(&this.pending[..take]);
@@ -368,7 +400,11 @@ mod tests {
         for cut in [1, 5, 9, 10, 64] {
             let (mut near, far) = tokio::io::duplex(64);
             let counted = Arc::new(AtomicU32::new(0));
-            let mut watched = Watched::new(far, (Weak::new(), 1), Arc::clone(&counted));
+            let mut watched = Watched::new(
+                far,
+                (Weak::new(), 1),
+                (Arc::clone(&counted), Arc::default()),
+            );
             let bytes = node.clone();
             let writer = tokio::spawn(async move {
                 use tokio::io::AsyncWriteExt;

@@ -539,3 +539,96 @@ async fn waiters_a_new_connection_cannot_carry_open_their_own() {
         assert_eq!(&task.await.unwrap().expect("served")[..], b"ok");
     }
 }
+
+/// A raw h2c server that sends its SETTINGS and answers each request `200` with no body
+/// 100 ms after it came, but never answers a PING; counts its connections.
+async fn no_ping_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&connections);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let (mut read, write) = tcp.into_split();
+                let write = Arc::new(tokio::sync::Mutex::new(write));
+                let mut preface = [0u8; 24];
+                if read.read_exact(&mut preface).await.is_err() {
+                    return;
+                }
+                // SETTINGS: MAX_CONCURRENT_STREAMS 100.
+                let settings = [0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
+                if write.lock().await.write_all(&settings).await.is_err() {
+                    return;
+                }
+                loop {
+                    let mut header = [0u8; 9];
+                    if read.read_exact(&mut header).await.is_err() {
+                        return;
+                    }
+                    let length = usize::from(header[0]) << 16
+                        | usize::from(header[1]) << 8
+                        | usize::from(header[2]);
+                    let mut payload = vec![0u8; length];
+                    if read.read_exact(&mut payload).await.is_err() {
+                        return;
+                    }
+                    match header[3] {
+                        // SETTINGS (not an ACK): acknowledged.
+                        4 if header[4] & 1 == 0 => {
+                            let ack = [0, 0, 0, 4, 1, 0, 0, 0, 0];
+                            let _ = write.lock().await.write_all(&ack).await;
+                        }
+                        // HEADERS: `:status 200` (HPACK static index 8) ending the stream,
+                        // 100 ms later.
+                        1 => {
+                            let mut frame = vec![0, 0, 1, 1, 0x5];
+                            frame.extend_from_slice(&header[5..9]);
+                            frame.push(0x88);
+                            let write = Arc::clone(&write);
+                            tokio::spawn(async move {
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                                let _ = write.lock().await.write_all(&frame).await;
+                            });
+                        }
+                        // PING and the rest: no answer.
+                        _ => {}
+                    }
+                }
+            });
+        }
+    });
+    (address, connections)
+}
+
+/// The node's SETTINGS are applied once the codec has read them, without waiting for the
+/// answer to a PING: a burst is carried at once by one connection to a node that answers
+/// PINGs late (or, here, never), not one request at a time.
+#[tokio::test]
+async fn a_burst_does_not_wait_for_the_nodes_ping_answer() {
+    let (address, connections) = no_ping_server().await;
+    let mut settings = settings(4, 100, 100);
+    settings.ping_timeout = Duration::from_secs(30);
+    let (node, _metrics) = node(address, settings);
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let node = Arc::clone(&node);
+            tokio::spawn(async move {
+                let sent = node.send(get(), true).await?;
+                let response = sent.response.await.expect("a response");
+                Ok::<_, Error>(response.status())
+            })
+        })
+        .collect();
+    for task in tasks {
+        let status = task.await.unwrap().expect("sent");
+        assert_eq!(status, http::StatusCode::OK);
+    }
+    // One at a time, 20 answers of 100 ms would take 2 s.
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1000), "{took:?}");
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
