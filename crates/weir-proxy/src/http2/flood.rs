@@ -38,6 +38,11 @@ const DATA_FRAME_CREDIT: f64 = 1.98;
 /// client can start per second. The same age Envoy calls a reset premature.
 const PREMATURE_RESET: Duration = Duration::from_secs(1);
 
+/// How long the counts of streams opened and reset prematurely remember: each event
+/// weighs e^(-age / this). The share of premature resets among the streams opened is read
+/// over about this long.
+const STREAM_MEMORY: Duration = Duration::from_secs(10);
+
 /// Streams remembered as young, at most: a client cannot have more open at once than its
 /// concurrency bound (at most a few hundred), and the rapid-reset pattern resets the stream
 /// it just opened, always among the newest.
@@ -74,7 +79,8 @@ pub(crate) struct Budget {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct FloodLimits {
     /// RST_STREAM frames from the client for streams it opened less than
-    /// [`PREMATURE_RESET`] before.
+    /// [`PREMATURE_RESET`] before; past the budget a flood only while they are half or
+    /// more of the streams the client opened lately (as Envoy judges premature resets).
     pub resets: Budget,
     /// SETTINGS frames that are not acknowledgements.
     pub settings: Budget,
@@ -165,6 +171,34 @@ impl Bucket {
     }
 }
 
+/// A count whose events fade with age: each weighs e^(-age / [`STREAM_MEMORY`]).
+#[derive(Debug, Clone, Copy)]
+struct Fading {
+    level: f64,
+    last: Option<Instant>,
+}
+
+impl Fading {
+    const fn new() -> Fading {
+        Fading {
+            level: 0.0,
+            last: None,
+        }
+    }
+
+    fn at(&self, now: Instant) -> f64 {
+        let age = self.last.map_or(0.0, |last| {
+            now.saturating_duration_since(last).as_secs_f64()
+        });
+        self.level * (-age / STREAM_MEMORY.as_secs_f64()).exp()
+    }
+
+    fn add(&mut self, now: Instant) {
+        self.level = self.at(now) + 1.0;
+        self.last = Some(now);
+    }
+}
+
 /// Where the sniffer is in the client's byte stream.
 #[derive(Debug, Clone, Copy)]
 enum Position {
@@ -189,6 +223,9 @@ pub(crate) struct FrameWatch {
     young: VecDeque<(u32, Instant)>,
     /// The highest stream id the client opened.
     last_opened: u32,
+    /// Streams opened, and those reset prematurely, lately.
+    opened_lately: Fading,
+    premature_lately: Fading,
     resets: Bucket,
     settings: Bucket,
     pings: Bucket,
@@ -225,6 +262,8 @@ impl FrameWatch {
             block: None,
             young: VecDeque::new(),
             last_opened: 0,
+            opened_lately: Fading::new(),
+            premature_lately: Fading::new(),
             resets: Bucket::new(),
             settings: Bucket::new(),
             pings: Bucket::new(),
@@ -396,7 +435,7 @@ impl FrameWatch {
                     && self.empty.add(limits.empty_frames, 1.0, now)
             }
             CONTINUATION => self.continuation(length, flags, now),
-            RST_STREAM => self.premature(stream, now) && self.resets.add(limits.resets, 1.0, now),
+            RST_STREAM => self.premature_reset(stream, now),
             SETTINGS => flags & ACK == 0 && self.settings.add(limits.settings, 1.0, now),
             PING => {
                 let weight = match std::mem::take(&mut self.answered_since_ping) {
@@ -432,11 +471,24 @@ impl FrameWatch {
             return;
         }
         self.last_opened = stream;
+        self.opened_lately.add(now);
         self.prune(now);
         if self.young.len() == YOUNG_STREAMS {
             self.young.pop_front();
         }
         self.young.push_back((stream, now));
+    }
+
+    /// A reset of `stream`: counted when premature; a flood past the budget while premature
+    /// resets are half or more of the streams opened lately. A client that cancels some of
+    /// its calls early (a third of them, say) is no attacker; the attack resets nearly all.
+    fn premature_reset(&mut self, stream: u32, now: Instant) -> bool {
+        if !self.premature(stream, now) {
+            return false;
+        }
+        self.premature_lately.add(now);
+        let past_budget = self.resets.add(self.limits.resets, 1.0, now);
+        past_budget && self.premature_lately.at(now) * 2.0 >= self.opened_lately.at(now)
     }
 
     /// Whether a reset of `stream` is premature: the client opened it less than

@@ -309,3 +309,23 @@ fn only_premature_resets_count_as_a_rapid_reset() {
     let mut watch = watcher();
     assert_eq!(flood(&mut watch, &reset(99), 5000, Instant::now()), None);
 }
+
+/// A client that cancels a third of its streams early (each 200 ms after opening it, well
+/// past the budget's rate) is not an attacker: premature resets count as a flood only while
+/// they are half or more of the streams opened lately.
+#[test]
+fn a_client_cancelling_a_third_of_its_streams_early_is_no_flood() {
+    let headers = |id: u32| frame(HEADERS, END_HEADERS, id, b"x");
+    let reset = |id: u32| frame(RST_STREAM, 0, id, &[0, 0, 0, 8]);
+    let mut watch = watcher();
+    let start = Instant::now();
+    // 300 streams a second, one in three reset 200 ms after it opened (100 a second).
+    let step = Duration::from_micros(3333);
+    for n in 0..6000u32 {
+        let now = start + step * n;
+        assert_eq!(watch.received(&headers(2 * n + 1), now), None);
+        if n >= 60 && (n - 60) % 3 == 0 {
+            assert_eq!(watch.received(&reset(2 * (n - 60) + 1), now), None, "{n}");
+        }
+    }
+}
