@@ -51,11 +51,16 @@ mod upgrade;
 
 /// This hop's name in `Via` headers.
 const VIA: &str = "weir";
-/// Bound on chunk-size lines and trailer sections, both directions. gRPC puts rich error
+/// Bound on chunk-size lines and trailer sections from nodes. gRPC puts rich error
 /// details (`grpc-status-details-bin`) in its trailers, which can take more than a head:
 /// Envoy bounds them at 60 KiB, grpc-go at 16 MiB. At 8 KiB a node's status with 10 KB
 /// of details reached the client as a reset stream, its status lost.
 const MAX_TRAILER_BYTES: usize = 64 * 1024;
+
+/// The same bound on what clients send: a client's trailers carry no status, and a client
+/// stalled in them holds what they took, so they are held to less than a head
+/// (`limits.max_header_bytes`, 16 KiB by default).
+const MAX_REQUEST_TRAILER_BYTES: usize = 8 * 1024;
 
 pub use listener::{adopt, bind_tcp};
 pub use live::{Applied, Live, ReloadError, ReloadRecord};

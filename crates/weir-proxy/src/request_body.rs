@@ -22,7 +22,7 @@ use weir_http::{
 };
 use weir_tls::ClientStream;
 
-use crate::MAX_TRAILER_BYTES;
+use crate::MAX_REQUEST_TRAILER_BYTES;
 use crate::answer::Failure;
 use crate::client::Client;
 
@@ -202,7 +202,7 @@ pub(crate) async fn read(
         // A gRPC call's body is a stream of messages (client and bidirectional
         // streaming): it goes on as it comes, nothing waited for before the node.
         BodyFraming::Chunked if call => {
-            body.remaining = Remaining::Chunked(ChunkedDecoder::new(MAX_TRAILER_BYTES));
+            body.remaining = Remaining::Chunked(ChunkedDecoder::new(MAX_REQUEST_TRAILER_BYTES));
             Ok(())
         }
         BodyFraming::Chunked => read_chunked(client, vs, head, &mut body).await,
@@ -293,7 +293,7 @@ async fn read_chunked(
 ) -> Result<(), Failure> {
     let limits = &vs.config.limits;
     continue_if_expected(client, vs, head).await?;
-    let mut decoder = ChunkedDecoder::new(MAX_TRAILER_BYTES);
+    let mut decoder = ChunkedDecoder::new(MAX_REQUEST_TRAILER_BYTES);
     loop {
         match decoder
             .decode(&mut client.read_buf)
