@@ -4,10 +4,9 @@
 //! A request that finds no free stream and no free connection slot waits in
 //! the node's bounded queue, fair between clients (`crate::queue`), which counts
 //! streams; a finished stream or a freed slot goes to the next waiter, as in
-//! `connection.rs`. GOAWAY from
-//! the node: the connection takes no new stream, finishes those in flight,
-//! and is replaced; a request refused by it (nothing processed) is sent again
-//! on another connection. PING for liveness; idle connections are closed.
+//! `connection.rs`. GOAWAY from the node: the connection takes no new stream,
+//! finishes those in flight, and is replaced; a request refused by it (nothing
+//! processed) is sent again on another connection. PING for liveness; idle connections are closed.
 //! Every state of a connection: `LIFECYCLE.md` in this crate ("HTTP/2").
 
 mod connection;
