@@ -351,6 +351,24 @@ async fn drain(mut stream: Streaming<Bytes>) -> (Vec<String>, Result<(), Status>
 }
 
 /// The four kinds of call and two failures, on one client.
+/// A server-streaming call to `Expand` with `parts`: the messages, and how the call ended.
+async fn expand(
+    grpc: &mut tonic::client::Grpc<Channel>,
+    parts: &'static str,
+) -> (Vec<String>, Result<(), Status>) {
+    grpc.ready().await.expect("ready");
+    let call = grpc.server_streaming(
+        Request::new(Bytes::from_static(parts.as_bytes())),
+        PathAndQuery::from_static(EXPAND),
+        RawCodec,
+    );
+    let stream = tokio::time::timeout(CALL, call)
+        .await
+        .expect("in time")
+        .expect("head OK");
+    drain(stream.into_inner()).await
+}
+
 async fn every_kind_of_call(grpc: &mut tonic::client::Grpc<Channel>) {
     // Unary, and a unary refusal: a trailers-only answer.
     assert_eq!(&unary(grpc, "hello").await.expect("OK")[..], b"hello");
@@ -360,47 +378,17 @@ async fn every_kind_of_call(grpc: &mut tonic::client::Grpc<Channel>) {
 
     // Server streaming; then a stream that fails after two messages: the
     // status comes in the trailers after them.
-    grpc.ready().await.expect("ready");
-    let call = grpc.server_streaming(
-        Request::new(Bytes::from_static(b"a,b,c")),
-        PathAndQuery::from_static(EXPAND),
-        RawCodec,
-    );
-    let stream = tokio::time::timeout(CALL, call)
-        .await
-        .expect("in time")
-        .expect("OK");
-    let (messages, end) = drain(stream.into_inner()).await;
+    let (messages, end) = expand(grpc, "a,b,c").await;
     assert_eq!(messages, strings(&["a", "b", "c"]));
     end.expect("OK in the trailers");
-    grpc.ready().await.expect("ready");
-    let call = grpc.server_streaming(
-        Request::new(Bytes::from_static(b"x,y,boom,z")),
-        PathAndQuery::from_static(EXPAND),
-        RawCodec,
-    );
-    let stream = tokio::time::timeout(CALL, call)
-        .await
-        .expect("in time")
-        .expect("head OK");
-    let (messages, end) = drain(stream.into_inner()).await;
+    let (messages, end) = expand(grpc, "x,y,boom,z").await;
     assert_eq!(messages, strings(&["x", "y"]));
     let aborted = end.expect_err("ended by the status in the trailers");
     assert_eq!(aborted.code(), Code::Aborted, "{aborted:?}");
     assert_eq!(aborted.message(), "boom after the parts before it");
     // A status with 12 KB of details (base64 in `grpc-status-details-bin`, 16 KB of
     // trailers) after a message reaches the client whole.
-    grpc.ready().await.expect("ready");
-    let call = grpc.server_streaming(
-        Request::new(Bytes::from_static(b"x,details")),
-        PathAndQuery::from_static(EXPAND),
-        RawCodec,
-    );
-    let stream = tokio::time::timeout(CALL, call)
-        .await
-        .expect("in time")
-        .expect("head OK");
-    let (messages, end) = drain(stream.into_inner()).await;
+    let (messages, end) = expand(grpc, "x,details").await;
     assert_eq!(messages, strings(&["x"]));
     let detailed = end.expect_err("ended by the status in the trailers");
     assert_eq!(detailed.code(), Code::FailedPrecondition, "{detailed:?}");

@@ -329,6 +329,18 @@ async fn an_extended_connect_waits_for_a_new_connections_settings() {
     assert_eq!(plain.open(), 1, "the connection stays for other requests");
 }
 
+/// The next frame from `read`: its header and payload; `None` at the end.
+async fn read_frame(read: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<([u8; 9], Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut header = [0u8; 9];
+    read.read_exact(&mut header).await.ok()?;
+    let length =
+        usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+    let mut payload = vec![0u8; length];
+    read.read_exact(&mut payload).await.ok()?;
+    Some((header, payload))
+}
+
 /// A relay in front of `target` that counts the PING frames (not ACKs) the pool sends.
 async fn ping_counter(target: SocketAddr) -> (SocketAddr, Arc<AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -355,18 +367,7 @@ async fn ping_counter(target: SocketAddr) -> (SocketAddr, Arc<AtomicUsize>) {
                 {
                     return;
                 }
-                loop {
-                    let mut header = [0u8; 9];
-                    if client_read.read_exact(&mut header).await.is_err() {
-                        return;
-                    }
-                    let length = usize::from(header[0]) << 16
-                        | usize::from(header[1]) << 8
-                        | usize::from(header[2]);
-                    let mut payload = vec![0u8; length];
-                    if client_read.read_exact(&mut payload).await.is_err() {
-                        return;
-                    }
+                while let Some((header, payload)) = read_frame(&mut client_read).await {
                     if header[3] == 0x6 && header[4] & 0x1 == 0 {
                         counted.fetch_add(1, Ordering::SeqCst);
                     }
@@ -563,18 +564,7 @@ async fn no_ping_server() -> (SocketAddr, Arc<AtomicUsize>) {
                 if write.lock().await.write_all(&settings).await.is_err() {
                     return;
                 }
-                loop {
-                    let mut header = [0u8; 9];
-                    if read.read_exact(&mut header).await.is_err() {
-                        return;
-                    }
-                    let length = usize::from(header[0]) << 16
-                        | usize::from(header[1]) << 8
-                        | usize::from(header[2]);
-                    let mut payload = vec![0u8; length];
-                    if read.read_exact(&mut payload).await.is_err() {
-                        return;
-                    }
+                while let Some((header, _)) = read_frame(&mut read).await {
                     match header[3] {
                         // SETTINGS (not an ACK): acknowledged.
                         4 if header[4] & 1 == 0 => {
