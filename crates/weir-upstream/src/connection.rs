@@ -388,7 +388,7 @@ impl NodeConnections {
 
     /// The synchronous part of checkout, under the lock. A request of `flow` that finds
     /// the queue full takes the place of the newest of a longer flow's
-    /// ([`FairQueue::push_out_for`]), which is refused.
+    /// ([`FairQueue::make_room`]), which is refused.
     fn try_take(&self, idle: bool, flow: Flow) -> Taken {
         let mut stale = Vec::new();
         // Loaded once per checkout: each load is a few atomic operations.
@@ -409,16 +409,12 @@ impl NodeConnections {
             stale.push(oldest);
             return Taken::Slot;
         }
-        let flow = match settings.fair_queue {
-            true => flow,
-            false => Flow::Shared,
+        let flow = flow.waiting_in(settings.fair_queue);
+        let bound = settings.queue_length as usize;
+        let Ok(pushed_out) = state.waiters.make_room(flow, bound) else {
+            return Taken::QueueFull;
         };
-        let mut pushed_out = None;
-        if state.waiters.len() >= settings.queue_length as usize {
-            pushed_out = state.waiters.push_out_for(flow);
-            if pushed_out.is_none() {
-                return Taken::QueueFull;
-            }
+        if pushed_out.is_some() {
             self.pool_metrics.queue_length.dec();
         }
         let (sender, receiver) = oneshot::channel();

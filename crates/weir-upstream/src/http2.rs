@@ -378,16 +378,11 @@ impl H2Node {
             self.set_open_gauge(&state);
             return Taken::Slot;
         }
-        let flow = match self.settings.fair_queue {
-            true => flow,
-            false => Flow::Shared,
+        let flow = flow.waiting_in(self.settings.fair_queue);
+        let Ok(pushed_out) = state.waiters.make_room(flow, queue_length) else {
+            return Taken::QueueFull;
         };
-        let mut pushed_out = None;
-        if state.waiters.len() >= self.settings.queue_length as usize {
-            pushed_out = state.waiters.push_out_for(flow);
-            if pushed_out.is_none() {
-                return Taken::QueueFull;
-            }
+        if pushed_out.is_some() {
             self.pool_metrics.queue_length.dec();
         }
         let (sender, receiver) = oneshot::channel();

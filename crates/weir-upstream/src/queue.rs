@@ -31,18 +31,28 @@ pub enum Flow {
 }
 
 impl Flow {
-    /// The flow of requests from `address`.
+    /// The flow of requests from `address` (an IPv4-mapped IPv6 address is its IPv4 one).
     pub fn client(address: IpAddr) -> Flow {
-        let bits = match address {
+        let bits = match weir_config::canonical(address) {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().to_bits(),
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => v4.to_ipv6_mapped().to_bits(),
-                None => v6.to_bits() & !u128::from(u64::MAX),
-            },
+            IpAddr::V6(v6) => v6.to_bits() & !u128::from(u64::MAX),
         };
         Flow::Client(bits)
     }
+
+    /// The flow a request of this one waits in: its own in a fair queue, else the one
+    /// shared by every request.
+    pub(crate) fn waiting_in(self, fair: bool) -> Flow {
+        match fair {
+            true => self,
+            false => Flow::Shared,
+        }
+    }
 }
+
+/// A full queue had no request to push out for a newcomer: the newcomer is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Full;
 
 /// Requests waiting for a node, grouped by flow; each entry is a request's id and what
 /// the pool keeps for it (the sender of its grant).
@@ -120,11 +130,21 @@ impl<T> FairQueue<T> {
         Some(item)
     }
 
+    /// Room for one more request of `flow` with at most `bound` waiting: under the bound,
+    /// nothing to do; at it, the request [`FairQueue::push_out_for`] takes out, returned
+    /// to be refused; [`Full`] when none may go.
+    pub(crate) fn make_room(&mut self, flow: Flow, bound: usize) -> Result<Option<T>, Full> {
+        if self.len < bound {
+            return Ok(None);
+        }
+        self.push_out_for(flow).map(Some).ok_or(Full)
+    }
+
     /// In a full queue, makes room for one more request of `flow`: takes out and returns
     /// the newest request of the flow with the most waiting, when that flow would still
     /// have more than `flow` with the newcomer. `None`: `flow` is itself among the
     /// longest, and the newcomer is the one refused.
-    pub(crate) fn push_out_for(&mut self, flow: Flow) -> Option<T> {
+    fn push_out_for(&mut self, flow: Flow) -> Option<T> {
         let own = self.flows.get(&flow).map_or(0, VecDeque::len);
         let (&longest, waiting) = self
             .flows
@@ -202,13 +222,15 @@ mod tests {
         queue.push(client(1), 2, "a2");
         queue.push(client(1), 3, "a3");
         queue.push(client(2), 4, "b1");
+        // Under the bound nothing goes.
+        assert_eq!(queue.make_room(client(3), 5), Ok(None));
         // c has none: a's three are more than c's one with the newcomer.
-        assert_eq!(queue.push_out_for(client(3)), Some("a3"));
+        assert_eq!(queue.make_room(client(3), 4), Ok(Some("a3")));
         queue.push(client(3), 5, "c1");
         // b has one; a has two, not more than b's two with the newcomer.
-        assert_eq!(queue.push_out_for(client(2)), None);
+        assert_eq!(queue.make_room(client(2), 4), Err(Full));
         // a is the longest itself.
-        assert_eq!(queue.push_out_for(client(1)), None);
+        assert_eq!(queue.make_room(client(1), 4), Err(Full));
         assert_eq!(queue.len(), 4);
         assert_eq!(drain(&mut queue), ["a1", "b1", "c1", "a2"]);
         assert_eq!(queue.push_out_for(client(1)), None, "nothing to push out");
