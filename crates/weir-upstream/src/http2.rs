@@ -482,8 +482,7 @@ impl H2Node {
                 let mut state = self.lock();
                 // Read under the lock: `settled` takes it too, so a connection whose
                 // settings come meanwhile is either known here or found by it.
-                let known = *opened.settled.borrow()
-                    || opened.applied.load(std::sync::atomic::Ordering::Acquire);
+                let known = *opened.settled.borrow();
                 state.connecting -= 1;
                 state.connections.push(Shared {
                     id,

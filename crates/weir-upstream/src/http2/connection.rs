@@ -27,9 +27,20 @@ const MAX_HEADER_LIST: u32 = 256 * 1024;
 
 /// Becomes true once the node's SETTINGS have been applied: the node sends
 /// them before any other frame (RFC 9113 §3.4) and frames are processed in
-/// order, so the answer to the driver's first PING comes after them. The
-/// sender is dropped when the connection ends.
+/// order, so they are once the codec has processed the node's first frame
+/// (`empty_data::Watched` sees it), and at the latest when the driver's first
+/// PING is answered. The sender is dropped when the connection ends.
 pub(super) type Settled = watch::Receiver<bool>;
+
+/// The node's SETTINGS on connection `id` are applied: `known` says so, and the node's
+/// pool is told ([`H2Node::settled`]) the first time.
+pub(super) fn settle(known: &watch::Sender<bool>, node: &Weak<H2Node>, id: u64) {
+    if !known.send_replace(true)
+        && let Some(node) = node.upgrade()
+    {
+        node.settled(id);
+    }
+}
 
 /// An open connection: the request sender, the handle that stops its driver,
 /// and when its node's settings are known.
@@ -37,9 +48,6 @@ pub(super) struct Opened {
     pub send: SendRequest<Bytes>,
     pub stop: oneshot::Sender<()>,
     pub settled: Settled,
-    /// Set once the codec has processed the node's first frame, its SETTINGS (sooner than
-    /// `settled`, which waits for a PING's answer; `empty_data::Watched` sets it).
-    pub applied: Arc<std::sync::atomic::AtomicBool>,
     /// Padded empty DATA frames the node sent on it so far (the ones the codec sees).
     pub empty_data: Arc<std::sync::atomic::AtomicU32>,
 }
@@ -101,11 +109,12 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
     let left = timeout.saturating_sub(started.elapsed());
     // Empty DATA frames kept from the codec's lifetime bound on them (`empty_data`).
     let empty_data = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let applied = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (known, settled) = watch::channel(false);
+    let known = Arc::new(known);
     let stream = super::empty_data::Watched::new(
         stream,
         (Arc::downgrade(node), id),
-        (Arc::clone(&empty_data), Arc::clone(&applied)),
+        (Arc::clone(&empty_data), Arc::clone(&known)),
     );
     let (send, connection) = match tokio::time::timeout(left, builder.handshake(stream)).await {
         Ok(Ok(pair)) => pair,
@@ -117,13 +126,11 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
         Err(_) => return Err(timed_out(context())),
     };
     let (stop, stopped) = oneshot::channel();
-    let (known, settled) = watch::channel(false);
     tokio::spawn(drive(Arc::downgrade(node), id, connection, stopped, known));
     Ok(Opened {
         send,
         stop,
         settled,
-        applied,
         empty_data,
     })
 }
@@ -140,7 +147,7 @@ async fn drive<T>(
     id: u64,
     mut connection: Connection<T, Bytes>,
     mut stopped: oneshot::Receiver<()>,
-    settled: watch::Sender<bool>,
+    settled: Arc<watch::Sender<bool>>,
 ) where
     T: AsyncRead + AsyncWrite + Unpin,
 {
@@ -160,10 +167,7 @@ async fn drive<T>(
         .and_then(|ping| ping.send_ping(Ping::opaque()).ok())
         .map(|()| Instant::now());
     if ping_sent.is_none() {
-        settled.send_replace(true);
-        if let Some(node) = node.upgrade() {
-            node.settled(id);
-        }
+        settle(&settled, &node, id);
     }
     // `ping_interval` zero: no PING after the first. gRPC servers in Go strike a client
     // that pings a connection more often than every 5 minutes while they send nothing
@@ -208,10 +212,7 @@ async fn drive<T>(
                 if pong.is_err() {
                     break;
                 }
-                settled.send_replace(true);
-                if let Some(node) = node.upgrade() {
-                    node.settled(id);
-                }
+                settle(&settled, &node, id);
             }
             _ = ticker.tick() => {
                 let now = Instant::now();

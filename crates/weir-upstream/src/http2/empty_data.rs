@@ -17,11 +17,12 @@
 //! once its streams are done.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
 
 use super::H2Node;
 
@@ -166,8 +167,9 @@ pub(super) struct Watched<S> {
     shared: Arc<AtomicU32>,
     retired: bool,
     /// Set, and the node's pool told, once the codec has processed the node's first frame:
-    /// its SETTINGS (RFC 9113 §3.4), so the codec knows how many streams the node allows.
-    applied: Arc<AtomicBool>,
+    /// its SETTINGS (RFC 9113 §3.4), so the codec knows how many streams the node allows
+    /// (`connection::Settled`).
+    settled: Arc<watch::Sender<bool>>,
 }
 
 impl<S> Watched<S> {
@@ -175,7 +177,7 @@ impl<S> Watched<S> {
     pub(super) fn new(
         inner: S,
         (node, id): (Weak<H2Node>, u64),
-        (shared, applied): (Arc<AtomicU32>, Arc<AtomicBool>),
+        (shared, settled): (Arc<AtomicU32>, Arc<watch::Sender<bool>>),
     ) -> Watched<S> {
         Watched {
             inner,
@@ -187,7 +189,7 @@ impl<S> Watched<S> {
             id,
             shared,
             retired: false,
-            applied,
+            settled,
         }
     }
 
@@ -196,12 +198,8 @@ impl<S> Watched<S> {
     /// done), the node's SETTINGS are applied: the pool may give the connection as many
     /// streams as the node allows.
     fn note_settings(&mut self) {
-        if self.scanner.frames == 0 || self.applied.load(Ordering::Relaxed) {
-            return;
-        }
-        self.applied.store(true, Ordering::Release);
-        if let Some(node) = self.node.upgrade() {
-            node.settled(self.id);
+        if self.scanner.frames > 0 && !*self.settled.borrow() {
+            super::connection::settle(&self.settled, &self.node, self.id);
         }
     }
 
@@ -403,7 +401,7 @@ mod tests {
             let mut watched = Watched::new(
                 far,
                 (Weak::new(), 1),
-                (Arc::clone(&counted), Arc::default()),
+                (Arc::clone(&counted), Arc::new(watch::channel(false).0)),
             );
             let bytes = node.clone();
             let writer = tokio::spawn(async move {
