@@ -469,6 +469,17 @@ impl Pieces {
         piece.map(Some).map_err(encoder_failed)
     }
 
+    /// Reads the rest of the node's body through the transform, its pieces going nowhere
+    /// but where the transform keeps them (the store).
+    async fn read_rest(
+        &mut self,
+        upstream: &mut Upstream,
+        input: &mut BytesMut,
+    ) -> Result<(), Failure> {
+        while self.next(upstream, input).await?.is_some() {}
+        Ok(())
+    }
+
     /// The last bytes, once the body has ended.
     fn finish(self) -> Result<Bytes, Failure> {
         self.transform.finish().map_err(encoder_failed)
@@ -497,18 +508,10 @@ async fn relay_in_step(
         body_out |= !piece.is_empty();
         let size = piece.len() as u64;
         if let Err(failure) = sink.piece(client, piece, timeout).await {
-            let mut node = Ok(());
-            if pieces.transform.stores() {
-                node = async {
-                    while pieces
-                        .next(upstream, &mut client.upstream_in)
-                        .await?
-                        .is_some()
-                    {}
-                    Ok(())
-                }
-                .await;
-            }
+            let node = match pieces.transform.stores() {
+                true => pieces.read_rest(upstream, &mut client.upstream_in).await,
+                false => Ok(()),
+            };
             break ReadAhead::ended(sent, body_out, Err(failure), node);
         }
         sent += size;
@@ -660,7 +663,7 @@ async fn pump(
     transform: Transform,
 ) -> Result<(), Failure> {
     let mut pieces = Pieces::new(transform, false);
-    while pieces.next(upstream, input).await?.is_some() {}
+    pieces.read_rest(upstream, input).await?;
     pieces.finish()?;
     Ok(())
 }
