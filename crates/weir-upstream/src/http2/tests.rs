@@ -41,6 +41,11 @@ struct Server {
 }
 
 async fn server(goaway_after: Option<usize>) -> Server {
+    server_allowing(goaway_after, None).await
+}
+
+/// [`server`], announcing `max_streams` in its SETTINGS when given.
+async fn server_allowing(goaway_after: Option<usize>, max_streams: Option<u32>) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let connections = Arc::new(AtomicUsize::new(0));
@@ -56,7 +61,11 @@ async fn server(goaway_after: Option<usize>) -> Server {
             count.fetch_add(1, Ordering::SeqCst);
             let (total, permits) = (Arc::clone(&total), Arc::clone(&permits));
             tokio::spawn(async move {
-                let Ok(mut connection) = h2::server::handshake(tcp).await else {
+                let mut builder = h2::server::Builder::new();
+                if let Some(max) = max_streams {
+                    builder.max_concurrent_streams(max);
+                }
+                let Ok(mut connection) = builder.handshake::<_, Bytes>(tcp).await else {
                     return;
                 };
                 let mut served = 0;
@@ -497,45 +506,16 @@ async fn a_burst_waits_for_the_connections_being_opened() {
 /// no room for open connections of their own (under the cap) rather than wait.
 #[tokio::test]
 async fn waiters_a_new_connection_cannot_carry_open_their_own() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let connections = Arc::new(AtomicUsize::new(0));
-    let gate = Arc::new(Semaphore::new(0));
-    let (count, permits) = (Arc::clone(&connections), Arc::clone(&gate));
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            let permits = Arc::clone(&permits);
-            tokio::spawn(async move {
-                let Ok(mut connection) = h2::server::Builder::new()
-                    .max_concurrent_streams(2)
-                    .handshake::<_, Bytes>(tcp)
-                    .await
-                else {
-                    return;
-                };
-                while let Some(Ok((_, mut respond))) = connection.accept().await {
-                    let permits = Arc::clone(&permits);
-                    tokio::spawn(async move {
-                        let _permit = permits.acquire().await;
-                        let response = http::Response::new(());
-                        if let Ok(mut body) = respond.send_response(response, false) {
-                            let _ = body.send_data(Bytes::from_static(b"ok"), true);
-                        }
-                    });
-                }
-            });
-        }
-    });
-    let (node, _metrics) = node(address, settings(8, 10, 100));
+    let server = server_allowing(None, Some(2)).await;
+    let (node, _metrics) = node(server.address, settings(8, 10, 100));
     let tasks: Vec<_> = (0..6)
         .map(|_| tokio::spawn(exchange(Arc::clone(&node))))
         .collect();
     wait_for("three connections", || {
-        connections.load(Ordering::SeqCst) >= 3
+        server.connections.load(Ordering::SeqCst) >= 3
     })
     .await;
-    gate.add_permits(6);
+    server.gate.add_permits(6);
     for task in tasks {
         assert_eq!(&task.await.unwrap().expect("served")[..], b"ok");
     }
