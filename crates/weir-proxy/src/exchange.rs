@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{ForwardRequest, Parsed, RequestHead, ResponseHead, parse_response};
 use weir_upstream::node::NodeState;
-use weir_upstream::{Flow, Lease, Pool, StreamLease, Tried, TunnelPermit};
+use weir_upstream::{Lease, Pool, StreamLease, Tried, TunnelPermit};
 
 use crate::VIA;
 use crate::answer::Failure;
@@ -285,8 +285,7 @@ async fn attempt(
     };
     let in_flight = pool.nodes[index].start_request();
     let leave = pool.config.connections.leave_queue_on_close;
-    // The client as the rules see it: a trusted proxy's client, not the proxy.
-    let flow = Flow::client(upstream.client);
+    let flow = upstream.flow();
     let mut lease = match fresh {
         // Boxed: only a request sent again takes this path.
         true => {
@@ -386,8 +385,7 @@ async fn attempt_h2(
     let converted =
         http2::upstream::convert_request((head, upstream.path, &upstream.edits), &forward, scheme)?;
     let leave = pool.config.connections.leave_queue_on_close;
-    // The client as the rules see it: a trusted proxy's client, not the proxy.
-    let flow = Flow::client(upstream.client);
+    let flow = upstream.flow();
     let mut request =
         http2::upstream::send_request(node, converted, buffered, ends, write_stall, flow, || {
             client.stream.left(leave)

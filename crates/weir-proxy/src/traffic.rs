@@ -13,7 +13,7 @@ use weir_http::HeaderEdit;
 use weir_observe::Metrics;
 use weir_observe::metrics::TrafficMetrics;
 use weir_rules::{Answer, HeaderEdits, RuleSet, TrafficLimits};
-use weir_upstream::Pool;
+use weir_upstream::{Flow, Pool};
 
 /// A virtual server's rules and limits in one model.
 #[derive(Debug)]
@@ -70,12 +70,21 @@ fn epoch() -> std::time::Instant {
 }
 
 /// What the select and forward stages need from the rules stage: the client address
-/// (persistence, hash keys), the rewritten path and the request's header edits.
+/// (persistence, hash keys, the node queue's flow), the rewritten path and the request's
+/// header edits.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Upstream<'a> {
     pub(crate) client: IpAddr,
     pub(crate) path: Option<&'a [u8]>,
     pub(crate) edits: Edits<'a>,
+}
+
+impl Upstream<'_> {
+    /// The flow the request waits in at a node's queue: its client's as the rules see it
+    /// (a trusted proxy's client, not the proxy).
+    pub(crate) fn flow(&self) -> Flow {
+        Flow::client(self.client)
+    }
 }
 
 /// Header edits of one request's head or response: the rules' edits, the request id

@@ -75,8 +75,10 @@ pub(super) async fn attempt(
     // A new connection's settings take a round trip: as long as a connect may.
     let settle = pool.config.timeouts.connect;
     let request = websocket::extended_connect(request);
-    let flow = weir_upstream::Flow::client(upstream.client);
-    let Some(sent) = node.send_extended_connect(request, settle, flow).await? else {
+    let Some(sent) = node
+        .send_extended_connect(request, settle, upstream.flow())
+        .await?
+    else {
         return Err(not_announced(pool, node));
     };
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
