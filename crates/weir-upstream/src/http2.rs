@@ -14,13 +14,13 @@ mod empty_data;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::SendStream;
 use h2::client::{ResponseFuture, SendRequest};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use weir_core::{Error, ErrorKind, Side};
 use weir_observe::{NodeMetrics, PoolMetrics, UpstreamHttp2Metrics};
 
@@ -749,6 +749,18 @@ impl Drop for StreamLease {
 /// any request may be sent again on another connection.
 pub fn refused(error: &h2::Error) -> bool {
     (error.is_go_away() && error.is_remote()) || error.reason() == Some(h2::Reason::REFUSED_STREAM)
+}
+
+/// The node's SETTINGS on connection `id` are applied: `known` says so, and the node's
+/// pool is told ([`H2Node::settled`]) the first time. Called by the connection's driver
+/// (its first PING answered) and by its stream (`empty_data::Watched`: the node's first
+/// frame processed), whichever comes first.
+fn settle(known: &watch::Sender<bool>, node: &Weak<H2Node>, id: u64) {
+    if !known.send_replace(true)
+        && let Some(node) = node.upgrade()
+    {
+        node.settled(id);
+    }
 }
 
 /// A request waiting in a node's queue; dropping it removes it, and passes on

@@ -29,18 +29,8 @@ const MAX_HEADER_LIST: u32 = 256 * 1024;
 /// them before any other frame (RFC 9113 §3.4) and frames are processed in
 /// order, so they are once the codec has processed the node's first frame
 /// (`empty_data::Watched` sees it), and at the latest when the driver's first
-/// PING is answered. The sender is dropped when the connection ends.
+/// PING is answered ([`super::settle`]). The sender is dropped when the connection ends.
 pub(super) type Settled = watch::Receiver<bool>;
-
-/// The node's SETTINGS on connection `id` are applied: `known` says so, and the node's
-/// pool is told ([`H2Node::settled`]) the first time.
-pub(super) fn settle(known: &watch::Sender<bool>, node: &Weak<H2Node>, id: u64) {
-    if !known.send_replace(true)
-        && let Some(node) = node.upgrade()
-    {
-        node.settled(id);
-    }
-}
 
 /// An open connection: the request sender, the handle that stops its driver,
 /// and when its node's settings are known.
@@ -167,7 +157,7 @@ async fn drive<T>(
         .and_then(|ping| ping.send_ping(Ping::opaque()).ok())
         .map(|()| Instant::now());
     if ping_sent.is_none() {
-        settle(&settled, &node, id);
+        super::settle(&settled, &node, id);
     }
     // `ping_interval` zero: no PING after the first. gRPC servers in Go strike a client
     // that pings a connection more often than every 5 minutes while they send nothing
@@ -212,7 +202,7 @@ async fn drive<T>(
                 if pong.is_err() {
                     break;
                 }
-                settle(&settled, &node, id);
+                super::settle(&settled, &node, id);
             }
             _ = ticker.tick() => {
                 let now = Instant::now();

@@ -199,7 +199,7 @@ impl<S> Watched<S> {
     /// streams as the node allows.
     fn note_settings(&mut self) {
         if self.scanner.frames > 0 && !*self.settled.borrow() {
-            super::connection::settle(&self.settled, &self.node, self.id);
+            super::settle(&self.settled, &self.node, self.id);
         }
     }
 
