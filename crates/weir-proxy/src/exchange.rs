@@ -98,6 +98,10 @@ enum Retry {
     OtherNode,
     /// A reused connection the node had closed: a fresh one to the same node.
     SameNode,
+    /// The node was disabled or removed while the request was on its way to it (waiting
+    /// in its queue): another node, as if it had been chosen first. Neither a retry nor
+    /// a failure of the node.
+    Reselect,
     No,
 }
 
@@ -106,6 +110,7 @@ impl Retry {
         match error.kind() {
             _ if !error.is_retry_safe() => Retry::No,
             ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout => Retry::OtherNode,
+            ErrorKind::NoNodeAvailable => Retry::Reselect,
             _ => Retry::SameNode,
         }
     }
@@ -158,12 +163,14 @@ pub(crate) async fn exchange(
     let mut last_node: Option<std::net::SocketAddr> = None;
     // After a reused connection the node had closed: the next try opens a new one.
     let mut fresh = false;
+    // The node chosen last was withdrawn before the request reached it.
+    let mut reselecting = false;
     loop {
         // select (again only when moving to another node)
         let index = match current {
             Some(index) => index,
             None => {
-                let moving = last_error.is_some();
+                let moving = last_error.is_some() && !std::mem::take(&mut reselecting);
                 let index = select(pool, tried, last_error.take(), head, upstream.client).map_err(
                     |failure| match last_node {
                         Some(node) => failure.at_node(node),
@@ -205,6 +212,14 @@ pub(crate) async fn exchange(
                 tracing::debug!(pool = %pool.name, node = %node.address, error = %failure.error, "retrying on another node");
                 node_retries += 1;
                 current = None;
+                last_error = Some(failure.error);
+                last_node = Some(node.address);
+                fresh = false;
+            }
+            Retry::Reselect => {
+                tracing::debug!(pool = %pool.name, node = %node.address, "node withdrawn while the request waited for it; choosing another");
+                current = None;
+                reselecting = true;
                 last_error = Some(failure.error);
                 last_node = Some(node.address);
                 fresh = false;

@@ -824,3 +824,57 @@ async fn a_reissued_revocation_list_keeps_connections_one_that_revokes_retires_t
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// A config whose pool `web` caps each node at one connection, with `a` in `a_state`.
+fn capped(listen: &str, a: SocketAddr, a_state: &str, b: SocketAddr) -> String {
+    format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\
+         [pools.web]\nalgorithm = \"round_robin\"\nretries = 0\n\
+         nodes = [{{ address = \"{a}\", state = \"{a_state}\" }}, {{ address = \"{b}\" }}]\n\
+         [pools.web.connections]\nmax_connections = 1\n\
+         [virtual_servers.web]\nlisten = [\"{listen}\"]\npool = \"web\"\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_for_a_node_that_is_disabled_go_to_another() {
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let port = weir_testkit::free_ports::<1>()[0];
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let proxy = TestProxy::start(&capped(&listen.to_string(), a.addr, "active", b.addr)).await;
+    // Round robin with one connection per node: one request at each node, one waiting
+    // in each node's queue.
+    let requests: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(async move { client::get(listen, "/delay/600").await }))
+        .collect();
+    for _ in 0..100 {
+        if proxy.live.current().pools[0].connections[0].queued() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(proxy.live.current().pools[0].connections[0].queued(), 1);
+    // "disabled": no requests (docs/admin-api.md), the one waiting for `a` included.
+    proxy
+        .live
+        .apply(parse(&capped(
+            &listen.to_string(),
+            a.addr,
+            "disabled",
+            b.addr,
+        )))
+        .unwrap();
+    let mut origins = Vec::new();
+    for request in requests {
+        let response = request.await.unwrap().expect("a response");
+        assert_eq!(response.status, 200, "no retry was needed (retries = 0)");
+        origins.push(response.header("x-origin").unwrap_or_default().to_owned());
+    }
+    origins.sort();
+    assert_eq!(origins, ["a", "b", "b", "b"]);
+    assert_eq!(a.stats.requests(), 1);
+    proxy.stop().await;
+    a.stop().await;
+    b.stop().await;
+}

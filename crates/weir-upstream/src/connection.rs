@@ -93,6 +93,9 @@ struct State {
     idle: VecDeque<Connection>,
     /// Requests waiting, each by its id and the sender of its grant.
     waiters: FairQueue<oneshot::Sender<Grant>>,
+    /// The node takes no requests (disabled, or removed): see
+    /// [`NodeConnections::set_taking_requests`].
+    withdrawn: bool,
 }
 
 /// The outcome of the synchronous part of a checkout.
@@ -102,13 +105,17 @@ enum Taken {
     /// In the queue: the flow it waits in, its id, its receiver, and how long it may wait.
     Queued(Flow, u64, oneshot::Receiver<Grant>, Duration),
     QueueFull,
+    /// The node takes no requests: choose another.
+    Withdrawn,
 }
 
-/// What a waiter receives: a connection to reuse, or a slot to connect with.
+/// What a waiter receives: a connection to reuse, a slot to connect with, or word that
+/// the node was withdrawn while it waited.
 #[derive(Debug)]
 enum Grant {
     Connection(Connection),
     Slot,
+    Elsewhere,
 }
 
 /// How long a connection found open by [`Connection::looks_open`] is taken
@@ -247,6 +254,25 @@ impl NodeConnections {
         }
     }
 
+    /// Whether the node takes requests at all. `false` for a disabled node, or one a reload
+    /// (or its name's new addresses) removed: the requests waiting in its queue, and any
+    /// that reach it later, are sent back to choose another node, with a retry-safe
+    /// [`ErrorKind::NoNodeAvailable`] (nothing was sent). "No requests" is what disabling
+    /// promises (docs/admin-api.md); waiting for the connections of a node that takes
+    /// none would hold them while another node is free. A draining node keeps its queue:
+    /// it finishes what it accepted.
+    pub fn set_taking_requests(&self, taking: bool) {
+        let mut state = self.lock();
+        state.withdrawn = !taking;
+        if taking {
+            return;
+        }
+        while let Some(waiter) = state.waiters.pop() {
+            self.pool_metrics.queue_length.dec();
+            let _ = waiter.send(Grant::Elsewhere);
+        }
+    }
+
     /// Request slots taken: connections open (or being opened) to the node, or granted to
     /// a waiter. Connections that became tunnels are not among them ([`Self::tunnelled`]).
     pub fn open(&self) -> u32 {
@@ -308,6 +334,7 @@ impl NodeConnections {
                 Box::pin(queued.wait(&[], left())).await
             }
             Taken::QueueFull => Err(self.queue_full()),
+            Taken::Withdrawn => Err(self.withdrawn()),
         }
     }
 
@@ -377,7 +404,19 @@ impl NodeConnections {
                 .await
             }
             Taken::QueueFull => Err(self.queue_full()),
+            Taken::Withdrawn => Err(self.withdrawn()),
         }
+    }
+
+    /// The answer to a request for a node that takes none: retry-safe, so the exchange
+    /// chooses another node (without counting a retry or a failure of this one).
+    fn withdrawn(&self) -> Error {
+        Error::new(ErrorKind::NoNodeAvailable, Side::Internal)
+            .retry_safe(true)
+            .context(format!(
+                "node {} was disabled or removed while the request was on its way to it",
+                self.address
+            ))
     }
 
     fn queue_full(&self) -> Error {
@@ -394,6 +433,9 @@ impl NodeConnections {
         // Loaded once per checkout: each load is a few atomic operations.
         let settings = self.settings.load();
         let mut state = self.lock();
+        if state.withdrawn {
+            return Taken::Withdrawn;
+        }
         if idle
             && let Some(connection) = self.take_idle(&mut state, &mut stale, settings.idle_timeout)
         {
@@ -528,7 +570,7 @@ impl NodeConnections {
             match waiter.send(Grant::Connection(connection)) {
                 Ok(()) => return,
                 Err(Grant::Connection(back)) => connection = back,
-                Err(Grant::Slot) => unreachable!("we sent a connection"),
+                Err(Grant::Slot | Grant::Elsewhere) => unreachable!("we sent a connection"),
             }
         }
         if past_cap || self.retired.load(Ordering::Acquire) {
@@ -691,6 +733,7 @@ impl QueuedWait<'_> {
                         pool.connect(preamble).await
                     }
                     Grant::Slot => pool.connect(preamble).await,
+                    Grant::Elsewhere => Err(pool.withdrawn()),
                 }
             }
             Waited::TimedOut => Err(Error::new(ErrorKind::QueueTimeout, Side::Internal).context(
@@ -776,7 +819,7 @@ impl Drop for QueuedWait<'_> {
         match receiver.try_recv() {
             Ok(Grant::Connection(connection)) => pool.give_back(connection),
             Ok(Grant::Slot) => pool.free_slot(),
-            Err(_) => {}
+            Ok(Grant::Elsewhere) | Err(_) => {}
         }
     }
 }

@@ -79,6 +79,9 @@ struct State {
     connecting: u32,
     /// Requests waiting, each by its id and the sender of its grant.
     waiters: FairQueue<oneshot::Sender<Grant>>,
+    /// The node takes no requests (disabled, or removed): see
+    /// [`H2Node::set_taking_requests`].
+    withdrawn: bool,
 }
 
 /// One open connection as the pool sees it.
@@ -123,11 +126,13 @@ impl Shared {
     }
 }
 
-/// What a waiter receives: a stream on an open connection, or a slot to connect with.
+/// What a waiter receives: a stream on an open connection, a slot to connect with, or
+/// word that the node was withdrawn while it waited.
 #[derive(Debug)]
 enum Grant {
     Stream(u64, SendRequest<Bytes>),
     Slot,
+    Elsewhere,
 }
 
 enum Taken {
@@ -135,6 +140,7 @@ enum Taken {
     Slot,
     Queued(Flow, u64, oneshot::Receiver<Grant>),
     QueueFull,
+    Withdrawn,
 }
 
 /// A request the stream did not take: the lease, the codec's error, and the
@@ -357,12 +363,41 @@ impl H2Node {
                 Err(Error::new(ErrorKind::QueueFull, Side::Internal)
                     .context(format!("HTTP/2 node {} has no free stream", self.address)))
             }
+            Taken::Withdrawn => Err(self.withdrawn()),
         }
+    }
+
+    /// Whether the node takes requests at all, as `NodeConnections::set_taking_requests`
+    /// says for an HTTP/1.1 node: `false` sends its waiting requests, and any that reach it
+    /// later, to choose another node.
+    pub fn set_taking_requests(&self, taking: bool) {
+        let mut state = self.lock();
+        state.withdrawn = !taking;
+        if taking {
+            return;
+        }
+        while let Some(waiter) = state.waiters.pop() {
+            self.pool_metrics.queue_length.dec();
+            let _ = waiter.send(Grant::Elsewhere);
+        }
+    }
+
+    /// A retry-safe refusal: nothing was sent, another node is chosen.
+    fn withdrawn(&self) -> Error {
+        Error::new(ErrorKind::NoNodeAvailable, Side::Internal)
+            .retry_safe(true)
+            .context(format!(
+                "HTTP/2 node {} was disabled or removed while the request was on its way to it",
+                self.address
+            ))
     }
 
     /// The synchronous part of a checkout; a full queue as in `NodeConnections::try_take`.
     fn try_take(&self, flow: Flow) -> Taken {
         let mut state = self.lock();
+        if state.withdrawn {
+            return Taken::Withdrawn;
+        }
         if let Some(taken) = self.take_stream(&mut state) {
             return taken;
         }
@@ -791,6 +826,7 @@ impl QueuedWait<'_> {
                 match grant {
                     Grant::Stream(connection, send) => Ok(node.lease(connection, send, true)),
                     Grant::Slot => node.connect_in_slot().await,
+                    Grant::Elsewhere => Err(node.withdrawn()),
                 }
             }
             Waited::TimedOut => Err(Error::new(ErrorKind::QueueTimeout, Side::Internal).context(
@@ -829,7 +865,7 @@ impl Drop for QueuedWait<'_> {
                 }
                 node.set_open_gauge(&state);
             }
-            Err(_) => {}
+            Ok(Grant::Elsewhere) | Err(_) => {}
         }
     }
 }

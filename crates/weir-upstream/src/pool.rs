@@ -211,6 +211,7 @@ impl Pool {
                 }
             };
             pooled.set_reusable(node.state == NodeMode::Active);
+            pooled.set_taking_requests(node.state != NodeMode::Disabled);
             nodes.push(state);
             connections.push(pooled);
         }
@@ -261,6 +262,7 @@ impl Pool {
             let kept = next.is_some_and(|pool| pool.nodes.iter().any(|n| Arc::ptr_eq(n, node)));
             if !kept {
                 connections.set_reusable(false);
+                connections.set_taking_requests(false);
             }
         }
         for node in &self.http2 {
@@ -268,6 +270,7 @@ impl Pool {
             if !kept {
                 // Streams in flight finish; the connections close once they have none.
                 node.close_idle();
+                node.set_taking_requests(false);
             }
         }
     }
@@ -507,6 +510,7 @@ fn http2_nodes(
             if !node.is_active() {
                 h2.close_idle();
             }
+            h2.set_taking_requests(node.mode() != NodeMode::Disabled);
             h2
         })
         .collect()

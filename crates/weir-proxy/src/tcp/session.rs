@@ -203,8 +203,12 @@ where
                     .context(format!("every node of pool {} is down", pool.name))
             }));
         };
-        // A retry is counted once another node was found for it.
-        if last_error.is_some() {
+        // A retry is counted once another node was found for it (not a move away from a
+        // node withdrawn while the client waited for it).
+        if last_error
+            .as_ref()
+            .is_some_and(|error: &Error| error.kind() != ErrorKind::NoNodeAvailable)
+        {
             pool.metrics.retries.inc();
         }
         tried.add(index);
@@ -234,6 +238,11 @@ where
                 }
                 tracing::debug!(pool = %pool.name, node = %node.address, %error, "connect failed; trying another node");
                 retries += 1;
+                last_error = Some(error);
+            }
+            // Disabled or removed while the client waited in its queue: another node, no
+            // retry spent (`NodeConnections::set_taking_requests`).
+            Err(error) if error.kind() == ErrorKind::NoNodeAvailable && error.is_retry_safe() => {
                 last_error = Some(error);
             }
             Err(error) => return Err(error),

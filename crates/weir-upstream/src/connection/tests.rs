@@ -635,3 +635,47 @@ async fn a_request_that_leaves_the_queue_loses_its_clients_turn_to_no_one() {
     }
     assert_eq!(*order.lock().unwrap(), ["a1", "c1", "a2"]);
 }
+
+#[tokio::test]
+async fn a_withdrawn_node_sends_its_waiters_and_newcomers_elsewhere() {
+    let (address, accepted) = holding_listener().await;
+    let pool = pool(address, settings(1, 10, 5000));
+    let held = pool.checkout().await.unwrap();
+    let mut waiters = Vec::new();
+    for n in 0..3 {
+        let waiter_pool = Arc::clone(&pool);
+        waiters.push(tokio::spawn(async move {
+            waiter_pool.checkout().await.map(|_| ())
+        }));
+        while pool.queued() < n + 1 {
+            tokio::task::yield_now().await;
+        }
+    }
+    // Draining keeps the queue: the node finishes what it accepted.
+    pool.set_reusable(false);
+    assert_eq!(pool.queued(), 3);
+    // Disabled (or removed): every waiter is told at once, and nothing was sent.
+    pool.set_taking_requests(false);
+    assert_eq!(pool.queued(), 0);
+    for waiter in waiters {
+        let error = tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .expect("told at once, not at the queue timeout")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::NoNodeAvailable);
+        assert!(error.is_retry_safe());
+    }
+    let later = pool.checkout().await.unwrap_err();
+    assert_eq!(later.kind(), ErrorKind::NoNodeAvailable);
+    assert!(later.is_retry_safe());
+    // The lease in flight finishes; its connection closes rather than serving anyone.
+    held.release();
+    assert_eq!(pool.open(), 0);
+    // Enabled again, it takes requests.
+    pool.set_reusable(true);
+    pool.set_taking_requests(true);
+    pool.checkout().await.unwrap().release();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}

@@ -262,6 +262,36 @@ async fn a_waiter_that_gives_up_loses_nothing() {
     exchange(Arc::clone(&node)).await.expect("served");
 }
 
+#[tokio::test]
+async fn a_withdrawn_node_sends_its_waiters_elsewhere() {
+    let server = server(None).await;
+    let (node, _metrics) = node(server.address, settings(1, 1, 10));
+    let busy = tokio::spawn(exchange(Arc::clone(&node)));
+    wait_for("one stream", || node.streams() == 1).await;
+    let waiters: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(exchange(Arc::clone(&node))))
+        .collect();
+    wait_for("two waiters", || node.queued() == 2).await;
+    node.set_taking_requests(false);
+    assert_eq!(node.queued(), 0);
+    for waiter in waiters {
+        let error = tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .expect("told at once")
+            .unwrap()
+            .expect_err("sent elsewhere");
+        assert_eq!(error.kind(), ErrorKind::NoNodeAvailable);
+        assert!(error.is_retry_safe());
+    }
+    let later = node.checkout().await.expect_err("takes no requests");
+    assert_eq!(later.kind(), ErrorKind::NoNodeAvailable);
+    // The stream in flight finishes.
+    server.gate.add_permits(10);
+    busy.await.unwrap().expect("served");
+    node.set_taking_requests(true);
+    exchange(Arc::clone(&node)).await.expect("served again");
+}
+
 /// An h2c server that announces `SETTINGS_ENABLE_CONNECT_PROTOCOL` when
 /// `extended` and answers every stream `200`, counting the streams.
 async fn connect_server(extended: bool) -> (SocketAddr, Arc<AtomicUsize>) {
