@@ -82,13 +82,24 @@ impl VarySpec {
     /// encoding key. `chosen` is the coding weir would pick for this client.
     /// A field the request has starts its line with `=`: one sent empty is not one
     /// missing (RFC 9111 §4.1: a missing field matches only a missing one).
+    ///
+    /// A field the request's `Connection` names is removed before the request is
+    /// forwarded (RFC 9110 §7.6.1): the node answered as if it were missing, so the key
+    /// reads it as missing. Keyed by the value the client sent, the answer made without
+    /// it would be served to every later client that sends that value.
     pub fn secondary_key(&self, request: &impl RequestView, chosen: Coding, out: &mut Vec<u8>) {
+        let forwarded = |name: &str| {
+            !list_elements(request.header_values("connection"))
+                .any(|token| token.eq_ignore_ascii_case(name.as_bytes()))
+        };
         for name in &self.names {
             let mut first = true;
-            for value in request.header_values(name) {
-                out.extend_from_slice(if first { b"=" } else { b", " });
-                out.extend_from_slice(trim(value));
-                first = false;
+            if forwarded(name) {
+                for value in request.header_values(name) {
+                    out.extend_from_slice(if first { b"=" } else { b", " });
+                    out.extend_from_slice(trim(value));
+                    first = false;
+                }
             }
             out.push(b'\n');
         }
@@ -96,8 +107,19 @@ impl VarySpec {
             EncodingKey::None => {}
             EncodingKey::Chosen => out.extend_from_slice(chosen.token().as_bytes()),
             EncodingKey::AcceptedSet => {
-                let accept = AcceptEncoding::parse(request.header_values("accept-encoding"));
-                out.push(b'0' + accept.acceptable_set());
+                let accept = if forwarded("accept-encoding") {
+                    AcceptEncoding::parse(request.header_values("accept-encoding"))
+                } else {
+                    AcceptEncoding::parse(std::iter::empty())
+                };
+                // Without the field any coding is acceptable (RFC 9110 §12.5.3); with
+                // it, only those it lists, and an empty one or `identity` lists none.
+                // The node may encode for the first: the two are never one variant.
+                if accept.present() {
+                    out.push(b'0' + accept.acceptable_set());
+                } else {
+                    out.push(b'*');
+                }
             }
         }
     }
@@ -265,11 +287,56 @@ mod tests {
             secondary(&flag, &Req::get("/"), Coding::Identity)
         );
 
+        // A node may encode for a client that sends no `Accept-Encoding`: its answer is
+        // not for one that accepts none, or only identity.
+        let absent = secondary(
+            &node,
+            &Req::get("/").header("Accept-Language", "en"),
+            Coding::Identity,
+        );
+        for accept in ["", "identity", "gzip;q=0", "*;q=0, identity", "x-unknown"] {
+            let listed = Req::get("/")
+                .header("Accept-Encoding", accept)
+                .header("Accept-Language", "en");
+            assert_ne!(
+                secondary(&node, &listed, Coding::Identity),
+                absent,
+                "{accept:?}"
+            );
+        }
+
         let weir = VarySpec::from_values(std::iter::empty(), true).unwrap();
         assert_eq!(secondary(&weir, &a, Coding::Brotli), b"br");
         assert_ne!(
             secondary(&weir, &a, Coding::Brotli),
             secondary(&weir, &c, Coding::Gzip)
         );
+    }
+
+    #[test]
+    fn fields_the_connection_header_names_are_keyed_as_missing() {
+        let secondary = |spec: &VarySpec, request: &Req| {
+            let mut out = Vec::new();
+            spec.secondary_key(request, Coding::Identity, &mut out);
+            out
+        };
+        let spec =
+            VarySpec::from_values([&b"Origin, Accept-Encoding"[..]].into_iter(), false).unwrap();
+        let plain = Req::get("/").header("Origin", "https://app.test");
+        // weir removes the named fields before forwarding: the node saw neither.
+        let nominated = Req::get("/")
+            .header("Origin", "https://app.test")
+            .header("Accept-Encoding", "gzip")
+            .header("Connection", "close, origin , Accept-Encoding");
+        assert_ne!(secondary(&spec, &nominated), secondary(&spec, &plain));
+        assert_eq!(
+            secondary(&spec, &nominated),
+            secondary(&spec, &Req::get("/"))
+        );
+        // A `Connection` that names other fields changes nothing.
+        let other = Req::get("/")
+            .header("Origin", "https://app.test")
+            .header("Connection", "keep-alive, x-other");
+        assert_eq!(secondary(&spec, &other), secondary(&spec, &plain));
     }
 }

@@ -91,6 +91,11 @@ impl AcceptEncoding {
         found
     }
 
+    /// Whether the request had an `Accept-Encoding` field at all.
+    pub fn present(&self) -> bool {
+        self.present
+    }
+
     /// The q-value ×1000 the client gives `coding` (listed, else `*`, else 0;
     /// identity is acceptable unless excluded, §12.5.3).
     pub fn quality(&self, coding: Coding) -> u16 {
