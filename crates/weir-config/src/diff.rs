@@ -164,6 +164,15 @@ pub fn listeners(config: &Config) -> Vec<(SocketAddr, &str, ListenOptions)> {
 
 /// What changes from `old` to `new`.
 pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
+    diff_running(old, old, new)
+}
+
+/// [`diff`] for a running process: the settings that take effect only in a new process
+/// (`needs_restart`) are compared with `running`, the config the process started with,
+/// and the others with `old`, the last one applied. Compared with `old`, a reload that
+/// puts back the value the process runs with would be listed as needing a restart, and
+/// one that keeps a changed value not yet in effect would drop it from the list.
+pub fn diff_running(old: &Config, running: &Config, new: &Config) -> ConfigDiff {
     let mut result = ConfigDiff {
         virtual_servers: named_changes(&old.virtual_servers, &new.virtual_servers, |o, n| {
             virtual_server_keys(old, o, new, n)
@@ -199,7 +208,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         }
     };
     setting(
-        old.runtime.threads != new.runtime.threads,
+        running.runtime.threads != new.runtime.threads,
         "runtime.threads",
         true,
     );
@@ -209,12 +218,16 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         false,
     );
     setting(
-        old.runtime.upgrade_socket != new.runtime.upgrade_socket,
+        running.runtime.upgrade_socket != new.runtime.upgrade_socket,
         "runtime.upgrade_socket",
         true,
     );
     let admin_listen = |c: &Config| c.admin.as_ref().map(|a| a.listen);
-    setting(admin_listen(old) != admin_listen(new), "admin.listen", true);
+    setting(
+        admin_listen(running) != admin_listen(new),
+        "admin.listen",
+        true,
+    );
     let token = |c: &Config| c.admin.as_ref().and_then(|a| a.token_file.clone());
     setting(token(old) != token(new), "admin.token_file", false);
     setting(
@@ -232,9 +245,9 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         "log.access_log_file",
         false,
     );
-    setting(old.log.level != new.log.level, "log.level", true);
-    setting(old.log.format != new.log.format, "log.format", true);
-    setting(old.origins != new.origins, "origins", true);
+    setting(running.log.level != new.log.level, "log.level", true);
+    setting(running.log.format != new.log.format, "log.format", true);
+    setting(running.origins != new.origins, "origins", true);
     result
 }
 
@@ -745,6 +758,30 @@ mod tests {
             vec!["tcp", "accept_proxy", "passthrough"]
         );
         assert_eq!(diff.pools.changed[0].keys, vec!["proxy_protocol"]);
+    }
+
+    #[test]
+    fn restart_only_settings_are_compared_with_what_the_process_runs() {
+        let pools = "[pools.a]\nnodes = [{ address = \"127.0.0.1:1\" }]\n";
+        let running = config(&format!("[runtime]\nthreads = 2\n{pools}"), WEB);
+        let applied = config(
+            &format!("[runtime]\nthreads = 1\n[log]\nlevel = \"debug\"\n{pools}"),
+            WEB,
+        );
+        // Back to the running value: nothing waits for a restart.
+        let reverted = config(&format!("[runtime]\nthreads = 2\n{pools}"), WEB);
+        let diff = diff_running(&applied, &running, &reverted);
+        assert!(diff.needs_restart.is_empty(), "{:?}", diff.needs_restart);
+        // An unrelated change keeps the pending ones listed.
+        let other = config(
+            &format!(
+                "[runtime]\nthreads = 1\ndrain_timeout = \"3s\"\n[log]\nlevel = \"debug\"\n{pools}"
+            ),
+            WEB,
+        );
+        let diff = diff_running(&applied, &running, &other);
+        assert_eq!(diff.needs_restart, ["runtime.threads", "log.level"]);
+        assert_eq!(diff.settings, ["runtime.drain_timeout"]);
     }
 
     #[test]

@@ -46,6 +46,9 @@ pub struct Live {
     access_log: ArcSwapOption<AccessLog>,
     /// The bound listening addresses, by virtual server, as of the last start or reload.
     addrs: Mutex<Vec<(String, SocketAddr)>>,
+    /// The config the process started with: what the settings a reload cannot change
+    /// (`needs_restart`) still run with.
+    started: Arc<Config>,
 }
 
 /// What reloads change besides the model; one reload at a time holds it.
@@ -196,6 +199,7 @@ impl Live {
             last: Mutex::new(None),
             access_log: ArcSwapOption::empty(),
             addrs: Mutex::new(Vec::new()),
+            started: Arc::new(config.clone()),
             control: Mutex::new(Control {
                 names,
                 ..Control::default()
@@ -261,7 +265,11 @@ impl Live {
         check_files(&current, candidate, &self.metrics, access_log.as_ref())?;
         // New node names must resolve; what they resolve to is dropped.
         self.lock().names.resolve_new(candidate)?;
-        Ok(weir_config::diff::diff(&current.config, candidate))
+        Ok(weir_config::diff::diff_running(
+            &current.config,
+            &self.started,
+            candidate,
+        ))
     }
 
     /// Records where the admin listener is bound. A reload does not move it (the address
@@ -323,7 +331,7 @@ impl Live {
             return Err(Box::new(ReloadError::NotRunning));
         }
         let current = self.current();
-        let diff = weir_config::diff::diff(&current.config, &candidate);
+        let diff = weir_config::diff::diff_running(&current.config, &self.started, &candidate);
         admin_kept_safe(control.admin_listen, &candidate).map_err(|e| Box::new(e.into()))?;
         let mut staged = stage(
             &current,

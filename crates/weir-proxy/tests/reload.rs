@@ -878,3 +878,24 @@ async fn requests_waiting_for_a_node_that_is_disabled_go_to_another() {
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn needs_restart_lists_what_differs_from_the_running_process() {
+    let a = TestOrigin::start("a").await;
+    let port = weir_testkit::free_ports::<1>()[0];
+    let listen = format!("127.0.0.1:{port}");
+    let start = web(&[&listen], &[a.addr], "");
+    let proxy = TestProxy::start(&start).await;
+    let debug = start.replace("level = \"warn\"", "level = \"debug\"");
+    let applied = proxy.live.apply(parse(&debug)).unwrap();
+    assert_eq!(applied.diff.needs_restart, ["log.level"]);
+    // Still pending after a change of something else.
+    let other = format!("{debug}[virtual_servers.web.timeouts]\nidle = \"7s\"\n");
+    let applied = proxy.live.apply(parse(&other)).unwrap();
+    assert_eq!(applied.diff.needs_restart, ["log.level"]);
+    // Back to what the process runs with: nothing pending.
+    let applied = proxy.live.apply(parse(&start)).unwrap();
+    assert!(applied.diff.needs_restart.is_empty(), "{:?}", applied.diff);
+    proxy.stop().await;
+    a.stop().await;
+}
