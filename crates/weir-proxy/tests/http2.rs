@@ -741,3 +741,72 @@ async fn bytes_sent_counts_the_head_weir_sends_for_both_protocols() {
     origin.stop().await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// A request the `h2` codec refuses before weir sees it (a control byte in `:path`: RST_STREAM
+/// PROTOCOL_ERROR, RFC 9113 §8.1.1) is still counted and logged as a bad request, as the
+/// same request over HTTP/1.1 is; a well-formed stream after it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_codec_refuses_is_counted_and_logged() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use weir_testkit::h2flood::{PREFACE, frame};
+    let origin = TestOrigin::start("a").await;
+    let (config, log) = h2c_logged(&origin, "codec-refused", "");
+    let proxy = TestProxy::start(&config).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    // GET, http, `:authority: a`, then `:path` as a literal (static name 4).
+    let get = |path: &[u8]| {
+        let mut block = vec![0x82, 0x86, 0x01, 0x01, b'a', 0x04, path.len() as u8];
+        block.extend_from_slice(path);
+        block
+    };
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(0x1, 0x5, 1, &get(b"/p\x01x")));
+    out.extend(frame(0x1, 0x5, 3, &get(b"/fine")));
+    stream.write_all(&out).await.unwrap();
+    // Read until stream 3's HEADERS arrive (a 200 from the origin).
+    let mut seen = Vec::new();
+    let answered = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                return false;
+            }
+            seen.extend_from_slice(&chunk[..n]);
+            // A HEADERS frame (type 1) on stream 3.
+            let mut at = 0;
+            while at + 9 <= seen.len() {
+                let length = usize::from(seen[at]) << 16
+                    | usize::from(seen[at + 1]) << 8
+                    | usize::from(seen[at + 2]);
+                if seen[at + 3] == 0x1 && seen[at + 5..at + 9] == [0, 0, 0, 3] {
+                    return true;
+                }
+                at += 9 + length;
+            }
+        }
+    })
+    .await
+    .unwrap_or(false);
+    assert!(answered, "the well-formed stream was served");
+    proxy.live.flush_access_log();
+    let records = std::fs::read_to_string(&log).unwrap_or_default();
+    let refused: Vec<&str> = records
+        .lines()
+        .filter(|line| line.contains(r#""status":400"#))
+        .collect();
+    assert_eq!(refused.len(), 1, "{records}");
+    assert!(refused[0].contains(r#""error":"bad_request""#), "{records}");
+    assert!(refused[0].contains(r#""method":"-""#), "{records}");
+    let metrics = proxy.metrics.encode();
+    assert!(
+        metrics.contains("weir_bad_requests_total{virtual_server=\"web\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(origin.stats.snapshot().requests, 1);
+    drop(stream);
+    proxy.stop().await;
+    origin.stop().await;
+    let _ = std::fs::remove_file(&log);
+}

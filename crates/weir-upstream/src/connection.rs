@@ -254,6 +254,14 @@ impl NodeConnections {
         }
     }
 
+    /// Follows the operator's choice for the node: an active node keeps connections for
+    /// reuse; a draining one closes them as they come back and serves its queue; a disabled
+    /// one also sends its queue elsewhere ([`Self::set_taking_requests`]).
+    pub fn follow_mode(&self, mode: weir_config::NodeMode) {
+        self.set_reusable(mode == weir_config::NodeMode::Active);
+        self.set_taking_requests(mode != weir_config::NodeMode::Disabled);
+    }
+
     /// Whether the node takes requests at all. `false` for a disabled node, or one a reload
     /// (or its name's new addresses) removed: the requests waiting in its queue, and any
     /// that reach it later, are sent back to choose another node, with a retry-safe

@@ -210,8 +210,7 @@ impl Pool {
                     (state, pooled)
                 }
             };
-            pooled.set_reusable(node.state == NodeMode::Active);
-            pooled.set_taking_requests(node.state != NodeMode::Disabled);
+            pooled.follow_mode(node.state);
             nodes.push(state);
             connections.push(pooled);
         }

@@ -62,6 +62,8 @@ const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
 const WINDOW_UPDATE: u8 = 0x8;
 const CONTINUATION: u8 = 0x9;
+/// The RST_STREAM error code of a malformed request (RFC 9113 §7).
+const PROTOCOL_ERROR: u32 = 0x1;
 
 // Flags.
 const END_STREAM: u8 = 0x1;
@@ -236,6 +238,8 @@ pub(crate) struct FrameWatch {
     /// server's preface is a SETTINGS frame).
     outgoing: Position,
     outgoing_header: [u8; FRAME_HEADER],
+    /// The RST_STREAM weir is writing: its stream, and the bytes of its error code so far.
+    outgoing_reset: Option<(u32, usize, [u8; 4])>,
     /// weir wrote a DATA or HEADERS frame since the client's last PING: that PING
     /// is the kind a client sends to measure the path as data arrives (gRPC's BDP
     /// estimate), and weighs [`EXCUSED_PING`] of one.
@@ -272,6 +276,7 @@ impl FrameWatch {
             ignored: Bucket::new(),
             outgoing: Position::Header(0),
             outgoing_header: [0; FRAME_HEADER],
+            outgoing_reset: None,
             answered_since_ping: false,
             empty_data: 0,
             verdict: None,
@@ -362,7 +367,14 @@ impl FrameWatch {
     /// ([`DATA_FRAME_CREDIT`]: its stream's and the connection's, as gRPC's C core sends for
     /// each small message), before they count as a flood. A DATA or HEADERS frame makes the
     /// client's next PING weigh little (`answered_since_ping`, [`EXCUSED_PING`]).
-    pub(crate) fn sent(&mut self, mut bytes: &[u8]) {
+    ///
+    /// Returns how many of the frames written reset, with `PROTOCOL_ERROR`, a stream above
+    /// `last_accepted` (the highest stream the driver was handed): requests the codec
+    /// refused as malformed before weir saw them (RFC 9113 §8.1.1), which only these
+    /// frames tell of. The codec writes such a reset in the same turn that read the
+    /// stream's HEADERS, before it hands over any later stream.
+    pub(crate) fn sent(&mut self, mut bytes: &[u8], last_accepted: u32) -> u32 {
+        let mut refused = 0;
         let mut credit = bytes.len() as f64 / 1024.0;
         while !bytes.is_empty() {
             match self.outgoing {
@@ -384,6 +396,15 @@ impl FrameWatch {
                             self.answered_since_ping = true;
                         }
                         HEADERS => self.answered_since_ping = true,
+                        RST_STREAM if length == 4 => {
+                            let stream = u32::from_be_bytes([
+                                header[5] & 0x7f,
+                                header[6],
+                                header[7],
+                                header[8],
+                            ]);
+                            self.outgoing_reset = Some((stream, 0, [0; 4]));
+                        }
                         _ => {}
                     }
                     self.outgoing = match length {
@@ -393,6 +414,18 @@ impl FrameWatch {
                 }
                 Position::Payload(left) => {
                     let take = left.min(bytes.len());
+                    if let Some((stream, have, code)) = self.outgoing_reset.as_mut() {
+                        code[*have..*have + take].copy_from_slice(&bytes[..take]);
+                        *have += take;
+                        if *have == 4 {
+                            if u32::from_be_bytes(*code) == PROTOCOL_ERROR
+                                && *stream > last_accepted
+                            {
+                                refused += 1;
+                            }
+                            self.outgoing_reset = None;
+                        }
+                    }
                     bytes = &bytes[take..];
                     self.outgoing = match left - take {
                         0 => Position::Header(0),
@@ -404,6 +437,7 @@ impl FrameWatch {
             }
         }
         self.window_updates.level = (self.window_updates.level - credit).max(0.0);
+        refused
     }
 
     /// Counts the frame whose header is complete; returns its payload length.

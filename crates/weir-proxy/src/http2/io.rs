@@ -32,6 +32,11 @@ pub(crate) struct Tripwire {
     suspect: Mutex<Option<Flood>>,
     /// The connection should end gracefully (see [`FrameWatch::worn_out`]).
     worn_out: std::sync::atomic::AtomicBool,
+    /// The highest stream id the driver was handed.
+    last_accepted: std::sync::atomic::AtomicU32,
+    /// Requests the codec refused as malformed before the driver saw them, not yet
+    /// reported (see [`FrameWatch::sent`]).
+    refused: std::sync::atomic::AtomicU32,
     notify: Notify,
 }
 
@@ -64,6 +69,39 @@ impl Tripwire {
                 return;
             }
             notified.await;
+        }
+    }
+
+    /// The driver was handed stream `id` (client streams come in increasing order).
+    pub(crate) fn accepted(&self, id: u32) {
+        use std::sync::atomic::Ordering;
+        self.last_accepted.fetch_max(id, Ordering::AcqRel);
+    }
+
+    /// Takes the count of requests the codec refused since the last call.
+    pub(crate) fn take_refused(&self) -> u32 {
+        use std::sync::atomic::Ordering;
+        self.refused.swap(0, Ordering::AcqRel)
+    }
+
+    /// Resolves once the codec refused a request as malformed (see [`Self::take_refused`]).
+    pub(crate) async fn refused(&self) {
+        use std::sync::atomic::Ordering;
+        loop {
+            let notified = self.notify.notified();
+            if self.refused.load(Ordering::Acquire) > 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn note_written(&self, watch: &mut FrameWatch, bytes: &[u8]) {
+        use std::sync::atomic::Ordering;
+        let refused = watch.sent(bytes, self.last_accepted.load(Ordering::Acquire));
+        if refused > 0 {
+            self.refused.fetch_add(refused, Ordering::AcqRel);
+            self.notify.notify_waiters();
         }
     }
 
@@ -175,7 +213,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         let this = self.get_mut();
         let written = Pin::new(&mut this.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = written {
-            this.watch.sent(&buf[..n.min(buf.len())]);
+            this.tripwire
+                .note_written(&mut this.watch, &buf[..n.min(buf.len())]);
         }
         written
     }
@@ -191,7 +230,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
             let mut left = n;
             for slice in bufs {
                 let take = left.min(slice.len());
-                this.watch.sent(&slice[..take]);
+                this.tripwire.note_written(&mut this.watch, &slice[..take]);
                 left -= take;
                 if left == 0 {
                     break;

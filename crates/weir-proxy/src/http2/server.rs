@@ -62,6 +62,12 @@ pub(crate) trait StreamHandler: Clone + Send + Sync + 'static {
     /// within `ping_timeout`, before its streams see the close: their records then say
     /// the client went silent (`client_timeout`), not that it left.
     fn went_silent(&self) {}
+
+    /// The codec refused `count` requests as malformed (RST_STREAM `PROTOCOL_ERROR`) before
+    /// they were handed over: they are requests all the same, to count and log.
+    fn refused_malformed(&self, count: u32) {
+        let _ = count;
+    }
 }
 
 /// What one connection is allowed, besides the `[http2]` table.
@@ -150,22 +156,8 @@ pub(crate) async fn serve<S, H>(
             return;
         }
     };
-    let mut driver = Driver {
-        active: Arc::new(AtomicUsize::new(0)),
-        ping: connection.ping_pong(),
-        ping_sent: None,
-        last_ping: Instant::now(),
-        last_busy: Instant::now(),
-        draining: None,
-        served: 0,
-    };
-    let period = settings
-        .ping_interval
-        .min(timing.idle)
-        .div_f64(4.0)
-        .clamp(Duration::from_millis(100), Duration::from_secs(5));
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut driver = Driver::new(connection.ping_pong());
+    let mut ticker = ticker(settings, timing);
     loop {
         tokio::select! {
             biased;
@@ -184,8 +176,12 @@ pub(crate) async fn serve<S, H>(
                 tracing::debug!("HTTP/2 client sent many empty DATA frames; connection retired");
                 driver.go_away(&mut connection);
             }
+            () = tripwire.refused() => {
+                handler.refused_malformed(tripwire.take_refused());
+            }
             accepted = connection.accept() => match accepted {
                 Some(Ok((request, respond))) => {
+                    tripwire.accepted(respond.stream_id().as_u32());
                     metrics.streams.inc();
                     // Streams the client reset just before (their RST_STREAM came with
                     // this HEADERS) are woken but may not have finished yet: a few turns of
@@ -199,10 +195,14 @@ pub(crate) async fn serve<S, H>(
                     driver.admit(&handler, (request, respond), &mut connection, (settings, timing));
                 }
                 Some(Err(error)) => {
+                    handler.refused_malformed(tripwire.take_refused());
                     record_end(&error, &tripwire, metrics, log);
                     return;
                 }
-                None => return,
+                None => {
+                    handler.refused_malformed(tripwire.take_refused());
+                    return;
+                }
             },
             pong = poll_fn(|cx| poll_pong(&mut driver.ping, cx)), if driver.ping_sent.is_some() => {
                 driver.ping_sent = None;
@@ -229,6 +229,19 @@ pub(crate) async fn serve<S, H>(
     }
 }
 
+/// The driver's clock: a quarter of the PING interval or idle timeout, whichever is shorter,
+/// within 100 ms and 5 s.
+fn ticker(settings: &Http2, timing: ConnectionLimits) -> tokio::time::Interval {
+    let period = settings
+        .ping_interval
+        .min(timing.idle)
+        .div_f64(4.0)
+        .clamp(Duration::from_millis(100), Duration::from_secs(5));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker
+}
+
 /// The connection's own state besides the codec's.
 struct Driver {
     /// Streams being served.
@@ -246,6 +259,18 @@ struct Driver {
 }
 
 impl Driver {
+    fn new(ping: Option<PingPong>) -> Driver {
+        Driver {
+            active: Arc::new(AtomicUsize::new(0)),
+            ping,
+            ping_sent: None,
+            last_ping: Instant::now(),
+            last_busy: Instant::now(),
+            draining: None,
+            served: 0,
+        }
+    }
+
     /// Serves a stream the client opened, or refuses it (`REFUSED_STREAM`, which the client
     /// retries on another connection): past the connection's stream limits, or on a
     /// connection whose TLS handshake is outdated ([`StreamHandler::outdated`]), which
@@ -416,7 +441,11 @@ fn record_end(error: &h2::Error, tripwire: &Tripwire, metrics: &Http2Metrics, lo
             }
         } else {
             metrics.protocol_errors.inc();
-            tracing::debug!(%error, "HTTP/2 protocol error; connection closed");
+            // A malformed request can end the connection (a forbidden byte in a field):
+            // news, as a refused HTTP/1.1 request is.
+            if let Some(left_out) = log.take() {
+                tracing::info!(%error, left_out, "HTTP/2 protocol error of the client; connection closed");
+            }
         }
     } else {
         tracing::debug!(%error, "HTTP/2 connection ended");

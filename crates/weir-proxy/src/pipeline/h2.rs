@@ -137,6 +137,54 @@ impl StreamHandler for Streams {
     fn went_silent(&self) {
         self.silent.store(true, Ordering::Release);
     }
+
+    /// As an HTTP/1.1 request that forms no head: counted as a bad request, a 400 in the
+    /// metrics and the access log (method and target `-`; the client got RST_STREAM
+    /// `PROTOCOL_ERROR`, RFC 9113 §8.1.1), and a `rejected request` line on the virtual
+    /// server's budget. Without it a client probing with malformed requests left no trace.
+    fn refused_malformed(&self, count: u32) {
+        if count == 0 {
+            return;
+        }
+        let vs = self.vs.newer().unwrap_or_else(|| Arc::clone(&self.vs));
+        let tls = self.tls.as_deref().and_then(|facts| {
+            Some(weir_observe::TlsRecord {
+                version: weir_tls::provider::version_name(facts.version?),
+                cipher: facts.cipher.unwrap_or("unknown"),
+                server_name: facts.sni.as_deref(),
+                client_subject: self.client_subject.as_deref(),
+            })
+        });
+        for _ in 0..count {
+            vs.metrics.bad_requests.inc();
+            vs.metrics
+                .record_answer(400, 0, 0, std::time::Duration::ZERO);
+            if let Some(log) = &vs.access_log {
+                log.write(&weir_observe::AccessRecord {
+                    virtual_server: &vs.config.name,
+                    client: self.peer,
+                    method: "-",
+                    target: "-",
+                    version: "HTTP/2.0",
+                    status: 400,
+                    bytes_sent: 0,
+                    pool: None,
+                    node: None,
+                    duration: std::time::Duration::ZERO,
+                    upstream_duration: None,
+                    error: Some(weir_core::ErrorKind::BadRequest.as_str()),
+                    cache: None,
+                    request_id: None,
+                    rule: None,
+                    grpc_status: None,
+                    tls,
+                });
+            }
+        }
+        if let Some(left_out) = vs.shared.rejection_log.take() {
+            tracing::info!(virtual_server = %vs.config.name, client = %self.peer, status = 400, refused = count, left_out, "rejected request: malformed HTTP/2 request reset by the codec (PROTOCOL_ERROR)");
+        }
+    }
 }
 
 impl Streams {

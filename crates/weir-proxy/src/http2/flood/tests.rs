@@ -98,7 +98,7 @@ fn window_updates_are_credited_by_data_sent() {
     let data = frame(DATA, 0, 1, &[0; 16 * 1024]);
     for _ in 0..20 {
         // A client acknowledging each 16 KiB DATA frame it got, a KiB at a time.
-        watch.sent(&data);
+        watch.sent(&data, 0);
         for _ in 0..16 {
             assert_eq!(watch.received(&update, now), None);
         }
@@ -160,15 +160,15 @@ fn a_ping_after_data_weir_wrote_is_not_a_flood() {
     let head = frame(HEADERS, END_HEADERS, 3, &[0x88]);
     let mut watch = watcher();
     for round in 0..5000 {
-        watch.sent(if round % 2 == 0 { &message } else { &head });
+        watch.sent(if round % 2 == 0 { &message } else { &head }, 0);
         assert_eq!(watch.received(&ping, now), None, "round {round}");
-        watch.sent(&ack);
+        watch.sent(&ack, 0);
     }
     // Answering the PING alone excuses nothing.
     let mut watch = watcher();
     let found = (1..=200).find_map(|n| {
         let verdict = watch.received(&ping, now);
-        watch.sent(&ack);
+        watch.sent(&ack, 0);
         verdict.map(|flood| (flood, n))
     });
     assert_eq!(found, Some((Flood::Ping, 101)));
@@ -184,7 +184,7 @@ fn two_window_updates_per_data_frame_are_not_a_flood() {
     let connection_update = frame(WINDOW_UPDATE, 0, 0, &[0, 0, 0, 30]);
     let mut watch = watcher();
     for round in 0..10_000 {
-        watch.sent(&message);
+        watch.sent(&message, 0);
         assert_eq!(watch.received(&stream_update, now), None, "round {round}");
         assert_eq!(
             watch.received(&connection_update, now),
@@ -206,8 +206,8 @@ fn written_frames_are_found_across_write_boundaries() {
         let mut watch = watcher();
         // 150 PINGs, each after one HEADERS and DATA pair written in two pieces.
         for _ in 0..150 {
-            watch.sent(&written[..split]);
-            watch.sent(&written[split..]);
+            watch.sent(&written[..split], 0);
+            watch.sent(&written[split..], 0);
             assert_eq!(watch.received(&ping, now), None, "split {split}");
         }
     }
@@ -228,7 +228,7 @@ fn dribbled_data_does_not_buy_unlimited_pings_or_updates() {
     let found = (0..40_000u32).find_map(|round| {
         // 40,000 rounds a second, the rate one such client reached on loopback.
         let now = start + Duration::from_micros(u64::from(round) * 25);
-        watch.sent(&dribble);
+        watch.sent(&dribble, 0);
         [&stream_update, &connection_update, &ping]
             .into_iter()
             .find_map(|frame| watch.received(frame, now))
@@ -328,4 +328,23 @@ fn a_client_cancelling_a_third_of_its_streams_early_is_no_flood() {
             assert_eq!(watch.received(&reset(2 * (n - 60) + 1), now), None, "{n}");
         }
     }
+}
+
+/// The codec's resets of requests it refused as malformed are counted from what weir writes,
+/// whatever the write boundaries; resets of streams weir was handed, and other codes, not.
+#[test]
+fn resets_of_refused_requests_are_counted_from_the_written_frames() {
+    let mut written = frame(HEADERS, END_HEADERS, 1, &[0x88; 10]);
+    // Stream 5 refused (PROTOCOL_ERROR), stream 7 refused by the codec's stream limit
+    // (REFUSED_STREAM), stream 3 (handed to weir) reset with PROTOCOL_ERROR.
+    written.extend_from_slice(&frame(RST_STREAM, 0, 5, &[0, 0, 0, 1]));
+    written.extend_from_slice(&frame(RST_STREAM, 0, 7, &[0, 0, 0, 7]));
+    written.extend_from_slice(&frame(RST_STREAM, 0, 3, &[0, 0, 0, 1]));
+    written.extend_from_slice(&frame(DATA, 0, 1, &[0, 0, 0, 1]));
+    for split in 1..written.len() {
+        let mut watch = watcher();
+        let refused = watch.sent(&written[..split], 3) + watch.sent(&written[split..], 3);
+        assert_eq!(refused, 1, "split {split}");
+    }
+    assert_eq!(watcher().sent(&written, 0), 2);
 }
