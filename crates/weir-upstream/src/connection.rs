@@ -272,13 +272,29 @@ impl NodeConnections {
     pub fn set_taking_requests(&self, taking: bool) {
         let mut state = self.lock();
         state.withdrawn = !taking;
-        if taking {
-            return;
+        if !taking {
+            self.send_away(&mut state);
         }
+    }
+
+    /// Sends the requests waiting now to choose another node, as a withdrawn node does,
+    /// but for this once: the node was marked down (its monitor, or passive health) while
+    /// they waited, and another node is up (`Pool::redistribute`). The pool moves a down
+    /// node's queue only where the requests have somewhere to go.
+    pub fn send_waiters_elsewhere(&self) -> usize {
+        let mut state = self.lock();
+        self.send_away(&mut state)
+    }
+
+    fn send_away(&self, state: &mut State) -> usize {
+        let mut sent = 0;
         while let Some(waiter) = state.waiters.pop() {
             self.pool_metrics.queue_length.dec();
-            let _ = waiter.send(Grant::Elsewhere);
+            if waiter.send(Grant::Elsewhere).is_ok() {
+                sent += 1;
+            }
         }
+        sent
     }
 
     /// Request slots taken: connections open (or being opened) to the node, or granted to
@@ -422,7 +438,7 @@ impl NodeConnections {
         Error::new(ErrorKind::NoNodeAvailable, Side::Internal)
             .retry_safe(true)
             .context(format!(
-                "node {} was disabled or removed while the request was on its way to it",
+                "node {} was disabled, removed or marked down while the request was on its way to it",
                 self.address
             ))
     }

@@ -373,13 +373,29 @@ impl H2Node {
     pub fn set_taking_requests(&self, taking: bool) {
         let mut state = self.lock();
         state.withdrawn = !taking;
-        if taking {
-            return;
+        if !taking {
+            self.send_away(&mut state);
         }
+    }
+
+    /// Sends the requests waiting now to choose another node, as a withdrawn node does,
+    /// but for this once: the node was marked down (its monitor, or passive health) while
+    /// they waited, and another node is up (`Pool::redistribute`). The pool moves a down
+    /// node's queue only where the requests have somewhere to go.
+    pub fn send_waiters_elsewhere(&self) -> usize {
+        let mut state = self.lock();
+        self.send_away(&mut state)
+    }
+
+    fn send_away(&self, state: &mut State) -> usize {
+        let mut sent = 0;
         while let Some(waiter) = state.waiters.pop() {
             self.pool_metrics.queue_length.dec();
-            let _ = waiter.send(Grant::Elsewhere);
+            if waiter.send(Grant::Elsewhere).is_ok() {
+                sent += 1;
+            }
         }
+        sent
     }
 
     /// A retry-safe refusal: nothing was sent, another node is chosen.
@@ -387,7 +403,7 @@ impl H2Node {
         Error::new(ErrorKind::NoNodeAvailable, Side::Internal)
             .retry_safe(true)
             .context(format!(
-                "HTTP/2 node {} was disabled or removed while the request was on its way to it",
+                "HTTP/2 node {} was disabled, removed or marked down while the request was on its way to it",
                 self.address
             ))
     }

@@ -374,6 +374,32 @@ impl Pool {
         }
     }
 
+    /// Sends the requests waiting for a node that is down (by its monitor, or ejected by
+    /// passive health) to choose another node, when another is available: they would
+    /// otherwise wait for the connections of a node that fails, and then fail or time out.
+    /// Where no node is available they stay (a pool with `fail_open`, or one that is all
+    /// down, has nowhere better). A draining or disabled node is not down: it has rules of
+    /// its own ([`NodeConnections::follow_mode`]). Called by the pool's reaper, so a down
+    /// node's queue moves within one of its periods. Returns how many requests moved.
+    pub fn redistribute(&self, now: Instant) -> usize {
+        if !self.nodes.iter().any(|node| node.is_available(now)) {
+            return 0;
+        }
+        let mut moved = 0;
+        for (index, node) in self.nodes.iter().enumerate() {
+            if node.is_active() && !node.is_healthy(now) {
+                moved += self.connections[index].send_waiters_elsewhere();
+                if let Some(h2) = self.http2.get(index) {
+                    moved += h2.send_waiters_elsewhere();
+                }
+            }
+        }
+        if moved > 0 {
+            tracing::info!(pool = %self.name, moved, "requests waiting for a node that is down sent to other nodes");
+        }
+        moved
+    }
+
     /// Starts the pool's background work: active health monitors (not for disabled
     /// nodes) and the idle-connection reaper. The tasks end when `stop` triggers (the
     /// pool was replaced by a reload) or `shutdown` does; only `shutdown` closes the idle
@@ -424,6 +450,7 @@ impl Pool {
                             connections.close_expired(now);
                             node.refresh_healthy_gauge(now);
                         }
+                        pool.redistribute(now);
                         for node in &pool.http2 {
                             node.close_expired(now);
                         }
