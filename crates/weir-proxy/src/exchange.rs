@@ -98,9 +98,9 @@ enum Retry {
     OtherNode,
     /// A reused connection the node had closed: a fresh one to the same node.
     SameNode,
-    /// The node was disabled or removed while the request was on its way to it (waiting
-    /// in its queue): another node, as if it had been chosen first. Neither a retry nor
-    /// a failure of the node.
+    /// The node was disabled, removed or marked down while the request was on its way to
+    /// it (waiting in its queue): another node, as if it had been chosen first. Neither a
+    /// retry nor a failure of the node.
     Reselect,
     No,
 }

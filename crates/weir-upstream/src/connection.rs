@@ -287,13 +287,8 @@ impl NodeConnections {
     }
 
     fn send_away(&self, state: &mut State) -> usize {
-        let mut sent = 0;
-        while let Some(waiter) = state.waiters.pop() {
-            self.pool_metrics.queue_length.dec();
-            if waiter.send(Grant::Elsewhere).is_ok() {
-                sent += 1;
-            }
-        }
+        let (taken, sent) = state.waiters.send_each(|| Grant::Elsewhere);
+        self.pool_metrics.queue_length.dec_by(taken as i64);
         sent
     }
 

@@ -161,6 +161,22 @@ impl<T> FairQueue<T> {
     }
 }
 
+impl<G> FairQueue<tokio::sync::oneshot::Sender<G>> {
+    /// Empties the queue, handing each request waiting `grant()`: those sent away from a
+    /// node that takes no more (`NodeConnections::set_taking_requests`). Returns how many
+    /// were taken out, and how many of those were still there to receive it.
+    pub(crate) fn send_each(&mut self, grant: impl Fn() -> G) -> (usize, usize) {
+        let (mut taken, mut received) = (0, 0);
+        while let Some(waiter) = self.pop() {
+            taken += 1;
+            if waiter.send(grant()).is_ok() {
+                received += 1;
+            }
+        }
+        (taken, received)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
