@@ -26,8 +26,6 @@ mod h2_websocket;
 
 /// Retries on a reused connection that the node had closed, per request.
 const MAX_STALE_RETRIES: u32 = 3;
-/// Interim (1xx) responses relayed before the final one; past it → 502.
-const MAX_INTERIM_RESPONSES: u32 = 10;
 /// How long a request waits for its node's answer before weir also watches its client:
 /// a client that then goes (FIN, HTTP/2 reset) ends the request, and the node's
 /// connection is closed instead of carrying an answer nobody reads. Answers that come
@@ -427,7 +425,9 @@ async fn attempt_h2(
     let mut waiting = request.response;
     // A client that goes meanwhile takes its stream at the node with it (reset).
     let watch = (!forwarding.background, leave);
-    let mut interims = 0;
+    // Those that came while the body went first, in their order.
+    let held = std::mem::take(&mut request.interims);
+    let mut interims = relay_held_interims(client, (vs, head), held, reading, forwarding).await?;
     let response = loop {
         if let Some(answered) = early.take() {
             // A refusal that came while the rest of the body streamed cannot be answered
@@ -458,7 +458,7 @@ async fn attempt_h2(
             http2::upstream::Answer::Interim(interim) => interim,
         };
         interims += 1;
-        if interims > MAX_INTERIM_RESPONSES {
+        if interims > crate::MAX_INTERIM_RESPONSES {
             return Err(bad_response("too many interim (1xx) responses"));
         }
         // 103 Early Hints and the like go on as they come (as from HTTP/1.1 nodes).
@@ -483,6 +483,30 @@ async fn attempt_h2(
         sent_at,
         tunnel: None,
     })
+}
+
+/// Relays the interim answers an HTTP/2 node sent while the request body went (at most
+/// [`crate::MAX_INTERIM_RESPONSES`]); returns how many there were.
+async fn relay_held_interims(
+    client: &mut Client,
+    (vs, head): (&VirtualServerRuntime, &RequestHead),
+    held: Vec<http::Response<()>>,
+    reading: http2::upstream::Reading<'_>,
+    forwarding: Forwarding,
+) -> Result<u32, Failure> {
+    let mut interims = 0;
+    for interim in held {
+        interims += 1;
+        if interims > crate::MAX_INTERIM_RESPONSES {
+            return Err(bad_response("too many interim (1xx) responses"));
+        }
+        let interim =
+            http2::upstream::interim_head(interim, reading).map_err(Failure::from_error)?;
+        if !forwarding.background {
+            relay_interim(client, vs, head, &interim).await?;
+        }
+    }
+    Ok(interims)
 }
 
 /// The rest of a request body to an HTTP/2 node, after what `send_request` sent. From an
@@ -528,7 +552,7 @@ async fn send_rest_h2(
         let sent = http2::upstream::send_until_answered(
             sending,
             &mut request.response,
-            &mut request.early,
+            (&mut request.early, &mut request.interims),
             &mut request.ahead,
         )
         .await;
@@ -728,7 +752,7 @@ async fn read_response_head(
                         return Ok(response);
                     }
                     interim += 1;
-                    if interim > MAX_INTERIM_RESPONSES {
+                    if interim > crate::MAX_INTERIM_RESPONSES {
                         return Err(bad_response("too many interim (1xx) responses"));
                     }
                     if !forwarding.background {

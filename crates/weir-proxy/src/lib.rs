@@ -57,6 +57,10 @@ const VIA: &str = "weir";
 /// of details reached the client as a reset stream, its status lost.
 const MAX_TRAILER_BYTES: usize = 64 * 1024;
 
+/// Interim (1xx) responses relayed before the final one, whenever the node sends them (the
+/// request body still going included); past it → 502.
+const MAX_INTERIM_RESPONSES: u32 = 10;
+
 /// The same bound on what clients send: a client's trailers carry no status, and a client
 /// stalled in them holds what they took, so they are held to less than a head
 /// (`limits.max_header_bytes`, 16 KiB by default).

@@ -408,6 +408,7 @@ pub(crate) async fn stream_rest(
         tokio::pin!(pump);
         // Set once the node answered early and still wants the body.
         let mut holding = false;
+        let mut scan = EarlyAnswer::default();
         let check = tokio::time::sleep(HELD_ANSWER_PATIENCE);
         tokio::pin!(check);
         loop {
@@ -417,7 +418,7 @@ pub(crate) async fn stream_rest(
                 read = node_read.read_buf(answer) => match read {
                     Ok(n) if n > 0 => {
                         if !holding {
-                            match early_answer(answer, limits, head.method()) {
+                            match scan.look(answer, limits, head.method()) {
                                 None => {}
                                 Some(true) => {
                                     holding = true;
@@ -444,7 +445,7 @@ pub(crate) async fn stream_rest(
                     return match pumped {
                         Ok(()) => Ok(Streamed::Complete),
                         Err(failure) if failure.error.side() == Side::Upstream => {
-                            if holding || answered_before(&mut node_read, answer, limits, head.method()).await {
+                            if holding || answered_before(&mut node_read, answer, (&mut scan, limits), head.method()).await {
                                 Ok(Streamed::NodeAnswered)
                             } else {
                                 Err(failure)
@@ -492,12 +493,12 @@ const ANSWER_AFTER_CUT: Duration = Duration::from_millis(200);
 async fn answered_before<R: AsyncReadExt + Unpin>(
     node: &mut R,
     answer: &mut BytesMut,
-    limits: &Limits,
+    (scan, limits): (&mut EarlyAnswer, &Limits),
     method: Method,
 ) -> bool {
     let deadline = Instant::now() + ANSWER_AFTER_CUT;
     loop {
-        if early_answer(answer, limits, method).is_some() {
+        if scan.look(answer, limits, method).is_some() {
             return true;
         }
         answer.reserve(4096);
@@ -508,29 +509,52 @@ async fn answered_before<R: AsyncReadExt + Unpin>(
     }
 }
 
-/// What an answer that came before the end of the request body says: `None`
-/// while `buf` holds no final head yet (interim responses are passed over);
-/// `Some(true)` for a final head that still wants the body (2xx or 3xx, the
-/// connection kept); `Some(false)` for any other (or for bytes that are no
-/// response at all, which the response stage answers 502 for).
-fn early_answer(buf: &[u8], limits: &Limits, method: Method) -> Option<bool> {
-    let mut rest = buf;
-    loop {
-        match parse_response(rest, limits, method) {
-            Ok(Parsed::Complete(response, used))
-                if response.is_interim() && response.status() != 101 =>
-            {
-                rest = &rest[used..];
+/// Reads what a node sends before the end of the request body, as it grows: the interim
+/// responses passed over so far are not parsed again, and past
+/// [`crate::MAX_INTERIM_RESPONSES`] of them the node has answered, badly (the
+/// response stage reads the same bytes and answers 502). Without that bound a node
+/// sending 1xx responses without end while it read the body made weir keep them all and
+/// parse them all again at each read.
+#[derive(Debug, Default)]
+struct EarlyAnswer {
+    /// Bytes of the interim responses passed over.
+    passed: usize,
+    interims: u32,
+}
+
+impl EarlyAnswer {
+    /// What the answer in `buf` says: `None` while it holds no final head yet (interim
+    /// responses are passed over); `Some(true)` for a final head that still wants the body
+    /// (2xx or 3xx, the connection kept); `Some(false)` for any other (or for bytes that
+    /// are no response at all, or too many interim ones, which the response stage answers
+    /// 502 for).
+    fn look(&mut self, buf: &[u8], limits: &Limits, method: Method) -> Option<bool> {
+        loop {
+            match parse_response(&buf[self.passed..], limits, method) {
+                Ok(Parsed::Complete(response, used))
+                    if response.is_interim() && response.status() != 101 =>
+                {
+                    self.passed += used;
+                    self.interims += 1;
+                    if self.interims > crate::MAX_INTERIM_RESPONSES {
+                        return Some(false);
+                    }
+                }
+                Ok(Parsed::Complete(response, _)) => {
+                    // (A 101 switches protocols: what follows is not the body.)
+                    let success = (200..400).contains(&response.status());
+                    return Some(success && response.keep_alive());
+                }
+                Err(_) => return Some(false),
+                Ok(Parsed::Partial) => return None,
             }
-            Ok(Parsed::Complete(response, _)) => {
-                // (A 101 switches protocols: what follows is not the body.)
-                let success = (200..400).contains(&response.status());
-                return Some(success && response.keep_alive());
-            }
-            Err(_) => return Some(false),
-            Ok(Parsed::Partial) => return None,
         }
     }
+}
+
+#[cfg(test)]
+fn early_answer(buf: &[u8], limits: &Limits, method: Method) -> Option<bool> {
+    EarlyAnswer::default().look(buf, limits, method)
 }
 
 fn node_failed(context: &'static str) -> Failure {
@@ -753,6 +777,23 @@ mod tests {
         assert_eq!(early_answer(partial, &limits, Method::Post), None);
         let garbage = b"garbage\r\n\r\n";
         assert_eq!(early_answer(garbage, &limits, Method::Post), Some(false));
+    }
+
+    /// A node that sends interim responses without end while it reads the body has
+    /// answered, badly, past the bound: its 1xx responses are not all kept and parsed.
+    #[test]
+    fn interim_responses_without_end_are_an_answer() {
+        let limits = Limits::default();
+        let mut scan = EarlyAnswer::default();
+        let mut buf = Vec::new();
+        for _ in 0..crate::MAX_INTERIM_RESPONSES {
+            buf.extend_from_slice(b"HTTP/1.1 102 Processing\r\n\r\n");
+            assert_eq!(scan.look(&buf, &limits, Method::Post), None);
+        }
+        // Only what came since is read again.
+        assert_eq!(scan.passed, buf.len());
+        buf.extend_from_slice(b"HTTP/1.1 102 Processing\r\n\r\n");
+        assert_eq!(scan.look(&buf, &limits, Method::Post), Some(false));
     }
 
     /// RFC 9112 §9.5: only an answer from a server that is closing (or an error) spares

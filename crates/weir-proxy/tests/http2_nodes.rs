@@ -1520,3 +1520,48 @@ async fn empty_data_frames_from_a_client_end_its_connection_gracefully() {
     );
     proxy.stop().await;
 }
+
+/// An interim answer an h2c node sends while the request body still streams to it (103
+/// Early Hints as soon as the request starts) reaches the client before the final answer,
+/// as it does from an HTTP/1.1 node: the codec's response future drops any interim answer
+/// it finds queued, so weir takes them first (RFC 9110 §15.2: a proxy forwards 1xx).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_hints_sent_during_a_streamed_upload_reach_the_client() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = h2_node().await;
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node.addr],
+        "protocol = \"h2c\"",
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"",
+    ))
+    .await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let size = 1 << 20;
+    let head = format!(
+        "POST /hints HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let piece = vec![b'u'; 64 * 1024];
+    for _ in 0..size / piece.len() {
+        stream.write_all(&piece).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let mut reply = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut reply),
+    )
+    .await
+    .expect("answered in time")
+    .unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    let hints = reply.find("HTTP/1.1 103 ").expect(&reply);
+    let last = reply.find("HTTP/1.1 200 ").expect(&reply);
+    assert!(hints < last, "{reply}");
+    assert!(reply.contains("</style.css>; rel=preload"), "{reply}");
+    assert!(
+        reply.contains(&format!("body={}", "u".repeat(size))),
+        "the whole body reached the node"
+    );
+    proxy.stop().await;
+}

@@ -22,6 +22,9 @@ use weir_upstream::{Flow, H2Node, StreamLease};
 
 use super::stream::send_with_capacity;
 
+/// A final answer that came before the request body was all sent, if one did.
+pub(crate) type Early = Option<Result<http::Response<RecvStream>, h2::Error>>;
+
 /// A request on its way to an HTTP/2 node.
 #[derive(Debug)]
 pub(crate) struct H2Request {
@@ -40,6 +43,11 @@ pub(crate) struct H2Request {
     /// The start of an `early` head's body, read while the request body still went
     /// ([`send_reading_ahead`]); relayed before the rest of it.
     pub ahead: Vec<Bytes>,
+    /// Interim answers (103 Early Hints, ...) that came while the request body went, to
+    /// relay before the rest ([`send_until_answered`]); past
+    /// [`crate::MAX_INTERIM_RESPONSES`] of them the upload stopped, and the
+    /// exchange answers 502.
+    pub interims: Vec<http::Response<()>>,
 }
 
 /// Bytes of an early answer's body read ahead while the request body still goes: room for
@@ -111,16 +119,33 @@ pub(crate) async fn send_reading_ahead<E>(
 /// Drives `sending` (the request body) until it ends or the node's answer stops it: before
 /// an answer, waiting for one on `response` (kept in `early`); after a head that does not
 /// end the upload ([`ends_the_upload`]), reading its body ahead ([`send_reading_ahead`]).
+///
+/// Interim answers that come meanwhile go to `interims`: the `h2` codec's response future
+/// passes over (and drops) any it finds queued when it is polled, so they are taken first.
 pub(crate) async fn send_until_answered<E>(
     mut sending: Pin<&mut impl Future<Output = Result<(), E>>>,
     response: &mut ResponseFuture,
-    early: &mut Option<Result<http::Response<RecvStream>, h2::Error>>,
+    (early, interims): (&mut Early, &mut Vec<http::Response<()>>),
     ahead: &mut Vec<Bytes>,
 ) -> Upload<E> {
     if early.is_none() {
+        let answer = std::future::poll_fn(|cx| {
+            use std::task::Poll;
+            while let Poll::Ready(Some(Ok(interim))) = response.poll_informational(cx) {
+                interims.push(interim);
+                if interims.len() as u32 > crate::MAX_INTERIM_RESPONSES {
+                    return Poll::Ready(None);
+                }
+            }
+            Pin::new(&mut *response).poll(cx).map(Some)
+        });
         tokio::select! {
             biased;
-            answered = &mut *response => *early = Some(answered),
+            answered = answer => match answered {
+                Some(answered) => *early = Some(answered),
+                // Too many interim answers: the exchange fails on them.
+                None => return Upload::Answered,
+            },
             sent = sending.as_mut() => return Upload::Sent(sent),
         }
         if early.as_ref().is_some_and(ends_the_upload) {
@@ -187,13 +212,20 @@ where
     let mut early = None;
     let mut body = (!no_body).then_some(sent.body);
     let mut ahead = Vec::new();
+    let mut interims = Vec::new();
     let all_sent = match body.as_mut() {
         None => false,
         Some(stream) => {
             let mut counted = 0;
             let sending = send_with_capacity(stream, buffered, complete, timeout, &mut counted);
             tokio::pin!(sending);
-            let sent = send_until_answered(sending, &mut response, &mut early, &mut ahead).await;
+            let sent = send_until_answered(
+                sending,
+                &mut response,
+                (&mut early, &mut interims),
+                &mut ahead,
+            )
+            .await;
             match sent {
                 Upload::Sent(Ok(())) => true,
                 // After the node's head, a stream it stopped (reset once its answer was
@@ -220,6 +252,7 @@ where
         body,
         early,
         ahead,
+        interims,
     })
 }
 
@@ -331,18 +364,31 @@ pub(crate) async fn next_answer(
     };
     match awaited(waited, reading.replay)? {
         Ok(response) => final_head(response, reading).map(Answer::Final),
-        // HTTP/2 has no 101 (RFC 9113 §8.6): a node that sends one answered badly, and an
-        // HTTP/1.1 client given it would take its connection for switched.
-        Err(interim) if interim.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
-            Err(bad_head("101 Switching Protocols from an HTTP/2 node"))
-        }
-        Err(interim) => {
-            let (parts, ()) = interim.into_parts();
-            weir_http::http2::response_from_h2_within(&parts, false, method, limits)
-                .map(Answer::Interim)
-                .map_err(|error| bad_head(error.reason))
-        }
+        Err(interim) => interim_head(
+            interim,
+            Reading {
+                method,
+                limits,
+                ..reading
+            },
+        )
+        .map(Answer::Interim),
     }
+}
+
+/// An interim answer's head in HTTP/1.1 form.
+pub(crate) fn interim_head(
+    interim: http::Response<()>,
+    Reading { method, limits, .. }: Reading<'_>,
+) -> Result<ResponseHead, Error> {
+    // HTTP/2 has no 101 (RFC 9113 §8.6): a node that sends one answered badly, and an
+    // HTTP/1.1 client given it would take its connection for switched.
+    if interim.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+        return Err(bad_head("101 Switching Protocols from an HTTP/2 node"));
+    }
+    let (parts, ()) = interim.into_parts();
+    weir_http::http2::response_from_h2_within(&parts, false, method, limits)
+        .map_err(|error| bad_head(error.reason))
 }
 
 /// How the answer to a request is read: its method (a HEAD's answer has no body), the

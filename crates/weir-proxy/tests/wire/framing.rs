@@ -764,3 +764,73 @@ async fn large_buffered_bodies_reach_the_node_whole() {
     assert!(request.head().contains("Transfer-Encoding: chunked\r\n"));
     proxy.stop().await;
 }
+
+/// A node that sends interim responses without end while it reads a streamed request body
+/// gets the bound of interim responses there too: ten are relayed, then 502, while the
+/// client is still sending (before, weir kept and parsed them all until the body ended:
+/// CPU and memory growing with the node's flood).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interim_responses_without_end_during_the_body_are_bounded() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node_addr = listener.local_addr().unwrap();
+    let node = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let (mut read, mut write) = stream.into_split();
+        // Floods 102s from the moment the request starts, and reads the body meanwhile.
+        let flood = tokio::spawn(async move {
+            let burst = b"HTTP/1.1 102 Processing\r\n\r\n".repeat(16);
+            while write.write_all(&burst).await.is_ok() {
+                tokio::task::yield_now().await;
+            }
+        });
+        let mut chunk = vec![0u8; 64 * 1024];
+        while read.read(&mut chunk).await.unwrap_or(0) > 0 {}
+        flood.abort();
+    });
+    let proxy = TestProxy::start(&config(&[node_addr], "", SMALL_BUFFERS)).await;
+    let connection = Connection::open(proxy.addr).await.unwrap();
+    let (mut read, mut write) = connection.stream.into_split();
+    // 2 MiB sent over about a second.
+    let total = 2 * 1024 * 1024;
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let done = Arc::clone(&done);
+        tokio::spawn(async move {
+            let head =
+                format!("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: {total}\r\n\r\n");
+            let _ = write.write_all(head.as_bytes()).await;
+            let piece = vec![b'x'; 32 * 1024];
+            for _ in 0..total / piece.len() {
+                if write.write_all(&piece).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(15)).await;
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let mut reply = Vec::new();
+    let answered_while_sending = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let mut chunk = vec![0u8; 4096];
+        loop {
+            match read.read(&mut chunk).await {
+                Ok(n) if n > 0 => reply.extend_from_slice(&chunk[..n]),
+                _ => return false,
+            }
+            if reply.windows(13).any(|w| w == b"HTTP/1.1 502 ") {
+                return !done.load(Ordering::SeqCst);
+            }
+        }
+    })
+    .await
+    .unwrap_or(false);
+    let reply = String::from_utf8_lossy(&reply).into_owned();
+    assert!(answered_while_sending, "{reply:.600}");
+    assert_eq!(reply.matches("HTTP/1.1 102 ").count(), 10, "{reply:.600}");
+    writer.abort();
+    node.abort();
+    proxy.stop().await;
+}
