@@ -248,6 +248,10 @@ fn select(
     }
     // Every node was tried: answer with what went wrong last.
     if let Some(error) = last_error {
+        // Moved off a withdrawn node, and no other available: none was, in the end.
+        if error.kind() == ErrorKind::NoNodeAvailable {
+            pool.metrics.no_node_available.inc();
+        }
         return Err(Failure::from_error(error));
     }
     pool.metrics.no_node_available.inc();

@@ -899,3 +899,49 @@ async fn needs_restart_lists_what_differs_from_the_running_process() {
     proxy.stop().await;
     a.stop().await;
 }
+
+/// With no other node, a request waiting for a node that is disabled gets 503 at once (not
+/// at its queue timeout), counted as finding no node; the one in flight finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_for_the_only_node_when_it_is_disabled_gets_503() {
+    let a = TestOrigin::start("a").await;
+    let port = weir_testkit::free_ports::<1>()[0];
+    let listen = format!("127.0.0.1:{port}");
+    let only = |state: &str| {
+        format!(
+            "[log]\naccess_log = false\nlevel = \"warn\"\n\
+             [pools.web]\nnodes = [{{ address = \"{}\", state = \"{state}\" }}]\n\
+             [pools.web.connections]\nmax_connections = 1\nqueue_timeout = \"30s\"\n\
+             [virtual_servers.web]\nlisten = [\"{listen}\"]\npool = \"web\"\n",
+            a.addr
+        )
+    };
+    let proxy = TestProxy::start(&only("active")).await;
+    let addr: SocketAddr = listen.parse().unwrap();
+    let in_flight = tokio::spawn(async move { client::get(addr, "/delay/800").await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiting = tokio::spawn(async move { client::get(addr, "/").await });
+    for _ in 0..100 {
+        if proxy.live.current().pools[0].connections[0].queued() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = std::time::Instant::now();
+    proxy.live.apply(parse(&only("disabled"))).unwrap();
+    let refused = waiting.await.unwrap().expect("an answer");
+    assert_eq!(refused.status, 503);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(in_flight.await.unwrap().expect("an answer").status, 200);
+    let metrics = proxy.metrics.encode();
+    assert!(
+        metrics.contains("weir_no_node_available_total{pool=\"web\"} 1"),
+        "{metrics}"
+    );
+    proxy.stop().await;
+    a.stop().await;
+}

@@ -197,11 +197,14 @@ where
     let mut last_error = None;
     loop {
         let Some(index) = pool.select(tried, Instant::now()) else {
-            return Err(last_error.unwrap_or_else(|| {
-                pool.metrics.no_node_available.inc();
+            let error = last_error.unwrap_or_else(|| {
                 Error::new(ErrorKind::NoNodeAvailable, weir_core::Side::Internal)
                     .context(format!("every node of pool {} is down", pool.name))
-            }));
+            });
+            if error.kind() == ErrorKind::NoNodeAvailable {
+                pool.metrics.no_node_available.inc();
+            }
+            return Err(error);
         };
         // A retry is counted once another node was found for it (not a move away from a
         // node withdrawn while the client waited for it).
