@@ -1671,3 +1671,81 @@ async fn kept_alive_connections_carry_misses_and_hits() {
     assert_eq!(node.requests(), 2);
     proxy.stop().await;
 }
+
+/// A compressed answer whose node sends a line every 20 ms, never pausing the 50 ms after
+/// which what the encoder holds is flushed, still reaches its client as it comes: the
+/// flush is due 50 ms after the encoder began holding, not 50 ms after the last chunk
+/// (the whole answer was held to its end). An HTTP/1.0 client gets the gzip stream with
+/// no chunk framing, decoded here as it arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_stream_without_pauses_reaches_its_client_as_it_comes() {
+    use std::io::Write;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node_addr = listener.local_addr().unwrap();
+    let node = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut head = [0u8; 4096];
+        let _ = stream.read(&mut head).await;
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .await;
+        // 75 lines, one every 20 ms: 1.5 s.
+        for n in 0..75 {
+            let line = format!("line {n:03} of a stream that never pauses for long\n");
+            let chunk = format!("{:x}\r\n{line}\r\n", line.len());
+            if stream.write_all(chunk.as_bytes()).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = stream.write_all(b"0\r\n\r\n").await;
+    });
+    let proxy = TestProxy::start(&config(
+        &[node_addr],
+        "",
+        "[virtual_servers.web.compression]\nalgorithms = [\"gzip\"]\n",
+    ))
+    .await;
+    let started = std::time::Instant::now();
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET /stream HTTP/1.0\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    let mut decoder = flate2::write::GzDecoder::new(Vec::new());
+    let mut body_from = None;
+    let first_line_at = loop {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk))
+            .await
+            .expect("bytes in time")
+            .unwrap();
+        assert!(n > 0, "closed before the first line: {received:?}");
+        received.extend_from_slice(&chunk[..n]);
+        if body_from.is_none() {
+            body_from = received
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map(|at| at + 4);
+            if let Some(at) = body_from {
+                let head = String::from_utf8_lossy(&received[..at]).into_owned();
+                assert!(head.contains("Content-Encoding: gzip"), "{head}");
+                decoder.write_all(&received[at..]).unwrap();
+            }
+        } else {
+            decoder.write_all(&chunk[..n]).unwrap();
+        }
+        decoder.flush().unwrap();
+        if decoder.get_ref().starts_with(b"line 000") {
+            break started.elapsed();
+        }
+    };
+    assert!(
+        first_line_at < Duration::from_millis(700),
+        "the first line came after {first_line_at:?}, with the stream's end (1.5 s)"
+    );
+    node.abort();
+    proxy.stop().await;
+}

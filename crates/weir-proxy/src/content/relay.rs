@@ -426,14 +426,16 @@ impl Transform {
 }
 
 /// The node's body through a [`Transform`], piece by piece, for [`relay`] and [`pump`].
-/// An encoder holds what it was given until its window fills: when the node pauses (a
-/// progressive answer) what it holds is flushed; with `eager` (an event stream) every
-/// chunk is flushed as it comes.
+/// An encoder holds what it was given until its window fills: what it holds is flushed
+/// once the oldest of it has waited [`response::NODE_PAUSE`] (a progressive answer, whose
+/// node pauses, or one that sends a line every 40 ms without a pause that long: measured
+/// from when the encoder started holding, not from the last chunk, or such a stream was
+/// held to its end); with `eager` (an event stream) every chunk is flushed as it comes.
 struct Pieces {
     transform: Transform,
     eager: bool,
-    /// The transform holds input it has not put out.
-    held: bool,
+    /// Since when the transform holds input it has not put out.
+    held_since: Option<tokio::time::Instant>,
 }
 
 impl Pieces {
@@ -441,7 +443,7 @@ impl Pieces {
         Pieces {
             transform,
             eager,
-            held: false,
+            held_since: None,
         }
     }
 
@@ -453,16 +455,21 @@ impl Pieces {
         upstream: &mut Upstream,
         input: &mut BytesMut,
     ) -> Result<Option<Bytes>, Failure> {
-        let pause = self.held.then_some(response::NODE_PAUSE);
+        let pause = self.held_since.map(|since| {
+            (since + response::NODE_PAUSE).saturating_duration_since(tokio::time::Instant::now())
+        });
         let piece = match upstream.next_chunk_within(input, pause).await? {
             Some(Some(chunk)) if self.eager => self.transform.push_flushed(chunk),
             Some(Some(chunk)) => {
-                self.held = self.transform.holds_back();
+                if self.transform.holds_back() {
+                    self.held_since
+                        .get_or_insert_with(tokio::time::Instant::now);
+                }
                 self.transform.push(chunk)
             }
             Some(None) => return Ok(None),
             None => {
-                self.held = false;
+                self.held_since = None;
                 self.transform.flush()
             }
         };
