@@ -345,17 +345,18 @@ async fn access_log_upkeep(
     stop: weir_core::ShutdownSignal,
 ) -> anyhow::Result<()> {
     const GATHER: std::time::Duration = std::time::Duration::from_millis(200);
+    // When the lines gathered since one landed in an empty buffer go out. The wait is a
+    // branch of the loop, not a pause in it: a SIGUSR1 during it reopens the file at once
+    // (it waited out the gathering before, and under steady load, when lines land again
+    // right after each write-out, one gathering after another: records sent after the
+    // signal went to the renamed file, or were lost with it when logrotate compressed it).
+    let mut due: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
+            biased;
             () = stop.triggered() => {
                 live.flush_access_log();
                 return Ok(());
-            }
-            () = weir_observe::access::appended() => {
-                // Gather the lines of this moment, cut short by a stop (which the next
-                // turn of the loop then sees at once).
-                let _ = tokio::time::timeout(GATHER, stop.triggered()).await;
-                live.hand_over_access_log();
             }
             received = reopen.recv() => {
                 if received.is_none() {
@@ -365,6 +366,14 @@ async fn access_log_upkeep(
                     Ok(()) => tracing::info!("SIGUSR1: access log reopened"),
                     Err(error) => tracing::error!(%error, "SIGUSR1: cannot reopen the access log; still writing to the old file"),
                 }
+            }
+            () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => {
+                due = None;
+                live.hand_over_access_log();
+            }
+            () = weir_observe::access::appended(), if due.is_none() => {
+                // Gather the lines of this moment.
+                due = Some(tokio::time::Instant::now() + GATHER);
             }
         }
     }

@@ -143,3 +143,75 @@ async fn json_lines_in_a_file_reopened_on_sigusr1() {
     drop(weir);
     origin.stop().await;
 }
+
+/// Under steady load the log is written out every 200 ms, one gathering after another; a
+/// SIGUSR1 is acted on at once all the same, so a request made 100 ms after the signal is
+/// in the new file, not in the one logrotate moved away (the reopen waited for the end of
+/// a gathering, and under load for the end of several).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_reopens_at_once_under_load() {
+    let origin = TestOrigin::start("a").await;
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("weir-access-load-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let [port] = free_ports::<1>();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let config = dir.0.join("weir.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[log]\naccess_log_format = \"json\"\naccess_log_file = \"access.log\"\n\
+             [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\
+             [virtual_servers.web]\nlisten = \"{listen}\"\npool = \"web\"\n",
+            origin.addr
+        ),
+    )
+    .unwrap();
+    let weir = Weir(
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while client::get(listen, "/ready").await.is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A request every 5 ms, for 2 s.
+    let load = tokio::spawn(async move {
+        for n in 0..400 {
+            let _ = client::get(listen, &format!("/?load={n}")).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let log = dir.0.join("access.log");
+    std::fs::rename(&log, dir.0.join("access.log.1")).unwrap();
+    signal(&weir, Signal::SIGUSR1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        client::get(listen, "/?after=signal").await.unwrap().status,
+        200
+    );
+    load.await.unwrap();
+    // Everything is written out within 200 ms of the load's end.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let moved = std::fs::read_to_string(dir.0.join("access.log.1")).unwrap();
+    let new = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !moved.contains("after=signal"),
+        "a request made 100 ms after the SIGUSR1 went to the moved file"
+    );
+    assert!(new.contains("after=signal"), "{new}");
+    // Nothing lost or doubled around the rotation.
+    let count = |text: &str| text.lines().filter(|l| l.contains("load=")).count();
+    assert_eq!(count(&moved) + count(&new), 400);
+    signal(&weir, Signal::SIGTERM);
+    drop(weir);
+    origin.stop().await;
+}
