@@ -810,3 +810,50 @@ async fn a_request_the_codec_refuses_is_counted_and_logged() {
     origin.stop().await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// A request whose DATA overruns its `content-length` in the same write as its HEADERS is
+/// both reset by the codec and handed to weir: one bad request, counted and logged once (the
+/// pipeline's record), not also as one the codec refused before weir saw it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_reset_and_handed_over_in_one_read_is_counted_once() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use weir_testkit::h2flood::{PREFACE, frame};
+    let origin = TestOrigin::start("a").await;
+    let (config, log) = h2c_logged(&origin, "overrun-once", "");
+    let proxy = TestProxy::start(&config).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    // POST with `content-length: 10`, then 20 bytes and END_STREAM, in one write.
+    out.extend(post_with_length_10());
+    out.extend(frame(0x0, 0x1, 1, b"twenty bytes of body"));
+    stream.write_all(&out).await.unwrap();
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), async {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    // The connection's end reports what is left to report.
+    drop(stream);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    proxy.live.flush_access_log();
+    let records = std::fs::read_to_string(&log).unwrap_or_default();
+    let refused: Vec<&str> = records
+        .lines()
+        .filter(|line| line.contains(r#""status":400"#))
+        .collect();
+    assert_eq!(refused.len(), 1, "{records}");
+    let metrics = proxy.metrics.encode();
+    assert!(
+        metrics.contains("weir_bad_requests_total{virtual_server=\"web\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(origin.stats.snapshot().requests, 0);
+    proxy.stop().await;
+    origin.stop().await;
+    let _ = std::fs::remove_file(&log);
+}

@@ -64,6 +64,9 @@ const WINDOW_UPDATE: u8 = 0x8;
 const CONTINUATION: u8 = 0x9;
 /// The RST_STREAM error code of a malformed request (RFC 9113 §7).
 const PROTOCOL_ERROR: u32 = 0x1;
+/// Refused streams kept between two reports: above the codec's bound on its own resets
+/// per connection (`MAX_LOCAL_ERROR_RESETS` in `server.rs`), past which it closes.
+const MAX_REFUSED_KEPT: usize = 512;
 
 // Flags.
 const END_STREAM: u8 = 0x1;
@@ -240,6 +243,9 @@ pub(crate) struct FrameWatch {
     outgoing_header: [u8; FRAME_HEADER],
     /// The RST_STREAM weir is writing: its stream, and the bytes of its error code so far.
     outgoing_reset: Option<(u32, usize, [u8; 4])>,
+    /// Streams reset with `PROTOCOL_ERROR` above the last one handed over, not yet taken
+    /// ([`FrameWatch::take_refused`]).
+    refused: Vec<u32>,
     /// weir wrote a DATA or HEADERS frame since the client's last PING: that PING
     /// is the kind a client sends to measure the path as data arrives (gRPC's BDP
     /// estimate), and weighs [`EXCUSED_PING`] of one.
@@ -277,6 +283,7 @@ impl FrameWatch {
             outgoing: Position::Header(0),
             outgoing_header: [0; FRAME_HEADER],
             outgoing_reset: None,
+            refused: Vec::new(),
             answered_since_ping: false,
             empty_data: 0,
             verdict: None,
@@ -369,10 +376,13 @@ impl FrameWatch {
     /// client's next PING weigh little (`answered_since_ping`, [`EXCUSED_PING`]).
     ///
     /// Returns how many of the frames written reset, with `PROTOCOL_ERROR`, a stream above
-    /// `last_accepted` (the highest stream the driver was handed): requests the codec
-    /// refused as malformed before weir saw them (RFC 9113 §8.1.1), which only these
-    /// frames tell of. The codec writes such a reset in the same turn that read the
-    /// stream's HEADERS, before it hands over any later stream.
+    /// `last_accepted` (the highest stream the driver was handed), and keeps their ids
+    /// ([`FrameWatch::take_refused`]): requests the codec may have refused as malformed
+    /// before weir saw them (RFC 9113 §8.1.1), which only these frames tell of. The codec
+    /// writes such a reset in the turn that read the stream's frames, before it hands
+    /// over any later stream; it may still hand over that stream itself (its HEADERS were
+    /// whole, its DATA overran its `content-length` in the same read), and then it is the
+    /// pipeline's to count.
     pub(crate) fn sent(&mut self, mut bytes: &[u8], last_accepted: u32) -> u32 {
         let mut refused = 0;
         let mut credit = bytes.len() as f64 / 1024.0;
@@ -420,7 +430,9 @@ impl FrameWatch {
                         if *have == 4 {
                             if u32::from_be_bytes(*code) == PROTOCOL_ERROR
                                 && *stream > last_accepted
+                                && self.refused.len() < MAX_REFUSED_KEPT
                             {
+                                self.refused.push(*stream);
                                 refused += 1;
                             }
                             self.outgoing_reset = None;
@@ -438,6 +450,11 @@ impl FrameWatch {
         }
         self.window_updates.level = (self.window_updates.level - credit).max(0.0);
         refused
+    }
+
+    /// The streams [`FrameWatch::sent`] found reset as malformed, oldest first.
+    pub(crate) fn take_refused(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.refused)
     }
 
     /// Counts the frame whose header is complete; returns its payload length.

@@ -34,9 +34,9 @@ pub(crate) struct Tripwire {
     worn_out: std::sync::atomic::AtomicBool,
     /// The highest stream id the driver was handed.
     last_accepted: std::sync::atomic::AtomicU32,
-    /// Requests the codec refused as malformed before the driver saw them, not yet
-    /// reported (see [`FrameWatch::sent`]).
-    refused: std::sync::atomic::AtomicU32,
+    /// Streams the codec reset as malformed above the last one handed over, not yet
+    /// reported (see [`FrameWatch::sent`]): refused requests unless handed over after all.
+    refused: Mutex<Vec<u32>>,
     notify: Notify,
 }
 
@@ -73,35 +73,41 @@ impl Tripwire {
     }
 
     /// The driver was handed stream `id` (client streams come in increasing order).
-    pub(crate) fn accepted(&self, id: u32) {
+    /// Returns how many requests the codec refused before it: the streams reset as
+    /// malformed below `id` can no longer be handed over, and `id` itself, if it was
+    /// reset, is the pipeline's to count.
+    pub(crate) fn accepted(&self, id: u32) -> u32 {
         use std::sync::atomic::Ordering;
         self.last_accepted.fetch_max(id, Ordering::AcqRel);
-    }
-
-    /// Takes the count of requests the codec refused since the last call.
-    pub(crate) fn take_refused(&self) -> u32 {
-        use std::sync::atomic::Ordering;
-        self.refused.swap(0, Ordering::AcqRel)
-    }
-
-    /// Resolves once the codec refused a request as malformed (see [`Self::take_refused`]).
-    pub(crate) async fn refused(&self) {
-        use std::sync::atomic::Ordering;
-        loop {
-            let notified = self.notify.notified();
-            if self.refused.load(Ordering::Acquire) > 0 {
-                return;
-            }
-            notified.await;
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.is_empty() {
+            return 0;
         }
+        let mut below = 0;
+        refused.retain(|&stream| {
+            below += u32::from(stream < id);
+            stream > id
+        });
+        below
+    }
+
+    /// Takes the count of requests the codec refused and that were not handed over (a
+    /// stream it both reset and handed over is handed over in the same turn of the
+    /// driver, so one still kept at its next tick, or at the connection's end, never is).
+    pub(crate) fn take_refused(&self) -> u32 {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let count = refused.len() as u32;
+        refused.clear();
+        count
     }
 
     fn note_written(&self, watch: &mut FrameWatch, bytes: &[u8]) {
         use std::sync::atomic::Ordering;
-        let refused = watch.sent(bytes, self.last_accepted.load(Ordering::Acquire));
-        if refused > 0 {
-            self.refused.fetch_add(refused, Ordering::AcqRel);
-            self.notify.notify_waiters();
+        if watch.sent(bytes, self.last_accepted.load(Ordering::Acquire)) > 0 {
+            self.refused
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(watch.take_refused());
         }
     }
 

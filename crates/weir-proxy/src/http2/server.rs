@@ -156,6 +156,8 @@ pub(crate) async fn serve<S, H>(
             return;
         }
     };
+    // However the connection ends, the requests the codec refused are counted.
+    let _refused = ReportRefused(&handler, &tripwire);
     let mut driver = Driver::new(connection.ping_pong());
     let mut ticker = ticker(settings, timing);
     loop {
@@ -176,12 +178,9 @@ pub(crate) async fn serve<S, H>(
                 tracing::debug!("HTTP/2 client sent many empty DATA frames; connection retired");
                 driver.go_away(&mut connection);
             }
-            () = tripwire.refused() => {
-                handler.refused_malformed(tripwire.take_refused());
-            }
             accepted = connection.accept() => match accepted {
                 Some(Ok((request, respond))) => {
-                    tripwire.accepted(respond.stream_id().as_u32());
+                    handler.refused_malformed(tripwire.accepted(respond.stream_id().as_u32()));
                     metrics.streams.inc();
                     // Streams the client reset just before (their RST_STREAM came with
                     // this HEADERS) are woken but may not have finished yet: a few turns of
@@ -195,14 +194,10 @@ pub(crate) async fn serve<S, H>(
                     driver.admit(&handler, (request, respond), &mut connection, (settings, timing));
                 }
                 Some(Err(error)) => {
-                    handler.refused_malformed(tripwire.take_refused());
                     record_end(&error, &tripwire, metrics, log);
                     return;
                 }
-                None => {
-                    handler.refused_malformed(tripwire.take_refused());
-                    return;
-                }
+                None => return,
             },
             pong = poll_fn(|cx| poll_pong(&mut driver.ping, cx)), if driver.ping_sent.is_some() => {
                 driver.ping_sent = None;
@@ -211,6 +206,7 @@ pub(crate) async fn serve<S, H>(
                 }
             }
             _ = ticker.tick() => {
+                handler.refused_malformed(tripwire.take_refused());
                 if !driver.tick(settings) {
                     tracing::debug!("HTTP/2 client did not answer a PING in time; closing");
                     handler.went_silent();
@@ -381,6 +377,16 @@ impl Driver {
             self.last_ping = now;
         }
         true
+    }
+}
+
+/// Reports the requests the codec refused and were not reported yet when dropped (the
+/// connection's end).
+struct ReportRefused<'a, H: StreamHandler>(&'a H, &'a Tripwire);
+
+impl<H: StreamHandler> Drop for ReportRefused<'_, H> {
+    fn drop(&mut self) {
+        self.0.refused_malformed(self.1.take_refused());
     }
 }
 
