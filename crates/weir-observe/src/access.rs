@@ -252,17 +252,20 @@ impl AccessLog {
 
     /// Closes the file and opens it again at the same path (logrotate's convention:
     /// it renamed the file, then sends SIGUSR1). Standard output is left alone. On error
-    /// the old file is kept. What was logged before goes to the old file.
+    /// the old file is kept. The records still buffered go to the new file: nothing is
+    /// written to the old one once the signal is seen, so logrotate may compress it at
+    /// once (`compress` without `delaycompress`) without losing the lines of the last
+    /// moments before the signal, which the old file got before (an outside audit lost 68
+    /// of 1,600 records over six rotations that way).
     pub fn reopen(&self) -> io::Result<()> {
         let Some(path) = &self.path else {
             return Ok(());
         };
         let file = open(path)?;
-        // Under the lock: every record appended before goes to the old file, every one
-        // after to the new.
+        // Under the lock: the buffered records and every one after go to the new file.
         let mut pending = self.lock();
-        self.writer.submit(take(&mut pending));
         self.writer.reopen(file);
+        self.writer.submit(take(&mut pending));
         Ok(())
     }
 
@@ -765,7 +768,9 @@ mod tests {
         let log = AccessLog::file(AccessLogFormat::Json, &path).unwrap();
         log.write(&record());
         log.flush();
-        // logrotate: move the file, then ask for a reopen.
+        // logrotate: move the file, then ask for a reopen. The record still buffered at
+        // the reopen goes to the new file with the ones after: the old file, which
+        // logrotate may compress at once, is not written to again.
         std::fs::rename(&path, dir.join("access.log.1")).unwrap();
         log.write(&record());
         log.reopen().unwrap();
@@ -774,7 +779,7 @@ mod tests {
         drop(log);
         let rotated = std::fs::read_to_string(dir.join("access.log.1")).unwrap();
         let current = std::fs::read_to_string(&path).unwrap();
-        assert_eq!((rotated.lines().count(), current.lines().count()), (2, 1));
+        assert_eq!((rotated.lines().count(), current.lines().count()), (1, 2));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
