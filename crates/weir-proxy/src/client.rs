@@ -1034,6 +1034,35 @@ impl Client {
     }
 }
 
+/// The virtual server's `response_headers`, then `edits`: the fields of weir's own answers
+/// (errors, rule answers and limit refusals, a purge's answer), as of the answers it relays
+/// (`response.rs`) and serves from the cache. The operator's fields ("set on every response
+/// to clients", `examples/weir.toml`), such as `Strict-Transport-Security`, were missing
+/// from weir's own answers (an outside audit).
+pub(crate) struct OwnAnswer<'a, E: ?Sized> {
+    pub(crate) set: &'a [(String, String)],
+    pub(crate) edits: &'a E,
+}
+
+impl<E: weir_http::HeaderEdit + ?Sized> weir_http::HeaderEdit for OwnAnswer<'_, E> {
+    fn drops(&self, name: &[u8]) -> bool {
+        self.edits.drops(name)
+            || self
+                .set
+                .iter()
+                .any(|(set, _)| name.eq_ignore_ascii_case(set.as_bytes()))
+    }
+
+    fn write_added(&self, out: &mut bytes::BytesMut) {
+        for (name, value) in self.set {
+            for piece in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
+                out.extend_from_slice(piece);
+            }
+        }
+        self.edits.write_added(out);
+    }
+}
+
 /// When the head that failed began to arrive, for the failure's access record (the
 /// connection closes after it, so [`Client::since`] can take it): its `header_read`
 /// deadline less the timeout, or `since` when no deadline was set (bytes that were already

@@ -26,7 +26,7 @@ use weir_upstream::Pool;
 
 use crate::answer::Failure;
 use crate::answer::lossy;
-use crate::client::{Client, IdleConnection, IdleTimer, Verified};
+use crate::client::{Client, IdleConnection, IdleTimer, OwnAnswer, Verified};
 use crate::content::{self, Early, Looked};
 use crate::drain::{Admission, Drain, DrainGuard};
 use crate::exchange;
@@ -1107,15 +1107,21 @@ async fn answer_failure(
         // The rules' response edits and the request id go on weir's error answers too.
         let edits = traffic.map(|traffic| traffic.response_edits(vs));
         let timeout = vs.config.timeouts.write;
+        let set = &vs.config.response_headers;
         bytes = match &edits {
             Some(edits) => {
+                let own = OwnAnswer { set, edits };
                 client
-                    .answer_error(status, version, timeout, edits, answering)
+                    .answer_error(status, version, timeout, &own, answering)
                     .await
             }
             None => {
+                let own = OwnAnswer {
+                    set,
+                    edits: &Unedited,
+                };
                 client
-                    .answer_error(status, version, timeout, &Unedited, answering)
+                    .answer_error(status, version, timeout, &own, answering)
                     .await
             }
         }

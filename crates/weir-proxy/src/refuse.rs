@@ -81,10 +81,14 @@ pub(crate) async fn refuse_connection(
             head_request: head.method() == weir_http::Method::Head,
         };
         client.write_buf.clear();
+        let own = crate::client::OwnAnswer {
+            set: &vs.config.response_headers,
+            edits: &weir_http::Unedited,
+        };
         weir_http::write_simple_response_edited(
             &shape,
             &[("Retry-After", &retry_after)],
-            &weir_http::Unedited,
+            &own,
             body_for(refusal.status),
             &mut client.write_buf,
         );

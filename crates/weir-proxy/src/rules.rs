@@ -328,8 +328,12 @@ impl RequestTraffic {
             head_request: head.method() == Method::Head,
         };
         let timeout = vs.config.timeouts.write;
+        let own = crate::client::OwnAnswer {
+            set: &vs.config.response_headers,
+            edits: &edits,
+        };
         let bytes = client
-            .answer_simple(&shape, &extra, &edits, body, timeout)
+            .answer_simple(&shape, &extra, &own, body, timeout)
             .await?;
         let done = client.answered();
         let duration = done.saturating_duration_since(started);

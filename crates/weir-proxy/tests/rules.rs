@@ -419,3 +419,77 @@ pool = "b"
     assert_eq!(r.header("x-tag"), Some("t"));
     proxy.stop().await;
 }
+
+/// The virtual server's `response_headers` ("set on every response to clients") are on
+/// weir's own answers too: a rule's denial and direct response, a refused method, a body
+/// too large, a node that cannot be reached, over HTTP/1.1 and HTTP/2, as on a relayed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_virtual_servers_response_headers_are_on_weirs_own_answers() {
+    let origin = TestOrigin::start("a").await;
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config = format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+         [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\n\
+         [pools.dead]\nnodes = [{{ address = \"{dead}\" }}]\n\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
+         [virtual_servers.web.http2]\ncleartext = true\n\
+         [virtual_servers.web.limits]\nmax_body_bytes = \"1KiB\"\n\
+         [virtual_servers.web.response_headers]\nStrict-Transport-Security = \"max-age=63072000\"\n\
+         [[virtual_servers.web.rules]]\nname = \"closed\"\nmatch = {{ path = \"/closed\" }}\ndeny = true\n\
+         [[virtual_servers.web.rules]]\nname = \"pong\"\nmatch = {{ path = \"/ping\" }}\nrespond = {{ status = 200 }}\n\
+         [[virtual_servers.web.rules]]\nname = \"down\"\nmatch = {{ path = \"/down\" }}\npool = \"dead\"\n",
+        origin.addr
+    );
+    let proxy = TestProxy::start(&config).await;
+    let cases = [
+        ("GET /echo HTTP/1.1\r\nHost: t\r\n\r\n".to_owned(), 200),
+        ("GET /closed HTTP/1.1\r\nHost: t\r\n\r\n".to_owned(), 403),
+        ("GET /ping HTTP/1.1\r\nHost: t\r\n\r\n".to_owned(), 200),
+        ("TRACE / HTTP/1.1\r\nHost: t\r\n\r\n".to_owned(), 405),
+        (
+            format!(
+                "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n{}",
+                "x".repeat(5000)
+            ),
+            413,
+        ),
+        ("GET /down HTTP/1.1\r\nHost: t\r\n\r\n".to_owned(), 502),
+    ];
+    for (raw, status) in cases {
+        let mut connection = Connection::open(proxy.addr).await.unwrap();
+        let response = send(&mut connection, &raw).await;
+        assert_eq!(response.status, status, "{raw:.40}");
+        assert_eq!(
+            response.header("strict-transport-security"),
+            Some("max-age=63072000"),
+            "{raw:.40}"
+        );
+    }
+    // HTTP/2: weir's own 502 and 403 carry it too.
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    for (path, status) in [("/down", 502), ("/closed", 403)] {
+        let mut sender = sender.clone().ready().await.expect("ready");
+        let request = http::Request::get(format!("http://t{path}"))
+            .body(())
+            .unwrap();
+        let (response, _) = sender.send_request(request, true).expect("sent");
+        let response = response.await.expect("an answer");
+        assert_eq!(response.status(), status);
+        assert_eq!(
+            response
+                .headers()
+                .get("strict-transport-security")
+                .map(|v| v.as_bytes()),
+            Some(&b"max-age=63072000"[..]),
+            "{path}"
+        );
+    }
+    proxy.stop().await;
+    origin.stop().await;
+}

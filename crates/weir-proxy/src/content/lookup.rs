@@ -308,8 +308,12 @@ async fn answer(
     };
     let timeout = vs.config.timeouts.write;
     // Either protocol: an HTTP/2 stream gets it as HEADERS and DATA.
+    let own = crate::client::OwnAnswer {
+        set: &vs.config.response_headers,
+        edits,
+    };
     let bytes = client
-        .answer_simple(&shape, &[], edits, body, timeout)
+        .answer_simple(&shape, &[], &own, body, timeout)
         .await?;
     Ok(Sent {
         grpc_status: None,
