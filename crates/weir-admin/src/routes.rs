@@ -111,9 +111,11 @@ pub(crate) fn refusal(
             headers: vec![("WWW-Authenticate", "Bearer realm=\"weir\"".to_owned())],
             ..Response::error(401, "a valid bearer token is required")
         }),
-        Verdict::Unavailable(why) => Some(Response::error(
+        // Why (the file's path, the system's error) is in weir's log, which said so when it
+        // began: a client that has not shown a token learns nothing of the host's files.
+        Verdict::Unavailable(_) => Some(Response::error(
             503,
-            format!("admin token unavailable: {why}"),
+            "the admin token cannot be read: see weir's log",
         )),
     }
 }

@@ -597,3 +597,38 @@ async fn expect_100_continue_is_answered_before_the_body() {
     }
     setup.stop().await;
 }
+
+/// A token file that cannot be read makes the API answer 503, without saying which file or
+/// why to a client that has shown no token (weir's log says it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_token_file_is_not_described_to_clients() {
+    let setup = setup("token-gone").await;
+    assert_eq!(
+        api(setup.admin, "GET", "/api/v1/status", "").await.status,
+        200
+    );
+    // A new generation reads the token at its first request: emptied meanwhile (a file
+    // rewritten in place), it cannot be read.
+    let text = read(&setup.file).replace("# Written by", "# Reloaded, written by");
+    std::fs::write(&setup.file, text).unwrap();
+    setup.proxy.live.reload_file().unwrap();
+    let token = setup.file.with_file_name("admin.token");
+    std::fs::write(&token, "").unwrap();
+    for path in ["/api/v1/status", "/metrics"] {
+        let reply = call(setup.admin, "GET", path, None, "").await;
+        assert_eq!(reply.status, 503, "{path}: {}", reply.body);
+        assert!(
+            !reply.body.contains("admin.token"),
+            "{path}: {}",
+            reply.body
+        );
+        assert!(
+            !reply
+                .body
+                .contains(&*setup.file.parent().unwrap().to_string_lossy()),
+            "{}",
+            reply.body
+        );
+    }
+    setup.stop().await;
+}
