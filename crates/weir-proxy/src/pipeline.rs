@@ -39,6 +39,8 @@ use crate::upgrade;
 
 mod h2;
 
+pub(crate) use h2::prior_knowledge;
+
 /// Serves one client connection until it closes.
 ///
 /// Between requests the connection holds no buffer and its task waits in

@@ -1,6 +1,7 @@
 //! A connection past its client's `client_connections` limit: its first request head is
 //! read (so the client gets an answer, not a reset), answered with the limit's status
-//! and `Retry-After`, and the connection closes. The handshake and the head get
+//! and `Retry-After`, and the connection closes. An HTTP/2 client (ALPN `h2`, or h2c with
+//! prior knowledge) gets the same answer on its first stream, then GOAWAY. The handshake and the head get
 //! [`REFUSAL_WAIT`] at most, not the virtual server's timeouts: a refused connection
 //! holds a place of the virtual server's `max_connections` and a descriptor, and one
 //! client must not fill those with connections it was refused.
@@ -8,20 +9,163 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use weir_core::ShutdownSignal;
 use weir_http::SimpleResponse;
 use weir_observe::AccessRecord;
 use weir_rules::Refusal;
+use weir_tls::ServerStream;
 
 use crate::answer::{body_for, lossy};
 use crate::client::IdleConnection;
 use crate::drain::Admission;
 use crate::pipeline::handshake;
+use crate::route::VirtualServerRuntime;
 
 /// How long a refused connection is given for its TLS handshake and first head.
 const REFUSAL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A refused HTTP/2 connection: its first stream gets the refusal (status, `Retry-After`,
+/// the virtual server's `response_headers`, an access record), then GOAWAY; the streams it
+/// opened meanwhile are refused with `REFUSED_STREAM`, and the connection gets
+/// [`REFUSAL_WAIT`] for its preface and to go idle.
+async fn refuse_h2(
+    stream: ServerStream,
+    rewind: Bytes,
+    peer: SocketAddr,
+    vs: &Arc<VirtualServerRuntime>,
+    refusal: Refusal,
+    shutdown: ShutdownSignal,
+) {
+    let tls = crate::client::TlsFacts::of(&stream);
+    let via = match tls {
+        Some(_) => crate::http2::Via::Alpn,
+        None => crate::http2::Via::H2c,
+    };
+    let timing = crate::http2::ConnectionLimits {
+        handshake: REFUSAL_WAIT,
+        idle: REFUSAL_WAIT,
+        max_streams: Some(1),
+    };
+    let handler = RefusedStreams {
+        vs: Arc::clone(vs),
+        peer,
+        tls,
+        refusal,
+        accepted_at: Instant::now(),
+    };
+    let watch = (&vs.metrics.http2, &vs.shared.rejection_log);
+    // One stream at a time, and a client that does not answer the GOAWAY's PING is closed
+    // within the refusal's wait too.
+    let mut settings = vs.config.http2.clone();
+    settings.max_concurrent_streams = 1;
+    settings.ping_timeout = settings.ping_timeout.min(REFUSAL_WAIT);
+    crate::http2::serve(
+        stream, rewind, via, &settings, timing, watch, handler, shutdown,
+    )
+    .await;
+}
+
+/// Answers the streams of a refused HTTP/2 connection with the refusal.
+#[derive(Clone)]
+struct RefusedStreams {
+    vs: Arc<VirtualServerRuntime>,
+    peer: SocketAddr,
+    tls: Option<Arc<crate::client::TlsFacts>>,
+    refusal: Refusal,
+    accepted_at: Instant,
+}
+
+impl crate::http2::StreamHandler for RefusedStreams {
+    async fn serve(
+        &self,
+        request: http::Request<h2::RecvStream>,
+        mut respond: h2::server::SendResponse<Bytes>,
+    ) {
+        let vs = &self.vs;
+        let status = self.refusal.status;
+        let body = body_for(status);
+        let head_request = request.method() == http::Method::HEAD;
+        let mut response = http::Response::builder()
+            .status(status)
+            .header(
+                "retry-after",
+                self.refusal.retry_after_seconds().to_string(),
+            )
+            .header("content-type", "text/plain; charset=utf-8")
+            .header("content-length", body.len());
+        for (name, value) in &vs.config.response_headers {
+            response = response.header(name.to_ascii_lowercase(), value.as_str());
+        }
+        let Ok(response) = response.body(()) else {
+            respond.send_reset(h2::Reason::INTERNAL_ERROR);
+            return;
+        };
+        let end = head_request || body.is_empty();
+        if let Ok(mut send) = respond.send_response(response, end)
+            && !end
+        {
+            let _ = send.send_data(Bytes::from_static(body), true);
+        }
+        let duration = self.accepted_at.elapsed();
+        // Counted as an HTTP/2 answer is (`Client::answer_simple`): its head in HTTP/1.1
+        // form, then its body.
+        let retry_after = self.refusal.retry_after_seconds().to_string();
+        let mut counted = bytes::BytesMut::new();
+        weir_http::write_simple_response_edited(
+            &SimpleResponse {
+                status,
+                version: weir_http::Version::Http11,
+                keep_alive: false,
+                head_request,
+            },
+            &[("Retry-After", &retry_after)],
+            &crate::client::OwnAnswer {
+                set: &vs.config.response_headers,
+                edits: &weir_http::Unedited,
+            },
+            body,
+            &mut counted,
+        );
+        let bytes_sent = counted.len() as u64;
+        vs.metrics.record_answer(status, 0, bytes_sent, duration);
+        if let Some(log) = &vs.access_log {
+            let tls = self.tls.as_deref().and_then(|facts| {
+                Some(weir_observe::TlsRecord {
+                    version: weir_tls::provider::version_name(facts.version?),
+                    cipher: facts.cipher.unwrap_or("unknown"),
+                    server_name: facts.sni.as_deref(),
+                    client_subject: None,
+                })
+            });
+            let target = request
+                .uri()
+                .path_and_query()
+                .map_or("-", http::uri::PathAndQuery::as_str);
+            log.write(&AccessRecord {
+                virtual_server: &vs.config.name,
+                client: self.peer,
+                method: request.method().as_str(),
+                target,
+                version: "HTTP/2.0",
+                status,
+                bytes_sent,
+                pool: None,
+                node: None,
+                duration,
+                upstream_duration: None,
+                error: Some("client_connections"),
+                request_id: None,
+                rule: None,
+                grpc_status: None,
+                cache: None,
+                tls,
+            });
+        }
+    }
+}
 
 /// The HTTP pipeline for a connection whose client address came from a PROXY header
 /// (`crate::front`): within its client's connection limit, the pipeline, holding its
@@ -65,12 +209,21 @@ pub(crate) async fn refuse_connection(
         return;
     };
     if stream.alpn_is_h2() {
-        // No HTTP/1.1 answer can go to a client that chose HTTP/2: close it (counted).
-        tracing::debug!(virtual_server = %vs.config.name, client = %peer, "too many connections from this client; closing an HTTP/2 connection");
+        refuse_h2(stream, Bytes::new(), peer, &vs, refusal, shutdown).await;
         return;
     }
     let idle = IdleConnection::new(stream, peer, started, verified);
     let mut client = idle.into_client();
+    if vs.config.http2.cleartext {
+        let h2c =
+            tokio::time::timeout_at(deadline, crate::pipeline::prior_knowledge(&mut client, &vs));
+        if let Ok(Ok(true)) = h2c.await {
+            if let Some((stream, rewind, _)) = client.into_stream() {
+                refuse_h2(stream, rewind, peer, &vs, refusal, shutdown).await;
+            }
+            return;
+        }
+    }
     let head = tokio::time::timeout_at(deadline, client.read_head(&vs, &shutdown)).await;
     if let Ok(Ok(Some(head))) = head {
         let retry_after = refusal.retry_after_seconds().to_string();

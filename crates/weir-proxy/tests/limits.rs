@@ -364,3 +364,47 @@ async fn a_refused_connections_answer_is_counted_in_bytes() {
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// An HTTP/2 client past its connection limit (h2c with prior knowledge here) gets the
+/// refusal on its first stream, 503 with `Retry-After`, then GOAWAY and the close, as an
+/// HTTP/1.1 client gets it in its first answer; before, it got a bare close, no answer and
+/// no access record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_past_the_client_limit_gets_503_on_its_stream() {
+    let origin = TestOrigin::start("a").await;
+    let vs = "[virtual_servers.web.client_connections]\nmax = 1\nretry_after = \"4s\"\n\
+              [virtual_servers.web.http2]\ncleartext = true\n";
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    let mut kept = Connection::open(proxy.addr).await.unwrap();
+    kept.send(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(kept.response().await.unwrap().status, 200);
+    let started = std::time::Instant::now();
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (sender, connection) = h2::client::handshake(tcp)
+        .await
+        .expect("the server's preface");
+    let driver = tokio::spawn(connection);
+    let mut sender = sender.ready().await.expect("ready");
+    let request = http::Request::get("http://h/").body(()).unwrap();
+    let (response, _) = sender.send_request(request, true).expect("sent");
+    let response = response.await.expect("an answer on the stream");
+    assert_eq!(response.status(), 503);
+    assert_eq!(
+        response.headers().get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"4"[..])
+    );
+    // GOAWAY follows: the connection ends by itself, soon.
+    drop(sender);
+    let ended = tokio::time::timeout(Duration::from_secs(3), driver).await;
+    assert!(ended.is_ok(), "the refused connection was still open");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(limit_refusals(&proxy, "client_connections"), 1);
+    assert_eq!(
+        origin.stats.snapshot().requests,
+        1,
+        "the refused stream reached no node"
+    );
+    proxy.stop().await;
+}

@@ -244,7 +244,7 @@ impl Streams {
 /// closes it as an invalid preface, RFC 9113 §3.4, instead of an HTTP/1.1
 /// 400 that an HTTP/2 client could not read). Reads more while the first
 /// bytes cannot tell, within `header_read` of the accept.
-pub(super) async fn prior_knowledge(
+pub(crate) async fn prior_knowledge(
     client: &mut Client,
     vs: &VirtualServerRuntime,
 ) -> Result<bool, Failure> {
