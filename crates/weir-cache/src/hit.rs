@@ -301,7 +301,11 @@ impl Hit {
         if let Some(lines) = &self.own_lines {
             out.extend_from_slice(lines);
         }
-        for (name, value) in replace {
+        // A field the edit sets or removes too is the edit's (a rule's word is the last).
+        for (name, value) in replace
+            .iter()
+            .filter(|(name, _)| !edit.is_some_and(|edit| edit.drops(name.as_bytes())))
+        {
             push_field(out, name.as_bytes(), value.as_bytes());
         }
         if let Some(edit) = edit {

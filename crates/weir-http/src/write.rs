@@ -346,7 +346,12 @@ pub fn write_response_head_edited<E: HeaderEdit + ?Sized>(
         let received = forward.via_version.unwrap_or(version_number(head.version));
         write_via(raw, &head.headers, received, via, listed, out);
     }
-    for (name, value) in forward.set_headers {
+    // A field the edits set or remove too is theirs (a rule's word is the last).
+    for (name, value) in forward
+        .set_headers
+        .iter()
+        .filter(|(name, _)| !edits.drops(name.as_bytes()))
+    {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -434,7 +439,12 @@ pub fn write_simple_response_edited<E: HeaderEdit + ?Sized>(
     }
     for (name, value) in extra_headers {
         let breaks_line = |text: &str| text.bytes().any(|b| b == b'\r' || b == b'\n');
-        if name.is_empty() || breaks_line(name) || breaks_line(value) {
+        // A field the edits set (or remove) replaces weir's own: one `Retry-After`, not two.
+        if name.is_empty()
+            || breaks_line(name)
+            || breaks_line(value)
+            || edits.drops(name.as_bytes())
+        {
             continue;
         }
         out.extend_from_slice(name.as_bytes());

@@ -1054,7 +1054,12 @@ impl<E: weir_http::HeaderEdit + ?Sized> weir_http::HeaderEdit for OwnAnswer<'_, 
     }
 
     fn write_added(&self, out: &mut bytes::BytesMut) {
-        for (name, value) in self.set {
+        // A field the edits set or remove too is theirs, as on relayed answers.
+        for (name, value) in self
+            .set
+            .iter()
+            .filter(|(name, _)| !self.edits.drops(name.as_bytes()))
+        {
             for piece in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
                 out.extend_from_slice(piece);
             }

@@ -88,18 +88,21 @@ impl crate::http2::StreamHandler for RefusedStreams {
         let status = self.refusal.status;
         let body = body_for(status);
         let head_request = request.method() == http::Method::HEAD;
-        let mut response = http::Response::builder()
-            .status(status)
-            .header(
-                "retry-after",
-                self.refusal.retry_after_seconds().to_string(),
-            )
-            .header("content-type", "text/plain; charset=utf-8")
-            .header("content-length", body.len());
-        for (name, value) in &vs.config.response_headers {
-            response = response.header(name.to_ascii_lowercase(), value.as_str());
-        }
-        let Ok(response) = response.body(()) else {
+        // The fields weir's own answers carry (`Client::answer_simple`), in HTTP/2 form.
+        let retry_after = self.refusal.retry_after_seconds().to_string();
+        let shape = SimpleResponse {
+            status,
+            version: weir_http::Version::Http11,
+            keep_alive: false,
+            head_request,
+        };
+        let extra = [("Retry-After", retry_after.as_str())];
+        let own = crate::client::OwnAnswer {
+            set: &vs.config.response_headers,
+            edits: &weir_http::Unedited,
+        };
+        let Ok(response) = weir_http::http2::simple_response_to_h2(&shape, &extra, &own, body)
+        else {
             respond.send_reset(h2::Reason::INTERNAL_ERROR);
             return;
         };
@@ -110,25 +113,9 @@ impl crate::http2::StreamHandler for RefusedStreams {
             let _ = send.send_data(Bytes::from_static(body), true);
         }
         let duration = self.accepted_at.elapsed();
-        // Counted as an HTTP/2 answer is (`Client::answer_simple`): its head in HTTP/1.1
-        // form, then its body.
-        let retry_after = self.refusal.retry_after_seconds().to_string();
+        // Counted as an HTTP/2 answer is: its head in HTTP/1.1 form, then its body.
         let mut counted = bytes::BytesMut::new();
-        weir_http::write_simple_response_edited(
-            &SimpleResponse {
-                status,
-                version: weir_http::Version::Http11,
-                keep_alive: false,
-                head_request,
-            },
-            &[("Retry-After", &retry_after)],
-            &crate::client::OwnAnswer {
-                set: &vs.config.response_headers,
-                edits: &weir_http::Unedited,
-            },
-            body,
-            &mut counted,
-        );
+        weir_http::write_simple_response_edited(&shape, &extra, &own, body, &mut counted);
         let bytes_sent = counted.len() as u64;
         vs.metrics.record_answer(status, 0, bytes_sent, duration);
         if let Some(log) = &vs.access_log {

@@ -493,3 +493,67 @@ async fn the_virtual_servers_response_headers_are_on_weirs_own_answers() {
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// One field of a name, never two: the virtual server's `response_headers` replace weir's
+/// own field of the same name (`Retry-After` on a refusal), and a rule that sets the same
+/// name replaces the virtual server's, on weir's own answers and relayed ones alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_set_twice_is_sent_once() {
+    let origin = TestOrigin::start("a").await;
+    let config = format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+         [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n\
+         [virtual_servers.web.http2]\ncleartext = true\n\
+         [virtual_servers.web.response_headers]\nRetry-After = \"99\"\nX-Own = \"vs\"\n\
+         [virtual_servers.web.rate_limits.tight]\nrate = 1\nburst = 1\n\
+         [[virtual_servers.web.rules]]\nname = \"closed\"\nmatch = {{ path = \"/closed\" }}\ndeny = true\n\
+         response_headers = {{ set = {{ X-Own = \"rule\" }} }}\n\
+         [[virtual_servers.web.rules]]\nname = \"tagged\"\nmatch = {{ path = \"/echo\" }}\n\
+         response_headers = {{ set = {{ X-Own = \"rule\" }} }}\n\
+         [[virtual_servers.web.rules]]\nname = \"limited\"\nmatch = {{ path = \"/limited\" }}\nrate_limit = \"tight\"\n",
+        origin.addr
+    );
+    let proxy = TestProxy::start(&config).await;
+    let fields = |response: &Response, name: &str| -> Vec<String> {
+        response
+            .headers
+            .iter()
+            .filter(|(field, _)| field.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.clone())
+            .collect()
+    };
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    let denied = send(&mut connection, "GET /closed HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    assert_eq!(denied.status, 403);
+    assert_eq!(fields(&denied, "x-own"), ["rule"]);
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    let relayed = send(&mut connection, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    assert_eq!(relayed.status, 200);
+    assert_eq!(fields(&relayed, "x-own"), ["rule"]);
+    let mut refused = None;
+    for _ in 0..3 {
+        let mut connection = Connection::open(proxy.addr).await.unwrap();
+        let response = send(&mut connection, "GET /limited HTTP/1.1\r\nHost: t\r\n\r\n").await;
+        if response.status == 429 {
+            refused = Some(response);
+            break;
+        }
+    }
+    let refused = refused.expect("a 429 past the burst");
+    assert_eq!(fields(&refused, "retry-after"), ["99"]);
+    assert_eq!(fields(&refused, "x-own"), ["vs"]);
+    // The same over HTTP/2.
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    let mut sender = sender.ready().await.expect("ready");
+    let request = http::Request::get("http://t/limited").body(()).unwrap();
+    let (response, _) = sender.send_request(request, true).expect("sent");
+    let response = response.await.expect("an answer");
+    assert_eq!(response.status(), 429);
+    let values: Vec<_> = response.headers().get_all("retry-after").iter().collect();
+    assert_eq!(values, ["99"]);
+    proxy.stop().await;
+    origin.stop().await;
+}
