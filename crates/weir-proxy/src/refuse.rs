@@ -1,10 +1,10 @@
 //! A connection past its client's `client_connections` limit: its first request head is
 //! read (so the client gets an answer, not a reset), answered with the limit's status
 //! and `Retry-After`, and the connection closes. An HTTP/2 client (ALPN `h2`, or h2c with
-//! prior knowledge) gets the same answer on its first stream, then GOAWAY. The handshake and the head get
-//! [`REFUSAL_WAIT`] at most, not the virtual server's timeouts: a refused connection
-//! holds a place of the virtual server's `max_connections` and a descriptor, and one
-//! client must not fill those with connections it was refused.
+//! prior knowledge) gets the same answer on its first stream, then GOAWAY. The handshake
+//! and the head get [`REFUSAL_WAIT`] at most, not the virtual server's timeouts: a refused
+//! connection holds a place of the virtual server's `max_connections` and a descriptor,
+//! and one client must not fill those with connections it was refused.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -119,14 +119,7 @@ impl crate::http2::StreamHandler for RefusedStreams {
         let bytes_sent = counted.len() as u64;
         vs.metrics.record_answer(status, 0, bytes_sent, duration);
         if let Some(log) = &vs.access_log {
-            let tls = self.tls.as_deref().and_then(|facts| {
-                Some(weir_observe::TlsRecord {
-                    version: weir_tls::provider::version_name(facts.version?),
-                    cipher: facts.cipher.unwrap_or("unknown"),
-                    server_name: facts.sni.as_deref(),
-                    client_subject: None,
-                })
-            });
+            let tls = self.tls.as_deref().and_then(|facts| facts.record(None));
             let target = request
                 .uri()
                 .path_and_query()

@@ -692,13 +692,13 @@ async fn a_request_sent_again_goes_on_a_new_connection() {
     proxy.stop().await;
 }
 
-/// Requests waiting in the queue of a node that is marked down move to a node that is up
-/// (the pool's reaper, within one of its periods), as HAProxy redistributes a down server's
-/// queue; they spend no retry (`retries = 0`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_waiting_for_a_node_marked_down_move_to_one_that_is_up() {
-    let a = TestOrigin::start("a").await;
-    let b = TestOrigin::start("b").await;
+/// A round-robin pool of `a` and `b`, one connection each (its reaper every 100 ms), with
+/// four requests for `path` sent: one at each node, one waiting in each node's queue.
+async fn two_nodes_each_with_a_waiter(
+    a: &TestOrigin,
+    b: &TestOrigin,
+    path: &'static str,
+) -> (TestProxy, Vec<tokio::task::JoinHandle<client::Response>>) {
     let proxy = TestProxy::start(&config(
         &[a.addr, b.addr],
         "algorithm = \"round_robin\"\nretries = 0\n\
@@ -707,11 +707,10 @@ async fn requests_waiting_for_a_node_marked_down_move_to_one_that_is_up() {
     ))
     .await;
     let addr = proxy.addr;
-    let queued = |index: usize| proxy.live.current().pools[0].connections[index].queued();
-    // One request at each node, one waiting in each queue.
     let requests: Vec<_> = (0..4)
-        .map(|_| tokio::spawn(async move { client::get(addr, "/delay/1500").await }))
+        .map(|_| tokio::spawn(async move { client::get(addr, path).await.expect("a response") }))
         .collect();
+    let queued = |index: usize| proxy.live.current().pools[0].connections[index].queued();
     for _ in 0..100 {
         if queued(0) == 1 && queued(1) == 1 {
             break;
@@ -719,12 +718,23 @@ async fn requests_waiting_for_a_node_marked_down_move_to_one_that_is_up() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!((queued(0), queued(1)), (1, 1));
+    (proxy, requests)
+}
+
+/// Requests waiting in the queue of a node that is marked down move to a node that is up
+/// (the pool's reaper, within one of its periods), as HAProxy redistributes a down server's
+/// queue; they spend no retry (`retries = 0`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_for_a_node_marked_down_move_to_one_that_is_up() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let (proxy, requests) = two_nodes_each_with_a_waiter(&a, &b, "/delay/1500").await;
+    let queued = |index: usize| proxy.live.current().pools[0].connections[index].queued();
     proxy.live.current().pools[0].nodes[0].set_active_up(false);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!((queued(0), queued(1)), (0, 2), "a's waiter moved to b");
     let mut origins = Vec::new();
     for request in requests {
-        let response = request.await.unwrap().expect("a response");
+        let response = request.await.unwrap();
         assert_eq!(response.status, 200);
         origins.push(response.header("x-origin").unwrap_or_default().to_owned());
     }
@@ -739,27 +749,9 @@ async fn requests_waiting_for_a_node_marked_down_move_to_one_that_is_up() {
 /// are served when their nodes' connections come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_waiting_stay_when_no_node_is_up() {
-    let a = TestOrigin::start("a").await;
-    let b = TestOrigin::start("b").await;
-    let proxy = TestProxy::start(&config(
-        &[a.addr, b.addr],
-        "algorithm = \"round_robin\"\nretries = 0\n\
-         [pools.web.connections]\nmax_connections = 1\nidle_timeout = \"400ms\"",
-        "",
-    ))
-    .await;
-    let addr = proxy.addr;
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let (proxy, requests) = two_nodes_each_with_a_waiter(&a, &b, "/delay/800").await;
     let queued = |index: usize| proxy.live.current().pools[0].connections[index].queued();
-    let requests: Vec<_> = (0..4)
-        .map(|_| tokio::spawn(async move { client::get(addr, "/delay/800").await }))
-        .collect();
-    for _ in 0..100 {
-        if queued(0) == 1 && queued(1) == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!((queued(0), queued(1)), (1, 1));
     for node in &proxy.live.current().pools[0].nodes {
         node.set_active_up(false);
     }
@@ -771,7 +763,7 @@ async fn requests_waiting_stay_when_no_node_is_up() {
     );
     let mut origins = Vec::new();
     for request in requests {
-        let response = request.await.unwrap().expect("a response");
+        let response = request.await.unwrap();
         assert_eq!(response.status, 200);
         origins.push(response.header("x-origin").unwrap_or_default().to_owned());
     }

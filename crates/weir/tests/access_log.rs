@@ -68,10 +68,10 @@ async fn lines(path: &PathBuf, count: usize) -> Vec<serde_json::Value> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn json_lines_in_a_file_reopened_on_sigusr1() {
-    let origin = TestOrigin::start("a").await;
-    let dir = TempDir(std::env::temp_dir().join(format!("weir-access-log-{}", std::process::id())));
+/// A weir process with a JSON access log in `access.log` of a fresh directory (named for
+/// `name`), over `origin`, serving once its address answers.
+async fn start_weir(name: &str, origin: &TestOrigin) -> (Weir, TempDir, SocketAddr) {
+    let dir = TempDir(std::env::temp_dir().join(format!("{name}-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
     let [port] = free_ports::<1>();
     let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -101,6 +101,13 @@ async fn json_lines_in_a_file_reopened_on_sigusr1() {
         assert!(start.elapsed() < Duration::from_secs(10));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    (weir, dir, listen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_lines_in_a_file_reopened_on_sigusr1() {
+    let origin = TestOrigin::start("a").await;
+    let (weir, dir, listen) = start_weir("weir-access-log", &origin).await;
     for path in ["/", "/?x=%22y%22"] {
         assert_eq!(client::get(listen, path).await.unwrap().status, 200);
     }
@@ -151,37 +158,7 @@ async fn json_lines_in_a_file_reopened_on_sigusr1() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigusr1_reopens_at_once_under_load() {
     let origin = TestOrigin::start("a").await;
-    let dir =
-        TempDir(std::env::temp_dir().join(format!("weir-access-load-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let [port] = free_ports::<1>();
-    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let config = dir.0.join("weir.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[log]\naccess_log_format = \"json\"\naccess_log_file = \"access.log\"\n\
-             [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\
-             [virtual_servers.web]\nlisten = \"{listen}\"\npool = \"web\"\n",
-            origin.addr
-        ),
-    )
-    .unwrap();
-    let weir = Weir(
-        Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let start = Instant::now();
-    while client::get(listen, "/ready").await.is_err() {
-        assert!(start.elapsed() < Duration::from_secs(10));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (weir, dir, listen) = start_weir("weir-access-load", &origin).await;
     // A request every 5 ms, for 2 s.
     let load = tokio::spawn(async move {
         for n in 0..400 {

@@ -147,14 +147,10 @@ impl StreamHandler for Streams {
             return;
         }
         let vs = self.vs.newer().unwrap_or_else(|| Arc::clone(&self.vs));
-        let tls = self.tls.as_deref().and_then(|facts| {
-            Some(weir_observe::TlsRecord {
-                version: weir_tls::provider::version_name(facts.version?),
-                cipher: facts.cipher.unwrap_or("unknown"),
-                server_name: facts.sni.as_deref(),
-                client_subject: self.client_subject.as_deref(),
-            })
-        });
+        let tls = self
+            .tls
+            .as_deref()
+            .and_then(|facts| facts.record(self.client_subject.as_deref()));
         for _ in 0..count {
             vs.metrics.bad_requests.inc();
             vs.metrics
