@@ -161,14 +161,15 @@ pub(crate) async fn exchange(
     let mut last_node: Option<std::net::SocketAddr> = None;
     // After a reused connection the node had closed: the next try opens a new one.
     let mut fresh = false;
-    // The node chosen last was withdrawn before the request reached it.
-    let mut reselecting = false;
     loop {
         // select (again only when moving to another node)
         let index = match current {
             Some(index) => index,
             None => {
-                let moving = last_error.is_some() && !std::mem::take(&mut reselecting);
+                // Moving off a node withdrawn before the request reached it is no retry.
+                let moving = last_error
+                    .as_ref()
+                    .is_some_and(|error| Retry::of(error) != Retry::Reselect);
                 let index = select(pool, tried, last_error.take(), head, upstream.client).map_err(
                     |failure| match last_node {
                         Some(node) => failure.at_node(node),
@@ -217,7 +218,6 @@ pub(crate) async fn exchange(
             Retry::Reselect => {
                 tracing::debug!(pool = %pool.name, node = %node.address, "node withdrawn while the request waited for it; choosing another");
                 current = None;
-                reselecting = true;
                 last_error = Some(failure.error);
                 last_node = Some(node.address);
                 fresh = false;

@@ -117,33 +117,49 @@ impl crate::http2::StreamHandler for RefusedStreams {
         let mut counted = bytes::BytesMut::new();
         weir_http::write_simple_response_edited(&shape, &extra, &own, body, &mut counted);
         let bytes_sent = counted.len() as u64;
-        vs.metrics.record_answer(status, 0, bytes_sent, duration);
-        if let Some(log) = &vs.access_log {
-            let tls = self.tls.as_deref().and_then(|facts| facts.record(None));
-            let target = request
-                .uri()
-                .path_and_query()
-                .map_or("-", http::uri::PathAndQuery::as_str);
-            log.write(&AccessRecord {
-                virtual_server: &vs.config.name,
-                client: self.peer,
-                method: request.method().as_str(),
-                target,
-                version: "HTTP/2.0",
-                status,
-                bytes_sent,
-                pool: None,
-                node: None,
-                duration,
-                upstream_duration: None,
-                error: Some("client_connections"),
-                request_id: None,
-                rule: None,
-                grpc_status: None,
-                cache: None,
-                tls,
-            });
-        }
+        let target = request
+            .uri()
+            .path_and_query()
+            .map_or("-", http::uri::PathAndQuery::as_str);
+        let tls = self.tls.as_deref().and_then(|facts| facts.record(None));
+        let line = [request.method().as_str(), target, "HTTP/2.0"];
+        account(vs, self.peer, line, (status, 0, bytes_sent, duration), tls);
+    }
+}
+
+/// Counts a refusal's answer and writes its access record, as for any answer
+/// (`pipeline::record`): the record's bytes and duration are the metrics' too. `line` is
+/// the method, target and version; `sizes` the status, bytes received and sent, and the
+/// duration.
+fn account(
+    vs: &VirtualServerRuntime,
+    peer: SocketAddr,
+    [method, target, version]: [&str; 3],
+    (status, received, bytes_sent, duration): (u16, u64, u64, std::time::Duration),
+    tls: Option<weir_observe::TlsRecord<'_>>,
+) {
+    vs.metrics
+        .record_answer(status, received, bytes_sent, duration);
+    if let Some(log) = &vs.access_log {
+        log.write(&AccessRecord {
+            virtual_server: &vs.config.name,
+            client: peer,
+            method,
+            target,
+            version,
+            status,
+            bytes_sent,
+            pool: None,
+            node: None,
+            duration,
+            upstream_duration: None,
+            error: Some("client_connections"),
+            request_id: None,
+            rule: None,
+            grpc_status: None,
+            cache: None,
+            tls,
+        });
     }
 }
 
@@ -229,33 +245,15 @@ pub(crate) async fn refuse_connection(
         // The connection's last answer: it leaves with the FIN (and close_notify).
         if client.send_last(vs.config.timeouts.write).await.is_ok() {
             let duration = started.elapsed();
-            // As for any answer (`pipeline::record`): the record's bytes and duration are
-            // the metrics' too.
             let received = head.raw().len() as u64;
-            vs.metrics
-                .record_answer(refusal.status, received, bytes, duration);
             tracing::debug!(virtual_server = %vs.config.name, client = %peer, "too many connections from this client; answered and closing");
-            if let Some(log) = &vs.access_log {
-                log.write(&AccessRecord {
-                    virtual_server: &vs.config.name,
-                    client: peer,
-                    method: lossy(head.method_bytes()),
-                    target: lossy(head.target()),
-                    version: client.version_label(head.version()),
-                    status: refusal.status,
-                    bytes_sent: bytes,
-                    pool: None,
-                    node: None,
-                    duration,
-                    upstream_duration: None,
-                    error: Some("client_connections"),
-                    request_id: None,
-                    rule: None,
-                    grpc_status: None,
-                    cache: None,
-                    tls: client.tls_record(),
-                });
-            }
+            let line = [
+                lossy(head.method_bytes()),
+                lossy(head.target()),
+                client.version_label(head.version()),
+            ];
+            let sizes = (refusal.status, received, bytes, duration);
+            account(&vs, peer, line, sizes, client.tls_record());
         }
     }
     client.linger_close().await;
