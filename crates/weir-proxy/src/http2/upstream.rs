@@ -347,7 +347,6 @@ pub(crate) async fn next_answer(
     reading: Reading<'_>,
     deadline: Option<tokio::time::Instant>,
 ) -> Result<Answer, Error> {
-    let Reading { method, limits, .. } = reading;
     let next = std::future::poll_fn(|cx| {
         use std::task::Poll;
         match response.poll_informational(cx) {
@@ -364,15 +363,7 @@ pub(crate) async fn next_answer(
     };
     match awaited(waited, reading.replay)? {
         Ok(response) => final_head(response, reading).map(Answer::Final),
-        Err(interim) => interim_head(
-            interim,
-            Reading {
-                method,
-                limits,
-                ..reading
-            },
-        )
-        .map(Answer::Interim),
+        Err(interim) => interim_head(interim, reading).map(Answer::Interim),
     }
 }
 
