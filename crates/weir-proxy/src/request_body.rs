@@ -629,6 +629,25 @@ impl NodeWrites<'_> {
             )),
         }
     }
+
+    /// [`NodeWrites::step`], ended early by an HTTP/2 client's reset of its stream: a
+    /// node that reads slowly would otherwise hold its connection (and the clients queued
+    /// for it) until the write ends or `stall` passes, though nobody waits for the answer.
+    /// An HTTP/1.1 client's close is seen at the next read of its body.
+    async fn step_for(
+        self,
+        client: &mut Client,
+        write: impl std::future::Future<Output = std::io::Result<()>>,
+    ) -> Result<(), Failure> {
+        if client.h2().is_none() {
+            return self.step(write).await;
+        }
+        tokio::select! {
+            biased;
+            written = self.step(write) => written,
+            error = client.stream.left(false) => Err(Failure::from_error(error)),
+        }
+    }
 }
 
 /// Moves the rest of the body from the client to the node, piece by piece.
@@ -650,7 +669,7 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                 }
                 let take = (client.read_buf.len() as u64).min(left) as usize;
                 let piece = client.read_buf.split_to(take);
-                writes.step(node.write_all(&piece)).await?;
+                writes.step_for(client, node.write_all(&piece)).await?;
                 left -= take as u64;
                 body.received += take as u64;
             }
@@ -675,7 +694,7 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                         }
                         frame.clear();
                         encode_chunk(&data, &mut frame);
-                        writes.step(node.write_all(&frame)).await?;
+                        writes.step_for(client, node.write_all(&frame)).await?;
                     }
                     Decoded::NeedMore => {
                         if announced_too_much(body.received, &decoder, max_body) {
@@ -689,7 +708,7 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                         filter_trailers(&trailers, &mut kept);
                         frame.clear();
                         encode_last_chunk(&kept, &mut frame);
-                        return writes.step(node.write_all(&frame)).await;
+                        return writes.step_for(client, node.write_all(&frame)).await;
                     }
                 }
             }

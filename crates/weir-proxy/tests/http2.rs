@@ -389,6 +389,74 @@ async fn a_stream_reset_while_queued_is_never_sent() {
     origin.stop().await;
 }
 
+/// An HTTP/2 client that resets its stream while weir waits to write its upload to a node
+/// that has stopped reading frees that node's connection at once: a request queued behind
+/// it is served by a new connection, not after the pool's write timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reset_during_an_upload_frees_the_node_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    // The first connection is held and never read; later ones are answered.
+    let origin = tokio::spawn(async move {
+        let (stalled, _) = listener.accept().await.unwrap();
+        let mut answered = 0u32;
+        loop {
+            let (mut next, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = next.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the head came");
+                head.extend_from_slice(&buf[..n]);
+            }
+            next.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            answered += 1;
+            if answered == 1 {
+                drop(stalled);
+                return answered;
+            }
+        }
+    });
+    let pool = "[pools.web.connections]\nmax_connections = 1\nqueue_length = 10\n\
+                queue_timeout = \"20s\"\n[pools.web.timeouts]\nwrite = \"30s\"";
+    let vs = "[virtual_servers.web.http2]\ncleartext = true";
+    let proxy = TestProxy::start(&weir_testkit::config(&[node], pool, vs)).await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    let url = |path: &str| format!("http://127.0.0.1:{}{path}", proxy.addr.port());
+    // Under the default max_body_bytes (10 MiB), over what the node's socket buffers take.
+    let upload = http::Request::post(url("/upload"))
+        .header("content-length", (8u64 << 20).to_string())
+        .body(())
+        .unwrap();
+    sender = sender.ready().await.expect("ready");
+    let (answer, mut body) = sender.send_request(upload, false).expect("sent");
+    body.send_data(bytes::Bytes::from(vec![0u8; 8 << 20]), true)
+        .expect("queued");
+    // Long enough for the node's socket buffers to fill and weir's write to wait.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    body.send_reset(h2::Reason::CANCEL);
+    drop(answer);
+    let started = std::time::Instant::now();
+    sender = sender.ready().await.expect("ready");
+    let get = http::Request::get(url("/after")).body(()).unwrap();
+    let (answer, _) = sender.send_request(get, true).expect("sent");
+    let wait = std::time::Duration::from_secs(15);
+    let answer = tokio::time::timeout(wait, answer).await.expect("in time");
+    assert_eq!(answer.expect("a response").status(), 200);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the queued request waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(origin.await.unwrap(), 1);
+    proxy.stop().await;
+}
+
 /// With h2c on, a first line shaped like an HTTP/1 request with a version weir does not
 /// speak (`HTTP/3.0`, `HTTP/2.0`) gets HTTP/1.1's 505, not the silent close of an invalid
 /// HTTP/2 preface, a later HTTP/1 minor version (`HTTP/1.7`) is served as HTTP/1.1, and a
