@@ -16,6 +16,7 @@
 //! let record = AccessRecord {
 //!     virtual_server: "web",
 //!     client: "192.0.2.7:50123".parse().unwrap(),
+//!     client_address: None,
 //!     method: "GET",
 //!     target: "/a \"b\"",
 //!     version: "HTTP/1.1",
@@ -47,7 +48,7 @@
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -80,8 +81,12 @@ pub async fn appended() {
 pub struct AccessRecord<'a> {
     /// The virtual server that took the request.
     pub virtual_server: &'a str,
-    /// The client's address as the socket saw it.
+    /// The client's address as the socket saw it (or as a trusted PROXY header gave it).
     pub client: SocketAddr,
+    /// The client's address as a trusted proxy's forwarding header gave it
+    /// (`[virtual_servers.NAME.client_address]`), which rules, limits, hashing and the fair
+    /// queue key on; `None` when that is `client`'s own address.
+    pub client_address: Option<IpAddr>,
     /// The request method, as received.
     pub method: &'a str,
     /// The request target as received (origin-form path and query, usually).
@@ -331,6 +336,9 @@ impl AccessRecord<'_> {
         fields.text("time", &rfc3339(now));
         fields.text("virtual_server", self.virtual_server);
         fields.text("client", &canonical(self.client).to_string());
+        if let Some(address) = self.client_address {
+            fields.text("client_address", &address.to_canonical().to_string());
+        }
         fields.text("method", &cut(self.method, MAX_LOGGED_METHOD));
         fields.text("uri", &cut(self.target, MAX_LOGGED_URI));
         fields.text("version", self.version);
@@ -545,6 +553,7 @@ mod tests {
         AccessRecord {
             virtual_server: "web",
             client: "192.0.2.7:50123".parse().unwrap(),
+            client_address: None,
             method: "GET",
             target: "/index.html?q=1",
             version: "HTTP/1.1",
@@ -583,6 +592,22 @@ mod tests {
             ..record()
         };
         assert!(line(&v6, AccessLogFormat::Text).contains(" client=[2001:db8::9]:4711 "));
+    }
+
+    #[test]
+    fn the_address_a_trusted_proxy_gave_follows_the_peer() {
+        let behind = AccessRecord {
+            client_address: Some("::ffff:203.0.113.9".parse().unwrap()),
+            ..record()
+        };
+        assert!(
+            line(&behind, AccessLogFormat::Text)
+                .contains(" client=192.0.2.7:50123 client_address=203.0.113.9 method=GET ")
+        );
+        assert!(line(&behind, AccessLogFormat::Json).contains(
+            "\"client\":\"192.0.2.7:50123\",\"client_address\":\"203.0.113.9\",\"method\""
+        ));
+        assert!(!line(&record(), AccessLogFormat::Json).contains("client_address"));
     }
 
     #[test]

@@ -900,6 +900,7 @@ fn record(
         log.write(&AccessRecord {
             virtual_server: &vs.config.name,
             client: client.peer,
+            client_address: traffic.forwarded_client(client.peer),
             method: lossy(head.method_bytes()),
             target: lossy(head.target()),
             version: client.version_label(head.version()),
@@ -1164,6 +1165,7 @@ async fn answer_failure(
         log.write(&AccessRecord {
             virtual_server: &vs.config.name,
             client: client.peer,
+            client_address: traffic.and_then(|t| t.forwarded_client(client.peer)),
             method,
             target,
             version,

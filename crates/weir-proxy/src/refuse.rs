@@ -144,6 +144,7 @@ fn account(
         log.write(&AccessRecord {
             virtual_server: &vs.config.name,
             client: peer,
+            client_address: None,
             method,
             target,
             version,

@@ -11,7 +11,7 @@
 //! so the stage costs them a few loads, not a pool round trip.
 
 use std::cell::RefCell;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use bytes::Bytes;
@@ -212,6 +212,12 @@ impl RequestTraffic {
         vs.traffic.rules.rule_name(self.decision().rule?)
     }
 
+    /// The client address a trusted proxy's forwarding header gave, for the access log:
+    /// `None` when the request's client is the connection's `peer` (or its PROXY address).
+    pub(crate) fn forwarded_client(&self, peer: SocketAddr) -> Option<IpAddr> {
+        (self.client != peer.ip().to_canonical()).then_some(self.client)
+    }
+
     pub(crate) fn id(&self) -> Option<&str> {
         self.id.as_ref().map(id_text)
     }
@@ -346,6 +352,7 @@ impl RequestTraffic {
             log.write(&AccessRecord {
                 virtual_server: &vs.config.name,
                 client: client.peer,
+                client_address: self.forwarded_client(client.peer),
                 method: lossy(head.method_bytes()),
                 target: lossy(head.target()),
                 version: client.version_label(head.version()),

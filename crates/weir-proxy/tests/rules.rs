@@ -288,6 +288,73 @@ deny = true
     proxy.stop().await;
 }
 
+/// The access log names the client a trusted proxy reported next to the connection's
+/// peer: for a proxied request, for a rule's own answer and for a failed request; a
+/// request with no forwarding header logs the peer alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_names_the_client_behind_a_trusted_proxy() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let dir = std::env::temp_dir().join(format!("weir-rules-xff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("access.log");
+    let _ = std::fs::remove_file(&log);
+    let rules = r#"
+[virtual_servers.web.client_address]
+header = "X-Forwarded-For"
+trusted_proxies = ["127.0.0.0/8"]
+
+[[virtual_servers.web.rules]]
+match = { client_address = "203.0.113.0/24" }
+deny = true
+"#;
+    let config = two_pools(a.addr, b.addr, rules).replace(
+        "access_log = false",
+        &format!(
+            "access_log = true\naccess_log_file = \"{}\"\naccess_log_format = \"json\"",
+            log.display()
+        ),
+    );
+    let proxy = TestProxy::start(&config).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+    let denied = "GET /?denied HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 203.0.113.9\r\n\r\n";
+    assert_eq!(send(&mut c, denied).await.status, 403);
+    let proxied =
+        "GET /?proxied HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 203.0.113.9, 198.51.100.1\r\n\r\n";
+    assert_eq!(send(&mut c, proxied).await.status, 200);
+    let direct = "GET /?direct HTTP/1.1\r\nHost: h\r\n\r\n";
+    assert_eq!(send(&mut c, direct).await.status, 200);
+    a.stop().await;
+    let failed = "GET /?failed HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 192.0.2.44\r\n\r\n";
+    assert_eq!(send(&mut c, failed).await.status, 502);
+    let logged = proxy.access_log(&log, 4).await;
+    let line = |path: &str| {
+        logged
+            .lines()
+            .find(|line| line.contains(&format!("\"uri\":\"{path}\"")))
+            .unwrap_or_else(|| panic!("{path} in {logged}"))
+            .to_owned()
+    };
+    assert!(
+        line("/?denied").contains("\"client_address\":\"203.0.113.9\""),
+        "{logged}"
+    );
+    assert!(
+        line("/?proxied").contains("\"client_address\":\"198.51.100.1\""),
+        "{logged}"
+    );
+    assert!(
+        line("/?failed").contains("\"client_address\":\"192.0.2.44\""),
+        "{logged}"
+    );
+    assert!(!line("/?direct").contains("client_address"), "{logged}");
+    for path in ["/?denied", "/?proxied", "/?direct", "/?failed"] {
+        assert!(line(path).contains("\"client\":\"127.0.0.1:"), "{logged}");
+    }
+    proxy.stop().await;
+    b.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_changes_the_rules_a_kept_alive_client_sees_next() {
     let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);

@@ -159,6 +159,7 @@ impl StreamHandler for Streams {
                 log.write(&weir_observe::AccessRecord {
                     virtual_server: &vs.config.name,
                     client: self.peer,
+                    client_address: None,
                     method: "-",
                     target: "-",
                     version: "HTTP/2.0",
