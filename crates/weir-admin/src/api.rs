@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use weir_config::diff::ConfigDiff;
-use weir_config::edit::{EditError, NodeEdit, edit_node};
+use weir_config::edit::{EditError, NodeEdit, NodeRef, edit_node};
 use weir_config::{Config, ConfigError, NodeMode};
 use weir_observe::Metrics;
 use weir_proxy::{Live, ReloadError};
@@ -253,12 +253,6 @@ async fn node_operation(
     node: &str,
     edit: NodeEdit,
 ) -> Result<Response, Refusal> {
-    let address: SocketAddr = node.parse().map_err(|_| {
-        Box::new(Response::error(
-            400,
-            format!("\"{node}\" is not a node address (IP:port)"),
-        ))
-    })?;
     let _write = control.writes.lock().await;
     let live = &control.live;
     let model = live.current();
@@ -268,12 +262,7 @@ async fn node_operation(
             format!("no pool \"{pool}\""),
         )));
     };
-    if running.node_index(address).is_none() {
-        return Err(Box::new(Response::error(
-            404,
-            format!("pool \"{pool}\" has no node {address}"),
-        )));
-    }
+    let target = running_node(running, node)?;
     let path = file_of(live)?;
     let text = std::fs::read_to_string(&path).map_err(|error| {
         Box::new(Response::error(
@@ -296,7 +285,7 @@ async fn node_operation(
             ),
         )));
     }
-    let edited = edit_node(&text, pool, address, edit).map_err(|error| {
+    let edited = edit_node(&text, pool, target, edit).map_err(|error| {
         let status = match error {
             EditError::Syntax(_) => 500,
             // The running model has the node, but the file writes it some other way.
@@ -310,6 +299,78 @@ async fn node_operation(
         .await
         .map_err(|error| refuse(live, error, true))?;
     write_and_apply(live, &path, &edited, Some(&text)).await
+}
+
+/// The running node `node` names: `IP:port` for a node given by address, or the label of a
+/// node given by DNS name (`host:port`, `srv:NAME`, as `/api/v1/status` lists it), whose
+/// entry's `weight` and `state` apply to every address it resolves to. An address one of
+/// those names resolved to is refused with a pointer to the name: the file has no entry
+/// of its own for it.
+fn running_node<'a>(running: &weir_upstream::Pool, node: &'a str) -> Result<NodeRef<'a>, Refusal> {
+    let pool = &running.name;
+    if let Ok(address) = node.parse::<SocketAddr>() {
+        let Some(index) = running.node_index(address) else {
+            return Err(Box::new(Response::error(
+                404,
+                format!("pool \"{pool}\" has no node {address}"),
+            )));
+        };
+        if let Some(name) = running
+            .config
+            .nodes
+            .get(index)
+            .and_then(|n| n.name.as_deref())
+        {
+            return Err(Box::new(Response::error(
+                409,
+                format!(
+                    "node {address} is an address of the DNS name {name}, whose weight and \
+                     state are those of its entry for every address it resolves to: use \
+                     /api/v1/pools/{pool}/nodes/{name}/..."
+                ),
+            )));
+        }
+        return Ok(NodeRef::Address(address));
+    }
+    if !node.contains(':') {
+        return Err(Box::new(Response::error(
+            400,
+            format!(
+                "\"{node}\" is not a node: IP:port, or host:port or srv:NAME for one given by \
+                 DNS name"
+            ),
+        )));
+    }
+    let wanted = NodeRef::Name(node);
+    let listed = running.config.names.iter().any(|named| {
+        let label = named.label();
+        match (label.strip_prefix("srv:"), node.strip_prefix("srv:")) {
+            (Some(service), Some(asked)) => same_name(service, asked),
+            (None, None) => match (label.rsplit_once(':'), node.rsplit_once(':')) {
+                (Some((host, port)), Some((asked, asked_port))) => {
+                    port == asked_port && same_name(host, asked)
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    });
+    if !listed {
+        return Err(Box::new(Response::error(
+            404,
+            format!(
+                "pool \"{pool}\" has no node {node} (a node is IP:port, or host:port or \
+                 srv:NAME for one given by DNS name)"
+            ),
+        )));
+    }
+    Ok(wanted)
+}
+
+/// Two host names as validation reads them (no case, no trailing dot).
+fn same_name(a: &str, b: &str) -> bool {
+    a.trim_end_matches('.')
+        .eq_ignore_ascii_case(b.trim_end_matches('.'))
 }
 
 /// Writes `text` over the config file (atomically: a sibling file renamed over it), then

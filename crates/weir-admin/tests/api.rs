@@ -320,7 +320,7 @@ async fn a_node_given_by_name_shows_its_name_and_address() {
     let written = &config["pools"][0]["nodes"][1];
     assert_eq!(written["address"], format!("a.test:{}", a.port()));
     assert_eq!(written["resolved"], true);
-    // The node operations edit entries by address: a resolved one has none.
+    // An address a name resolved to has no entry of its own: refused, pointing to the name.
     let refused = api(
         setup.admin,
         "POST",
@@ -329,6 +329,35 @@ async fn a_node_given_by_name_shows_its_name_and_address() {
     )
     .await;
     assert_eq!(refused.status, 409, "{}", refused.body);
+    let label = format!("a.test:{}", a.port());
+    assert!(
+        refused.body.contains(&format!("nodes/{label}/")),
+        "{}",
+        refused.body
+    );
+    // The name, as the status lists it, edits its entry (for every address it resolves to).
+    let shouted = format!("A.TEST.:{}", a.port());
+    let drained = api(
+        setup.admin,
+        "POST",
+        &format!("/api/v1/pools/web/nodes/{shouted}/drain"),
+        "",
+    )
+    .await;
+    assert_eq!(drained.status, 200, "{}", drained.body);
+    let text = read(&setup.file);
+    assert!(
+        text.contains(&format!(
+            "{{ address = \"{label}\", state = \"draining\" }}"
+        )),
+        "{text}"
+    );
+    let status = api(setup.admin, "GET", "/api/v1/status", "").await.json();
+    assert_eq!(status["pools"][0]["nodes"][1]["state"], "draining");
+    assert_eq!(status["pools"][0]["nodes"][0]["state"], "active");
+    let other = format!("/api/v1/pools/web/nodes/b.test:{}/drain", a.port());
+    let missing = api(setup.admin, "POST", &other, "").await;
+    assert_eq!(missing.status, 404, "{}", missing.body);
     setup.stop().await;
 }
 

@@ -3,9 +3,10 @@
 //! source of truth.
 //!
 //! ```
-//! use weir_config::edit::{NodeEdit, edit_node};
+//! use weir_config::edit::{NodeEdit, NodeRef, edit_node};
 //! let text = "[pools.web]\n# the app servers\nnodes = [{ address = \"10.0.0.1:80\" }]\n";
-//! let edited = edit_node(text, "web", "10.0.0.1:80".parse().unwrap(), NodeEdit::Weight(3)).unwrap();
+//! let node = NodeRef::Address("10.0.0.1:80".parse().unwrap());
+//! let edited = edit_node(text, "web", node, NodeEdit::Weight(3)).unwrap();
 //! assert_eq!(
 //!     edited,
 //!     "[pools.web]\n# the app servers\nnodes = [{ address = \"10.0.0.1:80\", weight = 3 }]\n"
@@ -27,6 +28,55 @@ pub enum NodeEdit {
     State(NodeMode),
 }
 
+/// Which entry of a pool's `nodes` an edit is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeRef<'a> {
+    /// The entry whose `address` is this IP address and port.
+    Address(SocketAddr),
+    /// The entry of a node given by DNS name, by its label ([`crate::NamedNode::label`]):
+    /// `host:port` for an `address` (the host compared as validation reads it: without
+    /// case, without a trailing dot), `srv:NAME` for an `srv` entry. Its `weight` and
+    /// `state` apply to every address the name resolves to.
+    Name(&'a str),
+}
+
+impl std::fmt::Display for NodeRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeRef::Address(address) => write!(f, "{address}"),
+            NodeRef::Name(name) => write!(f, "{name}"),
+        }
+    }
+}
+
+impl NodeRef<'_> {
+    /// Whether the entry with this `address` and `srv` value is the one meant.
+    fn is(&self, address: Option<&str>, srv: Option<&str>) -> bool {
+        match *self {
+            NodeRef::Address(wanted) => {
+                address.is_some_and(|text| text.trim().parse::<SocketAddr>().ok() == Some(wanted))
+            }
+            NodeRef::Name(label) => match label.strip_prefix("srv:") {
+                Some(service) => srv.is_some_and(|written| same_host(written, service)),
+                None => address.is_some_and(|written| {
+                    let (Some((host, port)), Some((wanted_host, wanted_port))) =
+                        (written.trim().rsplit_once(':'), label.rsplit_once(':'))
+                    else {
+                        return false;
+                    };
+                    port == wanted_port && same_host(host, wanted_host)
+                }),
+            },
+        }
+    }
+}
+
+/// Two host names that validation reads as one.
+fn same_host(a: &str, b: &str) -> bool {
+    let bare = |name: &str| name.trim().trim_end_matches('.').to_ascii_lowercase();
+    bare(a) == bare(b)
+}
+
 /// Why an edit could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EditError {
@@ -36,23 +86,23 @@ pub enum EditError {
     /// The file has no pool of that name.
     #[error("no pool \"{0}\" in the config file")]
     NoPool(String),
-    /// The pool has no node at that address.
-    #[error("pool \"{pool}\" has no node {address}")]
+    /// The pool has no such node.
+    #[error("pool \"{pool}\" has no node {node}")]
     NoNode {
         /// The pool's name.
         pool: String,
-        /// The address looked for.
-        address: SocketAddr,
+        /// The node looked for: its address, or the label of its name.
+        node: String,
     },
 }
 
-/// `text` with the node at `address` of pool `pool` changed by `edit`. The node may be an
+/// `text` with the node `node` of pool `pool` changed by `edit`. The node may be an
 /// inline table in `nodes = [...]` or a `[[pools.NAME.nodes]]` table. Setting the state
 /// back to active removes the `state` key (it is the default).
 pub fn edit_node(
     text: &str,
     pool: &str,
-    address: SocketAddr,
+    node: NodeRef<'_>,
     edit: NodeEdit,
 ) -> Result<String, EditError> {
     // A panic in the parser (see `parse_document` in lib.rs) is a syntax error too.
@@ -75,17 +125,19 @@ pub fn edit_node(
         .ok_or_else(|| EditError::NoPool(pool.to_owned()))?;
     let no_node = || EditError::NoNode {
         pool: pool.to_owned(),
-        address,
-    };
-    let is_node = |candidate: Option<&str>| {
-        candidate.is_some_and(|text| text.trim().parse::<SocketAddr>().ok() == Some(address))
+        node: node.to_string(),
     };
     match nodes {
         Item::Value(Value::Array(array)) => {
             let table = array
                 .iter_mut()
                 .filter_map(|value| value.as_inline_table_mut())
-                .find(|table| is_node(table.get("address").and_then(Value::as_str)))
+                .find(|table| {
+                    node.is(
+                        table.get("address").and_then(Value::as_str),
+                        table.get("srv").and_then(Value::as_str),
+                    )
+                })
                 .ok_or_else(no_node)?;
             match edit {
                 NodeEdit::Weight(weight) => {
@@ -104,7 +156,12 @@ pub fn edit_node(
         Item::ArrayOfTables(tables) => {
             let table = tables
                 .iter_mut()
-                .find(|table| is_node(table.get("address").and_then(Item::as_str)))
+                .find(|table| {
+                    node.is(
+                        table.get("address").and_then(Item::as_str),
+                        table.get("srv").and_then(Item::as_str),
+                    )
+                })
                 .ok_or_else(no_node)?;
             match edit {
                 NodeEdit::Weight(weight) => {
@@ -130,7 +187,12 @@ mod tests {
     const ADDRESS: &str = "10.0.0.2:80";
 
     fn edit(text: &str, edit: NodeEdit) -> Result<String, EditError> {
-        edit_node(text, "web", ADDRESS.parse().unwrap(), edit)
+        edit_node(
+            text,
+            "web",
+            NodeRef::Address(ADDRESS.parse().unwrap()),
+            edit,
+        )
     }
 
     #[test]
@@ -170,12 +232,49 @@ mod tests {
             edit(text, NodeEdit::Weight(1)),
             Err(EditError::NoNode {
                 pool: "web".into(),
-                address: ADDRESS.parse().unwrap()
+                node: ADDRESS.into()
             })
         );
+        let node = NodeRef::Address(ADDRESS.parse().unwrap());
         assert_eq!(
-            edit_node(text, "api", ADDRESS.parse().unwrap(), NodeEdit::Weight(1)),
+            edit_node(text, "api", node, NodeEdit::Weight(1)),
             Err(EditError::NoPool("api".into()))
         );
+    }
+
+    /// A node given by DNS name is edited by its label, as the API lists it: the host
+    /// without case or trailing dot, the port exact; a service by `srv:NAME`. An address
+    /// that one of them resolves to names no entry of the file.
+    #[test]
+    fn names_are_edited_by_their_label() {
+        let text = "[pools.web]\nnodes = [\n  { address = \"App.Internal.:8080\" },\n  \
+                    { srv = \"_http._tcp.api.internal\" },\n  { address = \"10.0.0.1:80\" },\n]\n";
+        let drain = NodeEdit::State(NodeMode::Draining);
+        let edited = edit_node(text, "web", NodeRef::Name("app.internal:8080"), drain).unwrap();
+        assert!(
+            edited.contains("{ address = \"App.Internal.:8080\", state = \"draining\" },"),
+            "{edited}"
+        );
+        let service = NodeRef::Name("srv:_http._tcp.api.internal");
+        let edited = edit_node(text, "web", service, NodeEdit::Weight(4)).unwrap();
+        assert!(
+            edited.contains("{ srv = \"_http._tcp.api.internal\", weight = 4 },"),
+            "{edited}"
+        );
+        for other in [
+            "app.internal:8081",
+            "other.internal:8080",
+            "srv:_http._tcp.app",
+        ] {
+            assert_eq!(
+                edit_node(text, "web", NodeRef::Name(other), drain),
+                Err(EditError::NoNode {
+                    pool: "web".into(),
+                    node: other.into()
+                })
+            );
+        }
+        let resolved = NodeRef::Address("10.0.0.9:8080".parse().unwrap());
+        assert!(edit_node(text, "web", resolved, drain).is_err());
     }
 }

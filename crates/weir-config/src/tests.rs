@@ -356,7 +356,7 @@ fn a_file_that_broke_the_toml_parser_is_a_syntax_error() {
         crate::edit::edit_node(
             text,
             "web",
-            "127.0.0.1:8081".parse().unwrap(),
+            crate::edit::NodeRef::Address("127.0.0.1:8081".parse().unwrap()),
             crate::edit::NodeEdit::Weight(2)
         )
         .is_err()
