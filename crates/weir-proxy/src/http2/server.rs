@@ -328,14 +328,13 @@ impl Driver {
         self.active.fetch_add(1, Ordering::AcqRel);
         let active = Arc::clone(&self.active);
         let handler = handler.clone();
-        tokio::spawn(async move {
+        // Boxed: the stream's state (kilobytes, the pipeline's) is copied once, into
+        // this allocation, and tokio's moves of the task's future copy a pointer.
+        tokio::spawn(Box::pin(async move {
             // Decremented however the stream ends, a panic included.
             let _guard = ActiveGuard(active);
-            // The handler keeps the stream's pipeline state (kilobytes) in an
-            // allocation of its own (`pipeline/h2.rs`), so this future is small
-            // and tokio's moves of it copy a few words.
             handler.serve(request, respond).await;
-        });
+        }));
     }
 
     /// A graceful GOAWAY ends once the client answers its PING (the codec then sends the

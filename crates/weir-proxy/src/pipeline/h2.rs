@@ -97,16 +97,15 @@ impl StreamHandler for Streams {
         let started = Instant::now();
         let vs = self.vs.newer().unwrap_or_else(|| Arc::clone(&self.vs));
         let (client, head) = self.stream_client(request, respond, &vs);
-        // The pipeline's state (kilobytes) is built once, in its own allocation:
-        // this future stays a few words, so the task holds it without the
-        // stream's state being copied into it, and moves of it copy words.
-        Box::pin(super::serve_stream(
+        // The driver boxes the stream's task (`Driver::spawn_stream`): the pipeline's
+        // state lives in that one allocation.
+        super::serve_stream(
             client,
             &vs,
             head,
             (&self.shutdown, &self.drain),
             started,
-        ))
+        )
         .await;
     }
 
