@@ -58,6 +58,34 @@ fn is_te_trailers(value: &[u8]) -> bool {
     trim_ows(value).eq_ignore_ascii_case(b"trailers")
 }
 
+/// RFC 9113 §8.3.1: a request with both `:authority` and `Host` whose `Host` names another
+/// authority is malformed (the default port of `:scheme` written or not). Every request
+/// passes this check, extended CONNECT (RFC 8441) too, whose head the caller builds.
+pub fn host_agrees(parts: &http::request::Parts) -> Result<(), ParseError> {
+    let Some(authority) = parts.uri.authority() else {
+        return Ok(());
+    };
+    let default_port = match parts.uri.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    };
+    let differs = parts
+        .headers
+        .get_all(http::header::HOST)
+        .iter()
+        .any(|value| {
+            !crate::target::same_authority(
+                value.as_bytes(),
+                authority.as_str().as_bytes(),
+                default_port,
+            )
+        });
+    match differs {
+        true => Err(ParseError::invalid("Host differs from :authority")),
+        false => Ok(()),
+    }
+}
+
 /// The request head an HTTP/2 request stands for. `end_of_stream`: the
 /// HEADERS frame ended the stream (no body). The head is HTTP/1.1, with
 /// `Host` from `:authority`, joined cookies, and `Transfer-Encoding: chunked`
@@ -100,19 +128,8 @@ pub fn request_from_h2(
     {
         return Err(ParseError::invalid("invalid :scheme"));
     }
-    let mut has_host = false;
-    let default_port = match parts.uri.scheme_str() {
-        Some("https") => 443,
-        _ => 80,
-    };
-    for value in parts.headers.get_all(http::header::HOST) {
-        if let Some(authority) = authority
-            && !crate::target::same_authority(value.as_bytes(), authority, default_port)
-        {
-            return Err(ParseError::invalid("Host differs from :authority"));
-        }
-        has_host = true;
-    }
+    host_agrees(parts)?;
+    let has_host = parts.headers.contains_key(http::header::HOST);
     if let Some(authority) = authority {
         put_field(&mut out, b"host", authority);
     } else if has_host {

@@ -55,6 +55,9 @@ pub(crate) fn upgrade_request(
     key: &str,
     limits: &Limits,
 ) -> Result<RequestHead, ParseError> {
+    // The client's `Host` is rebuilt from `:authority`: one that differs is malformed,
+    // as for any other request.
+    weir_http::http2::host_agrees(parts)?;
     let mut out = BytesMut::with_capacity(256);
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     out.put_slice(b"GET ");
@@ -251,6 +254,27 @@ mod tests {
             stream_accepted(&node, "another key").is_none(),
             "a wrong accept is refused"
         );
+    }
+
+    /// RFC 9113 §8.3.1: a `Host` other than `:authority` makes an extended CONNECT
+    /// malformed, as any request; the same authority written with its default port passes.
+    #[test]
+    fn an_extended_connect_whose_host_differs_is_malformed() {
+        let connect = |host: &str| {
+            let request = http::Request::builder()
+                .method("CONNECT")
+                .uri("https://chat.example/room")
+                .extension(h2::ext::Protocol::from_static("websocket"))
+                .header("host", host)
+                .body(())
+                .expect("request");
+            let (parts, ()) = request.into_parts();
+            upgrade_request(&parts, "dGhlIHNhbXBsZSBub25jZQ==", &Limits::default())
+        };
+        assert!(connect("internal.test").is_err());
+        assert!(connect("chat.example:8443").is_err());
+        let head = connect("Chat.Example:443").expect("the same authority");
+        assert_eq!(head.host(), Some(&b"chat.example"[..]));
     }
 
     #[test]

@@ -99,14 +99,7 @@ impl StreamHandler for Streams {
         let (client, head) = self.stream_client(request, respond, &vs);
         // The driver boxes the stream's task (`Driver::spawn_stream`): the pipeline's
         // state lives in that one allocation.
-        super::serve_stream(
-            client,
-            &vs,
-            head,
-            (&self.shutdown, &self.drain),
-            started,
-        )
-        .await;
+        super::serve_stream(client, &vs, head, (&self.shutdown, &self.drain), started).await;
     }
 
     fn outdated(&self) -> bool {
