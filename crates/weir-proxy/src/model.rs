@@ -90,7 +90,7 @@ pub struct VirtualServerRuntime {
     /// The routes in order, each with its pool resolved.
     pub routes: Vec<(weir_config::Route, Arc<Pool>)>,
     /// The routes filed by host and first path segment (`route.rs`).
-    pub(crate) route_index: crate::route::RouteIndex,
+    pub(crate) route_index: crate::route::index::RouteIndex,
     /// The virtual server's metric handles.
     pub metrics: VirtualServerMetrics,
     /// Where this virtual server's access records go; `None` when `log.access_log` is off.
@@ -134,7 +134,7 @@ impl VirtualServerRuntime {
             cell: link.cell,
             current_generation: link.current_generation,
             default_pool: pool(config.default_pool),
-            route_index: crate::route::RouteIndex::new(&config.routes),
+            route_index: crate::route::index::RouteIndex::new(&config.routes),
             routes: config
                 .routes
                 .iter()
