@@ -345,6 +345,13 @@ async fn a_node_given_by_name_shows_its_name_and_address() {
     )
     .await;
     assert_eq!(drained.status, 200, "{}", drained.body);
+    let answer = drained.json();
+    assert_eq!(
+        answer["diff"]["nodes"][0]["name"],
+        label.as_str(),
+        "{answer}"
+    );
+    assert_eq!(answer["diff"]["nodes"][0]["keys"][0], "state", "{answer}");
     let text = read(&setup.file);
     assert!(
         text.contains(&format!(

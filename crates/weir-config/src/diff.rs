@@ -1,8 +1,8 @@
 //! What changes between two validated configurations: the reload's plan, and what the
 //! admin API's dry run shows before anything is applied.
 //!
-//! Virtual servers and pools are matched by name, nodes by pool name and address,
-//! listeners by address. A [`ConfigDiff`] serialises to JSON as the API returns it:
+//! Virtual servers and pools are matched by name, nodes by pool name and address (a node
+//! given by DNS name by its name), listeners by address. A [`ConfigDiff`] serialises to JSON as the API returns it:
 //!
 //! ```
 //! let old = weir_config::parse_str(
@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use serde::Serialize;
 
 use crate::cache::ContentPolicy;
-use crate::model::{Config, Node, Pool, PoolId, Route, Traffic, VirtualServer};
+use crate::model::{Config, NamedNode, Node, Pool, PoolId, Route, Traffic, VirtualServer};
 
 /// Everything that differs between a running configuration and a candidate.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -72,8 +72,14 @@ pub struct Changed {
 pub struct NodeChange {
     /// The pool the node belongs to.
     pub pool: String,
-    /// The node's address, which identifies it within the pool.
-    pub address: SocketAddr,
+    /// The node's address, which identifies it within the pool; `None` for an entry given
+    /// by DNS name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<SocketAddr>,
+    /// The label of an entry given by DNS name (`host:port`, `srv:NAME`), which identifies
+    /// it within the pool; its weight and state are those of every address it resolves to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Whether it was added, removed or changed.
     pub change: NodeChangeKind,
     /// For a changed node: the keys that changed (`weight`, `state`).
@@ -189,12 +195,19 @@ pub fn diff_running(old: &Config, running: &Config, new: &Config) -> ConfigDiff 
         result
             .nodes
             .extend(node_changes(&pool.name, before_nodes, &pool.nodes));
+        let before_names = before.map_or(&[][..], |p| &p.names[..]);
+        result
+            .nodes
+            .extend(name_changes(&pool.name, before_names, &pool.names));
     }
     for pool in &old.pools {
         if !new_pools.contains_key(pool.name.as_str()) {
             result
                 .nodes
                 .extend(node_changes(&pool.name, &pool.nodes, &[]));
+            result
+                .nodes
+                .extend(name_changes(&pool.name, &pool.names, &[]));
         }
     }
     let mut setting = |changed: bool, key: &str, restart: bool| {
@@ -543,7 +556,8 @@ fn node_changes(pool: &str, old: &[Node], new: &[Node]) -> Vec<NodeChange> {
     let mut changes = Vec::new();
     let change = |address, change, keys| NodeChange {
         pool: pool.to_owned(),
-        address,
+        address: Some(address),
+        name: None,
         change,
         keys,
     };
@@ -567,6 +581,42 @@ fn node_changes(pool: &str, old: &[Node], new: &[Node]) -> Vec<NodeChange> {
     for node in old {
         if !new.iter().any(|n| n.address == node.address) {
             changes.push(change(node.address, NodeChangeKind::Removed, Vec::new()));
+        }
+    }
+    changes
+}
+
+/// The changes of a pool's entries given by DNS name, matched by their label.
+fn name_changes(pool: &str, old: &[NamedNode], new: &[NamedNode]) -> Vec<NodeChange> {
+    let change = |named: &NamedNode, change, keys| NodeChange {
+        pool: pool.to_owned(),
+        address: None,
+        name: Some(named.label()),
+        change,
+        keys,
+    };
+    let mut changes = Vec::new();
+    for named in new {
+        match old.iter().find(|o| o.label() == named.label()) {
+            None => changes.push(change(named, NodeChangeKind::Added, Vec::new())),
+            Some(before) => {
+                let keys: Vec<String> = [
+                    (before.weight != named.weight, "weight"),
+                    (before.state != named.state, "state"),
+                ]
+                .into_iter()
+                .filter(|(changed, _)| *changed)
+                .map(|(_, key)| key.to_owned())
+                .collect();
+                if !keys.is_empty() {
+                    changes.push(change(named, NodeChangeKind::Changed, keys));
+                }
+            }
+        }
+    }
+    for named in old {
+        if !new.iter().any(|n| n.label() == named.label()) {
+            changes.push(change(named, NodeChangeKind::Removed, Vec::new()));
         }
     }
     changes
@@ -634,7 +684,13 @@ mod tests {
         let kinds: Vec<(u16, NodeChangeKind, Vec<String>)> = diff
             .nodes
             .iter()
-            .map(|c| (c.address.port(), c.change, c.keys.clone()))
+            .map(|c| {
+                (
+                    c.address.expect("an address").port(),
+                    c.change,
+                    c.keys.clone(),
+                )
+            })
             .collect();
         assert_eq!(
             kinds,
@@ -646,6 +702,55 @@ mod tests {
         );
         assert_eq!(diff.pools.changed[0].keys, vec!["nodes"]);
         assert!(diff.virtual_servers.changed.is_empty());
+    }
+
+    /// Entries given by DNS name are matched by their name, and listed by it.
+    #[test]
+    fn nodes_given_by_name_are_matched_by_name() {
+        let old = config(
+            "[pools.a]\nnodes = [{ address = \"app.test:80\" }, { address = \"old.test:80\" }, \
+             { srv = \"_http._tcp.api.test\" }]\n",
+            WEB,
+        );
+        let new = config(
+            "[pools.a]\nnodes = [{ address = \"APP.test.:80\", state = \"draining\" }, \
+             { srv = \"_http._tcp.api.test\", weight = 3 }, { address = \"new.test:80\" }]\n",
+            WEB,
+        );
+        let diff = diff(&old, &new);
+        let kinds: Vec<(Option<&str>, NodeChangeKind, Vec<String>)> = diff
+            .nodes
+            .iter()
+            .map(|c| (c.name.as_deref(), c.change, c.keys.clone()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (
+                    Some("app.test:80"),
+                    NodeChangeKind::Changed,
+                    vec!["state".to_owned()]
+                ),
+                (
+                    Some("srv:_http._tcp.api.test"),
+                    NodeChangeKind::Changed,
+                    vec!["weight".to_owned()]
+                ),
+                (Some("new.test:80"), NodeChangeKind::Added, vec![]),
+                (Some("old.test:80"), NodeChangeKind::Removed, vec![]),
+            ]
+        );
+        assert!(diff.nodes.iter().all(|c| c.address.is_none()));
+        let json = serde_json::to_string(&diff.nodes[0]).unwrap();
+        assert_eq!(
+            json,
+            r#"{"pool":"a","name":"app.test:80","change":"changed","keys":["state"]}"#
+        );
+        assert!(
+            diff.summary().ends_with("4 node changes"),
+            "{}",
+            diff.summary()
+        );
     }
 
     #[test]
