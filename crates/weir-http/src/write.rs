@@ -308,7 +308,7 @@ pub fn write_response_head_edited<E: HeaderEdit + ?Sized>(
         | FieldKind::TransferEncoding => false,
         FieldKind::ContentLength => keep_length,
         FieldKind::Upgrade => forward.upgrade,
-        FieldKind::Via => forward.via.is_none() && !listed(field),
+        FieldKind::Via => forward.via.is_none() && !listed(field) && !edits.drops(b"via"),
         _ => {
             let name = slice(raw, field.name);
             // A `Date` the node's `Connection` names is dropped as hop-by-hop:
@@ -342,7 +342,8 @@ pub fn write_response_head_edited<E: HeaderEdit + ?Sized>(
     {
         write_date(out);
     }
-    if let Some(via) = forward.via {
+    // A rule that removes or sets `Via` takes weir's entry out with the node's.
+    if let Some(via) = forward.via.filter(|_| !edits.drops(b"via")) {
         let received = forward.via_version.unwrap_or(version_number(head.version));
         write_via(raw, &head.headers, received, via, listed, out);
     }

@@ -288,6 +288,45 @@ deny = true
     proxy.stop().await;
 }
 
+/// A rule may remove `Via` from a relayed response, or replace weir's entry with its own;
+/// a response no rule touches keeps weir's entry (the cache's writer is checked in
+/// `tests/cache/http2.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_remove_or_replace_via_on_responses() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let rules = r#"
+[[virtual_servers.web.rules]]
+match = { query = { name = "via", equals = "none" } }
+response_headers = { remove = ["Via"] }
+
+[[virtual_servers.web.rules]]
+match = { query = { name = "via", equals = "edge" } }
+response_headers = { set = { Via = "1.1 edge" } }
+"#;
+    let proxy = TestProxy::start(&two_pools(a.addr, b.addr, rules)).await;
+    let mut c = Connection::open(proxy.addr).await.unwrap();
+    for (query, expected) in [
+        ("none", vec![]),
+        ("edge", vec!["1.1 edge"]),
+        ("kept", vec!["1.1 weir"]),
+    ] {
+        let r = send(
+            &mut c,
+            &format!("GET /?via={query} HTTP/1.1\r\nHost: h\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(r.status, 200);
+        let vias: Vec<&str> = r
+            .headers
+            .iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case("via"))
+            .map(|(_, value)| value.as_str())
+            .collect();
+        assert_eq!(vias, expected, "{query}");
+    }
+    proxy.stop().await;
+}
+
 /// The access log names the client a trusted proxy reported next to the connection's
 /// peer: for a proxied request, for a rule's own answer and for a failed request; a
 /// request with no forwarding header logs the peer alone.

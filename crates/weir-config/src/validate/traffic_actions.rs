@@ -277,9 +277,11 @@ impl Checker {
         let Some(table) = table else {
             return HeaderEdits::default();
         };
+        // Both sides: the fields that frame the message or the connection. `Via` on
+        // responses may be removed or replaced (a gateway need not send it, RFC 9110
+        // §7.6.3), though weir's own answers and `response_headers` leave it to weir.
         let managed = match side {
-            Side::Request => MANAGED_REQUEST_HEADERS,
-            Side::Response => MANAGED_RESPONSE_HEADERS,
+            Side::Request | Side::Response => MANAGED_REQUEST_HEADERS,
         };
         let mut edits = HeaderEdits::default();
         if let Some(remove) = &table.remove {

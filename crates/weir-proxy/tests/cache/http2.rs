@@ -383,3 +383,53 @@ async fn compression_alone_compresses_http2_streams() {
     assert_eq!(node.requests(), 2);
     proxy.stop().await;
 }
+
+/// A rule may remove `Via` from responses or replace weir's entry with its own (a gateway
+/// need not send it, RFC 9110 §7.6.3): on misses and on hits, to HTTP/1.1 and HTTP/2
+/// clients alike; a response no rule touches keeps weir's entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_removes_or_replaces_via_on_misses_and_hits() {
+    let node = CountingNode::start(fresh, Duration::ZERO).await;
+    let rules = "[[virtual_servers.web.rules]]\nmatch = { path_prefix = \"/none\" }\n\
+                 response_headers = { remove = [\"Via\"] }\n\
+                 [[virtual_servers.web.rules]]\nmatch = { path_prefix = \"/edge\" }\n\
+                 response_headers = { set = { Via = \"1.1 edge\" } }\n";
+    let proxy = proxy_for(&node, &format!("{CACHE}{H2C}{rules}")).await;
+    let sender = connect(&proxy, 65_535).await;
+    for (path, expected) in [
+        ("/none", None),
+        ("/edge", Some("1.1 edge")),
+        ("/kept", Some("1.1 weir")),
+    ] {
+        for round in ["MISS", "HIT"] {
+            let response = request(&proxy, "GET", path, &[]).await;
+            assert_eq!(response.header("x-cache"), Some(round), "{path}");
+            let vias: Vec<&str> = response
+                .headers
+                .iter()
+                .filter(|(name, _)| name.eq_ignore_ascii_case("via"))
+                .map(|(_, value)| value.as_str())
+                .collect();
+            assert_eq!(
+                vias,
+                expected.into_iter().collect::<Vec<_>>(),
+                "{path} {round}"
+            );
+        }
+        let streamed = get(&sender, path).await;
+        assert_eq!(x_cache(&streamed), "HIT", "{path}");
+        let vias: Vec<&str> = streamed
+            .headers()
+            .get_all("via")
+            .iter()
+            .map(|value| value.to_str().unwrap())
+            .collect();
+        assert_eq!(
+            vias,
+            expected.into_iter().collect::<Vec<_>>(),
+            "{path} over HTTP/2"
+        );
+    }
+    assert_eq!(node.requests(), 3);
+    proxy.stop().await;
+}
