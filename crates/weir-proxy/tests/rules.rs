@@ -19,6 +19,23 @@ fn two_pools(a: SocketAddr, b: SocketAddr, vs_extra: &str) -> String {
     )
 }
 
+/// `config` writing JSON access records to a file of a directory named after `name`
+/// (fresh); returns the config, the directory and the file.
+fn with_json_log(config: &str, name: &str) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("weir-rules-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("access.log");
+    let _ = std::fs::remove_file(&log);
+    let config = config.replace(
+        "access_log = false",
+        &format!(
+            "access_log = true\naccess_log_file = \"{}\"\naccess_log_format = \"json\"",
+            log.display()
+        ),
+    );
+    (config, dir, log)
+}
+
 /// The rules every action test runs against.
 const RULES: &str = r#"
 [[virtual_servers.web.rules]]
@@ -168,21 +185,13 @@ async fn each_action_kind_on_one_kept_alive_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_ids_are_kept_or_generated_and_logged() {
     let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
-    let dir = std::env::temp_dir().join(format!("weir-rules-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("access.log");
-    let _ = std::fs::remove_file(&log);
-    let config = two_pools(
-        a.addr,
-        b.addr,
-        "[virtual_servers.web.request_id]\nto_client = true\n",
-    )
-    .replace(
-        "access_log = false",
-        &format!(
-            "access_log = true\naccess_log_file = \"{}\"\naccess_log_format = \"json\"",
-            log.display()
+    let (config, dir, log) = with_json_log(
+        &two_pools(
+            a.addr,
+            b.addr,
+            "[virtual_servers.web.request_id]\nto_client = true\n",
         ),
+        "ids",
     );
     let proxy = TestProxy::start(&config).await;
     let mut c = Connection::open(proxy.addr).await.unwrap();
@@ -256,10 +265,8 @@ request_headers = { remove = ["Via", "X-Request-Id"] }
     proxy.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rules_see_the_client_behind_a_trusted_proxy() {
-    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
-    let rules = r#"
+/// Clients behind a trusted proxy on loopback; those of 203.0.113.0/24 denied.
+const BEHIND_A_PROXY: &str = r#"
 [virtual_servers.web.client_address]
 header = "X-Forwarded-For"
 trusted_proxies = ["127.0.0.0/8"]
@@ -268,7 +275,11 @@ trusted_proxies = ["127.0.0.0/8"]
 match = { client_address = "203.0.113.0/24" }
 deny = true
 "#;
-    let proxy = TestProxy::start(&two_pools(a.addr, b.addr, rules)).await;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_see_the_client_behind_a_trusted_proxy() {
+    let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
+    let proxy = TestProxy::start(&two_pools(a.addr, b.addr, BEHIND_A_PROXY)).await;
     let mut c = Connection::open(proxy.addr).await.unwrap();
     let r = send(
         &mut c,
@@ -333,26 +344,7 @@ response_headers = { set = { Via = "1.1 edge" } }
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_access_log_names_the_client_behind_a_trusted_proxy() {
     let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
-    let dir = std::env::temp_dir().join(format!("weir-rules-xff-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("access.log");
-    let _ = std::fs::remove_file(&log);
-    let rules = r#"
-[virtual_servers.web.client_address]
-header = "X-Forwarded-For"
-trusted_proxies = ["127.0.0.0/8"]
-
-[[virtual_servers.web.rules]]
-match = { client_address = "203.0.113.0/24" }
-deny = true
-"#;
-    let config = two_pools(a.addr, b.addr, rules).replace(
-        "access_log = false",
-        &format!(
-            "access_log = true\naccess_log_file = \"{}\"\naccess_log_format = \"json\"",
-            log.display()
-        ),
-    );
+    let (config, dir, log) = with_json_log(&two_pools(a.addr, b.addr, BEHIND_A_PROXY), "xff");
     let proxy = TestProxy::start(&config).await;
     let mut c = Connection::open(proxy.addr).await.unwrap();
     let denied = "GET /?denied HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 203.0.113.9\r\n\r\n";
