@@ -237,6 +237,11 @@ impl Fill {
         self.compressor.is_some()
     }
 
+    /// Whether the fill compresses at a slow level ([`Compressor::is_slow`]).
+    pub fn compresses_slowly(&self) -> bool {
+        self.compressor.as_ref().is_some_and(Compressor::is_slow)
+    }
+
     /// Stores and returns what the encoder holds (a sync flush, for a body the node
     /// sends with pauses); nothing without an encoder.
     pub fn flush(&mut self) -> io::Result<Bytes> {

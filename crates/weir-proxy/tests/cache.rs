@@ -1749,3 +1749,70 @@ async fn a_compressed_stream_without_pauses_reaches_its_client_as_it_comes() {
     node.abort();
     proxy.stop().await;
 }
+
+/// 96 KiB of text made of words in no pattern a compressor finds at once (a linear
+/// congruential sequence picks them), cacheable.
+fn words(_: &str, _: usize) -> Answer {
+    const WORDS: [&str; 16] = [
+        "proxy", "node", "pool", "stream", "cache", "header", "body", "client", "weir", "tls",
+        "route", "rule", "queue", "health", "drain", "reload",
+    ];
+    let mut state: u32 = 12_345;
+    let mut text = String::with_capacity(100_000);
+    while text.len() < 96 * 1024 {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        text.push_str(WORDS[(state >> 16) as usize % WORDS.len()]);
+        text.push(if state.is_multiple_of(7) { '\n' } else { ' ' });
+    }
+    Answer::ok(text.as_bytes())
+        .field("Cache-Control", "max-age=60")
+        .field("Content-Type", "text/plain")
+}
+
+/// A slow compression level (brotli 11) runs off the workers' threads: while large
+/// bodies are being compressed for several clients, small requests are answered at once,
+/// not after the compressions' turns (with and without the cache storing what they make).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_compression_level_holds_up_no_other_request() {
+    let node = CountingNode::start(words, Duration::ZERO).await;
+    let compression =
+        "[virtual_servers.web.compression]\nalgorithms = [\"br\"]\nbrotli_level = 11\n";
+    for cached in [false, true] {
+        let cache = if cached { CACHE } else { "" };
+        let proxy = proxy_for(&node, &format!("{cache}{compression}")).await;
+        let addr = proxy.addr;
+        // A distinct object each, so that the cache does not coalesce them into one.
+        let big: Vec<_> = (0..6)
+            .map(|n| {
+                let head = format!(
+                    "GET /big-{cached}-{n} HTTP/1.1\r\nHost: cache.test\r\nAccept-Encoding: br\r\n\r\n"
+                );
+                tokio::spawn(async move {
+                    let mut connection = Connection::open(addr).await.unwrap();
+                    connection.send(head.as_bytes()).await.unwrap();
+                    connection.response_to(false).await.unwrap()
+                })
+            })
+            .collect();
+        // By then the node has sent the bodies: the encoders are at their work.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut longest = Duration::ZERO;
+        for _ in 0..5 {
+            let started = std::time::Instant::now();
+            let small = request(&proxy, "GET", "/small", &[]).await;
+            assert_eq!(small.status, 200);
+            longest = longest.max(started.elapsed());
+        }
+        for big in big {
+            let big = big.await.expect("a response");
+            assert_eq!(big.status, 200);
+            assert_eq!(big.header("content-encoding"), Some("br"));
+            assert!(!big.body.is_empty() && big.body.len() < 96 * 1024);
+        }
+        assert!(
+            longest < Duration::from_secs(1),
+            "a small request waited {longest:?} (cache {cached})"
+        );
+        proxy.stop().await;
+    }
+}

@@ -41,9 +41,15 @@ impl Default for Levels {
 /// log2 of the brotli and zstd windows: 1 MiB.
 const WINDOW_LOG: u32 = 20;
 
+/// The first brotli and zstd levels counted as slow ([`Compressor::is_slow`]).
+const SLOW_BROTLI: u32 = 10;
+const SLOW_ZSTD: i32 = 16;
+
 /// One body being compressed.
 pub struct Compressor {
     coding: Coding,
+    /// A level that costs far more CPU per byte than the defaults ([`Compressor::is_slow`]).
+    slow: bool,
     inner: Inner,
     /// Bytes in and out, counted as they pass.
     counters: Option<(Counter, Counter)>,
@@ -108,8 +114,14 @@ impl Compressor {
                 Inner::Zstd(encoder)
             }
         };
+        let slow = match coding {
+            Coding::Brotli => levels.brotli >= SLOW_BROTLI,
+            Coding::Zstd => levels.zstd >= SLOW_ZSTD,
+            Coding::Gzip | Coding::Identity => false,
+        };
         Ok(Some(Compressor {
             coding,
+            slow,
             inner,
             counters,
         }))
@@ -118,6 +130,13 @@ impl Compressor {
     /// The coding this compressor produces.
     pub fn coding(&self) -> Coding {
         self.coding
+    }
+
+    /// Whether its level is one of the slow ones (brotli 10 and 11, zstd 16 and up: a
+    /// megabyte or two a second), whose work on a large piece would hold the thread
+    /// that does it for seconds; the caller runs it where that holds no one else up.
+    pub fn is_slow(&self) -> bool {
+        self.slow
     }
 
     /// Compresses `input`; returns the output ready so far (possibly empty).

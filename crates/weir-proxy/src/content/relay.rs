@@ -64,6 +64,9 @@ enum Transform {
     Pass,
     Compress(Compressor),
     Fill(Fill),
+    /// Taken to a blocking thread for a slow encoder's work ([`Pieces::on_transform`]),
+    /// and not back: a use fails, rather than passing bytes on unencoded.
+    Away,
 }
 
 /// `filter_response` and `respond` for a request with a [`Flow`]: the node's `exchange`,
@@ -379,13 +382,23 @@ impl Transform {
             Transform::Pass => Ok(chunk),
             Transform::Compress(compressor) => compressor.push(&chunk),
             Transform::Fill(fill) => fill.push(chunk),
+            Transform::Away => Err(away()),
+        }
+    }
+
+    /// Whether its encoder is a slow one ([`Compressor::is_slow`]).
+    fn is_slow(&self) -> bool {
+        match self {
+            Transform::Compress(compressor) => compressor.is_slow(),
+            Transform::Fill(fill) => fill.compresses_slowly(),
+            Transform::Pass | Transform::Away => false,
         }
     }
 
     /// Whether input pushed may be held back (an encoder's window) until more comes.
     fn holds_back(&self) -> bool {
         match self {
-            Transform::Pass => false,
+            Transform::Pass | Transform::Away => false,
             Transform::Compress(_) => true,
             Transform::Fill(fill) => fill.compresses(),
         }
@@ -408,6 +421,7 @@ impl Transform {
             Transform::Pass => Ok(Bytes::new()),
             Transform::Compress(compressor) => compressor.flush(),
             Transform::Fill(fill) => fill.flush(),
+            Transform::Away => Err(away()),
         }
     }
 
@@ -421,6 +435,7 @@ impl Transform {
             Transform::Pass => Ok(Bytes::new()),
             Transform::Compress(compressor) => compressor.finish(),
             Transform::Fill(fill) => fill.finish(),
+            Transform::Away => Err(away()),
         }
     }
 }
@@ -459,21 +474,47 @@ impl Pieces {
             (since + response::NODE_PAUSE).saturating_duration_since(tokio::time::Instant::now())
         });
         let piece = match upstream.next_chunk_within(input, pause).await? {
-            Some(Some(chunk)) if self.eager => self.transform.push_flushed(chunk),
+            Some(Some(chunk)) if self.eager => {
+                self.on_transform(move |transform| transform.push_flushed(chunk))
+                    .await
+            }
             Some(Some(chunk)) => {
                 if self.transform.holds_back() {
                     self.held_since
                         .get_or_insert_with(tokio::time::Instant::now);
                 }
-                self.transform.push(chunk)
+                self.on_transform(move |transform| transform.push(chunk))
+                    .await
             }
             Some(None) => return Ok(None),
             None => {
                 self.held_since = None;
-                self.transform.flush()
+                self.on_transform(Transform::flush).await
             }
         };
         piece.map(Some).map_err(encoder_failed)
+    }
+
+    /// `work` on the transform: here for the usual levels; for a slow encoder (brotli 10
+    /// and 11, zstd 16 and up) on tokio's blocking threads, where its seconds of work on
+    /// a large piece hold up none of this worker's other connections (those of other
+    /// virtual servers included), as they would if it ran here.
+    async fn on_transform<T: Send + 'static>(
+        &mut self,
+        work: impl FnOnce(&mut Transform) -> io::Result<T> + Send + 'static,
+    ) -> io::Result<T> {
+        if !self.transform.is_slow() {
+            return work(&mut self.transform);
+        }
+        let mut transform = std::mem::replace(&mut self.transform, Transform::Away);
+        let (transform, done) = tokio::task::spawn_blocking(move || {
+            let done = work(&mut transform);
+            (transform, done)
+        })
+        .await
+        .map_err(|_| io::Error::other("the encoder's thread failed"))?;
+        self.transform = transform;
+        done
     }
 
     /// Reads the rest of the node's body through the transform, its pieces going nowhere
@@ -487,9 +528,17 @@ impl Pieces {
         Ok(())
     }
 
-    /// The last bytes, once the body has ended.
-    fn finish(self) -> Result<Bytes, Failure> {
-        self.transform.finish().map_err(encoder_failed)
+    /// The last bytes, once the body has ended (a slow encoder's on a blocking thread:
+    /// [`Pieces::on_transform`]).
+    async fn finish(self) -> Result<Bytes, Failure> {
+        let transform = self.transform;
+        let finished = match transform.is_slow() {
+            false => transform.finish(),
+            true => tokio::task::spawn_blocking(move || transform.finish())
+                .await
+                .unwrap_or_else(|_| Err(io::Error::other("the encoder's thread failed"))),
+        };
+        finished.map_err(encoder_failed)
     }
 }
 
@@ -605,7 +654,7 @@ async fn read_ahead(
                     // the client has taken it all. Its last bytes (an encoder's) go last.
                     let whole =
                         std::mem::replace(&mut *pieces, Pieces::new(Transform::Pass, false));
-                    match whole.finish() {
+                    match whole.finish().await {
                         Ok(tail) if !client_gone.load(Ordering::Acquire) => {
                             queue.lock().expect("queue").push_back(tail);
                             break Ok(());
@@ -671,8 +720,13 @@ async fn pump(
 ) -> Result<(), Failure> {
     let mut pieces = Pieces::new(transform, false);
     pieces.read_rest(upstream, input).await?;
-    pieces.finish()?;
+    pieces.finish().await?;
     Ok(())
+}
+
+/// A use of a transform that went to a blocking thread and never came back.
+fn away() -> io::Error {
+    io::Error::other("the encoder was left on another thread")
 }
 
 fn encoder_failed(error: io::Error) -> Failure {
@@ -856,7 +910,7 @@ async fn relay(
             // The client failed; the rest of the body was read into the store if the
             // fill still takes it.
             let stored = match node {
-                Ok(()) if pieces.transform.stores() => pieces.finish().map(drop),
+                Ok(()) if pieces.transform.stores() => pieces.finish().await.map(drop),
                 Ok(()) => Ok(()),
                 Err(ended) => Err(ended),
             };
@@ -879,6 +933,7 @@ async fn relay(
     }
     let tail = pieces
         .finish()
+        .await
         .map_err(|failure| cut(failure, body_bytes))?;
     let size = tail.len() as u64;
     sink.piece(client, tail, timeout)
