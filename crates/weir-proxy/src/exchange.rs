@@ -467,7 +467,7 @@ async fn attempt_h2(
         }
         // 103 Early Hints and the like go on as they come (as from HTTP/1.1 nodes).
         if !forwarding.background {
-            relay_interim(client, vs, head, &interim).await?;
+            relay_interim(client, vs, (head, forwarding), &interim).await?;
         }
     };
     Ok(Exchange {
@@ -507,7 +507,7 @@ async fn relay_held_interims(
         let interim =
             http2::upstream::interim_head(interim, reading).map_err(Failure::from_error)?;
         if !forwarding.background {
-            relay_interim(client, vs, head, &interim).await?;
+            relay_interim(client, vs, (head, forwarding), &interim).await?;
         }
     }
     Ok(interims)
@@ -760,7 +760,7 @@ async fn read_response_head(
                         return Err(bad_response("too many interim (1xx) responses"));
                     }
                     if !forwarding.background {
-                        relay_interim(client, vs, head, &response).await?;
+                        relay_interim(client, vs, (head, forwarding), &response).await?;
                     }
                     continue;
                 }
@@ -870,37 +870,47 @@ fn left_at_node() -> Failure {
 /// proxy forwards every 1xx it did not ask for itself). weir answers `Expect` itself
 /// and never sends it on, so a node's 100 is one nobody asked for: it goes on too, at
 /// worst a second 100, which a client must read past.
+/// An interim answer carries weir's `Via` entry after the node's, as the final answer does,
+/// or no `Via` at all when a rule takes it off the response (`forwarding.hide_via`).
 async fn relay_interim(
     client: &mut Client,
     vs: &VirtualServerRuntime,
-    head: &RequestHead,
+    (head, forwarding): (&RequestHead, Forwarding),
     response: &ResponseHead,
 ) -> Result<(), Failure> {
     if head.version() != weir_http::Version::Http11 {
         return Ok(());
     }
+    let forward = weir_http::ForwardResponse {
+        framing: weir_http::BodyFraming::None,
+        version: head.version(),
+        keep_alive: true,
+        via: (!forwarding.hide_via).then_some(crate::VIA),
+        via_version: None,
+        upgrade: false,
+        set_headers: &[],
+    };
+    let edits = HideVia(forwarding.hide_via);
     if let Some(stream) = client.h2() {
-        let forward = interim_forward(head);
-        let converted =
-            weir_http::http2::response_to_h2(response, &forward).map_err(Failure::bad_response)?;
+        let (converted, _) = weir_http::http2::response_to_h2_edited(response, &forward, &edits)
+            .map_err(Failure::bad_response)?;
         stream.send_interim(converted)?;
         return Ok(());
     }
     let mut interim = BytesMut::new();
-    weir_http::write_response_head(response, &interim_forward(head), &mut interim);
+    weir_http::write_response_head_edited(response, &forward, &edits, &mut interim);
     client.send(&interim, vs.config.timeouts.write).await
 }
 
-fn interim_forward(head: &RequestHead) -> weir_http::ForwardResponse<'static> {
-    weir_http::ForwardResponse {
-        framing: weir_http::BodyFraming::None,
-        version: head.version(),
-        keep_alive: true,
-        via: None,
-        via_version: None,
-        upgrade: false,
-        set_headers: &[],
+/// The edits of an interim answer: the node's `Via` left out when a rule hides it.
+struct HideVia(bool);
+
+impl weir_http::HeaderEdit for HideVia {
+    fn drops(&self, name: &[u8]) -> bool {
+        self.0 && name.eq_ignore_ascii_case(b"via")
     }
+
+    fn write_added(&self, _out: &mut BytesMut) {}
 }
 
 fn bad_response(context: &'static str) -> Failure {

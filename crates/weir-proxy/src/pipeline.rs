@@ -643,7 +643,7 @@ async fn serve_request(
         head, keep_alive, ..
     } = request;
     // filter_request: CONNECT, TRACE, upgrades and header names, as the virtual server allows
-    let forwarding = policy::filter_for(client, vs, pool, head)?;
+    let mut forwarding = policy::filter_for(client, vs, pool, head)?;
     // An OPTIONS or TRACE with no hop left is weir's to answer (RFC 9110 §7.6.2).
     if let Some(own) = policy::final_recipient(vs, head) {
         return answer_as_final_recipient(client, vs, request, traffic, &own).await;
@@ -653,6 +653,7 @@ async fn serve_request(
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
     let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
     let (route, edits) = (vs.matched_route(head), traffic.response_edits(vs));
+    forwarding.hide_via = weir_http::HeaderEdit::drops(&edits, b"via");
     // An upgrade (a WebSocket, over HTTP/1.1 or HTTP/2) or a CONNECT is never answered from
     // the cache nor coalesced: its answer starts a tunnel that would hold the others asking
     // for its URL as long as it lasts, and the switch is the node's to make.

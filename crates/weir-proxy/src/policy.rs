@@ -27,6 +27,9 @@ pub(crate) struct Forwarding {
     /// A background refresh of a cached answer: the client already has its answer, so
     /// nothing of this exchange (an interim 1xx either) goes to it.
     pub background: bool,
+    /// A rule removes or sets `Via` on the response: the interim (1xx) answers relayed
+    /// before it carry none either, neither weir's entry nor the node's.
+    pub hide_via: bool,
 }
 
 impl Forwarding {
@@ -66,6 +69,7 @@ fn filter(vs: &VirtualServerRuntime, head: &RequestHead) -> Result<Forwarding, F
         connect: head.method() == Method::Connect,
         drop_underscore_names: underscores && policy.underscore_headers == UnderscoreHeaders::Drop,
         background: false,
+        hide_via: false,
     })
 }
 

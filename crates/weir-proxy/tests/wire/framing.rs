@@ -428,27 +428,31 @@ async fn a_chunk_declared_past_the_limit_gets_413_at_once() {
     origin.stop().await;
 }
 
-/// Interim 103 responses pass to HTTP/1.1 clients before the final one.
+/// Interim 103 responses pass to HTTP/1.1 clients before the final one, with weir's `Via`
+/// entry after the node's as on the final answer; a rule that takes `Via` off the response
+/// takes it off the interim too (weir's entry and the node's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_hints_pass_through() {
     let node = RecordingNode::start(
-        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n\
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\nVia: 1.1 app\r\n\r\n\
           HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
     )
     .await;
-    let proxy = TestProxy::start(&config(&[node.addr], "", "")).await;
-    let mut connection = Connection::open(proxy.addr).await.unwrap();
-    connection
-        .send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-        .await
-        .unwrap();
-    let interim = read_head(&mut connection.stream).await;
-    assert_eq!(
-        interim,
-        "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
-    );
-    let response = connection.response().await.unwrap();
-    assert_eq!((response.status, response.text().as_str()), (200, "ok"));
+    let rule = "[[virtual_servers.web.rules]]\nmatch = { path_prefix = \"/hidden\" }\n\
+                response_headers = { remove = [\"Via\"] }\n";
+    let proxy = TestProxy::start(&config(&[node.addr], "", rule)).await;
+    for (path, via) in [("/", "Via: 1.1 app, 1.1 weir\r\n"), ("/hidden", "")] {
+        let mut connection = Connection::open(proxy.addr).await.unwrap();
+        let sent = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+        connection.send(sent.as_bytes()).await.unwrap();
+        let interim = read_head(&mut connection.stream).await;
+        assert_eq!(
+            interim,
+            format!("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n{via}\r\n")
+        );
+        let response = connection.response().await.unwrap();
+        assert_eq!((response.status, response.text().as_str()), (200, "ok"));
+    }
     proxy.stop().await;
 }
 
