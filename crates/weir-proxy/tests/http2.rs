@@ -544,8 +544,6 @@ async fn an_idle_client_that_ignores_the_goaway_is_closed() {
 /// (499, `client_timeout`), not that it left (`client_closed`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_cut_for_an_unanswered_ping_is_logged_as_a_client_timeout() {
-    use tokio::io::AsyncWriteExt;
-    use weir_testkit::h2flood::{PREFACE, frame};
     let origin = TestOrigin::start("a").await;
     let (config, log) = h2c_logged(
         &origin,
@@ -553,13 +551,8 @@ async fn a_stream_cut_for_an_unanswered_ping_is_logged_as_a_client_timeout() {
         "ping_interval = \"1s\"\nping_timeout = \"1s\"",
     );
     let proxy = TestProxy::start(&config).await;
-    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
-    let mut out = PREFACE.to_vec();
-    out.extend(frame(0x4, 0, 0, &[]));
-    // POST http://a/ with `content-length: 10`, END_HEADERS only: the body never comes,
-    // so the stream stays open while weir PINGs.
-    out.extend(post_with_length_10());
-    stream.write_all(&out).await.unwrap();
+    // The body never comes, so the stream stays open while weir PINGs.
+    let mut stream = post_with_length_10(&proxy, None).await;
     let started = std::time::Instant::now();
     // Reads (and never answers a PING) until weir closes the connection.
     let closed = read_until_closed(&mut stream, std::time::Duration::from_secs(8)).await;
@@ -584,17 +577,29 @@ async fn a_stream_cut_for_an_unanswered_ping_is_logged_as_a_client_timeout() {
     let _ = std::fs::remove_file(&log);
 }
 
-/// HEADERS (END_HEADERS, no END_STREAM) on stream 1 for `POST http://a/` with
-/// `content-length: 10` (static-table entries and one literal), its body to follow.
-fn post_with_length_10() -> Vec<u8> {
-    weir_testkit::h2flood::frame(
+/// A connection to `proxy` that has sent the preface, an empty SETTINGS and, on stream 1,
+/// HEADERS (END_HEADERS, no END_STREAM) for `POST http://a/` with `content-length: 10`
+/// (static-table entries and one literal), then `data` as one DATA frame that ends the
+/// stream, if given: all in one write.
+async fn post_with_length_10(proxy: &TestProxy, data: Option<&[u8]>) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    use weir_testkit::h2flood::{PREFACE, frame};
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(
         0x1,
         0x4,
         1,
         &[
             0x83, 0x86, 0x84, 0x01, 0x01, b'a', 0x0f, 0x0d, 0x02, b'1', b'0',
         ],
-    )
+    ));
+    if let Some(data) = data {
+        out.extend(frame(0x0, 0x1, 1, data));
+    }
+    stream.write_all(&out).await.unwrap();
+    stream
 }
 
 /// Reads what weir sends, answering nothing, until it closes `stream`; false when it is
@@ -616,21 +621,12 @@ async fn read_until_closed(stream: &mut tokio::net::TcpStream, limit: std::time:
 /// A virtual server over `origin` with h2c on, `extra` tables after its own, and its access
 /// log in JSON in a fresh temporary file (named for `name`); the config and the log's path.
 fn h2c_logged(origin: &TestOrigin, name: &str, extra: &str) -> (String, std::path::PathBuf) {
-    let log = std::env::temp_dir().join(format!("weir-h2-{name}-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
     let config = weir_testkit::config(
         &[origin.addr],
         "",
         &format!("[virtual_servers.web.http2]\ncleartext = true\n{extra}"),
-    )
-    .replace(
-        "access_log = false",
-        &format!(
-            "access_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"",
-            log.display()
-        ),
     );
-    (config, log)
+    weir_testkit::with_access_log_file(&config, &format!("h2-{name}"), "json")
 }
 
 /// A HEAD, or a gRPC call, whose head weir refuses whole (here its `Host` names another
@@ -684,27 +680,12 @@ async fn refused_heads_of_head_requests_and_grpc_calls_keep_their_form() {
 /// (4xx, a bad request), not as a client that left (499).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_short_of_its_content_length_is_a_bad_request() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use weir_testkit::h2flood::{PREFACE, frame};
     let origin = TestOrigin::start("a").await;
     let (config, log) = h2c_logged(&origin, "short", "");
     let proxy = TestProxy::start(&config).await;
-    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
-    let mut out = PREFACE.to_vec();
-    out.extend(frame(0x4, 0, 0, &[]));
-    // POST http://a/ with `content-length: 10`, then 5 bytes and END_STREAM.
-    out.extend(post_with_length_10());
-    out.extend(frame(0x0, 0x1, 1, b"hello"));
-    stream.write_all(&out).await.unwrap();
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = stream.read(&mut chunk).await {
-            if n == 0 {
-                break;
-            }
-        }
-    })
-    .await;
+    // Then 5 bytes and END_STREAM.
+    let mut stream = post_with_length_10(&proxy, Some(b"hello")).await;
+    read_until_closed(&mut stream, std::time::Duration::from_secs(2)).await;
     proxy.live.flush_access_log();
     let record = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(record.contains(r#""status":400"#), "{record}");
@@ -884,18 +865,11 @@ async fn a_request_the_codec_refuses_is_counted_and_logged() {
 /// pipeline's record), not also as one the codec refused before weir saw it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_reset_and_handed_over_in_one_read_is_counted_once() {
-    use tokio::io::AsyncWriteExt;
-    use weir_testkit::h2flood::{PREFACE, frame};
     let origin = TestOrigin::start("a").await;
     let (config, log) = h2c_logged(&origin, "overrun-once", "");
     let proxy = TestProxy::start(&config).await;
-    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
-    let mut out = PREFACE.to_vec();
-    out.extend(frame(0x4, 0, 0, &[]));
-    // POST with `content-length: 10`, then 20 bytes and END_STREAM, in one write.
-    out.extend(post_with_length_10());
-    out.extend(frame(0x0, 0x1, 1, b"twenty bytes of body"));
-    stream.write_all(&out).await.unwrap();
+    // Then 20 bytes and END_STREAM, in the same write.
+    let mut stream = post_with_length_10(&proxy, Some(b"twenty bytes of body")).await;
     read_until_closed(&mut stream, std::time::Duration::from_millis(500)).await;
     // The connection's end reports what is left to report.
     drop(stream);

@@ -19,23 +19,6 @@ fn two_pools(a: SocketAddr, b: SocketAddr, vs_extra: &str) -> String {
     )
 }
 
-/// `config` writing JSON access records to a file of a directory named after `name`
-/// (fresh); returns the config, the directory and the file.
-fn with_json_log(config: &str, name: &str) -> (String, std::path::PathBuf, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("weir-rules-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("access.log");
-    let _ = std::fs::remove_file(&log);
-    let config = config.replace(
-        "access_log = false",
-        &format!(
-            "access_log = true\naccess_log_file = \"{}\"\naccess_log_format = \"json\"",
-            log.display()
-        ),
-    );
-    (config, dir, log)
-}
-
 /// The rules every action test runs against.
 const RULES: &str = r#"
 [[virtual_servers.web.rules]]
@@ -185,13 +168,14 @@ async fn each_action_kind_on_one_kept_alive_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_ids_are_kept_or_generated_and_logged() {
     let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
-    let (config, dir, log) = with_json_log(
+    let (config, log) = weir_testkit::with_access_log_file(
         &two_pools(
             a.addr,
             b.addr,
             "[virtual_servers.web.request_id]\nto_client = true\n",
         ),
-        "ids",
+        "rules-ids",
+        "json",
     );
     let proxy = TestProxy::start(&config).await;
     let mut c = Connection::open(proxy.addr).await.unwrap();
@@ -226,7 +210,7 @@ async fn request_ids_are_kept_or_generated_and_logged() {
     }
     assert_eq!(logged.matches("\"request_id\":\"").count(), 3, "{logged}");
     proxy.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&log);
 }
 
 /// A rule that sets a field weir writes itself (the forwarding fields, the request id)
@@ -344,7 +328,11 @@ response_headers = { set = { Via = "1.1 edge" } }
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_access_log_names_the_client_behind_a_trusted_proxy() {
     let (a, b) = (TestOrigin::start("a").await, TestOrigin::start("b").await);
-    let (config, dir, log) = with_json_log(&two_pools(a.addr, b.addr, BEHIND_A_PROXY), "xff");
+    let (config, log) = weir_testkit::with_access_log_file(
+        &two_pools(a.addr, b.addr, BEHIND_A_PROXY),
+        "rules-xff",
+        "json",
+    );
     let proxy = TestProxy::start(&config).await;
     let mut c = Connection::open(proxy.addr).await.unwrap();
     let denied = "GET /?denied HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 203.0.113.9\r\n\r\n";
@@ -383,7 +371,7 @@ async fn the_access_log_names_the_client_behind_a_trusted_proxy() {
     }
     proxy.stop().await;
     b.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&log);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -941,20 +941,13 @@ async fn access_records_name_the_tls_version_suite_server_name_and_client_subjec
     let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
     let alice = pki.client("alice", "alice");
     let origin = TestOrigin::start("a").await;
-    let log = std::env::temp_dir().join(format!("weir-tls-log-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
     let tls_table = format!(
         "{}\nalpn = [\"h2\", \"http/1.1\"]\nclient_certificates = \"optional\"\nclient_ca = \"{}\"",
         certificates(&[&cert]),
         toml_path(&pki.ca_path())
     );
-    let config = https_config(&origin, &tls_table).replace(
-        "access_log = false",
-        &format!(
-            "access_log = true\naccess_log_format = \"json\"\naccess_log_file = \"{}\"",
-            toml_path(&log)
-        ),
-    );
+    let (config, log) =
+        weir_testkit::with_access_log_file(&https_config(&origin, &tls_table), "tls-log", "json");
     let proxy = TestProxy::start(&config).await;
 
     // HTTP/1.1, TLS 1.2, a client certificate.

@@ -179,6 +179,26 @@ impl TestProxy {
     }
 }
 
+/// `config` (one written with `access_log = false`, as [`config`] writes it) with its access
+/// log on, in `format` (`"json"` or `"text"`), to a fresh file in the temporary directory
+/// named for `name` and this process: the config and the file's path.
+pub fn with_access_log_file(
+    config: &str,
+    name: &str,
+    format: &str,
+) -> (String, std::path::PathBuf) {
+    let log = std::env::temp_dir().join(format!("weir-{name}-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let config = config.replace(
+        "access_log = false",
+        &format!(
+            "access_log = true\naccess_log_format = \"{format}\"\naccess_log_file = \"{}\"",
+            log.display().to_string().replace('\\', "\\\\")
+        ),
+    );
+    (config, log)
+}
+
 /// A config with one virtual server `web` on `127.0.0.1:0` and one pool `web`
 /// over `nodes`. `pool_extra` and `vs_extra` are TOML lines added to the
 /// `[pools.web]` and `[virtual_servers.web]` tables (sub-tables may follow them).

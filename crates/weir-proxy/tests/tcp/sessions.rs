@@ -227,12 +227,8 @@ async fn past_a_full_queue_sessions_are_closed_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_virtual_server_terminates_tls_and_relays_plain_bytes() {
     let node = Node::start("plain", Duration::ZERO).await;
-    let log = std::env::temp_dir().join(format!("weir-tls-vs-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
-    let config = tls_config(node.addr, "").replace(
-        "access_log = false",
-        &format!("access_log = true\naccess_log_file = \"{}\"", log.display()),
-    );
+    let (config, log) =
+        weir_testkit::with_access_log_file(&tls_config(node.addr, ""), "tls-vs", "text");
     let proxy = TestProxy::start(&config).await;
     let config = weir_testkit::tls::client_config(&weir_testkit::tls::ClientOptions::default());
     let mut stream = weir_testkit::tls::connect(proxy.addr, "localhost", &config)
