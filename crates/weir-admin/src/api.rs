@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use weir_config::diff::ConfigDiff;
-use weir_config::edit::{EditError, NodeEdit, NodeRef, edit_node};
+use weir_config::edit::{EditError, NodeEdit, NodeRef, edit_node, same_label};
 use weir_config::{Config, ConfigError, NodeMode};
 use weir_observe::Metrics;
 use weir_proxy::{Live, ReloadError};
@@ -341,20 +341,11 @@ fn running_node<'a>(running: &weir_upstream::Pool, node: &'a str) -> Result<Node
             ),
         )));
     }
-    let wanted = NodeRef::Name(node);
-    let listed = running.config.names.iter().any(|named| {
-        let label = named.label();
-        match (label.strip_prefix("srv:"), node.strip_prefix("srv:")) {
-            (Some(service), Some(asked)) => same_name(service, asked),
-            (None, None) => match (label.rsplit_once(':'), node.rsplit_once(':')) {
-                (Some((host, port)), Some((asked, asked_port))) => {
-                    port == asked_port && same_name(host, asked)
-                }
-                _ => false,
-            },
-            _ => false,
-        }
-    });
+    let listed = running
+        .config
+        .names
+        .iter()
+        .any(|named| same_label(&named.label(), node));
     if !listed {
         return Err(Box::new(Response::error(
             404,
@@ -364,13 +355,7 @@ fn running_node<'a>(running: &weir_upstream::Pool, node: &'a str) -> Result<Node
             ),
         )));
     }
-    Ok(wanted)
-}
-
-/// Two host names as validation reads them (no case, no trailing dot).
-fn same_name(a: &str, b: &str) -> bool {
-    a.trim_end_matches('.')
-        .eq_ignore_ascii_case(b.trim_end_matches('.'))
+    Ok(NodeRef::Name(node))
 }
 
 /// Writes `text` over the config file (atomically: a sibling file renamed over it), then

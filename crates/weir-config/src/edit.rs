@@ -56,25 +56,27 @@ impl NodeRef<'_> {
             NodeRef::Address(wanted) => {
                 address.is_some_and(|text| text.trim().parse::<SocketAddr>().ok() == Some(wanted))
             }
-            NodeRef::Name(label) => match label.strip_prefix("srv:") {
-                Some(service) => srv.is_some_and(|written| same_host(written, service)),
-                None => address.is_some_and(|written| {
-                    let (Some((host, port)), Some((wanted_host, wanted_port))) =
-                        (written.trim().rsplit_once(':'), label.rsplit_once(':'))
-                    else {
-                        return false;
-                    };
-                    port == wanted_port && same_host(host, wanted_host)
-                }),
+            NodeRef::Name(label) => match srv {
+                Some(service) => same_label(&format!("srv:{}", service.trim()), label),
+                None => address.is_some_and(|written| same_label(written.trim(), label)),
             },
         }
     }
 }
 
-/// Two host names that validation reads as one.
-fn same_host(a: &str, b: &str) -> bool {
-    let bare = |name: &str| name.trim().trim_end_matches('.').to_ascii_lowercase();
-    bare(a) == bare(b)
+/// Whether two labels of nodes given by DNS name ([`crate::NamedNode::label`]: `host:port`,
+/// `srv:NAME`) name one entry as validation reads them: the host or service without regard
+/// to case or a trailing dot, the port exact.
+pub fn same_label(a: &str, b: &str) -> bool {
+    let bare = |name: &str| name.trim_end_matches('.').to_ascii_lowercase();
+    match (a.strip_prefix("srv:"), b.strip_prefix("srv:")) {
+        (Some(a), Some(b)) => bare(a) == bare(b),
+        (None, None) => match (a.rsplit_once(':'), b.rsplit_once(':')) {
+            (Some((a, port)), Some((b, other))) => port == other && bare(a) == bare(b),
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// Why an edit could not be made.
