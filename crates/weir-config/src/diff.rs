@@ -2,7 +2,8 @@
 //! admin API's dry run shows before anything is applied.
 //!
 //! Virtual servers and pools are matched by name, nodes by pool name and address (a node
-//! given by DNS name by its name), listeners by address. A [`ConfigDiff`] serialises to JSON as the API returns it:
+//! given by DNS name by its name), listeners by address. A [`ConfigDiff`] serialises to
+//! JSON as the API returns it:
 //!
 //! ```
 //! let old = weir_config::parse_str(
@@ -198,16 +199,16 @@ pub fn diff_running(old: &Config, running: &Config, new: &Config) -> ConfigDiff 
         let before_names = before.map_or(&[][..], |p| &p.names[..]);
         result
             .nodes
-            .extend(name_changes(&pool.name, before_names, &pool.names));
+            .extend(node_changes(&pool.name, before_names, &pool.names));
     }
     for pool in &old.pools {
         if !new_pools.contains_key(pool.name.as_str()) {
             result
                 .nodes
-                .extend(node_changes(&pool.name, &pool.nodes, &[]));
+                .extend(node_changes::<Node>(&pool.name, &pool.nodes, &[]));
             result
                 .nodes
-                .extend(name_changes(&pool.name, &pool.names, &[]));
+                .extend(node_changes::<NamedNode>(&pool.name, &pool.names, &[]));
         }
     }
     let mut setting = |changed: bool, key: &str, restart: bool| {
@@ -552,71 +553,73 @@ fn pool_keys(old: &Pool, new: &Pool) -> Vec<String> {
     keys
 }
 
-fn node_changes(pool: &str, old: &[Node], new: &[Node]) -> Vec<NodeChange> {
-    let mut changes = Vec::new();
-    let change = |address, change, keys| NodeChange {
-        pool: pool.to_owned(),
-        address: Some(address),
-        name: None,
-        change,
-        keys,
+/// A pool entry as the diff compares it: what identifies it within the pool, and the
+/// settings an operator changes on it.
+trait Entry {
+    /// The entry's identity: its address, or the label of its name.
+    fn id(&self) -> (Option<SocketAddr>, Option<String>);
+    fn weight(&self) -> std::num::NonZeroU32;
+    fn state(&self) -> crate::model::NodeMode;
+}
+
+impl Entry for Node {
+    fn id(&self) -> (Option<SocketAddr>, Option<String>) {
+        (Some(self.address), None)
+    }
+    fn weight(&self) -> std::num::NonZeroU32 {
+        self.weight
+    }
+    fn state(&self) -> crate::model::NodeMode {
+        self.state
+    }
+}
+
+impl Entry for NamedNode {
+    fn id(&self) -> (Option<SocketAddr>, Option<String>) {
+        (None, Some(self.label()))
+    }
+    fn weight(&self) -> std::num::NonZeroU32 {
+        self.weight
+    }
+    fn state(&self) -> crate::model::NodeMode {
+        self.state
+    }
+}
+
+/// The entries of one pool added, removed or changed (`weight`, `state`), matched by their
+/// identity: nodes given by address by it, those given by DNS name by their label.
+fn node_changes<E: Entry>(pool: &str, old: &[E], new: &[E]) -> Vec<NodeChange> {
+    let change = |entry: &E, change, keys| {
+        let (address, name) = entry.id();
+        NodeChange {
+            pool: pool.to_owned(),
+            address,
+            name,
+            change,
+            keys,
+        }
     };
-    for node in new {
-        match old.iter().find(|o| o.address == node.address) {
-            None => changes.push(change(node.address, NodeChangeKind::Added, Vec::new())),
+    let mut changes = Vec::new();
+    for entry in new {
+        match old.iter().find(|o| o.id() == entry.id()) {
+            None => changes.push(change(entry, NodeChangeKind::Added, Vec::new())),
             Some(before) => {
                 let mut keys = Vec::new();
-                if before.weight != node.weight {
+                if before.weight() != entry.weight() {
                     keys.push("weight".to_owned());
                 }
-                if before.state != node.state {
+                if before.state() != entry.state() {
                     keys.push("state".to_owned());
                 }
                 if !keys.is_empty() {
-                    changes.push(change(node.address, NodeChangeKind::Changed, keys));
+                    changes.push(change(entry, NodeChangeKind::Changed, keys));
                 }
             }
         }
     }
-    for node in old {
-        if !new.iter().any(|n| n.address == node.address) {
-            changes.push(change(node.address, NodeChangeKind::Removed, Vec::new()));
-        }
-    }
-    changes
-}
-
-/// The changes of a pool's entries given by DNS name, matched by their label.
-fn name_changes(pool: &str, old: &[NamedNode], new: &[NamedNode]) -> Vec<NodeChange> {
-    let change = |named: &NamedNode, change, keys| NodeChange {
-        pool: pool.to_owned(),
-        address: None,
-        name: Some(named.label()),
-        change,
-        keys,
-    };
-    let mut changes = Vec::new();
-    for named in new {
-        match old.iter().find(|o| o.label() == named.label()) {
-            None => changes.push(change(named, NodeChangeKind::Added, Vec::new())),
-            Some(before) => {
-                let keys: Vec<String> = [
-                    (before.weight != named.weight, "weight"),
-                    (before.state != named.state, "state"),
-                ]
-                .into_iter()
-                .filter(|(changed, _)| *changed)
-                .map(|(_, key)| key.to_owned())
-                .collect();
-                if !keys.is_empty() {
-                    changes.push(change(named, NodeChangeKind::Changed, keys));
-                }
-            }
-        }
-    }
-    for named in old {
-        if !new.iter().any(|n| n.label() == named.label()) {
-            changes.push(change(named, NodeChangeKind::Removed, Vec::new()));
+    for entry in old {
+        if !new.iter().any(|n| n.id() == entry.id()) {
+            changes.push(change(entry, NodeChangeKind::Removed, Vec::new()));
         }
     }
     changes
