@@ -870,6 +870,7 @@ fn left_at_node() -> Failure {
 /// proxy forwards every 1xx it did not ask for itself). weir answers `Expect` itself
 /// and never sends it on, so a node's 100 is one nobody asked for: it goes on too, at
 /// worst a second 100, which a client must read past.
+///
 /// An interim answer carries weir's `Via` entry after the node's, as the final answer does,
 /// or no `Via` at all when a rule takes it off the response (`forwarding.hide_via`).
 async fn relay_interim(
