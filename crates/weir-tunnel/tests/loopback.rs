@@ -433,7 +433,17 @@ async fn far_side_restart(transport: &'static str) {
         matches!(idle_end, Ok(Err(_))),
         "the idle flow must be reset: {idle_end:?}"
     );
-    assert_eq!(client.metrics.handles().connections.get(), 2);
+    // The new connection carries flows as soon as it is up, and is counted once the far
+    // side's hello arrives (`driver/client.rs`): the count may trail the echo a moment.
+    let counted = client.metrics.handles().connections.clone();
+    let settled = tokio::time::timeout(Duration::from_secs(5), async {
+        while counted.get() < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(settled.is_ok(), "the reconnection was never counted");
+    assert_eq!(counted.get(), 2);
     client.stop().await;
     server.stop().await;
 }
