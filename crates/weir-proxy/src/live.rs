@@ -253,6 +253,18 @@ impl Live {
         self.lock().listeners.duplicates()
     }
 
+    /// The TLS ticket keys and cached sessions of every virtual server serving now,
+    /// encoded for a new process taking over ([`weir_tls::carry`]), so clients resume
+    /// across the upgrade.
+    pub fn tls_resumption(&self) -> Vec<u8> {
+        let terminations = self.current().tls_terminations();
+        weir_tls::carry::export(
+            terminations
+                .iter()
+                .map(|termination| termination.acceptor()),
+        )
+    }
+
     /// Validates `candidate` against the running model without applying it: reads every
     /// file it names and reports what would change. Binds nothing.
     pub fn check(&self, candidate: &Config) -> Result<ConfigDiff, ConfigError> {

@@ -44,6 +44,11 @@ impl TlsTermination {
         Ok(termination)
     }
 
+    /// The handshakes' acceptor.
+    pub(crate) fn acceptor(&self) -> &Acceptor {
+        &self.acceptor
+    }
+
     /// The virtual server this termination serves.
     pub fn virtual_server(&self) -> &str {
         self.acceptor.virtual_server()

@@ -14,9 +14,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::crypto::CryptoProvider;
 use tokio_rustls::rustls::pki_types::{CertificateDer, UnixTime};
 use tokio_rustls::rustls::server::danger::ClientCertVerifier;
-use tokio_rustls::rustls::server::{
-    NoServerSessionStorage, ProducesTickets, ServerConfig, WebPkiClientVerifier,
-};
+use tokio_rustls::rustls::server::{NoServerSessionStorage, ServerConfig, WebPkiClientVerifier};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::{self, HandshakeKind, RootCertStore};
 use weir_config::{CertificateSource, ClientAuth, ConfigError, ServerTls};
@@ -26,6 +24,7 @@ use crate::hold::{self, FirstSpeaker, FlightProbe, Handshake};
 use crate::provider;
 use crate::session_cache::{InContext, SessionCache};
 use crate::store::{CertStore, Entry, Resolver};
+use crate::ticketer::Ticketer;
 
 /// Days a generated self-signed certificate is valid.
 const SELF_SIGNED_DAYS: u32 = 90;
@@ -179,7 +178,7 @@ pub struct Acceptor {
     file_name: String,
     provider: Arc<CryptoProvider>,
     /// Kept across reloads so that sessions survive a certificate change.
-    ticketer: Option<Arc<dyn ProducesTickets>>,
+    ticketer: Option<Arc<Ticketer>>,
     cache: Option<Arc<SessionCache>>,
     /// Self-signed certificates generated at start, by certificate index; kept across reloads.
     generated: Vec<Option<Arc<CertifiedKey>>>,
@@ -224,6 +223,15 @@ impl Acceptor {
                 settings.session_cache_lifetime,
             ))
         });
+        // What the process before a binary upgrade had for this virtual server.
+        if let Some(carried) = crate::carry::take(virtual_server) {
+            if let Some(ticketer) = &ticketer {
+                ticketer.adopt(&carried.keys);
+            }
+            if let Some(cache) = &cache {
+                cache.adopt(carried.sessions);
+            }
+        }
         let mut generated = Vec::with_capacity(settings.certificates.len());
         for source in &settings.certificates {
             generated.push(match source {
@@ -417,6 +425,22 @@ impl Acceptor {
         &self.virtual_server
     }
 
+    /// Its ticket keys and cached sessions, for a successor process (`crate::carry`).
+    pub(crate) fn carried(&self) -> crate::carry::Carried {
+        crate::carry::Carried {
+            keys: self
+                .ticketer
+                .as_ref()
+                .map(|ticketer| ticketer.export())
+                .unwrap_or_default(),
+            sessions: self
+                .cache
+                .as_ref()
+                .map(|cache| cache.export())
+                .unwrap_or_default(),
+        }
+    }
+
     /// The server config new handshakes use (for tests and tools).
     pub fn server_config(&self) -> Arc<ServerConfig> {
         Arc::clone(&self.current.load().config)
@@ -503,7 +527,7 @@ fn to_config_error(file_name: &str, problem: FileProblem) -> ConfigError {
 struct Parts<'a> {
     settings: &'a ServerTls,
     provider: &'a Arc<CryptoProvider>,
-    ticketer: Option<&'a Arc<dyn ProducesTickets>>,
+    ticketer: Option<&'a Arc<Ticketer>>,
     cache: Option<&'a Arc<SessionCache>>,
     generated: &'a [Option<Arc<CertifiedKey>>],
 }

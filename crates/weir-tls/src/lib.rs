@@ -14,6 +14,7 @@
 //! - [`ocsp`]: OCSP responses stapled to certificates, checked against them.
 
 pub mod acceptor;
+pub mod carry;
 pub mod certs;
 pub mod client_hello;
 pub mod connector;

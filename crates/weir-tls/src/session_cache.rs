@@ -71,6 +71,58 @@ impl SessionCache {
     fn fresh(&self, stored: Instant, now: Instant) -> bool {
         now.saturating_duration_since(stored) < self.lifetime
     }
+
+    /// The sessions still fresh, each with its age, for a successor process
+    /// (`crate::carry`).
+    pub(crate) fn export(&self) -> Vec<CarriedSession> {
+        let now = Instant::now();
+        let mut sessions = Vec::new();
+        for shard in &self.shards {
+            let shard = shard
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            sessions.extend(
+                shard
+                    .entries
+                    .iter()
+                    .filter(|(_, (_, stored))| self.fresh(*stored, now))
+                    .map(|(key, (value, stored))| CarriedSession {
+                        key: key.clone(),
+                        value: value.clone(),
+                        age: now.saturating_duration_since(*stored),
+                    }),
+            );
+        }
+        sessions
+    }
+
+    /// Takes over a predecessor's sessions, each as old as it was there; this cache's
+    /// bounds in count and age apply to them as to its own.
+    pub(crate) fn adopt(&self, mut sessions: Vec<CarriedSession>) {
+        let now = Instant::now();
+        // Oldest first, the order eviction expects.
+        sessions.sort_by_key(|session| std::cmp::Reverse(session.age));
+        for session in sessions {
+            let stored = now.checked_sub(session.age).unwrap_or(now);
+            if !self.fresh(stored, now) {
+                continue;
+            }
+            let mut shard = self.shard(&session.key);
+            shard.evict(self.per_shard, self.lifetime, now);
+            shard.order.push_back((session.key.clone(), stored));
+            shard.entries.insert(session.key, (session.value, stored));
+        }
+    }
+}
+
+/// A stored session as one process hands it to its successor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CarriedSession {
+    /// The session ID with its context, as filed here.
+    pub key: Vec<u8>,
+    /// rustls' encoded session.
+    pub value: Vec<u8>,
+    pub age: Duration,
 }
 
 impl Shard {
@@ -164,6 +216,42 @@ impl StoresServerSessions for InContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A successor's cache takes the sessions with their ages: fresh ones resume, ones
+    /// past this cache's lifetime are dropped, and its bound holds (newest kept).
+    #[test]
+    fn adopted_sessions_keep_their_age_and_the_bounds() {
+        let old = SessionCache::new(64, Duration::from_secs(60));
+        old.put(b"a".to_vec(), b"one".to_vec());
+        old.put(b"b".to_vec(), b"two".to_vec());
+        let mut carried = old.export();
+        carried.sort_by(|x, y| x.key.cmp(&y.key));
+        assert_eq!(carried.len(), 2);
+        assert_eq!(carried[0].value, b"one");
+        carried.push(CarriedSession {
+            key: b"stale".to_vec(),
+            value: b"three".to_vec(),
+            age: Duration::from_secs(61),
+        });
+        let new = SessionCache::new(64, Duration::from_secs(60));
+        new.adopt(carried);
+        assert_eq!(new.get(b"a").unwrap(), b"one");
+        assert_eq!(new.take(b"b").unwrap(), b"two");
+        assert!(new.get(b"stale").is_none());
+        // More than fit in one shard: the newest stay.
+        let small = SessionCache::new(1, Duration::from_secs(60));
+        small.adopt(
+            (0..5u64)
+                .map(|age| CarriedSession {
+                    key: vec![0, u8::try_from(age).unwrap()],
+                    value: vec![1],
+                    age: Duration::from_secs(age),
+                })
+                .collect(),
+        );
+        assert!(small.get(&[0, 0]).is_some());
+        assert!(small.get(&[0, 4]).is_none());
+    }
 
     #[test]
     fn stores_gets_and_takes_once() {

@@ -6,14 +6,18 @@
 //! [`Rotating`] keeps each retired key that long, then erases it (rustls'
 //! `TicketRotator` keeps only the key before the current one, so a ticket made
 //! late in a key's period was refused soon after one period). Each ticket carries
-//! when it was made ([`Aged`]), and one older than two periods is refused whatever
+//! when it was made ([`Ticketer`]), and one older than two periods is refused whatever
 //! key sealed it. The key itself is made here because the aws-lc-rs ticketer
 //! rustls ships has a fixed six-hour rotation.
 //!
 //! Ticket layout: key name (16 random bytes) ‖ nonce (12) ‖ ciphertext ‖ tag (16);
 //! the plaintext is the issue time (8 bytes, seconds on this process's clock) ‖
 //! the session context (32 bytes, [`in_context`]) ‖ rustls' session state.
+//!
+//! A binary upgrade hands the keys, and this clock, to the new process (`crate::carry`),
+//! so tickets issued before it still resume after it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -24,12 +28,15 @@ use tokio_rustls::rustls;
 use aws_lc_rs::aead::{AES_256_GCM, Aad, NONCE_LEN, Nonce, RandomizedNonceKey};
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 
-const KEY_NAME_LEN: usize = 16;
+pub(crate) const KEY_NAME_LEN: usize = 16;
+pub(crate) const SECRET_LEN: usize = 32;
 const TAG_LEN: usize = 16;
 
 /// One ticket key.
 struct TicketKey {
     name: [u8; KEY_NAME_LEN],
+    /// Kept to hand the key to a successor process ([`Ticketer::export`]).
+    secret: [u8; SECRET_LEN],
     key: RandomizedNonceKey,
 }
 
@@ -41,14 +48,47 @@ impl std::fmt::Debug for TicketKey {
 }
 
 impl TicketKey {
-    fn generate() -> Result<Box<dyn ProducesTickets>, GetRandomFailed> {
+    fn generate() -> Result<TicketKey, GetRandomFailed> {
         let random = SystemRandom::new();
         let mut name = [0u8; KEY_NAME_LEN];
-        let mut secret = [0u8; 32];
+        let mut secret = [0u8; SECRET_LEN];
         random.fill(&mut name).map_err(|_| GetRandomFailed)?;
         random.fill(&mut secret).map_err(|_| GetRandomFailed)?;
-        let key = RandomizedNonceKey::new(&AES_256_GCM, &secret).map_err(|_| GetRandomFailed)?;
-        Ok(Box::new(TicketKey { name, key }))
+        TicketKey::from_parts(name, secret).ok_or(GetRandomFailed)
+    }
+
+    fn from_parts(name: [u8; KEY_NAME_LEN], secret: [u8; SECRET_LEN]) -> Option<TicketKey> {
+        let key = RandomizedNonceKey::new(&AES_256_GCM, &secret).ok()?;
+        Some(TicketKey { name, secret, key })
+    }
+
+    fn record(&self, retired: bool, age: Duration) -> KeyRecord {
+        KeyRecord {
+            name: self.name,
+            secret: self.secret,
+            retired,
+            age,
+        }
+    }
+}
+
+/// A ticket key as one process hands it to its successor: how long ago it began sealing
+/// (the current key) or stopped (a retired one).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct KeyRecord {
+    pub name: [u8; KEY_NAME_LEN],
+    pub secret: [u8; SECRET_LEN],
+    pub retired: bool,
+    pub age: Duration,
+}
+
+impl std::fmt::Debug for KeyRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print key material.
+        f.debug_struct("KeyRecord")
+            .field("retired", &self.retired)
+            .field("age", &self.age)
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,9 +137,9 @@ impl ProducesTickets for TicketKey {
 }
 
 /// A ticketer whose key changes every `rotation`; a ticket is accepted for two periods.
-pub fn ticketer(rotation: Duration) -> Result<Arc<dyn ProducesTickets>, rustls::Error> {
+pub(crate) fn ticketer(rotation: Duration) -> Result<Arc<Ticketer>, rustls::Error> {
     let seconds = u32::try_from(rotation.as_secs().max(1)).unwrap_or(u32::MAX);
-    Ok(Arc::new(Aged {
+    Ok(Arc::new(Ticketer {
         rotator: Rotating::new(Duration::from_secs(u64::from(seconds)), Instant::now())
             .map_err(|_| rustls::Error::FailedToGetRandomBytes)?,
         max_age: 2 * u64::from(seconds),
@@ -115,10 +155,10 @@ struct Rotating {
 }
 
 struct Keys {
-    current: Box<dyn ProducesTickets>,
+    current: TicketKey,
     made: Instant,
     /// Retired keys, oldest first, with when they stopped sealing.
-    retired: Vec<(Instant, Box<dyn ProducesTickets>)>,
+    retired: Vec<(Instant, TicketKey)>,
 }
 
 impl Rotating {
@@ -173,6 +213,51 @@ impl Rotating {
             .chain(keys.retired.iter().rev().map(|(_, key)| key))
             .find_map(|key| key.decrypt(ticket))
     }
+
+    /// Every key that still opens tickets, the current one first.
+    fn export_at(&self, now: Instant) -> Vec<KeyRecord> {
+        self.rotate(now);
+        let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
+        std::iter::once(
+            keys.current
+                .record(false, now.saturating_duration_since(keys.made)),
+        )
+        .chain(
+            keys.retired
+                .iter()
+                .map(|(retired, key)| key.record(true, now.saturating_duration_since(*retired))),
+        )
+        .collect()
+    }
+
+    /// Takes over a predecessor's keys: its current key seals here (from when it began
+    /// sealing there) and its retired ones open for what is left of their time. This
+    /// process's own key, never used, is dropped. Then the rotation rules apply, with this
+    /// process's period.
+    fn adopt_at(&self, records: &[KeyRecord], now: Instant) {
+        let at = |age: Duration| now.checked_sub(age).unwrap_or(now);
+        let mut keys = self.keys.write().unwrap_or_else(PoisonError::into_inner);
+        let mut retired: Vec<(Instant, TicketKey)> = records
+            .iter()
+            .filter(|record| record.retired)
+            .filter_map(|record| {
+                Some((
+                    at(record.age),
+                    TicketKey::from_parts(record.name, record.secret)?,
+                ))
+            })
+            .collect();
+        if let Some(current) = records.iter().find(|record| !record.retired)
+            && let Some(key) = TicketKey::from_parts(current.name, current.secret)
+        {
+            keys.current = key;
+            keys.made = at(current.age);
+        }
+        retired.sort_by_key(|(retired, _)| *retired);
+        keys.retired = retired;
+        drop(keys);
+        self.rotate(now);
+    }
 }
 
 impl std::fmt::Debug for Rotating {
@@ -202,29 +287,55 @@ impl ProducesTickets for Rotating {
 }
 
 /// Tickets stamped with when they were made, refused once older than `max_age` seconds.
-struct Aged {
+pub(crate) struct Ticketer {
     rotator: Rotating,
     max_age: u64,
 }
 
-impl std::fmt::Debug for Aged {
+impl Ticketer {
+    /// The keys that still open tickets, for a successor process.
+    pub(crate) fn export(&self) -> Vec<KeyRecord> {
+        self.rotator.export_at(Instant::now())
+    }
+
+    /// Takes over a predecessor's keys ([`Rotating::adopt_at`]).
+    pub(crate) fn adopt(&self, records: &[KeyRecord]) {
+        self.rotator.adopt_at(records, Instant::now());
+    }
+}
+
+impl std::fmt::Debug for Ticketer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Aged")
+        f.debug_struct("Ticketer")
             .field("max_age", &self.max_age)
             .finish_non_exhaustive()
     }
 }
 
-/// Seconds on a monotonic clock of this process (tickets never outlive the keys of the
-/// process that made them, and the wall clock may jump), from a large base so that any
-/// past second has a value.
-fn now_seconds() -> u64 {
+/// Seconds on a monotonic clock of this process (the wall clock may jump), from a large
+/// base so that any past second has a value, continued from the predecessor's after a
+/// binary upgrade ([`continue_clock`]).
+pub(crate) fn now_seconds() -> u64 {
     const BASE: u64 = 1 << 40;
     static START: OnceLock<Instant> = OnceLock::new();
-    BASE + START.get_or_init(Instant::now).elapsed().as_secs()
+    BASE + CLOCK_OFFSET.load(Ordering::Relaxed)
+        + START.get_or_init(Instant::now).elapsed().as_secs()
 }
 
-impl ProducesTickets for Aged {
+/// How far this process's ticket clock runs ahead of its own start: the predecessor's age.
+static CLOCK_OFFSET: AtomicU64 = AtomicU64::new(0);
+
+/// Moves this process's ticket clock to where the predecessor's stood when it handed its
+/// keys over (`predecessor_now`, its [`now_seconds`]), so the predecessor's tickets age
+/// here as they would have there. Never moves it back.
+pub(crate) fn continue_clock(predecessor_now: u64) {
+    let ours = now_seconds();
+    if predecessor_now > ours {
+        CLOCK_OFFSET.fetch_add(predecessor_now - ours, Ordering::Relaxed);
+    }
+}
+
+impl ProducesTickets for Ticketer {
     fn enabled(&self) -> bool {
         self.rotator.enabled()
     }
@@ -255,9 +366,9 @@ impl ProducesTickets for Aged {
 /// context refused. The keys are shared by every server config of a virtual server; the
 /// context says which client certificate checks the session went through (see
 /// `crate::acceptor`), so a reload that changes them leaves earlier tickets unusable.
-pub fn in_context(inner: &Arc<dyn ProducesTickets>, context: [u8; 32]) -> Arc<dyn ProducesTickets> {
+pub(crate) fn in_context(inner: &Arc<Ticketer>, context: [u8; 32]) -> Arc<dyn ProducesTickets> {
     Arc::new(InContext {
-        inner: Arc::clone(inner),
+        inner: Arc::clone(inner) as Arc<dyn ProducesTickets>,
         context,
     })
 }
@@ -325,7 +436,7 @@ mod tests {
 
     #[test]
     fn a_ticket_older_than_two_periods_is_refused() {
-        let aged = Aged {
+        let aged = Ticketer {
             rotator: Rotating::new(Duration::from_secs(3600), Instant::now()).unwrap(),
             max_age: 7200,
         };
@@ -380,6 +491,32 @@ mod tests {
         let fresh = keys.encrypt_at(b"fresh", at(500.0)).unwrap();
         assert!(keys.decrypt_at(&third, at(500.0)).is_none());
         assert_eq!(keys.decrypt_at(&fresh, at(500.0)).unwrap(), b"fresh");
+    }
+
+    /// What one process's keys sealed, another process's keys open once they have taken
+    /// the first's over: the current key seals on and the retired one keeps its time left.
+    #[test]
+    fn adopted_keys_open_what_the_predecessor_sealed() {
+        let start = Instant::now();
+        let at = |seconds: u64| start + Duration::from_secs(seconds);
+        let old = Rotating::new(Duration::from_secs(10), start).unwrap();
+        let early = old.encrypt_at(b"early", at(1)).unwrap();
+        let late = old.encrypt_at(b"late", at(12)).unwrap();
+        let records = old.export_at(at(13));
+        assert_eq!(records.len(), 2);
+        assert!(!records[0].retired && records[1].retired);
+        // The successor starts with its own, unused key and the same period.
+        let new = Rotating::new(Duration::from_secs(10), at(13)).unwrap();
+        assert!(new.decrypt_at(&late, at(13)).is_none());
+        new.adopt_at(&records, at(13));
+        assert_eq!(new.decrypt_at(&early, at(13)).unwrap(), b"early");
+        assert_eq!(new.decrypt_at(&late, at(13)).unwrap(), b"late");
+        // The adopted current key still seals (it began at 12 s, its period runs to 22 s).
+        let sealed = new.encrypt_at(b"next", at(14)).unwrap();
+        assert_eq!(sealed[..KEY_NAME_LEN], late[..KEY_NAME_LEN]);
+        // The retired key stopped sealing at 12 s: erased two periods later, at 32 s.
+        assert_eq!(new.decrypt_at(&early, at(31)).unwrap(), b"early");
+        assert!(new.decrypt_at(&early, at(33)).is_none());
     }
 
     #[test]

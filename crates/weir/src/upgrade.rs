@@ -2,7 +2,9 @@
 //! sockets (virtual servers, admin, and this upgrade socket itself) from the running weir
 //! over its upgrade socket, starts accepting on them, then tells the old process, which
 //! stops accepting and drains (up to `runtime.drain_timeout`). The socket protocol is in
-//! `weir_proxy::handoff`.
+//! `weir_proxy::handoff`. With the sockets go the key that signs persistence cookies and
+//! the TLS ticket keys and cached sessions, so clients keep their node and resume their
+//! TLS sessions across the upgrade.
 //!
 //! The upgrade socket is `runtime.upgrade_socket`, or by default an abstract Unix socket
 //! named after the config file's absolute path, so each config file's weir has its own and
@@ -126,8 +128,58 @@ fn adopt_persistence_key(fd: OwnedFd) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The name the TLS ticket keys and cached sessions are handed over by: a memory file
+/// holding [`weir_proxy::Live::tls_resumption`]'s bytes (too many for a pipe to hold
+/// before the new process reads it).
+const TLS_RESUMPTION: &str = "tls-resumption";
+
+/// A memory file holding the TLS resumption state of every virtual server, read from
+/// its start.
+fn tls_resumption(live: &weir_proxy::Live) -> anyhow::Result<OwnedFd> {
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    use std::io::{Seek, SeekFrom};
+    let fd = memfd_create(c"weir-tls-resumption", MFdFlags::MFD_CLOEXEC)
+        .context("creating the memory file for the TLS resumption state")?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(&live.tls_resumption())?;
+    // The new process reads through the same open file: from the start.
+    file.seek(SeekFrom::Start(0))?;
+    Ok(OwnedFd::from(file))
+}
+
+/// The most the new process reads of the TLS resumption state (a bound on what a broken
+/// predecessor can make it allocate; a real one is far smaller).
+const TLS_RESUMPTION_LIMIT: u64 = 256 << 20;
+
+/// Takes over the running weir's TLS ticket keys and cached sessions, before any
+/// acceptor is built. A state that cannot be read costs resumption, not the upgrade.
+fn adopt_tls_resumption(fd: OwnedFd) {
+    let mut bytes = Vec::new();
+    let read = std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::from(fd), TLS_RESUMPTION_LIMIT),
+        &mut bytes,
+    );
+    match read
+        .map_err(|error| error.to_string())
+        .and_then(|_| weir_tls::carry::adopt(&bytes))
+    {
+        Ok(adopted) => tracing::info!(
+            virtual_servers = adopted.virtual_servers,
+            ticket_keys = adopted.ticket_keys,
+            sessions = adopted.sessions,
+            "binary upgrade: took over the TLS ticket keys and cached sessions"
+        ),
+        Err(error) => tracing::warn!(
+            %error,
+            "binary upgrade: the TLS ticket keys and cached sessions could not be taken over; \
+             clients make full handshakes"
+        ),
+    }
+}
+
 /// Connects to the running weir of this config and takes its sockets (and its
-/// persistence key: call it before any pool is built).
+/// persistence key and TLS resumption state: call it before any pool or acceptor is
+/// built).
 pub fn take_over(config: &Config) -> anyhow::Result<Inherited> {
     let address = address(config)?;
     let stream = UnixStream::connect_addr(&address)
@@ -170,6 +222,7 @@ pub fn take_over(config: &Config) -> anyhow::Result<Inherited> {
             Some(("admin", address)) => inherited.admin = Some((address.parse()?, fd)),
             _ if name == "upgrade" => inherited.upgrade = Some(fd),
             _ if name == PERSISTENCE_KEY => adopt_persistence_key(fd)?,
+            _ if name == TLS_RESUMPTION => adopt_tls_resumption(fd),
             _ => tracing::warn!(name, "unknown socket handed over; closed"),
         }
     }
@@ -303,6 +356,7 @@ fn hand_over(stream: &UnixStream, handover: &Handover) -> anyhow::Result<bool> {
         handover.upgrade.as_fd().try_clone_to_owned()?,
     ));
     sockets.push((PERSISTENCE_KEY.to_owned(), persistence_key()?));
+    sockets.push((TLS_RESUMPTION.to_owned(), tls_resumption(&handover.live)?));
     handoff::send_sockets(stream, &sockets)?;
     drop(sockets);
     handoff::expect_line(stream, handoff::READY).context("the new process did not become ready")?;

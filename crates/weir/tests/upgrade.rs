@@ -594,3 +594,91 @@ async fn sticky_cookies_stay_valid_across_an_upgrade() {
     a.stop().await;
     b.stop().await;
 }
+
+/// Clients resume their TLS sessions across an upgrade, by ticket and from the session
+/// cache, over TLS 1.3 and 1.2: the new process starts with the ticket keys and cached
+/// sessions the old one handed over, where fresh ones would make every client's next
+/// handshake a full one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sessions_resume_across_an_upgrade() {
+    use weir_testkit::tls::{self, ClientOptions, Pki};
+    let pki = Pki::new();
+    let (cert, key) = pki.server("site", &["site.test"], weir_tls::KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let dir = TempDir::new("tls");
+    let [tickets_port, cache_port, admin_port] = free_ports::<3>();
+    let tickets: SocketAddr = format!("127.0.0.1:{tickets_port}").parse().unwrap();
+    let cache: SocketAddr = format!("127.0.0.1:{cache_port}").parse().unwrap();
+    let file = dir.0.join("weir.toml");
+    let log = dir.0.join("weir.log");
+    let tls = format!(
+        "certificates = [{{ cert = \"{}\", key = \"{}\" }}]",
+        cert.display(),
+        key.display()
+    );
+    std::fs::write(
+        &file,
+        format!(
+            "[runtime]\ndrain_timeout = \"2s\"\n[log]\naccess_log = false\n\
+             [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
+             [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\
+             [virtual_servers.tickets]\nlisten = \"{tickets}\"\npool = \"web\"\nprotocol = \"https\"\n\
+             [virtual_servers.tickets.tls]\n{tls}\n\
+             [virtual_servers.cache]\nlisten = \"{cache}\"\npool = \"web\"\nprotocol = \"https\"\n\
+             [virtual_servers.cache.tls]\n{tls}\nsession_tickets = false\n",
+            origin.addr
+        ),
+    )
+    .unwrap();
+    let mut old = serve(&file, false, &log);
+    let clients: Vec<(SocketAddr, ClientOptions)> = [tickets, cache]
+        .into_iter()
+        .flat_map(|addr| {
+            [
+                ClientOptions {
+                    tls13_only: true,
+                    ..ClientOptions::default()
+                },
+                ClientOptions {
+                    tls12_only: true,
+                    ..ClientOptions::default()
+                },
+            ]
+            .map(|options| (addr, options))
+        })
+        .collect();
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(cache).await.is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "weir did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut configs = Vec::new();
+    for (addr, options) in &clients {
+        let config = tls::client_config(options);
+        let mut first = tls::connect(*addr, "site.test", &config).await.unwrap();
+        assert_eq!(tls::get(&mut first, "/").await.unwrap().status, 200);
+        assert!(!tls::was_resumed(&first));
+        configs.push(config);
+    }
+    let _new = serve(&file, true, &log);
+    let status = exited(&mut old, Duration::from_secs(15)).await;
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status, Some(true), "{}", logged());
+    assert!(
+        logged().contains("took over the TLS ticket keys and cached sessions"),
+        "{}",
+        logged()
+    );
+    for ((addr, options), config) in clients.iter().zip(&configs) {
+        let mut again = tls::connect(*addr, "site.test", config).await.unwrap();
+        assert!(
+            tls::was_resumed(&again),
+            "{addr} {options:?}: not resumed after the upgrade"
+        );
+        assert_eq!(tls::get(&mut again, "/").await.unwrap().status, 200);
+    }
+    origin.stop().await;
+}
