@@ -657,6 +657,12 @@ impl Live {
                 reloads.refused.inc();
                 reloads.last_reload_success.set(0);
                 tracing::error!(error = %one_line(&error), "certificate reload refused; still serving the certificates loaded before");
+                self.keep_record(ReloadRecord {
+                    at: self.stamp_reload(),
+                    generation: self.generation(),
+                    error: Some(error.to_string()),
+                    summary: "certificates: refused".to_owned(),
+                });
                 return Err(error);
             }
         };
@@ -670,17 +676,40 @@ impl Live {
             virtual_servers = terminations.len(),
             "certificates reloaded"
         );
+        self.keep_record(ReloadRecord {
+            at: self.stamp_reload(),
+            generation: self.generation(),
+            error: None,
+            summary: format!(
+                "certificates re-read for {} virtual server(s)",
+                terminations.len()
+            ),
+        });
         Ok(terminations.len())
     }
 
-    fn record(&self, result: Result<&Applied, &ReloadError>) {
-        let reloads = self.metrics.reloads();
+    /// Sets `weir_config_last_reload_timestamp_seconds` to now, and returns now.
+    fn stamp_reload(&self) -> SystemTime {
         let now = SystemTime::now();
-        reloads.last_reload_timestamp_seconds.set(
+        self.metrics.reloads().last_reload_timestamp_seconds.set(
             now.duration_since(UNIX_EPOCH)
                 .unwrap_or_default()
                 .as_secs_f64(),
         );
+        now
+    }
+
+    /// Keeps `record` as the last reload tried ([`Live::last_reload`]).
+    fn keep_record(&self, record: ReloadRecord) {
+        *self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(record);
+    }
+
+    fn record(&self, result: Result<&Applied, &ReloadError>) {
+        let reloads = self.metrics.reloads();
+        let now = self.stamp_reload();
         let generation = self.generation();
         let record = match result {
             Ok(applied) => {
@@ -722,10 +751,7 @@ impl Live {
                 }
             }
         };
-        *self
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(record);
+        self.keep_record(record);
     }
 
     /// Copies the bound addresses out of `control` for [`Live::local_addrs`].

@@ -211,6 +211,7 @@ async fn reload_swaps_certificates_and_keeps_open_connections_and_a_broken_one_i
     std::fs::copy(&first.0, &cert_path).unwrap();
     std::fs::copy(&first.1, &key_path).unwrap();
     let live = (cert_path.clone(), key_path.clone());
+    let at_start = std::time::SystemTime::now();
     let proxy = TestProxy::start(&https_config(&origin, &certificates(&[&live]))).await;
     let client = tls::client_config(&ClientOptions {
         resumption: false,
@@ -271,15 +272,33 @@ async fn reload_swaps_certificates_and_keeps_open_connections_and_a_broken_one_i
         (
             value("weir_config_reloads_total{result=\"refused\"}"),
             value("weir_config_last_reload_success"),
+            value("weir_config_last_reload_timestamp_seconds"),
         )
     };
-    let (refused, _) = reloads(&proxy);
+    let (refused, _, before) = reloads(&proxy);
+    tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(proxy.live.reload_certificates().is_err());
-    assert_eq!(reloads(&proxy), (refused + 1.0, 0.0));
+    // When it was tried is kept too, for an alert on how long ago the last reload was.
+    let (refused_now, success, tried) = reloads(&proxy);
+    assert_eq!((refused_now, success), (refused + 1.0, 0.0));
+    assert!(tried > before, "{tried} {before}");
+    let last = proxy
+        .live
+        .last_reload()
+        .expect("the refused reload is kept");
+    assert!(last.error.unwrap().contains("certificates[0].cert"));
     std::fs::copy(&second.0, &cert_path).unwrap();
     std::fs::copy(&second.1, &key_path).unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(proxy.live.reload_certificates().unwrap(), 1);
-    assert_eq!(reloads(&proxy), (refused + 1.0, 1.0));
+    let (refused_now, success, applied) = reloads(&proxy);
+    assert_eq!((refused_now, success), (refused + 1.0, 1.0));
+    assert!(applied > tried, "{applied} {tried}");
+    let last = proxy
+        .live
+        .last_reload()
+        .expect("the applied reload is kept");
+    assert!(last.error.is_none() && last.at >= at_start, "{last:?}");
     drop((open, fresh, after));
     proxy.stop().await;
     origin.stop().await;
