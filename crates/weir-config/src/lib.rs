@@ -65,12 +65,26 @@ pub const EMBEDDED_DEFAULT_NAME: &str = "<embedded default>";
 /// [`ConfigError`] too. The result's `source` is `path`.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     let file_name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|error| {
+    let bytes = std::fs::read(path).map_err(|error| {
         ConfigError::single(
             &file_name,
             None,
             String::new(),
             format!("cannot read file: {error}"),
+        )
+    })?;
+    let text = String::from_utf8(bytes).map_err(|error| {
+        // TOML is UTF-8: say where the first byte that is not is, as any other error does.
+        let valid = &error.as_bytes()[..error.utf8_error().valid_up_to()];
+        let line = valid.iter().filter(|&&byte| byte == b'\n').count() + 1;
+        let column = valid.len() - valid.iter().rposition(|&byte| byte == b'\n').map_or(0, |at| at + 1) + 1;
+        ConfigError::single(
+            &file_name,
+            Some(line),
+            String::new(),
+            format!(
+                "the file is not UTF-8 (TOML must be): byte {column} of this line is not; save it as UTF-8"
+            ),
         )
     })?;
     parse_file_text(&text, path)

@@ -326,6 +326,16 @@ fn load_file_sets_source_and_reports_read_errors() {
     let error = load_file(&path).unwrap_err();
     assert_eq!(error.file, path.display().to_string());
     assert_eq!(error.errors[0].line, Some(10));
+    // A byte that is not UTF-8 (Latin-1 "é" in a comment) is placed by line and byte.
+    let mut latin1 = b"[log]\naccess_log = false\n# caf".to_vec();
+    latin1.extend_from_slice(&[0xe9, b'\n']);
+    std::fs::write(&path, latin1).unwrap();
+    let error = load_file(&path).unwrap_err();
+    assert_eq!(error.errors[0].line, Some(3));
+    assert!(
+        error.to_string().contains("not UTF-8") && error.to_string().contains("byte 6"),
+        "{error}"
+    );
     std::fs::remove_dir_all(&directory).unwrap();
 
     let missing = Path::new("/nonexistent/weir.toml");
