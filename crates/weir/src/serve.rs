@@ -1,7 +1,8 @@
 //! `weir serve` and `weir check`: load and validate the config (before any
 //! port is bound), bind everything, run until a signal, drain.
 
-use std::os::fd::AsFd;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -124,6 +125,7 @@ async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> an
     let (admin_stop, admin_signal) = Shutdown::new();
 
     let bound = bind(&config, &metrics, take_over).await?;
+    let (admin_dup, upgrade_dup) = copies_for_a_successor(&bound)?;
     // Everything is bound: the file says weir serves. Written before an upgrade tells the
     // old process to drain, so a file that cannot be written leaves that one serving.
     let _pid_file = pid_file.map(|path| PidFile::write(&path)).transpose()?;
@@ -143,12 +145,7 @@ async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> an
         tasks.spawn(async move { origin.run(signal).await.context("origin") });
     }
     let draining = Arc::new(AtomicBool::new(false));
-    let mut admin_dup = None;
     if let Some(listener) = bound.admin {
-        admin_dup = Some((
-            listener.local_addr()?,
-            listener.as_fd().try_clone_to_owned()?,
-        ));
         let listener = tokio::net::TcpListener::from_std(listener)?;
         proxy.live().set_admin_listen(listener.local_addr()?);
         tracing::info!(listen = %listener.local_addr()?, "admin serving");
@@ -174,7 +171,7 @@ async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> an
     let handover = upgrade::Handover {
         live: proxy.live(),
         admin: admin_dup,
-        upgrade: bound.upgrade.as_fd().try_clone_to_owned()?,
+        upgrade: upgrade_dup,
     };
     bound.upgrade.set_nonblocking(true)?;
     let upgrade_listener = tokio::net::UnixListener::from_std(bound.upgrade)?;
@@ -224,6 +221,35 @@ async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> an
 /// valid, so not a `ConfigError` (exit code 1, not `weir check`'s 2).
 fn listen_error(error: weir_config::ConfigError) -> anyhow::Error {
     anyhow::anyhow!("{error}")
+}
+
+/// Copies of the admin listener and the upgrade socket for a successor (`weir serve
+/// --upgrade`), made before anything is announced as serving: a process out of file
+/// descriptors fails its start here, saying which, instead of after "serving".
+fn copies_for_a_successor(
+    bound: &Bound,
+) -> anyhow::Result<(Option<(SocketAddr, OwnedFd)>, OwnedFd)> {
+    let out_of_descriptors = "out of file descriptors? raise the open-file limit (ulimit -n)";
+    let admin = bound
+        .admin
+        .as_ref()
+        .map(|listener| {
+            anyhow::Ok((
+                listener.local_addr()?,
+                listener.as_fd().try_clone_to_owned()?,
+            ))
+        })
+        .transpose()
+        .with_context(|| {
+            format!(
+                "admin.listen: cannot keep a copy of the admin listener for binary upgrades \
+                 ({out_of_descriptors})"
+            )
+        })?;
+    let upgrade = bound.upgrade.as_fd().try_clone_to_owned().with_context(|| {
+        format!("runtime.upgrade_socket: cannot keep a copy of the upgrade socket ({out_of_descriptors})")
+    })?;
+    Ok((admin, upgrade))
 }
 
 /// Binds everything first (any address in use fails before anything serves), or takes the

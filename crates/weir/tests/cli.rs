@@ -704,6 +704,62 @@ fn copied_without_pipes(relay: &str) {
     }
 }
 
+/// Under every open-file limit from too few to start the runtime to enough to serve,
+/// weir either serves or exits 1 before it says it serves, naming what it could not do:
+/// never a bare "Too many open files" after its "serving" lines.
+#[test]
+fn too_few_descriptors_to_start_is_named_before_anything_serves() {
+    let [proxy_port, admin_port] = weir_testkit::free_ports();
+    let config = temp_config(&format!(
+        "[runtime]\nthreads = 1\n[log]\naccess_log = false\n\
+         [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
+         [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\npool = \"web\"\n\
+         [pools.web]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n"
+    ));
+    let mut served = false;
+    for limit in 8..=24 {
+        let stderr = tempfile_path::TempPath::with_contents("");
+        let mut child = Running(
+            Command::new("prlimit")
+                .arg(format!("--nofile={limit}:{limit}"))
+                .args(["--", env!("CARGO_BIN_EXE_weir"), "serve", "--config"])
+                .arg(config.path())
+                .stderr(std::fs::File::create(stderr.path()).unwrap())
+                .spawn()
+                .expect("run weir under prlimit (util-linux)"),
+        );
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.0.try_wait().unwrap() {
+                break Some(status);
+            }
+            if start.elapsed() > std::time::Duration::from_millis(1500) {
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let log = std::fs::read_to_string(stderr.path()).unwrap();
+        let Some(status) = status else {
+            assert!(log.contains("virtual server serving"), "{limit}: {log}");
+            served = true;
+            break;
+        };
+        assert_eq!(status.code(), Some(1), "{limit}: {log}");
+        assert!(
+            !log.contains("serving"),
+            "{limit}: said it serves, then failed: {log}"
+        );
+        let last = log.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("Too many open files")
+                && last.trim_start_matches("weir: ").contains(": "),
+            "{limit}: the failure names nothing: {last}"
+        );
+        drop(child);
+    }
+    assert!(served, "24 descriptors were not enough to serve");
+}
+
 /// `weir serve` of `config` with at most 48 open files (`prlimit`, util-linux), so a test
 /// reaches the limit with a few dozen connections; killed when dropped.
 fn serve_with_48_descriptors(config: &tempfile_path::TempPath) -> Running {
