@@ -38,7 +38,9 @@ pub fn client_address(source: &ClientAddressSource, peer: IpAddr, head: &Request
     {
         let entry = entry.trim_ascii();
         let entry = match forwarded {
-            true => forwarded_for(entry),
+            // A quoted string left open (`host="`) swallowed the elements after it, which
+            // a trusted proxy added: the element is malformed, and ends the walk.
+            true => pairs(entry).and_then(forwarded_for),
             false => Some(entry),
         };
         let Some(address) = entry.and_then(parse_entry) else {
@@ -61,11 +63,36 @@ fn elements(value: &[u8], quoted: bool) -> Vec<&[u8]> {
     }
 }
 
-/// The `for=` value of one `Forwarded` element (`for=192.0.2.60;proto=http`), unquoted
-/// (`for="[2001:db8::1]:443"`). An obfuscated or `unknown` node does not parse as an
-/// address, which ends the walk like any other entry that does not.
-fn forwarded_for(element: &[u8]) -> Option<&[u8]> {
-    element.split(|&b| b == b';').find_map(|pair| {
+/// The `name=value` pairs of one `Forwarded` element, split at semicolons outside quoted
+/// strings; `None` when a quoted string is not closed (RFC 7239 section 4), so nothing in
+/// a malformed element is read.
+fn pairs(element: &[u8]) -> Option<Vec<&[u8]>> {
+    let mut pairs = Vec::new();
+    let (mut quoted, mut escaped, mut start) = (false, false, 0);
+    for (at, &byte) in element.iter().enumerate() {
+        if escaped {
+            escaped = false;
+        } else if quoted && byte == b'\\' {
+            escaped = true;
+        } else if byte == b'"' {
+            quoted = !quoted;
+        } else if byte == b';' && !quoted {
+            pairs.push(&element[start..at]);
+            start = at + 1;
+        }
+    }
+    if quoted || escaped {
+        return None;
+    }
+    pairs.push(&element[start..]);
+    Some(pairs)
+}
+
+/// The `for=` value of one `Forwarded` element's pairs (`for=192.0.2.60;proto=http`),
+/// unquoted (`for="[2001:db8::1]:443"`). An obfuscated or `unknown` node does not parse
+/// as an address, which ends the walk like any other entry that does not.
+fn forwarded_for(pairs: Vec<&[u8]>) -> Option<&[u8]> {
+    pairs.into_iter().find_map(|pair| {
         let pair = pair.trim_ascii();
         let (name, value) = pair.split_at_checked(4)?;
         if !name.eq_ignore_ascii_case(b"for=") {
@@ -175,6 +202,26 @@ mod tests {
         assert_eq!(
             from("Forwarded: for=203.0.113.9;ext=\"x, \\\"y, z\", for=10.1.1.1\r\n"),
             ip("203.0.113.9")
+        );
+        // A quoted string left open swallows what a trusted proxy appended on the same
+        // line: that element is malformed and ends the walk at the peer, never giving the
+        // address inside it. On two lines the proxy's element stands alone.
+        assert_eq!(
+            from("Forwarded: for=192.168.7.7;host=\", for=203.0.113.5\r\n"),
+            ip("10.0.0.2")
+        );
+        assert_eq!(
+            from("Forwarded: for=192.168.7.7;host=\"\r\nForwarded: for=203.0.113.5\r\n"),
+            ip("203.0.113.5")
+        );
+        assert_eq!(
+            from("Forwarded: for=192.168.7.7;host=\"a\\\"\r\n"),
+            ip("10.0.0.2")
+        );
+        // A semicolon inside a quoted value separates no pairs.
+        assert_eq!(
+            from("Forwarded: host=\"x;for=192.168.7.7\";for=203.0.113.5\r\n"),
+            ip("203.0.113.5")
         );
         // An obfuscated port hides the port, not the address, for either family.
         assert_eq!(
