@@ -185,7 +185,9 @@ pub fn cookie_in<'v>(value: &'v [u8], name: &str) -> Option<&'v [u8]> {
 fn cookie_named<'v>(pair: &'v [u8], name: &str) -> Option<&'v [u8]> {
     let pair = pair.trim_ascii();
     let eq = memchr::memchr(b'=', pair)?;
-    let value = &pair[eq + 1..];
+    // Applications read `role= admin` as `admin` (Python's http.cookies, Werkzeug): so do
+    // rules, or a space would step around one.
+    let value = pair[eq + 1..].trim_ascii();
     let value = value
         .strip_prefix(b"\"")
         .and_then(|v| v.strip_suffix(b"\""))
@@ -286,6 +288,18 @@ mod tests {
         assert_eq!(cookie(&request, "sid"), Some(&b"abc"[..]));
         assert_eq!(cookie(&request, "c"), Some(&b"3"[..]));
         assert_eq!(cookie(&request, "s"), None);
+        // Whitespace around the value is not part of it.
+        for line in [
+            "role= admin",
+            "role=\tadmin",
+            "role =admin ",
+            "role= \"admin\"",
+        ] {
+            let request = head(&format!(
+                "GET / HTTP/1.1\r\nHost: a\r\nCookie: {line}\r\n\r\n"
+            ));
+            assert_eq!(cookie(&request, "role"), Some(&b"admin"[..]), "{line}");
+        }
         let v6 = head("GET http://[::1]:80/p?q HTTP/1.1\r\nHost: [::1]:80\r\n\r\n");
         assert_eq!(host(&v6), b"[::1]");
         assert_eq!(&uri(&v6)[..], b"/p?q");
