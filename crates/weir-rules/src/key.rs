@@ -65,8 +65,20 @@ pub fn request_key<'h>(
     }
 }
 
+/// What limits count a client address under: an IPv4 address, or the /64 network of an
+/// IPv6 one (an IPv4-mapped address is its IPv4 one). One host usually holds a whole
+/// /64, so counting each address apart would let it step around any per-client limit
+/// with addresses it owns; the fair queue groups clients the same way.
+pub fn limited_client(address: IpAddr) -> IpAddr {
+    match weir_config::canonical(address) {
+        IpAddr::V6(v6) => IpAddr::V6((v6.to_bits() & !u128::from(u64::MAX)).into()),
+        v4 => v4,
+    }
+}
+
 /// Every key `source` names in this request from `client`, given to `each` until it
-/// fails (its error is the answer). That is [`request_key`]'s one key, except for a cookie or a query parameter
+/// fails (its error is the answer); an address key is the client's [`limited_client`].
+/// That is [`request_key`]'s one key, except for a cookie or a query parameter
 /// the request gives more than once with different values: an application reads one of
 /// them (most the first, PHP the last), so each distinct value is a key, and a limit
 /// counting under all of them lets no value escape it (`?user=x&user=alice` counts
@@ -82,11 +94,14 @@ pub fn each_request_key<E>(
         KeySource::QueryParam(name) => request::query_values(head, name).collect(),
         _ => {
             let mut scratch = Vec::new();
-            return each(request_key(source, head, client, &mut scratch));
+            return each(match request_key(source, head, client, &mut scratch) {
+                Key::Address(address) => Key::Address(limited_client(address)),
+                key => key,
+            });
         }
     };
     if values.is_empty() {
-        return each(Key::Address(weir_config::canonical(client)));
+        return each(Key::Address(limited_client(client)));
     }
     if values.len() > 1 {
         values.sort_unstable();

@@ -54,7 +54,7 @@ impl ConnectionLimiter {
 
     /// Connections `client` holds now.
     pub fn open(&self, client: IpAddr) -> u32 {
-        self.counts.count(weir_config::canonical(client))
+        self.counts.count(crate::key::limited_client(client))
     }
 
     /// Addresses with at least one connection open.
@@ -63,9 +63,9 @@ impl ConnectionLimiter {
     }
 
     /// Counts a new connection from `client`, or refuses it (503) when the
-    /// address already holds `max`.
+    /// address (an IPv6 one's /64, [`crate::key::limited_client`]) already holds `max`.
     pub fn admit(self: &Arc<Self>, client: IpAddr) -> Result<ConnectionPermit, Refusal> {
-        let client = weir_config::canonical(client);
+        let client = crate::key::limited_client(client);
         if !self.counts.take(client, self.config.max.get()) {
             return Err(Refusal {
                 status: 503,

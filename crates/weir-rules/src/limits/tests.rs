@@ -446,3 +446,30 @@ max = 1
     );
     drop(held);
 }
+
+/// An IPv6 client is limited by its /64: one host holds a whole /64, and a new address
+/// from it must not bring a new bucket or a new connection count. Another /64 is another
+/// client.
+#[test]
+fn an_ipv6_client_is_limited_by_its_64() {
+    let traffic = traffic(RULES);
+    let rules = RuleSet::new(&traffic).unwrap();
+    let start = Instant::now();
+    let limits = TrafficLimits::new(&traffic, None, start);
+    let address = |text: &str| text.parse::<IpAddr>().unwrap();
+    let request = head("GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n");
+    let check = |client: IpAddr| {
+        let decision = rules.evaluate(&request, &Facts::plain(client));
+        limits.check_rates(&decision, &request, client, start)
+    };
+    assert!(check(address("2001:db8:1:2::1")).is_ok());
+    assert!(check(address("2001:db8:1:2::2")).is_ok());
+    let refusal = check(address("2001:db8:1:2:ffff::3")).unwrap_err();
+    assert_eq!(refusal.status, 429);
+    assert!(check(address("2001:db8:1:3::1")).is_ok());
+    let a = limits.admit_connection(address("2001:db8:9:9::a")).unwrap();
+    let b = limits.admit_connection(address("2001:db8:9:9::b")).unwrap();
+    assert!(limits.admit_connection(address("2001:db8:9:9::c")).is_err());
+    assert!(limits.admit_connection(address("2001:db8:9:8::c")).is_ok());
+    drop((a, b));
+}
