@@ -153,9 +153,12 @@ impl Cond {
             Cond::PathRegexWithPrefix { prefix, regex } => {
                 context.path.starts_with(prefix) && regex.is_match(&context.path)
             }
+            // Any case: methods are case-sensitive (RFC 9110 §9.1) and weir forwards
+            // `delete` as sent, but frameworks (Django, Werkzeug) upper-case it before they
+            // route, so a rule for DELETE that let `delete` through would be stepped around.
             Cond::Method(methods) => {
                 let method = context.head.method_bytes();
-                methods.iter().any(|want| **want == *method)
+                methods.iter().any(|want| want.eq_ignore_ascii_case(method))
             }
             // Each line, and each element of a line of a list field: `X-Role: user, admin`
             // is `X-Role: user` and `X-Role: admin` (RFC 9110 §5.3), whichever form came.

@@ -96,6 +96,17 @@ fn methods_headers_queries_cookies() {
     );
     let put = head("PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nAccept: */*\r\n\r\n");
     assert_eq!(evaluate(&rules, &put).answer().map(|a| a.status), Some(405));
+    // In any case: applications that upper-case the method would run `delete` as DELETE.
+    for method in ["delete", "Delete", "put"] {
+        let request = head(&format!(
+            "{method} / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nAccept: */*\r\n\r\n"
+        ));
+        assert_eq!(
+            evaluate(&rules, &request).answer().map(|a| a.status),
+            Some(405),
+            "{method}"
+        );
+    }
     let accept = "Accept: */*\r\n";
     assert_eq!(
         pool_of(&rules, &get("/", &format!("{accept}x-beta: yes\r\n"))),
