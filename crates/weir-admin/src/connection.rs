@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
 use tokio::time::{Instant, timeout, timeout_at};
 use weir_core::ShutdownSignal;
 
@@ -30,17 +31,23 @@ enum ReadOutcome {
 }
 
 /// Serves requests on `stream` until the client or the server closes it.
+/// An idle kept-alive connection closes when `reclaim` is notified (the listener is full).
 pub(crate) async fn serve_connection(
     mut stream: TcpStream,
     state: &AdminState,
-    mut shutdown: ShutdownSignal,
+    (mut shutdown, reclaim): (ShutdownSignal, &Notify),
     local: SocketAddr,
 ) {
     let mut buf = BytesMut::with_capacity(1024);
     let mut served = false;
     loop {
         let first = !served;
-        let reading = read_request(&mut stream, &mut buf, (state, local, first), &mut shutdown);
+        let reading = read_request(
+            &mut stream,
+            &mut buf,
+            (state, local, first),
+            (&mut shutdown, reclaim),
+        );
         let outcome = match reading.await {
             Ok(outcome) => outcome,
             Err(error) => {
@@ -83,7 +90,7 @@ async fn read_request(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
     (state, local, first): (&AdminState, SocketAddr, bool),
-    shutdown: &mut ShutdownSignal,
+    (shutdown, reclaim): (&mut ShutdownSignal, &Notify),
 ) -> io::Result<ReadOutcome> {
     let limits = &state.limits;
     let head_limits = weir_http::Limits {
@@ -115,9 +122,15 @@ async fn read_request(
                 )));
             }
         }
+        // Between requests a kept-alive connection gives its slot back when the listener is
+        // full: idle connections must not lock out a new client (or `/healthz`).
         let read = tokio::select! {
             read = timeout_at(deadline, read_more(stream, buf)) => read,
             () = shutdown.triggered(), if !head_started => return Ok(ReadOutcome::Closed),
+            () = reclaim.notified(), if !head_started && !first => {
+                tracing::debug!("admin listener full: an idle kept-alive connection closed");
+                return Ok(ReadOutcome::Closed);
+            }
         };
         let count = match read {
             Ok(result) => result?,

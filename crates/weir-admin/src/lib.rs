@@ -56,7 +56,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use weir_core::ShutdownSignal;
 use weir_observe::Metrics;
@@ -128,16 +128,21 @@ pub async fn serve(
     let state = Arc::new(state);
     let local = listener.local_addr()?;
     let slots = Arc::new(Semaphore::new(state.limits.max_connections.max(1)));
+    // Told when every slot is taken: idle kept-alive connections close and free theirs.
+    let reclaim = Arc::new(Notify::new());
     let mut connections = JoinSet::new();
     let mut failures = weir_observe::AcceptFailures::new("admin");
     let result = loop {
         while connections.try_join_next().is_some() {}
-        let slot = tokio::select! {
-            () = shutdown.triggered() => break Ok(()),
-            slot = slots.clone().acquire_owned() => slot,
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let Some(slot) = full(&slots, &reclaim, &shutdown).await else {
+                    break Ok(());
+                };
+                slot
+            }
         };
-        // The semaphore is never closed, so acquiring only fails if that changes.
-        let Ok(slot) = slot else { break Ok(()) };
         let accepted = tokio::select! {
             () = shutdown.triggered() => break Ok(()),
             accepted = listener.accept() => accepted,
@@ -163,14 +168,34 @@ pub async fn serve(
         }
         let state = state.clone();
         let signal = shutdown.clone();
+        let reclaim = Arc::clone(&reclaim);
         connections.spawn(async move {
-            connection::serve_connection(stream, &state, signal, local).await;
+            connection::serve_connection(stream, &state, (signal, &reclaim), local).await;
             drop(slot);
         });
     };
     drop(listener);
     drain(connections, state.limits.drain_timeout).await;
     result
+}
+
+/// Waits for a slot while every one is taken, asking idle kept-alive connections to give
+/// theirs back (again every 100 ms, for one that was between two waits when asked), as
+/// nginx reuses its idle connections when it runs out. `None` when shutdown comes first.
+async fn full(
+    slots: &Arc<Semaphore>,
+    reclaim: &Notify,
+    shutdown: &ShutdownSignal,
+) -> Option<OwnedSemaphorePermit> {
+    loop {
+        reclaim.notify_waiters();
+        tokio::select! {
+            () = shutdown.triggered() => return None,
+            // The semaphore is never closed, so acquiring only fails if that changes.
+            slot = slots.clone().acquire_owned() => return slot.ok(),
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
 }
 
 impl Default for Limits {

@@ -315,6 +315,56 @@ async fn a_silent_new_connection_is_closed_at_the_head_timeout() {
     assert_eq!(reply.status, 200);
 }
 
+/// Kept-alive connections that went idle give their slots back when every slot is taken:
+/// holding them all (one `/healthz` a minute each would do) must not lock out a new client,
+/// a load balancer's health check first of all. A connection in the middle of a request
+/// keeps its slot.
+#[tokio::test]
+async fn idle_kept_alive_connections_make_room_for_a_new_client() {
+    let limits = Limits {
+        keep_alive_timeout: Duration::from_secs(60),
+        max_connections: 3,
+        ..Limits::default()
+    };
+    let admin = start(limits).await;
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(admin.address).await.unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(
+            read_reply(&mut stream, &mut Vec::new(), false).await.status,
+            200
+        );
+        idle.push(stream);
+    }
+    let mut busy = TcpStream::connect(admin.address).await.unwrap();
+    busy.write_all(b"GET /healthz HTTP/1.1\r\nHost")
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(
+        Duration::from_secs(2),
+        exchange(
+            admin.address,
+            b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n",
+        ),
+    )
+    .await
+    .expect("a new client is answered while idle connections fill the listener");
+    assert_eq!(reply.status, 200);
+    for stream in &mut idle {
+        expect_closed(stream).await;
+    }
+    // The one in the middle of its head was not closed: it is answered.
+    busy.write_all(b": admin\r\n\r\n").await.unwrap();
+    assert_eq!(
+        read_reply(&mut busy, &mut Vec::new(), false).await.status,
+        200
+    );
+}
+
 #[tokio::test]
 async fn stops_on_shutdown() {
     let admin = start(Limits::default()).await;
