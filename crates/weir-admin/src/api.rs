@@ -88,7 +88,9 @@ pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metr
         (Method::Post, ["", "api", "v1", "config", "validate"]) => {
             validate(live, &request.body).await
         }
-        (Method::Put, ["", "api", "v1", "config"]) => replace(control, &request.body).await,
+        (Method::Put, ["", "api", "v1", "config"]) => {
+            replace(control, &request.body, request.if_match.as_deref()).await
+        }
         (Method::Post, ["", "api", "v1", "reload"]) => reload(control).await,
         (Method::Get | Method::Head, ["", "api", "v1", "reload"]) => Ok(Response::json(
             200,
@@ -162,10 +164,33 @@ fn config_text(live: &Live) -> Result<Response, Refusal> {
         })?,
         None => weir_config::EMBEDDED_DEFAULT.to_owned(),
     };
-    Ok(Response {
+    let mut response = Response {
         content_type: "application/toml; charset=utf-8",
         ..Response::text(200, &text)
-    })
+    };
+    response.headers.push(("ETag", etag(text.as_bytes())));
+    Ok(response)
+}
+
+/// The strong entity tag of a config file's bytes: a `PUT /api/v1/config` with this tag in
+/// `If-Match` replaces only what it was made from.
+fn etag(bytes: &[u8]) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes);
+    let hex: String = digest.as_ref()[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("\"{hex}\"")
+}
+
+/// Whether an `If-Match` value holds for a file whose tag is `current` (RFC 9110 §13.1.1:
+/// `*` for any file, else one of the listed tags by strong comparison; a weak tag never
+/// matches).
+fn if_match_holds(value: &str, current: &str) -> bool {
+    value
+        .split(',')
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag == current)
 }
 
 /// The dry run: the candidate validated like a reload would (files read too), and the diff.
@@ -218,17 +243,48 @@ fn refuse(live: &Live, error: ConfigError, record: bool) -> Refusal {
     refusal
 }
 
-/// `PUT /api/v1/config`: the candidate replaces the file, then is applied.
-async fn replace(control: &Control, body: &[u8]) -> Result<Response, Refusal> {
+/// `PUT /api/v1/config`: the candidate replaces the file, then is applied. With
+/// `If-Match` (the ETag of `GET /api/v1/config/toml`), only the file it was made from is
+/// replaced: 412 when it changed meanwhile (a node drained through the API, an edit),
+/// rather than undo that change.
+async fn replace(
+    control: &Control,
+    body: &[u8],
+    if_match: Option<&str>,
+) -> Result<Response, Refusal> {
     let _write = control.writes.lock().await;
     let live = &control.live;
     let path = file_of(live)?;
+    let read = match if_match {
+        Some(condition) => {
+            let now = std::fs::read_to_string(&path).map_err(|error| {
+                Box::new(Response::error(
+                    500,
+                    format!("cannot read {}: {error}", path.display()),
+                ))
+            })?;
+            let current = etag(now.as_bytes());
+            if !if_match_holds(condition, &current) {
+                let mut refusal = Response::error(
+                    412,
+                    format!(
+                        "the config file changed since it was read (its ETag is now {current}); \
+                         GET /api/v1/config/toml again and make the change on what it returns"
+                    ),
+                );
+                refusal.headers.push(("ETag", current));
+                return Err(Box::new(refusal));
+            }
+            Some(now)
+        }
+        None => None,
+    };
     let candidate = parse_candidate(live, body, true)?;
     check(live, candidate)
         .await
         .map_err(|error| refuse(live, error, true))?;
     let text = String::from_utf8_lossy(body).into_owned();
-    write_and_apply(live, &path, &text, None).await
+    write_and_apply(live, &path, &text, read.as_deref()).await
 }
 
 /// `POST /api/v1/reload`: re-read the file and apply it (what `weir reload` calls).

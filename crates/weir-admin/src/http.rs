@@ -35,6 +35,8 @@ pub(crate) struct Request {
     pub fetch_site: Option<Vec<u8>>,
     /// Whether `Accept` names OpenMetrics (what `/metrics` sends then; else Prometheus text).
     pub accepts_openmetrics: bool,
+    /// The `If-Match` lines, joined with commas; `None` when there is none.
+    pub if_match: Option<String>,
     /// The whole body (empty when none was sent).
     pub body: Vec<u8>,
 }
@@ -74,6 +76,14 @@ impl Request {
                     .filter(|(name, _)| name.eq_ignore_ascii_case(b"accept"))
                     .map(|(_, value)| value),
             ),
+            if_match: {
+                let lines: Vec<String> = head
+                    .headers()
+                    .filter(|(name, _)| name.eq_ignore_ascii_case(b"if-match"))
+                    .map(|(_, value)| String::from_utf8_lossy(value).into_owned())
+                    .collect();
+                (!lines.is_empty()).then(|| lines.join(", "))
+            },
             body,
         }
     }

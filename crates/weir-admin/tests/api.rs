@@ -109,13 +109,23 @@ async fn call(
     token: Option<&str>,
     body: impl AsRef<[u8]>,
 ) -> Reply {
-    let body = body.as_ref();
-    let mut stream = TcpStream::connect(admin).await.unwrap();
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
+    call_with(admin, (method, path), &auth, body).await
+}
+
+/// One request with `headers` (whole lines, each ending in CRLF) in its head.
+async fn call_with(
+    admin: SocketAddr,
+    (method, path): (&str, &str),
+    headers: &str,
+    body: impl AsRef<[u8]>,
+) -> Reply {
+    let body = body.as_ref();
+    let mut stream = TcpStream::connect(admin).await.unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream
@@ -557,6 +567,76 @@ async fn a_candidate_is_validated_with_its_diff_then_applied() {
     assert_eq!(read(&setup.file), candidate);
     let response = client::get(setup.proxy.addr, "/").await.unwrap();
     assert_eq!(response.header("x-origin"), Some("b"));
+    setup.stop().await;
+}
+
+/// Two operators: B drains a node while A edits the file it read before. A's `PUT` with
+/// the ETag it read gets 412 and B's drain stays; after reading again, A's `PUT` applies.
+/// Without `If-Match` a `PUT` replaces the file as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_with_a_stale_etag_is_refused_with_412() {
+    let setup = setup("etag").await;
+    let a = setup.origins[0].addr;
+    let auth = format!("Authorization: Bearer {TOKEN}\r\n");
+    let first = api(setup.admin, "GET", "/api/v1/config/toml", "").await;
+    let etag = |reply: &Reply| {
+        reply
+            .head
+            .lines()
+            .find_map(|line| line.strip_prefix("ETag: "))
+            .expect("an ETag")
+            .to_owned()
+    };
+    let read_tag = etag(&first);
+    assert!(
+        read_tag.starts_with('"') && read_tag.len() == 34,
+        "{read_tag}"
+    );
+    let drained = api(
+        setup.admin,
+        "POST",
+        &format!("/api/v1/pools/web/nodes/{a}/drain"),
+        "",
+    )
+    .await;
+    assert_eq!(drained.status, 200, "{}", drained.body);
+    let after_drain = read(&setup.file);
+    // A's edit of what it read: the log level, made before the drain.
+    let edit = |text: &str| text.replace("level = \"warn\"", "level = \"info\"");
+    let stale = call_with(
+        setup.admin,
+        ("PUT", "/api/v1/config"),
+        &format!("{auth}If-Match: {read_tag}\r\n"),
+        edit(&first.body),
+    )
+    .await;
+    assert_eq!(stale.status, 412, "{}", stale.body);
+    assert_eq!(read(&setup.file), after_drain, "the drain was undone");
+    assert_ne!(etag(&stale), read_tag);
+    // A weak tag, or another tag, never matches; the current one (among others) does.
+    let again = api(setup.admin, "GET", "/api/v1/config/toml", "").await;
+    let now = etag(&again);
+    assert_eq!(etag(&stale), now);
+    for condition in [format!("W/{now}"), "\"x\"".to_owned()] {
+        let refused = call_with(
+            setup.admin,
+            ("PUT", "/api/v1/config"),
+            &format!("{auth}If-Match: {condition}\r\n"),
+            edit(&again.body),
+        )
+        .await;
+        assert_eq!(refused.status, 412, "{condition}");
+    }
+    let applied = call_with(
+        setup.admin,
+        ("PUT", "/api/v1/config"),
+        &format!("{auth}If-Match: \"x\", {now}\r\n"),
+        edit(&again.body),
+    )
+    .await;
+    assert_eq!(applied.status, 200, "{}", applied.body);
+    let written = read(&setup.file);
+    assert!(written.contains("level = \"info\"") && written.contains("draining"));
     setup.stop().await;
 }
 
