@@ -38,7 +38,9 @@ impl Control {
     /// Control over `live`. Fails when the configured token file cannot be read (weir
     /// refuses to start then).
     pub fn new(live: Arc<Live>) -> Result<Control, String> {
-        TokenCache::read(&live.current().config)?;
+        if let Some(token) = TokenCache::read(&live.current().config)? {
+            crate::auth::warn_if_short(&token);
+        }
         Ok(Control {
             live,
             token: TokenCache::default(),

@@ -50,12 +50,15 @@ impl TokenCache {
             let failing = cached
                 .as_ref()
                 .is_some_and(|(at, token)| *at == generation && token.is_err());
+            // The first read repeats the start's (`Control::new` warned then).
+            let after_reload = cached.is_some();
             let token = TokenCache::read(config);
             match &token {
                 Err(error) if !failing => {
                     tracing::error!(%error, "admin token unavailable; API requests are refused");
                 }
                 Ok(_) if failing => tracing::info!("admin token readable again"),
+                Ok(Some(token)) if after_reload => warn_if_short(token),
                 _ => {}
             }
             *cached = Some((generation, token));
@@ -79,6 +82,21 @@ impl TokenCache {
                 }
             }
         }
+    }
+}
+
+/// The shortest token weir does not warn about: 16 random characters or more.
+const SHORT_TOKEN: usize = 16;
+
+/// Warns when the admin token is short enough to guess (it is accepted all the same: the
+/// operator chose it).
+pub(crate) fn warn_if_short(token: &[u8]) {
+    if token.len() < SHORT_TOKEN {
+        tracing::warn!(
+            length = token.len(),
+            "admin.token_file holds a short token, easy to guess; use at least {SHORT_TOKEN} \
+             random characters (openssl rand -hex 32 > FILE)"
+        );
     }
 }
 

@@ -40,6 +40,7 @@ pub(crate) async fn serve_connection(
 ) {
     let mut buf = BytesMut::with_capacity(1024);
     let mut served = false;
+    let peer = stream.peer_addr().ok();
     loop {
         let first = !served;
         let reading = read_request(
@@ -57,7 +58,8 @@ pub(crate) async fn serve_connection(
         };
         served = true;
         let (request, response) = match outcome {
-            ReadOutcome::Request(request) => {
+            ReadOutcome::Request(mut request) => {
+                request.peer = peer;
                 let response = routes::respond(&request, state, local).await;
                 (Some(request), response)
             }
@@ -153,7 +155,14 @@ async fn read_request(
     };
     // Refused from its head (no token, say): answered without reading the body.
     if !matches!(head.framing(), weir_http::BodyFraming::None)
-        && let Some(refusal) = routes::refusal(&Request::new(&head, Vec::new()), state, local)
+        && let Some(refusal) = routes::refusal(
+            &Request {
+                peer: stream.peer_addr().ok(),
+                ..Request::new(&head, Vec::new())
+            },
+            state,
+            local,
+        )
     {
         return Ok(ReadOutcome::Reject(refusal));
     }

@@ -37,6 +37,8 @@ pub(crate) struct Request {
     pub accepts_openmetrics: bool,
     /// The `If-Match` lines, joined with commas; `None` when there is none.
     pub if_match: Option<String>,
+    /// The client's address, for the log (set by the connection that read the request).
+    pub peer: Option<std::net::SocketAddr>,
     /// The whole body (empty when none was sent).
     pub body: Vec<u8>,
 }
@@ -84,6 +86,7 @@ impl Request {
                     .collect();
                 (!lines.is_empty()).then(|| lines.join(", "))
             },
+            peer: None,
             body,
         }
     }

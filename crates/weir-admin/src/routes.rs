@@ -52,8 +52,61 @@ pub(crate) async fn respond(request: &Request, state: &AdminState, local: Socket
         };
     }
     match &state.control {
-        Some(control) => api::respond(request, control, &state.metrics).await,
+        Some(control) => {
+            let response = api::respond(request, control, &state.metrics).await;
+            // Who changed what: an audit trail of every change tried through the API.
+            if matches!(request.method, Method::Post | Method::Put) {
+                tracing::info!(
+                    peer = %Peer(request.peer),
+                    method = if request.method == Method::Put { "PUT" } else { "POST" },
+                    path = %request.path,
+                    status = response.status,
+                    "admin API change"
+                );
+            }
+            response
+        }
         None => Response::text(404, "not found\n"),
+    }
+}
+
+/// A client address for the log, `-` when unknown.
+struct Peer(Option<SocketAddr>);
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(peer) => write!(f, "{peer}"),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+/// A request refused for a missing or wrong token: counted in
+/// `weir_admin_unauthorized_total`, and logged at most once a second with how many were
+/// refused since the last line (a guessing client cannot flood the log).
+fn unauthorized(request: &Request, state: &AdminState) {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    static LAST: Mutex<(Option<Instant>, u64)> = Mutex::new((None, 0));
+    state.metrics.admin_unauthorized().inc();
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    last.1 += 1;
+    let now = Instant::now();
+    if last
+        .0
+        .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
+    {
+        tracing::warn!(
+            peer = %Peer(request.peer),
+            path = %request.path,
+            refused = last.1,
+            "admin API: request refused for a missing or wrong bearer token \
+             (refused counts those since the last such line)"
+        );
+        *last = (Some(now), 0);
     }
 }
 
@@ -107,9 +160,12 @@ pub(crate) fn refusal(
     }
     match control.authorize(request.authorization.as_deref()) {
         Verdict::Allowed => None,
-        Verdict::Denied => Some(Response {
-            headers: vec![("WWW-Authenticate", "Bearer realm=\"weir\"".to_owned())],
-            ..Response::error(401, "a valid bearer token is required")
+        Verdict::Denied => Some({
+            unauthorized(request, state);
+            Response {
+                headers: vec![("WWW-Authenticate", "Bearer realm=\"weir\"".to_owned())],
+                ..Response::error(401, "a valid bearer token is required")
+            }
         }),
         // Why (the file's path, the system's error) is in weir's log, which said so when it
         // began: a client that has not shown a token learns nothing of the host's files.

@@ -186,6 +186,12 @@ async fn a_wrong_token_gets_401_and_changes_nothing() {
     }
     assert_eq!(read(&setup.file), before, "the file is untouched");
     assert_eq!(setup.proxy.live.generation(), 1);
+    // Each refusal counted, for an alert on someone guessing the token.
+    let metrics = setup.proxy.metrics.encode();
+    assert!(
+        metrics.contains("weir_admin_unauthorized_total 9\n"),
+        "{metrics}"
+    );
     // The health check and the dashboard page need no token; the right token works.
     assert_eq!(
         call(setup.admin, "GET", "/healthz", None, "").await.status,

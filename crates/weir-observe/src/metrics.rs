@@ -98,6 +98,8 @@ pub struct Metrics {
     reuse_ratio: FloatGauge,
     offload_ratio: FloatGauge,
     reloads: ReloadMetrics,
+    /// Admin API requests refused for their token.
+    admin_unauthorized: Counter,
     /// Every request's duration, for the percentiles the admin API and dashboard show.
     latency: Arc<LatencyHistogram>,
     handles: Mutex<Handles>,
@@ -474,6 +476,8 @@ impl Metrics {
             names::CONFIG_LAST_RELOAD_SUCCESS,
             reloads.last_reload_success.clone(),
         );
+        let admin_unauthorized = Counter::default();
+        register(r, names::ADMIN_UNAUTHORIZED, admin_unauthorized.clone());
         families.register(r);
         let cache = cache::CacheFamilies::default();
         cache.register(r);
@@ -495,6 +499,7 @@ impl Metrics {
             reuse_ratio,
             offload_ratio,
             reloads,
+            admin_unauthorized,
             latency: Arc::new(LatencyHistogram::default()),
             handles: Mutex::new(Handles::default()),
             cache,
@@ -510,6 +515,11 @@ impl Metrics {
     /// The reload handles.
     pub fn reloads(&self) -> &ReloadMetrics {
         &self.reloads
+    }
+
+    /// `weir_admin_unauthorized_total`: admin API requests refused for their token.
+    pub fn admin_unauthorized(&self) -> &Counter {
+        &self.admin_unauthorized
     }
 
     /// Durations of every request, all virtual servers together.

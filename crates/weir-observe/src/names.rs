@@ -319,6 +319,13 @@ pub const CONFIG_LAST_RELOAD_SUCCESS: MetricSpec = gauge(
     "1 when the last reload tried was applied (or none was tried), 0 when it was refused",
 );
 
+/// `weir_admin_unauthorized_total`, a counter: admin API requests refused for their token.
+pub const ADMIN_UNAUTHORIZED: MetricSpec = counter(
+    "admin_unauthorized",
+    &[],
+    "Admin API requests refused with 401: no bearer token, or a wrong one",
+);
+
 /// Every metric, in exposition order.
 pub const ALL: &[MetricSpec] = &[
     BUILD_INFO,
@@ -334,6 +341,7 @@ pub const ALL: &[MetricSpec] = &[
     CONFIG_GENERATION,
     CONFIG_LAST_RELOAD_TIMESTAMP,
     CONFIG_LAST_RELOAD_SUCCESS,
+    ADMIN_UNAUTHORIZED,
     CLIENT_CONNECTIONS_OPEN,
     CLIENT_CONNECTIONS_ACCEPTED,
     CLIENT_CONNECTIONS_REJECTED,
