@@ -238,17 +238,6 @@ pub(crate) fn grpc_status_for(status: u16) -> u32 {
     }
 }
 
-impl Failure {
-    /// The gRPC status the access record gives a failed gRPC call: CANCELLED (1) when the
-    /// client went away (reset its stream, closed), else what its HTTP status maps to.
-    pub(crate) fn grpc_status(&self, status: u16) -> u32 {
-        match self.error.kind() {
-            ErrorKind::ClientClosed => 1,
-            _ => grpc_status_for(status),
-        }
-    }
-}
-
 /// The fields of weir's own answer with `status` to a gRPC request, which
 /// make it a trailers-only gRPC response (sent without a body): the
 /// content type, [`grpc_status_for`] and the short reason as the message.
@@ -312,13 +301,5 @@ mod tests {
         assert_eq!(status_for(ErrorKind::QueueTimeout), Some(503));
         assert_eq!(status_for(ErrorKind::ClientClosed), None);
         assert_eq!(headers_for(503), &[("Retry-After", "1")]);
-    }
-
-    #[test]
-    fn a_grpc_call_its_client_cancelled_is_recorded_as_cancelled() {
-        let gone = Failure::silent(Error::new(ErrorKind::ClientClosed, Side::Downstream));
-        assert_eq!(gone.grpc_status(499), 1);
-        let unavailable = Failure::from_error(Error::new(ErrorKind::ConnectFailed, Side::Upstream));
-        assert_eq!(unavailable.grpc_status(502), 14);
     }
 }

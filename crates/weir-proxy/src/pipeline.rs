@@ -1179,7 +1179,10 @@ async fn answer_failure(
             error: Some(kind.as_str()),
             request_id: traffic.and_then(RequestTraffic::id),
             rule: traffic.and_then(|t| t.rule_name(vs)),
-            grpc_status: answering.0.then(|| failure.grpc_status(status)),
+            // Only a status weir sent (its own trailers-only answer): a call the client
+            // cancelled, or whose answer was cut, got none, and `error` says why.
+            grpc_status: (answering.0 && failure.status.is_some())
+                .then(|| crate::answer::grpc_status_for(status)),
             cache: failure.cache(),
             tls: client.tls_record(),
         });

@@ -499,6 +499,35 @@ async fn weirs_own_refusal_of_a_grpc_call_is_a_grpc_status() {
     setup.stop().await;
 }
 
+/// A call the client cancels got no gRPC status from anyone: its access record has none
+/// (its `error` says the client went away), where a call answered has the one it got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_is_logged_without_a_grpc_status() {
+    let node = grpc_node().await;
+    let setup = setup(node, "h2c", "cancel").await;
+    let mut grpc = setup.client(false).await;
+    let (sender, call) = open_chat(&mut grpc).await;
+    sender
+        .send(Bytes::from_static(b"one"))
+        .await
+        .expect("queued");
+    let mut answers = tokio::time::timeout(CALL, call)
+        .await
+        .expect("in time")
+        .expect("answered")
+        .into_inner();
+    let first = tokio::time::timeout(CALL, answers.message()).await;
+    assert!(matches!(first, Ok(Ok(Some(_)))), "{first:?}");
+    // The answers dropped first: the call is reset (CANCEL), not ended by the client.
+    drop(answers);
+    drop(sender);
+    assert_eq!(&unary(&mut grpc, "after").await.expect("OK")[..], b"after");
+    assert_eq!(setup.logged_statuses(2).await, strings(&["-", "0"]));
+    let log = std::fs::read_to_string(&setup.log).unwrap();
+    assert!(log.contains("\"error\":\"client_closed\""), "{log}");
+    setup.stop().await;
+}
+
 /// A bidirectional call to the node's chat: the sender of its messages, and the call
 /// (ready once the first message is sent and the answer's head is back).
 async fn open_chat(
