@@ -466,6 +466,19 @@ pub struct Node {
     pub name: Option<String>,
 }
 
+impl Node {
+    /// The host of the DNS name this node is an address of (`api.internal` for
+    /// `api.internal:443`): what TLS to it names by default. `None` for a node given by
+    /// address, or by SRV record (the targets' names are not kept).
+    pub fn dns_host(&self) -> Option<&str> {
+        let name = self.name.as_deref()?;
+        if name.starts_with("srv:") {
+            return None;
+        }
+        name.rsplit_once(':').map(|(host, _)| host)
+    }
+}
+
 /// An operator's choice for a node (vTM's node states).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NodeMode {

@@ -613,6 +613,54 @@ async fn a_finished_held_back_for_the_request_never_stalls_a_connection() {
     origin.stop().await;
 }
 
+/// A TLS node given by DNS name, with no `server_name`: weir sends that name as SNI and
+/// verifies the node's certificate against it (nginx's `proxy_ssl_name` defaults to the
+/// host of `proxy_pass` the same way), for requests and for HTTP health checks alike. A
+/// `server_name` still wins over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_node_given_by_name_is_verified_against_that_name() {
+    use weir_testkit::dns::{Reply, TestDns};
+    let pki = Pki::new();
+    let node_cert = pki.server("node", &["node.test"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let tls_node = TestProxy::start(&https_config(&origin, &certificates(&[&node_cert]))).await;
+    let dns = TestDns::start();
+    dns.set("node.test", Reply::Records(vec![tls_node.addr.ip()], 60));
+    let front = |server_name: &str| {
+        format!(
+            "[log]\naccess_log = false\nlevel = \"warn\"\n\
+             [pools.web]\nnodes = [{{ address = \"node.test:{}\" }}]\nretries = 0\n\
+             [pools.web.tls]\nca = \"{}\"\n{server_name}\n\
+             [pools.web.health]\ntype = \"http\"\ninterval = \"200ms\"\ntimeout = \"150ms\"\n\
+             fall = 1\nrise = 1\n\
+             [pools.web.dns]\nservers = [\"{}\"]\n\
+             [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n",
+            tls_node.addr.port(),
+            toml_path(&pki.ca_path()),
+            dns.address
+        )
+    };
+    let named = TestProxy::start(&front("")).await;
+    for _ in 0..3 {
+        let response = weir_testkit::client::get(named.addr, "/").await.unwrap();
+        assert_eq!(response.status, 200, "{}", response.text());
+    }
+    // The health checks verify the same name: after several of them the node is up.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let model = named.live.current();
+    let pool = model.pool("web").unwrap();
+    assert!(pool.nodes[0].is_active_up(), "the monitor marked it down");
+    assert_eq!(metric(&named, "kind=\"failed\""), 0.0);
+    // An explicit server_name is what is verified.
+    let other = TestProxy::start(&front("server_name = \"other.test\"")).await;
+    let response = weir_testkit::client::get(other.addr, "/").await.unwrap();
+    assert_eq!(response.status, 502);
+    for proxy in [named, other, tls_node] {
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}
+
 /// weir to nodes over TLS: a second weir terminates TLS in front of the
 /// origin and plays the TLS node.
 #[tokio::test]

@@ -48,7 +48,11 @@ pub struct Connector {
     /// several ports): one memory for the pool offered each node the others' tickets,
     /// which no node can resume, so nothing ever resumed.
     per_node: Arc<Mutex<HashMap<SocketAddr, Arc<ClientConfig>>>>,
+    /// The pool's `server_name`, sent to every node.
     server_name: Option<ServerName<'static>>,
+    /// Without one: the DNS name the node was given by ([`Connector::for_host`]), as
+    /// nginx's `proxy_ssl_name` defaults to the host of `proxy_pass`.
+    node_name: Option<ServerName<'static>>,
     verify: bool,
     resumption: bool,
     /// A hash of the bytes of the files it was built from (CA, client certificate and
@@ -145,6 +149,7 @@ impl Connector {
             config: Arc::new(config),
             per_node: Arc::default(),
             server_name,
+            node_name: None,
             verify: settings.verify,
             resumption: settings.session_resumption,
             files: files_hash(settings),
@@ -167,10 +172,31 @@ impl Connector {
             config: Arc::new(config),
             per_node: Arc::default(),
             server_name: self.server_name.clone(),
+            node_name: self.node_name.clone(),
             verify: self.verify,
             resumption: self.resumption,
             files: self.files,
         }
+    }
+
+    /// This connector for a node given by the DNS name `host`: without a `server_name`
+    /// setting, `host` is sent as SNI and verified, where a node given by address gets
+    /// its IP address. Sessions are remembered with this connector's (per node).
+    pub fn for_host(&self, host: Option<&str>) -> Connector {
+        let node_name = host.and_then(|host| ServerName::try_from(host.to_owned()).ok());
+        Connector {
+            node_name,
+            ..self.clone()
+        }
+    }
+
+    /// The name a connection to `node` sends as SNI and verifies the certificate
+    /// against: the pool's `server_name`, else the node's DNS name, else its IP address.
+    pub fn name_for(&self, node: SocketAddr) -> ServerName<'static> {
+        self.server_name
+            .clone()
+            .or_else(|| self.node_name.clone())
+            .unwrap_or_else(|| ServerName::IpAddress(node.ip().into()))
     }
 
     /// Runs the handshake on a connected socket to `node`.
@@ -179,10 +205,7 @@ impl Connector {
         tcp: TcpStream,
         node: SocketAddr,
     ) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-        let name = self
-            .server_name
-            .clone()
-            .unwrap_or_else(|| ServerName::IpAddress(node.ip().into()));
+        let name = self.name_for(node);
         TlsConnector::from(self.config_for(node))
             .connect(name, tcp)
             .await

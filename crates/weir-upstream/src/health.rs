@@ -148,8 +148,20 @@ impl RiseFall {
     }
 }
 
+/// How a pool's checks connect ([`spawn_monitors`]): each node's TLS connector, each
+/// node's connection pool when capped, the PROXY protocol version, what the nodes speak.
+pub type Wiring<'a> = (
+    &'a [Option<weir_tls::Connector>],
+    &'a [Arc<NodeConnections>],
+    Option<ProxyVersion>,
+    UpstreamProtocol,
+);
+
 /// Starts one monitor task per node of a pool; each ends when `shutdown`
 /// triggers. Must be called inside a tokio runtime.
+///
+/// `tls`: for a TLS pool, each node's connector, in the order of `nodes` (one given by
+/// DNS name names its host: [`weir_tls::Connector::for_host`]); empty for a plain pool.
 ///
 /// `capped`: for a pool with a connection cap (HTTP/1.1 and TCP pools), each node's
 /// connection pool, in the order of `nodes`; a check then takes one of its slots
@@ -167,12 +179,7 @@ pub fn spawn_monitors(
     pool_name: &str,
     nodes: &[Arc<NodeState>],
     monitor: &HealthMonitor,
-    (tls, capped, proxy, protocol): (
-        Option<weir_tls::Connector>,
-        &[Arc<NodeConnections>],
-        Option<ProxyVersion>,
-        UpstreamProtocol,
-    ),
+    (tls, capped, proxy, protocol): Wiring<'_>,
     shutdown: ShutdownSignal,
 ) -> Vec<JoinHandle<()>> {
     let pool: Arc<str> = Arc::from(pool_name);
@@ -182,13 +189,8 @@ pub fn spawn_monitors(
         Some(ProxyVersion::V1) => weir_proxy_protocol::write_v1_unknown(&mut preamble),
         Some(ProxyVersion::V2) => weir_proxy_protocol::write_v2_local(&mut preamble),
     }
-    let tls = match protocol {
-        UpstreamProtocol::H2 => tls.map(|connector| connector.with_alpn(&[b"h2"])),
-        UpstreamProtocol::Http1 | UpstreamProtocol::H2c => tls,
-    };
     let monitor = Arc::new(Monitor {
         settings: monitor.clone(),
-        tls,
         preamble,
         http2: protocol != UpstreamProtocol::Http1,
     });
@@ -196,9 +198,15 @@ pub fn spawn_monitors(
         .iter()
         .enumerate()
         .map(|(index, node)| {
+            // Each node's own connector: TLS to a node given by DNS name names its host.
+            let tls = tls.get(index).cloned().flatten();
+            let tls = match protocol {
+                UpstreamProtocol::H2 => tls.map(|connector| connector.with_alpn(&[b"h2"])),
+                UpstreamProtocol::Http1 | UpstreamProtocol::H2c => tls,
+            };
             tokio::spawn(run_monitor(
                 Arc::clone(&pool),
-                (Arc::clone(node), capped.get(index).cloned()),
+                (Arc::clone(node), capped.get(index).cloned(), tls),
                 Arc::clone(&monitor),
                 shutdown.clone(),
             ))
@@ -206,11 +214,10 @@ pub fn spawn_monitors(
         .collect()
 }
 
-/// A monitor's settings and, for a TLS pool, how HTTP checks connect.
+/// A monitor's settings, and how HTTP checks connect.
 #[derive(Debug)]
 struct Monitor {
     settings: HealthMonitor,
-    tls: Option<weir_tls::Connector>,
     /// What each check's new connection sends first (a PROXY header), if anything.
     preamble: Vec<u8>,
     /// HTTP checks speak HTTP/2 (an `h2` or `h2c` pool).
@@ -444,15 +451,15 @@ fn answering(node: &NodeState, interval: Duration) -> bool {
 /// transition, sleep, until shutdown.
 async fn run_monitor(
     pool: Arc<str>,
-    (node, capped): (Arc<NodeState>, Option<Arc<NodeConnections>>),
+    (node, capped, tls): (
+        Arc<NodeState>,
+        Option<Arc<NodeConnections>>,
+        Option<weir_tls::Connector>,
+    ),
     monitor: Arc<Monitor>,
     shutdown: ShutdownSignal,
 ) {
-    let connect = (
-        monitor.tls.as_ref(),
-        monitor.preamble.as_slice(),
-        monitor.http2,
-    );
+    let connect = (tls.as_ref(), monitor.preamble.as_slice(), monitor.http2);
     let monitor = &monitor.settings;
     let start = if node.is_active_up() {
         Health::Up

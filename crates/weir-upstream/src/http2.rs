@@ -59,6 +59,16 @@ pub struct H2Settings {
     pub tls: Option<UpstreamTls>,
 }
 
+impl H2Settings {
+    /// The name TLS to the node at `address` sends and verifies (`None` for h2c).
+    pub(crate) fn tls_name(
+        &self,
+        address: SocketAddr,
+    ) -> Option<weir_tls::rustls::pki_types::ServerName<'static>> {
+        self.tls.as_ref().map(|tls| tls.connector.name_for(address))
+    }
+}
+
 /// The HTTP/2 connections of one node.
 #[derive(Debug)]
 pub struct H2Node {
@@ -194,6 +204,11 @@ impl H2Node {
             h2_metrics,
             pool_metrics,
         })
+    }
+
+    /// The name TLS to this node sends and verifies (`None` for h2c).
+    pub(crate) fn tls_name(&self) -> Option<weir_tls::rustls::pki_types::ServerName<'static>> {
+        self.settings.tls_name(self.address)
     }
 
     /// The node's address.

@@ -149,20 +149,7 @@ impl Pool {
             metrics: metrics.upstream_tls(&config.name),
         });
         let pool_metrics = metrics.pool(&config.name);
-        let settings = ConnectionSettings {
-            max_connections: config.connections.max_connections.get(),
-            queue_length: config.connections.queue_length,
-            queue_timeout: config.connections.queue_timeout,
-            fair_queue: config.connections.fair_queue,
-            idle_timeout: config.connections.idle_timeout,
-            connect_timeout: config.timeouts.connect,
-            max_requests: config
-                .connections
-                .max_requests_per_connection
-                .map(|n| n.get()),
-            max_tunnels: config.connections.max_tunnels,
-            tls: tls.clone(),
-        };
+        let settings = connection_settings(config, tls);
         let learned = previous.and_then(|pool| pool.persistence.as_ref());
         let turns = previous
             .filter(|pool| pool.config.algorithm == config.algorithm)
@@ -187,6 +174,7 @@ impl Pool {
                     Arc::clone(&pool.connections[index]),
                 ))
             });
+            let settings = node_settings(&settings, node);
             let (state, pooled) = match kept {
                 Some((state, pooled)) => {
                     state.update(node.weight.get(), node.state, &config.passive_health);
@@ -425,9 +413,10 @@ impl Pool {
                 &monitored,
                 monitor,
                 (
-                    self.connections
-                        .first()
-                        .and_then(|node| node.tls().map(|tls| tls.connector.clone())),
+                    &slots
+                        .iter()
+                        .map(|node| node.tls().map(|tls| tls.connector))
+                        .collect::<Vec<_>>(),
                     if capped { &slots } else { &[] },
                     self.config.proxy_protocol,
                     self.config.protocol,
@@ -469,6 +458,36 @@ impl Pool {
             }
         }));
         tasks
+    }
+}
+
+/// The connection settings of a pool's nodes, from its config.
+fn connection_settings(config: &weir_config::Pool, tls: Option<UpstreamTls>) -> ConnectionSettings {
+    ConnectionSettings {
+        max_connections: config.connections.max_connections.get(),
+        queue_length: config.connections.queue_length,
+        queue_timeout: config.connections.queue_timeout,
+        fair_queue: config.connections.fair_queue,
+        idle_timeout: config.connections.idle_timeout,
+        connect_timeout: config.timeouts.connect,
+        max_requests: config
+            .connections
+            .max_requests_per_connection
+            .map(|n| n.get()),
+        max_tunnels: config.connections.max_tunnels,
+        tls,
+    }
+}
+
+/// The pool's connection settings for `node`: TLS to a node given by DNS name names that
+/// host (without a `server_name`; [`weir_tls::Connector::for_host`]).
+fn node_settings(settings: &ConnectionSettings, node: &weir_config::Node) -> ConnectionSettings {
+    ConnectionSettings {
+        tls: settings.tls.as_ref().map(|tls| UpstreamTls {
+            connector: tls.connector.for_host(node.dns_host()),
+            metrics: tls.metrics.clone(),
+        }),
+        ..settings.clone()
     }
 }
 
@@ -514,17 +533,30 @@ fn http2_nodes(
     };
     nodes
         .iter()
-        .map(|node| {
+        .zip(&config.nodes)
+        .map(|(node, given)| {
+            // TLS to a node given by DNS name names that host (without `server_name`); a
+            // node kept names what it named before, or is replaced.
+            let h2_settings = H2Settings {
+                tls: h2_settings.tls.as_ref().map(|tls| UpstreamTls {
+                    connector: tls.connector.for_host(given.dns_host()),
+                    metrics: tls.metrics.clone(),
+                }),
+                ..h2_settings.clone()
+            };
             let kept = previous.and_then(|pool| {
                 pool.http2
                     .iter()
-                    .find(|h2| h2.address() == node.address)
+                    .find(|h2| {
+                        h2.address() == node.address
+                            && h2.tls_name() == h2_settings.tls_name(node.address)
+                    })
                     .cloned()
             });
             let h2 = kept.unwrap_or_else(|| {
                 H2Node::new(
                     node.address,
-                    h2_settings.clone(),
+                    h2_settings,
                     node.metrics.clone(),
                     metrics.upstream_http2(&config.name, &node.address.to_string()),
                     pool_metrics.clone(),

@@ -179,7 +179,7 @@ fn monitor_one(
         "web",
         &[Arc::clone(node)],
         settings,
-        (None, &[], None, UpstreamProtocol::Http1),
+        (&[], &[], None, UpstreamProtocol::Http1),
         signal,
     )
 }
@@ -217,7 +217,7 @@ fn monitor_capped(
         &[Arc::clone(node)],
         &monitor(http_check(), Duration::from_millis(100)),
         (
-            None,
+            &[],
             &[Arc::clone(connections)],
             None,
             UpstreamProtocol::Http1,
@@ -425,7 +425,7 @@ async fn checks_of_a_proxy_protocol_pool_start_with_a_local_header() {
             "db",
             &[Arc::clone(&node)],
             &settings,
-            (None, &[], Some(version), UpstreamProtocol::Http1),
+            (&[], &[], Some(version), UpstreamProtocol::Http1),
             signal,
         );
         wait_for_active_up(&node, true).await;
@@ -438,7 +438,7 @@ async fn checks_of_a_proxy_protocol_pool_start_with_a_local_header() {
             "db",
             &[Arc::clone(&node)],
             &tcp,
-            (None, &[], Some(version), UpstreamProtocol::Http1),
+            (&[], &[], Some(version), UpstreamProtocol::Http1),
             signal,
         );
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -795,7 +795,7 @@ async fn checks_of_an_h2c_pool_speak_http2() {
         &nodes,
         // A generous timeout: a busy machine must not fail the working node's checks.
         &monitor(http_check(), Duration::from_secs(2)),
-        (None, &[], None, UpstreamProtocol::H2c),
+        (&[], &[], None, UpstreamProtocol::H2c),
         signal,
     );
     wait_for_active_up(&nodes[1], false).await;
