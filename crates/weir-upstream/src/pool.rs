@@ -167,14 +167,17 @@ impl Pool {
         let mut nodes = Vec::with_capacity(config.nodes.len());
         let mut connections = Vec::with_capacity(config.nodes.len());
         for node in &config.nodes {
+            let settings = node_settings(&settings, node);
             let kept = previous.and_then(|pool| {
                 let index = pool.nodes.iter().position(|n| n.address == node.address)?;
-                Some((
-                    Arc::clone(&pool.nodes[index]),
-                    Arc::clone(&pool.connections[index]),
-                ))
+                let connections = &pool.connections[index];
+                // Connections verified under another name (a node given by address now
+                // given by DNS name) are not kept.
+                let name =
+                    |tls: Option<&UpstreamTls>| tls.map(|tls| tls.connector.name_for(node.address));
+                (name(connections.tls().as_ref()) == name(settings.tls.as_ref()))
+                    .then(|| (Arc::clone(&pool.nodes[index]), Arc::clone(connections)))
             });
-            let settings = node_settings(&settings, node);
             let (state, pooled) = match kept {
                 Some((state, pooled)) => {
                     state.update(node.weight.get(), node.state, &config.passive_health);
