@@ -67,6 +67,18 @@ pub fn adopt(bytes: &[u8]) -> Result<Adopted, String> {
     Ok(adopted)
 }
 
+/// Drops what no acceptor took when the first model was built (a virtual server the new
+/// config does not have, or renamed): a virtual server a later reload adds starts with
+/// fresh keys and an empty cache, not with state whose age stopped counting at the
+/// handover. The number of virtual servers whose state was dropped.
+pub fn forget_unclaimed() -> usize {
+    ADOPTED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+        .map_or(0, |left| left.len())
+}
+
 /// The carried state of `virtual_server`, once: the first acceptor of that name takes it.
 pub(crate) fn take(virtual_server: &str) -> Option<Carried> {
     ADOPTED
@@ -247,6 +259,18 @@ mod tests {
         }
         let (_, empty) = decode(&encode(5, &[])).unwrap();
         assert!(empty.is_empty());
+    }
+
+    /// What the first model does not take is dropped, and never taken later.
+    #[test]
+    fn unclaimed_state_is_forgotten() {
+        let bytes = encode(1, &sample());
+        adopt(&bytes).unwrap();
+        assert!(take("secure").is_some());
+        assert!(take("secure").is_none(), "taken twice");
+        assert_eq!(forget_unclaimed(), 1);
+        assert!(take("other").is_none());
+        assert_eq!(forget_unclaimed(), 0);
     }
 
     /// Every cut, every flipped count and an unknown version are refused, never a panic

@@ -272,6 +272,15 @@ async fn bind(config: &Config, metrics: &Arc<Metrics>, take_over: bool) -> anyho
     };
     // Read every file the config names before any port is bound.
     let proxy = Proxy::build(config, metrics)?;
+    // TLS state handed over for virtual servers the first model does not have is dropped,
+    // so that none is taken by one a later reload adds, its age having stopped counting.
+    let dropped = weir_tls::carry::forget_unclaimed();
+    if dropped > 0 {
+        tracing::info!(
+            virtual_servers = dropped,
+            "binary upgrade: TLS sessions of virtual servers this configuration does not have were dropped"
+        );
+    }
     // A fresh start claims the upgrade socket first: a second weir of the same config
     // stops here, with the reason, before it tries any port.
     let fresh_upgrade = match take_over {
