@@ -76,6 +76,9 @@ pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metr
         .map(percent_decode)
         .collect();
     let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
+    // On the config file's text and on everything that edits or applies it, `If-Match`
+    // is the ETag of `GET /api/v1/config/toml`.
+    let if_match = request.if_match.as_deref();
     if let Some(response) =
         crate::cache_api::respond(live, request.method, &segments, &request.body)
     {
@@ -86,14 +89,16 @@ pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metr
             200,
             &views::model(&live.current(), live.last_reload().as_ref()),
         )),
-        (Method::Get | Method::Head, ["", "api", "v1", "config", "toml"]) => config_text(live),
+        (Method::Get | Method::Head, ["", "api", "v1", "config", "toml"]) => {
+            config_text(live, if_match)
+        }
         (Method::Post, ["", "api", "v1", "config", "validate"]) => {
             validate(live, &request.body).await
         }
         (Method::Put, ["", "api", "v1", "config"]) => {
-            replace(control, &request.body, request.if_match.as_deref()).await
+            replace(control, &request.body, if_match).await
         }
-        (Method::Post, ["", "api", "v1", "reload"]) => reload(control).await,
+        (Method::Post, ["", "api", "v1", "reload"]) => reload(control, if_match).await,
         (Method::Get | Method::Head, ["", "api", "v1", "reload"]) => Ok(Response::json(
             200,
             &json!({ "generation": live.generation(), "last_reload": live.last_reload().as_ref().map(views::reload) }),
@@ -115,7 +120,7 @@ pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metr
                 _ => None,
             };
             match edit {
-                Some(edit) => node_operation(control, pool, node, edit).await,
+                Some(edit) => node_operation(control, (pool, node), edit, if_match).await,
                 None => Err(Box::new(Response::error(
                     404,
                     format!(
@@ -126,7 +131,10 @@ pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metr
         }
         (Method::Put, ["", "api", "v1", "pools", pool, "nodes", node, "weight"]) => {
             match weight_body(&request.body) {
-                Ok(weight) => node_operation(control, pool, node, NodeEdit::Weight(weight)).await,
+                Ok(weight) => {
+                    let edit = NodeEdit::Weight(weight);
+                    node_operation(control, (pool, node), edit, if_match).await
+                }
                 Err(message) => Err(Box::new(Response::error(400, message))),
             }
         }
@@ -155,7 +163,7 @@ fn not_found_or_method(segments: &[&str]) -> Response {
     }
 }
 
-fn config_text(live: &Live) -> Result<Response, Refusal> {
+fn config_text(live: &Live, if_match: Option<&str>) -> Result<Response, Refusal> {
     let model = live.current();
     let text = match &model.config.source {
         Some(path) => std::fs::read_to_string(path).map_err(|error| {
@@ -166,6 +174,7 @@ fn config_text(live: &Live) -> Result<Response, Refusal> {
         })?,
         None => weir_config::EMBEDDED_DEFAULT.to_owned(),
     };
+    if_match_holds(&text, if_match)?;
     let mut response = Response {
         content_type: "application/toml; charset=utf-8",
         ..Response::text(200, &text)
@@ -185,14 +194,40 @@ fn etag(bytes: &[u8]) -> String {
     format!("\"{hex}\"")
 }
 
-/// Whether an `If-Match` value holds for a file whose tag is `current` (RFC 9110 §13.1.1:
-/// `*` for any file, else one of the listed tags by strong comparison; a weak tag never
-/// matches).
-fn if_match_holds(value: &str, current: &str) -> bool {
-    value
+/// `Ok` when the config file's `text` meets `if_match` (or there is none), else the `412`
+/// with its current ETag (RFC 9110 §13.1.1: `*` for any file, else one of the listed tags
+/// by strong comparison; a weak tag never matches).
+fn if_match_holds(text: &str, if_match: Option<&str>) -> Result<(), Refusal> {
+    let Some(condition) = if_match else {
+        return Ok(());
+    };
+    let current = etag(text.as_bytes());
+    if condition
         .split(',')
         .map(str::trim)
         .any(|tag| tag == "*" || tag == current)
+    {
+        return Ok(());
+    }
+    let mut refusal = Response::error(
+        412,
+        format!(
+            "the config file changed since it was read (its ETag is now {current}); \
+             GET /api/v1/config/toml again and make the change on what it returns"
+        ),
+    );
+    refusal.headers.push(("ETag", current));
+    Err(Box::new(refusal))
+}
+
+/// The config file's text, read now (a `500` when it cannot be).
+fn read_config(path: &Path) -> Result<String, Refusal> {
+    std::fs::read_to_string(path).map_err(|error| {
+        Box::new(Response::error(
+            500,
+            format!("cannot read {}: {error}", path.display()),
+        ))
+    })
 }
 
 /// The dry run: the candidate validated like a reload would (files read too), and the diff.
@@ -258,25 +293,9 @@ async fn replace(
     let live = &control.live;
     let path = file_of(live)?;
     let read = match if_match {
-        Some(condition) => {
-            let now = std::fs::read_to_string(&path).map_err(|error| {
-                Box::new(Response::error(
-                    500,
-                    format!("cannot read {}: {error}", path.display()),
-                ))
-            })?;
-            let current = etag(now.as_bytes());
-            if !if_match_holds(condition, &current) {
-                let mut refusal = Response::error(
-                    412,
-                    format!(
-                        "the config file changed since it was read (its ETag is now {current}); \
-                         GET /api/v1/config/toml again and make the change on what it returns"
-                    ),
-                );
-                refusal.headers.push(("ETag", current));
-                return Err(Box::new(refusal));
-            }
+        Some(_) => {
+            let now = read_config(&path)?;
+            if_match_holds(&now, if_match)?;
             Some(now)
         }
         None => None,
@@ -289,9 +308,13 @@ async fn replace(
     write_and_apply(live, &path, &text, read.as_deref()).await
 }
 
-/// `POST /api/v1/reload`: re-read the file and apply it (what `weir reload` calls).
-async fn reload(control: &Control) -> Result<Response, Refusal> {
+/// `POST /api/v1/reload`: re-read the file and apply it (what `weir reload` calls); with
+/// `If-Match`, only the file it names.
+async fn reload(control: &Control, if_match: Option<&str>) -> Result<Response, Refusal> {
     let _write = control.writes.lock().await;
+    if if_match.is_some() {
+        if_match_holds(&read_config(&file_of(&control.live)?)?, if_match)?;
+    }
     let live = Arc::clone(&control.live);
     applied(blocking(move || live.reload_file()).await)
 }
@@ -307,9 +330,9 @@ async fn certificates(live: &Arc<Live>) -> Result<Response, Refusal> {
 /// Drain, disable, enable or weight: edit the node in the file, then apply the file.
 async fn node_operation(
     control: &Control,
-    pool: &str,
-    node: &str,
+    (pool, node): (&str, &str),
     edit: NodeEdit,
+    if_match: Option<&str>,
 ) -> Result<Response, Refusal> {
     let _write = control.writes.lock().await;
     let live = &control.live;
@@ -322,12 +345,9 @@ async fn node_operation(
     };
     let target = running_node(running, node)?;
     let path = file_of(live)?;
-    let text = std::fs::read_to_string(&path).map_err(|error| {
-        Box::new(Response::error(
-            500,
-            format!("cannot read {}: {error}", path.display()),
-        ))
-    })?;
+    let text = read_config(&path)?;
+    // The edit is written only over this text: the condition holds for what is replaced.
+    if_match_holds(&text, if_match)?;
     let on_disk = weir_config::parse_file_text(&text, &path);
     let unchanged = on_disk
         .as_ref()

@@ -619,6 +619,24 @@ async fn a_put_with_a_stale_etag_is_refused_with_412() {
     assert_eq!(stale.status, 412, "{}", stale.body);
     assert_eq!(read(&setup.file), after_drain, "the drain was undone");
     assert_ne!(etag(&stale), read_tag);
+    // The same condition on whatever else reads or edits the file: a node operation, the
+    // reload, the file itself.
+    for (method, path) in [
+        ("POST", format!("/api/v1/pools/web/nodes/{a}/enable")),
+        ("POST", "/api/v1/reload".to_owned()),
+        ("GET", "/api/v1/config/toml".to_owned()),
+    ] {
+        let refused = call_with(
+            setup.admin,
+            (method, &path),
+            &format!("{auth}If-Match: {read_tag}\r\n"),
+            "",
+        )
+        .await;
+        assert_eq!(refused.status, 412, "{method} {path}: {}", refused.body);
+    }
+    assert_eq!(read(&setup.file), after_drain, "a refused operation wrote");
+    assert_eq!(setup.proxy.live.generation(), 2, "a refused reload applied");
     // A weak tag, or another tag, never matches; the current one (among others) does.
     let again = api(setup.admin, "GET", "/api/v1/config/toml", "").await;
     let now = etag(&again);
@@ -641,8 +659,18 @@ async fn a_put_with_a_stale_etag_is_refused_with_412() {
     )
     .await;
     assert_eq!(applied.status, 200, "{}", applied.body);
-    let written = read(&setup.file);
-    assert!(written.contains("level = \"info\"") && written.contains("draining"));
+    assert!(read(&setup.file).contains("draining"), "B's drain was lost");
+    let current = etag(&api(setup.admin, "GET", "/api/v1/config/toml", "").await);
+    let enabled = call_with(
+        setup.admin,
+        ("POST", &format!("/api/v1/pools/web/nodes/{a}/enable")),
+        &format!("{auth}If-Match: {current}\r\n"),
+        "",
+    )
+    .await;
+    assert_eq!(enabled.status, 200, "{}", enabled.body);
+    assert!(!read(&setup.file).contains("draining"));
+    assert!(read(&setup.file).contains("level = \"info\""));
     setup.stop().await;
 }
 
