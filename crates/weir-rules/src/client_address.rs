@@ -56,11 +56,33 @@ pub fn client_address(source: &ClientAddressSource, peer: IpAddr, head: &Request
 
 /// The comma-separated elements of one field value; in `Forwarded`, a comma inside a quoted
 /// string (`host="a,b"`) is part of its value, not a separator (RFC 7239 section 4).
+///
+/// Unless a quoted string is still open at the end of the line: then an element a client
+/// left open (`host="`, `host="a\"`) would take in every element a trusted proxy appended
+/// to the same line, its own included, and the line is split at every comma instead. The
+/// proxy's element, which holds no such quote, stands alone again, as it does when the
+/// proxy adds a line of its own; the malformed element ends the walk if it is reached.
 fn elements(value: &[u8], quoted: bool) -> Vec<&[u8]> {
-    match quoted {
+    match quoted && !ends_in_quote(value) {
         true => weir_http::split_list(value).collect(),
         false => value.split(|&b| b == b',').collect(),
     }
+}
+
+/// Whether a quoted string is open at the end of `value` (a `\` inside one escaping the
+/// next byte).
+fn ends_in_quote(value: &[u8]) -> bool {
+    let (mut quoted, mut escaped) = (false, false);
+    for &byte in value {
+        if escaped {
+            escaped = false;
+        } else if quoted && byte == b'\\' {
+            escaped = true;
+        } else if byte == b'"' {
+            quoted = !quoted;
+        }
+    }
+    quoted
 }
 
 /// The `name=value` pairs of one `Forwarded` element, split at semicolons outside quoted
@@ -203,21 +225,40 @@ mod tests {
             from("Forwarded: for=203.0.113.9;ext=\"x, \\\"y, z\", for=10.1.1.1\r\n"),
             ip("203.0.113.9")
         );
-        // A quoted string left open swallows what a trusted proxy appended on the same
-        // line: that element is malformed and ends the walk at the peer, never giving the
-        // address inside it. On two lines the proxy's element stands alone.
-        assert_eq!(
-            from("Forwarded: for=192.168.7.7;host=\", for=203.0.113.5\r\n"),
-            ip("10.0.0.2")
-        );
-        assert_eq!(
-            from("Forwarded: for=192.168.7.7;host=\"\r\nForwarded: for=203.0.113.5\r\n"),
-            ip("203.0.113.5")
-        );
-        assert_eq!(
-            from("Forwarded: for=192.168.7.7;host=\"a\\\"\r\n"),
-            ip("10.0.0.2")
-        );
+        // A quoted string a client left open must not swallow what a trusted proxy
+        // appended on the same line: one line or two, the proxy's element names the
+        // client, and the malformed element gives no address when reached.
+        for spoof in [
+            "for=192.168.7.7;host=\"",
+            "for=192.168.7.7;host=\"a\\\"",
+            "for=192.168.7.7;host=a\"b",
+            "for=192.168.7.7;host=\"a, b",
+        ] {
+            assert_eq!(
+                from(&format!("Forwarded: {spoof}, for=203.0.113.5\r\n")),
+                ip("203.0.113.5"),
+                "{spoof}"
+            );
+            assert_eq!(
+                from(&format!("Forwarded: {spoof}, for=\"[2001:db8::5]:80\"\r\n")),
+                ip("2001:db8::5"),
+                "{spoof}"
+            );
+            assert_eq!(
+                from(&format!(
+                    "Forwarded: {spoof}\r\nForwarded: for=203.0.113.5\r\n"
+                )),
+                ip("203.0.113.5"),
+                "{spoof}"
+            );
+            // Behind a second trusted hop the malformed element is reached: the walk
+            // ends at the last address that parsed.
+            assert_eq!(
+                from(&format!("Forwarded: {spoof}, for=10.1.1.1\r\n")),
+                ip("10.1.1.1"),
+                "{spoof}"
+            );
+        }
         // A semicolon inside a quoted value separates no pairs.
         assert_eq!(
             from("Forwarded: host=\"x;for=192.168.7.7\";for=203.0.113.5\r\n"),
