@@ -183,16 +183,32 @@ pub fn cookie_in<'v>(value: &'v [u8], name: &str) -> Option<&'v [u8]> {
 /// The value of one `name=value` pair of a `Cookie` line (quotes taken off) when
 /// its name is `name`.
 fn cookie_named<'v>(pair: &'v [u8], name: &str) -> Option<&'v [u8]> {
-    let pair = pair.trim_ascii();
+    let pair = trim_cookie(pair);
     let eq = memchr::memchr(b'=', pair)?;
     // Applications read `role= admin` as `admin` (Python's http.cookies, Werkzeug): so do
     // rules, or a space would step around one.
-    let value = pair[eq + 1..].trim_ascii();
+    let value = trim_cookie(&pair[eq + 1..]);
     let value = value
         .strip_prefix(b"\"")
         .and_then(|v| v.strip_suffix(b"\""))
         .unwrap_or(value);
-    (pair[..eq].trim_ascii() == name.as_bytes()).then_some(value)
+    (trim_cookie(&pair[..eq]) == name.as_bytes()).then_some(value)
+}
+
+/// `bytes` without the whitespace around it that applications strip from a cookie's
+/// name and value: ASCII whitespace, and the bytes Python's `str.strip` also takes off a
+/// header it decoded as Latin-1 (as WSGI does), NEL (0x85) and NO-BREAK SPACE (0xA0).
+fn trim_cookie(bytes: &[u8]) -> &[u8] {
+    let space = |byte: &u8| byte.is_ascii_whitespace() || matches!(byte, 0x85 | 0xa0);
+    let start = bytes
+        .iter()
+        .position(|byte| !space(byte))
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|byte| !space(byte))
+        .map_or(start, |at| at + 1);
+    &bytes[start..end]
 }
 
 /// The path as rules match it: percent-encoded unreserved characters decoded,
@@ -299,6 +315,27 @@ mod tests {
                 "GET / HTTP/1.1\r\nHost: a\r\nCookie: {line}\r\n\r\n"
             ));
             assert_eq!(cookie(&request, "role"), Some(&b"admin"[..]), "{line}");
+        }
+        // NO-BREAK SPACE and NEL, which Werkzeug strips from the Latin-1 header WSGI gives.
+        for line in [
+            &b"role=\xa0admin"[..],
+            b"role=\x85admin",
+            b"role=admin\xa0",
+            b"role\xa0=admin",
+        ] {
+            let mut raw = b"GET / HTTP/1.1\r\nHost: a\r\nCookie: ".to_vec();
+            raw.extend_from_slice(line);
+            raw.extend_from_slice(b"\r\n\r\n");
+            let request = match weir_http::parse_request(&raw, &weir_http::Limits::default()) {
+                Ok(weir_http::Parsed::Complete(head, _)) => head,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(
+                cookie(&request, "role"),
+                Some(&b"admin"[..]),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
         }
         let v6 = head("GET http://[::1]:80/p?q HTTP/1.1\r\nHost: [::1]:80\r\n\r\n");
         assert_eq!(host(&v6), b"[::1]");
