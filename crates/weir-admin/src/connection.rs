@@ -124,13 +124,17 @@ async fn read_request(
                 )));
             }
         }
-        // Between requests a kept-alive connection gives its slot back when the listener is
-        // full: idle connections must not lock out a new client (or `/healthz`).
+        // A connection that has sent nothing of a request (kept alive between two, or new
+        // and silent) gives its slot back when the listener is full, as nginx reuses its
+        // idle connections: connections held open must not lock out a new client (or
+        // `/healthz`). One in the middle of a head keeps it, within the head timeout.
         let read = tokio::select! {
+            // Bytes already there are read first: a request that has come is not dropped.
+            biased;
             read = timeout_at(deadline, read_more(stream, buf)) => read,
             () = shutdown.triggered(), if !head_started => return Ok(ReadOutcome::Closed),
-            () = reclaim.notified(), if !head_started && !first => {
-                tracing::debug!("admin listener full: an idle kept-alive connection closed");
+            () = reclaim.notified(), if !head_started => {
+                tracing::debug!(first, "admin listener full: a connection waiting for a request closed");
                 return Ok(ReadOutcome::Closed);
             }
         };

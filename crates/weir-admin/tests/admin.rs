@@ -315,19 +315,20 @@ async fn a_silent_new_connection_is_closed_at_the_head_timeout() {
     assert_eq!(reply.status, 200);
 }
 
-/// Kept-alive connections that went idle give their slots back when every slot is taken:
-/// holding them all (one `/healthz` a minute each would do) must not lock out a new client,
-/// a load balancer's health check first of all. A connection in the middle of a request
-/// keeps its slot.
+/// Connections waiting for a request give their slots back when every slot is taken:
+/// holding them all (kept alive with one `/healthz` a minute each, or new and silent,
+/// reopened as they close) must not lock out a new client, a load balancer's health check
+/// first of all. A connection in the middle of a request keeps its slot.
 #[tokio::test]
-async fn idle_kept_alive_connections_make_room_for_a_new_client() {
+async fn idle_connections_make_room_for_a_new_client() {
     let limits = Limits {
         keep_alive_timeout: Duration::from_secs(60),
-        max_connections: 3,
+        header_read_timeout: Duration::from_secs(30),
+        max_connections: 4,
         ..Limits::default()
     };
     let admin = start(limits).await;
-    let mut idle = Vec::new();
+    let mut idle = vec![TcpStream::connect(admin.address).await.unwrap()];
     for _ in 0..2 {
         let mut stream = TcpStream::connect(admin.address).await.unwrap();
         stream
