@@ -366,7 +366,12 @@ impl Cache {
             true => without_set_cookie(&merged),
             false => merged,
         };
-        if !keep {
+        // A purge or a ban made while the check was out may have been meant for the stored
+        // object: it stays out (the next request fetches the whole response), and this
+        // client, whose request came before, is answered from it alone.
+        let (purges, latest) = (self.purges(), self.bans.latest());
+        let withdrawn = stale.is_removed() || self.bans.is_banned(stale);
+        if !keep || withdrawn {
             self.store.remove(stale);
             self.record_store();
             return answered(self.store.detached(stale.hash, object(stored_head)));
@@ -374,8 +379,14 @@ impl Cache {
         let vary = Arc::clone(&stale.vary);
         let inserted = self
             .store
-            .insert(stale.hash, vary, object(stored_head), self.bans.latest());
+            .insert(stale.hash, vary, object(stored_head), latest);
         self.metrics.evictions.inc_by(inserted.evicted);
+        // A purge that came between the check above and the insert missed the new copy.
+        if self.purges() != purges
+            && let Some(object) = &inserted.object
+        {
+            self.store.remove(object);
+        }
         self.record_store();
         answered(inserted.object.unwrap_or_else(|| Arc::clone(stale)))
     }

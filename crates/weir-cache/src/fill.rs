@@ -44,6 +44,9 @@ enum FillMode {
         hit: Option<Hit>,
         /// The stored objects this one took the place of: put back if it fails.
         replaced: Vec<Arc<Object>>,
+        /// The cache's purge count when it took their place: after a purge (by tag, say,
+        /// which may have been meant for them), they are not put back.
+        purges: u64,
     },
     /// Stored once complete; the client gets the bytes as they pass.
     Tee {
@@ -142,6 +145,7 @@ impl Fill {
             tags: pending.tags,
             stored_at: pending.stored_at,
         };
+        let purges = cache.purges();
         let inserted = cache
             .store
             .insert(pending.hash, pending.vary, new, cache.bans.latest());
@@ -164,6 +168,7 @@ impl Fill {
             body,
             hit: Some(hit),
             replaced: inserted.replaced,
+            purges,
         };
     }
 
@@ -346,11 +351,13 @@ impl Fill {
                 object,
                 body,
                 replaced,
+                purges,
                 ..
             } => {
                 body.abort();
-                if self.cache.store.remove(&object) {
-                    // A refresh that broke off leaves the copy it was to replace.
+                if self.cache.store.remove(&object) && self.cache.purges() == purges {
+                    // A refresh that broke off leaves the copy it was to replace, unless
+                    // a purge came meanwhile (by tag, it may have been meant for it).
                     let evicted = self.cache.store.reinstate(replaced);
                     self.cache.metrics.evictions.inc_by(evicted);
                 }

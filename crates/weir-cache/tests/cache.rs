@@ -1527,6 +1527,70 @@ async fn a_refresh_that_breaks_off_keeps_the_stale_object() {
     assert_serves_stale_on_503(&cache, &request, at(21), b"kept");
 }
 
+/// A refresh whose body breaks off after a purge by a tag of the copy it replaced (the new
+/// response no longer carries it) does not put that copy back: the purge was meant for it.
+#[tokio::test]
+async fn a_refresh_that_breaks_off_after_a_tag_purge_keeps_the_old_copy_out() {
+    let (cache, _, _) = new_cache();
+    let request = Req::get("/tagged");
+    let fields = [
+        ("Cache-Control", "max-age=10, stale-if-error=100"),
+        ("Surrogate-Key", "release-41"),
+    ];
+    fill(&cache, &request, node(200, &fields, b"old"), T0);
+    let exchange = forward(cache.lookup(&policy(), None, &request, at(20)));
+    let response = Resp::new(200)
+        .header("Cache-Control", "max-age=10")
+        .header("Surrogate-Key", "release-42")
+        .header("Content-Length", "100");
+    let Reply::Fill(mut refresh) =
+        cache.response(exchange, &policy(), None, &request, &response, at(20))
+    else {
+        panic!("a fill for the new answer");
+    };
+    refresh.push(Bytes::from_static(b"part")).unwrap();
+    // The old copy is out of the store while the new one fills: the purge finds nothing.
+    assert_eq!(cache.purge_tag("release-41"), 0);
+    refresh.abort();
+    assert_eq!(cache.stats().objects, 0, "the purged copy came back");
+    forward(cache.lookup(&policy(), None, &request, at(21)));
+}
+
+/// A purge, or a ban, made while a revalidation is out keeps the object out of the store
+/// when the node's 304 comes: this client, whose request came first, is answered from it;
+/// the next one fetches the whole response again.
+#[test]
+fn a_purge_or_a_ban_during_a_revalidation_keeps_the_object_out() {
+    for withdraw in ["purge", "ban"] {
+        let (cache, _, _) = new_cache();
+        let request = Req::get("/doc");
+        let answer = node(
+            200,
+            &[("Cache-Control", "max-age=10"), ("ETag", "\"v1\"")],
+            b"v1",
+        );
+        fill(&cache, &request, answer, T0);
+        let exchange = forward(cache.lookup(&policy(), None, &request, at(20)));
+        match withdraw {
+            "purge" => assert_eq!(cache.purge_url("http://example.com/doc"), Ok(1)),
+            _ => {
+                cache.ban("^http://example.com/doc", at(20)).unwrap();
+            }
+        }
+        let not_modified = Resp::new(304)
+            .header("Cache-Control", "max-age=100")
+            .header("ETag", "\"v1\"");
+        let Reply::Hit(answered) =
+            cache.response(exchange, &policy(), None, &request, &not_modified, at(20))
+        else {
+            panic!("{withdraw}: the 304 answers this client");
+        };
+        assert_eq!(body(&answered), b"v1");
+        forward(cache.lookup(&policy(), None, &request, at(21)));
+        assert_eq!(cache.stats().objects, 0, "{withdraw}: stored again");
+    }
+}
+
 /// In a full store, a new object larger than the small queue's share is not evicted by
 /// its own insertion: the requests waiting on its fill find it.
 #[tokio::test]
