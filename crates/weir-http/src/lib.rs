@@ -50,7 +50,9 @@ pub use head::{
 };
 pub use message::{BodyFraming, ConnectionInfo, Method, Version};
 pub use scan::HeadScan;
-pub use syntax::{FieldNames, is_token_char, qvalue, split_list, upgrade_protocols};
+pub use syntax::{
+    FieldNames, Outside, find_outside_quotes, is_token_char, qvalue, split_list, upgrade_protocols,
+};
 pub use trailers::{filter_trailers, is_forwardable_trailer};
 pub use write::{
     ForwardRequest, ForwardResponse, HeaderEdit, SimpleResponse, Unedited, reason_phrase,

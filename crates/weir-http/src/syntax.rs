@@ -78,23 +78,50 @@ pub fn split_list(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut rest = Some(value);
     std::iter::from_fn(move || {
         let text = rest?;
-        let mut quoted = false;
-        let mut escaped = false;
-        for (at, &byte) in text.iter().enumerate() {
-            if escaped {
-                escaped = false;
-            } else if quoted && byte == b'\\' {
-                escaped = true;
-            } else if byte == b'"' {
-                quoted = !quoted;
-            } else if byte == b',' && !quoted {
+        match find_outside_quotes(text, b',') {
+            Outside::At(at) => {
                 rest = Some(&text[at + 1..]);
-                return Some(trim_ows(&text[..at]));
+                Some(trim_ows(&text[..at]))
+            }
+            Outside::End { .. } => {
+                rest = None;
+                Some(trim_ows(text))
             }
         }
-        rest = None;
-        Some(trim_ows(text))
     })
+}
+
+/// Where [`find_outside_quotes`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outside {
+    /// At this position, the separator outside any quoted string.
+    At(usize),
+    /// At the end, with no separator outside one.
+    End {
+        /// A quoted string (or an escape in one) is still open there.
+        open: bool,
+    },
+}
+
+/// The first `separator` in `value` outside quoted strings (RFC 9110 §5.6.4: a `\` inside
+/// one escapes the next byte).
+pub fn find_outside_quotes(value: &[u8], separator: u8) -> Outside {
+    let mut quoted = false;
+    let mut escaped = false;
+    for (at, &byte) in value.iter().enumerate() {
+        if escaped {
+            escaped = false;
+        } else if quoted && byte == b'\\' {
+            escaped = true;
+        } else if byte == b'"' {
+            quoted = !quoted;
+        } else if byte == separator && !quoted {
+            return Outside::At(at);
+        }
+    }
+    Outside::End {
+        open: quoted || escaped,
+    }
 }
 
 pub(crate) fn trim_ows(mut value: &[u8]) -> &[u8] {

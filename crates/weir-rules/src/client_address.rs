@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use weir_config::{ClientAddressSource, canonical};
-use weir_http::RequestHead;
+use weir_http::{Outside, RequestHead};
 
 /// The client address for a request from `peer`.
 ///
@@ -69,45 +69,34 @@ fn elements(value: &[u8], quoted: bool) -> Vec<&[u8]> {
     }
 }
 
-/// Whether a quoted string is open at the end of `value` (a `\` inside one escaping the
-/// next byte).
-fn ends_in_quote(value: &[u8]) -> bool {
-    let (mut quoted, mut escaped) = (false, false);
-    for &byte in value {
-        if escaped {
-            escaped = false;
-        } else if quoted && byte == b'\\' {
-            escaped = true;
-        } else if byte == b'"' {
-            quoted = !quoted;
+/// Whether a quoted string is open at the end of `value`.
+fn ends_in_quote(mut value: &[u8]) -> bool {
+    loop {
+        match weir_http::find_outside_quotes(value, b',') {
+            Outside::At(at) => value = &value[at + 1..],
+            Outside::End { open } => return open,
         }
     }
-    quoted
 }
 
 /// The `name=value` pairs of one `Forwarded` element, split at semicolons outside quoted
 /// strings; `None` when a quoted string is not closed (RFC 7239 section 4), so nothing in
 /// a malformed element is read.
-fn pairs(element: &[u8]) -> Option<Vec<&[u8]>> {
+fn pairs(mut element: &[u8]) -> Option<Vec<&[u8]>> {
     let mut pairs = Vec::new();
-    let (mut quoted, mut escaped, mut start) = (false, false, 0);
-    for (at, &byte) in element.iter().enumerate() {
-        if escaped {
-            escaped = false;
-        } else if quoted && byte == b'\\' {
-            escaped = true;
-        } else if byte == b'"' {
-            quoted = !quoted;
-        } else if byte == b';' && !quoted {
-            pairs.push(&element[start..at]);
-            start = at + 1;
+    loop {
+        match weir_http::find_outside_quotes(element, b';') {
+            Outside::At(at) => {
+                pairs.push(&element[..at]);
+                element = &element[at + 1..];
+            }
+            Outside::End { open: true } => return None,
+            Outside::End { open: false } => {
+                pairs.push(element);
+                return Some(pairs);
+            }
         }
     }
-    if quoted || escaped {
-        return None;
-    }
-    pairs.push(&element[start..]);
-    Some(pairs)
 }
 
 /// The `for=` value of one `Forwarded` element's pairs (`for=192.0.2.60;proto=http`),
