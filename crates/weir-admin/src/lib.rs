@@ -128,7 +128,7 @@ pub async fn serve(
     let state = Arc::new(state);
     let local = listener.local_addr()?;
     let slots = Arc::new(Semaphore::new(state.limits.max_connections.max(1)));
-    // Told when every slot is taken: idle kept-alive connections close and free theirs.
+    // Told when every slot is taken: connections waiting for a request close and free theirs.
     let reclaim = Arc::new(Notify::new());
     let mut connections = JoinSet::new();
     let mut failures = weir_observe::AcceptFailures::new("admin");
@@ -179,9 +179,10 @@ pub async fn serve(
     result
 }
 
-/// Waits for a slot while every one is taken, asking idle kept-alive connections to give
-/// theirs back (again every 100 ms, for one that was between two waits when asked), as
-/// nginx reuses its idle connections when it runs out. `None` when shutdown comes first.
+/// Waits for a slot while every one is taken, asking connections that wait for a request
+/// (kept alive, or new and silent) to give theirs back (again every 100 ms, for one that
+/// was between two waits when asked), as nginx reuses its idle connections when it runs
+/// out. `None` when shutdown comes first.
 async fn full(
     slots: &Arc<Semaphore>,
     reclaim: &Notify,

@@ -54,8 +54,11 @@ pub(crate) async fn respond(request: &Request, state: &AdminState, local: Socket
     match &state.control {
         Some(control) => {
             let response = api::respond(request, control, &state.metrics).await;
-            // Who changed what: an audit trail of every change tried through the API.
-            if matches!(request.method, Method::Post | Method::Put) {
+            // Who changed what: an audit trail of every change tried through the API (a
+            // dry run changes nothing).
+            if matches!(request.method, Method::Post | Method::Put)
+                && !request.path.ends_with("/validate")
+            {
                 tracing::info!(
                     peer = %Peer(request.peer),
                     method = if request.method == Method::Put { "PUT" } else { "POST" },
