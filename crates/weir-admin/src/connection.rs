@@ -8,12 +8,12 @@ use std::time::{Duration, SystemTime};
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::Notify;
 use tokio::time::{Instant, timeout, timeout_at};
 use weir_core::ShutdownSignal;
 
 use crate::AdminState;
 use crate::http::{self, Request, Response};
+use crate::reclaim::Waiting;
 use crate::routes;
 
 /// How long, and how many bytes, to read and discard after answering an error before
@@ -31,11 +31,12 @@ enum ReadOutcome {
 }
 
 /// Serves requests on `stream` until the client or the server closes it.
-/// An idle kept-alive connection closes when `reclaim` is notified (the listener is full).
+/// While it waits for a request it is among `waiting`, which the listener asks to close
+/// when it is full ([`crate::reclaim`]).
 pub(crate) async fn serve_connection(
     mut stream: TcpStream,
     state: &AdminState,
-    (mut shutdown, reclaim): (ShutdownSignal, &Notify),
+    (mut shutdown, waiting): (ShutdownSignal, &Waiting),
     local: SocketAddr,
 ) {
     let mut buf = BytesMut::with_capacity(1024);
@@ -47,7 +48,7 @@ pub(crate) async fn serve_connection(
             &mut stream,
             &mut buf,
             (state, local, first),
-            (&mut shutdown, reclaim),
+            (&mut shutdown, waiting),
         );
         let outcome = match reading.await {
             Ok(outcome) => outcome,
@@ -92,7 +93,7 @@ async fn read_request(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
     (state, local, first): (&AdminState, SocketAddr, bool),
-    (shutdown, reclaim): (&mut ShutdownSignal, &Notify),
+    (shutdown, waiting): (&mut ShutdownSignal, &Waiting),
 ) -> io::Result<ReadOutcome> {
     let limits = &state.limits;
     let head_limits = weir_http::Limits {
@@ -111,6 +112,8 @@ async fn read_request(
     if head_started {
         deadline = Instant::now() + limits.header_read_timeout;
     }
+    // Among the connections the listener may ask to close until a request begins.
+    let mut place = (!head_started).then(|| waiting.enter());
     let head = loop {
         match weir_http::RequestHead::split_from(buf, &head_limits) {
             Ok(Some(head)) => break head,
@@ -125,15 +128,15 @@ async fn read_request(
             }
         }
         // A connection that has sent nothing of a request (kept alive between two, or new
-        // and silent) gives its slot back when the listener is full, as nginx reuses its
-        // idle connections: connections held open must not lock out a new client (or
-        // `/healthz`). One in the middle of a head keeps it, within the head timeout.
+        // and silent) gives its slot back when the listener is full and it is among the
+        // oldest waiting ([`crate::reclaim`]). One in the middle of a head keeps it,
+        // within the head timeout.
         let read = tokio::select! {
             // Bytes already there are read first: a request that has come is not dropped.
             biased;
             read = timeout_at(deadline, read_more(stream, buf)) => read,
             () = shutdown.triggered(), if !head_started => return Ok(ReadOutcome::Closed),
-            () = reclaim.notified(), if !head_started => {
+            () = async { place.as_ref().expect("waiting").asked().await }, if place.is_some() => {
                 tracing::debug!(first, "admin listener full: a connection waiting for a request closed");
                 return Ok(ReadOutcome::Closed);
             }
@@ -154,6 +157,7 @@ async fn read_request(
         }
         if !head_started {
             head_started = true;
+            place = None;
             deadline = Instant::now() + limits.header_read_timeout;
         }
     };

@@ -45,6 +45,7 @@ mod connection;
 mod dashboard;
 mod guard;
 mod http;
+mod reclaim;
 mod routes;
 mod views;
 
@@ -56,7 +57,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use weir_core::ShutdownSignal;
 use weir_observe::Metrics;
@@ -128,8 +129,8 @@ pub async fn serve(
     let state = Arc::new(state);
     let local = listener.local_addr()?;
     let slots = Arc::new(Semaphore::new(state.limits.max_connections.max(1)));
-    // Told when every slot is taken: connections waiting for a request close and free theirs.
-    let reclaim = Arc::new(Notify::new());
+    // The connections waiting for a request: when every slot is taken, the oldest close.
+    let waiting = Arc::new(reclaim::Waiting::default());
     let mut connections = JoinSet::new();
     let mut failures = weir_observe::AcceptFailures::new("admin");
     let result = loop {
@@ -137,7 +138,7 @@ pub async fn serve(
         let slot = match slots.clone().try_acquire_owned() {
             Ok(slot) => slot,
             Err(_) => {
-                let Some(slot) = full(&slots, &reclaim, &shutdown).await else {
+                let Some(slot) = full(&slots, &waiting, &shutdown).await else {
                     break Ok(());
                 };
                 slot
@@ -168,9 +169,9 @@ pub async fn serve(
         }
         let state = state.clone();
         let signal = shutdown.clone();
-        let reclaim = Arc::clone(&reclaim);
+        let waiting = Arc::clone(&waiting);
         connections.spawn(async move {
-            connection::serve_connection(stream, &state, (signal, &reclaim), local).await;
+            connection::serve_connection(stream, &state, (signal, &waiting), local).await;
             drop(slot);
         });
     };
@@ -179,17 +180,16 @@ pub async fn serve(
     result
 }
 
-/// Waits for a slot while every one is taken, asking connections that wait for a request
-/// (kept alive, or new and silent) to give theirs back (again every 100 ms, for one that
-/// was between two waits when asked), as nginx reuses its idle connections when it runs
-/// out. `None` when shutdown comes first.
+/// Waits for a slot while every one is taken, asking the oldest connections that wait for
+/// a request (kept alive, or new and silent) to give theirs back ([`reclaim::Waiting`]),
+/// again every 100 ms. `None` when shutdown comes first.
 async fn full(
     slots: &Arc<Semaphore>,
-    reclaim: &Notify,
+    waiting: &reclaim::Waiting,
     shutdown: &ShutdownSignal,
 ) -> Option<OwnedSemaphorePermit> {
     loop {
-        reclaim.notify_waiters();
+        waiting.reclaim();
         tokio::select! {
             () = shutdown.triggered() => return None,
             // The semaphore is never closed, so acquiring only fails if that changes.

@@ -318,13 +318,15 @@ async fn a_silent_new_connection_is_closed_at_the_head_timeout() {
 /// Connections waiting for a request give their slots back when every slot is taken:
 /// holding them all (kept alive with one `/healthz` a minute each, or new and silent,
 /// reopened as they close) must not lock out a new client, a load balancer's health check
-/// first of all. A connection in the middle of a request keeps its slot.
+/// first of all. The oldest go first, once they have waited a second: a connection just
+/// opened whose request is on its way is answered, and one in the middle of a request
+/// keeps its slot.
 #[tokio::test]
 async fn idle_connections_make_room_for_a_new_client() {
     let limits = Limits {
         keep_alive_timeout: Duration::from_secs(60),
         header_read_timeout: Duration::from_secs(30),
-        max_connections: 4,
+        max_connections: 6,
         ..Limits::default()
     };
     let admin = start(limits).await;
@@ -345,8 +347,15 @@ async fn idle_connections_make_room_for_a_new_client() {
     busy.write_all(b"GET /healthz HTTP/1.1\r\nHost")
         .await
         .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // A client whose request comes a moment after it connects, then one more connection,
+    // which takes the last slot: the listener, full, asks the oldest to close.
+    let mut late = TcpStream::connect(admin.address).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _last = TcpStream::connect(admin.address).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let reply = tokio::time::timeout(
-        Duration::from_secs(2),
+        Duration::from_secs(3),
         exchange(
             admin.address,
             b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n",
@@ -358,6 +367,14 @@ async fn idle_connections_make_room_for_a_new_client() {
     for stream in &mut idle {
         expect_closed(stream).await;
     }
+    late.write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        read_reply(&mut late, &mut Vec::new(), false).await.status,
+        200,
+        "the client that had just connected was closed"
+    );
     // The one in the middle of its head was not closed: it is answered.
     busy.write_all(b": admin\r\n\r\n").await.unwrap();
     assert_eq!(
