@@ -59,15 +59,33 @@ pub fn client_address(source: &ClientAddressSource, peer: IpAddr, head: &Request
 ///
 /// Unless a quoted string is still open at the end of the line: then an element a client
 /// left open (`host="`, `host="a\"`) would take in every element a trusted proxy appended
-/// to the same line, its own included, and the line is split at every comma instead. The
-/// proxy's element, which holds no such quote, stands alone again, as it does when the
-/// proxy adds a line of its own; the malformed element ends the walk if it is reached.
+/// to the same line, its own included. The line is then read from the comma after which
+/// the rest is whole again: that rest is the proxy's elements (which close every quote
+/// they open, and may hold commas inside one: `host="a,b"`), and the part before it is one
+/// malformed element, which ends the walk if it is reached. The rest is looked for among
+/// the last [`RECOVERED_COMMAS`] commas only, so a long line costs a bounded walk.
 fn elements(value: &[u8], quoted: bool) -> Vec<&[u8]> {
-    match quoted && !ends_in_quote(value) {
-        true => weir_http::split_list(value).collect(),
-        false => value.split(|&b| b == b',').collect(),
+    if !quoted {
+        return value.split(|&b| b == b',').collect();
+    }
+    if !ends_in_quote(value) {
+        return weir_http::split_list(value).collect();
+    }
+    let whole_after = memchr::memrchr_iter(b',', value)
+        .take(RECOVERED_COMMAS)
+        .filter(|&comma| !ends_in_quote(&value[comma + 1..]))
+        .last();
+    match whole_after {
+        Some(comma) => std::iter::once(&value[..comma])
+            .chain(weir_http::split_list(&value[comma + 1..]))
+            .collect(),
+        None => vec![value],
     }
 }
+
+/// How many of a line's last commas [`elements`] tries as the start of what a trusted
+/// proxy appended (a few elements of a few pairs each).
+const RECOVERED_COMMAS: usize = 32;
 
 /// Whether a quoted string is open at the end of `value`.
 fn ends_in_quote(mut value: &[u8]) -> bool {
@@ -178,16 +196,68 @@ mod tests {
         client_address(&source(), peer.parse().unwrap(), &request)
     }
 
-    #[test]
-    fn forwarded_names_the_client_in_for() {
+    /// The client address of a request from the trusted proxy 10.0.0.2 with `headers`,
+    /// read from `Forwarded`.
+    fn forwarded_from(headers: &str) -> IpAddr {
         let source = ClientAddressSource {
             header: Some("Forwarded".into()),
             ..source()
         };
-        let from = |headers: &str| {
-            let request = head(&format!("GET / HTTP/1.1\r\nHost: a\r\n{headers}\r\n"));
-            client_address(&source, "10.0.0.2".parse().unwrap(), &request)
-        };
+        let request = head(&format!("GET / HTTP/1.1\r\nHost: a\r\n{headers}\r\n"));
+        client_address(&source, "10.0.0.2".parse().unwrap(), &request)
+    }
+
+    #[test]
+    fn a_quoted_string_left_open_does_not_hide_the_proxys_element() {
+        let from = forwarded_from;
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        // A quoted string a client left open must not swallow what a trusted proxy
+        // appended on the same line: one line or two, the proxy's element names the
+        // client, and the malformed element gives no address when reached.
+        for spoof in [
+            "for=192.168.7.7;host=\"",
+            "for=192.168.7.7;host=\"a\\\"",
+            "for=192.168.7.7;host=a\"b",
+            "for=192.168.7.7;host=\"a, b",
+        ] {
+            // The proxy's element holds a comma in a quoted string of its own.
+            assert_eq!(
+                from(&format!(
+                    "Forwarded: {spoof}, for=203.0.113.5;host=\"a,b\";x=\"c, d\"\r\n"
+                )),
+                ip("203.0.113.5"),
+                "{spoof}"
+            );
+            assert_eq!(
+                from(&format!("Forwarded: {spoof}, for=203.0.113.5\r\n")),
+                ip("203.0.113.5"),
+                "{spoof}"
+            );
+            assert_eq!(
+                from(&format!("Forwarded: {spoof}, for=\"[2001:db8::5]:80\"\r\n")),
+                ip("2001:db8::5"),
+                "{spoof}"
+            );
+            assert_eq!(
+                from(&format!(
+                    "Forwarded: {spoof}\r\nForwarded: for=203.0.113.5\r\n"
+                )),
+                ip("203.0.113.5"),
+                "{spoof}"
+            );
+            // Behind a second trusted hop the malformed element is reached: the walk
+            // ends at the last address that parsed.
+            assert_eq!(
+                from(&format!("Forwarded: {spoof}, for=10.1.1.1\r\n")),
+                ip("10.1.1.1"),
+                "{spoof}"
+            );
+        }
+    }
+
+    #[test]
+    fn forwarded_names_the_client_in_for() {
+        let from = forwarded_from;
         let ip = |text: &str| text.parse::<IpAddr>().unwrap();
         assert_eq!(
             from("Forwarded: for=192.0.2.60;proto=http;by=203.0.113.43\r\n"),
@@ -214,40 +284,6 @@ mod tests {
             from("Forwarded: for=203.0.113.9;ext=\"x, \\\"y, z\", for=10.1.1.1\r\n"),
             ip("203.0.113.9")
         );
-        // A quoted string a client left open must not swallow what a trusted proxy
-        // appended on the same line: one line or two, the proxy's element names the
-        // client, and the malformed element gives no address when reached.
-        for spoof in [
-            "for=192.168.7.7;host=\"",
-            "for=192.168.7.7;host=\"a\\\"",
-            "for=192.168.7.7;host=a\"b",
-            "for=192.168.7.7;host=\"a, b",
-        ] {
-            assert_eq!(
-                from(&format!("Forwarded: {spoof}, for=203.0.113.5\r\n")),
-                ip("203.0.113.5"),
-                "{spoof}"
-            );
-            assert_eq!(
-                from(&format!("Forwarded: {spoof}, for=\"[2001:db8::5]:80\"\r\n")),
-                ip("2001:db8::5"),
-                "{spoof}"
-            );
-            assert_eq!(
-                from(&format!(
-                    "Forwarded: {spoof}\r\nForwarded: for=203.0.113.5\r\n"
-                )),
-                ip("203.0.113.5"),
-                "{spoof}"
-            );
-            // Behind a second trusted hop the malformed element is reached: the walk
-            // ends at the last address that parsed.
-            assert_eq!(
-                from(&format!("Forwarded: {spoof}, for=10.1.1.1\r\n")),
-                ip("10.1.1.1"),
-                "{spoof}"
-            );
-        }
         // A semicolon inside a quoted value separates no pairs.
         assert_eq!(
             from("Forwarded: host=\"x;for=192.168.7.7\";for=203.0.113.5\r\n"),
