@@ -11,8 +11,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-/// How long a connection waits for a request before it may be asked to close.
-pub(crate) const MIN_WAIT: Duration = Duration::from_secs(1);
+/// How long a connection waits for a request before it may be asked to close: longer than
+/// a client takes to send the request it connected for (milliseconds), short enough that
+/// a flood of silent connections turns over quickly, so a new client waits a fraction of a
+/// second for its turn.
+pub(crate) const MIN_WAIT: Duration = Duration::from_millis(250);
 
 /// How many are asked at once.
 pub(crate) const AT_ONCE: usize = 32;

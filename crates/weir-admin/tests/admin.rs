@@ -318,7 +318,7 @@ async fn a_silent_new_connection_is_closed_at_the_head_timeout() {
 /// Connections waiting for a request give their slots back when every slot is taken:
 /// holding them all (kept alive with one `/healthz` a minute each, or new and silent,
 /// reopened as they close) must not lock out a new client, a load balancer's health check
-/// first of all. The oldest go first, once they have waited a second: a connection just
+/// first of all. The oldest go first, once they have waited a while: a connection just
 /// opened whose request is on its way is answered, and one in the middle of a request
 /// keeps its slot.
 #[tokio::test]
