@@ -166,12 +166,7 @@ fn not_found_or_method(segments: &[&str]) -> Response {
 fn config_text(live: &Live, if_match: Option<&str>) -> Result<Response, Refusal> {
     let model = live.current();
     let text = match &model.config.source {
-        Some(path) => std::fs::read_to_string(path).map_err(|error| {
-            Box::new(Response::error(
-                500,
-                format!("cannot read {}: {error}", path.display()),
-            ))
-        })?,
+        Some(path) => read_config(path)?,
         None => weir_config::EMBEDDED_DEFAULT.to_owned(),
     };
     if_match_holds(&text, if_match)?;
@@ -253,12 +248,8 @@ fn parse_candidate(live: &Live, body: &[u8], record: bool) -> Result<Config, Ref
                 Some(path) => path.display().to_string(),
                 None => "<candidate>".to_owned(),
             };
-            let line = body[..error.valid_up_to()]
-                .iter()
-                .filter(|&&byte| byte == b'\n')
-                .count();
-            let problem =
-                ConfigError::single(&file, Some(line + 1), String::new(), NOT_TEXT.into());
+            let line = weir_config::line_at(body, error.valid_up_to());
+            let problem = ConfigError::single(&file, Some(line), String::new(), NOT_TEXT.into());
             live.refused(problem);
         }
         Box::new(Response::error(400, NOT_TEXT))

@@ -47,6 +47,7 @@ pub mod validate;
 use std::path::Path;
 
 pub use error::{ConfigError, Diagnostic, KeyPath};
+pub use locate::line_at;
 pub use model::*;
 pub use schema::Named;
 
@@ -75,9 +76,13 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     })?;
     let text = String::from_utf8(bytes).map_err(|error| {
         // TOML is UTF-8: say where the first byte that is not is, as any other error does.
-        let valid = &error.as_bytes()[..error.utf8_error().valid_up_to()];
-        let line = valid.iter().filter(|&&byte| byte == b'\n').count() + 1;
-        let column = valid.len() - valid.iter().rposition(|&byte| byte == b'\n').map_or(0, |at| at + 1) + 1;
+        let at = error.utf8_error().valid_up_to();
+        let line = line_at(error.as_bytes(), at);
+        let line_start = error.as_bytes()[..at]
+            .iter()
+            .rposition(|&byte| byte == b'\n')
+            .map_or(0, |newline| newline + 1);
+        let column = at - line_start + 1;
         ConfigError::single(
             &file_name,
             Some(line),
@@ -161,7 +166,7 @@ where
     F: serde::de::DeserializeOwned,
 {
     let document = parse_document(text).map_err(|error| {
-        let line = locate::line_at(text, error.offset);
+        let line = locate::line_at(text.as_bytes(), error.offset);
         ConfigError::single(
             file_name,
             Some(line),
@@ -269,7 +274,7 @@ where
         let (missing_key, message) = error::explain_serde_message(error.message());
         let line = error
             .span()
-            .map(|_| locate::line_at(&text, offset))
+            .map(|_| locate::line_at(text.as_bytes(), offset))
             .or_else(|| locator.as_ref().and_then(|l| l.line_of(&path)));
         if let Some(key) = missing_key {
             path = path.key(&key);

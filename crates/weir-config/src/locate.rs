@@ -189,13 +189,11 @@ fn nearest<'m, V>(map: &'m HashMap<KeyPath, V>, path: &KeyPath) -> Option<(KeyPa
     None
 }
 
-/// The 1-based line holding byte `offset`.
-pub(crate) fn line_at(text: &str, offset: usize) -> usize {
+/// The 1-based line holding byte `offset` of `text` (which need not be UTF-8: a file that
+/// is not is placed by it too).
+pub fn line_at(text: &[u8], offset: usize) -> usize {
     let end = offset.min(text.len());
-    1 + text.as_bytes()[..end]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
+    1 + text[..end].iter().filter(|&&b| b == b'\n').count()
 }
 
 /// A best guess at the key path of a line in a file that does not parse: the last
