@@ -47,7 +47,7 @@ pub(crate) async fn serve_connection(
         let reading = read_request(
             &mut stream,
             &mut buf,
-            (state, local, first),
+            (state, (local, peer), first),
             (&mut shutdown, waiting),
         );
         let outcome = match reading.await {
@@ -59,8 +59,7 @@ pub(crate) async fn serve_connection(
         };
         served = true;
         let (request, response) = match outcome {
-            ReadOutcome::Request(mut request) => {
-                request.peer = peer;
+            ReadOutcome::Request(request) => {
                 let response = routes::respond(&request, state, local).await;
                 (Some(request), response)
             }
@@ -92,7 +91,7 @@ pub(crate) async fn serve_connection(
 async fn read_request(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
-    (state, local, first): (&AdminState, SocketAddr, bool),
+    (state, (local, peer), first): (&AdminState, (SocketAddr, Option<SocketAddr>), bool),
     (shutdown, waiting): (&mut ShutdownSignal, &Waiting),
 ) -> io::Result<ReadOutcome> {
     let limits = &state.limits;
@@ -136,7 +135,12 @@ async fn read_request(
             biased;
             read = timeout_at(deadline, read_more(stream, buf)) => read,
             () = shutdown.triggered(), if !head_started => return Ok(ReadOutcome::Closed),
-            () = async { place.as_ref().expect("waiting").asked().await }, if place.is_some() => {
+            () = async {
+                match &place {
+                    Some(place) => place.asked().await,
+                    None => std::future::pending().await,
+                }
+            } => {
                 tracing::debug!(first, "admin listener full: a connection waiting for a request closed");
                 return Ok(ReadOutcome::Closed);
             }
@@ -163,14 +167,7 @@ async fn read_request(
     };
     // Refused from its head (no token, say): answered without reading the body.
     if !matches!(head.framing(), weir_http::BodyFraming::None)
-        && let Some(refusal) = routes::refusal(
-            &Request {
-                peer: stream.peer_addr().ok(),
-                ..Request::new(&head, Vec::new())
-            },
-            state,
-            local,
-        )
+        && let Some(refusal) = routes::refusal(&Request::new(&head, Vec::new(), peer), state, local)
     {
         return Ok(ReadOutcome::Reject(refusal));
     }
@@ -181,7 +178,7 @@ async fn read_request(
     )
     .await
     {
-        Ok(Ok(Ok(body))) => Ok(ReadOutcome::Request(Request::new(&head, body))),
+        Ok(Ok(Ok(body))) => Ok(ReadOutcome::Request(Request::new(&head, body, peer))),
         Ok(Ok(Err(response))) => Ok(ReadOutcome::Reject(response)),
         Ok(Err(error)) => Err(error),
         Err(_elapsed) => Ok(ReadOutcome::Reject(Response::error(408, "request timeout"))),

@@ -37,7 +37,7 @@ pub(crate) struct Request {
     pub accepts_openmetrics: bool,
     /// The `If-Match` lines, joined with commas; `None` when there is none.
     pub if_match: Option<String>,
-    /// The client's address, for the log (set by the connection that read the request).
+    /// The client's address, for the log.
     pub peer: Option<std::net::SocketAddr>,
     /// The whole body (empty when none was sent).
     pub body: Vec<u8>,
@@ -56,8 +56,12 @@ pub(crate) struct Response {
 }
 
 impl Request {
-    /// The request of a parsed head and its body.
-    pub(crate) fn new(head: &RequestHead, body: Vec<u8>) -> Request {
+    /// The request of a parsed head and its body, from `peer`.
+    pub(crate) fn new(
+        head: &RequestHead,
+        body: Vec<u8>,
+        peer: Option<std::net::SocketAddr>,
+    ) -> Request {
         Request {
             method: match head.method_bytes() {
                 b"GET" => Method::Get,
@@ -86,7 +90,7 @@ impl Request {
                     .collect();
                 (!lines.is_empty()).then(|| lines.join(", "))
             },
-            peer: None,
+            peer,
             body,
         }
     }

@@ -7,7 +7,7 @@ fn request(head: &str) -> Request {
     let head = weir_http::RequestHead::split_from(&mut buf, &weir_http::Limits::default())
         .unwrap()
         .unwrap();
-    Request::new(&head, Vec::new())
+    Request::new(&head, Vec::new(), None)
 }
 
 #[test]

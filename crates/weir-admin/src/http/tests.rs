@@ -9,7 +9,7 @@ fn request(bytes: &[u8]) -> Request {
     let head = RequestHead::split_from(&mut buf, &weir_http::Limits::default())
         .unwrap()
         .unwrap();
-    Request::new(&head, Vec::new())
+    Request::new(&head, Vec::new(), None)
 }
 
 #[test]
