@@ -530,15 +530,10 @@ impl Pieces {
 
     /// The last bytes, once the body has ended (a slow encoder's on a blocking thread:
     /// [`Pieces::on_transform`]).
-    async fn finish(self) -> Result<Bytes, Failure> {
-        let transform = self.transform;
-        let finished = match transform.is_slow() {
-            false => transform.finish(),
-            true => tokio::task::spawn_blocking(move || transform.finish())
-                .await
-                .unwrap_or_else(|_| Err(io::Error::other("the encoder's thread failed"))),
-        };
-        finished.map_err(encoder_failed)
+    async fn finish(mut self) -> Result<Bytes, Failure> {
+        self.on_transform(|transform| std::mem::replace(transform, Transform::Away).finish())
+            .await
+            .map_err(encoder_failed)
     }
 }
 
