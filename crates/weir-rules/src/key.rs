@@ -68,7 +68,8 @@ pub fn request_key<'h>(
 /// What limits count a client address under: an IPv4 address, or the /64 network of an
 /// IPv6 one (an IPv4-mapped address is its IPv4 one). One host usually holds a whole
 /// /64, so counting each address apart would let it step around any per-client limit
-/// with addresses it owns; the fair queue groups clients the same way.
+/// with addresses it owns. The fair queue's flows (`weir_upstream::Flow::client`) are
+/// these clients too.
 pub fn limited_client(address: IpAddr) -> IpAddr {
     match weir_config::canonical(address) {
         IpAddr::V6(v6) => IpAddr::V6((v6.to_bits() & !u128::from(u64::MAX)).into()),

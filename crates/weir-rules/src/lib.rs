@@ -52,7 +52,7 @@ mod template;
 pub use client_address::client_address;
 pub use decision::{Answer, Decision, HeaderEdits, Outcome};
 pub use facts::{Facts, tls_version_text};
-pub use key::{Key, each_request_key, request_key, stable_hash};
+pub use key::{Key, each_request_key, limited_client, request_key, stable_hash};
 pub use limits::{Refusal, TrafficLimits};
 pub use request::{
     canonical_host, cookie, cookie_in, host, match_host, normalized_path, query, query_param, uri,

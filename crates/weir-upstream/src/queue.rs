@@ -31,11 +31,12 @@ pub enum Flow {
 }
 
 impl Flow {
-    /// The flow of requests from `address` (an IPv4-mapped IPv6 address is its IPv4 one).
+    /// The flow of requests from `address`: its client as limits count it
+    /// ([`weir_rules::limited_client`]: an IPv4 address, an IPv6 one's /64).
     pub fn client(address: IpAddr) -> Flow {
-        let bits = match weir_config::canonical(address) {
+        let bits = match weir_rules::limited_client(address) {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().to_bits(),
-            IpAddr::V6(v6) => v6.to_bits() & !u128::from(u64::MAX),
+            IpAddr::V6(v6) => v6.to_bits(),
         };
         Flow::Client(bits)
     }
