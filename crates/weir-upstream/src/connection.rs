@@ -62,6 +62,17 @@ pub struct UpstreamTls {
     pub metrics: weir_observe::UpstreamTlsMetrics,
 }
 
+impl UpstreamTls {
+    /// The pool's TLS for `node`: one given by DNS name names that host (without a
+    /// `server_name`; [`weir_tls::Connector::for_host`]).
+    pub fn for_node(&self, node: &weir_config::Node) -> UpstreamTls {
+        UpstreamTls {
+            connector: self.connector.for_host(node.dns_host()),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
 /// The connection pool of one node.
 #[derive(Debug)]
 pub struct NodeConnections {

@@ -482,14 +482,10 @@ fn connection_settings(config: &weir_config::Pool, tls: Option<UpstreamTls>) -> 
     }
 }
 
-/// The pool's connection settings for `node`: TLS to a node given by DNS name names that
-/// host (without a `server_name`; [`weir_tls::Connector::for_host`]).
+/// The pool's connection settings for `node` ([`UpstreamTls::for_node`]).
 fn node_settings(settings: &ConnectionSettings, node: &weir_config::Node) -> ConnectionSettings {
     ConnectionSettings {
-        tls: settings.tls.as_ref().map(|tls| UpstreamTls {
-            connector: tls.connector.for_host(node.dns_host()),
-            metrics: tls.metrics.clone(),
-        }),
+        tls: settings.tls.as_ref().map(|tls| tls.for_node(node)),
         ..settings.clone()
     }
 }
@@ -541,10 +537,7 @@ fn http2_nodes(
             // TLS to a node given by DNS name names that host (without `server_name`); a
             // node kept names what it named before, or is replaced.
             let h2_settings = H2Settings {
-                tls: h2_settings.tls.as_ref().map(|tls| UpstreamTls {
-                    connector: tls.connector.for_host(given.dns_host()),
-                    metrics: tls.metrics.clone(),
-                }),
+                tls: h2_settings.tls.as_ref().map(|tls| tls.for_node(given)),
                 ..h2_settings.clone()
             };
             let kept = previous.and_then(|pool| {
