@@ -107,11 +107,17 @@ impl SessionCache {
             if !self.fresh(stored, now) {
                 continue;
             }
-            let mut shard = self.shard(&session.key);
-            shard.evict(self.per_shard, self.lifetime, now);
-            shard.order.push_back((session.key.clone(), stored));
-            shard.entries.insert(session.key, (session.value, stored));
+            self.store(session.key, session.value, stored, now);
         }
+    }
+
+    /// Files `value` under `key` as stored at `stored`, evicting first what is past
+    /// its bounds at `now`.
+    fn store(&self, key: Vec<u8>, value: Vec<u8>, stored: Instant, now: Instant) {
+        let mut shard = self.shard(&key);
+        shard.evict(self.per_shard, self.lifetime, now);
+        shard.order.push_back((key.clone(), stored));
+        shard.entries.insert(key, (value, stored));
     }
 }
 
@@ -145,10 +151,7 @@ impl Shard {
 impl StoresServerSessions for SessionCache {
     fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
         let now = Instant::now();
-        let mut shard = self.shard(&key);
-        shard.evict(self.per_shard, self.lifetime, now);
-        shard.order.push_back((key.clone(), now));
-        shard.entries.insert(key, (value, now));
+        self.store(key, value, now, now);
         true
     }
 
