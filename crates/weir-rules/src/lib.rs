@@ -66,9 +66,17 @@ pub(crate) mod test_support {
 
     /// Parses a whole request head (panics on anything else).
     pub(crate) fn head(raw: &str) -> RequestHead {
-        match parse_request(raw.as_bytes(), &Limits::default()) {
+        head_bytes(raw.as_bytes())
+    }
+
+    /// [`head`] of bytes that need not be UTF-8.
+    pub(crate) fn head_bytes(raw: &[u8]) -> RequestHead {
+        match parse_request(raw, &Limits::default()) {
             Ok(Parsed::Complete(head, _)) => head,
-            other => panic!("not a complete head: {other:?}\n{raw}"),
+            other => panic!(
+                "not a complete head: {other:?}\n{}",
+                String::from_utf8_lossy(raw)
+            ),
         }
     }
 }
