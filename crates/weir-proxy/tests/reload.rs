@@ -427,16 +427,7 @@ async fn tls_sessions_resume_across_reloads() {
     };
     let proxy = TestProxy::start(&https(a.addr, "127.0.0.1:0", "")).await;
     let listen = proxy.addr.to_string();
-    for options in [
-        ClientOptions {
-            tls13_only: true,
-            ..ClientOptions::default()
-        },
-        ClientOptions {
-            tls12_only: true,
-            ..ClientOptions::default()
-        },
-    ] {
+    for options in ClientOptions::each_version() {
         let client = tls::client_config(&options);
         let mut first = tls::connect(proxy.addr, "site.test", &client)
             .await

@@ -140,6 +140,23 @@ impl Default for ClientOptions {
     }
 }
 
+impl ClientOptions {
+    /// The default options offering TLS 1.3 only, then TLS 1.2 only: a test run once per
+    /// version.
+    pub fn each_version() -> [ClientOptions; 2] {
+        [
+            ClientOptions {
+                tls13_only: true,
+                ..ClientOptions::default()
+            },
+            ClientOptions {
+                tls12_only: true,
+                ..ClientOptions::default()
+            },
+        ]
+    }
+}
+
 /// Builds a client config. Keep and reuse it across connections for resumption.
 pub fn client_config(options: &ClientOptions) -> Arc<ClientConfig> {
     let provider = Arc::new(aws_lc_rs::default_provider());

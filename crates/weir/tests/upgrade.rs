@@ -633,19 +633,7 @@ async fn tls_sessions_resume_across_an_upgrade() {
     let mut old = serve(&file, false, &log);
     let clients: Vec<(SocketAddr, ClientOptions)> = [tickets, cache]
         .into_iter()
-        .flat_map(|addr| {
-            [
-                ClientOptions {
-                    tls13_only: true,
-                    ..ClientOptions::default()
-                },
-                ClientOptions {
-                    tls12_only: true,
-                    ..ClientOptions::default()
-                },
-            ]
-            .map(|options| (addr, options))
-        })
+        .flat_map(|addr| ClientOptions::each_version().map(|options| (addr, options)))
         .collect();
     let start = Instant::now();
     while tokio::net::TcpStream::connect(cache).await.is_err() {
