@@ -137,11 +137,7 @@ impl Cache {
         self.purges.fetch_add(1, Ordering::AcqRel);
         let key = primary_key_of_url(prefix).ok_or_else(|| PurgeError::Url(prefix.to_owned()))?;
         // "http://h" normalises to "http://h/"; a prefix without a path matches the whole origin.
-        let key = if !prefix
-            .trim_start_matches("http://")
-            .trim_start_matches("https://")
-            .contains('/')
-        {
+        let key = if !crate::key::split_scheme(prefix).is_some_and(|(_, rest)| rest.contains('/')) {
             key[..key.len() - 1].to_vec()
         } else {
             key

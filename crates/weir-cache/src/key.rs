@@ -148,13 +148,7 @@ pub fn primary_key(request: &impl RequestView, out: &mut Vec<u8>) -> bool {
 /// (`https://example.com/a?b`), normalised like a request's; `None` when it
 /// is not an `http`/`https` URL with an authority.
 pub fn primary_key_of_url(url: &str) -> Option<Vec<u8>> {
-    let (scheme, rest) = if let Some(rest) = url.strip_prefix("http://") {
-        (Scheme::Http, rest)
-    } else if let Some(rest) = url.strip_prefix("https://") {
-        (Scheme::Https, rest)
-    } else {
-        return None;
-    };
+    let (scheme, rest) = split_scheme(url)?;
     let split = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(split);
     if authority.is_empty() {
@@ -169,16 +163,39 @@ pub fn primary_key_of_url(url: &str) -> Option<Vec<u8>> {
     Some(key)
 }
 
-/// `scheme://authority`, the authority lower-cased without its default port.
+/// An absolute `http`/`https` URL's scheme (in any case, RFC 3986 §3.1) and
+/// what follows `://`.
+pub(crate) fn split_scheme(url: &str) -> Option<(Scheme, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    if scheme.eq_ignore_ascii_case("http") {
+        Some((Scheme::Http, rest))
+    } else if scheme.eq_ignore_ascii_case("https") {
+        Some((Scheme::Https, rest))
+    } else {
+        None
+    }
+}
+
+/// `scheme://authority`, the authority lower-cased without its default port
+/// and without a trailing dot on the host: `example.com.` names the host
+/// `example.com` does, as routes and rules take it (crates/weir-rules/src/request.rs).
 fn push_origin(scheme: Scheme, authority: &[u8], out: &mut Vec<u8>) {
     let (prefix, default_port): (&[u8], &[u8]) = match scheme {
         Scheme::Http => (b"http://", b":80"),
         Scheme::Https => (b"https://", b":443"),
     };
     out.extend_from_slice(prefix);
-    let authority = authority.strip_suffix(default_port).unwrap_or(authority);
+    // The port starts at the last colon, unless that colon is inside an IPv6 literal.
+    let host_end = match authority.iter().rposition(|&b| b == b':') {
+        Some(colon) if !authority[colon..].contains(&b']') => colon,
+        _ => authority.len(),
+    };
+    let (host, port) = authority.split_at(host_end);
+    let host = host.strip_suffix(b".").unwrap_or(host);
+    let port = if port == default_port { &[][..] } else { port };
     let start = out.len();
-    out.extend_from_slice(authority);
+    out.extend_from_slice(host);
+    out.extend_from_slice(port);
     out[start..].make_ascii_lowercase();
 }
 
@@ -202,6 +219,18 @@ mod tests {
         );
         assert_eq!(key(&Req::get("/").authority("h:8080")), "http://h:8080/");
         assert_eq!(key(&Req::get("/").https().authority("h:443")), "https://h/");
+        // A trailing dot names the same host; an IPv6 literal keeps its colons.
+        assert_eq!(
+            key(&Req::get("/").authority("H.example.:80")),
+            "http://h.example/"
+        );
+        assert_eq!(key(&Req::get("/").authority("h.:8080")), "http://h:8080/");
+        assert_eq!(key(&Req::get("/").authority("[::1]:80")), "http://[::1]/");
+        assert_eq!(key(&Req::get("/").authority("[::1]")), "http://[::1]/");
+        assert_eq!(
+            key(&Req::get("/").authority("[::1]:81")),
+            "http://[::1]:81/"
+        );
         let mut out = Vec::new();
         assert!(!primary_key(&Req::get("/").no_authority(), &mut out));
         assert!(out.is_empty());
@@ -227,6 +256,10 @@ mod tests {
             );
         }
         assert_eq!(primary_key_of_url("ftp://h/"), None);
+        assert_eq!(
+            primary_key_of_url("HTTPS://Example.com/x"),
+            primary_key_of_url("https://example.com/x")
+        );
         assert_eq!(primary_key_of_url("http:///x"), None);
     }
 
