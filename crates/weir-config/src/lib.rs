@@ -62,11 +62,19 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("embedded_default.toml");
 /// The file name that errors in [`EMBEDDED_DEFAULT`] would carry.
 pub const EMBEDDED_DEFAULT_NAME: &str = "<embedded default>";
 
+/// The largest configuration file read, in bytes. A config with ten thousand virtual
+/// servers is a few MiB; a file far past this bound is a mistake (a log or an image
+/// named by accident), and parsing it would cost a running weir, asked to reload it,
+/// gigabytes of memory before it could say so.
+pub const MAX_CONFIG_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Reads and validates a configuration file. Read errors are reported as a
-/// [`ConfigError`] too. The result's `source` is `path`.
+/// [`ConfigError`] too, as is a file larger than [`MAX_CONFIG_BYTES`]. The
+/// file may be a pipe (`weir check --config <(generate)`). The result's `source`
+/// is `path`.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     let file_name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|error| {
+    let bytes = read_bounded(path).map_err(|error| {
         ConfigError::single(
             &file_name,
             None,
@@ -93,6 +101,34 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
         )
     })?;
     parse_file_text(&text, path)
+}
+
+/// The bytes of the file at `path`, refused past [`MAX_CONFIG_BYTES`] without
+/// reading further.
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path)?;
+    let too_large = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "larger than {} MiB, the most a config may be",
+                MAX_CONFIG_BYTES >> 20
+            ),
+        )
+    };
+    if meta.is_file() && meta.len() > MAX_CONFIG_BYTES {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    // A pipe has no length, and a file may grow between the stat and the read.
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_large());
+    }
+    Ok(bytes)
 }
 
 /// Validates `text` as if it were the content of the file at `path` (which it need not be

@@ -397,3 +397,23 @@ fn a_named_fifo_is_refused_without_waiting() {
     assert!(started.elapsed() < std::time::Duration::from_secs(1));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file past the size bound is refused by its size, with the file named, before it is
+/// read: a reload asked to parse a huge file by mistake must not cost the running weir
+/// its memory.
+#[test]
+fn a_config_past_the_size_bound_is_refused_unread() {
+    let dir = std::env::temp_dir().join(format!("weir-config-huge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("weir.toml");
+    let file = std::fs::File::create(&path).unwrap();
+    // Sparse: no disk is used for the length.
+    file.set_len(crate::MAX_CONFIG_BYTES + 1).unwrap();
+    let error = crate::load_file(&path).unwrap_err().to_string();
+    assert!(error.contains("weir.toml"), "{error}");
+    assert!(error.contains("larger than 64 MiB"), "{error}");
+    file.set_len(1024).unwrap();
+    let error = crate::load_file(&path).unwrap_err().to_string();
+    assert!(!error.contains("larger than"), "{error}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
