@@ -40,7 +40,7 @@ pub(crate) enum NodeLink {
     /// A stream on a shared HTTP/2 connection (pools with protocol `h2`/`h2c`).
     Http2 {
         /// Held until the body is read: dropping it frees the stream slot.
-        _lease: StreamLease,
+        lease: StreamLease,
         body: h2::RecvStream,
         /// An extended CONNECT's (RFC 8441) side towards the node: the stream
         /// stays open, to carry the tunnel once the node answers 2xx.
@@ -445,7 +445,7 @@ async fn attempt_h2(
             )?;
         }
         let answered = next_h2_answer(
-            &mut waiting,
+            (&mut waiting, &request.lease),
             reading,
             pump.as_mut(),
             &mut deadline,
@@ -475,7 +475,7 @@ async fn attempt_h2(
         // connection closes after the answer.
         body_cut: upload.is_some(),
         lease: NodeLink::Http2 {
-            _lease: request.lease,
+            lease: request.lease,
             body: response.body,
             upload,
             pump,
@@ -573,7 +573,10 @@ async fn send_rest_h2(
             {
                 true
             }
-            http2::upstream::Upload::Sent(Err(failure)) => return Err(failure),
+            http2::upstream::Upload::Sent(Err(failure)) => {
+                http2::upstream::suspect_on_timeout(&request.lease, &failure.error);
+                return Err(failure);
+            }
             http2::upstream::Upload::Answered => true,
         }
     };
@@ -582,8 +585,24 @@ async fn send_rest_h2(
 
 /// The HTTP/2 node's next answer to a request whose body may still be streaming (`body`).
 /// The node's time to answer (`response_time`) starts once the body has all gone (its
-/// `deadline`, set then and kept across interim answers).
+/// `deadline`, set then and kept across interim answers). A node that lets the deadline
+/// pass makes its connection suspect (`http2::upstream::suspect_on_timeout`).
 async fn next_h2_answer(
+    (waiting, lease): (&mut h2::client::ResponseFuture, &StreamLease),
+    reading: http2::upstream::Reading<'_>,
+    body: Option<&mut PumpWatch>,
+    deadline: &mut Option<Instant>,
+    response_time: std::time::Duration,
+) -> Result<http2::upstream::Answer, Error> {
+    let answer = wait_h2_answer(waiting, reading, body, deadline, response_time).await;
+    if let Err(error) = &answer {
+        http2::upstream::suspect_on_timeout(lease, error);
+    }
+    answer
+}
+
+/// [`next_h2_answer`], the node's connection aside.
+async fn wait_h2_answer(
     waiting: &mut h2::client::ResponseFuture,
     reading: http2::upstream::Reading<'_>,
     mut body: Option<&mut PumpWatch>,

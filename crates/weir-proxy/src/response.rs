@@ -321,12 +321,20 @@ impl Upstream {
     /// then its trailers (the fields that may be forwarded) or none. Waits up to the stall
     /// timeout for each; DATA past the length is a bad response.
     pub(crate) async fn h2_trailers(&mut self) -> Result<Bytes, Failure> {
-        let Some(NodeLink::Http2 { body, .. }) = self.lease.as_mut() else {
+        let Some(NodeLink::Http2 { body, lease, .. }) = self.lease.as_mut() else {
             return Ok(Bytes::new());
         };
+        let lease = &*lease;
         // The trailers come after the last DATA frame is read: the h2 crate gives them only
         // once `data` has said the body ended.
-        while let Some(data) = http2::upstream::read_body(body, self.stall).await? {
+        let suspect = |error: Error| {
+            http2::upstream::suspect_on_timeout(lease, &error);
+            error
+        };
+        while let Some(data) = http2::upstream::read_body(body, self.stall)
+            .await
+            .map_err(suspect)?
+        {
             if !data.is_empty() {
                 return Err(Failure::from_error(
                     Error::new(ErrorKind::BadResponse, Side::Upstream)
@@ -335,7 +343,10 @@ impl Upstream {
             }
         }
         let mut kept = BytesMut::new();
-        if let Some(map) = http2::upstream::read_trailers(body, self.stall).await? {
+        if let Some(map) = http2::upstream::read_trailers(body, self.stall)
+            .await
+            .map_err(suspect)?
+        {
             let mut lines = BytesMut::new();
             weir_http::http2::trailers_from_h2(&map, &mut lines);
             filter_trailers(&lines, &mut kept);
@@ -378,7 +389,11 @@ impl Upstream {
             None => return Ok(Some(0)),
             Some(NodeLink::Http1(lease)) => lease,
             Some(NodeLink::Http2 {
-                body, pump, ahead, ..
+                body,
+                pump,
+                ahead,
+                lease,
+                ..
             }) => {
                 let chunked = matches!(self.source, Some(Source::Chunked(_)));
                 // What was read ahead while the request body still went comes first.
@@ -396,6 +411,7 @@ impl Upstream {
                 let stall = self.stall;
                 let read = async {
                     read_h2(body, chunked, buf, stall).await.map_err(|failure| {
+                        http2::upstream::suspect_on_timeout(lease, &failure.error);
                         match pump.as_mut().and_then(PumpWatch::failure) {
                             // The node's stream was reset because the client's body failed
                             // (past `max_body_bytes`, say): the client's fault, not the node's.

@@ -75,7 +75,7 @@ pub(crate) async fn tunnel(
             to_http1_node(client, vs, head, &response, tunnel, edits).await
         }
         NodeLink::Http2 {
-            _lease: stream_lease,
+            lease: stream_lease,
             body,
             upload: Some(mut upload),
             ..

@@ -1565,3 +1565,123 @@ async fn early_hints_sent_during_a_streamed_upload_reach_the_client() {
     );
     proxy.stop().await;
 }
+
+/// A node whose first connection goes dead after its first answer, socket still open
+/// (a node frozen, or a middlebox that dropped the flow): it neither reads nor answers
+/// there, PINGs included, while new connections are served. `/hang` is never answered, on
+/// a connection that stays alive. Counts connections.
+async fn wedging_node() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&connections);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let first = counted.fetch_add(1, Ordering::Relaxed) == 0;
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                let mut held = Vec::new();
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    if request.uri().path() == "/hang" {
+                        held.push(respond);
+                        continue;
+                    }
+                    if let Ok(mut send) = respond.send_response(ok_head(), false) {
+                        let _ = send.send_data(Bytes::from_static(b"ok"), true);
+                    }
+                    if first {
+                        // Long enough to send the answer; then nothing more is read or sent.
+                        let _ = tokio::time::timeout(
+                            std::time::Duration::from_millis(200),
+                            connection.accept(),
+                        )
+                        .await;
+                        std::future::pending::<()>().await;
+                    }
+                }
+            });
+        }
+    });
+    (addr, connections)
+}
+
+/// A proxy to `node` (h2c) whose node may take 1 s to answer, and 1 s to answer a PING.
+async fn impatient_proxy(node: SocketAddr) -> TestProxy {
+    TestProxy::start(&weir_testkit::config(
+        &[node],
+        "protocol = \"h2c\"\n[pools.web.timeouts]\nresponse = \"1s\"\n\
+         [pools.web.http2]\nping_timeout = \"1s\"\n\
+         [pools.web.passive_health]\nconsecutive_failures = 0",
+        "",
+    ))
+    .await
+}
+
+/// A node connection that went dead while busy is found by the request that times out on
+/// it: weir PINGs it, and closes it when no answer comes, so the requests after go on a new
+/// connection. (It was kept for ever: every request after timed out on it, since a busy
+/// connection is never idle and no PING went without `ping_interval`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_connection_that_went_dead_is_replaced_after_a_timeout_on_it() {
+    let (node, connections) = wedging_node().await;
+    let proxy = impatient_proxy(node).await;
+    let get = |path: &'static str| async move {
+        weir_testkit::client::get(proxy.addr, path)
+            .await
+            .expect("an answer")
+            .status
+    };
+    assert_eq!(get("/").await, 200);
+    assert_eq!(get("/").await, 504, "the dead connection times out");
+    // The PING it was sent goes unanswered for `ping_timeout`.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(get("/").await, 200, "a new connection carries it");
+    assert_eq!(get("/").await, 200);
+    assert_eq!(connections.load(Ordering::Relaxed), 2);
+    let metrics = proxy.metrics.encode();
+    let counted =
+        format!("weir_upstream_http2_ping_timeouts_total{{pool=\"web\",node=\"{node}\"}} 1\n");
+    assert!(metrics.contains(&counted), "{metrics}");
+    proxy.stop().await;
+}
+
+/// A node that is alive but leaves requests unanswered keeps its connection while it
+/// answers the PING a timeout sends; a second timeout soon after does not PING again (a
+/// gRPC server in Go would count it against weir), it drains the connection instead: the
+/// next request opens a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_on_a_live_connection_ping_once_then_drain_it() {
+    let (node, connections) = wedging_node().await;
+    let proxy = impatient_proxy(node).await;
+    let get = |path: &'static str| async move {
+        weir_testkit::client::get(proxy.addr, path)
+            .await
+            .expect("an answer")
+            .status
+    };
+    // The first connection wedges after its first answer: spend it on a first request
+    // whose connection the PING then closes.
+    assert_eq!(get("/").await, 200);
+    assert_eq!(get("/").await, 504);
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    // The second connection is alive: a hung request PINGs it, and the answer keeps it.
+    assert_eq!(get("/hang").await, 504);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(get("/").await, 200);
+    assert_eq!(
+        connections.load(Ordering::Relaxed),
+        2,
+        "a live connection is kept"
+    );
+    // Another hung request so soon drains it: the request after opens a third.
+    assert_eq!(get("/hang").await, 504);
+    assert_eq!(get("/").await, 200);
+    assert_eq!(connections.load(Ordering::Relaxed), 3);
+    let metrics = proxy.metrics.encode();
+    let counted =
+        format!("weir_upstream_http2_ping_timeouts_total{{pool=\"web\",node=\"{node}\"}} 1\n");
+    assert!(metrics.contains(&counted), "{metrics}");
+    proxy.stop().await;
+}

@@ -117,6 +117,8 @@ struct Shared {
     /// Padded empty DATA frames the node sent on it, which the codec counts (see
     /// `empty_data`): with its open streams, at most [`empty_data::RETIRE_AT`].
     empty_data: Arc<std::sync::atomic::AtomicU32>,
+    /// Tells the connection's driver that a stream on it timed out ([`StreamLease::suspect`]).
+    suspect: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
@@ -556,6 +558,7 @@ impl H2Node {
                     known,
                     settled: opened.settled,
                     empty_data: opened.empty_data,
+                    suspect: opened.suspect,
                 });
                 self.h2_metrics.streams_open.inc();
                 // The new connection may carry waiters' streams at once; those it has no
@@ -651,7 +654,7 @@ impl H2Node {
             return;
         };
         if !state.connections[index].draining {
-            tracing::debug!(node = %self.address, goaway, "HTTP/2 connection refused a stream; draining");
+            tracing::debug!(node = %self.address, goaway, "HTTP/2 connection takes no new stream; draining");
             state.connections[index].draining = true;
             if goaway {
                 self.h2_metrics.goaways.inc();
@@ -759,6 +762,20 @@ impl StreamLease {
             }
         }
         self.send.is_extended_connect_protocol_enabled()
+    }
+
+    /// The node kept this stream waiting past a timeout (its answer, the rest of its body,
+    /// room in its window): the connection may be dead while its socket is not, which
+    /// nothing else finds while streams keep it busy (no idle timeout), unless PINGs go
+    /// every `ping_interval`. Its driver PINGs it, and closes it if no answer comes within
+    /// `ping_timeout`; a connection PINGed so lately that another PING could count against
+    /// weir (see `connection::SUSPECT_PING_SPACING`) is drained instead, so new streams go to
+    /// a new connection.
+    pub fn suspect(&self) {
+        let state = self.node.lock();
+        if let Some(shared) = state.connections.iter().find(|c| c.id == self.connection) {
+            shared.suspect.notify_one();
+        }
     }
 
     /// Sends the request head on this stream. On failure the lease comes back

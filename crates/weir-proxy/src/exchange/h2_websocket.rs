@@ -92,7 +92,7 @@ pub(super) async fn attempt(
     let response = http2::upstream::response_head(sent.response, reading, timeout).await?;
     Ok(Exchange {
         lease: NodeLink::Http2 {
-            _lease: sent.lease,
+            lease: sent.lease,
             body: response.body,
             upload: Some(sent.body),
             pump: None,

@@ -436,6 +436,14 @@ fn bad_head(reason: &str) -> Error {
     Error::new(ErrorKind::BadResponse, Side::Upstream).context(format!("HTTP/2 response: {reason}"))
 }
 
+/// Tells `lease`'s connection that a stream on it timed out, when `error` says the node
+/// kept it waiting ([`StreamLease::suspect`]): the connection is PINGed, or drained.
+pub(crate) fn suspect_on_timeout(lease: &StreamLease, error: &Error) {
+    if error.kind() == ErrorKind::ResponseTimeout && error.side() == Side::Upstream {
+        lease.suspect();
+    }
+}
+
 /// The next piece of the response body (`None` at its end); its bytes go
 /// back to the node's window as the pipeline takes them.
 pub(crate) async fn read_body(

@@ -4,7 +4,8 @@
 //! and then every `ping_interval` where one is set, and ends the connection when the node
 //! closes it, when a PING goes unanswered past `ping_timeout`, or when the
 //! pool stops it. The first PONG tells that the node's SETTINGS have been
-//! applied (`Settled`).
+//! applied (`Settled`). A stream that timed out on the connection makes it PING
+//! at once ([`super::StreamLease::suspect`]).
 
 use std::future::poll_fn;
 use std::sync::{Arc, Weak};
@@ -25,6 +26,13 @@ use super::H2Node;
 /// Decoded bytes of one response header list weir accepts from a node.
 const MAX_HEADER_LIST: u32 = 256 * 1024;
 
+/// The least time between two PINGs sent because a stream timed out on a connection;
+/// a timeout sooner after such a PING drains the connection instead. gRPC servers in
+/// Go count a PING that comes less than 5 minutes after the previous one while they
+/// send nothing, and close the connection at the third: the first PING and one of
+/// these in any 5 minutes stay under that.
+const SUSPECT_PING_SPACING: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Becomes true once the node's SETTINGS have been applied: the node sends
 /// them before any other frame (RFC 9113 §3.4) and frames are processed in
 /// order, so they are once the codec has processed the node's first frame
@@ -40,6 +48,8 @@ pub(super) struct Opened {
     pub settled: Settled,
     /// Padded empty DATA frames the node sent on it so far (the ones the codec sees).
     pub empty_data: Arc<std::sync::atomic::AtomicU32>,
+    /// Wakes the driver when a stream on the connection timed out.
+    pub suspect: Arc<tokio::sync::Notify>,
 }
 
 /// Opens connection `id` to `node`.
@@ -116,12 +126,19 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
         Err(_) => return Err(timed_out(context())),
     };
     let (stop, stopped) = oneshot::channel();
-    tokio::spawn(drive(Arc::downgrade(node), id, connection, stopped, known));
+    let suspect = Arc::new(tokio::sync::Notify::new());
+    let signals = Signals {
+        stopped,
+        settled: known,
+        suspect: Arc::clone(&suspect),
+    };
+    tokio::spawn(drive(Arc::downgrade(node), id, connection, signals));
     Ok(Opened {
         send,
         stop,
         settled,
         empty_data,
+        suspect,
     })
 }
 
@@ -131,16 +148,30 @@ fn timed_out(context: String) -> Error {
         .retry_safe(true)
 }
 
+/// What reaches a connection's driver from the pool.
+struct Signals {
+    /// The pool stops the connection (idle, drained, shut down).
+    stopped: oneshot::Receiver<()>,
+    /// Told once the node's settings are applied.
+    settled: Arc<watch::Sender<bool>>,
+    /// A stream on the connection timed out.
+    suspect: Arc<tokio::sync::Notify>,
+}
+
 /// Runs one connection until it ends, then tells the node.
 async fn drive<T>(
     node: Weak<H2Node>,
     id: u64,
     mut connection: Connection<T, Bytes>,
-    mut stopped: oneshot::Receiver<()>,
-    settled: Arc<watch::Sender<bool>>,
+    signals: Signals,
 ) where
     T: AsyncRead + AsyncWrite + Unpin,
 {
+    let Signals {
+        mut stopped,
+        settled,
+        suspect,
+    } = signals;
     let Some((interval, timeout, address)) = node.upgrade().map(|node| {
         (
             node.settings.ping_interval,
@@ -170,33 +201,42 @@ async fn drive<T>(
     });
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_ping = Instant::now();
+    // When a timed-out stream last made the driver PING.
+    let mut suspected: Option<Instant> = None;
     // Whether the node ended the connection: with a GOAWAY, or (which the h2 crate reports
     // the same way as a GOAWAY without error) by closing it.
     let mut by_node = false;
     loop {
         tokio::select! {
             ended = &mut connection => {
-                by_node = match &ended {
-                    Ok(()) => true,
-                    Err(error) => error.is_go_away() && error.is_remote(),
-                };
-                if let Err(error) = ended {
-                    tracing::debug!(node = %address, %error, "HTTP/2 connection to node ended");
-                    // A TLS 1.3 node refusing weir's client certificate says so only now,
-                    // after weir's side of the handshake: a failed handshake and a connect
-                    // failure of the node after all, as for an HTTP/1.1 pool.
-                    if let (Some(io), Some(node)) = (error.get_io(), node.upgrade())
-                        && weir_tls::is_handshake_refusal(io)
-                    {
-                        node.metrics.connect_failures.inc();
-                        if let Some(tls) = &node.settings.tls {
-                            tls.metrics.failed.inc();
-                        }
-                    }
-                }
+                by_node = ended_by_node(&node, address, ended);
                 break;
             }
             _ = &mut stopped => break,
+            () = suspect.notified() => {
+                // A PING already on its way answers the question.
+                if ping_sent.is_some() {
+                    continue;
+                }
+                let now = Instant::now();
+                let may_ping = suspected
+                    .is_none_or(|at| now.saturating_duration_since(at) >= SUSPECT_PING_SPACING);
+                if may_ping
+                    && let Some(ping) = ping.as_mut()
+                    && ping.send_ping(Ping::opaque()).is_ok()
+                {
+                    tracing::debug!(node = %address, "a stream timed out on an HTTP/2 connection; PING to see that it is alive");
+                    ping_sent = Some(now);
+                    last_ping = now;
+                    suspected = Some(now);
+                    // The answer is due within `timeout`; ticks (at most that far apart)
+                    // look from now on.
+                    ticker.reset();
+                } else if let Some(node) = node.upgrade() {
+                    tracing::debug!(node = %address, "streams keep timing out on an HTTP/2 connection; draining it");
+                    node.drain(id, false);
+                }
+            }
             pong = poll_fn(|cx| poll_pong(&mut ping, cx)), if ping_sent.is_some() => {
                 ping_sent = None;
                 if pong.is_err() {
@@ -228,6 +268,31 @@ async fn drive<T>(
     if let Some(node) = node.upgrade() {
         node.ended(id, by_node);
     }
+}
+
+/// Whether the node ended the connection (GOAWAY, or closed); a TLS 1.3 node's refusal
+/// of weir's client certificate, which comes only now, is counted as a failed handshake.
+fn ended_by_node(
+    node: &Weak<H2Node>,
+    address: std::net::SocketAddr,
+    ended: Result<(), h2::Error>,
+) -> bool {
+    let Err(error) = ended else {
+        return true;
+    };
+    tracing::debug!(node = %address, %error, "HTTP/2 connection to node ended");
+    // A TLS 1.3 node refusing weir's client certificate says so only now, after weir's
+    // side of the handshake: a failed handshake and a connect failure of the node after
+    // all, as for an HTTP/1.1 pool.
+    if let (Some(io), Some(node)) = (error.get_io(), node.upgrade())
+        && weir_tls::is_handshake_refusal(io)
+    {
+        node.metrics.connect_failures.inc();
+        if let Some(tls) = &node.settings.tls {
+            tls.metrics.failed.inc();
+        }
+    }
+    error.is_go_away() && error.is_remote()
 }
 
 fn poll_pong(ping: &mut Option<PingPong>, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
