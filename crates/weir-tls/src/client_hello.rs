@@ -18,9 +18,11 @@ pub const MAX_RECORD_PAYLOAD: usize = 16 * 1024;
 pub const DEFAULT_MAX_CLIENT_HELLO: usize = 32 * 1024;
 
 /// The most records a ClientHello may be fragmented into. Real clients use one, or two for a
-/// ClientHello past 16 KiB; with this bound the bytes buffered before an answer stay below
-/// `max_length` + 64 record headers + one record.
-pub const MAX_RECORDS: usize = 64;
+/// ClientHello past 16 KiB; tools that split it to slip past middleboxes use a few dozen at
+/// most. With this bound the bytes buffered before an answer stay below `max_length` + 256
+/// record headers + one record. A hello in more records is refused
+/// ([`HelloError::TooManyRecords`]), never taken for a malformed one.
+pub const MAX_RECORDS: usize = 256;
 
 const RECORD_HEADER: usize = 5;
 const CONTENT_HANDSHAKE: u8 = 22;
@@ -56,6 +58,9 @@ pub enum HelloError {
     NotClientHello,
     /// The ClientHello is longer than `max_length`.
     TooLarge,
+    /// The ClientHello is spread over more than [`MAX_RECORDS`] records: valid TLS, but more
+    /// than weir reads to route one.
+    TooManyRecords,
     /// A record or the ClientHello breaks the format; the text names what.
     Malformed(&'static str),
 }
@@ -67,6 +72,7 @@ impl HelloError {
             HelloError::NotTls => "not_tls",
             HelloError::NotClientHello => "not_client_hello",
             HelloError::TooLarge => "too_large",
+            HelloError::TooManyRecords => "too_many_records",
             HelloError::Malformed(_) => "malformed",
         }
     }
@@ -80,6 +86,9 @@ impl std::fmt::Display for HelloError {
                 f.write_str("first handshake message is not a ClientHello")
             }
             HelloError::TooLarge => f.write_str("ClientHello too large"),
+            HelloError::TooManyRecords => {
+                write!(f, "ClientHello in more than {MAX_RECORDS} records")
+            }
             HelloError::Malformed(what) => write!(f, "malformed ClientHello: {what}"),
         }
     }
@@ -117,7 +126,7 @@ pub fn read_client_hello(input: &[u8], max_length: usize) -> Result<Peek, HelloE
             return parse_message(&message[4..4 + length]).map(Peek::Complete);
         }
     }
-    Err(HelloError::Malformed("ClientHello in too many records"))
+    Err(HelloError::TooManyRecords)
 }
 
 /// A record's payload and the bytes after the record.

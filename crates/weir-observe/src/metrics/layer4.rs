@@ -34,13 +34,15 @@ pub const PROXY_HEADER_RESULTS: [&str; 6] = [
     "closed",
 ];
 /// The `result` values of `weir_client_hellos_total`.
-pub const CLIENT_HELLO_RESULTS: [&str; 8] = [
+pub const CLIENT_HELLO_RESULTS: [&str; 10] = [
     "passthrough",
     "terminated",
     "default_pool",
     "not_tls",
+    "not_client_hello",
     "malformed",
     "too_large",
+    "too_many_records",
     "timeout",
     "closed",
 ];

@@ -136,6 +136,29 @@ fn hello_fragmented_over_many_records_routes_at_every_byte_boundary() {
     }
 }
 
+/// Up to [`MAX_RECORDS`] records route, however small; one more is refused as too many (a
+/// valid hello weir will not read that far to route), never as a malformed one.
+#[test]
+fn hello_in_the_most_records_routes_and_one_more_is_refused_as_such() {
+    let message = hello_message(&[sni(b"split.example"), (21, vec![0; 400])]);
+    assert!(message.len() > MAX_RECORDS + 1);
+    let cut = |ones: usize| {
+        let mut input = records_of(&message[..ones], 1);
+        input.extend_from_slice(&records_of(&message[ones..], MAX_RECORD_PAYLOAD));
+        input
+    };
+    assert_eq!(
+        expect_complete(&cut(MAX_RECORDS - 1))
+            .server_name
+            .as_deref(),
+        Some("split.example")
+    );
+    assert_eq!(
+        read_client_hello(&cut(MAX_RECORDS), MAX),
+        Err(HelloError::TooManyRecords)
+    );
+}
+
 #[test]
 fn hello_larger_than_a_record_is_reassembled() {
     let padding = (21, vec![0; 20_000]);
@@ -240,8 +263,8 @@ fn rejections() {
             HelloError::Malformed("bad ALPN list"),
         ),
         (
-            refragment(&rustls_hello("a.example", &[]), 2),
-            HelloError::Malformed("ClientHello in too many records"),
+            records_of(&hello_message(&[sni(b"a.example"), (21, vec![0; 600])]), 2),
+            HelloError::TooManyRecords,
         ),
     ];
     for (input, expected) in cases {
