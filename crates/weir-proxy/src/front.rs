@@ -75,16 +75,27 @@ pub(crate) async fn serve(
             }
         }
     }
-    // ClientHello: passthrough, or on to the virtual server's own protocol.
+    // ClientHello: passthrough, or on to the virtual server's own protocol. On a tls or
+    // https virtual server, reading it is the start of weir's handshake, should weir make
+    // it: it holds a place under `max_handshakes`, and `handshake_timeout` counts from it.
+    let mut handshake = None;
     if !vs.passthrough.is_empty() {
+        if let Some(tls) = &vs.tls {
+            match tls.start(client.address) {
+                Some(start) => handshake = Some(start),
+                None => return,
+            }
+        }
         match passthrough(&stream, &vs, &mut client).await {
             Route::Pool(pool) => {
+                drop(handshake);
                 return session::serve_plain(stream, client, &vs, &pool, &admission.drain).await;
             }
             Route::Own => {}
             Route::Close => return,
         }
     }
+    let stream = (stream, handshake);
     match vs.config.protocol {
         Protocol::Http | Protocol::Https => {
             // The client's connection limit counts the PROXY header's address.

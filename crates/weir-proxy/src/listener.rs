@@ -355,10 +355,12 @@ fn spawn_connection(
     let vs = Arc::clone(&admission.vs);
     match vs.traffic.limits.admit_connection(peer.ip()) {
         Ok(None) => {
-            tokio::spawn(pipeline::serve_connection(stream, peer, admission, signal));
+            tokio::spawn(pipeline::serve_connection(
+                stream, peer, admission, signal, None,
+            ));
         }
         Ok(Some(permit)) => {
-            let serve = pipeline::serve_connection(stream, peer, admission, signal);
+            let serve = pipeline::serve_connection(stream, peer, admission, signal, None);
             tokio::spawn(async move {
                 let _permit = permit;
                 serve.await;
@@ -368,7 +370,11 @@ fn spawn_connection(
             vs.traffic.metrics.client_connection_refusals.inc();
             tracing::debug!(virtual_server = %vs.config.name, client = %peer, "client connection limit reached");
             tokio::spawn(refuse::refuse_connection(
-                stream, peer, admission, refusal, signal,
+                (stream, None),
+                peer,
+                admission,
+                refusal,
+                signal,
             ));
         }
     }

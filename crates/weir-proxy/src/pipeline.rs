@@ -47,15 +47,17 @@ pub(crate) use h2::prior_knowledge;
 /// [`IdleConnection::wait_for_request`]; the requests themselves run in a
 /// boxed future with buffers lent from a per-thread pool, and so does the
 /// handshake, so what an idle connection keeps is a few hundred bytes of task
-/// (see the `idle_memory` tests).
+/// (see the `idle_memory` tests). `handshake`: where an HTTPS connection's handshake
+/// stands when its ClientHello was read first (passthrough rules).
 pub(crate) fn serve_connection(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     admission: Admission,
     shutdown: ShutdownSignal,
+    handshake: Option<weir_tls::HandshakeStart>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let start = Box::pin(start_connection(
-        stream,
+        (stream, handshake),
         peer,
         Arc::clone(&admission.vs),
         shutdown.clone(),
@@ -68,13 +70,13 @@ pub(crate) fn serve_connection(
 /// the client chose HTTP/2 by ALPN (the connection was then served here, by
 /// the HTTP/2 driver, to its end).
 async fn start_connection(
-    stream: TcpStream,
+    (stream, start): (TcpStream, Option<weir_tls::HandshakeStart>),
     peer: std::net::SocketAddr,
     vs: Arc<VirtualServerRuntime>,
     shutdown: ShutdownSignal,
     drain: Arc<Drain>,
 ) -> Option<IdleConnection> {
-    let (stream, verified) = handshake(stream, peer, &vs).await?;
+    let (stream, verified) = handshake((stream, start), peer, &vs).await?;
     if stream.alpn_is_h2() {
         let client = (peer, verified);
         h2::serve_connection(stream, Bytes::new(), client, vs, shutdown, drain).await;
@@ -87,14 +89,16 @@ async fn start_connection(
 /// The TLS handshake of an HTTPS virtual server (plain: nothing to do), with
 /// what it verified of the client; `None` if it failed.
 pub(crate) async fn handshake(
-    stream: TcpStream,
+    (stream, start): (TcpStream, Option<weir_tls::HandshakeStart>),
     peer: std::net::SocketAddr,
     vs: &VirtualServerRuntime,
 ) -> Option<(ServerStream, Verified)> {
     Some(match &vs.tls {
         None => (ServerStream::Plain(stream), (None, 0)),
         Some(tls) => {
-            let (stream, info) = tls.handshake(stream, peer, FirstSpeaker::Client).await?;
+            let (stream, info) = tls
+                .handshake(stream, peer, FirstSpeaker::Client, start)
+                .await?;
             let subject = info.client_subject.map(String::into_boxed_str);
             (stream, (subject, info.checks_epoch))
         }
@@ -1225,7 +1229,7 @@ mod tests {
             vs: Arc::clone(&vs),
             drain: drain.enter(),
         };
-        let task = serve_connection(stream, addr, admission, signal);
+        let task = serve_connection(stream, addr, admission, signal, None);
         let size = std::mem::size_of_val(&task);
         assert!(size <= 512, "the connection future is {size} bytes");
     }

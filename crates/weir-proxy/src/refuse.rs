@@ -168,7 +168,7 @@ fn account(
 /// (`crate::front`): within its client's connection limit, the pipeline, holding its
 /// place until the connection ends; past it, the refusal.
 pub(crate) async fn serve_limited(
-    stream: TcpStream,
+    (stream, start): (TcpStream, Option<weir_tls::HandshakeStart>),
     client: SocketAddr,
     admission: Admission,
     shutdown: ShutdownSignal,
@@ -177,13 +177,17 @@ pub(crate) async fn serve_limited(
     match vs.traffic.limits.admit_connection(client.ip()) {
         Ok(permit) => {
             let _permit = permit;
-            crate::pipeline::serve_connection(stream, client, admission, shutdown).await;
+            crate::pipeline::serve_connection(stream, client, admission, shutdown, start).await;
         }
         Err(refusal) => {
             vs.traffic.metrics.client_connection_refusals.inc();
             drop(vs);
             Box::pin(refuse_connection(
-                stream, client, admission, refusal, shutdown,
+                (stream, start),
+                client,
+                admission,
+                refusal,
+                shutdown,
             ))
             .await;
         }
@@ -192,7 +196,7 @@ pub(crate) async fn serve_limited(
 
 /// Serves a refused connection: one answer, then close.
 pub(crate) async fn refuse_connection(
-    stream: TcpStream,
+    stream: (TcpStream, Option<weir_tls::HandshakeStart>),
     peer: SocketAddr,
     admission: Admission,
     refusal: Refusal,

@@ -8,7 +8,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::net::TcpStream;
 use weir_config::{ClientAuth, ConfigError, ServerTls};
 use weir_observe::{Metrics, TlsMetrics};
-use weir_tls::{Acceptor, FirstSpeaker, HandshakeInfo, ServerStream, StagedReload};
+use weir_tls::{
+    Acceptor, FirstSpeaker, HandshakeFailure, HandshakeInfo, HandshakeStart, ServerStream,
+    StagedReload,
+};
 
 /// TLS termination on one virtual server.
 #[derive(Debug)]
@@ -170,32 +173,49 @@ impl TlsTermination {
         *exported = current.into_iter().map(|(n, k, ..)| (n, k)).collect();
     }
 
+    /// A place among the handshakes in progress for a connection whose ClientHello is read
+    /// first (passthrough rules), its time counted from now ([`weir_tls::Acceptor::start`]).
+    /// `None` at `max_handshakes` (counted and logged): the connection is closed.
+    pub(crate) fn start(&self, peer: SocketAddr) -> Option<HandshakeStart> {
+        self.acceptor
+            .start()
+            .map_err(|failure| self.failed(peer, &failure))
+            .ok()
+    }
+
     /// The handshake stage. `None`: the handshake failed (counted and
     /// logged); the connection is closed. `first`: who speaks first after it
-    /// (the client on HTTP; either side on a tcp virtual server).
+    /// (the client on HTTP; either side on a tcp virtual server); `start`: a place and a
+    /// time taken before ([`TlsFront::start`]), else from now.
     pub(crate) async fn handshake(
         &self,
         tcp: TcpStream,
         peer: SocketAddr,
         first: FirstSpeaker,
+        start: Option<HandshakeStart>,
     ) -> Option<(ServerStream, HandshakeInfo)> {
-        match self.acceptor.accept(tcp, first).await {
+        let start = start.unwrap_or_else(HandshakeStart::now);
+        match self.acceptor.accept_from(tcp, first, start).await {
             Ok((stream, info)) => {
                 self.metrics
                     .record_handshake(info.version, info.suite, info.resumed);
                 Some((ServerStream::Tls(Box::new(stream)), info))
             }
             Err(failure) => {
-                self.metrics.record_failure(failure.reason.as_str());
-                tracing::debug!(
-                    virtual_server = %self.acceptor.virtual_server(),
-                    client = %peer,
-                    reason = failure.reason.as_str(),
-                    detail = %failure.detail,
-                    "TLS handshake failed"
-                );
+                self.failed(peer, &failure);
                 None
             }
         }
+    }
+
+    fn failed(&self, peer: SocketAddr, failure: &HandshakeFailure) {
+        self.metrics.record_failure(failure.reason.as_str());
+        tracing::debug!(
+            virtual_server = %self.acceptor.virtual_server(),
+            client = %peer,
+            reason = failure.reason.as_str(),
+            detail = %failure.detail,
+            "TLS handshake failed"
+        );
     }
 }

@@ -129,6 +129,25 @@ impl FailureReason {
     }
 }
 
+/// Where a connection's handshake stands before it runs: when it began (the handshake
+/// timeout counts from then) and, when it was taken already, its place among the
+/// handshakes in progress ([`Acceptor::start`]).
+#[derive(Debug)]
+pub struct HandshakeStart {
+    since: std::time::Instant,
+    place: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl HandshakeStart {
+    /// A handshake that begins now; its place is taken when it runs.
+    pub fn now() -> HandshakeStart {
+        HandshakeStart {
+            since: std::time::Instant::now(),
+            place: None,
+        }
+    }
+}
+
 /// A handshake that did not finish.
 #[derive(Debug)]
 pub struct HandshakeFailure {
@@ -454,14 +473,43 @@ impl Acceptor {
         tcp: TcpStream,
         first: FirstSpeaker,
     ) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, HandshakeInfo), HandshakeFailure> {
-        let Ok(permit) = Arc::clone(&self.handshakes).try_acquire_owned() else {
-            return Err(HandshakeFailure {
+        self.accept_from(tcp, first, HandshakeStart::now()).await
+    }
+
+    /// Takes a place among the handshakes in progress (`max_handshakes`) for a connection
+    /// whose ClientHello is read before it is known whether weir makes its handshake
+    /// (passthrough rules): the reading counts against the limit and the handshake timeout
+    /// as the handshake does. The `Overload` failure when the limit is reached.
+    pub fn start(&self) -> Result<HandshakeStart, HandshakeFailure> {
+        Ok(HandshakeStart {
+            since: std::time::Instant::now(),
+            place: Some(self.take_place()?),
+        })
+    }
+
+    fn take_place(&self) -> Result<tokio::sync::OwnedSemaphorePermit, HandshakeFailure> {
+        Arc::clone(&self.handshakes)
+            .try_acquire_owned()
+            .map_err(|_| HandshakeFailure {
                 reason: FailureReason::Overload,
                 detail: format!(
                     "{} handshakes already in progress",
                     self.settings.max_handshakes
                 ),
-            });
+            })
+    }
+
+    /// [`Acceptor::accept`] for a handshake that began at `start` ([`Acceptor::start`]):
+    /// its place is kept, and its time counts from then.
+    pub async fn accept_from(
+        &self,
+        tcp: TcpStream,
+        first: FirstSpeaker,
+        start: HandshakeStart,
+    ) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, HandshakeInfo), HandshakeFailure> {
+        let permit = match start.place {
+            Some(place) => place,
+            None => self.take_place()?,
         };
         // The config and its checks' epoch from one load: the epoch is the one of the
         // checks this handshake makes.
@@ -472,7 +520,8 @@ impl Acceptor {
         let acceptor = TlsAcceptor::from(config);
         let mut handshake = Handshake::new(acceptor.accept(tcp), first, permit);
         let timeout = self.settings.handshake_timeout;
-        let outcome = match tokio::time::timeout(timeout, &mut handshake).await {
+        let left = timeout.saturating_sub(start.since.elapsed());
+        let outcome = match tokio::time::timeout(left, &mut handshake).await {
             // A client that finished and stayed silent: let its queued Finished count.
             Err(_) if handshake.is_held() => match handshake.release() {
                 Ok(()) => tokio::time::timeout(hold::GRACE, &mut handshake).await,

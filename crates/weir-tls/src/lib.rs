@@ -27,7 +27,7 @@ mod stream;
 mod ticketer;
 
 pub use acceptor::{
-    Acceptor, FailureReason, HandshakeFailure, HandshakeInfo, Served, StagedReload,
+    Acceptor, FailureReason, HandshakeFailure, HandshakeInfo, HandshakeStart, Served, StagedReload,
 };
 pub use certs::{CertificateInfo, KeyType, TestCa};
 pub use connector::Connector;

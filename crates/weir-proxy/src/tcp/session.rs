@@ -51,7 +51,7 @@ struct Connected {
 
 /// Serves a tcp or tls virtual server's session: TLS handshake first on a tls one.
 pub(crate) async fn serve(
-    stream: TcpStream,
+    (stream, start): (TcpStream, Option<weir_tls::HandshakeStart>),
     mut client: Client,
     vs: &VirtualServerRuntime,
     drain: &DrainGuard,
@@ -60,7 +60,7 @@ pub(crate) async fn serve(
     let stream = match &vs.tls {
         None => ServerStream::Plain(stream),
         Some(tls) => match tls
-            .handshake(stream, client.address, FirstSpeaker::Either)
+            .handshake(stream, client.address, FirstSpeaker::Either, start)
             .await
         {
             Some((stream, info)) => {

@@ -57,8 +57,13 @@ async fn client_hello_split_at_every_byte_boundary_routes_by_sni() {
         format!("B {}", other.len())
     );
     assert_eq!(exchange(proxy.addr, b"not TLS at all").await, "B 14");
-    // A malformed handshake record closes the connection.
+    // A malformed handshake record closes the connection, and so does a handshake message
+    // that is not a ClientHello (a ServerHello here).
     assert_eq!(exchange(proxy.addr, &[22, 3, 1, 0, 0]).await, "");
+    assert_eq!(
+        exchange(proxy.addr, &[22, 3, 1, 0, 4, 2, 0, 0, 0]).await,
+        ""
+    );
     let text = proxy.metrics.encode();
     assert_eq!(
         metric(
@@ -71,6 +76,13 @@ async fn client_hello_split_at_every_byte_boundary_routes_by_sni() {
         metric(
             &text,
             "weir_client_hellos_total{virtual_server=\"l4\",result=\"malformed\"}"
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "weir_client_hellos_total{virtual_server=\"l4\",result=\"not_client_hello\"}"
         ),
         1
     );
@@ -199,4 +211,72 @@ async fn one_port_passes_some_names_through_and_terminates_the_rest() {
     );
     proxy.stop().await;
     origin.stop().await;
+}
+
+/// On a tls virtual server with passthrough rules, reading the ClientHello is the start of
+/// weir's handshake: clients stalled in it hold places under `max_handshakes` (a client past
+/// the limit is closed at once, counted as an overload), and `handshake_timeout` counts from
+/// it, not again once weir's own handshake starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_the_hello_counts_against_the_handshake_limit_and_timeout() {
+    let pass = Node::start("P", Duration::ZERO).await;
+    let own = Node::start("O", Duration::ZERO).await;
+    let proxy = TestProxy::start(&format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\
+         [pools.own]\nnodes = [{{ address = \"{}\" }}]\n[pools.pass]\nnodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"own\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n\
+         handshake_timeout = \"1s\"\nmax_handshakes = 2\n\
+         [[virtual_servers.s.passthrough]]\nserver_names = [\"pass.example\"]\npool = \"pass\"\n",
+        own.addr, pass.addr
+    ))
+    .await;
+    let hello = client_hello("pass.example");
+    // Two clients stall in their hellos: the third is turned away at once.
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+        stream.write_all(&hello[..10]).await.unwrap();
+        stalled.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let turned_away =
+        tokio::time::timeout(Duration::from_millis(500), exchange(proxy.addr, &hello));
+    assert_eq!(turned_away.await.expect("closed at once"), "");
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_tls_handshake_failures_total{virtual_server=\"s\",reason=\"overload\"}"
+        ),
+        1
+    );
+    // Their time runs out: both are closed, and the places are free again.
+    for mut stream in stalled {
+        assert_eq!(read_all(&mut stream).await, "");
+    }
+    assert_eq!(
+        exchange(proxy.addr, &hello).await,
+        format!("P {}", hello.len())
+    );
+    // A hello for a name weir terminates, finished late, leaves weir's handshake only the
+    // rest of the second.
+    let other = client_hello("localhost");
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let started = std::time::Instant::now();
+    stream.write_all(&other[..10]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stream.write_all(&other[10..]).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut answer);
+    let _ = tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .expect("closed");
+    let closed = started.elapsed();
+    assert!(!answer.is_empty(), "weir's TLS answered the hello");
+    assert!(
+        closed < Duration::from_millis(1450),
+        "closed {closed:?} after connecting: the timeout began again after the hello"
+    );
+    proxy.stop().await;
 }
