@@ -227,7 +227,7 @@ impl Checker {
                 .flatten()
                 .enumerate()
                 .filter_map(|(n, name)| {
-                    values::route_host(name)
+                    passthrough_name(name)
                         .map_err(|message| self.report(&names_path.index(n), message))
                         .ok()
                 })
@@ -287,3 +287,18 @@ impl Checker {
 #[cfg(test)]
 #[path = "layer4_tests.rs"]
 mod tests;
+
+/// A passthrough rule's server name: a host name as routes take it, never an IP address,
+/// which SNI does not carry (RFC 6066 §3): such a rule could never match.
+fn passthrough_name(text: &str) -> Result<String, String> {
+    let host = values::route_host(text)?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if bare.parse::<std::net::IpAddr>().is_ok() {
+        return Err(format!(
+            "\"{text}\" is an IP address, which no ClientHello names (SNI carries host names \
+             only, RFC 6066 §3); route clients that connect by address with the virtual \
+             server's own pool"
+        ));
+    }
+    Ok(host)
+}

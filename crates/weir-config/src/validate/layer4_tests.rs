@@ -80,6 +80,25 @@ fn tcp_keys_proxy_protocol_and_passthrough() {
     assert_eq!(server.limits.max_connections, 100);
 }
 
+/// SNI names hosts, never addresses (RFC 6066 §3): a passthrough rule for one could never
+/// match, and is refused rather than left dead.
+#[test]
+fn passthrough_names_are_host_names_not_addresses() {
+    for (name, index) in [("127.0.0.1", 1), ("[::1]", 1), ("[2001:DB8::1]", 1)] {
+        assert_one_error(
+            &tcp(&format!(
+                "[[virtual_servers.db.passthrough]]\nserver_names = [\"a.example\", \"{name}\"]\npool = \"tls\""
+            )),
+            &format!("virtual_servers.db.passthrough[0].server_names[{index}]"),
+            "is an IP address, which no ClientHello names",
+        );
+    }
+    // A name made of digits and dots that is no address is a name.
+    valid(&tcp(
+        "[[virtual_servers.db.passthrough]]\nserver_names = [\"1.2.3.example\"]\npool = \"tls\"",
+    ));
+}
+
 /// As in every other list of networks: a mistyped prefix would trust a whole network to
 /// name its clients.
 #[test]
