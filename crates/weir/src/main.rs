@@ -9,6 +9,7 @@ mod netem;
 mod origin;
 mod reload;
 mod serve;
+mod systemd;
 mod tunnel;
 mod upgrade;
 

@@ -18,7 +18,7 @@ use weir_origin::{Origin, OriginOptions};
 use weir_proxy::Proxy;
 
 use crate::cli::{CheckArgs, ServeArgs};
-use crate::upgrade;
+use crate::{systemd, upgrade};
 
 pub fn check(args: &CheckArgs) -> ExitCode {
     // Validation, then the files the config names (certificates, keys, CAs).
@@ -163,8 +163,10 @@ async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> an
                 .context("admin")
         });
     }
+    let mut virtual_servers = std::collections::HashSet::new();
     for (name, address) in proxy.local_addrs() {
         tracing::info!(virtual_server = %name, listen = %address, "virtual server serving");
+        virtual_servers.insert(name);
     }
     // Reload, reopen, ignore: none of these may end the process (their default action does).
     signals.spawn(&mut tasks, &proxy.live(), &after_drain_signal);
@@ -187,15 +189,19 @@ async fn serve(config: Config, take_over: bool, pid_file: Option<PathBuf>) -> an
         }
         tracing::info!("binary upgrade: took over from the previous process");
     }
+    systemd::ready(virtual_servers.len());
+    systemd::spawn_watchdog(after_drain_signal.clone());
 
-    let upgraded = tokio::select! {
-        () = &mut first_signal => false,
-        done = &mut handed_over => done.unwrap_or(false),
+    let successor = tokio::select! {
+        () = &mut first_signal => None,
+        done = &mut handed_over => done.ok().flatten(),
     };
-    if upgraded {
+    if let Some(pid) = successor {
+        systemd::handed_over(pid);
         // The new process answers the admin listener now.
         admin_stop.trigger();
     } else {
+        systemd::stopping();
         tracing::info!("shutting down: no new connections, draining open ones");
     }
     draining.store(true, Ordering::Relaxed);
@@ -357,18 +363,31 @@ async fn reload_on_sighup(
                     return Ok(());
                 }
                 tracing::info!("SIGHUP: reloading the configuration");
+                systemd::reloading();
                 let live = Arc::clone(&live);
                 // Reading files and building the model is blocking work: keep it off
                 // the workers that serve traffic. The outcome is logged and counted
                 // by the reload itself. A stop does not wait for it.
                 let reload = tokio::task::spawn_blocking(move || live.reload_file());
                 tokio::select! {
-                    _ = reload => {}
+                    outcome = reload => systemd::reloaded(&match outcome {
+                        Ok(Ok(_)) => "serving; the configuration was reloaded".to_owned(),
+                        Ok(Err(error)) => format!(
+                            "serving the previous configuration: the reload was refused ({})",
+                            first_line(&error.to_string())
+                        ),
+                        Err(_) => "serving the previous configuration: the reload failed".to_owned(),
+                    }),
                     () = stop.triggered() => return Ok(()),
                 }
             }
         }
     }
+}
+
+/// The first line of `text` (a refused config lists one error per line).
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
 }
 
 /// Writes the access log out 200 ms after a line arrives in an empty buffer (so the lines

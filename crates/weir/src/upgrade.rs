@@ -268,18 +268,18 @@ pub struct Handover {
     pub upgrade: OwnedFd,
 }
 
-/// Serves upgrade requests on `listener` until one succeeds (true) or `stop` triggers
-/// (false).
+/// Serves upgrade requests on `listener` until one succeeds (the new process's id) or
+/// `stop` triggers (`None`).
 pub async fn serve(
     listener: tokio::net::UnixListener,
     handover: Handover,
     stop: weir_core::ShutdownSignal,
-) -> bool {
+) -> Option<u32> {
     let handover = Arc::new(handover);
     let mut failures = weir_observe::AcceptFailures::new("upgrade socket");
     loop {
         let accepted = tokio::select! {
-            () = stop.triggered() => return false,
+            () = stop.triggered() => return None,
             accepted = listener.accept() => accepted,
         };
         let stream = match accepted {
@@ -295,6 +295,7 @@ pub async fn serve(
             tracing::warn!("upgrade socket: a process of another user was refused");
             continue;
         }
+        let successor = peer_pid(&stream);
         let handover = Arc::clone(&handover);
         let outcome = async move {
             let stream = stream.into_std()?;
@@ -304,9 +305,10 @@ pub async fn serve(
         match outcome.await {
             Ok(true) => {
                 tracing::info!(
+                    successor,
                     "binary upgrade: the new process accepts; no longer accepting, draining"
                 );
-                return true;
+                return Some(successor);
             }
             Ok(false) => {
                 tracing::debug!(
@@ -331,6 +333,16 @@ fn stranger(stream: &impl AsFd) -> Option<u32> {
         Ok(peer) => Some(peer.uid()),
         Err(_) => Some(u32::MAX),
     }
+}
+
+/// The process id at the other end of `stream` (0 when it cannot be read, which
+/// [`stranger`] has refused already).
+fn peer_pid(stream: &impl AsFd) -> u32 {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    getsockopt(stream, PeerCredentials)
+        .ok()
+        .and_then(|peer| u32::try_from(peer.pid()).ok())
+        .unwrap_or(0)
 }
 
 /// One handover: sockets out, then wait for the new process to be ready. `Ok(false)`: the

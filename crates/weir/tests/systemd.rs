@@ -1,0 +1,176 @@
+//! `weir serve` under systemd (`Type=notify-reload`): what it sends to `NOTIFY_SOCKET`, and
+//! when. The test plays the service manager: a datagram socket of its own.
+
+use std::os::unix::net::UnixDatagram;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// Stops the child at the end of the test whatever happens.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// The next message that is not a watchdog keep-alive (those are counted), within 10 s.
+fn next(socket: &UnixDatagram, keep_alives: &mut usize) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buffer = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "no message from weir within 10 s");
+        socket.set_read_timeout(Some(left)).unwrap();
+        let n = socket.recv(&mut buffer).expect("a message from weir");
+        let message = String::from_utf8_lossy(&buffer[..n]).into_owned();
+        if message == "WATCHDOG=1\n" {
+            *keep_alives += 1;
+            continue;
+        }
+        return message;
+    }
+}
+
+#[test]
+fn readiness_reloads_stops_and_the_watchdog_reach_systemd() {
+    let dir = std::env::temp_dir().join(format!("weir-systemd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket_path = dir.join("notify");
+    let _ = std::fs::remove_file(&socket_path);
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let [proxy_port, origin_port] = weir_testkit::free_ports();
+    let config = dir.join("weir.toml");
+    let text = format!(
+        "[log]\nlevel = \"warn\"\n[virtual_servers.web]\n\
+         listen = [\"127.0.0.1:{proxy_port}\", \"[::1]:{proxy_port}\"]\n\
+         pool = \"web\"\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:{origin_port}\" }}]\n"
+    );
+    std::fs::write(&config, &text).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "200000")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = Running(child);
+    let mut keep_alives = 0;
+    let ready = next(&socket, &mut keep_alives);
+    assert_eq!(ready, "READY=1\nSTATUS=serving 1 virtual servers\n");
+    // Ready means serving.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
+
+    // A reload: RELOADING with the monotonic time, then READY with how it went.
+    signal(&child.0, "HUP");
+    let reloading = next(&socket, &mut keep_alives);
+    assert!(
+        reloading.starts_with("RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC="),
+        "{reloading}"
+    );
+    assert_eq!(
+        next(&socket, &mut keep_alives),
+        "READY=1\nSTATUS=serving; the configuration was reloaded\n"
+    );
+    // A refused one says so, and weir goes on serving the previous configuration.
+    std::fs::write(
+        &config,
+        text.replace("pool = \"web\"\n[pools", "pool = \"nope\"\n[pools"),
+    )
+    .unwrap();
+    signal(&child.0, "HUP");
+    assert!(next(&socket, &mut keep_alives).starts_with("RELOADING=1\n"));
+    let refused = next(&socket, &mut keep_alives);
+    assert!(
+        refused.starts_with(
+            "READY=1\nSTATUS=serving the previous configuration: the reload was refused ("
+        ) && refused.contains("weir.toml:"),
+        "{refused}"
+    );
+    assert!(std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
+
+    // Keep-alives every half of WatchdogSec (200 ms) while it runs.
+    std::thread::sleep(Duration::from_millis(600));
+    signal(&child.0, "TERM");
+    assert_eq!(
+        next(&socket, &mut keep_alives),
+        "STOPPING=1\nSTATUS=draining open connections\n"
+    );
+    assert!(keep_alives >= 3, "{keep_alives} keep-alives");
+    let mut child = child;
+    let exit = child.0.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A binary upgrade run inside the unit (`weir serve --upgrade`): once the new process
+/// serves, the old one, still the main process systemd knows, names the new one as main.
+#[test]
+fn a_binary_upgrade_names_the_new_main_process() {
+    let dir = std::env::temp_dir().join(format!("weir-systemd-up-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket_path = dir.join("notify");
+    let _ = std::fs::remove_file(&socket_path);
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let [proxy_port, origin_port] = weir_testkit::free_ports();
+    let config = dir.join("weir.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[log]\nlevel = \"warn\"\n[virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\n\
+             pool = \"web\"\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:{origin_port}\" }}]\n"
+        ),
+    )
+    .unwrap();
+    let start = |upgrade: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env("NOTIFY_SOCKET", &socket_path)
+            .env_remove("WATCHDOG_USEC")
+            .stderr(std::process::Stdio::null());
+        if upgrade {
+            command.arg("--upgrade");
+        }
+        Running(command.spawn().unwrap())
+    };
+    let mut old = start(false);
+    let mut keep_alives = 0;
+    assert!(next(&socket, &mut keep_alives).starts_with("READY=1\n"));
+    let new = start(true);
+    let pid = new.0.id();
+    // The new process says READY too (systemd takes it once it is the main process), and
+    // the old one names it; in either order.
+    let mut messages = [
+        next(&socket, &mut keep_alives),
+        next(&socket, &mut keep_alives),
+    ];
+    messages.sort();
+    assert_eq!(
+        messages,
+        [
+            format!(
+                "MAINPID={pid}\nSTATUS=binary upgrade: process {pid} serves; draining open connections\n"
+            ),
+            "READY=1\nSTATUS=serving 1 virtual servers\n".to_owned(),
+        ]
+    );
+    let exit = old.0.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
+    drop(new);
+    let _ = std::fs::remove_dir_all(&dir);
+}
