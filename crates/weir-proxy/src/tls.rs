@@ -186,7 +186,7 @@ impl TlsTermination {
     /// The handshake stage. `None`: the handshake failed (counted and
     /// logged); the connection is closed. `first`: who speaks first after it
     /// (the client on HTTP; either side on a tcp virtual server); `start`: a place and a
-    /// time taken before ([`TlsFront::start`]), else from now.
+    /// time taken before ([`TlsTermination::start`]), else from now.
     pub(crate) async fn handshake(
         &self,
         tcp: TcpStream,
