@@ -661,6 +661,50 @@ async fn a_tls_node_given_by_name_is_verified_against_that_name() {
     origin.stop().await;
 }
 
+/// Health checks over TLS count their handshakes as the traffic's do: with no request at
+/// all, a node whose certificate weir refuses is marked down and the refusals show as
+/// failed handshakes (they showed nothing), and a good node's checks show as full and
+/// resumed ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_count_their_tls_handshakes() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let node_cert = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let tls_node = TestProxy::start(&https_config(&origin, &certificates(&[&node_cert]))).await;
+    let checked = |ca: &Path| {
+        weir_testkit::config(
+            &[tls_node.addr],
+            &format!(
+                "[pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
+                 [pools.web.health]\ntype = \"http\"\ninterval = \"100ms\"\ntimeout = \"90ms\"\n\
+                 fall = 1\nrise = 1",
+                toml_path(ca)
+            ),
+            "",
+        )
+    };
+    let good = TestProxy::start(&checked(&pki.ca_path())).await;
+    let refused = TestProxy::start(&checked(&other.ca_path())).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (full, resumed) = (
+        metric(&good, "kind=\"full\"}"),
+        metric(&good, "kind=\"resumed\"}"),
+    );
+    assert!(
+        full >= 1.0 && full + resumed >= 3.0,
+        "{full} full, {resumed} resumed"
+    );
+    assert_eq!(metric(&good, "kind=\"failed\"}"), 0.0);
+    assert!(metric(&refused, "kind=\"failed\"}") >= 3.0);
+    let model = refused.live.current();
+    assert!(!model.pool("web").unwrap().nodes[0].is_active_up());
+    for proxy in [good, refused, tls_node] {
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}
+
 /// weir to nodes over TLS: a second weir terminates TLS in front of the
 /// origin and plays the TLS node.
 #[tokio::test]

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use weir_config::{HealthCheckKind, HealthMonitor, ProxyVersion, UpstreamProtocol};
 use weir_core::ShutdownSignal;
 
-use crate::connection::{CheckSlot, NodeConnections};
+use crate::connection::{CheckSlot, NodeConnections, UpstreamTls};
 use crate::node::NodeState;
 
 /// Longest answer head accepted from an HTTP check (its status line and headers).
@@ -148,10 +148,11 @@ impl RiseFall {
     }
 }
 
-/// How a pool's checks connect ([`spawn_monitors`]): each node's TLS connector, each
-/// node's connection pool when capped, the PROXY protocol version, what the nodes speak.
+/// How a pool's checks connect ([`spawn_monitors`]): each node's TLS (its connector, and
+/// the pool's handshake counters, which count the checks' handshakes too), each node's
+/// connection pool when capped, the PROXY protocol version, what the nodes speak.
 pub type Wiring<'a> = (
-    &'a [Option<weir_tls::Connector>],
+    &'a [Option<UpstreamTls>],
     &'a [Arc<NodeConnections>],
     Option<ProxyVersion>,
     UpstreamProtocol,
@@ -160,8 +161,10 @@ pub type Wiring<'a> = (
 /// Starts one monitor task per node of a pool; each ends when `shutdown`
 /// triggers. Must be called inside a tokio runtime.
 ///
-/// `tls`: for a TLS pool, each node's connector, in the order of `nodes` (one given by
-/// DNS name names its host: [`weir_tls::Connector::for_host`]); empty for a plain pool.
+/// `tls`: for a TLS pool, each node's TLS, in the order of `nodes` (one given by DNS name
+/// names its host: [`weir_tls::Connector::for_host`]); empty for a plain pool. A check's
+/// handshake counts in `weir_upstream_tls_handshakes_total` as the traffic's do: a node
+/// marked down for its certificate shows there as failed handshakes.
 ///
 /// `capped`: for a pool with a connection cap (HTTP/1.1 and TCP pools), each node's
 /// connection pool, in the order of `nodes`; a check then takes one of its slots
@@ -199,11 +202,13 @@ pub fn spawn_monitors(
         .enumerate()
         .map(|(index, node)| {
             // Each node's own connector: TLS to a node given by DNS name names its host.
-            let tls = tls.get(index).cloned().flatten();
-            let tls = match protocol {
-                UpstreamProtocol::H2 => tls.map(|connector| connector.with_alpn(&[b"h2"])),
-                UpstreamProtocol::Http1 | UpstreamProtocol::H2c => tls,
-            };
+            let tls = tls.get(index).cloned().flatten().map(|tls| CheckTls {
+                connector: match protocol {
+                    UpstreamProtocol::H2 => tls.connector.with_alpn(&[b"h2"]),
+                    UpstreamProtocol::Http1 | UpstreamProtocol::H2c => tls.connector,
+                },
+                metrics: Some(tls.metrics),
+            });
             tokio::spawn(run_monitor(
                 Arc::clone(&pool),
                 (Arc::clone(node), capped.get(index).cloned(), tls),
@@ -212,6 +217,44 @@ pub fn spawn_monitors(
             ))
         })
         .collect()
+}
+
+/// TLS for a check's own connections: the node's connector, and the counters its
+/// handshakes count in (none for a check made on its own, [`check`]).
+#[derive(Debug, Clone)]
+struct CheckTls {
+    connector: weir_tls::Connector,
+    metrics: Option<weir_observe::UpstreamTlsMetrics>,
+}
+
+impl CheckTls {
+    /// A TLS connection to `address` over `tcp`, counted.
+    async fn connect(
+        &self,
+        tcp: TcpStream,
+        address: SocketAddr,
+    ) -> Result<weir_tls::ClientStream, CheckFailure> {
+        let connected = self.connector.connect(tcp, address).await;
+        if let Some(metrics) = &self.metrics {
+            match &connected {
+                Ok(stream)
+                    if stream.get_ref().1.handshake_kind()
+                        == Some(weir_tls::rustls::HandshakeKind::Resumed) =>
+                {
+                    metrics.resumed.inc();
+                }
+                Ok(_) => {
+                    metrics.full.inc();
+                }
+                Err(_) => {
+                    metrics.failed.inc();
+                }
+            }
+        }
+        connected
+            .map(|stream| weir_tls::ClientStream::Tls(Box::new(stream)))
+            .map_err(|error| CheckFailure::Tls(error.to_string()))
+    }
 }
 
 /// A monitor's settings, and how HTTP checks connect.
@@ -233,7 +276,11 @@ pub async fn check(
     tls: Option<&weir_tls::Connector>,
     timeout: Duration,
 ) -> Result<(), CheckFailure> {
-    check_on(address, kind, (tls, &[], false), timeout, None).await
+    let tls = tls.map(|connector| CheckTls {
+        connector: connector.clone(),
+        metrics: None,
+    });
+    check_on(address, kind, (tls.as_ref(), &[], false), timeout, None).await
 }
 
 /// [`check`], for an HTTP check on `lent` (a kept-alive connection of the pool's, at the
@@ -243,7 +290,7 @@ pub async fn check(
 async fn check_on(
     address: SocketAddr,
     kind: &HealthCheckKind,
-    connect: (Option<&weir_tls::Connector>, &[u8], bool),
+    connect: (Option<&CheckTls>, &[u8], bool),
     timeout: Duration,
     lent: Option<weir_tls::ClientStream>,
 ) -> Result<(), CheckFailure> {
@@ -307,7 +354,7 @@ pub fn status_expected(status: u16, expected: &[(u16, u16)]) -> bool {
 async fn check_without_timeout(
     address: SocketAddr,
     kind: &HealthCheckKind,
-    (tls, preamble, http2): (Option<&weir_tls::Connector>, &[u8], bool),
+    (tls, preamble, http2): (Option<&CheckTls>, &[u8], bool),
     lent: Option<weir_tls::ClientStream>,
 ) -> Result<(), CheckFailure> {
     let connect = || async {
@@ -347,12 +394,7 @@ async fn check_without_timeout(
             let _ = stream.set_nodelay(true);
             match tls {
                 None => weir_tls::ClientStream::Plain(stream),
-                Some(connector) => weir_tls::ClientStream::Tls(Box::new(
-                    connector
-                        .connect(stream, address)
-                        .await
-                        .map_err(|error| CheckFailure::Tls(error.to_string()))?,
-                )),
+                Some(tls) => tls.connect(stream, address).await?,
             }
         }
     };
@@ -454,7 +496,7 @@ async fn run_monitor(
     (node, capped, tls): (
         Arc<NodeState>,
         Option<Arc<NodeConnections>>,
-        Option<weir_tls::Connector>,
+        Option<CheckTls>,
     ),
     monitor: Arc<Monitor>,
     shutdown: ShutdownSignal,

@@ -416,10 +416,7 @@ impl Pool {
                 &monitored,
                 monitor,
                 (
-                    &slots
-                        .iter()
-                        .map(|node| node.tls().map(|tls| tls.connector))
-                        .collect::<Vec<_>>(),
+                    &slots.iter().map(|node| node.tls()).collect::<Vec<_>>(),
                     if capped { &slots } else { &[] },
                     self.config.proxy_protocol,
                     self.config.protocol,
