@@ -705,6 +705,101 @@ async fn health_checks_count_their_tls_handshakes() {
     origin.stop().await;
 }
 
+/// A TLS node that answers each request `ok` with keep-alive and reports how each of its
+/// connections ended: `true` for a close_notify before the end, `false` for an end
+/// without one (or a reset).
+async fn tls_node_reporting_ends(
+    pki: &Pki,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<bool>,
+) {
+    let (cert, key) = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
+    let toml = format!(
+        "[virtual_servers.s]\nlisten = \"127.0.0.1:1\"\nprotocol = \"https\"\npool = \"p\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+         [pools.p]\nnodes = [{{ address = \"127.0.0.1:2\" }}]\n",
+        toml_path(&cert),
+        toml_path(&key)
+    );
+    let config = weir_config::parse_str(&toml, "node.toml").expect("valid config");
+    let settings = config.virtual_servers[0].tls.as_ref().expect("tls");
+    let acceptor = std::sync::Arc::new(
+        weir_tls::Acceptor::new("s", settings, "node.toml").expect("keys load"),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (ends, ended) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, ends) = (std::sync::Arc::clone(&acceptor), ends.clone());
+            tokio::spawn(async move {
+                let Ok((mut stream, _)) =
+                    acceptor.accept(tcp, weir_tls::FirstSpeaker::Client).await
+                else {
+                    return;
+                };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    match stream.read(&mut buf).await {
+                        Ok(0) => {
+                            let _ = ends.send(true);
+                            return;
+                        }
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                        Err(_) => {
+                            let _ = ends.send(false);
+                            return;
+                        }
+                    }
+                    if head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        head.clear();
+                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        if stream.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, ended)
+}
+
+/// weir ends a TLS connection to a node that it closes between requests (idle past the
+/// pool's `idle_timeout`, retired at `max_requests_per_connection`) with a close_notify
+/// (RFC 8446 §6.1), not a bare FIN: the node sees a clean end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_tls_connections_to_nodes_close_with_a_close_notify() {
+    let pki = Pki::new();
+    let (node, mut ends) = tls_node_reporting_ends(&pki).await;
+    for connections in [
+        "idle_timeout = \"200ms\"",
+        "max_requests_per_connection = 1",
+    ] {
+        let proxy = TestProxy::start(&weir_testkit::config(
+            &[node],
+            &format!(
+                "[pools.web.connections]\n{connections}\n[pools.web.tls]\nca = \"{}\"\n\
+                 server_name = \"node.internal\"",
+                toml_path(&pki.ca_path())
+            ),
+            "",
+        ))
+        .await;
+        let response = weir_testkit::client::get(proxy.addr, "/").await.unwrap();
+        assert_eq!(response.status, 200, "{connections}");
+        let end = tokio::time::timeout(Duration::from_secs(3), ends.recv()).await;
+        assert_eq!(
+            end,
+            Ok(Some(true)),
+            "{connections}: the node saw no close_notify"
+        );
+        proxy.stop().await;
+    }
+}
+
 /// weir to nodes over TLS: a second weir terminates TLS in front of the
 /// origin and plays the TLS node.
 #[tokio::test]

@@ -149,6 +149,48 @@ pub struct Connection {
     checked_at: Instant,
 }
 
+impl Connection {
+    /// Closes a connection that is between requests: a TLS one sends its close_notify
+    /// (RFC 8446 §6.1), then reads what the node sends back (its own close_notify), off the
+    /// caller's path and for at most [`CLOSE_WAIT`], so that the node sees a clean end and
+    /// no bytes are left unread (closing a socket over unread bytes sends a reset). A plain
+    /// one is dropped (FIN).
+    fn close(self) {
+        if !matches!(self.stream, ClientStream::Tls(_)) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut stream = self.stream;
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(CLOSE_WAIT, async {
+                stream.shutdown().await?;
+                let mut rest = [0u8; 512];
+                while tokio::io::AsyncReadExt::read(&mut stream, &mut rest).await? > 0 {}
+                Ok::<(), std::io::Error>(())
+            })
+            .await;
+        });
+    }
+}
+
+/// How long closing a TLS connection waits for the node's close_notify.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Connections to close once the pool's lock is released: dropped, each is closed with
+/// [`Connection::close`].
+#[derive(Default)]
+struct Closing(Vec<Connection>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        for connection in self.0.drain(..) {
+            connection.close();
+        }
+    }
+}
+
 /// A connection slot held by a health check ([`NodeConnections::check_slot`]), given back
 /// when dropped.
 #[derive(Debug)]
@@ -459,7 +501,7 @@ impl NodeConnections {
     /// the queue full takes the place of the newest of a longer flow's
     /// ([`FairQueue::make_room`]), which is refused.
     fn try_take(&self, idle: bool, flow: Flow) -> Taken {
-        let mut stale = Vec::new();
+        let mut stale = Closing::default();
         // Loaded once per checkout: each load is a few atomic operations.
         let settings = self.settings.load();
         let mut state = self.lock();
@@ -478,7 +520,7 @@ impl NodeConnections {
         }
         if !idle && let Some(oldest) = state.idle.pop_front() {
             // A dedicated connection at the cap: an idle one gives up its slot.
-            stale.push(oldest);
+            stale.0.push(oldest);
             return Taken::Slot;
         }
         let flow = flow.waiting_in(settings.fair_queue);
@@ -505,7 +547,7 @@ impl NodeConnections {
     fn take_idle(
         &self,
         state: &mut State,
-        stale: &mut Vec<Connection>,
+        stale: &mut Closing,
         idle_timeout: Duration,
     ) -> Option<Connection> {
         let now = Instant::now();
@@ -517,7 +559,7 @@ impl NodeConnections {
             }
             state.open -= 1;
             self.publish_open(state.open);
-            stale.push(connection);
+            stale.0.push(connection);
         }
         None
     }
@@ -621,7 +663,7 @@ impl NodeConnections {
     /// The slot goes back (to the first waiter, if any) when the returned guard drops.
     pub fn check_slot(self: &Arc<Self>) -> Option<CheckSlot> {
         let settings = self.settings.load();
-        let mut stale = Vec::new();
+        let mut stale = Closing::default();
         let mut state = self.lock();
         let lent = match state.open < state.cap {
             true => None,
@@ -672,7 +714,7 @@ impl NodeConnections {
 
     /// Closes idle connections past the idle timeout. Returns how many.
     pub fn close_expired(&self, now: Instant) -> usize {
-        let mut expired = Vec::new();
+        let mut expired = Closing::default();
         let idle_timeout = self.settings.load().idle_timeout;
         {
             let mut state = self.lock();
@@ -680,25 +722,25 @@ impl NodeConnections {
                 if now.duration_since(front.idle_since) < idle_timeout {
                     break;
                 }
-                expired.extend(state.idle.pop_front());
+                expired.0.extend(state.idle.pop_front());
                 state.open -= 1;
             }
-            if !expired.is_empty() {
+            if !expired.0.is_empty() {
                 self.publish_open(state.open);
             }
         }
-        expired.len()
+        expired.0.len()
     }
 
     /// Closes every idle connection (shutdown).
     pub fn close_idle(&self) {
-        let idle: Vec<Connection> = {
+        let idle = {
             let mut state = self.lock();
-            let idle: Vec<Connection> = state.idle.drain(..).collect();
-            state.open -= idle.len() as u32;
+            let idle = Closing(state.idle.drain(..).collect());
+            state.open -= idle.0.len() as u32;
             // The gauge is the node's, shared with its HTTP/2 side in an h2 pool: set only
             // when this side changed it.
-            if !idle.is_empty() {
+            if !idle.0.is_empty() {
                 self.publish_open(state.open);
             }
             idle
@@ -759,7 +801,7 @@ impl QueuedWait<'_> {
                         Ok(pool.reuse(connection))
                     }
                     Grant::Connection(stale) => {
-                        drop(stale);
+                        stale.close();
                         pool.connect(preamble).await
                     }
                     Grant::Slot => pool.connect(preamble).await,
@@ -1002,7 +1044,7 @@ impl Lease {
                 .max_requests
                 .is_some_and(|max| connection.requests >= max);
         if retire {
-            drop(connection);
+            connection.close();
             self.pool.free_slot();
         } else {
             self.pool.give_back(connection);
