@@ -1075,6 +1075,24 @@ fn answer_form(client: &Client, head: Option<&RequestHead>, failure: &Failure) -
     }
 }
 
+/// Ends a gRPC call whose answer was cut short by its node (failed or gone quiet) or by
+/// the drain with the status weir's own answer would have carried, 14 UNAVAILABLE, in
+/// trailers: a reset reads as 13 INTERNAL to gRPC clients, a fault of the server's. The
+/// status sent, if any. A cut that is the client's own doing (its body past a limit, too
+/// slow) still ends with a reset.
+fn end_grpc_call_cut_short(client: &mut Client, kind: ErrorKind) -> Option<u32> {
+    let status = crate::answer::status_for(kind)?;
+    let code = crate::answer::grpc_status_for(status);
+    if code != 14 {
+        return None;
+    }
+    let message = std::str::from_utf8(crate::answer::body_for(status)).unwrap_or_default();
+    client
+        .h2()
+        .is_some_and(|stream| stream.finish_grpc(code, message.trim_end()))
+        .then_some(code)
+}
+
 /// Answers a failed request (when there is still someone to answer), counts it and logs it.
 async fn answer_failure(
     client: &mut Client,
@@ -1109,6 +1127,7 @@ async fn answer_failure(
     let cut_short = failure.status.is_none() && failure.answered().is_some();
     let cut = cut_short && client.open_ended;
     let answering = answer_form(client, head, &failure);
+    let grpc_cut = (cut_short && answering.0).then(|| end_grpc_call_cut_short(client, kind));
     let mut bytes = 0;
     if let Some(status) = failure.status {
         // After an error the rest of the request may still be in flight: close.
@@ -1183,10 +1202,10 @@ async fn answer_failure(
             error: Some(kind.as_str()),
             request_id: traffic.and_then(RequestTraffic::id),
             rule: traffic.and_then(|t| t.rule_name(vs)),
-            // Only a status weir sent (its own trailers-only answer): a call the client
-            // cancelled, or whose answer was cut, got none, and `error` says why.
+            // Only a status weir sent (its trailers-only answer, the trailers of a cut call).
             grpc_status: (answering.0 && failure.status.is_some())
-                .then(|| crate::answer::grpc_status_for(status)),
+                .then(|| crate::answer::grpc_status_for(status))
+                .or(grpc_cut.flatten()),
             cache: failure.cache(),
             tls: client.tls_record(),
         });

@@ -128,7 +128,8 @@ impl tonic::server::UnaryService<Bytes> for Unary {
 
 /// Server streaming: each comma-separated part of the request as a message;
 /// a part `boom` ends the call with ABORTED after the parts before it (the
-/// status then travels in real trailers, after DATA).
+/// status then travels in real trailers, after DATA); a part `hang` sends
+/// nothing more, ever (a node that froze mid-call).
 struct Expand;
 
 impl tonic::server::ServerStreamingService<Bytes> for Expand {
@@ -140,7 +141,12 @@ impl tonic::server::ServerStreamingService<Bytes> for Expand {
         Box::pin(async move {
             let text = String::from_utf8_lossy(&request.into_inner()).into_owned();
             let mut parts = Vec::new();
+            let mut hangs = false;
             for part in text.split(',') {
+                if part == "hang" {
+                    hangs = true;
+                    break;
+                }
                 if part == "boom" {
                     parts.push(Err(Status::aborted("boom after the parts before it")));
                     break;
@@ -155,7 +161,10 @@ impl tonic::server::ServerStreamingService<Bytes> for Expand {
                 }
                 parts.push(Ok(Bytes::from(part.to_owned())));
             }
-            let stream: BoxStream<Bytes> = Box::pin(tokio_stream::iter(parts));
+            let stream: BoxStream<Bytes> = match hangs {
+                false => Box::pin(tokio_stream::iter(parts)),
+                true => Box::pin(tokio_stream::iter(parts).chain(tokio_stream::pending())),
+            };
             Ok(Response::new(stream))
         })
     }
@@ -525,6 +534,27 @@ async fn a_cancelled_call_is_logged_without_a_grpc_status() {
     assert_eq!(setup.logged_statuses(2).await, strings(&["-", "0"]));
     let log = std::fs::read_to_string(&setup.log).unwrap();
     assert!(log.contains("\"error\":\"client_closed\""), "{log}");
+    setup.stop().await;
+}
+
+/// A call whose node fails after its answer began (here a node that froze mid-stream,
+/// cut at the pool's response timeout) ends with UNAVAILABLE in trailers, the status of
+/// weir's own answer had it come before the head, and is logged with it: a reset, which
+/// it was, reads as INTERNAL to gRPC clients, a fault of the server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_short_by_its_node_ends_unavailable() {
+    let node = grpc_node().await;
+    let timeouts = "[pools.grpc.timeouts]\nresponse = \"1s\"\n";
+    let setup = setup_with(node, "h2c", "cut-short", timeouts).await;
+    for tls in [false, true] {
+        let mut grpc = setup.client(tls).await;
+        let (messages, ended) = expand(&mut grpc, "a,b,hang").await;
+        assert_eq!(messages, ["a", "b"]);
+        let status = ended.expect_err("cut short");
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        assert_eq!(status.message(), "gateway timeout");
+    }
+    assert_eq!(setup.logged_statuses(2).await, strings(&["14", "14"]));
     setup.stop().await;
 }
 

@@ -332,6 +332,28 @@ impl H2Stream {
             .map_err(|error| client_gone(&error))
     }
 
+    /// Ends a gRPC call whose answer was cut short with trailers that carry a status
+    /// (`grpc-status`, `grpc-message`) rather than a reset, which gRPC clients read as
+    /// INTERNAL, a fault of the server's. Whether the trailers went (the stream was still
+    /// open to send them).
+    pub(crate) fn finish_grpc(&mut self, status: u32, message: &str) -> bool {
+        let Some(mut send) = self.send.take() else {
+            return false;
+        };
+        let mut trailers = HeaderMap::with_capacity(2);
+        trailers.insert("grpc-status", http::HeaderValue::from(status));
+        if let Ok(message) = http::HeaderValue::from_str(message) {
+            trailers.insert("grpc-message", message);
+        }
+        match send.send_trailers(trailers) {
+            Ok(()) => true,
+            Err(_) => {
+                send.send_reset(Reason::INTERNAL_ERROR);
+                false
+            }
+        }
+    }
+
     /// Ends the stream: with the body sent, an empty end; after a failure
     /// mid-response, a reset (`INTERNAL_ERROR`) so the client knows the
     /// response is incomplete.
