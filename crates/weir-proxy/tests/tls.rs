@@ -686,6 +686,20 @@ async fn health_checks_count_their_tls_handshakes() {
     };
     let good = TestProxy::start(&checked(&pki.ca_path())).await;
     let refused = TestProxy::start(&checked(&other.ca_path())).await;
+    // A node that takes connections and never answers a ClientHello: each check's
+    // handshake ends at the check's timeout, and counts as failed too.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = silent.accept().await {
+            held.push(tcp);
+        }
+    });
+    let mute = TestProxy::start(
+        &checked(&pki.ca_path()).replace(&tls_node.addr.to_string(), &silent_addr.to_string()),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     let (full, resumed) = (
         metric(&good, "kind=\"full\"}"),
@@ -697,11 +711,13 @@ async fn health_checks_count_their_tls_handshakes() {
     );
     assert_eq!(metric(&good, "kind=\"failed\"}"), 0.0);
     assert!(metric(&refused, "kind=\"failed\"}") >= 3.0);
+    assert!(metric(&mute, "kind=\"failed\"}") >= 3.0);
     let model = refused.live.current();
     assert!(!model.pool("web").unwrap().nodes[0].is_active_up());
-    for proxy in [good, refused, tls_node] {
+    for proxy in [good, refused, mute, tls_node] {
         proxy.stop().await;
     }
+    held.abort();
     origin.stop().await;
 }
 
@@ -990,6 +1006,25 @@ async fn a_node_that_refuses_the_client_certificate_after_the_handshake_is_passe
         metric(&front, "kind=\"failed\""),
         metric(&front, "weir_node_connect_failures_total")
     );
+    // So is a health check's, with no request at all: the node is marked down.
+    let checked = TestProxy::start(&weir_testkit::config(
+        &[refusing.addr],
+        &format!(
+            "[pools.web.health]\ntype = \"http\"\ninterval = \"100ms\"\ntimeout = \"90ms\"\n\
+             fall = 1\nrise = 1\n\
+             [pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
+             certificate = \"{}\"\nkey = \"{}\"",
+            toml_path(&pki.ca_path()),
+            toml_path(&weir_client.0),
+            toml_path(&weir_client.1)
+        ),
+        "",
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(metric(&checked, "kind=\"failed\"") >= 3.0);
+    assert!(!checked.live.current().pool("web").unwrap().nodes[0].is_active_up());
+    checked.stop().await;
     for proxy in [front, refusing, accepting] {
         proxy.stop().await;
     }

@@ -228,13 +228,16 @@ struct CheckTls {
 }
 
 impl CheckTls {
-    /// A TLS connection to `address` over `tcp`, counted.
+    /// A TLS connection to `address` over `tcp`, counted; a handshake the check's timeout
+    /// ends counts as failed, as a request's does.
     async fn connect(
         &self,
         tcp: TcpStream,
         address: SocketAddr,
     ) -> Result<weir_tls::ClientStream, CheckFailure> {
+        let mut unfinished = Unfinished(self.metrics.as_ref());
         let connected = self.connector.connect(tcp, address).await;
+        unfinished.0 = None;
         if let Some(metrics) = &self.metrics {
             match &connected {
                 Ok(stream)
@@ -254,6 +257,26 @@ impl CheckTls {
         connected
             .map(|stream| weir_tls::ClientStream::Tls(Box::new(stream)))
             .map_err(|error| CheckFailure::Tls(error.to_string()))
+    }
+
+    /// A handshake that ended, but whose node then refused it (a TLS 1.3 node refuses
+    /// weir's client certificate only after weir's side of the handshake): counted failed
+    /// too, as a request's is (`NodeConnections::record_refused_handshake`).
+    fn refused_after_handshake(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.failed.inc();
+        }
+    }
+}
+
+/// Counts a handshake as failed when dropped before it finished (the check timed out).
+struct Unfinished<'a>(Option<&'a weir_observe::UpstreamTlsMetrics>);
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(metrics) = self.0 {
+            metrics.failed.inc();
+        }
     }
 }
 
@@ -386,7 +409,8 @@ async fn check_without_timeout(
         drop(lent);
         return connect().await.map(drop);
     };
-    let mut stream = match lent {
+    let fresh = lent.is_none();
+    let stream = match lent {
         Some(stream) => stream,
         None => {
             let stream = connect().await?;
@@ -402,8 +426,23 @@ async fn check_without_timeout(
         Some(host) => host.clone(),
         None => address.to_string(),
     };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let asked = ask(stream, (scheme, &host, path, method), expect_status, http2).await;
+    if let (true, Some(tls), Err(CheckFailure::Tls(_))) = (fresh, tls, &asked) {
+        tls.refused_after_handshake();
+    }
+    asked
+}
+
+/// An HTTP check's request on `stream` (HTTP/2 with `http2`), and whether its answer's
+/// status is one of `expect_status`.
+async fn ask(
+    mut stream: weir_tls::ClientStream,
+    (scheme, host, path, method): (&str, &str, &str, &str),
+    expect_status: &[(u16, u16)],
+    http2: bool,
+) -> Result<(), CheckFailure> {
     if http2 {
-        let scheme = if tls.is_some() { "https" } else { "http" };
         let status = http2_status(stream, &format!("{scheme}://{host}{path}"), method).await?;
         return match status_expected(status, expect_status) {
             true => Ok(()),
@@ -411,7 +450,7 @@ async fn check_without_timeout(
         };
     }
     stream
-        .write_all(&http_request(method, path, &host))
+        .write_all(&http_request(method, path, host))
         .await
         .map_err(|error| io_failure(&error))?;
     stream.flush().await.map_err(|error| io_failure(&error))?;
