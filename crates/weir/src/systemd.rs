@@ -2,12 +2,18 @@
 //! service (`examples/weir.service`): ready once every listener is bound, reloading and
 //! ready again around a SIGHUP reload, stopping at a drain, the successor's process id
 //! after a binary upgrade, and watchdog keep-alives when the unit sets `WatchdogSec=`. Each
-//! message carries a `STATUS=` line for `systemctl status`. Outside systemd
+//! message carries a `STATUS=` line for `systemctl status`. Once weir stops (or has handed
+//! over to a successor) it says nothing more about reloads. Outside systemd
 //! (`NOTIFY_SOCKET` unset) every call here does nothing.
 
+use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sd_notify::NotifyState;
+
+/// Set once a stop began or a successor took over: what systemd hears of this process
+/// ends there.
+static DONE: AtomicBool = AtomicBool::new(false);
 
 /// Every listener is bound and serving.
 pub fn ready(virtual_servers: usize) {
@@ -18,6 +24,9 @@ pub fn ready(virtual_servers: usize) {
 /// A SIGHUP reload begins. systemd 253 and later want the monotonic time with it
 /// (`Type=notify-reload`).
 pub fn reloading() {
+    if DONE.load(Ordering::Relaxed) {
+        return;
+    }
     let mut states = vec![
         NotifyState::Reloading,
         NotifyState::Status("reloading the configuration"),
@@ -30,11 +39,15 @@ pub fn reloading() {
 
 /// The reload is over: applied, or refused with the previous configuration still serving.
 pub fn reloaded(outcome: &str) {
+    if DONE.load(Ordering::Relaxed) {
+        return;
+    }
     send(&[NotifyState::Ready, NotifyState::Status(outcome)]);
 }
 
 /// A stop signal came: weir drains and exits.
 pub fn stopping() {
+    DONE.store(true, Ordering::Relaxed);
     send(&[
         NotifyState::Stopping,
         NotifyState::Status("draining open connections"),
@@ -45,15 +58,18 @@ pub fn stopping() {
 /// service's main process from here on (systemd takes this from the process it knows as
 /// main, this one, while it drains).
 pub fn handed_over(pid: u32) {
+    DONE.store(true, Ordering::Relaxed);
     let status = format!("binary upgrade: process {pid} serves; draining open connections");
     send(&[NotifyState::MainPid(pid), NotifyState::Status(&status)]);
 }
 
 /// Sends a keep-alive every half of the unit's `WatchdogSec=` until `stop`, from a task of
 /// the runtime that serves traffic: a runtime that stops making progress stops the
-/// keep-alives, and systemd restarts weir. Nothing when the unit sets no watchdog.
+/// keep-alives, and systemd restarts weir. Nothing when the unit sets no watchdog (or a
+/// period of zero, which `sd_watchdog_enabled(3)` takes for none), or sets it for another
+/// process (`WATCHDOG_PID`).
 pub fn spawn_watchdog(stop: weir_core::ShutdownSignal) {
-    let Some(period) = sd_notify::watchdog_enabled() else {
+    let Some(period) = sd_notify::watchdog_enabled().filter(|period| !period.is_zero()) else {
         return;
     };
     let every = (period / 2).max(std::time::Duration::from_millis(10));
@@ -73,9 +89,39 @@ pub fn spawn_watchdog(stop: weir_core::ShutdownSignal) {
 /// timeouts), never fatal.
 fn send(states: &[NotifyState]) {
     static WARNED: AtomicBool = AtomicBool::new(false);
-    if let Err(error) = sd_notify::notify(states)
+    let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let mut message = String::new();
+    for state in states {
+        message.push_str(&state.to_string());
+        message.push('\n');
+    }
+    if let Err(error) = send_to(&socket, message.as_bytes())
         && !WARNED.swap(true, Ordering::Relaxed)
     {
-        tracing::warn!(%error, "cannot notify systemd (NOTIFY_SOCKET)");
+        tracing::warn!(%error, socket = %socket.to_string_lossy(), "cannot notify systemd (NOTIFY_SOCKET)");
     }
+}
+
+/// One datagram to the service manager's socket: a path, or a Linux abstract name
+/// written with a leading `@` (sd_notify(3)), which `sd-notify` takes for a path.
+fn send_to(socket: &std::ffi::OsStr, message: &[u8]) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    let datagram = UnixDatagram::unbound()?;
+    let sent = match socket.as_bytes().strip_prefix(b"@") {
+        Some(name) => {
+            let address = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+            datagram.send_to_addr(message, &address)?
+        }
+        None => datagram.send_to(message, socket)?,
+    };
+    if sent != message.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::WriteZero,
+            "the message was cut",
+        ));
+    }
+    Ok(())
 }

@@ -41,13 +41,19 @@ fn next(socket: &UnixDatagram, keep_alives: &mut usize) -> String {
     }
 }
 
-#[test]
-fn readiness_reloads_stops_and_the_watchdog_reach_systemd() {
-    let dir = std::env::temp_dir().join(format!("weir-systemd-{}", std::process::id()));
+/// A directory of the test's own (`name`) and the service manager's socket in it.
+fn manager(name: &str) -> (std::path::PathBuf, std::path::PathBuf, UnixDatagram) {
+    let dir = std::env::temp_dir().join(format!("weir-systemd-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let socket_path = dir.join("notify");
     let _ = std::fs::remove_file(&socket_path);
     let socket = UnixDatagram::bind(&socket_path).unwrap();
+    (dir, socket_path, socket)
+}
+
+#[test]
+fn readiness_reloads_stops_and_the_watchdog_reach_systemd() {
+    let (dir, socket_path, socket) = manager("reload");
     let [proxy_port, origin_port] = weir_testkit::free_ports();
     let config = dir.join("weir.toml");
     let text = format!(
@@ -118,11 +124,7 @@ fn readiness_reloads_stops_and_the_watchdog_reach_systemd() {
 /// serves, the old one, still the main process systemd knows, names the new one as main.
 #[test]
 fn a_binary_upgrade_names_the_new_main_process() {
-    let dir = std::env::temp_dir().join(format!("weir-systemd-up-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket_path = dir.join("notify");
-    let _ = std::fs::remove_file(&socket_path);
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let (dir, socket_path, socket) = manager("upgrade");
     let [proxy_port, origin_port] = weir_testkit::free_ports();
     let config = dir.join("weir.toml");
     std::fs::write(
@@ -172,5 +174,65 @@ fn a_binary_upgrade_names_the_new_main_process() {
     assert!(exit.success(), "{exit:?}");
     assert!(std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
     drop(new);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The service manager's socket may be an abstract name (`@name`, sd_notify(3)); a
+/// watchdog period of zero is none (no keep-alives); and once STOPPING=1 is sent, a SIGHUP
+/// during the drain tells systemd nothing more (a READY after it would say weir serves).
+#[test]
+fn an_abstract_socket_a_zero_watchdog_and_silence_after_stopping() {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("weir-systemd-abstract-{}", std::process::id());
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let socket = UnixDatagram::bind_addr(&address).unwrap();
+    let [proxy_port, origin_port] = weir_testkit::free_ports();
+    let dir = std::env::temp_dir().join(format!("weir-systemd-abstract-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("weir.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[log]\nlevel = \"warn\"\n[runtime]\ndrain_timeout = \"5s\"\n\
+             [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\n\
+             pool = \"web\"\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:{origin_port}\" }}]\n"
+        ),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .env("NOTIFY_SOCKET", format!("@{name}"))
+        .env("WATCHDOG_USEC", "0")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = Running(child);
+    let mut keep_alives = 0;
+    assert!(next(&socket, &mut keep_alives).starts_with("READY=1\n"));
+    // A client whose request is still waiting for its node keeps the drain going.
+    let mut held = std::net::TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
+    std::io::Write::write_all(
+        &mut held,
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    signal(&child.0, "TERM");
+    assert!(next(&socket, &mut keep_alives).starts_with("STOPPING=1\n"));
+    signal(&child.0, "HUP");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(800)))
+        .unwrap();
+    let mut buffer = [0u8; 512];
+    let after = socket
+        .recv(&mut buffer)
+        .map(|n| String::from_utf8_lossy(&buffer[..n]).into_owned());
+    assert!(after.is_err(), "told systemd after STOPPING=1: {after:?}");
+    assert_eq!(keep_alives, 0, "keep-alives for a zero watchdog period");
+    drop(held);
+    let exit = child.0.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
