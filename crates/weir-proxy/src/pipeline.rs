@@ -1075,22 +1075,35 @@ fn answer_form(client: &Client, head: Option<&RequestHead>, failure: &Failure) -
     }
 }
 
-/// Ends a gRPC call whose answer was cut short by its node (failed or gone quiet) or by
-/// the drain with the status weir's own answer would have carried, 14 UNAVAILABLE, in
-/// trailers: a reset reads as 13 INTERNAL to gRPC clients, a fault of the server's. The
-/// status sent, if any. A cut that is the client's own doing (its body past a limit, too
-/// slow) still ends with a reset.
-fn end_grpc_call_cut_short(client: &mut Client, kind: ErrorKind) -> Option<u32> {
-    let status = crate::answer::status_for(kind)?;
+/// Ends an HTTP/2 answer cut short, where the cut calls for more than the reset
+/// (`INTERNAL_ERROR`) that ends the others. A node that reset its stream: the client's
+/// is reset with the node's reason, so that a gRPC client reads what it would have from
+/// the node (CANCEL as CANCELLED, INTERNAL_ERROR as INTERNAL; NO_ERROR and REFUSED_STREAM,
+/// which say nothing of a cut answer, as INTERNAL_ERROR). A gRPC call (`grpc`) whose node
+/// failed or went quiet, or that the drain ended: trailers with the status weir's own
+/// answer would have carried, 14 UNAVAILABLE, since a reset reads as 13 INTERNAL to gRPC
+/// clients, a fault of the server's. The gRPC status sent, if any. A cut that is the
+/// client's own doing (its body past a limit, too slow) ends with the reset.
+fn end_cut_stream(client: &mut Client, error: &Error, grpc: bool) -> Option<u32> {
+    let stream = client.h2()?;
+    if let Some(reason) = crate::http2::upstream::node_reset(error) {
+        let passed = match reason {
+            ::h2::Reason::NO_ERROR | ::h2::Reason::REFUSED_STREAM => ::h2::Reason::INTERNAL_ERROR,
+            reason => reason,
+        };
+        stream.finish_reset(passed);
+        return None;
+    }
+    if !grpc {
+        return None;
+    }
+    let status = crate::answer::status_for(error.kind())?;
     let code = crate::answer::grpc_status_for(status);
     if code != 14 {
         return None;
     }
     let message = std::str::from_utf8(crate::answer::body_for(status)).unwrap_or_default();
-    client
-        .h2()
-        .is_some_and(|stream| stream.finish_grpc(code, message.trim_end()))
-        .then_some(code)
+    stream.finish_grpc(code, message.trim_end()).then_some(code)
 }
 
 /// Answers a failed request (when there is still someone to answer), counts it and logs it.
@@ -1127,7 +1140,7 @@ async fn answer_failure(
     let cut_short = failure.status.is_none() && failure.answered().is_some();
     let cut = cut_short && client.open_ended;
     let answering = answer_form(client, head, &failure);
-    let grpc_cut = (cut_short && answering.0).then(|| end_grpc_call_cut_short(client, kind));
+    let grpc_cut = cut_short.then(|| end_cut_stream(client, &failure.error, answering.0));
     let mut bytes = 0;
     if let Some(status) = failure.status {
         // After an error the rest of the request may still be in flight: close.

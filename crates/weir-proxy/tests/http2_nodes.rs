@@ -139,6 +139,9 @@ async fn answer(
     if request.uri().path() == "/early-big" {
         return early_big(request, respond).await;
     }
+    if request.uri().path().starts_with("/reset-") {
+        return reset_after_part(request.uri().path(), respond).await;
+    }
     if request.uri().path() == "/big" {
         // 8 MiB, sent as the windows allow.
         let head = http::Response::builder()
@@ -207,6 +210,20 @@ async fn answer(
         response = response.header("x-wide", "w".repeat(20 * 1024));
     }
     send_answer(respond, response, parts.uri.path(), text).await;
+}
+
+/// A head and part of the body, then the node resets its stream: with CANCEL for
+/// `/reset-cancel`, REFUSED_STREAM for `/reset-refused`.
+async fn reset_after_part(path: &str, mut respond: h2::server::SendResponse<Bytes>) {
+    let reason = match path {
+        "/reset-refused" => h2::Reason::REFUSED_STREAM,
+        _ => h2::Reason::CANCEL,
+    };
+    if let Ok(mut send) = respond.send_response(ok_head(), false) {
+        let _ = send.send_data(Bytes::from_static(b"part"), false);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        send.send_reset(reason);
+    }
 }
 
 /// Sends `response` with `text` as its body, framed as `path` asks:
@@ -1619,6 +1636,22 @@ async fn impatient_proxy(node: SocketAddr) -> TestProxy {
     .await
 }
 
+/// The status of `GET path` through `proxy`, on a connection of its own.
+async fn status_of(proxy: &TestProxy, path: &str) -> u16 {
+    weir_testkit::client::get(proxy.addr, path)
+        .await
+        .expect("an answer")
+        .status
+}
+
+/// One PING to `node` went unanswered, as the metrics count it.
+fn assert_one_ping_timeout(proxy: &TestProxy, node: SocketAddr) {
+    let metrics = proxy.metrics.encode();
+    let counted =
+        format!("weir_upstream_http2_ping_timeouts_total{{pool=\"web\",node=\"{node}\"}} 1\n");
+    assert!(metrics.contains(&counted), "{metrics}");
+}
+
 /// A node connection that went dead while busy is found by the request that times out on
 /// it: weir PINGs it, and closes it when no answer comes, so the requests after go on a new
 /// connection. (It was kept for ever: every request after timed out on it, since a busy
@@ -1627,12 +1660,7 @@ async fn impatient_proxy(node: SocketAddr) -> TestProxy {
 async fn a_node_connection_that_went_dead_is_replaced_after_a_timeout_on_it() {
     let (node, connections) = wedging_node().await;
     let proxy = impatient_proxy(node).await;
-    let get = |path: &'static str| async move {
-        weir_testkit::client::get(proxy.addr, path)
-            .await
-            .expect("an answer")
-            .status
-    };
+    let get = |path: &'static str| status_of(&proxy, path);
     assert_eq!(get("/").await, 200);
     assert_eq!(get("/").await, 504, "the dead connection times out");
     // The PING it was sent goes unanswered for `ping_timeout`.
@@ -1640,10 +1668,7 @@ async fn a_node_connection_that_went_dead_is_replaced_after_a_timeout_on_it() {
     assert_eq!(get("/").await, 200, "a new connection carries it");
     assert_eq!(get("/").await, 200);
     assert_eq!(connections.load(Ordering::Relaxed), 2);
-    let metrics = proxy.metrics.encode();
-    let counted =
-        format!("weir_upstream_http2_ping_timeouts_total{{pool=\"web\",node=\"{node}\"}} 1\n");
-    assert!(metrics.contains(&counted), "{metrics}");
+    assert_one_ping_timeout(&proxy, node);
     proxy.stop().await;
 }
 
@@ -1655,12 +1680,7 @@ async fn a_node_connection_that_went_dead_is_replaced_after_a_timeout_on_it() {
 async fn timeouts_on_a_live_connection_ping_once_then_drain_it() {
     let (node, connections) = wedging_node().await;
     let proxy = impatient_proxy(node).await;
-    let get = |path: &'static str| async move {
-        weir_testkit::client::get(proxy.addr, path)
-            .await
-            .expect("an answer")
-            .status
-    };
+    let get = |path: &'static str| status_of(&proxy, path);
     // The first connection wedges after its first answer: spend it on a first request
     // whose connection the PING then closes.
     assert_eq!(get("/").await, 200);
@@ -1679,9 +1699,58 @@ async fn timeouts_on_a_live_connection_ping_once_then_drain_it() {
     assert_eq!(get("/hang").await, 504);
     assert_eq!(get("/").await, 200);
     assert_eq!(connections.load(Ordering::Relaxed), 3);
-    let metrics = proxy.metrics.encode();
-    let counted =
-        format!("weir_upstream_http2_ping_timeouts_total{{pool=\"web\",node=\"{node}\"}} 1\n");
-    assert!(metrics.contains(&counted), "{metrics}");
+    assert_one_ping_timeout(&proxy, node);
+    proxy.stop().await;
+}
+
+/// A node that resets its stream after its answer began: the client's stream is reset with
+/// the node's reason, so a gRPC client reads what it would from the node (CANCEL as
+/// CANCELLED; weir's own INTERNAL_ERROR read as INTERNAL, and 14 UNAVAILABLE, which
+/// clients retry, would both misreport a call the node chose to end). REFUSED_STREAM,
+/// which says the node processed nothing and invites a retry, is passed as INTERNAL_ERROR:
+/// this node did answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reset_after_its_answer_began_reaches_the_client_with_its_reason() {
+    let node = h2_node().await;
+    let proxy = proxy(node.addr, "[virtual_servers.web.http2]\ncleartext = true").await;
+    let mut sender = h2c_client(&proxy).await;
+    for (path, grpc, expected) in [
+        ("/reset-cancel", false, h2::Reason::CANCEL),
+        ("/reset-cancel", true, h2::Reason::CANCEL),
+        ("/reset-refused", true, h2::Reason::INTERNAL_ERROR),
+    ] {
+        let mut request = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://127.0.0.1:{}{path}", proxy.addr.port()));
+        if grpc {
+            request = request.header("content-type", "application/grpc");
+        }
+        let request = request.body(()).expect("request");
+        sender = sender.ready().await.expect("ready");
+        let (response, _) = sender.send_request(request, true).expect("sent");
+        let wait = std::time::Duration::from_secs(5);
+        let response = tokio::time::timeout(wait, response)
+            .await
+            .expect("in time")
+            .expect("a head");
+        let mut body = response.into_body();
+        let mut got = Vec::new();
+        let error = loop {
+            match tokio::time::timeout(wait, body.data())
+                .await
+                .expect("in time")
+            {
+                Some(Ok(data)) => got.extend_from_slice(&data),
+                Some(Err(error)) => break error,
+                None => panic!("{path}: the stream ended as if whole"),
+            }
+        };
+        assert_eq!(got, b"part", "{path}");
+        assert_eq!(
+            error.reason(),
+            Some(expected),
+            "{path} (gRPC: {grpc}): {error}"
+        );
+    }
     proxy.stop().await;
 }

@@ -354,6 +354,13 @@ impl H2Stream {
         }
     }
 
+    /// Resets the stream with `reason` (a node's own reset, passed on), if it is still open.
+    pub(crate) fn finish_reset(&mut self, reason: Reason) {
+        if let Some(mut send) = self.send.take() {
+            send.send_reset(reason);
+        }
+    }
+
     /// Ends the stream: with the body sent, an empty end; after a failure
     /// mid-response, a reset (`INTERNAL_ERROR`) so the client knows the
     /// response is incomplete.

@@ -456,7 +456,7 @@ pub(crate) async fn read_body(
             let _ = body.flow_control().release_capacity(data.len());
             Ok(Some(data))
         }
-        Ok(Some(Err(error))) => Err(upstream(format!("HTTP/2 response body: {error}"))),
+        Ok(Some(Err(error))) => Err(from_node(error, "HTTP/2 response body")),
         Err(_) => Err(Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
             .context("HTTP/2 node stalled in the response body")),
     }
@@ -469,9 +469,26 @@ pub(crate) async fn read_trailers(
 ) -> Result<Option<HeaderMap>, Error> {
     match tokio::time::timeout(timeout, body.trailers()).await {
         Ok(Ok(trailers)) => Ok(trailers),
-        Ok(Err(error)) => Err(upstream(format!("HTTP/2 response trailers: {error}"))),
+        Ok(Err(error)) => Err(from_node(error, "HTTP/2 response trailers")),
         Err(_) => Err(Error::new(ErrorKind::ResponseTimeout, Side::Upstream)
             .context("HTTP/2 node stalled before its trailers")),
+    }
+}
+
+/// The node's stream failing while weir reads `what`: the codec's error is kept as the
+/// source, so that a reset the node sent can be passed on ([`node_reset`]).
+fn from_node(error: h2::Error, what: &'static str) -> Error {
+    Error::upstream(ErrorKind::Io, std::io::Error::other(error)).context(what)
+}
+
+/// The reason a node gave when it reset the stream whose reading failed with `error`.
+pub(crate) fn node_reset(error: &Error) -> Option<h2::Reason> {
+    let io = std::error::Error::source(error)?.downcast_ref::<std::io::Error>()?;
+    let h2 = io.get_ref()?.downcast_ref::<h2::Error>()?;
+    if h2.is_reset() && h2.is_remote() {
+        h2.reason()
+    } else {
+        None
     }
 }
 
