@@ -12,8 +12,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use sd_notify::NotifyState;
 
 /// Set once a stop began or a successor took over: what systemd hears of this process
-/// ends there.
+/// ends there, but for the keep-alives of a stopping process, still the main one.
 static DONE: AtomicBool = AtomicBool::new(false);
+
+/// Set once a successor took over: the keep-alives are its to send from then on.
+static SUCCEEDED: AtomicBool = AtomicBool::new(false);
 
 /// Every listener is bound and serving.
 pub fn ready(virtual_servers: usize) {
@@ -59,13 +62,16 @@ pub fn stopping() {
 /// main, this one, while it drains).
 pub fn handed_over(pid: u32) {
     DONE.store(true, Ordering::Relaxed);
+    SUCCEEDED.store(true, Ordering::Relaxed);
     let status = format!("binary upgrade: process {pid} serves; draining open connections");
     send(&[NotifyState::MainPid(pid), NotifyState::Status(&status)]);
 }
 
-/// Sends a keep-alive every half of the unit's `WatchdogSec=` until `stop`, from a task of
-/// the runtime that serves traffic: a runtime that stops making progress stops the
-/// keep-alives, and systemd restarts weir. Nothing when the unit sets no watchdog (or a
+/// Sends a keep-alive every half of the unit's `WatchdogSec=` until `stop` (the drain's
+/// end) or a successor took over ([`handed_over`]: a successor that hangs must not be
+/// covered by its predecessor's keep-alives), from a task of the runtime that serves
+/// traffic: a runtime that stops making progress stops the keep-alives, and systemd
+/// restarts weir. Nothing when the unit sets no watchdog (or a
 /// period of zero, which `sd_watchdog_enabled(3)` takes for none), or sets it for another
 /// process (`WATCHDOG_PID`).
 pub fn spawn_watchdog(stop: weir_core::ShutdownSignal) {
@@ -79,7 +85,12 @@ pub fn spawn_watchdog(stop: weir_core::ShutdownSignal) {
         loop {
             tokio::select! {
                 () = stop.triggered() => return,
-                _ = ticks.tick() => send(&[NotifyState::Watchdog]),
+                _ = ticks.tick() => {
+                    if SUCCEEDED.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    send(&[NotifyState::Watchdog]);
+                }
             }
         }
     });

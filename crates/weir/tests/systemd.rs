@@ -121,7 +121,8 @@ fn readiness_reloads_stops_and_the_watchdog_reach_systemd() {
 }
 
 /// A binary upgrade run inside the unit (`weir serve --upgrade`): once the new process
-/// serves, the old one, still the main process systemd knows, names the new one as main.
+/// serves, the old one, still the main process systemd knows, names the new one as main,
+/// and sends no more keep-alives while it drains (they would cover a successor that hangs).
 #[test]
 fn a_binary_upgrade_names_the_new_main_process() {
     let (dir, socket_path, socket) = manager("upgrade");
@@ -130,7 +131,8 @@ fn a_binary_upgrade_names_the_new_main_process() {
     std::fs::write(
         &config,
         format!(
-            "[log]\nlevel = \"warn\"\n[virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\n\
+            "[log]\nlevel = \"warn\"\n[runtime]\ndrain_timeout = \"5s\"\n\
+             [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\n\
              pool = \"web\"\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:{origin_port}\" }}]\n"
         ),
     )
@@ -142,16 +144,24 @@ fn a_binary_upgrade_names_the_new_main_process() {
             .arg("--config")
             .arg(&config)
             .env("NOTIFY_SOCKET", &socket_path)
-            .env_remove("WATCHDOG_USEC")
             .stderr(std::process::Stdio::null());
-        if upgrade {
-            command.arg("--upgrade");
-        }
+        // Only the old process has a watchdog: a keep-alive after the handover is its.
+        match upgrade {
+            true => command.arg("--upgrade").env_remove("WATCHDOG_USEC"),
+            false => command.env("WATCHDOG_USEC", "100000"),
+        };
         Running(command.spawn().unwrap())
     };
     let mut old = start(false);
     let mut keep_alives = 0;
     assert!(next(&socket, &mut keep_alives).starts_with("READY=1\n"));
+    // A request still waiting for its body keeps the old process draining.
+    let mut held = std::net::TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
+    std::io::Write::write_all(
+        &mut held,
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
+    )
+    .unwrap();
     let new = start(true);
     let pid = new.0.id();
     // The new process says READY too (systemd takes it once it is the main process), and
@@ -170,6 +180,21 @@ fn a_binary_upgrade_names_the_new_main_process() {
             "READY=1\nSTATUS=serving 1 virtual servers\n".to_owned(),
         ]
     );
+    keep_alives = 0;
+    std::thread::sleep(Duration::from_millis(600));
+    socket.set_nonblocking(true).unwrap();
+    let mut buffer = [0u8; 512];
+    while let Ok(n) = socket.recv(&mut buffer) {
+        if &buffer[..n] == b"WATCHDOG=1\n" {
+            keep_alives += 1;
+        }
+    }
+    // One may have been on its way as the handover ended.
+    assert!(
+        keep_alives <= 1,
+        "{keep_alives} keep-alives from the old process after MAINPID="
+    );
+    drop(held);
     let exit = old.0.wait().unwrap();
     assert!(exit.success(), "{exit:?}");
     assert!(std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
