@@ -147,10 +147,12 @@ const LEFT_RECHECK: Duration = Duration::from_millis(250);
 /// unread before it), or, when `behind_bytes`, the kernel's read-closed readiness behind
 /// bytes weir has not read yet (a close_notify, a pipelined request; an HTTP client that
 /// sent more and closed). A TCP session's client passes `false`: bytes it sent before its
-/// FIN are for the node, so it is still waited for. Reads nothing: the socket is only
-/// peeked. A peek that finds nothing clears tokio's readiness, which is then only stale;
-/// bytes that are waiting leave it set, so that the next read finds them, and are looked
-/// past every [`LEFT_RECHECK`] (or, without `behind_bytes`, never again).
+/// FIN are for the node, so it is still waited for; but a reset behind them aborts the
+/// connection both ways, and nothing could go back to it: that client has left. Reads
+/// nothing: the socket is only peeked. A peek that finds nothing clears tokio's
+/// readiness, which is then only stale; bytes that are waiting leave it set, so that the
+/// next read finds them, and are looked past every [`LEFT_RECHECK`] (or, without
+/// `behind_bytes`, only for a reset: the socket's error).
 pub(crate) async fn client_closed(tcp: &tokio::net::TcpStream, behind_bytes: bool) -> Error {
     let closed = |why: &str| {
         Error::new(ErrorKind::ClientClosed, Side::Downstream).context(format!(
@@ -172,7 +174,12 @@ pub(crate) async fn client_closed(tcp: &tokio::net::TcpStream, behind_bytes: boo
         match peeked {
             Ok(0) => return closed("closed its connection"),
             Ok(_) if behind_bytes => tokio::time::sleep(LEFT_RECHECK).await,
-            Ok(_) => std::future::pending().await,
+            Ok(_) => {
+                return match tcp.ready(tokio::io::Interest::ERROR).await {
+                    Ok(_) => closed("reset its connection"),
+                    Err(error) => closed(&format!("connection failed ({error})")),
+                };
+            }
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(error) => return closed(&format!("connection failed ({error})")),
         }

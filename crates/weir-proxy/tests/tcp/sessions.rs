@@ -503,8 +503,10 @@ async fn a_session_is_counted_while_it_is_open() {
 }
 
 /// A client that closes its connection, having sent nothing, while its session waits for
-/// the node's only connection leaves the queue: the node never sees it. A client that sent
-/// bytes before its FIN still waits (see `sessions_wait_in_the_queue_at_the_node_cap`).
+/// the node's only connection leaves the queue: the node never sees it; so does one that
+/// sent bytes and then reset the connection (aborted both ways: nothing could go back to
+/// it). A client that sent bytes before its FIN still waits (see
+/// `sessions_wait_in_the_queue_at_the_node_cap`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_leaves_the_queue_never_reaches_the_node() {
     let node = Node::start("n", Duration::from_millis(400)).await;
@@ -518,8 +520,15 @@ async fn a_client_that_leaves_the_queue_never_reaches_the_node() {
     let first = tokio::spawn(async move { exchange(addr, b"abc").await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let leaving = TcpStream::connect(proxy.addr).await.unwrap();
+    let mut resetting = TcpStream::connect(proxy.addr).await.unwrap();
+    resetting.write_all(b"for nobody").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(leaving);
+    // Closed with unread bytes and no linger: a reset.
+    socket2::SockRef::from(&resetting)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(resetting);
     assert_eq!(first.await.unwrap(), "n 3");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(node.received.lock().unwrap().len(), 1);
@@ -529,8 +538,8 @@ async fn a_client_that_leaves_the_queue_never_reaches_the_node() {
             &text,
             "weir_tcp_sessions_total{virtual_server=\"l4\",result=\"client_left\"}"
         ),
-        1
+        2
     );
-    assert_eq!(metric(&text, "weir_queue_abandoned_total{pool=\"p\"}"), 1);
+    assert_eq!(metric(&text, "weir_queue_abandoned_total{pool=\"p\"}"), 2);
     proxy.stop().await;
 }
