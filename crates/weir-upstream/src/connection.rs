@@ -62,6 +62,19 @@ pub struct UpstreamTls {
     pub metrics: weir_observe::UpstreamTlsMetrics,
 }
 
+/// Counts a handshake with a node that finished as full or resumed, whoever made it (a
+/// request's connection, an HTTP/2 connection, a health check).
+pub(crate) fn count_finished(
+    metrics: &weir_observe::UpstreamTlsMetrics,
+    connection: &weir_tls::rustls::ClientConnection,
+) {
+    if connection.handshake_kind() == Some(weir_tls::rustls::HandshakeKind::Resumed) {
+        metrics.resumed.inc();
+    } else {
+        metrics.full.inc();
+    }
+}
+
 impl UpstreamTls {
     /// The pool's TLS for `node`: one given by DNS name names that host (without a
     /// `server_name`; [`weir_tls::Connector::for_host`]).
@@ -919,13 +932,7 @@ impl NodeConnections {
             tokio::time::timeout(connect_timeout, tls.connector.connect(tcp, self.address)).await;
         match attempt {
             Ok(Ok(stream)) => {
-                let resumed = stream.get_ref().1.handshake_kind()
-                    == Some(weir_tls::rustls::HandshakeKind::Resumed);
-                if resumed {
-                    tls.metrics.resumed.inc();
-                } else {
-                    tls.metrics.full.inc();
-                }
+                count_finished(&tls.metrics, stream.get_ref().1);
                 Ok(ClientStream::Tls(Box::new(stream)))
             }
             Ok(Err(error)) => {

@@ -240,15 +240,7 @@ impl CheckTls {
         unfinished.0 = None;
         if let Some(metrics) = &self.metrics {
             match &connected {
-                Ok(stream)
-                    if stream.get_ref().1.handshake_kind()
-                        == Some(weir_tls::rustls::HandshakeKind::Resumed) =>
-                {
-                    metrics.resumed.inc();
-                }
-                Ok(_) => {
-                    metrics.full.inc();
-                }
+                Ok(stream) => crate::connection::count_finished(metrics, stream.get_ref().1),
                 Err(_) => {
                     metrics.failed.inc();
                 }

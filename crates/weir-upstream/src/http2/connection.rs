@@ -72,13 +72,7 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
             let left = timeout.saturating_sub(started.elapsed());
             match tokio::time::timeout(left, tls.connector.connect(tcp, node.address)).await {
                 Ok(Ok(stream)) => {
-                    let resumed = stream.get_ref().1.handshake_kind()
-                        == Some(weir_tls::rustls::HandshakeKind::Resumed);
-                    if resumed {
-                        tls.metrics.resumed.inc();
-                    } else {
-                        tls.metrics.full.inc();
-                    }
+                    crate::connection::count_finished(&tls.metrics, stream.get_ref().1);
                     if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
                         return Err(Error::new(ErrorKind::ConnectFailed, Side::Upstream)
                             .context(format!("{}: the node did not choose h2 in ALPN", context()))
