@@ -2,21 +2,15 @@
 
 use std::process::Command;
 
+mod process;
+use process::{Running, signal};
+
 fn weir() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weir"))
 }
 
 fn temp_config(text: &str) -> tempfile_path::TempPath {
     tempfile_path::TempPath::with_contents(text)
-}
-
-/// Sends the signal `name` (`HUP`, `TERM`, ...) to `child`.
-fn signal(child: &std::process::Child, name: &str) {
-    let status = Command::new("kill")
-        .args([format!("-{name}"), child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 /// A tiny self-deleting temporary file (no extra dependency).
@@ -784,15 +778,6 @@ fn serve_with_48_descriptors_logging_to(
         .spawn()
         .expect("run weir under prlimit (util-linux)");
     Running(child)
-}
-
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// `weir reload --config FILE`: a file that does not load is refused with exit code 2

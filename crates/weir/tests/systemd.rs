@@ -1,27 +1,14 @@
 //! `weir serve` under systemd (`Type=notify-reload`): what it sends to `NOTIFY_SOCKET`, and
 //! when. The test plays the service manager: a datagram socket of its own.
 
+use std::net::TcpStream;
 use std::os::unix::net::UnixDatagram;
-use std::process::{Child, Command};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Stops the child at the end of the test whatever happens.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .args([format!("-{name}"), child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
+mod process;
+use process::{Running, signal};
 
 /// The next message that is not a watchdog keep-alive (those are counted), within 10 s.
 fn next(socket: &UnixDatagram, keep_alives: &mut usize) -> String {
@@ -41,14 +28,47 @@ fn next(socket: &UnixDatagram, keep_alives: &mut usize) -> String {
     }
 }
 
-/// A directory of the test's own (`name`) and the service manager's socket in it.
-fn manager(name: &str) -> (std::path::PathBuf, std::path::PathBuf, UnixDatagram) {
+/// A directory of the test's own (`name`).
+fn test_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("weir-systemd-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A directory of the test's own (`name`) and the service manager's socket in it.
+fn manager(name: &str) -> (PathBuf, PathBuf, UnixDatagram) {
+    let dir = test_dir(name);
     let socket_path = dir.join("notify");
     let _ = std::fs::remove_file(&socket_path);
     let socket = UnixDatagram::bind(&socket_path).unwrap();
     (dir, socket_path, socket)
+}
+
+/// A config in `dir` whose drain may last 5 s, and the port it listens on.
+fn draining_config(dir: &Path) -> (PathBuf, u16) {
+    let [proxy_port, origin_port] = weir_testkit::free_ports();
+    let config = dir.join("weir.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[log]\nlevel = \"warn\"\n[runtime]\ndrain_timeout = \"5s\"\n\
+             [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\n\
+             pool = \"web\"\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:{origin_port}\" }}]\n"
+        ),
+    )
+    .unwrap();
+    (config, proxy_port)
+}
+
+/// A request to `port` still waiting for its body: it keeps a drain going until dropped.
+fn request_in_flight(port: u16) -> TcpStream {
+    let mut held = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(
+        &mut held,
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
+    )
+    .unwrap();
+    held
 }
 
 #[test]
@@ -76,7 +96,7 @@ fn readiness_reloads_stops_and_the_watchdog_reach_systemd() {
     let ready = next(&socket, &mut keep_alives);
     assert_eq!(ready, "READY=1\nSTATUS=serving 1 virtual servers\n");
     // Ready means serving.
-    assert!(std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
+    assert!(TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
 
     // A reload: RELOADING with the monotonic time, then READY with how it went.
     signal(&child.0, "HUP");
@@ -104,7 +124,7 @@ fn readiness_reloads_stops_and_the_watchdog_reach_systemd() {
         ) && refused.contains("weir.toml:"),
         "{refused}"
     );
-    assert!(std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
+    assert!(TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
 
     // Keep-alives every half of WatchdogSec (200 ms) while it runs.
     std::thread::sleep(Duration::from_millis(600));
@@ -126,17 +146,7 @@ fn readiness_reloads_stops_and_the_watchdog_reach_systemd() {
 #[test]
 fn a_binary_upgrade_names_the_new_main_process() {
     let (dir, socket_path, socket) = manager("upgrade");
-    let [proxy_port, origin_port] = weir_testkit::free_ports();
-    let config = dir.join("weir.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[log]\nlevel = \"warn\"\n[runtime]\ndrain_timeout = \"5s\"\n\
-             [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\n\
-             pool = \"web\"\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:{origin_port}\" }}]\n"
-        ),
-    )
-    .unwrap();
+    let (config, proxy_port) = draining_config(&dir);
     let start = |upgrade: bool| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
         command
@@ -156,12 +166,7 @@ fn a_binary_upgrade_names_the_new_main_process() {
     let mut keep_alives = 0;
     assert!(next(&socket, &mut keep_alives).starts_with("READY=1\n"));
     // A request still waiting for its body keeps the old process draining.
-    let mut held = std::net::TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
-    std::io::Write::write_all(
-        &mut held,
-        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
-    )
-    .unwrap();
+    let held = request_in_flight(proxy_port);
     let new = start(true);
     let pid = new.0.id();
     // The new process says READY too (systemd takes it once it is the main process), and
@@ -197,7 +202,7 @@ fn a_binary_upgrade_names_the_new_main_process() {
     drop(held);
     let exit = old.0.wait().unwrap();
     assert!(exit.success(), "{exit:?}");
-    assert!(std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
+    assert!(TcpStream::connect(("127.0.0.1", proxy_port)).is_ok());
     drop(new);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -211,19 +216,8 @@ fn an_abstract_socket_a_zero_watchdog_and_silence_after_stopping() {
     let name = format!("weir-systemd-abstract-{}", std::process::id());
     let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let socket = UnixDatagram::bind_addr(&address).unwrap();
-    let [proxy_port, origin_port] = weir_testkit::free_ports();
-    let dir = std::env::temp_dir().join(format!("weir-systemd-abstract-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("weir.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[log]\nlevel = \"warn\"\n[runtime]\ndrain_timeout = \"5s\"\n\
-             [virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\n\
-             pool = \"web\"\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:{origin_port}\" }}]\n"
-        ),
-    )
-    .unwrap();
+    let dir = test_dir("abstract");
+    let (config, proxy_port) = draining_config(&dir);
     let child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .arg("serve")
         .arg("--config")
@@ -237,12 +231,7 @@ fn an_abstract_socket_a_zero_watchdog_and_silence_after_stopping() {
     let mut keep_alives = 0;
     assert!(next(&socket, &mut keep_alives).starts_with("READY=1\n"));
     // A client whose request is still waiting for its node keeps the drain going.
-    let mut held = std::net::TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
-    std::io::Write::write_all(
-        &mut held,
-        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
-    )
-    .unwrap();
+    let held = request_in_flight(proxy_port);
     std::thread::sleep(Duration::from_millis(200));
     signal(&child.0, "TERM");
     assert!(next(&socket, &mut keep_alives).starts_with("STOPPING=1\n"));

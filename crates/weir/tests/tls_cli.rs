@@ -3,12 +3,15 @@
 //! certificates in a running `weir serve`.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::Duration;
 
 use weir_testkit::free_ports;
 use weir_testkit::tls::{self, ClientOptions, Pki};
 use weir_tls::KeyType;
+
+mod process;
+use process::{Running, signal};
 
 fn weir() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -148,23 +151,6 @@ fn weir_cert_writes_a_ca_and_certificates_that_a_config_accepts() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-}
-
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .args([format!("-{name}"), child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
