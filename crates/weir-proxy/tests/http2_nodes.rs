@@ -86,17 +86,7 @@ async fn serve_h2<S>(
 
 /// A TLS acceptor for `localhost` offering only `h2`, from `pki`'s CA.
 fn h2_acceptor(pki: &weir_testkit::tls::Pki) -> Arc<weir_tls::Acceptor> {
-    let (cert, key) = pki.server("node", &["localhost"], weir_tls::KeyType::EcdsaP256);
-    let toml = format!(
-        "[virtual_servers.s]\nlisten = \"127.0.0.1:1\"\nprotocol = \"https\"\npool = \"p\"\n\
-         [virtual_servers.s.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
-         alpn = [\"h2\"]\n[pools.p]\nnodes = [{{ address = \"127.0.0.1:2\" }}]\n",
-        cert.display(),
-        key.display()
-    );
-    let config = weir_config::parse_str(&toml, "node.toml").expect("valid config");
-    let tls = config.virtual_servers[0].tls.as_ref().expect("tls");
-    Arc::new(weir_tls::Acceptor::new("s", tls, "node.toml").expect("certificates load"))
+    pki.acceptor(&["localhost"], &["h2"])
 }
 
 /// Answers `ok` after an empty DATA frame, as a server that flushes its head does.

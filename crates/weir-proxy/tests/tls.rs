@@ -735,19 +735,7 @@ async fn tls_node_reporting_ends(
     std::net::SocketAddr,
     tokio::sync::mpsc::UnboundedReceiver<bool>,
 ) {
-    let (cert, key) = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
-    let toml = format!(
-        "[virtual_servers.s]\nlisten = \"127.0.0.1:1\"\nprotocol = \"https\"\npool = \"p\"\n\
-         [virtual_servers.s.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
-         [pools.p]\nnodes = [{{ address = \"127.0.0.1:2\" }}]\n",
-        toml_path(&cert),
-        toml_path(&key)
-    );
-    let config = weir_config::parse_str(&toml, "node.toml").expect("valid config");
-    let settings = config.virtual_servers[0].tls.as_ref().expect("tls");
-    let acceptor = std::sync::Arc::new(
-        weir_tls::Acceptor::new("s", settings, "node.toml").expect("keys load"),
-    );
+    let acceptor = pki.acceptor(&["node.internal"], &[]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (ends, ended) = tokio::sync::mpsc::unbounded_channel();

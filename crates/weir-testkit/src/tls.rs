@@ -72,6 +72,27 @@ impl Pki {
         self.write(stem, &issued.cert_pem, &issued.key_pem)
     }
 
+    /// A TLS acceptor with a certificate for `names` from this CA, offering `alpn` (none:
+    /// weir's default), for a test's own TLS server (a node that plays one part).
+    pub fn acceptor(&self, names: &[&str], alpn: &[&str]) -> Arc<weir_tls::Acceptor> {
+        let (cert, key) = self.server("acceptor", names, KeyType::EcdsaP256);
+        let alpn: Vec<String> = alpn.iter().map(|p| format!("\"{p}\"")).collect();
+        let alpn = match alpn.is_empty() {
+            true => String::new(),
+            false => format!("alpn = [{}]\n", alpn.join(", ")),
+        };
+        let toml = format!(
+            "[virtual_servers.s]\nlisten = \"127.0.0.1:1\"\nprotocol = \"https\"\npool = \"p\"\n\
+             [virtual_servers.s.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n{alpn}\
+             [pools.p]\nnodes = [{{ address = \"127.0.0.1:2\" }}]\n",
+            cert.display().to_string().replace('\\', "\\\\"),
+            key.display().to_string().replace('\\', "\\\\"),
+        );
+        let config = weir_config::parse_str(&toml, "acceptor.toml").expect("valid config");
+        let tls = config.virtual_servers[0].tls.as_ref().expect("tls");
+        Arc::new(weir_tls::Acceptor::new("s", tls, "acceptor.toml").expect("keys load"))
+    }
+
     /// Issues a client certificate `CN=common_name`; returns the file paths.
     pub fn client(&self, stem: &str, common_name: &str) -> (PathBuf, PathBuf) {
         let issued = self
