@@ -1744,3 +1744,50 @@ async fn a_node_reset_after_its_answer_began_reaches_the_client_with_its_reason(
     }
     proxy.stop().await;
 }
+
+/// A reload that changes an h2c pool's connection settings keeps its node, its
+/// connection and the requests waiting in its queue: they are served, not sent to choose
+/// again in a pool whose only node was withdrawn (503), and no second connection opens
+/// past the cap while the first still carries streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_queued_for_an_h2c_node_are_served_across_a_reload_of_its_settings() {
+    let node = h2_node().await;
+    let text = |queue: u32| {
+        format!(
+            "[log]\naccess_log = false\nlevel = \"warn\"\n\
+             [pools.web]\nprotocol = \"h2c\"\nnodes = [{{ address = \"{}\" }}]\n\
+             [pools.web.connections]\nmax_connections = 1\nqueue_length = {queue}\n\
+             queue_timeout = \"10s\"\n\
+             [pools.web.http2]\nmax_concurrent_streams = 2\n\
+             [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n",
+            node.addr
+        )
+    };
+    let proxy = TestProxy::start(&text(50)).await;
+    let addr = proxy.addr;
+    let requests: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(async move { weir_testkit::client::get(addr, "/slow").await }))
+        .collect();
+    let queued = |proxy: &TestProxy| {
+        proxy
+            .metrics
+            .encode()
+            .contains("weir_queue_length{pool=\"web\"} 2\n")
+    };
+    for _ in 0..100 {
+        if queued(&proxy) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(queued(&proxy), "{}", proxy.metrics.encode());
+    proxy
+        .live
+        .apply(weir_config::parse_str(&text(60), "test.toml").unwrap())
+        .unwrap();
+    for request in requests {
+        assert_eq!(request.await.unwrap().unwrap().status, 200);
+    }
+    assert_eq!(node.connections.load(Ordering::Relaxed), 1);
+    proxy.stop().await;
+}

@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -101,6 +101,9 @@ pub struct NodeConnections {
     /// Connections that became tunnels and are still open: out of the slots, still
     /// connections (`weir_upstream_connections_open` counts them).
     tunnel_connections: AtomicU32,
+    /// What these connections last added to the node's `weir_upstream_connections_open`,
+    /// which the node's HTTP/2 side (a pool switched to `h2c`) adds to too.
+    published_open: AtomicI64,
     next_waiter: AtomicU64,
     metrics: NodeMetrics,
     pool_metrics: PoolMetrics,
@@ -240,6 +243,14 @@ pub struct Lease {
     dedicated: bool,
 }
 
+impl Drop for NodeConnections {
+    fn drop(&mut self) {
+        // Whatever is still counted leaves the node's gauge with the pool.
+        let published = self.published_open.load(Ordering::Relaxed);
+        self.metrics.connections_open.dec_by(published);
+    }
+}
+
 impl NodeConnections {
     /// An empty pool of connections to `address`.
     pub fn new(
@@ -259,6 +270,7 @@ impl NodeConnections {
             state: Mutex::new(state),
             tunnels: AtomicU32::new(0),
             tunnel_connections: AtomicU32::new(0),
+            published_open: AtomicI64::new(0),
             next_waiter: AtomicU64::new(0),
             metrics,
             pool_metrics,
@@ -701,13 +713,13 @@ impl NodeConnections {
 
     /// Frees a slot (a connection closed or a connect failed): hands it to the
     /// first live waiter, else lowers the open count.
-    /// Sets `weir_upstream_connections_open`: the slots taken, and the connections that
-    /// became tunnels.
+    /// Brings this pool's part of `weir_upstream_connections_open` to the slots taken and
+    /// the connections that became tunnels (the gauge is the sum of the node's parts).
     fn publish_open(&self, open: u32) {
         let tunnels = self.tunnel_connections.load(Ordering::Relaxed);
-        self.metrics
-            .connections_open
-            .set(i64::from(open) + i64::from(tunnels));
+        let now = i64::from(open) + i64::from(tunnels);
+        let before = self.published_open.swap(now, Ordering::Relaxed);
+        self.metrics.connections_open.inc_by(now - before);
     }
 
     fn free_slot(&self) {

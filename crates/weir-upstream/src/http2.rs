@@ -13,10 +13,11 @@ mod connection;
 mod empty_data;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use h2::SendStream;
 use h2::client::{ResponseFuture, SendRequest};
@@ -73,8 +74,12 @@ impl H2Settings {
 #[derive(Debug)]
 pub struct H2Node {
     address: SocketAddr,
-    settings: H2Settings,
+    /// Replaced by a reload that carries the node over ([`H2Node::update`]).
+    settings: ArcSwap<H2Settings>,
     state: Mutex<State>,
+    /// What this node last added to the node's `weir_upstream_connections_open`, which
+    /// the node's HTTP/1.1 connections, and the HTTP/2 side a reload retired, add to too.
+    published_open: AtomicI64,
     next_id: AtomicU64,
     metrics: NodeMetrics,
     h2_metrics: UpstreamHttp2Metrics,
@@ -199,8 +204,9 @@ impl H2Node {
     ) -> Arc<H2Node> {
         Arc::new(H2Node {
             address,
-            settings,
+            settings: ArcSwap::from_pointee(settings),
             state: Mutex::new(State::default()),
+            published_open: AtomicI64::new(0),
             next_id: AtomicU64::new(0),
             metrics,
             h2_metrics,
@@ -210,7 +216,51 @@ impl H2Node {
 
     /// The name TLS to this node sends and verifies (`None` for h2c).
     pub(crate) fn tls_name(&self) -> Option<weir_tls::rustls::pki_types::ServerName<'static>> {
-        self.settings.tls_name(self.address)
+        self.settings.load().tls_name(self.address)
+    }
+
+    /// The settings in force: those of the last reload.
+    fn settings(&self) -> arc_swap::Guard<Arc<H2Settings>> {
+        self.settings.load()
+    }
+
+    /// A reload kept the node (same address, protocol and TLS name) with new settings: they
+    /// apply at once to its queue and caps, and to connections opened from now on (windows,
+    /// PING timing and the connect timeout of those open stay as they were). The queue, the
+    /// open connections and the count under the cap are carried over, as an HTTP/1.1 node's
+    /// are (`NodeConnections::update`). Past a lowered cap, idle connections close now and
+    /// the newest busy ones take no new stream and close once their streams end; a raised
+    /// cap, or more streams per connection, serves waiting requests now.
+    pub fn update(&self, settings: H2Settings) {
+        let cap = settings.max_connections as usize;
+        self.settings.store(Arc::new(settings));
+        let mut state = self.lock();
+        let mut serving =
+            state.connections.iter().filter(|c| !c.draining).count() + state.connecting as usize;
+        while serving > cap {
+            // Idle ones first, then the newest.
+            let idle = state
+                .connections
+                .iter()
+                .position(|c| !c.draining && c.streams == 0);
+            let Some(index) = idle.or_else(|| state.connections.iter().rposition(|c| !c.draining))
+            else {
+                break;
+            };
+            state.connections[index].draining = true;
+            if state.connections[index].streams == 0 {
+                self.remove(&mut state, index);
+            }
+            serving -= 1;
+        }
+        self.grant_streams(&mut state);
+        self.open_for_waiters(&mut state);
+    }
+
+    /// Whether one more connection may open: those open (draining ones too, until they
+    /// close) and being opened are under the cap.
+    fn under_cap(&self, state: &State) -> bool {
+        (state.connections.len() as u32) + state.connecting < self.settings().max_connections
     }
 
     /// The node's address.
@@ -227,6 +277,12 @@ impl H2Node {
     /// Streams in flight over all connections.
     pub fn streams(&self) -> u32 {
         self.lock().connections.iter().map(|c| c.streams).sum()
+    }
+
+    /// Open connections without streams.
+    pub fn idle(&self) -> usize {
+        let state = self.lock();
+        state.connections.iter().filter(|c| c.streams == 0).count()
     }
 
     /// Requests waiting for a stream.
@@ -432,16 +488,15 @@ impl H2Node {
         // A connection being opened will carry streams for others too: a burst of requests
         // waits for it rather than each opening a connection of its own.
         let coming = self.coming_streams(&state);
-        let queue_length = self.settings.queue_length as usize;
+        let settings = self.settings();
+        let queue_length = settings.queue_length as usize;
         let waits_for_one = state.waiters.len() < coming.min(queue_length);
-        if !waits_for_one
-            && (state.connections.len() as u32) + state.connecting < self.settings.max_connections
-        {
+        if !waits_for_one && self.under_cap(&state) {
             state.connecting += 1;
             self.set_open_gauge(&state);
             return Taken::Slot;
         }
-        let flow = flow.waiting_in(self.settings.fair_queue);
+        let flow = flow.waiting_in(settings.fair_queue);
         let Ok(pushed_out) = state.waiters.make_room(flow, queue_length) else {
             return Taken::QueueFull;
         };
@@ -462,7 +517,7 @@ impl H2Node {
     /// many it allows, are expected to have for waiters: `max_streams` each, less those
     /// taken (a connection being opened has one, for the request that opens it).
     fn coming_streams(&self, state: &State) -> usize {
-        let max = self.settings.max_streams as usize;
+        let max = self.settings().max_streams as usize;
         let connecting = (state.connecting as usize).saturating_mul(max.saturating_sub(1));
         let unsettled: usize = state
             .connections
@@ -492,9 +547,7 @@ impl H2Node {
     /// fewer streams than `max_streams`, a connect that failed) get slots to open
     /// connections of their own, under the cap.
     fn open_for_waiters(&self, state: &mut State) {
-        while state.waiters.len() > self.coming_streams(state)
-            && (state.connections.len() as u32) + state.connecting < self.settings.max_connections
-        {
+        while state.waiters.len() > self.coming_streams(state) && self.under_cap(state) {
             if !self.grant(state, Grant::Slot) {
                 break;
             }
@@ -506,7 +559,7 @@ impl H2Node {
     /// A free stream on the oldest connection that has one (packing streams
     /// on few connections keeps the others idle, so they can close).
     fn take_stream(&self, state: &mut State) -> Option<Taken> {
-        let max = self.settings.max_streams;
+        let max = self.settings().max_streams;
         let connection = state.connections.iter_mut().find(|c| c.has_room(max))?;
         connection.streams += 1;
         let reused = connection.carried > 0;
@@ -607,11 +660,12 @@ impl H2Node {
     }
 
     /// A connection slot freed (connect failed, connection closed): to the
-    /// first waiter, who connects, else back to the pool.
+    /// first waiter, who connects, else back to the pool (and past a cap a reload
+    /// lowered, gone).
     fn free_slot(&self) {
         let mut state = self.lock();
         state.connecting -= 1;
-        if self.grant(&mut state, Grant::Slot) {
+        if self.under_cap(&state) && self.grant(&mut state, Grant::Slot) {
             state.connecting += 1;
         }
         self.set_open_gauge(&state);
@@ -636,7 +690,7 @@ impl H2Node {
             return;
         }
         let send = shared.send.clone();
-        if !state.waiters.is_empty() && shared.has_room(self.settings.max_streams) {
+        if !state.waiters.is_empty() && shared.has_room(self.settings().max_streams) {
             state.connections[index].streams += 1;
             self.h2_metrics.streams_open.inc();
             if !self.grant(state, Grant::Stream(connection, send)) {
@@ -665,7 +719,8 @@ impl H2Node {
         }
     }
 
-    /// Removes a connection: its slot goes to the first waiter, who connects.
+    /// Removes a connection: its slot goes to the first waiter, who connects (unless a
+    /// reload lowered the cap below the connections still open).
     fn remove(&self, state: &mut State, index: usize) {
         let mut shared = state.connections.swap_remove(index);
         self.h2_metrics
@@ -674,7 +729,7 @@ impl H2Node {
         if let Some(stop) = shared.stop.take() {
             let _ = stop.send(());
         }
-        if self.grant(state, Grant::Slot) {
+        if self.under_cap(state) && self.grant(state, Grant::Slot) {
             state.connecting += 1;
         }
         self.set_open_gauge(state);
@@ -699,9 +754,9 @@ impl H2Node {
     pub fn close_expired(&self, now: Instant) -> usize {
         let mut state = self.lock();
         let mut closed = 0;
+        let idle_timeout = self.settings().idle_timeout;
         while let Some(index) = state.connections.iter().position(|c| {
-            c.streams == 0
-                && now.saturating_duration_since(c.idle_since) >= self.settings.idle_timeout
+            c.streams == 0 && now.saturating_duration_since(c.idle_since) >= idle_timeout
         }) {
             self.remove(&mut state, index);
             closed += 1;
@@ -721,9 +776,13 @@ impl H2Node {
         }
     }
 
+    /// Adds what changed since the last call to the node's `weir_upstream_connections_open`
+    /// (shared with the node's HTTP/1.1 connections and any HTTP/2 side a reload retired,
+    /// so each adds its own part rather than setting the whole).
     fn set_open_gauge(&self, state: &State) {
-        let open = state.connections.len() as u32 + state.connecting;
-        self.metrics.connections_open.set(i64::from(open));
+        let open = i64::from(state.connections.len() as u32 + state.connecting);
+        let before = self.published_open.swap(open, Ordering::Relaxed);
+        self.metrics.connections_open.inc_by(open - before);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -815,6 +874,14 @@ impl StreamLease {
     }
 }
 
+impl Drop for H2Node {
+    fn drop(&mut self) {
+        // Whatever is still counted leaves the node's gauge with it.
+        let published = self.published_open.load(Ordering::Relaxed);
+        self.metrics.connections_open.dec_by(published);
+    }
+}
+
 impl Drop for StreamLease {
     fn drop(&mut self) {
         let mut state = self.node.lock();
@@ -859,7 +926,7 @@ impl QueuedWait<'_> {
             .receiver
             .as_mut()
             .expect("set at construction, taken only here or in drop");
-        let queue_timeout = node.settings.queue_timeout;
+        let queue_timeout = node.settings().queue_timeout;
         match wait_for_grant(receiver, queue_timeout, left, &node.pool_metrics).await {
             // The client has gone: dropping `self` takes the request out of the
             // queue, or passes on what was granted meanwhile.
@@ -903,7 +970,12 @@ impl Drop for QueuedWait<'_> {
         match receiver.try_recv() {
             Ok(Grant::Stream(connection, _)) => node.release_stream(&mut state, connection),
             Ok(Grant::Slot) => {
-                if !node.grant(&mut state, Grant::Slot) {
+                // Passed on while the cap (a reload may have lowered it) still has room
+                // for it: the slot is counted in `connecting` now.
+                let open = state.connections.len() as u32 + state.connecting;
+                let passed =
+                    open <= node.settings().max_connections && node.grant(&mut state, Grant::Slot);
+                if !passed {
                     state.connecting -= 1;
                 }
                 node.set_open_gauge(&state);

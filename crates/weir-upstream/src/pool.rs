@@ -489,8 +489,9 @@ fn node_settings(settings: &ConnectionSettings, node: &weir_config::Node) -> Con
 
 /// The HTTP/2 side of each node for an `h2`/`h2c` pool (TLS offers ALPN `h2`).
 /// A node that `previous` (already filtered to the same TLS settings) had with
-/// the same protocol, HTTP/2 and connection settings is carried over with its
-/// open connections, as HTTP/1.1 nodes are.
+/// the same protocol and TLS name is carried over with its open connections and
+/// its queue, and takes the new HTTP/2 and connection settings
+/// ([`H2Node::update`]), as HTTP/1.1 nodes do.
 fn http2_nodes(
     config: &weir_config::Pool,
     nodes: &[Arc<NodeState>],
@@ -502,12 +503,7 @@ fn http2_nodes(
     if config.protocol == weir_config::UpstreamProtocol::Http1 {
         return Vec::new();
     }
-    let previous = previous.filter(|pool| {
-        pool.config.protocol == config.protocol
-            && pool.config.http2 == config.http2
-            && pool.config.connections == config.connections
-            && pool.config.timeouts.connect == config.timeouts.connect
-    });
+    let previous = previous.filter(|pool| pool.config.protocol == config.protocol);
     let tls = settings.tls.as_ref().map(|tls| UpstreamTls {
         connector: tls.connector.with_alpn(&[b"h2"]),
         metrics: tls.metrics.clone(),
@@ -546,15 +542,19 @@ fn http2_nodes(
                     })
                     .cloned()
             });
-            let h2 = kept.unwrap_or_else(|| {
-                H2Node::new(
+            let h2 = match kept {
+                Some(h2) => {
+                    h2.update(h2_settings);
+                    h2
+                }
+                None => H2Node::new(
                     node.address,
                     h2_settings,
                     node.metrics.clone(),
                     metrics.upstream_http2(&config.name, &node.address.to_string()),
                     pool_metrics.clone(),
-                )
-            });
+                ),
+            };
             // A draining or disabled node keeps no idle connection (as the HTTP/1.1
             // side's `set_reusable(false)`): those without streams close now, the others
             // once their streams are done.

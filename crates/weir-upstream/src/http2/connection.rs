@@ -54,7 +54,7 @@ pub(super) struct Opened {
 
 /// Opens connection `id` to `node`.
 pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
-    let settings = &node.settings;
+    let settings = node.settings.load_full();
     let timeout = settings.connect_timeout;
     let started = tokio::time::Instant::now();
     let context = || format!("HTTP/2 node {}", node.address);
@@ -167,11 +167,8 @@ async fn drive<T>(
         suspect,
     } = signals;
     let Some((interval, timeout, address)) = node.upgrade().map(|node| {
-        (
-            node.settings.ping_interval,
-            node.settings.ping_timeout,
-            node.address,
-        )
+        let settings = node.settings.load();
+        (settings.ping_interval, settings.ping_timeout, node.address)
     }) else {
         return;
     };
@@ -282,7 +279,7 @@ fn ended_by_node(
         && weir_tls::is_handshake_refusal(io)
     {
         node.metrics.connect_failures.inc();
-        if let Some(tls) = &node.settings.tls {
+        if let Some(tls) = &node.settings.load().tls {
             tls.metrics.failed.inc();
         }
     }

@@ -632,3 +632,98 @@ async fn a_burst_does_not_wait_for_the_nodes_ping_answer() {
     assert!(took < Duration::from_millis(1000), "{took:?}");
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn new_settings_from_a_reload_keep_the_queue_and_a_raised_cap_serves_it() {
+    let server = server(None).await;
+    let (node, _metrics) = node(server.address, settings(1, 2, 10));
+    let tasks: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(exchange(Arc::clone(&node))))
+        .collect();
+    wait_for("two streams and two waiters", || {
+        node.streams() == 2 && node.queued() == 2
+    })
+    .await;
+    // Another queue length only: the waiters stay where they are.
+    node.update(settings(1, 2, 20));
+    assert_eq!(node.queued(), 2);
+    assert_eq!(node.open(), 1);
+    // A raised cap: the waiters open a connection at once.
+    node.update(settings(2, 2, 20));
+    wait_for("four streams on two connections", || {
+        node.streams() == 4 && node.queued() == 0
+    })
+    .await;
+    assert_eq!(node.open(), 2);
+    server.gate.add_permits(4);
+    for task in tasks {
+        assert_eq!(&task.await.unwrap().expect("served")[..], b"ok");
+    }
+    assert_eq!(server.connections.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_cap_lowered_by_a_reload_drains_connections_past_it_and_keeps_to_it() {
+    let server = server(None).await;
+    let (node, metrics) = node(server.address, settings(2, 1, 10));
+    let busy: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(exchange(Arc::clone(&node))))
+        .collect();
+    wait_for("two connections busy", || node.streams() == 2).await;
+    node.update(settings(1, 1, 10));
+    let waiting: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(exchange(Arc::clone(&node))))
+        .collect();
+    wait_for("two waiters", || node.queued() == 2).await;
+    // The connection past the cap closes when its stream ends, and gives its slot to no
+    // waiter: the other connection carries them.
+    server.gate.add_permits(4);
+    for task in busy.into_iter().chain(waiting) {
+        task.await.unwrap().expect("served");
+    }
+    wait_for("one connection left", || node.open() == 1).await;
+    assert_eq!(
+        server.connections.load(Ordering::SeqCst),
+        2,
+        "no connection opened past the lowered cap"
+    );
+    let text = metrics.encode();
+    assert!(
+        text.contains("weir_upstream_connections_open{pool=\"p\",node=\"n\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn two_http2_sides_of_one_node_add_up_in_the_open_connections_gauge() {
+    let server = server(None).await;
+    server.gate.add_permits(10);
+    let metrics = Metrics::new();
+    let side = || {
+        H2Node::new(
+            server.address,
+            settings(1, 1, 10),
+            metrics.node("p", "n"),
+            metrics.upstream_http2("p", "n"),
+            metrics.pool("p"),
+        )
+    };
+    let (old, new) = (side(), side());
+    exchange(Arc::clone(&old)).await.expect("served");
+    exchange(Arc::clone(&new)).await.expect("served");
+    let gauge = |metrics: &Metrics| {
+        let text = metrics.encode();
+        text.lines()
+            .find(|line| line.starts_with("weir_upstream_connections_open{pool=\"p\",node=\"n\"}"))
+            .map(|line| line.rsplit(' ').next().unwrap().to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(gauge(&metrics), "2");
+    // The retired side's connection closes: the other's still counts.
+    old.close_idle();
+    assert_eq!(gauge(&metrics), "1");
+    drop(old);
+    assert_eq!(gauge(&metrics), "1");
+    new.close_idle();
+    assert_eq!(gauge(&metrics), "0");
+}
