@@ -101,6 +101,12 @@ fn pool_status(pool: &Pool) -> Value {
         "requests": pool.metrics.requests.iter().map(|c| c.get()).sum::<u64>(),
         "nodes": pool.nodes.iter().zip(&pool.connections).enumerate().map(|(index, (node, connections))| {
             let metrics = &node.metrics;
+            // An `h2`/`h2c` pool's requests wait for and use the node's HTTP/2 side; its
+            // HTTP/1.1 side still counts the connections that became tunnels.
+            let (queued, open, idle) = match pool.http2.get(index) {
+                Some(h2) => (h2.queued(), h2.open() as usize, h2.idle()),
+                None => (connections.queued(), connections.open() as usize, connections.idle()),
+            };
             // Nodes are built in the order of the pool's (resolved) config.
             let name = pool.config.nodes.get(index).and_then(|config| config.name.clone());
             json!({
@@ -113,10 +119,10 @@ fn pool_status(pool: &Pool) -> Value {
                 "ejected": node.is_ejected(now),
                 "in_flight": node.in_flight(),
                 "tunnels": node.tunnels(),
-                "queue_length": connections.queued(),
+                "queue_length": queued,
                 "response_time_ewma_ms": node.response_time().map(|d| d.as_secs_f64() * 1000.0),
-                "connections_open": connections.open() + connections.tunnelled(),
-                "connections_idle": connections.idle(),
+                "connections_open": open + connections.tunnelled() as usize,
+                "connections_idle": idle,
                 "connections_created": metrics.connections_created.get(),
                 "connections_reused": metrics.connections_reused.get(),
                 "requests_forwarded": metrics.requests_forwarded.get(),
