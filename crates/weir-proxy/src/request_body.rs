@@ -650,6 +650,10 @@ impl NodeWrites<'_> {
     }
 }
 
+/// Chunks of a request body read together go to the node as one chunk of at most about
+/// this many bytes (a chunk this large alone goes as it came).
+pub(crate) const COALESCE_CHUNKS_UP_TO: usize = 64 * 1024;
+
 /// Moves the rest of the body from the client to the node, piece by piece.
 async fn pump<W: AsyncWriteExt + Unpin>(
     client: &mut Client,
@@ -676,6 +680,10 @@ async fn pump<W: AsyncWriteExt + Unpin>(
             Ok(())
         }
         Remaining::Chunked(mut decoder) => {
+            // The data of every chunk already read goes to the node as one chunk, in one
+            // write: a client's tiny chunks cost a node write (and a segment) each
+            // otherwise. Written whenever the client's bytes run out, so nothing waits.
+            let mut pending = BytesMut::new();
             let mut frame = BytesMut::new();
             loop {
                 match decoder
@@ -692,13 +700,29 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                                 Side::Downstream,
                             )));
                         }
-                        frame.clear();
-                        encode_chunk(&data, &mut frame);
-                        writes.step_for(client, node.write_all(&frame)).await?;
+                        if pending.is_empty() && data.len() >= COALESCE_CHUNKS_UP_TO {
+                            frame.clear();
+                            encode_chunk(&data, &mut frame);
+                            writes.step_for(client, node.write_all(&frame)).await?;
+                            continue;
+                        }
+                        pending.extend_from_slice(&data);
+                        if pending.len() >= COALESCE_CHUNKS_UP_TO {
+                            frame.clear();
+                            encode_chunk(&pending, &mut frame);
+                            pending.clear();
+                            writes.step_for(client, node.write_all(&frame)).await?;
+                        }
                     }
                     Decoded::NeedMore => {
                         if announced_too_much(body.received, &decoder, max_body) {
                             return Err(too_large());
+                        }
+                        if !pending.is_empty() {
+                            frame.clear();
+                            encode_chunk(&pending, &mut frame);
+                            pending.clear();
+                            writes.step_for(client, node.write_all(&frame)).await?;
                         }
                         let (deadline, late) = clock.deadline(body.received, Instant::now());
                         client.read_more(deadline, late).await?;
@@ -707,6 +731,7 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                         let mut kept = BytesMut::new();
                         filter_trailers(&trailers, &mut kept);
                         frame.clear();
+                        encode_chunk(&pending, &mut frame);
                         encode_last_chunk(&kept, &mut frame);
                         return writes.step_for(client, node.write_all(&frame)).await;
                     }

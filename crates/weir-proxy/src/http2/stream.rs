@@ -141,6 +141,9 @@ impl H2Stream {
                     if data.is_empty() {
                         continue;
                     }
+                    // DATA frames the codec holds already come along, as one chunk: a
+                    // client's tiny frames would each cost a write to the node otherwise.
+                    let data = gather_ready(body, data)?;
                     let before = buf.len();
                     if self.chunked {
                         weir_http::encode_chunk(&data, buf);
@@ -377,6 +380,31 @@ impl H2Stream {
 
 fn head_not_sent() -> Error {
     Error::new(ErrorKind::Io, Side::Internal).context("response body before its head")
+}
+
+/// `first`, and the DATA frames of the stream the codec has already received after it, up
+/// to [`crate::request_body::COALESCE_CHUNKS_UP_TO`] bytes (or `first` alone when none has
+/// come). Never waits: the codec is polled without a waker of this task's, which the next
+/// wait on the body registers again.
+fn gather_ready(body: &mut RecvStream, first: Bytes) -> Result<Bytes, Error> {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut gathered: Option<BytesMut> = None;
+    let mut size = first.len();
+    while size < crate::request_body::COALESCE_CHUNKS_UP_TO {
+        match body.poll_data(&mut context) {
+            std::task::Poll::Ready(Some(Ok(next))) => {
+                let _ = body.flow_control().release_capacity(next.len());
+                size += next.len();
+                gathered
+                    .get_or_insert_with(|| BytesMut::from(&first[..]))
+                    .extend_from_slice(&next);
+            }
+            std::task::Poll::Ready(Some(Err(error))) => return Err(client_gone(&error)),
+            // The end of the stream, or nothing yet: the next read sees it.
+            std::task::Poll::Ready(None) | std::task::Poll::Pending => break,
+        }
+    }
+    Ok(gathered.map_or(first, BytesMut::freeze))
 }
 
 /// A codec error on a stream: the client reset it or the connection ended; or the codec
