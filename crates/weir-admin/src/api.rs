@@ -217,12 +217,15 @@ fn if_match_holds(text: &str, if_match: Option<&str>) -> Result<(), Refusal> {
 
 /// The config file's text, read now (a `500` when it cannot be).
 fn read_config(path: &Path) -> Result<String, Refusal> {
-    std::fs::read_to_string(path).map_err(|error| {
+    let cannot = |error: &dyn std::fmt::Display| {
         Box::new(Response::error(
             500,
             format!("cannot read {}: {error}", path.display()),
         ))
-    })
+    };
+    // Bounded as a reload's read is: a file grown huge by mistake is refused unread.
+    let bytes = weir_config::read_bounded(path).map_err(|error| cannot(&error))?;
+    String::from_utf8(bytes).map_err(|error| cannot(&error))
 }
 
 /// The dry run: the candidate validated like a reload would (files read too), and the diff.
@@ -437,7 +440,18 @@ async fn write_and_apply(
     text: &str,
     read: Option<&str>,
 ) -> Result<Response, Refusal> {
-    let previous = std::fs::read(path).ok();
+    // What a refused reload puts back. A file that cannot be read (past the size a config
+    // may have, say) is not written over: it could not be put back.
+    let previous = match weir_config::read_bounded(path) {
+        Ok(bytes) => Some(bytes),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) => {
+            return Err(Box::new(Response::error(
+                500,
+                format!("cannot read {} to keep it: {error}", path.display()),
+            )));
+        }
+    };
     write_file(path, text.as_bytes(), read.map(str::as_bytes)).map_err(|error| {
         let status = match error {
             WriteError::Changed => 409,

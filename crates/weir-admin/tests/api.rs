@@ -782,3 +782,41 @@ async fn an_unreadable_token_file_is_not_described_to_clients() {
     }
     setup.stop().await;
 }
+
+/// A config file grown past the most a config may be (here a sparse file: no disk used) is
+/// refused by every admin call that reads it, as a reload refuses it, without reading it
+/// into the process; a `PUT` does not write over it (it could not be put back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_file_past_the_size_limit_is_refused_unread_by_the_api() {
+    let setup = setup("huge").await;
+    let a = setup.origins[0].addr;
+    let text = read(&setup.file);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&setup.file)
+        .unwrap();
+    file.set_len(weir_config::MAX_CONFIG_BYTES + 1).unwrap();
+    drop(file);
+    for (method, path, body) in [
+        ("GET", "/api/v1/config/toml".to_owned(), String::new()),
+        ("POST", "/api/v1/reload".to_owned(), String::new()),
+        (
+            "POST",
+            format!("/api/v1/pools/web/nodes/{a}/drain"),
+            String::new(),
+        ),
+        ("PUT", "/api/v1/config".to_owned(), text.clone()),
+    ] {
+        let refused = api(setup.admin, method, &path, &body).await;
+        assert!(
+            refused.status >= 400 && refused.body.contains("larger than 64 MiB"),
+            "{method} {path}: {} {}",
+            refused.status,
+            refused.body
+        );
+    }
+    let size = std::fs::metadata(&setup.file).unwrap().len();
+    assert_eq!(size, weir_config::MAX_CONFIG_BYTES + 1, "written over");
+    assert_eq!(setup.proxy.live.generation(), 1);
+    setup.stop().await;
+}

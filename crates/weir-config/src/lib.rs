@@ -103,9 +103,10 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     parse_file_text(&text, path)
 }
 
-/// The bytes of the file at `path`, refused past [`MAX_CONFIG_BYTES`] without
-/// reading further.
-fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+/// The bytes of the config file at `path`, refused past [`MAX_CONFIG_BYTES`] without
+/// reading further (an `InvalidData` error): every reader of a config file (the admin
+/// API's too) reads it through this.
+pub fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let meta = std::fs::metadata(path)?;
     let too_large = || {
