@@ -32,9 +32,14 @@ pub struct VarySpec {
     pub encoding: EncodingKey,
 }
 
-/// A `Vary: *` response: never reused (§4.1), so never stored.
+/// A `Vary: *` response: never reused (§4.1), so never stored. Nor is one whose `Vary`
+/// names more than [`MAX_VARY_NAMES`] fields: every lookup of its URL would read each of
+/// them from the request, and a response varying on so many is personal to each client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VaryStar;
+
+/// The most distinct fields (other than `Accept-Encoding`) a stored response may vary on.
+pub const MAX_VARY_NAMES: usize = 32;
 
 impl VarySpec {
     /// A response that varies on nothing.
@@ -61,16 +66,25 @@ impl VarySpec {
             if element == b"*" {
                 return Err(VaryStar);
             }
-            let name = String::from_utf8_lossy(element).to_ascii_lowercase();
-            if name == "accept-encoding" {
+            if element.eq_ignore_ascii_case(b"accept-encoding") {
                 if encoding == EncodingKey::None {
                     encoding = EncodingKey::AcceptedSet;
                 }
-            } else if !names.iter().any(|known| **known == *name) {
-                names.push(name.into_boxed_str());
+                continue;
             }
+            // Duplicates are dropped below, by sorting (a check against each name kept
+            // so far costs the square of a long list).
+            if names.len() > 4 * MAX_VARY_NAMES {
+                return Err(VaryStar);
+            }
+            let name = String::from_utf8_lossy(element).to_ascii_lowercase();
+            names.push(name.into_boxed_str());
         }
-        names.sort();
+        names.sort_unstable();
+        names.dedup();
+        if names.len() > MAX_VARY_NAMES {
+            return Err(VaryStar);
+        }
         Ok(VarySpec {
             names: names.into_boxed_slice(),
             encoding,
@@ -88,13 +102,27 @@ impl VarySpec {
     /// reads it as missing. Keyed by the value the client sent, the answer made without
     /// it would be served to every later client that sends that value.
     pub fn secondary_key(&self, request: &impl RequestView, chosen: Coding, out: &mut Vec<u8>) {
-        let forwarded = |name: &str| {
-            !list_elements(request.header_values("connection"))
-                .any(|token| token.eq_ignore_ascii_case(name.as_bytes()))
-        };
-        for name in &self.names {
+        // Which of the names (and `Accept-Encoding`, last) the request's `Connection`
+        // drops: its list read once, each token looked up among the sorted names.
+        let mut dropped = [false; MAX_VARY_NAMES + 1];
+        let mut lower = Vec::new();
+        for token in list_elements(request.header_values("connection")) {
+            if token.eq_ignore_ascii_case(b"accept-encoding") {
+                dropped[MAX_VARY_NAMES] = true;
+                continue;
+            }
+            lower.clear();
+            lower.extend(token.iter().map(u8::to_ascii_lowercase));
+            if let Ok(index) = self
+                .names
+                .binary_search_by(|name| name.as_bytes().cmp(&lower[..]))
+            {
+                dropped[index] = true;
+            }
+        }
+        for (index, name) in self.names.iter().enumerate() {
             let mut first = true;
-            if forwarded(name) {
+            if !dropped[index] {
                 for value in request.header_values(name) {
                     out.extend_from_slice(if first { b"=" } else { b", " });
                     out.extend_from_slice(trim(value));
@@ -107,7 +135,7 @@ impl VarySpec {
             EncodingKey::None => {}
             EncodingKey::Chosen => out.extend_from_slice(chosen.token().as_bytes()),
             EncodingKey::AcceptedSet => {
-                let accept = if forwarded("accept-encoding") {
+                let accept = if !dropped[MAX_VARY_NAMES] {
                     AcceptEncoding::parse(request.header_values("accept-encoding"))
                 } else {
                     AcceptEncoding::parse(std::iter::empty())
@@ -298,6 +326,26 @@ mod tests {
             spec("Accept-Encoding", true).unwrap().encoding,
             EncodingKey::Chosen
         );
+    }
+
+    #[test]
+    fn a_response_varying_on_more_fields_than_the_bound_is_not_stored() {
+        let names = |count: usize| {
+            (0..count)
+                .map(|i| format!("X-F{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let spec = |value: String| VarySpec::from_values([value.as_bytes()].into_iter(), false);
+        assert_eq!(
+            spec(names(MAX_VARY_NAMES)).unwrap().names.len(),
+            MAX_VARY_NAMES
+        );
+        assert_eq!(spec(names(MAX_VARY_NAMES + 1)), Err(VaryStar));
+        // Repeats count once, however many (until they are many times the bound).
+        let repeated = vec!["X-A"; 3 * MAX_VARY_NAMES].join(", ");
+        assert_eq!(spec(repeated).unwrap().names.len(), 1);
+        assert_eq!(spec(vec!["X-A"; 100_000].join(",")), Err(VaryStar));
     }
 
     #[test]

@@ -28,6 +28,10 @@ use hashbrown::HashTable;
 use crate::key::VarySpec;
 use crate::object::{NewObject, Object, ObjectBody, Rope};
 
+/// Variants kept per URL, at most (Apache Traffic Server keeps 5 by default, its
+/// `max_alts`): a lookup scans a URL's variants, so their number bounds a hit's cost.
+pub const MAX_VARIANTS: usize = 32;
+
 /// The store shared by every thread of a virtual server.
 #[derive(Debug)]
 pub struct Store {
@@ -205,13 +209,20 @@ impl Store {
                     || (stored.vary == *vary && same_key(&stored.secondary, &object.secondary))
             });
         resource.variants = kept;
+        // At most MAX_VARIANTS per URL, the oldest stored going first: a lookup scans
+        // them, and clients that each send another value of a field the node varies on
+        // (`User-Agent`, say) would otherwise grow the list, and every hit's scan, without
+        // bound.
+        let surplus = (resource.variants.len() + 1).saturating_sub(MAX_VARIANTS);
+        let crowded_out: Vec<_> = resource.variants.drain(..surplus).collect();
         resource.variants.push(Arc::clone(&object));
-        for old in &replaced {
+        for old in replaced.iter().chain(&crowded_out) {
             shard.forget(old);
         }
         shard.admit(&object, hash);
         // Not the new object itself: the requests waiting on its fill look it up next.
-        let evicted = shard.evict_to(self.shard_capacity, Some(object.id));
+        let evicted =
+            shard.evict_to(self.shard_capacity, Some(object.id)) + crowded_out.len() as u64;
         drop(shard);
         self.evictions.fetch_add(evicted, Ordering::Relaxed);
         Inserted {

@@ -313,3 +313,40 @@ fn threads_share_the_store() {
     assert!(stats.bytes <= store.capacity());
     assert_eq!(walked_bytes(&store).0, stats.bytes);
 }
+
+/// A URL keeps at most MAX_VARIANTS variants, the oldest stored going first (counted as
+/// evictions), so that a lookup's scan of them stays short whatever clients send.
+#[test]
+fn a_url_keeps_a_bounded_number_of_variants() {
+    let store = Store::new(64 << 20, 64 << 10);
+    let key = "http://example.com/v";
+    let hash = store.hash(key.as_bytes());
+    let vary =
+        Arc::new(VarySpec::from_values([&b"User-Agent"[..]].into_iter(), false).expect("a spec"));
+    let variant = |i: usize| format!("=agent-{i}\n");
+    for i in 0..MAX_VARIANTS + 10 {
+        store.insert(
+            hash,
+            Arc::clone(&vary),
+            object(key, &variant(i), 100, &[]),
+            0,
+        );
+    }
+    let find = |i: usize| {
+        let mut scratch = Vec::new();
+        let wanted = variant(i);
+        matches!(
+            store.find(
+                hash,
+                key.as_bytes(),
+                |_, out| out.extend_from_slice(wanted.as_bytes()),
+                &mut scratch,
+            ),
+            Found::Object(_)
+        )
+    };
+    assert!((0..10).all(|i| !find(i)), "the oldest ten were kept");
+    assert!((10..MAX_VARIANTS + 10).all(find));
+    let stats = store.stats();
+    assert_eq!((stats.objects, stats.evictions), (MAX_VARIANTS, 10));
+}
