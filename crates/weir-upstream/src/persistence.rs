@@ -51,13 +51,25 @@ pub struct Persistence {
 /// add up to it exactly: the first `max_entries % shards` hold one more.
 #[derive(Debug)]
 pub struct StickTable {
-    shards: Box<[Mutex<HashMap<u64, Entry>>]>,
+    shards: Box<[Mutex<Shard>]>,
     /// Entries each shard holds at most: this, or one more for the first `larger`.
     per_shard: usize,
     larger: usize,
     timeout: Duration,
     hasher: RandomState,
     epoch: Instant,
+}
+
+/// One shard of a [`StickTable`].
+#[derive(Debug, Default)]
+struct Shard {
+    entries: HashMap<u64, Entry>,
+    /// Entries added since its expired ones were last swept out: a full shard sweeps again
+    /// only after an eighth of its bound came in, since a sweep reads every entry.
+    added_since_sweep: usize,
+    /// Sweeps so far (what the tests count).
+    #[cfg(test)]
+    sweeps: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -259,7 +271,7 @@ impl StickTable {
         let max = config.max_entries.get() as usize;
         let count = max.clamp(1, SHARDS);
         StickTable {
-            shards: (0..count).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..count).map(|_| Mutex::new(Shard::default())).collect(),
             per_shard: max / count,
             larger: max % count,
             timeout: config.timeout,
@@ -281,6 +293,7 @@ impl StickTable {
             .flat_map(|shard| {
                 let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
                 shard
+                    .entries
                     .iter()
                     .filter(|(_, entry)| entry.expires > now)
                     .map(|(&hash, &entry)| (hash, entry))
@@ -297,9 +310,9 @@ impl StickTable {
             let shard = table.shards[index]
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner);
-            if shard.len() < bound {
+            if shard.entries.len() < bound {
                 entry.expires = entry.expires.min(latest);
-                shard.insert(hash, entry);
+                shard.entries.insert(hash, entry);
             }
         }
         table
@@ -308,7 +321,10 @@ impl StickTable {
     fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .map(|shard| {
+                let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                shard.entries.len()
+            })
             .sum()
     }
 
@@ -317,9 +333,9 @@ impl StickTable {
         let (hash, shard) = self.locate(session);
         let now = self.nanos(now);
         let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = shard.get_mut(&hash)?;
+        let entry = shard.entries.get_mut(&hash)?;
         if entry.expires <= now {
-            shard.remove(&hash);
+            shard.entries.remove(&hash);
             return None;
         }
         entry.expires = now + self.timeout.as_nanos() as u64;
@@ -334,24 +350,39 @@ impl StickTable {
         let mut shard = self.shards[index]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if !shard.contains_key(&hash) && shard.len() >= bound {
-            shard.retain(|_, entry| entry.expires > now);
-            while shard.len() >= bound {
+        let shard = &mut *shard;
+        if !shard.entries.contains_key(&hash) && shard.entries.len() >= bound {
+            if shard.added_since_sweep >= (bound / 8).max(1) {
+                shard.entries.retain(|_, entry| entry.expires > now);
+                shard.added_since_sweep = 0;
+                #[cfg(test)]
+                {
+                    shard.sweeps += 1;
+                }
+            }
+            while shard.entries.len() >= bound {
                 let stalest = shard
+                    .entries
                     .iter()
                     .take(EVICTION_SAMPLE)
                     .min_by_key(|&(_, entry)| entry.expires)
                     .map(|(&hash, _)| hash);
                 match stalest {
-                    Some(hash) => shard.remove(&hash),
+                    Some(hash) => shard.entries.remove(&hash),
                     None => break,
                 };
             }
         }
-        shard.insert(hash, Entry { node, expires });
+        if shard
+            .entries
+            .insert(hash, Entry { node, expires })
+            .is_none()
+        {
+            shard.added_since_sweep += 1;
+        }
     }
 
-    fn locate(&self, session: &[u8]) -> (u64, &Mutex<HashMap<u64, Entry>>) {
+    fn locate(&self, session: &[u8]) -> (u64, &Mutex<Shard>) {
         let (hash, index) = self.locate_index(session);
         (hash, &self.shards[index])
     }

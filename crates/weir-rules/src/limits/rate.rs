@@ -45,6 +45,13 @@ struct Shard {
     arrivals: HashMap<u64, u64, BuildHasherDefault<PassThrough>>,
     /// When this shard sweeps out full buckets next (ns after `epoch`).
     next_sweep: u64,
+    /// Keys added since the last sweep: a full shard sweeps early only once an eighth of
+    /// its bound came in, since a sweep reads every key (one per new key would cost each
+    /// the whole table's time).
+    added_since_sweep: usize,
+    /// Sweeps so far (what the tests count).
+    #[cfg(test)]
+    sweeps: usize,
 }
 
 /// The key hashes are already keyed SipHash output: the table uses them as they are.
@@ -175,11 +182,13 @@ impl RateLimiter {
         }
     }
 
-    /// Before a new key goes in: sweep when due or when full, then evict
-    /// the stalest of a sample if still full.
+    /// Before a new key goes in: sweep when due, or when full and an eighth of the bound
+    /// came in since the last sweep, then evict the stalest of a sample if still full.
     fn make_room(&self, shard: &mut Shard, now: u64) {
         let full = shard.arrivals.len() >= self.per_shard;
-        if full || now >= shard.next_sweep {
+        let worth_a_sweep = shard.added_since_sweep >= (self.per_shard / 8).max(1);
+        shard.added_since_sweep += 1;
+        if (full && worth_a_sweep) || now >= shard.next_sweep {
             sweep(shard, now);
             // Sweep again once every bucket seen now could have refilled.
             let refill = self.tolerance + self.interval;
@@ -220,6 +229,11 @@ impl RateLimiter {
 
 fn sweep(shard: &mut Shard, now: u64) {
     shard.arrivals.retain(|_, arrival| *arrival > now);
+    shard.added_since_sweep = 0;
+    #[cfg(test)]
+    {
+        shard.sweeps += 1;
+    }
     // Give memory back after a flood of keys has passed.
     let len = shard.arrivals.len();
     if shard.arrivals.capacity() > 64 && len < shard.arrivals.capacity() / 4 {

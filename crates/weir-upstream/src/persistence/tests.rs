@@ -390,3 +390,29 @@ fn a_reload_that_changes_only_the_bounds_keeps_the_learned_sessions() {
     let fresh = Persistence::new(&other, "web", &nodes, &key, Some(&persistence), later);
     assert_eq!(fresh.remembered(), 0);
 }
+
+/// A full table of live sessions sweeps out expired ones (reading every entry) once per
+/// eighth of its bound in new sessions, not once per new session.
+#[test]
+fn a_full_table_of_live_sessions_is_not_swept_for_every_new_one() {
+    let now = Instant::now();
+    let settings = weir_config::Persistence {
+        max_entries: NonZeroU32::new(64_000).unwrap(),
+        ..config(PersistenceMode::ClientAddress)
+    };
+    let table = StickTable::new(&settings, now);
+    for index in 0..72_000u32 {
+        table.insert(&index.to_be_bytes(), 1, now);
+    }
+    let sweeps: usize = table
+        .shards
+        .iter()
+        .map(|shard| shard.lock().unwrap().sweeps)
+        .sum();
+    assert!(
+        sweeps <= 4 * table.shards.len(),
+        "{sweeps} sweeps over {} shards",
+        table.shards.len()
+    );
+    assert!(table.len() <= 64_000);
+}

@@ -110,6 +110,32 @@ fn keys_expire_and_the_table_stays_bounded() {
     assert!(limiter.check(Key::Bytes(&busy), now).is_err());
 }
 
+/// A table full of keys whose buckets are still spent sweeps (reads every key) once per
+/// eighth of its bound in new keys, not once per new key: each new key would otherwise
+/// cost the whole table's time.
+#[test]
+fn a_full_table_of_live_keys_is_not_swept_for_every_new_key() {
+    let start = Instant::now();
+    // One key an hour: every bucket stays spent for the whole test.
+    let limiter = RateLimiter::new(&limit(1, Duration::from_secs(3600), 1, 64_000), start);
+    let now = start + Duration::from_millis(1);
+    for index in 0..64_000 + 8_000 {
+        let _ = limiter.check(Key::Bytes(&key(index)), now);
+    }
+    let sweeps: usize = limiter
+        .shards
+        .iter()
+        .map(|shard| shard.lock().unwrap().sweeps)
+        .sum();
+    // 8,000 keys past full, over the shards: about one sweep per shard, plus the first.
+    assert!(
+        sweeps <= 4 * limiter.shards.len(),
+        "{sweeps} sweeps over {} shards",
+        limiter.shards.len()
+    );
+    assert!(limiter.len() <= 64_000 + 64);
+}
+
 #[test]
 fn keys_are_swept_as_time_passes() {
     let start = Instant::now();
