@@ -106,7 +106,9 @@ impl VarySpec {
         // drops: its list read once, each token looked up among the sorted names.
         let mut dropped = [false; MAX_VARY_NAMES + 1];
         let mut lower = Vec::new();
-        for token in list_elements(request.header_values("connection")) {
+        let reads_fields = !self.names.is_empty() || self.encoding == EncodingKey::AcceptedSet;
+        let connection = reads_fields.then(|| request.header_values("connection"));
+        for token in list_elements(connection.into_iter().flatten()) {
             if token.eq_ignore_ascii_case(b"accept-encoding") {
                 dropped[MAX_VARY_NAMES] = true;
                 continue;
