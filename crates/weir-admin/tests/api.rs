@@ -820,3 +820,66 @@ async fn a_config_file_past_the_size_limit_is_refused_unread_by_the_api() {
     assert_eq!(setup.proxy.live.generation(), 1);
     setup.stop().await;
 }
+
+/// An h2c node that takes every stream and never answers; returns its address.
+async fn silent_h2c_node() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                let mut held: Vec<(_, h2::server::SendResponse<bytes::Bytes>)> = Vec::new();
+                while let Some(Ok(stream)) = connection.accept().await {
+                    held.push(stream);
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The nodes of an h2c pool show the queue and connections of their HTTP/2 side (the
+/// one such a pool uses), not those of the HTTP/1.1 side it never uses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_of_an_h2c_pool_shows_its_streams_queue() {
+    let node = silent_h2c_node().await;
+    let setup = setup_with("h2c-status", |port, _, _| {
+        format!(
+            "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"\n\n\
+             [pools.web]\nprotocol = \"h2c\"\nnodes = [{{ address = \"{node}\" }}]\n\
+             [pools.web.connections]\nmax_connections = 1\nqueue_length = 10\n\
+             queue_timeout = \"30s\"\n\
+             [pools.web.http2]\nmax_concurrent_streams = 1\n\n\
+             [virtual_servers.web]\nlisten = \"127.0.0.1:{port}\"\npool = \"web\"\n"
+        )
+    })
+    .await;
+    let proxy = setup.proxy.addr;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(proxy).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            .await
+            .unwrap();
+        clients.push(stream);
+    }
+    let mut last = Value::Null;
+    for _ in 0..200 {
+        let status = api(setup.admin, "GET", "/api/v1/status", "").await.json();
+        last = status["pools"][0]["nodes"][0].clone();
+        if last["queue_length"] == 2 && last["connections_open"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(last["queue_length"], 2, "{last}");
+    assert_eq!(last["connections_open"], 1, "{last}");
+    assert_eq!(last["connections_idle"], 0, "{last}");
+    drop(clients);
+    setup.stop().await;
+}
