@@ -102,26 +102,16 @@ impl VarySpec {
     /// reads it as missing. Keyed by the value the client sent, the answer made without
     /// it would be served to every later client that sends that value.
     pub fn secondary_key(&self, request: &impl RequestView, chosen: Coding, out: &mut Vec<u8>) {
-        // Which of the names (and `Accept-Encoding`, last) the request's `Connection`
-        // drops: its list read once, each token looked up among the sorted names.
-        let mut dropped = [false; MAX_VARY_NAMES + 1];
-        let mut lower = Vec::new();
-        let reads_fields = !self.names.is_empty() || self.encoding == EncodingKey::AcceptedSet;
-        let connection = reads_fields.then(|| request.header_values("connection"));
-        for token in list_elements(connection.into_iter().flatten()) {
-            if token.eq_ignore_ascii_case(b"accept-encoding") {
-                dropped[MAX_VARY_NAMES] = true;
-                continue;
+        let dropped = match self.encoding {
+            // Nothing of the request is read (the common case: no `Vary`, or only weir's).
+            EncodingKey::None | EncodingKey::Chosen if self.names.is_empty() => {
+                if self.encoding == EncodingKey::Chosen {
+                    out.extend_from_slice(chosen.token().as_bytes());
+                }
+                return;
             }
-            lower.clear();
-            lower.extend(token.iter().map(u8::to_ascii_lowercase));
-            if let Ok(index) = self
-                .names
-                .binary_search_by(|name| name.as_bytes().cmp(&lower[..]))
-            {
-                dropped[index] = true;
-            }
-        }
+            _ => self.dropped_by_connection(request),
+        };
         for (index, name) in self.names.iter().enumerate() {
             let mut first = true;
             if !dropped[index] {
@@ -153,6 +143,28 @@ impl VarySpec {
             }
         }
     }
+
+    /// Which of the names (and `Accept-Encoding`, last) the request's `Connection` drops:
+    /// its list read once, each token looked up among the sorted names.
+    fn dropped_by_connection(&self, request: &impl RequestView) -> [bool; MAX_VARY_NAMES + 1] {
+        let mut dropped = [false; MAX_VARY_NAMES + 1];
+        let mut lower = Vec::new();
+        for token in list_elements(request.header_values("connection")) {
+            if token.eq_ignore_ascii_case(b"accept-encoding") {
+                dropped[MAX_VARY_NAMES] = true;
+                continue;
+            }
+            lower.clear();
+            lower.extend(token.iter().map(u8::to_ascii_lowercase));
+            if let Ok(index) = self
+                .names
+                .binary_search_by(|name| name.as_bytes().cmp(&lower[..]))
+            {
+                dropped[index] = true;
+            }
+        }
+        dropped
+    }
 }
 
 /// Appends the primary key of `request` to `out`; `false` (and nothing
@@ -165,7 +177,11 @@ pub fn primary_key(request: &impl RequestView, out: &mut Vec<u8>) -> bool {
         return false;
     }
     let scheme = request.scheme();
-    push_origin(scheme, authority, out);
+    let start = out.len();
+    if !push_origin(scheme, authority, out) {
+        out.truncate(start);
+        return false;
+    }
     let path = request.path_and_query();
     if !path.starts_with(b"/") {
         out.push(b'/');
@@ -185,7 +201,9 @@ pub fn primary_key_of_url(url: &str) -> Option<Vec<u8>> {
         return None;
     }
     let mut key = Vec::with_capacity(url.len());
-    push_origin(scheme, authority.as_bytes(), &mut key);
+    if !push_origin(scheme, authority.as_bytes(), &mut key) {
+        return None;
+    }
     if !path.starts_with('/') {
         key.push(b'/');
     }
@@ -206,22 +224,49 @@ pub(crate) fn split_scheme(url: &str) -> Option<(Scheme, &str)> {
     }
 }
 
-/// `scheme://authority`, the authority lower-cased without its default port
-/// and without a trailing dot on the host: `example.com.` names the host
-/// `example.com` does, as routes and rules take it (crates/weir-rules/src/request.rs).
-fn push_origin(scheme: Scheme, authority: &[u8], out: &mut Vec<u8>) {
+/// `scheme://authority`, the authority lower-cased without its default port (or an empty
+/// one: RFC 3986 §6.2.3) and without a trailing dot on the host, and an IPv6 literal in
+/// its canonical form (RFC 5952): `example.com.` and `[0:0::1]` name the hosts
+/// `example.com` and `[::1]` do, as routes and rules take them
+/// (crates/weir-rules/src/request.rs). `false` when the host is empty (`.`, `:80`): no
+/// `http` URI has one (RFC 9110 §4.2.1), and no key is made for it.
+fn push_origin(scheme: Scheme, authority: &[u8], out: &mut Vec<u8>) -> bool {
     let (prefix, default_port): (&[u8], &[u8]) = match scheme {
         Scheme::Http => (b"http://", b":80"),
         Scheme::Https => (b"https://", b":443"),
     };
     out.extend_from_slice(prefix);
     let authority = authority.strip_suffix(default_port).unwrap_or(authority);
+    let authority = authority.strip_suffix(b":").unwrap_or(authority);
     let start = out.len();
-    out.extend_from_slice(authority);
-    if let Some(dot) = trailing_dot(authority) {
+    if authority.first() == Some(&b'[') {
+        push_ip_literal(authority, out);
+    } else {
+        out.extend_from_slice(authority);
+    }
+    if let Some(dot) = trailing_dot(&out[start..]) {
         out.remove(start + dot);
     }
     out[start..].make_ascii_lowercase();
+    !matches!(out[start..].first(), None | Some(b':'))
+}
+
+/// An authority whose host is an IP literal (`[...]`, then nothing or a port), with an
+/// IPv6 address in its canonical form; anything else as it is.
+fn push_ip_literal(authority: &[u8], out: &mut Vec<u8>) {
+    let canonical = memchr::memchr(b']', authority).and_then(|close| {
+        let text = std::str::from_utf8(&authority[1..close]).ok()?;
+        let address = text.parse::<std::net::Ipv6Addr>().ok()?;
+        Some((address, close))
+    });
+    match canonical {
+        Some((address, close)) => {
+            use std::io::Write;
+            let _ = write!(out, "[{address}]");
+            out.extend_from_slice(&authority[close + 1..]);
+        }
+        None => out.extend_from_slice(authority),
+    }
 }
 
 /// Where the host of `authority` (port included or not) ends in a dot, if it does. On
@@ -268,6 +313,28 @@ mod tests {
         );
         assert_eq!(key(&Req::get("/").authority("h.:8080")), "http://h:8080/");
         assert_eq!(key(&Req::get("/").authority("[::1]:80")), "http://[::1]/");
+        // An IPv6 literal in its canonical form (RFC 5952), an empty port as the default.
+        assert_eq!(key(&Req::get("/").authority("[0:0::1]")), "http://[::1]/");
+        assert_eq!(
+            key(&Req::get("/").authority("[2001:DB8:0:0::7]:8443")),
+            "http://[2001:db8::7]:8443/"
+        );
+        assert_eq!(key(&Req::get("/").authority("a.test:")), "http://a.test/");
+        assert_eq!(key(&Req::get("/").authority("a.test.:")), "http://a.test/");
+        // No key for an empty host, however it is spelled.
+        for empty in [".", ":80", ".:8080", ":"] {
+            let mut out = b"kept".to_vec();
+            assert!(
+                !primary_key(&Req::get("/").authority(empty), &mut out),
+                "{empty}"
+            );
+            assert_eq!(out, b"kept");
+        }
+        assert_eq!(primary_key_of_url("http://./a"), None);
+        assert_eq!(
+            primary_key_of_url("http://[0:0::1]:80/a"),
+            primary_key_of_url("http://[::1]/a")
+        );
         assert_eq!(key(&Req::get("/").authority("[::1]")), "http://[::1]/");
         assert_eq!(
             key(&Req::get("/").authority("[::1]:81")),

@@ -544,6 +544,7 @@ mod tests {
         assert!(is_valid_host(b"192.0.2.1:80"));
         assert!(is_valid_host(b"example.com:"));
         assert!(is_valid_host(b"ex%41mple.com"));
+        assert!(is_valid_host(b"%41:80"));
         assert!(is_valid_host(b"example.com:65535"));
         for bad in [
             &b"secure.example.com:1:2"[..],
@@ -558,6 +559,9 @@ mod tests {
             b"[::1]:80:80",
             b"[not-an-address]",
             b"[v1.]",
+            // A port with no host (RFC 9110 §4.2.1: no empty host in an http URI).
+            b":80",
+            b":",
             b"ex%4mple.com",
             b"example.com%",
             b"a]b",

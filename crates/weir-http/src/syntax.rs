@@ -161,7 +161,9 @@ pub(crate) fn is_valid_host(value: &[u8]) -> bool {
                 }
                 _ => return false,
             },
-            COLON => return is_port(tail),
+            // A port after an empty host (`:80`) is no authority: an `http` URI with an
+            // empty host is invalid (RFC 9110 §4.2.1). An empty value is a missing host.
+            COLON => return (stop > 0 || rest.len() < value.len()) && is_port(tail),
             _ => return false,
         }
     }
