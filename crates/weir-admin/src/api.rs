@@ -623,8 +623,9 @@ fn replace_if_unchanged(
     };
     match exchange() {
         Ok(()) => {
-            // `temporary` now names what `target` held.
-            let replaced = std::fs::read(temporary);
+            // `temporary` now names what `target` held (read within the bound on config
+            // files: one grown past it is not what the change was made from).
+            let replaced = weir_config::read_bounded(temporary);
             if replaced.as_deref().ok() == Some(expected) {
                 std::fs::remove_file(temporary)?;
                 return Ok(());
@@ -636,7 +637,7 @@ fn replace_if_unchanged(
         }
         // A file system without the exchange (or an old kernel): check, then rename.
         Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS) => {
-            if std::fs::read(target).is_ok_and(|now| now == expected) {
+            if weir_config::read_bounded(target).is_ok_and(|now| now == expected) {
                 std::fs::rename(temporary, target)?;
                 Ok(())
             } else {
