@@ -809,6 +809,78 @@ async fn idle_tls_connections_to_nodes_close_with_a_close_notify() {
     }
 }
 
+/// A health check's own TLS connection ends with a close_notify too, once the check has
+/// its answer: a node that logs a bare end of every connection (OpenSSL's
+/// UNEXPECTED_EOF) logged one per check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_check_connections_over_tls_close_with_a_close_notify() {
+    let pki = Pki::new();
+    let (node, mut ends) = tls_node_reporting_ends(&pki).await;
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node],
+        &format!(
+            "[pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
+             [pools.web.health]\ntype = \"http\"\ninterval = \"100ms\"\ntimeout = \"90ms\"",
+            toml_path(&pki.ca_path())
+        ),
+        "",
+    ))
+    .await;
+    for check in 0..3 {
+        let end = tokio::time::timeout(Duration::from_secs(3), ends.recv()).await;
+        assert_eq!(end, Ok(Some(true)), "check {check}: no close_notify");
+    }
+    proxy.stop().await;
+}
+
+/// A node that completes the handshake and then answers with bytes that are not TLS:
+/// its checks fail (the node goes down) but its handshakes did not, as a request's
+/// counts show for the same node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_error_after_a_checks_handshake_is_no_failed_handshake() {
+    let pki = Pki::new();
+    let acceptor = pki.acceptor(&["node.internal"], &[]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = std::sync::Arc::clone(&acceptor);
+            tokio::spawn(async move {
+                let Ok((mut stream, _)) =
+                    acceptor.accept(tcp, weir_tls::FirstSpeaker::Client).await
+                else {
+                    return;
+                };
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                // Plain text where a TLS record belongs.
+                let _ = stream
+                    .get_mut()
+                    .0
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node],
+        &format!(
+            "[pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
+             [pools.web.health]\ntype = \"http\"\ninterval = \"100ms\"\ntimeout = \"90ms\"\n\
+             fall = 1\nrise = 1",
+            toml_path(&pki.ca_path())
+        ),
+        "",
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let model = proxy.live.current();
+    assert!(!model.pool("web").unwrap().nodes[0].is_active_up());
+    assert!(metric(&proxy, "kind=\"full\"}") + metric(&proxy, "kind=\"resumed\"}") >= 2.0);
+    assert_eq!(metric(&proxy, "kind=\"failed\"}"), 0.0);
+    proxy.stop().await;
+}
+
 /// weir to nodes over TLS: a second weir terminates TLS in front of the
 /// origin and plays the TLS node.
 #[tokio::test]

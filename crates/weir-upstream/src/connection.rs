@@ -172,23 +172,29 @@ impl Connection {
     /// no bytes are left unread (closing a socket over unread bytes sends a reset). A plain
     /// one is dropped (FIN).
     fn close(self) {
-        if !matches!(self.stream, ClientStream::Tls(_)) {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let mut stream = self.stream;
-        runtime.spawn(async move {
-            let _ = tokio::time::timeout(CLOSE_WAIT, async {
-                stream.shutdown().await?;
-                let mut rest = [0u8; 512];
-                while tokio::io::AsyncReadExt::read(&mut stream, &mut rest).await? > 0 {}
-                Ok::<(), std::io::Error>(())
-            })
-            .await;
-        });
+        close_gracefully(self.stream);
     }
+}
+
+/// Closes a connection to a node, a TLS one with a close_notify (on a task of its own, off
+/// the caller's path, for at most [`CLOSE_WAIT`]), a plain one by dropping it (FIN).
+pub(crate) fn close_gracefully(stream: ClientStream) {
+    if !matches!(stream, ClientStream::Tls(_)) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let mut stream = stream;
+    runtime.spawn(async move {
+        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+            stream.shutdown().await?;
+            let mut rest = [0u8; 512];
+            while tokio::io::AsyncReadExt::read(&mut stream, &mut rest).await? > 0 {}
+            Ok::<(), std::io::Error>(())
+        })
+        .await;
+    });
 }
 
 /// How long closing a TLS connection waits for the node's close_notify.

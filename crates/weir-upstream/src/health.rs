@@ -87,9 +87,13 @@ pub enum CheckFailure {
     /// Reading or writing failed.
     #[error("i/o error: {0}")]
     Io(io::ErrorKind),
-    /// The TLS handshake with the node failed.
+    /// The TLS handshake with the node failed, or the node refused the session right
+    /// after it (a TLS 1.3 alert such as `certificate_required` on the first read).
     #[error("TLS handshake failed: {0}")]
     Tls(String),
+    /// A TLS error after the handshake (the node's bytes are not TLS records, say).
+    #[error("TLS error: {0}")]
+    TlsSession(String),
     /// weir could not open the check's connection (out of descriptors, memory or local
     /// ports): says nothing of the node, so the check does not count.
     #[error("weir is out of resources: {}", io::Error::from_raw_os_error(*.0))]
@@ -420,6 +424,7 @@ async fn check_without_timeout(
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
     let asked = ask(stream, (scheme, &host, path, method), expect_status, http2).await;
+    // Only a refusal of the handshake just made counts as a failed one, as a request's does.
     if let (true, Some(tls), Err(CheckFailure::Tls(_))) = (fresh, tls, &asked) {
         tls.refused_after_handshake();
     }
@@ -460,6 +465,8 @@ async fn ask(
             return Err(CheckFailure::Closed);
         }
     };
+    // The node sees a clean end (a close_notify over TLS), as a pooled connection's.
+    crate::connection::close_gracefully(stream);
     if status_expected(status, expect_status) {
         Ok(())
     } else {
@@ -488,18 +495,27 @@ async fn http2_status(
         Ok(response.status().as_u16())
     };
     // The connection's frames move only while it is polled beside the exchange.
-    tokio::pin!(connection);
-    tokio::select! {
+    let mut connection = Box::pin(connection);
+    let status = tokio::select! {
         status = exchange => status,
         ended = &mut connection => Err(ended.map_or_else(http2_failure, |()| CheckFailure::Closed)),
+    };
+    if status.is_ok() {
+        // Its handles are gone with the exchange: polled on, the connection says GOAWAY
+        // and closes its stream (with a close_notify over TLS), off the check's path.
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(1), connection).await;
+        });
     }
+    status
 }
 
 /// A read or write that failed: the TLS alert or error it carries (what the node said,
 /// `received fatal alert: UnknownCA` for one), or else its kind.
 fn io_failure(error: &io::Error) -> CheckFailure {
     match weir_tls::tls_error(error) {
-        Some(tls) => CheckFailure::Tls(tls.to_string()),
+        Some(tls) if weir_tls::is_handshake_refusal(error) => CheckFailure::Tls(tls.to_string()),
+        Some(tls) => CheckFailure::TlsSession(tls.to_string()),
         None => CheckFailure::Io(error.kind()),
     }
 }
