@@ -239,16 +239,21 @@ fn push_origin(scheme: Scheme, authority: &[u8], out: &mut Vec<u8>) -> bool {
     let authority = authority.strip_suffix(default_port).unwrap_or(authority);
     let authority = authority.strip_suffix(b":").unwrap_or(authority);
     let start = out.len();
-    if authority.first() == Some(&b'[') {
-        push_ip_literal(authority, out);
-    } else {
-        out.extend_from_slice(authority);
-    }
-    if let Some(dot) = trailing_dot(&out[start..]) {
-        out.remove(start + dot);
+    match authority.first() {
+        // An empty host (`:80`, or `.` once its dot is dropped below).
+        None | Some(b':') => return false,
+        Some(b'[') => push_ip_literal(authority, out),
+        Some(_) => match trailing_dot(authority) {
+            None => out.extend_from_slice(authority),
+            Some(0) => return false,
+            Some(dot) => {
+                out.extend_from_slice(&authority[..dot]);
+                out.extend_from_slice(&authority[dot + 1..]);
+            }
+        },
     }
     out[start..].make_ascii_lowercase();
-    !matches!(out[start..].first(), None | Some(b':'))
+    true
 }
 
 /// An authority whose host is an IP literal (`[...]`, then nothing or a port), with an
