@@ -4,7 +4,7 @@
 //! start-up or reload) for the handles of their virtual server, pool or node and keep them:
 //! recording is then one atomic operation, with no label lookup per request.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -125,7 +125,8 @@ pub struct ReloadMetrics {
     pub applied: Counter,
     /// Reloads refused, the running config kept (`result="refused"`).
     pub refused: Counter,
-    /// Generation of the running config: 1 at start, one more per applied reload.
+    /// Generation of the running model: 1 at start, one more per applied reload and per
+    /// new set of addresses of a node given by DNS name.
     pub generation: Gauge,
     /// Unix time, seconds, of the last reload tried.
     pub last_reload_timestamp_seconds: FloatGauge,
@@ -280,6 +281,9 @@ struct PoolKindLabels {
 #[derive(Debug, Clone)]
 pub struct TlsMetrics {
     virtual_server: String,
+    /// The label sets this virtual server's TLS series were made with, shared by every
+    /// handle of it, so that its removal can drop them (the families cannot be listed).
+    seen: Arc<Mutex<TlsSeen>>,
     /// Handshakes of every virtual server by kind (for the admin API's totals).
     full: Counter,
     resumed: Counter,
@@ -289,7 +293,19 @@ pub struct TlsMetrics {
     ocsp_next_update: Family<CertificateLabels, FloatGauge>,
 }
 
+/// The label sets of one virtual server's TLS series.
+#[derive(Debug, Default)]
+struct TlsSeen {
+    handshakes: HashSet<(&'static str, &'static str, &'static str)>,
+    failures: HashSet<&'static str>,
+    certificates: HashSet<(String, &'static str)>,
+}
+
 impl TlsMetrics {
+    fn seen(&self) -> MutexGuard<'_, TlsSeen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Counts a completed handshake by protocol version, cipher suite and kind.
     pub fn record_handshake(&self, version: &'static str, suite: &'static str, resumed: bool) {
         if resumed {
@@ -297,24 +313,51 @@ impl TlsMetrics {
         } else {
             self.full.inc();
         }
-        self.handshakes
-            .get_or_create(&TlsHandshakeLabels {
-                virtual_server: self.virtual_server.clone(),
-                version,
-                suite,
-                kind: if resumed { "resumed" } else { "full" },
-            })
-            .inc();
+        let kind = if resumed { "resumed" } else { "full" };
+        let labels = TlsHandshakeLabels {
+            virtual_server: self.virtual_server.clone(),
+            version,
+            suite,
+            kind,
+        };
+        if self.handshakes.get(&labels).is_none() {
+            self.seen().handshakes.insert((version, suite, kind));
+        }
+        self.handshakes.get_or_create(&labels).inc();
     }
 
     /// Counts a handshake that did not complete, by reason (a `FailureReason` label).
     pub fn record_failure(&self, reason: &'static str) {
-        self.failures
-            .get_or_create(&TlsFailureLabels {
+        let labels = TlsFailureLabels {
+            virtual_server: self.virtual_server.clone(),
+            reason,
+        };
+        if self.failures.get(&labels).is_none() {
+            self.seen().failures.insert(reason);
+        }
+        self.failures.get_or_create(&labels).inc();
+    }
+
+    /// Drops every series of this virtual server (a reload removed it).
+    fn remove_all(&self) {
+        let seen = std::mem::take(&mut *self.seen());
+        for (version, suite, kind) in seen.handshakes {
+            self.handshakes.remove(&TlsHandshakeLabels {
+                virtual_server: self.virtual_server.clone(),
+                version,
+                suite,
+                kind,
+            });
+        }
+        for reason in seen.failures {
+            self.failures.remove(&TlsFailureLabels {
                 virtual_server: self.virtual_server.clone(),
                 reason,
-            })
-            .inc();
+            });
+        }
+        for (certificate, key_type) in seen.certificates {
+            self.remove_certificate(&certificate, key_type);
+        }
     }
 
     /// Replaces the expiry series of this virtual server with `certificates` (name, key
@@ -326,6 +369,9 @@ impl TlsMetrics {
                 certificate: certificate.clone(),
                 key_type,
             };
+            self.seen()
+                .certificates
+                .insert((certificate.clone(), key_type));
             self.expiry.get_or_create(&labels).set(*not_after);
             match next_update {
                 Some(next_update) => {
@@ -342,6 +388,9 @@ impl TlsMetrics {
 
     /// Removes one certificate's expiry series (it is no longer served).
     pub fn remove_certificate(&self, certificate: &str, key_type: &'static str) {
+        self.seen()
+            .certificates
+            .remove(&(certificate.to_owned(), key_type));
         let labels = CertificateLabels {
             virtual_server: self.virtual_server.clone(),
             certificate: certificate.to_owned(),
@@ -420,6 +469,8 @@ struct Handles {
     pools: HashMap<String, PoolMetrics>,
     /// Keyed by (pool, node address).
     nodes: HashMap<(String, String), NodeMetrics>,
+    /// The TLS series each virtual server made, by its name.
+    tls: HashMap<String, Arc<Mutex<TlsSeen>>>,
 }
 
 impl Metrics {
@@ -626,9 +677,20 @@ impl Metrics {
 
     /// The TLS handles of one virtual server.
     pub fn tls(&self, virtual_server: &str) -> TlsMetrics {
+        let seen = Arc::clone(
+            self.handles()
+                .tls
+                .entry(virtual_server.to_owned())
+                .or_default(),
+        );
+        self.tls_of(virtual_server, seen)
+    }
+
+    fn tls_of(&self, virtual_server: &str, seen: Arc<Mutex<TlsSeen>>) -> TlsMetrics {
         let f = &self.families;
         TlsMetrics {
             virtual_server: virtual_server.to_owned(),
+            seen,
             full: f.tls_full.clone(),
             resumed: f.tls_resumed.clone(),
             handshakes: f.tls_handshakes.clone(),
@@ -660,6 +722,9 @@ impl Metrics {
     pub fn remove_virtual_server(&self, name: &str) {
         self.traffic.remove(name);
         let mut handles = self.handles();
+        if let Some(seen) = handles.tls.remove(name) {
+            self.tls_of(name, seen).remove_all();
+        }
         if handles.virtual_servers.remove(name).is_none() {
             return;
         }
@@ -692,6 +757,12 @@ impl Metrics {
         let labels = PoolLabels {
             pool: name.to_owned(),
         };
+        for kind in ["full", "resumed", "failed"] {
+            f.upstream_tls_handshakes.remove(&PoolKindLabels {
+                pool: name.to_owned(),
+                kind,
+            });
+        }
         f.queue_length.remove(&labels);
         f.queue_timeouts.remove(&labels);
         f.queue_abandoned.remove(&labels);

@@ -162,6 +162,13 @@ fn removed_series_disappear() {
     node.connections_created.inc();
     metrics.virtual_server("web");
     metrics.pool("app");
+    // TLS series too, whose labels (versions, suites, reasons, certificates) vary.
+    let tls = metrics.tls("web");
+    tls.record_handshake("TLSv1_3", "TLS13_AES_128_GCM_SHA256", false);
+    tls.record_handshake("TLSv1_2", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", true);
+    tls.record_failure("timeout");
+    tls.set_certificates(&[("example.test".to_owned(), "ecdsa", 30.0, Some(20.0))]);
+    metrics.upstream_tls("app").failed.inc();
     metrics.remove_node("app", "10.0.0.1:80");
     metrics.remove_pool("app");
     metrics.remove_virtual_server("web");
@@ -172,6 +179,15 @@ fn removed_series_disappear() {
     assert!(!text.contains("10.0.0.1:80"), "{text}");
     assert!(!text.contains("pool=\"app\""), "{text}");
     assert!(!text.contains("virtual_server=\"web\""), "{text}");
+    // Back again, they start from zero.
+    metrics.tls("web").record_failure("timeout");
+    let text = metrics.encode();
+    assert!(
+        text.contains(
+            "weir_tls_handshake_failures_total{virtual_server=\"web\",reason=\"timeout\"} 1\n"
+        ),
+        "{text}"
+    );
 }
 
 #[test]
