@@ -35,13 +35,20 @@ pub(crate) async fn respond(request: &Request, state: &AdminState, local: Socket
         // OpenMetrics to a scraper that asks for it (Prometheus does); the classic text
         // format to anything else (promtool, curl, older scrapers), as Prometheus's own
         // clients negotiate.
-        let metrics = state.metrics.encode();
-        let (content_type, body) = match request.accepts_openmetrics {
-            true => (CONTENT_TYPE, metrics),
-            false => (
-                TEXT_CONTENT_TYPE,
-                weir_observe::openmetrics_to_text(&metrics),
-            ),
+        // Encoded off the worker: with thousands of nodes a scrape is milliseconds of CPU
+        // that requests on this thread would otherwise wait behind.
+        let metrics = std::sync::Arc::clone(&state.metrics);
+        let openmetrics = request.accepts_openmetrics;
+        let encoded = tokio::task::spawn_blocking(move || {
+            let text = metrics.encode();
+            match openmetrics {
+                true => (CONTENT_TYPE, text),
+                false => (TEXT_CONTENT_TYPE, weir_observe::openmetrics_to_text(&text)),
+            }
+        })
+        .await;
+        let Ok((content_type, body)) = encoded else {
+            return Response::error(500, "the metrics could not be encoded");
         };
         return Response {
             status: 200,
