@@ -175,7 +175,7 @@ fn serve_kept_alive(
         let watch = std::pin::pin!(shutdown.watch());
         let sleep = std::pin::pin!(tokio::time::sleep_until(idle.deadline(&vs)));
         let mut timer = IdleTimer::new(sleep, watch);
-        loop {
+        let h2c_client = loop {
             if !idle.wait_for_request(&vs, &mut timer).await {
                 // Idle timeout or drain: weir ends the connection (close_notify on TLS).
                 Box::pin(idle.close()).await;
@@ -183,42 +183,117 @@ fn serve_kept_alive(
             }
             // What woke the connection; the `Client` (with its buffers) never lives
             // across an await of this task, only inside the boxed futures.
-            let next: Pin<Box<dyn Future<Output = Option<IdleConnection>> + Send + '_>> =
-                match wake(idle) {
-                    Woken::Nothing(back) => {
-                        idle = back;
-                        continue;
-                    }
-                    Woken::Closed(back) => Box::pin(async move {
-                        back.close().await;
-                        None
-                    }),
-                    Woken::Failed => return,
-                    // Only a virtual server with a cache can answer at once.
-                    Woken::Request(client) if !caches(&vs) => {
-                        let drain = &admission.drain;
-                        Box::pin(serve_requests(client, None, &mut vs, &shutdown, drain))
-                    }
-                    Woken::Request(mut client) => {
-                        match answer_at_once(&mut client, &mut vs, &shutdown) {
-                            AtOnce::Idle => match client.into_idle() {
-                                Some(back) => {
-                                    idle = back;
-                                    continue;
-                                }
-                                None => return,
-                            },
-                            AtOnce::Rest(first) => {
-                                let drain = &admission.drain;
-                                Box::pin(serve_requests(client, first, &mut vs, &shutdown, drain))
+            let next: Pin<Box<dyn Future<Output = Served> + Send + '_>> = match wake(idle) {
+                Woken::Nothing(back) => {
+                    idle = back;
+                    continue;
+                }
+                Woken::Closed(back) => Box::pin(async move {
+                    back.close().await;
+                    Served::Closed
+                }),
+                Woken::Failed => return,
+                // Only a virtual server with a cache can answer at once.
+                Woken::Request(client) if !caches(&vs) => {
+                    serve_next(client, None, &mut vs, &shutdown, &admission.drain)
+                }
+                Woken::Request(mut client) => {
+                    match answer_at_once(&mut client, &mut vs, &shutdown) {
+                        AtOnce::Idle => match client.into_idle() {
+                            Some(back) => {
+                                idle = back;
+                                continue;
                             }
+                            None => return,
+                        },
+                        AtOnce::Rest(first) => {
+                            serve_next(client, first, &mut vs, &shutdown, &admission.drain)
                         }
                     }
-                };
+                }
+            };
             match next.await {
-                Some(back) => idle = back,
-                None => return,
+                Served::Idle(back) => idle = back,
+                Served::Closed => return,
+                Served::H2c(client) => break client,
             }
+        };
+        // An h2c connection, served here once the future that read its preface is gone
+        // (only HTTP/2's is held); made in a block so that no more than its box stays in
+        // this task's state across the wait.
+        let serve = { h2c(*h2c_client, &vs, &shutdown, &admission.drain) };
+        serve.await;
+    }
+}
+
+/// The future that serves an h2c connection, boxed where it is made: built in the
+/// connection's task, its state would take room in every connection's task, HTTP/1.1
+/// ones too (tokio rounds a task up to a multiple of 128 bytes).
+fn h2c(
+    client: Client,
+    vs: &Arc<VirtualServerRuntime>,
+    shutdown: &ShutdownSignal,
+    drain: &DrainGuard,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(h2::serve_cleartext(
+        client,
+        Arc::clone(vs),
+        shutdown.clone(),
+        drain.shared(),
+    ))
+}
+
+/// How a connection's requests (or its first bytes) were served.
+enum Served {
+    /// The connection is idle again, its buffers back in the pool.
+    Idle(IdleConnection),
+    /// The connection closed.
+    Closed,
+    /// Its first bytes are an HTTP/2 preface: h2c with prior knowledge, to be served by
+    /// the connection's task once the future that told it has gone. Boxed: held in the
+    /// connection's task, a `Client` would make every connection's task larger.
+    H2c(Box<Client>),
+}
+
+/// The future that serves what woke the connection: its requests, or on a connection's
+/// first bytes where h2c with prior knowledge is on, whichever protocol they open.
+fn serve_next<'a>(
+    client: Client,
+    first: Option<Box<Started>>,
+    latest: &'a mut Arc<VirtualServerRuntime>,
+    shutdown: &'a ShutdownSignal,
+    drain: &'a DrainGuard,
+) -> Pin<Box<dyn Future<Output = Served> + Send + 'a>> {
+    if first.is_none() && client.requests == 0 && latest.config.http2.cleartext {
+        Box::pin(serve_first_bytes(client, latest, shutdown, drain))
+    } else {
+        Box::pin(async move {
+            let served = serve_requests(client, first, latest, shutdown, drain).await;
+            served.map_or(Served::Closed, Served::Idle)
+        })
+    }
+}
+
+/// h2c with prior knowledge told apart from HTTP/1.1 by a connection's first bytes, in a
+/// future of its own that an HTTP/2 connection leaves ([`Served::H2c`]): it is then
+/// served without the HTTP/1.1 future around it, which it held, unused, for its life
+/// (5.8 KB; BENCHMARKING.md, "Where an idle HTTP/2 connection's memory goes").
+async fn serve_first_bytes(
+    mut client: Client,
+    latest: &mut Arc<VirtualServerRuntime>,
+    shutdown: &ShutdownSignal,
+    drain: &DrainGuard,
+) -> Served {
+    match h2::prior_knowledge(&mut client, latest).await {
+        Ok(false) => {
+            let served = Box::pin(serve_requests(client, None, latest, shutdown, drain)).await;
+            served.map_or(Served::Closed, Served::Idle)
+        }
+        Ok(true) => Served::H2c(Box::new(client)),
+        Err(failure) => {
+            answer_failure(&mut client, latest, None, None, None, failure).await;
+            client.release();
+            Served::Closed
         }
     }
 }
@@ -377,22 +452,8 @@ async fn serve_requests(
     shutdown: &ShutdownSignal,
     drain: &DrainGuard,
 ) -> Option<IdleConnection> {
-    if client.requests == 0 && latest.config.http2.cleartext {
-        // h2c with prior knowledge: the connection is HTTP/2 from its first byte.
-        match h2::prior_knowledge(&mut client, latest).await {
-            Ok(false) => {}
-            Ok(true) => {
-                let (vs, drain) = (Arc::clone(latest), drain.shared());
-                Box::pin(h2::serve_cleartext(client, vs, shutdown.clone(), drain)).await;
-                return None;
-            }
-            Err(failure) => {
-                answer_failure(&mut client, latest, None, None, None, failure).await;
-                client.release();
-                return None;
-            }
-        }
-    }
+    // A connection's first bytes on an h2c virtual server came through
+    // `serve_first_bytes`, which told HTTP/1.1 from HTTP/2.
     let next = loop {
         // Used in place below, field by field: taking it apart would copy its
         // several hundred bytes once more for every request.

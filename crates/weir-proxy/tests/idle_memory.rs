@@ -348,3 +348,96 @@ async fn idle_upstream_connections_are_small() {
         plain.stop().await;
     }
 }
+
+/// An h2c connection (prior knowledge) after one request, on a blocking socket: the
+/// preface, an empty SETTINGS, a GET of `/` (HPACK literals), then frames read until the
+/// stream ends (a SETTINGS from weir acknowledged).
+fn open_h2c(addr: SocketAddr) -> TcpStream {
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        out.extend_from_slice(&[kind, flags]);
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+    let mut block = Vec::new();
+    for (name, value) in [
+        (&b":method"[..], &b"GET"[..]),
+        (b":scheme", b"http"),
+        (b":authority", b"t"),
+        (b":path", b"/"),
+    ] {
+        block.extend_from_slice(&[0, name.len() as u8]);
+        block.extend_from_slice(name);
+        block.push(value.len() as u8);
+        block.extend_from_slice(value);
+    }
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(frame(4, 0, 0, &[]));
+    hello.extend(frame(1, 0x5, 1, &block));
+    stream.write_all(&hello).expect("send");
+    let mut got: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 16384];
+    loop {
+        while got.len() >= 9 {
+            let length = u32::from_be_bytes([0, got[0], got[1], got[2]]) as usize;
+            if got.len() < 9 + length {
+                break;
+            }
+            let (kind, flags) = (got[3], got[4]);
+            let id = u32::from_be_bytes([got[5], got[6], got[7], got[8]]) & 0x7fff_ffff;
+            got.drain(..9 + length);
+            if kind == 4 && flags & 1 == 0 {
+                stream.write_all(&frame(4, 1, 0, &[])).expect("ack");
+            }
+            if (kind == 0 || kind == 1) && id == 1 && flags & 1 == 1 {
+                return stream;
+            }
+        }
+        let n = stream.read(&mut chunk).expect("read");
+        assert!(n > 0, "proxy closed the connection");
+        got.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Idle h2c connections hold the `h2` codec's state and buffers (about 43 KB, most of it
+/// the codec's 16 KiB write and 8 KiB read buffers, which it keeps for the connection's
+/// life) and no HTTP/1.1 connection future besides: the one that read the preface is
+/// dropped before HTTP/2 is served (it was 5.8 KB more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_h2c_client_connections_hold_no_http1_state() {
+    let _serial = SERIAL.lock().await;
+    const H2C_CONNECTIONS: usize = 200;
+    let origin = TestOrigin::start("a").await;
+    let proxy = CountedProxy::start(weir_testkit::config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.http2]\ncleartext = true",
+    ));
+    let addr = proxy.addr;
+    tokio::task::spawn_blocking(move || drop((0..20).map(|_| open_h2c(addr)).collect::<Vec<_>>()))
+        .await
+        .unwrap();
+    let before = settled_live_bytes().await;
+    let held = tokio::task::spawn_blocking(move || {
+        (0..H2C_CONNECTIONS)
+            .map(|_| open_h2c(addr))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let after = settled_live_bytes().await;
+    let per_connection = (after - before) / H2C_CONNECTIONS as i64;
+    eprintln!("idle h2c client connection: {per_connection} bytes");
+    assert!(
+        per_connection <= 46_000,
+        "{per_connection} bytes per idle h2c client connection"
+    );
+    drop(held);
+    drop(proxy);
+    origin.stop().await;
+}
