@@ -229,14 +229,16 @@ impl H2Node {
     /// PING timing and the connect timeout of those open stay as they were). The queue, the
     /// open connections and the count under the cap are carried over, as an HTTP/1.1 node's
     /// are (`NodeConnections::update`). Past a lowered cap, idle connections close now and
-    /// the newest busy ones take no new stream and close once their streams end; a raised
-    /// cap, or more streams per connection, serves waiting requests now.
+    /// the newest busy ones take no new stream and close once their streams end (as do
+    /// connections being opened, once open); a raised cap, or more streams per connection,
+    /// serves waiting requests now.
     pub fn update(&self, settings: H2Settings) {
         let cap = settings.max_connections as usize;
         self.settings.store(Arc::new(settings));
         let mut state = self.lock();
-        let mut serving =
-            state.connections.iter().filter(|c| !c.draining).count() + state.connecting as usize;
+        // Connections being opened are not counted: one that opens past the cap is
+        // drained as it goes in (`connect_in_slot`).
+        let mut serving = state.connections.iter().filter(|c| !c.draining).count();
         while serving > cap {
             // Idle ones first, then the newest.
             let idle = state
@@ -600,12 +602,16 @@ impl H2Node {
                 // settings come meanwhile is either known here or found by it.
                 let known = *opened.settled.borrow();
                 state.connecting -= 1;
+                // Opened while a reload lowered the cap below the connections serving:
+                // it carries its opener's stream and closes.
+                let serving = state.connections.iter().filter(|c| !c.draining).count();
+                let past_cap = serving >= self.settings().max_connections as usize;
                 state.connections.push(Shared {
                     id,
                     send: send.clone(),
                     streams: 1,
                     carried: 1,
-                    draining: false,
+                    draining: past_cap,
                     idle_since: Instant::now(),
                     stop: Some(opened.stop),
                     known,
