@@ -296,6 +296,10 @@ pub struct TlsMetrics {
 /// The label sets of one virtual server's TLS series.
 #[derive(Debug, Default)]
 struct TlsSeen {
+    /// The virtual server was removed: handles still held (handshakes in progress when it
+    /// went) count in the totals only, as other handles of a removed one are no longer
+    /// exported.
+    removed: bool,
     handshakes: HashSet<(&'static str, &'static str, &'static str)>,
     failures: HashSet<&'static str>,
     certificates: HashSet<(String, &'static str)>,
@@ -314,33 +318,47 @@ impl TlsMetrics {
             self.full.inc();
         }
         let kind = if resumed { "resumed" } else { "full" };
-        let labels = TlsHandshakeLabels {
-            virtual_server: self.virtual_server.clone(),
-            version,
-            suite,
-            kind,
-        };
-        if self.handshakes.get(&labels).is_none() {
-            self.seen().handshakes.insert((version, suite, kind));
+        // Held while the series is made or counted, so that a removal (which takes it
+        // first) never races a series back in.
+        let mut seen = self.seen();
+        if seen.removed {
+            return;
         }
-        self.handshakes.get_or_create(&labels).inc();
+        seen.handshakes.insert((version, suite, kind));
+        self.handshakes
+            .get_or_create(&TlsHandshakeLabels {
+                virtual_server: self.virtual_server.clone(),
+                version,
+                suite,
+                kind,
+            })
+            .inc();
     }
 
     /// Counts a handshake that did not complete, by reason (a `FailureReason` label).
     pub fn record_failure(&self, reason: &'static str) {
-        let labels = TlsFailureLabels {
-            virtual_server: self.virtual_server.clone(),
-            reason,
-        };
-        if self.failures.get(&labels).is_none() {
-            self.seen().failures.insert(reason);
+        let mut seen = self.seen();
+        if seen.removed {
+            return;
         }
-        self.failures.get_or_create(&labels).inc();
+        seen.failures.insert(reason);
+        self.failures
+            .get_or_create(&TlsFailureLabels {
+                virtual_server: self.virtual_server.clone(),
+                reason,
+            })
+            .inc();
     }
 
     /// Drops every series of this virtual server (a reload removed it).
     fn remove_all(&self) {
-        let seen = std::mem::take(&mut *self.seen());
+        // Once marked, no handle makes a series again; those made are dropped below.
+        let seen = {
+            let mut held = self.seen();
+            let seen = std::mem::take(&mut *held);
+            held.removed = true;
+            seen
+        };
         for (version, suite, kind) in seen.handshakes {
             self.handshakes.remove(&TlsHandshakeLabels {
                 virtual_server: self.virtual_server.clone(),
@@ -369,9 +387,11 @@ impl TlsMetrics {
                 certificate: certificate.clone(),
                 key_type,
             };
-            self.seen()
-                .certificates
-                .insert((certificate.clone(), key_type));
+            let mut seen = self.seen();
+            if seen.removed {
+                return;
+            }
+            seen.certificates.insert((certificate.clone(), key_type));
             self.expiry.get_or_create(&labels).set(*not_after);
             match next_update {
                 Some(next_update) => {

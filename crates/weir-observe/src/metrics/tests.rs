@@ -179,6 +179,13 @@ fn removed_series_disappear() {
     assert!(!text.contains("10.0.0.1:80"), "{text}");
     assert!(!text.contains("pool=\"app\""), "{text}");
     assert!(!text.contains("virtual_server=\"web\""), "{text}");
+    // A handle still held (a handshake in progress when the reload removed it) makes
+    // none of them again.
+    tls.record_handshake("TLSv1_3", "TLS13_AES_128_GCM_SHA256", false);
+    tls.record_failure("timeout");
+    tls.set_certificates(&[("example.test".to_owned(), "ecdsa", 30.0, None)]);
+    let text = metrics.encode();
+    assert!(!text.contains("virtual_server=\"web\""), "{text}");
     // Back again, they start from zero.
     metrics.tls("web").record_failure("timeout");
     let text = metrics.encode();
