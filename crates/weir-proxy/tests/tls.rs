@@ -833,6 +833,57 @@ async fn health_check_connections_over_tls_close_with_a_close_notify() {
     proxy.stop().await;
 }
 
+/// A check that fails (here the node ends its side with a close_notify before any
+/// answer) closes with a close_notify too, not only one that got its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_health_check_over_tls_still_closes_with_a_close_notify() {
+    let pki = Pki::new();
+    let acceptor = pki.acceptor(&["node.internal"], &[]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    let (ends, mut ended) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, ends) = (std::sync::Arc::clone(&acceptor), ends.clone());
+            tokio::spawn(async move {
+                let Ok((mut stream, _)) =
+                    acceptor.accept(tcp, weir_tls::FirstSpeaker::Client).await
+                else {
+                    return;
+                };
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                // No answer: the node's own close_notify, then how weir ends its side.
+                stream.get_mut().1.send_close_notify();
+                let _ = stream.flush().await;
+                let clean = loop {
+                    match stream.read(&mut buf).await {
+                        Ok(0) => break true,
+                        Ok(_) => {}
+                        Err(_) => break false,
+                    }
+                };
+                let _ = ends.send(clean);
+            });
+        }
+    });
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node],
+        &format!(
+            "[pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
+             [pools.web.health]\ntype = \"http\"\ninterval = \"100ms\"\ntimeout = \"90ms\"",
+            toml_path(&pki.ca_path())
+        ),
+        "",
+    ))
+    .await;
+    for check in 0..3 {
+        let end = tokio::time::timeout(Duration::from_secs(3), ended.recv()).await;
+        assert_eq!(end, Ok(Some(true)), "check {check}: no close_notify");
+    }
+    proxy.stop().await;
+}
+
 /// A node that completes the handshake and then answers with bytes that are not TLS:
 /// its checks fail (the node goes down) but its handshakes did not, as a request's
 /// counts show for the same node.

@@ -446,31 +446,43 @@ async fn ask(
             false => Err(CheckFailure::Status(status)),
         };
     }
+    let status = http1_status(&mut stream, method, path, host).await;
+    // The node sees a clean end (a close_notify over TLS), as a pooled connection's,
+    // whatever the answer was.
+    crate::connection::close_gracefully(stream);
+    let status = status?;
+    if status_expected(status, expect_status) {
+        Ok(())
+    } else {
+        Err(CheckFailure::Status(status))
+    }
+}
+
+/// The status of the answer to an HTTP/1.1 `method` `path` on `stream`.
+async fn http1_status(
+    stream: &mut weir_tls::ClientStream,
+    method: &str,
+    path: &str,
+    host: &str,
+) -> Result<u16, CheckFailure> {
     stream
         .write_all(&http_request(method, path, host))
         .await
         .map_err(|error| io_failure(&error))?;
     stream.flush().await.map_err(|error| io_failure(&error))?;
     let mut received = Vec::with_capacity(256);
-    let status = loop {
+    loop {
         if let Some(status) = parse_answer(&received, method)? {
-            break status;
+            return Ok(status);
         }
-        if stream
-            .read_buf(&mut received)
-            .await
-            .map_err(|error| io_failure(&error))?
-            == 0
-        {
-            return Err(CheckFailure::Closed);
+        let read = stream.read_buf(&mut received).await;
+        match read {
+            Ok(0) => return Err(CheckFailure::Closed),
+            Ok(_) => {}
+            // A refusal is one only as the first thing the node sends, as for a request.
+            Err(error) if received.is_empty() => return Err(io_failure(&error)),
+            Err(error) => return Err(session_failure(&error)),
         }
-    };
-    // The node sees a clean end (a close_notify over TLS), as a pooled connection's.
-    crate::connection::close_gracefully(stream);
-    if status_expected(status, expect_status) {
-        Ok(())
-    } else {
-        Err(CheckFailure::Status(status))
     }
 }
 
@@ -510,8 +522,18 @@ async fn http2_status(
     status
 }
 
+/// A read that failed after the node's answer began: a TLS alert then is no refusal of
+/// the handshake, whatever it says.
+fn session_failure(error: &io::Error) -> CheckFailure {
+    match weir_tls::tls_error(error) {
+        Some(tls) => CheckFailure::TlsSession(tls.to_string()),
+        None => CheckFailure::Io(error.kind()),
+    }
+}
+
 /// A read or write that failed: the TLS alert or error it carries (what the node said,
-/// `received fatal alert: UnknownCA` for one), or else its kind.
+/// `received fatal alert: UnknownCA` for one; a refusal of the handshake apart from other
+/// TLS errors), or else its kind.
 fn io_failure(error: &io::Error) -> CheckFailure {
     match weir_tls::tls_error(error) {
         Some(tls) if weir_tls::is_handshake_refusal(error) => CheckFailure::Tls(tls.to_string()),
