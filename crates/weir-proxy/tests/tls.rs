@@ -809,14 +809,9 @@ async fn idle_tls_connections_to_nodes_close_with_a_close_notify() {
     }
 }
 
-/// A health check's own TLS connection ends with a close_notify too, once the check has
-/// its answer: a node that logs a bare end of every connection (OpenSSL's
-/// UNEXPECTED_EOF) logged one per check.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_check_connections_over_tls_close_with_a_close_notify() {
-    let pki = Pki::new();
-    let (node, mut ends) = tls_node_reporting_ends(&pki).await;
-    let proxy = TestProxy::start(&weir_testkit::config(
+/// A pool of `node` over TLS (verified by `pki`'s CA) with HTTP checks every 100 ms.
+fn health_checked_over_tls(node: std::net::SocketAddr, pki: &Pki) -> String {
+    weir_testkit::config(
         &[node],
         &format!(
             "[pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
@@ -824,12 +819,28 @@ async fn health_check_connections_over_tls_close_with_a_close_notify() {
             toml_path(&pki.ca_path())
         ),
         "",
-    ))
-    .await;
+    )
+}
+
+/// The next three connection ends a node reports were each after a close_notify.
+async fn three_checks_end_with_a_close_notify(
+    ends: &mut tokio::sync::mpsc::UnboundedReceiver<bool>,
+) {
     for check in 0..3 {
         let end = tokio::time::timeout(Duration::from_secs(3), ends.recv()).await;
         assert_eq!(end, Ok(Some(true)), "check {check}: no close_notify");
     }
+}
+
+/// A health check's own TLS connection ends with a close_notify too, once the check has
+/// its answer: a node that logs a bare end of every connection (OpenSSL's
+/// UNEXPECTED_EOF) logged one per check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_check_connections_over_tls_close_with_a_close_notify() {
+    let pki = Pki::new();
+    let (node, mut ends) = tls_node_reporting_ends(&pki).await;
+    let proxy = TestProxy::start(&health_checked_over_tls(node, &pki)).await;
+    three_checks_end_with_a_close_notify(&mut ends).await;
     proxy.stop().await;
 }
 
@@ -867,20 +878,8 @@ async fn a_failed_health_check_over_tls_still_closes_with_a_close_notify() {
             });
         }
     });
-    let proxy = TestProxy::start(&weir_testkit::config(
-        &[node],
-        &format!(
-            "[pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
-             [pools.web.health]\ntype = \"http\"\ninterval = \"100ms\"\ntimeout = \"90ms\"",
-            toml_path(&pki.ca_path())
-        ),
-        "",
-    ))
-    .await;
-    for check in 0..3 {
-        let end = tokio::time::timeout(Duration::from_secs(3), ended.recv()).await;
-        assert_eq!(end, Ok(Some(true)), "check {check}: no close_notify");
-    }
+    let proxy = TestProxy::start(&health_checked_over_tls(node, &pki)).await;
+    three_checks_end_with_a_close_notify(&mut ended).await;
     proxy.stop().await;
 }
 
