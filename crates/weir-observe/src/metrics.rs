@@ -741,10 +741,8 @@ impl Metrics {
     /// working but are no longer exported.
     pub fn remove_virtual_server(&self, name: &str) {
         self.traffic.remove(name);
+        self.remove_tls(name);
         let mut handles = self.handles();
-        if let Some(seen) = handles.tls.remove(name) {
-            self.tls_of(name, seen).remove_all();
-        }
         if handles.virtual_servers.remove(name).is_none() {
             return;
         }
@@ -765,6 +763,15 @@ impl Metrics {
             });
         }
         self.remove_http2(name);
+    }
+
+    /// Drops a virtual server's TLS series: a reload removed it, or it no longer speaks TLS
+    /// (an `https` one now `http`). Handles still held count in the totals only.
+    pub fn remove_tls(&self, virtual_server: &str) {
+        let seen = self.handles().tls.remove(virtual_server);
+        if let Some(seen) = seen {
+            self.tls_of(virtual_server, seen).remove_all();
+        }
     }
 
     /// Drops a pool's series (after a reload removed it); its nodes are removed separately.

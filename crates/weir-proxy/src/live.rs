@@ -477,6 +477,14 @@ impl Live {
             if front_stages(&vs.config) && !kept {
                 self.metrics.remove_layer4(&vs.config.name);
             }
+            // TLS series go with the TLS: a virtual server kept as plain HTTP (or TCP)
+            // serves no certificate, and a later one starts its counts from zero.
+            let keeps_tls = new
+                .virtual_server(&vs.config.name)
+                .is_some_and(|next| next.tls.is_some());
+            if vs.tls.is_some() && !keeps_tls {
+                self.metrics.remove_tls(&vs.config.name);
+            }
         }
         let removed = old
             .virtual_servers

@@ -1614,3 +1614,50 @@ async fn a_client_that_cannot_verify_the_key_type_is_incompatible() {
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// A virtual server a reload keeps by name but turns from `https` to `http` serves no
+/// certificate: its TLS series (the certificate's expiry, which the documented alert
+/// watches, and its handshake counts) go, and a later `https` one exports only its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_server_turned_plain_drops_its_tls_series() {
+    let pki = Pki::new();
+    let first = pki.server("first", &["first.test"], KeyType::EcdsaP256);
+    let second = pki.server("second", &["second.test"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let https = |cert| https_config(&origin, &certificates(&[cert]));
+    let proxy = TestProxy::start(&https(&first)).await;
+    let series = |proxy: &TestProxy| -> Vec<String> {
+        proxy
+            .metrics
+            .encode()
+            .lines()
+            .filter(|line| line.starts_with("weir_tls_") && line.contains("virtual_server=\"web\""))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert!(
+        series(&proxy)
+            .iter()
+            .any(|line| line.contains("first.test"))
+    );
+    let apply = |text: &str| {
+        proxy
+            .live
+            .apply(weir_config::parse_str(text, "test.toml").unwrap())
+            .unwrap();
+    };
+    apply(&weir_testkit::config(&[origin.addr], "", ""));
+    assert_eq!(series(&proxy), Vec::<String>::new());
+    apply(&https(&second));
+    let now = series(&proxy);
+    assert!(
+        now.iter().any(|line| line.contains("second.test")),
+        "{now:?}"
+    );
+    assert!(
+        !now.iter().any(|line| line.contains("first.test")),
+        "{now:?}"
+    );
+    proxy.stop().await;
+    origin.stop().await;
+}
