@@ -208,6 +208,7 @@ impl Live {
         let mut control = live.lock();
         let model = live.next_model(&mut control, &config, &mut staged);
         for termination in model.tls_terminations() {
+            termination.refresh_expiry();
             termination.warn_about_certificates();
         }
         live.cell.swap(Arc::new(model));

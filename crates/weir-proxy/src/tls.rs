@@ -43,7 +43,8 @@ impl TlsTermination {
             },
             exported: Mutex::new(Vec::new()),
         };
-        termination.refresh_expiry();
+        // Its expiry series are exported once its model serves (`Live::new`, a reload's
+        // commit): a dry run or a refused reload builds it too, and serves nothing.
         Ok(termination)
     }
 

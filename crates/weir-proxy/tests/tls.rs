@@ -1661,3 +1661,41 @@ async fn a_virtual_server_turned_plain_drops_its_tls_series() {
     proxy.stop().await;
     origin.stop().await;
 }
+
+/// Certificates are exported once they are served: a dry run (`Live::check`, the admin
+/// API's validate) and a refused reload build the TLS of what they check, and export
+/// no expiry series for it (which the documented alert would watch for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_checked_but_not_served_export_no_series() {
+    let pki = Pki::new();
+    let cert = pki.server("site", &["site.test"], KeyType::EcdsaP256);
+    let origin = TestOrigin::start("a").await;
+    let plain = weir_testkit::config(&[origin.addr], "", "");
+    let proxy = TestProxy::start(&plain).await;
+    let expiry = |proxy: &TestProxy| {
+        proxy
+            .metrics
+            .encode()
+            .lines()
+            .filter(|line| line.starts_with("weir_tls_certificate_expiry"))
+            .count()
+    };
+    let https = https_config(&origin, &certificates(&[&cert]));
+    // Refused after its TLS was built: it would listen where something else does.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let refused = https.replace("127.0.0.1:0", &taken.local_addr().unwrap().to_string());
+    let candidate = weir_config::parse_str(&refused, "test.toml").unwrap();
+    assert!(proxy.live.apply(candidate).is_err());
+    assert_eq!(expiry(&proxy), 0, "a refused reload exported a certificate");
+    let candidate = weir_config::parse_str(&https, "test.toml").unwrap();
+    proxy.live.check(&candidate).expect("a valid candidate");
+    assert_eq!(expiry(&proxy), 0, "a dry run exported a certificate");
+    // Applied, it is served and exported.
+    proxy
+        .live
+        .apply(weir_config::parse_str(&https, "test.toml").unwrap())
+        .unwrap();
+    assert_eq!(expiry(&proxy), 1);
+    proxy.stop().await;
+    origin.stop().await;
+}
