@@ -1685,8 +1685,13 @@ async fn timeouts_on_a_live_connection_ping_once_then_drain_it() {
         2,
         "a live connection is kept"
     );
-    // Another hung request so soon drains it: the request after opens a third.
+    // Another hung request so soon drains it: the request after opens a third. The drain
+    // is the connection's driver's, woken by the timeout that answered the client: a
+    // request sent at that very moment may still take the connection (alive, it answers),
+    // so the next one waits for the driver a little (a loaded CI was slower than the
+    // client).
     assert_eq!(get("/hang").await, 504);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(get("/").await, 200);
     assert_eq!(connections.load(Ordering::Relaxed), 3);
     assert_one_ping_timeout(&proxy, node);
