@@ -31,8 +31,8 @@ pub mod stats;
 pub use access::{AccessLog, AccessRecord, SessionRecord, TlsRecord};
 pub use budget::{AcceptFailures, LogBudget};
 pub use metrics::{
-    CONTENT_TYPE, CacheMetrics, CompressionMetrics, DnsMetrics, FloatGauge, Flood, Http2Metrics,
-    Layer4Metrics, Metrics, NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass,
+    CONTENT_TYPE, CacheMetrics, CompressionMetrics, DnsMetrics, FloatGauge, Flood, GaugePart,
+    Http2Metrics, Layer4Metrics, Metrics, NodeMetrics, PoolMetrics, ReloadMetrics, StatusClass,
     TEXT_CONTENT_TYPE, TlsMetrics, TunnelMetrics, UpstreamHttp2Metrics, UpstreamTlsMetrics,
     VirtualServerMetrics, count_log_lines_dropped, openmetrics_to_text,
 };

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -87,6 +87,39 @@ pub fn openmetrics_to_text(openmetrics: &str) -> String {
 
 /// A gauge holding a floating-point value.
 pub type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// One contributor's part of a gauge that several add up to (a node's open connections:
+/// its HTTP/1.1 pool, and its HTTP/2 sides, one a reload withdrew still draining): each
+/// sets its own value, the gauge shows the sum, and a part dropped takes its value with it.
+#[derive(Debug)]
+pub struct GaugePart {
+    gauge: Gauge,
+    /// What this part last added to the gauge.
+    published: AtomicI64,
+}
+
+impl GaugePart {
+    /// A part of `gauge`, adding nothing yet.
+    pub fn new(gauge: Gauge) -> GaugePart {
+        GaugePart {
+            gauge,
+            published: AtomicI64::new(0),
+        }
+    }
+
+    /// Makes this part `value`: the gauge moves by the difference. Calls in any order
+    /// leave the gauge at the sum of the parts' last values.
+    pub fn set(&self, value: i64) {
+        let before = self.published.swap(value, Ordering::Relaxed);
+        self.gauge.inc_by(value - before);
+    }
+}
+
+impl Drop for GaugePart {
+    fn drop(&mut self) {
+        self.gauge.dec_by(*self.published.get_mut());
+    }
+}
 
 /// All of weir's metrics: the registry, the metric families and the handles handed out so far.
 ///

@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use weir_core::{Error, ErrorKind, Side};
-use weir_observe::{NodeMetrics, PoolMetrics};
+use weir_observe::{GaugePart, NodeMetrics, PoolMetrics};
 use weir_tls::ClientStream;
 
 use crate::queue::{FairQueue, Flow};
@@ -101,9 +101,9 @@ pub struct NodeConnections {
     /// Connections that became tunnels and are still open: out of the slots, still
     /// connections (`weir_upstream_connections_open` counts them).
     tunnel_connections: AtomicU32,
-    /// What these connections last added to the node's `weir_upstream_connections_open`,
-    /// which the node's HTTP/2 side (a pool switched to `h2c`) adds to too.
-    published_open: AtomicI64,
+    /// These connections' part of the node's `weir_upstream_connections_open`, which the
+    /// node's HTTP/2 side (a pool switched to `h2c`) adds to too.
+    open_gauge: GaugePart,
     next_waiter: AtomicU64,
     metrics: NodeMetrics,
     pool_metrics: PoolMetrics,
@@ -249,14 +249,6 @@ pub struct Lease {
     dedicated: bool,
 }
 
-impl Drop for NodeConnections {
-    fn drop(&mut self) {
-        // Whatever is still counted leaves the node's gauge with the pool.
-        let published = self.published_open.load(Ordering::Relaxed);
-        self.metrics.connections_open.dec_by(published);
-    }
-}
-
 impl NodeConnections {
     /// An empty pool of connections to `address`.
     pub fn new(
@@ -276,7 +268,7 @@ impl NodeConnections {
             state: Mutex::new(state),
             tunnels: AtomicU32::new(0),
             tunnel_connections: AtomicU32::new(0),
-            published_open: AtomicI64::new(0),
+            open_gauge: GaugePart::new(metrics.connections_open.clone()),
             next_waiter: AtomicU64::new(0),
             metrics,
             pool_metrics,
@@ -717,17 +709,15 @@ impl NodeConnections {
         })
     }
 
-    /// Frees a slot (a connection closed or a connect failed): hands it to the
-    /// first live waiter, else lowers the open count.
     /// Brings this pool's part of `weir_upstream_connections_open` to the slots taken and
     /// the connections that became tunnels (the gauge is the sum of the node's parts).
     fn publish_open(&self, open: u32) {
         let tunnels = self.tunnel_connections.load(Ordering::Relaxed);
-        let now = i64::from(open) + i64::from(tunnels);
-        let before = self.published_open.swap(now, Ordering::Relaxed);
-        self.metrics.connections_open.inc_by(now - before);
+        self.open_gauge.set(i64::from(open) + i64::from(tunnels));
     }
 
+    /// Frees a slot (a connection closed or a connect failed): hands it to the
+    /// first live waiter, else lowers the open count.
     fn free_slot(&self) {
         let mut state = self.lock();
         // Past a cap a reload lowered, the slot is gone rather than passed on.

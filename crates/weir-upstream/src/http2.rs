@@ -13,7 +13,7 @@ mod connection;
 mod empty_data;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use h2::SendStream;
 use h2::client::{ResponseFuture, SendRequest};
 use tokio::sync::{oneshot, watch};
 use weir_core::{Error, ErrorKind, Side};
-use weir_observe::{NodeMetrics, PoolMetrics, UpstreamHttp2Metrics};
+use weir_observe::{GaugePart, NodeMetrics, PoolMetrics, UpstreamHttp2Metrics};
 
 use crate::connection::{UpstreamTls, Waited, wait_for_grant};
 use crate::queue::{FairQueue, Flow};
@@ -77,9 +77,9 @@ pub struct H2Node {
     /// Replaced by a reload that carries the node over ([`H2Node::update`]).
     settings: ArcSwap<H2Settings>,
     state: Mutex<State>,
-    /// What this node last added to the node's `weir_upstream_connections_open`, which
-    /// the node's HTTP/1.1 connections, and the HTTP/2 side a reload retired, add to too.
-    published_open: AtomicI64,
+    /// This side's part of the node's `weir_upstream_connections_open`, which the node's
+    /// HTTP/1.1 connections, and the HTTP/2 side a reload retired, add to too.
+    open_gauge: GaugePart,
     next_id: AtomicU64,
     metrics: NodeMetrics,
     h2_metrics: UpstreamHttp2Metrics,
@@ -141,6 +141,11 @@ impl Shared {
             && self.streams < max
             && self.streams.saturating_add(empty) < empty_data::RETIRE_AT
     }
+}
+
+/// Open connections that take new streams (not draining).
+fn serving(state: &State) -> usize {
+    state.connections.iter().filter(|c| !c.draining).count()
 }
 
 /// What a waiter receives: a stream on an open connection, a slot to connect with, or
@@ -206,7 +211,7 @@ impl H2Node {
             address,
             settings: ArcSwap::from_pointee(settings),
             state: Mutex::new(State::default()),
-            published_open: AtomicI64::new(0),
+            open_gauge: GaugePart::new(metrics.connections_open.clone()),
             next_id: AtomicU64::new(0),
             metrics,
             h2_metrics,
@@ -238,7 +243,7 @@ impl H2Node {
         let mut state = self.lock();
         // Connections being opened are not counted: one that opens past the cap is
         // drained as it goes in (`connect_in_slot`).
-        let mut serving = state.connections.iter().filter(|c| !c.draining).count();
+        let mut serving = serving(&state);
         while serving > cap {
             // Idle ones first, then the newest.
             let idle = state
@@ -604,8 +609,7 @@ impl H2Node {
                 state.connecting -= 1;
                 // Opened while a reload lowered the cap below the connections serving:
                 // it carries its opener's stream and closes.
-                let serving = state.connections.iter().filter(|c| !c.draining).count();
-                let past_cap = serving >= self.settings().max_connections as usize;
+                let past_cap = serving(&state) >= self.settings().max_connections as usize;
                 state.connections.push(Shared {
                     id,
                     send: send.clone(),
@@ -782,13 +786,10 @@ impl H2Node {
         }
     }
 
-    /// Adds what changed since the last call to the node's `weir_upstream_connections_open`
-    /// (shared with the node's HTTP/1.1 connections and any HTTP/2 side a reload retired,
-    /// so each adds its own part rather than setting the whole).
+    /// Sets this side's part of the node's `weir_upstream_connections_open`.
     fn set_open_gauge(&self, state: &State) {
-        let open = i64::from(state.connections.len() as u32 + state.connecting);
-        let before = self.published_open.swap(open, Ordering::Relaxed);
-        self.metrics.connections_open.inc_by(open - before);
+        let open = state.connections.len() as u32 + state.connecting;
+        self.open_gauge.set(i64::from(open));
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -877,14 +878,6 @@ impl StreamLease {
                 request: None,
             }),
         }
-    }
-}
-
-impl Drop for H2Node {
-    fn drop(&mut self) {
-        // Whatever is still counted leaves the node's gauge with it.
-        let published = self.published_open.load(Ordering::Relaxed);
-        self.metrics.connections_open.dec_by(published);
     }
 }
 
