@@ -102,15 +102,12 @@ impl VarySpec {
     /// reads it as missing. Keyed by the value the client sent, the answer made without
     /// it would be served to every later client that sends that value.
     pub fn secondary_key(&self, request: &impl RequestView, chosen: Coding, out: &mut Vec<u8>) {
-        let dropped = match self.encoding {
-            // Nothing of the request is read (the common case: no `Vary`, or only weir's).
-            EncodingKey::None | EncodingKey::Chosen if self.names.is_empty() => {
-                if self.encoding == EncodingKey::Chosen {
-                    out.extend_from_slice(chosen.token().as_bytes());
-                }
-                return;
-            }
-            _ => self.dropped_by_connection(request),
+        // A spec that reads no field of the request (the common case: no `Vary`, or only
+        // weir's) does not read its `Connection` list either.
+        let dropped = if self.names.is_empty() && self.encoding != EncodingKey::AcceptedSet {
+            [false; MAX_VARY_NAMES + 1]
+        } else {
+            self.dropped_by_connection(request)
         };
         for (index, name) in self.names.iter().enumerate() {
             let mut first = true;

@@ -654,6 +654,13 @@ impl NodeWrites<'_> {
 /// this many bytes (a chunk this large alone goes as it came).
 pub(crate) const COALESCE_CHUNKS_UP_TO: usize = 64 * 1024;
 
+/// `pending` as one chunk in `frame` (emptied first), and `pending` emptied.
+fn chunk_of(pending: &mut BytesMut, frame: &mut BytesMut) {
+    frame.clear();
+    encode_chunk(pending, frame);
+    pending.clear();
+}
+
 /// Moves the rest of the body from the client to the node, piece by piece.
 async fn pump<W: AsyncWriteExt + Unpin>(
     client: &mut Client,
@@ -708,9 +715,7 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                         }
                         pending.extend_from_slice(&data);
                         if pending.len() >= COALESCE_CHUNKS_UP_TO {
-                            frame.clear();
-                            encode_chunk(&pending, &mut frame);
-                            pending.clear();
+                            chunk_of(&mut pending, &mut frame);
                             writes.step_for(client, node.write_all(&frame)).await?;
                         }
                     }
@@ -719,9 +724,7 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                             return Err(too_large());
                         }
                         if !pending.is_empty() {
-                            frame.clear();
-                            encode_chunk(&pending, &mut frame);
-                            pending.clear();
+                            chunk_of(&mut pending, &mut frame);
                             writes.step_for(client, node.write_all(&frame)).await?;
                         }
                         let (deadline, late) = clock.deadline(body.received, Instant::now());
