@@ -115,7 +115,7 @@ fn send(states: &[NotifyState]) {
     }
 }
 
-/// One datagram to the service manager's socket: a path, or a Linux abstract name
+/// One datagram to the service manager's socket: an absolute path, or a Linux abstract name
 /// written with a leading `@` (sd_notify(3)), which `sd-notify` takes for a path.
 fn send_to(socket: &std::ffi::OsStr, message: &[u8]) -> std::io::Result<()> {
     use std::os::linux::net::SocketAddrExt;
@@ -126,7 +126,15 @@ fn send_to(socket: &std::ffi::OsStr, message: &[u8]) -> std::io::Result<()> {
             let address = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
             datagram.send_to_addr(message, &address)?
         }
-        None => datagram.send_to(message, socket)?,
+        None if socket.as_bytes().starts_with(b"/") => datagram.send_to(message, socket)?,
+        // sd_notify(3) refuses a relative path too: the service manager never sets one, and
+        // it would name a different socket after a change of working directory.
+        None => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "NOTIFY_SOCKET is neither an absolute path nor an abstract name (@name)",
+            ));
+        }
     };
     if sent != message.len() {
         return Err(std::io::Error::new(
@@ -135,4 +143,45 @@ fn send_to(socket: &std::ffi::OsStr, message: &[u8]) -> std::io::Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::send_to;
+    use std::ffi::OsStr;
+    use std::os::unix::net::UnixDatagram;
+
+    /// A relative `NOTIFY_SOCKET` is refused as sd_notify(3) refuses it, even where a
+    /// socket of that name exists in the working directory.
+    #[test]
+    fn the_socket_is_an_absolute_path_or_an_abstract_name() {
+        let dir = std::env::temp_dir().join(format!("weir-notify-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("notify.sock");
+        let _ = std::fs::remove_file(&path);
+        let socket = UnixDatagram::bind(&path).unwrap();
+        send_to(path.as_os_str(), b"READY=1\n").unwrap();
+        let mut buffer = [0u8; 16];
+        let n = socket.recv(&mut buffer).unwrap();
+        assert_eq!(&buffer[..n], b"READY=1\n");
+        let relative = std::env::current_dir()
+            .ok()
+            .and_then(|cwd| pathdiff(&path, &cwd))
+            .unwrap_or_else(|| "notify.sock".into());
+        let refused = send_to(OsStr::new(&relative), b"READY=1\n").unwrap_err();
+        assert_eq!(
+            refused.kind(),
+            std::io::ErrorKind::InvalidInput,
+            "{refused}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `path` relative to `base`, through `..` steps: the same socket named relatively.
+    fn pathdiff(path: &std::path::Path, base: &std::path::Path) -> Option<String> {
+        let ups = base.components().count().checked_sub(1)?;
+        let mut relative = "../".repeat(ups);
+        relative.push_str(path.strip_prefix("/").ok()?.to_str()?);
+        Some(relative)
+    }
 }
