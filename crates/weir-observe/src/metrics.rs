@@ -338,6 +338,16 @@ struct TlsSeen {
     certificates: HashSet<(String, &'static str)>,
 }
 
+impl TlsSeen {
+    /// Nothing was exported for it.
+    fn is_empty(&self) -> bool {
+        !self.removed
+            && self.handshakes.is_empty()
+            && self.failures.is_empty()
+            && self.certificates.is_empty()
+    }
+}
+
 impl TlsMetrics {
     fn seen(&self) -> MutexGuard<'_, TlsSeen> {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner)
@@ -730,12 +740,21 @@ impl Metrics {
 
     /// The TLS handles of one virtual server.
     pub fn tls(&self, virtual_server: &str) -> TlsMetrics {
-        let seen = Arc::clone(
-            self.handles()
-                .tls
-                .entry(virtual_server.to_owned())
-                .or_default(),
-        );
+        let mut handles = self.handles();
+        if !handles.tls.contains_key(virtual_server) {
+            // Entries no handle holds that made no series are left by terminations built
+            // for a dry run or a refused reload, which never served: they go before a new
+            // one comes, so that such checks cannot grow the map.
+            handles.tls.retain(|_, seen| {
+                Arc::strong_count(seen) > 1
+                    || !seen
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .is_empty()
+            });
+        }
+        let seen = Arc::clone(handles.tls.entry(virtual_server.to_owned()).or_default());
+        drop(handles);
         self.tls_of(virtual_server, seen)
     }
 

@@ -197,6 +197,27 @@ fn removed_series_disappear() {
     );
 }
 
+/// TLS handles made for virtual servers that never served (a dry run's, a refused
+/// reload's) are forgotten once dropped, however many such checks come; handles held, and
+/// those that made series, are kept.
+#[test]
+fn tls_handles_of_checks_are_forgotten() {
+    let metrics = Metrics::new();
+    let serving = metrics.tls("serving");
+    metrics.tls("counted").record_failure("timeout");
+    for check in 0..100 {
+        drop(metrics.tls(&format!("checked-{check}")));
+    }
+    let names: Vec<String> = metrics.handles().tls.keys().cloned().collect();
+    assert!(names.len() <= 3, "{names:?}");
+    assert!(names.contains(&"serving".to_owned()), "{names:?}");
+    assert!(names.contains(&"counted".to_owned()), "{names:?}");
+    serving.record_failure("timeout");
+    assert!(metrics.encode().contains(
+        "weir_tls_handshake_failures_total{virtual_server=\"serving\",reason=\"timeout\"} 1\n"
+    ));
+}
+
 #[test]
 fn metrics_are_shareable_across_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
