@@ -14,6 +14,7 @@ use weir_config::Named;
 use weir_config::error::Problem;
 use weir_config::{ConfigError, FileRef, KeyPath};
 
+use crate::sans_io::codec::MAX_AVERAGE_CHUNK;
 use crate::sans_io::dedup::ChunkParams;
 use crate::sans_io::fec::FecSettings;
 
@@ -496,9 +497,12 @@ impl Checker {
         let chunks = match file.chunk_size.as_deref() {
             None => defaults.chunks,
             Some(text) => match weir_config::units::parse_size(text) {
-                Ok(size @ 1024..=262_144) => ChunkParams::with_average(size as u32),
+                Ok(size) if (1024..=u64::from(MAX_AVERAGE_CHUNK)).contains(&size) => {
+                    ChunkParams::with_average(size as u32)
+                }
                 Ok(_) => {
-                    self.report(&path.key("chunk_size"), "must be between 1KiB and 256KiB");
+                    // A chunk runs to four times the average and must fit one block.
+                    self.report(&path.key("chunk_size"), "must be between 1KiB and 64KiB");
                     defaults.chunks
                 }
                 Err(message) => {

@@ -100,6 +100,30 @@ connect = "127.0.0.1:8080"
 
 /// A duration past a day is refused, as `weir serve`'s timeouts are: far past it the
 /// timers' arithmetic overflowed (a panic on SIGTERM, an abort in the QUIC timers).
+/// A chunk runs to four times the average and a chunk sent literally must fit one block
+/// (256 KiB): an average over 64 KiB could not carry incompressible data.
+#[test]
+fn chunk_sizes_that_cannot_fit_a_block_are_refused() {
+    let config = |size: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:4433\"\ncert = \"c.pem\"\nkey = \"k.pem\"\nca = \"ca.pem\"\n\
+             [dedup]\nchunk_size = \"{size}\"\n[services.files]\nconnect = \"127.0.0.1:8080\"\n"
+        )
+    };
+    for size in ["1KiB", "64KiB"] {
+        parse_str(&config(size), "t.toml", Role::Server).unwrap();
+    }
+    for size in ["65KiB", "128KiB", "256KiB", "1023"] {
+        let error = parse_str(&config(size), "t.toml", Role::Server)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("t.toml:7: dedup.chunk_size: must be between 1KiB and 64KiB"),
+            "{size}: {error}"
+        );
+    }
+}
+
 #[test]
 fn durations_longer_than_a_day_are_refused() {
     for (table, key) in [

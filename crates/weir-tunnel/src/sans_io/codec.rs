@@ -13,8 +13,12 @@ use crate::sans_io::compress::{Compression, CompressionPolicy};
 use crate::sans_io::dedup::{ChunkId, ChunkParams, Chunker};
 use crate::sans_io::wire::{Block, Item, MAX_BLOCK_ITEMS, MAX_BLOCK_PAYLOAD, WireError};
 
-/// The longest chunk a decoder accepts a reference to (four times the largest average).
-pub const MAX_CHUNK: u32 = 1 << 20;
+/// The largest average chunk size: a chunk runs to four times its average, and a chunk sent
+/// literally must fit one block.
+pub const MAX_AVERAGE_CHUNK: u32 = MAX_CHUNK / 4;
+
+/// The longest chunk a decoder accepts a reference to: a block's most literal bytes.
+pub const MAX_CHUNK: u32 = MAX_BLOCK_PAYLOAD as u32;
 
 /// What an encoder does with a flow's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -446,6 +450,30 @@ mod tests {
         let mut small = ChunkStore::new(1 << 16);
         let (output, _) = transfer(&data, 65_536, BOTH, &mut mirror, &mut small);
         assert!(output == data);
+    }
+
+    /// With the largest average, chunks up to four times it travel literally (each alone in
+    /// a block at most) and as references.
+    #[test]
+    fn the_largest_chunks_fit_a_block() {
+        let data = random(8 << 20, 10);
+        let settings = EncoderSettings {
+            dedup: Some(ChunkParams::with_average(MAX_AVERAGE_CHUNK)),
+            compression: Some(1),
+        };
+        let mut encoder = FlowEncoder::new(settings);
+        let chunked = encoder.chunk(&data, true);
+        let longest = chunked.chunks.iter().map(|chunk| chunk.len).max().unwrap();
+        assert_eq!(
+            longest, MAX_CHUNK as usize,
+            "random data reaches the maximum"
+        );
+        let mut mirror = ChunkStore::new(64 << 20);
+        let mut store = ChunkStore::new(64 << 20);
+        for _ in 0..2 {
+            let (output, _) = transfer(&data, 1 << 20, settings, &mut mirror, &mut store);
+            assert!(output == data);
+        }
     }
 
     #[test]

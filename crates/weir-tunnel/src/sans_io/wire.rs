@@ -255,9 +255,14 @@ impl Block {
             None
         };
         let raw = compressed.map_or(record.len(), |raw| raw as usize);
-        if raw != literal || raw > MAX_BLOCK_PAYLOAD {
+        if raw != literal {
             return Err(invalid_block(format!(
                 "items hold {literal} literal bytes, the payload {raw}"
+            )));
+        }
+        if raw > MAX_BLOCK_PAYLOAD {
+            return Err(invalid_block(format!(
+                "{raw} literal bytes, more than a block carries ({MAX_BLOCK_PAYLOAD})"
             )));
         }
         Ok(Block {
