@@ -784,6 +784,63 @@ async fn ranges_are_answered_while_the_object_fills() {
     Arc::try_unwrap(proxy).ok().unwrap().stop().await;
 }
 
+fn slow_by_path(head: &str, _: usize) -> Answer {
+    let cache_control = match head.split(' ').nth(1) {
+        Some("/no-cache") => "no-cache",
+        Some("/stale") => "max-age=0",
+        _ => "max-age=60",
+    };
+    Answer::ok(b"0123456789")
+        .field("Cache-Control", cache_control)
+        .field("ETag", "\"v1\"")
+        .body_after(Duration::from_millis(400))
+}
+
+/// An object whose body is still arriving is judged as a whole one is: a `no-cache`
+/// response, one already stale, and a client's `no-cache` send the request to the node
+/// (RFC 9111 §5.2.2.4, §4, §5.2.1.4); a fresh one is a hit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_still_filling_is_fresh_only_when_it_would_be_whole() {
+    let node = CountingNode::start(slow_by_path, Duration::ZERO).await;
+    let proxy = Arc::new(proxy_for(&node, CACHE).await);
+    for (path, fields, to_node) in [
+        ("/fresh", &[][..], false),
+        ("/no-cache", &[][..], true),
+        ("/stale", &[][..], true),
+        ("/fresh-asked-again", &["Cache-Control: no-cache"][..], true),
+    ] {
+        let before = node.requests();
+        let leader = {
+            let proxy = Arc::clone(&proxy);
+            tokio::spawn(async move { request(&proxy, "GET", path, &[]).await })
+        };
+        until("the fill started", Duration::from_secs(5), || {
+            node.requests() == before + 1
+        })
+        .await;
+        // The head is in; the body follows 400 ms after it.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let second = request(&proxy, "GET", path, fields).await;
+        assert_eq!(
+            (second.status, second.text()),
+            (200, "0123456789".to_owned())
+        );
+        let leader = leader.await.unwrap();
+        assert_eq!(
+            (leader.status, leader.text()),
+            (200, "0123456789".to_owned())
+        );
+        if to_node {
+            assert_eq!(node.requests(), before + 2, "{path} {fields:?}");
+            assert_ne!(second.header("x-cache"), Some("HIT"), "{path} {fields:?}");
+        } else {
+            assert_eq!(node.requests(), before + 1, "{path}");
+            assert_eq!(second.header("x-cache"), Some("HIT"), "{path}");
+        }
+    }
+    Arc::try_unwrap(proxy).ok().unwrap().stop().await;
+}
+
 /// 1,000 concurrent misses for one cold object make exactly one request to
 /// the node. The node holds its answer until every other request is waiting
 /// for the leader's fill, so the count does not depend on timing.
