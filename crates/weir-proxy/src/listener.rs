@@ -387,9 +387,10 @@ fn resolve(
     context: &AcceptContext,
     previous: Option<(Arc<VirtualServerRuntime>, ShutdownSignal)>,
 ) -> Option<(Arc<VirtualServerRuntime>, ShutdownSignal)> {
-    let name = target.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let model = context.cell.current();
-    let vs = Arc::clone(model.virtual_server(&name)?);
+    let vs = context.cell.read_with(|model| {
+        let name = target.lock().unwrap_or_else(|e| e.into_inner());
+        model.virtual_server(&name).map(Arc::clone)
+    })?;
     let signal = match previous {
         Some((old, signal)) if Arc::ptr_eq(&old.shared, &vs.shared) => signal,
         _ => context.shutdown.either(&vs.shared.removed_signal()),

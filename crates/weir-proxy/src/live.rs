@@ -369,8 +369,13 @@ impl Live {
                 .filter(|(_, tls)| matches!(tls, StagedTls::Reload(..)))
                 .count();
         let model = Arc::new(self.next_model(control, &candidate, &mut staged));
-        let old = self.cell.swap(Arc::clone(&model));
-        control.listeners.retain_and_rebind(&candidate);
+        // A connection accepted meanwhile resolves its listener's virtual server before both
+        // or after both: one resolved between them would stay with the virtual server that
+        // listened there before, under the new generation, until the next reload.
+        let listeners = &mut control.listeners;
+        let old = self.cell.swap_and(Arc::clone(&model), || {
+            listeners.retain_and_rebind(&candidate)
+        });
         if let Err(error) = control
             .listeners
             .start(std::mem::take(&mut staged.bound), &context)

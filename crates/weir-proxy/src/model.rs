@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
@@ -59,6 +59,10 @@ pub(crate) struct ModelCell {
     /// The current model's generation, readable with one atomic load; shared with every
     /// virtual server so that the check for a newer model touches nothing else.
     generation: Arc<AtomicU64>,
+    /// Held (write) while a reload swaps the model and hands listeners to the virtual
+    /// servers it names, and (read) while an accept loop reads its listener's virtual server
+    /// name and the model: never the name from one reload with the model of another.
+    switching: RwLock<()>,
 }
 
 /// The part of a virtual server that outlives models: shared by every generation of the
@@ -257,6 +261,7 @@ impl ModelCell {
         ModelCell {
             generation: Arc::new(AtomicU64::new(model.generation)),
             current: ArcSwap::from_pointee(model),
+            switching: RwLock::new(()),
         }
     }
 
@@ -280,6 +285,28 @@ impl ModelCell {
         let old = self.current.swap(model);
         self.generation.store(generation, Ordering::Release);
         old
+    }
+
+    /// [`ModelCell::swap`], and `rebind` (the listeners handed to the virtual servers the
+    /// new model names) with it, as one step for [`ModelCell::read_with`].
+    pub(crate) fn swap_and(&self, model: Arc<Model>, rebind: impl FnOnce()) -> Arc<Model> {
+        let _switching = self
+            .switching
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let old = self.swap(model);
+        rebind();
+        old
+    }
+
+    /// `read` given the current model, with no [`ModelCell::swap_and`] half done: what
+    /// `read` looks up beside the model (a listener's virtual server) is of the same reload.
+    pub(crate) fn read_with<T>(&self, read: impl FnOnce(Arc<Model>) -> T) -> T {
+        let _switching = self
+            .switching
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        read(self.current())
     }
 }
 
@@ -409,5 +436,45 @@ impl ModelParts<'_> {
             loaded_at: SystemTime::now(),
             index,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::{Model, ModelCell};
+
+    /// A reader sees a swap and what was done with it (the listeners' hand-over) together,
+    /// or neither: never the new model beside a listener still named for the old one.
+    #[test]
+    fn a_reader_never_sees_a_swap_half_done() {
+        let config = weir_config::parse_str(
+            "[pools.p]\nnodes = [{ address = \"127.0.0.1:9\" }]\n\
+             [virtual_servers.v]\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        let cell = Arc::new(ModelCell::new(Model::empty(config.clone())));
+        let mut next = Model::empty(config);
+        next.generation = 2;
+        let target = Arc::new(Mutex::new("old"));
+        let (swapped, told) = mpsc::channel();
+        let writer = {
+            let (cell, target) = (Arc::clone(&cell), Arc::clone(&target));
+            std::thread::spawn(move || {
+                cell.swap_and(Arc::new(next), || {
+                    swapped.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(100));
+                    *target.lock().unwrap() = "new";
+                });
+            })
+        };
+        told.recv().unwrap();
+        let seen = cell.read_with(|model| (model.generation, *target.lock().unwrap()));
+        assert_eq!(seen, (2, "new"));
+        writer.join().unwrap();
     }
 }
