@@ -241,19 +241,10 @@ impl Cache {
         joining: Joining,
     ) -> Lookup {
         let now = asked.now;
+        // A body still arriving is judged as a whole one is (a `no-cache` response, a
+        // lifetime that ran out while it arrives, the client's own directives): one to be
+        // validated is, and a 304 serves it as it is (`Cache::revalidated`).
         let usability = object.freshness.usability(&asked.directives, now);
-        if object.body().is_none()
-            && !matches!(usability, Usability::Fresh | Usability::StaleAccepted)
-        {
-            // A body still arriving is judged as a whole one is (a `no-cache` response, a
-            // lifetime run out while it arrives, the client's `no-cache` or `max-age`), but
-            // cannot be the base of a validation or a refresh before its fill ends: the
-            // request goes to the node past it, and the fill stores what it brings.
-            if asked.directives.only_if_cached {
-                return Lookup::OnlyIfCachedMiss;
-            }
-            return Lookup::Forward(asked.exchange(ExchangeKind::Pass));
-        }
         match usability {
             Usability::Fresh => {
                 self.metrics.hits.inc();

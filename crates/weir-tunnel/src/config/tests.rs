@@ -98,8 +98,6 @@ connect = "127.0.0.1:8080"
     }
 }
 
-/// A duration past a day is refused, as `weir serve`'s timeouts are: far past it the
-/// timers' arithmetic overflowed (a panic on SIGTERM, an abort in the QUIC timers).
 /// A chunk runs to four times the average and a chunk sent literally must fit one block
 /// (256 KiB): an average over 64 KiB could not carry incompressible data.
 #[test]
@@ -124,6 +122,8 @@ fn chunk_sizes_that_cannot_fit_a_block_are_refused() {
     }
 }
 
+/// A duration past a day is refused, as `weir serve`'s timeouts are: far past it the
+/// timers' arithmetic overflowed (a panic on SIGTERM, an abort in the QUIC timers).
 #[test]
 fn durations_longer_than_a_day_are_refused() {
     for (table, key) in [
