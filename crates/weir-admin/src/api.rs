@@ -154,7 +154,16 @@ fn not_found_or_method(segments: &[&str]) -> Response {
             Some("POST")
         }
         ["", "api", "v1", "pools", _, "nodes", _, "weight"] => Some("PUT"),
-        ["", "api", "v1", "pools", _, "nodes", _, _] => Some("POST"),
+        [
+            "",
+            "api",
+            "v1",
+            "pools",
+            _,
+            "nodes",
+            _,
+            "drain" | "disable" | "enable",
+        ] => Some("POST"),
         _ => None,
     };
     match allow {

@@ -35,13 +35,20 @@ pub(crate) fn respond(
         (Method::Post, ["", "api", "v1", "cache", name, "bans"]) => {
             with_cache(live, name, |cache| ban(cache, body))
         }
+        // Another method for a resource that exists: 405 with the methods it takes. A path
+        // that names none (another word after the name, an unknown virtual server or one
+        // without a cache) is 404 whatever the method.
         (_, ["", "api", "v1", "cache", rest @ ..]) if rest.len() <= 2 => {
             let allow = match rest {
+                [] | [_] => "GET, HEAD",
                 [_, "purge"] => "POST",
                 [_, "bans"] => "GET, HEAD, POST",
-                _ => "GET, HEAD",
+                _ => return None,
             };
-            Err(Box::new(Response::method_not_allowed(allow)))
+            match rest.first() {
+                Some(name) => with_cache(live, name, |_| Err(not_allowed(allow))),
+                None => Err(not_allowed(allow)),
+            }
         }
         _ => return None,
     };
@@ -92,36 +99,59 @@ fn with_cache(
     }
 }
 
+/// What a purge body may say.
+const PURGES: &str = "expected one of {\"url\": \"http://host/path\"}, \
+    {\"prefix\": \"http://host/dir/\"}, {\"tag\": \"name\"} or {\"all\": true}";
+
 /// `{"url": ...}`, `{"prefix": ...}`, `{"tag": ...}` or `{"all": true}`: how many objects went.
+/// Exactly one of them, of its type: a body that says more, or says it otherwise, purges
+/// nothing (a mistyped `url` beside `"all": true` must not empty the cache).
 fn purge(cache: &Cache, body: &[u8]) -> Result<Response, Refusal> {
     let request = object(body)?;
-    let text = |key: &str| request.get(key).and_then(Value::as_str);
-    let purged = if let Some(url) = text("url") {
-        cache.purge_url(url).map_err(refused)?
-    } else if let Some(prefix) = text("prefix") {
-        cache.purge_prefix(prefix).map_err(refused)?
-    } else if let Some(tag) = text("tag") {
-        cache.purge_tag(tag)
-    } else if request.get("all").and_then(Value::as_bool) == Some(true) {
-        cache.purge_all()
-    } else {
-        return Err(Box::new(Response::error(
-            400,
-            "expected {\"url\": \"http://host/path\"}, {\"prefix\": \"http://host/dir/\"}, \
-             {\"tag\": \"name\"} or {\"all\": true}",
-        )));
+    let (key, value) = only_field(&request, PURGES)?;
+    let purged = match (key, value) {
+        ("url", Value::String(url)) => cache.purge_url(url).map_err(refused)?,
+        ("prefix", Value::String(prefix)) => cache.purge_prefix(prefix).map_err(refused)?,
+        ("tag", Value::String(tag)) => cache.purge_tag(tag),
+        ("all", Value::Bool(true)) => cache.purge_all(),
+        ("url" | "prefix" | "tag", _) => {
+            return Err(bad_request(format!("\"{key}\" must be a string")));
+        }
+        ("all", _) => return Err(bad_request("\"all\" must be true".to_owned())),
+        _ => return Err(bad_request(format!("unknown field \"{key}\": {PURGES}"))),
     };
     Ok(Response::json(200, &json!({ "purged": purged })))
 }
 
+/// The body's one field, or a 400 saying `expected`.
+fn only_field<'a>(
+    request: &'a serde_json::Map<String, Value>,
+    expected: &str,
+) -> Result<(&'a str, &'a Value), Refusal> {
+    let mut fields = request.iter();
+    match (fields.next(), fields.next()) {
+        (Some((key, value)), None) => Ok((key.as_str(), value)),
+        _ => Err(bad_request(expected.to_owned())),
+    }
+}
+
+fn not_allowed(allow: &'static str) -> Refusal {
+    Box::new(Response::method_not_allowed(allow))
+}
+
+fn bad_request(message: String) -> Refusal {
+    Box::new(Response::error(400, message))
+}
+
 /// `{"pattern": "regex over http://host/path?query"}`: bans what is stored now.
 fn ban(cache: &Cache, body: &[u8]) -> Result<Response, Refusal> {
+    const EXPECTED: &str =
+        "expected {\"pattern\": \"regular expression over http://host/path?query\"}";
     let request = object(body)?;
-    let Some(pattern) = request.get("pattern").and_then(Value::as_str) else {
-        return Err(Box::new(Response::error(
-            400,
-            "expected {\"pattern\": \"regular expression over http://host/path?query\"}",
-        )));
+    let pattern = match only_field(&request, EXPECTED)? {
+        ("pattern", Value::String(pattern)) => pattern,
+        ("pattern", _) => return Err(bad_request("\"pattern\" must be a string".to_owned())),
+        (key, _) => return Err(bad_request(format!("unknown field \"{key}\": {EXPECTED}"))),
     };
     let sequence = cache.ban(pattern, UnixTime::now()).map_err(refused)?;
     Ok(Response::json(

@@ -241,7 +241,7 @@ async fn wrong_methods_get_405_with_allow_and_errors_are_json() {
             format!("/api/v1/pools/web/nodes/{node}/weight"),
             "PUT",
         ),
-        ("DELETE", "/api/v1/cache/web/purge".to_owned(), "POST"),
+        ("DELETE", "/api/v1/cache".to_owned(), "GET, HEAD"),
     ] {
         let reply = api(setup.admin, method, &path, "").await;
         assert_eq!(reply.status, 405, "{method} {path}: {}", reply.body);
@@ -251,6 +251,17 @@ async fn wrong_methods_get_405_with_allow_and_errors_are_json() {
             reply.head
         );
         assert!(reply.body.contains("\"error\""), "{}", reply.body);
+    }
+    // A path that names no resource is 404 whatever the method: an operation weir does not
+    // have, or the cache of a virtual server that has none.
+    for path in [
+        format!("/api/v1/pools/web/nodes/{node}/nosuch"),
+        "/api/v1/cache/web/purge".to_owned(),
+    ] {
+        for method in ["GET", "POST", "DELETE"] {
+            let reply = api(setup.admin, method, &path, "").await;
+            assert_eq!(reply.status, 404, "{method} {path}: {}", reply.body);
+        }
     }
     // A body announced past the limit is refused before it is sent.
     let mut stream = TcpStream::connect(setup.admin).await.unwrap();

@@ -164,6 +164,38 @@ async fn purge_by_url_prefix_tag_and_ban() {
         400
     );
     assert_eq!(call(admin, "GET", "/api/v1/cache/nope", "").await.0, 404);
+    // A body that says more than one thing, or says it otherwise, purges nothing.
+    fill().await;
+    for body in [
+        "{\"url\": 5, \"all\": true}",
+        "{\"url\": \"http://x/a\", \"all\": true}",
+        "{\"url\": 5}",
+        "{\"all\": 1}",
+        "{\"all\": false}",
+        "{\"everything\": true}",
+        "{}",
+    ] {
+        let (status, answer) = purge(admin, body).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+    }
+    assert_eq!(purge(admin, "{\"all\": true}").await.1["purged"], 5);
+    for body in ["{\"pattern\": 5}", "{\"pattern\": \"/a/\", \"all\": true}"] {
+        let (status, answer) = call(admin, "POST", "/api/v1/cache/web/bans", body).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+    }
+    // Paths that name no resource are 404 whatever the method, not 405.
+    for (method, path) in [
+        ("GET", "/api/v1/cache/web/nosuch"),
+        ("POST", "/api/v1/cache/web/nosuch"),
+        ("DELETE", "/api/v1/cache/nope"),
+        ("DELETE", "/api/v1/cache/nope/purge"),
+    ] {
+        assert_eq!(
+            call(admin, method, path, "").await.0,
+            404,
+            "{method} {path}"
+        );
+    }
     assert_eq!(
         call(admin, "PUT", "/api/v1/cache/web/purge", "{}").await.0,
         405
