@@ -160,9 +160,8 @@ pub fn cookie<'h>(head: &'h RequestHead, name: &str) -> Option<&'h [u8]> {
         .find_map(|(_, value)| cookie_in(value, name))
 }
 
-/// Every value of cookie `name`, over every `Cookie` line, `%XX` decoded (as
-/// applications read them): `role=user; role=admin` holds two, and a rule on
-/// either sees it.
+/// Every value of cookie `name`, over every `Cookie` line, as applications read them:
+/// `role=user; role=admin` holds two, and a rule on either sees it. See [`as_read`].
 pub fn cookie_values<'h, 'n>(
     head: &'h RequestHead,
     name: &'n str,
@@ -170,36 +169,98 @@ pub fn cookie_values<'h, 'n>(
     head.headers()
         .filter(|(field, _)| field.eq_ignore_ascii_case(b"cookie"))
         .flat_map(|(_, value)| value.split(|&b| b == b';'))
-        .filter_map(move |pair| cookie_named(pair, name).map(percent_decoded))
+        .filter_map(move |pair| {
+            cookie_named(pair, name).map(|(value, quoted)| as_read(value, quoted))
+        })
 }
 
 /// The value of cookie `name` in one `Cookie` header value (`a=1; b=2`).
 pub fn cookie_in<'v>(value: &'v [u8], name: &str) -> Option<&'v [u8]> {
     value
         .split(|&b| b == b';')
-        .find_map(|pair| cookie_named(pair, name))
+        .find_map(|pair| cookie_named(pair, name).map(|(value, _)| value))
 }
 
-/// The value of one `name=value` pair of a `Cookie` line (quotes taken off) when
-/// its name is `name`.
-fn cookie_named<'v>(pair: &'v [u8], name: &str) -> Option<&'v [u8]> {
+/// The value of one `name=value` pair of a `Cookie` line (quotes taken off, and whether
+/// there were any) when its name is `name`.
+fn cookie_named<'v>(pair: &'v [u8], name: &str) -> Option<(&'v [u8], bool)> {
     let pair = trim_cookie(pair);
     let eq = memchr::memchr(b'=', pair)?;
     // Applications read `role= admin` as `admin` (Python's http.cookies, Werkzeug): so do
     // rules, or a space would step around one.
     let value = trim_cookie(&pair[eq + 1..]);
-    let value = value
+    let unquoted = value
         .strip_prefix(b"\"")
-        .and_then(|v| v.strip_suffix(b"\""))
-        .unwrap_or(value);
-    (trim_cookie(&pair[..eq]) == name.as_bytes()).then_some(value)
+        .and_then(|v| v.strip_suffix(b"\""));
+    (trim_cookie(&pair[..eq]) == name.as_bytes())
+        .then_some((unquoted.unwrap_or(value), unquoted.is_some()))
+}
+
+/// A cookie's value as applications read it, so that no other spelling of a value steps
+/// around a rule on it or takes a bucket of its own: in a quoted value, `\NNN` (octal) and
+/// `\c` unescaped as Python's `http.cookies` and Werkzeug do; `%XX` decoded; then the
+/// whitespace around it taken off as `str.strip` takes it off (the Unicode spaces of a value
+/// in UTF-8, as Django and Werkzeug decode it, or those of Latin-1 where it is not UTF-8).
+fn as_read(value: &[u8], quoted: bool) -> Cow<'_, [u8]> {
+    let value = match quoted && value.contains(&b'\\') {
+        true => Cow::Owned(unescaped(value)),
+        false => Cow::Borrowed(value),
+    };
+    let value = match value {
+        Cow::Borrowed(value) => percent_decoded(value),
+        Cow::Owned(value) => Cow::Owned(percent_decoded(&value).into_owned()),
+    };
+    match value {
+        Cow::Borrowed(value) => Cow::Borrowed(trim_cookie(value)),
+        Cow::Owned(value) => Cow::Owned(trim_cookie(&value).to_vec()),
+    }
+}
+
+/// A quoted cookie value's backslash escapes undone: `\` and three octal digits (up to
+/// `\377`) is that byte, `\` and any other byte is that byte.
+fn unescaped(value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len());
+    let mut index = 0;
+    while index < value.len() {
+        if value[index] != b'\\' || index + 1 == value.len() {
+            out.push(value[index]);
+            index += 1;
+            continue;
+        }
+        let octal = value
+            .get(index + 1..index + 4)
+            .filter(|digits| matches!(digits[0], b'0'..=b'3'))
+            .filter(|digits| digits.iter().all(|digit| matches!(digit, b'0'..=b'7')));
+        match octal {
+            Some(digits) => {
+                out.push(
+                    digits
+                        .iter()
+                        .fold(0u8, |byte, digit| byte * 8 + (digit - b'0')),
+                );
+                index += 4;
+            }
+            None => {
+                out.push(value[index + 1]);
+                index += 2;
+            }
+        }
+    }
+    out
 }
 
 /// `bytes` without the whitespace around it that applications strip from a cookie's
-/// name and value: ASCII whitespace, and the bytes Python's `str.strip` also takes off a
-/// header it decoded as Latin-1 (as WSGI does), NEL (0x85) and NO-BREAK SPACE (0xA0).
+/// name and value, as Python's `str.strip` does: in UTF-8 (as Django and Werkzeug decode a
+/// cookie) every Unicode space; else as WSGI decodes a header, Latin-1, whose spaces besides
+/// ASCII's are the separators 0x1C–0x1F, NEL (0x85) and NO-BREAK SPACE (0xA0).
 fn trim_cookie(bytes: &[u8]) -> &[u8] {
-    let space = |byte: &u8| byte.is_ascii_whitespace() || matches!(byte, 0x85 | 0xa0);
+    let python_space = |c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c);
+    if !bytes.is_ascii()
+        && let Ok(text) = std::str::from_utf8(bytes)
+    {
+        return text.trim_matches(python_space).as_bytes();
+    }
+    let space = |byte: &u8| python_space(char::from(*byte));
     let start = bytes
         .iter()
         .position(|byte| !space(byte))
@@ -334,6 +395,42 @@ mod tests {
                 String::from_utf8_lossy(line)
             );
         }
+        // As applications read the value (Werkzeug, Django): Unicode spaces of a value in
+        // UTF-8, and a quoted value's backslash escapes, are no other spelling.
+        let values = |line: &[u8]| -> Vec<Vec<u8>> {
+            let mut raw = b"GET / HTTP/1.1\r\nHost: a\r\nCookie: ".to_vec();
+            raw.extend_from_slice(line);
+            raw.extend_from_slice(b"\r\n\r\n");
+            let request = crate::test_support::head_bytes(&raw);
+            cookie_values(&request, "role")
+                .map(|value| value.into_owned())
+                .collect()
+        };
+        for line in [
+            &b"role=admin\xc2\xa0"[..],
+            b"role=\xc2\xa0admin",
+            b"role=admin\xe2\x80\x83",
+            b"role=\xe3\x80\x80admin",
+            b"role=admin\xc2\x85",
+            b"role=\"\\141dmin\"",
+            b"role=\"ad\\min\"",
+            b"role=\"\\a\\d\\m\\i\\n\"",
+            b"role=%61dmin",
+        ] {
+            assert_eq!(
+                values(line),
+                [b"admin".to_vec()],
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        // A character whose last byte is 0xA0 or 0x85 keeps it; unquoted, a backslash is
+        // the value's own.
+        assert_eq!(
+            values("role=voilà".as_bytes()),
+            ["voilà".as_bytes().to_vec()]
+        );
+        assert_eq!(values(b"role=ad\\min"), [b"ad\\min".to_vec()]);
         let v6 = head("GET http://[::1]:80/p?q HTTP/1.1\r\nHost: [::1]:80\r\n\r\n");
         assert_eq!(host(&v6), b"[::1]");
         assert_eq!(&uri(&v6)[..], b"/p?q");
