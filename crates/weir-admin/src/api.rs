@@ -237,6 +237,20 @@ fn read_config(path: &Path) -> Result<String, Refusal> {
     String::from_utf8(bytes).map_err(|error| cannot(&error))
 }
 
+/// The config file, for an `If-Match` to be checked against: no file is no current
+/// representation, which no tag matches, not even `*` (RFC 9110 §13.1.1): 412.
+fn read_to_match(path: &Path) -> Result<String, Refusal> {
+    if let Err(error) = std::fs::symlink_metadata(path)
+        && error.kind() == std::io::ErrorKind::NotFound
+    {
+        return Err(Box::new(Response::error(
+            412,
+            format!("{} does not exist: no If-Match holds", path.display()),
+        )));
+    }
+    read_config(path)
+}
+
 /// The dry run: the candidate validated like a reload would (files read too), and the diff.
 async fn validate(live: &Arc<Live>, body: &[u8]) -> Result<Response, Refusal> {
     let candidate = parse_candidate(live, body, false)?;
@@ -297,7 +311,7 @@ async fn replace(
     let path = file_of(live)?;
     let read = match if_match {
         Some(_) => {
-            let now = read_config(&path)?;
+            let now = read_to_match(&path)?;
             if_match_holds(&now, if_match)?;
             Some(now)
         }
@@ -316,7 +330,7 @@ async fn replace(
 async fn reload(control: &Control, if_match: Option<&str>) -> Result<Response, Refusal> {
     let _write = control.writes.lock().await;
     if if_match.is_some() {
-        if_match_holds(&read_config(&file_of(&control.live)?)?, if_match)?;
+        if_match_holds(&read_to_match(&file_of(&control.live)?)?, if_match)?;
     }
     let live = Arc::clone(&control.live);
     applied(blocking(move || live.reload_file()).await)
@@ -473,11 +487,22 @@ async fn write_and_apply(
     })?;
     let reloading = Arc::clone(live);
     let result = blocking(move || reloading.reload_file()).await;
-    if result.is_err()
-        && let Some(previous) = previous
-        && let Err(error) = write_file(path, &previous, Some(text.as_bytes()))
-    {
-        tracing::error!(file = %path.display(), %error, "cannot restore the config file after a refused change");
+    if result.is_err() {
+        // What was there before: the previous content, or no file (the candidate goes,
+        // unless an edit replaced it meanwhile), so that no later reload or restart reads
+        // the refused candidate.
+        let restored = match previous {
+            Some(previous) => write_file(path, &previous, Some(text.as_bytes())),
+            None => match weir_config::read_bounded(path) {
+                Ok(now) if now == text.as_bytes() => {
+                    std::fs::remove_file(path).map_err(WriteError::Io)
+                }
+                _ => Ok(()),
+            },
+        };
+        if let Err(error) = restored {
+            tracing::error!(file = %path.display(), %error, "cannot restore the config file after a refused change");
+        }
     }
     applied(result)
 }

@@ -685,6 +685,42 @@ async fn a_put_with_a_stale_etag_is_refused_with_412() {
     setup.stop().await;
 }
 
+/// With the config file gone, no `If-Match` holds (412, not a failure to read it), and a
+/// `PUT` whose reload is refused leaves no file behind: nothing later reads the refused
+/// candidate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_config_file_matches_no_etag_and_a_refused_put_leaves_none() {
+    let setup = setup("missing").await;
+    let auth = format!("Authorization: Bearer {TOKEN}\r\n");
+    let text = read(&setup.file);
+    std::fs::remove_file(&setup.file).unwrap();
+    for (method, path) in [("PUT", "/api/v1/config"), ("POST", "/api/v1/reload")] {
+        let refused = call_with(
+            setup.admin,
+            (method, path),
+            &format!("{auth}If-Match: *\r\n"),
+            text.clone(),
+        )
+        .await;
+        assert_eq!(refused.status, 412, "{method} {path}: {}", refused.body);
+    }
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let candidate = text.replace(
+        &setup.proxy.addr.to_string(),
+        &busy.local_addr().unwrap().to_string(),
+    );
+    assert_ne!(candidate, text);
+    let refused = api(setup.admin, "PUT", "/api/v1/config", &candidate).await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(
+        !setup.file.exists(),
+        "the refused candidate was left as the file"
+    );
+    assert_eq!(setup.proxy.live.generation(), 1);
+    drop(busy);
+    setup.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_edited_but_not_reloaded_is_not_overwritten() {
     let setup = setup("conflict").await;
