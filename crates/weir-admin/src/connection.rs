@@ -166,10 +166,14 @@ async fn read_request(
         }
     };
     // Refused from its head (no token, say): answered without reading the body.
+    let refused = |response: Response| {
+        routes::audit(&Request::new(&head, Vec::new(), peer), response.status);
+        ReadOutcome::Reject(response)
+    };
     if !matches!(head.framing(), weir_http::BodyFraming::None)
         && let Some(refusal) = routes::refusal(&Request::new(&head, Vec::new(), peer), state, local)
     {
-        return Ok(ReadOutcome::Reject(refusal));
+        return Ok(refused(refusal));
     }
     let body_deadline = Instant::now() + limits.header_read_timeout;
     match timeout_at(
@@ -179,7 +183,7 @@ async fn read_request(
     .await
     {
         Ok(Ok(Ok(body))) => Ok(ReadOutcome::Request(Request::new(&head, body, peer))),
-        Ok(Ok(Err(response))) => Ok(ReadOutcome::Reject(response)),
+        Ok(Ok(Err(response))) => Ok(refused(response)),
         Ok(Err(error)) => Err(error),
         Err(_elapsed) => Ok(ReadOutcome::Reject(Response::error(408, "request timeout"))),
     }

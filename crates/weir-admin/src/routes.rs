@@ -17,6 +17,7 @@ const ALLOW: &str = "GET, HEAD";
 /// Answers `request`, which came to the listener bound to `local`.
 pub(crate) async fn respond(request: &Request, state: &AdminState, local: SocketAddr) -> Response {
     if let Some(refusal) = refusal(request, state, local) {
+        audit(request, refusal.status);
         return refusal;
     }
     let path = request.path.as_str();
@@ -61,22 +62,29 @@ pub(crate) async fn respond(request: &Request, state: &AdminState, local: Socket
     match &state.control {
         Some(control) => {
             let response = api::respond(request, control, &state.metrics).await;
-            // Who changed what: an audit trail of every change tried through the API (a
-            // dry run changes nothing).
-            if matches!(request.method, Method::Post | Method::Put)
-                && !request.path.ends_with("/validate")
-            {
-                tracing::info!(
-                    peer = %Peer(request.peer),
-                    method = if request.method == Method::Put { "PUT" } else { "POST" },
-                    path = %request.path,
-                    status = response.status,
-                    "admin API change"
-                );
-            }
+            audit(request, response.status);
             response
         }
         None => Response::text(404, "not found\n"),
+    }
+}
+
+/// Who changed what: an audit trail of every change tried through the API, answered or
+/// refused (from its head too: another origin's page, a body too large). A dry run changes
+/// nothing; a missing or wrong token is logged on its own budget ([`unauthorized`]).
+pub(crate) fn audit(request: &Request, status: u16) {
+    if matches!(request.method, Method::Post | Method::Put)
+        && request.path.starts_with("/api/")
+        && !request.path.ends_with("/validate")
+        && status != 401
+    {
+        tracing::info!(
+            peer = %Peer(request.peer),
+            method = if request.method == Method::Put { "PUT" } else { "POST" },
+            path = %request.path,
+            status,
+            "admin API change"
+        );
     }
 }
 
@@ -183,5 +191,69 @@ pub(crate) fn refusal(
             503,
             "the admin token cannot be read: see weir's log",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::audit;
+    use crate::http::Request;
+
+    /// Log lines written while `act` runs.
+    fn logged(act: impl FnOnce()) -> String {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let writer = Arc::clone(&lines);
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || Writer(Arc::clone(&writer)))
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, act);
+        String::from_utf8(lines.lock().unwrap().clone()).unwrap()
+    }
+
+    struct Writer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Writer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn request(raw: &str) -> Request {
+        let peer = "192.0.2.7:4000".parse().ok();
+        match weir_http::parse_request(raw.as_bytes(), &weir_http::Limits::default()).unwrap() {
+            weir_http::Parsed::Complete(head, _) => Request::new(&head, Vec::new(), peer),
+            weir_http::Parsed::Partial => panic!("a partial head"),
+        }
+    }
+
+    /// Every change tried is on the audit trail with who, what and the answer, refused ones
+    /// too; reads, dry runs and a wrong token (logged on a budget of its own) are not.
+    #[test]
+    fn changes_tried_are_audited_whatever_the_answer() {
+        let drain =
+            request("POST /api/v1/pools/p/nodes/10.0.0.1:80/drain HTTP/1.1\r\nHost: a\r\n\r\n");
+        for status in [200, 403, 413] {
+            let line = logged(|| audit(&drain, status));
+            assert!(line.contains("admin API change"), "{status}: {line}");
+            assert!(
+                line.contains("192.0.2.7:4000") && line.contains("/drain"),
+                "{line}"
+            );
+            assert!(line.contains(&format!("status={status}")), "{line}");
+        }
+        assert_eq!(logged(|| audit(&drain, 401)), "");
+        for raw in [
+            "GET /api/v1/status HTTP/1.1\r\nHost: a\r\n\r\n",
+            "POST /api/v1/config/validate HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            assert_eq!(logged(|| audit(&request(raw), 200)), "", "{raw}");
+        }
     }
 }
