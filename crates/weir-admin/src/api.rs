@@ -38,12 +38,14 @@ impl Control {
     /// Control over `live`. Fails when the configured token file cannot be read (weir
     /// refuses to start then).
     pub fn new(live: Arc<Live>) -> Result<Control, String> {
-        if let Some(token) = TokenCache::read(&live.current().config)? {
-            crate::auth::warn_if_short(&token);
+        let model = live.current();
+        let token = TokenCache::read(&model.config)?;
+        if let Some(token) = &token {
+            crate::auth::warn_if_short(token);
         }
         Ok(Control {
+            token: TokenCache::started(model.generation, token),
             live,
-            token: TokenCache::default(),
             writes: tokio::sync::Mutex::new(()),
         })
     }

@@ -27,6 +27,14 @@ pub(crate) enum Verdict {
 }
 
 impl TokenCache {
+    /// The cache of the token read at start, for the model of `generation`: a request after
+    /// a reload reads the token again (and warns again of a short one).
+    pub(crate) fn started(generation: u64, token: Option<Vec<u8>>) -> TokenCache {
+        TokenCache {
+            cached: Mutex::new(Some((generation, Ok(token)))),
+        }
+    }
+
     /// The token `config` names, read now.
     pub(crate) fn read(config: &Config) -> Token {
         config
@@ -50,7 +58,8 @@ impl TokenCache {
             let failing = cached
                 .as_ref()
                 .is_some_and(|(at, token)| *at == generation && token.is_err());
-            // The first read repeats the start's (`Control::new` warned then).
+            // The start's read is cached (`Control::new` warned then): any other is after a
+            // reload.
             let after_reload = cached.is_some();
             let token = TokenCache::read(config);
             match &token {
@@ -162,6 +171,40 @@ mod tests {
             cache.check(2, &config, Some(b"Bearer s3cret")),
             Verdict::Allowed
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A short token is warned of at start (`Control::new`) and again at the first request
+    /// after a reload, not at a first request with no reload since the start.
+    #[test]
+    fn a_short_token_is_warned_of_after_each_reload() {
+        let dir = std::env::temp_dir().join(format!("weir-admin-short-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "short\n").unwrap();
+        let config = weir_config::parse_str(
+            &format!(
+                "[admin]\nlisten = \"127.0.0.1:9\"\ntoken_file = \"{}\"\n\
+                 [pools.p]\nnodes = [{{ address = \"127.0.0.1:1\" }}]\n\
+                 [virtual_servers.v]\nlisten = \"127.0.0.1:2\"\npool = \"p\"\n",
+                file.display()
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        let cache = TokenCache::started(1, Some(b"short".to_vec()));
+        let check = |generation| {
+            crate::test_log::logged(|| {
+                assert_eq!(
+                    cache.check(generation, &config, Some(b"Bearer short")),
+                    Verdict::Allowed
+                );
+            })
+        };
+        assert_eq!(check(1), "");
+        assert!(check(3).contains("short token"));
+        assert_eq!(check(3), "");
+        assert!(check(4).contains("short token"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -252,3 +252,6 @@ async fn drain(mut connections: JoinSet<()>, limit: Duration) {
         connections.shutdown().await;
     }
 }
+
+#[cfg(test)]
+mod test_log;
