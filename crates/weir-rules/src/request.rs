@@ -250,26 +250,53 @@ fn unescaped(value: &[u8]) -> Vec<u8> {
 }
 
 /// `bytes` without the whitespace around it that applications strip from a cookie's
-/// name and value, as Python's `str.strip` does: in UTF-8 (as Django and Werkzeug decode a
-/// cookie) every Unicode space; else as WSGI decodes a header, Latin-1, whose spaces besides
-/// ASCII's are the separators 0x1C–0x1F, NEL (0x85) and NO-BREAK SPACE (0xA0).
-fn trim_cookie(bytes: &[u8]) -> &[u8] {
-    let python_space = |c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c);
-    if !bytes.is_ascii()
-        && let Ok(text) = std::str::from_utf8(bytes)
-    {
-        return text.trim_matches(python_space).as_bytes();
+/// name and value, as Python's `str.strip` does whichever way they decode it: each end loses
+/// characters that are spaces in UTF-8 (as Django and Werkzeug decode a cookie: U+00A0,
+/// U+3000 and the like) and, where the bytes there are no UTF-8, single bytes that are
+/// spaces in Latin-1 (as WSGI decodes a header: 0x1C–0x1F, 0x85, 0xA0). Invalid bytes
+/// elsewhere in the value change neither end; a character whose last byte is 0xA0 (`à`)
+/// stays whole.
+fn trim_cookie(mut bytes: &[u8]) -> &[u8] {
+    while let Some(len) = space_at(bytes, End::Start) {
+        bytes = &bytes[len..];
     }
-    let space = |byte: &u8| python_space(char::from(*byte));
-    let start = bytes
-        .iter()
-        .position(|byte| !space(byte))
-        .unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|byte| !space(byte))
-        .map_or(start, |at| at + 1);
-    &bytes[start..end]
+    while let Some(len) = space_at(bytes, End::End) {
+        bytes = &bytes[..bytes.len() - len];
+    }
+    bytes
+}
+
+#[derive(Clone, Copy)]
+enum End {
+    Start,
+    End,
+}
+
+/// The length of the space at `end` of `bytes`: the UTF-8 character there when it is
+/// one, else its one byte read as Latin-1; `None` when that is no space.
+fn space_at(bytes: &[u8], end: End) -> Option<usize> {
+    let python_space = |c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c);
+    let edge = match end {
+        End::Start => *bytes.first()?,
+        End::End => *bytes.last()?,
+    };
+    if edge.is_ascii() {
+        return python_space(char::from(edge)).then_some(1);
+    }
+    for len in 2..=bytes.len().min(4) {
+        let candidate = match end {
+            End::Start => &bytes[..len],
+            End::End => &bytes[bytes.len() - len..],
+        };
+        if let Ok(text) = std::str::from_utf8(candidate) {
+            return text
+                .chars()
+                .next()
+                .filter(|&c| python_space(c))
+                .map(|_| len);
+        }
+    }
+    python_space(char::from(edge)).then_some(1)
 }
 
 /// The path as rules match it: percent-encoded unreserved characters decoded,
@@ -431,6 +458,16 @@ mod tests {
             ["voilà".as_bytes().to_vec()]
         );
         assert_eq!(values(b"role=ad\\min"), [b"ad\\min".to_vec()]);
+        // An invalid byte elsewhere leaves the ends to be read as they are.
+        assert_eq!(
+            values(b"role=\xe3\x80\x80admin\xff"),
+            [b"admin\xff".to_vec()]
+        );
+        assert_eq!(
+            values(b"role=\xc2\xa0admin\xff\xe2\x80\x83"),
+            [b"admin\xff".to_vec()]
+        );
+        assert_eq!(values(b"role=\xa0admin\x85"), [b"admin".to_vec()]);
         let v6 = head("GET http://[::1]:80/p?q HTTP/1.1\r\nHost: [::1]:80\r\n\r\n");
         assert_eq!(host(&v6), b"[::1]");
         assert_eq!(&uri(&v6)[..], b"/p?q");
