@@ -156,9 +156,13 @@ impl Exchange {
     }
 
     /// Request fields to add: the stored object's validators when revalidating.
+    /// A stored object whose body is still arriving is validated without them: the node
+    /// answers the whole response, which replaces it (a 304 could not refresh an object its
+    /// fill still writes).
     pub fn add_fields(&mut self) -> impl Iterator<Item = (&'static str, &[u8])> {
         if let ExchangeKind::Revalidate { stale, .. } = &self.kind
             && self.validators.is_none()
+            && stale.body().is_some()
         {
             self.validators = Some(Validators::of(&stale.head));
         }
