@@ -140,12 +140,18 @@ pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metr
                 Err(message) => Err(Box::new(Response::error(400, message))),
             }
         }
-        _ => Err(Box::new(not_found_or_method(&segments))),
+        _ => Err(Box::new(not_found_or_method(&control.live, &segments))),
     };
     result.unwrap_or_else(|refusal| *refusal)
 }
 
-fn not_found_or_method(segments: &[&str]) -> Response {
+fn not_found_or_method(live: &Live, segments: &[&str]) -> Response {
+    // A node operation on a pool the running config does not have names no resource.
+    if let ["", "api", "v1", "pools", pool, ..] = segments
+        && live.current().pool(pool).is_none()
+    {
+        return Response::error(404, format!("no pool \"{pool}\""));
+    }
     let allow = match segments {
         ["", "api", "v1", "config"] => Some("GET, HEAD, PUT"),
         ["", "api", "v1", "reload"] => Some("GET, HEAD, POST"),
@@ -177,6 +183,7 @@ fn not_found_or_method(segments: &[&str]) -> Response {
 fn config_text(live: &Live, if_match: Option<&str>) -> Result<Response, Refusal> {
     let model = live.current();
     let text = match &model.config.source {
+        Some(path) if if_match.is_some() => read_to_match(path)?,
         Some(path) => read_config(path)?,
         None => weir_config::EMBEDDED_DEFAULT.to_owned(),
     };
@@ -242,7 +249,7 @@ fn read_config(path: &Path) -> Result<String, Refusal> {
 /// The config file, for an `If-Match` to be checked against: no file is no current
 /// representation, which no tag matches, not even `*` (RFC 9110 §13.1.1): 412.
 fn read_to_match(path: &Path) -> Result<String, Refusal> {
-    if let Err(error) = std::fs::symlink_metadata(path)
+    if let Err(error) = std::fs::metadata(path)
         && error.kind() == std::io::ErrorKind::NotFound
     {
         return Err(Box::new(Response::error(
@@ -364,7 +371,10 @@ async fn node_operation(
     };
     let target = running_node(running, node)?;
     let path = file_of(live)?;
-    let text = read_config(&path)?;
+    let text = match if_match {
+        Some(_) => read_to_match(&path)?,
+        None => read_config(&path)?,
+    };
     // The edit is written only over this text: the condition holds for what is replaced.
     if_match_holds(&text, if_match)?;
     let on_disk = weir_config::parse_file_text(&text, &path);

@@ -185,7 +185,7 @@ async fn read_request(
         Ok(Ok(Ok(body))) => Ok(ReadOutcome::Request(Request::new(&head, body, peer))),
         Ok(Ok(Err(response))) => Ok(refused(response)),
         Ok(Err(error)) => Err(error),
-        Err(_elapsed) => Ok(ReadOutcome::Reject(Response::error(408, "request timeout"))),
+        Err(_elapsed) => Ok(refused(Response::error(408, "request timeout"))),
     }
 }
 

@@ -256,6 +256,7 @@ async fn wrong_methods_get_405_with_allow_and_errors_are_json() {
     // have, or the cache of a virtual server that has none.
     for path in [
         format!("/api/v1/pools/web/nodes/{node}/nosuch"),
+        format!("/api/v1/pools/nope/nodes/{node}/drain"),
         "/api/v1/cache/web/purge".to_owned(),
     ] {
         for method in ["GET", "POST", "DELETE"] {
@@ -694,7 +695,14 @@ async fn a_missing_config_file_matches_no_etag_and_a_refused_put_leaves_none() {
     let auth = format!("Authorization: Bearer {TOKEN}\r\n");
     let text = read(&setup.file);
     std::fs::remove_file(&setup.file).unwrap();
-    for (method, path) in [("PUT", "/api/v1/config"), ("POST", "/api/v1/reload")] {
+    let a = setup.origins[0].addr;
+    let drain = format!("/api/v1/pools/web/nodes/{a}/drain");
+    for (method, path) in [
+        ("PUT", "/api/v1/config"),
+        ("POST", "/api/v1/reload"),
+        ("POST", drain.as_str()),
+        ("GET", "/api/v1/config/toml"),
+    ] {
         let refused = call_with(
             setup.admin,
             (method, path),
