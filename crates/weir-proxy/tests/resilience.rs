@@ -348,6 +348,86 @@ async fn a_url_that_fails_does_not_eject_a_pools_only_node() {
     origin.stop().await;
 }
 
+/// Nor the last node still serving when the others are out for other reasons: down by
+/// their monitor, or disabled by the operator (the share counts the nodes that take
+/// requests). A reload that drops the monitor brings back the nodes it had marked down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_that_fails_does_not_eject_the_last_node_serving() {
+    let origins = [
+        TestOrigin::start("a").await,
+        TestOrigin::start("b").await,
+        TestOrigin::start("c").await,
+        TestOrigin::start("d").await,
+    ];
+    let addrs: Vec<SocketAddr> = origins.iter().map(|origin| origin.addr).collect();
+    let text = config(&addrs, "algorithm = \"round_robin\"", "");
+    let proxy = TestProxy::start(&text).await;
+    let nodes = &proxy.pools[0].nodes;
+    // Two of four disabled: half of the two left is one.
+    nodes[2].set_mode(weir_config::NodeMode::Disabled);
+    nodes[3].set_mode(weir_config::NodeMode::Disabled);
+    let ejected = || {
+        let now = std::time::Instant::now();
+        nodes.iter().filter(|node| node.is_ejected(now)).count()
+    };
+    for _ in 0..20 {
+        let response = client::get(proxy.addr, "/status/500").await.unwrap();
+        assert_eq!(response.status, 500);
+    }
+    assert_eq!(ejected(), 1, "one of the two nodes that take requests");
+    assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+    proxy.stop().await;
+
+    // One down by its monitor: the other is the last one serving.
+    let proxy = TestProxy::start(&text).await;
+    let nodes = &proxy.pools[0].nodes;
+    nodes[0].set_active_up(false);
+    nodes[2].set_mode(weir_config::NodeMode::Disabled);
+    nodes[3].set_mode(weir_config::NodeMode::Disabled);
+    for _ in 0..20 {
+        let response = client::get(proxy.addr, "/status/500").await.unwrap();
+        assert_eq!(response.status, 500);
+    }
+    let now = std::time::Instant::now();
+    assert!(!nodes[1].is_ejected(now));
+    assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+    proxy.stop().await;
+
+    // A monitor that marks every node down, then a reload without it: they come back.
+    let checked = config(
+        &addrs,
+        "[pools.web.health]\ntype = \"http\"\npath = \"/status/500\"\n\
+         interval = \"100ms\"\ntimeout = \"90ms\"\nfall = 1\nrise = 1",
+        "",
+    );
+    let proxy = TestProxy::start(&checked).await;
+    let all_down = tokio::time::timeout(Duration::from_secs(5), async {
+        while proxy.pools[0].nodes.iter().any(|node| node.is_active_up()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(all_down.is_ok(), "the monitor marks the nodes down");
+    proxy
+        .live
+        .apply(weir_config::parse_str(&text, "test.toml").unwrap())
+        .unwrap();
+    let model = proxy.live.current();
+    assert!(
+        model
+            .pool("web")
+            .unwrap()
+            .nodes
+            .iter()
+            .all(|node| node.is_active_up())
+    );
+    assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 200);
+    proxy.stop().await;
+    for origin in origins {
+        origin.stop().await;
+    }
+}
+
 /// A proxy whose drain ends 300 ms after the shutdown begins, with a JSON access log.
 async fn short_drain_proxy(origin: SocketAddr, name: &str) -> (TestProxy, std::path::PathBuf) {
     let log =

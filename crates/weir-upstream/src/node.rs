@@ -336,6 +336,11 @@ impl NodeState {
         state.ejections = 0;
         state.held = false;
         self.passive_dirty.store(false, Ordering::Relaxed);
+        drop(state);
+        if returned {
+            // Back in service: the gauge says so now, not at the reaper's next tick.
+            self.refresh_healthy_gauge(now);
+        }
         returned
     }
 

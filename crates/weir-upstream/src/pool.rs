@@ -80,21 +80,33 @@ impl Pool {
     /// Passive health: a connect failure, a 5xx or a failed exchange at `node`, one of this
     /// pool's nodes. Logs the ejection it may cause; returns whether it did.
     ///
-    /// At most `max_ejected_percent` of the pool's nodes (at least one, but below 100 %
-    /// never the last) are ejected at once: past it a node that reaches its count of
+    /// At most `max_ejected_percent` of the nodes that take requests (`state = "active"`)
+    /// are ejected at once, at least one; below 100 % never the last node still available
+    /// (neither ejected nor down by its monitor). Past it a node that reaches its count of
     /// failures stays in (logged once per held outage), so failures a client can cause on
     /// every node, such as one URL that answers 500, cannot eject the whole pool while its
-    /// nodes are up — a pool of one node included.
+    /// nodes are up — a pool of one node, or of one node the others being down or disabled,
+    /// included.
     pub fn record_failure(&self, node: &NodeState, now: std::time::Instant) -> bool {
         let percent = self.config.passive_health.max_ejected_percent as usize;
-        let nodes = self.nodes.len();
+        let taking = self.nodes.iter().filter(|n| n.is_active()).count();
         let allowed = match percent {
-            100 => nodes,
-            _ => (nodes * percent / 100).max(1).min(nodes.saturating_sub(1)),
+            100 => taking,
+            _ => (taking * percent / 100)
+                .max(1)
+                .min(taking.saturating_sub(1)),
         };
         let full = || {
-            let ejected = self.nodes.iter().filter(|n| n.is_ejected(now)).count();
-            ejected >= allowed
+            let ejected = self
+                .nodes
+                .iter()
+                .filter(|n| n.is_active() && n.is_ejected(now))
+                .count();
+            let others_available = self
+                .nodes
+                .iter()
+                .any(|n| !std::ptr::eq(n.as_ref(), node) && n.is_available(now));
+            ejected >= allowed || (percent < 100 && !others_available)
         };
         match node.record_failure_unless(now, full) {
             crate::node::Passive::Ejected => {
@@ -181,6 +193,12 @@ impl Pool {
             let (state, pooled) = match kept {
                 Some((state, pooled)) => {
                     state.update(node.weight.get(), node.state, &config.passive_health);
+                    if config.health.is_none() {
+                        // No monitor any more: nothing would ever set a verdict it left
+                        // (down, a streak) right, and without one nodes are up.
+                        state.set_active_up(true);
+                        state.set_check_streak(0);
+                    }
                     pooled.update(settings.clone());
                     (state, pooled)
                 }
