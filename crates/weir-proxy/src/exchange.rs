@@ -336,7 +336,10 @@ async fn attempt(
     pool.nodes[index].metrics.requests_forwarded.inc();
     let mut answer = std::mem::take(&mut client.upstream_in);
     answer.clear();
-    let streamed = match body.is_complete() {
+    // Whether the node can be sent the request again from what weir holds: not once part of
+    // its body streamed from the client (whatever `body` says after it).
+    let whole = body.is_complete();
+    let streamed = match whole {
         true => Ok(Streamed::Complete),
         false => {
             let node = lease.stream();
@@ -347,8 +350,16 @@ async fn attempt(
     let body_cut = streamed? == Streamed::NodeAnswered;
 
     // wait for the response head
-    let response =
-        read_response_head(client, vs, pool, &mut lease, head, forwarding, replayable).await?;
+    let response = read_response_head(
+        client,
+        vs,
+        pool,
+        &mut lease,
+        head,
+        forwarding,
+        (replayable, whole),
+    )
+    .await?;
     Ok(Exchange {
         lease: NodeLink::Http1(lease),
         in_flight,
@@ -746,7 +757,7 @@ async fn read_response_head(
     lease: &mut Lease,
     head: &RequestHead,
     forwarding: Forwarding,
-    replayable: bool,
+    (replayable, whole): (bool, bool),
 ) -> Result<ResponseHead, Failure> {
     let now = Instant::now();
     let deadline = now + pool.config.timeouts.response;
@@ -819,7 +830,8 @@ async fn read_response_head(
             // refused weir's client certificate after the handshake ended on weir's side
             // (TLS 1.3 sends it after weir's Finished, with the request already written).
             // The node never took the request, so it goes to another node, as a handshake
-            // that failed outright does.
+            // that failed outright does, if weir still holds all of it: a body partly
+            // streamed from the client cannot be sent again (its start would go as all of it).
             Ok(Err(io))
                 if !got_any && !lease.is_reused() && weir_tls::is_handshake_refusal(&io) =>
             {
@@ -833,7 +845,7 @@ async fn read_response_head(
                 return Err(Failure::from_error(
                     Error::upstream(ErrorKind::ConnectFailed, io)
                         .context("the node refused the TLS session after the handshake")
-                        .retry_safe(true),
+                        .retry_safe(whole),
                 ));
             }
             Ok(Err(io)) => {

@@ -1146,6 +1146,132 @@ async fn a_node_that_refuses_the_client_certificate_after_the_handshake_is_passe
     origin.stop().await;
 }
 
+/// A relay in front of `node` that holds back what the node sends once weir has written
+/// its second flight (its certificate, after the node's hello), until weir has written
+/// `hold_until` bytes: a node that refuses weir's certificate only once the request's body
+/// has gone by.
+async fn late_refusal_relay(node: std::net::SocketAddr, hold_until: u64) -> std::net::SocketAddr {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((weir, _)) = listener.accept().await {
+            let Ok(upstream) = tokio::net::TcpStream::connect(node).await else {
+                continue;
+            };
+            let (mut weir_in, mut weir_out) = weir.into_split();
+            let (mut node_in, mut node_out) = upstream.into_split();
+            let written = Arc::new(AtomicU64::new(0));
+            let (node_spoke, hold) = (
+                Arc::new(AtomicBool::new(false)),
+                Arc::new(AtomicBool::new(false)),
+            );
+            let (w, spoke, held) = (
+                Arc::clone(&written),
+                Arc::clone(&node_spoke),
+                Arc::clone(&hold),
+            );
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 16 * 1024];
+                while let Ok(n @ 1..) = weir_in.read(&mut buffer).await {
+                    if spoke.load(Ordering::SeqCst) {
+                        held.store(true, Ordering::SeqCst);
+                    }
+                    w.fetch_add(n as u64, Ordering::SeqCst);
+                    if node_out.write_all(&buffer[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 16 * 1024];
+                while let Ok(n @ 1..) = node_in.read(&mut buffer).await {
+                    node_spoke.store(true, Ordering::SeqCst);
+                    while hold.load(Ordering::SeqCst) && written.load(Ordering::SeqCst) < hold_until
+                    {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    if weir_out.write_all(&buffer[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The same refusal when it comes only after weir streamed the request's body (past
+/// `request_buffer`): the body's start is all weir holds, so the request is not sent to
+/// another node (where that start would go as the whole body), and the client gets 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_refusal_after_a_streamed_body_is_not_sent_again() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let node_cert = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
+    let weir_client = pki.client("weir", "weir-front");
+    let origin = TestOrigin::start("a").await;
+    let node = |ca: &Path| {
+        https_config(
+            &origin,
+            &format!(
+                "{}\nclient_certificates = \"required\"\nclient_ca = \"{}\"",
+                certificates(&[&node_cert]),
+                toml_path(ca)
+            ),
+        )
+    };
+    let refusing = TestProxy::start(&node(&other.ca_path())).await;
+    let accepting = TestProxy::start(&node(&pki.ca_path())).await;
+    const BODY: usize = 20_000;
+    let relay = late_refusal_relay(refusing.addr, BODY as u64).await;
+    let front = TestProxy::start(&weir_testkit::config(
+        &[relay, accepting.addr],
+        &format!(
+            "algorithm = \"round_robin\"\nretries = 1\n\
+             [pools.web.passive_health]\nconsecutive_failures = 0\n\
+             [pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
+             certificate = \"{}\"\nkey = \"{}\"",
+            toml_path(&pki.ca_path()),
+            toml_path(&weir_client.0),
+            toml_path(&weir_client.1)
+        ),
+        "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"",
+    ))
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..2 {
+        let mut client = tokio::net::TcpStream::connect(front.addr).await.unwrap();
+        let head = format!(
+            "POST /echo HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: {BODY}\r\n\r\n"
+        );
+        client.write_all(head.as_bytes()).await.unwrap();
+        client.write_all(&[b'x'; 1000]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        client.write_all(&[b'x'; BODY - 1000]).await.unwrap();
+        let mut answer = Vec::new();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        let status: u16 = answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        if status == 200 {
+            // Whoever answers got the whole body.
+            assert!(
+                answer.contains(&format!("\"body_length\":{BODY}")),
+                "{answer}"
+            );
+        }
+        statuses.push(status);
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 502]);
+    for proxy in [front, refusing, accepting] {
+        proxy.stop().await;
+    }
+    origin.stop().await;
+}
+
 /// The same late refusal to an HTTP/2 pool: the connection ends with the alert, and that
 /// counts as a failed handshake and a connect failure of the node. OpenSSL (installed by
 /// scripts/test) is the node: it checks weir's certificate only once weir has sent its
