@@ -53,7 +53,7 @@ pub use scan::HeadScan;
 pub use syntax::{
     FieldNames, Outside, find_outside_quotes, is_token_char, qvalue, split_list, upgrade_protocols,
 };
-pub use trailers::{filter_trailers, is_forwardable_trailer};
+pub use trailers::{filter_trailers, filter_trailers_but, is_forwardable_trailer};
 pub use write::{
     ForwardRequest, ForwardResponse, HeaderEdit, SimpleResponse, Unedited, reason_phrase,
     status_has_content, write_connection, write_date, write_request_head,

@@ -9,6 +9,7 @@
 //! before the body is done (a 413, say) has its answer relayed (an early
 //! success once the node stops reading, see [`stream_rest`]).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::{
     BodyFraming, ChunkedDecoder, Decoded, Limits, Method, Parsed, RequestHead, encode_chunk,
-    encode_last_chunk, filter_trailers, parse_response,
+    encode_last_chunk, filter_trailers_but, parse_response,
 };
 use weir_tls::ClientStream;
 
@@ -44,6 +45,9 @@ pub(crate) struct RequestBody {
     pub received: u64,
     /// The deadlines the rest of the body must meet.
     pub clock: BodyClock,
+    /// A field weir manages in the header section that the client must not send as a
+    /// trailer either: the verified client-certificate subject's, where one is set.
+    pub managed_trailer: Option<Arc<str>>,
 }
 
 /// The deadlines and the size bound of one request body, from when its head was read.
@@ -126,6 +130,16 @@ pub(crate) enum Remaining {
 }
 
 impl RequestBody {
+    /// Appends the trailer lines that may go on to `out` ([`weir_http::filter_trailers`],
+    /// and never the managed field).
+    pub(crate) fn keep_trailers(&self, lines: &[u8], out: &mut BytesMut) {
+        filter_trailers_but(
+            lines,
+            out,
+            self.managed_trailer.as_deref().map(str::as_bytes),
+        );
+    }
+
     /// True when the body has been read completely, so the request can be sent again.
     pub(crate) fn is_complete(&self) -> bool {
         matches!(self.remaining, Remaining::Nothing)
@@ -192,6 +206,7 @@ pub(crate) async fn read(
         remaining: Remaining::Nothing,
         received: 0,
         clock: BodyClock::new(vs, Instant::now(), call),
+        managed_trailer: vs.tls.as_ref().and_then(|tls| tls.subject_header.clone()),
     };
     let read = match head.framing() {
         BodyFraming::None | BodyFraming::CloseDelimited => {
@@ -278,7 +293,7 @@ async fn read_length(
         if let Some(trailers) = trailers {
             let (mut lines, mut kept) = (BytesMut::new(), BytesMut::new());
             weir_http::http2::trailers_from_h2(&trailers, &mut lines);
-            filter_trailers(&lines, &mut kept);
+            body.keep_trailers(&lines, &mut kept);
             body.trailers = kept.freeze();
         }
     }
@@ -321,7 +336,7 @@ async fn read_chunked(
             }
             Decoded::Done { trailers } => {
                 let mut kept = BytesMut::new();
-                filter_trailers(&trailers, &mut kept);
+                body.keep_trailers(&trailers, &mut kept);
                 if kept.is_empty() {
                     // The whole body is here: send it with a length.
                     body.framing = BodyFraming::Length(body.buffered.len() as u64);
@@ -732,7 +747,7 @@ async fn pump<W: AsyncWriteExt + Unpin>(
                     }
                     Decoded::Done { trailers } => {
                         let mut kept = BytesMut::new();
-                        filter_trailers(&trailers, &mut kept);
+                        body.keep_trailers(&trailers, &mut kept);
                         frame.clear();
                         encode_chunk(&pending, &mut frame);
                         encode_last_chunk(&kept, &mut frame);

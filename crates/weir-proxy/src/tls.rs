@@ -2,7 +2,7 @@
 //! lines, and certificate reload.
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpStream;
@@ -19,7 +19,7 @@ pub struct TlsTermination {
     acceptor: Acceptor,
     metrics: TlsMetrics,
     /// Header that carries the verified client-certificate subject to nodes.
-    pub(crate) subject_header: Option<String>,
+    pub(crate) subject_header: Option<Arc<str>>,
     /// Expiry series exported now: (certificate, key type).
     exported: Mutex<Vec<(String, &'static str)>>,
 }
@@ -39,7 +39,7 @@ impl TlsTermination {
             metrics: metrics.tls(virtual_server),
             subject_header: match settings.client_auth {
                 ClientAuth::None => None,
-                _ => settings.client_subject_header.clone(),
+                _ => settings.client_subject_header.as_deref().map(Arc::from),
             },
             exported: Mutex::new(Vec::new()),
         };
@@ -90,7 +90,7 @@ impl TlsTermination {
             metrics: self.metrics.clone(),
             subject_header: match settings.client_auth {
                 ClientAuth::None => None,
-                _ => settings.client_subject_header.clone(),
+                _ => settings.client_subject_header.as_deref().map(Arc::from),
             },
             exported: Mutex::new(
                 self.exported

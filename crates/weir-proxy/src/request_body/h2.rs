@@ -4,13 +4,14 @@
 //! duplex: the response flows while the client still sends, as gRPC's
 //! streaming calls need).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{Decoded, filter_trailers};
+use weir_http::{Decoded, filter_trailers_but};
 
 use super::{BodyClock, Remaining, RequestBody};
 use crate::answer::Failure;
@@ -73,7 +74,7 @@ pub(crate) async fn stream_rest_h2(
                 }
                 Decoded::Done { trailers } => {
                     let mut kept = BytesMut::new();
-                    filter_trailers(&trailers, &mut kept);
+                    body.keep_trailers(&trailers, &mut kept);
                     return end_h2(node, &kept, write_stall).await;
                 }
             }
@@ -107,6 +108,7 @@ pub(crate) fn spawn_h2_pump(
         clock: body.clock,
         max_body: body.clock.max_body,
         write_stall,
+        managed: body.managed_trailer.clone(),
     };
     tokio::spawn(pump.run(source, node, ended));
     Ok(PumpWatch(Some(watch)))
@@ -161,9 +163,16 @@ struct Pump {
     clock: BodyClock,
     max_body: u64,
     write_stall: Duration,
+    /// [`RequestBody::managed_trailer`].
+    managed: Option<Arc<str>>,
 }
 
 impl Pump {
+    /// The trailer lines that may go on, in `out`.
+    fn keep_trailers(&self, lines: &[u8], out: &mut BytesMut) {
+        filter_trailers_but(lines, out, self.managed.as_deref().map(str::as_bytes));
+    }
+
     async fn run(
         mut self,
         mut source: h2::RecvStream,
@@ -204,7 +213,7 @@ impl Pump {
                     Ok(Decoded::NeedMore) => break,
                     Ok(Decoded::Done { trailers }) => {
                         let mut kept = BytesMut::new();
-                        filter_trailers(&trailers, &mut kept);
+                        self.keep_trailers(&trailers, &mut kept);
                         return end_h2(node, &kept, self.write_stall)
                             .await
                             .map_err(|failure| failure.error);
@@ -240,9 +249,11 @@ impl Pump {
             .flatten();
         match trailers {
             Some(trailers) => {
-                let mut lines = BytesMut::new();
+                // The same fields stay out as from an HTTP/1.1 client's chunked trailers.
+                let (mut lines, mut kept) = (BytesMut::new(), BytesMut::new());
                 weir_http::http2::trailers_from_h2(&trailers, &mut lines);
-                end_h2(node, &lines, self.write_stall)
+                self.keep_trailers(&lines, &mut kept);
+                end_h2(node, &kept, self.write_stall)
                     .await
                     .map_err(|failure| failure.error)
             }
