@@ -186,6 +186,12 @@ async fn answer(
             trailers_in
                 .as_ref()
                 .map_or("-".to_owned(), |t| header(t, "x-checksum")),
+        )
+        .header(
+            "x-trailer-range-seen",
+            trailers_in
+                .as_ref()
+                .map_or("-".to_owned(), |t| header(t, "range")),
         );
     if parts.uri.path() == "/cached" {
         response = response.header("cache-control", "max-age=60");
@@ -900,6 +906,8 @@ async fn http2_clients_reach_an_h2c_node_with_trailers() {
         .expect("data");
     let mut sent = http::HeaderMap::new();
     sent.insert("x-checksum", http::HeaderValue::from_static("abc"));
+    // Not a field a trailer may carry: dropped as from an HTTP/1.1 client's chunked trailers.
+    sent.insert("range", http::HeaderValue::from_static("bytes=0-1"));
     upload.send_trailers(sent).expect("trailers");
     let response = tokio::time::timeout(wait, response)
         .await
@@ -912,6 +920,33 @@ async fn http2_clients_reach_an_h2c_node_with_trailers() {
             .map(|v| v.as_bytes()),
         Some(&b"abc"[..])
     );
+    assert_eq!(
+        response
+            .headers()
+            .get("x-trailer-range-seen")
+            .map(|v| v.as_bytes()),
+        Some(&b"-"[..])
+    );
+    // So with no length, the body pumped to the node as it comes.
+    let request = http::Request::post(format!("{url}/up"))
+        .body(())
+        .expect("request");
+    let (response, mut upload) = sender.send_request(request, false).expect("sent");
+    upload
+        .send_data(Bytes::from_static(b"hello"), false)
+        .expect("data");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let mut sent = http::HeaderMap::new();
+    sent.insert("x-checksum", http::HeaderValue::from_static("def"));
+    sent.insert("range", http::HeaderValue::from_static("bytes=0-1"));
+    upload.send_trailers(sent).expect("trailers");
+    let response = tokio::time::timeout(wait, response)
+        .await
+        .expect("the head in time")
+        .expect("a head");
+    let seen = |name: &str| response.headers().get(name).map(|v| v.as_bytes().to_vec());
+    assert_eq!(seen("x-trailer-seen"), Some(b"def".to_vec()));
+    assert_eq!(seen("x-trailer-range-seen"), Some(b"-".to_vec()));
     // The kept-alive connections still answer.
     let again = curl(args(&[h2, "-i", &format!("{url}/x")]), b"").await;
     assert!(again.starts_with("HTTP/2 200"), "{again}");
