@@ -183,15 +183,11 @@ async fn answer(
         .header("x-te-seen", header(&parts.headers, "te"))
         .header(
             "x-trailer-seen",
-            trailers_in
-                .as_ref()
-                .map_or("-".to_owned(), |t| header(t, "x-checksum")),
+            trailer(trailers_in.as_ref(), "x-checksum"),
         )
         .header(
             "x-trailer-range-seen",
-            trailers_in
-                .as_ref()
-                .map_or("-".to_owned(), |t| header(t, "range")),
+            trailer(trailers_in.as_ref(), "range"),
         );
     if parts.uri.path() == "/cached" {
         response = response.header("cache-control", "max-age=60");
@@ -373,6 +369,11 @@ async fn echo_stream(
     let mut trailers = http::HeaderMap::new();
     trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
     let _ = send.send_trailers(trailers);
+}
+
+/// A field of the request's trailers, `-` without it.
+fn trailer(trailers: Option<&http::HeaderMap>, name: &str) -> String {
+    trailers.map_or("-".to_owned(), |t| header(t, name))
 }
 
 fn header(headers: &http::HeaderMap, name: &str) -> String {
