@@ -307,9 +307,9 @@ impl Checker {
             };
             let overlaps = |other: &InsertedCookie| {
                 other.name == cookie.name
-                    && other.domain == cookie.domain
-                    && (other.path.starts_with(&cookie.path)
-                        || cookie.path.starts_with(&other.path))
+                    && same_cookie_domain(other.domain.as_deref(), cookie.domain.as_deref())
+                    && (path_matches(&other.path, &cookie.path)
+                        || path_matches(&cookie.path, &other.path))
             };
             if let Some((first, _)) = seen.iter().find(|(_, other)| overlaps(other)) {
                 self.report(
@@ -535,4 +535,26 @@ impl Checker {
             self.report(&path.key(key), "does not apply to this persistence type");
         }
     }
+}
+
+/// Two `Domain` attributes name the same cookie domain as a browser reads them (RFC 6265
+/// §5.2.3): a leading dot left out, without regard to case.
+fn same_cookie_domain(a: Option<&str>, b: Option<&str>) -> bool {
+    let canonical = |domain: Option<&str>| {
+        domain.map(|domain| {
+            domain
+                .strip_prefix('.')
+                .unwrap_or(domain)
+                .to_ascii_lowercase()
+        })
+    };
+    canonical(a) == canonical(b)
+}
+
+/// A cookie for `path` is sent on requests for `request_path` (RFC 6265 §5.1.4): the same
+/// path, or one below it at a `/`.
+fn path_matches(path: &str, request_path: &str) -> bool {
+    request_path == path
+        || (request_path.starts_with(path)
+            && (path.ends_with('/') || request_path.as_bytes().get(path.len()) == Some(&b'/')))
 }

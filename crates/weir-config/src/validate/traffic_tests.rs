@@ -750,6 +750,19 @@ fn persistence_cookies_of_two_pools_must_be_told_apart() {
     valid(&both("", "cookie = \"API_NODE\""));
     valid(&both("path = \"/app\"", "path = \"/api\""));
     assert!(parse_str(&both("path = \"/\"", "path = \"/api\""), "t.toml").is_err());
+    // Paths as browsers match them (RFC 6265 §5.1.4): `/a` is not sent on `/ab`.
+    valid(&both("path = \"/a\"", "path = \"/ab\""));
+    assert!(parse_str(&both("path = \"/a\"", "path = \"/a/b\""), "t.toml").is_err());
+    // Domains as browsers read them (§5.2.3): no leading dot, any case.
+    for (web, api) in [
+        ("domain = \"example.com\"", "domain = \"EXAMPLE.com\""),
+        ("domain = \"example.com\"", "domain = \".example.com\""),
+    ] {
+        let error = parse_str(&both(web, api), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("inserts the persistence cookie"), "{error}");
+    }
 }
 
 #[test]
