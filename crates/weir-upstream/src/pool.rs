@@ -80,16 +80,18 @@ impl Pool {
     /// Passive health: a connect failure, a 5xx or a failed exchange at `node`, one of this
     /// pool's nodes. Logs the ejection it may cause; returns whether it did.
     ///
-    /// At most `max_ejected_percent` of the nodes that take requests (`state = "active"`)
-    /// are ejected at once, at least one; below 100 % never the last node still available
-    /// (neither ejected nor down by its monitor). Past it a node that reaches its count of
+    /// At most `max_ejected_percent` of the nodes that take requests (all but disabled
+    /// ones: a draining node still takes those persistence sticks to it) are ejected at
+    /// once, at least one; below 100 % never the last of them still up (neither ejected nor
+    /// down by its monitor). Past it a node that reaches its count of
     /// failures stays in (logged once per held outage), so failures a client can cause on
     /// every node, such as one URL that answers 500, cannot eject the whole pool while its
     /// nodes are up — a pool of one node, or of one node the others being down or disabled,
     /// included.
     pub fn record_failure(&self, node: &NodeState, now: std::time::Instant) -> bool {
         let percent = self.config.passive_health.max_ejected_percent as usize;
-        let taking = self.nodes.iter().filter(|n| n.is_active()).count();
+        let takes_requests = |n: &NodeState| n.mode() != NodeMode::Disabled;
+        let taking = self.nodes.iter().filter(|n| takes_requests(n)).count();
         let allowed = match percent {
             100 => taking,
             _ => (taking * percent / 100)
@@ -100,12 +102,12 @@ impl Pool {
             let ejected = self
                 .nodes
                 .iter()
-                .filter(|n| n.is_active() && n.is_ejected(now))
+                .filter(|n| takes_requests(n) && n.is_ejected(now))
                 .count();
             let others_available = self
                 .nodes
                 .iter()
-                .any(|n| !std::ptr::eq(n.as_ref(), node) && n.is_available(now));
+                .any(|n| !std::ptr::eq(n.as_ref(), node) && takes_requests(n) && n.is_healthy(now));
             ejected >= allowed || (percent < 100 && !others_available)
         };
         match node.record_failure_unless(now, full) {
