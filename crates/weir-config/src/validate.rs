@@ -394,7 +394,7 @@ impl Checker {
                 self.report(&at, format!("{name} is managed by weir and cannot be set"));
             } else if value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
                 self.report(&at, "the value must not contain control characters");
-            } else {
+            } else if self.named_once(&at, name, headers.iter().map(|(n, _)| n)) {
                 headers.push((name.clone(), value.trim().to_owned()));
             }
         }

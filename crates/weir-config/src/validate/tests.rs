@@ -960,6 +960,15 @@ fn response_headers() {
     );
     assert_one_error(
         &file(
+            "[virtual_servers.web.response_headers]\nX-Test = \"1\"\nx-test = \"2\"",
+            "",
+            "",
+        ),
+        "virtual_servers.web.response_headers.x-test",
+        "\"X-Test\" is set already",
+    );
+    assert_one_error(
+        &file(
             "[virtual_servers.web.response_headers]\nContent-Length = \"5\"",
             "",
             "",

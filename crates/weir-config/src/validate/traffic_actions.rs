@@ -157,7 +157,9 @@ impl Checker {
         if let Some(named) = &table.headers {
             for (name, value) in &named.0 {
                 let at = path.key("headers").key(name);
-                if self.header_name(&at, name, MANAGED_RESPONSE_HEADERS) {
+                if self.header_name(&at, name, MANAGED_RESPONSE_HEADERS)
+                    && self.named_once(&at, name, headers.iter().map(|(n, _)| n))
+                {
                     headers.push((name.clone(), self.template(&at, value, captures)));
                 }
             }
@@ -310,6 +312,9 @@ impl Checker {
                 if !self.header_name(&at, name, managed) {
                     continue;
                 }
+                if key == "set" && !self.named_once(&at, name, edits.set.iter().map(|(n, _)| n)) {
+                    continue;
+                }
                 let template = self.template(&at, value, captures);
                 let target = if key == "set" {
                     &mut edits.set
@@ -320,6 +325,26 @@ impl Checker {
             }
         }
         edits
+    }
+
+    /// Whether `name` is not among `earlier` in any case (field names are case-insensitive,
+    /// RFC 9110 §5.1: `X-A` and `x-a` would be one field set twice); reports it otherwise.
+    pub(super) fn named_once<'a>(
+        &mut self,
+        path: &KeyPath,
+        name: &str,
+        mut earlier: impl Iterator<Item = &'a String>,
+    ) -> bool {
+        match earlier.find(|other| other.eq_ignore_ascii_case(name)) {
+            Some(other) => {
+                self.report(
+                    path,
+                    format!("\"{other}\" is set already: field names are the same in any case"),
+                );
+                false
+            }
+            None => true,
+        }
     }
 
     /// Whether `name` may be edited; reports why not otherwise.

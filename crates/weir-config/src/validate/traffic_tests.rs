@@ -372,6 +372,20 @@ fn rule_shapes_that_are_refused() {
         &format!("{prefix}.response_headers.set.Content-Length"),
         "managed by weir",
     );
+    // Field names are the same in any case: one set twice is refused, in an edit's `set`
+    // and in a direct answer's headers.
+    assert_error(
+        &rule("response_headers = { set = { X-B = \"1\", x-b = \"2\" } }"),
+        6,
+        &format!("{prefix}.response_headers.set.x-b"),
+        "\"X-B\" is set already",
+    );
+    assert_error(
+        &rule("respond = { status = 200, headers = { X-A = \"1\", x-a = \"2\" } }"),
+        6,
+        &format!("{prefix}.respond.headers.x-a"),
+        "\"X-A\" is set already",
+    );
     assert_error(
         &rule("request_headers = { remove = \"Host\" }"),
         6,
