@@ -581,6 +581,32 @@ struct Parts<'a> {
     generated: &'a [Option<Arc<CertifiedKey>>],
 }
 
+/// With TLS 1.2 alone, a certificate needs a configured suite that signs with its kind of
+/// key (an `ECDHE_ECDSA` suite for an ECDSA key, `ECDHE_RSA` for RSA: RFC 5246 §7.4.2),
+/// or every handshake that would choose it fails. TLS 1.3 suites sign with any key.
+fn usable_with_tls12_only(
+    settings: &ServerTls,
+    provider: &CryptoProvider,
+    key: &CertifiedKey,
+) -> Result<(), String> {
+    if settings.versions.contains(&weir_config::TlsVersion::Tls13) {
+        return Ok(());
+    }
+    let algorithm = key.key.algorithm();
+    let usable = provider.cipher_suites.iter().any(|suite| match suite {
+        rustls::SupportedCipherSuite::Tls12(suite) => key.key.choose_scheme(suite.sign).is_some(),
+        rustls::SupportedCipherSuite::Tls13(_) => false,
+    });
+    match usable {
+        true => Ok(()),
+        false => Err(format!(
+            "with versions = \"1.2\" alone, cipher_suites has no suite for this certificate's \
+             {algorithm:?} key: every handshake would fail (add an ECDHE suite for it, or allow \
+             TLS 1.3)"
+        )),
+    }
+}
+
 impl Parts<'_> {
     fn build(&self) -> Result<Current, FileProblem> {
         let settings = self.settings;
@@ -619,6 +645,12 @@ impl Parts<'_> {
                     file: named_by.clone(),
                     message,
                 })?;
+            usable_with_tls12_only(settings, self.provider, &key).map_err(|message| {
+                FileProblem {
+                    file: named_by.clone(),
+                    message,
+                }
+            })?;
             let entry = Entry::new(Arc::clone(&key), info);
             entries.push(match source {
                 CertificateSource::Files {
