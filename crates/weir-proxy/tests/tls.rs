@@ -1174,14 +1174,15 @@ async fn late_refusal_relay(node: std::net::SocketAddr, hold_until: u64) -> std:
             );
             tokio::spawn(async move {
                 let mut buffer = vec![0u8; 16 * 1024];
+                let mut node_open = true;
                 while let Ok(n @ 1..) = weir_in.read(&mut buffer).await {
                     if spoke.load(Ordering::SeqCst) {
                         held.store(true, Ordering::SeqCst);
                     }
                     w.fetch_add(n as u64, Ordering::SeqCst);
-                    if node_out.write_all(&buffer[..n]).await.is_err() {
-                        break;
-                    }
+                    // Once the node has closed (after its alert), weir's bytes are still
+                    // taken and counted, so that the alert is let through at last.
+                    node_open = node_open && node_out.write_all(&buffer[..n]).await.is_ok();
                 }
             });
             tokio::spawn(async move {
@@ -1824,4 +1825,45 @@ async fn certificates_checked_but_not_served_export_no_series() {
     assert_eq!(expiry(&proxy), 1);
     proxy.stop().await;
     origin.stop().await;
+}
+
+/// With TLS 1.2 alone, the suites must sign with each certificate's kind of key (an
+/// ECDSA certificate with only `ECDHE_RSA` suites fails every handshake): refused when the
+/// certificates are read, naming the certificate. With TLS 1.3 allowed it is no problem.
+#[test]
+fn tls12_suites_that_cannot_sign_with_the_certificate_are_refused() {
+    let pki = Pki::new();
+    let ecdsa = pki.server("ecdsa", &["site.test"], KeyType::EcdsaP256);
+    let rsa = pki.server("rsa", &["site.test"], KeyType::Rsa2048);
+    let build = |cert: &(std::path::PathBuf, std::path::PathBuf), tls: &str| {
+        let text = format!(
+            "[virtual_servers.s]\nlisten = \"127.0.0.1:1\"\nprotocol = \"https\"\npool = \"p\"\n\
+             [virtual_servers.s.tls]\n{}\n{tls}\n\
+             [pools.p]\nnodes = [{{ address = \"127.0.0.1:2\" }}]\n",
+            certificates(&[cert])
+        );
+        let config = weir_config::parse_str(&text, "t.toml").expect("valid config");
+        let tls = config.virtual_servers[0].tls.clone().expect("tls");
+        weir_tls::Acceptor::new("s", &tls, "t.toml").map(|_| ())
+    };
+    let rsa_only =
+        "versions = \"1.2\"\ncipher_suites = [\"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\"]";
+    let error = build(&ecdsa, rsa_only).unwrap_err().to_string();
+    assert!(error.contains("no suite for this certificate"), "{error}");
+    assert!(
+        error.contains("tls.certificates[0].cert"),
+        "names the certificate: {error}"
+    );
+    build(&rsa, rsa_only).unwrap();
+    build(
+        &ecdsa,
+        "versions = \"1.2\"\ncipher_suites = [\"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\"]",
+    )
+    .unwrap();
+    build(
+        &ecdsa,
+        "versions = [\"1.2\", \"1.3\"]\n\
+         cipher_suites = [\"TLS13_AES_128_GCM_SHA256\", \"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\"]",
+    )
+    .unwrap();
 }
