@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 use weir_observe::Flood;
 
 use super::flood::FrameWatch;
@@ -124,24 +124,44 @@ impl Tripwire {
     }
 }
 
+/// How long a connection the codec ended gracefully is read from (what the client still
+/// sends dropped) before it is closed: the client closes first, having read every answer.
+const LINGER_AFTER_GOAWAY: Duration = Duration::from_secs(2);
+/// How long a close_notify and FIN may take to leave.
+const CLOSE_TIME: Duration = Duration::from_secs(1);
+
 /// A client stream watched for floods.
 #[derive(Debug)]
 pub(crate) struct Watched<S> {
-    inner: S,
+    /// Present until the codec drops the stream, which then goes back through `back`.
+    inner: Option<S>,
     /// Bytes read before the codec took over (h2c detection), served first.
     rewind: Bytes,
     watch: FrameWatch,
     tripwire: Arc<Tripwire>,
+    /// Where the stream goes when the codec drops it: the driver closes a connection that
+    /// ended gracefully itself ([`close_lingering`]).
+    back: Option<oneshot::Sender<S>>,
 }
 
 impl<S> Watched<S> {
-    pub(crate) fn new(inner: S, rewind: Bytes, watch: FrameWatch, tripwire: Arc<Tripwire>) -> Self {
+    pub(crate) fn new(
+        inner: S,
+        rewind: Bytes,
+        (watch, tripwire): (FrameWatch, Arc<Tripwire>),
+        back: oneshot::Sender<S>,
+    ) -> Self {
         Watched {
-            inner,
+            inner: Some(inner),
             rewind,
             watch,
             tripwire,
+            back: Some(back),
         }
+    }
+
+    fn inner(&mut self) -> &mut S {
+        self.inner.as_mut().expect("present until dropped")
     }
 
     /// Shows newly read bytes to the watcher; false once a flood was found.
@@ -196,7 +216,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+        match Pin::new(this.inner()).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if this.admit(&buf.filled()[before..]) {
                     Poll::Ready(Ok(()))
@@ -217,7 +237,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        let written = Pin::new(this.inner()).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = written {
             this.tripwire
                 .note_written(&mut this.watch, &buf[..n.min(buf.len())]);
@@ -231,7 +251,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        let written = Pin::new(this.inner()).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = written {
             let mut left = n;
             for slice in bufs {
@@ -247,15 +267,57 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        self.inner.as_ref().is_some_and(S::is_write_vectored)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        Pin::new(self.get_mut().inner()).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        Pin::new(self.get_mut().inner()).poll_shutdown(cx)
+    }
+}
+
+impl<S> Drop for Watched<S> {
+    fn drop(&mut self) {
+        if let (Some(inner), Some(back)) = (self.inner.take(), self.back.take()) {
+            // Nobody waiting (a connection that did not end gracefully): it closes here.
+            let _ = back.send(inner);
+        }
+    }
+}
+
+/// Closes a connection the codec ended gracefully (its GOAWAY sent, every stream done):
+/// our side shut first (a TLS close_notify, then the FIN, after what is still queued), then
+/// what the client still sends (WINDOW_UPDATEs, a PING's answer) read and dropped until it
+/// closes, for a bounded time. Closed with those unread, the socket would reset the
+/// connection, and the client's system throw away the end of the last answers it has not
+/// read yet (RFC 9112 §9.6 asks the same staged close of HTTP/1.1).
+pub(crate) async fn close_lingering<S>(returned: oneshot::Receiver<S>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let Ok(mut io) = returned.await else {
+        return;
+    };
+    if !matches!(
+        tokio::time::timeout(CLOSE_TIME, io.shutdown()).await,
+        Ok(Ok(()))
+    ) {
+        return;
+    }
+    discard_until_closed(&mut io, LINGER_AFTER_GOAWAY).await;
+}
+
+/// Reads and drops what the client sends until it closes, or for `time` at most.
+async fn discard_until_closed<S: AsyncRead + Unpin>(io: &mut S, time: Duration) {
+    let end = tokio::time::Instant::now() + time;
+    let mut scratch = [0u8; 4096];
+    while let Ok(Ok(n)) = tokio::time::timeout_at(end, io.read(&mut scratch)).await {
+        if n == 0 {
+            break;
+        }
     }
 }
 
@@ -299,12 +361,6 @@ where
         }
     }
     let _ = io.shutdown().await;
-    let end = tokio::time::Instant::now() + LINGER;
-    let mut scratch = [0u8; 4096];
-    while let Ok(Ok(n)) = tokio::time::timeout_at(end, io.read(&mut scratch)).await {
-        if n == 0 {
-            break;
-        }
-    }
+    discard_until_closed(io, LINGER).await;
     None
 }

@@ -143,7 +143,9 @@ pub(crate) async fn serve<S, H>(
     };
     let tripwire = Arc::new(Tripwire::default());
     let limits = FloodLimits::new(settings.max_header_list_size, settings.max_frame_size);
-    let io = Watched::new(io, rewind, FrameWatch::new(limits), Arc::clone(&tripwire));
+    let (back, returned) = tokio::sync::oneshot::channel();
+    let watching = (FrameWatch::new(limits), Arc::clone(&tripwire));
+    let io = Watched::new(io, rewind, watching, back);
     let handshake = tokio::time::timeout(timing.handshake, builder(settings).handshake(io));
     let mut connection = match handshake.await {
         Ok(Ok(connection)) => connection,
@@ -197,7 +199,8 @@ pub(crate) async fn serve<S, H>(
                     record_end(&error, &tripwire, metrics, log);
                     return;
                 }
-                None => return,
+                // GOAWAY sent and every stream done: closed without a reset.
+                None => break,
             },
             pong = poll_fn(|cx| poll_pong(&mut driver.ping, cx)), if driver.ping_sent.is_some() => {
                 driver.ping_sent = None;
@@ -223,6 +226,8 @@ pub(crate) async fn serve<S, H>(
             }
         }
     }
+    drop(connection);
+    super::io::close_lingering(returned).await;
 }
 
 /// The driver's clock: a quarter of the PING interval or idle timeout, whichever is shorter,
