@@ -183,8 +183,7 @@ fn not_found_or_method(live: &Live, segments: &[&str]) -> Response {
 fn config_text(live: &Live, if_match: Option<&str>) -> Result<Response, Refusal> {
     let model = live.current();
     let text = match &model.config.source {
-        Some(path) if if_match.is_some() => read_to_match(path)?,
-        Some(path) => read_config(path)?,
+        Some(path) => read_config_for(path, if_match)?,
         None => weir_config::EMBEDDED_DEFAULT.to_owned(),
     };
     if_match_holds(&text, if_match)?;
@@ -246,10 +245,12 @@ fn read_config(path: &Path) -> Result<String, Refusal> {
     String::from_utf8(bytes).map_err(|error| cannot(&error))
 }
 
-/// The config file, for an `If-Match` to be checked against: no file is no current
-/// representation, which no tag matches, not even `*` (RFC 9110 §13.1.1): 412.
-fn read_to_match(path: &Path) -> Result<String, Refusal> {
-    if let Err(error) = std::fs::metadata(path)
+/// The config file, read for a request with `if_match` (or without: then as
+/// [`read_config`]). Under an `If-Match`, no file is no current representation, which no
+/// tag matches, not even `*` (RFC 9110 §13.1.1): 412.
+fn read_config_for(path: &Path, if_match: Option<&str>) -> Result<String, Refusal> {
+    if if_match.is_some()
+        && let Err(error) = std::fs::metadata(path)
         && error.kind() == std::io::ErrorKind::NotFound
     {
         return Err(Box::new(Response::error(
@@ -320,7 +321,7 @@ async fn replace(
     let path = file_of(live)?;
     let read = match if_match {
         Some(_) => {
-            let now = read_to_match(&path)?;
+            let now = read_config_for(&path, if_match)?;
             if_match_holds(&now, if_match)?;
             Some(now)
         }
@@ -339,7 +340,10 @@ async fn replace(
 async fn reload(control: &Control, if_match: Option<&str>) -> Result<Response, Refusal> {
     let _write = control.writes.lock().await;
     if if_match.is_some() {
-        if_match_holds(&read_to_match(&file_of(&control.live)?)?, if_match)?;
+        if_match_holds(
+            &read_config_for(&file_of(&control.live)?, if_match)?,
+            if_match,
+        )?;
     }
     let live = Arc::clone(&control.live);
     applied(blocking(move || live.reload_file()).await)
@@ -371,10 +375,7 @@ async fn node_operation(
     };
     let target = running_node(running, node)?;
     let path = file_of(live)?;
-    let text = match if_match {
-        Some(_) => read_to_match(&path)?,
-        None => read_config(&path)?,
-    };
+    let text = read_config_for(&path, if_match)?;
     // The edit is written only over this text: the condition holds for what is replaced.
     if_match_holds(&text, if_match)?;
     let on_disk = weir_config::parse_file_text(&text, &path);
