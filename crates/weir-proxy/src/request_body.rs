@@ -50,6 +50,13 @@ pub(crate) struct RequestBody {
     pub managed_trailer: Option<Arc<str>>,
 }
 
+/// Appends the trailer lines of a request body that may go on to `out`
+/// ([`weir_http::filter_trailers`], and never `managed`, a field weir manages in the header
+/// section: [`RequestBody::managed_trailer`]).
+pub(crate) fn keep_trailers(managed: Option<&str>, lines: &[u8], out: &mut BytesMut) {
+    filter_trailers_but(lines, out, managed.map(str::as_bytes));
+}
+
 /// The deadlines and the size bound of one request body, from when its head was read.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BodyClock {
@@ -130,14 +137,9 @@ pub(crate) enum Remaining {
 }
 
 impl RequestBody {
-    /// Appends the trailer lines that may go on to `out` ([`weir_http::filter_trailers`],
-    /// and never the managed field).
+    /// Appends the trailer lines that may go on to `out` ([`keep_trailers`]).
     pub(crate) fn keep_trailers(&self, lines: &[u8], out: &mut BytesMut) {
-        filter_trailers_but(
-            lines,
-            out,
-            self.managed_trailer.as_deref().map(str::as_bytes),
-        );
+        keep_trailers(self.managed_trailer.as_deref(), lines, out);
     }
 
     /// True when the body has been read completely, so the request can be sent again.

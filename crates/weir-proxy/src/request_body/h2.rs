@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
-use weir_http::{Decoded, filter_trailers_but};
+use weir_http::Decoded;
 
 use super::{BodyClock, Remaining, RequestBody};
 use crate::answer::Failure;
@@ -170,7 +170,7 @@ struct Pump {
 impl Pump {
     /// The trailer lines that may go on, in `out`.
     fn keep_trailers(&self, lines: &[u8], out: &mut BytesMut) {
-        filter_trailers_but(lines, out, self.managed.as_deref().map(str::as_bytes));
+        super::keep_trailers(self.managed.as_deref(), lines, out);
     }
 
     async fn run(
