@@ -202,15 +202,11 @@ fn cookie_named<'v>(pair: &'v [u8], name: &str) -> Option<(&'v [u8], bool)> {
 /// whitespace around it taken off as `str.strip` takes it off (the Unicode spaces of a value
 /// in UTF-8, as Django and Werkzeug decode it, or those of Latin-1 where it is not UTF-8).
 fn as_read(value: &[u8], quoted: bool) -> Cow<'_, [u8]> {
-    let value = match quoted && value.contains(&b'\\') {
-        true => Cow::Owned(unescaped(value)),
-        false => Cow::Borrowed(value),
-    };
-    let value = match value {
-        Cow::Borrowed(value) => percent_decoded(value),
-        Cow::Owned(value) => Cow::Owned(percent_decoded(&value).into_owned()),
-    };
-    match value {
+    if quoted && value.contains(&b'\\') {
+        let unescaped = unescaped(value);
+        return Cow::Owned(trim_cookie(&percent_decoded(&unescaped)).to_vec());
+    }
+    match percent_decoded(value) {
         Cow::Borrowed(value) => Cow::Borrowed(trim_cookie(value)),
         Cow::Owned(value) => Cow::Owned(trim_cookie(&value).to_vec()),
     }
