@@ -1074,39 +1074,72 @@ async fn mtls_to_nodes_presents_the_client_certificate() {
     origin.stop().await;
 }
 
+/// Two TLS 1.3 nodes in front of one origin that require client certificates: `refusing`
+/// trusts another CA than the one that issued weir's, `accepting` trusts it; `pool_tls`
+/// is the `[pools.web.tls]` table that gives weir that certificate.
+struct CertificateNodes {
+    origin: TestOrigin,
+    refusing: TestProxy,
+    accepting: TestProxy,
+    pool_tls: String,
+    _cas: (Pki, Pki),
+}
+
+impl CertificateNodes {
+    async fn start() -> CertificateNodes {
+        let pki = Pki::new();
+        let other = Pki::new();
+        let node_cert = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
+        let weir_client = pki.client("weir", "weir-front");
+        let origin = TestOrigin::start("a").await;
+        let node = |ca: &Path| {
+            https_config(
+                &origin,
+                &format!(
+                    "{}\nclient_certificates = \"required\"\nclient_ca = \"{}\"",
+                    certificates(&[&node_cert]),
+                    toml_path(ca)
+                ),
+            )
+        };
+        let refusing = TestProxy::start(&node(&other.ca_path())).await;
+        let accepting = TestProxy::start(&node(&pki.ca_path())).await;
+        let pool_tls = format!(
+            "[pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
+             certificate = \"{}\"\nkey = \"{}\"",
+            toml_path(&pki.ca_path()),
+            toml_path(&weir_client.0),
+            toml_path(&weir_client.1)
+        );
+        CertificateNodes {
+            origin,
+            refusing,
+            accepting,
+            pool_tls,
+            _cas: (pki, other),
+        }
+    }
+
+    async fn stop(self) {
+        self.refusing.stop().await;
+        self.accepting.stop().await;
+        self.origin.stop().await;
+    }
+}
+
 /// A TLS 1.3 node that refuses weir's client certificate says so after weir's handshake
 /// has ended (its alert follows weir's Finished, the request already written): the request
 /// goes to another node, as for a handshake that failed outright, and the refusal counts
 /// as a connect failure of the node, instead of a 502 for every request sent to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_refuses_the_client_certificate_after_the_handshake_is_passed_over() {
-    let pki = Pki::new();
-    let other = Pki::new();
-    let node_cert = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
-    let weir_client = pki.client("weir", "weir-front");
-    let origin = TestOrigin::start("a").await;
-    let node = |ca: &Path| {
-        https_config(
-            &origin,
-            &format!(
-                "{}\nclient_certificates = \"required\"\nclient_ca = \"{}\"",
-                certificates(&[&node_cert]),
-                toml_path(ca)
-            ),
-        )
-    };
-    let refusing = TestProxy::start(&node(&other.ca_path())).await;
-    let accepting = TestProxy::start(&node(&pki.ca_path())).await;
+    let nodes = CertificateNodes::start().await;
     let front = TestProxy::start(&weir_testkit::config(
-        &[refusing.addr, accepting.addr],
+        &[nodes.refusing.addr, nodes.accepting.addr],
         &format!(
             "algorithm = \"round_robin\"\nretries = 1\n\
-             [pools.web.passive_health]\nconsecutive_failures = 0\n\
-             [pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
-             certificate = \"{}\"\nkey = \"{}\"",
-            toml_path(&pki.ca_path()),
-            toml_path(&weir_client.0),
-            toml_path(&weir_client.1)
+             [pools.web.passive_health]\nconsecutive_failures = 0\n{}",
+            nodes.pool_tls
         ),
         "",
     ))
@@ -1123,15 +1156,11 @@ async fn a_node_that_refuses_the_client_certificate_after_the_handshake_is_passe
     );
     // So is a health check's, with no request at all: the node is marked down.
     let checked = TestProxy::start(&weir_testkit::config(
-        &[refusing.addr],
+        &[nodes.refusing.addr],
         &format!(
             "[pools.web.health]\ntype = \"http\"\ninterval = \"100ms\"\ntimeout = \"90ms\"\n\
-             fall = 1\nrise = 1\n\
-             [pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
-             certificate = \"{}\"\nkey = \"{}\"",
-            toml_path(&pki.ca_path()),
-            toml_path(&weir_client.0),
-            toml_path(&weir_client.1)
+             fall = 1\nrise = 1\n{}",
+            nodes.pool_tls
         ),
         "",
     ))
@@ -1140,10 +1169,8 @@ async fn a_node_that_refuses_the_client_certificate_after_the_handshake_is_passe
     assert!(metric(&checked, "kind=\"failed\"") >= 3.0);
     assert!(!checked.live.current().pool("web").unwrap().nodes[0].is_active_up());
     checked.stop().await;
-    for proxy in [front, refusing, accepting] {
-        proxy.stop().await;
-    }
-    origin.stop().await;
+    front.stop().await;
+    nodes.stop().await;
 }
 
 /// A relay in front of `node` that holds back what the node sends once weir has written
@@ -1208,35 +1235,15 @@ async fn late_refusal_relay(node: std::net::SocketAddr, hold_until: u64) -> std:
 /// another node (where that start would go as the whole body), and the client gets 502.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_refusal_after_a_streamed_body_is_not_sent_again() {
-    let pki = Pki::new();
-    let other = Pki::new();
-    let node_cert = pki.server("node", &["node.internal"], KeyType::EcdsaP256);
-    let weir_client = pki.client("weir", "weir-front");
-    let origin = TestOrigin::start("a").await;
-    let node = |ca: &Path| {
-        https_config(
-            &origin,
-            &format!(
-                "{}\nclient_certificates = \"required\"\nclient_ca = \"{}\"",
-                certificates(&[&node_cert]),
-                toml_path(ca)
-            ),
-        )
-    };
-    let refusing = TestProxy::start(&node(&other.ca_path())).await;
-    let accepting = TestProxy::start(&node(&pki.ca_path())).await;
+    let nodes = CertificateNodes::start().await;
     const BODY: usize = 20_000;
-    let relay = late_refusal_relay(refusing.addr, BODY as u64).await;
+    let relay = late_refusal_relay(nodes.refusing.addr, BODY as u64).await;
     let front = TestProxy::start(&weir_testkit::config(
-        &[relay, accepting.addr],
+        &[relay, nodes.accepting.addr],
         &format!(
             "algorithm = \"round_robin\"\nretries = 1\n\
-             [pools.web.passive_health]\nconsecutive_failures = 0\n\
-             [pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"\n\
-             certificate = \"{}\"\nkey = \"{}\"",
-            toml_path(&pki.ca_path()),
-            toml_path(&weir_client.0),
-            toml_path(&weir_client.1)
+             [pools.web.passive_health]\nconsecutive_failures = 0\n{}",
+            nodes.pool_tls
         ),
         "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"",
     ))
@@ -1267,10 +1274,8 @@ async fn a_late_refusal_after_a_streamed_body_is_not_sent_again() {
     }
     statuses.sort_unstable();
     assert_eq!(statuses, [200, 502]);
-    for proxy in [front, refusing, accepting] {
-        proxy.stop().await;
-    }
-    origin.stop().await;
+    front.stop().await;
+    nodes.stop().await;
 }
 
 /// The same late refusal to an HTTP/2 pool: the connection ends with the alert, and that
