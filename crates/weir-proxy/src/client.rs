@@ -952,14 +952,15 @@ impl Client {
         }
     }
 
-    /// Sends one of weir's own error answers with `Connection: close` and `edits`
-    /// applied (the rules' response edits and the request id); returns its size. To a
+    /// Sends one of weir's own error answers with `edits` applied (the rules' response
+    /// edits and the request id), with `Connection: close` unless `keep_alive`; returns
+    /// its size. To a
     /// gRPC request (`grpc`) it is a trailers-only gRPC response (`grpc-status` and
     /// `grpc-message` in its only HEADERS, no body), so a gRPC client reads a status
     /// instead of failing to decode weir's text body as messages.
     pub(crate) async fn answer_error(
         &mut self,
-        status: u16,
+        (status, keep_alive): (u16, bool),
         version: Version,
         timeout: Duration,
         edits: &impl weir_http::HeaderEdit,
@@ -969,7 +970,7 @@ impl Client {
         let shape = weir_http::SimpleResponse {
             status,
             version,
-            keep_alive: false,
+            keep_alive,
             head_request,
         };
         if grpc {

@@ -534,9 +534,20 @@ async fn serve_requests(
             Err(failure) => {
                 let pool = routed.pool();
                 let traffic = Some(&*traffic);
-                answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await;
-                client.release();
-                return None;
+                // A drain that began meanwhile closes the connection after this answer.
+                let request = Request {
+                    keep_alive: request.keep_alive && !shutdown.is_triggered(),
+                    ..request
+                };
+                match answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await
+                {
+                    true if client.read_buf.is_empty() => return client.into_idle(),
+                    true => continue,
+                    false => {
+                        client.release();
+                        return None;
+                    }
+                }
             }
         }
     };
@@ -1167,7 +1178,42 @@ fn end_cut_stream(client: &mut Client, error: &Error, grpc: bool) -> Option<u32>
     stream.finish_grpc(code, message.trim_end()).then_some(code)
 }
 
+/// Whether the connection may carry another request after weir's answer to `failure`:
+/// a node's failure or the lack of a node (502, 503, 504, but not the drain's 503) to
+/// an HTTP/1.1 request that may keep it (`keep_alive`), read whole, and that asked for
+/// no tunnel (what a client sends after a CONNECT or an upgrade was meant for it).
+/// Anything else may leave bytes of the request in flight, and closes.
+fn keeps_connection(
+    client: &Client,
+    request: Option<Request<'_>>,
+    failure: &Failure,
+) -> bool {
+    let Some(Request {
+        head,
+        keep_alive: true,
+        ..
+    }) = request
+    else {
+        return false;
+    };
+    let read_whole = match head.framing() {
+        weir_http::BodyFraming::None => true,
+        weir_http::BodyFraming::Length(length) => failure.body_received() == length,
+        _ => false,
+    };
+    matches!(failure.status, Some(502..=504))
+        && failure.error.side() != Side::Downstream
+        && failure.error.kind() != ErrorKind::ShuttingDown
+        && failure.answered().is_none()
+        && read_whole
+        && head.method() != Method::Connect
+        && head.header("upgrade").is_none()
+        && !client.is_h2()
+        && client.tunnelled.is_none()
+}
+
 /// Answers a failed request (when there is still someone to answer), counts it and logs it.
+/// Returns whether the connection stays open for the next request ([`keeps_connection`]).
 async fn answer_failure(
     client: &mut Client,
     vs: &VirtualServerRuntime,
@@ -1175,9 +1221,10 @@ async fn answer_failure(
     pool: Option<&Arc<Pool>>,
     traffic: Option<&RequestTraffic>,
     failure: Failure,
-) {
+) -> bool {
     let head = request.map(|r| r.head);
     let mut failure = with_kept_node(failure, client, pool);
+    let keep_alive = keeps_connection(client, request, &failure);
     if failure.error.kind() == ErrorKind::ClientClosed && client.went_silent() {
         // The stream failed because weir closed its connection: the client stopped
         // answering, it did not leave.
@@ -1204,7 +1251,6 @@ async fn answer_failure(
     let grpc_cut = cut_short.then(|| end_cut_stream(client, &failure.error, answering.0));
     let mut bytes = 0;
     if let Some(status) = failure.status {
-        // After an error the rest of the request may still be in flight: close.
         // The rules' response edits and the request id go on weir's error answers too.
         let edits = traffic.map(|traffic| traffic.response_edits(vs));
         let timeout = vs.config.timeouts.write;
@@ -1213,7 +1259,7 @@ async fn answer_failure(
             Some(edits) => {
                 let own = OwnAnswer { set, edits };
                 client
-                    .answer_error(status, version, timeout, &own, answering)
+                    .answer_error((status, keep_alive), version, timeout, &own, answering)
                     .await
             }
             None => {
@@ -1222,7 +1268,7 @@ async fn answer_failure(
                     edits: &Unedited,
                 };
                 client
-                    .answer_error(status, version, timeout, &own, answering)
+                    .answer_error((status, keep_alive), version, timeout, &own, answering)
                     .await
             }
         }
@@ -1284,13 +1330,16 @@ async fn answer_failure(
             tls: client.tls_record(),
         });
     }
-    if bytes > 0 {
+    if bytes > 0 && keep_alive {
+        return true;
+    } else if bytes > 0 {
         client.linger_close().await;
     } else if cut {
         client.reset();
     } else if cut_short {
         client.linger_cut().await;
     }
+    false
 }
 
 #[cfg(test)]

@@ -302,7 +302,8 @@ where
 }
 
 /// A closing answer weir has whole (a node's after `Connection: close` or to
-/// HTTP/1.0, and weir's own error answers, here a 504) leaves in one segment
+/// HTTP/1.0, and weir's own error answers, here a 504 to a request that asked
+/// for the close: one it may keep stays open) leaves in one segment
 /// with its close_notify and the FIN, not in two or three: each segment costs
 /// the proxy a trip through the TCP stack.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -320,7 +321,7 @@ async fn a_closing_answer_its_close_notify_and_the_fin_share_one_segment() {
             b"delayed 300 ms\n",
         ),
         (
-            b"GET /delay/1500 HTTP/1.1\r\nHost: localhost\r\n\r\n",
+            b"GET /delay/1500 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
             b"gateway timeout\n",
         ),
     ];

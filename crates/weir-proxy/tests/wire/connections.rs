@@ -463,7 +463,11 @@ async fn weirs_own_answers_to_head_have_no_body() {
     let address = dead.local_addr().unwrap();
     drop(dead);
     let proxy = TestProxy::start(&config(&[address], "", "")).await;
-    let reply = send_until_close(proxy.addr, b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let reply = send_until_close(
+        proxy.addr,
+        b"HEAD / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     let response = parse_response(&reply.bytes);
     assert_eq!(response.status, 502);
     assert!(
@@ -493,6 +497,59 @@ async fn weirs_own_answers_to_head_have_no_body() {
     assert_eq!(second.rest, b"012");
     proxy.stop().await;
     origin.stop().await;
+}
+
+/// weir's own 502, 503 and 504 keep an HTTP/1.1 connection whose request was read whole
+/// (the node failed, not the client), as nginx does: the requests after it on the
+/// connection are served, and a client behind a TLS handshake does not pay a new one for
+/// each request while a pool is down. A request whose body is still coming closes it: the
+/// rest of the body is in flight and would be read as the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weirs_own_gateway_errors_keep_a_connection_read_whole() {
+    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = dead.local_addr().unwrap();
+    drop(dead);
+    let limits = "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"";
+    let proxy = TestProxy::start(&config(&[address], "", limits)).await;
+    let reply = send_until_close(
+        proxy.addr,
+        b"GET / HTTP/1.1\r\nHost: t\r\n\r\n\
+          POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello\
+          HEAD / HTTP/1.1\r\nHost: t\r\n\r\n\
+          GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(reply.closed && !reply.reset, "{}", reply.text());
+    let mut rest = reply.bytes.as_slice();
+    // (kept, a HEAD): each answer's body is skipped by its length, a HEAD's has none.
+    for (kept, head) in [(true, false), (true, false), (true, true), (false, false)] {
+        let response = parse_response(rest);
+        assert!(
+            matches!(response.status, 502 | 503),
+            "{}",
+            String::from_utf8_lossy(rest)
+        );
+        let connection = response.header("connection");
+        assert_eq!(connection, (!kept).then_some("close"), "{}", reply.text());
+        let length: usize = response.header("content-length").unwrap().parse().unwrap();
+        let body = if head { 0 } else { length };
+        rest = &rest[rest.len() - response.rest.len() + body..];
+    }
+    assert!(rest.is_empty(), "{}", reply.text());
+
+    // A body longer than the request buffer, half sent: the answer closes the connection.
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n")
+        .await
+        .unwrap();
+    stream.write_all(&[b'x'; 4096]).await.unwrap();
+    let reply = read_until_close(&mut stream).await;
+    assert!(reply.closed, "{}", reply.text());
+    let response = parse_response(&reply.bytes);
+    assert!(matches!(response.status, 502 | 503), "{}", reply.text());
+    assert_eq!(response.header("connection"), Some("close"));
+    proxy.stop().await;
 }
 
 /// After a 101, bytes flow both ways through the proxy until a side closes.
@@ -604,7 +661,11 @@ response_headers = { set = { X-Tag = "ws", Sec-WebSocket-Protocol = "forged" }, 
 async fn unrequested_switch_is_a_bad_gateway() {
     let (node, _received) = upgrading_node().await;
     let proxy = TestProxy::start(&config(&[node], "", "")).await;
-    let reply = send_until_close(proxy.addr, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let reply = send_until_close(
+        proxy.addr,
+        b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     assert!(reply.closed);
     let response = parse_response(&reply.bytes);
     assert_eq!(response.status, 502, "{}", reply.text());
