@@ -296,6 +296,15 @@ impl Hit {
                 for (name, value) in self.headers().filter(|(name, _)| !replaced(name)) {
                     push_field(out, name, value);
                 }
+                // 412 and 416 are the cache's own answers, made now: they carry none of
+                // the stored fields, and their `Date` is now (RFC 9110 §6.6.1).
+                let own = matches!(
+                    self.answer,
+                    Answer::PreconditionFailed | Answer::RangeNotSatisfiable
+                );
+                if own && !replaced(b"date") {
+                    weir_http::write_date(out);
+                }
             }
         }
         if let Some(lines) = &self.own_lines {

@@ -217,6 +217,19 @@ fn miss_then_hit_with_age_head_and_conditionals() {
         at(12),
     ));
     assert_eq!(failed.status(), 412);
+    // The cache's own answer, made now: none of the stored fields, but a `Date` of its
+    // own (RFC 9110 section 6.6.1), over HTTP/1.1 as over HTTP/2 (written from this head).
+    let mut head = BytesMut::new();
+    failed.write_http1_head(
+        &mut head,
+        (false, true),
+        &[],
+        &[],
+        None::<&weir_http::Unedited>,
+    );
+    let text = String::from_utf8(head.to_vec()).unwrap();
+    assert_eq!(text.matches("\r\nDate: ").count(), 1, "{text}");
+    assert!(!text.contains("ETag"), "{text}");
     assert_eq!((metrics.hits.get(), metrics.misses.get()), (5, 1));
 }
 
@@ -290,6 +303,20 @@ fn ranges_from_a_whole_object() {
     assert_eq!(
         (beyond.status(), beyond.content_range().as_deref()),
         (416, Some("bytes */10"))
+    );
+    let mut head = BytesMut::new();
+    beyond.write_http1_head(
+        &mut head,
+        (false, true),
+        &[],
+        &[],
+        None::<&weir_http::Unedited>,
+    );
+    let text = String::from_utf8(head.to_vec()).unwrap();
+    assert_eq!(
+        text.matches("\r\nDate: ").count(),
+        1,
+        "a 416 is dated: {text}"
     );
     // A miss with Range fetches the whole object: the range is not sent to the node.
     let exchange = forward(cache.lookup(

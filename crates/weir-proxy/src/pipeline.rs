@@ -539,8 +539,7 @@ async fn serve_requests(
                     keep_alive: request.keep_alive && !shutdown.is_triggered(),
                     ..request
                 };
-                match answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await
-                {
+                match answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await {
                     true if client.read_buf.is_empty() => return client.into_idle(),
                     true => continue,
                     false => {
@@ -1183,11 +1182,7 @@ fn end_cut_stream(client: &mut Client, error: &Error, grpc: bool) -> Option<u32>
 /// an HTTP/1.1 request that may keep it (`keep_alive`), read whole, and that asked for
 /// no tunnel (what a client sends after a CONNECT or an upgrade was meant for it).
 /// Anything else may leave bytes of the request in flight, and closes.
-fn keeps_connection(
-    client: &Client,
-    request: Option<Request<'_>>,
-    failure: &Failure,
-) -> bool {
+fn keeps_connection(client: &Client, request: Option<Request<'_>>, failure: &Failure) -> bool {
     let Some(Request {
         head,
         keep_alive: true,
