@@ -486,9 +486,9 @@ impl Cache {
             Err(reason) => {
                 let remember = match reason {
                     // About this request only: others may well store it.
-                    NotStorable::RequestNoStore
-                    | NotStorable::Authorization
-                    | NotStorable::Method => None,
+                    NotStorable::RequestNoStore | NotStorable::Method => None,
+                    // Remembered for requests with `Authorization` alone: they have a
+                    // flight of their own (`lookup::flight_key`).
                     _ => Some(policy.pass_memory),
                 };
                 if let Some(guard) = fill.guard.take() {

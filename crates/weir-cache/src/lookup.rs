@@ -223,8 +223,8 @@ impl Cache {
                     if matches!(found, Found::Nothing) {
                         keys.secondary.clear();
                     }
-                    let coalesce = joining == Joining::Coalesce;
-                    self.lookup_missing(policy, method, asked, keys, coalesce)
+                    let joins = (joining == Joining::Coalesce, authorized(request));
+                    self.lookup_missing(policy, method, asked, keys, joins)
                 }
             }
         })
@@ -258,10 +258,8 @@ impl Cache {
                 self.metrics.stale_served.inc();
                 let hit = Hit::new(Arc::clone(&object), request, now, CacheStatus::Stale);
                 // Whoever leads the refresh; nobody waits on it.
-                let refresh = match self
-                    .flights
-                    .join(&flight_key(keys), 0, policy.coalesce_timeout)
-                {
+                let key = flight_key(keys, authorized(request));
+                let refresh = match self.flights.join(&key, 0, policy.coalesce_timeout) {
                     Join::Leader(guard) => {
                         let mut exchange = asked.exchange(ExchangeKind::Revalidate {
                             stale: object,
@@ -287,7 +285,8 @@ impl Cache {
                     let hit = Hit::new(object, request, now, CacheStatus::StaleIfError);
                     return Lookup::Stale { hit, refresh: None };
                 }
-                let guard = match self.join(policy, joining == Joining::Coalesce, keys) {
+                let joins = (joining == Joining::Coalesce, authorized(request));
+                let guard = match self.join(policy, joins, keys) {
                     Joined::Lead(guard) => guard,
                     Joined::Pass => None,
                     Joined::Wait(waiter) => return Lookup::Wait(waiter),
@@ -303,23 +302,26 @@ impl Cache {
         }
     }
 
-    /// Nothing stored for this request.
+    /// Nothing stored for this request. `joins`: whether it may coalesce, and whether it
+    /// carries `Authorization` ([`flight_key`]).
     fn lookup_missing(
         self: &Arc<Self>,
         policy: &CachePolicy,
         method: &[u8],
         asked: Asked,
         keys: &Keys,
-        coalesce: bool,
+        joins: (bool, bool),
     ) -> Lookup {
         if asked.directives.only_if_cached {
             return Lookup::OnlyIfCachedMiss;
         }
-        if method != b"GET" {
-            // HEAD is answered from a stored GET, but never fills one.
+        // HEAD is answered from a stored GET, but never fills one; nor does a request
+        // whose `no-store` forbids storing its answer (RFC 9111 §5.2.1.5): both go on as
+        // sent, their conditionals and `Range` the node's to answer.
+        if method != b"GET" || asked.directives.no_store {
             return Lookup::Forward(asked.exchange(ExchangeKind::Pass));
         }
-        let guard = match self.join(policy, coalesce, keys) {
+        let guard = match self.join(policy, joins, keys) {
             Joined::Lead(guard) => guard,
             // Known not to be storable: no fill, and the node sees the client's
             // conditionals and Range (RFC 9111 §4.3.2: they are the node's to answer).
@@ -334,12 +336,18 @@ impl Cache {
         Lookup::Forward(exchange)
     }
 
-    /// Joins the flight for this request's key.
-    fn join(self: &Arc<Self>, policy: &CachePolicy, coalesce: bool, keys: &Keys) -> Joined {
+    /// Joins the flight for this request's key: `(coalesce, authorized)`, whether it may
+    /// wait for another request, and whether it carries `Authorization`.
+    fn join(
+        self: &Arc<Self>,
+        policy: &CachePolicy,
+        (coalesce, authorized): (bool, bool),
+        keys: &Keys,
+    ) -> Joined {
         if !coalesce {
             return Joined::Lead(None);
         }
-        let key = flight_key(keys);
+        let key = flight_key(keys, authorized);
         match self
             .flights
             .join(&key, policy.coalesce_max_waiters, policy.coalesce_timeout)
@@ -381,11 +389,24 @@ impl Keys {
     }
 }
 
-/// The coalescing key: the primary key, and the secondary one when known.
-fn flight_key(keys: &Keys) -> Vec<u8> {
-    let mut key = Vec::with_capacity(keys.primary.len() + keys.secondary.len() + 1);
+/// The coalescing key: the primary key, and the secondary one when known; apart for
+/// requests with `Authorization` (`authorized`), whose answers a shared cache stores only
+/// when they say it may (RFC 9111 §3.5). An answer it may not store is remembered as a
+/// pass for them alone, so that their conditionals and `Range` reach the node (RFC 9111
+/// §4.3.2), while requests without one go on filling.
+fn flight_key(keys: &Keys, authorized: bool) -> Vec<u8> {
+    let mut key = Vec::with_capacity(keys.primary.len() + keys.secondary.len() + 2);
+    // A byte no primary key starts with (they start with the scheme).
+    if authorized {
+        key.push(0xff);
+    }
     key.extend_from_slice(&keys.primary);
     key.push(0);
     key.extend_from_slice(&keys.secondary);
     key
+}
+
+/// Whether `request` carries `Authorization` ([`flight_key`]).
+fn authorized(request: &impl RequestView) -> bool {
+    request.header("authorization").is_some()
 }

@@ -389,6 +389,43 @@ fn not_storable_responses_pass() {
     assert_eq!(cache.stats().objects, 0);
 }
 
+/// Requests whose answer the cache may not store keep their conditionals and `Range` on
+/// the way to the node (RFC 9111 §4.3.2), so that the node answers its 304, 412 or 206:
+/// one whose own `no-store` forbids storing (§5.2.1.5) from the first, and one with
+/// `Authorization` once an answer to such a request for its key was not storable (§3.5).
+/// Requests without `Authorization` go on filling that key.
+#[test]
+fn requests_whose_answer_is_not_stored_keep_their_conditionals() {
+    let (cache, _, _) = new_cache();
+    let conditional = |request: Req| {
+        request
+            .header("Range", "bytes=0-1")
+            .header("If-None-Match", "\"a\"")
+    };
+    let no_store = conditional(Req::get("/n")).header("Cache-Control", "no-store");
+    let exchange = forward(cache.lookup(&policy(), None, &no_store, T0));
+    assert!(exchange.remove_fields().is_empty(), "no-store: a pass");
+
+    let authorized = conditional(Req::get("/a")).header("Authorization", "Bearer x");
+    let first = forward(cache.lookup(&policy(), None, &authorized, T0));
+    assert!(
+        first.remove_fields().contains(&"range"),
+        "the first cannot know"
+    );
+    let (response, _) = node(200, &[("Cache-Control", "max-age=60")], b"0123");
+    match cache.response(first, &policy(), None, &authorized, &response, T0) {
+        Reply::Forward(forward) => assert_eq!(forward.status, CacheStatus::Pass),
+        other => panic!("expected a pass, got {other:?}"),
+    }
+    let second = forward(cache.lookup(&policy(), None, &authorized, T0));
+    assert!(second.remove_fields().is_empty(), "remembered as a pass");
+    let anonymous = forward(cache.lookup(&policy(), None, &conditional(Req::get("/a")), T0));
+    assert!(
+        anonymous.remove_fields().contains(&"range"),
+        "without Authorization the key still fills"
+    );
+}
+
 #[test]
 fn set_cookie_stripped_when_configured() {
     let (cache, _, _) = new_cache();
