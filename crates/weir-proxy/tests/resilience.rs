@@ -389,6 +389,17 @@ async fn a_url_that_fails_does_not_eject_the_last_node_serving() {
     assert!(pool.nodes[1].is_ejected(std::time::Instant::now()));
     proxy.stop().await;
 
+    // The active one failing, the other draining: it stays in, since the draining one
+    // takes no new sessions.
+    let proxy = TestProxy::start(&config(&addrs[..2], "", "")).await;
+    let pool = &proxy.pools[0];
+    pool.nodes[1].set_mode(weir_config::NodeMode::Draining);
+    for _ in 0..10 {
+        pool.record_failure(&pool.nodes[0], std::time::Instant::now());
+    }
+    assert!(!pool.nodes[0].is_ejected(std::time::Instant::now()));
+    proxy.stop().await;
+
     // One down by its monitor: the other is the last one serving.
     let proxy = TestProxy::start(&text).await;
     let nodes = &proxy.pools[0].nodes;

@@ -82,8 +82,9 @@ impl Pool {
     ///
     /// At most `max_ejected_percent` of the nodes that take requests (all but disabled
     /// ones: a draining node still takes those persistence sticks to it) are ejected at
-    /// once, at least one; below 100 % never the last of them still up (neither ejected nor
-    /// down by its monitor). Past it a node that reaches its count of
+    /// once, at least one; below 100 % never while no other node that takes new sessions
+    /// (an active one) is still up (neither ejected nor down by its monitor): a draining
+    /// node left up takes none. Past it a node that reaches its count of
     /// failures stays in (logged once per held outage), so failures a client can cause on
     /// every node, such as one URL that answers 500, cannot eject the whole pool while its
     /// nodes are up — a pool of one node, or of one node the others being down or disabled,
@@ -104,10 +105,9 @@ impl Pool {
                 .iter()
                 .filter(|n| takes_requests(n) && n.is_ejected(now))
                 .count();
-            let others_available = self
-                .nodes
-                .iter()
-                .any(|n| !std::ptr::eq(n.as_ref(), node) && takes_requests(n) && n.is_healthy(now));
+            let others_available = self.nodes.iter().any(|n| {
+                !std::ptr::eq(n.as_ref(), node) && n.mode() == NodeMode::Active && n.is_healthy(now)
+            });
             ejected >= allowed || (percent < 100 && !others_available)
         };
         match node.record_failure_unless(now, full) {
