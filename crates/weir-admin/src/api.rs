@@ -755,6 +755,12 @@ fn weight_body(body: &[u8]) -> Result<u32, String> {
     if let Some(unknown) = object.keys().find(|key| *key != "weight") {
         return Err(format!("unknown field \"{unknown}\"; expected \"weight\""));
     }
+    // A map keeps the last of a name given twice: `{"weight": 1, "weight": 900}` is 900.
+    let fields: crate::cache_api::Fields =
+        serde_json::from_slice(body).map_err(|error| format!("malformed JSON: {error}"))?;
+    if fields.0.len() > 1 {
+        return Err("field \"weight\" given more than once".to_owned());
+    }
     let Some(weight) = object.get("weight") else {
         return Err("missing field \"weight\"".to_owned());
     };

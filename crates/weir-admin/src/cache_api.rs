@@ -123,14 +123,10 @@ fn purge(cache: &Cache, body: &[u8]) -> Result<Response, Refusal> {
     Ok(Response::json(200, &json!({ "purged": purged })))
 }
 
-/// The body's one field, or a 400 saying `expected`.
-fn only_field<'a>(
-    request: &'a serde_json::Map<String, Value>,
-    expected: &str,
-) -> Result<(&'a str, &'a Value), Refusal> {
-    let mut fields = request.iter();
-    match (fields.next(), fields.next()) {
-        (Some((key, value)), None) => Ok((key.as_str(), value)),
+/// The body's one field, or a 400 saying `expected` (a name given twice is two fields).
+fn only_field<'a>(request: &'a Fields, expected: &str) -> Result<(&'a str, &'a Value), Refusal> {
+    match request.0.as_slice() {
+        [(key, value)] => Ok((key.as_str(), value)),
         _ => Err(bad_request(expected.to_owned())),
     }
 }
@@ -169,18 +165,41 @@ fn bans(cache: &Cache) -> Value {
     json!({ "bans": bans })
 }
 
-fn object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Refusal> {
-    match serde_json::from_slice(body) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(Box::new(Response::error(
-            400,
-            "the body must be a JSON object",
-        ))),
-        Err(error) => Err(Box::new(Response::error(
-            400,
-            format!("invalid JSON: {error}"),
-        ))),
+/// A JSON object's fields in the order written, a name given twice kept twice: a map
+/// keeps only the last, and `{"url": A, "url": B}` would purge B as if A were not there.
+pub(crate) struct Fields(pub(crate) Vec<(String, Value)>);
+
+impl<'de> serde::Deserialize<'de> for Fields {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Fields;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Fields, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(field) = map.next_entry::<String, Value>()? {
+                    fields.push(field);
+                }
+                Ok(Fields(fields))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
     }
+}
+
+fn object(body: &[u8]) -> Result<Fields, Refusal> {
+    serde_json::from_slice(body).map_err(|error| {
+        let message = match error.classify() {
+            serde_json::error::Category::Data => "the body must be a JSON object".to_owned(),
+            _ => format!("invalid JSON: {error}"),
+        };
+        Box::new(Response::error(400, message))
+    })
 }
 
 fn refused(error: PurgeError) -> Refusal {

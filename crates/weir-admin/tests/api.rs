@@ -306,6 +306,10 @@ async fn malformed_json_gets_400_naming_the_field() {
             "unknown field \"wieght\"; expected \"weight\"",
         ),
         ("{}", "missing field \"weight\""),
+        (
+            r#"{"weight": 1, "weight": 900}"#,
+            "field \"weight\" given more than once",
+        ),
     ] {
         let reply = api(setup.admin, "PUT", &path, body).await;
         assert_eq!(reply.status, 400, "{body}");

@@ -184,11 +184,18 @@ async fn refused_bodies_and_paths(admin: SocketAddr) {
         "{\"all\": false}",
         "{\"everything\": true}",
         "{}",
+        // A name given twice: a map would keep the last, and act on it alone.
+        "{\"url\": \"http://x/other\", \"url\": \"http://x/a\"}",
+        "{\"all\": true, \"all\": true}",
     ] {
         let (status, answer) = purge(admin, body).await;
         assert_eq!(status, 400, "{body}: {answer}");
     }
-    for body in ["{\"pattern\": 5}", "{\"pattern\": \"/a/\", \"all\": true}"] {
+    for body in [
+        "{\"pattern\": 5}",
+        "{\"pattern\": \"/a/\", \"all\": true}",
+        "{\"pattern\": \"x\", \"pattern\": \"/a/\"}",
+    ] {
         let (status, answer) = call(admin, "POST", "/api/v1/cache/web/bans", body).await;
         assert_eq!(status, 400, "{body}: {answer}");
     }
