@@ -956,3 +956,111 @@ async fn small_data_frames_reach_an_http1_node_in_few_chunks() {
     );
     proxy.stop().await;
 }
+
+/// A socket read at most `rate` bytes a second (in 16 KiB steps): a client on a slow link.
+struct SlowReader {
+    inner: tokio::net::TcpStream,
+    rate: usize,
+    next: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl tokio::io::AsyncRead for SlowReader {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::future::Future;
+        const STEP: usize = 16 * 1024;
+        if let Some(sleep) = self.next.as_mut() {
+            std::task::ready!(sleep.as_mut().poll(cx));
+            self.next = None;
+        }
+        let mut scratch = [0u8; STEP];
+        let room = STEP.min(buf.remaining());
+        let mut step = tokio::io::ReadBuf::new(&mut scratch[..room]);
+        std::task::ready!(std::pin::Pin::new(&mut self.inner).poll_read(cx, &mut step))?;
+        let n = step.filled().len();
+        buf.put_slice(step.filled());
+        let pause = std::time::Duration::from_secs_f64(n as f64 / self.rate as f64);
+        self.next = Some(Box::pin(tokio::time::sleep(pause)));
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl tokio::io::AsyncWrite for SlowReader {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A connection's last answer, still queued in the sockets' buffers when weir ends the
+/// connection gracefully (`max_requests_per_connection`), reaches a client that reads it
+/// slowly whole: weir reads what the client sends meanwhile (WINDOW_UPDATEs, as it reads)
+/// for as long as it keeps sending, instead of closing after a fixed 2 s and resetting the
+/// connection under the unread end of the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_gets_the_whole_last_answer_of_a_connection() {
+    const SIZE: usize = 8 << 20;
+    let origin = TestOrigin::start("a").await;
+    let vs = "[virtual_servers.web.http2]\ncleartext = true\n\
+              [virtual_servers.web.limits]\nmax_requests_per_connection = 1";
+    let proxy = TestProxy::start(&weir_testkit::config(&[origin.addr], "", vs)).await;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let slow = SlowReader {
+        inner: tcp,
+        rate: 1 << 20,
+        next: None,
+    };
+    // A large window: most of the answer can be on its way before the client reads it.
+    let (sender, connection) = h2::client::Builder::new()
+        .initial_window_size(4 << 20)
+        .initial_connection_window_size(4 << 20)
+        .handshake::<_, bytes::Bytes>(slow)
+        .await
+        .expect("handshake");
+    let connection = tokio::spawn(connection);
+    let request = http::Request::get(format!(
+        "http://127.0.0.1:{}/bytes/{SIZE}",
+        proxy.addr.port()
+    ))
+    .body(())
+    .expect("request");
+    let mut sender = sender.ready().await.expect("ready");
+    let (response, _) = sender.send_request(request, true).expect("sent");
+    let response = response.await.expect("a response");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut received = 0;
+    while let Some(data) = body.data().await {
+        let Ok(data) = data else { break };
+        let _ = body.flow_control().release_capacity(data.len());
+        received += data.len();
+    }
+    assert_eq!(received, SIZE, "the whole answer");
+    let wait = std::time::Duration::from_secs(20);
+    let ended = tokio::time::timeout(wait, connection).await;
+    assert!(matches!(ended, Ok(Ok(Ok(())))), "{ended:?}");
+    proxy.stop().await;
+    origin.stop().await;
+}

@@ -124,9 +124,17 @@ impl Tripwire {
     }
 }
 
-/// How long a connection the codec ended gracefully is read from (what the client still
-/// sends dropped) before it is closed: the client closes first, having read every answer.
-const LINGER_AFTER_GOAWAY: Duration = Duration::from_secs(2);
+/// How long a connection the codec ended gracefully is read from at most (what the client
+/// still sends dropped) before it is closed: the client closes first, having read every
+/// answer. A client still reading the last answers sends WINDOW_UPDATEs as it goes, and on
+/// a slow link the megabytes queued in the sockets' buffers take seconds (nginx lingers
+/// 30 s at most after an HTTP/2 close, too).
+const LINGER_AFTER_GOAWAY: Duration = Duration::from_secs(30);
+/// ... and the client may stay quiet this long before the close: one that sends nothing
+/// has read all it wanted, or is gone.
+const LINGER_QUIET: Duration = Duration::from_secs(2);
+/// ... and at most this much of what it sends is read away.
+const LINGER_BYTES: usize = 16 * 1024 * 1024;
 /// How long a close_notify and FIN may take to leave.
 const CLOSE_TIME: Duration = Duration::from_secs(1);
 
@@ -307,16 +315,23 @@ where
     ) {
         return;
     }
-    discard_until_closed(&mut io, LINGER_AFTER_GOAWAY).await;
+    discard_until_closed(&mut io, (LINGER_QUIET, LINGER_AFTER_GOAWAY)).await;
 }
 
-/// Reads and drops what the client sends until it closes, or for `time` at most.
-async fn discard_until_closed<S: AsyncRead + Unpin>(io: &mut S, time: Duration) {
+/// Reads and drops what the client sends until it closes, stays quiet for `quiet`, or
+/// `time` or [`LINGER_BYTES`] run out.
+async fn discard_until_closed<S: AsyncRead + Unpin>(
+    io: &mut S,
+    (quiet, time): (Duration, Duration),
+) {
     let end = tokio::time::Instant::now() + time;
     let mut scratch = [0u8; 4096];
-    while let Ok(Ok(n)) = tokio::time::timeout_at(end, io.read(&mut scratch)).await {
-        if n == 0 {
-            break;
+    let mut discarded = 0;
+    while discarded < LINGER_BYTES {
+        let deadline = end.min(tokio::time::Instant::now() + quiet);
+        match tokio::time::timeout_at(deadline, io.read(&mut scratch)).await {
+            Ok(Ok(n)) if n > 0 => discarded += n,
+            _ => break,
         }
     }
 }
@@ -361,6 +376,6 @@ where
         }
     }
     let _ = io.shutdown().await;
-    discard_until_closed(io, LINGER).await;
+    discard_until_closed(io, (LINGER, LINGER)).await;
     None
 }
