@@ -478,7 +478,7 @@ async fn attempt_h2(
         }
         // 103 Early Hints and the like go on as they come (as from HTTP/1.1 nodes).
         if !forwarding.background {
-            relay_interim(client, vs, (head, forwarding), &interim).await?;
+            relay_interim(client, vs, (head, forwarding, true), &interim).await?;
         }
     };
     Ok(Exchange {
@@ -518,7 +518,7 @@ async fn relay_held_interims(
         let interim =
             http2::upstream::interim_head(interim, reading).map_err(Failure::from_error)?;
         if !forwarding.background {
-            relay_interim(client, vs, (head, forwarding), &interim).await?;
+            relay_interim(client, vs, (head, forwarding, true), &interim).await?;
         }
     }
     Ok(interims)
@@ -790,7 +790,7 @@ async fn read_response_head(
                         return Err(bad_response("too many interim (1xx) responses"));
                     }
                     if !forwarding.background {
-                        relay_interim(client, vs, (head, forwarding), &response).await?;
+                        relay_interim(client, vs, (head, forwarding, false), &response).await?;
                     }
                     continue;
                 }
@@ -907,7 +907,7 @@ fn left_at_node() -> Failure {
 async fn relay_interim(
     client: &mut Client,
     vs: &VirtualServerRuntime,
-    (head, forwarding): (&RequestHead, Forwarding),
+    (head, forwarding, from_h2_node): (&RequestHead, Forwarding, bool),
     response: &ResponseHead,
 ) -> Result<(), Failure> {
     if head.version() != weir_http::Version::Http11 {
@@ -918,7 +918,8 @@ async fn relay_interim(
         version: head.version(),
         keep_alive: true,
         via: (!forwarding.hide_via).then_some(crate::VIA),
-        via_version: None,
+        // The protocol weir received it in, as for the final answer (`Via: 2 weir`).
+        via_version: from_h2_node.then_some("2"),
         upgrade: false,
         set_headers: &[],
     };

@@ -1238,7 +1238,8 @@ async fn a_client_that_leaves_while_the_h2_node_works_takes_its_stream_with_it()
 }
 
 /// A 103 Early Hints from an HTTP/2 node reaches an HTTP/1.1 client before the final
-/// answer, as one from an HTTP/1.1 node does (RFC 9110 §15.2: a proxy forwards 1xx).
+/// answer, as one from an HTTP/1.1 node does (RFC 9110 §15.2: a proxy forwards 1xx), with
+/// `Via: 2 weir` (RFC 9110 §7.6.3: the protocol it was received in).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_hints_from_an_h2_node_reach_the_client() {
     let node = h2_node().await;
@@ -1265,6 +1266,8 @@ async fn early_hints_from_an_h2_node_reach_the_client() {
             .contains("link: </style.css>; rel=preload"),
         "{text}"
     );
+    // Its `Via` names the protocol weir received it in, as the final answer's does.
+    assert!(text[..hints_end].contains("\r\nVia: 2 weir"), "{text}");
     assert!(text[hints_end + 4..].starts_with("HTTP/1.1 200 "), "{text}");
     proxy.stop().await;
 }
