@@ -308,7 +308,12 @@ where
             .span()
             .and_then(|_| locator.as_ref().map(|l| l.path_at(offset)))
             .unwrap_or_default();
-        let (missing_key, message) = error::explain_serde_message(error.message());
+        let (missing_key, mut message) = error::explain_serde_message(error.message());
+        // The TOML reader hands a date or time on as a table of its own: name what was written.
+        let written = error.span().and_then(|span| text.get(span));
+        if written.is_some_and(|value| value.trim().parse::<toml_edit::Datetime>().is_ok()) {
+            message = message.replacen("invalid type: table", "invalid type: date-time", 1);
+        }
         let line = error
             .span()
             .map(|_| locate::line_at(text.as_bytes(), offset))

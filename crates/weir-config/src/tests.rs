@@ -123,6 +123,13 @@ fn wrong_type_names_file_line_and_path() {
         "weir.toml:13: pools.web.timeouts.connect: invalid type: integer `3`, expected a \
          duration string such as \"250ms\", \"5s\" or \"2m\""
     );
+    // A date is named a date, not the table the TOML reader hands it on as.
+    let text = format!("{GOOD}retries = 1979-05-27\n");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "weir.toml:12: pools.web.retries: invalid type: date-time, expected a whole number"
+    );
 }
 
 /// The line and key of each problem `error` reports, in order.
