@@ -110,6 +110,11 @@ pub struct VirtualServerRuntime {
     current_generation: Arc<AtomicU64>,
     /// TLS termination, on an HTTPS or TLS virtual server.
     pub tls: Option<Arc<TlsTermination>>,
+    /// The fields weir sets in the header section of a forwarded request by name of its
+    /// own (the client-certificate subject's, the request id's): a client's trailer by one
+    /// of these names is dropped, since a node that merges trailers into the header
+    /// section would take it for weir's. `None` when there are none.
+    pub(crate) managed_fields: Option<Arc<[Box<[u8]>]>>,
     /// Rules and limits (issue 14).
     pub(crate) traffic: VirtualServerTraffic,
     /// The cache and compression; `None` when neither is configured.
@@ -119,6 +124,22 @@ pub struct VirtualServerRuntime {
     /// How TCP sessions (tcp and tls virtual servers, passthrough) relay bytes.
     pub(crate) relay: (Relay, RelaySettings),
     pub(crate) layer4: Layer4Metrics,
+}
+
+/// [`VirtualServerRuntime::managed_fields`] of `config`.
+fn managed_fields(
+    config: &VirtualServer,
+    tls: Option<&TlsTermination>,
+) -> Option<Arc<[Box<[u8]>]>> {
+    let subject = tls.and_then(|tls| tls.subject_header.as_deref());
+    let request_id = &config.traffic.request_id;
+    let id = request_id.enabled.then_some(request_id.header.as_str());
+    let names: Vec<Box<[u8]>> = subject
+        .into_iter()
+        .chain(id)
+        .map(|name| Box::from(name.as_bytes()))
+        .collect();
+    (!names.is_empty()).then(|| Arc::from(names))
 }
 
 impl VirtualServerRuntime {
@@ -150,6 +171,7 @@ impl VirtualServerRuntime {
                 max_head_bytes: config.limits.max_header_bytes,
                 max_headers: config.limits.max_headers,
             },
+            managed_fields: managed_fields(config, tls.as_deref()),
             tls,
             traffic,
             content,

@@ -45,16 +45,17 @@ pub(crate) struct RequestBody {
     pub received: u64,
     /// The deadlines the rest of the body must meet.
     pub clock: BodyClock,
-    /// A field weir manages in the header section that the client must not send as a
-    /// trailer either: the verified client-certificate subject's, where one is set.
-    pub managed_trailer: Option<Arc<str>>,
+    /// Fields weir manages in the header section that the client must not send as
+    /// trailers either ([`VirtualServerRuntime::managed_fields`]); taken only by a body that
+    /// may end with trailers.
+    pub managed_trailers: Option<Arc<[Box<[u8]>]>>,
 }
 
 /// Appends the trailer lines of a request body that may go on to `out`
-/// ([`weir_http::filter_trailers`], and never `managed`, a field weir manages in the header
-/// section: [`RequestBody::managed_trailer`]).
-pub(crate) fn keep_trailers(managed: Option<&str>, lines: &[u8], out: &mut BytesMut) {
-    filter_trailers_but(lines, out, managed.map(str::as_bytes));
+/// ([`weir_http::filter_trailers`], and never one of `managed`, the fields weir manages in
+/// the header section: [`RequestBody::managed_trailers`]).
+pub(crate) fn keep_trailers(managed: Option<&[Box<[u8]>]>, lines: &[u8], out: &mut BytesMut) {
+    filter_trailers_but(lines, out, managed.unwrap_or_default());
 }
 
 /// The deadlines and the size bound of one request body, from when its head was read.
@@ -139,7 +140,7 @@ pub(crate) enum Remaining {
 impl RequestBody {
     /// Appends the trailer lines that may go on to `out` ([`keep_trailers`]).
     pub(crate) fn keep_trailers(&self, lines: &[u8], out: &mut BytesMut) {
-        keep_trailers(self.managed_trailer.as_deref(), lines, out);
+        keep_trailers(self.managed_trailers.as_deref(), lines, out);
     }
 
     /// True when the body has been read completely, so the request can be sent again.
@@ -208,7 +209,12 @@ pub(crate) async fn read(
         remaining: Remaining::Nothing,
         received: 0,
         clock: BodyClock::new(vs, Instant::now(), call),
-        managed_trailer: vs.tls.as_ref().and_then(|tls| tls.subject_header.clone()),
+        // Trailers come only after chunks, or after an HTTP/2 client's DATA.
+        managed_trailers: match head.framing() {
+            BodyFraming::Chunked => vs.managed_fields.clone(),
+            BodyFraming::Length(_) if client.h2().is_some() => vs.managed_fields.clone(),
+            _ => None,
+        },
     };
     let read = match head.framing() {
         BodyFraming::None | BodyFraming::CloseDelimited => {

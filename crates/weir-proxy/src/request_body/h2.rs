@@ -108,7 +108,7 @@ pub(crate) fn spawn_h2_pump(
         clock: body.clock,
         max_body: body.clock.max_body,
         write_stall,
-        managed: body.managed_trailer.clone(),
+        managed: body.managed_trailers.clone(),
     };
     tokio::spawn(pump.run(source, node, ended));
     Ok(PumpWatch(Some(watch)))
@@ -163,8 +163,8 @@ struct Pump {
     clock: BodyClock,
     max_body: u64,
     write_stall: Duration,
-    /// [`RequestBody::managed_trailer`].
-    managed: Option<Arc<str>>,
+    /// [`RequestBody::managed_trailers`].
+    managed: Option<Arc<[Box<[u8]>]>>,
 }
 
 impl Pump {
