@@ -125,6 +125,16 @@ impl Flights {
         })
     }
 
+    /// Whether `key`'s last answer is remembered as not storable (a pass marker that has
+    /// not expired): for a lookup that does not coalesce.
+    pub fn is_pass(&self, key: &[u8]) -> bool {
+        let (shard, digest) = self.shard(key);
+        shard
+            .passes
+            .get(&digest)
+            .is_some_and(|until| *until > Instant::now())
+    }
+
     /// Joins the flight for `key`, or starts one.
     pub fn join(self: &Arc<Self>, key: &[u8], max_waiters: u32, timeout: Duration) -> Join {
         let now = Instant::now();

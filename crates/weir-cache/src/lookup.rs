@@ -344,10 +344,20 @@ impl Cache {
         (coalesce, authorized): (bool, bool),
         keys: &Keys,
     ) -> Joined {
-        if !coalesce {
+        // Without coalescing no answer is remembered as not storable.
+        if !policy.coalesce {
             return Joined::Lead(None);
         }
         let key = flight_key(keys, authorized);
+        if !coalesce {
+            // Alone (after a wait), yet a pass all the same when the key's last answer was
+            // not storable: a waiter its leader sent to the node keeps its conditionals and
+            // `Range`.
+            return match self.flights.is_pass(&key) {
+                true => Joined::Pass,
+                false => Joined::Lead(None),
+            };
+        }
         match self
             .flights
             .join(&key, policy.coalesce_max_waiters, policy.coalesce_timeout)

@@ -1417,6 +1417,34 @@ async fn an_uncacheable_key_is_not_coalesced_for_a_while() {
     ));
 }
 
+/// A request that waited for a fill that could not be stored goes on to the node as a pass,
+/// with its conditionals and `Range`, so that the node answers its 304 or 206: the fill's
+/// answer said the key is not storable before the waiter left for the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_fill_that_was_not_stored_keeps_its_conditionals() {
+    let (cache, _, _) = new_cache();
+    let leader = Req::get("/w");
+    let exchange = forward(cache.lookup(&policy(), None, &leader, T0));
+    let conditional = Req::get("/w").header("If-None-Match", "\"v1\"");
+    let first = cache.lookup(&policy(), None, &conditional, T0);
+    assert!(matches!(first, Lookup::Wait(_)), "{first:?}");
+    let waiting = {
+        let cache = Arc::clone(&cache);
+        tokio::spawn(async move {
+            cache
+                .coalesced_from(first, &policy(), None, &conditional)
+                .await
+        })
+    };
+    let private = Resp::new(200).header("Cache-Control", "private");
+    assert!(matches!(
+        cache.response(exchange, &policy(), None, &leader, &private, T0),
+        Reply::Forward(_)
+    ));
+    let sent = forward(waiting.await.expect("the waiter's lookup"));
+    assert!(sent.remove_fields().is_empty(), "a pass, as sent");
+}
+
 /// `weir_cache_coalesced_total` counts a waiter once, and only when the fill it waited for
 /// answered it; one the fill could not answer goes to the node and is not counted. The
 /// `waiting` gauge follows the waiters.
