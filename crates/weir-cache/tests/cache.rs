@@ -63,6 +63,19 @@ fn body(hit: &Hit) -> Vec<u8> {
     }
 }
 
+/// A hit's head as written for an HTTP/1.1 client, kept alive, without edits.
+fn head_text(hit: &Hit) -> String {
+    let mut head = BytesMut::new();
+    hit.write_http1_head(
+        &mut head,
+        (false, true),
+        &[],
+        &[],
+        None::<&weir_http::Unedited>,
+    );
+    String::from_utf8(head.to_vec()).unwrap()
+}
+
 /// A node's answer: status, fields and body (Content-Length added).
 fn node(status: u16, fields: &[(&str, &str)], body: &[u8]) -> (Resp, Bytes) {
     let mut response = Resp::new(status);
@@ -219,15 +232,7 @@ fn miss_then_hit_with_age_head_and_conditionals() {
     assert_eq!(failed.status(), 412);
     // The cache's own answer, made now: none of the stored fields, but a `Date` of its
     // own (RFC 9110 section 6.6.1), over HTTP/1.1 as over HTTP/2 (written from this head).
-    let mut head = BytesMut::new();
-    failed.write_http1_head(
-        &mut head,
-        (false, true),
-        &[],
-        &[],
-        None::<&weir_http::Unedited>,
-    );
-    let text = String::from_utf8(head.to_vec()).unwrap();
+    let text = head_text(&failed);
     assert_eq!(text.matches("\r\nDate: ").count(), 1, "{text}");
     assert!(!text.contains("ETag"), "{text}");
     assert_eq!((metrics.hits.get(), metrics.misses.get()), (5, 1));
@@ -304,15 +309,7 @@ fn ranges_from_a_whole_object() {
         (beyond.status(), beyond.content_range().as_deref()),
         (416, Some("bytes */10"))
     );
-    let mut head = BytesMut::new();
-    beyond.write_http1_head(
-        &mut head,
-        (false, true),
-        &[],
-        &[],
-        None::<&weir_http::Unedited>,
-    );
-    let text = String::from_utf8(head.to_vec()).unwrap();
+    let text = head_text(&beyond);
     assert_eq!(
         text.matches("\r\nDate: ").count(),
         1,

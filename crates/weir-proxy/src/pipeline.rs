@@ -1177,6 +1177,40 @@ fn end_cut_stream(client: &mut Client, error: &Error, grpc: bool) -> Option<u32>
     stream.finish_grpc(code, message.trim_end()).then_some(code)
 }
 
+/// Sends weir's own answer `(status, keep_alive, version)` to a failed request, with the
+/// rules' response edits and the request id as on its other answers; returns its size (0
+/// when it could not be sent).
+async fn answer_own_error(
+    client: &mut Client,
+    vs: &VirtualServerRuntime,
+    traffic: Option<&RequestTraffic>,
+    (status, keep_alive, version): (u16, bool, Version),
+    answering: (bool, bool),
+) -> u64 {
+    let edits = traffic.map(|traffic| traffic.response_edits(vs));
+    let timeout = vs.config.timeouts.write;
+    let set = &vs.config.response_headers;
+    let shape = (status, keep_alive);
+    let sent = match &edits {
+        Some(edits) => {
+            let own = OwnAnswer { set, edits };
+            client
+                .answer_error(shape, version, timeout, &own, answering)
+                .await
+        }
+        None => {
+            let own = OwnAnswer {
+                set,
+                edits: &Unedited,
+            };
+            client
+                .answer_error(shape, version, timeout, &own, answering)
+                .await
+        }
+    };
+    sent.unwrap_or(0)
+}
+
 /// Whether the connection may carry another request after weir's answer to `failure`:
 /// a node's failure or the lack of a node (502, 503, 504, but not the drain's 503) to
 /// an HTTP/1.1 request that may keep it (`keep_alive`), read whole, and that asked for
@@ -1246,28 +1280,8 @@ async fn answer_failure(
     let grpc_cut = cut_short.then(|| end_cut_stream(client, &failure.error, answering.0));
     let mut bytes = 0;
     if let Some(status) = failure.status {
-        // The rules' response edits and the request id go on weir's error answers too.
-        let edits = traffic.map(|traffic| traffic.response_edits(vs));
-        let timeout = vs.config.timeouts.write;
-        let set = &vs.config.response_headers;
-        bytes = match &edits {
-            Some(edits) => {
-                let own = OwnAnswer { set, edits };
-                client
-                    .answer_error((status, keep_alive), version, timeout, &own, answering)
-                    .await
-            }
-            None => {
-                let own = OwnAnswer {
-                    set,
-                    edits: &Unedited,
-                };
-                client
-                    .answer_error((status, keep_alive), version, timeout, &own, answering)
-                    .await
-            }
-        }
-        .unwrap_or(0);
+        let shape = (status, keep_alive, version);
+        bytes = answer_own_error(client, vs, traffic, shape, answering).await;
         if matches!(
             kind,
             ErrorKind::BadRequest | ErrorKind::HeadTooLarge | ErrorKind::BodyTooLarge
