@@ -145,12 +145,14 @@ impl RequestTraffic {
         let Some(scratch) = self.scratch.as_mut() else {
             return Routed::Pool(Arc::clone(vs.route_pool(vs.matched_route(head))));
         };
+        // A limit's refusal decides the request: no rule did (not counted, not logged).
+        if let Err(refusal) = check_limits(scratch, self.client, traffic, head) {
+            scratch.decision.rule = None;
+            return Routed::Refused(refusal);
+        }
         let rule = scratch.decision.rule;
         if let Some(counter) = rule.and_then(|rule| traffic.metrics.rules.get(rule)) {
             counter.inc();
-        }
-        if let Err(refusal) = check_limits(scratch, self.client, traffic, head) {
-            return Routed::Refused(refusal);
         }
         match &scratch.decision.outcome {
             Outcome::Answer(_) => Routed::Answer,

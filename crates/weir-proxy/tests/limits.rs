@@ -408,3 +408,35 @@ async fn an_http2_connection_past_the_client_limit_gets_503_on_its_stream() {
     );
     proxy.stop().await;
 }
+
+/// A request a rate limit refuses was decided by the limit, not by the rule that would have
+/// answered it: the later `deny` rule counts only the request it denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_refusal_is_not_counted_for_the_rule_it_stopped() {
+    let origin = TestOrigin::start("a").await;
+    let vs = r#"
+[[virtual_servers.web.rules]]
+name = "limit-all"
+rate_limit = "one"
+
+[[virtual_servers.web.rules]]
+name = "secret"
+match = { path_prefix = "/secret" }
+deny = true
+
+[virtual_servers.web.rate_limits.one]
+rate = 1
+per = "1m"
+burst = 1
+"#;
+    let proxy = TestProxy::start(&config(&[origin.addr], "", vs)).await;
+    let url = format!("http://{}/secret", proxy.addr);
+    assert_eq!(curl(url.clone(), &[]).await.0, 403);
+    assert_eq!(curl(url, &[]).await.0, 429);
+    let text = proxy.metrics.encode();
+    let line = "weir_rule_matches_total{virtual_server=\"web\",rule=\"secret\"} 1\n";
+    assert!(text.contains(line), "{line} in\n{text}");
+    assert_eq!(limit_refusals(&proxy, "one"), 1);
+    proxy.stop().await;
+    origin.stop().await;
+}
