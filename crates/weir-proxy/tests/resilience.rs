@@ -348,6 +348,34 @@ async fn a_url_that_fails_does_not_eject_a_pools_only_node() {
     origin.stop().await;
 }
 
+/// A node ejected while another was active keeps serving when that other one is drained or
+/// disabled afterwards: below `max_ejected_percent = 100` passive health never takes the
+/// whole pool out, also when the last other node leaves after the ejection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ejected_node_serves_once_the_last_other_one_leaves() {
+    let origins = [TestOrigin::start("a").await, TestOrigin::start("b").await];
+    let addrs: Vec<SocketAddr> = origins.iter().map(|origin| origin.addr).collect();
+    let proxy = TestProxy::start(&config(&addrs, "", "")).await;
+    let pool = &proxy.pools[0];
+    for _ in 0..10 {
+        pool.record_failure(&pool.nodes[0], std::time::Instant::now());
+    }
+    assert!(pool.nodes[0].is_ejected(std::time::Instant::now()));
+    for mode in [
+        weir_config::NodeMode::Draining,
+        weir_config::NodeMode::Disabled,
+    ] {
+        pool.nodes[1].set_mode(mode);
+        let response = client::get(proxy.addr, "/").await.unwrap();
+        assert_eq!(response.status, 200, "the other node {mode:?}");
+        assert_eq!(response.header("x-origin"), Some("a"));
+    }
+    proxy.stop().await;
+    for origin in origins {
+        origin.stop().await;
+    }
+}
+
 /// Nor the last node still serving when the others are out for other reasons: down by
 /// their monitor, or disabled by the operator (the share counts the nodes that take
 /// requests). A reload that drops the monitor brings back the nodes it had marked down.

@@ -291,7 +291,8 @@ impl Pool {
     }
 
     /// Picks a node not yet tried for this request: an available one, or
-    /// with fail-open any one when none is available. `None` → 503.
+    /// with fail-open any one when none is available, or else one passive health
+    /// ejected but its monitor has up ([`Pool::ejected_but_up`]). `None` → 503.
     ///
     /// A node at its connection cap would make the request wait in its queue (or get a
     /// 503 past it) while another node may have room: with HTTP/1.1 (and TCP) nodes the
@@ -308,7 +309,7 @@ impl Pool {
             // go to every other node only).
             return self.fail_open(tried);
         }
-        if self.config.protocol == weir_config::UpstreamProtocol::Http1 {
+        let picked = if self.config.protocol == weir_config::UpstreamProtocol::Http1 {
             // Nodes with room under their cap, then in their queue, then any: one
             // choice (see `Balancer::pick_tiered`).
             let connections = &self.config.connections;
@@ -321,6 +322,19 @@ impl Pool {
                 .pick_tiered(&self.nodes, &[&under_cap, &in_queue, &available])
         } else {
             self.balancer.pick(&self.nodes, &available)
+        };
+        picked.or_else(|| self.balancer.pick(&self.nodes, &self.ejected_but_up(tried)))
+    }
+
+    /// Past every available node, an active one up by its monitor that passive health
+    /// ejected: below `max_ejected_percent = 100` ejections never take the whole pool out,
+    /// also when the last other node was drained, disabled or went down after the
+    /// ejection ([`Pool::record_failure`] holds the line only when it ejects).
+    fn ejected_but_up(&self, tried: Tried) -> impl Fn(usize) -> bool + '_ {
+        let allowed = self.config.passive_health.max_ejected_percent < 100;
+        move |index: usize| {
+            let node = &self.nodes[index];
+            allowed && !tried.contains(index) && node.is_active() && node.is_active_up()
         }
     }
 
@@ -348,7 +362,7 @@ impl Pool {
             let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
             return ring.pick_keyed(&self.nodes, &untried, key);
         }
-        None
+        ring.pick_keyed(&self.nodes, &self.ejected_but_up(tried), key)
     }
 
     /// The select stage for one request from `client`: the node its session sticks to
