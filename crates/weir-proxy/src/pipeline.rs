@@ -724,7 +724,7 @@ async fn serve_request(
         return answer_as_final_recipient(client, vs, request, traffic, &own).await;
     }
     // read body (up to request_buffer) before any upstream connection is taken
-    let mut body = request_body::read(client, vs, head).await?;
+    let mut body = request_body::read(client, vs, head, traffic.request_edits()).await?;
     // cache_lookup: a hit is answered here; a miss goes on (rewritten for the node if need be)
     let answer_keep_alive = keep_alive && body.is_complete() && !shutdown.is_triggered();
     let (route, edits) = (vs.matched_route(head), traffic.response_edits(vs));
@@ -1300,7 +1300,12 @@ async fn answer_failure(
         (None, None) => (0, 0),
     };
     log_failure(client, vs, (status, pool), &failure);
-    let duration = started.elapsed();
+    // The idle time of a connection kept after this answer counts from it, as after
+    // any other (`record`).
+    let duration = match keep_alive && bytes > 0 {
+        true => client.answered().saturating_duration_since(started),
+        false => started.elapsed(),
+    };
     if status != 0 {
         // As for an answered request (`record`): the access record's bytes and duration
         // are the metrics' too. What was read of the request counts as received: its head

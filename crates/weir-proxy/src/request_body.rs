@@ -193,11 +193,34 @@ fn too_large() -> Failure {
     Failure::from_error(Error::new(ErrorKind::BodyTooLarge, Side::Downstream))
 }
 
+/// The fields a request's trailers must not carry: those weir manages on the virtual
+/// server ([`VirtualServerRuntime::managed_fields`]) and those the request's rules set,
+/// add or remove (`edits`), which a node merging trailers into the header section would
+/// otherwise take from the client.
+fn managed_with(
+    vs: &VirtualServerRuntime,
+    edits: &weir_rules::HeaderEdits,
+) -> Option<Arc<[Box<[u8]>]>> {
+    if edits.is_empty() {
+        return vs.managed_fields.clone();
+    }
+    let managed = vs
+        .managed_fields
+        .iter()
+        .flat_map(|names| names.iter().cloned());
+    let edited = edits
+        .removed()
+        .chain(edits.appended().map(|(name, _)| name))
+        .map(Box::from);
+    Some(managed.chain(edited).collect())
+}
+
 /// Reads the body's first `request_buffer` bytes (all of it, if it fits).
 pub(crate) async fn read(
     client: &mut Client,
     vs: &VirtualServerRuntime,
     head: &RequestHead,
+    edits: &weir_rules::HeaderEdits,
 ) -> Result<RequestBody, Failure> {
     // A gRPC call only over HTTP/2, which every gRPC stack speaks: over HTTP/1.1 the content
     // type is only a label a client chose, and must not lift the upload clocks nor buffering.
@@ -211,8 +234,8 @@ pub(crate) async fn read(
         clock: BodyClock::new(vs, Instant::now(), call),
         // Trailers come only after chunks, or after an HTTP/2 client's DATA.
         managed_trailers: match head.framing() {
-            BodyFraming::Chunked => vs.managed_fields.clone(),
-            BodyFraming::Length(_) if client.h2().is_some() => vs.managed_fields.clone(),
+            BodyFraming::Chunked => managed_with(vs, edits),
+            BodyFraming::Length(_) if client.h2().is_some() => managed_with(vs, edits),
             _ => None,
         },
     };

@@ -235,6 +235,11 @@ impl RequestTraffic {
             || !decision.request_headers.is_empty()
     }
 
+    /// The rules' edits of the request head forwarded to the node.
+    pub(crate) fn request_edits(&self) -> &weir_rules::HeaderEdits {
+        &self.decision().request_headers
+    }
+
     /// What select and forward apply: the client address, the rewritten path, the
     /// request's header edits and the request id.
     pub(crate) fn upstream<'a>(&'a self, vs: &'a VirtualServerRuntime) -> Upstream<'a> {

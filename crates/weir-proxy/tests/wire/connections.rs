@@ -552,6 +552,47 @@ async fn weirs_own_gateway_errors_keep_a_connection_read_whole() {
     proxy.stop().await;
 }
 
+/// A connection kept after weir's own 504 gets its whole idle time from that answer, as after
+/// any other: counted from the accept, it closed as soon as the 504 went out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_time_after_a_kept_gateway_timeout_counts_from_it() {
+    let origin = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(
+        &[origin.addr],
+        "retries = 0\n[pools.web.timeouts]\nresponse = \"1500ms\"",
+        "[virtual_servers.web.timeouts]\nidle = \"1s\"",
+    ))
+    .await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET /delay/3000 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 504 "), "{head}");
+    assert!(!head.contains("Connection: close"), "{head}");
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("Content-Length: "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stream
+        .write_all(b"GET /bytes/3 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let reply = read_until_close(&mut stream).await;
+    let response = parse_response(&reply.bytes);
+    assert_eq!(response.status, 200, "{}", reply.text());
+    assert_eq!(response.rest, b"012");
+    proxy.stop().await;
+    origin.stop().await;
+}
+
 /// After a 101, bytes flow both ways through the proxy until a side closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade_tunnels_bytes_both_ways() {

@@ -54,6 +54,27 @@ async fn chunked_request_with_extensions_and_trailers_reaches_the_node() {
     proxy.stop().await;
 }
 
+/// Trailers by the names a rule sets or removes on the forwarded head are dropped too: a node
+/// that merges trailers into the header section would take the client's for the rule's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailers_by_names_a_rule_edits_do_not_reach_the_node() {
+    let mut node = RecordingNode::start(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let rules = "[[virtual_servers.web.rules]]\n\
+        request_headers = { set = { X-Client = \"${client_address}\" }, remove = [\"X-Debug\"] }";
+    let proxy = TestProxy::start(&config(&[node.addr], "", rules)).await;
+    let response = exchange(
+        &proxy,
+        b"POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
+          5\r\nhello\r\n0\r\nX-Client: 10.9.9.9\r\nX-Sum: 1\r\nx_debug: on\r\n\r\n",
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    let request = node.next().await;
+    assert_eq!(request.body, b"hello");
+    assert_eq!(request.trailers, b"X-Sum: 1\r\n");
+    proxy.stop().await;
+}
+
 /// The same through the built-in origin: the echo shows the decoded body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunked_request_with_trailers_is_echoed_intact() {
