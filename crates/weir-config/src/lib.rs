@@ -309,10 +309,14 @@ where
             .and_then(|_| locator.as_ref().map(|l| l.path_at(offset)))
             .unwrap_or_default();
         let (missing_key, mut message) = error::explain_serde_message(error.message());
-        // The TOML reader hands a date or time on as a table of its own: name what was written.
+        // The TOML reader hands a date or time on as a table of its own, with one private
+        // key: name what was written, where a value or a table belongs.
         let written = error.span().and_then(|span| text.get(span));
         if written.is_some_and(|value| value.trim().parse::<toml_edit::Datetime>().is_ok()) {
-            message = message.replacen("invalid type: table", "invalid type: date-time", 1);
+            message = match error.message().contains("$__toml_private_datetime") {
+                true => "invalid type: date-time, expected a table".to_owned(),
+                false => message.replacen("invalid type: table", "invalid type: date-time", 1),
+            };
         }
         let line = error
             .span()

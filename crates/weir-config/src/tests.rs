@@ -130,6 +130,12 @@ fn wrong_type_names_file_line_and_path() {
         error.to_string(),
         "weir.toml:12: pools.web.retries: invalid type: date-time, expected a whole number"
     );
+    let text = format!("{GOOD}timeouts = 1979-05-27T07:32:00Z\n");
+    let error = parse_str(&text, "weir.toml").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "weir.toml:12: pools.web.timeouts: invalid type: date-time, expected a table"
+    );
 }
 
 /// The line and key of each problem `error` reports, in order.
