@@ -131,8 +131,10 @@ impl Tripwire {
 /// 30 s at most after an HTTP/2 close, too).
 const LINGER_AFTER_GOAWAY: Duration = Duration::from_secs(30);
 /// ... and the client may stay quiet this long before the close: one that sends nothing
-/// has read all it wanted, or is gone.
-const LINGER_QUIET: Duration = Duration::from_secs(2);
+/// has read all it wanted, or is gone. A client sends a WINDOW_UPDATE only once it has
+/// read half its window (nghttp2's, curl's), so a large window read slowly can leave
+/// seconds between two: nginx waits 5 s between reads too (`lingering_timeout`).
+const LINGER_QUIET: Duration = Duration::from_secs(5);
 /// ... and at most this much of what it sends is read away.
 const LINGER_BYTES: usize = 16 * 1024 * 1024;
 /// How long a close_notify and FIN may take to leave.
