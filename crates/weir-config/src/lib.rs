@@ -313,9 +313,16 @@ where
         // key: name what was written, where a value or a table belongs.
         let written = error.span().and_then(|span| text.get(span));
         if written.is_some_and(|value| value.trim().parse::<toml_edit::Datetime>().is_ok()) {
-            message = match error.message().contains("$__toml_private_datetime") {
-                true => "invalid type: date-time, expected a table".to_owned(),
-                false => message.replacen("invalid type: table", "invalid type: date-time", 1),
+            let quoted = message
+                .strip_prefix("invalid type: string ")
+                .and_then(|rest| rest.find(", expected").map(|at| rest[at..].to_owned()));
+            message = match (error.message().contains(schema::TOML_DATETIME_KEY), quoted) {
+                (true, _) => "invalid type: date-time, expected a table".to_owned(),
+                // At the top level the reader hands it on as a string.
+                (false, Some(expected)) => format!("invalid type: date-time{expected}"),
+                (false, None) => {
+                    message.replacen("invalid type: table", "invalid type: date-time", 1)
+                }
             };
         }
         let line = error

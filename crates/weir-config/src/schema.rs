@@ -322,6 +322,9 @@ pub enum StatusValue {
     Text(String),
 }
 
+/// The one key of the table the TOML reader hands a date-time on as.
+pub(crate) const TOML_DATETIME_KEY: &str = "$__toml_private_datetime";
+
 impl<T> Default for Named<T> {
     fn default() -> Self {
         Self(Vec::new())
@@ -341,7 +344,15 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Named<T> {
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut entries = Vec::new();
-                while let Some((name, value)) = map.next_entry::<String, T>()? {
+                while let Some(name) = map.next_key::<String>()? {
+                    // The TOML reader hands a date-time on as a table with this one key:
+                    // taken as a name, it would become a header called so.
+                    if name == TOML_DATETIME_KEY {
+                        return Err(serde::de::Error::custom(
+                            "invalid type: date-time, expected a table",
+                        ));
+                    }
+                    let value = map.next_value::<T>()?;
                     entries.push((name, value));
                 }
                 Ok(Named(entries))

@@ -136,6 +136,15 @@ fn wrong_type_names_file_line_and_path() {
         error.to_string(),
         "weir.toml:12: pools.web.timeouts: invalid type: date-time, expected a table"
     );
+    // Where a table of names belongs, the reader's key must not become a name (a header).
+    let text = "[virtual_servers.web]\nlisten = \"127.0.0.1:8080\"\npool = \"web\"\n\
+                response_headers = 1979-05-27\n\n\
+                [pools.web]\nnodes = [{ address = \"127.0.0.1:8081\" }]\n";
+    let error = parse_str(text, "weir.toml").unwrap_err().to_string();
+    assert!(
+        error.ends_with("response_headers: invalid type: date-time, expected a table"),
+        "{error}"
+    );
 }
 
 /// The line and key of each problem `error` reports, in order.
