@@ -348,6 +348,37 @@ async fn a_url_that_fails_does_not_eject_a_pools_only_node() {
     origin.stop().await;
 }
 
+/// The same when the other node goes down by its monitor, with or without `fail_open`: the
+/// node that is up (only ejected) takes every request, never the one down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ejected_node_up_serves_before_fail_open_tries_one_down() {
+    let origins = [TestOrigin::start("a").await, TestOrigin::start("b").await];
+    let addrs: Vec<SocketAddr> = origins.iter().map(|origin| origin.addr).collect();
+    for fail_open in [false, true] {
+        let pool_extra = format!("fail_open = {fail_open}\nalgorithm = \"round_robin\"");
+        let proxy = TestProxy::start(&config(&addrs, &pool_extra, "")).await;
+        let pool = &proxy.pools[0];
+        for _ in 0..10 {
+            pool.record_failure(&pool.nodes[0], std::time::Instant::now());
+        }
+        assert!(pool.nodes[0].is_ejected(std::time::Instant::now()));
+        pool.nodes[1].set_active_up(false);
+        for _ in 0..4 {
+            let response = client::get(proxy.addr, "/").await.unwrap();
+            assert_eq!(response.status, 200, "fail_open = {fail_open}");
+            assert_eq!(
+                response.header("x-origin"),
+                Some("a"),
+                "fail_open = {fail_open}"
+            );
+        }
+        proxy.stop().await;
+    }
+    for origin in origins {
+        origin.stop().await;
+    }
+}
+
 /// A node ejected while another was active keeps serving when that other one is drained or
 /// disabled afterwards: below `max_ejected_percent = 100` passive health never takes the
 /// whole pool out, also when the last other node leaves after the ejection.

@@ -304,10 +304,14 @@ impl Pool {
         let available =
             |index: usize| !tried.contains(index) && self.nodes[index].is_available(now);
         if self.config.fail_open && !(0..self.nodes.len()).any(available) {
-            // Nothing available: fail-open's pick is the balancer's only turn for this
-            // request (a failed pick first would take a turn too, and fail-open would then
-            // go to every other node only).
-            return self.fail_open(tried);
+            // Nothing available: a node only ejected and still up first, then fail-open's
+            // pick, each the balancer's only turn for this request (a failed pick first
+            // would take a turn too, and fail-open would then go to every other node only).
+            let ejected = self.ejected_but_up(tried);
+            return match (0..self.nodes.len()).any(&ejected) {
+                true => self.balancer.pick(&self.nodes, &ejected),
+                false => self.fail_open(tried),
+            };
         }
         let picked = if self.config.protocol == weir_config::UpstreamProtocol::Http1 {
             // Nodes with room under their cap, then in their queue, then any: one
@@ -357,12 +361,14 @@ impl Pool {
         if let Some(index) = ring.pick_keyed(&self.nodes, &available, key) {
             return Some(index);
         }
-        if self.config.fail_open {
-            // Fail-open ignores health, never the operator's draining or disabled.
-            let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
-            return ring.pick_keyed(&self.nodes, &untried, key);
+        // A node only ejected and still up, then with fail-open any node: fail-open
+        // ignores health, never the operator's draining or disabled.
+        let ejected = ring.pick_keyed(&self.nodes, &self.ejected_but_up(tried), key);
+        if ejected.is_some() || !self.config.fail_open {
+            return ejected;
         }
-        ring.pick_keyed(&self.nodes, &self.ejected_but_up(tried), key)
+        let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
+        ring.pick_keyed(&self.nodes, &untried, key)
     }
 
     /// The select stage for one request from `client`: the node its session sticks to
