@@ -1214,7 +1214,8 @@ async fn answer_own_error(
 /// Whether the connection may carry another request after weir's answer to `failure`:
 /// a node's failure or the lack of a node (502, 503, 504, but not the drain's 503) to
 /// an HTTP/1.1 request that may keep it (`keep_alive`), read whole (no body, or a
-/// `Content-Length` body all received; a chunked one closes), and that asked for no tunnel (what a client sends after a CONNECT or an upgrade was meant for it).
+/// `Content-Length` body all received; a chunked one closes), and that asked for no
+/// tunnel (what a client sends after a CONNECT or an upgrade was meant for it).
 /// Anything else may leave bytes of the request in flight, and closes.
 fn keeps_connection(client: &Client, request: Option<Request<'_>>, failure: &Failure) -> bool {
     let Some(Request {
