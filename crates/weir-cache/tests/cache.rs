@@ -553,15 +553,7 @@ fn revalidation_with_304_refreshes_the_object() {
 fn a_304_is_checked_again_before_it_is_stored() {
     // The cookies in the head this client is written (a hit's own lines included).
     let cookies = |hit: &Hit| {
-        let mut head = BytesMut::new();
-        hit.write_http1_head(
-            &mut head,
-            (false, true),
-            &[],
-            &[],
-            None::<&weir_http::Unedited>,
-        );
-        String::from_utf8_lossy(&head)
+        head_text(hit)
             .to_ascii_lowercase()
             .matches("set-cookie: session=alice\r\n")
             .count()
