@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use weir_config::diff::ConfigDiff;
 use weir_config::edit::{EditError, NodeEdit, NodeRef, edit_node, same_label};
 use weir_config::{Config, ConfigError, NodeMode};
@@ -741,7 +741,12 @@ fn percent_decode(segment: &str) -> String {
 
 /// The weight in a `{"weight": N}` body; the message names the field that is wrong.
 fn weight_body(body: &[u8]) -> Result<u32, String> {
-    let value: Value = serde_json::from_slice(body).map_err(|error| {
+    // Read with every name as written: a map keeps the last of a name given twice, and
+    // `{"weight": 1, "weight": 900}` would be 900.
+    let fields: crate::cache_api::Fields = serde_json::from_slice(body).map_err(|error| {
+        if error.classify() == serde_json::error::Category::Data {
+            return "the body must be a JSON object like {\"weight\": 3}".to_owned();
+        }
         let near = field_near(body, error.line(), error.column());
         format!(
             "malformed JSON{}: {error}",
@@ -749,20 +754,15 @@ fn weight_body(body: &[u8]) -> Result<u32, String> {
                 .unwrap_or_default()
         )
     })?;
-    let Some(object) = value.as_object() else {
-        return Err("the body must be a JSON object like {\"weight\": 3}".to_owned());
-    };
-    if let Some(unknown) = object.keys().find(|key| *key != "weight") {
+    // The first unknown name in sorted order, as a map would list them.
+    let names = fields.0.iter().map(|(name, _)| name);
+    if let Some(unknown) = names.filter(|name| *name != "weight").min() {
         return Err(format!("unknown field \"{unknown}\"; expected \"weight\""));
     }
-    // A map keeps the last of a name given twice: `{"weight": 1, "weight": 900}` is 900.
-    let fields: crate::cache_api::Fields =
-        serde_json::from_slice(body).map_err(|error| format!("malformed JSON: {error}"))?;
-    if fields.0.len() > 1 {
-        return Err("field \"weight\" given more than once".to_owned());
-    }
-    let Some(weight) = object.get("weight") else {
-        return Err("missing field \"weight\"".to_owned());
+    let weight = match fields.0.as_slice() {
+        [] => return Err("missing field \"weight\"".to_owned()),
+        [(_, weight)] => weight,
+        _ => return Err("field \"weight\" given more than once".to_owned()),
     };
     weight
         .as_u64()
@@ -884,5 +884,13 @@ mod tests {
             "{error}"
         );
         assert!(weight_body(b"[3]").is_err());
+        assert_eq!(
+            weight_body(b"[3]"),
+            Err("the body must be a JSON object like {\"weight\": 3}".into())
+        );
+        assert_eq!(
+            weight_body(br#"{"zeta": 1, "alpha": 2}"#),
+            Err("unknown field \"alpha\"; expected \"weight\"".into())
+        );
     }
 }
