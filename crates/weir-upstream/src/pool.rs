@@ -345,8 +345,12 @@ impl Pool {
     /// Fail-open's pick: the balancer's among the untried nodes whatever their health
     /// (never the operator's: draining and disabled nodes stay out).
     fn fail_open(&self, tried: Tried) -> Option<usize> {
-        let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
-        self.balancer.pick(&self.nodes, &untried)
+        self.balancer.pick(&self.nodes, &self.untried_active(tried))
+    }
+
+    /// The nodes fail-open may take: untried and active, whatever their health.
+    fn untried_active(&self, tried: Tried) -> impl Fn(usize) -> bool + '_ {
+        move |index: usize| !tried.contains(index) && self.nodes[index].is_active()
     }
 
     /// [`Pool::select`] for a request with a key (`weir_rules::request_key`
@@ -367,8 +371,7 @@ impl Pool {
         if ejected.is_some() || !self.config.fail_open {
             return ejected;
         }
-        let untried = |index: usize| !tried.contains(index) && self.nodes[index].is_active();
-        ring.pick_keyed(&self.nodes, &untried, key)
+        ring.pick_keyed(&self.nodes, &self.untried_active(tried), key)
     }
 
     /// The select stage for one request from `client`: the node its session sticks to
