@@ -1120,6 +1120,16 @@ impl CertificateNodes {
         }
     }
 
+    /// The pool settings of the tests that pass over `refusing`: round robin, one retry,
+    /// passive health off, and [`CertificateNodes::pool_tls`].
+    fn passing_over(&self) -> String {
+        format!(
+            "algorithm = \"round_robin\"\nretries = 1\n\
+             [pools.web.passive_health]\nconsecutive_failures = 0\n{}",
+            self.pool_tls
+        )
+    }
+
     async fn stop(self) {
         self.refusing.stop().await;
         self.accepting.stop().await;
@@ -1136,11 +1146,7 @@ async fn a_node_that_refuses_the_client_certificate_after_the_handshake_is_passe
     let nodes = CertificateNodes::start().await;
     let front = TestProxy::start(&weir_testkit::config(
         &[nodes.refusing.addr, nodes.accepting.addr],
-        &format!(
-            "algorithm = \"round_robin\"\nretries = 1\n\
-             [pools.web.passive_health]\nconsecutive_failures = 0\n{}",
-            nodes.pool_tls
-        ),
+        &nodes.passing_over(),
         "",
     ))
     .await;
@@ -1240,11 +1246,7 @@ async fn a_late_refusal_after_a_streamed_body_is_not_sent_again() {
     let relay = late_refusal_relay(nodes.refusing.addr, BODY as u64).await;
     let front = TestProxy::start(&weir_testkit::config(
         &[relay, nodes.accepting.addr],
-        &format!(
-            "algorithm = \"round_robin\"\nretries = 1\n\
-             [pools.web.passive_health]\nconsecutive_failures = 0\n{}",
-            nodes.pool_tls
-        ),
+        &nodes.passing_over(),
         "[virtual_servers.web.limits]\nrequest_buffer = \"1KiB\"",
     ))
     .await;
