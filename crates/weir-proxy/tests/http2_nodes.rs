@@ -894,64 +894,52 @@ async fn http2_clients_reach_an_h2c_node_with_trailers() {
     assert!(trailers.contains("grpc-status: 0"), "{trailers}");
     assert!(trailers.contains("x-te-seen: trailers"), "{trailers}");
     let mut sender = h2c_client(&proxy).await;
-    let wait = std::time::Duration::from_secs(5);
     // And the other way: an HTTP/2 client's trailers after a body with a length reach the
-    // HTTP/2 node.
-    let request = http::Request::post(format!("{url}/up"))
-        .header("content-length", "5")
-        .body(())
-        .expect("request");
-    let (response, mut upload) = sender.send_request(request, false).expect("sent");
-    upload
-        .send_data(Bytes::from_static(b"hello"), false)
-        .expect("data");
-    let mut sent = http::HeaderMap::new();
-    sent.insert("x-checksum", http::HeaderValue::from_static("abc"));
-    // Not a field a trailer may carry: dropped as from an HTTP/1.1 client's chunked trailers.
-    sent.insert("range", http::HeaderValue::from_static("bytes=0-1"));
-    upload.send_trailers(sent).expect("trailers");
-    let response = tokio::time::timeout(wait, response)
-        .await
-        .expect("the head in time")
-        .expect("a head");
-    assert_eq!(
-        response
-            .headers()
-            .get("x-trailer-seen")
-            .map(|v| v.as_bytes()),
-        Some(&b"abc"[..])
-    );
-    assert_eq!(
-        response
-            .headers()
-            .get("x-trailer-range-seen")
-            .map(|v| v.as_bytes()),
-        Some(&b"-"[..])
-    );
+    // HTTP/2 node, without a field no trailer may carry (dropped as from an HTTP/1.1
+    // client's chunked trailers).
+    let seen = upload_with_trailers(&mut sender, &url, true, "abc").await;
+    assert_eq!(seen, (Some(b"abc".to_vec()), Some(b"-".to_vec())));
     // So with no length, the body pumped to the node as it comes.
-    let request = http::Request::post(format!("{url}/up"))
-        .body(())
-        .expect("request");
-    let (response, mut upload) = sender.send_request(request, false).expect("sent");
-    upload
-        .send_data(Bytes::from_static(b"hello"), false)
-        .expect("data");
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    let mut sent = http::HeaderMap::new();
-    sent.insert("x-checksum", http::HeaderValue::from_static("def"));
-    sent.insert("range", http::HeaderValue::from_static("bytes=0-1"));
-    upload.send_trailers(sent).expect("trailers");
-    let response = tokio::time::timeout(wait, response)
-        .await
-        .expect("the head in time")
-        .expect("a head");
-    let seen = |name: &str| response.headers().get(name).map(|v| v.as_bytes().to_vec());
-    assert_eq!(seen("x-trailer-seen"), Some(b"def".to_vec()));
-    assert_eq!(seen("x-trailer-range-seen"), Some(b"-".to_vec()));
+    let seen = upload_with_trailers(&mut sender, &url, false, "def").await;
+    assert_eq!(seen, (Some(b"def".to_vec()), Some(b"-".to_vec())));
     // The kept-alive connections still answer.
     let again = curl(args(&[h2, "-i", &format!("{url}/x")]), b"").await;
     assert!(again.starts_with("HTTP/2 200"), "{again}");
     proxy.stop().await;
+}
+
+/// POSTs `hello` to `{url}/up` over `sender` with trailers `x-checksum: checksum` and
+/// `range` (which no trailer may carry), with a `content-length` (`length`) or without it
+/// (the body then pumped as it comes, its trailers a moment after the data). Returns what
+/// the node says it saw of each: `x-trailer-seen` and `x-trailer-range-seen`.
+async fn upload_with_trailers(
+    sender: &mut h2::client::SendRequest<Bytes>,
+    url: &str,
+    length: bool,
+    checksum: &'static str,
+) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    let mut request = http::Request::post(format!("{url}/up"));
+    if length {
+        request = request.header("content-length", "5");
+    }
+    let request = request.body(()).expect("request");
+    let (response, mut upload) = sender.send_request(request, false).expect("sent");
+    upload
+        .send_data(Bytes::from_static(b"hello"), false)
+        .expect("data");
+    if !length {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let mut sent = http::HeaderMap::new();
+    sent.insert("x-checksum", http::HeaderValue::from_static(checksum));
+    sent.insert("range", http::HeaderValue::from_static("bytes=0-1"));
+    upload.send_trailers(sent).expect("trailers");
+    let response = tokio::time::timeout(std::time::Duration::from_secs(5), response)
+        .await
+        .expect("the head in time")
+        .expect("a head");
+    let seen = |name: &str| response.headers().get(name).map(|v| v.as_bytes().to_vec());
+    (seen("x-trailer-seen"), seen("x-trailer-range-seen"))
 }
 
 /// GET `path` over `sender`: the head's fields, the body and the trailers, each in time.
