@@ -1087,6 +1087,45 @@ async fn clients_of_both_versions_reach_an_h2_node_over_tls() {
     proxy.stop().await;
 }
 
+/// A node of an `h2` pool that ends TLS without ALPN and speaks HTTP/2 behind it (here a
+/// `tls` virtual server in front of an h2c node) gets no request: weir requires `h2` in
+/// ALPN. Its health checks require it too, and mark it down (they answered 200 over
+/// HTTP/2 and kept it up while every request got a 502).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checks_of_an_h2_pool_require_h2_in_alpn_as_requests_do() {
+    let node = h2_node().await;
+    let no_alpn = TestProxy::start(&format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\
+         [pools.p]\nnodes = [{{ address = \"{}\" }}]\nprotocol = \"h2c\"\n\
+         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]",
+        node.addr
+    ))
+    .await;
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[no_alpn.addr],
+        "protocol = \"h2\"\nretries = 0\n[pools.web.tls]\nverify = false\n\
+         [pools.web.health]\ntype = \"http\"\ninterval = \"300ms\"\ntimeout = \"250ms\"\n\
+         fall = 1\nrise = 1",
+        "",
+    ))
+    .await;
+    let model = proxy.live.current();
+    let checked = &model.pool("web").expect("pool").nodes[0];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while checked.is_active_up() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the monitor keeps the node up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Nothing reached the node: neither a check nor a request.
+    assert_eq!(node.streams.load(Ordering::Relaxed), 0);
+    proxy.stop().await;
+    no_alpn.stop().await;
+}
+
 /// A bidirectional stream (gRPC's shape) through weir: each message comes back
 /// before the client sends the next, so neither the request nor the response
 /// may be held back by buffering; the trailers end it.

@@ -94,6 +94,10 @@ pub enum CheckFailure {
     /// A TLS error after the handshake (the node's bytes are not TLS records, say).
     #[error("TLS error: {0}")]
     TlsSession(String),
+    /// The node of an `h2` pool did not choose `h2` in ALPN: weir's requests refuse such
+    /// a connection (`http2::connection`), so its checks do too.
+    #[error("the node did not choose h2 in ALPN")]
+    NoH2,
     /// weir could not open the check's connection (out of descriptors, memory or local
     /// ports): says nothing of the node, so the check does not count.
     #[error("weir is out of resources: {}", io::Error::from_raw_os_error(*.0))]
@@ -212,6 +216,7 @@ pub fn spawn_monitors(
                     UpstreamProtocol::Http1 | UpstreamProtocol::H2c => tls.connector,
                 },
                 metrics: Some(tls.metrics),
+                h2: protocol == UpstreamProtocol::H2,
             });
             tokio::spawn(run_monitor(
                 Arc::clone(&pool),
@@ -229,6 +234,9 @@ pub fn spawn_monitors(
 struct CheckTls {
     connector: weir_tls::Connector,
     metrics: Option<weir_observe::UpstreamTlsMetrics>,
+    /// The node must choose `h2` in ALPN, as for a request (an `h2` pool): one that
+    /// chose nothing may still answer HTTP/2 with prior knowledge, but no request reaches it.
+    h2: bool,
 }
 
 impl CheckTls {
@@ -250,9 +258,11 @@ impl CheckTls {
                 }
             }
         }
-        connected
-            .map(|stream| weir_tls::ClientStream::Tls(Box::new(stream)))
-            .map_err(|error| CheckFailure::Tls(error.to_string()))
+        let stream = connected.map_err(|error| CheckFailure::Tls(error.to_string()))?;
+        if self.h2 && stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Err(CheckFailure::NoH2);
+        }
+        Ok(weir_tls::ClientStream::Tls(Box::new(stream)))
     }
 
     /// A handshake that ended, but whose node then refused it (a TLS 1.3 node refuses
@@ -298,6 +308,7 @@ pub async fn check(
     let tls = tls.map(|connector| CheckTls {
         connector: connector.clone(),
         metrics: None,
+        h2: false,
     });
     check_on(address, kind, (tls.as_ref(), &[], false), timeout, None).await
 }
