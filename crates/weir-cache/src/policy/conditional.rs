@@ -42,7 +42,9 @@ const NOT_MODIFIED_FIELDS: &[&str] = &[
     "via",
 ];
 
-/// Fields a 304 from the node must not change in the stored head (§4.3.4 via §3.2).
+/// Fields a 304 from the node must not change in the stored head (§4.3.4 via §3.2),
+/// among them every field a response never stores (`object::NOT_STORED`): a 304 must
+/// not bring in what the 200 it refreshes could not.
 const NOT_UPDATED: &[&str] = &[
     "content-length",
     "content-encoding",
@@ -54,6 +56,8 @@ const NOT_UPDATED: &[&str] = &[
     "trailer",
     "upgrade",
     "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authentication-info",
     "age",
 ];
 
@@ -445,6 +449,31 @@ mod tests {
         ];
         assert_eq!(fields, expected.map(|(n, v)| (n.to_owned(), v.to_owned())));
         assert_eq!(merged.status(), 200);
+    }
+
+    /// A field never stored from a 200 is not stored from the 304 that refreshes it
+    /// either: the proxy-authentication fields were for the hop that got them.
+    #[test]
+    fn not_modified_brings_in_no_field_a_response_never_stores() {
+        let stored = StoredHead::from_response(
+            &Resp::new(200)
+                .header("ETag", "\"v\"")
+                .header("Proxy-Authenticate", "Basic"),
+            |_| false,
+        );
+        assert_eq!(stored.header("proxy-authenticate"), None);
+        let not_modified = Resp::new(304)
+            .header("ETag", "\"v\"")
+            .header("Proxy-Authenticate", "Basic")
+            .header("Proxy-Authentication-Info", "nextnonce=\"x\"")
+            .header("Keep-Alive", "timeout=5")
+            .header("Age", "3");
+        let merged = merge_not_modified(&stored, &not_modified);
+        let names: Vec<String> = merged
+            .headers()
+            .map(|(name, _)| String::from_utf8_lossy(name).into())
+            .collect();
+        assert_eq!(names, ["ETag"]);
     }
 
     #[test]
