@@ -150,11 +150,47 @@ pub fn certified_key(
                  ECDSA keys on P-256, P-384 or P-521, and Ed25519 keys"
             )
         })?;
+    // A key that belongs to a later certificate of the chain: the chain is out of order.
+    let later = chain.iter().skip(1).position(|der| {
+        CertifiedKey::new(vec![der.clone()], Arc::clone(&signing_key))
+            .keys_match()
+            .is_ok()
+    });
     let certified = CertifiedKey::new(chain, signing_key);
-    certified
-        .keys_match()
-        .map_err(|error| format!("the private key does not belong to the certificate: {error}"))?;
+    certified.keys_match().map_err(|error| match later {
+        Some(index) => format!(
+            "the private key belongs to certificate {} of the chain, not to the first: \
+             the chain must start with the server's own certificate (the leaf)",
+            index + 2
+        ),
+        None => format!("the private key does not belong to the certificate: {error}"),
+    })?;
     Ok(certified)
+}
+
+/// Where `chain` (leaf first) breaks, if it does: the place (the leaf is 1) and subject of
+/// the first certificate after the leaf that is not the issuer of the one before it (its
+/// subject is not that one's issuer). RFC 8446 §4.4.2 asks each to certify the one before
+/// it, and TLS 1.2 (RFC 5246 §7.4.2) requires it; a certificate out of order or unrelated
+/// there also hides the leaf's issuer from the OCSP check ([`load_staple`]).
+pub fn chain_break(chain: &[CertificateDer<'_>]) -> Option<(usize, String)> {
+    let parsed: Vec<_> = chain
+        .iter()
+        .map(|der| {
+            x509_parser::parse_x509_certificate(der)
+                .ok()
+                .map(|(_, cert)| cert)
+        })
+        .collect();
+    parsed
+        .windows(2)
+        .enumerate()
+        .find_map(|(index, pair)| match pair {
+            [Some(child), Some(parent)] if child.issuer().as_raw() != parent.subject().as_raw() => {
+                Some((index + 2, subject_text(parent.subject())))
+            }
+            _ => None,
+        })
 }
 
 /// Reads the DER OCSP response in `file` and checks it is about the leaf of `chain` and

@@ -152,8 +152,9 @@ impl CertStore {
     /// What an operator should hear when these certificates are loaded, one line per
     /// problem, each naming the certificate by its place in the config and its subject:
     /// expired or not yet valid at `now` (clients refuse it), a CA certificate served as a
-    /// server's (strict clients refuse it: `openssl req -x509` makes one by default), and a
-    /// certificate never chosen because an earlier one has the same names and key type.
+    /// server's (strict clients refuse it: `openssl req -x509` makes one by default), a
+    /// certificate never chosen because an earlier one has the same names and key type,
+    /// and a chain out of order or holding a certificate that issued none of it.
     pub fn warnings(&self, now: SystemTime) -> Vec<String> {
         let mut warnings = Vec::new();
         for (index, entry) in self.entries.iter().enumerate() {
@@ -188,6 +189,13 @@ impl CertStore {
             }
             if let Some(shadowed) = self.shadowed(index) {
                 warnings.push(format!("{name} is never served: {shadowed}"));
+            }
+            if let Some((place, subject)) = crate::certs::chain_break(&entry.key.cert) {
+                warnings.push(format!(
+                    "{name}: certificate {place} of its chain ({subject}) is not the issuer \
+                     of the one before it: list the chain leaf first, each certificate \
+                     followed by its issuer, or clients may refuse it"
+                ));
             }
         }
         warnings
@@ -524,5 +532,47 @@ mod tests {
         assert_eq!(store.warnings(later).len(), 3);
         let clean = CertStore::new(vec![entry(&["good.example"], -1, 90, false)]);
         assert!(clean.warnings(SystemTime::now()).is_empty());
+    }
+
+    /// A chain whose second certificate did not issue the leaf (out of order, or another
+    /// CA's) is served as configured, with a warning; the leaf then its issuer is not.
+    #[test]
+    fn a_chain_out_of_order_is_warned_about() {
+        use crate::certs::{TestCa, certified_key};
+        use tokio_rustls::rustls::pki_types::CertificateDer;
+        let provider = aws_lc_rs::default_provider();
+        let (ca, other) = (
+            TestCa::new("Chain CA").unwrap(),
+            TestCa::new("Other CA").unwrap(),
+        );
+        let leaf = ca
+            .server(&["chain.example".into()], crate::KeyType::EcdsaP256, 30)
+            .unwrap();
+        let chained = |rest: &[&CertificateDer<'static>]| {
+            let mut chain = vec![leaf.cert_der.clone()];
+            chain.extend(rest.iter().map(|der| (*der).clone()));
+            let key = certified_key(&provider, chain, leaf.key_der()).unwrap();
+            let info = CertificateInfo::of(&key.cert[0], key.key.algorithm()).unwrap();
+            CertStore::new(vec![Entry::new(Arc::new(key), info)]).warnings(SystemTime::now())
+        };
+        let (issuer, stranger) = (&ca.certificate().cert_der, &other.certificate().cert_der);
+        assert_eq!(chained(&[]), Vec::<String>::new());
+        assert_eq!(chained(&[issuer]), Vec::<String>::new());
+        for (rest, place) in [(vec![stranger], 2), (vec![issuer, stranger], 3)] {
+            let warnings = chained(&rest);
+            assert_eq!(warnings.len(), 1, "{warnings:#?}");
+            let expected = format!(
+                "certificate 1 (CN=chain.example): certificate {place} of its chain \
+                 (CN=Other CA"
+            );
+            assert!(warnings[0].starts_with(&expected), "{warnings:#?}");
+        }
+        // A key that belongs to a later certificate: the chain starts with the issuer.
+        let reversed = vec![issuer.clone(), leaf.cert_der.clone()];
+        let error = certified_key(&provider, reversed, leaf.key_der()).unwrap_err();
+        assert!(
+            error.starts_with("the private key belongs to certificate 2"),
+            "{error}"
+        );
     }
 }
