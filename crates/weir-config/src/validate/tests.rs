@@ -897,12 +897,15 @@ fn client_certificate_rules() {
         "has no effect",
     );
     // A field that frames the request, or that weir writes itself, would be sent twice.
+    // So would one that CGI, WSGI and PHP read as such a field (`_` for `-`).
     for name in [
         "Content-Length",
         "transfer-encoding",
         "Host",
         "X-Forwarded-For",
         "Via",
+        "X_Forwarded_For",
+        "content_length",
     ] {
         assert_one_error(
             &https(&format!(
@@ -935,6 +938,15 @@ fn client_certificate_rules() {
         "{}\n[virtual_servers.web.request_id]\nenabled = false",
         subject("X-Request-Id")
     )));
+    // The request id's own field is held to the same names: a client's id would
+    // otherwise reach a CGI node as X-Forwarded-For.
+    assert_one_error(
+        &https(&format!(
+            "{CERT}\n[virtual_servers.web.request_id]\nheader = \"X_Forwarded_For\""
+        )),
+        "virtual_servers.web.request_id.header",
+        "writes itself",
+    );
     let config = valid(&https(&subject("X-Subject")));
     let tls = config.virtual_servers[0].tls.as_ref().unwrap();
     assert!(matches!(tls.client_auth, ClientAuth::Optional { .. }));

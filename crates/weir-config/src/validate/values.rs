@@ -337,12 +337,14 @@ const WRITTEN_REQUEST_HEADERS: &[&str] = &[
 /// A header name a setting makes weir write on every request to a node (the request id,
 /// the client certificate's subject): a token, and none of the fields that frame the
 /// message or that weir writes itself, which a second value would make ambiguous (two
-/// `Content-Length`s, a `Transfer-Encoding` beside one: a smuggled request).
+/// `Content-Length`s, a `Transfer-Encoding` beside one: a smuggled request), in either
+/// spelling: CGI, WSGI and PHP read `X_Forwarded_For` as `X-Forwarded-For`, and a client's
+/// value weir keeps under that name (its request id) would reach them as that field.
 pub(crate) fn added_request_header(name: &str) -> Result<(), String> {
     if !is_token(name) {
         return Err(format!("\"{name}\" is not a valid header name"));
     }
-    let lower = name.to_ascii_lowercase();
+    let lower = name.to_ascii_lowercase().replace('_', "-");
     if MANAGED_REQUEST_HEADERS.contains(&lower.as_str())
         || WRITTEN_REQUEST_HEADERS.contains(&lower.as_str())
     {
