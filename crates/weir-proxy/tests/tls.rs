@@ -726,8 +726,8 @@ async fn health_checks_count_their_tls_handshakes() {
     origin.stop().await;
 }
 
-/// A TLS node that answers each request `ok` with keep-alive and reports how each of its
-/// connections ended: `true` for a close_notify before the end, `false` for an end
+/// A TLS node that answers each request `ok` with keep-alive (`/slow` after 300 ms) and
+/// reports how each of its connections ended: `true` for a close_notify before the end, `false` for an end
 /// without one (or a reset).
 async fn tls_node_reporting_ends(
     pki: &Pki,
@@ -763,6 +763,9 @@ async fn tls_node_reporting_ends(
                         }
                     }
                     if head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        if head.starts_with(b"GET /slow ") {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
                         head.clear();
                         let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
                         if stream.write_all(answer).await.is_err() {
@@ -807,6 +810,38 @@ async fn idle_tls_connections_to_nodes_close_with_a_close_notify() {
         );
         proxy.stop().await;
     }
+}
+
+/// A connection busy when its node was set draining closes when its answer is in, and
+/// with a close_notify too (it was dropped bare).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_connection_busy_when_its_node_drains_closes_with_a_close_notify() {
+    let pki = Pki::new();
+    let (node, mut ends) = tls_node_reporting_ends(&pki).await;
+    let config = |state: &str| {
+        weir_testkit::config(
+            &[node],
+            &format!(
+                "[pools.web.tls]\nca = \"{}\"\nserver_name = \"node.internal\"",
+                toml_path(&pki.ca_path())
+            ),
+            "",
+        )
+        .replace(
+            &format!("{{ address = \"{node}\" }}"),
+            &format!("{{ address = \"{node}\", state = \"{state}\" }}"),
+        )
+    };
+    let proxy = TestProxy::start(&config("active")).await;
+    let addr = proxy.addr;
+    let slow = tokio::spawn(async move { weir_testkit::client::get(addr, "/slow").await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let draining = weir_config::parse_str(&config("draining"), "test.toml").unwrap();
+    proxy.live.apply(draining).unwrap();
+    assert_eq!(slow.await.unwrap().unwrap().status, 200);
+    let end = tokio::time::timeout(Duration::from_secs(3), ends.recv()).await;
+    assert_eq!(end, Ok(Some(true)), "the node saw no close_notify");
+    proxy.stop().await;
 }
 
 /// A pool of `node` over TLS (verified by `pki`'s CA) with HTTP checks every 100 ms.

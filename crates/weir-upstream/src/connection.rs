@@ -292,7 +292,7 @@ impl NodeConnections {
     pub fn update(&self, settings: ConnectionSettings) {
         let cap = settings.max_connections;
         self.settings.store(Arc::new(settings));
-        let mut past_cap = Vec::new();
+        let mut past_cap = Closing(Vec::new());
         {
             let mut state = self.lock();
             let open_before = state.open;
@@ -300,7 +300,7 @@ impl NodeConnections {
             while state.open > cap
                 && let Some(oldest) = state.idle.pop_front()
             {
-                past_cap.push(oldest);
+                past_cap.0.push(oldest);
                 state.open -= 1;
             }
             // A raised cap serves waiting requests now, not as connections come back.
@@ -312,7 +312,7 @@ impl NodeConnections {
                     state.open += 1;
                 }
             }
-            if !past_cap.is_empty() || state.open != open_before {
+            if !past_cap.0.is_empty() || state.open != open_before {
                 self.publish_open(state.open);
             }
         }
@@ -672,7 +672,7 @@ impl NodeConnections {
             state.open -= 1;
             self.publish_open(state.open);
             drop(state);
-            drop(connection);
+            connection.close();
             return;
         }
         state.idle.push_back(connection);
@@ -813,8 +813,11 @@ impl QueuedWait<'_> {
             Waited::Granted(grant) => {
                 self.receiver = None;
                 match grant {
-                    // The granted connection closes here; its slot stays ours.
-                    Grant::Connection(_) if self.dedicated => pool.connect(preamble).await,
+                    // The granted connection closes; its slot stays ours.
+                    Grant::Connection(granted) if self.dedicated => {
+                        granted.close();
+                        pool.connect(preamble).await
+                    }
                     // The same check an idle connection gets: bytes the node
                     // sent after its last response (a body after HEAD, 204 or
                     // 304) must never be read as the next client's response.
