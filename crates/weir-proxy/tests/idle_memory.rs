@@ -6,6 +6,7 @@
 //! machine load, so the bounds hold on a busy CI machine; each is well under
 //! one of the buffers a connection uses while a request is in progress, so a
 //! connection that kept its buffers, or grew its idle state, fails here.
+//! The same counting holds small cached objects to what the cache charges them.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -31,6 +32,8 @@ struct CountedProxy {
     addr: SocketAddr,
     /// Every listener's, by virtual server.
     addrs: Vec<(String, SocketAddr)>,
+    /// The running proxy (its caches, say).
+    live: std::sync::Arc<weir_proxy::Live>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -48,16 +51,17 @@ impl CountedProxy {
             runtime.block_on(async move {
                 let proxy = TestProxy::start(&toml).await;
                 addr_tx
-                    .send(proxy.addrs.clone())
+                    .send((proxy.addrs.clone(), std::sync::Arc::clone(&proxy.live)))
                     .expect("test waits for the address");
                 let _ = stopped.await;
                 proxy.stop().await;
             });
         });
-        let addrs: Vec<(String, SocketAddr)> = addr_rx.recv().expect("proxy started");
+        let (addrs, live) = addr_rx.recv().expect("proxy started");
         CountedProxy {
             addr: addrs[0].1,
             addrs,
+            live,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -438,6 +442,79 @@ async fn idle_h2c_client_connections_hold_no_http1_state() {
         "{per_connection} bytes per idle h2c client connection"
     );
     drop(held);
+    drop(proxy);
+    origin.stop().await;
+}
+
+/// One response of `length` body bytes to `GET target` on a blocking keep-alive socket,
+/// read whole.
+fn fetch(stream: &mut TcpStream, target: &str, length: usize) {
+    let request = format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .is_none_or(|end| got.len() < end + 4 + length)
+    {
+        let n = stream.read(&mut chunk).expect("read");
+        assert!(n > 0, "proxy closed the connection");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
+/// Small cached objects hold no more than the store charges them against `size`, so the
+/// bound is one on memory: 5,000 objects of 10 bytes. Each held twice its charge (about
+/// 1,010 bytes against 522) while it kept its fill's channel and chunk list once complete
+/// and its head in the buffer it grew in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_cached_objects_hold_no_more_than_they_are_charged() {
+    const OBJECTS: usize = 5000;
+    let _serial = SERIAL.lock().await;
+    let origin = TestOrigin::start("a").await;
+    let proxy = CountedProxy::start(weir_testkit::config(
+        &[origin.addr],
+        "",
+        "[virtual_servers.web.cache]\nsize = \"256MiB\"\n",
+    ));
+    let addr = proxy.addr;
+    let fill = move |from: usize, count: usize| {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        for n in from..from + count {
+            fetch(&mut stream, &format!("/bytes/10?max_age=600&n={n}"), 10);
+        }
+    };
+    // Warm up: the upstream connection, the buffer pool, the store's first tables.
+    tokio::task::spawn_blocking(move || fill(0, 200))
+        .await
+        .unwrap();
+    let cache = |live: &weir_proxy::Live| {
+        let model = live.current();
+        let vs = model.virtual_server("web").expect("web");
+        vs.cache().expect("a cache").stats()
+    };
+    let (before, charged_before) = (settled_live_bytes().await, cache(&proxy.live));
+    tokio::task::spawn_blocking(move || fill(1000, OBJECTS))
+        .await
+        .unwrap();
+    let (after, charged) = (settled_live_bytes().await, cache(&proxy.live));
+    assert_eq!(charged.objects - charged_before.objects, OBJECTS);
+    let held = (after - before) / OBJECTS as i64;
+    let charge = ((charged.bytes - charged_before.bytes) / OBJECTS) as i64;
+    eprintln!("small cached object: {held} bytes held, {charge} charged");
+    assert!(
+        held <= charge,
+        "{held} bytes held per object, {charge} charged"
+    );
     drop(proxy);
     origin.stop().await;
 }
