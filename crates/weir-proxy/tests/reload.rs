@@ -192,6 +192,35 @@ async fn a_node_that_stays_keeps_its_connections_and_health() {
     b.stop().await;
 }
 
+/// A reload that changes a pool's protocol (here to h2c) replaces its nodes, as the
+/// LIFECYCLE of crates/weir-upstream says: their idle HTTP/1.1 connections close at once
+/// (they stayed open, never used again, and counted in the open connections' gauge).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_to_another_protocol_closes_the_nodes_idle_connections() {
+    let a = TestOrigin::start("a").await;
+    let proxy = TestProxy::start(&config(&[a.addr], "", "")).await;
+    assert_eq!(origin_of(proxy.addr).await, "a");
+    assert_eq!(a.stats.connections_open(), 1);
+    let listen = proxy.addr.to_string();
+    let candidate = format!(
+        "[log]\naccess_log = false\n[pools.web]\nprotocol = \"h2c\"\n\
+         nodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.web]\nlisten = \"{listen}\"\npool = \"web\"\n",
+        a.addr
+    );
+    proxy.live.apply(parse(&candidate)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while a.stats.connections_open() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the HTTP/1.1 connection stayed open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.stop().await;
+    a.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_robin_carries_on_across_reloads() {
     let a = TestOrigin::start("a").await;

@@ -170,9 +170,11 @@ impl Pool {
             .and_then(|pool| pool.balancer.turns());
         // The same TLS settings, and files of the same contents: a CA or client certificate
         // replaced in place (same path, re-read by a reload) retires the connections made
-        // with the old one, as a changed path does.
+        // with the old one, as a changed path does. Another protocol replaces the nodes too:
+        // their HTTP/1.1 connections would otherwise stay open, idle and never used again.
         let previous = previous.filter(|pool| {
-            pool.config.tls == config.tls
+            pool.config.protocol == config.protocol
+                && pool.config.tls == config.tls
                 && match (&pool.connector, &connector) {
                     (Some(old), Some(new)) => old.same_files(new),
                     (old, new) => old.is_none() && new.is_none(),
