@@ -5,7 +5,7 @@
 //! purge API.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use weir_observe::{CacheMetrics, CompressionMetrics};
 
@@ -38,6 +38,8 @@ pub struct Cache {
     /// Fills held out of the store while they receive their body (bodies of unknown
     /// length), by primary key: what a `PURGE` of their URL keeps out of the store.
     tee_fills: std::sync::Mutex<std::collections::HashMap<Arc<[u8]>, u32>>,
+    /// Bytes of fills' bodies the store does not charge ([`Cache::hold_filling`]).
+    filling: AtomicUsize,
     pub(crate) metrics: CacheMetrics,
     pub(crate) compression: CompressionMetrics,
     settings: StoreSettings,
@@ -56,6 +58,7 @@ impl Cache {
             bans: Bans::default(),
             purges: AtomicU64::new(0),
             tee_fills: std::sync::Mutex::default(),
+            filling: AtomicUsize::new(0),
             metrics,
             compression,
             settings,
@@ -195,6 +198,31 @@ impl Cache {
     }
 
     /// Refreshes the bytes and objects gauges.
+    /// Takes `bytes` of the room for bodies being filled that the store does not charge:
+    /// one of unknown length, held apart until complete, and the rest of one whose object
+    /// left the store while it filled. All of them together hold at most `size`, as the
+    /// store does; `false` (and nothing taken) past that: the fill stops storing.
+    pub(crate) fn hold_filling(&self, bytes: usize) -> bool {
+        let size = self.settings.size;
+        let taken = self
+            .filling
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(bytes).filter(|total| *total <= size)
+            });
+        if let Ok(held) = taken {
+            self.metrics.bytes_filling.set((held + bytes) as i64);
+        }
+        taken.is_ok()
+    }
+
+    /// Gives back `bytes` taken with [`Cache::hold_filling`].
+    pub(crate) fn release_filling(&self, bytes: usize) {
+        if bytes > 0 {
+            let held = self.filling.fetch_sub(bytes, Ordering::AcqRel) - bytes;
+            self.metrics.bytes_filling.set(held as i64);
+        }
+    }
+
     pub(crate) fn record_store(&self) {
         let stats = self.store.stats();
         self.metrics.bytes_stored.set(stats.bytes as i64);

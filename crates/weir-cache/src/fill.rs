@@ -33,6 +33,10 @@ pub struct Fill {
     pub(crate) guard: Option<FlightGuard>,
     pub(crate) edits: Option<HeadEdits>,
     pub(crate) status: CacheStatus,
+    /// The body's bytes (`received`, all of them) are held where the store does not charge
+    /// them, taken from the cache's room for those ([`Cache::hold_filling`]) and given
+    /// back when the fill ends.
+    held_apart: bool,
 }
 
 #[derive(Debug)]
@@ -96,6 +100,7 @@ impl Fill {
             guard,
             edits: None,
             status,
+            held_apart: false,
         }
     }
 
@@ -329,8 +334,8 @@ impl Fill {
         if out.is_empty() {
             return;
         }
-        self.received += out.len() as u64;
-        if self.received > self.limit {
+        let bytes = out.len() as u64;
+        if self.received + bytes > self.limit {
             // Too large, as a length declared past the limit is: the next requests for
             // the key pass (their ranges and conditionals go to the node) instead of each
             // fetching the whole body again to find that out.
@@ -338,11 +343,47 @@ impl Fill {
             self.give_up(remember);
             return;
         }
+        if !self.hold_apart(bytes) {
+            self.give_up(None);
+            return;
+        }
+        self.received += bytes;
         match &mut self.mode {
             FillMode::Growing { body, .. } => body.push(out.clone()),
             FillMode::Tee { chunks, .. } => chunks.push(out.clone()),
             FillMode::Abandoned => {}
         }
+    }
+
+    /// Counts the next `bytes` of the body against the cache's room for bodies the store
+    /// does not charge, when it does not: those of a body held apart until complete, and
+    /// of one whose object left the store (evicted, purged) while it filled, from then on
+    /// (what it had received moves there too). `false` when the fill is to stop storing:
+    /// there is no more room, or its object left the store and no client reads it (one
+    /// that did has gone: the rest would be read from the node for no one).
+    fn hold_apart(&mut self, bytes: u64) -> bool {
+        let taken = match &self.mode {
+            FillMode::Tee { .. } => bytes,
+            FillMode::Growing { object, body, .. } if object.is_removed() => {
+                if body.was_followed() && !body.is_followed() {
+                    return false;
+                }
+                match self.held_apart {
+                    true => bytes,
+                    // Its bytes so far were charged to the store until it left.
+                    false => self.received + bytes,
+                }
+            }
+            FillMode::Growing { .. } | FillMode::Abandoned => return true,
+        };
+        if !self
+            .cache
+            .hold_filling(usize::try_from(taken).unwrap_or(usize::MAX))
+        {
+            return false;
+        }
+        self.held_apart = true;
+        true
     }
 
     fn give_up(&mut self, remember: Option<std::time::Duration>) {
@@ -364,6 +405,10 @@ impl Fill {
                 self.cache.record_store();
             }
             FillMode::Tee { .. } | FillMode::Abandoned => {}
+        }
+        if std::mem::take(&mut self.held_apart) {
+            let held = usize::try_from(self.received).unwrap_or(usize::MAX);
+            self.cache.release_filling(held);
         }
         if let Some(guard) = self.guard.take() {
             guard.not_stored(remember);

@@ -224,6 +224,8 @@ pub enum FillState {
 pub struct GrowingBody {
     chunks: Mutex<Vec<Bytes>>,
     progress: watch::Sender<(usize, FillState)>,
+    /// A reader has followed it (see [`GrowingBody::was_followed`]).
+    followed: AtomicBool,
 }
 
 /// The body was aborted while this reader was following it.
@@ -251,6 +253,7 @@ impl GrowingBody {
         Arc::new(GrowingBody {
             chunks: Mutex::new(Vec::new()),
             progress,
+            followed: AtomicBool::new(false),
         })
     }
 
@@ -278,6 +281,17 @@ impl GrowingBody {
         self.progress.send_replace((count, FillState::Aborted));
     }
 
+    /// Whether a reader follows it now.
+    pub(crate) fn is_followed(&self) -> bool {
+        self.progress.receiver_count() > 0
+    }
+
+    /// Whether a reader has followed it: the client whose request fills it reads it from
+    /// a moment after the fill begins, and no reader before then is not its leaving.
+    pub(crate) fn was_followed(&self) -> bool {
+        self.followed.load(Ordering::Acquire)
+    }
+
     /// Whether the fill goes on, completed or was aborted.
     pub fn state(&self) -> FillState {
         self.progress.borrow().1
@@ -285,6 +299,7 @@ impl GrowingBody {
 
     /// A reader from the first chunk, independent of other readers.
     pub fn reader(self: &Arc<Self>) -> BodyReader {
+        self.followed.store(true, Ordering::Release);
         BodyReader {
             body: Arc::clone(self),
             progress: self.progress.subscribe(),

@@ -1744,3 +1744,86 @@ async fn a_refresh_of_one_variant_that_breaks_off_keeps_it() {
     assert_serves_stale_on_503(&cache, &variant("a"), at(21), b"variant a");
     assert_serves_stale_on_503(&cache, &variant("b"), at(21), b"variant b");
 }
+
+/// Bodies of unknown length, held apart from the store until complete, hold at most the
+/// cache's `size` all together (`weir_cache_bytes_filling`): past it a fill stops storing
+/// and its client still gets the bytes as they pass. Each held up to `max_object_size`,
+/// with no bound on how many (fills whose clients had left kept reading for the store).
+#[tokio::test]
+async fn fills_of_unknown_length_hold_at_most_the_cache_size_apart() {
+    let (cache, metrics, _) = new_cache();
+    let chunk = Bytes::from(vec![b'x'; 200 << 10]);
+    let mut fills = Vec::new();
+    for index in 0..25 {
+        let request = Req::get(&format!("/chunked/{index}"));
+        let (mut fill, _waiter) = chunked_fill(&cache, &request);
+        assert_eq!(fill.push(chunk.clone()).unwrap(), chunk, "fill {index}");
+        fills.push(fill);
+    }
+    // 4 MiB holds twenty of them, not the next five.
+    let storing = fills.iter().filter(|fill| fill.is_storing()).count();
+    assert_eq!(storing, 20);
+    assert_eq!(metrics.bytes_filling.get(), 20 * (200 << 10));
+    assert!(!fills[20].is_storing() && !fills[24].is_storing());
+    // One that ends gives its room back; the others are stored as they complete.
+    drop(fills.remove(0));
+    assert_eq!(metrics.bytes_filling.get(), 19 * (200 << 10));
+    for fill in fills {
+        fill.finish().unwrap();
+    }
+    assert_eq!(metrics.bytes_filling.get(), 0);
+    // (Each shard holds a quarter of the size: some of them evicted others.)
+    let stats = cache.stats();
+    assert_eq!(stats.objects as u64 + stats.evictions, 19);
+}
+
+/// A body of known length that left the store while filling (evicted or purged) ends its
+/// fill at once when no client reads it any more: the rest would be read from the node
+/// for no one. One a client still reads goes on, its bytes counted apart from the store.
+#[tokio::test]
+async fn a_fill_that_left_the_store_ends_when_no_one_reads_it() {
+    let (cache, metrics, _) = new_cache();
+    let half = Bytes::from(vec![b'y'; 100 << 10]);
+    let start = |path: &str| {
+        let request = Req::get(path);
+        let exchange = forward(cache.lookup(&policy(), None, &request, T0));
+        let response = Resp::new(200)
+            .header("Cache-Control", "max-age=60")
+            .header("Content-Length", &(200 << 10).to_string());
+        let Reply::Fill(mut fill) =
+            cache.response(exchange, &policy(), None, &request, &response, T0)
+        else {
+            panic!("a fill");
+        };
+        let client = fill.take_hit().expect("the client reads the store");
+        let HitBody::Growing(reader) = client.body() else {
+            panic!("a growing body");
+        };
+        fill.push(half.clone()).unwrap();
+        (fill, reader)
+    };
+    // Its client left, then the object was purged: the next bytes end the fill.
+    let (mut abandoned, reader) = start("/left");
+    drop(reader);
+    assert_eq!(cache.purge_url("http://example.com/left"), Ok(1));
+    fill_rest(&mut abandoned, &half);
+    assert!(!abandoned.is_storing());
+    assert_eq!(metrics.bytes_filling.get(), 0);
+    // Its client stays: the fill goes on, all its bytes now held apart, until it ends.
+    let (mut read, mut reader) = start("/read");
+    assert_eq!(cache.purge_url("http://example.com/read"), Ok(1));
+    fill_rest(&mut read, &half);
+    assert!(read.is_storing());
+    assert_eq!(metrics.bytes_filling.get(), 200 << 10);
+    read.finish().unwrap();
+    assert_eq!(metrics.bytes_filling.get(), 0);
+    let mut got = 0;
+    while let Some(chunk) = reader.next().await.unwrap() {
+        got += chunk.len();
+    }
+    assert_eq!(got, 200 << 10, "the reader got the whole body");
+}
+
+fn fill_rest(fill: &mut weir_cache::Fill, rest: &Bytes) {
+    assert_eq!(&fill.push(rest.clone()).unwrap(), rest);
+}

@@ -379,6 +379,7 @@ pub const ALL: &[MetricSpec] = &[
     CACHE_WAITING,
     CACHE_REVALIDATED,
     CACHE_BYTES_STORED,
+    CACHE_BYTES_FILLING,
     CACHE_OBJECTS,
     CACHE_EVICTIONS,
     COMPRESSION_BYTES_IN,
@@ -595,6 +596,14 @@ pub const CACHE_BYTES_STORED: MetricSpec = gauge(
     "cache_bytes_stored",
     VIRTUAL_SERVER,
     "Bytes charged to the cache's bound (heads, bodies, keys and per-object overhead)",
+);
+/// `weir_cache_bytes_filling`, a gauge: bytes of bodies being filled that the store does not
+/// charge (length unknown until complete, or taken out of the store while filling).
+pub const CACHE_BYTES_FILLING: MetricSpec = gauge(
+    "cache_bytes_filling",
+    VIRTUAL_SERVER,
+    "Bytes of bodies being filled that the store does not charge (length unknown until \
+     complete, or taken out of the store while filling); at most the cache's size",
 );
 /// `weir_cache_objects`, a gauge: objects (variants) in the cache.
 pub const CACHE_OBJECTS: MetricSpec = gauge(

@@ -1892,3 +1892,66 @@ async fn a_slow_compression_level_holds_up_no_other_request() {
         proxy.stop().await;
     }
 }
+
+/// A fill whose object was purged after its client left stops reading the node: its
+/// connection closes and nothing more of the body is held (weir read a node's whole body,
+/// up to `max_object_size`, into an object no one could read any more: an audit held
+/// 190 MiB past a 16 MiB cache so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_purged_after_its_client_left_stops_reading_the_node() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const CHUNK: usize = 64 << 10;
+    const CHUNKS: usize = 60;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // The node answers with a length and dribbles its body, one piece every 50 ms; it
+    // reports how many pieces it could send before the connection went.
+    let (sent, mut sent_all) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let mut head = [0u8; 4096];
+        let _ = tcp.read(&mut head).await;
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: {}\r\n\r\n",
+            CHUNK * CHUNKS
+        );
+        let mut pieces = 0;
+        if tcp.write_all(answer.as_bytes()).await.is_ok() {
+            while pieces < CHUNKS && tcp.write_all(&[b'z'; CHUNK]).await.is_ok() {
+                pieces += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let _ = sent.send(pieces);
+    });
+    let proxy = TestProxy::start(&config(
+        &[addr],
+        "",
+        &format!("{CACHE}max_object_size = \"8MiB\"\n"),
+    ))
+    .await;
+    // The client reads the head and a little, and leaves.
+    let mut client = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    client
+        .write_all(b"GET /dribble HTTP/1.1\r\nHost: cache.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut some = [0u8; 1024];
+    assert!(client.read(&mut some).await.unwrap() > 0);
+    drop(client);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(request(&proxy, "PURGE", "/dribble", &[]).await.status, 200);
+    let pieces = tokio::time::timeout(Duration::from_secs(10), &mut sent_all)
+        .await
+        .expect("the node's connection stayed open")
+        .unwrap();
+    assert!(pieces < CHUNKS, "the node sent its whole body");
+    let filling = proxy
+        .metrics
+        .encode()
+        .lines()
+        .find_map(|line| line.strip_prefix("weir_cache_bytes_filling{virtual_server=\"web\"} "))
+        .map(str::to_owned);
+    assert_eq!(filling.as_deref(), Some("0"));
+    proxy.stop().await;
+}

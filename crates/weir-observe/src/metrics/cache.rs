@@ -30,6 +30,9 @@ pub struct CacheMetrics {
     pub revalidated: Counter,
     /// Bytes held by the store now.
     pub bytes_stored: Gauge,
+    /// Bytes of bodies being filled that the store does not charge (their length unknown
+    /// until complete, or taken out of the store while filling).
+    pub bytes_filling: Gauge,
     /// Objects held by the store now.
     pub objects: Gauge,
     /// Objects evicted to make room.
@@ -79,6 +82,7 @@ pub(crate) struct CacheFamilies {
     waiting: Family<Labels, Gauge>,
     revalidated: Family<Labels, Counter>,
     bytes_stored: Family<Labels, Gauge>,
+    bytes_filling: Family<Labels, Gauge>,
     objects: Family<Labels, Gauge>,
     evictions: Family<Labels, Counter>,
     compression_in: Family<AlgorithmLabels, Counter>,
@@ -94,6 +98,7 @@ impl CacheFamilies {
         register(r, names::CACHE_WAITING, self.waiting.clone());
         register(r, names::CACHE_REVALIDATED, self.revalidated.clone());
         register(r, names::CACHE_BYTES_STORED, self.bytes_stored.clone());
+        register(r, names::CACHE_BYTES_FILLING, self.bytes_filling.clone());
         register(r, names::CACHE_OBJECTS, self.objects.clone());
         register(r, names::CACHE_EVICTIONS, self.evictions.clone());
         register(r, names::COMPRESSION_BYTES_IN, self.compression_in.clone());
@@ -120,6 +125,7 @@ impl Metrics {
             waiting: f.waiting.get_or_create_owned(&labels),
             revalidated: f.revalidated.get_or_create_owned(&labels),
             bytes_stored: f.bytes_stored.get_or_create_owned(&labels),
+            bytes_filling: f.bytes_filling.get_or_create_owned(&labels),
             objects: f.objects.get_or_create_owned(&labels),
             evictions: f.evictions.get_or_create_owned(&labels),
         }
@@ -157,6 +163,7 @@ impl Metrics {
             family.remove(&labels);
         }
         f.bytes_stored.remove(&labels);
+        f.bytes_filling.remove(&labels);
         f.objects.remove(&labels);
         f.waiting.remove(&labels);
         for algorithm in CompressionMetrics::ALGORITHMS {

@@ -518,13 +518,15 @@ impl Pieces {
     }
 
     /// Reads the rest of the node's body through the transform, its pieces going nowhere
-    /// but where the transform keeps them (the store).
+    /// but where the transform keeps them (the store): while it keeps them. A fill that
+    /// stops storing (past its room, or its object gone with no one reading it) leaves the
+    /// rest unread, and the node's connection closes.
     async fn read_rest(
         &mut self,
         upstream: &mut Upstream,
         input: &mut BytesMut,
     ) -> Result<(), Failure> {
-        while self.next(upstream, input).await?.is_some() {}
+        while self.transform.stores() && self.next(upstream, input).await?.is_some() {}
         Ok(())
     }
 
