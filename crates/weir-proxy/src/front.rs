@@ -171,9 +171,13 @@ async fn passthrough(stream: &TcpStream, vs: &VirtualServerRuntime, client: &mut
             vs.layer4.client_hello("default_pool");
             return Route::Own;
         }
-        // A tls or https virtual server's own TLS refuses it with the alert TLS asks for
-        // (RFC 8446 §6), where a close with the hello unread would be a reset.
-        Ok(Err(error @ HelloError::Malformed(_))) if vs.config.protocol != Protocol::Tcp => {
+        // A tls or https virtual server's own TLS refuses it (plain HTTP, an SSLv2 hello,
+        // a hello that breaks the format) with the alert TLS asks for (RFC 8446 §6), and
+        // counts it as the failed handshake it is, as without passthrough rules; a close
+        // with the bytes unread would be a reset.
+        Ok(Err(
+            error @ (HelloError::Malformed(_) | HelloError::NotTls | HelloError::NotClientHello),
+        )) if vs.config.protocol != Protocol::Tcp => {
             vs.layer4.client_hello(error.as_str());
             return Route::Own;
         }

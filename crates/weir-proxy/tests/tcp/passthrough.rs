@@ -280,3 +280,43 @@ async fn reading_the_hello_counts_against_the_handshake_limit_and_timeout() {
     );
     proxy.stop().await;
 }
+
+/// On an https or tls virtual server with passthrough rules, a first flight that is not a
+/// ClientHello (plain HTTP to the TLS port) is refused by weir's own TLS as without the
+/// rules: an alert and a close, counted as a failed handshake (it was a reset, uncounted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_tls_on_a_tls_port_with_passthrough_rules_gets_an_alert() {
+    use tokio::io::AsyncReadExt;
+    let pass = Node::start("P", Duration::ZERO).await;
+    let own = Node::start("O", Duration::ZERO).await;
+    let proxy = TestProxy::start(&format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\
+         [pools.own]\nnodes = [{{ address = \"{}\" }}]\n[pools.pass]\nnodes = [{{ address = \"{}\" }}]\n\
+         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"own\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n\
+         [[virtual_servers.s.passthrough]]\nserver_names = [\"pass.example\"]\npool = \"pass\"\n",
+        own.addr, pass.addr
+    ))
+    .await;
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: pass.example\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = stream.read_to_end(&mut answer);
+    let ended = tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .expect("closed");
+    assert!(ended.is_ok(), "a clean close, not a reset: {ended:?}");
+    assert_eq!(answer.first(), Some(&0x15), "an alert record: {answer:?}");
+    let text = proxy.metrics.encode();
+    assert_eq!(
+        metric(
+            &text,
+            "weir_tls_handshake_failures_total{virtual_server=\"s\",reason=\"protocol\"}"
+        ),
+        1
+    );
+    proxy.stop().await;
+}
