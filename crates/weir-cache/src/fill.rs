@@ -13,7 +13,7 @@ use crate::date::UnixTime;
 use crate::flight::FlightGuard;
 use crate::hit::{CacheStatus, Hit};
 use crate::key::VarySpec;
-use crate::object::{GrowingBody, NewObject, Object, ObjectBody, Rope, StoredHead};
+use crate::object::{Follower, GrowingBody, NewObject, Object, ObjectBody, Rope, StoredHead};
 use crate::policy::freshness::Freshness;
 use crate::view::RequestView;
 
@@ -325,6 +325,45 @@ impl Fill {
         self.give_up(None);
     }
 
+    /// The client of the request that fills a body read from the store, as one who follows
+    /// it from now until it is done with its answer (its reader comes a moment later): a
+    /// fill whose object leaves the store goes on while someone follows it.
+    pub fn follower(&self) -> Option<Follower> {
+        match &self.mode {
+            FillMode::Growing { body, .. } => Some(body.follower()),
+            FillMode::Tee { .. } | FillMode::Abandoned => None,
+        }
+    }
+
+    /// What to wait on beside the node, for a body read from the store: its object leaving
+    /// the store, or its last follower leaving ([`Fill::settle`] then). `None` otherwise.
+    pub fn orphan_watch(&self) -> Option<OrphanWatch> {
+        match &self.mode {
+            FillMode::Growing { body, .. } => Some(OrphanWatch(Arc::clone(body))),
+            FillMode::Tee { .. } | FillMode::Abandoned => None,
+        }
+    }
+
+    /// Takes in what happened while the fill waited for the node. Once its object has left
+    /// the store (evicted, purged), what it has received is held apart from the store
+    /// ([`Cache::hold_filling`]; past the room it stops storing), and once no one follows
+    /// it either, it stops: the rest of the body would be read for no one.
+    pub fn settle(&mut self) {
+        let FillMode::Growing { object, body, .. } = &self.mode else {
+            return;
+        };
+        if !object.is_removed() {
+            return;
+        }
+        let stop = match self.held_apart {
+            true => !body.is_followed(),
+            false => !self.hold_apart(0),
+        };
+        if stop {
+            self.give_up(None);
+        }
+    }
+
     /// Whether pushed bytes still go to the store.
     pub fn is_storing(&self) -> bool {
         !matches!(self.mode, FillMode::Abandoned)
@@ -365,7 +404,7 @@ impl Fill {
         let taken = match &self.mode {
             FillMode::Tee { .. } => bytes,
             FillMode::Growing { object, body, .. } if object.is_removed() => {
-                if body.was_followed() && !body.is_followed() {
+                if !body.is_followed() {
                     return false;
                 }
                 match self.held_apart {
@@ -413,6 +452,18 @@ impl Fill {
         if let Some(guard) = self.guard.take() {
             guard.not_stored(remember);
         }
+    }
+}
+
+/// A wait for a change to a fill that reads a body into the store ([`Fill::orphan_watch`]).
+#[derive(Debug)]
+pub struct OrphanWatch(Arc<GrowingBody>);
+
+impl OrphanWatch {
+    /// Ready at the next change: the object left the store, or its last follower left.
+    /// Changes from the moment it is called on count, before it is first polled too.
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.0.orphaning().notified()
     }
 }
 

@@ -224,8 +224,31 @@ pub enum FillState {
 pub struct GrowingBody {
     chunks: Mutex<Vec<Bytes>>,
     progress: watch::Sender<(usize, FillState)>,
-    /// A reader has followed it (see [`GrowingBody::was_followed`]).
-    followed: AtomicBool,
+    /// Its readers, and the clients about to read it ([`Follower`]).
+    followers: AtomicUsize,
+    /// Woken when the last follower leaves, or when the object leaves the store: its fill
+    /// may be read for no one ([`crate::fill::OrphanWatch`]).
+    orphaning: tokio::sync::Notify,
+}
+
+/// One who follows a [`GrowingBody`]: a reader, or the client of the request that fills it
+/// from before its reader exists ([`crate::fill::Fill::follower`]). Counted while it lives.
+#[derive(Debug)]
+pub struct Follower(Arc<GrowingBody>);
+
+impl Follower {
+    fn of(body: &Arc<GrowingBody>) -> Follower {
+        body.followers.fetch_add(1, Ordering::AcqRel);
+        Follower(Arc::clone(body))
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        if self.0.followers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.orphaning.notify_waiters();
+        }
+    }
 }
 
 /// The body was aborted while this reader was following it.
@@ -237,6 +260,7 @@ pub struct BodyAborted;
 #[derive(Debug)]
 pub struct BodyReader {
     body: Arc<GrowingBody>,
+    _following: Follower,
     progress: watch::Receiver<(usize, FillState)>,
     next: usize,
     /// The bytes this reader gives, `start..end` of the body (a range asked of an object
@@ -253,7 +277,8 @@ impl GrowingBody {
         Arc::new(GrowingBody {
             chunks: Mutex::new(Vec::new()),
             progress,
-            followed: AtomicBool::new(false),
+            followers: AtomicUsize::new(0),
+            orphaning: tokio::sync::Notify::new(),
         })
     }
 
@@ -281,15 +306,19 @@ impl GrowingBody {
         self.progress.send_replace((count, FillState::Aborted));
     }
 
-    /// Whether a reader follows it now.
+    /// Whether anyone follows it now (a reader, or a client about to read it).
     pub(crate) fn is_followed(&self) -> bool {
-        self.progress.receiver_count() > 0
+        self.followers.load(Ordering::Acquire) > 0
     }
 
-    /// Whether a reader has followed it: the client whose request fills it reads it from
-    /// a moment after the fill begins, and no reader before then is not its leaving.
-    pub(crate) fn was_followed(&self) -> bool {
-        self.followed.load(Ordering::Acquire)
+    /// A follower until dropped ([`Follower`]).
+    pub(crate) fn follower(self: &Arc<Self>) -> Follower {
+        Follower::of(self)
+    }
+
+    /// What [`GrowingBody::orphaning`] wakes.
+    pub(crate) fn orphaning(&self) -> &tokio::sync::Notify {
+        &self.orphaning
     }
 
     /// Whether the fill goes on, completed or was aborted.
@@ -299,9 +328,9 @@ impl GrowingBody {
 
     /// A reader from the first chunk, independent of other readers.
     pub fn reader(self: &Arc<Self>) -> BodyReader {
-        self.followed.store(true, Ordering::Release);
         BodyReader {
             body: Arc::clone(self),
+            _following: Follower::of(self),
             progress: self.progress.subscribe(),
             next: 0,
             window: None,
@@ -584,6 +613,14 @@ impl Object {
 
     pub(crate) fn is_removed(&self) -> bool {
         self.removed.load(Ordering::Acquire)
+    }
+
+    /// Tells a fill still writing its body that it left the store ([`Object::is_removed`]).
+    pub(crate) fn left_store(&self) {
+        let growing = self.growing.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(body) = growing.as_ref() {
+            body.orphaning.notify_waiters();
+        }
     }
 }
 

@@ -541,6 +541,7 @@ impl Shard {
         if object.removed.swap(true, Ordering::AcqRel) {
             return;
         }
+        object.left_store();
         self.bytes -= object.charge();
         self.objects -= 1;
         if !object.in_main.load(Ordering::Relaxed) {

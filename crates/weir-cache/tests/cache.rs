@@ -1809,6 +1809,25 @@ async fn a_fill_that_left_the_store_ends_when_no_one_reads_it() {
     fill_rest(&mut abandoned, &half);
     assert!(!abandoned.is_storing());
     assert_eq!(metrics.bytes_filling.get(), 0);
+    // Or, while the node pauses, the watch the relay waits on beside it says so at once.
+    let (mut paused, reader) = start("/paused");
+    let watch = paused.orphan_watch().expect("a body read from the store");
+    let changed = watch.changed();
+    assert_eq!(cache.purge_url("http://example.com/paused"), Ok(1));
+    changed.await;
+    paused.settle();
+    assert!(paused.is_storing(), "its reader still follows it");
+    assert_eq!(
+        metrics.bytes_filling.get(),
+        100 << 10,
+        "what it holds is held apart"
+    );
+    let changed = watch.changed();
+    drop(reader);
+    changed.await;
+    paused.settle();
+    assert!(!paused.is_storing());
+    assert_eq!(metrics.bytes_filling.get(), 0);
     // Its client stays: the fill goes on, all its bytes now held apart, until it ends.
     let (mut read, mut reader) = start("/read");
     assert_eq!(cache.purge_url("http://example.com/read"), Ok(1));

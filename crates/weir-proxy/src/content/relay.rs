@@ -16,7 +16,7 @@ use weir_cache::directives::ResponseDirectives;
 use weir_cache::object::StoredHead;
 use weir_cache::policy::storable::content_length;
 use weir_cache::{
-    CacheStatus, Coding, Compressor, Fill, Forward, HeadEdits, Hit, Http1Request, Reply,
+    CacheStatus, Coding, Compressor, Fill, Follower, Forward, HeadEdits, Hit, Http1Request, Reply,
     ResponseView, UnixTime,
 };
 use weir_core::{Error, ErrorKind, Side};
@@ -39,8 +39,9 @@ enum Plan {
     Plain(Option<CacheStatus>),
     /// Answer from the cache; the node's response is dropped.
     Hit(Hit),
-    /// Store the body; the client reads it from the store.
-    Store(Transform, Hit),
+    /// Store the body; the client reads it from the store, followed from now until it is
+    /// answered ([`weir_cache::Fill::follower`]).
+    Store(Transform, Hit, Option<Follower>),
     /// Relay the body through `transform`, the head edited.
     Relay {
         edits: Option<HeadEdits>,
@@ -107,13 +108,18 @@ pub(crate) async fn respond<'p>(
             drop(upstream);
             deliver::hit(client, (vs, content), &hit, version, keep_alive, decor).await
         }
-        Plan::Store(transform, hit) => {
+        Plan::Store(transform, hit, follower) => {
             let (mut upstream, _) = Upstream::of(exchange, stall);
             let mut input = std::mem::take(&mut client.upstream_in);
-            let (pumped, delivered) = tokio::join!(
-                pump(&mut upstream, &mut input, transform),
-                deliver::hit(client, (vs, content), &hit, version, keep_alive, decor),
-            );
+            let deliver = async {
+                let delivered =
+                    deliver::hit(client, (vs, content), &hit, version, keep_alive, decor).await;
+                // Done with it, answered or gone: the fill goes on only for others.
+                drop(follower);
+                delivered
+            };
+            let (pumped, delivered) =
+                tokio::join!(pump(&mut upstream, &mut input, transform), deliver);
             client.upstream_in = input;
             if let Err(failure) = pumped {
                 tracing::debug!(virtual_server = %vs.config.name, error = %failure.error, "cache fill ended early");
@@ -260,7 +266,7 @@ pub(crate) async fn refresh(
     };
     let (mut upstream, _) = Upstream::of(exchange, pool.config.timeouts.response);
     let transform = match planned {
-        Plan::Store(transform, _) => transform,
+        Plan::Store(transform, _, _) => transform,
         Plan::Relay {
             transform: transform @ Transform::Fill(_),
             ..
@@ -322,7 +328,10 @@ fn plan(
         Reply::Refetch(exchange) => Plan::Refetch(exchange),
         Reply::Fill(mut fill) => {
             match fill.take_hit().or_else(|| fill.conditional_hit(view, now)) {
-                Some(hit) => Plan::Store(Transform::Fill(fill), hit),
+                Some(hit) => {
+                    let follower = fill.follower();
+                    Plan::Store(Transform::Fill(fill), hit, follower)
+                }
                 None => Plan::Relay {
                     edits: fill.tee_edits(),
                     status: Some(fill.cache_status()),
@@ -519,15 +528,38 @@ impl Pieces {
 
     /// Reads the rest of the node's body through the transform, its pieces going nowhere
     /// but where the transform keeps them (the store): while it keeps them. A fill that
-    /// stops storing (past its room, or its object gone with no one reading it) leaves the
-    /// rest unread, and the node's connection closes.
+    /// stops storing (past its room, or its object gone from the store with no one
+    /// following it, which a node that pauses must not delay: [`weir_cache::OrphanWatch`])
+    /// leaves the rest unread, and the node's connection closes.
     async fn read_rest(
         &mut self,
         upstream: &mut Upstream,
         input: &mut BytesMut,
     ) -> Result<(), Failure> {
-        while self.transform.stores() && self.next(upstream, input).await?.is_some() {}
-        Ok(())
+        let watch = match &self.transform {
+            Transform::Fill(fill) => fill.orphan_watch(),
+            _ => None,
+        };
+        loop {
+            // Made before the fill is settled: a change from then on wakes it.
+            let changed = watch.as_ref().map(weir_cache::OrphanWatch::changed);
+            if let Transform::Fill(fill) = &mut self.transform {
+                fill.settle();
+            }
+            if !self.transform.stores() {
+                return Ok(());
+            }
+            let next = match changed {
+                None => self.next(upstream, input).await?,
+                Some(changed) => tokio::select! {
+                    next = self.next(upstream, input) => next?,
+                    () = changed => continue,
+                },
+            };
+            if next.is_none() {
+                return Ok(());
+            }
+        }
     }
 
     /// The last bytes, once the body has ended (a slow encoder's on a blocking thread:
