@@ -1955,3 +1955,71 @@ async fn a_fill_purged_after_its_client_left_stops_reading_the_node() {
     assert_eq!(filling.as_deref(), Some("0"));
     proxy.stop().await;
 }
+
+/// A compressed answer from a node that sends its body at once, which the encoder takes
+/// slower than it comes (brotli 11), goes out at least once a second (the encoder is
+/// flushed), so a client that left is noticed and the rest of the body is not compressed
+/// for no one: brotli 11 put out nothing for megabytes, the head waited for its first
+/// bytes, and weir compressed the whole body after the client had gone (an audit saw a
+/// core busy 10 s after its clients went, and gigabytes held with zstd 19).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_answer_stops_when_its_client_has_gone() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Text that brotli 11 takes seconds over: words picked at random.
+    let words = [
+        "cache", "node", "pool", "weir", "stream", "answer", "client", "head",
+    ];
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut body = Vec::with_capacity(2 << 20);
+    while body.len() < 2 << 20 {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        body.extend_from_slice(words[(state >> 61) as usize].as_bytes());
+        body.push(b' ');
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // The node sends it all at once and reports whether weir took it all (through a
+    // small send buffer: the kernel's would take much of it whatever weir does).
+    let (taken, mut taken_whole) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        socket2::SockRef::from(&tcp)
+            .set_send_buffer_size(64 << 10)
+            .unwrap();
+        let mut head = [0u8; 4096];
+        let _ = tcp.read(&mut head).await;
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let whole = async {
+            tcp.write_all(answer.as_bytes()).await?;
+            tcp.write_all(&body).await
+        };
+        let _ = taken.send(whole.await.is_ok());
+    });
+    let proxy = TestProxy::start(&config(
+        &[addr],
+        "",
+        "[virtual_servers.web.compression]\nalgorithms = [\"br\"]\nbrotli_level = 11\n",
+    ))
+    .await;
+    let mut client = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    client
+        .write_all(b"GET /text HTTP/1.1\r\nHost: t\r\nAccept-Encoding: br\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(client);
+    let whole = tokio::time::timeout(Duration::from_secs(30), &mut taken_whole)
+        .await
+        .expect("the node's body was neither taken nor refused")
+        .unwrap();
+    assert!(
+        !whole,
+        "weir read and compressed the whole body after its client had gone"
+    );
+    proxy.stop().await;
+}

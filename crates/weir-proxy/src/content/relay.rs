@@ -454,13 +454,21 @@ impl Transform {
 /// once the oldest of it has waited [`response::NODE_PAUSE`] (a progressive answer, whose
 /// node pauses, or one that sends a line every 40 ms without a pause that long: measured
 /// from when the encoder started holding, not from the last chunk, or such a stream was
-/// held to its end); with `eager` (an event stream) every chunk is flushed as it comes.
+/// held to its end), and, from a node that never pauses, once it has held for
+/// [`HOLD_AT_MOST`]; with `eager` (an event stream) every chunk is flushed as it comes.
 struct Pieces {
     transform: Transform,
     eager: bool,
     /// Since when the transform holds input it has not put out.
     held_since: Option<tokio::time::Instant>,
 }
+
+/// The longest an encoder holds input it was given before it is flushed, however fast
+/// the node sends: without a pause the encoder could take a whole large body (brotli 11,
+/// zstd 19 take megabytes before putting anything out) with nothing written to the client,
+/// who could have left long ago unnoticed, weir compressing on for no one (an audit saw a
+/// core busy for 10 s after its clients went, and gigabytes held).
+const HOLD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Pieces {
     fn new(transform: Transform, eager: bool) -> Pieces {
@@ -479,6 +487,14 @@ impl Pieces {
         upstream: &mut Upstream,
         input: &mut BytesMut,
     ) -> Result<Option<Bytes>, Failure> {
+        if self
+            .held_since
+            .is_some_and(|since| since.elapsed() >= HOLD_AT_MOST)
+        {
+            self.held_since = None;
+            let flushed = self.on_transform(Transform::flush).await;
+            return flushed.map(Some).map_err(encoder_failed);
+        }
         let pause = self.held_since.map(|since| {
             (since + response::NODE_PAUSE).saturating_duration_since(tokio::time::Instant::now())
         });
