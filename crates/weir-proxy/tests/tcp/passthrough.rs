@@ -213,24 +213,32 @@ async fn one_port_passes_some_names_through_and_terminates_the_rest() {
     origin.stop().await;
 }
 
-/// On a tls virtual server with passthrough rules, reading the ClientHello is the start of
-/// weir's handshake: clients stalled in it hold places under `max_handshakes` (a client past
-/// the limit is closed at once, counted as an overload), and `handshake_timeout` counts from
-/// it, not again once weir's own handshake starts.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reading_the_hello_counts_against_the_handshake_limit_and_timeout() {
+/// A tls virtual server `s` (a self-signed certificate for `localhost`, then `tls_extra`
+/// keys of its `[tls]` table) whose own pool's node answers `O`, passing `pass.example`
+/// through to a node that answers `P`: the proxy and the nodes (`[own, pass]`).
+async fn tls_server_passing_through(tls_extra: &str) -> (TestProxy, [Node; 2]) {
     let pass = Node::start("P", Duration::ZERO).await;
     let own = Node::start("O", Duration::ZERO).await;
     let proxy = TestProxy::start(&format!(
         "[log]\naccess_log = false\nlevel = \"warn\"\n\
          [pools.own]\nnodes = [{{ address = \"{}\" }}]\n[pools.pass]\nnodes = [{{ address = \"{}\" }}]\n\
          [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"own\"\n\
-         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n\
-         handshake_timeout = \"1s\"\nmax_handshakes = 2\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n{tls_extra}\
          [[virtual_servers.s.passthrough]]\nserver_names = [\"pass.example\"]\npool = \"pass\"\n",
         own.addr, pass.addr
     ))
     .await;
+    (proxy, [own, pass])
+}
+
+/// On a tls virtual server with passthrough rules, reading the ClientHello is the start of
+/// weir's handshake: clients stalled in it hold places under `max_handshakes` (a client past
+/// the limit is closed at once, counted as an overload), and `handshake_timeout` counts from
+/// it, not again once weir's own handshake starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_the_hello_counts_against_the_handshake_limit_and_timeout() {
+    let (proxy, _nodes) =
+        tls_server_passing_through("handshake_timeout = \"1s\"\nmax_handshakes = 2\n").await;
     let hello = client_hello("pass.example");
     // Two clients stall in their hellos: the third is turned away at once.
     let mut stalled = Vec::new();
@@ -287,17 +295,7 @@ async fn reading_the_hello_counts_against_the_handshake_limit_and_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_tls_on_a_tls_port_with_passthrough_rules_gets_an_alert() {
     use tokio::io::AsyncReadExt;
-    let pass = Node::start("P", Duration::ZERO).await;
-    let own = Node::start("O", Duration::ZERO).await;
-    let proxy = TestProxy::start(&format!(
-        "[log]\naccess_log = false\nlevel = \"warn\"\n\
-         [pools.own]\nnodes = [{{ address = \"{}\" }}]\n[pools.pass]\nnodes = [{{ address = \"{}\" }}]\n\
-         [virtual_servers.s]\nprotocol = \"tls\"\nlisten = [\"127.0.0.1:0\"]\npool = \"own\"\n\
-         [virtual_servers.s.tls]\ncertificates = [{{ self_signed = [\"localhost\"] }}]\n\
-         [[virtual_servers.s.passthrough]]\nserver_names = [\"pass.example\"]\npool = \"pass\"\n",
-        own.addr, pass.addr
-    ))
-    .await;
+    let (proxy, _nodes) = tls_server_passing_through("").await;
     let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
     stream
         .write_all(b"GET / HTTP/1.1\r\nHost: pass.example\r\n\r\n")
