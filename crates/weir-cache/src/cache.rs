@@ -209,8 +209,10 @@ impl Cache {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
                 held.checked_add(bytes).filter(|total| *total <= size)
             });
-        if let Ok(held) = taken {
-            self.metrics.bytes_filling.set((held + bytes) as i64);
+        // The gauge moves by the same steps as the count (setting it to a count read
+        // earlier could leave a stale one last).
+        if taken.is_ok() {
+            self.metrics.bytes_filling.inc_by(bytes as i64);
         }
         taken.is_ok()
     }
@@ -218,8 +220,8 @@ impl Cache {
     /// Gives back `bytes` taken with [`Cache::hold_filling`].
     pub(crate) fn release_filling(&self, bytes: usize) {
         if bytes > 0 {
-            let held = self.filling.fetch_sub(bytes, Ordering::AcqRel) - bytes;
-            self.metrics.bytes_filling.set(held as i64);
+            self.filling.fetch_sub(bytes, Ordering::AcqRel);
+            self.metrics.bytes_filling.dec_by(bytes as i64);
         }
     }
 

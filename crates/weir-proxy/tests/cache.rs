@@ -2023,3 +2023,78 @@ async fn a_compressed_answer_stops_when_its_client_has_gone() {
     );
     proxy.stop().await;
 }
+
+/// Text of `size` bytes that a slow encoder (brotli 11) takes its time over: words picked
+/// at random, so it neither repeats nor is noise.
+fn wordy_text(size: usize) -> Vec<u8> {
+    let words = [
+        "cache", "node", "pool", "weir", "stream", "answer", "client", "head",
+    ];
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut text = Vec::with_capacity(size);
+    while text.len() < size {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        text.extend_from_slice(words[(state >> 61) as usize].as_bytes());
+        text.push(b' ');
+    }
+    text.truncate(size);
+    text
+}
+
+/// A cached answer compressed at a slow level (brotli 11, on a blocking thread) is filled
+/// into the store after its client has gone, as any other is. The wait for the object to
+/// leave the store, raced against the encoder's work, dropped that work and the fill with
+/// it when the client left in the middle of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_compressed_fill_goes_on_after_its_client_left() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    fn text(_: &str, _: usize) -> Answer {
+        Answer::ok(&wordy_text(1 << 20))
+            .field("Cache-Control", "max-age=60")
+            .field("Content-Type", "text/plain")
+    }
+    let node = CountingNode::start(text, Duration::ZERO).await;
+    let proxy = proxy_for(
+        &node,
+        &format!(
+            "{CACHE}[virtual_servers.web.compression]\nalgorithms = [\"br\"]\nbrotli_level = 11\n"
+        ),
+    )
+    .await;
+    let gauge = |name: &str| {
+        let sample = format!("{name}{{virtual_server=\"web\"}} ");
+        proxy
+            .metrics
+            .encode()
+            .lines()
+            .find_map(|line| line.strip_prefix(sample.as_str())?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // The client reads the head (its first bytes come with the encoder's first flush, a
+    // second in), and leaves in the middle of the fill.
+    let mut client = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    client
+        .write_all(b"GET /text HTTP/1.1\r\nHost: cache.test\r\nAccept-Encoding: br\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 512];
+    assert!(client.read(&mut head).await.unwrap() > 0);
+    let reserved = gauge("weir_cache_bytes_stored");
+    drop(client);
+    // The object stays, and settles to its compressed length when its fill completes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert_eq!(gauge("weir_cache_objects"), 1, "the fill was dropped");
+        if gauge("weir_cache_bytes_stored") < reserved {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the fill never ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let next = request(&proxy, "GET", "/text", &["Accept-Encoding: br"]).await;
+    assert_eq!(next.header("x-cache"), Some("HIT"));
+    assert_eq!(node.requests(), 1);
+    proxy.stop().await;
+}

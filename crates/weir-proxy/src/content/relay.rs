@@ -487,18 +487,35 @@ impl Pieces {
         upstream: &mut Upstream,
         input: &mut BytesMut,
     ) -> Result<Option<Bytes>, Failure> {
+        let read = self.read(upstream, input).await?;
+        self.take(read).await
+    }
+
+    /// What comes next from the node: `Some(Some(chunk))`, `Some(None)` at the end of the
+    /// body, or `None` when what the encoder holds is to be flushed instead (the node
+    /// paused, or it held for [`HOLD_AT_MOST`]). Cancel-safe: it only waits for the node,
+    /// and nothing read is lost if it is dropped ([`Pieces::read_rest`] races it).
+    async fn read(
+        &mut self,
+        upstream: &mut Upstream,
+        input: &mut BytesMut,
+    ) -> Result<Option<Option<Bytes>>, Failure> {
         if self
             .held_since
             .is_some_and(|since| since.elapsed() >= HOLD_AT_MOST)
         {
-            self.held_since = None;
-            let flushed = self.on_transform(Transform::flush).await;
-            return flushed.map(Some).map_err(encoder_failed);
+            return Ok(None);
         }
         let pause = self.held_since.map(|since| {
             (since + response::NODE_PAUSE).saturating_duration_since(tokio::time::Instant::now())
         });
-        let piece = match upstream.next_chunk_within(input, pause).await? {
+        upstream.next_chunk_within(input, pause).await
+    }
+
+    /// [`Pieces::read`]'s outcome through the transform. Not to be cancelled: a slow
+    /// encoder's work goes to a blocking thread with the transform ([`Pieces::on_transform`]).
+    async fn take(&mut self, read: Option<Option<Bytes>>) -> Result<Option<Bytes>, Failure> {
+        let piece = match read {
             Some(Some(chunk)) if self.eager => {
                 self.on_transform(move |transform| transform.push_flushed(chunk))
                     .await
@@ -565,14 +582,15 @@ impl Pieces {
             if !self.transform.stores() {
                 return Ok(());
             }
-            let next = match changed {
-                None => self.next(upstream, input).await?,
+            // The watch races the node only, never the encoder's work ([`Pieces::take`]).
+            let read = match changed {
+                None => self.read(upstream, input).await?,
                 Some(changed) => tokio::select! {
-                    next = self.next(upstream, input) => next?,
+                    read = self.read(upstream, input) => read?,
                     () = changed => continue,
                 },
             };
-            if next.is_none() {
+            if self.take(read).await?.is_none() {
                 return Ok(());
             }
         }
