@@ -835,7 +835,16 @@ async fn a_tls_connection_busy_when_its_node_drains_closes_with_a_close_notify()
     let proxy = TestProxy::start(&config("active")).await;
     let addr = proxy.addr;
     let slow = tokio::spawn(async move { weir_testkit::client::get(addr, "/slow").await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Drained once the request is at the node.
+    let node_state = proxy.live.current().pools[0].nodes[0].clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while node_state.in_flight() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never left"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let draining = weir_config::parse_str(&config("draining"), "test.toml").unwrap();
     proxy.live.apply(draining).unwrap();
     assert_eq!(slow.await.unwrap().unwrap().status, 200);
