@@ -197,7 +197,6 @@ impl Cache {
         removed
     }
 
-    /// Refreshes the bytes and objects gauges.
     /// Takes `bytes` of the room for bodies being filled that the store does not charge:
     /// one of unknown length, held apart until complete, and the rest of one whose object
     /// left the store while it filled. All of them together hold at most `size`, as the
@@ -225,6 +224,7 @@ impl Cache {
         }
     }
 
+    /// Refreshes the bytes and objects gauges.
     pub(crate) fn record_store(&self) {
         let stats = self.store.stats();
         self.metrics.bytes_stored.set(stats.bytes as i64);
