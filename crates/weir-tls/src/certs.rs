@@ -150,20 +150,22 @@ pub fn certified_key(
                  ECDSA keys on P-256, P-384 or P-521, and Ed25519 keys"
             )
         })?;
-    // A key that belongs to a later certificate of the chain: the chain is out of order.
-    let later = chain.iter().skip(1).position(|der| {
-        CertifiedKey::new(vec![der.clone()], Arc::clone(&signing_key))
-            .keys_match()
-            .is_ok()
-    });
     let certified = CertifiedKey::new(chain, signing_key);
-    certified.keys_match().map_err(|error| match later {
-        Some(index) => format!(
-            "the private key belongs to certificate {} of the chain, not to the first: \
+    certified.keys_match().map_err(|error| {
+        // A key that belongs to a later certificate of the chain: the chain is out of order.
+        let later = certified.cert.iter().skip(1).position(|der| {
+            CertifiedKey::new(vec![der.clone()], Arc::clone(&certified.key))
+                .keys_match()
+                .is_ok()
+        });
+        match later {
+            Some(index) => format!(
+                "the private key belongs to certificate {} of the chain, not to the first: \
              the chain must start with the server's own certificate (the leaf)",
-            index + 2
-        ),
-        None => format!("the private key does not belong to the certificate: {error}"),
+                index + 2
+            ),
+            None => format!("the private key does not belong to the certificate: {error}"),
+        }
     })?;
     Ok(certified)
 }
