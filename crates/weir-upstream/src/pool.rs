@@ -338,10 +338,8 @@ impl Pool {
     /// ejection ([`Pool::record_failure`] holds the line only when it ejects).
     fn ejected_but_up(&self, tried: Tried) -> impl Fn(usize) -> bool + '_ {
         let allowed = self.config.passive_health.max_ejected_percent < 100;
-        move |index: usize| {
-            let node = &self.nodes[index];
-            allowed && !tried.contains(index) && node.is_active() && node.is_active_up()
-        }
+        let untried_active = self.untried_active(tried);
+        move |index: usize| allowed && untried_active(index) && self.nodes[index].is_active_up()
     }
 
     /// Fail-open's pick: the balancer's among the untried nodes whatever their health
