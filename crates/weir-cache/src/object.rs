@@ -236,13 +236,6 @@ pub struct GrowingBody {
 #[derive(Debug)]
 pub struct Follower(Arc<GrowingBody>);
 
-impl Follower {
-    fn of(body: &Arc<GrowingBody>) -> Follower {
-        body.followers.fetch_add(1, Ordering::AcqRel);
-        Follower(Arc::clone(body))
-    }
-}
-
 impl Drop for Follower {
     fn drop(&mut self) {
         if self.0.followers.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -313,7 +306,8 @@ impl GrowingBody {
 
     /// A follower until dropped ([`Follower`]).
     pub(crate) fn follower(self: &Arc<Self>) -> Follower {
-        Follower::of(self)
+        self.followers.fetch_add(1, Ordering::AcqRel);
+        Follower(Arc::clone(self))
     }
 
     /// What [`GrowingBody::orphaning`] wakes.
@@ -330,7 +324,7 @@ impl GrowingBody {
     pub fn reader(self: &Arc<Self>) -> BodyReader {
         BodyReader {
             body: Arc::clone(self),
-            _following: Follower::of(self),
+            _following: self.follower(),
             progress: self.progress.subscribe(),
             next: 0,
             window: None,
