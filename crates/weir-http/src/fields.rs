@@ -93,6 +93,28 @@ pub(crate) enum Declared {
     Nothing,
 }
 
+/// The `timeout` parameter of a `Keep-Alive` field value (`timeout=5, max=100`; the
+/// value may be quoted), in whole seconds as sent. `None` without one, or with one that is
+/// not a number.
+pub(crate) fn keep_alive_timeout(value: &[u8]) -> Option<std::time::Duration> {
+    list_elements(value).find_map(|parameter| {
+        let (name, seconds) = parameter.split_at(memchr::memchr(b'=', parameter)?);
+        if !crate::syntax::trim_ows(name).eq_ignore_ascii_case(b"timeout") {
+            return None;
+        }
+        let seconds = crate::syntax::trim_ows(&seconds[1..]);
+        let seconds = seconds
+            .strip_prefix(b"\"")
+            .and_then(|quoted| quoted.strip_suffix(b"\""))
+            .unwrap_or(seconds);
+        if seconds.is_empty() || seconds.len() > 9 || !seconds.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let seconds = std::str::from_utf8(seconds).ok()?.parse().ok()?;
+        Some(std::time::Duration::from_secs(seconds))
+    })
+}
+
 impl Fields {
     /// Reads the fields `httparse` found. `base` is the address of the first
     /// byte of the head, so spans are offsets from it.
@@ -423,6 +445,21 @@ fn has_space_before_colon(region: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_timeout_of_a_keep_alive_field() {
+        let secs = |value: &[u8]| keep_alive_timeout(value).map(|d| d.as_secs());
+        assert_eq!(secs(b"timeout=5, max=100"), Some(5));
+        assert_eq!(secs(b"max=100, Timeout = 15"), Some(15));
+        assert_eq!(secs(b"timeout=\"3\""), Some(3));
+        assert_eq!(secs(b"timeout=0"), Some(0));
+        assert_eq!(secs(b"max=100"), None);
+        assert_eq!(secs(b"timeout=soon"), None);
+        assert_eq!(secs(b"timeout=-1"), None);
+        assert_eq!(secs(b"timeout="), None);
+        assert_eq!(secs(b"timeout=99999999999999999999"), None);
+        assert_eq!(secs(b"timeouts=5"), None);
+    }
 
     #[test]
     fn classifies_names_case_insensitively() {

@@ -6,11 +6,12 @@
 //! header lines byte for byte.
 
 use std::mem::MaybeUninit;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::error::{ParseError, ParseErrorKind};
-use crate::fields::{self, Declared, Fields, Header, StartLine};
+use crate::fields::{self, Declared, FieldKind, Fields, Header, StartLine, keep_alive_timeout};
 use crate::message::{BodyFraming, ConnectionInfo, Method, Version};
 use crate::target::{TargetForm, authority_port, parse_target, same_authority};
 
@@ -382,6 +383,17 @@ impl ResponseHead {
     /// (never after a close-delimited body).
     pub fn keep_alive(&self) -> bool {
         self.framing != BodyFraming::CloseDelimited && keep_alive(self.version, &self.connection)
+    }
+
+    /// How long the node says it keeps the connection open between requests: the
+    /// `timeout` parameter of its `Keep-Alive` field (`Keep-Alive: timeout=5, max=100`, as
+    /// Apache httpd sends; RFC 2068 §19.7.1.1 defined the field, RFC 9112 §9.3 leaves it to
+    /// the connection's two ends). `None` when it says nothing (or nothing readable).
+    pub fn keep_alive_timeout(&self) -> Option<Duration> {
+        self.headers
+            .iter()
+            .filter(|field| field.kind == FieldKind::KeepAlive)
+            .find_map(|field| keep_alive_timeout(slice(&self.raw, field.value)))
     }
 
     /// Whether the node announced a body that this response cannot have (a

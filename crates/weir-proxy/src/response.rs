@@ -242,12 +242,15 @@ impl Upstream {
     /// The node's side of `exchange`, and the response head.
     pub(crate) fn of(exchange: Exchange, stall: Duration) -> (Upstream, ResponseHead) {
         let Exchange {
-            lease,
+            mut lease,
             response,
             in_flight,
             body_cut,
             ..
         } = exchange;
+        if let NodeLink::Http1(lease) = &mut lease {
+            lease.node_keeps_idle_for(response.keep_alive_timeout());
+        }
         let upstream = Upstream {
             lease: Some(lease),
             in_flight: Some(in_flight),

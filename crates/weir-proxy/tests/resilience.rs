@@ -733,6 +733,87 @@ async fn connection_closed_by_the_node_while_idle_is_replaced() {
     proxy.stop().await;
 }
 
+/// A node that answers every request with `Keep-Alive: <keep_alive>` and never closes a
+/// connection itself. Returns its address and the number of connections it accepted.
+async fn keep_alive_node(
+    keep_alive: &'static str,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // Each test request is a head plus a tiny body, sent in one write.
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                    if !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        continue;
+                    }
+                    buf.clear();
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nKeep-Alive: {keep_alive}\r\nContent-Length: 2\r\n\r\nok"
+                    );
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (address, accepted)
+}
+
+/// A node that says it keeps idle connections for a second (`Keep-Alive: timeout=1`, as
+/// Apache httpd says with its own figure) gets no request on one idle for longer than
+/// half of that: the request would cross the node's close and be lost, and a POST cannot
+/// be sent again. Within that time the connection is reused; `timeout=0` is never reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_keep_alive_timeout_bounds_how_long_its_connections_are_reused() {
+    use std::sync::atomic::Ordering;
+    let post = b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi";
+    let (node, accepted) = keep_alive_node("timeout=1, max=100").await;
+    let proxy = TestProxy::start(&config(&[node], "retries = 0", "")).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    for _ in 0..3 {
+        connection.send(post).await.unwrap();
+        assert_eq!(connection.response().await.unwrap().status, 200);
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "reused at once");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    connection.send(post).await.unwrap();
+    assert_eq!(connection.response().await.unwrap().status, 200);
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "idle past the node's limit less its margin: a new connection"
+    );
+    proxy.stop().await;
+
+    let (node, accepted) = keep_alive_node("timeout=0").await;
+    let proxy = TestProxy::start(&config(&[node], "retries = 0", "")).await;
+    let mut connection = Connection::open(proxy.addr).await.unwrap();
+    for _ in 0..3 {
+        connection.send(post).await.unwrap();
+        assert_eq!(connection.response().await.unwrap().status, 200);
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        3,
+        "timeout=0: one request each"
+    );
+    proxy.stop().await;
+}
+
 /// A node that answers the first request on each connection, then closes the
 /// connection without answering the next (the race a liveness probe cannot
 /// catch). Returns its address and the number of requests it has received.

@@ -163,9 +163,27 @@ pub struct Connection {
     idle_since: Instant,
     /// When the release that made it reusable found it open.
     checked_at: Instant,
+    /// How long the node said (its last response's `Keep-Alive: timeout=N`) it keeps the
+    /// connection open between requests.
+    node_idle_limit: Option<Duration>,
 }
 
 impl Connection {
+    /// How long this connection may stay idle and still be given a request: the pool's
+    /// idle timeout, or less where the node said it closes idle connections sooner. A
+    /// request sent just as the node closes is lost (and one that is not idempotent cannot
+    /// be retried), so the node's limit is kept with a margin: a second, or half of a
+    /// limit shorter than two seconds.
+    fn reusable_for(&self, idle_timeout: Duration) -> Duration {
+        match self.node_idle_limit {
+            None => idle_timeout,
+            Some(limit) => {
+                let margin = (limit / 2).min(NODE_IDLE_MARGIN);
+                idle_timeout.min(limit - margin)
+            }
+        }
+    }
+
     /// Closes a connection that is between requests: a TLS one sends its close_notify
     /// (RFC 8446 §6.1), then reads what the node sends back (its own close_notify), off the
     /// caller's path and for at most [`CLOSE_WAIT`], so that the node sees a clean end and
@@ -196,6 +214,10 @@ pub(crate) fn close_gracefully(stream: ClientStream) {
         .await;
     });
 }
+
+/// The most a connection's reuse keeps short of the node's own idle limit
+/// ([`Connection::reusable_for`]).
+const NODE_IDLE_MARGIN: Duration = Duration::from_secs(1);
 
 /// How long closing a TLS connection waits for the node's close_notify.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
@@ -575,7 +597,7 @@ impl NodeConnections {
     ) -> Option<Connection> {
         let now = Instant::now();
         while let Some(connection) = state.idle.pop_back() {
-            if now.duration_since(connection.idle_since) < idle_timeout
+            if now.duration_since(connection.idle_since) < connection.reusable_for(idle_timeout)
                 && connection.still_open(now)
             {
                 return Some(connection);
@@ -648,6 +670,7 @@ impl NodeConnections {
                 requests: 0,
                 idle_since: Instant::now(),
                 checked_at: Instant::now(),
+                node_idle_limit: None,
             }),
             reused: false,
             dedicated: false,
@@ -733,17 +756,24 @@ impl NodeConnections {
         self.publish_open(state.open);
     }
 
-    /// Closes idle connections past the idle timeout. Returns how many.
+    /// Closes idle connections past the idle timeout (or past the shorter time their node
+    /// keeps them, [`Connection::reusable_for`]). Returns how many.
     pub fn close_expired(&self, now: Instant) -> usize {
         let mut expired = Closing::default();
         let idle_timeout = self.settings.load().idle_timeout;
         {
             let mut state = self.lock();
-            while let Some(front) = state.idle.front() {
-                if now.duration_since(front.idle_since) < idle_timeout {
-                    break;
+            // Not in `idle_since` order once nodes' limits differ: every one is looked at
+            // (at most the node's connection cap).
+            let mut index = 0;
+            while index < state.idle.len() {
+                let connection = &state.idle[index];
+                if now.duration_since(connection.idle_since) < connection.reusable_for(idle_timeout)
+                {
+                    index += 1;
+                    continue;
                 }
-                expired.0.extend(state.idle.pop_front());
+                expired.0.extend(state.idle.remove(index));
                 state.open -= 1;
             }
             if !expired.0.is_empty() {
@@ -1018,6 +1048,14 @@ impl Lease {
         self.pool.address
     }
 
+    /// Records what the node's latest response said of how long it keeps the connection
+    /// open between requests (`None`: nothing), so that it is not reused past that.
+    pub fn node_keeps_idle_for(&mut self, limit: Option<Duration>) {
+        if let Some(connection) = self.connection.as_mut() {
+            connection.node_idle_limit = limit;
+        }
+    }
+
     /// Returns the connection for reuse after `quiet` has passed with nothing
     /// more from the node: for a response whose node announced a body it
     /// cannot have (HEAD, 204, 304), which a confused node may send anyway a
@@ -1054,13 +1092,14 @@ impl Lease {
         }
         connection.checked_at = Instant::now();
         connection.requests += 1;
+        let settings = self.pool.settings.load();
         let retire = self.dedicated
-            || self
-                .pool
-                .settings
-                .load()
+            || settings
                 .max_requests
-                .is_some_and(|max| connection.requests >= max);
+                .is_some_and(|max| connection.requests >= max)
+            // The node keeps it open for no time (`Keep-Alive: timeout=0`).
+            || connection.reusable_for(settings.idle_timeout).is_zero();
+        drop(settings);
         if retire {
             connection.close();
             self.pool.free_slot();
