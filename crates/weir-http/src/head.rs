@@ -387,8 +387,8 @@ impl ResponseHead {
 
     /// How long the node says it keeps the connection open between requests: the
     /// `timeout` parameter of its `Keep-Alive` field (`Keep-Alive: timeout=5, max=100`, as
-    /// Apache httpd sends; RFC 2068 §19.7.1.1 defined the field, RFC 9112 §9.3 leaves it to
-    /// the connection's two ends). `None` when it says nothing (or nothing readable).
+    /// Apache httpd sends; the field dates from RFC 2068 §19.7.1.1, RFC 9112 Appendix C.2.2
+    /// recalls it). `None` when it says nothing (or nothing readable).
     pub fn keep_alive_timeout(&self) -> Option<Duration> {
         self.headers
             .iter()
