@@ -153,7 +153,9 @@ impl Freshness {
                 _ => {}
             }
         }
-        if staleness < self.stale_while_revalidate {
+        // "Up to" the window's seconds of staleness (RFC 5861 §3), its last second
+        // included, as for `stale-if-error` and a request's `max-stale`.
+        if self.stale_while_revalidate > 0 && staleness <= self.stale_while_revalidate {
             return Usability::StaleWhileRevalidate;
         }
         Usability::Revalidate
