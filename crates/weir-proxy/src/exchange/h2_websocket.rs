@@ -46,8 +46,10 @@ pub(super) async fn attempt(
     if !client.is_h2() && !has_key {
         return Err(bad_request("WebSocket upgrade without Sec-WebSocket-Key"));
     }
-    // The handshake is a GET without content (RFC 6455 §4.1); the stream carries only the tunnel.
-    if head.framing() != BodyFraming::None {
+    // The handshake is a GET without content (RFC 6455 §4.1); the stream carries only the
+    // tunnel. `Content-Length: 0` says there is none (RFC 9110 §8.6), as the HTTP/1.1 path
+    // to a node takes it.
+    if !matches!(head.framing(), BodyFraming::None | BodyFraming::Length(0)) {
         return Err(bad_request("WebSocket upgrade with a body"));
     }
     let tunnel = pool.connections[index].reserve_tunnel()?;

@@ -161,6 +161,14 @@ async fn an_upgrade_weir_could_not_answer_is_refused_before_the_node() {
     assert!(head.starts_with("HTTP/1.1 400 "), "{head}");
     let forwarded = &proxy.pools[0].nodes[0].metrics.requests_forwarded;
     assert_eq!(forwarded.get(), 0, "nothing reached the node");
+    // `Content-Length: 0` is no body (RFC 9110 §8.6): the upgrade goes through, as it
+    // does to an HTTP/1.1 node.
+    let empty = format!(
+        "GET /chat HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n"
+    );
+    let (_tcp, head) = support::send_http1(&proxy, &empty).await;
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
     proxy.stop().await;
 }
 
