@@ -164,14 +164,13 @@ impl Freshness {
     /// Whether it may be served because the node failed (RFC 5861 §4): within
     /// its own window, or within the client's `stale-if-error` where stale
     /// responses are allowed at all. Never a `no-cache` response: it is used only after
-    /// a validation that succeeded (RFC 9111 §5.2.2.4), fresh or not.
+    /// a validation that succeeded (RFC 9111 §5.2.2.4), fresh or not. Nor, without a
+    /// window, one still fresh: its validation was the request's own demand (`no-cache`,
+    /// `max-age`, `min-fresh`, RFC 9111 §5.2.1), which the failure leaves unmet, and no
+    /// one allowed it to be served on an error.
     pub fn usable_on_error(&self, request: &RequestDirectives, now: UnixTime) -> bool {
         if self.no_cache {
             return false;
-        }
-        let age = self.timing.current_age(now);
-        if age < self.lifetime {
-            return true;
         }
         let client = if self.forbids_stale {
             0
@@ -179,7 +178,11 @@ impl Freshness {
             request.stale_if_error.unwrap_or(0)
         };
         let window = self.stale_if_error.max(client);
-        window > 0 && age - self.lifetime <= window
+        if window == 0 {
+            return false;
+        }
+        let age = self.timing.current_age(now);
+        age < self.lifetime || age - self.lifetime <= window
     }
 }
 

@@ -393,6 +393,7 @@ fn usability_table() {
 }
 
 #[test]
+#[allow(clippy::too_many_lines, reason = "a table of cases, one per line")]
 fn stale_if_error_table() {
     let policy = CachePolicy::default();
     let defaults = CachePolicy {
@@ -404,11 +405,27 @@ fn stale_if_error_table() {
     let ask = |value: &str| Req::get("/").header("Cache-Control", value);
     let cases: Vec<(&str, Resp, Req, u64, &CachePolicy, bool)> = vec![
         (
-            "fresh is always usable",
+            "fresh, validated at the request's demand, no window",
             cc("max-age=60"),
-            get.clone(),
+            ask("no-cache"),
             10,
             &policy,
+            false,
+        ),
+        (
+            "fresh, validated at the request's demand, a window",
+            cc("max-age=60, stale-if-error=100"),
+            ask("no-cache"),
+            10,
+            &policy,
+            true,
+        ),
+        (
+            "fresh, validated at the request's demand, the default window",
+            cc("max-age=60"),
+            ask("max-age=0"),
+            10,
+            &defaults,
             true,
         ),
         (
