@@ -5,14 +5,14 @@
 //! purge API.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use weir_observe::{CacheMetrics, CompressionMetrics};
 
 use crate::date::UnixTime;
 use crate::flight::Flights;
 use crate::key::{primary_key, primary_key_of_url};
-use crate::purge::{BanInfo, Bans, PurgeError};
+use crate::purge::{BanInfo, Bans, PurgeError, PurgeLog, Purged};
 use crate::store::{Store, StoreStats};
 use crate::view::RequestView;
 
@@ -32,9 +32,9 @@ pub struct Cache {
     pub(crate) store: Store,
     pub(crate) flights: Arc<Flights>,
     pub(crate) bans: Bans,
-    /// Purges made so far (of any kind): a fill held out of the store while it received
-    /// its body is not stored if one came meanwhile ([`crate::fill::Fill::finish`]).
-    purges: AtomicU64,
+    /// The purges made lately: a response to a request made before one that reaches its
+    /// object is not stored ([`Cache::withdrawn_between`]).
+    purge_log: PurgeLog,
     /// Fills held out of the store while they receive their body (bodies of unknown
     /// length), by primary key: what a `PURGE` of their URL keeps out of the store.
     tee_fills: std::sync::Mutex<std::collections::HashMap<Arc<[u8]>, u32>>,
@@ -56,7 +56,7 @@ impl Cache {
             store: Store::new(settings.size, settings.max_object_size),
             flights: Flights::new(),
             bans: Bans::default(),
-            purges: AtomicU64::new(0),
+            purge_log: PurgeLog::default(),
             tee_fills: std::sync::Mutex::default(),
             filling: AtomicUsize::new(0),
             metrics,
@@ -67,7 +67,33 @@ impl Cache {
 
     /// Purges made so far.
     pub(crate) fn purges(&self) -> u64 {
-        self.purges.load(Ordering::Acquire)
+        self.purge_log.made()
+    }
+
+    /// Where the purges and bans stand now: a request's marks, taken as it leaves for
+    /// the node, tell later which of them were made while it was out.
+    pub(crate) fn marks(&self) -> Marks {
+        Marks {
+            purges: self.purges(),
+            bans: self.bans.latest(),
+        }
+    }
+
+    /// Whether a purge or ban made between marks `from` and `to` reaches an object of
+    /// `primary` with `tags`: a response to a request that left before them may be what
+    /// they were meant to remove (the node's content changed and the purge followed while
+    /// the request was out), so it is not stored. `true` when it cannot be told (the
+    /// purges or bans of that time are no longer remembered).
+    pub(crate) fn withdrawn_between(
+        &self,
+        from: Marks,
+        to: Marks,
+        primary: &[u8],
+        tags: &[Box<[u8]>],
+    ) -> bool {
+        self.purge_log
+            .reaches(from.purges, to.purges, primary, tags)
+            || self.bans.banned_between(primary, from.bans, to.bans) != Some(false)
     }
 
     /// Whether this cache can serve a configuration with `settings`
@@ -88,8 +114,9 @@ impl Cache {
 
     /// Purges every variant stored for an absolute URL; returns how many.
     pub fn purge_url(&self, url: &str) -> Result<usize, PurgeError> {
-        self.purges.fetch_add(1, Ordering::AcqRel);
         let key = primary_key_of_url(url).ok_or_else(|| PurgeError::Url(url.to_owned()))?;
+        self.purge_log
+            .record(Purged::Key(key.clone().into_boxed_slice()));
         let removed = self.store.remove_primary(&key);
         self.record_store();
         Ok(removed)
@@ -98,14 +125,16 @@ impl Cache {
     /// Purges the variants stored for `request`'s URL (the `PURGE` method); returns how
     /// many, with the fills of the URL receiving their body out of the store, which the
     /// purge keeps out (a body of unknown length is stored only once complete, and a purge
-    /// made meanwhile keeps it out, docs/design/cache.md). A request still waiting for the
-    /// node's head is not among them: what it gets is newer than the purge.
+    /// made meanwhile keeps it out, docs/design/cache.md). Requests for the URL still
+    /// waiting for the node's head are kept out of the store too
+    /// ([`Cache::withdrawn_between`]), but not counted: nothing of theirs had begun.
     pub fn purge_request(&self, request: &impl RequestView) -> usize {
-        self.purges.fetch_add(1, Ordering::AcqRel);
         let mut key = Vec::new();
         if !primary_key(request, &mut key) {
             return 0;
         }
+        self.purge_log
+            .record(Purged::Key(key.clone().into_boxed_slice()));
         let removed = self.store.remove_primary(&key);
         self.record_store();
         let filling = self.lock_tee_fills().get(&key[..]).copied().unwrap_or(0);
@@ -137,7 +166,6 @@ impl Cache {
     /// Purges every object whose URL starts with `prefix` (an absolute URL
     /// prefix such as `https://example.com/static/`); returns how many.
     pub fn purge_prefix(&self, prefix: &str) -> Result<usize, PurgeError> {
-        self.purges.fetch_add(1, Ordering::AcqRel);
         let key = primary_key_of_url(prefix).ok_or_else(|| PurgeError::Url(prefix.to_owned()))?;
         // "http://h" normalises to "http://h/"; a prefix without a path matches the whole origin.
         let key = if !crate::key::split_scheme(prefix).is_some_and(|(_, rest)| rest.contains('/')) {
@@ -145,6 +173,8 @@ impl Cache {
         } else {
             key
         };
+        self.purge_log
+            .record(Purged::Prefix(key.clone().into_boxed_slice()));
         let removed = self
             .store
             .remove_where(|object| object.primary_key().starts_with(&key));
@@ -154,7 +184,7 @@ impl Cache {
 
     /// Purges every object tagged `tag` (`Surrogate-Key` or `Cache-Tag`); returns how many.
     pub fn purge_tag(&self, tag: &str) -> usize {
-        self.purges.fetch_add(1, Ordering::AcqRel);
+        self.purge_log.record(Purged::Tag(tag.as_bytes().into()));
         let removed = self.store.remove_tagged(tag.as_bytes());
         self.record_store();
         removed
@@ -162,7 +192,7 @@ impl Cache {
 
     /// Purges everything; returns how many objects.
     pub fn purge_all(&self) -> usize {
-        self.purges.fetch_add(1, Ordering::AcqRel);
+        self.purge_log.record(Purged::All);
         let removed = self.store.remove_where(|_| true);
         self.record_store();
         removed
@@ -229,6 +259,25 @@ impl Cache {
         let stats = self.store.stats();
         self.metrics.bytes_stored.set(stats.bytes as i64);
         self.metrics.objects.set(stats.objects as i64);
+    }
+}
+
+/// Where the purges and bans stood at one moment ([`Cache::marks`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Marks {
+    purges: u64,
+    bans: u64,
+}
+
+impl Marks {
+    /// The ban sequence an object stored now starts from: bans after it are tested on it.
+    pub(crate) fn bans(self) -> u64 {
+        self.bans
+    }
+
+    /// The purges made by then.
+    pub(crate) fn purges(self) -> u64 {
+        self.purges
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::cache::Cache;
+use crate::cache::{Cache, Marks};
 use crate::compress::{Coding, CompressionPolicy, Compressor, HeadEdits};
 use crate::date::UnixTime;
 use crate::directives::{RequestDirectives, ResponseDirectives};
@@ -71,6 +71,9 @@ pub struct Exchange {
     /// (hash, primary key), once computed.
     pub(crate) key: Option<(u64, Arc<[u8]>)>,
     validators: Option<Validators>,
+    /// Where purges and bans stood as the request left for the node: one made since that
+    /// reaches the object keeps the response out of the store ([`Cache::withdrawn_between`]).
+    pub(crate) marks: Marks,
 }
 
 #[derive(Debug)]
@@ -132,6 +135,7 @@ impl Exchange {
         request_time: UnixTime,
         directives: RequestDirectives,
         coding: Coding,
+        marks: Marks,
     ) -> Exchange {
         Exchange {
             kind,
@@ -140,6 +144,7 @@ impl Exchange {
             coding,
             key: None,
             validators: None,
+            marks,
         }
     }
 
@@ -229,7 +234,11 @@ impl Cache {
                     now,
                 )
             }
-            ExchangeKind::Revalidate { stale, guard, .. } => {
+            ExchangeKind::Revalidate {
+                stale,
+                guard,
+                background,
+            } => {
                 let status = response.status();
                 if status == 304 && !may_update(&stale.head, response) {
                     // Not about the stored object: fetched whole, like one never stored
@@ -256,7 +265,10 @@ impl Cache {
                     if let Some(guard) = guard {
                         guard.node_failed();
                     }
-                    self.metrics.stale_served.inc();
+                    // A background refresh answers no one: its client was served already.
+                    if !background {
+                        self.metrics.stale_served.inc();
+                    }
                     return Reply::Hit(Hit::new(stale, request, now, CacheStatus::StaleIfError));
                 }
                 // The stored object could not be used: a miss, like one with nothing stored.
@@ -299,7 +311,12 @@ impl Cache {
         request: &impl RequestView,
         now: UnixTime,
     ) -> Option<Hit> {
-        let ExchangeKind::Revalidate { stale, guard, .. } = exchange.kind else {
+        let ExchangeKind::Revalidate {
+            stale,
+            guard,
+            background,
+        } = exchange.kind
+        else {
             return None;
         };
         if !stale.freshness.usable_on_error(&exchange.directives, now) {
@@ -309,7 +326,10 @@ impl Cache {
         if let Some(guard) = guard {
             guard.node_failed();
         }
-        self.metrics.stale_served.inc();
+        // A background refresh answers no one: its client was served already.
+        if !background {
+            self.metrics.stale_served.inc();
+        }
         Some(Hit::new(stale, request, now, CacheStatus::StaleIfError))
     }
 
@@ -480,7 +500,7 @@ impl Cache {
                 fill.limit = policy.max_object_size;
                 fill.pass_memory = Some(policy.pass_memory);
                 let declared = content_length(response);
-                fill.begin(pending, declared, request, now);
+                fill.begin(pending, declared, exchange.marks, request, now);
                 Reply::Fill(fill)
             }
             Err(reason) => {

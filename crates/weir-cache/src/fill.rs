@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::cache::{Cache, TeeFill};
+use crate::cache::{Cache, Marks, TeeFill};
 use crate::compress::{Compressor, HeadEdits};
 use crate::date::UnixTime;
 use crate::flight::FlightGuard;
@@ -56,10 +56,9 @@ enum FillMode {
     Tee {
         pending: Box<Pending>,
         chunks: Vec<Bytes>,
-        /// The cache's ban sequence and purge count when the head came: bans added
-        /// since are tested on the stored object, and a purge since keeps it out.
-        bans: u64,
-        purges: u64,
+        /// Where purges and bans stood when the head came: one made since that reaches
+        /// the object keeps it out.
+        marks: Marks,
         /// Counted among the cache's fills of the URL while this one lasts (a `PURGE` of
         /// it says it reached one).
         _counted: TeeFill,
@@ -106,14 +105,26 @@ impl Fill {
 
     /// Puts the object in the store at once when its size is bounded in
     /// advance (a declared length; compressed, its input's), else holds it
-    /// until the body is complete.
+    /// until the body is complete. Neither when a purge or ban made since the request
+    /// left (`sent`: where they stood then) reaches it: the body then only passes.
     pub(crate) fn begin(
         &mut self,
         pending: Pending,
         declared: Option<u64>,
+        sent: Marks,
         request: &impl RequestView,
         now: UnixTime,
     ) {
+        let marks = self.cache.marks();
+        if self
+            .cache
+            .withdrawn_between(sent, marks, &pending.primary, &pending.tags)
+        {
+            if let Some(guard) = self.guard.take() {
+                guard.not_stored(None);
+            }
+            return;
+        }
         let compressed = self.compressor.is_some();
         let reserve = declared.map(|length| {
             if compressed {
@@ -130,8 +141,7 @@ impl Fill {
             self.mode = FillMode::Tee {
                 pending: Box::new(pending),
                 chunks: Vec::new(),
-                bans: self.cache.bans.latest(),
-                purges: self.cache.purges(),
+                marks,
                 _counted: counted,
             };
             return;
@@ -150,10 +160,10 @@ impl Fill {
             tags: pending.tags,
             stored_at: pending.stored_at,
         };
-        let purges = cache.purges();
+        let (primary, tags) = (Arc::clone(&new.primary), new.tags.clone());
         let inserted = cache
             .store
-            .insert(pending.hash, pending.vary, new, cache.bans.latest());
+            .insert(pending.hash, pending.vary, new, marks.bans());
         cache.metrics.evictions.inc_by(inserted.evicted);
         cache.record_store();
         let Some(object) = inserted.object else {
@@ -161,6 +171,12 @@ impl Fill {
             self.mode = FillMode::Abandoned;
             return;
         };
+        // A purge made between the check above and the insert missed the new object.
+        if cache.withdrawn_between(marks, cache.marks(), &primary, &tags) {
+            cache.store.remove(&object);
+            cache.record_store();
+        }
+        let purges = marks.purges();
         if let Some(guard) = self.guard.take() {
             guard.stored();
         }
@@ -279,19 +295,15 @@ impl Fill {
             FillMode::Tee {
                 pending,
                 chunks,
-                bans,
-                purges,
+                marks,
                 ..
             } => {
                 // Out of the store while it filled, the object was out of a purge's reach:
                 // one made meanwhile may have been meant for it. Bans added meanwhile are
                 // tested on it here, as the background check may have dropped them before
                 // its first lookup would; when it has, the object is not stored.
-                let latest = cache.bans.latest();
-                let banned = cache
-                    .bans
-                    .banned_between(&pending.primary[..], bans, latest);
-                if cache.purges() != purges || banned != Some(false) {
+                let latest = cache.marks();
+                if cache.withdrawn_between(marks, latest, &pending.primary, &pending.tags) {
                     if let Some(guard) = self.guard.take() {
                         guard.not_stored(None);
                     }
@@ -307,7 +319,9 @@ impl Fill {
                     tags: pending.tags,
                     stored_at: pending.stored_at,
                 };
-                let inserted = cache.store.insert(pending.hash, pending.vary, new, latest);
+                let inserted = cache
+                    .store
+                    .insert(pending.hash, pending.vary, new, latest.bans());
                 cache.metrics.evictions.inc_by(inserted.evicted);
                 if let (Some(guard), Some(_)) = (self.guard.take(), inserted.object) {
                     guard.stored();

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::cache::Cache;
+use crate::cache::{Cache, Marks};
 use crate::compress::{AcceptEncoding, Coding, CompressionPolicy};
 use crate::date::UnixTime;
 use crate::directives::RequestDirectives;
@@ -52,8 +52,14 @@ struct Asked {
 }
 
 impl Asked {
-    fn exchange(self, kind: ExchangeKind) -> Exchange {
-        Exchange::new(kind, self.now, self.directives, self.coding)
+    /// The exchange to send; one that may store its response marks where purges and bans
+    /// stand as it leaves.
+    fn exchange(self, kind: ExchangeKind, cache: &Cache) -> Exchange {
+        let marks = match kind {
+            ExchangeKind::Pass => Marks::default(),
+            ExchangeKind::Fill { .. } | ExchangeKind::Revalidate { .. } => cache.marks(),
+        };
+        Exchange::new(kind, self.now, self.directives, self.coding, marks)
     }
 }
 
@@ -150,7 +156,7 @@ impl Cache {
         request: &impl RequestView,
     ) -> Lookup {
         let asked = Self::asked(policy, compression, &Scanned::new(request), UnixTime::now());
-        Lookup::Forward(asked.exchange(ExchangeKind::Pass))
+        Lookup::Forward(asked.exchange(ExchangeKind::Pass, self))
     }
 
     /// What an exchange for `request` starts from: its directives (as `policy` reads
@@ -192,12 +198,12 @@ impl Cache {
         let asked = Self::asked(policy, compression, request, now);
         let method = request.method();
         if method != b"GET" && method != b"HEAD" {
-            return Lookup::Forward(asked.exchange(ExchangeKind::Pass));
+            return Lookup::Forward(asked.exchange(ExchangeKind::Pass, self));
         }
         KEYS.with_borrow_mut(|keys| {
             keys.primary.clear();
             if !primary_key(request, &mut keys.primary) {
-                return Lookup::Forward(asked.exchange(ExchangeKind::Pass));
+                return Lookup::Forward(asked.exchange(ExchangeKind::Pass, self));
             }
             let hash = self.store.hash(&keys.primary);
             let found = self.store.find(
@@ -261,11 +267,14 @@ impl Cache {
                 let key = flight_key(keys, authorized(request));
                 let refresh = match self.flights.join(&key, 0, policy.coalesce_timeout) {
                     Join::Leader(guard) => {
-                        let mut exchange = asked.exchange(ExchangeKind::Revalidate {
-                            stale: object,
-                            guard: Some(guard),
-                            background: true,
-                        });
+                        let mut exchange = asked.exchange(
+                            ExchangeKind::Revalidate {
+                                stale: object,
+                                guard: Some(guard),
+                                background: true,
+                            },
+                            self,
+                        );
                         exchange.key = Some(keys.stored_key());
                         Some(exchange)
                     }
@@ -291,11 +300,14 @@ impl Cache {
                     Joined::Pass => None,
                     Joined::Wait(waiter) => return Lookup::Wait(waiter),
                 };
-                let mut exchange = asked.exchange(ExchangeKind::Revalidate {
-                    stale: object,
-                    guard,
-                    background: false,
-                });
+                let mut exchange = asked.exchange(
+                    ExchangeKind::Revalidate {
+                        stale: object,
+                        guard,
+                        background: false,
+                    },
+                    self,
+                );
                 exchange.key = Some(keys.stored_key());
                 Lookup::Forward(exchange)
             }
@@ -319,19 +331,22 @@ impl Cache {
         // whose `no-store` forbids storing its answer (RFC 9111 §5.2.1.5): both go on as
         // sent, their conditionals and `Range` the node's to answer.
         if method != b"GET" || asked.directives.no_store {
-            return Lookup::Forward(asked.exchange(ExchangeKind::Pass));
+            return Lookup::Forward(asked.exchange(ExchangeKind::Pass, self));
         }
         let guard = match self.join(policy, joins, keys) {
             Joined::Lead(guard) => guard,
             // Known not to be storable: no fill, and the node sees the client's
             // conditionals and Range (RFC 9111 §4.3.2: they are the node's to answer).
-            Joined::Pass => return Lookup::Forward(asked.exchange(ExchangeKind::Pass)),
+            Joined::Pass => return Lookup::Forward(asked.exchange(ExchangeKind::Pass, self)),
             Joined::Wait(waiter) => return Lookup::Wait(waiter),
         };
-        let mut exchange = asked.exchange(ExchangeKind::Fill {
-            guard,
-            status: CacheStatus::Miss,
-        });
+        let mut exchange = asked.exchange(
+            ExchangeKind::Fill {
+                guard,
+                status: CacheStatus::Miss,
+            },
+            self,
+        );
         exchange.key = Some(keys.stored_key());
         Lookup::Forward(exchange)
     }

@@ -12,9 +12,10 @@
 //! The `PURGE` method is allowed from configured client networks only; see
 //! [`purge_method`].
 
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Mutex, PoisonError, RwLock};
 
 use regex::bytes::Regex;
 use weir_config::Cidr;
@@ -34,6 +35,103 @@ pub enum PurgeError {
     /// The ban table is full; holds how many bans there are.
     #[error("too many bans at once ({0}); wait for the background check to clear some")]
     TooManyBans(usize),
+}
+
+/// What one purge reached, kept a while for the fills whose requests were out when it
+/// was made ([`PurgeLog`]).
+#[derive(Debug)]
+pub(crate) enum Purged {
+    /// Every variant of one URL: its primary key.
+    Key(Box<[u8]>),
+    /// Every object whose primary key starts with this.
+    Prefix(Box<[u8]>),
+    /// Every object with this tag.
+    Tag(Box<[u8]>),
+    /// Everything.
+    All,
+}
+
+impl Purged {
+    fn reaches(&self, primary: &[u8], tags: &[Box<[u8]>]) -> bool {
+        match self {
+            Purged::Key(key) => primary == &key[..],
+            Purged::Prefix(prefix) => primary.starts_with(prefix),
+            Purged::Tag(tag) => tags.iter().any(|t| t == tag),
+            Purged::All => true,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Purged::Key(bytes) | Purged::Prefix(bytes) | Purged::Tag(bytes) => bytes.len(),
+            Purged::All => 0,
+        }
+    }
+}
+
+/// Purges remembered at most ([`PurgeLog`]).
+const PURGE_LOG_ENTRIES: usize = 4096;
+/// Bytes of purged keys, prefixes and tags remembered at most ([`PurgeLog`]).
+const PURGE_LOG_BYTES: usize = 1 << 20;
+
+/// The purges made lately, numbered in the order they were made. A response whose
+/// request went to the node before a purge was made may be what the purge was meant to
+/// remove (the node's content changed, then the purge was sent, while that request was
+/// being answered): it is not stored when the purge reaches its object. The record is
+/// bounded (the newest [`PURGE_LOG_ENTRIES`] purges within [`PURGE_LOG_BYTES`]): a response
+/// to a request older than what is remembered is not stored.
+#[derive(Debug, Default)]
+pub(crate) struct PurgeLog {
+    /// Purges made so far: the number the next one gets.
+    made: AtomicU64,
+    kept: Mutex<KeptPurges>,
+}
+
+#[derive(Debug, Default)]
+struct KeptPurges {
+    purges: VecDeque<(u64, Purged)>,
+    bytes: usize,
+}
+
+impl PurgeLog {
+    /// Purges made so far: a mark to ask [`PurgeLog::reaches`] about later.
+    pub(crate) fn made(&self) -> u64 {
+        self.made.load(Ordering::Acquire)
+    }
+
+    /// Records a purge, before it removes what it reaches from the store.
+    pub(crate) fn record(&self, purged: Purged) {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        // Numbered under the lock, so that numbers and the record's order agree.
+        let number = self.made.load(Ordering::Acquire);
+        kept.bytes += purged.bytes();
+        kept.purges.push_back((number, purged));
+        while kept.purges.len() > PURGE_LOG_ENTRIES || kept.bytes > PURGE_LOG_BYTES {
+            let Some((_, forgotten)) = kept.purges.pop_front() else {
+                break;
+            };
+            kept.bytes -= forgotten.bytes();
+        }
+        self.made.store(number + 1, Ordering::Release);
+    }
+
+    /// Whether a purge made from mark `from` up to mark `to` (both [`PurgeLog::made`])
+    /// reaches an object of `primary` with `tags`; `true` when some of those purges are
+    /// no longer remembered.
+    pub(crate) fn reaches(&self, from: u64, to: u64, primary: &[u8], tags: &[Box<[u8]>]) -> bool {
+        if to <= from {
+            return false;
+        }
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        match kept.purges.front() {
+            Some((oldest, _)) if *oldest <= from => {}
+            _ => return true,
+        }
+        kept.purges
+            .iter()
+            .filter(|(number, _)| (from..to).contains(number))
+            .any(|(_, purged)| purged.reaches(primary, tags))
+    }
 }
 
 /// At most this many bans are kept; each lookup may test the new ones.
@@ -189,6 +287,60 @@ pub fn purge_method(method: &[u8], client: IpAddr, allowed: &[Cidr]) -> PurgeMet
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_purge_log_tells_which_purges_reach_an_object() {
+        let log = PurgeLog::default();
+        let tags: Vec<Box<[u8]>> = vec![b"red".as_slice().into()];
+        let (primary, other) = (b"http://h/a".as_slice(), b"http://h/b".as_slice());
+        let start = log.made();
+        assert!(!log.reaches(start, log.made(), primary, &tags));
+        log.record(Purged::Key(other.into()));
+        log.record(Purged::Tag(b"blue".as_slice().into()));
+        log.record(Purged::Prefix(b"http://g/".as_slice().into()));
+        let later = log.made();
+        assert_eq!(later, start + 3);
+        assert!(
+            !log.reaches(start, later, primary, &tags),
+            "none reaches it"
+        );
+        log.record(Purged::Tag(b"red".as_slice().into()));
+        assert!(log.reaches(start, log.made(), primary, &tags), "by tag");
+        assert!(
+            !log.reaches(later, log.made(), other, &[]),
+            "tagged, b is not"
+        );
+        assert!(
+            log.reaches(start, later, other, &[]),
+            "by key, in its range"
+        );
+        let mark = log.made();
+        log.record(Purged::Prefix(b"http://h/".as_slice().into()));
+        assert!(log.reaches(mark, log.made(), other, &[]), "by prefix");
+        let mark = log.made();
+        log.record(Purged::All);
+        assert!(log.reaches(mark, log.made(), b"http://z/", &[]), "all");
+        // Past what it keeps, it cannot tell: it says a purge may have reached it.
+        let mark = log.made();
+        for _ in 0..=PURGE_LOG_ENTRIES {
+            log.record(Purged::Key(other.into()));
+        }
+        assert!(log.reaches(mark, log.made(), primary, &tags), "forgotten");
+        let recent = log.made();
+        log.record(Purged::Key(other.into()));
+        assert!(
+            !log.reaches(recent, log.made(), primary, &tags),
+            "still kept"
+        );
+        let big = vec![b'x'; PURGE_LOG_BYTES];
+        let mark = log.made();
+        log.record(Purged::Key(big.into()));
+        log.record(Purged::Key(other.into()));
+        assert!(
+            log.reaches(mark, log.made(), primary, &tags),
+            "bounded in bytes"
+        );
+    }
 
     #[test]
     fn purge_method_policy() {

@@ -669,7 +669,8 @@ async fn a_fill_of_unknown_length_goes_on_when_its_client_leaves() {
 
 /// A `PURGE` says 200 when it reached a fill receiving its body out of the store, with
 /// coalescing off as well as on; one sent while the node has not answered yet reaches no
-/// fill (the answer to come is newer than the purge): 404, and that answer is stored.
+/// fill (404), but the answer to come, to a request made before the purge, may be what the
+/// purge was meant to remove: it is not stored either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purge_says_whether_it_reached_a_fill() {
     let node = CountingNode::start(numbered_slow_chunks, Duration::ZERO).await;
@@ -704,9 +705,105 @@ async fn a_purge_says_whether_it_reached_a_fill() {
     .await;
     assert_eq!(request(&proxy, "PURGE", "/w", &[]).await.status, 404);
     assert_eq!(waiting.await.unwrap().status, 200);
+    let after = request(&proxy, "GET", "/w", &[]).await;
+    assert_eq!(after.header("x-cache"), Some("MISS"));
     let stored = request(&proxy, "GET", "/w", &[]).await;
     assert_eq!(stored.header("x-cache"), Some("HIT"));
+    assert_eq!(slow.requests(), 2);
     Arc::try_unwrap(proxy).ok().unwrap().stop().await;
+}
+
+/// v0 is fresh for a second, then served stale for a minute while it is refreshed; the
+/// refresh's answer (v1) is made when its request comes and sent 1.5 s later, the next
+/// ones (v2, ...) at once.
+fn refreshed_slowly(_: &str, count: usize) -> Answer {
+    let answer = |count: usize| {
+        Answer::ok(format!("v{count}").as_bytes())
+            .field("Cache-Control", "max-age=60")
+            .field("Surrogate-Key", "all-v")
+    };
+    match count {
+        0 => Answer::ok(b"v0")
+            .field("Cache-Control", "max-age=1, stale-while-revalidate=60")
+            .field("Surrogate-Key", "all-v"),
+        1 => answer(1).sent_after(REFRESH_ANSWERED),
+        _ => answer(count),
+    }
+}
+
+/// How long after its request the refresh's answer comes ([`refreshed_slowly`]).
+const REFRESH_ANSWERED: Duration = Duration::from_millis(1500);
+
+/// Serves /r stale, so that its background refresh goes to the node, and waits until it
+/// has: its answer (v1) comes [`REFRESH_ANSWERED`] later.
+async fn stale_with_a_refresh_out(proxy: &TestProxy, node: &CountingNode) {
+    assert_eq!(request(proxy, "GET", "/r", &[]).await.text(), "v0");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let stale = request(proxy, "GET", "/r", &[]).await;
+    assert_eq!(stale.header("x-cache"), Some("STALE"));
+    until("the refresh reaches the node", REFRESH, || {
+        node.requests() == 2
+    })
+    .await;
+}
+
+/// A purge (by URL, by tag) or a ban made while a stale-while-revalidate refresh is out at
+/// the node keeps the refresh's answer out of the store, as it does a 304's: the node's
+/// content changed, then the purge came, and that answer was made before. With coalescing
+/// off, it would have replaced the newer answer a request after the purge stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_or_ban_while_a_refresh_is_out_keeps_its_answer_out() {
+    type Withdraw = fn(&TestProxy) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>;
+    let by_url: Withdraw = |proxy| {
+        Box::pin(async move {
+            assert_eq!(request(proxy, "PURGE", "/r", &[]).await.status, 200);
+        })
+    };
+    let by_ban: Withdraw = |proxy| {
+        Box::pin(async move {
+            let model = proxy.live.current();
+            let cache = model.virtual_servers[0].cache().expect("a cache");
+            cache
+                .ban("^http://cache\\.test/r$", weir_cache::UnixTime::now())
+                .unwrap();
+        })
+    };
+    // By tag: the tag comes with the refresh's own answer, after the purge.
+    let by_tag: Withdraw = |proxy| {
+        Box::pin(async move {
+            let model = proxy.live.current();
+            model.virtual_servers[0]
+                .cache()
+                .expect("a cache")
+                .purge_tag("all-v");
+        })
+    };
+    for (name, withdraw, coalesce) in [
+        ("purge", by_url, true),
+        ("ban", by_ban, true),
+        ("tag", by_tag, true),
+        ("purge, uncoalesced", by_url, false),
+    ] {
+        let node = CountingNode::start(refreshed_slowly, Duration::ZERO).await;
+        let proxy = proxy_for(&node, &format!("{CACHE}coalesce = {coalesce}\n")).await;
+        stale_with_a_refresh_out(&proxy, &node).await;
+        let withdrawn = std::time::Instant::now();
+        withdraw(&proxy).await;
+        // With coalescing, waits on the refresh, which is not stored, then goes to the node
+        // itself; without, stores v2 while the refresh is still out.
+        let after = request(&proxy, "GET", "/r", &[]).await;
+        assert_eq!(after.text(), "v2", "{name}");
+        assert_eq!(node.requests(), 3, "{name}");
+        tokio::time::sleep(REFRESH_ANSWERED.saturating_sub(withdrawn.elapsed()) + REFRESH / 4)
+            .await;
+        let stored = request(&proxy, "GET", "/r", &[]).await;
+        assert_eq!(
+            (stored.text(), stored.header("x-cache")),
+            ("v2".to_owned(), Some("HIT")),
+            "{name}"
+        );
+        proxy.stop().await;
+    }
 }
 
 fn four_mib_chunked(_: &str, _: usize) -> Answer {
@@ -1136,6 +1233,69 @@ async fn stale_if_error_serves_the_stored_object_while_the_node_fails() {
     assert_eq!((response.status, response.text()), (200, "kept".to_owned()));
     assert_eq!(response.header("x-cache"), Some("STALE-IF-ERROR"));
     assert_eq!(node.requests(), 2);
+    proxy.stop().await;
+}
+
+fn fails_after_first_swr(_: &str, count: usize) -> Answer {
+    match count {
+        0 => Answer::ok(b"kept").field(
+            "Cache-Control",
+            "max-age=1, stale-if-error=60, stale-while-revalidate=60",
+        ),
+        _ => Answer::ok(b"down").status(500),
+    }
+}
+
+/// A background refresh the node fails answers no client (the one that set it off was
+/// answered stale already): `weir_cache_stale_served_total` counts that client once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_background_refresh_is_no_stale_answer() {
+    let node = CountingNode::start(fails_after_first_swr, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    let stale_served = proxy.metrics.cache("web").stale_served;
+    request(&proxy, "GET", "/s", &[]).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let response = request(&proxy, "GET", "/s", &[]).await;
+    assert_eq!(response.header("x-cache"), Some("STALE"));
+    until("the refresh reaches the node", REFRESH, || {
+        node.requests() == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(stale_served.get(), 1);
+    proxy.stop().await;
+}
+
+fn fresh_then_failing(head: &str, count: usize) -> Answer {
+    let cache_control = match head.contains("/windowed") {
+        true => "max-age=60, stale-if-error=60",
+        false => "max-age=60",
+    };
+    match count {
+        0 | 1 => Answer::ok(b"kept").field("Cache-Control", cache_control),
+        _ => Answer::ok(b"down").status(503),
+    }
+}
+
+/// A client that demands a validation (`no-cache`) of a fresh object that the node then
+/// fails gets the node's error, not the stored object labelled STALE-IF-ERROR: nothing
+/// allowed it to be served on an error. With a `stale-if-error` window, it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demanded_validation_that_fails_serves_the_object_only_within_stale_if_error() {
+    let node = CountingNode::start(fresh_then_failing, Duration::ZERO).await;
+    let proxy = proxy_for(&node, CACHE).await;
+    let stale_served = proxy.metrics.cache("web").stale_served;
+    request(&proxy, "GET", "/plain", &[]).await;
+    request(&proxy, "GET", "/windowed", &[]).await;
+    let plain = request(&proxy, "GET", "/plain", &["Cache-Control: no-cache"]).await;
+    assert_eq!((plain.status, plain.text()), (503, "down".to_owned()));
+    let windowed = request(&proxy, "GET", "/windowed", &["Cache-Control: no-cache"]).await;
+    assert_eq!(
+        (windowed.status, windowed.text(), windowed.header("x-cache")),
+        (200, "kept".to_owned(), Some("STALE-IF-ERROR"))
+    );
+    assert_eq!(stale_served.get(), 1);
+    assert_eq!(node.requests(), 4);
     proxy.stop().await;
 }
 

@@ -25,6 +25,9 @@ pub struct Answer {
     pub early_hints: bool,
     /// The body follows its head after this pause.
     pub body_after: Option<Duration>,
+    /// Made when the request comes, the answer is sent after this pause (its content from
+    /// before whatever happens meanwhile).
+    pub sent_after: Option<Duration>,
     /// Chunked: the second chunk (and the end) follows the first after this pause.
     pub chunk_pause: Option<Duration>,
 }
@@ -38,8 +41,15 @@ impl Answer {
             chunked: false,
             early_hints: false,
             body_after: None,
+            sent_after: None,
             chunk_pause: None,
         }
+    }
+
+    /// The answer, made as the request comes, is sent after `pause`.
+    pub fn sent_after(mut self, pause: Duration) -> Answer {
+        self.sent_after = Some(pause);
+        self
     }
 
     /// The body goes chunked, its second chunk `pause` after its first.
@@ -179,6 +189,9 @@ async fn serve(
             tokio::time::sleep(delay).await;
         }
         let answer = handler(&head, before);
+        if let Some(pause) = answer.sent_after {
+            tokio::time::sleep(pause).await;
+        }
         let mut out = String::new();
         if answer.early_hints {
             out.push_str("HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n");
