@@ -26,11 +26,6 @@ mod h2_websocket;
 
 /// Retries on a reused connection that the node had closed, per request.
 const MAX_STALE_RETRIES: u32 = 3;
-/// How long a request waits for its node's answer before weir also watches its client:
-/// a client that then goes (FIN, HTTP/2 reset) ends the request, and the node's
-/// connection is closed instead of carrying an answer nobody reads. Answers that come
-/// sooner (nearly all) cost no watch at all.
-const WATCH_CLIENT_AFTER: Duration = Duration::from_millis(100);
 
 /// What carries a request to its node and its response back.
 #[derive(Debug)]
@@ -397,28 +392,17 @@ async fn attempt_h2(
         return h2_websocket::attempt(client, vs, pool, (index, node), on).await;
     }
     let in_flight = pool.nodes[index].start_request();
-    let forward = forward_request(client, vs, forwarding, body.framing);
-    let scheme = if client.stream.is_tls() {
-        "https"
-    } else {
-        "http"
-    };
     let write_stall = pool.config.timeouts.write;
-    // The buffered body is copied, not moved: a refused stream is sent again.
-    let buffered = bytes::Bytes::copy_from_slice(&body.buffered);
-    let ends = body.is_complete() && body.trailers.is_empty();
     // Once the rest of the body has streamed, the request cannot be sent again.
     let streams = !body.is_complete();
     let sent_at = Instant::now();
-    let converted =
-        http2::upstream::convert_request((head, upstream.path, &upstream.edits), &forward, scheme)?;
-    let leave = pool.config.connections.leave_queue_on_close;
-    let flow = upstream.flow();
-    let mut request =
-        http2::upstream::send_request(node, converted, buffered, ends, write_stall, flow, || {
-            client.stream.left(leave)
-        })
-        .await?;
+    let mut request = send_start_h2(
+        client,
+        (vs, pool, node),
+        (head, forwarding, &upstream),
+        body,
+    )
+    .await?;
     // Answered (refused, say) before any of the rest of the body left the client: the
     // request can still be sent again whole.
     let answered_before_body = request.early.is_some();
@@ -439,7 +423,10 @@ async fn attempt_h2(
     };
     let mut waiting = request.response;
     // A client that goes meanwhile takes its stream at the node with it (reset).
-    let watch = (!forwarding.background, leave);
+    let watch = (
+        !forwarding.background,
+        pool.config.connections.leave_queue_on_close,
+    );
     // Those that came while the body went first, in their order.
     let held = std::mem::take(&mut request.interims);
     let mut interims = relay_held_interims(client, (vs, head), held, reading, forwarding).await?;
@@ -522,6 +509,46 @@ async fn relay_held_interims(
         }
     }
     Ok(interims)
+}
+
+/// The request's head and the buffered start of its body on a stream of `node`
+/// ([`http2::upstream::send_request`]), its client watched while it waits (in the node's
+/// queue, or for the node's window).
+async fn send_start_h2(
+    client: &mut Client,
+    (vs, pool, node): (&VirtualServerRuntime, &Pool, &Arc<weir_upstream::H2Node>),
+    (head, forwarding, upstream): (&RequestHead, Forwarding, &Upstream<'_>),
+    body: &RequestBody,
+) -> Result<http2::upstream::H2Request, Failure> {
+    let forward = forward_request(client, vs, forwarding, body.framing);
+    let scheme = if client.stream.is_tls() {
+        "https"
+    } else {
+        "http"
+    };
+    // The buffered body is copied, not moved: a refused stream is sent again.
+    let buffered = bytes::Bytes::copy_from_slice(&body.buffered);
+    let ends = body.is_complete() && body.trailers.is_empty();
+    let converted =
+        http2::upstream::convert_request((head, upstream.path, &upstream.edits), &forward, scheme)?;
+    let leave = pool.config.connections.leave_queue_on_close;
+    // A background request has no client to watch.
+    let left = async {
+        match forwarding.background {
+            true => std::future::pending().await,
+            false => client.stream.left(leave).await,
+        }
+    };
+    let request = http2::upstream::send_request(
+        node,
+        converted,
+        (buffered, ends),
+        pool.config.timeouts.write,
+        upstream.flow(),
+        std::pin::pin!(left),
+    )
+    .await?;
+    Ok(request)
 }
 
 /// The rest of a request body to an HTTP/2 node, after what `send_request` sent. From an
@@ -762,7 +789,7 @@ async fn read_response_head(
     let now = Instant::now();
     let deadline = now + pool.config.timeouts.response;
     // A background refresh has no client; the others watch theirs from `watch_from`.
-    let watch_from = (!forwarding.background).then_some(now + WATCH_CLIENT_AFTER);
+    let watch_from = (!forwarding.background).then_some(now + crate::WATCH_CLIENT_AFTER);
     let mut watching = false;
     let mut got_any = !client.upstream_in.is_empty();
     let mut interim = 0;
@@ -868,7 +895,7 @@ async fn read_response_head(
 }
 
 /// `waiting` (for the node's answer) to its end, unless the client goes first: watched
-/// from [`WATCH_CLIENT_AFTER`] on, when `watch.0` (a request with a client), a FIN
+/// from [`crate::WATCH_CLIENT_AFTER`] on, when `watch.0` (a request with a client), a FIN
 /// counting when `watch.1` (`leave_queue_on_close`), an HTTP/2 reset always.
 async fn unless_client_leaves<O>(
     stream: &mut Downstream,
@@ -879,7 +906,7 @@ async fn unless_client_leaves<O>(
     if !watch {
         return Ok(waiting.await);
     }
-    if let Ok(done) = tokio::time::timeout(WATCH_CLIENT_AFTER, waiting.as_mut()).await {
+    if let Ok(done) = tokio::time::timeout(crate::WATCH_CLIENT_AFTER, waiting.as_mut()).await {
         return Ok(done);
     }
     tokio::select! {
@@ -889,7 +916,7 @@ async fn unless_client_leaves<O>(
     }
 }
 
-/// The client went while its request was at the node ([`WATCH_CLIENT_AFTER`]).
+/// The client went while its request was at the node ([`crate::WATCH_CLIENT_AFTER`]).
 fn left_at_node() -> Failure {
     Failure::from_error(
         Error::new(ErrorKind::ClientClosed, Side::Downstream)

@@ -57,6 +57,13 @@ const VIA: &str = "weir";
 /// of details reached the client as a reset stream, its status lost.
 const MAX_TRAILER_BYTES: usize = 64 * 1024;
 
+/// How long a request waits for its node (its answer, or room in the node's window for its
+/// body) before weir also watches its client: a client that then goes (FIN, HTTP/2 reset)
+/// ends the request, and the node's connection is closed (an HTTP/2 node's stream reset)
+/// instead of carrying an answer nobody reads. Waits that end sooner (nearly all) cost no
+/// watch at all.
+const WATCH_CLIENT_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Interim (1xx) responses relayed before the final one, whenever the node sends them (the
 /// request body still going included); past it → 502.
 const MAX_INTERIM_RESPONSES: u32 = 10;

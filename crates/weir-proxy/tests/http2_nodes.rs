@@ -1862,3 +1862,79 @@ async fn requests_queued_for_an_h2c_node_are_served_across_a_reload_of_its_setti
     assert_eq!(node.connections.load(Ordering::Relaxed), 1);
     proxy.stop().await;
 }
+
+/// An h2c node whose streams open with a `window` it never widens (it reads no request
+/// body; its connection's window is 1 MiB) and that answers nothing: it counts the streams its client (weir) reset.
+async fn unread_window_node(window: u32) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let resets = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&resets);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::Builder::new()
+                    .initial_window_size(window)
+                    .initial_connection_window_size(1 << 20)
+                    .handshake::<_, Bytes>(tcp)
+                    .await
+                else {
+                    return;
+                };
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    let counted = Arc::clone(&counted);
+                    tokio::spawn(async move {
+                        // Held, never read: its window stays shut.
+                        let _body = request;
+                        if std::future::poll_fn(|cx| respond.poll_reset(cx))
+                            .await
+                            .is_ok()
+                        {
+                            counted.fetch_add(1, Ordering::SeqCst);
+                        }
+                    });
+                }
+            });
+        }
+    });
+    (addr, resets)
+}
+
+/// An HTTP/2 client that resets its stream while weir waits for the node's window to send
+/// its body has the node's stream reset too, at once, not when the window has stayed shut
+/// for the pool's write timeout (30 s): the node would hold a stream (of the few it allows)
+/// for a request nobody waits for. Both where the body was buffered whole (40 KB, within
+/// `request_buffer`, past a 16 KiB window) and where the rest of a larger one streams on
+/// its own (the pump, once a 128 KiB window took the buffered 64 KiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reset_while_its_body_waits_for_the_h2_nodes_window_resets_the_nodes_stream() {
+    for (window, size) in [(16 * 1024, 40_000_usize), (128 * 1024, 1_000_000)] {
+        let (node, resets) = unread_window_node(window).await;
+        let proxy = h2c_proxy_for_uploads(node, 30, 30).await;
+        let mut sender = h2c_client(&proxy).await;
+        let request = http::Request::post(format!("http://{}/upload", proxy.addr))
+            .header("content-length", size.to_string())
+            .body(())
+            .expect("request");
+        let (_response, mut sending) = sender.send_request(request, false).expect("sent");
+        // The whole of the small body; of the large one, as much as weir's window takes
+        // (the rest never goes).
+        let sent = size.min(300_000);
+        sending.reserve_capacity(sent);
+        let _ = sending.send_data(Bytes::from(vec![b'u'; sent]), sent == size);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        sending.send_reset(h2::Reason::CANCEL);
+        let reset = tokio::time::timeout(std::time::Duration::from_secs(3), async {
+            while resets.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(
+            reset.is_ok(),
+            "{size} bytes: the node's stream was not reset"
+        );
+        proxy.stop().await;
+    }
+}

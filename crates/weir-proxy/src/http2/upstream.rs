@@ -190,24 +190,26 @@ pub(crate) struct H2Response {
 /// of its body on a stream of `node`; `complete`: the buffered part is the whole body.
 /// A stream the node refused unprocessed is retried inside (`H2Node::send`);
 /// other failures keep their retry-safety for the pipeline's retry rule.
-/// It waits in the node's queue in `flow` (its client's); `left` ends that wait when the
-/// client has gone.
-pub(crate) async fn send_request<F, L>(
+/// It waits in the node's queue in `flow` (its client's); `left`, ready when the client
+/// has gone, ends that wait, and the sending of the buffered body (which may wait for the
+/// node's window for up to `timeout`) from [`crate::WATCH_CLIENT_AFTER`] on: the node's
+/// stream is then reset (CANCEL) rather than held for a request nobody waits for.
+pub(crate) async fn send_request<L>(
     node: &Arc<H2Node>,
     request: ConvertedRequest,
-    buffered: Bytes,
-    complete: bool,
+    (buffered, complete): (Bytes, bool),
     timeout: Duration,
     flow: Flow,
-    left: F,
+    mut left: Pin<&mut L>,
 ) -> Result<H2Request, Error>
 where
-    F: FnOnce() -> L,
     L: Future<Output = Error>,
 {
     let ConvertedRequest { request, framing } = request;
     let no_body = complete && buffered.is_empty() && framing == BodyFraming::None;
-    let sent = node.send_watching(request, no_body, flow, left).await?;
+    let sent = node
+        .send_watching(request, no_body, flow, || left.as_mut())
+        .await?;
     let mut response = sent.response;
     let mut early = None;
     let mut body = (!no_body).then_some(sent.body);
@@ -219,13 +221,16 @@ where
             let mut counted = 0;
             let sending = send_with_capacity(stream, buffered, complete, timeout, &mut counted);
             tokio::pin!(sending);
-            let sent = send_until_answered(
+            let upload = send_until_answered(
                 sending,
                 &mut response,
                 (&mut early, &mut interims),
                 &mut ahead,
-            )
-            .await;
+            );
+            let sent = unless_left(upload, left.as_mut()).await.map_err(|_| {
+                Error::new(ErrorKind::ClientClosed, Side::Downstream)
+                    .context("the client went while its request body went to the node")
+            })?;
             match sent {
                 Upload::Sent(Ok(())) => true,
                 // After the node's head, a stream it stopped (reset once its answer was
@@ -254,6 +259,23 @@ where
         ahead,
         interims,
     })
+}
+
+/// `waiting`'s outcome, or `Err` when `left` is ready first (watched from
+/// [`crate::WATCH_CLIENT_AFTER`] on: most waits end sooner, with no watch at all).
+async fn unless_left<O, L: Future<Output = Error>>(
+    waiting: impl Future<Output = O>,
+    left: Pin<&mut L>,
+) -> Result<O, Error> {
+    let mut waiting = std::pin::pin!(waiting);
+    if let Ok(done) = tokio::time::timeout(crate::WATCH_CLIENT_AFTER, waiting.as_mut()).await {
+        return Ok(done);
+    }
+    tokio::select! {
+        biased;
+        done = waiting => Ok(done),
+        error = left => Err(error),
+    }
 }
 
 /// A request head in HTTP/2 form, and how its body is framed.

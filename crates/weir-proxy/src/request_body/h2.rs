@@ -177,9 +177,22 @@ impl Pump {
         mut self,
         mut source: h2::RecvStream,
         mut node: h2::SendStream<Bytes>,
-        ended: oneshot::Sender<Result<(), Error>>,
+        mut ended: oneshot::Sender<Result<(), Error>>,
     ) {
-        match self.pump(&mut source, &mut node).await {
+        // The request's task drops its watch when the request ends: its client went (a
+        // reset, a FIN), or the node's answer is over. The body then stops, and the node's
+        // stream is reset, rather than held open while the pump waits for the client or
+        // for the node's window (up to `timeouts.write`).
+        let pumped = tokio::select! {
+            biased;
+            pumped = self.pump(&mut source, &mut node) => pumped,
+            () = ended.closed() => {
+                tracing::debug!("request over before its body: the node's stream is reset");
+                node.send_reset(h2::Reason::CANCEL);
+                return;
+            }
+        };
+        match pumped {
             // All of it went: the node's answer is awaited from now (`attempt_h2`).
             Ok(()) => {
                 let _ = ended.send(Ok(()));

@@ -129,11 +129,10 @@ async fn a_streamed_body_and_trailers_reach_the_node_and_come_back() {
             "http",
         )
         .expect("converted"),
-        Bytes::from_static(b"first part, "),
-        false,
+        (Bytes::from_static(b"first part, "), false),
         WAIT,
         weir_upstream::Flow::Shared,
-        std::future::pending,
+        std::pin::pin!(std::future::pending()),
     )
     .await
     .expect("sent");
@@ -192,11 +191,10 @@ async fn a_bodiless_request_ends_its_stream_with_the_head() {
             "http",
         )
         .expect("converted"),
-        Bytes::new(),
-        true,
+        (Bytes::new(), true),
         WAIT,
         weir_upstream::Flow::Shared,
-        std::future::pending,
+        std::pin::pin!(std::future::pending()),
     )
     .await
     .expect("sent");
