@@ -1126,6 +1126,80 @@ async fn the_checks_of_an_h2_pool_require_h2_in_alpn_as_requests_do() {
     no_alpn.stop().await;
 }
 
+/// A TLS node that takes no part in ALPN (it chooses no protocol): counts the sessions made
+/// with it, and those that ended with a close_notify (as every close weir starts must, RFC
+/// 8446 §6.1).
+async fn alpn_less_tls_node() -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let pki = weir_testkit::tls::Pki::new();
+    let (cert, key) = pki.server("alpn-less", &["localhost"], weir_tls::KeyType::EcdsaP256);
+    // A `tls` virtual server's acceptor offers no ALPN unless told to.
+    let toml = format!(
+        "[virtual_servers.s]\nlisten = \"127.0.0.1:1\"\nprotocol = \"tls\"\npool = \"p\"\n\
+         [virtual_servers.s.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+         [pools.p]\nnodes = [{{ address = \"127.0.0.1:2\" }}]\n",
+        cert.display(),
+        key.display(),
+    );
+    let config = weir_config::parse_str(&toml, "node.toml").expect("valid config");
+    let tls = config.virtual_servers[0].tls.as_ref().expect("tls");
+    let acceptor = Arc::new(weir_tls::Acceptor::new("s", tls, "node.toml").expect("keys load"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let (sessions, clean) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let counts = (Arc::clone(&sessions), Arc::clone(&clean));
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, (sessions, clean)) = (
+                Arc::clone(&acceptor),
+                (Arc::clone(&counts.0), Arc::clone(&counts.1)),
+            );
+            tokio::spawn(async move {
+                let Ok((mut stream, _)) =
+                    acceptor.accept(tcp, weir_tls::FirstSpeaker::Client).await
+                else {
+                    return;
+                };
+                sessions.fetch_add(1, Ordering::SeqCst);
+                let mut rest = Vec::new();
+                // A cut without close_notify is an `UnexpectedEof` error here.
+                if stream.read_to_end(&mut rest).await.is_ok() {
+                    clean.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    (addr, sessions, clean)
+}
+
+/// A node of an `h2` pool that does not choose h2 in ALPN is refused, by requests and by
+/// checks alike, with a close_notify: the TLS session was made, and ends cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_refused_for_its_alpn_gets_a_close_notify() {
+    let (node, sessions, clean) = alpn_less_tls_node().await;
+    let proxy = TestProxy::start(&weir_testkit::config(
+        &[node],
+        "protocol = \"h2\"\nretries = 0\n\
+         [pools.web.tls]\nverify = false\nserver_name = \"localhost\"\n\
+         [pools.web.health]\ntype = \"http\"\ninterval = \"200ms\"\ntimeout = \"150ms\"",
+        "",
+    ))
+    .await;
+    let response = weir_testkit::client::get(proxy.addr, "/").await.unwrap();
+    assert_eq!(response.status, 502);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while sessions.load(Ordering::SeqCst) < 3 || clean.load(Ordering::SeqCst) < 3 {
+        assert!(std::time::Instant::now() < deadline, "sessions and checks");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    proxy.stop().await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(
+        clean.load(Ordering::SeqCst),
+        sessions.load(Ordering::SeqCst),
+        "every session ended with a close_notify"
+    );
+}
+
 /// A bidirectional stream (gRPC's shape) through weir: each message comes back
 /// before the client sends the next, so neither the request nor the response
 /// may be held back by buffering; the trailers end it.

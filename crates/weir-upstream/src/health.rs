@@ -260,6 +260,8 @@ impl CheckTls {
         }
         let stream = connected.map_err(|error| CheckFailure::Tls(error.to_string()))?;
         if self.h2 && stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+            // The session was made: it ends with a close_notify, not a cut.
+            crate::connection::close_gracefully(weir_tls::ClientStream::Tls(Box::new(stream)));
             return Err(CheckFailure::NoH2);
         }
         Ok(weir_tls::ClientStream::Tls(Box::new(stream)))

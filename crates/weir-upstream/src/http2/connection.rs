@@ -74,6 +74,8 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
                 Ok(Ok(stream)) => {
                     crate::connection::count_finished(&tls.metrics, stream.get_ref().1);
                     if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+                        // The session was made: it ends with a close_notify, not a cut.
+                        crate::connection::close_gracefully(ClientStream::Tls(Box::new(stream)));
                         return Err(Error::new(ErrorKind::ConnectFailed, Side::Upstream)
                             .context(format!("{}: the node did not choose h2 in ALPN", context()))
                             .retry_safe(true));
