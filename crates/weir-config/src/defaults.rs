@@ -334,7 +334,12 @@ pub(crate) const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
 pub(crate) const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) const UPSTREAM_H2_MAX_CONCURRENT_STREAMS: u32 = 100;
-pub(crate) const UPSTREAM_H2_INITIAL_STREAM_WINDOW: u64 = 1024 * 1024;
+/// What a node may send on a stream before weir reads it: held in weir for the client of
+/// that stream, on top of `response_buffer` and the client's send buffer, so it counts in a
+/// client connection's memory once per stream (docs/design/http2.md, "Defences"). As the
+/// client side's own stream window: ample for a node on the same network (256 KiB per
+/// round trip is 2 GB/s at 0.125 ms).
+pub(crate) const UPSTREAM_H2_INITIAL_STREAM_WINDOW: u64 = 256 * 1024;
 
 /// The connection window towards a node when the file sets none: room for every stream's
 /// own window at once (at most HTTP/2's largest window). The stream windows already bound
