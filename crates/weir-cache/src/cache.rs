@@ -12,6 +12,7 @@ use weir_observe::{CacheMetrics, CompressionMetrics};
 use crate::date::UnixTime;
 use crate::flight::Flights;
 use crate::key::{primary_key, primary_key_of_url};
+use crate::object::Object;
 use crate::purge::{BanInfo, Bans, PurgeError, PurgeLog, Purged};
 use crate::store::{Store, StoreStats};
 use crate::view::RequestView;
@@ -94,6 +95,16 @@ impl Cache {
         self.purge_log
             .reaches(from.purges, to.purges, primary, tags)
             || self.bans.banned_between(primary, from.bans, to.bans) != Some(false)
+    }
+
+    /// Removes `object`, just stored after a check at `checked` found nothing withdrawn, when
+    /// a purge or ban made since reaches it: one made between that check and the insert
+    /// found nothing to remove.
+    pub(crate) fn keep_out_if_withdrawn(&self, object: &Arc<Object>, checked: Marks) {
+        if self.withdrawn_between(checked, self.marks(), object.primary_key(), &object.tags) {
+            self.store.remove(object);
+            self.record_store();
+        }
     }
 
     /// Whether this cache can serve a configuration with `settings`

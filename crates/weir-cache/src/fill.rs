@@ -160,7 +160,6 @@ impl Fill {
             tags: pending.tags,
             stored_at: pending.stored_at,
         };
-        let (primary, tags) = (Arc::clone(&new.primary), new.tags.clone());
         let inserted = cache
             .store
             .insert(pending.hash, pending.vary, new, marks.bans());
@@ -171,11 +170,7 @@ impl Fill {
             self.mode = FillMode::Abandoned;
             return;
         };
-        // A purge made between the check above and the insert missed the new object.
-        if cache.withdrawn_between(marks, cache.marks(), &primary, &tags) {
-            cache.store.remove(&object);
-            cache.record_store();
-        }
+        cache.keep_out_if_withdrawn(&object, marks);
         let purges = marks.purges();
         if let Some(guard) = self.guard.take() {
             guard.stored();
@@ -323,6 +318,9 @@ impl Fill {
                     .store
                     .insert(pending.hash, pending.vary, new, latest.bans());
                 cache.metrics.evictions.inc_by(inserted.evicted);
+                if let Some(object) = &inserted.object {
+                    cache.keep_out_if_withdrawn(object, latest);
+                }
                 if let (Some(guard), Some(_)) = (self.guard.take(), inserted.object) {
                     guard.stored();
                 }
