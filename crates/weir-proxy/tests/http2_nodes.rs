@@ -2012,3 +2012,134 @@ async fn a_client_reset_while_its_body_waits_for_the_h2_nodes_window_resets_the_
         proxy.stop().await;
     }
 }
+
+/// A node connection that keeps what weir sent, to tell afterwards whether it ended with a
+/// GOAWAY: on drop (the node's side of the connection over), it records that in `ends`.
+struct Recorded {
+    tcp: tokio::net::TcpStream,
+    seen: Vec<u8>,
+    ends: Arc<std::sync::Mutex<Vec<bool>>>,
+}
+
+impl tokio::io::AsyncRead for Recorded {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let read = std::pin::Pin::new(&mut self.tcp).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &read {
+            let new = buf.filled()[before..].to_vec();
+            self.seen.extend_from_slice(&new);
+        }
+        read
+    }
+}
+
+impl tokio::io::AsyncWrite for Recorded {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        // After the client preface, frame by frame: type 0x7 is GOAWAY (RFC 9113 §6.8).
+        let mut at = 24;
+        let mut goaway = false;
+        while at + 9 <= self.seen.len() {
+            let length = usize::from(self.seen[at]) << 16
+                | usize::from(self.seen[at + 1]) << 8
+                | usize::from(self.seen[at + 2]);
+            goaway |= self.seen[at + 3] == 0x7;
+            at += 9 + length;
+        }
+        self.ends.lock().expect("ends").push(goaway);
+    }
+}
+
+/// An h2c node that answers every request 300 ms later and records, for each connection
+/// that ends, whether weir sent a GOAWAY first.
+async fn goaway_recording_node() -> (SocketAddr, Arc<std::sync::Mutex<Vec<bool>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let ends = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&ends);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let io = Recorded {
+                tcp,
+                seen: Vec::new(),
+                ends: Arc::clone(&recorded),
+            };
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(io).await else {
+                    return;
+                };
+                while let Some(Ok((_, mut respond))) = connection.accept().await {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                        let _ = respond.send_response(ok_head(), true);
+                    });
+                }
+            });
+        }
+    });
+    (addr, ends)
+}
+
+/// Idle connections to an HTTP/2 node that weir closes end with a GOAWAY (RFC 9113 §6.8),
+/// not a cut: those past a cap a reload lowered, and those idle past `idle_timeout` (the
+/// same path closes those of a node drained or removed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_node_connections_weir_closes_end_with_a_goaway() {
+    let (node, ends) = goaway_recording_node().await;
+    let pool = "protocol = \"h2c\"\n[pools.web.http2]\nmax_concurrent_streams = 1\n\
+                [pools.web.connections]\nidle_timeout = \"2s\"";
+    let proxy = TestProxy::start(&weir_testkit::config(&[node], pool, "")).await;
+    let addr = proxy.addr;
+    // One stream per connection: six requests at once open six connections.
+    let requests: Vec<_> = (0..6)
+        .map(|_| tokio::spawn(async move { weir_testkit::client::get(addr, "/").await }))
+        .collect();
+    for request in requests {
+        assert_eq!(request.await.unwrap().unwrap().status, 200);
+    }
+    let lowered = weir_testkit::config(&[node], &format!("{pool}\nmax_connections = 1"), "");
+    let candidate = weir_config::parse_str(&lowered, "test.toml").unwrap();
+    proxy.live.apply(candidate).unwrap();
+    let ended = |count: usize| {
+        let ends = Arc::clone(&ends);
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while ends.lock().unwrap().len() < count {
+                assert!(std::time::Instant::now() < deadline, "{count} closed");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    };
+    ended(5).await;
+    assert_eq!(*ends.lock().unwrap(), vec![true; 5], "past the lowered cap");
+    ended(6).await;
+    assert_eq!(*ends.lock().unwrap(), vec![true; 6], "idle");
+    proxy.stop().await;
+}

@@ -154,6 +154,9 @@ struct Signals {
     suspect: Arc<tokio::sync::Notify>,
 }
 
+/// How long a connection weir closes may take to say so to the node (GOAWAY, close_notify).
+const GRACEFUL_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Runs one connection until it ends, then tells the node.
 async fn drive<T>(
     node: Weak<H2Node>,
@@ -205,7 +208,14 @@ async fn drive<T>(
                 by_node = ended_by_node(&node, address, ended);
                 break;
             }
-            _ = &mut stopped => break,
+            _ = &mut stopped => {
+                // Taken out of the node's list (its cap lowered, idle too long, drained,
+                // shut down): no handle sends on it any more, so the codec ends it with a
+                // GOAWAY and, over TLS, a close_notify, when it is driven to its end;
+                // dropped, it would be cut.
+                let _ = tokio::time::timeout(GRACEFUL_CLOSE, &mut connection).await;
+                break;
+            }
             () = suspect.notified() => {
                 // A PING already on its way answers the question.
                 if ping_sent.is_some() {
