@@ -733,13 +733,28 @@ async fn connection_closed_by_the_node_while_idle_is_replaced() {
     proxy.stop().await;
 }
 
+/// Reads the next request from a test node's connection: `false` once the client closed.
+/// Each test request is a head plus at most a tiny body, sent in one write.
+async fn next_request(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    true
+}
+
 /// A node that answers every request with `Keep-Alive: <keep_alive>` and never closes a
 /// connection itself. Returns its address and the number of connections it accepted.
 async fn keep_alive_node(
     keep_alive: &'static str,
 ) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::Ordering;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -748,18 +763,7 @@ async fn keep_alive_node(
         while let Ok((mut stream, _)) = listener.accept().await {
             counter.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    // Each test request is a head plus a tiny body, sent in one write.
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                    if !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        continue;
-                    }
-                    buf.clear();
+                while next_request(&mut stream).await {
                     let answer = format!(
                         "HTTP/1.1 200 OK\r\nKeep-Alive: {keep_alive}\r\nContent-Length: 2\r\n\r\nok"
                     );
@@ -827,7 +831,7 @@ async fn one_answer_per_connection_node_after(
     delay: Duration,
 ) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::Ordering;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -836,19 +840,8 @@ async fn one_answer_per_connection_node_after(
         while let Ok((mut stream, _)) = listener.accept().await {
             let counter = std::sync::Arc::clone(&counter);
             tokio::spawn(async move {
-                let mut buf = Vec::new();
                 let mut answered = false;
-                let mut chunk = [0u8; 4096];
-                loop {
-                    // Each test request is a head plus at most a tiny body, sent in one write.
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                    if !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        continue;
-                    }
-                    buf.clear();
+                while next_request(&mut stream).await {
                     counter.fetch_add(1, Ordering::SeqCst);
                     if answered {
                         return; // close without an answer
