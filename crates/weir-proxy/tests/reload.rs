@@ -965,3 +965,51 @@ async fn a_request_waiting_for_the_only_node_when_it_is_disabled_gets_503() {
     proxy.stop().await;
     a.stop().await;
 }
+
+/// A config whose pool `web` has the one node `node`, capped at one connection.
+fn one_capped_node(listen: &str, node: SocketAddr) -> String {
+    format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\
+         [pools.web]\nretries = 0\nnodes = [{{ address = \"{node}\" }}]\n\
+         [pools.web.connections]\nmax_connections = 1\n\
+         [virtual_servers.web]\nlisten = [\"{listen}\"]\npool = \"web\"\n"
+    )
+}
+
+/// A reload that replaces a pool's only node (here by another address; a change of its TLS
+/// settings does the same) while a request waits in its queue: the waiting request has no
+/// other node of its model to go to, so it finishes on that model, served by the retired
+/// node once its busy connection comes back, not answered 503. Requests after the reload go
+/// to the new node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_for_a_replaced_only_node_is_still_served() {
+    let a = TestOrigin::start("a").await;
+    let b = TestOrigin::start("b").await;
+    let port = weir_testkit::free_ports::<1>()[0];
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let proxy = TestProxy::start(&one_capped_node(&listen.to_string(), a.addr)).await;
+    let requests: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { client::get(listen, "/delay/600").await }))
+        .collect();
+    for _ in 0..100 {
+        if proxy.live.current().pools[0].connections[0].queued() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(proxy.live.current().pools[0].connections[0].queued(), 1);
+    proxy
+        .live
+        .apply(parse(&one_capped_node(&listen.to_string(), b.addr)))
+        .unwrap();
+    for request in requests {
+        let response = request.await.unwrap().expect("a response");
+        assert_eq!(response.status, 200);
+        assert_eq!(response.header("x-origin"), Some("a"));
+    }
+    let after = client::get(listen, "/").await.unwrap();
+    assert_eq!(after.header("x-origin"), Some("b"));
+    proxy.stop().await;
+    a.stop().await;
+    b.stop().await;
+}

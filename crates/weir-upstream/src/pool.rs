@@ -268,21 +268,37 @@ impl Pool {
 
     /// The nodes of this pool that `next` does not carry over (removed, or whose TLS
     /// settings changed): they drain. Requests in flight on them finish on the model they
-    /// started with; their connections close once given back.
+    /// started with; their connections close once given back. The requests waiting in their
+    /// queues choose again among this pool's nodes that `next` keeps, when one of those is
+    /// available; with none (a pool of one node whose TLS settings changed, say), they too
+    /// finish on the model they started with, served by the retired node as its busy
+    /// connections come back, rather than answered 503 with nowhere to go.
     pub fn retire_nodes_missing_from(&self, next: Option<&Pool>) {
+        let kept_node = |node: &Arc<NodeState>| {
+            next.is_some_and(|pool| pool.nodes.iter().any(|n| Arc::ptr_eq(n, node)))
+        };
+        let kept_h2 = |node: &Arc<H2Node>| {
+            next.is_some_and(|pool| pool.http2.iter().any(|n| Arc::ptr_eq(n, node)))
+        };
+        let now = Instant::now();
+        let elsewhere = self.nodes.iter().enumerate().any(|(index, node)| {
+            kept_node(node) && self.http2.get(index).is_none_or(&kept_h2) && node.is_available(now)
+        });
         for (node, connections) in self.nodes.iter().zip(&self.connections) {
-            let kept = next.is_some_and(|pool| pool.nodes.iter().any(|n| Arc::ptr_eq(n, node)));
-            if !kept {
+            if !kept_node(node) {
                 connections.set_reusable(false);
-                connections.set_taking_requests(false);
+                if elsewhere {
+                    connections.set_taking_requests(false);
+                }
             }
         }
         for node in &self.http2 {
-            let kept = next.is_some_and(|pool| pool.http2.iter().any(|n| Arc::ptr_eq(n, node)));
-            if !kept {
+            if !kept_h2(node) {
                 // Streams in flight finish; the connections close once they have none.
                 node.close_idle();
-                node.set_taking_requests(false);
+                if elsewhere {
+                    node.set_taking_requests(false);
+                }
             }
         }
     }
