@@ -190,11 +190,16 @@ async fn drive<T>(
     // that pings a connection more often than every 5 minutes while they send nothing
     // (a long call), or at all while no call is open, and close it after the third.
     let periodic = !interval.is_zero();
-    let mut ticker = tokio::time::interval(if periodic {
+    let period = if periodic {
         interval.min(timeout)
     } else {
         timeout
-    });
+    };
+    // A tick runs a little after the PING it stands for was due, and a PING's time is taken
+    // when it is sent: a PING due within this much of a tick goes at that tick, not at the
+    // next one (which would space them two intervals apart).
+    let slack = (period / 4).min(std::time::Duration::from_millis(50));
+    let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_ping = Instant::now();
     // When a timed-out stream last made the driver PING.
@@ -258,7 +263,7 @@ async fn drive<T>(
                         break;
                     }
                 } else if periodic
-                    && now.saturating_duration_since(last_ping) >= interval
+                    && now.saturating_duration_since(last_ping) + slack >= interval
                     && let Some(ping) = ping.as_mut()
                     && ping.send_ping(Ping::opaque()).is_ok()
                 {
