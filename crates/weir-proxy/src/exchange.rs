@@ -902,18 +902,12 @@ async fn unless_client_leaves<O>(
     (watch, fin): (bool, bool),
     waiting: impl std::future::Future<Output = O>,
 ) -> Result<O, Failure> {
-    let mut waiting = std::pin::pin!(waiting);
     if !watch {
         return Ok(waiting.await);
     }
-    if let Ok(done) = tokio::time::timeout(crate::WATCH_CLIENT_AFTER, waiting.as_mut()).await {
-        return Ok(done);
-    }
-    tokio::select! {
-        biased;
-        done = waiting => Ok(done),
-        _ = stream.left(fin) => Err(left_at_node()),
-    }
+    crate::unless_left(waiting, std::pin::pin!(stream.left(fin)))
+        .await
+        .map_err(|_| left_at_node())
 }
 
 /// The client went while its request was at the node ([`crate::WATCH_CLIENT_AFTER`]).

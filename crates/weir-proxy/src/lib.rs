@@ -64,6 +64,23 @@ const MAX_TRAILER_BYTES: usize = 64 * 1024;
 /// watch at all.
 const WATCH_CLIENT_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// `waiting`'s outcome, or `left`'s error when it is ready first (the client went),
+/// watched from [`WATCH_CLIENT_AFTER`] on: most waits end sooner, with no watch at all.
+async fn unless_left<O, L: std::future::Future<Output = weir_core::Error>>(
+    waiting: impl std::future::Future<Output = O>,
+    left: std::pin::Pin<&mut L>,
+) -> Result<O, weir_core::Error> {
+    let mut waiting = std::pin::pin!(waiting);
+    if let Ok(done) = tokio::time::timeout(WATCH_CLIENT_AFTER, waiting.as_mut()).await {
+        return Ok(done);
+    }
+    tokio::select! {
+        biased;
+        done = waiting => Ok(done),
+        error = left => Err(error),
+    }
+}
+
 /// Interim (1xx) responses relayed before the final one, whenever the node sends them (the
 /// request body still going included); past it → 502.
 const MAX_INTERIM_RESPONSES: u32 = 10;

@@ -227,10 +227,12 @@ where
                 (&mut early, &mut interims),
                 &mut ahead,
             );
-            let sent = unless_left(upload, left.as_mut()).await.map_err(|_| {
-                Error::new(ErrorKind::ClientClosed, Side::Downstream)
-                    .context("the client went while its request body went to the node")
-            })?;
+            let sent = crate::unless_left(upload, left.as_mut())
+                .await
+                .map_err(|_| {
+                    Error::new(ErrorKind::ClientClosed, Side::Downstream)
+                        .context("the client went while its request body went to the node")
+                })?;
             match sent {
                 Upload::Sent(Ok(())) => true,
                 // After the node's head, a stream it stopped (reset once its answer was
@@ -259,23 +261,6 @@ where
         ahead,
         interims,
     })
-}
-
-/// `waiting`'s outcome, or `Err` when `left` is ready first (watched from
-/// [`crate::WATCH_CLIENT_AFTER`] on: most waits end sooner, with no watch at all).
-async fn unless_left<O, L: Future<Output = Error>>(
-    waiting: impl Future<Output = O>,
-    left: Pin<&mut L>,
-) -> Result<O, Error> {
-    let mut waiting = std::pin::pin!(waiting);
-    if let Ok(done) = tokio::time::timeout(crate::WATCH_CLIENT_AFTER, waiting.as_mut()).await {
-        return Ok(done);
-    }
-    tokio::select! {
-        biased;
-        done = waiting => Ok(done),
-        error = left => Err(error),
-    }
 }
 
 /// A request head in HTTP/2 form, and how its body is framed.
