@@ -393,7 +393,7 @@ impl Cache {
         // A purge or a ban made while the check was out may have been meant for the stored
         // object: it stays out (the next request fetches the whole response), and this
         // client, whose request came before, is answered from it alone.
-        let (purges, latest) = (self.purges(), self.bans.latest());
+        let marks = self.marks();
         let withdrawn = stale.is_removed() || self.bans.is_banned(stale);
         if !keep || withdrawn {
             self.store.remove(stale);
@@ -403,13 +403,11 @@ impl Cache {
         let vary = Arc::clone(&stale.vary);
         let inserted = self
             .store
-            .insert(stale.hash, vary, object(stored_head), latest);
+            .insert(stale.hash, vary, object(stored_head), marks.bans());
         self.metrics.evictions.inc_by(inserted.evicted);
         // A purge that came between the check above and the insert missed the new copy.
-        if self.purges() != purges
-            && let Some(object) = &inserted.object
-        {
-            self.store.remove(object);
+        if let Some(object) = &inserted.object {
+            self.keep_out_if_withdrawn(object, marks);
         }
         self.record_store();
         answered(inserted.object.unwrap_or_else(|| Arc::clone(stale)))
