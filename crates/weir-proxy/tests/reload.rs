@@ -845,6 +845,19 @@ async fn a_reissued_revocation_list_keeps_connections_one_that_revokes_retires_t
     origin.stop().await;
 }
 
+/// Waits (at most a second) until one request waits in the queue of the first node of the
+/// first pool, and checks that it does.
+async fn one_waits_for_the_first_node(proxy: &TestProxy) {
+    let queued = || proxy.live.current().pools[0].connections[0].queued();
+    for _ in 0..100 {
+        if queued() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(queued(), 1);
+}
+
 /// A config whose pool `web` caps each node at one connection, with `a` in `a_state`.
 fn capped(listen: &str, a: SocketAddr, a_state: &str, b: SocketAddr) -> String {
     format!(
@@ -868,13 +881,7 @@ async fn requests_waiting_for_a_node_that_is_disabled_go_to_another() {
     let requests: Vec<_> = (0..4)
         .map(|_| tokio::spawn(async move { client::get(listen, "/delay/600").await }))
         .collect();
-    for _ in 0..100 {
-        if proxy.live.current().pools[0].connections[0].queued() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(proxy.live.current().pools[0].connections[0].queued(), 1);
+    one_waits_for_the_first_node(&proxy).await;
     // "disabled": no requests (docs/admin-api.md), the one waiting for `a` included.
     proxy
         .live
@@ -991,13 +998,7 @@ async fn a_request_waiting_for_a_replaced_only_node_is_still_served() {
     let requests: Vec<_> = (0..2)
         .map(|_| tokio::spawn(async move { client::get(listen, "/delay/600").await }))
         .collect();
-    for _ in 0..100 {
-        if proxy.live.current().pools[0].connections[0].queued() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(proxy.live.current().pools[0].connections[0].queued(), 1);
+    one_waits_for_the_first_node(&proxy).await;
     proxy
         .live
         .apply(parse(&one_capped_node(&listen.to_string(), b.addr)))
