@@ -19,6 +19,8 @@ use crate::schema::{
 
 /// Shortest secret accepted for signing persistence cookies.
 const MIN_KEY_BYTES: usize = 16;
+/// Longest a rate limit's empty bucket may take to refill (`burst × per / rate`).
+const MAX_RATE_LIMIT_REFILL: Duration = Duration::from_secs(10 * 365 * 86_400);
 
 impl Checker {
     pub(super) fn rate_limits(
@@ -59,12 +61,23 @@ impl Checker {
             if per.as_nanos() < u128::from(rate.get()) {
                 self.report(&at.key("rate"), "more than one request per nanosecond");
             }
+            let burst = self.nonzero(&at.key("burst"), table.burst, rate, 1..=1_000_000_000);
+            // The limiter keeps each key's state as nanoseconds in 64 bits: a bucket that
+            // takes centuries to refill would overflow them and admit everything.
+            let refill = per.as_nanos() / u128::from(rate.get()) * u128::from(burst.get());
+            if refill > MAX_RATE_LIMIT_REFILL.as_nanos() {
+                self.report(
+                    &at.key("burst"),
+                    "an empty bucket would take more than 10 years to refill (burst × per / rate); \
+                     lower burst or per, or raise rate",
+                );
+            }
             limits.push(RateLimit {
                 name: name.clone(),
                 key,
                 rate,
                 per,
-                burst: self.nonzero(&at.key("burst"), table.burst, rate, 1..=1_000_000_000),
+                burst,
                 max_keys: self.nonzero(
                     &at.key("max_keys"),
                     table.max_keys,

@@ -580,6 +580,20 @@ per = "1m"
         "virtual_servers.web.rate_limits.a.rate",
         "missing required key",
     );
+    // 1 a day with a burst of 3,650 refills in 10 years, the most accepted.
+    valid(&file(
+        "[virtual_servers.web.rate_limits.a]\nrate = 1\nper = \"1d\"\nburst = 3650",
+        "",
+    ));
+    assert_error(
+        &file(
+            "[virtual_servers.web.rate_limits.a]\nrate = 1\nper = \"1d\"\nburst = 213505",
+            "",
+        ),
+        7,
+        "virtual_servers.web.rate_limits.a.burst",
+        "more than 10 years to refill",
+    );
     assert_error(
         &file(
             "[virtual_servers.web.rate_limits.a]\nrate = 5\nkey = \"ip\"",

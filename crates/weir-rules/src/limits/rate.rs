@@ -143,12 +143,14 @@ impl RateLimiter {
             if now < allowed_from {
                 return Err(Refusal::new(self.config.status, allowed_from - now));
             }
-            let next = arrival.max(now) + self.interval;
+            let next = arrival.max(now).saturating_add(self.interval);
             shard.arrivals.insert(hash, next);
             return Ok(());
         }
         self.make_room(&mut shard, now);
-        shard.arrivals.insert(hash, now + self.interval);
+        shard
+            .arrivals
+            .insert(hash, now.saturating_add(self.interval));
         Ok(())
     }
 
@@ -191,8 +193,9 @@ impl RateLimiter {
         if (full && worth_a_sweep) || now >= shard.next_sweep {
             sweep(shard, now);
             // Sweep again once every bucket seen now could have refilled.
-            let refill = self.tolerance + self.interval;
-            shard.next_sweep = now + refill.max(Duration::from_secs(1).as_nanos() as u64);
+            let refill = self.tolerance.saturating_add(self.interval);
+            shard.next_sweep =
+                now.saturating_add(refill.max(Duration::from_secs(1).as_nanos() as u64));
         }
         while shard.arrivals.len() >= self.per_shard {
             let stalest = shard

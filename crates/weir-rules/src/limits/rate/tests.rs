@@ -220,3 +220,22 @@ fn a_lower_max_keys_keeps_the_most_spent_keys() {
         );
     }
 }
+
+#[test]
+fn the_slowest_refill_the_config_accepts_still_refuses_past_its_burst() {
+    // 1 a day with a burst of 3,650: ten years to refill, the longest weir-config
+    // accepts. The limiter's nanosecond arithmetic must hold: burst requests at once,
+    // then a refusal whose wait is one day.
+    let start = Instant::now();
+    let day = Duration::from_secs(86_400);
+    let limiter = RateLimiter::new(&limit(1, day, 3650, 1000), start);
+    let k = key(7);
+    for _ in 0..3650 {
+        assert!(limiter.check(Key::Bytes(&k), start).is_ok());
+    }
+    let refusal = limiter.check(Key::Bytes(&k), start).unwrap_err();
+    assert_eq!(refusal.retry_after, day);
+    // A day later exactly one more.
+    assert!(limiter.check(Key::Bytes(&k), start + day).is_ok());
+    assert!(limiter.check(Key::Bytes(&k), start + day).is_err());
+}
