@@ -301,8 +301,7 @@ async fn attempt(
     let mut lease = match fresh {
         // Boxed: only a request sent again takes this path.
         true => {
-            let checkout =
-                connections.checkout_new_watching(&[], flow, || client.stream.left(leave));
+            let checkout = connections.checkout_new_watching(flow, || client.stream.left(leave));
             Box::pin(checkout).await?
         }
         false => {

@@ -58,6 +58,9 @@ pub struct ConnectionSettings {
 pub struct UpstreamTls {
     /// Makes TLS connections with the pool's settings (and resumes sessions).
     pub connector: weir_tls::Connector,
+    /// The same for layer 4 sessions: no ALPN offered, since the bytes they carry are
+    /// whatever the client sends, not HTTP/1.1 (RFC 7301 §3.1).
+    pub layer4: weir_tls::Connector,
     /// The pool's upstream handshake counters.
     pub metrics: weir_observe::UpstreamTlsMetrics,
 }
@@ -76,14 +79,37 @@ pub(crate) fn count_finished(
 }
 
 impl UpstreamTls {
+    /// The pool's TLS made with `connector`, counted in `metrics`.
+    pub fn new(
+        connector: weir_tls::Connector,
+        metrics: weir_observe::UpstreamTlsMetrics,
+    ) -> UpstreamTls {
+        UpstreamTls {
+            layer4: connector.with_alpn(&[]),
+            connector,
+            metrics,
+        }
+    }
+
     /// The pool's TLS for `node`: one given by DNS name names that host (without a
     /// `server_name`; [`weir_tls::Connector::for_host`]).
     pub fn for_node(&self, node: &weir_config::Node) -> UpstreamTls {
         UpstreamTls {
             connector: self.connector.for_host(node.dns_host()),
+            layer4: self.layer4.for_host(node.dns_host()),
             metrics: self.metrics.clone(),
         }
     }
+}
+
+/// What a new connection to a node is opened for.
+#[derive(Debug, Clone, Copy)]
+enum Opening<'a> {
+    /// HTTP requests: TLS offers ALPN `http/1.1`.
+    Http,
+    /// One layer 4 session: `preamble` (a PROXY protocol header, or nothing) written
+    /// first, and no ALPN offered.
+    Layer4 { preamble: &'a [u8] },
 }
 
 /// The connection pool of one node.
@@ -438,7 +464,7 @@ impl NodeConnections {
     {
         match self.try_take(true, flow) {
             Taken::Idle(connection) => Ok(self.reuse(connection)),
-            Taken::Slot => Box::pin(self.connect(&[])).await,
+            Taken::Slot => Box::pin(self.connect(Opening::Http)).await,
             Taken::Queued(flow, id, receiver, queue_timeout) => {
                 let queued = QueuedWait {
                     pool: self,
@@ -448,7 +474,7 @@ impl NodeConnections {
                     queue_timeout,
                     dedicated: false,
                 };
-                Box::pin(queued.wait(&[], left())).await
+                Box::pin(queued.wait(Opening::Http, left())).await
             }
             Taken::QueueFull => Err(self.queue_full()),
             Taken::Withdrawn => Err(self.withdrawn()),
@@ -482,7 +508,9 @@ impl NodeConnections {
         F: FnOnce() -> L,
         L: Future<Output = Error>,
     {
-        let lease = self.checkout_new_watching(preamble, flow, left).await;
+        let lease = self
+            .checkout_new_for(Opening::Layer4 { preamble }, flow, left)
+            .await;
         lease.map(|mut lease| {
             lease.dedicated = true;
             lease
@@ -497,7 +525,19 @@ impl NodeConnections {
     /// Released, the lease goes back idle as any other.
     pub async fn checkout_new_watching<F, L>(
         self: &Arc<Self>,
-        preamble: &[u8],
+        flow: Flow,
+        left: F,
+    ) -> Result<Lease, Error>
+    where
+        F: FnOnce() -> L,
+        L: Future<Output = Error>,
+    {
+        self.checkout_new_for(Opening::Http, flow, left).await
+    }
+
+    async fn checkout_new_for<F, L>(
+        self: &Arc<Self>,
+        opening: Opening<'_>,
         flow: Flow,
         left: F,
     ) -> Result<Lease, Error>
@@ -507,7 +547,7 @@ impl NodeConnections {
     {
         match self.try_take(false, flow) {
             Taken::Idle(_) => unreachable!("idle connections are not taken for a new one"),
-            Taken::Slot => self.connect(preamble).await,
+            Taken::Slot => self.connect(opening).await,
             Taken::Queued(flow, id, receiver, queue_timeout) => {
                 QueuedWait {
                     pool: self,
@@ -517,7 +557,7 @@ impl NodeConnections {
                     queue_timeout,
                     dedicated: true,
                 }
-                .wait(preamble, left())
+                .wait(opening, left())
                 .await
             }
             Taken::QueueFull => Err(self.queue_full()),
@@ -620,11 +660,13 @@ impl NodeConnections {
     }
 
     /// Opens a new connection in a slot already taken, writing `preamble` first.
-    async fn connect(self: &Arc<Self>, preamble: &[u8]) -> Result<Lease, Error> {
+    async fn connect(self: &Arc<Self>, opening: Opening<'_>) -> Result<Lease, Error> {
         let settings = self.settings.load_full();
         let attempt = tokio::time::timeout(settings.connect_timeout, async {
             let mut stream = TcpStream::connect(self.address).await?;
-            if !preamble.is_empty() {
+            if let Opening::Layer4 { preamble } = opening
+                && !preamble.is_empty()
+            {
                 stream.write_all(preamble).await?;
             }
             Ok::<_, std::io::Error>(stream)
@@ -653,7 +695,10 @@ impl NodeConnections {
         let _ = stream.set_nodelay(true);
         let stream = match &settings.tls {
             None => ClientStream::Plain(stream),
-            Some(tls) => match self.handshake(tls, settings.connect_timeout, stream).await {
+            Some(tls) => match self
+                .handshake(tls, opening, settings.connect_timeout, stream)
+                .await
+            {
                 Ok(stream) => stream,
                 Err(error) => {
                     self.free_slot();
@@ -827,7 +872,7 @@ impl QueuedWait<'_> {
     /// end, so that its slot is always given back.
     async fn wait(
         mut self,
-        preamble: &[u8],
+        opening: Opening<'_>,
         left: impl Future<Output = Error>,
     ) -> Result<Lease, Error> {
         let pool = self.pool;
@@ -846,7 +891,7 @@ impl QueuedWait<'_> {
                     // The granted connection closes; its slot stays ours.
                     Grant::Connection(granted) if self.dedicated => {
                         granted.close();
-                        pool.connect(preamble).await
+                        pool.connect(opening).await
                     }
                     // The same check an idle connection gets: bytes the node
                     // sent after its last response (a body after HEAD, 204 or
@@ -856,9 +901,9 @@ impl QueuedWait<'_> {
                     }
                     Grant::Connection(stale) => {
                         stale.close();
-                        pool.connect(preamble).await
+                        pool.connect(opening).await
                     }
-                    Grant::Slot => pool.connect(preamble).await,
+                    Grant::Slot => pool.connect(opening).await,
                     Grant::Elsewhere => Err(pool.withdrawn()),
                 }
             }
@@ -966,11 +1011,16 @@ impl NodeConnections {
     async fn handshake(
         &self,
         tls: &UpstreamTls,
+        opening: Opening<'_>,
         connect_timeout: Duration,
         tcp: TcpStream,
     ) -> Result<ClientStream, Error> {
+        let connector = match opening {
+            Opening::Http => &tls.connector,
+            Opening::Layer4 { .. } => &tls.layer4,
+        };
         let attempt =
-            tokio::time::timeout(connect_timeout, tls.connector.connect(tcp, self.address)).await;
+            tokio::time::timeout(connect_timeout, connector.connect(tcp, self.address)).await;
         match attempt {
             Ok(Ok(stream)) => {
                 count_finished(&tls.metrics, stream.get_ref().1);

@@ -158,10 +158,8 @@ impl Pool {
     ) -> Arc<Pool> {
         debug_assert_eq!(config.tls.is_some(), tls.is_some());
         let connector = tls.clone();
-        let tls = tls.map(|connector| UpstreamTls {
-            connector,
-            metrics: metrics.upstream_tls(&config.name),
-        });
+        let tls =
+            tls.map(|connector| UpstreamTls::new(connector, metrics.upstream_tls(&config.name)));
         let pool_metrics = metrics.pool(&config.name);
         let settings = connection_settings(config, tls);
         let learned = previous.and_then(|pool| pool.persistence.as_ref());
@@ -565,6 +563,7 @@ fn http2_nodes(
     let previous = previous.filter(|pool| pool.config.protocol == config.protocol);
     let tls = settings.tls.as_ref().map(|tls| UpstreamTls {
         connector: tls.connector.with_alpn(&[b"h2"]),
+        layer4: tls.layer4.clone(),
         metrics: tls.metrics.clone(),
     });
     let http2 = &config.http2;

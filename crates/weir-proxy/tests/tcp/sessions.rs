@@ -543,3 +543,78 @@ async fn a_client_that_leaves_the_queue_never_reaches_the_node() {
     assert_eq!(metric(&text, "weir_queue_abandoned_total{pool=\"p\"}"), 2);
     proxy.stop().await;
 }
+
+/// A layer 4 session to a pool with TLS carries whatever the client sends, so weir offers
+/// its node no ALPN (RFC 7301 §3.1: the list names what the client will speak); before, it
+/// offered `http/1.1`, which a strict node (PostgreSQL with direct TLS) refuses. HTTP
+/// requests to the same pool still offer `http/1.1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer4_session_over_tls_to_its_node_offers_no_alpn() {
+    // A node that records the ClientHello it gets, then closes.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node_addr = listener.local_addr().unwrap();
+    let (hellos, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let hellos = hellos.clone();
+            tokio::spawn(async move {
+                let mut bytes = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Ok(Ok(n)) =
+                        tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk)).await
+                    else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    bytes.extend_from_slice(&chunk[..n]);
+                    match weir_tls::client_hello::read_client_hello(&bytes, 16 * 1024) {
+                        Ok(weir_tls::client_hello::Peek::Partial) => {}
+                        Ok(weir_tls::client_hello::Peek::Complete(hello)) => {
+                            let _ = hellos.send(hello.alpn);
+                            return;
+                        }
+                        Err(error) => panic!("not a ClientHello: {error:?}"),
+                    }
+                }
+            });
+        }
+    });
+    let config = format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+         [pools.p]\nnodes = [{{ address = \"{node_addr}\" }}]\n\
+         [pools.p.tls]\nverify = false\n\n\
+         [virtual_servers.l4]\nprotocol = \"tcp\"\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n\n\
+         [virtual_servers.web]\nlisten = [\"127.0.0.1:0\"]\npool = \"p\"\n"
+    );
+    let proxy = TestProxy::start(&config).await;
+    let addr_of = |name: &str| {
+        proxy
+            .addrs
+            .iter()
+            .find(|(listener, _)| listener.as_str() == name)
+            .map(|&(_, addr)| addr)
+            .unwrap_or_else(|| panic!("no listener {name} in {:?}", proxy.addrs))
+    };
+    let mut client = TcpStream::connect(addr_of("l4")).await.unwrap();
+    client.write_all(b"\x00\x00\x00\x08startup").await.unwrap();
+    let alpn = tokio::time::timeout(Duration::from_secs(5), seen.recv())
+        .await
+        .expect("weir's ClientHello within 5 s")
+        .unwrap();
+    assert!(alpn.is_empty(), "a layer 4 session offered ALPN {alpn:?}");
+    drop(client);
+    // An HTTP request to the same pool: its connection offers http/1.1.
+    let mut http = TcpStream::connect(addr_of("web")).await.unwrap();
+    http.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let alpn = tokio::time::timeout(Duration::from_secs(5), seen.recv())
+        .await
+        .expect("weir's ClientHello within 5 s")
+        .unwrap();
+    assert_eq!(alpn, vec![b"http/1.1".to_vec()]);
+    proxy.stop().await;
+}
