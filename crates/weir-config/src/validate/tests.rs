@@ -760,6 +760,21 @@ fn an_ocsp_response_is_named_with_its_certificate() {
     );
 }
 
+/// Ticket lifetimes are whole seconds on the wire: a part of a second would be cut off.
+#[test]
+fn ticket_rotation_counts_whole_seconds() {
+    let config = valid(&https(&format!("{CERT}\nticket_rotation = \"90s\"")));
+    let tls = config.virtual_servers[0].tls.as_ref().unwrap();
+    assert_eq!(tls.ticket_rotation, std::time::Duration::from_secs(90));
+    for rotation in ["100ms", "1500ms"] {
+        assert_one_error(
+            &https(&format!("{CERT}\nticket_rotation = \"{rotation}\"")),
+            "virtual_servers.web.tls.ticket_rotation",
+            "whole seconds",
+        );
+    }
+}
+
 #[test]
 fn https_and_the_tls_table_go_together() {
     assert_one_error(

@@ -98,12 +98,8 @@ impl Checker {
                 1..=1_000_000,
             ),
             session_tickets: table.session_tickets.unwrap_or(defaults::SESSION_TICKETS),
-            ticket_rotation: self.duration(
-                &path.key("ticket_rotation"),
-                table.ticket_rotation.as_ref(),
-                defaults::TICKET_ROTATION,
-                Zero::Rejected,
-            ),
+            ticket_rotation: self
+                .ticket_rotation(&path.key("ticket_rotation"), table.ticket_rotation.as_ref()),
             session_cache_size: self.count(
                 &path.key("session_cache_size"),
                 table.session_cache_size,
@@ -372,6 +368,23 @@ impl Checker {
                 ClientAuth::None
             }
         }
+    }
+
+    /// A ticket's lifetime hint counts whole seconds (RFC 8446 §4.6.1), and so do the
+    /// ticketer's periods: a part of a second would be cut off, not honoured.
+    fn ticket_rotation(
+        &mut self,
+        path: &KeyPath,
+        value: Option<&crate::schema::DurationText>,
+    ) -> std::time::Duration {
+        let rotation = self.duration(path, value, defaults::TICKET_ROTATION, Zero::Rejected);
+        if rotation < std::time::Duration::from_secs(1) || rotation.subsec_nanos() != 0 {
+            self.report(
+                path,
+                "ticket lifetimes count whole seconds: use whole seconds, at least \"1s\"",
+            );
+        }
+        rotation
     }
 
     pub(super) fn upstream_tls(&mut self, path: &KeyPath, table: &UpstreamTlsTable) -> UpstreamTls {
