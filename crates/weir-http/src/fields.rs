@@ -187,6 +187,18 @@ impl Fields {
     /// no `Transfer-Encoding` in HTTP/1.0, never both it and `Content-Length`,
     /// and `chunked` as the one and only transfer coding.
     pub(crate) fn declared_body(&self, version: Version) -> Result<Declared, ParseError> {
+        self.declared(version, true)
+    }
+
+    /// [`Fields::declared_body`] for a response that has no body whatever it declares
+    /// (to HEAD, 1xx, 204, 304): RFC 9112 §6.1 lets a response to HEAD or a 304 name the
+    /// codings the body would have had, so which codings they are is not checked; a
+    /// `Transfer-Encoding` only says a chunked body would follow.
+    pub(crate) fn declared_without_body(&self, version: Version) -> Result<Declared, ParseError> {
+        self.declared(version, false)
+    }
+
+    fn declared(&self, version: Version, body_follows: bool) -> Result<Declared, ParseError> {
         let codings = self.transfer_encoding;
         if !codings.present {
             return Ok(match self.content_length {
@@ -206,6 +218,9 @@ impl Fields {
         }
         if codings.codings == 0 {
             return Err(ParseError::invalid("empty Transfer-Encoding"));
+        }
+        if !body_follows {
+            return Ok(Declared::Chunked);
         }
         // RFC 9112 §6.3: without chunked last, the length cannot be known (400 and
         // close, not 501); chunked twice is never sent (§7.1). Only a coding weir

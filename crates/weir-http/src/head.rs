@@ -623,12 +623,16 @@ fn parse_response_in(
     let reason_span = (13.min(line_end), line_end);
 
     let fields = Fields::scan(head.as_ptr() as usize, head.len(), response.headers)?;
-    let declared = fields.declared_body(version)?;
     let no_body = request_method == Method::Head
         || (100..200).contains(&status)
         || status == 204
         || status == 304
         || (request_method == Method::Connect && (200..300).contains(&status));
+    let declared = if no_body {
+        fields.declared_without_body(version)?
+    } else {
+        fields.declared_body(version)?
+    };
     let announces_absent_body =
         no_body && matches!(declared, Declared::Chunked | Declared::Length(1..));
     let framing = match declared {

@@ -787,6 +787,38 @@ fn response_rejections() {
     }
 }
 
+/// RFC 9112 §6.1: a response to HEAD or a 304 may name the codings its body would have
+/// had; it has no body whatever they are (§6.3 rule 1), so no coding is refused there.
+/// The framing rules that concern every message still hold.
+#[test]
+fn a_bodiless_response_may_name_any_transfer_coding() {
+    for (raw, method) in [
+        (
+            &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"[..],
+            Method::Head,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            Method::Head,
+        ),
+        (
+            b"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            Method::Get,
+        ),
+    ] {
+        let head = response(raw, method)
+            .unwrap_or_else(|error| panic!("{:?}: {error:?}", String::from_utf8_lossy(raw)));
+        assert_eq!(head.framing(), BodyFraming::None);
+    }
+    for raw in [
+        &b"HTTP/1.0 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: gzip\r\n\r\n",
+    ] {
+        let error = parse_response(raw, &Limits::default(), Method::Head).unwrap_err();
+        assert_eq!(error.kind, ParseErrorKind::Invalid);
+    }
+}
+
 #[test]
 fn response_split_from() {
     let mut buf = BytesMut::from(&b"HTTP/1.1 204 No Content\r\nServer: s\r\n\r\nHTTP/1.1"[..]);
