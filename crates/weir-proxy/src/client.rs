@@ -583,12 +583,14 @@ impl Client {
 
     /// The read_head stage: waits for the next request head. `Ok(None)` means
     /// the connection should close quietly (client closed, idle timeout, or
-    /// shutdown while idle).
+    /// shutdown while idle). With the head, when its first bytes came if it took more
+    /// than one read (the request's duration counts from there; a head read whole
+    /// began about now, and costs no clock read here).
     pub(crate) async fn read_head(
         &mut self,
         vs: &VirtualServerRuntime,
         shutdown: &ShutdownSignal,
-    ) -> Result<Option<RequestHead>, Failure> {
+    ) -> Result<Option<(RequestHead, Option<Instant>)>, Failure> {
         // An HTTP/2 stream carries one request, whose head came with the stream.
         let Downstream::Http1(stream) = &mut self.stream else {
             return Ok(None);
@@ -598,6 +600,8 @@ impl Client {
         // ones may idle first, then have header_read from their first byte.
         let mut head_deadline = (self.requests == 0).then(|| self.since + timeouts.header_read);
         let mut drain_deadline: Option<Instant> = None;
+        // When the head's first bytes were seen, once it is known to take another read.
+        let mut began: Option<Instant> = None;
         // Parse only when it can tell something new, not on every read: a
         // head sent one byte at a time must not cost a parse per byte.
         let mut scan = HeadScan::new();
@@ -608,7 +612,7 @@ impl Client {
                 match RequestHead::split_from(&mut self.read_buf, &vs.head_limits) {
                     Ok(Some(head)) => {
                         self.requests += 1;
-                        return Ok(Some(head));
+                        return Ok(Some((head, began)));
                     }
                     Ok(None) => {}
                     Err(error) => {
@@ -618,7 +622,8 @@ impl Client {
                 }
             }
             if !self.read_buf.is_empty() {
-                head_deadline.get_or_insert_with(|| Instant::now() + timeouts.header_read);
+                let now = *began.get_or_insert_with(Instant::now);
+                head_deadline.get_or_insert(now + timeouts.header_read);
             }
             let idle = self.read_buf.is_empty();
             let deadline = match head_deadline {

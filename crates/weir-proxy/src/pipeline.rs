@@ -362,7 +362,7 @@ fn answer_at_once(
         let Some(head) = client.head_now(vs) else {
             return AtOnce::Rest(None);
         };
-        let started = start(client, latest, head, shutdown);
+        let started = start(client, latest, (head, None), shutdown);
         let vs: &VirtualServerRuntime = latest;
         let sent = match &started.early {
             Early::Answered(sent, true) if sent.keep_alive => sent,
@@ -407,7 +407,7 @@ impl Started {
 fn start(
     client: &mut Client,
     latest: &mut Arc<VirtualServerRuntime>,
-    head: RequestHead,
+    (head, began): (RequestHead, Option<Instant>),
     shutdown: &ShutdownSignal,
 ) -> Started {
     // The request takes the current model's virtual server and keeps it to its end.
@@ -416,7 +416,8 @@ fn start(
     }
     let vs: &VirtualServerRuntime = latest;
     let keep_alive = wants_keep_alive(client, vs, &head, shutdown);
-    let started = Instant::now();
+    // The request's duration counts from its first byte (`docs/logging.md`).
+    let started = began.unwrap_or_else(Instant::now);
     // rules (request id, client address, limits), then route
     let mut traffic = RequestTraffic::begin(vs, client, &head);
     let routed = traffic.route(vs, &head);
@@ -462,8 +463,8 @@ async fn serve_requests(
             None => {
                 let vs: &VirtualServerRuntime = latest;
                 // read_head
-                let head = match client.read_head(vs, shutdown).await {
-                    Ok(Some(head)) => head,
+                let (head, began) = match client.read_head(vs, shutdown).await {
+                    Ok(Some(read)) => read,
                     Ok(None) => break Next::Close,
                     Err(failure) => {
                         answer_failure(&mut client, vs, None, None, None, failure).await;
@@ -476,7 +477,7 @@ async fn serve_requests(
                     client.release();
                     return None;
                 }
-                start(&mut client, latest, head, shutdown)
+                start(&mut client, latest, (head, began), shutdown)
             }
         };
         let vs: &VirtualServerRuntime = latest;

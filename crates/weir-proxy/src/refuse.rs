@@ -226,7 +226,7 @@ pub(crate) async fn refuse_connection(
         }
     }
     let head = tokio::time::timeout_at(deadline, client.read_head(&vs, &shutdown)).await;
-    if let Ok(Ok(Some(head))) = head {
+    if let Ok(Ok(Some((head, _)))) = head {
         let retry_after = refusal.retry_after_seconds().to_string();
         let shape = SimpleResponse {
             status: refusal.status,

@@ -545,3 +545,47 @@ async fn a_node_length_past_what_a_signed_64_bit_length_holds_is_a_502() {
     proxy.stop().await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// `duration_us` counts from the request's first byte (`docs/logging.md`), not from the
+/// end of its head: a head sent in two parts 400 ms apart is logged with at least
+/// 400 ms, on a new connection and on a kept-alive one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_duration_counts_from_the_first_byte_of_the_head() {
+    let setup = setup("slow-head").await;
+    let mut client = TcpStream::connect(setup.proxy.addr).await.unwrap();
+    for request in 0..2 {
+        client.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        client.write_all(b"st: a\r\n\r\n").await.unwrap();
+        // Read the answer to the end of its body (it has a Content-Length).
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length: usize = text
+                    .split("content-length: ")
+                    .nth(1)
+                    .and_then(|rest| rest.split("\r\n").next())
+                    .and_then(|digits| digits.parse().ok())
+                    .expect("a Content-Length");
+                if answer.len() >= end + 4 + length {
+                    break;
+                }
+            }
+            let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
+                .await
+                .expect("an answer within 5 s")
+                .unwrap();
+            assert!(n > 0, "closed after {request} answers");
+            answer.extend_from_slice(&buf[..n]);
+        }
+    }
+    let records = setup.records(2).await;
+    assert_eq!(records.len(), 2, "{records:?}");
+    for record in &records {
+        assert_eq!(field(record, "status"), 200, "{record}");
+        assert!(field(record, "duration_us") >= 400_000, "{record}");
+    }
+    setup.stop().await;
+}
