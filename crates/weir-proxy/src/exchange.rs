@@ -337,7 +337,18 @@ async fn attempt(
         true => Ok(Streamed::Complete),
         false => {
             let node = lease.stream();
-            request_body::stream_rest(client, vs, head, body, node, write_stall, &mut answer).await
+            // Boxed: a body still to stream is the rarer case, and its future inline would
+            // be carried (and copied) by every request's.
+            Box::pin(request_body::stream_rest(
+                client,
+                vs,
+                head,
+                body,
+                node,
+                write_stall,
+                &mut answer,
+            ))
+            .await
         }
     };
     client.upstream_in = answer;
@@ -388,7 +399,8 @@ async fn attempt_h2(
     }
     if forwarding.upgrade {
         // WebSocket crosses as an extended CONNECT (RFC 8441); nothing else switches.
-        return h2_websocket::attempt(client, vs, pool, (index, node), on).await;
+        // Boxed: the rare case, kept out of every HTTP/2 request's future.
+        return Box::pin(h2_websocket::attempt(client, vs, pool, (index, node), on)).await;
     }
     let in_flight = pool.nodes[index].start_request();
     let write_stall = pool.config.timeouts.write;

@@ -560,76 +560,81 @@ async fn serve_requests(
     None
 }
 
-/// One request of an HTTP/2 stream: route → the same stages as an HTTP/1.1
-/// request (`serve_request`) → the stream ends. `head`: the request's head,
-/// or why the stream's request was refused before it formed one.
-async fn serve_stream(
-    mut client: Client,
-    vs: &VirtualServerRuntime,
-    head: Result<RequestHead, Failure>,
-    (shutdown, drain): (&ShutdownSignal, &Drain),
-    started: Instant,
-) {
-    let head = match head {
-        Ok(head) => head,
-        Err(failure) => {
-            answer_failure(&mut client, vs, None, None, None, failure).await;
-            client.release();
-            return;
-        }
-    };
-    let request = Request {
-        head: &head,
-        // The stream ends with its response; the connection is the driver's.
-        keep_alive: false,
-        started,
-    };
-    // rules (request id, client address, limits), then route
-    let mut traffic = RequestTraffic::begin(vs, &client, &head);
-    let routed = traffic.route(vs, &head);
-    // As for an HTTP/1.1 request (`serve_requests`).
-    let served = match &routed {
-        Routed::Pool(pool) => {
-            let stages = (&mut traffic, None);
-            let serving = pin!(serve_request(
-                &mut client,
-                vs,
-                pool,
-                request,
-                stages,
-                shutdown
-            ));
-            or_cut(serving, drain.cut_off()).await
-        }
-        _ => {
-            let serving = pin!(answer_unrouted(
-                &mut client,
-                vs,
-                &routed,
-                request,
-                &mut traffic
-            ));
-            or_cut(serving, drain.cut_off()).await
-        }
-    };
-    let served = served.unwrap_or_else(|| Err(cut_at_drain(&mut client, 0)));
-    match served {
-        Ok(_) => {
-            if let Some(stream) = client.h2() {
-                stream.finish(true);
-            }
-        }
-        Err(failure) => {
-            let pool = routed.pool();
-            let traffic = Some(&traffic);
-            answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await;
-            if let Some(stream) = client.h2() {
-                // A response cut short: the client learns from a reset.
-                stream.finish(false);
-            }
-        }
-    }
+/// A stream whose request was refused before it formed a head: the refusal, then the
+/// stream ends.
+async fn refuse_stream(mut client: Client, vs: &VirtualServerRuntime, failure: Failure) {
+    answer_failure(&mut client, vs, None, None, None, failure).await;
     client.release();
+}
+
+/// One request of an HTTP/2 stream: route → the same stages as an HTTP/1.1
+/// request (`serve_request`) → the stream ends.
+///
+/// An `async` block, not an `async fn`: such a function's future keeps each argument's
+/// slot beside the local it is moved into, and this future is copied whole twice per
+/// stream (into its caller's, and that one into the stream task's box).
+#[allow(clippy::manual_async_fn)]
+fn serve_stream<'a>(
+    mut client: Client,
+    vs: &'a VirtualServerRuntime,
+    head: RequestHead,
+    (shutdown, drain): (&'a ShutdownSignal, &'a Drain),
+    started: Instant,
+) -> impl Future<Output = ()> + 'a {
+    async move {
+        let request = Request {
+            head: &head,
+            // The stream ends with its response; the connection is the driver's.
+            keep_alive: false,
+            started,
+        };
+        // rules (request id, client address, limits), then route
+        let mut traffic = RequestTraffic::begin(vs, &client, &head);
+        let routed = traffic.route(vs, &head);
+        // As for an HTTP/1.1 request (`serve_requests`).
+        let served = match &routed {
+            Routed::Pool(pool) => {
+                let stages = (&mut traffic, None);
+                let serving = pin!(serve_request(
+                    &mut client,
+                    vs,
+                    pool,
+                    request,
+                    stages,
+                    shutdown
+                ));
+                or_cut(serving, drain.cut_off()).await
+            }
+            _ => {
+                let serving = pin!(answer_unrouted(
+                    &mut client,
+                    vs,
+                    &routed,
+                    request,
+                    &mut traffic
+                ));
+                or_cut(serving, drain.cut_off()).await
+            }
+        };
+        let served = served.unwrap_or_else(|| Err(cut_at_drain(&mut client, 0)));
+        match served {
+            Ok(_) => {
+                if let Some(stream) = client.h2() {
+                    stream.finish(true);
+                }
+            }
+            Err(failure) => {
+                let pool = routed.pool();
+                let traffic = Some(&traffic);
+                answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await;
+                if let Some(stream) = client.h2() {
+                    // A response cut short: the client learns from a reset.
+                    stream.finish(false);
+                }
+            }
+        }
+        client.release();
+    }
 }
 
 /// What happens to the client connection after a request.

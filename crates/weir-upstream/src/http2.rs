@@ -425,7 +425,9 @@ impl H2Node {
     {
         match self.try_take(flow) {
             Taken::Stream(connection, send, reused) => Ok(self.lease(connection, send, reused)),
-            Taken::Slot => self.connect_in_slot().await,
+            // Boxed, as the queue's wait: a new connection is the rare case, and its
+            // kilobytes inline would be carried (and copied) by every request's future.
+            Taken::Slot => Box::pin(self.connect_in_slot()).await,
             Taken::Queued(flow, id, receiver) => {
                 Box::pin(
                     QueuedWait {

@@ -99,7 +99,13 @@ impl StreamHandler for Streams {
         let (client, head) = self.stream_client(request, respond, &vs);
         // The driver boxes the stream's task (`Driver::spawn_stream`): the pipeline's
         // state lives in that one allocation.
-        super::serve_stream(client, &vs, head, (&self.shutdown, &self.drain), started).await;
+        match head {
+            Ok(head) => {
+                let ends = (&self.shutdown, &*self.drain);
+                super::serve_stream(client, &vs, head, ends, started).await;
+            }
+            Err(failure) => super::refuse_stream(client, &vs, failure).await,
+        }
     }
 
     fn outdated(&self) -> bool {
