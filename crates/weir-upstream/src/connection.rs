@@ -517,11 +517,11 @@ impl NodeConnections {
         })
     }
 
-    /// A new connection, never an idle one, under the cap or in a slot freed while the
-    /// request of `flow` waits in the queue (at the cap an idle connection gives up its slot,
-    /// and an idle one granted is closed and its slot used), with `preamble` written first;
-    /// `left` as for [`NodeConnections::checkout_watching`]. For a request sent again after
-    /// the node closed the reused connection it went on: the other idle ones may be as dead.
+    /// A new connection for HTTP, never an idle one, under the cap or in a slot freed while
+    /// the request of `flow` waits in the queue (at the cap an idle connection gives up its
+    /// slot, and an idle one granted is closed and its slot used); `left` as for
+    /// [`NodeConnections::checkout_watching`]. For a request sent again after the node
+    /// closed the reused connection it went on: the other idle ones may be as dead.
     /// Released, the lease goes back idle as any other.
     pub async fn checkout_new_watching<F, L>(
         self: &Arc<Self>,
@@ -535,6 +535,8 @@ impl NodeConnections {
         self.checkout_new_for(Opening::Http, flow, left).await
     }
 
+    /// A new connection opened for `opening` ([`NodeConnections::checkout_new_watching`]
+    /// for HTTP, [`NodeConnections::checkout_dedicated_watching`] for a layer 4 session).
     async fn checkout_new_for<F, L>(
         self: &Arc<Self>,
         opening: Opening<'_>,
