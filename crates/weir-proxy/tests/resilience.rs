@@ -4,21 +4,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use weir_testkit::client::{self, Connection};
-use weir_testkit::{TestOrigin, TestProxy, config};
-
-/// An address nothing listens on.
-async fn dead_address() -> SocketAddr {
-    tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
+use weir_testkit::{ClosedPort, TestOrigin, TestProxy, config};
 
 /// An idempotent request whose node refuses the connection is served by another node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_is_retried_on_another_node_after_connect_failure() {
-    let dead = dead_address().await;
+    let closed = ClosedPort::new();
+    let dead = closed.addr();
     let origin = TestOrigin::start("alive").await;
     let proxy = TestProxy::start(&config(
         &[dead, origin.addr],
@@ -40,7 +32,8 @@ async fn get_is_retried_on_another_node_after_connect_failure() {
 /// `stale_connection_retries_get_but_never_post`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn post_is_retried_after_a_connect_failure_and_sent_once() {
-    let dead = dead_address().await;
+    let closed = ClosedPort::new();
+    let dead = closed.addr();
     let origin = TestOrigin::start("alive").await;
     let proxy = TestProxy::start(&config(
         &[dead, origin.addr],
@@ -65,7 +58,8 @@ async fn post_is_retried_after_a_connect_failure_and_sent_once() {
 /// Passive health: a node that keeps failing is ejected, so requests stop going to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_node_is_ejected_passively() {
-    let dead = dead_address().await;
+    let closed = ClosedPort::new();
+    let dead = closed.addr();
     let origin = TestOrigin::start("alive").await;
     let proxy = TestProxy::start(&config(
         &[dead, origin.addr],
@@ -88,9 +82,10 @@ async fn failing_node_is_ejected_passively() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn active_monitor_ejects_and_restores() {
     let a = TestOrigin::start("a").await;
-    let b_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let b_addr = b_listener.local_addr().unwrap();
-    drop(b_listener);
+    // Held closed until b starts on it: a port only freed could be given to a test
+    // running beside this one, and the monitor would find it up.
+    let b_port = ClosedPort::new();
+    let b_addr = b_port.addr();
     let proxy = TestProxy::start(&config(
         &[a.addr, b_addr],
         "algorithm = \"round_robin\"\nretries = 0\n[pools.web.health]\ntype = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"50ms\"\nrise = 1\nfall = 1\n[pools.web.passive_health]\nconsecutive_failures = 0",
@@ -110,7 +105,7 @@ async fn active_monitor_ejects_and_restores() {
         );
     }
     // Bring b up on the same address.
-    let b = TestOrigin::with_options(weir_origin::OriginOptions::new("b", b_addr)).await;
+    let b = TestOrigin::with_options(weir_origin::OriginOptions::new("b", b_port.release())).await;
     wait_until(|| pool.nodes[1].is_active_up()).await;
     let mut seen_b = false;
     for _ in 0..10 {
@@ -196,7 +191,8 @@ async fn timeouts_and_refusals_map_to_504_and_502() {
     );
     proxy.stop().await;
 
-    let dead = dead_address().await;
+    let closed = ClosedPort::new();
+    let dead = closed.addr();
     let proxy = TestProxy::start(&config(&[dead], "", "")).await;
     assert_eq!(client::get(proxy.addr, "/").await.unwrap().status, 502);
     proxy.stop().await;

@@ -512,11 +512,8 @@ pool = "b"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_virtual_servers_response_headers_are_on_weirs_own_answers() {
     let origin = TestOrigin::start("a").await;
-    let dead = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let closed = weir_testkit::ClosedPort::new();
+    let dead = closed.addr();
     let config = format!(
         "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
          [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\n\

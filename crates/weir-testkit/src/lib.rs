@@ -46,6 +46,53 @@ pub fn free_ports<const N: usize>() -> [u16; N] {
     })
 }
 
+/// A loopback port that refuses connections for as long as this value lives: a
+/// socket bound to it and not listening. A port from a listener bound and dropped
+/// is only free, and any test running beside this one may be given it (by a bind
+/// to port 0) and answer on it; a bound port is handed to no one else, and a
+/// connect to it is answered with a reset.
+pub struct ClosedPort {
+    addr: SocketAddr,
+    _socket: socket2::Socket,
+}
+
+impl ClosedPort {
+    /// A fresh port on 127.0.0.1, held closed.
+    pub fn new() -> ClosedPort {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("a TCP socket");
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .expect("bind a loopback port");
+        let addr = socket
+            .local_addr()
+            .ok()
+            .and_then(|addr| addr.as_socket())
+            .expect("a bound socket has an address");
+        ClosedPort {
+            addr,
+            _socket: socket,
+        }
+    }
+
+    /// The address that refuses connections.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Gives the port up, for a server to bind next; another bind to port 0 could
+    /// take it in between, but only in that moment.
+    pub fn release(self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> ClosedPort {
+        ClosedPort::new()
+    }
+}
+
 /// A built-in origin running on its own port.
 pub struct TestOrigin {
     /// The address the origin is bound to (with `start`, 127.0.0.1 and a port from port 0).
