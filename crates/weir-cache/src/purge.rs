@@ -123,13 +123,17 @@ impl PurgeLog {
             return false;
         }
         let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        match kept.purges.front() {
-            Some((oldest, _)) if *oldest <= from => {}
+        let oldest = match kept.purges.front() {
+            Some((oldest, _)) if *oldest <= from => *oldest,
             _ => return true,
-        }
+        };
+        // Numbers are consecutive in the record: purge `from` is at `from - oldest`, and
+        // only the purges made since are tested, not the whole record.
+        let skip = usize::try_from(from - oldest).unwrap_or(usize::MAX);
         kept.purges
             .iter()
-            .filter(|(number, _)| (from..to).contains(number))
+            .skip(skip)
+            .take_while(|(number, _)| *number < to)
             .any(|(_, purged)| purged.reaches(primary, tags))
     }
 }
