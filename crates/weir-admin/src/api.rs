@@ -68,79 +68,148 @@ impl Control {
     }
 }
 
+/// What an `/api/...` request asks for, told from its method and path alone: a request
+/// that names nothing (an unknown path, a method the resource does not take, a pool or
+/// node the running config does not have) is refused from its head, before its body is
+/// read ([`crate::routes::refusal`]).
+enum Endpoint<'a> {
+    Model,
+    ConfigText,
+    Validate,
+    Replace,
+    Reload,
+    LastReload,
+    Status,
+    Stats,
+    Certificates,
+    NodeState {
+        pool: &'a str,
+        node: &'a str,
+        mode: NodeMode,
+    },
+    NodeWeight {
+        pool: &'a str,
+        node: &'a str,
+    },
+    Cache(crate::cache_api::Endpoint<'a>),
+}
+
+/// The path's segments, percent-decoded; a trailing `/` names the same resource.
+fn segments_of(path: &str) -> Vec<String> {
+    path.trim_end_matches('/')
+        .split('/')
+        .map(percent_decode)
+        .collect()
+}
+
+fn endpoint<'a>(
+    live: &Live,
+    method: Method,
+    segments: &[&'a str],
+) -> Result<Endpoint<'a>, Refusal> {
+    if let Some(found) = crate::cache_api::endpoint(live, method, segments) {
+        return found.map(Endpoint::Cache);
+    }
+    let endpoint = match (method, segments) {
+        (Method::Get | Method::Head, ["", "api", "v1", "config"]) => Endpoint::Model,
+        (Method::Get | Method::Head, ["", "api", "v1", "config", "toml"]) => Endpoint::ConfigText,
+        (Method::Post, ["", "api", "v1", "config", "validate"]) => Endpoint::Validate,
+        (Method::Put, ["", "api", "v1", "config"]) => Endpoint::Replace,
+        (Method::Post, ["", "api", "v1", "reload"]) => Endpoint::Reload,
+        (Method::Get | Method::Head, ["", "api", "v1", "reload"]) => Endpoint::LastReload,
+        (Method::Get | Method::Head, ["", "api", "v1", "status"]) => Endpoint::Status,
+        (Method::Get | Method::Head, ["", "api", "v1", "stats"]) => Endpoint::Stats,
+        (Method::Post, ["", "api", "v1", "certificates", "reload"]) => Endpoint::Certificates,
+        (Method::Post, ["", "api", "v1", "pools", pool, "nodes", node, operation])
+            if *operation != "weight" =>
+        {
+            let mode = match *operation {
+                "drain" => NodeMode::Draining,
+                "disable" => NodeMode::Disabled,
+                "enable" => NodeMode::Active,
+                _ => {
+                    return Err(Box::new(Response::error(
+                        404,
+                        format!(
+                            "unknown node operation \"{operation}\"; expected drain, disable or enable"
+                        ),
+                    )));
+                }
+            };
+            known_node(live, pool, node)?;
+            Endpoint::NodeState { pool, node, mode }
+        }
+        (Method::Put, ["", "api", "v1", "pools", pool, "nodes", node, "weight"]) => {
+            known_node(live, pool, node)?;
+            Endpoint::NodeWeight { pool, node }
+        }
+        _ => return Err(Box::new(not_found_or_method(live, segments))),
+    };
+    Ok(endpoint)
+}
+
+/// Refuses a node operation on a pool or node the running config does not have. Checked
+/// again under the write lock: a reload may come between the head and the operation.
+fn known_node(live: &Live, pool: &str, node: &str) -> Result<(), Refusal> {
+    let model = live.current();
+    let Some(running) = model.pool(pool) else {
+        return Err(Box::new(Response::error(
+            404,
+            format!("no pool \"{pool}\""),
+        )));
+    };
+    running_node(running, node).map(drop)
+}
+
+/// The answer an authorised `/api/...` request gets from its head alone, when it names
+/// no resource: 404 or 405 (with `Allow`). `None`: its body, if any, is read next.
+pub(crate) fn refusal(request: &Request, control: &Control) -> Option<Response> {
+    let decoded = segments_of(&request.path);
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
+    endpoint(&control.live, request.method, &segments)
+        .err()
+        .map(|refusal| *refusal)
+}
+
 /// Answers an authorised `/api/...` request.
 pub(crate) async fn respond(request: &Request, control: &Control, metrics: &Metrics) -> Response {
     let live = &control.live;
-    let decoded: Vec<String> = request
-        .path
-        .trim_end_matches('/')
-        .split('/')
-        .map(percent_decode)
-        .collect();
+    let decoded = segments_of(&request.path);
     let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     // On the config file's text and on everything that edits or applies it, `If-Match`
     // is the ETag of `GET /api/v1/config/toml`.
     let if_match = request.if_match.as_deref();
-    if let Some(response) =
-        crate::cache_api::respond(live, request.method, &segments, &request.body)
-    {
-        return response;
-    }
-    let result = match (request.method, &segments[..]) {
-        (Method::Get | Method::Head, ["", "api", "v1", "config"]) => Ok(Response::json(
+    let endpoint = match endpoint(live, request.method, &segments) {
+        Ok(endpoint) => endpoint,
+        Err(refusal) => return *refusal,
+    };
+    let result = match endpoint {
+        Endpoint::Cache(endpoint) => Ok(crate::cache_api::respond(live, endpoint, &request.body)),
+        Endpoint::Model => Ok(Response::json(
             200,
             &views::model(&live.current(), live.last_reload().as_ref()),
         )),
-        (Method::Get | Method::Head, ["", "api", "v1", "config", "toml"]) => {
-            config_text(live, if_match)
-        }
-        (Method::Post, ["", "api", "v1", "config", "validate"]) => {
-            validate(live, &request.body).await
-        }
-        (Method::Put, ["", "api", "v1", "config"]) => {
-            replace(control, &request.body, if_match).await
-        }
-        (Method::Post, ["", "api", "v1", "reload"]) => reload(control, if_match).await,
-        (Method::Get | Method::Head, ["", "api", "v1", "reload"]) => Ok(Response::json(
+        Endpoint::ConfigText => config_text(live, if_match),
+        Endpoint::Validate => validate(live, &request.body).await,
+        Endpoint::Replace => replace(control, &request.body, if_match).await,
+        Endpoint::Reload => reload(control, if_match).await,
+        Endpoint::LastReload => Ok(Response::json(
             200,
             &json!({ "generation": live.generation(), "last_reload": live.last_reload().as_ref().map(views::reload) }),
         )),
-        (Method::Get | Method::Head, ["", "api", "v1", "status"]) => {
-            Ok(Response::json(200, &views::status(live)))
+        Endpoint::Status => Ok(Response::json(200, &views::status(live))),
+        Endpoint::Stats => Ok(Response::json(200, &views::stats(live, metrics))),
+        Endpoint::Certificates => certificates(live).await,
+        Endpoint::NodeState { pool, node, mode } => {
+            node_operation(control, (pool, node), NodeEdit::State(mode), if_match).await
         }
-        (Method::Get | Method::Head, ["", "api", "v1", "stats"]) => {
-            Ok(Response::json(200, &views::stats(live, metrics)))
-        }
-        (Method::Post, ["", "api", "v1", "certificates", "reload"]) => certificates(live).await,
-        (Method::Post, ["", "api", "v1", "pools", pool, "nodes", node, operation])
-            if *operation != "weight" =>
-        {
-            let edit = match *operation {
-                "drain" => Some(NodeEdit::State(NodeMode::Draining)),
-                "disable" => Some(NodeEdit::State(NodeMode::Disabled)),
-                "enable" => Some(NodeEdit::State(NodeMode::Active)),
-                _ => None,
-            };
-            match edit {
-                Some(edit) => node_operation(control, (pool, node), edit, if_match).await,
-                None => Err(Box::new(Response::error(
-                    404,
-                    format!(
-                        "unknown node operation \"{operation}\"; expected drain, disable or enable"
-                    ),
-                ))),
+        Endpoint::NodeWeight { pool, node } => match weight_body(&request.body) {
+            Ok(weight) => {
+                let edit = NodeEdit::Weight(weight);
+                node_operation(control, (pool, node), edit, if_match).await
             }
-        }
-        (Method::Put, ["", "api", "v1", "pools", pool, "nodes", node, "weight"]) => {
-            match weight_body(&request.body) {
-                Ok(weight) => {
-                    let edit = NodeEdit::Weight(weight);
-                    node_operation(control, (pool, node), edit, if_match).await
-                }
-                Err(message) => Err(Box::new(Response::error(400, message))),
-            }
-        }
-        _ => Err(Box::new(not_found_or_method(&control.live, &segments))),
+            Err(message) => Err(Box::new(Response::error(400, message))),
+        },
     };
     result.unwrap_or_else(|refusal| *refusal)
 }

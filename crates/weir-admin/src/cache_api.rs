@@ -12,29 +12,32 @@ use crate::http::{Method, Response};
 /// Why a request was refused: the response to send.
 type Refusal = Box<Response>;
 
-/// Answers `/api/v1/cache...`; `None` when the path is not one of these.
-pub(crate) fn respond(
+/// A cache endpoint, told from the request's method and path
+/// ([`crate::api`]'s endpoints are told the same way, before the body is read).
+pub(crate) enum Endpoint<'a> {
+    List,
+    Summary(&'a str),
+    Purge(&'a str),
+    Bans(&'a str),
+    Ban(&'a str),
+}
+
+/// Which cache endpoint `method` and `segments` name; `None` when the path is not under
+/// `/api/v1/cache`, `Some(Err(..))` when it is but names no resource (404) or takes another
+/// method (405 with `Allow`).
+pub(crate) fn endpoint<'a>(
     live: &Live,
     method: Method,
-    segments: &[&str],
-    body: &[u8],
-) -> Option<Response> {
-    let result = match (method, segments) {
-        (Method::Get | Method::Head, ["", "api", "v1", "cache"]) => Ok(list(live)),
-        (Method::Get | Method::Head, ["", "api", "v1", "cache", name]) => {
-            with_cache(live, name, |cache| {
-                Ok(Response::json(200, &summary(name, cache)))
-            })
-        }
-        (Method::Post, ["", "api", "v1", "cache", name, "purge"]) => {
-            with_cache(live, name, |cache| purge(cache, body))
-        }
+    segments: &[&'a str],
+) -> Option<Result<Endpoint<'a>, Refusal>> {
+    let endpoint = match (method, segments) {
+        (Method::Get | Method::Head, ["", "api", "v1", "cache"]) => Endpoint::List,
+        (Method::Get | Method::Head, ["", "api", "v1", "cache", name]) => Endpoint::Summary(name),
+        (Method::Post, ["", "api", "v1", "cache", name, "purge"]) => Endpoint::Purge(name),
         (Method::Get | Method::Head, ["", "api", "v1", "cache", name, "bans"]) => {
-            with_cache(live, name, |cache| Ok(Response::json(200, &bans(cache))))
+            Endpoint::Bans(name)
         }
-        (Method::Post, ["", "api", "v1", "cache", name, "bans"]) => {
-            with_cache(live, name, |cache| ban(cache, body))
-        }
+        (Method::Post, ["", "api", "v1", "cache", name, "bans"]) => Endpoint::Ban(name),
         // Another method for a resource that exists: 405 with the methods it takes. A path
         // that names none (another word after the name, an unknown virtual server or one
         // without a cache) is 404 whatever the method.
@@ -45,14 +48,40 @@ pub(crate) fn respond(
                 [_, "bans"] => "GET, HEAD, POST",
                 _ => return None,
             };
-            match rest.first() {
+            return Some(match rest.first() {
                 Some(name) => with_cache(live, name, |_| Err(not_allowed(allow))),
                 None => Err(not_allowed(allow)),
-            }
+            });
         }
         _ => return None,
     };
-    Some(result.unwrap_or_else(|refusal| *refusal))
+    let named = match endpoint {
+        Endpoint::List => None,
+        Endpoint::Summary(name)
+        | Endpoint::Purge(name)
+        | Endpoint::Bans(name)
+        | Endpoint::Ban(name) => Some(name),
+    };
+    Some(match named {
+        Some(name) => with_cache(live, name, |_| Ok(())).map(|()| endpoint),
+        None => Ok(endpoint),
+    })
+}
+
+/// Answers a cache endpoint ([`endpoint`]); `body` is the request's.
+pub(crate) fn respond(live: &Live, endpoint: Endpoint<'_>, body: &[u8]) -> Response {
+    let result = match endpoint {
+        Endpoint::List => Ok(list(live)),
+        Endpoint::Summary(name) => with_cache(live, name, |cache| {
+            Ok(Response::json(200, &summary(name, cache)))
+        }),
+        Endpoint::Purge(name) => with_cache(live, name, |cache| purge(cache, body)),
+        Endpoint::Bans(name) => {
+            with_cache(live, name, |cache| Ok(Response::json(200, &bans(cache))))
+        }
+        Endpoint::Ban(name) => with_cache(live, name, |cache| ban(cache, body)),
+    };
+    result.unwrap_or_else(|refusal| *refusal)
 }
 
 /// Every virtual server with a cache, and what it holds.
@@ -78,11 +107,11 @@ fn summary(name: &str, cache: &Cache) -> Value {
     })
 }
 
-fn with_cache(
+fn with_cache<T>(
     live: &Live,
     name: &str,
-    act: impl FnOnce(&Cache) -> Result<Response, Refusal>,
-) -> Result<Response, Refusal> {
+    act: impl FnOnce(&Cache) -> Result<T, Refusal>,
+) -> Result<T, Refusal> {
     let model = live.current();
     let Some(vs) = model.virtual_server(name) else {
         return Err(Box::new(Response::error(

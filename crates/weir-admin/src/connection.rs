@@ -26,8 +26,9 @@ enum ReadOutcome {
     Request(Request),
     /// The client closed, went idle past the keep-alive timeout, or shutdown began while idle.
     Closed,
-    /// The request was rejected: answer with this response and close.
-    Reject(Response),
+    /// The request was rejected: answer with this response and close. The request's head,
+    /// when it was read (a HEAD request's refusal has no body either).
+    Reject(Response, Option<Request>),
 }
 
 /// Serves requests on `stream` until the client or the server closes it.
@@ -58,15 +59,16 @@ pub(crate) async fn serve_connection(
             }
         };
         served = true;
-        let (request, response) = match outcome {
+        let (request, response, close) = match outcome {
             ReadOutcome::Request(request) => {
                 let response = routes::respond(&request, state, local).await;
-                (Some(request), response)
+                let close = !request.keep_alive || shutdown.is_triggered();
+                (Some(request), response, close)
             }
             ReadOutcome::Closed => return,
-            ReadOutcome::Reject(response) => (None, response),
+            // What is left of the request (its body) was not read: the connection ends.
+            ReadOutcome::Reject(response, head) => (head, response, true),
         };
-        let close = request.as_ref().is_none_or(|r| !r.keep_alive) || shutdown.is_triggered();
         let bytes = http::encode_response(&response, request.as_ref(), close, SystemTime::now());
         match timeout(state.limits.write_timeout, stream.write_all(&bytes)).await {
             Ok(Ok(())) => {}
@@ -120,10 +122,13 @@ async fn read_request(
             Err(error) => {
                 tracing::debug!(%error, "admin request rejected");
                 let status = error.status();
-                return Ok(ReadOutcome::Reject(Response::error(
-                    status,
-                    weir_http::reason_phrase(status).to_ascii_lowercase(),
-                )));
+                return Ok(ReadOutcome::Reject(
+                    Response::error(
+                        status,
+                        weir_http::reason_phrase(status).to_ascii_lowercase(),
+                    ),
+                    None,
+                ));
             }
         }
         // A connection that has sent nothing of a request (kept alive between two, or new
@@ -149,7 +154,10 @@ async fn read_request(
             Ok(result) => result?,
             Err(_elapsed) if head_started => {
                 tracing::debug!("admin request head timed out");
-                return Ok(ReadOutcome::Reject(Response::error(408, "request timeout")));
+                return Ok(ReadOutcome::Reject(
+                    Response::error(408, "request timeout"),
+                    None,
+                ));
             }
             Err(_elapsed) => return Ok(ReadOutcome::Closed),
         };
@@ -167,35 +175,47 @@ async fn read_request(
     };
     // Refused from its head (no token, say): answered without reading the body.
     let refused = |response: Response| {
-        routes::audit(&Request::new(&head, Vec::new(), peer), response.status);
-        ReadOutcome::Reject(response)
+        let request = Request::new(&head, Vec::new(), peer);
+        routes::audit(&request, response.status);
+        ReadOutcome::Reject(response, Some(request))
     };
     if !matches!(head.framing(), weir_http::BodyFraming::None)
         && let Some(refusal) = routes::refusal(&Request::new(&head, Vec::new(), peer), state, local)
     {
         return Ok(refused(refusal));
     }
-    let body_deadline = Instant::now() + limits.header_read_timeout;
-    match timeout_at(
-        body_deadline,
-        read_body(stream, buf, &head, limits.max_body_bytes),
-    )
-    .await
-    {
+    // A body may take its time over a slow link, as long as it keeps coming: no read may
+    // wait longer than `body_read_timeout`, and the whole body is bounded by `body_timeout`.
+    let body_deadline = Instant::now() + limits.body_timeout;
+    let reading = read_body(
+        stream,
+        buf,
+        &head,
+        (limits.max_body_bytes, limits.body_read_timeout),
+    );
+    match timeout_at(body_deadline, reading).await {
         Ok(Ok(Ok(body))) => Ok(ReadOutcome::Request(Request::new(&head, body, peer))),
         Ok(Ok(Err(response))) => Ok(refused(response)),
+        Ok(Err(error)) if error.kind() == io::ErrorKind::TimedOut => {
+            tracing::debug!("admin request body stalled");
+            Ok(refused(Response::error(408, "request timeout")))
+        }
         Ok(Err(error)) => Err(error),
-        Err(_elapsed) => Ok(refused(Response::error(408, "request timeout"))),
+        Err(_elapsed) => {
+            tracing::debug!("admin request body took too long");
+            Ok(refused(Response::error(408, "request timeout")))
+        }
     }
 }
 
-/// Reads the body `head` announces, whole. `Err(response)` rejects it (too large, bad
+/// Reads the body `head` announces, whole, up to `max` bytes, each read waiting at most
+/// `gap` (then an error of kind `TimedOut`). `Err(response)` rejects it (too large, bad
 /// chunked framing).
 async fn read_body(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
     head: &weir_http::RequestHead,
-    max: usize,
+    (max, gap): (usize, Duration),
 ) -> io::Result<Result<Vec<u8>, Response>> {
     let too_large = || Response::error(413, format!("request body too large: at most {max} bytes"));
     // The head passed: a client that waits for leave to send its body (curl does for
@@ -205,10 +225,17 @@ async fn read_body(
     let mut waits =
         head.expects_continue() && head.version() == weir_http::Version::Http11 && buf.is_empty();
     let mut read = async |stream: &mut TcpStream, buf: &mut BytesMut| {
-        if std::mem::take(&mut waits) {
-            stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        let waiting = std::mem::take(&mut waits);
+        let step = async {
+            if waiting {
+                stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+            }
+            read_more(stream, buf).await
+        };
+        match timeout(gap, step).await {
+            Ok(read) => read,
+            Err(_elapsed) => Err(io::ErrorKind::TimedOut.into()),
         }
-        read_more(stream, buf).await
     };
     match head.framing() {
         weir_http::BodyFraming::None | weir_http::BodyFraming::CloseDelimited => Ok(Ok(Vec::new())),

@@ -89,6 +89,12 @@ pub struct Limits {
     /// Time allowed to receive a whole request head once its first byte has arrived, and
     /// for a new connection's first byte.
     pub header_read_timeout: Duration,
+    /// Time a request body may go with no byte arriving; a body that stalls longer gets
+    /// 408.
+    pub body_read_timeout: Duration,
+    /// Time allowed to receive a whole request body once its head has arrived (8 MiB in
+    /// a minute is 140 KB/s); a slower one gets 408.
+    pub body_timeout: Duration,
     /// Time an idle kept-alive connection waits for its next request.
     pub keep_alive_timeout: Duration,
     /// Time allowed to write one response.
@@ -205,6 +211,8 @@ impl Default for Limits {
             max_head_bytes: 8 * 1024,
             max_body_bytes: 8 * 1024 * 1024,
             header_read_timeout: Duration::from_secs(5),
+            body_read_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(60),
             keep_alive_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(10),
             max_connections: 512,

@@ -129,7 +129,8 @@ fn unauthorized(request: &Request, state: &AdminState) {
 }
 
 /// The answer `request` gets before anything it asks is done: an unknown path, a method
-/// the path does not take, a cross-site or rebound request, a missing or wrong token.
+/// the path does not take, a cross-site or rebound request, a missing or wrong token, an
+/// API resource that does not exist.
 /// Made from the head alone, so a request with a body is refused before its body is read
 /// (an unauthenticated client cannot make weir hold megabytes). `None`: it goes on.
 pub(crate) fn refusal(
@@ -177,6 +178,10 @@ pub(crate) fn refusal(
         ));
     }
     match control.authorize(request.authorization.as_deref()) {
+        // An API path that names no resource, or a method it does not take, is refused
+        // here too, and only once the token passed: the pools and nodes a 404 names are
+        // the running config's.
+        Verdict::Allowed if is_api => api::refusal(request, control),
         Verdict::Allowed => None,
         Verdict::Denied => Some({
             unauthorized(request, state);

@@ -807,6 +807,138 @@ async fn expect_100_continue_is_answered_before_the_body() {
     setup.stop().await;
 }
 
+/// An API request that names no resource (an unknown path, a method the resource does not
+/// take, a pool, node or cache the running config does not have) is refused from its head:
+/// a client waiting to send a large body gets the refusal, not `100 Continue`, and weir
+/// reads none of the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_naming_no_resource_is_refused_before_its_body() {
+    let setup = setup("refused-head").await;
+    let node = setup.origins[0].addr;
+    let cases = [
+        ("POST", "/api/v1/status".to_owned(), 405),
+        ("DELETE", "/api/v1/config".to_owned(), 405),
+        ("POST", "/api/v1/no-such-thing".to_owned(), 404),
+        (
+            "POST",
+            format!("/api/v1/pools/nope/nodes/{node}/drain"),
+            404,
+        ),
+        (
+            "POST",
+            "/api/v1/pools/web/nodes/192.0.2.1:80/drain".to_owned(),
+            404,
+        ),
+        (
+            "PUT",
+            "/api/v1/pools/web/nodes/192.0.2.1:80/weight".to_owned(),
+            404,
+        ),
+        (
+            "POST",
+            format!("/api/v1/pools/web/nodes/{node}/restart"),
+            404,
+        ),
+        ("POST", "/api/v1/cache/web/purge".to_owned(), 404),
+        ("PUT", "/api/v1/cache".to_owned(), 405),
+    ];
+    for (method, path, status) in cases {
+        let mut stream = TcpStream::connect(setup.admin).await.unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Length: 8000000\r\nExpect: 100-continue\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw))
+            .await
+            .unwrap_or_else(|_| panic!("{method} {path}: answered and closed from the head"))
+            .unwrap();
+        let text = String::from_utf8_lossy(&raw);
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{method} {path}: {text}"
+        );
+        if status == 405 {
+            assert!(text.contains("\r\nAllow: "), "{method} {path}: {text}");
+        }
+    }
+    // The same node operation on a node that exists goes on to its body.
+    let mut stream = TcpStream::connect(setup.admin).await.unwrap();
+    let head = format!(
+        "PUT /api/v1/pools/web/nodes/{node}/weight HTTP/1.1\r\nHost: admin\r\n\
+         Authorization: Bearer {TOKEN}\r\nContent-Length: 13\r\nExpect: 100-continue\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut got = vec![0u8; 256];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut got))
+        .await
+        .expect("an answer to the head")
+        .unwrap();
+    let text = String::from_utf8_lossy(&got[..read]);
+    assert!(text.starts_with("HTTP/1.1 100 Continue"), "{text}");
+    setup.stop().await;
+}
+
+/// A HEAD request refused from its head gets the refusal's head and no body (RFC 9110,
+/// section 9.3.2), also when it announced an empty body of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_request_refused_from_its_head_gets_no_body() {
+    let setup = setup("refused-head-method").await;
+    for (path, token, status) in [
+        ("/api/v1/status", None, 401),
+        ("/api/v1/nothing", Some(TOKEN), 404),
+        ("/nothing", None, 404),
+    ] {
+        let reply = call(setup.admin, "HEAD", path, token, "").await;
+        assert_eq!(reply.status, status, "{path}: {}", reply.head);
+        assert!(reply.head.contains("Content-Length: "), "{}", reply.head);
+        assert_eq!(reply.body, "", "{path}");
+    }
+    setup.stop().await;
+}
+
+/// A request body is not timed as a whole against the head's 5 s: one that keeps coming
+/// over a slow link is read, and one that stops for 5 s gets 408.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_body_is_read_while_it_keeps_coming() {
+    let setup = setup("slow-body").await;
+    let candidate = config_text(setup.proxy.addr.port(), &[setup.origins[0].addr]);
+    let send = async |pause_at: Option<usize>| {
+        let mut stream = TcpStream::connect(setup.admin).await.unwrap();
+        let head = format!(
+            "POST /api/v1/config/validate HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            candidate.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        // Eight pieces a second apart: the body takes 7 s, more than the head's 5 s.
+        let pieces: Vec<&[u8]> = candidate
+            .as_bytes()
+            .chunks(candidate.len().div_ceil(8))
+            .collect();
+        for (index, piece) in pieces.iter().enumerate() {
+            if index > 0 {
+                let pause = match pause_at == Some(index) {
+                    true => Duration::from_millis(6_500),
+                    false => Duration::from_secs(1),
+                };
+                tokio::time::sleep(pause).await;
+            }
+            if stream.write_all(piece).await.is_err() {
+                break;
+            }
+        }
+        let mut raw = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw)).await;
+        String::from_utf8_lossy(&raw).into_owned()
+    };
+    let (steady, stalled) = tokio::join!(send(None), send(Some(2)));
+    assert!(steady.starts_with("HTTP/1.1 200 "), "{steady}");
+    assert!(stalled.starts_with("HTTP/1.1 408 "), "{stalled}");
+    setup.stop().await;
+}
+
 /// A token file that cannot be read makes the API answer 503, without saying which file or
 /// why to a client that has shown no token (weir's log says it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
