@@ -138,7 +138,7 @@ impl Cache {
     /// purge keeps out (a body of unknown length is stored only once complete, and a purge
     /// made meanwhile keeps it out, docs/design/cache.md). Requests for the URL still
     /// waiting for the node's head are kept out of the store too
-    /// ([`Cache::withdrawn_between`]), but not counted: nothing of theirs had begun.
+    /// (`Cache::withdrawn_between`), but not counted: nothing of theirs had begun.
     pub fn purge_request(&self, request: &impl RequestView) -> usize {
         let mut key = Vec::new();
         if !primary_key(request, &mut key) {

@@ -358,7 +358,7 @@ impl Fill {
 
     /// Takes in what happened while the fill waited for the node. Once its object has left
     /// the store (evicted, purged), what it has received is held apart from the store
-    /// ([`Cache::hold_filling`]; past the room it stops storing), and once no one follows
+    /// (`Cache::hold_filling`; past the room it stops storing), and once no one follows
     /// it either, it stops: the rest of the body would be read for no one.
     pub fn settle(&mut self) {
         let FillMode::Growing { object, body, .. } = &self.mode else {

@@ -451,7 +451,7 @@ pub struct Object {
 /// slack after they grow, and the ghosts of a cache that evicts.
 pub const OBJECT_OVERHEAD: usize = 704;
 
-/// What [`Object::new`] needs.
+/// What `Object::new` needs.
 #[derive(Debug)]
 pub struct NewObject {
     /// The primary key (method, scheme, authority, path and query).

@@ -1,4 +1,4 @@
-//! Turns the file as written ([`crate::schema`]) into the validated model
+//! Turns the file as written (`crate::schema`) into the validated model
 //! ([`crate::model`]), checking every value and every cross reference and
 //! collecting every problem rather than stopping at the first.
 //!

@@ -373,7 +373,7 @@ pub fn simple_response_to_h2<E: HeaderEdit + ?Sized>(
 /// head, one the cache's relay wrote: one writer for both protocols) as an
 /// HTTP/2 response head: status and fields, without the connection-specific
 /// ones (`Connection`, `Transfer-Encoding` …). The body, if any, goes in DATA
-/// frames after it. Like [`written_fields_to_h2`], whose lines it takes as
+/// frames after it. Like `written_fields_to_h2`, whose lines it takes as
 /// written, it does not parse the head again: it checks the status line weir
 /// wrote (`HTTP/1.x NNN `) and that the head is complete.
 pub fn response_head_to_h2(written: &[u8]) -> Result<http::Response<()>, ParseError> {

@@ -32,7 +32,7 @@ pub enum Method {
     Connect,
     /// `PATCH`.
     Patch,
-    /// Any other valid token; see [`RequestHead::method_bytes`].
+    /// Any other valid token; see [`crate::RequestHead::method_bytes`].
     Other,
 }
 

@@ -157,7 +157,7 @@ impl TlsRecord<'_> {
 
 /// Where access records go: one per configuration of `log.access_log_format` and
 /// `log.access_log_file`, kept across reloads that do not change them. Its own thread
-/// writes them ([`writer`]).
+/// writes them (`writer`).
 #[derive(Debug)]
 pub struct AccessLog {
     format: AccessLogFormat,

@@ -4,7 +4,7 @@
 //! [`Proxy::bind`] binds every listener of a validated config (so an address
 //! in use fails before anything serves), and [`BoundProxy::run`] serves until
 //! shutdown, then drains. The pipeline itself reads in one file:
-//! [`pipeline`](crate::pipeline).
+//! `src/pipeline.rs`.
 //!
 //! Time on the data path is `tokio::time::Instant` throughout (deadlines,
 //! durations, the access record), so tests can pause the clock; a std

@@ -334,7 +334,7 @@ impl CertificateInfo {
     }
 }
 
-/// The subject of a DER certificate as text (`CN=client, O=weir`; see [`subject_text`]).
+/// The subject of a DER certificate as text (`CN=client, O=weir`; see `subject_text`).
 pub fn subject_of(der: &CertificateDer<'_>) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     Some(subject_text(cert.subject()))

@@ -804,7 +804,7 @@ impl NodeConnections {
     }
 
     /// Closes idle connections past the idle timeout (or past the shorter time their node
-    /// keeps them, [`Connection::reusable_for`]). Returns how many.
+    /// keeps them, `Connection::reusable_for`). Returns how many.
     pub fn close_expired(&self, now: Instant) -> usize {
         let mut expired = Closing::default();
         let idle_timeout = self.settings.load().idle_timeout;
@@ -1000,7 +1000,7 @@ impl Drop for QueuedWait<'_> {
 impl NodeConnections {
     /// The node refused the TLS session after weir's side of the handshake had ended
     /// (TLS 1.3: its alert about weir's client certificate follows weir's Finished, and
-    /// [`Self::handshake`] counted the handshake as made): counted as the failed handshake
+    /// `Self::handshake` counted the handshake as made): counted as the failed handshake
     /// it was.
     pub fn record_refused_handshake(&self) {
         if let Some(tls) = &self.settings.load().tls {

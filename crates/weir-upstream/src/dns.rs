@@ -118,7 +118,7 @@ pub struct Answer {
     /// Addresses answered past [`MAX_ADDRESSES_PER_NAME`], left out of `addresses`.
     pub surplus: usize,
     /// SRV targets of the best priority not asked for their addresses: past
-    /// [`MAX_SRV_TARGETS`], or once the targets asked gave enough addresses.
+    /// `MAX_SRV_TARGETS`, or once the targets asked gave enough addresses.
     pub targets_left_out: usize,
 }
 

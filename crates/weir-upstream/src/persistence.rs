@@ -47,7 +47,7 @@ pub struct Persistence {
 }
 
 /// A bounded map from a session key to a node, with idle expiry. `max_entries` is split
-/// over at most [`SHARDS`] shards (fewer for a smaller table), so that the shards' bounds
+/// over at most `SHARDS` shards (fewer for a smaller table), so that the shards' bounds
 /// add up to it exactly: the first `max_entries % shards` hold one more.
 #[derive(Debug)]
 pub struct StickTable {

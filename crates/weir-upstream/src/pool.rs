@@ -308,7 +308,7 @@ impl Pool {
 
     /// Picks a node not yet tried for this request: an available one, or
     /// with fail-open any one when none is available, or else one passive health
-    /// ejected but its monitor has up ([`Pool::ejected_but_up`]). `None` → 503.
+    /// ejected but its monitor has up (`Pool::ejected_but_up`). `None` → 503.
     ///
     /// A node at its connection cap would make the request wait in its queue (or get a
     /// 503 past it) while another node may have room: with HTTP/1.1 (and TCP) nodes the

@@ -292,7 +292,7 @@ pub struct ServeArgs {
 
 #[derive(Debug, Args)]
 pub struct ReloadArgs {
-    /// The running weir's config file: its [admin] table says where the API listens and
+    /// The running weir's config file: its `[admin]` table says where the API listens and
     /// which token it needs.
     #[arg(short, long)]
     pub config: Option<PathBuf>,
@@ -597,7 +597,7 @@ pub struct NetemUpArgs {
     /// Independent (Bernoulli) loss: 1% or 0.01.
     #[arg(long, value_parser = weir_netem::parse_probability, conflicts_with = "gilbert")]
     pub loss: Option<weir_netem::Probability>,
-    /// Gilbert-Elliott loss p,r[,h[,k]]: p good→bad, r bad→good, h and k the chances a packet
+    /// Gilbert-Elliott loss `p,r[,h[,k]]`: p good→bad, r bad→good, h and k the chances a packet
     /// gets through in the bad and good states (default 0% and 100%): --gilbert 1%,25%.
     #[arg(long, value_parser = weir_netem::parse_gilbert_elliott)]
     pub gilbert: Option<weir_netem::GilbertElliott>,

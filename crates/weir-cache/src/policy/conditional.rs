@@ -173,7 +173,7 @@ impl Validators {
 
 /// Whether a 304 from the node may update the stored response (§4.3.4): its
 /// strong validator, if it has one, must be the stored one, or the one the stored tag was
-/// weakened from ([`weakened_from`]).
+/// weakened from (`weakened_from`).
 pub fn may_update(stored: &StoredHead, not_modified: &impl ResponseView) -> bool {
     match (not_modified.header("etag"), stored.header("etag")) {
         (Some(new), Some(old)) if !new.starts_with(b"W/") => {

@@ -61,12 +61,12 @@ impl Layer4Metrics {
         count(&self.sessions, &SESSION_RESULTS, result);
     }
 
-    /// Counts a PROXY header read (or not) with `result` (one of [`PROXY_HEADER_RESULTS`]).
+    /// Counts a PROXY header read (or not) with `result` (one of `PROXY_HEADER_RESULTS`).
     pub fn proxy_header(&self, result: &str) {
         count(&self.proxy_headers, &PROXY_HEADER_RESULTS, result);
     }
 
-    /// Counts a ClientHello read with `result` (one of [`CLIENT_HELLO_RESULTS`]).
+    /// Counts a ClientHello read with `result` (one of `CLIENT_HELLO_RESULTS`).
     pub fn client_hello(&self, result: &str) {
         count(&self.client_hellos, &CLIENT_HELLO_RESULTS, result);
     }
