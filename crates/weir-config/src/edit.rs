@@ -15,7 +15,7 @@
 
 use std::net::SocketAddr;
 
-use toml_edit::{DocumentMut, Item, Value};
+use toml_edit::{Decor, DocumentMut, InlineTable, Item, Key, Table, Value};
 
 use crate::model::NodeMode;
 
@@ -99,8 +99,11 @@ pub enum EditError {
 }
 
 /// `text` with the node `node` of pool `pool` changed by `edit`. The node may be an
-/// inline table in `nodes = [...]` or a `[[pools.NAME.nodes]]` table. Setting the state
-/// back to active removes the `state` key (it is the default).
+/// inline table in `nodes = [...]` or a `[[pools.NAME.nodes]]` table. A key the node has
+/// is changed in place (its spacing and comments kept); one it lacks is added after its
+/// last key. Setting the state back to active removes the `state` key (it is the
+/// default), unless a comment is written on it: then it says `"active"`, and the comment
+/// stays. A drain and an enable give back the file as it was.
 pub fn edit_node(
     text: &str,
     pool: &str,
@@ -143,17 +146,11 @@ pub fn edit_node(
                 .ok_or_else(no_node)?;
             match edit {
                 NodeEdit::Weight(weight) => {
-                    table.insert("weight", Value::from(i64::from(weight)));
+                    set_inline(table, "weight", Value::from(i64::from(weight)));
                 }
-                NodeEdit::State(NodeMode::Active) => {
-                    table.remove("state");
-                }
-                NodeEdit::State(state) => {
-                    table.insert("state", Value::from(state.as_str()));
-                }
+                NodeEdit::State(NodeMode::Active) => remove_inline(table, "state"),
+                NodeEdit::State(state) => set_inline(table, "state", Value::from(state.as_str())),
             }
-            // The entry that was last may carry the space before `}`: one format for all.
-            table.fmt();
         }
         Item::ArrayOfTables(tables) => {
             let table = tables
@@ -167,19 +164,107 @@ pub fn edit_node(
                 .ok_or_else(no_node)?;
             match edit {
                 NodeEdit::Weight(weight) => {
-                    table.insert("weight", toml_edit::value(i64::from(weight)));
+                    set_in_table(table, "weight", Value::from(i64::from(weight)));
                 }
-                NodeEdit::State(NodeMode::Active) => {
-                    table.remove("state");
-                }
+                NodeEdit::State(NodeMode::Active) => remove_from_table(table, "state"),
                 NodeEdit::State(state) => {
-                    table.insert("state", toml_edit::value(state.as_str()));
+                    set_in_table(table, "state", Value::from(state.as_str()));
                 }
             }
         }
         _ => return Err(no_node()),
     }
     Ok(document.to_string())
+}
+
+/// `new` in the place of `slot`, with `slot`'s spacing and trailing comment.
+fn replace_keeping_decor(slot: &mut Value, new: Value) {
+    let decor = slot.decor().clone();
+    *slot = new;
+    *slot.decor_mut() = decor;
+}
+
+/// Whether a comment is written on a key or its value (the lines above it, or after it).
+fn commented(key: &Key, value: &Item) -> bool {
+    let has = |decor: &Decor| {
+        [decor.prefix(), decor.suffix()]
+            .into_iter()
+            .flatten()
+            .any(|raw| raw.as_str().is_some_and(|text| text.contains('#')))
+    };
+    has(key.leaf_decor()) || value.as_value().is_some_and(|value| has(value.decor()))
+}
+
+/// Sets `key` of a `[[pools.NAME.nodes]]` table: in place when it is there, else as a new
+/// line after the table's last key.
+fn set_in_table(table: &mut Table, key: &str, value: Value) {
+    match table.get_mut(key) {
+        Some(Item::Value(slot)) => replace_keeping_decor(slot, value),
+        _ => {
+            table.insert(key, Item::Value(value));
+        }
+    }
+}
+
+/// Removes `key` from a `[[pools.NAME.nodes]]` table, or makes it `"active"` when a comment
+/// is written on it ([`edit_node`]).
+fn remove_from_table(table: &mut Table, key: &str) {
+    match table.get_key_value(key) {
+        Some((written, value)) if commented(written, value) => {
+            set_in_table(table, key, Value::from(NodeMode::Active.as_str()));
+        }
+        Some(_) => {
+            table.remove(key);
+        }
+        None => {}
+    }
+}
+
+/// The last key of an inline table: the one whose value carries the space before `}`.
+fn last_key(table: &InlineTable) -> Option<String> {
+    table.iter().last().map(|(key, _)| key.to_owned())
+}
+
+/// Sets `key` of an inline node table: in place when it is there, else after the last
+/// key, taking over the space that key's value had before `}`; the rest of the entry
+/// stays as written.
+fn set_inline(table: &mut InlineTable, key: &str, mut value: Value) {
+    if let Some(slot) = table.get_mut(key) {
+        replace_keeping_decor(slot, value);
+        return;
+    }
+    let last = last_key(table);
+    if let Some(previous) = last.as_deref().and_then(|last| table.get_mut(last))
+        && let Some(trailing) = previous.decor().suffix().cloned()
+    {
+        previous.decor_mut().set_suffix("");
+        value.decor_mut().set_prefix(" ");
+        value.decor_mut().set_suffix(trailing);
+    }
+    table.insert(key, value);
+}
+
+/// Removes `key` from an inline node table, handing the space before `}` to the key that
+/// is last after it; or makes it `"active"` when a comment is written on it.
+fn remove_inline(table: &mut InlineTable, key: &str) {
+    let commented = table
+        .get_key_value(key)
+        .is_some_and(|(written, value)| commented(written, value));
+    if commented {
+        set_inline(table, key, Value::from(NodeMode::Active.as_str()));
+        return;
+    }
+    let was_last = last_key(table).as_deref() == Some(key);
+    let Some(removed) = table.remove(key) else {
+        return;
+    };
+    if was_last
+        && let Some(trailing) = removed.decor().suffix().cloned()
+        && let Some(last) = last_key(table)
+        && let Some(value) = table.get_mut(&last)
+    {
+        value.decor_mut().set_suffix(trailing);
+    }
 }
 
 #[cfg(test)]
@@ -216,6 +301,71 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.pools[0].nodes[1].state, NodeMode::Draining);
+    }
+
+    /// Spacing as written, other than the usual, comes back unchanged from a drain and an
+    /// enable, and a weight changes in place.
+    #[test]
+    fn inline_nodes_keep_spacing_as_written() {
+        for (text, drained) in [
+            (
+                "[pools.web]\nnodes = [{ address = \"10.0.0.2:80\",    weight = 1 }]\n",
+                "[pools.web]\nnodes = [{ address = \"10.0.0.2:80\",    weight = 1, state = \"draining\" }]\n",
+            ),
+            (
+                "[pools.web]\nnodes = [{address=\"10.0.0.2:80\"}]\n",
+                "[pools.web]\nnodes = [{address=\"10.0.0.2:80\", state = \"draining\"}]\n",
+            ),
+            (
+                "[pools.web]\nnodes = [{   \"address\"   =   \"10.0.0.2:80\"   ,   weight   =   2   }]\n",
+                "[pools.web]\nnodes = [{   \"address\"   =   \"10.0.0.2:80\"   ,   weight   =   2, state = \"draining\"   }]\n",
+            ),
+        ] {
+            let edited = edit(text, NodeEdit::State(NodeMode::Draining)).unwrap();
+            assert_eq!(edited, drained);
+            assert_eq!(
+                edit(&edited, NodeEdit::State(NodeMode::Active)).unwrap(),
+                text
+            );
+        }
+        assert_eq!(
+            edit(
+                "[pools.web]\nnodes = [{ address = \"10.0.0.2:80\",    weight = 1 }]\n",
+                NodeEdit::Weight(30)
+            )
+            .unwrap(),
+            "[pools.web]\nnodes = [{ address = \"10.0.0.2:80\",    weight = 30 }]\n"
+        );
+    }
+
+    /// Comments written on the keys an operation changes stay; a commented state made
+    /// active says so rather than lose its comment.
+    #[test]
+    fn tables_keep_the_comments_on_the_keys_they_change() {
+        let text = "[[pools.web.nodes]]\naddress = \"10.0.0.2:80\"\n\
+                    weight = 1            # canary: keep at 1 until OPS-42 closes\n\
+                    # owner: team-b\n\
+                    state = \"active\"      # set by the on-call\n\
+                    \n[[pools.web.nodes]]\naddress = \"10.0.0.3:80\"\n";
+        let weighted = edit(text, NodeEdit::Weight(2)).unwrap();
+        assert_eq!(weighted, text.replace("weight = 1 ", "weight = 2 "));
+        let drained = edit(&weighted, NodeEdit::State(NodeMode::Draining)).unwrap();
+        assert_eq!(
+            drained,
+            weighted.replace("state = \"active\"", "state = \"draining\"")
+        );
+        assert_eq!(
+            edit(&drained, NodeEdit::State(NodeMode::Active)).unwrap(),
+            weighted
+        );
+        // Without a comment, the default state is not written.
+        let plain = "[[pools.web.nodes]]\naddress = \"10.0.0.2:80\"\nweight = 3\n";
+        let drained = edit(plain, NodeEdit::State(NodeMode::Draining)).unwrap();
+        assert_eq!(drained, format!("{plain}state = \"draining\"\n"));
+        assert_eq!(
+            edit(&drained, NodeEdit::State(NodeMode::Active)).unwrap(),
+            plain
+        );
     }
 
     #[test]
