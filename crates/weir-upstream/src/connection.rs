@@ -804,18 +804,23 @@ impl NodeConnections {
     }
 
     /// Closes idle connections past the idle timeout (or past the shorter time their node
-    /// keeps them, `Connection::reusable_for`). Returns how many.
+    /// keeps them, `Connection::reusable_for`), and those the node has closed (or sent
+    /// something on) meanwhile, so that a node's own keep-alive timeout does not leave
+    /// weir holding its half-closed sockets, counted as open, until one is tried. Returns
+    /// how many.
     pub fn close_expired(&self, now: Instant) -> usize {
         let mut expired = Closing::default();
         let idle_timeout = self.settings.load().idle_timeout;
         {
             let mut state = self.lock();
             // Not in `idle_since` order once nodes' limits differ: every one is looked at
-            // (at most the node's connection cap).
+            // (at most the node's connection cap). `looks_open` makes no system call
+            // unless the socket was reported readable.
             let mut index = 0;
             while index < state.idle.len() {
                 let connection = &state.idle[index];
                 if now.duration_since(connection.idle_since) < connection.reusable_for(idle_timeout)
+                    && connection.looks_open()
                 {
                     index += 1;
                     continue;

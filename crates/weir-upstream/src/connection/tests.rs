@@ -181,6 +181,38 @@ async fn idle_connections_expire() {
     assert_eq!(pool.open(), 0);
 }
 
+/// An idle connection the node closed (its own keep-alive timeout) is closed and its slot
+/// freed at the next sweep, long before weir's idle timeout: it is not held half-closed
+/// and counted as open until a request tries it.
+#[tokio::test]
+async fn idle_connections_the_node_closed_are_swept() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    // Keep the first connection until told, then close it.
+    let (close, closed) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let _ = closed.await;
+        drop(stream);
+        std::future::pending::<()>().await;
+    });
+    let pool = pool(address, settings(2, 4, 1000));
+    pool.checkout().await.unwrap().release();
+    assert_eq!(
+        pool.close_expired(std::time::Instant::now()),
+        0,
+        "still open"
+    );
+    assert_eq!((pool.idle(), pool.open()), (1, 1));
+    close.send(()).unwrap();
+    let start = std::time::Instant::now();
+    while pool.close_expired(std::time::Instant::now()) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "never swept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!((pool.idle(), pool.open()), (0, 0));
+}
+
 #[tokio::test]
 async fn connect_failure_is_retry_safe_and_frees_the_slot() {
     // Bind then drop: nothing listens on this port.
