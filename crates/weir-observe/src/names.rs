@@ -707,19 +707,20 @@ pub const TUNNEL_DEDUP_MISSES: MetricSpec = counter(
     &[],
     "References that missed this end's store and were fetched over the control stream",
 );
-/// `weir_tunnel_dedup_store_bytes`, a gauge: bytes of chunks held in this end's store (current
-/// connection).
+/// `weir_tunnel_dedup_store_bytes`, a gauge: bytes of chunks held in this end's stores (one per
+/// connection, summed; a connection's part goes when it ends).
 pub const TUNNEL_DEDUP_STORE_BYTES: MetricSpec = gauge(
     "tunnel_dedup_store_bytes",
     &[],
-    "Bytes of chunks held in this end's store (current connection)",
+    "Bytes of chunks held in this end's stores, one per connection, summed",
 );
 /// `weir_tunnel_dedup_pinned_bytes`, a gauge: bytes of chunks this end sent and keeps until the
-/// peer resolves its references to them (current connection).
+/// peer resolves its references to them (every connection's, summed; a connection's part goes
+/// when it ends).
 pub const TUNNEL_DEDUP_PINNED_BYTES: MetricSpec = gauge(
     "tunnel_dedup_pinned_bytes",
     &[],
-    "Bytes of sent chunks kept until the peer resolves the references to them (current connection)",
+    "Bytes of sent chunks kept until the peer resolves the references to them, over all connections",
 );
 /// `weir_tunnel_link_sent_bytes_total`, a counter: UDP payload bytes sent on the WAN link (QUIC
 /// packets, retransmissions included).

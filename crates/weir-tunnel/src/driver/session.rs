@@ -59,11 +59,31 @@ pub struct Session {
     pins: Mutex<HashMap<u64, Pins>>,
     /// The bytes every flow's pins hold, kept with them under the lock of `pins`.
     pinned: AtomicU64,
+    /// This session's part of `weir_tunnel_dedup_store_bytes`: its store's size when last
+    /// counted. The gauges are the sums over every connection, each taking its part back
+    /// when it ends (`Drop`).
+    store_counted: AtomicU64,
     pins_released: Notify,
     waiting: Mutex<HashMap<(u64, u64), Answer>>,
     control: mpsc::UnboundedSender<Control>,
     /// The peer's hello arrived: it accepted this end (see [`Session::greeted`]).
     greeted: tokio::sync::watch::Sender<bool>,
+}
+
+/// A count of bytes as a gauge's step.
+fn gauge_bytes(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+impl Drop for Session {
+    /// The connection is gone, and with it its store and its pins: its parts of the
+    /// gauges go too.
+    fn drop(&mut self) {
+        let pinned = *self.pinned.get_mut();
+        let stored = *self.store_counted.get_mut();
+        self.metrics.dedup_pinned_bytes.dec_by(gauge_bytes(pinned));
+        self.metrics.dedup_store_bytes.dec_by(gauge_bytes(stored));
+    }
 }
 
 /// Where the answer to a `Need` goes: the chunk, or `None` when the peer has none.
@@ -109,6 +129,7 @@ impl Session {
             store: Mutex::new(ChunkStore::new(store_budget)),
             pins: Mutex::new(HashMap::new()),
             pinned: AtomicU64::new(0),
+            store_counted: AtomicU64::new(0),
             pins_released: Notify::new(),
             waiting: Mutex::new(HashMap::new()),
             control: sender,
@@ -202,17 +223,13 @@ impl Session {
     }
 
     fn add_pinned(&self, bytes: u64) {
-        let total = self.pinned.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.metrics
-            .dedup_pinned_bytes
-            .set(i64::try_from(total).unwrap_or(i64::MAX));
+        self.pinned.fetch_add(bytes, Ordering::Relaxed);
+        self.metrics.dedup_pinned_bytes.inc_by(gauge_bytes(bytes));
     }
 
     fn remove_pinned(&self, bytes: u64) {
-        let total = self.pinned.fetch_sub(bytes, Ordering::Relaxed) - bytes;
-        self.metrics
-            .dedup_pinned_bytes
-            .set(i64::try_from(total).unwrap_or(i64::MAX));
+        self.pinned.fetch_sub(bytes, Ordering::Relaxed);
+        self.metrics.dedup_pinned_bytes.dec_by(gauge_bytes(bytes));
     }
 
     /// Stores the block's new chunks and looks its references up, in item order, under one
@@ -243,9 +260,14 @@ impl Session {
             self.send(Control::Inserted { chunks: inserted });
             inserted = rest;
         }
-        self.metrics
-            .dedup_store_bytes
-            .set(i64::try_from(store.total()).unwrap_or(i64::MAX));
+        // Under the store's lock: parts are counted in the order the store changed.
+        let total = store.total();
+        let before = self.store_counted.swap(total, Ordering::Relaxed);
+        let gauge = &self.metrics.dedup_store_bytes;
+        match total >= before {
+            true => gauge.inc_by(gauge_bytes(total - before)),
+            false => gauge.dec_by(gauge_bytes(before - total)),
+        };
         resolved
     }
 
