@@ -19,6 +19,8 @@ mod traffic_actions;
 mod traffic_settings;
 mod values;
 
+pub use values::listeners_clash;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;

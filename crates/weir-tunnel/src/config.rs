@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use weir_config::Named;
 use weir_config::error::Problem;
+use weir_config::validate::listeners_clash;
 use weir_config::{ConfigError, FileRef, KeyPath};
 
 use crate::sans_io::codec::MAX_AVERAGE_CHUNK;
@@ -288,6 +289,23 @@ impl Checker {
             self.address(&path, text)
         });
         let services = self.services(&root.key("services"), &file.services, role);
+        // The metrics listener is bound beside the services' (TCP) ones: both cannot have
+        // one address, nor one port where one of them is the wildcard.
+        if let Some(metrics) = metrics
+            && let Some(service) = services.iter().find(|service| {
+                service
+                    .listen
+                    .is_some_and(|listen| listeners_clash(listen, metrics))
+            })
+        {
+            self.report(
+                &root.key("metrics").key("listen"),
+                format!(
+                    "{metrics} is where service \"{}\" listens ([services.{}] listen)",
+                    service.name, service.name
+                ),
+            );
+        }
         Some(TunnelConfig {
             file_name: file_name.to_owned(),
             role,
@@ -537,7 +555,7 @@ impl Checker {
                 .as_deref()
                 .and_then(|text| self.address(&path.key("listen"), text));
             if let Some(listen) = listen.filter(|listen| listen.port() != 0) {
-                if listens.contains(&listen) {
+                if listens.iter().any(|other| listeners_clash(*other, listen)) {
                     self.report(
                         &path.key("listen"),
                         format!("{listen} is used by another service"),

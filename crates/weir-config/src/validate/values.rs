@@ -282,7 +282,7 @@ pub(crate) fn log_level(text: &str) -> Result<(), String> {
 
 /// Whether two listen addresses cannot both be bound: the same address, or the same
 /// port where one side is the wildcard of the same family.
-pub(crate) fn listeners_clash(a: SocketAddr, b: SocketAddr) -> bool {
+pub fn listeners_clash(a: SocketAddr, b: SocketAddr) -> bool {
     if a.port() != b.port() || a.port() == 0 {
         return false;
     }

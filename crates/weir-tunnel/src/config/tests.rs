@@ -195,6 +195,35 @@ fn each_side_needs_its_table_and_services() {
         error.contains("t.toml:4: services.b.listen: 127.0.0.1:1 is used by another service"),
         "{error}"
     );
+    // A wildcard takes the port on every address of its family.
+    let error = parse_str(
+        "[services.a]\nlisten = \"0.0.0.0:1\"\n[services.b]\nlisten = \"127.0.0.1:1\"\n",
+        "t.toml",
+        Role::Client,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("services.b.listen"), "{error}");
+}
+
+/// The metrics listener cannot take a service's address: `--check` says so, where the
+/// start would fail to bind.
+#[test]
+fn the_metrics_listener_and_a_service_cannot_share_an_address() {
+    for metrics in ["127.0.0.1:28810", "0.0.0.0:28810"] {
+        let text = BOTH.replace(
+            "[services.files]",
+            &format!("[metrics]\nlisten = \"{metrics}\"\n\n[services.files]"),
+        );
+        let text = text.replace("127.0.0.1:8445", "127.0.0.1:28810");
+        let error = parse_str(&text, "t.toml", Role::Client)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("metrics.listen") && error.contains("service \"files\""),
+            "{metrics}: {error}"
+        );
+    }
 }
 
 #[test]
