@@ -268,7 +268,12 @@ async fn issue(
         }
     };
     let (protocol, mode) = (plan.protocol, plan.mode);
-    let reusable = matches!(connection, Some(open) if open.address == target.address);
+    // A kept-alive connection the server closed while it idled (its keep-alive timeout)
+    // is replaced before a request is sent on it: the server never sees one there, as
+    // browsers and curl do (RFC 9112 section 9.3.1). A request that was sent and then
+    // failed is an error, as wrk and ab count it: the server may have done its work.
+    let reusable = matches!(connection, Some(open)
+        if open.address == target.address && !open.closed_by_server());
     if !reusable || mode == ConnectionMode::Close {
         *connection = None;
         *connection = Some(open_for(target, plan, opened).await?);
@@ -278,24 +283,10 @@ async fn issue(
         bytes: 0,
     })?;
     let response = match protocol {
-        Protocol::Http1 => match open.exchange(buffer, &target.request, target.method).await {
-            // A kept-alive connection the server closed while it idled (its keep-alive
-            // timeout) fails before a byte of answer: an idempotent request goes again
-            // on a new connection, as browsers, curl and Go's client do (RFC 9112 section
-            // 9.3.1); the server never saw it.
-            Err(failure)
-                if reusable
-                    && mode != ConnectionMode::Close
-                    && failure.bytes == 0
-                    && matches!(failure.kind, ErrorKind::Read | ErrorKind::Write)
-                    && target.method.is_idempotent() =>
-            {
-                let open = connection.insert(open_for(target, plan, opened).await?);
-                open.exchange(buffer, &target.request, target.method)
-                    .await?
-            }
-            answered => answered?,
-        },
+        Protocol::Http1 => {
+            open.exchange(buffer, &target.request, target.method)
+                .await?
+        }
         Protocol::Tcp { mode, .. } => open.echo(buffer, &target.request, mode).await?,
         // Served by the shared connection above.
         Protocol::Http2 { .. } => {

@@ -94,6 +94,23 @@ impl Connection {
         Ok((Connection { stream, address }, Some(handshake)))
     }
 
+    /// Whether the server has closed (or reset) this idle connection. Only what the
+    /// runtime has already seen is asked: no system call unless the socket was reported
+    /// readable since it was last read. Bytes waiting (a late TLS ticket) leave it in use.
+    pub fn closed_by_server(&self) -> bool {
+        let tcp = match &self.stream {
+            Stream::Plain(tcp) => tcp,
+            Stream::Tls(tls) => tls.get_ref().0,
+        };
+        let mut byte = [0u8; 1];
+        let mut peeked = tokio::io::ReadBuf::new(&mut byte);
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        matches!(
+            tcp.poll_peek(&mut context, &mut peeked),
+            std::task::Poll::Ready(Ok(0) | Err(_))
+        )
+    }
+
     /// Sends `request` and reads the whole response to it through `buffer`.
     pub async fn exchange(
         &mut self,

@@ -186,6 +186,70 @@ fn a_connection_the_server_closed_while_idle_is_replaced_not_counted_as_an_error
     );
 }
 
+/// A server that reads each request and resets the connection at the second one: the
+/// reset requests are read errors, as wrk and ab count them, never sent again unseen (the
+/// server did their work). Only a connection found closed before a request is sent on it
+/// is replaced without an error (the test above).
+#[test]
+fn a_request_the_server_read_and_reset_is_an_error_not_sent_again() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let read = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&read);
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            let counter = std::sync::Arc::clone(&counter);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut requests = 0;
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    requests += 1;
+                    if requests == 2 {
+                        // A reset, not a FIN: SO_LINGER 0, then close.
+                        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                        break;
+                    }
+                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                    if stream.write_all(answer).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let mut run = settings(vec![format!("http://{address}/")], Stop::Count(100));
+    run.connections = 2;
+    run.threads = Some(1);
+    let report = weir_bench::run(&plan(run)).expect("run");
+    // Every request the server read is counted once: answered or failed.
+    assert_eq!(
+        report.requests.successful + report.errors.total,
+        read.load(Ordering::SeqCst) as u64,
+        "{:?} {:?}",
+        report.requests,
+        report.errors
+    );
+    // Each connection answers one, then resets on the next: about half and half (the
+    // run may end either side of a pair on each connection).
+    assert_eq!(report.requests.completed + report.errors.total, 100);
+    assert_eq!(
+        report.errors.read, report.errors.total,
+        "{:?}",
+        report.errors
+    );
+    assert!(
+        (48..=52).contains(&report.errors.read),
+        "{:?}",
+        report.errors
+    );
+}
+
 #[test]
 fn siege_block_is_consistent() {
     let origin = TestOrigin::start();
