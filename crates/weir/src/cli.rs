@@ -552,7 +552,7 @@ pub struct SuiteArgs {
     /// Give up on a request after this long.
     #[arg(long, value_parser = weir_bench::parse_duration, default_value = "5s")]
     pub timeout: Duration,
-    /// Print the `weir-bench-suite/1` JSON document instead of the table.
+    /// Print the `weir-bench-suite/2` JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
 }
