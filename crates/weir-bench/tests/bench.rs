@@ -101,28 +101,36 @@ fn framings_head_chunked_and_errors_by_kind() {
     origin.stop();
 }
 
+/// A raw server on loopback: `serve` runs on a thread of its own for each connection.
+fn raw_server(serve: impl Fn(std::net::TcpStream) + Send + Sync + 'static) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let serve = std::sync::Arc::new(serve);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let serve = std::sync::Arc::clone(&serve);
+            std::thread::spawn(move || serve(stream));
+        }
+    });
+    address
+}
+
 /// A server that sends more body than its Content-Length says (here 100 bytes after a
 /// `Content-Length: 50`): a framing error, counted, not a success (wrk counts a read error).
 #[test]
 fn a_body_longer_than_its_content_length_is_an_error() {
     use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().map_while(Result::ok) {
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = stream.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut answer = b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n".to_vec();
-                    answer.extend_from_slice(&[b'x'; 100]);
-                    if stream.write_all(&answer).is_err() {
-                        break;
-                    }
-                }
-            });
+    let address = raw_server(|mut stream| {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let mut answer = b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n".to_vec();
+            answer.extend_from_slice(&[b'x'; 100]);
+            if stream.write_all(&answer).is_err() {
+                break;
+            }
         }
     });
     let mut run = settings(vec![format!("http://{address}/")], Stop::Count(10));
@@ -141,28 +149,21 @@ fn a_body_longer_than_its_content_length_is_an_error() {
 fn a_connection_the_server_closed_while_idle_is_replaced_not_counted_as_an_error() {
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
     let served = std::sync::Arc::new(AtomicUsize::new(0));
     let counter = std::sync::Arc::clone(&served);
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().map_while(Result::ok) {
-            let counter = std::sync::Arc::clone(&counter);
-            std::thread::spawn(move || {
-                let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
-                let mut buf = [0u8; 4096];
-                // A timeout (idle past 100 ms) or the client's close ends the connection.
-                while let Ok(n) = stream.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                    if stream.write_all(answer).is_err() {
-                        break;
-                    }
-                }
-            });
+    let address = raw_server(move |mut stream| {
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+        let mut buf = [0u8; 4096];
+        // A timeout (idle past 100 ms) or the client's close ends the connection.
+        while let Ok(n) = stream.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            counter.fetch_add(1, Ordering::SeqCst);
+            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+            if stream.write_all(answer).is_err() {
+                break;
+            }
         }
     });
     let mut run = settings(
@@ -194,33 +195,26 @@ fn a_connection_the_server_closed_while_idle_is_replaced_not_counted_as_an_error
 fn a_request_the_server_read_and_reset_is_an_error_not_sent_again() {
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
     let read = std::sync::Arc::new(AtomicUsize::new(0));
     let counter = std::sync::Arc::clone(&read);
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().map_while(Result::ok) {
-            let counter = std::sync::Arc::clone(&counter);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let mut requests = 0;
-                while let Ok(n) = stream.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    requests += 1;
-                    if requests == 2 {
-                        // A reset, not a FIN: SO_LINGER 0, then close.
-                        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
-                        break;
-                    }
-                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                    if stream.write_all(answer).is_err() {
-                        break;
-                    }
-                }
-            });
+    let address = raw_server(move |mut stream| {
+        let mut buf = [0u8; 4096];
+        let mut requests = 0;
+        while let Ok(n) = stream.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            counter.fetch_add(1, Ordering::SeqCst);
+            requests += 1;
+            if requests == 2 {
+                // A reset, not a FIN: SO_LINGER 0, then close.
+                let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                break;
+            }
+            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+            if stream.write_all(answer).is_err() {
+                break;
+            }
         }
     });
     let mut run = settings(vec![format!("http://{address}/")], Stop::Count(100));
