@@ -107,6 +107,7 @@ pub struct L4LabReport {
 /// Runs the phases (blocking) and checks the claims.
 pub fn run(lab: &mut Lab, settings: &L4LabSettings) -> Result<L4LabReport, LabError> {
     settings.validate()?;
+    crate::preflight::fit_l4(settings.clients, lab.open_files())?;
     let launcher = Launcher::new(&lab.supervisor, lab.weir.clone())?;
     let mut phases = Vec::new();
     if settings.direct {

@@ -21,6 +21,23 @@ pub struct OffloadFit {
     pub notes: Vec<String>,
 }
 
+/// Refuses a layer-4 run the open-file limit cannot hold: the lab's own process holds each
+/// client's end and, run directly, the in-process service's end of each connection too; a
+/// client short of a descriptor would be counted as a failure of what is measured.
+pub fn fit_l4(clients: u32, open_files: u64) -> Result<(), LabError> {
+    let needed = 2 * u64::from(clients) + FD_MARGIN;
+    if needed > open_files {
+        return Err(LabError::Preflight(format!(
+            "the open-file limit is {open_files}: {clients} clients need {needed} descriptors \
+             in the lab (each client's end, and the service's end when run directly); lower \
+             --clients to {} or raise the limit (ulimit -n, or the hard limit in \
+             /etc/security/limits.conf)",
+            open_files.saturating_sub(FD_MARGIN) / 2
+        )));
+    }
+    Ok(())
+}
+
 /// Fits the offload experiment to the open-file limit and the ephemeral ports.
 ///
 /// The clients' process holds one descriptor per client; weir holds one per client plus its
@@ -124,6 +141,18 @@ mod tests {
         let error = fit_offload(100, 500, None, 256, PORTS).expect_err("no room");
         assert!(error.to_string().contains("open-file limit is 256"));
         assert!(fit_offload(10, 5, Some(0), 20_000, PORTS).is_err());
+    }
+
+    /// A layer-4 run the limit cannot hold is refused before it starts, saying how many
+    /// clients would fit, rather than measured as clients failing.
+    #[test]
+    fn a_layer4_run_past_the_open_file_limit_is_refused() {
+        assert!(fit_l4(1_500, 20_000).is_ok());
+        let error = fit_l4(1_500, 512).expect_err("no room").to_string();
+        assert!(
+            error.contains("open-file limit is 512") && error.contains("--clients to 206"),
+            "{error}"
+        );
     }
 
     #[test]

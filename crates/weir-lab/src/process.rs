@@ -87,18 +87,22 @@ impl Supervisor {
         self.pids().clone()
     }
 
-    /// Starts a thread that, on SIGINT or SIGTERM, stops every child, removes every leftover
-    /// and exits the process with 130 or 143.
+    /// Starts a thread that, on SIGINT, SIGTERM, SIGHUP (the terminal or ssh session went)
+    /// or SIGQUIT, stops every child, removes every leftover and exits the process with 128
+    /// plus the signal's number. The children run in process groups of their own, so no
+    /// signal meant for the lab reaches them: without this they would outlive it.
     pub fn watch_signals(self: &Arc<Self>) -> io::Result<()> {
         use tokio::signal::unix::{SignalKind, signal};
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()?;
         // Registered here, before the thread starts, so no signal is missed.
-        let (mut interrupt, mut terminate) = runtime.block_on(async {
+        let (mut interrupt, mut terminate, mut hangup, mut quit) = runtime.block_on(async {
             Ok::<_, io::Error>((
                 signal(SignalKind::interrupt())?,
                 signal(SignalKind::terminate())?,
+                signal(SignalKind::hangup())?,
+                signal(SignalKind::quit())?,
             ))
         })?;
         let supervisor = Arc::clone(self);
@@ -109,6 +113,8 @@ impl Supervisor {
                     tokio::select! {
                         _ = interrupt.recv() => 130,
                         _ = terminate.recv() => 143,
+                        _ = hangup.recv() => 129,
+                        _ = quit.recv() => 131,
                     }
                 });
                 supervisor.interrupted.store(true, Ordering::SeqCst);

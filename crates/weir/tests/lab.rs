@@ -304,9 +304,14 @@ fn running(pid: u32) -> bool {
 #[test]
 fn sigint_stops_everything_the_lab_started() {
     let _lab = one_lab_at_a_time();
-    for signal in [
-        nix::sys::signal::Signal::SIGINT,
-        nix::sys::signal::Signal::SIGTERM,
+    // SIGHUP: the terminal or ssh session went; SIGQUIT: Ctrl-\. The children run in their
+    // own process groups and get neither.
+    use nix::sys::signal::Signal;
+    for (signal, expected) in [
+        (Signal::SIGINT, 130),
+        (Signal::SIGTERM, 143),
+        (Signal::SIGHUP, 129),
+        (Signal::SIGQUIT, 131),
     ] {
         let mut lab = weir()
             .args([
@@ -353,12 +358,7 @@ fn sigint_stops_everything_the_lab_started() {
             );
             std::thread::sleep(Duration::from_millis(20));
         };
-        let expected = if signal == nix::sys::signal::Signal::SIGINT {
-            130
-        } else {
-            143
-        };
-        assert_eq!(status.code(), Some(expected));
+        assert_eq!(status.code(), Some(expected), "{signal}");
         for pid in children {
             assert!(!running(pid), "child {pid} outlived the lab");
         }
