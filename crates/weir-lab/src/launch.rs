@@ -178,9 +178,68 @@ pub fn tree_cpu_seconds(pids: &[u32]) -> f64 {
         .sum()
 }
 
-/// Resident memory now and its peak, KiB, summed over a process tree.
+/// Resident memory now and its peak, KiB, of a process tree, each page counted once (see
+/// [`tree_memory`]).
 pub fn tree_memory_kib(pids: &[u32]) -> (u64, u64) {
-    pids.iter()
-        .filter_map(|&pid| procfs::memory_kib(pid))
-        .fold((0, 0), |(rss, hwm), (r, h)| (rss + r, hwm + h))
+    let processes: Vec<TreeMemory> = pids
+        .iter()
+        .filter_map(|&pid| {
+            let (rss, hwm) = procfs::memory_kib(pid)?;
+            Some(TreeMemory {
+                rss,
+                hwm,
+                private: procfs::private_kib(pid).unwrap_or(rss),
+            })
+        })
+        .collect();
+    tree_memory(&processes)
+}
+
+/// One process of a tree: VmRSS, VmHWM and its private resident pages, KiB.
+#[derive(Debug, Clone, Copy)]
+pub struct TreeMemory {
+    pub rss: u64,
+    pub hwm: u64,
+    pub private: u64,
+}
+
+/// A tree's resident memory now and its peak: the largest process's (VmRSS, VmHWM) and the
+/// pages private to each other one. nginx's master and workers share their code and what
+/// the master built before it forked; summing their VmRSS counted those pages once per
+/// process, where the one process of weir or HAProxy counts them once.
+pub fn tree_memory(processes: &[TreeMemory]) -> (u64, u64) {
+    let Some((main, largest)) = processes
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, process)| process.rss)
+    else {
+        return (0, 0);
+    };
+    let others: u64 = processes
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| *index != main)
+        .map(|(_, process)| process.private)
+        .sum();
+    (largest.rss + others, largest.hwm + others)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TreeMemory, tree_memory};
+
+    #[test]
+    fn a_tree_counts_its_shared_pages_once() {
+        let process = |rss, hwm, private| TreeMemory { rss, hwm, private };
+        assert_eq!(tree_memory(&[]), (0, 0));
+        // One process: its own figures, whatever it shares with others.
+        assert_eq!(
+            tree_memory(&[process(9_000, 24_000, 3_000)]),
+            (9_000, 24_000)
+        );
+        // nginx: a master (mostly pages its worker shares) and a busier worker.
+        let master = process(5_500, 5_600, 1_000);
+        let worker = process(5_600, 27_000, 2_500);
+        assert_eq!(tree_memory(&[master, worker]), (6_600, 28_000));
+    }
 }

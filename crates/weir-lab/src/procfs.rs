@@ -135,6 +135,13 @@ pub fn memory_kib(pid: u32) -> Option<(u64, u64)> {
     ))
 }
 
+/// Resident pages only `pid` maps (`Private_Clean` + `Private_Dirty` of
+/// `/proc/PID/smaps_rollup`), KiB.
+pub fn private_kib(pid: u32) -> Option<u64> {
+    let rollup = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    Some(parse_status_kib(&rollup, "Private_Clean")? + parse_status_kib(&rollup, "Private_Dirty")?)
+}
+
 /// The PIDs whose parent is `parent` (nginx's workers).
 pub fn children_of(parent: u32) -> Vec<u32> {
     let Ok(entries) = fs::read_dir("/proc") else {
