@@ -179,35 +179,34 @@ pub fn tree_cpu_seconds(pids: &[u32]) -> f64 {
 }
 
 /// Resident memory now and its peak, KiB, of a process tree, each page counted once (see
-/// [`tree_memory`]).
+/// [`tree_memory`]). A tree of one process (weir, HAProxy, the origin) costs one read of its
+/// status per sample; only the others' private pages are read from `smaps_rollup`.
 pub fn tree_memory_kib(pids: &[u32]) -> (u64, u64) {
     let processes: Vec<TreeMemory> = pids
         .iter()
         .filter_map(|&pid| {
             let (rss, hwm) = procfs::memory_kib(pid)?;
-            Some(TreeMemory {
-                rss,
-                hwm,
-                private: procfs::private_kib(pid).unwrap_or(rss),
-            })
+            Some(TreeMemory { pid, rss, hwm })
         })
         .collect();
-    tree_memory(&processes)
+    tree_memory(&processes, |process| {
+        procfs::private_kib(process.pid).unwrap_or(process.rss)
+    })
 }
 
-/// One process of a tree: VmRSS, VmHWM and its private resident pages, KiB.
+/// One process of a tree: its PID, VmRSS and VmHWM, KiB.
 #[derive(Debug, Clone, Copy)]
 pub struct TreeMemory {
+    pub pid: u32,
     pub rss: u64,
     pub hwm: u64,
-    pub private: u64,
 }
 
 /// A tree's resident memory now and its peak: the largest process's (VmRSS, VmHWM) and the
-/// pages private to each other one. nginx's master and workers share their code and what
+/// pages `private` to each other one. nginx's master and workers share their code and what
 /// the master built before it forked; summing their VmRSS counted those pages once per
 /// process, where the one process of weir or HAProxy counts them once.
-pub fn tree_memory(processes: &[TreeMemory]) -> (u64, u64) {
+pub fn tree_memory(processes: &[TreeMemory], private: impl Fn(&TreeMemory) -> u64) -> (u64, u64) {
     let Some((main, largest)) = processes
         .iter()
         .enumerate()
@@ -219,7 +218,7 @@ pub fn tree_memory(processes: &[TreeMemory]) -> (u64, u64) {
         .iter()
         .enumerate()
         .filter(|(index, _)| *index != main)
-        .map(|(_, process)| process.private)
+        .map(|(_, process)| private(process))
         .sum();
     (largest.rss + others, largest.hwm + others)
 }
@@ -230,16 +229,30 @@ mod tests {
 
     #[test]
     fn a_tree_counts_its_shared_pages_once() {
-        let process = |rss, hwm, private| TreeMemory { rss, hwm, private };
-        assert_eq!(tree_memory(&[]), (0, 0));
-        // One process: its own figures, whatever it shares with others.
+        let process = |pid, rss, hwm| TreeMemory { pid, rss, hwm };
+        // Private pages by PID; a process whose are asked for and not listed fails the test.
+        let private = |listed: &'static [(u32, u64)]| {
+            move |process: &TreeMemory| {
+                listed
+                    .iter()
+                    .find(|(pid, _)| *pid == process.pid)
+                    .map(|(_, kib)| *kib)
+                    .unwrap_or_else(|| panic!("private pages of {} read", process.pid))
+            }
+        };
+        assert_eq!(tree_memory(&[], private(&[])), (0, 0));
+        // One process: its own figures, whatever it shares with others, and no private
+        // pages read.
         assert_eq!(
-            tree_memory(&[process(9_000, 24_000, 3_000)]),
+            tree_memory(&[process(1, 9_000, 24_000)], private(&[])),
             (9_000, 24_000)
         );
         // nginx: a master (mostly pages its worker shares) and a busier worker.
-        let master = process(5_500, 5_600, 1_000);
-        let worker = process(5_600, 27_000, 2_500);
-        assert_eq!(tree_memory(&[master, worker]), (6_600, 28_000));
+        let master = process(1, 5_500, 5_600);
+        let worker = process(2, 5_600, 27_000);
+        assert_eq!(
+            tree_memory(&[master, worker], private(&[(1, 1_000)])),
+            (6_600, 28_000)
+        );
     }
 }
