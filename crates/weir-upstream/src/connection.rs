@@ -661,7 +661,8 @@ impl NodeConnections {
         }
     }
 
-    /// Opens a new connection in a slot already taken, writing `preamble` first.
+    /// Opens a new connection in a slot already taken, for `opening` (a layer 4 session's
+    /// preamble written first).
     async fn connect(self: &Arc<Self>, opening: Opening<'_>) -> Result<Lease, Error> {
         let settings = self.settings.load_full();
         let attempt = tokio::time::timeout(settings.connect_timeout, async {
