@@ -275,6 +275,10 @@ pub struct ClientTimeouts {
     /// An upgraded (WebSocket) or CONNECT tunnel with no byte either way for
     /// this long is closed.
     pub tunnel_idle: Duration,
+    /// A plain HTTP/1.1 connection idle this long is parked: its task and the
+    /// runtime's registration of its socket are given up until the client sends
+    /// again (`crates/weir-proxy/src/park.rs`). Zero: never parked.
+    pub park_idle: Duration,
 }
 
 /// What a virtual server lets through besides ordinary requests.

@@ -121,6 +121,7 @@ pub struct ClientTimeoutsTable {
     pub body_total: Option<DurationText>,
     pub write: Option<DurationText>,
     pub tunnel_idle: Option<DurationText>,
+    pub park_idle: Option<DurationText>,
 }
 
 /// `[virtual_servers.NAME.http]`

@@ -658,6 +658,12 @@ impl Checker {
                 table.tunnel_idle.as_ref(),
                 defaults::TUNNEL_IDLE_TIMEOUT,
             ),
+            park_idle: self.duration(
+                &path.key("park_idle"),
+                table.park_idle.as_ref(),
+                defaults::PARK_IDLE,
+                Zero::Allowed,
+            ),
         }
     }
 

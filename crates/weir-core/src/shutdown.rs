@@ -69,6 +69,12 @@ impl ShutdownSignal {
         self.shared.triggered.load(Ordering::Acquire)
     }
 
+    /// True once shutdown has begun or its owner is gone (what [`Self::triggered`]
+    /// waits for).
+    pub fn has_ended(&self) -> bool {
+        self.shared.ended()
+    }
+
     /// Completes when shutdown begins (at once if it already has), or when
     /// the owner is gone, which we treat as shutdown too.
     pub async fn triggered(&self) {

@@ -191,6 +191,8 @@ pub enum StatusClass {
 pub struct VirtualServerMetrics {
     /// Client connections open now.
     pub connections_open: Gauge,
+    /// Idle client connections parked now (counted in `connections_open` too).
+    pub connections_parked: Gauge,
     /// Client connections accepted.
     pub connections_accepted: Counter,
     /// Connections refused because the virtual server was at `max_connections`.
@@ -489,6 +491,7 @@ struct ResultLabels {
 #[derive(Debug, Default)]
 struct Families {
     client_connections_open: Family<VirtualServerLabels, Gauge>,
+    client_connections_parked: Family<VirtualServerLabels, Gauge>,
     client_connections_accepted: Family<VirtualServerLabels, Counter>,
     client_connections_rejected: Family<VirtualServerLabels, Counter>,
     requests: Family<VirtualServerClassLabels, Counter>,
@@ -665,6 +668,7 @@ impl Metrics {
         });
         let created = VirtualServerMetrics {
             connections_open: f.client_connections_open.get_or_create_owned(&labels),
+            connections_parked: f.client_connections_parked.get_or_create_owned(&labels),
             connections_accepted: f.client_connections_accepted.get_or_create_owned(&labels),
             connections_rejected: f.client_connections_rejected.get_or_create_owned(&labels),
             requests,
@@ -803,6 +807,7 @@ impl Metrics {
             virtual_server: name.to_owned(),
         };
         f.client_connections_open.remove(&labels);
+        f.client_connections_parked.remove(&labels);
         f.client_connections_accepted.remove(&labels);
         f.client_connections_rejected.remove(&labels);
         f.bad_requests.remove(&labels);
@@ -1045,6 +1050,11 @@ impl Families {
             r,
             names::CLIENT_CONNECTIONS_OPEN,
             self.client_connections_open.clone(),
+        );
+        register(
+            r,
+            names::CLIENT_CONNECTIONS_PARKED,
+            self.client_connections_parked.clone(),
         );
         register(
             r,

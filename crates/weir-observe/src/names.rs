@@ -129,6 +129,12 @@ pub const CLIENT_CONNECTIONS_OPEN: MetricSpec = gauge(
     VIRTUAL_SERVER,
     "Client connections currently open",
 );
+/// `weir_client_connections_parked`, a gauge: idle client connections parked now.
+pub const CLIENT_CONNECTIONS_PARKED: MetricSpec = gauge(
+    "client_connections_parked",
+    VIRTUAL_SERVER,
+    "Idle client connections parked now (out of the runtime; counted in client_connections_open too)",
+);
 /// `weir_client_connections_accepted_total`, a counter: client connections accepted.
 pub const CLIENT_CONNECTIONS_ACCEPTED: MetricSpec = counter(
     "client_connections_accepted",
@@ -343,6 +349,7 @@ pub const ALL: &[MetricSpec] = &[
     CONFIG_LAST_RELOAD_SUCCESS,
     ADMIN_UNAUTHORIZED,
     CLIENT_CONNECTIONS_OPEN,
+    CLIENT_CONNECTIONS_PARKED,
     CLIENT_CONNECTIONS_ACCEPTED,
     CLIENT_CONNECTIONS_REJECTED,
     REQUESTS,

@@ -288,39 +288,122 @@ impl<'a, 's> IdleTimer<'a, 's> {
         }
     }
 
-    /// One poll of an idle wait that ends at `deadline` (see
+    /// One poll of an idle wait that ends at `wait.deadline` (see
     /// [`IdleConnection::wait_for_request`]); `draining`: whether a drain
     /// began during this wait.
     fn poll_wait(
         &mut self,
         stream: &ServerStream,
-        deadline: Instant,
+        wait: Wait,
         draining: &mut bool,
         cx: &mut Context<'_>,
-    ) -> Poll<bool> {
+    ) -> Poll<Waited> {
         // The watch first, even with bytes waiting: its first poll joins the shutdown's
         // waiters, which a request in flight relies on (see `IdleTimer`).
         let drain_began = !*draining && self.watch.as_mut().poll_triggered(cx).is_ready();
         if let Poll::Ready(ready) = stream.poll_readable(cx) {
-            return Poll::Ready(ready.is_ok());
+            return Poll::Ready(match ready {
+                Ok(()) => Waited::Bytes,
+                Err(_) => Waited::Close,
+            });
         }
         if drain_began {
             // A drain began: the next request may already be on its way; it gets
             // DRAIN_GRACE and is answered with `Connection: close`.
             *draining = true;
-            let grace = deadline.min(Instant::now() + DRAIN_GRACE);
+            let grace = wait.deadline.min(Instant::now() + DRAIN_GRACE);
             self.sleep.as_mut().reset(grace);
         }
         loop {
             if self.sleep.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            if *draining || Instant::now() >= deadline {
-                return Poll::Ready(false);
+            let now = Instant::now();
+            if *draining || now >= wait.deadline {
+                return Poll::Ready(Waited::Close);
             }
-            // Armed at an earlier wait: on to this one's deadline.
-            self.sleep.as_mut().reset(deadline);
+            // Armed at an earlier wait, or at this one's parking time.
+            let next = match wait.park_at {
+                Some(at) if now >= at => return Poll::Ready(Waited::Park),
+                Some(at) => at,
+                None => wait.deadline,
+            };
+            self.sleep.as_mut().reset(next);
         }
+    }
+}
+
+/// The ends of one idle wait: its deadline, and when the connection is parked
+/// if that comes first.
+#[derive(Clone, Copy)]
+struct Wait {
+    deadline: Instant,
+    park_at: Option<Instant>,
+}
+
+/// How an idle wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// The client sent something (or closed: the read that follows sees it).
+    Bytes,
+    /// Weir ends the connection quietly: its timeout passed, a drain began, or its
+    /// socket failed.
+    Close,
+    /// The connection waited its virtual server's `park_idle`: it goes on waiting
+    /// parked (`park.rs`).
+    Park,
+}
+
+/// An idle plain HTTP/1.1 connection out of the runtime: a socket of the standard
+/// library's, registered nowhere but the lot (`park.rs`), and what its
+/// [`IdleConnection`] knew.
+#[derive(Debug)]
+pub(crate) struct ParkedConnection {
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    since: Instant,
+    requests: u32,
+    checks_epoch: u32,
+    client_subject: Option<Box<str>>,
+}
+
+impl ParkedConnection {
+    /// The socket, for the lot's registration.
+    pub(crate) fn socket(&self) -> &std::net::TcpStream {
+        &self.stream
+    }
+
+    /// When its wait for the next request ends (see [`IdleConnection::deadline`]).
+    pub(crate) fn deadline(&self, vs: &VirtualServerRuntime) -> Instant {
+        wait_deadline(self.requests, self.since, vs)
+    }
+
+    /// Back in the runtime (registered with its reactor), to be served by a
+    /// task again.
+    pub(crate) fn resume(self) -> std::io::Result<IdleConnection> {
+        let stream = tokio::net::TcpStream::from_std(self.stream)?;
+        Ok(IdleConnection {
+            stream: ServerStream::Plain(stream),
+            peer: self.peer,
+            since: self.since,
+            requests: self.requests,
+            checks_epoch: self.checks_epoch,
+            client_subject: self.client_subject,
+        })
+    }
+
+    /// Ends a parked connection whose idle timeout passed, as [`IdleConnection::close`]
+    /// does a plain one: a FIN, then the close.
+    pub(crate) fn close(self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+fn wait_deadline(requests: u32, since: Instant, vs: &VirtualServerRuntime) -> Instant {
+    let timeouts = &vs.config.timeouts;
+    match requests {
+        0 => since + timeouts.header_read,
+        _ => since + timeouts.idle,
     }
 }
 
@@ -343,23 +426,41 @@ impl IdleConnection {
     }
 
     /// Waits, holding no buffer, until the client sends something (or
-    /// closes: the read that follows sees it). False when the connection
+    /// closes: the read that follows sees it). [`Waited::Close`] when the connection
     /// should close quietly instead: nothing arrived within `header_read` of
     /// the accept (first request) or within `idle` (later ones), or a drain
-    /// began.
+    /// began. [`Waited::Park`] after its virtual server's `park_idle` with nothing
+    /// sent, when `parkable`.
     ///
     /// `timer` stays with the connection's task across its waits (see
     /// [`IdleTimer`]), and the wait is a plain poll of the socket, the timer
     /// and the shutdown watch: it adds a few words to the task while idle.
     pub(crate) fn wait_for_request<'w>(
         &'w self,
-        vs: &VirtualServerRuntime,
+        vs: &'w VirtualServerRuntime,
+        parkable: bool,
         timer: &'w mut IdleTimer<'_, '_>,
-    ) -> impl Future<Output = bool> + 'w {
-        let deadline = self.deadline(vs);
-        timer.aim(self.since, deadline);
+    ) -> impl Future<Output = Waited> + 'w {
+        let wait = self.wait(vs, parkable);
+        timer.aim(self.since, wait.park_at.unwrap_or(wait.deadline));
         let mut draining = false;
-        std::future::poll_fn(move |cx| timer.poll_wait(&self.stream, deadline, &mut draining, cx))
+        // The ends are worked out again at each poll, not kept: the future lives in
+        // every idle connection's task.
+        std::future::poll_fn(move |cx| {
+            let wait = self.wait(vs, parkable);
+            timer.poll_wait(&self.stream, wait, &mut draining, cx)
+        })
+    }
+
+    /// The ends of the wait for the next request: its deadline, and when it is parked
+    /// (`parkable`: where the proxy has a lot for it) if that comes first.
+    fn wait(&self, vs: &VirtualServerRuntime, parkable: bool) -> Wait {
+        let deadline = self.deadline(vs);
+        let park = vs.config.timeouts.park_idle;
+        let park_at = (parkable && !park.is_zero() && !self.stream.is_tls())
+            .then(|| self.since + park)
+            .filter(|at| *at < deadline);
+        Wait { deadline, park_at }
     }
 
     /// When the wait for the next request ends: `header_read` after the
@@ -367,11 +468,36 @@ impl IdleConnection {
     /// later ones (no clock read: the answer's end was taken when it was
     /// logged).
     pub(crate) fn deadline(&self, vs: &VirtualServerRuntime) -> Instant {
-        let timeouts = &vs.config.timeouts;
-        match self.requests {
-            0 => self.since + timeouts.header_read,
-            _ => self.since + timeouts.idle,
-        }
+        wait_deadline(self.requests, self.since, vs)
+    }
+
+    /// Completes once the runtime sees the socket readable (bytes, a close or an
+    /// error), taking nothing.
+    pub(crate) async fn readable(&self) {
+        let _ = self.stream.tcp().readable().await;
+    }
+
+    /// The connection out of the runtime, to wait parked; `Err` gives back one that
+    /// cannot be (TLS, or its socket would not leave the runtime: it is closed).
+    pub(crate) fn park(self) -> Result<ParkedConnection, Option<IdleConnection>> {
+        let tcp = match self.stream {
+            ServerStream::Plain(tcp) => tcp,
+            tls @ ServerStream::Tls(_) => {
+                return Err(Some(IdleConnection {
+                    stream: tls,
+                    ..self
+                }));
+            }
+        };
+        let stream = tcp.into_std().map_err(|_| None)?;
+        Ok(ParkedConnection {
+            stream,
+            peer: self.peer,
+            since: self.since,
+            requests: self.requests,
+            checks_epoch: self.checks_epoch,
+            client_subject: self.client_subject,
+        })
     }
 
     /// Closes a connection weir chose to end while it was idle (idle timeout,

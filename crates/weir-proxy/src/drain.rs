@@ -1,10 +1,12 @@
 //! Counts live client connections so shutdown can wait for them to finish.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Notify;
+use weir_rules::limits::ConnectionPermit;
 
+use crate::client::IdleConnection;
 use crate::route::VirtualServerRuntime;
 
 /// Live client connections across all listeners.
@@ -15,6 +17,9 @@ pub(crate) struct Drain {
     /// Set when the drain timeout passed: connections still open end now.
     cut: AtomicBool,
     cut_notify: Notify,
+    /// Where idle connections wait parked (`park.rs`): opened by the proxy's run,
+    /// absent where connections are served without one (then none is parked).
+    lot: OnceLock<Arc<dyn Parking>>,
 }
 
 /// Held by each connection task; the last one dropped wakes the drainer.
@@ -29,6 +34,12 @@ impl Drain {
         DrainGuard {
             drain: Arc::clone(self),
         }
+    }
+
+    /// Gives this proxy's connections a lot to be parked in (once). Without one they
+    /// are never parked.
+    pub(crate) fn open_lot(&self, lot: Arc<dyn Parking>) {
+        let _ = self.lot.set(lot);
     }
 
     pub(crate) fn active(&self) -> usize {
@@ -75,6 +86,11 @@ impl DrainGuard {
     pub(crate) fn shared(&self) -> Arc<Drain> {
         Arc::clone(&self.drain)
     }
+
+    /// The lot where this connection may be parked, if the proxy opened one.
+    pub(crate) fn lot(&self) -> Option<&Arc<dyn Parking>> {
+        self.drain.lot.get()
+    }
 }
 
 impl Drop for DrainGuard {
@@ -85,12 +101,23 @@ impl Drop for DrainGuard {
     }
 }
 
+/// Where idle plain HTTP/1.1 connections are parked (`park.rs`), as a connection's task
+/// sees it.
+pub(crate) trait Parking: std::fmt::Debug + Send + Sync {
+    /// Takes over an idle connection and what its task held; the task then ends. One
+    /// that cannot be parked is served by a task of its own again (or closed).
+    fn park(&self, idle: IdleConnection, admission: Admission, shutdown: weir_core::ShutdownSignal);
+}
+
 /// An admitted client connection's place in its virtual server's count and in
 /// the drain, held by its task and given back when the task ends.
 #[derive(Debug)]
 pub(crate) struct Admission {
     pub vs: Arc<VirtualServerRuntime>,
     pub(crate) drain: DrainGuard,
+    /// The connection's place in its client's connection limit, when one is
+    /// configured (boxed: in every connection's task, it costs a word).
+    pub(crate) permit: Option<Box<ConnectionPermit>>,
 }
 
 impl Drop for Admission {

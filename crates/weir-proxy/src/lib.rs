@@ -35,6 +35,7 @@ mod listener;
 mod live;
 mod model;
 mod names;
+mod park;
 mod pipeline;
 mod policy;
 mod proxy;

@@ -331,6 +331,7 @@ async fn accept_loop(
         let admission = Admission {
             vs: Arc::clone(vs),
             drain: context.drain.enter(),
+            permit: None,
         };
         if front::needed(vs) {
             // PROXY header, passthrough or a TCP session: the front stages first (an
@@ -343,28 +344,22 @@ async fn accept_loop(
 }
 
 /// Spawns the pipeline for an admitted connection, past its client's connection limit
-/// (`client_connections`) first: within it, the connection's task holds its place in
-/// the count until it ends (only then is the task larger); past it, the first request
-/// gets the limit's answer.
+/// (`client_connections`) first: within it, the connection holds its place in the count
+/// (in its [`Admission`], parked or not) until it ends; past it, the first request gets
+/// the limit's answer.
 fn spawn_connection(
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
-    admission: Admission,
+    mut admission: Admission,
     signal: ShutdownSignal,
 ) {
     let vs = Arc::clone(&admission.vs);
     match vs.traffic.limits.admit_connection(peer.ip()) {
-        Ok(None) => {
+        Ok(permit) => {
+            admission.permit = permit.map(Box::new);
             tokio::spawn(pipeline::serve_connection(
                 stream, peer, admission, signal, None,
             ));
-        }
-        Ok(Some(permit)) => {
-            let serve = pipeline::serve_connection(stream, peer, admission, signal, None);
-            tokio::spawn(async move {
-                let _permit = permit;
-                serve.await;
-            });
         }
         Err(refusal) => {
             vs.traffic.metrics.client_connection_refusals.inc();

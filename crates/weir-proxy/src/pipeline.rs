@@ -26,7 +26,7 @@ use weir_upstream::Pool;
 
 use crate::answer::Failure;
 use crate::answer::lossy;
-use crate::client::{Client, IdleConnection, IdleTimer, OwnAnswer, Verified};
+use crate::client::{Client, IdleConnection, IdleTimer, OwnAnswer, Verified, Waited};
 use crate::content::{self, Early, Looked};
 use crate::drain::{Admission, Drain, DrainGuard};
 use crate::exchange;
@@ -175,11 +175,20 @@ fn serve_kept_alive(
         let watch = std::pin::pin!(shutdown.watch());
         let sleep = std::pin::pin!(tokio::time::sleep_until(idle.deadline(&vs)));
         let mut timer = IdleTimer::new(sleep, watch);
+        // Whether the connection may be parked: only where the proxy has a lot.
+        let parkable = admission.drain.lot().is_some();
         let h2c_client = loop {
-            if !idle.wait_for_request(&vs, &mut timer).await {
-                // Idle timeout or drain: weir ends the connection (close_notify on TLS).
-                Box::pin(idle.close()).await;
-                return;
+            match idle.wait_for_request(&vs, parkable, &mut timer).await {
+                Waited::Bytes => {}
+                Waited::Park => {
+                    park(idle, admission, shutdown.clone());
+                    return;
+                }
+                Waited::Close => {
+                    // Idle timeout or drain: weir ends the connection (close_notify on TLS).
+                    Box::pin(idle.close()).await;
+                    return;
+                }
             }
             // What woke the connection; the `Client` (with its buffers) never lives
             // across an await of this task, only inside the boxed futures.
@@ -224,6 +233,44 @@ fn serve_kept_alive(
         let serve = { h2c(*h2c_client, &vs, &shutdown, &admission.drain) };
         serve.await;
     }
+}
+
+/// A parked connection served by a task again (`park.rs`), from where it waited.
+///
+/// The lot saw bytes (or a close) on its socket, but the runtime learns of them only
+/// when its reactor next turns, and until then the connection's wait would see nothing
+/// and, past `park_idle`, park it again at once. So it first waits for the runtime to
+/// see its socket readable (or its timeout, or the drain its lot resumed it for).
+pub(crate) fn resume(
+    idle: IdleConnection,
+    admission: Admission,
+    shutdown: ShutdownSignal,
+) -> impl Future<Output = ()> + Send + 'static {
+    let deadline = idle.deadline(&admission.vs);
+    let ended = shutdown.clone();
+    let start = Box::pin(async move {
+        tokio::select! {
+            () = idle.readable() => {}
+            () = tokio::time::sleep_until(deadline) => {}
+            () = ended.triggered() => {}
+        }
+        Some(idle)
+    });
+    serve_kept_alive(start, admission, shutdown)
+}
+
+/// Parks an idle connection (`park.rs`); the task that waited for it ends.
+fn park(idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
+    match admission.drain.lot().cloned() {
+        Some(lot) => lot.park(idle, admission, shutdown),
+        // Never asked for without a lot; served on rather than lost.
+        None => spawn_resumed(idle, admission, shutdown),
+    }
+}
+
+/// Serves an idle connection in a task of its own again (see [`resume`]).
+pub(crate) fn spawn_resumed(idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
+    tokio::spawn(resume(idle, admission, shutdown));
 }
 
 /// The future that serves an h2c connection, boxed where it is made: built in the
@@ -1391,6 +1438,7 @@ mod tests {
         let admission = Admission {
             vs: Arc::clone(&vs),
             drain: drain.enter(),
+            permit: None,
         };
         let task = serve_connection(stream, addr, admission, signal, None);
         let size = std::mem::size_of_val(&task);

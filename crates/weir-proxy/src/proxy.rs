@@ -151,6 +151,10 @@ impl BoundProxy {
     /// in-flight requests finish (up to the drain timeout) and returns.
     pub async fn run(self, shutdown: ShutdownSignal) -> io::Result<()> {
         let drain = Arc::new(Drain::default());
+        drain.open_lot(crate::park::Lot::open(
+            shutdown.clone(),
+            crate::pipeline::spawn_resumed,
+        )?);
         self.live
             .start(self.listeners, shutdown.clone(), Arc::clone(&drain))?;
         let stop = shutdown.clone();

@@ -170,13 +170,13 @@ fn account(
 pub(crate) async fn serve_limited(
     (stream, start): (TcpStream, Option<weir_tls::HandshakeStart>),
     client: SocketAddr,
-    admission: Admission,
+    mut admission: Admission,
     shutdown: ShutdownSignal,
 ) {
     let vs = Arc::clone(&admission.vs);
     match vs.traffic.limits.admit_connection(client.ip()) {
         Ok(permit) => {
-            let _permit = permit;
+            admission.permit = permit.map(Box::new);
             crate::pipeline::serve_connection(stream, client, admission, shutdown, start).await;
         }
         Err(refusal) => {

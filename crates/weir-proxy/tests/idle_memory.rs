@@ -44,7 +44,9 @@ impl CountedProxy {
         let (stop, stopped) = oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
             count_this_thread();
+            // The runtime's blocking threads too: parked connections wait on one.
             let runtime = tokio::runtime::Builder::new_current_thread()
+                .on_thread_start(count_this_thread)
                 .enable_all()
                 .build()
                 .expect("runtime");
@@ -143,6 +145,12 @@ fn toml_path(path: &Path) -> String {
 
 const CONNECTIONS: usize = 1000;
 
+const LIMITS: &str = "[virtual_servers.web.limits]\nmax_connections = 5000\n";
+
+/// What a connection's task holds is measured with parking off: with it on, a
+/// connection idle for `park_idle` gives up its task (see the parked test below).
+const NEVER_PARKED: &str = "[virtual_servers.web.timeouts]\npark_idle = \"0s\"\n";
+
 /// 1,000 kept-alive client connections, one request each, then idle: each
 /// holds its task and its socket's registration and nothing else. With the
 /// request's buffers kept (4 KiB to read the client, 8 KiB to read the node)
@@ -154,7 +162,7 @@ async fn idle_plain_client_connections_hold_no_buffers() {
     let proxy = CountedProxy::start(weir_testkit::config(
         &[origin.addr],
         "",
-        "[virtual_servers.web.limits]\nmax_connections = 5000",
+        &format!("{LIMITS}{NEVER_PARKED}"),
     ));
     let addr = proxy.addr;
     // Warm up: the upstream connection, the buffer pool, the runtime's tables.
@@ -188,6 +196,13 @@ async fn idle_plain_client_connections_hold_no_buffers() {
     origin.stop().await;
 }
 
+/// Waits until silent connections are accepted: listeners defer the accept of a
+/// connection that has sent nothing (`TCP_DEFER_ACCEPT`, 1 s), and the kernel
+/// hands it over when the client answers the SYN-ACK it sends again after that.
+async fn accepted_silent() {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+}
+
 /// Connections that have not sent anything yet hold no more: the socket may be
 /// reported readable right after the accept with nothing to read, and a
 /// connection that took its buffers then would keep them (8.5 KiB each) until
@@ -199,7 +214,7 @@ async fn silent_client_connections_hold_no_buffers() {
     let proxy = CountedProxy::start(weir_testkit::config(
         &[origin.addr],
         "",
-        "[virtual_servers.web.limits]\nmax_connections = 5000",
+        &format!("{LIMITS}{NEVER_PARKED}"),
     ));
     let addr = proxy.addr;
     tokio::task::spawn_blocking(move || drop(open_idle(addr, 20)))
@@ -213,6 +228,7 @@ async fn silent_client_connections_hold_no_buffers() {
     })
     .await
     .unwrap();
+    accepted_silent().await;
     let after = settled_live_bytes().await;
     let per_connection = (after - before) / CONNECTIONS as i64;
     eprintln!("silent plain client connection: {per_connection} bytes");
@@ -220,6 +236,63 @@ async fn silent_client_connections_hold_no_buffers() {
         per_connection <= 1024,
         "{per_connection} bytes per connection that has sent nothing"
     );
+    drop(held);
+    drop(proxy);
+    origin.stop().await;
+}
+
+/// Parked connections (`crates/weir-proxy/src/park.rs`), kept-alive ones and ones
+/// that have sent nothing, give up their task and the runtime's registration of
+/// their socket: what is left is their entry in the lot's table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_client_connections_hold_only_their_entry_in_the_lot() {
+    let _serial = SERIAL.lock().await;
+    let origin = TestOrigin::start("a").await;
+    let proxy = CountedProxy::start(weir_testkit::config(
+        &[origin.addr],
+        "",
+        &format!("{LIMITS}[virtual_servers.web.timeouts]\npark_idle = \"50ms\"\n"),
+    ));
+    let addr = proxy.addr;
+    // Warm up: the upstream connection, the buffer pool, the runtime's tables. The
+    // lot's table is left small: its growth is what parked connections cost.
+    let warm = tokio::task::spawn_blocking(move || open_idle(addr, 20))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(warm);
+    let before = settled_live_bytes().await;
+    let held = tokio::task::spawn_blocking(move || {
+        let mut held = open_idle(addr, CONNECTIONS / 2);
+        held.extend((0..CONNECTIONS / 2).map(|_| TcpStream::connect(addr).expect("connect")));
+        held
+    })
+    .await
+    .unwrap();
+    accepted_silent().await;
+    let after = settled_live_bytes().await;
+    let per_connection = (after - before) / CONNECTIONS as i64;
+    eprintln!("parked client connection: {per_connection} bytes");
+    // Its entry: the socket, the client's address, its times and counts, its
+    // place in the counts (`Admission`) and its drain signal: 112 bytes in a
+    // table grown by pages of 256.
+    assert!(
+        per_connection <= 160,
+        "{per_connection} bytes per parked client connection"
+    );
+    // Woken, each is served again.
+    let held = tokio::task::spawn_blocking(move || {
+        let mut held = held;
+        for stream in &mut held {
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            request(stream);
+        }
+        held
+    })
+    .await
+    .unwrap();
     drop(held);
     drop(proxy);
     origin.stop().await;

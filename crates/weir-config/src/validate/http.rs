@@ -90,6 +90,7 @@ mod tests {
         assert_eq!(vs.limits.min_body_rate, 1024);
         assert_eq!(vs.timeouts.body_total, Duration::from_secs(300));
         assert_eq!(vs.timeouts.tunnel_idle, Duration::from_secs(300));
+        assert_eq!(vs.timeouts.park_idle, Duration::from_secs(10));
         let pool = &config.pools[0];
         assert_eq!(pool.connections.max_tunnels, 64);
         assert_eq!(pool.timeouts.write, Duration::from_secs(30));
@@ -101,7 +102,8 @@ mod tests {
             "[virtual_servers.web.http]\nconnect = true\ntrace = true\n\
              upgrades = [\"WebSocket\", \"foo/2\"]\nunderscore_headers = \"reject\"\n\
              [virtual_servers.web.limits]\nmin_body_rate = 0\n\
-             [virtual_servers.web.timeouts]\nbody_total = \"1m\"\ntunnel_idle = \"30s\"\n",
+             [virtual_servers.web.timeouts]\nbody_total = \"1m\"\ntunnel_idle = \"30s\"\n\
+             park_idle = \"0s\"\n",
             "[pools.web.connections]\nmax_tunnels = 0\n[pools.web.timeouts]\nwrite = \"5s\"\n",
         )
         .unwrap();
@@ -115,6 +117,7 @@ mod tests {
         assert_eq!(vs.limits.min_body_rate, 0);
         assert_eq!(vs.timeouts.body_total, Duration::from_secs(60));
         assert_eq!(vs.timeouts.tunnel_idle, Duration::from_secs(30));
+        assert_eq!(vs.timeouts.park_idle, Duration::ZERO, "zero: never parked");
         assert_eq!(config.pools[0].connections.max_tunnels, 0);
         assert_eq!(config.pools[0].timeouts.write, Duration::from_secs(5));
     }

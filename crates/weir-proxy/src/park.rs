@@ -1,0 +1,426 @@
+//! The lot: where idle plain HTTP/1.1 client connections wait parked.
+//!
+//! A kept-alive connection's task waits for its next request holding a few hundred
+//! bytes (`pipeline.rs`), and the runtime keeps a 256-byte registration of its
+//! socket: about 0.8 KiB an idle connection. Once one has waited its virtual server's
+//! `timeouts.park_idle`, its task ends and the connection waits here instead: its
+//! socket in one epoll set of the proxy's own, and what the
+//! connection needs to go on in one table, about 0.15 KiB in all.
+//!
+//! One task watches the set for the whole proxy, through the runtime's reactor. Each
+//! socket is registered in the set once, on its first park, to report one event
+//! (`EPOLLONESHOT`): a later park only re-arms it, and a resume has nothing to undo
+//! there. (Adding a socket to a set that another set watches makes the kernel check
+//! for loops between sets, under a global lock; re-arming does not.)
+//!
+//! - Bytes from the client (or its close) resume the connection: its socket goes back
+//!   to the runtime and a new task serves it from where it waited
+//!   (`pipeline::resume`).
+//! - Its idle timeout closes it here, as its task would have: a FIN, no answer.
+//! - A drain (shutdown, or a reload that removes its virtual server) resumes it, so
+//!   that it ends the way a connection waiting in its task does (a request already on
+//!   its way still gets its answer, with `Connection: close`).
+//!
+//! A parked connection keeps its [`Admission`]: it counts as open, in its client's
+//! connection limit, and in the drain.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rustix::event::epoll;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use weir_core::ShutdownSignal;
+
+use crate::client::{IdleConnection, ParkedConnection};
+use crate::drain::{Admission, Parking};
+
+/// Serves an idle connection in a task of its own from where it waited (given by the
+/// proxy: `pipeline::spawn_resumed`).
+pub(crate) type Resume = fn(IdleConnection, Admission, ShutdownSignal);
+
+/// How often the table is looked through even when no idle timeout is due: a
+/// virtual server removed by a reload has its parked connections resumed (to end)
+/// within this.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// The least time between two sweeps, however soon the next idle timeout: a parked
+/// connection is closed up to this late, and a table of many connections is not
+/// looked through more often.
+const SWEEP_GAP: Duration = Duration::from_millis(100);
+
+/// Readiness events taken from the set per system call.
+const EVENTS: usize = 256;
+
+/// Entries per page of the table: pages are added as it grows and kept, so that
+/// growing never copies the table (nor holds two copies at once).
+const PAGE: usize = 256;
+
+/// A parked connection with what its task held.
+struct Parked {
+    connection: ParkedConnection,
+    admission: Admission,
+    /// What ends the connection: shutdown, or its virtual server's removal.
+    signal: ShutdownSignal,
+}
+
+impl Parked {
+    /// When its idle timeout passes.
+    fn deadline(&self) -> Instant {
+        self.connection.deadline(&self.admission.vs)
+    }
+}
+
+/// The proxy's lot (one per running proxy, in its `Drain`).
+pub(crate) struct Lot {
+    /// The epoll set (its task waits on it through the runtime).
+    set: OwnedFd,
+    table: Mutex<Table>,
+    /// A connection was parked with a deadline before the next sweep.
+    sooner: Notify,
+    resume: Resume,
+}
+
+impl std::fmt::Debug for Lot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lot")
+            .field("parked", &self.table().parked)
+            .finish()
+    }
+}
+
+/// The places of parked connections. A token (an event's data) is a place and the
+/// place's generation, so that an event left armed for a connection that has since
+/// gone (see [`Lot::park`]) cannot wake another that took its place.
+#[derive(Default)]
+struct Table {
+    /// Entries by place: page `place / PAGE`, index `place % PAGE`.
+    pages: Vec<Box<[Slot]>>,
+    /// Empty places.
+    free: Vec<u32>,
+    parked: usize,
+    /// When the task looks through the table next (`None`: nothing is parked).
+    next_sweep: Option<Instant>,
+    /// Nothing is parked any more (shutdown).
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Slot {
+    generation: u32,
+    parked: Option<Parked>,
+}
+
+fn token(place: u32, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | u64::from(place)
+}
+
+impl Table {
+    fn slot(&mut self, place: u32) -> Option<&mut Slot> {
+        let place = place as usize;
+        self.pages.get_mut(place / PAGE)?.get_mut(place % PAGE)
+    }
+
+    /// An empty place, adding a page if none is left, and the token it is parked
+    /// under.
+    fn place(&mut self) -> (u32, u64) {
+        if self.free.is_empty() {
+            let first = (self.pages.len() * PAGE) as u32;
+            self.pages
+                .push((0..PAGE).map(|_| Slot::default()).collect());
+            // Handed out lowest first.
+            self.free.extend((first..first + PAGE as u32).rev());
+        }
+        let place = self.free.pop().unwrap_or_default();
+        let generation = self.slot(place).map_or(0, |slot| slot.generation);
+        (place, token(place, generation))
+    }
+
+    fn insert(&mut self, place: u32, parked: Parked) {
+        if let Some(slot) = self.slot(place) {
+            slot.parked = Some(parked);
+            self.parked += 1;
+        }
+    }
+
+    /// The connection parked under `token`, if it still is.
+    fn take(&mut self, token: u64) -> Option<Parked> {
+        let place = token as u32;
+        let slot = self.slot(place)?;
+        if token != self::token(place, slot.generation) {
+            return None;
+        }
+        let parked = slot.parked.take()?;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.parked -= 1;
+        self.free.push(place);
+        Some(parked)
+    }
+
+    /// Every token a connection is parked under now.
+    fn tokens(&self) -> impl Iterator<Item = u64> + '_ {
+        self.pages.iter().enumerate().flat_map(|(page, slots)| {
+            slots.iter().enumerate().filter_map(move |(index, slot)| {
+                slot.parked.as_ref()?;
+                Some(token((page * PAGE + index) as u32, slot.generation))
+            })
+        })
+    }
+}
+
+impl Lot {
+    /// A lot and its task (inside the runtime); the task ends at `shutdown`, resuming
+    /// every connection parked then. `resume` serves a connection taken out of the lot.
+    pub(crate) fn open(shutdown: ShutdownSignal, resume: Resume) -> io::Result<Arc<Lot>> {
+        let set = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let watched = watched(set.try_clone()?)?;
+        let lot = Arc::new(Lot {
+            set,
+            table: Mutex::new(Table::default()),
+            sooner: Notify::new(),
+            resume,
+        });
+        tokio::spawn(watch(Arc::clone(&lot), watched, shutdown));
+        Ok(lot)
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Parks a connection; `Err` gives it back when the lot has closed or its socket
+    /// could not join the set.
+    ///
+    /// A socket parked before is still in the set, its one event spent (it woke it)
+    /// or still armed (a drain resumed it): re-armed under its new token. Only a
+    /// socket new to the set is added.
+    fn enter(&self, parked: Parked) -> Result<(), Box<Parked>> {
+        let deadline = parked.deadline();
+        let mut table = self.table();
+        if table.closed {
+            return Err(Box::new(parked));
+        }
+        let (place, token) = table.place();
+        // Armed with the table locked: an event for it waits for the entry. Bytes
+        // that came before are reported at once.
+        let socket = parked.connection.socket().as_fd();
+        let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP | epoll::EventFlags::ONESHOT;
+        let data = epoll::EventData::new_u64(token);
+        let armed = match epoll::modify(&self.set, socket, data, flags) {
+            Err(rustix::io::Errno::NOENT) => epoll::add(&self.set, socket, data, flags),
+            armed => armed,
+        };
+        if armed.is_err() {
+            table.free.push(place);
+            return Err(Box::new(parked));
+        }
+        parked.admission.vs.metrics.connections_parked.inc();
+        table.insert(place, parked);
+        // Swept by its deadline, and within SWEEP_EVERY for a drain.
+        let due = deadline.min(Instant::now() + SWEEP_EVERY);
+        let sooner = table.next_sweep.is_none_or(|next| due < next);
+        if sooner {
+            table.next_sweep = Some(due);
+        }
+        drop(table);
+        if sooner {
+            self.sooner.notify_one();
+        }
+        Ok(())
+    }
+}
+
+impl Parking for Lot {
+    fn park(&self, idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
+        let connection = match idle.park() {
+            Ok(connection) => connection,
+            Err(Some(idle)) => return (self.resume)(idle, admission, shutdown),
+            // Its socket would not leave the runtime: it closes.
+            Err(None) => return,
+        };
+        let parked = Parked {
+            connection,
+            admission,
+            signal: shutdown,
+        };
+        if let Err(parked) = self.enter(parked) {
+            self.resume(*parked);
+        }
+    }
+}
+
+impl Lot {
+    /// Serves a connection out of the table (or one it did not take) in a task of its
+    /// own again; one whose socket cannot rejoin the runtime is closed.
+    fn resume(&self, parked: Parked) {
+        let Parked {
+            connection,
+            admission,
+            signal,
+        } = parked;
+        if let Ok(idle) = connection.resume() {
+            (self.resume)(idle, admission, signal);
+        }
+    }
+}
+
+/// A connection out of the table, back to a task (it stays in the set, disarmed or
+/// armed for one event that its token no longer matches).
+fn unparked(lot: &Lot, parked: Parked) {
+    parked.admission.vs.metrics.connections_parked.dec();
+    lot.resume(parked);
+}
+
+/// A connection out of the table whose idle timeout passed: closing its socket takes
+/// it out of the set.
+fn expired(parked: Parked) {
+    parked.admission.vs.metrics.connections_parked.dec();
+    parked.connection.close();
+}
+
+/// The set, registered with the runtime's reactor for readability.
+///
+/// tokio deprecates its safe `AsyncFd` constructors (I/O safety: the object must keep
+/// the same open descriptor for as long as it is registered) for `unsafe` ones, which
+/// this crate does not allow. An `OwnedFd` holds its descriptor from its creation to
+/// its drop and is owned by the `AsyncFd` here, so the safe one's condition holds.
+#[allow(deprecated)]
+fn watched(set: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
+    AsyncFd::with_interest(set, tokio::io::Interest::READABLE)
+}
+
+/// The lot's task: resumes the connections the set reports, and sweeps the table
+/// for idle timeouts and drains.
+async fn watch(lot: Arc<Lot>, set: AsyncFd<OwnedFd>, shutdown: ShutdownSignal) {
+    // Dropped with the runtime before a shutdown, the task closes what is parked (and
+    // so lets go of the drain each entry holds, which holds the lot).
+    let _closer = CloseOnDrop(Arc::clone(&lot));
+    let mut woken = Vec::new();
+    let mut last_sweep = Instant::now();
+    // One timer for all sweeps, moved only when the next one changes.
+    let mut sweep_due = std::pin::pin!(tokio::time::sleep_until(last_sweep + SWEEP_EVERY));
+    loop {
+        let next_sweep = lot
+            .table()
+            .next_sweep
+            .map(|next| next.max(last_sweep + SWEEP_GAP));
+        if let Some(next) = next_sweep
+            && sweep_due.deadline() != next
+        {
+            sweep_due.as_mut().reset(next);
+        }
+        tokio::select! {
+            biased;
+            () = shutdown.triggered() => break,
+            ready = set.readable() => {
+                let Ok(mut ready) = ready else {
+                    break;
+                };
+                match take_ready(&lot, set.get_ref(), &mut woken) {
+                    Ok(taken) if taken < EVENTS => {
+                        // All taken: wait for the set to report more (a report that
+                        // came since this wait began keeps it ready).
+                        ready.clear_ready();
+                    }
+                    Ok(_) => {}
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(error) => {
+                        tracing::error!(%error, "the lot of parked connections failed; resuming them");
+                        break;
+                    }
+                }
+                for parked in woken.drain(..) {
+                    unparked(&lot, parked);
+                }
+            }
+            () = &mut sweep_due, if next_sweep.is_some() => {
+                sweep(&lot);
+                last_sweep = Instant::now();
+            }
+            () = lot.sooner.notified() => {}
+        }
+    }
+    // Shutdown (or a failed set): every connection goes back to a task, which ends it
+    // as the drain says, and nothing is parked from now on.
+    for parked in lot.close_all() {
+        unparked(&lot, parked);
+    }
+}
+
+/// See [`watch`].
+struct CloseOnDrop(Arc<Lot>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        for parked in self.0.close_all() {
+            expired(parked);
+        }
+    }
+}
+
+impl Lot {
+    /// Closes the lot to new connections and takes out those parked.
+    fn close_all(&self) -> Vec<Parked> {
+        let mut table = self.table();
+        table.closed = true;
+        let tokens: Vec<u64> = table.tokens().collect();
+        tokens
+            .into_iter()
+            .filter_map(|token| table.take(token))
+            .collect()
+    }
+}
+
+/// Takes the events the set has ready (up to [`EVENTS`], without waiting) and the
+/// connections they are for out of the table; how many events there were.
+fn take_ready(lot: &Lot, set: &OwnedFd, woken: &mut Vec<Parked>) -> rustix::io::Result<usize> {
+    let mut events = [const { MaybeUninit::<epoll::Event>::uninit() }; EVENTS];
+    let no_wait = rustix::event::Timespec::default();
+    let (ready, _) = epoll::wait(set, &mut events, Some(&no_wait))?;
+    let mut table = lot.table();
+    woken.extend(
+        ready
+            .iter()
+            .filter_map(|event| table.take(event.data.u64())),
+    );
+    Ok(ready.len())
+}
+
+/// Closes the parked connections whose idle timeout passed, resumes those a drain
+/// ends, and sets the next sweep.
+fn sweep(lot: &Lot) {
+    let now = Instant::now();
+    let mut ended = Vec::new();
+    let mut done = Vec::new();
+    let mut table = lot.table();
+    let mut next: Option<Instant> = None;
+    let tokens: Vec<u64> = table.tokens().collect();
+    for token in tokens {
+        let Some(parked) = table
+            .slot(token as u32)
+            .and_then(|slot| slot.parked.as_ref())
+        else {
+            continue;
+        };
+        let deadline = parked.deadline();
+        if parked.signal.has_ended() {
+            ended.extend(table.take(token));
+        } else if deadline <= now {
+            done.extend(table.take(token));
+        } else {
+            next = Some(next.map_or(deadline, |next| next.min(deadline)));
+        }
+    }
+    table.next_sweep = next.map(|next| next.min(now + SWEEP_EVERY));
+    drop(table);
+    for parked in ended {
+        unparked(lot, parked);
+    }
+    for parked in done {
+        expired(parked);
+    }
+}

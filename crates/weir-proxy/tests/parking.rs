@@ -1,0 +1,219 @@
+//! Idle plain HTTP/1.1 connections parked after `timeouts.park_idle`
+//! (`crates/weir-proxy/src/park.rs`): they serve their next request, close at their
+//! timeouts, keep their places in the counts, and end with a drain.
+
+use std::time::{Duration, Instant};
+
+use weir_testkit::client::Connection;
+use weir_testkit::{TestOrigin, TestProxy, config};
+
+const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: h\r\n\r\n";
+
+fn metric(proxy: &TestProxy, name: &str) -> f64 {
+    proxy
+        .metrics
+        .encode()
+        .lines()
+        .filter(|line| line.starts_with(name))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn parked(proxy: &TestProxy) -> f64 {
+    metric(proxy, "weir_client_connections_parked{")
+}
+
+fn open(proxy: &TestProxy) -> f64 {
+    metric(proxy, "weir_client_connections_open{")
+}
+
+/// Waits up to 3 s for `check` to hold.
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn timeouts(lines: &str) -> String {
+    format!("[virtual_servers.web.timeouts]\n{lines}\n")
+}
+
+async fn served(connection: &mut Connection) -> u16 {
+    connection.send(REQUEST).await.unwrap();
+    connection.response().await.unwrap().status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_parked_and_serves_its_next_requests() {
+    let origin = TestOrigin::start("a").await;
+    let vs = timeouts("park_idle = \"100ms\"");
+    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let mut client = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(served(&mut client).await, 200);
+    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    assert_eq!(open(&proxy), 1.0, "a parked connection is still open");
+    // Two pipelined requests wake it: both are answered, in order.
+    client.send(&[REQUEST, REQUEST].concat()).await.unwrap();
+    assert_eq!(client.response().await.unwrap().status, 200);
+    assert_eq!(client.response().await.unwrap().status, 200);
+    // And it parks again, and is woken again, as often as it goes idle.
+    for _ in 0..3 {
+        until("the connection is parked again", || parked(&proxy) == 1.0).await;
+        assert_eq!(served(&mut client).await, 200);
+    }
+    assert_eq!(open(&proxy), 1.0);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_connection_closes_at_its_idle_timeout() {
+    let origin = TestOrigin::start("a").await;
+    let vs = timeouts("park_idle = \"100ms\"\nidle = \"1s\"");
+    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let mut client = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(served(&mut client).await, 200);
+    let answered = Instant::now();
+    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    assert!(client.is_closed(Duration::from_secs(3)).await);
+    let waited = answered.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_millis(1800),
+        "closed {waited:?} after its answer, idle timeout 1 s"
+    );
+    until("its place is given back", || {
+        open(&proxy) == 0.0 && parked(&proxy) == 0.0
+    })
+    .await;
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_is_parked_and_closed_at_its_header_timeout() {
+    let origin = TestOrigin::start("a").await;
+    let vs = timeouts("park_idle = \"100ms\"\nheader_read = \"1s\"");
+    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let mut client = Connection::open(proxy.addr).await.unwrap();
+    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    assert!(client.is_closed(Duration::from_secs(3)).await);
+    until("its place is given back", || open(&proxy) == 0.0).await;
+    // One that speaks after parking is served.
+    let mut late = Connection::open(proxy.addr).await.unwrap();
+    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    assert_eq!(served(&mut late).await, 200);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_closing_a_parked_connection_gives_its_place_back() {
+    let origin = TestOrigin::start("a").await;
+    let vs = timeouts("park_idle = \"100ms\"");
+    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let mut client = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(served(&mut client).await, 200);
+    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    drop(client);
+    until("its place is given back", || {
+        open(&proxy) == 0.0 && parked(&proxy) == 0.0
+    })
+    .await;
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_connection_keeps_its_place_in_its_clients_connection_limit() {
+    let origin = TestOrigin::start("a").await;
+    let vs = format!(
+        "{}[virtual_servers.web.client_connections]\nmax = 1\n",
+        timeouts("park_idle = \"100ms\"")
+    );
+    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let mut first = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(served(&mut first).await, 200);
+    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    let mut second = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(
+        served(&mut second).await,
+        503,
+        "the limit counts the parked one"
+    );
+    // Woken, the first goes on within the limit; closed, its place is free.
+    assert_eq!(served(&mut first).await, 200);
+    drop(first);
+    until("its place is given back", || open(&proxy) == 0.0).await;
+    let mut third = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(served(&mut third).await, 200);
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_ends_parked_connections_without_waiting_for_their_timeout() {
+    let origin = TestOrigin::start("a").await;
+    let vs = timeouts("park_idle = \"100ms\"\nidle = \"60s\"");
+    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let mut clients = Vec::new();
+    for _ in 0..20 {
+        let mut client = Connection::open(proxy.addr).await.unwrap();
+        assert_eq!(served(&mut client).await, 200);
+        clients.push(client);
+    }
+    until("the connections are parked", || parked(&proxy) == 20.0).await;
+    let stopping = Instant::now();
+    proxy.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the drain waited {:?} for parked connections",
+        stopping.elapsed()
+    );
+    for client in &mut clients {
+        assert!(client.is_closed(Duration::from_secs(1)).await);
+    }
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_removes_the_virtual_server_ends_its_parked_connections() {
+    let origin = TestOrigin::start("a").await;
+    let vs = timeouts("park_idle = \"100ms\"\nidle = \"60s\"");
+    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let mut client = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(served(&mut client).await, 200);
+    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    let other = format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+         [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\n\
+         [virtual_servers.other]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n",
+        origin.addr
+    );
+    let candidate = weir_config::parse_str(&other, "test.toml").unwrap();
+    proxy.live.apply(candidate).unwrap();
+    assert!(
+        client.is_closed(Duration::from_secs(4)).await,
+        "a parked connection of a removed virtual server stayed open"
+    );
+    proxy.stop().await;
+    origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn park_idle_zero_never_parks() {
+    let origin = TestOrigin::start("a").await;
+    let vs = timeouts("park_idle = \"0s\"");
+    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let mut client = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(served(&mut client).await, 200);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(parked(&proxy), 0.0);
+    assert_eq!(served(&mut client).await, 200);
+    proxy.stop().await;
+    origin.stop().await;
+}
