@@ -48,38 +48,66 @@ async fn served(connection: &mut Connection) -> u16 {
     connection.response().await.unwrap().status
 }
 
+/// An origin and a proxy in front of it with `vs_extra` in its virtual server.
+struct Setup {
+    origin: TestOrigin,
+    proxy: TestProxy,
+}
+
+impl Setup {
+    async fn start(vs_extra: &str) -> Setup {
+        let origin = TestOrigin::start("a").await;
+        let proxy = TestProxy::start(&config(&[origin.addr], "", vs_extra)).await;
+        Setup { origin, proxy }
+    }
+
+    /// A client connection that was served one request and is now parked.
+    async fn parked_client(&self) -> Connection {
+        let before = parked(&self.proxy);
+        let mut client = Connection::open(self.proxy.addr).await.unwrap();
+        assert_eq!(served(&mut client).await, 200);
+        until("the connection is parked", || {
+            parked(&self.proxy) == before + 1.0
+        })
+        .await;
+        client
+    }
+
+    async fn stop(self) {
+        self.proxy.stop().await;
+        self.origin.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_is_parked_and_serves_its_next_requests() {
-    let origin = TestOrigin::start("a").await;
     let vs = timeouts("park_idle = \"100ms\"");
-    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
-    let mut client = Connection::open(proxy.addr).await.unwrap();
-    assert_eq!(served(&mut client).await, 200);
-    until("the connection is parked", || parked(&proxy) == 1.0).await;
-    assert_eq!(open(&proxy), 1.0, "a parked connection is still open");
+    let setup = Setup::start(&vs).await;
+    let proxy = &setup.proxy;
+    let mut client = setup.parked_client().await;
+    assert_eq!(open(proxy), 1.0, "a parked connection is still open");
     // Two pipelined requests wake it: both are answered, in order.
     client.send(&[REQUEST, REQUEST].concat()).await.unwrap();
     assert_eq!(client.response().await.unwrap().status, 200);
     assert_eq!(client.response().await.unwrap().status, 200);
     // And it parks again, and is woken again, as often as it goes idle.
     for _ in 0..3 {
-        until("the connection is parked again", || parked(&proxy) == 1.0).await;
+        until("the connection is parked again", || parked(proxy) == 1.0).await;
         assert_eq!(served(&mut client).await, 200);
     }
-    assert_eq!(open(&proxy), 1.0);
-    proxy.stop().await;
-    origin.stop().await;
+    assert_eq!(open(proxy), 1.0);
+    setup.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_connection_closes_at_its_idle_timeout() {
-    let origin = TestOrigin::start("a").await;
     let vs = timeouts("park_idle = \"100ms\"\nidle = \"1s\"");
-    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let setup = Setup::start(&vs).await;
+    let proxy = &setup.proxy;
     let mut client = Connection::open(proxy.addr).await.unwrap();
     assert_eq!(served(&mut client).await, 200);
     let answered = Instant::now();
-    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    until("the connection is parked", || parked(proxy) == 1.0).await;
     assert!(client.is_closed(Duration::from_secs(3)).await);
     let waited = answered.elapsed();
     assert!(
@@ -87,58 +115,51 @@ async fn a_parked_connection_closes_at_its_idle_timeout() {
         "closed {waited:?} after its answer, idle timeout 1 s"
     );
     until("its place is given back", || {
-        open(&proxy) == 0.0 && parked(&proxy) == 0.0
+        open(proxy) == 0.0 && parked(proxy) == 0.0
     })
     .await;
-    proxy.stop().await;
-    origin.stop().await;
+    setup.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_is_parked_and_closed_at_its_header_timeout() {
-    let origin = TestOrigin::start("a").await;
     let vs = timeouts("park_idle = \"100ms\"\nheader_read = \"1s\"");
-    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let setup = Setup::start(&vs).await;
+    let proxy = &setup.proxy;
     let mut client = Connection::open(proxy.addr).await.unwrap();
-    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    until("the connection is parked", || parked(proxy) == 1.0).await;
     assert!(client.is_closed(Duration::from_secs(3)).await);
-    until("its place is given back", || open(&proxy) == 0.0).await;
+    until("its place is given back", || open(proxy) == 0.0).await;
     // One that speaks after parking is served.
     let mut late = Connection::open(proxy.addr).await.unwrap();
-    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    until("the connection is parked", || parked(proxy) == 1.0).await;
     assert_eq!(served(&mut late).await, 200);
-    proxy.stop().await;
-    origin.stop().await;
+    setup.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_closing_a_parked_connection_gives_its_place_back() {
-    let origin = TestOrigin::start("a").await;
     let vs = timeouts("park_idle = \"100ms\"");
-    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
-    let mut client = Connection::open(proxy.addr).await.unwrap();
-    assert_eq!(served(&mut client).await, 200);
-    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    let setup = Setup::start(&vs).await;
+    let proxy = &setup.proxy;
+    let client = setup.parked_client().await;
     drop(client);
     until("its place is given back", || {
-        open(&proxy) == 0.0 && parked(&proxy) == 0.0
+        open(proxy) == 0.0 && parked(proxy) == 0.0
     })
     .await;
-    proxy.stop().await;
-    origin.stop().await;
+    setup.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_connection_keeps_its_place_in_its_clients_connection_limit() {
-    let origin = TestOrigin::start("a").await;
     let vs = format!(
         "{}[virtual_servers.web.client_connections]\nmax = 1\n",
         timeouts("park_idle = \"100ms\"")
     );
-    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
-    let mut first = Connection::open(proxy.addr).await.unwrap();
-    assert_eq!(served(&mut first).await, 200);
-    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    let setup = Setup::start(&vs).await;
+    let proxy = &setup.proxy;
+    let mut first = setup.parked_client().await;
     let mut second = Connection::open(proxy.addr).await.unwrap();
     assert_eq!(
         served(&mut second).await,
@@ -148,27 +169,22 @@ async fn a_parked_connection_keeps_its_place_in_its_clients_connection_limit() {
     // Woken, the first goes on within the limit; closed, its place is free.
     assert_eq!(served(&mut first).await, 200);
     drop(first);
-    until("its place is given back", || open(&proxy) == 0.0).await;
+    until("its place is given back", || open(proxy) == 0.0).await;
     let mut third = Connection::open(proxy.addr).await.unwrap();
     assert_eq!(served(&mut third).await, 200);
-    proxy.stop().await;
-    origin.stop().await;
+    setup.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_ends_parked_connections_without_waiting_for_their_timeout() {
-    let origin = TestOrigin::start("a").await;
     let vs = timeouts("park_idle = \"100ms\"\nidle = \"60s\"");
-    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let setup = Setup::start(&vs).await;
     let mut clients = Vec::new();
     for _ in 0..20 {
-        let mut client = Connection::open(proxy.addr).await.unwrap();
-        assert_eq!(served(&mut client).await, 200);
-        clients.push(client);
+        clients.push(setup.parked_client().await);
     }
-    until("the connections are parked", || parked(&proxy) == 20.0).await;
     let stopping = Instant::now();
-    proxy.stop().await;
+    setup.proxy.stop().await;
     assert!(
         stopping.elapsed() < Duration::from_secs(5),
         "the drain waited {:?} for parked connections",
@@ -177,22 +193,20 @@ async fn a_shutdown_ends_parked_connections_without_waiting_for_their_timeout() 
     for client in &mut clients {
         assert!(client.is_closed(Duration::from_secs(1)).await);
     }
-    origin.stop().await;
+    setup.origin.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_that_removes_the_virtual_server_ends_its_parked_connections() {
-    let origin = TestOrigin::start("a").await;
     let vs = timeouts("park_idle = \"100ms\"\nidle = \"60s\"");
-    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
-    let mut client = Connection::open(proxy.addr).await.unwrap();
-    assert_eq!(served(&mut client).await, 200);
-    until("the connection is parked", || parked(&proxy) == 1.0).await;
+    let setup = Setup::start(&vs).await;
+    let proxy = &setup.proxy;
+    let mut client = setup.parked_client().await;
     let other = format!(
         "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
          [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\n\
          [virtual_servers.other]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n",
-        origin.addr
+        setup.origin.addr
     );
     let candidate = weir_config::parse_str(&other, "test.toml").unwrap();
     proxy.live.apply(candidate).unwrap();
@@ -200,20 +214,18 @@ async fn a_reload_that_removes_the_virtual_server_ends_its_parked_connections() 
         client.is_closed(Duration::from_secs(4)).await,
         "a parked connection of a removed virtual server stayed open"
     );
-    proxy.stop().await;
-    origin.stop().await;
+    setup.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn park_idle_zero_never_parks() {
-    let origin = TestOrigin::start("a").await;
     let vs = timeouts("park_idle = \"0s\"");
-    let proxy = TestProxy::start(&config(&[origin.addr], "", &vs)).await;
+    let setup = Setup::start(&vs).await;
+    let proxy = &setup.proxy;
     let mut client = Connection::open(proxy.addr).await.unwrap();
     assert_eq!(served(&mut client).await, 200);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(parked(&proxy), 0.0);
+    assert_eq!(parked(proxy), 0.0);
     assert_eq!(served(&mut client).await, 200);
-    proxy.stop().await;
-    origin.stop().await;
+    setup.stop().await;
 }
