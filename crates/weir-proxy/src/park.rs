@@ -88,21 +88,20 @@ pub(crate) struct Lot {
 impl std::fmt::Debug for Lot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lot")
-            .field("parked", &self.table().parked)
+            .field("parked", &self.table().len())
             .finish()
     }
 }
 
 /// The places of parked connections. A token (an event's data) is a place and the
 /// place's generation, so that an event left armed for a connection that has since
-/// gone (see [`Lot::park`]) cannot wake another that took its place.
+/// gone (see [`Lot::enter`]) cannot wake another that took its place.
 #[derive(Default)]
 struct Table {
     /// Entries by place: page `place / PAGE`, index `place % PAGE`.
     pages: Vec<Box<[Slot]>>,
     /// Empty places.
     free: Vec<u32>,
-    parked: usize,
     /// When the task looks through the table next (`None`: nothing is parked).
     next_sweep: Option<Instant>,
     /// Nothing is parked any more (shutdown).
@@ -143,7 +142,6 @@ impl Table {
     fn insert(&mut self, place: u32, parked: Parked) {
         if let Some(slot) = self.slot(place) {
             slot.parked = Some(parked);
-            self.parked += 1;
         }
     }
 
@@ -154,21 +152,41 @@ impl Table {
         if token != self::token(place, slot.generation) {
             return None;
         }
-        let parked = slot.parked.take()?;
-        slot.generation = slot.generation.wrapping_add(1);
-        self.parked -= 1;
+        let parked = slot.vacate()?;
         self.free.push(place);
         Some(parked)
     }
 
-    /// Every token a connection is parked under now.
-    fn tokens(&self) -> impl Iterator<Item = u64> + '_ {
-        self.pages.iter().enumerate().flat_map(|(page, slots)| {
-            slots.iter().enumerate().filter_map(move |(index, slot)| {
-                slot.parked.as_ref()?;
-                Some(token((page * PAGE + index) as u32, slot.generation))
-            })
-        })
+    /// Takes out every parked connection `pick` chooses, looking at each place once.
+    fn take_where(&mut self, mut pick: impl FnMut(&Parked) -> bool) -> Vec<Parked> {
+        let mut taken = Vec::new();
+        for (page, slots) in self.pages.iter_mut().enumerate() {
+            for (index, slot) in slots.iter_mut().enumerate() {
+                if slot.parked.as_ref().is_some_and(&mut pick) {
+                    taken.extend(slot.vacate());
+                    self.free.push((page * PAGE + index) as u32);
+                }
+            }
+        }
+        taken
+    }
+
+    /// How many connections are parked.
+    fn len(&self) -> usize {
+        self.pages
+            .iter()
+            .flat_map(|slots| slots.iter())
+            .filter(|slot| slot.parked.is_some())
+            .count()
+    }
+}
+
+impl Slot {
+    /// Its connection, out; the place's next token will not match the one it had.
+    fn vacate(&mut self) -> Option<Parked> {
+        let parked = self.parked.take()?;
+        self.generation = self.generation.wrapping_add(1);
+        Some(parked)
     }
 }
 
@@ -232,6 +250,26 @@ impl Lot {
         }
         Ok(())
     }
+
+    /// Serves a connection out of the table (or one it did not take) in a task of its
+    /// own again; one whose socket cannot rejoin the runtime is closed.
+    fn resume(&self, parked: Parked) {
+        let Parked {
+            connection,
+            admission,
+            signal,
+        } = parked;
+        if let Ok(idle) = connection.resume() {
+            (self.resume)(idle, admission, signal);
+        }
+    }
+
+    /// Closes the lot to new connections and takes out those parked.
+    fn close_all(&self) -> Vec<Parked> {
+        let mut table = self.table();
+        table.closed = true;
+        table.take_where(|_| true)
+    }
 }
 
 impl Parking for Lot {
@@ -249,21 +287,6 @@ impl Parking for Lot {
         };
         if let Err(parked) = self.enter(parked) {
             self.resume(*parked);
-        }
-    }
-}
-
-impl Lot {
-    /// Serves a connection out of the table (or one it did not take) in a task of its
-    /// own again; one whose socket cannot rejoin the runtime is closed.
-    fn resume(&self, parked: Parked) {
-        let Parked {
-            connection,
-            admission,
-            signal,
-        } = parked;
-        if let Ok(idle) = connection.resume() {
-            (self.resume)(idle, admission, signal);
         }
     }
 }
@@ -362,19 +385,6 @@ impl Drop for CloseOnDrop {
     }
 }
 
-impl Lot {
-    /// Closes the lot to new connections and takes out those parked.
-    fn close_all(&self) -> Vec<Parked> {
-        let mut table = self.table();
-        table.closed = true;
-        let tokens: Vec<u64> = table.tokens().collect();
-        tokens
-            .into_iter()
-            .filter_map(|token| table.take(token))
-            .collect()
-    }
-}
-
 /// Takes the events the set has ready (up to [`EVENTS`], without waiting) and the
 /// connections they are for out of the table; how many events there were.
 fn take_ready(lot: &Lot, set: &OwnedFd, woken: &mut Vec<Parked>) -> rustix::io::Result<usize> {
@@ -394,33 +404,23 @@ fn take_ready(lot: &Lot, set: &OwnedFd, woken: &mut Vec<Parked>) -> rustix::io::
 /// ends, and sets the next sweep.
 fn sweep(lot: &Lot) {
     let now = Instant::now();
-    let mut ended = Vec::new();
-    let mut done = Vec::new();
-    let mut table = lot.table();
     let mut next: Option<Instant> = None;
-    let tokens: Vec<u64> = table.tokens().collect();
-    for token in tokens {
-        let Some(parked) = table
-            .slot(token as u32)
-            .and_then(|slot| slot.parked.as_ref())
-        else {
-            continue;
-        };
+    let mut table = lot.table();
+    let done = table.take_where(|parked| {
         let deadline = parked.deadline();
-        if parked.signal.has_ended() {
-            ended.extend(table.take(token));
-        } else if deadline <= now {
-            done.extend(table.take(token));
-        } else {
+        let out = parked.signal.has_ended() || deadline <= now;
+        if !out {
             next = Some(next.map_or(deadline, |next| next.min(deadline)));
         }
-    }
+        out
+    });
     table.next_sweep = next.map(|next| next.min(now + SWEEP_EVERY));
     drop(table);
-    for parked in ended {
-        unparked(lot, parked);
-    }
     for parked in done {
-        expired(parked);
+        if parked.signal.has_ended() {
+            unparked(lot, parked);
+        } else {
+            expired(parked);
+        }
     }
 }
