@@ -257,6 +257,26 @@ fn process_rows_follow_the_process() {
     assert!((now - 60..=now).contains(&value(&after, "weir_process_start_time_seconds")));
 }
 
+/// The descriptor count read from the size of `/proc/self/fd` is the one a listing gives
+/// (less the listing's own descriptor), on this kernel and with many descriptors open.
+#[test]
+fn the_descriptor_count_matches_the_listing() {
+    let files: Vec<std::fs::File> = (0..300)
+        .map(|_| std::fs::File::open("/proc/self/statm").unwrap())
+        .collect();
+    let listed = || std::fs::read_dir("/proc/self/fd").unwrap().count() as u64 - 1;
+    // Other tests of this binary open and close files meanwhile: take the count between
+    // two listings and allow that much drift.
+    let (first, counted, second) = (listed(), process::open_descriptors().unwrap(), listed());
+    let (low, high) = (first.min(second), first.max(second));
+    assert!(
+        (low.saturating_sub(8)..=high + 8).contains(&counted),
+        "{counted} counted, {first} and {second} listed"
+    );
+    assert!(counted >= 300, "{counted}");
+    drop(files);
+}
+
 /// The classic text format: counters named with `_total` in HELP and TYPE, no UNIT or
 /// EOF, the samples unchanged; every family of the real exposition converts.
 #[test]
