@@ -279,6 +279,11 @@ pub struct ClientTimeouts {
     /// runtime's registration of its socket are given up until the client sends
     /// again (`crates/weir-proxy/src/park.rs`). Zero: never parked.
     pub park_idle: Duration,
+    /// An HTTP/1.1 connection (plain or TLS) idle this long rests: its task is given
+    /// up and the runtime's registration of its socket kept, so that the client's
+    /// next bytes start a task again with no system call (`crates/weir-proxy/src/park.rs`).
+    /// Zero: never rests. Past `park_idle` a resting plain connection is parked.
+    pub rest_idle: Duration,
 }
 
 /// What a virtual server lets through besides ordinary requests.

@@ -122,6 +122,7 @@ pub struct ClientTimeoutsTable {
     pub write: Option<DurationText>,
     pub tunnel_idle: Option<DurationText>,
     pub park_idle: Option<DurationText>,
+    pub rest_idle: Option<DurationText>,
 }
 
 /// `[virtual_servers.NAME.http]`

@@ -664,6 +664,12 @@ impl Checker {
                 defaults::PARK_IDLE,
                 Zero::Allowed,
             ),
+            rest_idle: self.duration(
+                &path.key("rest_idle"),
+                table.rest_idle.as_ref(),
+                defaults::REST_IDLE,
+                Zero::Allowed,
+            ),
         }
     }
 

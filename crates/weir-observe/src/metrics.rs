@@ -193,6 +193,8 @@ pub struct VirtualServerMetrics {
     pub connections_open: Gauge,
     /// Idle client connections parked now (counted in `connections_open` too).
     pub connections_parked: Gauge,
+    /// Idle client connections resting now (counted in `connections_open` too).
+    pub connections_resting: Gauge,
     /// Client connections accepted.
     pub connections_accepted: Counter,
     /// Connections refused because the virtual server was at `max_connections`.
@@ -492,6 +494,7 @@ struct ResultLabels {
 struct Families {
     client_connections_open: Family<VirtualServerLabels, Gauge>,
     client_connections_parked: Family<VirtualServerLabels, Gauge>,
+    client_connections_resting: Family<VirtualServerLabels, Gauge>,
     client_connections_accepted: Family<VirtualServerLabels, Counter>,
     client_connections_rejected: Family<VirtualServerLabels, Counter>,
     requests: Family<VirtualServerClassLabels, Counter>,
@@ -669,6 +672,7 @@ impl Metrics {
         let created = VirtualServerMetrics {
             connections_open: f.client_connections_open.get_or_create_owned(&labels),
             connections_parked: f.client_connections_parked.get_or_create_owned(&labels),
+            connections_resting: f.client_connections_resting.get_or_create_owned(&labels),
             connections_accepted: f.client_connections_accepted.get_or_create_owned(&labels),
             connections_rejected: f.client_connections_rejected.get_or_create_owned(&labels),
             requests,
@@ -808,6 +812,7 @@ impl Metrics {
         };
         f.client_connections_open.remove(&labels);
         f.client_connections_parked.remove(&labels);
+        f.client_connections_resting.remove(&labels);
         f.client_connections_accepted.remove(&labels);
         f.client_connections_rejected.remove(&labels);
         f.bad_requests.remove(&labels);
@@ -1055,6 +1060,11 @@ impl Families {
             r,
             names::CLIENT_CONNECTIONS_PARKED,
             self.client_connections_parked.clone(),
+        );
+        register(
+            r,
+            names::CLIENT_CONNECTIONS_RESTING,
+            self.client_connections_resting.clone(),
         );
         register(
             r,

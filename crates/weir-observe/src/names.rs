@@ -135,6 +135,12 @@ pub const CLIENT_CONNECTIONS_PARKED: MetricSpec = gauge(
     VIRTUAL_SERVER,
     "Idle client connections parked now (out of the runtime; counted in client_connections_open too)",
 );
+/// `weir_client_connections_resting`, a gauge: idle client connections resting now.
+pub const CLIENT_CONNECTIONS_RESTING: MetricSpec = gauge(
+    "client_connections_resting",
+    VIRTUAL_SERVER,
+    "Idle client connections resting now (no task, still registered with the runtime; counted in client_connections_open too)",
+);
 /// `weir_client_connections_accepted_total`, a counter: client connections accepted.
 pub const CLIENT_CONNECTIONS_ACCEPTED: MetricSpec = counter(
     "client_connections_accepted",
@@ -350,6 +356,7 @@ pub const ALL: &[MetricSpec] = &[
     ADMIN_UNAUTHORIZED,
     CLIENT_CONNECTIONS_OPEN,
     CLIENT_CONNECTIONS_PARKED,
+    CLIENT_CONNECTIONS_RESTING,
     CLIENT_CONNECTIONS_ACCEPTED,
     CLIENT_CONNECTIONS_REJECTED,
     REQUESTS,

@@ -322,10 +322,10 @@ impl<'a, 's> IdleTimer<'a, 's> {
             if *draining || now >= wait.deadline {
                 return Poll::Ready(Waited::Close);
             }
-            // Armed at an earlier wait, or at this one's parking time.
-            let next = match wait.park_at {
-                Some(at) if now >= at => return Poll::Ready(Waited::Park),
-                Some(at) => at,
+            // Armed at an earlier wait, or at the time this one leaves its task.
+            let next = match wait.leave {
+                Some((at, how)) if now >= at => return Poll::Ready(how),
+                Some((at, _)) => at,
                 None => wait.deadline,
             };
             self.sleep.as_mut().reset(next);
@@ -333,12 +333,12 @@ impl<'a, 's> IdleTimer<'a, 's> {
     }
 }
 
-/// The ends of one idle wait: its deadline, and when the connection is parked
-/// if that comes first.
+/// The ends of one idle wait: its deadline, and when the connection leaves its task
+/// ([`Waited::Rest`] or [`Waited::Park`]) if that comes first.
 #[derive(Clone, Copy)]
 struct Wait {
     deadline: Instant,
-    park_at: Option<Instant>,
+    leave: Option<(Instant, Waited)>,
 }
 
 /// How an idle wait ended.
@@ -352,6 +352,9 @@ pub(crate) enum Waited {
     /// The connection waited its virtual server's `park_idle`: it goes on waiting
     /// parked (`park.rs`).
     Park,
+    /// The connection waited its virtual server's `rest_idle` (sooner than
+    /// `park_idle`): it goes on waiting resting, without its task (`park.rs`).
+    Rest,
 }
 
 /// An idle plain HTTP/1.1 connection out of the runtime: a socket of the standard
@@ -442,7 +445,7 @@ impl IdleConnection {
         timer: &'w mut IdleTimer<'_, '_>,
     ) -> impl Future<Output = Waited> + 'w {
         let wait = self.wait(vs, parkable);
-        timer.aim(self.since, wait.park_at.unwrap_or(wait.deadline));
+        timer.aim(self.since, wait.leave.map_or(wait.deadline, |(at, _)| at));
         let mut draining = false;
         // The ends are worked out again at each poll, not kept: the future lives in
         // every idle connection's task.
@@ -452,15 +455,74 @@ impl IdleConnection {
         })
     }
 
-    /// The ends of the wait for the next request: its deadline, and when it is parked
-    /// (`parkable`: where the proxy has a lot for it) if that comes first.
+    /// The ends of the wait for the next request: its deadline, and when it leaves its
+    /// task (`parkable`: where the proxy has a lot for it) if that comes first: it
+    /// rests at `rest_idle`, or is parked at `park_idle` (plain connections only) when
+    /// that is no later.
     fn wait(&self, vs: &VirtualServerRuntime, parkable: bool) -> Wait {
         let deadline = self.deadline(vs);
-        let park = vs.config.timeouts.park_idle;
-        let park_at = (parkable && !park.is_zero() && !self.stream.is_tls())
-            .then(|| self.since + park)
-            .filter(|at| *at < deadline);
-        Wait { deadline, park_at }
+        let rest_at = self.after(vs.config.timeouts.rest_idle);
+        let leave = match (rest_at, self.park_at(vs)) {
+            (Some(rest), Some(park)) if rest < park => Some((rest, Waited::Rest)),
+            (_, Some(park)) => Some((park, Waited::Park)),
+            (Some(rest), None) => Some((rest, Waited::Rest)),
+            (None, None) => None,
+        };
+        let leave = leave.filter(|(at, _)| parkable && *at < deadline);
+        Wait { deadline, leave }
+    }
+
+    /// When this connection is parked (`park_idle` into its wait), if it can be: a
+    /// plain one, with parking on, before its deadline.
+    pub(crate) fn park_at(&self, vs: &VirtualServerRuntime) -> Option<Instant> {
+        if self.stream.is_tls() {
+            return None;
+        }
+        self.after(vs.config.timeouts.park_idle)
+            .filter(|at| *at < self.deadline(vs))
+    }
+
+    /// Whether its wait leaves its task to rest (not to be parked) when it leaves
+    /// (`parkable`: where the proxy has a lot for it).
+    pub(crate) fn rests_first(&self, vs: &VirtualServerRuntime, parkable: bool) -> bool {
+        matches!(self.wait(vs, parkable).leave, Some((_, Waited::Rest)))
+    }
+
+    /// Whether `wait` has passed since its wait began.
+    pub(crate) fn waited_past(&self, wait: Duration) -> bool {
+        Instant::now() >= self.since + wait
+    }
+
+    /// The first wait of a connection woken in the lot (`park.rs`): a single poll,
+    /// which joins the shutdown's waiters (see [`IdleTimer`]) and looks at the socket,
+    /// arming no timer. `None` when the socket is not readable after all.
+    pub(crate) fn poll_roused<'w>(
+        &'w self,
+        timer: &'w mut IdleTimer<'_, '_>,
+    ) -> impl Future<Output = Option<Waited>> + 'w {
+        std::future::poll_fn(move |cx| {
+            // A drain that began is seen by the request (or by the usual wait).
+            let _ = timer.watch.as_mut().poll_triggered(cx);
+            Poll::Ready(match self.stream.poll_readable(cx) {
+                Poll::Ready(Ok(())) => Some(Waited::Bytes),
+                Poll::Ready(Err(_)) => Some(Waited::Close),
+                Poll::Pending => None,
+            })
+        })
+    }
+
+    /// `wait` into this wait, or `None` for zero (never).
+    fn after(&self, wait: Duration) -> Option<Instant> {
+        (!wait.is_zero()).then(|| self.since + wait)
+    }
+
+    /// Registers `waker` to be woken when the client sends something (or closes);
+    /// `true` instead when it already has (or a TLS session holds bytes read), when
+    /// the waker may or may not have been kept. The waker takes the place of the
+    /// connection's task's (see `park.rs`: resting).
+    pub(crate) fn rouse_on_bytes(&self, waker: &Waker) -> bool {
+        let mut cx = Context::from_waker(waker);
+        self.stream.poll_readable(&mut cx).is_ready()
     }
 
     /// When the wait for the next request ends: `header_read` after the

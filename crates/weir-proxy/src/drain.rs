@@ -101,12 +101,18 @@ impl Drop for DrainGuard {
     }
 }
 
-/// Where idle plain HTTP/1.1 connections are parked (`park.rs`), as a connection's task
-/// sees it.
+/// Where idle HTTP/1.1 connections rest and plain ones are parked (`park.rs`), as a
+/// connection's task sees it.
 pub(crate) trait Parking: std::fmt::Debug + Send + Sync {
     /// Takes over an idle connection and what its task held; the task then ends. One
     /// that cannot be parked is served by a task of its own again (or closed).
     fn park(&self, idle: IdleConnection, admission: Admission, shutdown: weir_core::ShutdownSignal);
+
+    /// Takes over an idle connection to rest: its socket stays with the runtime, which
+    /// starts a task for it when the client sends again; the task that waited ends. One
+    /// that cannot rest (it is readable already, or the lot has closed) is served by a
+    /// task of its own again.
+    fn rest(&self, idle: IdleConnection, admission: Admission, shutdown: weir_core::ShutdownSignal);
 }
 
 /// An admitted client connection's place in its virtual server's count and in

@@ -1,11 +1,20 @@
-//! The lot: where idle plain HTTP/1.1 client connections wait parked.
+//! The lot: where idle HTTP/1.1 client connections wait resting or parked.
 //!
 //! A kept-alive connection's task waits for its next request holding a few hundred
 //! bytes (`pipeline.rs`), and the runtime keeps a 256-byte registration of its
-//! socket: about 0.8 KiB an idle connection. Once one has waited its virtual server's
-//! `timeouts.park_idle`, its task ends and the connection waits here instead: its
-//! socket in one epoll set of the proxy's own, and what the
-//! connection needs to go on in one table, about 0.15 KiB in all.
+//! socket: about 0.8 KiB an idle connection. Two ways to wait for less:
+//!
+//! - **Resting**, once it has waited its virtual server's `timeouts.rest_idle`: its
+//!   task ends, the runtime keeps its socket's registration, and what the connection
+//!   needs to go on waits in a table. The waker the runtime holds for the socket is
+//!   the lot's ([`Rouse`]): the client's next bytes (or its close) take the
+//!   connection out and start a task for it, with no system call. About 0.4 KiB.
+//! - **Parked**, once a plain connection has waited `timeouts.park_idle` (resting
+//!   first, or straight from its task): the socket leaves the runtime too and waits
+//!   in one epoll set of the proxy's own, about 0.15 KiB in all. Parking and waking
+//!   cost three `epoll_ctl`s, so it is for connections that wait long.
+//!
+//! What follows is about parked connections; resting ones are swept the same way.
 //!
 //! One task watches the set for the whole proxy, through the runtime's reactor. Each
 //! socket is registered in the set once, on its first park, to report one event
@@ -27,7 +36,8 @@
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Wake, Waker};
 use std::time::Duration;
 
 use rustix::event::epoll;
@@ -40,8 +50,16 @@ use crate::client::{IdleConnection, ParkedConnection};
 use crate::drain::{Admission, Parking};
 
 /// Serves an idle connection in a task of its own from where it waited (given by the
-/// proxy: `pipeline::spawn_resumed`).
-pub(crate) type Resume = fn(IdleConnection, Admission, ShutdownSignal);
+/// proxy: `pipeline.rs`).
+#[derive(Clone, Copy)]
+pub(crate) struct Resume {
+    /// A parked one, whose task first waits for the runtime to see its socket
+    /// readable (`pipeline::spawn_resumed`).
+    pub(crate) parked: fn(IdleConnection, Admission, ShutdownSignal),
+    /// A resting one, which the runtime saw readable or a drain ends: served at once
+    /// (`pipeline::spawn_rested`).
+    pub(crate) rested: fn(IdleConnection, Admission, ShutdownSignal),
+}
 
 /// How often the table is looked through even when no idle timeout is due: a
 /// virtual server removed by a reload has its parked connections resumed (to end)
@@ -75,31 +93,59 @@ impl Parked {
     }
 }
 
+/// A resting connection with what its task held: its socket is still the runtime's,
+/// which holds a [`Rouse`] for it.
+struct Resting {
+    idle: IdleConnection,
+    admission: Admission,
+    signal: ShutdownSignal,
+}
+
+impl Resting {
+    /// When its idle timeout passes.
+    fn deadline(&self) -> Instant {
+        self.idle.deadline(&self.admission.vs)
+    }
+
+    /// When the lot has something to do with it: its idle timeout, or parking it.
+    fn due(&self) -> Instant {
+        let deadline = self.deadline();
+        self.idle
+            .park_at(&self.admission.vs)
+            .map_or(deadline, |park| park.min(deadline))
+    }
+}
+
 /// The proxy's lot (one per running proxy, in its `Drain`).
 pub(crate) struct Lot {
     /// The epoll set (its task waits on it through the runtime).
     set: OwnedFd,
-    table: Mutex<Table>,
-    /// A connection was parked with a deadline before the next sweep.
+    table: Mutex<Table<Parked>>,
+    resting: Mutex<Table<Resting>>,
+    /// A connection was parked or rested with a deadline before the next sweep.
     sooner: Notify,
     resume: Resume,
+    /// The lot, as the wakers of resting connections hold it (they must not keep
+    /// it: the runtime holds them).
+    me: Weak<Lot>,
 }
 
 impl std::fmt::Debug for Lot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lot")
             .field("parked", &self.table().len())
+            .field("resting", &self.resting().len())
             .finish()
     }
 }
 
-/// The places of parked connections. A token (an event's data) is a place and the
-/// place's generation, so that an event left armed for a connection that has since
-/// gone (see [`Lot::enter`]) cannot wake another that took its place.
-#[derive(Default)]
-struct Table {
+/// The places of parked (or resting) connections. A token (an event's data, or a
+/// [`Rouse`]'s) is a place and the place's generation, so that an event left armed
+/// (or a waker left with the runtime) for a connection that has since gone (see
+/// [`Lot::enter`]) cannot wake another that took its place.
+struct Table<E> {
     /// Entries by place: page `place / PAGE`, index `place % PAGE`.
-    pages: Vec<Box<[Slot]>>,
+    pages: Vec<Box<[Slot<E>]>>,
     /// Empty places.
     free: Vec<u32>,
     /// When the task looks through the table next (`None`: nothing is parked).
@@ -108,18 +154,37 @@ struct Table {
     closed: bool,
 }
 
-#[derive(Default)]
-struct Slot {
+impl<E> Default for Table<E> {
+    fn default() -> Self {
+        Table {
+            pages: Vec::new(),
+            free: Vec::new(),
+            next_sweep: None,
+            closed: false,
+        }
+    }
+}
+
+struct Slot<E> {
     generation: u32,
-    parked: Option<Parked>,
+    parked: Option<E>,
+}
+
+impl<E> Default for Slot<E> {
+    fn default() -> Self {
+        Slot {
+            generation: 0,
+            parked: None,
+        }
+    }
 }
 
 fn token(place: u32, generation: u32) -> u64 {
     (u64::from(generation) << 32) | u64::from(place)
 }
 
-impl Table {
-    fn slot(&mut self, place: u32) -> Option<&mut Slot> {
+impl<E> Table<E> {
+    fn slot(&mut self, place: u32) -> Option<&mut Slot<E>> {
         let place = place as usize;
         self.pages.get_mut(place / PAGE)?.get_mut(place % PAGE)
     }
@@ -139,14 +204,23 @@ impl Table {
         (place, token(place, generation))
     }
 
-    fn insert(&mut self, place: u32, parked: Parked) {
+    fn insert(&mut self, place: u32, parked: E) {
         if let Some(slot) = self.slot(place) {
             slot.parked = Some(parked);
         }
     }
 
+    /// Gives back a place taken for a connection that did not go in, whose token may
+    /// have been handed out: the place's next token will not match it.
+    fn release(&mut self, place: u32) {
+        if let Some(slot) = self.slot(place) {
+            slot.generation = slot.generation.wrapping_add(1);
+            self.free.push(place);
+        }
+    }
+
     /// The connection parked under `token`, if it still is.
-    fn take(&mut self, token: u64) -> Option<Parked> {
+    fn take(&mut self, token: u64) -> Option<E> {
         let place = token as u32;
         let slot = self.slot(place)?;
         if token != self::token(place, slot.generation) {
@@ -158,7 +232,7 @@ impl Table {
     }
 
     /// Takes out every parked connection `pick` chooses, looking at each place once.
-    fn take_where(&mut self, mut pick: impl FnMut(&Parked) -> bool) -> Vec<Parked> {
+    fn take_where(&mut self, mut pick: impl FnMut(&E) -> bool) -> Vec<E> {
         let mut taken = Vec::new();
         for (page, slots) in self.pages.iter_mut().enumerate() {
             for (index, slot) in slots.iter_mut().enumerate() {
@@ -181,9 +255,9 @@ impl Table {
     }
 }
 
-impl Slot {
+impl<E> Slot<E> {
     /// Its connection, out; the place's next token will not match the one it had.
-    fn vacate(&mut self) -> Option<Parked> {
+    fn vacate(&mut self) -> Option<E> {
         let parked = self.parked.take()?;
         self.generation = self.generation.wrapping_add(1);
         Some(parked)
@@ -196,18 +270,34 @@ impl Lot {
     pub(crate) fn open(shutdown: ShutdownSignal, resume: Resume) -> io::Result<Arc<Lot>> {
         let set = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         let watched = watched(set.try_clone()?)?;
-        let lot = Arc::new(Lot {
+        let lot = Arc::new_cyclic(|me| Lot {
             set,
             table: Mutex::new(Table::default()),
+            resting: Mutex::new(Table::default()),
             sooner: Notify::new(),
             resume,
+            me: me.clone(),
         });
         tokio::spawn(watch(Arc::clone(&lot), watched, shutdown));
         Ok(lot)
     }
 
-    fn table(&self) -> MutexGuard<'_, Table> {
+    fn table(&self) -> MutexGuard<'_, Table<Parked>> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn resting(&self) -> MutexGuard<'_, Table<Resting>> {
+        self.resting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// When the task looks through the tables next (`None`: nothing waits in them).
+    fn next_sweep(&self) -> Option<Instant> {
+        let parked = self.table().next_sweep;
+        let resting = self.resting().next_sweep;
+        match (parked, resting) {
+            (Some(parked), Some(resting)) => Some(parked.min(resting)),
+            (parked, resting) => parked.or(resting),
+        }
     }
 
     /// Parks a connection; `Err` gives it back when the lot has closed or its socket
@@ -260,15 +350,19 @@ impl Lot {
             signal,
         } = parked;
         if let Ok(idle) = connection.resume() {
-            (self.resume)(idle, admission, signal);
+            (self.resume.parked)(idle, admission, signal);
         }
     }
 
-    /// Closes the lot to new connections and takes out those parked.
-    fn close_all(&self) -> Vec<Parked> {
+    /// Closes the lot to new connections and takes out those parked and resting.
+    fn close_all(&self) -> (Vec<Parked>, Vec<Resting>) {
         let mut table = self.table();
         table.closed = true;
-        table.take_where(|_| true)
+        let parked = table.take_where(|_| true);
+        drop(table);
+        let mut resting = self.resting();
+        resting.closed = true;
+        (parked, resting.take_where(|_| true))
     }
 }
 
@@ -276,7 +370,7 @@ impl Parking for Lot {
     fn park(&self, idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
         let connection = match idle.park() {
             Ok(connection) => connection,
-            Err(Some(idle)) => return (self.resume)(idle, admission, shutdown),
+            Err(Some(idle)) => return (self.resume.parked)(idle, admission, shutdown),
             // Its socket would not leave the runtime: it closes.
             Err(None) => return,
         };
@@ -288,6 +382,105 @@ impl Parking for Lot {
         if let Err(parked) = self.enter(parked) {
             self.resume(*parked);
         }
+    }
+
+    fn rest(&self, idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
+        let mut resting = self.resting();
+        if resting.closed {
+            drop(resting);
+            // Shutdown: its task waits as a resumed one does, and ends with the drain.
+            return (self.resume.parked)(idle, admission, shutdown);
+        }
+        let (place, token) = resting.place();
+        let rouse = Waker::from(Arc::new(Rouse {
+            lot: self.me.clone(),
+            token,
+        }));
+        // With the table locked: a wake that comes at once waits for the entry.
+        if idle.rouse_on_bytes(&rouse) {
+            // Bytes came since its task last looked.
+            resting.release(place);
+            drop(resting);
+            return (self.resume.rested)(idle, admission, shutdown);
+        }
+        let entry = Resting {
+            idle,
+            admission,
+            signal: shutdown,
+        };
+        // Swept by its deadline or parking time, and within SWEEP_EVERY for a drain.
+        let due = entry.due().min(Instant::now() + SWEEP_EVERY);
+        entry.admission.vs.metrics.connections_resting.inc();
+        resting.insert(place, entry);
+        let sooner = resting.next_sweep.is_none_or(|next| due < next);
+        if sooner {
+            resting.next_sweep = Some(due);
+        }
+        drop(resting);
+        if sooner {
+            self.sooner.notify_one();
+        }
+    }
+}
+
+/// The waker the runtime holds for a resting connection's socket: the client's bytes
+/// (or its close, or an error) take the connection out of the table and start a task
+/// for it.
+struct Rouse {
+    lot: Weak<Lot>,
+    /// The connection's place in the resting table, and its generation.
+    token: u64,
+}
+
+impl Wake for Rouse {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(lot) = self.lot.upgrade() else {
+            return;
+        };
+        let resting = lot.resting().take(self.token);
+        if let Some(resting) = resting {
+            roused(&lot, resting);
+        }
+    }
+}
+
+/// A connection out of the resting table, served by a task again. Outside a runtime
+/// (its reactor woke every waker as it shut down) it is closed instead.
+fn roused(lot: &Lot, resting: Resting) {
+    let Resting {
+        idle,
+        admission,
+        signal,
+    } = resting;
+    admission.vs.metrics.connections_resting.dec();
+    if tokio::runtime::Handle::try_current().is_ok() {
+        (lot.resume.rested)(idle, admission, signal);
+    }
+}
+
+/// A resting connection the sweep took out: a drain resumes it (to end), its idle
+/// timeout closes it, and its parking time parks it.
+fn rested_due(lot: &Lot, resting: Resting, now: Instant) {
+    if resting.signal.has_ended() {
+        return roused(lot, resting);
+    }
+    let Resting {
+        idle,
+        admission,
+        signal,
+    } = resting;
+    admission.vs.metrics.connections_resting.dec();
+    if idle.deadline(&admission.vs) <= now {
+        tokio::spawn(async move {
+            idle.close().await;
+            drop(admission);
+        });
+    } else {
+        lot.park(idle, admission, signal);
     }
 }
 
@@ -328,8 +521,7 @@ async fn watch(lot: Arc<Lot>, set: AsyncFd<OwnedFd>, shutdown: ShutdownSignal) {
     let mut sweep_due = std::pin::pin!(tokio::time::sleep_until(last_sweep + SWEEP_EVERY));
     loop {
         let next_sweep = lot
-            .table()
-            .next_sweep
+            .next_sweep()
             .map(|next| next.max(last_sweep + SWEEP_GAP));
         if let Some(next) = next_sweep
             && sweep_due.deadline() != next
@@ -369,8 +561,12 @@ async fn watch(lot: Arc<Lot>, set: AsyncFd<OwnedFd>, shutdown: ShutdownSignal) {
     }
     // Shutdown (or a failed set): every connection goes back to a task, which ends it
     // as the drain says, and nothing is parked from now on.
-    for parked in lot.close_all() {
+    let (parked, resting) = lot.close_all();
+    for parked in parked {
         unparked(&lot, parked);
+    }
+    for resting in resting {
+        roused(&lot, resting);
     }
 }
 
@@ -379,8 +575,13 @@ struct CloseOnDrop(Arc<Lot>);
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
-        for parked in self.0.close_all() {
+        let (parked, resting) = self.0.close_all();
+        for parked in parked {
             expired(parked);
+        }
+        for resting in resting {
+            // Dropped: its socket closes.
+            resting.admission.vs.metrics.connections_resting.dec();
         }
     }
 }
@@ -400,8 +601,8 @@ fn take_ready(lot: &Lot, set: &OwnedFd, woken: &mut Vec<Parked>) -> rustix::io::
     Ok(ready.len())
 }
 
-/// Closes the parked connections whose idle timeout passed, resumes those a drain
-/// ends, and sets the next sweep.
+/// Closes the parked and resting connections whose idle timeout passed, resumes those
+/// a drain ends, parks resting ones at their parking time, and sets the next sweep.
 fn sweep(lot: &Lot) {
     let now = Instant::now();
     let mut next: Option<Instant> = None;
@@ -422,5 +623,20 @@ fn sweep(lot: &Lot) {
         } else {
             expired(parked);
         }
+    }
+    let mut next: Option<Instant> = None;
+    let mut table = lot.resting();
+    let done = table.take_where(|resting| {
+        let due = resting.due();
+        let out = resting.signal.has_ended() || due <= now;
+        if !out {
+            next = Some(next.map_or(due, |next| next.min(due)));
+        }
+        out
+    });
+    table.next_sweep = next.map(|next| next.min(now + SWEEP_EVERY));
+    drop(table);
+    for resting in done {
+        rested_due(lot, resting, now);
     }
 }

@@ -63,7 +63,7 @@ pub(crate) fn serve_connection(
         shutdown.clone(),
         admission.drain.shared(),
     ));
-    serve_kept_alive(start, admission, shutdown)
+    serve_kept_alive(start, admission, shutdown, None)
 }
 
 /// The handshake stage (HTTPS virtual servers): `None` if it failed, or when
@@ -154,6 +154,12 @@ async fn refuse_outdated(client: &mut Client, vs: &VirtualServerRuntime, head: &
 
 /// Waits for each request's first bytes with no buffer, then serves what came.
 ///
+/// `roused`: the connection comes back from waiting in the lot (`park.rs`) with its
+/// bytes seen, and whether it had waited past its `rest_idle` before them. Its first
+/// wait then arms no timer, and one that had waited that long rests again as soon as
+/// its request is answered, rather than `rest_idle` later: a client that sends one
+/// request now and then costs one task per request and no timer.
+///
 /// A block, not an `async fn`: an `async fn` moves each argument into a local
 /// of its own at its start and keeps the argument's slot as well, and the
 /// slots of `admission` and `shutdown` would add 24 bytes to every
@@ -164,6 +170,7 @@ fn serve_kept_alive(
     start: Pin<Box<impl Future<Output = Option<IdleConnection>>>>,
     admission: Admission,
     shutdown: ShutdownSignal,
+    roused: Option<bool>,
 ) -> impl Future<Output = ()> {
     async move {
         let Some(mut idle) = start.await else {
@@ -177,11 +184,31 @@ fn serve_kept_alive(
         let mut timer = IdleTimer::new(sleep, watch);
         // Whether the connection may be parked: only where the proxy has a lot.
         let parkable = admission.drain.lot().is_some();
+        let mut roused = roused;
+        let mut rest_early = false;
         let h2c_client = loop {
-            match idle.wait_for_request(&vs, parkable, &mut timer).await {
+            let waited = match roused.take() {
+                Some(long) => {
+                    rest_early = long;
+                    match idle.poll_roused(&mut timer).await {
+                        Some(waited) => waited,
+                        // Woken for nothing after all: the usual wait.
+                        None => idle.wait_for_request(&vs, parkable, &mut timer).await,
+                    }
+                }
+                None if std::mem::take(&mut rest_early) && idle.rests_first(&vs, parkable) => {
+                    Waited::Rest
+                }
+                None => idle.wait_for_request(&vs, parkable, &mut timer).await,
+            };
+            match waited {
                 Waited::Bytes => {}
                 Waited::Park => {
                     park(idle, admission, shutdown.clone());
+                    return;
+                }
+                Waited::Rest => {
+                    rest(idle, admission, shutdown.clone());
                     return;
                 }
                 Waited::Close => {
@@ -256,7 +283,7 @@ pub(crate) fn resume(
         }
         Some(idle)
     });
-    serve_kept_alive(start, admission, shutdown)
+    serve_kept_alive(start, admission, shutdown, Some(true))
 }
 
 /// Parks an idle connection (`park.rs`); the task that waited for it ends.
@@ -268,9 +295,26 @@ fn park(idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
     }
 }
 
+/// Lets an idle connection rest (`park.rs`); the task that waited for it ends.
+fn rest(idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
+    match admission.drain.lot().cloned() {
+        Some(lot) => lot.rest(idle, admission, shutdown),
+        // Never asked for without a lot; served on rather than lost.
+        None => spawn_resumed(idle, admission, shutdown),
+    }
+}
+
 /// Serves an idle connection in a task of its own again (see [`resume`]).
 pub(crate) fn spawn_resumed(idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
     tokio::spawn(resume(idle, admission, shutdown));
+}
+
+/// Serves a resting connection in a task of its own again, from where it waited: the
+/// runtime saw its socket readable (or a drain ends it, which its wait sees).
+pub(crate) fn spawn_rested(idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
+    let long = idle.waited_past(admission.vs.config.timeouts.rest_idle);
+    let start = Box::pin(std::future::ready(Some(idle)));
+    tokio::spawn(serve_kept_alive(start, admission, shutdown, Some(long)));
 }
 
 /// The future that serves an h2c connection, boxed where it is made: built in the

@@ -153,7 +153,10 @@ impl BoundProxy {
         let drain = Arc::new(Drain::default());
         drain.open_lot(crate::park::Lot::open(
             shutdown.clone(),
-            crate::pipeline::spawn_resumed,
+            crate::park::Resume {
+                parked: crate::pipeline::spawn_resumed,
+                rested: crate::pipeline::spawn_rested,
+            },
         )?);
         self.live
             .start(self.listeners, shutdown.clone(), Arc::clone(&drain))?;

@@ -149,7 +149,8 @@ const LIMITS: &str = "[virtual_servers.web.limits]\nmax_connections = 5000\n";
 
 /// What a connection's task holds is measured with parking off: with it on, a
 /// connection idle for `park_idle` gives up its task (see the parked test below).
-const NEVER_PARKED: &str = "[virtual_servers.web.timeouts]\npark_idle = \"0s\"\n";
+const NEVER_PARKED: &str =
+    "[virtual_servers.web.timeouts]\npark_idle = \"0s\"\nrest_idle = \"0s\"\n";
 
 /// 1,000 kept-alive client connections, one request each, then idle: each
 /// holds its task and its socket's registration and nothing else. With the
@@ -246,12 +247,41 @@ async fn silent_client_connections_hold_no_buffers() {
 /// their socket: what is left is their entry in the lot's table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_client_connections_hold_only_their_entry_in_the_lot() {
+    let per_connection = held_in_the_lot("park_idle = \"50ms\"", "parked").await;
+    // Its entry: the socket, the client's address, its times and counts, its
+    // place in the counts (`Admission`) and its drain signal: 112 bytes in a
+    // table grown by pages of 256.
+    assert!(
+        per_connection <= 160,
+        "{per_connection} bytes per parked client connection"
+    );
+}
+
+/// Resting connections give up their task and keep the runtime's registration of
+/// their socket: their entry in the lot's resting table, the waker the runtime
+/// holds for them, and the registration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resting_client_connections_hold_their_entry_and_registration() {
+    let per_connection =
+        held_in_the_lot("rest_idle = \"50ms\"\npark_idle = \"0s\"", "resting").await;
+    // The entry (the connection as `IdleConnection` holds it, its `Admission` and
+    // drain signal), the waker the runtime holds, and the runtime's registration
+    // (256 bytes of it): under the 768 bytes of one waiting in its task.
+    assert!(
+        per_connection <= 480,
+        "{per_connection} bytes per resting client connection"
+    );
+}
+
+/// Bytes held per connection, half kept alive and half silent, once each has left
+/// its task to wait in the lot as `timeouts` says; each is served again after.
+async fn held_in_the_lot(timeouts: &str, what: &str) -> i64 {
     let _serial = SERIAL.lock().await;
     let origin = TestOrigin::start("a").await;
     let proxy = CountedProxy::start(weir_testkit::config(
         &[origin.addr],
         "",
-        &format!("{LIMITS}[virtual_servers.web.timeouts]\npark_idle = \"50ms\"\n"),
+        &format!("{LIMITS}[virtual_servers.web.timeouts]\n{timeouts}\n"),
     ));
     let addr = proxy.addr;
     // Warm up: the upstream connection, the buffer pool, the runtime's tables. The
@@ -272,14 +302,7 @@ async fn parked_client_connections_hold_only_their_entry_in_the_lot() {
     accepted_silent().await;
     let after = settled_live_bytes().await;
     let per_connection = (after - before) / CONNECTIONS as i64;
-    eprintln!("parked client connection: {per_connection} bytes");
-    // Its entry: the socket, the client's address, its times and counts, its
-    // place in the counts (`Admission`) and its drain signal: 112 bytes in a
-    // table grown by pages of 256.
-    assert!(
-        per_connection <= 160,
-        "{per_connection} bytes per parked client connection"
-    );
+    eprintln!("{what} client connection: {per_connection} bytes");
     // Woken, each is served again.
     let held = tokio::task::spawn_blocking(move || {
         let mut held = held;
@@ -296,6 +319,7 @@ async fn parked_client_connections_hold_only_their_entry_in_the_lot() {
     drop(held);
     drop(proxy);
     origin.stop().await;
+    per_connection
 }
 
 /// Kept-alive TLS connections hold rustls' session state (keys, its 4 KiB

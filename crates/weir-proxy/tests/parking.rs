@@ -1,4 +1,5 @@
-//! Idle plain HTTP/1.1 connections parked after `timeouts.park_idle`
+//! Idle plain HTTP/1.1 connections parked after `timeouts.park_idle`, and idle
+//! HTTP/1.1 connections resting after `timeouts.rest_idle`
 //! (`crates/weir-proxy/src/park.rs`): they serve their next request, close at their
 //! timeouts, keep their places in the counts, and end with a drain.
 
@@ -21,6 +22,10 @@ fn metric(proxy: &TestProxy, name: &str) -> f64 {
 
 fn parked(proxy: &TestProxy) -> f64 {
     metric(proxy, "weir_client_connections_parked{")
+}
+
+fn resting(proxy: &TestProxy) -> f64 {
+    metric(proxy, "weir_client_connections_resting{")
 }
 
 fn open(proxy: &TestProxy) -> f64 {
@@ -63,11 +68,22 @@ impl Setup {
 
     /// A client connection that was served one request and is now parked.
     async fn parked_client(&self) -> Connection {
-        let before = parked(&self.proxy);
+        self.client_counted_in(parked, "parked").await
+    }
+
+    /// A client connection that was served one request and is now resting.
+    async fn resting_client(&self) -> Connection {
+        self.client_counted_in(resting, "resting").await
+    }
+
+    /// A client connection served one request, once `gauge` counts one more.
+    async fn client_counted_in(&self, gauge: fn(&TestProxy) -> f64, what: &str) -> Connection {
+        let before = gauge(&self.proxy);
         let mut client = Connection::open(self.proxy.addr).await.unwrap();
         assert_eq!(served(&mut client).await, 200);
-        until("the connection is parked", || {
-            parked(&self.proxy) == before + 1.0
+        // At least one more: others may go in meanwhile.
+        until(&format!("the connection is {what}"), || {
+            gauge(&self.proxy) >= before + 1.0
         })
         .await;
         client
@@ -227,5 +243,211 @@ async fn park_idle_zero_never_parks() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(parked(proxy), 0.0);
     assert_eq!(served(&mut client).await, 200);
+    setup.stop().await;
+}
+
+/// Resting: the connections below rest after 100 ms and are never parked.
+const RESTING: &str = "rest_idle = \"100ms\"\npark_idle = \"0s\"";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_rests_and_serves_its_next_requests() {
+    let setup = Setup::start(&timeouts(RESTING)).await;
+    let proxy = &setup.proxy;
+    let mut client = setup.resting_client().await;
+    assert_eq!(open(proxy), 1.0, "a resting connection is still open");
+    assert_eq!(parked(proxy), 0.0);
+    client.send(&[REQUEST, REQUEST].concat()).await.unwrap();
+    assert_eq!(client.response().await.unwrap().status, 200);
+    assert_eq!(client.response().await.unwrap().status, 200);
+    for _ in 0..3 {
+        until("the connection rests again", || resting(proxy) == 1.0).await;
+        assert_eq!(served(&mut client).await, 200);
+    }
+    // Many at once, woken together.
+    let mut clients = Vec::new();
+    for _ in 0..50 {
+        clients.push(setup.resting_client().await);
+    }
+    for client in &mut clients {
+        client.send(REQUEST).await.unwrap();
+    }
+    for client in &mut clients {
+        assert_eq!(client.response().await.unwrap().status, 200);
+    }
+    assert_eq!(open(proxy), 51.0);
+    // 1 + 2 + 3 on the first, and two on each of the 50.
+    assert_eq!(
+        setup.origin.stats.requests(),
+        106,
+        "each request reached the node once"
+    );
+    setup.stop().await;
+}
+
+/// A connection that rested before its request rests again as soon as it is answered,
+/// not `rest_idle` later; one whose request came soon after it last rested waits in its
+/// task as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_clients_connection_rests_again_right_after_its_answer() {
+    let setup = Setup::start(&timeouts("rest_idle = \"2s\"\npark_idle = \"0s\"")).await;
+    let proxy = &setup.proxy;
+    let mut client = setup.resting_client().await;
+    assert_eq!(served(&mut client).await, 200);
+    let answered = Instant::now();
+    until("the connection rests again", || resting(proxy) == 1.0).await;
+    assert!(
+        answered.elapsed() < Duration::from_secs(1),
+        "rested {:?} after its answer (rest_idle 2 s)",
+        answered.elapsed()
+    );
+    // Woken again at once: a client that is busy again is served from its task.
+    assert_eq!(served(&mut client).await, 200);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(resting(proxy), 0.0, "a busy connection waits in its task");
+    until("the connection rests after rest_idle", || {
+        resting(proxy) == 1.0
+    })
+    .await;
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resting_connection_closes_at_its_idle_timeout() {
+    let setup = Setup::start(&timeouts(&format!("{RESTING}\nidle = \"1s\""))).await;
+    let proxy = &setup.proxy;
+    let mut client = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(served(&mut client).await, 200);
+    let answered = Instant::now();
+    until("the connection rests", || resting(proxy) == 1.0).await;
+    assert!(client.is_closed(Duration::from_secs(3)).await);
+    let waited = answered.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_millis(1800),
+        "closed {waited:?} after its answer, idle timeout 1 s"
+    );
+    until("its place is given back", || {
+        open(proxy) == 0.0 && resting(proxy) == 0.0
+    })
+    .await;
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resting_connection_is_parked_at_park_idle() {
+    let vs = timeouts("rest_idle = \"100ms\"\npark_idle = \"600ms\"");
+    let setup = Setup::start(&vs).await;
+    let proxy = &setup.proxy;
+    let mut client = setup.resting_client().await;
+    assert_eq!(parked(proxy), 0.0, "resting first");
+    until("the resting connection is parked", || {
+        parked(proxy) == 1.0 && resting(proxy) == 0.0
+    })
+    .await;
+    assert_eq!(served(&mut client).await, 200);
+    // With `park_idle` no later than `rest_idle`, it is parked at once.
+    setup.stop().await;
+    let vs = timeouts("rest_idle = \"100ms\"\npark_idle = \"100ms\"");
+    let setup = Setup::start(&vs).await;
+    let _client = setup.parked_client().await;
+    assert_eq!(resting(&setup.proxy), 0.0);
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_closing_a_resting_connection_gives_its_place_back() {
+    let setup = Setup::start(&timeouts(RESTING)).await;
+    let proxy = &setup.proxy;
+    let client = setup.resting_client().await;
+    drop(client);
+    until("its place is given back", || {
+        open(proxy) == 0.0 && resting(proxy) == 0.0
+    })
+    .await;
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_ends_resting_connections_without_waiting_for_their_timeout() {
+    let setup = Setup::start(&timeouts(&format!("{RESTING}\nidle = \"60s\""))).await;
+    let mut clients = Vec::new();
+    for _ in 0..20 {
+        clients.push(setup.resting_client().await);
+    }
+    let stopping = Instant::now();
+    setup.proxy.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the drain waited {:?} for resting connections",
+        stopping.elapsed()
+    );
+    for client in &mut clients {
+        assert!(client.is_closed(Duration::from_secs(1)).await);
+    }
+    setup.origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_removes_the_virtual_server_ends_its_resting_connections() {
+    let setup = Setup::start(&timeouts(&format!("{RESTING}\nidle = \"60s\""))).await;
+    let proxy = &setup.proxy;
+    let mut client = setup.resting_client().await;
+    let other = format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+         [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\n\
+         [virtual_servers.other]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n",
+        setup.origin.addr
+    );
+    let candidate = weir_config::parse_str(&other, "test.toml").unwrap();
+    proxy.live.apply(candidate).unwrap();
+    assert!(
+        client.is_closed(Duration::from_secs(4)).await,
+        "a resting connection of a removed virtual server stayed open"
+    );
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_idle_zero_never_rests() {
+    let setup = Setup::start(&timeouts("rest_idle = \"0s\"\npark_idle = \"0s\"")).await;
+    let proxy = &setup.proxy;
+    let mut client = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(served(&mut client).await, 200);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(resting(proxy) + parked(proxy), 0.0);
+    assert_eq!(served(&mut client).await, 200);
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_connection_rests_and_serves_its_next_requests() {
+    use weir_testkit::tls::{self, ClientOptions, Pki};
+    use weir_tls::KeyType;
+    let pki = Pki::new();
+    let (cert, key) = pki.server("site", &["site.test"], KeyType::EcdsaP256);
+    let path = |p: &std::path::Path| p.display().to_string().replace('\\', "/");
+    let vs = format!(
+        "protocol = \"https\"\n[virtual_servers.web.tls]\n\
+         certificates = [{{ cert = \"{}\", key = \"{}\" }}]\n{}",
+        path(&cert),
+        path(&key),
+        timeouts("rest_idle = \"100ms\"\npark_idle = \"100ms\"\nidle = \"1s\"")
+    );
+    let setup = Setup::start(&vs).await;
+    let proxy = &setup.proxy;
+    let client = tls::client_config(&ClientOptions::default());
+    let mut stream = tls::connect(proxy.addr, "site.test", &client)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(tls::get(&mut stream, "/").await.unwrap().status, 200);
+        // TLS connections rest; they are never parked.
+        until("the TLS connection rests", || resting(proxy) == 1.0).await;
+        assert_eq!(parked(proxy), 0.0);
+    }
+    // Its idle timeout closes it (with a close_notify) from the resting table.
+    until("its place is given back", || {
+        open(proxy) == 0.0 && resting(proxy) == 0.0
+    })
+    .await;
     setup.stop().await;
 }

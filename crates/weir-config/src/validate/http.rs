@@ -91,6 +91,7 @@ mod tests {
         assert_eq!(vs.timeouts.body_total, Duration::from_secs(300));
         assert_eq!(vs.timeouts.tunnel_idle, Duration::from_secs(300));
         assert_eq!(vs.timeouts.park_idle, Duration::from_secs(10));
+        assert_eq!(vs.timeouts.rest_idle, Duration::from_secs(1));
         let pool = &config.pools[0];
         assert_eq!(pool.connections.max_tunnels, 64);
         assert_eq!(pool.timeouts.write, Duration::from_secs(30));
@@ -103,7 +104,7 @@ mod tests {
              upgrades = [\"WebSocket\", \"foo/2\"]\nunderscore_headers = \"reject\"\n\
              [virtual_servers.web.limits]\nmin_body_rate = 0\n\
              [virtual_servers.web.timeouts]\nbody_total = \"1m\"\ntunnel_idle = \"30s\"\n\
-             park_idle = \"0s\"\n",
+             park_idle = \"0s\"\nrest_idle = \"250ms\"\n",
             "[pools.web.connections]\nmax_tunnels = 0\n[pools.web.timeouts]\nwrite = \"5s\"\n",
         )
         .unwrap();
@@ -118,6 +119,7 @@ mod tests {
         assert_eq!(vs.timeouts.body_total, Duration::from_secs(60));
         assert_eq!(vs.timeouts.tunnel_idle, Duration::from_secs(30));
         assert_eq!(vs.timeouts.park_idle, Duration::ZERO, "zero: never parked");
+        assert_eq!(vs.timeouts.rest_idle, Duration::from_millis(250));
         assert_eq!(config.pools[0].connections.max_tunnels, 0);
         assert_eq!(config.pools[0].timeouts.write, Duration::from_secs(5));
     }
