@@ -78,40 +78,53 @@ const EVENTS: usize = 256;
 /// growing never copies the table (nor holds two copies at once).
 const PAGE: usize = 256;
 
-/// A parked connection with what its task held.
-struct Parked {
-    connection: ParkedConnection,
+/// A connection waiting in the lot with what its task held: a [`Parked`] one, out of
+/// the runtime, or a [`Resting`] one, whose socket is still the runtime's (which holds a
+/// [`Rouse`] for it).
+struct InLot<C> {
+    connection: C,
     admission: Admission,
     /// What ends the connection: shutdown, or its virtual server's removal.
     signal: ShutdownSignal,
 }
 
-impl Parked {
-    /// When its idle timeout passes.
-    fn deadline(&self) -> Instant {
+type Parked = InLot<ParkedConnection>;
+type Resting = InLot<IdleConnection>;
+
+impl<C> InLot<C> {
+    /// Its drain began.
+    fn ended(&self) -> bool {
+        self.signal.has_ended()
+    }
+}
+
+impl Resting {
+    /// Its parts, out of the resting table (and of the count of those resting).
+    fn leave(self) -> (IdleConnection, Admission, ShutdownSignal) {
+        self.admission.vs.metrics.connections_resting.dec();
+        (self.connection, self.admission, self.signal)
+    }
+}
+
+/// When the lot next has something to do with a connection waiting in it.
+trait Due {
+    fn due(&self) -> Instant;
+}
+
+impl Due for Parked {
+    /// Its idle timeout.
+    fn due(&self) -> Instant {
         self.connection.deadline(&self.admission.vs)
     }
 }
 
-/// A resting connection with what its task held: its socket is still the runtime's,
-/// which holds a [`Rouse`] for it.
-struct Resting {
-    idle: IdleConnection,
-    admission: Admission,
-    signal: ShutdownSignal,
-}
-
-impl Resting {
-    /// When its idle timeout passes.
-    fn deadline(&self) -> Instant {
-        self.idle.deadline(&self.admission.vs)
-    }
-
-    /// When the lot has something to do with it: its idle timeout, or parking it.
+impl Due for Resting {
+    /// Its idle timeout, or parking it.
     fn due(&self) -> Instant {
-        let deadline = self.deadline();
-        self.idle
-            .park_at(&self.admission.vs)
+        let vs = &self.admission.vs;
+        let deadline = self.connection.deadline(vs);
+        self.connection
+            .park_at(vs)
             .map_or(deadline, |park| park.min(deadline))
     }
 }
@@ -255,6 +268,39 @@ impl<E> Table<E> {
     }
 }
 
+impl<C> Table<InLot<C>>
+where
+    InLot<C>: Due,
+{
+    /// Puts a connection in its place, to be swept when it is due (and within
+    /// [`SWEEP_EVERY`], for a drain); whether that moved the next sweep sooner.
+    fn settle(&mut self, place: u32, entry: InLot<C>) -> bool {
+        let due = entry.due().min(Instant::now() + SWEEP_EVERY);
+        self.insert(place, entry);
+        let sooner = self.next_sweep.is_none_or(|next| due < next);
+        if sooner {
+            self.next_sweep = Some(due);
+        }
+        sooner
+    }
+
+    /// Takes out the connections due by `now` or whose drain began, and sets the next
+    /// sweep by those left (within [`SWEEP_EVERY`], for drains).
+    fn take_due(&mut self, now: Instant) -> Vec<InLot<C>> {
+        let mut next: Option<Instant> = None;
+        let done = self.take_where(|waiting| {
+            let due = waiting.due();
+            let out = waiting.ended() || due <= now;
+            if !out {
+                next = Some(next.map_or(due, |next| next.min(due)));
+            }
+            out
+        });
+        self.next_sweep = next.map(|next| next.min(now + SWEEP_EVERY));
+        done
+    }
+}
+
 impl<E> Slot<E> {
     /// Its connection, out; the place's next token will not match the one it had.
     fn vacate(&mut self) -> Option<E> {
@@ -307,7 +353,6 @@ impl Lot {
     /// or still armed (a drain resumed it): re-armed under its new token. Only a
     /// socket new to the set is added.
     fn enter(&self, parked: Parked) -> Result<(), Box<Parked>> {
-        let deadline = parked.deadline();
         let mut table = self.table();
         if table.closed {
             return Err(Box::new(parked));
@@ -327,13 +372,7 @@ impl Lot {
             return Err(Box::new(parked));
         }
         parked.admission.vs.metrics.connections_parked.inc();
-        table.insert(place, parked);
-        // Swept by its deadline, and within SWEEP_EVERY for a drain.
-        let due = deadline.min(Instant::now() + SWEEP_EVERY);
-        let sooner = table.next_sweep.is_none_or(|next| due < next);
-        if sooner {
-            table.next_sweep = Some(due);
-        }
+        let sooner = table.settle(place, parked);
         drop(table);
         if sooner {
             self.sooner.notify_one();
@@ -404,18 +443,12 @@ impl Parking for Lot {
             return (self.resume.rested)(idle, admission, shutdown);
         }
         let entry = Resting {
-            idle,
+            connection: idle,
             admission,
             signal: shutdown,
         };
-        // Swept by its deadline or parking time, and within SWEEP_EVERY for a drain.
-        let due = entry.due().min(Instant::now() + SWEEP_EVERY);
         entry.admission.vs.metrics.connections_resting.inc();
-        resting.insert(place, entry);
-        let sooner = resting.next_sweep.is_none_or(|next| due < next);
-        if sooner {
-            resting.next_sweep = Some(due);
-        }
+        let sooner = resting.settle(place, entry);
         drop(resting);
         if sooner {
             self.sooner.notify_one();
@@ -451,12 +484,7 @@ impl Wake for Rouse {
 /// A connection out of the resting table, served by a task again. Outside a runtime
 /// (its reactor woke every waker as it shut down) it is closed instead.
 fn roused(lot: &Lot, resting: Resting) {
-    let Resting {
-        idle,
-        admission,
-        signal,
-    } = resting;
-    admission.vs.metrics.connections_resting.dec();
+    let (idle, admission, signal) = resting.leave();
     if tokio::runtime::Handle::try_current().is_ok() {
         (lot.resume.rested)(idle, admission, signal);
     }
@@ -465,15 +493,10 @@ fn roused(lot: &Lot, resting: Resting) {
 /// A resting connection the sweep took out: a drain resumes it (to end), its idle
 /// timeout closes it, and its parking time parks it.
 fn rested_due(lot: &Lot, resting: Resting, now: Instant) {
-    if resting.signal.has_ended() {
+    if resting.ended() {
         return roused(lot, resting);
     }
-    let Resting {
-        idle,
-        admission,
-        signal,
-    } = resting;
-    admission.vs.metrics.connections_resting.dec();
+    let (idle, admission, signal) = resting.leave();
     if idle.deadline(&admission.vs) <= now {
         tokio::spawn(async move {
             idle.close().await;
@@ -581,7 +604,7 @@ impl Drop for CloseOnDrop {
         }
         for resting in resting {
             // Dropped: its socket closes.
-            resting.admission.vs.metrics.connections_resting.dec();
+            drop(resting.leave());
         }
     }
 }
@@ -605,37 +628,15 @@ fn take_ready(lot: &Lot, set: &OwnedFd, woken: &mut Vec<Parked>) -> rustix::io::
 /// a drain ends, parks resting ones at their parking time, and sets the next sweep.
 fn sweep(lot: &Lot) {
     let now = Instant::now();
-    let mut next: Option<Instant> = None;
-    let mut table = lot.table();
-    let done = table.take_where(|parked| {
-        let deadline = parked.deadline();
-        let out = parked.signal.has_ended() || deadline <= now;
-        if !out {
-            next = Some(next.map_or(deadline, |next| next.min(deadline)));
-        }
-        out
-    });
-    table.next_sweep = next.map(|next| next.min(now + SWEEP_EVERY));
-    drop(table);
+    let done = lot.table().take_due(now);
     for parked in done {
-        if parked.signal.has_ended() {
+        if parked.ended() {
             unparked(lot, parked);
         } else {
             expired(parked);
         }
     }
-    let mut next: Option<Instant> = None;
-    let mut table = lot.resting();
-    let done = table.take_where(|resting| {
-        let due = resting.due();
-        let out = resting.signal.has_ended() || due <= now;
-        if !out {
-            next = Some(next.map_or(due, |next| next.min(due)));
-        }
-        out
-    });
-    table.next_sweep = next.map(|next| next.min(now + SWEEP_EVERY));
-    drop(table);
+    let done = lot.resting().take_due(now);
     for resting in done {
         rested_due(lot, resting, now);
     }

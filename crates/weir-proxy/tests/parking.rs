@@ -54,6 +54,29 @@ async fn served(connection: &mut Connection) -> u16 {
 }
 
 /// An origin and a proxy in front of it with `vs_extra` in its virtual server.
+/// How the connections of a test wait out of their task.
+#[derive(Clone, Copy)]
+struct Way {
+    /// The virtual server's timeouts that send them there after 100 ms.
+    timeouts: &'static str,
+    /// The gauge that counts them.
+    gauge: fn(&TestProxy) -> f64,
+    name: &'static str,
+}
+
+const PARKED: Way = Way {
+    timeouts: "park_idle = \"100ms\"",
+    gauge: parked,
+    name: "parked",
+};
+
+/// Resting, and never parked.
+const RESTING: Way = Way {
+    timeouts: "rest_idle = \"100ms\"\npark_idle = \"0s\"",
+    gauge: resting,
+    name: "resting",
+};
+
 struct Setup {
     origin: TestOrigin,
     proxy: TestProxy,
@@ -66,24 +89,14 @@ impl Setup {
         Setup { origin, proxy }
     }
 
-    /// A client connection that was served one request and is now parked.
-    async fn parked_client(&self) -> Connection {
-        self.client_counted_in(parked, "parked").await
-    }
-
-    /// A client connection that was served one request and is now resting.
-    async fn resting_client(&self) -> Connection {
-        self.client_counted_in(resting, "resting").await
-    }
-
-    /// A client connection served one request, once `gauge` counts one more.
-    async fn client_counted_in(&self, gauge: fn(&TestProxy) -> f64, what: &str) -> Connection {
-        let before = gauge(&self.proxy);
+    /// A client connection served one request, once it waits `way` (at least one
+    /// more is counted: others may go in meanwhile).
+    async fn client_in(&self, way: Way) -> Connection {
+        let before = (way.gauge)(&self.proxy);
         let mut client = Connection::open(self.proxy.addr).await.unwrap();
         assert_eq!(served(&mut client).await, 200);
-        // At least one more: others may go in meanwhile.
-        until(&format!("the connection is {what}"), || {
-            gauge(&self.proxy) >= before + 1.0
+        until(&format!("the connection is {}", way.name), || {
+            (way.gauge)(&self.proxy) >= before + 1.0
         })
         .await;
         client
@@ -97,10 +110,10 @@ impl Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_is_parked_and_serves_its_next_requests() {
-    let vs = timeouts("park_idle = \"100ms\"");
+    let vs = timeouts(PARKED.timeouts);
     let setup = Setup::start(&vs).await;
     let proxy = &setup.proxy;
-    let mut client = setup.parked_client().await;
+    let mut client = setup.client_in(PARKED).await;
     assert_eq!(open(proxy), 1.0, "a parked connection is still open");
     // Two pipelined requests wake it: both are answered, in order.
     client.send(&[REQUEST, REQUEST].concat()).await.unwrap();
@@ -112,28 +125,6 @@ async fn an_idle_connection_is_parked_and_serves_its_next_requests() {
         assert_eq!(served(&mut client).await, 200);
     }
     assert_eq!(open(proxy), 1.0);
-    setup.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_parked_connection_closes_at_its_idle_timeout() {
-    let vs = timeouts("park_idle = \"100ms\"\nidle = \"1s\"");
-    let setup = Setup::start(&vs).await;
-    let proxy = &setup.proxy;
-    let mut client = Connection::open(proxy.addr).await.unwrap();
-    assert_eq!(served(&mut client).await, 200);
-    let answered = Instant::now();
-    until("the connection is parked", || parked(proxy) == 1.0).await;
-    assert!(client.is_closed(Duration::from_secs(3)).await);
-    let waited = answered.elapsed();
-    assert!(
-        waited >= Duration::from_millis(900) && waited < Duration::from_millis(1800),
-        "closed {waited:?} after its answer, idle timeout 1 s"
-    );
-    until("its place is given back", || {
-        open(proxy) == 0.0 && parked(proxy) == 0.0
-    })
-    .await;
     setup.stop().await;
 }
 
@@ -154,28 +145,14 @@ async fn a_silent_connection_is_parked_and_closed_at_its_header_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_closing_a_parked_connection_gives_its_place_back() {
-    let vs = timeouts("park_idle = \"100ms\"");
-    let setup = Setup::start(&vs).await;
-    let proxy = &setup.proxy;
-    let client = setup.parked_client().await;
-    drop(client);
-    until("its place is given back", || {
-        open(proxy) == 0.0 && parked(proxy) == 0.0
-    })
-    .await;
-    setup.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_connection_keeps_its_place_in_its_clients_connection_limit() {
     let vs = format!(
         "{}[virtual_servers.web.client_connections]\nmax = 1\n",
-        timeouts("park_idle = \"100ms\"")
+        timeouts(PARKED.timeouts)
     );
     let setup = Setup::start(&vs).await;
     let proxy = &setup.proxy;
-    let mut first = setup.parked_client().await;
+    let mut first = setup.client_in(PARKED).await;
     let mut second = Connection::open(proxy.addr).await.unwrap();
     assert_eq!(
         served(&mut second).await,
@@ -192,48 +169,6 @@ async fn a_parked_connection_keeps_its_place_in_its_clients_connection_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shutdown_ends_parked_connections_without_waiting_for_their_timeout() {
-    let vs = timeouts("park_idle = \"100ms\"\nidle = \"60s\"");
-    let setup = Setup::start(&vs).await;
-    let mut clients = Vec::new();
-    for _ in 0..20 {
-        clients.push(setup.parked_client().await);
-    }
-    let stopping = Instant::now();
-    setup.proxy.stop().await;
-    assert!(
-        stopping.elapsed() < Duration::from_secs(5),
-        "the drain waited {:?} for parked connections",
-        stopping.elapsed()
-    );
-    for client in &mut clients {
-        assert!(client.is_closed(Duration::from_secs(1)).await);
-    }
-    setup.origin.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reload_that_removes_the_virtual_server_ends_its_parked_connections() {
-    let vs = timeouts("park_idle = \"100ms\"\nidle = \"60s\"");
-    let setup = Setup::start(&vs).await;
-    let proxy = &setup.proxy;
-    let mut client = setup.parked_client().await;
-    let other = format!(
-        "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
-         [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\n\
-         [virtual_servers.other]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n",
-        setup.origin.addr
-    );
-    let candidate = weir_config::parse_str(&other, "test.toml").unwrap();
-    proxy.live.apply(candidate).unwrap();
-    assert!(
-        client.is_closed(Duration::from_secs(4)).await,
-        "a parked connection of a removed virtual server stayed open"
-    );
-    setup.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn park_idle_zero_never_parks() {
     let vs = timeouts("park_idle = \"0s\"");
     let setup = Setup::start(&vs).await;
@@ -246,14 +181,11 @@ async fn park_idle_zero_never_parks() {
     setup.stop().await;
 }
 
-/// Resting: the connections below rest after 100 ms and are never parked.
-const RESTING: &str = "rest_idle = \"100ms\"\npark_idle = \"0s\"";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_rests_and_serves_its_next_requests() {
-    let setup = Setup::start(&timeouts(RESTING)).await;
+    let setup = Setup::start(&timeouts(RESTING.timeouts)).await;
     let proxy = &setup.proxy;
-    let mut client = setup.resting_client().await;
+    let mut client = setup.client_in(RESTING).await;
     assert_eq!(open(proxy), 1.0, "a resting connection is still open");
     assert_eq!(parked(proxy), 0.0);
     client.send(&[REQUEST, REQUEST].concat()).await.unwrap();
@@ -266,7 +198,7 @@ async fn an_idle_connection_rests_and_serves_its_next_requests() {
     // Many at once, woken together.
     let mut clients = Vec::new();
     for _ in 0..50 {
-        clients.push(setup.resting_client().await);
+        clients.push(setup.client_in(RESTING).await);
     }
     for client in &mut clients {
         client.send(REQUEST).await.unwrap();
@@ -291,7 +223,7 @@ async fn an_idle_connection_rests_and_serves_its_next_requests() {
 async fn a_slow_clients_connection_rests_again_right_after_its_answer() {
     let setup = Setup::start(&timeouts("rest_idle = \"2s\"\npark_idle = \"0s\"")).await;
     let proxy = &setup.proxy;
-    let mut client = setup.resting_client().await;
+    let mut client = setup.client_in(RESTING).await;
     assert_eq!(served(&mut client).await, 200);
     let answered = Instant::now();
     until("the connection rests again", || resting(proxy) == 1.0).await;
@@ -312,32 +244,11 @@ async fn a_slow_clients_connection_rests_again_right_after_its_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resting_connection_closes_at_its_idle_timeout() {
-    let setup = Setup::start(&timeouts(&format!("{RESTING}\nidle = \"1s\""))).await;
-    let proxy = &setup.proxy;
-    let mut client = Connection::open(proxy.addr).await.unwrap();
-    assert_eq!(served(&mut client).await, 200);
-    let answered = Instant::now();
-    until("the connection rests", || resting(proxy) == 1.0).await;
-    assert!(client.is_closed(Duration::from_secs(3)).await);
-    let waited = answered.elapsed();
-    assert!(
-        waited >= Duration::from_millis(900) && waited < Duration::from_millis(1800),
-        "closed {waited:?} after its answer, idle timeout 1 s"
-    );
-    until("its place is given back", || {
-        open(proxy) == 0.0 && resting(proxy) == 0.0
-    })
-    .await;
-    setup.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resting_connection_is_parked_at_park_idle() {
     let vs = timeouts("rest_idle = \"100ms\"\npark_idle = \"600ms\"");
     let setup = Setup::start(&vs).await;
     let proxy = &setup.proxy;
-    let mut client = setup.resting_client().await;
+    let mut client = setup.client_in(RESTING).await;
     assert_eq!(parked(proxy), 0.0, "resting first");
     until("the resting connection is parked", || {
         parked(proxy) == 1.0 && resting(proxy) == 0.0
@@ -348,61 +259,8 @@ async fn a_resting_connection_is_parked_at_park_idle() {
     setup.stop().await;
     let vs = timeouts("rest_idle = \"100ms\"\npark_idle = \"100ms\"");
     let setup = Setup::start(&vs).await;
-    let _client = setup.parked_client().await;
+    let _client = setup.client_in(PARKED).await;
     assert_eq!(resting(&setup.proxy), 0.0);
-    setup.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_closing_a_resting_connection_gives_its_place_back() {
-    let setup = Setup::start(&timeouts(RESTING)).await;
-    let proxy = &setup.proxy;
-    let client = setup.resting_client().await;
-    drop(client);
-    until("its place is given back", || {
-        open(proxy) == 0.0 && resting(proxy) == 0.0
-    })
-    .await;
-    setup.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shutdown_ends_resting_connections_without_waiting_for_their_timeout() {
-    let setup = Setup::start(&timeouts(&format!("{RESTING}\nidle = \"60s\""))).await;
-    let mut clients = Vec::new();
-    for _ in 0..20 {
-        clients.push(setup.resting_client().await);
-    }
-    let stopping = Instant::now();
-    setup.proxy.stop().await;
-    assert!(
-        stopping.elapsed() < Duration::from_secs(5),
-        "the drain waited {:?} for resting connections",
-        stopping.elapsed()
-    );
-    for client in &mut clients {
-        assert!(client.is_closed(Duration::from_secs(1)).await);
-    }
-    setup.origin.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reload_that_removes_the_virtual_server_ends_its_resting_connections() {
-    let setup = Setup::start(&timeouts(&format!("{RESTING}\nidle = \"60s\""))).await;
-    let proxy = &setup.proxy;
-    let mut client = setup.resting_client().await;
-    let other = format!(
-        "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
-         [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\n\
-         [virtual_servers.other]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n",
-        setup.origin.addr
-    );
-    let candidate = weir_config::parse_str(&other, "test.toml").unwrap();
-    proxy.live.apply(candidate).unwrap();
-    assert!(
-        client.is_closed(Duration::from_secs(4)).await,
-        "a resting connection of a removed virtual server stayed open"
-    );
     setup.stop().await;
 }
 
@@ -449,5 +307,121 @@ async fn a_tls_connection_rests_and_serves_its_next_requests() {
         open(proxy) == 0.0 && resting(proxy) == 0.0
     })
     .await;
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_connection_closes_at_its_idle_timeout() {
+    closes_at_its_idle_timeout(PARKED).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resting_connection_closes_at_its_idle_timeout() {
+    closes_at_its_idle_timeout(RESTING).await;
+}
+
+async fn closes_at_its_idle_timeout(way: Way) {
+    let setup = Setup::start(&timeouts(&format!("{}\nidle = \"1s\"", way.timeouts))).await;
+    let proxy = &setup.proxy;
+    let mut client = Connection::open(proxy.addr).await.unwrap();
+    assert_eq!(served(&mut client).await, 200);
+    let answered = Instant::now();
+    until(&format!("the connection is {}", way.name), || {
+        (way.gauge)(proxy) == 1.0
+    })
+    .await;
+    assert!(client.is_closed(Duration::from_secs(3)).await);
+    let waited = answered.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_millis(1800),
+        "closed {waited:?} after its answer, idle timeout 1 s ({})",
+        way.name
+    );
+    until("its place is given back", || {
+        open(proxy) == 0.0 && (way.gauge)(proxy) == 0.0
+    })
+    .await;
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_closing_a_parked_connection_gives_its_place_back() {
+    a_closing_client_gives_its_place_back(PARKED).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_closing_a_resting_connection_gives_its_place_back() {
+    a_closing_client_gives_its_place_back(RESTING).await;
+}
+
+async fn a_closing_client_gives_its_place_back(way: Way) {
+    let setup = Setup::start(&timeouts(way.timeouts)).await;
+    let proxy = &setup.proxy;
+    let client = setup.client_in(way).await;
+    drop(client);
+    until("its place is given back", || {
+        open(proxy) == 0.0 && (way.gauge)(proxy) == 0.0
+    })
+    .await;
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_ends_parked_connections_without_waiting_for_their_timeout() {
+    a_shutdown_ends_them_at_once(PARKED).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_ends_resting_connections_without_waiting_for_their_timeout() {
+    a_shutdown_ends_them_at_once(RESTING).await;
+}
+
+async fn a_shutdown_ends_them_at_once(way: Way) {
+    let setup = Setup::start(&timeouts(&format!("{}\nidle = \"60s\"", way.timeouts))).await;
+    let mut clients = Vec::new();
+    for _ in 0..20 {
+        clients.push(setup.client_in(way).await);
+    }
+    let stopping = Instant::now();
+    setup.proxy.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the drain waited {:?} for {} connections",
+        stopping.elapsed(),
+        way.name
+    );
+    for client in &mut clients {
+        assert!(client.is_closed(Duration::from_secs(1)).await);
+    }
+    setup.origin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_removes_the_virtual_server_ends_its_parked_connections() {
+    a_removing_reload_ends_them(PARKED).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_removes_the_virtual_server_ends_its_resting_connections() {
+    a_removing_reload_ends_them(RESTING).await;
+}
+
+async fn a_removing_reload_ends_them(way: Way) {
+    let setup = Setup::start(&timeouts(&format!("{}\nidle = \"60s\"", way.timeouts))).await;
+    let proxy = &setup.proxy;
+    let mut client = setup.client_in(way).await;
+    let other = format!(
+        "[log]\naccess_log = false\nlevel = \"warn\"\n\n\
+         [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\n\
+         [virtual_servers.other]\nlisten = [\"127.0.0.1:0\"]\npool = \"web\"\n",
+        setup.origin.addr
+    );
+    let candidate = weir_config::parse_str(&other, "test.toml").unwrap();
+    proxy.live.apply(candidate).unwrap();
+    assert!(
+        client.is_closed(Duration::from_secs(4)).await,
+        "a {} connection of a removed virtual server stayed open",
+        way.name
+    );
     setup.stop().await;
 }
