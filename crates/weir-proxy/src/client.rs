@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
-use weir_config::TlsVersion;
+use weir_config::{ClientTimeouts, TlsVersion};
 use weir_core::{Error, ErrorKind, ShutdownSignal, Side};
 use weir_http::{HeadScan, RequestHead, Version};
 use weir_tls::ServerStream;
@@ -403,10 +403,33 @@ impl ParkedConnection {
 }
 
 fn wait_deadline(requests: u32, since: Instant, vs: &VirtualServerRuntime) -> Instant {
-    let timeouts = &vs.config.timeouts;
+    since + wait_limit(requests, &vs.config.timeouts)
+}
+
+/// How long a wait for the next request may last: `header_read` for the first
+/// request, `idle` for later ones.
+fn wait_limit(requests: u32, timeouts: &ClientTimeouts) -> Duration {
     match requests {
-        0 => since + timeouts.header_read,
-        _ => since + timeouts.idle,
+        0 => timeouts.header_read,
+        _ => timeouts.idle,
+    }
+}
+
+/// How long into its wait an idle connection leaves its task, and how: it rests at
+/// `rest_idle`, or is parked at `park_idle` (plain connections only) when that is no
+/// later. Zero turns either off.
+fn leave_after(timeouts: &ClientTimeouts, tls: bool) -> Option<(Duration, Waited)> {
+    let rest = timeouts.rest_idle;
+    let park = if tls {
+        Duration::ZERO
+    } else {
+        timeouts.park_idle
+    };
+    match (rest.is_zero(), park.is_zero()) {
+        (true, true) => None,
+        (false, false) if rest < park => Some((rest, Waited::Rest)),
+        (_, false) => Some((park, Waited::Park)),
+        (false, true) => Some((rest, Waited::Rest)),
     }
 }
 
@@ -459,26 +482,30 @@ impl IdleConnection {
     /// task (`parkable`: where the proxy has a lot for it) if that comes first: it
     /// rests at `rest_idle`, or is parked at `park_idle` (plain connections only) when
     /// that is no later.
+    ///
+    /// Worked out at each poll of the wait: in durations, with one clock addition each.
     fn wait(&self, vs: &VirtualServerRuntime, parkable: bool) -> Wait {
-        let deadline = self.deadline(vs);
-        let rest_at = self.after(vs.config.timeouts.rest_idle);
-        let leave = match (rest_at, self.park_at(vs)) {
-            (Some(rest), Some(park)) if rest < park => Some((rest, Waited::Rest)),
-            (_, Some(park)) => Some((park, Waited::Park)),
-            (Some(rest), None) => Some((rest, Waited::Rest)),
-            (None, None) => None,
+        let timeouts = &vs.config.timeouts;
+        let limit = wait_limit(self.requests, timeouts);
+        let leave = if parkable {
+            leave_after(timeouts, self.stream.is_tls())
+        } else {
+            None
         };
-        let leave = leave.filter(|(at, _)| parkable && *at < deadline);
-        Wait { deadline, leave }
+        Wait {
+            deadline: self.since + limit,
+            leave: leave
+                .filter(|(after, _)| *after < limit)
+                .map(|(after, how)| (self.since + after, how)),
+        }
     }
 
     /// When this connection is parked (`park_idle` into its wait), if it can be: a
     /// plain one, with parking on, before its deadline.
     pub(crate) fn park_at(&self, vs: &VirtualServerRuntime) -> Option<Instant> {
-        if self.stream.is_tls() {
-            return None;
-        }
-        self.after(vs.config.timeouts.park_idle)
+        let park = vs.config.timeouts.park_idle;
+        (!self.stream.is_tls() && !park.is_zero())
+            .then(|| self.since + park)
             .filter(|at| *at < self.deadline(vs))
     }
 
@@ -509,11 +536,6 @@ impl IdleConnection {
                 Poll::Pending => None,
             })
         })
-    }
-
-    /// `wait` into this wait, or `None` for zero (never).
-    fn after(&self, wait: Duration) -> Option<Instant> {
-        (!wait.is_zero()).then(|| self.since + wait)
     }
 
     /// Registers `waker` to be woken when the client sends something (or closes);
@@ -1273,11 +1295,7 @@ impl<E: weir_http::HeaderEdit + ?Sized> weir_http::HeaderEdit for OwnAnswer<'_, 
 /// connection closes after it, so [`Client::since`] can take it): its `header_read`
 /// deadline less the timeout, or `since` when no deadline was set (bytes that were already
 /// there, pipelined behind the previous request).
-fn head_started(
-    deadline: Option<Instant>,
-    since: Instant,
-    timeouts: &weir_config::ClientTimeouts,
-) -> Instant {
+fn head_started(deadline: Option<Instant>, since: Instant, timeouts: &ClientTimeouts) -> Instant {
     deadline.map_or(since, |deadline| deadline - timeouts.header_read)
 }
 
