@@ -53,7 +53,6 @@ async fn served(connection: &mut Connection) -> u16 {
     connection.response().await.unwrap().status
 }
 
-/// An origin and a proxy in front of it with `vs_extra` in its virtual server.
 /// How the connections of a test wait out of their task.
 #[derive(Clone, Copy)]
 struct Way {
@@ -77,6 +76,7 @@ const RESTING: Way = Way {
     name: "resting",
 };
 
+/// An origin and a proxy in front of it with `vs_extra` in its virtual server.
 struct Setup {
     origin: TestOrigin,
     proxy: TestProxy,
