@@ -1,18 +1,21 @@
 //! Tracing set-up: the config's level and format, overridden by `RUST_LOG`.
 
-use std::io::IsTerminal;
-use std::sync::Mutex;
+mod queue;
 
-use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
+use std::io::IsTerminal;
+use std::sync::{Arc, OnceLock};
+
 use tracing_subscriber::EnvFilter;
 use weir_config::{Log, LogFormat};
 
+use self::queue::{Queue, Writer};
+
 /// Lines queued for standard error before new ones are dropped (and counted in
-/// `weir_log_lines_dropped_total`).
+/// `weir_log_lines_dropped_total`). Memory is taken only for lines in the queue.
 const QUEUED_LINES: usize = 16 * 1024;
 
-/// The log writer's guard: dropped by [`flush`] at exit, which writes out what is queued.
-static GUARD: Mutex<Option<WorkerGuard>> = Mutex::new(None);
+/// The installed subscriber's queue: [`flush`] writes out what it holds at exit.
+static QUEUE: OnceLock<Arc<Queue>> = OnceLock::new();
 
 /// Sends weir's own log to standard error through a thread of its own: a reader that
 /// stops reading (a full pipe) then drops lines, counted, instead of stalling the worker
@@ -20,33 +23,37 @@ static GUARD: Mutex<Option<WorkerGuard>> = Mutex::new(None);
 pub fn init(log: &Log) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(directives(&log.level)));
-    let (writer, guard) = NonBlockingBuilder::default()
-        .lossy(true)
-        .buffered_lines_limit(QUEUED_LINES)
-        .thread_name("weir-log")
-        .finish(std::io::stderr());
-    let dropped = writer.error_counter();
+    let queue = match QUEUE.get() {
+        // A second init (tests) keeps the first subscriber, and so its queue.
+        Some(_) => return,
+        None => match Queue::start(std::io::stderr(), QUEUED_LINES, "weir-log") {
+            Ok(queue) => queue,
+            Err(error) => {
+                eprintln!("weir: no thread for the log ({error}); logging nothing");
+                return;
+            }
+        },
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer)
+        .with_writer(Writer(Arc::clone(&queue)))
         // Colours for a person at a terminal only: in a file, a pipe or the journal
         // the escape codes are noise.
         .with_ansi(std::io::stderr().is_terminal());
-    // A second init (tests) is harmless: keep the first subscriber (and its writer).
     let installed = match log.format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
-    if installed.is_ok() {
-        *GUARD.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
-        weir_observe::count_log_lines_dropped(move || dropped.dropped_lines() as u64);
+    if installed.is_ok() && QUEUE.set(Arc::clone(&queue)).is_ok() {
+        weir_observe::count_log_lines_dropped(move || queue.dropped());
     }
 }
 
 /// Writes out what weir's own log still holds (at exit; 1 s at most if its reader is stuck).
 pub fn flush() {
-    let guard = GUARD.lock().unwrap_or_else(|e| e.into_inner()).take();
-    drop(guard);
+    if let Some(queue) = QUEUE.get() {
+        queue.flush();
+    }
 }
 
 /// The config's level, with rustls' own lines limited to errors unless the level names
