@@ -584,10 +584,13 @@ impl IdleConnection {
         })
     }
 
-    /// Closes a connection weir chose to end while it was idle (idle timeout,
-    /// drain): on TLS a close_notify goes out first, as in [`Client::close`].
+    /// Closes a connection that ended while it was idle (idle timeout, drain, the
+    /// client's close): on TLS a close_notify goes out first, as in [`Client::close`];
+    /// plain TCP is closed by the drop that follows.
     pub(crate) async fn close(mut self) {
-        let _ = tokio::time::timeout(CLOSE_TIME, self.stream.shutdown()).await;
+        if self.stream.is_tls() {
+            let _ = tokio::time::timeout(CLOSE_TIME, self.stream.shutdown()).await;
+        }
     }
 
     /// The connection with buffers lent from this thread's pool, to serve requests.
@@ -1141,8 +1144,16 @@ impl Client {
     /// HTTP/1.0 response, an idle timeout, a drain): on TLS a close_notify
     /// goes out first, so clients can tell the end from a truncation
     /// (OpenSSL 3 reports "unexpected eof" without it). Bounded in time.
+    ///
+    /// Plain TCP is left to the drop that follows: closing the socket sends the
+    /// FIN after what is still queued to send, as a shutdown would, and a reset
+    /// where the client's bytes wait unread, shut down first or not
+    /// ([`Client::linger_close`] is for that case). One system call fewer per
+    /// connection.
     pub(crate) async fn close(&mut self) {
-        if let Downstream::Http1(stream) = &mut self.stream {
+        if let Downstream::Http1(stream) = &mut self.stream
+            && stream.is_tls()
+        {
             let _ = tokio::time::timeout(CLOSE_TIME, stream.shutdown()).await;
         }
     }
