@@ -339,11 +339,7 @@ impl Lot {
     /// When the task looks through the tables next (`None`: nothing waits in them).
     fn next_sweep(&self) -> Option<Instant> {
         let parked = self.table().next_sweep;
-        let resting = self.resting().next_sweep;
-        match (parked, resting) {
-            (Some(parked), Some(resting)) => Some(parked.min(resting)),
-            (parked, resting) => parked.or(resting),
-        }
+        parked.into_iter().chain(self.resting().next_sweep).min()
     }
 
     /// Parks a connection; `Err` gives it back when the lot has closed or its socket

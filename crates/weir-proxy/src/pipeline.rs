@@ -203,12 +203,8 @@ fn serve_kept_alive(
             };
             match waited {
                 Waited::Bytes => {}
-                Waited::Park => {
-                    park(idle, admission, shutdown.clone());
-                    return;
-                }
-                Waited::Rest => {
-                    rest(idle, admission, shutdown.clone());
+                Waited::Park | Waited::Rest => {
+                    leave_task(waited, idle, admission, shutdown.clone());
                     return;
                 }
                 Waited::Close => {
@@ -286,19 +282,12 @@ pub(crate) fn resume(
     serve_kept_alive(start, admission, shutdown, Some(true))
 }
 
-/// Parks an idle connection (`park.rs`); the task that waited for it ends.
-fn park(idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
+/// Parks an idle connection or lets it rest (`park.rs`), as its wait ended (`how`:
+/// [`Waited::Park`] or [`Waited::Rest`]); the task that waited for it ends.
+fn leave_task(how: Waited, idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
     match admission.drain.lot().cloned() {
+        Some(lot) if matches!(how, Waited::Rest) => lot.rest(idle, admission, shutdown),
         Some(lot) => lot.park(idle, admission, shutdown),
-        // Never asked for without a lot; served on rather than lost.
-        None => spawn_resumed(idle, admission, shutdown),
-    }
-}
-
-/// Lets an idle connection rest (`park.rs`); the task that waited for it ends.
-fn rest(idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
-    match admission.drain.lot().cloned() {
-        Some(lot) => lot.rest(idle, admission, shutdown),
         // Never asked for without a lot; served on rather than lost.
         None => spawn_resumed(idle, admission, shutdown),
     }

@@ -44,6 +44,14 @@ async fn until(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// Waits until the proxy holds no client connection and its `gauge` counts none.
+async fn place_given_back(proxy: &TestProxy, gauge: fn(&TestProxy) -> f64) {
+    until("its place is given back", || {
+        open(proxy) == 0.0 && gauge(proxy) == 0.0
+    })
+    .await;
+}
+
 fn timeouts(lines: &str) -> String {
     format!("[virtual_servers.web.timeouts]\n{lines}\n")
 }
@@ -303,10 +311,7 @@ async fn a_tls_connection_rests_and_serves_its_next_requests() {
         assert_eq!(parked(proxy), 0.0);
     }
     // Its idle timeout closes it (with a close_notify) from the resting table.
-    until("its place is given back", || {
-        open(proxy) == 0.0 && resting(proxy) == 0.0
-    })
-    .await;
+    place_given_back(proxy, resting).await;
     setup.stop().await;
 }
 
@@ -337,10 +342,7 @@ async fn closes_at_its_idle_timeout(way: Way) {
         "closed {waited:?} after its answer, idle timeout 1 s ({})",
         way.name
     );
-    until("its place is given back", || {
-        open(proxy) == 0.0 && (way.gauge)(proxy) == 0.0
-    })
-    .await;
+    place_given_back(proxy, way.gauge).await;
     setup.stop().await;
 }
 
@@ -359,10 +361,7 @@ async fn a_closing_client_gives_its_place_back(way: Way) {
     let proxy = &setup.proxy;
     let client = setup.client_in(way).await;
     drop(client);
-    until("its place is given back", || {
-        open(proxy) == 0.0 && (way.gauge)(proxy) == 0.0
-    })
-    .await;
+    place_given_back(proxy, way.gauge).await;
     setup.stop().await;
 }
 
