@@ -505,10 +505,12 @@ fn open_h2c(addr: SocketAddr) -> TcpStream {
     }
 }
 
-/// Idle h2c connections hold the `h2` codec's state and buffers (about 43 KB, most of it
+/// Idle h2c connections hold the `h2` codec's state and buffers (about 39.5 KB, most of it
 /// the codec's 16 KiB write and 8 KiB read buffers, which it keeps for the connection's
 /// life) and no HTTP/1.1 connection future besides: the one that read the preface is
-/// dropped before HTTP/2 is served (it was 5.8 KB more).
+/// dropped before HTTP/2 is served (it was 5.8 KB more). The bound also catches the
+/// connection's HTTP/2 future growing back by what its rare awaits once added to it (a
+/// lingering close's 4 KiB scratch array and the handshake inline: 3.9 KB more).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_h2c_client_connections_hold_no_http1_state() {
     let _serial = SERIAL.lock().await;
@@ -535,7 +537,7 @@ async fn idle_h2c_client_connections_hold_no_http1_state() {
     let per_connection = (after - before) / H2C_CONNECTIONS as i64;
     eprintln!("idle h2c client connection: {per_connection} bytes");
     assert!(
-        per_connection <= 46_000,
+        per_connection <= 42_000,
         "{per_connection} bytes per idle h2c client connection"
     );
     drop(held);

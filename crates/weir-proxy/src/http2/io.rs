@@ -137,6 +137,8 @@ const LINGER_AFTER_GOAWAY: Duration = Duration::from_secs(30);
 const LINGER_QUIET: Duration = Duration::from_secs(5);
 /// ... and at most this much of what it sends is read away.
 const LINGER_BYTES: usize = 16 * 1024 * 1024;
+/// ... read this much at a time.
+const LINGER_READ: usize = 4096;
 /// How long a close_notify and FIN may take to leave.
 const CLOSE_TIME: Duration = Duration::from_secs(1);
 
@@ -322,12 +324,16 @@ where
 
 /// Reads and drops what the client sends until it closes, stays quiet for `quiet`, or
 /// `time` or [`LINGER_BYTES`] run out.
+///
+/// The scratch buffer is on the heap, made when the lingering starts: an array here
+/// would be part of every future that can linger (the connection's whole HTTP/2 future
+/// among them, see `serve` in `server.rs`), 4 KiB held by each connection for its life.
 async fn discard_until_closed<S: AsyncRead + Unpin>(
     io: &mut S,
     (quiet, time): (Duration, Duration),
 ) {
     let end = tokio::time::Instant::now() + time;
-    let mut scratch = [0u8; 4096];
+    let mut scratch = vec![0u8; LINGER_READ];
     let mut discarded = 0;
     while discarded < LINGER_BYTES {
         let deadline = end.min(tokio::time::Instant::now() + quiet);
