@@ -286,7 +286,7 @@ async fn attempt(
     if let Some(node) = pool.http2.get(index) {
         // Boxed: the HTTP/2 attempt's future is larger than the rest of this one,
         // and HTTP/1.1 requests would carry (and copy) its size unboxed.
-        return Box::pin(attempt_h2(client, vs, pool, (index, node), on, body)).await;
+        return crate::boxed(|| attempt_h2(client, vs, pool, (index, node), on, body)).await;
     }
     let connections = &pool.connections[index];
     // A request that may leave HTTP takes a tunnel place first, so tunnels

@@ -56,13 +56,12 @@ pub(crate) fn serve_connection(
     shutdown: ShutdownSignal,
     handshake: Option<weir_tls::HandshakeStart>,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let start = Box::pin(start_connection(
-        (stream, handshake),
-        peer,
+    let (vs, signal, drain) = (
         Arc::clone(&admission.vs),
         shutdown.clone(),
         admission.drain.shared(),
-    ));
+    );
+    let start = crate::boxed(|| start_connection((stream, handshake), peer, vs, signal, drain));
     serve_kept_alive(start, admission, shutdown, None)
 }
 
@@ -315,12 +314,8 @@ fn h2c(
     shutdown: &ShutdownSignal,
     drain: &DrainGuard,
 ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-    Box::pin(h2::serve_cleartext(
-        client,
-        Arc::clone(vs),
-        shutdown.clone(),
-        drain.shared(),
-    ))
+    let (vs, shutdown, drain) = (Arc::clone(vs), shutdown.clone(), drain.shared());
+    crate::boxed(|| h2::serve_cleartext(client, vs, shutdown, drain))
 }
 
 /// How a connection's requests (or its first bytes) were served.
@@ -345,12 +340,11 @@ fn serve_next<'a>(
     drain: &'a DrainGuard,
 ) -> Pin<Box<dyn Future<Output = Served> + Send + 'a>> {
     if first.is_none() && client.requests == 0 && latest.config.http2.cleartext {
-        Box::pin(serve_first_bytes(client, latest, shutdown, drain))
+        crate::boxed(|| serve_first_bytes(client, latest, shutdown, drain))
     } else {
-        Box::pin(async move {
-            let served = serve_requests(client, first, latest, shutdown, drain).await;
-            served.map_or(Served::Closed, Served::Idle)
-        })
+        // `serve_requests`' own future in the box, with no block around it: a block
+        // would hold that future (about 5 KB) and copy it in once more.
+        crate::boxed(|| serve_requests(client, first, latest, shutdown, drain))
     }
 }
 
@@ -365,10 +359,7 @@ async fn serve_first_bytes(
     drain: &DrainGuard,
 ) -> Served {
     match h2::prior_knowledge(&mut client, latest).await {
-        Ok(false) => {
-            let served = Box::pin(serve_requests(client, None, latest, shutdown, drain)).await;
-            served.map_or(Served::Closed, Served::Idle)
-        }
+        Ok(false) => crate::boxed(|| serve_requests(client, None, latest, shutdown, drain)).await,
         Ok(true) => Served::H2c(Box::new(client)),
         Err(failure) => {
             answer_failure(&mut client, latest, None, None, None, failure).await;
@@ -376,6 +367,11 @@ async fn serve_first_bytes(
             Served::Closed
         }
     }
+}
+
+/// A connection whose requests are all answered, idle (its buffers back in the pool).
+fn idled(client: Client) -> Served {
+    client.into_idle().map_or(Served::Closed, Served::Idle)
 }
 
 /// What a readable idle connection turned out to hold.
@@ -525,14 +521,14 @@ fn start(
 /// Serves requests for as long as the client has bytes waiting: read_head →
 /// route → the rest of the stages, starting with `first` when
 /// [`answer_at_once`] began one. Returns the connection once it is idle again
-/// (its buffers back in the pool), or `None` once it closed.
+/// (its buffers back in the pool), or [`Served::Closed`] once it closed.
 async fn serve_requests(
     mut client: Client,
     mut first: Option<Box<Started>>,
     latest: &mut Arc<VirtualServerRuntime>,
     shutdown: &ShutdownSignal,
     drain: &DrainGuard,
-) -> Option<IdleConnection> {
+) -> Served {
     // A connection's first bytes on an h2c virtual server came through
     // `serve_first_bytes`, which told HTTP/1.1 from HTTP/2.
     let next = loop {
@@ -549,13 +545,13 @@ async fn serve_requests(
                     Err(failure) => {
                         answer_failure(&mut client, vs, None, None, None, failure).await;
                         client.release();
-                        return None;
+                        return Served::Closed;
                     }
                 };
                 if handshake_outdated(&mut client, latest) {
                     refuse_outdated(&mut client, latest, &head).await;
                     client.release();
-                    return None;
+                    return Served::Closed;
                 }
                 start(&mut client, latest, (head, began), shutdown)
             }
@@ -609,7 +605,7 @@ async fn serve_requests(
         let served = served.unwrap_or_else(|| Err(cut_at_drain(&mut client, before)));
         match served {
             // Pipelined bytes are served at once; otherwise the connection idles.
-            Ok(Next::KeepAlive) if client.read_buf.is_empty() => return client.into_idle(),
+            Ok(Next::KeepAlive) if client.read_buf.is_empty() => return idled(client),
             Ok(Next::KeepAlive) => continue,
             Ok(next) => break ending(next, &started.head),
             Err(failure) => {
@@ -621,11 +617,11 @@ async fn serve_requests(
                     ..request
                 };
                 match answer_failure(&mut client, vs, Some(request), pool, traffic, failure).await {
-                    true if client.read_buf.is_empty() => return client.into_idle(),
+                    true if client.read_buf.is_empty() => return idled(client),
                     true => continue,
                     false => {
                         client.release();
-                        return None;
+                        return Served::Closed;
                     }
                 }
             }
@@ -637,7 +633,7 @@ async fn serve_requests(
         _ => client.close().await,
     }
     client.release();
-    None
+    Served::Closed
 }
 
 /// A stream whose request was refused before it formed a head: the refusal, then the
@@ -894,8 +890,8 @@ async fn serve_request(
             // names the node of that second answer.
             let resend = (forwarding, traffic.upstream(vs), &mut body);
             let answered = (exchange, keep_alive, resend, &mut answered_by);
-            let responding = content::respond(client, vs, pool, head, (flow, &edits), answered);
-            Box::pin(responding).await
+            crate::boxed(|| content::respond(client, vs, pool, head, (flow, &edits), answered))
+                .await
         }
         None => {
             let timeout = pool.config.timeouts.response;

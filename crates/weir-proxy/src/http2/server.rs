@@ -339,9 +339,10 @@ impl Driver {
         self.active.fetch_add(1, Ordering::AcqRel);
         let active = Arc::clone(&self.active);
         let handler = handler.clone();
-        // Boxed: the stream's state (kilobytes, the pipeline's) is copied once, into
-        // this allocation, and tokio's moves of the task's future copy a pointer.
-        tokio::spawn(Box::pin(async move {
+        // Boxed where it is made (`crate::boxed`): the stream's state (kilobytes, the
+        // pipeline's) is built in this allocation, and tokio's moves of the task's future
+        // copy a pointer.
+        tokio::spawn(crate::boxed(|| async move {
             // Decremented however the stream ends, a panic included.
             let _guard = ActiveGuard(active);
             handler.serve(request, respond).await;
