@@ -146,13 +146,12 @@ pub(crate) async fn serve<S, H>(
     let (back, returned) = tokio::sync::oneshot::channel();
     let watching = (FrameWatch::new(limits), Arc::clone(&tripwire));
     let io = Watched::new(io, rewind, watching, back);
-    // Boxed: the handshake holds the codec and a timer (about 1.8 KB), and inline it would
-    // size this whole future, which each connection keeps for its life, by its largest
-    // await (the `idle_memory` tests count it); the box lives only until the SETTINGS.
-    let handshake = Box::pin(tokio::time::timeout(
-        timing.handshake,
-        builder(settings).handshake(io),
-    ));
+    // Boxed (and built in its box, `crate::boxed`): the handshake holds the codec and a
+    // timer (about 1.8 KB), and inline it would size this whole future, which each
+    // connection keeps for its life, by its largest await (the `idle_memory` tests count
+    // it); the box lives only until the SETTINGS.
+    let handshake =
+        crate::boxed(|| tokio::time::timeout(timing.handshake, builder(settings).handshake(io)));
     let mut connection = match handshake.await {
         Ok(Ok(connection)) => connection,
         Ok(Err(error)) => {
