@@ -82,17 +82,8 @@ async fn unless_left<O, L: std::future::Future<Output = weir_core::Error>>(
     }
 }
 
-/// A future boxed where it is made: the box is allocated first and the future built
-/// in it. `Box::pin(future)` builds the future on the stack and copies it whole into
-/// the box, and the pipeline's futures are kilobytes (a request's whole state, sized by
-/// its largest await) of which a new one holds only its arguments. In a release build
-/// `Box::pin` of `serve_requests` was a 5.3 KB `memcpy` for each wake of a connection,
-/// and of a stream's future 5.1 KB for each HTTP/2 stream; built in place, none.
-#[inline(always)]
-fn boxed<F: std::future::Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
-    let place = Box::new_uninit();
-    Box::into_pin(Box::write(place, make()))
-}
+/// Futures boxed where they are made (see [`weir_core::boxed`]).
+use weir_core::boxed;
 
 /// Interim (1xx) responses relayed before the final one, whenever the node sends them (the
 /// request body still going included); past it → 502.

@@ -464,7 +464,7 @@ impl NodeConnections {
     {
         match self.try_take(true, flow) {
             Taken::Idle(connection) => Ok(self.reuse(connection)),
-            Taken::Slot => Box::pin(self.connect(Opening::Http)).await,
+            Taken::Slot => weir_core::boxed(|| self.connect(Opening::Http)).await,
             Taken::Queued(flow, id, receiver, queue_timeout) => {
                 let queued = QueuedWait {
                     pool: self,
@@ -474,7 +474,7 @@ impl NodeConnections {
                     queue_timeout,
                     dedicated: false,
                 };
-                Box::pin(queued.wait(Opening::Http, left())).await
+                weir_core::boxed(|| queued.wait(Opening::Http, left())).await
             }
             Taken::QueueFull => Err(self.queue_full()),
             Taken::Withdrawn => Err(self.withdrawn()),

@@ -427,18 +427,15 @@ impl H2Node {
             Taken::Stream(connection, send, reused) => Ok(self.lease(connection, send, reused)),
             // Boxed, as the queue's wait: a new connection is the rare case, and its
             // kilobytes inline would be carried (and copied) by every request's future.
-            Taken::Slot => Box::pin(self.connect_in_slot()).await,
+            Taken::Slot => weir_core::boxed(|| self.connect_in_slot()).await,
             Taken::Queued(flow, id, receiver) => {
-                Box::pin(
-                    QueuedWait {
-                        node: self,
-                        flow,
-                        id,
-                        receiver: Some(receiver),
-                    }
-                    .wait(left()),
-                )
-                .await
+                let queued = QueuedWait {
+                    node: self,
+                    flow,
+                    id,
+                    receiver: Some(receiver),
+                };
+                weir_core::boxed(|| queued.wait(left())).await
             }
             Taken::QueueFull => {
                 self.pool_metrics.queue_full.inc();
