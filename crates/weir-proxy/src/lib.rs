@@ -82,7 +82,7 @@ async fn unless_left<O, L: std::future::Future<Output = weir_core::Error>>(
     }
 }
 
-/// Futures boxed where they are made (see [`weir_core::boxed`]).
+// Futures boxed where they are made (`weir_core::boxed`).
 use weir_core::boxed;
 
 /// Interim (1xx) responses relayed before the final one, whenever the node sends them (the
