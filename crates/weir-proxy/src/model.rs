@@ -226,6 +226,7 @@ fn relay_settings(config: &VirtualServer) -> (Relay, RelaySettings) {
     let settings = RelaySettings {
         idle_timeout: tcp.idle_timeout,
         buffer: tcp.buffer,
+        pipe: tcp.pipe,
     };
     (relay, settings)
 }

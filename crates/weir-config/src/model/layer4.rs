@@ -23,8 +23,12 @@ pub enum RelayMode {
 pub struct TcpSettings {
     /// How bytes move when both ends are plain TCP.
     pub relay: RelayMode,
-    /// Per-direction buffer (copy) or pipe chunk (splice).
+    /// Per-direction buffer of the copy relay (and of `auto` until a direction moves to
+    /// splice).
     pub buffer: usize,
+    /// Capacity asked of each kernel pipe the splice relay uses (`splice`, and `auto`'s
+    /// bulk directions): the most one `splice(2)` moves.
+    pub pipe: usize,
     /// A session ends when no byte moved either way for this long.
     pub idle_timeout: Duration,
     /// With passthrough rules: how long a client has to send its ClientHello. A client that
@@ -72,6 +76,7 @@ impl Default for TcpSettings {
         TcpSettings {
             relay: crate::defaults::TCP_RELAY,
             buffer: crate::defaults::TCP_BUFFER as usize,
+            pipe: crate::defaults::TCP_PIPE as usize,
             idle_timeout: crate::defaults::TCP_IDLE_TIMEOUT,
             hello_timeout: crate::defaults::TCP_HELLO_TIMEOUT,
         }

@@ -11,6 +11,7 @@ use super::{DurationText, SizeValue};
 pub struct TcpTable {
     pub relay: Option<String>,
     pub buffer: Option<SizeValue>,
+    pub pipe: Option<SizeValue>,
     pub idle_timeout: Option<DurationText>,
     pub hello_timeout: Option<DurationText>,
 }

@@ -152,6 +152,14 @@ impl Checker {
                 defaults::TCP_BUFFER,
                 KIB..=16 * MIB,
             ),
+            // The kernel's limit for an unprivileged process (`fs.pipe-max-size`) is 1 MiB
+            // unless raised; a page is the least a pipe holds.
+            pipe: self.size_usize(
+                &path.key("pipe"),
+                tcp.and_then(|t| t.pipe.as_ref()),
+                defaults::TCP_PIPE,
+                4 * KIB..=MIB,
+            ),
             idle_timeout: self.duration(
                 &path.key("idle_timeout"),
                 tcp.and_then(|t| t.idle_timeout.as_ref()),

@@ -46,7 +46,7 @@ fn a_tcp_virtual_server_takes_the_session_defaults() {
     assert!(valid(&tcp("defer_accept = true")).virtual_servers[0].defer_accept);
     let settings = server.tcp.as_ref().expect("tcp settings");
     assert_eq!(settings.relay, crate::defaults::TCP_RELAY);
-    assert_eq!(settings.buffer, 16 * 1024);
+    assert_eq!((settings.buffer, settings.pipe), (16 * 1024, 256 * 1024));
     assert_eq!(settings.idle_timeout, Duration::from_secs(300));
     assert_eq!(
         (server.accept_proxy.as_ref(), server.passthrough.len()),
@@ -57,7 +57,7 @@ fn a_tcp_virtual_server_takes_the_session_defaults() {
 #[test]
 fn tcp_keys_proxy_protocol_and_passthrough() {
     let config = valid(&tcp(
-        "[virtual_servers.db.tcp]\nrelay = \"copy\"\nbuffer = \"64KiB\"\nidle_timeout = \"30s\"\n\
+        "[virtual_servers.db.tcp]\nrelay = \"copy\"\nbuffer = \"64KiB\"\npipe = \"1MiB\"\nidle_timeout = \"30s\"\n\
          [virtual_servers.db.proxy_protocol]\ntrusted = [\"127.0.0.0/8\", \"::1/128\"]\ntimeout = \"2s\"\n\
          [[virtual_servers.db.passthrough]]\nserver_names = [\"Secure.Example\", \"*.internal\"]\nalpn = [\"h2\"]\npool = \"tls\"\n\
          [virtual_servers.db.limits]\nmax_connections = 100\n",
@@ -65,9 +65,10 @@ fn tcp_keys_proxy_protocol_and_passthrough() {
     let server = &config.virtual_servers[0];
     let settings = server.tcp.as_ref().unwrap();
     assert_eq!(
-        (settings.relay, settings.buffer, settings.idle_timeout),
-        (RelayMode::Copy, 64 * 1024, Duration::from_secs(30))
+        (settings.relay, settings.buffer, settings.pipe),
+        (RelayMode::Copy, 64 * 1024, 1024 * 1024)
     );
+    assert_eq!(settings.idle_timeout, Duration::from_secs(30));
     let accept = server.accept_proxy.as_ref().unwrap();
     assert_eq!(accept.timeout, Duration::from_secs(2));
     assert!(accept.trusted[0].contains("127.1.2.3".parse().unwrap()));
@@ -78,6 +79,22 @@ fn tcp_keys_proxy_protocol_and_passthrough() {
     );
     assert_eq!(server.passthrough[0].pool, PoolId(1));
     assert_eq!(server.limits.max_connections, 100);
+}
+
+/// A pipe past the kernel's limit for an unprivileged process could never be had, and one
+/// under a page is not a size the kernel gives: both are refused with the key's line.
+#[test]
+fn tcp_pipe_is_between_a_page_and_a_mebibyte() {
+    assert_one_error(
+        &tcp("[virtual_servers.db.tcp]\npipe = \"2MiB\""),
+        "virtual_servers.db.tcp.pipe",
+        "must be at most 1MiB",
+    );
+    assert_one_error(
+        &tcp("[virtual_servers.db.tcp]\npipe = \"1KiB\""),
+        "virtual_servers.db.tcp.pipe",
+        "must be at least 4KiB",
+    );
 }
 
 /// SNI names hosts, never addresses (RFC 6066 §3): a passthrough rule for one could never

@@ -145,8 +145,11 @@ impl Ended {
 pub struct RelaySettings {
     /// The session ends when nothing moved either way for this long.
     pub idle_timeout: Duration,
-    /// Per-direction buffer (copy) or pipe chunk (splice), bytes.
+    /// Per-direction buffer of the copy relays, bytes.
     pub buffer: usize,
+    /// Capacity asked of each pipe of the splice relay, bytes: the most one `splice(2)`
+    /// moves (`splice.rs`).
+    pub pipe: usize,
 }
 
 impl Default for RelaySettings {
@@ -154,6 +157,7 @@ impl Default for RelaySettings {
         RelaySettings {
             idle_timeout: Duration::from_secs(300),
             buffer: 16 * 1024,
+            pipe: 256 * 1024,
         }
     }
 }

@@ -2,12 +2,21 @@
 //! socket into a pipe and from the pipe into the writing socket, so they never pass through
 //! user space. Pipes are reused from a small per-thread pool (one that still holds bytes is
 //! never put back), so a short session does not pay for creating and closing two pipes.
+//!
+//! Each pipe is sized to the virtual server's `tcp.pipe` (256 KiB by default), and one
+//! `splice(2)` moves up to that much. In the kernel's default pipe (64 KiB, 16 slots) the
+//! relay cost more CPU per MiB than copying through a 16 KiB buffer; from 256 KiB on, no more
+//! (BENCHMARKING.md, "Layer 4", 2026-12-04). The kernel counts a pipe's capacity against its
+//! user even while the pipe is empty, and past `fs.pipe-user-pages-soft` gives an
+//! unprivileged process pipes of two pages and refuses to grow them: a pipe that did not get
+//! its size says so once in the log, and the adaptive relay then keeps copying
+//! (`tcp_copy.rs`).
 
 use std::cell::RefCell;
 use std::io;
 use std::net::Shutdown;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use nix::fcntl::{OFlag, SpliceFFlags};
 use tokio::io::Interest;
@@ -16,8 +25,12 @@ use tokio::time::Instant;
 
 use super::{End, Ended, Moved, RelaySettings, Relayed, Tally};
 
-/// Pipes kept per thread between sessions.
-const POOLED_PIPES: usize = 64;
+/// Pipe capacity kept per thread between sessions, bytes: 64 of the kernel's default
+/// pipes, or 16 of 256 KiB. It counts against the user's pipe limit while it waits.
+const POOLED_PIPE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Whether a pipe that did not get the capacity asked of it was logged (once per process).
+static SHORT_PIPE_LOGGED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     static PIPES: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
@@ -27,24 +40,82 @@ thread_local! {
 pub(super) struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
+    /// The capacity asked of it, bytes (`tcp.pipe`).
+    asked: usize,
+    /// The capacity the kernel gave it, bytes: what one `splice(2)` into it moves at most.
+    capacity: usize,
 }
 
 impl Pipe {
-    /// One from the thread's pool, else a new one: fails when weir is out of descriptors
-    /// (a pipe needs two), and the caller then copies instead.
-    pub(super) fn take() -> io::Result<Pipe> {
-        if let Some(pipe) = PIPES.with(|pipes| pipes.borrow_mut().pop()) {
-            return Ok(pipe);
-        }
-        let (read, write) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
-        Ok(Pipe { read, write })
+    /// One of `capacity` bytes from the thread's pool, else a new one (or a pooled one of
+    /// another size, resized): fails when weir is out of descriptors (a pipe needs two),
+    /// and the caller then copies instead. The kernel may give less than asked (see the
+    /// module's notes): [`Pipe::capacity`] says what it has.
+    pub(super) fn take(capacity: usize) -> io::Result<Pipe> {
+        let pooled = PIPES.with(|pipes| {
+            let mut pipes = pipes.borrow_mut();
+            let same = pipes.iter().rposition(|pipe| pipe.asked == capacity);
+            same.map(|at| pipes.swap_remove(at)).or_else(|| pipes.pop())
+        });
+        let mut pipe = match pooled {
+            Some(pipe) if pipe.asked == capacity => return Ok(pipe),
+            Some(pipe) => pipe,
+            None => {
+                let (read, write) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
+                Pipe {
+                    read,
+                    write,
+                    asked: 0,
+                    capacity: 0,
+                }
+            }
+        };
+        pipe.ask(capacity);
+        Ok(pipe)
     }
 
-    /// Back to the pool; only called on an empty pipe.
-    fn put_back(self) {
+    /// Asks the kernel for `capacity` bytes (it rounds up to a power of two pages) and
+    /// learns what it got. An empty pipe can always shrink; growing fails past
+    /// `fs.pipe-max-size`, or past the user's pipe limit for an unprivileged process.
+    fn ask(&mut self, capacity: usize) {
+        use nix::fcntl::{FcntlArg, fcntl};
+        self.asked = capacity;
+        let wanted = i32::try_from(capacity).unwrap_or(i32::MAX);
+        let given = match fcntl(&self.write, FcntlArg::F_SETPIPE_SZ(wanted)) {
+            Ok(given) => given,
+            Err(error) => {
+                let given = fcntl(&self.write, FcntlArg::F_GETPIPE_SZ).unwrap_or(0);
+                if !SHORT_PIPE_LOGGED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        %error, asked = capacity, given,
+                        "a splice pipe did not get the capacity asked (tcp.pipe): over \
+                         fs.pipe-max-size, or the user's pipe limit (fs.pipe-user-pages-soft) \
+                         for a process without CAP_SYS_RESOURCE; logged once"
+                    );
+                }
+                given
+            }
+        };
+        self.capacity = usize::try_from(given).unwrap_or(0);
+    }
+
+    /// The capacity the kernel gave it, bytes.
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    #[cfg(test)]
+    pub(super) fn read_fd(&self) -> &OwnedFd {
+        &self.read
+    }
+
+    /// Back to the pool, while the pool holds less than [`POOLED_PIPE_BYTES`]; only called
+    /// on an empty pipe.
+    pub(super) fn put_back(self) {
         PIPES.with(|pipes| {
             let mut pipes = pipes.borrow_mut();
-            if pipes.len() < POOLED_PIPES {
+            let held: usize = pipes.iter().map(|pipe| pipe.capacity).sum();
+            if held + self.capacity <= POOLED_PIPE_BYTES {
                 pipes.push(self);
             }
         });
@@ -102,7 +173,7 @@ pub async fn splice(
     settings: RelaySettings,
     tally: &Tally,
 ) -> Option<Relayed> {
-    let pipes = Pipe::take().and_then(|up| Ok((up, Pipe::take()?)));
+    let pipes = Pipe::take(settings.pipe).and_then(|up| Ok((up, Pipe::take(settings.pipe)?)));
     let Ok((up_pipe, down_pipe)) = pipes else {
         tracing::debug!("no descriptors for splice pipes: copying this session");
         return None;
@@ -116,7 +187,6 @@ pub async fn splice(
             client,
             node,
             (End::Client, End::Node),
-            settings.buffer,
             up_bytes,
             &activity,
         );
@@ -125,7 +195,6 @@ pub async fn splice(
             node,
             client,
             (End::Node, End::Client),
-            settings.buffer,
             down_bytes,
             &activity,
         );
@@ -169,17 +238,19 @@ async fn until_idle(activity: &Activity, idle: std::time::Duration) {
     }
 }
 
-/// One direction until EOF (then the writer's write side is shut down) or an error.
+/// One direction until EOF (then the writer's write side is shut down) or an error; each
+/// `splice(2)` from the socket moves up to the pipe's capacity.
 pub(super) async fn one_way(
     pipe: Pipe,
     from: &TcpStream,
     to: &TcpStream,
     (from_end, to_end): (End, End),
-    chunk: usize,
     bytes: &Moved,
     activity: &Activity,
 ) -> Result<(), (End, io::Error)> {
     let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+    // A pipe the kernel would not size at all still takes a page.
+    let chunk = pipe.capacity().max(4096);
     loop {
         // The pipe is empty here, so "would block" can only mean the socket has nothing.
         let filled = loop {

@@ -37,7 +37,7 @@ pub async fn relay_tcp(
             client,
             node,
             (End::Client, End::Node),
-            (settings.buffer, adaptive),
+            (settings, adaptive),
             up_bytes,
             &activity,
         );
@@ -45,7 +45,7 @@ pub async fn relay_tcp(
             node,
             client,
             (End::Node, End::Client),
-            (settings.buffer, adaptive),
+            (settings, adaptive),
             down_bytes,
             &activity,
         );
@@ -60,11 +60,11 @@ async fn one_way(
     from: &TcpStream,
     to: &TcpStream,
     (from_end, to_end): (End, End),
-    (size, mut adaptive): (usize, bool),
+    (settings, mut adaptive): (RelaySettings, bool),
     bytes: &Moved,
     activity: &Activity,
 ) -> Result<(), (End, io::Error)> {
-    let size = size.max(1);
+    let size = settings.buffer.max(1);
     let mut buffer: Vec<u8> = Vec::new();
     let mut bulk = false;
     loop {
@@ -118,21 +118,23 @@ async fn one_way(
             }
         }
         if bulk {
-            match super::splice::Pipe::take() {
-                Ok(pipe) => {
+            match super::splice::Pipe::take(settings.pipe) {
+                // A pipe smaller than the buffer (the kernel's pipe limit for the user was
+                // reached: `splice.rs`) would move bulk in smaller steps than the copy does.
+                Ok(pipe) if pipe.capacity() >= size => {
                     return super::splice::one_way(
                         pipe,
                         from,
                         to,
                         (from_end, to_end),
-                        size,
                         bytes,
                         activity,
                     )
                     .await;
                 }
-                // Out of descriptors for a pipe: the copy goes on, and stops trying.
-                Err(_) => (bulk, adaptive) = (false, false),
+                // Out of descriptors (or pipe capacity) for a pipe: the copy goes on, and
+                // stops trying.
+                _ => (bulk, adaptive) = (false, false),
             }
         }
     }

@@ -27,14 +27,23 @@ enum Kind {
     Splice,
 }
 
-/// A client and a node, with one relay between them running in its own task.
+/// A client and a node, with one relay between them running in its own task; small
+/// buffers and pipes, so that every transfer takes many steps.
 async fn session(kind: Kind, idle: Duration) -> (TcpStream, TcpStream, JoinHandle<Relayed>) {
-    let (client, mut client_side) = pair().await;
-    let (node, mut node_side) = pair().await;
     let settings = RelaySettings {
         idle_timeout: idle,
         buffer: 4096,
+        pipe: 4096,
     };
+    session_with(kind, settings).await
+}
+
+async fn session_with(
+    kind: Kind,
+    settings: RelaySettings,
+) -> (TcpStream, TcpStream, JoinHandle<Relayed>) {
+    let (client, mut client_side) = pair().await;
+    let (node, mut node_side) = pair().await;
     let task = tokio::spawn(async move {
         let tally = Tally::default();
         match kind {
@@ -152,8 +161,18 @@ async fn idle_timeout_applies_after_a_half_close() {
 
 #[tokio::test]
 async fn megabytes_both_ways_at_once_arrive_whole() {
-    for kind in BOTH {
-        let (client, node, task) = session(kind, LONG).await;
+    let defaults = RelaySettings {
+        idle_timeout: LONG,
+        ..RelaySettings::default()
+    };
+    // The small steps of `session`, then the defaults (splice through 256 KiB pipes).
+    let small = BOTH.map(|kind| (kind, None));
+    let large = [Kind::Adaptive, Kind::Splice].map(|kind| (kind, Some(defaults)));
+    for (kind, settings) in small.into_iter().chain(large) {
+        let (client, node, task) = match settings {
+            Some(settings) => session_with(kind, settings).await,
+            None => session(kind, LONG).await,
+        };
         let data: Vec<u8> = (0..3 * 1024 * 1024 + 17).map(|i| (i % 251) as u8).collect();
         let echo = |mut stream: TcpStream, data: Vec<u8>| async move {
             let (mut reader, mut writer) = stream.split();
@@ -199,4 +218,30 @@ async fn a_node_reset_ends_the_session_as_a_node_error() {
             "{kind:?}: {relayed:?}"
         );
     }
+}
+
+/// A pipe gets the capacity asked of it, a pooled one of another size is resized when taken,
+/// and one put back is taken again for the same size.
+#[test]
+fn pipes_are_sized_as_asked_and_pooled_by_size() {
+    use super::splice::Pipe;
+    use std::os::fd::AsRawFd;
+    let large = Pipe::take(256 * 1024).expect("a pipe");
+    assert_eq!(large.capacity(), 256 * 1024);
+    // Not a power of two pages: the kernel rounds up.
+    let odd = Pipe::take(100 * 1024).expect("a pipe");
+    assert_eq!(odd.capacity(), 128 * 1024);
+    let fd = large.read_fd().as_raw_fd();
+    large.put_back();
+    odd.put_back();
+    // The pool holds both: each size finds its own pipe, not the one put back last.
+    let again = Pipe::take(256 * 1024).expect("a pipe");
+    assert_eq!(
+        (again.read_fd().as_raw_fd(), again.capacity()),
+        (fd, 256 * 1024)
+    );
+    // Only the 128 KiB pipe is left: resized to what is asked now.
+    let small = Pipe::take(4096).expect("a pipe");
+    assert_eq!(small.capacity(), 4096);
+    drop((again, small));
 }
