@@ -420,10 +420,11 @@ const fn nonzero(value: u32) -> NonZeroU32 {
 /// (half the CPU per MiB): both measured in BENCHMARKING.md ("Layer 4").
 pub(crate) const TCP_RELAY: RelayMode = RelayMode::Auto;
 pub(crate) const TCP_BUFFER: u64 = 16 * KIB;
-/// Four times the kernel's default pipe (64 KiB): with the default, the splice relay cost
-/// more CPU per MiB than the copy relay; from 256 KiB on, no more than it (BENCHMARKING.md,
-/// "Layer 4", 2026-12-04).
-pub(crate) const TCP_PIPE: u64 = 256 * KIB;
+/// Half the kernel's default pipe (64 KiB). Through default pipes the splice relay cost more
+/// CPU per MiB than the copy relay. 32 KiB was the cheapest size for a one-way download
+/// (wrk), where larger pipes drained the node's socket at each read and slept more; 256 KiB
+/// was cheaper for 1 MiB echoed both ways at once (BENCHMARKING.md, "Layer 4", 2026-12-04).
+pub(crate) const TCP_PIPE: u64 = 32 * KIB;
 pub(crate) const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Long enough for a ClientHello over a slow, lossy path (a few retransmissions of its first
 /// segment); a port that also serves server-first protocols wants less.

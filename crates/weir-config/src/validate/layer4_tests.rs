@@ -46,7 +46,7 @@ fn a_tcp_virtual_server_takes_the_session_defaults() {
     assert!(valid(&tcp("defer_accept = true")).virtual_servers[0].defer_accept);
     let settings = server.tcp.as_ref().expect("tcp settings");
     assert_eq!(settings.relay, crate::defaults::TCP_RELAY);
-    assert_eq!((settings.buffer, settings.pipe), (16 * 1024, 256 * 1024));
+    assert_eq!((settings.buffer, settings.pipe), (16 * 1024, 32 * 1024));
     assert_eq!(settings.idle_timeout, Duration::from_secs(300));
     assert_eq!(
         (server.accept_proxy.as_ref(), server.passthrough.len()),

@@ -157,7 +157,7 @@ impl Default for RelaySettings {
         RelaySettings {
             idle_timeout: Duration::from_secs(300),
             buffer: 16 * 1024,
-            pipe: 256 * 1024,
+            pipe: 32 * 1024,
         }
     }
 }

@@ -3,10 +3,13 @@
 //! user space. Pipes are reused from a small per-thread pool (one that still holds bytes is
 //! never put back), so a short session does not pay for creating and closing two pipes.
 //!
-//! Each pipe is sized to the virtual server's `tcp.pipe` (256 KiB by default), and one
-//! `splice(2)` moves up to that much. In the kernel's default pipe (64 KiB, 16 slots) the
-//! relay cost more CPU per MiB than copying through a 16 KiB buffer; from 256 KiB on, no more
-//! (BENCHMARKING.md, "Layer 4", 2026-12-04). The kernel counts a pipe's capacity against its
+//! Each pipe is sized to the virtual server's `tcp.pipe` (32 KiB by default), and one
+//! `splice(2)` moves up to that much. Through the kernel's default pipe (64 KiB) the relay
+//! cost more CPU per MiB than copying through a 16 KiB buffer. The best size depends on the
+//! traffic: for a one-way download, 32 KiB cost a fifth less than the copy, while 256 KiB cost
+//! more, because each read drained the node's socket and the relay slept and woke more
+//! often; for 1 MiB echoed both ways at once, 256 KiB was the cheapest (BENCHMARKING.md,
+//! "Layer 4", 2026-12-04). The kernel counts a pipe's capacity against its
 //! user even while the pipe is empty, and past `fs.pipe-user-pages-soft` gives an
 //! unprivileged process pipes of two pages and refuses to grow them: a pipe that did not get
 //! its size says so once in the log, and the adaptive relay then keeps copying
@@ -25,8 +28,8 @@ use tokio::time::Instant;
 
 use super::{End, Ended, Moved, RelaySettings, Relayed, Tally};
 
-/// Pipe capacity kept per thread between sessions, bytes: 64 of the kernel's default
-/// pipes, or 16 of 256 KiB. It counts against the user's pipe limit while it waits.
+/// Pipe capacity kept per thread between sessions, bytes: 128 pipes of the default 32 KiB
+/// (or 64 of the kernel's 64 KiB). It counts against the user's pipe limit while it waits.
 const POOLED_PIPE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Whether a pipe that did not get the capacity asked of it was logged (once per process).

@@ -165,7 +165,7 @@ async fn megabytes_both_ways_at_once_arrive_whole() {
         idle_timeout: LONG,
         ..RelaySettings::default()
     };
-    // The small steps of `session`, then the defaults (splice through 256 KiB pipes).
+    // The small steps of `session`, then the defaults (splice through 32 KiB pipes).
     let small = BOTH.map(|kind| (kind, None));
     let large = [Kind::Adaptive, Kind::Splice].map(|kind| (kind, Some(defaults)));
     for (kind, settings) in small.into_iter().chain(large) {
