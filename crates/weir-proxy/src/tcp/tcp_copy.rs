@@ -122,6 +122,9 @@ async fn one_way(
                 // A pipe smaller than the buffer (the kernel's pipe limit for the user was
                 // reached: `splice.rs`) would move bulk in smaller steps than the copy does.
                 Ok(pipe) if pipe.capacity() >= size => {
+                    // The buffer is not needed again: freed now rather than held for as
+                    // long as the session splices.
+                    drop(std::mem::take(&mut buffer));
                     return super::splice::one_way(
                         pipe,
                         from,
