@@ -417,7 +417,8 @@ const fn nonzero(value: u32) -> NonZeroU32 {
 
 // Layer 4 (issue 13).
 /// read/write for messages (cheapest per small exchange), splice(2) once a flow carries bulk
-/// (half the CPU per MiB): both measured in BENCHMARKING.md ("Layer 4").
+/// (less CPU per MiB than copying for one-way bulk, through pipes of [`TCP_PIPE`]): both
+/// measured in BENCHMARKING.md ("Layer 4").
 pub(crate) const TCP_RELAY: RelayMode = RelayMode::Auto;
 pub(crate) const TCP_BUFFER: u64 = 16 * KIB;
 /// Half the kernel's default pipe (64 KiB). Through default pipes the splice relay cost more

@@ -308,13 +308,14 @@ async fn not_tls_on_a_tls_port_with_passthrough_rules_gets_an_alert() {
         .expect("closed");
     assert!(ended.is_ok(), "a clean close, not a reset: {ended:?}");
     assert_eq!(answer.first(), Some(&0x15), "an alert record: {answer:?}");
-    let text = proxy.metrics.encode();
-    assert_eq!(
-        metric(
-            &text,
-            "weir_tls_handshake_failures_total{virtual_server=\"s\",reason=\"protocol\"}"
-        ),
-        1
-    );
+    // Counted once the handshake's future has returned its failure, which can be after the
+    // client read the close (the alert and the close are sent inside it).
+    let sample = "weir_tls_handshake_failures_total{virtual_server=\"s\",reason=\"protocol\"}";
+    let counted = |proxy: &TestProxy| metric(&proxy.metrics.encode(), sample);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while counted(&proxy) == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(counted(&proxy), 1);
     proxy.stop().await;
 }
