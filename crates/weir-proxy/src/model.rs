@@ -223,12 +223,7 @@ fn relay_settings(config: &VirtualServer) -> (Relay, RelaySettings) {
         RelayMode::Splice => Relay::Splice,
         RelayMode::Auto => Relay::Adaptive,
     };
-    let settings = RelaySettings {
-        idle_timeout: tcp.idle_timeout,
-        buffer: tcp.buffer,
-        pipe: tcp.pipe,
-    };
-    (relay, settings)
+    (relay, RelaySettings::of(tcp))
 }
 
 impl Model {

@@ -152,13 +152,21 @@ pub struct RelaySettings {
     pub pipe: usize,
 }
 
-impl Default for RelaySettings {
-    fn default() -> Self {
+impl RelaySettings {
+    /// A virtual server's `[tcp]` settings, as the relays take them.
+    pub fn of(tcp: &weir_config::TcpSettings) -> RelaySettings {
         RelaySettings {
-            idle_timeout: Duration::from_secs(300),
-            buffer: 16 * 1024,
-            pipe: 32 * 1024,
+            idle_timeout: tcp.idle_timeout,
+            buffer: tcp.buffer,
+            pipe: tcp.pipe,
         }
+    }
+}
+
+impl Default for RelaySettings {
+    /// Those of a `[tcp]` table with no keys: weir-config's defaults, not a copy of them.
+    fn default() -> Self {
+        RelaySettings::of(&weir_config::TcpSettings::default())
     }
 }
 
