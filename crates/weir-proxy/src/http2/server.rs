@@ -341,7 +341,9 @@ impl Driver {
         // Boxed where it is made (`crate::boxed`): the stream's state (kilobytes, the
         // pipeline's) is built in this allocation, and tokio's moves of the task's future
         // copy a pointer.
-        tokio::spawn(crate::boxed(|| serve_stream(handler, request, respond, active)));
+        tokio::spawn(crate::boxed(|| {
+            serve_stream(handler, request, respond, active)
+        }));
     }
 
     /// A graceful GOAWAY ends once the client answers its PING (the codec then sends the
