@@ -336,7 +336,7 @@ async fn accept_loop(
         if front::needed(vs) {
             // PROXY header, passthrough or a TCP session: the front stages first (an
             // HTTP connection then meets its client's connection limit in `refuse.rs`).
-            tokio::spawn(front::serve(stream, peer, admission, signal.clone()));
+            front::spawn(stream, peer, admission, signal.clone());
         } else {
             spawn_connection(stream, peer, admission, signal.clone());
         }
