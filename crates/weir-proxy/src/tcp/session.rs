@@ -133,7 +133,7 @@ async fn run(
         vs.metrics.bytes_received.clone(),
         vs.metrics.bytes_sent.clone(),
     );
-    // Pinned where it is made: moved into `select!`'s own state, its 4 KB (the relays'
+    // Pinned where it is made: moved into a `select!`'s own state, its 4 KB (the relays'
     // states) were copied there once per session. `None`: the drain's cut.
     let relayed = {
         let relaying = std::pin::pin!(async {
@@ -156,10 +156,7 @@ async fn run(
                 }
             }
         });
-        tokio::select! {
-            relayed = relaying => Some(relayed),
-            () = drain.cut_off() => None,
-        }
+        drain.or_cut(relaying).await
     };
     drop(lease);
     let Some(relayed) = relayed else {

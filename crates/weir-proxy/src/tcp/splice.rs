@@ -125,6 +125,21 @@ impl Pipe {
     }
 }
 
+/// Completes once `socket` is readable (bytes, the end, or an error), as
+/// `TcpStream::readable` does, but through the socket's one reader waker
+/// (`poll_read_ready`) instead of a waiter in its list: that list is locked to join it and
+/// to leave it, for every wait. A session has one reader and one writer per socket (its two
+/// directions), so the one waker each is enough. `bench/insns --modes l4rr`: about 650
+/// user-space instructions fewer per exchange.
+pub(super) async fn read_ready(socket: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| socket.poll_read_ready(cx)).await
+}
+
+/// As [`read_ready`], for writing (`poll_write_ready`).
+pub(super) async fn write_ready(socket: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| socket.poll_write_ready(cx)).await
+}
+
 /// What the two directions of a session share: when bytes last moved either way (as
 /// nanoseconds since `start`) and how many directions have seen their EOF.
 pub(super) struct Activity {
@@ -260,7 +275,7 @@ pub(super) async fn one_way(
     loop {
         // The pipe is empty here, so "would block" can only mean the socket has nothing.
         let filled = loop {
-            from.readable().await.map_err(|error| (from_end, error))?;
+            read_ready(from).await.map_err(|error| (from_end, error))?;
             let attempt = from.try_io(Interest::READABLE, || {
                 Ok(nix::fcntl::splice(
                     from,
@@ -284,7 +299,7 @@ pub(super) async fn one_way(
         activity.touch();
         let mut pending = filled;
         while pending > 0 {
-            to.writable().await.map_err(|error| (to_end, error))?;
+            write_ready(to).await.map_err(|error| (to_end, error))?;
             let attempt = to.try_io(Interest::WRITABLE, || {
                 Ok(nix::fcntl::splice(
                     &pipe.read, None, to, None, pending, flags,

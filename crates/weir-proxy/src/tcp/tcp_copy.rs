@@ -17,7 +17,7 @@ use std::io;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use super::splice::{Activity, race_idle};
+use super::splice::{Activity, race_idle, read_ready, write_ready};
 use super::{End, Moved, RelaySettings, Relayed, Tally};
 
 /// Relays bytes between two plain TCP sockets through a buffer per direction; `adaptive`
@@ -72,7 +72,7 @@ async fn one_way(
     let mut bulk = false;
     loop {
         let read = loop {
-            from.readable().await.map_err(|error| (from_end, error))?;
+            read_ready(from).await.map_err(|error| (from_end, error))?;
             buffer.clear();
             buffer.reserve_exact(size);
             // A short read drained the socket: its readiness is cleared so the next wait is
@@ -108,7 +108,7 @@ async fn one_way(
         activity.touch();
         let mut written = 0;
         while written < read {
-            to.writable().await.map_err(|error| (to_end, error))?;
+            write_ready(to).await.map_err(|error| (to_end, error))?;
             match to.try_write(&buffer[written..read]) {
                 Ok(0) => return Err((to_end, io::ErrorKind::WriteZero.into())),
                 Ok(n) => {
