@@ -19,7 +19,7 @@ use weir_core::ShutdownSignal;
 use weir_observe::{Flood, Http2Metrics, LogBudget};
 
 use super::flood::{FloodLimits, FrameWatch};
-use super::io::{Tripwire, Watched, read_preface};
+use super::io::{Outside, Tripwire, Watch, Watched, read_preface};
 
 /// How long a connection closed for abuse may take to flush its GOAWAY.
 const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
@@ -167,22 +167,32 @@ pub(crate) async fn serve<S, H>(
     let _refused = ReportRefused(&handler, &tripwire);
     let mut driver = Driver::new(connection.ping_pong());
     let mut ticker = ticker(settings, timing);
+    // The flood and wear watch and the shutdown's, joined once for the connection's life
+    // and looked at through their flags on each turn (`Tripwire::poll_outside`).
+    let mut outside = std::pin::pin!(tripwire.waiter());
+    let mut watch = Watch::default();
+    let mut shutdown_watch = std::pin::pin!(shutdown.watch());
     loop {
+        let draining = driver.draining.is_some();
         tokio::select! {
             biased;
-            flood = tripwire.tripped() => {
-                note_flood(flood, metrics, log);
-                close_now(&mut connection, Reason::ENHANCE_YOUR_CALM).await;
-                return;
+            event = poll_fn(|cx| tripwire.poll_outside(&mut outside, &mut watch, !draining, cx)) => {
+                match event {
+                    Outside::Flood(flood) => {
+                        note_flood(flood, metrics, log);
+                        close_now(&mut connection, Reason::ENHANCE_YOUR_CALM).await;
+                        return;
+                    }
+                    Outside::WornOut => {
+                        // Before the codec's lifetime bound on empty DATA frames closes the
+                        // connection under its streams: GOAWAY, the open streams finish,
+                        // and the client opens a new connection.
+                        tracing::debug!("HTTP/2 client sent many empty DATA frames; connection retired");
+                        driver.go_away(&mut connection);
+                    }
+                }
             }
-            _ = shutdown.triggered(), if driver.draining.is_none() => {
-                driver.go_away(&mut connection);
-            }
-            () = tripwire.worn_out(), if driver.draining.is_none() => {
-                // Before the codec's lifetime bound on empty DATA frames closes the
-                // connection under its streams: GOAWAY, the open streams finish, and
-                // the client opens a new connection.
-                tracing::debug!("HTTP/2 client sent many empty DATA frames; connection retired");
+            () = poll_fn(|cx| shutdown_watch.as_mut().poll_triggered(cx)), if !draining => {
                 driver.go_away(&mut connection);
             }
             accepted = connection.accept() => match accepted {

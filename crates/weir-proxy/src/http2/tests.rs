@@ -12,7 +12,7 @@ use weir_config::Http2;
 use weir_observe::{Flood, Http2Metrics};
 use weir_testkit::h2flood::{GET_BLOCK, POST_BLOCK, frame};
 
-use super::flood::PREFACE;
+use super::flood::{EMPTY_DATA_RETIRE_AT, PREFACE};
 use super::{ConnectionLimits, StreamHandler, Via, serve};
 
 /// Answers every request with its path as the body.
@@ -194,6 +194,39 @@ async fn floods_get_goaway_and_are_counted() {
         bytes
     };
     assert_flood(Vec::new(), rapid_reset, Flood::RapidReset).await;
+}
+
+/// A client that wears its connection out (empty DATA frames, under the flood's rate) is
+/// sent a graceful GOAWAY, and a flood after that is still caught, answered and counted:
+/// the wear used up the driver's waiter (`Tripwire::poll_outside`), which joins again.
+/// (The driver's next tick is 5 s away with these settings.)
+#[tokio::test]
+async fn a_flood_after_the_connection_wore_out_is_still_caught() {
+    let metrics = Http2Metrics::default();
+    let (mut client, _shutdown) = start(&metrics);
+    let mut bytes = Vec::from(PREFACE);
+    bytes.extend(frame(0x4, 0, 0, &[]));
+    bytes.extend(frame(0x1, 0x4, 1, POST_BLOCK));
+    for _ in 0..EMPTY_DATA_RETIRE_AT + 5 {
+        bytes.extend(frame(0x0, 0, 1, &[]));
+    }
+    client.write_all(&bytes).await.expect("written");
+    assert_eq!(
+        goaway_code(&mut client).await,
+        Some(0),
+        "worn out: a graceful GOAWAY"
+    );
+    assert_eq!(metrics.flood(Flood::EmptyFrames).get(), 0);
+    // One write, past the PING budget's burst, then nothing more.
+    let pings: Vec<u8> = (0..200).flat_map(|_| frame(0x6, 0, 0, &[0; 8])).collect();
+    client.write_all(&pings).await.expect("pings written");
+    let caught = tokio::time::timeout(Duration::from_secs(3), goaway_code(&mut client)).await;
+    assert_eq!(
+        caught.ok().flatten(),
+        Some(0xb),
+        "the flood: ENHANCE_YOUR_CALM at once"
+    );
+    assert_eq!(metrics.flood(Flood::Ping).get(), 1);
 }
 
 #[tokio::test]
