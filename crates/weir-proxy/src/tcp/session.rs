@@ -159,33 +159,21 @@ async fn run(
         drain.or_cut(relaying).await
     };
     drop(lease);
-    let Some(relayed) = relayed else {
+    // log
+    let address = pool.nodes[node].address;
+    let (bytes, result) = match &relayed {
+        Some(relayed) => {
+            if matches!(relayed.ended, Ended::Node(_)) {
+                tracing::debug!(virtual_server = %vs.config.name, node = %address, ended = ?relayed.ended, "TCP session ended by a node error");
+            }
+            let bytes = (relayed.client_to_node, relayed.node_to_client);
+            (bytes, relayed.ended.as_str())
+        }
         // The drain timeout passed with the session still open: it ends here, logged with
         // what it carried until then.
-        let address = pool.nodes[node].address;
-        log(
-            vs,
-            &client,
-            pool,
-            Some(address),
-            tally.bytes(),
-            "shutting_down",
-        );
-        return;
+        None => (tally.bytes(), "shutting_down"),
     };
-    // log
-    if matches!(relayed.ended, Ended::Node(_)) {
-        tracing::debug!(virtual_server = %vs.config.name, node = %pool.nodes[node].address, ended = ?relayed.ended, "TCP session ended by a node error");
-    }
-    let address = pool.nodes[node].address;
-    log(
-        vs,
-        &client,
-        pool,
-        Some(address),
-        (relayed.client_to_node, relayed.node_to_client),
-        relayed.ended.as_str(),
-    );
+    log(vs, &client, pool, Some(address), bytes, result);
 }
 
 /// select → connect, moving to another node after a connect failure, at most `retries` times.
