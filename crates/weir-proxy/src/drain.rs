@@ -25,6 +25,22 @@ pub(crate) struct Drain {
     lot: OnceLock<Arc<dyn Parking>>,
 }
 
+/// `serving`'s output, or `None` if `cut` completes first (the drain's cut, or a future
+/// that ends in it). Takes the (large) future pinned where it was built, so it is not moved.
+pub(crate) async fn or_cut<F: Future>(
+    mut serving: Pin<&mut F>,
+    cut: impl Future<Output = ()>,
+) -> Option<F::Output> {
+    let mut cut = std::pin::pin!(cut);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(output) = serving.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        cut.as_mut().poll(cx).map(|()| None)
+    })
+    .await
+}
+
 /// Held by each connection task; the last one dropped wakes the drainer.
 #[derive(Debug)]
 pub(crate) struct DrainGuard {
@@ -56,14 +72,27 @@ impl Drain {
     }
 
     /// Completes once [`Drain::cut`] was called.
+    ///
+    /// Raced by a future polled many times between its waits (a TCP session's relay, once
+    /// per exchange), so its waiter joins the list once, on the first poll, and keeps the
+    /// task's waker; later polls read the flag. Polled as a `Notified` each time, it locked
+    /// the list at every poll (`bench/insns --modes l4rr`: about 400 user-space
+    /// instructions per exchange, with `select!`'s random branch order).
     pub(crate) async fn cut_off(&self) {
-        loop {
-            let notified = self.cut_notify.notified();
-            if self.cut.load(Ordering::Acquire) {
-                return;
+        // Made before the flag is first read: a cut between the two wakes the task.
+        let mut notified = std::pin::pin!(self.cut_notify.notified());
+        let mut joined = false;
+        std::future::poll_fn(|cx| {
+            // Only `cut` notifies, after setting the flag: a ready waiter means the flag.
+            if !joined {
+                joined = notified.as_mut().poll(cx).is_pending();
             }
-            notified.await;
-        }
+            match self.cut.load(Ordering::Acquire) {
+                true => Poll::Ready(()),
+                false => Poll::Pending,
+            }
+        })
+        .await
     }
 
     /// Completes when no connection is left.
@@ -82,32 +111,6 @@ impl DrainGuard {
     /// Completes when the drain timeout passed with this connection still open.
     pub(crate) async fn cut_off(&self) {
         self.drain.cut_off().await;
-    }
-
-    /// Runs `work` until it completes (`Some` of its output) or the drain's cut (`None`).
-    ///
-    /// For a future polled many times between its waits (a TCP session's relay, once per
-    /// exchange): the cut's waiter joins on the first poll and is polled again only once
-    /// the cut is flagged. It keeps the task's waker from that first poll, which wakes the
-    /// task when the cut comes; polling it every time (`select!`) locked its list at each
-    /// poll, and drew a random branch order (`bench/insns --modes l4rr`: about 400
-    /// user-space instructions per exchange).
-    pub(crate) async fn or_cut<F: Future>(&self, mut work: Pin<&mut F>) -> Option<F::Output> {
-        let mut cut = std::pin::pin!(self.cut_off());
-        let mut joined = false;
-        std::future::poll_fn(|cx| {
-            if let Poll::Ready(output) = work.as_mut().poll(cx) {
-                return Poll::Ready(Some(output));
-            }
-            if !joined || self.drain.cut.load(Ordering::Acquire) {
-                joined = true;
-                if cut.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(None);
-                }
-            }
-            Poll::Pending
-        })
-        .await
     }
 
     /// The drain this connection is counted in, for what runs in tasks of its own (the

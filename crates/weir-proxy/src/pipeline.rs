@@ -28,7 +28,7 @@ use crate::answer::Failure;
 use crate::answer::lossy;
 use crate::client::{Client, IdleConnection, IdleTimer, OwnAnswer, Verified, Waited};
 use crate::content::{self, Early, Looked};
-use crate::drain::{Admission, Drain, DrainGuard};
+use crate::drain::{Admission, Drain, DrainGuard, or_cut};
 use crate::exchange;
 use crate::policy;
 use crate::request_body;
@@ -1159,22 +1159,6 @@ fn named<'a>(
         ],
         (None, None) => ["-", "-", "-"],
     }
-}
-
-/// `serving`'s output, or `None` if `cut` completes first. Takes the (large) future pinned
-/// where it was built, so it is not moved.
-async fn or_cut<F: Future>(
-    mut serving: Pin<&mut F>,
-    cut: impl Future<Output = ()>,
-) -> Option<F::Output> {
-    let mut cut = pin!(cut);
-    std::future::poll_fn(|cx| {
-        if let std::task::Poll::Ready(output) = serving.as_mut().poll(cx) {
-            return std::task::Poll::Ready(Some(output));
-        }
-        cut.as_mut().poll(cx).map(|()| None)
-    })
-    .await
 }
 
 /// Completes at the drain's cut ([`DrainGuard::cut_off`]), and joins no waiter list

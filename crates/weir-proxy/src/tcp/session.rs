@@ -156,7 +156,7 @@ async fn run(
                 }
             }
         });
-        drain.or_cut(relaying).await
+        crate::drain::or_cut(relaying, drain.cut_off()).await
     };
     drop(lease);
     // log
