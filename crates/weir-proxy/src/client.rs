@@ -272,6 +272,12 @@ impl<'a, 's> IdleTimer<'a, 's> {
         IdleTimer { sleep, watch }
     }
 
+    /// The shutdown watch, for the first wait of a roused connection
+    /// ([`IdleConnection::poll_roused`]).
+    pub(crate) fn watch(&mut self) -> Pin<&mut weir_core::shutdown::ShutdownWatch<'s>> {
+        self.watch.as_mut()
+    }
+
     /// Makes the timer fire no later than `deadline`, the end of a wait that
     /// began at `since`, and not in the wait's first half. Between those it is
     /// left where an earlier wait put it: moving it costs a trip to the timer
@@ -525,11 +531,11 @@ impl IdleConnection {
     /// arming no timer. `None` when the socket is not readable after all.
     pub(crate) fn poll_roused<'w>(
         &'w self,
-        timer: &'w mut IdleTimer<'_, '_>,
+        mut watch: Pin<&'w mut weir_core::shutdown::ShutdownWatch<'_>>,
     ) -> impl Future<Output = Option<Waited>> + 'w {
         std::future::poll_fn(move |cx| {
             // A drain that began is seen by the request (or by the usual wait).
-            let _ = timer.watch.as_mut().poll_triggered(cx);
+            let _ = watch.as_mut().poll_triggered(cx);
             Poll::Ready(match self.stream.poll_readable(cx) {
                 Poll::Ready(Ok(())) => Some(Waited::Bytes),
                 Poll::Ready(Err(_)) => Some(Waited::Close),

@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use weir_rules::limits::ConnectionPermit;
 
 use crate::client::IdleConnection;
+use crate::crew::Crew;
 use crate::route::VirtualServerRuntime;
 
 /// Live client connections across all listeners.
@@ -141,10 +142,26 @@ pub(crate) trait Parking: std::fmt::Debug + Send + Sync {
     fn park(&self, idle: IdleConnection, admission: Admission, shutdown: weir_core::ShutdownSignal);
 
     /// Takes over an idle connection to rest: its socket stays with the runtime, which
-    /// starts a task for it when the client sends again; the task that waited ends. One
+    /// hands it to the crew when the client sends again; the task that waited ends. One
     /// that cannot rest (it is readable already, or the lot has closed) is served by a
     /// task of its own again.
     fn rest(&self, idle: IdleConnection, admission: Admission, shutdown: weir_core::ShutdownSignal);
+
+    /// The tasks that serve the connections roused from resting, one wake after
+    /// another (`crew.rs`; closed with the lot).
+    fn crew(&self) -> &Crew<Roused>;
+}
+
+/// A resting connection the runtime saw readable (or a drain ends), for a crew member to
+/// serve (`pipeline::serve_roused`).
+#[derive(Debug)]
+pub(crate) struct Roused {
+    pub(crate) idle: IdleConnection,
+    pub(crate) admission: Admission,
+    pub(crate) shutdown: weir_core::ShutdownSignal,
+    /// Whether it had waited past its virtual server's `rest_idle` before it was
+    /// roused: it then rests again as soon as its request is answered.
+    pub(crate) long: bool,
 }
 
 /// An admitted client connection's place in its virtual server's count and in

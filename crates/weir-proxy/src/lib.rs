@@ -26,6 +26,7 @@ mod answer;
 mod buffers;
 mod client;
 mod content;
+mod crew;
 mod drain;
 mod exchange;
 mod front;

@@ -8,7 +8,8 @@
 //!   task ends, the runtime keeps its socket's registration, and what the connection
 //!   needs to go on waits in a table. The waker the runtime holds for the socket is
 //!   the lot's ([`Rouse`]): the client's next bytes (or its close) take the
-//!   connection out and start a task for it, with no system call. About 0.4 KiB.
+//!   connection out and hand it to a task of the lot's crew (`crew.rs`), with no
+//!   system call. About 0.4 KiB.
 //! - **Parked**, once a plain connection has waited `timeouts.park_idle` (resting
 //!   first, or straight from its task): the socket leaves the runtime too and waits
 //!   in one epoll set of the proxy's own, about 0.15 KiB in all. Parking and waking
@@ -47,7 +48,8 @@ use tokio::time::Instant;
 use weir_core::ShutdownSignal;
 
 use crate::client::{IdleConnection, ParkedConnection};
-use crate::drain::{Admission, Parking};
+use crate::crew::Crew;
+use crate::drain::{Admission, Parking, Roused};
 
 /// Serves an idle connection in a task of its own from where it waited (given by the
 /// proxy: `pipeline.rs`).
@@ -56,8 +58,8 @@ pub(crate) struct Resume {
     /// A parked one, whose task first waits for the runtime to see its socket
     /// readable (`pipeline::spawn_resumed`).
     pub(crate) parked: fn(IdleConnection, Admission, ShutdownSignal),
-    /// A resting one, which the runtime saw readable or a drain ends: served at once
-    /// (`pipeline::spawn_rested`).
+    /// A resting one, which the runtime saw readable or a drain ends: served at once,
+    /// by the lot's crew (`pipeline::spawn_rested`).
     pub(crate) rested: fn(IdleConnection, Admission, ShutdownSignal),
 }
 
@@ -138,6 +140,8 @@ pub(crate) struct Lot {
     /// A connection was parked or rested with a deadline before the next sweep.
     sooner: Notify,
     resume: Resume,
+    /// Serves the resting connections the runtime rouses (`crew.rs`).
+    crew: Crew<Roused>,
     /// The lot, as the wakers of resting connections hold it (they must not keep
     /// it: the runtime holds them).
     me: Weak<Lot>,
@@ -322,6 +326,7 @@ impl Lot {
             resting: Mutex::new(Table::default()),
             sooner: Notify::new(),
             resume,
+            crew: Crew::default(),
             me: me.clone(),
         });
         tokio::spawn(watch(Arc::clone(&lot), watched, shutdown));
@@ -389,8 +394,10 @@ impl Lot {
         }
     }
 
-    /// Closes the lot to new connections and takes out those parked and resting.
+    /// Closes the lot to new connections and takes out those parked and resting; its
+    /// crew's waiting members leave.
     fn close_all(&self) -> (Vec<Parked>, Vec<Resting>) {
+        self.crew.close();
         let mut table = self.table();
         table.closed = true;
         let parked = table.take_where(|_| true);
@@ -450,11 +457,15 @@ impl Parking for Lot {
             self.sooner.notify_one();
         }
     }
+
+    fn crew(&self) -> &Crew<Roused> {
+        &self.crew
+    }
 }
 
 /// The waker the runtime holds for a resting connection's socket: the client's bytes
-/// (or its close, or an error) take the connection out of the table and start a task
-/// for it.
+/// (or its close, or an error) take the connection out of the table and hand it to the
+/// lot's crew.
 struct Rouse {
     lot: Weak<Lot>,
     /// The connection's place in the resting table, and its generation.

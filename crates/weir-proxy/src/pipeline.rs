@@ -28,7 +28,7 @@ use crate::answer::Failure;
 use crate::answer::lossy;
 use crate::client::{Client, IdleConnection, IdleTimer, OwnAnswer, Verified, Waited};
 use crate::content::{self, Early, Looked};
-use crate::drain::{Admission, Drain, DrainGuard, or_cut};
+use crate::drain::{Admission, Drain, DrainGuard, Parking, Roused, or_cut};
 use crate::exchange;
 use crate::policy;
 use crate::request_body;
@@ -156,8 +156,8 @@ async fn refuse_outdated(client: &mut Client, vs: &VirtualServerRuntime, head: &
 /// `roused`: the connection comes back from waiting in the lot (`park.rs`) with its
 /// bytes seen, and whether it had waited past its `rest_idle` before them. Its first
 /// wait then arms no timer, and one that had waited that long rests again as soon as
-/// its request is answered, rather than `rest_idle` later: a client that sends one
-/// request now and then costs one task per request and no timer.
+/// its request is answered, rather than `rest_idle` later (a connection roused from
+/// resting is served by the lot's crew instead, [`serve_roused`], which does the same).
 ///
 /// A block, not an `async fn`: an `async fn` moves each argument into a local
 /// of its own at its start and keeps the argument's slot as well, and the
@@ -193,7 +193,7 @@ fn serve_kept_alive(
             let waited = match roused.take() {
                 Some(long) => {
                     rest_early = long;
-                    match idle.poll_roused(&mut timer).await {
+                    match idle.poll_roused(timer.watch()).await {
                         Some(waited) => waited,
                         // Woken for nothing after all: the usual wait.
                         None => idle.wait_for_request(&vs, parkable, &mut timer).await,
@@ -301,19 +301,171 @@ pub(crate) fn spawn_resumed(idle: IdleConnection, admission: Admission, shutdown
     tokio::spawn(resume(idle, admission, shutdown));
 }
 
-/// Serves a resting connection in a task of its own again, from where it waited: the
-/// runtime saw its socket readable (or a drain ends it, which its wait sees).
+/// Serves a resting connection again, from where it waited: the runtime saw its socket
+/// readable (or a drain ends it, which its wait sees). A waiting member of the lot's crew
+/// takes it, or a new member starts with it (`crew.rs`).
 ///
-/// The task's future is boxed where it is made, so tokio moves a pointer: spawned by
-/// value, its state (about 700 bytes) was copied into the task and over again as the
-/// task ended, about 750 instructions of `memcpy` per woken request (`bench/insns`,
-/// sparse), where the box costs an allocation and a free.
+/// The member's future is boxed where it is made (`crate::boxed`), so tokio moves a
+/// pointer, and the member serves one wake after another in it ([`serve_roused`]).
 pub(crate) fn spawn_rested(idle: IdleConnection, admission: Admission, shutdown: ShutdownSignal) {
     let long = idle.waited_past(admission.vs.config.timeouts.rest_idle);
+    let Some(lot) = admission.drain.lot().cloned() else {
+        // Never rested without a lot; served on rather than lost.
+        return spawn_kept_alive(idle, admission, shutdown, Some(long));
+    };
+    let job = Roused {
+        idle,
+        admission,
+        shutdown,
+        long,
+    };
+    if let Err(job) = lot.crew().hand(job) {
+        tokio::spawn(crate::boxed(|| crew_member(lot, job)));
+    }
+}
+
+/// Serves an idle connection in a task of its own (`roused`: as in [`serve_kept_alive`]).
+fn spawn_kept_alive(
+    idle: IdleConnection,
+    admission: Admission,
+    shutdown: ShutdownSignal,
+    roused: Option<bool>,
+) {
     let start = Box::pin(std::future::ready(Some(idle)));
     tokio::spawn(crate::boxed(|| {
-        serve_kept_alive(start, admission, shutdown, Some(long))
+        serve_kept_alive(start, admission, shutdown, roused)
     }));
+}
+
+/// A member of the lot's crew: serves its first job, then each one the crew hands it,
+/// until the crew lets it go (`crew.rs`). Never inlined, so that `spawn_rested` builds
+/// it in its box.
+#[inline(never)]
+async fn crew_member(lot: Arc<dyn Parking>, first: Roused) {
+    let mut job = first;
+    loop {
+        // Pinned where it is made: awaited by value, the future (several KiB) was built
+        // on the stack and copied in for every job (`bench/insns`, sparse).
+        pin!(serve_roused(job)).await;
+        match lot.crew().next().await {
+            Some(next) => job = next,
+            None => return,
+        }
+    }
+}
+
+/// One wake of a resting connection, served by a crew member as [`serve_kept_alive`]
+/// would serve it in a task of its own, up to where the connection would wait again:
+/// there it rests again at once if it had waited past `rest_idle` before this wake
+/// (most of those roused), and otherwise goes on waiting in a task of its own.
+///
+/// The request's future is part of the member's (not boxed for each wake as
+/// [`serve_next`] boxes it for a connection's own task): a member keeps it for all its
+/// jobs, while a connection's task holds it only while a request is served.
+#[inline(never)]
+async fn serve_roused(job: Roused) {
+    let Roused {
+        idle,
+        admission,
+        shutdown,
+        long,
+    } = job;
+    // Pinned where it is made (see `crew_member`), and gone before what it borrows moves.
+    let after = { pin!(serve_wake(idle, long, &admission, &shutdown)).await };
+    match after {
+        AfterWake::Done => {}
+        AfterWake::Rest(idle) => leave_task(Waited::Rest, idle, admission, shutdown),
+        AfterWake::Wait(idle, roused) => spawn_kept_alive(idle, admission, shutdown, roused),
+        AfterWake::H2c(client, vs) => {
+            tokio::spawn(async move {
+                h2c(*client, &vs, &shutdown, &admission.drain).await;
+                drop(admission);
+            });
+        }
+    }
+}
+
+/// What a crew member leaves to do once a wake is served ([`serve_wake`]).
+enum AfterWake {
+    /// The connection is closed.
+    Done,
+    /// It rests again.
+    Rest(IdleConnection),
+    /// It waits in a task of its own (starting as [`serve_kept_alive`]'s `roused`
+    /// says).
+    Wait(IdleConnection, Option<bool>),
+    /// Its first bytes opened h2c: served in a task of its own, with the latest
+    /// virtual server.
+    H2c(Box<Client>, Arc<VirtualServerRuntime>),
+}
+
+/// See [`serve_roused`]: the wake itself, with the connection's shutdown watch (it
+/// wakes the member if a drain begins while a request is in flight, see
+/// [`IdleTimer`]).
+async fn serve_wake(
+    idle: IdleConnection,
+    long: bool,
+    admission: &Admission,
+    shutdown: &ShutdownSignal,
+) -> AfterWake {
+    let mut vs = Arc::clone(&admission.vs);
+    let parkable = admission.drain.lot().is_some();
+    let mut watch = pin!(shutdown.watch());
+    // Where it would wait again: rest at once if it had waited long, else in a task.
+    let again = |idle: IdleConnection, vs: &VirtualServerRuntime| match long
+        && idle.rests_first(vs, parkable)
+    {
+        true => AfterWake::Rest(idle),
+        false => AfterWake::Wait(idle, None),
+    };
+    match idle.poll_roused(watch.as_mut()).await {
+        Some(Waited::Bytes) => {}
+        Some(_) => {
+            Box::pin(idle.close()).await;
+            return AfterWake::Done;
+        }
+        // Not readable after all: the usual wait, in a task of its own.
+        None => return AfterWake::Wait(idle, Some(long)),
+    }
+    let mut client = match wake(idle) {
+        Woken::Nothing(back) => return again(back, &vs),
+        Woken::Closed(back) => {
+            Box::pin(back.close()).await;
+            return AfterWake::Done;
+        }
+        Woken::Failed => return AfterWake::Done,
+        Woken::Request(client) => client,
+    };
+    // Only a virtual server with a cache can answer at once.
+    let first = match caches(&vs) {
+        false => None,
+        true => match answer_at_once(&mut client, &mut vs, shutdown) {
+            AtOnce::Idle => {
+                return match client.into_idle() {
+                    Some(back) => again(back, &vs),
+                    None => AfterWake::Done,
+                };
+            }
+            AtOnce::Rest(first) => first,
+        },
+    };
+    let served = if first.is_none() && client.requests == 0 && vs.config.http2.cleartext {
+        serve_next(client, None, &mut vs, shutdown, &admission.drain).await
+    } else {
+        pin!(serve_requests(
+            client,
+            first,
+            &mut vs,
+            shutdown,
+            &admission.drain
+        ))
+        .await
+    };
+    match served {
+        Served::Idle(back) => again(back, &vs),
+        Served::Closed => AfterWake::Done,
+        Served::H2c(client) => AfterWake::H2c(client, vs),
+    }
 }
 
 /// The future that serves an h2c connection, boxed where it is made: built in the

@@ -251,6 +251,88 @@ async fn a_slow_clients_connection_rests_again_right_after_its_answer() {
     setup.stop().await;
 }
 
+/// Resting connections roused together, more of them than the crew keeps waiting
+/// (`crates/weir-proxy/src/crew.rs`), each with a request the node answers slowly: the
+/// crew grows to serve them all at once, each is answered and rests again, and a second
+/// round is served the same way by the members that stayed and new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_resting_connections_roused_at_once_are_each_served() {
+    const CLIENTS: usize = 40;
+    let setup = Setup::start(&timeouts("rest_idle = \"100ms\"\npark_idle = \"0s\"")).await;
+    let proxy = &setup.proxy;
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let mut client = Connection::open(proxy.addr).await.unwrap();
+        assert_eq!(served(&mut client).await, 200);
+        clients.push(client);
+    }
+    for round in 0..2 {
+        until("every connection rests", || {
+            resting(proxy) == CLIENTS as f64
+        })
+        .await;
+        let started = Instant::now();
+        let mut answers = tokio::task::JoinSet::new();
+        for mut client in clients.drain(..) {
+            answers.spawn(async move {
+                client
+                    .send(b"GET /delay/300 HTTP/1.1\r\nHost: h\r\n\r\n")
+                    .await
+                    .unwrap();
+                let status = client.response().await.unwrap().status;
+                (client, status)
+            });
+        }
+        while let Some(answered) = answers.join_next().await {
+            let (client, status) = answered.unwrap();
+            assert_eq!(status, 200, "round {round}");
+            clients.push(client);
+        }
+        // Served side by side, not one member after another.
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "round {round} took {:?}",
+            started.elapsed()
+        );
+    }
+    until("every connection rests again", || {
+        resting(proxy) == CLIENTS as f64
+    })
+    .await;
+    assert_eq!(open(proxy), CLIENTS as f64);
+    drop(clients);
+    place_given_back(proxy, resting).await;
+    setup.stop().await;
+}
+
+/// A roused connection's request still waiting for its node when the drain timeout
+/// passes is answered 503 with `Connection: close`, by the crew member serving it
+/// (`crates/weir-proxy/src/crew.rs`), as a connection's own task answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roused_request_waiting_at_the_drain_timeout_gets_503() {
+    let vs = timeouts("rest_idle = \"100ms\"\npark_idle = \"0s\"");
+    let setup = Setup::start(&format!("{vs}[runtime]\ndrain_timeout = \"300ms\"\n")).await;
+    let proxy = &setup.proxy;
+    let mut client = setup.client_in(RESTING).await;
+    client
+        .send(b"GET /delay/5000 HTTP/1.1\r\nHost: h\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(resting(proxy), 0.0, "roused");
+    let asked = Instant::now();
+    proxy.trigger_shutdown();
+    let response = client.response().await.unwrap();
+    assert_eq!(response.status, 503);
+    assert_eq!(response.header("connection"), Some("close"));
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        asked.elapsed()
+    );
+    setup.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resting_connection_is_parked_at_park_idle() {
     let vs = timeouts("rest_idle = \"100ms\"\npark_idle = \"600ms\"");
