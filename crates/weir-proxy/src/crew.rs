@@ -85,9 +85,15 @@ impl<J> Crew<J> {
     /// A member waits here listed once, and leaves the list with the job it takes: a
     /// member in the list is always one that will take the next job it is woken for.
     pub(crate) fn next(&self) -> impl Future<Output = Option<J>> + '_ {
+        // A member that has just finished a job is not in the list: only a later poll
+        // looks for it there.
+        let mut first = true;
         std::future::poll_fn(move |cx| {
             let mut state = self.state();
-            let listed = state.idle.iter().position(|w| w.will_wake(cx.waker()));
+            let listed = match std::mem::take(&mut first) {
+                true => None,
+                false => state.idle.iter().position(|w| w.will_wake(cx.waker())),
+            };
             if let Some(job) = state.jobs.pop_front() {
                 if let Some(at) = listed {
                     state.idle.swap_remove(at);
@@ -188,6 +194,54 @@ mod tests {
         assert_eq!(members.len(), 50);
         let left = members.iter().filter(|m| m.is_finished()).count();
         assert_eq!(left, 50 - IDLE);
+    }
+
+    /// A waker that counts its wakes.
+    struct Count(AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A member is listed once however often it is polled, and leaves the list with the
+    /// job it takes, even one handed while another member's waker was taken for it.
+    #[test]
+    fn a_member_is_listed_once_and_leaves_the_list_with_its_job() {
+        use std::task::{Context, Poll};
+        let crew = Crew::<u32>::default();
+        let (a, b) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        let (wa, wb) = (Waker::from(Arc::clone(&a)), Waker::from(Arc::clone(&b)));
+        let mut next_a = std::pin::pin!(crew.next());
+        let mut next_b = std::pin::pin!(crew.next());
+        let mut ca = Context::from_waker(&wa);
+        let mut cb = Context::from_waker(&wb);
+        assert_eq!(next_a.as_mut().poll(&mut ca), Poll::Pending);
+        // Polled again with nothing to take (woken by something else): still once.
+        assert_eq!(next_a.as_mut().poll(&mut ca), Poll::Pending);
+        assert_eq!(crew.state().idle.len(), 1);
+        assert_eq!(next_b.as_mut().poll(&mut cb), Poll::Pending);
+        assert_eq!(crew.state().idle.len(), 2);
+        // The job goes with b's waker (the latest listed), but a looks first and takes it.
+        assert_eq!(crew.hand(7), Ok(()));
+        assert_eq!(
+            (a.0.load(Ordering::SeqCst), b.0.load(Ordering::SeqCst)),
+            (0, 1)
+        );
+        assert_eq!(next_a.as_mut().poll(&mut ca), Poll::Ready(Some(7)));
+        assert_eq!(crew.state().idle.len(), 0, "a left the list with its job");
+        // b finds nothing and lists itself again, so the next job wakes it.
+        assert_eq!(next_b.as_mut().poll(&mut cb), Poll::Pending);
+        assert_eq!(crew.state().idle.len(), 1);
+        assert_eq!(crew.hand(8), Ok(()));
+        assert_eq!(b.0.load(Ordering::SeqCst), 2);
+        assert_eq!(next_b.as_mut().poll(&mut cb), Poll::Ready(Some(8)));
+        // No member waits: the next job comes back, to start one.
+        assert_eq!(crew.hand(9), Err(9));
     }
 
     #[tokio::test]

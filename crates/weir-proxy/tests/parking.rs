@@ -333,6 +333,37 @@ async fn a_roused_request_waiting_at_the_drain_timeout_gets_503() {
     setup.stop().await;
 }
 
+/// A connection to an h2c virtual server that rests before its first bytes, then opens
+/// HTTP/2 with prior knowledge, is served over HTTP/2: the crew member that it wakes tells
+/// the preface apart and hands the connection to a task of its own, where it stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2c_connection_that_rested_before_its_preface_is_served() {
+    let vs = format!(
+        "{}[virtual_servers.web.http2]\ncleartext = true\n",
+        timeouts("rest_idle = \"100ms\"\npark_idle = \"0s\"")
+    );
+    let setup = Setup::start(&vs).await;
+    let proxy = &setup.proxy;
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    until("the silent connection rests", || resting(proxy) == 1.0).await;
+    let (sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    for _ in 0..3 {
+        let mut ready = sender.clone().ready().await.expect("ready");
+        let request = http::Request::get(format!("http://127.0.0.1:{}/", proxy.addr.port()))
+            .body(())
+            .unwrap();
+        let (response, _) = ready.send_request(request, true).expect("sent");
+        assert_eq!(response.await.expect("a response").status(), 200);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert_eq!(resting(proxy), 0.0, "an HTTP/2 connection does not rest");
+    assert_eq!(setup.origin.stats.requests(), 3);
+    drop(sender);
+    place_given_back(proxy, resting).await;
+    setup.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resting_connection_is_parked_at_park_idle() {
     let vs = timeouts("rest_idle = \"100ms\"\npark_idle = \"600ms\"");
