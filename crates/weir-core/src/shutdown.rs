@@ -94,8 +94,7 @@ impl ShutdownSignal {
     pub fn watch(&self) -> ShutdownWatch<'_> {
         ShutdownWatch {
             shared: &self.shared,
-            notified: self.shared.notify.notified(),
-            joined: false,
+            wait: FlagWait::new(self.shared.notify.notified()),
         }
     }
 
@@ -123,24 +122,36 @@ impl Shared {
 }
 
 pin_project_lite::pin_project! {
-    /// See [`ShutdownSignal::watch`]. The waker it keeps is that of the task
-    /// that first waited, so only that task may wait on it.
+    /// A wait, polled many times by one task, on a flag that is set once and announced
+    /// by a [`Notify`] (`notify_waiters`, after the flag is stored): its waiter joins
+    /// the list once, on the first poll, and keeps that task's waker; later polls read
+    /// the flag, with no lock taken. Made before the flag is first read, so a set
+    /// between the two is not missed. Only the task that first polled it may poll it.
     #[derive(Debug)]
-    pub struct ShutdownWatch<'a> {
-        shared: &'a Shared,
-        // Made with the watch, before any check of the flags, so a trigger
-        // between the two is not missed.
+    pub struct FlagWait<'a> {
         #[pin]
         notified: Notified<'a>,
         joined: bool,
     }
 }
 
-impl ShutdownWatch<'_> {
-    /// Ready once shutdown has begun (or the owner is gone).
-    pub fn poll_triggered(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+impl<'a> FlagWait<'a> {
+    /// A wait through `notified`, made from the flag's [`Notify`].
+    pub fn new(notified: Notified<'a>) -> FlagWait<'a> {
+        FlagWait {
+            notified,
+            joined: false,
+        }
+    }
+
+    /// Ready once `is_set` says the flag is set, or its announcement came.
+    pub fn poll_set(
+        self: Pin<&mut Self>,
+        is_set: impl FnOnce() -> bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<()> {
         let this = self.project();
-        if this.shared.ended() {
+        if is_set() {
             return Poll::Ready(());
         }
         if !*this.joined {
@@ -149,9 +160,31 @@ impl ShutdownWatch<'_> {
             }
             *this.joined = true;
         }
-        // In the waiters list with this task's waker: the trigger wakes the
-        // task, and the flags above tell it.
+        // In the waiters list with this task's waker: the announcement wakes the
+        // task, and the flag tells it.
         Poll::Pending
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// See [`ShutdownSignal::watch`]. The waker it keeps is that of the task
+    /// that first waited, so only that task may wait on it.
+    #[derive(Debug)]
+    pub struct ShutdownWatch<'a> {
+        shared: &'a Shared,
+        // Made with the watch, before any check of the flags, so a trigger
+        // between the two is not missed.
+        #[pin]
+        wait: FlagWait<'a>,
+    }
+}
+
+impl ShutdownWatch<'_> {
+    /// Ready once shutdown has begun (or the owner is gone).
+    pub fn poll_triggered(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        let shared = *this.shared;
+        this.wait.poll_set(|| shared.ended(), cx)
     }
 
     /// Completes once shutdown has begun.

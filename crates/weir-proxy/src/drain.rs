@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 
 use tokio::sync::Notify;
+use weir_core::shutdown::FlagWait;
 use weir_rules::limits::ConnectionPermit;
 
 use crate::client::IdleConnection;
@@ -80,18 +81,11 @@ impl Drain {
     /// the list at every poll (`bench/insns --modes l4rr`: about 400 user-space
     /// instructions per exchange, with `select!`'s random branch order).
     pub(crate) async fn cut_off(&self) {
-        // Made before the flag is first read: a cut between the two wakes the task.
-        let mut notified = std::pin::pin!(self.cut_notify.notified());
-        let mut joined = false;
+        // Only `cut` notifies, after setting the flag.
+        let mut wait = std::pin::pin!(FlagWait::new(self.cut_notify.notified()));
         std::future::poll_fn(|cx| {
-            // Only `cut` notifies, after setting the flag: a ready waiter means the flag.
-            if !joined {
-                joined = notified.as_mut().poll(cx).is_pending();
-            }
-            match self.cut.load(Ordering::Acquire) {
-                true => Poll::Ready(()),
-                false => Poll::Pending,
-            }
+            wait.as_mut()
+                .poll_set(|| self.cut.load(Ordering::Acquire), cx)
         })
         .await
     }
