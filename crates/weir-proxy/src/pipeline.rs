@@ -218,35 +218,21 @@ fn serve_kept_alive(
             }
             // What woke the connection; the `Client` (with its buffers) never lives
             // across an await of this task, only inside the boxed futures.
-            let next: Pin<Box<dyn Future<Output = Served> + Send + '_>> = match wake(idle) {
-                Woken::Nothing(back) => {
-                    idle = back;
-                    continue;
-                }
-                Woken::Closed(back) => Box::pin(async move {
-                    back.close().await;
-                    Served::Closed
-                }),
-                Woken::Failed => return,
-                // Only a virtual server with a cache can answer at once.
-                Woken::Request(client) if !caches(&vs) => {
-                    serve_next(client, None, &mut vs, &shutdown, &admission.drain)
-                }
-                Woken::Request(mut client) => {
-                    match answer_at_once(&mut client, &mut vs, &shutdown) {
-                        AtOnce::Idle => match client.into_idle() {
-                            Some(back) => {
-                                idle = back;
-                                continue;
-                            }
-                            None => return,
-                        },
-                        AtOnce::Rest(first) => {
-                            serve_next(client, first, &mut vs, &shutdown, &admission.drain)
-                        }
+            let next: Pin<Box<dyn Future<Output = Served> + Send + '_>> =
+                match woken(idle, &mut vs, &shutdown) {
+                    ToServe::Nothing(back) => {
+                        idle = back;
+                        continue;
                     }
-                }
-            };
+                    ToServe::Closed(back) => Box::pin(async move {
+                        back.close().await;
+                        Served::Closed
+                    }),
+                    ToServe::Gone => return,
+                    ToServe::Requests(client, first) => {
+                        serve_next(client, first, &mut vs, &shutdown, &admission.drain)
+                    }
+                };
             match next.await {
                 Served::Idle(back) => idle = back,
                 Served::Closed => return,
@@ -427,29 +413,16 @@ async fn serve_wake(
         // Not readable after all: the usual wait, in a task of its own.
         None => return AfterWake::Wait(idle, Some(long)),
     }
-    let mut client = match wake(idle) {
-        Woken::Nothing(back) => return again(back, &vs),
-        Woken::Closed(back) => {
+    let (client, first) = match woken(idle, &mut vs, shutdown) {
+        ToServe::Nothing(back) => return again(back, &vs),
+        ToServe::Closed(back) => {
             Box::pin(back.close()).await;
             return AfterWake::Done;
         }
-        Woken::Failed => return AfterWake::Done,
-        Woken::Request(client) => client,
+        ToServe::Gone => return AfterWake::Done,
+        ToServe::Requests(client, first) => (client, first),
     };
-    // Only a virtual server with a cache can answer at once.
-    let first = match caches(&vs) {
-        false => None,
-        true => match answer_at_once(&mut client, &mut vs, shutdown) {
-            AtOnce::Idle => {
-                return match client.into_idle() {
-                    Some(back) => again(back, &vs),
-                    None => AfterWake::Done,
-                };
-            }
-            AtOnce::Rest(first) => first,
-        },
-    };
-    let served = if first.is_none() && client.requests == 0 && vs.config.http2.cleartext {
+    let served = if tells_first_bytes(&client, first.as_deref(), &vs) {
         serve_next(client, None, &mut vs, shutdown, &admission.drain).await
     } else {
         pin!(serve_requests(
@@ -502,7 +475,7 @@ fn serve_next<'a>(
     shutdown: &'a ShutdownSignal,
     drain: &'a DrainGuard,
 ) -> Pin<Box<dyn Future<Output = Served> + Send + 'a>> {
-    if first.is_none() && client.requests == 0 && latest.config.http2.cleartext {
+    if tells_first_bytes(&client, first.as_deref(), latest) {
         crate::boxed(|| serve_first_bytes(client, latest, shutdown, drain))
     } else {
         // `serve_requests`' own future in the box, with no block around it: a block
@@ -532,36 +505,58 @@ async fn serve_first_bytes(
     }
 }
 
-/// A connection whose requests are all answered, idle (its buffers back in the pool).
-fn idled(client: Client) -> Served {
-    client.into_idle().map_or(Served::Closed, Served::Idle)
+/// Whether what the connection sent first is to be told apart as HTTP/1.1 or h2c with
+/// prior knowledge ([`serve_first_bytes`]): its first bytes, no request begun from them,
+/// on a virtual server with h2c on.
+fn tells_first_bytes(client: &Client, first: Option<&Started>, vs: &VirtualServerRuntime) -> bool {
+    first.is_none() && client.requests == 0 && vs.config.http2.cleartext
 }
 
-/// What a readable idle connection turned out to hold.
-enum Woken {
-    /// Readiness without bytes: back to waiting, the buffers back to the pool.
+/// What a woken idle connection leaves to serve ([`woken`]).
+enum ToServe {
+    /// Nothing came after all (or every request that came is answered): back to waiting.
     Nothing(IdleConnection),
     /// The client closed while idle: so do we.
     Closed(IdleConnection),
-    /// The read failed: the connection is gone.
-    Failed,
-    /// Request bytes are in the client's read buffer.
-    Request(Client),
+    /// The connection is gone (a failed read, or closed by [`answer_at_once`]).
+    Gone,
+    /// Requests to serve, beginning with this one if [`answer_at_once`] began it.
+    Requests(Client, Option<Box<Started>>),
 }
 
-/// Lends the connection its buffers and reads what woke it, without waiting.
-fn wake(idle: IdleConnection) -> Woken {
+/// Lends a woken idle connection its buffers, reads what woke it without waiting, and
+/// answers at once what the cache can answer whole ([`answer_at_once`], only a virtual server with a cache): what is
+/// left to serve, for a connection's own task ([`serve_kept_alive`]) and for a crew
+/// member ([`serve_wake`]) alike.
+fn woken(
+    idle: IdleConnection,
+    vs: &mut Arc<VirtualServerRuntime>,
+    shutdown: &ShutdownSignal,
+) -> ToServe {
     let mut client = idle.into_client();
     // An HTTP/1.1 connection: `into_idle` gives it back (it is `None` only for HTTP/2 streams).
     match client.read_now() {
-        None => client.into_idle().map_or(Woken::Failed, Woken::Nothing),
-        Some(Ok(0)) => client.into_idle().map_or(Woken::Failed, Woken::Closed),
+        // Readiness without bytes: the buffers go back to the pool.
+        None => return client.into_idle().map_or(ToServe::Gone, ToServe::Nothing),
+        Some(Ok(0)) => return client.into_idle().map_or(ToServe::Gone, ToServe::Closed),
         Some(Err(_)) => {
             client.release();
-            Woken::Failed
+            return ToServe::Gone;
         }
-        Some(Ok(_)) => Woken::Request(client),
+        Some(Ok(_)) => {}
     }
+    if !caches(vs) {
+        return ToServe::Requests(client, None);
+    }
+    match answer_at_once(&mut client, vs, shutdown) {
+        AtOnce::Idle => client.into_idle().map_or(ToServe::Gone, ToServe::Nothing),
+        AtOnce::Rest(first) => ToServe::Requests(client, first),
+    }
+}
+
+/// A connection whose requests are all answered, idle (its buffers back in the pool).
+fn idled(client: Client) -> Served {
+    client.into_idle().map_or(Served::Closed, Served::Idle)
 }
 
 /// What [`answer_at_once`] leaves to do.
