@@ -303,30 +303,27 @@ where
     /// of its due time from its virtual server's timeouts (a lot of many connections
     /// that each wait less than `park_idle` is swept so, and never finds one due).
     fn take_due(&mut self, now: Instant) -> Vec<InLot<C>> {
-        if self.due_by.is_some_and(|by| now < by) {
-            let mut left = false;
-            let done = self.take_where(|waiting| {
-                let out = waiting.ended();
-                left |= !out;
-                out
-            });
-            if !left {
-                self.due_by = None;
-            }
-            self.next_sweep = self.due_by.map(|by| by.min(now + SWEEP_EVERY));
-            return done;
-        }
+        let any_due = self.due_by.is_none_or(|by| by <= now);
+        // The earliest due time of those left (when any is due), and whether any is left.
         let mut next: Option<Instant> = None;
+        let mut left = false;
         let done = self.take_where(|waiting| {
-            let due = waiting.due();
-            let out = waiting.ended() || due <= now;
-            if !out {
-                next = Some(next.map_or(due, |next| next.min(due)));
-            }
+            let out = waiting.ended()
+                || (any_due && {
+                    let due = waiting.due();
+                    if due > now {
+                        next = Some(next.map_or(due, |next| next.min(due)));
+                    }
+                    due <= now
+                });
+            left |= !out;
             out
         });
-        self.due_by = next;
-        self.next_sweep = next.map(|next| next.min(now + SWEEP_EVERY));
+        self.due_by = match any_due {
+            true => next,
+            false => self.due_by.filter(|_| left),
+        };
+        self.next_sweep = self.due_by.map(|by| by.min(now + SWEEP_EVERY));
         done
     }
 }
