@@ -160,21 +160,24 @@ mod tests {
         }
     }
 
+    /// Lets the members spawned so far run until they wait (or leave).
+    async fn let_members_run() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
     async fn a_waiting_member_takes_the_next_job_and_no_more_than_idle_wait() {
         let crew = Arc::new(Crew::default());
         let done = Arc::new(AtomicUsize::new(0));
         // No member yet: the first job starts one.
         let first = start(&crew, 1, &done).expect("a member started");
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
+        let_members_run().await;
         assert_eq!(crew.state().idle.len(), 1);
         // The waiting member takes the next: no new member.
         assert!(start(&crew, 2, &done).is_none());
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
+        let_members_run().await;
         assert_eq!(done.load(Ordering::SeqCst), 3);
         assert_eq!(crew.state().idle.len(), 1);
         // Many at once: the crew grows, then keeps IDLE of its members.
@@ -184,9 +187,7 @@ mod tests {
             sum += job as usize;
             members.extend(start(&crew, job, &done));
         }
-        for _ in 0..20 {
-            tokio::task::yield_now().await;
-        }
+        let_members_run().await;
         assert_eq!(done.load(Ordering::SeqCst), 3 + sum);
         assert_eq!(crew.state().idle.len(), IDLE);
         assert!(crew.state().jobs.is_empty());
@@ -249,9 +250,7 @@ mod tests {
         let crew = Arc::new(Crew::default());
         let done = Arc::new(AtomicUsize::new(0));
         let first = start(&crew, 1, &done).expect("a member started");
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
+        let_members_run().await;
         assert!(!first.is_finished());
         crew.close();
         tokio::time::timeout(std::time::Duration::from_secs(5), first)
