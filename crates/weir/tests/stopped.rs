@@ -84,6 +84,9 @@ fn connect(address: SocketAddr) -> TcpStream {
 fn an_answer_and_bytes_that_came_while_weir_was_stopped_are_not_timeouts() {
     let dir = std::env::temp_dir().join(format!("weir-stopped-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // The nodes first: a port free_ports found and let go may be handed to a listener
+    // bound after it, and weir, given the same port, would fail to start.
+    let (web_node, db_node) = (node(slowly), node(echo));
     let [http, tcp] = free_ports::<2>();
     let config = dir.join("weir.toml");
     std::fs::write(
@@ -96,8 +99,7 @@ fn an_answer_and_bytes_that_came_while_weir_was_stopped_are_not_timeouts() {
              [pools.web]\nnodes = [{{ address = \"{}\" }}]\n\
              [pools.web.timeouts]\nresponse = \"1s\"\n\
              [pools.db]\nnodes = [{{ address = \"{}\" }}]\n",
-            node(slowly),
-            node(echo)
+            web_node, db_node
         ),
     )
     .unwrap();
