@@ -300,7 +300,11 @@ fn signals_during_the_start_do_not_kill_it() {
 #[test]
 fn signals_while_the_configuration_is_read_wait_for_their_handlers() {
     use std::io::Write;
-    let [proxy_port, origin_port] = weir_testkit::free_ports();
+    // Nothing listens at the node's address: the port is held closed for the whole test
+    // (taken before free_ports, so that it cannot be picked as weir's own).
+    let origin = weir_testkit::ClosedPort::new();
+    let origin_port = origin.addr().port();
+    let [proxy_port] = weir_testkit::free_ports();
     let fifo = std::env::temp_dir().join(format!("weir-cli-fifo-{}.toml", std::process::id()));
     let _ = std::fs::remove_file(&fifo);
     let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
@@ -344,7 +348,11 @@ fn signals_while_the_configuration_is_read_wait_for_their_handlers() {
 /// `--pid-file`: the process id once it serves; removed at a clean exit.
 #[test]
 fn the_pid_file_names_the_serving_process_and_goes_with_it() {
-    let [proxy_port, origin_port] = weir_testkit::free_ports();
+    // Nothing listens at the node's address: the port is held closed for the whole test
+    // (taken before free_ports, so that it cannot be picked as weir's own).
+    let origin = weir_testkit::ClosedPort::new();
+    let origin_port = origin.addr().port();
+    let [proxy_port] = weir_testkit::free_ports();
     let config = temp_config(&format!(
         "[log]\nlevel = \"warn\"\n[virtual_servers.web]\nlisten = \"127.0.0.1:{proxy_port}\"\n\
          pool = \"web\"\n[pools.web]\nnodes = [{{ address = \"127.0.0.1:{origin_port}\" }}]\n"
@@ -530,10 +538,11 @@ fn running_out_of_descriptors_does_not_eject_the_node() {
 #[test]
 fn failed_requests_write_a_few_log_lines_a_second() {
     use std::io::{Read, Write};
-    // Nothing listens at the node's address: every connect is refused.
-    let node = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let node_address = node.local_addr().unwrap();
-    drop(node);
+    // Nothing listens at the node's address: every connect is refused. The port is held
+    // (bound, not listening) for the whole test: let go before free_ports, it could be
+    // picked as weir's own port, and weir would proxy to itself.
+    let node = weir_testkit::ClosedPort::new();
+    let node_address = node.addr();
     let [proxy_port] = weir_testkit::free_ports();
     let config = temp_config(&format!(
         "[runtime]\nthreads = 1\ndrain_timeout = \"1s\"\n[log]\nlevel = \"info\"\naccess_log = false\n\
@@ -1070,9 +1079,11 @@ fn reload_after_the_admin_table_changed_says_how_to_reach_the_running_weir() {
         String::from_utf8_lossy(&output.stderr)
     );
 
-    // A new admin address (the running weir took the new token with that reload).
-    let [moved] = weir_testkit::free_ports();
-    let moved = format!("127.0.0.1:{moved}");
+    // A new admin address (the running weir took the new token with that reload). Nothing
+    // listens there, and nothing may for the whole test: the reload must fail to connect,
+    // not be answered. weir does not bind it (admin.listen moves with a restart).
+    let moved_port = weir_testkit::ClosedPort::new();
+    let moved = moved_port.addr().to_string();
     std::fs::write(
         config.path(),
         with_token(token_name(2)).replace(&admin, &moved),
@@ -1159,10 +1170,9 @@ fn manifest_dir() -> String {
 /// its report, and refuses meaningless options before it runs.
 #[test]
 fn bench_fails_when_nothing_succeeded() {
-    // A port nothing listens on.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/", closed.local_addr().unwrap());
-    drop(closed);
+    // A port nothing listens on, held closed for the whole test.
+    let closed = weir_testkit::ClosedPort::new();
+    let url = format!("http://{}/", closed.addr());
     let output = weir()
         .args([
             "bench",

@@ -44,9 +44,14 @@ fn manager(name: &str) -> (PathBuf, PathBuf, UnixDatagram) {
     (dir, socket_path, socket)
 }
 
-/// A config in `dir` whose drain may last 5 s, and the port it listens on.
-fn draining_config(dir: &Path) -> (PathBuf, u16) {
-    let [proxy_port, origin_port] = weir_testkit::free_ports();
+/// A config in `dir` whose drain may last 5 s, the port it listens on, and its node's
+/// port, held closed: keep it for the whole test.
+fn draining_config(dir: &Path) -> (PathBuf, u16, weir_testkit::ClosedPort) {
+    // Nothing listens at the node's address. The port is held (bound, not listening), taken
+    // before free_ports: let go, it could be picked as weir's own port, or any other test's.
+    let origin = weir_testkit::ClosedPort::new();
+    let origin_port = origin.addr().port();
+    let [proxy_port] = weir_testkit::free_ports();
     let config = dir.join("weir.toml");
     std::fs::write(
         &config,
@@ -57,7 +62,7 @@ fn draining_config(dir: &Path) -> (PathBuf, u16) {
         ),
     )
     .unwrap();
-    (config, proxy_port)
+    (config, proxy_port, origin)
 }
 
 /// A request to `port` still waiting for its body: it keeps a drain going until dropped.
@@ -74,7 +79,11 @@ fn request_in_flight(port: u16) -> TcpStream {
 #[test]
 fn readiness_reloads_stops_and_the_watchdog_reach_systemd() {
     let (dir, socket_path, socket) = manager("reload");
-    let [proxy_port, origin_port] = weir_testkit::free_ports();
+    // Nothing listens at the node's address: the port is held closed for the whole test
+    // (taken before free_ports, so that it cannot be picked as weir's own).
+    let origin = weir_testkit::ClosedPort::new();
+    let origin_port = origin.addr().port();
+    let [proxy_port] = weir_testkit::free_ports();
     let config = dir.join("weir.toml");
     let text = format!(
         "[log]\nlevel = \"warn\"\n[virtual_servers.web]\n\
@@ -146,7 +155,7 @@ fn readiness_reloads_stops_and_the_watchdog_reach_systemd() {
 #[test]
 fn a_binary_upgrade_names_the_new_main_process() {
     let (dir, socket_path, socket) = manager("upgrade");
-    let (config, proxy_port) = draining_config(&dir);
+    let (config, proxy_port, _origin) = draining_config(&dir);
     let start = |upgrade: bool| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
         command
@@ -217,7 +226,7 @@ fn an_abstract_socket_a_zero_watchdog_and_silence_after_stopping() {
     let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let socket = UnixDatagram::bind_addr(&address).unwrap();
     let dir = test_dir("abstract");
-    let (config, proxy_port) = draining_config(&dir);
+    let (config, proxy_port, _origin) = draining_config(&dir);
     let child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .arg("serve")
         .arg("--config")
