@@ -294,14 +294,19 @@ impl<'a, 's> IdleTimer<'a, 's> {
         }
     }
 
-    /// One poll of an idle wait that ends at `wait.deadline` (see
-    /// [`IdleConnection::wait_for_request`]); `draining`: whether a drain
-    /// began during this wait.
+    /// One poll of an idle wait that began at `since` and ends at `wait.deadline` (see
+    /// [`IdleConnection::wait_for_request`]); `draining`: whether a drain began during
+    /// this wait; `aimed`: whether the timer was aimed for it.
+    ///
+    /// The timer is aimed at the wait's first poll that finds nothing to read, not
+    /// before: a request already there (the first one of a TLS connection, read with
+    /// the client's Finished) then costs no trip to the timer wheel, nor the wake of
+    /// the event loop that a timer set earlier than all others makes.
     fn poll_wait(
         &mut self,
-        stream: &ServerStream,
+        (stream, since): (&ServerStream, Instant),
         wait: Wait,
-        draining: &mut bool,
+        (draining, aimed): (&mut bool, &mut bool),
         cx: &mut Context<'_>,
     ) -> Poll<Waited> {
         // The watch first, even with bytes waiting: its first poll joins the shutdown's
@@ -312,6 +317,10 @@ impl<'a, 's> IdleTimer<'a, 's> {
                 Ok(()) => Waited::Bytes,
                 Err(_) => Waited::Close,
             });
+        }
+        if !*aimed {
+            *aimed = true;
+            self.aim(since, wait.leave.map_or(wait.deadline, |(at, _)| at));
         }
         if drain_began {
             // A drain began: the next request may already be on its way; it gets
@@ -473,14 +482,13 @@ impl IdleConnection {
         parkable: bool,
         timer: &'w mut IdleTimer<'_, '_>,
     ) -> impl Future<Output = Waited> + 'w {
-        let wait = self.wait(vs, parkable);
-        timer.aim(self.since, wait.leave.map_or(wait.deadline, |(at, _)| at));
-        let mut draining = false;
+        let (mut draining, mut aimed) = (false, false);
         // The ends are worked out again at each poll, not kept: the future lives in
         // every idle connection's task.
         std::future::poll_fn(move |cx| {
             let wait = self.wait(vs, parkable);
-            timer.poll_wait(&self.stream, wait, &mut draining, cx)
+            let flags = (&mut draining, &mut aimed);
+            timer.poll_wait((&self.stream, self.since), wait, flags, cx)
         })
     }
 
