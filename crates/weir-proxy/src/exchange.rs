@@ -122,12 +122,13 @@ pub(crate) fn note_response<'p>(pool: &'p Pool, exchange: &Exchange) -> Answered
     let node = &pool.nodes[exchange.node];
     let head_received = Instant::now();
     let response_time = head_received.saturating_duration_since(exchange.sent_at);
-    node.record_response_time(response_time);
+    let head_received = head_received.into_std();
+    node.record_response_time_at(response_time, head_received);
     if exchange.response.status() >= 500 {
         node.metrics.responses_5xx.inc();
-        pool.record_failure(node, head_received.into_std());
+        pool.record_failure(node, head_received);
     } else {
-        pool.record_success(node, head_received.into_std());
+        pool.record_success(node, head_received);
     }
     AnsweredBy {
         node,
@@ -316,7 +317,6 @@ async fn attempt(
 
     // forward: head and buffered body in one write (a large body from its own buffer)
     let after = write_head(client, vs, head, forwarding, body, upstream);
-    let sent_at = Instant::now();
     let write_stall = pool.config.timeouts.write;
     send(&mut lease, &client.upstream_out, write_stall, replayable).await?;
     if let Some(after) = after {
@@ -325,6 +325,9 @@ async fn attempt(
             send(&mut lease, &after, write_stall, replayable).await?;
         }
     }
+    // The node has what weir held of the request: its response time counts from here
+    // (and, for a whole request, the response timeout too: one reading of the clock).
+    let sent_at = Instant::now();
     // Counted once the head is the node's: a body that fails after it (the client gone, a
     // chunked body past `max_body_bytes`) does not unsend it.
     pool.nodes[index].metrics.requests_forwarded.inc();
@@ -362,7 +365,7 @@ async fn attempt(
         &mut lease,
         head,
         forwarding,
-        (replayable, whole),
+        (replayable, whole.then_some(sent_at)),
     )
     .await?;
     Ok(Exchange {
@@ -788,6 +791,7 @@ fn switches_to_offered(response: &ResponseHead, request: &RequestHead) -> bool {
 }
 
 /// Reads the final response head, passing interim (1xx) responses on to the client.
+/// `sent`: when the whole request was sent; `None` when its body streamed, sent now.
 async fn read_response_head(
     client: &mut Client,
     vs: &VirtualServerRuntime,
@@ -795,9 +799,9 @@ async fn read_response_head(
     lease: &mut Lease,
     head: &RequestHead,
     forwarding: Forwarding,
-    (replayable, whole): (bool, bool),
+    (replayable, sent): (bool, Option<Instant>),
 ) -> Result<ResponseHead, Failure> {
-    let now = Instant::now();
+    let now = sent.unwrap_or_else(Instant::now);
     let deadline = now + pool.config.timeouts.response;
     // A background refresh has no client; the others watch theirs from `watch_from`.
     let watch_from = (!forwarding.background).then_some(now + crate::WATCH_CLIENT_AFTER);
@@ -883,7 +887,7 @@ async fn read_response_head(
                 return Err(Failure::from_error(
                     Error::upstream(ErrorKind::ConnectFailed, io)
                         .context("the node refused the TLS session after the handshake")
-                        .retry_safe(whole),
+                        .retry_safe(sent.is_some()),
                 ));
             }
             Ok(Err(io)) => {

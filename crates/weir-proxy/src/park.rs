@@ -286,8 +286,14 @@ where
     fn settle(&mut self, place: u32, entry: InLot<C>) -> bool {
         let due = entry.due();
         self.due_by = Some(self.due_by.map_or(due, |by| by.min(due)));
-        let due = due.min(Instant::now() + SWEEP_EVERY);
         self.insert(place, entry);
+        // The next sweep was set no later than SWEEP_EVERY after the moment it was set
+        // (here or in `take_due`), so no later than SWEEP_EVERY from now: when it is no
+        // later than this entry's due time either, it stays, and the clock is not read.
+        if self.next_sweep.is_some_and(|next| next <= due) {
+            return false;
+        }
+        let due = due.min(Instant::now() + SWEEP_EVERY);
         let sooner = self.next_sweep.is_none_or(|next| due < next);
         if sooner {
             self.next_sweep = Some(due);

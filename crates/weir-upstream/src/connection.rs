@@ -725,9 +725,10 @@ impl NodeConnections {
         })
     }
 
-    /// Returns a reusable connection: to the first live waiter, else to the idle list.
-    fn give_back(&self, mut connection: Connection) {
-        connection.idle_since = Instant::now();
+    /// Returns a reusable connection, idle from `now`: to the first live waiter, else to
+    /// the idle list.
+    fn give_back(&self, mut connection: Connection, now: Instant) {
+        connection.idle_since = now;
         let mut state = self.lock();
         // Past a cap a reload lowered, this connection's slot is gone: no waiter gets it.
         let past_cap = state.open > state.cap;
@@ -996,7 +997,7 @@ impl Drop for QueuedWait<'_> {
         // Not queued any more: a grant was sent. Pass it on.
         receiver.close();
         match receiver.try_recv() {
-            Ok(Grant::Connection(connection)) => pool.give_back(connection),
+            Ok(Grant::Connection(connection)) => pool.give_back(connection, Instant::now()),
             Ok(Grant::Slot) => pool.free_slot(),
             Ok(Grant::Elsewhere) | Err(_) => {}
         }
@@ -1148,7 +1149,8 @@ impl Lease {
             self.pool.free_slot();
             return;
         }
-        connection.checked_at = Instant::now();
+        let now = Instant::now();
+        connection.checked_at = now;
         connection.requests += 1;
         let settings = self.pool.settings.load();
         let retire = self.dedicated
@@ -1162,7 +1164,7 @@ impl Lease {
             connection.close();
             self.pool.free_slot();
         } else {
-            self.pool.give_back(connection);
+            self.pool.give_back(connection, now);
         }
     }
 }

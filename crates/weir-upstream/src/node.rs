@@ -255,8 +255,13 @@ impl NodeState {
 
     /// Folds one response time into the EWMA.
     pub fn record_response_time(&self, elapsed: Duration) {
+        self.record_response_time_at(elapsed, Instant::now());
+    }
+
+    /// [`NodeState::record_response_time`] for a response that came at `now`, read by the
+    /// caller (who timed the response with it).
+    pub fn record_response_time_at(&self, elapsed: Duration, now: Instant) {
         let sample = elapsed.as_nanos() as f64;
-        let now = Instant::now();
         // A lost update under contention only drops one sample: acceptable for a load signal.
         // The sample is folded into the average as decayed (what the balancer scored), so a
         // node back after a slow answer long ago is judged by its answers now.
