@@ -57,7 +57,8 @@ pub(crate) struct Exchange {
     pub in_flight: weir_upstream::node::InFlight,
     pub node: usize,
     pub response: ResponseHead,
-    /// When the request was handed to the node.
+    /// When the request was handed to the node: an HTTP/1.1 node's once the head and
+    /// the buffered body are written, an HTTP/2 node's as its stream starts.
     pub sent_at: Instant,
     /// A tunnel place on the node, held by a request that may switch protocols.
     pub tunnel: Option<TunnelPermit>,
