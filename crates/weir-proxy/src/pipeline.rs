@@ -423,7 +423,7 @@ async fn serve_wake(
         ToServe::Requests(client, first) => (client, first),
     };
     let served = if tells_first_bytes(&client, first.as_deref(), &vs) {
-        serve_next(client, None, &mut vs, shutdown, &admission.drain).await
+        crate::boxed(|| serve_first_bytes(client, &mut vs, shutdown, &admission.drain)).await
     } else {
         pin!(serve_requests(
             client,
@@ -525,9 +525,9 @@ enum ToServe {
 }
 
 /// Lends a woken idle connection its buffers, reads what woke it without waiting, and
-/// answers at once what the cache can answer whole ([`answer_at_once`], only a virtual server with a cache): what is
-/// left to serve, for a connection's own task ([`serve_kept_alive`]) and for a crew
-/// member ([`serve_wake`]) alike.
+/// answers at once what the cache can answer whole ([`answer_at_once`], only on a virtual
+/// server with a cache): what is left to serve, for a connection's own task
+/// ([`serve_kept_alive`]) and for a crew member ([`serve_wake`]) alike.
 fn woken(
     idle: IdleConnection,
     vs: &mut Arc<VirtualServerRuntime>,
