@@ -7,6 +7,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use bytes::BytesMut;
+use weir_http::hpack;
 use weir_http::{
     BodyFraming, ChunkedDecoder, Decoded, ForwardRequest, ForwardResponse, Limits, Method,
     ParseErrorKind, Parsed, RequestHead, ResponseHead, Version, parse_request, parse_response,
@@ -210,5 +211,49 @@ fn decode_in_pieces(body: &[u8], sizes: &[usize]) -> (Vec<u8>, Outcome) {
             }
             Err(error) => return (data, Outcome::Failed(error.kind)),
         }
+    }
+}
+
+/// The input is header blocks, each after a byte giving its length, decoded
+/// in turn on one connection. The decoder never panics; the fields of each
+/// block it accepts, encoded again by weir's encoder on a connection of its
+/// own, decode back to the same fields (never-indexed ones still so marked).
+pub fn check_hpack(data: &[u8]) {
+    let mut decoder = hpack::Decoder::new();
+    let mut encoder = hpack::Encoder::new();
+    let mut mirror = hpack::Decoder::new();
+    let mut rest = data;
+    while let Some((&len, tail)) = rest.split_first() {
+        let (block, tail) = tail.split_at(usize::from(len).min(tail.len()));
+        rest = tail;
+        let mut fields = Vec::new();
+        let collect = |fields: &mut Vec<_>, field: hpack::Field<'_>| {
+            fields.push((
+                field.name.to_vec(),
+                field.value.to_vec(),
+                field.never_indexed,
+            ));
+        };
+        if decoder
+            .decode(block, |field| collect(&mut fields, field))
+            .is_err()
+        {
+            // The connection ends at a COMPRESSION_ERROR.
+            return;
+        }
+        let mut out = Vec::new();
+        let mut again = encoder.block(&mut out);
+        for (name, value, never) in &fields {
+            let indexing = match never {
+                true => hpack::Indexing::Never,
+                false => hpack::Indexing::Index,
+            };
+            again.field(name, value, indexing);
+        }
+        let mut decoded = Vec::new();
+        mirror
+            .decode(&out, |field| collect(&mut decoded, field))
+            .expect("a block weir encoded decodes");
+        assert_eq!(fields, decoded, "re-encoded fields differ");
     }
 }

@@ -56,3 +56,8 @@ fn chunked_corpus_replays() {
 fn manifest_dir() -> String {
     std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
 }
+
+#[test]
+fn hpack_corpus_replays() {
+    replay("hpack", checks::check_hpack);
+}
