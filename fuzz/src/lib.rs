@@ -257,3 +257,47 @@ pub fn check_hpack(data: &[u8]) {
         assert_eq!(fields, decoded, "re-encoded fields differ");
     }
 }
+
+/// The input is HTTP/2 frames, read one after another under a 16 KiB
+/// SETTINGS_MAX_FRAME_SIZE until one fails or the input ends. The reader
+/// never panics; a frame takes exactly its header and declared length; every
+/// shorter prefix of it is incomplete, not an error; and control frames the
+/// writers can make, written again, read back the same.
+pub fn check_frames(data: &[u8]) {
+    use weir_http::frame::{self, Frame, read_frame};
+    const MAX: u32 = frame::DEFAULT_MAX_FRAME_SIZE;
+    let mut rest = data;
+    while let Ok(Some((read, used))) = read_frame(rest, MAX) {
+        let declared = u32::from_be_bytes([0, rest[0], rest[1], rest[2]]) as usize;
+        assert_eq!(used, frame::HEADER_LEN + declared, "frame length");
+        for cut in [0, 1, frame::HEADER_LEN - 1, frame::HEADER_LEN, used - 1] {
+            if cut < used {
+                assert_eq!(read_frame(&rest[..cut], MAX), Ok(None), "prefix of {cut}");
+            }
+        }
+        let mut again = Vec::new();
+        match read {
+            Frame::Ping { ack, payload } => frame::write_ping(&mut again, ack, payload),
+            Frame::GoAway {
+                last_stream,
+                error,
+                debug,
+            } => frame::write_goaway(&mut again, last_stream, error, debug),
+            Frame::WindowUpdate { stream, increment } => {
+                frame::write_window_update(&mut again, stream, increment)
+            }
+            Frame::RstStream { stream, error } => {
+                frame::write_rst_stream(&mut again, stream, error)
+            }
+            _ => {}
+        }
+        if !again.is_empty() {
+            assert_eq!(
+                read_frame(&again, MAX),
+                Ok(Some((read, again.len()))),
+                "written again"
+            );
+        }
+        rest = &rest[used..];
+    }
+}

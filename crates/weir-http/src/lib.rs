@@ -3,8 +3,9 @@
 //! close-delimited), and writers that forward heads without re-allocating
 //! header bytes and with the original header-name case.
 //!
-//! [`hpack`] is HTTP/2's header compression (RFC 7541), the first part of an
-//! HTTP/2 codec of weir's own (`docs/design/http2.md`).
+//! [`hpack`] (HTTP/2's header compression, RFC 7541) and [`frame`] (HTTP/2's
+//! frames, RFC 9113) are the first parts of an HTTP/2 codec of weir's own
+//! (`docs/design/http2.md`).
 //!
 //! Nothing here does I/O: parsers take a byte buffer and return what they
 //! found; writers append to a `BytesMut`. On the hot path use
@@ -33,6 +34,7 @@ mod chunked;
 pub mod date;
 mod error;
 mod fields;
+pub mod frame;
 mod head;
 pub mod hpack;
 pub mod http2;

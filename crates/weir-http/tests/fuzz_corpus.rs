@@ -61,3 +61,8 @@ fn manifest_dir() -> String {
 fn hpack_corpus_replays() {
     replay("hpack", checks::check_hpack);
 }
+
+#[test]
+fn frames_corpus_replays() {
+    replay("frames", checks::check_frames);
+}

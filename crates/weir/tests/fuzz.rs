@@ -1,5 +1,5 @@
 //! The fuzz targets on the stable toolchain: every target of `fuzz/` (the
-//! HTTP codec's request and response heads, chunked coding and HPACK, the config
+//! HTTP codec's request and response heads, chunked coding, HTTP/2 frames and HPACK, the config
 //! loader, the tunnel's wire parsers, the PROXY protocol, the ClientHello reader) replays its corpus, then runs mutated
 //! corpus inputs for a time budget: `WEIR_FUZZ_SECONDS` per target (1 s by
 //! default; `.ci/run` gives each 20 s). An input whose check panics is saved
@@ -145,6 +145,11 @@ fn response_head() {
 #[test]
 fn chunked() {
     fuzz("chunked", http::check_chunked);
+}
+
+#[test]
+fn frames() {
+    fuzz("frames", http::check_frames);
 }
 
 #[test]
