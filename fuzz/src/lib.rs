@@ -217,7 +217,8 @@ fn decode_in_pieces(body: &[u8], sizes: &[usize]) -> (Vec<u8>, Outcome) {
 /// The input is header blocks, each after a byte giving its length, decoded
 /// in turn on one connection. The decoder never panics; the fields of each
 /// block it accepts, encoded again by weir's encoder on a connection of its
-/// own, decode back to the same fields (never-indexed ones still so marked).
+/// own, decode back to the same fields (never-indexed ones still so marked);
+/// taken as a request's fields, they are refused or make a head that parses.
 pub fn check_hpack(data: &[u8]) {
     let mut decoder = hpack::Decoder::new();
     let mut encoder = hpack::Encoder::new();
@@ -240,6 +241,25 @@ pub fn check_hpack(data: &[u8]) {
         {
             // The connection ends at a COMPRESSION_ERROR.
             return;
+        }
+        // The same fields as a request: refused or a head the HTTP/1.1 parser
+        // reads back the same.
+        let mut request = weir_http::http2::RequestFields::new(16 * 1024);
+        for (name, value, never_indexed) in &fields {
+            request.field(hpack::Field {
+                name,
+                value,
+                never_indexed: *never_indexed,
+            });
+        }
+        if let Ok(built) = request.finish(false, &ROOMY) {
+            match parse_request(built.head.raw(), &ROOMY) {
+                Ok(Parsed::Complete(head, used)) => {
+                    assert_eq!(head.raw(), built.head.raw(), "request head read back");
+                    assert_eq!(used, built.head.raw().len());
+                }
+                other => panic!("a built request head does not parse: {other:?}"),
+            }
         }
         let mut out = Vec::new();
         let mut again = encoder.block(&mut out);

@@ -9,7 +9,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use weir_http::hpack::{Decoder, Encoder, Indexing};
+use weir_http::Limits;
+use weir_http::hpack::{Decoder, Encoder, Field, Indexing};
+use weir_http::http2::{RequestFields, encode_response_head, request_from_h2, response_head_to_h2};
 
 /// A browser's first request on a connection: eight fields, each a literal
 /// with incremental indexing, Huffman-coded (as Firefox and Chrome send them).
@@ -107,6 +109,85 @@ fn encode_response_literally(encoder: &mut Encoder, out: &mut Vec<u8>) {
     }
 }
 
+/// h2load's request as fields, and as the `http` crate's parts the `h2`
+/// crate hands the adapter.
+const REQUEST_FIELDS: [(&str, &str); 7] = [
+    (":method", "GET"),
+    (":scheme", "https"),
+    (":authority", "127.0.0.1:8443"),
+    (":path", "/"),
+    ("accept", "*/*"),
+    ("accept-encoding", "gzip, deflate"),
+    ("user-agent", "h2load nghttp2/1.52.0"),
+];
+
+const LIMITS: Limits = Limits {
+    max_head_bytes: 64 * 1024,
+    max_headers: 100,
+};
+
+/// Today's path after the `h2` crate decoded the block: the `http` crate's
+/// parts built (as the crate builds them), then the adapter's head.
+#[inline(never)]
+fn request_through_parts() -> usize {
+    let mut builder = http::Request::builder()
+        .method("GET")
+        .uri("https://127.0.0.1:8443/");
+    for (name, value) in &REQUEST_FIELDS[4..] {
+        builder = builder.header(*name, *value);
+    }
+    let (parts, ()) = builder.body(()).expect("valid").into_parts();
+    request_from_h2(&parts, true, &LIMITS)
+        .expect("valid")
+        .raw()
+        .len()
+}
+
+/// The own codec's path after its decoder: fields straight into the head.
+#[inline(never)]
+fn request_from_fields() -> usize {
+    let mut request = RequestFields::new(64 * 1024);
+    for (name, value) in REQUEST_FIELDS {
+        request.field(Field {
+            name: name.as_bytes(),
+            value: value.as_bytes(),
+            never_indexed: false,
+        });
+    }
+    request
+        .finish(true, &LIMITS)
+        .expect("valid")
+        .head
+        .raw()
+        .len()
+}
+
+/// A response head as weir writes it for a proxied response.
+const WRITTEN_RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\n\
+Date: Fri, 04 Dec 2026 17:00:00 GMT\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\
+Last-Modified: Thu, 03 Dec 2026 10:00:00 GMT\r\nETag: \"692f8a40-64\"\r\n\
+Accept-Ranges: bytes\r\nVia: 1.1 weir\r\n\r\n";
+
+/// Today's path before the `h2` crate encodes: the written head as the
+/// `http` crate's response (its encoding not counted here).
+#[inline(never)]
+fn response_through_map() -> usize {
+    response_head_to_h2(WRITTEN_RESPONSE)
+        .expect("valid")
+        .headers()
+        .len()
+}
+
+/// The own codec's path: the written head straight into a block, encoding
+/// included, in a connection's steady state.
+#[inline(never)]
+fn response_into_block(encoder: &mut Encoder, out: &mut Vec<u8>) -> usize {
+    out.clear();
+    let mut block = encoder.block(out);
+    encode_response_head(200, WRITTEN_RESPONSE, &mut block).expect("valid");
+    out.len()
+}
+
 fn hpack(c: &mut Criterion) {
     let mut group = c.benchmark_group("hpack");
     group.throughput(Throughput::Elements(1));
@@ -128,6 +209,17 @@ fn hpack(c: &mut Criterion) {
     let mut encoder = Encoder::new();
     group.bench_function("encode/response_literal", |b| {
         b.iter(|| encode_response_literally(&mut encoder, black_box(&mut out)))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("heads");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("request/through_parts", |b| b.iter(request_through_parts));
+    group.bench_function("request/from_fields", |b| b.iter(request_from_fields));
+    group.bench_function("response/through_map", |b| b.iter(response_through_map));
+    let mut encoder = Encoder::new();
+    group.bench_function("response/into_block", |b| {
+        b.iter(|| response_into_block(&mut encoder, black_box(&mut out)))
     });
     group.finish();
 }

@@ -24,6 +24,10 @@
 use bytes::{BufMut, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
+mod hpack_heads;
+
+pub use hpack_heads::{H2Request, RequestFields, encode_response_head};
+
 use crate::error::ParseError;
 use crate::fields::FieldKind;
 use crate::head::{Limits, RequestHead, ResponseHead};

@@ -264,7 +264,8 @@ static HOST_CLASS: [u8; 256] = {
 };
 
 /// tchar (RFC 9110 §5.6.2).
-pub fn is_token_char(b: u8) -> bool {
+#[inline]
+pub const fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric()
         || matches!(
             b,
