@@ -219,158 +219,180 @@ fn the_reserved_bit_is_ignored_and_unknown_types_pass() {
     );
 }
 
-#[test]
-fn frames_that_break_the_rules_get_their_errors() {
-    use ErrorCode as E;
-    let conn = |code| move |e: FrameError| matches!(e, FrameError::Connection(c, _) if c == code);
-    let cases: Vec<(&str, Vec<u8>, Box<dyn Fn(FrameError) -> bool>)> = vec![
-        (
-            "DATA on 0",
-            frame(DATA, 0, 0, b"x"),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "DATA pad too long",
-            frame(DATA, PADDED, 1, &[4, 1, 2, 3]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "DATA pad = payload",
-            frame(DATA, PADDED, 1, &[1]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "HEADERS on 0",
-            frame(HEADERS, END_HEADERS, 0, b"\x82"),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "HEADERS pad too long",
-            frame(HEADERS, PADDED, 1, &[3, 0x82]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "HEADERS short priority",
-            frame(HEADERS, PRIORITY_FLAG, 1, &[0, 0]),
-            Box::new(conn(E::FRAME_SIZE_ERROR)),
-        ),
-        (
-            "HEADERS depends on itself",
-            frame(HEADERS, PRIORITY_FLAG, 1, &[0, 0, 0, 1, 0]),
-            Box::new(|e| matches!(e, FrameError::Stream(1, 14, E::PROTOCOL_ERROR, _))),
-        ),
-        (
-            "PRIORITY on 0",
-            frame(PRIORITY, 0, 0, &[0, 0, 0, 1, 0]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "PRIORITY of 4 octets",
-            frame(PRIORITY, 0, 1, &[0, 0, 0, 3]),
-            Box::new(|e| matches!(e, FrameError::Stream(1, 13, E::FRAME_SIZE_ERROR, _))),
-        ),
-        (
-            "PRIORITY on itself",
-            frame(PRIORITY, 0, 3, &[0, 0, 0, 3, 0]),
-            Box::new(|e| matches!(e, FrameError::Stream(3, 14, E::PROTOCOL_ERROR, _))),
-        ),
-        (
-            "RST_STREAM on 0",
-            frame(RST_STREAM, 0, 0, &[0, 0, 0, 8]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "RST_STREAM of 3",
-            frame(RST_STREAM, 0, 1, &[0, 0, 8]),
-            Box::new(conn(E::FRAME_SIZE_ERROR)),
-        ),
-        (
-            "SETTINGS on 1",
-            frame(SETTINGS, 0, 1, &[]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "SETTINGS ACK with payload",
-            frame(SETTINGS, ACK, 0, &[0, 3, 0, 0, 0, 1]),
-            Box::new(conn(E::FRAME_SIZE_ERROR)),
-        ),
-        (
-            "SETTINGS of 5",
-            frame(SETTINGS, 0, 0, &[0, 3, 0, 0, 0]),
-            Box::new(conn(E::FRAME_SIZE_ERROR)),
-        ),
-        (
-            "ENABLE_PUSH 2",
-            frame(SETTINGS, 0, 0, &[0, 2, 0, 0, 0, 2]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "INITIAL_WINDOW_SIZE 2^31",
-            frame(SETTINGS, 0, 0, &[0, 4, 0x80, 0, 0, 0]),
-            Box::new(conn(E::FLOW_CONTROL_ERROR)),
-        ),
-        (
-            "MAX_FRAME_SIZE below 2^14",
-            frame(SETTINGS, 0, 0, &[0, 5, 0, 0, 0x3f, 0xff]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "MAX_FRAME_SIZE 2^24",
-            frame(SETTINGS, 0, 0, &[0, 5, 1, 0, 0, 0]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "PING on 1",
-            frame(PING, 0, 1, &[0; 8]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "PING of 7",
-            frame(PING, 0, 0, &[0; 7]),
-            Box::new(conn(E::FRAME_SIZE_ERROR)),
-        ),
-        (
-            "GOAWAY on 1",
-            frame(GOAWAY, 0, 1, &[0; 8]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "GOAWAY of 7",
-            frame(GOAWAY, 0, 0, &[0; 7]),
-            Box::new(conn(E::FRAME_SIZE_ERROR)),
-        ),
-        (
-            "WINDOW_UPDATE of 3",
-            frame(WINDOW_UPDATE, 0, 0, &[0, 0, 1]),
-            Box::new(conn(E::FRAME_SIZE_ERROR)),
-        ),
-        (
-            "WINDOW_UPDATE 0 on 0",
-            frame(WINDOW_UPDATE, 0, 0, &[0; 4]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "WINDOW_UPDATE 0 on 1",
-            frame(WINDOW_UPDATE, 0, 1, &[0; 4]),
-            Box::new(|e| matches!(e, FrameError::Stream(1, 13, E::PROTOCOL_ERROR, _))),
-        ),
-        (
-            "CONTINUATION on 0",
-            frame(CONTINUATION, END_HEADERS, 0, b"\x82"),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-        (
-            "PUSH_PROMISE on 0",
-            frame(PUSH_PROMISE, 0, 0, &[0, 0, 0, 2]),
-            Box::new(conn(E::PROTOCOL_ERROR)),
-        ),
-    ];
+/// What a case expects of the reader's error.
+type Expect = Box<dyn Fn(FrameError) -> bool>;
+
+fn connection_error(code: ErrorCode) -> Expect {
+    Box::new(move |e| matches!(e, FrameError::Connection(c, _) if c == code))
+}
+
+fn stream_error(stream: u32, len: usize, code: ErrorCode) -> Expect {
+    Box::new(
+        move |e| matches!(e, FrameError::Stream(s, l, c, _) if (s, l, c) == (stream, len, code)),
+    )
+}
+
+fn check_refused(cases: Vec<(&str, Vec<u8>, Expect)>) {
     for (name, bytes, expected) in cases {
         match read_frame(&bytes, MAX) {
             Err(error) => assert!(expected(error), "{name}: {error:?}"),
             other => panic!("{name}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn stream_frames_that_break_the_rules_get_their_errors() {
+    use ErrorCode as E;
+    check_refused(vec![
+        (
+            "DATA on 0",
+            frame(DATA, 0, 0, b"x"),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "DATA pad too long",
+            frame(DATA, PADDED, 1, &[4, 1, 2, 3]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "DATA pad = payload",
+            frame(DATA, PADDED, 1, &[1]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "HEADERS on 0",
+            frame(HEADERS, END_HEADERS, 0, b"\x82"),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "HEADERS pad too long",
+            frame(HEADERS, PADDED, 1, &[3, 0x82]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "HEADERS short priority",
+            frame(HEADERS, PRIORITY_FLAG, 1, &[0, 0]),
+            connection_error(E::FRAME_SIZE_ERROR),
+        ),
+        (
+            "HEADERS depends on itself",
+            frame(HEADERS, PRIORITY_FLAG, 1, &[0, 0, 0, 1, 0]),
+            stream_error(1, 14, E::PROTOCOL_ERROR),
+        ),
+        (
+            "PRIORITY on 0",
+            frame(PRIORITY, 0, 0, &[0, 0, 0, 1, 0]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "PRIORITY of 4 octets",
+            frame(PRIORITY, 0, 1, &[0, 0, 0, 3]),
+            stream_error(1, 13, E::FRAME_SIZE_ERROR),
+        ),
+        (
+            "PRIORITY on itself",
+            frame(PRIORITY, 0, 3, &[0, 0, 0, 3, 0]),
+            stream_error(3, 14, E::PROTOCOL_ERROR),
+        ),
+        (
+            "RST_STREAM on 0",
+            frame(RST_STREAM, 0, 0, &[0, 0, 0, 8]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "RST_STREAM of 3",
+            frame(RST_STREAM, 0, 1, &[0, 0, 8]),
+            connection_error(E::FRAME_SIZE_ERROR),
+        ),
+        (
+            "WINDOW_UPDATE 0 on 1",
+            frame(WINDOW_UPDATE, 0, 1, &[0; 4]),
+            stream_error(1, 13, E::PROTOCOL_ERROR),
+        ),
+        (
+            "CONTINUATION on 0",
+            frame(CONTINUATION, END_HEADERS, 0, b"\x82"),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "PUSH_PROMISE on 0",
+            frame(PUSH_PROMISE, 0, 0, &[0, 0, 0, 2]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+    ]);
+}
+
+#[test]
+fn connection_frames_that_break_the_rules_get_their_errors() {
+    use ErrorCode as E;
+    check_refused(vec![
+        (
+            "SETTINGS on 1",
+            frame(SETTINGS, 0, 1, &[]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "SETTINGS ACK with payload",
+            frame(SETTINGS, ACK, 0, &[0, 3, 0, 0, 0, 1]),
+            connection_error(E::FRAME_SIZE_ERROR),
+        ),
+        (
+            "SETTINGS of 5",
+            frame(SETTINGS, 0, 0, &[0, 3, 0, 0, 0]),
+            connection_error(E::FRAME_SIZE_ERROR),
+        ),
+        (
+            "ENABLE_PUSH 2",
+            frame(SETTINGS, 0, 0, &[0, 2, 0, 0, 0, 2]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "INITIAL_WINDOW_SIZE 2^31",
+            frame(SETTINGS, 0, 0, &[0, 4, 0x80, 0, 0, 0]),
+            connection_error(E::FLOW_CONTROL_ERROR),
+        ),
+        (
+            "MAX_FRAME_SIZE below 2^14",
+            frame(SETTINGS, 0, 0, &[0, 5, 0, 0, 0x3f, 0xff]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "MAX_FRAME_SIZE 2^24",
+            frame(SETTINGS, 0, 0, &[0, 5, 1, 0, 0, 0]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "PING on 1",
+            frame(PING, 0, 1, &[0; 8]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "PING of 7",
+            frame(PING, 0, 0, &[0; 7]),
+            connection_error(E::FRAME_SIZE_ERROR),
+        ),
+        (
+            "GOAWAY on 1",
+            frame(GOAWAY, 0, 1, &[0; 8]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+        (
+            "GOAWAY of 7",
+            frame(GOAWAY, 0, 0, &[0; 7]),
+            connection_error(E::FRAME_SIZE_ERROR),
+        ),
+        (
+            "WINDOW_UPDATE of 3",
+            frame(WINDOW_UPDATE, 0, 0, &[0, 0, 1]),
+            connection_error(E::FRAME_SIZE_ERROR),
+        ),
+        (
+            "WINDOW_UPDATE 0 on 0",
+            frame(WINDOW_UPDATE, 0, 0, &[0; 4]),
+            connection_error(E::PROTOCOL_ERROR),
+        ),
+    ]);
 }
 
 #[test]

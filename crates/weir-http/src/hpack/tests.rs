@@ -28,9 +28,12 @@ fn fields(pairs: &[(&str, &str)]) -> Fields {
         .collect()
 }
 
+/// A block in hex, the fields it decodes to, and the table's size after it.
+type Step<'a> = (&'a str, &'a [(&'a str, &'a str)], usize);
+
 /// Decodes a sequence of blocks on one connection, checking each block's
 /// fields and the table's size after it.
-fn check_sequence(mut decoder: Decoder, steps: &[(&str, &[(&str, &str)], usize)]) {
+fn check_sequence(mut decoder: Decoder, steps: &[Step<'_>]) {
     for (block, expected, size) in steps {
         assert_eq!(decode(&mut decoder, &hex(block)).unwrap(), fields(expected));
         assert_eq!(decoder.table().size(), *size);
