@@ -321,3 +321,70 @@ pub fn check_frames(data: &[u8]) {
         rest = &rest[used..];
     }
 }
+
+/// The input is what a client sends after its preface and SETTINGS. The
+/// server connection never panics; every request it hands out is answered
+/// with a head and a short body; what it writes is always whole, valid
+/// frames; and once it fails, it reads nothing more and its last frame is
+/// a GOAWAY.
+pub fn check_h2server(data: &[u8]) {
+    use weir_http::frame::{self, Frame, read_frame};
+    use weir_http::h2server::{Config, Event, ServerConnection};
+    let mut server = ServerConnection::new(Config {
+        max_concurrent_streams: 8,
+        stream_window: 1024,
+        connection_window: 4096,
+        max_header_list_size: 2048,
+        ..Config::default()
+    });
+    let mut input = frame::PREFACE.to_vec();
+    frame::write_settings(&mut input, &[]);
+    input.extend_from_slice(data);
+    // Fed in two pieces, so that frames split across reads are met too.
+    let (first, second) = input.split_at(input.len() / 2);
+    let mut buffer = Vec::new();
+    let mut failed = false;
+    for piece in [first, second] {
+        buffer.extend_from_slice(piece);
+        let mut answer = Vec::new();
+        let mut consumed = Vec::new();
+        let result = server.receive(&buffer, |event| match event {
+            Event::Request { stream, .. } | Event::Malformed { stream, .. } => answer.push(stream),
+            Event::Data { stream, data, .. } => consumed.push((stream, data.len() as u32)),
+            _ => {}
+        });
+        for (stream, len) in consumed {
+            server.release(stream, len);
+        }
+        for stream in answer {
+            let head = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n";
+            if let Ok(encoded) = server.send_head(stream, 200, head, false) {
+                assert!(encoded.is_ok(), "weir's own head encodes");
+                let _ = server.send_data(stream, b"ok", true);
+            }
+        }
+        match result {
+            Ok(used) => {
+                assert!(used <= buffer.len(), "took more than it was given");
+                buffer.drain(..used);
+            }
+            Err(_) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    let output = std::mem::take(server.output());
+    let mut rest = &output[..];
+    let mut last = None;
+    while !rest.is_empty() {
+        let (frame, used) = read_frame(rest, frame::MAX_MAX_FRAME_SIZE)
+            .expect("weir writes valid frames")
+            .expect("weir writes whole frames");
+        last = Some(matches!(frame, Frame::GoAway { .. }));
+        rest = &rest[used..];
+    }
+    if failed {
+        assert_eq!(last, Some(true), "a failed connection ends with GOAWAY");
+    }
+}

@@ -26,7 +26,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 mod hpack_heads;
 
-pub use hpack_heads::{H2Request, RequestFields, encode_response_head};
+pub use hpack_heads::{H2Request, RequestFields, encode_fields, encode_response_head};
 
 use crate::error::ParseError;
 use crate::fields::FieldKind;
@@ -476,7 +476,7 @@ pub fn trailers_from_h2(map: &HeaderMap, out: &mut BytesMut) {
 
 /// RFC 9110 §6.5.1: framing, routing, connection and authentication fields
 /// are never trailers.
-fn may_be_trailer(name: &[u8]) -> bool {
+pub(crate) fn may_be_trailer(name: &[u8]) -> bool {
     let kind = FieldKind::of(name);
     let forbidden = [
         &b"content-type"[..],

@@ -66,3 +66,8 @@ fn hpack_corpus_replays() {
 fn frames_corpus_replays() {
     replay("frames", checks::check_frames);
 }
+
+#[test]
+fn h2server_corpus_replays() {
+    replay("h2server", checks::check_h2server);
+}

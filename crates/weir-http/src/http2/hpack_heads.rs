@@ -52,6 +52,9 @@ pub struct RequestFields {
     list_size: usize,
     max_list_size: usize,
     fault: Option<ParseError>,
+    /// The fault breaks HTTP/2's own rules on fields (RFC 9113 §8.1.1): the
+    /// stream is reset, not answered.
+    malformed: bool,
 }
 
 impl RequestFields {
@@ -71,6 +74,7 @@ impl RequestFields {
             list_size: 0,
             max_list_size,
             fault: None,
+            malformed: false,
         }
     }
 
@@ -89,7 +93,23 @@ impl RequestFields {
         }
         if let Err(error) = self.take(field.name, field.value) {
             self.fault = Some(error);
+            self.malformed = true;
         }
+    }
+
+    /// The fault that makes the request malformed under HTTP/2's own rules
+    /// on fields (RFC 9113 §8.1.1: a stream error of type PROTOCOL_ERROR, as
+    /// the `h2` crate answered it), if any: a name not lower case, a pseudo-header
+    /// field unknown, repeated, missing or after a regular one, a
+    /// connection-specific field. Faults HTTP/1.1 shares (a bad target, a bad
+    /// `content-length`, a list too large) are [`RequestFields::finish`]'s, answered
+    /// with their status.
+    pub fn malformed(&mut self) -> Option<ParseError> {
+        if !self.started && self.fault.is_none() {
+            self.fault = self.start().err();
+            self.malformed = self.fault.is_some();
+        }
+        self.fault.filter(|_| self.malformed)
     }
 
     fn take(&mut self, name: &[u8], value: &[u8]) -> Result<(), ParseError> {
@@ -271,22 +291,28 @@ pub fn encode_response_head(
         return Err(ParseError::invalid("status not representable in HTTP/2"));
     }
     block.status(status);
+    // The status line first, then a field a line up to the empty line.
+    match memchr::memchr(b'\n', written) {
+        Some(end) if written.ends_with(b"\r\n\r\n") => encode_fields(&written[end + 1..], block),
+        _ => Err(ParseError::invalid("written head incomplete")),
+    }
+}
+
+/// Encodes HTTP/1.1 field lines (each ending in CRLF, up to an empty line
+/// or the end) into a header block, names in lower case, without the
+/// connection-specific fields and `TE`: a head's fields, or a trailer
+/// section's.
+pub fn encode_fields(lines: &[u8], block: &mut Block<'_>) -> Result<(), ParseError> {
     // Names are lower-cased here: most are short enough for the stack.
     let mut short = [0u8; 64];
     let mut long = Vec::new();
-    // The status line first, then a field a line up to the empty line.
-    let mut rest = match memchr::memchr(b'\n', written) {
-        Some(end) => &written[end + 1..],
-        None => return Err(ParseError::invalid("written head incomplete")),
-    };
-    loop {
-        let end =
-            memchr::memchr(b'\n', rest).ok_or(ParseError::invalid("written head incomplete"))?;
+    let mut rest = lines;
+    while let Some(end) = memchr::memchr(b'\n', rest) {
         let line = &rest[..end];
         rest = &rest[end + 1..];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
-            return Ok(());
+            break;
         }
         let colon =
             memchr::memchr(b':', line).ok_or(ParseError::invalid("written field without colon"))?;
@@ -320,6 +346,7 @@ pub fn encode_response_head(
         let name = &*lower;
         block.field(name, value, indexing(name));
     }
+    Ok(())
 }
 
 /// Each octet of a token in lower case, 0 for an octet no token holds.
