@@ -51,7 +51,7 @@ impl Encoder {
     /// An encoder with the protocol's default table size.
     pub fn new() -> Self {
         Encoder {
-            table: DynamicTable::new(DEFAULT_TABLE_SIZE),
+            table: DynamicTable::with_lookup(DEFAULT_TABLE_SIZE),
             pending: None,
         }
     }

@@ -256,18 +256,29 @@ pub(super) struct DynamicTable {
     inserted: u32,
     /// The encoder's lookup: by the low bits of a field's hash, the number
     /// the newest entry with that hash was inserted as (0: none). A stale or
-    /// colliding slot only sends the lookup to the full scan.
-    slots: [u32; SLOTS],
+    /// colliding slot only sends the lookup to the full scan. A decoder's
+    /// table has none (it never looks a field up), and keeps 256 bytes less
+    /// for each connection.
+    slots: Option<Box<[u32; SLOTS]>>,
 }
 
 impl DynamicTable {
+    /// A decoder's table.
     pub(super) fn new(max_size: usize) -> Self {
         DynamicTable {
             entries: VecDeque::new(),
             size: 0,
             max_size,
             inserted: 0,
-            slots: [0; SLOTS],
+            slots: None,
+        }
+    }
+
+    /// An encoder's table, with the lookup by hash.
+    pub(super) fn with_lookup(max_size: usize) -> Self {
+        DynamicTable {
+            slots: Some(Box::new([0; SLOTS])),
+            ..DynamicTable::new(max_size)
         }
     }
 
@@ -316,7 +327,9 @@ impl DynamicTable {
         });
         self.size += size;
         self.inserted = self.inserted.wrapping_add(1).max(1);
-        self.slots[hash.field as usize % SLOTS] = self.inserted;
+        if let Some(slots) = &mut self.slots {
+            slots[hash.field as usize % SLOTS] = self.inserted;
+        }
     }
 
     /// Where an entry with this name and value sits, if any; else the newest
@@ -328,7 +341,10 @@ impl DynamicTable {
         value: &[u8],
         hash: FieldHash,
     ) -> Result<usize, Option<usize>> {
-        let slot = self.slots[hash.field as usize % SLOTS];
+        let slot = self
+            .slots
+            .as_ref()
+            .map_or(0, |slots| slots[hash.field as usize % SLOTS]);
         let newest = self.inserted.wrapping_sub(slot) as usize;
         if slot != 0
             && let Some(entry) = self.entries.get(newest)
