@@ -280,7 +280,7 @@ pub fn read_frame(
     };
     let frame = match kind {
         DATA => data(stream, flags, payload)?,
-        HEADERS => headers(stream, flags, payload, total)?,
+        HEADERS => headers(stream, flags, payload)?,
         PRIORITY => {
             if stream == 0 {
                 return Err(connection(
@@ -390,7 +390,7 @@ fn data(stream: u32, flags: u8, payload: &[u8]) -> Result<Frame<'_>, FrameError>
     })
 }
 
-fn headers(stream: u32, flags: u8, payload: &[u8], total: usize) -> Result<Frame<'_>, FrameError> {
+fn headers(stream: u32, flags: u8, payload: &[u8]) -> Result<Frame<'_>, FrameError> {
     if stream == 0 {
         return Err(connection(ErrorCode::PROTOCOL_ERROR, "HEADERS on stream 0"));
     }
@@ -408,9 +408,17 @@ fn headers(stream: u32, flags: u8, payload: &[u8], total: usize) -> Result<Frame
                 ErrorCode::FRAME_SIZE_ERROR,
                 "HEADERS too short for its priority",
             ))?;
-            let priority = priority(stream, fields, total)?;
+            // A HEADERS frame that depends on itself is a stream error too
+            // (RFC 9113 §5.3.1), but its block must still be decoded to keep
+            // the HPACK table in step: the connection, which decodes it,
+            // checks `priority.dependency` against the stream.
+            let word = u32::from_be_bytes([fields[0], fields[1], fields[2], fields[3]]);
             fragment = &fragment[5..];
-            Some(priority)
+            Some(Priority {
+                dependency: word & MAX_WINDOW,
+                exclusive: word & !MAX_WINDOW != 0,
+                weight: fields[4],
+            })
         }
     };
     Ok(Frame::Headers {

@@ -276,11 +276,6 @@ fn stream_frames_that_break_the_rules_get_their_errors() {
             connection_error(E::FRAME_SIZE_ERROR),
         ),
         (
-            "HEADERS depends on itself",
-            frame(HEADERS, PRIORITY_FLAG, 1, &[0, 0, 0, 1, 0]),
-            stream_error(1, 14, E::PROTOCOL_ERROR),
-        ),
-        (
             "PRIORITY on 0",
             frame(PRIORITY, 0, 0, &[0, 0, 0, 1, 0]),
             connection_error(E::PROTOCOL_ERROR),
@@ -415,4 +410,29 @@ fn error_codes_print_their_names() {
         "ENHANCE_YOUR_CALM(0xb)"
     );
     assert_eq!(ErrorCode(0x42).name(), "UNKNOWN");
+}
+
+#[test]
+fn a_headers_frame_that_depends_on_itself_is_read_for_its_block() {
+    // The connection resets the stream after decoding the block.
+    let bytes = frame(
+        HEADERS,
+        PRIORITY_FLAG | END_HEADERS,
+        1,
+        &[0, 0, 0, 1, 0, 0x82],
+    );
+    assert_eq!(
+        read_one(&bytes),
+        Ok(Frame::Headers {
+            stream: 1,
+            fragment: b"\x82",
+            end_stream: false,
+            end_headers: true,
+            priority: Some(Priority {
+                dependency: 1,
+                exclusive: false,
+                weight: 0
+            })
+        })
+    );
 }

@@ -155,8 +155,7 @@ impl ServerConnection {
         &mut self,
         stream: u32,
         fragment: &[u8],
-        end_stream: bool,
-        end_headers: bool,
+        (end_stream, end_headers, self_dependent): (bool, bool, bool),
         on: &mut F,
     ) -> Result<(), ConnectionError>
     where
@@ -181,6 +180,7 @@ impl ServerConnection {
             stream,
             fragment: buffer,
             end_stream,
+            self_dependent,
         });
         self.continuation(stream, fragment, end_headers, on)
     }
@@ -232,50 +232,7 @@ impl ServerConnection {
     {
         let stream = block.stream;
         if let Some(state) = self.streams.get(&stream).map(|s| s.state) {
-            let mut lines = Vec::new();
-            let mut malformed = false;
-            let decoded = self.decoder.decode(&block.fragment, |field| {
-                // RFC 9113 §8.1 and §8.2.1: no pseudo-header field, names in
-                // lower case, values without NUL, CR or LF.
-                malformed |= field.name.is_empty()
-                    || !field
-                        .name
-                        .iter()
-                        .all(|&b| crate::is_token_char(b) && !b.is_ascii_uppercase())
-                    || field
-                        .value
-                        .iter()
-                        .any(|&b| matches!(b, b'\0' | b'\r' | b'\n'));
-                // Fields that may not be trailers are left out (RFC 9110 §6.5.1).
-                if crate::http2::may_be_trailer(field.name) {
-                    lines.extend_from_slice(field.name);
-                    lines.extend_from_slice(b": ");
-                    lines.extend_from_slice(trim_ows(field.value));
-                    lines.extend_from_slice(b"\r\n");
-                }
-            });
-            if decoded.is_err() {
-                return Err(self.fail(ErrorCode::COMPRESSION_ERROR, "HPACK block not decodable"));
-            }
-            match state {
-                State::HalfClosedRemote => self.reset_by_weir(stream, ErrorCode::STREAM_CLOSED, on),
-                // RFC 9113 §8.1: trailers end the stream.
-                _ if !block.end_stream || malformed => {
-                    self.reset_by_weir(stream, ErrorCode::PROTOCOL_ERROR, on);
-                }
-                _ => {
-                    let length_broken = self.streams.get(&stream).is_some_and(|s| {
-                        s.content_length.is_some_and(|length| s.received != length)
-                    });
-                    if length_broken {
-                        self.reset_by_weir(stream, ErrorCode::PROTOCOL_ERROR, on);
-                        return Ok(());
-                    }
-                    self.end_remote(stream);
-                    on(Event::Trailers { stream, lines });
-                }
-            }
-            return Ok(());
+            return self.trailers_block(block, state, on);
         }
         let mut request = RequestFields::new(self.config.max_header_list_size as usize);
         if self
@@ -284,6 +241,11 @@ impl ServerConnection {
             .is_err()
         {
             return Err(self.fail(ErrorCode::COMPRESSION_ERROR, "HPACK block not decodable"));
+        }
+        if block.self_dependent {
+            frame::write_rst_stream(&mut self.output, stream, ErrorCode::PROTOCOL_ERROR);
+            self.remember_closed(stream);
+            return Ok(());
         }
         let refused = self.going_away.is_some_and(|last| stream > last)
             || self.streams.len() >= self.config.max_concurrent_streams as usize;
@@ -331,6 +293,64 @@ impl ServerConnection {
                 end_stream: block.end_stream,
             }),
             Err(error) => on(Event::Malformed { stream, error }),
+        }
+        Ok(())
+    }
+
+    /// A header block on a stream already open: its trailers, which end it.
+    fn trailers_block<F>(
+        &mut self,
+        block: &HeaderBlock,
+        state: State,
+        on: &mut F,
+    ) -> Result<(), ConnectionError>
+    where
+        F: FnMut(Event<'_>),
+    {
+        let stream = block.stream;
+        let mut lines = Vec::new();
+        let mut malformed = false;
+        let decoded = self.decoder.decode(&block.fragment, |field| {
+            // RFC 9113 §8.1 and §8.2.1: no pseudo-header field, names in
+            // lower case, values without NUL, CR or LF.
+            malformed |= field.name.is_empty()
+                || !field
+                    .name
+                    .iter()
+                    .all(|&b| crate::is_token_char(b) && !b.is_ascii_uppercase())
+                || field
+                    .value
+                    .iter()
+                    .any(|&b| matches!(b, b'\0' | b'\r' | b'\n'));
+            // Fields that may not be trailers are left out (RFC 9110 §6.5.1).
+            if crate::http2::may_be_trailer(field.name) {
+                lines.extend_from_slice(field.name);
+                lines.extend_from_slice(b": ");
+                lines.extend_from_slice(trim_ows(field.value));
+                lines.extend_from_slice(b"\r\n");
+            }
+        });
+        if decoded.is_err() {
+            return Err(self.fail(ErrorCode::COMPRESSION_ERROR, "HPACK block not decodable"));
+        }
+        match state {
+            State::HalfClosedRemote => self.reset_by_weir(stream, ErrorCode::STREAM_CLOSED, on),
+            // RFC 9113 §8.1: trailers end the stream.
+            _ if !block.end_stream || malformed || block.self_dependent => {
+                self.reset_by_weir(stream, ErrorCode::PROTOCOL_ERROR, on);
+            }
+            _ => {
+                let length_broken = self
+                    .streams
+                    .get(&stream)
+                    .is_some_and(|s| s.content_length.is_some_and(|length| s.received != length));
+                if length_broken {
+                    self.reset_by_weir(stream, ErrorCode::PROTOCOL_ERROR, on);
+                    return Ok(());
+                }
+                self.end_remote(stream);
+                on(Event::Trailers { stream, lines });
+            }
         }
         Ok(())
     }

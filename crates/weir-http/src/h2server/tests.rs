@@ -374,3 +374,26 @@ fn a_length_the_headers_end_without_resets_the_stream_unseen() {
     assert_eq!(frames_out(&mut server), vec![("RST_STREAM", 1, 0)]);
     assert_eq!(server.open_streams(), 0);
 }
+
+#[test]
+fn a_stream_that_depends_on_itself_is_reset_after_its_block_is_read() {
+    let mut server = ServerConnection::new(Config::default());
+    open(&mut server);
+    let mut client = Client::new();
+    // The first request adds `:authority` to both tables; its HEADERS frame
+    // makes stream 1 depend on itself.
+    let first = client.get(1, &[], true);
+    let (head, block) = first.split_at(frame::HEADER_LEN);
+    let mut input = Vec::new();
+    frame::write_header(&mut input, block.len() + 5, 0x1, head[4] | 0x20, 1);
+    input.extend_from_slice(&[0, 0, 0, 1, 15]);
+    input.extend_from_slice(block);
+    let (events, error) = feed(&mut server, &input);
+    assert_eq!(error, None);
+    assert!(events.is_empty(), "{events:?}");
+    assert_eq!(frames_out(&mut server), vec![("RST_STREAM", 1, 0)]);
+    // The next one refers to that entry: the server's table kept step.
+    let (events, error) = feed(&mut server, &client.get(3, &[], true));
+    assert_eq!(error, None);
+    assert_eq!(events, vec!["request 3 true"]);
+}
