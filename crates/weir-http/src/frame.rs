@@ -232,20 +232,36 @@ pub enum Frame<'a> {
     },
 }
 
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const PRIORITY: u8 = 0x2;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PUSH_PROMISE: u8 = 0x5;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const WINDOW_UPDATE: u8 = 0x8;
-const CONTINUATION: u8 = 0x9;
+// Frame types (RFC 9113 §6), for readers of the byte stream such as the
+// proxy's flood watch (`crates/weir-proxy/src/http2/flood.rs`).
+/// DATA.
+pub const DATA: u8 = 0x0;
+/// HEADERS.
+pub const HEADERS: u8 = 0x1;
+/// PRIORITY.
+pub const PRIORITY: u8 = 0x2;
+/// RST_STREAM.
+pub const RST_STREAM: u8 = 0x3;
+/// SETTINGS.
+pub const SETTINGS: u8 = 0x4;
+/// PUSH_PROMISE.
+pub const PUSH_PROMISE: u8 = 0x5;
+/// PING.
+pub const PING: u8 = 0x6;
+/// GOAWAY.
+pub const GOAWAY: u8 = 0x7;
+/// WINDOW_UPDATE.
+pub const WINDOW_UPDATE: u8 = 0x8;
+/// CONTINUATION.
+pub const CONTINUATION: u8 = 0x9;
 
-const END_STREAM: u8 = 0x1;
-const ACK: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
+// Flags.
+/// END_STREAM (DATA, HEADERS).
+pub const END_STREAM: u8 = 0x1;
+/// ACK (SETTINGS, PING).
+pub const ACK: u8 = 0x1;
+/// END_HEADERS (HEADERS, CONTINUATION).
+pub const END_HEADERS: u8 = 0x4;
 const PADDED: u8 = 0x8;
 const PRIORITY_FLAG: u8 = 0x20;
 
@@ -296,7 +312,16 @@ pub fn read_frame(
                     "PRIORITY not 5 octets",
                 ));
             }
-            let priority = priority(stream, payload, total)?;
+            let priority = priority(payload);
+            // RFC 9113 §5.3.1: a stream may not depend on itself.
+            if priority.dependency == stream {
+                return Err(FrameError::Stream(
+                    stream,
+                    total,
+                    ErrorCode::PROTOCOL_ERROR,
+                    "stream depends on itself",
+                ));
+            }
             Frame::Priority { stream, priority }
         }
         RST_STREAM => {
@@ -412,13 +437,9 @@ fn headers(stream: u32, flags: u8, payload: &[u8]) -> Result<Frame<'_>, FrameErr
             // (RFC 9113 §5.3.1), but its block must still be decoded to keep
             // the HPACK table in step: the connection, which decodes it,
             // checks `priority.dependency` against the stream.
-            let word = u32::from_be_bytes([fields[0], fields[1], fields[2], fields[3]]);
+            let priority = priority(fields);
             fragment = &fragment[5..];
-            Some(Priority {
-                dependency: word & MAX_WINDOW,
-                exclusive: word & !MAX_WINDOW != 0,
-                weight: fields[4],
-            })
+            Some(priority)
         }
     };
     Ok(Frame::Headers {
@@ -430,24 +451,14 @@ fn headers(stream: u32, flags: u8, payload: &[u8]) -> Result<Frame<'_>, FrameErr
     })
 }
 
-/// Five octets of priority fields; a stream may not depend on itself
-/// (RFC 9113 §5.3.1: a stream error).
-fn priority(stream: u32, fields: &[u8], total: usize) -> Result<Priority, FrameError> {
+/// Five octets of priority fields (RFC 9113 §5.3.2, §6.3).
+fn priority(fields: &[u8]) -> Priority {
     let word = u32::from_be_bytes([fields[0], fields[1], fields[2], fields[3]]);
-    let dependency = word & MAX_WINDOW;
-    if dependency == stream {
-        return Err(FrameError::Stream(
-            stream,
-            total,
-            ErrorCode::PROTOCOL_ERROR,
-            "stream depends on itself",
-        ));
-    }
-    Ok(Priority {
-        dependency,
+    Priority {
+        dependency: word & MAX_WINDOW,
         exclusive: word & !MAX_WINDOW != 0,
         weight: fields[4],
-    })
+    }
 }
 
 fn ping(stream: u32, flags: u8, payload: &[u8]) -> Result<Frame<'_>, FrameError> {

@@ -11,6 +11,10 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use weir_http::frame::{
+    ACK, CONTINUATION, DATA, END_HEADERS, END_STREAM, ErrorCode, GOAWAY, HEADERS, PING,
+    PUSH_PROMISE, RST_STREAM, SETTINGS, WINDOW_UPDATE,
+};
 use weir_observe::Flood;
 
 /// The client connection preface (RFC 9113 §3.4).
@@ -52,26 +56,9 @@ const YOUNG_STREAMS: usize = 1024;
 /// explains: a PRIORITY and a PRIORITY_UPDATE (RFC 9218) for it.
 const HEADERS_IGNORED_CREDIT: f64 = 2.0;
 
-// Frame types (RFC 9113 §6).
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PUSH_PROMISE: u8 = 0x5;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const WINDOW_UPDATE: u8 = 0x8;
-const CONTINUATION: u8 = 0x9;
-/// The RST_STREAM error code of a malformed request (RFC 9113 §7).
-const PROTOCOL_ERROR: u32 = 0x1;
 /// Refused streams kept between two reports: above the codec's bound on its own resets
 /// per connection (`MAX_LOCAL_ERROR_RESETS` in `server.rs`), past which it closes.
 const MAX_REFUSED_KEPT: usize = 512;
-
-// Flags.
-const END_STREAM: u8 = 0x1;
-const ACK: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
 
 /// A bucket's bound: how many events at once, and how many per second after.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -428,7 +415,7 @@ impl FrameWatch {
                         code[*have..*have + take].copy_from_slice(&bytes[..take]);
                         *have += take;
                         if *have == 4 {
-                            if u32::from_be_bytes(*code) == PROTOCOL_ERROR
+                            if u32::from_be_bytes(*code) == ErrorCode::PROTOCOL_ERROR.0
                                 && *stream > last_accepted
                                 && self.refused.len() < MAX_REFUSED_KEPT
                             {
