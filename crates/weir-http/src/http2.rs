@@ -27,6 +27,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 mod hpack_heads;
 
 pub use hpack_heads::{H2Request, RequestFields, encode_fields, encode_response_head};
+pub(crate) use hpack_heads::{is_field_name, is_field_value};
 
 use crate::error::ParseError;
 use crate::fields::FieldKind;
@@ -422,24 +423,50 @@ fn written_fields_to_h2(status: u16, written: &[u8]) -> Result<http::Response<()
         .map_err(|_| ParseError::invalid("status not representable in HTTP/2"))?;
     let mut map = HeaderMap::with_capacity(memchr::memchr_iter(b'\n', written).count());
     // The status line first, then a field a line up to the empty line.
-    for line in written.split(|&b| b == b'\n').skip(1) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            break;
-        }
-        let colon =
-            memchr::memchr(b':', line).ok_or(ParseError::invalid("written field without colon"))?;
-        let (name, value) = (&line[..colon], trim_ows(&line[colon + 1..]));
-        let kind = FieldKind::of(name);
-        if kind != FieldKind::Te && !is_connection_specific(kind) {
-            map.append(header_name(name)?, header_value(value)?);
-        }
+    let lines = memchr::memchr(b'\n', written).map_or(&[][..], |end| &written[end + 1..]);
+    for field in written_fields(lines) {
+        let (name, value) = field?;
+        map.append(header_name(name)?, header_value(value)?);
     }
     let mut response = http::Response::new(());
     *response.status_mut() = status;
     *response.version_mut() = http::Version::HTTP_2;
     *response.headers_mut() = map;
     Ok(response)
+}
+
+/// The fields of HTTP/1.1 lines weir wrote (each ending in CRLF, up to an
+/// empty line or the end) that an HTTP/2 message carries: names as written,
+/// values without their edge whitespace, the connection-specific fields and
+/// `TE` left out.
+fn written_fields(lines: &[u8]) -> impl Iterator<Item = Result<(&[u8], &[u8]), ParseError>> {
+    let mut rest = lines;
+    std::iter::from_fn(move || {
+        loop {
+            let line = match memchr::memchr(b'\n', rest) {
+                Some(end) => {
+                    let line = &rest[..end];
+                    rest = &rest[end + 1..];
+                    line
+                }
+                None => std::mem::take(&mut rest),
+            };
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.is_empty() {
+                rest = &[];
+                return None;
+            }
+            let Some(colon) = memchr::memchr(b':', line) else {
+                rest = &[];
+                return Some(Err(ParseError::invalid("written field without colon")));
+            };
+            let (name, value) = (&line[..colon], trim_ows(&line[colon + 1..]));
+            let kind = FieldKind::of(name);
+            if kind != FieldKind::Te && !is_connection_specific(kind) {
+                return Some(Ok((name, value)));
+            }
+        }
+    })
 }
 
 /// Chunked trailer lines (as [`crate::Decoded::Done`] gives them) as an

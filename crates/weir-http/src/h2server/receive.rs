@@ -3,7 +3,7 @@
 
 use super::{ConnectionError, Event, HeaderBlock, ServerConnection, State, Stream, frame};
 use crate::frame::{ErrorCode, MAX_WINDOW, Settings};
-use crate::http2::RequestFields;
+use crate::http2::{RequestFields, is_field_name, is_field_value};
 use crate::syntax::trim_ows;
 
 impl ServerConnection {
@@ -313,15 +313,7 @@ impl ServerConnection {
         let decoded = self.decoder.decode(&block.fragment, |field| {
             // RFC 9113 §8.1 and §8.2.1: no pseudo-header field, names in
             // lower case, values without NUL, CR or LF.
-            malformed |= field.name.is_empty()
-                || !field
-                    .name
-                    .iter()
-                    .all(|&b| crate::is_token_char(b) && !b.is_ascii_uppercase())
-                || field
-                    .value
-                    .iter()
-                    .any(|&b| matches!(b, b'\0' | b'\r' | b'\n'));
+            malformed |= !is_field_name(field.name) || !is_field_value(field.value);
             // Fields that may not be trailers are left out (RFC 9110 §6.5.1).
             if crate::http2::may_be_trailer(field.name) {
                 lines.extend_from_slice(field.name);

@@ -10,12 +10,14 @@ use std::ops::Range;
 
 use bytes::{BufMut, BytesMut};
 
-use super::{is_connection_specific, is_te_trailers, is_uri_scheme, padded, put_field};
+use super::{
+    is_connection_specific, is_te_trailers, is_uri_scheme, padded, put_field, written_fields,
+};
 use crate::error::{ParseError, ParseErrorKind};
 use crate::fields::FieldKind;
 use crate::head::{Limits, RequestHead};
 use crate::hpack::{Block, Field, Indexing};
-use crate::syntax::{is_token_char, trim_ows};
+use crate::syntax::is_token_char;
 
 /// A request as HTTP/2 carried it: the head it stands for, and the
 /// `:protocol` of an extended CONNECT (RFC 8441), which the head cannot say
@@ -113,7 +115,7 @@ impl RequestFields {
     }
 
     fn take(&mut self, name: &[u8], value: &[u8]) -> Result<(), ParseError> {
-        if value.iter().any(|&b| matches!(b, b'\0' | b'\r' | b'\n')) {
+        if !is_field_value(value) {
             return Err(ParseError::invalid("field value with NUL, CR or LF"));
         }
         if let Some(pseudo) = name.strip_prefix(b":") {
@@ -122,11 +124,7 @@ impl RequestFields {
         if !self.started {
             self.start()?;
         }
-        if name.is_empty()
-            || !name
-                .iter()
-                .all(|&b| is_token_char(b) && !b.is_ascii_uppercase())
-        {
+        if !is_field_name(name) {
             return Err(ParseError::invalid("field name not a lower-case token"));
         }
         // RFC 9113 §8.2.1: a value that starts or ends with whitespace is
@@ -306,21 +304,8 @@ pub fn encode_fields(lines: &[u8], block: &mut Block<'_>) -> Result<(), ParseErr
     // Names are lower-cased here: most are short enough for the stack.
     let mut short = [0u8; 64];
     let mut long = Vec::new();
-    let mut rest = lines;
-    while let Some(end) = memchr::memchr(b'\n', rest) {
-        let line = &rest[..end];
-        rest = &rest[end + 1..];
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            break;
-        }
-        let colon =
-            memchr::memchr(b':', line).ok_or(ParseError::invalid("written field without colon"))?;
-        let (name, value) = (&line[..colon], trim_ows(&line[colon + 1..]));
-        let kind = FieldKind::of(name);
-        if kind == FieldKind::Te || is_connection_specific(kind) {
-            continue;
-        }
+    for field in written_fields(lines) {
+        let (name, value) = field?;
         // The writer wrote these from a parsed head (names are tokens, values
         // hold no CR or LF), weir's own fields and validated edits; what an
         // HTTP/2 field cannot hold is still refused, in the pass that lowers
@@ -347,6 +332,19 @@ pub fn encode_fields(lines: &[u8], block: &mut Block<'_>) -> Result<(), ParseErr
         block.field(name, value, indexing(name));
     }
     Ok(())
+}
+
+/// RFC 9113 §8.2.1: a regular field's name in HTTP/2 is a lower-case token.
+pub(crate) fn is_field_name(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|&b| b != 0 && LOWER_TOKEN[usize::from(b)] == b)
+}
+
+/// RFC 9113 §8.2.1: a field value holds no NUL, CR or LF.
+pub(crate) fn is_field_value(value: &[u8]) -> bool {
+    !value.iter().any(|&b| matches!(b, b'\0' | b'\r' | b'\n'))
 }
 
 /// Each octet of a token in lower case, 0 for an octet no token holds.
