@@ -388,6 +388,7 @@ impl Default for crate::model::Http2 {
             max_frame_size: H2_MAX_FRAME_SIZE as u32,
             ping_interval: H2_PING_INTERVAL,
             ping_timeout: H2_PING_TIMEOUT,
+            codec: crate::http2::Http2Codec::default(),
         }
     }
 }

@@ -28,6 +28,19 @@ pub struct Http2 {
     pub ping_interval: Duration,
     /// ... and the connection closed if its answer takes longer than this.
     pub ping_timeout: Duration,
+    /// Which HTTP/2 implementation serves the clients.
+    pub codec: Http2Codec,
+}
+
+/// The HTTP/2 implementation that serves a virtual server's clients, while
+/// weir's own is proven beside the `h2` crate (`docs/design/http2.md`, "Step 5").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Http2Codec {
+    /// The `h2` crate.
+    #[default]
+    H2,
+    /// weir's own (`weir_http::h2server`).
+    Weir,
 }
 
 /// The protocol a pool speaks to its nodes.

@@ -535,6 +535,7 @@ pub struct CompressionTable {
 #[serde(deny_unknown_fields)]
 pub struct Http2Table {
     pub cleartext: Option<bool>,
+    pub codec: Option<String>,
     pub max_concurrent_streams: Option<i64>,
     pub max_header_list_size: Option<SizeValue>,
     pub header_table_size: Option<SizeValue>,

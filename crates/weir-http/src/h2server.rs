@@ -280,6 +280,12 @@ impl ServerConnection {
         &mut self.output
     }
 
+    /// Whether the client's preface and first SETTINGS have come (and no
+    /// connection error since).
+    pub fn is_open(&self) -> bool {
+        self.phase == Phase::Open
+    }
+
     /// Streams not yet closed.
     pub fn open_streams(&self) -> usize {
         self.streams.len()

@@ -343,14 +343,51 @@ pub fn response_to_h2_edited<E: HeaderEdit + ?Sized>(
     edits: &E,
 ) -> Result<(http::Response<()>, usize), ParseError> {
     let mut out = BytesMut::with_capacity(head.raw().len() + 96);
+    write_response_head_for_h2(head, forward, edits, &mut out);
+    written_fields_to_h2(head.status(), &out).map(|response| (response, out.len()))
+}
+
+/// Writes a node's response head as an HTTP/2 stream carries it, in HTTP/1.1
+/// form (`response_to_h2_edited`'s first half): the fields weir's own codec
+/// encodes straight into a header block (`hpack_heads::encode_response_head`).
+pub fn write_response_head_for_h2<E: HeaderEdit + ?Sized>(
+    head: &ResponseHead,
+    forward: &ForwardResponse<'_>,
+    edits: &E,
+    out: &mut BytesMut,
+) {
     let forward = ForwardResponse {
         version: crate::Version::Http11,
         keep_alive: true,
         upgrade: false,
         ..*forward
     };
-    write_response_head_edited(head, &forward, edits, &mut out);
-    written_fields_to_h2(head.status(), &out).map(|response| (response, out.len()))
+    write_response_head_edited(head, &forward, edits, out);
+}
+
+/// Writes one of weir's own answers' head as an HTTP/2 stream carries it, in
+/// HTTP/1.1 form (`simple_response_to_h2`'s first half).
+pub fn write_simple_head_for_h2<E: HeaderEdit + ?Sized>(
+    answer: &SimpleResponse,
+    extra_headers: &[(&str, &str)],
+    edits: &E,
+    body: &[u8],
+    out: &mut BytesMut,
+) {
+    // Written as the answer to a HEAD: the body's length without the body.
+    let answer = SimpleResponse {
+        version: crate::Version::Http11,
+        keep_alive: true,
+        head_request: true,
+        ..*answer
+    };
+    write_simple_response_edited(&answer, extra_headers, edits, body, out);
+}
+
+/// A head written by one of the two writers above (`status` its status) as
+/// the `http` crate's response, for the `h2` crate.
+pub fn written_head_to_h2(status: u16, written: &[u8]) -> Result<http::Response<()>, ParseError> {
+    written_fields_to_h2(status, written)
 }
 
 /// One of weir's own answers (`write_simple_response_edited`'s fields: the
@@ -363,14 +400,7 @@ pub fn simple_response_to_h2<E: HeaderEdit + ?Sized>(
     body: &[u8],
 ) -> Result<http::Response<()>, ParseError> {
     let mut out = BytesMut::with_capacity(256);
-    // Written as the answer to a HEAD: the body's length without the body.
-    let answer = SimpleResponse {
-        version: crate::Version::Http11,
-        keep_alive: true,
-        head_request: true,
-        ..*answer
-    };
-    write_simple_response_edited(&answer, extra_headers, edits, body, &mut out);
+    write_simple_head_for_h2(answer, extra_headers, edits, body, &mut out);
     written_fields_to_h2(answer.status, &out)
 }
 
@@ -382,6 +412,13 @@ pub fn simple_response_to_h2<E: HeaderEdit + ?Sized>(
 /// written, it does not parse the head again: it checks the status line weir
 /// wrote (`HTTP/1.x NNN `) and that the head is complete.
 pub fn response_head_to_h2(written: &[u8]) -> Result<http::Response<()>, ParseError> {
+    written_head_to_h2(written_status(written)?, written)
+}
+
+/// The status of a complete HTTP/1.1 response head weir wrote itself
+/// (`HTTP/1.x NNN ` … and the empty line), checked as
+/// [`response_head_to_h2`] takes it.
+pub fn written_status(written: &[u8]) -> Result<u16, ParseError> {
     let status = match written {
         [
             b'H',
@@ -407,7 +444,7 @@ pub fn response_head_to_h2(written: &[u8]) -> Result<http::Response<()>, ParseEr
     if !written.ends_with(b"\r\n\r\n") {
         return Err(ParseError::invalid("written head incomplete"));
     }
-    written_fields_to_h2(status, written)
+    Ok(status)
 }
 
 /// An HTTP/1.1 response head weir has just written (one writer for both

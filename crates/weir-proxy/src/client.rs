@@ -1243,17 +1243,12 @@ impl Client {
                 return Ok(0);
             }
             self.answering = shape.status;
-            let head = weir_http::http2::simple_response_to_h2(shape, extra, edits, body).map_err(
-                |error| {
-                    Failure::silent(
-                        Error::new(ErrorKind::Io, Side::Internal)
-                            .context(format!("answer not representable in HTTP/2: {error}")),
-                    )
-                },
-            )?;
+            self.write_buf.clear();
+            weir_http::http2::write_simple_head_for_h2(shape, extra, edits, body, &mut self.write_buf);
             let bodiless = body.is_empty()
                 || shape.head_request
                 || !weir_http::status_has_content(shape.status);
+            let head = crate::http2::Head::Written(shape.status, &self.write_buf);
             stream.send_head(head, bodiless).map_err(Failure::silent)?;
             if !bodiless {
                 let data = Bytes::copy_from_slice(body);

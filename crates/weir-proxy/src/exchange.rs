@@ -962,9 +962,19 @@ async fn relay_interim(
     };
     let edits = HideVia(forwarding.hide_via);
     if let Some(stream) = client.h2() {
-        let (converted, _) = weir_http::http2::response_to_h2_edited(response, &forward, &edits)
-            .map_err(Failure::bad_response)?;
-        stream.send_interim(converted)?;
+        let mut written = BytesMut::new();
+        weir_http::http2::write_response_head_for_h2(response, &forward, &edits, &mut written);
+        let head = http2::Head::Written(response.status(), &written);
+        stream.send_interim(head).map_err(|error| {
+            if error.side() == Side::Internal {
+                Failure::from_error(
+                    Error::new(ErrorKind::BadResponse, Side::Upstream)
+                        .context("interim head not representable in HTTP/2"),
+                )
+            } else {
+                Failure::from_error(error)
+            }
+        })?;
         return Ok(());
     }
     let mut interim = BytesMut::new();

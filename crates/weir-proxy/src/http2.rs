@@ -6,6 +6,7 @@
 
 mod flood;
 mod io;
+mod own;
 mod server;
 pub(crate) mod stream;
 mod tunnel;
@@ -13,8 +14,8 @@ pub(crate) mod upstream;
 pub(crate) mod websocket;
 
 pub(crate) use io::starts_with_preface;
-pub(crate) use server::{ConnectionLimits, StreamHandler, Via, serve};
-pub(crate) use stream::H2Stream;
+pub(crate) use server::{ConnectionLimits, Incoming, StreamHandler, Via, serve};
+pub(crate) use stream::{H2Stream, Head, RecvHalf, SendHalf};
 pub(crate) use tunnel::{TunnelEnd, relay, relay_websocket, take_tunnel};
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ async fn refuse_h2(
         handshake: REFUSAL_WAIT,
         idle: REFUSAL_WAIT,
         max_streams: Some(1),
+        head: vs.head_limits,
     };
     let handler = RefusedStreams {
         vs: Arc::clone(vs),
@@ -79,15 +80,12 @@ struct RefusedStreams {
 }
 
 impl crate::http2::StreamHandler for RefusedStreams {
-    async fn serve(
-        &self,
-        request: http::Request<h2::RecvStream>,
-        mut respond: h2::server::SendResponse<Bytes>,
-    ) {
+    async fn serve(&self, mut stream: crate::http2::H2Stream, request: crate::http2::Incoming) {
         let vs = &self.vs;
         let status = self.refusal.status;
         let body = body_for(status);
-        let head_request = request.method() == http::Method::HEAD;
+        let (method, target) = request_line(&request);
+        let head_request = method == "HEAD";
         // The fields weir's own answers carry (`Client::answer_simple`), in HTTP/2 form.
         let retry_after = self.refusal.retry_after_seconds().to_string();
         let shape = SimpleResponse {
@@ -101,29 +99,42 @@ impl crate::http2::StreamHandler for RefusedStreams {
             set: &vs.config.response_headers,
             edits: &weir_http::Unedited,
         };
-        let Ok(response) = weir_http::http2::simple_response_to_h2(&shape, &extra, &own, body)
-        else {
-            respond.send_reset(h2::Reason::INTERNAL_ERROR);
-            return;
-        };
+        let mut written = bytes::BytesMut::new();
+        weir_http::http2::write_simple_head_for_h2(&shape, &extra, &own, body, &mut written);
         let end = head_request || body.is_empty();
-        if let Ok(mut send) = respond.send_response(response, end)
-            && !end
-        {
-            let _ = send.send_data(Bytes::from_static(body), true);
+        let head = crate::http2::Head::Written(status, &written);
+        if stream.send_head(head, end).is_ok() && !end {
+            let _ = stream
+                .send_data(Bytes::from_static(body), true, REFUSAL_WAIT)
+                .await;
         }
         let duration = self.accepted_at.elapsed();
         // Counted as an HTTP/2 answer is: its head in HTTP/1.1 form, then its body.
         let mut counted = bytes::BytesMut::new();
         weir_http::write_simple_response_edited(&shape, &extra, &own, body, &mut counted);
         let bytes_sent = counted.len() as u64;
-        let target = request
-            .uri()
-            .path_and_query()
-            .map_or("-", http::uri::PathAndQuery::as_str);
         let tls = self.tls.as_deref().and_then(|facts| facts.record(None));
-        let line = [request.method().as_str(), target, "HTTP/2.0"];
+        let line = [method.as_str(), target.as_str(), "HTTP/2.0"];
         account(vs, self.peer, line, (status, 0, bytes_sent, duration), tls);
+    }
+}
+
+/// A stream's method and target for its access record (`-` where it has none).
+fn request_line(request: &crate::http2::Incoming) -> (String, String) {
+    match request {
+        crate::http2::Incoming::Parts(parts) => (
+            parts.method.as_str().to_owned(),
+            parts
+                .uri
+                .path_and_query()
+                .map_or("-", http::uri::PathAndQuery::as_str)
+                .to_owned(),
+        ),
+        crate::http2::Incoming::Own(Ok(request)) => (
+            String::from_utf8_lossy(request.head.method_bytes()).into_owned(),
+            String::from_utf8_lossy(request.head.target()).into_owned(),
+        ),
+        crate::http2::Incoming::Own(Err(_)) => ("-".to_owned(), "-".to_owned()),
     }
 }
 

@@ -321,9 +321,8 @@ async fn read_length(
             .await
             .map_err(Failure::from_error)?;
         // Only an HTTP/2 node can be given them: a length is how an HTTP/1.1 node is.
-        if let Some(trailers) = trailers {
-            let (mut lines, mut kept) = (BytesMut::new(), BytesMut::new());
-            weir_http::http2::trailers_from_h2(&trailers, &mut lines);
+        if let Some(lines) = trailers {
+            let mut kept = BytesMut::new();
             body.keep_trailers(&lines, &mut kept);
             body.trailers = kept.freeze();
         }
@@ -397,11 +396,7 @@ async fn continue_if_expected(
         return Ok(());
     }
     if let Some(stream) = client.h2() {
-        let response = http::Response::builder()
-            .status(100)
-            .body(())
-            .map_err(|_| Error::new(ErrorKind::Io, Side::Internal))?;
-        stream.send_interim(response)?;
+        stream.send_interim(crate::http2::Head::Written(100, b"HTTP/1.1 100 Continue\r\n\r\n"))?;
         return Ok(());
     }
     if head.version() == weir_http::Version::Http11 {

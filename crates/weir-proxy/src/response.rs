@@ -19,7 +19,7 @@ use weir_http::{
 use weir_upstream::node::InFlight;
 
 use crate::answer::Failure;
-use crate::client::Client;
+use crate::client::{Client, Downstream};
 use crate::exchange::{Exchange, NodeLink};
 use crate::http2;
 use crate::request_body::PumpWatch;
@@ -581,14 +581,32 @@ fn write_head(
         edits: head.edits,
         extra: head.extra,
     };
-    if let Some(stream) = client.h2() {
+    if let Downstream::Http2 { stream, .. } = &mut client.stream {
         // Counted as the head weir sends, in its HTTP/1.1 form (docs/logging.md).
-        let (converted, size) =
-            weir_http::http2::response_to_h2_edited(head.response, &forward, &edits)
-                .map_err(Failure::bad_response)?;
+        client.write_buf.clear();
+        weir_http::http2::write_response_head_for_h2(
+            head.response,
+            &forward,
+            &edits,
+            &mut client.write_buf,
+        );
         let bodiless = matches!(head.framing, BodyFraming::None | BodyFraming::Length(0));
-        stream.send_head(converted, bodiless)?;
-        return Ok(size as u64);
+        let written = http2::Head::Written(head.response.status(), &client.write_buf);
+        let sent = stream.send_head(written, bodiless);
+        let size = client.write_buf.len() as u64;
+        client.write_buf.clear();
+        sent.map_err(|error| {
+            if error.side() == Side::Internal {
+                // A field the node sent that HTTP/2 cannot carry: the node's fault.
+                Failure::from_error(
+                    Error::new(ErrorKind::BadResponse, Side::Upstream)
+                        .context("head not representable in HTTP/2"),
+                )
+            } else {
+                Failure::from_error(error)
+            }
+        })?;
+        return Ok(size);
     }
     client.write_buf.clear();
     weir_http::write_response_head_edited(head.response, &forward, &edits, &mut client.write_buf);
@@ -667,8 +685,7 @@ pub(crate) async fn send_end(
             stream.finish(true);
             return Ok(());
         }
-        let map = weir_http::http2::trailers_to_h2(trailers).map_err(Failure::bad_response)?;
-        stream.send_trailers(map)?;
+        stream.send_trailers(trailers)?;
         return Ok(());
     }
     if framing == BodyFraming::Chunked {

@@ -77,11 +77,12 @@ pub(crate) async fn tunnel(
         NodeLink::Http2 {
             lease: stream_lease,
             body,
-            upload: Some(mut upload),
+            upload: Some(upload),
             ..
         } => {
+            let mut upload = http2::SendHalf::H2(upload);
             let node = TunnelEnd::Stream {
-                recv: body,
+                recv: http2::RecvHalf::H2(body),
                 send: &mut upload,
             };
             let sent = to_h2_node(client, vs, head, &response, node, edits).await;
@@ -195,7 +196,7 @@ async fn to_h2_node(
                     .context("the node's WebSocket fields are not valid HTTP/2"),
             )
         })?;
-        stream.send_head(opened, false)?;
+        stream.send_head(http2::Head::Map(opened), false)?;
         // The stream's answer to an extended CONNECT is a 200 (RFC 8441 §5).
         client.answering = 200;
         let (recv, mut send) = http2::take_tunnel(stream)?;

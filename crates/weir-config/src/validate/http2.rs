@@ -4,7 +4,7 @@
 use super::{Checker, KIB, MIB, Zero};
 use crate::defaults;
 use crate::error::KeyPath;
-use crate::http2::{Http2, UpstreamHttp2, UpstreamProtocol};
+use crate::http2::{Http2, Http2Codec, UpstreamHttp2, UpstreamProtocol};
 use crate::schema::{Http2Table, UpstreamHttp2Table};
 
 /// RFC 9113 §6.5.2: the largest window and the frame-size range.
@@ -79,6 +79,12 @@ impl Checker {
                 table.ping_timeout.as_ref(),
                 defaults::H2_PING_TIMEOUT,
                 Zero::Rejected,
+            ),
+            codec: self.choice(
+                &path.key("codec"),
+                table.codec.as_deref(),
+                Http2Codec::default(),
+                &[("h2", Http2Codec::H2), ("weir", Http2Codec::Weir)],
             ),
         }
     }

@@ -160,6 +160,16 @@ impl ServerConnection {
         }
     }
 
+    /// Ends the connection at once (a flood the driver found): a GOAWAY with
+    /// `error` even after a graceful one, and nothing more is read.
+    pub fn abort(&mut self, error: ErrorCode) {
+        if self.phase != Phase::Failed {
+            self.going_away = Some(self.last_stream);
+            frame::write_goaway(&mut self.output, self.last_stream, error, b"");
+            self.phase = Phase::Failed;
+        }
+    }
+
     /// Closes a stream for good, remembering its id a while.
     pub(super) fn forget(&mut self, stream: u32) -> Option<Stream> {
         let state = self.streams.remove(&stream)?;

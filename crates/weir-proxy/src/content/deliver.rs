@@ -201,7 +201,7 @@ pub(super) fn send_h2_head(
     written: &[u8],
     bodiless: bool,
 ) -> Result<(), Failure> {
-    let response = weir_http::http2::response_head_to_h2(written).map_err(|error| {
+    let status = weir_http::http2::written_status(written).map_err(|error| {
         Failure::silent(
             Error::new(ErrorKind::Io, Side::Internal)
                 .context(format!("head not representable in HTTP/2: {error}")),
@@ -209,7 +209,7 @@ pub(super) fn send_h2_head(
     })?;
     let stream = client.h2().ok_or_else(not_a_stream)?;
     stream
-        .send_head(response, bodiless)
+        .send_head(crate::http2::Head::Written(status, written), bodiless)
         .map_err(Failure::silent)
 }
 

@@ -10,25 +10,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use h2::RecvStream;
-use h2::server::SendResponse;
 use tokio::net::TcpListener;
 use weir_observe::Http2Metrics;
 
-use super::{ConnectionLimits, StreamHandler, Via, serve};
+use super::{ConnectionLimits, H2Stream, Head, Incoming, StreamHandler, Via, serve};
 
 #[derive(Clone)]
 struct Answer;
 
 impl StreamHandler for Answer {
-    async fn serve(&self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
-        let (_parts, mut stream) = super::H2Stream::new(request, respond);
+    async fn serve(&self, mut stream: H2Stream, _request: Incoming) {
         let wait = Duration::from_secs(5);
         while let Ok(Some(_)) = stream.read_body(wait).await {}
-        let head = http::Response::builder()
-            .status(200)
-            .body(())
-            .expect("response");
+        let head = Head::Written(200, b"HTTP/1.1 200 OK\r\n\r\n");
         if stream.send_head(head, false).is_ok() {
             let body = Bytes::from_static(b"served by weir's HTTP/2 driver\n");
             let _ = stream.send_data(body, true, wait).await;
@@ -40,11 +34,22 @@ const TIMING: ConnectionLimits = ConnectionLimits {
     handshake: Duration::from_secs(5),
     idle: Duration::from_secs(60),
     max_streams: None,
+    head: weir_http::Limits {
+        max_head_bytes: 64 * 1024,
+        max_headers: 100,
+    },
 };
 
 /// Serves every connection of `listener`, through `tls` when given.
-fn start(listener: TcpListener, tls: Option<Arc<weir_tls::Acceptor>>) {
-    let settings = weir_config::Http2::default();
+fn start(
+    listener: TcpListener,
+    tls: Option<Arc<weir_tls::Acceptor>>,
+    codec: weir_config::Http2Codec,
+) {
+    let settings = weir_config::Http2 {
+        codec,
+        ..weir_config::Http2::default()
+    };
     tokio::spawn(async move {
         let (_shutdown, signal) = weir_core::Shutdown::new();
         while let Ok((tcp, _)) = listener.accept().await {
@@ -151,19 +156,29 @@ fn run_h2spec(address: SocketAddr, tls: bool) -> String {
     summary
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn h2spec_strict_passes_every_case_over_h2c_and_tls() {
+/// h2spec over h2c and TLS against the driver on `codec`.
+async fn h2spec_strict(codec: weir_config::Http2Codec) {
     let plain = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let plain_address = plain.local_addr().expect("address");
-    start(plain, None);
+    start(plain, None, codec);
     let pki = weir_testkit::tls::Pki::new();
     let secure = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let secure_address = secure.local_addr().expect("address");
-    start(secure, Some(acceptor(&pki)));
+    start(secure, Some(acceptor(&pki)), codec);
     tokio::task::spawn_blocking(move || {
         run_h2spec(plain_address, false);
         run_h2spec(secure_address, true);
     })
     .await
     .expect("h2spec ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2spec_strict_passes_every_case_over_h2c_and_tls() {
+    h2spec_strict(weir_config::Http2Codec::H2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2spec_strict_passes_every_case_on_weirs_codec() {
+    h2spec_strict(weir_config::Http2Codec::Weir).await;
 }

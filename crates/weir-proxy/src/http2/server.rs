@@ -14,12 +14,13 @@ use h2::server::SendResponse;
 use h2::{Ping, PingPong, Reason, RecvStream};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
-use weir_config::Http2;
+use weir_config::{Http2, Http2Codec};
 use weir_core::ShutdownSignal;
 use weir_observe::{Flood, Http2Metrics, LogBudget};
 
 use super::flood::{FloodLimits, FrameWatch};
 use super::io::{Outside, Tripwire, Watch, Watched, read_preface};
+use super::stream::H2Stream;
 
 /// How long a connection closed for abuse may take to flush its GOAWAY.
 const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
@@ -40,14 +41,19 @@ pub(crate) enum Via {
     H2c,
 }
 
+/// A stream's request, as the codec that read it hands it over.
+pub(crate) enum Incoming {
+    /// The `h2` crate's head.
+    Parts(http::request::Parts),
+    /// weir's codec's: the HTTP/1.1 head it stands for (with an extended
+    /// CONNECT's `:protocol`), or why HTTP/1.1's rules refuse it.
+    Own(Result<weir_http::http2::H2Request, weir_http::ParseError>),
+}
+
 /// Serves the streams of HTTP/2 connections: one call per request stream.
 pub(crate) trait StreamHandler: Clone + Send + Sync + 'static {
     /// Serves one request to its end (response sent, or the stream reset).
-    fn serve(
-        &self,
-        request: http::Request<RecvStream>,
-        respond: SendResponse<Bytes>,
-    ) -> impl Future<Output = ()> + Send;
+    fn serve(&self, stream: H2Stream, request: Incoming) -> impl Future<Output = ()> + Send;
 
     /// True once the connection may serve no more streams although a new one could:
     /// its TLS handshake passed client certificate checks a reload has changed since,
@@ -81,6 +87,8 @@ pub(crate) struct ConnectionLimits {
     /// the last one served brings GOAWAY; those the client opened meanwhile
     /// are refused (`REFUSED_STREAM`, so it retries them on a new connection).
     pub max_streams: Option<u32>,
+    /// Bounds on the HTTP/1.1 head a request becomes (weir's codec builds it).
+    pub head: weir_http::Limits,
 }
 
 /// Streams at work on one connection at most: `max_concurrent_streams`, which the codec
@@ -88,14 +96,14 @@ pub(crate) struct ConnectionLimits {
 /// still finishing here. A gRPC client whose calls reach their deadline resets one and
 /// opens the next at once, and before weir's stream has seen its reset the new one would
 /// otherwise be refused (an audit: 88 of 1,375 such calls refused, at 99 open of 100).
-fn work_bound(settings: &Http2) -> usize {
+pub(super) fn work_bound(settings: &Http2) -> usize {
     let max = settings.max_concurrent_streams as usize;
     max + max / 4
 }
 
 /// Turns of the scheduler a new stream waits for streams the client reset to finish
 /// before the work bound refuses it.
-const YIELDS_BEFORE_REFUSING: usize = 4;
+pub(super) const YIELDS_BEFORE_REFUSING: usize = 4;
 
 /// The codec's settings for a virtual server.
 fn builder(settings: &Http2) -> h2::server::Builder {
@@ -131,6 +139,11 @@ pub(crate) async fn serve<S, H>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: StreamHandler,
 {
+    if settings.codec == Http2Codec::Weir {
+        // Boxed: the `h2` crate's connections keep their future's size.
+        let serving = super::own::serve(io, rewind, via, settings, timing, (metrics, log), handler, shutdown);
+        return Box::pin(serving).await;
+    }
     match via {
         Via::Alpn => metrics.connections_alpn.inc(),
         Via::H2c => metrics.connections_h2c.inc(),
@@ -247,7 +260,7 @@ pub(crate) async fn serve<S, H>(
 
 /// The driver's clock: a quarter of the PING interval or idle timeout, whichever is shorter,
 /// within 100 ms and 5 s.
-fn ticker(settings: &Http2, timing: ConnectionLimits) -> tokio::time::Interval {
+pub(super) fn ticker(settings: &Http2, timing: ConnectionLimits) -> tokio::time::Interval {
     let period = settings
         .ping_interval
         .min(timing.idle)
@@ -351,8 +364,9 @@ impl Driver {
         // Boxed where it is made (`crate::boxed`): the stream's state (kilobytes, the
         // pipeline's) is built in this allocation, and tokio's moves of the task's future
         // copy a pointer.
+        let (parts, stream) = H2Stream::new(request, respond);
         tokio::spawn(crate::boxed(|| {
-            serve_stream(handler, request, respond, active)
+            serve_stream(handler, stream, Incoming::Parts(parts), active)
         }));
     }
 
@@ -413,15 +427,15 @@ impl<H: StreamHandler> Drop for ReportRefused<'_, H> {
 /// future comes out of a call; this one's constructor, inlined, was built on the stack and
 /// copied into the box whole (5.2 KB per stream).
 #[inline(never)]
-async fn serve_stream<H: StreamHandler>(
+pub(super) async fn serve_stream<H: StreamHandler>(
     handler: H,
-    request: http::Request<RecvStream>,
-    respond: SendResponse<Bytes>,
+    stream: H2Stream,
+    request: Incoming,
     active: Arc<AtomicUsize>,
 ) {
     // Decremented however the stream ends, a panic included.
     let _guard = ActiveGuard(active);
-    handler.serve(request, respond).await;
+    handler.serve(stream, request).await;
 }
 
 struct ActiveGuard(Arc<AtomicUsize>);
@@ -454,7 +468,7 @@ fn poll_pong(
 }
 
 /// Counts a flood the watcher found, and says so within the log budget.
-fn note_flood(flood: Flood, metrics: &Http2Metrics, log: &LogBudget) {
+pub(super) fn note_flood(flood: Flood, metrics: &Http2Metrics, log: &LogBudget) {
     metrics.flood(flood).inc();
     if let Some(left_out) = log.take() {
         tracing::info!(

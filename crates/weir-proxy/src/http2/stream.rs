@@ -11,26 +11,197 @@
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
-use http::HeaderMap;
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
+use weir_http::frame::ErrorCode;
+
+use super::own;
 
 /// Largest piece of body handed to the codec at once (it frames it in
 /// DATA frames of the client's max frame size).
 const MAX_CHUNK: usize = 64 * 1024;
 
+/// A response head for a stream.
+pub(crate) enum Head<'a> {
+    /// Written by weir in HTTP/1.1 form (`weir_http::http2::write_*_for_h2`),
+    /// with its status: what weir's own codec encodes as it is.
+    Written(u16, &'a [u8]),
+    /// In the `http` crate's form.
+    Map(http::Response<()>),
+}
+
+impl Head<'_> {
+    /// The head for the `h2` crate.
+    fn into_map(self) -> Result<http::Response<()>, Error> {
+        match self {
+            Head::Map(map) => Ok(map),
+            Head::Written(status, written) => weir_http::http2::written_head_to_h2(status, written)
+                .map_err(|error| {
+                    Error::new(ErrorKind::Io, Side::Internal)
+                        .context(format!("head not representable in HTTP/2: {error}"))
+                }),
+        }
+    }
+
+    /// The head for weir's codec: its status and HTTP/1.1 form.
+    fn send_own(self, send: &own::Send, end: bool) -> Result<(), Error> {
+        match self {
+            Head::Written(status, written) => send.send_head(status, written, end),
+            Head::Map(map) => {
+                let mut written = BytesMut::with_capacity(128);
+                own::written_head(&map, &mut written);
+                send.send_head(map.status().as_u16(), &written, end)
+            }
+        }
+    }
+}
+
+/// The receiving half of an HTTP/2 stream, of either codec.
+#[derive(Debug)]
+pub(crate) enum RecvHalf {
+    H2(RecvStream),
+    Own(own::Recv),
+}
+
+impl RecvHalf {
+    /// The next piece of body, `None` at its end.
+    pub(crate) fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Error>>> {
+        match self {
+            RecvHalf::H2(recv) => recv
+                .poll_data(cx)
+                .map(|data| data.map(|data| data.map_err(|error| client_gone(&error)))),
+            RecvHalf::Own(recv) => recv.poll_data(cx),
+        }
+    }
+
+    pub(crate) async fn data(&mut self) -> Option<Result<Bytes, Error>> {
+        poll_fn(|cx| self.poll_data(cx)).await
+    }
+
+    /// Bytes taken: the sender's window reopens by as many.
+    pub(crate) fn release(&mut self, len: usize) {
+        match self {
+            RecvHalf::H2(recv) => {
+                let _ = recv.flow_control().release_capacity(len);
+            }
+            RecvHalf::Own(recv) => recv.release(len),
+        }
+    }
+
+    /// The trailer section that ended the body, as HTTP/1.1 lines (`None`: there
+    /// was none). Call once the body has ended.
+    pub(crate) async fn trailers(&mut self) -> Result<Option<BytesMut>, Error> {
+        match self {
+            RecvHalf::H2(recv) => {
+                let trailers = recv.trailers().await.map_err(|error| client_gone(&error))?;
+                Ok(trailers.map(|map| {
+                    let mut lines = BytesMut::new();
+                    weir_http::http2::trailers_from_h2(&map, &mut lines);
+                    lines
+                }))
+            }
+            RecvHalf::Own(recv) => Ok(recv.take_trailers().map(|lines| BytesMut::from(&lines[..]))),
+        }
+    }
+
+    /// Whether the sender ended its side and every byte was taken.
+    pub(crate) fn is_end_stream(&self) -> bool {
+        match self {
+            RecvHalf::H2(recv) => recv.is_end_stream(),
+            RecvHalf::Own(recv) => recv.is_end_stream(),
+        }
+    }
+}
+
+/// The sending half of an HTTP/2 stream, of either codec.
+#[derive(Debug)]
+pub(crate) enum SendHalf {
+    H2(SendStream<Bytes>),
+    Own(own::Send),
+}
+
+impl SendHalf {
+    /// Sends `data` as the peer's windows allow, waiting at most `timeout` for
+    /// each opening; `end_of_stream` ends the stream with the last piece.
+    /// `sent` grows by the bytes handed to the codec, whether or not all went.
+    pub(crate) async fn send_data(
+        &mut self,
+        data: Bytes,
+        end_of_stream: bool,
+        timeout: Duration,
+        sent: &mut u64,
+    ) -> Result<(), Error> {
+        match self {
+            SendHalf::H2(send) => send_with_capacity(send, data, end_of_stream, timeout, sent).await,
+            SendHalf::Own(send) => send.send_data(data, end_of_stream, timeout, sent).await,
+        }
+    }
+
+    /// Ends the stream with an empty DATA frame.
+    pub(crate) fn send_end(&mut self) -> Result<(), Error> {
+        match self {
+            SendHalf::H2(send) => send
+                .send_data(Bytes::new(), true)
+                .map_err(|error| client_gone(&error)),
+            SendHalf::Own(send) => send.send_end(),
+        }
+    }
+
+    /// Trailer lines (HTTP/1.1 form), which end the stream.
+    pub(crate) fn send_trailers(&mut self, lines: &[u8]) -> Result<(), Error> {
+        match self {
+            SendHalf::H2(send) => {
+                let map = weir_http::http2::trailers_to_h2(lines).map_err(|error| {
+                    Error::new(ErrorKind::BadResponse, Side::Upstream)
+                        .context(format!("trailers not representable in HTTP/2: {error}"))
+                })?;
+                send.send_trailers(map).map_err(|error| client_gone(&error))
+            }
+            SendHalf::Own(send) => send.send_trailers(lines),
+        }
+    }
+
+    /// Resets the stream with `reason`.
+    pub(crate) fn send_reset(&mut self, reason: Reason) {
+        match self {
+            SendHalf::H2(send) => send.send_reset(reason),
+            SendHalf::Own(send) => send.send_reset(ErrorCode(u32::from(reason))),
+        }
+    }
+
+    /// Ready once the peer reset the stream or its connection is gone.
+    pub(crate) fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<Error> {
+        match self {
+            SendHalf::H2(send) => send.poll_reset(cx).map(|reset| match reset {
+                Ok(reason) => Error::new(ErrorKind::ClientClosed, Side::Downstream)
+                    .context(format!("the client reset the stream ({reason:?})")),
+                Err(error) => client_gone(&error),
+            }),
+            SendHalf::Own(send) => send.poll_reset(cx),
+        }
+    }
+}
+
+/// Where a stream's response head goes.
+#[derive(Debug)]
+enum Respond {
+    H2(SendResponse<Bytes>),
+    Own(own::Send),
+}
+
 /// The client side of one stream.
 #[derive(Debug)]
 pub(crate) struct H2Stream {
     /// `None` once a pump took it ([`H2Stream::take_body`]).
-    body: Option<RecvStream>,
-    respond: SendResponse<Bytes>,
-    send: Option<SendStream<Bytes>>,
+    body: Option<RecvHalf>,
+    respond: Respond,
+    send: Option<SendHalf>,
     /// Body bytes handed to the codec for the client so far (a response cut short
     /// reports them).
     pub bytes_sent: u64,
@@ -49,13 +220,28 @@ pub(crate) struct H2Stream {
 }
 
 impl H2Stream {
-    /// Splits an accepted stream into the request head parts and the stream.
+    /// Splits a stream the `h2` crate accepted into the request head parts and the stream.
     pub(crate) fn new(
         request: http::Request<RecvStream>,
         respond: SendResponse<Bytes>,
     ) -> (http::request::Parts, H2Stream) {
         let (parts, body) = request.into_parts();
-        let stream = H2Stream {
+        (
+            parts,
+            H2Stream::with(RecvHalf::H2(body), Respond::H2(respond)),
+        )
+    }
+
+    /// A stream weir's own codec opened.
+    pub(crate) fn own(shared: &Arc<own::Shared>, stream: u32) -> H2Stream {
+        H2Stream::with(
+            RecvHalf::Own(own::Recv::new(Arc::clone(shared), stream)),
+            Respond::Own(own::Send::new(Arc::clone(shared), stream)),
+        )
+    }
+
+    fn with(body: RecvHalf, respond: Respond) -> H2Stream {
+        H2Stream {
             body: Some(body),
             respond,
             send: None,
@@ -65,8 +251,7 @@ impl H2Stream {
             responded: false,
             websocket_key: None,
             silent: None,
-        };
-        (parts, stream)
+        }
     }
 
     /// The connection's flag that says weir closed it for an unanswered PING.
@@ -104,7 +289,7 @@ impl H2Stream {
     /// Both directions of a stream whose response head went out without
     /// ending it, for a tunnel that moves DATA frames itself; `None` when
     /// either is gone.
-    pub(crate) fn take_tunnel(&mut self) -> Option<(RecvStream, SendStream<Bytes>)> {
+    pub(crate) fn take_tunnel(&mut self) -> Option<(RecvHalf, SendHalf)> {
         if self.body_done || self.send.is_none() {
             return None;
         }
@@ -137,7 +322,7 @@ impl H2Stream {
                 .map_err(|_| timed_out())?;
             match data {
                 Some(Ok(data)) => {
-                    let _ = body.flow_control().release_capacity(data.len());
+                    body.release(data.len());
                     if data.is_empty() {
                         continue;
                     }
@@ -152,7 +337,7 @@ impl H2Stream {
                     }
                     return Ok(buf.len() - before);
                 }
-                Some(Err(error)) => return Err(client_gone(&error)),
+                Some(Err(error)) => return Err(error),
                 None => break,
             }
         }
@@ -162,12 +347,8 @@ impl H2Stream {
         }
         let trailers = tokio::time::timeout_at(deadline, body.trailers())
             .await
-            .map_err(|_| timed_out())?
-            .map_err(|error| client_gone(&error))?;
-        let mut lines = BytesMut::new();
-        if let Some(trailers) = trailers {
-            weir_http::http2::trailers_from_h2(&trailers, &mut lines);
-        }
+            .map_err(|_| timed_out())??;
+        let lines = trailers.unwrap_or_default();
         let before = buf.len();
         weir_http::encode_last_chunk(&lines, buf);
         Ok(buf.len() - before)
@@ -177,22 +358,21 @@ impl H2Stream {
     /// for the stream's end, so that a request whose DATA goes on past its length, or whose
     /// stream never ends, is refused before it reaches a node (RFC 9113 §8.1.1: a malformed
     /// request is not forwarded). With most clients END_STREAM came with the last DATA.
-    /// Returns the trailers that ended the stream, if it was they (RFC 9113 §8.1: a body
-    /// with a length may have them too), for a node that can take them.
+    /// Returns the trailer lines that ended the stream, if it was they (RFC 9113 §8.1: a
+    /// body with a length may have them too), for a node that can take them.
     pub(crate) async fn length_ended(
         &mut self,
         deadline: Instant,
         late: &'static str,
-    ) -> Result<Option<HeaderMap>, Error> {
+    ) -> Result<Option<BytesMut>, Error> {
         let Some(body) = self.body.as_mut().filter(|_| !self.body_done) else {
             return Ok(None);
         };
+        let late_error = || Error::new(ErrorKind::ClientTimeout, Side::Downstream).context(late);
         while !body.is_end_stream() {
             let data = tokio::time::timeout_at(deadline, body.data())
                 .await
-                .map_err(|_| {
-                    Error::new(ErrorKind::ClientTimeout, Side::Downstream).context(late)
-                })?;
+                .map_err(|_| late_error())?;
             match data {
                 None => break,
                 Some(Ok(data)) if data.is_empty() => {}
@@ -200,33 +380,35 @@ impl H2Stream {
                     return Err(Error::new(ErrorKind::BadRequest, Side::Downstream)
                         .context("DATA past the request's content-length"));
                 }
-                Some(Err(error)) => return Err(client_gone(&error)),
+                Some(Err(error)) => return Err(error),
             }
         }
         self.body_done = true;
         // Queued with the end of the stream when there are any: no wait.
-        let trailers = tokio::time::timeout_at(deadline, body.trailers())
+        tokio::time::timeout_at(deadline, body.trailers())
             .await
-            .map_err(|_| Error::new(ErrorKind::ClientTimeout, Side::Downstream).context(late))?
-            .map_err(|error| client_gone(&error))?;
-        Ok(trailers)
+            .map_err(|_| late_error())?
     }
 
     /// Ends when the client resets the stream (or its connection fails): it no longer
     /// wants the answer.
     pub(crate) async fn reset(&mut self) -> Error {
-        let respond = &mut self.respond;
-        let context = match std::future::poll_fn(|cx| respond.poll_reset(cx)).await {
-            Ok(reason) => format!("the client reset the stream ({reason:?})"),
-            Err(error) => format!("the client's connection failed: {error}"),
-        };
-        Error::new(ErrorKind::ClientClosed, Side::Downstream).context(context)
+        match &mut self.respond {
+            Respond::H2(respond) => {
+                let context = match poll_fn(|cx| respond.poll_reset(cx)).await {
+                    Ok(reason) => format!("the client reset the stream ({reason:?})"),
+                    Err(error) => format!("the client's connection failed: {error}"),
+                };
+                Error::new(ErrorKind::ClientClosed, Side::Downstream).context(context)
+            }
+            Respond::Own(send) => poll_fn(|cx| send.poll_reset(cx)).await,
+        }
     }
 
     /// The request body's stream, for a pump that moves it to an HTTP/2
     /// node on its own (full duplex); `None` once taken or read to its end.
     /// Afterwards [`H2Stream::read_framed`] reports the end at once.
-    pub(crate) fn take_body(&mut self) -> Option<RecvStream> {
+    pub(crate) fn take_body(&mut self) -> Option<RecvHalf> {
         if self.body_done {
             return None;
         }
@@ -246,7 +428,7 @@ impl H2Stream {
 
     /// Whether the request's HEADERS ended the stream (no body follows).
     pub(crate) fn request_ended(&self) -> bool {
-        self.body.as_ref().is_none_or(RecvStream::is_end_stream)
+        self.body.as_ref().is_none_or(RecvHalf::is_end_stream)
     }
 
     /// The next piece of the request body, `None` at its end. Its bytes are
@@ -261,47 +443,58 @@ impl H2Stream {
         match tokio::time::timeout(timeout, body.data()).await {
             Ok(None) => Ok(None),
             Ok(Some(Ok(data))) => {
-                let _ = body.flow_control().release_capacity(data.len());
+                body.release(data.len());
                 Ok(Some(data))
             }
-            Ok(Some(Err(error))) => Err(client_gone(&error)),
+            Ok(Some(Err(error))) => Err(error),
             Err(_) => Err(Error::new(ErrorKind::ClientTimeout, Side::Downstream)
                 .context("request body not received in time")),
         }
     }
 
-    /// The request's trailers, once the body is read (`None`: there were none).
+    /// The request's trailer lines, once the body is read (`None`: there were none).
     #[cfg(test)]
-    pub(crate) async fn trailers(&mut self, timeout: Duration) -> Result<Option<HeaderMap>, Error> {
+    pub(crate) async fn trailers(&mut self, timeout: Duration) -> Result<Option<BytesMut>, Error> {
         let Some(body) = self.body.as_mut() else {
             return Ok(None);
         };
         match tokio::time::timeout(timeout, body.trailers()).await {
-            Ok(Ok(trailers)) => Ok(trailers),
-            Ok(Err(error)) => Err(client_gone(&error)),
+            Ok(trailers) => trailers,
             Err(_) => Err(Error::new(ErrorKind::ClientTimeout, Side::Downstream)
                 .context("request trailers not received in time")),
         }
     }
 
     /// An interim (1xx) response, such as 100 Continue or 103 Early Hints.
-    pub(crate) fn send_interim(&mut self, response: http::Response<()>) -> Result<(), Error> {
-        self.respond
-            .send_informational(response)
-            .map_err(|error| client_gone(&error))
+    pub(crate) fn send_interim(&mut self, head: Head<'_>) -> Result<(), Error> {
+        match &mut self.respond {
+            Respond::H2(respond) => respond
+                .send_informational(head.into_map()?)
+                .map_err(|error| client_gone(&error)),
+            Respond::Own(send) => head.send_own(send, false),
+        }
     }
 
     /// The response head; `end_of_stream` when no body follows.
-    pub(crate) fn send_head(
-        &mut self,
-        response: http::Response<()>,
-        end_of_stream: bool,
-    ) -> Result<(), Error> {
-        self.responded = true;
-        let send = self
-            .respond
-            .send_response(response, end_of_stream)
-            .map_err(|error| client_gone(&error))?;
+    pub(crate) fn send_head(&mut self, head: Head<'_>, end_of_stream: bool) -> Result<(), Error> {
+        let send = match &mut self.respond {
+            Respond::H2(respond) => {
+                // A head the `h2` crate cannot take has not gone: weir may still answer.
+                let head = head.into_map()?;
+                self.responded = true;
+                SendHalf::H2(
+                    respond
+                        .send_response(head, end_of_stream)
+                        .map_err(|error| client_gone(&error))?,
+                )
+            }
+            Respond::Own(send) => {
+                // A head cut short still went (the stream is reset): no answer can follow.
+                self.responded = true;
+                head.send_own(send, end_of_stream)?;
+                SendHalf::Own(send.share())
+            }
+        };
         if !end_of_stream {
             self.send = Some(send);
         }
@@ -318,7 +511,7 @@ impl H2Stream {
     ) -> Result<(), Error> {
         let send = self.send.as_mut().ok_or_else(head_not_sent)?;
         let mut sent = 0;
-        let result = send_with_capacity(send, data, end_of_stream, timeout, &mut sent).await;
+        let result = send.send_data(data, end_of_stream, timeout, &mut sent).await;
         // What the codec took, when the stream ends before the whole piece went out too.
         self.bytes_sent += sent;
         result?;
@@ -328,11 +521,10 @@ impl H2Stream {
         Ok(())
     }
 
-    /// Trailers, which end the stream.
-    pub(crate) fn send_trailers(&mut self, trailers: HeaderMap) -> Result<(), Error> {
+    /// Trailer lines (HTTP/1.1 form), which end the stream.
+    pub(crate) fn send_trailers(&mut self, lines: &[u8]) -> Result<(), Error> {
         let mut send = self.send.take().ok_or_else(head_not_sent)?;
-        send.send_trailers(trailers)
-            .map_err(|error| client_gone(&error))
+        send.send_trailers(lines)
     }
 
     /// Ends a gRPC call whose answer was cut short with trailers that carry a status
@@ -343,12 +535,11 @@ impl H2Stream {
         let Some(mut send) = self.send.take() else {
             return false;
         };
-        let mut trailers = HeaderMap::with_capacity(2);
-        trailers.insert("grpc-status", http::HeaderValue::from(status));
-        if let Ok(message) = http::HeaderValue::from_str(message) {
-            trailers.insert("grpc-message", message);
+        let mut lines = format!("grpc-status: {status}\r\n").into_bytes();
+        if http::HeaderValue::from_str(message).is_ok() {
+            lines.extend_from_slice(format!("grpc-message: {message}\r\n").as_bytes());
         }
-        match send.send_trailers(trailers) {
+        match send.send_trailers(&lines) {
             Ok(()) => true,
             Err(_) => {
                 send.send_reset(Reason::INTERNAL_ERROR);
@@ -370,7 +561,7 @@ impl H2Stream {
     pub(crate) fn finish(&mut self, complete: bool) {
         if let Some(mut send) = self.send.take() {
             if complete {
-                let _ = send.send_data(Bytes::new(), true);
+                let _ = send.send_end();
             } else {
                 send.send_reset(Reason::INTERNAL_ERROR);
             }
@@ -386,20 +577,20 @@ fn head_not_sent() -> Error {
 /// to [`crate::request_body::COALESCE_CHUNKS_UP_TO`] bytes (or `first` alone when none has
 /// come). Never waits: the codec is polled without a waker of this task's, which the next
 /// wait on the body registers again.
-fn gather_ready(body: &mut RecvStream, first: Bytes) -> Result<Bytes, Error> {
+fn gather_ready(body: &mut RecvHalf, first: Bytes) -> Result<Bytes, Error> {
     let mut context = std::task::Context::from_waker(std::task::Waker::noop());
     let mut gathered: Option<BytesMut> = None;
     let mut size = first.len();
     while size < crate::request_body::COALESCE_CHUNKS_UP_TO {
         match body.poll_data(&mut context) {
             std::task::Poll::Ready(Some(Ok(next))) => {
-                let _ = body.flow_control().release_capacity(next.len());
+                body.release(next.len());
                 size += next.len();
                 gathered
                     .get_or_insert_with(|| BytesMut::from(&first[..]))
                     .extend_from_slice(&next);
             }
-            std::task::Poll::Ready(Some(Err(error))) => return Err(client_gone(&error)),
+            std::task::Poll::Ready(Some(Err(error))) => return Err(error),
             // The end of the stream, or nothing yet: the next read sees it.
             std::task::Poll::Ready(None) | std::task::Poll::Pending => break,
         }

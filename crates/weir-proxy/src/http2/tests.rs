@@ -5,34 +5,38 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use h2::RecvStream;
-use h2::server::SendResponse;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-use weir_config::Http2;
+use weir_config::{Http2, Http2Codec};
 use weir_observe::{Flood, Http2Metrics};
 use weir_testkit::h2flood::{GET_BLOCK, POST_BLOCK, frame};
 
 use super::flood::{EMPTY_DATA_RETIRE_AT, PREFACE};
-use super::{ConnectionLimits, StreamHandler, Via, serve};
+use super::{ConnectionLimits, H2Stream, Head, Incoming, StreamHandler, Via, serve};
 
 /// Answers every request with its path as the body.
 #[derive(Clone)]
 struct Echo;
 
 impl StreamHandler for Echo {
-    async fn serve(&self, request: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
-        let body = Bytes::from(request.uri().path().to_owned());
-        let response = http::Response::builder()
-            .status(200)
-            .body(())
-            .expect("valid response");
-        if let Ok(mut stream) = respond.send_response(response, false) {
-            let _ = stream.send_data(body, true);
+    async fn serve(&self, mut stream: H2Stream, request: Incoming) {
+        let body = Bytes::from(path_of(&request));
+        let head = Head::Written(200, b"HTTP/1.1 200 OK\r\n\r\n");
+        if stream.send_head(head, false).is_ok() {
+            let _ = stream.send_data(body, true, Duration::from_secs(5)).await;
         }
     }
 }
 
-fn settings() -> Http2 {
+/// The request's path, whichever codec read it.
+fn path_of(request: &Incoming) -> String {
+    match request {
+        Incoming::Parts(parts) => parts.uri.path().to_owned(),
+        Incoming::Own(Ok(request)) => String::from_utf8_lossy(request.head.path()).into_owned(),
+        Incoming::Own(Err(error)) => format!("refused: {}", error.reason),
+    }
+}
+
+fn settings(codec: Http2Codec) -> Http2 {
     Http2 {
         cleartext: true,
         max_concurrent_streams: 100,
@@ -43,6 +47,7 @@ fn settings() -> Http2 {
         max_frame_size: 16 * 1024,
         ping_interval: Duration::from_secs(30),
         ping_timeout: Duration::from_secs(10),
+        codec,
     }
 }
 
@@ -50,17 +55,22 @@ const TIMING: ConnectionLimits = ConnectionLimits {
     handshake: Duration::from_secs(5),
     idle: Duration::from_secs(60),
     max_streams: None,
+    head: weir_http::Limits {
+        max_head_bytes: 64 * 1024,
+        max_headers: 100,
+    },
 };
 
 /// Starts the driver on one end of an in-memory connection; returns the other end.
-fn start(metrics: &Http2Metrics) -> (DuplexStream, weir_core::Shutdown) {
-    start_with(metrics, TIMING)
+fn start(metrics: &Http2Metrics, codec: Http2Codec) -> (DuplexStream, weir_core::Shutdown) {
+    start_with(metrics, TIMING, codec)
 }
 
 /// [`start`] with other per-connection limits.
 fn start_with(
     metrics: &Http2Metrics,
     timing: ConnectionLimits,
+    codec: Http2Codec,
 ) -> (DuplexStream, weir_core::Shutdown) {
     let (client, server) = tokio::io::duplex(1 << 20);
     let (shutdown, signal) = weir_core::Shutdown::new();
@@ -70,7 +80,7 @@ fn start_with(
             server,
             Bytes::new(),
             Via::H2c,
-            &settings(),
+            &settings(codec),
             timing,
             (&metrics, &weir_observe::LogBudget::new()),
             Echo,
@@ -112,10 +122,9 @@ async fn goaway_code(client: &mut DuplexStream) -> Option<u32> {
         .expect("the server answers in time")
 }
 
-#[tokio::test]
-async fn a_request_is_served_over_h2c() {
+async fn a_request_is_served_over_h2c(codec: Http2Codec) {
     let metrics = Http2Metrics::default();
-    let (client, _shutdown) = start(&metrics);
+    let (client, _shutdown) = start(&metrics, codec);
     let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
     tokio::spawn(connection);
     let request = http::Request::get("http://a.example/hello")
@@ -133,9 +142,14 @@ async fn a_request_is_served_over_h2c() {
 
 /// Opens the connection with raw frames, sends `flood` until the server
 /// answers, and checks the GOAWAY and the count.
-async fn assert_flood(opening: Vec<u8>, flood: impl Fn(u32) -> Vec<u8>, kind: Flood) {
+async fn assert_flood(
+    codec: Http2Codec,
+    opening: Vec<u8>,
+    flood: impl Fn(u32) -> Vec<u8>,
+    kind: Flood,
+) {
     let metrics = Http2Metrics::default();
-    let (mut client, _shutdown) = start(&metrics);
+    let (mut client, _shutdown) = start(&metrics, codec);
     let mut bytes = Vec::from(PREFACE);
     bytes.extend(frame(0x4, 0, 0, &[]));
     bytes.extend(opening);
@@ -166,26 +180,25 @@ async fn assert_flood(opening: Vec<u8>, flood: impl Fn(u32) -> Vec<u8>, kind: Fl
     }
 }
 
-#[tokio::test]
-async fn floods_get_goaway_and_are_counted() {
+async fn floods_get_goaway_and_are_counted(codec: Http2Codec) {
     let ping = |_| frame(0x6, 0, 0, &[0; 8]);
-    assert_flood(Vec::new(), ping, Flood::Ping).await;
+    assert_flood(codec, Vec::new(), ping, Flood::Ping).await;
     let settings = |_| frame(0x4, 0, 0, &[0, 3, 0, 0, 0, 100]);
-    assert_flood(Vec::new(), settings, Flood::Settings).await;
+    assert_flood(codec, Vec::new(), settings, Flood::Settings).await;
     let window_update = |_| frame(0x8, 0, 0, &[0, 0, 0, 1]);
-    assert_flood(Vec::new(), window_update, Flood::WindowUpdate).await;
+    assert_flood(codec, Vec::new(), window_update, Flood::WindowUpdate).await;
     let priority = |n: u32| frame(0x2, 0, 2 * n + 1, &[0, 0, 0, 0, 16]);
-    assert_flood(Vec::new(), priority, Flood::IgnoredFrames).await;
+    assert_flood(codec, Vec::new(), priority, Flood::IgnoredFrames).await;
     let unknown = |_| frame(0xfa, 0, 0, b"extension");
-    assert_flood(Vec::new(), unknown, Flood::IgnoredFrames).await;
+    assert_flood(codec, Vec::new(), unknown, Flood::IgnoredFrames).await;
     // Empty DATA frames on an open stream.
     let open = frame(0x1, 0x4, 1, POST_BLOCK);
     let empty = |_| frame(0x0, 0, 1, &[]);
-    assert_flood(open, empty, Flood::EmptyFrames).await;
+    assert_flood(codec, open, empty, Flood::EmptyFrames).await;
     // A header block that never ends.
     let open = frame(0x1, 0, 1, GET_BLOCK);
     let continuation = |_| frame(0x9, 0, 1, &[0x84]);
-    assert_flood(open, continuation, Flood::Continuation).await;
+    assert_flood(codec, open, continuation, Flood::Continuation).await;
     // Rapid reset: each stream opened and cancelled at once.
     let rapid_reset = |n: u32| {
         let stream = 2 * n + 1;
@@ -193,17 +206,16 @@ async fn floods_get_goaway_and_are_counted() {
         bytes.extend(frame(0x3, 0, stream, &[0, 0, 0, 8]));
         bytes
     };
-    assert_flood(Vec::new(), rapid_reset, Flood::RapidReset).await;
+    assert_flood(codec, Vec::new(), rapid_reset, Flood::RapidReset).await;
 }
 
 /// A client that wears its connection out (empty DATA frames, under the flood's rate) is
 /// sent a graceful GOAWAY, and a flood after that is still caught, answered and counted:
 /// the wear used up the driver's waiter (`Tripwire::poll_outside`), which joins again.
 /// (The driver's next tick is 5 s away with these settings.)
-#[tokio::test]
-async fn a_flood_after_the_connection_wore_out_is_still_caught() {
+async fn a_flood_after_the_connection_wore_out_is_still_caught(codec: Http2Codec) {
     let metrics = Http2Metrics::default();
-    let (mut client, _shutdown) = start(&metrics);
+    let (mut client, _shutdown) = start(&metrics, codec);
     let mut bytes = Vec::from(PREFACE);
     bytes.extend(frame(0x4, 0, 0, &[]));
     bytes.extend(frame(0x1, 0x4, 1, POST_BLOCK));
@@ -229,10 +241,9 @@ async fn a_flood_after_the_connection_wore_out_is_still_caught() {
     assert_eq!(metrics.flood(Flood::Ping).get(), 1);
 }
 
-#[tokio::test]
-async fn ordinary_traffic_is_not_a_flood() {
+async fn ordinary_traffic_is_not_a_flood(codec: Http2Codec) {
     let metrics = Http2Metrics::default();
-    let (client, _shutdown) = start(&metrics);
+    let (client, _shutdown) = start(&metrics, codec);
     let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
     tokio::spawn(connection);
     for n in 0..300 {
@@ -250,10 +261,9 @@ async fn ordinary_traffic_is_not_a_flood() {
     }
 }
 
-#[tokio::test]
-async fn shutdown_sends_goaway_and_lets_streams_finish() {
+async fn shutdown_sends_goaway_and_lets_streams_finish(codec: Http2Codec) {
     let metrics = Http2Metrics::default();
-    let (client, shutdown) = start(&metrics);
+    let (client, shutdown) = start(&metrics, codec);
     let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
     let connection = tokio::spawn(connection);
     let request = http::Request::get("http://a.example/x").body(()).unwrap();
@@ -272,14 +282,13 @@ async fn shutdown_sends_goaway_and_lets_streams_finish() {
 /// streams, then sends GOAWAY (no error) and closes once they are done; a
 /// stream opened past the limit is refused (`REFUSED_STREAM`: unprocessed,
 /// so the client may send it again on a new connection).
-#[tokio::test]
-async fn a_connection_serves_at_most_max_streams_then_goes_away() {
+async fn a_connection_serves_at_most_max_streams_then_goes_away(codec: Http2Codec) {
     let metrics = Http2Metrics::default();
     let timing = ConnectionLimits {
         max_streams: Some(2),
         ..TIMING
     };
-    let (client, _shutdown) = start_with(&metrics, timing);
+    let (client, _shutdown) = start_with(&metrics, timing, codec);
     let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
     let connection = tokio::spawn(connection);
     // Three streams at once, before the server can say anything.
@@ -331,10 +340,9 @@ fn the_preface_is_recognised_from_its_first_bytes() {
     assert_eq!(super::starts_with_preface(b"PRIX"), Some(false));
 }
 
-#[tokio::test]
-async fn a_wrong_preface_closes_the_connection_without_an_answer() {
+async fn a_wrong_preface_closes_the_connection_without_an_answer(codec: Http2Codec) {
     let metrics = Http2Metrics::default();
-    let (mut client, _shutdown) = start(&metrics);
+    let (mut client, _shutdown) = start(&metrics, codec);
     client
         .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
         .await
@@ -361,8 +369,7 @@ async fn a_wrong_preface_closes_the_connection_without_an_answer() {
 struct Relay;
 
 impl StreamHandler for Relay {
-    async fn serve(&self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
-        let (_parts, mut stream) = super::H2Stream::new(request, respond);
+    async fn serve(&self, mut stream: H2Stream, _request: Incoming) {
         let wait = Duration::from_secs(5);
         let mut body = Vec::new();
         while let Ok(Some(data)) = stream.read_body(wait).await {
@@ -375,20 +382,19 @@ impl StreamHandler for Relay {
             .flatten()
             .unwrap_or_default();
         let hints = http::Response::builder().status(103).body(()).unwrap();
-        stream.send_interim(hints).expect("interim");
-        let head = http::Response::builder().status(200).body(()).unwrap();
+        stream.send_interim(Head::Map(hints)).expect("interim");
+        let head = Head::Written(200, b"HTTP/1.1 200 OK\r\n\r\n");
         stream.send_head(head, false).expect("head");
         for piece in body.chunks(1024) {
             let piece = Bytes::copy_from_slice(piece);
             stream.send_data(piece, false, wait).await.expect("data");
         }
-        trailers.insert("x-bytes", body.len().into());
-        stream.send_trailers(trailers).expect("trailers");
+        trailers.extend_from_slice(format!("x-bytes: {}\r\n", body.len()).as_bytes());
+        stream.send_trailers(&trailers).expect("trailers");
     }
 }
 
-#[tokio::test]
-async fn a_stream_relays_body_and_trailers_within_the_clients_window() {
+async fn a_stream_relays_body_and_trailers_within_the_clients_window(codec: Http2Codec) {
     let (client, server) = tokio::io::duplex(1 << 16);
     let (_shutdown, signal) = weir_core::Shutdown::new();
     let metrics = Http2Metrics::default();
@@ -397,7 +403,7 @@ async fn a_stream_relays_body_and_trailers_within_the_clients_window() {
             server,
             Bytes::new(),
             Via::H2c,
-            &settings(),
+            &settings(codec),
             TIMING,
             (&metrics, &weir_observe::LogBudget::new()),
             Relay,
@@ -443,7 +449,7 @@ async fn a_stream_relays_body_and_trailers_within_the_clients_window() {
 struct Stall;
 
 impl StreamHandler for Stall {
-    async fn serve(&self, _request: http::Request<RecvStream>, _respond: SendResponse<Bytes>) {
+    async fn serve(&self, _stream: H2Stream, _request: Incoming) {
         tokio::time::sleep(Duration::from_secs(30)).await;
     }
 }
@@ -452,13 +458,12 @@ impl StreamHandler for Stall {
 /// weir: past `max_concurrent_streams` and a quarter more of them, new streams are
 /// refused, so a client cannot pile up work by resetting (rapid reset below its
 /// flood bound).
-#[tokio::test]
-async fn streams_still_at_work_count_against_the_concurrency_limit() {
+async fn streams_still_at_work_count_against_the_concurrency_limit(codec: Http2Codec) {
     let (client, server) = tokio::io::duplex(1 << 20);
     let (_shutdown, signal) = weir_core::Shutdown::new();
     let limited = Http2 {
         max_concurrent_streams: 8,
-        ..settings()
+        ..settings(codec)
     };
     tokio::spawn(async move {
         let metrics = Http2Metrics::default();
@@ -501,3 +506,37 @@ async fn streams_still_at_work_count_against_the_concurrency_limit() {
         .expect_err("refused");
     assert_eq!(refused.reason(), Some(h2::Reason::REFUSED_STREAM));
 }
+
+/// Each case above, on each codec.
+macro_rules! on_both_codecs {
+    ($($case:ident),* $(,)?) => {
+        mod h2_crate {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(weir_config::Http2Codec::H2).await;
+                }
+            )*
+        }
+        mod weir_codec {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(weir_config::Http2Codec::Weir).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_codecs!(
+    a_request_is_served_over_h2c,
+    floods_get_goaway_and_are_counted,
+    a_flood_after_the_connection_wore_out_is_still_caught,
+    ordinary_traffic_is_not_a_flood,
+    shutdown_sends_goaway_and_lets_streams_finish,
+    a_connection_serves_at_most_max_streams_then_goes_away,
+    a_wrong_preface_closes_the_connection_without_an_answer,
+    a_stream_relays_body_and_trailers_within_the_clients_window,
+    streams_still_at_work_count_against_the_concurrency_limit,
+);

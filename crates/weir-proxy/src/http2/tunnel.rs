@@ -13,13 +13,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use h2::{Reason, RecvStream, SendStream};
+use h2::Reason;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::time::Instant;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::ResponseHead;
 
-use super::stream::{H2Stream, send_with_capacity};
+use super::stream::{H2Stream, RecvHalf, SendHalf};
 use super::websocket;
 use crate::answer::Failure;
 
@@ -34,8 +34,8 @@ pub(crate) enum TunnelEnd<'a, S> {
     Bytes { io: &'a mut S, early: Bytes },
     /// An HTTP/2 stream: DATA frames in, DATA frames out.
     Stream {
-        recv: RecvStream,
-        send: &'a mut SendStream<Bytes>,
+        recv: RecvHalf,
+        send: &'a mut SendHalf,
     },
 }
 
@@ -62,7 +62,7 @@ where
                 .context("the node's 101 does not accept the WebSocket key weir sent"),
         ));
     };
-    stream.send_head(accepted, false)?;
+    stream.send_head(super::Head::Map(accepted), false)?;
     let (recv, mut send) = take_tunnel(stream)?;
     let client: TunnelEnd<'_, N> = TunnelEnd::Stream {
         recv,
@@ -75,7 +75,7 @@ where
 /// The client's stream halves for a tunnel, once its head is sent.
 pub(crate) fn take_tunnel(
     stream: &mut H2Stream,
-) -> Result<(RecvStream, SendStream<Bytes>), Failure> {
+) -> Result<(RecvHalf, SendHalf), Failure> {
     stream.take_tunnel().ok_or_else(|| {
         Failure::silent(
             Error::new(ErrorKind::ClientClosed, Side::Downstream)
@@ -189,19 +189,19 @@ impl Clock {
 /// Where a direction reads: a byte stream's read half, or a stream's DATA.
 enum Source<R> {
     Read(R),
-    Recv(RecvStream),
+    Recv(RecvHalf),
 }
 
 /// Where the other direction writes to an end.
 enum Writer<'a, W> {
     Write(W),
-    Send(&'a mut SendStream<Bytes>),
+    Send(&'a mut SendHalf),
 }
 
 /// Where a direction writes, borrowed from its [`Writer`].
 enum Sink<'w, W> {
     Write(&'w mut W),
-    Send(&'w mut SendStream<Bytes>),
+    Send(&'w mut SendHalf),
 }
 
 impl<W> Writer<'_, W> {
@@ -266,7 +266,7 @@ impl<R: AsyncRead + Unpin> Source<R> {
         if let Source::Recv(recv) = self
             && length > 0
         {
-            let _ = recv.flow_control().release_capacity(length);
+            recv.release(length);
         }
     }
 }
@@ -295,7 +295,8 @@ where
             let length = data.len() as u64;
             clock.touch();
             match &mut to {
-                Sink::Send(send) => send_with_capacity(send, data, false, idle, &mut 0)
+                Sink::Send(send) => send
+                    .send_data(data, false, idle, &mut 0)
                     .await
                     .map_err(|_| End::Broken)?,
                 Sink::Write(write) => {
@@ -326,7 +327,7 @@ where
         }
     }
     match to {
-        Sink::Send(send) => send.send_data(Bytes::new(), true).map_err(|_| End::Broken),
+        Sink::Send(send) => send.send_end().map_err(|_| End::Broken),
         // Pass the end on (a FIN; on TLS a close_notify first).
         Sink::Write(write) => write.shutdown().await.map_err(|_| End::Broken),
     }

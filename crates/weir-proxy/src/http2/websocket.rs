@@ -39,6 +39,46 @@ pub(crate) fn new_key() -> String {
     base64(&nonce)
 }
 
+/// The HTTP/1.1 upgrade request a WebSocket extended CONNECT stands for, from
+/// the head weir's own codec built of it (`GET` its `:path`, `Host` its
+/// `:authority`): as [`upgrade_request`] does from the `h2` crate's parts.
+pub(crate) fn upgrade_request_of_head(
+    head: &RequestHead,
+    key: &str,
+    limits: &Limits,
+) -> Result<RequestHead, ParseError> {
+    let mut out = BytesMut::with_capacity(256);
+    out.put_slice(b"GET ");
+    out.put_slice(head.target());
+    out.put_slice(b" HTTP/1.1\r\n");
+    if let Some(host) = head.header("host") {
+        field(&mut out, "host", host);
+    }
+    field(&mut out, "connection", b"upgrade");
+    field(&mut out, "upgrade", b"websocket");
+    field(&mut out, "sec-websocket-key", key.as_bytes());
+    if head.header("sec-websocket-version").is_none() {
+        field(&mut out, "sec-websocket-version", b"13");
+    }
+    for (name, value) in head.headers() {
+        let lower = name.to_ascii_lowercase();
+        if !HOP_FIELDS.iter().any(|hop| hop.as_bytes() == lower.as_slice()) {
+            out.put_slice(name);
+            out.put_slice(b": ");
+            out.put_slice(value);
+            out.put_slice(b"\r\n");
+        }
+    }
+    out.put_slice(b"\r\n");
+    match weir_http::parse_request(&out, limits)? {
+        Parsed::Complete(head, _) => Ok(head),
+        Parsed::Partial => Err(ParseError {
+            kind: ParseErrorKind::Invalid,
+            reason: "incomplete upgrade head",
+        }),
+    }
+}
+
 /// Whether an HTTP/2 request is a WebSocket extended CONNECT.
 pub(crate) fn is_extended_connect(parts: &http::request::Parts) -> bool {
     parts.method == http::Method::CONNECT

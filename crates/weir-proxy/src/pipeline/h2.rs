@@ -11,8 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use bytes::Bytes;
-use h2::RecvStream;
-use h2::server::SendResponse;
 use tokio::time::Instant;
 use weir_core::ShutdownSignal;
 use weir_http::{BodyFraming, RequestHead};
@@ -22,7 +20,7 @@ use weir_tls::rustls::pki_types::CertificateDer;
 use crate::answer::Failure;
 use crate::client::{Client, TlsFacts, Verified};
 use crate::drain::Drain;
-use crate::http2::{self, ConnectionLimits, H2Stream, StreamHandler, Via, websocket};
+use crate::http2::{self, ConnectionLimits, H2Stream, Incoming, StreamHandler, Via, websocket};
 use crate::route::VirtualServerRuntime;
 
 /// What every stream of one HTTP/2 connection shares.
@@ -70,6 +68,7 @@ pub(super) async fn serve_connection(
             .limits
             .max_requests_per_connection
             .map(std::num::NonZeroU32::get),
+        head: vs.head_limits,
     };
     let metrics = vs.metrics.http2.clone();
     let shared = Arc::clone(&vs.shared);
@@ -93,10 +92,10 @@ pub(super) async fn serve_connection(
 }
 
 impl StreamHandler for Streams {
-    async fn serve(&self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
+    async fn serve(&self, stream: H2Stream, request: Incoming) {
         let started = Instant::now();
         let vs = self.vs.newer().unwrap_or_else(|| Arc::clone(&self.vs));
-        let (client, head) = self.stream_client(request, respond, &vs);
+        let (client, head) = self.stream_client(stream, request, &vs);
         // The driver boxes the stream's task (`Driver::spawn_stream`): the pipeline's
         // state lives in that one allocation.
         match head {
@@ -187,37 +186,14 @@ impl Streams {
     /// form (or why it has none).
     fn stream_client(
         &self,
-        request: http::Request<RecvStream>,
-        respond: SendResponse<Bytes>,
+        mut stream: H2Stream,
+        request: Incoming,
         vs: &VirtualServerRuntime,
     ) -> (Client, Result<RequestHead, Failure>) {
-        let (parts, mut stream) = H2Stream::new(request, respond);
         stream.set_silence(Arc::clone(&self.silent));
-        let head = if websocket::is_extended_connect(&parts) {
-            // WebSocket over HTTP/2 (RFC 8441): the HTTP/1.1 upgrade it
-            // stands for, with a key of weir's for the node to answer.
-            let key = websocket::new_key();
-            let head = websocket::upgrade_request(&parts, &key, &vs.head_limits);
-            stream.set_websocket_key(key);
-            head.map_err(Failure::parse)
-        } else if parts.method == http::Method::CONNECT {
-            // A plain CONNECT, or an extended one for another protocol, is not
-            // carried over HTTP/2: a clear refusal instead of a broken tunnel.
-            Err(Failure::not_implemented(
-                "CONNECT over HTTP/2 other than WebSocket",
-            ))
-        } else {
-            weir_http::http2::request_from_h2(&parts, stream.request_ended(), &vs.head_limits)
-                .map_err(|error| {
-                    // Refused, it is still a HEAD or a gRPC call, answered in their form.
-                    let grpc = crate::request_body::is_grpc(
-                        parts
-                            .headers
-                            .get(http::header::CONTENT_TYPE)
-                            .map(|v| v.as_bytes()),
-                    );
-                    Failure::parse(error).of_refused(grpc, parts.method == http::Method::HEAD)
-                })
+        let head = match request {
+            Incoming::Parts(parts) => head_of_parts(&parts, &mut stream, vs),
+            Incoming::Own(request) => head_of_own(request, &mut stream, vs),
         };
         if let Ok(head) = &head {
             stream.set_chunked(head.framing() == BodyFraming::Chunked);
@@ -230,6 +206,66 @@ impl Streams {
             self.client_subject.as_deref(),
         );
         (client, head)
+    }
+}
+
+/// The request head of a stream the `h2` crate read.
+fn head_of_parts(
+    parts: &http::request::Parts,
+    stream: &mut H2Stream,
+    vs: &VirtualServerRuntime,
+) -> Result<RequestHead, Failure> {
+    if websocket::is_extended_connect(parts) {
+        // WebSocket over HTTP/2 (RFC 8441): the HTTP/1.1 upgrade it
+        // stands for, with a key of weir's for the node to answer.
+        let key = websocket::new_key();
+        let head = websocket::upgrade_request(parts, &key, &vs.head_limits);
+        stream.set_websocket_key(key);
+        head.map_err(Failure::parse)
+    } else if parts.method == http::Method::CONNECT {
+        // A plain CONNECT, or an extended one for another protocol, is not
+        // carried over HTTP/2: a clear refusal instead of a broken tunnel.
+        Err(Failure::not_implemented(
+            "CONNECT over HTTP/2 other than WebSocket",
+        ))
+    } else {
+        weir_http::http2::request_from_h2(parts, stream.request_ended(), &vs.head_limits).map_err(
+            |error| {
+                // Refused, it is still a HEAD or a gRPC call, answered in their form.
+                let grpc = crate::request_body::is_grpc(
+                    parts
+                        .headers
+                        .get(http::header::CONTENT_TYPE)
+                        .map(|v| v.as_bytes()),
+                );
+                Failure::parse(error).of_refused(grpc, parts.method == http::Method::HEAD)
+            },
+        )
+    }
+}
+
+/// The request head of a stream weir's own codec read: built by the codec
+/// (`weir_http::http2::RequestFields`), or refused by HTTP/1.1's rules.
+fn head_of_own(
+    request: Result<weir_http::http2::H2Request, weir_http::ParseError>,
+    stream: &mut H2Stream,
+    vs: &VirtualServerRuntime,
+) -> Result<RequestHead, Failure> {
+    let request = request.map_err(Failure::parse)?;
+    match request.protocol.as_deref() {
+        Some(protocol) if protocol.eq_ignore_ascii_case(b"websocket") => {
+            let key = websocket::new_key();
+            let head = websocket::upgrade_request_of_head(&request.head, &key, &vs.head_limits);
+            stream.set_websocket_key(key);
+            head.map_err(Failure::parse)
+        }
+        Some(_) => Err(Failure::not_implemented(
+            "CONNECT over HTTP/2 other than WebSocket",
+        )),
+        None if request.head.method() == weir_http::Method::Connect => Err(
+            Failure::not_implemented("CONNECT over HTTP/2 other than WebSocket"),
+        ),
+        None => Ok(request.head),
     }
 }
 

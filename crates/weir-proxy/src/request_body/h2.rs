@@ -16,7 +16,7 @@ use weir_http::Decoded;
 use super::{BodyClock, Remaining, RequestBody};
 use crate::answer::Failure;
 use crate::client::Client;
-use crate::http2::{self, H2Stream};
+use crate::http2::{self, H2Stream, RecvHalf};
 
 /// Streams the rest of the body to an HTTP/2 node: DATA frames within the
 /// node's flow-control window (a slow node slows the client down, as with
@@ -175,7 +175,7 @@ impl Pump {
 
     async fn run(
         mut self,
-        mut source: h2::RecvStream,
+        mut source: RecvHalf,
         mut node: h2::SendStream<Bytes>,
         mut ended: oneshot::Sender<Result<(), Error>>,
     ) {
@@ -209,7 +209,7 @@ impl Pump {
 
     async fn pump(
         &mut self,
-        source: &mut h2::RecvStream,
+        source: &mut RecvHalf,
         node: &mut h2::SendStream<Bytes>,
     ) -> Result<(), Error> {
         // What was read before: whole chunks (or raw bytes for a length).
@@ -248,10 +248,10 @@ impl Pump {
                 })?;
             match data {
                 Some(Ok(data)) => {
-                    let _ = source.flow_control().release_capacity(data.len());
+                    source.release(data.len());
                     self.forward(node, data).await?;
                 }
-                Some(Err(error)) => return Err(http2::stream::client_gone(&error)),
+                Some(Err(error)) => return Err(error),
                 None => break,
             }
         }
@@ -261,10 +261,9 @@ impl Pump {
             .and_then(Result::ok)
             .flatten();
         match trailers {
-            Some(trailers) => {
+            Some(lines) => {
                 // The same fields stay out as from an HTTP/1.1 client's chunked trailers.
-                let (mut lines, mut kept) = (BytesMut::new(), BytesMut::new());
-                weir_http::http2::trailers_from_h2(&trailers, &mut lines);
+                let mut kept = BytesMut::new();
                 self.keep_trailers(&lines, &mut kept);
                 end_h2(node, &kept, self.write_stall)
                     .await
