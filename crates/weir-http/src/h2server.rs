@@ -84,6 +84,11 @@ pub enum Event<'a> {
         stream: u32,
         /// Why.
         error: ParseError,
+        /// The request is a HEAD: the answer has no body.
+        head_request: bool,
+        /// The request is a gRPC call: the answer is trailers-only, with a
+        /// `grpc-status`.
+        grpc: bool,
     },
     /// Request body bytes. The driver hands them back with
     /// [`ServerConnection::release`] once consumed, which reopens the window.

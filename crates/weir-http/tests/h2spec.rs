@@ -34,7 +34,7 @@ async fn serve(mut tcp: TcpStream) {
                 ..
             } => due.push((stream, 200)),
             Event::Request { .. } | Event::WindowOpened | Event::PingAnswered { .. } => {}
-            Event::Malformed { stream, error } => due.push((stream, error.status())),
+            Event::Malformed { stream, error, .. } => due.push((stream, error.status())),
             Event::Data {
                 stream,
                 data,

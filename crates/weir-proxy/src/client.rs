@@ -1244,7 +1244,13 @@ impl Client {
             }
             self.answering = shape.status;
             self.write_buf.clear();
-            weir_http::http2::write_simple_head_for_h2(shape, extra, edits, body, &mut self.write_buf);
+            weir_http::http2::write_simple_head_for_h2(
+                shape,
+                extra,
+                edits,
+                body,
+                &mut self.write_buf,
+            );
             let bodiless = body.is_empty()
                 || shape.head_request
                 || !weir_http::status_has_content(shape.status);

@@ -14,7 +14,7 @@ pub(crate) mod upstream;
 pub(crate) mod websocket;
 
 pub(crate) use io::starts_with_preface;
-pub(crate) use server::{ConnectionLimits, Incoming, StreamHandler, Via, serve};
+pub(crate) use server::{ConnectionLimits, Incoming, Refused, StreamHandler, Via, serve};
 pub(crate) use stream::{H2Stream, Head, RecvHalf, SendHalf};
 pub(crate) use tunnel::{TunnelEnd, relay, relay_websocket, take_tunnel};
 

@@ -396,7 +396,10 @@ async fn continue_if_expected(
         return Ok(());
     }
     if let Some(stream) = client.h2() {
-        stream.send_interim(crate::http2::Head::Written(100, b"HTTP/1.1 100 Continue\r\n\r\n"))?;
+        stream.send_interim(crate::http2::Head::Written(
+            100,
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+        ))?;
         return Ok(());
     }
     if head.version() == weir_http::Version::Http11 {

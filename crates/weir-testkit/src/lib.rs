@@ -155,6 +155,21 @@ pub struct TestProxy {
     task: JoinHandle<std::io::Result<()>>,
 }
 
+/// `WEIR_TEST_HTTP2_CODEC=weir` (or `h2`) sets `[http2] codec` of every virtual server a
+/// test starts: `scripts/test` runs the HTTP/2 tests again with weir's own codec, so each
+/// passes on both while both are kept (`docs/design/http2.md`, "Step 5").
+fn http2_codec_from_env(config: &mut weir_config::Config) {
+    let codec = match std::env::var("WEIR_TEST_HTTP2_CODEC").as_deref() {
+        Ok("weir") => weir_config::Http2Codec::Weir,
+        Ok("h2") => weir_config::Http2Codec::H2,
+        Ok(other) => panic!("WEIR_TEST_HTTP2_CODEC: \"{other}\" is neither \"weir\" nor \"h2\""),
+        Err(_) => return,
+    };
+    for vs in &mut config.virtual_servers {
+        vs.http2.codec = codec;
+    }
+}
+
 impl TestProxy {
     /// Starts a proxy from TOML text (listen on `127.0.0.1:0`). Panics if the config is invalid.
     pub async fn start(toml: &str) -> TestProxy {
@@ -170,7 +185,8 @@ impl TestProxy {
         TestProxy::start_config(config).await
     }
 
-    async fn start_config(config: weir_config::Config) -> TestProxy {
+    async fn start_config(mut config: weir_config::Config) -> TestProxy {
+        http2_codec_from_env(&mut config);
         let metrics = Metrics::new();
         let proxy = weir_proxy::Proxy::bind(&config, &metrics).expect("proxy binds on loopback");
         let addrs = proxy.local_addrs();

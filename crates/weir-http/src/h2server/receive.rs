@@ -258,6 +258,7 @@ impl ServerConnection {
             self.remember_closed(stream);
             return Ok(());
         }
+        let (head_request, grpc) = request.answer_form();
         let built = request.finish(block.end_stream, &self.config.head_limits);
         let content_length = match &built {
             Ok(built) => match built.head.framing() {
@@ -292,7 +293,12 @@ impl ServerConnection {
                 request,
                 end_stream: block.end_stream,
             }),
-            Err(error) => on(Event::Malformed { stream, error }),
+            Err(error) => on(Event::Malformed {
+                stream,
+                error,
+                head_request,
+                grpc,
+            }),
         }
         Ok(())
     }

@@ -50,7 +50,7 @@ fn feed(server: &mut ServerConnection, input: &[u8]) -> (Vec<String>, Option<Con
             Event::Request {
                 stream, end_stream, ..
             } => format!("request {stream} {end_stream}"),
-            Event::Malformed { stream, error } => {
+            Event::Malformed { stream, error, .. } => {
                 format!("malformed {stream} {} {}", error.status(), error.reason)
             }
             Event::Data {

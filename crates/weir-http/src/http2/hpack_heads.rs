@@ -57,9 +57,26 @@ pub struct RequestFields {
     /// The fault breaks HTTP/2's own rules on fields (RFC 9113 §8.1.1): the
     /// stream is reset, not answered.
     malformed: bool,
+    /// A `content-type` of gRPC came (`application/grpc`, alone, with
+    /// parameters or a suffix).
+    grpc: bool,
+    /// A fault HTTP/1.1 refuses too (a `Host` that differs from
+    /// `:authority`): answered (400), and the fields after it still taken,
+    /// as HTTP/2's own faults among them still reset the stream.
+    refusal: Option<ParseError>,
 }
 
 impl RequestFields {
+    /// How a refusal of this request is to be answered: whether it is a
+    /// HEAD (no body) and a gRPC call (a trailers-only answer with a
+    /// `grpc-status`).
+    pub fn answer_form(&self) -> (bool, bool) {
+        (
+            slice(&self.pseudo, &self.method) == Some(b"HEAD"),
+            self.grpc,
+        )
+    }
+
     /// A collector for one block under SETTINGS_MAX_HEADER_LIST_SIZE.
     pub fn new(max_list_size: usize) -> Self {
         RequestFields {
@@ -77,6 +94,8 @@ impl RequestFields {
             max_list_size,
             fault: None,
             malformed: false,
+            grpc: false,
+            refusal: None,
         }
     }
 
@@ -135,7 +154,15 @@ impl RequestFields {
             ));
         }
         match FieldKind::of(name) {
-            FieldKind::Host => self.take_host(value)?,
+            FieldKind::Host => {
+                if let Err(refusal) = self.take_host(value) {
+                    self.refusal.get_or_insert(refusal);
+                }
+            }
+            _ if name == b"content-type" => {
+                self.grpc = is_grpc_type(value);
+                put_field(&mut self.out, name, value);
+            }
             kind if is_connection_specific(kind) => {
                 return Err(ParseError::invalid("connection-specific field in HTTP/2"));
             }
@@ -252,7 +279,7 @@ impl RequestFields {
         if !self.started && self.fault.is_none() {
             self.fault = self.start().err();
         }
-        if let Some(fault) = self.fault {
+        if let Some(fault) = self.fault.or(self.refusal) {
             return Err(fault);
         }
         if let Some(cookies) = &self.cookies {
@@ -269,6 +296,15 @@ impl RequestFields {
             _ => Err(ParseError::invalid("HTTP/2 request does not form a head")),
         }
     }
+}
+
+/// Whether a `content-type` value is gRPC's: `application/grpc`, then the
+/// end, parameters (`;`) or a suffix (`+proto`).
+fn is_grpc_type(value: &[u8]) -> bool {
+    const GRPC: &[u8] = b"application/grpc";
+    value.len() >= GRPC.len()
+        && value[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+        && matches!(value.get(GRPC.len()), None | Some(b'+' | b';'))
 }
 
 /// A pseudo-header field's value, if it came.

@@ -364,8 +364,10 @@ impl Send {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(error)) => {
                     core.reset(stream, ErrorCode::INTERNAL_ERROR);
-                    Err(Error::new(ErrorKind::Io, Side::Internal)
-                        .context(format!("head not representable in HTTP/2: {}", error.reason)))
+                    Err(Error::new(ErrorKind::Io, Side::Internal).context(format!(
+                        "head not representable in HTTP/2: {}",
+                        error.reason
+                    )))
                 }
                 Err(_) => Err(gone()),
             },
@@ -384,7 +386,11 @@ impl Send {
     /// Ends the stream with an empty DATA frame.
     pub(crate) fn send_end(&self) -> Result<(), Error> {
         self.with_core(
-            |core, stream| core.send_data(stream, &[], true).map(drop).map_err(|_| gone()),
+            |core, stream| {
+                core.send_data(stream, &[], true)
+                    .map(drop)
+                    .map_err(|_| gone())
+            },
             true,
         )
     }

@@ -47,7 +47,17 @@ pub(crate) enum Incoming {
     Parts(http::request::Parts),
     /// weir's codec's: the HTTP/1.1 head it stands for (with an extended
     /// CONNECT's `:protocol`), or why HTTP/1.1's rules refuse it.
-    Own(Result<weir_http::http2::H2Request, weir_http::ParseError>),
+    Own(Result<weir_http::http2::H2Request, Refused>),
+}
+
+/// A request weir's codec read whose head HTTP/1.1's rules refuse.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub error: weir_http::ParseError,
+    /// A HEAD: answered without a body.
+    pub head_request: bool,
+    /// A gRPC call: answered trailers-only, with a `grpc-status`.
+    pub grpc: bool,
 }
 
 /// Serves the streams of HTTP/2 connections: one call per request stream.
@@ -141,7 +151,16 @@ pub(crate) async fn serve<S, H>(
 {
     if settings.codec == Http2Codec::Weir {
         // Boxed: the `h2` crate's connections keep their future's size.
-        let serving = super::own::serve(io, rewind, via, settings, timing, (metrics, log), handler, shutdown);
+        let serving = super::own::serve(
+            io,
+            rewind,
+            via,
+            settings,
+            timing,
+            (metrics, log),
+            handler,
+            shutdown,
+        );
         return Box::pin(serving).await;
     }
     match via {

@@ -138,7 +138,9 @@ impl SendHalf {
         sent: &mut u64,
     ) -> Result<(), Error> {
         match self {
-            SendHalf::H2(send) => send_with_capacity(send, data, end_of_stream, timeout, sent).await,
+            SendHalf::H2(send) => {
+                send_with_capacity(send, data, end_of_stream, timeout, sent).await
+            }
             SendHalf::Own(send) => send.send_data(data, end_of_stream, timeout, sent).await,
         }
     }
@@ -511,7 +513,9 @@ impl H2Stream {
     ) -> Result<(), Error> {
         let send = self.send.as_mut().ok_or_else(head_not_sent)?;
         let mut sent = 0;
-        let result = send.send_data(data, end_of_stream, timeout, &mut sent).await;
+        let result = send
+            .send_data(data, end_of_stream, timeout, &mut sent)
+            .await;
         // What the codec took, when the stream ends before the whole piece went out too.
         self.bytes_sent += sent;
         result?;

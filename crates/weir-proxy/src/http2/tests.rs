@@ -32,7 +32,7 @@ fn path_of(request: &Incoming) -> String {
     match request {
         Incoming::Parts(parts) => parts.uri.path().to_owned(),
         Incoming::Own(Ok(request)) => String::from_utf8_lossy(request.head.path()).into_owned(),
-        Incoming::Own(Err(error)) => format!("refused: {}", error.reason),
+        Incoming::Own(Err(refused)) => format!("refused: {}", refused.error.reason),
     }
 }
 

@@ -73,9 +73,7 @@ where
 }
 
 /// The client's stream halves for a tunnel, once its head is sent.
-pub(crate) fn take_tunnel(
-    stream: &mut H2Stream,
-) -> Result<(RecvHalf, SendHalf), Failure> {
+pub(crate) fn take_tunnel(stream: &mut H2Stream) -> Result<(RecvHalf, SendHalf), Failure> {
     stream.take_tunnel().ok_or_else(|| {
         Failure::silent(
             Error::new(ErrorKind::ClientClosed, Side::Downstream)

@@ -62,7 +62,10 @@ pub(crate) fn upgrade_request_of_head(
     }
     for (name, value) in head.headers() {
         let lower = name.to_ascii_lowercase();
-        if !HOP_FIELDS.iter().any(|hop| hop.as_bytes() == lower.as_slice()) {
+        if !HOP_FIELDS
+            .iter()
+            .any(|hop| hop.as_bytes() == lower.as_slice())
+        {
             out.put_slice(name);
             out.put_slice(b": ");
             out.put_slice(value);

@@ -247,11 +247,14 @@ fn head_of_parts(
 /// The request head of a stream weir's own codec read: built by the codec
 /// (`weir_http::http2::RequestFields`), or refused by HTTP/1.1's rules.
 fn head_of_own(
-    request: Result<weir_http::http2::H2Request, weir_http::ParseError>,
+    request: Result<weir_http::http2::H2Request, http2::Refused>,
     stream: &mut H2Stream,
     vs: &VirtualServerRuntime,
 ) -> Result<RequestHead, Failure> {
-    let request = request.map_err(Failure::parse)?;
+    // Refused, it is still a HEAD or a gRPC call, answered in their form.
+    let request = request.map_err(|refused| {
+        Failure::parse(refused.error).of_refused(refused.grpc, refused.head_request)
+    })?;
     match request.protocol.as_deref() {
         Some(protocol) if protocol.eq_ignore_ascii_case(b"websocket") => {
             let key = websocket::new_key();

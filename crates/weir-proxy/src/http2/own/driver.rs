@@ -14,7 +14,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use weir_config::Http2;
 use weir_core::ShutdownSignal;
-use weir_http::ParseError;
 use weir_http::frame::ErrorCode;
 use weir_http::h2server::{Config, ConnectionError, Event, ServerConnection};
 use weir_http::http2::H2Request;
@@ -24,7 +23,7 @@ use super::{Inner, Shared};
 use crate::http2::flood::{FloodLimits, FrameWatch};
 use crate::http2::io::{Outside, Tripwire, Watch, Watched, read_preface};
 use crate::http2::server::{
-    ConnectionLimits, Incoming, StreamHandler, Via, YIELDS_BEFORE_REFUSING, note_flood,
+    ConnectionLimits, Incoming, Refused, StreamHandler, Via, YIELDS_BEFORE_REFUSING, note_flood,
     serve_stream, ticker, work_bound,
 };
 use crate::http2::stream::H2Stream;
@@ -37,7 +36,7 @@ const READ_SIZE: usize = 16 * 1024;
 /// A stream the codec opened in the last read, for the driver to hand over.
 struct Fresh {
     stream: u32,
-    request: Result<H2Request, ParseError>,
+    request: Result<H2Request, Refused>,
 }
 
 /// The codec's settings for a virtual server.
@@ -99,7 +98,14 @@ pub(crate) async fn serve<S, H>(
         goaway_acked: false,
     };
     let ended = driver
-        .run(io, (settings, timing), &handler, &tripwire, shutdown, (metrics, log))
+        .run(
+            io,
+            (settings, timing),
+            &handler,
+            &tripwire,
+            shutdown,
+            (metrics, log),
+        )
         .await;
     handler.refused_malformed(tripwire.take_refused());
     driver.shared.lock().close();
@@ -337,11 +343,20 @@ impl Driver {
                     request: Ok(request),
                 });
             }
-            Event::Malformed { stream, error } => {
+            Event::Malformed {
+                stream,
+                error,
+                head_request,
+                grpc,
+            } => {
                 slots.open(stream, false);
                 fresh.push(Fresh {
                     stream,
-                    request: Err(error),
+                    request: Err(Refused {
+                        error,
+                        head_request,
+                        grpc,
+                    }),
                 });
             }
             Event::Data {
@@ -501,14 +516,23 @@ async fn write_or_flush<W: AsyncWrite + Unpin>(
 /// Counts how a connection ended in error: a flood the watcher or the codec
 /// found, or another protocol error of the client (one line per connection, on
 /// the virtual server's budget of refusals).
-fn record_end(error: ConnectionError, tripwire: &Tripwire, metrics: &Http2Metrics, log: &LogBudget) {
+fn record_end(
+    error: ConnectionError,
+    tripwire: &Tripwire,
+    metrics: &Http2Metrics,
+    log: &LogBudget,
+) {
     if let Some(flood) = tripwire.flood() {
         note_flood(flood, metrics, log);
     } else if error.code == ErrorCode::ENHANCE_YOUR_CALM {
         let flood = tripwire.suspect().unwrap_or(Flood::Codec);
         metrics.flood(flood).inc();
         if let Some(left_out) = log.take() {
-            tracing::info!(reason = error.reason, left_out, "HTTP/2 abuse caught by the codec; connection closed");
+            tracing::info!(
+                reason = error.reason,
+                left_out,
+                "HTTP/2 abuse caught by the codec; connection closed"
+            );
         }
     } else {
         metrics.protocol_errors.inc();
