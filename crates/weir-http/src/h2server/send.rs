@@ -184,6 +184,12 @@ impl ServerConnection {
         self.closed.push_back(stream);
     }
 
+    /// Whether weir may still send on `stream` (open, or half-closed by the
+    /// client).
+    pub fn is_sendable(&self, stream: u32) -> bool {
+        self.sendable(stream).is_ok()
+    }
+
     pub(super) fn sendable(&self, stream: u32) -> Result<(), StreamGone> {
         match self.streams.get(&stream).map(|s| s.state) {
             Some(State::Open | State::HalfClosedRemote) if self.phase != Phase::Failed => Ok(()),

@@ -34,7 +34,18 @@ pub(super) struct Inner {
     pub(super) slots: Slots,
     /// The connection is over: every wait ends, every send fails.
     closed: bool,
+    /// Bytes taken from the codec's output that the connection task has not
+    /// written yet.
+    pub(super) unwritten: usize,
+    /// A stream waits for the bytes waiting to be written to fall below
+    /// [`MAX_UNWRITTEN`].
+    pub(super) send_blocked: bool,
 }
+
+/// Bytes the streams of one connection may have waiting for the socket: past
+/// it, a stream's body waits for the client to read, whatever its windows
+/// allow (a client that opens large windows and reads slowly holds no more).
+const MAX_UNWRITTEN: usize = 256 * 1024;
 
 /// One open stream's side of the connection.
 #[derive(Default)]
@@ -84,6 +95,8 @@ impl Shared {
                 core,
                 slots: Slots(HashMap::new()),
                 closed: false,
+                unwritten: 0,
+                send_blocked: false,
             }),
             wake: Notify::new(),
         })
@@ -143,7 +156,8 @@ impl Slots {
         }
     }
 
-    /// The client's windows grew: every stream waiting to send looks again.
+    /// The client's windows grew, or its socket took bytes: every stream
+    /// waiting to send looks again.
     pub(super) fn windows_opened(&mut self) {
         for slot in self.0.values_mut() {
             slot.wake();
@@ -430,7 +444,12 @@ impl Send {
         if let Some((error, by_client)) = slot.reset {
             return Poll::Ready(Err(reset_error(error, by_client)));
         }
-        if inner.core.send_capacity(self.stream) == 0 {
+        if !inner.core.is_sendable(self.stream) {
+            return Poll::Ready(Err(gone()));
+        }
+        let buffered = inner.unwritten + inner.core.output().len();
+        if inner.core.send_capacity(self.stream) == 0 || buffered >= MAX_UNWRITTEN {
+            inner.send_blocked |= buffered >= MAX_UNWRITTEN;
             if let Some(slot) = inner.slots.get_mut(self.stream) {
                 slot.join(cx);
             }

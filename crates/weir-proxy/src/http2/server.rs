@@ -133,10 +133,39 @@ fn builder(settings: &Http2) -> h2::server::Builder {
     builder
 }
 
-/// Serves one client connection as HTTP/2 until it closes. `rewind`: bytes
-/// already read from it (the preface, with h2c).
+/// Serves one client connection as HTTP/2 until it closes, with the codec the virtual
+/// server names (`[http2] codec`). `rewind`: bytes already read from it (the preface,
+/// with h2c).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve<S, H>(
+    io: S,
+    rewind: Bytes,
+    via: Via,
+    settings: &Http2,
+    timing: ConnectionLimits,
+    watch: (&Http2Metrics, &LogBudget),
+    handler: H,
+    shutdown: ShutdownSignal,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    H: StreamHandler,
+{
+    match settings.codec {
+        Http2Codec::H2 => {
+            serve_h2(io, rewind, via, settings, timing, watch, handler, shutdown).await;
+        }
+        Http2Codec::Weir => {
+            // Boxed: the `h2` crate's connections keep their future's size.
+            let serving =
+                super::own::serve(io, rewind, via, settings, timing, watch, handler, shutdown);
+            Box::pin(serving).await;
+        }
+    }
+}
+
+/// [`serve`] on the `h2` crate.
+#[allow(clippy::too_many_arguments)]
+async fn serve_h2<S, H>(
     io: S,
     rewind: Bytes,
     via: Via,
@@ -149,20 +178,6 @@ pub(crate) async fn serve<S, H>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: StreamHandler,
 {
-    if settings.codec == Http2Codec::Weir {
-        // Boxed: the `h2` crate's connections keep their future's size.
-        let serving = super::own::serve(
-            io,
-            rewind,
-            via,
-            settings,
-            timing,
-            (metrics, log),
-            handler,
-            shutdown,
-        );
-        return Box::pin(serving).await;
-    }
     match via {
         Via::Alpn => metrics.connections_alpn.inc(),
         Via::H2c => metrics.connections_h2c.inc(),

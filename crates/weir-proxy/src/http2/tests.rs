@@ -507,6 +507,68 @@ async fn streams_still_at_work_count_against_the_concurrency_limit(codec: Http2C
     assert_eq!(refused.reason(), Some(h2::Reason::REFUSED_STREAM));
 }
 
+/// Sends 4 MiB on every stream, counting what the codec took.
+#[derive(Clone)]
+struct Large(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl StreamHandler for Large {
+    async fn serve(&self, mut stream: H2Stream, _request: Incoming) {
+        let head = Head::Written(200, b"HTTP/1.1 200 OK\r\n\r\n");
+        if stream.send_head(head, false).is_err() {
+            return;
+        }
+        let piece = Bytes::from(vec![b'x'; 64 * 1024]);
+        for _ in 0..64 {
+            if stream
+                .send_data(piece.clone(), false, Duration::from_secs(30))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            self.0
+                .store(stream.bytes_sent, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// A client that opens the largest windows and then reads nothing holds little of weir's
+/// memory: what waits for its socket is bounded (weir's codec: 256 KiB per connection; the
+/// `h2` crate: 256 KiB per stream), not by the 2 GiB its windows allow.
+async fn a_client_that_does_not_read_holds_a_bounded_output(codec: Http2Codec) {
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let (_shutdown, signal) = weir_core::Shutdown::new();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let handler = Large(std::sync::Arc::clone(&sent));
+    tokio::spawn(async move {
+        let metrics = Http2Metrics::default();
+        serve(
+            server,
+            Bytes::new(),
+            Via::H2c,
+            &settings(codec),
+            TIMING,
+            (&metrics, &weir_observe::LogBudget::new()),
+            handler,
+            signal,
+        )
+        .await;
+    });
+    let mut bytes = Vec::from(PREFACE);
+    // SETTINGS_INITIAL_WINDOW_SIZE = 2^31 - 1, and the connection's window as large.
+    bytes.extend(frame(0x4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+    bytes.extend(frame(0x8, 0, 0, &[0x7f, 0xff, 0, 0]));
+    bytes.extend(frame(0x1, 0x5, 1, GET_BLOCK));
+    client.write_all(&bytes).await.expect("written");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let taken = sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(taken >= 64 * 1024, "the answer started: {taken}");
+    assert!(
+        taken <= 1024 * 1024,
+        "{taken} bytes taken for a client that reads nothing"
+    );
+}
+
 /// Each case above, on each codec.
 macro_rules! on_both_codecs {
     ($($case:ident),* $(,)?) => {
@@ -539,4 +601,5 @@ on_both_codecs!(
     a_wrong_preface_closes_the_connection_without_an_answer,
     a_stream_relays_body_and_trailers_within_the_clients_window,
     streams_still_at_work_count_against_the_concurrency_limit,
+    a_client_that_does_not_read_holds_a_bounded_output,
 );

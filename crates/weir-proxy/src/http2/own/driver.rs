@@ -156,6 +156,20 @@ struct Wire<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite> Wire<S> {
+    fn new(io: S) -> Self {
+        let (reader, writer) = tokio::io::split(io);
+        Wire {
+            reader,
+            writer,
+            input: BytesMut::with_capacity(READ_SIZE),
+            output: Vec::new(),
+            at: 0,
+            unflushed: false,
+            moved: Instant::now(),
+            eof: false,
+        }
+    }
+
     fn pending(&self) -> bool {
         self.at < self.output.len()
     }
@@ -187,15 +201,32 @@ impl<S: AsyncRead + AsyncWrite> Wire<S> {
         }
         self.output.clear();
         self.at = 0;
-        std::mem::swap(shared.lock().core.output(), &mut self.output);
+        let mut inner = shared.lock();
+        std::mem::swap(inner.core.output(), &mut self.output);
+        inner.unwritten = self.output.len();
         if !self.pending() {
             self.moved = Instant::now();
+        }
+    }
+
+    /// `n` more bytes went to the socket: streams held back for the bytes
+    /// waiting look again.
+    fn wrote(&mut self, n: usize, shared: &Shared) {
+        self.at += n;
+        self.unflushed = true;
+        self.moved = Instant::now();
+        let mut inner = shared.lock();
+        inner.unwritten = self.output.len() - self.at;
+        if inner.send_blocked && inner.unwritten + inner.core.output().len() < super::MAX_UNWRITTEN
+        {
+            inner.send_blocked = false;
+            inner.slots.windows_opened();
         }
     }
 }
 
 impl Driver {
-    #[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+    #[allow(clippy::too_many_arguments)]
     async fn run<S, H>(
         &mut self,
         io: S,
@@ -209,17 +240,7 @@ impl Driver {
         S: AsyncRead + AsyncWrite + Unpin,
         H: StreamHandler,
     {
-        let (reader, writer) = tokio::io::split(io);
-        let mut wire = Wire {
-            reader,
-            writer,
-            input: BytesMut::with_capacity(READ_SIZE),
-            output: Vec::new(),
-            at: 0,
-            unflushed: false,
-            moved: Instant::now(),
-            eof: false,
-        };
+        let mut wire = Wire::new(io);
         let handshake_by = Instant::now() + timing.handshake;
         let mut ticker = ticker(settings, timing);
         let mut outside = std::pin::pin!(tripwire.waiter());
@@ -272,11 +293,7 @@ impl Driver {
                 }
                 moved = write_or_flush(&mut wire.writer, &wire.output[wire.at..]), if wire.pending() || wire.unflushed => {
                     match moved {
-                        Ok(Some(n)) if n > 0 => {
-                            wire.at += n;
-                            wire.unflushed = true;
-                            wire.moved = Instant::now();
-                        }
+                        Ok(Some(n)) if n > 0 => wire.wrote(n, &self.shared),
                         Ok(None) => wire.unflushed = false,
                         _ => return End::Abrupt,
                     }
@@ -297,30 +314,55 @@ impl Driver {
                 () = self.shared.wake.notified() => {}
                 _ = ticker.tick() => {
                     handler.refused_malformed(tripwire.take_refused());
-                    if !self.shared.lock().core.is_open() && Instant::now() >= handshake_by {
-                        tracing::debug!("HTTP/2 preface not received in time");
-                        return End::Abrupt;
-                    }
-                    if self.draining.is_some() && self.ping_late(settings) && !self.busy() {
-                        // The client never answered the GOAWAY's PING: gone, with nothing open.
-                        wire.flush_within(&self.shared, GOAWAY_FLUSH).await;
-                        return End::Graceful;
-                    }
-                    if !self.tick(settings) {
-                        tracing::debug!("HTTP/2 client did not answer a PING in time; closing");
-                        handler.went_silent();
-                        return End::Abrupt;
-                    }
-                    if wire.pending() && wire.moved.elapsed() >= timing.idle {
-                        tracing::debug!("HTTP/2 client took none of its bytes for the idle timeout; closing");
-                        return End::Abrupt;
-                    }
-                    if self.draining.is_none() && self.idle_for() >= timing.idle {
-                        self.go_away();
+                    let stalled = wire.pending() && wire.moved.elapsed() >= timing.idle;
+                    match self.on_tick(settings, timing, handshake_by, stalled) {
+                        Ok(()) => {}
+                        Err(End::Graceful) => {
+                            wire.flush_within(&self.shared, GOAWAY_FLUSH).await;
+                            return End::Graceful;
+                        }
+                        Err(End::Abrupt) => {
+                            if self.ping_late(settings) {
+                                handler.went_silent();
+                            }
+                            return End::Abrupt;
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// The driver's clock: the handshake's deadline, PING, the client's reading, idleness.
+    /// `Err`: the connection ends so.
+    /// `stalled`: bytes have waited for the client to take them for `timeouts.idle`.
+    fn on_tick(
+        &mut self,
+        settings: &Http2,
+        timing: ConnectionLimits,
+        handshake_by: Instant,
+        stalled: bool,
+    ) -> Result<(), End> {
+        if !self.shared.lock().core.is_open() && Instant::now() >= handshake_by {
+            tracing::debug!("HTTP/2 preface not received in time");
+            return Err(End::Abrupt);
+        }
+        if self.draining.is_some() && self.ping_late(settings) && !self.busy() {
+            // The client never answered the GOAWAY's PING: gone, with nothing open.
+            return Err(End::Graceful);
+        }
+        if !self.tick(settings) {
+            tracing::debug!("HTTP/2 client did not answer a PING in time; closing");
+            return Err(End::Abrupt);
+        }
+        if stalled {
+            tracing::debug!("HTTP/2 client took none of its bytes for the idle timeout; closing");
+            return Err(End::Abrupt);
+        }
+        if self.draining.is_none() && self.idle_for() >= timing.idle {
+            self.go_away();
+        }
+        Ok(())
     }
 
     /// Feeds the codec what came in; the streams it opened go to `fresh`.
