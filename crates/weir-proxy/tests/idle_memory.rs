@@ -536,8 +536,14 @@ async fn idle_h2c_client_connections_hold_no_http1_state() {
     let after = settled_live_bytes().await;
     let per_connection = (after - before) / H2C_CONNECTIONS as i64;
     eprintln!("idle h2c client connection: {per_connection} bytes");
+    // weir's own codec (`scripts/test` runs this again on it) keeps 1 KiB to read into and
+    // no write buffer while no stream is open (`http2/own/driver.rs`): about 13 KB.
+    let bound = match std::env::var("WEIR_TEST_HTTP2_CODEC").as_deref() {
+        Ok("weir") => 16_000,
+        _ => 42_000,
+    };
     assert!(
-        per_connection <= 42_000,
+        per_connection <= bound,
         "{per_connection} bytes per idle h2c client connection"
     );
     drop(held);

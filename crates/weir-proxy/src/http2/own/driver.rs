@@ -32,6 +32,8 @@ use crate::http2::stream::H2Stream;
 const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
 /// Bytes read from the socket at once.
 const READ_SIZE: usize = 16 * 1024;
+/// ... and by a connection with no stream at work (its next request's HEADERS, most often).
+const IDLE_READ: usize = 1024;
 
 /// A stream the codec opened in the last read, for the driver to hand over.
 struct Fresh {
@@ -194,6 +196,24 @@ impl<S: AsyncRead + AsyncWrite> Wire<S> {
         let _ = tokio::time::timeout(limit, flushed).await;
     }
 
+    /// Makes room to read into: [`READ_SIZE`] while streams are at work; on a
+    /// connection with none and nothing waiting either way, the buffers go
+    /// (an idle connection keeps [`IDLE_READ`] bytes to read its next request into).
+    fn ready_to_read(&mut self, shared: &Shared, busy: bool) {
+        if !busy && self.input.is_empty() && !self.pending() && !self.unflushed {
+            let mut inner = shared.lock();
+            if inner.streams() == 0 && inner.core.output().is_empty() {
+                if self.input.capacity() > IDLE_READ {
+                    self.input = BytesMut::with_capacity(IDLE_READ);
+                }
+                self.output = Vec::new();
+                *inner.core.output() = Vec::new();
+                return;
+            }
+        }
+        self.input.reserve(READ_SIZE);
+    }
+
     /// Takes the codec's output, once what was taken before is written.
     fn take(&mut self, shared: &Shared) {
         if self.pending() {
@@ -270,7 +290,7 @@ impl Driver {
                 return End::Graceful;
             }
             wire.take(&self.shared);
-            wire.input.reserve(READ_SIZE);
+            wire.ready_to_read(&self.shared, self.busy());
             let draining = self.draining.is_some();
             tokio::select! {
                 biased;
