@@ -8,6 +8,7 @@
 //! states in `h2server/LIFECYCLE.md`.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::error::ParseError;
 use crate::frame::{
@@ -21,6 +22,38 @@ mod receive;
 mod send;
 #[cfg(test)]
 mod tests;
+
+/// A map keyed by stream id, hashed by [`StreamIdHasher`].
+pub type StreamMap<V> = HashMap<u32, V, BuildHasherDefault<StreamIdHasher>>;
+
+/// Hashes a stream id for the maps of a connection's open streams with one
+/// multiplication, where the standard library's SipHash took about 2,200
+/// instructions per proxied request (`bench/insns --modes h2`). Keyed
+/// hashing is not needed: at most `max_concurrent_streams` streams are open,
+/// so ids a client chooses to collide cost a lookup no more than that many
+/// comparisons.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StreamIdHasher(u64);
+
+impl Hasher for StreamIdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 << 8 | self.0 >> 56) ^ u64::from(byte);
+        }
+        self.0 = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write_u32(&mut self, id: u32) {
+        // Fibonacci hashing; the high half folded down, as the table indexes
+        // by the low bits (and client ids are all odd).
+        let hash = u64::from(id).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = hash ^ hash >> 32;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// What weir offers a client, sent in its first SETTINGS.
 #[derive(Debug, Clone)]
@@ -211,7 +244,7 @@ pub struct ServerConnection {
     phase: Phase,
     decoder: hpack::Decoder,
     encoder: hpack::Encoder,
-    streams: HashMap<u32, Stream>,
+    streams: StreamMap<Stream>,
     /// The highest stream the client opened: streams above it are idle.
     last_stream: u32,
     /// Streams closed lately, newest last: HEADERS on one of them is a
@@ -261,7 +294,7 @@ impl ServerConnection {
             phase: Phase::Preface,
             decoder: hpack::Decoder::new(),
             encoder: hpack::Encoder::new(),
-            streams: HashMap::new(),
+            streams: StreamMap::default(),
             last_stream: 0,
             closed: VecDeque::with_capacity(CLOSED_KEPT),
             block: None,

@@ -7,7 +7,7 @@
 //! the client's windows allow, the connection task writing it out. Design:
 //! `docs/design/http2.md` ("Step 5").
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -16,7 +16,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::Notify;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::frame::ErrorCode;
-use weir_http::h2server::ServerConnection;
+use weir_http::h2server::{ServerConnection, StreamMap};
 
 mod driver;
 
@@ -93,7 +93,7 @@ impl Shared {
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 core,
-                slots: Slots(HashMap::new()),
+                slots: Slots(StreamMap::default()),
                 closed: false,
                 unwritten: 0,
                 send_blocked: false,
@@ -108,7 +108,7 @@ impl Shared {
 }
 
 /// The open streams' slots, by id.
-pub(super) struct Slots(HashMap<u32, Slot>);
+pub(super) struct Slots(StreamMap<Slot>);
 
 impl Slots {
     /// A stream the codec opened, given to a task: its two halves.
