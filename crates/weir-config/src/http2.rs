@@ -32,14 +32,15 @@ pub struct Http2 {
     pub codec: Http2Codec,
 }
 
-/// The HTTP/2 implementation that serves a virtual server's clients, while
-/// weir's own is proven beside the `h2` crate (`docs/design/http2.md`, "Step 5").
+/// The HTTP/2 implementation that serves a virtual server's clients: weir's
+/// own, with the `h2` crate kept beside it while it is new
+/// (`docs/design/http2.md`, "Step 5").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Http2Codec {
     /// The `h2` crate.
-    #[default]
     H2,
     /// weir's own (`weir_http::h2server`).
+    #[default]
     Weir,
 }
 

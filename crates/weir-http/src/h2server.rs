@@ -38,7 +38,7 @@ pub struct StreamIdHasher(u64);
 impl Hasher for StreamIdHasher {
     fn write(&mut self, bytes: &[u8]) {
         for &byte in bytes {
-            self.0 = (self.0 << 8 | self.0 >> 56) ^ u64::from(byte);
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
         }
         self.0 = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
