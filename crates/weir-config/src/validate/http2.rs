@@ -180,7 +180,7 @@ impl Checker {
 
 #[cfg(test)]
 mod tests {
-    use crate::{UpstreamProtocol, parse_str};
+    use crate::{Http2Codec, UpstreamProtocol, parse_str};
 
     const POOL: &str = "[pools.web]\nnodes = [{ address = \"127.0.0.1:8081\" }]\n";
 
@@ -197,10 +197,11 @@ mod tests {
         let vs = &config.virtual_servers[0];
         assert!(!vs.http2.cleartext, "h2c is opt-in");
         assert_eq!(vs.http2.max_concurrent_streams, 100);
+        assert_eq!(vs.http2.codec, Http2Codec::Weir);
         assert_eq!(config.pools[0].protocol, UpstreamProtocol::Http1);
         let config = load(
             "[virtual_servers.web.http2]\ncleartext = true\nmax_concurrent_streams = 8\n\
-             header_table_size = 0\ninitial_stream_window = \"1MiB\"",
+             header_table_size = 0\ninitial_stream_window = \"1MiB\"\ncodec = \"h2\"",
         )
         .expect("valid");
         let http2 = &config.virtual_servers[0].http2;
@@ -208,6 +209,7 @@ mod tests {
         assert_eq!(http2.max_concurrent_streams, 8);
         assert_eq!(http2.header_table_size, 0);
         assert_eq!(http2.initial_stream_window, 1 << 20);
+        assert_eq!(http2.codec, Http2Codec::H2);
     }
 
     #[test]
@@ -232,6 +234,10 @@ mod tests {
             (
                 "[virtual_servers.web.http2]\nstreams = 5",
                 "unknown key \"streams\"",
+            ),
+            (
+                "[virtual_servers.web.http2]\ncodec = \"nghttp2\"",
+                "weir.toml:5: virtual_servers.web.http2.codec",
             ),
         ];
         for (extra, expected) in cases {
