@@ -188,6 +188,14 @@ impl Inner {
         }
     }
 
+    /// Whether a stream letting go needs the connection task: the codec's output
+    /// grew past `before` (a reset, a WINDOW_UPDATE), or the last stream went (a
+    /// connection going away may close). Otherwise the task is not woken: every
+    /// stream's end woke it for nothing.
+    fn writer_needed(&mut self, before: usize) -> bool {
+        self.core.output().len() != before || self.slots.0.is_empty()
+    }
+
     /// Streams whose task still holds a half.
     pub(super) fn streams(&self) -> usize {
         self.slots.0.len()
@@ -279,10 +287,12 @@ impl Recv {
         if inner.closed {
             return;
         }
+        let before = inner.core.output().len();
         inner.core.release(self.stream, len as u32);
-        let pending = !inner.core.output().is_empty();
+        // A WINDOW_UPDATE went out (once half a window is taken): the writer has work.
+        let grew = inner.core.output().len() != before;
         drop(guard);
-        if pending {
+        if grew {
             self.shared.wake.notify_one();
         }
     }
@@ -313,12 +323,16 @@ impl Drop for Recv {
         };
         slot.receiving = false;
         let unread: usize = slot.received.drain(..).map(|data| data.len()).sum();
+        let before = inner.core.output().len();
         if unread > 0 && !inner.closed {
             inner.core.release(self.stream, unread as u32);
         }
         inner.let_go(self.stream);
+        let wake = inner.writer_needed(before);
         drop(guard);
-        self.shared.wake.notify_one();
+        if wake {
+            self.shared.wake.notify_one();
+        }
     }
 }
 
@@ -526,9 +540,13 @@ impl Drop for Send {
             return;
         };
         slot.senders = slot.senders.saturating_sub(1);
+        let before = inner.core.output().len();
         inner.let_go(self.stream);
+        let wake = inner.writer_needed(before);
         drop(guard);
-        self.shared.wake.notify_one();
+        if wake {
+            self.shared.wake.notify_one();
+        }
     }
 }
 

@@ -282,10 +282,9 @@ impl Driver {
                 self.admit(new, handler, tripwire, (settings, timing)).await;
                 metrics.streams.inc();
             }
-            if (self.goaway_seen() || self.peer_gone)
-                && self.shared.lock().streams() == 0
-                && self.active.load(Ordering::Acquire) == 0
-            {
+            // Every stream let go (a task that still runs holds none: nothing more can go
+            // out on its behalf).
+            if (self.goaway_seen() || self.peer_gone) && self.shared.lock().streams() == 0 {
                 wire.flush_within(&self.shared, GOAWAY_FLUSH).await;
                 return End::Graceful;
             }
