@@ -212,6 +212,52 @@ fn malformed_requests_are_refused() {
     }
 }
 
+/// A `Host` that differs from `:authority` is HTTP/1.1's fault too: answered (400), not a
+/// reset; fields after it are still read, so a gRPC call or a HEAD keeps its answer's form,
+/// and an HTTP/2 fault after it still makes the request malformed (a reset).
+#[test]
+fn a_refused_head_keeps_its_form_and_later_faults_still_reset() {
+    let collect = |fields: &[(&str, &str)]| {
+        let mut request = RequestFields::new(64 * 1024);
+        for (name, value) in fields {
+            request.field(field(name, value));
+        }
+        request
+    };
+    let mut call = collect(&[
+        (":method", "POST"),
+        (":scheme", "https"),
+        (":authority", "a.example"),
+        (":path", "/pkg.Service/Call"),
+        ("host", "b.example"),
+        ("content-type", "application/grpc+proto"),
+    ]);
+    assert!(call.malformed().is_none(), "answered, not reset");
+    assert_eq!(call.answer_form(), (false, true));
+    let error = call.finish(false, &LIMITS).unwrap_err();
+    assert_eq!(error.status(), 400);
+    let head = collect(&[
+        (":method", "HEAD"),
+        (":scheme", "https"),
+        (":authority", "a.example"),
+        (":path", "/"),
+        ("content-type", "application/grpc-web"),
+    ]);
+    assert_eq!(head.answer_form(), (true, false), "grpc-web is not gRPC");
+    let mut reset = collect(&[
+        (":method", "GET"),
+        (":scheme", "https"),
+        (":authority", "a.example"),
+        (":path", "/"),
+        ("host", "b.example"),
+        ("connection", "close"),
+    ]);
+    assert!(
+        reset.malformed().is_some(),
+        "a connection-specific field after it"
+    );
+}
+
 #[test]
 fn a_header_list_over_the_setting_is_431() {
     let mut request = RequestFields::new(200);
