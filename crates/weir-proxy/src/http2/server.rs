@@ -133,6 +133,16 @@ fn builder(settings: &Http2) -> h2::server::Builder {
     builder
 }
 
+/// A client connection past its preface, read through the flood watcher: what both
+/// drivers start from.
+pub(super) struct Opened<S> {
+    /// The connection, the preface replayed first.
+    pub io: Watched<S>,
+    pub tripwire: Arc<Tripwire>,
+    /// The socket, handed back when `io` is dropped (for a lingering close).
+    pub returned: tokio::sync::oneshot::Receiver<S>,
+}
+
 /// Serves one client connection as HTTP/2 until it closes, with the codec the virtual
 /// server names (`[http2] codec`). `rewind`: bytes already read from it (the preface,
 /// with h2c).
@@ -150,25 +160,51 @@ pub(crate) async fn serve<S, H>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: StreamHandler,
 {
+    let start = (io, rewind, via);
     match settings.codec {
-        Http2Codec::H2 => {
-            serve_h2(io, rewind, via, settings, timing, watch, handler, shutdown).await;
-        }
+        Http2Codec::H2 => serve_h2(start, settings, timing, watch, handler, shutdown).await,
         Http2Codec::Weir => {
             // Boxed: the `h2` crate's connections keep their future's size.
-            let serving =
-                super::own::serve(io, rewind, via, settings, timing, watch, handler, shutdown);
+            let serving = super::own::serve(start, settings, timing, watch, handler, shutdown);
             Box::pin(serving).await;
         }
     }
 }
 
+/// Opens a client connection for either driver: counted by how it came to HTTP/2, its
+/// preface checked (`None`: it had none, and was closed), then read through the flood
+/// watcher, the preface replayed first. Each driver awaits it inside its own future, so
+/// that its state is not kept beside the driver's for the connection's life.
+pub(super) async fn open<S: AsyncRead + AsyncWrite + Unpin>(
+    (io, rewind, via): (S, Bytes, Via),
+    settings: &Http2,
+    timing: ConnectionLimits,
+    metrics: &Http2Metrics,
+) -> Option<Opened<S>> {
+    match via {
+        Via::Alpn => metrics.connections_alpn.inc(),
+        Via::H2c => metrics.connections_h2c.inc(),
+    };
+    let mut io = io;
+    let Some(rewind) = read_preface(&mut io, rewind, timing.handshake).await else {
+        metrics.protocol_errors.inc();
+        tracing::debug!("not an HTTP/2 connection preface; closed");
+        return None;
+    };
+    let tripwire = Arc::new(Tripwire::default());
+    let limits = FloodLimits::new(settings.max_header_list_size, settings.max_frame_size);
+    let (back, returned) = tokio::sync::oneshot::channel();
+    let watching = (FrameWatch::new(limits), Arc::clone(&tripwire));
+    Some(Opened {
+        io: Watched::new(io, rewind, watching, back),
+        tripwire,
+        returned,
+    })
+}
+
 /// [`serve`] on the `h2` crate.
-#[allow(clippy::too_many_arguments)]
 async fn serve_h2<S, H>(
-    io: S,
-    rewind: Bytes,
-    via: Via,
+    start: (S, Bytes, Via),
     settings: &Http2,
     timing: ConnectionLimits,
     (metrics, log): (&Http2Metrics, &LogBudget),
@@ -178,21 +214,14 @@ async fn serve_h2<S, H>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: StreamHandler,
 {
-    match via {
-        Via::Alpn => metrics.connections_alpn.inc(),
-        Via::H2c => metrics.connections_h2c.inc(),
-    };
-    let mut io = io;
-    let Some(rewind) = read_preface(&mut io, rewind, timing.handshake).await else {
-        metrics.protocol_errors.inc();
-        tracing::debug!("not an HTTP/2 connection preface; closed");
+    let Some(Opened {
+        io,
+        tripwire,
+        returned,
+    }) = open(start, settings, timing, metrics).await
+    else {
         return;
     };
-    let tripwire = Arc::new(Tripwire::default());
-    let limits = FloodLimits::new(settings.max_header_list_size, settings.max_frame_size);
-    let (back, returned) = tokio::sync::oneshot::channel();
-    let watching = (FrameWatch::new(limits), Arc::clone(&tripwire));
-    let io = Watched::new(io, rewind, watching, back);
     // Boxed (and built in its box, `crate::boxed`): the handshake holds the codec and a
     // timer (about 1.8 KB), and inline it would size this whole future, which each
     // connection keeps for its life, by its largest await (the `idle_memory` tests count

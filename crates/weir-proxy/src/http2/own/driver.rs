@@ -20,11 +20,10 @@ use weir_http::http2::H2Request;
 use weir_observe::{Flood, Http2Metrics, LogBudget};
 
 use super::{Inner, Shared};
-use crate::http2::flood::{FloodLimits, FrameWatch};
-use crate::http2::io::{Outside, Tripwire, Watch, Watched, read_preface};
+use crate::http2::io::{Outside, Tripwire, Watch};
 use crate::http2::server::{
-    ConnectionLimits, Incoming, Refused, StreamHandler, Via, YIELDS_BEFORE_REFUSING, note_flood,
-    serve_stream, ticker, work_bound,
+    ConnectionLimits, Incoming, Opened, Refused, StreamHandler, Via, YIELDS_BEFORE_REFUSING,
+    note_flood, open, serve_stream, ticker, work_bound,
 };
 use crate::http2::stream::H2Stream;
 
@@ -56,12 +55,9 @@ fn config(settings: &Http2, limits: weir_http::Limits) -> Config {
 }
 
 /// Serves one client connection as HTTP/2 on weir's own codec until it
-/// closes. `rewind`: bytes already read from it (the preface, with h2c).
-#[allow(clippy::too_many_arguments)]
+/// closes.
 pub(crate) async fn serve<S, H>(
-    io: S,
-    rewind: Bytes,
-    via: Via,
+    start: (S, Bytes, Via),
     settings: &Http2,
     timing: ConnectionLimits,
     (metrics, log): (&Http2Metrics, &LogBudget),
@@ -71,22 +67,14 @@ pub(crate) async fn serve<S, H>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: StreamHandler,
 {
-    match via {
-        Via::Alpn => metrics.connections_alpn.inc(),
-        Via::H2c => metrics.connections_h2c.inc(),
-    };
-    let mut io = io;
-    let Some(rewind) = read_preface(&mut io, rewind, timing.handshake).await else {
-        metrics.protocol_errors.inc();
-        tracing::debug!("not an HTTP/2 connection preface; closed");
+    let Some(Opened {
+        io,
+        tripwire,
+        returned,
+    }) = open(start, settings, timing, metrics).await
+    else {
         return;
     };
-    let tripwire = Arc::new(Tripwire::default());
-    let flood = FloodLimits::new(settings.max_header_list_size, settings.max_frame_size);
-    let (back, returned) = tokio::sync::oneshot::channel();
-    let watching = (FrameWatch::new(flood), Arc::clone(&tripwire));
-    // The preface read so far is replayed through the watcher, which reads from the start.
-    let io = Watched::new(io, rewind, watching, back);
     let shared = Shared::new(ServerConnection::new(config(settings, timing.head)));
     let mut driver = Driver {
         shared,
