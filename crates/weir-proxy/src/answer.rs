@@ -71,6 +71,17 @@ impl Failure {
         )
     }
 
+    /// A node's head that failed to go out on an HTTP/2 stream: one HTTP/2 cannot carry
+    /// (the stream says so with an internal error) is the node's fault, a bad response
+    /// (`what`: which head); any other failure (the client gone) is the stream's own.
+    pub(crate) fn node_head_on_stream(error: Error, what: &'static str) -> Failure {
+        if error.side() == Side::Internal {
+            Failure::from_error(Error::new(ErrorKind::BadResponse, Side::Upstream).context(what))
+        } else {
+            Failure::from_error(error)
+        }
+    }
+
     /// A request weir does not carry (501), such as CONNECT over HTTP/2.
     pub(crate) fn not_implemented(what: &'static str) -> Failure {
         Failure {

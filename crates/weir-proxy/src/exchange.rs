@@ -966,14 +966,7 @@ async fn relay_interim(
         weir_http::http2::write_response_head_for_h2(response, &forward, &edits, &mut written);
         let head = http2::Head::Written(response.status(), &written);
         stream.send_interim(head).map_err(|error| {
-            if error.side() == Side::Internal {
-                Failure::from_error(
-                    Error::new(ErrorKind::BadResponse, Side::Upstream)
-                        .context("interim head not representable in HTTP/2"),
-                )
-            } else {
-                Failure::from_error(error)
-            }
+            Failure::node_head_on_stream(error, "interim head not representable in HTTP/2")
         })?;
         return Ok(());
     }

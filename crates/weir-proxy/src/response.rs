@@ -596,15 +596,7 @@ fn write_head(
         let size = client.write_buf.len() as u64;
         client.write_buf.clear();
         sent.map_err(|error| {
-            if error.side() == Side::Internal {
-                // A field the node sent that HTTP/2 cannot carry: the node's fault.
-                Failure::from_error(
-                    Error::new(ErrorKind::BadResponse, Side::Upstream)
-                        .context("head not representable in HTTP/2"),
-                )
-            } else {
-                Failure::from_error(error)
-            }
+            Failure::node_head_on_stream(error, "head not representable in HTTP/2")
         })?;
         return Ok(size);
     }
