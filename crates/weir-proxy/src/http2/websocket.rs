@@ -47,39 +47,15 @@ pub(crate) fn upgrade_request_of_head(
     key: &str,
     limits: &Limits,
 ) -> Result<RequestHead, ParseError> {
-    let mut out = BytesMut::with_capacity(256);
-    out.put_slice(b"GET ");
-    out.put_slice(head.target());
-    out.put_slice(b" HTTP/1.1\r\n");
-    if let Some(host) = head.header("host") {
-        field(&mut out, "host", host);
-    }
-    field(&mut out, "connection", b"upgrade");
-    field(&mut out, "upgrade", b"websocket");
-    field(&mut out, "sec-websocket-key", key.as_bytes());
-    if head.header("sec-websocket-version").is_none() {
-        field(&mut out, "sec-websocket-version", b"13");
-    }
-    for (name, value) in head.headers() {
-        let lower = name.to_ascii_lowercase();
-        if !HOP_FIELDS
-            .iter()
-            .any(|hop| hop.as_bytes() == lower.as_slice())
-        {
-            out.put_slice(name);
-            out.put_slice(b": ");
-            out.put_slice(value);
-            out.put_slice(b"\r\n");
-        }
-    }
-    out.put_slice(b"\r\n");
-    match weir_http::parse_request(&out, limits)? {
-        Parsed::Complete(head, _) => Ok(head),
-        Parsed::Partial => Err(ParseError {
-            kind: ParseErrorKind::Invalid,
-            reason: "incomplete upgrade head",
-        }),
-    }
+    let versioned = head.header("sec-websocket-version").is_some();
+    let fields = head.headers();
+    upgrade_head(
+        head.target(),
+        head.header("host"),
+        (key, versioned),
+        fields,
+        limits,
+    )
 }
 
 /// Whether an HTTP/2 request is a WebSocket extended CONNECT.
@@ -101,23 +77,46 @@ pub(crate) fn upgrade_request(
     // The client's `Host` is rebuilt from `:authority`: one that differs is malformed,
     // as for any other request.
     weir_http::http2::host_agrees(parts)?;
-    let mut out = BytesMut::with_capacity(256);
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let host = parts.uri.authority().map(|a| a.as_str().as_bytes());
+    let fields = parts
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+    let versioned = parts.headers.contains_key("sec-websocket-version");
+    upgrade_head(path.as_bytes(), host, (key, versioned), fields, limits)
+}
+
+/// Writes the HTTP/1.1 upgrade request for `target` (`GET`, `Host`, the upgrade's
+/// fields with `key`, `Sec-WebSocket-Version: 13` unless the client sent one
+/// (`versioned`), then the client's fields but the hop-by-hop ones) and parses it
+/// like any head.
+fn upgrade_head<'a>(
+    target: &[u8],
+    host: Option<&[u8]>,
+    (key, versioned): (&str, bool),
+    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    limits: &Limits,
+) -> Result<RequestHead, ParseError> {
+    let mut out = BytesMut::with_capacity(256);
     out.put_slice(b"GET ");
-    out.put_slice(path.as_bytes());
+    out.put_slice(target);
     out.put_slice(b" HTTP/1.1\r\n");
-    if let Some(authority) = parts.uri.authority() {
-        field(&mut out, "host", authority.as_str().as_bytes());
+    if let Some(host) = host {
+        field(&mut out, "host", host);
     }
     field(&mut out, "connection", b"upgrade");
     field(&mut out, "upgrade", b"websocket");
     field(&mut out, "sec-websocket-key", key.as_bytes());
-    if !parts.headers.contains_key("sec-websocket-version") {
+    if !versioned {
         field(&mut out, "sec-websocket-version", b"13");
     }
-    for (name, value) in &parts.headers {
-        if !HOP_FIELDS.contains(&name.as_str()) {
-            field(&mut out, name.as_str(), value.as_bytes());
+    for (name, value) in fields {
+        if !HOP_FIELDS
+            .iter()
+            .any(|hop| name.eq_ignore_ascii_case(hop.as_bytes()))
+        {
+            field(&mut out, name, value);
         }
     }
     out.put_slice(b"\r\n");
@@ -212,8 +211,8 @@ pub(crate) fn switching_protocols(node: &ResponseHead, key: &[u8], out: &mut Byt
     out.put_slice(b"\r\n");
 }
 
-fn field(out: &mut BytesMut, name: &str, value: &[u8]) {
-    out.put_slice(name.as_bytes());
+fn field(out: &mut BytesMut, name: impl AsRef<[u8]>, value: &[u8]) {
+    out.put_slice(name.as_ref());
     out.put_slice(b": ");
     out.put_slice(value);
     out.put_slice(b"\r\n");
