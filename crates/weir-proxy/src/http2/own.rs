@@ -105,6 +105,30 @@ impl Shared {
     pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// A half of `stream` dropped: `half` marks it so on the slot and returns the body
+    /// bytes nobody will read, given back to the client's windows. The connection task is
+    /// woken only when it has work: the codec's output grew (a WINDOW_UPDATE, a reset), or
+    /// the last stream went (a connection going away may close); every stream's end woke
+    /// it for nothing before.
+    fn drop_half(&self, stream: u32, half: impl FnOnce(&mut Slot) -> usize) {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let Some(slot) = inner.slots.get_mut(stream) else {
+            return;
+        };
+        let unread = half(slot);
+        let before = inner.core.output().len();
+        if unread > 0 && !inner.closed {
+            inner.core.release(stream, unread as u32);
+        }
+        inner.let_go(stream);
+        let wake = inner.core.output().len() != before || inner.slots.0.is_empty();
+        drop(guard);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
 }
 
 /// The open streams' slots, by id.
@@ -186,14 +210,6 @@ impl Inner {
         for slot in self.slots.0.values_mut() {
             slot.wake();
         }
-    }
-
-    /// Whether a stream letting go needs the connection task: the codec's output
-    /// grew past `before` (a reset, a WINDOW_UPDATE), or the last stream went (a
-    /// connection going away may close). Otherwise the task is not woken: every
-    /// stream's end woke it for nothing.
-    fn writer_needed(&mut self, before: usize) -> bool {
-        self.core.output().len() != before || self.slots.0.is_empty()
     }
 
     /// Streams whose task still holds a half.
@@ -316,23 +332,10 @@ impl Recv {
 
 impl Drop for Recv {
     fn drop(&mut self) {
-        let mut guard = self.shared.lock();
-        let inner = &mut *guard;
-        let Some(slot) = inner.slots.get_mut(self.stream) else {
-            return;
-        };
-        slot.receiving = false;
-        let unread: usize = slot.received.drain(..).map(|data| data.len()).sum();
-        let before = inner.core.output().len();
-        if unread > 0 && !inner.closed {
-            inner.core.release(self.stream, unread as u32);
-        }
-        inner.let_go(self.stream);
-        let wake = inner.writer_needed(before);
-        drop(guard);
-        if wake {
-            self.shared.wake.notify_one();
-        }
+        self.shared.drop_half(self.stream, |slot| {
+            slot.receiving = false;
+            slot.received.drain(..).map(|data| data.len()).sum()
+        });
     }
 }
 
@@ -534,19 +537,10 @@ impl Send {
 
 impl Drop for Send {
     fn drop(&mut self) {
-        let mut guard = self.shared.lock();
-        let inner = &mut *guard;
-        let Some(slot) = inner.slots.get_mut(self.stream) else {
-            return;
-        };
-        slot.senders = slot.senders.saturating_sub(1);
-        let before = inner.core.output().len();
-        inner.let_go(self.stream);
-        let wake = inner.writer_needed(before);
-        drop(guard);
-        if wake {
-            self.shared.wake.notify_one();
-        }
+        self.shared.drop_half(self.stream, |slot| {
+            slot.senders = slot.senders.saturating_sub(1);
+            0
+        });
     }
 }
 
