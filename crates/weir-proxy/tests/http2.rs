@@ -170,17 +170,6 @@ impl ProxyRef {
     }
 }
 
-/// h2spec's binary: on PATH, or where `go install` puts it.
-fn h2spec() -> String {
-    let home = std::env::var("HOME").unwrap_or_default();
-    let installed = format!("{home}/go/bin/h2spec");
-    if std::path::Path::new(&installed).exists() {
-        installed
-    } else {
-        "h2spec".to_owned()
-    }
-}
-
 /// h2spec in strict mode against weir serving through the pipeline to an
 /// HTTP/1.1 node, over TLS (ALPN `h2`) and over h2c: all 146 cases pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,29 +177,8 @@ async fn h2spec_strict_passes_every_case_through_the_pipeline() {
     let origin = TestOrigin::start("a").await;
     for tls in [true, false] {
         let proxy = proxy(&origin, tls).await;
-        let port = proxy.addr.port().to_string();
-        let output = blocking(move || {
-            let mut command = Command::new(h2spec());
-            command.args(["-h", "127.0.0.1", "-p", &port, "-S", "-o", "5"]);
-            if tls {
-                command.args(["-t", "-k"]);
-            }
-            command
-                .output()
-                .unwrap_or_else(|error| panic!("h2spec (installed by scripts/test): {error}"))
-        })
-        .await;
-        let text = String::from_utf8_lossy(&output.stdout);
-        let summary = text
-            .lines()
-            .rfind(|line| line.contains("tests,"))
-            .unwrap_or_else(|| panic!("no h2spec summary:\n{text}"));
-        assert!(
-            summary
-                .trim()
-                .starts_with("146 tests, 146 passed, 0 skipped, 0 failed"),
-            "tls {tls}: {summary}\n{text}"
-        );
+        let port = proxy.addr.port();
+        blocking(move || weir_testkit::h2spec::run_strict(port, tls)).await;
         proxy.stop().await;
     }
     origin.stop().await;

@@ -17,6 +17,7 @@ pub mod attack;
 pub mod client;
 pub mod dns;
 pub mod h2flood;
+pub mod h2spec;
 pub mod memory;
 pub mod tls;
 

@@ -4,8 +4,6 @@
 //! handler reads each request body and answers with a body long enough for
 //! the flow-control cases (h2spec skips 6.9.2/2 below 5 bytes).
 
-use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,49 +111,6 @@ fn acceptor(pki: &weir_testkit::tls::Pki) -> Arc<weir_tls::Acceptor> {
     Arc::new(weir_tls::Acceptor::new("s", tls, "h2spec.toml").expect("certificates load"))
 }
 
-/// h2spec's binary: on PATH, or where `go install` puts it.
-fn h2spec() -> String {
-    let home = std::env::var("HOME").unwrap_or_default();
-    let installed = format!("{home}/go/bin/h2spec");
-    if std::path::Path::new(&installed).exists() {
-        installed
-    } else {
-        "h2spec".to_owned()
-    }
-}
-
-/// Runs h2spec against `address`; returns its summary line after checking it.
-fn run_h2spec(address: SocketAddr, tls: bool) -> String {
-    let mut command = Command::new(h2spec());
-    command.args([
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &address.port().to_string(),
-        "-S",
-        "-o",
-        "5",
-    ]);
-    if tls {
-        command.args(["-t", "-k"]);
-    }
-    let output = command
-        .output()
-        .unwrap_or_else(|error| panic!("h2spec (installed by scripts/test): {error}"));
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    let summary = text
-        .lines()
-        .rfind(|line| line.contains("tests,"))
-        .unwrap_or_else(|| panic!("no h2spec summary:\n{text}"))
-        .trim()
-        .to_owned();
-    assert!(
-        summary.starts_with("146 tests, 146 passed, 0 skipped, 0 failed"),
-        "tls {tls}: {summary}\n{text}"
-    );
-    summary
-}
-
 /// h2spec over h2c and TLS against the driver on `codec`.
 async fn h2spec_strict(codec: weir_config::Http2Codec) {
     let plain = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -166,8 +121,8 @@ async fn h2spec_strict(codec: weir_config::Http2Codec) {
     let secure_address = secure.local_addr().expect("address");
     start(secure, Some(acceptor(&pki)), codec);
     tokio::task::spawn_blocking(move || {
-        run_h2spec(plain_address, false);
-        run_h2spec(secure_address, true);
+        weir_testkit::h2spec::run_strict(plain_address.port(), false);
+        weir_testkit::h2spec::run_strict(secure_address.port(), true);
     })
     .await
     .expect("h2spec ran");

@@ -73,22 +73,34 @@ fn start_with(
     codec: Http2Codec,
 ) -> (DuplexStream, weir_core::Shutdown) {
     let (client, server) = tokio::io::duplex(1 << 20);
+    let shutdown = spawn_driver(server, settings(codec), timing, metrics.clone(), Echo);
+    (client, shutdown)
+}
+
+/// Serves `server`, one end of an in-memory connection, with `handler` until it closes;
+/// the shutdown that ends it.
+fn spawn_driver<H: StreamHandler>(
+    server: DuplexStream,
+    settings: Http2,
+    timing: ConnectionLimits,
+    metrics: Http2Metrics,
+    handler: H,
+) -> weir_core::Shutdown {
     let (shutdown, signal) = weir_core::Shutdown::new();
-    let metrics = metrics.clone();
     tokio::spawn(async move {
         serve(
             server,
             Bytes::new(),
             Via::H2c,
-            &settings(codec),
+            &settings,
             timing,
             (&metrics, &weir_observe::LogBudget::new()),
-            Echo,
+            handler,
             signal,
         )
         .await;
     });
-    (client, shutdown)
+    shutdown
 }
 
 /// Reads frames until a GOAWAY; returns its error code (`None`: closed without one).
@@ -396,21 +408,8 @@ impl StreamHandler for Relay {
 
 async fn a_stream_relays_body_and_trailers_within_the_clients_window(codec: Http2Codec) {
     let (client, server) = tokio::io::duplex(1 << 16);
-    let (_shutdown, signal) = weir_core::Shutdown::new();
     let metrics = Http2Metrics::default();
-    tokio::spawn(async move {
-        serve(
-            server,
-            Bytes::new(),
-            Via::H2c,
-            &settings(codec),
-            TIMING,
-            (&metrics, &weir_observe::LogBudget::new()),
-            Relay,
-            signal,
-        )
-        .await;
-    });
+    let _shutdown = spawn_driver(server, settings(codec), TIMING, metrics, Relay);
     // A small client window: the 300 KiB response must wait for it to open.
     let (mut sender, connection) = h2::client::Builder::new()
         .initial_window_size(16 * 1024)
@@ -460,25 +459,11 @@ impl StreamHandler for Stall {
 /// flood bound).
 async fn streams_still_at_work_count_against_the_concurrency_limit(codec: Http2Codec) {
     let (client, server) = tokio::io::duplex(1 << 20);
-    let (_shutdown, signal) = weir_core::Shutdown::new();
     let limited = Http2 {
         max_concurrent_streams: 8,
         ..settings(codec)
     };
-    tokio::spawn(async move {
-        let metrics = Http2Metrics::default();
-        serve(
-            server,
-            Bytes::new(),
-            Via::H2c,
-            &limited,
-            TIMING,
-            (&metrics, &weir_observe::LogBudget::new()),
-            Stall,
-            signal,
-        )
-        .await;
-    });
+    let _shutdown = spawn_driver(server, limited, TIMING, Http2Metrics::default(), Stall);
     let (mut sender, connection) = h2::client::handshake(client).await.expect("handshake");
     tokio::spawn(connection);
     let request = || {
@@ -537,23 +522,10 @@ impl StreamHandler for Large {
 /// `h2` crate: 256 KiB per stream), not by the 2 GiB its windows allow.
 async fn a_client_that_does_not_read_holds_a_bounded_output(codec: Http2Codec) {
     let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let (_shutdown, signal) = weir_core::Shutdown::new();
     let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let handler = Large(std::sync::Arc::clone(&sent));
-    tokio::spawn(async move {
-        let metrics = Http2Metrics::default();
-        serve(
-            server,
-            Bytes::new(),
-            Via::H2c,
-            &settings(codec),
-            TIMING,
-            (&metrics, &weir_observe::LogBudget::new()),
-            handler,
-            signal,
-        )
-        .await;
-    });
+    let metrics = Http2Metrics::default();
+    let _shutdown = spawn_driver(server, settings(codec), TIMING, metrics, handler);
     let mut bytes = Vec::from(PREFACE);
     // SETTINGS_INITIAL_WINDOW_SIZE = 2^31 - 1, and the connection's window as large.
     bytes.extend(frame(0x4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
