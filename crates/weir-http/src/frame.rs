@@ -595,6 +595,33 @@ pub fn write_data_header(out: &mut Vec<u8>, stream: u32, len: usize, end_stream:
     );
 }
 
+/// Appends the first `take` bytes of `data` as DATA frames of at most
+/// `max_frame` bytes each and returns `take`; `end_stream` marks the last
+/// frame when `take` is all of `data` (an empty `data` ends the stream with
+/// an empty frame).
+pub fn write_data_frames(
+    out: &mut Vec<u8>,
+    stream: u32,
+    data: &[u8],
+    take: usize,
+    max_frame: u32,
+    end_stream: bool,
+) -> usize {
+    let max = max_frame as usize;
+    let mut sent = 0;
+    while sent < take {
+        let piece = (take - sent).min(max);
+        let last = sent + piece == data.len();
+        write_data_header(out, stream, piece, end_stream && last);
+        out.extend_from_slice(&data[sent..sent + piece]);
+        sent += piece;
+    }
+    if data.is_empty() && end_stream {
+        write_data_header(out, stream, 0, true);
+    }
+    sent
+}
+
 /// Appends a header block as HEADERS and as many CONTINUATION frames as
 /// `max_frame_size` (the peer's setting) needs.
 pub fn write_headers(

@@ -265,10 +265,10 @@ pub struct ServerConnection {
 }
 
 /// Closed streams remembered, for telling a late frame from a bad id.
-const CLOSED_KEPT: usize = 32;
+pub(crate) const CLOSED_KEPT: usize = 32;
 
 /// The default window both sides start from (RFC 9113 §6.9.2).
-const DEFAULT_WINDOW: i64 = 65_535;
+pub(crate) const DEFAULT_WINDOW: i64 = 65_535;
 
 impl ServerConnection {
     /// A connection whose SETTINGS (and connection WINDOW_UPDATE) are

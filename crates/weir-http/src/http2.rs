@@ -25,9 +25,11 @@ use bytes::{BufMut, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 mod hpack_heads;
+mod node_heads;
 
 pub use hpack_heads::{H2Request, RequestFields, encode_fields, encode_response_head};
 pub(crate) use hpack_heads::{is_field_name, is_field_value};
+pub use node_heads::{NodeHead, NodeRequest, ResponseFields, encode_request_head};
 
 use crate::error::ParseError;
 use crate::fields::FieldKind;
@@ -536,6 +538,19 @@ pub fn trailers_from_h2(map: &HeaderMap, out: &mut BytesMut) {
             put_field(out, name.as_str().as_bytes(), trim_ows(value.as_bytes()));
         }
     }
+}
+
+/// The lines of an HTTP/1.1 trailer section (each ending in CRLF) whose
+/// fields may be trailers, for a HEADERS frame that ends a stream.
+pub(crate) fn trailer_lines(lines: &[u8]) -> Vec<u8> {
+    let mut kept = Vec::with_capacity(lines.len());
+    for line in lines.split_inclusive(|&b| b == b'\n') {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if may_be_trailer(name) {
+            kept.extend_from_slice(line);
+        }
+    }
+    kept
 }
 
 /// RFC 9110 §6.5.1: framing, routing, connection and authentication fields

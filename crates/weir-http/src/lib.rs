@@ -35,6 +35,7 @@ pub mod date;
 mod error;
 mod fields;
 pub mod frame;
+pub mod h2client;
 pub mod h2server;
 mod head;
 pub mod hpack;

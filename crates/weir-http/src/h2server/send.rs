@@ -89,21 +89,17 @@ impl ServerConnection {
     ) -> Result<usize, StreamGone> {
         self.sendable(stream)?;
         let take = data.len().min(self.send_capacity(stream));
-        let max = self.peer.max_frame_size as usize;
-        let mut sent = 0;
-        while sent < take {
-            let piece = (take - sent).min(max);
-            let last = sent + piece == data.len();
-            frame::write_data_header(&mut self.output, stream, piece, end_stream && last);
-            self.output.extend_from_slice(&data[sent..sent + piece]);
-            sent += piece;
-        }
+        let sent = frame::write_data_frames(
+            &mut self.output,
+            stream,
+            data,
+            take,
+            self.peer.max_frame_size,
+            end_stream,
+        );
         self.send_window -= take as i64;
         if let Some(state) = self.streams.get_mut(&stream) {
             state.send_window -= take as i64;
-        }
-        if data.is_empty() && end_stream {
-            frame::write_data_header(&mut self.output, stream, 0, true);
         }
         if end_stream && sent == data.len() {
             self.end_local(stream);
@@ -118,13 +114,7 @@ impl ServerConnection {
         let mut block = std::mem::take(&mut self.block_buffer);
         block.clear();
         let mut encoding = self.encoder.block(&mut block);
-        let mut kept = Vec::with_capacity(lines.len());
-        for line in lines.split_inclusive(|&b| b == b'\n') {
-            let name = line.split(|&b| b == b':').next().unwrap_or_default();
-            if crate::http2::may_be_trailer(name) {
-                kept.extend_from_slice(line);
-            }
-        }
+        let kept = crate::http2::trailer_lines(lines);
         // A line that cannot be encoded is left out; the rest still go.
         let _ = encode_fields(&kept, &mut encoding);
         frame::write_headers(

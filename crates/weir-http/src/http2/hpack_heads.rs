@@ -337,11 +337,31 @@ pub fn encode_response_head(
 /// connection-specific fields and `TE`: a head's fields, or a trailer
 /// section's.
 pub fn encode_fields(lines: &[u8], block: &mut Block<'_>) -> Result<(), ParseError> {
+    encode_lines(lines, block, Lines::Response)
+}
+
+/// Whose field lines [`encode_lines`] encodes: a response's (or trailers'),
+/// or a request's for a node, whose `Host` went as `:authority`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lines {
+    Response,
+    Request,
+}
+
+/// [`encode_fields`] for either kind of message.
+pub(super) fn encode_lines(
+    lines: &[u8],
+    block: &mut Block<'_>,
+    kind: Lines,
+) -> Result<(), ParseError> {
     // Names are lower-cased here: most are short enough for the stack.
     let mut short = [0u8; 64];
     let mut long = Vec::new();
     for field in written_fields(lines) {
         let (name, value) = field?;
+        if kind == Lines::Request && name.eq_ignore_ascii_case(b"host") {
+            continue;
+        }
         // The writer wrote these from a parsed head (names are tokens, values
         // hold no CR or LF), weir's own fields and validated edits; what an
         // HTTP/2 field cannot hold is still refused, in the pass that lowers
@@ -365,7 +385,11 @@ pub fn encode_fields(lines: &[u8], block: &mut Block<'_>) -> Result<(), ParseErr
             return Err(ParseError::invalid("field name not representable"));
         }
         let name = &*lower;
-        block.field(name, value, indexing(name));
+        let indexing = match kind {
+            Lines::Response => indexing(name),
+            Lines::Request => request_indexing(name),
+        };
+        block.field(name, value, indexing);
     }
     Ok(())
 }
@@ -404,6 +428,16 @@ fn indexing(name: &[u8]) -> Indexing {
     match name {
         b"set-cookie" => Indexing::NotIndexed,
         b"authorization" | b"proxy-authorization" => Indexing::Never,
+        _ => Indexing::Index,
+    }
+}
+
+/// Which request fields may enter the table a node keeps for weir: not the
+/// credentials (RFC 7541 §7.1.3), nor the fields that differ on every request.
+fn request_indexing(name: &[u8]) -> Indexing {
+    match name {
+        b"authorization" | b"proxy-authorization" | b"cookie" => Indexing::Never,
+        b"content-length" | b"x-request-id" | b"traceparent" => Indexing::NotIndexed,
         _ => Indexing::Index,
     }
 }
