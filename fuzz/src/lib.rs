@@ -388,3 +388,91 @@ pub fn check_h2server(data: &[u8]) {
         assert_eq!(last, Some(true), "a failed connection ends with GOAWAY");
     }
 }
+
+/// The input is what a node sends after its SETTINGS, to a connection that
+/// has opened four streams (two with bodies still to send). The client
+/// connection never panics; it never sends more body than the node's
+/// windows allow; what it writes is always whole, valid frames; and once it
+/// fails, it reads nothing more and its last frame is a GOAWAY.
+pub fn check_h2client(data: &[u8]) {
+    use weir_http::frame::{self, Frame, read_frame};
+    use weir_http::h2client::{ClientConnection, Config, Event};
+    use weir_http::http2::NodeRequest;
+    let mut client = ClientConnection::new(Config {
+        stream_window: 1024,
+        connection_window: 4096,
+        max_header_list_size: 2048,
+        ..Config::default()
+    });
+    let mut streams = Vec::new();
+    for (written, ends) in [
+        (&b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..], true),
+        (
+            b"POST /up HTTP/1.1\r\nHost: a\r\ncontent-length: 100000\r\n\r\n",
+            false,
+        ),
+        (b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n", true),
+        (b"POST /rpc HTTP/1.1\r\nHost: a\r\n\r\n", false),
+    ] {
+        let request = NodeRequest {
+            written,
+            scheme: b"http",
+            te_trailers: !ends,
+            protocol: None,
+        };
+        let stream = client
+            .send_request(&request, ends)
+            .expect("a new connection takes streams");
+        streams.push(stream.expect("a valid head"));
+    }
+    let mut input = Vec::new();
+    frame::write_settings(&mut input, &[]);
+    input.extend_from_slice(data);
+    let body = [b'b'; 100_000];
+    let (first, second) = input.split_at(input.len() / 2);
+    let mut buffer = Vec::new();
+    let mut failed = false;
+    for piece in [first, second] {
+        buffer.extend_from_slice(piece);
+        let mut consumed = Vec::new();
+        let result = client.receive(&buffer, |event| {
+            if let Event::Data { stream, data, .. } = event {
+                consumed.push((stream, data.len() as u32));
+            }
+        });
+        for (stream, len) in consumed {
+            client.release(stream, len);
+        }
+        for &stream in &streams[1..] {
+            let capacity = client.send_capacity(stream);
+            if let Ok(sent) = client.send_data(stream, &body, false) {
+                assert!(sent <= capacity, "sent past the windows");
+            }
+        }
+        match result {
+            Ok(used) => {
+                assert!(used <= buffer.len(), "took more than it was given");
+                buffer.drain(..used);
+            }
+            Err(_) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    let output = std::mem::take(client.output());
+    let mut rest = output
+        .strip_prefix(&frame::PREFACE[..])
+        .expect("the preface first");
+    let mut last = None;
+    while !rest.is_empty() {
+        let (frame, used) = read_frame(rest, frame::MAX_MAX_FRAME_SIZE)
+            .expect("weir writes valid frames")
+            .expect("weir writes whole frames");
+        last = Some(matches!(frame, Frame::GoAway { .. }));
+        rest = &rest[used..];
+    }
+    if failed {
+        assert_eq!(last, Some(true), "a failed connection ends with GOAWAY");
+    }
+}

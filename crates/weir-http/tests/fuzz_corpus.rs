@@ -71,3 +71,8 @@ fn frames_corpus_replays() {
 fn h2server_corpus_replays() {
     replay("h2server", checks::check_h2server);
 }
+
+#[test]
+fn h2client_corpus_replays() {
+    replay("h2client", checks::check_h2client);
+}

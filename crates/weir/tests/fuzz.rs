@@ -1,5 +1,5 @@
 //! The fuzz targets on the stable toolchain: every target of `fuzz/` (the
-//! HTTP codec's request and response heads, chunked coding, HTTP/2 frames, HPACK and the HTTP/2 server connection, the config
+//! HTTP codec's request and response heads, chunked coding, HTTP/2 frames, HPACK and the HTTP/2 server and client connections, the config
 //! loader, the tunnel's wire parsers, the PROXY protocol, the ClientHello reader) replays its corpus, then runs mutated
 //! corpus inputs for a time budget: `WEIR_FUZZ_SECONDS` per target (1 s by
 //! default; `.ci/run` gives each 20 s). An input whose check panics is saved
@@ -155,6 +155,11 @@ fn frames() {
 #[test]
 fn h2server() {
     fuzz("h2server", http::check_h2server);
+}
+
+#[test]
+fn h2client() {
+    fuzz("h2client", http::check_h2client);
 }
 
 #[test]
