@@ -209,6 +209,9 @@ struct HeaderBlock {
     stream: u32,
     fragment: Vec<u8>,
     end_stream: bool,
+    /// The HEADERS frame made the stream depend on itself (RFC 9113
+    /// §5.3.1): once the block is decoded, the stream is reset.
+    self_dependent: bool,
 }
 
 /// The node's settings that shape what weir sends.
@@ -415,8 +418,12 @@ impl ClientConnection {
                 fragment,
                 end_stream,
                 end_headers,
-                ..
-            } => self.headers(stream, fragment, end_stream, end_headers, on),
+                priority,
+            } => {
+                let self_dependent = priority.is_some_and(|p| p.dependency == stream);
+                let ends = (end_stream, end_headers, self_dependent);
+                self.headers(stream, fragment, ends, on)
+            }
             Frame::Continuation {
                 stream,
                 fragment,

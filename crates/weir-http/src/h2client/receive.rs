@@ -178,8 +178,7 @@ impl ClientConnection {
         &mut self,
         stream: u32,
         fragment: &[u8],
-        end_stream: bool,
-        end_headers: bool,
+        (end_stream, end_headers, self_dependent): (bool, bool, bool),
         on: &mut F,
     ) -> Result<(), ConnectionError>
     where
@@ -197,6 +196,7 @@ impl ClientConnection {
             stream,
             fragment: buffer,
             end_stream,
+            self_dependent,
         });
         self.continuation(stream, fragment, end_headers, on)
     }
@@ -248,13 +248,15 @@ impl ClientConnection {
         else {
             // A stream weir closed: the block is still decoded, as the
             // node's table moved with it.
-            return match self.decoder.decode(&block.fragment, |_| {}) {
-                Ok(()) => Ok(()),
-                Err(_) => Err(self.fail(ErrorCode::COMPRESSION_ERROR, "HPACK block not decodable")),
-            };
+            return self.discard_block(block);
         };
         if answered {
             return self.trailers_block(block, on);
+        }
+        if block.self_dependent {
+            self.discard_block(block)?;
+            self.reset_by_weir(stream, ErrorCode::PROTOCOL_ERROR, on);
+            return Ok(());
         }
         let mut fields = ResponseFields::new(self.config.max_header_list_size as usize);
         if self
@@ -282,6 +284,14 @@ impl ClientConnection {
             NodeHead::Final(head) => self.response(stream, head, block.end_stream, on),
         }
         Ok(())
+    }
+
+    /// Decodes a block only to keep the node's table in step.
+    fn discard_block(&mut self, block: &HeaderBlock) -> Result<(), ConnectionError> {
+        match self.decoder.decode(&block.fragment, |_| {}) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.fail(ErrorCode::COMPRESSION_ERROR, "HPACK block not decodable")),
+        }
     }
 
     /// A stream's final response head.
@@ -341,7 +351,7 @@ impl ClientConnection {
             .is_some_and(|length| state.received != length);
         match state.state {
             State::HalfClosedRemote => self.reset_by_weir(stream, ErrorCode::STREAM_CLOSED, on),
-            _ if !block.end_stream || malformed || short => {
+            _ if !block.end_stream || malformed || short || block.self_dependent => {
                 self.reset_by_weir(stream, ErrorCode::PROTOCOL_ERROR, on);
             }
             _ => {

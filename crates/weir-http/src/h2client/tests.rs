@@ -43,47 +43,81 @@ impl Node {
 
     /// The frames in `output`, as text; header blocks decoded as
     /// `name=value` pairs.
+    /// A block that spans frames is shown with its HEADERS frame, and each
+    /// CONTINUATION as `continuation`.
     fn read(&mut self, output: &[u8]) -> Vec<String> {
         let mut frames = Vec::new();
         let mut rest = output.strip_prefix(&PREFACE[..]).unwrap_or(output);
+        // The block being read: its HEADERS frame's place in `frames`, its
+        // stream and END_STREAM, and its bytes so far.
+        let mut block: Option<(usize, u32, bool, Vec<u8>)> = None;
         while let Some((frame, len)) = read_frame(rest, 1 << 24).expect("weir writes valid frames")
         {
-            frames.push(match frame {
+            let (fragment, end_headers) = match frame {
                 Frame::Headers {
                     stream,
                     fragment,
                     end_stream,
+                    end_headers,
                     ..
                 } => {
-                    let mut fields = Vec::new();
-                    self.decoder
-                        .decode(fragment, |field| {
-                            fields.push(format!(
-                                "{}={}",
-                                String::from_utf8_lossy(field.name),
-                                String::from_utf8_lossy(field.value)
-                            ));
-                        })
-                        .expect("weir's blocks decode");
-                    format!("headers {stream} {end_stream} {}", fields.join(" "))
+                    block = Some((frames.len(), stream, end_stream, Vec::new()));
+                    frames.push(String::new());
+                    (fragment, end_headers)
                 }
-                Frame::Data {
-                    stream,
-                    data,
-                    end_stream,
+                Frame::Continuation {
+                    fragment,
+                    end_headers,
                     ..
-                } => format!("data {stream} {} {end_stream}", data.len()),
-                Frame::RstStream { stream, error } => format!("rst {stream} {}", error.name()),
-                Frame::Settings { ack: true, .. } => "settings-ack".to_owned(),
-                Frame::Settings { settings, .. } => format!("settings {settings:?}"),
-                Frame::WindowUpdate { stream, increment } => format!("window {stream} {increment}"),
-                Frame::GoAway { error, .. } => format!("goaway {}", error.name()),
-                Frame::Ping { ack, .. } => format!("ping {ack}"),
-                other => format!("{other:?}"),
-            });
+                } => {
+                    frames.push("continuation".to_owned());
+                    (fragment, end_headers)
+                }
+                other => {
+                    frames.push(Self::show(other));
+                    rest = &rest[len..];
+                    continue;
+                }
+            };
+            let (at, stream, end_stream, mut bytes) = block.take().expect("a block open");
+            bytes.extend_from_slice(fragment);
+            if end_headers {
+                let mut fields = Vec::new();
+                self.decoder
+                    .decode(&bytes, |field| {
+                        fields.push(format!(
+                            "{}={}",
+                            String::from_utf8_lossy(field.name),
+                            String::from_utf8_lossy(field.value)
+                        ));
+                    })
+                    .expect("weir's blocks decode");
+                frames[at] = format!("headers {stream} {end_stream} {}", fields.join(" "));
+            } else {
+                block = Some((at, stream, end_stream, bytes));
+            }
             rest = &rest[len..];
         }
         frames
+    }
+
+    /// A frame other than a header block's, as text.
+    fn show(frame: Frame<'_>) -> String {
+        match frame {
+            Frame::Data {
+                stream,
+                data,
+                end_stream,
+                ..
+            } => format!("data {stream} {} {end_stream}", data.len()),
+            Frame::RstStream { stream, error } => format!("rst {stream} {}", error.name()),
+            Frame::Settings { ack: true, .. } => "settings-ack".to_owned(),
+            Frame::Settings { settings, .. } => format!("settings {settings:?}"),
+            Frame::WindowUpdate { stream, increment } => format!("window {stream} {increment}"),
+            Frame::GoAway { error, .. } => format!("goaway {}", error.name()),
+            Frame::Ping { ack, .. } => format!("ping {ack}"),
+            other => format!("{other:?}"),
+        }
     }
 }
 
@@ -567,4 +601,82 @@ fn request_trailers_end_the_request() {
         ]
     );
     assert_eq!(client.send_data(stream, b"x", true), Err(StreamGone));
+}
+
+#[test]
+fn a_head_that_makes_its_stream_depend_on_itself_resets_it() {
+    let mut node = Node::new();
+    let mut client = open(&mut node);
+    let stream = send(&mut client, GET, true);
+    let plain = node.block(stream, &[(":status", "200")], true);
+    // The same block behind the PRIORITY flag, depending on its own stream.
+    let block = &plain[9..];
+    let mut payload = stream.to_be_bytes().to_vec();
+    payload.push(15);
+    payload.extend_from_slice(block);
+    let mut input = Vec::new();
+    frame::write_header(
+        &mut input,
+        payload.len(),
+        frame::HEADERS,
+        0x4 | 0x1 | 0x20,
+        stream,
+    );
+    input.extend_from_slice(&payload);
+    let (events, failed) = feed(&mut client, &input);
+    assert!(failed.is_none());
+    assert_eq!(
+        events,
+        [format!("reset {stream} PROTOCOL_ERROR false false")]
+    );
+}
+
+#[test]
+fn heads_span_continuation_frames_both_ways() {
+    let mut node = Node::new();
+    let mut client = open(&mut node);
+    let long = "v".repeat(40_000);
+    let written = format!("GET / HTTP/1.1\r\nHost: a\r\nX-Long: {long}\r\n\r\n");
+    let stream = send(&mut client, written.as_bytes(), true);
+    let frames = node.read(&std::mem::take(client.output()));
+    assert!(
+        frames.len() >= 3,
+        "HEADERS and CONTINUATION frames: {frames:?}"
+    );
+    assert!(
+        frames[0].contains(&format!("x-long={long}")),
+        "the block decodes whole"
+    );
+    let mut block = Vec::new();
+    let mut encoding = node.encoder.block(&mut block);
+    encoding.field(b":status", b"200", Indexing::Index);
+    encoding.field(b"x-long", long.as_bytes(), Indexing::NotIndexed);
+    let mut input = Vec::new();
+    write_headers(&mut input, stream, &block, true, 16_384);
+    let (events, _) = feed(&mut client, &input);
+    assert_eq!(events, [format!("response {stream} 200 Length(0) true")]);
+}
+
+#[test]
+fn a_new_initial_window_moves_the_open_streams_windows() {
+    let mut node = Node::new();
+    let mut client = open(&mut node);
+    let stream = send(&mut client, b"POST / HTTP/1.1\r\nHost: a\r\n\r\n", false);
+    assert_eq!(client.send_capacity(stream), 65_535);
+    assert_eq!(
+        feed(&mut client, &Node::settings(&[(0x4, 100)])).0,
+        ["settings 4294967295"]
+    );
+    assert_eq!(client.send_capacity(stream), 100);
+    let (events, _) = feed(&mut client, &Node::settings(&[(0x4, 1000)]));
+    assert_eq!(events, ["settings 4294967295", "window"]);
+    assert_eq!(client.send_capacity(stream), 1000);
+    // A stream window past 2^31 - 1 ends the connection.
+    let mut update = Vec::new();
+    write_window_update(&mut update, stream, (1 << 31) - 1 - 1000);
+    let (_, failed) = feed(
+        &mut client,
+        &[update, Node::settings(&[(0x4, 2000)])].concat(),
+    );
+    assert_eq!(failed.map(|e| e.code), Some(ErrorCode::FLOW_CONTROL_ERROR));
 }
