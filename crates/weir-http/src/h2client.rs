@@ -14,7 +14,8 @@ use crate::error::ParseError;
 use crate::frame::{
     self, DEFAULT_MAX_FRAME_SIZE, ErrorCode, Frame, FrameError, MAX_WINDOW, PREFACE,
 };
-use crate::h2server::{DEFAULT_WINDOW, StreamMap};
+use crate::h2core::{Blocks, DEFAULT_WINDOW, Flow, State, StreamFlow};
+use crate::h2server::StreamMap;
 use crate::head::{Limits, ResponseHead};
 use crate::hpack;
 use crate::message::Method;
@@ -174,26 +175,10 @@ enum Phase {
     Failed,
 }
 
-/// A stream's state (RFC 9113 §5.1); a closed stream is no longer kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Both sides may send.
-    Open,
-    /// The node ended its side (its response is whole).
-    HalfClosedRemote,
-    /// weir ended its side (the request is whole); the node may still send.
-    HalfClosedLocal,
-}
-
 #[derive(Debug)]
 struct Stream {
     state: State,
-    /// What weir may send on it, which SETTINGS can drive below zero.
-    send_window: i64,
-    /// What the node may still send on it.
-    receive_window: i64,
-    /// Bytes consumed and not yet given back with a WINDOW_UPDATE.
-    released: u32,
+    flow: StreamFlow,
     /// The request's method, which frames the response.
     method: Method,
     /// The final response head came: the next block is the trailers.
@@ -202,16 +187,6 @@ struct Stream {
     /// for an answer without a body (RFC 9113 §8.1.1).
     expected: Option<u64>,
     received: u64,
-}
-
-/// A header block being read: HEADERS, then CONTINUATION frames.
-struct HeaderBlock {
-    stream: u32,
-    fragment: Vec<u8>,
-    end_stream: bool,
-    /// The HEADERS frame made the stream depend on itself (RFC 9113
-    /// §5.3.1): once the block is decoded, the stream is reset.
-    self_dependent: bool,
 }
 
 /// The node's settings that shape what weir sends.
@@ -231,11 +206,9 @@ pub struct ClientConnection {
     streams: StreamMap<Stream>,
     /// The id the next stream takes: every odd id below it was opened.
     next_stream: u32,
-    block: Option<HeaderBlock>,
+    blocks: Blocks,
     peer: Peer,
-    send_window: i64,
-    receive_window: i64,
-    released: u32,
+    flow: Flow,
     /// weir's SETTINGS wait for their acknowledgement.
     settings_unacked: bool,
     /// The node's GOAWAY: streams above its last one were not processed.
@@ -276,16 +249,14 @@ impl ClientConnection {
             encoder: hpack::Encoder::new(),
             streams: StreamMap::default(),
             next_stream: 1,
-            block: None,
+            blocks: Blocks::default(),
             peer: Peer {
                 max_frame_size: DEFAULT_MAX_FRAME_SIZE,
                 stream_window: DEFAULT_WINDOW,
                 max_concurrent_streams: u32::MAX,
                 enable_connect_protocol: false,
             },
-            send_window: DEFAULT_WINDOW,
-            receive_window: connection_window.max(DEFAULT_WINDOW),
-            released: 0,
+            flow: Flow::new(config.connection_window, config.stream_window),
             settings_unacked: true,
             node_going_away: None,
             going_away: false,
@@ -360,7 +331,7 @@ impl ClientConnection {
                 }
                 Err(FrameError::Connection(code, reason)) => return Err(self.fail(code, reason)),
                 Err(FrameError::Stream(stream, len, code, reason)) => {
-                    if self.block.is_some() || self.phase == Phase::FirstSettings {
+                    if self.blocks.open_on().is_some() || self.phase == Phase::FirstSettings {
                         return Err(self.fail(ErrorCode::PROTOCOL_ERROR, reason));
                     }
                     self.reset_by_weir(stream, code, &mut on);
@@ -395,9 +366,9 @@ impl ClientConnection {
             }
             self.phase = Phase::Open;
         }
-        if let Some(block) = &self.block {
+        if let Some(open) = self.blocks.open_on() {
             match frame {
-                Frame::Continuation { stream, .. } if stream == block.stream => {}
+                Frame::Continuation { stream, .. } if stream == open => {}
                 _ => {
                     return Err(self.fail(
                         ErrorCode::PROTOCOL_ERROR,

@@ -14,6 +14,7 @@ use crate::error::ParseError;
 use crate::frame::{
     self, DEFAULT_MAX_FRAME_SIZE, ErrorCode, Frame, FrameError, MAX_WINDOW, PREFACE,
 };
+use crate::h2core::{Blocks, DEFAULT_WINDOW, Flow, State, StreamFlow};
 use crate::head::Limits;
 use crate::hpack;
 use crate::http2::H2Request;
@@ -195,41 +196,14 @@ enum Phase {
     Failed,
 }
 
-/// A stream's state (RFC 9113 §5.1); a closed stream is no longer kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Both sides may send.
-    Open,
-    /// The client ended its side.
-    HalfClosedRemote,
-    /// weir ended its side; the client may still send.
-    HalfClosedLocal,
-}
-
 #[derive(Debug)]
 struct Stream {
     state: State,
-    /// What weir may send on it (RFC 9113 §6.9), which SETTINGS can drive
-    /// below zero.
-    send_window: i64,
-    /// What the client may still send on it.
-    receive_window: i64,
-    /// Bytes consumed and not yet given back with a WINDOW_UPDATE.
-    released: u32,
+    flow: StreamFlow,
     /// The request's `content-length`, which its DATA must match
     /// (RFC 9113 §8.1.1).
     content_length: Option<u64>,
     received: u64,
-}
-
-/// A header block being read: HEADERS, then CONTINUATION frames.
-struct HeaderBlock {
-    stream: u32,
-    fragment: Vec<u8>,
-    end_stream: bool,
-    /// The HEADERS frame made the stream depend on itself (RFC 9113
-    /// §5.3.1): once the block is decoded, the stream is reset.
-    self_dependent: bool,
 }
 
 /// The client's settings that shape what weir sends.
@@ -251,11 +225,9 @@ pub struct ServerConnection {
     /// frame on a closed stream (STREAM_CLOSED), where HEADERS on another
     /// id below `last_stream` is a stream id out of order (PROTOCOL_ERROR).
     closed: VecDeque<u32>,
-    block: Option<HeaderBlock>,
+    blocks: Blocks,
     peer: Peer,
-    send_window: i64,
-    receive_window: i64,
-    released: u32,
+    flow: Flow,
     /// weir's SETTINGS wait for their acknowledgement.
     settings_unacked: bool,
     /// weir sent GOAWAY: streams after this one are ignored.
@@ -266,9 +238,6 @@ pub struct ServerConnection {
 
 /// Closed streams remembered, for telling a late frame from a bad id.
 pub(crate) const CLOSED_KEPT: usize = 32;
-
-/// The default window both sides start from (RFC 9113 §6.9.2).
-pub(crate) const DEFAULT_WINDOW: i64 = 65_535;
 
 impl ServerConnection {
     /// A connection whose SETTINGS (and connection WINDOW_UPDATE) are
@@ -297,14 +266,12 @@ impl ServerConnection {
             streams: StreamMap::default(),
             last_stream: 0,
             closed: VecDeque::with_capacity(CLOSED_KEPT),
-            block: None,
+            blocks: Blocks::default(),
             peer: Peer {
                 max_frame_size: DEFAULT_MAX_FRAME_SIZE,
                 stream_window: DEFAULT_WINDOW,
             },
-            send_window: DEFAULT_WINDOW,
-            receive_window: connection_window.max(DEFAULT_WINDOW),
-            released: 0,
+            flow: Flow::new(config.connection_window, config.stream_window),
             settings_unacked: true,
             going_away: None,
             output,
@@ -362,7 +329,7 @@ impl ServerConnection {
                 }
                 Err(FrameError::Connection(code, reason)) => return Err(self.fail(code, reason)),
                 Err(FrameError::Stream(stream, len, code, reason)) => {
-                    if self.block.is_some() || self.phase == Phase::FirstSettings {
+                    if self.blocks.open_on().is_some() || self.phase == Phase::FirstSettings {
                         return Err(self.fail(ErrorCode::PROTOCOL_ERROR, reason));
                     }
                     self.reset_by_weir(stream, code, &mut on);
@@ -391,9 +358,9 @@ impl ServerConnection {
             }
             self.phase = Phase::Open;
         }
-        if let Some(block) = &self.block {
+        if let Some(open) = self.blocks.open_on() {
             match frame {
-                Frame::Continuation { stream, .. } if stream == block.stream => {}
+                Frame::Continuation { stream, .. } if stream == open => {}
                 _ => {
                     return Err(self.fail(
                         ErrorCode::PROTOCOL_ERROR,

@@ -36,6 +36,7 @@ mod error;
 mod fields;
 pub mod frame;
 pub mod h2client;
+mod h2core;
 pub mod h2server;
 mod head;
 pub mod hpack;

@@ -2,8 +2,9 @@
 //! response heads, trailers, GOAWAY, and the stream states they move
 //! (`LIFECYCLE.md`).
 
-use super::{ClientConnection, ConnectionError, Event, HeaderBlock, State, frame};
+use super::{ClientConnection, ConnectionError, Event, State, frame};
 use crate::frame::{ErrorCode, MAX_WINDOW, Settings};
+use crate::h2core::HeaderBlock;
 use crate::http2::{NodeHead, ResponseFields, is_field_name, is_field_value, may_be_trailer};
 use crate::message::{BodyFraming, Method};
 use crate::syntax::trim_ows;
@@ -51,8 +52,8 @@ impl ClientConnection {
             let change = i64::from(window) - self.peer.stream_window;
             self.peer.stream_window = i64::from(window);
             for stream in self.streams.values_mut() {
-                stream.send_window += change;
-                if stream.send_window > i64::from(MAX_WINDOW) {
+                stream.flow.send += change;
+                if stream.flow.send > i64::from(MAX_WINDOW) {
                     return Err(self.fail(
                         ErrorCode::FLOW_CONTROL_ERROR,
                         "SETTINGS_INITIAL_WINDOW_SIZE overflows a window",
@@ -81,10 +82,8 @@ impl ClientConnection {
     where
         F: FnMut(Event<'_>),
     {
-        let increment = i64::from(increment);
         if stream == 0 {
-            self.send_window += increment;
-            if self.send_window > i64::from(MAX_WINDOW) {
+            if !self.flow.open_send(increment) {
                 return Err(self.fail(
                     ErrorCode::FLOW_CONTROL_ERROR,
                     "connection window above 2^31-1",
@@ -99,8 +98,8 @@ impl ClientConnection {
         let Some(state) = self.streams.get_mut(&stream) else {
             return Ok(());
         };
-        state.send_window += increment;
-        if state.send_window > i64::from(MAX_WINDOW) {
+        state.flow.send += i64::from(increment);
+        if state.flow.send > i64::from(MAX_WINDOW) {
             self.reset_by_weir(stream, ErrorCode::FLOW_CONTROL_ERROR, on);
             return Ok(());
         }
@@ -119,14 +118,12 @@ impl ClientConnection {
     where
         F: FnMut(Event<'_>),
     {
-        let flow = i64::from(flow_len);
-        if flow > self.receive_window {
+        if !self.flow.take_received(flow_len) {
             return Err(self.fail(
                 ErrorCode::FLOW_CONTROL_ERROR,
                 "DATA beyond the connection window",
             ));
         }
-        self.receive_window -= flow;
         if !self.was_opened(stream) {
             return Err(self.fail(ErrorCode::PROTOCOL_ERROR, "DATA on an idle stream"));
         }
@@ -136,32 +133,24 @@ impl ClientConnection {
             self.give_back(flow_len);
             return Ok(());
         };
-        let broken = match () {
-            _ if state.state == State::HalfClosedRemote => Some(ErrorCode::STREAM_CLOSED),
-            _ if flow > state.receive_window => Some(ErrorCode::FLOW_CONTROL_ERROR),
+        let taken = match () {
+            _ if state.state == State::HalfClosedRemote => Err(ErrorCode::STREAM_CLOSED),
             // DATA before the response head (RFC 9113 §8.1).
-            _ if !state.answered => Some(ErrorCode::PROTOCOL_ERROR),
-            _ => None,
+            _ if !state.answered => Err(ErrorCode::PROTOCOL_ERROR),
+            _ => state.flow.take_data(
+                &mut state.received,
+                state.expected,
+                (data.len(), flow_len, end_stream),
+            ),
         };
-        if let Some(error) = broken {
-            self.give_back(flow_len);
-            self.reset_by_weir(stream, error, on);
-            return Ok(());
-        }
-        state.receive_window -= flow;
-        state.received += data.len() as u64;
-        let length_broken = state.expected.is_some_and(|length| {
-            state.received > length || (end_stream && state.received != length)
-        });
-        if length_broken {
-            self.give_back(flow_len);
-            self.reset_by_weir(stream, ErrorCode::PROTOCOL_ERROR, on);
-            return Ok(());
-        }
         // Padding is consumed here; the data when the driver releases it.
-        let padding = flow_len - data.len() as u32;
-        if padding > 0 {
-            self.release(stream, padding);
+        match taken {
+            Ok(padding) => self.release(stream, padding),
+            Err(error) => {
+                self.give_back(flow_len);
+                self.reset_by_weir(stream, error, on);
+                return Ok(());
+            }
         }
         if end_stream {
             self.end_remote(stream);
@@ -190,14 +179,7 @@ impl ClientConnection {
                 "HEADERS on a stream weir did not open",
             ));
         }
-        let mut buffer = std::mem::take(&mut self.block_buffer);
-        buffer.clear();
-        self.block = Some(HeaderBlock {
-            stream,
-            fragment: buffer,
-            end_stream,
-            self_dependent,
-        });
+        self.blocks.start(stream, end_stream, self_dependent);
         self.continuation(stream, fragment, end_headers, on)
     }
 
@@ -211,30 +193,17 @@ impl ClientConnection {
     where
         F: FnMut(Event<'_>),
     {
-        let Some(block) = self.block.as_mut() else {
-            return Err(self.fail(
-                ErrorCode::PROTOCOL_ERROR,
-                "CONTINUATION outside a header block",
-            ));
-        };
-        debug_assert_eq!(block.stream, stream);
-        // A block's compressed size is bounded as its decoded size is
-        // (CVE-2024-27316 sends endless ones).
-        if block.fragment.len() + fragment.len() > self.config.max_header_list_size as usize {
-            return Err(self.fail(ErrorCode::ENHANCE_YOUR_CALM, "header block too large"));
+        debug_assert_eq!(self.blocks.open_on().unwrap_or(stream), stream);
+        let max = self.config.max_header_list_size as usize;
+        match self.blocks.add(fragment, end_headers, max) {
+            Ok(Some(block)) => {
+                let result = self.header_block(&block, on);
+                self.blocks.recycle(block);
+                result
+            }
+            Ok(None) => Ok(()),
+            Err((code, reason)) => Err(self.fail(code, reason)),
         }
-        block.fragment.extend_from_slice(fragment);
-        if !end_headers {
-            return Ok(());
-        }
-        let Some(block) = self.block.take() else {
-            return Ok(());
-        };
-        let result = self.header_block(&block, on);
-        let mut buffer = block.fragment;
-        buffer.clear();
-        self.block_buffer = buffer;
-        result
     }
 
     /// A whole header block: a response head (interim or final), or the
@@ -392,14 +361,13 @@ impl ClientConnection {
 
     /// The node ended its side of `stream`.
     pub(super) fn end_remote(&mut self, stream: u32) {
-        let Some(state) = self.streams.get_mut(&stream) else {
-            return;
-        };
-        match state.state {
-            State::HalfClosedLocal => {
+        let next = self.streams.get(&stream).map(|s| s.state.end_remote());
+        match next {
+            Some(Some(next)) => self.set_state(stream, next),
+            Some(None) => {
                 self.forget(stream);
             }
-            _ => state.state = State::HalfClosedRemote,
+            None => {}
         }
     }
 

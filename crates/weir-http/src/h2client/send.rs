@@ -3,7 +3,7 @@
 
 use super::{ClientConnection, Phase, Refused, State, Stream, StreamGone, frame};
 use crate::error::ParseError;
-use crate::frame::{ErrorCode, MAX_WINDOW};
+use crate::frame::ErrorCode;
 use crate::http2::{NodeRequest, encode_fields, encode_request_head};
 
 impl ClientConnection {
@@ -47,9 +47,7 @@ impl ClientConnection {
                     true => State::HalfClosedLocal,
                     false => State::Open,
                 },
-                send_window: self.peer.stream_window,
-                receive_window: i64::from(self.config.stream_window.min(MAX_WINDOW)),
-                released: 0,
+                flow: self.flow.stream(self.peer.stream_window),
                 method,
                 answered: false,
                 expected: None,
@@ -61,42 +59,25 @@ impl ClientConnection {
 
     /// Gives received bytes back to the connection's window.
     pub(super) fn give_back(&mut self, len: u32) {
-        self.released += len;
-        if self.released > 0 && self.released >= self.config.connection_window.min(MAX_WINDOW) / 2 {
-            frame::write_window_update(&mut self.output, 0, self.released);
-            self.receive_window += i64::from(self.released);
-            self.released = 0;
-        }
+        self.flow.give_back(&mut self.output, len);
     }
 
     /// The driver consumed `len` bytes of `stream`'s response body: the node
     /// may send as many more, told once half a window has been consumed.
     pub fn release(&mut self, stream: u32, len: u32) {
-        if len == 0 {
-            return;
-        }
-        self.give_back(len);
-        let threshold = self.config.stream_window.min(MAX_WINDOW) / 2;
-        let Some(state) = self.streams.get_mut(&stream) else {
-            return;
-        };
-        if state.state == State::HalfClosedRemote {
-            return;
-        }
-        state.released += len;
-        if state.released >= threshold {
-            frame::write_window_update(&mut self.output, stream, state.released);
-            state.receive_window += i64::from(state.released);
-            state.released = 0;
-        }
+        let flow = self
+            .streams
+            .get_mut(&stream)
+            .filter(|state| state.state != State::HalfClosedRemote)
+            .map(|state| &mut state.flow);
+        self.flow.release(&mut self.output, stream, flow, len);
     }
 
     /// How many bytes of request body `stream` may take now (both windows).
     pub fn send_capacity(&self, stream: u32) -> usize {
-        match self.streams.get(&stream) {
-            Some(state) => state.send_window.min(self.send_window).max(0) as usize,
-            None => 0,
-        }
+        self.streams
+            .get(&stream)
+            .map_or(0, |state| self.flow.capacity(&state.flow))
     }
 
     /// Sends as much of `data` as the windows allow, in frames the node
@@ -109,19 +90,14 @@ impl ClientConnection {
         end_stream: bool,
     ) -> Result<usize, StreamGone> {
         self.sendable(stream)?;
-        let take = data.len().min(self.send_capacity(stream));
-        let sent = frame::write_data_frames(
-            &mut self.output,
-            stream,
-            data,
-            take,
-            self.peer.max_frame_size,
-            end_stream,
-        );
-        self.send_window -= take as i64;
-        if let Some(state) = self.streams.get_mut(&stream) {
-            state.send_window -= take as i64;
-        }
+        let Some(state) = self.streams.get_mut(&stream) else {
+            return Err(StreamGone);
+        };
+        let max_frame = self.peer.max_frame_size;
+        let on = (stream, &mut state.flow);
+        let sent = self
+            .flow
+            .send_data(&mut self.output, on, data, max_frame, end_stream);
         if end_stream && sent == data.len() {
             self.end_local(stream);
         }
@@ -174,14 +150,20 @@ impl ClientConnection {
 
     /// weir ended its side of `stream`.
     fn end_local(&mut self, stream: u32) {
-        let Some(state) = self.streams.get_mut(&stream) else {
-            return;
-        };
-        match state.state {
-            State::HalfClosedRemote => {
+        let next = self.streams.get(&stream).map(|s| s.state.end_local());
+        match next {
+            Some(Some(next)) => self.set_state(stream, next),
+            Some(None) => {
                 self.forget(stream);
             }
-            _ => state.state = State::HalfClosedLocal,
+            None => {}
+        }
+    }
+
+    /// Moves a kept stream to `state`.
+    pub(super) fn set_state(&mut self, stream: u32, state: State) {
+        if let Some(kept) = self.streams.get_mut(&stream) {
+            kept.state = state;
         }
     }
 

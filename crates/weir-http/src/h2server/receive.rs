@@ -1,8 +1,9 @@
 //! What the client's frames do to the connection: SETTINGS, windows, DATA,
 //! header blocks, and the stream states they move (`LIFECYCLE.md`).
 
-use super::{ConnectionError, Event, HeaderBlock, ServerConnection, State, Stream, frame};
+use super::{ConnectionError, Event, ServerConnection, State, Stream, frame};
 use crate::frame::{ErrorCode, MAX_WINDOW, Settings};
+use crate::h2core::HeaderBlock;
 use crate::http2::{RequestFields, is_field_name, is_field_value};
 use crate::syntax::trim_ows;
 
@@ -35,8 +36,8 @@ impl ServerConnection {
             let change = i64::from(window) - self.peer.stream_window;
             self.peer.stream_window = i64::from(window);
             for stream in self.streams.values_mut() {
-                stream.send_window += change;
-                if stream.send_window > i64::from(MAX_WINDOW) {
+                stream.flow.send += change;
+                if stream.flow.send > i64::from(MAX_WINDOW) {
                     return Err(self.fail(
                         ErrorCode::FLOW_CONTROL_ERROR,
                         "SETTINGS_INITIAL_WINDOW_SIZE overflows a window",
@@ -62,8 +63,7 @@ impl ServerConnection {
     {
         let increment = i64::from(increment);
         if stream == 0 {
-            self.send_window += increment;
-            if self.send_window > i64::from(MAX_WINDOW) {
+            if !self.flow.open_send(increment as u32) {
                 return Err(self.fail(
                     ErrorCode::FLOW_CONTROL_ERROR,
                     "connection window above 2^31-1",
@@ -78,8 +78,8 @@ impl ServerConnection {
         let Some(state) = self.streams.get_mut(&stream) else {
             return Ok(());
         };
-        state.send_window += increment;
-        if state.send_window > i64::from(MAX_WINDOW) {
+        state.flow.send += increment;
+        if state.flow.send > i64::from(MAX_WINDOW) {
             self.reset_by_weir(stream, ErrorCode::FLOW_CONTROL_ERROR, on);
             return Ok(());
         }
@@ -98,14 +98,12 @@ impl ServerConnection {
     where
         F: FnMut(Event<'_>),
     {
-        let flow = i64::from(flow_len);
-        if flow > self.receive_window {
+        if !self.flow.take_received(flow_len) {
             return Err(self.fail(
                 ErrorCode::FLOW_CONTROL_ERROR,
                 "DATA beyond the connection window",
             ));
         }
-        self.receive_window -= flow;
         if stream > self.last_stream {
             return Err(self.fail(ErrorCode::PROTOCOL_ERROR, "DATA on an idle stream"));
         }
@@ -115,30 +113,22 @@ impl ServerConnection {
             self.reset_by_weir(stream, ErrorCode::STREAM_CLOSED, on);
             return Ok(());
         };
-        if state.state == State::HalfClosedRemote {
-            self.give_back(flow_len);
-            self.reset_by_weir(stream, ErrorCode::STREAM_CLOSED, on);
-            return Ok(());
-        }
-        if flow > state.receive_window {
-            self.give_back(flow_len);
-            self.reset_by_weir(stream, ErrorCode::FLOW_CONTROL_ERROR, on);
-            return Ok(());
-        }
-        state.receive_window -= flow;
-        state.received += data.len() as u64;
-        let length_broken = state.content_length.is_some_and(|length| {
-            state.received > length || (end_stream && state.received != length)
-        });
-        if length_broken {
-            self.give_back(flow_len);
-            self.reset_by_weir(stream, ErrorCode::PROTOCOL_ERROR, on);
-            return Ok(());
-        }
+        let taken = match state.state {
+            State::HalfClosedRemote => Err(ErrorCode::STREAM_CLOSED),
+            _ => state.flow.take_data(
+                &mut state.received,
+                state.content_length,
+                (data.len(), flow_len, end_stream),
+            ),
+        };
         // Padding is consumed here; the data when the driver releases it.
-        let padding = flow_len - data.len() as u32;
-        if padding > 0 {
-            self.release(stream, padding);
+        match taken {
+            Ok(padding) => self.release(stream, padding),
+            Err(error) => {
+                self.give_back(flow_len);
+                self.reset_by_weir(stream, error, on);
+                return Ok(());
+            }
         }
         if end_stream {
             self.end_remote(stream);
@@ -174,14 +164,7 @@ impl ServerConnection {
             }
             self.last_stream = stream;
         }
-        let mut buffer = std::mem::take(&mut self.block_buffer);
-        buffer.clear();
-        self.block = Some(HeaderBlock {
-            stream,
-            fragment: buffer,
-            end_stream,
-            self_dependent,
-        });
+        self.blocks.start(stream, end_stream, self_dependent);
         self.continuation(stream, fragment, end_headers, on)
     }
 
@@ -195,29 +178,15 @@ impl ServerConnection {
     where
         F: FnMut(Event<'_>),
     {
-        let Some(block) = self.block.as_mut() else {
-            return Err(self.fail(
-                ErrorCode::PROTOCOL_ERROR,
-                "CONTINUATION outside a header block",
-            ));
-        };
-        debug_assert_eq!(block.stream, stream);
-        // A block's compressed size is bounded as its decoded size is: no
-        // legitimate block is larger (CVE-2024-27316 sends endless ones).
-        if block.fragment.len() + fragment.len() > self.config.max_header_list_size as usize {
-            return Err(self.fail(ErrorCode::ENHANCE_YOUR_CALM, "header block too large"));
-        }
-        block.fragment.extend_from_slice(fragment);
-        if !end_headers {
-            return Ok(());
-        }
-        let Some(block) = self.block.take() else {
-            return Ok(());
+        debug_assert_eq!(self.blocks.open_on().unwrap_or(stream), stream);
+        let max = self.config.max_header_list_size as usize;
+        let block = match self.blocks.add(fragment, end_headers, max) {
+            Ok(Some(block)) => block,
+            Ok(None) => return Ok(()),
+            Err((code, reason)) => return Err(self.fail(code, reason)),
         };
         let result = self.header_block(&block, on);
-        let mut buffer = block.fragment;
-        buffer.clear();
-        self.block_buffer = buffer;
+        self.blocks.recycle(block);
         result
     }
 
@@ -280,9 +249,7 @@ impl ServerConnection {
                     true => State::HalfClosedRemote,
                     false => State::Open,
                 },
-                send_window: self.peer.stream_window,
-                receive_window: i64::from(self.config.stream_window.min(MAX_WINDOW)),
-                released: 0,
+                flow: self.flow.stream(self.peer.stream_window),
                 content_length,
                 received: 0,
             },
@@ -355,27 +322,25 @@ impl ServerConnection {
 
     /// The client ended its side of `stream`.
     pub(super) fn end_remote(&mut self, stream: u32) {
-        let Some(state) = self.streams.get_mut(&stream) else {
-            return;
-        };
-        match state.state {
-            State::HalfClosedLocal => {
-                self.forget(stream);
+        if let Some(state) = self.streams.get_mut(&stream) {
+            match state.state.end_remote() {
+                Some(next) => state.state = next,
+                None => {
+                    self.forget(stream);
+                }
             }
-            _ => state.state = State::HalfClosedRemote,
         }
     }
 
     /// weir ended its side of `stream`.
     pub(super) fn end_local(&mut self, stream: u32) {
-        let Some(state) = self.streams.get_mut(&stream) else {
-            return;
-        };
-        match state.state {
-            State::HalfClosedRemote => {
-                self.forget(stream);
+        if let Some(state) = self.streams.get_mut(&stream) {
+            match state.state.end_local() {
+                Some(next) => state.state = next,
+                None => {
+                    self.forget(stream);
+                }
             }
-            _ => state.state = State::HalfClosedLocal,
         }
     }
 

@@ -3,40 +3,24 @@
 
 use super::{CLOSED_KEPT, Phase, ServerConnection, State, Stream, StreamGone, frame};
 use crate::error::ParseError;
-use crate::frame::{ErrorCode, MAX_WINDOW};
+use crate::frame::ErrorCode;
 use crate::http2::{encode_fields, encode_response_head};
 
 impl ServerConnection {
     /// Gives received bytes back to the connection's window.
     pub(super) fn give_back(&mut self, len: u32) {
-        self.released += len;
-        if self.released > 0 && self.released >= self.config.connection_window.min(MAX_WINDOW) / 2 {
-            frame::write_window_update(&mut self.output, 0, self.released);
-            self.receive_window += i64::from(self.released);
-            self.released = 0;
-        }
+        self.flow.give_back(&mut self.output, len);
     }
 
     /// The driver consumed `len` bytes of `stream`'s body: the client may send
     /// as many more, told once half a window has been consumed.
     pub fn release(&mut self, stream: u32, len: u32) {
-        if len == 0 {
-            return;
-        }
-        self.give_back(len);
-        let threshold = self.config.stream_window.min(MAX_WINDOW) / 2;
-        let Some(state) = self.streams.get_mut(&stream) else {
-            return;
-        };
-        if state.state == State::HalfClosedRemote {
-            return;
-        }
-        state.released += len;
-        if state.released >= threshold {
-            frame::write_window_update(&mut self.output, stream, state.released);
-            state.receive_window += i64::from(state.released);
-            state.released = 0;
-        }
+        let flow = self
+            .streams
+            .get_mut(&stream)
+            .filter(|state| state.state != State::HalfClosedRemote)
+            .map(|state| &mut state.flow);
+        self.flow.release(&mut self.output, stream, flow, len);
     }
 
     /// Sends a response head: `written` is the HTTP/1.1 head weir wrote for
@@ -72,10 +56,9 @@ impl ServerConnection {
 
     /// How many bytes of body `stream` may take now (both windows).
     pub fn send_capacity(&self, stream: u32) -> usize {
-        match self.streams.get(&stream) {
-            Some(state) => state.send_window.min(self.send_window).max(0) as usize,
-            None => 0,
-        }
+        self.streams
+            .get(&stream)
+            .map_or(0, |state| self.flow.capacity(&state.flow))
     }
 
     /// Sends as much of `data` as the windows allow, in frames the client
@@ -88,19 +71,14 @@ impl ServerConnection {
         end_stream: bool,
     ) -> Result<usize, StreamGone> {
         self.sendable(stream)?;
-        let take = data.len().min(self.send_capacity(stream));
-        let sent = frame::write_data_frames(
-            &mut self.output,
-            stream,
-            data,
-            take,
-            self.peer.max_frame_size,
-            end_stream,
-        );
-        self.send_window -= take as i64;
-        if let Some(state) = self.streams.get_mut(&stream) {
-            state.send_window -= take as i64;
-        }
+        let Some(state) = self.streams.get_mut(&stream) else {
+            return Err(StreamGone);
+        };
+        let max_frame = self.peer.max_frame_size;
+        let on = (stream, &mut state.flow);
+        let sent = self
+            .flow
+            .send_data(&mut self.output, on, data, max_frame, end_stream);
         if end_stream && sent == data.len() {
             self.end_local(stream);
         }

@@ -305,7 +305,7 @@ fn node_responses_become_heads() {
     assert!(response_from_h2(&response(200, &[("x-inner", "a b")]), true, Method::Get).is_ok());
 }
 
-fn forward_request(framing: BodyFraming) -> ForwardRequest<'static> {
+pub(super) fn forward_request(framing: BodyFraming) -> ForwardRequest<'static> {
     ForwardRequest {
         framing,
         client_addr: Some("192.0.2.7".parse().expect("address")),

@@ -6,23 +6,10 @@ use bytes::BytesMut;
 use super::*;
 use crate::head::{Parsed, parse_request};
 use crate::hpack::{Decoder, Encoder};
+use crate::http2::tests::forward_request as forward;
 use crate::http2::{request_to_h2, response_from_h2_within};
 use crate::message::BodyFraming;
-use crate::write::{ForwardRequest, write_request_head};
-
-fn forward(framing: BodyFraming) -> ForwardRequest<'static> {
-    ForwardRequest {
-        framing,
-        client_addr: Some("192.0.2.7".parse().expect("address")),
-        proto: "https",
-        via: Some("weir"),
-        via_version: None,
-        upgrade: false,
-        strip_expect: true,
-        owned_header: None,
-        drop_underscore_names: false,
-    }
-}
+use crate::write::write_request_head;
 
 /// The fields of a request as the `h2` crate would send them: its
 /// pseudo-header fields from the URI, then the map's fields.
