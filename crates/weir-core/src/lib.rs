@@ -15,6 +15,10 @@ pub mod timeout;
 pub use error::{Error, ErrorKind, Side};
 pub use shutdown::{Shutdown, ShutdownSignal};
 
+/// weir's version, with the kind of build after a `+`: `0.1.0+pgo` for the profiled
+/// production build of `scripts/build-pgo`, `0.1.0` for a plain one (`build.rs`).
+pub const VERSION: &str = env!("WEIR_VERSION");
+
 /// A future boxed where it is made: the box is allocated first and the future built in it.
 /// `Box::pin(future)` builds the future on the stack and copies it whole into the box, and
 /// the data path's futures are kilobytes (a request's whole state, sized by its largest

@@ -153,7 +153,7 @@ impl Lab {
     ) -> LabReport {
         LabReport {
             schema: model::SCHEMA.to_owned(),
-            weir_version: env!("CARGO_PKG_VERSION").to_owned(),
+            weir_version: weir_core::VERSION.to_owned(),
             date: humantime::format_rfc3339_seconds(self.started).to_string(),
             command: command.to_owned(),
             machine: procfs::machine(self.open_files),

@@ -250,7 +250,7 @@ async fn start_proxy(
             let child = launcher
                 .weir_serve("weir-suite", &config, &ready, &[loopback(https)])
                 .await?;
-            ("weir", env!("CARGO_PKG_VERSION").to_owned(), child)
+            ("weir", weir_core::VERSION.to_owned(), child)
         }
         Some((Peer::Haproxy, program)) => {
             values.push(("PEM", setup.files.pem.display().to_string()));

@@ -13,7 +13,7 @@ pub use tunnel::{LabWanArgs, ProbeCommand, SideArgs, TunnelArgs, TunnelCommand};
 /// weir: an application delivery controller — traffic management, TCP
 /// connection offload, and the tools to measure them.
 #[derive(Debug, Parser)]
-#[command(name = "weir", version, about, propagate_version = true)]
+#[command(name = "weir", version = weir_core::VERSION, about, propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
