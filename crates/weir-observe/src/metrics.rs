@@ -563,7 +563,7 @@ impl Metrics {
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels {
-                version: env!("CARGO_PKG_VERSION"),
+                version: weir_core::VERSION,
             })
             .set(1);
 

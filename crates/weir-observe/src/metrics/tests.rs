@@ -135,7 +135,7 @@ fn encode_contains_every_metric() {
     }
     assert!(text.contains(&format!(
         "weir_build_info{{version=\"{}\"}} 1\n",
-        env!("CARGO_PKG_VERSION")
+        weir_core::VERSION
     )));
     assert!(text.contains("weir_requests_total{virtual_server=\"web\",class=\"2xx\"} 0\n"));
     assert!(text.contains("weir_pool_requests_total{pool=\"app\",class=\"5xx\"} 0\n"));
