@@ -404,6 +404,7 @@ impl Default for crate::model::UpstreamHttp2 {
             ) as u32,
             ping_interval: UPSTREAM_H2_PING_INTERVAL,
             ping_timeout: UPSTREAM_H2_PING_TIMEOUT,
+            codec: crate::http2::UpstreamHttp2Codec::default(),
         }
     }
 }

@@ -68,4 +68,18 @@ pub struct UpstreamHttp2 {
     pub ping_interval: Duration,
     /// ... and the connection is replaced if the answer takes longer than this.
     pub ping_timeout: Duration,
+    /// Which HTTP/2 implementation carries the pool's connections
+    /// (`docs/design/http2.md`, "The node side on weir's codec").
+    pub codec: UpstreamHttp2Codec,
+}
+
+/// The HTTP/2 implementation of a pool's connections to its nodes: the `h2`
+/// crate, or weir's own client (`weir_http::h2client`), kept opt-in while it is new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamHttp2Codec {
+    /// The `h2` crate.
+    H2,
+    /// weir's own (`weir_http::h2client`).
+    #[default]
+    Weir,
 }

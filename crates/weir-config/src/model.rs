@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::error::KeyPath;
 
 // HTTP/2 (issue 11).
-pub use crate::http2::{Http2, Http2Codec, UpstreamHttp2, UpstreamProtocol};
+pub use crate::http2::{Http2, Http2Codec, UpstreamHttp2, UpstreamHttp2Codec, UpstreamProtocol};
 // Cache and compression (issue 12).
 pub use crate::cache::{
     CacheRules, CacheStore, Cidr, Compression, CompressionAlgorithm, ContentPolicy, SetCookieRule,

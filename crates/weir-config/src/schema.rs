@@ -550,6 +550,7 @@ pub struct Http2Table {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamHttp2Table {
+    pub codec: Option<String>,
     pub max_concurrent_streams: Option<i64>,
     pub initial_stream_window: Option<SizeValue>,
     pub initial_connection_window: Option<SizeValue>,

@@ -264,6 +264,15 @@ pub fn request_to_h2(
     request_to_h2_edited(head, forward, None, &Unedited, scheme)
 }
 
+/// Whether the client asked for trailers (`TE: trailers`). `TE` is
+/// hop-by-hop, so the writer drops it; `trailers` still means something to an
+/// HTTP/2 node (gRPC requires it), which gets `te: trailers` back.
+pub fn asks_for_trailers(head: &RequestHead) -> bool {
+    head.headers()
+        .filter(|(name, _)| name.eq_ignore_ascii_case(b"te"))
+        .any(|(_, value)| list_elements(value).any(|t| t.eq_ignore_ascii_case(b"trailers")))
+}
+
 /// [`request_to_h2`] with a traffic rule's rewritten `path` (when given) and
 /// header `edits` applied, as `write_request_head_edited` applies them for
 /// HTTP/1.1.
@@ -312,13 +321,7 @@ pub fn request_to_h2_edited<E: HeaderEdit + ?Sized>(
         FieldKind::Te => is_te_trailers(value),
         kind => !is_connection_specific(kind),
     })?;
-    // `TE` is hop-by-hop, so the writer dropped it; `trailers` still means
-    // something to an HTTP/2 node (gRPC requires it).
-    let te_trailers = head
-        .headers()
-        .filter(|(name, _)| name.eq_ignore_ascii_case(b"te"))
-        .any(|(_, value)| list_elements(value).any(|t| t.eq_ignore_ascii_case(b"trailers")));
-    if te_trailers {
+    if asks_for_trailers(head) {
         request
             .headers_mut()
             .insert(http::header::TE, HeaderValue::from_static("trailers"));

@@ -34,18 +34,20 @@ pub(crate) enum NodeLink {
     Http1(Lease),
     /// A stream on a shared HTTP/2 connection (pools with protocol `h2`/`h2c`).
     Http2 {
-        /// Held until the body is read: dropping it frees the stream slot.
-        lease: StreamLease,
-        body: h2::RecvStream,
+        body: http2::upstream::NodeBody,
         /// An extended CONNECT's (RFC 8441) side towards the node: the stream
         /// stays open, to carry the tunnel once the node answers 2xx.
-        upload: Option<h2::SendStream<bytes::Bytes>>,
+        upload: Option<http2::SendHalf>,
         /// The rest of an HTTP/2 client's body, still moving on its own: should it fail
         /// (past `max_body_bytes`, say), the node's stream is reset for the client's fault.
         pump: Option<PumpWatch>,
         /// The start of `body`, read ahead while the request body still went
         /// (`http2::upstream::send_reading_ahead`): relayed first.
         ahead: Vec<bytes::Bytes>,
+        /// Held until the body is read: dropping it frees the stream slot. Last, so
+        /// that the stream's halves go first and its connection counts it closed
+        /// before the slot is offered to another request.
+        lease: StreamLease,
     },
 }
 
@@ -488,11 +490,11 @@ async fn attempt_h2(
         // connection closes after the answer.
         body_cut: upload.is_some(),
         lease: NodeLink::Http2 {
-            lease: request.lease,
             body: response.body,
             upload,
             pump,
             ahead: std::mem::take(&mut request.ahead),
+            lease: request.lease,
         },
         in_flight,
         node: index,
@@ -507,7 +509,7 @@ async fn attempt_h2(
 async fn relay_held_interims(
     client: &mut Client,
     (vs, head): (&VirtualServerRuntime, &RequestHead),
-    held: Vec<http::Response<()>>,
+    held: Vec<http2::upstream::RawInterim>,
     reading: http2::upstream::Reading<'_>,
     forwarding: Forwarding,
 ) -> Result<u32, Failure> {
@@ -544,8 +546,11 @@ async fn send_start_h2(
     // The buffered body is copied, not moved: a refused stream is sent again.
     let buffered = bytes::Bytes::copy_from_slice(&body.buffered);
     let ends = body.is_complete() && body.trailers.is_empty();
-    let converted =
-        http2::upstream::convert_request((head, upstream.path, &upstream.edits), &forward, scheme)?;
+    let converted = http2::upstream::convert_request(
+        (head, upstream.path, &upstream.edits),
+        &forward,
+        (scheme, node.codec()),
+    )?;
     let leave = pool.config.connections.leave_queue_on_close;
     // A background request has no client to watch.
     let left = async {
@@ -580,7 +585,7 @@ async fn send_rest_h2(
     body: &mut RequestBody,
     request: &mut http2::upstream::H2Request,
     write_stall: std::time::Duration,
-) -> Result<(Option<PumpWatch>, Option<h2::SendStream<bytes::Bytes>>), Failure> {
+) -> Result<(Option<PumpWatch>, Option<http2::SendHalf>), Failure> {
     let Some(stream) = request.body.take() else {
         return Ok((None, None));
     };
@@ -641,7 +646,7 @@ async fn send_rest_h2(
 /// `deadline`, set then and kept across interim answers). A node that lets the deadline
 /// pass makes its connection suspect (`http2::upstream::suspect_on_timeout`).
 async fn next_h2_answer(
-    (waiting, lease): (&mut h2::client::ResponseFuture, &StreamLease),
+    (waiting, lease): (&mut http2::upstream::NodeResponse, &StreamLease),
     reading: http2::upstream::Reading<'_>,
     body: Option<&mut PumpWatch>,
     deadline: &mut Option<Instant>,
@@ -656,7 +661,7 @@ async fn next_h2_answer(
 
 /// [`next_h2_answer`], the node's connection aside.
 async fn wait_h2_answer(
-    waiting: &mut h2::client::ResponseFuture,
+    waiting: &mut http2::upstream::NodeResponse,
     reading: http2::upstream::Reading<'_>,
     mut body: Option<&mut PumpWatch>,
     deadline: &mut Option<Instant>,

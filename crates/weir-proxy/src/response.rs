@@ -346,12 +346,10 @@ impl Upstream {
             }
         }
         let mut kept = BytesMut::new();
-        if let Some(map) = http2::upstream::read_trailers(body, self.stall)
+        if let Some(lines) = http2::upstream::read_trailers(body, self.stall)
             .await
             .map_err(suspect)?
         {
-            let mut lines = BytesMut::new();
-            weir_http::http2::trailers_from_h2(&map, &mut lines);
             filter_trailers(&lines, &mut kept);
         }
         Ok(kept.freeze())
@@ -465,7 +463,7 @@ impl Upstream {
 /// length, or as chunks, the end of the stream as the last chunk with the
 /// trailers. Returns the bytes appended to `buf`.
 async fn read_h2(
-    body: &mut h2::RecvStream,
+    body: &mut http2::upstream::NodeBody,
     chunked: bool,
     buf: &mut BytesMut,
     stall: Duration,
@@ -477,11 +475,8 @@ async fn read_h2(
             Some(data) if chunked => encode_chunk(&data, buf),
             Some(data) => buf.extend_from_slice(&data),
             None if chunked => {
-                let mut lines = BytesMut::new();
-                if let Some(trailers) = http2::upstream::read_trailers(body, stall).await? {
-                    weir_http::http2::trailers_from_h2(&trailers, &mut lines);
-                }
-                encode_last_chunk(&lines, buf);
+                let lines = http2::upstream::read_trailers(body, stall).await?;
+                encode_last_chunk(lines.as_deref().unwrap_or_default(), buf);
             }
             None => {
                 return Err(Failure::from_error(

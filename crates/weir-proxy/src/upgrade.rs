@@ -80,9 +80,9 @@ pub(crate) async fn tunnel(
             upload: Some(upload),
             ..
         } => {
-            let mut upload = http2::SendHalf::H2(upload);
+            let mut upload = upload;
             let node = TunnelEnd::Stream {
-                recv: http2::RecvHalf::H2(body),
+                recv: body.into_half(),
                 send: &mut upload,
             };
             let sent = to_h2_node(client, vs, head, &response, node, edits).await;

@@ -11,6 +11,8 @@
 
 mod connection;
 mod empty_data;
+pub mod own;
+pub mod stream;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,14 +21,15 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use h2::SendStream;
-use h2::client::{ResponseFuture, SendRequest};
+use h2::client::SendRequest;
 use tokio::sync::{oneshot, watch};
+use weir_config::UpstreamHttp2Codec;
 use weir_core::{Error, ErrorKind, Side};
 use weir_observe::{GaugePart, NodeMetrics, PoolMetrics, UpstreamHttp2Metrics};
 
 use crate::connection::{UpstreamTls, Waited, wait_for_grant};
 use crate::queue::{FairQueue, Flow};
+pub use stream::{NodeError, NodeStream, OwnRequest, StreamError, StreamRequest};
 
 /// Requests sent again after a GOAWAY refused them before any was processed.
 const GOAWAY_RETRIES: u32 = 3;
@@ -58,6 +61,8 @@ pub struct H2Settings {
     pub ping_timeout: Duration,
     /// TLS (ALPN `h2`) for `protocol = "h2"`; `None` for h2c.
     pub tls: Option<UpstreamTls>,
+    /// The HTTP/2 implementation of the connections (`http2.codec`).
+    pub codec: UpstreamHttp2Codec,
 }
 
 impl H2Settings {
@@ -99,11 +104,37 @@ struct State {
     withdrawn: bool,
 }
 
+/// What opens streams on a connection: the `h2` crate's handle, or weir's own
+/// client's shared state.
+#[derive(Debug, Clone)]
+enum Sender {
+    H2(SendRequest<Bytes>),
+    Own(Arc<own::Shared>),
+}
+
+impl Sender {
+    /// Streams the node takes at once, as its SETTINGS say.
+    fn max_send_streams(&self) -> u32 {
+        match self {
+            Sender::H2(send) => send.current_max_send_streams() as u32,
+            Sender::Own(shared) => shared.max_concurrent_streams(),
+        }
+    }
+
+    /// Whether the node announced extended CONNECT (RFC 8441).
+    fn extended_connect(&self) -> bool {
+        match self {
+            Sender::H2(send) => send.is_extended_connect_protocol_enabled(),
+            Sender::Own(shared) => shared.enables_connect_protocol(),
+        }
+    }
+}
+
 /// One open connection as the pool sees it.
 #[derive(Debug)]
 struct Shared {
     id: u64,
-    send: SendRequest<Bytes>,
+    send: Sender,
     streams: u32,
     /// Streams it carried so far (a stream on a connection with any is a reuse).
     carried: u64,
@@ -134,7 +165,7 @@ impl Shared {
     fn has_room(&self, max: u32) -> bool {
         let empty = self.empty_data.load(Ordering::Relaxed);
         let max = match self.known {
-            true => max.min(self.send.current_max_send_streams() as u32),
+            true => max.min(self.send.max_send_streams()),
             false => 1,
         };
         !self.draining
@@ -152,13 +183,13 @@ fn serving(state: &State) -> usize {
 /// word that the node was withdrawn while it waited.
 #[derive(Debug)]
 enum Grant {
-    Stream(u64, SendRequest<Bytes>),
+    Stream(u64, Sender),
     Slot,
     Elsewhere,
 }
 
 enum Taken {
-    Stream(u64, SendRequest<Bytes>, bool),
+    Stream(u64, Sender, bool),
     Slot,
     Queued(Flow, u64, oneshot::Receiver<Grant>),
     QueueFull,
@@ -172,9 +203,9 @@ pub struct SendFailure {
     /// The stream slot the request was offered.
     pub lease: StreamLease,
     /// Why the codec did not take it.
-    pub error: h2::Error,
+    pub error: NodeError,
     /// The request, when the connection refused it before consuming it.
-    pub request: Option<http::Request<()>>,
+    pub request: Option<StreamRequest>,
 }
 
 /// A stream slot on one of the node's connections, held until the exchange
@@ -183,19 +214,17 @@ pub struct SendFailure {
 pub struct StreamLease {
     node: Arc<H2Node>,
     connection: u64,
-    send: SendRequest<Bytes>,
+    send: Sender,
     reused: bool,
 }
 
-/// A request sent on a stream: the lease, the response to come and the
-/// request body's sender.
+/// A request sent on a stream: the lease, and the stream (the response to
+/// come and the request body's sender).
 pub struct Sent {
     /// The stream slot, held until the response body is read.
     pub lease: StreamLease,
-    /// The node's response head, to come.
-    pub response: ResponseFuture,
-    /// Where the rest of the request body goes.
-    pub body: SendStream<Bytes>,
+    /// The stream the request opened.
+    pub stream: NodeStream,
 }
 
 impl H2Node {
@@ -239,8 +268,19 @@ impl H2Node {
     /// serves waiting requests now.
     pub fn update(&self, settings: H2Settings) {
         let cap = settings.max_connections as usize;
+        let codec_changed = settings.codec != self.settings().codec;
         self.settings.store(Arc::new(settings));
         let mut state = self.lock();
+        if codec_changed {
+            // Requests are put in the new codec's form from now on: the connections of
+            // the other one take no new stream, and close once their streams end.
+            for connection in &mut state.connections {
+                connection.draining = true;
+            }
+            while let Some(index) = state.connections.iter().position(|c| c.streams == 0) {
+                self.remove(&mut state, index);
+            }
+        }
         // Connections being opened are not counted: one that opens past the cap is
         // drained as it goes in (`connect_in_slot`).
         let mut serving = serving(&state);
@@ -275,6 +315,19 @@ impl H2Node {
         self.address
     }
 
+    /// The HTTP/2 implementation its connections run on: requests are put in its form.
+    pub fn codec(&self) -> UpstreamHttp2Codec {
+        self.settings().codec
+    }
+
+    /// The scheme its requests name (`:scheme`): `https` over TLS, `http` for h2c.
+    pub fn scheme(&self) -> &'static [u8] {
+        match self.settings().tls {
+            Some(_) => b"https",
+            None => b"http",
+        }
+    }
+
     /// Connections open or being opened.
     pub fn open(&self) -> u32 {
         let state = self.lock();
@@ -304,7 +357,7 @@ impl H2Node {
     /// again.
     pub async fn send(
         self: &Arc<Self>,
-        request: http::Request<()>,
+        request: StreamRequest,
         end_of_stream: bool,
     ) -> Result<Sent, Error> {
         self.send_watching(request, end_of_stream, Flow::Shared, std::future::pending)
@@ -317,7 +370,7 @@ impl H2Node {
     /// without it.
     pub async fn send_watching<F, L>(
         self: &Arc<Self>,
-        request: http::Request<()>,
+        request: StreamRequest,
         end_of_stream: bool,
         flow: Flow,
         left: F,
@@ -345,7 +398,7 @@ impl H2Node {
     /// `flow`: the client's, as for [`H2Node::send_watching`].
     pub async fn send_extended_connect(
         self: &Arc<Self>,
-        request: http::Request<()>,
+        request: StreamRequest,
         settle: Duration,
         flow: Flow,
     ) -> Result<Option<Sent>, Error> {
@@ -355,7 +408,7 @@ impl H2Node {
 
     async fn send_checked<F, L>(
         self: &Arc<Self>,
-        mut request: http::Request<()>,
+        mut request: StreamRequest,
         end_of_stream: bool,
         extended_connect: Option<Duration>,
         flow: Flow,
@@ -386,8 +439,8 @@ impl H2Node {
                 Ok(sent) => return Ok(Some(sent)),
                 Err(failure) => failure,
             };
-            let refused = refused(&failure.error);
-            if refused {
+            let refused = failure.error.refused();
+            if refused && failure.error.ends_the_connection() {
                 self.drain(failure.lease.connection, failure.error.is_go_away());
             }
             match failure.request {
@@ -578,12 +631,7 @@ impl H2Node {
         ))
     }
 
-    fn lease(
-        self: &Arc<Self>,
-        connection: u64,
-        send: SendRequest<Bytes>,
-        reused: bool,
-    ) -> StreamLease {
+    fn lease(self: &Arc<Self>, connection: u64, send: Sender, reused: bool) -> StreamLease {
         if reused {
             self.metrics.connections_reused.inc();
         }
@@ -826,7 +874,7 @@ impl StreamLease {
                 tracing::debug!(node = %self.node.address, "HTTP/2 node's settings not known in time");
             }
         }
-        self.send.is_extended_connect_protocol_enabled()
+        self.send.extended_connect()
     }
 
     /// The node kept this stream waiting past a timeout (its answer, the rest of its body,
@@ -848,35 +896,70 @@ impl StreamLease {
     /// already refused new streams, the request.
     pub async fn send_request(
         mut self,
-        request: http::Request<()>,
+        request: StreamRequest,
         end_of_stream: bool,
     ) -> Result<Sent, SendFailure> {
-        let send = match self.send.clone().ready().await {
-            Ok(send) => send,
-            Err(error) => {
+        let stream = match (&self.send, request) {
+            (Sender::H2(send), StreamRequest::H2(request)) => {
+                let mut send = match send.clone().ready().await {
+                    Ok(send) => send,
+                    Err(error) => {
+                        return Err(SendFailure {
+                            lease: self,
+                            error: NodeError::H2(error),
+                            request: Some(StreamRequest::H2(request)),
+                        });
+                    }
+                };
+                let sent = send.send_request(request, end_of_stream);
+                self.send = Sender::H2(send);
+                match sent {
+                    Ok((response, body)) => NodeStream::H2 { response, body },
+                    Err(error) => {
+                        return Err(SendFailure {
+                            lease: self,
+                            error: NodeError::H2(error),
+                            request: None,
+                        });
+                    }
+                }
+            }
+            (Sender::Own(shared), StreamRequest::Own(request)) => {
+                let head = weir_http::http2::NodeRequest {
+                    written: &request.written,
+                    scheme: self.node.scheme(),
+                    te_trailers: request.te_trailers,
+                    protocol: request.protocol,
+                };
+                match shared.open(&head, end_of_stream) {
+                    Ok((recv, send)) => NodeStream::Own { recv, send },
+                    Err(error) => {
+                        let unsent = matches!(error, StreamError::Refused(_));
+                        return Err(SendFailure {
+                            lease: self,
+                            error: NodeError::Own(error),
+                            request: unsent.then_some(StreamRequest::Own(request)),
+                        });
+                    }
+                }
+            }
+            // A reload changed the codec while this request was on its way: the old
+            // connection takes no new stream, and the request goes on another.
+            (_, request) => {
                 return Err(SendFailure {
                     lease: self,
-                    error,
+                    error: NodeError::Own(StreamError::Refused(
+                        weir_http::h2client::Refused::GoingAway,
+                    )),
                     request: Some(request),
                 });
             }
         };
-        self.send = send;
-        match self.send.send_request(request, end_of_stream) {
-            Ok((response, body)) => {
-                self.node.metrics.requests_forwarded.inc();
-                Ok(Sent {
-                    lease: self,
-                    response,
-                    body,
-                })
-            }
-            Err(error) => Err(SendFailure {
-                lease: self,
-                error,
-                request: None,
-            }),
-        }
+        self.node.metrics.requests_forwarded.inc();
+        Ok(Sent {
+            lease: self,
+            stream,
+        })
     }
 }
 
@@ -885,13 +968,6 @@ impl Drop for StreamLease {
         let mut state = self.node.lock();
         self.node.release_stream(&mut state, self.connection);
     }
-}
-
-/// The node refused a new stream on this connection before processing it
-/// (GOAWAY received, the stream above its last stream id, or REFUSED_STREAM):
-/// any request may be sent again on another connection.
-pub fn refused(error: &h2::Error) -> bool {
-    (error.is_go_away() && error.is_remote()) || error.reason() == Some(h2::Reason::REFUSED_STREAM)
 }
 
 /// The node's SETTINGS on connection `id` are applied: `known` says so, and the node's

@@ -580,6 +580,7 @@ fn http2_nodes(
         ping_interval: http2.ping_interval,
         ping_timeout: http2.ping_timeout,
         tls,
+        codec: http2.codec,
     };
     nodes
         .iter()

@@ -4,7 +4,7 @@
 use super::{Checker, KIB, MIB, Zero};
 use crate::defaults;
 use crate::error::KeyPath;
-use crate::http2::{Http2, Http2Codec, UpstreamHttp2, UpstreamProtocol};
+use crate::http2::{Http2, Http2Codec, UpstreamHttp2, UpstreamHttp2Codec, UpstreamProtocol};
 use crate::schema::{Http2Table, UpstreamHttp2Table};
 
 /// RFC 9113 §6.5.2: the largest window and the frame-size range.
@@ -163,6 +163,15 @@ impl Checker {
                 defaults::UPSTREAM_H2_PING_TIMEOUT,
                 Zero::Rejected,
             ),
+            codec: self.choice(
+                &path.key("codec"),
+                table.codec.as_deref(),
+                UpstreamHttp2Codec::default(),
+                &[
+                    ("h2", UpstreamHttp2Codec::H2),
+                    ("weir", UpstreamHttp2Codec::Weir),
+                ],
+            ),
         }
     }
 
@@ -180,7 +189,7 @@ impl Checker {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Http2Codec, UpstreamProtocol, parse_str};
+    use crate::{Http2Codec, UpstreamHttp2Codec, UpstreamProtocol, parse_str};
 
     const POOL: &str = "[pools.web]\nnodes = [{ address = \"127.0.0.1:8081\" }]\n";
 
@@ -258,6 +267,12 @@ mod tests {
             .expect("valid");
         assert_eq!(config.pools[0].protocol, UpstreamProtocol::H2c);
         assert_eq!(config.pools[0].http2.max_concurrent_streams, 50);
+        assert_eq!(config.pools[0].http2.codec, UpstreamHttp2Codec::Weir);
+        let config = pool("protocol = \"h2c\"\n[pools.web.http2]\ncodec = \"h2\"").expect("valid");
+        assert_eq!(config.pools[0].http2.codec, UpstreamHttp2Codec::H2);
+        let error = pool("protocol = \"h2c\"\n[pools.web.http2]\ncodec = \"hyper\"")
+            .expect_err("unknown codec");
+        assert!(error.contains("pools.web.http2.codec"), "{error}");
         let error = pool("protocol = \"h2\"").expect_err("h2 needs tls");
         assert!(
             error.contains("pools.web.protocol: \"h2\" is HTTP/2 over TLS"),

@@ -8,8 +8,10 @@
 use std::sync::Arc;
 
 use tokio::time::Instant;
+use weir_config::UpstreamHttp2Codec;
 use weir_core::{Error, ErrorKind, Side};
 use weir_http::BodyFraming;
+use weir_upstream::http2::StreamRequest;
 use weir_upstream::{H2Node, Pool};
 
 use super::{Attempt, Exchange, NodeLink, forward_request};
@@ -60,29 +62,39 @@ pub(super) async fn attempt(
     } else {
         "http"
     };
-    let converted = weir_http::http2::request_to_h2_edited(
-        head,
-        &forward,
-        upstream.path,
-        &upstream.edits,
-        scheme,
-    );
-    let request = converted.map_err(|error| {
-        Failure::from_error(
-            Error::new(ErrorKind::BadRequest, Side::Downstream)
-                .context(format!("not representable in HTTP/2: {}", error.reason)),
-        )
-    })?;
+    let request = match node.codec() {
+        UpstreamHttp2Codec::H2 => {
+            let converted = weir_http::http2::request_to_h2_edited(
+                head,
+                &forward,
+                upstream.path,
+                &upstream.edits,
+                scheme,
+            );
+            let request = converted.map_err(|error| {
+                Failure::from_error(
+                    Error::new(ErrorKind::BadRequest, Side::Downstream)
+                        .context(format!("not representable in HTTP/2: {}", error.reason)),
+                )
+            })?;
+            StreamRequest::H2(websocket::extended_connect(request))
+        }
+        UpstreamHttp2Codec::Weir => {
+            let written =
+                http2::upstream::written_request(head, &forward, upstream.path, &upstream.edits);
+            StreamRequest::Own(websocket::extended_connect_written(written))
+        }
+    };
     let sent_at = Instant::now();
     // A new connection's settings take a round trip: as long as a connect may.
     let settle = pool.config.timeouts.connect;
-    let request = websocket::extended_connect(request);
     let Some(sent) = node
         .send_extended_connect(request, settle, upstream.flow())
         .await?
     else {
         return Err(not_announced(pool, node));
     };
+    let (response, upload) = http2::upstream::halves(sent.stream);
     // (`requests_forwarded` is counted by the node's HTTP/2 side as the stream is sent.)
     let timeout = pool.config.timeouts.response;
     let reading = http2::upstream::Reading {
@@ -91,14 +103,14 @@ pub(super) async fn attempt(
         // A tunnel's opening is not sent twice.
         replay: false,
     };
-    let response = http2::upstream::response_head(sent.response, reading, timeout).await?;
+    let response = http2::upstream::response_head(response, reading, timeout).await?;
     Ok(Exchange {
         lease: NodeLink::Http2 {
-            lease: sent.lease,
             body: response.body,
-            upload: Some(sent.body),
+            upload: Some(upload),
             pump: None,
             ahead: Vec::new(),
+            lease: sent.lease,
         },
         in_flight,
         node: index,

@@ -177,6 +177,37 @@ pub(crate) fn extended_connect(mut request: http::Request<()>) -> http::Request<
     request
 }
 
+/// [`extended_connect`] for weir's own client: the GET as written for an
+/// HTTP/1.1 node, without its HTTP/1.1-only fields (the encoder drops the
+/// connection-specific ones and takes `Host` for `:authority`), sent as a
+/// CONNECT with `:protocol websocket`.
+pub(crate) fn extended_connect_written(
+    mut request: weir_upstream::http2::OwnRequest,
+) -> weir_upstream::http2::OwnRequest {
+    let mut out = bytes::BytesMut::with_capacity(request.written.len() + 32);
+    let mut version = false;
+    for line in request.written.split_inclusive(|&b| b == b'\n') {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if line.starts_with(b"\r\n") {
+            break;
+        }
+        version |= name.eq_ignore_ascii_case(b"sec-websocket-version");
+        let hop = HOP_FIELDS[..4]
+            .iter()
+            .any(|hop| name.eq_ignore_ascii_case(hop.as_bytes()));
+        if !hop {
+            out.extend_from_slice(line);
+        }
+    }
+    if !version {
+        out.extend_from_slice(b"sec-websocket-version: 13\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    request.written = out.freeze();
+    request.protocol = Some(b"websocket");
+    request
+}
+
 /// The `200` for an HTTP/2 client whose extended CONNECT an HTTP/2 node
 /// accepted, with the node's `Sec-WebSocket-Protocol`/`-Extensions`.
 pub(crate) fn stream_opened(node: &ResponseHead) -> Option<http::Response<()>> {

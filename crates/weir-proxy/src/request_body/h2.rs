@@ -16,7 +16,7 @@ use weir_http::Decoded;
 use super::{BodyClock, Remaining, RequestBody};
 use crate::answer::Failure;
 use crate::client::Client;
-use crate::http2::{self, H2Stream, RecvHalf};
+use crate::http2::{self, H2Stream, RecvHalf, SendHalf};
 
 /// Streams the rest of the body to an HTTP/2 node: DATA frames within the
 /// node's flow-control window (a slow node slows the client down, as with
@@ -24,7 +24,7 @@ use crate::http2::{self, H2Stream, RecvHalf};
 pub(crate) async fn stream_rest_h2(
     client: &mut Client,
     body: &mut RequestBody,
-    node: &mut h2::SendStream<Bytes>,
+    node: &mut SendHalf,
     write_stall: Duration,
 ) -> Result<(), Failure> {
     let clock = body.clock;
@@ -94,9 +94,9 @@ pub(crate) async fn stream_rest_h2(
 pub(crate) fn spawn_h2_pump(
     client: &mut Client,
     body: &mut RequestBody,
-    node: h2::SendStream<Bytes>,
+    node: SendHalf,
     write_stall: Duration,
-) -> Result<PumpWatch, h2::SendStream<Bytes>> {
+) -> Result<PumpWatch, SendHalf> {
     let Some(source) = client.h2().and_then(H2Stream::take_body) else {
         return Err(node);
     };
@@ -176,7 +176,7 @@ impl Pump {
     async fn run(
         mut self,
         mut source: RecvHalf,
-        mut node: h2::SendStream<Bytes>,
+        mut node: SendHalf,
         mut ended: oneshot::Sender<Result<(), Error>>,
     ) {
         // The request's task drops its watch when the request ends: its client went (a
@@ -207,11 +207,7 @@ impl Pump {
         }
     }
 
-    async fn pump(
-        &mut self,
-        source: &mut RecvHalf,
-        node: &mut h2::SendStream<Bytes>,
-    ) -> Result<(), Error> {
+    async fn pump(&mut self, source: &mut RecvHalf, node: &mut SendHalf) -> Result<(), Error> {
         // What was read before: whole chunks (or raw bytes for a length).
         match std::mem::replace(&mut self.remaining, Remaining::Nothing) {
             Remaining::Nothing => return Ok(()),
@@ -274,11 +270,7 @@ impl Pump {
     }
 
     /// Sends a piece of body to the node, within `max_body_bytes`.
-    async fn forward(
-        &mut self,
-        node: &mut h2::SendStream<Bytes>,
-        data: Bytes,
-    ) -> Result<(), Error> {
+    async fn forward(&mut self, node: &mut SendHalf, data: Bytes) -> Result<(), Error> {
         self.received += data.len() as u64;
         if self.received > self.max_body {
             return Err(Error::new(ErrorKind::BodyTooLarge, Side::Downstream));
@@ -292,15 +284,16 @@ impl Pump {
 
 /// Ends a request stream to an HTTP/2 node: with its trailers, or an empty DATA frame.
 async fn end_h2(
-    node: &mut h2::SendStream<Bytes>,
+    node: &mut SendHalf,
     trailers: &[u8],
     write_stall: Duration,
 ) -> Result<(), Failure> {
     if trailers.is_empty() {
         http2::upstream::send_body(node, Bytes::new(), true, write_stall).await?;
     } else {
-        let map = weir_http::http2::trailers_to_h2(trailers).map_err(Failure::parse)?;
-        http2::upstream::send_trailers(node, map)?;
+        // Trailers with no HTTP/2 form are the client's fault, whichever codec goes on.
+        weir_http::http2::trailers_to_h2(trailers).map_err(Failure::parse)?;
+        http2::upstream::send_trailers(node, trailers)?;
     }
     Ok(())
 }

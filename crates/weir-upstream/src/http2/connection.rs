@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use h2::client::{Connection, SendRequest};
+use h2::client::Connection;
 use h2::{Ping, PingPong};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -21,7 +21,7 @@ use tokio::sync::{oneshot, watch};
 use weir_core::{Error, ErrorKind, Side};
 use weir_tls::ClientStream;
 
-use super::H2Node;
+use super::{H2Node, H2Settings};
 
 /// Decoded bytes of one response header list weir accepts from a node.
 const MAX_HEADER_LIST: u32 = 256 * 1024;
@@ -31,7 +31,7 @@ const MAX_HEADER_LIST: u32 = 256 * 1024;
 /// Go count a PING that comes less than 5 minutes after the previous one while they
 /// send nothing, and close the connection at the third: the first PING and one of
 /// these in any 5 minutes stay under that.
-const SUSPECT_PING_SPACING: std::time::Duration = std::time::Duration::from_secs(300);
+pub(super) const SUSPECT_PING_SPACING: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Becomes true once the node's SETTINGS have been applied: the node sends
 /// them before any other frame (RFC 9113 §3.4) and frames are processed in
@@ -43,7 +43,7 @@ pub(super) type Settled = watch::Receiver<bool>;
 /// An open connection: the request sender, the handle that stops its driver,
 /// and when its node's settings are known.
 pub(super) struct Opened {
-    pub send: SendRequest<Bytes>,
+    pub send: super::Sender,
     pub stop: oneshot::Sender<()>,
     pub settled: Settled,
     /// Padded empty DATA frames the node sent on it so far (the ones the codec sees).
@@ -95,6 +95,9 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
             }
         }
     };
+    if settings.codec == weir_config::UpstreamHttp2Codec::Weir {
+        return Ok(open_own(node, id, stream, &settings));
+    }
     let mut builder = h2::client::Builder::new();
     builder
         .enable_push(false)
@@ -130,12 +133,46 @@ pub(super) async fn open(node: &Arc<H2Node>, id: u64) -> Result<Opened, Error> {
     };
     tokio::spawn(drive(Arc::downgrade(node), id, connection, signals));
     Ok(Opened {
-        send,
+        send: super::Sender::H2(send),
         stop,
         settled,
         empty_data,
         suspect,
     })
+}
+
+/// Starts connection `id` on weir's own client over `stream` (the preface and
+/// SETTINGS go out with the first write; the node's answer is not awaited:
+/// requests may follow them at once, RFC 9113 §3.4).
+fn open_own(node: &Arc<H2Node>, id: u64, stream: ClientStream, settings: &H2Settings) -> Opened {
+    let config = weir_http::h2client::Config {
+        stream_window: settings.initial_stream_window,
+        connection_window: settings.initial_connection_window,
+        max_header_list_size: MAX_HEADER_LIST,
+        ..weir_http::h2client::Config::default()
+    };
+    let shared = super::own::Shared::new(weir_http::h2client::ClientConnection::new(config));
+    let (stop, stopped) = oneshot::channel();
+    let suspect = Arc::new(tokio::sync::Notify::new());
+    let (known, settled) = watch::channel(false);
+    let signals = super::own::Signals {
+        stopped,
+        settled: Arc::new(known),
+        suspect: Arc::clone(&suspect),
+    };
+    tokio::spawn(super::own::drive(
+        stream,
+        Arc::clone(&shared),
+        (Arc::downgrade(node), id),
+        signals,
+    ));
+    Opened {
+        send: super::Sender::Own(shared),
+        stop,
+        settled,
+        empty_data: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+        suspect,
+    }
 }
 
 fn timed_out(context: String) -> Error {
@@ -155,7 +192,7 @@ struct Signals {
 }
 
 /// How long a connection weir closes may take to say so to the node (GOAWAY, close_notify).
-const GRACEFUL_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const GRACEFUL_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs one connection until it ends, then tells the node.
 async fn drive<T>(

@@ -1,6 +1,7 @@
 //! The HTTP/2 node pool against an in-process h2c server: streams multiplexed
 //! on one connection up to the stream cap, the queue counting streams (clients in turn),
-//! the connection cap, replacement after GOAWAY, idle close.
+//! the connection cap, replacement after GOAWAY, idle close. Each runs on both
+//! codecs (`http2.codec`): the `h2` crate and weir's own client.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,6 +14,53 @@ use weir_core::ErrorKind;
 use weir_observe::Metrics;
 
 use super::*;
+
+thread_local! {
+    /// The codec the running test's connections use (each test runs on its own
+    /// current-thread runtime).
+    static CODEC: std::cell::Cell<UpstreamHttp2Codec> =
+        const { std::cell::Cell::new(UpstreamHttp2Codec::H2) };
+}
+
+/// Runs each scenario once per codec, as `<scenario>::h2` and `<scenario>::weir`.
+macro_rules! on_both_codecs {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            mod $scenario {
+                #[tokio::test]
+                async fn h2() {
+                    super::CODEC.set(weir_config::UpstreamHttp2Codec::H2);
+                    super::$scenario().await;
+                }
+
+                #[tokio::test]
+                async fn weir() {
+                    super::CODEC.set(weir_config::UpstreamHttp2Codec::Weir);
+                    super::$scenario().await;
+                }
+            }
+        )*
+    };
+}
+
+on_both_codecs!(
+    streams_share_one_connection_up_to_the_cap_then_queue,
+    the_connection_cap_holds_and_a_full_queue_refuses,
+    a_connection_that_got_goaway_is_replaced,
+    idle_connections_close_after_the_idle_timeout,
+    a_refused_connect_is_retry_safe_and_frees_its_slot,
+    a_waiter_that_gives_up_loses_nothing,
+    a_withdrawn_node_sends_its_waiters_elsewhere,
+    an_extended_connect_waits_for_a_new_connections_settings,
+    a_node_is_pinged_once_unless_an_interval_is_set,
+    clients_take_turns_for_a_stream_and_a_full_queue_pushes_out_the_longest,
+    a_burst_waits_for_the_connections_being_opened,
+    waiters_a_new_connection_cannot_carry_open_their_own,
+    a_burst_does_not_wait_for_the_nodes_ping_answer,
+    new_settings_from_a_reload_keep_the_queue_and_a_raised_cap_serves_it,
+    a_cap_lowered_by_a_reload_drains_connections_past_it_and_keeps_to_it,
+    two_http2_sides_of_one_node_add_up_in_the_open_connections_gauge,
+);
 
 fn settings(max_connections: u32, max_streams: u32, queue: u32) -> H2Settings {
     H2Settings {
@@ -28,6 +76,7 @@ fn settings(max_connections: u32, max_streams: u32, queue: u32) -> H2Settings {
         ping_interval: Duration::from_secs(10),
         ping_timeout: Duration::from_secs(5),
         tls: None,
+        codec: CODEC.get(),
     }
 }
 
@@ -107,21 +156,74 @@ fn node(address: SocketAddr, settings: H2Settings) -> (Arc<H2Node>, Arc<Metrics>
     (node, metrics)
 }
 
-fn get() -> http::Request<()> {
-    http::Request::get("http://node.test/").body(()).unwrap()
+/// A GET of `/` in the form the running test's codec takes.
+fn get() -> StreamRequest {
+    match CODEC.get() {
+        UpstreamHttp2Codec::H2 => {
+            StreamRequest::H2(http::Request::get("http://node.test/").body(()).unwrap())
+        }
+        UpstreamHttp2Codec::Weir => StreamRequest::Own(OwnRequest {
+            written: Bytes::from_static(b"GET / HTTP/1.1\r\nhost: node.test\r\n\r\n"),
+            te_trailers: false,
+            protocol: None,
+        }),
+    }
+}
+
+/// The response's status and whole body, whichever codec carried it.
+async fn answer(stream: NodeStream) -> (u16, Bytes) {
+    let mut all = Vec::new();
+    match stream {
+        NodeStream::H2 { response, .. } => {
+            let response = response.await.expect("a response");
+            let status = response.status().as_u16();
+            let mut body = response.into_body();
+            while let Some(data) = body.data().await {
+                all.extend_from_slice(&data.expect("data"));
+            }
+            (status, Bytes::from(all))
+        }
+        NodeStream::Own { mut recv, .. } => {
+            let status = loop {
+                match std::future::poll_fn(|cx| recv.poll_answer(cx)).await {
+                    Ok(own::Answer::Final(head, _)) => break head.status(),
+                    Ok(own::Answer::Interim(..)) => {}
+                    Err(error) => panic!("no response: {error}"),
+                }
+            };
+            while let Some(data) = std::future::poll_fn(|cx| recv.poll_data(cx)).await {
+                let data = data.expect("data");
+                recv.release(data.len());
+                all.extend_from_slice(&data);
+            }
+            (status, Bytes::from(all))
+        }
+    }
+}
+
+/// The final response's status; the stream stays open.
+async fn answer_head(stream: &mut NodeStream) -> u16 {
+    match stream {
+        NodeStream::H2 { response, .. } => {
+            let response = response.await.expect("a response");
+            response.status().as_u16()
+        }
+        NodeStream::Own { recv, .. } => loop {
+            match std::future::poll_fn(|cx| recv.poll_answer(cx)).await {
+                Ok(own::Answer::Final(head, _)) => break head.status(),
+                Ok(own::Answer::Interim(..)) => {}
+                Err(error) => panic!("no response: {error}"),
+            }
+        },
+    }
 }
 
 /// Sends a request and reads its whole response; the lease is dropped at the end.
 async fn exchange(node: Arc<H2Node>) -> Result<Bytes, Error> {
     let sent = node.send(get(), true).await?;
-    let response = sent.response.await.expect("a response");
-    let mut body = response.into_body();
-    let mut all = Vec::new();
-    while let Some(data) = body.data().await {
-        all.extend_from_slice(&data.expect("data"));
-    }
+    let (_, body) = answer(sent.stream).await;
     drop(sent.lease);
-    Ok(Bytes::from(all))
+    Ok(body)
 }
 
 async fn wait_for(what: &str, condition: impl Fn() -> bool) {
@@ -134,7 +236,6 @@ async fn wait_for(what: &str, condition: impl Fn() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
-#[tokio::test]
 async fn streams_share_one_connection_up_to_the_cap_then_queue() {
     let server = server(None).await;
     let (node, _metrics) = node(server.address, settings(1, 2, 10));
@@ -159,7 +260,6 @@ async fn streams_share_one_connection_up_to_the_cap_then_queue() {
     wait_for("streams released", || node.streams() == 0).await;
 }
 
-#[tokio::test]
 async fn the_connection_cap_holds_and_a_full_queue_refuses() {
     let server = server(None).await;
     let (node, metrics) = node(server.address, settings(2, 1, 1));
@@ -185,7 +285,6 @@ async fn the_connection_cap_holds_and_a_full_queue_refuses() {
     );
 }
 
-#[tokio::test]
 async fn a_connection_that_got_goaway_is_replaced() {
     let server = server(Some(1)).await;
     server.gate.add_permits(100);
@@ -214,7 +313,6 @@ async fn a_connection_that_got_goaway_is_replaced() {
     assert_eq!(goaways, Some(3), "{text}");
 }
 
-#[tokio::test]
 async fn idle_connections_close_after_the_idle_timeout() {
     let server = server(None).await;
     server.gate.add_permits(100);
@@ -233,7 +331,6 @@ async fn idle_connections_close_after_the_idle_timeout() {
     assert_eq!(node.open(), 0);
 }
 
-#[tokio::test]
 async fn a_refused_connect_is_retry_safe_and_frees_its_slot() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
@@ -245,7 +342,6 @@ async fn a_refused_connect_is_retry_safe_and_frees_its_slot() {
     assert_eq!(node.open(), 0);
 }
 
-#[tokio::test]
 async fn a_waiter_that_gives_up_loses_nothing() {
     let server = server(None).await;
     let mut settings = settings(1, 1, 10);
@@ -262,7 +358,6 @@ async fn a_waiter_that_gives_up_loses_nothing() {
     exchange(Arc::clone(&node)).await.expect("served");
 }
 
-#[tokio::test]
 async fn a_withdrawn_node_sends_its_waiters_elsewhere() {
     let server = server(None).await;
     let (node, _metrics) = node(server.address, settings(1, 1, 10));
@@ -320,16 +415,26 @@ async fn connect_server(extended: bool) -> (SocketAddr, Arc<AtomicUsize>) {
     (address, streams)
 }
 
-fn websocket_connect() -> http::Request<()> {
-    http::Request::builder()
-        .method(http::Method::CONNECT)
-        .uri("http://node.test/chat")
-        .extension(h2::ext::Protocol::from_static("websocket"))
-        .body(())
-        .unwrap()
+fn websocket_connect() -> StreamRequest {
+    match CODEC.get() {
+        UpstreamHttp2Codec::H2 => StreamRequest::H2(
+            http::Request::builder()
+                .method(http::Method::CONNECT)
+                .uri("http://node.test/chat")
+                .extension(h2::ext::Protocol::from_static("websocket"))
+                .body(())
+                .unwrap(),
+        ),
+        UpstreamHttp2Codec::Weir => StreamRequest::Own(OwnRequest {
+            written: Bytes::from_static(
+                b"GET /chat HTTP/1.1\r\nhost: node.test\r\nsec-websocket-version: 13\r\n\r\n",
+            ),
+            te_trailers: false,
+            protocol: Some(b"websocket"),
+        }),
+    }
 }
 
-#[tokio::test]
 async fn an_extended_connect_waits_for_a_new_connections_settings() {
     let settle = Duration::from_secs(2);
     // The first request opens the connection: its settings are awaited, not guessed.
@@ -340,8 +445,8 @@ async fn an_extended_connect_waits_for_a_new_connections_settings() {
         .await
         .unwrap()
         .expect("the node announced extended CONNECT");
-    let response = sent.response.await.expect("a response");
-    assert_eq!(response.status(), 200);
+    let mut stream = sent.stream;
+    assert_eq!(answer_head(&mut stream).await, 200);
     assert_eq!(streams.load(Ordering::SeqCst), 1);
     assert_eq!(
         extended.streams(),
@@ -426,7 +531,6 @@ async fn ping_counter(target: SocketAddr) -> (SocketAddr, Arc<AtomicUsize>) {
 /// SETTINGS are applied), and no more however long a call lasts: gRPC servers in Go
 /// close a connection pinged more often than every 5 minutes while they send nothing.
 /// With `ping_interval` set, the PINGs follow it.
-#[tokio::test]
 async fn a_node_is_pinged_once_unless_an_interval_is_set() {
     let server = server(None).await;
     for (interval, at_least, at_most) in
@@ -451,7 +555,6 @@ async fn a_node_is_pinged_once_unless_an_interval_is_set() {
     }
 }
 
-#[tokio::test]
 async fn clients_take_turns_for_a_stream_and_a_full_queue_pushes_out_the_longest() {
     let server = server(None).await;
     let (node, metrics) = node(server.address, settings(1, 1, 4));
@@ -518,7 +621,6 @@ async fn futures_outcomes(
 /// A burst of requests with no connection open yet waits for the connections being opened
 /// (each carries `max_streams`) instead of opening one each: 30 requests at 10 streams a
 /// connection take 3 connections, not the cap's 8.
-#[tokio::test]
 async fn a_burst_waits_for_the_connections_being_opened() {
     let server = server(None).await;
     let (node, _metrics) = node(server.address, settings(8, 10, 100));
@@ -536,7 +638,6 @@ async fn a_burst_waits_for_the_connections_being_opened() {
 
 /// A node that allows fewer streams than `max_streams`: the requests a new connection has
 /// no room for open connections of their own (under the cap) rather than wait.
-#[tokio::test]
 async fn waiters_a_new_connection_cannot_carry_open_their_own() {
     let server = server_allowing(None, Some(2)).await;
     let (node, _metrics) = node(server.address, settings(8, 10, 100));
@@ -608,7 +709,6 @@ async fn no_ping_server() -> (SocketAddr, Arc<AtomicUsize>) {
 /// The node's SETTINGS are applied once the codec has read them, without waiting for the
 /// answer to a PING: a burst is carried at once by one connection to a node that answers
 /// PINGs late (or, here, never), not one request at a time.
-#[tokio::test]
 async fn a_burst_does_not_wait_for_the_nodes_ping_answer() {
     let (address, connections) = no_ping_server().await;
     let mut settings = settings(4, 100, 100);
@@ -620,14 +720,14 @@ async fn a_burst_does_not_wait_for_the_nodes_ping_answer() {
             let node = Arc::clone(&node);
             tokio::spawn(async move {
                 let sent = node.send(get(), true).await?;
-                let response = sent.response.await.expect("a response");
-                Ok::<_, Error>(response.status())
+                let (status, _) = answer(sent.stream).await;
+                Ok::<_, Error>(status)
             })
         })
         .collect();
     for task in tasks {
         let status = task.await.unwrap().expect("sent");
-        assert_eq!(status, http::StatusCode::OK);
+        assert_eq!(status, 200);
     }
     // One at a time, 20 answers of 100 ms would take 2 s.
     let took = started.elapsed();
@@ -635,7 +735,6 @@ async fn a_burst_does_not_wait_for_the_nodes_ping_answer() {
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test]
 async fn new_settings_from_a_reload_keep_the_queue_and_a_raised_cap_serves_it() {
     let server = server(None).await;
     let (node, _metrics) = node(server.address, settings(1, 2, 10));
@@ -664,7 +763,6 @@ async fn new_settings_from_a_reload_keep_the_queue_and_a_raised_cap_serves_it() 
     assert_eq!(server.connections.load(Ordering::SeqCst), 2);
 }
 
-#[tokio::test]
 async fn a_cap_lowered_by_a_reload_drains_connections_past_it_and_keeps_to_it() {
     let server = server(None).await;
     let (node, metrics) = node(server.address, settings(2, 1, 10));
@@ -696,7 +794,6 @@ async fn a_cap_lowered_by_a_reload_drains_connections_past_it_and_keeps_to_it() 
     );
 }
 
-#[tokio::test]
 async fn two_http2_sides_of_one_node_add_up_in_the_open_connections_gauge() {
     let server = server(None).await;
     server.gate.add_permits(10);

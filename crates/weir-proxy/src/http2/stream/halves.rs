@@ -55,6 +55,8 @@ impl Head<'_> {
 pub(crate) enum RecvHalf {
     H2(RecvStream),
     Own(own::Recv),
+    /// A stream to a node on weir's own client (a WebSocket's tunnel).
+    Node(weir_upstream::http2::own::Recv),
 }
 
 impl RecvHalf {
@@ -65,6 +67,9 @@ impl RecvHalf {
                 .poll_data(cx)
                 .map(|data| data.map(|data| data.map_err(|error| client_gone(&error)))),
             RecvHalf::Own(recv) => recv.poll_data(cx),
+            RecvHalf::Node(recv) => recv
+                .poll_data(cx)
+                .map(|data| data.map(|data| data.map_err(node_gone))),
         }
     }
 
@@ -79,6 +84,7 @@ impl RecvHalf {
                 let _ = recv.flow_control().release_capacity(len);
             }
             RecvHalf::Own(recv) => recv.release(len),
+            RecvHalf::Node(recv) => recv.release(len),
         }
     }
 
@@ -95,6 +101,9 @@ impl RecvHalf {
                 }))
             }
             RecvHalf::Own(recv) => Ok(recv.take_trailers().map(|lines| BytesMut::from(&lines[..]))),
+            RecvHalf::Node(recv) => {
+                Ok(recv.take_trailers().map(|lines| BytesMut::from(&lines[..])))
+            }
         }
     }
 
@@ -103,6 +112,7 @@ impl RecvHalf {
         match self {
             RecvHalf::H2(recv) => recv.is_end_stream(),
             RecvHalf::Own(recv) => recv.is_end_stream(),
+            RecvHalf::Node(recv) => recv.is_end_stream(),
         }
     }
 }
@@ -112,6 +122,8 @@ impl RecvHalf {
 pub(crate) enum SendHalf {
     H2(SendStream<Bytes>),
     Own(own::Send),
+    /// A stream to a node on weir's own client.
+    Node(weir_upstream::http2::own::Send),
 }
 
 impl SendHalf {
@@ -130,6 +142,7 @@ impl SendHalf {
                 send_with_capacity(send, data, end_of_stream, timeout, sent).await
             }
             SendHalf::Own(send) => send.send_data(data, end_of_stream, timeout, sent).await,
+            SendHalf::Node(send) => send.send_data(data, end_of_stream, timeout, sent).await,
         }
     }
 
@@ -140,6 +153,7 @@ impl SendHalf {
                 .send_data(Bytes::new(), true)
                 .map_err(|error| client_gone(&error)),
             SendHalf::Own(send) => send.send_end(),
+            SendHalf::Node(send) => send.send_end(),
         }
     }
 
@@ -154,6 +168,7 @@ impl SendHalf {
                 send.send_trailers(map).map_err(|error| client_gone(&error))
             }
             SendHalf::Own(send) => send.send_trailers(lines),
+            SendHalf::Node(send) => send.send_trailers(lines),
         }
     }
 
@@ -162,6 +177,7 @@ impl SendHalf {
         match self {
             SendHalf::H2(send) => send.send_reset(reason),
             SendHalf::Own(send) => send.send_reset(ErrorCode(u32::from(reason))),
+            SendHalf::Node(send) => send.send_reset(ErrorCode(u32::from(reason))),
         }
     }
 
@@ -174,6 +190,13 @@ impl SendHalf {
                 Err(error) => client_gone(&error),
             }),
             SendHalf::Own(send) => send.poll_reset(cx),
+            SendHalf::Node(send) => send.poll_reset(cx).map(node_gone),
         }
     }
+}
+
+/// A node's stream on weir's own client failing.
+fn node_gone(error: weir_upstream::http2::StreamError) -> Error {
+    Error::upstream(ErrorKind::Io, std::io::Error::other(error))
+        .context("HTTP/2 stream to the node")
 }
