@@ -826,3 +826,101 @@ async fn two_http2_sides_of_one_node_add_up_in_the_open_connections_gauge() {
     new.close_idle();
     assert_eq!(gauge(&metrics), "0");
 }
+
+/// A raw h2c node for weir's own client: it answers the first two streams opened on a
+/// connection together, the first with a field name in upper case (malformed in HTTP/2,
+/// RFC 9113 §8.2.1), the second properly, then any later stream at once, and answers PINGs.
+async fn upper_case_node() -> (SocketAddr, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use weir_http::frame;
+    use weir_http::hpack::{Encoder, Indexing};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&connections);
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut preface = [0u8; 24];
+                if tcp.read_exact(&mut preface).await.is_err() {
+                    return;
+                }
+                let mut out = Vec::new();
+                frame::write_settings(&mut out, &[]);
+                let _ = tcp.write_all(&out).await;
+                let mut encoder = Encoder::new();
+                let mut opened = Vec::new();
+                let mut answered = false;
+                while let Some((header, payload)) = read_frame(&mut tcp).await {
+                    let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]])
+                        & 0x7fff_ffff;
+                    let mut out = Vec::new();
+                    match header[3] {
+                        0x1 => opened.push(stream),
+                        0x4 if header[4] & 0x1 == 0 => frame::write_settings_ack(&mut out),
+                        0x6 if header[4] & 0x1 == 0 => {
+                            frame::write_ping(&mut out, true, payload[..8].try_into().unwrap());
+                        }
+                        _ => {}
+                    }
+                    // The first two together, any later one at once.
+                    let ready = match answered {
+                        false if opened.len() == 2 => vec![(opened[0], true), (opened[1], false)],
+                        true => opened.iter().map(|&stream| (stream, false)).collect(),
+                        false => Vec::new(),
+                    };
+                    if !ready.is_empty() {
+                        answered = true;
+                        for (stream, upper) in ready {
+                            let mut block = Vec::new();
+                            let mut fields = encoder.block(&mut block);
+                            fields.status(200);
+                            fields.field(b"content-length", b"0", Indexing::NotIndexed);
+                            if upper {
+                                fields.field(b"X-Upper", b"1", Indexing::NotIndexed);
+                            }
+                            frame::write_headers(&mut out, stream, &block, true, 16_384);
+                        }
+                        opened.clear();
+                    }
+                    if tcp.write_all(&out).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (address, connections)
+}
+
+/// weir's own client turns a malformed response head into its stream's failure alone (a
+/// bad response), where the `h2` crate's decoder fails the whole connection, every stream
+/// on it with it: the other stream is answered and the connection stays.
+#[tokio::test]
+async fn a_malformed_head_fails_its_stream_only_on_weirs_client() {
+    CODEC.set(UpstreamHttp2Codec::Weir);
+    let (address, connections) = upper_case_node().await;
+    let mut settings = settings(1, 10, 10);
+    settings.ping_timeout = Duration::from_secs(30);
+    let (node, _metrics) = node(address, settings);
+    // The first request opens the connection; the second waits for the node's settings.
+    let first = node.send(get(), true).await.expect("sent");
+    let second = node.send(get(), true).await.expect("sent");
+    let NodeStream::Own { recv: mut bad, .. } = first.stream else {
+        panic!("weir's client");
+    };
+    let answered = std::future::poll_fn(|cx| bad.poll_answer(cx)).await;
+    assert!(
+        matches!(answered, Err(StreamError::Malformed(_))),
+        "{answered:?}"
+    );
+    let (status, _) = answer(second.stream).await;
+    assert_eq!(status, 200);
+    drop((bad, first.lease, second.lease));
+    exchange(Arc::clone(&node))
+        .await
+        .expect("the connection still serves");
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    assert_eq!(node.open(), 1);
+}
