@@ -11,6 +11,7 @@
 pub mod error;
 pub mod shutdown;
 pub mod timeout;
+pub mod wait;
 
 pub use error::{Error, ErrorKind, Side};
 pub use shutdown::{Shutdown, ShutdownSignal};

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -65,20 +65,16 @@ struct Slot {
     /// Sending halves still held.
     senders: u32,
     /// Woken on anything that happens to the stream.
-    wakers: Vec<Waker>,
+    wakers: weir_core::wait::Wakers,
 }
 
 impl Slot {
     fn wake(&mut self) {
-        for waker in self.wakers.drain(..) {
-            waker.wake();
-        }
+        self.wakers.wake();
     }
 
     fn join(&mut self, cx: &Context<'_>) {
-        if !self.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            self.wakers.push(cx.waker().clone());
-        }
+        self.wakers.join(cx);
     }
 }
 

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
@@ -23,9 +23,10 @@ use weir_http::h2client::{ClientConnection, Refused};
 use weir_http::h2server::StreamMap;
 use weir_http::http2::NodeRequest;
 
-use super::stream::StreamError;
-
 mod driver;
+mod error;
+
+pub use error::StreamError;
 
 pub(super) use driver::{Signals, drive};
 
@@ -81,20 +82,16 @@ struct Slot {
     receivers: u32,
     /// Sending handles still held.
     senders: u32,
-    wakers: Vec<Waker>,
+    wakers: weir_core::wait::Wakers,
 }
 
 impl Slot {
     fn wake(&mut self) {
-        for waker in self.wakers.drain(..) {
-            waker.wake();
-        }
+        self.wakers.wake();
     }
 
     fn join(&mut self, cx: &Context<'_>) {
-        if !self.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            self.wakers.push(cx.waker().clone());
-        }
+        self.wakers.join(cx);
     }
 }
 

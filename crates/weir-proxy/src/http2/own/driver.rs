@@ -298,7 +298,7 @@ impl Driver {
                 () = poll_fn(|cx| shutdown_watch.as_mut().poll_triggered(cx)), if !draining => {
                     self.go_away();
                 }
-                moved = write_or_flush(&mut wire.writer, &wire.output[wire.at..]), if wire.pending() || wire.unflushed => {
+                moved = weir_core::wait::write_or_flush(&mut wire.writer, &wire.output[wire.at..]), if wire.pending() || wire.unflushed => {
                     match moved {
                         Ok(Some(n)) if n > 0 => wire.wrote(n, &self.shared),
                         Ok(None) => wire.unflushed = false,
@@ -546,19 +546,6 @@ impl Driver {
             self.last_ping = now;
         }
         true
-    }
-}
-
-/// Writes some of `rest`, or flushes once all is written (TLS keeps records
-/// until then): `None` for a flush. Both are safe to drop half-way.
-async fn write_or_flush<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    rest: &[u8],
-) -> std::io::Result<Option<usize>> {
-    if rest.is_empty() {
-        writer.flush().await.map(|()| None)
-    } else {
-        writer.write(rest).await.map(Some)
     }
 }
 

@@ -17,10 +17,10 @@ use tokio::sync::{oneshot, watch};
 use weir_http::frame::ErrorCode;
 use weir_http::h2client::Event;
 
+use super::StreamError;
 use super::{Inner, MAX_UNWRITTEN, Shared};
 use crate::http2::H2Node;
 use crate::http2::connection::{GRACEFUL_CLOSE, SUSPECT_PING_SPACING};
-use crate::http2::stream::StreamError;
 
 /// Bytes read from the socket at once.
 const READ_SIZE: usize = 16 * 1024;
@@ -92,7 +92,7 @@ pub(in crate::http2) async fn drive<S>(
                 let _ = tokio::time::timeout(GRACEFUL_CLOSE, last).await;
                 break false;
             }
-            moved = write_or_flush(&mut writer, &output[at..]), if at < output.len() || unflushed => {
+            moved = weir_core::wait::write_or_flush(&mut writer, &output[at..]), if at < output.len() || unflushed => {
                 match moved {
                     Ok(Some(n)) if n > 0 => {
                         at += n;
@@ -376,17 +376,4 @@ fn take_all(shared: &Shared, output: &mut Vec<u8>, at: &mut usize) -> Vec<u8> {
     output.clear();
     rest.append(shared.lock().core.output());
     rest
-}
-
-/// Writes some of `rest`, or flushes once all is written (TLS keeps records
-/// until then): `None` for a flush. Both are safe to drop half-way.
-async fn write_or_flush<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    rest: &[u8],
-) -> std::io::Result<Option<usize>> {
-    if rest.is_empty() {
-        writer.flush().await.map(|()| None)
-    } else {
-        writer.write(rest).await.map(Some)
-    }
 }
