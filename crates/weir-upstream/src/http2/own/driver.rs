@@ -104,13 +104,9 @@ pub(in crate::http2) async fn drive<S>(
                 }
             }
             read = reader.read_buf(&mut input) => {
-                match read {
-                    Ok(n) if n > 0 => {}
-                    // The node closed (or the connection broke).
-                    _ => {
-                        tracing::debug!(node = %address, "HTTP/2 node closed the connection");
-                        break true;
-                    }
+                // The node closed (or the connection broke).
+                if !read_some(read, (&node, address)) {
+                    break true;
                 }
                 let told = match receive(&shared, &mut input) {
                     Ok(told) => told,
@@ -151,6 +147,40 @@ pub(in crate::http2) async fn drive<S>(
     close(&shared);
     if let Some(node) = node.upgrade() {
         node.ended(id, by_node);
+    }
+}
+
+/// Whether a read from the node gave bytes; else why not is logged (and counted, for a
+/// refused handshake).
+fn read_some(
+    read: std::io::Result<usize>,
+    (node, address): (&Weak<H2Node>, std::net::SocketAddr),
+) -> bool {
+    match read {
+        Ok(n) if n > 0 => true,
+        Ok(_) => {
+            tracing::debug!(node = %address, "HTTP/2 node closed the connection");
+            false
+        }
+        Err(error) => {
+            tracing::debug!(node = %address, %error, "HTTP/2 connection to node broke");
+            refused_handshake(node, &error);
+            false
+        }
+    }
+}
+
+/// A TLS 1.3 node refusing weir's client certificate says so only with its first
+/// records, after weir's side of the handshake: a failed handshake and a connect failure of
+/// the node after all, as the `h2` crate's path counts it (`../connection.rs`).
+fn refused_handshake(node: &Weak<H2Node>, error: &std::io::Error) {
+    if let Some(node) = node.upgrade()
+        && weir_tls::is_handshake_refusal(error)
+    {
+        node.metrics.connect_failures.inc();
+        if let Some(tls) = &node.settings.load().tls {
+            tls.metrics.failed.inc();
+        }
     }
 }
 
