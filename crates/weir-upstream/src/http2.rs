@@ -274,12 +274,7 @@ impl H2Node {
         if codec_changed {
             // Requests are put in the new codec's form from now on: the connections of
             // the other one take no new stream, and close once their streams end.
-            for connection in &mut state.connections {
-                connection.draining = true;
-            }
-            while let Some(index) = state.connections.iter().position(|c| c.streams == 0) {
-                self.remove(&mut state, index);
-            }
+            self.drain_all(&mut state);
         }
         // Connections being opened are not counted: one that opens past the cap is
         // drained as it goes in (`connect_in_slot`).
@@ -825,11 +820,17 @@ impl H2Node {
     /// once their streams are done.
     pub fn close_idle(&self) {
         let mut state = self.lock();
+        self.drain_all(&mut state);
+    }
+
+    /// Takes every connection out of service: those without streams close now, the
+    /// others once their streams are done.
+    fn drain_all(&self, state: &mut State) {
         for connection in &mut state.connections {
             connection.draining = true;
         }
         while let Some(index) = state.connections.iter().position(|c| c.streams == 0) {
-            self.remove(&mut state, index);
+            self.remove(state, index);
         }
     }
 

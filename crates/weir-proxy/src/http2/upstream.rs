@@ -138,20 +138,19 @@ pub(crate) async fn send_until_answered<E>(
         let answer = std::future::poll_fn(|cx| {
             use std::task::Poll;
             loop {
-                return match response.poll_answer(cx) {
+                match response.poll_answer(cx) {
                     Poll::Ready(Ok(RawAnswer::Interim(interim))) => {
                         interims.push(interim);
                         if interims.len() as u32 > crate::MAX_INTERIM_RESPONSES {
                             return Poll::Ready(None);
                         }
-                        continue;
                     }
                     Poll::Ready(Ok(RawAnswer::Final(head, body))) => {
-                        Poll::Ready(Some(Ok((head, body))))
+                        return Poll::Ready(Some(Ok((head, body))));
                     }
-                    Poll::Ready(Err(error)) => Poll::Ready(Some(Err(error))),
-                    Poll::Pending => Poll::Pending,
-                };
+                    Poll::Ready(Err(error)) => return Poll::Ready(Some(Err(error))),
+                    Poll::Pending => return Poll::Pending,
+                }
             }
         });
         tokio::select! {

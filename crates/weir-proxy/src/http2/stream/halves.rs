@@ -195,8 +195,8 @@ impl SendHalf {
     }
 }
 
-/// A node's stream on weir's own client failing.
+/// A node's stream on weir's own client failing, kept as the source as the response
+/// body's errors are (`upstream::from_node`), so a reset the node sent can be passed on.
 fn node_gone(error: weir_upstream::http2::StreamError) -> Error {
-    Error::upstream(ErrorKind::Io, std::io::Error::other(error))
-        .context("HTTP/2 stream to the node")
+    crate::http2::upstream::from_node(error.into(), "HTTP/2 stream to the node")
 }
